@@ -1,0 +1,7 @@
+"""``python -m simcluster`` runs the CLI."""
+
+import sys
+
+from simcluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""The ``simcluster`` command: a thin dispatcher over ``simcluster/commands/*``.
+
+Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Any :class:`UserError` becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from simcluster import __version__
+from simcluster.errors import UserError
+
+# Registry of subcommands: name -> module path. Order is the order shown in --help.
+COMMANDS: dict[str, str] = {
+    "run": "simcluster.commands.run",
+    "memory": "simcluster.commands.memory",
+    "collective": "simcluster.commands.collective",
+    "validate": "simcluster.commands.validate",
+    "list": "simcluster.commands.listing",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments in one line with exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every available subcommand."""
+    parser = _Parser(prog="simcluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"simcluster {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module_path in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_path)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_path:
+                continue  # command not built yet
+            raise
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

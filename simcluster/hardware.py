@@ -1,0 +1,233 @@
+"""Hardware profiles: YAML data files in ``hardware/`` (or any path), loaded and validated.
+
+A profile is data, not code: a new system is a new file. Every number carries a source in the
+profile's ``sources:`` map (dotted field path -> where the number comes from). Calibrated
+profiles (written by ``calibrate/``) add ``measured:`` tables and ``provenance:``; the
+simulator prefers measured tables over datasheet efficiencies.
+
+Units in YAML follow the vendors' sheets: memory in GiB, HBM in TB/s, peak in TFLOP/s,
+NVLink in GB/s per GPU per direction, NICs in Gbit/s per direction, latencies in microseconds.
+The :class:`HardwareProfile` accessors convert to SI (bytes, bytes/s, FLOP/s, s).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simcluster.errors import UserError, did_you_mean
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuSpec(_Strict):
+    """One GPU's datasheet figures."""
+
+    name: str
+    memory_gib: float = Field(gt=0)
+    hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
+    peak_tflops: dict[str, float] = Field(description="dense peak per precision, TFLOP/s")
+
+
+class NodeSpec(_Strict):
+    """One node (server): GPUs, their NVLink/NVSwitch domain and NICs."""
+
+    gpus_per_node: int = Field(gt=0)
+    nvlink_GBps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
+    nvlink_latency_us: float = Field(ge=0)
+    nvlink_domain: int | None = Field(
+        default=None, description="GPUs sharing one NVLink switch domain (NVL72: 72); None = a node"
+    )
+    nvls: bool = Field(default=False, description="NVSwitch in-network reduction (NVLink SHARP)")
+    nics_per_node: int = Field(gt=0)
+    nic_gbps: float = Field(gt=0, description="per NIC per direction, Gbit/s")
+    nic_latency_us: float = Field(ge=0)
+    pcie_GBps: float | None = None
+
+
+class FabricSpec(_Strict):
+    """The scale-out network between nodes."""
+
+    topology: str = "rail_fat_tree"
+    oversubscription: float = Field(default=1.0, ge=1.0)
+    nodes_per_leaf: int = Field(default=32, gt=0)
+    switch_latency_us: float = Field(default=0.6, ge=0)
+
+
+class EfficiencySpec(_Strict):
+    """Datasheet-to-achieved factors, from microbenchmarks (cuBLAS, FlashAttention, nccl-tests)."""
+
+    gemm: list[tuple[float, float]] = Field(
+        description="[[GEMM FLOPs per call, fraction of peak], ...], log-interpolated"
+    )
+    attention_fwd: float = Field(gt=0, le=1)
+    attention_bwd: float = Field(gt=0, le=1)
+    hbm: float = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")
+    nvlink: float = Field(gt=0, le=1, description="achievable fraction of NVLink bandwidth")
+    nic: float = Field(gt=0, le=1, description="achievable fraction of NIC bandwidth")
+    kernel_launch_us: float = Field(default=4.0, ge=0)
+
+
+class HardwareProfile(_Strict):
+    """A validated hardware profile."""
+
+    schema_version: int = 1
+    name: str
+    description: str = ""
+    gpu: GpuSpec
+    node: NodeSpec
+    fabric: FabricSpec = FabricSpec()
+    efficiency: EfficiencySpec
+    measured: dict[str, Any] = Field(default_factory=dict)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    # --- SI accessors -------------------------------------------------------------------
+    @property
+    def memory_bytes(self) -> float:
+        """HBM capacity per GPU in bytes."""
+        return self.gpu.memory_gib * 2**30
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth in bytes/s (datasheet)."""
+        return self.gpu.hbm_tbps * 1e12
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s for a precision; fp32 math on tensor cores uses tf32 if listed."""
+        table = self.gpu.peak_tflops
+        if precision not in table:
+            raise UserError(
+                "training.precision",
+                f"hardware '{self.name}' lists no peak for '{precision}' "
+                f"(has {', '.join(sorted(table))}); pick one of those or add it to the profile",
+            )
+        return table[precision] * 1e12
+
+    @property
+    def nvlink_bytes_per_s(self) -> float:
+        """NVLink bandwidth per GPU per direction, bytes/s."""
+        return self.node.nvlink_GBps * 1e9
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        """One NIC's bandwidth per direction, bytes/s."""
+        return self.node.nic_gbps * 1e9 / 8
+
+    @cached_property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node
+
+
+# Scenario keys under ``cluster:`` that override a profile field (public; used by --set).
+CLUSTER_OVERRIDES: dict[str, str] = {
+    "nic_gbps": "node.nic_gbps",
+    "nics_per_node": "node.nics_per_node",
+    "nic_latency_us": "node.nic_latency_us",
+    "nvlink_GBps": "node.nvlink_GBps",
+    "nvlink_latency_us": "node.nvlink_latency_us",
+    "nvlink_domain": "node.nvlink_domain",
+    "nvls": "node.nvls",
+    "oversubscription": "fabric.oversubscription",
+    "nodes_per_leaf": "fabric.nodes_per_leaf",
+    "topology": "fabric.topology",
+    "memory_gib": "gpu.memory_gib",
+    "hbm_tbps": "gpu.hbm_tbps",
+}
+
+
+def _data_dir() -> Path:
+    """The shipped hardware/ folder: inside the wheel, or the repository checkout."""
+    try:
+        root = resources.files("simcluster.data.hardware")
+        path = Path(str(root))
+        if path.is_dir() and any(path.glob("*.yaml")):
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "hardware"
+
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles shipped in hardware/."""
+    return sorted(p.stem for p in _data_dir().glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardware") -> Path:
+    """A profile name ('dgx-h100') or a path to a YAML file -> an existing path."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise UserError(field, f"hardware profile file '{text}' not found")
+        return path
+    candidate = _data_dir() / f"{text}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = shipped_profiles()
+    raise UserError(
+        field,
+        f"unknown hardware '{text}'{did_you_mean(text, names)}; "
+        f"shipped profiles: {', '.join(names)}, or give a path to a profile YAML",
+    )
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+
+
+def load_profile(
+    name_or_path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    field: str = "cluster.hardware",
+) -> HardwareProfile:
+    """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES)."""
+    path = resolve_profile_path(name_or_path, field)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(field, f"profile {path}{where} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise UserError(field, f"profile {path} must be a YAML mapping")
+    return profile_from_dict(raw, overrides, field=field, origin=str(path))
+
+
+def profile_from_dict(
+    raw: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    field: str = "cluster.hardware",
+    origin: str = "<dict>",
+) -> HardwareProfile:
+    """Validate a profile given as a dict (e.g. built by calibrate/)."""
+    data = copy.deepcopy(raw)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        _set_path(data, CLUSTER_OVERRIDES[key], value)
+        data.setdefault("sources", {})[CLUSTER_OVERRIDES[key]] = "scenario override"
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "missing":
+            msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
+        else:
+            msg = f"profile {origin} field '{loc}': {err['msg']}"
+        raise UserError(field, msg) from None
