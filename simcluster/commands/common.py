@@ -1,0 +1,52 @@
+"""Arguments and helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from simcluster.scenario import Scenario, load_scenario, parse_set
+
+
+def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    """SCENARIO, --set, --hardware, --json."""
+    parser.add_argument(
+        "scenario", metavar="SCENARIO", help="shipped scenario name or path to a YAML file"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set parallel.tp=4 (repeatable)",
+    )
+    parser.add_argument(
+        "--hardware", metavar="H", help="hardware profile name or path (overrides cluster.hardware)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    return load_scenario(args.scenario, parse_set(args.overrides))
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    """Stable JSON text (sorted keys, no NaN)."""
+    return json.dumps(_clean(doc), indent=2, sort_keys=True)
+
+
+def print_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(to_json(doc) + "\n")

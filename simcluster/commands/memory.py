@@ -1,0 +1,57 @@
+"""``simcluster memory``: per-GPU memory of a scenario (params, grads, optimizer, activations)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.context import build_context
+from simcluster.memory_report import memory_summary
+from simcluster.units import format_bytes
+
+NAME = "memory"
+HELP = "per-GPU memory of a scenario: params, grads, optimizer state, activations"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = build_context(scenario_from_args(args), args.hardware)
+    doc = memory_summary(ctx)
+    if args.json:
+        print_json(doc)
+        return 0
+    console = Console()
+    table = Table(title=f"{doc['scenario']} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
+    table.add_column("stage", justify="right")
+    for col in ("params", "grads", "optimizer", "activations", "other", "total"):
+        table.add_column(col, justify="right")
+    for st in doc["per_stage"]:
+        table.add_row(
+            str(st["stage"]),
+            *(
+                format_bytes(st[f"{c}_bytes"])
+                for c in ("params", "grads", "optimizer", "activations", "other", "total")
+            ),
+        )
+    console.print(table)
+    console.print(
+        f"model parameters: {doc['params_total'] / 1e9:.2f} B total"
+        + (
+            f", {doc['params_active'] / 1e9:.2f} B active"
+            if doc["params_active"] != doc["params_total"]
+            else ""
+        )
+        + f"; most loaded GPU (stage {doc['worst_stage']}) holds {doc['params_per_gpu'] / 1e9:.3f} B params"
+    )
+    verdict = "fits" if doc["fits"] else "DOES NOT FIT"
+    style = "green" if doc["fits"] else "bold red"
+    console.print(
+        f"[{style}]{verdict}[/]: {format_bytes(doc['total_bytes'])} of {format_bytes(doc['capacity_bytes'])}"
+    )
+    return 0

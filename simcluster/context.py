@@ -1,0 +1,49 @@
+"""Resolve a validated scenario into the objects every command needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.errors import UserError
+from simcluster.hardware import HardwareProfile, load_profile
+from simcluster.layout import Layout, build_layout
+from simcluster.model import ModelSpec, build_model
+from simcluster.placement import Chunk, stage_chunks
+from simcluster.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Context:
+    """Model, layout, hardware and stage placement of one scenario."""
+
+    scenario: Scenario
+    model: ModelSpec
+    layout: Layout
+    profile: HardwareProfile
+    chunks: list[list[Chunk]]
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.profile.memory_bytes
+
+
+def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
+    """Resolve model, hardware profile (``hardware`` overrides cluster.hardware) and layout."""
+    model = build_model(scenario.model.model_dump(exclude_none=True))
+    profile = load_profile(
+        hardware or scenario.cluster.hardware,
+        scenario.cluster.overrides(),
+        field="--hardware" if hardware else "cluster.hardware",
+    )
+    gpn = scenario.cluster.gpus_per_node or profile.node.gpus_per_node
+    if (
+        scenario.cluster.gpus_per_node
+        and scenario.cluster.gpus_per_node > profile.node.gpus_per_node
+    ):
+        raise UserError(
+            "cluster.gpus_per_node",
+            f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
+        )
+    layout = build_layout(scenario, model, gpn)
+    chunks = stage_chunks(model, layout, scenario.parallel.layers_per_stage)
+    return Context(scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks)

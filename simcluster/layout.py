@@ -1,0 +1,224 @@
+"""The parallel layout: degrees, validation against model and cluster, and the rank grid.
+
+Ranks are laid out on one explicit grid (as picotron does with ``arange(world).view(...)``):
+``parallel.order`` lists the dimensions innermost first (default ``tp,cp,dp,pp``, Megatron's
+``tp-cp-ep-dp-pp`` without ep), so a TP group is a run of consecutive ranks and stays inside a
+node. EP groups are carved out of the data-parallel (dp x cp) ranks of one (pp, tp) position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simcluster.errors import UserError
+from simcluster.model import ModelSpec
+from simcluster.scenario import Scenario
+
+DIMS = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Validated parallel degrees and the derived per-step quantities."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    zero: int
+    sequence_parallel: bool
+    schedule: str
+    order: tuple[str, ...]
+    micro_batch: int
+    global_batch: int
+    seq_len: int
+    gpus_per_node: int
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per pipeline per step (gradient-accumulation steps)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel degree: replicas of each expert (expert TP = tp)."""
+        return self.dp * self.cp // self.ep
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks over which ZeRO shards dense state (Megatron's distributed optimizer: dp x cp)."""
+        return self.dp * self.cp
+
+    def describe(self) -> str:
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.sequence_parallel and self.tp > 1:
+            parts.append("sp")
+        parts.append(self.schedule)
+        return " ".join(parts)
+
+    # --- the rank grid ------------------------------------------------------------------
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """grid[tp, cp, dp, pp] -> global rank."""
+        sizes = {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
+        # order lists innermost first; numpy's last axis is innermost
+        outer_first = list(reversed(self.order))
+        arr = np.arange(self.world).reshape([sizes[d] for d in outer_first])
+        return arr.transpose([outer_first.index(d) for d in DIMS])
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of a global rank on the grid."""
+        idx = np.argwhere(self.grid == rank)[0]
+        return dict(zip(DIMS, (int(i) for i in idx)))
+
+    def rank(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        return int(self.grid[tp, cp, dp, pp])
+
+    def group(self, dim: str, rank: int) -> list[int]:
+        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, edp)."""
+        c = self.coords(rank)
+        if dim in DIMS:
+            sl = [c[d] if d != dim else slice(None) for d in DIMS]
+            return [int(r) for r in self.grid[tuple(sl)].ravel()]
+        if dim in ("ep", "edp", "dpcp"):
+            # dp x cp ranks of this (tp, pp), in grid order (cp inner)
+            block = [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
+            if dim == "dpcp":
+                return block
+            pos = block.index(rank)
+            if dim == "ep":
+                start = (pos // self.ep) * self.ep
+                return block[start : start + self.ep]
+            return block[pos % self.ep :: self.ep]
+        raise ValueError(f"unknown group dimension {dim}")
+
+    def groups(self, dim: str, stage: int | None = None) -> list[list[int]]:
+        """All distinct groups along ``dim`` (optionally only those of pipeline stage ``stage``)."""
+        seen: set[int] = set()
+        out = []
+        ranks = range(self.world) if stage is None else self.stage_ranks(stage)
+        for r in ranks:
+            if r in seen:
+                continue
+            g = self.group(dim, r)
+            seen.update(g)
+            out.append(g)
+        return out
+
+    def stage_ranks(self, stage: int) -> list[int]:
+        return sorted(int(r) for r in self.grid[:, :, :, stage].ravel())
+
+    def representative(self, stage: int) -> int:
+        """The rank simulated for a stage in symmetric mode: tp=cp=dp=0."""
+        return self.rank(pp=stage)
+
+
+def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> Layout:
+    """Check the layout against the model and cluster; derive dp and microbatches."""
+    par, tr, cl = scenario.parallel, scenario.training, scenario.cluster
+    gpus = cl.gpus
+    inner = par.tp * par.pp * par.cp
+    if par.dp is None:
+        if gpus % inner:
+            raise UserError(
+                "parallel",
+                f"tp*pp*cp = {inner} does not divide cluster.gpus={gpus}; change the degrees or the GPU count",
+            )
+        dp = gpus // inner
+    else:
+        dp = par.dp
+        if dp * inner != gpus:
+            raise UserError(
+                "parallel.dp",
+                f"dp*tp*pp*cp = {dp}*{par.tp}*{par.pp}*{par.cp} = {dp * inner} != cluster.gpus={gpus}; "
+                f"set dp={gpus // inner if gpus % inner == 0 else '?'} or omit dp to derive it",
+            )
+    order = tuple(d.strip() for d in par.order.split(","))
+    if sorted(order) != sorted(DIMS):
+        raise UserError(
+            "parallel.order", f"must list each of {', '.join(DIMS)} once, e.g. 'tp,cp,dp,pp'"
+        )
+    if model.heads % par.tp:
+        raise UserError("parallel.tp", f"tp={par.tp} must divide the model's heads={model.heads}")
+    if model.mla is None and model.kv_heads % par.tp:
+        raise UserError(
+            "parallel.tp",
+            f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups)",
+        )
+    if par.pp * par.vpp > model.layers:
+        raise UserError(
+            "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers"
+        )
+    if par.vpp > 1 and par.schedule != "interleaved":
+        raise UserError(
+            "parallel.vpp", f"vpp>1 needs schedule 'interleaved' (got '{par.schedule}')"
+        )
+    if par.cp > 1 and tr.seq_len % (2 * par.cp):
+        raise UserError(
+            "training.seq_len",
+            f"seq_len={tr.seq_len} must be divisible by 2*cp={2 * par.cp} (load-balanced causal chunks)",
+        )
+    if par.ep > 1:
+        if not model.is_moe:
+            raise UserError(
+                "parallel.ep", "ep>1 needs a mixture-of-experts model (model.experts > 0)"
+            )
+        if model.experts % par.ep:
+            raise UserError(
+                "parallel.ep", f"ep={par.ep} must divide the model's experts={model.experts}"
+            )
+        if (dp * par.cp) % par.ep:
+            raise UserError(
+                "parallel.ep",
+                f"ep={par.ep} must divide dp*cp={dp * par.cp} (EP groups are carved from data-parallel ranks)",
+            )
+    if par.zero >= 2 and par.pp > 1:
+        raise UserError(
+            "parallel.zero",
+            f"zero={par.zero} with pp={par.pp} is not supported by DeepSpeed/Megatron pipelines; use zero<=1 or pp=1",
+        )
+    per_step = dp * tr.micro_batch
+    if tr.global_batch % per_step:
+        raise UserError(
+            "training.global_batch",
+            f"{tr.global_batch} is not divisible by dp*micro_batch = {dp}*{tr.micro_batch} = {per_step}; "
+            f"use a multiple of {per_step}",
+        )
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        raise UserError(
+            "cluster.gpus",
+            f"{gpus} is not a multiple of gpus_per_node={gpus_per_node}; use whole nodes",
+        )
+    return Layout(
+        dp=dp,
+        tp=par.tp,
+        pp=par.pp,
+        cp=par.cp,
+        ep=par.ep,
+        vpp=par.vpp,
+        zero=par.zero,
+        sequence_parallel=par.sequence_parallel and par.tp > 1,
+        schedule=par.schedule,
+        order=order,
+        micro_batch=tr.micro_batch,
+        global_batch=tr.global_batch,
+        seq_len=tr.seq_len,
+        gpus_per_node=gpus_per_node,
+    )

@@ -1,0 +1,216 @@
+"""Per-GPU memory: parameters, gradients, optimizer state and activations.
+
+Static memory (bytes per parameter, by precision and ZeRO stage) follows the Ultra-Scale
+Playbook and the ZeRO paper: fp32 Adam = 4 + 4 + 8 = 16 B/param; bf16 mixed precision =
+2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 grad accumulation) + 12 (fp32 master + 2 moments)
+= 20 B/param (16 without fp32 accumulation). ZeRO-1 shards the optimizer state, ZeRO-2 also the
+gradients, ZeRO-3 also the weights, over the data-parallel group.
+
+Activations per layer follow Korthikanti et al. 2022 (Table 2), generalised to GQA, SwiGLU,
+no-dropout models, context parallelism and MoE: for GPT-style layers without parallelism
+sbh(34 + 5as/h) bytes; TP+SP divides everything by t; selective recompute (or fused
+flash attention) drops the 5as^2b score terms; full recompute keeps only the layer input 2sbh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from simcluster.layout import Layout
+from simcluster.model import ModelSpec
+from simcluster.placement import Chunk
+from simcluster.scenario import TrainingSection
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes per parameter of each static category before sharding."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+
+def bytes_per_param(precision: str, optimizer: str, fp32_grad_accum: bool) -> BytesPerParam:
+    """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers')."""
+    moments = 8.0 if optimizer == "adam" else 4.0  # Adam: m and v; SGD: momentum
+    if precision == "fp32":
+        return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
+    grads = 2.0 + (4.0 if fp32_grad_accum else 0.0)
+    return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
+
+
+def sharded(bpp: BytesPerParam, zero: int, n: int) -> BytesPerParam:
+    """Bytes per parameter per GPU after ZeRO stage ``zero`` over ``n`` data-parallel ranks."""
+    return BytesPerParam(
+        params=bpp.params / n if zero >= 3 else bpp.params,
+        grads=bpp.grads / n if zero >= 2 else bpp.grads,
+        optimizer=bpp.optimizer / n if zero >= 1 else bpp.optimizer,
+    )
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters held by one GPU of a stage, split by how they are replicated."""
+
+    dense: float  # sharded by tp, replicated over dp*cp
+    expert: float  # sharded by tp and ep, replicated over edp
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> StageParams:
+    """Parameters per GPU of a stage holding ``chunks`` (TP shards matrices; EP shards experts)."""
+    t = layout.tp
+    dense = 0.0
+    expert = 0.0
+    for ch in chunks:
+        for i in ch.layer_indices:
+            full = model.layer_params(i)
+            if model.is_moe_layer(i):
+                routed = model.experts * model.expert_params()
+                expert += routed / (t * layout.ep)
+                dense += (full - routed) / t
+            else:
+                dense += full / t
+        if ch.embedding:
+            dense += model.embedding_params() / t  # vocab-parallel embedding
+        if ch.head:
+            dense += model.head_params() / t
+            if model.tied_embeddings and not ch.embedding:
+                dense += model.vocab * model.hidden / t  # the last stage keeps its own copy
+    return StageParams(dense=dense, expert=expert)
+
+
+def act_bytes(precision: str) -> int:
+    """Bytes per stored activation element (fp8 training keeps bf16 activations)."""
+    return 4 if precision == "fp32" else 2
+
+
+def layer_activation_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int
+) -> float:
+    """Activation bytes one GPU stores for one layer and one microbatch (Korthikanti Table 2)."""
+    s = training.seq_len / layout.cp
+    b = training.micro_batch
+    h = model.hidden
+    t = layout.tp
+    e = act_bytes(training.precision)
+    sbh = s * b * h
+    sp = layout.sequence_parallel
+    rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
+    if training.recompute == "full":
+        return e * sbh / rep
+    kv_dim = model.kv_heads * model.d_head
+    if model.mla is not None:
+        kv_dim = model.heads * model.mla.v_head_dim  # decompressed K/V per head
+    q_dim = model.heads * model.d_head
+    mask = 1.0 if model.dropout else 0.0
+    # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
+    att = e * sbh / rep + e * sbh / rep + e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
+    att += e * sbh / t + mask * sbh / rep
+    scores = model.heads * s * s * b  # softmax out (e), dropout mask (1), dropout out (e)
+    if training.flash_attention or training.recompute == "selective":
+        att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
+    else:
+        att += (2 * e + mask) * scores / t
+
+    # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask
+    def mlp(width: float, tokens: float) -> float:
+        up = 2 * width if model.mlp == "swiglu" else width
+        return e * tokens * b * (h / rep + (up + width) / t)
+
+    norm_mask = e * sbh / rep + mask * sbh / rep
+    if model.is_moe_layer(layer):
+        routed = mlp(model.expert_ffn, s * model.top_k) + e * s * b * model.experts * 2 / t
+        shared = mlp(model.expert_ffn * model.shared_experts, s) if model.shared_experts else 0.0
+        ffn = norm_mask + routed + shared
+    else:
+        ffn = norm_mask + mlp(model.ffn, s)
+    return att + ffn
+
+
+def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Logits kept for the loss on the last stage: fp32, vocab-parallel (Korthikanti eq. 5: 4sbv)."""
+    s = training.seq_len / layout.cp
+    return 4.0 * s * training.micro_batch * model.vocab / layout.tp
+
+
+def chunk_activation_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
+) -> float:
+    """Activation bytes of one microbatch through one chunk."""
+    total = sum(layer_activation_bytes(model, layout, training, i) for i in chunk.layer_indices)
+    if chunk.head:
+        total += head_activation_bytes(model, layout, training)
+    return total
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Memory of the most loaded GPU of one pipeline stage (bytes)."""
+
+    stage: int
+    params_per_gpu: float
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.other_bytes
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total_bytes"] = self.total_bytes
+        return d
+
+
+def static_memory(
+    model: ModelSpec, layout: Layout, training: TrainingSection, params: StageParams
+) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes on one GPU of a stage."""
+    bpp = bytes_per_param(training.precision, training.optimizer, training.fp32_grad_accum)
+    dense = sharded(bpp, layout.zero, layout.zero_group)
+    expert = sharded(bpp, layout.zero, layout.edp)
+    return (
+        params.dense * dense.params + params.expert * expert.params,
+        params.dense * dense.grads + params.expert * expert.grads,
+        params.dense * dense.optimizer + params.expert * expert.optimizer,
+    )
+
+
+def stage_memory(
+    model: ModelSpec,
+    layout: Layout,
+    training: TrainingSection,
+    stage: int,
+    chunks: list[Chunk],
+    inflight: dict[int, int],
+) -> StageMemory:
+    """Memory of one stage's GPU given the peak number of in-flight microbatches per chunk."""
+    params = stage_params(model, layout, chunks)
+    p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
+    acts = sum(
+        inflight.get(i, 0) * chunk_activation_bytes(model, layout, training, ch)
+        for i, ch in enumerate(chunks)
+    )
+    return StageMemory(
+        stage=stage,
+        params_per_gpu=params.total,
+        params_bytes=p_bytes,
+        grads_bytes=g_bytes,
+        optimizer_bytes=o_bytes,
+        activations_bytes=acts,
+        other_bytes=training.memory_overhead_gib * 2**30,
+    )

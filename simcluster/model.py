@@ -1,0 +1,305 @@
+"""Model architecture (:class:`ModelSpec`) from presets, Hugging Face ``config.json`` or fields.
+
+Parameter counts follow the layer structure (not a rule of thumb), so they reproduce the
+published totals: GPT-3 175B (174.6B), Llama-3-8B (8.03B), Llama-3-70B (70.6B), Mixtral-8x7B
+(46.7B total / 12.9B active), DeepSeek-V3 (671B / 37B, without the MTP module).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from simcluster.errors import UserError, did_you_mean
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """DeepSeek multi-head latent attention dimensions."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer (dense or mixture-of-experts)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    mlp: Literal["gelu", "swiglu"] = "swiglu"
+    head_dim: int = 0  # 0 -> hidden // heads
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0  # leading layers with a dense MLP in a MoE model
+    tied_embeddings: bool = False
+    position: Literal["rope", "learned"] = "rope"
+    max_positions: int = 0
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    bias: bool = False
+    dropout: bool = False
+    mla: MLASpec | None = None
+
+    # --- shape helpers ------------------------------------------------------------------
+    @property
+    def d_head(self) -> int:
+        """Per-head dimension of Q/K/V."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def is_moe_layer(self, index: int) -> bool:
+        """True when layer ``index`` (0-based) has a routed-expert MLP."""
+        return self.is_moe and index >= self.dense_layers
+
+    # --- parameter counts ---------------------------------------------------------------
+    def attention_params(self) -> int:
+        """Weights (+biases) of one attention block including its input norm."""
+        h, a, kv, d = self.hidden, self.heads, self.kv_heads, self.d_head
+        norm = 2 * h if self.norm == "layernorm" else h
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            q = (
+                h * a * qk
+                if not m.q_lora_rank
+                else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
+            )
+            kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv_b = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+            return norm + q + kv_a + kv_b + a * m.v_head_dim * h
+        weights = h * a * d + 2 * h * kv * d + a * d * h
+        biases = (a * d + 2 * kv * d + h) if self.bias else 0
+        return norm + weights + biases
+
+    def mlp_params(self, ffn: int) -> int:
+        """One dense MLP of inner width ``ffn`` (no norm)."""
+        h = self.hidden
+        if self.mlp == "swiglu":
+            return 3 * h * ffn + ((2 * ffn + h) if self.bias else 0)
+        return 2 * h * ffn + ((ffn + h) if self.bias else 0)
+
+    def mlp_norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.mlp_params(self.expert_ffn)
+
+    def layer_params(self, index: int, active: bool = False) -> int:
+        """All parameters of layer ``index``; ``active`` counts only top_k routed experts."""
+        total = self.attention_params() + self.mlp_norm_params()
+        if self.is_moe_layer(index):
+            routed = self.top_k if active else self.experts
+            total += routed * self.expert_params()
+            total += self.shared_experts * self.expert_params()
+            total += self.hidden * self.experts  # router
+        else:
+            total += self.mlp_params(self.ffn)
+        return total
+
+    def embedding_params(self) -> int:
+        pos = self.max_positions * self.hidden if self.position == "learned" else 0
+        return self.vocab * self.hidden + pos
+
+    def head_params(self) -> int:
+        """Final norm + LM head (0 weights when tied to the embedding)."""
+        norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def params_total(self) -> int:
+        """Total parameter count."""
+        layers = sum(self.layer_params(i) for i in range(self.layers))
+        return self.embedding_params() + layers + self.head_params()
+
+    def params_active(self) -> int:
+        """Parameters touched per token (MoE: top_k routed + shared experts)."""
+        layers = sum(self.layer_params(i, active=True) for i in range(self.layers))
+        return self.embedding_params() + layers + self.head_params()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FIELDS = {f for f in ModelSpec.__dataclass_fields__}  # noqa: C416
+MODEL_KEYS = sorted(_FIELDS - {"name"}) + ["preset", "hf_config"]
+
+
+def _presets_dir() -> Path:
+    return Path(str(resources.files("simcluster") / "presets"))
+
+
+def preset_names() -> list[str]:
+    """Shipped model presets."""
+    return sorted(p.stem for p in _presets_dir().glob("*.yaml"))
+
+
+def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -> ModelSpec:
+    data = dict(data)
+    mla = data.pop("mla", None)
+    unknown = set(data) - _FIELDS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise UserError(f"{field_prefix}.{key}", f"unknown model field{did_you_mean(key, _FIELDS)}")
+    required = ("layers", "hidden", "heads", "ffn", "vocab")
+    for key in required:
+        if key not in data and not (key == "ffn" and data.get("experts")):
+            raise UserError(
+                f"{field_prefix}.{key}", "missing; give it, or use model.preset / model.hf_config"
+            )
+    data.setdefault("kv_heads", data["heads"])
+    data.setdefault("ffn", data.get("expert_ffn", 0))
+    spec = ModelSpec(name=name, mla=MLASpec(**mla) if mla else None, **data)
+    _check(spec, field_prefix)
+    return spec
+
+
+def _check(spec: ModelSpec, prefix: str) -> None:
+    for key in ("layers", "hidden", "heads", "kv_heads", "vocab"):
+        if getattr(spec, key) <= 0:
+            raise UserError(
+                f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
+            )
+    if spec.heads % spec.kv_heads:
+        raise UserError(f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}")
+    if spec.mla is None and spec.head_dim == 0 and spec.hidden % spec.heads:
+        raise UserError(
+            f"{prefix}.heads", f"{spec.heads} must divide hidden={spec.hidden} (or set head_dim)"
+        )
+    if spec.is_moe:
+        if not (0 < spec.top_k <= spec.experts):
+            raise UserError(f"{prefix}.top_k", f"must be in 1..experts={spec.experts}")
+        if spec.expert_ffn <= 0:
+            raise UserError(f"{prefix}.expert_ffn", "MoE models need expert_ffn > 0")
+        if not 0 <= spec.dense_layers < spec.layers:
+            raise UserError(f"{prefix}.dense_layers", f"must be in 0..{spec.layers - 1}")
+
+
+def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
+    """A shipped preset by name."""
+    path = _presets_dir() / f"{name}.yaml"
+    if not path.is_file():
+        names = preset_names()
+        raise UserError(
+            field_name,
+            f"unknown preset '{name}'{did_you_mean(name, names)}; shipped: {', '.join(names)}",
+        )
+    data = yaml.safe_load(path.read_text())
+    data.pop("source", None)
+    return _from_fields(name, data, field_prefix=field_name)
+
+
+# Hugging Face config.json key -> ModelSpec field, by what the architectures call them.
+_HF_KEYS = {
+    "num_hidden_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "kv_heads",
+    "intermediate_size": "ffn",
+    "vocab_size": "vocab",
+    "head_dim": "head_dim",
+    "tie_word_embeddings": "tied_embeddings",
+    "num_local_experts": "experts",  # mixtral
+    "num_experts": "experts",  # qwen2/3-moe
+    "n_routed_experts": "experts",  # deepseek-v3
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "expert_ffn",
+    "n_shared_experts": "shared_experts",
+    "first_k_dense_replace": "dense_layers",
+}
+
+
+def from_hf_config(path: str | Path, field_name: str = "model.hf_config") -> ModelSpec:
+    """Read a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2/3-moe, deepseek-v3)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(field_name, f"file '{path}' not found")
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(field_name, f"'{path}' is not valid JSON (line {exc.lineno})") from None
+    data: dict[str, Any] = {}
+    for hf_key, ours in _HF_KEYS.items():
+        if cfg.get(hf_key) is not None:
+            data[ours] = cfg[hf_key]
+    if data.get("head_dim") is None:
+        data.pop("head_dim", None)
+    act = str(cfg.get("hidden_act", "silu"))
+    data["mlp"] = "swiglu" if act in ("silu", "swiglu") else "gelu"
+    model_type = str(cfg.get("model_type", ""))
+    if (
+        model_type.startswith("qwen")
+        and "expert_ffn" in data
+        and "shared_expert_intermediate_size" in cfg
+    ):
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
+        data["expert_ffn"] = data.get("ffn", 0)
+    if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):
+        data["mla"] = {
+            "q_lora_rank": cfg.get("q_lora_rank") or 0,
+            "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_nope_head_dim": cfg["qk_nope_head_dim"],
+            "qk_rope_head_dim": cfg["qk_rope_head_dim"],
+            "v_head_dim": cfg["v_head_dim"],
+        }
+        data["head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    if "experts" in data and data["experts"]:
+        data.setdefault("top_k", 2)
+    if "dense_layers" in data and not data.get("experts"):
+        data.pop("dense_layers")
+    name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
+    return _from_fields(name, data, field_prefix=field_name)
+
+
+def build_model(section: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec from a scenario's ``model:`` section (preset / hf_config / fields, + overrides)."""
+    section = dict(section)
+    preset = section.pop("preset", None)
+    hf = section.pop("hf_config", None)
+    if preset and hf:
+        raise UserError("model", "give either preset or hf_config, not both")
+    if preset:
+        base = load_preset(str(preset))
+    elif hf:
+        base = from_hf_config(hf)
+    else:
+        return _from_fields(section.pop("name", "custom"), section)
+    overrides = {k: v for k, v in section.items() if v is not None}
+    if not overrides:
+        return base
+    unknown = set(overrides) - _FIELDS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise UserError(f"model.{key}", f"unknown model field{did_you_mean(key, MODEL_KEYS)}")
+    if "mla" in overrides and isinstance(overrides["mla"], dict):
+        overrides["mla"] = MLASpec(**overrides["mla"])
+    spec = replace(base, **overrides)
+    _check(spec, "model")
+    return spec
+
+
+__all__ = ["ModelSpec", "MLASpec", "build_model", "load_preset", "from_hf_config", "preset_names"]
+_ = field

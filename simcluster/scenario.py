@@ -1,0 +1,295 @@
+"""Scenario schema (YAML), loading, ``--set a.b=c`` overrides, and field-naming errors.
+
+The keys here are public: tests, docs and ``--set`` use them. Unknown keys are errors with a
+did-you-mean hint; every error names the dotted field and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simcluster.errors import UserError, did_you_mean
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSection(_Section):
+    """``model:`` — a preset, a Hugging Face config.json, or explicit fields (overrides allowed)."""
+
+    preset: str | None = None
+    hf_config: str | None = None
+    name: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    ffn: int | None = None
+    vocab: int | None = None
+    mlp: Literal["gelu", "swiglu"] | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    expert_ffn: int | None = None
+    shared_experts: int | None = None
+    dense_layers: int | None = None
+    tied_embeddings: bool | None = None
+    position: Literal["rope", "learned"] | None = None
+    max_positions: int | None = None
+    norm: Literal["rmsnorm", "layernorm"] | None = None
+    bias: bool | None = None
+    dropout: bool | None = None
+    mla: dict[str, int] | None = None
+
+
+class ClusterSection(_Section):
+    """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
+
+    hardware: str = "dgx-h100"
+    gpus: int = Field(gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    network: Literal["simulated", "ideal"] = "simulated"
+    # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
+    nic_gbps: float | None = Field(default=None, gt=0)
+    nics_per_node: int | None = Field(default=None, gt=0)
+    nic_latency_us: float | None = Field(default=None, ge=0)
+    nvlink_GBps: float | None = Field(default=None, gt=0)
+    nvlink_latency_us: float | None = Field(default=None, ge=0)
+    nvlink_domain: int | None = Field(default=None, gt=0)
+    nvls: bool | None = None
+    oversubscription: float | None = Field(default=None, ge=1)
+    nodes_per_leaf: int | None = Field(default=None, gt=0)
+    topology: str | None = None
+    memory_gib: float | None = Field(default=None, gt=0)
+    hbm_tbps: float | None = Field(default=None, gt=0)
+
+    def overrides(self) -> dict[str, Any]:
+        """The profile overrides given in this section."""
+        from simcluster.hardware import CLUSTER_OVERRIDES
+
+        return {k: getattr(self, k) for k in CLUSTER_OVERRIDES if getattr(self, k) is not None}
+
+
+ScheduleName = Literal[
+    "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"
+]
+
+
+class ParallelSection(_Section):
+    """``parallel:`` — the layout. dp is derived from the GPU count when omitted."""
+
+    dp: int | None = Field(default=None, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)
+    zero: int = Field(default=0, ge=0, le=3)
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    layers_per_stage: list[int] | None = None
+    order: str = "tp,cp,dp,pp"
+
+
+class TrainingSection(_Section):
+    """``training:`` — batch, precision, recomputation, optimizer."""
+
+    seq_len: int = Field(gt=0)
+    micro_batch: int = Field(default=1, gt=0)
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"
+    fp32_grad_accum: bool = True
+    recompute: Literal["none", "selective", "full"] = "none"
+    optimizer: Literal["adam", "sgd"] = "adam"
+    flash_attention: bool = Field(
+        default=True, description="fused attention: the s x s scores are never stored"
+    )
+    memory_overhead_gib: float = Field(
+        default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
+    )
+
+
+class OverlapSection(_Section):
+    """``overlap:`` — which communication may hide behind compute (framework options)."""
+
+    dp_grad_reduce: bool = True
+    param_gather: bool = True
+    tp_comm: bool = False
+    pp_comm: bool = True
+
+
+class Zero3Section(_Section):
+    prefetch: bool = True
+
+
+class DpSection(_Section):
+    bucket_mb: float = Field(default=25.0, gt=0, description="gradient bucket size, MB (1e6 B)")
+
+
+class MoeSection(_Section):
+    load_imbalance: float = Field(
+        default=1.0, ge=1.0, description="max/mean tokens per expert; slows expert GEMMs"
+    )
+
+
+class SimulationSection(_Section):
+    all_ranks: bool = Field(default=False, description="simulate every rank, not one per stage")
+
+
+class Scenario(_Section):
+    """A validated scenario."""
+
+    name: str = "scenario"
+    description: str = ""
+    model: ModelSection
+    cluster: ClusterSection
+    parallel: ParallelSection = ParallelSection()
+    training: TrainingSection
+    overlap: OverlapSection = OverlapSection()
+    zero3: Zero3Section = Zero3Section()
+    dp: DpSection = DpSection()
+    moe: MoeSection = MoeSection()
+    simulation: SimulationSection = SimulationSection()
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    name: f.annotation  # type: ignore[misc]
+    for name, f in Scenario.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+}
+
+
+def _scenarios_dir() -> Path:
+    try:
+        path = Path(str(resources.files("simcluster.data.scenarios")))
+        if path.is_dir() and any(path.glob("*.yaml")):
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenarios shipped in scenarios/."""
+    return sorted(p.stem for p in _scenarios_dir().glob("*.yaml"))
+
+
+def resolve_scenario_path(name_or_path: str | Path) -> Path:
+    """A scenario name ('llama3-8b-8xh100') or a path -> an existing file."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.is_file():
+        return path
+    if path.suffix in (".yaml", ".yml") or "/" in text:
+        raise UserError("scenario", f"file '{text}' not found")
+    candidate = _scenarios_dir() / f"{text}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = shipped_scenarios()
+    raise UserError(
+        "scenario",
+        f"'{text}' is neither a file nor a shipped scenario{did_you_mean(text, names)}; "
+        f"shipped: {', '.join(names)}",
+    )
+
+
+def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
+    """Parse ``--set a.b=c`` items; values are YAML scalars (numbers, booleans, lists)."""
+    result = []
+    for item in items or []:
+        if "=" not in item:
+            raise UserError("--set", f"'{item}' must look like key.path=value")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if not key:
+            raise UserError("--set", f"'{item}' has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        result.append((key, value))
+    return result
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
+    out = copy.deepcopy(data)
+    for key, value in overrides:
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise UserError(key, f"cannot set inside '{part}', which is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _format_error(exc: ValidationError) -> UserError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    field = ".".join(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        model: type[BaseModel] = Scenario
+        for part in parent:
+            sub = model.model_fields.get(part)
+            if sub is None or not (
+                isinstance(sub.annotation, type) and issubclass(sub.annotation, BaseModel)
+            ):
+                break
+            model = sub.annotation
+        hint = did_you_mean(loc[-1], model.model_fields)
+        return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
+    if kind == "missing":
+        return UserError(field, "is required; add it to the scenario")
+    got = err.get("input")
+    if kind == "literal_error":
+        return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+    return UserError(field, f"{err['msg'].lower()} (got {got!r})")
+
+
+def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None) -> Scenario:
+    """Validate a raw scenario mapping (after applying overrides)."""
+    if not isinstance(data, dict):
+        raise UserError(
+            "scenario", "must be a YAML mapping with model, cluster, parallel, training"
+        )
+    data = apply_overrides(data, overrides or [])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _format_error(exc) from None
+
+
+def load_scenario(
+    name_or_path: str | Path, overrides: list[tuple[str, Any]] | None = None
+) -> Scenario:
+    """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
+    path = resolve_scenario_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise UserError(
+            "scenario", f"{path}{where}: invalid YAML ({problem}); fix the syntax"
+        ) from None
+    except OSError as exc:
+        raise UserError("scenario", f"cannot read {path}: {exc.strerror}") from None
+    scenario = scenario_from_dict(data, overrides)
+    if scenario.name == "scenario":
+        scenario = scenario.model_copy(update={"name": path.stem})
+    return scenario

@@ -1,0 +1,68 @@
+"""Shared fixtures: the CLI runner and small scenario builders."""
+
+from __future__ import annotations
+
+import copy
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from typing import Any
+
+import pytest
+
+from simcluster.cli import main
+
+GPT_LIKE = {
+    # A GPT-3-style layer (LayerNorm, GeLU, 4h MLP, MHA, dropout) as in Korthikanti et al. 2022.
+    "name": "gpt-like",
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "ffn": 4096,
+    "vocab": 1024,
+    "mlp": "gelu",
+    "norm": "layernorm",
+    "bias": True,
+    "dropout": True,
+    "position": "learned",
+    "max_positions": 2048,
+    "tied_embeddings": True,
+}
+
+
+def make_scenario(**sections: Any) -> dict[str, Any]:
+    """A minimal valid raw scenario dict, with sections merged over the defaults."""
+    base: dict[str, Any] = {
+        "name": "test",
+        "model": dict(GPT_LIKE),
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"tp": 1, "pp": 1},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8},
+    }
+    out = copy.deepcopy(base)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli():
+    """Run the simcluster CLI in-process; returns CliResult(code, out, err)."""
+
+    def run(*argv: str) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse
+                code = int(exc.code or 0)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    return run

@@ -1,0 +1,142 @@
+"""Per-GPU memory formulas: Ultra-Scale Playbook / ZeRO paper bytes per parameter and
+Korthikanti et al. 2022 (Table 2) activation bytes per layer."""
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.memory import bytes_per_param, layer_activation_bytes, sharded
+from simcluster.scenario import scenario_from_dict
+from tests.conftest import make_scenario
+
+P = 1e9
+
+
+def total(bpp):
+    return bpp.params + bpp.grads + bpp.optimizer
+
+
+def test_fp32_adam_16_bytes_per_param():
+    # Playbook: 4P params + 4P grads + 8P Adam moments = 16 GB for 1B params.
+    assert total(bytes_per_param("fp32", "adam", False)) * P == 16e9
+
+
+@pytest.mark.parametrize(
+    "zero, expected_gb",
+    [(1, 8 + 8 / 4), (2, 4 + 12 / 4), (3, 16 / 4)],  # seed notes: 8P+8P/N, 4P+12P/N, 16P/N
+)
+def test_zero_stages_fp32(zero, expected_gb):
+    bpp = sharded(bytes_per_param("fp32", "adam", False), zero, 4)
+    assert total(bpp) * P == pytest.approx(expected_gb * 1e9)
+
+
+def test_zero1_n4_is_10gb():
+    assert total(sharded(bytes_per_param("fp32", "adam", False), 1, 4)) * P == pytest.approx(10e9)
+
+
+def test_bf16_mixed_precision():
+    # Playbook: 2P bf16 params + 2P bf16 grads + 4P fp32 grads + 12P fp32 master+moments = 20P
+    assert total(bytes_per_param("bf16", "adam", True)) == 20
+    assert total(bytes_per_param("bf16", "adam", False)) == 16
+
+
+def _ctx(**kw):
+    return build_context(scenario_from_dict(make_scenario(**kw)))
+
+
+def _act(ctx):
+    return layer_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, 0)
+
+
+S, B, H, A = 2048, 2, 1024, 16
+SBH = S * B * H
+
+
+def test_korthikanti_no_parallelism():
+    ctx = _ctx(
+        training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False}
+    )
+    assert _act(ctx) == pytest.approx(SBH * (34 + 5 * A * S / H))
+
+
+def test_korthikanti_tensor_parallel_without_sp():
+    t = 4
+    ctx = _ctx(
+        parallel={"tp": t},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 4, "flash_attention": False},
+    )
+    assert _act(ctx) == pytest.approx(SBH * (10 + 24 / t + 5 * A * S / (H * t)))
+
+
+def test_korthikanti_tp_sp():
+    t = 4
+    ctx = _ctx(
+        parallel={"tp": t, "sequence_parallel": True},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 4, "flash_attention": False},
+    )
+    assert _act(ctx) == pytest.approx(SBH * (34 / t + 5 * A * S / (H * t)))
+
+
+def test_korthikanti_tp_sp_selective():
+    t = 4
+    ctx = _ctx(
+        parallel={"tp": t, "sequence_parallel": True},
+        training={
+            "seq_len": S,
+            "micro_batch": B,
+            "global_batch": 4,
+            "recompute": "selective",
+            "flash_attention": False,
+        },
+    )
+    # 34/t sbh plus the fp32 log-sum-exp the fused kernel keeps (4*a*s*b/t bytes)
+    assert _act(ctx) == pytest.approx(SBH * 34 / t + 4 * A * S * B / t)
+
+
+def test_korthikanti_full_recompute():
+    ctx = _ctx(training={"seq_len": S, "micro_batch": B, "global_batch": 16, "recompute": "full"})
+    assert _act(ctx) == pytest.approx(2 * SBH)
+
+
+def test_context_parallel_divides_sequence():
+    base = _act(_ctx(training={"seq_len": S, "micro_batch": B, "global_batch": 16}))
+    cp = _act(
+        _ctx(parallel={"cp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 8})
+    )
+    assert cp == pytest.approx(base / 2)
+
+
+def test_memory_json_fields(cli):
+    import json
+
+    res = cli("memory", "llama3-8b-8xh100", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    for key in (
+        "params_total",
+        "params_per_gpu",
+        "params_bytes",
+        "grads_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "total_bytes",
+        "capacity_bytes",
+        "fits",
+        "per_stage",
+    ):
+        assert key in doc
+    # Llama-3-8B, dp 8 ZeRO-1, bf16 mixed with fp32 grad accumulation: 2P + 6P + 12P/8
+    p = doc["params_total"]
+    assert doc["params_bytes"] == pytest.approx(2 * p)
+    assert doc["grads_bytes"] == pytest.approx(6 * p)
+    assert doc["optimizer_bytes"] == pytest.approx(12 * p / 8)
+
+
+def test_pipeline_memory_per_stage(cli):
+    import json
+
+    res = cli("memory", "llama3-70b-64xh100", "--json")
+    doc = json.loads(res.out)
+    assert len(doc["per_stage"]) == 4
+    # 1F1B: stage 0 stashes p microbatches, the last stage one (Narayanan et al. 2021)
+    acts = [s["activations_bytes"] for s in doc["per_stage"]]
+    assert acts[0] > acts[1] > acts[2]

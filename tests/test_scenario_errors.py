@@ -1,0 +1,111 @@
+"""Bad input: one line naming the field and the fix, exit code 2, no traceback (issue 2)."""
+
+import pytest
+import yaml
+
+from tests.conftest import make_scenario
+
+
+def write(tmp_path, data, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+def assert_one_line_error(res, *needles):
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in res.err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_file(cli):
+    assert_one_line_error(cli("memory", "no/such/file.yaml"), "not found")
+
+
+def test_unknown_shipped_name(cli):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh10"), "did you mean 'llama3-8b-8xh100'")
+
+
+def test_yaml_syntax_error(cli, tmp_path):
+    path = write(tmp_path, "model: {preset: llama3-8b\ncluster: [\n")
+    assert_one_line_error(cli("memory", path), "invalid YAML", "line")
+
+
+def test_unknown_key_did_you_mean(cli, tmp_path):
+    data = make_scenario()
+    data["parallel"]["tpp"] = 2
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.tpp", "did you mean 'tp'")
+
+
+def test_unknown_top_level_key(cli, tmp_path):
+    data = make_scenario()
+    data["trainin"] = {}
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "trainin", "did you mean 'training'"
+    )
+
+
+def test_wrong_type(cli, tmp_path):
+    data = make_scenario(parallel={"tp": "four"})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.tp", "integer")
+
+
+def test_tp_not_dividing_heads(cli, tmp_path):
+    data = make_scenario(parallel={"tp": 3}, cluster={"gpus": 3, "gpus_per_node": 3})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.tp", "divide")
+
+
+def test_degrees_do_not_multiply_to_gpus(cli, tmp_path):
+    data = make_scenario(parallel={"dp": 2, "tp": 2, "pp": 1})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.dp", "cluster.gpus=8")
+
+
+def test_global_batch_not_divisible(cli, tmp_path):
+    data = make_scenario(training={"global_batch": 12})
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "training.global_batch", "multiple of 8"
+    )
+
+
+def test_unknown_hardware(cli, tmp_path):
+    data = make_scenario(cluster={"hardware": "dgx-h1000"})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "cluster.hardware", "did you mean")
+
+
+def test_unknown_preset(cli, tmp_path):
+    data = make_scenario(model={"preset": "llama3-8"})
+    data["model"] = {"preset": "llama3-8"}
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "model.preset", "did you mean 'llama3-8b'"
+    )
+
+
+def test_missing_required_section(cli, tmp_path):
+    data = make_scenario()
+    del data["training"]
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "training", "required")
+
+
+@pytest.mark.parametrize(
+    "setting, field",
+    [
+        ("parallel.tp=abc", "parallel.tp"),
+        ("parallel.bogus=1", "parallel.bogus"),
+        ("noequals", "--set"),
+    ],
+)
+def test_bad_set_override(cli, setting, field):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), field)
+
+
+def test_set_override_applies(cli):
+    import json
+
+    res = cli("memory", "llama3-8b-8xh100", "--json", "--set", "parallel.zero=0")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert doc["optimizer_bytes"] == pytest.approx(12 * doc["params_total"])
