@@ -86,7 +86,7 @@ class Layout:
     def coords(self, rank: int) -> dict[str, int]:
         """Coordinates of a global rank on the grid."""
         idx = np.argwhere(self.grid == rank)[0]
-        return dict(zip(DIMS, (int(i) for i in idx)))
+        return dict(zip(DIMS, (int(i) for i in idx), strict=True))
 
     def rank(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         return int(self.grid[tp, cp, dp, pp])
