@@ -3,7 +3,8 @@
 Ranks are laid out on one explicit grid (as picotron does with ``arange(world).view(...)``):
 ``parallel.order`` lists the dimensions innermost first (default ``tp,cp,dp,pp``, Megatron's
 ``tp-cp-ep-dp-pp`` without ep), so a TP group is a run of consecutive ranks and stays inside a
-node. EP groups are carved out of the data-parallel (dp x cp) ranks of one (pp, tp) position.
+node. EP groups are runs of ``ep`` consecutive ranks of one pipeline stage (expert TP = 1), so with
+tp innermost an EP group of 8 fills a node.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class Layout:
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel degree: replicas of each expert (expert TP = tp)."""
-        return self.dp * self.cp // self.ep
+        """Expert-data-parallel degree: replicas of each expert (expert TP = 1)."""
+        return self.dp * self.cp * self.tp // self.ep
 
     @property
     def zero_group(self) -> int:
@@ -97,11 +98,11 @@ class Layout:
         if dim in DIMS:
             sl = [c[d] if d != dim else slice(None) for d in DIMS]
             return [int(r) for r in self.grid[tuple(sl)].ravel()]
-        if dim in ("ep", "edp", "dpcp"):
-            # dp x cp ranks of this (tp, pp), in grid order (cp inner)
-            block = [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
-            if dim == "dpcp":
-                return block
+        if dim == "dpcp":
+            return [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
+        if dim in ("ep", "edp"):
+            # all ranks of this stage in rank order; EP groups are runs of ep consecutive ranks
+            block = self.stage_ranks(c["pp"])
             pos = block.index(rank)
             if dim == "ep":
                 start = (pos // self.ep) * self.ep

@@ -54,7 +54,7 @@ class StageParams:
     """Parameters held by one GPU of a stage, split by how they are replicated."""
 
     dense: float  # sharded by tp, replicated over dp*cp
-    expert: float  # sharded by tp and ep, replicated over edp
+    expert: float  # sharded by ep (expert TP = 1), replicated over edp
 
     @property
     def total(self) -> float:
@@ -62,7 +62,11 @@ class StageParams:
 
 
 def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> StageParams:
-    """Parameters per GPU of a stage holding ``chunks`` (TP shards matrices; EP shards experts)."""
+    """Parameters per GPU of a stage holding ``chunks``.
+
+    TP shards the dense matrices; EP shards the routed experts (whole experts per rank, expert TP
+    of 1 as in Mixtral/DeepSeek-style Megatron-Core setups).
+    """
     t = layout.tp
     dense = 0.0
     expert = 0.0
@@ -71,7 +75,7 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
             full = model.layer_params(i)
             if model.is_moe_layer(i):
                 routed = model.experts * model.expert_params()
-                expert += routed / (t * layout.ep)
+                expert += routed / layout.ep
                 dense += (full - routed) / t
             else:
                 dense += full / t

@@ -1,0 +1,142 @@
+"""Kernel time model: calibrated (measured) tables first, roofline with efficiency tables fallback.
+
+GEMM time = max(FLOPs / (peak x efficiency(FLOPs)), bytes / (HBM x hbm efficiency)). The
+efficiency curve comes from the profile's ``efficiency.gemm`` (GEMM microbenchmarks) or, when
+the profile was calibrated, from its measured GEMM table (same curve, built from real timings).
+Attention uses the FlashAttention FLOP count (causal halves it) over the attention efficiency,
+or the measured attention table. Memory-bound kernels use effective HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from simcluster.hardware import HardwareProfile
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def _log_interp(table: list[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear interpolation in log(x); clamped at both ends."""
+    xs = [math.log(p[0]) for p in table]
+    ys = [p[1] for p in table]
+    lx = math.log(max(x, 1e-30))
+    if lx <= xs[0]:
+        return ys[0]
+    if lx >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, lx)
+    t = (lx - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+
+@dataclass
+class KernelModel:
+    """Times of GEMM, attention and memory-bound kernels on one GPU of a profile."""
+
+    profile: HardwareProfile
+    precision: str
+    _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for row in self.profile.measured.get("gemm", []) or []:
+            dtype = str(row["dtype"])
+            flops = 2.0 * row["m"] * row["n"] * row["k"]
+            peak = self._peak(dtype)
+            self._gemm_curves.setdefault(dtype, []).append((flops, flops / row["time_s"] / peak))
+        for dtype, rows in self._gemm_curves.items():
+            # monotone envelope in size: bigger GEMMs are never modelled slower per FLOP
+            rows.sort()
+            best: list[tuple[float, float]] = []
+            for flops, eff in rows:
+                if best and abs(math.log(flops) - math.log(best[-1][0])) < 1e-9:
+                    best[-1] = (flops, max(best[-1][1], eff))
+                else:
+                    best.append((flops, eff))
+            self._gemm_curves[dtype] = best
+
+    # --- peaks ------------------------------------------------------------------------
+    def _peak(self, dtype: str) -> float:
+        table = self.profile.gpu.peak_tflops
+        if dtype in table:
+            return table[dtype] * 1e12
+        if dtype == "fp8" and "bf16" in table:
+            return table["bf16"] * 1e12
+        return table.get("fp32", next(iter(table.values()))) * 1e12
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype of the training GEMMs (fp32 training uses TF32 tensor cores, as PyTorch allows)."""
+        if self.precision == "fp32":
+            return "tf32" if "tf32" in self.profile.gpu.peak_tflops else "fp32"
+        if self.precision == "fp8" and "fp8" not in self.profile.gpu.peak_tflops:
+            return "bf16"
+        return self.precision
+
+    @property
+    def act_dtype(self) -> str:
+        """Dtype of attention and activations (fp8 recipes keep attention in bf16)."""
+        return "bf16" if self.precision == "fp8" else self.gemm_dtype
+
+    # --- kernels ----------------------------------------------------------------------
+    def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
+        dtype = dtype or self.gemm_dtype
+        curve = self._gemm_curves.get(dtype) or self.profile.efficiency.gemm
+        return max(_log_interp(list(curve), flops), 1e-4)
+
+    def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
+        """Seconds for ``count`` GEMMs of (m x k) @ (k x n)."""
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return 0.0
+        dtype = dtype or self.gemm_dtype
+        flops = 2.0 * m * n * k
+        compute = flops / (self._peak(dtype) * self.gemm_efficiency(flops, dtype))
+        elt = DTYPE_BYTES.get(dtype, 2)
+        memory = (m * k + k * n + m * n) * elt / self.hbm_bytes_per_s
+        return count * max(compute, memory)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        measured = self.profile.measured.get("memory") or []
+        if measured:
+            return max(float(r["bytes_per_s"]) for r in measured)
+        return self.profile.hbm_bytes_per_s * self.profile.efficiency.hbm
+
+    def memory(self, nbytes: float) -> float:
+        """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
+        return nbytes / self.hbm_bytes_per_s if nbytes > 0 else 0.0
+
+    def attention(
+        self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,
+        causal: bool, backward: bool,
+    ) -> float:
+        """Fused (flash) attention; forward FLOPs 2*b*h*sq*skv*(d + dv), x0.5 causal, x2.5 backward."""
+        flops = 2.0 * batch * heads * seq_q * seq_kv * (head_dim + v_dim)
+        if causal:
+            flops *= 0.5
+        if backward:
+            flops *= 2.5  # dQ, dK, dV and the recomputed scores: 5 matmuls against 2
+        measured = self._measured_attention_eff(backward)
+        eff = measured or (self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd)
+        return flops / (self._peak(self.act_dtype) * eff)
+
+    @lru_cache(maxsize=4)  # noqa: B019 - the model is immutable after construction
+    def _measured_attention_eff(self, backward: bool) -> float | None:
+        rows = self.profile.measured.get("attention") or []
+        effs = []
+        for r in rows:
+            flops = 2.0 * r["batch"] * r["heads"] * r["seq"] * r["seq"] * 2 * r["head_dim"]
+            if r.get("causal", True):
+                flops *= 0.5
+            t = r["bwd_s"] if backward else r["fwd_s"]
+            if backward:
+                flops *= 2.5
+            if t and t > 0:
+                effs.append(flops / t / self._peak(str(r.get("dtype", self.act_dtype))))
+        return max(effs) if effs else None
+
+    def __hash__(self) -> int:  # for lru_cache on methods
+        return id(self)

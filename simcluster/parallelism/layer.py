@@ -1,0 +1,163 @@
+"""The work of one transformer layer for one microbatch on one GPU, per phase (F, B, W).
+
+Compute times come from the kernel model (GEMM shapes under TP sharding, fused attention, the
+memory-bound norms/activations/residuals); communication segments come from the parallelism
+modules (TP, CP, EP). Phase B holds the input-gradient GEMMs and all backward communication;
+phase W the weight-gradient GEMMs (zero-bubble schedules run it separately; BW fuses them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.compute import KernelModel
+from simcluster.parallelism import context, expert, tensor
+from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A linear layer y = x W on this GPU: tokens x k -> tokens x n."""
+
+    k: float
+    n: float
+
+
+@dataclass
+class LayerBuilder:
+    """Builds phase segments for layers, the embedding and the LM head."""
+
+    shapes: Shapes
+    km: KernelModel
+    scenario: Scenario
+
+    # --- shapes -------------------------------------------------------------------------
+    def attention_gemms(self) -> list[Gemm]:
+        m, t = self.shapes.model, self.shapes.layout.tp
+        h = m.hidden
+        if m.mla is not None:
+            a = m.mla
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            q = [Gemm(h, a.q_lora_rank), Gemm(a.q_lora_rank, m.heads * qk / t)] if a.q_lora_rank else [Gemm(h, m.heads * qk / t)]
+            return q + [
+                Gemm(h, a.kv_lora_rank + a.qk_rope_head_dim),
+                Gemm(a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim) / t),
+                Gemm(m.heads * a.v_head_dim / t, h),
+            ]
+        d = m.d_head
+        return [Gemm(h, (m.heads + 2 * m.kv_heads) * d / t), Gemm(m.heads * d / t, h)]
+
+    def mlp_gemms(self, width: float) -> list[Gemm]:
+        m, t = self.shapes.model, self.shapes.layout.tp
+        up = 2 * width if m.mlp == "swiglu" else width
+        return [Gemm(m.hidden, up / t), Gemm(width / t, m.hidden)]
+
+    # --- compute times --------------------------------------------------------------------
+    def _gemms(self, gemms: list[Gemm], phase: str) -> float:
+        tokens = self.shapes.tokens
+        if phase == "W":
+            return sum(self.km.gemm(g.k, g.n, tokens) for g in gemms)
+        if phase == "B":
+            return sum(self.km.gemm(tokens, g.k, g.n) for g in gemms)
+        return sum(self.km.gemm(tokens, g.n, g.k) for g in gemms)
+
+    def _elementwise(self, width_elems: float, phase: str) -> float:
+        """Norms, residual adds, activations: bytes read+written once forward, twice backward."""
+        if phase == "W":
+            return 0.0
+        nbytes = self.shapes.tokens * width_elems * self.shapes.elt
+        return self.km.memory(nbytes * (2 if phase == "B" else 1))
+
+    def attention_core(self, phase: str) -> float:
+        m, lay = self.shapes.model, self.shapes.layout
+        if phase == "W":
+            return 0.0
+        if m.mla is not None:
+            d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+        else:
+            d_qk = d_v = m.d_head
+        s = self.scenario.training.seq_len
+        b = self.scenario.training.micro_batch
+        # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
+        t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=phase == "B")
+        t /= lay.cp
+        if not self.scenario.training.flash_attention:
+            # unfused attention writes and reads the s x s scores (softmax, dropout)
+            t += self.km.memory(5 * b * m.heads / lay.tp * (s / lay.cp) * s * self.shapes.elt * (2 if phase == "B" else 1))
+        return t
+
+    # --- layer segments ------------------------------------------------------------------
+    def layer(self, index: int, phase: str) -> list[Segment]:
+        """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
+        m, lay = self.shapes.model, self.shapes.layout
+        sp = lay.tp if lay.sequence_parallel else 1
+        overlap = self.scenario.overlap.tp_comm
+        backward = phase != "F"
+        h = m.hidden
+        q_kv = (m.heads + 2 * m.kv_heads) * m.d_head / lay.tp
+        # attention block: norm (sharded by SP), QKV, rotary, core, output projection, residual
+        pre = self._elementwise(2 * h / sp + 2 * q_kv, phase)
+        gemms = self.attention_gemms()
+        att_body: list[Segment]
+        if phase == "W":
+            att_body = [Compute("attn_wgrad", self._gemms(gemms, "W"), index)]
+        else:
+            qkv_t = self._gemms(gemms[:-1], phase)
+            out_t = self._gemms(gemms[-1:], phase) + self._elementwise(3 * h / sp, phase)
+            core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
+            att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
+        segments = tensor.wrap_block(self.shapes, "attn", att_body, backward, overlap, index) if phase != "W" else att_body
+        segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
+        return segments
+
+    @staticmethod
+    def _order(phase: str, attention: list[Segment], mlp: list[Segment]) -> list[Segment]:
+        """Forward runs attention then MLP; backward the reverse."""
+        return attention + mlp if phase == "F" else mlp + attention
+
+    def _mlp_segments(self, index: int, phase: str, sp: int, overlap: bool) -> list[Segment]:
+        m, lay = self.shapes.model, self.shapes.layout
+        h = m.hidden
+        backward = phase != "F"
+        if m.is_moe_layer(index):
+            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe.load_imbalance, phase, index)
+            if phase == "W":
+                return moe
+            norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
+            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], backward, overlap, index)
+        gemms = self.mlp_gemms(m.ffn)
+        if phase == "W":
+            return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
+        up = 2 * m.ffn if m.mlp == "swiglu" else m.ffn
+        work = self._gemms(gemms, phase) + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
+        return tensor.wrap_block(self.shapes, "mlp", [Compute("mlp", work, index)], backward, overlap, index)
+
+    def embedding(self, phase: str) -> list[Segment]:
+        """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
+        if phase == "B":
+            return []
+        nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
+        if phase == "W":
+            return [Compute("embedding_wgrad", self.km.memory(2 * nbytes * 2), -1)]
+        segs: list[Segment] = [Compute("embedding", self.km.memory(2 * nbytes), -1)]
+        lay = self.shapes.layout
+        if lay.tp > 1:
+            op = "reduce_scatter" if lay.sequence_parallel else "all_reduce"
+            segs.append(Comm("embedding_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
+        return segs
+
+    def head(self, phase: str) -> list[Segment]:
+        """Final norm + vocab-parallel LM head + cross-entropy (fp32 logits)."""
+        m, lay = self.shapes.model, self.shapes.layout
+        g = [Gemm(m.hidden, m.vocab / lay.tp)]
+        if phase == "W":
+            return [Compute("lm_head_wgrad", self._gemms(g, "W"), -1)]
+        logits = self.shapes.tokens * m.vocab / lay.tp * 4.0
+        ce = self.km.memory(logits * (3 if phase == "F" else 2))
+        body: list[Segment] = [Compute("lm_head", self._gemms(g, phase) + ce, -1)]
+        if lay.tp > 1 and lay.sequence_parallel:
+            op = "all_gather" if phase == "F" else "reduce_scatter"
+            body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
+        return body
