@@ -19,7 +19,7 @@ OpKind = Literal["F", "B", "W", "BW"]
 # Scenario field names used in error messages (the scenario schema owns these names).
 FIELD_PP = "parallel.pp"
 FIELD_VPP = "parallel.vpp"
-FIELD_MICROBATCHES = "training.microbatches"
+FIELD_MICROBATCHES = "training.global_batch"  # m = global_batch / (dp * micro_batch)
 FIELD_SCHEDULE = "parallel.schedule"
 
 

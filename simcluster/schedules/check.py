@@ -38,9 +38,7 @@ def check_order(schedule: Schedule, spec: ScheduleSpec, ops: list[list[PipeOp]])
     chunks = schedule.chunks(spec)
     serves = getattr(schedule, "chunk_serves", lambda _s, _c, _m: True)
     for stage, stage_ops in enumerate(ops):
-        expected = {
-            (mb, c) for mb in range(spec.m) for c in range(chunks) if serves(spec, c, mb)
-        }
+        expected = {(mb, c) for mb in range(spec.m) for c in range(chunks) if serves(spec, c, mb)}
         seen: dict[tuple[int, int], str] = {}
         for op in stage_ops:
             key = (op.microbatch, op.chunk)
@@ -82,7 +80,9 @@ def replay(
     head = [0] * spec.p
     free = [0.0] * spec.p
     out: Timeline = [[] for _ in range(spec.p)]
-    deps = [[upstream(schedule, spec, s, op) for op in stage_ops] for s, stage_ops in enumerate(ops)]
+    deps = [
+        [upstream(schedule, spec, s, op) for op in stage_ops] for s, stage_ops in enumerate(ops)
+    ]
 
     def ready_at(stage: int, i: int) -> float | None:
         dep = deps[stage][i]

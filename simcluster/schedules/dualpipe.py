@@ -51,7 +51,8 @@ class DualPipe(BaseSchedule):
             raise UserError("parallel.vpp", "dualpipe always uses 2 chunks per stage; drop vpp")
         if spec.p % 2 != 0 or spec.p < 2:
             raise UserError(
-                FIELD_PP, f"dualpipe needs an even number of stages, got pp={spec.p}; use an even pp"
+                FIELD_PP,
+                f"dualpipe needs an even number of stages, got pp={spec.p}; use an even pp",
             )
         if spec.m % 2 != 0:
             raise UserError(

@@ -44,7 +44,8 @@ class Interleaved1F1B(BaseSchedule):
     def validate(self, spec: ScheduleSpec) -> None:
         if spec.v < 2:
             raise UserError(
-                FIELD_VPP, "schedule 'interleaved' needs vpp >= 2 chunks per stage; set parallel.vpp"
+                FIELD_VPP,
+                "schedule 'interleaved' needs vpp >= 2 chunks per stage; set parallel.vpp",
             )
         # Megatron-core: group size (default p) must lie in [p, m], and m % group must be 0
         # (a partial last group smaller than p raises RuntimeError there).
