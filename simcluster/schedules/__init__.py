@@ -1,1 +1,19 @@
-"""simcluster."""
+"""Pipeline schedules: pure functions from (p, m, v) to per-stage op orders.
+
+Importing this package registers every schedule in :data:`SCHEDULES`.
+"""
+
+from simcluster.schedules import (  # noqa: F401  (imported to register)
+    afab,
+    dualpipe,
+    dualpipev,
+    interleaved,
+    one_f_one_b,
+    zb_h1,
+    zb_h2,
+    zbv,
+)
+from simcluster.schedules.base import PipeOp, Schedule, ScheduleSpec, locate, upstream
+from simcluster.schedules.registry import SCHEDULES, get_schedule
+
+__all__ = ["SCHEDULES", "PipeOp", "Schedule", "ScheduleSpec", "get_schedule", "locate", "upstream"]

@@ -1,44 +1,48 @@
-"""Split the model's layers over the pipeline's virtual stages, as the frameworks do."""
+"""Split a model's transformer layers over the pipeline's virtual stages, in model order."""
 
 from __future__ import annotations
 
 from simcluster.errors import UserError
 
+FIELD = "parallel.layers_per_stage"
+
 
 def layers_per_stage(
     layers: int, p: int, v: int = 1, explicit: list[int] | None = None
 ) -> list[int]:
-    """Layers of each of the V = p*v virtual stages, in model order.
+    """Layers of each of the V = p*v virtual stages (model order), as the frameworks do.
 
-    Even when divisible; else, if (layers + 2) divides by V, the first and last virtual stage get
-    one fewer (they hold the embedding and the LM head: Llama 3 405B puts 126 layers on 16 stages
-    as 7, 8 x 14, 7); else the remainder goes to the middle stages.
+    Evenly when V divides ``layers``; else, when V divides ``layers + 2``, the first and last
+    virtual stage (which also hold the embedding and the LM head) get one fewer (Llama 3 405B:
+    126 layers on 16 stages -> 7, 14 x 8, 7; Zero Bubble paper: "the first and last stage have
+    one fewer transformer layer"); else the remainder goes to middle stages, spread evenly.
+    ``explicit`` overrides the rule and must have V positive entries summing to ``layers``.
     """
-    stages = p * v
+    n = p * v
     if explicit is not None:
-        if len(explicit) != stages:
+        if len(explicit) != n or any(int(x) != x or x < 1 for x in explicit):
             raise UserError(
-                "parallel.layers_per_stage",
-                f"has {len(explicit)} entries; give one per virtual stage ({stages})",
+                FIELD,
+                f"needs {n} positive layer counts (one per virtual stage, pp*vpp), got {explicit}",
             )
-        if any(n <= 0 for n in explicit):
-            raise UserError("parallel.layers_per_stage", "every stage needs at least one layer")
         if sum(explicit) != layers:
             raise UserError(
-                "parallel.layers_per_stage",
-                f"sums to {sum(explicit)}; it must sum to the model's {layers} layers",
+                FIELD,
+                f"sums to {sum(explicit)} but the model has {layers} layers; make them add up",
             )
-        return list(explicit)
-    if layers < stages:
-        raise UserError("parallel.pp", f"{stages} virtual stages but only {layers} layers")
-    if layers % stages == 0:
-        return [layers // stages] * stages
-    if stages > 2 and (layers + 2) % stages == 0:
-        n = (layers + 2) // stages
-        return [n - 1] + [n] * (stages - 2) + [n - 1]
-    base, rem = divmod(layers, stages)
-    counts = [base] * stages
-    middle = list(range(1, stages - 1)) or list(range(stages))
-    for i in range(rem):
-        counts[middle[i % len(middle)]] += 1
+        return [int(x) for x in explicit]
+    if layers < n:
+        raise UserError(FIELD, f"{layers} layers cannot fill {n} virtual stages; lower pp or vpp")
+    if layers % n == 0:
+        return [layers // n] * n
+    if n >= 3 and (layers + 2) % n == 0:
+        per = (layers + 2) // n
+        return [per - 1] + [per] * (n - 2) + [per - 1]
+    base, extra = divmod(layers, n)
+    counts = [base] * n
+    middle = list(range(1, n - 1))
+    if extra > len(middle):  # only when extra == n - 1: the LM-head stage keeps one fewer
+        middle = list(range(0, n - 1))
+    for k in range(extra):
+        counts[middle[(2 * k + 1) * len(middle) // (2 * extra)]] += 1
     return counts

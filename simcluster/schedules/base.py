@@ -1,0 +1,164 @@
+"""Core types shared by every pipeline schedule.
+
+A schedule is data: for a :class:`ScheduleSpec` (p stages, m microbatches, v chunks) it
+returns, per stage, the ordered list of :class:`PipeOp`. The engine (and
+:mod:`simcluster.schedules.check`) derive cross-stage dependencies from
+:meth:`Schedule.virtual_stage`: F(mb) at model position k waits for F(mb) at k-1, B(mb) at k
+waits for B(mb) at k+1 (or for F(mb) at the last position), W waits for B on the same stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from simcluster.errors import UserError
+
+OpKind = Literal["F", "B", "W", "BW"]
+
+# Scenario field names used in error messages (the scenario schema owns these names).
+FIELD_PP = "parallel.pp"
+FIELD_VPP = "parallel.vpp"
+FIELD_MICROBATCHES = "training.global_batch"  # m = global_batch / (dp * micro_batch)
+FIELD_SCHEDULE = "parallel.schedule"
+
+
+@dataclass(frozen=True)
+class PipeOp:
+    """One compute op of a pipeline stage.
+
+    ``kind``: F forward, B backward for inputs, W backward for weights, BW both fused.
+    ``chunk``: local chunk index on the stage (0..chunks-1).
+    ``overlap``: True on the second op of an F&B pair that runs overlapped with the op just
+    before it on the same stage (DualPipe); the engine may overlap their communication.
+    """
+
+    kind: OpKind
+    microbatch: int
+    chunk: int = 0
+    overlap: bool = False
+
+    def __str__(self) -> str:
+        tail = "&" if self.overlap else ""
+        return f"{tail}{self.kind}{self.microbatch}.{self.chunk}"
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """Pipeline shape: ``p`` stages, ``m`` microbatches per step, ``v`` chunks per stage."""
+
+    p: int
+    m: int
+    v: int = 1
+
+    def __post_init__(self) -> None:
+        for value, field, what in (
+            (self.p, FIELD_PP, "pipeline stages"),
+            (self.m, FIELD_MICROBATCHES, "microbatches"),
+            (self.v, FIELD_VPP, "virtual chunks per stage"),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(field, f"{what} must be a positive integer, got {value!r}")
+
+
+class Schedule(Protocol):
+    """A registered pipeline schedule (pure functions of a :class:`ScheduleSpec`)."""
+
+    name: str
+    splits_backward: bool
+
+    def chunks(self, spec: ScheduleSpec) -> int:
+        """Model chunks held by each stage."""
+        ...
+
+    def virtual_stages(self, spec: ScheduleSpec) -> int:
+        """Number V of positions in the model's layer pipeline (layers are split over V)."""
+        ...
+
+    def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
+        """Per stage, the ops in execution order."""
+        ...
+
+    def virtual_stage(self, spec: ScheduleSpec, stage: int, chunk: int, microbatch: int) -> int:
+        """Position 0..V-1 in the model's layer pipeline of ``chunk`` on ``stage``."""
+        ...
+
+    def validate(self, spec: ScheduleSpec) -> None:
+        """Raise :class:`UserError` when this schedule cannot run ``spec``."""
+        ...
+
+
+class BaseSchedule:
+    """Defaults for a one-chunk-per-stage, one-direction schedule; subclasses override."""
+
+    name: str = ""
+    splits_backward: bool = False
+
+    def chunks(self, spec: ScheduleSpec) -> int:
+        return 1
+
+    def virtual_stages(self, spec: ScheduleSpec) -> int:
+        return spec.p * self.chunks(spec)
+
+    def virtual_stage(self, spec: ScheduleSpec, stage: int, chunk: int, microbatch: int) -> int:
+        return chunk * spec.p + stage
+
+    def validate(self, spec: ScheduleSpec) -> None:
+        if spec.v != 1 and self.chunks(spec) != spec.v:
+            raise UserError(
+                FIELD_VPP,
+                f"schedule '{self.name}' uses {self.chunks(spec)} chunk(s) per stage, got "
+                f"vpp={spec.v}; set parallel.vpp: 1 or use schedule 'interleaved'",
+            )
+
+    def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
+        raise NotImplementedError
+
+
+def require_m_at_least(spec: ScheduleSpec, name: str, minimum: int, why: str) -> None:
+    """UserError when ``spec.m < minimum`` (schedules whose order needs enough microbatches)."""
+    if spec.m < minimum:
+        raise UserError(
+            FIELD_MICROBATCHES,
+            f"schedule '{name}' needs at least {minimum} microbatches ({why}), got {spec.m}; "
+            f"raise the global batch or lower the micro batch size",
+        )
+
+
+def locate(schedule: Schedule, spec: ScheduleSpec, vstage: int, microbatch: int) -> tuple[int, int]:
+    """(stage, chunk) that runs model position ``vstage`` for ``microbatch``."""
+    for stage in range(spec.p):
+        for chunk in range(schedule.chunks(spec)):
+            if schedule.virtual_stage(spec, stage, chunk, microbatch) == vstage:
+                if _chunk_serves(schedule, spec, chunk, microbatch):
+                    return stage, chunk
+    raise ValueError(f"no stage runs virtual stage {vstage} for microbatch {microbatch}")
+
+
+def _chunk_serves(schedule: Schedule, spec: ScheduleSpec, chunk: int, microbatch: int) -> bool:
+    serves = getattr(schedule, "chunk_serves", None)
+    return True if serves is None else bool(serves(spec, chunk, microbatch))
+
+
+Upstream = tuple[int, Literal["F", "B"], int, int]
+
+
+def upstream(schedule: Schedule, spec: ScheduleSpec, stage: int, op: PipeOp) -> Upstream | None:
+    """The op on another (or the same) stage that must finish before ``op`` may start.
+
+    Returns ``(stage, "F"|"B", microbatch, chunk)`` where "B" means the B or BW of that
+    (microbatch, chunk); ``None`` when ``op`` only depends on ops earlier on its own stage.
+    """
+    last = schedule.virtual_stages(spec) - 1
+    k = schedule.virtual_stage(spec, stage, op.chunk, op.microbatch)
+    if op.kind == "F":
+        if k == 0:
+            return None
+        s, c = locate(schedule, spec, k - 1, op.microbatch)
+        return (s, "F", op.microbatch, c)
+    if op.kind in ("B", "BW"):
+        if k == last:
+            return (stage, "F", op.microbatch, op.chunk)
+        s, c = locate(schedule, spec, k + 1, op.microbatch)
+        return (s, "B", op.microbatch, c)
+    return (stage, "B", op.microbatch, op.chunk)

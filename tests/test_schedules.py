@@ -1,0 +1,162 @@
+"""Pipeline schedules: validity on a grid and the published bubble / memory numbers.
+
+Bubble is measured as in the Zero Bubble paper's schedulers (per stage, idle time between its
+first and last op; the largest over stages), with fixed op times and no communication.
+"""
+
+import pytest
+
+from simcluster.errors import UserError
+from simcluster.schedules import SCHEDULES, ScheduleSpec, get_schedule
+from simcluster.schedules.check import (
+    bubble_fraction,
+    bubble_time,
+    check_order,
+    check_timeline,
+    peak_inflight,
+    replay,
+)
+
+
+def run(name, p, m, v=1, **times):
+    sched = get_schedule(name)
+    spec = ScheduleSpec(p, m, v)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    timeline = replay(sched, spec, ops, **times)
+    check_timeline(sched, spec, timeline)
+    return ops, timeline
+
+
+def grid():
+    for name, sched in sorted(SCHEDULES.items()):
+        for p in (1, 2, 3, 4, 6, 8):
+            for m in (1, 2, 3, 4, 5, 8, 12, 16, 17):
+                for v in (1, 2, 3):
+                    spec = ScheduleSpec(p, m, v)
+                    try:
+                        sched.validate(spec)
+                    except UserError:
+                        continue
+                    yield name, p, m, v
+
+
+@pytest.mark.parametrize(("name", "p", "m", "v"), list(grid()))
+def test_every_schedule_is_valid_and_deadlock_free(name, p, m, v):
+    run(name, p, m, v, t_f=1.0, t_b=1.3, t_w=0.7, t_comm=0.1)
+
+
+def test_all_names_registered():
+    assert sorted(SCHEDULES) == sorted(
+        ["afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"]
+    )
+
+
+@pytest.mark.parametrize("name", ["1f1b", "afab"])
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 32), (6, 5)])
+def test_1f1b_afab_bubble_fraction(name, p, m):
+    # Narayanan et al. SC'21 eq. 1: bubble = (p-1)/(m+p-1) of the step (balanced stages).
+    _, tl = run(name, p, m, t_f=1.0, t_b=2.0, t_w=0.0)
+    assert bubble_fraction(tl) == pytest.approx((p - 1) / (m + p - 1))
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 2), (4, 16, 4), (8, 16, 2)])
+def test_interleaved_bubble_fraction(p, m, v):
+    # Narayanan et al. SC'21 §2.2.2: interleaving divides the bubble by v.
+    _, tl = run("interleaved", p, m, v, t_f=1.0, t_b=2.0, t_w=0.0)
+    assert bubble_fraction(tl) == pytest.approx((p - 1) / (v * m + p - 1))
+
+
+@pytest.mark.parametrize(("f", "b", "w"), [(1.0, 1.0, 1.0), (1.0, 1.2, 0.8)])
+def test_zb_h1_bubble(f, b, w):
+    # Qi et al. ICLR'24 §2.1: ZB-H1 bubble (p-1)(T_F + T_B - T_W), i.e. 1F1B's (p-1)(F+B+W)
+    # scaled by (F+B-W)/(F+B+W); DeepSeek-V3 Table 2 writes it (p-1)(F+B_full-2W).
+    p, m = 4, 12
+    _, tl = run("zb-h1", p, m, t_f=f, t_b=b, t_w=w)
+    _, base = run("1f1b", p, m, t_f=f, t_b=b, t_w=w)
+    assert bubble_time(base) == pytest.approx((p - 1) * (f + b + w))
+    assert bubble_time(tl) == pytest.approx((p - 1) * (f + b - w))
+
+
+@pytest.mark.parametrize("name", ["zb-h2", "zbv"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 13), (8, 16)])
+def test_zero_bubble_schedules(name, p, m):
+    # Qi et al. ICLR'24 §2.2 and §6: ZB-H2 and ZB-V have no bubble when T_F=T_B=T_W, m >= 2p.
+    _, tl = run(name, p, m)
+    assert bubble_time(tl) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 16), (8, 24), (12, 28)])
+def test_dualpipe_bubble(p, m):
+    # DeepSeek-V3 report Table 2: (p/2-1)(F&B + B - 3W), B there is the full backward (b+w);
+    # exact with F = B = W and a non-overlapped F&B pair (F&B = F + B + W).
+    _, tl = run("dualpipe", p, m, t_f=1.0, t_b=1.0, t_w=1.0, t_fb=3.0)
+    assert bubble_time(tl) == pytest.approx((p / 2 - 1) * (3.0 + 2.0 - 3.0))
+
+
+@pytest.mark.parametrize(("f", "b", "w", "fb"), [(1, 1, 1, 2), (1, 1.5, 1, 3), (1, 1, 0.5, 2)])
+def test_dualpipe_bubble_bounded_by_table2(f, b, w, fb):
+    # With other times the Table 2 expression is an upper bound of the replayed bubble.
+    p = 8
+    _, tl = run("dualpipe", p, 2 * p + 4, t_f=f, t_b=b, t_w=w, t_fb=fb)
+    assert 0 < bubble_time(tl) <= (p / 2 - 1) * (fb + (b + w) - 3 * w) + 1e-9
+
+
+def test_dualpipev_is_dualpipe_folded():
+    # DualPipeV on p ranks runs DualPipe's order for 2p half-size stages: same bubble count.
+    _, tl = run("dualpipev", 4, 16)
+    assert bubble_time(tl) == pytest.approx((8 / 2 - 1) * (3 + 2 - 3))
+
+
+def test_activation_peaks():
+    p, m = 4, 12
+    # 1F1B: p microbatches on stage 0 (Narayanan et al. SC'21); GPipe keeps all m.
+    assert peak_inflight(run("1f1b", p, m)[0])[0] == p
+    assert peak_inflight(run("afab", p, m)[0]) == [m] * p
+    # Qi et al. ICLR'24 Table: ZB-H1 keeps 1F1B's p, ZB-H2 2p-1.
+    assert max(peak_inflight(run("zb-h1", p, m)[0])) == p
+    assert peak_inflight(run("zb-h2", p, m)[0])[0] == 2 * p - 1
+    # DeepSeek-V3 Table 2: DualPipe p+1 (its chunks are full stages).
+    assert max(peak_inflight(run("dualpipe", p, m)[0])) == p + 1
+
+
+def test_dualpipe_marks_overlapped_pairs():
+    ops, _ = run("dualpipe", 4, 8)
+    pairs = [(a, b) for s in ops for a, b in zip(s, s[1:], strict=False) if b.overlap]
+    assert pairs and all(a.kind == "F" and b.kind == "BW" for a, b in pairs)
+
+
+def test_dualpipe_directions():
+    sched, spec = get_schedule("dualpipe"), ScheduleSpec(4, 8)
+    assert sched.virtual_stage(spec, 0, 0, 0) == 0  # first half enters at stage 0
+    assert sched.virtual_stage(spec, 3, 1, 7) == 0  # second half enters at stage p-1
+    assert sched.virtual_stages(spec) == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "p", "m", "v", "field"),
+    [
+        ("dualpipe", 3, 12, 1, "parallel.pp"),
+        ("dualpipe", 4, 6, 1, "training.global_batch"),
+        ("dualpipe", 4, 9, 1, "training.global_batch"),
+        ("dualpipev", 4, 7, 1, "training.global_batch"),
+        ("interleaved", 4, 2, 2, "training.global_batch"),
+        ("interleaved", 4, 6, 2, "training.global_batch"),
+        ("interleaved", 4, 8, 1, "parallel.vpp"),
+        ("1f1b", 4, 8, 2, "parallel.vpp"),
+    ],
+)
+def test_bad_specs(name, p, m, v, field):
+    with pytest.raises(UserError) as err:
+        get_schedule(name).build(ScheduleSpec(p, m, v))
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_unknown_schedule_suggests():
+    with pytest.raises(UserError, match="did you mean '1f1b'"):
+        get_schedule("1f1f")
+
+
+def test_spec_rejects_non_positive():
+    with pytest.raises(UserError, match="positive"):
+        ScheduleSpec(0, 4)
