@@ -10,6 +10,7 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
 from simcluster.scenario import Scenario
+from simcluster.schedules import Schedule, ScheduleSpec, get_schedule
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class Context:
     layout: Layout
     profile: HardwareProfile
     chunks: list[list[Chunk]]
+    schedule: Schedule
+    spec: ScheduleSpec
 
     @property
     def capacity_bytes(self) -> float:
@@ -44,6 +47,11 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
+    schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
-    chunks = stage_chunks(model, layout, scenario.parallel.layers_per_stage)
-    return Context(scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks)
+    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
+    schedule.validate(spec)
+    chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
+    return Context(
+        scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
+    )

@@ -218,3 +218,23 @@ def stage_memory(
         activations_bytes=acts,
         other_bytes=training.memory_overhead_gib * 2**30,
     )
+
+
+def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Share of a layer's stash still needed after B: the inputs of its linear layers (for W).
+
+    Zero-bubble schedules free the rest at B and this share at W (Qi et al. 2024, M_W < M_B).
+    """
+    if training.recompute == "full":
+        return 1.0
+    total = layer_activation_bytes(model, layout, training, model.dense_layers)
+    t = layout.tp
+    rep = t if layout.sequence_parallel else 1
+    s = training.seq_len / layout.cp
+    e = act_bytes(training.precision)
+    b = training.micro_batch
+    h = model.hidden
+    width = model.expert_ffn if model.is_moe_layer(model.dense_layers) else model.ffn
+    tokens = s * model.top_k if model.is_moe_layer(model.dense_layers) else s
+    gemm_inputs = e * s * b * (h / rep + model.heads * model.d_head / t) + e * tokens * b * (h / rep + width / t)
+    return min(1.0, gemm_inputs / total) if total > 0 else 1.0

@@ -37,13 +37,8 @@ def activation_walk(
 
 def memory_by_stage(ctx: Context) -> list[StageMemory]:
     """Memory of each stage's GPU at its activation peak, from the schedule order."""
-    from simcluster.schedules import ScheduleSpec, get_schedule
-
     lay = ctx.layout
-    sched = get_schedule(lay.schedule)
-    spec = ScheduleSpec(p=lay.pp, m=lay.microbatches, v=lay.vpp)
-    sched.validate(spec)
-    orders = sched.build(spec)
+    orders = ctx.schedule.build(ctx.spec)
     out = []
     for stage, chunks in enumerate(ctx.chunks):
         cb = [chunk_activation_bytes(ctx.model, lay, ctx.scenario.training, ch) for ch in chunks]

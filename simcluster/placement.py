@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
+from simcluster.schedules import Schedule, ScheduleSpec
 from simcluster.schedules.partition import layers_per_stage
 
 
@@ -24,35 +25,26 @@ class Chunk:
         return range(self.first_layer, self.first_layer + self.layers)
 
 
-def virtual_stages_of(schedule: str, p: int, v: int) -> tuple[int, list[list[int]]]:
-    """(V, per stage the virtual stages it holds, in local chunk order)."""
-    if schedule == "interleaved":
-        return p * v, [[c * p + s for c in range(v)] for s in range(p)]
-    if schedule in ("zbv", "dualpipev"):
-        return 2 * p, [[s, 2 * p - 1 - s] for s in range(p)]
-    if schedule == "dualpipe":
-        # two copies of the model run in opposite directions: stage s holds s and p-1-s
-        return p, [[s, p - 1 - s] for s in range(p)]
-    return p, [[s] for s in range(p)]
-
-
 def stage_chunks(
-    model: ModelSpec, layout: Layout, explicit: list[int] | None = None
+    model: ModelSpec, layout: Layout, schedule: Schedule, spec: ScheduleSpec, explicit: list[int] | None = None
 ) -> list[list[Chunk]]:
-    """Per pipeline stage, the chunks it holds (local chunk order)."""
-    total, held = virtual_stages_of(layout.schedule, layout.pp, layout.vpp)
+    """Per pipeline stage, the chunks it holds (local chunk order), from the schedule's mapping."""
+    total = schedule.virtual_stages(spec)
     counts = layers_per_stage(model.layers, 1, total, explicit)
     starts = [sum(counts[:i]) for i in range(total)]
-    return [
-        [
-            Chunk(
-                virtual_stage=vs,
-                first_layer=starts[vs],
-                layers=counts[vs],
-                embedding=vs == 0,
-                head=vs == total - 1,
-            )
-            for vs in stages
-        ]
-        for stages in held
-    ]
+    out = []
+    for stage in range(spec.p):
+        chunks = []
+        for c in range(schedule.chunks(spec)):
+            mb = _microbatch_served(schedule, spec, c)
+            vs = schedule.virtual_stage(spec, stage, c, mb)
+            chunks.append(Chunk(vs, starts[vs], counts[vs], embedding=vs == 0, head=vs == total - 1))
+        out.append(chunks)
+    return out
+
+
+def _microbatch_served(schedule: Schedule, spec: ScheduleSpec, chunk: int) -> int:
+    serves = getattr(schedule, "chunk_serves", None)
+    if serves is None:
+        return 0
+    return next(mb for mb in range(spec.m) if serves(spec, chunk, mb))

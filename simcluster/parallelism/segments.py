@@ -12,6 +12,7 @@ class Compute:
     name: str
     seconds: float
     layer: int = -1
+    kind: str = ""  # event kind; "" = the kind of the phase it belongs to
 
 
 @dataclass(frozen=True)

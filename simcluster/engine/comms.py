@@ -1,0 +1,124 @@
+"""Communication as SimPy processes: per-rank streams, symmetric peers, rendezvous.
+
+In symmetric mode one representative rank per stage is simulated; each collective is started
+for every symmetric group of that stage at once (so their flows share links), and the
+representative waits for its own. In all-ranks mode every rank is simulated and a collective
+starts when the last member of its group arrives (a rendezvous), as NCCL does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
+from simcluster.layout import Layout
+
+GROUP_DIM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dpcp", "edp": "edp", "pp": "pp"}
+
+
+@dataclass
+class Comms:
+    """Starts collectives and p2p transfers on the network and records them."""
+
+    env: simpy.Environment
+    network: Any
+    layout: Layout
+    all_ranks: bool
+    recorder: Recorder
+    _streams: dict[tuple[int, str], simpy.Resource] = field(default_factory=dict)
+    _groups: dict[tuple[str, int], list[list[int]]] = field(default_factory=dict)
+    _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    _rendezvous: dict[tuple, list] = field(default_factory=dict)
+    _counters: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def stream(self, rank: int, name: str) -> simpy.Resource:
+        key = (rank, name)
+        if key not in self._streams:
+            self._streams[key] = simpy.Resource(self.env, capacity=1)
+        return self._streams[key]
+
+    def group_of(self, dim: str, rank: int) -> list[int]:
+        key = (dim, rank)
+        if key not in self._group_of:
+            self._group_of[key] = self.layout.group(dim, rank)
+        return self._group_of[key]
+
+    def stage_groups(self, dim: str, stage: int) -> list[list[int]]:
+        key = (dim, stage)
+        if key not in self._groups:
+            self._groups[key] = self.layout.groups(dim, stage)
+        return self._groups[key]
+
+    def collective(
+        self, rank: int, stage: int, group: str, op: str, nbytes: float, name: str,
+        mb: int = -1, chunk: int = -1, layer: int = -1,
+    ) -> Generator:
+        """Run one collective of ``rank``'s ``group`` on its stream; records the event."""
+        dim = GROUP_DIM[group]
+        members = self.group_of(dim, rank)
+        if len(members) == 1 or nbytes <= 0:
+            return
+        stream = STREAM_OF_GROUP[group]
+        with self.stream(rank, stream).request() as req:
+            yield req
+            start = self.env.now
+            if op == "send_recv":  # ring exchange with the next rank of the group (CP)
+                yield from self._ring_step(rank, stage, dim, members, nbytes)
+            elif self.all_ranks:
+                yield self._join(rank, dim, op, members, nbytes)
+            else:
+                yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
+            self.recorder.add(rank, stage, stream, op, group, name, mb, chunk, layer, start, self.env.now, nbytes)
+
+    def _ring_step(self, rank: int, stage: int, dim: str, members: list[int], nbytes: float) -> Generator:
+        nxt = members[(members.index(rank) + 1) % len(members)]
+        if self.all_ranks:
+            yield self._join(rank, dim, "send_recv", members, nbytes)
+            return
+        pairs = [(g[i], g[(i + 1) % len(g)]) for g in self.stage_groups(dim, stage) for i in range(len(g))]
+        yield self.network.send(rank, nxt, nbytes, pairs=pairs)
+
+    def _join(self, rank: int, dim: str, op: str, members: list[int], nbytes: float) -> simpy.Event:
+        """Rendezvous of a group's members; the last arrival starts the network operation."""
+        counter_key = (rank, dim)
+        seq = self._counters[counter_key]
+        self._counters[counter_key] += 1
+        key = (tuple(members), op, seq)
+        entry = self._rendezvous.get(key)
+        if entry is None:
+            entry = self._rendezvous[key] = [0, self.env.event()]
+        entry[0] += 1
+        if entry[0] == len(members):
+            done = entry[1]
+            del self._rendezvous[key]
+            if op == "send_recv":
+                pairs = [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
+                ev = self.network.send(members[0], members[1], nbytes, pairs=pairs)
+            else:
+                ev = self.network.collective(op, [members], nbytes)
+            ev.callbacks.append(lambda _e, d=done: d.succeed())
+        return entry[1]
+
+    def p2p(
+        self, src: int, dst: int, src_stage: int, dst_stage: int, nbytes: float, name: str,
+        mb: int, chunk: int, pairs: list[tuple[int, int]],
+    ) -> Generator:
+        """Pipeline send from ``src`` to ``dst``; records a send and a matching recv.
+
+        The transfer holds the sender's p2p stream and the receiver's recv stream (NCCL runs a
+        send kernel on one and a recv kernel on the other), so neither lane overlaps itself.
+        """
+        with self.stream(src, "comm_pp").request() as req, self.stream(dst, "comm_pp_recv").request() as rreq:
+            yield req
+            yield rreq
+            start = self.env.now
+            yield self.network.send(src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)])
+            flow = self.recorder.next_flow()
+            end = self.env.now
+            self.recorder.add(src, src_stage, "comm_pp", "send", "pp", name, mb, chunk, -1, start, end, nbytes, flow)
+            self.recorder.add(dst, dst_stage, "comm_pp_recv", "recv", "pp", name, mb, chunk, -1, start, end, nbytes, flow)

@@ -1,0 +1,153 @@
+"""The plan of one training step: per pipeline stage, the schedule's ops and the work of each.
+
+Pure data (no SimPy): for every chunk a stage holds, the segments of one microbatch's F, B, W
+and fused BW, grouped per parameter unit (a layer, with the embedding folded into the first and
+the LM head into the last) so that ZeRO-3 gathers and gradient buckets attach to layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from simcluster.compute import KernelModel
+from simcluster.context import Context
+from simcluster.memory import chunk_activation_bytes, wgrad_retained_fraction
+from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes, unit_params
+from simcluster.parallelism.layer import LayerBuilder
+from simcluster.parallelism.segments import Compute, Segment
+from simcluster.parallelism.shapes import Shapes
+from simcluster.placement import Chunk
+from simcluster.schedules import PipeOp
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One parameter unit's work in one phase."""
+
+    layers: tuple[int, ...]  # layer indices it covers (-1 embedding, -2 head)
+    segments: tuple[Segment, ...]
+    params: float  # parameters per GPU (for ZeRO-3 gathers)
+
+
+@dataclass
+class ChunkPlan:
+    """Work of one microbatch through one chunk, per phase, as ordered units."""
+
+    chunk: Chunk
+    phases: dict[str, list[Unit]] = field(default_factory=dict)
+    activation_bytes: float = 0.0
+
+    def seconds(self, phase: str) -> float:
+        return sum(s.seconds for u in self.phases[phase] for s in u.segments if isinstance(s, Compute))
+
+
+@dataclass
+class StagePlan:
+    """Everything one stage's GPU does in a step."""
+
+    stage: int
+    ops: list[PipeOp]
+    chunks: list[ChunkPlan]
+    buckets: list[Bucket]
+    last_backward: dict[int, int]  # chunk -> microbatch of its last W (or BW) on this stage
+    params_dense: float
+    params_expert: float
+    static_bytes: dict[str, float]
+    wgrad_fraction: float
+
+
+def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> list[Unit]:
+    """Per-layer units of one phase in execution order (backward phases run layers in reverse)."""
+    layers = list(chunk.layer_indices)
+    order = layers if phase == "F" else list(reversed(layers))
+    units: list[Unit] = []
+    for i, layer in enumerate(order):
+        segs: list[Segment] = []
+        covered = [layer]
+        first_in_model, last_in_model = layer == layers[0], layer == layers[-1]
+        if phase == "F" and chunk.embedding and first_in_model:
+            segs += builder.embedding("F")
+            covered.insert(0, -1)
+        if phase != "F" and chunk.head and last_in_model:
+            segs += builder.head(phase)
+            covered.insert(0, -2)
+        segs += builder.layer(layer, phase)
+        if phase == "F" and chunk.head and last_in_model:
+            segs += builder.head("F")
+            covered.append(-2)
+        if phase != "F" and chunk.embedding and first_in_model:
+            segs += builder.embedding(phase)
+            covered.append(-1)
+        dense = sum(unit_params(ctx.model, ctx.layout, chunk, u)[0] + unit_params(ctx.model, ctx.layout, chunk, u)[1] for u in covered)
+        units.append(Unit(tuple(covered), tuple(segs), dense))
+        _ = i
+    return units
+
+
+def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:
+    """Full recomputation: each layer's forward reruns right before its backward."""
+    forward = {u.layers: u for u in units_f}
+    out = []
+    for u in units_b:
+        key = next((k for k in forward if set(k) & set(u.layers) - {-1, -2}), None)
+        redo: tuple[Segment, ...] = ()
+        if key is not None:
+            redo = tuple(
+                replace(s, kind="recompute", name=f"recompute_{s.name}") if isinstance(s, Compute) else s
+                for s in forward[key].segments
+            )
+        out.append(Unit(u.layers, redo + u.segments, u.params))
+    return out
+
+
+def _fuse(units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
+    """BW: each layer's input- and weight-gradient work back to back (as Megatron's autograd)."""
+    return [Unit(b.layers, b.segments + w.segments, b.params) for b, w in zip(units_b, units_w, strict=True)]
+
+
+def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
+    """Plans for every pipeline stage."""
+    sc = ctx.scenario
+    shapes = Shapes(ctx.model, ctx.layout, sc.training)
+    builder = LayerBuilder(shapes, km, sc)
+    orders = ctx.schedule.build(ctx.spec)
+    from simcluster.memory import stage_params, static_memory
+
+    plans = []
+    for stage, chunks in enumerate(ctx.chunks):
+        cplans = []
+        for chunk in chunks:
+            f = _units(builder, ctx, chunk, "F")
+            b = _units(builder, ctx, chunk, "B")
+            w = _units(builder, ctx, chunk, "W")
+            if sc.training.recompute == "full":
+                b = _recompute(f, b)
+            cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
+            cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
+            cplans.append(cp)
+        ops = orders[stage]
+        last = {}
+        for op in ops:
+            if op.kind in ("W", "BW"):
+                last[op.chunk] = op.microbatch
+        params = stage_params(ctx.model, ctx.layout, chunks)
+        p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, sc.training, params)
+        plans.append(
+            StagePlan(
+                stage=stage,
+                ops=ops,
+                chunks=cplans,
+                buckets=build_buckets(ctx.model, ctx.layout, chunks, sc.dp.bucket_mb, grad_reduce_bytes(sc)),
+                last_backward=last,
+                params_dense=params.dense,
+                params_expert=params.expert,
+                static_bytes={
+                    "params": p_b,
+                    "grads": g_b,
+                    "optimizer": o_b,
+                    "other": sc.training.memory_overhead_gib * 2**30,
+                },
+                wgrad_fraction=wgrad_retained_fraction(ctx.model, ctx.layout, sc.training),
+            )
+        )
+    return plans

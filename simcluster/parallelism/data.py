@@ -1,0 +1,101 @@
+"""Data parallelism and ZeRO: gradient buckets, their reduction, and parameter gathers.
+
+As the frameworks do (PyTorch DDP / Megatron DDP with ``overlap_grad_reduce``): gradients are
+grouped into buckets of ``dp.bucket_mb`` in backward order; a bucket's reduction starts when the
+last microbatch's weight gradients of all its layers are done, overlapped with the rest of the
+backward pass. ZeRO-0 all-reduces a bucket; ZeRO-1/2 reduce-scatter it and, after the optimizer
+step, all-gather the updated parameters (``overlap.param_gather``: issued at the next step's
+start and waited for layer by layer, as Megatron's distributed optimizer does). Gradient
+accumulation: reductions happen once per step, not per microbatch. ZeRO-3 / FSDP gathers each
+layer's parameters before its forward and backward (prefetching the next layer) and
+reduce-scatters its gradients, for every microbatch (FSDP and DeepSpeed re-gather per micro-step).
+Dense parameters reduce over dp x cp; routed experts over their expert-data-parallel group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.layout import Layout
+from simcluster.model import ModelSpec
+from simcluster.placement import Chunk
+from simcluster.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A gradient bucket of one chunk: reduced as one collective."""
+
+    chunk: int
+    group: str  # "dp" (dense, dp x cp ranks) or "edp" (experts)
+    layers: tuple[int, ...]  # layer indices in backward order (-1 embedding, -2 head)
+    params: float  # parameters per GPU in the bucket
+
+    @property
+    def ready_layer(self) -> int:
+        """The bucket is ready once this layer's weight gradients (last microbatch) are done."""
+        return self.layers[-1]
+
+
+def grad_reduce_bytes(scenario: Scenario) -> float:
+    """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron)."""
+    tr = scenario.training
+    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum else 2.0
+
+
+def param_bytes(scenario: Scenario) -> float:
+    """Bytes per gathered parameter element (the compute copy)."""
+    return 4.0 if scenario.training.precision == "fp32" else 2.0
+
+
+def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU of a layer (-1 = embedding, -2 = LM head)."""
+    t = layout.tp
+    if layer == -1:
+        return model.embedding_params() / t, 0.0
+    if layer == -2:
+        extra = model.vocab * model.hidden if model.tied_embeddings and not chunk.embedding else 0
+        return (model.head_params() + extra) / t, 0.0
+    full = model.layer_params(layer)
+    if model.is_moe_layer(layer):
+        routed = model.experts * model.expert_params()
+        return (full - routed) / t, routed / layout.ep
+    return full / t, 0.0
+
+
+def chunk_units(chunk: Chunk) -> list[int]:
+    """Parameter units of a chunk in backward order."""
+    units = [-2] if chunk.head else []
+    units += list(reversed(chunk.layer_indices))
+    return units + ([-1] if chunk.embedding else [])
+
+
+def build_buckets(model: ModelSpec, layout: Layout, chunks: list[Chunk], bucket_mb: float, grad_bytes: float) -> list[Bucket]:
+    """Buckets of each chunk in backward order (dense and expert gradients bucketed apart)."""
+    cap = bucket_mb * 1e6 / grad_bytes  # parameters per bucket
+    out: list[Bucket] = []
+    for c, chunk in enumerate(chunks):
+        for group, pick in (("dp", 0), ("edp", 1)):
+            layers: list[int] = []
+            size = 0.0
+            for unit in chunk_units(chunk):
+                n = unit_params(model, layout, chunk, unit)[pick]
+                if n <= 0:
+                    continue
+                layers.append(unit)
+                size += n
+                if size >= cap:
+                    out.append(Bucket(c, group, tuple(layers), size))
+                    layers, size = [], 0.0
+            if layers:
+                out.append(Bucket(c, group, tuple(layers), size))
+    return out
+
+
+def optimizer_bytes_per_param(scenario: Scenario) -> float:
+    """HBM traffic of one optimizer update per parameter (read + write of each state)."""
+    tr = scenario.training
+    if tr.optimizer == "adam":
+        # fp32 master r/w, m r/w, v r/w, fp32 grad read, grad-norm read, low-precision param write
+        return 8 + 8 + 8 + 4 + 4 + (0 if tr.precision == "fp32" else 2)
+    return 8 + 8 + 4 + 4 + (0 if tr.precision == "fp32" else 2)
