@@ -79,10 +79,21 @@ def make_1f1b(
 
     def add(stage, stream, kind, group, name, mb, layer, start, end, nbytes=0.0, flow_id=-1):
         rows.append(
-            dict(stage=stage, stream=stream, kind=kind, group=group, name=name, microbatch=mb,
-                 chunk=0 if mb >= 0 else -1, layer=layer, start_s=start, end_s=end,
-                 bytes=nbytes, flow_id=flow_id)
-        )  # fmt: skip
+            dict(
+                stage=stage,
+                stream=stream,
+                kind=kind,
+                group=group,
+                name=name,
+                microbatch=mb,
+                chunk=0 if mb >= 0 else -1,
+                layer=layer,
+                start_s=start,
+                end_s=end,
+                bytes=nbytes,
+                flow_id=flow_id,
+            )
+        )
         lanes.free[(stage, stream)] = end
 
     def compute(stage, op, mb, ready):
@@ -172,10 +183,15 @@ def _assemble(rows, mem_steps, p, m, tp, dp, static_bytes) -> Timeline:
             mem_rows.append(dict(stage=s, time_s=t * UNIT_S, activations=level))
     memory = pd.DataFrame(mem_rows)
     memory["params"], memory["grads"], memory["optimizer"], memory["other"] = (
-        params, grads, optim, other
-    )  # fmt: skip
+        params,
+        grads,
+        optim,
+        other,
+    )
     memory["total"] = static + memory["activations"]
-    memory = memory[["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total"]]
+    memory = memory[
+        ["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total"]
+    ]
     step = float(events["end_s"].max())
     summary = {
         "scenario": f"1f1b-p{p}-m{m}",

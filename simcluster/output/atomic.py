@@ -100,7 +100,9 @@ def _commit(staging: Path, out_dir: Path) -> None:
         _fsync_dir(out_dir.parent)
         return
     if not out_dir.is_dir():
-        raise UserError(OUT_FIELD, f"'{out_dir}' exists and is not a directory; choose another path")
+        raise UserError(
+            OUT_FIELD, f"'{out_dir}' exists and is not a directory; choose another path"
+        )
     # An existing directory may hold the user's other files: replace ours one by one, each
     # atomically, after checking that none of the renames can fail on a non-file target.
     for name in _check_targets(staging, out_dir):

@@ -66,7 +66,9 @@ _OVERLAP_TOL_S = 1e-12
 def _check_values(frame: pd.DataFrame, column: str, allowed: tuple[str, ...]) -> None:
     bad = sorted(set(frame[column]) - set(allowed))
     if bad:
-        raise UserError(f"events.{column}", f"unknown value(s) {bad}; expected one of {list(allowed)}")
+        raise UserError(
+            f"events.{column}", f"unknown value(s) {bad}; expected one of {list(allowed)}"
+        )
 
 
 def _check_no_overlap(frame: pd.DataFrame) -> None:
@@ -177,4 +179,3 @@ def span(events: pd.DataFrame) -> tuple[float, float]:
     if events.empty:
         return 0.0, 0.0
     return float(events["start_s"].min()), float(events["end_s"].max())
-

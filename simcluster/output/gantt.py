@@ -63,8 +63,10 @@ class GanttLayout:
 def gantt_rows(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> list[GanttRow]:
     """Rows for every (rank, stream) with events: by rank, then in :data:`STREAMS` order."""
     order = {s: i for i, s in enumerate(STREAMS)}
-    lanes = sorted({(int(r), s) for r, s in zip(events["rank"], events["stream"])},
-                   key=lambda lane: (lane[0], order[lane[1]]))  # fmt: skip
+    lanes = sorted(
+        {(int(r), s) for r, s in zip(events["rank"], events["stream"], strict=True)},
+        key=lambda lane: (lane[0], order[lane[1]]),
+    )
     rows, previous = [], None
     for rank, stream in lanes:
         # Name the GPU once, on its first row; its other rows only name the stream.
@@ -100,8 +102,9 @@ def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) 
     frame = events.sort_values(["rank", "stream", "start_s"], kind="stable").reset_index(drop=True)
     keys = ["rank", "stream", "kind", "microbatch", "chunk"]
     if frame.empty:
-        return pd.DataFrame(columns=[*keys, "layer", "start_s", "end_s", "widest_start_s",
-                                     "widest_end_s", "events"])  # fmt: skip
+        return pd.DataFrame(
+            columns=[*keys, "layer", "start_s", "end_s", "widest_start_s", "widest_end_s", "events"]
+        )
     if "widest_start_s" not in frame:
         frame["widest_start_s"], frame["widest_end_s"] = frame["start_s"], frame["end_s"]
         frame["events"] = 1
@@ -142,21 +145,29 @@ def _row_pitch_in(n_rows: int) -> float:
 
 
 def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float) -> None:
-    fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"])]
-    rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"])]
+    fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
+    rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
     x = blocks["start_s"].to_numpy() * factor
     w = (blocks["end_s"] - blocks["start_s"]).to_numpy() * factor
     spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for row, fill, x0, width in zip(rows, fills, x, w):
+    for row, fill, x0, width in zip(rows, fills, x, w, strict=True):
         spans.setdefault((row, fill), []).append((x0, width))
     # One call per (row, color) keeps thousands of blocks cheap to draw.
     for (row, fill), ranges in sorted(spans.items()):
-        ax.broken_barh(ranges, (row - _BAR / 2, _BAR), facecolors=fill, edgecolor="white",
-                       linewidth=0.3)  # fmt: skip
+        ax.broken_barh(
+            ranges, (row - _BAR / 2, _BAR), facecolors=fill, edgecolor="white", linewidth=0.3
+        )
 
 
-def _draw_labels(ax, groups: pd.DataFrame, row_of: dict, n_chunks: int, factor: float,
-                 px_per_s: float, font_pt: float) -> int:  # fmt: skip
+def _draw_labels(
+    ax,
+    groups: pd.DataFrame,
+    row_of: dict,
+    n_chunks: int,
+    factor: float,
+    px_per_s: float,
+    font_pt: float,
+) -> int:
     """Microbatch numbers, one per microbatch block, on its longest piece; returns the count."""
     char_px = 0.62 * font_pt * DPI / 72
     drawn = 0
@@ -169,14 +180,28 @@ def _draw_labels(ax, groups: pd.DataFrame, row_of: dict, n_chunks: int, factor: 
         if (g.widest_end_s - g.widest_start_s) * px_per_s >= need_px:
             x = (g.widest_start_s + g.widest_end_s) / 2 * factor
             color = text_color(_fill(g.kind, g.chunk, n_chunks))
-            ax.text(x, y, text, ha="center", va="center", fontsize=font_pt, color=color,
-                    clip_on=True)  # fmt: skip
+            ax.text(
+                x, y, text, ha="center", va="center", fontsize=font_pt, color=color, clip_on=True
+            )
         elif (g.end_s - g.start_s) * px_per_s >= need_px + 4:
             # Pieces too thin for the number: put it on a small white tag over the block.
             x = (g.start_s + g.end_s) / 2 * factor
-            ax.text(x, y, text, ha="center", va="center", fontsize=font_pt, color="black",
-                    clip_on=True, bbox={"boxstyle": "round,pad=0.1", "facecolor": "white",
-                                        "edgecolor": "none", "alpha": 0.85})  # fmt: skip
+            ax.text(
+                x,
+                y,
+                text,
+                ha="center",
+                va="center",
+                fontsize=font_pt,
+                color="black",
+                clip_on=True,
+                bbox={
+                    "boxstyle": "round,pad=0.1",
+                    "facecolor": "white",
+                    "edgecolor": "none",
+                    "alpha": 0.85,
+                },
+            )
         else:
             continue
         drawn += 1
@@ -184,12 +209,19 @@ def _draw_labels(ax, groups: pd.DataFrame, row_of: dict, n_chunks: int, factor: 
 
 
 def _legend(fig: Figure, kinds: set[str], n_chunks: int) -> None:
-    handles = [Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds]
+    handles = [
+        Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds
+    ]
     if n_chunks > 1:
         handles.append(Patch(facecolor="#DDDDDD", label="lighter = later virtual chunk"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 7),
-               fontsize=8, frameon=False)  # fmt: skip
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=min(len(handles), 7),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def draw_gantt(
@@ -228,7 +260,9 @@ def draw_gantt(
     margin = 0.01 * (t1 - t0)
     ax.set_xlim((t0 - margin) * scale.factor, (t1 + margin) * scale.factor)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_yticks(range(len(rows)), [r.label for r in rows], fontsize=max(6.0, min(8.0, font_pt + 1)))
+    ax.set_yticks(
+        range(len(rows)), [r.label for r in rows], fontsize=max(6.0, min(8.0, font_pt + 1))
+    )
     ax.tick_params(axis="y", length=0)
     ax.set_xlabel(f"time ({scale.unit})", fontsize=9)
     ax.grid(axis="x", color="#EEEEEE", linewidth=0.6)
@@ -237,8 +271,15 @@ def draw_gantt(
     if heading:
         ax.set_title(heading, fontsize=10)
     _legend(fig, set(blocks["kind"]), n_chunks)
-    layout = GanttLayout(tuple(rows), (t0, t1), blocks, groups, labels, int(FIG_WIDTH_IN * DPI),
-                         int(round(height_in * DPI)))  # fmt: skip
+    layout = GanttLayout(
+        tuple(rows),
+        (t0, t1),
+        blocks,
+        groups,
+        labels,
+        int(FIG_WIDTH_IN * DPI),
+        int(round(height_in * DPI)),
+    )
     return fig, layout
 
 
@@ -252,9 +293,17 @@ def _mark_steps(ax, frame, step_time_s, t0, t1, factor) -> None:
     for k in range(max(k_first, 1), k_last + 1):
         x = (first + k * step_time_s) * factor
         ax.axvline(x, color="#C62828", linestyle="--", linewidth=1.0, zorder=3)
-        ax.annotate(f"end of step {k}", (x, 1), xycoords=("data", "axes fraction"),
-                    xytext=(0, 2), textcoords="offset points", ha="right", va="bottom",
-                    fontsize=7, color="#C62828")  # fmt: skip
+        ax.annotate(
+            f"end of step {k}",
+            (x, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#C62828",
+        )
 
 
 def plot_gantt(

@@ -92,7 +92,9 @@ def memory_plot_data(
 ) -> MemoryPlotData:
     """The per-stage stacked step functions, extended to ``end_s`` (default: last row time)."""
     if not (isinstance(capacity_bytes, (int, float)) and capacity_bytes > 0):
-        raise UserError("capacity_bytes", f"must be a positive number of bytes, got {capacity_bytes}")
+        raise UserError(
+            "capacity_bytes", f"must be a positive number of bytes, got {capacity_bytes}"
+        )
     frame = validate_memory(memory)
     last = float(frame["time_s"].max()) if len(frame) else 0.0
     end = last if end_s is None else max(float(end_s), last)
@@ -113,15 +115,21 @@ def _draw_stage(ax, data: StageMemory, capacity: float, factor: float) -> None:
     bottom = np.zeros_like(x)
     for cat, style in MEMORY_STYLES.items():
         upper = bottom + data.layers[cat] / GiB
-        ax.fill_between(x, bottom, upper, step="post", color=style.color, linewidth=0,
-                        label=style.label)  # fmt: skip
+        ax.fill_between(
+            x, bottom, upper, step="post", color=style.color, linewidth=0, label=style.label
+        )
         bottom = upper
     ax.step(x, data.top / GiB, where="post", color="black", linewidth=0.8)
     ax.axhline(capacity / GiB, color="#C62828", linestyle="--", linewidth=1.0, label="capacity")
     peak_x = data.peak_time_s * factor
     ax.plot([peak_x], [data.peak_bytes / GiB], marker="v", color="black", markersize=5)
-    ax.annotate(f"peak {format_bytes(data.peak_bytes)}", (peak_x, data.peak_bytes / GiB),
-                xytext=(4, 4), textcoords="offset points", fontsize=8)  # fmt: skip
+    ax.annotate(
+        f"peak {format_bytes(data.peak_bytes)}",
+        (peak_x, data.peak_bytes / GiB),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+    )
     ax.set_title(f"stage {data.stage}", fontsize=9, loc="left")
     ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)
     ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
@@ -134,10 +142,12 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(3.6 * ncols + 0.6, 2.3 * nrows + 1.3), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel()
+    axes = np.atleast_1d(
+        fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
+    ).ravel()
     span = max((float(s.times_s[-1] - s.times_s[0]) for s in data.stages), default=0.0)
     scale = time_scale(span)
-    for index, (ax, stage) in enumerate(zip(axes, data.stages)):
+    for index, (ax, stage) in enumerate(zip(axes, data.stages, strict=False)):
         _draw_stage(ax, stage, data.capacity_bytes, scale.factor)
         ax.tick_params(labelbottom=True, labelsize=8)  # panels above a blank cell need ticks
         if index + ncols >= len(data.stages):  # lowest panel of its column
@@ -149,12 +159,15 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
     fig.supylabel("memory per GPU (GiB)", fontsize=9)
     headline = (
         f"peak {format_bytes(data.peak_bytes)} on stage {data.peak_stage} of "
-        f"{format_bytes(data.capacity_bytes)}" if data.stages else "no memory data"
-    )  # fmt: skip
+        f"{format_bytes(data.capacity_bytes)}"
+        if data.stages
+        else "no memory data"
+    )
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8,
-               frameon=False)  # fmt: skip
+    fig.legend(
+        handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8, frameon=False
+    )
     return fig
 
 

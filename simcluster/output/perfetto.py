@@ -45,22 +45,48 @@ def _metadata(rank_labels: Mapping[int, str], lanes: list[tuple[int, str]]) -> l
     out: list[dict] = []
     for rank in sorted({r for r, _ in lanes}):
         label = rank_labels.get(rank, f"rank {rank}")
-        out.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                    "args": {"name": f"GPU {rank}: {label}"}})  # fmt: skip
-        out.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
-                    "args": {"sort_index": rank}})  # fmt: skip
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": rank,
+                "tid": 0,
+                "args": {"name": f"GPU {rank}: {label}"},
+            }
+        )
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": rank,
+                "tid": 0,
+                "args": {"sort_index": rank},
+            }
+        )
     for rank, stream in lanes:
         tid = STREAM_TID[stream]
-        out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
-                    "args": {"name": stream}})  # fmt: skip
-        out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
-                    "args": {"sort_index": tid}})  # fmt: skip
+        out.append(
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": stream}}
+        )
+        out.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": rank,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
     return out
 
 
 def _args(row: Any) -> dict[str, Any]:
-    args: dict[str, Any] = {"op": row.kind, "stage": int(row.stage), "device": int(row.rank),
-                            "stream": STREAM_TID[row.stream]}  # fmt: skip
+    args: dict[str, Any] = {
+        "op": row.kind,
+        "stage": int(row.stage),
+        "device": int(row.rank),
+        "stream": STREAM_TID[row.stream],
+    }
     if row.group:
         args["group"] = row.group
     for key in ("microbatch", "chunk", "layer"):
@@ -74,12 +100,19 @@ def _args(row: Any) -> dict[str, Any]:
 
 def _slices(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> list[dict]:
     out = []
-    for row, t0, t1 in zip(frame.itertuples(index=False), start_ns, end_ns):
-        out.append({
-            "ph": "X", "cat": "kernel", "name": row.name or row.kind,
-            "pid": int(row.rank), "tid": STREAM_TID[row.stream],
-            "ts": _us(int(t0)), "dur": _us(int(t1 - t0)), "args": _args(row),
-        })  # fmt: skip
+    for row, t0, t1 in zip(frame.itertuples(index=False), start_ns, end_ns, strict=True):
+        out.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": row.name or row.kind,
+                "pid": int(row.rank),
+                "tid": STREAM_TID[row.stream],
+                "ts": _us(int(t0)),
+                "dur": _us(int(t1 - t0)),
+                "args": _args(row),
+            }
+        )
     return out
 
 
@@ -89,7 +122,7 @@ def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> lis
         return []
     mid = (start_ns + end_ns) // 2
     ends: dict[str, dict[int, int]] = {"send": {}, "recv": {}}
-    for index, (kind, flow) in enumerate(zip(frame["kind"], frame[FLOW_COLUMN])):
+    for index, (kind, flow) in enumerate(zip(frame["kind"], frame[FLOW_COLUMN], strict=True)):
         if flow >= 0 and kind in ends:
             if int(flow) in ends[kind]:
                 raise UserError("events.flow_id", f"flow_id {flow} is used by two {kind} events")
@@ -98,9 +131,15 @@ def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> lis
     for flow in sorted(ends["send"].keys() & ends["recv"].keys()):
         for phase, index in (("s", ends["send"][flow]), ("f", ends["recv"][flow])):
             row = frame.iloc[index]
-            event = {"ph": phase, "id": flow, "cat": FLOW_CATEGORY, "name": "p2p",
-                     "pid": int(row["rank"]), "tid": STREAM_TID[row["stream"]],
-                     "ts": _us(int(mid[index]))}  # fmt: skip
+            event = {
+                "ph": phase,
+                "id": flow,
+                "cat": FLOW_CATEGORY,
+                "name": "p2p",
+                "pid": int(row["rank"]),
+                "tid": STREAM_TID[row["stream"]],
+                "ts": _us(int(mid[index])),
+            }
             if phase == "f":
                 event["bp"] = "e"  # bind to the enclosing recv slice, not the next one
             out.append(event)
@@ -112,13 +151,20 @@ def _counters(memory: pd.DataFrame, stage_pid: Mapping[int, int]) -> list[dict]:
     out = []
     frame = validate_memory(memory)
     times = _to_ns(frame["time_s"].to_numpy())
-    for row, t in zip(frame.itertuples(index=False), times):
+    for row, t in zip(frame.itertuples(index=False), times, strict=True):
         pid = stage_pid.get(int(row.stage))
         if pid is None:
             continue
         values = {cat: getattr(row, cat) / GiB for cat in (*MEMORY_CATEGORIES, "total")}
-        out.append({"ph": "C", "name": f"memory stage {row.stage} (GiB)", "pid": pid,
-                    "ts": _us(int(t)), "args": values})  # fmt: skip
+        out.append(
+            {
+                "ph": "C",
+                "name": f"memory stage {row.stage} (GiB)",
+                "pid": pid,
+                "ts": _us(int(t)),
+                "args": values,
+            }
+        )
     return out
 
 
@@ -132,7 +178,7 @@ def build_trace(
     frame = validate_events(events)
     labels = dict(rank_labels or {})
     lanes = sorted(
-        {(int(r), s) for r, s in zip(frame["rank"], frame["stream"])},
+        {(int(r), s) for r, s in zip(frame["rank"], frame["stream"], strict=True)},
         key=lambda lane: (lane[0], STREAM_TID[lane[1]]),
     )
     start_ns = _to_ns(frame["start_s"].to_numpy())

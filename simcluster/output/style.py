@@ -100,5 +100,7 @@ def format_of(path: str | Path, field: str = "path") -> str:
     """Image format from a file name suffix: png, svg or pdf."""
     fmt = Path(path).suffix.lstrip(".").lower()
     if fmt not in _METADATA:
-        raise UserError(field, f"cannot tell image format of '{path}'; end it in .png, .svg or .pdf")
+        raise UserError(
+            field, f"cannot tell image format of '{path}'; end it in .png, .svg or .pdf"
+        )
     return fmt
