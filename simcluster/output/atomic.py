@@ -1,0 +1,134 @@
+"""Atomic writes: a reader never sees a half-written output file or directory.
+
+Everything is first written into a temporary file or directory in the *same parent* as the
+target (so the final ``os.replace`` is a rename on one filesystem, which POSIX makes atomic),
+flushed with ``fsync``, then renamed into place. Any ``OSError`` becomes
+``UserError("--out", ...)`` after the temporary files are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from simcluster.errors import UserError
+
+OUT_FIELD = "--out"
+
+
+def _unwritable(path: Path, exc: OSError) -> UserError:
+    reason = exc.strerror or type(exc).__name__
+    return UserError(OUT_FIELD, f"cannot write '{path}': {reason}; choose a writable directory")
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; restore immediately.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    # Directory fsync makes the rename itself durable; not every platform allows it.
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+    target = Path(path)
+    tmp_name: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        # mkstemp creates 0600; give the file the mode a plain open() would have.
+        os.chmod(tmp_name, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+        tmp_name = None
+        _fsync_dir(target.parent)
+    except OSError as exc:
+        raise _unwritable(target, exc) from exc
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _check_targets(staging: Path, out_dir: Path) -> list[str]:
+    """Names to move; refuses before anything moves if one cannot be replaced."""
+    names = sorted(p.name for p in staging.iterdir())
+    for name in names:
+        target = out_dir / name
+        if target.exists() and not target.is_file():
+            raise UserError(
+                OUT_FIELD,
+                f"'{target}' exists and is not a regular file; remove it or choose another --out",
+            )
+    return names
+
+
+def _commit(staging: Path, out_dir: Path) -> None:
+    for name in sorted(p.name for p in staging.iterdir()):
+        _fsync_file(staging / name)
+    _fsync_dir(staging)
+    if not out_dir.exists():
+        # The whole directory appears at once.
+        os.replace(staging, out_dir)
+        _fsync_dir(out_dir.parent)
+        return
+    if not out_dir.is_dir():
+        raise UserError(
+            OUT_FIELD, f"'{out_dir}' exists and is not a directory; choose another path"
+        )
+    # An existing directory may hold the user's other files: replace ours one by one, each
+    # atomically, after checking that none of the renames can fail on a non-file target.
+    for name in _check_targets(staging, out_dir):
+        os.replace(staging / name, out_dir / name)
+    _fsync_dir(out_dir)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a staging directory; on success its files land in ``out_dir`` atomically.
+
+    On any error (including ``OSError`` from the caller's writes) the staging directory is
+    removed and ``out_dir`` is left as it was; an ``OSError`` becomes ``UserError("--out")``.
+    """
+    target = Path(out_dir)
+    if target.exists() and not target.is_dir():
+        raise UserError(OUT_FIELD, f"'{target}' exists and is not a directory; choose another path")
+    staging: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes 0700; match a plain mkdir
+        yield staging
+        _commit(staging, target)
+    except OSError as exc:
+        raise _unwritable(target, exc) from exc
+    finally:
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,333 @@
+"""The timeline Gantt chart: one row per (simulated GPU, stream) that has events.
+
+Blocks are colored by event kind, forward/backward blocks carry their microbatch number when
+wide enough, idle time stays white (so the pipeline bubble is visible), and dashed lines mark
+step boundaries. The figure grows with the number of rows (rows get thinner past
+``DENSE_ROWS``). When events cover several steps, the chart zooms to the last one.
+
+Dense timelines stay readable without hiding idle time: events of one lane closer than a pixel
+are drawn as one block, and per-layer events of one microbatch form one labelled
+per-microbatch block (the label sits on its longest piece; visible gaps stay white).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import matplotlib.colors as mcolors
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from simcluster.errors import UserError
+from simcluster.output.atomic import atomic_write_bytes
+from simcluster.output.events import STREAMS, span, validate_events
+from simcluster.output.style import KIND_STYLES, figure_bytes, format_of, text_color, time_scale
+from simcluster.units import format_time
+
+DENSE_ROWS = 16
+LABELED_KINDS = frozenset({"forward", "backward_input", "backward_weight", "backward", "recompute"})
+FIG_WIDTH_IN = 14.0
+DPI = 100
+_BAR = 0.8  # bar height as a fraction of the row pitch
+_AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
+
+
+@dataclass(frozen=True)
+class GanttRow:
+    """One drawn row: a stream of one simulated GPU."""
+
+    rank: int
+    stream: str
+    label: str
+
+
+@dataclass(frozen=True)
+class GanttLayout:
+    """What the chart shows: rows top to bottom, the time window, the drawn blocks (events
+    joined where the gap is under a pixel), the per-microbatch blocks that carry the labels,
+    the number of labels, and the image size in pixels."""
+
+    rows: tuple[GanttRow, ...]
+    window_s: tuple[float, float]
+    blocks: pd.DataFrame
+    microbatch_blocks: pd.DataFrame
+    labels: int
+    width_px: int
+    height_px: int
+
+
+def gantt_rows(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> list[GanttRow]:
+    """Rows for every (rank, stream) with events: by rank, then in :data:`STREAMS` order."""
+    order = {s: i for i, s in enumerate(STREAMS)}
+    lanes = sorted(
+        {(int(r), s) for r, s in zip(events["rank"], events["stream"], strict=True)},
+        key=lambda lane: (lane[0], order[lane[1]]),
+    )
+    rows, previous = [], None
+    for rank, stream in lanes:
+        # Name the GPU once, on its first row; its other rows only name the stream.
+        name = rank_labels.get(rank, f"rank {rank}") if rank != previous else ""
+        rows.append(GanttRow(rank, stream, f"{name}  {stream}".strip()))
+        previous = rank
+    return rows
+
+
+def step_window(
+    events: pd.DataFrame, step_time_s: float | None, window: tuple[float, float] | None = None
+) -> tuple[float, float]:
+    """The time window drawn: ``window`` if given; the last step when the events cover more
+    than one step; else everything."""
+    first, last = span(events)
+    if window is not None:
+        if not window[1] > window[0]:
+            raise UserError("window", f"window end must be after its start, got {window}")
+        return float(window[0]), float(window[1])
+    if step_time_s and last - first > 1.05 * step_time_s:
+        return last - step_time_s, last
+    return first, max(last, first + (step_time_s or 0.0), first + 1e-12)
+
+
+def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) -> pd.DataFrame:
+    """Join consecutive events of one lane with the same (kind, microbatch, chunk).
+
+    They join when the gap between them is at most ``min_gap_s`` (invisible at the drawn
+    resolution) or, with ``collapse_layers``, when both are per-layer events (layer >= 0).
+    The result keeps, per block, the extent of its longest member (``widest_start_s``,
+    ``widest_end_s``): the place for a label that does not sit on a gap.
+    """
+    frame = events.sort_values(["rank", "stream", "start_s"], kind="stable").reset_index(drop=True)
+    keys = ["rank", "stream", "kind", "microbatch", "chunk"]
+    if frame.empty:
+        return pd.DataFrame(
+            columns=[*keys, "layer", "start_s", "end_s", "widest_start_s", "widest_end_s", "events"]
+        )
+    if "widest_start_s" not in frame:
+        frame["widest_start_s"], frame["widest_end_s"] = frame["start_s"], frame["end_s"]
+        frame["events"] = 1
+    same = np.ones(len(frame), dtype=bool)
+    for key in keys:
+        values = frame[key].to_numpy()
+        same[1:] &= values[1:] == values[:-1]
+    same[0] = False
+    gap = frame["start_s"].to_numpy()[1:] - frame["end_s"].to_numpy()[:-1]
+    close = np.concatenate([[False], gap <= min_gap_s])
+    if collapse_layers:
+        layered = frame["layer"].to_numpy() >= 0
+        close |= np.concatenate([[False], layered[1:] & layered[:-1]])
+    frame["block"] = np.cumsum(~(same & close))
+    widest = frame.loc[
+        (frame["widest_end_s"] - frame["widest_start_s"]).groupby(frame["block"]).idxmax()
+    ]
+    grouped = frame.groupby("block", sort=True)
+    merged = grouped[[*keys, "layer"]].first()
+    merged["start_s"] = grouped["start_s"].min()
+    merged["end_s"] = grouped["end_s"].max()
+    merged["widest_start_s"] = widest.set_index("block")["widest_start_s"]
+    merged["widest_end_s"] = widest.set_index("block")["widest_end_s"]
+    merged["events"] = grouped["events"].sum()
+    return merged.reset_index(drop=True)
+
+
+def _fill(kind: str, chunk: int, n_chunks: int) -> str:
+    base = np.array(mcolors.to_rgb(KIND_STYLES[kind].color))
+    if n_chunks > 1 and chunk > 0:
+        # Later virtual chunks in lighter shades of the same color.
+        base = base + (1.0 - base) * 0.5 * chunk / (n_chunks - 1)
+    return mcolors.to_hex(base)
+
+
+def _row_pitch_in(n_rows: int) -> float:
+    return 0.34 if n_rows <= DENSE_ROWS else 0.24
+
+
+def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float) -> None:
+    fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
+    rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
+    x = blocks["start_s"].to_numpy() * factor
+    w = (blocks["end_s"] - blocks["start_s"]).to_numpy() * factor
+    spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for row, fill, x0, width in zip(rows, fills, x, w, strict=True):
+        spans.setdefault((row, fill), []).append((x0, width))
+    # One call per (row, color) keeps thousands of blocks cheap to draw.
+    for (row, fill), ranges in sorted(spans.items()):
+        ax.broken_barh(
+            ranges, (row - _BAR / 2, _BAR), facecolors=fill, edgecolor="white", linewidth=0.3
+        )
+
+
+def _draw_labels(
+    ax,
+    groups: pd.DataFrame,
+    row_of: dict,
+    n_chunks: int,
+    factor: float,
+    px_per_s: float,
+    font_pt: float,
+) -> int:
+    """Microbatch numbers, one per microbatch block, on its longest piece; returns the count."""
+    char_px = 0.62 * font_pt * DPI / 72
+    drawn = 0
+    for g in groups.itertuples(index=False):
+        if g.kind not in LABELED_KINDS or g.microbatch < 0:
+            continue
+        text = str(g.microbatch)
+        need_px = len(text) * char_px + 3
+        y = row_of[(g.rank, g.stream)]
+        if (g.widest_end_s - g.widest_start_s) * px_per_s >= need_px:
+            x = (g.widest_start_s + g.widest_end_s) / 2 * factor
+            color = text_color(_fill(g.kind, g.chunk, n_chunks))
+            ax.text(
+                x, y, text, ha="center", va="center", fontsize=font_pt, color=color, clip_on=True
+            )
+        elif (g.end_s - g.start_s) * px_per_s >= need_px + 4:
+            # Pieces too thin for the number: put it on a small white tag over the block.
+            x = (g.start_s + g.end_s) / 2 * factor
+            ax.text(
+                x,
+                y,
+                text,
+                ha="center",
+                va="center",
+                fontsize=font_pt,
+                color="black",
+                clip_on=True,
+                bbox={
+                    "boxstyle": "round,pad=0.1",
+                    "facecolor": "white",
+                    "edgecolor": "none",
+                    "alpha": 0.85,
+                },
+            )
+        else:
+            continue
+        drawn += 1
+    return drawn
+
+
+def _legend(fig: Figure, kinds: set[str], n_chunks: int) -> None:
+    handles = [
+        Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds
+    ]
+    if n_chunks > 1:
+        handles.append(Patch(facecolor="#DDDDDD", label="lighter = later virtual chunk"))
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=min(len(handles), 7),
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def draw_gantt(
+    events: pd.DataFrame,
+    rank_labels: Mapping[int, str] | None = None,
+    title: str = "",
+    subtitle: str = "",
+    step_time_s: float | None = None,
+    window: tuple[float, float] | None = None,
+) -> tuple[Figure, GanttLayout]:
+    """Draw the chart on a new figure; returns it with what was drawn."""
+    frame = validate_events(events)
+    if frame.empty:
+        raise UserError("events", "no events to draw; the simulation produced an empty timeline")
+    rows = gantt_rows(frame, dict(rank_labels or {}))
+    t0, t1 = step_window(frame, step_time_s, window)
+    visible = frame[(frame["end_s"] >= t0) & (frame["start_s"] <= t1)]
+    pitch = _row_pitch_in(len(rows))
+    height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
+    px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
+    blocks = merge_blocks(visible, min_gap_s=1.0 / px_per_s, collapse_layers=False)
+    groups = merge_blocks(blocks, min_gap_s=1.0 / px_per_s, collapse_layers=True)
+    n_chunks = int(frame["chunk"].max()) + 1
+
+    fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    row_of = {(r.rank, r.stream): i for i, r in enumerate(rows)}
+    font_pt = min(8.0, pitch * 72 * _BAR * 0.62)
+    scale = time_scale(t1 - t0)
+    _draw_blocks(ax, blocks, row_of, n_chunks, scale.factor)
+    labels = _draw_labels(ax, groups, row_of, n_chunks, scale.factor, px_per_s, font_pt)
+    for i in range(1, len(rows)):
+        if rows[i].rank != rows[i - 1].rank:  # separate GPUs with a thin rule
+            ax.axhline(i - 0.5, color="#BBBBBB", linewidth=0.6)
+    _mark_steps(ax, frame, step_time_s, t0, t1, scale.factor)
+    margin = 0.01 * (t1 - t0)
+    ax.set_xlim((t0 - margin) * scale.factor, (t1 + margin) * scale.factor)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(
+        range(len(rows)), [r.label for r in rows], fontsize=max(6.0, min(8.0, font_pt + 1))
+    )
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel(f"time ({scale.unit})", fontsize=9)
+    ax.grid(axis="x", color="#EEEEEE", linewidth=0.6)
+    ax.set_axisbelow(True)
+    heading = "\n".join(part for part in (title, subtitle) if part)
+    if heading:
+        ax.set_title(heading, fontsize=10)
+    _legend(fig, set(blocks["kind"]), n_chunks)
+    layout = GanttLayout(
+        tuple(rows),
+        (t0, t1),
+        blocks,
+        groups,
+        labels,
+        int(FIG_WIDTH_IN * DPI),
+        int(round(height_in * DPI)),
+    )
+    return fig, layout
+
+
+def _mark_steps(ax, frame, step_time_s, t0, t1, factor) -> None:
+    """Dashed lines at the ends of steps, counted from the first event."""
+    if not step_time_s or step_time_s <= 0:
+        return
+    first, _ = span(frame)
+    k_first = int(np.ceil((t0 - first) / step_time_s - 1e-9))
+    k_last = int(np.floor((t1 - first) / step_time_s + 1e-9))
+    for k in range(max(k_first, 1), k_last + 1):
+        x = (first + k * step_time_s) * factor
+        ax.axvline(x, color="#C62828", linestyle="--", linewidth=1.0, zorder=3)
+        ax.annotate(
+            f"end of step {k}",
+            (x, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#C62828",
+        )
+
+
+def plot_gantt(
+    events: pd.DataFrame,
+    path: str | os.PathLike[str],
+    rank_labels: Mapping[int, str] | None = None,
+    title: str = "",
+    subtitle: str = "",
+    step_time_s: float | None = None,
+    window: tuple[float, float] | None = None,
+) -> GanttLayout:
+    """Write the Gantt chart to ``path`` (.png/.svg/.pdf, atomically)."""
+    fmt = format_of(path)
+    fig, layout = draw_gantt(events, rank_labels, title, subtitle, step_time_s, window)
+    atomic_write_bytes(path, figure_bytes(fig, fmt, dpi=DPI))
+    return layout
+
+
+def describe_step(summary: Mapping[str, object]) -> str:
+    """The subtitle line from a run summary: layout and step time when present."""
+    parts = []
+    if summary.get("layout"):
+        parts.append(str(summary["layout"]))
+    step = summary.get("step_time_s")
+    if isinstance(step, (int, float)) and step > 0:
+        parts.append(f"step {format_time(float(step))}")
+    return " · ".join(parts)

@@ -1,0 +1,185 @@
+"""Memory over time per pipeline stage: categories stacked, capacity line, peak annotated.
+
+The memory timeline is a step function: each row of a stage holds from its ``time_s`` until
+the next row of that stage (the last row until the end of the plotted window). The arrays the
+plot draws are computed once by :func:`memory_plot_data` and returned, so tests (and users)
+can check exactly what the picture shows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simcluster.errors import UserError
+from simcluster.output.atomic import atomic_write_bytes
+from simcluster.output.style import MEMORY_STYLES, figure_bytes, format_of, time_scale
+from simcluster.units import GiB, format_bytes
+
+MEMORY_CATEGORIES: tuple[str, ...] = tuple(MEMORY_STYLES)
+MEMORY_COLUMNS: tuple[str, ...] = ("stage", "time_s", *MEMORY_CATEGORIES, "total")
+
+
+def validate_memory(memory: pd.DataFrame) -> pd.DataFrame:
+    """A checked copy of the memory timeline, sorted by (stage, time).
+
+    ``total`` must equal the sum of the categories: the plot stacks the categories, so a
+    mismatch would draw a peak different from the summary's.
+    """
+    if not isinstance(memory, pd.DataFrame):
+        raise UserError("memory", f"expected a pandas DataFrame, got {type(memory).__name__}")
+    missing = [c for c in MEMORY_COLUMNS if c not in memory.columns]
+    if missing:
+        raise UserError("memory", f"missing column(s) {missing}; required: {list(MEMORY_COLUMNS)}")
+    frame = memory.loc[:, list(MEMORY_COLUMNS)].copy()
+    try:
+        frame["stage"] = frame["stage"].astype("int64")
+        for col in MEMORY_COLUMNS[1:]:
+            frame[col] = frame[col].astype("float64")
+    except (TypeError, ValueError) as exc:
+        raise UserError("memory", f"non-numeric value: {exc}") from exc
+    if not np.isfinite(frame[list(MEMORY_COLUMNS[1:])].to_numpy()).all():
+        raise UserError("memory", "memory values and times must be finite")
+    stacked = frame[list(MEMORY_CATEGORIES)].sum(axis=1).to_numpy()
+    if not np.allclose(stacked, frame["total"].to_numpy(), rtol=1e-9, atol=1.0):
+        raise UserError("memory.total", "total must equal params+grads+optimizer+activations+other")
+    return frame.sort_values(["stage", "time_s"], kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """The drawn step function of one stage: ``times`` has one more point than the rows
+    (the window end), and each layer in ``layers`` repeats its last value there."""
+
+    stage: int
+    times_s: np.ndarray
+    layers: dict[str, np.ndarray]  # category -> bytes, bottom to top
+    top: np.ndarray  # stack height = sum of the layers
+
+    @property
+    def peak_bytes(self) -> float:
+        return float(self.top.max())
+
+    @property
+    def peak_time_s(self) -> float:
+        return float(self.times_s[int(self.top.argmax())])
+
+
+@dataclass(frozen=True)
+class MemoryPlotData:
+    """Everything memory.png shows."""
+
+    stages: tuple[StageMemory, ...]
+    capacity_bytes: float
+
+    @property
+    def peak_bytes(self) -> float:
+        """The highest stack over all stages (equals the summary's peak memory)."""
+        return max((s.peak_bytes for s in self.stages), default=0.0)
+
+    @property
+    def peak_stage(self) -> int:
+        return max(self.stages, key=lambda s: s.peak_bytes).stage
+
+
+def memory_plot_data(
+    memory: pd.DataFrame, capacity_bytes: float, end_s: float | None = None
+) -> MemoryPlotData:
+    """The per-stage stacked step functions, extended to ``end_s`` (default: last row time)."""
+    if not (isinstance(capacity_bytes, (int, float)) and capacity_bytes > 0):
+        raise UserError(
+            "capacity_bytes", f"must be a positive number of bytes, got {capacity_bytes}"
+        )
+    frame = validate_memory(memory)
+    last = float(frame["time_s"].max()) if len(frame) else 0.0
+    end = last if end_s is None else max(float(end_s), last)
+    stages = []
+    for stage, rows in frame.groupby("stage", sort=True):
+        times = np.append(rows["time_s"].to_numpy(), end)
+        layers = {}
+        for cat in MEMORY_CATEGORIES:
+            values = rows[cat].to_numpy()
+            layers[cat] = np.append(values, values[-1])
+        top = np.sum([layers[c] for c in MEMORY_CATEGORIES], axis=0)
+        stages.append(StageMemory(int(stage), times, layers, top))
+    return MemoryPlotData(tuple(stages), float(capacity_bytes))
+
+
+def _draw_stage(ax, data: StageMemory, capacity: float, factor: float) -> None:
+    x = data.times_s * factor
+    bottom = np.zeros_like(x)
+    for cat, style in MEMORY_STYLES.items():
+        upper = bottom + data.layers[cat] / GiB
+        ax.fill_between(
+            x, bottom, upper, step="post", color=style.color, linewidth=0, label=style.label
+        )
+        bottom = upper
+    ax.step(x, data.top / GiB, where="post", color="black", linewidth=0.8)
+    ax.axhline(capacity / GiB, color="#C62828", linestyle="--", linewidth=1.0, label="capacity")
+    peak_x = data.peak_time_s * factor
+    ax.plot([peak_x], [data.peak_bytes / GiB], marker="v", color="black", markersize=5)
+    ax.annotate(
+        f"peak {format_bytes(data.peak_bytes)}",
+        (peak_x, data.peak_bytes / GiB),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+    )
+    ax.set_title(f"stage {data.stage}", fontsize=9, loc="left")
+    ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)
+    ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
+    """A figure with one small panel per stage, sharing axes so stages compare at a glance."""
+    n = max(len(data.stages), 1)
+    ncols = min(4, n)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(3.6 * ncols + 0.6, 2.3 * nrows + 1.3), layout="constrained")
+    axes = np.atleast_1d(
+        fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
+    ).ravel()
+    span = max((float(s.times_s[-1] - s.times_s[0]) for s in data.stages), default=0.0)
+    scale = time_scale(span)
+    for index, (ax, stage) in enumerate(zip(axes, data.stages, strict=False)):
+        _draw_stage(ax, stage, data.capacity_bytes, scale.factor)
+        ax.tick_params(labelbottom=True, labelsize=8)  # panels above a blank cell need ticks
+        if index + ncols >= len(data.stages):  # lowest panel of its column
+            ax.set_xlabel(f"time ({scale.unit})", fontsize=8)
+    for ax in axes[len(data.stages) :]:
+        ax.set_visible(False)
+    top = max(data.peak_bytes, data.capacity_bytes) / GiB
+    axes[0].set_ylim(0, top * 1.12)
+    fig.supylabel("memory per GPU (GiB)", fontsize=9)
+    headline = (
+        f"peak {format_bytes(data.peak_bytes)} on stage {data.peak_stage} of "
+        f"{format_bytes(data.capacity_bytes)}"
+        if data.stages
+        else "no memory data"
+    )
+    fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8, frameon=False
+    )
+    return fig
+
+
+def plot_memory(
+    memory: pd.DataFrame,
+    capacity_bytes: float,
+    path: str | os.PathLike[str],
+    title: str = "",
+    end_s: float | None = None,
+) -> MemoryPlotData:
+    """Write the memory plot to ``path`` (png/svg/pdf, atomically); return the drawn data."""
+    data = memory_plot_data(memory, capacity_bytes, end_s)
+    fmt = format_of(path)
+    atomic_write_bytes(path, figure_bytes(draw_memory(data, title), fmt))
+    return data

@@ -1,0 +1,213 @@
+"""Chrome Trace Event JSON that ui.perfetto.dev (and chrome://tracing) opens.
+
+Laid out like a PyTorch profiler (Kineto) GPU trace so simulated and measured traces read the
+same way: one process per simulated GPU (``pid`` = rank), one thread per stream (``tid``),
+complete events ``ph: "X"`` with ``cat: "kernel"`` for compute and communication alike
+(Kineto shows NCCL kernels as ``kernel`` too). p2p transfers get flow arrows (``ph: s`` on
+the send, ``ph: f`` with ``bp: e`` on the recv) and memory per stage is a counter track.
+
+Timestamps are microseconds. They are put on an integer-nanosecond grid first: Perfetto
+converts ``ts``/``dur`` to integer ns, so events that touch in seconds still touch (not
+overlap by a rounding nanosecond) once imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simcluster.errors import UserError
+from simcluster.output.atomic import atomic_write_text
+from simcluster.output.events import COMPUTE_KINDS, FLOW_COLUMN, STREAMS, validate_events
+from simcluster.output.memory_plot import MEMORY_CATEGORIES, validate_memory
+from simcluster.units import GiB
+
+# tid per stream; 1-based because some viewers treat tid 0 as "no thread".
+STREAM_TID: dict[str, int] = {stream: index + 1 for index, stream in enumerate(STREAMS)}
+FLOW_CATEGORY = "p2p"
+
+
+def _us(ns: int) -> float:
+    # ns / 1000 prints with at most 3 decimals, which Perfetto rounds back to the same ns.
+    return ns / 1000
+
+
+def _to_ns(seconds: np.ndarray) -> np.ndarray:
+    return np.rint(seconds * 1e9).astype(np.int64)
+
+
+def _metadata(rank_labels: Mapping[int, str], lanes: list[tuple[int, str]]) -> list[dict]:
+    out: list[dict] = []
+    for rank in sorted({r for r, _ in lanes}):
+        label = rank_labels.get(rank, f"rank {rank}")
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": rank,
+                "tid": 0,
+                "args": {"name": f"GPU {rank}: {label}"},
+            }
+        )
+        out.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": rank,
+                "tid": 0,
+                "args": {"sort_index": rank},
+            }
+        )
+    for rank, stream in lanes:
+        tid = STREAM_TID[stream]
+        out.append(
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": stream}}
+        )
+        out.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": rank,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+    return out
+
+
+def _args(row: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "op": row.kind,
+        "stage": int(row.stage),
+        "device": int(row.rank),
+        "stream": STREAM_TID[row.stream],
+    }
+    if row.group:
+        args["group"] = row.group
+    for key in ("microbatch", "chunk", "layer"):
+        value = int(getattr(row, key))
+        if value >= 0:
+            args[key] = value
+    if row.bytes > 0:
+        args["bytes"] = int(row.bytes)
+    return args
+
+
+def _slices(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> list[dict]:
+    out = []
+    for row, t0, t1 in zip(frame.itertuples(index=False), start_ns, end_ns, strict=True):
+        out.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": row.name or row.kind,
+                "pid": int(row.rank),
+                "tid": STREAM_TID[row.stream],
+                "ts": _us(int(t0)),
+                "dur": _us(int(t1 - t0)),
+                "args": _args(row),
+            }
+        )
+    return out
+
+
+def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> list[dict]:
+    """Arrows from each send to its recv; bound to the slices by a timestamp inside each."""
+    if FLOW_COLUMN not in frame:
+        return []
+    mid = (start_ns + end_ns) // 2
+    ends: dict[str, dict[int, int]] = {"send": {}, "recv": {}}
+    for index, (kind, flow) in enumerate(zip(frame["kind"], frame[FLOW_COLUMN], strict=True)):
+        if flow >= 0 and kind in ends:
+            if int(flow) in ends[kind]:
+                raise UserError("events.flow_id", f"flow_id {flow} is used by two {kind} events")
+            ends[kind][int(flow)] = index
+    out = []
+    for flow in sorted(ends["send"].keys() & ends["recv"].keys()):
+        for phase, index in (("s", ends["send"][flow]), ("f", ends["recv"][flow])):
+            row = frame.iloc[index]
+            event = {
+                "ph": phase,
+                "id": flow,
+                "cat": FLOW_CATEGORY,
+                "name": "p2p",
+                "pid": int(row["rank"]),
+                "tid": STREAM_TID[row["stream"]],
+                "ts": _us(int(mid[index])),
+            }
+            if phase == "f":
+                event["bp"] = "e"  # bind to the enclosing recv slice, not the next one
+            out.append(event)
+    return out
+
+
+def _counters(memory: pd.DataFrame, stage_pid: Mapping[int, int]) -> list[dict]:
+    """One counter track per stage, in the process of the stage's first simulated GPU."""
+    out = []
+    frame = validate_memory(memory)
+    times = _to_ns(frame["time_s"].to_numpy())
+    for row, t in zip(frame.itertuples(index=False), times, strict=True):
+        pid = stage_pid.get(int(row.stage))
+        if pid is None:
+            continue
+        values = {cat: getattr(row, cat) / GiB for cat in (*MEMORY_CATEGORIES, "total")}
+        out.append(
+            {
+                "ph": "C",
+                "name": f"memory stage {row.stage} (GiB)",
+                "pid": pid,
+                "ts": _us(int(t)),
+                "args": values,
+            }
+        )
+    return out
+
+
+def build_trace(
+    events: pd.DataFrame,
+    rank_labels: Mapping[int, str] | None = None,
+    memory: pd.DataFrame | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The trace as a JSON-able dict ``{"traceEvents": [...], "otherData": {...}}``."""
+    frame = validate_events(events)
+    labels = dict(rank_labels or {})
+    lanes = sorted(
+        {(int(r), s) for r, s in zip(frame["rank"], frame["stream"], strict=True)},
+        key=lambda lane: (lane[0], STREAM_TID[lane[1]]),
+    )
+    start_ns = _to_ns(frame["start_s"].to_numpy())
+    end_ns = np.maximum(_to_ns(frame["end_s"].to_numpy()), start_ns)
+    trace_events = _metadata(labels, lanes)
+    trace_events += _slices(frame, start_ns, end_ns)
+    trace_events += _flows(frame, start_ns, end_ns)
+    if memory is not None:
+        stage_pid = frame.groupby("stage")["rank"].min().astype(int).to_dict()
+        trace_events += _counters(memory, stage_pid)
+    other = {"generator": "simcluster", "compute_kinds": list(COMPUTE_KINDS)}
+    other.update(metadata or {})
+    # No "displayTimeUnit": some Perfetto versions read it as the unit of ts itself.
+    return {"traceEvents": trace_events, "otherData": other}
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    events: pd.DataFrame,
+    rank_labels: Mapping[int, str] | None = None,
+    memory: pd.DataFrame | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Write ``trace.json`` atomically (compact JSON, keys in a fixed order)."""
+    trace = build_trace(events, rank_labels, memory, metadata)
+    atomic_write_text(path, json.dumps(trace, separators=(",", ":"), default=_jsonable))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

@@ -1,0 +1,110 @@
+"""``write_all``: every output file of a run, written into one directory atomically.
+
+All files are rendered into a staging directory next to ``out_dir`` and only then moved into
+place (see :mod:`simcluster.output.atomic`), so a failure part-way (bad input, full disk,
+unwritable place) leaves no half-written output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simcluster.errors import UserError
+from simcluster.output.atomic import atomic_output_dir
+from simcluster.output.events import (
+    events_to_csv_bytes,
+    events_to_parquet_bytes,
+    parquet_available,
+    span,
+    validate_events,
+)
+from simcluster.output.gantt import describe_step, draw_gantt
+from simcluster.output.memory_plot import draw_memory, memory_plot_data
+from simcluster.output.perfetto import build_trace
+from simcluster.output.style import figure_bytes
+
+TIMELINE_PNG = "timeline.png"
+TIMELINE_SVG = "timeline.svg"
+TRACE_JSON = "trace.json"
+EVENTS_CSV = "events.csv"
+EVENTS_PARQUET = "events.parquet"
+MEMORY_PNG = "memory.png"
+SUMMARY_JSON = "summary.json"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (Path, os.PathLike)):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def summary_json(summary: Mapping[str, Any]) -> str:
+    """The summary as stable JSON text (sorted keys, 2-space indent, NaN refused)."""
+    try:
+        return (
+            json.dumps(dict(summary), indent=2, sort_keys=True, allow_nan=False, default=_jsonable)
+            + "\n"
+        )
+    except (TypeError, ValueError) as exc:
+        raise UserError("summary", f"cannot be written as JSON: {exc}") from exc
+
+
+def _step_time(summary: Mapping[str, Any]) -> float | None:
+    step = summary.get("step_time_s")
+    if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
+        return float(step)
+    return None
+
+
+def write_all(
+    out_dir: str | os.PathLike[str],
+    events: pd.DataFrame,
+    memory: pd.DataFrame,
+    capacity_bytes: float,
+    summary: Mapping[str, Any],
+    rank_labels: Mapping[int, str] | None = None,
+    title: str = "",
+    svg: bool = False,
+) -> dict[str, Path]:
+    """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png and
+    summary.json into ``out_dir``; returns file name -> final path.
+
+    Raises ``UserError("--out", ...)`` when ``out_dir`` cannot be written; then nothing of
+    this run is left in ``out_dir``. Inputs are validated before anything is written.
+    """
+    frame = validate_events(events)
+    summary_text = summary_json(summary)
+    labels = dict(rank_labels or {})
+    step = _step_time(summary)
+    heading = title or str(summary.get("scenario", ""))
+    subtitle = describe_step(summary)
+    # Render everything in memory first: bad inputs fail before the directory is touched.
+    fig, _ = draw_gantt(frame, labels, heading, subtitle, step)
+    files: dict[str, bytes] = {TIMELINE_PNG: figure_bytes(fig, "png")}
+    if svg:
+        files[TIMELINE_SVG] = figure_bytes(fig, "svg")
+    _, last = span(frame)
+    mem = memory_plot_data(memory, capacity_bytes, end_s=last)
+    files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
+    trace = build_trace(frame, labels, memory, {"title": heading, **dict(summary)})
+    files[TRACE_JSON] = json.dumps(trace, separators=(",", ":"), default=_jsonable).encode()
+    files[EVENTS_CSV] = events_to_csv_bytes(frame)
+    if parquet_available():
+        files[EVENTS_PARQUET] = events_to_parquet_bytes(frame)
+    files[SUMMARY_JSON] = summary_text.encode()
+
+    with atomic_output_dir(out_dir) as staging:
+        for name, data in sorted(files.items()):
+            (staging / name).write_bytes(data)
+    final = Path(out_dir)
+    return {name: final / name for name in sorted(files)}

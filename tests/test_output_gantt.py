@@ -1,0 +1,114 @@
+"""The Gantt chart: a valid PNG that grows with rows, deterministic, readable when dense."""
+
+from __future__ import annotations
+
+import struct
+
+import pandas as pd
+import pytest
+from output_timeline import UNIT_S, make_1f1b
+
+from simcluster.errors import UserError
+from simcluster.output.gantt import gantt_rows, merge_blocks, plot_gantt, step_window
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # PNG spec (RFC 2083) §3.1
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the IHDR chunk, which the PNG spec puts first."""
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def _plot(tmp_path, name, t, **kw):
+    path = tmp_path / name
+    layout = plot_gantt(
+        t.events, path, t.rank_labels, t.summary["scenario"], "", t.summary["step_time_s"], **kw
+    )
+    return path.read_bytes(), layout
+
+
+def test_png_is_valid_and_grows_with_rows(tmp_path):
+    small = make_1f1b(p=4, dp_comm=0.0, p2p=0.0)  # compute + zero-length p2p rows: 8 rows
+    mid = make_1f1b(p=4, tp=2, dp=2, dp_comm=0.0)  # 16 GPUs x (compute, comm_pp) = 32 rows
+    big = make_1f1b(p=4, tp=2, dp=2, layers=2, tp_comm=0.05)  # 16 GPUs x 4 streams = 64 rows
+    sizes = []
+    for name, t, rows in (("s.png", small, 8), ("m.png", mid, 32), ("b.png", big, 64)):
+        data, layout = _plot(tmp_path, name, t)
+        assert len(layout.rows) == rows
+        width, height = png_size(data)
+        assert (width, height) == (layout.width_px, layout.height_px)
+        sizes.append(height)
+    assert sizes[0] < sizes[1] < sizes[2]
+
+
+def test_rows_follow_rank_then_stream_order():
+    t = make_1f1b(p=2, m=2, tp=1, dp=1, layers=2, tp_comm=0.1)
+    rows = gantt_rows(t.events, t.rank_labels)
+    assert [(r.rank, r.stream) for r in rows] == [
+        (0, "compute"),
+        (0, "comm_tp"),
+        (0, "comm_dp"),
+        (0, "comm_pp"),
+        (1, "compute"),
+        (1, "comm_tp"),
+        (1, "comm_dp"),
+        (1, "comm_pp"),
+    ]
+    assert rows[0].label.startswith("stage 0 / tp 0 / dp 0")
+    assert rows[1].label == "comm_tp"  # the GPU is named once
+
+
+def test_microbatch_numbers_on_every_f_and_b_block(tmp_path):
+    # p=4, m=8: 4 stages x 8 microbatches x (F, B) = 64 blocks, each >= 1 unit wide (~30 px).
+    _, layout = _plot(tmp_path, "g.png", make_1f1b(p=4, m=8))
+    assert layout.labels == 64
+
+
+def test_per_layer_events_collapse_into_microbatch_blocks(tmp_path):
+    t = make_1f1b(p=4, m=8, layers=4, tp_comm=0.05, dp_comm=0.0)
+    _, layout = _plot(tmp_path, "g.png", t)
+    compute = layout.microbatch_blocks[layout.microbatch_blocks["stream"] == "compute"]
+    labelled = compute[compute["kind"].isin(["forward", "backward"])]
+    assert len(labelled) == 4 * 8 * 2  # one block per (stage, microbatch, F|B), not per layer
+    assert set(labelled["events"]) == {4}  # each made of its 4 layer events
+    assert layout.labels == 64
+    # The drawn blocks keep the visible waits for the TP all-reduce: no per-layer merge there.
+    drawn = layout.blocks[layout.blocks["stream"] == "compute"]
+    assert len(drawn) > len(compute)
+
+
+def test_sub_pixel_gaps_merge_visible_gaps_stay():
+    t = make_1f1b(p=2, m=2, layers=4, tp_comm=0.05, dp_comm=0.0)
+    events = t.events[t.events["stream"] == "compute"]
+    tiny = merge_blocks(events, min_gap_s=0.06 * UNIT_S, collapse_layers=False)
+    kept = merge_blocks(events, min_gap_s=0.01 * UNIT_S, collapse_layers=False)
+    assert len(tiny) == 2 * 2 * 2  # gaps of 0.05 units under the threshold: per-microbatch
+    assert len(kept) == len(events)  # gaps wider than a pixel stay visible
+
+
+def test_zooms_to_last_step_when_events_cover_two():
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    second = t.events.copy()
+    second["start_s"] += step
+    second["end_s"] += step
+    both = pd.concat([t.events, second], ignore_index=True)
+    assert step_window(both, step) == pytest.approx((step, 2 * step))
+    assert step_window(t.events, step) == pytest.approx((0.0, step))
+
+
+def test_rendering_is_deterministic(tmp_path):
+    t = make_1f1b(p=4, m=4)
+    for suffix in ("png", "svg"):
+        a, _ = _plot(tmp_path, f"a.{suffix}", t)
+        b, _ = _plot(tmp_path, f"b.{suffix}", t)
+        assert a == b
+    svg = (tmp_path / "a.svg").read_text()
+    assert "<dc:date>" not in svg
+
+
+def test_unknown_image_suffix_is_a_user_error(tmp_path):
+    t = make_1f1b(p=2, m=2)
+    with pytest.raises(UserError, match=r"\.png, \.svg or \.pdf"):
+        plot_gantt(t.events, tmp_path / "timeline.gif", t.rank_labels)

@@ -1,0 +1,102 @@
+"""write_all: every file lands in --out together, or nothing does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from output_timeline import make_1f1b
+
+from simcluster.errors import UserError
+from simcluster.output.events import parquet_available, read_events_csv
+from simcluster.output.writer import write_all
+
+EXPECTED = {"timeline.png", "trace.json", "events.csv", "memory.png", "summary.json"}
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    return make_1f1b(p=4, m=8)
+
+
+def _write(timeline, out, **kw):
+    return write_all(
+        out,
+        timeline.events,
+        timeline.memory,
+        timeline.capacity_bytes,
+        timeline.summary,
+        timeline.rank_labels,
+        "1F1B test",
+        **kw,
+    )
+
+
+def _leftovers(parent):
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_writes_every_file(tmp_path, timeline):
+    out = tmp_path / "run" / "out"  # missing parents are created
+    written = _write(timeline, out, svg=True)
+    expected = EXPECTED | {"timeline.svg"} | ({"events.parquet"} if parquet_available() else set())
+    assert set(written) == expected
+    assert {p.name for p in out.iterdir()} == expected
+    assert json.loads((out / "summary.json").read_text()) == timeline.summary
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert len(read_events_csv(out / "events.csv")) == len(timeline.events)
+    assert _leftovers(out.parent) == []  # no staging directory left behind
+
+
+def test_rewrite_keeps_other_files_and_replaces_ours(tmp_path, timeline):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "summary.json").write_text("stale")
+    _write(timeline, out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "summary.json").read_text()) == timeline.summary
+
+
+def test_out_under_a_regular_file_is_a_user_error(tmp_path, timeline):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    with pytest.raises(UserError) as err:
+        _write(timeline, blocker / "out")
+    assert err.value.field == "--out"
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_out_that_is_a_file_is_a_user_error(tmp_path, timeline):
+    blocker = tmp_path / "out"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="not a directory"):
+        _write(timeline, blocker)
+    assert blocker.read_text() == "x"
+
+
+def test_failure_at_commit_leaves_nothing_half_written(tmp_path, timeline):
+    # A directory where trace.json should go makes one rename impossible: the writer must
+    # notice before moving anything, so no output of this run appears at all.
+    out = tmp_path / "out"
+    (out / "trace.json").mkdir(parents=True)
+    with pytest.raises(UserError) as err:
+        _write(timeline, out)
+    assert err.value.field == "--out"
+    assert sorted(p.name for p in out.iterdir()) == ["trace.json"]
+    assert _leftovers(tmp_path) == []
+
+
+def test_bad_summary_fails_before_touching_out(tmp_path, timeline):
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        write_all(
+            out,
+            timeline.events,
+            timeline.memory,
+            timeline.capacity_bytes,
+            {"step_time_s": float("nan")},
+        )
+    assert err.value.field == "summary"
+    assert not out.exists()
