@@ -73,7 +73,9 @@ class Comms:
                 yield self._join(rank, dim, op, members, nbytes)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
-            self.recorder.add(rank, stage, stream, op, group, name, mb, chunk, layer, start, self.env.now, nbytes)
+            kind = "send" if op == "send_recv" else op
+            shown = "dp" if group == "edp" else group
+            self.recorder.add(rank, stage, stream, kind, shown, name, mb, chunk, layer, start, self.env.now, nbytes)
 
     def _ring_step(self, rank: int, stage: int, dim: str, members: list[int], nbytes: float) -> Generator:
         nxt = members[(members.index(rank) + 1) % len(members)]

@@ -52,7 +52,7 @@ COMM_KINDS: tuple[str, ...] = (
 KINDS: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
 GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "")
 # Order is the display order of a GPU's lanes (Gantt rows, Perfetto threads).
-STREAMS: tuple[str, ...] = ("compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_pp")
+STREAMS: tuple[str, ...] = ("compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_pp", "comm_pp_recv")
 
 _INT_COLUMNS = ("rank", "stage", "microbatch", "chunk", "layer")
 _STR_COLUMNS = ("stream", "kind", "group", "name")

@@ -1,0 +1,91 @@
+"""Summary metrics from the recorded events: bubble, exposed communication, busy time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
+
+
+def union_length(intervals: np.ndarray) -> float:
+    """Total length covered by a set of [start, end] intervals."""
+    if len(intervals) == 0:
+        return 0.0
+    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
+    total = 0.0
+    cur_s, cur_e = iv[0]
+    for s, e in iv[1:]:
+        if s > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return float(total + cur_e - cur_s)
+
+
+def _merge(intervals: np.ndarray) -> list[tuple[float, float]]:
+    if len(intervals) == 0:
+        return []
+    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
+    out = [list(iv[0])]
+    for s, e in iv[1:]:
+        if s > out[-1][1]:
+            out.append([s, e])
+        else:
+            out[-1][1] = max(out[-1][1], e)
+    return [(float(a), float(b)) for a, b in out]
+
+
+def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
+    """Length of the union of ``comm`` intervals not covered by any ``compute`` interval."""
+    total = 0.0
+    cover = _merge(compute)
+    for s, e in _merge(comm):
+        length = e - s
+        for cs, ce in cover:
+            if ce <= s:
+                continue
+            if cs >= e:
+                break
+            length -= min(e, ce) - max(s, cs)
+        total += max(length, 0.0)
+    return total
+
+
+def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
+    """Per group (tp, cp, ep, dp, pp): communication time with the compute stream idle, worst rank."""
+    out: dict[str, float] = {}
+    comm = events[events["group"] != ""]
+    if comm.empty:
+        return {g: 0.0 for g in ("tp", "cp", "ep", "dp", "pp")}
+    for group in ("tp", "cp", "ep", "dp", "pp"):
+        worst = 0.0
+        sel = comm[(comm["group"] == group) & (comm["kind"] != "recv")]
+        for rank, rows in sel.groupby("rank", sort=True):
+            compute = events[(events["rank"] == rank) & (events["stream"] == "compute")]
+            value = uncovered(rows[["start_s", "end_s"]].to_numpy(), compute[["start_s", "end_s"]].to_numpy())
+            worst = max(worst, value)
+        out[group] = worst
+    return out
+
+
+def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
+    """Idle share of the pipeline phase per stage (not computing, not blocked on exposed comm).
+
+    The pipeline phase runs from the step start to the end of the last F/B/W op of any stage,
+    so 1F1B with free communication gives (p-1)/(m+p-1) on every stage.
+    """
+    pipe = events[events["kind"].isin(PIPELINE_KINDS)]
+    if pipe.empty:
+        return 0.0, []
+    span = float(pipe["end_s"].max())
+    per_stage = []
+    for _stage, rows in pipe.groupby("stage", sort=True):
+        rank = rows["rank"].min()
+        mine = events[(events["rank"] == rank) & (events["end_s"] <= span + 1e-12)]
+        compute = mine[mine["stream"] == "compute"][["start_s", "end_s"]].to_numpy()
+        comm = mine[(mine["group"].isin(["tp", "cp", "ep"]))][["start_s", "end_s"]].to_numpy()
+        busy = union_length(compute) + uncovered(comm, compute)
+        per_stage.append(max(0.0, 1.0 - busy / span) if span > 0 else 0.0)
+    return float(np.mean(per_stage)), per_stage

@@ -1,0 +1,276 @@
+"""One simulated GPU: walks its stage's schedule, runs compute and starts communication.
+
+Dependencies follow the schedule's model positions: F(mb) at virtual stage k waits for the
+activation from k-1, B(mb) at k for the gradient from k+1; W follows B on the same stage.
+Gradient buckets are reduced as they become ready on the last microbatch; the optimizer waits
+for all reductions; ZeRO-1/2 parameter all-gathers are waited for layer by layer in the
+forward (overlapped) or run after the optimizer (not overlapped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from simcluster.engine.comms import Comms
+from simcluster.engine.plan import StagePlan, Unit
+from simcluster.engine.recorder import Recorder
+from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
+from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment
+from simcluster.schedules import PipeOp, locate
+
+
+@dataclass
+class Shared:
+    """State shared by all workers of one simulation."""
+
+    env: simpy.Environment
+    comms: Comms
+    recorder: Recorder
+    ctx: Any  # Context
+    plans: list[StagePlan]
+    optimizer_seconds: list[float]
+    p2p_bytes: float
+    arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
+
+    def arrival(self, key: tuple) -> simpy.Event:
+        ev = self.arrivals.get(key)
+        if ev is None:
+            ev = self.arrivals[key] = self.env.event()
+        return ev
+
+
+@dataclass
+class Worker:
+    """The SimPy process of one simulated rank."""
+
+    shared: Shared
+    rank: int
+    stage: int
+    activations: float = 0.0
+    reductions: list[simpy.Process] = field(default_factory=list)
+    gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
+    end_time: float = 0.0
+    pipeline_end: float = 0.0
+
+    @property
+    def plan(self) -> StagePlan:
+        return self.shared.plans[self.stage]
+
+    # --- helpers ------------------------------------------------------------------------
+    def _record(self, kind: str, name: str, mb: int, chunk: int, layer: int, start: float) -> None:
+        self.shared.recorder.add(
+            self.rank, self.stage, "compute", kind, "", name, mb, chunk, layer, start, self.shared.env.now
+        )
+
+    def _memory(self) -> None:
+        self.shared.recorder.memory(self.stage, self.shared.env.now, self.plan.static_bytes, self.activations)
+
+    def _comm(self, seg: Comm, mb: int, chunk: int) -> Generator:
+        yield from self.shared.comms.collective(
+            self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer
+        )
+
+    def run_segments(self, segments: tuple[Segment, ...] | list[Segment], kind: str, mb: int, chunk: int) -> Generator:
+        """Execute segments in order; an overlapped comm runs under the next compute block."""
+        env = self.shared.env
+        pending: simpy.Process | None = None
+        for seg in segments:
+            if isinstance(seg, Comm):
+                if pending is not None:
+                    yield pending
+                    pending = None
+                proc = env.process(self._comm(seg, mb, chunk))
+                if seg.overlap:
+                    pending = proc
+                else:
+                    yield proc
+                continue
+            start = env.now
+            if seg.seconds > 0:
+                yield env.timeout(seg.seconds)
+                self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start)
+            if pending is not None:
+                yield pending
+                pending = None
+        if pending is not None:
+            yield pending
+
+    # --- the step -----------------------------------------------------------------------
+    def run(self) -> Generator:
+        env = self.shared.env
+        sc = self.shared.ctx.scenario
+        self._memory()
+        zero = self.shared.ctx.layout.zero
+        if zero in (1, 2) and sc.overlap.param_gather:
+            self._start_param_gathers()
+        previous: PipeOp | None = None
+        for op in self.plan.ops:
+            yield from self._wait_inputs(op)
+            yield from self._execute(op, previous)
+            send = self._send_outputs(op)
+            if send is not None and not sc.overlap.pp_comm:
+                yield send  # blocking p2p (Megatron without overlap_p2p_comm)
+            previous = op
+        self.pipeline_end = env.now
+        if not sc.overlap.dp_grad_reduce:
+            for b in self.plan.buckets:
+                yield env.process(self._reduce_bucket(b))
+        for proc in self.reductions:
+            if not proc.triggered:
+                yield proc
+        start = env.now
+        yield env.timeout(self.shared.optimizer_seconds[self.stage])
+        self._record("optimizer", "optimizer_step", -1, -1, -1, start)
+        if zero in (1, 2) and not sc.overlap.param_gather:
+            for b in self.plan.buckets:
+                yield env.process(self._gather_bucket(b))
+        yield from self._drain()
+        self.end_time = env.now
+
+    def _drain(self) -> Generator:
+        # the step ends when this rank's outstanding gathers and sends are done
+        for ev in list(self.gathers.values()):
+            if not ev.triggered:
+                yield ev
+
+    def _wait_inputs(self, op: PipeOp) -> Generator:
+        sh = self.shared
+        sched, spec = sh.ctx.schedule, sh.ctx.spec
+        k = sched.virtual_stage(spec, self.stage, op.chunk, op.microbatch)
+        if op.kind == "F" and k > 0:
+            yield sh.arrival((self.rank, "F", op.microbatch, k))
+        elif op.kind in ("B", "BW") and k < sched.virtual_stages(spec) - 1:
+            yield sh.arrival((self.rank, "B", op.microbatch, k))
+
+    def _execute(self, op: PipeOp, previous: PipeOp | None) -> Generator:
+        cplan = self.plan.chunks[op.chunk]
+        kind = PHASE_KIND[op.kind]
+        units = cplan.phases[op.kind]
+        zero3 = self.shared.ctx.layout.zero == 3
+        last_mb = self.plan.last_backward.get(op.chunk) == op.microbatch
+        if op.kind == "F":
+            self.activations += cplan.activation_bytes
+            self._memory()
+        resident = previous is not None and previous.kind == "F" and previous.microbatch == op.microbatch and previous.chunk == op.chunk
+        for i, unit in enumerate(units):
+            if zero3 and op.kind != "W":
+                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
+            elif op.kind == "F":
+                yield from self._wait_param_gather(op.chunk, unit)
+            yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk)
+            if op.kind in ("W", "BW"):
+                if zero3:
+                    self._spawn_zero3_reduce(unit, op)
+                elif last_mb:
+                    self._bucket_hooks(op.chunk, unit)
+        frac = self.plan.wgrad_fraction
+        if op.kind == "B":
+            self.activations -= cplan.activation_bytes * (1 - frac)
+            self._memory()
+        elif op.kind == "W":
+            self.activations -= cplan.activation_bytes * frac
+            self._memory()
+        elif op.kind == "BW":
+            self.activations -= cplan.activation_bytes
+            self._memory()
+
+    def _send_outputs(self, op: PipeOp) -> simpy.Process | None:
+        sh = self.shared
+        sched, spec = sh.ctx.schedule, sh.ctx.spec
+        if op.kind == "W":
+            return None
+        k = sched.virtual_stage(spec, self.stage, op.chunk, op.microbatch)
+        target = k + 1 if op.kind == "F" else k - 1
+        if target < 0 or target >= sched.virtual_stages(spec):
+            return None
+        dst_stage, _ = locate(sched, spec, target, op.microbatch)
+        direction = "F" if op.kind == "F" else "B"
+        lay = sh.ctx.layout
+        coords = lay.coords(self.rank)
+        dst = lay.rank(tp=coords["tp"], cp=coords["cp"], dp=coords["dp"], pp=dst_stage)
+        event = sh.arrival((dst, direction, op.microbatch, target))
+        if dst_stage == self.stage:
+            event.succeed()
+            return None
+        pairs = list(zip(lay.stage_ranks(self.stage), lay.stage_ranks(dst_stage), strict=True))
+        name = "activation" if direction == "F" else "gradient"
+
+        def transfer() -> Generator:
+            yield from sh.comms.p2p(
+                self.rank, dst, self.stage, dst_stage, sh.p2p_bytes, name, op.microbatch, op.chunk, pairs
+            )
+            event.succeed()
+
+        return sh.env.process(transfer())
+
+    # --- data parallel / ZeRO -------------------------------------------------------------
+    def _bucket_hooks(self, chunk: int, unit: Unit) -> None:
+        if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
+            return
+        for b in self.plan.buckets:
+            if b.chunk == chunk and b.ready_layer in unit.layers:
+                self.reductions.append(self.shared.env.process(self._reduce_bucket(b)))
+
+    def _reduce_bucket(self, bucket: Any) -> Generator:
+        sc = self.shared.ctx.scenario
+        op = "all_reduce" if self.shared.ctx.layout.zero == 0 else "reduce_scatter"
+        nbytes = bucket.params * grad_reduce_bytes(sc)
+        yield from self.shared.comms.collective(
+            self.rank, self.stage, bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0]
+        )
+
+    def _gather_bucket(self, bucket: Any) -> Generator:
+        nbytes = bucket.params * param_bytes(self.shared.ctx.scenario)
+        yield from self.shared.comms.collective(
+            self.rank, self.stage, bucket.group, "all_gather", nbytes, "param_all_gather", -1, bucket.chunk, bucket.layers[0]
+        )
+
+    def _start_param_gathers(self) -> None:
+        # issued in forward order (reverse of the backward-ordered buckets), waited per layer
+        for b in reversed(self.plan.buckets):
+            proc = self.shared.env.process(self._gather_bucket(b))
+            for layer in b.layers:
+                self.gathers[(b.chunk, layer)] = proc
+
+    def _wait_param_gather(self, chunk: int, unit: Unit) -> Generator:
+        for layer in unit.layers:
+            ev = self.gathers.get((chunk, layer))
+            if ev is not None and not ev.triggered:
+                yield ev
+
+    def _zero3_gather(self, units: list[Unit], i: int, op: PipeOp, skip_first: bool) -> Generator:
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch)."""
+        env = self.shared.env
+        prefetch = self.shared.ctx.scenario.zero3.prefetch
+        key = (op.kind, op.microbatch, op.chunk)
+        want = [i, i + 1] if prefetch else [i]
+        for j in want:
+            if j >= len(units) or (j == 0 and skip_first):
+                continue
+            gkey = (key, j)
+            if gkey not in self.gathers:
+                nbytes = units[j].params * param_bytes(self.shared.ctx.scenario)
+                self.gathers[gkey] = env.process(
+                    self.shared.comms.collective(
+                        self.rank, self.stage, "dp", "all_gather", nbytes, "zero3_param_all_gather",
+                        op.microbatch, op.chunk, units[j].layers[0],
+                    )
+                )
+        ev = self.gathers.get((key, i))
+        if ev is not None and not ev.triggered:
+            yield ev
+
+    def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
+        nbytes = unit.params * grad_reduce_bytes(self.shared.ctx.scenario)
+        self.reductions.append(
+            self.shared.env.process(
+                self.shared.comms.collective(
+                    self.rank, self.stage, "dp", "reduce_scatter", nbytes, "zero3_grad_reduce_scatter",
+                    op.microbatch, op.chunk, unit.layers[0],
+                )
+            )
+        )
