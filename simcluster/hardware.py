@@ -75,6 +75,12 @@ class EfficiencySpec(_Strict):
     hbm: float = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")
     nvlink: float = Field(gt=0, le=1, description="achievable fraction of NVLink bandwidth")
     nic: float = Field(gt=0, le=1, description="achievable fraction of NIC bandwidth")
+    nvls: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
+    )
     kernel_launch_us: float = Field(default=4.0, ge=0)
 
 

@@ -1,1 +1,114 @@
-"""simcluster."""
+"""Collectives over shared links: algorithms -> flows on graph paths, max-min fair sharing.
+
+``Network.collective`` starts an op on every group of a call at once (symmetric peers, e.g. the
+DP groups of all TP ranks of one stage) and returns an event that fires when the representative
+``groups[0]`` has finished. By default only the representative's flows are simulated, each
+loading the links of its path with the number of peer flows on them (see ``symmetry.py``);
+``symmetric=False`` simulates every group's flows (for checks and heterogeneous runs).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from simcluster.network.flows import Flow, FlowSolver
+from simcluster.network.ops import OPS, bandwidths, busbw_factor, check_op
+from simcluster.network.planner import Recipe, make_recipe, recipe_time_alone
+from simcluster.topology import Cluster
+
+__all__ = ["OPS", "Network", "bandwidths", "busbw_factor", "check_op", "collective_time"]
+
+
+class Network:
+    """The cluster's links shared by every transfer of one SimPy run."""
+
+    def __init__(self, env: simpy.Environment, cluster: Cluster, ideal: bool = False,
+                 symmetric: bool = True) -> None:  # fmt: skip
+        self.env = env
+        self.cluster = cluster
+        self.ideal = ideal
+        self.symmetric = symmetric
+        self._solver = FlowSolver(cluster.capacity)
+        self._gen = 0
+
+    def collective(self, op: str, groups: list[list[int]], nbytes: float,
+                   algo: str | None = None) -> simpy.Event:  # fmt: skip
+        """Start ``op`` on every group in ``groups`` at once; the event fires when groups[0]
+        has finished. nbytes = the nccl-tests 'size' of the op (all_reduce/broadcast: buffer;
+        all_gather: total output; reduce_scatter: total input; all_to_all: total send buffer
+        per rank)."""
+        done = self.env.event()
+        if self.ideal or nbytes <= 0 or len(groups[0]) < 2:
+            check_op(op)
+            done.succeed()
+            return done
+        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
+        self.env.process(self._run(recipe, done))
+        return done
+
+    def send(self, src: int, dst: int, nbytes: float,
+             pairs: list[tuple[int, int]] | None = None) -> simpy.Event:  # fmt: skip
+        """Point-to-point; ``pairs`` = all symmetric concurrent (src, dst) pairs incl. (src, dst)."""
+        others = [list(p) for p in (pairs or []) if tuple(p) != (src, dst)]
+        return self.collective("send_recv", [[src, dst], *others], nbytes)
+
+    # --- SimPy driver -----------------------------------------------------------------------
+    def _run(self, recipe: Recipe, done: simpy.Event):
+        if recipe.latency > 0:
+            yield self.env.timeout(recipe.latency)
+        rep = recipe.specs[0] if recipe.scale > 0 else ()
+        if not rep:
+            done.succeed()
+            return
+        pending = [len(rep)]
+
+        def finished() -> None:
+            pending[0] -= 1
+            if pending[0] == 0:
+                done.succeed()
+
+        self._sync()
+        for i, specs in enumerate(recipe.specs):
+            for s in specs:
+                self._solver.add(
+                    Flow(
+                        s.links,
+                        s.coeffs,
+                        s.fraction * recipe.scale,
+                        on_done=finished if i == 0 else None,
+                    )
+                )
+        self._reshare()
+
+    def _sync(self) -> None:
+        for f in self._solver.advance(self.env.now):
+            if f.on_done is not None:
+                f.on_done()
+
+    def _reshare(self) -> None:
+        dt = self._solver.reshare()
+        self._gen += 1
+        if dt != float("inf"):
+            gen = self._gen
+            self.env.timeout(dt).callbacks.append(lambda _ev: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen == self._gen:
+            self._sync()
+            self._reshare()
+
+
+def collective_time(op: str, nbytes: float, cluster: Cluster, group: list[int],
+                    algo: str | None = None) -> float:  # fmt: skip
+    """Seconds for ``op`` of ``nbytes`` on ``group`` alone on an idle network."""
+    if nbytes <= 0 or len(group) < 2:
+        check_op(op)
+        return 0.0
+    return recipe_time_alone(cluster, make_recipe(cluster, op, [group], nbytes, algo))
+
+
+def describe(
+    op: str, nbytes: float, cluster: Cluster, group: list[int], algo: str | None = None
+) -> Recipe:
+    """The recipe (chosen algorithm, protocol, latency) for an op alone; for reports."""
+    return make_recipe(cluster, op, [group], nbytes, algo)

@@ -1,0 +1,117 @@
+"""``simcluster collective OP SIZE --gpus N``: one collective alone, reported as nccl-tests does.
+
+time, algbw = S / t and busbw = algbw x factor(op, n) (GB = 1e9 bytes); ``--sweep`` prints the
+nccl-tests table from 8 B doubling up to SIZE; ``--set cluster.nic_gbps=200`` overrides a
+hardware field (keys of hardware.CLUSTER_OVERRIDES).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import yaml
+
+from simcluster.errors import UserError, did_you_mean
+from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
+from simcluster.network import bandwidths, check_op, collective_time, describe
+from simcluster.topology import build_cluster
+from simcluster.units import parse_size
+
+NAME = "collective"
+HELP = "time one collective alone on the cluster (nccl-tests style time, algbw, busbw)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """CLI arguments of the command."""
+    parser.add_argument(
+        "op", help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv"
+    )
+    parser.add_argument("size", help="nccl-tests size of the op, e.g. 8, 1MiB, 1GiB")
+    parser.add_argument("--gpus", type=int, required=True, help="ranks in the group (GPUs 0..N-1)")
+    parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the profile's")
+    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
+    parser.add_argument(
+        "--algo", default=None, help="ring, tree, hierarchical, nvls, direct (default: as NCCL)"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
+                        help="override a hardware field, e.g. cluster.nic_gbps=200")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--sweep", action="store_true", help="sizes from 8 B doubling up to SIZE")
+
+
+def parse_overrides(items: list[str]) -> dict[str, object]:
+    """``cluster.KEY=VALUE`` strings -> {KEY: value} (values parsed as YAML scalars)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        short = key.removeprefix("cluster.")
+        if not sep or not key.startswith("cluster.") or short not in CLUSTER_OVERRIDES:
+            raise UserError(
+                "--set",
+                f"'{item}' is not cluster.KEY=VALUE with KEY one of {', '.join(sorted(CLUSTER_OVERRIDES))}"
+                f"{did_you_mean(short, CLUSTER_OVERRIDES)}",
+            )
+        out[short] = yaml.safe_load(value)
+    return out
+
+
+def _row(op: str, nbytes: int, n: int, cluster, algo: str | None) -> dict[str, object]:
+    t = collective_time(op, nbytes, cluster, list(range(n)), algo)
+    algbw, busbw = bandwidths(op, nbytes, n, t) if t > 0 else (0.0, 0.0)
+    recipe = describe(op, nbytes, cluster, list(range(n)), algo) if nbytes > 0 and n > 1 else None
+    return {
+        "op": op,
+        "bytes": nbytes,
+        "gpus": n,
+        "time_s": t,
+        "algbw_GBps": algbw / 1e9,
+        "busbw_GBps": busbw / 1e9,
+        "algo": recipe.algo if recipe else None,
+        "proto": recipe.proto if recipe else None,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; UserError for bad input."""
+    op = check_op(args.op, "op")
+    size = parse_size(args.size, "size")
+    if args.gpus < 1:
+        raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
+    if op == "send_recv" and args.gpus != 2:
+        raise UserError(
+            "--gpus", "send_recv runs between 2 GPUs (0 -> N-1 is not defined); use --gpus 2"
+        )
+    profile = load_profile(args.hardware, parse_overrides(args.set), field="--hardware")
+    cluster = build_cluster(profile, args.gpus, args.gpus_per_node)
+    sizes = [size]
+    if args.sweep:
+        sizes, s = [], 8
+        while s <= max(size, 8):
+            sizes.append(s)
+            s *= 2
+    rows = [_row(op, s, args.gpus, cluster, args.algo) for s in sizes]
+    if args.json:
+        print(json.dumps(rows if args.sweep else rows[0], indent=2))
+        return 0
+    _print_table(rows, profile.name, args.sweep)
+    return 0
+
+
+def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    first = rows[0]
+    table = Table(title=f"{first['op']} on {first['gpus']} GPUs of {hw}")
+    for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["bytes"]),
+            f"{float(r['time_s']) * 1e6:.2f}",  # type: ignore[arg-type]
+            f"{float(r['algbw_GBps']):.2f}",  # type: ignore[arg-type]
+            f"{float(r['busbw_GBps']):.2f}",  # type: ignore[arg-type]
+            f"{r['algo']}/{r['proto']}" if r["algo"] else "-",
+        )
+    Console(width=100).print(table)

@@ -1,0 +1,121 @@
+"""Collective algorithms: a registry of expansions of (op, group) into transfers on graph paths.
+
+An algorithm turns one group's collective into a :class:`Plan`: transfers (a path and the bytes it
+carries as a fraction of the op size S) that run concurrently (chunks are pipelined, as NCCL
+does), plus the step counts of NCCL's latency model. Plans depend only on (op, group), so they are
+cached; bytes are scaled per call.
+
+``algo=None`` picks what NCCL's tuner would: among the registered algorithms marked ``auto`` that
+support the op and group, and each of their protocols, the one with the least predicted time on
+an idle network (NCCL: ``ncclTopoGetAlgoTime``, minimum over algorithm x protocol). Hierarchical
+is never picked automatically (NCCL has no such algorithm name; ask for it with ``algo``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.errors import UserError, did_you_mean
+from simcluster.topology import Cluster
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Bytes moved along one path: ``fraction`` x S (before protocol overhead)."""
+
+    links: tuple[int, ...]
+    fraction: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One group's collective as concurrent transfers and NCCL latency-model step counts."""
+
+    family: str  # latency/protocol family in protocols.py: ring, tree, nvls
+    transfers: tuple[Transfer, ...]
+    intra_steps: int
+    inter_steps: int
+    intra_hop_s: float
+    inter_hop_s: float
+
+
+class Algorithm:
+    """Base class: subclasses set name, family, ops, auto and implement ``expand``."""
+
+    name: str = ""
+    family: str = "ring"
+    ops: frozenset[str] = frozenset()
+    auto: bool = True
+
+    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
+        """Why this algorithm cannot run (op, group), or None when it can."""
+        if op not in self.ops:
+            return f"'{self.name}' does not implement {op} (it does {', '.join(sorted(self.ops))})"
+        return None
+
+    def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
+        raise NotImplementedError
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator adding an algorithm to the registry under its name."""
+    ALGORITHMS[cls.name] = cls()
+    return cls
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """Registered algorithm by name, or a UserError listing the choices."""
+    algo = ALGORITHMS.get(name)
+    if algo is None:
+        names = sorted(ALGORITHMS)
+        raise UserError(
+            "algo",
+            f"unknown algorithm '{name}'{did_you_mean(name, names)}; one of {', '.join(names)}",
+        )
+    return algo
+
+
+# --- helpers shared by the algorithm modules ---------------------------------------------------
+def by_domain(cluster: Cluster, group: list[int]) -> list[list[int]]:
+    """The group's GPUs split by NVLink domain, domains and GPUs in ascending order."""
+    out: dict[int, list[int]] = {}
+    for g in sorted(group):
+        out.setdefault(cluster.domain_of(g), []).append(g)
+    return [out[d] for d in sorted(out)]
+
+
+def hop_latencies(
+    cluster: Cluster, transfers: list[Transfer], group: list[int]
+) -> tuple[float, float]:
+    """(intra, inter) per-step hop latency: the slowest path of each kind used by the plan."""
+    intra = cluster.profile.node.nvlink_latency_us * 1e-6
+    inter = 0.0
+    for t in transfers:
+        lat = cluster.path_latency(t.links)
+        if any(cluster.edges[e][1].startswith("nic") for e in t.links):
+            inter = max(inter, lat)
+        else:
+            intra = max(intra, lat)
+    return intra, inter
+
+
+def ring_order(domains: list[list[int]], channel: int) -> list[int]:
+    """Ring for one channel: each domain's GPUs rotated by the channel, so every channel
+    enters a domain at a different GPU and crosses the fabric on a different rail."""
+    ring: list[int] = []
+    for gpus in domains:
+        k = channel % len(gpus)
+        ring.extend(gpus[k:] + gpus[:k])
+    return ring
+
+
+def ring_transfers(
+    cluster: Cluster, ring: list[int], fraction: float, chain: bool = False
+) -> list[Transfer]:
+    """Neighbour transfers along a ring (or an open chain when ``chain``)."""
+    n = len(ring)
+    last = n - 1 if chain else n
+    return [Transfer(cluster.path(ring[i], ring[(i + 1) % n]), fraction) for i in range(last)]

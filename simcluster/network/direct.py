@@ -1,0 +1,77 @@
+"""Direct algorithms: NVLS in-switch all-reduce, pairwise all-to-all and point-to-point.
+
+NVLS (NVLink SHARP, NCCL >= 2.17 on NVSwitch gen3+): every GPU pushes its buffer into the
+switch, which reduces and multicasts the result back, so each GPU's NVLink carries about S each
+way. The achieved algbw is ``efficiency.nvls`` x NVLink bandwidth (from nccl-tests), so the flow
+bytes are scaled by nvlink/nvls efficiency to make one S cost S / (B x eff_nvls) alone while
+still sharing the NVLink ports with other traffic.
+"""
+
+from __future__ import annotations
+
+from simcluster.errors import UserError
+from simcluster.network.algorithms import (
+    Algorithm,
+    Plan,
+    Transfer,
+    by_domain,
+    hop_latencies,
+    register_algorithm,
+)
+from simcluster.topology import Cluster
+
+
+@register_algorithm
+class Nvls(Algorithm):
+    """NVSwitch in-network reduction within one NVLink domain."""
+
+    name = "nvls"
+    family = "nvls"
+    ops = frozenset({"all_reduce"})
+
+    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
+        why = super().unsupported(op, cluster, group)
+        if why:
+            return why
+        if not cluster.profile.node.nvls:
+            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
+        if len(by_domain(cluster, group)) != 1:
+            return "'nvls' needs the whole group inside one NVLink domain"
+        if cluster.profile.efficiency.nvls is None:
+            raise UserError(
+                "cluster.hardware",
+                f"profile '{cluster.profile.name}' sets node.nvls but lacks efficiency.nvls; add it",
+            )
+        return None
+
+    def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
+        eff = cluster.profile.efficiency
+        scale = eff.nvlink / float(eff.nvls or eff.nvlink)
+        nvs = f"nvs{cluster.domain_of(group[0])}"
+        transfers: list[Transfer] = []
+        for g in sorted(group):
+            transfers.append(Transfer((cluster.link(f"gpu{g}", nvs),), scale))
+            transfers.append(Transfer((cluster.link(nvs, f"gpu{g}"),), scale))
+        return Plan("nvls", tuple(transfers), 1, 0, *hop_latencies(cluster, transfers, group))
+
+
+@register_algorithm
+class Direct(Algorithm):
+    """Every rank sends its share straight to every peer (all-to-all) or to one (send_recv:
+    group = [src, dst])."""
+
+    name = "direct"
+    family = "ring"
+    ops = frozenset({"all_to_all", "send_recv"})
+
+    def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
+        if op == "send_recv":
+            pairs = [(group[0], group[1])] if len(group) > 1 else []
+            frac = 1.0
+        else:
+            pairs = [(s, d) for s in group for d in group if s != d]
+            frac = 1.0 / len(group)
+        transfers = [Transfer(cluster.path(s, d), frac) for s, d in pairs]
+        intra, inter = hop_latencies(cluster, transfers, group)
+        multi = len(by_domain(cluster, group)) > 1
+        return Plan("ring", tuple(transfers), 0 if multi else 1, 1 if multi else 0, intra, inter)

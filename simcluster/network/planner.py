@@ -1,0 +1,157 @@
+"""From (op, groups, size, algo) to a recipe: a latency and representative flows, cached.
+
+Separated from the SimPy driver so ``collective_time`` and algorithm selection share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.errors import UserError
+from simcluster.network import direct, ring, tree  # noqa: F401  (register algorithms)
+from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, get_algorithm
+from simcluster.network.calibrated import measured_time
+from simcluster.network.flows import Flow, isolated_time
+from simcluster.network.ops import check_op
+from simcluster.network.protocols import Protocol, protocols_for, step_latency
+from simcluster.network.symmetry import FlowSpec, explicit_specs, symmetric_specs
+from simcluster.topology import Cluster
+
+GroupsKey = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the simulator runs: wait ``latency``, then move ``scale`` x fraction bytes per flow.
+
+    ``specs[0]`` are the representative group's flows; further entries (explicit mode only)
+    are the other groups'."""
+
+    algo: str
+    proto: str
+    latency: float
+    scale: float
+    specs: tuple[tuple[FlowSpec, ...], ...]
+
+
+def check_groups(cluster: Cluster, groups: list[list[int]]) -> GroupsKey:
+    """Validate groups (non-empty, same size, distinct GPUs that exist) -> hashable key."""
+    if not groups or not groups[0]:
+        raise UserError("groups", "need at least one non-empty group of GPUs")
+    key = tuple(tuple(int(g) for g in grp) for grp in groups)
+    memo = cluster.cache.setdefault("checked", set())
+    if key in memo:
+        return key
+    size = len(key[0])
+    for grp in key:
+        if len(grp) != size:
+            raise UserError(
+                "groups", f"groups of one call must have equal sizes, got {len(grp)} and {size}"
+            )
+        if len(set(grp)) != len(grp):
+            raise UserError("groups", f"group {list(grp)} repeats a GPU")
+        cluster.check_gpus(list(grp), "groups")
+    memo.add(key)
+    return key
+
+
+def _plans(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey) -> list[Plan]:
+    memo = cluster.cache.setdefault("plans", {})
+    out = []
+    for grp in key:
+        k = (op, algo.name, grp)
+        if k not in memo:
+            memo[k] = algo.expand(op, cluster, list(grp))
+        out.append(memo[k])
+    return out
+
+
+def _specs(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey, symmetric: bool):
+    memo = cluster.cache.setdefault("specs", {})
+    k = (op, algo.name, key, symmetric)
+    if k not in memo:
+        plans = _plans(cluster, op, algo, key)
+        if symmetric or len(plans) == 1:
+            memo[k] = (tuple(symmetric_specs(plans)),)
+        else:
+            memo[k] = tuple(tuple(explicit_specs(p)) for p in plans)
+    return memo[k]
+
+
+def _alone(cluster: Cluster, latency: float, specs: tuple[FlowSpec, ...], scale: float) -> float:
+    flows = [Flow(s.links, s.coeffs, s.fraction * scale) for s in specs]
+    return latency + isolated_time(flows, cluster.capacity)
+
+
+def _candidates(cluster: Cluster, op: str, algo: str | None, group: list[int]) -> list[Algorithm]:
+    if algo is not None:
+        chosen = get_algorithm(algo)
+        why = chosen.unsupported(op, cluster, group)
+        if why:
+            raise UserError("algo", why)
+        return [chosen]
+    out = [a for a in ALGORITHMS.values() if a.auto and a.unsupported(op, cluster, group) is None]
+    if not out:
+        raise UserError("op", f"no algorithm implements {op} for this group")
+    return out
+
+
+def _scope(cluster: Cluster, group: tuple[int, ...]) -> str:
+    return "intra" if len({cluster.node_of(g) for g in group}) == 1 else "inter"
+
+
+def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: float,
+                algo: str | None = None, symmetric: bool = True) -> Recipe:  # fmt: skip
+    """Choose algorithm and protocol and build the flows for one collective call (cached)."""
+    check_op(op)
+    key = check_groups(cluster, groups)
+    memo = cluster.cache.setdefault("recipes", {})
+    mkey = (op, key, float(nbytes), algo, symmetric)
+    hit = memo.get(mkey)
+    if hit is not None:
+        return hit
+    best: tuple[float, Algorithm, Protocol] | None = None
+    for a in _candidates(cluster, op, algo, list(key[0])):
+        plan = _plans(cluster, op, a, key)[0]
+        specs = _specs(cluster, op, a, key, True)[0]
+        for p in protocols_for(a.family):
+            lat = step_latency(
+                p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
+            )
+            t = _alone(cluster, lat, specs, nbytes / p.bw_fraction)
+            if best is None or t < best[0]:
+                best = (t, a, p)
+    assert best is not None
+    t_model, a, p = best
+    plan = _plans(cluster, op, a, key)[0]
+    latency = step_latency(
+        p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
+    )
+    scale = nbytes / p.bw_fraction
+    specs = _specs(cluster, op, a, key, symmetric)
+    target = None
+    if algo is None:
+        target = measured_time(
+            cluster.profile.measured, op, _scope(cluster, key[0]), nbytes, len(key[0])
+        )
+    if target is not None:
+        # Calibrated: keep the modelled latency, stretch the flows so the op alone takes the
+        # measured time (contention still slows it further).
+        t_flows = t_model - latency
+        if target > latency and t_flows > 0:
+            scale *= (target - latency) / t_flows
+        else:
+            latency, scale = target, 0.0
+    recipe = Recipe(a.name, p.name, latency, scale, specs)
+    memo[mkey] = recipe
+    return recipe
+
+
+def recipe_time_alone(cluster: Cluster, recipe: Recipe) -> float:
+    """Time of the representative group's part of a recipe on an idle network."""
+    flows = [
+        Flow(s.links, s.coeffs, s.fraction * recipe.scale) for grp in recipe.specs for s in grp
+    ]
+    if not flows or recipe.scale == 0:
+        return recipe.latency
+    return recipe.latency + isolated_time(flows, cluster.capacity)

@@ -1,0 +1,89 @@
+"""NCCL protocols (LL, LL128, Simple) and the latency/bandwidth constants of NCCL's own model.
+
+Numbers are NCCL's tuning tables (NVIDIA/nccl ``src/graph/tuning.cc``: ``baseLat``, ``hwLat``
+and the per-protocol bus-bandwidth refinements in ``ncclTopoTuneModel``), i.e. software
+constants of the library, not properties of a cluster. The hardware part of each step - the
+wire/switch latency of the hop - comes from the profile (``node.nvlink_latency_us``,
+``node.nic_latency_us``, ``fabric.switch_latency_us``); NCCL's LL hop latencies (NVLink 0.6 us,
+network 2.7 us) are the reference those profile numbers replace, and the protocol's extra
+per-step cost is NCCL's ``hwLat[p] - hwLat[LL]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROTOS: tuple[str, ...] = ("LL", "LL128", "Simple")
+_US = 1e-6
+
+# NCCL baseLat (us) per algorithm family and protocol.
+_BASE = {
+    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+    "nvls": {"Simple": 0.0},
+}
+# NCCL hwLat (us) per step: NVLink and network, per family and protocol.
+_HW_NVLINK = {
+    "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+    "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+    "nvls": {"Simple": 23.0},
+}
+_HW_NET = {
+    "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
+    "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+    "nvls": {"Simple": 18.0},
+}
+_REF_NVLINK_US, _REF_NET_US = 0.6, 2.7  # NCCL's ring/LL hop: the pure wire part of a step
+
+# Fraction of the link bandwidth the payload gets (NCCL ncclTopoTuneModel refinements):
+# ring LL 1/4, ring LL128 0.92; tree x0.92, tree LL /3.8, tree LL128 x7/9 (1 node) or 120/128.
+_BW = {
+    ("ring", "LL"): 0.25,
+    ("ring", "LL128"): 0.92,
+    ("ring", "Simple"): 1.0,
+    ("tree", "LL"): 0.92 / 3.8,
+    ("tree", "LL128"): 0.92 * 7 / 9,
+    ("tree", "Simple"): 0.92,
+    ("nvls", "Simple"): 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Latency and bandwidth terms of one (algorithm family, protocol) pair."""
+
+    family: str
+    name: str
+    base_s: float
+    intra_extra_s: float
+    inter_extra_s: float
+    bw_fraction: float
+
+
+def protocols_for(family: str) -> list[Protocol]:
+    """The protocols NCCL offers for an algorithm family (NVLS: Simple only)."""
+    out = []
+    for name in PROTOS:
+        if name not in _BASE[family]:
+            continue
+        out.append(
+            Protocol(
+                family,
+                name,
+                _BASE[family][name] * _US,
+                (_HW_NVLINK[family][name] - _REF_NVLINK_US) * _US,
+                (_HW_NET[family][name] - _REF_NET_US) * _US,
+                _BW[(family, name)],
+            )
+        )
+    return out
+
+
+def step_latency(proto: Protocol, intra_steps: int, inter_steps: int, intra_hop_s: float,
+                 inter_hop_s: float) -> float:  # fmt: skip
+    """NCCL's latency model: base + steps x (hop latency + protocol overhead)."""
+    return (
+        proto.base_s
+        + intra_steps * (intra_hop_s + proto.intra_extra_s)
+        + inter_steps * (inter_hop_s + proto.inter_extra_s)
+    )

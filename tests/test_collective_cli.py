@@ -1,0 +1,71 @@
+"""``simcluster collective``: output definitions (nccl-tests) and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simcluster.cli import main
+
+
+def run_json(capsys, *argv):
+    assert main(["collective", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_fields_follow_nccl_tests(capsys):
+    row = run_json(capsys, "all_reduce", "1GiB", "--gpus", "8")
+    assert {"op", "bytes", "gpus", "time_s", "algbw_GBps", "busbw_GBps", "algo"} <= set(row)
+    assert row["bytes"] == 2**30
+    assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
+    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 7 / 8)
+    ag = run_json(capsys, "all_gather", "1GiB", "--gpus", "8")
+    assert ag["busbw_GBps"] == pytest.approx(ag["algbw_GBps"] * 7 / 8)
+    bc = run_json(capsys, "broadcast", "1GiB", "--gpus", "8")
+    assert bc["busbw_GBps"] == pytest.approx(bc["algbw_GBps"])
+
+
+def test_set_override_and_gpus_per_node(capsys):
+    fast = run_json(capsys, "all_reduce", "1GiB", "--gpus", "16", "--algo", "ring")
+    slow = run_json(
+        capsys,
+        "all_reduce",
+        "1GiB",
+        "--gpus",
+        "16",
+        "--algo",
+        "ring",
+        "--set",
+        "cluster.nic_gbps=200",
+    )
+    assert slow["busbw_GBps"] == pytest.approx(fast["busbw_GBps"] / 2, rel=0.05)
+    four = run_json(
+        capsys, "all_reduce", "1GiB", "--gpus", "8", "--gpus-per-node", "4", "--algo", "ring"
+    )
+    assert four["busbw_GBps"] < 0.8 * fast["busbw_GBps"] * 2
+
+
+def test_sweep_table(capsys):
+    rows = run_json(capsys, "all_reduce", "1MiB", "--gpus", "8", "--sweep")
+    assert [r["bytes"] for r in rows] == [2**k for k in range(3, 21)]
+    assert main(["collective", "all_reduce", "64KiB", "--gpus", "8", "--sweep"]) == 0
+    out = capsys.readouterr().out
+    assert "busbw" in out and "65536" in out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["all_reduse", "1GiB", "--gpus", "8"], "did you mean 'all_reduce'"),
+        (["all_reduce", "1XB", "--gpus", "8"], "size"),
+        (["all_reduce", "1GiB", "--gpus", "12"], "multiple of 8"),
+        (["all_reduce", "1GiB", "--gpus", "8", "--hardware", "dgx-h10"], "did you mean 'dgx-h100'"),
+        (["all_reduce", "1GiB", "--gpus", "8", "--set", "cluster.nic=1"], "--set"),
+        (["all_reduce", "1GiB", "--gpus", "16", "--algo", "nvls"], "one NVLink domain"),
+    ],
+)
+def test_bad_input_one_line_exit_2(capsys, argv, needle):
+    assert main(["collective", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err

@@ -1,0 +1,55 @@
+"""Shipped hardware profiles: all load, every number has a source, datasheet identities hold."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simcluster.errors import UserError
+from simcluster.hardware import _data_dir, load_profile, profile_from_dict, shipped_profiles
+
+REQUIRED = {"dgx-a100", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200"}
+
+
+def _numeric_paths(node, prefix=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _numeric_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(node, (int, float, list)) and not isinstance(node, bool):
+        yield prefix
+
+
+def test_required_profiles_shipped_and_load():
+    assert REQUIRED <= set(shipped_profiles())
+    for name in shipped_profiles():
+        assert load_profile(name).name == name
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_every_number_has_a_source(name):
+    raw = yaml.safe_load((_data_dir() / f"{name}.yaml").read_text())
+    sources = raw["sources"]
+    for section in ("gpu", "node", "fabric", "efficiency"):
+        for path in _numeric_paths(raw[section], section):
+            covered = any(path == s or path.startswith(s + ".") for s in sources)
+            assert covered, f"{name}: {path} has no sources entry"
+    assert all(isinstance(v, str) and len(v) > 10 for v in sources.values())
+
+
+def test_datasheet_identities():
+    h100 = load_profile("dgx-h100")
+    assert h100.nic_bytes_per_s == 50e9  # 400 Gb/s
+    assert h100.nvlink_bytes_per_s == 450e9  # 900 GB/s bidirectional
+    assert load_profile("hgx-h800").nvlink_bytes_per_s == 200e9  # 400 GB/s bidirectional
+    assert load_profile("dgx-b200").nvlink_bytes_per_s == 900e9  # 1.8 TB/s bidirectional
+    assert load_profile("dgx-a100").node.nvls is False
+    for name in ("dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200"):
+        p = load_profile(name)
+        assert p.node.nvls and p.efficiency.nvls is not None
+
+
+def test_missing_field_is_a_user_error():
+    raw = load_profile("dgx-h100").model_dump()
+    del raw["node"]["nic_gbps"]
+    with pytest.raises(UserError, match="missing field 'node.nic_gbps'"):
+        profile_from_dict(raw)

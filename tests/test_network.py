@@ -1,0 +1,181 @@
+"""Network physics: nccl-tests agreement, max-min sharing, NIC limits, symmetry, calibration."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simcluster.errors import UserError
+from simcluster.hardware import load_profile
+from simcluster.network import Network, collective_time, describe
+from simcluster.network.flows import Flow, max_min_rates
+from simcluster.topology import build_cluster
+
+GiB, MiB = 2**30, 2**20
+
+# NVIDIA/dgxc-benchmarking nccl/README.md sample: DGX H100, 8 GPUs, all_reduce (bytes, busbw GB/s);
+# transcribed in shared/validation/published.yaml (nccl_tests_reference_outputs).
+DGX_H100_AR = [(2**30, 466.33), (2**31, 473.37), (2**32, 477.24), (2**33, 480.16), (2**34, 479.9)]
+
+
+def h100(n: int, **over):
+    return build_cluster(load_profile("dgx-h100", over or None), n)
+
+
+def busbw_ar(t: float, size: float, n: int) -> float:
+    return size / t * 2 * (n - 1) / n / 1e9
+
+
+def simulate(cluster, calls, symmetric=True):
+    """Start calls [(kind, args)] together; return each call's finish time."""
+    env = simpy.Environment()
+    net = Network(env, cluster, symmetric=symmetric)
+    ends: list[float] = [0.0] * len(calls)
+
+    def watch(i, ev):
+        yield ev
+        ends[i] = env.now
+
+    for i, (kind, args) in enumerate(calls):
+        env.process(watch(i, getattr(net, kind)(*args)))
+    env.run()
+    return ends
+
+
+@pytest.mark.parametrize("size,published", DGX_H100_AR)
+def test_dgx_h100_allreduce_matches_nccl_tests(size, published):
+    t = collective_time("all_reduce", size, h100(8), list(range(8)))
+    assert busbw_ar(t, size, 8) == pytest.approx(published, rel=0.10)
+
+
+def test_small_messages_latency_dominated():
+    # Same sample: 8 B in 13.67 us, 1 MiB in 27.37 us.
+    c = h100(8)
+    assert collective_time("all_reduce", 8, c, list(range(8))) * 1e6 == pytest.approx(
+        13.67, rel=0.15
+    )
+    assert collective_time("all_reduce", MiB, c, list(range(8))) * 1e6 == pytest.approx(
+        27.37, rel=0.10
+    )
+
+
+def test_plain_ring_is_about_370():
+    # nccl-tests issue 212 (maintainer): ~370 GB/s busbw with NCCL_ALGO=RING on 8x H100.
+    t = collective_time("all_reduce", 8 * GiB, h100(8), list(range(8)), algo="ring")
+    assert busbw_ar(t, 8 * GiB, 8) == pytest.approx(370, rel=0.05)
+    assert describe("all_reduce", 8 * GiB, h100(8), list(range(8))).algo == "nvls"
+
+
+def test_max_min_textbook_example():
+    # Bertsekas & Gallager sec 6.5.2 style: link0 cap 1, link1 cap 2; f0 on 0, f1 on 0+1, f2 on 1.
+    flows = [Flow((0,), (1.0,), 1), Flow((0, 1), (1.0, 1.0), 1), Flow((1,), (1.0,), 1)]
+    max_min_rates(flows, [1.0, 2.0])
+    assert [f.rate for f in flows] == pytest.approx([0.5, 0.5, 1.5])
+
+
+def test_two_transfers_on_one_nic_take_twice_as_long():
+    c = h100(16)
+    (alone,) = simulate(c, [("send", (0, 8, GiB))])
+    both = simulate(c, [("send", (0, 8, GiB)), ("send", (0, 8, GiB))])
+    lat = collective_time("send_recv", 1, c, [0, 8])
+    assert (both[0] - lat) == pytest.approx(2 * (alone - lat), rel=0.01)
+    # Different rails do not interfere.
+    other = simulate(c, [("send", (0, 8, GiB)), ("send", (1, 9, GiB))])
+    assert other[0] == pytest.approx(alone, rel=1e-6)
+
+
+def test_rates_recomputed_when_a_flow_ends():
+    c = h100(16)
+    lat = collective_time("send_recv", 1, c, [0, 8])
+    (alone,) = simulate(c, [("send", (0, 8, GiB))])
+    unit = alone - lat
+    small, big = simulate(c, [("send", (0, 8, GiB)), ("send", (0, 8, 2 * GiB))])
+    assert small - lat == pytest.approx(2 * unit, rel=0.01)
+    assert big - lat == pytest.approx(3 * unit, rel=0.01)
+
+
+def test_multinode_ring_is_nic_limited():
+    # 8 NICs x 400 Gb/s x 0.92 = 368 GB/s per node; ring busbw equals the node's NIC bandwidth.
+    for gbps in (400, 200):
+        c = h100(16, nic_gbps=gbps)
+        t = collective_time("all_reduce", 4 * GiB, c, list(range(16)), algo="ring")
+        assert busbw_ar(t, 4 * GiB, 16) == pytest.approx(8 * gbps / 8 * 0.92, rel=0.03)
+    c = h100(16)
+    ring = collective_time("all_reduce", 4 * GiB, c, list(range(16)), algo="ring")
+    hier = collective_time("all_reduce", 4 * GiB, c, list(range(16)), algo="hierarchical")
+    assert hier < ring * 0.95
+
+
+def test_oversubscription_divides_cross_leaf_bandwidth():
+    pairs = [(g, g + 16) for g in range(16)]  # nodes 0,1 (leaf 0) -> nodes 2,3 (leaf 1)
+    times = []
+    for k in (1.0, 2.0, 4.0):
+        c = h100(32, nodes_per_leaf=2, oversubscription=k)
+        times.append(simulate(c, [("send", (0, 16, GiB, pairs))])[0])
+    lat = collective_time("send_recv", 1, h100(32, nodes_per_leaf=2), [0, 16])
+    assert (times[1] - lat) / (times[0] - lat) == pytest.approx(2.0, rel=0.01)
+    assert (times[2] - lat) / (times[0] - lat) == pytest.approx(4.0, rel=0.01)
+
+
+def test_symmetric_shortcut_agrees_with_explicit():
+    # 2 NICs per node: four DP groups share each NIC, so the peers really contend.
+    c = h100(32, nics_per_node=2)
+    groups = [[k, k + 8, k + 16, k + 24] for k in range(8)]
+    calls = [("collective", ("all_reduce", groups, 256 * MiB, "ring")), ("send", (0, 8, 64 * MiB))]
+    sym = simulate(c, calls)
+    exp = simulate(c, calls, symmetric=False)
+    assert sym == pytest.approx(exp, rel=1e-6)
+    alone = collective_time("all_reduce", 256 * MiB, c, groups[0], algo="ring")
+    assert sym[0] > 2 * alone
+
+
+def test_symmetric_call_cost_does_not_grow_with_groups():
+    from simcluster.network.planner import make_recipe
+
+    c = h100(64)
+    few = make_recipe(c, "all_reduce", [[k, k + 8] for k in range(8)], GiB, "ring")
+    many = make_recipe(
+        c,
+        "all_reduce",
+        [[k + 16 * j, k + 16 * j + 8] for j in range(4) for k in range(8)],
+        GiB,
+        "ring",
+    )
+    assert len(many.specs) == 1 and len(many.specs[0]) == len(few.specs[0])
+
+
+def test_calibrated_table_is_reproduced():
+    rows = [
+        {"op": "all_reduce", "scope": "intra", "gpus": 8, "gpus_per_node": 8, "nodes": 1,
+         "bytes": b, "time_s": b / (bw / 1.75 * 1e9), "algbw_GBps": bw / 1.75, "busbw_GBps": bw}
+        for b, bw in [(MiB, 40.0), (64 * MiB, 300.0), (GiB, 400.0)]
+    ]  # fmt: skip
+    raw = load_profile("dgx-h100").model_dump()
+    raw["measured"] = {"collectives": rows}
+    from simcluster.hardware import profile_from_dict
+
+    c = build_cluster(profile_from_dict(raw), 8)
+    group = list(range(8))
+    for size, expect in [(MiB, 40.0), (8 * MiB, 40 + 260 * 0.5), (GiB, 400.0), (4 * GiB, 400.0)]:
+        t = simulate(c, [("collective", ("all_reduce", [group], size))])[0]
+        assert busbw_ar(t, size, 8) == pytest.approx(expect, rel=0.05)
+
+
+def test_ideal_network_takes_no_time():
+    env = simpy.Environment()
+    net = Network(env, h100(16), ideal=True)
+    ev = net.collective("all_reduce", [list(range(16))], GiB)
+    env.run()
+    assert ev.triggered and env.now == 0
+
+
+def test_bad_inputs():
+    c = h100(16)
+    with pytest.raises(UserError, match="did you mean 'ring'"):
+        collective_time("all_reduce", GiB, c, list(range(16)), algo="rign")
+    with pytest.raises(UserError, match="one NVLink domain"):
+        collective_time("all_reduce", GiB, c, list(range(16)), algo="nvls")
+    with pytest.raises(UserError, match="did you mean 'all_gather'"):
+        collective_time("all_gathr", GiB, c, list(range(16)))
+    with pytest.raises(UserError, match="outside the cluster"):
+        collective_time("all_reduce", GiB, c, [0, 99])
