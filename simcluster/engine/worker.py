@@ -19,7 +19,7 @@ from simcluster.engine.comms import Comms
 from simcluster.engine.plan import StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
-from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment
+from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment
 from simcluster.schedules import PipeOp, locate
 
 
@@ -151,7 +151,9 @@ class Worker:
         kind = PHASE_KIND[op.kind]
         units = cplan.phases[op.kind]
         zero3 = self.shared.ctx.layout.zero == 3
-        last_mb = self.plan.last_backward.get(op.chunk) == op.microbatch
+        # ZeRO-0/1 reduce gradients once per step (last microbatch); ZeRO-2 keeps only a gradient
+        # shard, so it reduce-scatters every microbatch (DeepSpeed stage 2 with accumulation)
+        last_mb = self.plan.last_backward.get(op.chunk) == op.microbatch or self.shared.ctx.layout.zero == 2
         if op.kind == "F":
             self.activations += cplan.activation_bytes
             self._memory()

@@ -132,3 +132,17 @@ def atomic_output_dir(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_writable(out_dir: str | os.PathLike[str]) -> None:
+    """Fail fast (before a long simulation) when ``out_dir`` cannot become an output directory."""
+    target = Path(out_dir)
+    if target.exists() and not target.is_dir():
+        raise UserError(OUT_FIELD, f"'{target}' exists and is not a directory; choose another path")
+    parent = target if target.is_dir() else target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(OUT_FIELD, f"'{parent}' is not a directory; choose a writable directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(OUT_FIELD, f"cannot write into '{parent}'; choose a writable directory")

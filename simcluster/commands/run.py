@@ -1,0 +1,70 @@
+"""``simcluster run``: simulate one training step and report time, throughput, MFU, bubble, memory."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.units import format_bytes, format_time
+
+NAME = "run"
+HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+    parser.add_argument("--out", metavar="DIR", help="write summary.json, events.csv, trace.json, timeline.png, memory.png")
+    parser.add_argument("--svg", action="store_true", help="also write timeline.svg (with --out)")
+    parser.add_argument("--all-ranks", action="store_true", help="simulate every GPU instead of one per pipeline stage")
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario = scenario_from_args(args)
+    ctx = build_context(scenario, args.hardware)
+    if args.out:
+        from simcluster.output.atomic import check_writable
+
+        check_writable(args.out)
+    result = simulate(ctx, all_ranks=True if args.all_ranks else None)
+    if args.out:
+        result.write(args.out, svg=args.svg)
+    if args.json:
+        print_json(result.summary)
+        return 0
+    _print(result.summary, args.out)
+    return 0
+
+
+def _print(s: dict, out: str | None) -> None:
+    console = Console()
+    table = Table(title=f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("step time", format_time(s["step_time_s"]))
+    table.add_row("tokens/s", f"{s['tokens_per_s']:,.0f}  ({s['tokens_per_s_per_gpu']:,.0f} per GPU)")
+    table.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
+    table.add_row("MFU", f"{100 * s['mfu']:.1f}%")
+    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']})")
+    exposed = ", ".join(f"{k} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
+    table.add_row("exposed communication", exposed)
+    per = s["compute_per_microbatch_s"]
+    table.add_row(
+        "compute per microbatch",
+        f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
+    )
+    peak = s["peak_memory_bytes"]
+    table.add_row("peak memory per GPU", f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}")
+    table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
+    console.print(table)
+    if not s["fits_in_memory"]:
+        console.print(
+            f"[bold red]DOES NOT FIT[/]: peak {format_bytes(peak['max'])} exceeds the "
+            f"{format_bytes(s['capacity_bytes'])} per GPU (simulated anyway; see `simcluster memory`)"
+        )
+    if out:
+        console.print(f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png")

@@ -1,0 +1,106 @@
+"""Run one training step of a scenario on SimPy and summarise it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import simpy
+
+from simcluster.compute import KernelModel
+from simcluster.context import Context, build_context
+from simcluster.engine.comms import Comms
+from simcluster.engine.metrics import bubble_fraction, exposed_comm
+from simcluster.engine.plan import build_plans
+from simcluster.engine.recorder import Recorder
+from simcluster.engine.result import SimResult
+from simcluster.engine.worker import Shared, Worker
+from simcluster.flops import token_flops
+from simcluster.network import Network
+from simcluster.parallelism.data import optimizer_bytes_per_param
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import Scenario
+from simcluster.topology import build_cluster
+
+
+def simulate(scenario: Scenario | Context, hardware: str | None = None, all_ranks: bool | None = None) -> SimResult:
+    """Simulate one optimizer step; ``all_ranks`` simulates every GPU instead of one per stage."""
+    wall = time.perf_counter()
+    ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
+    sc = ctx.scenario
+    every = sc.simulation.all_ranks if all_ranks is None else all_ranks
+    km = KernelModel(ctx.profile, sc.training.precision)
+    plans = build_plans(ctx, km)
+    env = simpy.Environment()
+    cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
+    network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
+    recorder = Recorder()
+    comms = Comms(env, network, ctx.layout, every, recorder)
+    opt_bpp = optimizer_bytes_per_param(sc)
+    optimizer_seconds = []
+    for plan in plans:
+        dense_shard = ctx.layout.zero_group if ctx.layout.zero >= 1 else 1
+        expert_shard = ctx.layout.edp if ctx.layout.zero >= 1 else 1
+        local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
+        optimizer_seconds.append(km.memory(local * opt_bpp))
+    shared = Shared(env, comms, recorder, ctx, plans, optimizer_seconds, Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes)
+    ranks = range(ctx.layout.world) if every else [ctx.layout.representative(s) for s in range(ctx.layout.pp)]
+    workers = [Worker(shared, r, ctx.layout.coords(r)["pp"]) for r in ranks]
+    for w in workers:
+        env.process(w.run())
+    env.run()
+    step = max(w.end_time for w in workers)
+    events = recorder.events()
+    memory = recorder.memory_frame()
+    summary = _summary(ctx, plans, events, memory, step, len(events), time.perf_counter() - wall)
+    labels = {w.rank: _label(ctx, w.rank) for w in workers}
+    title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
+    return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
+
+
+def _label(ctx: Context, rank: int) -> str:
+    c = ctx.layout.coords(rank)
+    return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank})"
+
+
+def _summary(ctx: Context, plans: list, events: Any, memory: Any, step: float, n_events: int, wall: float) -> dict[str, Any]:
+    sc, lay = ctx.scenario, ctx.layout
+    tokens = lay.global_batch * lay.seq_len
+    flops = token_flops(ctx.model, lay.seq_len)
+    model_flops = flops.total * tokens
+    gpus = sc.cluster.gpus
+    peak = ctx.profile.peak_flops(sc.training.precision if sc.training.precision != "fp32" else "tf32" if "tf32" in ctx.profile.gpu.peak_tflops else "fp32")
+    bubble, per_stage_bubble = bubble_fraction(events)
+    peaks = memory.groupby("stage", sort=True)["total"].max()
+    per_stage_peak = [float(peaks.get(s, 0.0)) for s in range(lay.pp)]
+    worst = max(range(lay.pp), key=lambda s: sum(c.seconds("F") + c.seconds("BW") for c in plans[s].chunks))
+    per_mb = {
+        "forward": sum(c.seconds("F") for c in plans[worst].chunks),
+        "backward_input": sum(c.seconds("B") for c in plans[worst].chunks),
+        "backward_weight": sum(c.seconds("W") for c in plans[worst].chunks),
+    }
+    max_peak = max(per_stage_peak)
+    return {
+        "scenario": sc.name,
+        "layout": lay.describe(),
+        "hardware": ctx.profile.name,
+        "gpus": gpus,
+        "microbatches": lay.microbatches,
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tokens_per_s_per_gpu": tokens / step / gpus,
+        "model_flops_per_step": model_flops,
+        "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
+        "mfu": model_flops / (step * gpus * peak),
+        "bubble_fraction": bubble,
+        "bubble_fraction_per_stage": per_stage_bubble,
+        "exposed_comm_s": exposed_comm(events),
+        "peak_memory_bytes": {"per_stage": per_stage_peak, "max": max_peak},
+        "capacity_bytes": ctx.capacity_bytes,
+        "fits_in_memory": max_peak <= ctx.capacity_bytes,
+        "compute_per_microbatch_s": per_mb,
+        "events": n_events,
+        "sim_wall_s": wall,
+        "network": sc.cluster.network,
+        "all_ranks": bool(events["rank"].nunique() > lay.pp) if len(events) else False,
+    }
