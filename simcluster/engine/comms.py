@@ -55,8 +55,16 @@ class Comms:
         return self._groups[key]
 
     def collective(
-        self, rank: int, stage: int, group: str, op: str, nbytes: float, name: str,
-        mb: int = -1, chunk: int = -1, layer: int = -1,
+        self,
+        rank: int,
+        stage: int,
+        group: str,
+        op: str,
+        nbytes: float,
+        name: str,
+        mb: int = -1,
+        chunk: int = -1,
+        layer: int = -1,
     ) -> Generator:
         """Run one collective of ``rank``'s ``group`` on its stream; records the event."""
         dim = GROUP_DIM[group]
@@ -75,14 +83,33 @@ class Comms:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
             kind = "send" if op == "send_recv" else op
             shown = "dp" if group == "edp" else group
-            self.recorder.add(rank, stage, stream, kind, shown, name, mb, chunk, layer, start, self.env.now, nbytes)
+            self.recorder.add(
+                rank,
+                stage,
+                stream,
+                kind,
+                shown,
+                name,
+                mb,
+                chunk,
+                layer,
+                start,
+                self.env.now,
+                nbytes,
+            )
 
-    def _ring_step(self, rank: int, stage: int, dim: str, members: list[int], nbytes: float) -> Generator:
+    def _ring_step(
+        self, rank: int, stage: int, dim: str, members: list[int], nbytes: float
+    ) -> Generator:
         nxt = members[(members.index(rank) + 1) % len(members)]
         if self.all_ranks:
             yield self._join(rank, dim, "send_recv", members, nbytes)
             return
-        pairs = [(g[i], g[(i + 1) % len(g)]) for g in self.stage_groups(dim, stage) for i in range(len(g))]
+        pairs = [
+            (g[i], g[(i + 1) % len(g)])
+            for g in self.stage_groups(dim, stage)
+            for i in range(len(g))
+        ]
         yield self.network.send(rank, nxt, nbytes, pairs=pairs)
 
     def _join(self, rank: int, dim: str, op: str, members: list[int], nbytes: float) -> simpy.Event:
@@ -107,20 +134,61 @@ class Comms:
         return entry[1]
 
     def p2p(
-        self, src: int, dst: int, src_stage: int, dst_stage: int, nbytes: float, name: str,
-        mb: int, chunk: int, pairs: list[tuple[int, int]],
+        self,
+        src: int,
+        dst: int,
+        src_stage: int,
+        dst_stage: int,
+        nbytes: float,
+        name: str,
+        mb: int,
+        chunk: int,
+        pairs: list[tuple[int, int]],
     ) -> Generator:
         """Pipeline send from ``src`` to ``dst``; records a send and a matching recv.
 
         The transfer holds the sender's p2p stream and the receiver's recv stream (NCCL runs a
         send kernel on one and a recv kernel on the other), so neither lane overlaps itself.
         """
-        with self.stream(src, "comm_pp").request() as req, self.stream(dst, "comm_pp_recv").request() as rreq:
+        with (
+            self.stream(src, "comm_pp").request() as req,
+            self.stream(dst, "comm_pp_recv").request() as rreq,
+        ):
             yield req
             yield rreq
             start = self.env.now
-            yield self.network.send(src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)])
+            yield self.network.send(
+                src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)]
+            )
             flow = self.recorder.next_flow()
             end = self.env.now
-            self.recorder.add(src, src_stage, "comm_pp", "send", "pp", name, mb, chunk, -1, start, end, nbytes, flow)
-            self.recorder.add(dst, dst_stage, "comm_pp_recv", "recv", "pp", name, mb, chunk, -1, start, end, nbytes, flow)
+            self.recorder.add(
+                src,
+                src_stage,
+                "comm_pp",
+                "send",
+                "pp",
+                name,
+                mb,
+                chunk,
+                -1,
+                start,
+                end,
+                nbytes,
+                flow,
+            )
+            self.recorder.add(
+                dst,
+                dst_stage,
+                "comm_pp_recv",
+                "recv",
+                "pp",
+                name,
+                mb,
+                chunk,
+                -1,
+                start,
+                end,
+                nbytes,
+                flow,
+            )

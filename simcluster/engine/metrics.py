@@ -64,28 +64,36 @@ def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
         sel = comm[(comm["group"] == group) & (comm["kind"] != "recv")]
         for rank, rows in sel.groupby("rank", sort=True):
             compute = events[(events["rank"] == rank) & (events["stream"] == "compute")]
-            value = uncovered(rows[["start_s", "end_s"]].to_numpy(), compute[["start_s", "end_s"]].to_numpy())
+            value = uncovered(
+                rows[["start_s", "end_s"]].to_numpy(), compute[["start_s", "end_s"]].to_numpy()
+            )
             worst = max(worst, value)
         out[group] = worst
     return out
 
 
 def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
-    """Idle share of the pipeline phase per stage (not computing, not blocked on exposed comm).
-
-    The pipeline phase runs from the step start to the end of the last F/B/W op of any stage,
-    so 1F1B with free communication gives (p-1)/(m+p-1) on every stage.
+    """Pipeline bubble: the largest per-stage idle time inside the stage's own span (first
+    F/B/W start to last F/B/W end), over the longest span (Zero Bubble paper's definition; 1F1B
+    gives (p-1)/(m+p-1) on stage 0). Time blocked on exposed TP/CP/EP communication is not
+    counted as bubble; it is reported as exposed communication.
     """
     pipe = events[events["kind"].isin(PIPELINE_KINDS)]
     if pipe.empty:
         return 0.0, []
-    span = float(pipe["end_s"].max())
-    per_stage = []
+    idle: list[float] = []
+    spans: list[float] = []
     for _stage, rows in pipe.groupby("stage", sort=True):
         rank = rows["rank"].min()
-        mine = events[(events["rank"] == rank) & (events["end_s"] <= span + 1e-12)]
-        compute = mine[mine["stream"] == "compute"][["start_s", "end_s"]].to_numpy()
-        comm = mine[(mine["group"].isin(["tp", "cp", "ep"]))][["start_s", "end_s"]].to_numpy()
+        lo, hi = float(rows["start_s"].min()), float(rows["end_s"].max())
+        mine = events[
+            (events["rank"] == rank) & (events["start_s"] >= lo) & (events["end_s"] <= hi)
+        ]
+        compute = mine[mine["kind"].isin(PIPELINE_KINDS)][["start_s", "end_s"]].to_numpy()
+        comm = mine[mine["group"].isin(["tp", "cp", "ep"])][["start_s", "end_s"]].to_numpy()
         busy = union_length(compute) + uncovered(comm, compute)
-        per_stage.append(max(0.0, 1.0 - busy / span) if span > 0 else 0.0)
-    return float(np.mean(per_stage)), per_stage
+        spans.append(hi - lo)
+        idle.append(max(0.0, hi - lo - busy))
+    longest = max(spans)
+    per_stage = [i / longest if longest > 0 else 0.0 for i in idle]
+    return max(per_stage), per_stage

@@ -38,7 +38,9 @@ class ChunkPlan:
     activation_bytes: float = 0.0
 
     def seconds(self, phase: str) -> float:
-        return sum(s.seconds for u in self.phases[phase] for s in u.segments if isinstance(s, Compute))
+        return sum(
+            s.seconds for u in self.phases[phase] for s in u.segments if isinstance(s, Compute)
+        )
 
 
 @dataclass
@@ -78,7 +80,11 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
             covered.append(-1)
-        dense = sum(unit_params(ctx.model, ctx.layout, chunk, u)[0] + unit_params(ctx.model, ctx.layout, chunk, u)[1] for u in covered)
+        dense = sum(
+            unit_params(ctx.model, ctx.layout, chunk, u)[0]
+            + unit_params(ctx.model, ctx.layout, chunk, u)[1]
+            for u in covered
+        )
         units.append(Unit(tuple(covered), tuple(segs), dense))
         _ = i
     return units
@@ -93,7 +99,9 @@ def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:
         redo: tuple[Segment, ...] = ()
         if key is not None:
             redo = tuple(
-                replace(s, kind="recompute", name=f"recompute_{s.name}") if isinstance(s, Compute) else s
+                replace(s, kind="recompute", name=f"recompute_{s.name}")
+                if isinstance(s, Compute)
+                else s
                 for s in forward[key].segments
             )
         out.append(Unit(u.layers, redo + u.segments, u.params))
@@ -102,7 +110,10 @@ def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:
 
 def _fuse(units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
     """BW: each layer's input- and weight-gradient work back to back (as Megatron's autograd)."""
-    return [Unit(b.layers, b.segments + w.segments, b.params) for b, w in zip(units_b, units_w, strict=True)]
+    return [
+        Unit(b.layers, b.segments + w.segments, b.params)
+        for b, w in zip(units_b, units_w, strict=True)
+    ]
 
 
 def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
@@ -137,7 +148,9 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
                 stage=stage,
                 ops=ops,
                 chunks=cplans,
-                buckets=build_buckets(ctx.model, ctx.layout, chunks, sc.dp.bucket_mb, grad_reduce_bytes(sc)),
+                buckets=build_buckets(
+                    ctx.model, ctx.layout, chunks, sc.dp.bucket_mb, grad_reduce_bytes(sc)
+                ),
                 last_backward=last,
                 params_dense=params.dense,
                 params_expert=params.expert,

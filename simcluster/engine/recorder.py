@@ -7,12 +7,30 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 COLUMNS = [
-    "rank", "stage", "stream", "kind", "group", "name", "microbatch", "chunk", "layer",
-    "start_s", "end_s", "bytes", "flow_id",
+    "rank",
+    "stage",
+    "stream",
+    "kind",
+    "group",
+    "name",
+    "microbatch",
+    "chunk",
+    "layer",
+    "start_s",
+    "end_s",
+    "bytes",
+    "flow_id",
 ]
 
 # group of a communication -> the stream it runs on
-STREAM_OF_GROUP = {"tp": "comm_tp", "cp": "comm_cp", "ep": "comm_ep", "dp": "comm_dp", "edp": "comm_dp", "pp": "comm_pp"}
+STREAM_OF_GROUP = {
+    "tp": "comm_tp",
+    "cp": "comm_cp",
+    "ep": "comm_ep",
+    "dp": "comm_dp",
+    "edp": "comm_dp",
+    "pp": "comm_pp",
+}
 
 
 @dataclass
@@ -24,12 +42,37 @@ class Recorder:
     _flow: int = 0
 
     def add(
-        self, rank: int, stage: int, stream: str, kind: str, group: str, name: str,
-        microbatch: int, chunk: int, layer: int, start: float, end: float, nbytes: float = 0.0,
+        self,
+        rank: int,
+        stage: int,
+        stream: str,
+        kind: str,
+        group: str,
+        name: str,
+        microbatch: int,
+        chunk: int,
+        layer: int,
+        start: float,
+        end: float,
+        nbytes: float = 0.0,
         flow_id: int = -1,
     ) -> None:
         self.rows.append(
-            (rank, stage, stream, kind, group, name, microbatch, chunk, layer, start, end, float(nbytes), flow_id)
+            (
+                rank,
+                stage,
+                stream,
+                kind,
+                group,
+                name,
+                microbatch,
+                chunk,
+                layer,
+                start,
+                end,
+                float(nbytes),
+                flow_id,
+            )
         )
 
     def next_flow(self) -> int:
@@ -39,13 +82,28 @@ class Recorder:
     def memory(self, stage: int, time: float, static: dict[str, float], activations: float) -> None:
         total = sum(static.values()) + activations
         self.memory_rows.append(
-            (stage, time, static["params"], static["grads"], static["optimizer"], activations, static["other"], total)
+            (
+                stage,
+                time,
+                static["params"],
+                static["grads"],
+                static["optimizer"],
+                activations,
+                static["other"],
+                total,
+            )
         )
 
     def events(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows, columns=COLUMNS)
-        return df.sort_values(["rank", "stream", "start_s", "end_s"], kind="stable").reset_index(drop=True)
+        return df.sort_values(["rank", "stream", "start_s", "end_s"], kind="stable").reset_index(
+            drop=True
+        )
 
     def memory_frame(self) -> pd.DataFrame:
         cols = ["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total"]
-        return pd.DataFrame(self.memory_rows, columns=cols).sort_values(["stage", "time_s"], kind="stable").reset_index(drop=True)
+        return (
+            pd.DataFrame(self.memory_rows, columns=cols)
+            .sort_values(["stage", "time_s"], kind="stable")
+            .reset_index(drop=True)
+        )

@@ -25,27 +25,53 @@ class SimResult:
         from simcluster.output.gantt import describe_step, plot_gantt
 
         return plot_gantt(
-            self.events, Path(path), rank_labels=self.rank_labels, title=self.title,
-            subtitle=describe_step(self.summary), step_time_s=self.summary["step_time_s"], window=window,
+            self.events,
+            Path(path),
+            rank_labels=self.rank_labels,
+            title=self.title,
+            subtitle=describe_step(self.summary),
+            step_time_s=self.summary["step_time_s"],
+            window=window,
         )
 
     def to_perfetto(self, path: str | Path) -> None:
         """Write a Chrome-trace JSON that ui.perfetto.dev opens."""
         from simcluster.output.perfetto import write_trace
 
-        write_trace(Path(path), self.events, rank_labels=self.rank_labels, memory=self.memory,
-                    metadata={"scenario": self.summary.get("scenario"), "layout": self.summary.get("layout")})
+        write_trace(
+            Path(path),
+            self.events,
+            rank_labels=self.rank_labels,
+            memory=self.memory,
+            metadata={
+                "scenario": self.summary.get("scenario"),
+                "layout": self.summary.get("layout"),
+            },
+        )
 
     def plot_memory(self, path: str | Path) -> Any:
         """Write the memory-over-time plot."""
         from simcluster.output.memory_plot import plot_memory
 
-        return plot_memory(self.memory, self.capacity_bytes, Path(path), title=self.title,
-                           end_s=self.summary["step_time_s"])
+        return plot_memory(
+            self.memory,
+            self.capacity_bytes,
+            Path(path),
+            title=self.title,
+            end_s=self.summary["step_time_s"],
+        )
 
     def write(self, out_dir: str | Path, svg: bool = False) -> dict[str, Path]:
         """Write every output file atomically into ``out_dir``."""
         from simcluster.output.writer import write_all
 
-        return write_all(Path(out_dir), self.events, self.memory, self.capacity_bytes, self.summary,
-                         rank_labels=self.rank_labels, title=self.title, svg=svg)
+        return write_all(
+            Path(out_dir),
+            self.events,
+            self.memory,
+            self.capacity_bytes,
+            self.summary,
+            rank_labels=self.rank_labels,
+            title=self.title,
+            svg=svg,
+        )

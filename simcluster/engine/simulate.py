@@ -23,7 +23,9 @@ from simcluster.scenario import Scenario
 from simcluster.topology import build_cluster
 
 
-def simulate(scenario: Scenario | Context, hardware: str | None = None, all_ranks: bool | None = None) -> SimResult:
+def simulate(
+    scenario: Scenario | Context, hardware: str | None = None, all_ranks: bool | None = None
+) -> SimResult:
     """Simulate one optimizer step; ``all_ranks`` simulates every GPU instead of one per stage."""
     wall = time.perf_counter()
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
@@ -43,8 +45,20 @@ def simulate(scenario: Scenario | Context, hardware: str | None = None, all_rank
         expert_shard = ctx.layout.edp if ctx.layout.zero >= 1 else 1
         local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
         optimizer_seconds.append(km.memory(local * opt_bpp))
-    shared = Shared(env, comms, recorder, ctx, plans, optimizer_seconds, Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes)
-    ranks = range(ctx.layout.world) if every else [ctx.layout.representative(s) for s in range(ctx.layout.pp)]
+    shared = Shared(
+        env,
+        comms,
+        recorder,
+        ctx,
+        plans,
+        optimizer_seconds,
+        Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes,
+    )
+    ranks = (
+        range(ctx.layout.world)
+        if every
+        else [ctx.layout.representative(s) for s in range(ctx.layout.pp)]
+    )
     workers = [Worker(shared, r, ctx.layout.coords(r)["pp"]) for r in ranks]
     for w in workers:
         env.process(w.run())
@@ -63,17 +77,27 @@ def _label(ctx: Context, rank: int) -> str:
     return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank})"
 
 
-def _summary(ctx: Context, plans: list, events: Any, memory: Any, step: float, n_events: int, wall: float) -> dict[str, Any]:
+def _summary(
+    ctx: Context, plans: list, events: Any, memory: Any, step: float, n_events: int, wall: float
+) -> dict[str, Any]:
     sc, lay = ctx.scenario, ctx.layout
     tokens = lay.global_batch * lay.seq_len
     flops = token_flops(ctx.model, lay.seq_len)
     model_flops = flops.total * tokens
     gpus = sc.cluster.gpus
-    peak = ctx.profile.peak_flops(sc.training.precision if sc.training.precision != "fp32" else "tf32" if "tf32" in ctx.profile.gpu.peak_tflops else "fp32")
+    peak = ctx.profile.peak_flops(
+        sc.training.precision
+        if sc.training.precision != "fp32"
+        else "tf32"
+        if "tf32" in ctx.profile.gpu.peak_tflops
+        else "fp32"
+    )
     bubble, per_stage_bubble = bubble_fraction(events)
     peaks = memory.groupby("stage", sort=True)["total"].max()
     per_stage_peak = [float(peaks.get(s, 0.0)) for s in range(lay.pp)]
-    worst = max(range(lay.pp), key=lambda s: sum(c.seconds("F") + c.seconds("BW") for c in plans[s].chunks))
+    worst = max(
+        range(lay.pp), key=lambda s: sum(c.seconds("F") + c.seconds("BW") for c in plans[s].chunks)
+    )
     per_mb = {
         "forward": sum(c.seconds("F") for c in plans[worst].chunks),
         "backward_input": sum(c.seconds("B") for c in plans[worst].chunks),

@@ -63,19 +63,41 @@ class Worker:
     # --- helpers ------------------------------------------------------------------------
     def _record(self, kind: str, name: str, mb: int, chunk: int, layer: int, start: float) -> None:
         self.shared.recorder.add(
-            self.rank, self.stage, "compute", kind, "", name, mb, chunk, layer, start, self.shared.env.now
+            self.rank,
+            self.stage,
+            "compute",
+            kind,
+            "",
+            name,
+            mb,
+            chunk,
+            layer,
+            start,
+            self.shared.env.now,
         )
 
     def _memory(self) -> None:
-        self.shared.recorder.memory(self.stage, self.shared.env.now, self.plan.static_bytes, self.activations)
+        self.shared.recorder.memory(
+            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations
+        )
 
     def _comm(self, seg: Comm, mb: int, chunk: int) -> Generator:
         yield from self.shared.comms.collective(
             self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer
         )
 
-    def run_segments(self, segments: tuple[Segment, ...] | list[Segment], kind: str, mb: int, chunk: int) -> Generator:
-        """Execute segments in order; an overlapped comm runs under the next compute block."""
+    def run_segments(
+        self,
+        segments: tuple[Segment, ...] | list[Segment],
+        kind: str,
+        mb: int,
+        chunk: int,
+        lock: simpy.Resource | None = None,
+    ) -> Generator:
+        """Execute segments in order; an overlapped comm runs under the next compute block.
+
+        ``lock`` is the compute stream when two ops share it (an F&B pair).
+        """
         env = self.shared.env
         pending: simpy.Process | None = None
         for seg in segments:
@@ -89,9 +111,15 @@ class Worker:
                 else:
                     yield proc
                 continue
-            start = env.now
             if seg.seconds > 0:
-                yield env.timeout(seg.seconds)
+                if lock is not None:
+                    with lock.request() as req:
+                        yield req
+                        start = env.now
+                        yield env.timeout(seg.seconds)
+                else:
+                    start = env.now
+                    yield env.timeout(seg.seconds)
                 self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start)
             if pending is not None:
                 yield pending
@@ -108,13 +136,31 @@ class Worker:
         if zero in (1, 2) and sc.overlap.param_gather:
             self._start_param_gathers()
         previous: PipeOp | None = None
-        for op in self.plan.ops:
-            yield from self._wait_inputs(op)
-            yield from self._execute(op, previous)
-            send = self._send_outputs(op)
-            if send is not None and not sc.overlap.pp_comm:
-                yield send  # blocking p2p (Megatron without overlap_p2p_comm)
-            previous = op
+        ops = self.plan.ops
+        i = 0
+        while i < len(ops):
+            op = ops[i]
+            if i + 1 < len(ops) and ops[i + 1].overlap:
+                # DualPipe F&B pair: both inputs first, then the two run interleaved on the
+                # compute stream so each one's communication hides behind the other's compute
+                pair = ops[i + 1]
+                yield from self._wait_inputs(op)
+                yield from self._wait_inputs(pair)
+                lock = simpy.Resource(env, capacity=1)
+                procs = [env.process(self._execute(x, previous, lock)) for x in (op, pair)]
+                yield procs[0] & procs[1]
+                sends = [self._send_outputs(x) for x in (op, pair)]
+                previous = pair
+                i += 2
+            else:
+                yield from self._wait_inputs(op)
+                yield from self._execute(op, previous)
+                sends = [self._send_outputs(op)]
+                previous = op
+                i += 1
+            for send in sends:
+                if send is not None and not sc.overlap.pp_comm:
+                    yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         self.pipeline_end = env.now
         if not sc.overlap.dp_grad_reduce:
             for b in self.plan.buckets:
@@ -146,24 +192,34 @@ class Worker:
         elif op.kind in ("B", "BW") and k < sched.virtual_stages(spec) - 1:
             yield sh.arrival((self.rank, "B", op.microbatch, k))
 
-    def _execute(self, op: PipeOp, previous: PipeOp | None) -> Generator:
+    def _execute(
+        self, op: PipeOp, previous: PipeOp | None, lock: simpy.Resource | None = None
+    ) -> Generator:
         cplan = self.plan.chunks[op.chunk]
         kind = PHASE_KIND[op.kind]
         units = cplan.phases[op.kind]
         zero3 = self.shared.ctx.layout.zero == 3
         # ZeRO-0/1 reduce gradients once per step (last microbatch); ZeRO-2 keeps only a gradient
         # shard, so it reduce-scatters every microbatch (DeepSpeed stage 2 with accumulation)
-        last_mb = self.plan.last_backward.get(op.chunk) == op.microbatch or self.shared.ctx.layout.zero == 2
+        last_mb = (
+            self.plan.last_backward.get(op.chunk) == op.microbatch
+            or self.shared.ctx.layout.zero == 2
+        )
         if op.kind == "F":
             self.activations += cplan.activation_bytes
             self._memory()
-        resident = previous is not None and previous.kind == "F" and previous.microbatch == op.microbatch and previous.chunk == op.chunk
+        resident = (
+            previous is not None
+            and previous.kind == "F"
+            and previous.microbatch == op.microbatch
+            and previous.chunk == op.chunk
+        )
         for i, unit in enumerate(units):
             if zero3 and op.kind != "W":
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
-            yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk)
+            yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
             if op.kind in ("W", "BW"):
                 if zero3:
                     self._spawn_zero3_reduce(unit, op)
@@ -203,7 +259,15 @@ class Worker:
 
         def transfer() -> Generator:
             yield from sh.comms.p2p(
-                self.rank, dst, self.stage, dst_stage, sh.p2p_bytes, name, op.microbatch, op.chunk, pairs
+                self.rank,
+                dst,
+                self.stage,
+                dst_stage,
+                sh.p2p_bytes,
+                name,
+                op.microbatch,
+                op.chunk,
+                pairs,
             )
             event.succeed()
 
@@ -222,13 +286,29 @@ class Worker:
         op = "all_reduce" if self.shared.ctx.layout.zero == 0 else "reduce_scatter"
         nbytes = bucket.params * grad_reduce_bytes(sc)
         yield from self.shared.comms.collective(
-            self.rank, self.stage, bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0]
+            self.rank,
+            self.stage,
+            bucket.group,
+            op,
+            nbytes,
+            f"grad_{op}",
+            -1,
+            bucket.chunk,
+            bucket.layers[0],
         )
 
     def _gather_bucket(self, bucket: Any) -> Generator:
         nbytes = bucket.params * param_bytes(self.shared.ctx.scenario)
         yield from self.shared.comms.collective(
-            self.rank, self.stage, bucket.group, "all_gather", nbytes, "param_all_gather", -1, bucket.chunk, bucket.layers[0]
+            self.rank,
+            self.stage,
+            bucket.group,
+            "all_gather",
+            nbytes,
+            "param_all_gather",
+            -1,
+            bucket.chunk,
+            bucket.layers[0],
         )
 
     def _start_param_gathers(self) -> None:
@@ -258,8 +338,15 @@ class Worker:
                 nbytes = units[j].params * param_bytes(self.shared.ctx.scenario)
                 self.gathers[gkey] = env.process(
                     self.shared.comms.collective(
-                        self.rank, self.stage, "dp", "all_gather", nbytes, "zero3_param_all_gather",
-                        op.microbatch, op.chunk, units[j].layers[0],
+                        self.rank,
+                        self.stage,
+                        "dp",
+                        "all_gather",
+                        nbytes,
+                        "zero3_param_all_gather",
+                        op.microbatch,
+                        op.chunk,
+                        units[j].layers[0],
                     )
                 )
         ev = self.gathers.get((key, i))
@@ -271,8 +358,15 @@ class Worker:
         self.reductions.append(
             self.shared.env.process(
                 self.shared.comms.collective(
-                    self.rank, self.stage, "dp", "reduce_scatter", nbytes, "zero3_grad_reduce_scatter",
-                    op.microbatch, op.chunk, unit.layers[0],
+                    self.rank,
+                    self.stage,
+                    "dp",
+                    "reduce_scatter",
+                    nbytes,
+                    "zero3_grad_reduce_scatter",
+                    op.microbatch,
+                    op.chunk,
+                    unit.layers[0],
                 )
             )
         )
