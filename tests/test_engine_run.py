@@ -1,0 +1,101 @@
+"""`simcluster run`: JSON fields, symmetry shortcut vs every rank, bad input, fit warnings (issue 4)."""
+
+import json
+
+import pytest
+
+from tests.engine_helpers import pipeline_scenario, run
+
+REQUIRED = (
+    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+    "bubble_fraction", "exposed_comm_s", "peak_memory_bytes", "fits_in_memory",
+    "compute_per_microbatch_s", "events", "sim_wall_s",
+)
+
+
+def test_run_json_fields(cli):
+    res = cli("run", "llama3-8b-8xh100", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    for key in REQUIRED:
+        assert key in doc, key
+    assert set(doc["compute_per_microbatch_s"]) == {"forward", "backward_input", "backward_weight"}
+    assert set(doc["peak_memory_bytes"]) == {"per_stage", "max"}
+    # tokens/s = global_batch * seq_len / step time
+    assert doc["tokens_per_s"] == pytest.approx(64 * 8192 / doc["step_time_s"])
+    # MFU = model FLOPs / (step * gpus * peak); 989.4 TFLOP/s bf16 dense H100 (datasheet)
+    assert doc["mfu"] == pytest.approx(doc["model_tflops_per_gpu"] / 989.4)
+
+
+def test_symmetry_shortcut_matches_all_ranks():
+    """One GPU per stage with all peers' traffic on the network = every GPU simulated."""
+    data = pipeline_scenario(2, 4, "1f1b")
+    data["cluster"].update({"gpus": 16, "gpus_per_node": 8, "network": "simulated"})
+    data["parallel"].update({"tp": 2, "sequence_parallel": True, "zero": 1})
+    data["training"]["global_batch"] = 16
+    sym = run(data).summary
+    every = run(data, all_ranks=True).summary
+    assert every["all_ranks"] and not sym["all_ranks"]
+    assert every["step_time_s"] == pytest.approx(sym["step_time_s"], rel=1e-6)
+    assert every["bubble_fraction"] == pytest.approx(sym["bubble_fraction"], rel=1e-6, abs=1e-9)
+
+
+def test_cost_grows_with_stages_not_gpus():
+    """Same pipeline on 8x more data-parallel GPUs: same number of simulated events."""
+    small = pipeline_scenario(2, 4, "1f1b")
+    small["cluster"].update({"gpus": 16, "gpus_per_node": 8, "network": "simulated"})
+    small["training"]["global_batch"] = 32
+    big = json.loads(json.dumps(small))
+    big["cluster"]["gpus"] = 128
+    big["training"]["global_batch"] = 256
+    assert run(big).summary["events"] == run(small).summary["events"]
+
+
+def test_does_not_fit_still_simulates(cli):
+    res = cli("run", "llama3-8b-8xh100", "--set", "parallel.zero=0", "--set", "training.micro_batch=2",
+              "--set", "training.global_batch=128")
+    assert res.code == 0, res.err
+    assert "DOES NOT FIT" in res.out
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["parallel.schedule=1f1bb"], "did you mean '1f1b'"),
+        (["parallel.pp=2", "parallel.schedule=dualpipe", "cluster.gpus=6", "parallel.pp=3"], "parallel.pp"),
+        (["parallel.pp=8", "parallel.schedule=interleaved", "parallel.vpp=2", "training.global_batch=4"], "training.global_batch"),  # m=4 < p=8
+        (["parallel.pp=2", "parallel.layers_per_stage=[10,10]"], "parallel.layers_per_stage"),
+        (["parallel.pp=2", "parallel.layers_per_stage=[32,0]"], "parallel.layers_per_stage"),
+    ],
+)
+def test_bad_pipeline_input(cli, overrides, field):
+    argv = ["run", "llama3-8b-8xh100", "--set", "parallel.zero=1"]
+    for o in overrides:
+        argv += ["--set", o]
+    res = cli(*argv)
+    assert res.code == 2, (res.out, res.err)
+    assert len(res.err.strip().splitlines()) == 1 and field in res.err and "Traceback" not in res.err
+
+
+def test_uneven_layers_405b(cli):
+    # Llama 3 405B: 126 layers on 16 stages = 7, 8 x 14, 7 (first/last hold embedding and head)
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    data = {
+        "model": {"preset": "llama3.1-405b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 2048},
+        "parallel": {"tp": 8, "pp": 16, "schedule": "interleaved", "vpp": 1},
+        "training": {"seq_len": 8192, "global_batch": 256},
+    }
+    data["parallel"]["schedule"] = "1f1b"
+    ctx = build_context(scenario_from_dict(data))
+    assert [c[0].layers for c in ctx.chunks] == [7] + [8] * 14 + [7]
+
+
+def test_out_unwritable(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = cli("run", "llama3-8b-8xh100", "--out", str(blocker / "out"))
+    assert res.code == 2 and "--out" in res.err
+    assert not (blocker.parent / "out").exists()
