@@ -80,12 +80,19 @@ def isolated_time(flows: list[Flow], capacity: list[float]) -> float:
 
 
 class FlowSolver:
-    """Active flows of a SimPy run; the owner calls :meth:`advance` at every event time."""
+    """Active flows of a SimPy run; the owner calls :meth:`advance` at every event time.
+
+    Max-min fairness decomposes over connected components of the flow/link graph, so a reshare
+    only recomputes the flows linked (through shared links) to those that started or ended
+    since the last one; the others keep their rates.
+    """
 
     def __init__(self, capacity: list[float]) -> None:
         self.capacity = capacity
         self.flows: list[Flow] = []
         self._last = 0.0
+        self._by_link: dict[int, list[Flow]] = {}
+        self._dirty: set[int] = set()
 
     def advance(self, now: float) -> list[Flow]:
         """Move every flow forward to ``now``; return (and drop) the ones that finished."""
@@ -97,14 +104,45 @@ class FlowSolver:
             # Less than a picosecond of work left is float noise from summing dt's.
             (done if f.remaining <= f.rate * 1e-12 + 1e-6 else keep).append(f)
         self.flows = keep
+        for f in done:
+            for link in f.links:
+                users = self._by_link[link]
+                users.remove(f)
+                self._dirty.add(link)
         return done
 
     def add(self, flow: Flow) -> None:
         self.flows.append(flow)
+        for link in flow.links:
+            self._by_link.setdefault(link, []).append(flow)
+            self._dirty.add(link)
+        if not flow.links:
+            flow.rate = float("inf")
+
+    def _component(self) -> list[Flow]:
+        """Flows connected (through shared links) to the links touched since the last reshare."""
+        seen_links = set(self._dirty)
+        stack = list(self._dirty)
+        seen: dict[int, Flow] = {}
+        while stack:
+            link = stack.pop()
+            for f in self._by_link.get(link, ()):
+                if id(f) in seen:
+                    continue
+                seen[id(f)] = f
+                for other in f.links:
+                    if other not in seen_links:
+                        seen_links.add(other)
+                        stack.append(other)
+        self._dirty.clear()
+        return list(seen.values())
 
     def reshare(self) -> float:
         """Recompute rates; the time until the next flow finishes (inf if none)."""
         if not self.flows:
+            self._dirty.clear()
             return float("inf")
-        max_min_rates(self.flows, self.capacity)
+        component = self._component()
+        if component:
+            max_min_rates(component, self.capacity)
         return min(f.remaining / f.rate for f in self.flows)
