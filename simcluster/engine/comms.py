@@ -162,21 +162,13 @@ class Comms:
             )
             flow = self.recorder.next_flow()
             end = self.env.now
-            self.recorder.add(
-                src,
-                src_stage,
-                "comm_pp",
-                "send",
-                "pp",
-                name,
-                mb,
-                chunk,
-                -1,
-                start,
-                end,
-                nbytes,
-                flow,
-            )
+            for rank, stage, stream, kind in (
+                (src, src_stage, "comm_pp", "send"),
+                (dst, dst_stage, "comm_pp_recv", "recv"),
+            ):
+                self.recorder.add(
+                    rank, stage, stream, kind, "pp", name, mb, chunk, -1, start, end, nbytes, flow
+                )
             self.recorder.add(
                 dst,
                 dst_stage,

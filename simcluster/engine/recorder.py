@@ -6,21 +6,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-COLUMNS = [
-    "rank",
-    "stage",
-    "stream",
-    "kind",
-    "group",
-    "name",
-    "microbatch",
-    "chunk",
-    "layer",
-    "start_s",
-    "end_s",
-    "bytes",
-    "flow_id",
-]
+from simcluster.output.events import EVENT_COLUMNS, FLOW_COLUMN
+
+COLUMNS = [*EVENT_COLUMNS, FLOW_COLUMN]
 
 # group of a communication -> the stream it runs on
 STREAM_OF_GROUP = {

@@ -314,7 +314,9 @@ class Worker:
     def _start_param_gathers(self) -> None:
         # issued in forward order (chunks in model order, each chunk's buckets reversed from
         # their backward order), waited for layer by layer
-        order = sorted(range(len(self.plan.buckets)), key=lambda i: (self.plan.buckets[i].chunk, -i))
+        order = sorted(
+            range(len(self.plan.buckets)), key=lambda i: (self.plan.buckets[i].chunk, -i)
+        )
         for b in (self.plan.buckets[i] for i in order):
             proc = self.shared.env.process(self._gather_bucket(b))
             for layer in b.layers:
