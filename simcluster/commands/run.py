@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    result = simulate(ctx, all_ranks=True if args.all_ranks else None)
+    result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
     if args.out:
         result.write(args.out, svg=args.svg)
     if args.json:

@@ -12,6 +12,7 @@ from simcluster.context import Context, build_context
 from simcluster.engine.comms import Comms
 from simcluster.engine.metrics import bubble_fraction, exposed_comm
 from simcluster.engine.plan import build_plans
+from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
 from simcluster.engine.worker import Shared, Worker
@@ -24,9 +25,15 @@ from simcluster.topology import build_cluster
 
 
 def simulate(
-    scenario: Scenario | Context, hardware: str | None = None, all_ranks: bool | None = None
+    scenario: Scenario | Context,
+    hardware: str | None = None,
+    all_ranks: bool | None = None,
+    progress: bool | None = False,
 ) -> SimResult:
-    """Simulate one optimizer step; ``all_ranks`` simulates every GPU instead of one per stage."""
+    """Simulate one optimizer step; ``all_ranks`` simulates every GPU instead of one per stage.
+
+    ``progress`` shows a progress bar on stderr (None: when stderr is a terminal).
+    """
     wall = time.perf_counter()
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
     sc = ctx.scenario
@@ -62,7 +69,8 @@ def simulate(
     workers = [Worker(shared, r, ctx.layout.coords(r)["pp"]) for r in ranks]
     for w in workers:
         env.process(w.run())
-    env.run()
+    total_ops = sum(len(plans[w.stage].ops) for w in workers)
+    run_with_progress(env, lambda: sum(w.ops_done for w in workers), total_ops, progress)
     step = max(w.end_time for w in workers)
     events = recorder.events()
     memory = recorder.memory_frame()

@@ -55,6 +55,7 @@ class Worker:
     gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
     end_time: float = 0.0
     pipeline_end: float = 0.0
+    ops_done: int = 0
 
     @property
     def plan(self) -> StagePlan:
@@ -152,12 +153,14 @@ class Worker:
                 sends = [self._send_outputs(x) for x in (op, pair)]
                 previous = pair
                 i += 2
+                self.ops_done += 2
             else:
                 yield from self._wait_inputs(op)
                 yield from self._execute(op, previous)
                 sends = [self._send_outputs(op)]
                 previous = op
                 i += 1
+                self.ops_done += 1
             for send in sends:
                 if send is not None and not sc.overlap.pp_comm:
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
