@@ -39,16 +39,17 @@ def _merge(intervals: np.ndarray) -> list[tuple[float, float]]:
 
 def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
     """Length of the union of ``comm`` intervals not covered by any ``compute`` interval."""
-    total = 0.0
     cover = _merge(compute)
+    total = 0.0
+    j = 0
     for s, e in _merge(comm):
+        while j < len(cover) and cover[j][1] <= s:
+            j += 1  # both lists are sorted and disjoint: a two-pointer sweep
         length = e - s
-        for cs, ce in cover:
-            if ce <= s:
-                continue
-            if cs >= e:
-                break
-            length -= min(e, ce) - max(s, cs)
+        k = j
+        while k < len(cover) and cover[k][0] < e:
+            length -= min(e, cover[k][1]) - max(s, cover[k][0])
+            k += 1
         total += max(length, 0.0)
     return total
 
