@@ -1,0 +1,91 @@
+"""Causal GQA attention: ``scaled_dot_product_attention`` forward and backward times.
+
+FLOP counts follow the FlashAttention-2 benchmark convention: forward 4·b·h·s²·d, halved when
+causal; backward 2.5 × forward (two matmuls recomputed or re-read plus three gradient matmuls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from calibrate.gemm import DTYPES, iterations_for
+from calibrate.timers import Timer
+
+BWD_FLOPS_FACTOR = 2.5
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Query heads ``heads`` share ``kv_heads`` key/value heads (GQA)."""
+
+    batch: int
+    seq: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool = True
+
+    @property
+    def fwd_flops(self) -> float:
+        """Forward FLOPs: QK^T and PV, 2·2·b·h·s²·d, halved by the causal mask."""
+        full = 4.0 * self.batch * self.heads * self.seq**2 * self.head_dim
+        return full / 2 if self.causal else full
+
+
+def default_shapes(device: str, quick: bool) -> list[AttentionShape]:
+    """seq × heads × head_dim sweep; GQA with 4 query heads per KV head."""
+    if quick:
+        return [AttentionShape(1, s, 8, 2, 64) for s in (128, 512)]
+    if device == "cuda":
+        return [
+            AttentionShape(1, s, h, h // 4, d)
+            for s in (1024, 4096, 8192)
+            for h, d in ((32, 128), (64, 128))
+        ]
+    return [AttentionShape(1, s, h, h // 4, 64) for s in (256, 1024) for h in (8, 16)]
+
+
+def measure_attention(
+    shape: AttentionShape, dtype: str, device: torch.device, timer: Timer, budget_s: float
+) -> dict[str, object]:
+    """Time forward and backward of one shape; returns a ``measured.attention`` row."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    dt = DTYPES[dtype]
+
+    def tensor(heads: int) -> torch.Tensor:
+        t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
+        return t.to(device=device, dtype=dt).requires_grad_(True)
+
+    q, k, v = tensor(shape.heads), tensor(shape.kv_heads), tensor(shape.kv_heads)
+    gqa = shape.heads != shape.kv_heads
+
+    def fwd() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, enable_gqa=gqa)
+
+    with torch.no_grad():
+        once = timer(fwd, iters=1, warmup=1)
+        fwd_s = timer(fwd, iters=iterations_for(once, budget_s / 2), warmup=1)
+    out = fwd()
+    grad = torch.ones_like(out)
+
+    def bwd() -> None:
+        out.backward(grad, retain_graph=True)
+
+    once = timer(bwd, iters=1, warmup=1)
+    bwd_s = timer(bwd, iters=iterations_for(once, budget_s / 2), warmup=0)
+    return {
+        "batch": shape.batch,
+        "seq": shape.seq,
+        "heads": shape.heads,
+        "kv_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "causal": shape.causal,
+        "dtype": dtype,
+        "fwd_s": fwd_s,
+        "bwd_s": bwd_s,
+        "fwd_tflops": shape.fwd_flops / fwd_s / 1e12,
+        "bwd_tflops": BWD_FLOPS_FACTOR * shape.fwd_flops / bwd_s / 1e12,
+    }

@@ -1,0 +1,125 @@
+"""Process-group setup from the torchrun environment: NCCL on CUDA, gloo on CPU.
+
+A plain single process (no ``WORLD_SIZE`` in the environment) runs without a process group and
+measures kernels only. With ≥2 nodes the context also builds the intra-node groups (the ranks
+of one node) and inter-node groups (one rank per node with the same local rank), which every
+rank must create in the same order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from simcluster.errors import UserError
+
+BACKENDS: dict[str, str] = {"cuda": "nccl", "cpu": "gloo"}
+
+
+@dataclass
+class DistContext:
+    """Where this process sits: rank, node, device, backend and its communication groups."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    device: torch.device
+    backend: str
+    distributed: bool
+    hostnames: list[str] = field(default_factory=list)
+    # scope -> (group, its size); 'world' always, 'intra'/'inter' with >= 2 nodes.
+    groups: dict[str, tuple[object, int]] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> int:
+        """Node count, assuming torchrun's equal processes per node."""
+        return self.world // self.local_world
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes files and shows progress."""
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        """All ranks meet (no-op when not distributed)."""
+        if self.distributed:
+            dist.barrier()
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(name, f"environment variable {name}='{value}' is not an integer") from None
+
+
+def init(device_type: str, timeout_s: float) -> DistContext:
+    """Initialise from torchrun's env vars (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)."""
+    if device_type not in BACKENDS:
+        raise UserError("--device", f"unknown device '{device_type}'; use cuda or cpu")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device", "CUDA is not available on this machine; use --device cpu")
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    local_world = _env_int("LOCAL_WORLD_SIZE", world)
+    if world % local_world:
+        raise UserError("--nproc-per-node", "every node must run the same number of processes")
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    ctx = DistContext(
+        rank=rank,
+        world=world,
+        local_rank=local_rank,
+        local_world=local_world,
+        device=device,
+        backend=BACKENDS[device_type],
+        distributed=world > 1,
+        hostnames=[socket.gethostname()],
+    )
+    if not ctx.distributed:
+        return ctx
+    dist.init_process_group(
+        backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=None
+    )
+    names: list[object] = [None] * world
+    dist.all_gather_object(names, socket.gethostname())
+    ctx.hostnames = [str(n) for n in names]
+    ctx.groups["world"] = (dist.group.WORLD, world)
+    if ctx.nodes >= 2:
+        ctx.groups["intra"] = _my_group(
+            [[n * local_world + i for i in range(local_world)] for n in range(ctx.nodes)], rank
+        )
+        ctx.groups["inter"] = _my_group(
+            [[n * local_world + i for n in range(ctx.nodes)] for i in range(local_world)], rank
+        )
+    return ctx
+
+
+def _my_group(partition: list[list[int]], rank: int) -> tuple[object, int]:
+    """Create every group of a partition (collectively) and return the one holding ``rank``."""
+    mine: tuple[object, int] | None = None
+    for ranks in partition:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = (group, len(ranks))
+    assert mine is not None  # a partition covers every rank
+    return mine
+
+
+def shutdown(ctx: DistContext) -> None:
+    """Tear down the process group."""
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,79 @@
+"""Memory-bound kernels → effective bandwidth (bytes moved / time).
+
+Bytes count each tensor read or written once, the minimum traffic of the kernel:
+- ``elementwise``: ``c = a + b`` reads 2 and writes 1 tensor;
+- ``layernorm``: reads x, writes y (weights are negligible);
+- ``adam``: fused/foreach AdamW in fp32 reads param, grad, m, v and writes param, m, v (7 × 4 B).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from calibrate.gemm import iterations_for
+from calibrate.timers import Timer
+
+
+@dataclass(frozen=True)
+class MemKernel:
+    """A memory-bound kernel: builds its call for ``n`` fp32 elements; bytes moved per call."""
+
+    name: str
+    build: Callable[[int, torch.device], Callable[[], object]]
+    bytes_per_element: int
+
+
+def _elementwise(n: int, device: torch.device) -> Callable[[], object]:
+    a, b, c = (torch.ones(n, device=device) for _ in range(3))
+    return lambda: torch.add(a, b, out=c)
+
+
+def _layernorm(n: int, device: torch.device) -> Callable[[], object]:
+    hidden = 1024
+    x = torch.ones(max(1, n // hidden), hidden, device=device)
+    ln = torch.nn.LayerNorm(hidden, device=device)
+    return lambda: torch.no_grad()(ln)(x)
+
+
+def _adam(n: int, device: torch.device) -> Callable[[], object]:
+    p = torch.nn.Parameter(torch.ones(n, device=device))
+    p.grad = torch.full_like(p, 1e-3)
+    opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
+    return opt.step
+
+
+KERNELS: dict[str, MemKernel] = {
+    k.name: k
+    for k in (
+        MemKernel("elementwise", _elementwise, 3 * 4),
+        MemKernel("layernorm", _layernorm, 2 * 4),
+        MemKernel("adam", _adam, 7 * 4),
+    )
+}
+
+
+def default_sizes(device: str, quick: bool) -> list[int]:
+    """Element counts, large enough to leave the caches (CPU) or hide launch cost (GPU)."""
+    if quick:
+        return [1 << 20, 1 << 23]
+    return [1 << 22, 1 << 26, 1 << 28] if device == "cuda" else [1 << 20, 1 << 23, 1 << 25]
+
+
+def measure_kernel(
+    kernel: MemKernel, n: int, device: torch.device, timer: Timer, budget_s: float
+) -> dict[str, object]:
+    """Time one kernel on ``n`` elements; returns a ``measured.memory`` row."""
+    call = kernel.build(n, device)
+    once = timer(call, iters=1, warmup=1)
+    t = timer(call, iters=iterations_for(once, budget_s), warmup=1)
+    nbytes = kernel.bytes_per_element * n
+    return {"kernel": kernel.name, "bytes": nbytes, "time_s": t, "bytes_per_s": nbytes / t}
+
+
+def measure_launch(device: torch.device, timer: Timer) -> float:
+    """Seconds for a one-element add: the per-kernel fixed cost (launch + dispatch)."""
+    a = torch.ones(1, device=device)
+    return timer(lambda: torch.add(a, a), iters=200, warmup=10)

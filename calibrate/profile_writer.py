@@ -1,0 +1,253 @@
+"""Measurements → a hardware profile YAML that ``simcluster.hardware.load_profile`` reads.
+
+Start from ``--base`` (a shipped profile name or a YAML path) and replace its efficiencies by
+measured ones, or — without a base — describe the measured machine itself: peak FLOP/s per dtype
+= the best measured GEMM, HBM = the best measured memory-bound kernel, NVLink/NIC = the best
+measured intra/inter-node all_reduce busbw. Fields a run cannot measure (e.g. the NIC on one
+node) come from :data:`FALLBACK_BASE` and their ``sources:`` entry says so. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simcluster.hardware import profile_from_dict, resolve_profile_path
+
+FALLBACK_BASE = "dgx-h100"
+Row = dict[str, Any]
+
+
+@dataclass
+class Measurements:
+    """Raw tables in the ``measured:`` layout of docs/architecture.md."""
+
+    gemm: list[Row] = field(default_factory=list)
+    attention: list[Row] = field(default_factory=list)
+    memory: list[Row] = field(default_factory=list)
+    collectives: list[Row] = field(default_factory=list)
+    launch_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``measured:`` map (empty tables left out)."""
+        out: dict[str, Any] = {
+            name: rows
+            for name, rows in (
+                ("gemm", self.gemm),
+                ("attention", self.attention),
+                ("memory", self.memory),
+                ("collectives", self.collectives),
+            )
+            if rows
+        }
+        if self.launch_s is not None:
+            out["kernel_launch_s"] = self.launch_s
+        return out
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the run knows about the device it measured (used when there is no base)."""
+
+    name: str
+    memory_bytes: int | None
+    gpus_per_node: int
+
+
+def _raw_profile(name_or_path: str) -> dict[str, Any]:
+    return yaml.safe_load(resolve_profile_path(name_or_path, field="--base").read_text())
+
+
+def _note(data: dict[str, Any], path: str, text: str) -> None:
+    data.setdefault("sources", {})[path] = text
+
+
+def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -> None:
+    for key in ("gpu", "node", "fabric", "efficiency"):
+        for sub in data.get(key, {}):
+            _note(data, f"{key}.{sub}", f"not measured; copied from {FALLBACK_BASE}")
+    gpu, node = data["gpu"], data["node"]
+    gpu["name"] = machine.name
+    _note(data, "gpu.name", "measured device (torch device name / CPU model)")
+    if machine.memory_bytes:
+        gpu["memory_gib"] = machine.memory_bytes / 2**30
+        _note(data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)")
+    node["gpus_per_node"] = machine.gpus_per_node
+    node["nvls"] = False
+    _note(data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems")
+    _note(data, "node.gpus_per_node", "ranks per node of the calibration run")
+    peaks: dict[str, float] = {}
+    for row in m.gemm:
+        peaks[row["dtype"]] = max(peaks.get(row["dtype"], 0.0), row["tflops"])
+    if peaks:
+        gpu["peak_tflops"] = dict(sorted(peaks.items()))
+        _note(data, "gpu.peak_tflops", "max measured GEMM throughput per dtype (calibrate)")
+    if m.memory:
+        gpu["hbm_tbps"] = max(r["bytes_per_s"] for r in m.memory) / 1e12
+        _note(data, "gpu.hbm_tbps", "max measured memory-bound kernel bandwidth (calibrate)")
+
+
+def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
+    dtypes = sorted({r["dtype"] for r in m.gemm if r["dtype"] in peaks})
+    if not dtypes:
+        return None
+    ref = "bf16" if "bf16" in dtypes else dtypes[0]
+    by_flops: dict[float, list[float]] = {}
+    for r in m.gemm:
+        if r["dtype"] == ref:
+            flops = 2.0 * r["m"] * r["n"] * r["k"]
+            by_flops.setdefault(flops, []).append(r["tflops"] / peaks[ref])
+    return ref, [[f, max(v)] for f, v in sorted(by_flops.items())]
+
+
+def _fraction(value: float) -> float:
+    """Efficiencies live in (0, 1]: a measurement above a datasheet peak caps at 1."""
+    return min(1.0, max(value, 1e-6))
+
+
+def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
+    eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
+    curve = _gemm_curve(m, peaks)
+    if curve:
+        eff["gemm"] = curve[1]
+        _note(data, "efficiency.gemm", f"measured {curve[0]} GEMMs / gpu.peak_tflops (calibrate)")
+    att = [r for r in m.attention if r["dtype"] in peaks]
+    if att:
+        for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):
+            eff[key] = _fraction(statistics.median(r[col] / peaks[r["dtype"]] for r in att))
+            _note(data, f"efficiency.{key}", "median measured causal GQA SDPA / peak (calibrate)")
+    if m.memory:
+        best = max(r["bytes_per_s"] for r in m.memory)
+        eff["hbm"] = _fraction(best / (data["gpu"]["hbm_tbps"] * 1e12))
+        _note(data, "efficiency.hbm", "max measured memory-bound bandwidth / gpu.hbm_tbps")
+    if m.launch_s is not None:
+        eff["kernel_launch_us"] = m.launch_s * 1e6
+        _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
+
+
+def _link(m: Measurements, scopes: tuple[str, ...]) -> tuple[float, float, int] | None:
+    """(best busbw B/s, per-ring-step latency s, ranks) of all_reduce in the first scope found."""
+    for scope in scopes:
+        rows = [r for r in m.collectives if r["op"] == "all_reduce" and r["scope"] == scope]
+        if rows and rows[0]["gpus"] > 1:
+            n = rows[0]["gpus"]
+            small = min(rows, key=lambda r: r["bytes"])
+            steps = 2 * (n - 1)  # a ring all_reduce: n-1 reduce-scatter + n-1 all-gather steps
+            return max(r["busbw_GBps"] for r in rows) * 1e9, small["time_s"] / steps, n
+    return None
+
+
+def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> None:
+    node, eff = data["node"], data["efficiency"]
+    intra = _link(m, ("intra", "world") if _nodes(m) == 1 else ("intra",))
+    if intra:
+        bw, lat, _ = intra
+        if described:
+            node["nvlink_GBps"], eff["nvlink"] = bw / 1e9, 1.0
+        else:
+            eff["nvlink"] = _fraction(bw / (node["nvlink_GBps"] * 1e9))
+        node["nvlink_latency_us"] = lat * 1e6
+        for key in ("node.nvlink_GBps", "efficiency.nvlink", "node.nvlink_latency_us"):
+            _note(data, key, "measured intra-node all_reduce busbw / small-message time (calibrate)")
+    inter = _link(m, ("inter",))
+    if inter:
+        bw, lat, _ = inter
+        # Each rank's inter-node group shares its node's NICs with the other local ranks.
+        if described:
+            node["nics_per_node"] = node["gpus_per_node"]
+        per_nic = bw * node["gpus_per_node"] / node["nics_per_node"]
+        if described:
+            node["nic_gbps"], eff["nic"] = per_nic * 8 / 1e9, 1.0
+        else:
+            eff["nic"] = _fraction(per_nic * 8 / (node["nic_gbps"] * 1e9))
+        node["nic_latency_us"] = lat * 1e6
+        for key in ("node.nic_gbps", "efficiency.nic", "node.nic_latency_us"):
+            _note(data, key, "measured inter-node all_reduce busbw (calibrate; one NIC per GPU)")
+
+
+def _nodes(m: Measurements) -> int:
+    return max((r["nodes"] for r in m.collectives), default=1)
+
+
+def build_profile(
+    m: Measurements,
+    provenance: dict[str, Any],
+    base: str | None,
+    machine: Machine | None,
+) -> dict[str, Any]:
+    """The profile dict; validated by ``profile_from_dict`` (raises UserError if inconsistent)."""
+    described = base is None
+    data = copy.deepcopy(_raw_profile(base or FALLBACK_BASE))
+    if described:
+        if machine is None:
+            raise ValueError("a profile without --base needs the measured machine")
+        _describe_machine(data, m, machine)
+        data["name"] = "calibrated-" + "-".join(machine.name.lower().split())[:60]
+        data["description"] = f"calibrated on {machine.name} ({provenance.get('backend')})"
+    else:
+        data["name"] = f"{data['name']}-calibrated"
+    _apply_compute(data, m)
+    _apply_network(data, m, described)
+    data["measured"] = m.as_dict()
+    data["provenance"] = provenance
+    profile_from_dict(data, field="--out", origin="calibrated profile")
+    return data
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for sections, one flow-style line per table row or number pair."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(not isinstance(v, (dict, list)) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=False)
+
+
+class _Row(dict):  # type: ignore[type-arg]
+    """A table row: written on one line."""
+
+
+def _represent_row(dumper: yaml.SafeDumper, data: _Row) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=True)
+
+
+_Dumper.add_representer(list, _represent_list)
+_Dumper.add_representer(dict, _represent_dict)
+_Dumper.add_representer(_Row, _represent_row)
+
+
+def _rows_inline(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _rows_inline(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_Row(v) if isinstance(v, dict) else _rows_inline(v) for v in value]
+    return value
+
+
+def write_yaml_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write YAML so readers never see a half-written file (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            yaml.dump(_rows_inline(data), fh, Dumper=_Dumper, sort_keys=False, width=120)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def partial_path(out: Path) -> Path:
+    """``p.yaml`` → ``p.partial.yaml``: where measurements so far are kept on failure."""
+    return out.with_name(f"{out.stem}.partial{out.suffix or '.yaml'}")

@@ -1,0 +1,152 @@
+"""The measuring run: kernels on every rank, collectives per scope, profile on rank 0.
+
+Steps run in the same order on every rank (collectives need all members). After each step
+rank 0 rewrites ``PROFILE.partial.yaml``; on success it writes ``PROFILE.yaml`` and removes the
+partial file. Kernels are timed on every rank at once (as GPUs in training run together) and
+rank 0's numbers are recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibrate import attention, collectives, gemm, membw
+from calibrate.dist import DistContext, init, shutdown
+from calibrate.profile_writer import (
+    Machine,
+    Measurements,
+    build_profile,
+    partial_path,
+    write_yaml_atomic,
+)
+from calibrate.progress import RankProgress
+from calibrate.provenance import device_memory_bytes, device_name, provenance
+from calibrate.shapes import GemmShape
+from calibrate.timers import timer_for
+from calibrate.watchdog import Watchdog
+from simcluster.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Validated command-line options of a measuring run."""
+
+    device: str
+    quick: bool
+    out: Path
+    base: str | None
+    timeout_s: float
+    gemm_shapes: tuple[GemmShape, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measurement; ``run`` appends its row(s) to the Measurements."""
+
+    label: str
+    run: Callable[[Measurements], None]
+
+
+def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
+    """Every measurement of the run, in the order all ranks execute them."""
+    dev, timer = ctx.device, timer_for(cfg.device)
+    budget = 0.02 if cfg.quick else 0.3  # seconds of timed calls per measurement
+    steps = [
+        Step(
+            f"gemm {d} {s.m}x{s.n}x{s.k}",
+            lambda m, s=s, d=d: m.gemm.append(gemm.measure_gemm(s, d, dev, timer, budget)),
+        )
+        for d in gemm.default_dtypes(cfg.device)
+        for s in cfg.gemm_shapes
+    ]
+    att_dtype = "bf16" if cfg.device == "cuda" else "fp32"
+    steps += [
+        Step(
+            f"attention s={a.seq} h={a.heads}/{a.kv_heads} d={a.head_dim}",
+            lambda m, a=a: m.attention.append(
+                attention.measure_attention(a, att_dtype, dev, timer, budget)
+            ),
+        )
+        for a in attention.default_shapes(cfg.device, cfg.quick)
+    ]
+    steps += [
+        Step(
+            f"memory {k.name} {n} elements",
+            lambda m, k=k, n=n: m.memory.append(membw.measure_kernel(k, n, dev, timer, budget)),
+        )
+        for k in membw.KERNELS.values()
+        for n in membw.default_sizes(cfg.device, cfg.quick)
+    ]
+    steps.append(Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer))))
+    for scope, (group, size) in ctx.groups.items():
+        steps += [
+            Step(
+                f"{op} {scope} {nbytes} B",
+                lambda m, op=op, scope=scope, group=group, size=size, nbytes=nbytes: (
+                    m.collectives.append(
+                        collectives.measure_collective(
+                            op, nbytes, scope, group, size, ctx.nodes, dev, timer, budget
+                        )
+                    )
+                ),
+            )
+            for op in collectives.BUILDERS
+            for nbytes in collectives.default_sizes(cfg.device, cfg.quick)
+        ]
+    return steps
+
+
+def _provenance(cfg: RunConfig, ctx: DistContext) -> dict[str, object]:
+    return provenance(ctx.device, ctx.world, ctx.nodes, ctx.hostnames, ctx.backend, cfg.quick)
+
+
+def run(cfg: RunConfig) -> int:
+    """Measure, then write the profile (rank 0). Returns the process exit status."""
+    ctx = init(cfg.device, cfg.timeout_s)
+    partial = partial_path(cfg.out)
+    prov = _provenance(cfg, ctx)
+    measured = Measurements()
+    watchdog = Watchdog(cfg.timeout_s, ctx.rank, str(partial))
+
+    def save_partial(error: str | None = None) -> None:
+        if ctx.is_main:
+            doc = {"partial": True, "error": error, "measured": measured.as_dict()}
+            write_yaml_atomic(partial, doc | {"provenance": prov})
+
+    steps = plan_steps(cfg, ctx)
+    try:
+        with RankProgress(len(steps), ctx.is_main) as bar:
+            for step in steps:
+                bar.describe(step.label)
+                with watchdog.guard(step.label):
+                    step.run(measured)
+                save_partial()
+                bar.advance()
+        with watchdog.guard("barrier before writing"):
+            ctx.barrier()
+        if ctx.is_main:
+            machine = Machine(
+                name=device_name(ctx.device),
+                memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
+                gpus_per_node=ctx.local_world,
+            )
+            write_yaml_atomic(cfg.out, build_profile(measured, prov, cfg.base, machine))
+            partial.unlink(missing_ok=True)
+            print(f"wrote {cfg.out}", file=sys.stderr)
+        return 0
+    except UserError:
+        raise
+    except Exception as exc:  # a failed rank, a broken peer connection, a device error
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        save_partial(message)
+        print(
+            f"error: rank {ctx.rank}: {message}; measurements so far are in {partial}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    finally:
+        shutdown(ctx)

@@ -1,0 +1,83 @@
+"""GEMM shape grids: the default sweep, ``--shapes M,N,K;...`` and a scenario's own shapes.
+
+Pure Python (no torch) so the CLI can validate arguments before starting any measurement.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from simcluster.errors import UserError
+
+
+@dataclass(frozen=True, order=True)
+class GemmShape:
+    """C[m, n] = A[m, k] @ B[k, n]; 2·m·n·k FLOPs."""
+
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> float:
+        """Multiply-adds counted as two FLOPs."""
+        return 2.0 * self.m * self.n * self.k
+
+
+# Square sizes span the launch-bound to compute-bound range; the rectangular ones have the
+# aspect of transformer projections (tokens × hidden × 4·hidden).
+_QUICK = [GemmShape(s, s, s) for s in (128, 256, 512, 1024)] + [GemmShape(256, 1024, 256)]
+_FULL_CPU = [GemmShape(s, s, s) for s in (128, 256, 512, 1024, 2048)] + [
+    GemmShape(512, 4096, 1024),
+    GemmShape(512, 1024, 4096),
+]
+_FULL_GPU = [GemmShape(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 16384)] + [
+    GemmShape(4096, 4 * h, h) for h in (2048, 4096, 8192)
+]
+
+
+def default_grid(device: str, quick: bool) -> list[GemmShape]:
+    """The built-in sweep for a device; ``quick`` keeps a CPU run to seconds."""
+    if quick:
+        return list(_QUICK)
+    return list(_FULL_GPU if device == "cuda" else _FULL_CPU)
+
+
+def parse_shapes(text: str) -> list[GemmShape]:
+    """Parse ``'M,N,K;M,N,K'`` into shapes."""
+    shapes = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        parts = item.split(",")
+        try:
+            m, n, k = (int(p) for p in parts)
+        except ValueError:
+            raise UserError(
+                "--shapes", f"'{item}' is not M,N,K (three integers); write e.g. 4096,4096,1024"
+            ) from None
+        if min(m, n, k) <= 0:
+            raise UserError("--shapes", f"'{item}': M, N and K must be positive")
+        shapes.append(GemmShape(m, n, k))
+    if not shapes:
+        raise UserError("--shapes", "no shapes given; write e.g. 4096,4096,1024;4096,1024,4096")
+    return shapes
+
+
+# Hook for the simulator's per-layer op list: a module exposing
+# ``gemm_shapes(scenario_path) -> list[tuple[int, int, int]]`` (M, N, K under the scenario's
+# TP/EP sharding). Looked up lazily so calibrate works before the model code exists.
+SCENARIO_SHAPES_HOOK = ("simcluster.layer_ops", "gemm_shapes")
+
+
+def scenario_shapes(scenario: str) -> list[GemmShape]:
+    """The exact per-layer GEMM shapes of a scenario, from the simulator's model code."""
+    module_name, func_name = SCENARIO_SHAPES_HOOK
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ModuleNotFoundError, AttributeError):
+        raise UserError(
+            "--scenario",
+            f"this simcluster has no {module_name}.{func_name} yet; "
+            "pass the shapes explicitly with --shapes M,N,K;...",
+        ) from None
+    return sorted({GemmShape(*map(int, s)) for s in func(scenario)})

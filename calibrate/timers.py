@@ -1,0 +1,70 @@
+"""Device timers: CUDA events on GPUs, synchronized ``perf_counter`` on CPU.
+
+Both time ``iters`` back-to-back calls of a function after ``warmup`` untimed calls and return
+the mean seconds per call. The device decides the timer (registry below); the measuring code is
+the same for both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from simcluster.errors import UserError
+
+
+class Timer(Protocol):
+    """Mean seconds per call of ``fn`` over ``iters`` calls after ``warmup`` calls."""
+
+    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class PerfCounterTimer:
+    """Host wall clock; exact on CPU where ops complete before returning."""
+
+    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float:
+        for _ in range(warmup):
+            fn()
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - start) / iters
+
+
+@dataclass(frozen=True)
+class CudaEventTimer:
+    """CUDA events on the current stream: device time, launch queueing excluded."""
+
+    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / 1e3 / iters  # elapsed_time is in ms
+
+
+TIMERS: dict[str, Callable[[], Timer]] = {"cpu": PerfCounterTimer, "cuda": CudaEventTimer}
+
+
+def timer_for(device: str) -> Timer:
+    """The timer for a device type ('cpu' or 'cuda')."""
+    if device not in TIMERS:
+        raise UserError("--device", f"unknown device '{device}'; use one of {', '.join(TIMERS)}")
+    return TIMERS[device]()
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work (no-op on CPU)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
