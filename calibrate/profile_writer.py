@@ -78,10 +78,14 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
     _note(data, "gpu.name", "measured device (torch device name / CPU model)")
     if machine.memory_bytes:
         gpu["memory_gib"] = machine.memory_bytes / 2**30
-        _note(data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)")
+        _note(
+            data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)"
+        )
     node["gpus_per_node"] = machine.gpus_per_node
     node["nvls"] = False
-    _note(data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems")
+    _note(
+        data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems"
+    )
     _note(data, "node.gpus_per_node", "ranks per node of the calibration run")
     peaks: dict[str, float] = {}
     for row in m.gemm:
@@ -132,36 +136,53 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
 
 
-def _link(m: Measurements, scopes: tuple[str, ...]) -> tuple[float, float, int] | None:
-    """(best busbw B/s, per-ring-step latency s, ranks) of all_reduce in the first scope found."""
-    for scope in scopes:
-        rows = [r for r in m.collectives if r["op"] == "all_reduce" and r["scope"] == scope]
-        if rows and rows[0]["gpus"] > 1:
-            n = rows[0]["gpus"]
-            small = min(rows, key=lambda r: r["bytes"])
-            steps = 2 * (n - 1)  # a ring all_reduce: n-1 reduce-scatter + n-1 all-gather steps
-            return max(r["busbw_GBps"] for r in rows) * 1e9, small["time_s"] / steps, n
-    return None
+# Sequential ring steps of each op over n ranks: the small-message time divided by this is the
+# per-hop latency (NCCL ring algorithms; broadcast/send_recv pipeline through one hop).
+RING_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "all_gather": lambda n: n - 1,
+    "reduce_scatter": lambda n: n - 1,
+    "all_to_all": lambda n: n - 1,
+    "broadcast": lambda n: 1,
+    "send_recv": lambda n: 1,
+}
+
+
+def _link(rows: list[Row]) -> tuple[float, float] | None:
+    """(best busbw B/s, per-hop latency s) of all_reduce rows (else of any op) with >1 rank."""
+    rows = [r for r in rows if r["gpus"] > 1]
+    chosen = [r for r in rows if r["op"] == "all_reduce"] or rows
+    if not chosen:
+        return None
+    small = min(chosen, key=lambda r: (r["bytes"], r["time_s"]))
+    latency = small["time_s"] / RING_STEPS[small["op"]](small["gpus"])
+    return max(r["busbw_GBps"] for r in chosen) * 1e9, latency
 
 
 def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> None:
     node, eff = data["node"], data["efficiency"]
-    intra = _link(m, ("intra", "world") if _nodes(m) == 1 else ("intra",))
+    cols = m.collectives
+    # One node: 'world' is intra-node. Several: 'world' crosses nodes and the NIC limits it.
+    intra = _link([r for r in cols if r["scope"] == "intra"]) or _link(
+        [r for r in cols if r["scope"] == "world" and r["nodes"] == 1]
+    )
+    inter = _link([r for r in cols if r["scope"] == "inter"]) or _link(
+        [r for r in cols if r["scope"] == "world" and r["nodes"] > 1]
+    )
     if intra:
-        bw, lat, _ = intra
+        bw, lat = intra
         if described:
             node["nvlink_GBps"], eff["nvlink"] = bw / 1e9, 1.0
         else:
             eff["nvlink"] = _fraction(bw / (node["nvlink_GBps"] * 1e9))
         node["nvlink_latency_us"] = lat * 1e6
         for key in ("node.nvlink_GBps", "efficiency.nvlink", "node.nvlink_latency_us"):
-            _note(data, key, "measured intra-node all_reduce busbw / small-message time (calibrate)")
-    inter = _link(m, ("inter",))
+            _note(data, key, "measured intra-node busbw / small-message time per ring hop")
     if inter:
-        bw, lat, _ = inter
-        # Each rank's inter-node group shares its node's NICs with the other local ranks.
+        bw, lat = inter
         if described:
-            node["nics_per_node"] = node["gpus_per_node"]
+            node["nics_per_node"] = node["gpus_per_node"]  # assumed rail-optimized: a NIC per GPU
+        # Every local rank runs its inter-node ring at once, sharing the node's NICs.
         per_nic = bw * node["gpus_per_node"] / node["nics_per_node"]
         if described:
             node["nic_gbps"], eff["nic"] = per_nic * 8 / 1e9, 1.0
@@ -169,11 +190,7 @@ def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> No
             eff["nic"] = _fraction(per_nic * 8 / (node["nic_gbps"] * 1e9))
         node["nic_latency_us"] = lat * 1e6
         for key in ("node.nic_gbps", "efficiency.nic", "node.nic_latency_us"):
-            _note(data, key, "measured inter-node all_reduce busbw (calibrate; one NIC per GPU)")
-
-
-def _nodes(m: Measurements) -> int:
-    return max((r["nodes"] for r in m.collectives), default=1)
+            _note(data, key, "measured inter-node busbw / small-message time per ring hop")
 
 
 def build_profile(

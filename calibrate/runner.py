@@ -80,7 +80,9 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         for k in membw.KERNELS.values()
         for n in membw.default_sizes(cfg.device, cfg.quick)
     ]
-    steps.append(Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer))))
+    steps.append(
+        Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer)))
+    )
     for scope, (group, size) in ctx.groups.items():
         steps += [
             Step(

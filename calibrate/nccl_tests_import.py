@@ -1,0 +1,220 @@
+"""``calibrate import-nccl-tests``: nccl-tests output → ``measured.collectives`` → a profile.
+
+Reads the text output of the ``*_perf`` binaries in both column layouts
+(current: ``size count type redop root time algbw busbw #wrong ...``; 2021 releases: no ``root``,
+``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
+``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
+are used (nccl-tests reports them first). The op comes from ``# Collective test starting:
+X_perf``, the binary name in ``args`` or ``--op``; the GPU count from the ``#  Rank`` lines.
+Each row's busbw is recomputed with the nccl-tests formula and must agree with the log's, which
+checks the inferred GPU count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calibrate.busbw import OPS, collective_record
+from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
+from simcluster.errors import UserError
+
+HELP = "import nccl-tests logs (text or -J JSON) into a hardware profile"
+
+# nccl-tests binary stem -> our op name
+BINARY_OPS: dict[str, str] = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "sendrecv": "send_recv",
+}
+_BINARY_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv)_perf")
+_RANK_RE = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
+)
+_VERSION_RE = re.compile(r"nccl-library=(\d+)")
+# Relative busbw disagreement tolerated: the log prints 2 decimals and rounds time.
+_BUSBW_RTOL = 0.02
+
+
+@dataclass
+class NcclLog:
+    """One parsed log: op, ranks and (size B, out-of-place time s, log busbw GB/s, line) rows."""
+
+    path: str
+    op: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    device: str | None = None
+    nccl: str | None = None
+    rows: list[tuple[int, float, float, int]] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def nodes(self) -> int:
+        return max(1, len(set(self.hosts)))
+
+
+def _bad(path: str, line: int, what: str) -> UserError:
+    return UserError(f"{path}:{line}", what)
+
+
+def _num(text: str, path: str, line: int, column: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise _bad(
+            path, line, f"{column} '{text}' is not a number; is this nccl-tests output?"
+        ) from None
+
+
+def _nccl_version(code: int) -> str:
+    """NCCL_VERSION_CODE 22105 -> '2.21.5' (major*10000 + minor*100 + patch since 2.9)."""
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+def parse_text(path: str, text: str) -> NcclLog:
+    """Parse nccl-tests stdout (either header layout)."""
+    log = NcclLog(path)
+    trailing = 0  # columns after 'redop'/'root': (time algbw busbw wrong) per placement
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if m := _RANK_RE.match(line):
+                log.hosts.append(m.group(2))
+                log.device = m.group(3).strip() or log.device
+            elif m := _BINARY_RE.search(line):
+                log.op = log.op or BINARY_OPS[m.group(1)]
+            if m := _VERSION_RE.search(line):
+                log.nccl = _nccl_version(int(m.group(1)))
+            tokens = line.lstrip("#").split()
+            if tokens[:2] == ["size", "count"] and "time" in tokens:
+                trailing = len(tokens) - tokens.index("time")
+            continue
+        tokens = line.split()
+        if not trailing:
+            raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
+        if len(tokens) < 2 + trailing:
+            raise _bad(path, lineno, f"expected at least {2 + trailing} columns, got {len(tokens)}")
+        size = _num(tokens[0], path, lineno, "size")
+        oop = tokens[-trailing:]
+        time_us = _num(oop[0], path, lineno, "time")
+        bus = _num(oop[2], path, lineno, "busbw")
+        if time_us <= 0:
+            continue  # nccl-tests prints 0-byte rows with no time
+        log.rows.append((int(size), time_us * 1e-6, bus, lineno))
+    return log
+
+
+def parse_json(path: str, text: str) -> NcclLog:
+    """Parse a ``-J`` report (JSON_FILE_VERSION 3 layout of nccl-tests src/util.cu)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise _bad(path, 1, "no 'results' list; is this an nccl-tests -J report?")
+    log = NcclLog(path)
+    for arg in doc.get("args", []):
+        if m := _BINARY_RE.search(str(arg)):
+            log.op = BINARY_OPS[m.group(1)]
+            break
+    for dev in (doc.get("config") or {}).get("devices", []):
+        log.hosts.append(str(dev.get("hostname")))
+        log.device = str(dev.get("device_info", "")).strip() or log.device
+    if isinstance(doc.get("nccl_version"), int):
+        log.nccl = _nccl_version(doc["nccl_version"])
+    for i, row in enumerate(doc["results"]):
+        oop = row.get("out_of_place") if isinstance(row, dict) else None
+        where = f"results[{i}]"
+        if not isinstance(oop, dict) or "size" not in row:
+            raise _bad(path, 1, f"{where} lacks 'size' or 'out_of_place'")
+        time_us = oop.get("time", oop.get("cpu_time"))
+        if not isinstance(time_us, (int, float)) or not isinstance(oop.get("bus_bw"), (int, float)):
+            raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
+        if time_us > 0:
+            log.rows.append((int(row["size"]), time_us * 1e-6, float(oop["bus_bw"]), i))
+    return log
+
+
+def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> NcclLog:
+    """Parse one file (JSON if it starts with '{'), apply ``--op``/``--gpus``, check busbw."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError("LOG", f"cannot read '{path}': {exc.strerror}") from None
+    parse = parse_json if text.lstrip().startswith("{") else parse_text
+    log = parse(str(path), text)
+    log.op = op or log.op
+    if log.op is None:
+        raise UserError(str(path), "cannot tell the collective (no '*_perf' name); pass --op")
+    if gpus:
+        log.hosts = log.hosts[:gpus] if len(log.hosts) >= gpus else ["?"] * gpus
+    if log.gpus == 0:
+        raise UserError(str(path), "no '#  Rank ...' device lines; pass --gpus N")
+    if not log.rows:
+        raise UserError(str(path), "no result rows found")
+    for size, time_s, log_bus, line in log.rows:
+        ours = collective_record(log.op, "world", size, time_s, log.gpus, 1, 1)["busbw_GBps"]
+        if abs(ours - log_bus) > _BUSBW_RTOL * max(log_bus, 1e-9) + 0.01:
+            raise _bad(
+                str(path),
+                line,
+                f"busbw {log_bus} GB/s disagrees with the nccl-tests {log.op} formula for "
+                f"{log.gpus} GPUs ({ours:.2f}); pass --gpus or --op",
+            )
+    return log
+
+
+def to_measurements(logs: list[NcclLog]) -> Measurements:
+    """Collective rows: one node → scope 'intra', several → 'world' (GB/s = 1e9 B/s)."""
+    m = Measurements()
+    for log in logs:
+        scope = "intra" if log.nodes == 1 else "world"
+        for size, time_s, _, _ in log.rows:
+            m.collectives.append(
+                collective_record(
+                    log.op, scope, size, time_s, log.gpus, log.gpus // log.nodes, log.nodes
+                )
+            )
+    return m
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of the subcommand."""
+    parser.add_argument("logs", nargs="+", type=Path, metavar="LOG")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--base", default="dgx-h100", help="profile to start from")
+    parser.add_argument("--op", choices=OPS, help="collective, when the log does not say")
+    parser.add_argument("--gpus", type=int, help="rank count, when the log has no Rank lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse every log and write the profile."""
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
+    logs = [parse_log(p, args.op, args.gpus) for p in args.logs]
+    first = logs[0]
+    provenance: dict[str, Any] = {
+        "device": first.device,
+        "device_count": max(log.gpus for log in logs),
+        "nodes": max(log.nodes for log in logs),
+        "hostnames": len({h for log in logs for h in log.hosts}),
+        "nccl": first.nccl,
+        "backend": "nccl",
+        "source": "nccl-tests import: " + ", ".join(str(p) for p in args.logs),
+    }
+    data = build_profile(to_measurements(logs), provenance, args.base, machine=None)
+    write_yaml_atomic(args.out, data)
+    print(f"wrote {args.out} ({sum(len(log.rows) for log in logs)} rows)")
+    return 0
