@@ -5,7 +5,7 @@ Reads the text output of the ``*_perf`` binaries in both column layouts
 ``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
 ``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
 are used (nccl-tests reports them first). The op comes from ``# Collective test starting:
-X_perf``, the binary name in ``args`` or ``--op``; the GPU count from the ``#  Rank`` lines.
+X_perf``, the binary name in ``args`` or in the file name, or ``--op``; the GPU count from the ``#  Rank`` lines.
 Each row's busbw is recomputed with the nccl-tests formula and must agree with the log's, which
 checks the inferred GPU count.
 """
@@ -36,7 +36,7 @@ BINARY_OPS: dict[str, str] = {
 }
 _BINARY_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv)_perf")
 _RANK_RE = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
 )
 _VERSION_RE = re.compile(r"nccl-library=(\d+)")
 # Relative busbw disagreement tolerated: the log prints 2 decimals and rounds time.
@@ -155,6 +155,8 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> Ncc
         raise UserError("LOG", f"cannot read '{path}': {exc.strerror}") from None
     parse = parse_json if text.lstrip().startswith("{") else parse_text
     log = parse(str(path), text)
+    if log.op is None and (m := _BINARY_RE.search(path.name)):
+        log.op = BINARY_OPS[m.group(1)]
     log.op = op or log.op
     if log.op is None:
         raise UserError(str(path), "cannot tell the collective (no '*_perf' name); pass --op")
