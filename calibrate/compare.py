@@ -1,0 +1,98 @@
+"""``calibrate compare-trace``: measured (Kineto trace) vs simulated time per op kind.
+
+The simulated side is one representative rank of ``simcluster.simulate(scenario).events``
+(columns rank, stream, kind, name, start_s, end_s, ...; docs/architecture.md): communication
+kinds → ``comm``; compute events → the same name classifier as the trace, ``other`` if none
+matches; ``idle`` = the rank's step span not covered by any event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from calibrate.kineto import KINDS, Breakdown, classify, load_trace
+from simcluster.errors import UserError
+
+HELP = "compare a PyTorch profiler (Kineto) trace with a simulated step, per op kind"
+
+COMM_KINDS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"}
+)
+# Simulator op names that carry no kernel-like name still say what they are.
+_SIM_NAME_HINTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attn", "attention", "sdpa")),
+    ("gemm", ("gemm", "matmul", "linear", "qkv", "proj", "mlp", "fc1", "fc2", "expert")),
+)
+
+
+def sim_kind(event_kind: str, name: str) -> str:
+    """The op kind of a simulated event."""
+    if event_kind in COMM_KINDS:
+        return "comm"
+    found = classify(name)
+    if found:
+        return found
+    lowered = name.lower()
+    for kind, hints in _SIM_NAME_HINTS:
+        if any(h in lowered for h in hints):
+            return kind
+    return "other"
+
+
+def simulated_seconds(events: Any, rank: int | None = None) -> dict[str, float]:
+    """Seconds per kind on one rank (the lowest by default) of a SimResult events DataFrame."""
+    if events.empty:
+        raise UserError("SCENARIO", "the simulation produced no events")
+    rank = int(events["rank"].min()) if rank is None else rank
+    mine = events[events["rank"] == rank]
+    seconds = dict.fromkeys(KINDS, 0.0)
+    for kind, name, start, end in zip(
+        mine["kind"], mine["name"], mine["start_s"], mine["end_s"], strict=True
+    ):
+        seconds[sim_kind(str(kind), str(name))] += float(end) - float(start)
+    intervals = sorted(zip(mine["start_s"], mine["end_s"], strict=True))
+    covered, reach = 0.0, float("-inf")
+    for s, e in intervals:
+        if e > reach:
+            covered += e - max(s, reach)
+            reach = e
+    seconds["idle"] = intervals[-1][1] - intervals[0][0] - covered
+    return seconds
+
+
+def simulate_scenario(scenario: str) -> dict[str, float]:
+    """Run the simulator (looked up lazily: it may not exist in this simcluster yet)."""
+    try:
+        simulate = importlib.import_module("simcluster").simulate
+    except AttributeError:
+        raise UserError(
+            "SCENARIO", "this simcluster has no simulate() yet; only the trace side is available"
+        ) from None
+    return simulated_seconds(simulate(scenario).events)
+
+
+def table(measured: Breakdown, simulated: dict[str, float]) -> str:
+    """The comparison as aligned text: kind, measured ms, simulated ms, simulated/measured."""
+    lines = [f"{'kind':<10} {'measured ms':>12} {'simulated ms':>13} {'sim/meas':>9}"]
+    for kind in KINDS:
+        meas, sim = measured.seconds[kind] * 1e3, simulated[kind] * 1e3
+        ratio = f"{sim / meas:9.2f}" if meas > 0 else f"{'-':>9}"
+        lines.append(f"{kind:<10} {meas:12.3f} {sim:13.3f} {ratio}")
+    lines.append(f"(measured: {measured.level} events, per step over {measured.steps} step(s))")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of the subcommand."""
+    parser.add_argument("trace", type=Path, metavar="KINETO_TRACE")
+    parser.add_argument("scenario", metavar="SCENARIO")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison table."""
+    measured = load_trace(args.trace)
+    print(table(measured, simulate_scenario(args.scenario)))
+    return 0

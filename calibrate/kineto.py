@@ -1,0 +1,117 @@
+"""PyTorch profiler (Kineto) chrome traces → time per op kind (gemm, attention, comm, other, idle).
+
+GPU traces: the ``kernel``/``gpu_memcpy``/``gpu_memset`` events, one lane per CUDA stream.
+CPU-only traces: the ``cpu_op`` events, one lane per thread, where ops nest (``aten::linear`` →
+``aten::matmul`` → ``aten::mm``): the outermost classified op owns its whole duration, so nothing
+is counted twice. ``other`` is busy lane time no classified op owns; ``idle`` is the span during
+which no lane is busy. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simcluster.errors import UserError
+
+KINDS: tuple[str, ...] = ("gemm", "attention", "comm", "other", "idle")
+
+# Ordered registry, first match wins: comm before attention before gemm, because NCCL and
+# cutlass-based attention kernels also carry GEMM-like names.
+CLASSIFIERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("comm", re.compile(r"nccl|^c10d::|gloo|record_param_comms", re.I)),
+    ("attention", re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention", re.I)),
+    (
+        "gemm",
+        re.compile(
+            r"gemm|cutlass|xmma|cublas|^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$",
+            re.I,
+        ),
+    ),
+)
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def classify(name: str) -> str | None:
+    """The kind of a kernel or op name, or None when it is none of gemm/attention/comm."""
+    for kind, pattern in CLASSIFIERS:
+        if pattern.search(name):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds per kind (summed over lanes) and the traced span, per profiled step."""
+
+    seconds: dict[str, float]
+    span_s: float
+    level: str  # 'kernel' (GPU) or 'cpu_op'
+    steps: int
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+def breakdown(events: list[dict[str, Any]]) -> Breakdown:
+    """Per-kind times of a list of chrome-trace events (``ts``/``dur`` in microseconds)."""
+    complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+    gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
+    level = "kernel" if gpu else "cpu_op"
+    chosen = gpu or [e for e in complete if e.get("cat") == "cpu_op"]
+    if not chosen:
+        raise UserError("KINETO_TRACE", "no GPU kernel or cpu_op events; is this a profiler trace?")
+    seconds = dict.fromkeys(KINDS, 0.0)
+    lanes: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in chosen:
+        lanes.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    busy_all: list[tuple[float, float]] = []
+    for lane in lanes.values():
+        lane.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[tuple[float, bool]] = []  # (end, owned by a classified ancestor or itself)
+        top: list[tuple[float, float]] = []
+        classified = 0.0
+        for e in lane:
+            start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if not stack:
+                top.append((start, end))
+            owned = bool(stack) and stack[-1][1]
+            kind = None if owned else classify(str(e.get("name", "")))
+            if kind:
+                seconds[kind] += e["dur"] * 1e-6
+                classified += e["dur"]
+            stack.append((end, owned or kind is not None))
+        # Owners never overlap within a lane, so the rest of the busy time is unclassified.
+        seconds["other"] += max(0.0, _union(top) - classified) * 1e-6
+        busy_all += top
+    start = min(s for s, _ in busy_all)
+    span = max(e for _, e in busy_all) - start
+    seconds["idle"] = (span - _union(busy_all)) * 1e-6
+    steps = len({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+    steps = max(1, steps)
+    return Breakdown({k: v / steps for k, v in seconds.items()}, span * 1e-6 / steps, level, steps)
+
+
+def load_trace(path: Path) -> Breakdown:
+    """Read a Kineto chrome trace (``prof.export_chrome_trace``) and break it down."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise UserError("KINETO_TRACE", f"cannot read '{path}': {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise UserError(str(path), "no 'traceEvents' list; is this a PyTorch profiler trace?")
+    return breakdown(events)
