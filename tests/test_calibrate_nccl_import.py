@@ -1,0 +1,75 @@
+"""nccl-tests importer: both text header layouts, -J JSON, malformed input (tests/fixtures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calibrate.cli import main
+from calibrate.nccl_tests_import import parse_log
+from simcluster.errors import UserError
+from simcluster.hardware import load_profile
+
+FIX = Path(__file__).parent / "fixtures"
+CURRENT = FIX / "nccl_all_reduce_dgx_h100_current.txt"
+OLD = FIX / "all_gather_perf_2021.txt"
+JSON = FIX / "nccl_reduce_scatter.json"
+
+
+def test_current_layout_reads_op_gpus_and_rows():
+    log = parse_log(CURRENT)
+    assert (log.op, log.gpus, log.nodes) == ("all_reduce", 8, 1)
+    assert log.device == "NVIDIA H100 80GB HBM3" and log.nccl == "2.19.3"
+    assert len(log.rows) == 10
+    size, time_s, bus, line = log.rows[5]  # the published 1 GiB row
+    assert (size, time_s, bus, line) == (1073741824, pytest.approx(4029.4e-6), 466.33, 23)
+
+
+def test_2021_layout_without_root_column_and_op_from_file_name():
+    log = parse_log(OLD)
+    assert (log.op, log.gpus, log.nodes) == ("all_gather", 16, 2)
+    assert [r[0] for r in log.rows] == [1048576, 4194304, 16777216, 67108864, 268435456]
+    assert log.rows[-1][1] == pytest.approx(11890e-6)
+
+
+def test_json_report():
+    log = parse_log(JSON)
+    assert (log.op, log.gpus, log.nodes, log.nccl) == ("reduce_scatter", 8, 1, "2.26.3")
+    assert [r[0] for r in log.rows] == [1048576, 16777216, 268435456]
+
+
+def test_malformed_row_names_file_and_line(capsys):
+    assert main(["import-nccl-tests", str(FIX / "nccl_malformed.txt"), "--out", "x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "nccl_malformed.txt:20:" in err and "columns" in err
+
+
+def test_wrong_gpu_count_is_caught_by_the_busbw_formula():
+    with pytest.raises(UserError, match=r":18: busbw 294.69 GB/s disagrees .* 4 GPUs"):
+        parse_log(CURRENT, gpus=4)
+
+
+def test_op_needed_when_the_log_does_not_say(tmp_path):
+    anonymous = tmp_path / "run.log"
+    anonymous.write_text(OLD.read_text())
+    with pytest.raises(UserError, match="pass --op"):
+        parse_log(anonymous)
+    assert parse_log(anonymous, op="all_gather").gpus == 16
+
+
+def test_import_writes_a_loadable_profile(tmp_path):
+    out = tmp_path / "h100.yaml"
+    assert main(["import-nccl-tests", str(CURRENT), str(OLD), str(JSON), "--out", str(out)]) == 0
+    prof = load_profile(out)
+    rows = prof.measured["collectives"]
+    assert len(rows) == 18
+    gib = next(r for r in rows if r["op"] == "all_reduce" and r["bytes"] == 2**30)
+    assert gib["scope"] == "intra" and gib["busbw_GBps"] == pytest.approx(466.33, abs=0.01)
+    assert {r["scope"] for r in rows if r["op"] == "all_gather"} == {"world"}
+    # The 16 GiB all_reduce (479.9 GB/s, NVLink SHARP) exceeds the 450 GB/s line rate: capped at 1.
+    assert prof.efficiency.nvlink == 1.0
+    # Two-node all_gather: best busbw 21.17 GB/s per GPU, one NIC per GPU -> 169.4 of 400 Gbit/s.
+    assert prof.efficiency.nic == pytest.approx(21.17 * 8 / 400, rel=2e-3)
+    assert prof.provenance["device_count"] == 16 and prof.provenance["nodes"] == 2
