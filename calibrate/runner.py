@@ -8,6 +8,8 @@ rank 0's numbers are recorded.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,16 +120,31 @@ def run(cfg: RunConfig) -> int:
             doc = {"partial": True, "error": error, "measured": measured.as_dict()}
             write_yaml_atomic(partial, doc | {"provenance": prov})
 
+    def on_term(signum: int, frame: object) -> None:
+        # torchrun sends SIGTERM to the survivors when a rank fails; the partial file is
+        # already on disk (written after every step), so say where and stop.
+        print(
+            f"error: rank {ctx.rank}: stopped by signal {signum} (another rank failed or the run "
+            f"was cancelled); measurements so far are in {partial}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
     steps = plan_steps(cfg, ctx)
+    current = "setup"
     try:
         with RankProgress(len(steps), ctx.is_main) as bar:
             for step in steps:
+                current = step.label
                 bar.describe(step.label)
                 with watchdog.guard(step.label):
                     step.run(measured)
                 save_partial()
                 bar.advance()
-        with watchdog.guard("barrier before writing"):
+        current = "barrier before writing"
+        with watchdog.guard(current):
             ctx.barrier()
         if ctx.is_main:
             machine = Machine(
@@ -142,7 +159,8 @@ def run(cfg: RunConfig) -> int:
     except UserError:
         raise
     except Exception as exc:  # a failed rank, a broken peer connection, a device error
-        message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        message = f"during '{current}': {detail}"
         save_partial(message)
         print(
             f"error: rank {ctx.rank}: {message}; measurements so far are in {partial}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_profiler_steps_divide_the_totals():
     assert got.seconds["idle"] == pytest.approx(30e-6)  # 60 us gap over 2 steps
 
 
-def test_sim_kinds_and_table_layout():
+def test_sim_kinds():
     assert sim_kind("all_gather", "dp grad gather") == "comm"
     assert sim_kind("forward", "layer3.attn") == "attention"
     assert sim_kind("backward_weight", "layer3.mlp.fc1") == "gemm"
@@ -151,8 +152,10 @@ def test_compare_against_the_simulator(tmp_path):
         pytest.skip("simcluster.simulate() is not built yet (lead's engine issue)")
     from calibrate.compare import simulated_seconds
 
-    scenarios = sorted((importlib.resources.files("simcluster.data.scenarios")).iterdir())
-    scenario = next(str(p) for p in scenarios if str(p).endswith(".yaml"))
+    scenarios = sorted(Path(__file__).resolve().parent.parent.glob("scenarios/*.yaml"))
+    if not scenarios:
+        pytest.skip("no scenario files in scenarios/ yet")
+    scenario = str(scenarios[0])
     sim = simulated_seconds(simcluster.simulate(scenario).events)
     assert set(sim) == set(KINDS) and sum(sim.values()) > 0
     a = torch.ones(64, 64)

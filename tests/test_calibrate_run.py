@@ -1,0 +1,195 @@
+"""Real measuring runs on CPU: torchrun with 2 gloo ranks, a single process, failures.
+
+Every number checked here was timed for real by the run under test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+
+from calibrate.busbw import busbw  # noqa: E402
+from simcluster.hardware import load_profile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+CAL = ["-m", "calibrate", "--device", "cpu", "--quick"]
+H100_BF16_FLOPS = 989.4e12  # NVIDIA H100 SXM5 datasheet, dense bf16 (hardware/dgx-h100.yaml)
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def two_rank_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "p.yaml"
+    proc = subprocess.run(
+        TORCHRUN + CAL + ["--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
+    prof = load_profile(two_rank_profile)
+    assert not two_rank_profile.with_name("p.partial.yaml").exists()
+    assert prof.peak_flops("bf16") < H100_BF16_FLOPS / 100  # a CPU core is far below an H100
+    assert prof.gpus_per_node == 2 and prof.node.nvls is False
+    assert prof.provenance["backend"] == "gloo" and prof.provenance["device_count"] == 2
+    assert prof.provenance["quick"] is True and prof.provenance["torch"]
+    best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
+    assert prof.gpu.peak_tflops["bf16"] == best
+    assert max(f for _, f in prof.efficiency.gemm) == pytest.approx(1.0)
+    kernels = {r["kernel"] for r in prof.measured["memory"]}
+    assert kernels == {"elementwise", "layernorm", "adam"}
+    assert prof.gpu.hbm_tbps * 1e12 == max(r["bytes_per_s"] for r in prof.measured["memory"])
+
+
+def test_collectives_follow_nccl_tests_formulas(two_rank_profile):
+    rows = load_profile(two_rank_profile).measured["collectives"]
+    ops = {r["op"] for r in rows}
+    assert ops == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "broadcast",
+        "send_recv",
+    }
+    for r in rows:
+        assert r["scope"] == "world" and r["gpus"] == 2 and r["nodes"] == 1
+        assert r["busbw_GBps"] == pytest.approx(busbw(r["op"], r["bytes"], r["time_s"], 2) / 1e9)
+        assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+    best_all_reduce = max(r["busbw_GBps"] for r in rows if r["op"] == "all_reduce")
+    prof = load_profile(two_rank_profile)
+    assert prof.node.nvlink_GBps == pytest.approx(best_all_reduce)
+
+
+def test_single_process_kernels_only_from_a_base(tmp_path):
+    out = tmp_path / "k.yaml"
+    proc = subprocess.run(
+        [sys.executable] + CAL + ["--base", "dgx-h100", "--shapes", "96,80,64", "--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prof = load_profile(out)
+    assert prof.name == "dgx-h100-calibrated"
+    assert prof.gpu.peak_tflops["bf16"] == 989.4  # the base's datasheet peak stays
+    assert max(f for _, f in prof.efficiency.gemm) < 0.01  # a CPU reaches < 1% of it
+    assert "collectives" not in prof.measured and prof.node.nvlink_GBps == 450
+    assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    for extra, needle in (
+        (["--shapes", "1,2"], "error: --shapes: '1,2' is not M,N,K"),
+        (["--base", "dgx-h200"], "error: --base: unknown hardware 'dgx-h200'"),
+        (["--scenario", "s.yaml"], "error: --scenario: this simcluster has no"),
+    ):
+        proc = subprocess.run(
+            [sys.executable] + CAL + extra + ["--out", str(tmp_path / "x.yaml")],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and proc.stderr.startswith(needle), proc.stderr
+        assert proc.stderr.count("\n") == 1
+
+
+def _rank_pid(parent: int, local_rank: int, deadline: float) -> int:
+    """The worker process torchrun started for ``local_rank`` (read from /proc)."""
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{parent}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                if f"LOCAL_RANK={local_rank}".encode() in environ:
+                    return int(child)
+        time.sleep(0.05)
+    raise AssertionError("worker not found")
+
+
+def _run_until_partial(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen[str], Path]:
+    out = tmp_path / "p.yaml"
+    proc = _start(TORCHRUN + CAL + ["--timeout", str(timeout_s), "--out", str(out)])
+    partial = out.with_name("p.partial.yaml")
+    deadline = time.monotonic() + 60
+    while not partial.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "no partial file appeared"
+        time.sleep(0.05)
+    return proc, partial
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: rank 0")]
+
+
+def test_a_dying_rank_stops_the_run_and_keeps_the_partial_file(tmp_path):
+    proc, partial = _run_until_partial(tmp_path, 60)
+    os.kill(_rank_pid(proc.pid, 1, time.monotonic() + 10), signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not (tmp_path / "p.yaml").exists()
+    lines = _error_lines(err)
+    assert len(lines) == 1 and str(partial) in lines[0]
+    doc = yaml.safe_load(partial.read_text())
+    assert doc["partial"] is True and doc["measured"]["gemm"]
+
+
+def test_a_hung_rank_times_out(tmp_path):
+    proc, partial = _run_until_partial(tmp_path, 3)
+    victim = _rank_pid(proc.pid, 1, time.monotonic() + 10)
+    os.kill(victim, signal.SIGSTOP)  # alive but making no progress
+    try:
+        rank0 = _rank_pid(proc.pid, 0, time.monotonic() + 10)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{rank0}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    lines = _error_lines(err)
+    assert proc.returncode != 0 and len(lines) == 1, err[-2000:]
+    assert str(partial) in lines[0] and "during '" in lines[0]
+    doc = yaml.safe_load(partial.read_text())
+    assert doc["partial"] is True and "during '" in doc["error"]
+
+
+def test_watchdog_stops_a_step_past_its_deadline():
+    code = (
+        "import time\n"
+        "from calibrate.watchdog import Watchdog\n"
+        "w = Watchdog(0.3, 5, 'p.partial.yaml')\n"
+        "with w.guard('gemm bf16 8x8x8'):\n"
+        "    time.sleep(10)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 3 and time.monotonic() - start < 5
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("error: --timeout: rank 5: 'gemm bf16 8x8x8' did not finish")
