@@ -74,11 +74,15 @@ def simulate_scenario(scenario: str) -> dict[str, float]:
     return simulated_seconds(simulate(scenario).events)
 
 
-def table(measured: Breakdown, simulated: dict[str, float]) -> str:
+def table(measured: Breakdown, simulated: dict[str, float] | None) -> str:
     """The comparison as aligned text: kind, measured ms, simulated ms, simulated/measured."""
     lines = [f"{'kind':<10} {'measured ms':>12} {'simulated ms':>13} {'sim/meas':>9}"]
     for kind in KINDS:
-        meas, sim = measured.seconds[kind] * 1e3, simulated[kind] * 1e3
+        meas = measured.seconds[kind] * 1e3
+        if simulated is None:
+            lines.append(f"{kind:<10} {meas:12.3f} {'-':>13} {'-':>9}")
+            continue
+        sim = simulated[kind] * 1e3
         ratio = f"{sim / meas:9.2f}" if meas > 0 else f"{'-':>9}"
         lines.append(f"{kind:<10} {meas:12.3f} {sim:13.3f} {ratio}")
     lines.append(f"(measured: {measured.level} events, per step over {measured.steps} step(s))")
@@ -94,5 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table."""
     measured = load_trace(args.trace)
-    print(table(measured, simulate_scenario(args.scenario)))
+    try:
+        simulated = simulate_scenario(args.scenario)
+    except UserError:
+        print(table(measured, None))  # the measured side is still worth showing
+        raise
+    print(table(measured, simulated))
     return 0

@@ -91,9 +91,7 @@ def init(device_type: str, timeout_s: float) -> DistContext:
     )
     if not ctx.distributed:
         return ctx
-    dist.init_process_group(
-        backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=None
-    )
+    dist.init_process_group(backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s))
     names: list[object] = [None] * world
     dist.all_gather_object(names, socket.gethostname())
     ctx.hostnames = [str(n) for n in names]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 
 from calibrate.shapes import GemmShape
@@ -48,14 +46,3 @@ def measure_gemm(
         "time_s": t,
         "tflops": shape.flops / t / 1e12,
     }
-
-
-def measure_grid(
-    shapes: Iterable[GemmShape],
-    dtypes: Iterable[str],
-    device: torch.device,
-    timer: Timer,
-    budget_s: float,
-) -> list[dict[str, object]]:
-    """Every shape × dtype."""
-    return [measure_gemm(s, d, device, timer, budget_s) for d in dtypes for s in shapes]
