@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from simcluster.cli import _Parser  # argparse reporting bad arguments in one line, exit 2
 from simcluster.errors import UserError
 
 # subcommand -> module exposing HELP, add_arguments(parser), run(args) -> int
@@ -20,11 +21,6 @@ SUBCOMMANDS: dict[str, str] = {
     "import-nccl-tests": "calibrate.nccl_tests_import",
     "compare-trace": "calibrate.compare",
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {self.prog}: {message}\n")
 
 
 def _measure_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from calibrate.kineto import KINDS, Breakdown, classify, load_trace
+from calibrate.kineto import KINDS, Breakdown, classify, load_trace, union_length
 from simcluster.errors import UserError
 
 HELP = "compare a PyTorch profiler (Kineto) trace with a simulated step, per op kind"
@@ -53,13 +53,9 @@ def simulated_seconds(events: Any, rank: int | None = None) -> dict[str, float]:
         mine["kind"], mine["name"], mine["start_s"], mine["end_s"], strict=True
     ):
         seconds[sim_kind(str(kind), str(name))] += float(end) - float(start)
-    intervals = sorted(zip(mine["start_s"], mine["end_s"], strict=True))
-    covered, reach = 0.0, float("-inf")
-    for s, e in intervals:
-        if e > reach:
-            covered += e - max(s, reach)
-            reach = e
-    seconds["idle"] = intervals[-1][1] - intervals[0][0] - covered
+    intervals = [(float(s), float(e)) for s, e in zip(mine["start_s"], mine["end_s"], strict=True)]
+    span = max(e for _, e in intervals) - min(s for s, _ in intervals)
+    seconds["idle"] = span - union_length(intervals)
     return seconds
 
 

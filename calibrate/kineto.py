@@ -53,7 +53,8 @@ class Breakdown:
     steps: int
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping (start, end) intervals."""
     total, end = 0.0, float("-inf")
     for s, e in sorted(intervals):
         if e > end:
@@ -93,11 +94,11 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
                 classified += e["dur"]
             stack.append((end, owned or kind is not None))
         # Owners never overlap within a lane, so the rest of the busy time is unclassified.
-        seconds["other"] += max(0.0, _union(top) - classified) * 1e-6
+        seconds["other"] += max(0.0, union_length(top) - classified) * 1e-6
         busy_all += top
     start = min(s for s, _ in busy_all)
     span = max(e for _, e in busy_all) - start
-    seconds["idle"] = (span - _union(busy_all)) * 1e-6
+    seconds["idle"] = (span - union_length(busy_all)) * 1e-6
     steps = len({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
     steps = max(1, steps)
     return Breakdown({k: v / steps for k, v in seconds.items()}, span * 1e-6 / steps, level, steps)

@@ -186,3 +186,23 @@ def test_malformed_trace_is_a_one_line_error(tmp_path, capsys):
     assert main(["compare-trace", str(bad), "s.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}:2: invalid JSON" in err
+
+
+def test_simulated_seconds_of_one_rank():
+    import pandas as pd
+
+    from calibrate.compare import simulated_seconds
+
+    # Rank 0: attention 0-2 ms, an MLP GEMM 2-5 ms overlapping a DP reduce-scatter 4-6 ms,
+    # nothing 6-7 ms, optimizer 7-8 ms. Rank 1's events must be ignored.
+    rows = [
+        (0, "forward", "layer0.attn", 0.000, 0.002),
+        (0, "forward", "layer0.mlp.fc1", 0.002, 0.005),
+        (0, "reduce_scatter", "dp grads", 0.004, 0.006),
+        (0, "optimizer", "adam", 0.007, 0.008),
+        (1, "forward", "layer0.attn", 0.0, 1.0),
+    ]
+    events = pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s"])
+    got = simulated_seconds(events)
+    expect = {"gemm": 0.003, "attention": 0.002, "comm": 0.002, "other": 0.001, "idle": 0.001}
+    assert got == pytest.approx(expect)
