@@ -60,14 +60,15 @@ def simulated_seconds(events: Any, rank: int | None = None) -> dict[str, float]:
 
 
 def simulate_scenario(scenario: str) -> dict[str, float]:
-    """Run the simulator (looked up lazily: it may not exist in this simcluster yet)."""
+    """Simulate a scenario (name or path); looked up lazily, as calibrate predates the engine."""
     try:
         simulate = importlib.import_module("simcluster").simulate
-    except AttributeError:
+        load_scenario = importlib.import_module("simcluster.scenario").load_scenario
+    except (AttributeError, ModuleNotFoundError):
         raise UserError(
             "SCENARIO", "this simcluster has no simulate() yet; only the trace side is available"
         ) from None
-    return simulated_seconds(simulate(scenario).events)
+    return simulated_seconds(simulate(load_scenario(scenario)).events)
 
 
 def table(measured: Breakdown, simulated: dict[str, float] | None) -> str:
