@@ -206,3 +206,16 @@ def test_watchdog_stops_a_step_past_its_deadline():
     assert proc.returncode == 3 and time.monotonic() - start < 5
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: --timeout: rank 5: 'gemm bf16 8x8x8' did not finish")
+
+
+def test_a_collective_simulated_alone_reproduces_the_measured_busbw(two_rank_profile, capsys):
+    import json
+
+    from simcluster.cli import main as simcluster_main
+
+    rows = load_profile(two_rank_profile).measured["collectives"]
+    biggest = max((r for r in rows if r["op"] == "all_reduce"), key=lambda r: r["bytes"])
+    args = ["collective", "all_reduce", str(biggest["bytes"]), "--gpus", "2", "--json"]
+    assert simcluster_main(args + ["--hardware", str(two_rank_profile)]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert simulated["busbw_GBps"] == pytest.approx(biggest["busbw_GBps"], rel=0.05)  # issue 7
