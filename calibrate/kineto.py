@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from simcluster.engine.metrics import union_length as _union_array
 from simcluster.errors import UserError
 
 KINDS: tuple[str, ...] = ("gemm", "attention", "comm", "other", "idle")
@@ -54,13 +57,8 @@ class Breakdown:
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by possibly overlapping (start, end) intervals."""
-    total, end = 0.0, float("-inf")
-    for s, e in sorted(intervals):
-        if e > end:
-            total += e - max(s, end)
-            end = e
-    return total
+    """Total length covered by possibly overlapping (start, end) intervals (engine's helper)."""
+    return _union_array(np.asarray(intervals, dtype=float).reshape(-1, 2))
 
 
 def breakdown(events: list[dict[str, Any]]) -> Breakdown:
