@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from simcluster.engine.metrics import union_length, uncovered
+from simcluster.engine.metrics import uncovered, union_length
 
 
 def test_union_length_merges_overlaps():
