@@ -66,7 +66,7 @@ def parse_shapes(text: str) -> list[GemmShape]:
 # Hook for the simulator's per-layer op list: a module exposing
 # ``gemm_shapes(scenario_path) -> list[tuple[int, int, int]]`` (M, N, K under the scenario's
 # TP/EP sharding). Looked up lazily so calibrate works before the model code exists.
-SCENARIO_SHAPES_HOOK = ("simcluster.layer_ops", "gemm_shapes")
+SCENARIO_SHAPES_HOOK = ("simcluster.gemm_shapes", "gemm_shapes")
 
 
 def scenario_shapes(scenario: str) -> list[GemmShape]:

@@ -120,3 +120,16 @@ def test_hf_config_qwen3_moe(tmp_path):
     m = from_hf_config(path)
     assert m.params_total() / 1e9 == pytest.approx(30.5, rel=0.01)
     assert m.params_active() / 1e9 == pytest.approx(3.3, rel=0.03)
+
+
+def test_scenario_gemm_shapes_under_tp():
+    """calibrate --scenario times exactly these: Llama-3-70B, tp 8, s=8192 tokens per microbatch."""
+    from simcluster.gemm_shapes import gemm_shapes
+
+    shapes = set(gemm_shapes("llama3-70b-64xh100"))
+    # QKV forward: tokens x hidden -> (64 + 2*8) heads * 128 / tp = 1280 columns
+    assert (8192, 1280, 8192) in shapes
+    # SwiGLU up+gate: 2 * 28672 / 8 = 7168 columns; vocab-parallel LM head 128256 / 8 = 16032
+    assert (8192, 7168, 8192) in shapes and (8192, 16032, 8192) in shapes
+    # weight gradients contract over the tokens: (in, out, tokens)
+    assert (8192, 1280, 8192) in shapes and (1024, 8192, 8192) in shapes
