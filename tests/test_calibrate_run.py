@@ -120,7 +120,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     for extra, needle in (
         (["--shapes", "1,2"], "error: --shapes: '1,2' is not M,N,K"),
         (["--base", "dgx-h900"], "error: --base: unknown hardware 'dgx-h900'"),
-        (["--scenario", "s.yaml"], "error: --scenario: this simcluster has no"),
+        (["--scenario", "s.yaml"], "error: scenario: file 's.yaml' not found"),
     ):
         proc = subprocess.run(
             [sys.executable] + CAL + extra + ["--out", str(tmp_path / "x.yaml")],
