@@ -1,0 +1,36 @@
+"""Simulation cost benchmarks (run by hand: python -m pytest -m benchmark benchmarks -s).
+
+Ratios measured in one run (the machines are noisy): wall time should scale with
+pp x microbatches x layers, and barely with the number of GPUs (symmetry shortcut).
+"""
+
+import time
+
+import pytest
+
+from simcluster.engine import simulate
+from simcluster.scenario import load_scenario
+
+pytestmark = pytest.mark.benchmark
+
+
+def _wall(name, *overrides):
+    sc = load_scenario(name, list(overrides))
+    start = time.perf_counter()
+    res = simulate(sc)
+    return time.perf_counter() - start, res.summary["events"]
+
+
+def test_gpu_count_barely_matters():
+    small, ev_small = _wall("llama3-70b-64xh100", ("training.global_batch", 32))
+    big, ev_big = _wall("llama3-70b-64xh100", ("cluster.gpus", 1024), ("training.global_batch", 512))
+    print(f"64 GPUs: {small:.2f}s ({ev_small} events); 1024 GPUs: {big:.2f}s ({ev_big} events); ratio {big / small:.2f}")
+    assert ev_big == ev_small
+    assert big / small < 3.0
+
+
+def test_microbatches_scale_linearly():
+    one, _ = _wall("llama3-70b-64xh100", ("training.global_batch", 32))
+    four, _ = _wall("llama3-70b-64xh100", ("training.global_batch", 128))
+    print(f"m=16: {one:.2f}s, m=64: {four:.2f}s, ratio {four / one:.2f} (ideal 4)")
+    assert four / one < 6.0
