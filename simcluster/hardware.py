@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import copy
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -154,14 +154,7 @@ CLUSTER_OVERRIDES: dict[str, str] = {
 
 def _data_dir() -> Path:
     """The shipped hardware/ folder: inside the wheel, or the repository checkout."""
-    try:
-        root = resources.files("simcluster.data.hardware")
-        path = Path(str(root))
-        if path.is_dir() and any(path.glob("*.yaml")):
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "hardware"
+    return data_dir("hardware")
 
 
 def shipped_profiles() -> list[str]:

@@ -7,13 +7,13 @@ did-you-mean hint; every error names the dotted field and the fix.
 from __future__ import annotations
 
 import copy
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 
 
@@ -167,13 +167,8 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 
 
 def _scenarios_dir() -> Path:
-    try:
-        path = Path(str(resources.files("simcluster.data.scenarios")))
-        if path.is_dir() and any(path.glob("*.yaml")):
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "scenarios"
+    """The shipped scenarios/ folder."""
+    return data_dir("scenarios")
 
 
 def shipped_scenarios() -> list[str]:
