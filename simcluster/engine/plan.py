@@ -11,7 +11,12 @@ from dataclasses import dataclass, field, replace
 
 from simcluster.compute import KernelModel
 from simcluster.context import Context
-from simcluster.memory import chunk_activation_bytes, wgrad_retained_fraction
+from simcluster.memory import (
+    chunk_activation_bytes,
+    stage_params,
+    static_memory,
+    wgrad_retained_fraction,
+)
 from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes, unit_params
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment
@@ -63,7 +68,7 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
     layers = list(chunk.layer_indices)
     order = layers if phase == "F" else list(reversed(layers))
     units: list[Unit] = []
-    for i, layer in enumerate(order):
+    for layer in order:
         segs: list[Segment] = []
         covered = [layer]
         first_in_model, last_in_model = layer == layers[0], layer == layers[-1]
@@ -86,7 +91,6 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
             for u in covered
         )
         units.append(Unit(tuple(covered), tuple(segs), dense))
-        _ = i
     return units
 
 
@@ -122,8 +126,6 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
     shapes = Shapes(ctx.model, ctx.layout, sc.training)
     builder = LayerBuilder(shapes, km, sc)
     orders = ctx.schedule.build(ctx.spec)
-    from simcluster.memory import stage_params, static_memory
-
     plans = []
     for stage, chunks in enumerate(ctx.chunks):
         cplans = []

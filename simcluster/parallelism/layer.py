@@ -108,7 +108,7 @@ class LayerBuilder:
             out_t = self._gemms(gemms[-1:], phase) + self._elementwise(3 * h / sp, phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
-        segments = tensor.wrap_block(self.shapes, "attn", att_body, backward, overlap, index) if phase != "W" else att_body
+        segments = tensor.wrap_block(self.shapes, "attn", att_body, overlap, index) if phase != "W" else att_body
         segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
         return segments
 
@@ -120,19 +120,18 @@ class LayerBuilder:
     def _mlp_segments(self, index: int, phase: str, sp: int, overlap: bool) -> list[Segment]:
         m, lay = self.shapes.model, self.shapes.layout
         h = m.hidden
-        backward = phase != "F"
         if m.is_moe_layer(index):
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe.load_imbalance, phase, index)
             if phase == "W":
                 return moe
             norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
-            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], backward, overlap, index)
+            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], overlap, index)
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
         up = 2 * m.ffn if m.mlp == "swiglu" else m.ffn
         work = self._gemms(gemms, phase) + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
-        return tensor.wrap_block(self.shapes, "mlp", [Compute("mlp", work, index)], backward, overlap, index)
+        return tensor.wrap_block(self.shapes, "mlp", [Compute("mlp", work, index)], overlap, index)
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""

@@ -14,9 +14,14 @@ from simcluster.parallelism.shapes import Shapes
 
 
 def wrap_block(
-    shapes: Shapes, block: str, body: list[Segment], backward: bool, overlap: bool, layer: int
+    shapes: Shapes, block: str, body: list[Segment], overlap: bool, layer: int
 ) -> list[Segment]:
-    """Surround a block's compute with its TP collectives (none when tp == 1)."""
+    """Surround a block's compute with its TP collectives (none when tp == 1).
+
+    Forward and backward have the same shape in execution order: with SP an all-gather before
+    and a reduce-scatter after (the backward of a reduce-scatter is an all-gather and vice
+    versa); without SP one all-reduce after the block.
+    """
     lay = shapes.layout
     if lay.tp == 1:
         return body
@@ -25,8 +30,8 @@ def wrap_block(
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", size, overlap, layer)
         last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size, overlap, layer)
         return _place(first, body, last, overlap)
-    if backward:  # the conjugate of the forward all-reduce is an all-reduce of input grads
-        return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)]
+    # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
+    # column-parallel input gradients (Megatron's f/g operators)
     return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)]
 
 
