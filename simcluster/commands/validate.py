@@ -1,0 +1,130 @@
+"""``simcluster validate``: simulate published runs and report the prediction error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simcluster.commands.common import print_json
+from simcluster.errors import UserError
+from simcluster.validate import (
+    CaseResult,
+    by_family,
+    load_cases,
+    ordering_checks,
+    report,
+    run_cases,
+    summarize,
+)
+
+NAME = "validate"
+HELP = "simulate published measurements (shipped or given cases) and report the error per case and overall"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "cases", nargs="*", metavar="CASES.yaml", help="cases files (default: every shipped case)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--filter", metavar="SUBSTR", help="only cases whose name contains SUBSTR")
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the cases marked slow (minutes each)"
+    )
+    parser.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        metavar="N",
+        help="simulate N cases at once in worker processes (default: number of CPUs)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    jobs = args.jobs if args.jobs is not None else max(os.cpu_count() or 1, 1)
+    if jobs < 1:
+        raise UserError("--jobs", f"must be at least 1, got {jobs}")
+    cases = load_cases(args.cases, args.filter, quick=args.quick)
+    if not cases:
+        raise UserError("--filter", "no case left after --filter/--quick; drop or change them")
+    results = _run_with_progress(cases, jobs)
+    if args.json:
+        print_json(report(results))
+    else:
+        _print(results)
+    return 0
+
+
+def _run_with_progress(cases: list, jobs: int) -> list[CaseResult]:
+    stderr = Console(stderr=True)
+    columns = (
+        TextColumn("validate"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("", total=len(cases))
+
+        def advance(r: CaseResult) -> None:
+            bar.update(task, advance=1, description=r.case.name)
+
+        return run_cases(cases, jobs=jobs, progress=advance)
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.1f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _print(results: list[CaseResult]) -> None:
+    console = Console(width=max(Console().width, 120))
+    table = Table(title="validation cases")
+    for col, just in (
+        ("case", "left"),
+        ("metric", "left"),
+        ("predicted", "right"),
+        ("measured", "right"),
+        ("error", "right"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in results:
+        err = _pct(r.error_pct) if r.error is None else f"[red]failed[/]: {r.error}"
+        table.add_row(r.case.name, r.case.metric, _num(r.predicted), _num(r.case.measured), err)
+    console.print(table)
+
+    fam = Table(title="error by family (absolute %)")
+    for col in ("family", "n", "MAPE", "median", "max", "failed"):
+        fam.add_column(col, justify="left" if col == "family" else "right")
+    rows = {**by_family(results), "all": summarize(results)}
+    for name, s in rows.items():
+        cells = [
+            f"{s[k]:.1f}" if s[k] is not None else "—"
+            for k in ("mape_pct", "median_ape_pct", "max_ape_pct")
+        ]
+        fam.add_row(name, str(s["n"]), *cells, str(s["failed"]))
+    console.print(fam)
+
+    checks = ordering_checks(results)
+    if checks:
+        ok = sum(c.predicted_ok for c in checks)
+        console.print(
+            f"schedule ordering ZB-2p > ZB-1p >~ 1F1B-I > 1F1B reproduced in {ok}/{len(checks)} rows"
+        )
+        for c in checks:
+            if not c.predicted_ok:
+                console.print(f"  {c.group}: {', '.join(c.violations)}")
+    s = summarize(results)
+    if s["failed"]:
+        print(f"{s['failed']} case(s) failed; see the table", file=sys.stderr)
