@@ -18,12 +18,12 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from simcluster.data import data_dir
 from simcluster.errors import UserError
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
@@ -78,13 +78,7 @@ class CaseResult:
 # --- loading ----------------------------------------------------------------------------
 def validation_dir() -> Path:
     """The shipped validation/ folder: inside the wheel, or the repository checkout."""
-    try:
-        path = Path(str(resources.files("simcluster.data.validation")))
-        if path.is_dir() and any(path.glob("*.yaml")):
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "validation"
+    return data_dir("validation")
 
 
 def shipped_case_files() -> list[Path]:
