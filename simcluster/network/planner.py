@@ -14,7 +14,7 @@ from simcluster.network.calibrated import measured_time
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
 from simcluster.network.protocols import Protocol, protocols_for, step_latency
-from simcluster.network.symmetry import FlowSpec, explicit_specs, symmetric_specs
+from simcluster.network.symmetry import FlowSpec, explicit_specs, lockstep, symmetric_specs
 from simcluster.topology import Cluster
 
 GroupsKey = tuple[tuple[int, ...], ...]
@@ -72,9 +72,9 @@ def _specs(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey, symmetric
     if k not in memo:
         plans = _plans(cluster, op, algo, key)
         if symmetric or len(plans) == 1:
-            memo[k] = (tuple(symmetric_specs(plans)),)
+            memo[k] = (lockstep(symmetric_specs(plans)),)
         else:
-            memo[k] = tuple(tuple(explicit_specs(p)) for p in plans)
+            memo[k] = tuple(lockstep(explicit_specs(p)) for p in plans)
     return memo[k]
 
 

@@ -60,3 +60,21 @@ def symmetric_specs(plans: list[Plan]) -> list[FlowSpec]:
         links = tuple(sorted(acc))
         out.append(FlowSpec(frac, links, tuple(float(acc[k]) for k in links)))
     return out
+
+
+def lockstep(specs: list[FlowSpec] | tuple[FlowSpec, ...]) -> tuple[FlowSpec, ...]:
+    """Merge one group's transfers into a single flow that progresses in lockstep.
+
+    NCCL moves a collective in chunked steps that wait for the slowest peer, so its transfers
+    advance together and the collective ends at its bottleneck. One flow whose per-link load is
+    the sum of fraction x copies of its transfers models exactly that (same bytes on every
+    link, same time alone), and costs one event per collective instead of one per transfer.
+    """
+    if len(specs) <= 1:
+        return tuple(specs)
+    load: dict[int, float] = {}
+    for s in specs:
+        for link, c in zip(s.links, s.coeffs, strict=True):
+            load[link] = load.get(link, 0.0) + c * s.fraction
+    links = tuple(sorted(load))
+    return (FlowSpec(1.0, links, tuple(load[lk] for lk in links)),)
