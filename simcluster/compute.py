@@ -87,16 +87,44 @@ class KernelModel:
         curve = self._gemm_curves.get(dtype) or self.profile.efficiency.gemm
         return max(_log_interp(list(curve), flops), 1e-4)
 
+    def quantisation(self, m: float, n: float, count: float = 1) -> float:
+        """Useful share of the tiles and waves a GEMM occupies (NVIDIA, 'Matrix Multiplication
+        Background User's Guide': tile and wave quantisation); 1.0 when the SM count is unknown."""
+        sms = self.profile.gpu.sm_count
+        if not sms:
+            return 1.0
+        best = 0.0
+        for tm, tn in (self.profile.efficiency.gemm_tile, self.profile.efficiency.gemm_tile[::-1]):
+            tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+            tile_util = (m * n) / (tiles_m * tm * tiles_n * tn)
+            tiles = tiles_m * tiles_n * max(1, round(count))  # a grouped GEMM fills the waves together
+            wave_util = tiles / (math.ceil(tiles / sms) * sms)
+            best = max(best, tile_util * wave_util)
+        return best
+
+    @property
+    def launch_s(self) -> float:
+        """Per-kernel launch/drain gap on a stream."""
+        return self.profile.efficiency.kernel_launch_us * 1e-6
+
     def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
-        """Seconds for ``count`` GEMMs of (m x k) @ (k x n)."""
+        """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1).
+
+        Efficiency = the size curve (GEMM microbenchmarks or the calibrated table), capped by its
+        plateau times tile/wave quantisation of this shape on the GPU's SMs.
+        """
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         dtype = dtype or self.gemm_dtype
         flops = 2.0 * m * n * k
-        compute = flops / (self._peak(dtype) * self.gemm_efficiency(flops, dtype))
+        eff = self.gemm_efficiency(flops, dtype)
+        if dtype not in self._gemm_curves:
+            plateau = max(e for _, e in self.profile.efficiency.gemm)
+            eff = min(eff, plateau * self.quantisation(m, n, count))
+        compute = count * flops / (self._peak(dtype) * max(eff, 1e-4))
         elt = DTYPE_BYTES.get(dtype, 2)
-        memory = (m * k + k * n + m * n) * elt / self.hbm_bytes_per_s
-        return count * max(compute, memory)
+        memory = count * (m * k + k * n + m * n) * elt / self.hbm_bytes_per_s
+        return max(compute, memory) + self.launch_s
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -107,7 +135,7 @@ class KernelModel:
 
     def memory(self, nbytes: float) -> float:
         """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
-        return nbytes / self.hbm_bytes_per_s if nbytes > 0 else 0.0
+        return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
     def attention(
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,
@@ -121,7 +149,7 @@ class KernelModel:
             flops *= 2.5  # dQ, dK, dV and the recomputed scores: 5 matmuls against 2
         measured = self._measured_attention_eff(backward)
         eff = measured or (self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd)
-        return flops / (self._peak(self.act_dtype) * eff)
+        return flops / (self._peak(self.act_dtype) * eff) + self.launch_s
 
     @lru_cache(maxsize=4)  # noqa: B019 - the model is immutable after construction
     def _measured_attention_eff(self, backward: bool) -> float | None:

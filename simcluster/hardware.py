@@ -37,6 +37,7 @@ class GpuSpec(_Strict):
     memory_gib: float = Field(gt=0)
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
     peak_tflops: dict[str, float] = Field(description="dense peak per precision, TFLOP/s")
+    sm_count: int | None = Field(default=None, gt=0, description="streaming multiprocessors (wave quantisation)")
 
 
 class NodeSpec(_Strict):
@@ -81,7 +82,10 @@ class EfficiencySpec(_Strict):
         le=1,
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
-    kernel_launch_us: float = Field(default=4.0, ge=0)
+    kernel_launch_us: float = Field(default=4.0, ge=0, description="per-kernel launch/drain gap on a stream")
+    gemm_tile: tuple[int, int] = Field(
+        default=(128, 256), description="output tile of large cuBLAS GEMMs (M x N), for tile/wave quantisation"
+    )
 
 
 class HardwareProfile(_Strict):
