@@ -163,9 +163,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "parallel.tp",
             f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups)",
         )
-    if par.pp * par.vpp > model.layers:
+    if par.pp * par.vpp > model.layers + 2:
         raise UserError(
-            "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers"
+            "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers + embedding + head"
         )
     if par.vpp > 1 and par.schedule != "interleaved":
         raise UserError(

@@ -66,6 +66,8 @@ class StagePlan:
 def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> list[Unit]:
     """Per-layer units of one phase in execution order (backward phases run layers in reverse)."""
     layers = list(chunk.layer_indices)
+    if not layers:  # a virtual stage holding only the embedding and/or the LM head
+        return [_edge_unit(builder, ctx, chunk, phase)]
     order = layers if phase == "F" else list(reversed(layers))
     units: list[Unit] = []
     for layer in order:
@@ -92,6 +94,18 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
         )
         units.append(Unit(tuple(covered), tuple(segs), dense))
     return units
+
+
+def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> Unit:
+    segs: list[Segment] = []
+    covered: list[int] = []
+    parts = [(chunk.embedding, -1, builder.embedding), (chunk.head, -2, builder.head)]
+    for present, unit, build in parts if phase == "F" else reversed(parts):
+        if present:
+            segs += build(phase)
+            covered.append(unit)
+    params = sum(sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered)
+    return Unit(tuple(covered), tuple(segs), params)
 
 
 def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:

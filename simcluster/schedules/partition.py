@@ -15,7 +15,8 @@ def layers_per_stage(
     Evenly when V divides ``layers``; else, when V divides ``layers + 2``, the first and last
     virtual stage (which also hold the embedding and the LM head) get one fewer (Llama 3 405B:
     126 layers on 16 stages -> 7, 14 x 8, 7; Zero Bubble paper: "the first and last stage have
-    one fewer transformer layer"); else the remainder goes to middle stages, spread evenly.
+    one fewer transformer layer"; with one layer per virtual stage those two hold only the
+    embedding and the head); else the remainder goes to middle stages, spread evenly.
     ``explicit`` overrides the rule and must have V positive entries summing to ``layers``.
     """
     n = p * v
@@ -31,13 +32,15 @@ def layers_per_stage(
                 f"sums to {sum(explicit)} but the model has {layers} layers; make them add up",
             )
         return [int(x) for x in explicit]
+    if n >= 3 and layers % n and (layers + 2) % n == 0:
+        # the embedding and the LM head count as one layer each (Megatron's
+        # account-for-embedding/loss split; the Zero Bubble fork's one layer per virtual stage)
+        per = (layers + 2) // n
+        return [per - 1] + [per] * (n - 2) + [per - 1]
     if layers < n:
         raise UserError(FIELD, f"{layers} layers cannot fill {n} virtual stages; lower pp or vpp")
     if layers % n == 0:
         return [layers // n] * n
-    if n >= 3 and (layers + 2) % n == 0:
-        per = (layers + 2) // n
-        return [per - 1] + [per] * (n - 2) + [per - 1]
     base, extra = divmod(layers, n)
     counts = [base] * n
     middle = list(range(1, n - 1))
