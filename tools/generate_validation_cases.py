@@ -9,7 +9,7 @@ import yaml
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from simcluster.flops import megatron_flops_per_step
+from simcluster.flops import megatron_flops_per_step  # noqa: E402 - needs ROOT on sys.path
 
 pub = {e["id"]: e for e in yaml.safe_load(open(ROOT.parent / "shared" / "validation" / "published.yaml"))["entries"]}
 H100_PEAK = 989.4e12
@@ -28,14 +28,14 @@ def fmt_b(x):
 e = pub["narayanan2021_table1_weak_scaling"]
 cases = []
 for r in e["rows"]:
-    l, h, heads = r["layers"], r["hidden"], r["heads"]
+    n_layers, h, heads = r["layers"], r["hidden"], r["heads"]
     tp, pp, gpus, gbs, mbs = r["tp"], r["pp"], r["gpus"], r["gbs"], r["mbs"]
     vl = r["vpp_layers_per_stage"]
-    vpp = (l // pp) // vl if vl else 1
+    vpp = (n_layers // pp) // vl if vl else 1
     par = {"tp": tp, "pp": pp}
     if vpp > 1:
         par.update(vpp=vpp, schedule="interleaved")
-    flops = megatron_flops_per_step(gbs, 2048, l, h, 51200, recompute=True)
+    flops = megatron_flops_per_step(gbs, 2048, n_layers, h, 51200, recompute=True)
     step = flops / (r["tflops_per_gpu"] * 1e12 * gpus)
     local_ddp = r["params_B"] >= 39
     cases.append({
@@ -45,16 +45,16 @@ for r in e["rows"]:
             f"Narayanan et al. SC'21 (arXiv 2104.04473) Table 1 row {fmt_b(r['params_B'])}B: "
             f"{r['tflops_per_gpu']} TFLOP/s per GPU on {gpus} A100 (Selene); split/mbs/vpp from "
             "NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh. measured "
-            "step_time_s = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
+            "step_time_s = 96*B*s*n_layers*h^2*(1+s/(6h)+V/(16*n_layers*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
             "counts the recompute forward). attention: unfused (softmax kernels on materialised scores; FlashAttention, Dao et al. "
             "arXiv 2205.14135, is from 2022). ddp: "
             + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap)" if local_ddp
                else "torch DDP, bucketed all-reduce overlapped with backward")
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
-                      "seq_len": 2048, "layers": l, "hidden": h, "vocab": 51200},
+                      "seq_len": 2048, "layers": n_layers, "hidden": h, "vocab": 51200},
         "scenario": {
-            "model": {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": l, "hidden": h, "heads": heads,
+            "model": {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": n_layers, "hidden": h, "heads": heads,
                       "ffn": 4 * h, "vocab": 51200, "mlp": "gelu", "norm": "layernorm", "bias": True,
                       "position": "learned", "max_positions": 2048, "tied_embeddings": True, "dropout": True},
             "cluster": {"hardware": "dgx-a100", "gpus": gpus},
@@ -75,9 +75,9 @@ dump(str(ROOT / "validation" / "narayanan2021-a100.yaml"),
 e = pub["megatron_core_r0.8_h100_weak_scaling"]
 cases = []
 for r in e["rows"]:
-    l, h, heads = r["layers"], r["hidden"], r["heads"]
+    n_layers, h, heads = r["layers"], r["hidden"], r["heads"]
     tp, pp, gpus, gbs = r["tp"], r["pp"], r["gpus"], r["gbs"]
-    flops = megatron_flops_per_step(gbs, 4096, l, h, 131072, recompute=False)
+    flops = megatron_flops_per_step(gbs, 4096, n_layers, h, 131072, recompute=False)
     step = flops / (r["tflops_per_gpu"] * 1e12 * gpus)
     cases.append({
         "name": f"mcore-r0.8/{fmt_b(r['params_B'])}B-{gpus}gpu",
@@ -85,7 +85,7 @@ for r in e["rows"]:
         "source": (
             f"NVIDIA/Megatron-LM README 'Performance Benchmarking' + images/model_table.png (r0.8.0), "
             f"row {fmt_b(r['params_B'])}B: {r['tflops_per_gpu']} TFLOP/s per GPU on {gpus} H100. measured "
-            "step_time_s = 72*B*s*l*h^2*(1+s/(6h)+V/(12*l*h)) / (TFLOP/s * gpus) (Megatron "
+            "step_time_s = 72*B*s*n_layers*h^2*(1+s/(6h)+V/(12*n_layers*h)) / (TFLOP/s * gpus) (Megatron "
             "num_floating_point_operations for a GPT with 4h GeLU MLP; no recompute counted). "
             "ASSUMED (not stated by the source): bf16 (MFU quoted against 989 TFLOP/s), micro-batch 1, "
             "no recompute, 1F1B without virtual stages, sequence parallel with tp, distributed "
@@ -93,9 +93,9 @@ for r in e["rows"]:
             "GPT shape: 4h GeLU MLP, LayerNorm, biases, untied embeddings (matches the param counts)."
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
-                      "seq_len": 4096, "layers": l, "hidden": h, "vocab": 131072},
+                      "seq_len": 4096, "layers": n_layers, "hidden": h, "vocab": 131072},
         "scenario": {
-            "model": {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": l, "hidden": h, "heads": heads,
+            "model": {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": n_layers, "hidden": h, "heads": heads,
                       "ffn": 4 * h, "vocab": 131072, "mlp": "gelu", "norm": "layernorm", "bias": True,
                       "position": "rope", "tied_embeddings": False},
             "cluster": {"hardware": "dgx-h100", "gpus": gpus},
@@ -113,22 +113,22 @@ dump(str(ROOT / "validation" / "megatron-core-h100.yaml"),
      "# written in each case's source. tests/test_validate.py re-derives every measured value.\n", cases)
 
 # ---------------- nanotron / Ultra-Scale Playbook ----------------
-def nanotron_flops_per_token(l, h, heads, kv, ffn, V, s):
+def nanotron_flops_per_token(n_layers, h, heads, kv, ffn, V, s):
     dh = h // heads
-    fwd = (2 * l * s * h * heads * dh + 2 * l * s * h * 2 * kv * dh + 2 * l * heads * s * dh * s
-           + 2 * l * heads * s * s * dh + 2 * l * heads * s * dh * h + 4 * l * s * h * ffn
-           + 2 * l * s * ffn * h + 2 * s * h * V)
+    fwd = (2 * n_layers * s * h * heads * dh + 2 * n_layers * s * h * 2 * kv * dh + 2 * n_layers * heads * s * dh * s
+           + 2 * n_layers * heads * s * s * dh + 2 * n_layers * heads * s * dh * h + 4 * n_layers * s * h * ffn
+           + 2 * n_layers * s * ffn * h + 2 * s * h * V)
     return 3 * fwd / s
 
 e = pub["nanotron_ultrascale_best_configs"]
 cases = []
 for r in e["rows"]:
     m = e["models_inferred"][r["model"]]
-    l, h, heads, kv, ffn = m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn"]
+    n_layers, h, heads, kv, ffn = m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn"]
     gpus = r["nodes"] * 8
     assert r["dp"] * r["tp"] * r["pp"] == gpus, r
     gbs = r["dp"] * r["gas"] * r["mbs"]
-    fpt = nanotron_flops_per_token(l, h, heads, kv, ffn, 131072, 4096)
+    fpt = nanotron_flops_per_token(n_layers, h, heads, kv, ffn, 131072, 4096)
     tps = r["mfu_pct"] / 100 * H100_PEAK * gpus / fpt
     cases.append({
         "name": f"nanotron/{r['model']}-{r['nodes']}node-dp{r['dp']}tp{r['tp']}pp{r['pp']}",
@@ -145,7 +145,7 @@ for r in e["rows"]:
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
-            "model": {"name": f"llama-{r['model']}", "layers": l, "hidden": h, "heads": heads,
+            "model": {"name": f"llama-{r['model']}", "layers": n_layers, "hidden": h, "heads": heads,
                       "kv_heads": kv, "ffn": ffn, "vocab": 131072, "mlp": "swiglu", "norm": "rmsnorm",
                       "position": "rope", "tied_embeddings": m["tied_embeddings"]},
             "cluster": {"hardware": "dgx-h100", "gpus": gpus},
