@@ -45,7 +45,7 @@ for r in e["rows"]:
             f"Narayanan et al. SC'21 (arXiv 2104.04473) Table 1 row {fmt_b(r['params_B'])}B: "
             f"{r['tflops_per_gpu']} TFLOP/s per GPU on {gpus} A100 (Selene); split/mbs/vpp from "
             "NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh. measured "
-            "step_time_s = 96*B*s*n_layers*h^2*(1+s/(6h)+V/(16*n_layers*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
+            "step_time_s = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
             "counts the recompute forward). attention: unfused (softmax kernels on materialised scores; FlashAttention, Dao et al. "
             "arXiv 2205.14135, is from 2022). ddp: "
             + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap)" if local_ddp
@@ -85,7 +85,7 @@ for r in e["rows"]:
         "source": (
             f"NVIDIA/Megatron-LM README 'Performance Benchmarking' + images/model_table.png (r0.8.0), "
             f"row {fmt_b(r['params_B'])}B: {r['tflops_per_gpu']} TFLOP/s per GPU on {gpus} H100. measured "
-            "step_time_s = 72*B*s*n_layers*h^2*(1+s/(6h)+V/(12*n_layers*h)) / (TFLOP/s * gpus) (Megatron "
+            "step_time_s = 72*B*s*l*h^2*(1+s/(6h)+V/(12*l*h)) / (TFLOP/s * gpus) (Megatron "
             "num_floating_point_operations for a GPT with 4h GeLU MLP; no recompute counted). "
             "ASSUMED (not stated by the source): bf16 (MFU quoted against 989 TFLOP/s), micro-batch 1, "
             "no recompute, 1F1B without virtual stages, sequence parallel with tp, distributed "
