@@ -20,23 +20,11 @@ GB = 1e9 bytes, as nccl-tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from simcluster.errors import UserError
+from simcluster.network.ops import BUSBW_FACTOR, OPS
 
-BusFactor = Callable[[int], float]
-
-# op name -> busbw factor as a function of the rank count n.
-BUS_FACTORS: dict[str, BusFactor] = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "send_recv": lambda n: 1.0,
-}
-
-OPS: tuple[str, ...] = tuple(BUS_FACTORS)
+# One table of the nccl-tests busbw factors for the whole project (doc/PERFORMANCE.md).
+BUS_FACTORS = BUSBW_FACTOR
 
 
 def bus_factor(op: str, nranks: int) -> float:

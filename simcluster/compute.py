@@ -88,16 +88,25 @@ class KernelModel:
         return max(_log_interp(list(curve), flops), 1e-4)
 
     def quantisation(self, m: float, n: float, count: float = 1) -> float:
-        """Useful share of the tiles and waves a GEMM occupies (NVIDIA, 'Matrix Multiplication
-        Background User's Guide': tile and wave quantisation); 1.0 when the SM count is unknown."""
+        """Useful share of the tiles and waves a large GEMM occupies (NVIDIA, 'Matrix
+        Multiplication Background User's Guide': tile and wave quantisation).
+
+        Applies once the GEMM fills at least one wave of the largest tile; smaller GEMMs are in
+        the size curve's ramp, where cuBLAS picks smaller tiles or split-K. cuBLAS also picks
+        the tile (either orientation, or half of it) that quantises best. 1.0 without an SM count.
+        """
         sms = self.profile.gpu.sm_count
         if not sms:
             return 1.0
+        big_m, big_n = self.profile.efficiency.gemm_tile
+        groups = max(1, round(count))
+        if math.ceil(m / big_m) * math.ceil(n / big_n) * groups < sms:
+            return 1.0
         best = 0.0
-        for tm, tn in (self.profile.efficiency.gemm_tile, self.profile.efficiency.gemm_tile[::-1]):
+        for tm, tn in ((big_m, big_n), (big_n, big_m), (big_m, big_n // 2), (big_n // 2, big_m)):
             tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
             tile_util = (m * n) / (tiles_m * tm * tiles_n * tn)
-            tiles = tiles_m * tiles_n * max(1, round(count))  # a grouped GEMM fills the waves together
+            tiles = tiles_m * tiles_n * groups  # a grouped GEMM fills the waves together
             wave_util = tiles / (math.ceil(tiles / sms) * sms)
             best = max(best, tile_util * wave_util)
         return best

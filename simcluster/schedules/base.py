@@ -115,6 +115,21 @@ class BaseSchedule:
         raise NotImplementedError
 
 
+class VShapeSchedule(BaseSchedule):
+    """Two chunks per stage in a V: chunk 0 runs model position ``stage``, chunk 1 runs
+    ``2p - 1 - stage``, so the first stage holds both ends of the model (ZB-V, DualPipeV)."""
+
+    def chunks(self, spec: ScheduleSpec) -> int:
+        return 2
+
+    def virtual_stage(self, spec: ScheduleSpec, stage: int, chunk: int, microbatch: int) -> int:
+        return stage if chunk == 0 else 2 * spec.p - 1 - stage
+
+    def validate(self, spec: ScheduleSpec) -> None:
+        if spec.v not in (1, 2):
+            raise UserError(FIELD_VPP, f"{self.name} always uses 2 chunks per stage; drop parallel.vpp")
+
+
 def require_m_at_least(spec: ScheduleSpec, name: str, minimum: int, why: str) -> None:
     """UserError when ``spec.m < minimum`` (schedules whose order needs enough microbatches)."""
     if spec.m < minimum:

@@ -7,28 +7,20 @@ stage 0. It runs DualPipe's eight-step order with p ranks in one "half".
 
 from __future__ import annotations
 
-from simcluster.errors import UserError
-from simcluster.schedules.base import BaseSchedule, PipeOp, ScheduleSpec, require_m_at_least
+from simcluster.schedules.base import PipeOp, ScheduleSpec, VShapeSchedule, require_m_at_least
 from simcluster.schedules.dual_order import dual_order
 from simcluster.schedules.registry import register
 
 
 @register
-class DualPipeV(BaseSchedule):
+class DualPipeV(VShapeSchedule):
     """V-shaped DualPipe; needs m >= 2p (as ``DualPipeV.step``)."""
 
     name = "dualpipev"
     splits_backward = True
 
-    def chunks(self, spec: ScheduleSpec) -> int:
-        return 2
-
-    def virtual_stage(self, spec: ScheduleSpec, stage: int, chunk: int, microbatch: int) -> int:
-        return stage if chunk == 0 else 2 * spec.p - 1 - stage
-
     def validate(self, spec: ScheduleSpec) -> None:
-        if spec.v not in (1, 2):
-            raise UserError("parallel.vpp", "dualpipev always uses 2 chunks per stage; drop vpp")
+        super().validate(spec)
         require_m_at_least(spec, self.name, 2 * spec.p, "DualPipeV needs m >= 2*pp")
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from simcluster.errors import UserError
-from simcluster.schedules.base import FIELD_VPP, BaseSchedule, PipeOp, ScheduleSpec
+from simcluster.schedules.base import PipeOp, ScheduleSpec, VShapeSchedule
 from simcluster.schedules.registry import register
 
 
@@ -29,21 +28,14 @@ class _Stage:
 
 
 @register
-class ZeroBubbleV(BaseSchedule):
+class ZeroBubbleV(VShapeSchedule):
     """V-shaped zero-bubble schedule within 1F1B's activation memory (ZB accounting)."""
 
     name = "zbv"
     splits_backward = True
 
-    def chunks(self, spec: ScheduleSpec) -> int:
-        return 2
-
-    def virtual_stage(self, spec: ScheduleSpec, stage: int, chunk: int, microbatch: int) -> int:
-        return stage if chunk == 0 else 2 * spec.p - 1 - stage
-
     def validate(self, spec: ScheduleSpec) -> None:
-        if spec.v not in (1, 2):
-            raise UserError(FIELD_VPP, "zbv always uses 2 chunks per stage; drop parallel.vpp")
+        super().validate(spec)
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
