@@ -4,7 +4,8 @@ Ranks are laid out on one explicit grid (as picotron does with ``arange(world).v
 ``parallel.order`` lists the dimensions innermost first (default ``tp,cp,dp,pp``, Megatron's
 ``tp-cp-ep-dp-pp`` without ep), so a TP group is a run of consecutive ranks and stays inside a
 node. EP groups are runs of ``ep`` consecutive ranks of one pipeline stage (expert TP = 1), so with
-tp innermost an EP group of 8 fills a node.
+tp innermost an EP group of 8 fills a node; ``parallel.ep_placement: spread`` strides them across
+nodes instead.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Layout:
     global_batch: int
     seq_len: int
     gpus_per_node: int
+    ep_placement: str = "packed"
 
     @property
     def world(self) -> int:
@@ -101,13 +103,16 @@ class Layout:
         if dim == "dpcp":
             return [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
         if dim in ("ep", "edp"):
-            # all ranks of this stage in rank order; EP groups are runs of ep consecutive ranks
+            # all ranks of this stage in rank order: "packed" EP groups are runs of ep consecutive
+            # ranks (inside a node while they fit), "spread" ones take every (n/ep)-th rank
+            # (across nodes); the expert-data-parallel groups are the complement
             block = self.stage_ranks(c["pp"])
             pos = block.index(rank)
-            if dim == "ep":
-                start = (pos // self.ep) * self.ep
-                return block[start : start + self.ep]
-            return block[pos % self.ep :: self.ep]
+            run = self.ep if self.ep_placement == "packed" else len(block) // self.ep
+            if (dim == "ep") == (self.ep_placement == "packed"):
+                start = (pos // run) * run
+                return block[start : start + run]
+            return block[pos % run :: run]
         raise ValueError(f"unknown group dimension {dim}")
 
     def groups(self, dim: str, stage: int | None = None) -> list[list[int]]:
@@ -222,4 +227,5 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         global_batch=tr.global_batch,
         seq_len=tr.seq_len,
         gpus_per_node=gpus_per_node,
+        ep_placement=par.ep_placement,
     )

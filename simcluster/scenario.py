@@ -96,6 +96,9 @@ class ParallelSection(_Section):
     schedule: str = "1f1b"
     layers_per_stage: list[int] | None = None
     order: str = "tp,cp,dp,pp"
+    ep_placement: Literal["packed", "spread"] = Field(
+        default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
+    )
 
 
 class TrainingSection(_Section):

@@ -167,3 +167,29 @@ def test_bad_parallel_input(overrides, field):
     with pytest.raises(UserError) as err:
         run(scenario(**overrides))
     assert field in str(err.value)
+
+
+def test_ep_placement_across_nodes_is_slower():
+    """EP all-to-all inside a node rides NVLink; spread across nodes it crosses the NICs."""
+    base = scenario(
+        model={"layers": 4, "experts": 8, "top_k": 2, "expert_ffn": 2 * H},
+        cluster={"gpus": 32},
+        parallel={"ep": 8},
+        training={"global_batch": 32},
+    )
+    from simcluster.context import build_context
+
+    packed = run(base)
+    spread_data = scenario(
+        model={"layers": 4, "experts": 8, "top_k": 2, "expert_ffn": 2 * H},
+        cluster={"gpus": 32},
+        parallel={"ep": 8, "ep_placement": "spread"},
+        training={"global_batch": 32},
+    )
+    ctx = build_context(scenario_from_dict(spread_data))
+    group = ctx.layout.group("ep", 0)
+    assert len({r // 8 for r in group}) == 4  # 8 members over the 4 nodes
+    assert len({r // 8 for r in build_context(scenario_from_dict(base)).layout.group("ep", 0)}) == 1
+    spread = run(spread_data)
+    a2a = lambda res: res.events[res.events["kind"] == "all_to_all"].eval("end_s - start_s").sum()  # noqa: E731
+    assert a2a(spread) > 2 * a2a(packed)
