@@ -169,18 +169,3 @@ class Comms:
                 self.recorder.add(
                     rank, stage, stream, kind, "pp", name, mb, chunk, -1, start, end, nbytes, flow
                 )
-            self.recorder.add(
-                dst,
-                dst_stage,
-                "comm_pp_recv",
-                "recv",
-                "pp",
-                name,
-                mb,
-                chunk,
-                -1,
-                start,
-                end,
-                nbytes,
-                flow,
-            )

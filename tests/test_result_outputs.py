@@ -1,0 +1,45 @@
+"""Engine-driven outputs: SimResult's Gantt, Perfetto trace and memory plot agree with the summary."""
+
+import json
+
+import pytest
+
+from tests.engine_helpers import pipeline_scenario, run
+
+
+@pytest.fixture(scope="module")
+def result():
+    data = pipeline_scenario(4, 8, "zb-h1")
+    data["cluster"]["network"] = "simulated"
+    return run(data)
+
+
+def test_events_frame_columns(result):
+    cols = ["rank", "stage", "stream", "kind", "group", "name", "microbatch", "chunk", "layer", "start_s", "end_s", "bytes"]
+    assert list(result.events.columns[: len(cols)]) == cols
+    assert set(result.events["kind"]) >= {"forward", "backward_input", "backward_weight", "send", "recv", "optimizer"}
+
+
+def test_perfetto_from_a_simulation(result, tmp_path):
+    path = tmp_path / "trace.json"
+    result.to_perfetto(path)
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    slices = [e for e in events if e.get("ph") == "X"]
+    assert len(slices) == len(result.events)
+    assert any(e.get("ph") == "s" for e in events) and any(e.get("ph") == "f" for e in events)
+
+
+def test_gantt_and_memory_plot(result, tmp_path):
+    result.plot_gantt(tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = result.plot_memory(tmp_path / "m.png")
+    assert data.peak_bytes == pytest.approx(result.summary["peak_memory_bytes"]["max"])
+
+
+def test_write_all(result, tmp_path):
+    out = tmp_path / "out"
+    result.write(out, svg=True)
+    names = {p.name for p in out.iterdir()}
+    assert {"summary.json", "events.csv", "trace.json", "timeline.png", "timeline.svg", "memory.png"} <= names
+    assert json.loads((out / "summary.json").read_text())["step_time_s"] == pytest.approx(result.summary["step_time_s"])
