@@ -200,22 +200,18 @@ def stage_memory(
     training: TrainingSection,
     stage: int,
     chunks: list[Chunk],
-    inflight: dict[int, int],
+    activations: float,
 ) -> StageMemory:
-    """Memory of one stage's GPU given the peak number of in-flight microbatches per chunk."""
+    """Memory of one stage's GPU given its peak activation stash (bytes)."""
     params = stage_params(model, layout, chunks)
     p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
-    acts = sum(
-        inflight.get(i, 0) * chunk_activation_bytes(model, layout, training, ch)
-        for i, ch in enumerate(chunks)
-    )
     return StageMemory(
         stage=stage,
         params_per_gpu=params.total,
         params_bytes=p_bytes,
         grads_bytes=g_bytes,
         optimizer_bytes=o_bytes,
-        activations_bytes=acts,
+        activations_bytes=activations,
         other_bytes=training.memory_overhead_gib * 2**30,
     )
 

@@ -1,7 +1,7 @@
 """Peak memory per stage from the schedule's op order (no timing needed).
 
-Activations are stashed at F and released at W (or at the fused BW), so a stage's activation
-peak depends only on its op order: this is where schedules differ (1F1B keeps p microbatches on
+Activations are stashed at F and released at B (the part W does not need) and W (or at the fused
+BW), so a stage's activation peak depends only on its op order: this is where schedules differ (1F1B keeps p microbatches on
 stage 0, AFAB keeps m, ZB-H2 up to 2p-1).
 """
 
@@ -11,39 +11,48 @@ from collections.abc import Sequence
 from typing import Any
 
 from simcluster.context import Context
-from simcluster.memory import StageMemory, chunk_activation_bytes, stage_memory
+from simcluster.memory import (
+    StageMemory,
+    chunk_activation_bytes,
+    stage_memory,
+    wgrad_retained_fraction,
+)
 
 
-def activation_walk(
-    ops: Sequence[Any], chunk_bytes: Sequence[float]
-) -> tuple[float, dict[int, int]]:
-    """Peak stashed bytes over an op order, and the in-flight microbatches per chunk at that peak."""
+def activation_walk(ops: Sequence[Any], chunk_bytes: Sequence[float], wgrad_fraction: float = 1.0) -> float:
+    """Peak stashed activation bytes over one stage's op order.
+
+    F stashes a chunk's activations; B frees all but ``wgrad_fraction`` of them (what the weight
+    gradients still need), W frees the rest; a fused BW frees everything. The engine tracks the
+    same stash along the simulated timeline.
+    """
     live = 0.0
     peak = 0.0
-    count = [0] * len(chunk_bytes)
-    at_peak = {i: 0 for i in range(len(chunk_bytes))}
     for op in ops:
+        size = chunk_bytes[op.chunk]
         if op.kind == "F":
-            live += chunk_bytes[op.chunk]
-            count[op.chunk] += 1
-            if live > peak:
-                peak = live
-                at_peak = dict(enumerate(count))
-        elif op.kind in ("W", "BW"):
-            live -= chunk_bytes[op.chunk]
-            count[op.chunk] -= 1
-    return peak, at_peak
+            live += size
+            peak = max(peak, live)
+        elif op.kind == "B":
+            live -= size * (1.0 - wgrad_fraction)
+        elif op.kind == "W":
+            live -= size * wgrad_fraction
+        elif op.kind == "BW":
+            live -= size
+    return peak
 
 
 def memory_by_stage(ctx: Context) -> list[StageMemory]:
     """Memory of each stage's GPU at its activation peak, from the schedule order."""
     lay = ctx.layout
+    training = ctx.scenario.training
     orders = ctx.schedule.build(ctx.spec)
+    frac = wgrad_retained_fraction(ctx.model, lay, training)
     out = []
     for stage, chunks in enumerate(ctx.chunks):
-        cb = [chunk_activation_bytes(ctx.model, lay, ctx.scenario.training, ch) for ch in chunks]
-        _, inflight = activation_walk(orders[stage], cb)
-        out.append(stage_memory(ctx.model, lay, ctx.scenario.training, stage, chunks, inflight))
+        cb = [chunk_activation_bytes(ctx.model, lay, training, ch) for ch in chunks]
+        peak = activation_walk(orders[stage], cb, frac)
+        out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
     return out
 
 

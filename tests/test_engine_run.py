@@ -99,3 +99,17 @@ def test_out_unwritable(cli, tmp_path):
     res = cli("run", "llama3-8b-8xh100", "--out", str(blocker / "out"))
     assert res.code == 2 and "--out" in res.err
     assert not (blocker.parent / "out").exists()
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zb-h2", "dualpipe"])
+def test_memory_command_agrees_with_the_simulated_peak(schedule):
+    """`simcluster memory` walks the schedule order; `run` tracks the stash along the timeline."""
+    from simcluster.context import build_context
+    from simcluster.engine import simulate
+    from simcluster.memory_report import memory_summary
+    from simcluster.scenario import load_scenario
+
+    sc = load_scenario("llama3-70b-64xh100", [("training.global_batch", 32), ("parallel.schedule", schedule)])
+    static = [s["total_bytes"] for s in memory_summary(build_context(sc))["per_stage"]]
+    simulated = simulate(sc).summary["peak_memory_bytes"]["per_stage"]
+    assert simulated == pytest.approx(static, rel=1e-9)
