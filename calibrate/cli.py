@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simcluster.cli import _Parser  # argparse reporting bad arguments in one line, exit 2
-from simcluster.errors import UserError
+from simcluster.errors import UserError, exit_code_of
 
 # subcommand -> module exposing HELP, add_arguments(parser), run(args) -> int
 SUBCOMMANDS: dict[str, str] = {
@@ -65,16 +65,13 @@ def _measure(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m calibrate``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         if argv and argv[0] in SUBCOMMANDS:
             module = importlib.import_module(SUBCOMMANDS[argv[0]])
             parser = _Parser(prog=f"calibrate {argv[0]}", description=module.HELP)
             module.add_arguments(parser)
             return int(module.run(parser.parse_args(argv[1:])) or 0)
         return _measure(argv)
-    except UserError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+
+    return exit_code_of(body)

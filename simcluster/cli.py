@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from simcluster import __version__
-from simcluster.errors import UserError
+from simcluster.errors import exit_code_of
 
 # Registry of subcommands: name -> module path. Order is the order shown in --help.
 COMMANDS: dict[str, str] = {
@@ -56,14 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    try:
-        return int(args._run(args) or 0)
-    except UserError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    return exit_code_of(lambda: args._run(args))
 
 
 if __name__ == "__main__":
