@@ -54,7 +54,6 @@ class Worker:
     reductions: list[simpy.Process] = field(default_factory=list)
     gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
     end_time: float = 0.0
-    pipeline_end: float = 0.0
     ops_done: int = 0
 
     @property
@@ -164,7 +163,6 @@ class Worker:
             for send in sends:
                 if send is not None and not sc.overlap.pp_comm:
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
-        self.pipeline_end = env.now
         if not sc.overlap.dp_grad_reduce:
             for b in self.plan.buckets:
                 yield env.process(self._reduce_bucket(b))
