@@ -61,7 +61,8 @@ for r in e["rows"]:
             "parallel": par,
             "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": gbs, "precision": "fp16",
                          "recompute": "full", "flash_attention": False},
-            "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False},
+            # Megatron 2021: blocking pipeline send/recv (no p2p overlap), no TP overlap
+            "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "pp_comm": False},
         },
         "measured": {"step_time_s": round(step, 6)},
         **({"slow": True} if gpus >= 2520 else {}),  # 530B and 1T: 40-65 s each
@@ -206,6 +207,8 @@ for size, m in e["models"].items():
                     "parallel": par,
                     "training": {"seq_len": 1024, "micro_batch": mbs, "global_batch": mbs * nmb,
                                  "precision": "fp16", "recompute": "none"},
+                    # the fork's example script runs with --no-overlap-p2p-communication
+                    "overlap": {"pp_comm": False},
                 },
                 "measured": {"tokens_per_s": round(sps * pp * 1024, 3)},
             })
