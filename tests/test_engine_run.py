@@ -113,3 +113,30 @@ def test_memory_command_agrees_with_the_simulated_peak(schedule):
     static = [s["total_bytes"] for s in memory_summary(build_context(sc))["per_stage"]]
     simulated = simulate(sc).summary["peak_memory_bytes"]["per_stage"]
     assert simulated == pytest.approx(static, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        {"tp": 2, "cp": 2, "ep": 4, "zero": 1, "schedule": "1f1b"},
+        {"tp": 1, "pp": 2, "ep": 4, "zero": 1, "schedule": "dualpipe"},
+        {"tp": 2, "cp": 2, "zero": 3},
+    ],
+)
+def test_symmetry_matches_all_ranks_with_ep_cp_zero3(parallel):
+    """The shortcut (one GPU per stage, peers' traffic on the links) = every GPU simulated."""
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+
+    gpus = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1) * 2
+    data = {
+        "model": {"layers": 6, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn": 2816, "vocab": 4096,
+                  "experts": 8, "top_k": 2, "expert_ffn": 1024, "dense_layers": 1},
+        "cluster": {"hardware": "dgx-h100", "gpus": gpus, "gpus_per_node": min(gpus, 8)},
+        "parallel": parallel,
+        "training": {"seq_len": 1024, "global_batch": 8},
+    }
+    sym = simulate(scenario_from_dict(data)).summary
+    every = simulate(scenario_from_dict(data), all_ranks=True).summary
+    assert every["step_time_s"] == pytest.approx(sym["step_time_s"], rel=1e-9)
+    assert every["exposed_comm_s"] == pytest.approx(sym["exposed_comm_s"], rel=1e-9, abs=1e-12)
