@@ -190,10 +190,11 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             raise UserError(
                 "parallel.ep", f"ep={par.ep} must divide the model's experts={model.experts}"
             )
-        if (dp * par.cp) % par.ep:
+        if (dp * par.cp * par.tp) % par.ep:
             raise UserError(
                 "parallel.ep",
-                f"ep={par.ep} must divide dp*cp={dp * par.cp} (EP groups are carved from data-parallel ranks)",
+                f"ep={par.ep} must divide dp*cp*tp={dp * par.cp * par.tp}, the ranks of one pipeline stage "
+                "(EP groups are carved from them)",
             )
     if par.zero >= 2 and par.pp > 1:
         raise UserError(

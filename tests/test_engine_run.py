@@ -119,7 +119,7 @@ def test_memory_command_agrees_with_the_simulated_peak(schedule):
     "parallel",
     [
         {"tp": 2, "cp": 2, "ep": 4, "zero": 1, "schedule": "1f1b"},
-        {"tp": 1, "pp": 2, "ep": 4, "zero": 1, "schedule": "dualpipe"},
+        {"tp": 1, "pp": 2, "ep": 2, "zero": 1, "schedule": "dualpipe"},
         {"tp": 2, "cp": 2, "zero": 3},
     ],
 )
