@@ -37,6 +37,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         hardware or scenario.cluster.hardware,
         scenario.cluster.overrides(),
         field="--hardware" if hardware else "cluster.hardware",
+        patch=scenario.cluster.profile,
     )
     gpn = scenario.cluster.gpus_per_node or profile.node.gpus_per_node
     if (

@@ -193,12 +193,26 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'efficiency': {'nic': 0.8}} -> {'efficiency.nic': 0.8} (lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
 def load_profile(
     name_or_path: str | Path,
     overrides: dict[str, Any] | None = None,
     field: str = "cluster.hardware",
+    patch: dict[str, Any] | None = None,
 ) -> HardwareProfile:
-    """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES)."""
+    """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES) and a
+    ``patch`` of any profile fields (the scenario's ``cluster.profile`` mapping)."""
     path = resolve_profile_path(name_or_path, field)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -208,7 +222,7 @@ def load_profile(
         raise UserError(field, f"profile {path}{where} is not valid YAML") from None
     if not isinstance(raw, dict):
         raise UserError(field, f"profile {path} must be a YAML mapping")
-    return profile_from_dict(raw, overrides, field=field, origin=str(path))
+    return profile_from_dict(raw, overrides, field=field, origin=str(path), patch=patch)
 
 
 def profile_from_dict(
@@ -216,19 +230,22 @@ def profile_from_dict(
     overrides: dict[str, Any] | None = None,
     field: str = "cluster.hardware",
     origin: str = "<dict>",
+    patch: dict[str, Any] | None = None,
 ) -> HardwareProfile:
     """Validate a profile given as a dict (e.g. built by calibrate/)."""
     data = copy.deepcopy(raw)
-    for key, value in (overrides or {}).items():
-        if value is None:
-            continue
-        _set_path(data, CLUSTER_OVERRIDES[key], value)
-        data.setdefault("sources", {})[CLUSTER_OVERRIDES[key]] = "scenario override"
+    changes = {CLUSTER_OVERRIDES[k]: v for k, v in (overrides or {}).items() if v is not None}
+    changes.update(_flatten(patch or {}))
+    for path, value in changes.items():
+        _set_path(data, path, value)
+        data.setdefault("sources", {})[path] = "scenario override"
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
+        if any(loc == c or loc.startswith(c + ".") for c in _flatten(patch or {})):
+            raise UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml") from None
         if err["type"] == "missing":
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:

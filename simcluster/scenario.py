@@ -69,6 +69,11 @@ class ClusterSection(_Section):
     topology: str | None = None
     memory_gib: float | None = Field(default=None, gt=0)
     hbm_tbps: float | None = Field(default=None, gt=0)
+    profile: dict[str, Any] | None = Field(
+        default=None,
+        description="any hardware-profile field by its path, e.g. {efficiency: {nic: 0.8}} "
+        "(--set cluster.profile.efficiency.nic=0.8)",
+    )
 
     def overrides(self) -> dict[str, Any]:
         """The profile overrides given in this section."""

@@ -109,3 +109,21 @@ def test_set_override_applies(cli):
     assert res.code == 0, res.err
     doc = json.loads(res.out)
     assert doc["optimizer_bytes"] == pytest.approx(12 * doc["params_total"])
+
+
+def test_any_profile_field_can_be_overridden(cli):
+    import json
+
+    base = json.loads(cli("run", "llama3-8b-8xh100", "--json", "--set", "training.global_batch=8").out)
+    slow_hbm = json.loads(
+        cli("run", "llama3-8b-8xh100", "--json", "--set", "training.global_batch=8",
+            "--set", "cluster.profile.efficiency.hbm=0.2").out
+    )
+    assert slow_hbm["step_time_s"] > base["step_time_s"]
+
+
+def test_unknown_profile_override_names_the_field(cli):
+    assert_one_line_error(
+        cli("memory", "llama3-8b-8xh100", "--set", "cluster.profile.efficiency.nicc=0.3"),
+        "cluster.profile.efficiency.nicc",
+    )
