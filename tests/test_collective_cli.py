@@ -69,3 +69,15 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     assert main(["collective", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
+
+
+def test_profile_patch_from_the_command_line(cli):
+    """Halving the NIC efficiency halves a NIC-bound multi-node all-reduce's busbw."""
+    import json
+
+    base = json.loads(cli("collective", "all_reduce", "1GiB", "--gpus", "64", "--json").out)
+    half = json.loads(
+        cli("collective", "all_reduce", "1GiB", "--gpus", "64", "--json",
+            "--set", "cluster.profile.efficiency.nic=0.46").out
+    )
+    assert half["busbw_GBps"] == pytest.approx(base["busbw_GBps"] / 2, rel=0.05)

@@ -40,11 +40,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true", help="sizes from 8 B doubling up to SIZE")
 
 
-def parse_overrides(items: list[str]) -> dict[str, object]:
-    """``cluster.KEY=VALUE`` strings -> {KEY: value} (values parsed as YAML scalars)."""
+def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, object]]:
+    """``cluster.KEY=VALUE`` strings -> ({KEY: value}, profile patch); values are YAML scalars.
+
+    ``cluster.profile.a.b=V`` patches any profile field, as in a scenario's ``cluster.profile``.
+    """
     out: dict[str, object] = {}
+    patch: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        if sep and key.startswith("cluster.profile.") and len(key) > len("cluster.profile."):
+            node = patch
+            *parents, leaf = key.removeprefix("cluster.profile.").split(".")
+            for part in parents:
+                node = node.setdefault(part, {})  # type: ignore[assignment]
+            node[leaf] = yaml.safe_load(value)
+            continue
         short = key.removeprefix("cluster.")
         if not sep or not key.startswith("cluster.") or short not in CLUSTER_OVERRIDES:
             raise UserError(
@@ -53,7 +64,7 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
                 f"{did_you_mean(short, CLUSTER_OVERRIDES)}",
             )
         out[short] = yaml.safe_load(value)
-    return out
+    return out, patch
 
 
 def _row(op: str, nbytes: int, n: int, cluster, algo: str | None) -> dict[str, object]:
@@ -82,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             "--gpus", "send_recv runs between 2 GPUs (0 -> N-1 is not defined); use --gpus 2"
         )
-    profile = load_profile(args.hardware, parse_overrides(args.set), field="--hardware")
+    overrides, patch = parse_overrides(args.set)
+    profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
     cluster = build_cluster(profile, args.gpus, args.gpus_per_node)
     sizes = [size]
     if args.sweep:
