@@ -75,9 +75,9 @@ def test_profile_patch_from_the_command_line(cli):
     """Halving the NIC efficiency halves a NIC-bound multi-node all-reduce's busbw."""
     import json
 
-    base = json.loads(cli("collective", "all_reduce", "1GiB", "--gpus", "64", "--json").out)
+    base = json.loads(cli("collective", "all_reduce", "8GiB", "--gpus", "64", "--json").out)
     half = json.loads(
-        cli("collective", "all_reduce", "1GiB", "--gpus", "64", "--json",
+        cli("collective", "all_reduce", "8GiB", "--gpus", "64", "--json",
             "--set", "cluster.profile.efficiency.nic=0.46").out
     )
     assert half["busbw_GBps"] == pytest.approx(base["busbw_GBps"] / 2, rel=0.05)
