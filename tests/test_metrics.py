@@ -28,3 +28,28 @@ def test_uncovered_against_sampling():
     for a, b in compute:
         in_compute |= (t >= a) & (t < b)
     assert abs(uncovered(comm, compute) - (in_comm & ~in_compute).sum() * 1e-3) < 0.01
+
+
+def _pipe_events(rows):
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"rank": st, "stage": st, "stream": "compute", "kind": k, "group": "", "start_s": a, "end_s": b}
+            for st, k, a, b in rows
+        ]
+    )
+
+
+def test_bubble_of_a_light_stage_is_load_imbalance_not_schedule():
+    from simcluster.engine.metrics import bubble_fraction
+
+    # two stages, one microbatch of GPipe-like F then B: stage 1 does 2 s of work, stage 0 half.
+    # Stage 0 spans [0, 4] with 1 s of work; 1 s of its 3 idle seconds is imbalance (it has
+    # 1 s less work than stage 1), the other 2 s is the pipeline fill/drain: bubble = 2 / 4.
+    ev = _pipe_events(
+        [(0, "forward", 0.0, 0.5), (1, "forward", 0.5, 1.5), (1, "backward", 1.5, 2.5), (0, "backward", 3.5, 4.0)]
+    )
+    bubble, per_stage = bubble_fraction(ev)
+    assert per_stage == [0.5, 0.0]
+    assert bubble == 0.5

@@ -78,12 +78,16 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
     F/B/W start to last F/B/W end), over the longest span (Zero Bubble paper's definition; 1F1B
     gives (p-1)/(m+p-1) on stage 0). Time blocked on exposed TP/CP/EP communication is not
     counted as bubble; it is reported as exposed communication.
+
+    Load imbalance is not bubble: a stage with less work than the busiest one (the first stage
+    with a layer fewer, say) waits for the others by that difference whatever the schedule, so
+    each stage's idle is counted against the busiest stage's work, span - max busy.
     """
     pipe = events[events["kind"].isin(PIPELINE_KINDS)]
     if pipe.empty:
         return 0.0, []
-    idle: list[float] = []
     spans: list[float] = []
+    busies: list[float] = []
     for _stage, rows in pipe.groupby("stage", sort=True):
         rank = rows["rank"].min()
         lo, hi = float(rows["start_s"].min()), float(rows["end_s"].max())
@@ -94,7 +98,8 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
         comm = mine[mine["group"].isin(["tp", "cp", "ep"])][["start_s", "end_s"]].to_numpy()
         busy = union_length(compute) + uncovered(comm, compute)
         spans.append(hi - lo)
-        idle.append(max(0.0, hi - lo - busy))
-    longest = max(spans)
+        busies.append(busy)
+    longest, busiest = max(spans), max(busies)
+    idle = [max(0.0, s - busiest) for s in spans]
     per_stage = [i / longest if longest > 0 else 0.0 for i in idle]
     return max(per_stage), per_stage
