@@ -119,6 +119,10 @@ class TrainingSection(_Section):
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
     )
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",
+    )
     memory_overhead_gib: float = Field(
         default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
     )

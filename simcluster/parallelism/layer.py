@@ -80,13 +80,40 @@ class LayerBuilder:
             d_qk = d_v = m.d_head
         s = self.scenario.training.seq_len
         b = self.scenario.training.micro_batch
-        # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
-        t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=phase == "B")
-        t /= lay.cp
-        if not self.scenario.training.flash_attention:
-            # unfused attention writes and reads the s x s scores (softmax, dropout)
-            t += self.km.memory(5 * b * m.heads / lay.tp * (s / lay.cp) * s * self.shapes.elt * (2 if phase == "B" else 1))
-        return t
+        backward = phase == "B"
+        if self.scenario.training.flash_attention:
+            # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
+            t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
+            return t / lay.cp
+        return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
+
+    def _unfused_attention(
+        self, b: float, sq: float, skv: float, heads: float, d_qk: float, d_v: float, backward: bool
+    ) -> float:
+        """Megatron's unfused core attention: batched GEMMs over (micro-batch x heads) on the full
+        s x s scores (no causal skipping: the mask is applied inside the softmax), plus the
+        memory-bound scale-mask-softmax and dropout on the scores.
+
+        Forward: S = Q K^T (sq x skv x d_qk), softmax + dropout, O = P V (sq x d_v x skv).
+        Backward: dP = dO V^T, dV = P^T dO, dS through softmax/dropout, dQ = dS K, dK = dS^T Q.
+        Batched GEMMs of small matrices run at the size curve's small-GEMM efficiency, as
+        measured for such BMMs (EleutherAI cookbook transformer sweep on A100: QK^T 92, AV 135
+        TFLOP/s at head dim 128).
+        """
+        n = b * heads
+        km = self.km
+        if backward:
+            mm = (
+                km.gemm(sq, d_v, skv, count=n)  # dP
+                + km.gemm(skv, d_v, sq, count=n)  # dV
+                + km.gemm(sq, d_qk, skv, count=n)  # dQ
+                + km.gemm(skv, d_qk, sq, count=n)  # dK
+            )
+        else:
+            mm = km.gemm(sq, skv, d_qk, count=n) + km.gemm(sq, d_v, skv, count=n)
+        # scores: softmax writes, dropout reads/writes (+ mask), the P V GEMM reads; x2 backward
+        scores = km.memory(5 * n * sq * skv * self.shapes.elt * (2 if backward else 1))
+        return mm + scores
 
     # --- layer segments ------------------------------------------------------------------
     def layer(self, index: int, phase: str) -> list[Segment]:
@@ -148,15 +175,31 @@ class LayerBuilder:
         return segs
 
     def head(self, phase: str) -> list[Segment]:
-        """Final norm + vocab-parallel LM head + cross-entropy (fp32 logits)."""
+        """Final norm + vocab-parallel LM head + cross-entropy."""
         m, lay = self.shapes.model, self.shapes.layout
         g = [Gemm(m.hidden, m.vocab / lay.tp)]
         if phase == "W":
             return [Compute("lm_head_wgrad", self._gemms(g, "W"), -1)]
-        logits = self.shapes.tokens * m.vocab / lay.tp * 4.0
-        ce = self.km.memory(logits * (3 if phase == "F" else 2))
+        ce = self.km.memory(self._cross_entropy_bytes(phase))
         body: list[Segment] = [Compute("lm_head", self._gemms(g, phase) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
         return body
+
+    def _cross_entropy_bytes(self, phase: str) -> float:
+        """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits.
+
+        Unfused (Megatron's and nanotron's ``vocab_parallel_cross_entropy``), in units of the
+        fp32 logits L: forward casts the 16-bit logits to fp32 (0.5 L read + L write), takes the
+        max (L), subtracts it in place (2 L), exponentiates in place (2 L), sums (L) and divides
+        in place to keep the softmax for backward (2 L): 9.5 L. Backward multiplies the softmax by
+        the loss gradient in place (2 L) and casts it back to 16 bits (1.5 L): 3.5 L.
+        A fused kernel (``training.fused_cross_entropy``) reads the 16-bit logits once forward and
+        writes the 16-bit gradient once backward.
+        """
+        elements = self.shapes.tokens * self.shapes.model.vocab / self.shapes.layout.tp
+        if self.scenario.training.fused_cross_entropy:
+            return elements * self.shapes.elt
+        fp32_logits = elements * 4.0
+        return fp32_logits * (9.5 if phase == "F" else 3.5)

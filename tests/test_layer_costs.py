@@ -1,0 +1,69 @@
+"""Kernel work of the LM head's cross-entropy and of unfused attention, counted from the code of
+the frameworks they model (Megatron-LM / nanotron ``vocab_parallel_cross_entropy``; Megatron's
+``CoreAttention`` with baddbmm + scale-mask-softmax + dropout + bmm)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcluster.compute import KernelModel
+from simcluster.context import build_context
+from simcluster.parallelism.layer import LayerBuilder
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import scenario_from_dict
+
+GPT = {
+    "name": "gpt-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51200,
+    "mlp": "gelu", "norm": "layernorm", "bias": True, "position": "learned", "max_positions": 2048,
+}
+
+
+def _builder(tp: int = 1, **training) -> LayerBuilder:
+    sc = scenario_from_dict(
+        {
+            "model": GPT,
+            "cluster": {"hardware": "dgx-a100", "gpus": tp},
+            "parallel": {"tp": tp},
+            "training": {"seq_len": 2048, "micro_batch": 2, "global_batch": 2, "precision": "fp16", **training},
+        }
+    )
+    ctx = build_context(sc)
+    km = KernelModel(ctx.profile, sc.training.precision)
+    return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_cross_entropy_traffic_is_megatron_passes_over_fp32_logits(tp):
+    b = _builder(tp=tp)
+    logits_fp32 = 2 * 2048 * 51200 / tp * 4  # tokens x vocab shard x 4 B
+    # forward: cast 1.5 + max 1 + sub_ 2 + exp 2 + sum 1 + div_ 2; backward: mul_ 2 + cast 1.5
+    assert b._cross_entropy_bytes("F") == pytest.approx(9.5 * logits_fp32)
+    assert b._cross_entropy_bytes("B") == pytest.approx(3.5 * logits_fp32)
+
+
+def test_fused_cross_entropy_reads_and_writes_16_bit_logits_once():
+    b = _builder(fused_cross_entropy=True)
+    assert b._cross_entropy_bytes("F") == pytest.approx(2 * 2048 * 51200 * 2)
+    unfused = _builder()
+    head = lambda bb, ph: sum(s.seconds for s in bb.head(ph) if hasattr(s, "seconds"))  # noqa: E731
+    assert head(b, "F") < head(unfused, "F")
+
+
+def test_unfused_attention_computes_the_full_square_of_scores():
+    """Unfused attention multiplies the whole s x s score matrix (the causal mask is applied in
+    the softmax), so its batched GEMMs do 2x the FLOPs of a causal flash kernel: forward
+    2 x (2 b a s^2 d) on this GPU's heads."""
+    b = _builder(flash_attention=False)
+    km = b.km
+    n, s, d = 2 * 16, 2048, 128
+    gemms = km.gemm(s, s, d, count=n) + km.gemm(s, d, s, count=n)
+    scores = km.memory(5 * n * s * s * 2)
+    assert b.attention_core("F") == pytest.approx(gemms + scores)
+    # four batched GEMMs backward (dP, dV, dQ, dK), scores traffic twice
+    bwd = 2 * km.gemm(s, d, s, count=n) + 2 * km.gemm(s, d, s, count=n) + km.memory(2 * 5 * n * s * s * 2)
+    assert b.attention_core("B") == pytest.approx(bwd)
+    assert b.attention_core("W") == 0.0
+
+
+def test_unfused_attention_is_slower_than_flash():
+    assert _builder(flash_attention=False).attention_core("F") > _builder().attention_core("F")
