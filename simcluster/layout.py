@@ -21,6 +21,16 @@ from simcluster.scenario import Scenario
 
 DIMS = ("tp", "cp", "dp", "pp")
 
+# dp.grad_collective each ZeRO stage admits: ZeRO-0 keeps no shard to scatter to; ZeRO-2/3 keep
+# only a gradient shard, so the full gradient never exists to be all-reduced. The first entry is
+# what "auto" picks (PyTorch DDP / Megatron: all-reduce; distributed optimizer: reduce-scatter).
+GRAD_COLLECTIVES: dict[int, tuple[str, ...]] = {
+    0: ("all_reduce",),
+    1: ("reduce_scatter", "all_reduce"),
+    2: ("reduce_scatter",),
+    3: ("reduce_scatter",),
+}
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -41,6 +51,7 @@ class Layout:
     seq_len: int
     gpus_per_node: int
     ep_placement: str = "packed"
+    grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
 
     @property
     def world(self) -> int:
@@ -95,8 +106,10 @@ class Layout:
         return int(self.grid[tp, cp, dp, pp])
 
     def group(self, dim: str, rank: int) -> list[int]:
-        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, edp)."""
+        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, edp, embd)."""
         c = self.coords(rank)
+        if dim == "embd":
+            return self.tied_pair(rank)
         if dim in DIMS:
             sl = [c[d] if d != dim else slice(None) for d in DIMS]
             return [int(r) for r in self.grid[tuple(sl)].ravel()]
@@ -127,6 +140,17 @@ class Layout:
             seen.update(g)
             out.append(g)
         return out
+
+    def tied_pair(self, rank: int) -> list[int]:
+        """The first and last pipeline stage's ranks at ``rank``'s tp/cp/dp coordinates (the
+        group that all-reduces a tied word embedding's gradient); [rank] off those stages."""
+        c = self.coords(rank)
+        if self.pp < 2 or c["pp"] not in (0, self.pp - 1):
+            return [rank]
+        return [
+            self.rank(c["tp"], c["cp"], c["dp"], 0),
+            self.rank(c["tp"], c["cp"], c["dp"], self.pp - 1),
+        ]
 
     def stage_ranks(self, stage: int) -> list[int]:
         return sorted(int(r) for r in self.grid[:, :, :, stage].ravel())
@@ -201,6 +225,15 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "parallel.zero",
             f"zero={par.zero} with pp={par.pp} is not supported by DeepSpeed/Megatron pipelines; use zero<=1 or pp=1",
         )
+    allowed = GRAD_COLLECTIVES[par.zero]
+    grad_collective = (
+        allowed[0] if scenario.dp.grad_collective == "auto" else scenario.dp.grad_collective
+    )
+    if grad_collective not in allowed:
+        raise UserError(
+            "dp.grad_collective",
+            f"'{grad_collective}' does not fit zero={par.zero}; use {' or '.join(allowed)} (or auto)",
+        )
     per_step = dp * tr.micro_batch
     if tr.global_batch % per_step:
         raise UserError(
@@ -229,4 +262,5 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         seq_len=tr.seq_len,
         gpus_per_node=gpus_per_node,
         ep_placement=par.ep_placement,
+        grad_collective=grad_collective,
     )

@@ -142,7 +142,14 @@ class Zero3Section(_Section):
 
 
 class DpSection(_Section):
+    """``dp:`` — gradient buckets and the collective that reduces them."""
+
     bucket_mb: float = Field(default=25.0, gt=0, description="gradient bucket size, MB (1e6 B)")
+    grad_collective: Literal["auto", "all_reduce", "reduce_scatter"] = Field(
+        default="auto",
+        description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "
+        "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard)",
+    )
 
 
 class MoeSection(_Section):

@@ -18,7 +18,18 @@ import simpy
 from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
 from simcluster.layout import Layout
 
-GROUP_DIM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dpcp", "edp": "edp", "pp": "pp"}
+GROUP_DIM = {
+    "tp": "tp",
+    "cp": "cp",
+    "ep": "ep",
+    "dp": "dpcp",
+    "edp": "edp",
+    "pp": "pp",
+    "embd": "embd",
+}
+# groups whose members sit on different pipeline stages: even in symmetric mode each member is
+# simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
+CROSS_STAGE = frozenset({"embd"})
 
 
 @dataclass
@@ -77,8 +88,12 @@ class Comms:
             start = self.env.now
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)
                 yield from self._ring_step(rank, stage, dim, members, nbytes)
+            elif group in CROSS_STAGE:
+                # the event starts when the partner arrives: the wait for it is pipeline
+                # imbalance (the last stage finishes its backward first), not communication
+                start = yield self._join(rank, dim, op, members, nbytes, stage)
             elif self.all_ranks:
-                yield self._join(rank, dim, op, members, nbytes)
+                yield self._join(rank, dim, op, members, nbytes, stage)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
             kind = "send" if op == "send_recv" else op
@@ -103,7 +118,7 @@ class Comms:
     ) -> Generator:
         nxt = members[(members.index(rank) + 1) % len(members)]
         if self.all_ranks:
-            yield self._join(rank, dim, "send_recv", members, nbytes)
+            yield self._join(rank, dim, "send_recv", members, nbytes, stage)
             return
         pairs = [
             (g[i], g[(i + 1) % len(g)])
@@ -112,8 +127,12 @@ class Comms:
         ]
         yield self.network.send(rank, nxt, nbytes, pairs=pairs)
 
-    def _join(self, rank: int, dim: str, op: str, members: list[int], nbytes: float) -> simpy.Event:
-        """Rendezvous of a group's members; the last arrival starts the network operation."""
+    def _join(
+        self, rank: int, dim: str, op: str, members: list[int], nbytes: float, stage: int
+    ) -> simpy.Event:
+        """Rendezvous of a group's members; the last arrival starts the network operation
+        (in symmetric mode for every symmetric group of ``stage`` at once). The event's value
+        is the time the operation started."""
         counter_key = (rank, dim)
         seq = self._counters[counter_key]
         self._counters[counter_key] += 1
@@ -129,8 +148,9 @@ class Comms:
                 pairs = [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
                 ev = self.network.send(members[0], members[1], nbytes, pairs=pairs)
             else:
-                ev = self.network.collective(op, [members], nbytes)
-            ev.callbacks.append(lambda _e, d=done: d.succeed())
+                groups = [members] if self.all_ranks else self.stage_groups(dim, stage)
+                ev = self.network.collective(op, groups, nbytes)
+            ev.callbacks.append(lambda _e, d=done, t=self.env.now: d.succeed(t))
         return entry[1]
 
     def p2p(

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 
 PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
+# embd: the tied-embedding gradient all-reduce between the first and last pipeline stage
+EXPOSED_GROUPS = ("tp", "cp", "ep", "dp", "pp", "embd")
 
 
 def union_length(intervals: np.ndarray) -> float:
@@ -55,12 +57,13 @@ def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
 
 
 def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
-    """Per group (tp, cp, ep, dp, pp): communication time with the compute stream idle, worst rank."""
+    """Per group (tp, cp, ep, dp, pp, embd): communication time with the compute stream idle,
+    worst rank."""
     out: dict[str, float] = {}
     comm = events[events["group"] != ""]
     if comm.empty:
-        return {g: 0.0 for g in ("tp", "cp", "ep", "dp", "pp")}
-    for group in ("tp", "cp", "ep", "dp", "pp"):
+        return {g: 0.0 for g in EXPOSED_GROUPS}
+    for group in EXPOSED_GROUPS:
         worst = 0.0
         sel = comm[(comm["group"] == group) & (comm["kind"] != "recv")]
         for rank, rows in sel.groupby("rank", sort=True):

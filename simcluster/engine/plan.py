@@ -21,6 +21,7 @@ from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment
 from simcluster.parallelism.shapes import Shapes
+from simcluster.parallelism.tied import tied_sync_params
 from simcluster.placement import Chunk
 from simcluster.schedules import PipeOp
 
@@ -61,6 +62,7 @@ class StagePlan:
     params_expert: float
     static_bytes: dict[str, float]
     wgrad_fraction: float
+    tied_params: float = 0.0  # tied embedding gradient elements all-reduced with the partner stage
 
 
 def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> list[Unit]:
@@ -140,6 +142,7 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
     shapes = Shapes(ctx.model, ctx.layout, sc.training)
     builder = LayerBuilder(shapes, km, sc)
     orders = ctx.schedule.build(ctx.spec)
+    tied = tied_sync_params(ctx.model, ctx.layout, ctx.chunks)
     plans = []
     for stage, chunks in enumerate(ctx.chunks):
         cplans = []
@@ -177,6 +180,7 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
                     "other": sc.training.memory_overhead_gib * 2**30,
                 },
                 wgrad_fraction=wgrad_retained_fraction(ctx.model, ctx.layout, sc.training),
+                tied_params=tied[stage],
             )
         )
     return plans

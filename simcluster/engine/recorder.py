@@ -18,6 +18,7 @@ STREAM_OF_GROUP = {
     "dp": "comm_dp",
     "edp": "comm_dp",
     "pp": "comm_pp",
+    "embd": "comm_dp",  # tied-embedding gradient sync: a gradient reduction like DP's
 }
 
 

@@ -3,7 +3,7 @@
 Dependencies follow the schedule's model positions: F(mb) at virtual stage k waits for the
 activation from k-1, B(mb) at k for the gradient from k+1; W follows B on the same stage.
 Gradient buckets are reduced as they become ready on the last microbatch; the optimizer waits
-for all reductions; ZeRO-1/2 parameter all-gathers are waited for layer by layer in the
+for all reductions and, with tied embeddings split over stages, the embedding gradient sync; ZeRO-1/2 parameter all-gathers are waited for layer by layer in the
 forward (overlapped) or run after the optimizer (not overlapped).
 """
 
@@ -18,6 +18,7 @@ import simpy
 from simcluster.engine.comms import Comms
 from simcluster.engine.plan import StagePlan, Unit
 from simcluster.engine.recorder import Recorder
+from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment
 from simcluster.schedules import PipeOp, locate
@@ -169,6 +170,16 @@ class Worker:
         for proc in self.reductions:
             if not proc.triggered:
                 yield proc
+        if self.plan.tied_params > 0:
+            # after the DP reduction, before the optimizer, blocking (see parallelism/tied.py)
+            yield from self.shared.comms.collective(
+                self.rank,
+                self.stage,
+                tied.GROUP,
+                "all_reduce",
+                self.plan.tied_params * grad_reduce_bytes(sc),
+                tied.NAME,
+            )
         start = env.now
         yield env.timeout(self.shared.optimizer_seconds[self.stage])
         self._record("optimizer", "optimizer_step", -1, -1, -1, start)
@@ -284,7 +295,7 @@ class Worker:
 
     def _reduce_bucket(self, bucket: Any) -> Generator:
         sc = self.shared.ctx.scenario
-        op = "all_reduce" if self.shared.ctx.layout.zero == 0 else "reduce_scatter"
+        op = self.shared.ctx.layout.grad_collective
         nbytes = bucket.params * grad_reduce_bytes(sc)
         yield from self.shared.comms.collective(
             self.rank,

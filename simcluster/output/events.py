@@ -50,7 +50,7 @@ COMM_KINDS: tuple[str, ...] = (
     "recv",
 )
 KINDS: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
-GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "")
+GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "embd", "")
 # Order is the display order of a GPU's lanes (Gantt rows, Perfetto threads).
 STREAMS: tuple[str, ...] = ("compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_pp", "comm_pp_recv")
 
