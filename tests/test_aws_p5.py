@@ -1,0 +1,59 @@
+"""The AWS p5.48xlarge profile reproduces published EFA nccl-tests all_reduce numbers (issue 8).
+
+Sources (nccl-tests all_reduce_perf, out-of-place, float; busbw = algbw x 2(n-1)/n):
+- aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/README.md (commit 0162aac),
+  2x p5.48xlarge: 8 B -> 69.1 us.
+- crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv (commit 4fdb5a4),
+  ml.p5.48xlarge, 8 GB (-e 8192M = 8 GiB): busbw 355.4 GB/s on 8 nodes, 356.3 GB/s on 16.
+
+Where the model cannot follow (asserted so a change is noticed, see hardware/aws-p5.yaml):
+2 nodes at 8 GB measure 477.7 GB/s (NVLS-tree busbw above the link rate), the simulator gives
+~366; mid-size messages collapse on EFA with node count (16 nodes, 64 MB: 92.4 GB/s measured),
+the simulator stays near its bandwidth curve (~178 GB/s).
+"""
+
+import pytest
+
+from simcluster.hardware import load_profile
+from simcluster.network import bandwidths, collective_time
+from simcluster.topology import build_cluster
+
+
+def busbw(gpus: int, nbytes: float) -> tuple[float, float]:
+    """(time s, busbw GB/s) of an all_reduce on ``gpus`` GPUs of aws-p5, alone."""
+    prof = load_profile("aws-p5")
+    cluster = build_cluster(prof, gpus, prof.node.gpus_per_node)
+    t = collective_time("all_reduce", nbytes, cluster, list(range(gpus)))
+    return t, bandwidths("all_reduce", nbytes, gpus, t)[1] / 1e9
+
+
+def test_profile_is_eight_h100_with_3200_gbps_of_efa():
+    p = load_profile("aws-p5")
+    assert p.node.gpus_per_node == 8
+    assert p.node.nics_per_node * p.node.nic_gbps == 3200  # 32 EFA x 100 Gb/s
+    assert p.gpu.peak_tflops["bf16"] == load_profile("dgx-h100").gpu.peak_tflops["bf16"]
+
+
+def test_two_node_small_message_latency():
+    t, _ = busbw(16, 8)
+    assert t == pytest.approx(69.1e-6, rel=0.15)
+
+
+@pytest.mark.parametrize("nodes, measured", [(8, 355.4), (16, 356.3)])
+def test_large_message_busbw_at_8_and_16_nodes(nodes, measured):
+    _, bw = busbw(8 * nodes, 8 * 2**30)
+    assert bw == pytest.approx(measured, rel=0.15)
+
+
+def test_known_gaps_stay_visible():
+    """Documented misses: the test pins their direction, not a fit."""
+    _, two_node = busbw(16, 8 * 2**30)
+    assert two_node < 0.85 * 477.7  # NVLS-tree on 2 nodes not modelled
+    _, mid = busbw(128, 64 * 2**20)
+    assert mid > 1.5 * 92.4  # EFA mid-size collapse not modelled
+
+
+def test_every_number_has_a_source():
+    from tests.test_hardware_profiles import test_every_number_has_a_source as check
+
+    check("aws-p5")
