@@ -3,6 +3,7 @@
 tests/test_validate.py re-derives every measured value from its `published` figures, so a wrong
 conversion here fails the tests.
 """
+import copy
 import sys
 
 import yaml
@@ -121,6 +122,29 @@ def nanotron_flops_per_token(n_layers, h, heads, kv, ffn, V, s):
            + 2 * n_layers * s * ffn * h + 2 * s * h * V)
     return 3 * fwd / s
 
+# nanotron's data-parallel paths (src/nanotron/trainer.py, optim/zero.py,
+# optim/gradient_accumulator.py); accumulate_grad_in_fp32 is on in the benchmark config.
+NANOTRON_ZERO0 = (
+    "ZeRO-0: torch DDP with bucket_cap_mb 25 (MiB of bf16 grads = 13.1M params) and nanotron's "
+    "fp32 comm hook, which all-reduces each bucket's fp32 accumulation buffer (52.4 MB on the wire: "
+    "dp.bucket_mb 52.4288); DDP syncs only in the last micro-batch's backward, so the bucket "
+    "all-reduces overlap that backward only"
+)
+NANOTRON_ZERO1 = (
+    "ZeRO-1: no DDP; after the last backward one blocking all-reduce of the whole fp32 gradient "
+    "buffer (optim/zero.py: reduce_scatter=False, 'too memory hungry'), the optimizer steps its "
+    "1/dp shard, then one blocking all_gather_coalesced of the bf16 params: dp.grad_collective "
+    "all_reduce, one bucket per stage (dp.bucket_mb 1e6), no overlap of either"
+)
+NANOTRON_ZERO0_SCENARIO = {
+    "dp": {"bucket_mb": 52.4288},
+    "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False},
+}
+NANOTRON_ZERO1_SCENARIO = {
+    "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
+    "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+}
+
 e = pub["nanotron_ultrascale_best_configs"]
 cases = []
 for r in e["rows"]:
@@ -139,22 +163,29 @@ for r in e["rows"]:
             f"{r['model']} on {r['nodes']} nodes: MFU {r['mfu_pct']}%. Model shapes from "
             "scripts/scaling_benchmarks.py (seq 4096, vocab 131072, MHA, SwiGLU). measured tokens_per_s "
             "= MFU * 989.4e12 * gpus / F, F = nanotron get_flops per token (3 x forward matmuls incl. "
-            "attention scores without causal discount and the LM head). ASSUMED: MFU denominator "
-            "989.4 TFLOP/s (H100 SXM bf16 dense), bf16 with fp32 grad accumulation, no recompute, "
-            "1F1B pipeline engine, TP in REDUCE_SCATTER mode = sequence parallel without modelled "
-            "comm overlap, DP gradient reduce overlapped with backward, DGX H100 fabric."
+            "attention scores without causal discount and the LM head). Hardware aws-p5 (INFERRED: "
+            "nanotron's run_multinode.sh uses partition hopper-prod with /fsx paths (FSx for Lustre) "
+            "and trainer.py exports EFA metrics, i.e. AWS p5.48xlarge with EFA; not stated by HF). "
+            "Framework behaviour read from nanotron's code: blocking pipeline p2p (p2p.py waits on "
+            "every send/recv); "
+            + (NANOTRON_ZERO1 if r["zero"] else NANOTRON_ZERO0)
+            + ("; tied embeddings over pp: the embedding gradient is all-reduced between first and "
+               "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
+            + ". ASSUMED: MFU denominator 989.4 TFLOP/s (H100 SXM bf16 dense), bf16 with fp32 grad "
+            "accumulation, no recompute, 1F1B pipeline engine, TP in REDUCE_SCATTER mode = sequence "
+            "parallel without modelled comm overlap."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
             "model": {"name": f"llama-{r['model']}", "layers": n_layers, "hidden": h, "heads": heads,
                       "kv_heads": kv, "ffn": ffn, "vocab": 131072, "mlp": "swiglu", "norm": "rmsnorm",
                       "position": "rope", "tied_embeddings": m["tied_embeddings"]},
-            "cluster": {"hardware": "dgx-h100", "gpus": gpus},
+            "cluster": {"hardware": "aws-p5", "gpus": gpus},
             "parallel": {"dp": r["dp"], "tp": r["tp"], "pp": r["pp"], "zero": r["zero"],
                          "sequence_parallel": r["tp"] > 1},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none"},
-            "overlap": {"dp_grad_reduce": True, "tp_comm": False},
+            **copy.deepcopy(NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO),
         },
         "measured": {"tokens_per_s": round(tps, 1)},
 
