@@ -57,3 +57,12 @@ def test_every_number_has_a_source():
     from tests.test_hardware_profiles import test_every_number_has_a_source as check
 
     check("aws-p5")
+
+
+def test_gpu_and_nvlink_facts_are_dgx_h100s():
+    """Same H100 SXM5 board and NVSwitch node: only the scale-out network differs."""
+    p5, dgx = load_profile("aws-p5"), load_profile("dgx-h100")
+    assert p5.gpu == dgx.gpu
+    for field in ("nvlink_GBps", "nvlink_latency_us", "nvls", "gpus_per_node"):
+        assert getattr(p5.node, field) == getattr(dgx.node, field)
+    assert p5.efficiency.model_dump(exclude={"nic"}) == dgx.efficiency.model_dump(exclude={"nic"})
