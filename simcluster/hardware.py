@@ -264,7 +264,9 @@ def profile_from_dict(
     return profile
 
 
-def _check_collective_sms(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:
+def _check_collective_sms(
+    profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]
+) -> None:
     """collective_sms needs the SM count and must leave compute at least one SM."""
     sms, taken = profile.gpu.sm_count, profile.efficiency.collective_sms
     if taken == 0 or (sms is not None and taken < sms):
@@ -272,5 +274,13 @@ def _check_collective_sms(profile: HardwareProfile, field: str, origin: str, pat
     key = "efficiency.collective_sms"
     where = f"cluster.profile.{key}" if key in patched or "gpu.sm_count" in patched else field
     if sms is None:
-        raise UserError(where, f"profile {origin} sets {key}={taken} but no gpu.sm_count; add gpu.sm_count or set it to 0")
-    raise UserError(where, f"profile {origin}: {key}={taken} must be below gpu.sm_count={sms} (compute needs an SM)")
+        raise UserError(
+            where,
+            f"profile {origin} sets {key}={taken} but no gpu.sm_count; "
+            "add gpu.sm_count or set it to 0",
+        )
+    raise UserError(
+        where,
+        f"profile {origin}: {key}={taken} must be below gpu.sm_count={sms} "
+        "(compute needs at least one SM)",
+    )
