@@ -131,9 +131,9 @@ def _covered(events: pd.DataFrame, rank: int, start: float, end: float) -> float
 
 def test_zero_collective_sms_is_the_model_without_interference():
     """collective_sms = 0: compute events last exactly their standalone seconds, and the step
-    is the one recorded on commit 51cc277 before interference existed."""
+    is the one recorded on commit 0edb4fe before interference existed."""
     res = run(_dp_scenario(0))
-    assert res.summary["step_time_s"] == 0.023295655696356443
+    assert res.summary["step_time_s"] == 0.026609356804648477
     ev = res.events
     assert res.events.equals(run(_dp_scenario(0)).events)  # deterministic
     slow = _compute(run(_dp_scenario(24)).events)
