@@ -86,6 +86,15 @@ class EfficiencySpec(_Strict):
     gemm_tile: tuple[int, int] = Field(
         default=(128, 256), description="output tile of large cuBLAS GEMMs (M x N), for tile/wave quantisation"
     )
+    collective_sms: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "SMs an NCCL collective occupies while in flight (one CTA per channel, never shared "
+            "with compute); overlapped compute runs at (sm_count - collective_sms) / sm_count. "
+            "0 = no interference"
+        ),
+    )
 
 
 class HardwareProfile(_Strict):
@@ -240,7 +249,7 @@ def profile_from_dict(
         _set_path(data, path, value)
         data.setdefault("sources", {})[path] = "scenario override"
     try:
-        return HardwareProfile.model_validate(data)
+        profile = HardwareProfile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -251,3 +260,27 @@ def profile_from_dict(
         else:
             msg = f"profile {origin} field '{loc}': {err['msg']}"
         raise UserError(field, msg) from None
+    _check_collective_sms(profile, field, origin, _flatten(patch or {}))
+    return profile
+
+
+def _check_collective_sms(
+    profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]
+) -> None:
+    """collective_sms needs the SM count and must leave compute at least one SM."""
+    sms, taken = profile.gpu.sm_count, profile.efficiency.collective_sms
+    if taken == 0 or (sms is not None and taken < sms):
+        return
+    key = "efficiency.collective_sms"
+    where = f"cluster.profile.{key}" if key in patched or "gpu.sm_count" in patched else field
+    if sms is None:
+        raise UserError(
+            where,
+            f"profile {origin} sets {key}={taken} but no gpu.sm_count; "
+            "add gpu.sm_count or set it to 0",
+        )
+    raise UserError(
+        where,
+        f"profile {origin}: {key}={taken} must be below gpu.sm_count={sms} "
+        "(compute needs at least one SM)",
+    )

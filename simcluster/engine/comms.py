@@ -15,6 +15,7 @@ from typing import Any
 
 import simpy
 
+from simcluster.engine.interference import SmShare
 from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
 from simcluster.layout import Layout
 
@@ -41,6 +42,7 @@ class Comms:
     layout: Layout
     all_ranks: bool
     recorder: Recorder
+    sm_share: SmShare | None = None
     _streams: dict[tuple[int, str], simpy.Resource] = field(default_factory=dict)
     _groups: dict[tuple[str, int], list[list[int]]] = field(default_factory=dict)
     _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
@@ -77,7 +79,11 @@ class Comms:
         chunk: int = -1,
         layer: int = -1,
     ) -> Generator:
-        """Run one collective of ``rank``'s ``group`` on its stream; records the event."""
+        """Run one collective of ``rank``'s ``group`` on its stream; records the event.
+
+        An interfering collective (see :mod:`simcluster.engine.interference`) slows the rank's
+        compute from when it holds its stream until it ends, peers' wait included.
+        """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
         if len(members) == 1 or nbytes <= 0:
@@ -86,6 +92,9 @@ class Comms:
         with self.stream(rank, stream).request() as req:
             yield req
             start = self.env.now
+            share = self.sm_share if self.sm_share and self.sm_share.interferes(group) else None
+            if share is not None:
+                share.enter(rank)
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)
                 yield from self._ring_step(rank, stage, dim, members, nbytes)
             elif group in CROSS_STAGE:
@@ -96,6 +105,8 @@ class Comms:
                 yield self._join(rank, dim, op, members, nbytes, stage)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
+            if share is not None:
+                share.leave(rank)
             kind = "send" if op == "send_recv" else op
             shown = "dp" if group == "edp" else group
             self.recorder.add(

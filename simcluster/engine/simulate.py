@@ -10,6 +10,7 @@ import simpy
 from simcluster.compute import KernelModel
 from simcluster.context import Context, build_context
 from simcluster.engine.comms import Comms
+from simcluster.engine.interference import SmShare
 from simcluster.engine.metrics import bubble_fraction, exposed_comm
 from simcluster.engine.plan import build_plans
 from simcluster.engine.progress import run_with_progress
@@ -44,7 +45,9 @@ def simulate(
     cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()
-    comms = Comms(env, network, ctx.layout, every, recorder)
+    eff = ctx.profile.efficiency
+    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms)
+    comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None)
     opt_bpp = optimizer_bytes_per_param(sc)
     optimizer_seconds = []
     for plan in plans:

@@ -82,6 +82,14 @@ class Worker:
             self.stage, self.shared.env.now, self.plan.static_bytes, self.activations
         )
 
+    def _compute(self, seconds: float) -> Generator:
+        # compute slows while an interfering collective holds SMs (engine/interference.py)
+        share = self.shared.comms.sm_share
+        if share is None:
+            yield self.shared.env.timeout(seconds)
+        else:
+            yield from share.compute(self.rank, seconds)
+
     def _comm(self, seg: Comm, mb: int, chunk: int) -> Generator:
         yield from self.shared.comms.collective(
             self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer
@@ -117,10 +125,10 @@ class Worker:
                     with lock.request() as req:
                         yield req
                         start = env.now
-                        yield env.timeout(seg.seconds)
+                        yield from self._compute(seg.seconds)
                 else:
                     start = env.now
-                    yield env.timeout(seg.seconds)
+                    yield from self._compute(seg.seconds)
                 self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start)
             if pending is not None:
                 yield pending
@@ -181,7 +189,7 @@ class Worker:
                 tied.NAME,
             )
         start = env.now
-        yield env.timeout(self.shared.optimizer_seconds[self.stage])
+        yield from self._compute(self.shared.optimizer_seconds[self.stage])
         self._record("optimizer", "optimizer_step", -1, -1, -1, start)
         if zero in (1, 2) and not sc.overlap.param_gather:
             for b in self.plan.buckets:
