@@ -18,6 +18,7 @@ from simcluster.scenario import scenario_from_dict
 from simcluster.validate import (
     Case,
     CaseResult,
+    by_family,
     load_cases,
     ordering_checks,
     run_cases,
@@ -215,9 +216,18 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-1p",
     "zb/1.5B-m24-ZB-2p",
 )
-FAST_SUBSET_MAPE = 31.1
-QUICK_SET_MAPE = 43.6
+FAST_SUBSET_MAPE = 17.2
+QUICK_SET_MAPE = 29.9
 QUICK_SET_ORDERING_ROWS = 12
+# per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
+# narayanan2021-a100 meets it, so its max error is held too
+FAMILY_MAPE = {
+    "megatron-core-h100": 13.3,
+    "nanotron-h100": 53.0,
+    "narayanan2021-a100": 4.3,
+    "zero-bubble-a100": 24.8,
+}
+FAMILY_MAX_APE = {"narayanan2021-a100": 6.7}
 
 
 def test_ratchet_fast_subset():
@@ -238,3 +248,8 @@ def test_ratchet_all_quick_cases():
     assert s["failed"] == 0
     assert s["mape_pct"] <= QUICK_SET_MAPE + 1.0, s
     assert sum(c.predicted_ok for c in ordering_checks(results)) >= QUICK_SET_ORDERING_ROWS
+    families = by_family(results)
+    for family, level in FAMILY_MAPE.items():
+        assert families[family]["mape_pct"] <= level + 1.0, (family, families[family])
+    for family, level in FAMILY_MAX_APE.items():
+        assert families[family]["max_ape_pct"] <= level + 1.0, (family, families[family])
