@@ -82,7 +82,10 @@ def test_tp_sp_collectives_per_layer():
     ev = run(data).events
     layer_ev = ev[(ev["layer"] == 1) & (ev["group"] == "tp")]
     fwd = layer_ev[layer_ev["microbatch"] == 0]
-    assert (fwd["kind"] == "all_gather").sum() == 4  # 2 forward + 2 backward (mirrored)
+    # 2 forward + 2 backward (mirrored) + 2 backward re-gathers of the column-parallel inputs
+    # for their weight gradients (Megatron LinearWithGradAccumulationAndAsyncCommunication)
+    assert (fwd["kind"] == "all_gather").sum() == 6
+    assert (fwd["name"].str.endswith("_tp_ag_input")).sum() == 2
     assert (fwd["kind"] == "reduce_scatter").sum() == 4
     # each collective's nccl-tests size is the full b*s*h activation in bf16 (1/tp per rank)
     assert set(layer_ev["bytes"]) == {1 * S * H * 2}

@@ -135,7 +135,11 @@ class LayerBuilder:
             out_t = self._gemms(gemms[-1:], phase) + self._elementwise(3 * h / sp, phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
-        segments = tensor.wrap_block(self.shapes, "attn", att_body, overlap, index) if phase != "W" else att_body
+        segments = (
+            tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
+            if phase != "W"
+            else att_body
+        )
         segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
         return segments
 
@@ -152,13 +156,15 @@ class LayerBuilder:
             if phase == "W":
                 return moe
             norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
-            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], overlap, index)
+            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], overlap, index, backward=phase == "B")
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
         up = 2 * m.ffn if m.mlp == "swiglu" else m.ffn
         work = self._gemms(gemms, phase) + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
-        return tensor.wrap_block(self.shapes, "mlp", [Compute("mlp", work, index)], overlap, index)
+        return tensor.wrap_block(
+            self.shapes, "mlp", [Compute("mlp", work, index)], overlap, index, backward=phase == "B"
+        )
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""

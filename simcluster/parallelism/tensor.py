@@ -2,7 +2,11 @@
 
 Forward per block: TP alone = one all-reduce after the row-parallel GEMM; TP+SP = an all-gather
 before the column-parallel GEMM and a reduce-scatter after the row-parallel one (Korthikanti et
-al. 2022, Fig. 5). Backward mirrors it (the conjugate collectives on the gradients).
+al. 2022, Fig. 5). Backward mirrors it (the conjugate collectives on the gradients), and with SP
+it all-gathers the block's input once more: the column-parallel linear saved only its sequence
+shard, and its weight gradient needs the whole sequence. Megatron's
+``LinearWithGradAccumulationAndAsyncCommunication.backward`` (and nanotron's
+``tp_recompute_allgather``) launch that gather asynchronously under the input-gradient GEMM.
 With ``overlap.tp_comm`` the collective runs concurrently with its adjacent GEMM, as
 Megatron's --tp-comm-overlap does with chunked GEMMs.
 """
@@ -14,7 +18,7 @@ from simcluster.parallelism.shapes import Shapes
 
 
 def wrap_block(
-    shapes: Shapes, block: str, body: list[Segment], overlap: bool, layer: int
+    shapes: Shapes, block: str, body: list[Segment], overlap: bool, layer: int, backward: bool = False
 ) -> list[Segment]:
     """Surround a block's compute with its TP collectives (none when tp == 1).
 
@@ -29,7 +33,12 @@ def wrap_block(
     if lay.sequence_parallel:
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", size, overlap, layer)
         last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size, overlap, layer)
-        return _place(first, body, last, overlap)
+        out = _place(first, body, last, overlap)
+        if backward:
+            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", size, True, layer)
+            first_compute = next(i for i, s in enumerate(out) if isinstance(s, Compute))
+            out.insert(first_compute, regather)
+        return out
     # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
     # column-parallel input gradients (Megatron's f/g operators)
     return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)]
