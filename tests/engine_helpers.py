@@ -35,7 +35,12 @@ def pipeline_scenario(
         "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": m, "precision": "bf16"},
         "overlap": {"dp_grad_reduce": True, "param_gather": True},
     }
-    for key, value in extra.items():
+    return merge_sections(data, **extra)
+
+
+def merge_sections(data: dict, **sections: dict) -> dict:
+    """Update ``data``'s sections in place with ``sections`` (one level deep) and return it."""
+    for key, value in sections.items():
         data.setdefault(key, {}).update(value)
     return data
 

@@ -12,7 +12,7 @@ import pytest
 
 from simcluster.errors import UserError
 from simcluster.scenario import scenario_from_dict
-from tests.engine_helpers import run
+from tests.engine_helpers import merge_sections, run
 
 H, L, V, P = 2048, 4, 1024, 2048
 
@@ -36,9 +36,7 @@ def scenario(**kw):
         "parallel": {"zero": 1},
         "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 16},
     }
-    for key, value in kw.items():
-        data.setdefault(key, {}).update(value)
-    return data
+    return merge_sections(data, **kw)
 
 
 def grad_events(res):

@@ -9,7 +9,7 @@ dispatch + combine all-to-all per MoE layer, each tokens*top_k*hidden*bytes per 
 import pytest
 
 from simcluster.scenario import scenario_from_dict
-from tests.engine_helpers import run
+from tests.engine_helpers import merge_sections, run
 
 L = 4
 H = 1024
@@ -24,9 +24,7 @@ def scenario(**kw):
         "parallel": {},
         "training": {"seq_len": S, "micro_batch": 1, "global_batch": 8},
     }
-    for key, value in kw.items():
-        data.setdefault(key, {}).update(value)
-    return data
+    return merge_sections(data, **kw)
 
 
 def comm(events, kind, group=None, name=None):

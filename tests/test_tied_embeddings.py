@@ -13,7 +13,7 @@ import pytest
 from simcluster.context import build_context
 from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
-from tests.engine_helpers import run
+from tests.engine_helpers import merge_sections, run
 
 H, V = 1024, 131072
 
@@ -34,9 +34,7 @@ def scenario(tp=2, pp=4, **kw):
         "parallel": {"tp": tp, "pp": pp},
         "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 8},
     }
-    for key, value in kw.items():
-        data.setdefault(key, {}).update(value)
-    return data
+    return merge_sections(data, **kw)
 
 
 def tied(res):
