@@ -28,7 +28,7 @@ from calibrate.progress import RankProgress
 from calibrate.provenance import device_memory_bytes, device_name, provenance
 from calibrate.shapes import GemmShape
 from calibrate.timers import timer_for
-from calibrate.watchdog import Watchdog
+from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
 
 
@@ -113,12 +113,16 @@ def run(cfg: RunConfig) -> int:
     partial = partial_path(cfg.out)
     prov = _provenance(cfg, ctx)
     measured = Measurements()
-    watchdog = Watchdog(cfg.timeout_s, ctx.rank, str(partial))
 
     def save_partial(error: str | None = None) -> None:
         if ctx.is_main:
             doc = {"partial": True, "error": error, "measured": measured.as_dict()}
             write_yaml_atomic(partial, doc | {"provenance": prov})
+
+    report = FailureReport(ctx.rank, str(partial), save_partial)
+    # The backend's own collective timeout is --timeout too; the grace lets its exception (which
+    # unwinds and reports the step) come first, the watchdog catching only what it cannot see.
+    watchdog = Watchdog(cfg.timeout_s, report, grace_s=max(2.0, 0.1 * cfg.timeout_s))
 
     def on_term(signum: int, frame: object) -> None:
         # torchrun sends SIGTERM to the survivors when a rank fails; the partial file is
@@ -160,13 +164,7 @@ def run(cfg: RunConfig) -> int:
         raise
     except Exception as exc:  # a failed rank, a broken peer connection, a device error
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        message = f"during '{current}': {detail}"
-        save_partial(message)
-        print(
-            f"error: rank {ctx.rank}: {message}; measurements so far are in {partial}",
-            file=sys.stderr,
-            flush=True,
-        )
+        report.fail(f"during '{current}': {detail}")
         return 1
     finally:
         shutdown(ctx)

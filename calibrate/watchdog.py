@@ -1,8 +1,12 @@
 """Stop a run whose current step exceeds ``--timeout`` (a hung rank), keeping the partial file.
 
-A background thread checks the deadline of the step in progress; on expiry it prints one line
-and ends the process with status 3 (``os._exit``: a thread stuck in a collective cannot be
-unwound). The runner writes the partial profile after every step, so nothing measured is lost.
+Two things can notice a hung peer: the communication backend's own timeout (raised in the main
+thread as an exception) and this watchdog (a background thread, for steps the backend cannot
+time out, such as a kernel that never returns). Both report through one :class:`FailureReport`,
+so a failing rank prints exactly one line and records the reason in the partial file whichever
+fires first. The watchdog waits a grace period past ``--timeout`` so the backend's exception,
+which unwinds cleanly, normally wins; on expiry it reports and ends the process with status 3
+(``os._exit``: a thread stuck in a collective cannot be unwound).
 """
 
 from __future__ import annotations
@@ -11,19 +15,44 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 EXIT_TIMEOUT = 3
 
 
+class FailureReport:
+    """Print one ``error: rank R: ...`` line and record it, at most once per process."""
+
+    def __init__(self, rank: int, partial: str, record: Callable[[str], None] | None = None):
+        self._rank = rank
+        self._partial = partial
+        self._record = record
+        self._lock = threading.Lock()
+        self._done = False
+
+    def fail(self, message: str) -> None:
+        """Record ``message`` in the partial file and print it; later calls are silent."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            if self._record is not None:
+                self._record(message)
+            print(
+                f"error: rank {self._rank}: {message}; measurements so far are in {self._partial}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 class Watchdog:
     """Deadline per guarded step; one daemon thread per process."""
 
-    def __init__(self, timeout_s: float, rank: int, partial: str) -> None:
+    def __init__(self, timeout_s: float, report: FailureReport, grace_s: float = 0.0) -> None:
         self.timeout_s = timeout_s
-        self._rank = rank
-        self._partial = partial
+        self._grace_s = grace_s
+        self._report = report
         self._label: str | None = None
         self._deadline = float("inf")
         self._lock = threading.Lock()
@@ -33,7 +62,8 @@ class Watchdog:
     def guard(self, label: str) -> Iterator[None]:
         """Run the body under the deadline."""
         with self._lock:
-            self._label, self._deadline = label, time.monotonic() + self.timeout_s
+            self._label = label
+            self._deadline = time.monotonic() + self.timeout_s + self._grace_s
         try:
             yield
         finally:
@@ -46,11 +76,8 @@ class Watchdog:
             with self._lock:
                 label, late = self._label, time.monotonic() > self._deadline
             if late:
-                print(
-                    f"error: --timeout: rank {self._rank}: '{label}' did not finish within "
-                    f"{self.timeout_s:g} s (a rank hung or died); measurements so far are in "
-                    f"{self._partial}",
-                    file=sys.stderr,
-                    flush=True,
+                self._report.fail(
+                    f"during '{label}': did not finish within --timeout {self.timeout_s:g} s "
+                    "(a rank hung or died)"
                 )
                 os._exit(EXIT_TIMEOUT)

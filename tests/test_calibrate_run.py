@@ -194,8 +194,8 @@ def test_a_hung_rank_times_out(tmp_path):
 def test_watchdog_stops_a_step_past_its_deadline():
     code = (
         "import time\n"
-        "from calibrate.watchdog import Watchdog\n"
-        "w = Watchdog(0.3, 5, 'p.partial.yaml')\n"
+        "from calibrate.watchdog import FailureReport, Watchdog\n"
+        "w = Watchdog(0.3, FailureReport(5, 'p.partial.yaml'))\n"
         "with w.guard('gemm bf16 8x8x8'):\n"
         "    time.sleep(10)\n"
     )
@@ -205,7 +205,9 @@ def test_watchdog_stops_a_step_past_its_deadline():
     )
     assert proc.returncode == 3 and time.monotonic() - start < 5
     assert proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("error: --timeout: rank 5: 'gemm bf16 8x8x8' did not finish")
+    assert proc.stderr.startswith(
+        "error: rank 5: during 'gemm bf16 8x8x8': did not finish within --timeout 0.3 s"
+    )
 
 
 def test_a_collective_simulated_alone_reproduces_the_measured_busbw(two_rank_profile, capsys):
@@ -219,3 +221,15 @@ def test_a_collective_simulated_alone_reproduces_the_measured_busbw(two_rank_pro
     assert simcluster_main(args + ["--hardware", str(two_rank_profile)]) == 0
     simulated = json.loads(capsys.readouterr().out)
     assert simulated["busbw_GBps"] == pytest.approx(biggest["busbw_GBps"], rel=0.05)  # issue 7
+
+
+def test_a_failure_is_reported_once_whichever_path_notices_it(capsys):
+    from calibrate.watchdog import FailureReport
+
+    recorded: list[str] = []
+    report = FailureReport(2, "p.partial.yaml", recorded.append)
+    report.fail("during 'all_reduce 1 MiB': RuntimeError: timed out")  # backend timeout
+    report.fail("during 'all_reduce 1 MiB': did not finish within --timeout 3 s")  # watchdog
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: rank 2: during 'all_reduce 1 MiB'")
+    assert recorded == ["during 'all_reduce 1 MiB': RuntimeError: timed out"]
