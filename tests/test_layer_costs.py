@@ -67,3 +67,21 @@ def test_unfused_attention_computes_the_full_square_of_scores():
 
 def test_unfused_attention_is_slower_than_flash():
     assert _builder(flash_attention=False).attention_core("F") > _builder().attention_core("F")
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_selective_recompute_reruns_the_core_attention_forward_before_its_backward(flash):
+    """Korthikanti et al. 2022 (arXiv 2205.05198) Sec. 5: selective recomputation checkpoints
+    only the core attention; its forward reruns in backward (Megatron-Core checkpoints the fused
+    kernel too). The backward of a layer gains exactly one core-attention forward, right before
+    the core's backward, and nothing else changes."""
+    sel = _builder(recompute="selective", flash_attention=flash)
+    none = _builder(recompute="none", flash_attention=flash)
+    names = [s.name for s in sel.layer(0, "B")]
+    assert names.index("recompute_attn_core") == names.index("attn_core") - 1
+    redo = next(s for s in sel.layer(0, "B") if s.name == "recompute_attn_core")
+    assert redo.kind == "recompute"
+    assert redo.seconds == pytest.approx(sel.attention_core("F"))
+    total = lambda b, ph: sum(getattr(s, "seconds", 0.0) for s in b.layer(0, ph))  # noqa: E731
+    assert total(sel, "B") == pytest.approx(total(none, "B") + none.attention_core("F"))
+    assert total(sel, "F") == pytest.approx(total(none, "F"))

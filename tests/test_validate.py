@@ -40,8 +40,10 @@ def test_shipped_case_counts_and_unique_names():
     for c in cases:
         fams[c.family] = fams.get(c.family, 0) + 1
     # Narayanan Table 1: 10 rows; MCore r0.8: 9 rows; nanotron SVG: 26 cells; Zero Bubble
-    # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage).
+    # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage);
+    # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute).
     assert fams == {
+        "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
         "megatron-core-h100": 9,
         "nanotron-h100": 26,
@@ -107,6 +109,17 @@ def test_measured_zero_bubble_table_satisfies_the_ordering():
     checks = ordering_checks(fake)
     assert len(checks) == 12
     assert all(c.measured_ok and c.predicted_ok for c in checks)
+
+
+def test_korthikanti_times_are_the_published_iteration_times():
+    cases = {c.name: c for c in _family("korthikanti2022-a100")}
+    for c in cases.values():
+        assert c.measured == c.published["iteration_time_s"]
+        assert c.scenario["parallel"]["sequence_parallel"] == (c.published["mode"] == "sel")
+    # the paper's abstract: 530B on A100 goes from 42.1% to 54.2% MFU with the present work,
+    # "29% faster" -- the two iteration times must say the same
+    speedup = cases["korthikanti2022/530B-full"].measured / cases["korthikanti2022/530B-sel"].measured
+    assert speedup == pytest.approx(54.2 / 42.1, rel=0.01)
 
 
 # --- summaries ----------------------------------------------------------------------------
@@ -217,17 +230,18 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 17.2
-QUICK_SET_MAPE = 29.7
+QUICK_SET_MAPE = 28.6
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100 meets it, so its max error is held too
+# narayanan2021-a100 and korthikanti2022-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
+    "korthikanti2022-a100": 3.3,
     "megatron-core-h100": 11.8,
     "nanotron-h100": 53.0,
     "narayanan2021-a100": 4.3,
     "zero-bubble-a100": 24.8,
 }
-FAMILY_MAX_APE = {"narayanan2021-a100": 6.7}
+FAMILY_MAX_APE = {"korthikanti2022-a100": 5.4, "narayanan2021-a100": 6.7}
 
 
 def test_ratchet_fast_subset():

@@ -7,7 +7,7 @@ the LM head into the last) so that ZeRO-3 gathers and gradient buckets attach to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from simcluster.compute import KernelModel
 from simcluster.context import Context
@@ -19,7 +19,7 @@ from simcluster.memory import (
 )
 from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes, unit_params
 from simcluster.parallelism.layer import LayerBuilder
-from simcluster.parallelism.segments import Compute, Segment
+from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
 from simcluster.placement import Chunk
@@ -116,14 +116,7 @@ def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:
     out = []
     for u in units_b:
         key = next((k for k in forward if set(k) & set(u.layers) - {-1, -2}), None)
-        redo: tuple[Segment, ...] = ()
-        if key is not None:
-            redo = tuple(
-                replace(s, kind="recompute", name=f"recompute_{s.name}")
-                if isinstance(s, Compute)
-                else s
-                for s in forward[key].segments
-            )
+        redo = as_recompute(forward[key].segments) if key is not None else ()
         out.append(Unit(u.layers, redo + u.segments, u.params))
     return out
 

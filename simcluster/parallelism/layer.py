@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from simcluster.compute import KernelModel
 from simcluster.parallelism import context, expert, tensor
-from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.segments import Comm, Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 
@@ -134,6 +134,8 @@ class LayerBuilder:
             qkv_t = self._gemms(gemms[:-1], phase)
             out_t = self._gemms(gemms[-1:], phase) + self._elementwise(3 * h / sp, phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
+            if phase == "B" and self.scenario.training.recompute == "selective":
+                core = [*self._core_recompute(index), *core]
             att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
         segments = (
             tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
@@ -142,6 +144,14 @@ class LayerBuilder:
         )
         segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
         return segments
+
+    def _core_recompute(self, index: int) -> tuple[Segment, ...]:
+        """Selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 5): the core
+        attention (scores, softmax, dropout, weighted values) is checkpointed and its forward
+        reruns right before its backward. Megatron checkpoints it with flash attention too
+        (``checkpoint_core_attention``), so the fused forward reruns as well."""
+        forward = context.ring_attention(self.shapes, self.attention_core("F"), False, index)
+        return as_recompute(forward)
 
     @staticmethod
     def _order(phase: str, attention: list[Segment], mlp: list[Segment]) -> list[Segment]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,14 @@ class Comm:
 
 
 Segment = Compute | Comm
+
+
+def as_recompute(segments: list[Segment] | tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """The same work rerun before a backward: compute relabelled ``recompute_*``, comms kept."""
+    return tuple(
+        replace(s, kind="recompute", name=f"recompute_{s.name}") if isinstance(s, Compute) else s
+        for s in segments
+    )
 
 # schedule op kind -> event kind of its compute
 PHASE_KIND = {"F": "forward", "B": "backward_input", "W": "backward_weight", "BW": "backward"}
