@@ -95,6 +95,15 @@ class EfficiencySpec(_Strict):
             "0 = no interference"
         ),
     )
+    tp_overlap_sms: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "SMs TransformerEngine's pipelined tensor-parallel reduce-scatter reserves while it "
+            "overlaps the row-parallel forward GEMM (set_sm_margin): with overlap.tp_comm and "
+            "sequence parallelism those GEMMs run on sm_count - tp_overlap_sms SMs. 0 = free"
+        ),
+    )
 
 
 class HardwareProfile(_Strict):
@@ -260,18 +269,19 @@ def profile_from_dict(
         else:
             msg = f"profile {origin} field '{loc}': {err['msg']}"
         raise UserError(field, msg) from None
-    _check_collective_sms(profile, field, origin, _flatten(patch or {}))
+    for key in ("collective_sms", "tp_overlap_sms"):
+        _check_sms_taken(profile, key, field, origin, _flatten(patch or {}))
     return profile
 
 
-def _check_collective_sms(
-    profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]
+def _check_sms_taken(
+    profile: HardwareProfile, name: str, field: str, origin: str, patched: dict[str, Any]
 ) -> None:
-    """collective_sms needs the SM count and must leave compute at least one SM."""
-    sms, taken = profile.gpu.sm_count, profile.efficiency.collective_sms
+    """SMs taken by communication need the SM count and must leave compute at least one SM."""
+    sms, taken = profile.gpu.sm_count, getattr(profile.efficiency, name)
     if taken == 0 or (sms is not None and taken < sms):
         return
-    key = "efficiency.collective_sms"
+    key = f"efficiency.{name}"
     where = f"cluster.profile.{key}" if key in patched or "gpu.sm_count" in patched else field
     if sms is None:
         raise UserError(

@@ -230,13 +230,16 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 17.2
-QUICK_SET_MAPE = 28.6
+QUICK_SET_MAPE = 28.9
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
 # narayanan2021-a100 and korthikanti2022-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
     "korthikanti2022-a100": 3.3,
-    "megatron-core-h100": 11.8,
+    # raised from 11.8 on purpose: TP overlap now hides both collectives of a block as Megatron
+    # does (an engine bug had exposed one), which uncovered the family's H100 compute optimism
+    # (docs/accuracy.md); not a silent regression
+    "megatron-core-h100": 15.1,
     "nanotron-h100": 53.0,
     "narayanan2021-a100": 4.3,
     "zero-bubble-a100": 24.8,

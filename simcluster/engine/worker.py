@@ -103,22 +103,24 @@ class Worker:
         chunk: int,
         lock: simpy.Resource | None = None,
     ) -> Generator:
-        """Execute segments in order; an overlapped comm runs under the next compute block.
+        """Execute segments in order; overlapped comms run under the next compute block.
 
+        Several overlapped comms in a row (an MLP block's all-gather and reduce-scatter around
+        one fused compute segment) all run under that block, one after the other on their
+        stream; a blocking comm first waits for the overlapped ones before it.
         ``lock`` is the compute stream when two ops share it (an F&B pair).
         """
         env = self.shared.env
-        pending: simpy.Process | None = None
+        pending: list[simpy.Process] = []
         for seg in segments:
             if isinstance(seg, Comm):
-                if pending is not None:
-                    yield pending
-                    pending = None
-                proc = env.process(self._comm(seg, mb, chunk))
                 if seg.overlap:
-                    pending = proc
-                else:
-                    yield proc
+                    pending.append(env.process(self._comm(seg, mb, chunk)))
+                    continue
+                for p in pending:
+                    yield p
+                pending = []
+                yield env.process(self._comm(seg, mb, chunk))
                 continue
             if seg.seconds > 0:
                 if lock is not None:
@@ -130,11 +132,11 @@ class Worker:
                     start = env.now
                     yield from self._compute(seg.seconds)
                 self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start)
-            if pending is not None:
-                yield pending
-                pending = None
-        if pending is not None:
-            yield pending
+            for p in pending:
+                yield p
+            pending = []
+        for p in pending:
+            yield p
 
     # --- the step -----------------------------------------------------------------------
     def run(self) -> Generator:

@@ -132,7 +132,8 @@ class LayerBuilder:
             att_body = [Compute("attn_wgrad", self._gemms(gemms, "W"), index)]
         else:
             qkv_t = self._gemms(gemms[:-1], phase)
-            out_t = self._gemms(gemms[-1:], phase) + self._elementwise(3 * h / sp, phase)
+            out_t = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
+            out_t += self._elementwise(3 * h / sp, phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             if phase == "B" and self.scenario.training.recompute == "selective":
                 core = [*self._core_recompute(index), *core]
@@ -144,6 +145,24 @@ class LayerBuilder:
         )
         segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
         return segments
+
+    def _row_parallel_slowdown(self, phase: str) -> float:
+        """Time factor of a row-parallel forward GEMM under TransformerEngine's TP overlap.
+
+        With ``overlap.tp_comm`` and sequence parallelism, the reduce-scatter after the
+        row-parallel GEMM (attention output projection, fc2) is pipelined with it, and its
+        kernels reserve ``efficiency.tp_overlap_sms`` SMs for the GEMM's whole duration
+        (``set_sm_margin=True``; TE's default ``num_comm_sm`` is 16, NeMo's H100 presets use
+        16-24 for proj_fprop/fc2_fprop). The other overlaps (ring exchange on copy engines,
+        bulk with 2-4 SMs) are taken as free.
+        """
+        lay = self.shapes.layout
+        sms = self.km.profile.gpu.sm_count
+        taken = self.km.profile.efficiency.tp_overlap_sms
+        on = self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel
+        if phase != "F" or not on or not sms or not taken:
+            return 1.0
+        return sms / (sms - taken)
 
     def _core_recompute(self, index: int) -> tuple[Segment, ...]:
         """Selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 5): the core
@@ -171,7 +190,9 @@ class LayerBuilder:
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
         up = 2 * m.ffn if m.mlp == "swiglu" else m.ffn
-        work = self._gemms(gemms, phase) + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
+        fc2 = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
+        work = self._gemms(gemms[:-1], phase) + fc2
+        work += self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
         return tensor.wrap_block(
             self.shapes, "mlp", [Compute("mlp", work, index)], overlap, index, backward=phase == "B"
         )
