@@ -66,3 +66,13 @@ def test_row_parallel_forward_gemm_runs_on_the_sms_left_by_the_reduce_scatter():
     total = lambda b, ph: sum(getattr(s, "seconds", 0.0) for s in b.layer(0, ph))  # noqa: E731
     assert total(taken, "F") - total(free, "F") == pytest.approx(row * (132 / 116 - 1))
     assert total(taken, "B") == pytest.approx(total(free, "B"))
+
+
+@pytest.mark.parametrize("value", [108, -1])
+def test_bad_tp_overlap_sms_names_the_field(value):
+    from simcluster.errors import UserError
+    from simcluster.hardware import load_profile
+
+    with pytest.raises(UserError) as err:
+        load_profile("dgx-a100", patch={"efficiency": {"tp_overlap_sms": value}})  # 108 SMs
+    assert err.value.field == "cluster.profile.efficiency.tp_overlap_sms"
