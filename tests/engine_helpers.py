@@ -1,10 +1,17 @@
-"""Scenario builders for engine tests: balanced pipelines on an ideal network."""
+"""Scenario builders for engine tests: balanced pipelines on an ideal network, and the
+per-layer kernel work of a scenario without running the engine."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from simcluster.compute import KernelModel
+from simcluster.context import build_context
 from simcluster.engine import simulate
+from simcluster.parallelism.layer import LayerBuilder
+from simcluster.parallelism.segments import Compute, Segment
+from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import scenario_from_dict
 
 
@@ -47,3 +54,16 @@ def merge_sections(data: dict, **sections: dict) -> dict:
 
 def run(data: dict, **kw: Any):
     return simulate(scenario_from_dict(data), **kw)
+
+
+def layer_builder(data: dict) -> LayerBuilder:
+    """The segment builder of a scenario dict (layer, embedding and head work, no engine)."""
+    sc = scenario_from_dict(data)
+    ctx = build_context(sc)
+    km = KernelModel(ctx.profile, sc.training.precision)
+    return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
+
+
+def compute_seconds(segments: Iterable[Segment]) -> float:
+    """Total compute time of some segments (communication excluded)."""
+    return sum(s.seconds for s in segments if isinstance(s, Compute))

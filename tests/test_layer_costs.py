@@ -5,12 +5,9 @@ the frameworks they model (Megatron-LM / nanotron ``vocab_parallel_cross_entropy
 from __future__ import annotations
 
 import pytest
+from engine_helpers import compute_seconds, layer_builder
 
-from simcluster.compute import KernelModel
-from simcluster.context import build_context
 from simcluster.parallelism.layer import LayerBuilder
-from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import scenario_from_dict
 
 GPT = {
     "name": "gpt-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 51200,
@@ -19,7 +16,7 @@ GPT = {
 
 
 def _builder(tp: int = 1, **training) -> LayerBuilder:
-    sc = scenario_from_dict(
+    return layer_builder(
         {
             "model": GPT,
             "cluster": {"hardware": "dgx-a100", "gpus": tp},
@@ -27,9 +24,6 @@ def _builder(tp: int = 1, **training) -> LayerBuilder:
             "training": {"seq_len": 2048, "micro_batch": 2, "global_batch": 2, "precision": "fp16", **training},
         }
     )
-    ctx = build_context(sc)
-    km = KernelModel(ctx.profile, sc.training.precision)
-    return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
 
 
 @pytest.mark.parametrize("tp", [1, 4])
@@ -45,8 +39,7 @@ def test_fused_cross_entropy_reads_and_writes_16_bit_logits_once():
     b = _builder(fused_cross_entropy=True)
     assert b._cross_entropy_bytes("F") == pytest.approx(2 * 2048 * 51200 * 2)
     unfused = _builder()
-    head = lambda bb, ph: sum(s.seconds for s in bb.head(ph) if hasattr(s, "seconds"))  # noqa: E731
-    assert head(b, "F") < head(unfused, "F")
+    assert compute_seconds(b.head("F")) < compute_seconds(unfused.head("F"))
 
 
 def test_unfused_attention_computes_the_full_square_of_scores():
@@ -82,6 +75,7 @@ def test_selective_recompute_reruns_the_core_attention_forward_before_its_backwa
     redo = next(s for s in sel.layer(0, "B") if s.name == "recompute_attn_core")
     assert redo.kind == "recompute"
     assert redo.seconds == pytest.approx(sel.attention_core("F"))
-    total = lambda b, ph: sum(getattr(s, "seconds", 0.0) for s in b.layer(0, ph))  # noqa: E731
-    assert total(sel, "B") == pytest.approx(total(none, "B") + none.attention_core("F"))
-    assert total(sel, "F") == pytest.approx(total(none, "F"))
+    assert compute_seconds(sel.layer(0, "B")) == pytest.approx(
+        compute_seconds(none.layer(0, "B")) + none.attention_core("F")
+    )
+    assert compute_seconds(sel.layer(0, "F")) == pytest.approx(compute_seconds(none.layer(0, "F")))

@@ -6,13 +6,9 @@ block's GEMMs, and the pipelined reduce-scatter reserves SMs from the row-parall
 from __future__ import annotations
 
 import pytest
-from engine_helpers import pipeline_scenario, run
+from engine_helpers import compute_seconds, layer_builder, pipeline_scenario, run
 
-from simcluster.compute import KernelModel
-from simcluster.context import build_context
 from simcluster.parallelism.layer import LayerBuilder
-from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import scenario_from_dict
 
 
 def _tp_scenario(overlap: bool, **profile: int) -> dict:
@@ -48,10 +44,7 @@ def test_overlap_is_faster_than_blocking_tp_comm():
 
 
 def _builder(overlap: bool, sms: int) -> LayerBuilder:
-    sc = scenario_from_dict(_tp_scenario(overlap, tp_overlap_sms=sms))
-    ctx = build_context(sc)
-    km = KernelModel(ctx.profile, sc.training.precision)
-    return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
+    return layer_builder(_tp_scenario(overlap, tp_overlap_sms=sms))
 
 
 def test_row_parallel_forward_gemm_runs_on_the_sms_left_by_the_reduce_scatter():
@@ -63,9 +56,9 @@ def test_row_parallel_forward_gemm_runs_on_the_sms_left_by_the_reduce_scatter():
     assert _builder(False, 16)._row_parallel_slowdown("F") == 1.0  # blocking comm takes no SMs
     row = free._gemms(free.mlp_gemms(free.shapes.model.ffn)[-1:], "F")
     row += free._gemms(free.attention_gemms()[-1:], "F")
-    total = lambda b, ph: sum(getattr(s, "seconds", 0.0) for s in b.layer(0, ph))  # noqa: E731
-    assert total(taken, "F") - total(free, "F") == pytest.approx(row * (132 / 116 - 1))
-    assert total(taken, "B") == pytest.approx(total(free, "B"))
+    extra = compute_seconds(taken.layer(0, "F")) - compute_seconds(free.layer(0, "F"))
+    assert extra == pytest.approx(row * (132 / 116 - 1))
+    assert compute_seconds(taken.layer(0, "B")) == pytest.approx(compute_seconds(free.layer(0, "B")))
 
 
 @pytest.mark.parametrize("value", [108, -1])
