@@ -161,6 +161,68 @@ def test_calibrated_table_is_reproduced():
         assert busbw_ar(t, size, 8) == pytest.approx(expect, rel=0.05)
 
 
+def _calibrated(rows: list[dict], gpus: int):
+    from simcluster.hardware import profile_from_dict
+
+    raw = load_profile("dgx-h100").model_dump()
+    raw["measured"] = {"collectives": rows}
+    return build_cluster(profile_from_dict(raw), gpus)
+
+
+def _slowed_rows(op: str, nodes: int, factor: float, sizes=(64 * MiB, GiB)) -> list[dict]:
+    """nccl-tests-style rows on ``nodes`` whole DGX H100 nodes, ``factor`` x the model's time."""
+    ref = h100(8 * nodes)
+    group = list(range(8 * nodes))
+    return [
+        {"op": op, "scope": "world", "gpus": 8 * nodes, "gpus_per_node": 8, "nodes": nodes,
+         "bytes": b, "time_s": factor * collective_time(op, b, ref, group)}
+        for b in sizes
+    ]  # fmt: skip
+
+
+def test_a_table_carries_its_ratio_to_another_geometry():
+    # Measured on 2 whole nodes at twice the modelled time; a DP group of a TP-8 layout (one GPU
+    # per node, one NIC) is 2x its own modelled time, not the 16-rank table's time.
+    c = _calibrated(_slowed_rows("all_reduce", 2, 2.0), 16)
+    for group in ([0, 8], list(range(16)), [0, 1, 8, 9]):
+        model = collective_time("all_reduce", GiB, h100(16), group)
+        assert collective_time("all_reduce", GiB, c, group) == pytest.approx(2 * model, rel=1e-9)
+    # single-node groups have no intra rows: the model alone
+    model = collective_time("all_reduce", GiB, h100(16), list(range(8)))
+    assert collective_time("all_reduce", GiB, c, list(range(8))) == pytest.approx(model, rel=1e-12)
+
+
+def test_a_measured_speedup_stays_at_its_own_geometry():
+    # nccl-tests on two whole p5/DGX nodes beat the ring model (NVLS-tree busbw above the NIC
+    # rate, NVIDIA/nccl-tests#22); a one-GPU-per-node group cannot use that algorithm.
+    c = _calibrated(_slowed_rows("all_reduce", 2, 0.5), 16)
+    whole = collective_time("all_reduce", GiB, h100(16), list(range(16)))
+    assert collective_time("all_reduce", GiB, c, list(range(16))) == pytest.approx(0.5 * whole)
+    single = collective_time("all_reduce", GiB, h100(16), [0, 8])
+    assert collective_time("all_reduce", GiB, c, [0, 8]) == pytest.approx(single, rel=1e-12)
+
+
+def test_ratio_is_interpolated_in_log_node_count_and_held_beyond():
+    rows = _slowed_rows("all_reduce", 2, 2.0) + _slowed_rows("all_reduce", 8, 1.0)
+    c = _calibrated(rows, 128)
+    for nodes, ratio in [(2, 2.0), (4, 1.5), (8, 1.0), (16, 1.0)]:
+        group = list(range(0, 8 * nodes, 8))  # one GPU per node
+        model = collective_time("all_reduce", 64 * MiB, h100(128), group)
+        calibrated = collective_time("all_reduce", 64 * MiB, c, group)
+        assert calibrated == pytest.approx(ratio * model, rel=1e-9), nodes
+
+
+def test_reduce_scatter_borrows_the_all_reduce_ratio():
+    # A ring all-reduce is a reduce-scatter then an all-gather of the same chunks.
+    c = _calibrated(_slowed_rows("all_reduce", 2, 1.5), 16)
+    for op in ("reduce_scatter", "all_gather"):
+        model = collective_time(op, GiB, h100(16), list(range(16)))
+        assert collective_time(op, GiB, c, list(range(16))) == pytest.approx(1.5 * model, rel=1e-9)
+    # all_to_all is not a half of an all-reduce: no borrowed ratio
+    model = collective_time("all_to_all", GiB, h100(16), list(range(16)))
+    assert collective_time("all_to_all", GiB, c, list(range(16))) == pytest.approx(model, rel=1e-12)
+
+
 def test_ideal_network_takes_no_time():
     env = simpy.Environment()
     net = Network(env, h100(16), ideal=True)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from simcluster.errors import UserError
 from simcluster.network import direct, ring, tree  # noqa: F401  (register algorithms)
 from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, get_algorithm
-from simcluster.network.calibrated import measured_time
+from simcluster.network.calibrated import Geometry, measured_ratio
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
 from simcluster.network.protocols import Protocol, protocols_for, step_latency
 from simcluster.network.symmetry import FlowSpec, explicit_specs, lockstep, symmetric_specs
-from simcluster.topology import Cluster
+from simcluster.topology import Cluster, build_cluster
 
 GroupsKey = tuple[tuple[int, ...], ...]
 
@@ -96,8 +96,41 @@ def _candidates(cluster: Cluster, op: str, algo: str | None, group: list[int]) -
     return out
 
 
-def _scope(cluster: Cluster, group: tuple[int, ...]) -> str:
-    return "intra" if len({cluster.node_of(g) for g in group}) == 1 else "inter"
+def _geometry(cluster: Cluster, group: tuple[int, ...]) -> Geometry:
+    nodes = len({cluster.node_of(g) for g in group})
+    return Geometry(nodes, -(-len(group) // nodes))
+
+
+def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
+          algo: str | None) -> tuple[float, Algorithm, Protocol, float]:  # fmt: skip
+    """The fastest (algorithm, protocol) for the representative group alone: (time, algorithm,
+    protocol, latency) by the uncalibrated model."""
+    best: tuple[float, Algorithm, Protocol, float] | None = None
+    for a in _candidates(cluster, op, algo, list(key[0])):
+        plan = _plans(cluster, op, a, key)[0]
+        specs = _specs(cluster, op, a, key, True)[0]
+        for p in protocols_for(a.family):
+            lat = step_latency(
+                p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
+            )
+            t = _alone(cluster, lat, specs, nbytes / p.bw_fraction)
+            if best is None or t < best[0]:
+                best = (t, a, p, lat)
+    assert best is not None
+    return best
+
+
+def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float) -> float:
+    """Model time of ``op`` on whole nodes laid out as a measured table's geometry: the first
+    ``per_node`` GPUs of ``nodes`` nodes of a cluster of exactly that many nodes (cached)."""
+    refs = cluster.cache.setdefault("reference_clusters", {})
+    nodes = geometry.nodes
+    if nodes not in refs:
+        refs[nodes] = build_cluster(cluster.profile, nodes * cluster.gpus_per_node)
+    ref = refs[nodes]
+    per_node = min(geometry.per_node, ref.gpus_per_node)
+    group = tuple(n * ref.gpus_per_node + i for n in range(nodes) for i in range(per_node))
+    return _best(ref, op, (group,), nbytes, None)[0]
 
 
 def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: float,
@@ -110,33 +143,21 @@ def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: floa
     hit = memo.get(mkey)
     if hit is not None:
         return hit
-    best: tuple[float, Algorithm, Protocol] | None = None
-    for a in _candidates(cluster, op, algo, list(key[0])):
-        plan = _plans(cluster, op, a, key)[0]
-        specs = _specs(cluster, op, a, key, True)[0]
-        for p in protocols_for(a.family):
-            lat = step_latency(
-                p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
-            )
-            t = _alone(cluster, lat, specs, nbytes / p.bw_fraction)
-            if best is None or t < best[0]:
-                best = (t, a, p)
-    assert best is not None
-    t_model, a, p = best
-    plan = _plans(cluster, op, a, key)[0]
-    latency = step_latency(
-        p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
-    )
+    t_model, a, p, latency = _best(cluster, op, key, nbytes, algo)
     scale = nbytes / p.bw_fraction
     specs = _specs(cluster, op, a, key, symmetric)
-    target = None
-    if algo is None:
-        target = measured_time(
-            cluster.profile.measured, op, _scope(cluster, key[0]), nbytes, len(key[0])
-        )
-    if target is not None:
+    ratio = None
+    if algo is None and cluster.profile.measured.get("collectives"):
+        geometry = _geometry(cluster, key[0])
+        scope = "intra" if geometry.nodes == 1 else "inter"
+        ratio = measured_ratio(
+            cluster.profile.measured, op, scope, geometry, nbytes,
+            lambda o, g, size: _reference_time(cluster, o, g, size),
+        )  # fmt: skip
+    if ratio is not None:
         # Calibrated: keep the modelled latency, stretch the flows so the op alone takes the
         # measured time (contention still slows it further).
+        target = ratio * t_model
         t_flows = t_model - latency
         if target > latency and t_flows > 0:
             scale *= (target - latency) / t_flows
