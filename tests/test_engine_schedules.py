@@ -57,11 +57,18 @@ def test_interleaved_bubble(results):
     )
 
 
-def test_zb_h1_bubble_against_1f1b(results):
-    per = results["zb-h1"].summary["compute_per_microbatch_s"]
+def test_zb_h1_bubble_against_1f1b():
+    """The closed form (p-1)(F+B-W) of Qi et al. assumes W is not the longest pass (their
+    Table 1: W = 24bsh^2 FLOPs <= F, B). At 1024 tokens per microbatch on H100 the fp32
+    main-gradient traffic makes W the longest, so this check runs without it."""
+    plain = {"training": {"fp32_grad_accum": False}}
+    one_f_one_b = run(pipeline_scenario(P, M, "1f1b", **plain))
+    zb = run(pipeline_scenario(P, M, "zb-h1", **plain))
+    per = zb.summary["compute_per_microbatch_s"]
     f, b, w = per["forward"], per["backward_input"], per["backward_weight"]
-    expected = _bubble_time(results["1f1b"]) * (f + b - w) / (f + b + w)
-    assert _bubble_time(results["zb-h1"]) == pytest.approx(expected, rel=0.03)
+    assert w < min(f, b)
+    expected = _bubble_time(one_f_one_b) * (f + b - w) / (f + b + w)
+    assert _bubble_time(zb) == pytest.approx(expected, rel=0.03)
 
 
 @pytest.mark.parametrize("name", ["zb-h2", "zbv", "dualpipe", "dualpipev", "zb-h1", "interleaved"])

@@ -229,22 +229,22 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-1p",
     "zb/1.5B-m24-ZB-2p",
 )
-FAST_SUBSET_MAPE = 16.8
-QUICK_SET_MAPE = 27.0
+FAST_SUBSET_MAPE = 14.7
+QUICK_SET_MAPE = 20.0
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
 # narayanan2021-a100 and korthikanti2022-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
-    "korthikanti2022-a100": 3.3,
-    # raised from 11.8 on purpose: TP overlap now hides both collectives of a block as Megatron
-    # does (an engine bug had exposed one), which uncovered the family's H100 compute optimism
-    # (docs/accuracy.md); not a silent regression
-    "megatron-core-h100": 15.1,
-    "nanotron-h100": 45.9,
-    "narayanan2021-a100": 4.3,
-    "zero-bubble-a100": 24.8,
+    "korthikanti2022-a100": 3.2,
+    "megatron-core-h100": 10.7,
+    "nanotron-h100": 41.5,
+    "narayanan2021-a100": 2.9,
+    "zero-bubble-a100": 14.4,
 }
-FAMILY_MAX_APE = {"korthikanti2022-a100": 5.4, "narayanan2021-a100": 6.7}
+# Korthikanti's max raised from 5.4 on purpose: the fp32 main-gradient accumulation (every
+# family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.9%); the
+# model's recompute forward costs more of a step than Megatron's (docs/accuracy.md)
+FAMILY_MAX_APE = {"korthikanti2022-a100": 6.9, "narayanan2021-a100": 6.2}
 
 
 def test_ratchet_fast_subset():

@@ -9,6 +9,7 @@ Backward mirrors both all-to-alls. Shared experts run on the local tokens.
 from __future__ import annotations
 
 from simcluster.compute import KernelModel
+from simcluster.parallelism import wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment
 from simcluster.parallelism.shapes import Shapes
 
@@ -33,6 +34,15 @@ def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str
     return km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
 
 
+def _accumulate(shapes: Shapes, km: KernelModel) -> float:
+    """Adding the local experts', shared experts' and router's gradients into fp32 main grads."""
+    m = shapes.model
+    up = 2 * m.expert_ffn if m.mlp == "swiglu" else m.expert_ffn
+    per_expert = m.hidden * (up + m.expert_ffn)
+    params = per_expert * (m.experts / shapes.layout.ep + m.shared_experts) + m.hidden * m.experts
+    return wgrad.accumulation_seconds(km, shapes.training, params)
+
+
 def moe_block(shapes: Shapes, km: KernelModel, imbalance: float, phase: str, layer: int) -> list[Segment]:
     """Segments of one MoE MLP (after the attention block) for phase F, B or W."""
     m = shapes.model
@@ -49,7 +59,7 @@ def moe_block(shapes: Shapes, km: KernelModel, imbalance: float, phase: str, lay
             shared = km.gemm(tokens, up, h) + km.gemm(tokens, h, width)
     if phase == "W":
         router = km.gemm(h, m.experts, tokens)
-        return [Compute("experts", routed + shared + router, layer)]
+        return [Compute("experts", routed + shared + router + _accumulate(shapes, km), layer)]
     router = km.gemm(tokens, m.experts, h) + km.memory(tokens * m.experts * 4 * 3)
     permute = km.memory(2 * tokens * m.top_k * h * shapes.elt)
     size = a2a_bytes(shapes)

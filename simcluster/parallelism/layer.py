@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.compute import KernelModel
-from simcluster.parallelism import context, expert, tensor
+from simcluster.parallelism import context, expert, tensor, wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
@@ -58,7 +58,9 @@ class LayerBuilder:
     def _gemms(self, gemms: list[Gemm], phase: str) -> float:
         tokens = self.shapes.tokens
         if phase == "W":
-            return sum(self.km.gemm(g.k, g.n, tokens) for g in gemms)
+            params = sum(g.k * g.n for g in gemms)
+            accumulate = wgrad.accumulation_seconds(self.km, self.scenario.training, params)
+            return sum(self.km.gemm(g.k, g.n, tokens) for g in gemms) + accumulate
         if phase == "B":
             return sum(self.km.gemm(tokens, g.k, g.n) for g in gemms)
         return sum(self.km.gemm(tokens, g.n, g.k) for g in gemms)
@@ -203,7 +205,13 @@ class LayerBuilder:
             return []
         nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
         if phase == "W":
-            return [Compute("embedding_wgrad", self.km.memory(2 * nbytes * 2), -1)]
+            # gather the token gradients into a dense (vocab/tp x hidden) gradient (zero-filled
+            # first), then add it into the fp32 main gradient
+            m = self.shapes.model
+            table = m.vocab / self.shapes.layout.tp * m.hidden
+            scatter = self.km.memory(2 * nbytes * 2 + table * self.shapes.elt)
+            accumulate = wgrad.accumulation_seconds(self.km, self.scenario.training, table)
+            return [Compute("embedding_wgrad", scatter + accumulate, -1)]
         segs: list[Segment] = [Compute("embedding", self.km.memory(2 * nbytes), -1)]
         lay = self.shapes.layout
         if lay.tp > 1:

@@ -1,0 +1,38 @@
+"""Adding each microbatch's weight gradients into the fp32 main gradients.
+
+Mixed-precision trainers keep an fp32 "main" gradient per parameter and add every
+microbatch's weight gradient into it. Megatron-LM and Megatron-Core fuse the add into the
+weight-gradient GEMM (``gradient_accumulation_fusion``, on by default: apex
+``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32``, a cuBLAS GEMM with beta = 1 on the
+fp32 ``main_grad``; TransformerEngine ``fuse_wgrad_accumulation``); nanotron and DDP-style hooks
+add the 16-bit gradient in a separate kernel. Either way every parameter's fp32 gradient is read
+and written once per microbatch, 8 bytes of HBM traffic per parameter.
+
+Tensor-core work does not hide it. Unfused it is its own kernel. Fused it is the epilogue of
+each output tile, which runs after that tile's main loop; cuBLAS's large tiles hold one CTA per
+SM (an assumption from their register and shared-memory use), so nothing else runs on the SM
+meanwhile. The GEMM efficiency curves were measured with 16-bit outputs and beta = 0, so they do
+not contain it. It matters when the reduction dimension of the weight-gradient GEMM (the
+microbatch's tokens) is short: at 1024 tokens the 8 bytes cost about a sixth of the GEMM.
+The fused path saves the 2-byte 16-bit write that the benchmarks include and the unfused one
+also reads the 16-bit gradient (2 bytes): the two paths are not distinguished.
+"""
+
+from __future__ import annotations
+
+from simcluster.compute import KernelModel
+from simcluster.scenario import TrainingSection
+
+ACCUM_BYTES_PER_PARAM = 8.0  # read + write of the fp32 main gradient
+
+
+def has_main_grad(training: TrainingSection) -> bool:
+    """Whether 16-bit training keeps a separate fp32 gradient (``training.fp32_grad_accum``)."""
+    return training.precision != "fp32" and training.fp32_grad_accum
+
+
+def accumulation_seconds(km: KernelModel, training: TrainingSection, params: float) -> float:
+    """Time to add one microbatch's gradients of ``params`` parameters into the fp32 main grads."""
+    if params <= 0 or not has_main_grad(training):
+        return 0.0
+    return params * ACCUM_BYTES_PER_PARAM / km.hbm_bytes_per_s
