@@ -81,3 +81,24 @@ def test_profile_patch_from_the_command_line(cli):
             "--set", "cluster.profile.efficiency.nic=0.46").out
     )
     assert half["busbw_GBps"] == pytest.approx(base["busbw_GBps"] / 2, rel=0.05)
+
+
+def test_per_node_places_the_group_and_shows_the_measured_ratio(capsys):
+    # aws-p5 carries nccl-tests tables on whole nodes (crazyguitar/aws-gpu-communication-benchmark):
+    # 16 nodes at 64 MiB measure 92.39 GB/s busbw; a one-GPU-per-node group keeps that ratio.
+    whole = run_json(capsys, "all_reduce", "64MiB", "--gpus", "128", "--hardware", "aws-p5")
+    assert whole["nodes"] == 16 and whole["busbw_GBps"] == pytest.approx(92.39, rel=1e-3)
+    one = run_json(
+        capsys, "all_reduce", "64MiB", "--gpus", "16", "--per-node", "1", "--hardware", "aws-p5"
+    )
+    assert one["nodes"] == 16 and one["measured_ratio"] == pytest.approx(whole["measured_ratio"])
+    assert one["measured_ratio"] > 1.5
+    plain = run_json(capsys, "all_reduce", "64MiB", "--gpus", "16", "--per-node", "1")
+    assert plain["nodes"] == 16 and plain["measured_ratio"] is None  # dgx-h100: no tables
+
+
+@pytest.mark.parametrize("per_node", ["3", "0", "16"])
+def test_per_node_must_tile_the_group(capsys, per_node):
+    assert main(["collective", "all_reduce", "1MiB", "--gpus", "16", "--per-node", per_node]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--per-node" in err and "Traceback" not in err

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("size", help="nccl-tests size of the op, e.g. 8, 1MiB, 1GiB")
     parser.add_argument("--gpus", type=int, required=True, help="ranks in the group (GPUs 0..N-1)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the profile's")
+    parser.add_argument(
+        "--per-node", type=int, default=None, metavar="K",
+        help="place the group as K GPUs on each of GPUS/K nodes (e.g. 1 = a DP group of a TP-8 "
+        "layout); default: GPUs 0..N-1",
+    )  # fmt: skip
     parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
     parser.add_argument(
         "--algo", default=None, help="ring, tree, hierarchical, nvls, direct (default: as NCCL)"
@@ -67,19 +72,36 @@ def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, obje
     return out, patch
 
 
-def _row(op: str, nbytes: int, n: int, cluster, algo: str | None) -> dict[str, object]:
-    t = collective_time(op, nbytes, cluster, list(range(n)), algo)
+def _group(gpus: int, per_node: int | None, gpus_per_node: int) -> tuple[list[int], int]:
+    """The group's GPU ids and the cluster size that holds it."""
+    if per_node is None:
+        return list(range(gpus)), gpus
+    if per_node < 1 or per_node > gpus_per_node or gpus % per_node:
+        raise UserError(
+            "--per-node",
+            f"must divide --gpus {gpus} and be 1..{gpus_per_node} (GPUs per node), got {per_node}",
+        )
+    nodes = gpus // per_node
+    group = [node * gpus_per_node + i for node in range(nodes) for i in range(per_node)]
+    return group, nodes * gpus_per_node
+
+
+def _row(op: str, nbytes: int, group: list[int], cluster, algo: str | None) -> dict[str, object]:
+    n = len(group)
+    t = collective_time(op, nbytes, cluster, group, algo)
     algbw, busbw = bandwidths(op, nbytes, n, t) if t > 0 else (0.0, 0.0)
-    recipe = describe(op, nbytes, cluster, list(range(n)), algo) if nbytes > 0 and n > 1 else None
+    recipe = describe(op, nbytes, cluster, group, algo) if nbytes > 0 and n > 1 else None
     return {
         "op": op,
         "bytes": nbytes,
         "gpus": n,
+        "nodes": len({cluster.node_of(g) for g in group}),
         "time_s": t,
         "algbw_GBps": algbw / 1e9,
         "busbw_GBps": busbw / 1e9,
         "algo": recipe.algo if recipe else None,
         "proto": recipe.proto if recipe else None,
+        "measured_ratio": recipe.measured_ratio if recipe else None,
     }
 
 
@@ -95,14 +117,16 @@ def run(args: argparse.Namespace) -> int:
         )
     overrides, patch = parse_overrides(args.set)
     profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
-    cluster = build_cluster(profile, args.gpus, args.gpus_per_node)
+    gpn = args.gpus_per_node or profile.node.gpus_per_node
+    group, cluster_gpus = _group(args.gpus, args.per_node, gpn)
+    cluster = build_cluster(profile, cluster_gpus, args.gpus_per_node)
     sizes = [size]
     if args.sweep:
         sizes, s = [], 8
         while s <= max(size, 8):
             sizes.append(s)
             s *= 2
-    rows = [_row(op, s, args.gpus, cluster, args.algo) for s in sizes]
+    rows = [_row(op, s, group, cluster, args.algo) for s in sizes]
     if args.json:
         print(json.dumps(rows if args.sweep else rows[0], indent=2))
         return 0
@@ -115,8 +139,10 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
     from rich.table import Table
 
     first = rows[0]
-    table = Table(title=f"{first['op']} on {first['gpus']} GPUs of {hw}")
-    for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo"):
+    table = Table(title=f"{first['op']} on {first['gpus']} GPUs ({first['nodes']} nodes) of {hw}")
+    measured = any(r["measured_ratio"] is not None for r in rows)
+    cols = ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo")
+    for col in cols + (("measured/model",) if measured else ()):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
@@ -125,5 +151,6 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
             f"{float(r['algbw_GBps']):.2f}",  # type: ignore[arg-type]
             f"{float(r['busbw_GBps']):.2f}",  # type: ignore[arg-type]
             f"{r['algo']}/{r['proto']}" if r["algo"] else "-",
+            *((f"{r['measured_ratio']:.2f}" if r["measured_ratio"] else "-",) if measured else ()),
         )
     Console(width=100).print(table)

@@ -32,6 +32,7 @@ class Recipe:
     latency: float
     scale: float
     specs: tuple[tuple[FlowSpec, ...], ...]
+    measured_ratio: float | None = None  # measured / modelled time applied (calibrated tables)
 
 
 def check_groups(cluster: Cluster, groups: list[list[int]]) -> GroupsKey:
@@ -163,7 +164,7 @@ def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: floa
             scale *= (target - latency) / t_flows
         else:
             latency, scale = target, 0.0
-    recipe = Recipe(a.name, p.name, latency, scale, specs)
+    recipe = Recipe(a.name, p.name, latency, scale, specs, ratio)
     memo[mkey] = recipe
     return recipe
 
