@@ -14,9 +14,8 @@ model supplies the topology:
 
 At the measured geometry this is the measurement itself. Along the size axis busbw is
 interpolated linearly in log(size) between rows; outside the measured sizes the ratio at the
-nearest one holds. Between measured node counts (inter-node groups)
-or GPU counts (single-node groups) the ratio is interpolated in log(count) and held beyond
-the ends. Reduce-scatter and all-gather fall back to all-reduce rows when they have none of
+nearest one holds. Between measured node counts (inter-node groups) or GPU counts
+(single-node groups) the ratio is interpolated in log(count) and held beyond the ends. Reduce-scatter and all-gather fall back to all-reduce rows when they have none of
 their own: a ring all-reduce is a reduce-scatter then an all-gather of the same chunks.
 """
 
@@ -85,15 +84,8 @@ def table_time(rows: list[dict[str, Any]], op: str, nbytes: float, n: int) -> fl
     table = sorted({float(r["bytes"]): r for r in rows}.items())
     sizes = [s for s, _ in table]
     factor = busbw_factor(op, n)
-    if nbytes <= sizes[0]:
-        busbw = _busbw(table[0][1], op)
-    elif nbytes >= sizes[-1]:
-        busbw = _busbw(table[-1][1], op)
-    else:
-        i = bisect.bisect_right(sizes, nbytes)
-        (s0, r0), (s1, r1) = table[i - 1], table[i]
-        w = (math.log(nbytes) - math.log(s0)) / (math.log(s1) - math.log(s0))
-        busbw = (1 - w) * _busbw(r0, op) + w * _busbw(r1, op)
+    lo, hi, w = _bracket(sizes, nbytes)
+    busbw = (1 - w) * _busbw(table[lo][1], op) + w * _busbw(table[hi][1], op)
     return nbytes / (busbw / factor)
 
 
@@ -102,8 +94,9 @@ def _size_range(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return min(sizes), max(sizes)
 
 
-def _bracket(axis: list[int], x: int) -> tuple[int, int, float]:
-    """Indices of the two axis values around ``x`` and the log-weight of the second."""
+def _bracket(axis: list[float], x: float) -> tuple[int, int, float]:
+    """Indices of the two sorted axis values around ``x`` and the log-weight of the second
+    (the nearest end, weight 0, outside the axis)."""
     if x <= axis[0]:
         return 0, 0, 0.0
     if x >= axis[-1]:
