@@ -123,7 +123,7 @@ def layer_activation_bytes(
 
     # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask
     def mlp(width: float, tokens: float) -> float:
-        up = 2 * width if model.mlp == "swiglu" else width
+        up = model.up_width(width)
         return e * tokens * b * (h / rep + (up + width) / t)
 
     norm_mask = e * sbh / rep + mask * sbh / rep

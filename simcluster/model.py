@@ -73,6 +73,10 @@ class ModelSpec:
         """True when layer ``index`` (0-based) has a routed-expert MLP."""
         return self.is_moe and index >= self.dense_layers
 
+    def up_width(self, width: float) -> float:
+        """Output width of an MLP's first GEMM for hidden width ``width`` (gate + up for SwiGLU)."""
+        return 2 * width if self.mlp == "swiglu" else width
+
     # --- parameter counts ---------------------------------------------------------------
     def attention_params(self) -> int:
         """Weights (+biases) of one attention block including its input norm."""

@@ -25,7 +25,7 @@ def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str
     local_experts = m.experts / shapes.layout.ep
     routed_tokens = shapes.moe_tokens * m.top_k * shapes.layout.ep  # received from the EP group
     per_expert = routed_tokens / m.experts * imbalance
-    up = 2 * m.expert_ffn if m.mlp == "swiglu" else m.expert_ffn
+    up = m.up_width(m.expert_ffn)
     h = m.hidden
     if phase == "F" or phase == "B":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
@@ -37,7 +37,7 @@ def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str
 def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     """Adding the local experts', shared experts' and router's gradients into fp32 main grads."""
     m = shapes.model
-    up = 2 * m.expert_ffn if m.mlp == "swiglu" else m.expert_ffn
+    up = m.up_width(m.expert_ffn)
     per_expert = m.hidden * (up + m.expert_ffn)
     params = per_expert * (m.experts / shapes.layout.ep + m.shared_experts) + m.hidden * m.experts
     return wgrad.accumulation_seconds(km, shapes.training, params)
@@ -52,7 +52,7 @@ def moe_block(shapes: Shapes, km: KernelModel, imbalance: float, phase: str, lay
     shared = 0.0
     if m.shared_experts:
         width = m.expert_ffn * m.shared_experts
-        up = 2 * width if m.mlp == "swiglu" else width
+        up = m.up_width(width)
         if phase == "W":
             shared = km.gemm(h, up, tokens) + km.gemm(width, h, tokens)
         else:

@@ -51,7 +51,7 @@ class LayerBuilder:
 
     def mlp_gemms(self, width: float) -> list[Gemm]:
         m, t = self.shapes.model, self.shapes.layout.tp
-        up = 2 * width if m.mlp == "swiglu" else width
+        up = m.up_width(width)
         return [Gemm(m.hidden, up / t), Gemm(width / t, m.hidden)]
 
     # --- compute times --------------------------------------------------------------------
@@ -191,7 +191,7 @@ class LayerBuilder:
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
-        up = 2 * m.ffn if m.mlp == "swiglu" else m.ffn
+        up = m.up_width(m.ffn)
         fc2 = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
         work = self._gemms(gemms[:-1], phase) + fc2
         work += self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
