@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from simcluster.context import build_context
+from simcluster.engine import simulate
 from simcluster.flops import megatron_flops_per_step
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import (
@@ -109,6 +110,24 @@ def test_measured_zero_bubble_table_satisfies_the_ordering():
     checks = ordering_checks(fake)
     assert len(checks) == 12
     assert all(c.measured_ok and c.predicted_ok for c in checks)
+
+
+@pytest.mark.parametrize("model", ["1.5B", "6.2B"])
+def test_zero_bubble_peak_memory_matches_table_4(model):
+    """Qi et al. Table 4 peak memory (GB) of the m=24 rows, 1F1B / 1F1B-I / ZB-1p / ZB-2p.
+
+    The cases run unfused attention (s^2 scores kept for the backward). With FlashAttention the
+    same layouts would store 1.4-2.5x less than the paper measured, so the published memory is
+    the evidence for that setting; this test keeps the memory model and the setting honest.
+    ZB-2p is the handcrafted zb-h2, not the paper's automatic schedule; 15% covers it and the
+    GB-or-GiB ambiguity of the table (7%).
+    """
+    rows = [c for c in _family("zero-bubble-a100") if c.name.startswith(f"zb/{model}-m24-")]
+    assert len(rows) == 4
+    for c in rows:
+        assert c.scenario["training"]["flash_attention"] is False
+        peak_gib = simulate(scenario_from_dict(c.scenario)).summary["peak_memory_bytes"]["max"] / 2**30
+        assert peak_gib == pytest.approx(c.published["peak_memory_gb"], rel=0.15), c.name
 
 
 def test_korthikanti_times_are_the_published_iteration_times():
@@ -229,22 +248,23 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-1p",
     "zb/1.5B-m24-ZB-2p",
 )
-FAST_SUBSET_MAPE = 14.7
-QUICK_SET_MAPE = 20.0
+FAST_SUBSET_MAPE = 5.6
+QUICK_SET_MAPE = 14.5
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the issue's target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100 and korthikanti2022-a100 meet it, so their max error is held too
+# narayanan2021-a100, korthikanti2022-a100 and zero-bubble-a100 meet it, so their max error is
+# held too
 FAMILY_MAPE = {
     "korthikanti2022-a100": 3.2,
     "megatron-core-h100": 10.7,
     "nanotron-h100": 41.5,
     "narayanan2021-a100": 2.9,
-    "zero-bubble-a100": 14.4,
+    "zero-bubble-a100": 3.5,
 }
 # Korthikanti's max raised from 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.9%); the
 # model's recompute forward costs more of a step than Megatron's (docs/accuracy.md)
-FAMILY_MAX_APE = {"korthikanti2022-a100": 6.9, "narayanan2021-a100": 6.2}
+FAMILY_MAX_APE = {"korthikanti2022-a100": 6.9, "narayanan2021-a100": 6.2, "zero-bubble-a100": 12.1}
 
 
 def test_ratchet_fast_subset():
