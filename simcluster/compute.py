@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from simcluster.attention_kernels import kernel_tflops
 from simcluster.hardware import HardwareProfile
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -39,9 +40,11 @@ class KernelModel:
 
     profile: HardwareProfile
     precision: str
+    attention_kernel: str | None = None
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._attention_curves = self.profile.attention_curves(self.attention_kernel)
         for row in self.profile.measured.get("gemm", []) or []:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
@@ -150,15 +153,27 @@ class KernelModel:
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,
         causal: bool, backward: bool,
     ) -> float:
-        """Fused (flash) attention; forward FLOPs 2*b*h*sq*skv*(d + dv), x0.5 causal, x2.5 backward."""
+        """Fused (flash) attention; forward FLOPs 2*b*h*sq*skv*(d + dv), x0.5 causal, x2.5 backward.
+
+        Rate: the calibrated attention table if the profile has one, else the benchmark curve of
+        the kernel in use at this head dimension and sequence length, else the scalar efficiency.
+        """
         flops = 2.0 * batch * heads * seq_q * seq_kv * (head_dim + v_dim)
         if causal:
             flops *= 0.5
         if backward:
             flops *= 2.5  # dQ, dK, dV and the recomputed scores: 5 matmuls against 2
-        measured = self._measured_attention_eff(backward)
-        eff = measured or (self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd)
-        return flops / (self._peak(self.act_dtype) * eff) + self.launch_s
+        peak = self._peak(self.act_dtype)
+        rate = self._measured_attention_eff(backward)
+        if rate is not None:
+            rate *= peak
+        elif self._attention_curves is not None:
+            d = (head_dim + v_dim) / 2
+            rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
+        else:
+            eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
+            rate = peak * eff
+        return flops / rate + self.launch_s
 
     @lru_cache(maxsize=4)  # noqa: B019 - the model is immutable after construction
     def _measured_attention_eff(self, backward: bool) -> float | None:

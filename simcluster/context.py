@@ -48,6 +48,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
+    profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from simcluster.attention_kernels import AttentionCurve
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 
@@ -104,6 +105,25 @@ class EfficiencySpec(_Strict):
             "sequence parallelism those GEMMs run on sm_count - tp_overlap_sms SMs. 0 = free"
         ),
     )
+    attention_kernels: dict[str, list[AttentionCurve]] = Field(
+        default_factory=dict,
+        description=(
+            "published fused-attention benchmark curves per kernel (e.g. fa2, cudnn, fa3) by head "
+            "dimension and sequence length; replace attention_fwd/bwd for the kernel in use"
+        ),
+    )
+    attention_kernel: str | None = Field(
+        default=None, description="the kernel of attention_kernels a scenario uses unless it names one"
+    )
+
+    @model_validator(mode="after")
+    def _default_kernel_listed(self) -> EfficiencySpec:
+        if self.attention_kernel is not None and self.attention_kernel not in self.attention_kernels:
+            raise ValueError(
+                f"attention_kernel '{self.attention_kernel}' is not one of attention_kernels "
+                f"({', '.join(sorted(self.attention_kernels)) or 'none listed'})"
+            )
+        return self
 
 
 class HardwareProfile(_Strict):
@@ -141,6 +161,22 @@ class HardwareProfile(_Strict):
                 f"(has {', '.join(sorted(table))}); pick one of those or add it to the profile",
             )
         return table[precision] * 1e12
+
+    def attention_curves(self, kernel: str | None) -> list[AttentionCurve] | None:
+        """Benchmark curves of the fused-attention kernel a scenario names (or the profile's
+        default); None = use the scalar attention_fwd / attention_bwd efficiencies."""
+        name = kernel or self.efficiency.attention_kernel
+        if name is None:
+            return None
+        kernels = self.efficiency.attention_kernels
+        if name not in kernels:
+            listed = ", ".join(sorted(kernels)) or "none"
+            raise UserError(
+                "training.attention_kernel",
+                f"hardware '{self.name}' has no attention curves for '{name}' (has: {listed}); "
+                "pick one of those, or drop the key to use the profile's default",
+            )
+        return kernels[name]
 
     @property
     def nvlink_bytes_per_s(self) -> float:

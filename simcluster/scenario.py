@@ -119,6 +119,14 @@ class TrainingSection(_Section):
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
     )
+    attention_kernel: str | None = Field(
+        default=None,
+        description=(
+            "which fused-attention kernel's benchmark curves to use (a key of the profile's "
+            "efficiency.attention_kernels, e.g. fa2 for the flash-attn 2 package, cudnn for "
+            "TransformerEngine on Hopper); default: the profile's"
+        ),
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",

@@ -92,7 +92,9 @@ for r in e["rows"]:
             "ASSUMED (not stated by the source): bf16 (MFU quoted against 989 TFLOP/s), micro-batch 1, "
             "no recompute, 1F1B without virtual stages, sequence parallel with tp, distributed "
             "optimizer (zero 1), the README's overlap flags (grad reduce, param gather, tp comm); "
-            "GPT shape: 4h GeLU MLP, LayerNorm, biases, untied embeddings (matches the param counts)."
+            "GPT shape: 4h GeLU MLP, LayerNorm, biases, untied embeddings (matches the param counts). "
+            "Attention: TransformerEngine's cuDNN fused attention (TE prefers it over FlashAttention on "
+            "Hopper)."
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
                       "seq_len": 4096, "layers": n_layers, "hidden": h, "vocab": 131072},
@@ -103,7 +105,7 @@ for r in e["rows"]:
             "cluster": {"hardware": "dgx-h100", "gpus": gpus},
             "parallel": {"tp": tp, "pp": pp, "zero": 1, "sequence_parallel": tp > 1},
             "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": gbs, "precision": "bf16",
-                         "recompute": "none"},
+                         "recompute": "none", "attention_kernel": "cudnn"},
             "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
         },
         "measured": {"step_time_s": round(step, 6)},
@@ -173,7 +175,8 @@ for r in e["rows"]:
                "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
             + ". ASSUMED: MFU denominator 989.4 TFLOP/s (H100 SXM bf16 dense), bf16 with fp32 grad "
             "accumulation, no recompute, 1F1B pipeline engine, TP in REDUCE_SCATTER mode = sequence "
-            "parallel without modelled comm overlap."
+            "parallel without modelled comm overlap. Attention: the flash-attn 2 package "
+            "(models/llama.py CoreAttention calls flash_attn_varlen_func), FA2's H100 curves."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
@@ -184,7 +187,7 @@ for r in e["rows"]:
             "parallel": {"dp": r["dp"], "tp": r["tp"], "pp": r["pp"], "zero": r["zero"],
                          "sequence_parallel": r["tp"] > 1},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
-                         "precision": "bf16", "recompute": "none"},
+                         "precision": "bf16", "recompute": "none", "attention_kernel": "fa2"},
             **copy.deepcopy(NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO),
         },
         "measured": {"tokens_per_s": round(tps, 1)},

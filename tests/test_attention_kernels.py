@@ -1,0 +1,107 @@
+"""Fused-attention kernel curves: the published points come back exactly, the in-between rules
+(log sequence length, linear head dimension, causal backward) hold, and a bad kernel name is a
+one-line error.
+
+Points: Shah et al., FlashAttention-3 (arXiv 2407.08608), Fig. 5 / Fig. 6, H100 80GB SXM5, BF16;
+the same numbers are in hardware/dgx-h100.yaml under efficiency.attention_kernels.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simcluster.attention_kernels import AttentionCurve, kernel_tflops
+from simcluster.compute import KernelModel
+from simcluster.data import data_dir
+from simcluster.errors import UserError
+from simcluster.hardware import load_profile
+from tests.conftest import make_scenario
+from tests.test_scenario_errors import assert_one_line_error, write
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_profile("dgx-h100")
+
+
+def _rate(km: KernelModel, seq: int, head_dim: int, causal: bool, backward: bool) -> float:
+    """TFLOP/s the kernel model achieves on a FA3-paper-shaped call (16K tokens, hidden 2048)."""
+    b, heads = 16384 // seq, 2048 // head_dim
+    flops = 4.0 * b * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
+    return flops / (km.attention(b, seq, seq, heads, head_dim, head_dim, causal, backward) - km.launch_s) / 1e12
+
+
+@pytest.mark.parametrize(
+    ("kernel", "seq", "head_dim", "causal", "backward", "published"),
+    [
+        ("cudnn", 4096, 128, True, False, 518),  # Fig. 5, forward, causal, head dim 128
+        ("fa2", 4096, 128, True, False, 319),
+        ("fa3", 16384, 128, False, False, 648),  # Fig. 5, forward, non-causal
+        ("fa2", 1024, 64, False, True, 238),  # Fig. 6, backward, head dim 64
+        ("cudnn", 8192, 128, False, True, 518),  # Fig. 6, backward, head dim 128
+    ],
+)
+def test_published_points_are_reproduced(h100, kernel, seq, head_dim, causal, backward, published):
+    km = KernelModel(h100, "bf16", kernel)
+    assert _rate(km, seq, head_dim, causal, backward) == pytest.approx(published, rel=1e-9)
+
+
+def test_between_points_log_sequence_and_linear_head_dim(h100):
+    fa2 = h100.efficiency.attention_kernels["fa2"]
+    # 2896 ~ sqrt(2048 * 4096): halfway in log(seq) between FA2's causal 298 and 319 (head dim 128)
+    assert kernel_tflops(fa2, 128, (2048 * 4096) ** 0.5, True, False) == pytest.approx((298 + 319) / 2)
+    # head dim 96 is halfway between the 64 and 128 curves (FA2 causal 4K: 284 and 319)
+    assert kernel_tflops(fa2, 96, 4096, True, False) == pytest.approx((284 + 319) / 2)
+    # beyond the measured range the ends hold
+    assert kernel_tflops(fa2, 256, 65536, True, False) == pytest.approx(335)
+    assert kernel_tflops(fa2, 32, 128, True, False) == pytest.approx(180)
+
+
+def test_causal_backward_is_noncausal_backward_times_the_forward_causal_ratio(h100):
+    cudnn = h100.efficiency.attention_kernels["cudnn"]
+    # head dim 128 at 4K: non-causal backward 499; forward causal 518 / non-causal 609
+    assert kernel_tflops(cudnn, 128, 4096, True, True) == pytest.approx(499 * 518 / 609)
+
+
+def test_kernel_choice_orders_as_published(h100):
+    # at 4K tokens, head dim 128: FA2 < cuDNN < FA3 in both passes (Fig. 5, Fig. 6)
+    for backward in (False, True):
+        rates = [_rate(KernelModel(h100, "bf16", k), 4096, 128, True, backward) for k in ("fa2", "cudnn", "fa3")]
+        assert rates == sorted(rates)
+
+
+def test_profile_default_kernel_and_scalar_fallback(h100):
+    assert h100.efficiency.attention_kernel == "cudnn"
+    assert _rate(KernelModel(h100, "bf16"), 4096, 128, True, False) == pytest.approx(518)
+    a100 = load_profile("dgx-a100")  # no curves: the scalar forward efficiency applies
+    assert a100.efficiency.attention_kernels == {}
+    expected = a100.efficiency.attention_fwd * a100.gpu.peak_tflops["fp16"]
+    assert _rate(KernelModel(a100, "fp16"), 4096, 128, True, False) == pytest.approx(expected)
+
+
+def test_unknown_kernel_names_the_field_and_the_choices(h100):
+    with pytest.raises(UserError) as err:
+        h100.attention_curves("fa9")
+    assert err.value.field == "training.attention_kernel"
+    assert "cudnn, fa2, fa3" in str(err.value)
+
+
+def test_unknown_kernel_on_the_cli_is_one_line(cli, tmp_path):
+    path = write(tmp_path, make_scenario(training={"attention_kernel": "fa9"}))
+    assert_one_line_error(cli("memory", path), "training.attention_kernel", "fa2")
+
+
+def test_profile_default_must_be_a_listed_kernel(tmp_path):
+    data = yaml.safe_load((data_dir("hardware") / "dgx-h100.yaml").read_text())
+    data["efficiency"]["attention_kernel"] = "fa9"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as err:
+        load_profile(str(path))
+    assert "attention_kernel" in str(err.value)
+
+
+def test_curve_points_must_be_positive():
+    with pytest.raises(ValueError, match="fwd_tflops"):
+        AttentionCurve(head_dim=64, causal=True, fwd_tflops=[(512, 0.0)])
