@@ -11,14 +11,14 @@ Throughputs follow the benchmarks' convention: forward FLOPs 4·b·h·s²·d, ha
 backward 2.5x forward. Lookup: log-linear in sequence length, linear in head dimension, clamped
 at both ends. A causal curve without backward points borrows the non-causal backward scaled by
 the forward's causal / non-causal ratio at the same length (the published backward benchmarks
-are non-causal only).
+are non-causal only). A head dimension with curves for one mask only uses them for both.
 """
 
 from __future__ import annotations
 
-import math
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from simcluster.interp import interp
 
 
 class AttentionCurve(BaseModel):
@@ -43,33 +43,20 @@ class AttentionCurve(BaseModel):
         return self
 
 
-def _log_seq_interp(points: list[tuple[float, float]], seq: float) -> float:
-    """TFLOP/s at ``seq``: linear in log(sequence length), clamped to the measured range."""
-    if seq <= points[0][0]:
-        return points[0][1]
-    if seq >= points[-1][0]:
-        return points[-1][1]
-    for (s0, t0), (s1, t1) in zip(points, points[1:], strict=False):
-        if s0 <= seq <= s1:
-            w = (math.log(seq) - math.log(s0)) / (math.log(s1) - math.log(s0))
-            return t0 + w * (t1 - t0)
-    return points[-1][1]  # unreachable: the range checks above cover every seq
-
-
 def _curve_tflops(curves: list[AttentionCurve], causal: bool, seq: float, backward: bool) -> float | None:
     """TFLOP/s of one head dimension's curves (None when that variant is missing)."""
     same = next((c for c in curves if c.causal == causal), None)
     if same is None:
         return None
     if not backward:
-        return _log_seq_interp(same.fwd_tflops, seq)
+        return interp(same.fwd_tflops, seq, log_x=True)
     if same.bwd_tflops is not None:
-        return _log_seq_interp(same.bwd_tflops, seq)
+        return interp(same.bwd_tflops, seq, log_x=True)
     other = next((c for c in curves if c.causal != causal and c.bwd_tflops is not None), None)
     if other is None:
         return None
-    ratio = _log_seq_interp(same.fwd_tflops, seq) / _log_seq_interp(other.fwd_tflops, seq)
-    return _log_seq_interp(other.bwd_tflops, seq) * ratio
+    ratio = interp(same.fwd_tflops, seq, log_x=True) / interp(other.fwd_tflops, seq, log_x=True)
+    return interp(other.bwd_tflops, seq, log_x=True) * ratio
 
 
 def kernel_tflops(
@@ -88,11 +75,4 @@ def kernel_tflops(
             points.append((dim, t))
     if not points:
         raise ValueError("attention kernel has no usable curve")
-    if head_dim <= points[0][0]:
-        return points[0][1]
-    if head_dim >= points[-1][0]:
-        return points[-1][1]
-    for (d0, t0), (d1, t1) in zip(points, points[1:], strict=False):
-        if d0 <= head_dim <= d1:
-            return t0 + (head_dim - d0) / (d1 - d0) * (t1 - t0)
-    return points[-1][1]  # unreachable
+    return interp(points, head_dim)

@@ -9,29 +9,15 @@ or the measured attention table. Memory-bound kernels use effective HBM bandwidt
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from simcluster.attention_kernels import kernel_tflops
 from simcluster.hardware import HardwareProfile
+from simcluster.interp import interp
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-
-
-def _log_interp(table: list[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear interpolation in log(x); clamped at both ends."""
-    xs = [math.log(p[0]) for p in table]
-    ys = [p[1] for p in table]
-    lx = math.log(max(x, 1e-30))
-    if lx <= xs[0]:
-        return ys[0]
-    if lx >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_right(xs, lx)
-    t = (lx - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return ys[i - 1] + t * (ys[i] - ys[i - 1])
 
 
 @dataclass
@@ -88,7 +74,7 @@ class KernelModel:
     def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
         dtype = dtype or self.gemm_dtype
         curve = self._gemm_curves.get(dtype) or self.profile.efficiency.gemm
-        return max(_log_interp(list(curve), flops), 1e-4)
+        return max(interp(list(curve), flops, log_x=True), 1e-4)
 
     def quantisation(self, m: float, n: float, count: float = 1) -> float:
         """Useful share of the tiles and waves a large GEMM occupies (NVIDIA, 'Matrix
