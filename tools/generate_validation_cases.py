@@ -285,7 +285,8 @@ for size, m in e["models"].items():
                 ),
                 "compare": {"group": f"zb/{size}-m{nmb}", "label": label},
                 "published": {"samples_per_gpu_per_s": sps, "gpus": pp, "seq_len": 1024,
-                              "peak_memory_gb": e["table4_peak_memory_GB"][size][label]},
+                              "peak_memory_gb": e["table4_peak_memory_GB"][size][label],
+                              "bubble_rate": e["table5_bubble_rate"][size][label][i]},
                 "scenario": {
                     "model": {"name": f"gpt-{size}", "layers": m["layers"], "hidden": m["hidden"],
                               "heads": m["heads"], "ffn": 4 * m["hidden"], "vocab": 32000, "mlp": "gelu",
