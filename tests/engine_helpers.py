@@ -45,6 +45,14 @@ def pipeline_scenario(
     return merge_sections(data, **extra)
 
 
+def gpt_model(layers: int, hidden: int, vocab: int, heads: int = 16, **extra: Any) -> dict:
+    """A GPT-style model section: GeLU MLP of 4h, LayerNorm; ``extra`` adds or overrides keys."""
+    return {
+        "layers": layers, "hidden": hidden, "heads": heads, "ffn": 4 * hidden, "vocab": vocab,
+        "mlp": "gelu", "norm": "layernorm", **extra,
+    }
+
+
 def merge_sections(data: dict, **sections: dict) -> dict:
     """Update ``data``'s sections in place with ``sections`` (one level deep) and return it."""
     for key, value in sections.items():

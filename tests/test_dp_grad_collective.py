@@ -12,26 +12,16 @@ import pytest
 
 from simcluster.errors import UserError
 from simcluster.scenario import scenario_from_dict
-from tests.engine_helpers import merge_sections, run
+from tests.engine_helpers import gpt_model, merge_sections, run
 
 H, L, V, P = 2048, 4, 1024, 2048
 
 
 def scenario(**kw):
     data = {
-        "model": {
-            "layers": L,
-            "hidden": H,
-            "heads": 16,
-            "ffn": 4 * H,
-            "vocab": V,
-            "mlp": "gelu",
-            "norm": "layernorm",
-            "bias": True,
-            "position": "learned",
-            "max_positions": P,
-            "tied_embeddings": True,
-        },
+        "model": gpt_model(
+            L, H, V, bias=True, position="learned", max_positions=P, tied_embeddings=True
+        ),
         "cluster": {"hardware": "dgx-h100", "gpus": 16},
         "parallel": {"zero": 1},
         "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 16},

@@ -13,23 +13,14 @@ import pytest
 from simcluster.context import build_context
 from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
-from tests.engine_helpers import merge_sections, run
+from tests.engine_helpers import gpt_model, merge_sections, run
 
 H, V = 1024, 131072
 
 
 def scenario(tp=2, pp=4, **kw):
     data = {
-        "model": {
-            "layers": 8,
-            "hidden": H,
-            "heads": 16,
-            "ffn": 4 * H,
-            "vocab": V,
-            "mlp": "gelu",
-            "norm": "layernorm",
-            "tied_embeddings": True,
-        },
+        "model": gpt_model(8, H, V, tied_embeddings=True),
         "cluster": {"hardware": "dgx-h100", "gpus": 2 * tp * pp},
         "parallel": {"tp": tp, "pp": pp},
         "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 8},
