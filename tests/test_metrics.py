@@ -53,3 +53,22 @@ def test_bubble_of_a_light_stage_is_load_imbalance_not_schedule():
     bubble, per_stage = bubble_fraction(ev)
     assert per_stage == [0.5, 0.0]
     assert bubble == 0.5
+
+
+def test_single_stage_with_exposed_dp_communication_has_no_bubble():
+    """A layout without pipeline stages has no bubble (1F1B's (p-1)/(m+p-1) at p = 1): time the
+    compute stream waits on a ZeRO-1 gradient reduce or parameter gather is exposed data-parallel
+    communication, reported once, not also as bubble."""
+    from tests.engine_helpers import run
+
+    data = {
+        "name": "dp-only",
+        "model": {"layers": 4, "hidden": 7168, "heads": 56, "ffn": 28672, "vocab": 32000},
+        "cluster": {"hardware": "dgx-h100", "gpus": 64},
+        "parallel": {"dp": 8, "tp": 8, "zero": 1, "sequence_parallel": True},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 16},
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
+    }
+    result = run(data)
+    assert result.summary["exposed_comm_s"]["dp"] > 0  # the case the rule is about
+    assert result.summary["bubble_fraction"] < 1e-12  # float rounding of span - busy

@@ -8,6 +8,7 @@ import pandas as pd
 PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
 # embd: the tied-embedding gradient all-reduce between the first and last pipeline stage
 EXPOSED_GROUPS = ("tp", "cp", "ep", "dp", "pp", "embd")
+NON_PIPELINE_GROUPS = tuple(g for g in EXPOSED_GROUPS if g != "pp")
 
 
 def union_length(intervals: np.ndarray) -> float:
@@ -79,8 +80,10 @@ def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
 def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
     """Pipeline bubble: the largest per-stage idle time inside the stage's own span (first
     F/B/W start to last F/B/W end), over the longest span (Zero Bubble paper's definition; 1F1B
-    gives (p-1)/(m+p-1) on stage 0). Time blocked on exposed TP/CP/EP communication is not
-    counted as bubble; it is reported as exposed communication.
+    gives (p-1)/(m+p-1) on stage 0). Time blocked on exposed communication of any group but the
+    pipeline's own (TP/CP/EP inside a layer, a data-parallel parameter gather or gradient
+    reduce, the tied-embedding reduce) is not counted as bubble: it is reported as exposed
+    communication, and counting it twice would show a bubble on a single-stage layout.
 
     Load imbalance is not bubble: a stage with less work than the busiest one (the first stage
     with a layer fewer, say) waits for the others by that difference whatever the schedule, so
@@ -98,7 +101,7 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
             (events["rank"] == rank) & (events["start_s"] >= lo) & (events["end_s"] <= hi)
         ]
         compute = mine[mine["kind"].isin(PIPELINE_KINDS)][["start_s", "end_s"]].to_numpy()
-        comm = mine[mine["group"].isin(["tp", "cp", "ep"])][["start_s", "end_s"]].to_numpy()
+        comm = mine[mine["group"].isin(NON_PIPELINE_GROUPS)][["start_s", "end_s"]].to_numpy()
         busy = union_length(compute) + uncovered(comm, compute)
         spans.append(hi - lo)
         busies.append(busy)
