@@ -135,6 +135,22 @@ class KernelModel:
         """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
         return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
+    def fp8_quantise(self, elements: float, dtype: str | None = None) -> float:
+        """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 GEMM;
+        zero unless the GEMM runs in FP8.
+
+        TransformerEngine casts each activation entering an FP8 GEMM in the forward, and each
+        output gradient in the backward, with a fused cast-transpose kernel: it reads the 16-bit
+        tensor and writes the FP8 copy plus an FP8 transposed copy, because Hopper's FP8 tensor
+        cores take only K-major operands and the weight-gradient GEMM needs the transpose
+        (TE docs, 'Using FP8 with Transformer Engine'; ``tex.fp8_cast_transpose_fused``):
+        2 + 1 + 1 bytes per element through HBM. Weights are cast once per step (on the first
+        microbatch) and are not counted here.
+        """
+        if (dtype or self.gemm_dtype) != "fp8" or elements <= 0:
+            return 0.0
+        return self.memory(4.0 * elements)
+
     def attention(
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,
         causal: bool, backward: bool,

@@ -55,15 +55,17 @@ class LayerBuilder:
         return [Gemm(m.hidden, up / t), Gemm(width / t, m.hidden)]
 
     # --- compute times --------------------------------------------------------------------
-    def _gemms(self, gemms: list[Gemm], phase: str) -> float:
-        tokens = self.shapes.tokens
+    def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None) -> float:
+        """GEMM time of ``gemms`` in one phase, with the FP8 quantisation of the operand each
+        phase casts (the input forward, the output gradient backward; W reuses both)."""
+        tokens, km = self.shapes.tokens, self.km
         if phase == "W":
             params = sum(g.k * g.n for g in gemms)
-            accumulate = wgrad.accumulation_seconds(self.km, self.scenario.training, params)
-            return sum(self.km.gemm(g.k, g.n, tokens) for g in gemms) + accumulate
+            accumulate = wgrad.accumulation_seconds(km, self.scenario.training, params)
+            return sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms) + accumulate
         if phase == "B":
-            return sum(self.km.gemm(tokens, g.k, g.n) for g in gemms)
-        return sum(self.km.gemm(tokens, g.n, g.k) for g in gemms)
+            return sum(km.gemm(tokens, g.k, g.n, dtype) + km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
+        return sum(km.gemm(tokens, g.n, g.k, dtype) + km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
 
     def _elementwise(self, width_elems: float, phase: str) -> float:
         """Norms, residual adds, activations: bytes read+written once forward, twice backward."""
@@ -220,13 +222,18 @@ class LayerBuilder:
         return segs
 
     def head(self, phase: str) -> list[Segment]:
-        """Final norm + vocab-parallel LM head + cross-entropy."""
+        """Final norm + vocab-parallel LM head + cross-entropy.
+
+        The LM head runs at the activation precision even in FP8 training: Megatron-Core's
+        output layer is its own ColumnParallelLinear, outside TransformerEngine's FP8 modules.
+        """
         m, lay = self.shapes.model, self.shapes.layout
         g = [Gemm(m.hidden, m.vocab / lay.tp)]
+        dtype = self.km.act_dtype
         if phase == "W":
-            return [Compute("lm_head_wgrad", self._gemms(g, "W"), -1)]
+            return [Compute("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
         ce = self.km.memory(self._cross_entropy_bytes(phase))
-        body: list[Segment] = [Compute("lm_head", self._gemms(g, phase) + ce, -1)]
+        body: list[Segment] = [Compute("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
