@@ -42,12 +42,14 @@ def test_shipped_case_counts_and_unique_names():
         fams[c.family] = fams.get(c.family, 0) + 1
     # Narayanan Table 1: 10 rows; MCore r0.8: 9 rows; nanotron SVG: 26 cells; Zero Bubble
     # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage);
-    # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute).
+    # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute); NeMo long
+    # sequence: 9 lengths, 4K-1M tokens.
     assert fams == {
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
         "megatron-core-h100": 9,
         "nanotron-h100": 26,
+        "nemo-long-context-h100": 9,
         "zero-bubble-a100": 48,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -85,6 +87,21 @@ def test_mcore_row1_matches_the_quoted_mfu():
     (case,) = [c for c in load_cases() if c.name == "mcore-r0.8/1.7B-48gpu"]
     assert case.measured == pytest.approx(0.451854, rel=1e-5)
     assert round(408.8 / 989 * 100) == 41
+
+
+def test_nemo_long_context_step_times_follow_nemos_llama2_formula():
+    # NeMo llama2 model FLOPs: gbs*s*l*h^2*(12 + 12*g/a + 18*ffn/h + 12*s/h + 6*V/(l*h)), the
+    # attention term without a causal discount; 4K row by hand: 1024 x 4096 tokens at 768
+    # TFLOP/s on 4 GPUs -> 62.921 s.
+    for c in _family("nemo-long-context-h100"):
+        m, p = c.scenario["model"], c.published
+        s, h, layers = p["seq_len"], m["hidden"], m["layers"]
+        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 12 * s / h
+        flops = p["global_batch"] * s * layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+        assert c.measured == pytest.approx(flops / (p["tflops_per_gpu"] * 1e12 * p["gpus"]), rel=1e-5)
+        assert c.scenario["training"]["precision"] == "fp8"
+    (first,) = [c for c in _family("nemo-long-context-h100") if c.published["seq_len"] == 4096]
+    assert first.measured == pytest.approx(62.921, abs=1e-3)
 
 
 def test_nanotron_tokens_follow_nanotron_flops():
@@ -266,22 +283,28 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 5.6
-QUICK_SET_MAPE = 13.2
+QUICK_SET_MAPE = 12.6
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100, korthikanti2022-a100 and zero-bubble-a100 meet it, so their max error is
-# held too
+# narayanan2021-a100, korthikanti2022-a100, nemo-long-context-h100 and zero-bubble-a100 meet it,
+# so their max error is held too
 FAMILY_MAPE = {
     "korthikanti2022-a100": 3.2,
     "megatron-core-h100": 10.4,
     "nanotron-h100": 36.7,
     "narayanan2021-a100": 2.9,
+    "nemo-long-context-h100": 6.5,
     "zero-bubble-a100": 3.5,
 }
 # Korthikanti's max raised from 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.9%); the
 # model's recompute forward costs more of a step than Megatron's (docs/accuracy.md)
-FAMILY_MAX_APE = {"korthikanti2022-a100": 6.9, "narayanan2021-a100": 6.2, "zero-bubble-a100": 12.1}
+FAMILY_MAX_APE = {
+    "korthikanti2022-a100": 6.9,
+    "narayanan2021-a100": 6.2,
+    "nemo-long-context-h100": 11.1,
+    "zero-bubble-a100": 12.1,
+}
 
 
 def test_ratchet_fast_subset():

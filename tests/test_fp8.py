@@ -1,0 +1,69 @@
+"""FP8 training as TransformerEngine runs it: FP8 GEMMs, each 16-bit operand cast (and
+transposed) before them, the LM head outside TE at 16 bits.
+
+Byte counts from TE's cast-transpose (``tex.fp8_cast_transpose_fused``): read 2 B, write the
+FP8 value and its transpose, 1 B each, per element.
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import compute_seconds, layer_builder
+
+from simcluster.parallelism import wgrad
+from simcluster.parallelism.layer import LayerBuilder
+
+LLAMA = {
+    "name": "llama-test", "layers": 2, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000,
+    "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+}
+TOKENS = 4096
+
+
+def _builder(precision: str) -> LayerBuilder:
+    return layer_builder(
+        {
+            "model": LLAMA,
+            "cluster": {"hardware": "dgx-h100", "gpus": 1},
+            "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 1, "precision": precision},
+        }
+    )
+
+
+def test_quantisation_is_a_cast_transpose_through_hbm():
+    km = _builder("fp8").km
+    elements = TOKENS * 4096
+    assert km.fp8_quantise(elements) == pytest.approx(4 * elements / km.hbm_bytes_per_s + km.launch_s)
+    assert km.fp8_quantise(elements, "bf16") == 0.0
+    assert _builder("bf16").km.fp8_quantise(elements) == 0.0
+
+
+@pytest.mark.parametrize("phase, widths", [
+    # forward casts each GEMM's input: QKV and fc1 read h, the output projection h, fc2 ffn
+    ("F", (4096, 4096, 4096, 11008)),
+    # backward casts each GEMM's output gradient: QKV 3h, projection h, fc1 2 ffn, fc2 h
+    ("B", (3 * 4096, 4096, 2 * 11008, 4096)),
+])
+def test_fp8_layer_pays_one_cast_per_gemm_operand(phase, widths):
+    fp8 = _builder("fp8")
+    km = fp8.km
+    casts = sum(km.fp8_quantise(TOKENS * w) for w in widths)
+    gemms = fp8.attention_gemms() + fp8.mlp_gemms(LLAMA["ffn"])
+    uncast = sum(
+        km.gemm(TOKENS, g.n, g.k) if phase == "F" else km.gemm(TOKENS, g.k, g.n) for g in gemms
+    )
+    assert fp8._gemms(gemms, phase) == pytest.approx(uncast + casts)
+    # the weight-gradient GEMMs reuse the transposed copies: nothing more to cast
+    params = sum(g.k * g.n for g in gemms)
+    accumulate = wgrad.accumulation_seconds(km, fp8.scenario.training, params)
+    assert fp8._gemms(gemms, "W") == pytest.approx(
+        sum(km.gemm(g.k, g.n, TOKENS) for g in gemms) + accumulate
+    )
+
+
+def test_lm_head_runs_at_16_bits_in_fp8_training():
+    fp8, bf16 = _builder("fp8"), _builder("bf16")
+    for phase in ("F", "B", "W"):
+        assert compute_seconds(fp8.head(phase)) == pytest.approx(compute_seconds(bf16.head(phase)))
+    # while the layers' GEMMs are faster in FP8 despite the casts
+    assert compute_seconds(fp8.layer(0, "F")) < compute_seconds(bf16.layer(0, "F"))
