@@ -10,6 +10,7 @@ Activations per layer follow Korthikanti et al. 2022 (Table 2), generalised to G
 no-dropout models, context parallelism and MoE: for GPT-style layers without parallelism
 sbh(34 + 5as/h) bytes; TP+SP divides everything by t; selective recompute (or fused
 flash attention) drops the 5as^2b score terms; full recompute keeps only the layer input 2sbh.
+FP8 training keeps the linear layers' inputs as the 1-byte FP8 copies TransformerEngine cast.
 """
 
 from __future__ import annotations
@@ -31,12 +32,22 @@ class BytesPerParam:
     optimizer: float
 
 
-def bytes_per_param(precision: str, optimizer: str, fp32_grad_accum: bool) -> BytesPerParam:
-    """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers')."""
+def bytes_per_param(
+    precision: str, optimizer: str, fp32_grad_accum: bool, grad_accum_fusion: bool = False
+) -> BytesPerParam:
+    """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers').
+
+    With ``grad_accum_fusion`` the weight-gradient GEMM adds straight into the fp32 main
+    gradient (Megatron's ``gradient_accumulation_fusion``, TransformerEngine's
+    ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it.
+    """
     moments = 8.0 if optimizer == "adam" else 4.0  # Adam: m and v; SGD: momentum
     if precision == "fp32":
         return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
-    grads = 2.0 + (4.0 if fp32_grad_accum else 0.0)
+    if fp32_grad_accum:
+        grads = 4.0 if grad_accum_fusion else 6.0
+    else:
+        grads = 2.0
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
 
 
@@ -93,6 +104,15 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def gemm_input_bytes(precision: str) -> int:
+    """Bytes per stored element of a linear layer's input, kept for its weight gradient.
+
+    FP8 training (TransformerEngine) keeps the FP8 copy it cast for the forward GEMM (the
+    transposed one the weight-gradient GEMM reads), 1 byte, instead of the 16-bit input.
+    """
+    return 1 if precision == "fp8" else act_bytes(precision)
+
+
 def layer_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, layer: int
 ) -> float:
@@ -102,6 +122,7 @@ def layer_activation_bytes(
     h = model.hidden
     t = layout.tp
     e = act_bytes(training.precision)
+    g = gemm_input_bytes(training.precision)
     sbh = s * b * h
     sp = layout.sequence_parallel
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
@@ -113,8 +134,8 @@ def layer_activation_bytes(
     q_dim = model.heads * model.d_head
     mask = 1.0 if model.dropout else 0.0
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
-    att = e * sbh / rep + e * sbh / rep + e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
-    att += e * sbh / t + mask * sbh / rep
+    att = e * sbh / rep + g * sbh / rep + e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
+    att += g * sbh / t + mask * sbh / rep
     scores = model.heads * s * s * b  # softmax out (e), dropout mask (1), dropout out (e)
     if training.flash_attention or training.recompute == "selective":
         att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
@@ -124,7 +145,7 @@ def layer_activation_bytes(
     # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask
     def mlp(width: float, tokens: float) -> float:
         up = model.up_width(width)
-        return e * tokens * b * (h / rep + (up + width) / t)
+        return tokens * b * (g * h / rep + (e * up + g * width) / t)
 
     norm_mask = e * sbh / rep + mask * sbh / rep
     if model.is_moe_layer(layer):
@@ -184,7 +205,9 @@ def static_memory(
     model: ModelSpec, layout: Layout, training: TrainingSection, params: StageParams
 ) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes on one GPU of a stage."""
-    bpp = bytes_per_param(training.precision, training.optimizer, training.fp32_grad_accum)
+    bpp = bytes_per_param(
+        training.precision, training.optimizer, training.fp32_grad_accum, training.grad_accum_fusion
+    )
     dense = sharded(bpp, layout.zero, layout.zero_group)
     expert = sharded(bpp, layout.zero, layout.edp)
     return (
@@ -227,10 +250,10 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     t = layout.tp
     rep = t if layout.sequence_parallel else 1
     s = training.seq_len / layout.cp
-    e = act_bytes(training.precision)
+    g = gemm_input_bytes(training.precision)
     b = training.micro_batch
     h = model.hidden
     width = model.expert_ffn if model.is_moe_layer(model.dense_layers) else model.ffn
     tokens = s * model.top_k if model.is_moe_layer(model.dense_layers) else s
-    gemm_inputs = e * s * b * (h / rep + model.heads * model.d_head / t) + e * tokens * b * (h / rep + width / t)
+    gemm_inputs = g * s * b * (h / rep + model.heads * model.d_head / t) + g * tokens * b * (h / rep + width / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0

@@ -114,6 +114,13 @@ class TrainingSection(_Section):
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"
     fp32_grad_accum: bool = True
+    grad_accum_fusion: bool = Field(
+        default=False,
+        description=(
+            "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron "
+            "gradient_accumulation_fusion, TE fuse_wgrad_accumulation): no 16-bit gradient buffer"
+        ),
+    )
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
     flash_attention: bool = Field(

@@ -39,6 +39,13 @@ def test_bf16_mixed_precision():
     assert total(bytes_per_param("bf16", "adam", False)) == 16
 
 
+def test_fused_gradient_accumulation_keeps_no_16_bit_gradient():
+    # Megatron gradient_accumulation_fusion / TE fuse_wgrad_accumulation: the weight-gradient
+    # GEMM adds into the fp32 main_grad, so 2P bf16 params + 4P fp32 grads + 12P = 18P
+    assert total(bytes_per_param("bf16", "adam", True, grad_accum_fusion=True)) == 18
+    assert bytes_per_param("bf16", "adam", False, grad_accum_fusion=True).grads == 2
+
+
 def _ctx(**kw):
     return build_context(scenario_from_dict(make_scenario(**kw)))
 
@@ -140,3 +147,13 @@ def test_pipeline_memory_per_stage(cli):
     # 1F1B: stage 0 stashes p microbatches, the last stage one (Narayanan et al. 2021)
     acts = [s["activations_bytes"] for s in doc["per_stage"]]
     assert acts[0] > acts[1] > acts[2]
+
+
+def test_fp8_keeps_linear_inputs_as_one_byte_copies():
+    """TransformerEngine keeps the FP8 copy of each linear layer's input for the weight
+    gradient: 1 byte instead of 2 for the QKV, output-projection, fc1 and fc2 inputs
+    (Korthikanti's 2sbh + 2sbh + 2sbh + 8sbh of a 4h GeLU MLP, halved); the rest stays 16-bit."""
+    training = {"seq_len": S, "micro_batch": B, "global_batch": 16}
+    bf16 = _act(_ctx(training={**training, "precision": "bf16"}))
+    fp8 = _act(_ctx(training={**training, "precision": "fp8"}))
+    assert bf16 - fp8 == pytest.approx(SBH * (1 + 1 + 1 + 4))
