@@ -4,9 +4,11 @@ A cases file (YAML) has a top-level ``cases:`` list; each case is
 ``{name, source, scenario, measured: {METRIC: value}}`` plus optional ``family`` (a label for
 per-family tables; default: the file's stem), ``published`` (the raw figures the measured value
 was derived from, kept for audit) and ``compare: {group, label}`` (cases of one group are
-checked for a schedule ordering, e.g. the Zero Bubble table rows) and ``slow: true`` (the
-simulation takes more than ~30 s; ``quick`` runs skip it). METRIC is one of
-:data:`METRICS`; the error is ``(predicted - measured) / measured``.
+checked for a schedule ordering, e.g. the Zero Bubble table rows), ``slow: true`` (the
+simulation takes more than ~30 s; ``quick`` runs skip it) and ``peak_memory_gib`` (the
+per-GPU peak memory the source published, compared with the simulated peak on the side: it
+is not part of the metric's error). METRIC is one of :data:`METRICS`; the error is
+``(predicted - measured) / measured``.
 
 A case whose scenario is invalid or whose simulation fails is reported with its error and
 counted in ``failed``; the others still run. Malformed case files raise :class:`UserError`.
@@ -27,7 +29,10 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
-_CASE_KEYS = {"name", "source", "family", "published", "compare", "slow", "scenario", "measured"}
+_CASE_KEYS = {
+    "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
+    "peak_memory_gib",
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Case:
     group: str = ""
     label: str = ""
     slow: bool = False
+    peak_memory_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class CaseResult:
     predicted: float | None
     error: str | None
     wall_s: float
+    predicted_memory_gib: float | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -61,6 +68,14 @@ class CaseResult:
         if self.predicted is None:
             return None
         return 100.0 * (self.predicted - self.case.measured) / self.case.measured
+
+    @property
+    def memory_error_pct(self) -> float | None:
+        """Signed error of the simulated peak memory against the published one (if any)."""
+        published = self.case.peak_memory_gib
+        if published is None or self.predicted_memory_gib is None:
+            return None
+        return 100.0 * (self.predicted_memory_gib - published) / published
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +87,11 @@ class CaseResult:
             "error_pct": self.error_pct,
             "error": self.error,
             "wall_s": self.wall_s,
+            "peak_memory_gib": {
+                "predicted": self.predicted_memory_gib,
+                "published": self.case.peak_memory_gib,
+                "error_pct": self.memory_error_pct,
+            },
         }
 
 
@@ -111,6 +131,11 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         raise UserError(
             f"{where}.scenario", "must be a scenario mapping (model, cluster, parallel, training)"
         )
+    memory = raw.get("peak_memory_gib")
+    if memory is not None and (
+        isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0
+    ):
+        raise UserError(f"{where}.peak_memory_gib", f"must be a positive number, got {memory!r}")
     compare = raw.get("compare") or {}
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
@@ -125,6 +150,7 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         group=str(compare.get("group", "")),
         label=str(compare.get("label", "")),
         slow=bool(raw.get("slow", False)),
+        peak_memory_gib=float(memory) if memory is not None else None,
     )
 
 
@@ -175,16 +201,18 @@ def run_case(case: Case) -> CaseResult:
     from simcluster.scenario import scenario_from_dict
 
     wall = time.perf_counter()
+    memory = None
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
         summary = simulate(scenario_from_dict(data)).summary
         predicted, error = float(summary[case.metric]), None
+        memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
     except UserError as exc:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others
         predicted, error = None, f"{type(exc).__name__}: {exc}"
-    return CaseResult(case, predicted, error, time.perf_counter() - wall)
+    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory)
 
 
 def run_cases(
@@ -224,17 +252,26 @@ def _cost_hint(case: Case) -> float:
 
 
 # --- summaries --------------------------------------------------------------------------
-def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
-    """n, MAPE, median and max absolute percentage error over the cases that ran; failures."""
-    results = list(results)
-    ape = [abs(r.error_pct) for r in results if r.error_pct is not None]
+def _ape_stats(errors: list[float]) -> dict[str, Any]:
+    ape = [abs(e) for e in errors]
     return {
         "n": len(ape),
         "mape_pct": statistics.fmean(ape) if ape else None,
         "median_ape_pct": statistics.median(ape) if ape else None,
         "max_ape_pct": max(ape) if ape else None,
-        "failed": sum(1 for r in results if r.predicted is None),
     }
+
+
+def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
+    """n, MAPE, median and max absolute percentage error over the cases that ran; failures."""
+    results = list(results)
+    stats = _ape_stats([r.error_pct for r in results if r.error_pct is not None])
+    return {**stats, "failed": sum(1 for r in results if r.predicted is None)}
+
+
+def memory_summary(results: Iterable[CaseResult]) -> dict[str, Any]:
+    """The same statistics for the peak memory of the cases that publish one."""
+    return _ape_stats([r.memory_error_pct for r in results if r.memory_error_pct is not None])
 
 
 def by_family(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
@@ -328,6 +365,7 @@ def report(results: Sequence[CaseResult]) -> dict[str, Any]:
         "cases": [r.to_dict() for r in results],
         "summary": summarize(results),
         "families": by_family(results),
+        "memory": memory_summary(results),
         "ordering": {
             "rule": "ZB-2p > ZB-1p >~ 1F1B-I > 1F1B (throughput; >~ allows 5%)",
             "groups": len(checks),

@@ -232,6 +232,27 @@ def test_cli_failed_case_is_listed_and_others_run(cli, tmp_path):
     assert set(good_row) >= {"name", "predicted", "measured", "metric", "error_pct"}
 
 
+def test_cli_compares_published_peak_memory_on_the_side(cli, tmp_path):
+    """A case's ``peak_memory_gib`` is compared with the simulated peak (GiB) in its own column
+    and summary; the metric's error and MAPE do not change."""
+    base = {"source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    cases = [{"name": "with", "peak_memory_gib": 10.0, **base}, {"name": "without", **base}]
+    res = cli("validate", _cases_file(tmp_path, cases), "--json", "--jobs", "1")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    rows = {c["name"]: c for c in doc["cases"]}
+    mem = rows["with"]["peak_memory_gib"]
+    simulated = simulate(scenario_from_dict(make_scenario())).summary["peak_memory_bytes"]["max"]
+    assert mem["predicted"] == pytest.approx(simulated / 2**30)
+    assert mem["error_pct"] == pytest.approx(100 * (mem["predicted"] - 10.0) / 10.0)
+    assert rows["without"]["peak_memory_gib"]["error_pct"] is None
+    assert doc["memory"]["n"] == 1
+    assert doc["memory"]["mape_pct"] == pytest.approx(abs(mem["error_pct"]))
+    assert doc["summary"]["n"] == 2  # the metric's summary still covers both cases
+    table = cli("validate", _cases_file(tmp_path, cases), "--jobs", "1")
+    assert "peak memory" in table.out and "/ 10.0" in table.out
+
+
 def test_cli_table_and_filter(cli, tmp_path):
     cases = [
         {
@@ -254,6 +275,10 @@ def test_cli_table_and_filter(cli, tmp_path):
         ({"name": "x", "source": "t", "scenario": {}, "measured": {"speed": 1}}, "measured.speed"),
         ({"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": -1}}, "measured.mfu"),
         ({"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": 1}, "extra": 1}, "extra"),
+        (
+            {"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": 1}, "peak_memory_gib": "big"},
+            "peak_memory_gib",
+        ),
     ],
 )
 def test_cli_malformed_case_is_one_line_error(cli, tmp_path, case, field):

@@ -192,6 +192,9 @@ for r in e["rows"]:
             **copy.deepcopy(NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO),
         },
         "measured": {"tokens_per_s": round(tps, 1)},
+        # the SVG's memory label: nanotron logs torch max_memory_allocated / 1024**3 (and the
+        # reserved figure); which of the two the summary shows is not stated
+        "peak_memory_gib": r["mem_GB"],
 
     })
 dump(str(ROOT / "validation" / "nanotron-h100.yaml"),
@@ -301,6 +304,8 @@ for size, m in e["models"].items():
                     "overlap": {"pp_comm": False},
                 },
                 "measured": {"tokens_per_s": round(sps * pp * 1024, 3)},
+                # Table 4's peak memory (GB as the fork's logs report torch's GiB figures)
+                "peak_memory_gib": e["table4_peak_memory_GB"][size][label],
             })
 dump(str(ROOT / "validation" / "zero-bubble-a100.yaml"),
      "# Zero Bubble (Qi et al., ICLR'24) Table 4 throughput: pure pipeline on A100, four schedules.\n"
@@ -339,8 +344,10 @@ for r in e["rows"]:
             "1M-token row would need 536 TFLOP/s of causal attention per GPU, above every published H100 "
             "kernel rate. ASSUMED (not stated): micro-batch 1, no recompute, distributed optimizer, the "
             "TP/DP overlaps of NeMo's performance recipes, 1F1B at pp 2; attention by the flash-attn 2 "
-            "package (TransformerEngine 1.4 ran FlashAttention whenever it was installed, including for "
-            "context parallelism; the cuDNN preference on Hopper came with later TE releases)."
+            "package (ASSUMED: TransformerEngine prefers cuDNN on Hopper since 1.2, but NeMo's runs of "
+            "that time disabled TE's fused attention: NeMo-Framework-Launcher PR 422 'enable fused "
+            "attention' came in August 2024, nvidia-resiliency-ext PR 81 removed NVTE_FUSED_ATTN only for "
+            "NeMo >= 25.02; the launcher's llama2 configs set use_flash_attention: true)."
         ),
         "published": {"tflops_per_gpu": r["tflops_cp"], "gpus": gpus, "global_batch": gbs, "seq_len": s},
         "scenario": {

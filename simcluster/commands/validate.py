@@ -16,6 +16,7 @@ from simcluster.validate import (
     CaseResult,
     by_family,
     load_cases,
+    memory_summary,
     ordering_checks,
     report,
     run_cases,
@@ -88,20 +89,30 @@ def _num(x: float | None) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+def _memory_cell(r: CaseResult) -> str:
+    if r.case.peak_memory_gib is None or r.predicted_memory_gib is None:
+        return "—"
+    return f"{r.predicted_memory_gib:.1f} / {r.case.peak_memory_gib:.1f} ({_pct(r.memory_error_pct)})"
+
+
 def _print(results: list[CaseResult]) -> None:
     console = Console(width=max(Console().width, 120))
     table = Table(title="validation cases")
-    for col, just in (
-        ("case", "left"),
-        ("metric", "left"),
-        ("predicted", "right"),
-        ("measured", "right"),
+    with_memory = any(r.case.peak_memory_gib is not None for r in results)
+    columns = [
+        ("case", "left"), ("metric", "left"), ("predicted", "right"), ("measured", "right"),
         ("error", "right"),
-    ):
+    ]
+    if with_memory:
+        columns.append(("peak memory GiB: sim / published", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in results:
         err = _pct(r.error_pct) if r.error is None else f"[red]failed[/]: {r.error}"
-        table.add_row(r.case.name, r.case.metric, _num(r.predicted), _num(r.case.measured), err)
+        row = [r.case.name, r.case.metric, _num(r.predicted), _num(r.case.measured), err]
+        if with_memory:
+            row.append(_memory_cell(r))
+        table.add_row(*row)
     console.print(table)
 
     fam = Table(title="error by family (absolute %)")
@@ -116,6 +127,12 @@ def _print(results: list[CaseResult]) -> None:
         fam.add_row(name, str(s["n"]), *cells, str(s["failed"]))
     console.print(fam)
 
+    mem = memory_summary(results)
+    if mem["n"]:
+        console.print(
+            f"peak memory against the {mem['n']} published figures: MAPE {mem['mape_pct']:.1f}%, "
+            f"median {mem['median_ape_pct']:.1f}%, max {mem['max_ape_pct']:.1f}%"
+        )
     checks = ordering_checks(results)
     if checks:
         ok = sum(c.predicted_ok for c in checks)
