@@ -168,8 +168,25 @@ class DpSection(_Section):
 
 
 class MoeSection(_Section):
+    """``moe:`` — expert routing and token dispatch."""
+
     load_imbalance: float = Field(
         default=1.0, ge=1.0, description="max/mean tokens per expert; slows expert GEMMs"
+    )
+    dispatcher: Literal["alltoall", "deepep"] = Field(
+        default="alltoall",
+        description=(
+            "alltoall: each of a token's top_k copies goes straight to its expert's GPU "
+            "(Megatron's alltoall dispatcher); deepep: a token crosses to each node holding "
+            "its experts once and is forwarded inside the node over NVLink (DeepEP, DeepSeek-V3)"
+        ),
+    )
+    max_nodes_per_token: int | None = Field(
+        default=None, ge=1, description="node-limited routing: a token's experts on at most M nodes"
+    )
+    fp8_dispatch: bool = Field(
+        default=False,
+        description="send the dispatch (and its backward, the gradient before the down-projection) in FP8",
     )
 
 

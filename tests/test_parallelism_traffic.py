@@ -194,3 +194,53 @@ def test_ep_placement_across_nodes_is_slower():
     spread = run(spread_data)
     a2a = lambda res: res.events[res.events["kind"] == "all_to_all"].eval("end_s - start_s").sum()  # noqa: E731
     assert a2a(spread) > 2 * a2a(packed)
+
+
+def _ep_across_nodes(**moe):
+    """EP 16 over two nodes (8 experts per node), top_k 4 of 32 experts."""
+    return scenario(
+        model={"layers": 2, "experts": 32, "top_k": 4, "expert_ffn": 2 * H},
+        cluster={"gpus": 16},
+        parallel={"ep": 16},
+        training={"global_batch": 16},
+        moe=moe,
+    )
+
+
+def _a2a_bytes(data, name):
+    ev = run(data).events
+    return set(ev[(ev["kind"] == "all_to_all") & (ev["layer"] == 0) & (ev["name"] == name)]["bytes"])
+
+
+def test_deepep_sends_a_token_once_per_node():
+    """DeepEP / DeepSeek-V3 Sec 3.2.2: a token crosses to each node holding its experts once
+    (then NVLink). Uniform routing of k = 4 among 32 experts on 2 nodes: expected distinct nodes
+    2 (1 - C(16, 4) / C(32, 4)) = 2 (1 - 1820 / 35960); Megatron's alltoall sends all 4 copies."""
+    distinct = 2 * (1 - 1820 / 35960)
+    assert _a2a_bytes(_ep_across_nodes(), "ep_dispatch") == {S * 4 * H * 2}
+    (deepep,) = _a2a_bytes(_ep_across_nodes(dispatcher="deepep"), "ep_dispatch")
+    assert deepep == pytest.approx(S * distinct * H * 2)
+    # node-limited routing (DeepSeek-V3's M): at most M nodes per token
+    (limited,) = _a2a_bytes(_ep_across_nodes(dispatcher="deepep", max_nodes_per_token=1), "ep_dispatch")
+    assert limited == pytest.approx(S * 1 * H * 2)
+
+
+def test_deepep_inside_one_node_is_the_plain_all_to_all():
+    data = scenario(
+        model={"experts": 8, "top_k": 2, "expert_ffn": 2 * H}, parallel={"ep": 8}, moe={"dispatcher": "deepep"}
+    )
+    ev = run(data).events
+    assert set(ev[(ev["kind"] == "all_to_all") & (ev["layer"] == 0)]["bytes"]) == {S * 2 * H * 2}
+
+
+def test_fp8_dispatch_quantises_what_the_expert_gemms_read_first():
+    """DeepSeek-V3 Sec 3.3.2: the dispatch (forward) and the gradient before the down-projection
+    (the first all-to-all of the backward) travel in FP8 with one fp32 scale per 128 values;
+    both combines stay BF16."""
+    data = _ep_across_nodes(fp8_dispatch=True)
+    fp8 = S * 4 * H * (1 + 4 / 128)
+    for name in ("ep_dispatch", "ep_combine_grad"):
+        (sent,) = _a2a_bytes(data, name)
+        assert sent == pytest.approx(fp8)
+    assert _a2a_bytes(data, "ep_combine") == {S * 4 * H * 2}
+    assert _a2a_bytes(data, "ep_dispatch_grad") == {S * 4 * H * 2}

@@ -8,15 +8,51 @@ Backward mirrors both all-to-alls. Shared experts run on the local tokens.
 
 from __future__ import annotations
 
+import math
+
 from simcluster.compute import KernelModel
 from simcluster.parallelism import wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment
 from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import MoeSection
+
+# FP8 dispatch sends 1 byte per element plus one fp32 scale per 128 (DeepSeek-V3 Sec 3.3.2:
+# fine-grained 1x128 tile quantisation of activations)
+FP8_WIRE_BYTES = 1.0 + 4.0 / 128
 
 
-def a2a_bytes(shapes: Shapes) -> float:
-    """Send buffer of one all-to-all per rank: tokens * top_k * hidden * bytes."""
-    return shapes.moe_tokens * shapes.model.top_k * shapes.model.hidden * shapes.elt
+def ep_nodes(shapes: Shapes) -> int:
+    """Nodes the EP group of rank 0 spans."""
+    lay = shapes.layout
+    return len({r // lay.gpus_per_node for r in lay.group("ep", 0)})
+
+
+def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
+    """Copies of a token one all-to-all sends.
+
+    ``alltoall``: one per routed expert (top_k). ``deepep`` across nodes: one per distinct node
+    holding the token's experts (DeepEP's normal kernels, DeepSeek-V3 Sec 3.2.2), which then
+    forwards it to the experts' GPUs over NVLink: that forwarding runs concurrently with the
+    inter-node transfer and is not timed separately (an ASSUMPTION: NVLink is 3-4x the NIC). The
+    distinct nodes are ``max_nodes_per_token`` when routing is node-limited (the gate fills its
+    M nodes), else the expectation for uniform routing of top_k among the experts:
+    N (1 - C(E - E/N, k) / C(E, k)).
+    """
+    m = shapes.model
+    nodes = ep_nodes(shapes)
+    if moe.dispatcher == "alltoall" or nodes <= 1:
+        return float(m.top_k)
+    if moe.max_nodes_per_token:
+        return float(min(moe.max_nodes_per_token, m.top_k, nodes))
+    per_node = m.experts // nodes
+    absent = math.comb(m.experts - per_node, m.top_k) / math.comb(m.experts, m.top_k)
+    return nodes * (1.0 - absent)
+
+
+def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
+    """Send buffer of one all-to-all per rank: tokens x copies per token x hidden x bytes."""
+    elt = FP8_WIRE_BYTES if fp8 else shapes.elt
+    return shapes.moe_tokens * copies_per_token(shapes, moe) * shapes.model.hidden * elt
 
 
 def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str) -> float:
@@ -43,8 +79,9 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     return wgrad.accumulation_seconds(km, shapes.training, params)
 
 
-def moe_block(shapes: Shapes, km: KernelModel, imbalance: float, phase: str, layer: int) -> list[Segment]:
+def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int) -> list[Segment]:
     """Segments of one MoE MLP (after the attention block) for phase F, B or W."""
+    imbalance = moe.load_imbalance
     m = shapes.model
     tokens = shapes.moe_tokens
     h = m.hidden
@@ -62,15 +99,18 @@ def moe_block(shapes: Shapes, km: KernelModel, imbalance: float, phase: str, lay
         return [Compute("experts", routed + shared + router + _accumulate(shapes, km), layer)]
     router = km.gemm(tokens, m.experts, h) + km.memory(tokens * m.experts * 4 * 3)
     permute = km.memory(2 * tokens * m.top_k * h * shapes.elt)
-    size = a2a_bytes(shapes)
     ep = shapes.layout.ep
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
     if ep == 1:
         return [Compute("moe", router + permute * 2 + routed + shared, layer)]
+    # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
+    # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
+    size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch)
+    size_out = a2a_bytes(shapes, moe)
     return [
         Compute("router", router + permute + shared, layer),
-        Comm(f"ep_{name_in}", "ep", "all_to_all", size, False, layer),
+        Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer),
         Compute("experts", routed, layer),
-        Comm(f"ep_{name_out}", "ep", "all_to_all", size, False, layer),
+        Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer),
         Compute("unpermute", permute, layer),
     ]

@@ -185,7 +185,7 @@ class LayerBuilder:
         m, lay = self.shapes.model, self.shapes.layout
         h = m.hidden
         if m.is_moe_layer(index):
-            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe.load_imbalance, phase, index)
+            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
             if phase == "W":
                 return moe
             norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
