@@ -49,6 +49,17 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
+    training = scenario.training
+    if training.recompute_modules and training.recompute != "selective":
+        raise UserError(
+            "training.recompute_modules",
+            f"lists what selective recomputation reruns; set training.recompute: selective "
+            f"(it is '{training.recompute}') or drop the list",
+        )
+    if "mla_up_proj" in training.recomputed and model.mla is None:
+        raise UserError(
+            "training.recompute_modules", "mla_up_proj needs an MLA model (model.mla); drop it"
+        )
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)

@@ -128,32 +128,44 @@ def layer_activation_bytes(
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
     if training.recompute == "full":
         return e * sbh / rep
+    redo = training.recomputed
+    # a recomputed norm output (the next GEMM's input) is not kept
+    norm_out = 0.0 if "layernorm" in redo else g
     kv_dim = model.kv_heads * model.d_head
     if model.mla is not None:
         kv_dim = model.heads * model.mla.v_head_dim  # decompressed K/V per head
     q_dim = model.heads * model.d_head
     mask = 1.0 if model.dropout else 0.0
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
-    att = e * sbh / rep + g * sbh / rep + e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
-    att += g * sbh / t + mask * sbh / rep
+    qkv = e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
+    if model.mla is not None:
+        # the compressed latents, inputs of the up-projections (after their norms)
+        a = model.mla
+        att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
+        qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
+    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * sbh / t + mask * sbh / rep
     scores = model.heads * s * s * b  # softmax out (e), dropout mask (1), dropout out (e)
-    if training.flash_attention or training.recompute == "selective":
+    if training.flash_attention or "core_attn" in redo:
         att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
     else:
         att += (2 * e + mask) * scores / t
 
     # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask
-    def mlp(width: float, tokens: float) -> float:
+    def mlp(width: float, tokens: float, first_in: float, act_out: float) -> float:
         up = model.up_width(width)
-        return tokens * b * (g * h / rep + (e * up + g * width) / t)
+        return tokens * b * (first_in * h / rep + (e * up + act_out * width) / t)
 
     norm_mask = e * sbh / rep + mask * sbh / rep
     if model.is_moe_layer(layer):
-        routed = mlp(model.expert_ffn, s * model.top_k) + e * s * b * model.experts * 2 / t
-        shared = mlp(model.expert_ffn * model.shared_experts, s) if model.shared_experts else 0.0
+        # routed experts read the permuted tokens (kept); a recomputed activation is not kept
+        act_out = 0.0 if "moe_act" in redo else g
+        routed = mlp(model.expert_ffn, s * model.top_k, g, act_out) + e * s * b * model.experts * 2 / t
+        shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out, g) if model.shared_experts else 0.0
         ffn = norm_mask + routed + shared
+    elif "mlp" in redo:
+        ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
-        ffn = norm_mask + mlp(model.ffn, s)
+        ffn = norm_mask + mlp(model.ffn, s, norm_out, g)
     return att + ffn
 
 

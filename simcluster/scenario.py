@@ -106,6 +106,9 @@ class ParallelSection(_Section):
     )
 
 
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp"]
+
+
 class TrainingSection(_Section):
     """``training:`` — batch, precision, recomputation, optimizer."""
 
@@ -122,6 +125,14 @@ class TrainingSection(_Section):
         ),
     )
     recompute: Literal["none", "selective", "full"] = "none"
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None,
+        description=(
+            "with recompute: selective, what is recomputed in the backward instead of stored "
+            "(Megatron-Core --recompute-modules): core_attn (the default), layernorm, "
+            "mla_up_proj, moe_act, mlp"
+        ),
+    )
     optimizer: Literal["adam", "sgd"] = "adam"
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
@@ -141,6 +152,13 @@ class TrainingSection(_Section):
     memory_overhead_gib: float = Field(
         default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
     )
+
+    @property
+    def recomputed(self) -> frozenset[str]:
+        """Modules selective recomputation reruns (Megatron-Core's default: the core attention)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
 
 
 class OverlapSection(_Section):

@@ -65,9 +65,18 @@ def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str
     h = m.hidden
     if phase == "F" or phase == "B":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
-        act = km.memory(per_expert * local_experts * (up + m.expert_ffn) * shapes.elt)
+        act = activation_seconds(shapes, km, imbalance)
         return t + act * (2 if phase == "B" else 1)
     return km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
+
+
+def activation_seconds(shapes: Shapes, km: KernelModel, imbalance: float) -> float:
+    """The experts' activation (SwiGLU/GeLU) forward on this rank: reads the up-projection
+    output, writes the down-projection input (also what ``moe_act`` recomputation reruns)."""
+    m = shapes.model
+    local_experts = m.experts / shapes.layout.ep
+    per_expert = shapes.moe_tokens * m.top_k * shapes.layout.ep / m.experts * imbalance
+    return km.memory(per_expert * local_experts * (m.up_width(m.expert_ffn) + m.expert_ffn) * shapes.elt)
 
 
 def _accumulate(shapes: Shapes, km: KernelModel) -> float:

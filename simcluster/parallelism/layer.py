@@ -139,9 +139,12 @@ class LayerBuilder:
             out_t = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
             out_t += self._elementwise(3 * h / sp, phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
-            if phase == "B" and self.scenario.training.recompute == "selective":
+            redo = self.scenario.training.recomputed
+            if phase == "B" and "core_attn" in redo:
                 core = [*self._core_recompute(index), *core]
             att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
+            if phase == "B":
+                att_body = [*self._attention_input_recompute(gemms, sp, index), *att_body]
         segments = (
             tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
             if phase != "W"
@@ -168,6 +171,34 @@ class LayerBuilder:
             return 1.0
         return sms / (sms - taken)
 
+    def _norm_seconds(self, sp: int) -> float:
+        """One norm's forward: read its input, write its output (tokens x h, SP-sharded)."""
+        return self.km.memory(2 * self.shapes.tokens * self.shapes.model.hidden / sp * self.shapes.elt)
+
+    def _attention_input_recompute(self, gemms: list[Gemm], sp: int, index: int) -> list[Segment]:
+        """Selective recomputation before the attention block's backward (Megatron-Core
+        ``--recompute-modules``): ``layernorm`` reruns the input norm, ``mla_up_proj`` the MLA
+        up-projections (the GEMMs whose input is a compressed latent)."""
+        redo, m = self.scenario.training.recomputed, self.shapes.model
+        seconds = self._norm_seconds(sp) if "layernorm" in redo else 0.0
+        if "mla_up_proj" in redo and m.mla is not None:
+            latents = {m.mla.q_lora_rank, m.mla.kv_lora_rank}
+            seconds += self._gemms([g for g in gemms if g.k in latents], "F")
+        return [Compute("recompute_attn_inputs", seconds, index, kind="recompute")] if seconds else []
+
+    def _mlp_recompute(self, index: int, sp: int, forward_work: float) -> list[Segment]:
+        """Selective recomputation before the MLP block's backward: ``layernorm`` reruns the
+        pre-MLP norm, ``mlp`` the whole dense MLP forward (``forward_work``; its TP collectives
+        are not rerun, an approximation), ``moe_act`` the experts' activation."""
+        redo, m = self.scenario.training.recomputed, self.shapes.model
+        seconds = self._norm_seconds(sp) if "layernorm" in redo else 0.0
+        if m.is_moe_layer(index):
+            if "moe_act" in redo:
+                seconds += expert.activation_seconds(self.shapes, self.km, self.scenario.moe.load_imbalance)
+        elif "mlp" in redo:
+            seconds += forward_work
+        return [Compute("recompute_mlp", seconds, index, kind="recompute")] if seconds else []
+
     def _core_recompute(self, index: int) -> tuple[Segment, ...]:
         """Selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 5): the core
         attention (scores, softmax, dropout, weighted values) is checkpointed and its forward
@@ -189,7 +220,10 @@ class LayerBuilder:
             if phase == "W":
                 return moe
             norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
-            return tensor.wrap_block(self.shapes, "moe", [norm, *moe], overlap, index, backward=phase == "B")
+            body = [norm, *moe]
+            if phase == "B":
+                body = [*self._mlp_recompute(index, sp, 0.0), *body]
+            return tensor.wrap_block(self.shapes, "moe", body, overlap, index, backward=phase == "B")
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
@@ -197,9 +231,11 @@ class LayerBuilder:
         fc2 = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
         work = self._gemms(gemms[:-1], phase) + fc2
         work += self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
-        return tensor.wrap_block(
-            self.shapes, "mlp", [Compute("mlp", work, index)], overlap, index, backward=phase == "B"
-        )
+        body: list[Segment] = [Compute("mlp", work, index)]
+        if phase == "B":
+            forward = self._gemms(gemms, "F") + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, "F")
+            body = [*self._mlp_recompute(index, sp, forward), *body]
+        return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
