@@ -71,9 +71,14 @@ class KernelModel:
         return "bf16" if self.precision == "fp8" else self.gemm_dtype
 
     # --- kernels ----------------------------------------------------------------------
+    def _benchmark_curve(self, dtype: str) -> list[tuple[float, float]]:
+        """The profile's GEMM size curve for ``dtype`` (FP8 has its own where measured)."""
+        eff = self.profile.efficiency
+        return list(eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm)
+
     def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
         dtype = dtype or self.gemm_dtype
-        curve = self._gemm_curves.get(dtype) or self.profile.efficiency.gemm
+        curve = self._gemm_curves.get(dtype) or self._benchmark_curve(dtype)
         return max(interp(list(curve), flops, log_x=True), 1e-4)
 
     def quantisation(self, m: float, n: float, count: float = 1) -> float:
@@ -117,7 +122,7 @@ class KernelModel:
         flops = 2.0 * m * n * k
         eff = self.gemm_efficiency(flops, dtype)
         if dtype not in self._gemm_curves:
-            plateau = max(e for _, e in self.profile.efficiency.gemm)
+            plateau = max(e for _, e in self._benchmark_curve(dtype))
             eff = min(eff, plateau * self.quantisation(m, n, count))
         compute = count * flops / (self._peak(dtype) * max(eff, 1e-4))
         elt = DTYPE_BYTES.get(dtype, 2)

@@ -72,6 +72,10 @@ class EfficiencySpec(_Strict):
     gemm: list[tuple[float, float]] = Field(
         description="[[GEMM FLOPs per call, fraction of peak], ...], log-interpolated"
     )
+    gemm_fp8: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="the same curve for FP8 GEMMs (fraction of the FP8 peak); default: gemm's",
+    )
     attention_fwd: float = Field(gt=0, le=1)
     attention_bwd: float = Field(gt=0, le=1)
     hbm: float = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")

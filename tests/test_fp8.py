@@ -67,3 +67,24 @@ def test_lm_head_runs_at_16_bits_in_fp8_training():
         assert compute_seconds(fp8.head(phase)) == pytest.approx(compute_seconds(bf16.head(phase)))
     # while the layers' GEMMs are faster in FP8 despite the casts
     assert compute_seconds(fp8.layer(0, "F")) < compute_seconds(bf16.layer(0, "F"))
+
+
+def test_fp8_gemms_follow_the_profiles_fp8_curve():
+    """H100-class profiles carry DeepGEMM's published FP8 rates (H800 SXM): 4096 x 4096 x 7168
+    at 1304 TFLOP/s = 0.66 of the 1979 TFLOP/s FP8 peak, against 0.79 of the BF16 peak for the
+    BF16 curve at that size; a profile without ``gemm_fp8`` uses the BF16 curve."""
+    km = _builder("fp8").km
+    flops = 2 * 4096 * 4096 * 7168
+    assert km.gemm_efficiency(flops, "fp8") == pytest.approx(0.66, abs=0.005)
+    assert km.gemm_efficiency(flops, "bf16") > 0.75
+    # the plateau that caps quantised shapes is the FP8 curve's own
+    t = km.gemm(4096, 4096, 7168, "fp8") - km.launch_s
+    assert flops / t / 1e12 <= 0.69 * 1978.9 + 1e-6
+    plain = km.profile.model_copy(
+        update={"efficiency": km.profile.efficiency.model_copy(update={"gemm_fp8": None})}
+    )
+    from simcluster.compute import KernelModel
+
+    assert KernelModel(plain, "fp8").gemm_efficiency(flops, "fp8") == pytest.approx(
+        km.gemm_efficiency(flops, "bf16")
+    )

@@ -43,12 +43,13 @@ def test_shipped_case_counts_and_unique_names():
     # Narayanan Table 1: 10 rows; MCore r0.8: 9 rows; nanotron SVG: 26 cells; Zero Bubble
     # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage);
     # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute); NeMo long
-    # sequence: 9 lengths, 4K-1M tokens.
+    # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows.
     assert fams == {
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
         "megatron-core-h100": 9,
         "nanotron-h100": 26,
+        "nemo-fp8-h100": 9,
         "nemo-long-context-h100": 9,
         "zero-bubble-a100": 48,
     }
@@ -102,6 +103,28 @@ def test_nemo_long_context_step_times_follow_nemos_llama2_formula():
         assert c.scenario["training"]["precision"] == "fp8"
     (first,) = [c for c in _family("nemo-long-context-h100") if c.published["seq_len"] == 4096]
     assert first.measured == pytest.approx(62.921, abs=1e-3)
+
+
+def test_nemo_summary_tokens_are_tokens_per_gpu_times_gpus():
+    # NeMo 24.07 performance summary publishes tokens/s/GPU; e.g. LLAMA3-70B on 64 GPUs: 1533
+    rows = {c.name: c for c in _family("nemo-fp8-h100")}
+    for c in rows.values():
+        p = c.published
+        assert c.measured == p["tokens_per_s_per_gpu"] * p["gpus"] == p["tokens_per_s_per_gpu"] * c.scenario["cluster"]["gpus"]
+        assert c.scenario["training"]["precision"] == "fp8"
+    assert rows["nemo-24.07/llama3-70b-64gpu"].measured == 1533 * 64
+    # the published model TFLOP/s follow from the tokens with NeMo's llama formula (attention term
+    # 12 s/h without a causal discount) for every Llama row, within rounding: evidence for the
+    # undiscounted formula the long-sequence family also uses (LLAMA3-70B: 1533 tok/s -> 738)
+    for c in rows.values():
+        m, s = c.scenario["model"], c.published["seq_len"]
+        if m["mlp"] != "swiglu":
+            continue
+        h, layers = m["hidden"], m["layers"]
+        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 12 * s / h
+        per_token = layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+        tflops = c.published["tokens_per_s_per_gpu"] * per_token / 1e12
+        assert tflops == pytest.approx(c.published["model_tflops_per_gpu"], rel=0.01), c.name
 
 
 def test_nanotron_tokens_follow_nanotron_flops():
@@ -308,17 +331,18 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 5.6
-QUICK_SET_MAPE = 12.6
+QUICK_SET_MAPE = 11.8
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100, korthikanti2022-a100, nemo-long-context-h100 and zero-bubble-a100 meet it,
-# so their max error is held too
+# narayanan2021-a100, korthikanti2022-a100, both NeMo families and zero-bubble-a100 meet it, so
+# their max error is held too
 FAMILY_MAPE = {
     "korthikanti2022-a100": 3.2,
     "megatron-core-h100": 10.4,
     "nanotron-h100": 36.7,
     "narayanan2021-a100": 2.9,
-    "nemo-long-context-h100": 6.5,
+    "nemo-fp8-h100": 4.7,
+    "nemo-long-context-h100": 4.2,
     "zero-bubble-a100": 3.5,
 }
 # Korthikanti's max raised from 5.4 on purpose: the fp32 main-gradient accumulation (every
@@ -327,7 +351,8 @@ FAMILY_MAPE = {
 FAMILY_MAX_APE = {
     "korthikanti2022-a100": 6.9,
     "narayanan2021-a100": 6.2,
-    "nemo-long-context-h100": 11.1,
+    "nemo-fp8-h100": 12.1,
+    "nemo-long-context-h100": 11.2,
     "zero-bubble-a100": 12.1,
 }
 
