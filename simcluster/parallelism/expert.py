@@ -55,12 +55,18 @@ def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
     return shapes.moe_tokens * copies_per_token(shapes, moe) * shapes.model.hidden * elt
 
 
+def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
+    """(tokens of the busiest local expert, local experts) for one microbatch on this rank:
+    the EP group's routed copies spread over the experts, the busiest by ``imbalance``."""
+    m = shapes.model
+    routed_tokens = shapes.moe_tokens * m.top_k * shapes.layout.ep  # received from the EP group
+    return routed_tokens / m.experts * imbalance, m.experts / shapes.layout.ep
+
+
 def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str) -> float:
     """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad)."""
     m = shapes.model
-    local_experts = m.experts / shapes.layout.ep
-    routed_tokens = shapes.moe_tokens * m.top_k * shapes.layout.ep  # received from the EP group
-    per_expert = routed_tokens / m.experts * imbalance
+    per_expert, local_experts = _routed_load(shapes, imbalance)
     up = m.up_width(m.expert_ffn)
     h = m.hidden
     if phase == "F" or phase == "B":
@@ -74,8 +80,7 @@ def activation_seconds(shapes: Shapes, km: KernelModel, imbalance: float) -> flo
     """The experts' activation (SwiGLU/GeLU) forward on this rank: reads the up-projection
     output, writes the down-projection input (also what ``moe_act`` recomputation reruns)."""
     m = shapes.model
-    local_experts = m.experts / shapes.layout.ep
-    per_expert = shapes.moe_tokens * m.top_k * shapes.layout.ep / m.experts * imbalance
+    per_expert, local_experts = _routed_load(shapes, imbalance)
     return km.memory(per_expert * local_experts * (m.up_width(m.expert_ffn) + m.expert_ffn) * shapes.elt)
 
 
