@@ -106,6 +106,12 @@ def shipped_case_files() -> list[Path]:
     return sorted(validation_dir().glob("*.yaml"))
 
 
+def _positive_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise UserError(where, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
 def _parse_case(raw: Any, where: str, family: str) -> Case:
     if not isinstance(raw, dict):
         raise UserError(where, "must be a mapping with name, source, scenario, measured")
@@ -125,17 +131,14 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         raise UserError(
             f"{where}.measured.{metric}", f"unknown metric; use one of {', '.join(METRICS)}"
         )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise UserError(f"{where}.measured.{metric}", f"must be a positive number, got {value!r}")
+    value = _positive_number(value, f"{where}.measured.{metric}")
     if not isinstance(raw["scenario"], dict):
         raise UserError(
             f"{where}.scenario", "must be a scenario mapping (model, cluster, parallel, training)"
         )
     memory = raw.get("peak_memory_gib")
-    if memory is not None and (
-        isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0
-    ):
-        raise UserError(f"{where}.peak_memory_gib", f"must be a positive number, got {memory!r}")
+    if memory is not None:
+        memory = _positive_number(memory, f"{where}.peak_memory_gib")
     compare = raw.get("compare") or {}
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
@@ -144,13 +147,13 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         source=str(raw["source"]),
         family=str(raw.get("family") or family),
         metric=metric,
-        measured=float(value),
+        measured=value,
         scenario=raw["scenario"],
         published=dict(raw.get("published") or {}),
         group=str(compare.get("group", "")),
         label=str(compare.get("label", "")),
         slow=bool(raw.get("slow", False)),
-        peak_memory_gib=float(memory) if memory is not None else None,
+        peak_memory_gib=memory,
     )
 
 

@@ -233,7 +233,9 @@ class LayerBuilder:
         work += self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
         body: list[Segment] = [Compute("mlp", work, index)]
         if phase == "B":
-            forward = self._gemms(gemms, "F") + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, "F")
+            forward = 0.0
+            if "mlp" in self.scenario.training.recomputed:
+                forward = self._gemms(gemms, "F") + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, "F")
             body = [*self._mlp_recompute(index, sp, forward), *body]
         return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
 
