@@ -88,3 +88,27 @@ def test_fp8_gemms_follow_the_profiles_fp8_curve():
     assert KernelModel(plain, "fp8").gemm_efficiency(flops, "fp8") == pytest.approx(
         km.gemm_efficiency(flops, "bf16")
     )
+
+
+def test_fp8_expert_gemms_pay_the_same_casts():
+    """Routed experts quantise like dense layers: forward fc1 and fc2 inputs (h and expert_ffn
+    per routed token), backward their output gradients (h and 2 x expert_ffn for SwiGLU)."""
+    from simcluster.parallelism import expert
+
+    b = layer_builder(
+        {
+            "model": {**LLAMA, "experts": 8, "top_k": 2, "expert_ffn": 2048},
+            "cluster": {"hardware": "dgx-h100", "gpus": 8},
+            "parallel": {"ep": 8},
+            "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": "fp8"},
+        }
+    )
+    km, moe = b.km, b.scenario.moe
+    rows = TOKENS * 2  # tokens x top_k routed copies arrive at this rank (8 of 8 experts spread)
+    casts_f = km.fp8_quantise(rows * 4096) + km.fp8_quantise(rows * 2048)
+    casts_b = km.fp8_quantise(rows * 4096) + km.fp8_quantise(rows * 2 * 2048)
+    act = expert.activation_seconds(b.shapes, km, 1.0)
+    gemm_f = km.gemm(rows, 2 * 2048, 4096, count=1) + km.gemm(rows, 4096, 2048, count=1)
+    gemm_b = km.gemm(rows, 4096, 2 * 2048, count=1) + km.gemm(rows, 2048, 4096, count=1)
+    assert expert.expert_seconds(b.shapes, km, moe, "F") == pytest.approx(gemm_f + casts_f + act)
+    assert expert.expert_seconds(b.shapes, km, moe, "B") == pytest.approx(gemm_b + casts_b + 2 * act)

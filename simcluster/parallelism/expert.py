@@ -63,16 +63,27 @@ def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
     return routed_tokens / m.experts * imbalance, m.experts / shapes.layout.ep
 
 
-def expert_seconds(shapes: Shapes, km: KernelModel, imbalance: float, phase: str) -> float:
-    """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad)."""
+def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+    """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad).
+
+    In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``fp8_quantise``): the
+    forward casts fc1's and fc2's inputs, the backward their output gradients, counted per
+    routed copy (with ``moe.fp8_dispatch`` the sender casts once per token instead: an upper
+    bound there).
+    """
     m = shapes.model
-    per_expert, local_experts = _routed_load(shapes, imbalance)
+    per_expert, local_experts = _routed_load(shapes, moe.load_imbalance)
     up = m.up_width(m.expert_ffn)
     h = m.hidden
-    if phase == "F" or phase == "B":
+    rows = per_expert * local_experts
+    if phase == "F":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
-        act = activation_seconds(shapes, km, imbalance)
-        return t + act * (2 if phase == "B" else 1)
+        casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * m.expert_ffn)
+        return t + casts + activation_seconds(shapes, km, moe.load_imbalance)
+    if phase == "B":
+        t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, m.expert_ffn, h, count=local_experts)
+        casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * up)
+        return t + casts + 2 * activation_seconds(shapes, km, moe.load_imbalance)
     return km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
 
 
@@ -95,11 +106,10 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
 
 def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int) -> list[Segment]:
     """Segments of one MoE MLP (after the attention block) for phase F, B or W."""
-    imbalance = moe.load_imbalance
     m = shapes.model
     tokens = shapes.moe_tokens
     h = m.hidden
-    routed = expert_seconds(shapes, km, imbalance, phase)
+    routed = expert_seconds(shapes, km, moe, phase)
     shared = 0.0
     if m.shared_experts:
         width = m.expert_ffn * m.shared_experts
