@@ -25,6 +25,19 @@ def dump(path, header, cases):
 def fmt_b(x):
     return f"{x:g}"
 
+
+def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel):
+    """A Megatron-Core / NeMo run on DGX H100 as the recipes set it up: no recompute, Megatron's
+    gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps."""
+    return {
+        "model": model,
+        "cluster": {"hardware": "dgx-h100", "gpus": gpus},
+        "parallel": parallel,
+        "training": {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
+                     "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True},
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
+    }
+
 # ---------------- Narayanan 2021 Table 1 ----------------
 e = pub["narayanan2021_table1_weak_scaling"]
 cases = []
@@ -98,17 +111,11 @@ for r in e["rows"]:
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
                       "seq_len": 4096, "layers": n_layers, "hidden": h, "vocab": 131072},
-        "scenario": {
-            "model": {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": n_layers, "hidden": h, "heads": heads,
-                      "ffn": 4 * h, "vocab": 131072, "mlp": "gelu", "norm": "layernorm", "bias": True,
-                      "position": "rope", "tied_embeddings": False},
-            "cluster": {"hardware": "dgx-h100", "gpus": gpus},
-            "parallel": {"tp": tp, "pp": pp, "zero": 1, "sequence_parallel": tp > 1},
-            # Megatron's gradient_accumulation_fusion (default on): no 16-bit gradient buffer
-            "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": gbs, "precision": "bf16",
-                         "recompute": "none", "attention_kernel": "cudnn", "grad_accum_fusion": True},
-            "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
-        },
+        "scenario": megatron_h100_scenario(
+            {"name": f"gpt-{fmt_b(r['params_B'])}b", "layers": n_layers, "hidden": h, "heads": heads,
+             "ffn": 4 * h, "vocab": 131072, "mlp": "gelu", "norm": "layernorm", "bias": True,
+             "position": "rope", "tied_embeddings": False},
+            gpus, {"tp": tp, "pp": pp, "zero": 1, "sequence_parallel": tp > 1}, 4096, 1, gbs, "bf16", "cudnn"),
         "measured": {"step_time_s": round(step, 6)},
 
     })
@@ -350,15 +357,10 @@ for r in e["rows"]:
             "NeMo >= 25.02; the launcher's llama2 configs set use_flash_attention: true)."
         ),
         "published": {"tflops_per_gpu": r["tflops_cp"], "gpus": gpus, "global_batch": gbs, "seq_len": s},
-        "scenario": {
-            "model": {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-                      "tied_embeddings": False},
-            "cluster": {"hardware": "dgx-h100", "gpus": gpus},
-            "parallel": {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1},
-            "training": {"seq_len": s, "micro_batch": 1, "global_batch": gbs, "precision": "fp8",
-                         "recompute": "none", "attention_kernel": "fa2", "grad_accum_fusion": True},
-            "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
-        },
+        "scenario": megatron_h100_scenario(
+            {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+             "tied_embeddings": False},
+            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2"),
         "measured": {"step_time_s": round(step, 6)},
     })
 dump(str(ROOT / "validation" / "nemo-long-context-h100.yaml"),
@@ -424,14 +426,7 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         ),
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s},
-        "scenario": {
-            "model": model,
-            "cluster": {"hardware": "dgx-h100", "gpus": gpus},
-            "parallel": par,
-            "training": {"seq_len": s, "micro_batch": mbs, "global_batch": gbs, "precision": "fp8",
-                         "recompute": "none", "attention_kernel": "fa2", "grad_accum_fusion": True},
-            "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
-        },
+        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2"),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
 dump(str(ROOT / "validation" / "nemo-fp8-h100.yaml"),
