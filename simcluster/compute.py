@@ -27,6 +27,7 @@ class KernelModel:
     profile: HardwareProfile
     precision: str
     attention_kernel: str | None = None
+    fp8_recipe: str = "delayed"
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -150,11 +151,15 @@ class KernelModel:
         cores take only K-major operands and the weight-gradient GEMM needs the transpose
         (TE docs, 'Using FP8 with Transformer Engine'; ``tex.fp8_cast_transpose_fused``):
         2 + 1 + 1 bytes per element through HBM. Weights are cast once per step (on the first
-        microbatch) and are not counted here.
+        microbatch) and are not counted here. The scale: delayed scaling (TE's DelayedScaling)
+        and block scaling (DeepSeek-V3 1x128 tiles, MXFP8) take it inside the cast kernel;
+        current scaling (TE's Float8CurrentScaling) first reduces the tensor's amax, one more
+        16-bit read (2 bytes per element).
         """
         if (dtype or self.gemm_dtype) != "fp8" or elements <= 0:
             return 0.0
-        return self.memory(4.0 * elements)
+        amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
+        return self.memory((4.0 + amax_pass) * elements)
 
     def attention(
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,

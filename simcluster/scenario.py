@@ -116,6 +116,14 @@ class TrainingSection(_Section):
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"
+    fp8_recipe: Literal["delayed", "current", "block"] = Field(
+        default="delayed",
+        description=(
+            "how FP8 scales are found: delayed (amax history, TE DelayedScaling), current (an "
+            "amax pass over each tensor first, TE Float8CurrentScaling), block (per-tile scales "
+            "inside the cast: DeepSeek-V3 1x128, MXFP8)"
+        ),
+    )
     fp32_grad_accum: bool = True
     grad_accum_fusion: bool = Field(
         default=False,

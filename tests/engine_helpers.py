@@ -68,7 +68,7 @@ def layer_builder(data: dict) -> LayerBuilder:
     """The segment builder of a scenario dict (layer, embedding and head work, no engine)."""
     sc = scenario_from_dict(data)
     ctx = build_context(sc)
-    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel)
+    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe)
     return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
 
 

@@ -112,3 +112,16 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     gemm_b = km.gemm(rows, 4096, 2 * 2048, count=1) + km.gemm(rows, 2048, 4096, count=1)
     assert expert.expert_seconds(b.shapes, km, moe, "F") == pytest.approx(gemm_f + casts_f + act)
     assert expert.expert_seconds(b.shapes, km, moe, "B") == pytest.approx(gemm_b + casts_b + 2 * act)
+
+
+def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
+    """TE Float8CurrentScaling reduces the tensor's amax before casting: 2 more bytes per
+    element than delayed or block scaling (whose scales come from history or the cast itself)."""
+    from simcluster.compute import KernelModel
+
+    profile = _builder("fp8").km.profile
+    elements = TOKENS * 4096
+    current = KernelModel(profile, "fp8", fp8_recipe="current").fp8_quantise(elements)
+    for recipe in ("delayed", "block"):
+        other = KernelModel(profile, "fp8", fp8_recipe=recipe).fp8_quantise(elements)
+        assert current - other == pytest.approx(2 * elements / KernelModel(profile, "fp8").hbm_bytes_per_s)

@@ -43,12 +43,14 @@ def test_shipped_case_counts_and_unique_names():
     # Narayanan Table 1: 10 rows; MCore r0.8: 9 rows; nanotron SVG: 26 cells; Zero Bubble
     # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage);
     # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute); NeMo long
-    # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows.
+    # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows;
+    # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers.
     assert fams == {
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
         "megatron-core-h100": 9,
         "nanotron-h100": 26,
+        "megatron-bridge-fp8-h100": 8,
         "nemo-fp8-h100": 9,
         "nemo-long-context-h100": 9,
         "zero-bubble-a100": 48,
@@ -125,6 +127,23 @@ def test_nemo_summary_tokens_are_tokens_per_gpu_times_gpus():
         per_token = layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
         tflops = c.published["tokens_per_s_per_gpu"] * per_token / 1e12
         assert tflops == pytest.approx(c.published["model_tflops_per_gpu"], rel=0.01), c.name
+
+
+def test_bridge_tokens_and_the_causal_formula_of_later_nemo():
+    """Megatron-Bridge summary rows: tokens/s = tokens/s/GPU x GPUs, and their quoted TFLOP/s follow
+    from the tokens with NeMo's later llama formula, whose attention term 12 s/h is halved for
+    the causal mask (LLAMA3.1-405B, 25.09: 302 tokens/s -> 763 TFLOP/s); the 24.07 summary used
+    the undiscounted one (test above)."""
+    rows = _family("megatron-bridge-fp8-h100")
+    for c in rows:
+        m, p = c.scenario["model"], c.published
+        assert c.measured == p["tokens_per_s_per_gpu"] * p["gpus"]
+        h, layers, s = m["hidden"], m["layers"], p["seq_len"]
+        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 0.5 * 12 * s / h
+        per_token = layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+        assert p["tokens_per_s_per_gpu"] * per_token / 1e12 == pytest.approx(
+            p["model_tflops_per_gpu"], rel=0.01
+        ), c.name
 
 
 def test_nanotron_tokens_follow_nanotron_flops():
@@ -331,13 +350,14 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 5.6
-QUICK_SET_MAPE = 11.8
+QUICK_SET_MAPE = 11.5
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the issue's target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100, korthikanti2022-a100, both NeMo families and zero-bubble-a100 meet it, so
-# their max error is held too
+# narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families and
+# zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
     "korthikanti2022-a100": 3.2,
+    "megatron-bridge-fp8-h100": 6.7,
     "megatron-core-h100": 10.4,
     "nanotron-h100": 36.7,
     "narayanan2021-a100": 2.9,
@@ -350,6 +370,7 @@ FAMILY_MAPE = {
 # model's recompute forward costs more of a step than Megatron's (docs/accuracy.md)
 FAMILY_MAX_APE = {
     "korthikanti2022-a100": 6.9,
+    "megatron-bridge-fp8-h100": 15.2,
     "narayanan2021-a100": 6.2,
     "nemo-fp8-h100": 12.1,
     "nemo-long-context-h100": 11.2,

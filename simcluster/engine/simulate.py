@@ -39,7 +39,7 @@ def simulate(
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
     sc = ctx.scenario
     every = sc.simulation.all_ranks if all_ranks is None else all_ranks
-    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel)
+    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe)
     plans = build_plans(ctx, km)
     env = simpy.Environment()
     cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
