@@ -386,6 +386,24 @@ LLAMA = {  # layers, hidden, heads, kv heads, ffn, vocab (the models' published 
     "LLAMA3-8B": (32, 4096, 32, 8, 14336, 128256),
     "LLAMA3-70B": (80, 8192, 64, 8, 28672, 128256),
 }
+def llama_model(name):
+    """A Llama model section from LLAMA's published shapes."""
+    n_layers, h, heads, kv, ffn, vocab = LLAMA[name]
+    return {"name": name.lower(), "layers": n_layers, "hidden": h, "heads": heads, "kv_heads": kv,
+            "ffn": ffn, "vocab": vocab, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+            "tied_embeddings": False}
+
+
+def megatron_parallel(tp, pp, cp, vp, zero=1):
+    """Megatron's layout flags: sequence parallel with tp, interleaved 1F1B when vp > 1."""
+    par = {"tp": tp, "pp": pp, "cp": cp, "zero": zero, "sequence_parallel": tp > 1}
+    if pp > 1:
+        par["schedule"] = "interleaved" if vp > 1 else "1f1b"
+        if vp > 1:
+            par["vpp"] = vp
+    return par
+
+
 NEMO_SUMMARY = [  # model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens/s/GPU, model TFLOP/s/GPU
     ("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 22521, 736),
     ("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851, 750),
@@ -406,16 +424,10 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
                  "max_positions": s, "tied_embeddings": False}
         shape = "GPT-3 (GeLU 4h MLP, LayerNorm, biases, learned positions, vocab 51200)"
     else:
-        n_layers, h, heads, kv, ffn, vocab = LLAMA[name]
-        model = {"name": name.lower(), "layers": n_layers, "hidden": h, "heads": heads, "kv_heads": kv,
-                 "ffn": ffn, "vocab": vocab, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-                 "tied_embeddings": False}
-        shape = f"{name} as published (GQA {heads}/{kv}, SwiGLU {ffn}, vocab {vocab})"
-    par = {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}
-    if pp > 1:
-        par["schedule"] = "interleaved" if vp > 1 else "1f1b"
-        if vp > 1:
-            par["vpp"] = vp
+        model = llama_model(name)
+        shape = (f"{name} as published (GQA {model['heads']}/{model['kv_heads']}, SwiGLU {model['ffn']}, "
+                 f"vocab {model['vocab']})")
+    par = megatron_parallel(tp, pp, cp, vp)
     cases.append({
         "name": f"nemo-24.07/{name.lower()}-{gpus}gpu",
         "family": "nemo-fp8-h100",
@@ -458,15 +470,8 @@ BRIDGE_H100 = [  # container, model, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, 
 LLAMA["LLAMA3.1-405B"] = (126, 16384, 128, 8, 53248, 128256)
 cases = []
 for container, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in BRIDGE_H100:
-    n_layers, h, heads, kv, ffn, vocab = LLAMA[name]
-    model = {"name": name.lower(), "layers": n_layers, "hidden": h, "heads": heads, "kv_heads": kv,
-             "ffn": ffn, "vocab": vocab, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-             "tied_embeddings": False}
-    par = {"tp": tp, "pp": pp, "cp": cp, "zero": 3 if fsdp else 1, "sequence_parallel": tp > 1}
-    if pp > 1:
-        par["schedule"] = "interleaved" if vp > 1 else "1f1b"
-        if vp > 1:
-            par["vpp"] = vp
+    model = llama_model(name)
+    par = megatron_parallel(tp, pp, cp, vp, zero=3 if fsdp else 1)
     cases.append({
         "name": f"bridge-{container}/{name.lower()}-{gpus}gpu",
         "family": "megatron-bridge-fp8-h100",
