@@ -75,12 +75,12 @@ class KernelModel:
     def _benchmark_curve(self, dtype: str) -> list[tuple[float, float]]:
         """The profile's GEMM size curve for ``dtype`` (FP8 has its own where measured)."""
         eff = self.profile.efficiency
-        return list(eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm)
+        return eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm
 
     def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
         dtype = dtype or self.gemm_dtype
         curve = self._gemm_curves.get(dtype) or self._benchmark_curve(dtype)
-        return max(interp(list(curve), flops, log_x=True), 1e-4)
+        return max(interp(curve, flops, log_x=True), 1e-4)
 
     def quantisation(self, m: float, n: float, count: float = 1) -> float:
         """Useful share of the tiles and waves a large GEMM occupies (NVIDIA, 'Matrix
