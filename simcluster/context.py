@@ -9,7 +9,7 @@ from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
-from simcluster.scenario import Scenario
+from simcluster.scenario import Scenario, TrainingSection
 from simcluster.schedules import Schedule, ScheduleSpec, get_schedule
 
 
@@ -49,7 +49,19 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
-    training = scenario.training
+    _check_recompute(scenario.training, model)
+    schedule = get_schedule(scenario.parallel.schedule)
+    layout = build_layout(scenario, model, gpn)
+    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
+    schedule.validate(spec)
+    chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
+    return Context(
+        scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
+    )
+
+
+def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
+    """Recomputation settings that only make sense together."""
     if training.recompute_modules and training.recompute != "selective":
         raise UserError(
             "training.recompute_modules",
@@ -60,11 +72,9 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         raise UserError(
             "training.recompute_modules", "mla_up_proj needs an MLA model (model.mla); drop it"
         )
-    schedule = get_schedule(scenario.parallel.schedule)
-    layout = build_layout(scenario, model, gpn)
-    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
-    schedule.validate(spec)
-    chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
-    return Context(
-        scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
-    )
+    if training.recompute_num_layers is not None and training.recompute != "full":
+        raise UserError(
+            "training.recompute_num_layers",
+            f"counts the layers full recomputation reruns; set training.recompute: full "
+            f"(it is '{training.recompute}') or drop it",
+        )

@@ -114,9 +114,10 @@ def gemm_input_bytes(precision: str) -> int:
 
 
 def layer_activation_bytes(
-    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int
+    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int, position: int = 0
 ) -> float:
-    """Activation bytes one GPU stores for one layer and one microbatch (Korthikanti Table 2)."""
+    """Activation bytes one GPU stores for one layer and one microbatch (Korthikanti Table 2);
+    ``position`` is the layer's place in its pipeline chunk (for ``recompute_num_layers``)."""
     s = training.seq_len / layout.cp
     b = training.micro_batch
     h = model.hidden
@@ -126,7 +127,7 @@ def layer_activation_bytes(
     sbh = s * b * h
     sp = layout.sequence_parallel
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
-    if training.recompute == "full":
+    if training.fully_recomputed(position):
         return e * sbh / rep
     redo = training.recomputed
     # a recomputed norm output (the next GEMM's input) is not kept
@@ -179,7 +180,10 @@ def chunk_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
 ) -> float:
     """Activation bytes of one microbatch through one chunk."""
-    total = sum(layer_activation_bytes(model, layout, training, i) for i in chunk.layer_indices)
+    total = sum(
+        layer_activation_bytes(model, layout, training, i, pos)
+        for pos, i in enumerate(chunk.layer_indices)
+    )
     if chunk.head:
         total += head_activation_bytes(model, layout, training)
     return total

@@ -141,6 +141,15 @@ class TrainingSection(_Section):
             "mla_up_proj, moe_act, mlp"
         ),
     )
+    recompute_num_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "with recompute: full, how many layers of each pipeline chunk are recomputed (the "
+            "first ones, Megatron --recompute-method block --recompute-num-layers); the rest keep "
+            "their activations. Default: all"
+        ),
+    )
     optimizer: Literal["adam", "sgd"] = "adam"
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
@@ -153,6 +162,14 @@ class TrainingSection(_Section):
             "TransformerEngine on Hopper); default: the profile's"
         ),
     )
+    elementwise: Literal["fused", "eager"] = Field(
+        default="fused",
+        description=(
+            "how norms, rotary embedding, activation and residual adds run: fused kernels "
+            "(Megatron/TransformerEngine, nanotron, torch.compile) or PyTorch eager, one kernel "
+            "per operation with fp32 upcasts (torchtitan without compile, HF Transformers)"
+        ),
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",
@@ -160,6 +177,13 @@ class TrainingSection(_Section):
     memory_overhead_gib: float = Field(
         default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
     )
+
+    def fully_recomputed(self, position: int) -> bool:
+        """Whether the layer at ``position`` (0-based) within its pipeline chunk reruns its
+        whole forward before its backward."""
+        if self.recompute != "full":
+            return False
+        return self.recompute_num_layers is None or position < self.recompute_num_layers
 
     @property
     def recomputed(self) -> frozenset[str]:

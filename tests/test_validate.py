@@ -44,7 +44,8 @@ def test_shipped_case_counts_and_unique_names():
     # Table 4: 4 models x 3 m x 4 schedules (1F1B-I with one layer per virtual stage);
     # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute); NeMo long
     # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows;
-    # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers.
+    # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers; torchtitan's A100
+    # page: 8 rows, 5 without the 'selective op' policy.
     assert fams == {
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
@@ -53,6 +54,7 @@ def test_shipped_case_counts_and_unique_names():
         "megatron-bridge-fp8-h100": 8,
         "nemo-fp8-h100": 9,
         "nemo-long-context-h100": 9,
+        "torchtitan-a100": 5,
         "zero-bubble-a100": 48,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -154,6 +156,19 @@ def test_nanotron_tokens_follow_nanotron_flops():
         per_token = 3 * (layers * (8 * h * h + 4 * s * h + 6 * h * ffn) + 2 * h * vocab)
         expected = c.published["mfu_pct"] / 100 * H100_BF16_PEAK * c.published["gpus"] / per_token
         assert c.measured == pytest.approx(expected, rel=1e-5), c.name
+
+
+def test_torchtitan_tokens_follow_torchtitans_mfu():
+    # torchtitan train.py of that time: flops per token = 6 * params (embedding included) +
+    # 12 * layers * heads * head_dim * seq; MFU against the A100's 312 TFLOP/s dense BF16.
+    from simcluster.model import build_model
+
+    for c in _family("torchtitan-a100"):
+        p, m = c.published, c.scenario["model"]
+        assert c.measured == p["wps_per_gpu"] * p["gpus"]
+        params = build_model(m).params_total()
+        per_token = 6 * params + 12 * m["layers"] * m["hidden"] * p["seq_len"]
+        assert p["wps_per_gpu"] * per_token / 312e12 * 100 == pytest.approx(p["mfu_pct"], abs=0.15), c.name
 
 
 def test_zero_bubble_tokens_are_samples_times_gpus_times_seq():
@@ -350,30 +365,34 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-2p",
 )
 FAST_SUBSET_MAPE = 5.6
-QUICK_SET_MAPE = 11.5
+QUICK_SET_MAPE = 11.4
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the issue's target is <= 10% MAPE with no case worse than 25%;
-# narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families and
-# zero-bubble-a100 meet it, so their max error is held too
+# narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
+# torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
-    "korthikanti2022-a100": 3.2,
+    "korthikanti2022-a100": 3.0,
     "megatron-bridge-fp8-h100": 6.7,
     "megatron-core-h100": 10.4,
     "nanotron-h100": 36.7,
-    "narayanan2021-a100": 2.9,
+    "narayanan2021-a100": 3.7,
     "nemo-fp8-h100": 4.7,
     "nemo-long-context-h100": 4.2,
+    "torchtitan-a100": 8.7,
     "zero-bubble-a100": 3.5,
 }
-# Korthikanti's max raised from 5.4 on purpose: the fp32 main-gradient accumulation (every
-# family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.9%); the
-# model's recompute forward costs more of a step than Megatron's (docs/accuracy.md)
+# Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
+# family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
+# model's recompute forward costs more of a step than Megatron's (docs/accuracy.md). Narayanan's
+# rose from 6.2 when full recomputation stopped rerunning the LM head (Megatron checkpoints the
+# transformer layers only): physics over score.
 FAMILY_MAX_APE = {
-    "korthikanti2022-a100": 6.9,
+    "korthikanti2022-a100": 6.2,
     "megatron-bridge-fp8-h100": 15.2,
-    "narayanan2021-a100": 6.2,
+    "narayanan2021-a100": 6.6,
     "nemo-fp8-h100": 12.1,
     "nemo-long-context-h100": 11.2,
+    "torchtitan-a100": 10.5,
     "zero-bubble-a100": 12.1,
 }
 

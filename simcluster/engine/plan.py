@@ -23,6 +23,7 @@ from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
 from simcluster.placement import Chunk
+from simcluster.scenario import TrainingSection
 from simcluster.schedules import PipeOp
 
 
@@ -110,13 +111,18 @@ def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) ->
     return Unit(tuple(covered), tuple(segs), params)
 
 
-def _recompute(units_f: list[Unit], units_b: list[Unit]) -> list[Unit]:
-    """Full recomputation: each layer's forward reruns right before its backward."""
-    forward = {u.layers: u for u in units_f}
+def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, training: TrainingSection) -> list[Unit]:
+    """Full recomputation: a recomputed layer's forward reruns right before its backward
+    (every layer, or the chunk's first ``training.recompute_num_layers``). Only the
+    transformer layers are checkpointed (Megatron's ``recompute_granularity full`` wraps the
+    decoder block): the embedding, LM head and loss run once."""
+    redone = {x for pos, x in enumerate(chunk.layer_indices) if training.fully_recomputed(pos)}
     out = []
     for u in units_b:
-        key = next((k for k in forward if set(k) & set(u.layers) - {-1, -2}), None)
-        redo = as_recompute(forward[key].segments) if key is not None else ()
+        redo: tuple[Segment, ...] = ()
+        for layer in u.layers:
+            if layer in redone:
+                redo += as_recompute(builder.layer(layer, "F"))
         out.append(Unit(u.layers, redo + u.segments, u.params))
     return out
 
@@ -144,7 +150,7 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
             b = _units(builder, ctx, chunk, "B")
             w = _units(builder, ctx, chunk, "W")
             if sc.training.recompute == "full":
-                b = _recompute(f, b)
+                b = _recompute(builder, b, chunk, sc.training)
             cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
             cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
             cplans.append(cp)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from simcluster.compute import KernelModel
 from simcluster.parallelism import context, expert, tensor, wgrad
+from simcluster.parallelism.elementwise import Elementwise, Traffic
 from simcluster.parallelism.segments import Comm, Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
@@ -67,12 +68,22 @@ class LayerBuilder:
             return sum(km.gemm(tokens, g.k, g.n, dtype) + km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
         return sum(km.gemm(tokens, g.n, g.k, dtype) + km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
 
-    def _elementwise(self, width_elems: float, phase: str) -> float:
-        """Norms, residual adds, activations: bytes read+written once forward, twice backward."""
-        if phase == "W":
+    @property
+    def ops(self) -> Elementwise:
+        """The layer's memory-bound parts, fused or eager (``training.elementwise``)."""
+        eager = self.scenario.training.elementwise == "eager"
+        return Elementwise(self.shapes.model, self.shapes.layout, self.shapes.elt, eager)
+
+    def _elementwise(self, traffic: Traffic, phase: str) -> float:
+        """Seconds of memory-bound kernels: their bytes once forward, twice backward. Fused,
+        a group is one kernel; eager, each operation pays its own launch gap."""
+        if phase == "W" or traffic.bytes_per_token <= 0:
             return 0.0
-        nbytes = self.shapes.tokens * width_elems * self.shapes.elt
-        return self.km.memory(nbytes * (2 if phase == "B" else 1))
+        scale = 2 if phase == "B" else 1
+        seconds = self.km.memory(self.shapes.tokens * traffic.bytes_per_token * scale)
+        if self.scenario.training.elementwise == "eager":
+            seconds += (traffic.kernels * scale - 1) * self.km.launch_s
+        return seconds
 
     def attention_core(self, phase: str) -> float:
         m, lay = self.shapes.model, self.shapes.layout
@@ -122,14 +133,11 @@ class LayerBuilder:
     # --- layer segments ------------------------------------------------------------------
     def layer(self, index: int, phase: str) -> list[Segment]:
         """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
-        m, lay = self.shapes.model, self.shapes.layout
-        sp = lay.tp if lay.sequence_parallel else 1
         overlap = self.scenario.overlap.tp_comm
         backward = phase != "F"
-        h = m.hidden
-        q_kv = (m.heads + 2 * m.kv_heads) * m.d_head / lay.tp
+        ops = self.ops
         # attention block: norm (sharded by SP), QKV, rotary, core, output projection, residual
-        pre = self._elementwise(2 * h / sp + 2 * q_kv, phase)
+        pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
         gemms = self.attention_gemms()
         att_body: list[Segment]
         if phase == "W":
@@ -137,20 +145,20 @@ class LayerBuilder:
         else:
             qkv_t = self._gemms(gemms[:-1], phase)
             out_t = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
-            out_t += self._elementwise(3 * h / sp, phase)
+            out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             redo = self.scenario.training.recomputed
             if phase == "B" and "core_attn" in redo:
                 core = [*self._core_recompute(index), *core]
             att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
             if phase == "B":
-                att_body = [*self._attention_input_recompute(gemms, sp, index), *att_body]
+                att_body = [*self._attention_input_recompute(gemms, index), *att_body]
         segments = (
             tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
             if phase != "W"
             else att_body
         )
-        segments = self._order(phase, segments, self._mlp_segments(index, phase, sp, overlap))
+        segments = self._order(phase, segments, self._mlp_segments(index, phase, overlap))
         return segments
 
     def _row_parallel_slowdown(self, phase: str) -> float:
@@ -171,27 +179,27 @@ class LayerBuilder:
             return 1.0
         return sms / (sms - taken)
 
-    def _norm_seconds(self, sp: int) -> float:
-        """One norm's forward: read its input, write its output (tokens x h, SP-sharded)."""
-        return self.km.memory(2 * self.shapes.tokens * self.shapes.model.hidden / sp * self.shapes.elt)
+    def _norm_seconds(self) -> float:
+        """One norm's forward (tokens x h, SP-sharded)."""
+        return self._elementwise(self.ops.norm(), "F")
 
-    def _attention_input_recompute(self, gemms: list[Gemm], sp: int, index: int) -> list[Segment]:
+    def _attention_input_recompute(self, gemms: list[Gemm], index: int) -> list[Segment]:
         """Selective recomputation before the attention block's backward (Megatron-Core
         ``--recompute-modules``): ``layernorm`` reruns the input norm, ``mla_up_proj`` the MLA
         up-projections (the GEMMs whose input is a compressed latent)."""
         redo, m = self.scenario.training.recomputed, self.shapes.model
-        seconds = self._norm_seconds(sp) if "layernorm" in redo else 0.0
+        seconds = self._norm_seconds() if "layernorm" in redo else 0.0
         if "mla_up_proj" in redo and m.mla is not None:
             latents = {m.mla.q_lora_rank, m.mla.kv_lora_rank}
             seconds += self._gemms([g for g in gemms if g.k in latents], "F")
         return [Compute("recompute_attn_inputs", seconds, index, kind="recompute")] if seconds else []
 
-    def _mlp_recompute(self, index: int, sp: int, forward_work: float) -> list[Segment]:
+    def _mlp_recompute(self, index: int, forward_work: float) -> list[Segment]:
         """Selective recomputation before the MLP block's backward: ``layernorm`` reruns the
         pre-MLP norm, ``mlp`` the whole dense MLP forward (``forward_work``; its TP collectives
         are not rerun, an approximation), ``moe_act`` the experts' activation."""
         redo, m = self.scenario.training.recomputed, self.shapes.model
-        seconds = self._norm_seconds(sp) if "layernorm" in redo else 0.0
+        seconds = self._norm_seconds() if "layernorm" in redo else 0.0
         if m.is_moe_layer(index):
             if "moe_act" in redo:
                 seconds += expert.activation_seconds(self.shapes, self.km, self.scenario.moe.load_imbalance)
@@ -212,31 +220,31 @@ class LayerBuilder:
         """Forward runs attention then MLP; backward the reverse."""
         return attention + mlp if phase == "F" else mlp + attention
 
-    def _mlp_segments(self, index: int, phase: str, sp: int, overlap: bool) -> list[Segment]:
+    def _mlp_segments(self, index: int, phase: str, overlap: bool) -> list[Segment]:
         m, lay = self.shapes.model, self.shapes.layout
-        h = m.hidden
         if m.is_moe_layer(index):
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
             if phase == "W":
                 return moe
-            norm = Compute("moe_norm", self._elementwise(5 * h / sp, phase), index)
+            norm = Compute("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)
             body = [norm, *moe]
             if phase == "B":
-                body = [*self._mlp_recompute(index, sp, 0.0), *body]
+                body = [*self._mlp_recompute(index, 0.0), *body]
             return tensor.wrap_block(self.shapes, "moe", body, overlap, index, backward=phase == "B")
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
-        up = m.up_width(m.ffn)
         fc2 = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
         work = self._gemms(gemms[:-1], phase) + fc2
-        work += self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, phase)
+        ops = self.ops
+        memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
+        work += self._elementwise(memory_bound, phase)
         body: list[Segment] = [Compute("mlp", work, index)]
         if phase == "B":
             forward = 0.0
             if "mlp" in self.scenario.training.recomputed:
-                forward = self._gemms(gemms, "F") + self._elementwise(5 * h / sp + (up + m.ffn) / lay.tp, "F")
-            body = [*self._mlp_recompute(index, sp, forward), *body]
+                forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
+            body = [*self._mlp_recompute(index, forward), *body]
         return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
 
     def embedding(self, phase: str) -> list[Segment]:

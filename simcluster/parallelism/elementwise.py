@@ -1,0 +1,111 @@
+"""The memory-bound work of a transformer layer: norms, rotary embedding, activation, residuals.
+
+Two ways a framework runs it (``training.elementwise``):
+
+- ``fused`` (Megatron-Core with TransformerEngine, nanotron's Triton/flash-attn kernels, a
+  ``torch.compile``d model): each block's norm, rotary embedding, activation and residual add
+  read their input and write their output once, 16-bit.
+- ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
+  Transformers models): every tensor operation of the model code is its own kernel, and the
+  Llama-style RMSNorm and rotary embedding upcast to fp32 first. Per element:
+
+  - RMSNorm as the Llama reference code writes it (``x.float()``, ``pow(2)``, ``mean``,
+    ``x * rsqrt``, ``type_as``, ``* weight``): 2+4, 4+4, 4, 4+4, 4+2, 2+2 = 36 bytes in bf16
+    and eight kernels (two more on per-token scalars). ``torch.nn.functional.layer_norm`` is one
+    native kernel even in eager mode, so LayerNorm costs what it costs fused.
+  - rotary embedding on Q and K through complex numbers (``xq.float()``,
+    ``view_as_complex(...) * freqs_cis``, ``type_as``): 2+4, 4+4, 4+2 = 20 bytes per element.
+  - grouped-query attention's ``repeat_kv`` materialises K and V at the query width.
+  - the attention output's ``transpose(1, 2).contiguous()`` copies it.
+  - SwiGLU's ``silu(w1(x)) * w3(x)``: silu 2+2 per gate element, the product 2+2+2.
+  - dropout (when the model has it): the output and a one-byte mask.
+
+The backward moves twice the forward's bytes in both modes (the gradient of each op reads the
+incoming gradient and what it saved, and writes one gradient): an assumption of this model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.layout import Layout
+from simcluster.model import ModelSpec
+
+FP32 = 4.0
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes one token moves through HBM in a group of memory-bound kernels (forward)."""
+
+    bytes_per_token: float
+    kernels: int = 1
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.bytes_per_token + other.bytes_per_token, self.kernels + other.kernels)
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Forward traffic of a layer's memory-bound parts on one GPU (widths after TP/SP)."""
+
+    model: ModelSpec
+    layout: Layout
+    elt: float  # bytes of an activation element
+    eager: bool
+
+    @property
+    def _sp(self) -> int:
+        return self.layout.tp if self.layout.sequence_parallel else 1
+
+    def _cast(self) -> float:
+        """One upcast (or downcast) pass per element; free when activations are fp32 already."""
+        return 0.0 if self.elt >= FP32 else self.elt + FP32
+
+    def norm(self) -> Traffic:
+        """One pre-block norm over the hidden state (SP-sharded)."""
+        width = self.model.hidden / self._sp
+        if not self.eager or self.model.norm == "layernorm":
+            return Traffic(2 * self.elt * width)
+        casts = 2 * self._cast()
+        per_elem = casts + 2 * FP32 + FP32 + 2 * FP32 + 2 * self.elt  # pow, mean, *rsqrt, *weight
+        return Traffic(per_elem * width, kernels=8 if casts else 6)
+
+    def residual(self) -> Traffic:
+        """x + block(x): two reads and a write of the hidden state; dropout first if any."""
+        width = self.model.hidden / self._sp
+        out = Traffic(3 * self.elt * width)
+        if self.eager and self.model.dropout:
+            out = out + Traffic((2 * self.elt + 1) * width)
+        return out
+
+    def attention_inputs(self) -> Traffic:
+        """Between the QKV projection and the core attention: rotary embedding (and GQA copies)."""
+        m, t = self.model, self.layout.tp
+        q = m.heads * m.d_head / t
+        kv = m.kv_heads * m.d_head / t
+        if not self.eager:
+            return Traffic(2 * self.elt * (q + 2 * kv))
+        out = Traffic(0.0, kernels=0)
+        if m.position == "rope":
+            per_elem = 2 * self._cast() + 2 * FP32
+            out = out + Traffic(per_elem * (q + kv), kernels=6 if self._cast() else 2)
+        if m.kv_heads < m.heads:
+            out = out + Traffic(2 * self.elt * (kv + q), kernels=2)
+        return out
+
+    def attention_output(self) -> Traffic:
+        """The core attention's output made contiguous for the output projection (eager)."""
+        m = self.model
+        if not self.eager:
+            return Traffic(0.0, kernels=0)
+        return Traffic(2 * self.elt * m.heads * m.d_head / self.layout.tp)
+
+    def activation(self, width: float) -> Traffic:
+        """The MLP activation on a (per-GPU) intermediate width; SwiGLU multiplies the gate in."""
+        gated = self.model.mlp == "swiglu"
+        if not self.eager:
+            return Traffic(self.elt * (self.model.up_width(width) + width))
+        if gated:
+            return Traffic(2 * self.elt * width + 3 * self.elt * width, kernels=2)
+        return Traffic(2 * self.elt * width)

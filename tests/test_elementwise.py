@@ -1,0 +1,110 @@
+"""Memory-bound layer work fused or as PyTorch eager runs it (``training.elementwise``), and full
+recomputation of only some layers (``training.recompute_num_layers``)."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import layer_builder
+
+from simcluster.compute import KernelModel
+from simcluster.context import build_context
+from simcluster.engine.plan import build_plans
+from simcluster.errors import UserError
+from simcluster.memory import chunk_activation_bytes, head_activation_bytes, layer_activation_bytes
+from simcluster.parallelism.elementwise import Elementwise
+from simcluster.scenario import scenario_from_dict
+from tests.conftest import make_scenario
+
+LLAMA = {
+    "name": "llama-like",
+    "layers": 4,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn": 2816,
+    "vocab": 1024,
+    "mlp": "swiglu",
+    "norm": "rmsnorm",
+    "position": "rope",
+    "tied_embeddings": False,
+}
+
+
+def _ops(eager: bool, **model) -> Elementwise:
+    ctx = build_context(scenario_from_dict(make_scenario(model={**LLAMA, **model})))
+    return Elementwise(ctx.model, ctx.layout, 2.0, eager)
+
+
+def test_eager_rmsnorm_moves_36_bytes_per_element():
+    # Llama reference RMSNorm in bf16: x.float() 2+4, pow 4+4, mean 4, x*rsqrt 4+4,
+    # type_as 4+2, *weight 2+2 (bytes read + written per element)
+    assert _ops(True).norm().bytes_per_token == 36 * 1024
+    assert _ops(False).norm().bytes_per_token == 4 * 1024  # one fused read + write
+
+
+def test_eager_layernorm_is_one_native_kernel():
+    # torch.nn.functional.layer_norm is a single CUDA kernel in eager mode too
+    eager, fused = _ops(True, norm="layernorm").norm(), _ops(False, norm="layernorm").norm()
+    assert eager == fused
+
+
+def test_eager_rotary_and_gqa_copies():
+    # rope on Q (1024) and K (256): cast 2+4, complex multiply 4+4, cast back 4+2 = 20 B each;
+    # repeat_kv writes K and V at the query width: 2 x (read 256 + write 1024) x 2 B
+    q, kv = 1024, 256
+    assert _ops(True).attention_inputs().bytes_per_token == 20 * (q + kv) + 2 * 2 * (kv + q)
+    # fused: read + write of Q, K, V once
+    assert _ops(False).attention_inputs().bytes_per_token == 2 * 2 * (q + 2 * kv)
+
+
+def test_eager_swiglu_is_silu_then_product():
+    width = 2816
+    assert _ops(True).activation(width).bytes_per_token == (2 + 2) * width + (2 + 2 + 2) * width
+    assert _ops(False).activation(width).bytes_per_token == 2 * (2 * width + width)
+
+
+def test_eager_layer_is_slower_and_fused_is_the_default():
+    fused = make_scenario(model=LLAMA)
+    eager = make_scenario(model=LLAMA, training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8,
+                                                "elementwise": "eager"})
+    t = {k: sum(s.seconds for s in layer_builder(d).layer(0, "F") if hasattr(s, "seconds"))
+         for k, d in (("fused", fused), ("eager", eager))}
+    assert t["eager"] > t["fused"]
+    assert scenario_from_dict(fused).training.elementwise == "fused"
+
+
+def _partial(n: int | None, recompute: str = "full") -> dict:
+    training = {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "recompute": recompute}
+    if n is not None:
+        training["recompute_num_layers"] = n
+    return make_scenario(model=LLAMA, training=training)
+
+
+def test_partial_full_recompute_stores_the_other_layers():
+    # the first n layers of the chunk keep only their input (2 B x s x h); the rest keep all
+    ctx = build_context(scenario_from_dict(_partial(2)))
+    chunk = ctx.chunks[0][0]
+    tr = ctx.scenario.training
+    stored = layer_activation_bytes(ctx.model, ctx.layout, tr.model_copy(update={"recompute": "none"}), 0)
+    expected = 2 * (2 * 2048 * 1024) + 2 * stored + head_activation_bytes(ctx.model, ctx.layout, tr)
+    assert chunk_activation_bytes(ctx.model, ctx.layout, tr, chunk) == pytest.approx(expected)
+
+
+def _recompute_seconds(data) -> float:
+    ctx = build_context(scenario_from_dict(data))
+    tr = ctx.scenario.training
+    plan = build_plans(ctx, KernelModel(ctx.profile, tr.precision, tr.attention_kernel, tr.fp8_recipe))[0]
+    units = plan.chunks[0].phases["B"]
+    return sum(s.seconds for u in units for s in u.segments if getattr(s, "kind", "") == "recompute")
+
+
+def test_partial_full_recompute_reruns_only_those_layers():
+    every = _recompute_seconds(_partial(None))
+    assert every > 0
+    assert _recompute_seconds(_partial(2)) == pytest.approx(every / 2, rel=0.02)
+    assert _recompute_seconds(_partial(0)) == 0.0
+
+
+def test_recompute_num_layers_needs_full_recompute():
+    with pytest.raises(UserError, match="training.recompute_num_layers"):
+        build_context(scenario_from_dict(_partial(2, recompute="selective")))
