@@ -10,8 +10,8 @@ Two ways a framework runs it (``training.elementwise``):
   Llama-style RMSNorm and rotary embedding upcast to fp32 first. Per element:
 
   - RMSNorm as the Llama reference code writes it (``x.float()``, ``pow(2)``, ``mean``,
-    ``x * rsqrt``, ``type_as``, ``* weight``): 2+4, 4+4, 4, 4+4, 4+2, 2+2 = 36 bytes in bf16
-    and eight kernels (two more on per-token scalars). ``torch.nn.functional.layer_norm`` is one
+    ``x * rsqrt``, ``type_as``, ``* weight``): 2+4, 4+4, 4, 4+4, 4+2, 2+2 = 36 bytes in bf16;
+    eight kernels, counting the two (``+ eps``, ``rsqrt``) on per-token scalars. ``torch.nn.functional.layer_norm`` is one
     native kernel even in eager mode, so LayerNorm costs what it costs fused.
   - rotary embedding on Q and K through complex numbers (``xq.float()``,
     ``view_as_complex(...) * freqs_cis``, ``type_as``): 2+4, 4+4, 4+2 = 20 bytes per element.
