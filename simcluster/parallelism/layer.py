@@ -9,6 +9,7 @@ phase W the weight-gradient GEMMs (zero-bubble schedules run it separately; BW f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from simcluster.compute import KernelModel
 from simcluster.parallelism import context, expert, tensor, wgrad
@@ -68,7 +69,7 @@ class LayerBuilder:
             return sum(km.gemm(tokens, g.k, g.n, dtype) + km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
         return sum(km.gemm(tokens, g.n, g.k, dtype) + km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
 
-    @property
+    @cached_property
     def ops(self) -> Elementwise:
         """The layer's memory-bound parts, fused or eager (``training.elementwise``)."""
         eager = self.scenario.training.elementwise == "eager"
@@ -81,7 +82,7 @@ class LayerBuilder:
             return 0.0
         scale = 2 if phase == "B" else 1
         seconds = self.km.memory(self.shapes.tokens * traffic.bytes_per_token * scale)
-        if self.scenario.training.elementwise == "eager":
+        if self.ops.eager:
             seconds += (traffic.kernels * scale - 1) * self.km.launch_s
         return seconds
 
