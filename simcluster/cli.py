@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "run": "simcluster.commands.run",
     "memory": "simcluster.commands.memory",
     "collective": "simcluster.commands.collective",
+    "sweep": "simcluster.commands.sweep",
     "validate": "simcluster.commands.validate",
     "list": "simcluster.commands.listing",
 }

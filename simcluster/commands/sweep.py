@@ -1,0 +1,184 @@
+"""``simcluster sweep``: simulate many layouts of one scenario and rank them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simcluster.commands.common import (
+    add_scenario_arguments,
+    print_json,
+    scenario_from_args,
+    to_json,
+)
+from simcluster.errors import UserError
+from simcluster.sweep import (
+    AXES,
+    Candidate,
+    SweepRow,
+    candidates,
+    parse_axis,
+    run_sweep,
+    skip_reasons,
+)
+from simcluster.units import format_bytes, format_time
+
+NAME = "sweep"
+HELP = "simulate every combination of layout axes (tp, pp, vpp, zero, micro-batch, ...) and rank them"
+
+_AXIS_HELP = {
+    "tp": "tensor-parallel sizes, e.g. 1,2,4,8 or auto",
+    "pp": "pipeline stages, e.g. 1,2,4 or auto",
+    "cp": "context-parallel sizes or auto",
+    "ep": "expert-parallel sizes or auto",
+    "vpp": "virtual stages per GPU (interleaved schedules)",
+    "zero": "ZeRO stages, e.g. 0,1,3",
+    "schedule": "pipeline schedules, e.g. 1f1b,interleaved,zb-h1",
+    "sequence_parallel": "sequence parallelism with TP: true,false",
+    "micro_batch": "micro-batch sizes, e.g. 1,2,4",
+    "recompute": "activation recomputation: none,selective,full",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+    group = parser.add_argument_group("axes (comma-separated values; the others keep the scenario's)")
+    for axis in AXES:
+        flag = "--" + axis.replace("_", "-")
+        group.add_argument(flag, dest=f"axis_{axis}", metavar="LIST", help=_AXIS_HELP[axis])
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=None, metavar="N",
+        help="simulate N layouts at once in worker processes (default: number of CPUs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top", type=int, default=15, metavar="K", help="rows shown in the table (default 15)"
+    )
+    parser.add_argument(
+        "--max-layouts", type=int, default=500, metavar="N",
+        help="refuse sweeps of more than N combinations (default 500)",
+    )  # fmt: skip
+    parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag, value in (("--jobs", args.jobs), ("--top", args.top), ("--max-layouts", args.max_layouts)):
+        if value is not None and value < 1:
+            raise UserError(flag, f"must be at least 1, got {value}")
+    jobs = args.jobs or max(os.cpu_count() or 1, 1)
+    scenario = scenario_from_args(args)
+    base = scenario.model_dump(exclude_unset=True)
+    base["name"] = scenario.name
+    axes = {
+        axis: parse_axis(axis, text, scenario.cluster.gpus)
+        for axis in AXES
+        if (text := getattr(args, f"axis_{axis}")) is not None
+    }
+    cands = candidates(base, axes)
+    if len(cands) > args.max_layouts:
+        raise UserError(
+            "--max-layouts",
+            f"{len(cands)} combinations exceed {args.max_layouts}; narrow the axes or raise it",
+        )
+    if args.out:
+        from simcluster.output.atomic import check_writable
+
+        check_writable(args.out)
+    rows = _run_with_progress(cands, args.hardware, jobs)
+    document = _document(scenario.name, axes, rows)
+    text = to_json(document)
+    if args.out:
+        from simcluster.output.sweep_output import write_sweep
+
+        write_sweep(args.out, rows, text + "\n", title=f"{scenario.name}: layout sweep")
+    if args.json:
+        print_json(document)
+    else:
+        _print(scenario.name, rows, args.top, args.out)
+    if not any(r.ran for r in rows):
+        field, _, first = skip_reasons(rows)[0]
+        raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
+    return 0
+
+
+def _run_with_progress(cands: list[Candidate], hardware: str | None, jobs: int) -> list[SweepRow]:
+    stderr = Console(stderr=True)
+    columns = (
+        TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )  # fmt: skip
+    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("", total=len(cands))
+
+        def advance(row: SweepRow) -> None:
+            bar.update(task, advance=1, description=row.candidate.label)
+
+        return run_sweep(cands, hardware, jobs=jobs, progress=advance)
+
+
+def _document(name: str, axes: dict[str, list[Any]], rows: list[SweepRow]) -> dict[str, Any]:
+    ran = [r for r in rows if r.ran]
+    best = next((r for r in ran if r.fits), None)
+    return {
+        "scenario": name,
+        "axes": axes,
+        "rows": [r.to_dict() for r in rows],
+        "summary": {
+            "combinations": len(rows),
+            "simulated": len(ran),
+            "fit": sum(1 for r in ran if r.fits),
+            "skipped": len(rows) - len(ran),
+            "best": best.candidate.label if best else None,
+        },
+    }
+
+
+_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb"}
+
+
+def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
+    console = Console(width=max(Console().width, 120))
+    ran = [r for r in rows if r.ran]
+    axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
+    table = Table(title=f"{name}: {len(ran)} layouts simulated, best first (those that fit before the others)")
+    table.add_column("#", justify="right")
+    for axis in axes:
+        table.add_column(_SHORT.get(axis, axis), justify="right")
+    for col in ("dp", "step", "tokens/s/GPU", "MFU", "bubble", "exposed comm", "peak memory"):
+        table.add_column(col, justify="right")
+    for index, row in enumerate(ran[:top], start=1):
+        s = row.summary
+        assert s is not None
+        exposed = sum(s["exposed_comm_s"].values())
+        memory = format_bytes(s["peak_memory_bytes"]["max"])
+        table.add_row(
+            str(index),
+            *(str(value).lower() if isinstance(value, bool) else str(value) for _, value in row.candidate.settings),
+            _dp(s["layout"]),
+            format_time(s["step_time_s"]),
+            f"{s['tokens_per_s_per_gpu']:,.0f}",
+            f"{100 * s['mfu']:.1f}%",
+            f"{100 * s['bubble_fraction']:.1f}%",
+            format_time(exposed) if exposed > 0 else "—",
+            memory if row.fits else f"[red]{memory} ✗[/]",
+        )
+    console.print(table)
+    if any(not r.fits for r in ran[:top]):
+        console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
+    if len(ran) > top:
+        console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
+    for field, count, first in skip_reasons(rows):
+        console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
+    if ran and not any(r.fits for r in ran):
+        console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
+    if out:
+        console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
+
+
+def _dp(layout: str) -> str:
+    """The data-parallel degree from the summary's layout string ('dp8 tp1 ...')."""
+    return next((w[2:] for w in layout.split() if w.startswith("dp")), "1")

@@ -1,0 +1,105 @@
+"""What a layout sweep writes: sweep.csv, sweep.json and sweep.png (throughput against memory).
+
+The picture answers the question a sweep is run for: which layouts fit, and which of those
+is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
+layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
+line and the best few are labelled with their settings.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simcluster.output.atomic import atomic_output_dir
+from simcluster.output.style import figure_bytes
+from simcluster.sweep import SweepRow
+from simcluster.units import GiB
+
+SWEEP_CSV = "sweep.csv"
+SWEEP_JSON = "sweep.json"
+SWEEP_PNG = "sweep.png"
+_LABELLED = 5  # best layouts named on the plot
+
+
+def sweep_frame(rows: Sequence[SweepRow]) -> pd.DataFrame:
+    """One row per candidate in ranked order (skipped ones with their reason)."""
+    frame = pd.DataFrame([r.to_dict() for r in rows])
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    return frame
+
+
+def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
+    """Tokens/s per GPU against peak memory per GPU for every simulated layout."""
+    ran = [r for r in rows if r.summary is not None]
+    fig = Figure(figsize=(8.0, 6.4), layout="constrained")
+    ax = fig.subplots()
+    fig.get_layout_engine().set(rect=(0, 0.17, 1, 0.83))  # room for the key below
+    fits = [r for r in ran if r.fits]
+    over = [r for r in ran if not r.fits]
+
+    def xy(group: list[SweepRow]) -> tuple[list[float], list[float]]:
+        return (
+            [r.summary["peak_memory_bytes"]["max"] / GiB for r in group],  # type: ignore[index]
+            [r.summary["tokens_per_s_per_gpu"] for r in group],  # type: ignore[index]
+        )
+
+    if fits:
+        ax.scatter(*xy(fits), s=36, color="#4C78A8", edgecolor="black", linewidth=0.5,
+                   label="fits in memory", zorder=3)  # fmt: skip
+    if over:
+        ax.scatter(*xy(over), s=36, facecolor="none", edgecolor="#C62828", linewidth=1.0,
+                   label="does not fit", zorder=3)  # fmt: skip
+    if ran:
+        capacity = ran[0].summary["capacity_bytes"] / GiB  # type: ignore[index]
+        ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
+    best = fits[:_LABELLED]
+    for index, row in enumerate(best, start=1):
+        x, y = xy([row])
+        ax.annotate(f"#{index}", (x[0], y[0]), xytext=(5, 3), textcoords="offset points",
+                    fontsize=8, fontweight="bold")  # fmt: skip
+    if best:
+        key = "\n".join(f"#{i}  {row.candidate.label}" for i, row in enumerate(best, start=1))
+        fig.text(0.01, 0.0, f"best that fit:\n{key}", fontsize=8, va="bottom", ha="left",
+                 family="monospace")  # fmt: skip
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    skipped = sum(1 for r in rows if r.summary is None)
+    headline = f"{len(ran)} layouts simulated, {len(fits)} fit" + (
+        f", {skipped} skipped (cannot run)" if skipped else ""
+    )
+    fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
+    if ran:
+        ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def write_sweep(
+    out_dir: str | os.PathLike[str],
+    rows: Sequence[SweepRow],
+    json_text: str,
+    title: str = "",
+) -> dict[str, Path]:
+    """Write sweep.csv, sweep.json (``json_text``, the ``--json`` document) and sweep.png
+    into ``out_dir`` atomically; returns file name -> final path."""
+    buffer = io.StringIO()
+    sweep_frame(rows).to_csv(buffer, index=False, float_format="%.9g")
+    files = {
+        SWEEP_CSV: buffer.getvalue().encode(),
+        SWEEP_JSON: json_text.encode(),
+        SWEEP_PNG: figure_bytes(draw_sweep(rows, title), "png"),
+    }
+    with atomic_output_dir(out_dir) as staging:
+        for name, data in sorted(files.items()):
+            (staging / name).write_bytes(data)
+    final = Path(out_dir)
+    return {name: final / name for name in sorted(files)}

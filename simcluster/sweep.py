@@ -1,0 +1,256 @@
+"""Layout sweeps: simulate every combination of a few layout axes and rank the results.
+
+A sweep starts from one scenario and varies *axes* (``tp``, ``pp``, ``cp``, ``ep``, ``vpp``,
+``zero``, ``schedule``, ``micro_batch``, ``recompute``, ``sequence_parallel``); every other
+field keeps the scenario's value. The data-parallel degree is derived from the GPU count
+(dp = gpus / (tp x pp x cp)), so a swept scenario's ``parallel.dp`` is dropped, and so is
+``parallel.layers_per_stage`` when ``pp`` or ``vpp`` is swept (a split written for one
+pipeline depth does not fit another).
+
+Each combination is checked the way ``simcluster run`` checks a scenario; one that cannot run
+(tp not dividing the heads, dp x tp x pp x cp != GPUs, a batch that does not divide, ...) is
+*skipped* with that one-line reason. The others are simulated, also those that do not fit in
+memory: they are ranked after every layout that fits, each group by tokens/s per GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simcluster.errors import UserError
+
+# axis -> (scenario section, field, value type)
+AXES: dict[str, tuple[str, str, type]] = {
+    "tp": ("parallel", "tp", int),
+    "pp": ("parallel", "pp", int),
+    "cp": ("parallel", "cp", int),
+    "ep": ("parallel", "ep", int),
+    "vpp": ("parallel", "vpp", int),
+    "zero": ("parallel", "zero", int),
+    "schedule": ("parallel", "schedule", str),
+    "sequence_parallel": ("parallel", "sequence_parallel", bool),
+    "micro_batch": ("training", "micro_batch", int),
+    "recompute": ("training", "recompute", str),
+}
+# axes whose "auto" means powers of two up to the GPU count
+_AUTO_AXES = ("tp", "pp", "cp", "ep")
+_DP_AXES = ("tp", "pp", "cp")
+_STAGE_AXES = ("pp", "vpp")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def parse_axis(axis: str, text: str, gpus: int) -> list[Any]:
+    """Values of one axis from its command-line text: a comma-separated list (duplicates
+    dropped, order kept) or ``auto`` for tp/pp/cp/ep (1, 2, 4, ... up to ``gpus``)."""
+    flag = "--" + axis.replace("_", "-")
+    _, _, kind = AXES[axis]
+    text = text.strip()
+    if text == "auto":
+        if axis not in _AUTO_AXES:
+            raise UserError(flag, "'auto' is only for --tp, --pp, --cp and --ep; list the values")
+        return [2**k for k in range(gpus.bit_length()) if 2**k <= gpus]
+    values: list[Any] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            raise UserError(flag, f"'{text}' has an empty item; give a list like 1,2,4")
+        value = _convert(flag, item, kind)
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def _convert(flag: str, item: str, kind: type) -> Any:
+    if kind is int:
+        try:
+            value = int(item)
+        except ValueError:
+            raise UserError(flag, f"'{item}' is not a whole number; give a list like 1,2,4") from None
+        if value < 0 or (value == 0 and flag != "--zero"):
+            raise UserError(flag, f"{value} is out of range; give positive values")
+        return value
+    if kind is bool:
+        low = item.lower()
+        if low in _TRUE or low in _FALSE:
+            return low in _TRUE
+        raise UserError(flag, f"'{item}' is not true or false")
+    return item
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One combination of axis values and the scenario mapping it gives."""
+
+    settings: tuple[tuple[str, Any], ...]
+    scenario: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """The swept settings, e.g. ``tp=2 pp=4 micro_batch=1``."""
+        return " ".join(f"{axis}={_show(value)}" for axis, value in self.settings)
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candidate]:
+    """Every combination of ``axes`` applied to the scenario mapping ``base``, in the order of
+    :data:`AXES` with each axis's values in the order given."""
+    unknown = sorted(set(axes) - set(AXES))
+    if unknown:
+        raise UserError(unknown[0], f"not a sweep axis; use one of {', '.join(AXES)}")
+    names = [a for a in AXES if a in axes]
+    if not names:
+        raise UserError("sweep", "no axis to sweep; give at least one, e.g. --tp 1,2,4,8")
+    out = []
+    for values in itertools.product(*(axes[a] for a in names)):
+        data = copy.deepcopy(base)
+        parallel = data.setdefault("parallel", {})
+        if any(a in names for a in _DP_AXES):
+            parallel.pop("dp", None)
+        if any(a in names for a in _STAGE_AXES):
+            parallel.pop("layers_per_stage", None)
+        for axis, value in zip(names, values, strict=True):
+            section, key, _ = AXES[axis]
+            data.setdefault(section, {})[key] = value
+        settings = tuple(zip(names, values, strict=True))
+        cand = Candidate(settings, data)
+        data["name"] = f"{base.get('name', 'scenario')} [{cand.label}]"
+        out.append(cand)
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """The outcome of one candidate: its simulated figures, or why it was skipped."""
+
+    candidate: Candidate
+    summary: dict[str, Any] | None
+    skipped: str | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ran(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.summary and self.summary["fits_in_memory"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """One flat record (the CSV/JSON row)."""
+        rec: dict[str, Any] = {axis: value for axis, value in self.candidate.settings}
+        rec["label"] = self.candidate.label
+        rec["skipped"] = self.skipped
+        s = self.summary
+        if s is None:
+            return rec
+        rec.update(
+            layout=s["layout"],
+            step_time_s=s["step_time_s"],
+            tokens_per_s=s["tokens_per_s"],
+            tokens_per_s_per_gpu=s["tokens_per_s_per_gpu"],
+            model_tflops_per_gpu=s["model_tflops_per_gpu"],
+            mfu=s["mfu"],
+            bubble_fraction=s["bubble_fraction"],
+            microbatches=s["microbatches"],
+            exposed_comm_s=sum(s["exposed_comm_s"].values()),
+            peak_memory_bytes=s["peak_memory_bytes"]["max"],
+            capacity_bytes=s["capacity_bytes"],
+            fits_in_memory=s["fits_in_memory"],
+        )
+        for kind, seconds in sorted(s["exposed_comm_s"].items()):
+            rec[f"exposed_{kind}_s"] = seconds
+        return rec
+
+
+def check(cand: Candidate, hardware: str | None) -> str | None:
+    """Why ``cand`` cannot run (the one-line error ``simcluster run`` would print), or None."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    try:
+        build_context(scenario_from_dict(cand.scenario), hardware)
+    except UserError as exc:
+        return exc.one_line()
+    return None
+
+
+def simulate_candidate(job: tuple[Candidate, str | None]) -> SweepRow:
+    """Simulate one (already checked) candidate; a worker-process entry point."""
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+
+    cand, hardware = job
+    wall = time.perf_counter()
+    try:
+        summary = simulate(scenario_from_dict(cand.scenario), hardware).summary
+    except UserError as exc:  # a check that only the engine makes
+        return SweepRow(cand, None, exc.one_line(), time.perf_counter() - wall)
+    return SweepRow(cand, summary, None, time.perf_counter() - wall)
+
+
+def run_sweep(
+    cands: Sequence[Candidate],
+    hardware: str | None = None,
+    jobs: int = 1,
+    progress: Callable[[SweepRow], None] | None = None,
+) -> list[SweepRow]:
+    """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes)
+    and return all rows ranked by :func:`rank`."""
+    rows: list[SweepRow] = []
+    runnable = []
+    for cand in cands:
+        reason = check(cand, hardware)
+        if reason is None:
+            runnable.append(cand)
+        else:
+            rows.append(SweepRow(cand, None, reason))
+            if progress:
+                progress(rows[-1])
+    work = [(c, hardware) for c in runnable]
+    if jobs <= 1 or len(work) <= 1:
+        for job in work:
+            rows.append(simulate_candidate(job))
+            if progress:
+                progress(rows[-1])
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(simulate_candidate, job) for job in work]
+            for fut in as_completed(futures):
+                rows.append(fut.result())
+                if progress:
+                    progress(rows[-1])
+    return rank(rows)
+
+
+def rank(rows: Sequence[SweepRow]) -> list[SweepRow]:
+    """Layouts that fit first, then those that do not, each by tokens/s per GPU (highest
+    first); skipped candidates last. Ties break on the label, so the order is deterministic."""
+
+    def key(row: SweepRow) -> tuple[int, float, str]:
+        if row.summary is None:
+            return (2, 0.0, row.candidate.label)
+        return (0 if row.fits else 1, -row.summary["tokens_per_s_per_gpu"], row.candidate.label)
+
+    return sorted(rows, key=key)
+
+
+def skip_reasons(rows: Sequence[SweepRow]) -> list[tuple[str, int, str]]:
+    """(field, count, first message) per field that made candidates skip, most common first."""
+    groups: dict[str, list[str]] = {}
+    for row in rows:
+        if row.skipped:
+            field = row.skipped.split(":", 1)[0]
+            groups.setdefault(field, []).append(row.skipped)
+    return sorted(
+        ((f, len(msgs), msgs[0]) for f, msgs in groups.items()), key=lambda t: (-t[1], t[0])
+    )

@@ -1,0 +1,175 @@
+"""Layout sweeps (`simcluster sweep`): axis parsing, candidate generation, skipping, ranking,
+and the simulated rows against the analytic 1F1B bubble (p-1)/(m+p-1) (Narayanan et al. 2021,
+Sec. 2.2.1) and against `simulate` of the same scenario."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from simcluster.cli import main
+from simcluster.engine import simulate
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
+from simcluster.sweep import SweepRow, candidates, check, parse_axis, rank, run_sweep, skip_reasons
+from tests.engine_helpers import pipeline_scenario
+
+GPUS, M = 4, 16
+
+
+def _base() -> dict:
+    """Four GPUs, 16 sequences per step, a balanced 8-layer model on an ideal network."""
+    return pipeline_scenario(GPUS, M, "1f1b", layers=8)
+
+
+# --- axes -------------------------------------------------------------------------------
+def test_parse_axis_lists_keep_order_and_drop_duplicates():
+    assert parse_axis("tp", "2, 1,2,4", 8) == [2, 1, 4]
+    assert parse_axis("zero", "0,1,3", 8) == [0, 1, 3]
+    assert parse_axis("schedule", "1f1b,zb-h1", 8) == ["1f1b", "zb-h1"]
+    assert parse_axis("sequence_parallel", "true,no", 8) == [True, False]
+
+
+def test_parse_axis_auto_is_powers_of_two_up_to_the_gpus():
+    assert parse_axis("tp", "auto", 8) == [1, 2, 4, 8]
+    assert parse_axis("pp", "auto", 12) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize(
+    "axis, text, flag",
+    [("tp", "two", "--tp"), ("pp", "0", "--pp"), ("micro_batch", "1,,2", "--micro-batch"),
+     ("zero", "auto", "--zero"), ("sequence_parallel", "maybe", "--sequence-parallel")],
+)  # fmt: skip
+def test_parse_axis_bad_values_name_the_flag(axis, text, flag):
+    with pytest.raises(UserError) as err:
+        parse_axis(axis, text, 8)
+    assert err.value.field == flag
+
+
+# --- candidates -------------------------------------------------------------------------
+def test_candidates_are_the_product_in_axis_order():
+    base = _base()
+    base["parallel"].update(dp=1, layers_per_stage=[2, 2, 2, 2])
+    cands = candidates(base, {"micro_batch": [1, 2], "pp": [1, 2, 4]})
+    assert [c.label for c in cands] == [
+        f"pp={p} micro_batch={b}" for p in (1, 2, 4) for b in (1, 2)
+    ]
+    for c in cands:
+        # dp is derived from the GPU count again, and a stage split for one depth is dropped
+        assert "dp" not in c.scenario["parallel"]
+        assert "layers_per_stage" not in c.scenario["parallel"]
+        settings = dict(c.settings)
+        assert c.scenario["parallel"]["pp"] == settings["pp"]
+        assert c.scenario["training"]["micro_batch"] == settings["micro_batch"]
+    assert base["parallel"]["dp"] == 1  # the base mapping is not modified
+
+
+def test_candidates_need_a_known_axis():
+    with pytest.raises(UserError, match="no axis"):
+        candidates(_base(), {})
+    with pytest.raises(UserError, match="not a sweep axis"):
+        candidates(_base(), {"dp": [1]})
+
+
+def test_impossible_layouts_are_skipped_with_the_run_error():
+    base = _base()
+    base["model"].update(hidden=768, heads=6)
+    cands = candidates(base, {"tp": [4, 8], "pp": [1]})
+    reasons = [check(c, None) for c in cands]
+    for cand, reason in zip(cands, reasons, strict=True):
+        with pytest.raises(UserError) as err:  # what `simcluster run` would say
+            from simcluster.context import build_context
+
+            build_context(scenario_from_dict(cand.scenario))
+        assert reason == err.value.one_line()
+    assert "heads" in reasons[0]  # 6 heads are not divisible by tp 4
+    assert "cluster.gpus" in reasons[1]  # tp 8 does not divide 4 GPUs
+
+
+# --- running ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pp_rows():
+    return run_sweep(candidates(_base(), {"pp": [1, 2, 4], "tp": [1, 3]}), jobs=1)
+
+
+def test_sweep_rows_follow_the_analytic_1f1b_bubble(pp_rows):
+    ran = {dict(r.candidate.settings)["pp"]: r for r in pp_rows if r.ran}
+    assert sorted(ran) == [1, 2, 4]
+    for p, row in ran.items():
+        m = M // (GPUS // p)  # microbatches per pipeline: global batch / dp
+        assert row.summary["microbatches"] == m
+        assert row.summary["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), rel=0.01, abs=1e-9)
+
+
+def test_sweep_rows_equal_simulate_of_the_same_scenario(pp_rows):
+    for row in pp_rows:
+        if row.ran:
+            expected = simulate(scenario_from_dict(row.candidate.scenario)).summary
+            for key in ("step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "exposed_comm_s"):
+                assert row.summary[key] == expected[key]
+
+
+def test_sweep_is_ranked_and_reports_skips(pp_rows):
+    ran = [r for r in pp_rows if r.ran]
+    speeds = [r.summary["tokens_per_s_per_gpu"] for r in ran]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(not r.ran for r in pp_rows[len(ran):])  # skipped ones last
+    (field, count, first), = skip_reasons(pp_rows)
+    assert count == 3 and "does not divide cluster.gpus" in first
+
+
+def test_worker_processes_give_the_same_rows(pp_rows):
+    parallel = run_sweep(candidates(_base(), {"pp": [1, 2, 4], "tp": [1, 3]}), jobs=2)
+    assert [r.to_dict() for r in parallel] == [r.to_dict() for r in pp_rows]
+
+
+def _row(label: str, speed: float, fits: bool) -> SweepRow:
+    from simcluster.sweep import Candidate
+
+    summary = {"tokens_per_s_per_gpu": speed, "fits_in_memory": fits}
+    return SweepRow(Candidate((("tp", label),), {}), summary)
+
+
+def test_rank_puts_layouts_that_fit_first():
+    rows = [_row("a", 10.0, False), _row("b", 5.0, True), _row("c", 7.0, True),
+            SweepRow(_row("d", 0, True).candidate, None, "x: no")]  # fmt: skip
+    assert [dict(r.candidate.settings)["tp"] for r in rank(rows)] == ["c", "b", "a", "d"]
+
+
+# --- command line -----------------------------------------------------------------------
+@pytest.fixture()
+def scenario_file(tmp_path):
+    path = tmp_path / "pipe.yaml"
+    path.write_text(yaml.safe_dump(_base()))
+    return path
+
+
+def test_cli_json_and_out_files(scenario_file, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["sweep", str(scenario_file), "--pp", "1,2,4", "--tp", "1,3", "-j", "1",
+                 "--json", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"] == {
+        "combinations": 6, "simulated": 3, "fit": 3, "skipped": 3, "best": doc["rows"][0]["label"],
+    }  # fmt: skip
+    assert doc["axes"] == {"tp": [1, 3], "pp": [1, 2, 4]}
+    assert json.loads((out / "sweep.json").read_text()) == doc
+    frame = pd.read_csv(out / "sweep.csv")
+    assert list(frame["rank"]) == [1, 2, 3, 4, 5, 6]
+    assert frame["skipped"].notna().sum() == 3
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [([], "sweep"), (["--tp", "x"], "--tp"), (["--pp", "1,2,4", "--max-layouts", "2"], "--max-layouts"),
+     (["--tp", "3,5"], "parallel")],
+)  # fmt: skip
+def test_cli_errors_are_one_line_with_status_2(scenario_file, capsys, args, field):
+    assert main(["sweep", str(scenario_file), "-j", "1", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {field}") and "\n" not in err and "Traceback" not in err
