@@ -52,6 +52,7 @@ class Layout:
     gpus_per_node: int
     ep_placement: str = "packed"
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
+    fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
 
     @property
     def world(self) -> int:
@@ -263,4 +264,5 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         gpus_per_node=gpus_per_node,
         ep_placement=par.ep_placement,
         grad_collective=grad_collective,
+        fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
     )

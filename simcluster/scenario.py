@@ -203,7 +203,19 @@ class OverlapSection(_Section):
 
 
 class Zero3Section(_Section):
+    """``zero3:`` — how ZeRO-3 / FSDP gathers parameters and reduces gradients."""
+
     prefetch: bool = True
+    buffers: Literal["views", "copies"] = Field(
+        default="views",
+        description=(
+            "views: parameters are views of the gathered flat buffer and gradients are reduced "
+            "from the fp32 main-gradient buffer (FSDP1, Megatron-FSDP); copies: PyTorch FSDP2 "
+            "(fully_shard, torchtitan) copies every gather out into per-parameter tensors on "
+            "the compute stream and copy-casts the gradients into the reduce-scatter buffer, "
+            "with no unsharded fp32 main gradient"
+        ),
+    )
 
 
 class DpSection(_Section):

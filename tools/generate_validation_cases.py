@@ -525,7 +525,9 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
             f"{TITAN_SRC}: {name}, local batch {lbs}, activation checkpointing '{ac}': {wps} WPS, MFU "
             f"{mfu}%. measured tokens_per_s = WPS x 64. Sequence {s} (torchtitan's {name.split('-')[0]} "
             "configs). Framework behaviour from torchtitan's code of that time: FSDP2 = ZeRO-3 (parameters "
-            "re-gathered for the backward, bf16 compute, fp32 gradient reduce-scatter), PyTorch eager "
+            "re-gathered for the backward, bf16 compute, fp32 gradient reduce-scatter; each gather copied "
+            "out into per-parameter tensors and each gradient copy-cast into the reduce-scatter buffer, "
+            "no unsharded fp32 main gradient: zero3.buffers copies), PyTorch eager "
             "without torch.compile (RMSNorm and rotary embedding as unfused fp32 ops: training.elementwise "
             "eager), SDPA's FlashAttention-2, unfused fp32 cross-entropy; 'selective layer' checkpoints "
             "every second block, modelled as full recomputation of half of the layers "
@@ -539,6 +541,7 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
             "cluster": {"hardware": "dgx-a100", "gpus": 64},
             "parallel": {"dp": 64, "zero": 3},
             "training": training,
+            "zero3": {"buffers": "copies"},
         },
         "measured": {"tokens_per_s": wps * 64},
     })

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -19,10 +20,20 @@ from simcluster.engine.result import SimResult
 from simcluster.engine.worker import Shared, Worker
 from simcluster.flops import token_flops
 from simcluster.network import Network
-from simcluster.parallelism.data import optimizer_bytes_per_param
+from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 from simcluster.topology import build_cluster
+
+
+def _fsdp2_copies(
+    ctx: Context, km: KernelModel
+) -> tuple[Callable[[float], float], Callable[[float], float]] | None:
+    """Seconds of FSDP2's copies around a unit's gather and reduce-scatter (or None)."""
+    if not ctx.layout.fsdp2_copies:
+        return None
+    out_b, in_b = fsdp2_copy_bytes(ctx.scenario)
+    return (lambda params: km.memory(params * out_b), lambda params: km.memory(params * in_b))
 
 
 def simulate(
@@ -63,6 +74,7 @@ def simulate(
         plans,
         optimizer_seconds,
         Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes,
+        _fsdp2_copies(ctx, km),
     )
     ranks = (
         range(ctx.layout.world)

@@ -9,7 +9,7 @@ forward (overlapped) or run after the optimizer (not overlapped).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ class Shared:
     plans: list[StagePlan]
     optimizer_seconds: list[float]
     p2p_bytes: float
+    # seconds FSDP2's copy-out after a gather / copy-in before a reduce-scatter take, given the
+    # unit's parameters (None unless zero3.buffers: copies)
+    fsdp2_copy_seconds: tuple[Callable[[float], float], Callable[[float], float]] | None = None
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
 
     def arrival(self, key: tuple) -> simpy.Event:
@@ -376,23 +379,32 @@ class Worker:
                     )
                 )
         ev = self.gathers.get((key, i))
-        if ev is not None and not ev.triggered:
+        if ev is None:
+            return
+        if not ev.triggered:
             yield ev
+        copies = self.shared.fsdp2_copy_seconds
+        if copies is not None:  # the gathered buffer copied into per-parameter tensors
+            start = self.shared.env.now
+            yield from self._compute(copies[0](units[i].params))
+            kind = PHASE_KIND[op.kind]
+            self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start)
 
     def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
-        nbytes = unit.params * grad_reduce_bytes(self.shared.ctx.scenario)
-        self.reductions.append(
-            self.shared.env.process(
-                self.shared.comms.collective(
-                    self.rank,
-                    self.stage,
-                    "dp",
-                    "reduce_scatter",
-                    nbytes,
-                    "zero3_grad_reduce_scatter",
-                    op.microbatch,
-                    op.chunk,
-                    unit.layers[0],
-                )
-            )
+        self.reductions.append(self.shared.env.process(self._zero3_reduce(unit, op)))
+
+    def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
+        copies = self.shared.fsdp2_copy_seconds
+        if copies is not None:  # FSDP2 copy-casts the gradients on the reduce-scatter stream
+            yield self.shared.env.timeout(copies[1](unit.params))
+        yield from self.shared.comms.collective(
+            self.rank,
+            self.stage,
+            "dp",
+            "reduce_scatter",
+            unit.params * grad_reduce_bytes(self.shared.ctx.scenario),
+            "zero3_grad_reduce_scatter",
+            op.microbatch,
+            op.chunk,
+            unit.layers[0],
         )

@@ -48,6 +48,20 @@ def param_bytes(scenario: Scenario) -> float:
     return 4.0 if scenario.training.precision == "fp32" else 2.0
 
 
+def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
+    """HBM bytes per parameter of FSDP2's copies (``zero3.buffers: copies``): (after each
+    all-gather, before each reduce-scatter).
+
+    PyTorch FSDP2 (torch.distributed.fsdp fully_shard) all-gathers a layer into one flat
+    buffer, then ``foreach_all_gather_copy_out`` copies it into per-parameter tensors
+    (``split_with_sizes_copy``) on the compute stream: the gathered bytes read and written
+    again. Before reducing, ``foreach_reduce`` copies the 16-bit gradients into the
+    reduce-scatter buffer in the reduce dtype (``chunk_cat``, on the reduce-scatter stream):
+    read at the parameter's width, written at the reduce width."""
+    p = param_bytes(scenario)
+    return 2.0 * p, p + grad_reduce_bytes(scenario)
+
+
 def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters per GPU of a layer (-1 = embedding, -2 = LM head)."""
     t = layout.tp

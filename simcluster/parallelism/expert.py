@@ -101,7 +101,7 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     up = m.up_width(m.expert_ffn)
     per_expert = m.hidden * (up + m.expert_ffn)
     params = per_expert * (m.experts / shapes.layout.ep + m.shared_experts) + m.hidden * m.experts
-    return wgrad.accumulation_seconds(km, shapes.training, params)
+    return wgrad.accumulation_seconds(km, shapes.training, shapes.layout, params)
 
 
 def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int) -> list[Segment]:

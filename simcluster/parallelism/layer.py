@@ -63,7 +63,9 @@ class LayerBuilder:
         tokens, km = self.shapes.tokens, self.km
         if phase == "W":
             params = sum(g.k * g.n for g in gemms)
-            accumulate = wgrad.accumulation_seconds(km, self.scenario.training, params)
+            accumulate = wgrad.accumulation_seconds(
+                km, self.scenario.training, self.shapes.layout, params
+            )
             return sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms) + accumulate
         if phase == "B":
             return sum(km.gemm(tokens, g.k, g.n, dtype) + km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
@@ -259,7 +261,9 @@ class LayerBuilder:
             m = self.shapes.model
             table = m.vocab / self.shapes.layout.tp * m.hidden
             scatter = self.km.memory(2 * nbytes * 2 + table * self.shapes.elt)
-            accumulate = wgrad.accumulation_seconds(self.km, self.scenario.training, table)
+            accumulate = wgrad.accumulation_seconds(
+                self.km, self.scenario.training, self.shapes.layout, table
+            )
             return [Compute("embedding_wgrad", scatter + accumulate, -1)]
         segs: list[Segment] = [Compute("embedding", self.km.memory(2 * nbytes), -1)]
         lay = self.shapes.layout

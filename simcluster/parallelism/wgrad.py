@@ -21,18 +21,23 @@ also reads the 16-bit gradient (2 bytes): the two paths are not distinguished.
 from __future__ import annotations
 
 from simcluster.compute import KernelModel
+from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
 ACCUM_BYTES_PER_PARAM = 8.0  # read + write of the fp32 main gradient
 
 
-def has_main_grad(training: TrainingSection) -> bool:
-    """Whether 16-bit training keeps a separate fp32 gradient (``training.fp32_grad_accum``)."""
-    return training.precision != "fp32" and training.fp32_grad_accum
+def has_main_grad(training: TrainingSection, layout: Layout) -> bool:
+    """Whether 16-bit training adds every microbatch's weight gradients into unsharded fp32
+    main gradients (``training.fp32_grad_accum``). FSDP2 does not: it reduce-scatters each
+    microbatch's 16-bit gradients and accumulates only its fp32 shard (parallelism/data.py)."""
+    return training.precision != "fp32" and training.fp32_grad_accum and not layout.fsdp2_copies
 
 
-def accumulation_seconds(km: KernelModel, training: TrainingSection, params: float) -> float:
+def accumulation_seconds(
+    km: KernelModel, training: TrainingSection, layout: Layout, params: float
+) -> float:
     """Time to add one microbatch's gradients of ``params`` parameters into the fp32 main grads."""
-    if params <= 0 or not has_main_grad(training):
+    if params <= 0 or not has_main_grad(training, layout):
         return 0.0
     return params * ACCUM_BYTES_PER_PARAM / km.hbm_bytes_per_s
