@@ -55,7 +55,7 @@ def test_fp8_layer_pays_one_cast_per_gemm_operand(phase, widths):
     assert fp8._gemms(gemms, phase) == pytest.approx(uncast + casts)
     # the weight-gradient GEMMs reuse the transposed copies: nothing more to cast
     params = sum(g.k * g.n for g in gemms)
-    accumulate = wgrad.accumulation_seconds(km, fp8.scenario.training, fp8.layout, params)
+    accumulate = wgrad.accumulation_seconds(km, fp8.scenario.training, fp8.shapes.layout, params)
     assert fp8._gemms(gemms, "W") == pytest.approx(
         sum(km.gemm(g.k, g.n, TOKENS) for g in gemms) + accumulate
     )
