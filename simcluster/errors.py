@@ -25,9 +25,48 @@ class UserError(Exception):
         return " ".join(str(self).split())
 
 
+# What users coming from a framework's flags or a Hugging Face config type for our keys.
+FRAMEWORK_NAMES: dict[str, str] = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "data_parallel_size": "dp",
+    "virtual_pipeline_model_parallel_size": "vpp",
+    "virtual_stages": "vpp",
+    "num_layers_per_virtual_pipeline_stage": "vpp",
+    "zero_stage": "zero",
+    "micro_batch_size": "micro_batch",
+    "global_batch_size": "global_batch",
+    "seq_length": "seq_len",
+    "sequence_length": "seq_len",
+    "max_position_embeddings": "seq_len",
+    "recompute_granularity": "recompute",
+    "activation_checkpointing": "recompute",
+    "num_layers": "layers",
+    "num_hidden_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "num_query_groups": "kv_heads",
+    "num_key_value_heads": "kv_heads",
+    "ffn_hidden_size": "ffn",
+    "intermediate_size": "ffn",
+    "vocab_size": "vocab",
+    "padded_vocab_size": "vocab",
+    "num_experts": "experts",
+    "moe_router_topk": "top_k",
+}
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """A ' (did you mean X?)' hint, or '' when nothing is close."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    """A ' (did you mean X?)' hint, or '' when nothing is close: a framework's name for one of
+    ``choices`` (:data:`FRAMEWORK_NAMES`, e.g. Megatron's ``micro_batch_size``) or a spelling
+    neighbour."""
+    options = list(choices)
+    alias = FRAMEWORK_NAMES.get(name.lower().lstrip("-").replace("-", "_"))
+    if alias in options:
+        return f" (did you mean '{alias}'?)"
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

@@ -41,6 +41,19 @@ def test_unknown_key_did_you_mean(cli, tmp_path):
     assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.tpp", "did you mean 'tp'")
 
 
+@pytest.mark.parametrize(
+    "section, key, ours",
+    [("parallel", "tensor_model_parallel_size", "tp"), ("parallel", "virtual_stages", "vpp"),
+     ("training", "micro_batch_size", "micro_batch"), ("training", "seq_length", "seq_len"),
+     ("model", "num_attention_heads", "heads")],
+)  # fmt: skip
+def test_framework_names_point_to_our_keys(cli, tmp_path, section, key, ours):
+    """Megatron-LM flag and Hugging Face config names get the simcluster key as the hint."""
+    data = make_scenario()
+    data[section][key] = 2
+    assert_one_line_error(cli("memory", write(tmp_path, data)), f"{section}.{key}", f"did you mean '{ours}'")
+
+
 def test_unknown_top_level_key(cli, tmp_path):
     data = make_scenario()
     data["trainin"] = {}
