@@ -92,10 +92,11 @@ class Candidate:
     @property
     def label(self) -> str:
         """The swept settings, e.g. ``tp=2 pp=4 micro_batch=1``."""
-        return " ".join(f"{axis}={_show(value)}" for axis, value in self.settings)
+        return " ".join(f"{axis}={show_value(value)}" for axis, value in self.settings)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """An axis value as typed on the command line (booleans lower-case)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

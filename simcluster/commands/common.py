@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from simcluster.scenario import Scenario, load_scenario, parse_set
@@ -50,3 +52,26 @@ def to_json(doc: dict[str, Any]) -> str:
 
 def print_json(doc: dict[str, Any]) -> None:
     sys.stdout.write(to_json(doc) + "\n")
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[str], None]]:
+    """A transient bar on stderr (drawn only on a terminal) for ``total`` items of long work;
+    yields ``advance(description)``, called once per finished item."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    stderr = Console(stderr=True)
+    columns = (
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )  # fmt: skip
+    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda description: bar.update(task, advance=1, description=description)

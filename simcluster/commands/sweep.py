@@ -7,12 +7,12 @@ import os
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simcluster.commands.common import (
     add_scenario_arguments,
     print_json,
+    progress_bar,
     scenario_from_args,
     to_json,
 )
@@ -24,6 +24,7 @@ from simcluster.sweep import (
     candidates,
     parse_axis,
     run_sweep,
+    show_value,
     skip_reasons,
 )
 from simcluster.units import format_bytes, format_time
@@ -106,18 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(cands: list[Candidate], hardware: str | None, jobs: int) -> list[SweepRow]:
-    stderr = Console(stderr=True)
-    columns = (
-        TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-    )  # fmt: skip
-    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
-        task = bar.add_task("", total=len(cands))
-
-        def advance(row: SweepRow) -> None:
-            bar.update(task, advance=1, description=row.candidate.label)
-
-        return run_sweep(cands, hardware, jobs=jobs, progress=advance)
+    with progress_bar("sweep", len(cands)) as advance:
+        return run_sweep(cands, hardware, jobs=jobs, progress=lambda r: advance(r.candidate.label))
 
 
 def _document(name: str, axes: dict[str, list[Any]], rows: list[SweepRow]) -> dict[str, Any]:
@@ -157,7 +148,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
         memory = format_bytes(s["peak_memory_bytes"]["max"])
         table.add_row(
             str(index),
-            *(str(value).lower() if isinstance(value, bool) else str(value) for _, value in row.candidate.settings),
+            *(show_value(value) for _, value in row.candidate.settings),
             _dp(s["layout"]),
             format_time(s["step_time_s"]),
             f"{s['tokens_per_s_per_gpu']:,.0f}",

@@ -7,10 +7,9 @@ import os
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simcluster.commands.common import print_json
+from simcluster.commands.common import print_json, progress_bar
 from simcluster.errors import UserError
 from simcluster.validate import (
     CaseResult,
@@ -62,21 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(cases: list, jobs: int) -> list[CaseResult]:
-    stderr = Console(stderr=True)
-    columns = (
-        TextColumn("validate"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-    )
-    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
-        task = bar.add_task("", total=len(cases))
-
-        def advance(r: CaseResult) -> None:
-            bar.update(task, advance=1, description=r.case.name)
-
-        return run_cases(cases, jobs=jobs, progress=advance)
+    with progress_bar("validate", len(cases)) as advance:
+        return run_cases(cases, jobs=jobs, progress=lambda r: advance(r.case.name))
 
 
 def _pct(x: float | None) -> str:

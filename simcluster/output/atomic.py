@@ -134,6 +134,16 @@ def atomic_output_dir(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def write_output_files(out_dir: str | os.PathLike[str], files: dict[str, bytes]) -> dict[str, Path]:
+    """Write ``files`` (name -> bytes, rendered beforehand) into ``out_dir`` atomically, as
+    :func:`atomic_output_dir` does; returns file name -> final path."""
+    with atomic_output_dir(out_dir) as staging:
+        for name, data in sorted(files.items()):
+            (staging / name).write_bytes(data)
+    final = Path(out_dir)
+    return {name: final / name for name in sorted(files)}
+
+
 def check_writable(out_dir: str | os.PathLike[str]) -> None:
     """Fail fast (before a long simulation) when ``out_dir`` cannot become an output directory."""
     target = Path(out_dir)

@@ -3,7 +3,7 @@
 The picture answers the question a sweep is run for: which layouts fit, and which of those
 is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
 layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
-line and the best few are labelled with their settings.
+line and the best five that fit are numbered, with their settings in a key under the plot.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simcluster.output.atomic import atomic_output_dir
+from simcluster.output.atomic import write_output_files
 from simcluster.output.style import figure_bytes
 from simcluster.sweep import SweepRow
 from simcluster.units import GiB
@@ -98,8 +98,4 @@ def write_sweep(
         SWEEP_JSON: json_text.encode(),
         SWEEP_PNG: figure_bytes(draw_sweep(rows, title), "png"),
     }
-    with atomic_output_dir(out_dir) as staging:
-        for name, data in sorted(files.items()):
-            (staging / name).write_bytes(data)
-    final = Path(out_dir)
-    return {name: final / name for name in sorted(files)}
+    return write_output_files(out_dir, files)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from simcluster.errors import UserError
-from simcluster.output.atomic import atomic_output_dir
+from simcluster.output.atomic import write_output_files
 from simcluster.output.events import (
     events_to_csv_bytes,
     events_to_parquet_bytes,
@@ -103,8 +103,4 @@ def write_all(
         files[EVENTS_PARQUET] = events_to_parquet_bytes(frame)
     files[SUMMARY_JSON] = summary_text.encode()
 
-    with atomic_output_dir(out_dir) as staging:
-        for name, data in sorted(files.items()):
-            (staging / name).write_bytes(data)
-    final = Path(out_dir)
-    return {name: final / name for name in sorted(files)}
+    return write_output_files(out_dir, files)
