@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.hardware import profile_from_dict, resolve_profile_path
 
 FALLBACK_BASE = "dgx-h100"
@@ -87,6 +88,9 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems"
     )
     _note(data, "node.gpus_per_node", "ranks per node of the calibration run")
+    # the fallback's published attention curves describe its GPU, not the one measured here
+    data["efficiency"].pop("attention_kernels", None)
+    data["efficiency"].pop("attention_kernel", None)
     peaks: dict[str, float] = {}
     for row in m.gemm:
         peaks[row["dtype"]] = max(peaks.get(row["dtype"], 0.0), row["tflops"])
@@ -127,6 +131,20 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):
             eff[key] = _fraction(statistics.median(r[col] / peaks[r["dtype"]] for r in att))
             _note(data, f"efficiency.{key}", "median measured causal GQA SDPA / peak (calibrate)")
+        # The rate by head dimension and sequence length, not one number: short sequences and
+        # small heads run far below a kernel's best (FlashAttention-3 paper, Fig. 5/6).
+        curves = curves_from_rows(att)
+        if curves:
+            eff.setdefault("attention_kernels", {})[MEASURED] = [
+                c.model_dump(exclude_none=True, mode="json") for c in curves
+            ]
+            eff["attention_kernel"] = MEASURED
+            _note(
+                data,
+                f"efficiency.attention_kernels.{MEASURED}",
+                "measured SDPA forward/backward TFLOP/s per head dimension and sequence length "
+                "(calibrate; the default kernel of this profile, a scenario may name another)",
+            )
     if m.memory:
         best = max(r["bytes_per_s"] for r in m.memory)
         eff["hbm"] = _fraction(best / (data["gpu"]["hbm_tbps"] * 1e12))

@@ -12,6 +12,10 @@ backward 2.5x forward. Lookup: log-linear in sequence length, linear in head dim
 at both ends. A causal curve without backward points borrows the non-causal backward scaled by
 the forward's causal / non-causal ratio at the same length (the published backward benchmarks
 are non-causal only). A head dimension with curves for one mask only uses them for both.
+
+A calibrated profile carries its own kernel, :data:`MEASURED`: the attention the calibration
+timed on the user's GPUs (``measured.attention`` rows), as curves of the same kind, so a
+calibrated rate depends on sequence length and head dimension exactly as a published one does.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simcluster.interp import interp
+
+MEASURED = "measured"  # the kernel name of a calibrated profile's own attention curves
+BWD_FLOPS_FACTOR = 2.5  # backward FLOPs over forward (FlashAttention benchmark convention)
 
 
 class AttentionCurve(BaseModel):
@@ -76,3 +83,40 @@ def kernel_tflops(
     if not points:
         raise ValueError("attention kernel has no usable curve")
     return interp(points, head_dim)
+
+
+def row_flops(row: dict, backward: bool) -> float:
+    """FLOPs of one ``measured.attention`` row's pass (benchmark convention, as above)."""
+    flops = 4.0 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"]
+    if row.get("causal", True):
+        flops *= 0.5
+    return flops * BWD_FLOPS_FACTOR if backward else flops
+
+
+def curves_from_rows(rows: list[dict]) -> list[AttentionCurve]:
+    """The :data:`MEASURED` kernel from ``measured.attention`` rows: one curve per head
+    dimension and mask, TFLOP/s from each row's times, the best row where several share a
+    sequence length (different head counts or batch sizes of one call shape)."""
+    best: dict[tuple[int, bool], dict[str, dict[float, float]]] = {}
+    for row in rows:
+        key = (int(row["head_dim"]), bool(row.get("causal", True)))
+        passes = best.setdefault(key, {"fwd": {}, "bwd": {}})
+        for name, col, backward in (("fwd", "fwd_s", False), ("bwd", "bwd_s", True)):
+            seconds = row.get(col)
+            if seconds and seconds > 0:
+                tflops = row_flops(row, backward) / seconds / 1e12
+                seq = float(row["seq"])
+                passes[name][seq] = max(passes[name].get(seq, 0.0), tflops)
+    curves = []
+    for (head_dim, causal), passes in sorted(best.items()):
+        if not passes["fwd"]:
+            continue
+        curves.append(
+            AttentionCurve(
+                head_dim=head_dim,
+                causal=causal,
+                fwd_tflops=sorted(passes["fwd"].items()),
+                bwd_tflops=sorted(passes["bwd"].items()) or None,
+            )
+        )
+    return curves

@@ -3,17 +3,16 @@
 GEMM time = max(FLOPs / (peak x efficiency(FLOPs)), bytes / (HBM x hbm efficiency)). The
 efficiency curve comes from the profile's ``efficiency.gemm`` (GEMM microbenchmarks) or, when
 the profile was calibrated, from its measured GEMM table (same curve, built from real timings).
-Attention uses the FlashAttention FLOP count (causal halves it) over the attention efficiency,
-or the measured attention table. Memory-bound kernels use effective HBM bandwidth.
+Attention uses the FlashAttention FLOP count (causal halves it) over the kernel's throughput at
+that head dimension and sequence length (published or measured curves), or a scalar efficiency. Memory-bound kernels use effective HBM bandwidth.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from simcluster.attention_kernels import kernel_tflops
+from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
 from simcluster.hardware import HardwareProfile
 from simcluster.interp import interp
 
@@ -167,40 +166,19 @@ class KernelModel:
     ) -> float:
         """Fused (flash) attention; forward FLOPs 2*b*h*sq*skv*(d + dv), x0.5 causal, x2.5 backward.
 
-        Rate: the calibrated attention table if the profile has one, else the benchmark curve of
-        the kernel in use at this head dimension and sequence length, else the scalar efficiency.
+        Rate: the curve of the kernel in use at this head dimension and sequence length (the
+        scenario's kernel, else a calibrated profile's measured one, else the profile's
+        default), else the scalar efficiency.
         """
         flops = 2.0 * batch * heads * seq_q * seq_kv * (head_dim + v_dim)
         if causal:
             flops *= 0.5
         if backward:
-            flops *= 2.5  # dQ, dK, dV and the recomputed scores: 5 matmuls against 2
-        peak = self._peak(self.act_dtype)
-        rate = self._measured_attention_eff(backward)
-        if rate is not None:
-            rate *= peak
-        elif self._attention_curves is not None:
+            flops *= BWD_FLOPS_FACTOR  # dQ, dK, dV and the recomputed scores: 5 matmuls against 2
+        if self._attention_curves is not None:
             d = (head_dim + v_dim) / 2
             rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
         else:
             eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
-            rate = peak * eff
+            rate = self._peak(self.act_dtype) * eff
         return flops / rate + self.launch_s
-
-    @lru_cache(maxsize=4)  # noqa: B019 - the model is immutable after construction
-    def _measured_attention_eff(self, backward: bool) -> float | None:
-        rows = self.profile.measured.get("attention") or []
-        effs = []
-        for r in rows:
-            flops = 2.0 * r["batch"] * r["heads"] * r["seq"] * r["seq"] * 2 * r["head_dim"]
-            if r.get("causal", True):
-                flops *= 0.5
-            t = r["bwd_s"] if backward else r["fwd_s"]
-            if backward:
-                flops *= 2.5
-            if t and t > 0:
-                effs.append(flops / t / self._peak(str(r.get("dtype", self.act_dtype))))
-        return max(effs) if effs else None
-
-    def __hash__(self) -> int:  # for lru_cache on methods
-        return id(self)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simcluster.attention_kernels import AttentionCurve
+from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 
@@ -167,12 +167,13 @@ class HardwareProfile(_Strict):
         return table[precision] * 1e12
 
     def attention_curves(self, kernel: str | None) -> list[AttentionCurve] | None:
-        """Benchmark curves of the fused-attention kernel a scenario names (or the profile's
-        default); None = use the scalar attention_fwd / attention_bwd efficiencies."""
-        name = kernel or self.efficiency.attention_kernel
+        """Curves of the fused-attention kernel a scenario names; without a name, the profile's
+        own measurements (a calibrated profile: kernel ``measured``) or else its default kernel.
+        None = use the scalar attention_fwd / attention_bwd efficiencies."""
+        kernels = self.attention_kernels
+        name = kernel or (MEASURED if MEASURED in kernels else self.efficiency.attention_kernel)
         if name is None:
             return None
-        kernels = self.efficiency.attention_kernels
         if name not in kernels:
             listed = ", ".join(sorted(kernels)) or "none"
             raise UserError(
@@ -181,6 +182,19 @@ class HardwareProfile(_Strict):
                 "pick one of those, or drop the key to use the profile's default",
             )
         return kernels[name]
+
+    @cached_property
+    def attention_kernels(self) -> dict[str, list[AttentionCurve]]:
+        """Every kernel with curves: the published ones of ``efficiency.attention_kernels`` and,
+        when the profile holds ``measured.attention`` rows, :data:`MEASURED` built from them
+        (unless the profile already lists it)."""
+        kernels = dict(self.efficiency.attention_kernels)
+        rows = self.measured.get("attention") or []
+        if MEASURED not in kernels and rows:
+            curves = curves_from_rows(rows)
+            if curves:
+                kernels[MEASURED] = curves
+        return kernels
 
     @property
     def nvlink_bytes_per_s(self) -> float:

@@ -66,6 +66,18 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     assert prof.gpu.hbm_tbps * 1e12 == pytest.approx(best_bw, rel=1e-12)
 
 
+def test_measured_attention_is_the_profiles_kernel_by_sequence_length(two_rank_profile):
+    prof = load_profile(two_rank_profile)
+    assert prof.efficiency.attention_kernel == "measured"
+    assert set(prof.efficiency.attention_kernels) == {"measured"}  # no H100 curves on a CPU
+    rows = prof.measured["attention"]
+    for curve in prof.efficiency.attention_kernels["measured"]:
+        for seq, tflops in curve.fwd_tflops:
+            timed = [r["fwd_tflops"] for r in rows if r["seq"] == seq and r["head_dim"] == curve.head_dim]
+            assert tflops == pytest.approx(max(timed), rel=1e-9)
+    assert {seq for c in prof.attention_curves(None) for seq, _ in c.fwd_tflops} == {r["seq"] for r in rows}
+
+
 def test_collectives_follow_nccl_tests_formulas(two_rank_profile):
     rows = load_profile(two_rank_profile).measured["collectives"]
     ops = {r["op"] for r in rows}
