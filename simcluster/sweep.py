@@ -1,11 +1,13 @@
 """Layout sweeps: simulate every combination of a few layout axes and rank the results.
 
-A sweep starts from one scenario and varies *axes* (``tp``, ``pp``, ``cp``, ``ep``, ``vpp``,
-``zero``, ``schedule``, ``micro_batch``, ``recompute``, ``sequence_parallel``); every other
-field keeps the scenario's value. The data-parallel degree is derived from the GPU count
-(dp = gpus / (tp x pp x cp)), so a swept scenario's ``parallel.dp`` is dropped, and so is
-``parallel.layers_per_stage`` when ``pp`` or ``vpp`` is swept (a split written for one
-pipeline depth does not fit another).
+A sweep starts from one scenario and varies *axes* (``hardware``, ``gpus``, ``tp``, ``pp``,
+``cp``, ``ep``, ``vpp``, ``zero``, ``schedule``, ``micro_batch``, ``recompute``,
+``sequence_parallel``); every other field keeps the scenario's value. The data-parallel degree
+is derived from the GPU count (dp = gpus / (tp x pp x cp)), so a swept scenario's
+``parallel.dp`` is dropped, and so is ``parallel.layers_per_stage`` when ``pp`` or ``vpp`` is
+swept (a split written for one pipeline depth does not fit another). Sweeping ``hardware`` and
+``gpus`` compares clusters one might buy: the global batch stays, so more GPUs mean more data
+parallelism or fewer microbatches each.
 
 Each combination is checked the way ``simcluster run`` checks a scenario; one that cannot run
 (tp not dividing the heads, dp x tp x pp x cp != GPUs, a batch that does not divide, ...) is
@@ -26,6 +28,8 @@ from simcluster.errors import UserError
 
 # axis -> (scenario section, field, value type)
 AXES: dict[str, tuple[str, str, type]] = {
+    "hardware": ("cluster", "hardware", str),
+    "gpus": ("cluster", "gpus", int),
     "tp": ("parallel", "tp", int),
     "pp": ("parallel", "pp", int),
     "cp": ("parallel", "cp", int),
@@ -39,7 +43,7 @@ AXES: dict[str, tuple[str, str, type]] = {
 }
 # axes whose "auto" means powers of two up to the GPU count
 _AUTO_AXES = ("tp", "pp", "cp", "ep")
-_DP_AXES = ("tp", "pp", "cp")
+_DP_AXES = ("gpus", "tp", "pp", "cp")
 _STAGE_AXES = ("pp", "vpp")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -235,7 +239,8 @@ def run_sweep(
 
 def rank(rows: Sequence[SweepRow]) -> list[SweepRow]:
     """Layouts that fit first, then those that do not, each by tokens/s per GPU (highest
-    first); skipped candidates last. Ties break on the label, so the order is deterministic."""
+    first: the fewest GPU-seconds per token, also across cluster sizes and hardware); skipped
+    candidates last. Ties break on the label, so the order is deterministic."""
 
     def key(row: SweepRow) -> tuple[int, float, str]:
         if row.summary is None:

@@ -173,3 +173,41 @@ def test_cli_errors_are_one_line_with_status_2(scenario_file, capsys, args, fiel
     assert main(["sweep", str(scenario_file), "-j", "1", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {field}") and "\n" not in err and "Traceback" not in err
+
+
+# --- cluster axes: GPU count and hardware ------------------------------------------------
+def test_gpus_axis_rederives_dp_and_keeps_the_global_batch():
+    base = _base()
+    base["parallel"].update(dp=1, pp=4)
+    rows = run_sweep(candidates(base, {"gpus": [4, 8, 16]}), jobs=1)
+    by_gpus = {dict(r.candidate.settings)["gpus"]: r for r in rows}
+    assert all(r.ran for r in rows) and sorted(by_gpus) == [4, 8, 16]
+    for gpus, row in by_gpus.items():
+        dp = gpus // 4
+        assert f"dp{dp} " in row.summary["layout"]
+        m = M // dp  # the global batch stays: more data parallelism, fewer microbatches each
+        assert row.summary["microbatches"] == m
+        # the 1F1B bubble (p-1)/(m+p-1) of Narayanan et al. 2021, Sec. 2.2.1, with p = 4
+        assert row.summary["bubble_fraction"] == pytest.approx(3 / (m + 3), rel=0.01)
+        expected = simulate(scenario_from_dict(row.candidate.scenario)).summary
+        assert row.summary["step_time_s"] == expected["step_time_s"]
+
+
+def test_cli_hardware_list_is_an_axis(scenario_file, capsys):
+    code = main(["sweep", str(scenario_file), "--hardware", "dgx-a100,dgx-h100", "--gpus", "4,8",
+                 "--pp", "4", "-j", "1", "--json"])  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["axes"] == {"hardware": ["dgx-a100", "dgx-h100"], "gpus": [4, 8], "pp": [4]}
+    assert [r["label"].split()[0] for r in doc["rows"][:2]] == ["hardware=dgx-h100"] * 2  # H100 first
+    single = main(["sweep", str(scenario_file), "--hardware", "dgx-a100", "--pp", "4", "-j", "1", "--json"])
+    assert single == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    a100 = next(r for r in doc["rows"] if r["label"] == "hardware=dgx-a100 gpus=4 pp=4")
+    assert row["step_time_s"] == a100["step_time_s"]  # --hardware X equals the axis value X
+
+
+def test_cli_unknown_hardware_in_a_list_is_an_error_not_a_skip(scenario_file, capsys):
+    assert main(["sweep", str(scenario_file), "--hardware", "dgx-h100,dgx-h900", "--pp", "4", "-j", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --hardware") and "dgx-h900" in err and "\n" not in err

@@ -17,6 +17,7 @@ from simcluster.commands.common import (
     to_json,
 )
 from simcluster.errors import UserError
+from simcluster.hardware import resolve_profile_path
 from simcluster.sweep import (
     AXES,
     Candidate,
@@ -30,9 +31,13 @@ from simcluster.sweep import (
 from simcluster.units import format_bytes, format_time
 
 NAME = "sweep"
-HELP = "simulate every combination of layout axes (tp, pp, vpp, zero, micro-batch, ...) and rank them"
+HELP = (
+    "simulate every combination of layout axes (tp, pp, vpp, zero, micro-batch, ...; also GPU "
+    "count and hardware) and rank them"
+)
 
 _AXIS_HELP = {
+    "gpus": "GPU counts (cluster sizes), e.g. 64,128,256; dp follows, the global batch stays",
     "tp": "tensor-parallel sizes, e.g. 1,2,4,8 or auto",
     "pp": "pipeline stages, e.g. 1,2,4 or auto",
     "cp": "context-parallel sizes or auto",
@@ -48,8 +53,13 @@ _AXIS_HELP = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
-    group = parser.add_argument_group("axes (comma-separated values; the others keep the scenario's)")
+    group = parser.add_argument_group(
+        "axes (comma-separated values; the others keep the scenario's; several --hardware "
+        "profiles, e.g. --hardware dgx-a100,dgx-h100, are an axis too)"
+    )
     for axis in AXES:
+        if axis == "hardware":  # the common --hardware option takes a list here
+            continue
         flag = "--" + axis.replace("_", "-")
         group.add_argument(flag, dest=f"axis_{axis}", metavar="LIST", help=_AXIS_HELP[axis])
     parser.add_argument(
@@ -74,11 +84,16 @@ def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     base = scenario.model_dump(exclude_unset=True)
     base["name"] = scenario.name
-    axes = {
-        axis: parse_axis(axis, text, scenario.cluster.gpus)
-        for axis in AXES
-        if (text := getattr(args, f"axis_{axis}")) is not None
-    }
+    texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
+    hardware = args.hardware
+    if hardware is not None and "," in hardware:
+        texts["hardware"], hardware = hardware, None
+    gpus = scenario.cluster.gpus
+    if texts["gpus"] is not None:
+        gpus = max(parse_axis("gpus", texts["gpus"], gpus))  # 'auto' tp/pp/... up to the largest
+    axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
+    for name in axes.get("hardware", []):
+        resolve_profile_path(name, field="--hardware")  # a typo is an error, not a skipped row
     cands = candidates(base, axes)
     if len(cands) > args.max_layouts:
         raise UserError(
@@ -89,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    rows = _run_with_progress(cands, args.hardware, jobs)
+    rows = _run_with_progress(cands, hardware, jobs)
     document = _document(scenario.name, axes, rows)
     text = to_json(document)
     if args.out:
@@ -139,7 +154,9 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
     table.add_column("#", justify="right")
     for axis in axes:
         table.add_column(_SHORT.get(axis, axis), justify="right")
-    for col in ("dp", "step", "tokens/s/GPU", "MFU", "bubble", "exposed comm", "peak memory"):
+    total = "gpus" in axes  # cluster sizes differ: show what the whole job does as well
+    for col in ("dp", "step", *(("tokens/s",) if total else ()), "tokens/s/GPU", "MFU", "bubble",
+                "exposed comm", "peak memory"):  # fmt: skip
         table.add_column(col, justify="right")
     for index, row in enumerate(ran[:top], start=1):
         s = row.summary
@@ -151,6 +168,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
             *(show_value(value) for _, value in row.candidate.settings),
             _dp(s["layout"]),
             format_time(s["step_time_s"]),
+            *((f"{s['tokens_per_s']:,.0f}",) if total else ()),
             f"{s['tokens_per_s_per_gpu']:,.0f}",
             f"{100 * s['mfu']:.1f}%",
             f"{100 * s['bubble_fraction']:.1f}%",

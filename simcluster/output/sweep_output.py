@@ -3,7 +3,7 @@
 The picture answers the question a sweep is run for: which layouts fit, and which of those
 is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
 layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
-line and the best five that fit are numbered, with their settings in a key under the plot.
+line (one per memory size when hardware is swept) and the best five that fit are numbered, with their settings in a key under the plot.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     if over:
         ax.scatter(*xy(over), s=36, facecolor="none", edgecolor="#C62828", linewidth=1.0,
                    label="does not fit", zorder=3)  # fmt: skip
-    if ran:
-        capacity = ran[0].summary["capacity_bytes"] / GiB  # type: ignore[index]
+    # one line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs)
+    for capacity in sorted({r.summary["capacity_bytes"] / GiB for r in ran}):  # type: ignore[index]
         ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
     best = fits[:_LABELLED]
     for index, row in enumerate(best, start=1):
