@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
+from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 
@@ -151,10 +152,14 @@ def layer_activation_bytes(
     else:
         att += (2 * e + mask) * scores / t
 
-    # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask
+    # MLP block: norm input, first-GEMM input, activation input(s), second-GEMM input, mask;
+    # SwiGLU run as act(gate) * up in two kernels also keeps act(gate) for the product's backward
+    gate_out = e if model.mlp == "swiglu" and STYLES[training.elementwise].gate_unfused else 0.0
+
     def mlp(width: float, tokens: float, first_in: float, act_out: float) -> float:
         up = model.up_width(width)
-        return tokens * b * (first_in * h / rep + (e * up + act_out * width) / t)
+        kept_gate = gate_out if act_out else 0.0  # a recomputed activation keeps neither
+        return tokens * b * (first_in * h / rep + (e * up + (act_out + kept_gate) * width) / t)
 
     norm_mask = e * sbh / rep + mask * sbh / rep
     if model.is_moe_layer(layer):

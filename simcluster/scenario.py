@@ -162,12 +162,14 @@ class TrainingSection(_Section):
             "TransformerEngine on Hopper); default: the profile's"
         ),
     )
-    elementwise: Literal["fused", "eager"] = Field(
+    elementwise: Literal["fused", "eager", "nanotron"] = Field(
         default="fused",
         description=(
             "how norms, rotary embedding, activation and residual adds run: fused kernels "
-            "(Megatron/TransformerEngine, nanotron, torch.compile) or PyTorch eager, one kernel "
-            "per operation with fp32 upcasts (torchtitan without compile, HF Transformers)"
+            "(Megatron/TransformerEngine, torch.compile), PyTorch eager, one kernel per "
+            "operation with fp32 upcasts (torchtitan without compile, HF Transformers), or "
+            "nanotron's mix (Triton norm and rotary, PyTorch re-layout copies around them, "
+            "unfused SwiGLU)"
         ),
     )
     fused_cross_entropy: bool = Field(

@@ -11,7 +11,7 @@ from simcluster.context import build_context
 from simcluster.engine.plan import build_plans
 from simcluster.errors import UserError
 from simcluster.memory import chunk_activation_bytes, head_activation_bytes, layer_activation_bytes
-from simcluster.parallelism.elementwise import Elementwise
+from simcluster.parallelism.elementwise import STYLES, Elementwise
 from simcluster.scenario import scenario_from_dict
 from tests.conftest import make_scenario
 
@@ -32,7 +32,7 @@ LLAMA = {
 
 def _ops(eager: bool, **model) -> Elementwise:
     ctx = build_context(scenario_from_dict(make_scenario(model={**LLAMA, **model})))
-    return Elementwise(ctx.model, ctx.layout, 2.0, eager)
+    return Elementwise(ctx.model, ctx.layout, 2.0, STYLES["eager" if eager else "fused"])
 
 
 def test_eager_rmsnorm_moves_36_bytes_per_element():
@@ -108,3 +108,59 @@ def test_partial_full_recompute_reruns_only_those_layers():
 def test_recompute_num_layers_needs_full_recompute():
     with pytest.raises(UserError, match="training.recompute_num_layers"):
         build_context(scenario_from_dict(_partial(2, recompute="selective")))
+
+
+# --- nanotron's style (huggingface/nanotron src/nanotron/models/llama.py, training path) ------
+MHA = {**LLAMA, "kv_heads": 16}  # nanotron's benchmark models are multi-head (kv heads = heads)
+
+
+def _nanotron(micro_batch: int = 1) -> Elementwise:
+    ctx = build_context(scenario_from_dict(make_scenario(model=MHA)))
+    return Elementwise(ctx.model, ctx.layout, 2.0, STYLES["nanotron"], micro_batch)
+
+
+def test_nanotron_norms_are_triton_kernels_like_fused():
+    fused = Elementwise(_nanotron().model, _nanotron().layout, 2.0, STYLES["fused"])
+    assert _nanotron().norm() == fused.norm()  # TritonRMSNorm: one read + one write
+    assert _nanotron().residual() == fused.residual()
+
+
+def test_nanotron_relayout_copies_around_flash_rotary():
+    q = kv = 1024
+    # qkv.view(...).permute(2, 1, 0, 3, 4).contiguous(): Q, K, V read and written once (2 B each);
+    # torch.cat([k, v]) and .permute(1, 2, 0, 3, 4).contiguous(): K and V copied twice more;
+    # flash_rotary_embedding(q, kv=...): reads Q and writes a new Q, rotates K in place
+    expected = 2 * 2 * (q + 2 * kv) + 2 * (2 * 2 * 2 * kv) + 2 * 2 * (q + kv)
+    assert _nanotron().attention_inputs().bytes_per_token == expected
+
+
+def test_nanotron_swiglu_is_two_kernels_and_the_output_copy_needs_several_sequences():
+    width = 2816
+    # GLUActivation: act(gate) 2+2 per element, then the product 2+2+2
+    assert _nanotron().activation(width).bytes_per_token == (2 + 2) * width + (2 + 2 + 2) * width
+    # attention output transposed to sequence-first: a copy only when b > 1 (matmul reshapes it)
+    assert _nanotron(1).attention_output().bytes_per_token == 0
+    assert _nanotron(2).attention_output().bytes_per_token == 2 * 2 * 1024
+
+
+def test_every_style_is_a_scenario_choice():
+    import typing
+
+    from simcluster.scenario import TrainingSection
+
+    choices = typing.get_args(TrainingSection.model_fields["elementwise"].annotation)
+    assert set(choices) == set(STYLES)
+
+
+@pytest.mark.parametrize("style", ["eager", "nanotron"])
+def test_unfused_swiglu_keeps_the_gate_activation(style):
+    # act(gate) * up as two kernels: the product's backward needs act(gate), one more f-wide
+    # tensor per token than the fused kernel keeps (Korthikanti Table 2 counts the fused one)
+    training = {"seq_len": 2048, "micro_batch": 1, "global_batch": 8}
+    fused = scenario_from_dict(make_scenario(model=LLAMA, training=training))
+    other = scenario_from_dict(make_scenario(model=LLAMA, training={**training, "elementwise": style}))
+    ctx = build_context(fused)
+    extra = layer_activation_bytes(ctx.model, ctx.layout, other.training, 0) - layer_activation_bytes(
+        ctx.model, ctx.layout, fused.training, 0
+    )
+    assert extra == 2 * 2048 * 2816  # bf16 x tokens x ffn (tp 1)

@@ -364,8 +364,11 @@ FAST_SUBSET = (
     "zb/1.5B-m24-ZB-1p",
     "zb/1.5B-m24-ZB-2p",
 )
-FAST_SUBSET_MAPE = 5.6
-QUICK_SET_MAPE = 11.4
+# Raised from 5.6 on purpose: nanotron's re-layout copies (training.elementwise nanotron, read
+# from its models/llama.py) make its single-node 1.34B rows more pessimistic (2 nodes -8.6 ->
+# -14.8%) while the family's MAPE falls (36.7 -> 32.0): physics over score.
+FAST_SUBSET_MAPE = 6.3
+QUICK_SET_MAPE = 10.4
 QUICK_SET_ORDERING_ROWS = 12
 # per family (quick set): the target is <= 10% MAPE with no case worse than 25%;
 # narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
@@ -374,7 +377,7 @@ FAMILY_MAPE = {
     "korthikanti2022-a100": 3.0,
     "megatron-bridge-fp8-h100": 6.7,
     "megatron-core-h100": 10.4,
-    "nanotron-h100": 36.7,
+    "nanotron-h100": 32.0,
     "narayanan2021-a100": 3.7,
     "nemo-fp8-h100": 4.7,
     "nemo-long-context-h100": 4.2,

@@ -188,7 +188,10 @@ for r in e["rows"]:
             + ". ASSUMED: MFU denominator 989.4 TFLOP/s (H100 SXM bf16 dense), bf16 with fp32 grad "
             "accumulation, no recompute, 1F1B pipeline engine, TP in REDUCE_SCATTER mode = sequence "
             "parallel without modelled comm overlap. Attention: the flash-attn 2 package "
-            "(models/llama.py CoreAttention calls flash_attn_varlen_func), FA2's H100 curves."
+            "(models/llama.py CoreAttention calls flash_attn_varlen_func), FA2's H100 curves. "
+            "Memory-bound ops as models/llama.py runs them (training.elementwise nanotron): "
+            "TritonRMSNorm and flash-attn's rotary kernel, PyTorch permute/cat copies of Q, K "
+            "and V around it, GLUActivation as two kernels."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
@@ -199,7 +202,8 @@ for r in e["rows"]:
             "parallel": {"dp": r["dp"], "tp": r["tp"], "pp": r["pp"], "zero": r["zero"],
                          "sequence_parallel": r["tp"] > 1},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
-                         "precision": "bf16", "recompute": "none", "attention_kernel": "fa2"},
+                         "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
+                         "elementwise": "nanotron"},
             **copy.deepcopy(NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO),
         },
         "measured": {"tokens_per_s": round(tps, 1)},

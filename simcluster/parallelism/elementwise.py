@@ -1,10 +1,10 @@
 """The memory-bound work of a transformer layer: norms, rotary embedding, activation, residuals.
 
-Two ways a framework runs it (``training.elementwise``):
+How a framework runs it is a *style* (``training.elementwise``, registry :data:`STYLES`):
 
-- ``fused`` (Megatron-Core with TransformerEngine, nanotron's Triton/flash-attn kernels, a
-  ``torch.compile``d model): each block's norm, rotary embedding, activation and residual add
-  read their input and write their output once, 16-bit.
+- ``fused`` (Megatron-Core with TransformerEngine, a ``torch.compile``d model): each block's
+  norm, rotary embedding, activation and residual add read their input and write their output
+  once, 16-bit.
 - ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
   Transformers models): every tensor operation of the model code is its own kernel, and the
   Llama-style RMSNorm and rotary embedding upcast to fp32 first. Per element:
@@ -19,8 +19,17 @@ Two ways a framework runs it (``training.elementwise``):
   - the attention output's ``transpose(1, 2).contiguous()`` copies it.
   - SwiGLU's ``silu(w1(x)) * w3(x)``: silu 2+2 per gate element, the product 2+2+2.
   - dropout (when the model has it): the output and a one-byte mask.
+- ``nanotron`` (huggingface/nanotron ``models/llama.py``, training path): the norms are one
+  Triton kernel (``TritonRMSNorm``) and the rotary embedding is flash-attn's Triton kernel, as
+  fused; but the attention inputs are re-laid out in PyTorch ops first (multi-head: the QKV
+  output ``view(...).permute(2, 1, 0, 3, 4).contiguous()``, one copy of Q, K and V; then K and
+  V are stacked with ``torch.cat`` and ``permute(1, 2, 0, 3, 4).contiguous()`` for
+  ``flash_rotary_embedding(q, kv=...)``, two more copies of K and V; the rotary kernel writes a
+  new Q and rotates K in place), the attention output is transposed to sequence-first and, with
+  more than one sequence per microbatch, copied by the output projection's matmul, and
+  ``GLUActivation`` is ``act(gate) * up`` in two kernels.
 
-The backward moves twice the forward's bytes in both modes (the gradient of each op reads the
+The backward moves twice the forward's bytes in every style (the gradient of each op reads the
 incoming gradient and what it saved, and writes one gradient): an assumption of this model.
 """
 
@@ -46,13 +55,50 @@ class Traffic:
 
 
 @dataclass(frozen=True)
+class ElementwiseStyle:
+    """Which memory-bound operations a framework leaves unfused (see the module docstring)."""
+
+    name: str
+    norm_fp32_ops: bool = False  # Llama-reference RMSNorm as separate fp32 ops
+    rotary_fp32_ops: bool = False  # rotary through complex fp32 ops
+    repeat_kv: bool = False  # GQA K/V materialised at the query width
+    attention_output_copy: bool = False  # core attention output made contiguous
+    gate_unfused: bool = False  # SwiGLU as act(gate), then the product
+    dropout_unfused: bool = False
+    qkv_relayout: bool = False  # nanotron's permute/cat copies around flash rotary
+    kernel_per_op: bool = False  # every operation its own launch
+
+
+STYLES: dict[str, ElementwiseStyle] = {
+    "fused": ElementwiseStyle("fused"),
+    "eager": ElementwiseStyle(
+        "eager",
+        norm_fp32_ops=True,
+        rotary_fp32_ops=True,
+        repeat_kv=True,
+        attention_output_copy=True,
+        gate_unfused=True,
+        dropout_unfused=True,
+        kernel_per_op=True,
+    ),
+    "nanotron": ElementwiseStyle("nanotron", gate_unfused=True, qkv_relayout=True, kernel_per_op=True),
+}
+
+
+@dataclass(frozen=True)
 class Elementwise:
     """Forward traffic of a layer's memory-bound parts on one GPU (widths after TP/SP)."""
 
     model: ModelSpec
     layout: Layout
     elt: float  # bytes of an activation element
-    eager: bool
+    style: ElementwiseStyle
+    micro_batch: int = 1
+
+    @property
+    def eager(self) -> bool:
+        """Whether each operation is its own kernel (pays its own launch gap)."""
+        return self.style.kernel_per_op
 
     @property
     def _sp(self) -> int:
@@ -65,7 +111,7 @@ class Elementwise:
     def norm(self) -> Traffic:
         """One pre-block norm over the hidden state (SP-sharded)."""
         width = self.model.hidden / self._sp
-        if not self.eager or self.model.norm == "layernorm":
+        if not self.style.norm_fp32_ops or self.model.norm == "layernorm":
             return Traffic(2 * self.elt * width)
         casts = 2 * self._cast()
         per_elem = casts + 2 * FP32 + FP32 + 2 * FP32 + 2 * self.elt  # pow, mean, *rsqrt, *weight
@@ -75,36 +121,44 @@ class Elementwise:
         """x + block(x): two reads and a write of the hidden state; dropout first if any."""
         width = self.model.hidden / self._sp
         out = Traffic(3 * self.elt * width)
-        if self.eager and self.model.dropout:
+        if self.style.dropout_unfused and self.model.dropout:
             out = out + Traffic((2 * self.elt + 1) * width)
         return out
 
     def attention_inputs(self) -> Traffic:
         """Between the QKV projection and the core attention: rotary embedding (and GQA copies)."""
-        m, t = self.model, self.layout.tp
+        m, t, st = self.model, self.layout.tp, self.style
         q = m.heads * m.d_head / t
         kv = m.kv_heads * m.d_head / t
-        if not self.eager:
+        if st.qkv_relayout:
+            # Q, K, V copied heads-major; K and V stacked, then permuted (two copies); the
+            # rotary kernel reads Q and writes a new one, and rotates K in place
+            copies = Traffic(2 * self.elt * (q + 2 * kv) + 2 * (2 * self.elt * 2 * kv), kernels=3)
+            if m.position != "rope":
+                return copies
+            return copies + Traffic(2 * self.elt * (q + kv), kernels=2)
+        if not st.rotary_fp32_ops:
             return Traffic(2 * self.elt * (q + 2 * kv))
         out = Traffic(0.0, kernels=0)
         if m.position == "rope":
             per_elem = 2 * self._cast() + 2 * FP32
             out = out + Traffic(per_elem * (q + kv), kernels=6 if self._cast() else 2)
-        if m.kv_heads < m.heads:
+        if st.repeat_kv and m.kv_heads < m.heads:
             out = out + Traffic(2 * self.elt * (kv + q), kernels=2)
         return out
 
     def attention_output(self) -> Traffic:
-        """The core attention's output made contiguous for the output projection (eager)."""
-        m = self.model
-        if not self.eager:
-            return Traffic(0.0, kernels=0)
-        return Traffic(2 * self.elt * m.heads * m.d_head / self.layout.tp)
+        """The core attention's output made contiguous for the output projection (eager; in
+        nanotron's sequence-first layout only when a microbatch holds several sequences)."""
+        m, st = self.model, self.style
+        if st.attention_output_copy or (st.qkv_relayout and self.micro_batch > 1):
+            return Traffic(2 * self.elt * m.heads * m.d_head / self.layout.tp)
+        return Traffic(0.0, kernels=0)
 
     def activation(self, width: float) -> Traffic:
         """The MLP activation on a (per-GPU) intermediate width; SwiGLU multiplies the gate in."""
         gated = self.model.mlp == "swiglu"
-        if not self.eager:
+        if not self.eager or (gated and not self.style.gate_unfused):
             return Traffic(self.elt * (self.model.up_width(width) + width))
         if gated:
             return Traffic(2 * self.elt * width + 3 * self.elt * width, kernels=2)

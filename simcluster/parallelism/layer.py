@@ -13,7 +13,7 @@ from functools import cached_property
 
 from simcluster.compute import KernelModel
 from simcluster.parallelism import context, expert, tensor, wgrad
-from simcluster.parallelism.elementwise import Elementwise, Traffic
+from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.segments import Comm, Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
@@ -73,13 +73,14 @@ class LayerBuilder:
 
     @cached_property
     def ops(self) -> Elementwise:
-        """The layer's memory-bound parts, fused or eager (``training.elementwise``)."""
-        eager = self.scenario.training.elementwise == "eager"
-        return Elementwise(self.shapes.model, self.shapes.layout, self.shapes.elt, eager)
+        """The layer's memory-bound parts in the framework's style (``training.elementwise``)."""
+        training = self.scenario.training
+        style = STYLES[training.elementwise]
+        return Elementwise(self.shapes.model, self.shapes.layout, self.shapes.elt, style, training.micro_batch)
 
     def _elementwise(self, traffic: Traffic, phase: str) -> float:
         """Seconds of memory-bound kernels: their bytes once forward, twice backward. Fused,
-        a group is one kernel; eager, each operation pays its own launch gap."""
+        a group is one kernel; eager (and nanotron), each operation pays its own launch gap."""
         if phase == "W" or traffic.bytes_per_token <= 0:
             return 0.0
         scale = 2 if phase == "B" else 1
