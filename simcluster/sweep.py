@@ -158,6 +158,7 @@ class SweepRow:
             return rec
         rec.update(
             layout=s["layout"],
+            dp=s["parallel"]["dp"],
             step_time_s=s["step_time_s"],
             tokens_per_s=s["tokens_per_s"],
             tokens_per_s_per_gpu=s["tokens_per_s_per_gpu"],

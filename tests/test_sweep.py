@@ -184,7 +184,8 @@ def test_gpus_axis_rederives_dp_and_keeps_the_global_batch():
     assert all(r.ran for r in rows) and sorted(by_gpus) == [4, 8, 16]
     for gpus, row in by_gpus.items():
         dp = gpus // 4
-        assert f"dp{dp} " in row.summary["layout"]
+        assert row.summary["parallel"]["dp"] == dp and f"dp{dp} " in row.summary["layout"]
+        assert row.to_dict()["dp"] == dp
         m = M // dp  # the global batch stays: more data parallelism, fewer microbatches each
         assert row.summary["microbatches"] == m
         # the 1F1B bubble (p-1)/(m+p-1) of Narayanan et al. 2021, Sec. 2.2.1, with p = 4

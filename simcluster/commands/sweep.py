@@ -166,7 +166,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
         table.add_row(
             str(index),
             *(show_value(value) for _, value in row.candidate.settings),
-            _dp(s["layout"]),
+            str(s["parallel"]["dp"]),
             format_time(s["step_time_s"]),
             *((f"{s['tokens_per_s']:,.0f}",) if total else ()),
             f"{s['tokens_per_s_per_gpu']:,.0f}",
@@ -187,7 +187,3 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
     if out:
         console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
 
-
-def _dp(layout: str) -> str:
-    """The data-parallel degree from the summary's layout string ('dp8 tp1 ...')."""
-    return next((w[2:] for w in layout.split() if w.startswith("dp")), "1")

@@ -130,6 +130,7 @@ def _summary(
     return {
         "scenario": sc.name,
         "layout": lay.describe(),
+        "parallel": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp, "zero": lay.zero},
         "hardware": ctx.profile.name,
         "gpus": gpus,
         "microbatches": lay.microbatches,
