@@ -4,7 +4,8 @@ GEMM time = max(FLOPs / (peak x efficiency(FLOPs)), bytes / (HBM x hbm efficienc
 efficiency curve comes from the profile's ``efficiency.gemm`` (GEMM microbenchmarks) or, when
 the profile was calibrated, from its measured GEMM table (same curve, built from real timings).
 Attention uses the FlashAttention FLOP count (causal halves it) over the kernel's throughput at
-that head dimension and sequence length (published or measured curves), or a scalar efficiency. Memory-bound kernels use effective HBM bandwidth.
+that head dimension and sequence length (published or measured curves), or a scalar efficiency.
+Memory-bound kernels use effective HBM bandwidth.
 """
 
 from __future__ import annotations

@@ -130,7 +130,10 @@ def _summary(
     return {
         "scenario": sc.name,
         "layout": lay.describe(),
-        "parallel": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp, "zero": lay.zero},
+        "parallel": {
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+            "zero": lay.zero,
+        },  # fmt: skip
         "hardware": ctx.profile.name,
         "gpus": gpus,
         "microbatches": lay.microbatches,

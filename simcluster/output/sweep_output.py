@@ -3,7 +3,8 @@
 The picture answers the question a sweep is run for: which layouts fit, and which of those
 is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
 layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
-line (one per memory size when hardware is swept) and the best five that fit are numbered, with their settings in a key under the plot.
+line (one per memory size when hardware is swept) and the best five that fit are numbered,
+with their settings in a key under the plot.
 """
 
 from __future__ import annotations
