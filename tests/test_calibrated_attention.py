@@ -98,3 +98,17 @@ def test_a_described_machine_drops_the_fallbacks_published_curves():
     m = Measurements(gemm=gemm, attention=[{**r, "dtype": "bf16"} for r in ROWS])
     data = build_profile(m, {"backend": "gloo"}, None, Machine("Test CPU", 2**34, 2))
     assert set(data["efficiency"]["attention_kernels"]) == {MEASURED}
+
+
+def test_gpu_calibration_times_the_flashattention_papers_call_shapes():
+    pytest.importorskip("torch")
+    from calibrate.attention import default_shapes
+
+    shapes = default_shapes("cuda", quick=False)
+    # FlashAttention-2/3 benchmark sweep: 16K tokens per call, hidden 2048, seq 512..16K, d 64 and 128
+    assert {(s.seq, s.head_dim) for s in shapes} == {
+        (seq, d) for seq in (512, 1024, 2048, 4096, 8192, 16384) for d in (64, 128)
+    }
+    for s in shapes:
+        assert s.batch * s.seq == 16384 and s.heads * s.head_dim == 2048 and s.causal
+        assert s.heads == 4 * s.kv_heads
