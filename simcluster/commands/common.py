@@ -13,7 +13,10 @@ from typing import Any
 from simcluster.scenario import Scenario, load_scenario, parse_set
 
 
-def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+def add_scenario_arguments(
+    parser: argparse.ArgumentParser,
+    hardware_help: str = "hardware profile name or path (overrides cluster.hardware)",
+) -> None:
     """SCENARIO, --set, --hardware, --json."""
     parser.add_argument(
         "scenario", metavar="SCENARIO", help="shipped scenario name or path to a YAML file"
@@ -25,9 +28,7 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a scenario field, e.g. --set parallel.tp=4 (repeatable)",
     )
-    parser.add_argument(
-        "--hardware", metavar="H", help="hardware profile name or path (overrides cluster.hardware)"
-    )
+    parser.add_argument("--hardware", metavar="H", help=hardware_help)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

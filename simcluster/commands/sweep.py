@@ -52,11 +52,12 @@ _AXIS_HELP = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_scenario_arguments(parser)
-    group = parser.add_argument_group(
-        "axes (comma-separated values; the others keep the scenario's; several --hardware "
-        "profiles, e.g. --hardware dgx-a100,dgx-h100, are an axis too)"
+    add_scenario_arguments(
+        parser,
+        hardware_help="hardware profile name or path (overrides cluster.hardware); a comma list "
+        "(e.g. dgx-a100,dgx-h100) makes it an axis",
     )
+    group = parser.add_argument_group("axes (comma-separated values; the others keep the scenario's)")
     for axis in AXES:
         if axis == "hardware":  # the common --hardware option takes a list here
             continue
