@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import statistics
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -308,6 +309,40 @@ def test_cli_compares_published_peak_memory_on_the_side(cli, tmp_path):
     assert doc["summary"]["n"] == 2  # the metric's summary still covers both cases
     table = cli("validate", _cases_file(tmp_path, cases), "--jobs", "1")
     assert "peak memory" in table.out and "/ 10.0" in table.out
+
+
+def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):
+    """``--out DIR``: validate.csv (one row per case, the signed error of each), validate.json
+    (the ``--json`` document) and validate.png, written atomically; a failed case is a row too."""
+    base = {"source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    bad_sc = make_scenario(parallel={"tp": 3})
+    cases = [{"name": "a", **base}, {"name": "b", "peak_memory_gib": 10.0, **base},
+             {"name": "bad", "source": "t", "scenario": bad_sc, "measured": {"step_time_s": 1.0}}]  # fmt: skip
+    path = _cases_file(tmp_path, cases)
+    out = tmp_path / "val"
+    res = cli("validate", path, "--jobs", "1", "--out", str(out))
+    assert res.code == 0, res.err
+    assert "validate.png" in res.out
+    frame = pd.read_csv(out / "validate.csv")
+    assert list(frame["name"]) == ["a", "b", "bad"]
+    ok = frame[frame["name"] != "bad"]
+    assert list(ok["error_pct"]) == pytest.approx(list(100 * (ok["predicted"] - 1.0) / 1.0))
+    assert frame.loc[frame["name"] == "bad", "failed"].str.startswith("parallel").all()
+    def timeless(doc: dict) -> dict:  # wall_s is the only field that differs between runs
+        return {**doc, "cases": [{k: v for k, v in c.items() if k != "wall_s"} for c in doc["cases"]]}
+
+    doc = json.loads((out / "validate.json").read_text())
+    assert timeless(doc) == timeless(json.loads(cli("validate", path, "--jobs", "1", "--json").out))
+    assert (out / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in out.iterdir()) == ["validate.csv", "validate.json", "validate.png"]
+
+
+def test_cli_out_refuses_an_unwritable_place_before_running(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    base = {"name": "a", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    res = cli("validate", _cases_file(tmp_path, [base]), "--out", str(blocker / "sub"))
+    assert res.code == 2 and res.err.startswith("error: --out") and res.err.count("\n") == 1
 
 
 def test_cli_table_and_filter(cli, tmp_path):

@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import print_json, progress_bar
+from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.errors import UserError
 from simcluster.validate import (
     CaseResult,
@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="simulate N cases at once in worker processes (default: number of CPUs)",
     )
+    parser.add_argument(
+        "--out", metavar="DIR", help="write validate.csv, validate.json and validate.png (errors by family)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,11 +55,22 @@ def run(args: argparse.Namespace) -> int:
     cases = load_cases(args.cases, args.filter, quick=args.quick)
     if not cases:
         raise UserError("--filter", "no case left after --filter/--quick; drop or change them")
+    if args.out:
+        from simcluster.output.atomic import check_writable
+
+        check_writable(args.out)
     results = _run_with_progress(cases, jobs)
+    document = report(results)
+    if args.out:
+        from simcluster.output.validate_output import write_validation
+
+        write_validation(args.out, results, to_json(document) + "\n", title="simcluster validate")
     if args.json:
-        print_json(report(results))
+        print_json(document)
     else:
         _print(results)
+        if args.out:
+            Console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
     return 0
 
 
