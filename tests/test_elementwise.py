@@ -164,3 +164,10 @@ def test_unfused_swiglu_keeps_the_gate_activation(style):
         ctx.model, ctx.layout, fused.training, 0
     )
     assert extra == 2 * 2048 * 2816  # bf16 x tokens x ffn (tp 1)
+
+
+def test_list_names_the_styles(capsys):
+    from simcluster.cli import main
+
+    assert main(["list", "elementwise"]) == 0
+    assert capsys.readouterr().out.strip() == "elementwise: " + ", ".join(STYLES)

@@ -1,4 +1,5 @@
-"""``simcluster list``: shipped scenarios, hardware profiles, model presets and schedules."""
+"""``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules and the
+framework styles of memory-bound work (``training.elementwise``)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ from simcluster.model import preset_names
 from simcluster.scenario import shipped_scenarios
 
 NAME = "list"
-HELP = "list shipped scenarios, hardware profiles, model presets and pipeline schedules"
+HELP = "list shipped scenarios, hardware profiles, model presets, pipeline schedules and elementwise styles"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules"]
+        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "elementwise"]
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcluster.parallelism.elementwise import STYLES
     from simcluster.schedules import SCHEDULES
 
     tables = {
@@ -26,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
         "hardware": shipped_profiles(),
         "presets": preset_names(),
         "schedules": sorted(SCHEDULES),
+        "elementwise": list(STYLES),
     }
     for what, names in tables.items():
         if args.what in (None, what):
