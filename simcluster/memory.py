@@ -181,6 +181,23 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     return 4.0 * s * training.micro_batch * model.vocab / layout.tp
 
 
+def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Bytes alive only while the unfused loss runs, on top of the fp32 logits it keeps.
+
+    The LM head writes 16-bit logits; the loss converts them to fp32 (the copy it keeps for the
+    backward, :func:`head_activation_bytes`) while the 16-bit ones are still referenced, so the
+    last stage's peak holds both. Megatron's ``vocab_parallel_cross_entropy`` then subtracts the
+    max in place (``vocab_parallel_logits -= logits_max``); nanotron's ``_ShardedCrossEntropy``
+    (``sharded_logits - logits_max``) and PyTorch's ``cross_entropy`` (``log_softmax``) write one
+    more fp32 tensor while their fp32 input is alive. A fused loss kernel keeps none of these.
+    """
+    if training.fused_cross_entropy:
+        return 0.0
+    elements = training.seq_len / layout.cp * training.micro_batch * model.vocab / layout.tp
+    extra = act_bytes(training.precision) + (4.0 if STYLES[training.elementwise].loss_out_of_place else 0.0)
+    return elements * extra
+
+
 def chunk_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
 ) -> float:

@@ -14,17 +14,24 @@ from simcluster.context import Context
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
+    loss_transient_bytes,
     stage_memory,
     wgrad_retained_fraction,
 )
 
 
-def activation_walk(ops: Sequence[Any], chunk_bytes: Sequence[float], wgrad_fraction: float = 1.0) -> float:
+def activation_walk(
+    ops: Sequence[Any],
+    chunk_bytes: Sequence[float],
+    wgrad_fraction: float = 1.0,
+    transient: Sequence[float] | None = None,
+) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
     F stashes a chunk's activations; B frees all but ``wgrad_fraction`` of them (what the weight
-    gradients still need), W frees the rest; a fused BW frees everything. The engine tracks the
-    same stash along the simulated timeline.
+    gradients still need), W frees the rest; a fused BW frees everything. ``transient[c]`` is
+    held only during chunk c's forward on top of the stash (the loss's logit copies). The engine
+    tracks the same stash along the simulated timeline.
     """
     live = 0.0
     peak = 0.0
@@ -32,7 +39,7 @@ def activation_walk(ops: Sequence[Any], chunk_bytes: Sequence[float], wgrad_frac
         size = chunk_bytes[op.chunk]
         if op.kind == "F":
             live += size
-            peak = max(peak, live)
+            peak = max(peak, live + (transient[op.chunk] if transient else 0.0))
         elif op.kind == "B":
             live -= size * (1.0 - wgrad_fraction)
         elif op.kind == "W":
@@ -51,7 +58,8 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     out = []
     for stage, chunks in enumerate(ctx.chunks):
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch) for ch in chunks]
-        peak = activation_walk(orders[stage], cb, frac)
+        loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
+        peak = activation_walk(orders[stage], cb, frac, loss)
         out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
     return out
 

@@ -157,3 +157,41 @@ def test_fp8_keeps_linear_inputs_as_one_byte_copies():
     bf16 = _act(_ctx(training={**training, "precision": "bf16"}))
     fp8 = _act(_ctx(training={**training, "precision": "fp8"}))
     assert bf16 - fp8 == pytest.approx(SBH * (1 + 1 + 1 + 4))
+
+
+# --- the loss's transient logit copies (last stage) ---------------------------------------
+@pytest.mark.parametrize(
+    "style, extra",
+    [("fused", 2), ("eager", 2 + 4), ("nanotron", 2 + 4)],
+)
+def test_loss_holds_the_16_bit_logits_and_out_of_place_copies(style, extra):
+    """Megatron's vocab_parallel_cross_entropy: .float() while the bf16 logits live, then the max
+    subtracted in place (2 B per logit beyond the kept fp32 copy); nanotron's _ShardedCrossEntropy
+    (sharded_logits - logits_max) and PyTorch's cross_entropy (log_softmax) write one more fp32
+    tensor (+4 B); a fused loss keeps none."""
+    from simcluster.memory import loss_transient_bytes
+
+    ctx = _ctx(parallel={"tp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 16,
+                                             "elementwise": style})  # fmt: skip
+    elements = S * B * ctx.model.vocab / 2
+    assert loss_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training) == elements * extra
+    fused = _ctx(parallel={"tp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 16,
+                                               "fused_cross_entropy": True})  # fmt: skip
+    assert loss_transient_bytes(fused.model, fused.layout, fused.scenario.training) == 0.0
+
+
+def test_the_loss_transient_is_on_the_simulated_and_the_walked_peak():
+    from simcluster.engine import simulate
+    from simcluster.memory import loss_transient_bytes
+    from simcluster.memory_report import memory_summary
+
+    training = {"seq_len": 1024, "micro_batch": 1, "global_batch": 8}
+    unfused = scenario_from_dict(make_scenario(training=training))
+    fused = scenario_from_dict(make_scenario(training={**training, "fused_cross_entropy": True}))
+    ctx = build_context(unfused)
+    transient = loss_transient_bytes(ctx.model, ctx.layout, unfused.training)
+    assert transient > 0
+    peak = {k: simulate(sc).summary["peak_memory_bytes"]["max"] for k, sc in (("u", unfused), ("f", fused))}
+    # one stage, one microbatch in flight: the loss moment is the peak, by exactly the transient
+    assert peak["u"] - peak["f"] == pytest.approx(transient, rel=1e-12)
+    assert memory_summary(ctx)["total_bytes"] == pytest.approx(peak["u"], rel=1e-12)

@@ -13,6 +13,7 @@ from simcluster.compute import KernelModel
 from simcluster.context import Context
 from simcluster.memory import (
     chunk_activation_bytes,
+    loss_transient_bytes,
     stage_params,
     static_memory,
     wgrad_retained_fraction,
@@ -25,6 +26,8 @@ from simcluster.parallelism.tied import tied_sync_params
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import PipeOp
+
+HEAD = -2  # the layer index a unit uses for the LM head and loss (-1: the embedding)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ChunkPlan:
     chunk: Chunk
     phases: dict[str, list[Unit]] = field(default_factory=dict)
     activation_bytes: float = 0.0
+    loss_transient_bytes: float = 0.0  # held only during the forward of a chunk with the loss
 
     def seconds(self, phase: str) -> float:
         return sum(
@@ -153,6 +157,8 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
                 b = _recompute(builder, b, chunk, sc.training)
             cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
             cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
+            if chunk.head:
+                cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
             cplans.append(cp)
         ops = orders[stage]
         last = {}

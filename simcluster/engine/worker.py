@@ -16,7 +16,7 @@ from typing import Any
 import simpy
 
 from simcluster.engine.comms import Comms
-from simcluster.engine.plan import StagePlan, Unit
+from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
@@ -80,9 +80,9 @@ class Worker:
             self.shared.env.now,
         )
 
-    def _memory(self) -> None:
+    def _memory(self, extra: float = 0.0) -> None:
         self.shared.recorder.memory(
-            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations
+            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + extra
         )
 
     def _compute(self, seconds: float) -> Generator:
@@ -244,7 +244,13 @@ class Worker:
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
+            # the loss's logit copies live only while the LM head and the loss run
+            loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
+            if loss:
+                self._memory(extra=cplan.loss_transient_bytes)
             yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
+            if loss:
+                self._memory()
             if op.kind in ("W", "BW"):
                 if zero3:
                     self._spawn_zero3_reduce(unit, op)

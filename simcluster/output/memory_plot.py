@@ -141,7 +141,8 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
     n = max(len(data.stages), 1)
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(3.6 * ncols + 0.6, 2.3 * nrows + 1.3), layout="constrained")
+    # at least 7 inches wide: the title and the one-row legend must fit a single-stage figure
+    fig = Figure(figsize=(max(3.6 * ncols + 0.6, 7.0), 2.3 * nrows + 1.3), layout="constrained")
     axes = np.atleast_1d(
         fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
     ).ravel()

@@ -67,6 +67,9 @@ class ElementwiseStyle:
     dropout_unfused: bool = False
     qkv_relayout: bool = False  # nanotron's permute/cat copies around flash rotary
     kernel_per_op: bool = False  # every operation its own launch
+    # the unfused loss makes a new fp32 tensor of the logits (logits - max, or log_softmax)
+    # while its fp32 input is still alive; Megatron subtracts in place (memory.py)
+    loss_out_of_place: bool = False
 
 
 STYLES: dict[str, ElementwiseStyle] = {
@@ -80,8 +83,11 @@ STYLES: dict[str, ElementwiseStyle] = {
         gate_unfused=True,
         dropout_unfused=True,
         kernel_per_op=True,
+        loss_out_of_place=True,
     ),
-    "nanotron": ElementwiseStyle("nanotron", gate_unfused=True, qkv_relayout=True, kernel_per_op=True),
+    "nanotron": ElementwiseStyle(
+        "nanotron", gate_unfused=True, qkv_relayout=True, kernel_per_op=True, loss_out_of_place=True
+    ),
 }
 
 
