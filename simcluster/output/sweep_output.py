@@ -9,7 +9,6 @@ with their settings in a key under the plot.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,14 +16,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simcluster.output.atomic import write_output_files
-from simcluster.output.style import figure_bytes
+from simcluster.output.report_files import write_report_files
 from simcluster.sweep import SweepRow
 from simcluster.units import GiB
 
-SWEEP_CSV = "sweep.csv"
-SWEEP_JSON = "sweep.json"
-SWEEP_PNG = "sweep.png"
 _LABELLED = 5  # best layouts named on the plot
 
 
@@ -92,11 +87,4 @@ def write_sweep(
 ) -> dict[str, Path]:
     """Write sweep.csv, sweep.json (``json_text``, the ``--json`` document) and sweep.png
     into ``out_dir`` atomically; returns file name -> final path."""
-    buffer = io.StringIO()
-    sweep_frame(rows).to_csv(buffer, index=False, float_format="%.9g")
-    files = {
-        SWEEP_CSV: buffer.getvalue().encode(),
-        SWEEP_JSON: json_text.encode(),
-        SWEEP_PNG: figure_bytes(draw_sweep(rows, title), "png"),
-    }
-    return write_output_files(out_dir, files)
+    return write_report_files(out_dir, "sweep", sweep_frame(rows), json_text, draw_sweep(rows, title))

@@ -9,7 +9,6 @@ are counted in the row label.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,13 +16,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simcluster.output.atomic import write_output_files
-from simcluster.output.style import figure_bytes
+from simcluster.output.report_files import write_report_files
 from simcluster.validate import CaseResult, by_family, summarize
 
-VALIDATE_CSV = "validate.csv"
-VALIDATE_JSON = "validate.json"
-VALIDATE_PNG = "validate.png"
 _LIMIT = 60.0  # the error axis spans ±_LIMIT %; beyond it, cases sit at the edge
 _BANDS = ((25.0, "#FFF3C4", "±25%"), (10.0, "#D9F0D3", "±10%"))
 
@@ -102,11 +97,4 @@ def write_validation(
 ) -> dict[str, Path]:
     """Write validate.csv, validate.json (``json_text``, the ``--json`` document) and
     validate.png into ``out_dir`` atomically; returns file name -> final path."""
-    buffer = io.StringIO()
-    validation_frame(results).to_csv(buffer, index=False, float_format="%.9g")
-    files = {
-        VALIDATE_CSV: buffer.getvalue().encode(),
-        VALIDATE_JSON: json_text.encode(),
-        VALIDATE_PNG: figure_bytes(draw_errors(results, title), "png"),
-    }
-    return write_output_files(out_dir, files)
+    return write_report_files(out_dir, "validate", validation_frame(results), json_text, draw_errors(results, title))
