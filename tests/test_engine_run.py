@@ -20,7 +20,7 @@ def test_run_json_fields(cli):
     for key in REQUIRED:
         assert key in doc, key
     assert set(doc["compute_per_microbatch_s"]) == {"forward", "backward_input", "backward_weight"}
-    assert set(doc["peak_memory_bytes"]) == {"per_stage", "max"}
+    assert set(doc["peak_memory_bytes"]) == {"per_stage", "max", "loss_transient"}
     # tokens/s = global_batch * seq_len / step time
     assert doc["tokens_per_s"] == pytest.approx(64 * 8192 / doc["step_time_s"])
     # MFU = model FLOPs / (step * gpus * peak); 989.4 TFLOP/s bf16 dense H100 (datasheet)

@@ -195,3 +195,28 @@ def test_the_loss_transient_is_on_the_simulated_and_the_walked_peak():
     # one stage, one microbatch in flight: the loss moment is the peak, by exactly the transient
     assert peak["u"] - peak["f"] == pytest.approx(transient, rel=1e-12)
     assert memory_summary(ctx)["total_bytes"] == pytest.approx(peak["u"], rel=1e-12)
+    # the summary says how much of its peak is the loss's copies
+    assert simulate(unfused).summary["peak_memory_bytes"]["loss_transient"] == pytest.approx(transient)
+    assert simulate(fused).summary["peak_memory_bytes"]["loss_transient"] == 0.0
+
+
+def test_run_says_when_only_the_loss_does_not_fit(cli, tmp_path):
+    import yaml
+
+    from simcluster.engine import simulate
+    from simcluster.memory import loss_transient_bytes
+
+    training = {"seq_len": 1024, "micro_batch": 1, "global_batch": 8}
+    data = make_scenario(training=training)
+    sc = scenario_from_dict(data)
+    ctx = build_context(sc)
+    peak = simulate(sc).summary["peak_memory_bytes"]["max"]
+    transient = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
+    # a GPU that holds everything but half of the loss's copies
+    data["cluster"]["memory_gib"] = (peak - transient / 2) / 2**30
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    assert "DOES NOT FIT" in res.out and "the peak is the loss" in res.out
+    assert "fused_cross_entropy" in res.out

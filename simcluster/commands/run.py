@@ -58,7 +58,10 @@ def _print(s: dict, out: str | None) -> None:
         f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
     )
     peak = s["peak_memory_bytes"]
-    table.add_row("peak memory per GPU", f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}")
+    memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"
+    if peak.get("loss_transient"):
+        memory_text += f" (loss logits {format_bytes(peak['loss_transient'])})"
+    table.add_row("peak memory per GPU", memory_text)
     table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
     console.print(table)
     if not s["fits_in_memory"]:
@@ -66,5 +69,11 @@ def _print(s: dict, out: str | None) -> None:
             f"[bold red]DOES NOT FIT[/]: peak {format_bytes(peak['max'])} exceeds the "
             f"{format_bytes(s['capacity_bytes'])} per GPU (simulated anyway; see `simcluster memory`)"
         )
+        loss = peak.get("loss_transient") or 0.0
+        if loss and peak["max"] - loss <= s["capacity_bytes"]:
+            console.print(
+                f"  the peak is the loss: its logit copies are {format_bytes(loss)}; a fused "
+                "cross-entropy (training.fused_cross_entropy: true) or a smaller micro-batch would fit"
+            )
     if out:
         console.print(f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png")

@@ -68,7 +68,11 @@ class Recorder:
         self._flow += 1
         return self._flow
 
-    def memory(self, stage: int, time: float, static: dict[str, float], activations: float) -> None:
+    def memory(
+        self, stage: int, time: float, static: dict[str, float], activations: float, loss: float = 0.0
+    ) -> None:
+        """One point of a stage's memory timeline; ``loss`` is the part of ``activations`` that
+        is the loss's transient logit copies (memory.loss_transient_bytes)."""
         total = sum(static.values()) + activations
         self.memory_rows.append(
             (
@@ -80,6 +84,7 @@ class Recorder:
                 activations,
                 static["other"],
                 total,
+                loss,
             )
         )
 
@@ -90,7 +95,7 @@ class Recorder:
         )
 
     def memory_frame(self) -> pd.DataFrame:
-        cols = ["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total"]
+        cols = ["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total", "loss"]
         return (
             pd.DataFrame(self.memory_rows, columns=cols)
             .sort_values(["stage", "time_s"], kind="stable")

@@ -118,6 +118,9 @@ def _summary(
     bubble, per_stage_bubble = bubble_fraction(events)
     peaks = memory.groupby("stage", sort=True)["total"].max()
     per_stage_peak = [float(peaks.get(s, 0.0)) for s in range(lay.pp)]
+    # how much of the highest point is the loss's transient logit copies (0 if none)
+    at_peak = memory.loc[memory["total"].idxmax()] if len(memory) else None
+    loss_at_peak = float(at_peak["loss"]) if at_peak is not None else 0.0
     worst = max(
         range(lay.pp), key=lambda s: sum(c.seconds("F") + c.seconds("BW") for c in plans[s].chunks)
     )
@@ -146,7 +149,7 @@ def _summary(
         "bubble_fraction": bubble,
         "bubble_fraction_per_stage": per_stage_bubble,
         "exposed_comm_s": exposed_comm(events),
-        "peak_memory_bytes": {"per_stage": per_stage_peak, "max": max_peak},
+        "peak_memory_bytes": {"per_stage": per_stage_peak, "max": max_peak, "loss_transient": loss_at_peak},
         "capacity_bytes": ctx.capacity_bytes,
         "fits_in_memory": max_peak <= ctx.capacity_bytes,
         "compute_per_microbatch_s": per_mb,

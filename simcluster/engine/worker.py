@@ -82,7 +82,7 @@ class Worker:
 
     def _memory(self, extra: float = 0.0) -> None:
         self.shared.recorder.memory(
-            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + extra
+            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + extra, loss=extra
         )
 
     def _compute(self, seconds: float) -> Generator:
