@@ -175,10 +175,14 @@ def layer_activation_bytes(
     return att + ffn
 
 
+def logit_elements(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Logits one GPU of the last stage holds per microbatch: s/cp x b x V/tp (vocab-parallel)."""
+    return training.seq_len / layout.cp * training.micro_batch * model.vocab / layout.tp
+
+
 def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
     """Logits kept for the loss on the last stage: fp32, vocab-parallel (Korthikanti eq. 5: 4sbv)."""
-    s = training.seq_len / layout.cp
-    return 4.0 * s * training.micro_batch * model.vocab / layout.tp
+    return 4.0 * logit_elements(model, layout, training)
 
 
 def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
@@ -193,9 +197,8 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     """
     if training.fused_cross_entropy:
         return 0.0
-    elements = training.seq_len / layout.cp * training.micro_batch * model.vocab / layout.tp
     extra = act_bytes(training.precision) + (4.0 if STYLES[training.elementwise].loss_out_of_place else 0.0)
-    return elements * extra
+    return logit_elements(model, layout, training) * extra
 
 
 def chunk_activation_bytes(

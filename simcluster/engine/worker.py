@@ -80,9 +80,10 @@ class Worker:
             self.shared.env.now,
         )
 
-    def _memory(self, extra: float = 0.0) -> None:
+    def _memory(self, loss: float = 0.0) -> None:
+        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held."""
         self.shared.recorder.memory(
-            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + extra, loss=extra
+            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss, loss=loss
         )
 
     def _compute(self, seconds: float) -> Generator:
@@ -247,7 +248,7 @@ class Worker:
             # the loss's logit copies live only while the LM head and the loss run
             loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
             if loss:
-                self._memory(extra=cplan.loss_transient_bytes)
+                self._memory(loss=cplan.loss_transient_bytes)
             yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
             if loss:
                 self._memory()
