@@ -10,6 +10,7 @@ from rich.table import Table
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.context import build_context
 from simcluster.engine import simulate
+from simcluster.engine.breakdown import shares
 from simcluster.units import format_bytes, format_time
 
 NAME = "run"
@@ -57,6 +58,7 @@ def _print(s: dict, out: str | None) -> None:
         "compute per microbatch",
         f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
     )
+    table.add_row(_breakdown_label(s), _breakdown_text(s))
     peak = s["peak_memory_bytes"]
     memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"
     if peak.get("loss_transient"):
@@ -76,4 +78,18 @@ def _print(s: dict, out: str | None) -> None:
                 "cross-entropy (training.fused_cross_entropy: true) or a smaller micro-batch would fit"
             )
     if out:
-        console.print(f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png")
+        console.print(
+            f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png, breakdown.png"
+        )
+
+
+def _breakdown_label(s: dict) -> str:
+    b = s["time_breakdown_s"]
+    return "where the time goes" + (f" (stage {b['stage']})" if len(b["per_stage"]) > 1 else "")
+
+
+def _breakdown_text(s: dict, most: int = 6) -> str:
+    """The busiest stage's step as shares: 'GEMMs 65%, attention 17%, ...'."""
+    b = s["time_breakdown_s"]
+    parts = shares(b["per_stage"][b["stage"]], s["step_time_s"])[:most]
+    return ", ".join(f"{label} {100 * f:.0f}%" for label, f in parts)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from simcluster.output.events import EVENT_COLUMNS, FLOW_COLUMN
+from simcluster.parallelism.segments import Work
 
 COLUMNS = [*EVENT_COLUMNS, FLOW_COLUMN]
 
@@ -28,7 +29,22 @@ class Recorder:
 
     rows: list[tuple] = field(default_factory=list)
     memory_rows: list[tuple] = field(default_factory=list)
+    # rank -> category -> seconds of compute-stream time (engine/breakdown.py)
+    compute_time: dict[int, dict[str, float]] = field(default_factory=dict)
     _flow: int = 0
+
+    def spent(self, rank: int, kind: str, work: Work, duration: float) -> None:
+        """Attribute ``duration`` seconds of a compute block to its categories, in proportion
+        to its modelled work (a block slowed by a collective holding SMs keeps its mix).
+        A recomputation counts as ``recompute`` whatever it reruns."""
+        into = self.compute_time.setdefault(rank, {})
+        total = work.total
+        if kind == "recompute" or total <= 0:
+            key = "recompute" if kind == "recompute" else "other"
+            into[key] = into.get(key, 0.0) + duration
+            return
+        for category, seconds in work.parts:
+            into[category] = into.get(category, 0.0) + duration * seconds / total
 
     def add(
         self,

@@ -10,6 +10,7 @@ import simpy
 
 from simcluster.compute import KernelModel
 from simcluster.context import Context, build_context
+from simcluster.engine.breakdown import step_breakdown
 from simcluster.engine.comms import Comms
 from simcluster.engine.interference import SmShare
 from simcluster.engine.metrics import bubble_fraction, exposed_comm
@@ -90,6 +91,7 @@ def simulate(
     events = recorder.events()
     memory = recorder.memory_frame()
     summary = _summary(ctx, plans, events, memory, step, len(events), time.perf_counter() - wall)
+    summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
     labels = {w.rank: _label(ctx, w.rank) for w in workers}
     title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)

@@ -20,7 +20,7 @@ from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
-from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment
+from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment, Work
 from simcluster.schedules import PipeOp, locate
 
 
@@ -65,7 +65,10 @@ class Worker:
         return self.shared.plans[self.stage]
 
     # --- helpers ------------------------------------------------------------------------
-    def _record(self, kind: str, name: str, mb: int, chunk: int, layer: int, start: float) -> None:
+    def _record(
+        self, kind: str, name: str, mb: int, chunk: int, layer: int, start: float, work: Work
+    ) -> None:
+        self.shared.recorder.spent(self.rank, kind, work, self.shared.env.now - start)
         self.shared.recorder.add(
             self.rank,
             self.stage,
@@ -135,7 +138,7 @@ class Worker:
                 else:
                     start = env.now
                     yield from self._compute(seg.seconds)
-                self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start)
+                self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start, seg.work)
             for p in pending:
                 yield p
             pending = []
@@ -195,8 +198,9 @@ class Worker:
                 tied.NAME,
             )
         start = env.now
-        yield from self._compute(self.shared.optimizer_seconds[self.stage])
-        self._record("optimizer", "optimizer_step", -1, -1, -1, start)
+        seconds = self.shared.optimizer_seconds[self.stage]
+        yield from self._compute(seconds)
+        self._record("optimizer", "optimizer_step", -1, -1, -1, start, Work.of(optimizer=seconds))
         if zero in (1, 2) and not sc.overlap.param_gather:
             for b in self.plan.buckets:
                 yield env.process(self._gather_bucket(b))
@@ -393,9 +397,11 @@ class Worker:
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None:  # the gathered buffer copied into per-parameter tensors
             start = self.shared.env.now
-            yield from self._compute(copies[0](units[i].params))
+            seconds = copies[0](units[i].params)
+            yield from self._compute(seconds)
             kind = PHASE_KIND[op.kind]
-            self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start)
+            work = Work.of(memory=seconds)
+            self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)
 
     def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
         self.reductions.append(self.shared.env.process(self._zero3_reduce(unit, op)))

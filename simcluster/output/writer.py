@@ -19,6 +19,7 @@ import pandas as pd
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import write_output_files
+from simcluster.output.breakdown_plot import draw_breakdown
 from simcluster.output.events import (
     events_to_csv_bytes,
     events_to_parquet_bytes,
@@ -37,6 +38,7 @@ TRACE_JSON = "trace.json"
 EVENTS_CSV = "events.csv"
 EVENTS_PARQUET = "events.parquet"
 MEMORY_PNG = "memory.png"
+BREAKDOWN_PNG = "breakdown.png"
 SUMMARY_JSON = "summary.json"
 
 
@@ -76,8 +78,9 @@ def write_all(
     title: str = "",
     svg: bool = False,
 ) -> dict[str, Path]:
-    """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png and
-    summary.json into ``out_dir``; returns file name -> final path.
+    """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png,
+    breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
+    ``out_dir``; returns file name -> final path.
 
     Raises ``UserError("--out", ...)`` when ``out_dir`` cannot be written; then nothing of
     this run is left in ``out_dir``. Inputs are validated before anything is written.
@@ -96,6 +99,8 @@ def write_all(
     _, last = span(frame)
     mem = memory_plot_data(memory, capacity_bytes, end_s=last)
     files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
+    if "time_breakdown_s" in summary and step is not None:
+        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step goes"), "png")
     trace = build_trace(frame, labels, memory, {"title": heading, **dict(summary)})
     files[TRACE_JSON] = json.dumps(trace, separators=(",", ":"), default=_jsonable).encode()
     files[EVENTS_CSV] = events_to_csv_bytes(frame)

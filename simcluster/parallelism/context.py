@@ -8,7 +8,7 @@ Backward passes KV and dKV (twice the bytes).
 
 from __future__ import annotations
 
-from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 
 
@@ -26,12 +26,12 @@ def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, lay
     """The attention core as cp blocks with cp-1 overlapped KV exchanges."""
     cp = shapes.layout.cp
     if cp == 1:
-        return [Compute("attn_core", attention_seconds, layer)]
+        return [Compute.of("attn_core", Work.of(attention=attention_seconds), layer)]
     step_bytes = kv_bytes(shapes) * (2 if backward else 1)
-    block = attention_seconds / cp
+    block = Work.of(attention=attention_seconds / cp)
     out: list[Segment] = []
     for _ in range(cp - 1):
         out.append(Comm("cp_kv", "cp", "send_recv", step_bytes, True, layer))
-        out.append(Compute("attn_core", block, layer))
-    out.append(Compute("attn_core", block, layer))
+        out.append(Compute.of("attn_core", block, layer))
+    out.append(Compute.of("attn_core", block, layer))
     return out

@@ -12,7 +12,7 @@ import math
 
 from simcluster.compute import KernelModel
 from simcluster.parallelism import wgrad
-from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import MoeSection
 
@@ -64,6 +64,11 @@ def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
 
 
 def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+    """Seconds of :func:`expert_work`."""
+    return expert_work(shapes, km, moe, phase).total
+
+
+def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> Work:
     """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad).
 
     In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``fp8_quantise``): the
@@ -79,12 +84,13 @@ def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str)
     if phase == "F":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
         casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * m.expert_ffn)
-        return t + casts + activation_seconds(shapes, km, moe.load_imbalance)
+        return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.load_imbalance))
     if phase == "B":
         t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, m.expert_ffn, h, count=local_experts)
         casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * up)
-        return t + casts + 2 * activation_seconds(shapes, km, moe.load_imbalance)
-    return km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
+        return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.load_imbalance))
+    wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
+    return Work.of(gemm=wgrad_t)
 
 
 def activation_seconds(shapes: Shapes, km: KernelModel, imbalance: float) -> float:
@@ -109,7 +115,7 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
     m = shapes.model
     tokens = shapes.moe_tokens
     h = m.hidden
-    routed = expert_seconds(shapes, km, moe, phase)
+    routed = expert_work(shapes, km, moe, phase)
     shared = 0.0
     if m.shared_experts:
         width = m.expert_ffn * m.shared_experts
@@ -119,22 +125,25 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         else:
             shared = km.gemm(tokens, up, h) + km.gemm(tokens, h, width)
     if phase == "W":
-        router = km.gemm(h, m.experts, tokens)
-        return [Compute("experts", routed + shared + router + _accumulate(shapes, km), layer)]
-    router = km.gemm(tokens, m.experts, h) + km.memory(tokens * m.experts * 4 * 3)
-    permute = km.memory(2 * tokens * m.top_k * h * shapes.elt)
+        router_w = km.gemm(h, m.experts, tokens)
+        extra = Work.of(gemm=shared + router_w, grad_accum=_accumulate(shapes, km))
+        return [Compute.of("experts", routed + extra, layer)]
+    # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
+    router = Work.of(gemm=km.gemm(tokens, m.experts, h), memory=km.memory(tokens * m.experts * 4 * 3))
+    permute = Work.of(memory=km.memory(2 * tokens * m.top_k * h * shapes.elt))
+    shared_w = Work.of(gemm=shared)
     ep = shapes.layout.ep
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
     if ep == 1:
-        return [Compute("moe", router + permute * 2 + routed + shared, layer)]
+        return [Compute.of("moe", router + permute.scaled(2) + routed + shared_w, layer)]
     # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
     # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
     size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch)
     size_out = a2a_bytes(shapes, moe)
     return [
-        Compute("router", router + permute + shared, layer),
+        Compute.of("router", router + permute + shared_w, layer),
         Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer),
-        Compute("experts", routed, layer),
+        Compute.of("experts", routed, layer),
         Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer),
-        Compute("unpermute", permute, layer),
+        Compute.of("unpermute", permute, layer),
     ]

@@ -14,7 +14,7 @@ from functools import cached_property
 from simcluster.compute import KernelModel
 from simcluster.parallelism import context, expert, tensor, wgrad
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
-from simcluster.parallelism.segments import Comm, Compute, Segment, as_recompute
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 
@@ -57,19 +57,24 @@ class LayerBuilder:
         return [Gemm(m.hidden, up / t), Gemm(width / t, m.hidden)]
 
     # --- compute times --------------------------------------------------------------------
-    def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None) -> float:
+    def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None) -> Work:
         """GEMM time of ``gemms`` in one phase, with the FP8 quantisation of the operand each
-        phase casts (the input forward, the output gradient backward; W reuses both)."""
+        phase casts (the input forward, the output gradient backward; W reuses both) and, in
+        W, the fp32 main-gradient accumulation."""
         tokens, km = self.shapes.tokens, self.km
         if phase == "W":
             params = sum(g.k * g.n for g in gemms)
             accumulate = wgrad.accumulation_seconds(
                 km, self.scenario.training, self.shapes.layout, params
             )
-            return sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms) + accumulate
+            return Work.of(gemm=sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms), grad_accum=accumulate)
         if phase == "B":
-            return sum(km.gemm(tokens, g.k, g.n, dtype) + km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
-        return sum(km.gemm(tokens, g.n, g.k, dtype) + km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
+            mm = sum(km.gemm(tokens, g.k, g.n, dtype) for g in gemms)
+            casts = sum(km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
+        else:
+            mm = sum(km.gemm(tokens, g.n, g.k, dtype) for g in gemms)
+            casts = sum(km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
+        return Work.of(gemm=mm, memory=casts)
 
     @cached_property
     def ops(self) -> Elementwise:
@@ -78,16 +83,16 @@ class LayerBuilder:
         style = STYLES[training.elementwise]
         return Elementwise(self.shapes.model, self.shapes.layout, self.shapes.elt, style, training.micro_batch)
 
-    def _elementwise(self, traffic: Traffic, phase: str) -> float:
-        """Seconds of memory-bound kernels: their bytes once forward, twice backward. Fused,
-        a group is one kernel; eager (and nanotron), each operation pays its own launch gap."""
+    def _elementwise(self, traffic: Traffic, phase: str) -> Work:
+        """Memory-bound kernels: their bytes once forward, twice backward. Fused, a group is
+        one kernel; eager (and nanotron), each operation pays its own launch gap."""
         if phase == "W" or traffic.bytes_per_token <= 0:
-            return 0.0
+            return Work()
         scale = 2 if phase == "B" else 1
         seconds = self.km.memory(self.shapes.tokens * traffic.bytes_per_token * scale)
         if self.ops.eager:
             seconds += (traffic.kernels * scale - 1) * self.km.launch_s
-        return seconds
+        return Work.of(memory=seconds)
 
     def attention_core(self, phase: str) -> float:
         m, lay = self.shapes.model, self.shapes.layout
@@ -145,16 +150,16 @@ class LayerBuilder:
         gemms = self.attention_gemms()
         att_body: list[Segment]
         if phase == "W":
-            att_body = [Compute("attn_wgrad", self._gemms(gemms, "W"), index)]
+            att_body = [Compute.of("attn_wgrad", self._gemms(gemms, "W"), index)]
         else:
             qkv_t = self._gemms(gemms[:-1], phase)
-            out_t = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
+            out_t = self._gemms(gemms[-1:], phase).scaled(self._row_parallel_slowdown(phase))
             out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             redo = self.scenario.training.recomputed
             if phase == "B" and "core_attn" in redo:
                 core = [*self._core_recompute(index), *core]
-            att_body = [Compute("attn_qkv", pre + qkv_t, index), *core, Compute("attn_out", out_t, index)]
+            att_body = [Compute.of("attn_qkv", pre + qkv_t, index), *core, Compute.of("attn_out", out_t, index)]
             if phase == "B":
                 att_body = [*self._attention_input_recompute(gemms, index), *att_body]
         segments = (
@@ -183,7 +188,7 @@ class LayerBuilder:
             return 1.0
         return sms / (sms - taken)
 
-    def _norm_seconds(self) -> float:
+    def _norm_work(self) -> Work:
         """One norm's forward (tokens x h, SP-sharded)."""
         return self._elementwise(self.ops.norm(), "F")
 
@@ -192,24 +197,25 @@ class LayerBuilder:
         ``--recompute-modules``): ``layernorm`` reruns the input norm, ``mla_up_proj`` the MLA
         up-projections (the GEMMs whose input is a compressed latent)."""
         redo, m = self.scenario.training.recomputed, self.shapes.model
-        seconds = self._norm_seconds() if "layernorm" in redo else 0.0
+        work = self._norm_work() if "layernorm" in redo else Work()
         if "mla_up_proj" in redo and m.mla is not None:
             latents = {m.mla.q_lora_rank, m.mla.kv_lora_rank}
-            seconds += self._gemms([g for g in gemms if g.k in latents], "F")
-        return [Compute("recompute_attn_inputs", seconds, index, kind="recompute")] if seconds else []
+            work += self._gemms([g for g in gemms if g.k in latents], "F")
+        return [Compute.of("recompute_attn_inputs", work, index, kind="recompute")] if work.total else []
 
-    def _mlp_recompute(self, index: int, forward_work: float) -> list[Segment]:
+    def _mlp_recompute(self, index: int, forward_work: Work) -> list[Segment]:
         """Selective recomputation before the MLP block's backward: ``layernorm`` reruns the
         pre-MLP norm, ``mlp`` the whole dense MLP forward (``forward_work``; its TP collectives
         are not rerun, an approximation), ``moe_act`` the experts' activation."""
         redo, m = self.scenario.training.recomputed, self.shapes.model
-        seconds = self._norm_seconds() if "layernorm" in redo else 0.0
+        work = self._norm_work() if "layernorm" in redo else Work()
         if m.is_moe_layer(index):
             if "moe_act" in redo:
-                seconds += expert.activation_seconds(self.shapes, self.km, self.scenario.moe.load_imbalance)
+                act = expert.activation_seconds(self.shapes, self.km, self.scenario.moe.load_imbalance)
+                work += Work.of(memory=act)
         elif "mlp" in redo:
-            seconds += forward_work
-        return [Compute("recompute_mlp", seconds, index, kind="recompute")] if seconds else []
+            work += forward_work
+        return [Compute.of("recompute_mlp", work, index, kind="recompute")] if work.total else []
 
     def _core_recompute(self, index: int) -> tuple[Segment, ...]:
         """Selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 5): the core
@@ -230,22 +236,22 @@ class LayerBuilder:
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
             if phase == "W":
                 return moe
-            norm = Compute("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)
+            norm = Compute.of("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)
             body = [norm, *moe]
             if phase == "B":
-                body = [*self._mlp_recompute(index, 0.0), *body]
+                body = [*self._mlp_recompute(index, Work()), *body]
             return tensor.wrap_block(self.shapes, "moe", body, overlap, index, backward=phase == "B")
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
-            return [Compute("mlp_wgrad", self._gemms(gemms, "W"), index)]
-        fc2 = self._gemms(gemms[-1:], phase) * self._row_parallel_slowdown(phase)
+            return [Compute.of("mlp_wgrad", self._gemms(gemms, "W"), index)]
+        fc2 = self._gemms(gemms[-1:], phase).scaled(self._row_parallel_slowdown(phase))
         work = self._gemms(gemms[:-1], phase) + fc2
         ops = self.ops
         memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
-        body: list[Segment] = [Compute("mlp", work, index)]
+        body: list[Segment] = [Compute.of("mlp", work, index)]
         if phase == "B":
-            forward = 0.0
+            forward = Work()
             if "mlp" in self.scenario.training.recomputed:
                 forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
             body = [*self._mlp_recompute(index, forward), *body]
@@ -265,8 +271,8 @@ class LayerBuilder:
             accumulate = wgrad.accumulation_seconds(
                 self.km, self.scenario.training, self.shapes.layout, table
             )
-            return [Compute("embedding_wgrad", scatter + accumulate, -1)]
-        segs: list[Segment] = [Compute("embedding", self.km.memory(2 * nbytes), -1)]
+            return [Compute.of("embedding_wgrad", Work.of(memory=scatter, grad_accum=accumulate), -1)]
+        segs: list[Segment] = [Compute.of("embedding", Work.of(memory=self.km.memory(2 * nbytes)), -1)]
         lay = self.shapes.layout
         if lay.tp > 1:
             op = "reduce_scatter" if lay.sequence_parallel else "all_reduce"
@@ -283,9 +289,9 @@ class LayerBuilder:
         g = [Gemm(m.hidden, m.vocab / lay.tp)]
         dtype = self.km.act_dtype
         if phase == "W":
-            return [Compute("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
-        ce = self.km.memory(self._cross_entropy_bytes(phase))
-        body: list[Segment] = [Compute("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
+            return [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
+        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase)))
+        body: list[Segment] = [Compute.of("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))

@@ -2,17 +2,59 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+# What compute time is spent on, for the step's time breakdown (engine/breakdown.py):
+# tensor-core GEMMs; the attention core (fused kernel, or the unfused batched GEMMs and
+# softmax); memory-bound kernels (norms, activations, residuals, rotary, copies, casts,
+# embedding lookups, MoE permutes); the cross-entropy loss on the logits; adding each
+# microbatch's weight gradients into the fp32 main gradients; the optimizer update.
+CATEGORIES = ("gemm", "attention", "memory", "loss", "grad_accum", "optimizer")
+
+
+@dataclass(frozen=True)
+class Work:
+    """Seconds of compute split by category (one of ``CATEGORIES``); adds and scales."""
+
+    parts: tuple[tuple[str, float], ...] = ()
+
+    @staticmethod
+    def of(**seconds: float) -> Work:
+        unknown = set(seconds) - set(CATEGORIES)
+        if unknown:
+            raise ValueError(f"unknown work categories {sorted(unknown)}")
+        return Work(tuple((c, float(seconds[c])) for c in CATEGORIES if seconds.get(c)))
+
+    @property
+    def total(self) -> float:
+        return sum(s for _, s in self.parts)
+
+    def __add__(self, other: Work) -> Work:
+        merged = dict(self.parts)
+        for c, s in other.parts:
+            merged[c] = merged.get(c, 0.0) + s
+        return Work(tuple((c, merged[c]) for c in CATEGORIES if merged.get(c)))
+
+    def scaled(self, factor: float) -> Work:
+        return Work(tuple((c, s * factor) for c, s in self.parts))
 
 
 @dataclass(frozen=True)
 class Compute:
-    """Work on the compute stream (one or more fused kernels), in seconds."""
+    """Work on the compute stream (one or more fused kernels), in seconds.
+
+    ``work`` says what the seconds are spent on; build with :meth:`of` so both agree.
+    """
 
     name: str
     seconds: float
     layer: int = -1
     kind: str = ""  # event kind; "" = the kind of the phase it belongs to
+    work: Work = field(default_factory=Work)
+
+    @staticmethod
+    def of(name: str, work: Work, layer: int = -1, kind: str = "") -> Compute:
+        return Compute(name, work.total, layer, kind, work)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""Where a step's time goes, per pipeline stage: compute by category, exposed communication
+by group, and the rest (pipeline bubble and waits).
+
+For one GPU of each stage the step's wall time [0, step] is split without double counting:
+
+- compute-stream time by what it is spent on (``segments.CATEGORIES``: GEMMs, attention,
+  memory-bound kernels, the loss, fp32 gradient accumulation, the optimizer) plus
+  ``recompute`` (activation recomputation, whatever it reruns);
+- communication while the compute stream is idle, each instant given to one group in the
+  order of ``metrics.EXPOSED_GROUPS`` (so a DP gradient reduce running next to a tied-embedding
+  sync is counted once);
+- ``idle``: the rest — the pipeline bubble, waiting for another stage's activations or
+  gradients, and the time after this GPU's work ends and before the slowest GPU's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simcluster.engine.metrics import EXPOSED_GROUPS, uncovered
+from simcluster.parallelism.segments import CATEGORIES
+
+COMPUTE_KEYS = (*CATEGORIES, "recompute", "other")
+LABELS = {
+    "gemm": "GEMMs",
+    "attention": "attention",
+    "memory": "memory-bound",
+    "loss": "loss",
+    "grad_accum": "fp32 grad adds",
+    "optimizer": "optimizer",
+    "recompute": "recompute",
+    "other": "other compute",
+    "idle": "idle (bubble, waits)",
+    **{f"comm_{g}": f"exposed {g}" for g in EXPOSED_GROUPS},
+}
+
+
+def _exposed_by_group(events: pd.DataFrame, rank: int) -> dict[str, float]:
+    mine = events[events["rank"] == rank]
+    cover = mine[mine["stream"] == "compute"][["start_s", "end_s"]].to_numpy()
+    comm = mine[(mine["group"] != "") & (mine["kind"] != "recv")]
+    out: dict[str, float] = {}
+    for group in EXPOSED_GROUPS:
+        iv = comm[comm["group"] == group][["start_s", "end_s"]].to_numpy()
+        out[f"comm_{group}"] = uncovered(iv, cover) if len(iv) else 0.0
+        if len(iv):
+            cover = np.concatenate([cover, iv]) if len(cover) else iv
+    return out
+
+
+def stage_breakdown(
+    events: pd.DataFrame, compute_time: dict[int, dict[str, float]], rank: int, step: float
+) -> dict[str, float]:
+    """Seconds of ``step`` on ``rank`` by category; the values add up to ``step``."""
+    spent = compute_time.get(rank, {})
+    out = {k: float(spent.get(k, 0.0)) for k in COMPUTE_KEYS}
+    out.update(_exposed_by_group(events, rank))
+    out["idle"] = max(0.0, step - sum(out.values()))
+    return out
+
+
+def step_breakdown(
+    events: pd.DataFrame, compute_time: dict[int, dict[str, float]], pp: int, step: float
+) -> dict:
+    """Per stage (its lowest simulated rank) and the stage with the most compute."""
+    per_stage: list[dict[str, float]] = []
+    for stage in range(pp):
+        ranks = events.loc[events["stage"] == stage, "rank"]
+        if ranks.empty:
+            per_stage.append({k: 0.0 for k in (*COMPUTE_KEYS, "idle")})
+            continue
+        per_stage.append(stage_breakdown(events, compute_time, int(ranks.min()), step))
+    busiest = max(range(pp), key=lambda s: sum(per_stage[s][k] for k in COMPUTE_KEYS))
+    return {"stage": busiest, "per_stage": per_stage}
+
+
+def shares(seconds: dict[str, float], step: float, floor: float = 0.005) -> list[tuple[str, float]]:
+    """(label, fraction of the step) for the parts above ``floor``, largest first."""
+    parts = [(LABELS.get(k, k), v / step) for k, v in seconds.items() if step > 0 and v / step >= floor]
+    return sorted(parts, key=lambda kv: -kv[1])

@@ -1,0 +1,70 @@
+"""Where the step goes, per pipeline stage: one horizontal bar per stage, stacked by category.
+
+Reads the summary's ``time_breakdown_s`` (engine/breakdown.py): compute by what it is spent on,
+exposed communication by group, idle. A stage whose bar is mostly idle waits for the others
+(bubble, load imbalance); a long exposed segment names the group to overlap or shrink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from simcluster.engine.breakdown import LABELS
+from simcluster.output.style import text_color, time_scale
+
+# compute in blues/greens (as on the timeline), communication warm, idle light grey
+COLORS: dict[str, str] = {
+    "gemm": "#4C78A8",
+    "attention": "#72B7B2",
+    "memory": "#54A24B",
+    "loss": "#88D27A",
+    "grad_accum": "#B5BD68",
+    "optimizer": "#B279A2",
+    "recompute": "#9ECAE9",
+    "other": "#79706E",
+    "comm_tp": "#E45756",
+    "comm_cp": "#FF9DA6",
+    "comm_ep": "#F58518",
+    "comm_dp": "#9D755D",
+    "comm_embd": "#D6B656",
+    "comm_pp": "#EECA3B",
+    "idle": "#E5E5E5",
+}
+ORDER = tuple(COLORS)
+
+
+def draw_breakdown(summary: Mapping[str, Any], title: str = "") -> Figure:
+    """The figure; empty categories are left out of the bars and the legend."""
+    per_stage = summary["time_breakdown_s"]["per_stage"]
+    step = float(summary["step_time_s"])
+    scale = time_scale(step)
+    shown = [k for k in ORDER if any(s.get(k, 0.0) > 0 for s in per_stage)]
+    fig = Figure(figsize=(10, 1.6 + 0.45 * len(per_stage)))
+    ax = fig.add_subplot(1, 1, 1)
+    for y, stage in enumerate(per_stage):
+        left = 0.0
+        for key in shown:
+            width = stage.get(key, 0.0) * scale.factor
+            if width <= 0:
+                continue
+            ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
+            share = stage[key] / step if step > 0 else 0.0
+            if share >= 0.06:
+                ax.text(left + width / 2, y, f"{100 * share:.0f}%", ha="center", va="center",
+                        fontsize=8, color=text_color(COLORS[key]))
+            left += width
+    ax.set_yticks(range(len(per_stage)), [f"stage {i}" for i in range(len(per_stage))])
+    ax.invert_yaxis()
+    ax.set_xlim(0, step * scale.factor)
+    ax.set_xlabel(f"time in the step ({scale.unit})")
+    ax.set_title(title or "where the step goes", fontsize=10)
+    handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
+    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(shown)), fontsize=8, frameon=False)
+    # leave room under the axes for the legend's rows
+    rows = -(-len(shown) // 5)
+    fig.tight_layout(rect=(0, (0.08 + 0.2 * rows) / fig.get_figheight(), 1, 1))
+    return fig
