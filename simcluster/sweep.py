@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster.engine.breakdown import largest_besides_gemm
 from simcluster.errors import UserError
 
 # axis -> (scenario section, field, value type)
@@ -173,6 +174,7 @@ class SweepRow:
         )
         for kind, seconds in sorted(s["exposed_comm_s"].items()):
             rec[f"exposed_{kind}_s"] = seconds
+        rec["largest_besides_gemm"], rec["largest_besides_gemm_share"] = largest_besides_gemm(s)
         return rec
 
 

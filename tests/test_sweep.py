@@ -112,6 +112,23 @@ def test_sweep_rows_equal_simulate_of_the_same_scenario(pp_rows):
                 assert row.summary[key] == expected[key]
 
 
+def test_sweep_rows_name_the_largest_part_after_gemms(pp_rows):
+    # the idle part is the 1F1B bubble (p-1)/(m+p-1): 3/19 of the step at pp 4, none at pp 1
+    for row in pp_rows:
+        if not row.ran:
+            continue
+        rec = row.to_dict()
+        stage = row.summary["time_breakdown_s"]
+        part = stage["per_stage"][stage["stage"]]
+        key = max((k for k in part if k != "gemm"), key=part.get)
+        assert rec["largest_besides_gemm"] == key
+        assert rec["largest_besides_gemm_share"] == pytest.approx(part[key] / row.summary["step_time_s"])
+        p = dict(row.candidate.settings)["pp"]
+        m = M // (GPUS // p)
+        idle = part["idle"] / (row.summary["step_time_s"] - part["optimizer"])
+        assert idle == pytest.approx((p - 1) / (m + p - 1), abs=0.01)
+
+
 def test_sweep_is_ranked_and_reports_skips(pp_rows):
     ran = [r for r in pp_rows if r.ran]
     speeds = [r.summary["tokens_per_s_per_gpu"] for r in ran]

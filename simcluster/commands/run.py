@@ -10,7 +10,7 @@ from rich.table import Table
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.context import build_context
 from simcluster.engine import simulate
-from simcluster.engine.breakdown import shares
+from simcluster.engine.breakdown import busiest_shares
 from simcluster.units import format_bytes, format_time
 
 NAME = "run"
@@ -90,6 +90,5 @@ def _breakdown_label(s: dict) -> str:
 
 def _breakdown_text(s: dict, most: int = 6) -> str:
     """The busiest stage's step as shares: 'GEMMs 65%, attention 17%, ...'."""
-    b = s["time_breakdown_s"]
-    parts = shares(b["per_stage"][b["stage"]], s["step_time_s"])[:most]
+    parts = busiest_shares(s)[:most]
     return ", ".join(f"{label} {100 * f:.0f}%" for label, f in parts)

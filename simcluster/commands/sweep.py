@@ -16,6 +16,7 @@ from simcluster.commands.common import (
     scenario_from_args,
     to_json,
 )
+from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.hardware import resolve_profile_path
 from simcluster.sweep import (
@@ -157,13 +158,14 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
         table.add_column(_SHORT.get(axis, axis), justify="right")
     total = "gpus" in axes  # cluster sizes differ: show what the whole job does as well
     for col in ("dp", "step", *(("tokens/s",) if total else ()), "tokens/s/GPU", "MFU", "bubble",
-                "exposed comm", "peak memory"):  # fmt: skip
+                "exposed comm", "after GEMMs", "peak memory"):  # fmt: skip
         table.add_column(col, justify="right")
     for index, row in enumerate(ran[:top], start=1):
         s = row.summary
         assert s is not None
         exposed = sum(s["exposed_comm_s"].values())
         memory = format_bytes(s["peak_memory_bytes"]["max"])
+        key, share = largest_besides_gemm(s)
         table.add_row(
             str(index),
             *(show_value(value) for _, value in row.candidate.settings),
@@ -174,6 +176,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
             f"{100 * s['mfu']:.1f}%",
             f"{100 * s['bubble_fraction']:.1f}%",
             format_time(exposed) if exposed > 0 else "—",
+            f"{SHORT.get(key, key)} {100 * share:.0f}%" if key else "—",
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
     console.print(table)

@@ -22,6 +22,8 @@ from simcluster.engine.metrics import EXPOSED_GROUPS, uncovered
 from simcluster.parallelism.segments import CATEGORIES
 
 COMPUTE_KEYS = (*CATEGORIES, "recompute", "other")
+# short names for narrow table cells
+SHORT = {"memory": "mem-bound", "grad_accum": "grad adds", "idle": "idle", **{f"comm_{g}": f"{g} comm" for g in EXPOSED_GROUPS}}
 LABELS = {
     "gemm": "GEMMs",
     "attention": "attention",
@@ -79,3 +81,22 @@ def shares(seconds: dict[str, float], step: float, floor: float = 0.005) -> list
     """(label, fraction of the step) for the parts above ``floor``, largest first."""
     parts = [(LABELS.get(k, k), v / step) for k, v in seconds.items() if step > 0 and v / step >= floor]
     return sorted(parts, key=lambda kv: -kv[1])
+
+
+def busiest_shares(summary: dict) -> list[tuple[str, float]]:
+    """:func:`shares` of the busiest stage of a run summary."""
+    b = summary["time_breakdown_s"]
+    return shares(b["per_stage"][b["stage"]], summary["step_time_s"])
+
+
+def largest_besides_gemm(summary: dict) -> tuple[str, float]:
+    """The key (``comm_tp``, ``idle``, ``attention`` ...) and step share of the busiest
+    stage's largest part other than GEMMs (the work a layout cannot avoid): what to look at
+    first when comparing layouts."""
+    b = summary["time_breakdown_s"]
+    part = b["per_stage"][b["stage"]]
+    rest = [(k, v) for k, v in part.items() if k != "gemm" and v > 0]
+    if not rest or summary["step_time_s"] <= 0:
+        return "", 0.0
+    key, seconds = max(rest, key=lambda kv: kv[1])
+    return key, seconds / summary["step_time_s"]
