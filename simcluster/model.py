@@ -7,7 +7,6 @@ published totals: GPT-3 175B (174.6B), Llama-3-8B (8.03B), Llama-3-70B (70.6B), 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -48,7 +47,7 @@ class ModelSpec:
     shared_experts: int = 0
     dense_layers: int = 0  # leading layers with a dense MLP in a MoE model
     tied_embeddings: bool = False
-    position: Literal["rope", "learned"] = "rope"
+    position: Literal["rope", "learned", "alibi"] = "rope"
     max_positions: int = 0
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False
@@ -214,68 +213,16 @@ def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
     return _from_fields(name, data, field_prefix=field_name)
 
 
-# Hugging Face config.json key -> ModelSpec field, by what the architectures call them.
-_HF_KEYS = {
-    "num_hidden_layers": "layers",
-    "hidden_size": "hidden",
-    "num_attention_heads": "heads",
-    "num_key_value_heads": "kv_heads",
-    "intermediate_size": "ffn",
-    "vocab_size": "vocab",
-    "head_dim": "head_dim",
-    "tie_word_embeddings": "tied_embeddings",
-    "num_local_experts": "experts",  # mixtral
-    "num_experts": "experts",  # qwen2/3-moe
-    "n_routed_experts": "experts",  # deepseek-v3
-    "num_experts_per_tok": "top_k",
-    "moe_intermediate_size": "expert_ffn",
-    "n_shared_experts": "shared_experts",
-    "first_k_dense_replace": "dense_layers",
-}
-
-
 def from_hf_config(path: str | Path, field_name: str = "model.hf_config") -> ModelSpec:
-    """Read a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2/3-moe, deepseek-v3)."""
+    """A ModelSpec from a Hugging Face ``config.json`` (Llama/Mistral/Qwen/Gemma-style, MoE
+    Mixtral/Qwen-MoE/DeepSeek-V3, and GPT-2, OPT, BLOOM, GPT-NeoX, Falcon, ...; see
+    :mod:`simcluster.hf_import`)."""
+    from simcluster.hf_import import fields_from_config, read_config
+
+    cfg = read_config(path, field_name)
     p = Path(path)
-    if not p.is_file():
-        raise UserError(field_name, f"file '{path}' not found")
-    try:
-        cfg = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(field_name, f"'{path}' is not valid JSON (line {exc.lineno})") from None
-    data: dict[str, Any] = {}
-    for hf_key, ours in _HF_KEYS.items():
-        if cfg.get(hf_key) is not None:
-            data[ours] = cfg[hf_key]
-    if data.get("head_dim") is None:
-        data.pop("head_dim", None)
-    act = str(cfg.get("hidden_act", "silu"))
-    data["mlp"] = "swiglu" if act in ("silu", "swiglu") else "gelu"
-    model_type = str(cfg.get("model_type", ""))
-    if (
-        model_type.startswith("qwen")
-        and "expert_ffn" in data
-        and "shared_expert_intermediate_size" in cfg
-    ):
-        shared = cfg.get("shared_expert_intermediate_size") or 0
-        data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
-    if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
-        data["expert_ffn"] = data.get("ffn", 0)
-    if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):
-        data["mla"] = {
-            "q_lora_rank": cfg.get("q_lora_rank") or 0,
-            "kv_lora_rank": cfg["kv_lora_rank"],
-            "qk_nope_head_dim": cfg["qk_nope_head_dim"],
-            "qk_rope_head_dim": cfg["qk_rope_head_dim"],
-            "v_head_dim": cfg["v_head_dim"],
-        }
-        data["head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
-    if "experts" in data and data["experts"]:
-        data.setdefault("top_k", 2)
-    if "dense_layers" in data and not data.get("experts"):
-        data.pop("dense_layers")
     name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
-    return _from_fields(name, data, field_prefix=field_name)
+    return _from_fields(name, fields_from_config(cfg), field_prefix=field_name)
 
 
 def build_model(section: dict[str, Any]) -> ModelSpec:

@@ -41,7 +41,7 @@ class ModelSection(_Section):
     shared_experts: int | None = None
     dense_layers: int | None = None
     tied_embeddings: bool | None = None
-    position: Literal["rope", "learned"] | None = None
+    position: Literal["rope", "learned", "alibi"] | None = None
     max_positions: int | None = None
     norm: Literal["rmsnorm", "layernorm"] | None = None
     bias: bool | None = None

@@ -57,6 +57,26 @@ def test_eager_rotary_and_gqa_copies():
     assert _ops(False).attention_inputs().bytes_per_token == 2 * 2 * (q + 2 * kv)
 
 
+def test_fused_rotary_only_with_rope_and_the_fa2_copy():
+    """Fused (Megatron-Core + TransformerEngine): learned or ALiBi positions leave nothing
+    between the QKV GEMM and the attention kernel; TE's FlashAttention backend copies Q, K, V
+    from sequence-first to batch-first (``x.transpose(0, 1).contiguous()``), cuDNN does not."""
+    q, kv = 1024, 256
+    ctx = build_context(scenario_from_dict(make_scenario(model={**LLAMA, "position": "learned",
+                                                                "max_positions": 2048})))
+
+    def traffic(kernel, position_ctx=ctx):
+        ops = Elementwise(position_ctx.model, position_ctx.layout, 2.0, STYLES["fused"], 1, kernel)
+        return ops.attention_inputs().bytes_per_token
+
+    copy = 2 * 2 * (q + 2 * kv)  # read + write of Q, K, V in bf16
+    assert traffic("cudnn") == 0
+    assert traffic("fa2") == copy
+    rope = build_context(scenario_from_dict(make_scenario(model=LLAMA)))
+    assert traffic("cudnn", rope) == copy  # the rotary pass alone
+    assert traffic("fa2", rope) == 2 * copy
+
+
 def test_eager_swiglu_is_silu_then_product():
     width = 2816
     assert _ops(True).activation(width).bytes_per_token == (2 + 2) * width + (2 + 2 + 2) * width

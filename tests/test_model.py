@@ -133,3 +133,84 @@ def test_scenario_gemm_shapes_under_tp():
     assert (8192, 7168, 8192) in shapes and (8192, 16032, 8192) in shapes
     # weight gradients contract over the tokens: (in, out, tokens)
     assert (8192, 1280, 8192) in shapes and (1024, 8192, 8192) in shapes
+
+
+# --- Hugging Face configs of other families: published parameter counts ---------------------
+# Each total is the model's published parameter count (its Hugging Face model card /
+# safetensors metadata, or the paper), which the layer structure must reproduce exactly or
+# within the parts listed as not modelled in simcluster/hf_import.py.
+HF_FAMILIES = {
+    # GPT-2 small: learned positions (1024), LayerNorm, biases, tied, n_inner null = 4h
+    "gpt2": ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": None,
+              "vocab_size": 50257, "n_positions": 1024, "activation_function": "gelu_new",
+              "resid_pdrop": 0.1}, 124_439_808, 0),
+    # OPT-1.3B (Zhang et al. 2022): ReLU MLP, 2048 + 2 learned positions, tied
+    "opt": ({"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 32,
+             "ffn_dim": 8192, "vocab_size": 50272, "max_position_embeddings": 2048,
+             "activation_function": "relu", "dropout": 0.1}, 1_315_758_080, 0),
+    # GPT-NeoX-20B (Black et al. 2022): rotary, untied, biases (parallel residual: same count)
+    "gpt_neox": ({"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
+                  "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432,
+                  "hidden_act": "gelu", "tie_word_embeddings": False}, 20_554_567_680, 0),
+    # BLOOM-560m: ALiBi (no position weights), tied; its embedding LayerNorm (2h) not modelled
+    "bloom": ({"model_type": "bloom", "n_layer": 24, "hidden_size": 1024, "n_head": 16,
+               "vocab_size": 250880}, 559_214_592, 2 * 1024),
+    # Falcon-7B: multi-query (one KV head), no biases, tied; one norm per layer in its parallel
+    # block, two modelled (2h per layer more)
+    "falcon": ({"model_type": "falcon", "num_hidden_layers": 32, "hidden_size": 4544,
+                "num_attention_heads": 71, "multi_query": True, "bias": False, "vocab_size": 65024,
+                "parallel_attn": True}, 6_921_720_704, -2 * 4544 * 32),
+    # Gemma-7B: gated GeLU MLP (3 matrices although the activation is not SiLU), head_dim 256
+    # (16 x 256 = 4096 != hidden 3072), tied by default
+    "gemma": ({"model_type": "gemma", "num_hidden_layers": 28, "hidden_size": 3072, "num_attention_heads": 16,
+               "num_key_value_heads": 16, "head_dim": 256, "intermediate_size": 24576, "vocab_size": 256000,
+               "hidden_act": "gelu_pytorch_tanh"}, 8_537_680_896, 0),
+    # Qwen2.5-7B: GQA 28/4, untied; its QKV bias (28 x (3584 + 2 x 512)) not modelled
+    "qwen2": ({"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+               "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+               "hidden_act": "silu", "tie_word_embeddings": False}, 7_615_616_512, 28 * (3584 + 2 * 512)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+def test_hf_config_families_reproduce_published_parameter_counts(tmp_path, family):
+    cfg, published, not_modelled = HF_FAMILIES[family]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert from_hf_config(path).params_total() == published - not_modelled
+
+
+def test_hf_config_family_traits(tmp_path):
+    def load(cfg):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        return from_hf_config(path)
+
+    gpt2 = load(HF_FAMILIES["gpt2"][0])
+    assert (gpt2.mlp, gpt2.norm, gpt2.bias, gpt2.position, gpt2.max_positions) == ("gelu", "layernorm", True, "learned", 1024)
+    assert gpt2.tied_embeddings and gpt2.dropout and gpt2.ffn == 4 * 768
+    assert load(HF_FAMILIES["opt"][0]).max_positions == 2050  # OPT's two offset rows
+    assert load(HF_FAMILIES["bloom"][0]).position == "alibi"
+    assert load(HF_FAMILIES["falcon"][0]).kv_heads == 1
+    gemma = load(HF_FAMILIES["gemma"][0])
+    assert gemma.mlp == "swiglu" and gemma.d_head == 256 and gemma.tied_embeddings
+    # a model_type not listed is read as Llama-like
+    llama = load({"model_type": "somethingnew", "num_hidden_layers": 2, "hidden_size": 256,
+                  "num_attention_heads": 4, "intermediate_size": 688, "vocab_size": 1000, "hidden_act": "silu"})
+    assert (llama.mlp, llama.norm, llama.position, llama.tied_embeddings) == ("swiglu", "rmsnorm", "rope", False)
+
+
+def test_alibi_has_no_rotary_kernel():
+    """ALiBi adds a bias inside the attention kernel: no position weights and no rotary pass
+    over Q and K before it (Press et al. 2022)."""
+    from conftest import make_scenario
+    from engine_helpers import layer_builder
+
+    def inputs(position):
+        b = layer_builder(make_scenario(model={"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+                                               "ffn": 4096, "vocab": 1000, "position": position}))
+        return b.ops.attention_inputs().bytes_per_token, b.shapes.model.params_total()
+
+    (alibi_bytes, alibi_params), (rope_bytes, rope_params) = inputs("alibi"), inputs("rope")
+    assert alibi_bytes < rope_bytes
+    assert alibi_params == rope_params

@@ -4,7 +4,9 @@ How a framework runs it is a *style* (``training.elementwise``, registry :data:`
 
 - ``fused`` (Megatron-Core with TransformerEngine, a ``torch.compile``d model): each block's
   norm, rotary embedding, activation and residual add read their input and write their output
-  once, 16-bit.
+  once, 16-bit; learned or ALiBi positions have no rotary pass. With the flash-attn 2 kernel
+  (``training.attention_kernel: fa2``) TransformerEngine copies Q, K and V to batch-first
+  first; cuDNN's fused attention reads Megatron's sequence-first layout in place.
 - ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
   Transformers models): every tensor operation of the model code is its own kernel, and the
   Llama-style RMSNorm and rotary embedding upcast to fp32 first. Per element:
@@ -70,10 +72,14 @@ class ElementwiseStyle:
     # the unfused loss makes a new fp32 tensor of the logits (logits - max, or log_softmax)
     # while its fp32 input is still alive; Megatron subtracts in place (memory.py)
     loss_out_of_place: bool = False
+    # TransformerEngine's FlashAttention backend takes Q, K, V batch-first and contiguous: from
+    # Megatron's sequence-first layout it copies them (``x.transpose(0, 1).contiguous()``, or
+    # the fused ``_PrepareQKVForFA``); cuDNN's fused attention reads the strided layout as is
+    fa2_qkv_copy: bool = False
 
 
 STYLES: dict[str, ElementwiseStyle] = {
-    "fused": ElementwiseStyle("fused"),
+    "fused": ElementwiseStyle("fused", fa2_qkv_copy=True),
     "eager": ElementwiseStyle(
         "eager",
         norm_fp32_ops=True,
@@ -100,6 +106,7 @@ class Elementwise:
     elt: float  # bytes of an activation element
     style: ElementwiseStyle
     micro_batch: int = 1
+    attention_kernel: str | None = None  # the scenario's training.attention_kernel
 
     @property
     def eager(self) -> bool:
@@ -144,7 +151,12 @@ class Elementwise:
                 return copies
             return copies + Traffic(2 * self.elt * (q + kv), kernels=2)
         if not st.rotary_fp32_ops:
-            return Traffic(2 * self.elt * (q + 2 * kv))
+            # one fused rotary kernel over Q and K (and V carried along, as TE's fused RoPE
+            # reads the QKV output); learned or ALiBi positions leave nothing to do here
+            out = Traffic(2 * self.elt * (q + 2 * kv)) if m.position == "rope" else Traffic(0.0, kernels=0)
+            if st.fa2_qkv_copy and self.attention_kernel == "fa2":
+                out = out + Traffic(2 * self.elt * (q + 2 * kv))
+            return out
         out = Traffic(0.0, kernels=0)
         if m.position == "rope":
             per_elem = 2 * self._cast() + 2 * FP32

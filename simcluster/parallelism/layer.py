@@ -81,7 +81,10 @@ class LayerBuilder:
         """The layer's memory-bound parts in the framework's style (``training.elementwise``)."""
         training = self.scenario.training
         style = STYLES[training.elementwise]
-        return Elementwise(self.shapes.model, self.shapes.layout, self.shapes.elt, style, training.micro_batch)
+        return Elementwise(
+            self.shapes.model, self.shapes.layout, self.shapes.elt, style, training.micro_batch,
+            training.attention_kernel if training.flash_attention else None,
+        )
 
     def _elementwise(self, traffic: Traffic, phase: str) -> Work:
         """Memory-bound kernels: their bytes once forward, twice backward. Fused, a group is

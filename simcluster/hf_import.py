@@ -1,0 +1,146 @@
+"""A ModelSpec from a Hugging Face ``config.json``.
+
+The architectures name the same things differently (``n_layer`` in GPT-2 and BLOOM,
+``num_hidden_layers`` elsewhere; ``n_inner``, ``ffn_dim``, ``intermediate_size``), and some of
+what matters is not in the file at all but in the modelling code of the ``model_type``: whether
+the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeGLU is gated
+too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
+``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below; a
+``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU).
+
+Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
+parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
+embedding LayerNorm — each under 0.01% of the parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simcluster.errors import UserError
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a ``model_type``'s modelling code fixes that its config.json may not say."""
+
+    gated: bool
+    norm: str  # layernorm | rmsnorm
+    bias: bool
+    position: str  # rope | learned | alibi
+    tied_default: bool
+    position_offset: int = 0  # extra learned position rows (OPT keeps 2)
+
+
+_LLAMA = Family(gated=True, norm="rmsnorm", bias=False, position="rope", tied_default=False)
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family(False, "layernorm", True, "learned", True),
+    "gpt_bigcode": Family(False, "layernorm", True, "learned", True),
+    "opt": Family(False, "layernorm", True, "learned", True, position_offset=2),
+    "bloom": Family(False, "layernorm", True, "alibi", True),
+    "mpt": Family(False, "layernorm", False, "alibi", True),
+    "gpt_neox": Family(False, "layernorm", True, "rope", False),
+    "gptj": Family(False, "layernorm", True, "rope", False),
+    "falcon": Family(False, "layernorm", False, "rope", True),
+    "starcoder2": Family(False, "layernorm", True, "rope", True),
+    "phi": Family(False, "layernorm", True, "rope", False),
+    "gemma": Family(True, "rmsnorm", False, "rope", True),
+    "gemma2": Family(True, "rmsnorm", False, "rope", True),
+    "gemma3_text": Family(True, "rmsnorm", False, "rope", True),
+}
+
+# config.json key -> ModelSpec field; the first key present wins
+_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "heads": ("num_attention_heads", "n_head"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
+    "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
+    "vocab": ("vocab_size", "padded_vocab_size"),
+    "head_dim": ("head_dim",),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok",),
+    "expert_ffn": ("moe_intermediate_size",),
+    "shared_experts": ("n_shared_experts",),
+    "dense_layers": ("first_k_dense_replace",),
+    "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
+}
+_DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
+
+
+def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
+def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(field_name, f"file '{path}' not found")
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(field_name, f"'{path}' is not valid JSON (line {exc.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise UserError(field_name, f"'{path}' is not a config object")
+    return cfg
+
+
+def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """ModelSpec fields (as ``model:`` keys) of a config.json's contents."""
+    model_type = str(cfg.get("model_type", ""))
+    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
+    family = FAMILIES.get(model_type)
+    if family is None:
+        family = _LLAMA if act in ("silu", "swiglu") else Family(False, "rmsnorm", False, "rope", False)
+    data: dict[str, Any] = {}
+    for ours, keys in _KEYS.items():
+        value = _first(cfg, keys)
+        if value is not None:
+            data[ours] = value
+    if cfg.get("multi_query") and "kv_heads" not in data:  # Falcon-7B, StarCoder
+        data["kv_heads"] = 1
+    if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B
+        data["kv_heads"] = cfg["num_kv_heads"]
+    if "hidden" in data and "ffn" not in data and not family.gated:
+        data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
+    data["mlp"] = "swiglu" if family.gated else "gelu"  # "swiglu" = any gated MLP (3 matrices)
+    data["norm"] = family.norm
+    data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
+    data["position"] = family.position
+    if family.position == "learned":
+        data["max_positions"] = int(data.get("max_positions", 0)) + family.position_offset
+    else:
+        data.pop("max_positions", None)
+    tied = cfg.get("tie_word_embeddings")
+    data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
+    data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
+    _moe_fields(cfg, model_type, data)
+    return data
+
+
+def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
+    if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
+        data["expert_ffn"] = data.get("ffn", 0)
+    if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):
+        data["mla"] = {
+            "q_lora_rank": cfg.get("q_lora_rank") or 0,
+            "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_nope_head_dim": cfg["qk_nope_head_dim"],
+            "qk_rope_head_dim": cfg["qk_rope_head_dim"],
+            "v_head_dim": cfg["v_head_dim"],
+        }
+        data["head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    if data.get("experts"):
+        data.setdefault("top_k", 2)
+    else:
+        for key in ("dense_layers", "top_k", "expert_ffn", "shared_experts", "experts"):
+            data.pop(key, None)
