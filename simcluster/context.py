@@ -10,7 +10,8 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
 from simcluster.scenario import Scenario, TrainingSection
-from simcluster.schedules import Schedule, ScheduleSpec, get_schedule
+from simcluster.schedules import PipeOp, Schedule, ScheduleSpec, get_schedule
+from simcluster.schedules.ep_overlap import pair_orders
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class Context:
     @property
     def capacity_bytes(self) -> float:
         return self.profile.memory_bytes
+
+    def stage_orders(self) -> list[list[PipeOp]]:
+        """Each stage's op order: the schedule's, with ``overlap.ep_comm``'s combined
+        forward/backward pairs marked."""
+        orders = self.schedule.build(self.spec)
+        return pair_orders(orders) if self.scenario.overlap.ep_comm else orders
 
 
 def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
@@ -54,6 +61,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
     schedule.validate(spec)
+    _check_ep_overlap(scenario, layout)
     chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
@@ -78,3 +86,25 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
             f"counts the layers full recomputation reruns; set training.recompute: full "
             f"(it is '{training.recompute}') or drop it",
         )
+
+
+def _check_ep_overlap(scenario: Scenario, layout: Layout) -> None:
+    """Where Megatron-Core's expert-parallel overlap can run (schedules/ep_overlap.py)."""
+    if not scenario.overlap.ep_comm:
+        return
+    field = "overlap.ep_comm"
+    if layout.ep <= 1:
+        raise UserError(field, "hides expert-parallel all-to-alls; it needs parallel.ep > 1 (or drop it)")
+    name = scenario.parallel.schedule
+    if name.startswith("dualpipe"):
+        raise UserError(field, f"{name} overlaps its forward/backward pairs by itself; drop overlap.ep_comm")
+    if layout.pp > 1 and name != "interleaved":
+        raise UserError(
+            field,
+            f"with pp > 1 Megatron-Core combines forward and backward only in the interleaved "
+            f"schedule; set parallel.schedule: interleaved (it is '{name}') or drop overlap.ep_comm",
+        )
+    if scenario.training.recompute == "full":
+        raise UserError(field, "Megatron-Core does not combine it with full recomputation; use selective or none")
+    if layout.pp == 1 and name not in ("1f1b", "interleaved"):
+        raise UserError(field, f"combines the 1F1B steady state; use parallel.schedule: 1f1b (it is '{name}')")

@@ -53,7 +53,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     """Memory of each stage's GPU at its activation peak, from the schedule order."""
     lay = ctx.layout
     training = ctx.scenario.training
-    orders = ctx.schedule.build(ctx.spec)
+    orders = ctx.stage_orders()
     frac = wgrad_retained_fraction(ctx.model, lay, training)
     out = []
     for stage, chunks in enumerate(ctx.chunks):

@@ -202,6 +202,15 @@ class OverlapSection(_Section):
     param_gather: bool = True
     tp_comm: bool = False
     pp_comm: bool = True
+    ep_comm: bool = Field(
+        default=False,
+        description=(
+            "Megatron-Core's overlap_moe_expert_parallel_comm: the steady state combines one "
+            "microbatch's forward with another's backward so each one's expert-parallel "
+            "all-to-alls hide behind the other's compute (needs ep > 1; with pp > 1 the "
+            "interleaved schedule)"
+        ),
+    )
 
 
 class Zero3Section(_Section):

@@ -144,7 +144,7 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
     sc = ctx.scenario
     shapes = Shapes(ctx.model, ctx.layout, sc.training)
     builder = LayerBuilder(shapes, km, sc)
-    orders = ctx.schedule.build(ctx.spec)
+    orders = ctx.stage_orders()
     tied = tied_sync_params(ctx.model, ctx.layout, ctx.chunks)
     plans = []
     for stage, chunks in enumerate(ctx.chunks):
