@@ -41,6 +41,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "sequence_parallel": ("parallel", "sequence_parallel", bool),
     "micro_batch": ("training", "micro_batch", int),
     "recompute": ("training", "recompute", str),
+    "ep_comm": ("overlap", "ep_comm", bool),
 }
 # axes whose "auto" means powers of two up to the GPU count
 _AUTO_AXES = ("tp", "pp", "cp", "ep")

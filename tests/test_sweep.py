@@ -33,6 +33,14 @@ def test_parse_axis_lists_keep_order_and_drop_duplicates():
     assert parse_axis("sequence_parallel", "true,no", 8) == [True, False]
 
 
+def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():
+    assert parse_axis("ep_comm", "true,false", 8) == [True, False]
+    cands = candidates(_base(), {"ep_comm": [True, False]})
+    assert [c.scenario["overlap"]["ep_comm"] for c in cands] == [True, False]
+    # the base is a dense model: the overlap cannot run, and the skip says why as run would
+    assert "overlap.ep_comm" in check(cands[0], None) and check(cands[1], None) is None
+
+
 def test_parse_axis_auto_is_powers_of_two_up_to_the_gpus():
     assert parse_axis("tp", "auto", 8) == [1, 2, 4, 8]
     assert parse_axis("pp", "auto", 12) == [1, 2, 4, 8]

@@ -412,29 +412,31 @@ QUICK_SET_MEMORY_MAPE = 8.1
 # narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
-    "korthikanti2022-a100": 3.0,
+    "korthikanti2022-a100": 3.1,
     "megatron-bridge-fp8-h100": 6.7,
     "megatron-core-h100": 10.4,
     "nanotron-h100": 32.0,
-    "narayanan2021-a100": 3.7,
+    "narayanan2021-a100": 4.4,
     "nemo-fp8-h100": 4.7,
-    "nemo-long-context-h100": 4.2,
+    "nemo-long-context-h100": 3.9,
     "torchtitan-a100": 8.7,
-    "zero-bubble-a100": 3.5,
+    "zero-bubble-a100": 3.3,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
 # model's recompute forward costs more of a step than Megatron's (docs/accuracy.md). Narayanan's
 # rose from 6.2 when full recomputation stopped rerunning the LM head (Megatron checkpoints the
-# transformer layers only): physics over score.
+# transformer layers only), and its MAPE from 3.7 and max from 6.6 when learned positions
+# stopped paying a rotary pass (Megatron 2021 splits the QKV output into views): physics over
+# score.
 FAMILY_MAX_APE = {
     "korthikanti2022-a100": 6.2,
     "megatron-bridge-fp8-h100": 15.2,
-    "narayanan2021-a100": 6.6,
+    "narayanan2021-a100": 7.2,
     "nemo-fp8-h100": 12.1,
     "nemo-long-context-h100": 11.2,
     "torchtitan-a100": 10.5,
-    "zero-bubble-a100": 12.1,
+    "zero-bubble-a100": 11.4,
 }
 
 

@@ -49,6 +49,7 @@ _AXIS_HELP = {
     "sequence_parallel": "sequence parallelism with TP: true,false",
     "micro_batch": "micro-batch sizes, e.g. 1,2,4",
     "recompute": "activation recomputation: none,selective,full",
+    "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
 }
 
 
@@ -145,7 +146,7 @@ def _document(name: str, axes: dict[str, list[Any]], rows: list[SweepRow]) -> di
     }
 
 
-_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb"}
+_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl"}
 
 
 def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
