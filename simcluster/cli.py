@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "memory": "simcluster.commands.memory",
     "collective": "simcluster.commands.collective",
     "sweep": "simcluster.commands.sweep",
+    "compare": "simcluster.commands.compare",
     "validate": "simcluster.commands.validate",
     "list": "simcluster.commands.listing",
 }

@@ -7,7 +7,7 @@ exposed communication by group, idle. A stage whose bar is mostly idle waits for
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -38,30 +38,36 @@ ORDER = tuple(COLORS)
 
 
 def draw_breakdown(summary: Mapping[str, Any], title: str = "") -> Figure:
-    """The figure; empty categories are left out of the bars and the legend."""
+    """One bar per pipeline stage of a run; empty categories are left out."""
     per_stage = summary["time_breakdown_s"]["per_stage"]
-    step = float(summary["step_time_s"])
-    scale = time_scale(step)
-    shown = [k for k in ORDER if any(s.get(k, 0.0) > 0 for s in per_stage)]
-    fig = Figure(figsize=(10, 1.6 + 0.45 * len(per_stage)))
+    bars = [(f"stage {i}", part) for i, part in enumerate(per_stage)]
+    return draw_bars(bars, float(summary["step_time_s"]), title or "where the step goes")
+
+
+def draw_bars(bars: Sequence[tuple[str, Mapping[str, float]]], span: float, title: str) -> Figure:
+    """Horizontal bars stacked by category (``ORDER``), labelled by share of ``span`` where
+    wide enough; the legend lists the categories any bar has, in ``ORDER``."""
+    scale = time_scale(span)
+    shown = [k for k in ORDER if any(part.get(k, 0.0) > 0 for _, part in bars)]
+    fig = Figure(figsize=(10, 1.6 + 0.45 * len(bars)))
     ax = fig.add_subplot(1, 1, 1)
-    for y, stage in enumerate(per_stage):
+    for y, (_, part) in enumerate(bars):
         left = 0.0
         for key in shown:
-            width = stage.get(key, 0.0) * scale.factor
+            width = part.get(key, 0.0) * scale.factor
             if width <= 0:
                 continue
             ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
-            share = stage[key] / step if step > 0 else 0.0
+            share = part[key] / span if span > 0 else 0.0
             if share >= 0.06:
                 ax.text(left + width / 2, y, f"{100 * share:.0f}%", ha="center", va="center",
                         fontsize=8, color=text_color(COLORS[key]))
             left += width
-    ax.set_yticks(range(len(per_stage)), [f"stage {i}" for i in range(len(per_stage))])
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
     ax.invert_yaxis()
-    ax.set_xlim(0, step * scale.factor)
+    ax.set_xlim(0, span * scale.factor)
     ax.set_xlabel(f"time in the step ({scale.unit})")
-    ax.set_title(title or "where the step goes", fontsize=10)
+    ax.set_title(title, fontsize=10)
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
     fig.legend(handles=handles, loc="lower center", ncol=min(5, len(shown)), fontsize=8, frameon=False)
     # leave room under the axes for the legend's rows
