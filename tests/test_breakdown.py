@@ -126,3 +126,16 @@ def test_run_prints_the_breakdown_and_writes_its_plot(cli, tmp_path):
     assert "where the time goes" in r.out and "GEMMs" in r.out
     png = (out / "breakdown.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timeline_subtitle_names_the_largest_parts():
+    from simcluster.output.gantt import describe_step
+
+    res = run(pipeline_scenario(4, 8, "1f1b"))
+    text = describe_step(res.summary)
+    top = max(
+        ((k, v) for k, v in res.summary["time_breakdown_s"]["per_stage"][res.summary["time_breakdown_s"]["stage"]].items()),
+        key=lambda kv: kv[1],
+    )
+    assert "GEMMs" in text and top[0] == "gemm"
+    assert describe_step({"layout": "dp1", "step_time_s": 1.0}) == "dp1 · step 1.000 s"

@@ -323,11 +323,17 @@ def plot_gantt(
 
 
 def describe_step(summary: Mapping[str, object]) -> str:
-    """The subtitle line from a run summary: layout and step time when present."""
+    """The subtitle line from a run summary: layout, step time and, when the summary has its
+    breakdown, the busiest stage's three largest parts."""
     parts = []
     if summary.get("layout"):
         parts.append(str(summary["layout"]))
     step = summary.get("step_time_s")
     if isinstance(step, (int, float)) and step > 0:
         parts.append(f"step {format_time(float(step))}")
+        if "time_breakdown_s" in summary:
+            from simcluster.engine.breakdown import busiest_shares
+
+            top = busiest_shares(dict(summary))[:3]
+            parts.append(", ".join(f"{label} {100 * f:.0f}%" for label, f in top))
     return " · ".join(parts)
