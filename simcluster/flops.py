@@ -28,12 +28,13 @@ class TokenFlops:
 
 
 def matmul_weights_per_token(model: ModelSpec) -> float:
-    """Weights multiplied per token: active layer weights (no norms/biases) + the LM head."""
-    total = 0.0
-    for i in range(model.layers):
-        params = model.layer_params(i, active=True)
-        norms = model.attention_params() - _attention_weights(model)
-        total += params - norms - model.mlp_norm_params()
+    """Weights multiplied per token: active layer weights (no norms/biases) + the LM head, and
+    each MTP module's projection, layer and pass through the shared head."""
+    norms = model.attention_params() - _attention_weights(model) + model.mlp_norm_params()
+    total = sum(model.layer_params(i, active=True) - norms for i in range(model.layers))
+    for d in range(model.mtp_layers):
+        layer = model.layer_params(model.mtp_layer_index(d), active=True) - norms
+        total += 2 * model.hidden * model.hidden + layer + model.vocab * model.hidden
     return total + model.vocab * model.hidden
 
 
@@ -51,7 +52,7 @@ def attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         d_v = model.mla.v_head_dim
     else:
         d_qk = d_v = model.d_head
-    return model.layers * 2.0 * seq_len * model.heads * (d_qk + d_v)
+    return (model.layers + model.mtp_layers) * 2.0 * seq_len * model.heads * (d_qk + d_v)
 
 
 def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:

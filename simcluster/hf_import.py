@@ -67,6 +67,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "shared_experts": ("n_shared_experts",),
     "dense_layers": ("first_k_dense_replace",),
     "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "mtp_layers": ("num_nextn_predict_layers", "mtp_num_layers"),
 }
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
 

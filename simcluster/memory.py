@@ -95,7 +95,10 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
             dense += model.embedding_params() / t  # vocab-parallel embedding
         if ch.head:
             dense += model.head_params() / t
-            if model.tied_embeddings and not ch.embedding:
+            routed = model.mtp_routed_params()
+            dense += (model.mtp_params() - routed) / t
+            expert += routed / layout.ep
+            if embedding_copy(model, ch):
                 dense += model.vocab * model.hidden / t  # the last stage keeps its own copy
     return StageParams(dense=dense, expert=expert)
 
@@ -201,6 +204,25 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     return logit_elements(model, layout, training) * extra
 
 
+def embedding_copy(model: ModelSpec, chunk: Chunk) -> bool:
+    """Whether a chunk with the LM head but not the embedding keeps its own copy of the word
+    embedding: for tied embeddings (the head is the embedding) and for MTP modules (they embed
+    the next tokens); its gradient is synchronised with the first stage (parallelism/tied.py)."""
+    return chunk.head and not chunk.embedding and (model.tied_embeddings or model.mtp_layers > 0)
+
+
+def mtp_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Each MTP module's stash for one microbatch: its two normalised inputs (the 2h projection
+    input), its transformer layer, and the fp32 logits of its loss through the shared head."""
+    s = training.seq_len / layout.cp
+    sbh = s * training.micro_batch * model.hidden
+    per = 2 * sbh * gemm_input_bytes(training.precision) / layout.tp + head_activation_bytes(model, layout, training)
+    return sum(
+        per + layer_activation_bytes(model, layout, training, model.mtp_layer_index(d))
+        for d in range(model.mtp_layers)
+    )
+
+
 def chunk_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
 ) -> float:
@@ -210,7 +232,7 @@ def chunk_activation_bytes(
         for pos, i in enumerate(chunk.layer_indices)
     )
     if chunk.head:
-        total += head_activation_bytes(model, layout, training)
+        total += head_activation_bytes(model, layout, training) + mtp_activation_bytes(model, layout, training)
     return total
 
 

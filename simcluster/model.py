@@ -53,6 +53,10 @@ class ModelSpec:
     bias: bool = False
     dropout: bool = False
     mla: MLASpec | None = None
+    # DeepSeek-V3's multi-token prediction modules (report Sec. 2.2): each adds two input
+    # norms, a 2h -> h projection, one transformer layer (MoE when the model is) and a norm
+    # before the output head; the embedding and the output head are the main model's
+    mtp_layers: int = 0
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -131,15 +135,39 @@ class ModelSpec:
         norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
         return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
+    def norm_params(self) -> int:
+        """One norm's weights (+ bias for LayerNorm)."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def mtp_layer_index(self, depth: int) -> int:
+        """Layer index of the transformer layer of MTP module ``depth`` (0-based): after the
+        main model's layers, so it is a MoE layer in a MoE model."""
+        return self.layers + depth
+
+    def mtp_params(self, active: bool = False) -> int:
+        """The multi-token prediction modules' own parameters (embedding and head shared)."""
+        per = 3 * self.norm_params() + 2 * self.hidden * self.hidden
+        return sum(per + self.layer_params(self.mtp_layer_index(d), active) for d in range(self.mtp_layers))
+
+    def mtp_routed_params(self) -> int:
+        """The MTP layers' routed-expert weights (sharded over ep, not tp)."""
+        if not self.is_moe:
+            return 0
+        return sum(
+            self.experts * self.expert_params()
+            for d in range(self.mtp_layers)
+            if self.is_moe_layer(self.mtp_layer_index(d))
+        )
+
     def params_total(self) -> int:
-        """Total parameter count."""
+        """Total parameter count (the MTP modules included)."""
         layers = sum(self.layer_params(i) for i in range(self.layers))
-        return self.embedding_params() + layers + self.head_params()
+        return self.embedding_params() + layers + self.head_params() + self.mtp_params()
 
     def params_active(self) -> int:
         """Parameters touched per token (MoE: top_k routed + shared experts)."""
         layers = sum(self.layer_params(i, active=True) for i in range(self.layers))
-        return self.embedding_params() + layers + self.head_params()
+        return self.embedding_params() + layers + self.head_params() + self.mtp_params(active=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +214,8 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             )
     if spec.heads % spec.kv_heads:
         raise UserError(f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}")
+    if spec.mtp_layers < 0:
+        raise UserError(f"{prefix}.mtp_layers", f"must be 0 or more, got {spec.mtp_layers}")
     if spec.mla is None and spec.head_dim == 0 and spec.hidden % spec.heads:
         raise UserError(
             f"{prefix}.heads", f"{spec.heads} must divide hidden={spec.hidden} (or set head_dim)"

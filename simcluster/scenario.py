@@ -47,6 +47,9 @@ class ModelSection(_Section):
     bias: bool | None = None
     dropout: bool | None = None
     mla: dict[str, int] | None = None
+    mtp_layers: int | None = Field(
+        default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
+    )
 
 
 class ClusterSection(_Section):

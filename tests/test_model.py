@@ -42,8 +42,20 @@ def test_gpt_layer_formula():
 )
 def test_published_parameter_counts(preset, total_b, active_b):
     m = load_preset(preset)
-    assert m.params_total() / 1e9 == pytest.approx(total_b, rel=0.005)
-    assert m.params_active() / 1e9 == pytest.approx(active_b, rel=0.02)
+    # the published counts are of the main model (DeepSeek-V3's MTP module is counted apart)
+    assert (m.params_total() - m.mtp_params()) / 1e9 == pytest.approx(total_b, rel=0.005)
+    assert (m.params_active() - m.mtp_params(active=True)) / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+def test_deepseek_v3_mtp_module_count():
+    """deepseek-ai/DeepSeek-V3 model card: 685B on Hugging Face = 671B of the main model + 14B of
+    the MTP module, whose checkpoint stores its own copies of the embedding and output head
+    (shared with the main model in training, so the simulator counts them once)."""
+    m = load_preset("deepseek-v3")
+    assert m.mtp_layers == 1
+    stored = m.mtp_params() + 2 * m.vocab * m.hidden
+    assert stored / 1e9 == pytest.approx(14.0, abs=0.55)  # "14B", rounded
+    assert (m.params_total() + 2 * m.vocab * m.hidden) / 1e9 == pytest.approx(685.0, abs=0.55)
 
 
 def test_llama_405b_count():
@@ -92,6 +104,7 @@ def test_hf_config_deepseek_v3(tmp_path):
         "qk_rope_head_dim": 64,
         "v_head_dim": 128,
         "hidden_act": "silu",
+        "num_nextn_predict_layers": 1,
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))

@@ -85,11 +85,11 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
             segs += builder.embedding("F")
             covered.insert(0, -1)
         if phase != "F" and chunk.head and last_in_model:
-            segs += builder.head(phase)
+            segs += builder.head_and_mtp(phase)
             covered.insert(0, -2)
         segs += builder.layer(layer, phase)
         if phase == "F" and chunk.head and last_in_model:
-            segs += builder.head("F")
+            segs += builder.head_and_mtp("F")
             covered.append(-2)
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
@@ -106,7 +106,7 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
 def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> Unit:
     segs: list[Segment] = []
     covered: list[int] = []
-    parts = [(chunk.embedding, -1, builder.embedding), (chunk.head, -2, builder.head)]
+    parts = [(chunk.embedding, -1, builder.embedding), (chunk.head, -2, builder.head_and_mtp)]
     for present, unit, build in parts if phase == "F" else reversed(parts):
         if present:
             segs += build(phase)

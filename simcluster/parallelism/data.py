@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
+from simcluster.memory import embedding_copy
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -67,9 +68,10 @@ def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> t
     t = layout.tp
     if layer == -1:
         return model.embedding_params() / t, 0.0
-    if layer == -2:
-        extra = model.vocab * model.hidden if model.tied_embeddings and not chunk.embedding else 0
-        return (model.head_params() + extra) / t, 0.0
+    if layer == -2:  # the LM head, with the MTP modules and the embedding copy they need
+        extra = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
+        routed = model.mtp_routed_params()
+        return (model.head_params() + model.mtp_params() - routed + extra) / t, routed / layout.ep
     full = model.layer_params(layer)
     if model.is_moe_layer(layer):
         routed = model.experts * model.expert_params()

@@ -300,6 +300,32 @@ class LayerBuilder:
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
         return body
 
+    def head_and_mtp(self, phase: str) -> list[Segment]:
+        """The LM head and the MTP modules after it (DeepSeek-V3 Sec. 2.2), in the phase's
+        order: forward head first, then each module; backward in reverse."""
+        mtp = [seg for d in range(self.shapes.model.mtp_layers) for seg in self._mtp_module(d, phase)]
+        if phase == "F":
+            return self.head("F") + mtp
+        return mtp + self.head(phase)
+
+    def _mtp_module(self, depth: int, phase: str) -> list[Segment]:
+        """One MTP module: embed the tokens one further ahead (the main model's embedding),
+        normalise it and the previous depth's hidden state, project the 2h concatenation to h,
+        run one transformer layer, and predict through the shared head and another loss."""
+        m = self.shapes.model
+        proj = [Gemm(2 * m.hidden, m.hidden / self.shapes.layout.tp)]
+        index = m.mtp_layer_index(depth)
+        if phase == "W":
+            embed = self.embedding("W")
+            return [*self.head("W"), *self.layer(index, "W"), Compute.of("mtp_proj_wgrad", self._gemms(proj, "W"), index), *embed]
+        norms = self._elementwise(self.ops.norm() + self.ops.norm(), phase)
+        tokens_bytes = self.shapes.tokens * m.hidden * self.shapes.elt
+        lookup = Work.of(memory=self.km.memory(2 * tokens_bytes)) if phase == "F" else Work()
+        entry = Compute.of("mtp_input", lookup + norms + self._gemms(proj, phase), index)
+        if phase == "F":
+            return [entry, *self.layer(index, "F"), *self.head("F")]
+        return [*self.head(phase), *self.layer(index, phase), entry]
+
     def _cross_entropy_bytes(self, phase: str) -> float:
         """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits.
 

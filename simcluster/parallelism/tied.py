@@ -11,7 +11,10 @@ that matrix's gradient between the first and the last stage, blocking:
 
 The group pairs ranks of equal tp/cp/dp coordinates (``Layout.tied_pair``), so it is a
 2-rank all-reduce of V*h/tp elements at the gradient wire precision. V-shaped schedules
-(zbv, dualpipev) place embedding and head on stage 0 and need no sync.
+(zbv, dualpipev) place embedding and head on stage 0 and need no sync. Multi-token
+prediction modules (DeepSeek-V3) embed the next tokens with the main model's embedding, so the
+last stage keeps a copy of it and synchronises its gradient the same way, tied or not
+(Megatron-Core shares the MTP embedding with the first stage's).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def tied_sync_params(model: ModelSpec, layout: Layout, chunks: list[list[Chunk]]
     """Per pipeline stage, elements per GPU of the tied embedding gradient it all-reduces with
     its partner stage (0 for stages that take no part)."""
     out = [0.0] * layout.pp
-    if not model.tied_embeddings or layout.pp < 2:
+    if not (model.tied_embeddings or model.mtp_layers) or layout.pp < 2:
         return out
     emb = [s for s, cs in enumerate(chunks) if any(c.embedding for c in cs)]
     head = [s for s, cs in enumerate(chunks) if any(c.head for c in cs)]

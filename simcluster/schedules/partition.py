@@ -17,14 +17,20 @@ def layers_per_stage(
     126 layers on 16 stages -> 7, 14 x 8, 7; Zero Bubble paper: "the first and last stage have
     one fewer transformer layer"; with one layer per virtual stage those two hold only the
     embedding and the head); else the remainder goes to middle stages, spread evenly.
-    ``explicit`` overrides the rule and must have V positive entries summing to ``layers``.
+    ``explicit`` overrides the rule and must have V entries summing to ``layers``, positive
+    except the first and last, which may be 0: a virtual stage of only the embedding, or only
+    the LM head with its loss and MTP modules (Megatron-Core's ``pipeline_model_parallel_layout``
+    "E|...|L"; Megatron-Bridge runs DeepSeek-V3 as "Et|(tt|)*30mL").
     """
     n = p * v
     if explicit is not None:
-        if len(explicit) != n or any(int(x) != x or x < 1 for x in explicit):
+        ends_ok = all(int(x) == x and x >= 0 for x in (explicit[:1] + explicit[-1:]))
+        middle_ok = all(int(x) == x and x >= 1 for x in explicit[1:-1])
+        if len(explicit) != n or not (ends_ok and middle_ok) or (n == 1 and explicit[0] < 1):
             raise UserError(
                 FIELD,
-                f"needs {n} positive layer counts (one per virtual stage, pp*vpp), got {explicit}",
+                f"needs {n} layer counts (one per virtual stage, pp*vpp), positive except the "
+                f"first and last (0 = only the embedding / only the head), got {explicit}",
             )
         if sum(explicit) != layers:
             raise UserError(
