@@ -65,7 +65,7 @@ def test_does_not_fit_still_simulates(cli):
         (["parallel.pp=2", "parallel.schedule=dualpipe", "cluster.gpus=6", "parallel.pp=3"], "parallel.pp"),
         (["parallel.pp=8", "parallel.schedule=interleaved", "parallel.vpp=2", "training.global_batch=4"], "training.global_batch"),  # m=4 < p=8
         (["parallel.pp=2", "parallel.layers_per_stage=[10,10]"], "parallel.layers_per_stage"),
-        (["parallel.pp=2", "parallel.layers_per_stage=[32,0]"], "parallel.layers_per_stage"),
+        (["parallel.pp=4", "parallel.layers_per_stage=[16,0,8,8]"], "parallel.layers_per_stage"),
     ],
 )
 def test_bad_pipeline_input(cli, overrides, field):

@@ -100,3 +100,23 @@ def test_where_megatron_cannot_overlap_is_a_one_line_error(cli, tmp_path, parall
     assert err.value.field == "overlap.ep_comm" and needle in str(err.value)
     r = cli("run", str(path))
     assert r.code == 2 and "overlap.ep_comm" in r.err and "Traceback" not in r.err
+
+
+def test_a_pair_runs_layer_by_layer():
+    """Within a combined step the forward leads the backward by at most one layer (DualPipe's
+    Fig. 4 and Megatron's combined 1F1B alternate the two directions layer by layer). With
+    selective recomputation the backward has more blocks per layer than the forward, which
+    would otherwise run ahead and leave the backward's last layers alone."""
+    data = _moe(True, m=4)
+    data["model"]["layers"] = 8
+    data["training"].update(recompute="selective", recompute_modules=["layernorm", "moe_act"])
+    res = run(data)
+    ev = res.events[(res.events["stream"] == "compute") & (res.events["layer"] >= 0)]
+    layers = 8
+    for k in range(1, 4):  # pairs: F(k) with BW(k - 1)
+        fwd = ev[(ev["kind"] == "forward") & (ev["microbatch"] == k)].groupby("layer")["start_s"].min()
+        bwd = ev[ev["kind"].isin(["backward", "recompute"]) & (ev["microbatch"] == k - 1)]
+        bwd = bwd.groupby("layer")["start_s"].min()
+        for i in range(1, layers):
+            # forward unit i is layer i; backward unit i - 1 is layer layers - i
+            assert fwd[i] >= bwd[layers - i] - 1e-12

@@ -26,15 +26,19 @@ def test_remainder_goes_to_middle_stages():
 
 def test_explicit_is_used_verbatim():
     assert layers_per_stage(10, 2, 1, [4, 6]) == [4, 6]
+    # an end stage may hold only the embedding or only the head (Megatron-Core's "E|...|L"
+    # layouts; Megatron-Bridge's DeepSeek-V3 "Et|(tt|)*30mL")
+    assert layers_per_stage(10, 3, 1, [0, 5, 5]) == [0, 5, 5]
+    assert layers_per_stage(10, 3, 1, [5, 5, 0]) == [5, 5, 0]
 
 
 @pytest.mark.parametrize(
     ("explicit", "needle"),
-    [([5, 6], "sums to 11"), ([10, 0], "positive"), ([3, 3, 4], "needs 2")],
+    [([5, 6, 0], "sums to 11"), ([10, 0, 0], "positive except the first and last"), ([3, 3, 4, 0], "needs 3")],
 )
 def test_bad_explicit_names_the_field(explicit, needle):
     with pytest.raises(UserError) as err:
-        layers_per_stage(10, 2, 1, explicit)
+        layers_per_stage(10, 3, 1, explicit)
     assert err.value.field == "parallel.layers_per_stage" and needle in str(err.value)
 
 

@@ -48,6 +48,33 @@ class Shared:
 
 
 @dataclass
+class Pace:
+    """The two ops of an F&B pair: their shared compute stream, and the backward's progress.
+
+    The forward does not start its layer i before the backward has started its layer i - 1,
+    so the pair is interleaved layer by layer, as DualPipe arranges a forward and a backward chunk
+    (DeepSeek-V3 report Fig. 4: one layer's attention, dispatch, MLP and combine of each
+    direction alternating) and Megatron-Core's combined 1F1B calls them. Left free, the
+    shorter forward would run ahead and leave the backward's last layers, and their
+    all-to-alls, with nothing to hide under.
+    """
+
+    lock: simpy.Resource
+    started: list[simpy.Event]
+
+    def step(self, unit: int, lead: bool) -> Generator:
+        """Before ``unit``: the backward (``lead``) announces it; the forward waits until the
+        backward has started the layer before (so the forward leads by at most one layer)."""
+        if lead:
+            if unit < len(self.started):
+                self.started[unit].succeed()
+            return
+        ahead = unit - 1
+        if 0 <= ahead < len(self.started) and not self.started[ahead].triggered:
+            yield self.started[ahead]
+
+
+@dataclass
 class Worker:
     """The SimPy process of one simulated rank."""
 
@@ -159,13 +186,18 @@ class Worker:
         while i < len(ops):
             op = ops[i]
             if i + 1 < len(ops) and ops[i + 1].overlap:
-                # DualPipe F&B pair: both inputs first, then the two run interleaved on the
-                # compute stream so each one's communication hides behind the other's compute
+                # F&B pair (DualPipe, Megatron's combined 1F1B): both inputs first, then the
+                # two run interleaved layer by layer on the compute stream so each one's
+                # communication hides behind the other's compute
                 pair = ops[i + 1]
                 yield from self._wait_inputs(op)
                 yield from self._wait_inputs(pair)
-                lock = simpy.Resource(env, capacity=1)
-                procs = [env.process(self._execute(x, previous, lock)) for x in (op, pair)]
+                backward_units = self.plan.chunks[pair.chunk].phases[pair.kind]
+                pace = Pace(simpy.Resource(env, capacity=1), [env.event() for _ in backward_units])
+                procs = [
+                    env.process(self._execute(op, previous, pace)),
+                    env.process(self._execute(pair, previous, pace, lead=True)),
+                ]
                 yield procs[0] & procs[1]
                 sends = [self._send_outputs(x) for x in (op, pair)]
                 previous = pair
@@ -223,7 +255,7 @@ class Worker:
             yield sh.arrival((self.rank, "B", op.microbatch, k))
 
     def _execute(
-        self, op: PipeOp, previous: PipeOp | None, lock: simpy.Resource | None = None
+        self, op: PipeOp, previous: PipeOp | None, pace: Pace | None = None, lead: bool = False
     ) -> Generator:
         cplan = self.plan.chunks[op.chunk]
         kind = PHASE_KIND[op.kind]
@@ -244,7 +276,10 @@ class Worker:
             and previous.microbatch == op.microbatch
             and previous.chunk == op.chunk
         )
+        lock = pace.lock if pace is not None else None
         for i, unit in enumerate(units):
+            if pace is not None:
+                yield from pace.step(i, lead)
             if zero3 and op.kind != "W":
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
             elif op.kind == "F":
