@@ -34,15 +34,21 @@ class BytesPerParam:
 
 
 def bytes_per_param(
-    precision: str, optimizer: str, fp32_grad_accum: bool, grad_accum_fusion: bool = False
+    precision: str,
+    optimizer: str,
+    fp32_grad_accum: bool,
+    grad_accum_fusion: bool = False,
+    moment_bytes: float = 4.0,
 ) -> BytesPerParam:
     """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers').
 
     With ``grad_accum_fusion`` the weight-gradient GEMM adds straight into the fp32 main
     gradient (Megatron's ``gradient_accumulation_fusion``, TransformerEngine's
-    ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it.
+    ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it. ``moment_bytes`` is
+    the width of each optimizer moment (2 with ``training.optimizer_moments: bf16``).
     """
-    moments = 8.0 if optimizer == "adam" else 4.0  # Adam: m and v; SGD: momentum
+    # Adam: m and v; SGD: momentum
+    moments = (2.0 if optimizer == "adam" else 1.0) * moment_bytes
     if precision == "fp32":
         return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
     if fp32_grad_accum:
@@ -50,6 +56,11 @@ def bytes_per_param(
     else:
         grads = 2.0
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
+
+
+def moment_bytes(training: TrainingSection) -> float:
+    """Bytes of one optimizer moment per parameter (fp32 training keeps fp32 moments)."""
+    return 2.0 if training.optimizer_moments == "bf16" and training.precision != "fp32" else 4.0
 
 
 def sharded(bpp: BytesPerParam, zero: int, n: int) -> BytesPerParam:
@@ -269,7 +280,8 @@ def static_memory(
 ) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes on one GPU of a stage."""
     bpp = bytes_per_param(
-        training.precision, training.optimizer, training.fp32_grad_accum, training.grad_accum_fusion
+        training.precision, training.optimizer, training.fp32_grad_accum, training.grad_accum_fusion,
+        moment_bytes(training),
     )
     dense = sharded(bpp, layout.zero, layout.zero_group)
     expert = sharded(bpp, layout.zero, layout.edp)

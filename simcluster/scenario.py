@@ -154,6 +154,14 @@ class TrainingSection(_Section):
         ),
     )
     optimizer: Literal["adam", "sgd"] = "adam"
+    optimizer_moments: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description=(
+            "precision of the optimizer's moments (Adam m and v); bf16 as DeepSeek-V3 trained "
+            "(report Sec 3.3.3) and Megatron's precision-aware optimizer allows; the fp32 "
+            "master weights stay"
+        ),
+    )
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
     )

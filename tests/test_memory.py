@@ -4,7 +4,13 @@ Korthikanti et al. 2022 (Table 2) activation bytes per layer."""
 import pytest
 
 from simcluster.context import build_context
-from simcluster.memory import bytes_per_param, layer_activation_bytes, sharded
+from simcluster.memory import (
+    bytes_per_param,
+    layer_activation_bytes,
+    sharded,
+    stage_params,
+    static_memory,
+)
 from simcluster.scenario import scenario_from_dict
 from tests.conftest import make_scenario
 
@@ -44,6 +50,25 @@ def test_fused_gradient_accumulation_keeps_no_16_bit_gradient():
     # GEMM adds into the fp32 main_grad, so 2P bf16 params + 4P fp32 grads + 12P = 18P
     assert total(bytes_per_param("bf16", "adam", True, grad_accum_fusion=True)) == 18
     assert bytes_per_param("bf16", "adam", False, grad_accum_fusion=True).grads == 2
+
+
+def test_bf16_moments_halve_the_adam_states():
+    """DeepSeek-V3 report Sec 3.3.3: AdamW's first and second moments in BF16, the master
+    weights in FP32: 4P fp32 master + 2 x 2P moments = 8P of optimizer state instead of 12P;
+    the update reads and writes each moment at 2 B instead of 4 B."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    assert bytes_per_param("bf16", "adam", True, moment_bytes=2.0).optimizer == 8
+    fp32 = scenario_from_dict(make_scenario())
+    bf16 = scenario_from_dict(make_scenario(training={
+        "seq_len": 2048, "micro_batch": 1, "global_batch": 8, "optimizer_moments": "bf16"}))
+    assert optimizer_bytes_per_param(fp32) - optimizer_bytes_per_param(bf16) == 2 * 2 * 2
+    c32 = build_context(fp32)
+    c16 = build_context(bf16)
+    p = stage_params(c32.model, c32.layout, c32.chunks[0]).total
+    o32 = static_memory(c32.model, c32.layout, fp32.training, stage_params(c32.model, c32.layout, c32.chunks[0]))[2]
+    o16 = static_memory(c16.model, c16.layout, bf16.training, stage_params(c16.model, c16.layout, c16.chunks[0]))[2]
+    assert o32 - o16 == pytest.approx(4 * p)
 
 
 def _ctx(**kw):

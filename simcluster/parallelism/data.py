@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
-from simcluster.memory import embedding_copy
+from simcluster.memory import embedding_copy, moment_bytes
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -111,7 +111,9 @@ def build_buckets(model: ModelSpec, layout: Layout, chunks: list[Chunk], bucket_
 def optimizer_bytes_per_param(scenario: Scenario) -> float:
     """HBM traffic of one optimizer update per parameter (read + write of each state)."""
     tr = scenario.training
+    moment = 2 * moment_bytes(tr)  # read + write of one moment
+    low = 0 if tr.precision == "fp32" else 2
     if tr.optimizer == "adam":
         # fp32 master r/w, m r/w, v r/w, fp32 grad read, grad-norm read, low-precision param write
-        return 8 + 8 + 8 + 4 + 4 + (0 if tr.precision == "fp32" else 2)
-    return 8 + 8 + 4 + 4 + (0 if tr.precision == "fp32" else 2)
+        return 8 + 2 * moment + 4 + 4 + low
+    return 8 + moment + 4 + 4 + low
