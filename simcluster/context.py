@@ -80,6 +80,12 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
         raise UserError(
             "training.recompute_modules", "mla_up_proj needs an MLA model (model.mla); drop it"
         )
+    if training.recompute == "op" and model.is_moe:
+        raise UserError(
+            "training.recompute",
+            "op (torchtitan's op-level checkpointing) is modelled for dense layers; use "
+            "selective or full for a mixture-of-experts model",
+        )
     if training.recompute_num_layers is not None and training.recompute != "full":
         raise UserError(
             "training.recompute_num_layers",

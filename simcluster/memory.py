@@ -144,6 +144,8 @@ def layer_activation_bytes(
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
     if training.fully_recomputed(position):
         return e * sbh / rep
+    if training.recompute == "op":
+        return _op_checkpoint_bytes(model, layout, training)
     redo = training.recomputed
     # a recomputed norm output (the next GEMM's input) is not kept
     norm_out = 0.0 if "layernorm" in redo else g
@@ -187,6 +189,26 @@ def layer_activation_bytes(
     else:
         ffn = norm_mask + mlp(model.ffn, s, norm_out, g)
     return att + ffn
+
+
+def _op_checkpoint_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """torchtitan's op-level selective checkpointing (``selective_ac_option: op``) of a dense
+    layer: it keeps the block's input, the attention kernel's output and log-sum-exp, and the
+    output of every other ``aten.mm`` (its policy counts the layer's seven matmuls wq, wk, wv,
+    wo, w1, w3, w2 and saves the odd ones; the count runs on across microbatches, so over a
+    step half of each matmul's output is kept on average), and recomputes the rest."""
+    s = training.seq_len / layout.cp
+    b = training.micro_batch
+    h = model.hidden
+    t = layout.tp
+    e = act_bytes(training.precision)
+    rep = t if layout.sequence_parallel else 1
+    q_dim = model.heads * model.d_head
+    kv_dim = model.kv_heads * model.d_head
+    up = model.up_width(model.ffn)
+    mm_outputs = (q_dim + 2 * kv_dim + up) / t + 2 * h / rep  # q, k, v, w1 (+ w3); wo, w2
+    kept = h / rep + q_dim / t + 0.5 * mm_outputs
+    return e * s * b * kept + 4.0 * model.heads * s * b / t
 
 
 def logit_elements(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:

@@ -135,7 +135,14 @@ class TrainingSection(_Section):
             "gradient_accumulation_fusion, TE fuse_wgrad_accumulation): no 16-bit gradient buffer"
         ),
     )
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "full", "op"] = Field(
+        default="none",
+        description=(
+            "none; selective (Megatron: the modules of recompute_modules); full (every layer's "
+            "forward reruns); op (torchtitan's op-level selective checkpointing: each layer "
+            "keeps its attention output and every other matmul output and reruns the rest)"
+        ),
+    )
     recompute_modules: list[RecomputeModule] | None = Field(
         default=None,
         description=(

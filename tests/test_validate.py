@@ -47,7 +47,7 @@ def test_shipped_case_counts_and_unique_names():
     # Korthikanti 2022: 4 models x (full recompute, SP + selective recompute); NeMo long
     # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows;
     # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers; torchtitan's A100
-    # page: 8 rows, 5 without the 'selective op' policy.
+    # page: all 8 rows.
     assert fams == {
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
@@ -56,7 +56,7 @@ def test_shipped_case_counts_and_unique_names():
         "megatron-bridge-fp8-h100": 8,
         "nemo-fp8-h100": 9,
         "nemo-long-context-h100": 9,
-        "torchtitan-a100": 5,
+        "torchtitan-a100": 8,
         "zero-bubble-a100": 48,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -419,7 +419,7 @@ FAMILY_MAPE = {
     "narayanan2021-a100": 4.4,
     "nemo-fp8-h100": 4.7,
     "nemo-long-context-h100": 3.9,
-    "torchtitan-a100": 8.7,
+    "torchtitan-a100": 8.9,
     "zero-bubble-a100": 3.3,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
@@ -428,14 +428,15 @@ FAMILY_MAPE = {
 # rose from 6.2 when full recomputation stopped rerunning the LM head (Megatron checkpoints the
 # transformer layers only), and its MAPE from 3.7 and max from 6.6 when learned positions
 # stopped paying a rotary pass (Megatron 2021 splits the QKV output into views): physics over
-# score.
+# score. torchtitan's rose from 10.5 when its three "selective op" rows were added with the
+# op-level checkpointing they need (Llama 2 70B at local batch 1: +14%).
 FAMILY_MAX_APE = {
     "korthikanti2022-a100": 6.2,
     "megatron-bridge-fp8-h100": 15.2,
     "narayanan2021-a100": 7.2,
     "nemo-fp8-h100": 12.1,
     "nemo-long-context-h100": 11.2,
-    "torchtitan-a100": 10.5,
+    "torchtitan-a100": 14.0,
     "zero-bubble-a100": 11.4,
 }
 

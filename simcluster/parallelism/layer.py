@@ -171,7 +171,23 @@ class LayerBuilder:
             else att_body
         )
         segments = self._order(phase, segments, self._mlp_segments(index, phase, overlap))
+        if phase == "B" and self.scenario.training.recompute == "op":
+            segments = [self._op_recompute(index), *segments]
         return segments
+
+    def _op_recompute(self, index: int) -> Compute:
+        """torchtitan's op-level selective checkpointing reruns, before a layer's backward,
+        every forward op whose output it did not keep: the memory-bound ones (norms, rotary,
+        activation, residual adds) and half of the matmuls (every other ``aten.mm``; see
+        ``memory._op_checkpoint_bytes``); the attention kernel's output is kept."""
+        m, ops = self.shapes.model, self.ops
+        gemms = self.attention_gemms() + self.mlp_gemms(m.ffn)
+        memory_bound = (
+            ops.norm() + ops.attention_inputs() + ops.attention_output() + ops.residual()
+            + ops.norm() + ops.activation(m.ffn / self.shapes.layout.tp) + ops.residual()
+        )  # fmt: skip
+        work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
+        return Compute.of("recompute_ops", work, index, kind="recompute")
 
     def _row_parallel_slowdown(self, phase: str) -> float:
         """Time factor of a row-parallel forward GEMM under TransformerEngine's TP overlap.
