@@ -61,6 +61,8 @@ class CaseResult:
     error: str | None
     wall_s: float
     predicted_memory_gib: float | None = None
+    # the simulated step's largest part after the GEMMs (engine/breakdown.py): key and share
+    largest_after_gemm: tuple[str, float] | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -92,6 +94,11 @@ class CaseResult:
                 "published": self.case.peak_memory_gib,
                 "error_pct": self.memory_error_pct,
             },
+            "largest_after_gemm": (
+                None
+                if self.largest_after_gemm is None
+                else {"part": self.largest_after_gemm[0], "share": self.largest_after_gemm[1]}
+            ),
         }
 
 
@@ -201,21 +208,23 @@ def load_cases(
 def run_case(case: Case) -> CaseResult:
     """Simulate one case; any failure is captured in the result, never raised."""
     from simcluster.engine import simulate
+    from simcluster.engine.breakdown import largest_besides_gemm
     from simcluster.scenario import scenario_from_dict
 
     wall = time.perf_counter()
-    memory = None
+    memory = largest = None
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
         summary = simulate(scenario_from_dict(data)).summary
         predicted, error = float(summary[case.metric]), None
         memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
+        largest = largest_besides_gemm(summary)
     except UserError as exc:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others
         predicted, error = None, f"{type(exc).__name__}: {exc}"
-    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory)
+    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest)
 
 
 def run_cases(

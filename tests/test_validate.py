@@ -329,6 +329,13 @@ def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_pa
     ok = frame[frame["name"] != "bad"]
     assert list(ok["error_pct"]) == pytest.approx(list(100 * (ok["predicted"] - 1.0) / 1.0))
     assert frame.loc[frame["name"] == "bad", "failed"].str.startswith("parallel").all()
+    # each case names its simulated step's largest part after the GEMMs, as run's breakdown does
+    from simcluster.engine.breakdown import largest_besides_gemm
+
+    key, share = largest_besides_gemm(simulate(scenario_from_dict(make_scenario())).summary)
+    assert list(ok["largest_after_gemm"]) == [key, key]
+    assert list(ok["largest_after_gemm_share"]) == pytest.approx([share, share])
+
     def timeless(doc: dict) -> dict:  # wall_s is the only field that differs between runs
         return {**doc, "cases": [{k: v for k, v in c.items() if k != "wall_s"} for c in doc["cases"]]}
 

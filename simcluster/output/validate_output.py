@@ -39,6 +39,8 @@ def validation_frame(results: Sequence[CaseResult]) -> pd.DataFrame:
                 "peak_memory_gib_predicted": r.predicted_memory_gib,
                 "peak_memory_gib_published": r.case.peak_memory_gib,
                 "peak_memory_error_pct": r.memory_error_pct,
+                "largest_after_gemm": r.largest_after_gemm[0] if r.largest_after_gemm else None,
+                "largest_after_gemm_share": r.largest_after_gemm[1] if r.largest_after_gemm else None,
             }
         )
     return pd.DataFrame(rows)
