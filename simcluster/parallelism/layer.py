@@ -319,10 +319,11 @@ class LayerBuilder:
     def head_and_mtp(self, phase: str) -> list[Segment]:
         """The LM head and the MTP modules after it (DeepSeek-V3 Sec. 2.2), in the phase's
         order: forward head first, then each module; backward in reverse."""
-        mtp = [seg for d in range(self.shapes.model.mtp_layers) for seg in self._mtp_module(d, phase)]
+        depths = range(self.shapes.model.mtp_layers)
         if phase == "F":
-            return self.head("F") + mtp
-        return mtp + self.head(phase)
+            return self.head("F") + [seg for d in depths for seg in self._mtp_module(d, "F")]
+        # module k predicts from module k - 1's output: the deepest one's backward runs first
+        return [seg for d in reversed(depths) for seg in self._mtp_module(d, phase)] + self.head(phase)
 
     def _mtp_module(self, depth: int, phase: str) -> list[Segment]:
         """One MTP module: embed the tokens one further ahead (the main model's embedding),
@@ -333,7 +334,8 @@ class LayerBuilder:
         index = m.mtp_layer_index(depth)
         if phase == "W":
             embed = self.embedding("W")
-            return [*self.head("W"), *self.layer(index, "W"), Compute.of("mtp_proj_wgrad", self._gemms(proj, "W"), index), *embed]
+            proj_w = Compute.of("mtp_proj_wgrad", self._gemms(proj, "W"), index)
+            return [*self.head("W"), *self.layer(index, "W"), proj_w, *embed]
         norms = self._elementwise(self.ops.norm() + self.ops.norm(), phase)
         tokens_bytes = self.shapes.tokens * m.hidden * self.shapes.elt
         lookup = Work.of(memory=self.km.memory(2 * tokens_bytes)) if phase == "F" else Work()
