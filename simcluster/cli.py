@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from simcluster import __version__
 from simcluster.errors import exit_code_of
 
+DESCRIPTION = (
+    "Simulate a distributed LLM training step on a GPU cluster (DP/ZeRO, TP+SP, CP, PP "
+    "schedules, EP) from a scenario YAML: step time, tokens/s, MFU, bubble, exposed "
+    "communication, memory, and why. Start with: simcluster list; simcluster run NAME --out DIR"
+)
+
 # Registry of subcommands: name -> module path. Order is the order shown in --help.
 COMMANDS: dict[str, str] = {
     "run": "simcluster.commands.run",
@@ -35,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every available subcommand."""
-    parser = _Parser(prog="simcluster", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="simcluster", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"simcluster {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_path in COMMANDS.items():
