@@ -21,7 +21,9 @@ from calibrate.busbw import OPS, busbw  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+# --standalone: a rendezvous on a free local port, so a port left over by an earlier run (or a
+# second job on the machine) cannot break the launch
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 CAL = ["-m", "calibrate", "--device", "cpu", "--quick"]
 H100_BF16_FLOPS = 989.4e12  # NVIDIA H100 SXM5 datasheet, dense bf16 (hardware/dgx-h100.yaml)
 
