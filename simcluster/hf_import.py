@@ -80,6 +80,7 @@ def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
+    """The JSON object of a config.json; a missing or malformed file is a one-line error."""
     p = Path(path)
     if not p.is_file():
         raise UserError(field_name, f"file '{path}' not found")

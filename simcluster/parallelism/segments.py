@@ -20,6 +20,7 @@ class Work:
 
     @staticmethod
     def of(**seconds: float) -> Work:
+        """``Work.of(gemm=1e-3, memory=2e-4)``; zero parts are dropped, unknown ones refused."""
         unknown = set(seconds) - set(CATEGORIES)
         if unknown:
             raise ValueError(f"unknown work categories {sorted(unknown)}")
@@ -27,6 +28,7 @@ class Work:
 
     @property
     def total(self) -> float:
+        """All the seconds, whatever they are spent on."""
         return sum(s for _, s in self.parts)
 
     def __add__(self, other: Work) -> Work:
@@ -36,6 +38,7 @@ class Work:
         return Work(tuple((c, merged[c]) for c in CATEGORIES if merged.get(c)))
 
     def scaled(self, factor: float) -> Work:
+        """Every part times ``factor`` (a GEMM slowed by SMs lent to a collective, say)."""
         return Work(tuple((c, s * factor) for c, s in self.parts))
 
 
@@ -54,6 +57,7 @@ class Compute:
 
     @staticmethod
     def of(name: str, work: Work, layer: int = -1, kind: str = "") -> Compute:
+        """A compute block whose seconds are ``work``'s total."""
         return Compute(name, work.total, layer, kind, work)
 
 
