@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.engine.breakdown import largest_besides_gemm
 from simcluster.errors import UserError
 
@@ -150,8 +151,8 @@ class SweepRow:
     def fits(self) -> bool:
         return bool(self.summary and self.summary["fits_in_memory"])
 
-    def to_dict(self) -> dict[str, Any]:
-        """One flat record (the CSV/JSON row)."""
+    def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
+        """One flat record (the CSV/JSON row); with ``prices``, also dollars per 1M tokens."""
         rec: dict[str, Any] = {axis: value for axis, value in self.candidate.settings}
         rec["label"] = self.candidate.label
         rec["skipped"] = self.skipped
@@ -176,6 +177,8 @@ class SweepRow:
         for kind, seconds in sorted(s["exposed_comm_s"].items()):
             rec[f"exposed_{kind}_s"] = seconds
         rec["largest_besides_gemm"], rec["largest_besides_gemm_share"] = largest_besides_gemm(s)
+        if prices is not None:
+            rec["usd_per_million_tokens"] = usd_per_million_tokens(s, prices)
         return rec
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import print_json, progress_bar, to_json
+from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS
 from simcluster.errors import UserError
 from simcluster.scenario import load_scenario, parse_set
@@ -38,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
+    parser.add_argument(
+        "--price", metavar="USD",
+        help="dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): "
+        "adds what a million tokens cost",
+    )  # fmt: skip
 
 
 def split_variant(text: str) -> tuple[str, list[str]]:
@@ -61,6 +67,7 @@ def short_labels(texts: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise UserError("SCENARIO", "give at least two scenarios (or one and a variant NAME@key=value)")
+    prices = parse_prices(args.price)
     common = parse_set(args.overrides)
     scenarios = []
     for text, label in zip(args.scenarios, short_labels(args.scenarios), strict=True):
@@ -79,13 +86,13 @@ def run(args: argparse.Namespace) -> int:
         for label, ctx in contexts:
             summaries.append((label, simulate(ctx).summary))
             advance(label)
-    doc = {"scenarios": [_record(label, s) for label, s in summaries]}
+    doc = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
     if args.out:
         _write(args.out, doc, summaries)
     if args.json:
         print_json(doc)
         return 0
-    _print(summaries, args.out)
+    _print(summaries, args.out, prices)
     return 0
 
 
@@ -94,9 +101,11 @@ def _busiest(summary: dict[str, Any]) -> dict[str, float]:
     return b["per_stage"][b["stage"]]
 
 
-def _record(label: str, s: dict[str, Any]) -> dict[str, Any]:
+def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
     """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step."""
+    priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
     return {
+        **priced,
         "label": label,
         "layout": s["layout"],
         "hardware": s["hardware"],
@@ -120,7 +129,7 @@ def _keys(summaries: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return [k for k in order if k in present]
 
 
-def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None) -> None:
+def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices: Prices | None = None) -> None:
     console = Console(width=max(Console().width, 100))
     table = Table(title="side by side (breakdown: each scenario's busiest stage, per step)")
     table.add_column("")
@@ -135,6 +144,8 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None) -> None
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
     ]
+    if prices:
+        rows.append(("$ per 1M tokens", [_usd(s, prices) for _, s in summaries]))
     for label, cells in rows:
         table.add_row(label, *cells)
     table.add_section()
@@ -144,6 +155,11 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None) -> None
     console.print(_verdict(summaries))
     if out:
         console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
+
+
+def _usd(s: dict[str, Any], prices: Prices) -> str:
+    value = usd_per_million_tokens(s, prices)
+    return "—" if value is None else f"${value:,.3f}"
 
 
 def _memory(s: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from simcluster.commands.common import (
     scenario_from_args,
     to_json,
 )
+from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.hardware import resolve_profile_path
@@ -77,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse sweeps of more than N combinations (default 500)",
     )  # fmt: skip
     parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
+    parser.add_argument(
+        "--price", metavar="USD",
+        help="dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): "
+        "adds what a million tokens cost",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UserError(flag, f"must be at least 1, got {value}")
     jobs = args.jobs or max(os.cpu_count() or 1, 1)
+    prices = parse_prices(args.price)
     scenario = scenario_from_args(args)
     base = scenario.model_dump(exclude_unset=True)
     base["name"] = scenario.name
@@ -108,16 +115,16 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     rows = _run_with_progress(cands, hardware, jobs)
-    document = _document(scenario.name, axes, rows)
+    document = _document(scenario.name, axes, rows, prices)
     text = to_json(document)
     if args.out:
         from simcluster.output.sweep_output import write_sweep
 
-        write_sweep(args.out, rows, text + "\n", title=f"{scenario.name}: layout sweep")
+        write_sweep(args.out, rows, text + "\n", title=f"{scenario.name}: layout sweep", prices=prices)
     if args.json:
         print_json(document)
     else:
-        _print(scenario.name, rows, args.top, args.out)
+        _print(scenario.name, rows, args.top, args.out, prices)
     if not any(r.ran for r in rows):
         field, _, first = skip_reasons(rows)[0]
         raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
@@ -129,13 +136,15 @@ def _run_with_progress(cands: list[Candidate], hardware: str | None, jobs: int) 
         return run_sweep(cands, hardware, jobs=jobs, progress=lambda r: advance(r.candidate.label))
 
 
-def _document(name: str, axes: dict[str, list[Any]], rows: list[SweepRow]) -> dict[str, Any]:
+def _document(
+    name: str, axes: dict[str, list[Any]], rows: list[SweepRow], prices: Prices | None = None
+) -> dict[str, Any]:
     ran = [r for r in rows if r.ran]
     best = next((r for r in ran if r.fits), None)
     return {
         "scenario": name,
         "axes": axes,
-        "rows": [r.to_dict() for r in rows],
+        "rows": [r.to_dict(prices) for r in rows],
         "summary": {
             "combinations": len(rows),
             "simulated": len(ran),
@@ -149,7 +158,7 @@ def _document(name: str, axes: dict[str, list[Any]], rows: list[SweepRow]) -> di
 _SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl"}
 
 
-def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
+def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
     console = Console(width=max(Console().width, 120))
     ran = [r for r in rows if r.ran]
     axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
@@ -159,7 +168,8 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
         table.add_column(_SHORT.get(axis, axis), justify="right")
     total = "gpus" in axes  # cluster sizes differ: show what the whole job does as well
     for col in ("dp", "step", *(("tokens/s",) if total else ()), "tokens/s/GPU", "MFU", "bubble",
-                "exposed comm", "after GEMMs", "peak memory"):  # fmt: skip
+                "exposed comm", "after GEMMs", *(("$/1M tok",) if prices else ()),
+                "peak memory"):  # fmt: skip
         table.add_column(col, justify="right")
     for index, row in enumerate(ran[:top], start=1):
         s = row.summary
@@ -178,6 +188,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
             f"{100 * s['bubble_fraction']:.1f}%",
             format_time(exposed) if exposed > 0 else "—",
             f"{SHORT.get(key, key)} {100 * share:.0f}%" if key else "—",
+            *((_usd(s, prices),) if prices else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
     console.print(table)
@@ -192,3 +203,8 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None) -> None:
     if out:
         console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
 
+
+
+def _usd(summary: dict[str, Any], prices: Prices | None) -> str:
+    value = usd_per_million_tokens(summary, prices)
+    return "—" if value is None else f"${value:,.2f}"

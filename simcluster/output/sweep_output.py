@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from simcluster.cost import Prices
 from simcluster.output.report_files import write_report_files
 from simcluster.sweep import SweepRow
 from simcluster.units import GiB
@@ -23,9 +24,9 @@ from simcluster.units import GiB
 _LABELLED = 5  # best layouts named on the plot
 
 
-def sweep_frame(rows: Sequence[SweepRow]) -> pd.DataFrame:
+def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None) -> pd.DataFrame:
     """One row per candidate in ranked order (skipped ones with their reason)."""
-    frame = pd.DataFrame([r.to_dict() for r in rows])
+    frame = pd.DataFrame([r.to_dict(prices) for r in rows])
     frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame
 
@@ -84,7 +85,9 @@ def write_sweep(
     rows: Sequence[SweepRow],
     json_text: str,
     title: str = "",
+    prices: Prices | None = None,
 ) -> dict[str, Path]:
     """Write sweep.csv, sweep.json (``json_text``, the ``--json`` document) and sweep.png
     into ``out_dir`` atomically; returns file name -> final path."""
-    return write_report_files(out_dir, "sweep", sweep_frame(rows), json_text, draw_sweep(rows, title))
+    frame = sweep_frame(rows, prices)
+    return write_report_files(out_dir, "sweep", frame, json_text, draw_sweep(rows, title))

@@ -1,0 +1,61 @@
+"""What a million tokens cost (``--price`` of sweep and compare): dollars per GPU-hour x GPUs /
+3600 / (tokens/s) x 1e6 — the GPU-hours a token takes, priced."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from engine_helpers import pipeline_scenario, run
+
+from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
+from simcluster.errors import UserError
+
+
+def test_prices_are_one_for_all_or_per_profile():
+    assert parse_prices(None) is None
+    assert parse_prices("2.5") == Prices(default=2.5)
+    per = parse_prices("dgx-h100=2.5, dgx-a100=1.2")
+    assert per.of("dgx-h100") == 2.5 and per.of("dgx-a100") == 1.2 and per.of("dgx-b200") is None
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-1", "nan", "dgx-h100", "=2", "dgx-h100=", "dgx-h100=x"])
+def test_bad_prices_name_the_flag(text):
+    with pytest.raises(UserError) as err:
+        parse_prices(text)
+    assert err.value.field == "--price"
+
+
+def test_dollars_per_million_tokens_is_gpu_hours_per_token_priced():
+    s = {"hardware": "dgx-h100", "gpus": 8, "tokens_per_s": 80_000.0}
+    # 8 GPUs for 1e6 / 8e4 = 12.5 s = 8 * 12.5 / 3600 GPU-hours at $2.5
+    assert usd_per_million_tokens(s, Prices(default=2.5)) == pytest.approx(2.5 * 8 * 12.5 / 3600)
+    assert usd_per_million_tokens(s, Prices(by_hardware={"dgx-a100": 1.0})) is None
+
+
+@pytest.fixture
+def pipe_file(tmp_path):
+    path = tmp_path / "pipe.yaml"
+    path.write_text(yaml.safe_dump(pipeline_scenario(4, 8, "1f1b")))
+    return str(path)
+
+
+def test_sweep_and_compare_price_their_rows(cli, pipe_file, tmp_path):
+    out = tmp_path / "sw"
+    r = cli("sweep", pipe_file, "--schedule", "1f1b,zb-h1", "--price", "2", "--jobs", "1", "--out", str(out))
+    assert r.code == 0, r.err
+    frame = pd.read_csv(out / "sweep.csv")
+    summary = run(pipeline_scenario(4, 8, "zb-h1")).summary
+    row = frame[frame["schedule"] == "zb-h1"].iloc[0]
+    assert row["usd_per_million_tokens"] == pytest.approx(2 * summary["gpus"] / 3600 / summary["tokens_per_s"] * 1e6)
+    c = cli("compare", pipe_file, f"{pipe_file}@parallel.schedule=zb-h1", "--price", "2", "--json")
+    assert c.code == 0, c.err
+    rec = json.loads(c.out)["scenarios"][1]
+    assert rec["usd_per_million_tokens"] == pytest.approx(row["usd_per_million_tokens"])
+
+
+def test_bad_price_on_the_command_line_is_one_line(cli, pipe_file):
+    r = cli("compare", pipe_file, pipe_file, "--price", "dgx-h100")
+    assert r.code == 2 and "--price" in r.err and len(r.err.strip().splitlines()) == 1
