@@ -9,6 +9,7 @@ from rich.table import Table
 
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.context import build_context
+from simcluster.fit_hints import fitting_changes
 from simcluster.memory_report import memory_summary
 from simcluster.units import format_bytes
 
@@ -21,8 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = build_context(scenario_from_args(args), args.hardware)
+    scenario = scenario_from_args(args)
+    ctx = build_context(scenario, args.hardware)
     doc = memory_summary(ctx)
+    if not doc["fits"]:
+        doc["would_fit"] = [
+            {"change": h.change, "total_bytes": h.total_bytes}
+            for h in fitting_changes(scenario, args.hardware)
+        ]
     if args.json:
         print_json(doc)
         return 0
@@ -54,4 +61,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"[{style}]{verdict}[/]: {format_bytes(doc['total_bytes'])} of {format_bytes(doc['capacity_bytes'])}"
     )
+    if not doc["fits"]:
+        console.print(hint_line(doc["would_fit"]))
     return 0
+
+
+def hint_line(hints: list[dict]) -> str:
+    """'would fit with: --set a=b (61.2 GiB), ...' or why no single change does."""
+    if not hints:
+        return "  no single change of recompute, zero, micro-batch, loss, tp or pp fits; try simcluster sweep"
+    listed = ", ".join(f"--set {h['change']} ({format_bytes(h['total_bytes'])})" for h in hints)
+    return f"  would fit with: {listed}"

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest_shares
@@ -32,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+    if not result.summary["fits_in_memory"]:
+        from simcluster.fit_hints import fitting_changes
+
+        hints = fitting_changes(scenario, args.hardware)
+        result.summary["would_fit"] = [{"change": h.change, "total_bytes": h.total_bytes} for h in hints]
     if args.out:
         result.write(args.out, svg=args.svg)
     if args.json:
@@ -77,6 +83,8 @@ def _print(s: dict, out: str | None) -> None:
                 f"  the peak is the loss: its logit copies are {format_bytes(loss)}; a fused "
                 "cross-entropy (training.fused_cross_entropy: true) or a smaller micro-batch would fit"
             )
+        if "would_fit" in s:
+            console.print(hint_line(s["would_fit"]))
     if out:
         console.print(
             f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png, breakdown.png"

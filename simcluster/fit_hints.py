@@ -1,0 +1,66 @@
+"""When a layout does not fit in GPU memory: which one-field changes would make it fit.
+
+Each candidate is one setting a user would try first, applied alone to the scenario: full
+recomputation, the next ZeRO stage, half the micro-batch, a fused cross-entropy, twice the
+tensor- or pipeline-parallel degree (dp shrinks), and BF16 optimizer moments. Candidates the
+layout checks refuse are skipped; the rest are priced by the static memory walk
+(``memory_report``, no simulation), so the hints cost milliseconds. They say what fits, not
+what is fastest: ``simcluster sweep`` answers that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simcluster.errors import UserError
+from simcluster.scenario import Scenario, scenario_from_dict
+
+
+@dataclass(frozen=True)
+class FitHint:
+    """One change (``key=value``) and the peak memory per GPU it leads to."""
+
+    change: str
+    total_bytes: float
+
+
+def _candidates(sc: Scenario) -> list[tuple[str, Any]]:
+    tr, par = sc.training, sc.parallel
+    out: list[tuple[str, Any]] = []
+    if tr.recompute != "full":
+        out.append(("training.recompute", "full"))
+    if par.zero < 3:
+        out.append(("parallel.zero", par.zero + 1))
+    if tr.micro_batch > 1 and tr.micro_batch % 2 == 0:
+        out.append(("training.micro_batch", tr.micro_batch // 2))
+    if not tr.fused_cross_entropy:
+        out.append(("training.fused_cross_entropy", True))
+    out.append(("parallel.tp", par.tp * 2))
+    out.append(("parallel.pp", par.pp * 2))
+    if tr.optimizer_moments == "fp32" and tr.precision != "fp32":
+        out.append(("training.optimizer_moments", "bf16"))
+    return out
+
+
+def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) -> list[FitHint]:
+    """Up to ``most`` one-field changes that fit, smallest peak first."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+
+    base = sc.model_dump(exclude_unset=True)
+    base["name"] = sc.name
+    if "parallel" in base:
+        base["parallel"].pop("dp", None)  # re-derived from the GPU count
+        base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
+    hints: list[FitHint] = []
+    for key, value in _candidates(sc):
+        try:
+            ctx = build_context(scenario_from_dict(base, [(key, value)]), hardware)
+        except UserError:
+            continue  # the layout checks refuse it (tp not dividing heads, say)
+        doc = memory_summary(ctx)
+        if doc["fits"]:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            hints.append(FitHint(f"{key}={text}", doc["total_bytes"]))
+    return sorted(hints, key=lambda h: h.total_bytes)[:most]
