@@ -244,15 +244,22 @@ def run_sweep(
     return rank(rows)
 
 
-def rank(rows: Sequence[SweepRow]) -> list[SweepRow]:
+def rank(rows: Sequence[SweepRow], prices: Prices | None = None) -> list[SweepRow]:
     """Layouts that fit first, then those that do not, each by tokens/s per GPU (highest
-    first: the fewest GPU-seconds per token, also across cluster sizes and hardware); skipped
-    candidates last. Ties break on the label, so the order is deterministic."""
+    first: the fewest GPU-seconds per token, also across cluster sizes and hardware) or, with
+    ``prices``, by dollars per million tokens (cheapest first; unpriced rows after the priced
+    ones); skipped candidates last. Ties break on the label, so the order is deterministic."""
 
-    def key(row: SweepRow) -> tuple[int, float, str]:
+    def key(row: SweepRow) -> tuple[int, int, float, str]:
         if row.summary is None:
-            return (2, 0.0, row.candidate.label)
-        return (0 if row.fits else 1, -row.summary["tokens_per_s_per_gpu"], row.candidate.label)
+            return (2, 0, 0.0, row.candidate.label)
+        fit = 0 if row.fits else 1
+        if prices is not None:
+            usd = usd_per_million_tokens(row.summary, prices)
+            if usd is not None:
+                return (fit, 0, usd, row.candidate.label)
+            return (fit, 1, -row.summary["tokens_per_s_per_gpu"], row.candidate.label)
+        return (fit, 0, -row.summary["tokens_per_s_per_gpu"], row.candidate.label)
 
     return sorted(rows, key=key)
 

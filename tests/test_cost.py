@@ -59,3 +59,22 @@ def test_sweep_and_compare_price_their_rows(cli, pipe_file, tmp_path):
 def test_bad_price_on_the_command_line_is_one_line(cli, pipe_file):
     r = cli("compare", pipe_file, pipe_file, "--price", "dgx-h100")
     assert r.code == 2 and "--price" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_priced_sweeps_rank_by_cost_per_token():
+    from simcluster.sweep import Candidate, SweepRow, rank
+
+    def row(label, hardware, tps_gpu, fits=True):
+        s = {"hardware": hardware, "gpus": 8, "tokens_per_s": 8 * tps_gpu,
+             "tokens_per_s_per_gpu": tps_gpu, "fits_in_memory": fits}  # fmt: skip
+        return SweepRow(Candidate((("hardware", label),), {}), s)
+
+    fast = row("h100", "dgx-h100", 10_000.0)
+    cheap = row("a100", "dgx-a100", 4_000.0)
+    over = row("b200", "dgx-b200", 30_000.0, fits=False)
+    # by throughput the H100 row leads; at $4 vs $1.2 per GPU-hour the A100 token is cheaper
+    assert [r.candidate.label for r in rank([cheap, over, fast])] == ["hardware=h100", "hardware=a100", "hardware=b200"]
+    prices = parse_prices("dgx-h100=4,dgx-a100=1.2,dgx-b200=1")
+    assert [r.candidate.label for r in rank([fast, over, cheap], prices)] == [
+        "hardware=a100", "hardware=h100", "hardware=b200",  # layouts that fit still come first
+    ]

@@ -26,6 +26,7 @@ from simcluster.sweep import (
     SweepRow,
     candidates,
     parse_axis,
+    rank,
     run_sweep,
     show_value,
     skip_reasons,
@@ -81,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--price", metavar="USD",
         help="dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): "
-        "adds what a million tokens cost",
+        "adds what a million tokens cost and ranks by it",
     )  # fmt: skip
 
 
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     rows = _run_with_progress(cands, hardware, jobs)
+    if prices is not None:
+        rows = rank(rows, prices)  # cheapest per token first
     document = _document(scenario.name, axes, rows, prices)
     text = to_json(document)
     if args.out:
