@@ -32,6 +32,14 @@ def add_scenario_arguments(
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
+    """``--price``: dollars per GPU-hour, one for all or per hardware profile (``cost.py``)."""
+    parser.add_argument(
+        "--price", metavar="USD",
+        help=f"dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): {effect}",
+    )  # fmt: skip
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     return load_scenario(args.scenario, parse_set(args.overrides))
 

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import print_json, progress_bar, to_json
+from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
 from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS
 from simcluster.errors import UserError
@@ -39,11 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
-    parser.add_argument(
-        "--price", metavar="USD",
-        help="dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): "
-        "adds what a million tokens cost",
-    )  # fmt: skip
+    add_price_argument(parser, "adds what a million tokens cost")
 
 
 def split_variant(text: str) -> tuple[str, list[str]]:

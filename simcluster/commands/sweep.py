@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import (
+    add_price_argument,
     add_scenario_arguments,
     print_json,
     progress_bar,
@@ -79,11 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse sweeps of more than N combinations (default 500)",
     )  # fmt: skip
     parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
-    parser.add_argument(
-        "--price", metavar="USD",
-        help="dollars per GPU-hour, one for all (2.5) or per profile (dgx-h100=2.5,dgx-a100=1.2): "
-        "adds what a million tokens cost and ranks by it",
-    )  # fmt: skip
+    add_price_argument(parser, "adds what a million tokens cost and ranks by it")
 
 
 def run(args: argparse.Namespace) -> int:
