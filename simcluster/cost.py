@@ -53,6 +53,12 @@ def parse_prices(text: str | None) -> Prices | None:
     return Prices(by_hardware=by)
 
 
+def format_usd(summary: dict[str, Any], prices: Prices | None, digits: int = 2) -> str:
+    """Dollars per million tokens as a table cell ("—" when unpriced)."""
+    value = usd_per_million_tokens(summary, prices)
+    return "—" if value is None else f"${value:,.{digits}f}"
+
+
 def usd_per_million_tokens(summary: dict[str, Any], prices: Prices | None) -> float | None:
     """Dollars per million tokens of a run summary at its hardware's price (None if unpriced)."""
     price = prices.of(summary["hardware"]) if prices else None

@@ -43,10 +43,16 @@ def _candidates(sc: Scenario) -> list[tuple[str, Any]]:
     return out
 
 
+def would_fit(sc: Scenario, hardware: str | None = None) -> list[dict[str, Any]]:
+    """:func:`fitting_changes` as the ``would_fit`` records of run's and memory's JSON."""
+    return [{"change": h.change, "total_bytes": h.total_bytes} for h in fitting_changes(sc, hardware)]
+
+
 def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) -> list[FitHint]:
     """Up to ``most`` one-field changes that fit, smallest peak first."""
     from simcluster.context import build_context
     from simcluster.memory_report import memory_summary
+    from simcluster.sweep import show_value
 
     base = sc.model_dump(exclude_unset=True)
     base["name"] = sc.name
@@ -61,6 +67,5 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
             continue  # the layout checks refuse it (tp not dividing heads, say)
         doc = memory_summary(ctx)
         if doc["fits"]:
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            hints.append(FitHint(f"{key}={text}", doc["total_bytes"]))
+            hints.append(FitHint(f"{key}={show_value(value)}", doc["total_bytes"]))
     return sorted(hints, key=lambda h: h.total_bytes)[:most]

@@ -105,13 +105,18 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
         if ch.embedding:
             dense += model.embedding_params() / t  # vocab-parallel embedding
         if ch.head:
-            dense += model.head_params() / t
-            routed = model.mtp_routed_params()
-            dense += (model.mtp_params() - routed) / t
-            expert += routed / layout.ep
-            if embedding_copy(model, ch):
-                dense += model.vocab * model.hidden / t  # the last stage keeps its own copy
+            head_dense, head_expert = head_unit_params(model, layout, ch)
+            dense += head_dense
+            expert += head_expert
     return StageParams(dense=dense, expert=expert)
+
+
+def head_unit_params(model: ModelSpec, layout: Layout, chunk: Chunk) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU of a chunk's LM head with the MTP modules after it,
+    and the word-embedding copy the stage keeps when it lacks the embedding but needs it."""
+    routed = model.mtp_routed_params()
+    copy = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
+    return (model.head_params() + model.mtp_params() - routed + copy) / layout.tp, routed / layout.ep
 
 
 def act_bytes(precision: str) -> int:

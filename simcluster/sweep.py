@@ -213,9 +213,10 @@ def run_sweep(
     hardware: str | None = None,
     jobs: int = 1,
     progress: Callable[[SweepRow], None] | None = None,
+    prices: Prices | None = None,
 ) -> list[SweepRow]:
     """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes)
-    and return all rows ranked by :func:`rank`."""
+    and return all rows ranked by :func:`rank` (by cost per token with ``prices``)."""
     rows: list[SweepRow] = []
     runnable = []
     for cand in cands:
@@ -241,7 +242,7 @@ def run_sweep(
                 rows.append(fut.result())
                 if progress:
                     progress(rows[-1])
-    return rank(rows)
+    return rank(rows, prices)
 
 
 def rank(rows: Sequence[SweepRow], prices: Prices | None = None) -> list[SweepRow]:

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
-from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
-from simcluster.engine.breakdown import LABELS
+from simcluster.cost import Prices, format_usd, parse_prices, usd_per_million_tokens
+from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
 from simcluster.scenario import load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
@@ -92,11 +92,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _busiest(summary: dict[str, Any]) -> dict[str, float]:
-    b = summary["time_breakdown_s"]
-    return b["per_stage"][b["stage"]]
-
-
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
     """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step."""
     priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
@@ -114,14 +109,14 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "peak_memory_bytes": s["peak_memory_bytes"]["max"],
         "fits_in_memory": s["fits_in_memory"],
         "busiest_stage": s["time_breakdown_s"]["stage"],
-        "breakdown_s": _busiest(s),
+        "breakdown_s": busiest(s),
     }
 
 
 def _keys(summaries: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Breakdown categories that any scenario spends time on, in the breakdown's order."""
     order = list(LABELS)
-    present = {k for _, s in summaries for k, v in _busiest(s).items() if v > 0}
+    present = {k for _, s in summaries for k, v in busiest(s).items() if v > 0}
     return [k for k in order if k in present]
 
 
@@ -141,7 +136,7 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices:
         ("peak memory", [_memory(s) for _, s in summaries]),
     ]
     if prices:
-        rows.append(("$ per 1M tokens", [_usd(s, prices) for _, s in summaries]))
+        rows.append(("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries]))
     for label, cells in rows:
         table.add_row(label, *cells)
     table.add_section()
@@ -153,18 +148,13 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices:
         console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
 
 
-def _usd(s: dict[str, Any], prices: Prices) -> str:
-    value = usd_per_million_tokens(s, prices)
-    return "—" if value is None else f"${value:,.3f}"
-
-
 def _memory(s: dict[str, Any]) -> str:
     text = format_bytes(s["peak_memory_bytes"]["max"])
     return text if s["fits_in_memory"] else f"[red]{text} ✗[/]"
 
 
 def _seconds(s: dict[str, Any], key: str) -> str:
-    value = _busiest(s).get(key, 0.0)
+    value = busiest(s).get(key, 0.0)
     if value <= 0:
         return "—"
     return f"{format_time(value)} ({100 * value / s['step_time_s']:.0f}%)"
@@ -176,7 +166,7 @@ def _verdict(summaries: list[tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for label, s in summaries[1:]:
         ratio = s["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] - 1
-        deltas = {k: _busiest(s).get(k, 0.0) - _busiest(base).get(k, 0.0) for k in LABELS}
+        deltas = {k: busiest(s).get(k, 0.0) - busiest(base).get(k, 0.0) for k in LABELS}
         key = max(deltas, key=lambda k: abs(deltas[k]))
         sign = "+" if deltas[key] >= 0 else "−"
         lines.append(
@@ -198,6 +188,6 @@ def _write(out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, A
         row.update({f"{k}_s": v for k, v in rec["breakdown_s"].items()})
         flat.append(row)
     span = max(s["step_time_s"] for _, s in summaries)
-    bars = [(label, _busiest(s)) for label, s in summaries]
+    bars = [(label, busiest(s)) for label, s in summaries]
     figure = draw_bars(bars, span, "where each scenario's step goes (busiest stage)")
     write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.context import build_context
-from simcluster.fit_hints import fitting_changes
+from simcluster.fit_hints import would_fit
 from simcluster.memory_report import memory_summary
 from simcluster.units import format_bytes
 
@@ -26,10 +26,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = build_context(scenario, args.hardware)
     doc = memory_summary(ctx)
     if not doc["fits"]:
-        doc["would_fit"] = [
-            {"change": h.change, "total_bytes": h.total_bytes}
-            for h in fitting_changes(scenario, args.hardware)
-        ]
+        doc["would_fit"] = would_fit(scenario, args.hardware)
     if args.json:
         print_json(doc)
         return 0

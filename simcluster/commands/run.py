@@ -34,10 +34,9 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
     if not result.summary["fits_in_memory"]:
-        from simcluster.fit_hints import fitting_changes
+        from simcluster.fit_hints import would_fit
 
-        hints = fitting_changes(scenario, args.hardware)
-        result.summary["would_fit"] = [{"change": h.change, "total_bytes": h.total_bytes} for h in hints]
+        result.summary["would_fit"] = would_fit(scenario, args.hardware)
     if args.out:
         result.write(args.out, svg=args.svg)
     if args.json:

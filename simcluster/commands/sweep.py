@@ -17,7 +17,7 @@ from simcluster.commands.common import (
     scenario_from_args,
     to_json,
 )
-from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
+from simcluster.cost import Prices, format_usd, parse_prices
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.hardware import resolve_profile_path
@@ -27,7 +27,6 @@ from simcluster.sweep import (
     SweepRow,
     candidates,
     parse_axis,
-    rank,
     run_sweep,
     show_value,
     skip_reasons,
@@ -112,9 +111,7 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    rows = _run_with_progress(cands, hardware, jobs)
-    if prices is not None:
-        rows = rank(rows, prices)  # cheapest per token first
+    rows = _run_with_progress(cands, hardware, jobs, prices)
     document = _document(scenario.name, axes, rows, prices)
     text = to_json(document)
     if args.out:
@@ -131,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_with_progress(cands: list[Candidate], hardware: str | None, jobs: int) -> list[SweepRow]:
+def _run_with_progress(
+    cands: list[Candidate], hardware: str | None, jobs: int, prices: Prices | None = None
+) -> list[SweepRow]:
     with progress_bar("sweep", len(cands)) as advance:
-        return run_sweep(cands, hardware, jobs=jobs, progress=lambda r: advance(r.candidate.label))
+        return run_sweep(cands, hardware, jobs=jobs, progress=lambda r: advance(r.candidate.label), prices=prices)
 
 
 def _document(
@@ -188,7 +187,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
             f"{100 * s['bubble_fraction']:.1f}%",
             format_time(exposed) if exposed > 0 else "—",
             f"{SHORT.get(key, key)} {100 * share:.0f}%" if key else "—",
-            *((_usd(s, prices),) if prices else ()),
+            *((format_usd(s, prices),) if prices else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
     console.print(table)
@@ -204,7 +203,3 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
 
 
-
-def _usd(summary: dict[str, Any], prices: Prices | None) -> str:
-    value = usd_per_million_tokens(summary, prices)
-    return "—" if value is None else f"${value:,.2f}"

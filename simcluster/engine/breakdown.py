@@ -83,19 +83,22 @@ def shares(seconds: dict[str, float], step: float, floor: float = 0.005) -> list
     return sorted(parts, key=lambda kv: -kv[1])
 
 
+def busiest(summary: dict) -> dict[str, float]:
+    """The busiest stage's breakdown of a run summary (seconds by part)."""
+    b = summary["time_breakdown_s"]
+    return b["per_stage"][b["stage"]]
+
+
 def busiest_shares(summary: dict) -> list[tuple[str, float]]:
     """:func:`shares` of the busiest stage of a run summary."""
-    b = summary["time_breakdown_s"]
-    return shares(b["per_stage"][b["stage"]], summary["step_time_s"])
+    return shares(busiest(summary), summary["step_time_s"])
 
 
 def largest_besides_gemm(summary: dict) -> tuple[str, float]:
     """The key (``comm_tp``, ``idle``, ``attention`` ...) and step share of the busiest
     stage's largest part other than GEMMs (the work a layout cannot avoid): what to look at
     first when comparing layouts."""
-    b = summary["time_breakdown_s"]
-    part = b["per_stage"][b["stage"]]
-    rest = [(k, v) for k, v in part.items() if k != "gemm" and v > 0]
+    rest = [(k, v) for k, v in busiest(summary).items() if k != "gemm" and v > 0]
     if not rest or summary["step_time_s"] <= 0:
         return "", 0.0
     key, seconds = max(rest, key=lambda kv: kv[1])

@@ -86,11 +86,11 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
             covered.insert(0, -1)
         if phase != "F" and chunk.head and last_in_model:
             segs += builder.head_and_mtp(phase)
-            covered.insert(0, -2)
+            covered.insert(0, HEAD)
         segs += builder.layer(layer, phase)
         if phase == "F" and chunk.head and last_in_model:
             segs += builder.head_and_mtp("F")
-            covered.append(-2)
+            covered.append(HEAD)
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
             covered.append(-1)
@@ -106,7 +106,7 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
 def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> Unit:
     segs: list[Segment] = []
     covered: list[int] = []
-    parts = [(chunk.embedding, -1, builder.embedding), (chunk.head, -2, builder.head_and_mtp)]
+    parts = [(chunk.embedding, -1, builder.embedding), (chunk.head, HEAD, builder.head_and_mtp)]
     for present, unit, build in parts if phase == "F" else reversed(parts):
         if present:
             segs += build(phase)

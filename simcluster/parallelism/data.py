@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
-from simcluster.memory import embedding_copy, moment_bytes
+from simcluster.memory import head_unit_params, moment_bytes
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -69,9 +69,7 @@ def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> t
     if layer == -1:
         return model.embedding_params() / t, 0.0
     if layer == -2:  # the LM head, with the MTP modules and the embedding copy they need
-        extra = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
-        routed = model.mtp_routed_params()
-        return (model.head_params() + model.mtp_params() - routed + extra) / t, routed / layout.ep
+        return head_unit_params(model, layout, chunk)
     full = model.layer_params(layer)
     if model.is_moe_layer(layer):
         routed = model.experts * model.expert_params()
