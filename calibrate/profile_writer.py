@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from calibrate.spread import spread
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.hardware import profile_from_dict, resolve_profile_path
 
@@ -35,6 +36,8 @@ class Measurements:
     memory: list[Row] = field(default_factory=list)
     collectives: list[Row] = field(default_factory=list)
     launch_s: float | None = None
+    # the largest reference GEMM's rate on every rank (calibrate/spread.py), when >= 2 ranks
+    gemm_ranks: Row | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``measured:`` map (empty tables left out)."""
@@ -50,6 +53,8 @@ class Measurements:
         }
         if self.launch_s is not None:
             out["kernel_launch_s"] = self.launch_s
+        if self.gemm_ranks is not None:
+            out["gemm_ranks"] = self.gemm_ranks
         return out
 
 
@@ -149,6 +154,17 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
         best = max(r["bytes_per_s"] for r in m.memory)
         eff["hbm"] = _fraction(best / (data["gpu"]["hbm_tbps"] * 1e12))
         _note(data, "efficiency.hbm", "max measured memory-bound bandwidth / gpu.hbm_tbps")
+    rates = (m.gemm_ranks or {}).get("tflops_per_rank") or []
+    if len(rates) >= 2:
+        r = m.gemm_ranks or {}
+        # the schema caps the spread at 20%: beyond that a GPU is broken, not slow
+        data["gpu"]["speed_spread"] = min(spread(rates), 0.2)
+        _note(
+            data,
+            "gpu.speed_spread",
+            f"measured: std / mean of the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM rate over "
+            f"{len(rates)} ranks timed together (calibrate)",
+        )
     if m.launch_s is not None:
         eff["kernel_launch_us"] = m.launch_s * 1e6
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")

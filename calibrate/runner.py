@@ -3,7 +3,8 @@
 Steps run in the same order on every rank (collectives need all members). After each step
 rank 0 rewrites ``PROFILE.partial.yaml``; on success it writes ``PROFILE.yaml`` and removes the
 partial file. Kernels are timed on every rank at once (as GPUs in training run together) and
-rank 0's numbers are recorded.
+rank 0's numbers are recorded, with every rank's rate of the largest GEMM (the spread between
+GPUs, ``gpu.speed_spread``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate import attention, collectives, gemm, membw
+from calibrate import attention, collectives, gemm, membw, spread
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.profile_writer import (
     Machine,
@@ -64,6 +65,13 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         for d in gemm.default_dtypes(cfg.device)
         for s in cfg.gemm_shapes
     ]
+    if ctx.distributed and ctx.world >= 2:
+        steps.append(
+            Step(
+                "gemm rate on every rank",
+                lambda m: setattr(m, "gemm_ranks", spread.gather_rates(m.gemm, ctx.world)),
+            )
+        )
     att_dtype = "bf16" if cfg.device == "cuda" else "fp32"
     steps += [
         Step(

@@ -28,6 +28,8 @@ class KernelModel:
     precision: str
     attention_kernel: str | None = None
     fp8_recipe: str = "delayed"
+    # tensor-core time of the job's slowest GPU over a typical one (simcluster/variability.py)
+    slowdown: float = 1.0
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -125,7 +127,7 @@ class KernelModel:
         if dtype not in self._gemm_curves:
             plateau = max(e for _, e in self._benchmark_curve(dtype))
             eff = min(eff, plateau * self.quantisation(m, n, count))
-        compute = count * flops / (self._peak(dtype) * max(eff, 1e-4))
+        compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown
         elt = DTYPE_BYTES.get(dtype, 2)
         memory = count * (m * k + k * n + m * n) * elt / self.hbm_bytes_per_s
         return max(compute, memory) + self.launch_s
@@ -182,4 +184,4 @@ class KernelModel:
         else:
             eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
             rate = self._peak(self.act_dtype) * eff
-        return flops / rate + self.launch_s
+        return flops / rate * self.slowdown + self.launch_s

@@ -39,6 +39,13 @@ class GpuSpec(_Strict):
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
     peak_tflops: dict[str, float] = Field(description="dense peak per precision, TFLOP/s")
     sm_count: int | None = Field(default=None, gt=0, description="streaming multiprocessors (wave quantisation)")
+    speed_spread: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=0.2,
+        description="per-GPU spread (sigma, a fraction) of sustained tensor-core throughput across "
+        "GPUs of this SKU; a synchronous step waits for the slowest (simcluster/variability.py)",
+    )
 
 
 class NodeSpec(_Strict):

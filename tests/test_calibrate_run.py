@@ -68,6 +68,20 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     assert prof.gpu.hbm_tbps * 1e12 == pytest.approx(best_bw, rel=1e-12)
 
 
+def test_speed_spread_is_the_spread_of_every_ranks_gemm_rate(two_rank_profile):
+    prof = load_profile(two_rank_profile)
+    ranks = prof.measured["gemm_ranks"]
+    rates = ranks["tflops_per_rank"]
+    assert len(rates) == 2 and ranks["dtype"] == "bf16"
+    biggest = max(
+        (r for r in prof.measured["gemm"] if r["dtype"] == "bf16"), key=lambda r: r["m"] * r["n"] * r["k"]
+    )
+    assert (ranks["m"], ranks["n"], ranks["k"]) == (biggest["m"], biggest["n"], biggest["k"])
+    assert rates[0] == biggest["tflops"]  # rank 0's own row
+    assert prof.gpu.speed_spread == pytest.approx(min(abs(rates[0] - rates[1]) / sum(rates), 0.2))
+    assert "2 ranks" in prof.sources["gpu.speed_spread"]
+
+
 def test_measured_attention_is_the_profiles_kernel_by_sequence_length(two_rank_profile):
     prof = load_profile(two_rank_profile)
     assert prof.efficiency.attention_kernel == "measured"
@@ -121,6 +135,8 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     assert max(f for _, f in prof.efficiency.gemm) < 0.01  # a CPU reaches < 1% of it
     assert "collectives" not in prof.measured and prof.node.nvlink_GBps == 450
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
+    # one process cannot see a spread between GPUs: the base's stays
+    assert "gemm_ranks" not in prof.measured and prof.gpu.speed_spread == 0.011
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):

@@ -110,7 +110,8 @@ def _dp_scenario(collective_sms: int, **parallel) -> dict:
             "gpus": 16,
             "gpus_per_node": 8,
             "network": "simulated",
-            "profile": {"efficiency": {"collective_sms": collective_sms}},
+            # every GPU equally fast (no slowest-GPU factor): the recorded step below predates it
+            "profile": {"efficiency": {"collective_sms": collective_sms}, "gpu": {"speed_spread": 0.0}},
         },
         "parallel": {"tp": 2, "pp": pp, "zero": 1, "schedule": "1f1b", **parallel},
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 16, "precision": "bf16"},

@@ -63,6 +63,13 @@ def _print(s: dict, out: str | None) -> None:
         "compute per microbatch",
         f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
     )
+    slow = s["slowest_gpu"]
+    if slow["tensor_core_slowdown"] > 1.0:
+        table.add_row(
+            "slowest GPU",
+            f"GEMMs and attention +{100 * (slow['tensor_core_slowdown'] - 1):.1f}% (the slowest of "
+            f"{s['gpus']:,} GPUs, per-GPU spread {100 * slow['speed_spread']:.1f}%)",
+        )
     table.add_row(_breakdown_label(s), _breakdown_text(s))
     peak = s["peak_memory_bytes"]
     memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"

@@ -25,6 +25,7 @@ from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_pa
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 from simcluster.topology import build_cluster
+from simcluster.variability import slowest_gpu_slowdown
 
 
 def _fsdp2_copies(
@@ -51,7 +52,11 @@ def simulate(
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
     sc = ctx.scenario
     every = sc.simulation.all_ranks if all_ranks is None else all_ranks
-    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe)
+    spread = ctx.profile.gpu.speed_spread
+    slowdown = slowest_gpu_slowdown(spread, sc.cluster.gpus)
+    km = KernelModel(
+        ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe, slowdown
+    )
     plans = build_plans(ctx, km)
     env = simpy.Environment()
     cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
@@ -92,6 +97,7 @@ def simulate(
     memory = recorder.memory_frame()
     summary = _summary(ctx, plans, events, memory, step, len(events), time.perf_counter() - wall)
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
+    summary["slowest_gpu"] = {"speed_spread": spread, "tensor_core_slowdown": slowdown}
     labels = {w.rank: _label(ctx, w.rank) for w in workers}
     title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
