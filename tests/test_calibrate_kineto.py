@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
@@ -146,9 +145,6 @@ def test_sim_kinds():
 
 
 def test_compare_against_the_simulator(tmp_path, capsys):
-    simcluster = importlib.import_module("simcluster")
-    if not hasattr(simcluster, "simulate"):
-        pytest.skip("simcluster.simulate() is not built yet (lead's engine issue)")
     from calibrate.cli import main
     from calibrate.compare import simulate_scenario
 
