@@ -16,6 +16,7 @@ import yaml
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.flops import megatron_flops_per_step
+from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import (
     Case,
@@ -310,6 +311,31 @@ def test_cli_compares_published_peak_memory_on_the_side(cli, tmp_path):
     assert doc["summary"]["n"] == 2  # the metric's summary still covers both cases
     table = cli("validate", _cases_file(tmp_path, cases), "--jobs", "1")
     assert "peak memory" in table.out and "/ 10.0" in table.out
+
+
+def test_cli_reports_the_error_per_gpu_and_the_cases_beyond_25_percent(cli, tmp_path):
+    """The issue's targets are per GPU (A100 and H100 cases) and per case (none beyond 25%):
+    validate groups by the profile's GPU and names every case whose error exceeds 25%."""
+    h100 = simulate(scenario_from_dict(make_scenario())).summary["step_time_s"]
+    a100_sc = make_scenario(cluster={"hardware": "dgx-a100", "gpus": 8})
+    a100 = simulate(scenario_from_dict(a100_sc)).summary["step_time_s"]
+    cases = [
+        {"name": "h-close", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": h100 * 1.05}},
+        {"name": "h-far", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": h100 * 2.0}},
+        {"name": "a-close", "source": "t", "scenario": a100_sc, "measured": {"step_time_s": a100 / 0.9}},
+    ]
+    res = cli("validate", _cases_file(tmp_path, cases), "--json", "--jobs", "1")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    gpus = doc["gpus"]
+    assert set(gpus) == {load_profile("dgx-a100").gpu.name, load_profile("dgx-h100").gpu.name}
+    assert gpus[load_profile("dgx-a100").gpu.name]["mape_pct"] == pytest.approx(10.0)
+    # |1/1.05 - 1| and |1/2 - 1|
+    assert gpus[load_profile("dgx-h100").gpu.name]["mape_pct"] == pytest.approx((100 / 21 + 50) / 2)
+    assert doc["beyond_25_pct"] == ["h-far"]
+    table = cli("validate", _cases_file(tmp_path, cases), "--jobs", "1")
+    assert "1 case(s) beyond ±25%: h-far (-50%)" in table.out
+    assert "on " + load_profile("dgx-a100").gpu.name in table.out
 
 
 def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):

@@ -13,7 +13,9 @@ from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.errors import UserError
 from simcluster.validate import (
     CaseResult,
+    beyond,
     by_family,
+    by_gpu,
     load_cases,
     memory_summary,
     ordering_checks,
@@ -115,17 +117,24 @@ def _print(results: list[CaseResult]) -> None:
         table.add_row(*row)
     console.print(table)
 
-    fam = Table(title="error by family (absolute %)")
+    fam = Table(title="error by family and by GPU (absolute %)")
     for col in ("family", "n", "MAPE", "median", "max", "failed"):
         fam.add_column(col, justify="left" if col == "family" else "right")
-    rows = {**by_family(results), "all": summarize(results)}
-    for name, s in rows.items():
-        cells = [
-            f"{s[k]:.1f}" if s[k] is not None else "—"
-            for k in ("mape_pct", "median_ape_pct", "max_ape_pct")
-        ]
-        fam.add_row(name, str(s["n"]), *cells, str(s["failed"]))
+    gpus = by_gpu(results)
+    sections = [by_family(results), {f"on {g}": v for g, v in gpus.items()} if len(gpus) > 1 else {}]
+    sections.append({"all": summarize(results)})
+    for section in (sec for sec in sections if sec):
+        for i, (name, s) in enumerate(section.items()):
+            cells = [
+                f"{s[k]:.1f}" if s[k] is not None else "—"
+                for k in ("mape_pct", "median_ape_pct", "max_ape_pct")
+            ]
+            fam.add_row(name, str(s["n"]), *cells, str(s["failed"]), end_section=i == len(section) - 1)
     console.print(fam)
+    worst = beyond(results, 25.0)
+    if worst:
+        names = ", ".join(f"{r.case.name} ({r.error_pct:+.0f}%)" for r in worst)
+        console.print(f"{len(worst)} case(s) beyond ±25%: {names}")
 
     mem = memory_summary(results)
     if mem["n"]:
