@@ -18,6 +18,7 @@ import numpy as np
 from simcluster.errors import UserError
 from simcluster.model import ModelSpec
 from simcluster.scenario import Scenario
+from simcluster.schedules import get_schedule
 
 DIMS = ("tp", "cp", "dp", "pp")
 
@@ -197,9 +198,10 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         raise UserError(
             "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers + embedding + head"
         )
-    if par.vpp > 1 and par.schedule != "interleaved":
+    if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError(
-            "parallel.vpp", f"vpp>1 needs schedule 'interleaved' (got '{par.schedule}')"
+            "parallel.vpp",
+            f"vpp>1 needs schedule 'interleaved' or 'looped-bfs' (got '{par.schedule}')",
         )
     if par.cp > 1 and tr.seq_len % (2 * par.cp):
         raise UserError(

@@ -86,7 +86,7 @@ class ClusterSection(_Section):
 
 
 ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"
+    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"
 ]
 
 

@@ -48,7 +48,7 @@ def test_every_schedule_is_valid_and_deadlock_free(name, p, m, v):
 
 def test_all_names_registered():
     assert sorted(SCHEDULES) == sorted(
-        ["afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"]
+        ["afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"]
     )
 
 
@@ -60,11 +60,27 @@ def test_1f1b_afab_bubble_fraction(name, p, m):
     assert bubble_fraction(tl) == pytest.approx((p - 1) / (m + p - 1))
 
 
+@pytest.mark.parametrize("name", ["interleaved", "looped-bfs"])
 @pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 2), (4, 16, 4), (8, 16, 2)])
-def test_interleaved_bubble_fraction(p, m, v):
-    # Narayanan et al. SC'21 §2.2.2: interleaving divides the bubble by v.
-    _, tl = run("interleaved", p, m, v, t_f=1.0, t_b=2.0, t_w=0.0)
+def test_interleaved_bubble_fraction(name, p, m, v):
+    # Narayanan et al. SC'21 §2.2.2: interleaving divides the bubble by v; Lamy-Poirier
+    # (arXiv 2211.05953) §3: the breadth-first loop has the same bubble when m >= p.
+    _, tl = run(name, p, m, v, t_f=1.0, t_b=2.0, t_w=0.0)
     assert bubble_fraction(tl) == pytest.approx((p - 1) / (v * m + p - 1))
+
+
+def test_looped_bfs_runs_pytorchs_order_and_keeps_every_microbatch():
+    """torch.distributed.pipelining ScheduleLoopedBFS: each local stage's forwards over all
+    microbatches in turn, then the backwards stage by stage in reverse, microbatches reversed;
+    so like GPipe it holds all m microbatches of all v chunks at the turn."""
+    p, m, v = 4, 6, 2
+    ops, _ = run("looped-bfs", p, m, v)
+    expected = [f"F{mb}.{c}" for c in range(v) for mb in range(m)]
+    expected += [f"BW{mb}.{c}" for c in reversed(range(v)) for mb in reversed(range(m))]
+    assert all([str(op) for op in stage] == expected for stage in ops)
+    assert peak_inflight(ops) == [m * v] * p
+    sched, spec = get_schedule("looped-bfs"), ScheduleSpec(p, m, v)
+    assert [sched.virtual_stage(spec, 1, c, 0) for c in range(v)] == [1, 1 + p]  # looped placement
 
 
 @pytest.mark.parametrize(("f", "b", "w"), [(1.0, 1.0, 1.0), (1.0, 1.2, 0.8)])

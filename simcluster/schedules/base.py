@@ -66,6 +66,7 @@ class Schedule(Protocol):
 
     name: str
     splits_backward: bool
+    uses_vpp: bool
 
     def chunks(self, spec: ScheduleSpec) -> int:
         """Model chunks held by each stage."""
@@ -93,6 +94,7 @@ class BaseSchedule:
 
     name: str = ""
     splits_backward: bool = False
+    uses_vpp: bool = False  # True: parallel.vpp sets the chunks per stage
 
     def chunks(self, spec: ScheduleSpec) -> int:
         return 1
@@ -108,7 +110,7 @@ class BaseSchedule:
             raise UserError(
                 FIELD_VPP,
                 f"schedule '{self.name}' uses {self.chunks(spec)} chunk(s) per stage, got "
-                f"vpp={spec.v}; set parallel.vpp: 1 or use schedule 'interleaved'",
+                f"vpp={spec.v}; set parallel.vpp: 1 or use schedule 'interleaved' or 'looped-bfs'",
             )
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:

@@ -37,6 +37,7 @@ class Interleaved1F1B(BaseSchedule):
 
     name = "interleaved"
     splits_backward = False
+    uses_vpp = True
 
     def chunks(self, spec: ScheduleSpec) -> int:
         return spec.v
