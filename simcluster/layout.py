@@ -54,6 +54,7 @@ class Layout:
     ep_placement: str = "packed"
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
+    zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
 
     @property
     def world(self) -> int:
@@ -71,8 +72,14 @@ class Layout:
 
     @property
     def zero_group(self) -> int:
-        """Ranks over which ZeRO shards dense state (Megatron's distributed optimizer: dp x cp)."""
-        return self.dp * self.cp
+        """Ranks over which ZeRO shards dense state (Megatron's distributed optimizer: dp x cp;
+        ``zero_shard`` of them with hybrid sharding)."""
+        return self.zero_shard or self.dp * self.cp
+
+    @property
+    def zero_replicas(self) -> int:
+        """Copies of the sharded state (HSDP's replicate degree; 1 without hybrid sharding)."""
+        return self.dp * self.cp // self.zero_group
 
     def describe(self) -> str:
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
@@ -84,6 +91,8 @@ class Layout:
             parts.append(f"vpp{self.vpp}")
         if self.zero:
             parts.append(f"zero{self.zero}")
+            if self.zero_replicas > 1:
+                parts.append(f"shard{self.zero_group}x{self.zero_replicas}")
         if self.sequence_parallel and self.tp > 1:
             parts.append("sp")
         parts.append(self.schedule)
@@ -108,7 +117,8 @@ class Layout:
         return int(self.grid[tp, cp, dp, pp])
 
     def group(self, dim: str, rank: int) -> list[int]:
-        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, edp, embd)."""
+        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, dps, dpr, edp,
+        embd)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
@@ -117,6 +127,16 @@ class Layout:
             return [int(r) for r in self.grid[tuple(sl)].ravel()]
         if dim == "dpcp":
             return [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
+        if dim in ("dps", "dpr"):
+            # hybrid sharding: the dp x cp group (cp innermost) cut into runs of zero_group
+            # ranks that shard the state (dps); the ranks at the same place in every run hold
+            # the same shard and all-reduce it (dpr)
+            full = self.group("dpcp", rank)
+            size, pos = self.zero_group, full.index(rank)
+            if dim == "dps":
+                start = (pos // size) * size
+                return full[start : start + size]
+            return full[pos % size :: size]
         if dim in ("ep", "edp"):
             # all ranks of this stage in rank order: "packed" EP groups are runs of ep consecutive
             # ranks (inside a node while they fit), "spread" ones take every (n/ep)-th rank
@@ -237,6 +257,23 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "dp.grad_collective",
             f"'{grad_collective}' does not fit zero={par.zero}; use {' or '.join(allowed)} (or auto)",
         )
+    zero_shard = par.zero_shard or 0
+    if zero_shard:
+        if par.zero == 0:
+            raise UserError("parallel.zero_shard", "shards ZeRO state; set parallel.zero to 1, 2 or 3 (or drop it)")
+        if (dp * par.cp) % zero_shard:
+            raise UserError(
+                "parallel.zero_shard",
+                f"{zero_shard} must divide dp*cp = {dp * par.cp} (the replicas split the group evenly)",
+            )
+        if grad_collective != "reduce_scatter":
+            raise UserError(
+                "parallel.zero_shard",
+                "hybrid sharding reduce-scatters within a replica, then all-reduces the shard across "
+                "replicas; it needs dp.grad_collective: reduce_scatter (or auto)",
+            )
+        if zero_shard == dp * par.cp:
+            zero_shard = 0  # one replica: plain ZeRO
     per_step = dp * tr.micro_batch
     if tr.global_batch % per_step:
         raise UserError(
@@ -267,4 +304,5 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         ep_placement=par.ep_placement,
         grad_collective=grad_collective,
         fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
+        zero_shard=zero_shard,
     )

@@ -100,6 +100,13 @@ class ParallelSection(_Section):
     ep: int = Field(default=1, gt=0)
     vpp: int = Field(default=1, gt=0)
     zero: int = Field(default=0, ge=0, le=3)
+    zero_shard: int | None = Field(
+        default=None,
+        gt=0,
+        description="ranks that shard the ZeRO state; the dp*cp group is split into replicas of "
+        "this size that all-reduce their shards (PyTorch HSDP, Megatron's distributed-optimizer "
+        "instances); None = shard over all dp*cp ranks",
+    )
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     layers_per_stage: list[int] | None = None

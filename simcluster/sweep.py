@@ -38,6 +38,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "ep": ("parallel", "ep", int),
     "vpp": ("parallel", "vpp", int),
     "zero": ("parallel", "zero", int),
+    "zero_shard": ("parallel", "zero_shard", int),
     "schedule": ("parallel", "schedule", str),
     "sequence_parallel": ("parallel", "sequence_parallel", bool),
     "micro_batch": ("training", "micro_batch", int),

@@ -47,6 +47,7 @@ _AXIS_HELP = {
     "ep": "expert-parallel sizes or auto",
     "vpp": "virtual stages per GPU (interleaved schedules)",
     "zero": "ZeRO stages, e.g. 0,1,3",
+    "zero_shard": "ranks sharding the ZeRO state (hybrid sharding, HSDP), e.g. 8,64",
     "schedule": "pipeline schedules, e.g. 1f1b,interleaved,zb-h1",
     "sequence_parallel": "sequence parallelism with TP: true,false",
     "micro_batch": "micro-batch sizes, e.g. 1,2,4",

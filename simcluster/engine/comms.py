@@ -24,6 +24,8 @@ GROUP_DIM = {
     "cp": "cp",
     "ep": "ep",
     "dp": "dpcp",
+    "dps": "dps",  # hybrid sharding: the ranks sharing one copy of the ZeRO state
+    "dpr": "dpr",  # and the replicas of one shard
     "edp": "edp",
     "pp": "pp",
     "embd": "embd",
@@ -31,6 +33,8 @@ GROUP_DIM = {
 # groups whose members sit on different pipeline stages: even in symmetric mode each member is
 # simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
 CROSS_STAGE = frozenset({"embd"})
+# recorded (and reported) as data-parallel communication
+DP_GROUPS = frozenset({"edp", "dps", "dpr"})
 
 
 @dataclass
@@ -108,7 +112,7 @@ class Comms:
             if share is not None:
                 share.leave(rank)
             kind = "send" if op == "send_recv" else op
-            shown = "dp" if group == "edp" else group
+            shown = "dp" if group in DP_GROUPS else group
             self.recorder.add(
                 rank,
                 stage,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-INTERFERING_GROUPS = frozenset({"dp", "edp", "cp", "ep"})
+INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "cp", "ep"})
 
 
 @dataclass

@@ -18,6 +18,8 @@ STREAM_OF_GROUP = {
     "ep": "comm_ep",
     "dp": "comm_dp",
     "edp": "comm_dp",
+    "dps": "comm_dp",
+    "dpr": "comm_dp",
     "pp": "comm_pp",
     "embd": "comm_dp",  # tied-embedding gradient sync: a gradient reduction like DP's
 }

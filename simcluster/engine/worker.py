@@ -356,24 +356,32 @@ class Worker:
         sc = self.shared.ctx.scenario
         op = self.shared.ctx.layout.grad_collective
         nbytes = bucket.params * grad_reduce_bytes(sc)
-        yield from self.shared.comms.collective(
-            self.rank,
-            self.stage,
-            bucket.group,
-            op,
-            nbytes,
-            f"grad_{op}",
-            -1,
-            bucket.chunk,
-            bucket.layers[0],
-        )
+        yield from self._dp_reduce(bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0])
+
+    def _sharding(self, group: str) -> str:
+        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense only)."""
+        return "dps" if group == "dp" and self.shared.ctx.layout.zero_replicas > 1 else group
+
+    def _dp_reduce(
+        self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int
+    ) -> Generator:
+        """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
+        replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
+        distributed-optimizer instances)."""
+        comms, shard = self.shared.comms, self._sharding(group)
+        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
+        if shard != group:
+            part = nbytes / self.shared.ctx.layout.zero_group
+            yield from comms.collective(
+                self.rank, self.stage, "dpr", "all_reduce", part, f"{name}_replicas", mb, chunk, layer
+            )
 
     def _gather_bucket(self, bucket: Any) -> Generator:
         nbytes = bucket.params * param_bytes(self.shared.ctx.scenario)
         yield from self.shared.comms.collective(
             self.rank,
             self.stage,
-            bucket.group,
+            self._sharding(bucket.group),
             "all_gather",
             nbytes,
             "param_all_gather",
@@ -415,7 +423,7 @@ class Worker:
                     self.shared.comms.collective(
                         self.rank,
                         self.stage,
-                        "dp",
+                        self._sharding("dp"),
                         "all_gather",
                         nbytes,
                         "zero3_param_all_gather",
@@ -445,9 +453,7 @@ class Worker:
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None:  # FSDP2 copy-casts the gradients on the reduce-scatter stream
             yield self.shared.env.timeout(copies[1](unit.params))
-        yield from self.shared.comms.collective(
-            self.rank,
-            self.stage,
+        yield from self._dp_reduce(
             "dp",
             "reduce_scatter",
             unit.params * grad_reduce_bytes(self.shared.ctx.scenario),

@@ -1,0 +1,111 @@
+"""Hybrid sharding (``parallel.zero_shard``): ZeRO state sharded inside replicas of S ranks,
+the replicas all-reducing their shard (PyTorch FSDP HYBRID_SHARD / HSDP; Megatron-Core's
+``num_distributed_optimizer_instances``)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+from engine_helpers import run
+
+from simcluster.context import build_context
+from simcluster.memory import stage_params, static_memory
+from simcluster.scenario import scenario_from_dict
+
+
+def _scenario(zero: int, shard: int | None, gpus: int = 16, **training) -> dict:
+    parallel = {"tp": 1, "pp": 1, "zero": zero}
+    if shard is not None:
+        parallel["zero_shard"] = shard
+    return make_scenario(
+        cluster={"hardware": "dgx-h100", "gpus": gpus},
+        parallel=parallel,
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": gpus, **training},
+    )
+
+
+def test_groups_split_the_data_parallel_group_into_replicas():
+    lay = build_context(scenario_from_dict(_scenario(1, 4))).layout
+    assert lay.zero_group == 4 and lay.zero_replicas == 4
+    assert lay.group("dps", 5) == [4, 5, 6, 7]  # the replica holding rank 5's copy
+    assert lay.group("dpr", 5) == [1, 5, 9, 13]  # the ranks holding the same shard
+    shards = lay.groups("dps")
+    assert sorted(r for g in shards for r in g) == list(range(16))
+    assert "shard4x4" in lay.describe()
+
+
+def test_state_is_sharded_over_the_replica_only():
+    """Rajbhandari et al. (ZeRO, SC'20) mixed-precision Adam: 2 + 2 + 12/N_d bytes per parameter
+    at stage 1, N_d the ranks sharing the state; with hybrid sharding N_d = S."""
+    def optimizer_bytes(shard):
+        sc = scenario_from_dict(_scenario(1, shard, fp32_grad_accum=False))
+        ctx = build_context(sc)
+        params = stage_params(ctx.model, ctx.layout, ctx.chunks[0])
+        return static_memory(ctx.model, ctx.layout, sc.training, params)[2] / params.total
+
+    assert optimizer_bytes(None) == pytest.approx(12 / 16)
+    assert optimizer_bytes(4) == pytest.approx(12 / 4)
+
+
+def test_reduce_scatter_in_the_replica_then_all_reduce_of_the_shard():
+    res = run(_scenario(3, 4))
+    ev = res.events
+    rs = ev[ev["name"] == "zero3_grad_reduce_scatter"]
+    ar = ev[ev["name"] == "zero3_grad_reduce_scatter_replicas"]
+    assert len(rs) == len(ar) > 0
+    # the replicas all-reduce a quarter of what each reduce-scatter reduced, layer by layer
+    assert sorted(ar["bytes"] * 4) == pytest.approx(sorted(rs["bytes"]))
+    assert set(ar["kind"]) == {"all_reduce"} and set(ar["group"]) == {"dp"}
+    assert (ar.set_index("layer")["start_s"] >= rs.set_index("layer")["end_s"] - 1e-12).all()
+
+
+def test_all_ranks_mode_agrees_and_one_replica_is_plain_zero():
+    sym = run(_scenario(1, 4)).summary["step_time_s"]
+    every = run(_scenario(1, 4), all_ranks=True).summary["step_time_s"]
+    assert every == pytest.approx(sym, rel=1e-6)
+    plain = run(_scenario(1, None)).summary["step_time_s"]
+    assert run(_scenario(1, 16)).summary["step_time_s"] == plain
+
+
+@pytest.mark.parametrize(
+    ("zero", "shard", "extra", "needle"),
+    [
+        (0, 4, {}, "set parallel.zero"),
+        (1, 3, {}, "must divide dp*cp = 16"),
+        (1, 4, {"dp": {"grad_collective": "all_reduce"}}, "reduce_scatter"),
+    ],
+)
+def test_bad_hybrid_sharding_is_a_one_line_error(cli, tmp_path, zero, shard, extra, needle):
+    import yaml
+
+    raw = _scenario(zero, shard) | extra
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    res = cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert res.code == 2
+    assert "parallel.zero_shard" in res.err and needle in res.err and res.err.count("\n") == 1
+
+
+def test_sharding_inside_a_node_keeps_parameter_gathers_on_nvlink():
+    """Two 8-GPU nodes with one 100 Gb/s NIC each (a plain cloud node, not a DGX's eight
+    rails), ZeRO-3: gathering each layer's parameters over the node's 8 GPUs (NVLink) is far
+    faster than over all 16, whose ring crosses the NIC: HSDP's reason to exist. (With a DGX's
+    eight 400 Gb/s rails a two-node ring all-gather runs near NVLink's bus bandwidth, so there
+    it would not be.)"""
+    def gathers(shard):
+        raw = _scenario(3, shard)
+        raw["cluster"].update(nics_per_node=1, nic_gbps=100)
+        raw["model"].update(layers=4, hidden=4096, heads=32, ffn=16384)  # 200M parameters a layer
+        ev = run(raw).events
+        g = ev[ev["name"] == "zero3_param_all_gather"]
+        return g.groupby("layer")["end_s"].first() - g.groupby("layer")["start_s"].first()
+
+    inside, across = gathers(8), gathers(None)
+    assert (inside < 0.5 * across).all()
+
+
+def test_sweep_axis_sets_the_shard():
+    from simcluster.sweep import candidates
+
+    cands = candidates(_scenario(3, None), {"zero_shard": [8, 16]})
+    assert [c.scenario["parallel"]["zero_shard"] for c in cands] == [8, 16]
