@@ -117,6 +117,18 @@ class BaseSchedule:
         raise NotImplementedError
 
 
+class LoopedSchedule(BaseSchedule):
+    """``parallel.vpp`` chunks per stage placed in loops: chunk c of stage s is model position
+    ``c * p + s`` (BaseSchedule's placement), one fused backward per chunk (interleaved 1F1B,
+    looped breadth-first)."""
+
+    splits_backward = False
+    uses_vpp = True
+
+    def chunks(self, spec: ScheduleSpec) -> int:
+        return spec.v
+
+
 class VShapeSchedule(BaseSchedule):
     """Two chunks per stage in a V: chunk 0 runs model position ``stage``, chunk 1 runs
     ``2p - 1 - stage``, so the first stage holds both ends of the model (ZB-V, DualPipeV)."""

@@ -13,7 +13,7 @@ from simcluster.errors import UserError
 from simcluster.schedules.base import (
     FIELD_MICROBATCHES,
     FIELD_VPP,
-    BaseSchedule,
+    LoopedSchedule,
     PipeOp,
     ScheduleSpec,
     require_m_at_least,
@@ -32,15 +32,10 @@ def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
 
 
 @register
-class Interleaved1F1B(BaseSchedule):
+class Interleaved1F1B(LoopedSchedule):
     """Megatron interleaved 1F1B with v chunks per stage; bubble (p-1)/(v*m + p-1)."""
 
     name = "interleaved"
-    splits_backward = False
-    uses_vpp = True
-
-    def chunks(self, spec: ScheduleSpec) -> int:
-        return spec.v
 
     def validate(self, spec: ScheduleSpec) -> None:
         if spec.v < 2:

@@ -12,20 +12,15 @@ ends, which is what lets FSDP reduce them early (the paper's point).
 
 from __future__ import annotations
 
-from simcluster.schedules.base import BaseSchedule, PipeOp, ScheduleSpec
+from simcluster.schedules.base import LoopedSchedule, PipeOp, ScheduleSpec
 from simcluster.schedules.registry import register
 
 
 @register
-class LoopedBFS(BaseSchedule):
+class LoopedBFS(LoopedSchedule):
     """Breadth-first over v looped chunks: all forwards chunk by chunk, then all backwards."""
 
     name = "looped-bfs"
-    splits_backward = False
-    uses_vpp = True
-
-    def chunks(self, spec: ScheduleSpec) -> int:
-        return spec.v
 
     def validate(self, spec: ScheduleSpec) -> None:
         return None  # any p, m and v: PyTorch's schedule has no divisibility rule
