@@ -7,8 +7,8 @@ synchronous training step ends at the gradient reduction and the pipeline's last
 waits for its slowest GPU. With per-GPU throughput spread ``sigma`` (a fraction, normally
 distributed) the expected slowest of ``n`` GPUs is ``sigma * E[max of n standard normals]``
 below the typical GPU that kernel microbenchmarks measure; the simulator slows tensor-core work
-(GEMMs, attention) by that much. Memory-bound kernels are left alone: HBM's clock does not
-follow the SM clock's power management.
+(GEMMs, attention) by that much. Memory-bound kernels keep the typical rate: their speed is set
+by HBM bandwidth, not by the SM clock that power management lowers (ASSUMPTION).
 """
 
 from __future__ import annotations
