@@ -143,7 +143,7 @@ def _summary(
         "layout": lay.describe(),
         "parallel": {
             "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
-            "zero": lay.zero, "zero_shard": lay.zero_group,
+            "zero": lay.zero, "zero_shard": lay.zero_group if lay.zero else None,
         },  # fmt: skip
         "hardware": ctx.profile.name,
         "gpus": gpus,
