@@ -270,6 +270,24 @@ dump(str(ROOT / "validation" / "korthikanti2022-a100.yaml"),
 
 # ---------------- Zero Bubble ----------------
 e = pub["zero_bubble_qi2024"]
+
+
+def zb_scenario(size, m, gpus, par, mbs, nmb):
+    """A Zero Bubble run: pure pipeline of GPT layers on DGX A100, as the fork's script runs it."""
+    return {
+        "model": {"name": f"gpt-{size}", "layers": m["layers"], "hidden": m["hidden"],
+                  "heads": m["heads"], "ffn": 4 * m["hidden"], "vocab": 32000, "mlp": "gelu",
+                  "norm": "layernorm", "bias": True, "position": "learned",
+                  "max_positions": 1024, "tied_embeddings": False, "dropout": True},
+        "cluster": {"hardware": "dgx-a100", "gpus": gpus},
+        "parallel": par,
+        "training": {"seq_len": 1024, "micro_batch": mbs, "global_batch": mbs * nmb,
+                     "precision": "fp16", "recompute": "none", "flash_attention": False},
+        # the fork's example script runs with --no-overlap-p2p-communication
+        "overlap": {"pp_comm": False},
+    }
+
+
 # 1F1B-I as the fork runs it: one layer per virtual stage (--num-layers-per-virtual-pipeline-stage
 # 1), the embedding and the LM head counting as one layer each -> vpp = (layers + 2) / pp
 label_sched = {"1F1B": ("1f1b", 1), "1F1B-I": ("interleaved", None), "ZB-1p": ("zb-h1", 1), "ZB-2p": ("zb-h2", 1)}
@@ -306,18 +324,7 @@ for size, m in e["models"].items():
                 "published": {"samples_per_gpu_per_s": sps, "gpus": pp, "seq_len": 1024,
                               "peak_memory_gb": e["table4_peak_memory_GB"][size][label],
                               "bubble_rate": e["table5_bubble_rate"][size][label][i]},
-                "scenario": {
-                    "model": {"name": f"gpt-{size}", "layers": m["layers"], "hidden": m["hidden"],
-                              "heads": m["heads"], "ffn": 4 * m["hidden"], "vocab": 32000, "mlp": "gelu",
-                              "norm": "layernorm", "bias": True, "position": "learned",
-                              "max_positions": 1024, "tied_embeddings": False, "dropout": True},
-                    "cluster": {"hardware": "dgx-a100", "gpus": pp},
-                    "parallel": par,
-                    "training": {"seq_len": 1024, "micro_batch": mbs, "global_batch": mbs * nmb,
-                                 "precision": "fp16", "recompute": "none", "flash_attention": False},
-                    # the fork's example script runs with --no-overlap-p2p-communication
-                    "overlap": {"pp_comm": False},
-                },
+                "scenario": zb_scenario(size, m, pp, par, mbs, nmb),
                 "measured": {"tokens_per_s": round(sps * pp * 1024, 3)},
                 # Table 4's peak memory (GB as the fork's logs report torch's GiB figures)
                 "peak_memory_gib": e["table4_peak_memory_GB"][size][label],
@@ -356,17 +363,7 @@ for size, row in t6.items():
                 "compare": {"group": f"zb-v/{size}-m{nmb}", "label": label},
                 "published": {"samples_per_gpu_per_s": sps, "gpus": gpus, "seq_len": 1024,
                               "peak_memory_gb": mem},
-                "scenario": {
-                    "model": {"name": f"gpt-{size}", "layers": m["layers"], "hidden": m["hidden"],
-                              "heads": m["heads"], "ffn": 4 * m["hidden"], "vocab": 32000, "mlp": "gelu",
-                              "norm": "layernorm", "bias": True, "position": "learned",
-                              "max_positions": 1024, "tied_embeddings": False, "dropout": True},
-                    "cluster": {"hardware": "dgx-a100", "gpus": gpus},
-                    "parallel": {"pp": gpus, "schedule": sched},
-                    "training": {"seq_len": 1024, "micro_batch": mbs, "global_batch": mbs * nmb,
-                                 "precision": "fp16", "recompute": "none", "flash_attention": False},
-                    "overlap": {"pp_comm": False},
-                },
+                "scenario": zb_scenario(size, m, gpus, {"pp": gpus, "schedule": sched}, mbs, nmb),
                 "measured": {"tokens_per_s": round(sps * gpus * 1024, 3)},
                 "peak_memory_gib": mem,
             })
