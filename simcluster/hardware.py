@@ -232,6 +232,7 @@ CLUSTER_OVERRIDES: dict[str, str] = {
     "topology": "fabric.topology",
     "memory_gib": "gpu.memory_gib",
     "hbm_tbps": "gpu.hbm_tbps",
+    "speed_spread": "gpu.speed_spread",
 }
 
 

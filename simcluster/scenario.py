@@ -72,6 +72,9 @@ class ClusterSection(_Section):
     topology: str | None = None
     memory_gib: float | None = Field(default=None, gt=0)
     hbm_tbps: float | None = Field(default=None, gt=0)
+    speed_spread: float | None = Field(
+        default=None, ge=0, le=0.2, description="per-GPU throughput spread; 0 = identical GPUs"
+    )
     profile: dict[str, Any] | None = Field(
         default=None,
         description="any hardware-profile field by its path, e.g. {efficiency: {nic: 0.8}} "

@@ -93,3 +93,11 @@ def test_calibrated_spread_is_the_population_deviation_over_the_mean():
         {"m": 128, "n": 128, "k": 128, "dtype": "bf16", "tflops": 3.0},
     ]
     assert reference_row(rows)["m"] == 256  # the largest bf16 GEMM
+
+
+def test_scenario_short_key_sets_the_spread():
+    """``cluster.speed_spread`` overrides the profile's (0: a hand-binned cluster)."""
+    raw = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 8, "speed_spread": 0.0})
+    assert run(raw).summary["slowest_gpu"]["tensor_core_slowdown"] == 1.0
+    raw["cluster"]["speed_spread"] = 0.03
+    assert run(raw).summary["slowest_gpu"]["tensor_core_slowdown"] == pytest.approx(1 + 0.03 * 1.42360, rel=1e-5)
