@@ -3,7 +3,10 @@
 The simulated side is one representative rank of ``simcluster.simulate(scenario).events``
 (columns rank, stream, kind, name, start_s, end_s, ...; docs/architecture.md): communication
 kinds → ``comm``; compute events → the same name classifier as the trace, ``other`` if none
-matches; ``idle`` = the rank's step span not covered by any event.
+matches; ``idle`` = the rank's step span not covered by any event. The simulated GEMM and
+attention times are the job's slowest GPU's (``gpu.speed_spread``); a trace from a typical rank
+runs its kernels faster and waits longer, so set ``cluster.speed_spread: 0`` in the scenario to
+compare kernel times alone.
 """
 
 from __future__ import annotations
