@@ -288,6 +288,20 @@ def zb_scenario(size, m, gpus, par, mbs, nmb):
     }
 
 
+def zb_measured(group, label, sps, gpus, memory_gb, scenario, **published):
+    """A Zero Bubble case's comparison group, published figures, scenario and measured values:
+    tokens/s = samples/GPU/s * gpus * 1024, and the published peak memory (GB as the fork's logs
+    report torch's GiB figures)."""
+    return {
+        "compare": {"group": group, "label": label},
+        "published": {"samples_per_gpu_per_s": sps, "gpus": gpus, "seq_len": 1024,
+                      "peak_memory_gb": memory_gb, **published},
+        "scenario": scenario,
+        "measured": {"tokens_per_s": round(sps * gpus * 1024, 3)},
+        "peak_memory_gib": memory_gb,
+    }
+
+
 # 1F1B-I as the fork runs it: one layer per virtual stage (--num-layers-per-virtual-pipeline-stage
 # 1), the embedding and the LM head counting as one layer each -> vpp = (layers + 2) / pp
 label_sched = {"1F1B": ("1f1b", 1), "1F1B-I": ("interleaved", None), "ZB-1p": ("zb-h1", 1), "ZB-2p": ("zb-h2", 1)}
@@ -320,14 +334,9 @@ for size, m in e["models"].items():
                     "attention (s^2 scores stored): the paper's Table 4 peak memory matches it in all 16 "
                     "rows and is 1.4-2.5x what FlashAttention would store (docs/accuracy.md)."
                 ),
-                "compare": {"group": f"zb/{size}-m{nmb}", "label": label},
-                "published": {"samples_per_gpu_per_s": sps, "gpus": pp, "seq_len": 1024,
-                              "peak_memory_gb": e["table4_peak_memory_GB"][size][label],
-                              "bubble_rate": e["table5_bubble_rate"][size][label][i]},
-                "scenario": zb_scenario(size, m, pp, par, mbs, nmb),
-                "measured": {"tokens_per_s": round(sps * pp * 1024, 3)},
-                # Table 4's peak memory (GB as the fork's logs report torch's GiB figures)
-                "peak_memory_gib": e["table4_peak_memory_GB"][size][label],
+                **zb_measured(f"zb/{size}-m{nmb}", label, sps, pp, e["table4_peak_memory_GB"][size][label],
+                              zb_scenario(size, m, pp, par, mbs, nmb),
+                              bubble_rate=e["table5_bubble_rate"][size][label][i]),
             })
 dump(str(ROOT / "validation" / "zero-bubble-a100.yaml"),
      "# Zero Bubble (Qi et al., ICLR'24) Table 4 throughput: pure pipeline on A100, four schedules.\n"
@@ -360,12 +369,8 @@ for size, row in t6.items():
                     "fp16, vocab 32000, GPT layers with dropout, unfused attention, no recompute, DGX "
                     "A100 links, the default layer split (embedding and head count as layers)."
                 ),
-                "compare": {"group": f"zb-v/{size}-m{nmb}", "label": label},
-                "published": {"samples_per_gpu_per_s": sps, "gpus": gpus, "seq_len": 1024,
-                              "peak_memory_gb": mem},
-                "scenario": zb_scenario(size, m, gpus, {"pp": gpus, "schedule": sched}, mbs, nmb),
-                "measured": {"tokens_per_s": round(sps * gpus * 1024, 3)},
-                "peak_memory_gib": mem,
+                **zb_measured(f"zb-v/{size}-m{nmb}", label, sps, gpus, mem,
+                              zb_scenario(size, m, gpus, {"pp": gpus, "schedule": sched}, mbs, nmb)),
             })
 dump(str(ROOT / "validation" / "zero-bubble-v-a100.yaml"),
      "# Zero Bubble (Qi et al., arXiv 2401.10241) Table 6 of the arXiv version: ZB-V, ZB-1p and 1F1B\n"
