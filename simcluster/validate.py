@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -296,13 +297,18 @@ def by_family(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
 
 def gpu_of(case: Case) -> str:
     """The GPU a case ran on: its hardware profile's GPU name (the profile name if unloadable)."""
+    return _gpu_name(str((case.scenario.get("cluster") or {}).get("hardware", "dgx-h100")))
+
+
+@lru_cache(maxsize=64)
+def _gpu_name(profile: str) -> str:
+    # one profile read per name: the report and the table both group a whole case set
     from simcluster.hardware import load_profile
 
-    name = str((case.scenario.get("cluster") or {}).get("hardware", "dgx-h100"))
     try:
-        return load_profile(name).gpu.name
+        return load_profile(profile).gpu.name
     except UserError:
-        return name
+        return profile
 
 
 def by_gpu(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
