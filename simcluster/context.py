@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simcluster.errors import UserError
 from simcluster.hardware import HardwareProfile, load_profile
@@ -10,7 +10,7 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
 from simcluster.scenario import Scenario, TrainingSection
-from simcluster.schedules import PipeOp, Schedule, ScheduleSpec, get_schedule
+from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
 
 
@@ -30,10 +30,12 @@ class Context:
     def capacity_bytes(self) -> float:
         return self.profile.memory_bytes
 
-    def stage_orders(self) -> list[list[PipeOp]]:
+    def stage_orders(self, costs: OpCosts | None = None) -> list[list[PipeOp]]:
         """Each stage's op order: the schedule's, with ``overlap.ep_comm``'s combined
-        forward/backward pairs marked."""
-        orders = self.schedule.build(self.spec)
+        forward/backward pairs marked. ``costs`` feed a cost-aware schedule (unit times when
+        None); other schedules ignore them."""
+        spec = replace(self.spec, costs=costs) if costs and self.schedule.cost_aware else self.spec
+        orders = self.schedule.build(spec)
         return pair_orders(orders) if self.scenario.overlap.ep_comm else orders
 
 

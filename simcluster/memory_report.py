@@ -1,8 +1,9 @@
-"""Peak memory per stage from the schedule's op order (no timing needed).
+"""Peak memory per stage from the schedule's op order.
 
 Activations are stashed at F and released at B (the part W does not need) and W (or at the fused
 BW), so a stage's activation peak depends only on its op order: this is where schedules differ (1F1B keeps p microbatches on
-stage 0, AFAB keeps m, ZB-H2 up to 2p-1).
+stage 0, AFAB keeps m, ZB-H2 up to 2p-1). Only a cost-aware schedule (ZB-1p/2p) needs op
+times, to choose that order.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simcluster.context import Context
+from simcluster.engine.plan import planned_orders
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
@@ -53,7 +55,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     """Memory of each stage's GPU at its activation peak, from the schedule order."""
     lay = ctx.layout
     training = ctx.scenario.training
-    orders = ctx.stage_orders()
+    orders = planned_orders(ctx)
     frac = wgrad_retained_fraction(ctx.model, lay, training)
     out = []
     for stage, chunks in enumerate(ctx.chunks):

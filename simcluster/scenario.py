@@ -89,7 +89,8 @@ class ClusterSection(_Section):
 
 
 ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"
+    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zbv", "dualpipe",
+    "dualpipev",
 ]
 
 
@@ -171,6 +172,15 @@ class TrainingSection(_Section):
         ),
     )
     optimizer: Literal["adam", "sgd"] = "adam"
+    optimizer_post_validation: bool = Field(
+        default=False,
+        description=(
+            "Zero Bubble's post-update validation (sail-sg --enable-optimizer-post-validation, "
+            "Qi et al. ICLR'24 Sec 4): no all-reduce across pipeline stages before the optimizer "
+            "step, so each stage starts its next step once its own is done and consecutive steps "
+            "overlap; the step time is then the longest stage's span"
+        ),
+    )
     optimizer_moments: Literal["fp32", "bf16"] = Field(
         default="fp32",
         description=(

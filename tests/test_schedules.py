@@ -48,8 +48,11 @@ def test_every_schedule_is_valid_and_deadlock_free(name, p, m, v):
 
 def test_all_names_registered():
     assert sorted(SCHEDULES) == sorted(
-        ["afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"]
-    )
+        [
+            "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zbv",
+            "dualpipe", "dualpipev",
+        ]
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["1f1b", "afab"])

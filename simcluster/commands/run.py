@@ -51,7 +51,10 @@ def _print(s: dict, out: str | None) -> None:
     table = Table(title=f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("step time", format_time(s["step_time_s"]))
+    step = format_time(s["step_time_s"])
+    if s.get("optimizer_post_validation"):
+        step += "  (steady state: steps overlap across stages, post-validation)"
+    table.add_row("step time", step)
     table.add_row("tokens/s", f"{s['tokens_per_s']:,.0f}  ({s['tokens_per_s_per_gpu']:,.0f} per GPU)")
     table.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%")

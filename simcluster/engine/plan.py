@@ -18,6 +18,7 @@ from simcluster.memory import (
     static_memory,
     wgrad_retained_fraction,
 )
+from simcluster.network import collective_time
 from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes, unit_params
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
@@ -25,7 +26,9 @@ from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
-from simcluster.schedules import PipeOp
+from simcluster.schedules import OpCosts, PipeOp
+from simcluster.topology import Cluster, build_cluster
+from simcluster.variability import slowest_gpu_slowdown
 
 HEAD = -2  # the layer index a unit uses for the LM head and loss (-1: the embedding)
 
@@ -139,27 +142,47 @@ def _fuse(units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
     ]
 
 
-def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
-    """Plans for every pipeline stage."""
+def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
+    sc = ctx.scenario
+    f = _units(builder, ctx, chunk, "F")
+    b = _units(builder, ctx, chunk, "B")
+    w = _units(builder, ctx, chunk, "W")
+    if sc.training.recompute == "full":
+        b = _recompute(builder, b, chunk, sc.training)
+    cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
+    cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
+    if chunk.head:
+        cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
+    return cp
+
+
+def schedule_costs(ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: float) -> OpCosts:
+    """The op times a cost-aware schedule plans with, as sail-sg's Zero Bubble runtime gathers
+    them after its profiling iterations: each pass's median over the stages (used for every
+    stage), the stage-to-stage transfer, and what W frees of F's stash (the runtime measures
+    the memory each pass allocates; here the model's own share kept for weight gradients)."""
+
+    def median(phase: str) -> float:
+        times = sorted(plans[0].seconds(phase) for plans in chunk_plans)
+        return max(times[len(times) // 2], 1e-12)
+
+    kept = wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)
+    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept)
+
+
+def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[StagePlan]:
+    """Plans for every pipeline stage; ``p2p_s`` is one stage-to-stage transfer alone (what a
+    cost-aware schedule plans with)."""
     sc = ctx.scenario
     shapes = Shapes(ctx.model, ctx.layout, sc.training)
     builder = LayerBuilder(shapes, km, sc)
-    orders = ctx.stage_orders()
+    chunk_plans = [[_chunk_plan(builder, ctx, c) for c in chunks] for chunks in ctx.chunks]
+    costs = schedule_costs(ctx, chunk_plans, p2p_s) if ctx.schedule.cost_aware else None
+    orders = ctx.stage_orders(costs)
     tied = tied_sync_params(ctx.model, ctx.layout, ctx.chunks)
     plans = []
     for stage, chunks in enumerate(ctx.chunks):
-        cplans = []
-        for chunk in chunks:
-            f = _units(builder, ctx, chunk, "F")
-            b = _units(builder, ctx, chunk, "B")
-            w = _units(builder, ctx, chunk, "W")
-            if sc.training.recompute == "full":
-                b = _recompute(builder, b, chunk, sc.training)
-            cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
-            cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
-            if chunk.head:
-                cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
-            cplans.append(cp)
+        cplans = chunk_plans[stage]
         ops = orders[stage]
         last = {}
         for op in ops:
@@ -189,3 +212,31 @@ def build_plans(ctx: Context, km: KernelModel) -> list[StagePlan]:
             )
         )
     return plans
+
+
+def kernel_model(ctx: Context) -> KernelModel:
+    """The kernel model a simulation of ``ctx`` runs with (the slowest GPU's pace)."""
+    sc = ctx.scenario
+    slowdown = slowest_gpu_slowdown(ctx.profile.gpu.speed_spread, sc.cluster.gpus)
+    return KernelModel(
+        ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe, slowdown
+    )
+
+
+def pipeline_p2p_seconds(ctx: Context, cluster: Cluster) -> float:
+    """One activation transfer from stage 0 to stage 1 alone on the network (0 without pp)."""
+    lay = ctx.layout
+    if lay.pp < 2 or ctx.scenario.cluster.network == "ideal":
+        return 0.0
+    nbytes = Shapes(ctx.model, lay, ctx.scenario.training).p2p_bytes
+    return collective_time("send_recv", nbytes, cluster, [lay.representative(0), lay.representative(1)])
+
+
+def planned_orders(ctx: Context) -> list[list[PipeOp]]:
+    """Each stage's op order as a simulation of ``ctx`` runs it (cost-aware schedules plan
+    with the modelled op times)."""
+    if not ctx.schedule.cost_aware:
+        return ctx.stage_orders()
+    cluster = build_cluster(ctx.profile, ctx.scenario.cluster.gpus, ctx.layout.gpus_per_node)
+    plans = build_plans(ctx, kernel_model(ctx), pipeline_p2p_seconds(ctx, cluster))
+    return [plan.ops for plan in plans]

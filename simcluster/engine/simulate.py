@@ -13,8 +13,8 @@ from simcluster.context import Context, build_context
 from simcluster.engine.breakdown import step_breakdown
 from simcluster.engine.comms import Comms
 from simcluster.engine.interference import SmShare
-from simcluster.engine.metrics import bubble_fraction, exposed_comm
-from simcluster.engine.plan import build_plans
+from simcluster.engine.metrics import PIPELINE_KINDS, bubble_fraction, exposed_comm
+from simcluster.engine.plan import build_plans, kernel_model, pipeline_p2p_seconds
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
@@ -25,7 +25,6 @@ from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_pa
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 from simcluster.topology import build_cluster
-from simcluster.variability import slowest_gpu_slowdown
 
 
 def _fsdp2_copies(
@@ -52,14 +51,10 @@ def simulate(
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
     sc = ctx.scenario
     every = sc.simulation.all_ranks if all_ranks is None else all_ranks
-    spread = ctx.profile.gpu.speed_spread
-    slowdown = slowest_gpu_slowdown(spread, sc.cluster.gpus)
-    km = KernelModel(
-        ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe, slowdown
-    )
-    plans = build_plans(ctx, km)
-    env = simpy.Environment()
+    km = kernel_model(ctx)
     cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
+    plans = build_plans(ctx, km, pipeline_p2p_seconds(ctx, cluster))
+    env = simpy.Environment()
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()
     eff = ctx.profile.efficiency
@@ -92,15 +87,27 @@ def simulate(
         env.process(w.run())
     total_ops = sum(len(plans[w.stage].ops) for w in workers)
     run_with_progress(env, lambda: sum(w.ops_done for w in workers), total_ops, progress)
-    step = max(w.end_time for w in workers)
     events = recorder.events()
+    step = _step_time(sc, workers, events)
     memory = recorder.memory_frame()
     summary = _summary(ctx, plans, events, memory, step, len(events), time.perf_counter() - wall)
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
-    summary["slowest_gpu"] = {"speed_spread": spread, "tensor_core_slowdown": slowdown}
+    summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
     labels = {w.rank: _label(ctx, w.rank) for w in workers}
     title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
+
+
+def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
+    """One step's time: from the common start to the last GPU's end, or, with the optimizer's
+    post-validation, the longest span of one GPU (its first pipeline op to its optimizer), the
+    period at which steps repeat once nothing synchronises the stages between them (the Zero
+    Bubble paper's "largest execution time of all stages")."""
+    if not sc.training.optimizer_post_validation:
+        return max(w.end_time for w in workers)
+    pipe = events[events["kind"].isin(PIPELINE_KINDS)]
+    first = pipe.groupby("rank")["start_s"].min()
+    return max(w.end_time - float(first.get(w.rank, 0.0)) for w in workers)
 
 
 def _label(ctx: Context, rank: int) -> str:
@@ -149,6 +156,7 @@ def _summary(
         "gpus": gpus,
         "microbatches": lay.microbatches,
         "step_time_s": step,
+        "optimizer_post_validation": sc.training.optimizer_post_validation,
         "tokens_per_s": tokens / step,
         "tokens_per_s_per_gpu": tokens / step / gpus,
         "model_flops_per_step": model_flops,

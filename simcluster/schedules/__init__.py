@@ -10,11 +10,12 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     interleaved,
     looped_bfs,
     one_f_one_b,
+    zb_auto,
     zb_h1,
     zb_h2,
     zbv,
 )
-from simcluster.schedules.base import PipeOp, Schedule, ScheduleSpec, locate, upstream
+from simcluster.schedules.base import OpCosts, PipeOp, Schedule, ScheduleSpec, locate, upstream
 from simcluster.schedules.registry import SCHEDULES, get_schedule
 
-__all__ = ["SCHEDULES", "PipeOp", "Schedule", "ScheduleSpec", "get_schedule", "locate", "upstream"]
+__all__ = ["SCHEDULES", "OpCosts", "PipeOp", "Schedule", "ScheduleSpec", "get_schedule", "locate", "upstream"]

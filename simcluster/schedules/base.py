@@ -44,12 +44,37 @@ class PipeOp:
 
 
 @dataclass(frozen=True)
+class OpCosts:
+    """What a cost-aware schedule plans with: one microbatch's F, B and W on one stage
+    (seconds), the stage-to-stage transfer, and the share of F's stashed activations that W
+    (rather than B) frees. Frameworks measure these in the first iterations (sail-sg's Zero
+    Bubble runtime times F/B/W and p2p, then schedules); the simulator passes its own."""
+
+    f: float = 1.0
+    b: float = 1.0
+    w: float = 1.0
+    comm: float = 0.0
+    w_memory: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("f", "b", "w"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"op cost {name} must be positive, got {getattr(self, name)!r}")
+        if self.comm < 0 or not 0.0 <= self.w_memory <= 1.0:
+            raise ValueError(f"comm must be >= 0 and w_memory in [0, 1], got {self}")
+
+
+@dataclass(frozen=True)
 class ScheduleSpec:
-    """Pipeline shape: ``p`` stages, ``m`` microbatches per step, ``v`` chunks per stage."""
+    """Pipeline shape: ``p`` stages, ``m`` microbatches per step, ``v`` chunks per stage.
+
+    ``costs``: op times for cost-aware schedules (None: unit times, as before profiling).
+    """
 
     p: int
     m: int
     v: int = 1
+    costs: OpCosts | None = None
 
     def __post_init__(self) -> None:
         for value, field, what in (
@@ -67,6 +92,7 @@ class Schedule(Protocol):
     name: str
     splits_backward: bool
     uses_vpp: bool
+    cost_aware: bool
 
     def chunks(self, spec: ScheduleSpec) -> int:
         """Model chunks held by each stage."""
@@ -95,6 +121,7 @@ class BaseSchedule:
     name: str = ""
     splits_backward: bool = False
     uses_vpp: bool = False  # True: parallel.vpp sets the chunks per stage
+    cost_aware: bool = False  # True: the order depends on ScheduleSpec.costs
 
     def chunks(self, spec: ScheduleSpec) -> int:
         return 1

@@ -1,0 +1,111 @@
+"""Zero Bubble's automatic schedules ZB-1p / ZB-2p and the optimizer's post-validation.
+
+References: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24: Sec 3.1 (the heuristic, a
+limit of p or 2p microbatches' activations), Sec 2 (ZB-H1's bubble (p-1)(F+B-W), a third of
+1F1B's at F = B = W, and ZB-H2's (p-1)(F+B-2W), none: the automatic schedules must do at least
+as well), Sec 4 (post-validation: without the all-reduce before the optimizer step,
+steps repeat at the longest stage's span, "the largest execution time of all stages").
+"""
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.memory_report import activation_walk, memory_by_stage
+from simcluster.scenario import scenario_from_dict
+from simcluster.schedules import OpCosts, ScheduleSpec, get_schedule
+from simcluster.schedules.check import bubble_fraction, bubble_time, check_order, replay, span
+from tests.engine_helpers import pipeline_scenario, run
+
+COSTS = [(1.0, 1.0, 1.0, 0.0), (1.0, 1.2, 0.8, 0.05), (1.0, 1.5, 0.6, 0.1), (1.0, 1.1, 1.3, 0.02)]
+SHAPES = [(4, 8), (4, 24), (8, 24), (8, 64), (16, 48)]
+
+
+def _replay(name, p, m, costs):
+    sched = get_schedule(name)
+    spec = ScheduleSpec(p, m, 1, costs)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    return ops, replay(sched, spec, ops, costs.f, costs.b, costs.w, costs.comm)
+
+
+@pytest.mark.parametrize(("p", "m"), SHAPES)
+def test_unit_costs_match_the_handcrafted_bubbles(p, m):
+    unit = OpCosts()
+    # Sec 2: ZB-H1's bubble (p-1)(F+B-W) = p-1 at unit times; ZB-H2 none
+    assert bubble_time(_replay("zb-1p", p, m, unit)[1]) == pytest.approx(p - 1)
+    assert bubble_time(_replay("zb-2p", p, m, unit)[1]) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(("p", "m"), SHAPES)
+@pytest.mark.parametrize("times", COSTS)
+def test_cost_aware_orders_are_no_worse_than_handcrafted(p, m, times):
+    costs = OpCosts(*times)
+    for auto, hand in (("zb-1p", "zb-h1"), ("zb-2p", "zb-h2")):
+        tl_auto = _replay(auto, p, m, costs)[1]
+        tl_hand = _replay(hand, p, m, costs)[1]
+        assert span(tl_auto) <= span(tl_hand) + 1e-9
+
+
+def test_zb_2p_bubble_under_one_percent_with_enough_microbatches():
+    # the paper's Table 5: ZB-2p's bubble rate stays under 1% once m >= 3p
+    _, tl = _replay("zb-2p", 8, 64, OpCosts(1.0, 1.2, 0.8, 0.05))
+    assert bubble_fraction(tl) < 0.01
+
+
+@pytest.mark.parametrize(("name", "limit"), [("zb-1p", 1), ("zb-2p", 2)])
+@pytest.mark.parametrize("w_memory", [0.1, 0.5, 0.9])
+def test_activation_limit_is_kept(name, limit, w_memory):
+    p, m = 6, 30
+    costs = OpCosts(1.0, 1.3, 0.7, 0.05, w_memory)
+    ops, _ = _replay(name, p, m, costs)
+    # one microbatch's F stash is one unit; W frees w_memory of it, B the rest
+    peaks = [activation_walk(stage, [1.0], w_memory) for stage in ops]
+    assert max(peaks) <= limit * p + 1e-9
+    assert max(peaks) > (limit - 1) * p  # it does use the room it is given
+
+
+def test_memory_command_follows_the_simulated_order():
+    data = pipeline_scenario(4, 12, "zb-2p", training={"fused_cross_entropy": True})
+    res = run(data)
+    ctx = build_context(scenario_from_dict(data))
+    for mem in memory_by_stage(ctx):
+        sim = res.memory[res.memory["stage"] == mem.stage]["activations"].max()
+        assert mem.activations_bytes == pytest.approx(sim, rel=1e-6)
+
+
+def _stage_spans(res):
+    ev = res.events
+    out = []
+    for _, rows in ev.groupby("rank"):
+        pipe = rows[rows["kind"].isin(["forward", "backward_input", "backward_weight", "backward"])]
+        out.append(rows["end_s"].max() - pipe["start_s"].min())
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["zb-2p", "zb-h2", "1f1b"])
+def test_post_validation_step_is_the_longest_stage_span(schedule):
+    sync = run(pipeline_scenario(4, 16, schedule))
+    post = run(pipeline_scenario(4, 16, schedule, training={"optimizer_post_validation": True}))
+    assert post.summary["optimizer_post_validation"] is True
+    assert post.summary["step_time_s"] == pytest.approx(max(_stage_spans(post)), rel=1e-12)
+    # the same work in the same order: only the step boundary differs
+    assert sync.summary["step_time_s"] == pytest.approx(post.events["end_s"].max(), rel=1e-12)
+    assert post.summary["step_time_s"] <= sync.summary["step_time_s"]
+
+
+def test_post_validation_removes_the_pipeline_fill_of_a_parallelogram():
+    """ZB-2p at balanced F, B, W runs each stage without idling (a parallelogram): with
+    post-validation a step lasts one stage's work, without it the (p-1) forwards of the fill
+    are added."""
+    p, m = 4, 16
+    post = run(pipeline_scenario(p, m, "zb-2p", training={"optimizer_post_validation": True}))
+    sync = run(pipeline_scenario(p, m, "zb-2p"))
+    per = post.summary["compute_per_microbatch_s"]
+    work = m * (per["forward"] + per["backward_input"] + per["backward_weight"])
+    ev = post.events
+    optimizer = (ev[ev["kind"] == "optimizer"]["end_s"] - ev[ev["kind"] == "optimizer"]["start_s"]).max()
+    assert post.summary["step_time_s"] < sync.summary["step_time_s"]
+    assert post.summary["bubble_fraction"] < 0.01
+    # one stage's passes and its optimizer step, with under 1% idle (the end stages' embedding
+    # and head make the stages slightly unequal)
+    assert post.summary["step_time_s"] == pytest.approx(work + optimizer, rel=0.01)
