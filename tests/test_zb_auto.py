@@ -109,3 +109,14 @@ def test_post_validation_removes_the_pipeline_fill_of_a_parallelogram():
     # one stage's passes and its optimizer step, with under 1% idle (the end stages' embedding
     # and head make the stages slightly unequal)
     assert post.summary["step_time_s"] == pytest.approx(work + optimizer, rel=0.01)
+
+
+def test_timelines_mark_no_step_end_under_post_validation():
+    from simcluster.output.gantt import describe_step
+    from simcluster.output.writer import _step_time
+
+    summary = {"layout": "pp4", "step_time_s": 2.0, "optimizer_post_validation": True}
+    # the events cover one whole step, longer than the steady-state period: no boundary to draw
+    assert _step_time(summary) is None
+    assert "steady state" in describe_step(summary)
+    assert _step_time(dict(summary, optimizer_post_validation=False)) == 2.0

@@ -330,7 +330,8 @@ def describe_step(summary: Mapping[str, object]) -> str:
         parts.append(str(summary["layout"]))
     step = summary.get("step_time_s")
     if isinstance(step, (int, float)) and step > 0:
-        parts.append(f"step {format_time(float(step))}")
+        period = " (steady state, steps overlap)" if summary.get("optimizer_post_validation") else ""
+        parts.append(f"step {format_time(float(step))}{period}")
         if "time_breakdown_s" in summary:
             from simcluster.engine.breakdown import busiest_shares
 

@@ -62,6 +62,11 @@ def summary_json(summary: Mapping[str, Any]) -> str:
 
 
 def _step_time(summary: Mapping[str, Any]) -> float | None:
+    """The step length to mark on the timelines; None when there is none to mark: with the
+    optimizer's post-validation the step time is a steady-state period shorter than the one
+    step the events cover (later stages end after it), so no step boundary exists to draw."""
+    if summary.get("optimizer_post_validation"):
+        return None
     step = summary.get("step_time_s")
     if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
         return float(step)
