@@ -10,6 +10,9 @@ import json
 
 import pytest
 
+from simcluster.context import build_context
+from simcluster.engine.plan import planned_orders
+from simcluster.scenario import scenario_from_dict
 from simcluster.schedules import get_schedule
 from simcluster.schedules.check import bubble_time, check_timeline, replay, span
 from tests.engine_helpers import pipeline_scenario, run
@@ -26,6 +29,8 @@ def results():
         "looped-bfs": (2,),
         "zb-h1": (1,),
         "zb-h2": (1,),
+        "zb-1p": (1,),
+        "zb-2p": (1,),
         "zbv": (1,),
         "dualpipe": (1,),
         "dualpipev": (1,),
@@ -84,7 +89,8 @@ def test_zb_h1_bubble_against_1f1b():
 
 
 @pytest.mark.parametrize(
-    "name", ["zb-h2", "zbv", "dualpipe", "dualpipev", "zb-h1", "interleaved", "looped-bfs"]
+    "name",
+    ["zb-h2", "zbv", "dualpipe", "dualpipev", "zb-h1", "zb-1p", "zb-2p", "interleaved", "looped-bfs"],
 )
 def test_engine_matches_independent_replay(results, name):
     """The engine's bubble equals a plain list-scheduler replay with the model's own F/B/W."""
@@ -99,7 +105,10 @@ def test_engine_matches_independent_replay(results, name):
     f, b, w = (per[k] / chunks for k in ("forward", "backward_input", "backward_weight"))
     # the engine runs an F&B pair's compute back to back (communication overlapped), so the
     # pair lasts the sum of its ops (replay's default)
-    timeline = replay(sched, spec, sched.build(spec), f, b, w)
+    # the order the engine ran (cost-aware schedules plan it with the modelled op times)
+    data = pipeline_scenario(P, M, name, v, training={"fused_cross_entropy": True})
+    orders = planned_orders(build_context(scenario_from_dict(data)))
+    timeline = replay(sched, spec, orders, f, b, w)
     # first/last stages carry the (tiny) embedding and head, so compare within 1% of the step
     assert _span(res) == pytest.approx(span(timeline), rel=0.01)
     assert _bubble_time(res) == pytest.approx(bubble_time(timeline), abs=0.01 * span(timeline))

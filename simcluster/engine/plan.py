@@ -158,12 +158,12 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
 
 def schedule_costs(ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: float) -> OpCosts:
     """The op times a cost-aware schedule plans with, as sail-sg's Zero Bubble runtime gathers
-    them after its profiling iterations: each pass's median over the stages (used for every
-    stage), the stage-to-stage transfer, and what W frees of F's stash (the runtime measures
+    them after its profiling iterations: each pass's median over the stages and their chunks
+    (used for every one), the stage-to-stage transfer, and what W frees of F's stash (the runtime measures
     the memory each pass allocates; here the model's own share kept for weight gradients)."""
 
     def median(phase: str) -> float:
-        times = sorted(plans[0].seconds(phase) for plans in chunk_plans)
+        times = sorted(plan.seconds(phase) for plans in chunk_plans for plan in plans)
         return max(times[len(times) // 2], 1e-12)
 
     kept = wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)

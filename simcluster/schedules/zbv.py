@@ -1,12 +1,13 @@
 """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §6; sail-sg ``zbv.py``).
 
 The model is cut into 2p chunks laid out as a V: stage s holds chunk s (chunk 0) and chunk
-2p-1-s (chunk 1), so the loss is on stage 0. The order comes from a unit-time greedy list
-schedule, as sail-sg builds ZB-V with a time-aware heuristic. At each tick a stage runs a
-ready F (deeper chunk first) if memory allows, else a ready B (oldest microbatch first), else a
-pending W. Memory uses sail-sg's accounting: F stashes 2 units, B and W each free 1, and a
-stage may hold 4p units (= 1F1B's peak of p full stage activations). With F = B = W the
-result has no bubble for m >= 2p.
+2p-1-s (chunk 1), so the loss is on stage 0. The order is cost-aware: sail-sg's V-schedule
+heuristic planned with the op times (:mod:`zbv_auto`; unit times without them, as the runtime
+plans before it has profiled). Should that heuristic not complete, a unit-time greedy list
+schedule is used instead: at each tick a stage runs a ready F (deeper chunk first) if memory
+allows, else a ready B (oldest microbatch first), else a pending W. Memory uses sail-sg's
+accounting: F stashes 2 units, B and W each free 1, and a stage may hold 4p units (= 1F1B's
+peak of p full stage activations). With F = B = W either has no bubble for m >= 2p.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from simcluster.schedules.base import PipeOp, ScheduleSpec, VShapeSchedule
+from simcluster.schedules.base import OpCosts, PipeOp, ScheduleSpec, VShapeSchedule
 from simcluster.schedules.registry import register
+from simcluster.schedules.zbv_auto import v_orders
 
 
 @dataclass
@@ -33,70 +35,72 @@ class ZeroBubbleV(VShapeSchedule):
 
     name = "zbv"
     splits_backward = True
-
-    def validate(self, spec: ScheduleSpec) -> None:
-        super().validate(spec)
+    cost_aware = True
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
-        p, m = spec.p, spec.m
-        cap, last = 4 * p, 2 * p - 1
-        f_end: dict[tuple[int, int], int] = {}  # (virtual stage, microbatch) -> end tick
-        b_end: dict[tuple[int, int], int] = {}
-        stages = [_Stage() for _ in range(p)]
+        return v_orders(spec.p, spec.m, spec.costs or OpCosts()) or unit_greedy_orders(spec.p, spec.m)
 
-        def vs(s: int, c: int) -> int:
-            return s if c == 0 else last - s
 
-        def f_ready(s: int, c: int, t: int) -> bool:
-            mb, k = stages[s].next_f[c], vs(s, c)
-            if mb >= m or stages[s].mem + 2 > cap:
-                return False
-            dep = 0 if k == 0 else f_end.get((k - 1, mb))
-            return dep is not None and dep <= t
+def unit_greedy_orders(p: int, m: int) -> list[list[PipeOp]]:
+    """The unit-time greedy V order (the module docstring's fallback)."""
+    cap, last = 4 * p, 2 * p - 1
+    f_end: dict[tuple[int, int], int] = {}  # (virtual stage, microbatch) -> end tick
+    b_end: dict[tuple[int, int], int] = {}
+    stages = [_Stage() for _ in range(p)]
 
-        def b_ready(s: int, c: int, t: int) -> bool:
-            mb, k = stages[s].next_b[c], vs(s, c)
-            if mb >= stages[s].next_f[c]:
-                return False
-            dep = f_end.get((k, mb)) if k == last else b_end.get((k + 1, mb))
-            return dep is not None and dep <= t
+    def vs(s: int, c: int) -> int:
+        return s if c == 0 else last - s
 
-        def pick(s: int, t: int) -> PipeOp | None:
-            st = stages[s]
-            f_cands = [c for c in (1, 0) if f_ready(s, c, t)]
-            if f_cands:
-                c = min(f_cands, key=lambda c: (st.next_f[c], -c))
-                return PipeOp("F", st.next_f[c], c)
-            b_cands = [c for c in (1, 0) if b_ready(s, c, t)]
-            if b_cands:
-                c = min(b_cands, key=lambda c: (st.next_b[c], -c))
-                return PipeOp("B", st.next_b[c], c)
-            if st.pending_w:
-                mb, c = st.pending_w[0]
-                return PipeOp("W", mb, c)
-            return None
+    def f_ready(s: int, c: int, t: int) -> bool:
+        mb, k = stages[s].next_f[c], vs(s, c)
+        if mb >= m or stages[s].mem + 2 > cap:
+            return False
+        dep = 0 if k == 0 else f_end.get((k - 1, mb))
+        return dep is not None and dep <= t
 
-        t, remaining = 0, 6 * m * p
-        while remaining:
-            chosen = [(s, op) for s in range(p) if (op := pick(s, t)) is not None]
-            if not chosen:
-                raise AssertionError(f"zbv builder stalled at tick {t} (p={p}, m={m})")
-            for s, op in chosen:  # all decisions of a tick use the state before it
-                st, k = stages[s], vs(s, op.chunk)
-                if op.kind == "F":
-                    st.next_f[op.chunk] += 1
-                    st.mem += 2
-                    f_end[(k, op.microbatch)] = t + 1
-                elif op.kind == "B":
-                    st.next_b[op.chunk] += 1
-                    st.mem -= 1
-                    st.pending_w.append((op.microbatch, op.chunk))
-                    b_end[(k, op.microbatch)] = t + 1
-                else:
-                    st.pending_w.popleft()
-                    st.mem -= 1
-                st.ops.append(op)
-            remaining -= len(chosen)
-            t += 1
-        return [st.ops for st in stages]
+    def b_ready(s: int, c: int, t: int) -> bool:
+        mb, k = stages[s].next_b[c], vs(s, c)
+        if mb >= stages[s].next_f[c]:
+            return False
+        dep = f_end.get((k, mb)) if k == last else b_end.get((k + 1, mb))
+        return dep is not None and dep <= t
+
+    def pick(s: int, t: int) -> PipeOp | None:
+        st = stages[s]
+        f_cands = [c for c in (1, 0) if f_ready(s, c, t)]
+        if f_cands:
+            c = min(f_cands, key=lambda c: (st.next_f[c], -c))
+            return PipeOp("F", st.next_f[c], c)
+        b_cands = [c for c in (1, 0) if b_ready(s, c, t)]
+        if b_cands:
+            c = min(b_cands, key=lambda c: (st.next_b[c], -c))
+            return PipeOp("B", st.next_b[c], c)
+        if st.pending_w:
+            mb, c = st.pending_w[0]
+            return PipeOp("W", mb, c)
+        return None
+
+    t, remaining = 0, 6 * m * p
+    while remaining:
+        chosen = [(s, op) for s in range(p) if (op := pick(s, t)) is not None]
+        if not chosen:
+            raise AssertionError(f"zbv builder stalled at tick {t} (p={p}, m={m})")
+        for s, op in chosen:  # all decisions of a tick use the state before it
+            st, k = stages[s], vs(s, op.chunk)
+            if op.kind == "F":
+                st.next_f[op.chunk] += 1
+                st.mem += 2
+                f_end[(k, op.microbatch)] = t + 1
+            elif op.kind == "B":
+                st.next_b[op.chunk] += 1
+                st.mem -= 1
+                st.pending_w.append((op.microbatch, op.chunk))
+                b_end[(k, op.microbatch)] = t + 1
+            else:
+                st.pending_w.popleft()
+                st.mem -= 1
+            st.ops.append(op)
+        remaining -= len(chosen)
+        t += 1
+    return [st.ops for st in stages]
