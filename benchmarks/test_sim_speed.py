@@ -34,3 +34,20 @@ def test_microbatches_scale_linearly():
     four, _ = _wall("llama3-70b-64xh100", ("training.global_batch", 128))
     print(f"m=16: {one:.2f}s, m=64: {four:.2f}s, ratio {four / one:.2f} (ideal 4)")
     assert four / one < 6.0
+
+
+def _build(name, p, m):
+    from simcluster.schedules import OpCosts, ScheduleSpec, get_schedule
+
+    start = time.perf_counter()
+    get_schedule(name).build(ScheduleSpec(p, m, 1, OpCosts(1.0, 1.2, 0.8, 0.05)))
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize("name", ["zb-2p", "zbv"])
+def test_cost_aware_schedule_builders_scale_linearly_in_microbatches(name):
+    """The heuristics place each op once per variant: doubling m should about double the time
+    (each bubble decision reads a running maximum, not every stage)."""
+    small, big = _build(name, 16, 256), _build(name, 16, 1024)
+    print(f"{name}: m=256 {small:.2f}s, m=1024 {big:.2f}s, ratio {big / small:.2f} (ideal 4)")
+    assert big / small < 6.0

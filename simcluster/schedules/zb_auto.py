@@ -39,7 +39,7 @@ class _Stage:
     mem: float = 0.0
     idle: float = 0.0  # waiting after the stage's first F (the stage's bubble)
     start: float | None = None
-    ops: list[PipeOp] = field(default_factory=list)
+    ops: list[tuple[str, int]] = field(default_factory=list)  # (kind, microbatch)
 
     def pending_w(self) -> int:
         return self.done["B"] - self.done["W"]
@@ -54,6 +54,7 @@ class _Greedy:
         self.delta = {"F": 1.0, "B": -(1.0 - costs.w_memory), "W": -costs.w_memory}
         self.stages = [_Stage() for _ in range(p)]
         self.end: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end
+        self.worst_idle = 0.0  # stage bubbles only grow: the largest so far
 
     def arrival(self, kind: str, j: int, mb: int) -> float:
         """When the input of ``kind`` for ``mb`` reaches stage j (0 if it has no upstream)."""
@@ -71,16 +72,17 @@ class _Greedy:
         start = max(st.free_at, self.arrival(kind, j, mb))
         if st.done["F"] > 0:
             st.idle += start - st.free_at
+            self.worst_idle = max(self.worst_idle, st.idle)
         if st.start is None:
             st.start = start
         st.free_at = start + self.cost[kind]
         self.end[(kind, j, mb)] = st.free_at
         st.mem += self.delta[kind]
         st.done[kind] += 1
-        st.ops.append(PipeOp(kind, mb))
+        st.ops.append((kind, mb))
 
     def max_idle(self) -> float:
-        return max(s.idle for s in self.stages)
+        return self.worst_idle
 
     def free_memory_for_f(self, j: int) -> None:
         st = self.stages[j]
@@ -145,7 +147,7 @@ class _Greedy:
             return True
         return b_due - st.free_at > self.max_idle() - st.idle
 
-    def run(self, allow_bubble: bool, prioritize_b: bool, greedy: bool) -> list[list[PipeOp]]:
+    def run(self, allow_bubble: bool, prioritize_b: bool, greedy: bool) -> list[list[tuple[str, int]]]:
         p = self.p
         self.warm_up(allow_bubble)
         for _ in range(1, self.m):
@@ -180,7 +182,7 @@ class _NoFit(Exception):
 
 def auto_orders(p: int, m: int, costs: OpCosts, cap: float) -> list[list[PipeOp]]:
     """The shortest-span order the heuristic finds over its tie-breaking variants."""
-    best: tuple[float, list[list[PipeOp]]] | None = None
+    best: tuple[float, list[list[tuple[str, int]]]] | None = None
     for allow_bubble, prioritize_b, greedy in itertools.product((True, False), repeat=3):
         g = _Greedy(p, m, costs, cap)
         try:
@@ -191,7 +193,7 @@ def auto_orders(p: int, m: int, costs: OpCosts, cap: float) -> list[list[PipeOp]
             best = (g.span(), ops)
     if best is None:
         raise UserError(FIELD_SCHEDULE, f"no order fits a limit of {cap:g} microbatches' activations")
-    return best[1]
+    return [[PipeOp(kind, mb) for kind, mb in stage] for stage in best[1]]
 
 
 class ZeroBubbleAuto(BaseSchedule):

@@ -46,7 +46,7 @@ class _Stage:
     mem: float = 0.0
     idle: float = 0.0
     pending_w: deque[tuple[int, int]] = field(default_factory=deque)  # (lane, microbatch)
-    ops: list[PipeOp] = field(default_factory=list)
+    ops: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, microbatch, chunk)
 
 
 class _VGreedy:
@@ -59,6 +59,7 @@ class _VGreedy:
         self.delta = {"F": 1.0, "B": -(1.0 - costs.w_memory), "W": -costs.w_memory}
         self.stages = [_Stage() for _ in range(p)]
         self.end: dict[tuple[str, int, int, int], float] = {}  # (kind, lane, stage, mb) -> end
+        self.worst_idle = 0.0  # stage bubbles only grow: the largest so far
         self.approved = approved or [0.0] * p
         self.max_approved = max(self.approved) if approved else -1.0
 
@@ -102,21 +103,21 @@ class _VGreedy:
                 start = max(start, self.end[dep] + self.c.comm)
         if st.count[F0] > 0:
             st.idle += start - st.free_at
+            self.worst_idle = max(self.worst_idle, st.idle)
         st.free_at = start + self.cost[kind]
         st.mem += self.delta[kind]
         if kind == "W":
-            st.ops.append(PipeOp("W", mb, 1 - lane))
+            st.ops.append(("W", mb, 1 - lane))
             return
         self.end[(kind, lane, j, mb)] = st.free_at
         st.count[(kind, lane)] += 1
         # forwards run chunk 0 then 1; backwards run chunk 1 (the loss side) first
-        st.ops.append(PipeOp(kind, mb, lane if kind == "F" else 1 - lane))
+        st.ops.append((kind, mb, lane if kind == "F" else 1 - lane))
         if kind == "B":
             st.pending_w.append((lane, mb))
 
     def largest_idle(self, j: int) -> float:
-        worst = max(s.idle for s in self.stages)
-        return max(worst, self.max_approved - self.approved[j])
+        return max(self.worst_idle, self.max_approved - self.approved[j])
 
     def fill_wait(self, j: int, arrive: float | None, extra: bool) -> None:
         """Pending W while the next op's input is on its way; one more when the wait would
@@ -178,7 +179,7 @@ class _VGreedy:
             return 0
         return None
 
-    def run(self, fill_f: bool, fill_b: bool) -> list[list[PipeOp]]:
+    def run(self, fill_f: bool, fill_b: bool) -> list[list[tuple[str, int, int]]]:
         p = self.p
         self.warm_up()
         for _ in range(2 * self.m):
@@ -211,12 +212,12 @@ class _VGreedy:
         return [s.ops for s in self.stages]
 
     def bubble(self) -> float:
-        return max(s.idle for s in self.stages)
+        return self.worst_idle
 
 
 def v_orders(p: int, m: int, costs: OpCosts) -> list[list[PipeOp]] | None:
     """The smallest-bubble V order the heuristic finds, or None when no variant completes."""
-    best: tuple[float, list[list[PipeOp]]] | None = None
+    best: tuple[float, list[list[tuple[str, int, int]]]] | None = None
     for fill_b, fill_f in itertools.product((True, False), repeat=2):
         approved: list[float] | None = None
         for _ in range(_PASSES):
@@ -231,4 +232,6 @@ def v_orders(p: int, m: int, costs: OpCosts) -> list[list[PipeOp]] | None:
             if approved is not None and bubble >= max(approved) - _EPS:
                 break
             approved = [s.idle for s in g.stages]
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    return [[PipeOp(kind, mb, chunk) for kind, mb, chunk in stage] for stage in best[1]]
