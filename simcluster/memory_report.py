@@ -2,7 +2,7 @@
 
 Activations are stashed at F and released at B (the part W does not need) and W (or at the fused
 BW), so a stage's activation peak depends only on its op order: this is where schedules differ (1F1B keeps p microbatches on
-stage 0, AFAB keeps m, ZB-H2 up to 2p-1). Only a cost-aware schedule (ZB-1p/2p) needs op
+stage 0, AFAB keeps m, ZB-H2 up to 2p-1). Only a cost-aware schedule (ZB-1p/2p, ZB-V) needs op
 times, to choose that order.
 """
 
