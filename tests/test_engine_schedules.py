@@ -32,6 +32,8 @@ def results():
         "zb-1p": (1,),
         "zb-2p": (1,),
         "zbv": (1,),
+        "v-half": (1,),
+        "v-min": (1,),
         "dualpipe": (1,),
         "dualpipev": (1,),
     }
@@ -90,7 +92,10 @@ def test_zb_h1_bubble_against_1f1b():
 
 @pytest.mark.parametrize(
     "name",
-    ["zb-h2", "zbv", "dualpipe", "dualpipev", "zb-h1", "zb-1p", "zb-2p", "interleaved", "looped-bfs"],
+    [
+        "zb-h2", "zbv", "v-half", "v-min", "dualpipe", "dualpipev", "zb-h1", "zb-1p", "zb-2p",
+        "interleaved", "looped-bfs",
+    ],  # fmt: skip
 )
 def test_engine_matches_independent_replay(results, name):
     """The engine's bubble equals a plain list-scheduler replay with the model's own F/B/W."""

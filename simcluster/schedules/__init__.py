@@ -10,6 +10,7 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     interleaved,
     looped_bfs,
     one_f_one_b,
+    v_controllable,
     zb_auto,
     zb_h1,
     zb_h2,

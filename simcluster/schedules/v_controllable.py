@@ -1,0 +1,218 @@
+"""V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS'24,
+arXiv 2405.15362; sail-sg's ``--zero-bubble-v-schedule-mem-setup half|min``).
+
+V-shaped like ZB-V (stage s holds model chunk s and chunk 2p-1-s), but built from a *building
+block*: one microbatch's four passes F (chunk 0), f (chunk 1), B (backward of chunk 1, the
+loss side) and b (backward of chunk 0) at fixed time slots on every stage, repeated every six
+slots. The block's lifespan sets the activation memory: about 1/2 (V-Half) or 1/3 (V-Min) of
+1F1B's. The repeated blocks are then "squeezed" (the warm-up and the cool-down move ops to the
+earliest free slot their inputs allow, never above the block's peak memory), and the weight
+passes W fill the free slots after their backward (first in one pool, then per chunk).
+
+The order is independent of the op times: the blocks fix it in unit slots. Memory is counted
+in slots as the paper does (F and f stash one unit, B and b free nothing, W frees one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simcluster.schedules.base import PipeOp, ScheduleSpec, VShapeSchedule
+from simcluster.schedules.registry import register
+
+Slots = list[list[int]]  # per pass type, the slot of each microbatch (in microbatch order)
+F0, F1, B1, B0 = range(4)  # forward chunk 0, forward chunk 1, backward chunk 1, backward chunk 0
+PERIOD = 6  # slots between consecutive microbatches in the repeated block
+_STASH = (1, 1, 0, 0, -1, -1)  # memory units per pass type (W lists come after the four)
+# the pipeline op each pass type is: (kind, chunk)
+_OPS = {F0: ("F", 0), F1: ("F", 1), B1: ("B", 1), B0: ("B", 0), 4: ("W", 1), 5: ("W", 0)}
+
+
+def v_min_block(p: int) -> list[list[int]]:
+    """Per stage, the slots of F, f, B, b of one microbatch (V-Min: about 1/3 of 1F1B)."""
+    gap = 2 if p % 3 == 0 else 0
+    return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
+
+
+def v_half_block(p: int) -> list[list[int]]:
+    """Per stage, the slots of F, f, B, b of one microbatch (V-Half: about 1/2 of 1F1B)."""
+    gap = 3 if p % 2 == 0 else 0
+    return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
+
+
+def _next_op(lists: Slots, heads: list[int]) -> tuple[int, int] | None:
+    """(slot, type) of the earliest unvisited op over the lists; None when all are visited."""
+    best = None
+    for t, lst in enumerate(lists):
+        if heads[t] < len(lst) and (best is None or lst[heads[t]] < best[0]):
+            best = (lst[heads[t]], t)
+    return best
+
+
+def with_weight_passes(stage: Slots, split: bool) -> Slots:
+    """The four pass lists plus W: each backward leaves a W to run in the next free slot (one
+    pool, or one per chunk with ``split``, chunk-1 first); leftovers run after the last op."""
+    base = [list(x) for x in stage[:4]]
+    pools = [[], []] if split else [[]]
+    pending = [0, 0]
+    heads = [0] * 4
+    last = max(x[-1] for x in base)
+    for slot in range(last + 1):
+        nxt = _next_op(base, heads)
+        if nxt is not None and nxt[0] == slot:
+            heads[nxt[1]] += 1
+            if nxt[1] in (B1, B0):
+                pending[nxt[1] - B1 if split else 0] += 1
+            continue
+        for w in range(len(pools)):
+            if pending[w]:
+                pools[w].append(slot)
+                pending[w] -= 1
+                break
+    slot = last
+    for w in range(len(pools)):
+        for _ in range(pending[w]):
+            slot += 1
+            pools[w].append(slot)
+    return base + pools
+
+
+def peak_memory(stage: Slots) -> int:
+    """Largest stash over the slots (without W lists, a pending W runs in every idle slot)."""
+    has_w = len(stage) > 4
+    at = {slot: t for t, lst in enumerate(stage) for slot in lst}
+    cur = peak = pending = 0
+    for slot in range(max(at) + 1):
+        t = at.get(slot)
+        if t is not None:
+            cur += _STASH[t]
+            pending += t in (B1, B0)
+        elif not has_w and pending:
+            cur -= 1
+            pending -= 1
+        peak = max(peak, cur)
+    return peak
+
+
+def _upstream(stages: list[Slots], s: int, t: int, mb: int) -> int:
+    """The latest slot among the op's inputs (-1 if none)."""
+    p = len(stages)
+    dep = -1
+    if t in (F0, B1) and s > 0:
+        dep = max(dep, stages[s - 1][t][mb])
+    if t in (F1, B0) and s + 1 < p:
+        dep = max(dep, stages[s + 1][t][mb])
+    if 0 < t < 4:
+        dep = max(dep, stages[s][t - 1][mb])
+    if t == 4:  # the pooled W list: the mb-th backward of either chunk
+        dep = max(dep, sorted(stages[s][B1] + stages[s][B0])[mb])
+    if mb > 0:
+        dep = max(dep, stages[s][t][mb - 1])
+    return dep
+
+
+def _global_order(stages: list[Slots]):
+    """Every op as (slot, stage, type, microbatch) in slot order (ties: stage, then type)."""
+    ops = [(slot, s, t, mb) for s, st in enumerate(stages) for t, lst in enumerate(st) for mb, slot in enumerate(lst)]
+    return sorted(ops)
+
+
+def _compact(stages: list[Slots]) -> list[Slots]:
+    """Run every op as early as its inputs and its stage allow, one slot each (the slots'
+    order kept): the slot each op then starts in."""
+    p = len(stages)
+    end: dict[tuple[int, int, int], int] = {}
+    free = [0] * p
+    for _, s, t, mb in _global_order(stages):
+        start = max(free[s], _upstream_end(end, stages, s, t, mb))
+        end[(s, t, mb)] = start + 1
+        free[s] = start + 1
+    return [[[end[(s, t, mb)] - 1 for mb in range(len(lst))] for t, lst in enumerate(st)] for s, st in enumerate(stages)]
+
+
+def _upstream_end(end: dict[tuple[int, int, int], int], stages: list[Slots], s: int, t: int, mb: int) -> int:
+    p = len(stages)
+    keys = []
+    if t in (F0, B1) and s > 0:
+        keys.append((s - 1, t, mb))
+    if t in (F1, B0) and s + 1 < p:
+        keys.append((s + 1, t, mb))
+    if 0 < t < 4:
+        keys.append((s, t - 1, mb))
+    if mb > 0:
+        keys.append((s, t, mb - 1))
+    return max((end[k] for k in keys), default=0)
+
+
+def squeeze(stages: list[Slots], with_w: bool) -> list[Slots]:
+    """Move warm-up (``with_w`` only) and cool-down ops to the earliest free slot after their
+    inputs that keeps the stage within the block's peak memory; the steady state stays put."""
+    stages = [[list(x) for x in (with_weight_passes(st, split=False) if with_w else st)] for st in stages]
+    budget = max(peak_memory(st) for st in stages)
+    m = len(stages[0][F0])
+    size = max(x[-1] for st in stages for x in st) + 1
+    taken = [[False] * size for _ in stages]
+    phase = 0  # 0 warm-up, 1 steady (from stage 0's first b), 2 cool-down (after the last F)
+    for slot, s, t, mb in _global_order(stages):
+        if phase == 0 and t == B0 and s == 0:
+            phase = 1
+        if phase == 1:
+            if t == F0 and mb == m - 1:
+                phase = 2
+            taken[s][slot] = True
+            continue
+        if phase == 0 and not with_w:
+            taken[s][slot] = True
+            continue
+        lst = stages[s][t]
+        for early in range(_upstream(stages, s, t, mb) + 1, slot):
+            if taken[s][early]:
+                continue
+            lst[mb] = early
+            if peak_memory(stages[s]) <= budget:
+                break
+        else:
+            lst[mb] = slot
+        taken[s][lst[mb]] = True
+    if not with_w:
+        stages = [with_weight_passes(st, split=False) for st in stages]
+    return _compact(stages)
+
+
+def block_orders(p: int, m: int, block: Callable[[int], list[list[int]]]) -> list[list[PipeOp]]:
+    """The building block repeated for m microbatches, squeezed with and then without the W
+    passes, W placed per chunk; per stage, the ops in slot order."""
+    stages = [[list(range(x, x + PERIOD * m, PERIOD)) for x in offsets] for offsets in block(p)]
+    stages = [st[:4] for st in squeeze(stages, with_w=True)]
+    stages = [st[:4] for st in squeeze(stages, with_w=False)]
+    orders = []
+    for st in stages:
+        slotted = with_weight_passes(st, split=True)
+        ops = sorted((slot, t, mb) for t, lst in enumerate(slotted) for mb, slot in enumerate(lst))
+        orders.append([PipeOp(_OPS[t][0], mb, _OPS[t][1]) for _, t, mb in ops])
+    return orders
+
+
+class _BlockSchedule(VShapeSchedule):
+    splits_backward = True
+    block: Callable[[int], list[list[int]]]
+
+    def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
+        self.validate(spec)
+        return block_orders(spec.p, spec.m, type(self).block)
+
+
+@register
+class VHalf(_BlockSchedule):
+    """V-Half: a V schedule in about half of 1F1B's activation memory."""
+
+    name = "v-half"
+    block = staticmethod(v_half_block)
+
+
+@register
+class VMin(_BlockSchedule):
+    """V-Min: a V schedule in about a third of 1F1B's activation memory."""
+
+    name = "v-min"
+    block = staticmethod(v_min_block)

@@ -1,0 +1,75 @@
+"""V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS'24,
+arXiv 2405.15362): V-shaped schedules whose building block keeps about 1/2 (V-Half) or 1/3
+(V-Min) of 1F1B's activation memory, with less bubble than 1F1B at the same op times."""
+
+import pytest
+
+from simcluster.memory_report import activation_walk
+from simcluster.schedules import ScheduleSpec, get_schedule
+from simcluster.schedules.check import bubble_fraction, check_order, check_timeline, replay
+from simcluster.schedules.v_controllable import v_half_block, v_min_block
+from tests.engine_helpers import pipeline_scenario, run
+
+SHAPES = [(4, 8), (4, 16), (6, 24), (8, 32), (8, 64), (16, 64)]
+
+
+def _build(name, p, m):
+    sched, spec = get_schedule(name), ScheduleSpec(p, m)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    timeline = replay(sched, spec, ops, 1.0, 1.0, 1.0)
+    check_timeline(sched, spec, timeline)
+    return ops, timeline
+
+
+def _peak_stage_units(ops):
+    # the paper's accounting: each chunk's F stashes half a stage's activations, W frees them
+    return max(activation_walk(stage, [0.5, 0.5], 1.0) for stage in ops)
+
+
+@pytest.mark.parametrize(("p", "m"), SHAPES)
+def test_v_half_keeps_half_of_1f1b_memory(p, m):
+    ops, _ = _build("v-half", p, m)
+    assert _peak_stage_units(ops) <= p / 2 + 1  # 1F1B: p
+
+
+@pytest.mark.parametrize(("p", "m"), SHAPES)
+def test_v_min_keeps_a_third_of_1f1b_memory(p, m):
+    ops, _ = _build("v-min", p, m)
+    assert _peak_stage_units(ops) <= p / 3 + 2
+
+
+@pytest.mark.parametrize(("p", "m"), SHAPES)
+def test_less_bubble_than_1f1b_at_equal_op_times(p, m):
+    one_f_one_b = bubble_fraction(_build("1f1b", p, m)[1])
+    half = bubble_fraction(_build("v-half", p, m)[1])
+    v_min = bubble_fraction(_build("v-min", p, m)[1])
+    assert half < v_min < one_f_one_b
+
+
+@pytest.mark.parametrize("block", [v_half_block, v_min_block])
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6, 8])
+def test_building_blocks_are_valid_v_passes(block, p):
+    """Within one microbatch's block every pass comes after its input: F down the stages,
+    f up them, B (the loss chunk's backward) down and b up, one slot per hop; and no two
+    passes of a stage collide modulo the period of 6 (the block repeats every 6 slots)."""
+    slots = block(p)
+    for s in range(p):
+        f, f1, b1, b0 = slots[s]
+        assert f < f1 < b1 < b0
+        if s > 0:
+            assert f > slots[s - 1][0] and b1 > slots[s - 1][2]
+        if s < p - 1:
+            assert f1 > slots[s + 1][1] and b0 > slots[s + 1][3]
+        assert len({x % 6 for x in slots[s]}) == 4
+
+
+def test_engine_runs_them_within_their_memory():
+    stash = {}
+    for name in ("1f1b", "zbv", "v-half", "v-min"):
+        data = pipeline_scenario(4, 16, name, layers=16, training={"fused_cross_entropy": True})
+        stash[name] = run(data).memory["activations"].max()
+    # the same model on 4 stages: zbv keeps 1F1B's 4 microbatches, V-Half 3, V-Min 2
+    assert stash["zbv"] == pytest.approx(stash["1f1b"], rel=0.01)
+    assert stash["v-half"] == pytest.approx(0.75 * stash["1f1b"], rel=0.01)
+    assert stash["v-min"] == pytest.approx(0.5 * stash["1f1b"], rel=0.01)
