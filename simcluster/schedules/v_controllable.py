@@ -10,7 +10,9 @@ earliest free slot their inputs allow, never above the block's peak memory), and
 passes W fill the free slots after their backward (first in one pool, then per chunk).
 
 The order is independent of the op times: the blocks fix it in unit slots. Memory is counted
-in slots as the paper does (F and f stash one unit, B and b free nothing, W frees one).
+in slots as the paper does (F and f stash one unit, B and b free nothing, W frees one). The
+result keeps (p+2)//2 (V-Half) and (p+4)//3 (V-Min) microbatches' activations against 1F1B's p,
+the counts of the authors' summary table (tests/test_v_controllable.py).
 """
 
 from __future__ import annotations
