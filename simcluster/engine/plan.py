@@ -160,7 +160,9 @@ def schedule_costs(ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: floa
     """The op times a cost-aware schedule plans with, as sail-sg's Zero Bubble runtime gathers
     them after its profiling iterations: each pass's median over the stages and their chunks
     (used for every one), the stage-to-stage transfer, and what W frees of F's stash (the runtime measures
-    the memory each pass allocates; here the model's own share kept for weight gradients)."""
+    the memory each pass allocates; here the model's own share kept for weight gradients). The
+    pass times are the kernels' (TP/CP communication a pass waits on is not added; the runtime's
+    timers would include what is exposed)."""
 
     def median(phase: str) -> float:
         times = sorted(plan.seconds(phase) for plans in chunk_plans for plan in plans)
