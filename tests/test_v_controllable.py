@@ -76,3 +76,15 @@ def test_engine_runs_them_within_their_memory():
     assert stash["zbv"] == pytest.approx(stash["1f1b"], rel=0.01)
     assert stash["v-half"] == pytest.approx(0.75 * stash["1f1b"], rel=0.01)
     assert stash["v-min"] == pytest.approx(0.5 * stash["1f1b"], rel=0.01)
+
+
+def test_list_schedules_describes_each_one(capsys):
+    from simcluster.cli import main
+    from simcluster.schedules import SCHEDULES
+
+    assert main(["list", "schedules"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == sorted(SCHEDULES)
+    described = dict(line.split(maxsplit=1) for line in lines)
+    assert "1/2" in described["v-half"] or "half" in described["v-half"]
+    assert all(len(text) > 20 for text in described.values())

@@ -30,6 +30,12 @@ def run(args: argparse.Namespace) -> int:
         "schedules": sorted(SCHEDULES),
         "elementwise": list(STYLES),
     }
+    if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
+        width = max(map(len, SCHEDULES))
+        for name in sorted(SCHEDULES):
+            doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
+            print(f"{name:<{width}}  {doc[0] if doc else ''}")
+        return 0
     for what, names in tables.items():
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")

@@ -210,7 +210,7 @@ class ZeroBubbleAuto(BaseSchedule):
 
 @register
 class ZeroBubble1p(ZeroBubbleAuto):
-    """ZB-1p: 1F1B's activation memory (p microbatches)."""
+    """ZB-1p: Zero Bubble's automatic, cost-aware order in 1F1B's activation memory (p)."""
 
     name = "zb-1p"
     memory_factor = 1
@@ -218,7 +218,7 @@ class ZeroBubble1p(ZeroBubbleAuto):
 
 @register
 class ZeroBubble2p(ZeroBubbleAuto):
-    """ZB-2p: twice 1F1B's activation memory (2p microbatches), close to no bubble."""
+    """ZB-2p: Zero Bubble's automatic, cost-aware order in 2p microbatches' memory, ~no bubble."""
 
     name = "zb-2p"
     memory_factor = 2

@@ -31,7 +31,7 @@ class _Stage:
 
 @register
 class ZeroBubbleV(VShapeSchedule):
-    """V-shaped zero-bubble schedule within 1F1B's activation memory (ZB accounting)."""
+    """ZB-V: V-shaped, cost-aware zero-bubble order within 1F1B's activation memory."""
 
     name = "zbv"
     splits_backward = True
