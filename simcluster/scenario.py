@@ -89,8 +89,8 @@ class ClusterSection(_Section):
 
 
 ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zbv", "v-half",
-    "v-min", "dualpipe", "dualpipev",
+    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
+    "v-half", "v-min", "dualpipe", "dualpipev",
 ]
 
 

@@ -158,3 +158,34 @@ def test_zbv_planned_with_op_times_beats_the_unit_order():
     check_order(sched, spec, unit_greedy_orders(8, 64))
     planned = _v(8, 64, costs)[1]
     assert bubble_fraction(planned) < 0.05 < 0.15 < bubble_fraction(unit)
+
+
+# --- ZB-auto: sail-sg's adaptive memory limit (85% of the GPU) ------------------------------
+
+
+def test_zb_auto_fills_85_percent_of_the_gpu_at_most():
+    """The limit leaves parameters, gradients, optimizer state and the loss transient in place
+    and lets activations fill the rest of 85% of the GPU (sail-sg's default percentile)."""
+    from simcluster.engine import simulate
+    from simcluster.scenario import load_scenario
+
+    peaks = {}
+    for name in ("zb-1p", "zb-2p", "zb-auto"):
+        res = simulate(load_scenario("llama3-70b-64xh100", [("parallel.schedule", name)]))
+        peaks[name] = res.summary["peak_memory_bytes"]["max"]
+        capacity = res.summary["capacity_bytes"]
+    assert peaks["zb-1p"] < peaks["zb-auto"] <= 0.85 * capacity * 1.001 < peaks["zb-2p"]
+
+
+def test_zb_auto_limits_from_the_room_given():
+    sched, p, m = get_schedule("zb-auto"), 4, 24
+    costs = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5)
+    # no room known (no plan): ZB-2p's 2p; little room: never below 1F1B's p
+    assert sched.caps(ScheduleSpec(p, m, 1, costs)) == [8.0] * 4
+    tight = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (1.0, 2.0, 30.0, 30.0))
+    assert sched.caps(ScheduleSpec(p, m, 1, tight)) == [4.0, 4.0, 30.0, 30.0]
+    roomy = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (50.0,) * 4)
+    ops = sched.build(ScheduleSpec(p, m, 1, roomy))
+    check_order(sched, ScheduleSpec(p, m, 1, roomy), ops)
+    tl = replay(sched, ScheduleSpec(p, m, 1, roomy), ops, 1.0, 1.2, 0.8, 0.05)
+    assert span(tl) <= span(_replay("zb-2p", p, m, costs)[1]) + 1e-9

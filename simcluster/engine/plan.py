@@ -169,7 +169,25 @@ def schedule_costs(ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: floa
         return max(times[len(times) // 2], 1e-12)
 
     kept = wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)
-    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept)
+    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, activation_room(ctx, chunk_plans))
+
+
+ADAPTIVE_MEMORY_SHARE = 0.85  # sail-sg's --zero-bubble-adaptive-memory-limit-percentile default
+
+
+def activation_room(ctx: Context, chunk_plans: list[list[ChunkPlan]]) -> tuple[float, ...]:
+    """Per stage, how many microbatches' F stash fit in 85% of the GPU's memory once the
+    parameters, gradients, optimizer state, fixed overhead and the loss's transient are in
+    (Zero Bubble's adaptive memory limit)."""
+    sc = ctx.scenario
+    rooms = []
+    for stage, plans in enumerate(chunk_plans):
+        params = stage_params(ctx.model, ctx.layout, ctx.chunks[stage])
+        fixed = sum(static_memory(ctx.model, ctx.layout, sc.training, params))
+        fixed += sc.training.memory_overhead_gib * 2**30 + max(p.loss_transient_bytes for p in plans)
+        unit = max(plans[0].activation_bytes, 1.0)
+        rooms.append((ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes - fixed) / unit)
+    return tuple(rooms)
 
 
 def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[StagePlan]:

@@ -55,6 +55,8 @@ class OpCosts:
     w: float = 1.0
     comm: float = 0.0
     w_memory: float = 0.5
+    # per stage, the activation room in units of one microbatch's F stash (None: unknown)
+    memory_limit: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("f", "b", "w"):

@@ -48,8 +48,8 @@ class _Stage:
 class _Greedy:
     """One run of the heuristic for fixed tie-breaking choices."""
 
-    def __init__(self, p: int, m: int, costs: OpCosts, cap: float) -> None:
-        self.p, self.m, self.c, self.cap = p, m, costs, cap
+    def __init__(self, p: int, m: int, costs: OpCosts, caps: list[float]) -> None:
+        self.p, self.m, self.c, self.caps = p, m, costs, caps
         self.cost = {"F": costs.f, "B": costs.b, "W": costs.w}
         self.delta = {"F": 1.0, "B": -(1.0 - costs.w_memory), "W": -costs.w_memory}
         self.stages = [_Stage() for _ in range(p)]
@@ -67,7 +67,7 @@ class _Greedy:
     def put(self, j: int, kind: str) -> None:
         st = self.stages[j]
         mb = st.done[kind]
-        if st.mem + self.delta[kind] > self.cap + _EPS:
+        if st.mem + self.delta[kind] > self.caps[j] + _EPS:
             raise _NoFit
         start = max(st.free_at, self.arrival(kind, j, mb))
         if st.done["F"] > 0:
@@ -86,7 +86,7 @@ class _Greedy:
 
     def free_memory_for_f(self, j: int) -> None:
         st = self.stages[j]
-        while st.mem + 1.0 > self.cap + _EPS:
+        while st.mem + 1.0 > self.caps[j] + _EPS:
             if st.pending_w() == 0:
                 raise _NoFit
             self.put(j, "W")
@@ -113,7 +113,7 @@ class _Greedy:
         for j in range(p - 2, -1, -1):
             st = self.stages[j]
             t, mem = st.free_at, st.mem
-            while st.done["F"] + extra[j] < self.m and mem + 1.0 <= self.cap + _EPS:
+            while st.done["F"] + extra[j] < self.m and mem + 1.0 <= self.caps[j] + _EPS:
                 if (t + f > b_end + comm) if allow_bubble else (t >= b_end + comm):
                     break
                 t, mem, extra[j] = t + f, mem + 1.0, extra[j] + 1
@@ -141,7 +141,7 @@ class _Greedy:
         if st.free_at >= b_due:
             return False
         w_time, mem, pending = 0.0, st.mem + 1.0, st.pending_w()
-        while mem > self.cap + _EPS and pending:
+        while mem > self.caps[j] + _EPS and pending:
             w_time, mem, pending = w_time + self.c.w, mem - self.c.w_memory, pending - 1
         if st.free_at + self.c.f + w_time <= b_due + _EPS:
             return True
@@ -180,11 +180,12 @@ class _NoFit(Exception):
     """The memory limit leaves no room for the next op."""
 
 
-def auto_orders(p: int, m: int, costs: OpCosts, cap: float) -> list[list[PipeOp]]:
-    """The shortest-span order the heuristic finds over its tie-breaking variants."""
+def auto_orders(p: int, m: int, costs: OpCosts, caps: list[float]) -> list[list[PipeOp]]:
+    """The shortest-span order the heuristic finds over its tie-breaking variants, stage j
+    holding at most ``caps[j]`` microbatches' F stash."""
     best: tuple[float, list[list[tuple[str, int]]]] | None = None
     for allow_bubble, prioritize_b, greedy in itertools.product((True, False), repeat=3):
-        g = _Greedy(p, m, costs, cap)
+        g = _Greedy(p, m, costs, caps)
         try:
             ops = g.run(allow_bubble, prioritize_b, greedy)
         except _NoFit:
@@ -192,7 +193,7 @@ def auto_orders(p: int, m: int, costs: OpCosts, cap: float) -> list[list[PipeOp]
         if best is None or g.span() < best[0] - _EPS:
             best = (g.span(), ops)
     if best is None:
-        raise UserError(FIELD_SCHEDULE, f"no order fits a limit of {cap:g} microbatches' activations")
+        raise UserError(FIELD_SCHEDULE, f"no order fits a limit of {min(caps):g} microbatches' activations")
     return [[PipeOp(kind, mb) for kind, mb in stage] for stage in best[1]]
 
 
@@ -203,9 +204,12 @@ class ZeroBubbleAuto(BaseSchedule):
     cost_aware = True
     memory_factor = 1
 
+    def caps(self, spec: ScheduleSpec) -> list[float]:
+        return [float(self.memory_factor * spec.p)] * spec.p
+
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
-        return auto_orders(spec.p, spec.m, spec.costs or OpCosts(), float(self.memory_factor * spec.p))
+        return auto_orders(spec.p, spec.m, spec.costs or OpCosts(), self.caps(spec))
 
 
 @register
@@ -222,3 +226,20 @@ class ZeroBubble2p(ZeroBubbleAuto):
 
     name = "zb-2p"
     memory_factor = 2
+
+
+@register
+class ZeroBubbleAdaptive(ZeroBubbleAuto):
+    """ZB-auto: Zero Bubble's adaptive limit, the activation room left in 85% of the GPU."""
+
+    name = "zb-auto"
+
+    def caps(self, spec: ScheduleSpec) -> list[float]:
+        # sail-sg's default --zero-bubble-max-pending-backward auto: each stage may fill
+        # --zero-bubble-adaptive-memory-limit-percentile (85) % of the GPU's memory with the
+        # activations, after its parameters, gradients and optimizer state; never below 1F1B's
+        # p (the runtime starts from a 1p schedule), 2p when the room is unknown
+        limit = spec.costs.memory_limit if spec.costs else None
+        if limit is None or len(limit) != spec.p:
+            return [2.0 * spec.p] * spec.p
+        return [max(float(spec.p), room) for room in limit]
