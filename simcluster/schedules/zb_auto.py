@@ -1,10 +1,11 @@
-"""ZB-1p and ZB-2p: Zero Bubble's automatic, cost-aware schedules (Qi et al., "Zero Bubble
-Pipeline Parallelism", ICLR'24, Sec. 3.1).
+"""ZB-1p, ZB-2p and ZB-auto: Zero Bubble's automatic, cost-aware schedules (Qi et al., "Zero
+Bubble Pipeline Parallelism", ICLR'24, Sec. 3.1).
 
 The handcrafted ZB-H1/ZB-H2 assume F = B = W. The paper's runs instead time F, B, W and the
 stage-to-stage transfer in the first iterations and build the order with a greedy heuristic
 under an activation-memory limit: p microbatches' worth of F activations for ZB-1p (1F1B's
-peak), 2p for ZB-2p. The heuristic, as the paper and the sail-sg runtime describe it:
+peak), 2p for ZB-2p, and for ZB-auto (the runtime's default) what fits in 85% of the GPU. The
+heuristic, as the paper and the sail-sg runtime describe it:
 
 1. warm-up: each stage runs as many forwards as fit (memory, and the time until its first
    backward can arrive), earlier stages strictly more than later ones;
@@ -59,10 +60,14 @@ class _Greedy:
     def arrival(self, kind: str, j: int, mb: int) -> float:
         """When the input of ``kind`` for ``mb`` reaches stage j (0 if it has no upstream)."""
         if kind == "F" and j > 0:
-            return self.end[("F", j - 1, mb)] + self.c.comm
-        if kind == "B" and j < self.p - 1:
-            return self.end[("B", j + 1, mb)] + self.c.comm
-        return 0.0
+            dep = ("F", j - 1, mb)
+        elif kind == "B" and j < self.p - 1:
+            dep = ("B", j + 1, mb)
+        else:
+            return 0.0
+        if dep not in self.end:  # this variant got ahead of its input: drop it
+            raise _NoFit
+        return self.end[dep] + self.c.comm
 
     def put(self, j: int, kind: str) -> None:
         st = self.stages[j]
