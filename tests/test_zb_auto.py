@@ -189,3 +189,38 @@ def test_zb_auto_limits_from_the_room_given():
     check_order(sched, ScheduleSpec(p, m, 1, roomy), ops)
     tl = replay(sched, ScheduleSpec(p, m, 1, roomy), ops, 1.0, 1.2, 0.8, 0.05)
     assert span(tl) <= span(_replay("zb-2p", p, m, costs)[1]) + 1e-9
+
+
+def test_planned_costs_are_the_plans_medians_and_room():
+    """schedule_costs: each pass's upper median over the stages' chunks (the runtime's
+    sorted(...)[n // 2]), W's share from the memory model, and activation_room's arithmetic:
+    room x one microbatch's stash + static memory = 85% of the GPU."""
+    from simcluster.engine.plan import (
+        ADAPTIVE_MEMORY_SHARE,
+        build_plans,
+        kernel_model,
+        pipeline_p2p_seconds,
+        schedule_costs,
+    )
+    from simcluster.memory import stage_params, static_memory, wgrad_retained_fraction
+    from simcluster.topology import build_cluster
+
+    data = pipeline_scenario(4, 8, "zb-auto", layers=10)
+    data["cluster"]["network"] = "simulated"
+    ctx = build_context(scenario_from_dict(data))
+    cluster = build_cluster(ctx.profile, ctx.scenario.cluster.gpus, ctx.layout.gpus_per_node)
+    p2p = pipeline_p2p_seconds(ctx, cluster)
+    assert p2p > 0
+    plans = build_plans(ctx, kernel_model(ctx), p2p)
+    costs = schedule_costs(ctx, [pl.chunks for pl in plans], p2p)
+    f_times = sorted(pl.chunks[0].seconds("F") for pl in plans)
+    assert costs.f == f_times[len(f_times) // 2]
+    assert costs.comm == p2p
+    assert costs.w_memory == wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)
+    for stage, room in enumerate(costs.memory_limit):
+        params = stage_params(ctx.model, ctx.layout, ctx.chunks[stage])
+        fixed = sum(static_memory(ctx.model, ctx.layout, ctx.scenario.training, params))
+        fixed += plans[stage].chunks[0].loss_transient_bytes
+        fixed += ctx.scenario.training.memory_overhead_gib * 2**30
+        unit = plans[stage].chunks[0].activation_bytes
+        assert room * unit + fixed == pytest.approx(ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes)
