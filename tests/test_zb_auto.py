@@ -180,10 +180,17 @@ def test_zb_auto_fills_85_percent_of_the_gpu_at_most():
 def test_zb_auto_limits_from_the_room_given():
     sched, p, m = get_schedule("zb-auto"), 4, 24
     costs = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5)
-    # no room known (no plan): ZB-2p's 2p; little room: never below 1F1B's p
+    # no room known (no plan): ZB-2p's 2p; little room: never below 1F1B's p - j on stage j
     assert sched.caps(ScheduleSpec(p, m, 1, costs)) == [8.0] * 4
-    tight = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (1.0, 2.0, 30.0, 30.0))
-    assert sched.caps(ScheduleSpec(p, m, 1, tight)) == [4.0, 4.0, 30.0, 30.0]
+    tight = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (1.0, 2.0, 30.0, 0.5))
+    assert sched.caps(ScheduleSpec(p, m, 1, tight)) == [4.0, 3.0, 30.0, 1.0]
+    for q, n in [(2, 4), (4, 8), (6, 24), (8, 16), (8, 64)]:
+        none = OpCosts(1.0, 1.5, 0.6, 0.1, 0.3, (0.0,) * q)  # no room anywhere: 1F1B's counts
+        spec = ScheduleSpec(q, n, 1, none)
+        ops = sched.build(spec)
+        check_order(sched, spec, ops)
+        peaks = [activation_walk(stage, [1.0], 0.3) for stage in ops]
+        assert all(peak <= q - j + 1e-9 for j, peak in enumerate(peaks))
     roomy = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (50.0,) * 4)
     ops = sched.build(ScheduleSpec(p, m, 1, roomy))
     check_order(sched, ScheduleSpec(p, m, 1, roomy), ops)

@@ -242,9 +242,9 @@ class ZeroBubbleAdaptive(ZeroBubbleAuto):
     def caps(self, spec: ScheduleSpec) -> list[float]:
         # sail-sg's default --zero-bubble-max-pending-backward auto: each stage may fill
         # --zero-bubble-adaptive-memory-limit-percentile (85) % of the GPU's memory with the
-        # activations, after its parameters, gradients and optimizer state; never below 1F1B's
-        # p (the runtime starts from a 1p schedule), 2p when the room is unknown
+        # activations, after its parameters, gradients and optimizer state; never below what
+        # 1F1B holds there (p - j microbatches on stage j), 2p when the room is unknown
         limit = spec.costs.memory_limit if spec.costs else None
         if limit is None or len(limit) != spec.p:
             return [2.0 * spec.p] * spec.p
-        return [max(float(spec.p), room) for room in limit]
+        return [max(float(spec.p - j), room) for j, room in enumerate(limit)]
