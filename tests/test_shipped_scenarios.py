@@ -1,0 +1,34 @@
+"""Every shipped scenario loads, reports its memory and simulates: the examples a user starts
+from (README) must keep working as the model changes. They are real layouts, so they fit in
+their GPUs' memory (DeepSeek-V3's trained on 80 GB H800s, its report Sec 3.2) and land in the
+MFU range published runs of their kind report (20-70%)."""
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.memory_report import memory_summary
+from simcluster.scenario import load_scenario, shipped_scenarios
+
+NAMES = shipped_scenarios()
+
+
+def test_there_are_examples_for_dense_moe_and_both_gpu_generations():
+    assert len(NAMES) >= 5
+    hardware = {load_scenario(n).cluster.hardware for n in NAMES}
+    assert {"dgx-a100", "dgx-h100"} <= hardware
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_memory_report_says_it_fits(name):
+    doc = memory_summary(build_context(load_scenario(name)))
+    assert doc["fits"], (name, doc["total_bytes"] / 2**30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_simulates_within_memory_and_a_plausible_mfu(name):
+    summary = simulate(load_scenario(name)).summary
+    assert summary["fits_in_memory"]
+    assert 0.2 < summary["mfu"] < 0.7, (name, summary["mfu"])
+    assert summary["step_time_s"] > 0 and summary["events"] > 0
