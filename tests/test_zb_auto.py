@@ -219,7 +219,7 @@ def test_planned_costs_are_the_plans_medians_and_room():
     p2p = pipeline_p2p_seconds(ctx, cluster)
     assert p2p > 0
     plans = build_plans(ctx, kernel_model(ctx), p2p)
-    costs = schedule_costs(ctx, [pl.chunks for pl in plans], p2p)
+    costs = schedule_costs(ctx, [pl.chunks for pl in plans], p2p, [sum(pl.static_bytes.values()) for pl in plans])
     f_times = sorted(pl.chunks[0].seconds("F") for pl in plans)
     assert costs.f == f_times[len(f_times) // 2]
     assert costs.comm == p2p

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from simcluster.compute import KernelModel
 from simcluster.context import Context
 from simcluster.memory import (
+    StageParams,
     chunk_activation_bytes,
     loss_transient_bytes,
     stage_params,
@@ -156,38 +157,47 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     return cp
 
 
-def schedule_costs(ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: float) -> OpCosts:
+def schedule_costs(
+    ctx: Context, chunk_plans: list[list[ChunkPlan]], p2p_s: float, static_bytes: list[float]
+) -> OpCosts:
     """The op times a cost-aware schedule plans with, as sail-sg's Zero Bubble runtime gathers
     them after its profiling iterations: each pass's median over the stages and their chunks
     (used for every one), the stage-to-stage transfer, and what W frees of F's stash (the runtime measures
     the memory each pass allocates; here the model's own share kept for weight gradients). The
     pass times are the kernels' (TP/CP communication a pass waits on is not added; the runtime's
-    timers would include what is exposed)."""
+    timers would include what is exposed). ``static_bytes``: each stage's memory besides its
+    activations (parameters, gradients, optimizer state, fixed overhead)."""
 
     def median(phase: str) -> float:
         times = sorted(plan.seconds(phase) for plans in chunk_plans for plan in plans)
         return max(times[len(times) // 2], 1e-12)
 
     kept = wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)
-    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, activation_room(ctx, chunk_plans))
+    room = activation_room(ctx, chunk_plans, static_bytes)
+    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, room)
 
 
 ADAPTIVE_MEMORY_SHARE = 0.85  # sail-sg's --zero-bubble-adaptive-memory-limit-percentile default
 
 
-def activation_room(ctx: Context, chunk_plans: list[list[ChunkPlan]]) -> tuple[float, ...]:
-    """Per stage, how many microbatches' F stash fit in 85% of the GPU's memory once the
-    parameters, gradients, optimizer state, fixed overhead and the loss's transient are in
-    (Zero Bubble's adaptive memory limit)."""
-    sc = ctx.scenario
+def activation_room(
+    ctx: Context, chunk_plans: list[list[ChunkPlan]], static_bytes: list[float]
+) -> tuple[float, ...]:
+    """Per stage, how many microbatches' F stash fit in 85% of the GPU's memory once its
+    ``static_bytes`` and the loss's transient are in (Zero Bubble's adaptive memory limit)."""
     rooms = []
-    for stage, plans in enumerate(chunk_plans):
-        params = stage_params(ctx.model, ctx.layout, ctx.chunks[stage])
-        fixed = sum(static_memory(ctx.model, ctx.layout, sc.training, params))
-        fixed += sc.training.memory_overhead_gib * 2**30 + max(p.loss_transient_bytes for p in plans)
+    for plans, static in zip(chunk_plans, static_bytes, strict=True):
+        fixed = static + max(p.loss_transient_bytes for p in plans)
         unit = max(plans[0].activation_bytes, 1.0)
         rooms.append((ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes - fixed) / unit)
     return tuple(rooms)
+
+
+def _static_bytes(ctx: Context, params: StageParams) -> dict[str, float]:
+    """A stage's memory besides its activations, by kind."""
+    p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
+    other = ctx.scenario.training.memory_overhead_gib * 2**30
+    return {"params": p_b, "grads": g_b, "optimizer": o_b, "other": other}
 
 
 def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[StagePlan]:
@@ -197,7 +207,11 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
     shapes = Shapes(ctx.model, ctx.layout, sc.training)
     builder = LayerBuilder(shapes, km, sc)
     chunk_plans = [[_chunk_plan(builder, ctx, c) for c in chunks] for chunks in ctx.chunks]
-    costs = schedule_costs(ctx, chunk_plans, p2p_s) if ctx.schedule.cost_aware else None
+    params = [stage_params(ctx.model, ctx.layout, chunks) for chunks in ctx.chunks]
+    static = [_static_bytes(ctx, p) for p in params]
+    costs = None
+    if ctx.schedule.cost_aware:
+        costs = schedule_costs(ctx, chunk_plans, p2p_s, [sum(s.values()) for s in static])
     orders = ctx.stage_orders(costs)
     tied = tied_sync_params(ctx.model, ctx.layout, ctx.chunks)
     plans = []
@@ -208,8 +222,6 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
         for op in ops:
             if op.kind in ("W", "BW"):
                 last[op.chunk] = op.microbatch
-        params = stage_params(ctx.model, ctx.layout, chunks)
-        p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, sc.training, params)
         plans.append(
             StagePlan(
                 stage=stage,
@@ -219,14 +231,9 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                     ctx.model, ctx.layout, chunks, sc.dp.bucket_mb, grad_reduce_bytes(sc)
                 ),
                 last_backward=last,
-                params_dense=params.dense,
-                params_expert=params.expert,
-                static_bytes={
-                    "params": p_b,
-                    "grads": g_b,
-                    "optimizer": o_b,
-                    "other": sc.training.memory_overhead_gib * 2**30,
-                },
+                params_dense=params[stage].dense,
+                params_expert=params[stage].expert,
+                static_bytes=static[stage],
                 wgrad_fraction=wgrad_retained_fraction(ctx.model, ctx.layout, sc.training),
                 tied_params=tied[stage],
             )
