@@ -98,20 +98,26 @@ def peak_memory(stage: Slots) -> int:
     return peak
 
 
+def _inputs(p: int, s: int, t: int, mb: int) -> list[tuple[int, int, int]]:
+    """(stage, type, microbatch) of the passes op (s, t, mb) waits for: its input from the
+    neighbour stage, the pass before it on the same stage, and its own previous microbatch."""
+    keys = []
+    if t in (F0, B1) and s > 0:
+        keys.append((s - 1, t, mb))
+    if t in (F1, B0) and s + 1 < p:
+        keys.append((s + 1, t, mb))
+    if 0 < t < 4:
+        keys.append((s, t - 1, mb))
+    if mb > 0:
+        keys.append((s, t, mb - 1))
+    return keys
+
+
 def _upstream(stages: list[Slots], s: int, t: int, mb: int) -> int:
     """The latest slot among the op's inputs (-1 if none)."""
-    p = len(stages)
-    dep = -1
-    if t in (F0, B1) and s > 0:
-        dep = max(dep, stages[s - 1][t][mb])
-    if t in (F1, B0) and s + 1 < p:
-        dep = max(dep, stages[s + 1][t][mb])
-    if 0 < t < 4:
-        dep = max(dep, stages[s][t - 1][mb])
+    dep = max((stages[a][b][c] for a, b, c in _inputs(len(stages), s, t, mb)), default=-1)
     if t == 4:  # the pooled W list: the mb-th backward of either chunk
         dep = max(dep, sorted(stages[s][B1] + stages[s][B0])[mb])
-    if mb > 0:
-        dep = max(dep, stages[s][t][mb - 1])
     return dep
 
 
@@ -128,24 +134,10 @@ def _compact(stages: list[Slots]) -> list[Slots]:
     end: dict[tuple[int, int, int], int] = {}
     free = [0] * p
     for _, s, t, mb in _global_order(stages):
-        start = max(free[s], _upstream_end(end, stages, s, t, mb))
+        start = max(free[s], max((end[k] for k in _inputs(p, s, t, mb)), default=0))
         end[(s, t, mb)] = start + 1
         free[s] = start + 1
     return [[[end[(s, t, mb)] - 1 for mb in range(len(lst))] for t, lst in enumerate(st)] for s, st in enumerate(stages)]
-
-
-def _upstream_end(end: dict[tuple[int, int, int], int], stages: list[Slots], s: int, t: int, mb: int) -> int:
-    p = len(stages)
-    keys = []
-    if t in (F0, B1) and s > 0:
-        keys.append((s - 1, t, mb))
-    if t in (F1, B0) and s + 1 < p:
-        keys.append((s + 1, t, mb))
-    if 0 < t < 4:
-        keys.append((s, t - 1, mb))
-    if mb > 0:
-        keys.append((s, t, mb - 1))
-    return max((end[k] for k in keys), default=0)
 
 
 def squeeze(stages: list[Slots], with_w: bool) -> list[Slots]:
