@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simcluster.errors import UserError
+from simcluster.frameworks import with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
@@ -57,6 +58,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
+    scenario = with_framework_kernel(scenario, profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_recompute(scenario.training, model)
     schedule = get_schedule(scenario.parallel.schedule)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
+from simcluster.frameworks import apply_framework
 
 
 class _Section(BaseModel):
@@ -310,6 +311,13 @@ class Scenario(_Section):
 
     name: str = "scenario"
     description: str = ""
+    framework: str | None = Field(
+        default=None,
+        description=(
+            "the training framework (simcluster list frameworks): fills the overlap, gradient "
+            "reduction and kernel fields the scenario leaves unset with what that framework does"
+        ),
+    )
     model: ModelSection
     cluster: ClusterSection
     parallel: ParallelSection = ParallelSection()
@@ -423,7 +431,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_overrides(data, overrides or [])
+    data = apply_framework(apply_overrides(data, overrides or []))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

@@ -1,5 +1,5 @@
-"""``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules and the
-framework styles of memory-bound work (``training.elementwise``)."""
+"""``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules, training
+frameworks (``framework:``) and the styles of memory-bound work (``training.elementwise``)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,20 @@ from simcluster.model import preset_names
 from simcluster.scenario import shipped_scenarios
 
 NAME = "list"
-HELP = "list shipped scenarios, hardware profiles, model presets, pipeline schedules and elementwise styles"
+HELP = (
+    "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks "
+    "and elementwise styles"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "elementwise"]
+        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise"]
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcluster.frameworks import FRAMEWORKS
     from simcluster.parallelism.elementwise import STYLES
     from simcluster.schedules import SCHEDULES
 
@@ -28,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         "hardware": shipped_profiles(),
         "presets": preset_names(),
         "schedules": sorted(SCHEDULES),
+        "frameworks": sorted(FRAMEWORKS),
         "elementwise": list(STYLES),
     }
     if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
@@ -35,6 +40,11 @@ def run(args: argparse.Namespace) -> int:
         for name in sorted(SCHEDULES):
             doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
             print(f"{name:<{width}}  {doc[0] if doc else ''}")
+        return 0
+    if args.what == "frameworks":  # one line each: what the framework does
+        width = max(map(len, FRAMEWORKS))
+        for name in sorted(FRAMEWORKS):
+            print(f"{name:<{width}}  {FRAMEWORKS[name].summary}")
         return 0
     for what, names in tables.items():
         if args.what in (None, what):

@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(s: dict, out: str | None) -> None:
     console = Console()
-    table = Table(title=f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}", show_header=False)
+    under = f" under {s['framework']}" if s.get("framework") else ""
+    title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
+    table = Table(title=title, show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     step = format_time(s["step_time_s"])

@@ -148,6 +148,7 @@ def _summary(
     return {
         "scenario": sc.name,
         "layout": lay.describe(),
+        "framework": sc.framework,
         "parallel": {
             "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
             "zero": lay.zero, "zero_shard": lay.zero_group if lay.zero else None,

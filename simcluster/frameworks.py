@@ -1,0 +1,201 @@
+"""Training frameworks as scenario defaults (``framework:`` at the top of a scenario).
+
+The same layout runs at different speeds under Megatron-Core, DeepSpeed's pipeline engine or
+nanotron because each framework overlaps (or does not overlap) different communication, fuses
+different kernels and reduces gradients differently. Those choices already exist as scenario
+fields (``overlap.*``, ``dp.*``, ``training.elementwise`` ...); a framework entry is the set of
+values that framework runs with by default or in its published recipes, so that a user can write
+``framework: deepspeed`` instead of learning seven flags.
+
+A framework only fills what the scenario leaves unset: an explicit field always wins. It never
+touches the model or the layout. Each entry names where its values were read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from simcluster.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:
+    from simcluster.hardware import HardwareProfile
+    from simcluster.scenario import Scenario
+
+Defaults = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework: what it sets (``defaults`` of the raw scenario, since some choices depend
+    on the layout, e.g. nanotron's ZeRO-1 path) and where that was read (``sources``)."""
+
+    name: str
+    summary: str
+    sources: str
+    defaults: Callable[[Mapping[str, Any]], Defaults]
+    #: the attention kernel it calls, used where the hardware profile has curves for it (the
+    #: profile's default kernel otherwise, e.g. on a profile with no curves at all)
+    attention_kernel: str | None = None
+
+
+def _zero_stage(raw: Mapping[str, Any]) -> int:
+    parallel = raw.get("parallel")
+    zero = parallel.get("zero", 0) if isinstance(parallel, Mapping) else 0
+    return zero if isinstance(zero, int) else 0
+
+
+def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
+    return {
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "pp_comm": True},
+        "training": {"grad_accum_fusion": True, "elementwise": "fused"},
+    }
+
+
+def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
+    return {
+        "overlap": {"dp_grad_reduce": False, "tp_comm": False, "pp_comm": False},
+        "training": {"flash_attention": False, "elementwise": "fused"},
+    }
+
+
+def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
+    return {
+        "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+        "training": {"elementwise": "fused"},
+        # reduce_bucket_size 5e8 elements of 16-bit gradients
+        "dp": {"bucket_mb": 1000.0},
+    }
+
+
+def _nanotron(raw: Mapping[str, Any]) -> Defaults:
+    training = {"elementwise": "nanotron"}
+    if _zero_stage(raw) >= 1:
+        # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the
+        # backward, then a blocking all-gather of the bf16 parameters
+        return {
+            "training": training,
+            "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
+            "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+        }
+    return {
+        "training": training,
+        # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies
+        "dp": {"bucket_mb": 52.4288},
+        "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False},
+    }
+
+
+def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
+    return {"training": {"elementwise": "eager"}, "zero3": {"buffers": "copies"}}
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        Framework(
+            "megatron-core",
+            "Megatron-Core as NVIDIA's performance recipes run it (NeMo, Megatron-Bridge, the "
+            "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
+            "wgrad accumulated straight into the fp32 main gradient",
+            "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
+            "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags",
+            _megatron_core,
+        ),
+        Framework(
+            "megatron-lm-2021",
+            "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
+            "scores, 'local' DDP (gradient all-reduce after the backward), blocking pipeline "
+            "send/recv, no TP overlap",
+            "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "
+            "examples/academic_paper_scripts/sc21; FlashAttention (arXiv 2205.14135) postdates it",
+            _megatron_lm_2021,
+        ),
+        Framework(
+            "deepspeed",
+            "DeepSpeed's pipeline engine (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it): "
+            "instructions run one after another, blocking p2p, gradients reduced only after the "
+            "last backward in 5e8-element buckets (attention is the model code's: set "
+            "training.flash_attention false for runs before --use-flash-attn)",
+            "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, schedule.py, p2p.py "
+            "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
+            "communication'); zero reduce_bucket_size default 5e8",
+            _deepspeed,
+        ),
+        Framework(
+            "nanotron",
+            "Hugging Face nanotron (the Ultra-Scale Playbook runs): flash-attn 2, Triton norm and "
+            "rotary with PyTorch copies around them, DDP with fp32 bucket all-reduce in the last "
+            "microbatch's backward (ZeRO-1: one blocking all-reduce after it), no TP or p2p overlap",
+            "huggingface/nanotron src/nanotron (models/llama.py, optim/gradient_accumulator.py, "
+            "optim/zero.py, parallel/pipeline_parallel/p2p.py); examples/config_tiny_llama_bench.yaml",
+            _nanotron,
+            attention_kernel="fa2",
+        ),
+        Framework(
+            "torchtitan",
+            "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
+            "gradients copy-cast into the reduce-scatter buffer, unfused norms and rotary (set "
+            "training.elementwise fused when torch.compile is on)",
+            "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off)",
+            _torchtitan,
+        ),
+    )
+}
+
+
+def framework_names() -> list[str]:
+    """Names accepted by ``framework:``."""
+    return sorted(FRAMEWORKS)
+
+
+def get_framework(name: Any) -> Framework:
+    """The framework called ``name``; a one-line error naming the field otherwise."""
+    if isinstance(name, str) and name in FRAMEWORKS:
+        return FRAMEWORKS[name]
+    text = str(name)
+    raise UserError(
+        "framework",
+        f"unknown framework '{text}'{did_you_mean(text, FRAMEWORKS)}; "
+        f"known: {', '.join(framework_names())}",
+    )
+
+
+def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:
+    """``scenario`` with its framework's attention kernel when it names none and ``profile`` has
+    curves for that kernel (a framework's kernel is a preference, not a demand on the hardware)."""
+    if scenario.framework is None or scenario.training.attention_kernel is not None:
+        return scenario
+    kernel = get_framework(scenario.framework).attention_kernel
+    if kernel is None or kernel not in profile.attention_kernels:
+        return scenario
+    training = scenario.training.model_copy(update={"attention_kernel": kernel})
+    return scenario.model_copy(update={"training": training})
+
+
+def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with its framework's defaults filled in wherever the scenario is silent."""
+    out = dict(data)
+    name = out.get("framework")
+    if name is None:
+        return out
+    framework = get_framework(name)
+    for section, values in framework.defaults(data).items():
+        given = out.get(section)
+        if given is None:
+            given = {}
+        if not isinstance(given, Mapping):
+            continue  # the schema reports the malformed section itself
+        out[section] = {**values, **given}
+    return out
+
+
+__all__ = [
+    "FRAMEWORKS",
+    "Framework",
+    "apply_framework",
+    "framework_names",
+    "get_framework",
+    "with_framework_kernel",
+]

@@ -1,0 +1,144 @@
+"""``framework:`` presets (simcluster/frameworks.py).
+
+The presets are checked against the shipped validation cases: every family whose runs used one
+framework spells that framework's settings out field by field (each with its source in the
+case), so a preset that disagrees with what was validated fails here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.frameworks import FRAMEWORKS, apply_framework
+from simcluster.scenario import scenario_from_dict
+from simcluster.validate import load_cases
+
+FAMILY_FRAMEWORK = {
+    "megatron-core-h100": "megatron-core",
+    "nemo-fp8-h100": "megatron-core",
+    "nemo-long-context-h100": "megatron-core",
+    "megatron-bridge-fp8-h100": "megatron-core",
+    "narayanan2021-a100": "megatron-lm-2021",
+    "korthikanti2022-a100": "megatron-lm-2021",
+    "nanotron-h100": "nanotron",
+    "torchtitan-a100": "torchtitan",
+}
+
+# Where a validated case deliberately departs from its framework's default, and why.
+DEPARTURES = {
+    # Narayanan et al.'s run_table_1.sh passes --DDP-impl torch for the models below 39B
+    ("narayanan2021-a100", "overlap.dp_grad_reduce"): lambda case: "torch DDP" in case.source,
+    # Korthikanti et al. Tables 3/5 run one data-parallel replica: nothing to reduce
+    ("korthikanti2022-a100", "overlap.dp_grad_reduce"): lambda case: True,
+}
+
+
+def _leaves(defaults: dict) -> list[tuple[str, str, object]]:
+    return [(section, key, value) for section, values in defaults.items() for key, value in values.items()]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
+def test_presets_match_the_validated_cases(family: str) -> None:
+    framework = FRAMEWORKS[FAMILY_FRAMEWORK[family]]
+    cases = [c for c in load_cases() if c.family == family]
+    assert cases
+    for case in cases:
+        validated = scenario_from_dict(case.scenario)
+        for section, key, value in _leaves(framework.defaults(case.scenario)):
+            departs = DEPARTURES.get((family, f"{section}.{key}"))
+            if departs and departs(case):
+                continue
+            got = getattr(getattr(validated, section), key)
+            assert got == value, f"{case.name}: {section}.{key} is {got!r}, {framework.name} sets {value!r}"
+        if framework.attention_kernel is not None:
+            assert validated.training.attention_kernel == framework.attention_kernel, case.name
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
+def test_naming_the_framework_changes_no_validated_case(family: str) -> None:
+    # The cases spell every framework field out, so adding `framework:` must be a no-op.
+    framework = FAMILY_FRAMEWORK[family]
+    for case in (c for c in load_cases() if c.family == family):
+        plain = scenario_from_dict(case.scenario)
+        named = scenario_from_dict({**case.scenario, "framework": framework})
+        assert named.model_copy(update={"framework": None}) == plain, case.name
+
+
+def _small(**extra) -> dict:
+    scenario = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 16},
+        "parallel": {"tp": 2, "pp": 2, "zero": 1},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 32},
+    }
+    scenario.update(extra)
+    return scenario
+
+
+def test_framework_fills_only_what_the_scenario_leaves_unset() -> None:
+    sc = scenario_from_dict(_small(framework="deepspeed", overlap={"pp_comm": True}))
+    assert sc.overlap.pp_comm is True  # explicit wins
+    assert sc.overlap.dp_grad_reduce is False  # DeepSpeed: reduced after the last backward
+    assert sc.dp.bucket_mb == 1000.0  # reduce_bucket_size 5e8 elements x 2 bytes
+    assert sc.framework == "deepspeed"
+
+
+def test_without_framework_the_scenario_is_untouched() -> None:
+    raw = _small()
+    assert apply_framework(raw) == raw
+    assert scenario_from_dict(raw).framework is None
+
+
+def test_nanotron_zero1_takes_the_blocking_all_reduce_path() -> None:
+    # nanotron optim/zero.py: with ZeRO-1 the whole fp32 gradient buffer is all-reduced once after
+    # the backward (no DDP buckets), then the bf16 parameters are all-gathered, neither overlapped
+    sc = scenario_from_dict(_small(framework="nanotron"))
+    assert sc.dp.grad_collective == "all_reduce" and sc.overlap.dp_grad_reduce is False
+    sc0 = scenario_from_dict({**_small(framework="nanotron"), "parallel": {"tp": 2, "pp": 2}})
+    assert sc0.dp.grad_collective == "auto" and sc0.overlap.dp_grad_reduce is True
+    assert sc0.dp.bucket_mb == pytest.approx(25 * 2**20 * 2 / 1e6)  # 25 MiB of bf16 grads as fp32
+
+
+def test_framework_kernel_is_used_only_where_the_profile_has_its_curves() -> None:
+    h100 = build_context(scenario_from_dict(_small(framework="nanotron")))
+    assert h100.scenario.training.attention_kernel == "fa2"
+    a100 = _small(framework="nanotron")
+    a100["cluster"] = {"hardware": "dgx-a100", "gpus": 16}
+    assert build_context(scenario_from_dict(a100)).scenario.training.attention_kernel is None
+    explicit = _small(framework="nanotron")
+    explicit["training"] = {**explicit["training"], "attention_kernel": "cudnn"}
+    assert build_context(scenario_from_dict(explicit)).scenario.training.attention_kernel == "cudnn"
+
+
+def test_unknown_framework_is_one_line_naming_the_field() -> None:
+    with pytest.raises(UserError) as err:
+        scenario_from_dict(_small(framework="megatron"))
+    assert err.value.field == "framework"
+    assert "megatron-core" in str(err.value)
+
+
+def test_cli_reports_a_bad_framework_with_exit_code_2(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "framework: deepspd\nmodel: {preset: llama3-8b}\ncluster: {gpus: 8}\n"
+        "training: {seq_len: 4096, global_batch: 8}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "simcluster", "run", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "framework" in proc.stderr and "deepspeed" in proc.stderr
+
+
+def test_list_frameworks_prints_one_line_each() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "simcluster", "list", "frameworks"], capture_output=True, text=True, check=True
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == sorted(FRAMEWORKS)
