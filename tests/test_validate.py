@@ -49,8 +49,9 @@ def test_shipped_case_counts_and_unique_names():
     # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows;
     # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers; torchtitan's A100
     # page: all 8 rows; Zero Bubble's same-memory table (arXiv Table 6): 3 models x 3 m x
-    # (ZB-V, ZB-1p, 1F1B).
+    # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts.
     assert fams == {
+        "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
         "narayanan2021-a100": 10,
         "megatron-core-h100": 9,
@@ -174,6 +175,18 @@ def test_torchtitan_tokens_follow_torchtitans_mfu():
         params = build_model(m).params_total()
         per_token = 6 * params + 12 * m["layers"] * m["hidden"] * p["seq_len"]
         assert p["wps_per_gpu"] * per_token / 312e12 * 100 == pytest.approx(p["mfu_pct"], abs=0.15), c.name
+
+
+def test_bloom_logged_tflops_follow_narayanans_formula_with_recompute():
+    # Megatron-DeepSpeed logs TFLOPs = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (t * gpus) (eq. 3 of
+    # Narayanan et al. 2021 with the recompute forward, bigscience math/README.md): each logged
+    # pair of seconds and TFLOPs must satisfy it, e.g. 104.70 s on 384 GPUs -> 149.77
+    for c in _family("bigscience-a100"):
+        p = c.published
+        flops = megatron_flops_per_step(p["global_batch"], p["seq_len"], p["layers"], p["hidden"], p["vocab"],
+                                        recompute=True)
+        assert flops / (c.measured * p["gpus"] * 1e12) == pytest.approx(p["tflops_per_gpu"], abs=0.02), c.name
+        assert c.measured == p["seconds_per_iteration"]
 
 
 def test_zero_bubble_tokens_are_samples_times_gpus_times_seq():
@@ -446,7 +459,9 @@ FAST_SUBSET_MAPE = 5.5
 # 8.9 with the 27 same-memory Zero Bubble rows (arXiv Table 6, 4.1%); the 129 cases before
 # them: 9.9. 8.4 with Zero Bubble's own runtime modelled: the automatic ZB-1p/ZB-2p schedules
 # planned with the run's op times, and the optimizer's post-validation its script enables.
-QUICK_SET_MAPE = 8.4
+# 8.6 with BLOOM-176B's six Megatron-DeepSpeed runs (13.5%, all optimistic: DeepSpeed's pipeline
+# engine on Jean Zay's Omni-Path; docs/accuracy.md); the 156 cases before them: 8.4.
+QUICK_SET_MAPE = 8.6
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 6.0  # 8.1 before Table 6's 27 published memories (2.3%)
@@ -454,6 +469,7 @@ QUICK_SET_MEMORY_MAPE = 6.0  # 8.1 before Table 6's 27 published memories (2.3%)
 # narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
+    "bigscience-a100": 13.5,
     "korthikanti2022-a100": 3.7,
     "megatron-bridge-fp8-h100": 5.2,
     "megatron-core-h100": 8.9,
@@ -479,6 +495,7 @@ FAMILY_MAPE = {
 # rows got slower while the large-scale families moved toward the measurements (Narayanan
 # 4.4 -> 2.6, Megatron-Core 10.4 -> 8.9, torchtitan 8.9 -> 6.7, quick set 10.3 -> 9.9).
 FAMILY_MAX_APE = {
+    "bigscience-a100": 17.8,
     "korthikanti2022-a100": 7.8,
     "megatron-bridge-fp8-h100": 12.4,
     "narayanan2021-a100": 5.4,
