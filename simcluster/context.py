@@ -66,6 +66,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
+    _check_serial_p2p(scenario)
     chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
@@ -95,6 +96,22 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
             "training.recompute_num_layers",
             f"counts the layers full recomputation reruns; set training.recompute: full "
             f"(it is '{training.recompute}') or drop it",
+        )
+
+
+def _check_serial_p2p(scenario: Scenario) -> None:
+    """DeepSpeed's one-at-a-time pipeline p2p exists for its own 1F1B engine only."""
+    if scenario.overlap.pp_p2p != "serial":
+        return
+    if scenario.parallel.schedule != "1f1b":
+        raise UserError(
+            "overlap.pp_p2p",
+            f"serial is DeepSpeed's pipeline engine, which runs 1f1b only (schedule is "
+            f"'{scenario.parallel.schedule}'); use batched or parallel.schedule: 1f1b",
+        )
+    if scenario.overlap.pp_comm:
+        raise UserError(
+            "overlap.pp_p2p", "serial sends and receives block the stage; set overlap.pp_comm: false"
         )
 
 

@@ -62,7 +62,13 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
 
 def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     return {
-        "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+        "overlap": {
+            "dp_grad_reduce": False,
+            "param_gather": False,
+            "tp_comm": False,
+            "pp_comm": False,
+            "pp_p2p": "serial",
+        },
         "training": {"elementwise": "fused"},
         # reduce_bucket_size 5e8 elements of 16-bit gradients
         "dp": {"bucket_mb": 1000.0},

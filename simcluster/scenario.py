@@ -241,6 +241,16 @@ class OverlapSection(_Section):
     param_gather: bool = True
     tp_comm: bool = False
     pp_comm: bool = True
+    pp_p2p: Literal["batched", "serial"] = Field(
+        default="batched",
+        description=(
+            "batched: a stage's send and its receive for the next op go out together "
+            "(Megatron's batched isend/irecv); serial: DeepSpeed's pipeline engine, one blocking "
+            "send or receive at a time, a receive of the next activation before the previous "
+            "gradient's send, and a transfer starts only once its receiver is in its receive "
+            "(1f1b with pp_comm false only)"
+        ),
+    )
     ep_comm: bool = Field(
         default=False,
         description=(

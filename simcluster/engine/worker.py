@@ -39,11 +39,19 @@ class Shared:
     # unit's parameters (None unless zero3.buffers: copies)
     fsdp2_copy_seconds: tuple[Callable[[float], float], Callable[[float], float]] | None = None
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
+    # serial p2p: a receiver has entered its blocking receive for this input
+    receives: dict[tuple, simpy.Event] = field(default_factory=dict)
 
     def arrival(self, key: tuple) -> simpy.Event:
         ev = self.arrivals.get(key)
         if ev is None:
             ev = self.arrivals[key] = self.env.event()
+        return ev
+
+    def receive(self, key: tuple) -> simpy.Event:
+        ev = self.receives.get(key)
+        if ev is None:
+            ev = self.receives[key] = self.env.event()
         return ev
 
 
@@ -181,6 +189,7 @@ class Worker:
         if zero in (1, 2) and sc.overlap.param_gather:
             self._start_param_gathers()
         previous: PipeOp | None = None
+        serial = sc.overlap.pp_p2p == "serial"
         ops = self.plan.ops
         i = 0
         while i < len(ops):
@@ -203,6 +212,12 @@ class Worker:
                 previous = pair
                 i += 2
                 self.ops_done += 2
+            elif serial:
+                yield from self._serial_step(op, previous)
+                sends = []
+                previous = op
+                i += 1
+                self.ops_done += 1
             else:
                 yield from self._wait_inputs(op)
                 yield from self._execute(op, previous)
@@ -213,6 +228,8 @@ class Worker:
             for send in sends:
                 if send is not None and not sc.overlap.pp_comm:
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
+        if serial and previous is not None:
+            yield from self._blocking_send(previous)
         if not sc.overlap.dp_grad_reduce:
             for b in self.plan.buckets:
                 yield env.process(self._reduce_bucket(b))
@@ -245,14 +262,45 @@ class Worker:
             if not ev.triggered:
                 yield ev
 
-    def _wait_inputs(self, op: PipeOp) -> Generator:
+    def _input_key(self, op: PipeOp) -> tuple | None:
+        """The arrival this op waits for (None: its input is local, e.g. the first stage's F)."""
         sh = self.shared
         sched, spec = sh.ctx.schedule, sh.ctx.spec
         k = sched.virtual_stage(spec, self.stage, op.chunk, op.microbatch)
         if op.kind == "F" and k > 0:
-            yield sh.arrival((self.rank, "F", op.microbatch, k))
-        elif op.kind in ("B", "BW") and k < sched.virtual_stages(spec) - 1:
-            yield sh.arrival((self.rank, "B", op.microbatch, k))
+            return (self.rank, "F", op.microbatch, k)
+        if op.kind in ("B", "BW") and k < sched.virtual_stages(spec) - 1:
+            return (self.rank, "B", op.microbatch, k)
+        return None
+
+    def _wait_inputs(self, op: PipeOp) -> Generator:
+        key = self._input_key(op)
+        if key is not None:
+            yield self.shared.arrival(key)
+
+    def _serial_step(self, op: PipeOp, previous: PipeOp | None) -> Generator:
+        """DeepSpeed's pipeline engine (pipe/schedule.py TrainSchedule): each step's
+        instructions run one after another, every send and receive blocking. A forward step
+        receives its activation, then sends the previous backward's gradient; a backward step
+        sends the previous forward's activation, then receives its gradient (warm-up and
+        cool-down steps keep the same order around their empty slot)."""
+        receive_first = previous is not None and previous.kind in ("B", "BW") and op.kind == "F"
+        if previous is not None and not receive_first:
+            yield from self._blocking_send(previous)
+        key = self._input_key(op)
+        if key is not None:
+            receiving = self.shared.receive(key)
+            if not receiving.triggered:
+                receiving.succeed()
+            yield self.shared.arrival(key)
+        if previous is not None and receive_first:
+            yield from self._blocking_send(previous)
+        yield from self._execute(op, previous)
+
+    def _blocking_send(self, op: PipeOp) -> Generator:
+        send = self._send_outputs(op)
+        if send is not None:
+            yield send
 
     def _execute(
         self, op: PipeOp, previous: PipeOp | None, pace: Pace | None = None, lead: bool = False
@@ -328,7 +376,11 @@ class Worker:
         pairs = list(zip(lay.stage_ranks(self.stage), lay.stage_ranks(dst_stage), strict=True))
         name = "activation" if direction == "F" else "gradient"
 
+        serial = sh.ctx.scenario.overlap.pp_p2p == "serial"
+
         def transfer() -> Generator:
+            if serial:  # NCCL send/recv: the data moves once the receiver is in its receive
+                yield sh.receive((dst, direction, op.microbatch, target))
             yield from sh.comms.p2p(
                 self.rank,
                 dst,
