@@ -61,7 +61,13 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
-    return {
+    training: dict[str, Any] = {"elementwise": "fused"}
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16":
+        # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad (the BF16_Optimizer, by
+        # contrast, adds every microbatch into an fp32 buffer: the default)
+        training["fp32_grad_accum"] = False
+    defaults: Defaults = {
         "overlap": {
             "dp_grad_reduce": False,
             "param_gather": False,
@@ -69,10 +75,15 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
             "pp_comm": False,
             "pp_p2p": "serial",
         },
-        "training": {"elementwise": "fused"},
+        "training": training,
         # reduce_bucket_size 5e8 elements of 16-bit gradients
         "dp": {"bucket_mb": 1000.0},
     }
+    if _zero_stage(raw) >= 1:
+        # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
+        # all-reduces every bucket whole, then the optimizer's shard is all-gathered
+        defaults["dp"]["grad_collective"] = "all_reduce"
+    return defaults
 
 
 def _nanotron(raw: Mapping[str, Any]) -> Defaults:
@@ -121,12 +132,15 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "deepspeed",
             "DeepSpeed's pipeline engine (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it): "
-            "instructions run one after another, blocking p2p, gradients reduced only after the "
-            "last backward in 5e8-element buckets (attention is the model code's: set "
+            "instructions run one after another, one blocking send or receive at a time, gradients "
+            "all-reduced only after the last backward in 5e8-element buckets (attention is the model code's: set "
             "training.flash_attention false for runs before --use-flash-attn)",
             "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
-            "communication'); zero reduce_bucket_size default 5e8",
+            "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
+            "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
+            "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch); zero "
+            "reduce_bucket_size default 5e8",
             _deepspeed,
         ),
         Framework(

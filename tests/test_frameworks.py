@@ -90,6 +90,19 @@ def test_framework_fills_only_what_the_scenario_leaves_unset() -> None:
     assert sc.framework == "deepspeed"
 
 
+def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
+    # DeepSpeed runtime/engine.py: under a pipeline ZeRO-1 runs without contiguous gradients, so
+    # buffered_reduce_fallback all-reduces whole buckets; fp16 ZeRO-1 accumulates in .grad, the
+    # BF16_Optimizer in an fp32 buffer
+    bf16 = scenario_from_dict(_small(framework="deepspeed"))
+    assert bf16.dp.grad_collective == "all_reduce" and bf16.training.fp32_grad_accum is True
+    fp16 = _small(framework="deepspeed")
+    fp16["training"] = {**fp16["training"], "precision": "fp16"}
+    assert scenario_from_dict(fp16).training.fp32_grad_accum is False
+    zero0 = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "pp": 2}}
+    assert scenario_from_dict(zero0).dp.grad_collective == "auto"
+
+
 def test_without_framework_the_scenario_is_untouched() -> None:
     raw = _small()
     assert apply_framework(raw) == raw
