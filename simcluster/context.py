@@ -100,14 +100,15 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:
-    """DeepSpeed's one-at-a-time pipeline p2p exists for its own 1F1B engine only."""
+    """The one-at-a-time pipeline p2p of DeepSpeed's and nanotron's engines is modelled for
+    their 1F1B schedule only."""
     if scenario.overlap.pp_p2p != "serial":
         return
     if scenario.parallel.schedule != "1f1b":
         raise UserError(
             "overlap.pp_p2p",
-            f"serial is DeepSpeed's pipeline engine, which runs 1f1b only (schedule is "
-            f"'{scenario.parallel.schedule}'); use batched or parallel.schedule: 1f1b",
+            f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for 1f1b only "
+            f"(schedule is '{scenario.parallel.schedule}'); use batched or parallel.schedule: 1f1b",
         )
     if scenario.overlap.pp_comm:
         raise UserError(

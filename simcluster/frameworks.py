@@ -40,10 +40,14 @@ class Framework:
     attention_kernel: str | None = None
 
 
-def _zero_stage(raw: Mapping[str, Any]) -> int:
+def _parallel(raw: Mapping[str, Any], key: str, default: int) -> int:
     parallel = raw.get("parallel")
-    zero = parallel.get("zero", 0) if isinstance(parallel, Mapping) else 0
-    return zero if isinstance(zero, int) else 0
+    value = parallel.get(key, default) if isinstance(parallel, Mapping) else default
+    return value if isinstance(value, int) else default
+
+
+def _zero_stage(raw: Mapping[str, Any]) -> int:
+    return _parallel(raw, "zero", 0)
 
 
 def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
@@ -67,19 +71,19 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad (the BF16_Optimizer, by
         # contrast, adds every microbatch into an fp32 buffer: the default)
         training["fp32_grad_accum"] = False
+    zero = _zero_stage(raw)
+    overlap: dict[str, Any] = {"tp_comm": False, "pp_comm": False, "pp_p2p": "serial"}
+    if zero < 3:
+        # the pipeline engine reduces after the last backward; without a pipeline, ZeRO-1/2's
+        # overlap_comm defaults to false as well (ZeRO-3's to true: left to the zero3 model)
+        overlap.update(dp_grad_reduce=False, param_gather=False)
     defaults: Defaults = {
-        "overlap": {
-            "dp_grad_reduce": False,
-            "param_gather": False,
-            "tp_comm": False,
-            "pp_comm": False,
-            "pp_p2p": "serial",
-        },
+        "overlap": overlap,
         "training": training,
         # reduce_bucket_size 5e8 elements of 16-bit gradients
         "dp": {"bucket_mb": 1000.0},
     }
-    if _zero_stage(raw) >= 1:
+    if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
         # all-reduces every bucket whole, then the optimizer's shard is all-gathered
         defaults["dp"]["grad_collective"] = "all_reduce"
@@ -94,13 +98,19 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         return {
             "training": training,
             "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
-            "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+            "overlap": {
+                "dp_grad_reduce": False,
+                "param_gather": False,
+                "tp_comm": False,
+                "pp_comm": False,
+                "pp_p2p": "serial",
+            },
         }
     return {
         "training": training,
         # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies
         "dp": {"bucket_mb": 52.4288},
-        "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False},
+        "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
     }
 
 
@@ -147,9 +157,11 @@ FRAMEWORKS: dict[str, Framework] = {
             "nanotron",
             "Hugging Face nanotron (the Ultra-Scale Playbook runs): flash-attn 2, Triton norm and "
             "rotary with PyTorch copies around them, DDP with fp32 bucket all-reduce in the last "
-            "microbatch's backward (ZeRO-1: one blocking all-reduce after it), no TP or p2p overlap",
+            "microbatch's backward (ZeRO-1: one blocking all-reduce after it), no TP overlap, "
+            "pipeline p2p one blocking transfer at a time",
             "huggingface/nanotron src/nanotron (models/llama.py, optim/gradient_accumulator.py, "
-            "optim/zero.py, parallel/pipeline_parallel/p2p.py); examples/config_tiny_llama_bench.yaml",
+            "optim/zero.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py); "
+            "examples/config_tiny_llama_bench.yaml",
             _nanotron,
             attention_kernel="fa2",
         ),

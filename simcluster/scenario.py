@@ -245,8 +245,8 @@ class OverlapSection(_Section):
         default="batched",
         description=(
             "batched: a stage's send and its receive for the next op go out together "
-            "(Megatron's batched isend/irecv); serial: DeepSpeed's pipeline engine, one blocking "
-            "send or receive at a time, a receive of the next activation before the previous "
+            "(Megatron's batched isend/irecv); serial: DeepSpeed's and nanotron's pipeline "
+            "engines, one blocking send or receive at a time, a receive of the next activation before the previous "
             "gradient's send, and a transfer starts only once its receiver is in its receive "
             "(1f1b with pp_comm false only)"
         ),

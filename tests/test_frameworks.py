@@ -101,6 +101,12 @@ def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
     assert scenario_from_dict(fp16).training.fp32_grad_accum is False
     zero0 = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "pp": 2}}
     assert scenario_from_dict(zero0).dp.grad_collective == "auto"
+    # without a pipeline ZeRO-1 keeps contiguous gradients: reduced to each shard's owner
+    no_pipe = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": 1}}
+    assert scenario_from_dict(no_pipe).dp.grad_collective == "auto"
+    # ZeRO-3's overlap_comm defaults to true: the preset leaves its reduce overlapped
+    zero3 = scenario_from_dict({**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": 3}})
+    assert zero3.overlap.dp_grad_reduce is True
 
 
 def test_without_framework_the_scenario_is_untouched() -> None:

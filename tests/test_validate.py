@@ -474,7 +474,7 @@ FAMILY_MAPE = {
     "korthikanti2022-a100": 3.7,
     "megatron-bridge-fp8-h100": 5.2,
     "megatron-core-h100": 8.9,
-    "nanotron-h100": 30.7,
+    "nanotron-h100": 30.6,
     "narayanan2021-a100": 2.7,
     "nemo-fp8-h100": 3.9,
     "nemo-long-context-h100": 5.3,

@@ -152,11 +152,12 @@ NANOTRON_ZERO1 = (
 )
 NANOTRON_ZERO0_SCENARIO = {
     "dp": {"bucket_mb": 52.4288},
-    "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False},
+    "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
 }
 NANOTRON_ZERO1_SCENARIO = {
     "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
-    "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False},
+    "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False,
+                "pp_p2p": "serial"},
 }
 
 e = pub["nanotron_ultrascale_best_configs"]
@@ -180,8 +181,10 @@ for r in e["rows"]:
             "attention scores without causal discount and the LM head). Hardware aws-p5 (INFERRED: "
             "nanotron's run_multinode.sh uses partition hopper-prod with /fsx paths (FSx for Lustre) "
             "and trainer.py exports EFA metrics, i.e. AWS p5.48xlarge with EFA; not stated by HF). "
-            "Framework behaviour read from nanotron's code: blocking pipeline p2p (p2p.py waits on "
-            "every send/recv); "
+            "Framework behaviour read from nanotron's code: pipeline p2p one transfer at a time, each "
+            "waited on (p2p.py isend/irecv + wait, never batched; state.py queues a forward's activation "
+            "until the next backward and a backward's gradient until after the next forward's "
+            "receive: overlap.pp_p2p serial); "
             + (NANOTRON_ZERO1 if r["zero"] else NANOTRON_ZERO0)
             + ("; tied embeddings over pp: the embedding gradient is all-reduced between first and "
                "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
