@@ -47,6 +47,9 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(False, "layernorm", False, "rope", True),
     "starcoder2": Family(False, "layernorm", True, "rope", True),
     "phi": Family(False, "layernorm", True, "rope", False),
+    # Nemotron-4 / Minitron (transformers' NemotronForCausalLM): up and down projections only,
+    # squared ReLU, LayerNorm1P
+    "nemotron": Family(False, "layernorm", False, "rope", False),
     "gemma": Family(True, "rmsnorm", False, "rope", True),
     "gemma2": Family(True, "rmsnorm", False, "rope", True),
     "gemma3_text": Family(True, "rmsnorm", False, "rope", True),
@@ -111,7 +114,8 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["kv_heads"] = cfg["num_kv_heads"]
     if "hidden" in data and "ffn" not in data and not family.gated:
         data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
-    data["mlp"] = "swiglu" if family.gated else "gelu"  # "swiglu" = any gated MLP (3 matrices)
+    # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
+    data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
     data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
     data["position"] = family.position

@@ -39,7 +39,8 @@ class ModelSpec:
     kv_heads: int
     ffn: int
     vocab: int
-    mlp: Literal["gelu", "swiglu"] = "swiglu"
+    # gelu and relu2 (squared ReLU) cost the same: two matrices and one elementwise pass
+    mlp: Literal["gelu", "relu2", "swiglu"] = "swiglu"
     head_dim: int = 0  # 0 -> hidden // heads
     experts: int = 0
     top_k: int = 0

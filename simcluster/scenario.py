@@ -35,7 +35,10 @@ class ModelSection(_Section):
     head_dim: int | None = None
     ffn: int | None = None
     vocab: int | None = None
-    mlp: Literal["gelu", "swiglu"] | None = None
+    mlp: Literal["gelu", "relu2", "swiglu"] | None = Field(
+        default=None,
+        description="gelu / relu2 (squared ReLU, Nemotron-4): two matrices; swiglu: any gated MLP (three)",
+    )
     experts: int | None = None
     top_k: int | None = None
     expert_ffn: int | None = None

@@ -38,6 +38,8 @@ def test_gpt_layer_formula():
         ("mixtral-8x7b", 46.7, 12.9),  # Mistral: 46.7B total, 12.9B active
         ("gpt3-175b", 174.6, 174.6),  # Brown et al. 2020: 175B (174.6B by the formula)
         ("deepseek-v3", 671.0, 37.0),  # DeepSeek-V3 report: 671B total, 37B active
+        ("nemotron4-15b", 15.7, 15.7),  # Parmar et al. 2024: 3.2B embedding + 12.5B other
+        ("nemotron4-340b", 341.0, 341.0),  # Nemotron-4 340B report: 9.4B + 331.6B
     ],
 )
 def test_published_parameter_counts(preset, total_b, active_b):
@@ -227,3 +229,30 @@ def test_alibi_has_no_rotary_kernel():
     (alibi_bytes, alibi_params), (rope_bytes, rope_params) = inputs("alibi"), inputs("rope")
     assert alibi_bytes < rope_bytes
     assert alibi_params == rope_params
+
+
+def test_nemotron4_15b_squared_relu_count():
+    """Nemotron-4 15B (Parmar et al. 2024, arXiv 2402.16819: 32 layers, h 6144, 48 heads, 8 KV
+    heads, squared-ReLU FFN 24576, vocab 256000, untied embeddings, no biases): 3.2B embedding
+    parameters and 12.5B non-embedding ones (the paper's Table 1: 3.2B / 12.5B). relu2 is a
+    two-matrix MLP like gelu."""
+    shape = dict(name="nemotron4-15b", layers=32, hidden=6144, heads=48, kv_heads=8, ffn=24576,
+                 vocab=256000, norm="layernorm", tied_embeddings=False)
+    relu2 = build_model(dict(shape, mlp="relu2"))
+    assert relu2.params_total() == build_model(dict(shape, mlp="gelu")).params_total()
+    embedding = 2 * 256000 * 6144
+    assert embedding / 1e9 == pytest.approx(3.15, abs=0.01)
+    assert (relu2.params_total() - embedding) / 1e9 == pytest.approx(12.5, abs=0.1)
+
+
+def test_hf_config_nemotron_is_a_two_matrix_squared_relu_model(tmp_path):
+    """transformers' Nemotron (Nemotron-4 / Minitron): up and down projections with squared
+    ReLU, LayerNorm, untied. The Nemotron-4 15B shape (Parmar et al. 2024, Table 1): 3.2B
+    embedding and 12.5B non-embedding parameters."""
+    cfg = {"model_type": "nemotron", "num_hidden_layers": 32, "hidden_size": 6144, "num_attention_heads": 48,
+           "num_key_value_heads": 8, "intermediate_size": 24576, "vocab_size": 256000, "hidden_act": "relu2"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    model = from_hf_config(path)
+    assert (model.mlp, model.norm, model.tied_embeddings) == ("relu2", "layernorm", False)
+    assert (model.params_total() - 2 * 256000 * 6144) / 1e9 == pytest.approx(12.5, abs=0.1)

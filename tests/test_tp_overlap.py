@@ -54,8 +54,8 @@ def test_row_parallel_forward_gemm_runs_on_the_sms_left_by_the_reduce_scatter():
     assert taken._row_parallel_slowdown("F") == pytest.approx(132 / 116)
     assert taken._row_parallel_slowdown("B") == 1.0
     assert _builder(False, 16)._row_parallel_slowdown("F") == 1.0  # blocking comm takes no SMs
-    row = free._gemms(free.mlp_gemms(free.shapes.model.ffn)[-1:], "F").total
-    row += free._gemms(free.attention_gemms()[-1:], "F").total
+    row = free._gemms(free.mlp_gemms(free.shapes.model.ffn)[-1:], "F", splits=4).total
+    row += free._gemms(free.attention_gemms()[-1:], "F", splits=4).total
     extra = compute_seconds(taken.layer(0, "F")) - compute_seconds(free.layer(0, "F"))
     assert extra == pytest.approx(row * (132 / 116 - 1))
     assert compute_seconds(taken.layer(0, "B")) == pytest.approx(compute_seconds(free.layer(0, "B")))
@@ -69,3 +69,24 @@ def test_bad_tp_overlap_sms_names_the_field(value):
     with pytest.raises(UserError) as err:
         load_profile("dgx-a100", patch={"efficiency": {"tp_overlap_sms": value}})  # 108 SMs
     assert err.value.field == "cluster.profile.efficiency.tp_overlap_sms"
+
+
+def test_overlapped_gemms_run_in_the_slices_transformer_engine_cuts():
+    """TE initialize_ub defaults (and NeMo's H100 presets): ring exchange (QKV and fc1 forward,
+    projection and fc2 input gradient) runs one GEMM per tp rank's slice of the gathered tokens;
+    the pipelined reduce-scatter (projection and fc2 forward) 4 slices; bulk overlaps and the
+    weight gradients whole GEMMs. At tp 8 and 4096 tokens, fc1 forward = 8 kernels of 512 rows."""
+    on, off = _builder(True, 0), _builder(False, 0)
+    km, tokens = on.km, on.shapes.tokens
+    fc1, fc2 = on.mlp_gemms(on.shapes.model.ffn)
+    assert tokens == 4096
+    assert on._overlap_splits("F", column=True) == 8
+    assert on._overlap_splits("F", column=False) == 4
+    assert on._overlap_splits("B", column=False) == 8
+    assert on._overlap_splits("B", column=True) == 1
+    assert on._overlap_splits("W", column=True) == off._overlap_splits("F", column=True) == 1
+    assert on._gemms([fc1], "F", splits=8).total == pytest.approx(8 * km.gemm(512, fc1.n, fc1.k))
+    assert on._gemms([fc2], "B", splits=8).total == pytest.approx(8 * km.gemm(512, fc2.k, fc2.n))
+    # slices are smaller kernels: never faster than the whole GEMM
+    assert on._gemms([fc1], "F", splits=8).total > off._gemms([fc1], "F").total
+    assert compute_seconds(on.layer(0, "W")) == pytest.approx(compute_seconds(off.layer(0, "W")))

@@ -49,7 +49,8 @@ def test_shipped_case_counts_and_unique_names():
     # sequence: 9 lengths, 4K-1M tokens; NeMo 24.07 FP8 summary: 9 GPT-3 / Llama rows;
     # Megatron-Bridge summary: 8 dense Llama H100 rows of three containers; torchtitan's A100
     # page: all 8 rows; Zero Bubble's same-memory table (arXiv Table 6): 3 models x 3 m x
-    # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts.
+    # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts;
+    # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest).
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -59,6 +60,7 @@ def test_shipped_case_counts_and_unique_names():
         "megatron-bridge-fp8-h100": 8,
         "nemo-fp8-h100": 9,
         "nemo-long-context-h100": 9,
+        "nvidia-dgxc-h100": 15,
         "torchtitan-a100": 8,
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
@@ -152,6 +154,23 @@ def test_bridge_tokens_and_the_causal_formula_of_later_nemo():
         assert p["tokens_per_s_per_gpu"] * per_token / 1e12 == pytest.approx(
             p["model_tflops_per_gpu"], rel=0.01
         ), c.name
+
+
+def test_dgxc_cases_are_the_published_step_times_and_layouts():
+    """NVIDIA dgxc-benchmarking rows: the measured step is the README's; the global batch is
+    dp x micro-batch x gradient accumulation with the README's GA (8B: 32, 70B: 64, 405B: 64 at
+    512 GPUs, Nemotron-4 15B: 4, GPT-3 175B: 64 at 128 GPUs), dp = gpus / (tp pp cp)."""
+    ga = {"dgxc/llama3-8b-bf16-8gpu": 32, "dgxc/llama3-70b-bf16-64gpu": 64,
+          "dgxc/llama3.1-405b-bf16-512gpu": 64, "dgxc/nemotron4-15b-bf16-16gpu": 4,
+          "dgxc/gpt3-175b-bf16-128gpu": 64}
+    cases = {c.name: c for c in _family("nvidia-dgxc-h100")}
+    for c in cases.values():
+        assert c.measured == c.published["step_time_s"], c.name
+    for name, accumulation in ga.items():
+        sc = cases[name].scenario
+        par, tr = sc["parallel"], sc["training"]
+        dp = sc["cluster"]["gpus"] // (par["tp"] * par["pp"] * par["cp"])
+        assert dp * tr["micro_batch"] * accumulation == tr["global_batch"], name
 
 
 def test_nanotron_tokens_follow_nanotron_flops():
@@ -455,14 +474,21 @@ FAST_SUBSET = (
 # Raised from 5.6 on purpose: nanotron's re-layout copies (training.elementwise nanotron, read
 # from its models/llama.py) make its single-node 1.34B rows more pessimistic (2 nodes -8.6 ->
 # -14.8%) while the family's MAPE falls (36.7 -> 32.0): physics over score.
-FAST_SUBSET_MAPE = 5.5
+FAST_SUBSET_MAPE = 4.8  # 5.5 before the Hopper BF16 GEMMs were capped at the sustained rate
 # 8.9 with the 27 same-memory Zero Bubble rows (arXiv Table 6, 4.1%); the 129 cases before
 # them: 9.9. 8.4 with Zero Bubble's own runtime modelled: the automatic ZB-1p/ZB-2p schedules
 # planned with the run's op times, and the optimizer's post-validation its script enables.
 # 8.3 with BLOOM-176B's six Megatron-DeepSpeed runs (5.8% with DeepSpeed's one-at-a-time
 # pipeline p2p, overlap.pp_p2p serial, and its whole-bucket all-reduce; 13.5% without them);
-# the 156 cases before them: 8.4.
-QUICK_SET_MAPE = 8.3
+# the 156 cases before them: 8.4. Raised to 8.5 on purpose by NVIDIA's dgxc-benchmarking rows
+# (15 DGX H100 cases, 10.5%, every one optimistic); the 162 cases before them stay at 8.3.
+# 8.2 with TransformerEngine's TP-overlap GEMM slices (ring exchange in tp slices, pipelined
+# reduce-scatter in 4): DGX Cloud 10.5 -> 7.9, Megatron-Bridge 5.2 -> 2.4; Megatron-Core's
+# 32B row +24.6 -> +28.4% (its exposed fp32 reduce-scatter, docs/accuracy.md), its MAPE 8.9 -> 9.0.
+# 7.8 with the Hopper BF16 GEMM curve capped at the sustained 755 TFLOP/s (an 8x H200 node's
+# MSMF, stas00/ml-engineering; hardware/dgx-h100.yaml): DGX Cloud 7.9 -> 5.9, nanotron 30.6 ->
+# 29.2; Megatron-Bridge 2.4 -> 2.7 and NeMo long context 5.2 -> 5.3 rose on purpose.
+QUICK_SET_MAPE = 7.8
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 6.0  # 8.1 before Table 6's 27 published memories (2.3%)
@@ -472,12 +498,13 @@ QUICK_SET_MEMORY_MAPE = 6.0  # 8.1 before Table 6's 27 published memories (2.3%)
 FAMILY_MAPE = {
     "bigscience-a100": 5.8,
     "korthikanti2022-a100": 3.7,
-    "megatron-bridge-fp8-h100": 5.2,
+    "megatron-bridge-fp8-h100": 2.7,
     "megatron-core-h100": 8.9,
-    "nanotron-h100": 30.6,
+    "nanotron-h100": 29.2,
     "narayanan2021-a100": 2.7,
-    "nemo-fp8-h100": 3.9,
+    "nemo-fp8-h100": 3.8,
     "nemo-long-context-h100": 5.3,
+    "nvidia-dgxc-h100": 5.9,
     "torchtitan-a100": 6.7,
     "zero-bubble-a100": 2.8,
     "zero-bubble-v-a100": 3.3,
@@ -495,13 +522,15 @@ FAMILY_MAPE = {
 # 11.2 -> 14.6) and Zero Bubble's (3.3 -> 3.8, max 11.4 -> 12.9) on purpose: their pessimistic
 # rows got slower while the large-scale families moved toward the measurements (Narayanan
 # 4.4 -> 2.6, Megatron-Core 10.4 -> 8.9, torchtitan 8.9 -> 6.7, quick set 10.3 -> 9.9).
+# NeMo long context's max rose 14.6 -> 14.9 with the TP-overlap GEMM slices (its cp 32 row).
 FAMILY_MAX_APE = {
     "bigscience-a100": 12.7,
     "korthikanti2022-a100": 7.8,
-    "megatron-bridge-fp8-h100": 12.4,
+    "megatron-bridge-fp8-h100": 5.8,
     "narayanan2021-a100": 5.4,
-    "nemo-fp8-h100": 10.0,
-    "nemo-long-context-h100": 14.6,
+    "nemo-fp8-h100": 9.8,
+    "nemo-long-context-h100": 14.9,
+    "nvidia-dgxc-h100": 10.9,
     "torchtitan-a100": 11.7,
     "zero-bubble-a100": 7.9,
     "zero-bubble-v-a100": 7.0,

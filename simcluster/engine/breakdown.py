@@ -29,7 +29,7 @@ LABELS = {
     "attention": "attention",
     "memory": "memory-bound",
     "loss": "loss",
-    "grad_accum": "fp32 grad adds",
+    "grad_accum": "gradient accumulation adds",
     "optimizer": "optimizer",
     "recompute": "recompute",
     "other": "other compute",

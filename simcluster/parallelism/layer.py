@@ -18,6 +18,10 @@ from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_rec
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 
+# TransformerEngine's pipelined reduce-scatter overlap: the row-parallel forward GEMM in slices
+# (num_splits=4: TE's initialize_ub default and every NeMo / Megatron-Bridge H100 preset)
+TP_PIPELINE_SPLITS = 4
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -57,11 +61,13 @@ class LayerBuilder:
         return [Gemm(m.hidden, up / t), Gemm(width / t, m.hidden)]
 
     # --- compute times --------------------------------------------------------------------
-    def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None) -> Work:
+    def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None, splits: int = 1) -> Work:
         """GEMM time of ``gemms`` in one phase, with the FP8 quantisation of the operand each
         phase casts (the input forward, the output gradient backward; W reuses both) and, in
-        W, the fp32 main-gradient accumulation."""
+        W, the fp32 main-gradient accumulation. ``splits`` > 1 runs each forward or
+        input-gradient GEMM as that many kernels over slices of the tokens (TP overlap)."""
         tokens, km = self.shapes.tokens, self.km
+        rows = tokens / splits
         if phase == "W":
             params = sum(g.k * g.n for g in gemms)
             accumulate = wgrad.accumulation_seconds(
@@ -69,10 +75,10 @@ class LayerBuilder:
             )
             return Work.of(gemm=sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms), grad_accum=accumulate)
         if phase == "B":
-            mm = sum(km.gemm(tokens, g.k, g.n, dtype) for g in gemms)
+            mm = splits * sum(km.gemm(rows, g.k, g.n, dtype) for g in gemms)
             casts = sum(km.fp8_quantise(tokens * g.n, dtype) for g in gemms)
         else:
-            mm = sum(km.gemm(tokens, g.n, g.k, dtype) for g in gemms)
+            mm = splits * sum(km.gemm(rows, g.n, g.k, dtype) for g in gemms)
             casts = sum(km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
         return Work.of(gemm=mm, memory=casts)
 
@@ -155,8 +161,9 @@ class LayerBuilder:
         if phase == "W":
             att_body = [Compute.of("attn_wgrad", self._gemms(gemms, "W"), index)]
         else:
-            qkv_t = self._gemms(gemms[:-1], phase)
-            out_t = self._gemms(gemms[-1:], phase).scaled(self._row_parallel_slowdown(phase))
+            qkv_t = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True))
+            out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
+            out_t = out_t.scaled(self._row_parallel_slowdown(phase))
             out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
             core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
             redo = self.scenario.training.recomputed
@@ -189,6 +196,26 @@ class LayerBuilder:
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
         return Compute.of("recompute_ops", work, index, kind="recompute")
 
+    def _overlap_splits(self, phase: str, column: bool) -> int:
+        """How many token slices TransformerEngine's TP overlap cuts a GEMM into.
+
+        TransformerEngine's ``initialize_ub`` defaults (``num_splits``: 4 for "pipeline", tp for
+        "ring_exchange"; used by Megatron's ``--tp-comm-overlap`` without a config) and NeMo's
+        H100 userbuffers presets (``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192`` and its
+        siblings) agree: the column-parallel forward GEMMs (QKV, fc1) and the row-parallel
+        input-gradient GEMMs (projection, fc2) are ring exchanges, one GEMM per tp rank's slice
+        of the gathered tokens; the row-parallel forward GEMMs are pipelined with their
+        reduce-scatter in ``num_splits`` = 4 slices; the other backward overlaps are bulk
+        (whole GEMMs). Each slice is its own kernel at its own size and wave quantisation.
+        """
+        lay = self.shapes.layout
+        on = self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel
+        if not on or phase == "W":
+            return 1
+        if phase == "F":
+            return lay.tp if column else TP_PIPELINE_SPLITS
+        return 1 if column else lay.tp
+
     def _row_parallel_slowdown(self, phase: str) -> float:
         """Time factor of a row-parallel forward GEMM under TransformerEngine's TP overlap.
 
@@ -197,7 +224,8 @@ class LayerBuilder:
         kernels reserve ``efficiency.tp_overlap_sms`` SMs for the GEMM's whole duration
         (``set_sm_margin=True``; TE's default ``num_comm_sm`` is 16, NeMo's H100 presets use
         16-24 for proj_fprop/fc2_fprop). The other overlaps (ring exchange on copy engines,
-        bulk with 2-4 SMs) are taken as free.
+        bulk with 2-4 SMs) take no SMs here; every overlap's GEMM slices are in
+        ``_overlap_splits``.
         """
         lay = self.shapes.layout
         sms = self.km.profile.gpu.sm_count
@@ -263,8 +291,9 @@ class LayerBuilder:
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute.of("mlp_wgrad", self._gemms(gemms, "W"), index)]
-        fc2 = self._gemms(gemms[-1:], phase).scaled(self._row_parallel_slowdown(phase))
-        work = self._gemms(gemms[:-1], phase) + fc2
+        fc2 = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
+        fc2 = fc2.scaled(self._row_parallel_slowdown(phase))
+        work = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True)) + fc2
         ops = self.ops
         memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)

@@ -1,4 +1,4 @@
-"""Adding each microbatch's weight gradients into the fp32 main gradients.
+"""Adding each microbatch's weight gradients into the accumulated (main) gradients.
 
 Mixed-precision trainers keep an fp32 "main" gradient per parameter and add every
 microbatch's weight gradient into it. Megatron-LM and Megatron-Core fuse the add into the
@@ -16,6 +16,13 @@ not contain it. It matters when the reduction dimension of the weight-gradient G
 microbatch's tokens) is short: at 1024 tokens the 8 bytes cost about a sixth of the GEMM.
 The fused path saves the 2-byte 16-bit write that the benchmarks include and the unfused one
 also reads the 16-bit gradient (2 bytes): the two paths are not distinguished.
+
+Trainers that keep the accumulated gradient in 16 bits (``training.fp32_grad_accum: false``:
+Megatron-Core with ``grad_reduce_in_fp32=False``, DeepSpeed's fp16 ``.grad``) still add every
+microbatch into it: fused, the epilogue reads the 16-bit gradient it then writes (2 bytes
+beyond the benchmark's write); unfused, autograd's in-place add reads both 16-bit gradients
+and writes one (4 bytes beyond it). Autograd's first microbatch writes ``.grad`` without an
+add; it is charged like the others (one pass in m, a simplification).
 """
 
 from __future__ import annotations
@@ -25,19 +32,27 @@ from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
 ACCUM_BYTES_PER_PARAM = 8.0  # read + write of the fp32 main gradient
+ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumulates into
+ACCUM_16BIT_UNFUSED = 4.0  # autograd's add: both 16-bit gradients read, one written
 
 
-def has_main_grad(training: TrainingSection, layout: Layout) -> bool:
-    """Whether 16-bit training adds every microbatch's weight gradients into unsharded fp32
-    main gradients (``training.fp32_grad_accum``). FSDP2 does not: it reduce-scatters each
-    microbatch's 16-bit gradients and accumulates only its fp32 shard (parallelism/data.py)."""
-    return training.precision != "fp32" and training.fp32_grad_accum and not layout.fsdp2_copies
+def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
+    """HBM bytes per parameter, beyond the GEMM benchmarks' own output write, of adding one
+    microbatch's weight gradients into the accumulated gradient. FSDP2 adds nothing here: it
+    reduce-scatters each microbatch's 16-bit gradients and accumulates only its fp32 shard
+    (parallelism/data.py); fp32 training writes fp32 gradients the benchmarks already count."""
+    if training.precision == "fp32" or layout.fsdp2_copies:
+        return 0.0
+    if training.fp32_grad_accum:
+        return ACCUM_BYTES_PER_PARAM
+    return ACCUM_16BIT_FUSED if training.grad_accum_fusion else ACCUM_16BIT_UNFUSED
 
 
 def accumulation_seconds(
     km: KernelModel, training: TrainingSection, layout: Layout, params: float
 ) -> float:
-    """Time to add one microbatch's gradients of ``params`` parameters into the fp32 main grads."""
-    if params <= 0 or not has_main_grad(training, layout):
+    """Time to add one microbatch's gradients of ``params`` parameters into the accumulated
+    (main) gradients."""
+    if params <= 0:
         return 0.0
-    return params * ACCUM_BYTES_PER_PARAM / km.hbm_bytes_per_s
+    return params * accumulation_bytes(training, layout) / km.hbm_bytes_per_s
