@@ -17,6 +17,7 @@ import numpy as np
 
 from simcluster.errors import UserError
 from simcluster.model import ModelSpec
+from simcluster.parallelism.context import check_algorithm
 from simcluster.scenario import Scenario
 from simcluster.schedules import get_schedule
 
@@ -55,6 +56,7 @@ class Layout:
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
+    cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
 
     @property
     def world(self) -> int:
@@ -223,6 +225,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "parallel.vpp",
             f"vpp>1 needs schedule 'interleaved' or 'looped-bfs' (got '{par.schedule}')",
         )
+    check_cp_comm(par.cp_comm, par.cp, par.tp, model)
     if par.cp > 1 and tr.seq_len % (2 * par.cp):
         raise UserError(
             "training.seq_len",
@@ -305,4 +308,23 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         grad_collective=grad_collective,
         fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
         zero_shard=zero_shard,
+        cp_comm=par.cp_comm,
     )
+
+
+def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:
+    """``parallel.cp_comm`` must be known, and Ulysses' all-to-all must split whole heads:
+    TransformerEngine's ``AttnFuncWithCPAndQKVOA2A`` asserts the query and key/value heads of a
+    tp rank divide by cp."""
+    check_algorithm(name)
+    if name != "a2a" or cp == 1:
+        return
+    if model.mla is not None:
+        raise UserError("parallel.cp_comm", "a2a is not modelled with MLA attention; use p2p or all_gather")
+    for what, heads in (("heads", model.heads), ("kv_heads", model.kv_heads)):
+        if (heads // tp) % cp:
+            raise UserError(
+                "parallel.cp_comm",
+                f"a2a splits each tp rank's {what} ({heads}/tp={heads // tp}) over cp={cp}, which does not "
+                "divide them; use p2p or all_gather, or a cp that divides them",
+            )

@@ -105,6 +105,11 @@ class ParallelSection(_Section):
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
     cp: int = Field(default=1, gt=0)
+    cp_comm: str = Field(
+        default="p2p",
+        description="how cp ranks share K and V: p2p (ring attention, Megatron-Core's default), "
+        "all_gather (Llama 3; gather exposed) or a2a (DeepSpeed-Ulysses all-to-all over heads)",
+    )
     ep: int = Field(default=1, gt=0)
     vpp: int = Field(default=1, gt=0)
     zero: int = Field(default=0, ge=0, le=3)

@@ -1,15 +1,62 @@
-"""Context parallelism: ring attention with load-balanced causal chunks.
+"""Context parallelism: how the cp ranks of a sequence share keys and values in attention.
 
-Each rank holds 2 of the 2*cp sequence chunks (chunk i and 2cp-1-i), so every rank does the same
-causal work. KV blocks travel around the cp ring in cp-1 steps, each overlapped with the
-attention of the block already present (Liu et al. 2023 Ring Attention; Megatron-Core CP).
-Backward passes KV and dKV (twice the bytes).
+Every algorithm keeps the load-balanced causal split (rank i holds sequence chunks i and 2cp-1-i
+of 2cp), so each rank does 1/cp of the causal attention work. They differ in what crosses the cp
+group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core's
+``--cp-comm-type`` names, TransformerEngine's implementations):
+
+- ``p2p``: ring attention (Liu et al. 2023; TE ``AttnFuncWithCPAndKVP2P``). KV blocks travel
+  around the ring in cp-1 steps, each overlapped with the attention of the block already present;
+  backward passes KV and dKV (twice the bytes).
+- ``all_gather``: Llama 3's method (Grattafiori et al. 2024, arXiv 2407.21783 Sec. 3.3.2; TE
+  ``AttnFuncWithCPAndKVAllGather``, whose docstring says the gather is exposed). Forward
+  all-gathers K and V, then attends the local queries to them; backward gathers K and V again
+  (only the local ones are saved) and reduce-scatters dK and dV. Cheap with GQA, whose K and V
+  are a fraction of Q.
+- ``a2a``: DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509; TE
+  ``AttnFuncWithCPAndQKVOA2A``). An all-to-all turns Q, K and V from sequence-sharded into
+  head-sharded, attention runs on the whole sequence with heads/cp heads, and a second
+  all-to-all returns the output; backward mirrors both. Nothing overlaps the exchanges.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simcluster.errors import UserError, did_you_mean
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
-from simcluster.parallelism.shapes import Shapes
+
+if TYPE_CHECKING:  # shapes imports the layout, which checks cp_comm against this registry
+    from simcluster.parallelism.shapes import Shapes
+
+CpAttention = Callable[["Shapes", float, bool, int], list[Segment]]
+_ALGORITHMS: dict[str, CpAttention] = {}
+FIELD = "parallel.cp_comm"
+
+
+def register(name: str) -> Callable[[CpAttention], CpAttention]:
+    """Add a context-parallel attention algorithm under ``name``."""
+
+    def add(fn: CpAttention) -> CpAttention:
+        _ALGORITHMS[name] = fn
+        return fn
+
+    return add
+
+
+def algorithms() -> tuple[str, ...]:
+    """Names accepted by ``parallel.cp_comm``."""
+    return tuple(_ALGORITHMS)
+
+
+def check_algorithm(name: str) -> str:
+    """``name``, or a UserError naming the field and the choices."""
+    if name not in _ALGORITHMS:
+        raise UserError(
+            FIELD, f"unknown '{name}'{did_you_mean(name, algorithms())}; one of {', '.join(algorithms())}"
+        )
+    return name
 
 
 def kv_bytes(shapes: Shapes) -> float:
@@ -22,11 +69,23 @@ def kv_bytes(shapes: Shapes) -> float:
     return 2.0 * shapes.tokens * kv_dim * shapes.elt / shapes.layout.tp
 
 
-def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
-    """The attention core as cp blocks with cp-1 overlapped KV exchanges."""
-    cp = shapes.layout.cp
-    if cp == 1:
+def q_bytes(shapes: Shapes) -> float:
+    """Q (or the attention output, of the same width) of this rank's tokens, sharded by tp."""
+    m = shapes.model
+    return shapes.tokens * m.heads * m.d_head * shapes.elt / shapes.layout.tp
+
+
+def cp_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+    """The attention core of one layer under the layout's ``cp_comm`` algorithm."""
+    if shapes.layout.cp == 1:
         return [Compute.of("attn_core", Work.of(attention=attention_seconds), layer)]
+    return _ALGORITHMS[shapes.layout.cp_comm](shapes, attention_seconds, backward, layer)
+
+
+@register("p2p")
+def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+    """cp attention blocks with cp-1 KV exchanges, each under the block before it."""
+    cp = shapes.layout.cp
     step_bytes = kv_bytes(shapes) * (2 if backward else 1)
     block = Work.of(attention=attention_seconds / cp)
     out: list[Segment] = []
@@ -35,3 +94,29 @@ def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, lay
         out.append(Compute.of("attn_core", block, layer))
     out.append(Compute.of("attn_core", block, layer))
     return out
+
+
+@register("all_gather")
+def all_gather_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+    """Exposed all-gather of K and V (again in backward), then one attention; backward ends
+    with the reduce-scatter of dK and dV. Sizes are the gathered buffers (nccl-tests' size)."""
+    gathered = kv_bytes(shapes) * shapes.layout.cp
+    core = Compute.of("attn_core", Work.of(attention=attention_seconds), layer)
+    out: list[Segment] = [Comm("cp_kv_ag", "cp", "all_gather", gathered, False, layer), core]
+    if backward:
+        out.append(Comm("cp_dkv_rs", "cp", "reduce_scatter", gathered, False, layer))
+    return out
+
+
+@register("a2a")
+def ulysses_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+    """All-to-all in (Q, K, V forward; the output's gradient backward), attention on
+    heads/cp heads of the whole sequence, all-to-all out (the output; dQ, dK, dV). Sizes are
+    each rank's send buffer (nccl-tests' all-to-all size)."""
+    qkv, o = q_bytes(shapes) + kv_bytes(shapes), q_bytes(shapes)
+    before, after = (o, qkv) if backward else (qkv, o)
+    return [
+        Comm("cp_a2a_in", "cp", "all_to_all", before, False, layer),
+        Compute.of("attn_core", Work.of(attention=attention_seconds), layer),
+        Comm("cp_a2a_out", "cp", "all_to_all", after, False, layer),
+    ]

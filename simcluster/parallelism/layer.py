@@ -165,7 +165,7 @@ class LayerBuilder:
             out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
             out_t = out_t.scaled(self._row_parallel_slowdown(phase))
             out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
-            core = context.ring_attention(self.shapes, self.attention_core(phase), backward, index)
+            core = context.cp_attention(self.shapes, self.attention_core(phase), backward, index)
             redo = self.scenario.training.recomputed
             if phase == "B" and "core_attn" in redo:
                 core = [*self._core_recompute(index), *core]
@@ -269,7 +269,7 @@ class LayerBuilder:
         attention (scores, softmax, dropout, weighted values) is checkpointed and its forward
         reruns right before its backward. Megatron checkpoints it with flash attention too
         (``checkpoint_core_attention``), so the fused forward reruns as well."""
-        forward = context.ring_attention(self.shapes, self.attention_core("F"), False, index)
+        forward = context.cp_attention(self.shapes, self.attention_core("F"), False, index)
         return as_recompute(forward)
 
     @staticmethod

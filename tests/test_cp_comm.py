@@ -1,0 +1,81 @@
+"""Context parallelism's three ways of sharing K and V (``parallel.cp_comm``).
+
+Sources: Llama 3 (Grattafiori et al. 2024, arXiv 2407.21783, Sec. 3.3.2) and TransformerEngine's
+``AttnFuncWithCPAndKVAllGather`` for all_gather: K and V gathered (exposed) forward and again
+backward, dK and dV reduce-scattered. DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509,
+Sec. 3.2): an all-to-all of Q, K, V before attention and of the output after; per rank the four
+tensors of its N/P tokens, so 4Nh/P per layer forward with multi-head attention. Ring attention
+(Liu et al. 2023): cp-1 KV steps. Sizes follow nccl-tests: all_gather/reduce_scatter the whole
+gathered buffer, all_to_all one rank's send buffer.
+"""
+
+import pytest
+
+from simcluster.errors import UserError
+from tests.engine_helpers import merge_sections, run
+
+H, S, CP = 1024, 4096, 4
+BF16 = 2
+
+
+def scenario(cp_comm, kv_heads=16, tp=1, **kw):
+    data = {
+        "model": {"layers": 2, "hidden": H, "heads": 16, "kv_heads": kv_heads, "ffn": 4 * H, "vocab": 1024,
+                  "mlp": "gelu", "norm": "layernorm"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"cp": CP, "tp": tp, "cp_comm": cp_comm},
+        "training": {"seq_len": S, "micro_batch": 1, "global_batch": 8 // (CP * tp)},
+    }
+    return merge_sections(data, **kw)
+
+
+def cp_events(cp_comm, **kw):
+    ev = run(scenario(cp_comm, **kw)).events
+    return ev[(ev["group"] == "cp") & (ev["layer"] == 0) & (ev["microbatch"] == 0)]
+
+
+def test_all_gather_gathers_kv_twice_and_reduce_scatters_dkv():
+    ev = cp_events("all_gather", kv_heads=4)
+    gathered = 2 * S * 4 * (H // 16) * BF16  # K and V of the whole sequence, 4 kv heads of 64
+    assert sorted(ev["kind"]) == ["all_gather", "all_gather", "reduce_scatter"]
+    assert set(ev["bytes"]) == {gathered}
+
+
+def test_ulysses_moves_four_tensors_of_the_local_tokens_each_way():
+    ev = cp_events("a2a")
+    assert list(ev["kind"]) == ["all_to_all"] * 4
+    fwd = ev[ev["name"].str.startswith("cp_a2a")].sort_values("start_s").head(2)
+    assert fwd["bytes"].sum() == 4 * (S // CP) * H * BF16  # Q, K, V in; O out (Sec. 3.2: 4Nh/P)
+
+
+def test_all_gather_sends_what_the_ring_sends_but_exposes_it():
+    """Each rank sends (cp-1) local KV blocks forward either way; only the ring hides them."""
+    ring = cp_events("p2p")
+    fwd_ring = ring[ring["bytes"] == ring["bytes"].min()]  # the forward steps carry K and V only
+    ag = cp_events("all_gather")
+    one_gather = ag[ag["kind"] == "all_gather"]["bytes"].iloc[0]
+    assert len(fwd_ring) == CP - 1
+    assert fwd_ring["bytes"].sum() == pytest.approx(one_gather * (CP - 1) / CP)
+    exposed = {c: run(scenario(c)).summary["exposed_comm_s"]["cp"] for c in ("p2p", "all_gather")}
+    assert exposed["all_gather"] > exposed["p2p"]
+
+
+def test_default_is_the_ring():
+    data = scenario("p2p")
+    del data["parallel"]["cp_comm"]
+    ev = run(data).events
+    assert set(ev[ev["group"] == "cp"]["kind"]) == {"send"}  # ring steps are point-to-point sends
+
+
+@pytest.mark.parametrize(
+    "cp_comm, kw, words",
+    [
+        ("ring", {}, "unknown 'ring'"),
+        ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over cp=4"),
+        ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over cp=4"),
+    ],
+)
+def test_bad_cp_comm(cp_comm, kw, words):
+    with pytest.raises(UserError) as err:
+        run(scenario(cp_comm, **kw))
+    assert err.value.field == "parallel.cp_comm" and words in str(err.value)
