@@ -67,7 +67,9 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
-    chunks = stage_chunks(model, layout, schedule, spec, scenario.parallel.layers_per_stage)
+    chunks = stage_chunks(
+        model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
+    )
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )

@@ -8,7 +8,7 @@ values that framework runs with by default or in its published recipes, so that 
 ``framework: deepspeed`` instead of learning seven flags.
 
 A framework only fills what the scenario leaves unset: an explicit field always wins. It never
-touches the model or the layout. Each entry names where its values were read.
+touches the model or the parallel degrees (it may pick how layers split over the stages). Each entry names where its values were read.
 """
 
 from __future__ import annotations
@@ -92,11 +92,13 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
 
 def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     training = {"elementwise": "nanotron"}
+    parallel = {"partition": "nanotron"}  # pipeline blocks balanced by their compute cost
     if _zero_stage(raw) >= 1:
         # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the
         # backward, then a blocking all-gather of the bf16 parameters
         return {
             "training": training,
+            "parallel": parallel,
             "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
             "overlap": {
                 "dp_grad_reduce": False,
@@ -108,6 +110,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         }
     return {
         "training": training,
+        "parallel": parallel,
         # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies
         "dp": {"bucket_mb": 52.4288},
         "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
@@ -158,8 +161,10 @@ FRAMEWORKS: dict[str, Framework] = {
             "Hugging Face nanotron (the Ultra-Scale Playbook runs): flash-attn 2, Triton norm and "
             "rotary with PyTorch copies around them, DDP with fp32 bucket all-reduce in the last "
             "microbatch's backward (ZeRO-1: one blocking all-reduce after it), no TP overlap, "
-            "pipeline p2p one blocking transfer at a time",
-            "huggingface/nanotron src/nanotron (models/llama.py, optim/gradient_accumulator.py, "
+            "pipeline p2p one blocking transfer at a time, layers split over stages by their cost "
+            "with the LM head's",
+            "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
+            "build_model, optim/gradient_accumulator.py, "
             "optim/zero.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py); "
             "examples/config_tiny_llama_bench.yaml",
             _nanotron,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.schedules import Schedule, ScheduleSpec
-from simcluster.schedules.partition import layers_per_stage
+from simcluster.schedules.partition import cost_balanced, layers_per_stage
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,18 @@ class Chunk:
 
 
 def stage_chunks(
-    model: ModelSpec, layout: Layout, schedule: Schedule, spec: ScheduleSpec, explicit: list[int] | None = None
+    model: ModelSpec,
+    layout: Layout,
+    schedule: Schedule,
+    spec: ScheduleSpec,
+    explicit: list[int] | None = None,
+    partition: str = "megatron",
 ) -> list[list[Chunk]]:
-    """Per pipeline stage, the chunks it holds (local chunk order), from the schedule's mapping."""
+    """Per pipeline stage, the chunks it holds (local chunk order), from the schedule's mapping.
+    ``partition`` picks the split when ``explicit`` is not given (``parallel.partition``)."""
     total = schedule.virtual_stages(spec)
+    if explicit is None and partition == "nanotron" and total > 1:
+        explicit = cost_balanced(model.layers, total, *nanotron_costs(model))
     counts = layers_per_stage(model.layers, 1, total, explicit)
     starts = [sum(counts[:i]) for i in range(total)]
     out = []
@@ -48,3 +56,13 @@ def _microbatch_served(schedule: Schedule, spec: ScheduleSpec, chunk: int) -> in
     if serves is None:
         return 0
     return next(mb for mb in range(spec.m) if serves(spec, chunk, mb))
+
+
+def nanotron_costs(model: ModelSpec) -> tuple[int, int]:
+    """(decoder layer, LM head) costs of nanotron's ``get_block_compute_costs`` for Llama:
+    4 * heads * d_head * h (Q, K, V and output counted as four h x h matrices, whatever the
+    kv heads) + 3 * d_ff * h (gated MLP; 2 for a two-matrix one), and vocab * h."""
+    mlp_matrices = 3 if model.mlp == "swiglu" else 2
+    ffn = model.expert_ffn * model.top_k if model.is_moe else model.ffn
+    layer = 4 * model.heads * model.d_head * model.hidden + mlp_matrices * ffn * model.hidden
+    return int(layer), int(model.vocab * model.hidden)

@@ -123,6 +123,12 @@ class ParallelSection(_Section):
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     layers_per_stage: list[int] | None = None
+    partition: Literal["megatron", "nanotron"] = Field(
+        default="megatron",
+        description="how layers split over pipeline stages when layers_per_stage is unset: "
+        "megatron (even; the first and last stage one fewer when that evens out the embedding "
+        "and head) or nanotron (balanced by nanotron's per-block cost, the LM head included)",
+    )
     order: str = "tp,cp,dp,pp"
     ep_placement: Literal["packed", "spread"] = Field(
         default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"

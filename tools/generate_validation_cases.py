@@ -185,6 +185,9 @@ for r in e["rows"]:
             "waited on (p2p.py isend/irecv + wait, never batched; state.py queues a forward's activation "
             "until the next backward and a backward's gradient until after the next forward's "
             "receive: overlap.pp_p2p serial); "
+            + ("layers over stages as models/base.py build_model assigns pipeline blocks, balanced by "
+               "get_block_compute_costs with the LM head's vocab*h (parallel.partition nanotron); "
+               if r["pp"] > 1 else "")
             + (NANOTRON_ZERO1 if r["zero"] else NANOTRON_ZERO0)
             + ("; tied embeddings over pp: the embedding gradient is all-reduced between first and "
                "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
@@ -203,7 +206,7 @@ for r in e["rows"]:
                       "position": "rope", "tied_embeddings": m["tied_embeddings"]},
             "cluster": {"hardware": "aws-p5", "gpus": gpus},
             "parallel": {"dp": r["dp"], "tp": r["tp"], "pp": r["pp"], "zero": r["zero"],
-                         "sequence_parallel": r["tp"] > 1},
+                         "sequence_parallel": r["tp"] > 1, "partition": "nanotron"},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
                          "elementwise": "nanotron"},

@@ -55,3 +55,28 @@ def layers_per_stage(
     for k in range(extra):
         counts[middle[(2 * k + 1) * len(middle) // (2 * extra)]] += 1
     return counts
+
+
+def cost_balanced(layers: int, n: int, layer_cost: int, head_cost: int) -> list[int]:
+    """Layers of each of ``n`` stages as nanotron assigns its pipeline blocks (``build_model`` in
+    ``models/base.py``): walking the blocks in model order with their cumulative cost, each block
+    goes to the current rank, which is left once the cumulative cost exceeds
+    ``total * (rank + 1) / n``; the embedding costs nothing and the LM head (``head_cost``) ends
+    the walk on the last rank. Costs are integers, as nanotron's ``get_block_compute_costs``."""
+    total = layers * layer_cost + head_cost
+    thresholds = [total * ((r + 1) / n) for r in range(n)]
+    counts, rank, cumulative = [0] * n, 0, 0
+    for _ in range(layers):
+        counts[rank] += 1
+        cumulative += layer_cost
+        if cumulative > thresholds[rank]:
+            rank += 1
+            if rank == n:
+                break
+    if rank != n - 1 or sum(counts) != layers:
+        raise UserError(
+            "parallel.partition",
+            f"nanotron's cost-balanced split of {layers} layers and the LM head over {n} stages leaves "
+            f"a stage empty ({counts}); lower pp or use partition: megatron",
+        )
+    return counts
