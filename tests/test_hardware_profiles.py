@@ -8,7 +8,7 @@ import yaml
 from simcluster.errors import UserError
 from simcluster.hardware import _data_dir, load_profile, profile_from_dict, shipped_profiles
 
-REQUIRED = {"dgx-a100", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200"}
+REQUIRED = {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "aws-p5"}
 
 
 def _numeric_paths(node, prefix=""):
@@ -43,6 +43,8 @@ def test_datasheet_identities():
     assert load_profile("hgx-h800").nvlink_bytes_per_s == 200e9  # 400 GB/s bidirectional
     assert load_profile("dgx-b200").nvlink_bytes_per_s == 900e9  # 1.8 TB/s bidirectional
     assert load_profile("dgx-a100").node.nvls is False
+    a100_40 = load_profile("dgx-a100-40gb")  # A100 datasheet: 40 GB HBM2 at 1,555 GB/s
+    assert (a100_40.gpu.memory_gib, a100_40.gpu.hbm_tbps) == (40, 1.555)
     for name in ("dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200"):
         p = load_profile(name)
         assert p.node.nvls and p.efficiency.nvls is not None
