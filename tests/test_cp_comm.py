@@ -79,3 +79,12 @@ def test_bad_cp_comm(cp_comm, kw, words):
     with pytest.raises(UserError) as err:
         run(scenario(cp_comm, **kw))
     assert err.value.field == "parallel.cp_comm" and words in str(err.value)
+
+
+def test_list_cp_names_every_algorithm(capsys):
+    from simcluster.cli import main
+
+    assert main(["list", "cp"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a"]
+    assert "Llama 3" in lines[1] and "Ulysses" in lines[2]

@@ -1,5 +1,6 @@
 """``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules, training
-frameworks (``framework:``) and the styles of memory-bound work (``training.elementwise``)."""
+frameworks (``framework:``), the styles of memory-bound work (``training.elementwise``) and the
+context-parallel attention algorithms (``parallel.cp_comm``)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from simcluster.scenario import shipped_scenarios
 NAME = "list"
 HELP = (
     "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks "
-    "and elementwise styles"
+    "elementwise styles and context-parallel algorithms"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise"]
+        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise", "cp"]
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from simcluster.frameworks import FRAMEWORKS
+    from simcluster.parallelism import context
     from simcluster.parallelism.elementwise import STYLES
     from simcluster.schedules import SCHEDULES
 
@@ -34,12 +36,18 @@ def run(args: argparse.Namespace) -> int:
         "schedules": sorted(SCHEDULES),
         "frameworks": sorted(FRAMEWORKS),
         "elementwise": list(STYLES),
+        "cp": list(context.algorithms()),
     }
     if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
         width = max(map(len, SCHEDULES))
         for name in sorted(SCHEDULES):
             doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
             print(f"{name:<{width}}  {doc[0] if doc else ''}")
+        return 0
+    if args.what == "cp":  # one line each: how the algorithm shares K and V
+        width = max(map(len, context.algorithms()))
+        for name in context.algorithms():
+            print(f"{name:<{width}}  {context.describe(name)}")
         return 0
     if args.what == "frameworks":  # one line each: what the framework does
         width = max(map(len, FRAMEWORKS))

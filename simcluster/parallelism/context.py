@@ -50,6 +50,12 @@ def algorithms() -> tuple[str, ...]:
     return tuple(_ALGORITHMS)
 
 
+def describe(name: str) -> str:
+    """The first line of algorithm ``name``'s docstring."""
+    doc = (_ALGORITHMS[check_algorithm(name)].__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
 def check_algorithm(name: str) -> str:
     """``name``, or a UserError naming the field and the choices."""
     if name not in _ALGORITHMS:
@@ -84,7 +90,7 @@ def cp_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer
 
 @register("p2p")
 def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
-    """cp attention blocks with cp-1 KV exchanges, each under the block before it."""
+    """Ring attention: cp-1 KV exchanges, each under the attention of the block before it."""
     cp = shapes.layout.cp
     step_bytes = kv_bytes(shapes) * (2 if backward else 1)
     block = Work.of(attention=attention_seconds / cp)
@@ -98,8 +104,9 @@ def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, lay
 
 @register("all_gather")
 def all_gather_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
-    """Exposed all-gather of K and V (again in backward), then one attention; backward ends
-    with the reduce-scatter of dK and dV. Sizes are the gathered buffers (nccl-tests' size)."""
+    """Llama 3: K and V all-gathered, exposed (again in backward), dK and dV reduce-scattered.
+
+    Sizes are the gathered buffers (nccl-tests' size)."""
     gathered = kv_bytes(shapes) * shapes.layout.cp
     core = Compute.of("attn_core", Work.of(attention=attention_seconds), layer)
     out: list[Segment] = [Comm("cp_kv_ag", "cp", "all_gather", gathered, False, layer), core]
@@ -110,9 +117,11 @@ def all_gather_attention(shapes: Shapes, attention_seconds: float, backward: boo
 
 @register("a2a")
 def ulysses_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
-    """All-to-all in (Q, K, V forward; the output's gradient backward), attention on
-    heads/cp heads of the whole sequence, all-to-all out (the output; dQ, dK, dV). Sizes are
-    each rank's send buffer (nccl-tests' all-to-all size)."""
+    """DeepSpeed-Ulysses: all-to-all over heads in and out of attention, exposed.
+
+    In: Q, K, V forward, the output's gradient backward; attention on heads/cp heads of the
+    whole sequence; out: the output, or dQ, dK, dV. Sizes are each rank's send buffer
+    (nccl-tests' all-to-all size)."""
     qkv, o = q_bytes(shapes) + kv_bytes(shapes), q_bytes(shapes)
     before, after = (o, qkv) if backward else (qkv, o)
     return [
