@@ -13,7 +13,7 @@ import pytest
 import yaml
 from engine_helpers import pipeline_scenario, run
 
-from simcluster.commands.compare import short_labels, split_variant
+from simcluster.commands.compare import shared_overrides, short_labels, split_variant
 
 
 @pytest.fixture
@@ -28,6 +28,10 @@ def test_variants_are_split_and_labelled_by_their_overrides():
         "a.yaml", ["parallel.tp=2", "training.micro_batch=2"]
     )
     assert short_labels(["s", "s@parallel.tp=2", "t@parallel.tp=2"]) == ["s", "parallel.tp=2", "t@parallel.tp=2"]
+    # overrides every variant shares are left out of the labels
+    assert short_labels(["s@a=1@b=2", "s@a=1@b=3", "s@a=1"]) == ["b=2", "b=3", "s"]
+    assert shared_overrides(["s@a=1@b=2", "s@a=1@b=3", "s@a=1"]) == ["a=1"]
+    assert shared_overrides(["s@a=1", "t@a=1"]) == []
 
 
 def test_each_column_is_the_run_of_its_scenario(cli, pipe_file):

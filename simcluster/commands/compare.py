@@ -50,13 +50,28 @@ def split_variant(text: str) -> tuple[str, list[str]]:
     return name, overrides
 
 
+def shared_overrides(texts: list[str]) -> list[str]:
+    """The ``@key=value`` overrides that every scenario has, when all are variants of one."""
+    variants = [split_variant(text) for text in texts]
+    if any(name != variants[0][0] for name, _ in variants):
+        return []
+    return [o for o in variants[0][1] if all(o in own for _, own in variants)]
+
+
 def short_labels(texts: list[str]) -> list[str]:
-    """Column labels: a variant of the first scenario is named by its overrides alone."""
+    """Column labels: a variant of the first scenario is named by its overrides alone, and when
+    every scenario is a variant of one, the overrides they all share are left out (a variant
+    with nothing of its own is named by the scenario)."""
     first, _ = split_variant(texts[0])
+    variants = [split_variant(text) for text in texts]
+    shared = set(shared_overrides(texts))
     out = []
-    for text in texts:
-        name, own = split_variant(text)
-        out.append(" ".join(own) if own and name == first else text)
+    for text, (name, own) in zip(texts, variants, strict=True):
+        kept = [o for o in own if o not in shared]
+        if name != first or not own:
+            out.append(text)
+        else:
+            out.append(" ".join(kept) if kept else name)
     return out
 
 
@@ -83,11 +98,16 @@ def run(args: argparse.Namespace) -> int:
             summaries.append((label, simulate(ctx).summary))
             advance(label)
     doc = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
+    shared = shared_overrides(args.scenarios)
+    if shared:
+        doc["shared_overrides"] = shared
     if args.out:
-        _write(args.out, doc, summaries)
+        _write(args.out, doc, summaries, shared)
     if args.json:
         print_json(doc)
         return 0
+    if shared:  # left out of the column labels
+        print(f"every scenario: {' '.join(shared)}")
     _print(summaries, args.out, prices)
     return 0
 
@@ -176,7 +196,9 @@ def _verdict(summaries: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def _write(out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, Any]]]) -> None:
+def _write(
+    out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, Any]]], shared: list[str]
+) -> None:
     import pandas as pd
 
     from simcluster.output.breakdown_plot import draw_bars
@@ -189,5 +211,8 @@ def _write(out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, A
         flat.append(row)
     span = max(s["step_time_s"] for _, s in summaries)
     bars = [(label, busiest(s)) for label, s in summaries]
-    figure = draw_bars(bars, span, "where each scenario's step goes (busiest stage)")
+    title = "where each scenario's step goes (busiest stage)"
+    if shared:
+        title += "\nevery scenario: " + " ".join(shared)
+    figure = draw_bars(bars, span, title)
     write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
