@@ -63,7 +63,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_recompute(scenario.training, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
-    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp)
+    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp, group=layout.microbatch_group)
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)

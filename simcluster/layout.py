@@ -57,6 +57,7 @@ class Layout:
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
+    microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
 
     @property
     def world(self) -> int:
@@ -220,6 +221,12 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         raise UserError(
             "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers + embedding + head"
         )
+    if par.microbatch_group is not None and par.schedule != "interleaved":
+        raise UserError(
+            "parallel.microbatch_group",
+            f"sets how many microbatches go through a chunk in a row in schedule 'interleaved' "
+            f"(got schedule '{par.schedule}'); drop it or use schedule: interleaved",
+        )
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError(
             "parallel.vpp",
@@ -309,6 +316,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,
+        microbatch_group=par.microbatch_group or 0,
     )
 
 

@@ -123,6 +123,13 @@ class ParallelSection(_Section):
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     layers_per_stage: list[int] | None = None
+    microbatch_group: int | None = Field(
+        default=None,
+        gt=0,
+        description="interleaved schedule: microbatches that go through each chunk in a row "
+        "(Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage; Llama 3's N); "
+        "None = pp, at least pp",
+    )
     partition: Literal["megatron", "nanotron"] = Field(
         default="megatron",
         description="how layers split over pipeline stages when layers_per_stage is unset: "

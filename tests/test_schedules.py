@@ -179,3 +179,34 @@ def test_unknown_schedule_suggests():
 def test_spec_rejects_non_positive():
     with pytest.raises(UserError, match="positive"):
         ScheduleSpec(0, 4)
+
+
+@pytest.mark.parametrize(("p", "m", "v", "g"), [(4, 8, 2, 4), (4, 8, 2, 8), (4, 12, 3, 6), (4, 10, 2, 6), (2, 9, 2, 3)])
+def test_interleaved_microbatch_groups_are_valid(p, m, v, g):
+    """Megatron-Core's microbatch_group_size_per_vp_stage (Llama 3's N contiguous
+    microbatches): warm-up (p - rank - 1) * 2 + (v - 1) * g on each rank, any g in [p, m]
+    with a last partial group of at least p; the order stays deadlock-free."""
+    sched = get_schedule("interleaved")
+    spec = ScheduleSpec(p, m, v, group=g)
+    sched.validate(spec)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    check_timeline(sched, spec, replay(sched, spec, ops, t_f=1.0, t_b=2.0, t_w=0.0, t_comm=0.1))
+    for rank, stage_ops in enumerate(ops):
+        first_backward = next(i for i, op in enumerate(stage_ops) if op.kind != "F")
+        warmup = min((p - rank - 1) * 2 + (v - 1) * g, m * v)
+        assert first_backward == (warmup + 1 if warmup < m * v else warmup)  # steady state: F, then BW
+
+
+def test_default_group_is_pp_and_a_larger_one_holds_more_in_flight():
+    sched = get_schedule("interleaved")
+    default = sched.build(ScheduleSpec(4, 16, 2))
+    assert default == sched.build(ScheduleSpec(4, 16, 2, group=4))
+    wide = sched.build(ScheduleSpec(4, 16, 2, group=8))
+    assert peak_inflight(wide)[0] > peak_inflight(default)[0]
+
+
+@pytest.mark.parametrize(("m", "g"), [(8, 2), (8, 9), (10, 8)])
+def test_bad_microbatch_group(m, g):
+    with pytest.raises(UserError):
+        get_schedule("interleaved").validate(ScheduleSpec(4, m, 2, group=g))

@@ -71,12 +71,15 @@ class ScheduleSpec:
     """Pipeline shape: ``p`` stages, ``m`` microbatches per step, ``v`` chunks per stage.
 
     ``costs``: op times for cost-aware schedules (None: unit times, as before profiling).
+    ``group``: contiguous microbatches per chunk of an interleaved schedule (0: p, Megatron's
+    default).
     """
 
     p: int
     m: int
     v: int = 1
     costs: OpCosts | None = None
+    group: int = 0
 
     def __post_init__(self) -> None:
         for value, field, what in (

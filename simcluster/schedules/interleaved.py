@@ -1,10 +1,12 @@
 """Interleaved 1F1B (Narayanan et al. SC'21; Megatron-LM virtual pipeline parallelism).
 
 Each stage holds v chunks; chunk c of stage s is model position ``c * p + s``. The order
-mirrors Megatron-core ``forward_backward_pipelining_with_interleaving`` with the default
-``microbatch_group_size_per_vp_stage = p``: microbatches go through the chunks in groups of p,
-warm-up is ``(p - rank - 1) * 2 + (v - 1) * p`` virtual microbatches (all of them when that
-reaches m * v), then one F and one BW alternate, then the backward drain.
+mirrors Megatron-core ``forward_backward_pipelining_with_interleaving``: microbatches go
+through the chunks in groups of ``g = microbatch_group_size_per_vp_stage`` (``parallel.
+microbatch_group``, default p; Llama 3's "N contiguous micro-batches"), warm-up is
+``(p - rank - 1) * 2 + (v - 1) * g`` virtual microbatches (all of them when that reaches
+m * v), then one F and one BW alternate, then the backward drain. A larger g holds more
+microbatches in flight (memory) for the same bubble.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from simcluster.schedules.base import (
     require_m_at_least,
 )
 from simcluster.schedules.registry import register
+
+FIELD_GROUP = "parallel.microbatch_group"
 
 
 def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
@@ -43,20 +47,28 @@ class Interleaved1F1B(LoopedSchedule):
                 FIELD_VPP,
                 "schedule 'interleaved' needs vpp >= 2 chunks per stage; set parallel.vpp",
             )
-        # Megatron-core: group size (default p) must lie in [p, m], and m % group must be 0
-        # (a partial last group smaller than p raises RuntimeError there).
+        # Megatron-core: the group (default p) lies in [p, m] (its first stage's receive buffer
+        # holds group - p + 1 tensors), and a partial last group smaller than p raises there.
         require_m_at_least(spec, self.name, spec.p, "Megatron interleaving needs m >= pp")
-        if spec.m % spec.p != 0:
+        group = spec.group or spec.p
+        if not spec.p <= group <= spec.m:
+            raise UserError(
+                FIELD_GROUP,
+                f"must lie between pp={spec.p} and the {spec.m} microbatches per step, got {group}",
+            )
+        if 0 < spec.m % group < spec.p:
+            what = f"the group of {group}" if spec.group else f"pp={spec.p}"
             raise UserError(
                 FIELD_MICROBATCHES,
-                f"schedule 'interleaved' needs microbatches divisible by pp={spec.p} "
-                f"(as Megatron-LM), got {spec.m}; use a multiple of {spec.p}",
+                f"schedule 'interleaved' needs microbatches in whole groups of {what} or a last "
+                f"group of at least pp (as Megatron-LM), got {spec.m}; use a multiple of {group}",
             )
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
         p, m, v = spec.p, spec.m, spec.v
-        table = schedule_table(m, v, p)
+        group = spec.group or p
+        table = schedule_table(m, v, group)
         total = m * v
 
         def fwd(k: int) -> PipeOp:
@@ -69,7 +81,7 @@ class Interleaved1F1B(LoopedSchedule):
 
         out = []
         for stage in range(p):
-            warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+            warmup = min((p - stage - 1) * 2 + (v - 1) * group, total)
             ops = [fwd(k) for k in range(warmup)]
             for k in range(total - warmup):
                 ops += [fwd(warmup + k), bwd(k)]
