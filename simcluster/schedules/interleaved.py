@@ -6,7 +6,7 @@ through the chunks in groups of ``g = microbatch_group_size_per_vp_stage`` (``pa
 microbatch_group``, default p; Llama 3's "N contiguous micro-batches"), warm-up is
 ``(p - rank - 1) * 2 + (v - 1) * g`` virtual microbatches (all of them when that reaches
 m * v), then one F and one BW alternate, then the backward drain. A larger g holds more
-microbatches in flight (memory) for the same bubble.
+microbatches in flight (memory) for about the same bubble.
 """
 
 from __future__ import annotations
@@ -57,11 +57,15 @@ class Interleaved1F1B(LoopedSchedule):
                 f"must lie between pp={spec.p} and the {spec.m} microbatches per step, got {group}",
             )
         if 0 < spec.m % group < spec.p:
-            what = f"the group of {group}" if spec.group else f"pp={spec.p}"
+            rule = (
+                f"in whole groups of {group} (parallel.microbatch_group) or a last group of at least pp"
+                if group != spec.p
+                else f"divisible by pp={spec.p}"
+            )
             raise UserError(
                 FIELD_MICROBATCHES,
-                f"schedule 'interleaved' needs microbatches in whole groups of {what} or a last "
-                f"group of at least pp (as Megatron-LM), got {spec.m}; use a multiple of {group}",
+                f"schedule 'interleaved' needs microbatches {rule} (as Megatron-LM), got {spec.m}; "
+                f"use a multiple of {group}",
             )
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
