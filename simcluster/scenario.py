@@ -333,8 +333,33 @@ class MoeSection(_Section):
     )
 
 
+class Straggler(_Section):
+    """One known-slow part of the cluster: a GPU whose kernels run slower, or a node whose
+    NICs run below their rated bandwidth (``simulation.stragglers``)."""
+
+    gpu: int | None = Field(default=None, ge=0, description="global rank of a slow GPU")
+    compute: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="with gpu: how many times longer its kernels take (1.25 = a GPU 20% slow)",
+    )
+    node: int | None = Field(default=None, ge=0, description="a node whose NICs are degraded")
+    nic: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="with node: the fraction of their bandwidth its NICs keep (0.5 = a 400G "
+        "link trained down to 200G)",
+    )
+
+
 class SimulationSection(_Section):
     all_ranks: bool = Field(default=False, description="simulate every rank, not one per stage")
+    stragglers: list[Straggler] = Field(
+        default_factory=list,
+        description="known-slow GPUs or degraded NICs; simulated with every rank (all_ranks)",
+    )
 
 
 class Scenario(_Section):

@@ -12,6 +12,7 @@ from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest_shares
+from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
 
 NAME = "run"
@@ -75,6 +76,9 @@ def _print(s: dict, out: str | None) -> None:
             f"GEMMs and attention +{100 * (slow['tensor_core_slowdown'] - 1):.1f}% (the slowest of "
             f"{s['gpus']:,} GPUs, per-GPU spread {100 * slow['speed_spread']:.1f}%)",
         )
+    stragglers = Stragglers.from_dict(s.get("stragglers") or {})
+    if stragglers:
+        table.add_row("stragglers", "; ".join(stragglers.describe()))
     table.add_row(_breakdown_label(s), _breakdown_text(s))
     peak = s["peak_memory_bytes"]
     memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"

@@ -24,6 +24,7 @@ from simcluster.network import Network
 from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
+from simcluster.stragglers import degrade_nics, resolve
 from simcluster.topology import build_cluster
 
 
@@ -50,9 +51,12 @@ def simulate(
     wall = time.perf_counter()
     ctx = scenario if isinstance(scenario, Context) else build_context(scenario, hardware)
     sc = ctx.scenario
-    every = sc.simulation.all_ranks if all_ranks is None else all_ranks
     km = kernel_model(ctx)
     cluster = build_cluster(ctx.profile, sc.cluster.gpus, ctx.layout.gpus_per_node)
+    stragglers = resolve(sc.simulation.stragglers, ctx.layout.world, cluster.num_nodes)
+    degrade_nics(cluster, stragglers.nic)
+    # known stragglers break the symmetry the one-rank-per-stage shortcut relies on
+    every = bool(stragglers) or (sc.simulation.all_ranks if all_ranks is None else all_ranks)
     plans = build_plans(ctx, km, pipeline_p2p_seconds(ctx, cluster))
     env = simpy.Environment()
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
@@ -76,6 +80,7 @@ def simulate(
         optimizer_seconds,
         Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes,
         _fsdp2_copies(ctx, km),
+        stragglers,
     )
     ranks = (
         range(ctx.layout.world)
@@ -93,7 +98,8 @@ def simulate(
     summary = _summary(ctx, plans, events, memory, step, len(events), time.perf_counter() - wall)
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
     summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
-    labels = {w.rank: _label(ctx, w.rank) for w in workers}
+    summary["stragglers"] = stragglers.to_dict()
+    labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
 
@@ -110,9 +116,10 @@ def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
     return max(w.end_time - float(first.get(w.rank, 0.0)) for w in workers)
 
 
-def _label(ctx: Context, rank: int) -> str:
+def _label(ctx: Context, rank: int, slow: float = 1.0) -> str:
     c = ctx.layout.coords(rank)
-    return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank})"
+    mark = f", straggler x{slow:g}" if slow != 1.0 else ""
+    return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank}{mark})"
 
 
 def _summary(

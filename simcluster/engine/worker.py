@@ -22,6 +22,7 @@ from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment, Work
 from simcluster.schedules import PipeOp, locate
+from simcluster.stragglers import Stragglers
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Shared:
     # seconds FSDP2's copy-out after a gather / copy-in before a reduce-scatter take, given the
     # unit's parameters (None unless zero3.buffers: copies)
     fsdp2_copy_seconds: tuple[Callable[[float], float], Callable[[float], float]] | None = None
+    stragglers: Stragglers = field(default_factory=Stragglers)
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -125,7 +127,9 @@ class Worker:
         )
 
     def _compute(self, seconds: float) -> Generator:
-        # compute slows while an interfering collective holds SMs (engine/interference.py)
+        # a known straggler's kernels take longer (stragglers.py); compute also slows while an
+        # interfering collective holds SMs (engine/interference.py)
+        seconds *= self.shared.stragglers.compute_factor(self.rank)
         share = self.shared.comms.sm_share
         if share is None:
             yield self.shared.env.timeout(seconds)
@@ -504,7 +508,8 @@ class Worker:
     def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None:  # FSDP2 copy-casts the gradients on the reduce-scatter stream
-            yield self.shared.env.timeout(copies[1](unit.params))
+            seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
+            yield self.shared.env.timeout(seconds)
         yield from self._dp_reduce(
             "dp",
             "reduce_scatter",

@@ -1,0 +1,155 @@
+"""Known stragglers (simulation.stragglers): a slow GPU, degraded NICs.
+
+The checks are the arithmetic of a synchronous step: a rank whose kernels take f times as long
+spends exactly f times its compute, a data-parallel step without overlap waits for it, a
+1F1B pipeline runs at its slowest stage's pace, and a ring across a link at half its capacity
+moves its bytes at half the rate (nccl-tests: a ring's bus bandwidth is its slowest link's).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+
+from simcluster import simulate
+from simcluster.errors import UserError
+from simcluster.hardware import load_profile
+from simcluster.network import collective_time
+from simcluster.scenario import scenario_from_dict
+from simcluster.stragglers import degrade_nics
+from simcluster.topology import build_cluster
+
+NO_OVERLAP = {"dp_grad_reduce": False, "param_gather": False}
+IDENTICAL_GPUS = {"hardware": "dgx-h100", "gpus": 8, "speed_spread": 0.0}
+
+
+def _run(stragglers=None, **sections):
+    raw = make_scenario(**sections)
+    raw["simulation"] = {"all_ranks": True, "stragglers": stragglers or []}
+    return simulate(scenario_from_dict(raw))
+
+
+def _compute_seconds(result, rank: int) -> float:
+    ev = result.events
+    mine = ev[(ev["rank"] == rank) & (ev["stream"] == "compute")]
+    return float((mine["end_s"] - mine["start_s"]).sum())
+
+
+def test_slow_gpu_spends_f_times_its_compute_and_the_dp_step_waits_for_it():
+    """dp 8, no overlap: compute, then the gradient reduction every rank enters only once the
+    straggler has, then the optimizer; so the step grows by (f - 1) x the straggler's compute."""
+    sections = dict(cluster=IDENTICAL_GPUS, parallel={"zero": 1}, overlap=NO_OVERLAP)
+    base = _run(**sections)
+    slow = _run([{"gpu": 5, "compute": 1.5}], **sections)
+    c5 = _compute_seconds(base, 5)
+    assert _compute_seconds(slow, 5) == pytest.approx(1.5 * c5, rel=1e-9)
+    assert _compute_seconds(slow, 0) == pytest.approx(_compute_seconds(base, 0), rel=1e-9)
+    step, step0 = slow.summary["step_time_s"], base.summary["step_time_s"]
+    assert step == pytest.approx(step0 + 0.5 * c5, rel=1e-6)
+    assert slow.summary["stragglers"] == {"compute": {"5": 1.5}, "nic": {}}
+    assert slow.summary["all_ranks"] and "straggler x1.5" in slow.rank_labels[5]
+
+
+def test_a_slow_stage_sets_the_pace_of_a_1f1b_pipeline():
+    """1F1B with one stage f times slower: the step holds that stage's m microbatches at f times
+    their time, plus at most one forward and backward of each other stage (fill and drain)."""
+    sections = dict(
+        cluster={**IDENTICAL_GPUS, "gpus": 4, "network": "ideal"},
+        parallel={"pp": 4},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 16},
+    )
+    base = _run(**sections)
+    slow = _run([{"gpu": 2, "compute": 2.0}], **sections)
+    m = base.summary["microbatches"]
+    ev = base.events
+    passes = ev[ev["kind"].isin(["forward", "backward"])]
+    per_stage = {r: float((g["end_s"] - g["start_s"]).sum()) for r, g in passes.groupby("rank")}
+    slow_stage = 2.0 * per_stage[2]  # m microbatches of F + B on the slow stage
+    others = sum(per_stage[r] / m for r in (0, 1, 3))  # one F + B of every other stage
+    step = slow.summary["step_time_s"]
+    assert slow_stage < step <= slow_stage + others + 0.01 * slow_stage
+    assert step > 1.5 * base.summary["step_time_s"]
+
+
+def test_ring_through_a_half_speed_nic_takes_twice_as_long():
+    """An all-reduce between one GPU on each of two nodes is a ring over their NICs; with one
+    node's NICs at half capacity its bandwidth term doubles (latency aside)."""
+    profile = load_profile("dgx-h100")
+    healthy = build_cluster(profile, 16)
+    degraded = build_cluster(profile, 16)
+    degrade_nics(degraded, {1: 0.5})
+    size = 4 * 2**30
+    t0 = collective_time("all_reduce", size, healthy, [0, 8])
+    t1 = collective_time("all_reduce", size, degraded, [0, 8])
+    assert t1 / t0 == pytest.approx(2.0, rel=0.01)
+    # a node that is not on the path changes nothing
+    degrade_nics(healthy, {})
+    assert collective_time("all_reduce", size, healthy, [0, 8]) == t0
+
+
+def test_degraded_nics_slow_a_cross_node_step_and_nothing_inside_a_node():
+    sections = dict(
+        cluster={**IDENTICAL_GPUS, "gpus": 16}, parallel={"tp": 8, "zero": 1}, overlap=NO_OVERLAP
+    )
+    base = _run(**sections)
+    slow = _run([{"node": 1, "nic": 0.25}], **sections)
+    assert slow.summary["exposed_comm_s"]["dp"] > 2 * base.summary["exposed_comm_s"]["dp"]
+    assert slow.summary["exposed_comm_s"]["tp"] == pytest.approx(base.summary["exposed_comm_s"]["tp"])
+
+
+def test_stragglers_imply_every_rank_and_are_deterministic():
+    raw = make_scenario(cluster=IDENTICAL_GPUS)
+    raw["simulation"] = {"stragglers": [{"gpu": 1, "compute": 1.1}]}
+    a = simulate(scenario_from_dict(raw))
+    b = simulate(scenario_from_dict(raw))
+    assert a.summary["all_ranks"]
+    assert a.summary["step_time_s"] == b.summary["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "words"),
+    [
+        ({"compute": 1.2}, "simulation.stragglers.0", "exactly one of gpu"),
+        ({"gpu": 1, "node": 0}, "simulation.stragglers.0", "exactly one of gpu"),
+        ({"gpu": 8}, "simulation.stragglers.0.gpu", "outside the job (0..7)"),
+        ({"gpu": 1, "nic": 0.5}, "simulation.stragglers.0.nic", "applies to a node"),
+        ({"node": 0, "compute": 2.0}, "simulation.stragglers.0.compute", "applies to a GPU"),
+        ({"node": 0, "nic": 0.5}, "simulation.stragglers.0.node", "single-node job"),
+    ],
+)
+def test_bad_stragglers_name_the_field(item, field, words):
+    raw = make_scenario()
+    raw["simulation"] = {"stragglers": [item]}
+    with pytest.raises(UserError) as err:
+        simulate(scenario_from_dict(raw))
+    assert err.value.field == field and words in err.value.message
+
+
+def test_node_outside_the_cluster_and_duplicates_are_refused():
+    raw = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 16}, parallel={"tp": 8})
+    raw["simulation"] = {"stragglers": [{"node": 2, "nic": 0.5}]}
+    with pytest.raises(UserError, match="outside the cluster"):
+        simulate(scenario_from_dict(raw))
+    raw["simulation"] = {"stragglers": [{"gpu": 3}, {"gpu": 3, "compute": 2}]}
+    with pytest.raises(UserError, match="listed twice"):
+        simulate(scenario_from_dict(raw))
+
+
+def test_schema_bounds(cli):
+    result = cli("run", "llama3-8b-8xh100", "--set", "simulation.stragglers=[{gpu: 1, compute: 0}]")
+    assert result.code == 2 and "simulation.stragglers.0.compute" in result.err
+    result = cli("run", "llama3-8b-8xh100", "--set", "simulation.stragglers=[{gpu: 1, speed: 2}]")
+    assert result.code == 2 and "unknown key" in result.err and "Traceback" not in result.err
+
+
+def test_run_table_names_the_stragglers(cli):
+    result = cli(
+        "run",
+        "llama3-8b-8xh100",
+        "--set",
+        "training.global_batch=8",
+        "--set",
+        "simulation.stragglers=[{gpu: 3, compute: 1.25}]",
+    )
+    assert result.code == 0, result.err
+    assert "stragglers" in result.out and "GPU 3 kernels x1.25" in result.out
