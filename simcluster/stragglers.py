@@ -5,8 +5,8 @@ cannot finish before its slowest rank enters it, and a pipeline runs at its slow
 statistical spread of same-SKU GPUs is already in every run (``gpu.speed_spread``,
 ``variability.py``); this module models a *known* bad part, as production teams find them
 (a GPU throttled by a failing fan or a degraded HBM stack, a NIC link trained down to a lower
-speed; MegaScale, Jiang et al. NSDI'24 Sec. 5, and the Llama 3 paper, Sec. 3.3.4, describe
-both), so a user can ask what one such part costs a job.
+speed; MegaScale, Jiang et al. NSDI'24, and the Llama 3 report, Grattafiori et al. 2024,
+describe hunting both down at scale), so a user can ask what one such part costs a job.
 
 ``simulation.stragglers`` lists them; a scenario with any is simulated with every rank
 (``simulation.all_ranks``), since the parts are no longer symmetric:
