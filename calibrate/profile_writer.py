@@ -65,6 +65,7 @@ class Machine:
     name: str
     memory_bytes: int | None
     gpus_per_node: int
+    sm_count: int | None = None  # None: a CPU
 
 
 def _raw_profile(name_or_path: str) -> dict[str, Any]:
@@ -87,6 +88,16 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         _note(
             data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)"
         )
+    if machine.sm_count:
+        gpu["sm_count"] = machine.sm_count
+        _note(data, "gpu.sm_count", "measured device's multiprocessor count (torch device properties)")
+    else:
+        # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
+        gpu.pop("sm_count", None)
+        eff = data["efficiency"]
+        for key in ("collective_sms", "tp_overlap_sms"):
+            eff[key] = 0
+            _note(data, f"efficiency.{key}", "0: a CPU device has no SMs to lend to communication")
     node["gpus_per_node"] = machine.gpus_per_node
     node["nvls"] = False
     _note(

@@ -41,6 +41,13 @@ def device_name(device: torch.device) -> str:
     return cpu_model()
 
 
+def device_sm_count(device: torch.device) -> int | None:
+    """Streaming multiprocessors of the GPU (None on a CPU, which has none)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return None
+
+
 def device_memory_bytes(device: torch.device, ranks_per_node: int) -> int | None:
     """Memory per device; CPU ranks of one node share host memory equally."""
     if device.type == "cuda":

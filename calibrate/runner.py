@@ -26,7 +26,7 @@ from calibrate.profile_writer import (
     write_yaml_atomic,
 )
 from calibrate.progress import RankProgress
-from calibrate.provenance import device_memory_bytes, device_name, provenance
+from calibrate.provenance import device_memory_bytes, device_name, device_sm_count, provenance
 from calibrate.shapes import GemmShape
 from calibrate.timers import timer_for
 from calibrate.watchdog import FailureReport, Watchdog
@@ -163,6 +163,7 @@ def run(cfg: RunConfig) -> int:
                 name=device_name(ctx.device),
                 memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
                 gpus_per_node=ctx.local_world,
+                sm_count=device_sm_count(ctx.device),
             )
             write_yaml_atomic(cfg.out, build_profile(measured, prov, cfg.base, machine))
             partial.unlink(missing_ok=True)

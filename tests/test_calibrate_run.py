@@ -57,6 +57,9 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     assert not two_rank_profile.with_name("p.partial.yaml").exists()
     assert prof.peak_flops("bf16") < H100_BF16_FLOPS / 100  # a CPU core is far below an H100
     assert prof.gpus_per_node == 2 and prof.node.nvls is False
+    # a CPU has no SMs: none to quantise waves over or to lend to the collectives
+    assert prof.gpu.sm_count is None
+    assert prof.efficiency.collective_sms == 0 and prof.efficiency.tp_overlap_sms == 0
     assert prof.provenance["backend"] == "gloo" and prof.provenance["device_count"] == 2
     assert prof.provenance["quick"] is True and prof.provenance["torch"]
     best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
