@@ -4,14 +4,21 @@ Matmul FLOPs are 2 x (active weights touched per token); attention adds 2*s*head
 per token per layer counted without the causal mask, as Megatron-LM (Narayanan et al. 2021:
 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) per step without recompute) and PaLM count. Backward-input
 = matmul + 2x attention; backward-weight = matmul (the weight-gradient GEMMs), so the total is
-3x forward. MFU uses these model FLOPs, never recomputation.
+3x forward. MFU uses these model FLOPs, never recomputation; HFU (hardware FLOPs utilisation,
+Korthikanti et al. 2022 Sec. 6) adds the matmul FLOPs that recomputation reruns, counted the same
+way (:func:`recompute_flops_per_token`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simcluster.model import ModelSpec
+
+if TYPE_CHECKING:
+    from simcluster.scenario import TrainingSection
 
 
 @dataclass(frozen=True)
@@ -31,11 +38,17 @@ def matmul_weights_per_token(model: ModelSpec) -> float:
     """Weights multiplied per token: active layer weights (no norms/biases) + the LM head, and
     each MTP module's projection, layer and pass through the shared head."""
     norms = model.attention_params() - _attention_weights(model) + model.mlp_norm_params()
-    total = sum(model.layer_params(i, active=True) - norms for i in range(model.layers))
+    total = sum(layer_matmul_weights(model, i) for i in range(model.layers))
     for d in range(model.mtp_layers):
         layer = model.layer_params(model.mtp_layer_index(d), active=True) - norms
         total += 2 * model.hidden * model.hidden + layer + model.vocab * model.hidden
     return total + model.vocab * model.hidden
+
+
+def layer_matmul_weights(model: ModelSpec, index: int) -> float:
+    """Weights one token multiplies in layer ``index`` (its active experts for MoE)."""
+    norms = model.attention_params() - _attention_weights(model) + model.mlp_norm_params()
+    return model.layer_params(index, active=True) - norms
 
 
 def _attention_weights(model: ModelSpec) -> float:
@@ -60,6 +73,48 @@ def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:
     mm = 2.0 * matmul_weights_per_token(model)
     att = attention_flops_per_token(model, seq_len)
     return TokenFlops(forward=mm + att, backward_input=mm + 2 * att, backward_weight=mm)
+
+
+def recompute_flops_per_token(
+    model: ModelSpec, seq_len: int, training: TrainingSection, full_layers: Iterable[int]
+) -> float:
+    """FLOPs per token that recomputation reruns, in the model-FLOPs convention (matmuls and
+    attention scores without the causal discount), mirroring what the step plan reruns:
+
+    - ``full``: the whole forward of each layer in ``full_layers`` (embedding, LM head and loss
+      run once), which turns Narayanan et al.'s 72 into 96 in eq. (3);
+    - ``selective``: ``core_attn`` the attention scores and values of every layer (Korthikanti
+      et al. 2022 Sec. 5), ``mla_up_proj`` the MLA up-projections, ``mlp`` each dense MLP;
+      ``layernorm`` and ``moe_act`` are memory-bound and add none;
+    - ``op``: half of each layer's attention and dense-MLP matmuls (torchtitan's op-level policy).
+    """
+    if training.recompute == "full":
+        return sum(2.0 * layer_matmul_weights(model, i) + _layer_attention_flops(model, seq_len) for i in full_layers)
+    if training.recompute == "op":
+        per_layer = 0.5 * 2.0 * (_attention_weights(model) + _dense_mlp_weights(model))
+        return model.layers * per_layer
+    redo = training.recomputed
+    total = 0.0
+    if "core_attn" in redo:
+        total += model.layers * _layer_attention_flops(model, seq_len)
+    if "mla_up_proj" in redo and model.mla is not None:
+        a = model.mla
+        up = a.kv_lora_rank * model.heads * (a.qk_nope_head_dim + a.v_head_dim)
+        if a.q_lora_rank:
+            up += a.q_lora_rank * model.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+        total += model.layers * 2.0 * up
+    if "mlp" in redo:
+        dense = sum(1 for i in range(model.layers) if not model.is_moe_layer(i))
+        total += dense * 2.0 * _dense_mlp_weights(model)
+    return total
+
+
+def _layer_attention_flops(model: ModelSpec, seq_len: int) -> float:
+    return attention_flops_per_token(model, seq_len) / (model.layers + model.mtp_layers)
+
+
+def _dense_mlp_weights(model: ModelSpec) -> float:
+    return model.hidden * model.up_width(model.ffn) + model.ffn * model.hidden
 
 
 def megatron_flops_per_step(batch: int, seq: int, layers: int, hidden: int, vocab: int, recompute: bool) -> float:

@@ -125,6 +125,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "tokens_per_s": s["tokens_per_s"],
         "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
         "mfu": s["mfu"],
+        "hfu": s.get("hfu", s["mfu"]),
         "bubble_fraction": s["bubble_fraction"],
         "peak_memory_bytes": s["peak_memory_bytes"]["max"],
         "fits_in_memory": s["fits_in_memory"],
@@ -155,6 +156,8 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices:
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
     ]
+    if any(s.get("hfu", s["mfu"]) > s["mfu"] * 1.0005 for _, s in summaries):
+        rows.insert(5, ("HFU (with recompute)", [f"{100 * s.get('hfu', s['mfu']):.1f}%" for _, s in summaries]))
     if prices:
         rows.append(("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries]))
     for label, cells in rows:

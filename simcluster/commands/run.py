@@ -60,7 +60,9 @@ def _print(s: dict, out: str | None) -> None:
     table.add_row("step time", step)
     table.add_row("tokens/s", f"{s['tokens_per_s']:,.0f}  ({s['tokens_per_s_per_gpu']:,.0f} per GPU)")
     table.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
-    table.add_row("MFU", f"{100 * s['mfu']:.1f}%")
+    hfu = s.get("hfu", s["mfu"])
+    recomputed = f"  (HFU {100 * hfu:.1f}% with recomputation)" if hfu > s["mfu"] * 1.0005 else ""
+    table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
     table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']})")
     exposed = ", ".join(f"{k} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
     table.add_row("exposed communication", exposed)

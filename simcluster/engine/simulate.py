@@ -19,7 +19,7 @@ from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
 from simcluster.engine.worker import Shared, Worker
-from simcluster.flops import token_flops
+from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
 from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
 from simcluster.parallelism.shapes import Shapes
@@ -129,6 +129,11 @@ def _summary(
     tokens = lay.global_batch * lay.seq_len
     flops = token_flops(ctx.model, lay.seq_len)
     model_flops = flops.total * tokens
+    full = [
+        x for p in plans for c in p.chunks for pos, x in enumerate(c.chunk.layer_indices)
+        if sc.training.fully_recomputed(pos)
+    ]  # fmt: skip
+    hardware_flops = model_flops + tokens * recompute_flops_per_token(ctx.model, lay.seq_len, sc.training, full)
     gpus = sc.cluster.gpus
     peak = ctx.profile.peak_flops(
         sc.training.precision
@@ -170,6 +175,8 @@ def _summary(
         "model_flops_per_step": model_flops,
         "model_tflops_per_gpu": model_flops / step / gpus / 1e12,
         "mfu": model_flops / (step * gpus * peak),
+        "hardware_flops_per_step": hardware_flops,
+        "hfu": hardware_flops / (step * gpus * peak),
         "bubble_fraction": bubble,
         "bubble_fraction_per_stage": per_stage_bubble,
         "exposed_comm_s": exposed_comm(events),
