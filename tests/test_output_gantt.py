@@ -30,10 +30,11 @@ def _plot(tmp_path, name, t, **kw):
 
 def test_png_is_valid_and_grows_with_rows(tmp_path):
     small = make_1f1b(p=4, dp_comm=0.0, p2p=0.0)  # compute + zero-length p2p rows: 8 rows
-    mid = make_1f1b(p=4, tp=2, dp=2, dp_comm=0.0)  # 16 GPUs x (compute, comm_pp) = 32 rows
-    big = make_1f1b(p=4, tp=2, dp=2, layers=2, tp_comm=0.05)  # 16 GPUs x 4 streams = 64 rows
+    # past 8 GPUs only the first GPU of each of the 4 stages keeps its communication rows
+    mid = make_1f1b(p=4, tp=2, dp=2, dp_comm=0.0)  # 4 x (compute, comm_pp) + 12 compute = 20
+    big = make_1f1b(p=4, tp=2, dp=2, layers=2, tp_comm=0.05)  # 4 x 4 streams + 12 compute = 28
     sizes = []
-    for name, t, rows in (("s.png", small, 8), ("m.png", mid, 32), ("b.png", big, 64)):
+    for name, t, rows in (("s.png", small, 8), ("m.png", mid, 20), ("b.png", big, 28)):
         data, layout = _plot(tmp_path, name, t)
         assert len(layout.rows) == rows
         width, height = png_size(data)
@@ -57,6 +58,17 @@ def test_rows_follow_rank_then_stream_order():
     ]
     assert rows[0].label.startswith("stage 0 / tp 0 / dp 0")
     assert rows[1].label == "comm_tp"  # the GPU is named once
+
+
+def test_many_gpus_keep_every_compute_row_and_the_marked_gpus_streams():
+    t = make_1f1b(p=4, tp=2, dp=2, layers=2, tp_comm=0.05)  # 16 GPUs, 4 streams each
+    labels = dict(t.rank_labels)
+    labels[5] = labels[5] + ", straggler x1.2"
+    rows = gantt_rows(t.events, labels)
+    assert {r.rank for r in rows if r.stream == "compute"} == set(range(16))
+    first_of_stage = set(t.events.groupby("stage")["rank"].min())
+    assert {r.rank for r in rows if r.stream != "compute"} == first_of_stage | {5}
+    assert len(rows) == 16 + 3 * (len(first_of_stage | {5}))
 
 
 def test_microbatch_numbers_on_every_f_and_b_block(tmp_path):

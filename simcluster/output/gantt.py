@@ -3,7 +3,8 @@
 Blocks are colored by event kind, forward/backward blocks carry their microbatch number when
 wide enough, idle time stays white (so the pipeline bubble is visible), and dashed lines mark
 step boundaries. The figure grows with the number of rows (rows get thinner past
-``DENSE_ROWS``). When events cover several steps, the chart zooms to the last one.
+``DENSE_ROWS``); past ``DETAILED_RANKS`` simulated GPUs (an all-ranks run) the others keep only
+their compute row. When events cover several steps, the chart zooms to the last one.
 
 Dense timelines stay readable without hiding idle time: events of one lane closer than a pixel
 are drawn as one block, and per-layer events of one microbatch form one labelled
@@ -29,6 +30,8 @@ from simcluster.output.style import KIND_STYLES, figure_bytes, format_of, text_c
 from simcluster.units import format_time
 
 DENSE_ROWS = 16
+#: with more simulated GPUs than this, only some keep their communication rows (see gantt_rows)
+DETAILED_RANKS = 8
 LABELED_KINDS = frozenset({"forward", "backward_input", "backward_weight", "backward", "recompute"})
 FIG_WIDTH_IN = 14.0
 DPI = 100
@@ -60,11 +63,30 @@ class GanttLayout:
     height_px: int
 
 
+def detailed_ranks(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> set[int]:
+    """The GPUs whose every stream is drawn when more than :data:`DETAILED_RANKS` are simulated
+    (an all-ranks run): the first GPU of each pipeline stage and every GPU whose label marks it
+    (a straggler). The others keep only their compute row, which is where a slow or waiting
+    GPU shows, so a 64-GPU chart stays one screen per eight rows rather than five."""
+    ranks = sorted({int(r) for r in events["rank"]})
+    if len(ranks) <= DETAILED_RANKS:
+        return set(ranks)
+    first = events.groupby("stage", sort=True)["rank"].min()
+    marked = {r for r in ranks if "straggler" in rank_labels.get(r, "")}
+    return {int(r) for r in first} | marked
+
+
 def gantt_rows(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> list[GanttRow]:
-    """Rows for every (rank, stream) with events: by rank, then in :data:`STREAMS` order."""
+    """Rows for every (rank, stream) with events: by rank, then in :data:`STREAMS` order; with
+    many GPUs, only the compute row of those not in :func:`detailed_ranks`."""
     order = {s: i for i, s in enumerate(STREAMS)}
+    detailed = detailed_ranks(events, rank_labels)
     lanes = sorted(
-        {(int(r), s) for r, s in zip(events["rank"], events["stream"], strict=True)},
+        {
+            (int(r), s)
+            for r, s in zip(events["rank"], events["stream"], strict=True)
+            if int(r) in detailed or s == "compute"
+        },
         key=lambda lane: (lane[0], order[lane[1]]),
     )
     rows, previous = [], None
@@ -238,7 +260,8 @@ def draw_gantt(
         raise UserError("events", "no events to draw; the simulation produced an empty timeline")
     rows = gantt_rows(frame, dict(rank_labels or {}))
     t0, t1 = step_window(frame, step_time_s, window)
-    visible = frame[(frame["end_s"] >= t0) & (frame["start_s"] <= t1)]
+    drawn = frame["rank"].isin(detailed_ranks(frame, dict(rank_labels or {}))) | (frame["stream"] == "compute")
+    visible = frame[drawn & (frame["end_s"] >= t0) & (frame["start_s"] <= t1)]
     pitch = _row_pitch_in(len(rows))
     height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
@@ -267,7 +290,13 @@ def draw_gantt(
     ax.set_xlabel(f"time ({scale.unit})", fontsize=9)
     ax.grid(axis="x", color="#EEEEEE", linewidth=0.6)
     ax.set_axisbelow(True)
-    heading = "\n".join(part for part in (title, subtitle) if part)
+    ranks = frame["rank"].nunique()
+    note = (
+        f"{ranks} GPUs: communication rows for the first GPU of each stage and any straggler"
+        if any(r.stream != "compute" for r in rows) and len({r.rank for r in rows if r.stream != "compute"}) < ranks
+        else ""
+    )
+    heading = "\n".join(part for part in (title, subtitle, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
     _legend(fig, set(blocks["kind"]), n_chunks)
