@@ -64,7 +64,7 @@ _OVERLAP_TOL_S = 1e-12
 
 
 def _check_values(frame: pd.DataFrame, column: str, allowed: tuple[str, ...]) -> None:
-    bad = sorted(set(frame[column]) - set(allowed))
+    bad = sorted(set(frame[column].unique()) - set(allowed))
     if bad:
         raise UserError(
             f"events.{column}", f"unknown value(s) {bad}; expected one of {list(allowed)}"

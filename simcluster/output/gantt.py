@@ -81,10 +81,11 @@ def gantt_rows(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> list[Gan
     many GPUs, only the compute row of those not in :func:`detailed_ranks`."""
     order = {s: i for i, s in enumerate(STREAMS)}
     detailed = detailed_ranks(events, rank_labels)
+    pairs = events[["rank", "stream"]].drop_duplicates()
     lanes = sorted(
         {
             (int(r), s)
-            for r, s in zip(events["rank"], events["stream"], strict=True)
+            for r, s in zip(pairs["rank"], pairs["stream"], strict=True)
             if int(r) in detailed or s == "compute"
         },
         key=lambda lane: (lane[0], order[lane[1]]),
