@@ -27,6 +27,7 @@ from typing import Any
 from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.engine.breakdown import largest_besides_gemm
 from simcluster.errors import UserError
+from simcluster.executors import Executor
 
 # axis -> (scenario section, field, value type)
 AXES: dict[str, tuple[str, str, type]] = {
@@ -215,9 +216,11 @@ def run_sweep(
     jobs: int = 1,
     progress: Callable[[SweepRow], None] | None = None,
     prices: Prices | None = None,
+    executor: Executor | None = None,
 ) -> list[SweepRow]:
-    """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes)
-    and return all rows ranked by :func:`rank` (by cost per token with ``prices``)."""
+    """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes;
+    ``executor``: wherever it runs them, a Dask cluster say) and return all rows ranked by
+    :func:`rank` (by cost per token with ``prices``)."""
     rows: list[SweepRow] = []
     runnable = []
     for cand in cands:
@@ -229,20 +232,10 @@ def run_sweep(
             if progress:
                 progress(rows[-1])
     work = [(c, hardware) for c in runnable]
-    if jobs <= 1 or len(work) <= 1:
-        for job in work:
-            rows.append(simulate_candidate(job))
-            if progress:
-                progress(rows[-1])
-    else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(simulate_candidate, job) for job in work]
-            for fut in as_completed(futures):
-                rows.append(fut.result())
-                if progress:
-                    progress(rows[-1])
+    for row in (executor or Executor("processes", jobs)).map_unordered(simulate_candidate, work):
+        rows.append(row)
+        if progress:
+            progress(row)
     return rank(rows, prices)
 
 

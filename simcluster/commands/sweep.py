@@ -20,6 +20,7 @@ from simcluster.commands.common import (
 from simcluster.cost import Prices, format_usd, parse_prices
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
+from simcluster.executors import Executor
 from simcluster.hardware import resolve_profile_path
 from simcluster.sweep import (
     AXES,
@@ -73,6 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulate N layouts at once in worker processes (default: number of CPUs)",
     )  # fmt: skip
     parser.add_argument(
+        "--dask", metavar="ADDRESS",
+        help="run the layouts on a Dask cluster: 'local' starts one here with --jobs workers, "
+        "tcp://host:8786 joins a running scheduler (pip install 'simcluster[dask]')",
+    )  # fmt: skip
+    parser.add_argument(
         "--top", type=int, default=15, metavar="K", help="rows shown in the table (default 15)"
     )
     parser.add_argument(
@@ -112,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    rows = _run_with_progress(cands, hardware, jobs, prices)
+    executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
+    rows = _run_with_progress(cands, hardware, executor, prices)
     document = _document(scenario.name, axes, rows, prices)
     text = to_json(document)
     if args.out:
@@ -130,10 +137,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(
-    cands: list[Candidate], hardware: str | None, jobs: int, prices: Prices | None = None
+    cands: list[Candidate], hardware: str | None, executor: Executor, prices: Prices | None = None
 ) -> list[SweepRow]:
     with progress_bar("sweep", len(cands)) as advance:
-        return run_sweep(cands, hardware, jobs=jobs, progress=lambda r: advance(r.candidate.label), prices=prices)
+        return run_sweep(
+            cands, hardware, progress=lambda r: advance(r.candidate.label), prices=prices, executor=executor
+        )
 
 
 def _document(
