@@ -28,6 +28,7 @@ import yaml
 
 from simcluster.data import data_dir
 from simcluster.errors import UserError
+from simcluster.executors import Executor
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
 _CASE_KEYS = {
@@ -229,28 +230,28 @@ def run_case(case: Case) -> CaseResult:
 
 
 def run_cases(
-    cases: Sequence[Case], jobs: int = 1, progress: Callable[[CaseResult], None] | None = None
+    cases: Sequence[Case],
+    jobs: int = 1,
+    progress: Callable[[CaseResult], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[CaseResult]:
-    """Simulate every case (``jobs`` > 1: in worker processes); results in case order."""
-    if jobs <= 1 or len(cases) <= 1:
-        out = []
-        for case in cases:
-            out.append(run_case(case))
-            if progress:
-                progress(out[-1])
-        return out
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
+    """Simulate every case (``jobs`` > 1: in worker processes; ``executor``: wherever it runs
+    them); results in case order."""
     results: dict[int, CaseResult] = {}
     # longest first so the slow cases do not end up alone at the tail
     order = sorted(range(len(cases)), key=lambda i: -_cost_hint(cases[i]))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_case, cases[i]): i for i in order}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            if progress:
-                progress(results[futures[fut]])
+    if (executor is None or executor.kind == "processes") and min(jobs, len(cases)) <= 1:
+        order = list(range(len(cases)))  # one at a time: in the files' order
+    work = [(i, cases[i]) for i in order]
+    for i, result in (executor or Executor("processes", jobs)).map_unordered(_run_indexed, work):
+        results[i] = result
+        if progress:
+            progress(result)
     return [results[i] for i in range(len(cases))]
+
+
+def _run_indexed(job: tuple[int, Case]) -> tuple[int, CaseResult]:
+    return job[0], run_case(job[1])
 
 
 def _cost_hint(case: Case) -> float:

@@ -75,3 +75,15 @@ def test_sweep_cli_runs_on_a_local_dask_cluster(cli):
     assert res.code == 0, res.err
     bad = cli("sweep", "llama3-8b-8xh100", "--tp", "1,2", "--dask", "tcp://127.0.0.1:9")
     assert bad.code == 2 and bad.err.strip().count("\n") == 0 and "--dask" in bad.err
+
+
+def test_validate_cases_on_dask_match_the_serial_run():
+    pytest.importorskip("distributed")
+    from simcluster.validate import _cost_hint, load_cases, run_cases
+
+    cases = sorted(load_cases(quick=True), key=_cost_hint)[:3]  # the three cheapest shipped cases
+    serial = run_cases(cases, jobs=1)
+    on_dask = run_cases(cases, executor=Executor("dask", 2, "local"))
+    assert [r.case.name for r in on_dask] == [c.name for c in cases]  # in case order
+    assert [r.predicted for r in on_dask] == [r.predicted for r in serial]
+    assert all(r.error is None for r in serial)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.errors import UserError
+from simcluster.executors import Executor
 from simcluster.validate import (
     CaseResult,
     beyond,
@@ -46,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulate N cases at once in worker processes (default: number of CPUs)",
     )
     parser.add_argument(
+        "--dask", metavar="ADDRESS",
+        help="run the cases on a Dask cluster: 'local' starts one here with --jobs workers, "
+        "tcp://host:8786 joins a running scheduler (pip install 'simcluster[dask]')",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", metavar="DIR", help="write validate.csv, validate.json and validate.png (errors by family)"
     )
 
@@ -61,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    results = _run_with_progress(cases, jobs)
+    executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
+    results = _run_with_progress(cases, executor)
     document = report(results)
     if args.out:
         from simcluster.output.validate_output import write_validation
@@ -76,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_with_progress(cases: list, jobs: int) -> list[CaseResult]:
+def _run_with_progress(cases: list, executor: Executor) -> list[CaseResult]:
     with progress_bar("validate", len(cases)) as advance:
-        return run_cases(cases, jobs=jobs, progress=lambda r: advance(r.case.name))
+        return run_cases(cases, progress=lambda r: advance(r.case.name), executor=executor)
 
 
 def _pct(x: float | None) -> str:
