@@ -173,12 +173,19 @@ class HardwareProfile(_Strict):
             )
         return table[precision] * 1e12
 
+    def attention_kernel_in_use(self, kernel: str | None) -> str | None:
+        """The fused-attention kernel a scenario runs: the one it names, else the profile's own
+        measurements (``measured``), else the profile's default; None = scalar efficiencies."""
+        if kernel:
+            return kernel
+        return MEASURED if MEASURED in self.attention_kernels else self.efficiency.attention_kernel
+
     def attention_curves(self, kernel: str | None) -> list[AttentionCurve] | None:
         """Curves of the fused-attention kernel a scenario names; without a name, the profile's
         own measurements (a calibrated profile: kernel ``measured``) or else its default kernel.
         None = use the scalar attention_fwd / attention_bwd efficiencies."""
         kernels = self.attention_kernels
-        name = kernel or (MEASURED if MEASURED in kernels else self.efficiency.attention_kernel)
+        name = self.attention_kernel_in_use(kernel)
         if name is None:
             return None
         if name not in kernels:

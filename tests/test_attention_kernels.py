@@ -15,7 +15,7 @@ from simcluster.attention_kernels import AttentionCurve, kernel_tflops
 from simcluster.compute import KernelModel
 from simcluster.data import data_dir
 from simcluster.errors import UserError
-from simcluster.hardware import load_profile
+from simcluster.hardware import HardwareProfile, load_profile
 from tests.conftest import make_scenario
 from tests.test_scenario_errors import assert_one_line_error, write
 
@@ -74,10 +74,28 @@ def test_kernel_choice_orders_as_published(h100):
 def test_profile_default_kernel_and_scalar_fallback(h100):
     assert h100.efficiency.attention_kernel == "cudnn"
     assert _rate(KernelModel(h100, "bf16"), 4096, 128, True, False) == pytest.approx(518)
-    a100 = load_profile("dgx-a100")  # no curves: the scalar forward efficiency applies
-    assert a100.efficiency.attention_kernels == {}
-    expected = a100.efficiency.attention_fwd * a100.gpu.peak_tflops["fp16"]
-    assert _rate(KernelModel(a100, "fp16"), 4096, 128, True, False) == pytest.approx(expected)
+    data = yaml.safe_load((data_dir("hardware") / "dgx-a100.yaml").read_text())
+    del data["efficiency"]["attention_kernels"], data["efficiency"]["attention_kernel"]
+    bare = HardwareProfile.model_validate(data)  # no curves: the scalar forward efficiency applies
+    assert bare.attention_kernel_in_use(None) is None
+    expected = bare.efficiency.attention_fwd * bare.gpu.peak_tflops["fp16"]
+    assert _rate(KernelModel(bare, "fp16"), 4096, 128, True, False) == pytest.approx(expected)
+
+
+def test_a100_runs_flash_attention_2_at_its_sustained_rate():
+    # liangan1/GPU_travel performance/flash-attn/README.md (A100, head dim 128, ~1200 MHz under
+    # the power limit): causal forward 156.3 / 159.4 TFLOP/s at 1 x 4096 tokens, 143.7 / 140.6 at
+    # 16 x 1024; non-causal 184.0 / 183.6 and 179.1 / 179.5
+    a100 = load_profile("dgx-a100")
+    assert a100.attention_kernel_in_use(None) == "fa2"
+    km = KernelModel(a100, "bf16")
+    assert _rate(km, 4096, 128, True, False) == pytest.approx((156.27 + 159.41) / 2, rel=1e-3)
+    assert _rate(km, 1024, 128, False, False) == pytest.approx((179.11 + 179.48) / 2, rel=1e-3)
+    # backward: the forward times FlashAttention-2's backward/forward ratio on H100 at the same
+    # shape (FlashAttention-3 paper Fig. 5/6, head dim 128 non-causal, 4K: 310 / 368)
+    assert _rate(km, 4096, 128, False, True) == pytest.approx(183.8 * 310 / 368, rel=2e-3)
+    # the sustained rate sits below the FlashAttention-2 paper's burst maximum (73% of 312)
+    assert _rate(km, 8192, 128, False, False) < 0.73 * 312
 
 
 def test_unknown_kernel_names_the_field_and_the_choices(h100):

@@ -77,6 +77,17 @@ def test_fused_rotary_only_with_rope_and_the_fa2_copy():
     assert traffic("fa2", rope) == 2 * copy
 
 
+def test_the_profiles_default_kernel_decides_the_fa2_copy():
+    """Without training.attention_kernel the kernel in use is the profile's: FlashAttention-2 on
+    A100 (TE prefers it below Hopper), so TE's batch-first copy is paid; cuDNN on H100, no copy."""
+    kernels = {}
+    for hw in ("dgx-a100", "dgx-h100"):
+        data = make_scenario(model=LLAMA)
+        data["cluster"]["hardware"] = hw
+        kernels[hw] = layer_builder(data).ops.attention_kernel
+    assert kernels == {"dgx-a100": "fa2", "dgx-h100": "cudnn"}
+
+
 def test_eager_swiglu_is_silu_then_product():
     width = 2816
     assert _ops(True).activation(width).bytes_per_token == (2 + 2) * width + (2 + 2 + 2) * width

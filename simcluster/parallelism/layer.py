@@ -89,7 +89,10 @@ class LayerBuilder:
         style = STYLES[training.elementwise]
         return Elementwise(
             self.shapes.model, self.shapes.layout, self.shapes.elt, style, training.micro_batch,
-            training.attention_kernel if training.flash_attention else None,
+            # the kernel in use, the profile's default included: TE on Ampere runs flash-attn 2
+            self.km.profile.attention_kernel_in_use(training.attention_kernel)
+            if training.flash_attention
+            else None,
         )
 
     def _elementwise(self, traffic: Traffic, phase: str) -> Work:
