@@ -1,0 +1,92 @@
+"""The shipped presets added from published configs reproduce the published parameter counts.
+
+Each preset's ``source:`` names the config.json or paper table its shape came from; the totals
+below are the published counts (checkpoint element counts where the checkpoint is public), and
+the preset's layer structure must land within 2% of them. Where a part of the model cannot be
+expressed in :class:`ModelSpec` its size is given, and the count must match exactly once it is
+added back.
+"""
+
+import pytest
+import yaml
+
+from simcluster.model import _presets_dir, load_preset, preset_names
+
+# preset -> (published total, published active or None for dense, where the numbers come from)
+PUBLISHED = {
+    # element counts of the Hugging Face checkpoints (meta-llama/Llama-2-*-hf): 6.74B / 13.0B / 69.0B
+    "llama2-7b": (6_738_415_616, None, "meta-llama/Llama-2-7b-hf checkpoint: 6,738,415,616"),
+    "llama2-13b": (13_015_864_320, None, "meta-llama/Llama-2-13b-hf checkpoint: 13,015,864,320"),
+    "llama2-70b": (68_976_648_192, None, "meta-llama/Llama-2-70b-hf checkpoint: 68,976,648,192"),
+    "mistral-7b": (7_241_732_096, None, "mistralai/Mistral-7B-v0.1 checkpoint: 7,241,732,096 (7.24B)"),
+    # Mistral AI's announcement of Mixtral 8x22B: 141B total, 39B active (140.6B / 39.2B exactly)
+    "mixtral-8x22b": (141e9, 39e9, "Mistral AI, Mixtral 8x22B announcement: 141B total, 39B active"),
+    # Qwen2.5 model cards (Qwen/Qwen2.5-7B, Qwen/Qwen2.5-72B): 7.61B and 72.7B
+    "qwen2.5-7b": (7.61e9, None, "Qwen/Qwen2.5-7B model card: 7.61B (checkpoint 7,615,616,512)"),
+    "qwen2.5-72b": (72.7e9, None, "Qwen/Qwen2.5-72B model card: 72.7B"),
+    # Brown et al. 2020, Table 2.1 (n_params column)
+    "gpt3-13b": (13.0e9, None, "Brown et al. 2020, Table 2.1: GPT-3 13B, 13.0B"),
+    # bigscience/bloom model card
+    "bloom-176b": (176_247_271_424, None, "bigscience/bloom model card: 176,247,271,424"),
+    # Zhang et al. 2022 (OPT), Table 1 / abstract
+    "opt-175b": (175e9, None, "Zhang et al. 2022, Table 1: OPT-175B, 175B"),
+    # Smith et al. 2022 (title and abstract)
+    "mt-nlg-530b": (530e9, None, "Smith et al. 2022: Megatron-Turing NLG 530B, 530B"),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED))
+def test_published_parameter_count_within_2_percent(preset):
+    total, active, _source = PUBLISHED[preset]
+    model = load_preset(preset)
+    assert model.params_total() == pytest.approx(total, rel=0.02)
+    assert model.params_active() == pytest.approx(active if active else total, rel=0.02)
+
+
+def test_exact_checkpoint_counts_with_the_parts_not_modelled():
+    """Where the checkpoint count is published to the parameter, the layer structure reproduces
+    it exactly; the only differences are parts ModelSpec cannot express."""
+    exact = {"llama2-7b", "llama2-13b", "llama2-70b", "mistral-7b"}
+    for preset in exact:
+        assert load_preset(preset).params_total() == PUBLISHED[preset][0]
+    # Qwen2.5-7B: bias on the Q/K/V projections only: 28 layers x (3584 + 2 x 4 x 128)
+    assert load_preset("qwen2.5-7b").params_total() + 28 * (3584 + 2 * 512) == 7_615_616_512
+    # BLOOM: the LayerNorm after the word embedding (weight + bias)
+    bloom = load_preset("bloom-176b")
+    assert bloom.params_total() + 2 * 14336 == PUBLISHED["bloom-176b"][0]
+    # its model card: 3,596,615,680 embedding parameters (tied with the output head)
+    assert bloom.embedding_params() == 3_596_615_680
+
+
+def test_mixtral_8x22b_active_is_two_of_eight_experts():
+    m = load_preset("mixtral-8x22b")
+    assert (m.experts, m.top_k, m.expert_ffn) == (8, 2, 16384)
+    assert m.params_total() / 1e9 == pytest.approx(140.6, abs=0.05)
+    assert m.params_active() / 1e9 == pytest.approx(39.2, abs=0.05)
+
+
+def test_architecture_traits():
+    l70 = load_preset("llama2-70b")
+    assert (l70.kv_heads, l70.ffn, l70.vocab, l70.tied_embeddings) == (8, 28672, 32000, False)
+    assert load_preset("llama2-7b").kv_heads == 32  # multi-head attention below 70B
+    for name in ("qwen2.5-7b", "qwen2.5-72b"):
+        q = load_preset(name)
+        assert (q.vocab, q.tied_embeddings, q.bias) == (152064, False, False)
+    gpt = load_preset("gpt3-13b")
+    # Table 2.1: d_model 5140 but 40 heads x 128 = 5120
+    assert (gpt.hidden, gpt.d_head, gpt.heads * gpt.d_head, gpt.ffn) == (5140, 128, 5120, 4 * 5140)
+    assert gpt.tied_embeddings and gpt.position == "learned" and gpt.bias
+    bloom = load_preset("bloom-176b")
+    assert (bloom.position, bloom.max_positions, bloom.tied_embeddings) == ("alibi", 0, True)
+    opt = load_preset("opt-175b")
+    assert (opt.max_positions, opt.vocab, opt.tied_embeddings) == (2050, 50272, True)
+    mt = load_preset("mt-nlg-530b")
+    assert (mt.layers, mt.hidden, mt.heads) == (105, 20480, 128)
+
+
+def test_every_added_preset_is_listed_and_names_its_source():
+    names = preset_names()
+    for preset in PUBLISHED:
+        assert preset in names
+        data = yaml.safe_load((_presets_dir() / f"{preset}.yaml").read_text())
+        assert data.get("source"), preset
