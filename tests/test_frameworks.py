@@ -128,9 +128,9 @@ def test_nanotron_zero1_takes_the_blocking_all_reduce_path() -> None:
 def test_framework_kernel_is_used_only_where_the_profile_has_its_curves() -> None:
     h100 = build_context(scenario_from_dict(_small(framework="nanotron")))
     assert h100.scenario.training.attention_kernel == "fa2"
-    a100 = _small(framework="nanotron")
-    a100["cluster"] = {"hardware": "dgx-a100", "gpus": 16}
-    assert build_context(scenario_from_dict(a100)).scenario.training.attention_kernel is None
+    b200 = _small(framework="nanotron")  # a profile without attention curves
+    b200["cluster"] = {"hardware": "dgx-b200", "gpus": 16}
+    assert build_context(scenario_from_dict(b200)).scenario.training.attention_kernel is None
     explicit = _small(framework="nanotron")
     explicit["training"] = {**explicit["training"], "attention_kernel": "cudnn"}
     assert build_context(scenario_from_dict(explicit)).scenario.training.attention_kernel == "cudnn"
