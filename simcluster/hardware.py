@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, read_text
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -251,6 +251,8 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     text = str(name_or_path)
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise UserError(field, f"'{text}' is a directory; give a hardware profile YAML file")
         if not path.is_file():
             raise UserError(field, f"hardware profile file '{text}' not found")
         return path
@@ -294,8 +296,9 @@ def load_profile(
     """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES) and a
     ``patch`` of any profile fields (the scenario's ``cluster.profile`` mapping)."""
     path = resolve_profile_path(name_or_path, field)
+    text = read_text(path, field, "hardware profile")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

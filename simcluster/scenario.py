@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, read_text
 from simcluster.frameworks import apply_framework
 
 
@@ -408,6 +408,8 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
     path = Path(text)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise UserError("scenario", f"'{text}' is a directory; give a scenario YAML file")
     if path.suffix in (".yaml", ".yml") or "/" in text:
         raise UserError("scenario", f"file '{text}' not found")
     candidate = _scenarios_dir() / f"{text}.yaml"
@@ -499,8 +501,9 @@ def load_scenario(
 ) -> Scenario:
     """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
     path = resolve_scenario_path(name_or_path)
+    text = read_text(path, "scenario", "scenario file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -508,8 +511,6 @@ def load_scenario(
         raise UserError(
             "scenario", f"{path}{where}: invalid YAML ({problem}); fix the syntax"
         ) from None
-    except OSError as exc:
-        raise UserError("scenario", f"cannot read {path}: {exc.strerror}") from None
     scenario = scenario_from_dict(data, overrides)
     if scenario.name == "scenario":
         scenario = scenario.model_copy(update={"name": path.stem})
