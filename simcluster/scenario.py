@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, read_text
 from simcluster.frameworks import apply_framework
+from simcluster.limits import MAX_GPUS
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -60,7 +61,7 @@ class ClusterSection(_Section):
     """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
 
     hardware: str = "dgx-h100"
-    gpus: int = Field(gt=0)
+    gpus: int = Field(gt=0, le=MAX_GPUS, description=f"GPUs in the job (at most {MAX_GPUS:,})")
     gpus_per_node: int | None = Field(default=None, gt=0)
     network: Literal["simulated", "ideal"] = "simulated"
     # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
@@ -433,6 +434,10 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
         key = key.strip()
         if not key:
             raise UserError("--set", f"'{item}' has an empty key")
+        if any(not part.strip() for part in key.split(".")):
+            raise UserError(
+                "--set", f"'{item}': the key '{key}' has an empty part; write e.g. parallel.tp=4"
+            )
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -478,6 +483,8 @@ def _format_error(exc: ValidationError) -> UserError:
     if kind == "missing":
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
         return UserError(field, f"got {got!r}; {err['msg'].lower()}")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")

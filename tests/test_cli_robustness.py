@@ -9,6 +9,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import CliResult, make_scenario
 from tests.test_scenario_errors import assert_one_line_error, write
@@ -171,3 +172,117 @@ def test_compare_trace_not_utf8(calibrate, tmp_path):
     assert_one_line_error(res, "KINETO_TRACE", "not UTF-8")
 
 
+
+
+# --- model fields ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "fields, field, needle",
+    [({"head_dim": -4}, "model.head_dim", "0 or more"),
+     ({"ffn": -5}, "model.ffn", "0 or more"),
+     ({"ffn": 0}, "model.ffn", "ffn > 0"),
+     ({"experts": -1}, "model.experts", "0 or more"),
+     ({"max_positions": -1}, "model.max_positions", "0 or more"),
+     ({"top_k": 2}, "model.top_k", "set model.experts"),
+     ({"shared_experts": 1}, "model.shared_experts", "set model.experts"),
+     ({"layers": 10**18}, "model.layers", "more than the 10,000"),
+     ({"mtp_layers": 10**6}, "model.mtp_layers", "at most layers"),
+     ({"mla": {"kv_lora_rank": 512}}, "model.mla.q_lora_rank", "missing"),
+     ({"mla": {"a": 1}}, "model.mla.a", "unknown MLA field")],
+)  # fmt: skip
+def test_bad_model_fields(cli, tmp_path, fields, field, needle):
+    data = make_scenario(model=fields)
+    assert_one_line_error(cli("memory", write(tmp_path, data)), field, needle)
+
+
+@pytest.mark.parametrize(
+    "setting, field, needle",
+    [("model.mla.kv_lora=1", "model.mla.kv_lora", "did you mean 'kv_lora_rank'"),
+     ("model.mla.kv_lora_rank=0", "model.mla.kv_lora_rank", "positive whole number"),
+     ("model.mla.q_lora_rank=-1", "model.mla.q_lora_rank", "0 (no query compression)")],
+)  # fmt: skip
+def test_bad_mla_override_of_a_preset(cli, setting, field, needle):
+    assert_one_line_error(cli("memory", "deepseek-v3-2048xh800", "--set", setting), field, needle)
+
+
+def test_partial_mla_override_keeps_the_preset_dimensions(cli):
+    base = json.loads(cli("memory", "deepseek-v3-2048xh800", "--json").out)
+    res = cli("memory", "deepseek-v3-2048xh800", "--json", "--set", "model.mla.kv_lora_rank=256")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["params_total"] < base["params_total"]
+
+
+def test_hf_config_with_mistyped_fields(cli, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": "x", "num_hidden_layers": 2, "num_attention_heads": 16,
+                                  "intermediate_size": 4096, "vocab_size": 1000}))  # fmt: skip
+    data = make_scenario()
+    data["model"] = {"hf_config": str(config)}
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", "hidden")
+
+
+# --- numbers: infinities, limits ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "setting, field",
+    [("cluster.nic_gbps=.inf", "cluster.nic_gbps"), ("dp.bucket_mb=.inf", "dp.bucket_mb"),
+     ("training.memory_overhead_gib=.inf", "training.memory_overhead_gib"),
+     ("moe.load_imbalance=.inf", "moe.load_imbalance")],
+)  # fmt: skip
+def test_infinite_numbers_are_refused(cli, setting, field):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), field, "finite")
+
+
+def test_too_many_microbatches(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "training.global_batch=8000000000")
+    assert_one_line_error(res, "training.global_batch", "1,000,000", "micro_batch")
+
+
+def test_too_many_gpus(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "cluster.gpus=1000000000")
+    assert_one_line_error(res, "cluster.gpus", "131072")
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "100000000")
+    assert_one_line_error(res, "--gpus", "131,072")
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "131072", "--per-node", "1")
+    assert_one_line_error(res, "--per-node", "131,072")
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_collective_gpus_per_node_not_positive(cli, value):
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "8", "--gpus-per-node", value)
+    assert_one_line_error(res, "--gpus-per-node", ">= 1")
+
+
+# --- hardware profile fields -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "setting, field, needle",
+    [("cluster.profile.efficiency.gemm=[]", "cluster.profile.efficiency.gemm", "at least 1"),
+     ("cluster.profile.efficiency.gemm=[[-1, 0.5]]", "cluster.profile.efficiency.gemm.0.0", "greater than 0"),
+     ("cluster.profile.efficiency.gemm=[[1e9, 5]]", "cluster.profile.efficiency.gemm.0.1", "less than or equal to 1"),
+     ("cluster.profile.gpu.peak_tflops.bf16=0", "cluster.profile.gpu.peak_tflops.bf16", "greater than 0"),
+     ("cluster.profile.gpu.peak_tflops={}", "cluster.profile.gpu.peak_tflops", "at least 1"),
+     ("cluster.profile.schema_version=99", "cluster.profile.schema_version", "less than or equal to 1"),
+     ("cluster.profile.gpu.memory_gib.x=1", "cluster.profile.gpu.memory_gib.x", "not a section")],
+)  # fmt: skip
+def test_bad_profile_override(cli, setting, field, needle):
+    # run, not memory: these broke the compute model (IndexError, ZeroDivisionError, StopIteration)
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=8", "--set", setting)
+    assert_one_line_error(res, field, needle)
+
+
+def test_profile_of_a_future_schema(cli, tmp_path):
+    hw = yaml.safe_load((Path(__file__).parents[1] / "hardware" / "dgx-h100.yaml").read_text())
+    hw["schema_version"] = 99
+    path = tmp_path / "hw.yaml"
+    path.write_text(yaml.safe_dump(hw))
+    res = cli("memory", "llama3-8b-8xh100", "--hardware", str(path))
+    assert_one_line_error(res, "--hardware", "schema_version")
+
+
+# --- --set keys, sections ----------------------------------------------------------------------
+@pytest.mark.parametrize("setting", [".=1", "parallel..tp=1", "parallel.=2"])
+def test_set_key_with_an_empty_part(cli, setting):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), "--set", "empty part")
+
+
+def test_section_of_the_wrong_type(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
+    assert_one_line_error(res, "parallel:", "must be a mapping")
