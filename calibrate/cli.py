@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,13 +42,13 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 def _measure(argv: Sequence[str]) -> int:
     from calibrate.shapes import default_grid, parse_shapes, scenario_shapes
-    from simcluster.hardware import resolve_profile_path
+    from simcluster.hardware import load_profile
 
     args = _measure_parser().parse_args(argv)
-    if args.timeout <= 0:
-        raise UserError("--timeout", f"must be positive seconds, got {args.timeout:g}")
+    if not (0 < args.timeout < math.inf):
+        raise UserError("--timeout", f"must be a positive number of seconds, got {args.timeout:g}")
     if args.base:
-        resolve_profile_path(args.base, field="--base")
+        load_profile(args.base, field="--base")  # a malformed base fails before measuring
     extra = parse_shapes(args.shapes) if args.shapes else []
     if args.scenario:
         extra += scenario_shapes(args.scenario)

@@ -10,6 +10,7 @@ which no lane is busy. Pure Python: no torch.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from simcluster.engine.metrics import union_length as _union_array
-from simcluster.errors import UserError
+from simcluster.errors import UserError, read_text
 
 KINDS: tuple[str, ...] = ("gemm", "attention", "comm", "other", "idle")
 
@@ -63,6 +64,19 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def breakdown(events: list[dict[str, Any]]) -> Breakdown:
     """Per-kind times of a list of chrome-trace events (``ts``/``dur`` in microseconds)."""
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise UserError(
+                f"KINETO_TRACE traceEvents[{i}]", f"{e!r} is not an event object; is this a profiler trace?"
+            )
+        if e.get("ph") == "X" and "dur" in e:
+            for key in ("ts", "dur"):
+                value = e.get(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise UserError(
+                        f"KINETO_TRACE traceEvents[{i}].{key}",
+                        f"{value!r} is not a number of microseconds; is this a profiler trace?",
+                    )
     complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
     gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
     level = "kernel" if gpu else "cpu_op"
@@ -105,9 +119,7 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
 def load_trace(path: Path) -> Breakdown:
     """Read a Kineto chrome trace (``prof.export_chrome_trace``) and break it down."""
     try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError("KINETO_TRACE", f"cannot read '{path}': {exc.strerror}") from None
+        doc = json.loads(read_text(path, "KINETO_TRACE", "trace"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc

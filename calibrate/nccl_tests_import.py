@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from calibrate.busbw import OPS, collective_record
 from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
-from simcluster.errors import UserError
+from simcluster.errors import UserError, read_text
 
 HELP = "import nccl-tests logs (text or -J JSON) into a hardware profile"
 
@@ -69,11 +70,12 @@ def _bad(path: str, line: int, what: str) -> UserError:
 
 def _num(text: str, path: str, line: int, column: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise _bad(
-            path, line, f"{column} '{text}' is not a number; is this nccl-tests output?"
-        ) from None
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise _bad(path, line, f"{column} '{text}' is not a number; is this nccl-tests output?")
+    return value
 
 
 def _nccl_version(code: int) -> str:
@@ -125,11 +127,18 @@ def parse_json(path: str, text: str) -> NcclLog:
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise _bad(path, 1, "no 'results' list; is this an nccl-tests -J report?")
     log = NcclLog(path)
-    for arg in doc.get("args", []):
+    args = doc.get("args")
+    for arg in args if isinstance(args, list) else [args]:
         if m := _BINARY_RE.search(str(arg)):
             log.op = BINARY_OPS[m.group(1)]
             break
-    for dev in (doc.get("config") or {}).get("devices", []):
+    config = doc.get("config")
+    devices = config.get("devices") if isinstance(config, dict) else None
+    if devices is not None and not isinstance(devices, list):
+        raise _bad(path, 1, "config.devices is not a list; is this an nccl-tests -J report?")
+    for i, dev in enumerate(devices or []):
+        if not isinstance(dev, dict):
+            raise _bad(path, 1, f"config.devices[{i}] is not an object; is this an nccl-tests -J report?")
         log.hosts.append(str(dev.get("hostname")))
         log.device = str(dev.get("device_info", "")).strip() or log.device
     if isinstance(doc.get("nccl_version"), int):
@@ -139,20 +148,20 @@ def parse_json(path: str, text: str) -> NcclLog:
         where = f"results[{i}]"
         if not isinstance(oop, dict) or "size" not in row:
             raise _bad(path, 1, f"{where} lacks 'size' or 'out_of_place'")
+        size = row["size"]
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < 2**63:
+            raise _bad(path, 1, f"{where}.size {size!r} is not a byte count")
         time_us = oop.get("time", oop.get("cpu_time"))
         if not isinstance(time_us, (int, float)) or not isinstance(oop.get("bus_bw"), (int, float)):
             raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
         if time_us > 0:
-            log.rows.append((int(row["size"]), time_us * 1e-6, float(oop["bus_bw"]), i))
+            log.rows.append((int(size), time_us * 1e-6, float(oop["bus_bw"]), i))
     return log
 
 
 def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> NcclLog:
     """Parse one file (JSON if it starts with '{'), apply ``--op``/``--gpus``, check busbw."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError("LOG", f"cannot read '{path}': {exc.strerror}") from None
+    text = read_text(path, "LOG", "log")
     parse = parse_json if text.lstrip().startswith("{") else parse_text
     log = parse(str(path), text)
     if log.op is None and (m := _BINARY_RE.search(path.name)):

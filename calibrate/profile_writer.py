@@ -10,9 +10,7 @@ node) come from :data:`FALLBACK_BASE` and their ``sources:`` entry says so. Pure
 from __future__ import annotations
 
 import copy
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,8 @@ import yaml
 
 from calibrate.spread import spread
 from simcluster.attention_kernels import MEASURED, curves_from_rows
-from simcluster.hardware import profile_from_dict, resolve_profile_path
+from simcluster.hardware import load_profile, profile_from_dict, resolve_profile_path
+from simcluster.output.atomic import atomic_write_text
 
 FALLBACK_BASE = "dgx-h100"
 Row = dict[str, Any]
@@ -69,7 +68,10 @@ class Machine:
 
 
 def _raw_profile(name_or_path: str) -> dict[str, Any]:
-    return yaml.safe_load(resolve_profile_path(name_or_path, field="--base").read_text())
+    """The base profile's YAML mapping; a malformed one is a one-line error naming --base."""
+    path = resolve_profile_path(name_or_path, field="--base")
+    load_profile(path, field="--base")  # unreadable, not YAML, not a mapping, a bad field
+    return yaml.safe_load(path.read_text())
 
 
 def _note(data: dict[str, Any], path: str, text: str) -> None:
@@ -298,16 +300,10 @@ def _rows_inline(value: Any) -> Any:
 
 
 def write_yaml_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write YAML so readers never see a half-written file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yaml.dump(_rows_inline(data), fh, Dumper=_Dumper, sort_keys=False, width=120)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write YAML so readers never see a half-written file (temp file + fsync + rename); an
+    unwritable path (a directory, a read-only or missing parent) is a one-line ``--out`` error."""
+    text = yaml.dump(_rows_inline(data), Dumper=_Dumper, sort_keys=False, width=120)
+    atomic_write_text(path, text)
 
 
 def partial_path(out: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -68,6 +69,22 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
         return f" (did you mean '{alias}'?)"
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def read_text(path: str | Path, field: str, what: str = "file") -> str:
+    """The text of a user-given file; unreadable or non-UTF-8 bytes are a one-line UserError
+    naming ``field`` (a scenario, profile, cases file, log or trace, never a traceback)."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            field,
+            f"{what} '{path}' is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}); give a text file saved as UTF-8",
+        ) from None
+    except OSError as exc:
+        raise UserError(field, f"cannot read {what} '{path}': {exc.strerror or exc}") from None
 
 
 def exit_code_of(action: Callable[[], int | None]) -> int:

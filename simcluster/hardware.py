@@ -15,20 +15,25 @@ from __future__ import annotations
 import copy
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, read_text
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+# one point of an efficiency curve: (GEMM FLOPs per call > 0, fraction of peak in (0, 1])
+CurvePoint = tuple[PositiveFloat, Annotated[float, Field(gt=0, le=1)]]
 
 
 class GpuSpec(_Strict):
@@ -37,7 +42,9 @@ class GpuSpec(_Strict):
     name: str
     memory_gib: float = Field(gt=0)
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
-    peak_tflops: dict[str, float] = Field(description="dense peak per precision, TFLOP/s")
+    peak_tflops: dict[str, PositiveFloat] = Field(
+        min_length=1, description="dense peak per precision, TFLOP/s"
+    )
     sm_count: int | None = Field(default=None, gt=0, description="streaming multiprocessors (wave quantisation)")
     speed_spread: float = Field(
         default=0.0,
@@ -76,10 +83,11 @@ class FabricSpec(_Strict):
 class EfficiencySpec(_Strict):
     """Datasheet-to-achieved factors, from microbenchmarks (cuBLAS, FlashAttention, nccl-tests)."""
 
-    gemm: list[tuple[float, float]] = Field(
-        description="[[GEMM FLOPs per call, fraction of peak], ...], log-interpolated"
+    gemm: list[CurvePoint] = Field(
+        min_length=1, description="[[GEMM FLOPs per call, fraction of peak], ...], log-interpolated"
     )
-    gemm_fp8: list[tuple[float, float]] | None = Field(
+    gemm_fp8: list[CurvePoint] | None = Field(
+        min_length=1,
         default=None,
         description="the same curve for FP8 GEMMs (fraction of the FP8 peak); default: gemm's",
     )
@@ -137,10 +145,16 @@ class EfficiencySpec(_Strict):
         return self
 
 
+SCHEMA_VERSION = 1
+
+
 class HardwareProfile(_Strict):
     """A validated hardware profile."""
 
-    schema_version: int = 1
+    schema_version: int = Field(
+        default=SCHEMA_VERSION, ge=SCHEMA_VERSION, le=SCHEMA_VERSION,
+        description=f"profile format version; this simcluster reads {SCHEMA_VERSION}",
+    )
     name: str
     description: str = ""
     gpu: GpuSpec
@@ -258,6 +272,8 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     text = str(name_or_path)
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise UserError(field, f"'{text}' is a directory; give a hardware profile YAML file")
         if not path.is_file():
             raise UserError(field, f"hardware profile file '{text}' not found")
         return path
@@ -272,11 +288,13 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     )
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_path(data: dict[str, Any], dotted: str, value: Any, field: str) -> None:
     keys = dotted.split(".")
     node = data
     for key in keys[:-1]:
         node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise UserError(field, f"cannot set inside '{key}', which is not a section of the profile")
     node[keys[-1]] = value
 
 
@@ -301,8 +319,9 @@ def load_profile(
     """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES) and a
     ``patch`` of any profile fields (the scenario's ``cluster.profile`` mapping)."""
     path = resolve_profile_path(name_or_path, field)
+    text = read_text(path, field, "hardware profile")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -322,9 +341,10 @@ def profile_from_dict(
     """Validate a profile given as a dict (e.g. built by calibrate/)."""
     data = copy.deepcopy(raw)
     changes = {CLUSTER_OVERRIDES[k]: v for k, v in (overrides or {}).items() if v is not None}
-    changes.update(_flatten(patch or {}))
+    patched = _flatten(patch or {})
+    changes.update(patched)
     for path, value in changes.items():
-        _set_path(data, path, value)
+        _set_path(data, path, value, f"cluster.profile.{path}" if path in patched else field)
         data.setdefault("sources", {})[path] = "scenario override"
     try:
         profile = HardwareProfile.model_validate(data)

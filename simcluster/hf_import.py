@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simcluster.errors import UserError
+from simcluster.errors import UserError, read_text
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(field_name, f"file '{path}' not found")
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(read_text(p, field_name, "config"))
     except json.JSONDecodeError as exc:
         raise UserError(field_name, f"'{path}' is not valid JSON (line {exc.lineno})") from None
     if not isinstance(cfg, dict):

@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from simcluster.errors import UserError
+from simcluster.limits import MAX_MICROBATCHES
 from simcluster.model import ModelSpec
 from simcluster.parallelism.context import check_algorithm
 from simcluster.scenario import Scenario
@@ -290,6 +291,13 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "training.global_batch",
             f"{tr.global_batch} is not divisible by dp*micro_batch = {dp}*{tr.micro_batch} = {per_step}; "
             f"use a multiple of {per_step}",
+        )
+    if tr.global_batch // per_step > MAX_MICROBATCHES:
+        raise UserError(
+            "training.global_batch",
+            f"{tr.global_batch} sequences are {tr.global_batch // per_step:,} microbatches of "
+            f"{tr.micro_batch} per step on each of dp={dp}, more than the {MAX_MICROBATCHES:,} "
+            "simcluster can simulate; lower the global batch or raise training.micro_batch",
         )
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise UserError(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 
 from simcluster.errors import UserError, did_you_mean
+from simcluster.limits import MAX_LAYERS
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,48 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in _presets_dir().glob("*.yaml"))
 
 
+_INT_FIELDS = (
+    "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
+    "expert_ffn", "shared_experts", "dense_layers", "max_positions", "mtp_layers",
+)  # fmt: skip
+_MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
+
+
+def _check_types(data: dict[str, Any], prefix: str) -> None:
+    """Whole-number fields are whole numbers (a config.json may hold strings or floats)."""
+    for key in _INT_FIELDS:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UserError(f"{prefix}.{key}", f"must be a whole number, got {value!r}")
+
+
+def _mla_spec(raw: Any, prefix: str, base: MLASpec | None = None) -> MLASpec:
+    """``mla:`` as an MLASpec: a partial mapping overrides the base model's MLA dimensions."""
+    field = f"{prefix}.mla"
+    if isinstance(raw, MLASpec):
+        return raw
+    if not isinstance(raw, dict):
+        raise UserError(field, f"must be a mapping of {', '.join(_MLA_FIELDS)}, got {raw!r}")
+    for key, value in raw.items():
+        if key not in _MLA_FIELDS:
+            raise UserError(
+                f"{field}.{key}",
+                f"unknown MLA field{did_you_mean(str(key), _MLA_FIELDS)}; "
+                f"the fields are {', '.join(_MLA_FIELDS)}",
+            )
+        least = 0 if key == "q_lora_rank" else 1  # q_lora_rank 0: queries not compressed
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            what = "0 (no query compression) or more" if least == 0 else "a positive whole number"
+            raise UserError(f"{field}.{key}", f"must be {what}, got {value!r}")
+    merged = {**(base.__dict__ if base else {}), **raw}
+    missing = [k for k in _MLA_FIELDS if k not in merged]
+    if missing:
+        raise UserError(
+            f"{field}.{missing[0]}", f"missing; multi-head latent attention needs all of {', '.join(_MLA_FIELDS)}"
+        )
+    return MLASpec(**merged)
+
+
 def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -> ModelSpec:
     data = dict(data)
     mla = data.pop("mla", None)
@@ -194,6 +237,7 @@ def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -
     if unknown:
         key = sorted(unknown)[0]
         raise UserError(f"{field_prefix}.{key}", f"unknown model field{did_you_mean(key, _FIELDS)}")
+    _check_types(data, field_prefix)
     required = ("layers", "hidden", "heads", "ffn", "vocab")
     for key in required:
         if key not in data and not (key == "ffn" and data.get("experts")):
@@ -202,7 +246,7 @@ def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -
             )
     data.setdefault("kv_heads", data["heads"])
     data.setdefault("ffn", data.get("expert_ffn", 0))
-    spec = ModelSpec(name=name, mla=MLASpec(**mla) if mla else None, **data)
+    spec = ModelSpec(name=name, mla=_mla_spec(mla, field_prefix) if mla else None, **data)
     _check(spec, field_prefix)
     return spec
 
@@ -213,6 +257,29 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             raise UserError(
                 f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
             )
+    for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
+                "dense_layers", "max_positions"):  # fmt: skip
+        if getattr(spec, key) < 0:
+            raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
+    if not spec.is_moe:
+        for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers"):
+            if getattr(spec, key) > 0:
+                raise UserError(
+                    f"{prefix}.{key}",
+                    f"is for mixture-of-experts models but experts is {spec.experts}; "
+                    f"set {prefix}.experts or drop {key}",
+                )
+    if spec.ffn == 0 and (not spec.is_moe or spec.dense_layers > 0):
+        raise UserError(f"{prefix}.ffn", "the dense MLP needs ffn > 0; give its inner width")
+    if spec.layers > MAX_LAYERS:
+        raise UserError(
+            f"{prefix}.layers", f"{spec.layers} layers is more than the {MAX_LAYERS:,} simcluster can simulate"
+        )
+    if spec.mtp_layers > spec.layers:
+        raise UserError(
+            f"{prefix}.mtp_layers",
+            f"{spec.mtp_layers} prediction modules for {spec.layers} layers; use at most layers (DeepSeek-V3: 1)",
+        )
     if spec.heads % spec.kv_heads:
         raise UserError(f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}")
     if spec.mtp_layers < 0:
@@ -253,7 +320,15 @@ def from_hf_config(path: str | Path, field_name: str = "model.hf_config") -> Mod
     cfg = read_config(path, field_name)
     p = Path(path)
     name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
-    return _from_fields(name, fields_from_config(cfg), field_prefix=field_name)
+    try:
+        fields = fields_from_config(cfg)
+    except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+        raise UserError(
+            field_name,
+            f"'{path}' has a missing or mistyped field ({type(exc).__name__}: {exc}); "
+            "is this a Hugging Face config.json?",
+        ) from None
+    return _from_fields(name, fields, field_prefix=field_name)
 
 
 def build_model(section: dict[str, Any]) -> ModelSpec:
@@ -276,8 +351,9 @@ def build_model(section: dict[str, Any]) -> ModelSpec:
     if unknown:
         key = sorted(unknown)[0]
         raise UserError(f"model.{key}", f"unknown model field{did_you_mean(key, MODEL_KEYS)}")
-    if "mla" in overrides and isinstance(overrides["mla"], dict):
-        overrides["mla"] = MLASpec(**overrides["mla"])
+    _check_types(overrides, "model")
+    if "mla" in overrides:
+        overrides["mla"] = _mla_spec(overrides["mla"], "model", base.mla)
     spec = replace(base, **overrides)
     _check(spec, "model")
     return spec

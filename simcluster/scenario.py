@@ -14,12 +14,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, read_text
 from simcluster.frameworks import apply_framework
+from simcluster.limits import MAX_GPUS
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -60,7 +61,7 @@ class ClusterSection(_Section):
     """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
 
     hardware: str = "dgx-h100"
-    gpus: int = Field(gt=0)
+    gpus: int = Field(gt=0, le=MAX_GPUS, description=f"GPUs in the job (at most {MAX_GPUS:,})")
     gpus_per_node: int | None = Field(default=None, gt=0)
     network: Literal["simulated", "ideal"] = "simulated"
     # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
@@ -408,6 +409,8 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
     path = Path(text)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise UserError("scenario", f"'{text}' is a directory; give a scenario YAML file")
     if path.suffix in (".yaml", ".yml") or "/" in text:
         raise UserError("scenario", f"file '{text}' not found")
     candidate = _scenarios_dir() / f"{text}.yaml"
@@ -431,6 +434,10 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
         key = key.strip()
         if not key:
             raise UserError("--set", f"'{item}' has an empty key")
+        if any(not part.strip() for part in key.split(".")):
+            raise UserError(
+                "--set", f"'{item}': the key '{key}' has an empty part; write e.g. parallel.tp=4"
+            )
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -476,6 +483,8 @@ def _format_error(exc: ValidationError) -> UserError:
     if kind == "missing":
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
         return UserError(field, f"got {got!r}; {err['msg'].lower()}")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
@@ -499,8 +508,9 @@ def load_scenario(
 ) -> Scenario:
     """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
     path = resolve_scenario_path(name_or_path)
+    text = read_text(path, "scenario", "scenario file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -508,8 +518,6 @@ def load_scenario(
         raise UserError(
             "scenario", f"{path}{where}: invalid YAML ({problem}); fix the syntax"
         ) from None
-    except OSError as exc:
-        raise UserError("scenario", f"cannot read {path}: {exc.strerror}") from None
     scenario = scenario_from_dict(data, overrides)
     if scenario.name == "scenario":
         scenario = scenario.model_copy(update={"name": path.stem})

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from simcluster.data import data_dir
-from simcluster.errors import UserError
+from simcluster.errors import UserError, read_text
 from simcluster.executors import Executor
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
@@ -169,13 +169,15 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
 def load_cases_file(path: str | Path) -> list[Case]:
     """All cases of one YAML file."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError("CASES", f"'{path}' is a directory; give a cases YAML file")
     if not path.is_file():
         raise UserError(
             "CASES",
             f"file '{path}' not found; give a cases YAML or no argument for the shipped set",
         )
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(read_text(path, "CASES", "cases file"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

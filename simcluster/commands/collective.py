@@ -14,6 +14,7 @@ import yaml
 
 from simcluster.errors import UserError, did_you_mean
 from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
+from simcluster.limits import MAX_GPUS
 from simcluster.network import bandwidths, check_op, collective_time, describe
 from simcluster.topology import build_cluster
 from simcluster.units import parse_size
@@ -111,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size, "size")
     if args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
+    if args.gpus > MAX_GPUS:
+        raise UserError("--gpus", f"{args.gpus} is more than the {MAX_GPUS:,} GPUs simcluster can simulate")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UserError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
     if op == "send_recv" and args.gpus != 2:
         raise UserError(
             "--gpus", "send_recv runs between 2 GPUs (0 -> N-1 is not defined); use --gpus 2"
@@ -119,6 +124,12 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
     gpn = args.gpus_per_node or profile.node.gpus_per_node
     group, cluster_gpus = _group(args.gpus, args.per_node, gpn)
+    if cluster_gpus > MAX_GPUS:
+        raise UserError(
+            "--per-node",
+            f"{args.gpus} GPUs at {args.per_node} per node span a {cluster_gpus}-GPU cluster, more "
+            f"than the {MAX_GPUS:,} simcluster can simulate; raise --per-node or lower --gpus",
+        )
     cluster = build_cluster(profile, cluster_gpus, args.gpus_per_node)
     sizes = [size]
     if args.sweep:

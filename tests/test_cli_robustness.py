@@ -1,0 +1,288 @@
+"""Robustness sweep of the CLIs (simcluster and python -m calibrate): each bad input found by
+fuzzing is one line on stderr naming the field and the fix, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import CliResult, make_scenario
+from tests.test_scenario_errors import assert_one_line_error, write
+
+FIX = Path(__file__).parent / "fixtures"
+NOT_UTF8 = b"name: \xff\xfe bad\nmodel: {}\n"
+
+
+@pytest.fixture
+def calibrate():
+    """Run ``python -m calibrate`` in-process; returns CliResult(code, out, err)."""
+    from calibrate.cli import main
+
+    def run(*argv: str) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse
+                code = int(exc.code or 0)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    return run
+
+
+def not_utf8(tmp_path, name="bad.yaml"):
+    path = tmp_path / name
+    path.write_bytes(NOT_UTF8)
+    return str(path)
+
+
+# --- files that are not UTF-8 text, directories -----------------------------------------------
+def test_scenario_not_utf8(cli, tmp_path):
+    assert_one_line_error(cli("memory", not_utf8(tmp_path)), "scenario", "not UTF-8", "0xff")
+
+
+def test_scenario_is_a_directory(cli, tmp_path):
+    (tmp_path / "d.yaml").mkdir()
+    assert_one_line_error(cli("memory", str(tmp_path / "d.yaml")), "scenario", "is a directory")
+
+
+def test_hardware_profile_not_utf8(cli, tmp_path):
+    path = not_utf8(tmp_path)
+    assert_one_line_error(
+        cli("memory", "llama3-8b-8xh100", "--hardware", path), "--hardware", "not UTF-8"
+    )
+    data = make_scenario(cluster={"hardware": path})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "cluster.hardware", "not UTF-8")
+
+
+def test_hardware_profile_is_a_directory(cli, tmp_path):
+    assert_one_line_error(
+        cli("memory", "llama3-8b-8xh100", "--hardware", str(tmp_path)), "--hardware", "directory"
+    )
+
+
+def test_hf_config_not_utf8(cli, tmp_path):
+    data = make_scenario()
+    data["model"] = {"hf_config": not_utf8(tmp_path, "config.json")}
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", "not UTF-8")
+
+
+def test_cases_file_not_utf8_or_directory(cli, tmp_path):
+    assert_one_line_error(cli("validate", not_utf8(tmp_path)), "CASES", "not UTF-8")
+    assert_one_line_error(cli("validate", str(tmp_path)), "CASES", "is a directory")
+
+
+# --- python -m calibrate ----------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_calibrate_timeout_not_finite(calibrate, tmp_path, value):
+    res = calibrate("--out", str(tmp_path / "p.yaml"), "--timeout", value)
+    assert_one_line_error(res, "--timeout", "positive number of seconds")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [("model: {preset: x\n", "not valid YAML"), ("- a\n", "must be a YAML mapping"),
+     ("schema_version: 1\nname: x\n", "missing field 'gpu'")],
+)  # fmt: skip
+def test_calibrate_base_malformed(calibrate, tmp_path, text, needle):
+    base = tmp_path / "base.yaml"
+    base.write_text(text)
+    out = str(tmp_path / "p.yaml")
+    # before any measuring starts
+    assert_one_line_error(calibrate("--out", out, "--base", str(base)), "--base", needle)
+    res = calibrate("import-nccl-tests", str(FIX / "nccl_reduce_scatter.json"), "--out", out,
+                    "--base", str(base))  # fmt: skip
+    assert_one_line_error(res, "--base", needle)
+
+
+def test_calibrate_base_not_utf8(calibrate, tmp_path):
+    res = calibrate("--out", str(tmp_path / "p.yaml"), "--base", not_utf8(tmp_path))
+    assert_one_line_error(res, "--base", "not UTF-8")
+
+
+def test_import_out_is_a_directory_or_unwritable(calibrate, tmp_path):
+    log = str(FIX / "nccl_reduce_scatter.json")
+    assert_one_line_error(calibrate("import-nccl-tests", log, "--out", str(tmp_path)), "--out")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = calibrate("import-nccl-tests", log, "--out", str(blocker / "p.yaml"))
+    assert_one_line_error(res, "--out", "cannot write")
+
+
+def test_import_log_not_utf8(calibrate, tmp_path):
+    res = calibrate("import-nccl-tests", not_utf8(tmp_path, "x.txt"), "--out", str(tmp_path / "p.yaml"))
+    assert_one_line_error(res, "LOG", "not UTF-8")
+
+
+@pytest.mark.parametrize(
+    "doc, needle",
+    [({"results": [{"size": "x", "out_of_place": {"time": 1, "bus_bw": 1}}]}, "results[0].size"),
+     ({"results": [{"size": 1e400, "out_of_place": {"time": 1, "bus_bw": 1}}]}, "results[0].size"),
+     ({"results": [{"size": -8, "out_of_place": {"time": 1, "bus_bw": 1}}]}, "results[0].size"),
+     ({"results": [], "config": {"devices": [1]}}, "config.devices[0]"),
+     ({"results": [], "config": {"devices": "gpu0"}}, "config.devices")],
+)  # fmt: skip
+def test_import_json_report_malformed(calibrate, tmp_path, doc, needle):
+    path = tmp_path / "all_reduce_perf.json"
+    path.write_text(json.dumps(doc).replace("Infinity", "1e400"))
+    res = calibrate("import-nccl-tests", str(path), "--gpus", "2", "--out", str(tmp_path / "p.yaml"))
+    assert_one_line_error(res, needle)
+
+
+def test_import_json_report_args_not_a_list(calibrate, tmp_path):
+    path = tmp_path / "r.json"
+    doc = {"args": 5, "config": "x", "results": [{"size": 8, "out_of_place": {"time": 1, "bus_bw": 1}}]}
+    path.write_text(json.dumps(doc))
+    res = calibrate("import-nccl-tests", str(path), "--op", "all_reduce", "--out", str(tmp_path / "p.yaml"))
+    assert_one_line_error(res, "Rank", "--gpus")
+
+
+@pytest.mark.parametrize("column, bad", [("time", "nan"), ("size", "-1048576")])
+def test_import_text_log_non_numbers(calibrate, tmp_path, column, bad):
+    lines = (FIX / "nccl_all_reduce_dgx_h100_current.txt").read_text().splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.strip().startswith("33554432"))
+    tokens = lines[row].split()
+    tokens[0 if column == "size" else 5] = bad
+    lines[row] = "  ".join(tokens)
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text("\n".join(lines) + "\n")
+    res = calibrate("import-nccl-tests", str(path), "--out", str(tmp_path / "p.yaml"))
+    assert_one_line_error(res, f":{row + 1}:", f"{column} '{bad}' is not a number")
+
+
+@pytest.mark.parametrize(
+    "events, needle",
+    [([1, 2], "traceEvents[0]"),
+     ([{"ph": "X", "cat": "kernel", "name": "gemm", "ts": "a", "dur": 1}], "traceEvents[0].ts"),
+     ([{"ph": "X", "cat": "kernel", "name": "gemm", "dur": 1}], "traceEvents[0].ts")],
+)  # fmt: skip
+def test_compare_trace_malformed_events(calibrate, tmp_path, events, needle):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert_one_line_error(calibrate("compare-trace", str(path), "llama3-8b-8xh100"), needle)
+
+
+def test_compare_trace_not_utf8(calibrate, tmp_path):
+    res = calibrate("compare-trace", not_utf8(tmp_path, "t.json"), "llama3-8b-8xh100")
+    assert_one_line_error(res, "KINETO_TRACE", "not UTF-8")
+
+
+
+
+# --- model fields ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "fields, field, needle",
+    [({"head_dim": -4}, "model.head_dim", "0 or more"),
+     ({"ffn": -5}, "model.ffn", "0 or more"),
+     ({"ffn": 0}, "model.ffn", "ffn > 0"),
+     ({"experts": -1}, "model.experts", "0 or more"),
+     ({"max_positions": -1}, "model.max_positions", "0 or more"),
+     ({"top_k": 2}, "model.top_k", "set model.experts"),
+     ({"shared_experts": 1}, "model.shared_experts", "set model.experts"),
+     ({"layers": 10**18}, "model.layers", "more than the 10,000"),
+     ({"mtp_layers": 10**6}, "model.mtp_layers", "at most layers"),
+     ({"mla": {"kv_lora_rank": 512}}, "model.mla.q_lora_rank", "missing"),
+     ({"mla": {"a": 1}}, "model.mla.a", "unknown MLA field")],
+)  # fmt: skip
+def test_bad_model_fields(cli, tmp_path, fields, field, needle):
+    data = make_scenario(model=fields)
+    assert_one_line_error(cli("memory", write(tmp_path, data)), field, needle)
+
+
+@pytest.mark.parametrize(
+    "setting, field, needle",
+    [("model.mla.kv_lora=1", "model.mla.kv_lora", "did you mean 'kv_lora_rank'"),
+     ("model.mla.kv_lora_rank=0", "model.mla.kv_lora_rank", "positive whole number"),
+     ("model.mla.q_lora_rank=-1", "model.mla.q_lora_rank", "0 (no query compression)")],
+)  # fmt: skip
+def test_bad_mla_override_of_a_preset(cli, setting, field, needle):
+    assert_one_line_error(cli("memory", "deepseek-v3-2048xh800", "--set", setting), field, needle)
+
+
+def test_partial_mla_override_keeps_the_preset_dimensions(cli):
+    base = json.loads(cli("memory", "deepseek-v3-2048xh800", "--json").out)
+    res = cli("memory", "deepseek-v3-2048xh800", "--json", "--set", "model.mla.kv_lora_rank=256")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["params_total"] < base["params_total"]
+
+
+def test_hf_config_with_mistyped_fields(cli, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": "x", "num_hidden_layers": 2, "num_attention_heads": 16,
+                                  "intermediate_size": 4096, "vocab_size": 1000}))  # fmt: skip
+    data = make_scenario()
+    data["model"] = {"hf_config": str(config)}
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", "hidden")
+
+
+# --- numbers: infinities, limits ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "setting, field",
+    [("cluster.nic_gbps=.inf", "cluster.nic_gbps"), ("dp.bucket_mb=.inf", "dp.bucket_mb"),
+     ("training.memory_overhead_gib=.inf", "training.memory_overhead_gib"),
+     ("moe.load_imbalance=.inf", "moe.load_imbalance")],
+)  # fmt: skip
+def test_infinite_numbers_are_refused(cli, setting, field):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), field, "finite")
+
+
+def test_too_many_microbatches(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "training.global_batch=8000000000")
+    assert_one_line_error(res, "training.global_batch", "1,000,000", "micro_batch")
+
+
+def test_too_many_gpus(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "cluster.gpus=1000000000")
+    assert_one_line_error(res, "cluster.gpus", "131072")
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "100000000")
+    assert_one_line_error(res, "--gpus", "131,072")
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "131072", "--per-node", "1")
+    assert_one_line_error(res, "--per-node", "131,072")
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_collective_gpus_per_node_not_positive(cli, value):
+    res = cli("collective", "all_reduce", "1MiB", "--gpus", "8", "--gpus-per-node", value)
+    assert_one_line_error(res, "--gpus-per-node", ">= 1")
+
+
+# --- hardware profile fields -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "setting, field, needle",
+    [("cluster.profile.efficiency.gemm=[]", "cluster.profile.efficiency.gemm", "at least 1"),
+     ("cluster.profile.efficiency.gemm=[[-1, 0.5]]", "cluster.profile.efficiency.gemm.0.0", "greater than 0"),
+     ("cluster.profile.efficiency.gemm=[[1e9, 5]]", "cluster.profile.efficiency.gemm.0.1", "less than or equal to 1"),
+     ("cluster.profile.gpu.peak_tflops.bf16=0", "cluster.profile.gpu.peak_tflops.bf16", "greater than 0"),
+     ("cluster.profile.gpu.peak_tflops={}", "cluster.profile.gpu.peak_tflops", "at least 1"),
+     ("cluster.profile.schema_version=99", "cluster.profile.schema_version", "less than or equal to 1"),
+     ("cluster.profile.gpu.memory_gib.x=1", "cluster.profile.gpu.memory_gib.x", "not a section")],
+)  # fmt: skip
+def test_bad_profile_override(cli, setting, field, needle):
+    # run, not memory: these broke the compute model (IndexError, ZeroDivisionError, StopIteration)
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=8", "--set", setting)
+    assert_one_line_error(res, field, needle)
+
+
+def test_profile_of_a_future_schema(cli, tmp_path):
+    hw = yaml.safe_load((Path(__file__).parents[1] / "hardware" / "dgx-h100.yaml").read_text())
+    hw["schema_version"] = 99
+    path = tmp_path / "hw.yaml"
+    path.write_text(yaml.safe_dump(hw))
+    res = cli("memory", "llama3-8b-8xh100", "--hardware", str(path))
+    assert_one_line_error(res, "--hardware", "schema_version")
+
+
+# --- --set keys, sections ----------------------------------------------------------------------
+@pytest.mark.parametrize("setting", [".=1", "parallel..tp=1", "parallel.=2"])
+def test_set_key_with_an_empty_part(cli, setting):
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), "--set", "empty part")
+
+
+def test_section_of_the_wrong_type(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
+    assert_one_line_error(res, "parallel:", "must be a mapping")
