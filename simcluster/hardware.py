@@ -56,10 +56,20 @@ class GpuSpec(_Strict):
 
 
 class NodeSpec(_Strict):
-    """One node (server): GPUs, their NVLink/NVSwitch domain and NICs."""
+    """One node (server): GPUs, their scale-up domain (NVLink/NVSwitch or a direct mesh) and
+    NICs."""
 
     gpus_per_node: int = Field(gt=0)
-    nvlink_GBps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
+    nvlink_GBps: float = Field(
+        gt=0,
+        description="scale-up (NVLink, xGMI) bandwidth per GPU per direction, GB/s; on a mesh the "
+        "sum over the GPU's links, each link carrying an equal part",
+    )
+    scale_up: Literal["switch", "mesh"] = Field(
+        default="switch",
+        description="how a node's GPUs are joined: 'switch' (NVSwitch: every GPU one port of "
+        "nvlink_GBps) or 'mesh' (AMD Infinity Fabric: a direct link between every pair)",
+    )
     nvlink_latency_us: float = Field(ge=0)
     nvlink_domain: int | None = Field(
         default=None, description="GPUs sharing one NVLink switch domain (NVL72: 72); None = a node"

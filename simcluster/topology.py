@@ -13,6 +13,10 @@ Builders are chosen by ``profile.fabric.topology`` through :data:`TOPOLOGIES`:
 * ``nvl_domain`` - NVL72-style: ``node.nvlink_domain`` GPUs (several nodes) share one NVSwitch
   domain; domains joined by a rail-optimized fat tree.
 
+Inside a node the GPUs meet at an NVSwitch (``node.scale_up: switch``: one port per GPU) or over
+a direct link between every pair (``mesh``: AMD Infinity Fabric, e.g. MI300X's seven xGMI links,
+``nvlink_GBps`` split equally over them), so on a mesh a pair of GPUs gets one link's bandwidth.
+
 The spine is one aggregated switch; a leaf's uplink capacity is the sum of its NIC downlinks
 divided by ``fabric.oversubscription`` (so k:1 lowers cross-leaf bandwidth by k under load).
 """
@@ -78,6 +82,7 @@ class Cluster:
     gpus_per_node: int
     domain_size: int = 0
     rail_optimized: bool = True
+    mesh: bool = False  # scale-up by direct GPU-GPU links (no switch node)
     # Link tables indexed by edge id (filled by build_cluster).
     edges: list[tuple[str, str]] = field(default_factory=list)
     capacity: list[float] = field(default_factory=list)
@@ -144,8 +149,9 @@ class Cluster:
         if src == dst:
             return [f"gpu{src}"]
         if self.domain_of(src) == self.domain_of(dst):
-            nvs = f"nvs{self.domain_of(src)}"
-            return [f"gpu{src}", nvs, f"gpu{dst}"]
+            if self.mesh:
+                return [f"gpu{src}", f"gpu{dst}"]
+            return [f"gpu{src}", f"nvs{self.domain_of(src)}", f"gpu{dst}"]
         n_src, n_dst = self.node_of(src), self.node_of(dst)
         rail = self.rail_of(dst)
         hops = [f"gpu{src}"]
@@ -154,7 +160,7 @@ class Cluster:
             relay = n_src * self.gpus_per_node + self.local_of(dst)
             if self.domain_of(relay) != self.domain_of(src) or relay >= self.num_gpus:
                 raise UserError("cluster", f"no PXN relay for GPU {src} -> {dst}")
-            hops += [f"nvs{self.domain_of(src)}", f"gpu{relay}"]
+            hops += [f"gpu{relay}"] if self.mesh else [f"nvs{self.domain_of(src)}", f"gpu{relay}"]
         out_rail = rail if self.rail_optimized else self.rail_of(src)
         nic_src, nic_dst = f"nic{n_src}.{out_rail}", f"nic{n_dst}.{rail}"
         leaf_src, leaf_dst = self._leaf(n_src, out_rail), self._leaf(n_dst, rail)
@@ -202,14 +208,24 @@ def build_cluster(
             f"NVLink domain of {domain} GPUs does not tile {gpn}-GPU nodes; use a multiple of {gpn}",
         )
     node, eff = profile.node, profile.efficiency
+    mesh = node.scale_up == "mesh"
+    if mesh and domain != gpn:
+        raise UserError(
+            "cluster.nvlink_domain",
+            f"a mesh scale-up (node.scale_up: mesh) joins the GPUs of one node; drop "
+            f"node.nvlink_domain ({domain}) or set it to gpus_per_node ({gpn})",
+        )
     g = networkx.DiGraph(topology=spec.name)
     nvl_bw, nic_bw = profile.nvlink_bytes_per_s, profile.nic_bytes_per_s
     for gpu in range(num_gpus):
         g.add_node(f"gpu{gpu}", kind="gpu", node=gpu // gpn)
-        _add_link(g, f"gpu{gpu}", f"nvs{gpu // domain}", nvl_bw, eff.nvlink,
-                  node.nvlink_latency_us * 0.5e-6, "nvlink")  # fmt: skip
+        if not mesh:
+            _add_link(g, f"gpu{gpu}", f"nvs{gpu // domain}", nvl_bw, eff.nvlink,
+                      node.nvlink_latency_us * 0.5e-6, "nvlink")  # fmt: skip
+    if mesh:
+        _add_mesh(g, num_gpus, domain, nvl_bw, eff.nvlink, node.nvlink_latency_us * 1e-6)
     num_nodes = -(-num_gpus // gpn)
-    cluster = Cluster(profile, g, num_gpus, gpn, domain, spec.rail_optimized)
+    cluster = Cluster(profile, g, num_gpus, gpn, domain, spec.rail_optimized, mesh)
     if num_nodes > 1 or num_gpus > domain:
         _add_scale_out(cluster, num_nodes, nic_bw)
     for i, (u, v, data) in enumerate(g.edges(data=True)):
@@ -218,6 +234,20 @@ def build_cluster(
         cluster.capacity.append(data["capacity"])
         cluster.latency.append(data["latency"])
     return cluster
+
+
+def _add_mesh(
+    g: networkx.DiGraph, num_gpus: int, domain: int, bw: float, eff: float, lat: float
+) -> None:
+    """A direct full-duplex link between every pair of GPUs of a domain, each carrying an equal
+    part of the GPU's scale-up bandwidth (one hop: the whole hop latency on the link)."""
+    per_link = bw / max(1, domain - 1)  # the links exist even where fewer GPUs are simulated
+    for first in range(0, num_gpus, domain):
+        gpus = range(first, min(first + domain, num_gpus))
+        for a in gpus:
+            for b in gpus:
+                if a < b:
+                    _add_link(g, f"gpu{a}", f"gpu{b}", per_link, eff, lat, "nvlink")
 
 
 def _add_scale_out(cluster: Cluster, num_nodes: int, nic_bw: float) -> None:

@@ -6,6 +6,13 @@ ring (Patarasuk & Yuan 2009) that nccl-tests' busbw normalises away. Channels ma
 ring crosses NVLink domains: C = GPUs of the group per domain, each entering a domain on a
 different rail, as NCCL's multi-channel rings do on rail-optimized DGX fabrics.
 
+On a mesh scale-up (``node.scale_up: mesh``: a direct link between every pair of a node's GPUs)
+RCCL builds enough channels that every link of the group carries an equal share (AMD: all seven
+xGMI links of an MI300X carry an 8-GPU all-reduce, ~7x one link's bus bandwidth). The ring's hops
+inside a domain are therefore spread evenly over all ordered pairs of the domain's GPUs, and each
+channel crosses between domains on one rail (exit and entry at the same local GPU, no PXN hop, so
+no xGMI link carries relay traffic on top of its share). A pair of GPUs so gets one link.
+
 Hierarchical all-reduce: reduce-scatter inside each NVLink domain, all-reduce of the S/g shards
 across domains (one ring per local position, i.e. per rail), all-gather inside the domain; the
 three phases are pipelined (concurrent flows), latency is the sum of their steps.
@@ -46,6 +53,33 @@ def _steps(op: str, n: int, domains: int) -> tuple[int, int]:
     return total - inter, inter
 
 
+def _mesh_transfers(
+    cluster: Cluster, domains: list[list[int]], frac: float, channels: int, chain: bool
+) -> list[Transfer]:
+    """A ring's transfers on a mesh scale-up: per channel, its hops inside each domain spread
+    over the g (g - 1) ordered pairs, and one hop between consecutive domains on the
+    channel's rail (local GPU ``c`` to local GPU ``c``; an open chain for broadcast)."""
+    transfers: list[Transfer] = []
+    d = len(domains)
+    for c in range(channels):
+        for gpus in domains:
+            g = len(gpus)
+            if g > 1:
+                # A closed ring inside one domain has g hops, otherwise g - 1 (the last leaves
+                # the domain); their frac each is spread over the g (g - 1) ordered pairs.
+                share = frac / (g - 1) if d == 1 and not chain else frac / g
+                transfers += [
+                    Transfer(cluster.path(a, b), share) for a in gpus for b in gpus if a != b
+                ]
+        hops = d - 1 if chain else d
+        if d > 1:
+            transfers += [
+                Transfer(cluster.path(domains[k][c], domains[(k + 1) % d][c]), frac)
+                for k in range(hops)
+            ]
+    return transfers
+
+
 @register_algorithm
 class Ring(Algorithm):
     """Ring with one channel per GPU-per-domain (rail)."""
@@ -60,6 +94,11 @@ class Ring(Algorithm):
         sizes = {len(d) for d in domains}
         channels = min(sizes) if len(domains) > 1 and len(sizes) == 1 else 1
         frac = _RING_FRACTION[op](n) / channels
+        if cluster.mesh:
+            transfers = _mesh_transfers(cluster, domains, frac, channels, op == "broadcast")
+            intra, inter = _steps(op, n, len(domains))
+            return Plan("ring", tuple(transfers), intra, inter,
+                        *hop_latencies(cluster, transfers, group))  # fmt: skip
         transfers: list[Transfer] = []
         for c in range(channels):
             ring = ring_order(domains, c)
