@@ -286,3 +286,10 @@ def test_set_key_with_an_empty_part(cli, setting):
 def test_section_of_the_wrong_type(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
     assert_one_line_error(res, "parallel:", "must be a mapping")
+
+
+# --- no command, --price, collective sizes ------------------------------------------------------
+def test_no_command(cli):
+    res = cli()
+    assert_one_line_error(res, "choose a command", "run", "memory")
+    assert "usage: simcluster" in res.out  # the help says what to type next
