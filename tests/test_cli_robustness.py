@@ -293,3 +293,20 @@ def test_no_command(cli):
     res = cli()
     assert_one_line_error(res, "choose a command", "run", "memory")
     assert "usage: simcluster" in res.out  # the help says what to type next
+
+
+@pytest.mark.parametrize(
+    "size, needle",
+    [("0", "not a positive size"), ("0MiB", "not a positive size"), ("-8", "not a positive size"),
+     ("1.5", "not a whole number of bytes"), ("1e-3KiB", "not a whole number of bytes"),
+     ("1e400", "more than 1 PiB"), ("1e9999999", "more than 1 PiB")],
+)  # fmt: skip
+def test_collective_size_not_a_positive_whole_number_of_bytes(cli, size, needle):
+    assert_one_line_error(cli("collective", "all_reduce", size, "--gpus", "8"), "size:", needle)
+
+
+@pytest.mark.parametrize("size, nbytes", [("0.5KiB", 512), ("1.1KB", 1100), ("1e9", 10**9), ("8", 8)])
+def test_collective_sizes_in_whole_bytes_with_units(cli, size, nbytes):
+    res = cli("collective", "all_reduce", size, "--gpus", "8", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["bytes"] == nbytes
