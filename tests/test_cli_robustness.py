@@ -310,3 +310,14 @@ def test_collective_sizes_in_whole_bytes_with_units(cli, size, nbytes):
     res = cli("collective", "all_reduce", size, "--gpus", "8", "--json")
     assert res.code == 0, res.err
     assert json.loads(res.out)["bytes"] == nbytes
+
+
+def test_compare_price_for_an_unknown_profile(cli):
+    res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@parallel.tp=2", "--price", "dgx-h10=2.5")
+    assert_one_line_error(res, "--price", "'dgx-h10' is not a hardware profile", "did you mean 'dgx-h100'")
+
+
+def test_compare_price_missing_for_a_profile_in_use(cli):
+    res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@cluster.hardware=dgx-a100",
+              "--price", "dgx-h100=2.5")  # fmt: skip
+    assert_one_line_error(res, "--price", "no price for hardware 'dgx-a100'", "dgx-a100=", "--price 2.5")
