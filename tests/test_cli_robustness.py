@@ -321,3 +321,27 @@ def test_compare_price_missing_for_a_profile_in_use(cli):
     res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@cluster.hardware=dgx-a100",
               "--price", "dgx-h100=2.5")  # fmt: skip
     assert_one_line_error(res, "--price", "no price for hardware 'dgx-a100'", "dgx-a100=", "--price 2.5")
+
+
+# --- calibrate --shapes ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shapes, needle",
+    [("0,4096,4096", "'0,4096,4096': M, N and K must be positive"),
+     ("--shapes=-8,4096,4096", "'-8,4096,4096': M, N and K must be positive"),
+     ("1.5,4096,4096", "'1.5,4096,4096' is not M,N,K (three integers)"),
+     ("4096,4096", "'4096,4096' is not M,N,K"),
+     ("1000000,1000000,1000000", "'1000000,1000000,1000000': A, B and C in fp32 take 10.91 TiB"),
+     ("1,1,99999999999999999999", "beyond any GPU's memory")],
+)  # fmt: skip
+def test_calibrate_impossible_gemm_shapes(calibrate, tmp_path, shapes, needle):
+    flag = [shapes] if shapes.startswith("--") else ["--shapes", shapes]  # argparse and a leading '-'
+    res = calibrate("--device", "cpu", "--out", str(tmp_path / "p.yaml"), *flag)
+    assert_one_line_error(res, "--shapes", needle)
+
+
+def test_calibrate_gemm_shape_larger_than_the_device(calibrate, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr("calibrate.cli.device_memory", lambda device: 2**30)
+    res = calibrate("--device", "cpu", "--out", str(tmp_path / "p.yaml"), "--shapes", "8,8,8;16384,16384,16384")
+    assert_one_line_error(res, "--shapes", "'16384,16384,16384'", "3.00 GiB", "1.00 GiB of this cpu device")
+    assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "p.partial.yaml").exists()  # nothing measured
