@@ -61,6 +61,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     scenario = with_framework_kernel(scenario, profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_recompute(scenario.training, model)
+    _check_positions(scenario.training, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp, group=layout.microbatch_group)
@@ -98,6 +99,21 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
             "training.recompute_num_layers",
             f"counts the layers full recomputation reruns; set training.recompute: full "
             f"(it is '{training.recompute}') or drop it",
+        )
+
+
+def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
+    """A learned position embedding has one row per position, so a longer sequence has no
+    embedding for its tail (RoPE and ALiBi have no table and no such bound). max_positions 0
+    means the table's size was not given; nothing to check against."""
+    if model.position != "learned" or not model.max_positions:
+        return
+    if training.seq_len > model.max_positions:
+        raise UserError(
+            "training.seq_len",
+            f"{training.seq_len} is longer than model.max_positions={model.max_positions}, the "
+            f"rows of the model's learned position embedding; use seq_len <= "
+            f"{model.max_positions} or raise model.max_positions",
         )
 
 

@@ -345,3 +345,15 @@ def test_calibrate_gemm_shape_larger_than_the_device(calibrate, tmp_path, monkey
     res = calibrate("--device", "cpu", "--out", str(tmp_path / "p.yaml"), "--shapes", "8,8,8;16384,16384,16384")
     assert_one_line_error(res, "--shapes", "'16384,16384,16384'", "3.00 GiB", "1.00 GiB of this cpu device")
     assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "p.partial.yaml").exists()  # nothing measured
+
+
+# --- scenario fields that only make sense together -------------------------------------------
+def test_seq_len_longer_than_the_learned_position_table(cli, tmp_path):
+    training = {"seq_len": 4096, "micro_batch": 1, "global_batch": 8}
+    data = make_scenario(training=training)  # learned positions, max_positions 2048
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "training.seq_len", "4096",
+                          "model.max_positions=2048")  # fmt: skip
+    # RoPE has no table to run past; a learned table as long as the sequence is fine
+    for model in ({"position": "rope"}, {"max_positions": 4096}):
+        res = cli("memory", write(tmp_path, make_scenario(model=model, training=training)))
+        assert res.code == 0, res.err
