@@ -71,6 +71,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
+    _check_recompute_layers(scenario.training, model, chunks)
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
@@ -115,6 +116,31 @@ def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
             f"rows of the model's learned position embedding; use seq_len <= "
             f"{model.max_positions} or raise model.max_positions",
         )
+
+
+def _check_recompute_layers(
+    training: TrainingSection, model: ModelSpec, chunks: list[list[Chunk]]
+) -> None:
+    """recompute_num_layers counts layers within one pipeline chunk (Megatron's block method);
+    more than the largest chunk holds would read as a setting that does something when it
+    is the same as recomputing every layer."""
+    wanted = training.recompute_num_layers
+    if wanted is None:
+        return
+    most = max(chunk.layers for stage in chunks for chunk in stage)
+    if wanted <= most:
+        return
+    virtual = len({chunk.virtual_stage for stage in chunks for chunk in stage})
+    where = (
+        f"the model's {model.layers} layers (model.layers)"
+        if virtual == 1
+        else f"the {most} layers of the largest pipeline chunk (model.layers={model.layers} "
+        f"over {virtual} chunks)"
+    )
+    raise UserError(
+        "training.recompute_num_layers",
+        f"{wanted} is more than {where}; use at most {most}, or drop it to recompute every layer",
+    )
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:

@@ -357,3 +357,18 @@ def test_seq_len_longer_than_the_learned_position_table(cli, tmp_path):
     for model in ({"position": "rope"}, {"max_positions": 4096}):
         res = cli("memory", write(tmp_path, make_scenario(model=model, training=training)))
         assert res.code == 0, res.err
+
+
+@pytest.mark.parametrize(
+    "parallel, layers, needle",
+    [({"pp": 1}, 9, "more than the model's 8 layers"),
+     ({"pp": 2}, 5, "more than the 4 layers of the largest pipeline chunk"),
+     ({"pp": 2, "vpp": 2, "schedule": "interleaved"}, 3, "the 2 layers of the largest pipeline chunk")],
+)  # fmt: skip
+def test_recompute_num_layers_beyond_a_pipeline_chunk(cli, tmp_path, parallel, layers, needle):
+    training = {"seq_len": 2048, "global_batch": 8, "recompute": "full"}
+    data = make_scenario(parallel=parallel, training={**training, "recompute_num_layers": layers})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "training.recompute_num_layers", needle)
+    data["training"]["recompute_num_layers"] = layers - 1  # a whole chunk: allowed
+    res = cli("memory", write(tmp_path, data))
+    assert res.code == 0, res.err
