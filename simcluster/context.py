@@ -10,7 +10,7 @@ from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
-from simcluster.scenario import Scenario, TrainingSection
+from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
 
@@ -62,6 +62,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_recompute(scenario.training, model)
     _check_positions(scenario.training, model)
+    _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp, group=layout.microbatch_group)
@@ -116,6 +117,20 @@ def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
             f"rows of the model's learned position embedding; use seq_len <= "
             f"{model.max_positions} or raise model.max_positions",
         )
+
+
+def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:
+    """The moe: section acts on routed experts only; on a dense model a setting there would
+    be silently ignored, so it is refused as model.top_k and the other MoE fields are."""
+    if model.is_moe:
+        return
+    for key, spec in MoeSection.model_fields.items():
+        if getattr(moe, key) != spec.default:
+            raise UserError(
+                f"moe.{key}",
+                f"is for mixture-of-experts models but model.experts is {model.experts}; set "
+                f"model.experts or drop moe.{key}",
+            )
 
 
 def _check_recompute_layers(

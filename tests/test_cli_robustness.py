@@ -372,3 +372,18 @@ def test_recompute_num_layers_beyond_a_pipeline_chunk(cli, tmp_path, parallel, l
     data["training"]["recompute_num_layers"] = layers - 1  # a whole chunk: allowed
     res = cli("memory", write(tmp_path, data))
     assert res.code == 0, res.err
+
+
+@pytest.mark.parametrize(
+    "setting", ["moe.max_nodes_per_token=2", "moe.dispatcher=deepep", "moe.fp8_dispatch=true",
+                "moe.load_imbalance=1.2"],
+)  # fmt: skip
+def test_moe_settings_on_a_dense_model(cli, setting):
+    field = setting.split("=")[0]
+    res = cli("memory", "llama3-8b-8xh100", "--set", setting)
+    assert_one_line_error(res, field, "mixture-of-experts", "set model.experts")
+
+
+def test_moe_defaults_spelled_out_on_a_dense_model_are_fine(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "moe.dispatcher=alltoall", "--set", "moe.load_imbalance=1")
+    assert res.code == 0, res.err
