@@ -16,6 +16,7 @@ from pathlib import Path
 
 from simcluster.cli import _Parser  # argparse reporting bad arguments in one line, exit 2
 from simcluster.errors import UserError, exit_code_of
+from simcluster.units import format_bytes
 
 # subcommand -> module exposing HELP, add_arguments(parser), run(args) -> int
 SUBCOMMANDS: dict[str, str] = {
@@ -33,7 +34,11 @@ def _measure_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
     p.add_argument("--quick", action="store_true", help="small grids (a CPU run in seconds)")
     p.add_argument("--scenario", help="also time this scenario's per-layer GEMM shapes")
-    p.add_argument("--shapes", help="extra GEMM shapes 'M,N,K;M,N,K'")
+    p.add_argument(
+        "--shapes",
+        help="extra GEMM shapes 'M,N,K;M,N,K' (positive integers; A, B and C in fp32 must fit "
+        "in the device's memory)",
+    )
     p.add_argument("--base", help="profile to start from (name or YAML); default: this machine")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per step (default 600)")
     p.add_argument("--out", required=True, type=Path, help="profile YAML to write")
@@ -41,7 +46,7 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 
 def _measure(argv: Sequence[str]) -> int:
-    from calibrate.shapes import default_grid, parse_shapes, scenario_shapes
+    from calibrate.shapes import check_fits, default_grid, parse_shapes, scenario_shapes
     from simcluster.hardware import load_profile
 
     args = _measure_parser().parse_args(argv)
@@ -49,18 +54,41 @@ def _measure(argv: Sequence[str]) -> int:
         raise UserError("--timeout", f"must be a positive number of seconds, got {args.timeout:g}")
     if args.base:
         load_profile(args.base, field="--base")  # a malformed base fails before measuring
-    extra = parse_shapes(args.shapes) if args.shapes else []
-    if args.scenario:
-        extra += scenario_shapes(args.scenario)
+    given = parse_shapes(args.shapes) if args.shapes else []
+    of_scenario = scenario_shapes(args.scenario) if args.scenario else []
     import torch  # the optional extra; only the measuring run needs it
 
     from calibrate.runner import RunConfig, run
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    capacity = device_memory(device)
+    if capacity is not None:  # before measuring, not an out-of-memory error mid-run
+        limit = f"the {format_bytes(capacity)} of this {device} device"
+        check_fits(given, capacity, limit, "--shapes")
+        check_fits(of_scenario, capacity, limit, "--scenario")
+    extra = given + of_scenario
     grid = default_grid(device, args.quick)
     shapes = tuple(grid + [s for s in dict.fromkeys(extra) if s not in grid])
     cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes)
     return run(cfg)
+
+
+def device_memory(device: str) -> int | None:
+    """Bytes of memory one rank of a measuring run has on ``device`` (CPU ranks of a node
+    share the host's); None where it cannot be read, or where the run's own start-up reports
+    the problem (no CUDA, a local rank without a GPU)."""
+    import torch
+
+    from calibrate.dist import _env_int
+    from calibrate.provenance import device_memory_bytes
+
+    local_rank = _env_int("LOCAL_RANK", 0)  # torchrun's variables, read as dist.init reads them
+    ranks_per_node = max(_env_int("LOCAL_WORLD_SIZE", _env_int("WORLD_SIZE", 1)), 1)
+    if device == "cuda":
+        if not torch.cuda.is_available() or local_rank >= torch.cuda.device_count():
+            return None
+        return device_memory_bytes(torch.device("cuda", local_rank), ranks_per_node)
+    return device_memory_bytes(torch.device(device), ranks_per_node)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,12 @@ import importlib
 from dataclasses import dataclass
 
 from simcluster.errors import UserError
+from simcluster.units import format_bytes
+
+# A shape's memory is that of the widest precision timed (fp32, calibrate.gemm): A, B and C.
+FP32_BYTES = 4
+# Above any accelerator's memory; a host that holds it would spend hours per timed call.
+MAX_GEMM_BYTES = 2**40
 
 
 @dataclass(frozen=True, order=True)
@@ -23,6 +29,15 @@ class GemmShape:
     def flops(self) -> float:
         """Multiply-adds counted as two FLOPs."""
         return 2.0 * self.m * self.n * self.k
+
+    @property
+    def operand_bytes(self) -> int:
+        """A, B and C in fp32, what timing the shape holds in memory at once."""
+        return FP32_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    def text(self) -> str:
+        """The shape as written on the command line."""
+        return f"{self.m},{self.n},{self.k}"
 
 
 # Square sizes span the launch-bound to compute-bound range; the rectangular ones have the
@@ -57,10 +72,26 @@ def parse_shapes(text: str) -> list[GemmShape]:
             ) from None
         if min(m, n, k) <= 0:
             raise UserError("--shapes", f"'{item}': M, N and K must be positive")
-        shapes.append(GemmShape(m, n, k))
+        shape = GemmShape(m, n, k)
+        limit = f"{format_bytes(MAX_GEMM_BYTES)}, beyond any GPU's memory"
+        check_fits([shape], MAX_GEMM_BYTES, limit, "--shapes")  # a typo: refused before torch loads
+        shapes.append(shape)
     if not shapes:
         raise UserError("--shapes", "no shapes given; write e.g. 4096,4096,1024;4096,1024,4096")
     return shapes
+
+
+def check_fits(shapes: list[GemmShape], capacity_bytes: int, limit: str, field: str) -> None:
+    """Each shape's fp32 operands fit in ``capacity_bytes`` (``limit`` says what that is); a
+    shape that cannot would fail deep in a measuring run (out of memory, or a hang until
+    --timeout)."""
+    for shape in shapes:
+        if shape.operand_bytes > capacity_bytes:
+            raise UserError(
+                field,
+                f"'{shape.text()}': A, B and C in fp32 take {format_bytes(shape.operand_bytes)}, "
+                f"more than {limit}; use smaller M, N, K",
+            )
 
 
 # Hook for the simulator's per-layer op list: a module exposing

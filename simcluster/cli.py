@@ -57,12 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_command(parser: argparse.ArgumentParser) -> None:
+    """Bare ``simcluster``: the help on stdout (what to type next) and the one-line error on
+    stderr, so scripts see a failure and the error is the last line a terminal shows."""
+    parser.print_help()
+    sys.stdout.flush()  # the help before the error when both go to one terminal
+    print(f"error: choose a command ({', '.join(COMMANDS)}); e.g. simcluster list", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
-        parser.print_help()
+        _no_command(parser)
         return 2
     return exit_code_of(lambda: args._run(args))
 

@@ -10,7 +10,7 @@ from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.placement import Chunk, stage_chunks
-from simcluster.scenario import Scenario, TrainingSection
+from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
 
@@ -61,6 +61,8 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     scenario = with_framework_kernel(scenario, profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_recompute(scenario.training, model)
+    _check_positions(scenario.training, model)
+    _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp, group=layout.microbatch_group)
@@ -70,6 +72,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
+    _check_recompute_layers(scenario.training, model, chunks)
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
@@ -99,6 +102,60 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
             f"counts the layers full recomputation reruns; set training.recompute: full "
             f"(it is '{training.recompute}') or drop it",
         )
+
+
+def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
+    """A learned position embedding has one row per position, so a longer sequence has no
+    embedding for its tail (RoPE and ALiBi have no table and no such bound). max_positions 0
+    means the table's size was not given; nothing to check against."""
+    if model.position != "learned" or not model.max_positions:
+        return
+    if training.seq_len > model.max_positions:
+        raise UserError(
+            "training.seq_len",
+            f"{training.seq_len} is longer than model.max_positions={model.max_positions}, the "
+            f"rows of the model's learned position embedding; use seq_len <= "
+            f"{model.max_positions} or raise model.max_positions",
+        )
+
+
+def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:
+    """The moe: section acts on routed experts only; on a dense model a setting there would
+    be silently ignored, so it is refused as model.top_k and the other MoE fields are."""
+    if model.is_moe:
+        return
+    for key, spec in MoeSection.model_fields.items():
+        if getattr(moe, key) != spec.default:
+            raise UserError(
+                f"moe.{key}",
+                f"is for mixture-of-experts models but model.experts is {model.experts}; set "
+                f"model.experts or drop moe.{key}",
+            )
+
+
+def _check_recompute_layers(
+    training: TrainingSection, model: ModelSpec, chunks: list[list[Chunk]]
+) -> None:
+    """recompute_num_layers counts layers within one pipeline chunk (Megatron's block method);
+    more than the largest chunk holds would read as a setting that does something when it
+    is the same as recomputing every layer."""
+    wanted = training.recompute_num_layers
+    if wanted is None:
+        return
+    most = max(chunk.layers for stage in chunks for chunk in stage)
+    if wanted <= most:
+        return
+    virtual = len({chunk.virtual_stage for stage in chunks for chunk in stage})
+    where = (
+        f"the model's {model.layers} layers (model.layers)"
+        if virtual == 1
+        else f"the {most} layers of the largest pipeline chunk (model.layers={model.layers} "
+        f"over {virtual} chunks)"
+    )
+    raise UserError(
+        "training.recompute_num_layers",
+        f"{wanted} is more than {where}; use at most {most}, or drop it to recompute every layer",
+    )
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:

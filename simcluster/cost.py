@@ -3,6 +3,7 @@
 ``--price 2.5`` prices every GPU at $2.50 an hour; ``--price dgx-h100=2.5,dgx-a100=1.2`` prices
 each hardware profile (by its name) on its own, for sweeps and comparisons across clusters you
 might buy or rent. Dollars per million tokens = price x GPUs / 3600 / (tokens/s) x 1e6.
+:func:`check_priced` holds a per-profile list against the profiles a comparison runs on.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from simcluster.errors import UserError
+from simcluster.errors import UserError, did_you_mean
 
 FIELD = "--price"
 
@@ -51,6 +52,37 @@ def parse_prices(text: str | None) -> Prices | None:
             raise UserError(FIELD, f"'{item}' must look like profile=price, e.g. dgx-h100=2.5")
         by[name.strip()] = _number(value.strip())
     return Prices(by_hardware=by)
+
+
+def check_priced(prices: Prices | None, used: dict[str, str]) -> None:
+    """Refuse a per-profile ``--price`` that would silently leave costs out.
+
+    ``used`` maps each hardware profile the scenarios run on to the first scenario that runs on
+    it. A priced name that is neither a shipped profile nor one in use is a typo (its price
+    would apply to nothing); a profile in use without a price (and no price for all) would
+    show no cost, and a comparison by cost with a blank column is not what was asked for.
+    A priced profile that no scenario uses is fine: one price list serves many commands.
+    """
+    if prices is None or prices.default is not None:
+        return
+    from simcluster.hardware import shipped_profiles
+
+    known = sorted(set(shipped_profiles()) | set(used))
+    for name in prices.by_hardware:
+        if name not in known:
+            raise UserError(
+                FIELD,
+                f"'{name}' is not a hardware profile{did_you_mean(name, known)}; price the "
+                f"profiles the scenarios run on: {', '.join(sorted(used))}",
+            )
+    for name, scenario in used.items():
+        if name not in prices.by_hardware:
+            listed = ",".join(f"{k}={v:g}" for k, v in prices.by_hardware.items())
+            raise UserError(
+                FIELD,
+                f"no price for hardware '{name}' (scenario '{scenario}' runs on it); add it, e.g. "
+                f"--price {listed},{name}=2.0, or give one price for every GPU, e.g. --price 2.5",
+            )
 
 
 def format_usd(summary: dict[str, Any], prices: Prices | None, digits: int = 2) -> str:

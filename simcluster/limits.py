@@ -9,3 +9,4 @@ Each bound is far above any published training run.
 MAX_GPUS = 131_072  # 2**17; the largest published clusters are ~100k GPUs
 MAX_LAYERS = 10_000  # transformer layers (the largest published models have < 200)
 MAX_MICROBATCHES = 1_000_000  # microbatches per pipeline per optimizer step
+MAX_COLLECTIVE_BYTES = 2**50  # 1 PiB for one collective; a GPU holds its buffers in < 1 TiB

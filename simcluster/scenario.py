@@ -47,7 +47,11 @@ class ModelSection(_Section):
     dense_layers: int | None = None
     tied_embeddings: bool | None = None
     position: Literal["rope", "learned", "alibi"] | None = None
-    max_positions: int | None = None
+    max_positions: int | None = Field(
+        default=None,
+        description="rows of a learned position embedding (position: learned); seq_len may "
+        "not exceed it",
+    )
     norm: Literal["rmsnorm", "layernorm"] | None = None
     bias: bool | None = None
     dropout: bool | None = None
@@ -191,7 +195,7 @@ class TrainingSection(_Section):
         description=(
             "with recompute: full, how many layers of each pipeline chunk are recomputed (the "
             "first ones, Megatron --recompute-method block --recompute-num-layers); the rest keep "
-            "their activations. Default: all"
+            "their activations; at most the layers of a chunk. Default: all"
         ),
     )
     optimizer: Literal["adam", "sgd"] = "adam"
@@ -326,7 +330,10 @@ class MoeSection(_Section):
         ),
     )
     max_nodes_per_token: int | None = Field(
-        default=None, ge=1, description="node-limited routing: a token's experts on at most M nodes"
+        default=None,
+        ge=1,
+        description="node-limited routing: a token's experts on at most M nodes (MoE models; "
+        "the moe: settings are errors on a dense model)",
     )
     fp8_dispatch: bool = Field(
         default=False,

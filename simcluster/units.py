@@ -6,38 +6,42 @@ Inside the code: seconds, bytes, bytes/s. GB = 1e9 bytes (as nccl-tests), GiB = 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 from simcluster.errors import UserError
+from simcluster.limits import MAX_COLLECTIVE_BYTES
 
+# Exact integers (not floats), so '1.1KB' is 1100 bytes, not 1100.0000000000002
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
-    "k": 1e3,
-    "kb": 1e3,
-    "m": 1e6,
-    "mb": 1e6,
-    "g": 1e9,
-    "gb": 1e9,
-    "t": 1e12,
-    "tb": 1e12,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
 }
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 GiB = 2**30
 GB = 1e9
 
 
 def parse_size(text: str | int | float, field: str = "size") -> int:
-    """Parse '1GiB', '512M', '8', '1e9' into a whole number of bytes."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text < 0:
-            raise UserError(field, f"size must be non-negative, got {text}")
-        return int(text)
+    """Parse '1GiB', '512M', '8', '1e9' into a positive whole number of bytes (at most
+    :data:`~simcluster.limits.MAX_COLLECTIVE_BYTES`); 0, fractions of a byte ('1.5') and
+    infinities are one-line errors."""
+    if isinstance(text, bool):
+        raise UserError(field, f"got {text!r}; give a size in bytes, e.g. 8, 64KiB, 1MiB, 1GiB")
     match = _SIZE_RE.match(str(text))
     if not match:
         raise UserError(field, f"cannot parse size '{text}'; write e.g. 8, 64KiB, 1MiB, 1GiB, 2GB")
@@ -47,7 +51,22 @@ def parse_size(text: str | int | float, field: str = "size") -> int:
         raise UserError(
             field, f"unknown unit '{unit}' in '{text}'; use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
         )
-    return int(round(float(number) * factor))
+    value = Decimal(number)  # exactly as written; a float would blur the whole-byte test
+    if value <= 0:
+        raise UserError(field, f"'{text}' is not a positive size; give at least 1 byte, e.g. 8 or 1MiB")
+    # exponents far outside 1 B..1 PiB are settled before exact arithmetic on million-digit
+    # numbers (1e9999999, 1e-9999999)
+    exponent = value.adjusted()
+    nbytes = Fraction(value) * factor if -20 <= exponent <= 20 else None
+    if exponent > 20 or (nbytes is not None and nbytes > MAX_COLLECTIVE_BYTES):
+        raise UserError(
+            field, f"'{text}' is more than {MAX_COLLECTIVE_BYTES / 2**50:g} PiB, far beyond any GPU's "
+            "memory; give a size such as 1GiB",
+        )
+    if nbytes is None or nbytes.denominator != 1:
+        whole = max(round(nbytes or 1), 1)
+        raise UserError(field, f"'{text}' is not a whole number of bytes; sizes are whole bytes, e.g. {whole}")
+    return int(nbytes)
 
 
 def format_bytes(n: float) -> str:

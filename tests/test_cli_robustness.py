@@ -286,3 +286,104 @@ def test_set_key_with_an_empty_part(cli, setting):
 def test_section_of_the_wrong_type(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
     assert_one_line_error(res, "parallel:", "must be a mapping")
+
+
+# --- no command, --price, collective sizes ------------------------------------------------------
+def test_no_command(cli):
+    res = cli()
+    assert_one_line_error(res, "choose a command", "run", "memory")
+    assert "usage: simcluster" in res.out  # the help says what to type next
+
+
+@pytest.mark.parametrize(
+    "size, needle",
+    [("0", "not a positive size"), ("0MiB", "not a positive size"), ("-8", "not a positive size"),
+     ("1.5", "not a whole number of bytes"), ("1e-3KiB", "not a whole number of bytes"),
+     ("1e400", "more than 1 PiB"), ("1e9999999", "more than 1 PiB")],
+)  # fmt: skip
+def test_collective_size_not_a_positive_whole_number_of_bytes(cli, size, needle):
+    assert_one_line_error(cli("collective", "all_reduce", size, "--gpus", "8"), "size:", needle)
+
+
+@pytest.mark.parametrize("size, nbytes", [("0.5KiB", 512), ("1.1KB", 1100), ("1e9", 10**9), ("8", 8)])
+def test_collective_sizes_in_whole_bytes_with_units(cli, size, nbytes):
+    res = cli("collective", "all_reduce", size, "--gpus", "8", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["bytes"] == nbytes
+
+
+def test_compare_price_for_an_unknown_profile(cli):
+    res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@parallel.tp=2", "--price", "dgx-h10=2.5")
+    assert_one_line_error(res, "--price", "'dgx-h10' is not a hardware profile", "did you mean 'dgx-h100'")
+
+
+def test_compare_price_missing_for_a_profile_in_use(cli):
+    res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@cluster.hardware=dgx-a100",
+              "--price", "dgx-h100=2.5")  # fmt: skip
+    assert_one_line_error(res, "--price", "no price for hardware 'dgx-a100'", "dgx-a100=", "--price 2.5")
+
+
+# --- calibrate --shapes ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shapes, needle",
+    [("0,4096,4096", "'0,4096,4096': M, N and K must be positive"),
+     ("--shapes=-8,4096,4096", "'-8,4096,4096': M, N and K must be positive"),
+     ("1.5,4096,4096", "'1.5,4096,4096' is not M,N,K (three integers)"),
+     ("4096,4096", "'4096,4096' is not M,N,K"),
+     ("1000000,1000000,1000000", "'1000000,1000000,1000000': A, B and C in fp32 take 10.91 TiB"),
+     ("1,1,99999999999999999999", "beyond any GPU's memory")],
+)  # fmt: skip
+def test_calibrate_impossible_gemm_shapes(calibrate, tmp_path, shapes, needle):
+    flag = [shapes] if shapes.startswith("--") else ["--shapes", shapes]  # argparse and a leading '-'
+    res = calibrate("--device", "cpu", "--out", str(tmp_path / "p.yaml"), *flag)
+    assert_one_line_error(res, "--shapes", needle)
+
+
+def test_calibrate_gemm_shape_larger_than_the_device(calibrate, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr("calibrate.cli.device_memory", lambda device: 2**30)
+    res = calibrate("--device", "cpu", "--out", str(tmp_path / "p.yaml"), "--shapes", "8,8,8;16384,16384,16384")
+    assert_one_line_error(res, "--shapes", "'16384,16384,16384'", "3.00 GiB", "1.00 GiB of this cpu device")
+    assert not (tmp_path / "p.yaml").exists() and not (tmp_path / "p.partial.yaml").exists()  # nothing measured
+
+
+# --- scenario fields that only make sense together -------------------------------------------
+def test_seq_len_longer_than_the_learned_position_table(cli, tmp_path):
+    training = {"seq_len": 4096, "micro_batch": 1, "global_batch": 8}
+    data = make_scenario(training=training)  # learned positions, max_positions 2048
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "training.seq_len", "4096",
+                          "model.max_positions=2048")  # fmt: skip
+    # RoPE has no table to run past; a learned table as long as the sequence is fine
+    for model in ({"position": "rope"}, {"max_positions": 4096}):
+        res = cli("memory", write(tmp_path, make_scenario(model=model, training=training)))
+        assert res.code == 0, res.err
+
+
+@pytest.mark.parametrize(
+    "parallel, layers, needle",
+    [({"pp": 1}, 9, "more than the model's 8 layers"),
+     ({"pp": 2}, 5, "more than the 4 layers of the largest pipeline chunk"),
+     ({"pp": 2, "vpp": 2, "schedule": "interleaved"}, 3, "the 2 layers of the largest pipeline chunk")],
+)  # fmt: skip
+def test_recompute_num_layers_beyond_a_pipeline_chunk(cli, tmp_path, parallel, layers, needle):
+    training = {"seq_len": 2048, "global_batch": 8, "recompute": "full"}
+    data = make_scenario(parallel=parallel, training={**training, "recompute_num_layers": layers})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "training.recompute_num_layers", needle)
+    data["training"]["recompute_num_layers"] = layers - 1  # a whole chunk: allowed
+    res = cli("memory", write(tmp_path, data))
+    assert res.code == 0, res.err
+
+
+@pytest.mark.parametrize(
+    "setting", ["moe.max_nodes_per_token=2", "moe.dispatcher=deepep", "moe.fp8_dispatch=true",
+                "moe.load_imbalance=1.2"],
+)  # fmt: skip
+def test_moe_settings_on_a_dense_model(cli, setting):
+    field = setting.split("=")[0]
+    res = cli("memory", "llama3-8b-8xh100", "--set", setting)
+    assert_one_line_error(res, field, "mixture-of-experts", "set model.experts")
+
+
+def test_moe_defaults_spelled_out_on_a_dense_model_are_fine(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "moe.dispatcher=alltoall", "--set", "moe.load_imbalance=1")
+    assert res.code == 0, res.err

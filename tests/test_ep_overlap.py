@@ -24,6 +24,7 @@ from simcluster.schedules.ep_overlap import pair_orders
 MOE = {
     "name": "small-moe", "layers": 4, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn": 5632,
     "vocab": 1024, "experts": 8, "top_k": 2, "expert_ffn": 5632,
+    "position": "rope",  # not the learned 2048-row table of make_scenario's GPT: seq_len is 4096
 }  # fmt: skip
 
 

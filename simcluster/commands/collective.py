@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "op", help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv"
     )
-    parser.add_argument("size", help="nccl-tests size of the op, e.g. 8, 1MiB, 1GiB")
+    parser.add_argument(
+        "size", help="nccl-tests size of the op in whole bytes (B, KB, MB, GB, TB, KiB..TiB), e.g. 8, 1MiB, 1GiB"
+    )
     parser.add_argument("--gpus", type=int, required=True, help="ranks in the group (GPUs 0..N-1)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the profile's")
     parser.add_argument(

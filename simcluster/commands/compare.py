@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
-from simcluster.cost import Prices, format_usd, parse_prices, usd_per_million_tokens
+from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
 from simcluster.scenario import load_scenario, parse_set
@@ -39,7 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
-    add_price_argument(parser, "adds what a million tokens cost")
+    add_price_argument(
+        parser,
+        "adds what a million tokens cost; with prices per profile, every profile the scenarios "
+        "run on needs one (an unpriced or unknown profile is an error)",
+    )
 
 
 def split_variant(text: str) -> tuple[str, list[str]]:
@@ -92,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.engine import simulate
 
     contexts = [(label, build_context(sc, args.hardware)) for label, sc in scenarios]  # all checked first
+    used: dict[str, str] = {}
+    for label, ctx in contexts:
+        used.setdefault(ctx.profile.name, label)
+    check_priced(prices, used)  # before minutes of simulating, not a blank cost column after
     summaries = []
     with progress_bar("simulating", len(contexts)) as advance:
         for label, ctx in contexts:
