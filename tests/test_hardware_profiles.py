@@ -8,7 +8,10 @@ import yaml
 from simcluster.errors import UserError
 from simcluster.hardware import _data_dir, load_profile, profile_from_dict, shipped_profiles
 
-REQUIRED = {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "aws-p5", "amd-mi300x"}
+REQUIRED = {
+    "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
+    "amd-mi300x",
+}
 
 
 def _numeric_paths(node, prefix=""):
