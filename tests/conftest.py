@@ -11,6 +11,13 @@ import pytest
 
 from simcluster.cli import main
 
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests marked slow first: with ``-n 2`` (pytest-xdist) the quick-set ratchet
+    then runs beside the rest of the suite instead of alone at its end. A stable sort, so the
+    order is the same in every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 GPT_LIKE = {
     # A GPT-3-style layer (LayerNorm, GeLU, 4h MLP, MHA, dropout) as in Korthikanti et al. 2022.
     "name": "gpt-like",

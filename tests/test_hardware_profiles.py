@@ -58,3 +58,16 @@ def test_missing_field_is_a_user_error():
     del raw["node"]["nic_gbps"]
     with pytest.raises(UserError, match="missing field 'node.nic_gbps'"):
         profile_from_dict(raw)
+
+
+def test_list_hardware_compares_the_profiles(cli, monkeypatch):
+    # One row per shipped profile with its datasheet figures (AMD ROCm docs: MI300X 1307.4
+    # TFLOP/s BF16, seven 64 GB/s xGMI links; NVIDIA H100 datasheet: 989.4, NVLink 450 GB/s).
+    monkeypatch.setenv("COLUMNS", "250")
+    res = cli("list", "hardware")
+    assert res.code == 0
+    rows = {line.split("│")[1].strip(): line for line in res.out.splitlines() if "│" in line}
+    assert set(shipped_profiles()) <= set(rows)
+    assert "1307.4" in rows["amd-mi300x"] and "mesh 7x64 GB/s" in rows["amd-mi300x"]
+    assert "989.4" in rows["dgx-h100"] and "switch 450 GB/s NVLS, 8 GPUs" in rows["dgx-h100"]
+    assert "72 GPUs" in rows["gb200-nvl72"]

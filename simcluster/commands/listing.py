@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from simcluster.hardware import shipped_profiles
+from simcluster.hardware import HardwareProfile, shipped_profiles
 from simcluster.model import preset_names
 from simcluster.scenario import shipped_scenarios
 
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         for name in context.algorithms():
             print(f"{name:<{width}}  {context.describe(name)}")
         return 0
+    if args.what == "hardware":  # one row each: what a buyer compares
+        _print_hardware()
+        return 0
     if args.what == "frameworks":  # one line each: what the framework does
         width = max(map(len, FRAMEWORKS))
         for name in sorted(FRAMEWORKS):
@@ -58,3 +61,37 @@ def run(args: argparse.Namespace) -> int:
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _scale_up(p: HardwareProfile) -> str:
+    node = p.node
+    if node.scale_up == "mesh":
+        links = node.gpus_per_node - 1
+        return f"mesh {links}x{node.nvlink_GBps / links:g} GB/s"
+    domain = node.nvlink_domain or node.gpus_per_node
+    nvls = " NVLS" if node.nvls else ""
+    return f"switch {node.nvlink_GBps:g} GB/s{nvls}, {domain} GPUs"
+
+
+def _print_hardware() -> None:
+    """The shipped profiles side by side (per GPU; bandwidths per direction)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from simcluster.hardware import load_profile
+
+    table = Table(title="hardware profiles (per GPU, bandwidth per direction)")
+    for col in ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s",
+                "scale-up", "scale-out", "measured"):  # fmt: skip
+        table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
+    for name in shipped_profiles():
+        p = load_profile(name)
+        peaks = p.gpu.peak_tflops
+        nics = f"{p.node.nics_per_node}x{p.node.nic_gbps:g} Gb/s per {p.node.gpus_per_node} GPUs"
+        measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
+        table.add_row(
+            name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
+            f"{peaks.get('bf16', 0):g}", f"{peaks['fp8']:g}" if "fp8" in peaks else "-",
+            _scale_up(p), nics, measured or "-",
+        )  # fmt: skip
+    Console().print(table)

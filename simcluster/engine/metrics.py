@@ -27,34 +27,36 @@ def union_length(intervals: np.ndarray) -> float:
     return float(total + cur_e - cur_s)
 
 
-def _merge(intervals: np.ndarray) -> list[tuple[float, float]]:
+def _merge(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint (starts, ends) covering the union of ``intervals`` (touching ones
+    joined). Vectorised: a new run begins where a start passes every earlier end."""
     if len(intervals) == 0:
-        return []
+        return np.empty(0), np.empty(0)
     iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
-    out = [list(iv[0])]
-    for s, e in iv[1:]:
-        if s > out[-1][1]:
-            out.append([s, e])
-        else:
-            out[-1][1] = max(out[-1][1], e)
-    return [(float(a), float(b)) for a, b in out]
+    starts, ends = iv[:, 0], np.maximum.accumulate(iv[:, 1])
+    first = np.flatnonzero(np.r_[True, starts[1:] > ends[:-1]])
+    last = np.r_[first[1:] - 1, len(iv) - 1]
+    return starts[first], ends[last]
 
 
 def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
     """Length of the union of ``comm`` intervals not covered by any ``compute`` interval."""
-    cover = _merge(compute)
-    total = 0.0
-    j = 0
-    for s, e in _merge(comm):
-        while j < len(cover) and cover[j][1] <= s:
-            j += 1  # both lists are sorted and disjoint: a two-pointer sweep
-        length = e - s
-        k = j
-        while k < len(cover) and cover[k][0] < e:
-            length -= min(e, cover[k][1]) - max(s, cover[k][0])
-            k += 1
-        total += max(length, 0.0)
-    return total
+    s, e = _merge(comm)
+    if len(s) == 0:
+        return 0.0
+    cs, ce = _merge(compute)
+    if len(cs) == 0:
+        return float(np.sum(e - s))
+    before = np.r_[0.0, np.cumsum(ce - cs)]  # covered length before each cover interval
+
+    def covered_until(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(cs, x, side="right")  # cover intervals starting at or before x
+        j = np.maximum(i - 1, 0)
+        inside = np.where(i > 0, np.clip(x - cs[j], 0.0, ce[j] - cs[j]), 0.0)
+        return before[j] * (i > 0) + inside
+
+    free = (e - s) - (covered_until(e) - covered_until(s))
+    return float(np.sum(np.maximum(free, 0.0)))
 
 
 def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
