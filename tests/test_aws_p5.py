@@ -58,9 +58,11 @@ def test_large_message_busbw_at_8_and_16_nodes(nodes, measured):
 
 
 def test_the_model_alone_misses_what_the_table_adds():
-    """Why the profile carries the table: the pure model's known misses, pinned by direction."""
+    """Why the profile carries the table: the pure model's known miss, pinned by direction;
+    and what it now gets without the table: NCCL's NVLS_TREE on 2 whole nodes (busbw above the
+    NIC rate: each NIC carries the shard once each way), within 10% of nccl-tests."""
     _, two_node = busbw(16, 8 * 2**30, measured=False)
-    assert two_node < 0.85 * 477.7  # NVLS-tree on 2 nodes not modelled
+    assert two_node == pytest.approx(477.7, rel=0.10)
     _, mid = busbw(128, 64 * 2**20, measured=False)
     assert mid > 1.5 * 92.4  # EFA mid-size collapse not modelled
 

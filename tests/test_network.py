@@ -241,3 +241,26 @@ def test_bad_inputs():
         collective_time("all_gathr", GiB, c, list(range(16)))
     with pytest.raises(UserError, match="outside the cluster"):
         collective_time("all_reduce", GiB, c, [0, 99])
+
+
+def test_nvls_tree_on_two_nodes_is_bound_by_the_switch():
+    # NCCL's NVLS_TREE: in-switch reduction at NVLS's algbw (450 x 0.611 = 275 GB/s, from
+    # nccl-tests issue 212) while each NIC carries only the S/8 shard each way (400 Gb/s x 0.92
+    # = 46 GB/s -> 368 GB/s of S): busbw = 275 x 2(n-1)/n on 16 GPUs, above the ring's NIC bound.
+    c = h100(16)
+    t = collective_time("all_reduce", 8 * GiB, c, list(range(16)), algo="nvls_tree")
+    assert busbw_ar(t, 8 * GiB, 16) == pytest.approx(450 * 0.611 * 2 * 15 / 16, rel=0.01)
+    ring = collective_time("all_reduce", 8 * GiB, c, list(range(16)), algo="ring")
+    assert describe("all_reduce", 8 * GiB, c, list(range(16))).algo == "nvls_tree"
+    assert t < ring
+
+
+def test_nvls_tree_needs_several_gpus_in_several_domains():
+    c = h100(16)
+    with pytest.raises(UserError, match="nvls_tree"):
+        collective_time("all_reduce", GiB, c, list(range(8)), algo="nvls_tree")  # one node
+    with pytest.raises(UserError, match="nvls_tree"):
+        collective_time("all_reduce", GiB, c, [0, 8], algo="nvls_tree")  # one GPU per node
+    no_nvls = h100(16, nvls=False)
+    with pytest.raises(UserError, match="NVLS"):
+        collective_time("all_reduce", GiB, no_nvls, list(range(16)), algo="nvls_tree")

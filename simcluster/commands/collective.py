@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
     parser.add_argument(
-        "--algo", default=None, help="ring, tree, hierarchical, nvls, direct (default: as NCCL)"
+        "--algo", default=None,
+        help="ring, tree, nvls, nvls_tree, hierarchical, direct (default: as NCCL)",
     )
     parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
                         help="override a hardware field, e.g. cluster.nic_gbps=200")  # fmt: skip

@@ -120,9 +120,9 @@ def measured_ratio(
     a reference group of that geometry.
 
     Outside a geometry's measured sizes its ratio at the nearest measured size holds. A ratio
-    below 1 (measured faster than the model, e.g. NCCL's NVLS-tree on two whole nodes, whose
-    busbw exceeds the NIC rate) is kept only at its own geometry: it comes from an algorithm
-    the model lacks, which other layouts of the group cannot use."""
+    below 1 (measured faster than the model, as NCCL's NVLS-tree on two whole nodes was before
+    it was modelled) is kept only at its own geometry: it comes from an algorithm the model
+    lacks, which other layouts of the group may not be able to use."""
     if nbytes <= 0 or group.gpus < 2:
         return None
     table_op = op

@@ -1,4 +1,4 @@
-"""NCCL-style tree all-reduce: a chain inside each NVLink domain and two complementary binary
+"""NCCL-style tree all-reduce (and NVLS_TREE below): a chain inside each NVLink domain and two complementary binary
 trees across domains (the "double binary tree" of NCCL 2.4, Sanders et al. 2009), each carrying
 half the data, spread over the rails. Reduce goes up and broadcast comes down, pipelined.
 Latency: 2((g-1) intra + log2(D) inter) steps, as NCCL's tuning model."""
@@ -53,4 +53,52 @@ class Tree(Algorithm):
         g = max(len(x) for x in domains)
         inter = 2 * math.ceil(math.log2(d)) if d > 1 else 0
         return Plan("tree", tuple(transfers), 2 * (g - 1), inter,
+                    *hop_latencies(cluster, transfers, group))  # fmt: skip
+
+
+@register_algorithm
+class NvlsTree(Algorithm):
+    """NCCL's NVLS_TREE all-reduce (NCCL >= 2.18, multi-node with NVLink SHARP): each NVLink
+    domain reduces in the switch (every GPU pushes S up and takes S back, as ``nvls``), and
+    the shard of each local position crosses domains on its own rail in two complementary
+    binary trees (half each, as ``tree``). A NIC so carries S/g each way where a ring carries
+    2(n-1)/n x S/g; the switch side runs at NVLS's measured rate."""
+
+    name = "nvls_tree"
+    family = "nvls"
+    ops = frozenset({"all_reduce"})
+
+    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
+        why = super().unsupported(op, cluster, group)
+        if why:
+            return why
+        if not cluster.profile.node.nvls or cluster.profile.efficiency.nvls is None:
+            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls, efficiency.nvls)"
+        domains = by_domain(cluster, group)
+        if len(domains) < 2 or len({len(d) for d in domains}) != 1 or len(domains[0]) < 2:
+            return "'nvls_tree' needs >= 2 NVLink domains with the same number (>= 2) of GPUs each"
+        return None
+
+    def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
+        eff = cluster.profile.efficiency
+        scale = eff.nvlink / float(eff.nvls or eff.nvlink)  # S at NVLS's algbw, as in ``nvls``
+        domains = by_domain(cluster, group)
+        transfers: list[Transfer] = []
+        for gpus in domains:
+            nvs = f"nvs{cluster.domain_of(gpus[0])}"
+            for g in gpus:
+                transfers.append(Transfer((cluster.link(f"gpu{g}", nvs),), scale))
+                transfers.append(Transfer((cluster.link(nvs, f"gpu{g}"),), scale))
+        d, rails = len(domains), len(domains[0])
+        for mirror in (False, True):
+            for parent, child in _binary_tree_edges(d, mirror):
+                for k in range(rails):  # the S/rails shard of local position k, half per tree
+                    p, c = domains[parent][k], domains[child][k]
+                    frac = 0.5 / rails
+                    transfers += [
+                        Transfer(cluster.path(c, p), frac),
+                        Transfer(cluster.path(p, c), frac),
+                    ]
+        inter = 2 * math.ceil(math.log2(d))
+        return Plan("nvls", tuple(transfers), 2, inter,
                     *hop_latencies(cluster, transfers, group))  # fmt: skip
