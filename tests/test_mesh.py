@@ -98,3 +98,12 @@ def test_mi300x_peak_is_cus_times_rate_times_clock():
     )
     assert p.gpu.peak_tflops["fp8"] == pytest.approx(2 * p.gpu.peak_tflops["bf16"], rel=1e-3)
     assert p.node.nvlink_GBps == 7 * 64  # seven xGMI links of 64 GB/s per direction
+
+
+def test_all_to_all_uses_every_link_at_once():
+    # ROCm blog (TransferBench all-to-all, 64 MiB per pair): aggregated unidirectional bandwidth
+    # per GPU 315-336 GB/s (7 x 45-48 GB/s). Each GPU sends S/8 to each of its 7 peers.
+    size = 8 * GiB
+    t = collective_time("all_to_all", size, mi300x(8), list(range(8)))
+    per_gpu_out = size * 7 / 8 / t / 1e9
+    assert 310.0 <= per_gpu_out <= 336.0
