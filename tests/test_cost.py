@@ -78,3 +78,10 @@ def test_priced_sweeps_rank_by_cost_per_token():
     assert [r.candidate.label for r in rank([fast, over, cheap], prices)] == [
         "hardware=a100", "hardware=h100", "hardware=b200",  # layouts that fit still come first
     ]
+
+
+def test_sweep_refuses_an_unpriced_or_unknown_profile_like_compare(cli, pipe_file):
+    r = cli("sweep", pipe_file, "--hardware", "dgx-h100,dgx-a100", "--price", "dgx-h100=4", "--jobs", "1")
+    assert r.code == 2 and "no price for hardware 'dgx-a100'" in r.err and len(r.err.strip().splitlines()) == 1
+    r = cli("sweep", pipe_file, "--price", "dgx-h10=4", "--jobs", "1")
+    assert r.code == 2 and "'dgx-h10' is not a hardware profile" in r.err

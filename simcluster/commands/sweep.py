@@ -17,7 +17,7 @@ from simcluster.commands.common import (
     scenario_from_args,
     to_json,
 )
-from simcluster.cost import Prices, format_usd, parse_prices
+from simcluster.cost import Prices, check_priced, format_usd, parse_prices
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.executors import Executor
@@ -86,7 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse sweeps of more than N combinations (default 500)",
     )  # fmt: skip
     parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
-    add_price_argument(parser, "adds what a million tokens cost and ranks by it")
+    add_price_argument(
+        parser,
+        "adds what a million tokens cost and ranks by it; with prices per profile, every "
+        "profile of the sweep needs one (an unpriced or unknown profile is an error)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
     for name in axes.get("hardware", []):
         resolve_profile_path(name, field="--hardware")  # a typo is an error, not a skipped row
+    # as compare: a mistyped or missing per-profile price is an error, not rows ranked last
+    profiles = axes.get("hardware") or [hardware or scenario.cluster.hardware]
+    check_priced(prices, {str(name): scenario.name for name in profiles})
     cands = candidates(base, axes)
     if len(cands) > args.max_layouts:
         raise UserError(
