@@ -12,6 +12,7 @@ from engine_helpers import pipeline_scenario, run
 
 from simcluster.cost import Prices, parse_prices, usd_per_million_tokens
 from simcluster.errors import UserError
+from simcluster.hardware import _data_dir
 
 
 def test_prices_are_one_for_all_or_per_profile():
@@ -85,3 +86,19 @@ def test_sweep_refuses_an_unpriced_or_unknown_profile_like_compare(cli, pipe_fil
     assert r.code == 2 and "no price for hardware 'dgx-a100'" in r.err and len(r.err.strip().splitlines()) == 1
     r = cli("sweep", pipe_file, "--price", "dgx-h10=4", "--jobs", "1")
     assert r.code == 2 and "'dgx-h10' is not a hardware profile" in r.err
+
+
+def test_a_profile_given_by_path_is_priced_by_its_name(cli, pipe_file, tmp_path):
+    # Prices are per profile name, as each row's summary names its hardware (compare does the same).
+    raw = yaml.safe_load((_data_dir() / "dgx-h100.yaml").read_text())
+    raw["name"] = "my-cluster"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "sw"
+    r = cli("sweep", pipe_file, "--hardware", f"{mine},dgx-h100", "--price", "my-cluster=2,dgx-h100=3",
+            "--jobs", "1", "--out", str(out))  # fmt: skip
+    assert r.code == 0, r.err
+    frame = pd.read_csv(out / "sweep.csv")
+    assert frame["usd_per_million_tokens"].notna().all()
+    by_price = frame.set_index("usd_per_million_tokens")["tokens_per_s"]
+    assert len(by_price) == 2

@@ -21,7 +21,7 @@ from simcluster.cost import Prices, check_priced, format_usd, parse_prices
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.executors import Executor
-from simcluster.hardware import resolve_profile_path
+from simcluster.hardware import load_profile, resolve_profile_path
 from simcluster.sweep import (
     AXES,
     Candidate,
@@ -112,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
     axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
     for name in axes.get("hardware", []):
         resolve_profile_path(name, field="--hardware")  # a typo is an error, not a skipped row
-    # as compare: a mistyped or missing per-profile price is an error, not rows ranked last
-    profiles = axes.get("hardware") or [hardware or scenario.cluster.hardware]
-    check_priced(prices, {str(name): scenario.name for name in profiles})
+    # as compare: a mistyped or missing per-profile price is an error, not rows ranked last;
+    # prices are keyed by the profile's own name (a YAML path's `name:`), as the rows are
+    if prices is not None:
+        profiles = axes.get("hardware") or [hardware or scenario.cluster.hardware]
+        check_priced(prices, {load_profile(str(p)).name: scenario.name for p in profiles})
     cands = candidates(base, axes)
     if len(cands) > args.max_layouts:
         raise UserError(
