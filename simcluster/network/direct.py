@@ -21,6 +21,19 @@ from simcluster.network.algorithms import (
 from simcluster.topology import Cluster
 
 
+def switch_reduce_transfers(cluster: Cluster, gpus: list[int]) -> list[Transfer]:
+    """In-switch reduction in one NVLink domain: each GPU pushes S into the switch and takes S
+    back, the bytes scaled so S alone moves at NVLS's measured algbw (``efficiency.nvls``)."""
+    eff = cluster.profile.efficiency
+    scale = eff.nvlink / float(eff.nvls or eff.nvlink)
+    nvs = f"nvs{cluster.domain_of(gpus[0])}"
+    transfers: list[Transfer] = []
+    for g in gpus:
+        transfers.append(Transfer((cluster.link(f"gpu{g}", nvs),), scale))
+        transfers.append(Transfer((cluster.link(nvs, f"gpu{g}"),), scale))
+    return transfers
+
+
 @register_algorithm
 class Nvls(Algorithm):
     """NVSwitch in-network reduction within one NVLink domain."""
@@ -45,13 +58,7 @@ class Nvls(Algorithm):
         return None
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
-        eff = cluster.profile.efficiency
-        scale = eff.nvlink / float(eff.nvls or eff.nvlink)
-        nvs = f"nvs{cluster.domain_of(group[0])}"
-        transfers: list[Transfer] = []
-        for g in sorted(group):
-            transfers.append(Transfer((cluster.link(f"gpu{g}", nvs),), scale))
-            transfers.append(Transfer((cluster.link(nvs, f"gpu{g}"),), scale))
+        transfers = switch_reduce_transfers(cluster, sorted(group))
         return Plan("nvls", tuple(transfers), 1, 0, *hop_latencies(cluster, transfers, group))
 
 

@@ -96,17 +96,15 @@ class Ring(Algorithm):
         frac = _RING_FRACTION[op](n) / channels
         if cluster.mesh:
             transfers = _mesh_transfers(cluster, domains, frac, channels, op == "broadcast")
-            intra, inter = _steps(op, n, len(domains))
-            return Plan("ring", tuple(transfers), intra, inter,
-                        *hop_latencies(cluster, transfers, group))  # fmt: skip
-        transfers: list[Transfer] = []
-        for c in range(channels):
-            ring = ring_order(domains, c)
-            if op == "broadcast":
-                # Chain from the root (first GPU of the caller's group order).
-                root = ring.index(group[0])
-                ring = ring[root:] + ring[:root]
-            transfers += ring_transfers(cluster, ring, frac, chain=op == "broadcast")
+        else:
+            transfers = []
+            for c in range(channels):
+                ring = ring_order(domains, c)
+                if op == "broadcast":
+                    # Chain from the root (first GPU of the caller's group order).
+                    root = ring.index(group[0])
+                    ring = ring[root:] + ring[:root]
+                transfers += ring_transfers(cluster, ring, frac, chain=op == "broadcast")
         intra, inter = _steps(op, n, len(domains))
         return Plan(
             "ring", tuple(transfers), intra, inter, *hop_latencies(cluster, transfers, group)

@@ -15,6 +15,7 @@ from simcluster.network.algorithms import (
     hop_latencies,
     register_algorithm,
 )
+from simcluster.network.direct import switch_reduce_transfers
 from simcluster.topology import Cluster
 
 
@@ -23,6 +24,23 @@ def _binary_tree_edges(d: int, mirror: bool) -> list[tuple[int, int]]:
     items from the other end so interior nodes of one tree are leaves of the other."""
     name = (lambda i: d - 1 - i) if mirror else (lambda i: i)
     return [(name((i - 1) // 2), name(i)) for i in range(1, d)]
+
+
+def _across_domains(cluster: Cluster, domains: list[list[int]]) -> list[Transfer]:
+    """The double binary tree across domains: local position k's shard (S / rails) on its own
+    rail, half in each tree, reduced up and broadcast down."""
+    d, rails = len(domains), min(len(x) for x in domains)
+    transfers: list[Transfer] = []
+    for mirror in (False, True):
+        for parent, child in _binary_tree_edges(d, mirror):
+            for k in range(rails):
+                p, c = domains[parent][k], domains[child][k]
+                frac = 0.5 / rails
+                transfers += [
+                    Transfer(cluster.path(c, p), frac),
+                    Transfer(cluster.path(p, c), frac),
+                ]
+    return transfers
 
 
 @register_algorithm
@@ -39,17 +57,8 @@ class Tree(Algorithm):
         for gpus in domains:  # chain: reduce up and broadcast down, S each way
             for a, b in zip(gpus, gpus[1:], strict=False):
                 transfers += [Transfer(cluster.path(b, a), 1.0), Transfer(cluster.path(a, b), 1.0)]
+        transfers += _across_domains(cluster, domains)
         d = len(domains)
-        rails = min(len(x) for x in domains)
-        for mirror in (False, True):
-            for parent, child in _binary_tree_edges(d, mirror):
-                for k in range(rails):
-                    p, c = domains[parent][k], domains[child][k]
-                    frac = 0.5 / rails
-                    transfers += [
-                        Transfer(cluster.path(c, p), frac),
-                        Transfer(cluster.path(p, c), frac),
-                    ]
         g = max(len(x) for x in domains)
         inter = 2 * math.ceil(math.log2(d)) if d > 1 else 0
         return Plan("tree", tuple(transfers), 2 * (g - 1), inter,
@@ -80,25 +89,11 @@ class NvlsTree(Algorithm):
         return None
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
-        eff = cluster.profile.efficiency
-        scale = eff.nvlink / float(eff.nvls or eff.nvlink)  # S at NVLS's algbw, as in ``nvls``
         domains = by_domain(cluster, group)
         transfers: list[Transfer] = []
         for gpus in domains:
-            nvs = f"nvs{cluster.domain_of(gpus[0])}"
-            for g in gpus:
-                transfers.append(Transfer((cluster.link(f"gpu{g}", nvs),), scale))
-                transfers.append(Transfer((cluster.link(nvs, f"gpu{g}"),), scale))
-        d, rails = len(domains), len(domains[0])
-        for mirror in (False, True):
-            for parent, child in _binary_tree_edges(d, mirror):
-                for k in range(rails):  # the S/rails shard of local position k, half per tree
-                    p, c = domains[parent][k], domains[child][k]
-                    frac = 0.5 / rails
-                    transfers += [
-                        Transfer(cluster.path(c, p), frac),
-                        Transfer(cluster.path(p, c), frac),
-                    ]
-        inter = 2 * math.ceil(math.log2(d))
+            transfers += switch_reduce_transfers(cluster, gpus)
+        transfers += _across_domains(cluster, domains)
+        inter = 2 * math.ceil(math.log2(len(domains)))
         return Plan("nvls", tuple(transfers), 2, inter,
                     *hop_latencies(cluster, transfers, group))  # fmt: skip
