@@ -13,18 +13,11 @@ NON_PIPELINE_GROUPS = tuple(g for g in EXPOSED_GROUPS if g != "pp")
 
 def union_length(intervals: np.ndarray) -> float:
     """Total length covered by a set of [start, end] intervals."""
-    if len(intervals) == 0:
+    s, e = _merge(intervals)
+    if len(s) == 0:
         return 0.0
-    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
-    total = 0.0
-    cur_s, cur_e = iv[0]
-    for s, e in iv[1:]:
-        if s > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return float(total + cur_e - cur_s)
+    # summed run by run in time order, the last run's end added before its start is taken off
+    return float(sum((e[:-1] - s[:-1]).tolist()) + e[-1] - s[-1])
 
 
 def _merge(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
