@@ -99,7 +99,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         return {
             "training": training,
             "parallel": parallel,
-            "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
+            "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor"},
             "overlap": {
                 "dp_grad_reduce": False,
                 "param_gather": False,

@@ -268,6 +268,18 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "dp.grad_collective",
             f"'{grad_collective}' does not fit zero={par.zero}; use {' or '.join(allowed)} (or auto)",
         )
+    if scenario.dp.param_unpack == "per_tensor" and par.zero not in (1, 2):
+        raise UserError(
+            "dp.param_unpack",
+            f"per_tensor unpacks ZeRO-1/2's parameter all-gather; zero={par.zero} has none "
+            "(set parallel.zero to 1 or 2, or drop it)",
+        )
+    if scenario.dp.param_unpack == "per_tensor" and scenario.overlap.param_gather:
+        raise UserError(
+            "dp.param_unpack",
+            "per_tensor unpacks the blocking all-gather after the optimizer (nanotron); set "
+            "overlap.param_gather false, or dp.param_unpack flat",
+        )
     zero_shard = par.zero_shard or 0
     if zero_shard:
         if par.zero == 0:

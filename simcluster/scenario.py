@@ -313,6 +313,16 @@ class DpSection(_Section):
         description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "
         "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard)",
     )
+    param_unpack: Literal["flat", "per_tensor"] = Field(
+        default="flat",
+        description=(
+            "how ZeRO-1/2's gathered parameters reach the model: flat (gathered in place into one "
+            "buffer, as Megatron's distributed optimizer and DeepSpeed do); per_tensor (nanotron's "
+            "all_gather_coalesced: a Python loop that slices every parameter tensor for every DP "
+            "rank and copies each piece back, so the GPU waits on the host for "
+            "2 x tensors x dp eager ops of efficiency.kernel_launch_us each)"
+        ),
+    )
 
 
 class MoeSection(_Section):

@@ -148,14 +148,17 @@ NANOTRON_ZERO1 = (
     "ZeRO-1: no DDP; after the last backward one blocking all-reduce of the whole fp32 gradient "
     "buffer (optim/zero.py: reduce_scatter=False, 'too memory hungry'), the optimizer steps its "
     "1/dp shard, then one blocking all_gather_coalesced of the bf16 params: dp.grad_collective "
-    "all_reduce, one bucket per stage (dp.bucket_mb 1e6), no overlap of either"
+    "all_reduce, one bucket per stage (dp.bucket_mb 1e6), no overlap of either; the gather is "
+    "unpacked in Python, every parameter tensor sliced for every DP rank and each gathered piece "
+    "copied back with its own copy_ (optim/zero.py _all_gather_params, distributed.py "
+    "all_gather_coalesced): dp.param_unpack per_tensor"
 )
 NANOTRON_ZERO0_SCENARIO = {
     "dp": {"bucket_mb": 52.4288},
     "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
 }
 NANOTRON_ZERO1_SCENARIO = {
-    "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6},
+    "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor"},
     "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False,
                 "pp_p2p": "serial"},
 }

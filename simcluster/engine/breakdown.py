@@ -23,7 +23,7 @@ from simcluster.parallelism.segments import CATEGORIES
 
 COMPUTE_KEYS = (*CATEGORIES, "recompute", "other")
 # short names for narrow table cells
-SHORT = {"memory": "mem-bound", "grad_accum": "grad adds", "idle": "idle", **{f"comm_{g}": f"{g} comm" for g in EXPOSED_GROUPS}}
+SHORT = {"memory": "mem-bound", "grad_accum": "grad adds", "host": "host-bound", "idle": "idle", **{f"comm_{g}": f"{g} comm" for g in EXPOSED_GROUPS}}
 LABELS = {
     "gemm": "GEMMs",
     "attention": "attention",
@@ -31,6 +31,7 @@ LABELS = {
     "loss": "loss",
     "grad_accum": "gradient accumulation adds",
     "optimizer": "optimizer",
+    "host": "host-bound (GPU waits on Python)",
     "recompute": "recompute",
     "other": "other compute",
     "idle": "idle (bubble, waits)",

@@ -23,6 +23,7 @@ from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
 from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
 from simcluster.parallelism.shapes import Shapes
+from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
 from simcluster.scenario import Scenario
 from simcluster.stragglers import degrade_nics, resolve
 from simcluster.topology import build_cluster
@@ -81,6 +82,7 @@ def simulate(
         Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes,
         _fsdp2_copies(ctx, km),
         stragglers,
+        unpack_seconds=_unpack_seconds(ctx),
     )
     ranks = (
         range(ctx.layout.world)
@@ -102,6 +104,17 @@ def simulate(
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
+
+
+def _unpack_seconds(ctx: Context) -> list[float]:
+    """Per stage, the host time of unpacking the post-optimizer gather tensor by tensor."""
+    if ctx.scenario.dp.param_unpack != "per_tensor":
+        return []
+    op_s = ctx.profile.efficiency.kernel_launch_us * 1e-6
+    return [
+        unpack_seconds(stage_tensors(ctx.model, chunks), ctx.layout.zero_group, op_s)
+        for chunks in ctx.chunks
+    ]
 
 
 def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:

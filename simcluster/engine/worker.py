@@ -40,6 +40,9 @@ class Shared:
     # unit's parameters (None unless zero3.buffers: copies)
     fsdp2_copy_seconds: tuple[Callable[[float], float], Callable[[float], float]] | None = None
     stragglers: Stragglers = field(default_factory=Stragglers)
+    # host seconds per stage of unpacking the post-optimizer parameter gather tensor by tensor
+    # (dp.param_unpack: per_tensor; empty otherwise)
+    unpack_seconds: list[float] = field(default_factory=list)
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -257,6 +260,11 @@ class Worker:
         if zero in (1, 2) and not sc.overlap.param_gather:
             for b in self.plan.buckets:
                 yield env.process(self._gather_bucket(b))
+        if self.shared.unpack_seconds and self.shared.unpack_seconds[self.stage] > 0:
+            start = env.now
+            seconds = self.shared.unpack_seconds[self.stage]
+            yield env.timeout(seconds)  # host time: neither a slow GPU nor NCCL's SMs stretch it
+            self._record("optimizer", "param_unpack", -1, -1, -1, start, Work.of(host=seconds))
         yield from self._drain()
         self.end_time = env.now
 

@@ -24,6 +24,7 @@ COLORS: dict[str, str] = {
     "loss": "#88D27A",
     "grad_accum": "#B5BD68",
     "optimizer": "#B279A2",
+    "host": "#D4A6C8",
     "recompute": "#9ECAE9",
     "other": "#79706E",
     "comm_tp": "#E45756",

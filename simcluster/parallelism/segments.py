@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 # softmax); memory-bound kernels (norms, activations, residuals, rotary, copies, casts,
 # embedding lookups, MoE permutes); the cross-entropy loss on the logits; adding each
 # microbatch's weight gradients into the fp32 main gradients; the optimizer update.
-CATEGORIES = ("gemm", "attention", "memory", "loss", "grad_accum", "optimizer")
+CATEGORIES = ("gemm", "attention", "memory", "loss", "grad_accum", "optimizer", "host")
 
 
 @dataclass(frozen=True)
