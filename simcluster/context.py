@@ -158,16 +158,23 @@ def _check_recompute_layers(
     )
 
 
+#: schedules whose one-at-a-time p2p is modelled: DeepSpeed's TrainSchedule and nanotron's
+#: OneForwardOneBackward engine (1f1b), nanotron's AllForwardAllBackward engine (afab: each
+#: op's output sent right after it, before the next op's receive)
+SERIAL_SCHEDULES = ("1f1b", "afab")
+
+
 def _check_serial_p2p(scenario: Scenario) -> None:
     """The one-at-a-time pipeline p2p of DeepSpeed's and nanotron's engines is modelled for
-    their 1F1B schedule only."""
+    the schedules those engines run."""
     if scenario.overlap.pp_p2p != "serial":
         return
-    if scenario.parallel.schedule != "1f1b":
+    if scenario.parallel.schedule not in SERIAL_SCHEDULES:
         raise UserError(
             "overlap.pp_p2p",
-            f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for 1f1b only "
-            f"(schedule is '{scenario.parallel.schedule}'); use batched or parallel.schedule: 1f1b",
+            f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for "
+            f"{' and '.join(SERIAL_SCHEDULES)} only (schedule is '{scenario.parallel.schedule}'); "
+            "use batched or parallel.schedule: 1f1b",
         )
     if scenario.overlap.pp_comm:
         raise UserError(

@@ -112,7 +112,7 @@ class EfficiencySpec(_Strict):
         le=1,
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
-    kernel_launch_us: float = Field(default=4.0, ge=0, description="per-kernel launch/drain gap on a stream")
+    kernel_launch_us: float = Field(default=4.0, ge=0, description="per-kernel launch/drain gap on a stream, and the host time of one eager op issued from Python (calibrate: a one-element add)")
     gemm_tile: tuple[int, int] = Field(
         default=(128, 256), description="output tile of large cuBLAS GEMMs (M x N), for tile/wave quantisation"
     )

@@ -67,7 +67,7 @@ def test_deepspeed_framework_selects_serial_p2p():
 
 @pytest.mark.parametrize(
     ("override", "needle"),
-    [({"schedule": "interleaved", "vpp": 2}, "1f1b only"), ({}, "pp_comm: false")],
+    [({"schedule": "interleaved", "vpp": 2}, "1f1b and afab only"), ({}, "pp_comm: false")],
 )
 def test_serial_p2p_outside_deepspeeds_engine_is_a_one_line_error(override, needle):
     sc = _scenario(16, "serial", **override)
@@ -77,3 +77,29 @@ def test_serial_p2p_outside_deepspeeds_engine_is_a_one_line_error(override, need
         build_context(sc)
     assert err.value.field == "overlap.pp_p2p"
     assert needle in str(err.value)
+
+
+# nanotron's AllForwardAllBackwardPipelineEngine (parallel/pipeline_parallel/engine.py): after
+# each forward it executes the queued activation send, after each backward the gradient send,
+# each a blocking isend + wait (p2p.py), and a forward's input is received (blocking) inside
+# the model's first PipelineBlock: one thing at a time on a stage.
+
+
+def test_afab_with_free_transfers_serial_costs_nothing():
+    batched, serial = (
+        simulate(_scenario(8, p2p, network="ideal", schedule="afab")).summary["step_time_s"]
+        for p2p in ("batched", "serial")
+    )
+    assert serial == batched
+
+
+def test_afab_serial_stage_does_one_thing_at_a_time():
+    serial = simulate(_scenario(8, "serial", schedule="afab"))
+    batched = simulate(_scenario(8, "batched", schedule="afab"))
+    assert serial.summary["step_time_s"] > batched.summary["step_time_s"]
+    events = serial.events
+    middle = events[events["rank"] == sorted(events["rank"].unique())[1]]
+    pipe = middle[middle["kind"].isin(["forward", "backward", "send", "recv"])]
+    spans = sorted(zip(pipe["start_s"], pipe["end_s"], strict=True))
+    for (_, end), (start, _) in zip(spans[:-1], spans[1:], strict=True):
+        assert start >= end - 1e-12  # no send, receive or compute overlaps another
