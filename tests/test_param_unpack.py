@@ -81,7 +81,7 @@ def test_the_step_waits_for_the_unpack_after_the_gather(dp: int) -> None:
     assert gained == pytest.approx(expected, rel=1e-9)
     events = per_tensor.events
     unpack = events[events["name"] == "param_unpack"]
-    assert len(unpack) == 1
+    assert len(unpack) == 1 and unpack["kind"].iloc[0] == "host" and unpack["stream"].iloc[0] == "compute"
     gathers = events[(events["kind"] == "all_gather") & (events["group"] == "dp")]
     assert float(unpack["start_s"].iloc[0]) >= float(gathers["end_s"].max())
     assert per_tensor.summary["time_breakdown_s"]["per_stage"][0]["host"] == pytest.approx(expected, rel=1e-9)

@@ -264,7 +264,7 @@ class Worker:
             start = env.now
             seconds = self.shared.unpack_seconds[self.stage]
             yield env.timeout(seconds)  # host time: neither a slow GPU nor NCCL's SMs stretch it
-            self._record("optimizer", "param_unpack", -1, -1, -1, start, Work.of(host=seconds))
+            self._record("host", "param_unpack", -1, -1, -1, start, Work.of(host=seconds))
         yield from self._drain()
         self.end_time = env.now
 

@@ -39,6 +39,7 @@ COMPUTE_KINDS: tuple[str, ...] = (
     "backward",
     "recompute",
     "optimizer",
+    "host",
 )
 COMM_KINDS: tuple[str, ...] = (
     "all_reduce",
