@@ -160,12 +160,13 @@ FRAMEWORKS: dict[str, Framework] = {
             "nanotron",
             "Hugging Face nanotron (the Ultra-Scale Playbook runs): flash-attn 2, Triton norm and "
             "rotary with PyTorch copies around them, DDP with fp32 bucket all-reduce in the last "
-            "microbatch's backward (ZeRO-1: one blocking all-reduce after it), no TP overlap, "
+            "microbatch's backward (ZeRO-1: one blocking all-reduce after it, and a parameter "
+            "all-gather unpacked tensor by tensor in Python), no TP overlap, "
             "pipeline p2p one blocking transfer at a time, layers split over stages by their cost "
             "with the LM head's",
             "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
             "build_model, optim/gradient_accumulator.py, "
-            "optim/zero.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py); "
+            "optim/zero.py, distributed.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py); "
             "examples/config_tiny_llama_bench.yaml",
             _nanotron,
             attention_kernel="fa2",
