@@ -12,7 +12,7 @@ gathered buffer, all_to_all one rank's send buffer.
 import pytest
 
 from simcluster.errors import UserError
-from tests.engine_helpers import merge_sections, run
+from tests.engine_helpers import layer_builder, merge_sections, run
 
 H, S, CP = 1024, 4096, 4
 BF16 = 2
@@ -88,3 +88,54 @@ def test_list_cp_names_every_algorithm(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a"]
     assert "Llama 3" in lines[1] and "Ulysses" in lines[2]
+
+
+# TransformerEngine AttnFuncWithCPAndKVP2P with the load-balanced causal split (each rank holds
+# chunks i and 2cp-1-i of c = s/2cp tokens): step 0 runs the local pair causally (2c x 2c),
+# every later step one visiting block without a mask (2c queries x c keys from an earlier rank,
+# c x 2c from a later one). FLOPs: 0.5 (2c)^2 + (cp-1) 2c^2 = 2 cp c^2, the rank's 1/cp of the
+# causal s^2 / 2.
+
+
+def _ring_builder(seq: int, cp: int, hardware: str = "dgx-h100", **training):
+    return layer_builder({
+        "model": {"layers": 2, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000, "mlp": "swiglu"},
+        "cluster": {"hardware": hardware, "gpus": 8 * cp},
+        "parallel": {"tp": 8, "cp": cp},
+        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 1, "attention_kernel": "fa2", **training},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("phase", ["F", "B"])
+def test_ring_kernels_hold_the_ranks_causal_share_of_flops(phase):
+    # a profile without attention curves: one rate for every mask, so only the launches differ
+    b = _ring_builder(65536, 8, hardware="dgx-b200", attention_kernel=None)
+    core = b.core_times(phase)
+    launch = b.km.launch_s  # the ring launches 8 kernels; the share of one kernel, 1/8 of one
+    assert core.diagonal + 7 * core.block == pytest.approx(core.total + (8 - 1 / 8) * launch, rel=1e-12)
+
+
+def test_ring_runs_all_but_one_step_at_the_non_causal_rate():
+    # 1M tokens over cp 32: chunks of 16K; FA2 head dim 128 on H100 (FlashAttention-3 paper
+    # Fig. 5, the profile's curve): causal 335, non-causal 370 TFLOP/s at 16K (held beyond)
+    seq, cp = 1 << 20, 32
+    b = _ring_builder(seq, cp)
+    core = b.core_times("F")
+    c = seq / (2 * cp)
+    heads = 32 / 8
+    flops = lambda sq, skv: 2 * heads * sq * skv * (128 + 128)  # noqa: E731
+    slow = b.km.slowdown
+    diagonal = 0.5 * flops(2 * c, 2 * c) / 335e12 * slow + b.km.launch_s
+    block = flops(2 * c, c) / 370e12 * slow + b.km.launch_s
+    assert core.diagonal == pytest.approx(diagonal, rel=1e-9)
+    assert core.block == pytest.approx(block, rel=1e-9)
+    assert core.diagonal + (cp - 1) * core.block < 0.92 * core.total  # was: all at 335
+
+
+def test_ring_steps_use_the_diagonal_kernel_first():
+    for phase in ("F", "B"):
+        segments = layer_builder(scenario("p2p")).layer(0, phase)
+        cores = [seg.seconds for seg in segments if getattr(seg, "name", "") == "attn_core"]
+        assert len(cores) == CP
+        assert cores[1:] == [cores[1]] * (CP - 1)  # the visiting blocks alike
+        assert cores[0] != cores[1]  # the local pair: causal, over twice the tokens

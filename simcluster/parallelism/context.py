@@ -7,7 +7,11 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
 
 - ``p2p``: ring attention (Liu et al. 2023; TE ``AttnFuncWithCPAndKVP2P``). KV blocks travel
   around the ring in cp-1 steps, each overlapped with the attention of the block already present;
-  backward passes KV and dKV (twice the bytes).
+  backward passes KV and dKV (twice the bytes). TE's kernels per step: first the rank's own two
+  chunks attend to each other (causal, 2c tokens, c = s/2cp), then each visiting block without a
+  mask (2c queries against the sender's first chunk if it comes from an earlier rank, else the
+  second chunk's c queries against both of its chunks): all but 1/cp of the work runs at a
+  kernel's non-causal rate.
 - ``all_gather``: Llama 3's method (Grattafiori et al. 2024, arXiv 2407.21783 Sec. 3.3.2; TE
   ``AttnFuncWithCPAndKVAllGather``, whose docstring says the gather is exposed). Forward
   all-gathers K and V, then attends the local queries to them; backward gathers K and V again
@@ -22,6 +26,7 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcluster.errors import UserError, did_you_mean
@@ -30,7 +35,21 @@ from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 if TYPE_CHECKING:  # shapes imports the layout, which checks cp_comm against this registry
     from simcluster.parallelism.shapes import Shapes
 
-CpAttention = Callable[["Shapes", float, bool, int], list[Segment]]
+
+
+@dataclass(frozen=True)
+class CoreTimes:
+    """Seconds of one layer's attention core on one rank, as the cp algorithms run it."""
+
+    #: the rank's share (1/cp of the causal work) as kernels over the whole sequence
+    total: float
+    #: ring attention's kernels: the rank's own chunk pair (causal) and one visiting KV block
+    #: (no mask); zero where the ring is not costed by its own kernels (unfused attention)
+    diagonal: float = 0.0
+    block: float = 0.0
+
+
+CpAttention = Callable[["Shapes", CoreTimes, bool, int], list[Segment]]
 _ALGORITHMS: dict[str, CpAttention] = {}
 FIELD = "parallel.cp_comm"
 
@@ -81,42 +100,45 @@ def q_bytes(shapes: Shapes) -> float:
     return shapes.tokens * m.heads * m.d_head * shapes.elt / shapes.layout.tp
 
 
-def cp_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+def cp_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """The attention core of one layer under the layout's ``cp_comm`` algorithm."""
     if shapes.layout.cp == 1:
-        return [Compute.of("attn_core", Work.of(attention=attention_seconds), layer)]
-    return _ALGORITHMS[shapes.layout.cp_comm](shapes, attention_seconds, backward, layer)
+        return [Compute.of("attn_core", Work.of(attention=core.total), layer)]
+    return _ALGORITHMS[shapes.layout.cp_comm](shapes, core, backward, layer)
 
 
 @register("p2p")
-def ring_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+def ring_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """Ring attention: cp-1 KV exchanges, each under the attention of the block before it."""
     cp = shapes.layout.cp
     step_bytes = kv_bytes(shapes) * (2 if backward else 1)
-    block = Work.of(attention=attention_seconds / cp)
+    if core.block > 0:
+        first, block = Work.of(attention=core.diagonal), Work.of(attention=core.block)
+    else:
+        first = block = Work.of(attention=core.total / cp)
     out: list[Segment] = []
-    for _ in range(cp - 1):
+    for step in range(cp - 1):
         out.append(Comm("cp_kv", "cp", "send_recv", step_bytes, True, layer))
-        out.append(Compute.of("attn_core", block, layer))
+        out.append(Compute.of("attn_core", first if step == 0 else block, layer))
     out.append(Compute.of("attn_core", block, layer))
     return out
 
 
 @register("all_gather")
-def all_gather_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+def all_gather_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """Llama 3: K and V all-gathered, exposed (again in backward), dK and dV reduce-scattered.
 
     Sizes are the gathered buffers (nccl-tests' size)."""
     gathered = kv_bytes(shapes) * shapes.layout.cp
-    core = Compute.of("attn_core", Work.of(attention=attention_seconds), layer)
-    out: list[Segment] = [Comm("cp_kv_ag", "cp", "all_gather", gathered, False, layer), core]
+    attend = Compute.of("attn_core", Work.of(attention=core.total), layer)
+    out: list[Segment] = [Comm("cp_kv_ag", "cp", "all_gather", gathered, False, layer), attend]
     if backward:
         out.append(Comm("cp_dkv_rs", "cp", "reduce_scatter", gathered, False, layer))
     return out
 
 
 @register("a2a")
-def ulysses_attention(shapes: Shapes, attention_seconds: float, backward: bool, layer: int) -> list[Segment]:
+def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """DeepSpeed-Ulysses: all-to-all over heads in and out of attention, exposed.
 
     In: Q, K, V forward, the output's gradient backward; attention on heads/cp heads of the
@@ -126,6 +148,6 @@ def ulysses_attention(shapes: Shapes, attention_seconds: float, backward: bool, 
     before, after = (o, qkv) if backward else (qkv, o)
     return [
         Comm("cp_a2a_in", "cp", "all_to_all", before, False, layer),
-        Compute.of("attn_core", Work.of(attention=attention_seconds), layer),
+        Compute.of("attn_core", Work.of(attention=core.total), layer),
         Comm("cp_a2a_out", "cp", "all_to_all", after, False, layer),
     ]

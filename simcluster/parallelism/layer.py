@@ -106,14 +106,18 @@ class LayerBuilder:
             seconds += (traffic.kernels * scale - 1) * self.km.launch_s
         return Work.of(memory=seconds)
 
+    def _head_dims(self) -> tuple[int, int]:
+        """(query/key, value) head dimensions; MLA's differ."""
+        m = self.shapes.model
+        if m.mla is not None:
+            return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+        return m.d_head, m.d_head
+
     def attention_core(self, phase: str) -> float:
         m, lay = self.shapes.model, self.shapes.layout
         if phase == "W":
             return 0.0
-        if m.mla is not None:
-            d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
-        else:
-            d_qk = d_v = m.d_head
+        d_qk, d_v = self._head_dims()
         s = self.scenario.training.seq_len
         b = self.scenario.training.micro_batch
         backward = phase == "B"
@@ -122,6 +126,30 @@ class LayerBuilder:
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
         return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
+
+    def core_times(self, phase: str) -> context.CoreTimes:
+        """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
+        attention over fused kernels, TE's per-step kernels (``context.py``): the rank's two
+        chunks of c = s/2cp tokens attend to each other (causal over 2c), and each visiting
+        block is attended without a mask, 2c queries against c keys for a block from an earlier
+        rank and c against 2c from a later one (on average half of each). Their FLOPs add up to
+        the rank's 1/cp of the causal work; the rates differ (a kernel's non-causal rate at the
+        block's length)."""
+        total = self.attention_core(phase)
+        lay = self.shapes.layout
+        if phase == "W" or lay.cp == 1 or lay.cp_comm != "p2p" or not self.scenario.training.flash_attention:
+            return context.CoreTimes(total)
+        d_qk, d_v = self._head_dims()
+        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / lay.tp
+        c = self.scenario.training.seq_len / (2 * lay.cp)
+        backward = phase == "B"
+
+        def attend(sq: float, skv: float, causal: bool) -> float:
+            return self.km.attention(b, sq, skv, heads, d_qk, d_v, causal=causal, backward=backward)
+
+        diagonal = attend(2 * c, 2 * c, True)
+        block = 0.5 * (attend(2 * c, c, False) + attend(c, 2 * c, False))
+        return context.CoreTimes(total, diagonal, block)
 
     def _unfused_attention(
         self, b: float, sq: float, skv: float, heads: float, d_qk: float, d_v: float, backward: bool
@@ -168,7 +196,7 @@ class LayerBuilder:
             out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
             out_t = out_t.scaled(self._row_parallel_slowdown(phase))
             out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
-            core = context.cp_attention(self.shapes, self.attention_core(phase), backward, index)
+            core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
             redo = self.scenario.training.recomputed
             if phase == "B" and "core_attn" in redo:
                 core = [*self._core_recompute(index), *core]
@@ -272,7 +300,7 @@ class LayerBuilder:
         attention (scores, softmax, dropout, weighted values) is checkpointed and its forward
         reruns right before its backward. Megatron checkpoints it with flash attention too
         (``checkpoint_core_attention``), so the fused forward reruns as well."""
-        forward = context.cp_attention(self.shapes, self.attention_core("F"), False, index)
+        forward = context.cp_attention(self.shapes, self.core_times("F"), False, index)
         return as_recompute(forward)
 
     @staticmethod
