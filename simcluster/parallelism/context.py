@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # shapes imports the layout, which checks cp_comm against thi
     from simcluster.parallelism.shapes import Shapes
 
 
-
 @dataclass(frozen=True)
 class CoreTimes:
     """Seconds of one layer's attention core on one rank, as the cp algorithms run it."""
