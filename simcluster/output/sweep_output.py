@@ -53,7 +53,8 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
         ax.scatter(*xy(over), s=36, facecolor="none", edgecolor="#C62828", linewidth=1.0,
                    label="does not fit", zorder=3)  # fmt: skip
     # one line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs)
-    for capacity in sorted({r.summary["capacity_bytes"] / GiB for r in ran}):  # type: ignore[index]
+    capacities = [r.summary["capacity_bytes"] / GiB for r in ran]  # type: ignore[index]
+    for capacity in sorted(set(capacities)):
         ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
     best = fits[:_LABELLED]
     for index, row in enumerate(best, start=1):
@@ -66,8 +67,15 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
                  family="monospace")  # fmt: skip
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("tokens/s per GPU")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    # from zero, with headroom: autoscaling pads the data's own range, which leaves the highest
+    # and rightmost markers on the frame once the axes are stretched down to zero
+    xs, ys = xy(ran)
+    if ran:
+        ax.set_xlim(0, 1.05 * max(xs + capacities))
+        ax.set_ylim(0, 1.05 * max(ys))
+    else:
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     skipped = sum(1 for r in rows if r.summary is None)
