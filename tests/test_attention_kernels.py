@@ -137,3 +137,29 @@ def test_profile_default_must_be_a_listed_kernel(tmp_path):
 def test_curve_points_must_be_positive():
     with pytest.raises(ValueError, match="fwd_tflops"):
         AttentionCurve(head_dim=64, causal=True, fwd_tflops=[(512, 0.0)])
+
+
+@pytest.mark.parametrize(
+    ("profile", "kernel", "seq", "causal", "backward", "published"),
+    [
+        # NVIDIA/cudnn-frontend sdpa_bf16_benchmark_results_NVIDIA_B200.csv (cuDNN 9.13, causal,
+        # batch 1, 128 query / 8 KV heads, head dim 128): pyt_cudnn and native flash-attn 2 rows
+        ("dgx-b200", "cudnn", 8192, True, False, 1171.278),
+        ("dgx-b200", "cudnn", 65536, True, True, 1073.059),
+        ("dgx-b200", "fa2", 16384, True, False, 425.128),
+        # the same repository's GB200 llama3.1 rows (cuDNN 9.22, batch 2, 64 / 8 heads)
+        ("gb200-nvl72", "cudnn", 4096, True, False, 1408),
+        ("gb200-nvl72", "cudnn", 4096, False, True, 1350),
+    ],
+)
+def test_blackwell_curves_are_the_cudnn_frontend_measurements(profile, kernel, seq, causal, backward, published):
+    curves = load_profile(profile).efficiency.attention_kernels[kernel]
+    assert kernel_tflops(curves, 128, seq, causal, backward) == pytest.approx(published, rel=1e-3)
+
+
+def test_b200_causal_only_curves_serve_unmasked_blocks_and_clamp_below_2k():
+    # the B200 benchmark is causal only: ring attention's unmasked blocks take the causal rate,
+    # and the launch-bound 512 / 1K rows were left out, so short sequences hold the 2K rate
+    cudnn = load_profile("dgx-b200").efficiency.attention_kernels["cudnn"]
+    assert kernel_tflops(cudnn, 128, 32768, False, False) == kernel_tflops(cudnn, 128, 32768, True, False)
+    assert kernel_tflops(cudnn, 128, 512, True, False) == pytest.approx(478.9)

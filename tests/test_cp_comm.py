@@ -109,7 +109,7 @@ def _ring_builder(seq: int, cp: int, hardware: str = "dgx-h100", **training):
 @pytest.mark.parametrize("phase", ["F", "B"])
 def test_ring_kernels_hold_the_ranks_causal_share_of_flops(phase):
     # a profile without attention curves: one rate for every mask, so only the launches differ
-    b = _ring_builder(65536, 8, hardware="dgx-b200", attention_kernel=None)
+    b = _ring_builder(65536, 8, hardware="amd-mi300x", attention_kernel=None)
     core = b.core_times(phase)
     launch = b.km.launch_s  # the ring launches 8 kernels; the share of one kernel, 1/8 of one
     assert core.diagonal + 7 * core.block == pytest.approx(core.total + (8 - 1 / 8) * launch, rel=1e-12)

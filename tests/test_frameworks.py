@@ -23,6 +23,7 @@ FAMILY_FRAMEWORK = {
     "megatron-core-h100": "megatron-core",
     "nemo-fp8-h100": "megatron-core",
     "nemo-long-context-h100": "megatron-core",
+    "nemo-long-context-b200": "megatron-core",
     "megatron-bridge-fp8-h100": "megatron-core",
     "narayanan2021-a100": "megatron-lm-2021",
     "korthikanti2022-a100": "megatron-lm-2021",
@@ -128,9 +129,12 @@ def test_nanotron_zero1_takes_the_blocking_all_reduce_path() -> None:
 def test_framework_kernel_is_used_only_where_the_profile_has_its_curves() -> None:
     h100 = build_context(scenario_from_dict(_small(framework="nanotron")))
     assert h100.scenario.training.attention_kernel == "fa2"
-    b200 = _small(framework="nanotron")  # a profile without attention curves
+    mi300x = _small(framework="nanotron")  # a profile without attention curves
+    mi300x["cluster"] = {"hardware": "amd-mi300x", "gpus": 16}
+    assert build_context(scenario_from_dict(mi300x)).scenario.training.attention_kernel is None
+    b200 = _small(framework="nanotron")  # B200 carries FA2 curves (cudnn-frontend's benchmark)
     b200["cluster"] = {"hardware": "dgx-b200", "gpus": 16}
-    assert build_context(scenario_from_dict(b200)).scenario.training.attention_kernel is None
+    assert build_context(scenario_from_dict(b200)).scenario.training.attention_kernel == "fa2"
     explicit = _small(framework="nanotron")
     explicit["training"] = {**explicit["training"], "attention_kernel": "cudnn"}
     assert build_context(scenario_from_dict(explicit)).scenario.training.attention_kernel == "cudnn"
