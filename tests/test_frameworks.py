@@ -25,6 +25,7 @@ FAMILY_FRAMEWORK = {
     "nemo-long-context-h100": "megatron-core",
     "nemo-long-context-b200": "megatron-core",
     "megatron-bridge-fp8-h100": "megatron-core",
+    "megatron-bridge-fp8-blackwell": "megatron-core",
     "narayanan2021-a100": "megatron-lm-2021",
     "korthikanti2022-a100": "megatron-lm-2021",
     "nanotron-h100": "nanotron",
