@@ -24,6 +24,10 @@ PUBLISHED = {
     # Qwen2.5 model cards (Qwen/Qwen2.5-7B, Qwen/Qwen2.5-72B): 7.61B and 72.7B
     "qwen2.5-7b": (7.61e9, None, "Qwen/Qwen2.5-7B model card: 7.61B (checkpoint 7,615,616,512)"),
     "qwen2.5-72b": (72.7e9, None, "Qwen/Qwen2.5-72B model card: 72.7B"),
+    # Qwen3 model cards (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B): 30.5B total / 3.3B activated,
+    # 235B / 22B (the per-head q/k RMSNorm weights, 2 x 128 per layer, are below the rounding)
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, "Qwen/Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
+    "qwen3-235b-a22b": (235e9, 22e9, "Qwen/Qwen3-235B-A22B model card: 235B total, 22B activated"),
     # Brown et al. 2020, Table 2.1 (n_params column)
     "gpt3-13b": (13.0e9, None, "Brown et al. 2020, Table 2.1: GPT-3 13B, 13.0B"),
     # bigscience/bloom model card
