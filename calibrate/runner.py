@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate import attention, collectives, gemm, membw, spread
+from calibrate import attention, collectives, gemm, membw, soak, spread
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.profile_writer import (
     Machine,
@@ -57,7 +57,16 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     """Every measurement of the run, in the order all ranks execute them."""
     dev, timer = ctx.device, timer_for(cfg.device)
     budget = 0.02 if cfg.quick else 0.3  # seconds of timed calls per measurement
+    largest = max(cfg.gemm_shapes, key=lambda s: s.flops)
+    soak_dtype = "bf16" if cfg.device == "cuda" else "fp32"  # CPUs run bf16 matmul slowly
+    seconds = soak.soak_seconds(cfg.quick)
     steps = [
+        Step(
+            f"heat soak {seconds:g} s",
+            lambda m: soak.heat_soak(largest, soak_dtype, dev, seconds),
+        )
+    ]
+    steps += [
         Step(
             f"gemm {d} {s.m}x{s.n}x{s.k}",
             lambda m, s=s, d=d: m.gemm.append(gemm.measure_gemm(s, d, dev, timer, budget)),
@@ -112,7 +121,8 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
 
 
 def _provenance(cfg: RunConfig, ctx: DistContext) -> dict[str, object]:
-    return provenance(ctx.device, ctx.world, ctx.nodes, ctx.hostnames, ctx.backend, cfg.quick)
+    prov = provenance(ctx.device, ctx.world, ctx.nodes, ctx.hostnames, ctx.backend, cfg.quick)
+    return prov | {"heat_soak_s": soak.soak_seconds(cfg.quick)}
 
 
 def run(cfg: RunConfig) -> int:

@@ -18,6 +18,7 @@ import yaml
 pytest.importorskip("torch")
 
 from calibrate.busbw import OPS, busbw  # noqa: E402
+from calibrate.soak import heat_soak, soak_seconds  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,8 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     assert prof.efficiency.collective_sms == 0 and prof.efficiency.tp_overlap_sms == 0
     assert prof.provenance["backend"] == "gloo" and prof.provenance["device_count"] == 2
     assert prof.provenance["quick"] is True and prof.provenance["torch"]
+    # the run opened with a heat soak (calibrate/soak.py), short in a quick run
+    assert prof.provenance["heat_soak_s"] == soak_seconds(quick=True) == 0.05
     best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
     assert prof.gpu.peak_tflops["bf16"] == best
     assert max(f for _, f in prof.efficiency.gemm) == pytest.approx(1.0)
@@ -176,7 +179,8 @@ def _run_until_partial(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen
     proc = _start(TORCHRUN + CAL + ["--timeout", str(timeout_s), "--out", str(out)])
     partial = out.with_name("p.partial.yaml")
     deadline = time.monotonic() + 60
-    while not partial.exists():
+    # the first partial file comes after the heat soak; wait for one with a GEMM row in it
+    while not (partial.exists() and (yaml.safe_load(partial.read_text()) or {}).get("measured", {}).get("gemm")):
         assert time.monotonic() < deadline and proc.poll() is None, "no partial file appeared"
         time.sleep(0.05)
     return proc, partial
@@ -259,3 +263,17 @@ def test_a_failure_is_reported_once_whichever_path_notices_it(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: rank 2: during 'all_reduce 1 MiB'")
     assert recorded == ["during 'all_reduce 1 MiB': RuntimeError: timed out"]
+
+
+def test_heat_soak_keeps_the_device_busy_for_its_time():
+    # back-to-back GEMMs for the given wall time, untimed: the run's measurements then start
+    # at the clock the power limit allows (calibrate/soak.py)
+    import torch
+
+    from calibrate.shapes import GemmShape
+
+    start = time.perf_counter()
+    calls = heat_soak(GemmShape(64, 64, 64), "fp32", torch.device("cpu"), 0.05)
+    assert time.perf_counter() - start >= 0.05
+    assert calls >= 1
+    assert soak_seconds(quick=False) >= 1.0  # the settling takes tens of ms on a B200
