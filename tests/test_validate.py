@@ -584,6 +584,17 @@ def test_ratchet_fast_subset():
     assert statistics.fmean(abs(r.error_pct) for r in results) == pytest.approx(s["mape_pct"])
 
 
+def test_ratchet_blackwell_fast_rows():
+    """The two 8-GPU Llama 3 8B Bridge rows (NeMo 25.11, FP8-CS) guard the B200 and GB200
+    profiles between full ratchet runs: B200 +2.3% (GEMMs at the sustained cap, cuDNN 9.13
+    attention), GB200 +8.5% (docs/accuracy.md); +1 point each."""
+    names = {"bridge-25.11/llama3-8b-b200-8gpu": 2.3, "bridge-25.11/llama3-8b-gb200-8gpu": 8.5}
+    results = run_cases([c for c in load_cases() if c.name in names], jobs=1)
+    assert len(results) == 2
+    for r in results:
+        assert r.error_pct is not None and 0 < r.error_pct <= names[r.case.name] + 1.0, (r.case.name, r.error_pct)
+
+
 @pytest.mark.slow
 def test_ratchet_all_quick_cases():
     """Every shipped case not marked slow (about 9 minutes on 2 cores; run first, see conftest)."""
