@@ -105,15 +105,23 @@ def test_mcore_row1_matches_the_quoted_mfu():
     assert round(408.8 / 989 * 100) == 41
 
 
+def _nemo_llama_flops_per_token(m: dict, s: int, causal_half: bool = False) -> float:
+    """NeMo's llama model FLOPs per token (nemo/utils/flops_formulas.py):
+    l*h^2*(12 + 12*g/a + 18*ffn/h + 12*s/h + 6*V/(l*h)); later versions halve the 12*s/h term
+    for the causal mask."""
+    h, layers = m["hidden"], m["layers"]
+    attention = 12 * s / h * (0.5 if causal_half else 1.0)
+    per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + attention
+    return layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+
+
 @pytest.mark.parametrize("family", ["nemo-long-context-h100", "nemo-long-context-b200"])
 def test_nemo_long_context_step_times_follow_nemos_llama_formula(family):
     # NeMo llama2/llama3 model FLOPs: gbs*s*l*h^2*(12 + 12*g/a + 18*ffn/h + 12*s/h + 6*V/(l*h)),
     # the attention term without a causal discount (nemo/utils/flops_formulas.py)
     for c in _family(family):
         m, p = c.scenario["model"], c.published
-        s, h, layers = p["seq_len"], m["hidden"], m["layers"]
-        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 12 * s / h
-        flops = p["global_batch"] * s * layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+        flops = p["global_batch"] * p["seq_len"] * _nemo_llama_flops_per_token(m, p["seq_len"])
         assert c.measured == pytest.approx(flops / (p["tflops_per_gpu"] * 1e12 * p["gpus"]), rel=1e-5)
         assert c.scenario["training"]["precision"] == "fp8"
         assert c.scenario["cluster"]["gpus"] == p["gpus"]
@@ -148,10 +156,7 @@ def test_nemo_summary_tokens_are_tokens_per_gpu_times_gpus():
         m, s = c.scenario["model"], c.published["seq_len"]
         if m["mlp"] != "swiglu":
             continue
-        h, layers = m["hidden"], m["layers"]
-        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 12 * s / h
-        per_token = layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
-        tflops = c.published["tokens_per_s_per_gpu"] * per_token / 1e12
+        tflops = c.published["tokens_per_s_per_gpu"] * _nemo_llama_flops_per_token(m, s) / 1e12
         assert tflops == pytest.approx(c.published["model_tflops_per_gpu"], rel=0.01), c.name
 
 
@@ -166,9 +171,7 @@ def test_bridge_tokens_and_the_causal_formula_of_later_nemo(family):
     for c in rows:
         m, p = c.scenario["model"], c.published
         assert c.measured == p["tokens_per_s_per_gpu"] * p["gpus"]
-        h, layers, s = m["hidden"], m["layers"], p["seq_len"]
-        per_layer = 12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / h + 0.5 * 12 * s / h
-        per_token = layers * h * h * (per_layer + 6 * m["vocab"] / (layers * h))
+        per_token = _nemo_llama_flops_per_token(m, p["seq_len"], causal_half=True)
         assert p["tokens_per_s_per_gpu"] * per_token / 1e12 == pytest.approx(
             p["model_tflops_per_gpu"], rel=0.01
         ), c.name

@@ -28,7 +28,7 @@ def fmt_b(x):
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
                            fp8_recipe="delayed", hardware="dgx-h100"):
-    """A Megatron-Core / NeMo run on DGX H100 as the recipes set it up: no recompute, Megatron's
+    """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
@@ -396,10 +396,11 @@ e = pub["nemo_long_sequence_cp_h100"]
 L2 = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008, "vocab": 32000}
 
 
-def nemo_llama2_flops(gbs, s):
-    """NeMo's llama2 model-FLOPs formula as the 24.03-era scripts had it: 12*s/h attention term with
-    no causal discount (nemo/utils/flops_formulas.py; a later version multiplies it by 0.5)."""
-    m = L2
+def nemo_llama_flops(model, gbs, s):
+    """NeMo's llama2/llama3 model-FLOPs formula as the 24.03-25.04 scripts had it
+    (nemo/utils/flops_formulas.py; a later version multiplies the 12*s/h term by 0.5):
+    gbs*s*l*h^2*(12 + 12*g/a + 18*ffn/h + 12*s/h + 6*V/(l*h)), no causal discount."""
+    m = model
     return gbs * s * m["layers"] * m["hidden"] ** 2 * (
         12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / m["hidden"] + 12 * s / m["hidden"]
         + 6 * m["vocab"] / (m["layers"] * m["hidden"]))
@@ -409,7 +410,7 @@ cases = []
 for r in e["rows"]:
     s, gpus, gbs = r["seq_K"] * 1024, r["gpus"], r["gbs"]
     tp, pp, dp, cp = r["tp"], r["pp"], r["dp"], r["cp"]
-    step = nemo_llama2_flops(gbs, s) / (r["tflops_cp"] * 1e12 * gpus)
+    step = nemo_llama_flops(L2, gbs, s) / (r["tflops_cp"] * 1e12 * gpus)
     cases.append({
         "name": f"nemo-cp/llama2-7b-{r['seq_K']}k-{gpus}gpu",
         "family": "nemo-long-context-h100",
@@ -793,15 +794,6 @@ NEMO_CP_B200 = [  # seq K, gpus, gbs, tp, pp, dp, cp, TFLOP/s per GPU with CP
     (64, 64, 64, 1, 1, 4, 4, 1600), (128, 128, 32, 2, 1, 4, 4, 1588), (256, 256, 16, 4, 1, 4, 4, 1590),
     (512, 512, 8, 4, 1, 4, 8, 1619), (1024, 1024, 4, 4, 1, 4, 16, 1608),
 ]
-
-
-def nemo_llama_flops(model, gbs, s):
-    """NeMo's llama2/llama3 model-FLOPs formula (nemo/utils/flops_formulas.py of the 25.04 era):
-    gbs*s*l*h^2*(12 + 12*g/a + 18*ffn/h + 12*s/h + 6*V/(l*h)), no causal discount."""
-    m = model
-    return gbs * s * m["layers"] * m["hidden"] ** 2 * (
-        12 + 12 * m["kv_heads"] / m["heads"] + 18 * m["ffn"] / m["hidden"] + 12 * s / m["hidden"]
-        + 6 * m["vocab"] / (m["layers"] * m["hidden"]))
 
 
 cases = []
