@@ -507,13 +507,25 @@ def _format_error(exc: ValidationError) -> UserError:
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
 
 
+def _expand_model_shorthand(data: dict[str, Any]) -> dict[str, Any]:
+    """``model: llama3-8b`` means ``model: {preset: llama3-8b}`` (``*.json``: ``hf_config``).
+
+    Expanded before ``--set`` so that ``--set model.layers=4`` still works on a shorthand.
+    """
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return data
+    key = "hf_config" if model.strip().endswith(".json") else "preset"
+    return {**data, "model": {key: model.strip()}}
+
+
 def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None) -> Scenario:
     """Validate a raw scenario mapping (after applying overrides)."""
     if not isinstance(data, dict):
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_framework(apply_overrides(data, overrides or []))
+    data = apply_framework(apply_overrides(_expand_model_shorthand(data), overrides or []))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

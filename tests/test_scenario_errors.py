@@ -97,6 +97,21 @@ def test_unknown_preset(cli, tmp_path):
     )
 
 
+def test_model_shorthand_is_a_preset_and_keeps_its_errors(cli, tmp_path):
+    from simcluster.scenario import scenario_from_dict
+
+    data = make_scenario()
+    data["model"] = "llama3-8b"
+    short = scenario_from_dict(data, [("model.layers", 4)])
+    data["model"] = {"preset": "llama3-8b"}
+    full = scenario_from_dict(data, [("model.layers", 4)])
+    assert short.model == full.model and short.model.layers == 4
+    data["model"] = "llama3-8"
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "model.preset", "did you mean 'llama3-8b'"
+    )
+
+
 def test_missing_required_section(cli, tmp_path):
     data = make_scenario()
     del data["training"]
