@@ -237,3 +237,27 @@ def test_cli_unknown_hardware_in_a_list_is_an_error_not_a_skip(scenario_file, ca
     assert main(["sweep", str(scenario_file), "--hardware", "dgx-h100,dgx-h900", "--pp", "4", "-j", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --hardware") and "dgx-h900" in err and "\n" not in err
+
+
+def test_rank_labels_of_nearby_points_do_not_overlap():
+    """Two of the best layouts at almost the same (memory, tokens/s) get labels on different
+    sides; labels far apart keep the default place up and to the right of their marker."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.sweep_output import _LABEL_BOX, label_offsets
+
+    fig = Figure(figsize=(8, 6))
+    ax = fig.subplots()
+    ax.set_xlim(0, 330)
+    ax.set_ylim(0, 1180)
+    near = [(74.2, 990.0), (67.1, 976.0), (70.0, 983.0)]
+    offsets = label_offsets(ax, near)
+    to_points = 72.0 / fig.dpi
+    boxes = [
+        (ax.transData.transform(p)[0] * to_points + dx, ax.transData.transform(p)[1] * to_points + dy)
+        for p, (dx, dy) in zip(near, offsets, strict=True)
+    ]
+    for i, (x1, y1) in enumerate(boxes):
+        for x2, y2 in boxes[i + 1 :]:
+            assert abs(x1 - x2) >= _LABEL_BOX[0] or abs(y1 - y2) >= _LABEL_BOX[1]
+    assert label_offsets(ax, [(10.0, 100.0), (300.0, 1000.0)]) == [(5, 3), (5, 3)]

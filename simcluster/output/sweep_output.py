@@ -31,6 +31,35 @@ def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None) -> pd.Da
     return frame
 
 
+# where a rank label may sit around its marker, in points: right-up first, then the other
+# corners, then further out; a label takes the first place clear of the labels before it
+_OFFSETS = ((5, 3), (-14, 3), (5, -11), (-14, -11), (5, 12), (-14, 12), (5, -20), (-14, -20))
+_LABEL_BOX = (12.0, 9.0)  # a two-character bold 8 pt label, in points (width, height)
+
+
+def label_offsets(ax, anchors: Sequence[tuple[float, float]]) -> list[tuple[int, int]]:
+    """Text offsets (points) for labels at ``anchors`` (data coordinates) that do not overlap.
+
+    Greedy: each label tries the places of ``_OFFSETS`` in turn and keeps the first whose box
+    misses every box placed before; when none does it keeps the first (labels never vanish).
+    """
+    to_points = 72.0 / ax.figure.dpi
+    placed: list[tuple[float, float]] = []
+    chosen: list[tuple[int, int]] = []
+    width, height = _LABEL_BOX
+    for anchor in anchors:
+        px, py = (v * to_points for v in ax.transData.transform(anchor))
+        pick = _OFFSETS[0]
+        for dx, dy in _OFFSETS:
+            x, y = px + dx, py + dy
+            if all(abs(x - ox) >= width or abs(y - oy) >= height for ox, oy in placed):
+                pick = (dx, dy)
+                break
+        placed.append((px + pick[0], py + pick[1]))
+        chosen.append(pick)
+    return chosen
+
+
 def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     """Tokens/s per GPU against peak memory per GPU for every simulated layout."""
     ran = [r for r in rows if r.summary is not None]
@@ -57,16 +86,6 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     for capacity in sorted(set(capacities)):
         ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
     best = fits[:_LABELLED]
-    for index, row in enumerate(best, start=1):
-        x, y = xy([row])
-        ax.annotate(f"#{index}", (x[0], y[0]), xytext=(5, 3), textcoords="offset points",
-                    fontsize=8, fontweight="bold")  # fmt: skip
-    if best:
-        key = "\n".join(f"#{i}  {row.candidate.label}" for i, row in enumerate(best, start=1))
-        fig.text(0.01, 0.0, f"best that fit:\n{key}", fontsize=8, va="bottom", ha="left",
-                 family="monospace")  # fmt: skip
-    ax.set_xlabel("peak memory per GPU (GiB)")
-    ax.set_ylabel("tokens/s per GPU")
     # from zero, with headroom: autoscaling pads the data's own range, which leaves the highest
     # and rightmost markers on the frame once the axes are stretched down to zero
     xs, ys = xy(ran)
@@ -76,6 +95,18 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     else:
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
+    anchors = [(x[0], y[0]) for x, y in (xy([row]) for row in best)]
+    fig.draw_without_rendering()  # settle the constrained layout: label distances are on paper
+    offsets = label_offsets(ax, anchors)
+    for index, (anchor, offset) in enumerate(zip(anchors, offsets, strict=True), start=1):
+        ax.annotate(f"#{index}", anchor, xytext=offset, textcoords="offset points",
+                    fontsize=8, fontweight="bold")  # fmt: skip
+    if best:
+        key = "\n".join(f"#{i}  {row.candidate.label}" for i, row in enumerate(best, start=1))
+        fig.text(0.01, 0.0, f"best that fit:\n{key}", fontsize=8, va="bottom", ha="left",
+                 family="monospace")  # fmt: skip
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("tokens/s per GPU")
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     skipped = sum(1 for r in rows if r.summary is None)
