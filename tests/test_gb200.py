@@ -195,3 +195,42 @@ def test_llama3_70b_scenario_runs_on_gb200():
     assert 0 < res["mfu"] < 1
     h100 = simulate(load_scenario("llama3-70b-64xh100", over)).summary
     assert res["step_time_s"] < h100["step_time_s"]
+
+
+def test_one_call_with_groups_inside_and_across_racks_waits_for_the_widest():
+    """A pipeline stage of 64 GPUs ends inside the first 72-GPU rack, so groups that are rank-
+    grid translations of each other can sit inside one rack or span two. NCCL picks per
+    communicator; one call must pick an algorithm every group can run (NVLS needs one NVLink
+    domain) and is timed by its widest group, the one the step waits for."""
+    from simcluster.errors import UserError
+    from simcluster.network import make_recipe, recipe_time_alone
+
+    cluster = gb200(128)
+    inside, across = [0, 1, 2, 3], [70, 71, 72, 73]
+    size = 256 * 2**20
+    make_recipe(cluster, "all_reduce", [inside], size, algo="nvls")  # one rack: allowed
+    with pytest.raises(UserError, match="one NVLink domain"):
+        make_recipe(cluster, "all_reduce", [inside, across], size, algo="nvls")
+    mixed = make_recipe(cluster, "all_reduce", [inside, across], size)
+    alone = make_recipe(cluster, "all_reduce", [across], size)
+    # alone, the straddling group would run NVLS_TREE, which the in-rack group cannot
+    assert alone.algo == "nvls_tree" and mixed.algo not in ("nvls", "nvls_tree")
+    assert recipe_time_alone(cluster, mixed) >= recipe_time_alone(cluster, alone)
+    narrow = make_recipe(cluster, "all_reduce", [inside], size)
+    assert recipe_time_alone(cluster, narrow) < recipe_time_alone(cluster, alone)
+
+
+def test_tied_embeddings_over_a_stage_boundary_inside_a_rack_simulate():
+    """The layout that failed with KeyError('gpu72', 'nvs0') before the fix (found by a
+    random-layout search): 128 GB200 GPUs, pp 2, tied embeddings."""
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+
+    sc = scenario_from_dict({
+        "model": {"preset": "bloom-176b", "layers": 4},
+        "cluster": {"hardware": NAME, "gpus": 128},
+        "parallel": {"tp": 8, "pp": 2, "cp": 2, "sequence_parallel": True},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 8},
+    })  # fmt: skip
+    res = simulate(sc)
+    assert res.summary["exposed_comm_s"]["embd"] > 0

@@ -5,11 +5,12 @@ Separated from the SimPy driver so ``collective_time`` and algorithm selection s
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from simcluster.errors import UserError
 from simcluster.network import direct, ring, tree  # noqa: F401  (register algorithms)
-from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, get_algorithm
+from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, by_domain, get_algorithm
 from simcluster.network.calibrated import Geometry, measured_ratio
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
@@ -56,6 +57,42 @@ def check_groups(cluster: Cluster, groups: list[list[int]]) -> GroupsKey:
     return key
 
 
+def _signature(cluster: Cluster, group: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What an algorithm's support and speed depend on: GPUs per NVLink domain, per node."""
+    per_domain = tuple(len(d) for d in by_domain(cluster, list(group)))
+    per_node = tuple(sorted(Counter(cluster.node_of(g) for g in group).values(), reverse=True))
+    return per_domain, per_node
+
+
+def _shapes(cluster: Cluster, key: GroupsKey) -> list[tuple[int, ...]]:
+    """One group of each distinct shape in the call, the widest first (most NVLink domains,
+    then most nodes; first seen on ties).
+
+    The groups of one call are usually alike (rank-grid translations of each other), but not
+    always: with 72-GPU NVLink domains a pipeline stage can end inside a domain, so the tied
+    embedding's group of the first and last stage is inside one domain for some ranks and
+    spans two for others. Every group must be able to run the chosen algorithm, and the call
+    is timed by its widest group, the one the step waits for.
+    """
+    memo = cluster.cache.setdefault("shapes", {})
+    hit = memo.get(key)
+    if hit is None:
+        first: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+        for grp in key:
+            first.setdefault(_signature(cluster, grp), grp)
+        order = sorted(first, key=lambda sig: (len(sig[0]), len(sig[1])), reverse=True)
+        hit = memo[key] = [first[sig] for sig in order]
+    return hit
+
+
+def _widest_first(cluster: Cluster, key: GroupsKey) -> GroupsKey:
+    """The call's groups with its widest group (see :func:`_shapes`) as the representative."""
+    rep = _shapes(cluster, key)[0]
+    if rep == key[0]:
+        return key
+    return (rep, *(grp for grp in key if grp != rep))
+
+
 def _plans(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey) -> list[Plan]:
     memo = cluster.cache.setdefault("plans", {})
     out = []
@@ -84,14 +121,23 @@ def _alone(cluster: Cluster, latency: float, specs: tuple[FlowSpec, ...], scale:
     return latency + isolated_time(flows, cluster.capacity)
 
 
-def _candidates(cluster: Cluster, op: str, algo: str | None, group: list[int]) -> list[Algorithm]:
+def _candidates(
+    cluster: Cluster, op: str, algo: str | None, shapes: list[tuple[int, ...]]
+) -> list[Algorithm]:
+    """The algorithms every group shape of the call can run (or the one asked for)."""
+
+    def why_not(a: Algorithm) -> str | None:
+        return next(
+            (why for grp in shapes if (why := a.unsupported(op, cluster, list(grp)))), None
+        )
+
     if algo is not None:
         chosen = get_algorithm(algo)
-        why = chosen.unsupported(op, cluster, group)
+        why = why_not(chosen)
         if why:
             raise UserError("algo", why)
         return [chosen]
-    out = [a for a in ALGORITHMS.values() if a.auto and a.unsupported(op, cluster, group) is None]
+    out = [a for a in ALGORITHMS.values() if a.auto and why_not(a) is None]
     if not out:
         raise UserError("op", f"no algorithm implements {op} for this group")
     return out
@@ -107,7 +153,7 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
     """The fastest (algorithm, protocol) for the representative group alone: (time, algorithm,
     protocol, latency) by the uncalibrated model."""
     best: tuple[float, Algorithm, Protocol, float] | None = None
-    for a in _candidates(cluster, op, algo, list(key[0])):
+    for a in _candidates(cluster, op, algo, _shapes(cluster, key)):
         plan = _plans(cluster, op, a, key)[0]
         specs = _specs(cluster, op, a, key, True)[0]
         for p in protocols_for(a.family):
@@ -144,6 +190,7 @@ def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: floa
     hit = memo.get(mkey)
     if hit is not None:
         return hit
+    key = _widest_first(cluster, key)
     t_model, a, p, latency = _best(cluster, op, key, nbytes, algo)
     scale = nbytes / p.bw_fraction
     specs = _specs(cluster, op, a, key, symmetric)
