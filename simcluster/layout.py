@@ -201,10 +201,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     else:
         dp = par.dp
         if dp * inner != gpus:
+            fix = (
+                f"set dp={gpus // inner} or omit dp to derive it"
+                if gpus % inner == 0
+                else f"tp*pp*cp = {inner} does not divide it either; change the degrees or the GPU count"
+            )
             raise UserError(
                 "parallel.dp",
-                f"dp*tp*pp*cp = {dp}*{par.tp}*{par.pp}*{par.cp} = {dp * inner} != cluster.gpus={gpus}; "
-                f"set dp={gpus // inner if gpus % inner == 0 else '?'} or omit dp to derive it",
+                f"dp*tp*pp*cp = {dp}*{par.tp}*{par.pp}*{par.cp} = {dp * inner} != cluster.gpus={gpus}; {fix}",
             )
     order = tuple(d.strip() for d in par.order.split(","))
     if sorted(order) != sorted(DIMS):

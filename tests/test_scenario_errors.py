@@ -74,7 +74,13 @@ def test_tp_not_dividing_heads(cli, tmp_path):
 
 def test_degrees_do_not_multiply_to_gpus(cli, tmp_path):
     data = make_scenario(parallel={"dp": 2, "tp": 2, "pp": 1})
-    assert_one_line_error(cli("memory", write(tmp_path, data)), "parallel.dp", "cluster.gpus=8")
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "parallel.dp", "cluster.gpus=8", "set dp=4"
+    )
+    data = make_scenario(parallel={"dp": 2, "tp": 3, "pp": 1})
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)), "parallel.dp", "tp*pp*cp = 3 does not divide it"
+    )
 
 
 def test_global_batch_not_divisible(cli, tmp_path):
