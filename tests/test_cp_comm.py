@@ -139,3 +139,23 @@ def test_ring_steps_use_the_diagonal_kernel_first():
         assert len(cores) == CP
         assert cores[1:] == [cores[1]] * (CP - 1)  # the visiting blocks alike
         assert cores[0] != cores[1]  # the local pair: causal, over twice the tokens
+
+
+def test_a_ring_step_across_nodes_waits_for_its_network_hop():
+    """Ring attention over cp = 4 with tp = 4 on 8-GPU nodes: each ring has two NVLink hops
+    (0 -> 4, 8 -> 12) and two network hops (4 -> 8, 12 -> 0). All sends of a step run at once
+    and every rank's step waits for its receive, so the step takes as long as a network hop;
+    timing it by the simulated rank's own send (an NVLink hop) was 7.6x too fast."""
+    from simcluster.hardware import load_profile
+    from simcluster.network import make_recipe, recipe_time_alone
+    from simcluster.topology import build_cluster
+
+    cluster = build_cluster(load_profile("dgx-h100"), 16)
+    size = 64 * 2**20
+
+    def alone(pairs):
+        return recipe_time_alone(cluster, make_recipe(cluster, "send_recv", pairs, size))
+
+    nvlink, network = alone([[0, 4]]), alone([[4, 8]])
+    assert network > 5 * nvlink
+    assert alone([[0, 4], [4, 8], [8, 12], [12, 0]]) == pytest.approx(network)
