@@ -193,8 +193,8 @@ def load_cases_file(path: str | Path) -> list[Case]:
 def load_cases(
     paths: Sequence[str | Path] | None = None, contains: str | None = None, quick: bool = False
 ) -> list[Case]:
-    """Cases of the given files (default: every shipped file), filtered by name; ``quick``
-    leaves out the cases marked slow."""
+    """Cases of the given files (default: every shipped file) whose name or family contains
+    ``contains`` (any case); ``quick`` leaves out the cases marked slow."""
     files = [Path(p) for p in paths] if paths else shipped_case_files()
     cases = [c for f in files for c in load_cases_file(f)]
     names = [c.name for c in cases]
@@ -202,7 +202,8 @@ def load_cases(
     if dup:
         raise UserError("CASES", f"case name '{dup[0]}' appears twice; names must be unique")
     if contains:
-        cases = [c for c in cases if contains.lower() in c.name.lower()]
+        needle = contains.lower()
+        cases = [c for c in cases if needle in c.name.lower() or needle in c.family.lower()]
     if quick:
         cases = [c for c in cases if not c.slow]
     return cases

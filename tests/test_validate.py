@@ -453,6 +453,13 @@ def test_cli_table_and_filter(cli, tmp_path):
     assert "c1" in res.out and "c0" not in res.out and "MAPE" in res.out
 
 
+def test_filter_matches_the_family_too():
+    """The tables group cases by family, so a family name is a filter as well."""
+    family = load_cases(contains="zero-bubble-v-a100")
+    assert len(family) == 27 and {c.family for c in family} == {"zero-bubble-v-a100"}
+    assert {c.name for c in load_cases(contains="zb-v/")} == {c.name for c in family}
+
+
 @pytest.mark.parametrize(
     "case, field",
     [

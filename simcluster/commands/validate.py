@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cases", nargs="*", metavar="CASES.yaml", help="cases files (default: every shipped case)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--filter", metavar="SUBSTR", help="only cases whose name contains SUBSTR")
+    parser.add_argument("--filter", metavar="SUBSTR", help="only cases whose name or family contains SUBSTR (e.g. nanotron, zero-bubble-v-a100)")
     parser.add_argument(
         "--quick", action="store_true", help="skip the cases marked slow (minutes each)"
     )
