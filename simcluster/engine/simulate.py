@@ -94,6 +94,13 @@ def simulate(
         env.process(w.run())
     total_ops = sum(len(plans[w.stage].ops) for w in workers)
     run_with_progress(env, lambda: sum(w.ops_done for w in workers), total_ops, progress)
+    stuck = [w.rank for w in workers if w.ops_done < len(plans[w.stage].ops)]
+    if stuck:
+        # an engine bug, not a bad input: ranks waiting for each other leave SimPy with no event
+        raise RuntimeError(
+            f"simulation deadlocked: ranks {stuck[:8]} stopped before their last op "
+            f"at t={env.now:.6g} s; please report the scenario"
+        )
     events = recorder.events()
     step = _step_time(sc, workers, events)
     memory = recorder.memory_frame()

@@ -97,6 +97,7 @@ class Worker:
     activations: float = 0.0
     reductions: list[simpy.Process] = field(default_factory=list)
     gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
+    _last_reduction: simpy.Process | None = None
     end_time: float = 0.0
     ops_done: int = 0
 
@@ -414,7 +415,31 @@ class Worker:
             return
         for b in self.plan.buckets:
             if b.chunk == chunk and b.ready_layer in unit.layers:
-                self.reductions.append(self.shared.env.process(self._reduce_bucket(b)))
+                self._spawn_reduction(self._reduce_bucket(b))
+
+    def _spawn_reduction(self, work: Generator) -> None:
+        """Start a gradient reduction on the data-parallel stream.
+
+        Under hybrid sharding one reduction is two collectives (a reduce-scatter inside the
+        replica, then an all-reduce of the shard across replicas) that the framework issues back
+        to back on the same stream. Chaining the reductions keeps that issue order on every
+        rank: otherwise a later bucket's reduce-scatter can take the stream between the two on
+        one rank and not on another (a slower GPU shifts the timing), and the ranks wait for
+        each other for ever.
+        """
+        env = self.shared.env
+        if self.shared.ctx.layout.zero_replicas <= 1:
+            self.reductions.append(env.process(work))
+            return
+        before = self._last_reduction
+
+        def chained() -> Generator:
+            if before is not None and not before.triggered:
+                yield before
+            yield from work
+
+        self._last_reduction = env.process(chained())
+        self.reductions.append(self._last_reduction)
 
     def _reduce_bucket(self, bucket: Any) -> Generator:
         sc = self.shared.ctx.scenario
@@ -511,7 +536,7 @@ class Worker:
             self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)
 
     def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
-        self.reductions.append(self.shared.env.process(self._zero3_reduce(unit, op)))
+        self._spawn_reduction(self._zero3_reduce(unit, op))
 
     def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
         copies = self.shared.fsdp2_copy_seconds
