@@ -172,3 +172,23 @@ def test_stragglers_with_paired_forward_backward_ops_are_refused_by_name():
     assert err.value.field == "simulation.stragglers" and "dualpipe" in str(err.value)
     data["simulation"] = {"all_ranks": True}  # symmetric timing: the pairs stay in step
     assert simulate(scenario_from_dict(data)).summary["step_time_s"] > 0
+
+
+def test_a_slow_gpu_under_zero3_keeps_every_ranks_gathers_and_reductions_in_order():
+    """ZeRO-3's parameter gathers and gradient reduce-scatters share the data-parallel stream;
+    with a slower GPU one rank reached the stream with them in another order than its peers
+    and the ranks deadlocked (this layout, found by a random-layout search). They are now
+    issued in program order on every rank, and the step waits for the slow GPU."""
+    data = {
+        "model": {"preset": "deepseek-v3", "layers": 4},
+        "cluster": {"hardware": "dgx-h200", "gpus": 8},
+        "parallel": {"tp": 4, "zero": 3},
+        "training": {"seq_len": 2048, "global_batch": 2, "precision": "fp16"},
+        "zero3": {"prefetch": False, "buffers": "copies"},
+        "framework": "deepspeed",
+    }
+    healthy = simulate(scenario_from_dict({**data, "simulation": {"all_ranks": True}}))
+    slow = simulate(
+        scenario_from_dict({**data, "simulation": {"stragglers": [{"gpu": 7, "compute": 1.2}]}})
+    )
+    assert healthy.summary["step_time_s"] < slow.summary["step_time_s"]

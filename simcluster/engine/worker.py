@@ -97,7 +97,7 @@ class Worker:
     activations: float = 0.0
     reductions: list[simpy.Process] = field(default_factory=list)
     gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
-    _last_reduction: simpy.Process | None = None
+    _last_dp: simpy.Process | None = None
     end_time: float = 0.0
     ops_done: int = 0
 
@@ -417,29 +417,33 @@ class Worker:
             if b.chunk == chunk and b.ready_layer in unit.layers:
                 self._spawn_reduction(self._reduce_bucket(b))
 
-    def _spawn_reduction(self, work: Generator) -> None:
-        """Start a gradient reduction on the data-parallel stream.
+    def _spawn_dp(self, work: Generator) -> simpy.Process:
+        """Start a data-parallel collective (a gradient reduction or a parameter gather).
 
-        Under hybrid sharding one reduction is two collectives (a reduce-scatter inside the
-        replica, then an all-reduce of the shard across replicas) that the framework issues back
-        to back on the same stream. Chaining the reductions keeps that issue order on every
-        rank: otherwise a later bucket's reduce-scatter can take the stream between the two on
-        one rank and not on another (a slower GPU shifts the timing), and the ranks wait for
-        each other for ever.
+        The framework issues these on the data-parallel stream in program order, which is the
+        same on every rank. The engine runs each as its own process, so their order on the
+        stream is the order they reach it; that is program order while the ranks run alike,
+        but not when a slower GPU or NIC shifts one rank's timing, nor under hybrid sharding,
+        where a reduction is two collectives (a reduce-scatter inside the replica, then an
+        all-reduce across replicas) and a later bucket's reduce-scatter could slip between
+        them on one rank and not on another. Then the ranks wait for each other for ever, so
+        in those cases each one starts when the one issued before it has finished.
         """
         env = self.shared.env
-        if self.shared.ctx.layout.zero_replicas <= 1:
-            self.reductions.append(env.process(work))
-            return
-        before = self._last_reduction
+        if self.shared.ctx.layout.zero_replicas <= 1 and not self.shared.stragglers:
+            return env.process(work)
+        before = self._last_dp
 
-        def chained() -> Generator:
+        def in_order() -> Generator:
             if before is not None and not before.triggered:
                 yield before
             yield from work
 
-        self._last_reduction = env.process(chained())
-        self.reductions.append(self._last_reduction)
+        self._last_dp = env.process(in_order())
+        return self._last_dp
+
+    def _spawn_reduction(self, work: Generator) -> None:
+        self.reductions.append(self._spawn_dp(work))
 
     def _reduce_bucket(self, bucket: Any) -> Generator:
         sc = self.shared.ctx.scenario
@@ -486,7 +490,7 @@ class Worker:
             range(len(self.plan.buckets)), key=lambda i: (self.plan.buckets[i].chunk, -i)
         )
         for b in (self.plan.buckets[i] for i in order):
-            proc = self.shared.env.process(self._gather_bucket(b))
+            proc = self._spawn_dp(self._gather_bucket(b))
             for layer in b.layers:
                 self.gathers[(b.chunk, layer)] = proc
 
@@ -498,7 +502,6 @@ class Worker:
 
     def _zero3_gather(self, units: list[Unit], i: int, op: PipeOp, skip_first: bool) -> Generator:
         """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch)."""
-        env = self.shared.env
         prefetch = self.shared.ctx.scenario.zero3.prefetch
         key = (op.kind, op.microbatch, op.chunk)
         want = [i, i + 1] if prefetch else [i]
@@ -508,7 +511,7 @@ class Worker:
             gkey = (key, j)
             if gkey not in self.gathers:
                 nbytes = units[j].params * param_bytes(self.shared.ctx.scenario)
-                self.gathers[gkey] = env.process(
+                self.gathers[gkey] = self._spawn_dp(
                     self.shared.comms.collective(
                         self.rank,
                         self.stage,
