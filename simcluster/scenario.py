@@ -513,10 +513,11 @@ def _expand_model_shorthand(data: dict[str, Any]) -> dict[str, Any]:
     Expanded before ``--set`` so that ``--set model.layers=4`` still works on a shorthand.
     """
     model = data.get("model")
-    if not isinstance(model, str) or not model.strip():
+    name = model.strip() if isinstance(model, str) else ""
+    if not name:
         return data
-    key = "hf_config" if model.strip().endswith(".json") else "preset"
-    return {**data, "model": {key: model.strip()}}
+    key = "hf_config" if name.endswith(".json") else "preset"
+    return {**data, "model": {key: name}}
 
 
 def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None) -> Scenario:

@@ -87,10 +87,14 @@ def _shapes(cluster: Cluster, key: GroupsKey) -> list[tuple[int, ...]]:
 
 def _widest_first(cluster: Cluster, key: GroupsKey) -> GroupsKey:
     """The call's groups with its widest group (see :func:`_shapes`) as the representative."""
-    rep = _shapes(cluster, key)[0]
+    shapes = _shapes(cluster, key)
+    rep = shapes[0]
     if rep == key[0]:
         return key
-    return (rep, *(grp for grp in key if grp != rep))
+    ordered = (rep, *(grp for grp in key if grp != rep))
+    # the same groups in another order: one group per shape, so _best need not redo them
+    cluster.cache["shapes"][ordered] = shapes
+    return ordered
 
 
 def _plans(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey) -> list[Plan]:
