@@ -69,6 +69,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
+    _check_tp_async(scenario, layout)
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
@@ -202,3 +203,22 @@ def _check_ep_overlap(scenario: Scenario, layout: Layout) -> None:
         raise UserError(field, "Megatron-Core does not combine it with full recomputation; use selective or none")
     if layout.pp == 1 and name not in ("1f1b", "interleaved"):
         raise UserError(field, f"combines the 1F1B steady state; use parallel.schedule: 1f1b (it is '{name}')")
+
+
+def _check_tp_async(scenario: Scenario, layout: Layout) -> None:
+    """nanotron's async TP linears exist in its REDUCE_SCATTER mode only (its row linear asserts
+    it) and run each weight gradient inside the backward (parallelism/tp_async.py)."""
+    if not scenario.overlap.tp_async or layout.tp == 1:
+        return
+    field = "overlap.tp_async"
+    if not layout.sequence_parallel:
+        raise UserError(field, "is nanotron's REDUCE_SCATTER mode; set parallel.sequence_parallel: true or drop it")
+    if scenario.overlap.tp_comm:
+        raise UserError(field, "and overlap.tp_comm are two frameworks' TP overlaps; keep one of them")
+    name = scenario.parallel.schedule
+    if get_schedule(name).splits_backward:
+        raise UserError(
+            field,
+            f"runs weight gradients inside the backward, which '{name}' splits out; "
+            "use a schedule such as 1f1b or drop overlap.tp_async",
+        )

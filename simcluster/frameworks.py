@@ -46,6 +46,11 @@ def _parallel(raw: Mapping[str, Any], key: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
+def _parallel_flag(raw: Mapping[str, Any], key: str) -> bool:
+    parallel = raw.get("parallel")
+    return isinstance(parallel, Mapping) and parallel.get(key) is True
+
+
 def _zero_stage(raw: Mapping[str, Any]) -> int:
     return _parallel(raw, "zero", 0)
 
@@ -93,6 +98,9 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
 def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     training = {"elementwise": "nanotron"}
     parallel = {"partition": "nanotron"}  # pipeline blocks balanced by their compute cost
+    # REDUCE_SCATTER mode (sequence parallelism) with tp_linear_async_communication, as its
+    # benchmark script and examples run it; its ALL_REDUCE mode has no async row linear
+    tp_async = _parallel_flag(raw, "sequence_parallel")
     if _zero_stage(raw) >= 1:
         # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the
         # backward, then a blocking all-gather of the bf16 parameters
@@ -104,6 +112,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
                 "dp_grad_reduce": False,
                 "param_gather": False,
                 "tp_comm": False,
+                "tp_async": tp_async,
                 "pp_comm": False,
                 "pp_p2p": "serial",
             },
@@ -113,7 +122,13 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         "parallel": parallel,
         # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies
         "dp": {"bucket_mb": 52.4288},
-        "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
+        "overlap": {
+            "dp_grad_reduce": True,
+            "tp_comm": False,
+            "tp_async": tp_async,
+            "pp_comm": False,
+            "pp_p2p": "serial",
+        },
     }
 
 
@@ -161,13 +176,15 @@ FRAMEWORKS: dict[str, Framework] = {
             "Hugging Face nanotron (the Ultra-Scale Playbook runs): flash-attn 2, Triton norm and "
             "rotary with PyTorch copies around them, DDP with fp32 bucket all-reduce in the last "
             "microbatch's backward (ZeRO-1: one blocking all-reduce after it, and a parameter "
-            "all-gather unpacked tensor by tensor in Python), no TP overlap, "
+            "all-gather unpacked tensor by tensor in Python), with sequence parallelism its async "
+            "TP linears (collectives under their own shard's GEMM and the weight gradient), "
             "pipeline p2p one blocking transfer at a time, layers split over stages by their cost "
             "with the LM head's",
             "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
             "build_model, optim/gradient_accumulator.py, "
-            "optim/zero.py, distributed.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py); "
-            "examples/config_tiny_llama_bench.yaml",
+            "optim/zero.py, distributed.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py, "
+            "parallel/tensor_parallel/functional.py); examples/config_tiny_llama_bench.yaml; "
+            "scripts/scaling_benchmarks.py (tp_mode REDUCE_SCATTER, tp_linear_async_communication)",
             _nanotron,
             attention_kernel="fa2",
         ),

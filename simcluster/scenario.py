@@ -266,6 +266,16 @@ class OverlapSection(_Section):
     dp_grad_reduce: bool = True
     param_gather: bool = True
     tp_comm: bool = False
+    tp_async: bool = Field(
+        default=False,
+        description=(
+            "nanotron's tp_linear_async_communication (with sequence parallelism, its "
+            "REDUCE_SCATTER mode): a column linear all-gathers its input under the GEMM of its "
+            "own token shard and reduce-scatters its input gradient under its weight-gradient "
+            "GEMM; a row linear all-gathers its output gradient under its own shard's GEMM. "
+            "Weight gradients run inside the backward (a schedule that keeps it whole)"
+        ),
+    )
     pp_comm: bool = True
     pp_p2p: Literal["batched", "serial"] = Field(
         default="batched",

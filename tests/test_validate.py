@@ -532,7 +532,10 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # GB200's causal attention from the cuDNN of NeMo 25.11's PyTorch, 5.0% with cuDNN 9.22's).
 # Still 6.6 (6.59 -> 6.57) when a collective call is timed by its widest group: ring attention
 # across nodes waits for its network hop (B200 long sequence 13.9 -> 13.3).
-QUICK_SET_MAPE = 6.6
+# 7.0 with nanotron's async TP linears (overlap.tp_async, which its scaling_benchmarks.py sets:
+# parallel/tensor_parallel/functional.py): every nanotron TP row 1-8 points more optimistic,
+# nanotron 20.9 -> 24.0; physics over score (docs/accuracy.md, modelling changes).
+QUICK_SET_MAPE = 7.0
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -546,7 +549,7 @@ FAMILY_MAPE = {
     "megatron-bridge-fp8-h100": 2.7,
     "megatron-bridge-fp8-blackwell": 4.5,
     "megatron-core-h100": 8.9,
-    "nanotron-h100": 20.9,
+    "nanotron-h100": 24.0,
     "narayanan2021-a100": 2.7,
     "nemo-fp8-h100": 3.8,
     "nemo-long-context-h100": 2.8,

@@ -173,6 +173,8 @@ for r in e["rows"]:
     gbs = r["dp"] * r["gas"] * r["mbs"]
     fpt = nanotron_flops_per_token(n_layers, h, heads, kv, ffn, 131072, 4096)
     tps = r["mfu_pct"] / 100 * H100_PEAK * gpus / fpt
+    overlap = NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO
+    overlap = {**copy.deepcopy(overlap), "overlap": {**overlap["overlap"], "tp_async": r["tp"] > 1}}
     cases.append({
         "name": f"nanotron/{r['model']}-{r['nodes']}node-dp{r['dp']}tp{r['tp']}pp{r['pp']}",
         "family": "nanotron-h100",
@@ -194,9 +196,14 @@ for r in e["rows"]:
             + (NANOTRON_ZERO1 if r["zero"] else NANOTRON_ZERO0)
             + ("; tied embeddings over pp: the embedding gradient is all-reduced between first and "
                "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
+            + ("; TP in REDUCE_SCATTER mode (sequence parallel) with tp_linear_async_communication, "
+               "as scripts/scaling_benchmarks.py sets both: a column linear all-gathers its input "
+               "under its own token shard's GEMM and reduce-scatters its input gradient under its "
+               "weight-gradient GEMM, a row linear all-gathers its output gradient under its own "
+               "shard's GEMM (parallel/tensor_parallel/functional.py; overlap.tp_async)"
+               if r["tp"] > 1 else "")
             + ". ASSUMED: MFU denominator 989.4 TFLOP/s (H100 SXM bf16 dense), bf16 with fp32 grad "
-            "accumulation, no recompute, 1F1B pipeline engine, TP in REDUCE_SCATTER mode = sequence "
-            "parallel without modelled comm overlap. Attention: the flash-attn 2 package "
+            "accumulation, no recompute, 1F1B pipeline engine. Attention: the flash-attn 2 package "
             "(models/llama.py CoreAttention calls flash_attn_varlen_func), FA2's H100 curves. "
             "Memory-bound ops as models/llama.py runs them (training.elementwise nanotron): "
             "TritonRMSNorm and flash-attn's rotary kernel, PyTorch permute/cat copies of Q, K "
@@ -213,7 +220,7 @@ for r in e["rows"]:
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
                          "elementwise": "nanotron"},
-            **copy.deepcopy(NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO),
+            **overlap,
         },
         "measured": {"tokens_per_s": round(tps, 1)},
         # the SVG's memory label: nanotron logs torch max_memory_allocated / 1024**3 (and the

@@ -82,11 +82,13 @@ class Comms:
         mb: int = -1,
         chunk: int = -1,
         layer: int = -1,
+        holds_sms: bool = False,
     ) -> Generator:
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
-        An interfering collective (see :mod:`simcluster.engine.interference`) slows the rank's
-        compute from when it holds its stream until it ends, peers' wait included.
+        An interfering collective (see :mod:`simcluster.engine.interference`; ``holds_sms``
+        makes one of any group interfere) slows the rank's compute from when it holds its
+        stream until it ends, peers' wait included.
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
@@ -96,7 +98,7 @@ class Comms:
         with self.stream(rank, stream).request() as req:
             yield req
             start = self.env.now
-            share = self.sm_share if self.sm_share and self.sm_share.interferes(group) else None
+            share = self.sm_share if self.sm_share and self.sm_share.interferes(group, holds_sms) else None
             if share is not None:
                 share.enter(rank)
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)

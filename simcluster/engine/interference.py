@@ -18,7 +18,10 @@ Not interfering:
   mostly overlapping idle time rather than compute;
 * tensor parallel: Megatron's TP overlap runs through TransformerEngine userbuffers with
   1-4 SMs for the bulk and ring-exchange methods (NeMo/Megatron-Bridge userbuffers presets),
-  and blocking TP communication has no concurrent compute to slow.
+  and blocking TP communication has no concurrent compute to slow. The exceptions are the
+  TP collectives launched asynchronously through torch.distributed next to a GEMM (the
+  backward's input re-gather without userbuffers, nanotron's async linears): NCCL kernels
+  like any other, marked ``holds_sms`` on their segment.
 
 Several interfering collectives in flight at once count as one: an ASSUMPTION that keeps
 the rate two-valued (collectives on different communicators would each hold their own CTAs;
@@ -65,9 +68,10 @@ class SmShare:
         """The current compute speed of ``rank`` relative to standalone."""
         return self.slow_rate if self._in_flight.get(rank, 0) else 1.0
 
-    def interferes(self, group: str) -> bool:
-        """Whether a collective of ``group`` occupies SMs that compute would use."""
-        return self.enabled and group in INTERFERING_GROUPS
+    def interferes(self, group: str, holds_sms: bool = False) -> bool:
+        """Whether a collective of ``group`` occupies SMs that compute would use (``holds_sms``:
+        this one does, whatever its group)."""
+        return self.enabled and (holds_sms or group in INTERFERING_GROUPS)
 
     def enter(self, rank: int) -> None:
         """A collective's kernel became resident on ``rank``."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.compute import KernelModel
-from simcluster.parallelism import context, expert, tensor, wgrad
+from simcluster.parallelism import context, expert, tensor, tp_async, wgrad
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
@@ -81,6 +81,27 @@ class LayerBuilder:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype) for g in gemms)
             casts = sum(km.fp8_quantise(tokens * g.k, dtype) for g in gemms)
         return Work.of(gemm=mm, memory=casts)
+
+    def _gemm_pieces(
+        self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
+    ) -> Work:
+        """Forward or input-gradient GEMMs run as one kernel per piece of the tokens (each a
+        fraction of them), with the FP8 casts of the pieces' operands (``tp_async``)."""
+        tokens, km = self.shapes.tokens, self.km
+        share = sum(pieces)
+        if phase == "B":
+            mm = sum(km.gemm(tokens * p, g.k, g.n, dtype) for p in pieces for g in gemms)
+            casts = sum(km.fp8_quantise(tokens * share * g.n, dtype) for g in gemms)
+        else:
+            mm = sum(km.gemm(tokens * p, g.n, g.k, dtype) for p in pieces for g in gemms)
+            casts = sum(km.fp8_quantise(tokens * share * g.k, dtype) for g in gemms)
+        return Work.of(gemm=mm, memory=casts)
+
+    @property
+    def tp_async(self) -> bool:
+        """Whether the dense blocks run nanotron's async TP linears (``overlap.tp_async``)."""
+        lay = self.shapes.layout
+        return self.scenario.overlap.tp_async and lay.tp > 1 and lay.sequence_parallel
 
     @cached_property
     def ops(self) -> Elementwise:
@@ -183,6 +204,11 @@ class LayerBuilder:
     def layer(self, index: int, phase: str) -> list[Segment]:
         """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
         overlap = self.scenario.overlap.tp_comm
+        if self.tp_async:
+            segments = self._order(phase, self._async_attention(index, phase), self._mlp_segments(index, phase, overlap))
+            if phase == "B" and self.scenario.training.recompute == "op":
+                segments = [self._op_recompute(index), *segments]
+            return segments
         backward = phase != "F"
         ops = self.ops
         # attention block: norm (sharded by SP), QKV, rotary, core, output projection, residual
@@ -319,6 +345,8 @@ class LayerBuilder:
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
             return tensor.wrap_block(self.shapes, "moe", body, overlap, index, backward=phase == "B")
+        if self.tp_async:
+            return self._async_mlp(index, phase)
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute.of("mlp_wgrad", self._gemms(gemms, "W"), index)]
@@ -335,6 +363,77 @@ class LayerBuilder:
                 forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
             body = [*self._mlp_recompute(index, forward), *body]
         return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
+
+    def _async_attention(self, index: int, phase: str) -> list[Segment]:
+        """The attention block with nanotron's async TP linears (``parallelism/tp_async.py``):
+        the QKV projection is the column linear, the output projection the row linear; the
+        weight gradients run inside the backward, so W has nothing left."""
+        if phase == "W":
+            return []
+        ops, lay = self.ops, self.shapes.layout
+        gemms = self.attention_gemms()
+        column, row = gemms[:-1], gemms[-1:]
+        local, rest = tp_async.row_pieces(lay.tp)
+        size = self.shapes.tp_collective_bytes
+        backward = phase == "B"
+        core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
+        if not backward:
+            parts_f = tp_async.ForwardParts(
+                norm=self._elementwise(ops.norm(), "F"),
+                column_local=self._gemm_pieces(column, "F", local),
+                column_rest=self._gemm_pieces(column, "F", rest) + self._elementwise(ops.attention_inputs(), "F"),
+                middle=tuple(core),
+                row=self._gemms(row, "F") + self._elementwise(ops.attention_output() + ops.residual(), "F"),
+            )
+            return tp_async.forward("attn", index, size, parts_f)
+        if "core_attn" in self.scenario.training.recomputed:
+            core = [*self._core_recompute(index), *core]
+        parts = tp_async.BackwardParts(
+            redo=tuple(self._attention_input_recompute(gemms, index)),
+            row_local=self._gemm_pieces(row, "B", local),
+            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(ops.attention_output() + ops.residual(), "B"),
+            row_wgrad=self._gemms(row, "W"),
+            middle=tuple(core),
+            column=self._gemms(column, "B") + self._elementwise(ops.attention_inputs(), "B"),
+            column_wgrad=self._gemms(column, "W"),
+            norm=self._elementwise(ops.norm(), "B"),
+        )
+        return tp_async.backward("attn", index, size, parts)
+
+    def _async_mlp(self, index: int, phase: str) -> list[Segment]:
+        """The dense MLP with nanotron's async TP linears: gate/up is the column linear, down
+        the row linear; the weight gradients run inside the backward."""
+        if phase == "W":
+            return []
+        m, lay, ops = self.shapes.model, self.shapes.layout, self.ops
+        gemms = self.mlp_gemms(m.ffn)
+        column, row = gemms[:-1], gemms[-1:]
+        local, rest = tp_async.row_pieces(lay.tp)
+        size = self.shapes.tp_collective_bytes
+        act = ops.activation(m.ffn / lay.tp)
+        if phase == "F":
+            parts_f = tp_async.ForwardParts(
+                norm=self._elementwise(ops.norm(), "F"),
+                column_local=self._gemm_pieces(column, "F", local),
+                column_rest=self._gemm_pieces(column, "F", rest),
+                middle=(Compute.of("mlp_act", self._elementwise(act, "F"), index),),
+                row=self._gemms(row, "F") + self._elementwise(ops.residual(), "F"),
+            )
+            return tp_async.forward("mlp", index, size, parts_f)
+        forward = Work()
+        if "mlp" in self.scenario.training.recomputed:
+            forward = self._gemms(gemms, "F") + self._elementwise(ops.norm() + act + ops.residual(), "F")
+        parts = tp_async.BackwardParts(
+            redo=tuple(self._mlp_recompute(index, forward)),
+            row_local=self._gemm_pieces(row, "B", local),
+            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(ops.residual(), "B"),
+            row_wgrad=self._gemms(row, "W"),
+            middle=(Compute.of("mlp_act", self._elementwise(act, "B"), index),),
+            column=self._gemms(column, "B"),
+            column_wgrad=self._gemms(column, "W"),
+            norm=self._elementwise(ops.norm(), "B"),
+        )
+        return tp_async.backward("mlp", index, size, parts)
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
@@ -367,14 +466,37 @@ class LayerBuilder:
         m, lay = self.shapes.model, self.shapes.layout
         g = [Gemm(m.hidden, m.vocab / lay.tp)]
         dtype = self.km.act_dtype
+        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase))) if phase != "W" else Work()
+        if self.tp_async:
+            return self._async_head(g, ce, phase, dtype)
         if phase == "W":
             return [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
-        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase)))
         body: list[Segment] = [Compute.of("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
         return body
+
+    def _async_head(self, g: list[Gemm], ce: Work, phase: str, dtype: str) -> list[Segment]:
+        """nanotron's LM head is an async column linear too: forward, the input all-gather under
+        the own shard's logits GEMM; backward (after the loss's), the input re-gather under the
+        input-gradient GEMM and that gradient's reduce-scatter under the weight gradient."""
+        if phase == "W":
+            return []
+        size, local = self.shapes.tp_collective_bytes, tp_async.row_pieces(self.shapes.layout.tp)
+        if phase == "F":
+            return [
+                Comm("lm_head_tp", "tp", "all_gather", size, True, -1, holds_sms=True),
+                Compute.of("lm_head_local", self._gemm_pieces(g, "F", local[0], dtype), -1),
+                Compute.of("lm_head", self._gemm_pieces(g, "F", local[1], dtype) + ce, -1),
+            ]
+        return [
+            Compute.of("lm_head_loss", ce, -1),
+            Comm("lm_head_tp_ag_input", "tp", "all_gather", size, True, -1, holds_sms=True),
+            Compute.of("lm_head", self._gemms(g, "B", dtype), -1),
+            Comm("lm_head_tp", "tp", "reduce_scatter", size, True, -1, holds_sms=True),
+            Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1),
+        ]
 
     def head_and_mtp(self, phase: str) -> list[Segment]:
         """The LM head and the MTP modules after it (DeepSeek-V3 Sec. 2.2), in the phase's

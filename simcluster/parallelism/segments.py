@@ -67,6 +67,9 @@ class Comm:
 
     ``overlap`` = the comm runs concurrently with the next Compute segment (Megatron's
     tp-comm-overlap, ring attention); otherwise the compute stream waits for it.
+    ``holds_sms`` = it runs as NCCL kernels whose CTAs take SMs from that compute, whatever its
+    group (an async TP collective from torch.distributed); the data-parallel, context- and
+    expert-parallel groups always do (``engine/interference.py``).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Comm:
     nbytes: float
     overlap: bool = False
     layer: int = -1
+    holds_sms: bool = False
 
 
 Segment = Compute | Comm

@@ -35,7 +35,9 @@ def wrap_block(
         last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size, overlap, layer)
         out = _place(first, body, last, overlap)
         if backward:
-            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", size, True, layer)
+            # without userbuffers (overlap.tp_comm) the gather is an async NCCL call: its CTAs
+            # take SMs from the GEMMs it runs under
+            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", size, True, layer, holds_sms=not overlap)
             first_compute = next(i for i, s in enumerate(out) if isinstance(s, Compute))
             out.insert(first_compute, regather)
         return out
