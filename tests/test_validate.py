@@ -535,7 +535,11 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # 7.0 with nanotron's async TP linears (overlap.tp_async, which its scaling_benchmarks.py sets:
 # parallel/tensor_parallel/functional.py): every nanotron TP row 1-8 points more optimistic,
 # nanotron 20.9 -> 24.0; physics over score (docs/accuracy.md, modelling changes).
-QUICK_SET_MAPE = 7.0
+# 7.2 with the Megatron-Bridge rows' bf16 main gradients, which its benchmark configs set
+# (grad_reduce_in_fp32 False in scripts/performance/configs/llama3 and llama31): Bridge H100
+# 2.6 -> 4.7 (405B +1..+5 -> +8..+13%), Blackwell 4.5 -> 8.3; the fp32 accumulation's traffic
+# had been hiding a cost that the TP-overlapped H100/Blackwell runs still miss.
+QUICK_SET_MAPE = 7.2
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -546,8 +550,8 @@ QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%)
 FAMILY_MAPE = {
     "bigscience-a100": 5.8,
     "korthikanti2022-a100": 3.7,
-    "megatron-bridge-fp8-h100": 2.7,
-    "megatron-bridge-fp8-blackwell": 4.5,
+    "megatron-bridge-fp8-h100": 4.7,
+    "megatron-bridge-fp8-blackwell": 8.3,
     "megatron-core-h100": 8.9,
     "nanotron-h100": 24.0,
     "narayanan2021-a100": 2.7,
@@ -576,8 +580,8 @@ FAMILY_MAPE = {
 FAMILY_MAX_APE = {
     "bigscience-a100": 12.7,
     "korthikanti2022-a100": 7.8,
-    "megatron-bridge-fp8-h100": 5.8,
-    "megatron-bridge-fp8-blackwell": 9.0,
+    "megatron-bridge-fp8-h100": 12.9,
+    "megatron-bridge-fp8-blackwell": 11.0,
     "narayanan2021-a100": 5.4,
     "nemo-fp8-h100": 9.8,
     "nemo-long-context-h100": 5.7,
@@ -601,9 +605,10 @@ def test_ratchet_fast_subset():
 
 def test_ratchet_blackwell_fast_rows():
     """The two 8-GPU Llama 3 8B Bridge rows (NeMo 25.11, FP8-CS) guard the B200 and GB200
-    profiles between full ratchet runs: B200 +2.3% (GEMMs at the sustained cap, cuDNN 9.13
-    attention), GB200 +8.5% (docs/accuracy.md); +1 point each."""
-    names = {"bridge-25.11/llama3-8b-b200-8gpu": 2.3, "bridge-25.11/llama3-8b-gb200-8gpu": 8.5}
+    profiles between full ratchet runs: B200 +3.8% (GEMMs at the sustained cap, cuDNN 9.13
+    attention), GB200 +10.3% (docs/accuracy.md; +2.3 / +8.5 before the benchmark configs' bf16
+    main gradients); +1 point each."""
+    names = {"bridge-25.11/llama3-8b-b200-8gpu": 3.8, "bridge-25.11/llama3-8b-gb200-8gpu": 10.3}
     results = run_cases([c for c in load_cases() if c.name in names], jobs=1)
     assert len(results) == 2
     for r in results:

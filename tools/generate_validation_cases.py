@@ -27,11 +27,14 @@ def fmt_b(x):
 
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
-                           fp8_recipe="delayed", hardware="dgx-h100"):
+                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
-    gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps."""
+    gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
+    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False)."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
+    if not fp32_grads:
+        training["fp32_grad_accum"] = False
     if precision == "fp8":
         training["fp8_recipe"] = fp8_recipe
     return {
@@ -539,6 +542,24 @@ dump(str(ROOT / "validation" / "nemo-fp8-h100.yaml"),
 # dispatcher and routing settings the page does not give).
 BRIDGE_SRC = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (commit df0289c), "
               "DGX-H100 pre-training, FP8 current scaling (FP8-CS)")
+# The summary's runs come from Megatron-Bridge's scripts/performance, whose Llama configs set
+# mixed_precision.grad_reduce_in_fp32 = False and ddp.grad_reduce_in_fp32 = False for every
+# benchmark: bf16 main gradients, reduced in bf16 (training.fp32_grad_accum false).
+BRIDGE_GRADS = (" From the benchmark configs (scripts/performance/configs/llama3/llama3_llm_pretrain.py "
+                "set_llama3_common_configs, llama31/llama31_llm_pretrain.py set_llama31_common_configs; "
+                "later also utils/helpers.py set_basic_perf_overrides): grad_reduce_in_fp32 False, so main "
+                "gradients are kept and reduced in bf16 (training.fp32_grad_accum false); with Megatron "
+                "FSDP the Llama 3 8B H100 config also turns gradient_accumulation_fusion off.")
+def bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp):
+    """A Bridge benchmark run on DGX H100: bf16 main gradients (BRIDGE_GRADS); with Megatron FSDP the
+    Llama 3 8B H100 config turns gradient_accumulation_fusion off (configs/llama3/
+    llama3_llm_pretrain.py llama3_8b_h100_config: 'Disabled to avoid functional errors')."""
+    sc = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current", fp32_grads=False)
+    if fsdp:
+        sc["training"]["grad_accum_fusion"] = False
+    return sc
+
+
 BRIDGE_H100 = [  # container, model, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tokens/s/GPU, TFLOP/s
     ("25.09", "LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 1, 1, 1, 14079, 725),
     ("25.09", "LLAMA3-70B", 64, 128, 1, 8192, 0, 4, 8, 1, 5, 1619, 727),
@@ -566,10 +587,11 @@ for container, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in
             "gradient accumulation fusion; attention by TransformerEngine's cuDNN backend (its default "
             "on Hopper; NeMo's recipes have enabled fused attention since August 2024). FP8 current "
             "scaling: an amax pass over each tensor before its cast (training.fp8_recipe: current)."
+            + BRIDGE_GRADS
         ),
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s, "container": container},
-        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current"),
+        "scenario": bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-h100.yaml"),
@@ -884,11 +906,12 @@ for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, t
             "scaling: an amax pass over each tensor before its cast (training.fp8_recipe: current)."
             + (" The 25.09 table has no precision column; its main figures are read as FP8-CS (the FP8-MX "
                "ones are in parentheses)." if container == "25.09" else "")
+            + BRIDGE_GRADS
         ),
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s, "container": container, "system": system},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current",
-                                           hardware=BLACKWELL_HW[system]),
+                                           hardware=BLACKWELL_HW[system], fp32_grads=False),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-blackwell.yaml"),
