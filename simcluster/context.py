@@ -212,7 +212,9 @@ def _check_tp_async(scenario: Scenario, layout: Layout) -> None:
         return
     field = "overlap.tp_async"
     if not layout.sequence_parallel:
-        raise UserError(field, "is nanotron's REDUCE_SCATTER mode; set parallel.sequence_parallel: true or drop it")
+        raise UserError(
+            field, "is nanotron's REDUCE_SCATTER mode; set parallel.sequence_parallel: true or overlap.tp_async: false"
+        )
     if scenario.overlap.tp_comm:
         raise UserError(field, "and overlap.tp_comm are two frameworks' TP overlaps; keep one of them")
     name = scenario.parallel.schedule
@@ -220,5 +222,5 @@ def _check_tp_async(scenario: Scenario, layout: Layout) -> None:
         raise UserError(
             field,
             f"runs weight gradients inside the backward, which '{name}' splits out; "
-            "use a schedule such as 1f1b or drop overlap.tp_async",
+            "use a schedule such as 1f1b or set overlap.tp_async: false",
         )

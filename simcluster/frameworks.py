@@ -143,7 +143,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-core",
             "Megatron-Core as NVIDIA's performance recipes run it (NeMo, Megatron-Bridge, the "
             "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
-            "wgrad accumulated straight into the fp32 main gradient",
+            "wgrad accumulated straight into the fp32 main gradient (Megatron's default; NeMo's and "
+            "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false)",
             "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
             "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags",
             _megatron_core,

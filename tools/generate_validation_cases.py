@@ -176,8 +176,8 @@ for r in e["rows"]:
     gbs = r["dp"] * r["gas"] * r["mbs"]
     fpt = nanotron_flops_per_token(n_layers, h, heads, kv, ffn, 131072, 4096)
     tps = r["mfu_pct"] / 100 * H100_PEAK * gpus / fpt
-    overlap = NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO
-    overlap = {**copy.deepcopy(overlap), "overlap": {**overlap["overlap"], "tp_async": r["tp"] > 1}}
+    paths = NANOTRON_ZERO1_SCENARIO if r["zero"] else NANOTRON_ZERO0_SCENARIO  # dp and overlap
+    paths = {**copy.deepcopy(paths), "overlap": {**paths["overlap"], "tp_async": r["tp"] > 1}}
     cases.append({
         "name": f"nanotron/{r['model']}-{r['nodes']}node-dp{r['dp']}tp{r['tp']}pp{r['pp']}",
         "family": "nanotron-h100",
@@ -223,7 +223,7 @@ for r in e["rows"]:
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
                          "elementwise": "nanotron"},
-            **overlap,
+            **paths,
         },
         "measured": {"tokens_per_s": round(tps, 1)},
         # the SVG's memory label: nanotron logs torch max_memory_allocated / 1024**3 (and the
