@@ -159,3 +159,42 @@ def test_a_ring_step_across_nodes_waits_for_its_network_hop():
     nvlink, network = alone([[0, 4]]), alone([[4, 8]])
     assert network > 5 * nvlink
     assert alone([[0, 4], [4, 8], [8, 12], [12, 0]]) == pytest.approx(network)
+
+
+# TransformerEngine's AttnFuncWithCPAndKVAllGather runs one kernel per local chunk j (i and
+# 2cp-1-i on rank i): its c queries against the (j+1)c gathered keys up to its end, bottom-right
+# causal, so only the c x c diagonal block is masked. Pairs on rank i: c^2 (i + 1/2) +
+# c^2 (2cp - 1 - i + 1/2) = 2 cp c^2, the rank's 1/cp of the causal s^2 / 2 (s = 2 cp c).
+
+
+def _gather_builder(seq: int, cp: int, hardware: str = "dgx-h100", **training):
+    return layer_builder({
+        "model": {"layers": 2, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000, "mlp": "swiglu"},
+        "cluster": {"hardware": hardware, "gpus": 8 * cp},
+        "parallel": {"tp": 8, "cp": cp, "cp_comm": "all_gather"},
+        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 1, "attention_kernel": "fa2", **training},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("cp", [2, 4, 16])
+def test_gathered_prefix_kernels_hold_the_ranks_causal_share(cp):
+    # a rate-free attend that returns (query, key) pairs: the pieces must sum to s^2 / (2 cp)
+    c = 1000.0
+    pairs = lambda sq, skv, causal: sq * skv * (0.5 if causal else 1.0)  # noqa: E731
+    from simcluster.parallelism.layer import LayerBuilder
+
+    s = 2 * cp * c
+    assert LayerBuilder._prefix_attention(pairs, cp, c) == pytest.approx(s * s / 2 / cp)
+
+
+def test_all_gather_attention_runs_mostly_at_the_non_causal_rate():
+    # 128K tokens over cp 16: chunks of 4K; FA2 head dim 128 on H100 (FlashAttention-3 paper
+    # Fig. 5/6, the profile's curves): the non-causal rate is above the causal one at every
+    # length, so the per-chunk kernels beat the whole-sequence causal cost the model used before
+    b = _gather_builder(1 << 17, 16)
+    for phase in ("F", "B"):
+        core = b.core_times(phase)
+        assert core.block == 0 and core.diagonal == 0
+        assert 0.8 * core.total < core.prefix < 0.97 * core.total
+        attn = [s for s in b.layer(0, phase) if getattr(s, "name", "") == "attn_core"]
+        assert [s.seconds for s in attn] == [core.prefix]

@@ -16,7 +16,9 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
   ``AttnFuncWithCPAndKVAllGather``, whose docstring says the gather is exposed). Forward
   all-gathers K and V, then attends the local queries to them; backward gathers K and V again
   (only the local ones are saved) and reduce-scatters dK and dV. Cheap with GQA, whose K and V
-  are a fraction of Q.
+  are a fraction of Q. TE runs one kernel per local chunk, its c queries against the keys up to
+  the chunk's end with a bottom-right causal mask: all of it unmasked but the c x c diagonal
+  block, so most of the work runs at a kernel's non-causal rate.
 - ``a2a``: DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509; TE
   ``AttnFuncWithCPAndQKVOA2A``). An all-to-all turns Q, K and V from sequence-sharded into
   head-sharded, attention runs on the whole sequence with heads/cp heads, and a second
@@ -46,6 +48,9 @@ class CoreTimes:
     #: (no mask); zero where the ring is not costed by its own kernels (unfused attention)
     diagonal: float = 0.0
     block: float = 0.0
+    #: the all-gather algorithm's kernels: each local chunk against the gathered keys up to its
+    #: own end, averaged over the ranks; zero where not costed by its own kernels
+    prefix: float = 0.0
 
 
 CpAttention = Callable[["Shapes", CoreTimes, bool, int], list[Segment]]
@@ -129,7 +134,7 @@ def all_gather_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer:
 
     Sizes are the gathered buffers (nccl-tests' size)."""
     gathered = kv_bytes(shapes) * shapes.layout.cp
-    attend = Compute.of("attn_core", Work.of(attention=core.total), layer)
+    attend = Compute.of("attn_core", Work.of(attention=core.prefix or core.total), layer)
     out: list[Segment] = [Comm("cp_kv_ag", "cp", "all_gather", gathered, False, layer), attend]
     if backward:
         out.append(Comm("cp_dkv_rs", "cp", "reduce_scatter", gathered, False, layer))

@@ -8,6 +8,7 @@ phase W the weight-gradient GEMMs (zero-bubble schedules run it separately; BW f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -158,7 +159,8 @@ class LayerBuilder:
         block's length)."""
         total = self.attention_core(phase)
         lay = self.shapes.layout
-        if phase == "W" or lay.cp == 1 or lay.cp_comm != "p2p" or not self.scenario.training.flash_attention:
+        fused = self.scenario.training.flash_attention
+        if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather") or not fused:
             return context.CoreTimes(total)
         d_qk, d_v = self._head_dims()
         b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / lay.tp
@@ -168,9 +170,22 @@ class LayerBuilder:
         def attend(sq: float, skv: float, causal: bool) -> float:
             return self.km.attention(b, sq, skv, heads, d_qk, d_v, causal=causal, backward=backward)
 
+        if lay.cp_comm == "all_gather":
+            return context.CoreTimes(total, prefix=self._prefix_attention(attend, lay.cp, c))
         diagonal = attend(2 * c, 2 * c, True)
         block = 0.5 * (attend(2 * c, c, False) + attend(c, 2 * c, False))
         return context.CoreTimes(total, diagonal, block)
+
+    @staticmethod
+    def _prefix_attention(attend: Callable[[float, float, bool], float], cp: int, c: float) -> float:
+        """TE's all-gather context parallelism, one rank on average: each of its chunks j (i and
+        2cp-1-i on rank i) attends its c queries to the j*c gathered keys before it without a
+        mask and to itself causally (the bottom-right causal mask of one kernel, split where
+        its cost differs). The FLOPs add up to the rank's 1/cp of the causal work."""
+        def chunk(j: int) -> float:
+            return (attend(c, j * c, False) if j else 0.0) + attend(c, c, True)
+
+        return sum(chunk(i) + chunk(2 * cp - 1 - i) for i in range(cp)) / cp
 
     def _unfused_attention(
         self, b: float, sq: float, skv: float, heads: float, d_qk: float, d_v: float, backward: bool
