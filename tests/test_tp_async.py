@@ -127,3 +127,14 @@ def test_the_lm_head_is_an_async_column_linear_too():
     ]
     assert all(s.overlap for s in backward if isinstance(s, Comm))
     assert b.head("W") == []
+
+
+@pytest.mark.parametrize("userbuffers", [False, True])
+def test_the_backward_re_gather_holds_sms_unless_userbuffers_carry_it(userbuffers):
+    """Megatron's LinearWithGradAccumulationAndAsyncCommunication re-gathers the input with an async
+    torch.distributed all-gather (an NCCL kernel next to the input-gradient GEMM); with
+    --tp-comm-overlap TransformerEngine's userbuffers carry it on 2-4 SMs (no SM share modelled)."""
+    data = _scenario(False, tp_comm=userbuffers)
+    regathers = [s for s in layer_builder(data).layer(0, "B") if getattr(s, "name", "").endswith("_tp_ag_input")]
+    assert len(regathers) == 2 and all(r.overlap for r in regathers)
+    assert all(r.holds_sms is (not userbuffers) for r in regathers)
