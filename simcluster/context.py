@@ -69,7 +69,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
-    _check_tp_async(scenario, layout)
+    _check_tp_async(scenario, layout, schedule)
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
@@ -205,7 +205,7 @@ def _check_ep_overlap(scenario: Scenario, layout: Layout) -> None:
         raise UserError(field, f"combines the 1F1B steady state; use parallel.schedule: 1f1b (it is '{name}')")
 
 
-def _check_tp_async(scenario: Scenario, layout: Layout) -> None:
+def _check_tp_async(scenario: Scenario, layout: Layout, schedule: Schedule) -> None:
     """nanotron's async TP linears exist in its REDUCE_SCATTER mode only (its row linear asserts
     it) and run each weight gradient inside the backward (parallelism/tp_async.py)."""
     if not scenario.overlap.tp_async or layout.tp == 1:
@@ -217,10 +217,9 @@ def _check_tp_async(scenario: Scenario, layout: Layout) -> None:
         )
     if scenario.overlap.tp_comm:
         raise UserError(field, "and overlap.tp_comm are two frameworks' TP overlaps; keep one of them")
-    name = scenario.parallel.schedule
-    if get_schedule(name).splits_backward:
+    if schedule.splits_backward:
         raise UserError(
             field,
-            f"runs weight gradients inside the backward, which '{name}' splits out; "
+            f"runs weight gradients inside the backward, which '{scenario.parallel.schedule}' splits out; "
             "use a schedule such as 1f1b or set overlap.tp_async: false",
         )

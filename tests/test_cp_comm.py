@@ -97,11 +97,11 @@ def test_list_cp_names_every_algorithm(capsys):
 # causal s^2 / 2.
 
 
-def _ring_builder(seq: int, cp: int, hardware: str = "dgx-h100", **training):
+def _ring_builder(seq: int, cp: int, hardware: str = "dgx-h100", cp_comm: str = "p2p", **training):
     return layer_builder({
         "model": {"layers": 2, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000, "mlp": "swiglu"},
         "cluster": {"hardware": hardware, "gpus": 8 * cp},
-        "parallel": {"tp": 8, "cp": cp},
+        "parallel": {"tp": 8, "cp": cp, "cp_comm": cp_comm},
         "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 1, "attention_kernel": "fa2", **training},
     })  # fmt: skip
 
@@ -167,15 +167,6 @@ def test_a_ring_step_across_nodes_waits_for_its_network_hop():
 # c^2 (2cp - 1 - i + 1/2) = 2 cp c^2, the rank's 1/cp of the causal s^2 / 2 (s = 2 cp c).
 
 
-def _gather_builder(seq: int, cp: int, hardware: str = "dgx-h100", **training):
-    return layer_builder({
-        "model": {"layers": 2, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000, "mlp": "swiglu"},
-        "cluster": {"hardware": hardware, "gpus": 8 * cp},
-        "parallel": {"tp": 8, "cp": cp, "cp_comm": "all_gather"},
-        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 1, "attention_kernel": "fa2", **training},
-    })  # fmt: skip
-
-
 @pytest.mark.parametrize("cp", [2, 4, 16])
 def test_gathered_prefix_kernels_hold_the_ranks_causal_share(cp):
     # a rate-free attend that returns (query, key) pairs: the pieces must sum to s^2 / (2 cp)
@@ -191,7 +182,7 @@ def test_all_gather_attention_runs_mostly_at_the_non_causal_rate():
     # 128K tokens over cp 16: chunks of 4K; FA2 head dim 128 on H100 (FlashAttention-3 paper
     # Fig. 5/6, the profile's curves): the non-causal rate is above the causal one at every
     # length, so the per-chunk kernels beat the whole-sequence causal cost the model used before
-    b = _gather_builder(1 << 17, 16)
+    b = _ring_builder(1 << 17, 16, cp_comm="all_gather")
     for phase in ("F", "B"):
         core = b.core_times(phase)
         assert core.block == 0 and core.diagonal == 0

@@ -219,40 +219,35 @@ class LayerBuilder:
     def layer(self, index: int, phase: str) -> list[Segment]:
         """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
         overlap = self.scenario.overlap.tp_comm
-        if self.tp_async:
-            segments = self._order(phase, self._async_attention(index, phase), self._mlp_segments(index, phase, overlap))
-            if phase == "B" and self.scenario.training.recompute == "op":
-                segments = [self._op_recompute(index), *segments]
-            return segments
-        backward = phase != "F"
-        ops = self.ops
-        # attention block: norm (sharded by SP), QKV, rotary, core, output projection, residual
-        pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
-        gemms = self.attention_gemms()
-        att_body: list[Segment]
-        if phase == "W":
-            att_body = [Compute.of("attn_wgrad", self._gemms(gemms, "W"), index)]
-        else:
-            qkv_t = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True))
-            out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
-            out_t = out_t.scaled(self._row_parallel_slowdown(phase))
-            out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
-            core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
-            redo = self.scenario.training.recomputed
-            if phase == "B" and "core_attn" in redo:
-                core = [*self._core_recompute(index), *core]
-            att_body = [Compute.of("attn_qkv", pre + qkv_t, index), *core, Compute.of("attn_out", out_t, index)]
-            if phase == "B":
-                att_body = [*self._attention_input_recompute(gemms, index), *att_body]
-        segments = (
-            tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
-            if phase != "W"
-            else att_body
+        attention = (
+            self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase, overlap)
         )
-        segments = self._order(phase, segments, self._mlp_segments(index, phase, overlap))
+        segments = self._order(phase, attention, self._mlp_segments(index, phase, overlap))
         if phase == "B" and self.scenario.training.recompute == "op":
             segments = [self._op_recompute(index), *segments]
         return segments
+
+    def _attention_segments(self, index: int, phase: str, overlap: bool) -> list[Segment]:
+        """The attention block: norm (sharded by SP), QKV, rotary, core, output projection,
+        residual, inside its TP collectives (none in W)."""
+        backward = phase != "F"
+        ops = self.ops
+        pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
+        gemms = self.attention_gemms()
+        if phase == "W":
+            return [Compute.of("attn_wgrad", self._gemms(gemms, "W"), index)]
+        qkv_t = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True))
+        out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
+        out_t = out_t.scaled(self._row_parallel_slowdown(phase))
+        out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
+        core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
+        redo = self.scenario.training.recomputed
+        if phase == "B" and "core_attn" in redo:
+            core = [*self._core_recompute(index), *core]
+        att_body = [Compute.of("attn_qkv", pre + qkv_t, index), *core, Compute.of("attn_out", out_t, index)]
+        if phase == "B":
+            att_body = [*self._attention_input_recompute(gemms, index), *att_body]
+        return tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
 
     def _op_recompute(self, index: int) -> Compute:
         """torchtitan's op-level selective checkpointing reruns, before a layer's backward,
@@ -380,75 +375,77 @@ class LayerBuilder:
         return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
 
     def _async_attention(self, index: int, phase: str) -> list[Segment]:
-        """The attention block with nanotron's async TP linears (``parallelism/tp_async.py``):
-        the QKV projection is the column linear, the output projection the row linear; the
-        weight gradients run inside the backward, so W has nothing left."""
+        """The attention block with nanotron's async TP linears: the QKV projection is the
+        column linear, the output projection the row linear."""
         if phase == "W":
             return []
-        ops, lay = self.ops, self.shapes.layout
-        gemms = self.attention_gemms()
-        column, row = gemms[:-1], gemms[-1:]
-        local, rest = tp_async.row_pieces(lay.tp)
-        size = self.shapes.tp_collective_bytes
+        ops, gemms = self.ops, self.attention_gemms()
         backward = phase == "B"
         core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
-        if not backward:
-            parts_f = tp_async.ForwardParts(
-                norm=self._elementwise(ops.norm(), "F"),
-                column_local=self._gemm_pieces(column, "F", local),
-                column_rest=self._gemm_pieces(column, "F", rest) + self._elementwise(ops.attention_inputs(), "F"),
-                middle=tuple(core),
-                row=self._gemms(row, "F") + self._elementwise(ops.attention_output() + ops.residual(), "F"),
-            )
-            return tp_async.forward("attn", index, size, parts_f)
-        if "core_attn" in self.scenario.training.recomputed:
-            core = [*self._core_recompute(index), *core]
-        parts = tp_async.BackwardParts(
-            redo=tuple(self._attention_input_recompute(gemms, index)),
-            row_local=self._gemm_pieces(row, "B", local),
-            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(ops.attention_output() + ops.residual(), "B"),
-            row_wgrad=self._gemms(row, "W"),
-            middle=tuple(core),
-            column=self._gemms(column, "B") + self._elementwise(ops.attention_inputs(), "B"),
-            column_wgrad=self._gemms(column, "W"),
-            norm=self._elementwise(ops.norm(), "B"),
-        )
-        return tp_async.backward("attn", index, size, parts)
+        redo: list[Segment] = []
+        if backward:
+            if "core_attn" in self.scenario.training.recomputed:
+                core = [*self._core_recompute(index), *core]
+            redo = self._attention_input_recompute(gemms, index)
+        # the rotary and Q/K/V copies run between the QKV projection and the core
+        row_extra = ops.attention_output() + ops.residual()
+        return self._async_block("attn", index, phase, gemms, ops.attention_inputs(), row_extra, core, redo)
 
     def _async_mlp(self, index: int, phase: str) -> list[Segment]:
         """The dense MLP with nanotron's async TP linears: gate/up is the column linear, down
-        the row linear; the weight gradients run inside the backward."""
+        the row linear."""
         if phase == "W":
             return []
-        m, lay, ops = self.shapes.model, self.shapes.layout, self.ops
+        m, ops = self.shapes.model, self.ops
         gemms = self.mlp_gemms(m.ffn)
+        act = ops.activation(m.ffn / self.shapes.layout.tp)
+        middle = [Compute.of("mlp_act", self._elementwise(act, phase), index)]
+        redo: list[Segment] = []
+        if phase == "B":
+            forward = Work()
+            if "mlp" in self.scenario.training.recomputed:
+                forward = self._gemms(gemms, "F") + self._elementwise(ops.norm() + act + ops.residual(), "F")
+            redo = self._mlp_recompute(index, forward)
+        return self._async_block("mlp", index, phase, gemms, None, ops.residual(), middle, redo)
+
+    def _async_block(
+        self,
+        block: str,
+        index: int,
+        phase: str,
+        gemms: list[Gemm],
+        column_extra: Traffic | None,
+        row_extra: Traffic,
+        middle: list[Segment],
+        redo: list[Segment],
+    ) -> list[Segment]:
+        """One block as ``parallelism/tp_async.py`` orders it: ``gemms`` are the column linears
+        then the row linear; ``column_extra`` runs beside the column GEMMs (after them forward,
+        before them backward), ``row_extra`` beside the row GEMM; the weight gradients run
+        inside the backward, so W has nothing left."""
+        ops = self.ops
         column, row = gemms[:-1], gemms[-1:]
-        local, rest = tp_async.row_pieces(lay.tp)
+        local, rest = tp_async.row_pieces(self.shapes.layout.tp)
         size = self.shapes.tp_collective_bytes
-        act = ops.activation(m.ffn / lay.tp)
+        beside = self._elementwise(column_extra, phase) if column_extra is not None else Work()
         if phase == "F":
-            parts_f = tp_async.ForwardParts(
+            return tp_async.forward(block, index, size, tp_async.ForwardParts(
                 norm=self._elementwise(ops.norm(), "F"),
                 column_local=self._gemm_pieces(column, "F", local),
-                column_rest=self._gemm_pieces(column, "F", rest),
-                middle=(Compute.of("mlp_act", self._elementwise(act, "F"), index),),
-                row=self._gemms(row, "F") + self._elementwise(ops.residual(), "F"),
-            )
-            return tp_async.forward("mlp", index, size, parts_f)
-        forward = Work()
-        if "mlp" in self.scenario.training.recomputed:
-            forward = self._gemms(gemms, "F") + self._elementwise(ops.norm() + act + ops.residual(), "F")
-        parts = tp_async.BackwardParts(
-            redo=tuple(self._mlp_recompute(index, forward)),
+                column_rest=self._gemm_pieces(column, "F", rest) + beside,
+                middle=tuple(middle),
+                row=self._gemms(row, "F") + self._elementwise(row_extra, "F"),
+            ))  # fmt: skip
+        return tp_async.backward(block, index, size, tp_async.BackwardParts(
+            redo=tuple(redo),
             row_local=self._gemm_pieces(row, "B", local),
-            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(ops.residual(), "B"),
+            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(row_extra, "B"),
             row_wgrad=self._gemms(row, "W"),
-            middle=(Compute.of("mlp_act", self._elementwise(act, "B"), index),),
-            column=self._gemms(column, "B"),
+            middle=tuple(middle),
+            column=self._gemms(column, "B") + beside,
             column_wgrad=self._gemms(column, "W"),
             norm=self._elementwise(ops.norm(), "B"),
-        )
-        return tp_async.backward("mlp", index, size, parts)
+        ))  # fmt: skip
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
@@ -498,12 +495,13 @@ class LayerBuilder:
         input-gradient GEMM and that gradient's reduce-scatter under the weight gradient."""
         if phase == "W":
             return []
-        size, local = self.shapes.tp_collective_bytes, tp_async.row_pieces(self.shapes.layout.tp)
+        size = self.shapes.tp_collective_bytes
         if phase == "F":
+            local, rest = tp_async.row_pieces(self.shapes.layout.tp)
             return [
                 Comm("lm_head_tp", "tp", "all_gather", size, True, -1, holds_sms=True),
-                Compute.of("lm_head_local", self._gemm_pieces(g, "F", local[0], dtype), -1),
-                Compute.of("lm_head", self._gemm_pieces(g, "F", local[1], dtype) + ce, -1),
+                Compute.of("lm_head_local", self._gemm_pieces(g, "F", local, dtype), -1),
+                Compute.of("lm_head", self._gemm_pieces(g, "F", rest, dtype) + ce, -1),
             ]
         return [
             Compute.of("lm_head_loss", ce, -1),
