@@ -37,6 +37,8 @@ class Measurements:
     launch_s: float | None = None
     # the largest reference GEMM's rate on every rank (calibrate/spread.py), when >= 2 ranks
     gemm_ranks: Row | None = None
+    # the reference GEMM alone and under in-flight all-reduces (calibrate/interference.py)
+    interference: Row | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``measured:`` map (empty tables left out)."""
@@ -54,6 +56,8 @@ class Measurements:
             out["kernel_launch_s"] = self.launch_s
         if self.gemm_ranks is not None:
             out["gemm_ranks"] = self.gemm_ranks
+        if self.interference is not None:
+            out["interference"] = self.interference
         return out
 
 
@@ -92,7 +96,9 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         )
     if machine.sm_count:
         gpu["sm_count"] = machine.sm_count
-        _note(data, "gpu.sm_count", "measured device's multiprocessor count (torch device properties)")
+        _note(
+            data, "gpu.sm_count", "measured device's multiprocessor count (torch device properties)"
+        )
     else:
         # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
         gpu.pop("sm_count", None)
@@ -181,6 +187,25 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
     if m.launch_s is not None:
         eff["kernel_launch_us"] = m.launch_s * 1e6
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
+    sms = data["gpu"].get("sm_count")
+    if m.interference is not None and sms:
+        r = m.interference
+        eff["collective_sms"] = collective_sms(r["rate"], sms)
+        _note(
+            data,
+            "efficiency.collective_sms",
+            f"measured: the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM ran at {r['rate']:.3f} of "
+            f"its speed under {r['bytes']} B all-reduces on {r['gpus']} ranks, read as SMs taken "
+            "from compute (calibrate)",
+        )
+
+
+def collective_sms(rate: float, sm_count: int) -> int:
+    """SMs a collective takes from compute, as the simulator's rule reads a measured rate
+    (``simcluster/engine/interference.py``): compute next to an in-flight collective runs at
+    (sm_count - collective_sms) / sm_count of its speed."""
+    taken = round(sm_count * (1.0 - min(1.0, max(rate, 0.0))))
+    return max(0, min(sm_count - 1, taken))
 
 
 # Sequential ring steps of each op over n ranks: the small-message time divided by this is the

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate import attention, collectives, gemm, membw, soak, spread
+from calibrate import attention, collectives, gemm, interference, membw, soak, spread
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.profile_writer import (
     Machine,
@@ -117,6 +117,20 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
             for op in collectives.BUILDERS
             for nbytes in collectives.default_sizes(cfg.device, cfg.quick)
         ]
+    if ctx.distributed and ctx.world >= 2:
+        nbytes = interference.default_bytes(cfg.device, cfg.quick)
+        steps.append(
+            Step(
+                f"gemm under all_reduce {nbytes} B",
+                lambda m: setattr(
+                    m,
+                    "interference",
+                    interference.measure_interference(
+                        largest, soak_dtype, nbytes, dev, cfg.device, timer, budget
+                    ),
+                ),
+            )
+        )
     return steps
 
 

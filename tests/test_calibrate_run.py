@@ -88,6 +88,20 @@ def test_speed_spread_is_the_spread_of_every_ranks_gemm_rate(two_rank_profile):
     assert "2 ranks" in prof.sources["gpu.speed_spread"]
 
 
+def test_gemm_under_in_flight_all_reduces_was_timed_on_both_ranks(two_rank_profile):
+    prof = load_profile(two_rank_profile)
+    row = prof.measured["interference"]
+    assert row["op"] == "all_reduce" and row["gpus"] == 2 and row["dtype"] == "fp32"
+    assert row["bytes"] == 1 << 20  # the quick run's size, whole fp32 elements over 2 ranks
+    biggest = max(prof.measured["gemm"], key=lambda r: r["m"] * r["n"] * r["k"])
+    assert (row["m"], row["n"], row["k"]) == (biggest["m"], biggest["n"], biggest["k"])
+    assert row["gemm_alone_s"] > 0 and row["gemm_overlapped_s"] > 0 and row["collective_s"] > 0
+    assert row["rate"] == pytest.approx(row["gemm_alone_s"] / row["gemm_overlapped_s"], rel=1e-12)
+    assert row["collectives_in_flight"] >= 1
+    # a CPU has no SMs: the rate is kept as a record, the rule's SMs stay 0
+    assert prof.efficiency.collective_sms == 0
+
+
 def test_measured_attention_is_the_profiles_kernel_by_sequence_length(two_rank_profile):
     prof = load_profile(two_rank_profile)
     assert prof.efficiency.attention_kernel == "measured"
