@@ -68,7 +68,7 @@ def measure_interference(
     out = torch.empty(shape.m, shape.n, device=device, dtype=DTYPES[dtype])
     world = dist.get_world_size()
     nelem = max(world, nbytes // 4 // world * world)
-    buf = torch.ones(nelem, device=device)
+    buf = torch.zeros(nelem, device=device)  # sums stay finite however many are in flight
 
     def gemm() -> None:
         torch.matmul(a, b, out=out)

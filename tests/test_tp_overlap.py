@@ -37,6 +37,32 @@ def test_all_gather_and_reduce_scatter_both_run_under_the_mlp_block():
     assert rs["start_s"] < mlp["end_s"]
 
 
+def test_the_pipelined_reduce_scatters_last_slice_follows_the_gemm():
+    """TE's pipelined GEMM + reduce-scatter reduces slice i while GEMM slice i + 1 runs, so the
+    last of its 4 slices (``num_splits``, TE's initialize_ub default) is reduced after the GEMM,
+    before the residual can use the block's output: a quarter of the block's bytes, blocking.
+    Backward overlaps are bulk (whole collectives under whole GEMMs) and have no such tail."""
+    from simcluster.parallelism.segments import Comm
+
+    builder = _builder(True, 0)
+    size = builder.shapes.tp_collective_bytes
+    fwd = [s for s in builder.layer(0, "F") if isinstance(s, Comm) and "_tp_rs" in s.name]
+    by_name = {s.name: s for s in fwd}
+    for block in ("attn", "mlp"):
+        overlapped, tail = by_name[f"{block}_tp_rs"], by_name[f"{block}_tp_rs_tail"]
+        assert overlapped.overlap and not tail.overlap
+        assert tail.nbytes == pytest.approx(size / 4) and overlapped.nbytes == pytest.approx(0.75 * size)
+    back = [s.name for s in builder.layer(0, "B") if isinstance(s, Comm)]
+    assert not any(n.endswith("_tail") for n in back)
+    blocking = [s for s in _builder(False, 0).layer(0, "F") if isinstance(s, Comm) and "_tp_rs" in s.name]
+    assert [s.nbytes for s in blocking] == [size, size]  # no overlap: one whole reduce-scatter
+    events = run(_tp_scenario(True, tp_overlap_sms=0)).events
+    fwd_ev = events[(events["rank"] == 0) & (events["microbatch"] == 0) & (events["layer"] == 1)]
+    mlp = fwd_ev[(fwd_ev["stream"] == "compute") & (fwd_ev["name"] == "mlp")].iloc[0]
+    tail_ev = fwd_ev[fwd_ev["name"] == "mlp_tp_rs_tail"].iloc[0]
+    assert tail_ev["start_s"] >= mlp["end_s"] - 1e-12
+
+
 def test_overlap_is_faster_than_blocking_tp_comm():
     blocking = run(_tp_scenario(False)).summary["step_time_s"]
     overlapped = run(_tp_scenario(True)).summary["step_time_s"]

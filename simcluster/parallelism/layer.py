@@ -19,10 +19,6 @@ from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_rec
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
 
-# TransformerEngine's pipelined reduce-scatter overlap: the row-parallel forward GEMM in slices
-# (num_splits=4: TE's initialize_ub default and every NeMo / Megatron-Bridge H100 preset)
-TP_PIPELINE_SPLITS = 4
-
 
 @dataclass(frozen=True)
 class Gemm:
@@ -280,7 +276,7 @@ class LayerBuilder:
         if not on or phase == "W":
             return 1
         if phase == "F":
-            return lay.tp if column else TP_PIPELINE_SPLITS
+            return lay.tp if column else tensor.PIPELINE_SPLITS
         return 1 if column else lay.tp
 
     def _row_parallel_slowdown(self, phase: str) -> float:

@@ -16,6 +16,10 @@ from __future__ import annotations
 from simcluster.parallelism.segments import Comm, Compute, Segment
 from simcluster.parallelism.shapes import Shapes
 
+#: slices of TransformerEngine's pipelined GEMM + reduce-scatter (``initialize_ub`` default
+#: ``num_splits`` for "pipeline"; NeMo's and Megatron-Bridge's H100/B200 presets use 4 too)
+PIPELINE_SPLITS = 4
+
 
 def wrap_block(
     shapes: Shapes, block: str, body: list[Segment], overlap: bool, layer: int, backward: bool = False
@@ -32,6 +36,14 @@ def wrap_block(
     size = shapes.tp_collective_bytes
     if lay.sequence_parallel:
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", size, overlap, layer)
+        if overlap and not backward:
+            # TransformerEngine's pipelined reduce-scatter: slice i is reduced while GEMM slice
+            # i + 1 runs, so the last slice's reduction follows the GEMM, exposed
+            tail = size / PIPELINE_SPLITS
+            last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer)
+            out = _place(first, body, last, overlap)
+            out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
+            return out
         last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size, overlap, layer)
         out = _place(first, body, last, overlap)
         if backward:
