@@ -7,7 +7,11 @@ M = 4096 tokens, GPT-3 175B shapes (K = 12288, N = 49152):
 | AllGather + GEMM | 4096 x 6144 x 12288 | 0.846 ms | 0.583 ms (gather 4096 x 12288 bf16) |
 | GEMM + ReduceScatter | 4096 x 12288 x 6144 | 0.818 ms | 0.590 ms (scatter 4096 x 12288 bf16) |
 
-The profile's numbers come from elsewhere (GEMMs: XLA's sm_90 table capped at the sustained
+The A800 rows of the same table (2.438 / 2.453 ms) check the dgx-a100 GEMM curve: an A800 is an
+A100 SXM with its NVLink cut, the same GA100 SMs and clocks. (Its NCCL rows are not checked: no
+A800 profile is shipped and its NVLink efficiency differs from the A100's.)
+
+The profiles' numbers come from elsewhere (GEMMs: XLA's sm_90 table capped at the sustained
 755 TFLOP/s; NVLink: DeepSeek-V3's 160 of 200 GB/s), so agreement here is a check, not a fit.
 """
 
@@ -35,6 +39,15 @@ def h800():
 )
 def test_gemm_times_match_flux_torch_column(h800, m, n, k, measured_s):
     modelled = KernelModel(h800, "bf16").gemm(m, n, k)
+    assert modelled == pytest.approx(measured_s, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, measured_s",
+    [(TOKENS, FFN // TP, HIDDEN, 2.438e-3), (TOKENS, HIDDEN, FFN // TP, 2.453e-3)],
+)
+def test_a800_gemm_times_match_the_a100_curve(m, n, k, measured_s):
+    modelled = KernelModel(load_profile("dgx-a100"), "bf16").gemm(m, n, k)
     assert modelled == pytest.approx(measured_s, rel=0.05)
 
 
