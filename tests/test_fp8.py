@@ -128,3 +128,37 @@ def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
     for recipe in ("delayed", "block"):
         other = KernelModel(profile, "fp8", fp8_recipe=recipe).fp8_quantise(elements)
         assert current - other == pytest.approx(2 * elements / KernelModel(profile, "fp8").hbm_bytes_per_s)
+
+
+@pytest.mark.parametrize("tp_comm", [False, True])
+def test_tp_all_gathers_move_fp8_and_reduce_scatters_16_bit(tp_comm):
+    """TransformerEngine gathers the FP8 operand: a column-parallel input is quantised before its
+    all-gather (LayerNormLinear), a row-parallel output gradient before its backward gather, and
+    userbuffers keep FP8 buffers for every all-gather overlap under an FP8 recipe (initialize_ub:
+    qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad, qkv_dgrad, fc1_dgrad). Reduce-scatters sum
+    16-bit partials; the LM head runs outside TE at 16 bits. At tp 4, 4096 tokens, h 4096:
+    an FP8 gather is 4096 * 4096 * 1 B = 16 MiB, a reduce-scatter 32 MiB."""
+    from simcluster.parallelism.segments import Comm
+
+    def comms(precision: str, phase: str) -> dict[str, float]:
+        b = layer_builder(
+            {
+                "model": LLAMA,
+                "cluster": {"hardware": "dgx-h100", "gpus": 4},
+                "parallel": {"tp": 4, "sequence_parallel": True},
+                "overlap": {"tp_comm": tp_comm},
+                "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 1, "precision": precision},
+            }
+        )
+        segs = b.layer(0, phase) + b.head(phase)
+        return {s.name: s.nbytes for s in segs if isinstance(s, Comm)}
+
+    fp8_gather, half_rs = TOKENS * 4096 * 1, TOKENS * 4096 * 2
+    fwd, bwd = comms("fp8", "F"), comms("fp8", "B")
+    for block in ("attn", "mlp"):
+        assert fwd[f"{block}_tp_ag"] == bwd[f"{block}_tp_ag"] == bwd[f"{block}_tp_ag_input"] == fp8_gather
+        rs = fwd[f"{block}_tp_rs"] + fwd.get(f"{block}_tp_rs_tail", 0.0)
+        assert rs == bwd[f"{block}_tp_rs"] == half_rs
+    assert fwd["lm_head_tp"] == bwd["lm_head_tp"] == half_rs
+    bf16 = comms("bf16", "F")
+    assert bf16["attn_tp_ag"] == bf16["lm_head_tp"] == half_rs

@@ -44,6 +44,23 @@ class Shapes:
         return self.hidden_bytes
 
     @property
+    def tp_gather_bytes(self) -> float:
+        """nccl-tests size of a TP all-gather of a transformer linear's operand under SP.
+
+        With FP8 GEMMs the gathered operand is the FP8 one, 1 byte per element: TransformerEngine
+        quantises a column-parallel input before gathering it (``LayerNormLinear``: the norm
+        writes FP8, then ``gather_along_first_dim(..., quantizer=...)``) and the output
+        gradient of a row-parallel linear before its backward gather; its userbuffers give
+        every all-gather overlap (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``,
+        ``qkv_dgrad``, ``fc1_dgrad``) an FP8 buffer under an FP8 recipe (``initialize_ub``:
+        "AllGather buffers use fp8 when using fp8 recipe"). Reduce-scatters carry 16-bit
+        partial sums. The per-tensor scale is a few bytes and is left out.
+        """
+        if self.training.precision == "fp8":
+            return self.tokens * self.model.hidden * 1.0
+        return self.hidden_bytes
+
+    @property
     def moe_tokens(self) -> float:
         """Tokens one rank routes through the MoE block: its tp-th share of the sequence shard."""
         return self.tokens / self.layout.tp

@@ -35,7 +35,8 @@ def wrap_block(
         return body
     size = shapes.tp_collective_bytes
     if lay.sequence_parallel:
-        first = Comm(f"{block}_tp_ag", "tp", "all_gather", size, overlap, layer)
+        gather = shapes.tp_gather_bytes  # FP8 when the linears run in FP8
+        first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer)
         if overlap and not backward:
             # TransformerEngine's pipelined reduce-scatter: slice i is reduced while GEMM slice
             # i + 1 runs, so the last slice's reduction follows the GEMM, exposed
@@ -49,7 +50,7 @@ def wrap_block(
         if backward:
             # without userbuffers (overlap.tp_comm) the gather is an async NCCL call: its CTAs
             # take SMs from the GEMMs it runs under
-            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", size, True, layer, holds_sms=not overlap)
+            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", gather, True, layer, holds_sms=not overlap)
             first_compute = next(i for i, s in enumerate(out) if isinstance(s, Compute))
             out.insert(first_compute, regather)
         return out
