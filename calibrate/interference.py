@@ -89,7 +89,7 @@ def measure_interference(
     dist.barrier()
     synchronize(device_type)
     works = [dist.all_reduce(buf, async_op=True) for _ in range(launched)]
-    overlapped = timer(gemm, iters=gemm_iters, warmup=0)
+    overlapped = timer(gemm, iters=gemm_iters, warmup=0, drain=False)  # collectives keep running
     for w in works:
         w.wait()
     synchronize(device_type)

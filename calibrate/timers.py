@@ -18,16 +18,24 @@ from simcluster.errors import UserError
 
 
 class Timer(Protocol):
-    """Mean seconds per call of ``fn`` over ``iters`` calls after ``warmup`` calls."""
+    """Mean seconds per call of ``fn`` over ``iters`` calls after ``warmup`` calls.
 
-    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float: ...
+    ``drain=False`` starts the clock without waiting for the device's other streams, so work
+    queued there (collectives in flight) keeps running under the timed calls.
+    """
+
+    def __call__(
+        self, fn: Callable[[], object], iters: int, warmup: int, drain: bool = True
+    ) -> float: ...
 
 
 @dataclass(frozen=True)
 class PerfCounterTimer:
     """Host wall clock; exact on CPU where ops complete before returning."""
 
-    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float:
+    def __call__(
+        self, fn: Callable[[], object], iters: int, warmup: int, drain: bool = True
+    ) -> float:
         for _ in range(warmup):
             fn()
         start = time.perf_counter()
@@ -40,10 +48,13 @@ class PerfCounterTimer:
 class CudaEventTimer:
     """CUDA events on the current stream: device time, launch queueing excluded."""
 
-    def __call__(self, fn: Callable[[], object], iters: int, warmup: int) -> float:
+    def __call__(
+        self, fn: Callable[[], object], iters: int, warmup: int, drain: bool = True
+    ) -> float:
         for _ in range(warmup):
             fn()
-        torch.cuda.synchronize()
+        if drain:  # a whole-device sync would also wait for other streams' collectives
+            torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
