@@ -37,16 +37,13 @@ def wrap_block(
     if lay.sequence_parallel:
         gather = shapes.tp_gather_bytes  # FP8 when the linears run in FP8
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer)
-        if overlap and not backward:
-            # TransformerEngine's pipelined reduce-scatter: slice i is reduced while GEMM slice
-            # i + 1 runs, so the last slice's reduction follows the GEMM, exposed
-            tail = size / PIPELINE_SPLITS
-            last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer)
-            out = _place(first, body, last, overlap)
-            out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
-            return out
-        last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size, overlap, layer)
+        # TransformerEngine's pipelined reduce-scatter (forward): slice i is reduced while GEMM
+        # slice i + 1 runs, so the last slice's reduction follows the GEMM, exposed
+        tail = size / PIPELINE_SPLITS if overlap and not backward else 0.0
+        last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer)
         out = _place(first, body, last, overlap)
+        if tail:
+            out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
         if backward:
             # without userbuffers (overlap.tp_comm) the gather is an async NCCL call: its CTAs
             # take SMs from the GEMMs it runs under
