@@ -19,7 +19,12 @@ DGX_H100_AR = [(2**30, 466.33), (2**31, 473.37), (2**32, 477.24), (2**33, 480.16
 
 
 def h100(n: int, **over):
-    return build_cluster(load_profile("dgx-h100", over or None), n)
+    """The DGX H100 network model alone (the profile's measured table left out)."""
+    from simcluster.hardware import profile_from_dict
+
+    raw = load_profile("dgx-h100", over or None).model_dump()
+    raw["measured"] = {}
+    return build_cluster(profile_from_dict(raw), n)
 
 
 def busbw_ar(t: float, size: float, n: int) -> float:
@@ -46,6 +51,24 @@ def simulate(cluster, calls, symmetric=True):
 def test_dgx_h100_allreduce_matches_nccl_tests(size, published):
     t = collective_time("all_reduce", size, h100(8), list(range(8)))
     assert busbw_ar(t, size, 8) == pytest.approx(published, rel=0.10)
+
+
+# the same sample's mid sizes, which the model alone reaches too early (32 MiB: ~405 GB/s)
+DGX_H100_AR_MID = [(2**25, 294.69), (2**26, 361.67), (2**27, 400.53), (2**28, 422.25), (2**29, 436.79)]
+
+
+@pytest.mark.parametrize("size,published", DGX_H100_AR_MID)
+def test_shipped_dgx_h100_carries_the_samples_mid_size_losses(size, published):
+    """The shipped profile holds the sample as its single-node table (measured.collectives), so an
+    8-GPU all-reduce is the measurement itself and a 4-GPU TP group gets the same ratio."""
+    shipped = build_cluster(load_profile("dgx-h100"), 8)
+    t = collective_time("all_reduce", size, shipped, list(range(8)))
+    assert busbw_ar(t, size, 8) == pytest.approx(published, rel=1e-6)
+    model = collective_time("all_reduce", size, h100(8), list(range(8)))
+    ratio = t / model
+    assert ratio > 1.0  # the model alone is faster than NCCL at these sizes
+    four = collective_time("all_gather", size, shipped, [0, 1, 2, 3])
+    assert four == pytest.approx(ratio * collective_time("all_gather", size, h100(8), [0, 1, 2, 3]), rel=1e-9)
 
 
 def test_small_messages_latency_dominated():

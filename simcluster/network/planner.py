@@ -176,9 +176,11 @@ def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float
     ``per_node`` GPUs of ``nodes`` nodes of a cluster of exactly that many nodes (cached)."""
     refs = cluster.cache.setdefault("reference_clusters", {})
     nodes = geometry.nodes
-    if nodes not in refs:
-        refs[nodes] = build_cluster(cluster.profile, nodes * cluster.gpus_per_node)
-    ref = refs[nodes]
+    # the table's nodes as measured, even when the scenario packs fewer GPUs per node
+    gpn = max(cluster.gpus_per_node, geometry.per_node)
+    if (nodes, gpn) not in refs:
+        refs[(nodes, gpn)] = build_cluster(cluster.profile, nodes * gpn, gpn)
+    ref = refs[(nodes, gpn)]
     per_node = min(geometry.per_node, ref.gpus_per_node)
     group = tuple(n * ref.gpus_per_node + i for n in range(nodes) for i in range(per_node))
     return _best(ref, op, (group,), nbytes, None)[0]
