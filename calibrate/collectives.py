@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from calibrate.busbw import OPS, collective_record
+from calibrate.dist import agree_max
 from calibrate.gemm import iterations_for
 from calibrate.timers import Timer
 
@@ -103,9 +104,7 @@ def measure_collective(
     call = BUILDERS[op](nelem, group, ranks, me, device)
     once = timer(call, iters=1, warmup=1)
     # Every member must run the same number of calls: agree on the slowest estimate.
-    probe = torch.tensor([once], dtype=torch.float64, device=device)
-    dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    iters = iterations_for(float(probe.item()), budget_s, lo=3, hi=100)
+    iters = iterations_for(agree_max(once, device, group), budget_s, lo=3, hi=100)
     dist.barrier(group=group)
     t = timer(call, iters=iters, warmup=1)
     mean = torch.tensor([t], dtype=torch.float64, device=device)

@@ -21,6 +21,14 @@ from simcluster.errors import UserError
 BACKENDS: dict[str, str] = {"cuda": "nccl", "cpu": "gloo"}
 
 
+def agree_max(value: float, device: torch.device, group: object = None) -> float:
+    """The largest ``value`` over the group's ranks (a collective: every member calls it), so
+    that all of them plan the same number of calls."""
+    probe = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
+    return float(probe.item())
+
+
 @dataclass
 class DistContext:
     """Where this process sits: rank, node, device, backend and its communication groups."""

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from calibrate.dist import agree_max
 from calibrate.gemm import DTYPES, iterations_for
 from calibrate.shapes import GemmShape
 from calibrate.timers import Timer, synchronize
@@ -45,19 +46,11 @@ def default_bytes(device: str, quick: bool) -> int:
     return 1 << 28 if device == "cuda" else 1 << 23
 
 
-def _agree(value: float, device: torch.device) -> float:
-    """The largest value over the world (every rank must plan the same number of calls)."""
-    probe = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
-    return float(probe.item())
-
-
 def measure_interference(
     shape: GemmShape,
     dtype: str,
     nbytes: int,
     device: torch.device,
-    device_type: str,
     timer: Timer,
     budget_s: float,
 ) -> Row:
@@ -76,23 +69,23 @@ def measure_interference(
     def reduce_once() -> None:
         dist.all_reduce(buf, async_op=True).wait()
 
-    gemm_iters = iterations_for(_agree(timer(gemm, iters=1, warmup=1), device), budget_s, lo=5)
+    gemm_iters = iterations_for(agree_max(timer(gemm, iters=1, warmup=1), device), budget_s, lo=5)
     alone = timer(gemm, iters=gemm_iters, warmup=1)
     dist.barrier()
-    coll_once = _agree(timer(reduce_once, iters=1, warmup=1), device)
+    coll_once = agree_max(timer(reduce_once, iters=1, warmup=1), device)
     coll_iters = iterations_for(coll_once, budget_s, lo=2, hi=20)
     dist.barrier()
     coll = timer(reduce_once, iters=coll_iters, warmup=0)
     # enough reductions in flight to cover the GEMM window with margin, the same count everywhere
-    window = _agree(alone * gemm_iters, device)
-    launched = max(1, math.ceil(COVER * window / max(_agree(coll, device), 1e-9)))
+    window = agree_max(alone * gemm_iters, device)
+    launched = max(1, math.ceil(COVER * window / max(agree_max(coll, device), 1e-9)))
     dist.barrier()
-    synchronize(device_type)
+    synchronize(device.type)
     works = [dist.all_reduce(buf, async_op=True) for _ in range(launched)]
     overlapped = timer(gemm, iters=gemm_iters, warmup=0, drain=False)  # collectives keep running
     for w in works:
         w.wait()
-    synchronize(device_type)
+    synchronize(device.type)
     return {
         "op": "all_reduce",
         "bytes": nelem * 4,

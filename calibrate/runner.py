@@ -126,7 +126,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
                     m,
                     "interference",
                     interference.measure_interference(
-                        largest, soak_dtype, nbytes, dev, cfg.device, timer, budget
+                        largest, soak_dtype, nbytes, dev, timer, budget
                     ),
                 ),
             )

@@ -181,8 +181,7 @@ def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float
     if (nodes, gpn) not in refs:
         refs[(nodes, gpn)] = build_cluster(cluster.profile, nodes * gpn, gpn)
     ref = refs[(nodes, gpn)]
-    per_node = min(geometry.per_node, ref.gpus_per_node)
-    group = tuple(n * ref.gpus_per_node + i for n in range(nodes) for i in range(per_node))
+    group = tuple(n * gpn + i for n in range(nodes) for i in range(geometry.per_node))
     return _best(ref, op, (group,), nbytes, None)[0]
 
 
