@@ -103,9 +103,8 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
         gpu.pop("sm_count", None)
         eff = data["efficiency"]
-        for key in ("collective_sms", "tp_overlap_sms"):
-            eff[key] = 0
-            _note(data, f"efficiency.{key}", "0: a CPU device has no SMs to lend to communication")
+        eff["collective_sms"] = 0
+        _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
     node["gpus_per_node"] = machine.gpus_per_node
     node["nvls"] = False
     _note(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simcluster import userbuffers
 from simcluster.errors import UserError
 from simcluster.frameworks import with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
@@ -70,6 +71,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
     _check_tp_async(scenario, layout, schedule)
+    userbuffers.check_sms(userbuffers.resolve(scenario.overlap.tp_comm_cfg), profile.gpu.sm_count, profile.gpu.name)
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )

@@ -125,15 +125,6 @@ class EfficiencySpec(_Strict):
             "0 = no interference"
         ),
     )
-    tp_overlap_sms: int = Field(
-        default=0,
-        ge=0,
-        description=(
-            "SMs TransformerEngine's pipelined tensor-parallel reduce-scatter reserves while it "
-            "overlaps the row-parallel forward GEMM (set_sm_margin): with overlap.tp_comm and "
-            "sequence parallelism those GEMMs run on sm_count - tp_overlap_sms SMs. 0 = free"
-        ),
-    )
     attention_kernels: dict[str, list[AttentionCurve]] = Field(
         default_factory=dict,
         description=(
@@ -368,8 +359,7 @@ def profile_from_dict(
         else:
             msg = f"profile {origin} field '{loc}': {err['msg']}"
         raise UserError(field, msg) from None
-    for key in ("collective_sms", "tp_overlap_sms"):
-        _check_sms_taken(profile, key, field, origin, _flatten(patch or {}))
+    _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     return profile
 
 

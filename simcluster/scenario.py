@@ -266,6 +266,16 @@ class OverlapSection(_Section):
     dp_grad_reduce: bool = True
     param_gather: bool = True
     tp_comm: bool = False
+    tp_comm_cfg: str | dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description=(
+            "TransformerEngine userbuffers settings of overlap.tp_comm: a preset name (NeMo's / "
+            "Megatron-Bridge's, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192, or te-1 / "
+            "te-2 for TransformerEngine's defaults) or a mapping from overlap name (qkv_fprop ... "
+            "fc2_dgrad) to {method, num_sm, set_sm_margin, num_splits}; unset: TransformerEngine "
+            "2.x's defaults (simcluster/userbuffers.py)"
+        ),
+    )
     tp_async: bool = Field(
         default=False,
         description=(

@@ -93,7 +93,7 @@ def test_every_number_has_a_source():
 def test_carried_over_numbers_say_so_and_measured_ones_do_not():
     src = load_profile(NAME).sources
     for key in ("efficiency.attention_fwd", "efficiency.attention_bwd", "efficiency.hbm",
-                "efficiency.collective_sms", "efficiency.tp_overlap_sms", "fabric.nodes_per_leaf"):  # fmt: skip
+                "efficiency.collective_sms", "fabric.nodes_per_leaf"):  # fmt: skip
         assert "ASSUMPTION" in src[key], key
     # Sinha et al. measured V100 clusters: the spread is a measurement for this GPU
     assert "Sinha" in src["gpu.speed_spread"]

@@ -217,3 +217,30 @@ def test_symmetry_matches_all_ranks_with_interference(parallel):
     assert sym["step_time_s"] != run(_dp_scenario(0, **parallel)).summary["step_time_s"]
     assert every["step_time_s"] == pytest.approx(sym["step_time_s"], rel=1e-9)
     assert every["exposed_comm_s"] == pytest.approx(sym["exposed_comm_s"], rel=1e-9, abs=1e-12)
+
+
+def test_collectives_with_their_own_sm_counts_hold_the_largest_in_flight():
+    """A userbuffers bulk overlap holds its own ``num_sm`` (NeMo's H100 preset: qkv_wgrad 24,
+    fc1_wgrad 4 of 132 SMs); two in flight at once leave compute the SMs of the larger."""
+    env = simpy.Environment()
+    share = SmShare(env, 132, 0, userbuffer_sms=24)
+    end: list[float] = []
+
+    def compute():
+        yield from share.compute(0, 10.0)
+        end.append(env.now)
+
+    def holder(sms: int, start: float, stop: float):
+        yield env.timeout(start)
+        share.enter(0, sms)
+        yield env.timeout(stop - start)
+        share.leave(0, sms)
+
+    env.process(compute())
+    env.process(holder(4, 0.0, 20.0))  # 4 SMs throughout
+    env.process(holder(24, 2.0, 4.0))  # 24 SMs from 2 s to 4 s
+    env.run()
+    # 0-2 s and after 4 s at 128/132, 2-4 s at 108/132
+    done = 2 * 128 / 132 + 2 * 108 / 132
+    assert end[0] == pytest.approx(4.0 + (10.0 - done) * 132 / 128, rel=1e-12)
+    assert share.held_by("tp", sms=24) == 24 and share.held_by("dp") == 0  # NCCL takes none here

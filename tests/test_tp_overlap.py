@@ -1,7 +1,8 @@
 """Tensor-parallel communication overlap (Megatron ``--tp-comm-overlap`` through
 TransformerEngine userbuffers): the block's all-gather and reduce-scatter both run under the
-block's GEMMs, and the pipelined reduce-scatter reserves SMs from the row-parallel forward GEMM
-(TE ``set_sm_margin=True``; default ``num_comm_sm`` 16)."""
+block's GEMMs, each overlap takes the SMs its config gives it (TE ``initialize_ub`` defaults and
+NeMo's presets; ``comm_gemm_overlap.cpp`` ``_math_sms`` under ``set_sm_margin``), and the
+forward reduce-scatter's last slice follows the GEMM."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from engine_helpers import compute_seconds, layer_builder, pipeline_scenario, ru
 
 from simcluster.parallelism.layer import LayerBuilder
 
+#: every userbuffers overlap without SMs of its own: the schedule alone
+FREE = {name: {"num_sm": 0} for name in ("proj_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}
 
-def _tp_scenario(overlap: bool, **profile: int) -> dict:
+
+def _tp_scenario(overlap: bool, cfg=None, hardware: str = "dgx-h100") -> dict:
     data = pipeline_scenario(1, 1, "1f1b", layers=2)
-    data["cluster"].update({"gpus": 8, "gpus_per_node": 8, "network": "simulated"})
+    data["cluster"].update({"hardware": hardware, "gpus": 8, "gpus_per_node": 8, "network": "simulated"})
     data["parallel"].update({"tp": 8, "sequence_parallel": True})
     data["training"]["seq_len"] = 4096
     data["overlap"]["tp_comm"] = overlap
-    if profile:
-        data["cluster"]["profile"] = {"efficiency": profile}
+    if cfg is not None:
+        data["overlap"]["tp_comm_cfg"] = cfg
     return data
 
 
@@ -26,7 +30,7 @@ def test_all_gather_and_reduce_scatter_both_run_under_the_mlp_block():
     """Forward MLP = [all-gather, reduce-scatter] around one fused compute segment: with overlap
     the MLP compute starts together with its all-gather (not after it) and the reduce-scatter
     follows on the TP stream while the MLP still computes."""
-    events = run(_tp_scenario(True, tp_overlap_sms=0)).events
+    events = run(_tp_scenario(True, FREE)).events
     fwd = events[(events["rank"] == 0) & (events["microbatch"] == 0) & (events["layer"] == 1)]
     fwd = fwd[fwd["kind"].isin(["forward", "all_gather", "reduce_scatter"])]
     mlp = fwd[(fwd["stream"] == "compute") & (fwd["name"] == "mlp")].iloc[0]
@@ -44,7 +48,7 @@ def test_the_pipelined_reduce_scatters_last_slice_follows_the_gemm():
     Backward overlaps are bulk (whole collectives under whole GEMMs) and have no such tail."""
     from simcluster.parallelism.segments import Comm
 
-    builder = _builder(True, 0)
+    builder = _builder(True)
     size = builder.shapes.tp_collective_bytes
     fwd = [s for s in builder.layer(0, "F") if isinstance(s, Comm) and "_tp_rs" in s.name]
     by_name = {s.name: s for s in fwd}
@@ -54,9 +58,9 @@ def test_the_pipelined_reduce_scatters_last_slice_follows_the_gemm():
         assert tail.nbytes == pytest.approx(size / 4) and overlapped.nbytes == pytest.approx(0.75 * size)
     back = [s.name for s in builder.layer(0, "B") if isinstance(s, Comm)]
     assert not any(n.endswith("_tail") for n in back)
-    blocking = [s for s in _builder(False, 0).layer(0, "F") if isinstance(s, Comm) and "_tp_rs" in s.name]
+    blocking = [s for s in _builder(False).layer(0, "F") if isinstance(s, Comm) and "_tp_rs" in s.name]
     assert [s.nbytes for s in blocking] == [size, size]  # no overlap: one whole reduce-scatter
-    events = run(_tp_scenario(True, tp_overlap_sms=0)).events
+    events = run(_tp_scenario(True, FREE)).events
     fwd_ev = events[(events["rank"] == 0) & (events["microbatch"] == 0) & (events["layer"] == 1)]
     mlp = fwd_ev[(fwd_ev["stream"] == "compute") & (fwd_ev["name"] == "mlp")].iloc[0]
     tail_ev = fwd_ev[fwd_ev["name"] == "mlp_tp_rs_tail"].iloc[0]
@@ -69,32 +73,67 @@ def test_overlap_is_faster_than_blocking_tp_comm():
     assert overlapped < blocking
 
 
-def _builder(overlap: bool, sms: int) -> LayerBuilder:
-    return layer_builder(_tp_scenario(overlap, tp_overlap_sms=sms))
+def _builder(overlap: bool, cfg=None) -> LayerBuilder:
+    return layer_builder(_tp_scenario(overlap, cfg))
 
 
-def test_row_parallel_forward_gemm_runs_on_the_sms_left_by_the_reduce_scatter():
-    """H100 has 132 SMs (whitepaper); with 16 reserved the row-parallel forward GEMM runs
-    132/116 times longer; the backward and the column-parallel GEMMs are untouched."""
-    free, taken = _builder(True, 0), _builder(True, 16)
-    assert taken._row_parallel_slowdown("F") == pytest.approx(132 / 116)
-    assert taken._row_parallel_slowdown("B") == 1.0
-    assert _builder(False, 16)._row_parallel_slowdown("F") == 1.0  # blocking comm takes no SMs
-    row = free._gemms(free.mlp_gemms(free.shapes.model.ffn)[-1:], "F", splits=4).total
-    row += free._gemms(free.attention_gemms()[-1:], "F", splits=4).total
-    extra = compute_seconds(taken.layer(0, "F")) - compute_seconds(free.layer(0, "F"))
-    assert extra == pytest.approx(row * (132 / 116 - 1))
-    assert compute_seconds(taken.layer(0, "B")) == pytest.approx(compute_seconds(free.layer(0, "B")))
+def _column_and_row(b: LayerBuilder, phase: str) -> tuple[float, float]:
+    """Standalone seconds of one layer's column-parallel (qkv, fc1) and row-parallel (proj, fc2)
+    GEMMs in ``phase``, whole kernels."""
+    att, mlp = b.attention_gemms(), b.mlp_gemms(b.shapes.model.ffn)
+    cols, rows = att[:-1] + mlp[:-1], att[-1:] + mlp[-1:]
+    return b._gemms(cols, phase).total, b._gemms(rows, phase).total
 
 
-@pytest.mark.parametrize("value", [108, -1])
-def test_bad_tp_overlap_sms_names_the_field(value):
-    from simcluster.errors import UserError
-    from simcluster.hardware import load_profile
+def test_transformer_engine_2_defaults_launch_pipeline_and_bulk_gemms_on_116_of_132_sms():
+    """TE >= 2.0 ``get_default_config``: pipeline and bulk overlaps take 16 SMs with
+    ``set_sm_margin`` (the GEMM is launched on sm_count - 16; comm_gemm_overlap.cpp
+    ``_math_sms``), ring exchanges none. H100 SXM: 132 SMs (whitepaper). So the row-parallel
+    forward GEMMs (pipelined reduce-scatter), the column-parallel input- and weight-gradient
+    GEMMs (bulk) run 132/116 times longer; the column-parallel forward and row-parallel
+    input-gradient GEMMs (ring exchange) and the row-parallel weight gradients do not."""
+    free, te2 = _builder(True, FREE), _builder(True)
+    assert te2.userbuffers["proj_fprop"].gemm_factor(132) == pytest.approx(132 / 116)
+    f = 132 / 116
+    for phase in ("F", "B", "W"):
+        extra = compute_seconds(te2.layer(0, phase)) - compute_seconds(free.layer(0, phase))
+        if phase == "F":
+            rows = sum(free._linear(g, "F", blk, column=False).total for g, blk in
+                       ((free.attention_gemms()[-1:], "attn"), (free.mlp_gemms(free.shapes.model.ffn)[-1:], "mlp")))
+            assert extra == pytest.approx(rows * (f - 1))
+        else:
+            cols, _ = _column_and_row(free, phase)
+            assert extra == pytest.approx(cols * (f - 1), rel=1e-6)
+    # blocking TP communication takes no SMs from anything
+    blocking = _builder(False)
+    assert blocking.userbuffers is None and _builder(False, FREE).userbuffers is None
 
-    with pytest.raises(UserError) as err:
-        load_profile("dgx-a100", patch={"efficiency": {"tp_overlap_sms": value}})  # 108 SMs
-    assert err.value.field == "cluster.profile.efficiency.tp_overlap_sms"
+
+def test_nemo_preset_bulk_overlaps_hold_their_sms_only_while_in_flight():
+    """NeMo/Megatron-Bridge userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192: bulk overlaps
+    without a margin (qkv_dgrad 4, qkv_wgrad 24, fc1_dgrad 2, fc1_wgrad 4 SMs) ride on their
+    collectives (``Comm.sms``); proj_fprop 24 and fc2_fprop 16 SMs with a margin slow their
+    GEMMs for the GEMMs' whole length."""
+    from simcluster.parallelism.segments import Comm
+
+    preset = _builder(True, "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")
+    held = {s.name: s.sms for s in preset.layer(0, "B") if isinstance(s, Comm)}
+    assert held == {"mlp_tp_ag": 0, "mlp_tp_ag_input": 2, "mlp_tp_rs": 4,
+                    "attn_tp_ag": 0, "attn_tp_ag_input": 4, "attn_tp_rs": 24}  # fmt: skip
+    fwd = {s.name: s.sms for s in preset.layer(0, "F") if isinstance(s, Comm)}
+    assert set(fwd.values()) == {0}  # the forward reduce-scatters' SMs are a margin instead
+    free = _builder(True, FREE)
+    assert compute_seconds(preset.layer(0, "B")) == pytest.approx(compute_seconds(free.layer(0, "B")))
+    proj, fc2 = preset.userbuffers["proj_fprop"], preset.userbuffers["fc2_fprop"]
+    assert (proj.gemm_factor(132), fc2.gemm_factor(132)) == (pytest.approx(132 / 108), pytest.approx(132 / 116))
+
+
+def test_a_bulk_reduce_scatter_without_margin_slows_the_gemm_it_runs_beside():
+    """TE 1.x defaults (16 SMs, no margin): the backward's bulk collectives hold 16 of 132 SMs
+    while they run, so the step lies between the free overlap and TE 2.x's margins."""
+    steps = {name: run(_tp_scenario(True, cfg)).summary["step_time_s"] for name, cfg in
+             (("free", FREE), ("te-1", "te-1"), ("te-2", "te-2"))}  # fmt: skip
+    assert steps["free"] < steps["te-1"] < steps["te-2"]
 
 
 def test_overlapped_gemms_run_in_the_slices_transformer_engine_cuts():
@@ -102,17 +141,62 @@ def test_overlapped_gemms_run_in_the_slices_transformer_engine_cuts():
     projection and fc2 input gradient) runs one GEMM per tp rank's slice of the gathered tokens;
     the pipelined reduce-scatter (projection and fc2 forward) 4 slices; bulk overlaps and the
     weight gradients whole GEMMs. At tp 8 and 4096 tokens, fc1 forward = 8 kernels of 512 rows."""
-    on, off = _builder(True, 0), _builder(False, 0)
+    on, off = _builder(True, FREE), _builder(False)
     km, tokens = on.km, on.shapes.tokens
     fc1, fc2 = on.mlp_gemms(on.shapes.model.ffn)
     assert tokens == 4096
-    assert on._overlap_splits("F", column=True) == 8
-    assert on._overlap_splits("F", column=False) == 4
-    assert on._overlap_splits("B", column=False) == 8
-    assert on._overlap_splits("B", column=True) == 1
-    assert on._overlap_splits("W", column=True) == off._overlap_splits("F", column=True) == 1
+    slices = {(ph, col): on._overlap_of(ph, col, "mlp").slices(8) for ph, col in
+              (("F", True), ("F", False), ("B", False), ("B", True))}  # fmt: skip
+    assert slices == {("F", True): 8, ("F", False): 4, ("B", False): 8, ("B", True): 1}
+    assert on._overlap_of("W", False, "mlp") is None and off._overlap_of("F", True, "mlp") is None
     assert on._gemms([fc1], "F", splits=8).total == pytest.approx(8 * km.gemm(512, fc1.n, fc1.k))
     assert on._gemms([fc2], "B", splits=8).total == pytest.approx(8 * km.gemm(512, fc2.k, fc2.n))
     # slices are smaller kernels: never faster than the whole GEMM
     assert on._gemms([fc1], "F", splits=8).total > off._gemms([fc1], "F").total
     assert compute_seconds(on.layer(0, "W")) == pytest.approx(compute_seconds(off.layer(0, "W")))
+
+
+def test_a_ring_exchange_reduce_scatter_exposes_one_tp_slice():
+    """The FP8 presets run proj_fprop/fc2_fprop as a ring exchange (RingExchangeOverlapCfg,
+    set_sm_margin, 1 SM): the GEMM in tp slices, each passed on while the next computes, so
+    1/tp of the bytes (not 1/num_splits) follows the GEMM, and the GEMMs lose one SM."""
+    from simcluster.parallelism.segments import Comm
+
+    b = _builder(True, "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
+    size = b.shapes.tp_collective_bytes
+    tails = [s.nbytes for s in b.layer(0, "F") if isinstance(s, Comm) and s.name.endswith("_tail")]
+    assert tails == [pytest.approx(size / 8)] * 2
+    assert b._overlap_of("F", False, "attn").slices(8) == 8
+    assert b.userbuffers["fc2_fprop"].gemm_factor(132) == pytest.approx(132 / 131)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "field"),
+    [
+        ("userbuffers_bf16_h100_h8192", "overlap.tp_comm_cfg"),
+        ({"qkv_wgard": {"num_sm": 4}}, "overlap.tp_comm_cfg"),
+        ({"qkv_wgrad": {"num_sms": 4}}, "overlap.tp_comm_cfg.qkv_wgrad"),
+        ({"qkv_wgrad": {"method": "pipeline"}}, "overlap.tp_comm_cfg.qkv_wgrad.method"),
+        ({"proj_fprop": {"num_sm": -1}}, "overlap.tp_comm_cfg.proj_fprop.num_sm"),
+        ({"proj_fprop": {"num_sm": 132}}, "overlap.tp_comm_cfg.proj_fprop.num_sm"),
+        ({"fc1_dgrad": {"set_sm_margin": "yes"}}, "overlap.tp_comm_cfg.fc1_dgrad.set_sm_margin"),
+    ],
+)
+def test_a_bad_userbuffers_config_names_its_field(cfg, field):
+    from simcluster.context import build_context
+    from simcluster.errors import UserError
+    from simcluster.scenario import Scenario
+
+    with pytest.raises(UserError) as err:
+        build_context(Scenario.model_validate(_tp_scenario(True, cfg)))
+    assert err.value.field == field
+
+
+def test_a_bad_preset_exits_2_with_one_line(cli, tmp_path):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_tp_scenario(True, "userbuffers_bf16_h100_h8192_tp4")))
+    res = cli("run", str(path))
+    assert res.code == 2 and "overlap.tp_comm_cfg" in res.err and len(res.err.strip().splitlines()) == 1
+    assert "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192" in res.err  # did you mean

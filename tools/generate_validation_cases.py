@@ -45,6 +45,28 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
     }
 
+
+def with_userbuffers(case, cfg, evidence):
+    """Set the run's TransformerEngine userbuffers settings (overlap.tp_comm_cfg: a preset of
+    simcluster/userbuffers.py or a mapping) and say where they were read; no-op without TP."""
+    if cfg is not None and case["scenario"]["parallel"].get("tp", 1) > 1 and case["scenario"]["overlap"].get("tp_comm"):
+        case["scenario"]["overlap"]["tp_comm_cfg"] = cfg
+        case["source"] += f" Userbuffers (overlap.tp_comm_cfg): {evidence}"
+    return case
+
+
+def ub_mapping(dgrad_qkv, wgrad_qkv, dgrad_fc1, wgrad_fc1, proj, fc2):
+    """A userbuffers config written out as TransformerEngine's ub_cfgs: bulk overlaps without a
+    margin, the forward reduce-scatters as pipelines of ``proj`` / ``fc2`` SMs with a margin."""
+    bulk = {"qkv_dgrad": dgrad_qkv, "qkv_wgrad": wgrad_qkv, "fc1_dgrad": dgrad_fc1, "fc1_wgrad": wgrad_fc1}
+    out = {name: {"num_sm": n, "set_sm_margin": False} for name, n in bulk.items()}
+    out.update({name: {"method": "pipeline", "num_sm": n, "set_sm_margin": True}
+                for name, n in (("proj_fprop", proj), ("fc2_fprop", fc2))})
+    return out
+
+
+TE1_NOTE = ("no config passed, so TransformerEngine 1.x's defaults (te-1: 16 SMs per pipeline and bulk "
+            "overlap, no SM margin; initialize_ub add_ub defaults; the margin became TE 2.0's default)")
 # ---------------- Narayanan 2021 Table 1 ----------------
 e = pub["narayanan2021_table1_weak_scaling"]
 cases = []
@@ -126,6 +148,9 @@ for r in e["rows"]:
         "measured": {"step_time_s": round(step, 6)},
 
     })
+    with_userbuffers(cases[-1], "te-1", "Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg "
+                     "passes ub_cfgs={} (megatron/training/initialize.py _initialize_tp_communicators): "
+                     + TE1_NOTE + "; r0.8 ran in NGC PyTorch 24.0x containers with TE 1.x.")
 dump(str(ROOT / "validation" / "megatron-core-h100.yaml"),
      "# Megatron-Core r0.8 weak scaling on H100 (NVIDIA/Megatron-LM README, model_table.png).\n"
      "# Generated from /work/shared/validation/published.yaml; unstated settings are assumptions,\n"
@@ -446,6 +471,9 @@ for r in e["rows"]:
             gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2"),
         "measured": {"step_time_s": round(step, 6)},
     })
+    with_userbuffers(cases[-1], "te-1", "ASSUMED: NeMo-Framework-Launcher has no tp_overlap ub_cfg for "
+                     "hidden 4096 (conf/training/tp_overlap/ lists h5120 and up), so a run with "
+                     "ub_tp_comm_overlap gets " + TE1_NOTE + ".")
 dump(str(ROOT / "validation" / "nemo-long-context-h100.yaml"),
      "# NeMo long-sequence performance (Llama 2 7B, FP8, DGX H100) with context parallelism, 4K-1M tokens.\n"
      "# Generated from /work/shared/validation/published.yaml; unstated settings are assumptions,\n"
@@ -503,6 +531,22 @@ NEMO_SUMMARY = [  # model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens/s/GPU, mo
     ("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12036, 697),
     ("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1533, 738),
 ]
+LAUNCHER_UB = "NeMo-Framework-Launcher launcher_scripts/conf/training/tp_overlap/"
+NEMO_2407_UB = {  # the launcher's ub_cfg file each model's training yaml names (ASSUMED: the July 2024 revision)
+    "GPT3-20B": ("userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048",
+                 f"{LAUNCHER_UB}ub_cfg_h100_h6144_tp2_mbs2_seqlen2048.yaml (bulk 8/16/4/16 SMs, pipelines "
+                 "16/24 SMs with a margin), the values of NeMo 2's preset of the same name."),
+    "GPT3-175B": ("userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048@nemo-2.0",
+                  f"{LAUNCHER_UB}ub_cfg_h100_h12288_tp4_mbs2_seqlen2048.yaml (its header: MBS1; bulk 4/4/2/4, "
+                  "proj_fprop pipeline 24 SMs, fc2_fprop ring exchange, margins), as NeMo 2.0-2.2's "
+                  "fp8_h100_h12288 preset."),
+    "LLAMA2-70B": (ub_mapping(8, 16, 2, 4, 24, 16),
+                   f"{LAUNCHER_UB}ub_cfg_h100_h8192_tp4_mbs1_seqlen4096.yaml (bulk 8/16/2/4 SMs, pipelines "
+                   "24/16 SMs with a margin)."),
+    "LLAMA3-70B": ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192@nemo-2.0",
+                   f"{LAUNCHER_UB}ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192.yaml, passed by the launcher's "
+                   "examples/training/llama/h100/llama3_70b_fp8.sh (bulk 4/24/2/4, pipelines 24/16 SMs)."),
+}
 cases = []
 for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
     if name.startswith("GPT3"):
@@ -530,6 +574,7 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2"),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    with_userbuffers(cases[-1], *NEMO_2407_UB.get(name, (None, "")))
 dump(str(ROOT / "validation" / "nemo-fp8-h100.yaml"),
      "# NeMo 24.07 pre-training performance summary: FP8 on DGX H100, tokens/s/GPU as published.\n"
      "# Generated by tools/generate_validation_cases.py from the table in that script (source in each\n"
@@ -594,6 +639,11 @@ for container, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in
         "scenario": bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    preset = {"LLAMA3-70B": "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192",
+              "LLAMA3.1-405B": "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"}.get(name)
+    with_userbuffers(cases[-1], preset, f"{preset}, the H100 FP8 preset the benchmark configs pick "
+                     "(scripts/performance/configs/llama/llama3_llm_pretrain.py, llama31_llm_pretrain.py; "
+                     "src/megatron/bridge/training/comm_overlap.py).")
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-h100.yaml"),
      "# Megatron-Bridge performance summary: dense Llama 3 pre-training at FP8 on DGX H100 (NeMo 25.09,\n"
      "# 25.11, 26.02), tokens/s/GPU as published. Generated by tools/generate_validation_cases.py from\n"
@@ -776,6 +826,25 @@ DGXC_SETTINGS = {
     ),
 }
 LLAMA["NEMOTRON4-15B"] = (32, 6144, 48, 8, 24576, 256000)
+_DGXC_LLAMA_UB = ("dgxc-benchmarking llama3.1/pretrain_llama31.py replaces the recipe's tp_comm_overlap_cfg "
+                  "with NeMo's H100 preset for the dtype, from the NeMo 2.2 of the 25.02.01 container "
+                  "(setup.sh NEMO_COMMIT d2b21556; NeMo 2.0-2.2 FP8 presets pipeline the forward "
+                  "reduce-scatters, 2.3 made them ring exchanges).")
+DGXC_UB = {
+    ("llama", "LLAMA3-70B", "bf16"): ("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192", _DGXC_LLAMA_UB),
+    ("llama", "LLAMA3-70B", "fp8"): ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192@nemo-2.0", _DGXC_LLAMA_UB),
+    ("llama", "LLAMA3.1-405B", "bf16"): ("userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192", _DGXC_LLAMA_UB),
+    ("llama", "LLAMA3.1-405B", "fp8"): ("userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192@nemo-2.0",
+                                        _DGXC_LLAMA_UB),
+    **{("nemotron", "NEMOTRON4-15B", prec): (
+        "te-1", "nemotron4-15b-synth.yaml sets ub_tp_comm_overlap without ub_tp_comm_overlap_cfg, so NeMo "
+        "1.0's initialize_ub_func passes ub_cfgs=None: " + TE1_NOTE + " (ASSUMED: the 24.12 container's TE "
+        "is 1.x).") for prec in ("bf16", "fp8")},
+    **{("gpt3", "GPT3-175B", prec): (
+        ub_mapping(4, 8, 2, 4, 24, 20), "gpt3_175b_hydra.yaml's inline ub_tp_comm_overlap_cfg (bulk 4/8/2/4 "
+        "SMs, proj_fprop / fc2_fprop pipelines of 24 / 20 SMs with a margin), for BF16 and FP8 alike.")
+       for prec in ("bf16", "fp8")},
+}
 cases = []
 for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     if name.startswith("GPT3"):
@@ -803,6 +872,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         "scenario": scenario,
         "measured": {"step_time_s": step},
     })
+    with_userbuffers(cases[-1], *DGXC_UB[(src, name, prec)] if (src, name, prec) in DGXC_UB else (None, ""))
 dump(str(ROOT / "validation" / "nvidia-dgxc-h100.yaml"),
      "# NVIDIA DGX Cloud benchmarking recipes: measured step times on the DGX H100 reference\n"
      "# architecture (BF16 and FP8). Generated by tools/generate_validation_cases.py from the table\n"
@@ -859,6 +929,10 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
             "fp8", "cudnn", hardware="dgx-b200"),
         "measured": {"step_time_s": round(step, 6)},
     })
+    with_userbuffers(cases[-1], "te-2", "NeMo has no Llama 3 8B userbuffers preset (the perf scripts pass "
+                     "none for 8B), so TransformerEngine 2.x's defaults apply (te-2: pipeline and bulk "
+                     "overlaps 16 SMs each with an SM margin; get_default_config), ASSUMED: the 25.04 "
+                     "container's TE is 2.x.")
 dump(str(ROOT / "validation" / "nemo-long-context-b200.yaml"),
      "# NeMo long-sequence performance (Llama 3 8B, FP8, DGX B200) with context parallelism, 8K-1M tokens.\n"
      "# Generated by tools/generate_validation_cases.py from the table in that script (source in each\n"
@@ -914,6 +988,9 @@ for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, t
                                            hardware=BLACKWELL_HW[system], fp32_grads=False),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
+                     "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192, the preset the 405B benchmark "
+                     "config picks on B200 and GB200 (scripts/performance/configs/llama/llama31_llm_pretrain.py).")
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-blackwell.yaml"),
      "# Megatron-Bridge performance summary: dense Llama 3 pre-training at FP8 (current scaling) on DGX\n"
      "# B200 and GB200 NVL72 (NeMo 25.09, 25.11, 26.02), tokens/s/GPU as published. Generated by\n"

@@ -83,12 +83,13 @@ class Comms:
         chunk: int = -1,
         layer: int = -1,
         holds_sms: bool = False,
+        sms: int = 0,
     ) -> Generator:
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
         An interfering collective (see :mod:`simcluster.engine.interference`; ``holds_sms``
-        makes one of any group interfere) slows the rank's compute from when it holds its
-        stream until it ends, peers' wait included.
+        makes one of any group interfere; ``sms``: a userbuffers overlap's own SM count) slows
+        the rank's compute from when it holds its stream until it ends, peers' wait included.
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
@@ -98,9 +99,9 @@ class Comms:
         with self.stream(rank, stream).request() as req:
             yield req
             start = self.env.now
-            share = self.sm_share if self.sm_share and self.sm_share.interferes(group, holds_sms) else None
-            if share is not None:
-                share.enter(rank)
+            held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
+            if held:
+                self.sm_share.enter(rank, held)
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)
                 yield from self._ring_step(rank, stage, dim, members, nbytes)
             elif group in CROSS_STAGE:
@@ -111,8 +112,8 @@ class Comms:
                 yield self._join(rank, dim, op, members, nbytes, stage)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
-            if share is not None:
-                share.leave(rank)
+            if held:
+                self.sm_share.leave(rank, held)
             kind = "send" if op == "send_recv" else op
             shown = "dp" if group in DP_GROUPS else group
             self.recorder.add(

@@ -23,10 +23,15 @@ Not interfering:
   backward's input re-gather without userbuffers, nanotron's async linears): NCCL kernels
   like any other, marked ``holds_sms`` on their segment.
 
-Several interfering collectives in flight at once count as one: an ASSUMPTION that keeps
-the rate two-valued (collectives on different communicators would each hold their own CTAs;
-on a rank they mostly run one after another on the data-parallel stream anyway). Compute segments are re-timed exactly: a
-sleeping compute segment is interrupted whenever the rank's in-flight count crosses zero
+TransformerEngine's userbuffers overlaps are kernels too, with an SM count of their own
+(``num_sm`` of the overlap's config, e.g. the bulk backward overlaps of NeMo's H100 presets hold
+2-24 SMs next to the GEMM they overlap): such a collective carries its count (``Comm.sms``)
+and holds that many SMs while in flight, whatever the NCCL rule above says.
+
+Several interfering collectives in flight at once hold the SMs of the largest of them: an
+ASSUMPTION (collectives on different communicators would each hold their own CTAs; on a rank
+they mostly run one after another on their streams anyway). Compute segments are re-timed
+exactly: a sleeping compute segment is interrupted whenever the rank's held SM count changes
 and continues with its remaining work at the new rate.
 """
 
@@ -42,49 +47,73 @@ INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "cp", "ep"})
 
 @dataclass
 class SmShare:
-    """Per-rank count of in-flight interfering collectives and the compute rate it implies."""
+    """Per rank, the SM counts of its in-flight interfering collectives, and the compute rate
+    they leave."""
 
     env: simpy.Environment
     sm_count: int | None
     collective_sms: int
-    _in_flight: dict[int, int] = field(default_factory=dict)
+    #: the most SMs a userbuffers overlap of this run holds (0: none); enables the share on a
+    #: profile whose NCCL collectives take none
+    userbuffer_sms: int = 0
+    # rank -> {SMs held: collectives in flight holding that many}
+    _in_flight: dict[int, dict[int, int]] = field(default_factory=dict)
     # processes sleeping in compute, per rank; a dict keeps insertion order (deterministic)
     _sleepers: dict[int, dict[simpy.Process, None]] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
-        """Whether collectives slow compute at all (collective_sms > 0)."""
-        return self.collective_sms > 0 and bool(self.sm_count)
+        """Whether collectives slow compute at all (some collective holds SMs)."""
+        return bool(self.sm_count) and max(self.collective_sms, self.userbuffer_sms) > 0
 
     @property
     def slow_rate(self) -> float:
-        """Compute speed, relative to standalone, next to an in-flight collective."""
-        if not self.enabled:
+        """Compute speed, relative to standalone, next to an in-flight NCCL collective."""
+        return self._rate_with(self.collective_sms)
+
+    def _rate_with(self, held: int) -> float:
+        if not self.enabled or held <= 0:
             return 1.0
         assert self.sm_count is not None
-        return (self.sm_count - self.collective_sms) / self.sm_count
+        return max(self.sm_count - held, 1) / self.sm_count
+
+    def _held(self, rank: int) -> int:
+        counts = self._in_flight.get(rank)
+        return max((sms for sms, n in counts.items() if n), default=0) if counts else 0
 
     def rate(self, rank: int) -> float:
         """The current compute speed of ``rank`` relative to standalone."""
-        return self.slow_rate if self._in_flight.get(rank, 0) else 1.0
+        return self._rate_with(self._held(rank))
 
-    def interferes(self, group: str, holds_sms: bool = False) -> bool:
-        """Whether a collective of ``group`` occupies SMs that compute would use (``holds_sms``:
-        this one does, whatever its group)."""
-        return self.enabled and (holds_sms or group in INTERFERING_GROUPS)
+    def held_by(self, group: str, holds_sms: bool = False, sms: int = 0) -> int:
+        """SMs a collective of ``group`` takes from compute while in flight: ``sms`` when it
+        names its own count (a userbuffers overlap), else NCCL's ``collective_sms`` when it
+        interferes (its group, or ``holds_sms``: an NCCL call whatever its group), else 0."""
+        if not self.enabled:
+            return 0
+        if sms:
+            return sms
+        return self.collective_sms if holds_sms or group in INTERFERING_GROUPS else 0
 
-    def enter(self, rank: int) -> None:
-        """A collective's kernel became resident on ``rank``."""
-        count = self._in_flight.get(rank, 0) + 1
-        self._in_flight[rank] = count
-        if count == 1:
+    def interferes(self, group: str, holds_sms: bool = False, sms: int = 0) -> bool:
+        """Whether such a collective occupies SMs that compute would use."""
+        return self.held_by(group, holds_sms, sms) > 0
+
+    def enter(self, rank: int, sms: int | None = None) -> None:
+        """A collective holding ``sms`` SMs (default NCCL's) became resident on ``rank``."""
+        held = self.collective_sms if sms is None else sms
+        before = self._held(rank)
+        counts = self._in_flight.setdefault(rank, {})
+        counts[held] = counts.get(held, 0) + 1
+        if self._held(rank) != before:
             self._wake(rank)
 
-    def leave(self, rank: int) -> None:
-        """A collective on ``rank`` ended."""
-        count = self._in_flight[rank] - 1
-        self._in_flight[rank] = count
-        if count == 0:
+    def leave(self, rank: int, sms: int | None = None) -> None:
+        """A collective on ``rank`` holding ``sms`` SMs (default NCCL's) ended."""
+        held = self.collective_sms if sms is None else sms
+        before = self._held(rank)
+        self._in_flight[rank][held] -= 1
+        if self._held(rank) != before:
             self._wake(rank)
 
     def _wake(self, rank: int) -> None:

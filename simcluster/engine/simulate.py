@@ -14,7 +14,7 @@ from simcluster.engine.breakdown import step_breakdown
 from simcluster.engine.comms import Comms
 from simcluster.engine.interference import SmShare
 from simcluster.engine.metrics import PIPELINE_KINDS, bubble_fraction, exposed_comm
-from simcluster.engine.plan import build_plans, kernel_model, pipeline_p2p_seconds
+from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipeline_p2p_seconds
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
@@ -23,6 +23,7 @@ from simcluster.errors import UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
 from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
+from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
 from simcluster.scenario import Scenario
@@ -72,7 +73,7 @@ def simulate(
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()
     eff = ctx.profile.efficiency
-    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms)
+    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans))
     comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None)
     opt_bpp = optimizer_bytes_per_param(sc)
     optimizer_seconds = []
@@ -218,3 +219,12 @@ def _summary(
         "network": sc.cluster.network,
         "all_ranks": bool(events["rank"].nunique() > lay.pp) if len(events) else False,
     }
+
+
+def _userbuffer_sms(plans: list[StagePlan]) -> int:
+    """The most SMs any TransformerEngine userbuffers overlap of the run holds (``Comm.sms``)."""
+    return max(
+        (seg.sms for plan in plans for chunk in plan.chunks for phase in chunk.phases.values()
+         for unit in phase for seg in unit.segments if isinstance(seg, Comm)),
+        default=0,
+    )  # fmt: skip

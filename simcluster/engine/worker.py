@@ -143,7 +143,7 @@ class Worker:
     def _comm(self, seg: Comm, mb: int, chunk: int) -> Generator:
         yield from self.shared.comms.collective(
             self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer,
-            holds_sms=seg.holds_sms,
+            holds_sms=seg.holds_sms, sms=seg.sms,
         )
 
     def run_segments(

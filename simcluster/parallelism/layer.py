@@ -18,6 +18,7 @@ from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import Scenario
+from simcluster.userbuffers import BlockOverlaps, UbOverlap, block_overlaps, resolve
 
 
 @dataclass(frozen=True)
@@ -214,16 +215,13 @@ class LayerBuilder:
     # --- layer segments ------------------------------------------------------------------
     def layer(self, index: int, phase: str) -> list[Segment]:
         """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
-        overlap = self.scenario.overlap.tp_comm
-        attention = (
-            self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase, overlap)
-        )
-        segments = self._order(phase, attention, self._mlp_segments(index, phase, overlap))
+        attention = self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase)
+        segments = self._order(phase, attention, self._mlp_segments(index, phase))
         if phase == "B" and self.scenario.training.recompute == "op":
             segments = [self._op_recompute(index), *segments]
         return segments
 
-    def _attention_segments(self, index: int, phase: str, overlap: bool) -> list[Segment]:
+    def _attention_segments(self, index: int, phase: str) -> list[Segment]:
         """The attention block: norm (sharded by SP), QKV, rotary, core, output projection,
         residual, inside its TP collectives (none in W)."""
         backward = phase != "F"
@@ -231,10 +229,8 @@ class LayerBuilder:
         pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
         gemms = self.attention_gemms()
         if phase == "W":
-            return [Compute.of("attn_wgrad", self._gemms(gemms, "W"), index)]
-        qkv_t = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True))
-        out_t = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
-        out_t = out_t.scaled(self._row_parallel_slowdown(phase))
+            return [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
+        qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
         core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
         redo = self.scenario.training.recomputed
@@ -243,7 +239,7 @@ class LayerBuilder:
         att_body = [Compute.of("attn_qkv", pre + qkv_t, index), *core, Compute.of("attn_out", out_t, index)]
         if phase == "B":
             att_body = [*self._attention_input_recompute(gemms, index), *att_body]
-        return tensor.wrap_block(self.shapes, "attn", att_body, overlap, index, backward=phase == "B")
+        return tensor.wrap_block(self.shapes, "attn", att_body, self._block_ub("attn"), index, backward=phase == "B")
 
     def _op_recompute(self, index: int) -> Compute:
         """torchtitan's op-level selective checkpointing reruns, before a layer's backward,
@@ -259,44 +255,47 @@ class LayerBuilder:
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
         return Compute.of("recompute_ops", work, index, kind="recompute")
 
-    def _overlap_splits(self, phase: str, column: bool) -> int:
-        """How many token slices TransformerEngine's TP overlap cuts a GEMM into.
-
-        TransformerEngine's ``initialize_ub`` defaults (``num_splits``: 4 for "pipeline", tp for
-        "ring_exchange"; used by Megatron's ``--tp-comm-overlap`` without a config) and NeMo's
-        H100 userbuffers presets (``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192`` and its
-        siblings) agree: the column-parallel forward GEMMs (QKV, fc1) and the row-parallel
-        input-gradient GEMMs (projection, fc2) are ring exchanges, one GEMM per tp rank's slice
-        of the gathered tokens; the row-parallel forward GEMMs are pipelined with their
-        reduce-scatter in ``num_splits`` = 4 slices; the other backward overlaps are bulk
-        (whole GEMMs). Each slice is its own kernel at its own size and wave quantisation.
-        """
+    @cached_property
+    def userbuffers(self) -> dict[str, UbOverlap] | None:
+        """TransformerEngine's userbuffers overlaps (``overlap.tp_comm_cfg``) when they run:
+        ``overlap.tp_comm`` with tp > 1 and sequence parallelism; None otherwise."""
         lay = self.shapes.layout
-        on = self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel
-        if not on or phase == "W":
-            return 1
-        if phase == "F":
-            return lay.tp if column else tensor.PIPELINE_SPLITS
-        return 1 if column else lay.tp
+        if not (self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel):
+            return None
+        return resolve(self.scenario.overlap.tp_comm_cfg)
 
-    def _row_parallel_slowdown(self, phase: str) -> float:
-        """Time factor of a row-parallel forward GEMM under TransformerEngine's TP overlap.
+    def _block_ub(self, block: str) -> BlockOverlaps | None:
+        cfg = self.userbuffers
+        return None if cfg is None else block_overlaps(cfg, block)
 
-        With ``overlap.tp_comm`` and sequence parallelism, the reduce-scatter after the
-        row-parallel GEMM (attention output projection, fc2) is pipelined with it, and its
-        kernels reserve ``efficiency.tp_overlap_sms`` SMs for the GEMM's whole duration
-        (``set_sm_margin=True``; TE's default ``num_comm_sm`` is 16, NeMo's H100 presets use
-        16-24 for proj_fprop/fc2_fprop). The other overlaps (ring exchange on copy engines,
-        bulk with 2-4 SMs) take no SMs here; every overlap's GEMM slices are in
-        ``_overlap_splits``.
-        """
-        lay = self.shapes.layout
-        sms = self.km.profile.gpu.sm_count
-        taken = self.km.profile.efficiency.tp_overlap_sms
-        on = self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel
-        if phase != "F" or not on or not sms or not taken:
-            return 1.0
-        return sms / (sms - taken)
+    def _overlap_of(self, phase: str, column: bool, block: str) -> UbOverlap | None:
+        """The overlap beside this block's column- or row-parallel GEMMs in ``phase`` (the
+        row-parallel weight gradients have none)."""
+        ub = self._block_ub(block)
+        if ub is None:
+            return None
+        roles = {
+            ("F", True): ub.gather, ("F", False): ub.scatter, ("B", True): ub.input_gather,
+            ("B", False): ub.grad_gather, ("W", True): ub.grad_scatter,
+        }  # fmt: skip
+        return roles.get((phase, column))
+
+    def _linear(self, gemms: list[Gemm], phase: str, block: str, column: bool = True) -> Work:
+        """A block's column-parallel (qkv, fc1) or row-parallel (proj, fc2) GEMMs in ``phase``
+        beside their userbuffers overlap: cut into the overlap's slices, each its own kernel at
+        its own size and wave quantisation, and launched on the SMs its ``set_sm_margin``
+        leaves (``UbOverlap.gemm_factor``). In W the row-parallel GEMMs overlap nothing."""
+        if phase == "W":  # gemms = the block's column-parallel ones, then its row-parallel one
+            over = self._overlap_of("W", True, block)
+            factor = over.gemm_factor(self.km.profile.gpu.sm_count) if over else 1.0
+            if factor == 1.0:
+                return self._gemms(gemms, "W")
+            return self._gemms(gemms[:-1], "W").scaled(factor) + self._gemms(gemms[-1:], "W")
+        over = self._overlap_of(phase, column, block)
+        if over is None:
+            return self._gemms(gemms, phase)
+        work = self._gemms(gemms, phase, splits=over.slices(self.shapes.layout.tp))
+        return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count))
 
     def _norm_work(self) -> Work:
         """One norm's forward (tokens x h, SP-sharded)."""
@@ -340,7 +339,7 @@ class LayerBuilder:
         """Forward runs attention then MLP; backward the reverse."""
         return attention + mlp if phase == "F" else mlp + attention
 
-    def _mlp_segments(self, index: int, phase: str, overlap: bool) -> list[Segment]:
+    def _mlp_segments(self, index: int, phase: str) -> list[Segment]:
         m, lay = self.shapes.model, self.shapes.layout
         if m.is_moe_layer(index):
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
@@ -350,15 +349,13 @@ class LayerBuilder:
             body = [norm, *moe]
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
-            return tensor.wrap_block(self.shapes, "moe", body, overlap, index, backward=phase == "B")
+            return tensor.wrap_block(self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B")
         if self.tp_async:
             return self._async_mlp(index, phase)
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
-            return [Compute.of("mlp_wgrad", self._gemms(gemms, "W"), index)]
-        fc2 = self._gemms(gemms[-1:], phase, splits=self._overlap_splits(phase, column=False))
-        fc2 = fc2.scaled(self._row_parallel_slowdown(phase))
-        work = self._gemms(gemms[:-1], phase, splits=self._overlap_splits(phase, column=True)) + fc2
+            return [Compute.of("mlp_wgrad", self._linear(gemms, "W", "mlp"), index)]
+        work = self._linear(gemms[:-1], phase, "mlp") + self._linear(gemms[-1:], phase, "mlp", column=False)
         ops = self.ops
         memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
@@ -368,7 +365,7 @@ class LayerBuilder:
             if "mlp" in self.scenario.training.recomputed:
                 forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
             body = [*self._mlp_recompute(index, forward), *body]
-        return tensor.wrap_block(self.shapes, "mlp", body, overlap, index, backward=phase == "B")
+        return tensor.wrap_block(self.shapes, "mlp", body, self._block_ub("mlp"), index, backward=phase == "B")
 
     def _async_attention(self, index: int, phase: str) -> list[Segment]:
         """The attention block with nanotron's async TP linears: the QKV projection is the

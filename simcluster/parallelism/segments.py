@@ -69,7 +69,8 @@ class Comm:
     tp-comm-overlap, ring attention); otherwise the compute stream waits for it.
     ``holds_sms`` = it runs as NCCL kernels whose CTAs take SMs from that compute, whatever its
     group (an async TP collective from torch.distributed); the data-parallel, context- and
-    expert-parallel groups always do (``engine/interference.py``).
+    expert-parallel groups always do (``engine/interference.py``). ``sms`` > 0 = its kernels
+    hold that many SMs instead (a TransformerEngine userbuffers overlap's ``num_sm``).
     """
 
     name: str
@@ -79,6 +80,7 @@ class Comm:
     overlap: bool = False
     layer: int = -1
     holds_sms: bool = False
+    sms: int = 0
 
 
 Segment = Compute | Comm

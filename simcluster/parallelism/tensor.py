@@ -15,39 +15,49 @@ from __future__ import annotations
 
 from simcluster.parallelism.segments import Comm, Compute, Segment
 from simcluster.parallelism.shapes import Shapes
-
-#: slices of TransformerEngine's pipelined GEMM + reduce-scatter (``initialize_ub`` default
-#: ``num_splits`` for "pipeline"; NeMo's and Megatron-Bridge's H100/B200 presets use 4 too)
-PIPELINE_SPLITS = 4
+from simcluster.userbuffers import BlockOverlaps
 
 
 def wrap_block(
-    shapes: Shapes, block: str, body: list[Segment], overlap: bool, layer: int, backward: bool = False
+    shapes: Shapes,
+    block: str,
+    body: list[Segment],
+    ub: BlockOverlaps | None,
+    layer: int,
+    backward: bool = False,
 ) -> list[Segment]:
     """Surround a block's compute with its TP collectives (none when tp == 1).
 
     Forward and backward have the same shape in execution order: with SP an all-gather before
     and a reduce-scatter after (the backward of a reduce-scatter is an all-gather and vice
-    versa); without SP one all-reduce after the block.
+    versa); without SP one all-reduce after the block. ``ub`` = the block's TransformerEngine
+    userbuffers overlaps (``overlap.tp_comm``; None: blocking collectives): the collectives
+    run under the block's GEMMs, holding the SMs their kernels take (``UbOverlap.comm_sms``).
     """
     lay = shapes.layout
     if lay.tp == 1:
         return body
     size = shapes.tp_collective_bytes
+    overlap = ub is not None
     if lay.sequence_parallel:
         gather = shapes.tp_gather_bytes  # FP8 when the linears run in FP8
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer)
-        # TransformerEngine's pipelined reduce-scatter (forward): slice i is reduced while GEMM
-        # slice i + 1 runs, so the last slice's reduction follows the GEMM, exposed
-        tail = size / PIPELINE_SPLITS if overlap and not backward else 0.0
-        last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer)
+        # the forward reduce-scatter runs slice by slice beside the GEMM's slices: slice i is
+        # reduced (pipeline) or passed on (ring exchange) while slice i + 1 computes, so the
+        # last slice's share follows the GEMM, exposed
+        tail = size / ub.scatter.slices(lay.tp) if ub is not None and not backward else 0.0
+        scatter_sms = 0 if ub is None else (ub.grad_scatter if backward else ub.scatter).comm_sms
+        last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer, sms=scatter_sms)
         out = _place(first, body, last, overlap)
         if tail:
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
         if backward:
-            # without userbuffers (overlap.tp_comm) the gather is an async NCCL call: its CTAs
-            # take SMs from the GEMMs it runs under
-            regather = Comm(f"{block}_tp_ag_input", "tp", "all_gather", gather, True, layer, holds_sms=not overlap)
+            # without userbuffers the gather is an async NCCL call whose CTAs take SMs from the
+            # GEMMs it runs under; with them, a bulk overlap of its own SM count
+            regather = Comm(
+                f"{block}_tp_ag_input", "tp", "all_gather", gather, True, layer,
+                holds_sms=not overlap, sms=0 if ub is None else ub.input_gather.comm_sms,
+            )  # fmt: skip
             first_compute = next(i for i, s in enumerate(out) if isinstance(s, Compute))
             out.insert(first_compute, regather)
         return out

@@ -1,0 +1,229 @@
+"""TransformerEngine userbuffers: how each TP collective overlaps its GEMM, and the SMs it takes.
+
+With ``overlap.tp_comm`` and sequence parallelism, Megatron-Core, NeMo and Megatron-Bridge run
+TransformerEngine's comm+GEMM overlaps (``te.initialize_ub``), one per linear and pass:
+
+* ``ring_exchange`` (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad: the all-gathers before a
+  GEMM): the GEMM runs in ``tp`` slices while copy engines pass the slices round the ring;
+  no SMs move data;
+* ``pipeline`` (proj_fprop, fc2_fprop: the forward reduce-scatters): the GEMM runs in
+  ``num_splits`` slices and userbuffers kernels of ``num_sm`` CTAs reduce slice i while
+  slice i + 1 computes; the forward reduce-scatters may instead run as a ring exchange
+  (the FP8 presets' ``RingExchangeOverlapCfg``), in ``tp`` slices;
+* ``bulk`` (qkv_dgrad, fc1_dgrad: the all-gather of the input the weight gradient needs;
+  qkv_wgrad, fc1_wgrad: the reduce-scatter of the input gradient): one whole collective of
+  ``num_sm`` CTAs beside one whole GEMM.
+
+``set_sm_margin`` launches the GEMM on ``sm_count - num_sm`` SMs for its whole length
+(TransformerEngine ``comm_gemm_overlap.cpp``: ``_math_sms``); without it the GEMM has every SM
+and the communication kernels take ``num_sm`` of them while they run (the engine's
+interference rule, ``Comm.sms``). A configuration is a preset of :data:`PRESETS` or a mapping
+from overlap name to its settings; names a mapping leaves out take TransformerEngine 2.x's
+defaults, as ``initialize_ub`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from simcluster.errors import UserError, did_you_mean
+
+Method = Literal["ring_exchange", "pipeline", "bulk"]
+
+#: the overlaps whose GEMM consumes a gathered input (only a ring exchange)
+RING_ONLY = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")
+#: the forward reduce-scatters after the row-parallel GEMMs
+FORWARD_RS = ("proj_fprop", "fc2_fprop")
+#: the backward overlaps of the column-parallel linears
+BULK = ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")
+NAMES = RING_ONLY + FORWARD_RS + BULK
+
+
+@dataclass(frozen=True)
+class UbOverlap:
+    """One overlap's settings, as TransformerEngine's ``ub_cfgs`` entry names them."""
+
+    method: Method
+    num_sm: int
+    set_sm_margin: bool
+    num_splits: int = 4  # pipeline only (a ring exchange runs in tp slices)
+
+    def gemm_factor(self, sm_count: int | None) -> float:
+        """Time factor of the overlapped GEMM: launched on ``sm_count - num_sm`` SMs under
+        ``set_sm_margin``, on all of them otherwise."""
+        if not self.set_sm_margin or not sm_count or self.num_sm <= 0:
+            return 1.0
+        return sm_count / max(sm_count - self.num_sm, 1)
+
+    @property
+    def comm_sms(self) -> int:
+        """SMs its communication kernels take from the GEMM while they run: none for a copy
+        engine ring exchange or under a margin (the GEMM already left them)."""
+        if self.method == "ring_exchange" or self.set_sm_margin:
+            return 0
+        return self.num_sm
+
+    def slices(self, tp: int) -> int:
+        """Kernels the GEMM is cut into: ``tp`` for a ring exchange, ``num_splits`` for a
+        pipeline, one for a bulk overlap."""
+        return {"ring_exchange": tp, "pipeline": self.num_splits, "bulk": 1}[self.method]
+
+
+def _ring(margin: bool = False) -> UbOverlap:
+    return UbOverlap("ring_exchange", 1, margin)
+
+
+def _pipe(sms: int, margin: bool = True) -> UbOverlap:
+    return UbOverlap("pipeline", sms, margin)
+
+
+def _bulk(sms: int, margin: bool = False) -> UbOverlap:
+    return UbOverlap("bulk", sms, margin)
+
+
+def _preset(dgrad_qkv: int, wgrad_qkv: int, dgrad_fc1: int, wgrad_fc1: int,
+            proj: UbOverlap, fc2: UbOverlap) -> dict[str, UbOverlap]:  # fmt: skip
+    """A NeMo / Megatron-Bridge preset: rings on the gathers, bulk overlaps without a margin,
+    and the two forward reduce-scatters as given."""
+    out = {name: _ring() for name in RING_ONLY}
+    out.update(qkv_dgrad=_bulk(dgrad_qkv), qkv_wgrad=_bulk(wgrad_qkv), fc1_dgrad=_bulk(dgrad_fc1))
+    out.update(fc1_wgrad=_bulk(wgrad_fc1), proj_fprop=proj, fc2_fprop=fc2)
+    return out
+
+
+#: TransformerEngine >= 2.0 ``initialize_ub`` ``get_default_config``: ring exchange 1 SM without a
+#: margin; pipeline (4 splits) and bulk 16 SMs with ``set_sm_margin = not ring_exchange``
+TE2 = {name: _ring() for name in RING_ONLY} | {name: _pipe(16) for name in FORWARD_RS} | {
+    name: _bulk(16, margin=True) for name in BULK
+}
+#: TransformerEngine 1.x ``initialize_ub`` (``add_ub`` defaults): 16 SMs, no margin anywhere
+TE1 = {name: _ring() for name in RING_ONLY} | {name: _pipe(16, margin=False) for name in FORWARD_RS} | {
+    name: _bulk(16) for name in BULK
+}
+
+_NEMO = "NeMo nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py"
+_BRIDGE = "Megatron-Bridge src/megatron/bridge/training/comm_overlap.py"
+
+#: name -> (where it was read, its overlaps). The NeMo 2 / Megatron-Bridge preset names are
+#: theirs; ``@nemo-2.0`` marks the earlier FP8 H100 values (forward reduce-scatters pipelined
+#: with FP8 buffers, NVIDIA/NeMo@0594a700) that later releases replaced by ring exchanges.
+PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
+    "te-2": ("TransformerEngine >= 2.0 defaults (transformer_engine/pytorch/module/base.py "
+             "initialize_ub get_default_config)", TE2),
+    "te-1": ("TransformerEngine 1.x defaults (initialize_ub add_ub: num_sm 16, set_sm_margin 0; "
+             "TE 2.0 made the margin the default for pipeline and bulk)", TE1),
+    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3 70B on H100)", _preset(4, 24, 2, 4, _pipe(24), _pipe(16))),
+    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3 70B on H100, FP8)", _preset(4, 24, 2, 4, _ring(True), _ring(True))),
+    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192@nemo-2.0": (
+        f"{_NEMO} at NVIDIA/NeMo@0594a700", _preset(4, 24, 2, 4, _pipe(24), _pipe(16))),
+    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3.1 405B on H100)", _preset(2, 24, 2, 2, _pipe(24), _pipe(8))),
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3.1 405B on H100, FP8)", _preset(2, 24, 2, 2, _ring(True), _ring(True))),
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192@nemo-2.0": (
+        f"{_NEMO} at NVIDIA/NeMo@0594a700", _preset(2, 24, 2, 2, _pipe(24), _pipe(8))),
+    "userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 20B on H100)", _preset(8, 16, 4, 16, _pipe(16), _pipe(24))),
+    "userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 20B on H100, FP8)", _preset(8, 16, 4, 16, _pipe(16), _pipe(24))),
+    "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 175B on H100)", _preset(4, 4, 2, 4, _pipe(24), _ring(True))),
+    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 175B on H100, FP8)", _preset(4, 4, 2, 4, _ring(True), _ring(True))),
+    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048@nemo-2.0": (
+        f"{_NEMO} at NVIDIA/NeMo@0594a700", _preset(4, 4, 2, 4, _pipe(24), _ring(True))),
+    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3 70B on B200/GB200)", _preset(16, 24, 2, 4, _pipe(32), _pipe(16))),
+    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3 70B on B200/GB200, FP8)", _preset(4, 24, 2, 4, _ring(True), _ring(True))),
+    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3.1 405B on B200/GB200)", _preset(8, 24, 2, 2, _pipe(32), _pipe(8))),
+    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192": (
+        f"{_NEMO}; {_BRIDGE} (Llama 3.1 405B on B200/GB200, FP8)", _preset(8, 32, 2, 8, _ring(True), _ring(True))),
+    "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 175B on B200)", _preset(4, 16, 2, 8, _ring(True), _ring(True))),
+    "userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048": (
+        f"{_NEMO}; {_BRIDGE} (GPT-3 175B on B200, FP8)", _preset(4, 16, 2, 8, _ring(True), _ring(True))),
+    "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096": (
+        f"{_NEMO}; {_BRIDGE} (Nemotron-4 15B on B200)", _preset(8, 32, 2, 8, _ring(True), _ring(True))),
+    "userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096": (
+        f"{_NEMO}; {_BRIDGE} (Nemotron-4 340B on B200)", _preset(8, 32, 2, 8, _ring(True), _pipe(24))),
+    "userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096": (
+        f"{_NEMO}; {_BRIDGE} (Nemotron-4 340B on B200, FP8)", _preset(8, 32, 2, 8, _ring(True), _ring(True))),
+}
+
+FIELD = "overlap.tp_comm_cfg"
+_KEYS = {"method", "num_sm", "set_sm_margin", "num_splits"}
+
+
+def resolve(cfg: str | Mapping[str, Any] | None) -> dict[str, UbOverlap]:
+    """Every overlap's settings: a preset by name, or a mapping over TransformerEngine 2.x's
+    defaults (``None``: those defaults)."""
+    if cfg is None:
+        return dict(TE2)
+    if isinstance(cfg, str):
+        if cfg not in PRESETS:
+            raise UserError(FIELD, f"unknown preset '{cfg}'{did_you_mean(cfg, PRESETS)}")
+        return dict(PRESETS[cfg][1])
+    out = dict(TE2)
+    for name, entry in cfg.items():
+        out[name] = _entry(name, entry)
+    return out
+
+
+def _entry(name: str, entry: Any) -> UbOverlap:
+    where = f"{FIELD}.{name}"
+    if name not in NAMES:
+        raise UserError(FIELD, f"has no overlap '{name}'{did_you_mean(name, NAMES)}; TransformerEngine's are {', '.join(NAMES)}")
+    if not isinstance(entry, Mapping):
+        raise UserError(where, "must be a mapping such as {num_sm: 16, set_sm_margin: false}")
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise UserError(where, f"unknown key '{unknown[0]}'; use {', '.join(sorted(_KEYS))}")
+    default = TE2[name]
+    method = entry.get("method", default.method)
+    allowed = ("ring_exchange",) if name in RING_ONLY else ("pipeline", "ring_exchange") if name in FORWARD_RS else ("bulk",)
+    if method not in allowed:
+        raise UserError(f"{where}.method", f"'{method}' is not one TransformerEngine runs here; use {' or '.join(allowed)}")
+    base = default if method == default.method else (_ring() if method == "ring_exchange" else _pipe(16))
+    num_sm = entry.get("num_sm", base.num_sm)
+    splits = entry.get("num_splits", base.num_splits)
+    margin = entry.get("set_sm_margin", base.set_sm_margin)
+    for key, value in (("num_sm", num_sm), ("num_splits", splits)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "num_sm" else 1):
+            raise UserError(f"{where}.{key}", f"must be a whole number >= {0 if key == 'num_sm' else 1}, got {value!r}")
+    if not isinstance(margin, bool):
+        raise UserError(f"{where}.set_sm_margin", f"must be true or false, got {margin!r}")
+    return UbOverlap(method, num_sm, margin, splits)
+
+
+@dataclass(frozen=True)
+class BlockOverlaps:
+    """The overlaps of one block (attention: qkv and proj; MLP: fc1 and fc2) by role, each
+    beside its GEMM: the column-parallel forward, the row-parallel forward, the row-parallel
+    input gradient, the column-parallel input gradient and its weight gradient."""
+
+    gather: UbOverlap  # forward all-gather of the input (qkv_fprop, fc1_fprop)
+    scatter: UbOverlap  # forward reduce-scatter of the output (proj_fprop, fc2_fprop)
+    grad_gather: UbOverlap  # backward all-gather of the output gradient (proj_dgrad, fc2_dgrad)
+    input_gather: UbOverlap  # backward re-gather of the input for the wgrad (qkv_dgrad, fc1_dgrad)
+    grad_scatter: UbOverlap  # backward reduce-scatter of the input gradient (qkv_wgrad, fc1_wgrad)
+
+
+def block_overlaps(cfg: Mapping[str, UbOverlap], block: str) -> BlockOverlaps:
+    """``block`` = attn or mlp (an MoE block's TP collectives take the MLP's)."""
+    col, row = ("qkv", "proj") if block == "attn" else ("fc1", "fc2")
+    return BlockOverlaps(
+        cfg[f"{col}_fprop"], cfg[f"{row}_fprop"], cfg[f"{row}_dgrad"], cfg[f"{col}_dgrad"], cfg[f"{col}_wgrad"]
+    )
+
+
+def check_sms(cfg: Mapping[str, UbOverlap], sm_count: int | None, gpu: str) -> None:
+    """Every overlap leaves its GEMM at least one SM."""
+    for name, over in cfg.items():
+        if sm_count and over.num_sm >= sm_count:
+            raise UserError(f"{FIELD}.{name}.num_sm", f"{over.num_sm} must be below the {sm_count} SMs of a {gpu}")
