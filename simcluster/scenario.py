@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, read_text
@@ -266,7 +266,7 @@ class OverlapSection(_Section):
     dp_grad_reduce: bool = True
     param_gather: bool = True
     tp_comm: bool = False
-    tp_comm_cfg: str | dict[str, dict[str, Any]] | None = Field(
+    tp_comm_cfg: str | dict[str, Any] | None = Field(
         default=None,
         description=(
             "TransformerEngine userbuffers settings of overlap.tp_comm: a preset name (NeMo's / "
@@ -276,6 +276,15 @@ class OverlapSection(_Section):
             "2.x's defaults (simcluster/userbuffers.py)"
         ),
     )
+
+    @field_validator("tp_comm_cfg", mode="before")
+    @classmethod
+    def _preset_or_mapping(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, (str, dict)):
+            raise ValueError(
+                "must be a userbuffers preset name or a mapping from overlap name to its settings"
+            )
+        return value
     tp_async: bool = Field(
         default=False,
         description=(
@@ -524,6 +533,8 @@ def _format_error(exc: ValidationError) -> UserError:
         return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
         return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+    if kind == "value_error":  # a validator's own message
+        return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
 
 

@@ -192,11 +192,19 @@ def test_a_bad_userbuffers_config_names_its_field(cfg, field):
     assert err.value.field == field
 
 
-def test_a_bad_preset_exits_2_with_one_line(cli, tmp_path):
+@pytest.mark.parametrize(
+    ("cfg", "expect"),
+    [
+        ("userbuffers_bf16_h100_h8192_tp4", "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),  # did you mean
+        ([1, 2], "preset name or a mapping"),
+        ({"qkv_wgrad": 3}, "must be a mapping"),
+    ],
+)
+def test_a_bad_userbuffers_config_exits_2_with_one_line(cli, tmp_path, cfg, expect):
     import yaml
 
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(_tp_scenario(True, "userbuffers_bf16_h100_h8192_tp4")))
+    path.write_text(yaml.safe_dump(_tp_scenario(True, cfg)))
     res = cli("run", str(path))
     assert res.code == 2 and "overlap.tp_comm_cfg" in res.err and len(res.err.strip().splitlines()) == 1
-    assert "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192" in res.err  # did you mean
+    assert expect in res.err

@@ -554,7 +554,10 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # margin; TE 2.x defaults 16 with one), FP8 presets' forward reduce-scatters as ring exchanges:
 # DGX Cloud 4.7 -> 4.6, NeMo FP8 4.1 -> 4.0, NeMo long context B200 13.3 -> 13.2; Blackwell
 # 7.9 -> 8.3 and Megatron-Core 10.5 -> 10.7 moved away (physics over score).
-QUICK_SET_MAPE = 7.0
+# 7.1 (7.01 -> 7.10) with the NeMo 24.07 summary's runs as the launcher's H100 FP8 example scripts
+# ran them (grad_sync_dtype=bf16: bf16 gradient buckets; the GPT-3 configs' dropout 0.1): physics
+# over score, NeMo FP8 4.0 -> 6.0 (every row but Llama 2 7B/13B now optimistic, +0..+14%).
+QUICK_SET_MAPE = 7.1
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -570,7 +573,7 @@ FAMILY_MAPE = {
     "megatron-core-h100": 10.7,
     "nanotron-h100": 22.7,
     "narayanan2021-a100": 2.7,
-    "nemo-fp8-h100": 4.0,
+    "nemo-fp8-h100": 6.0,
     "nemo-long-context-h100": 2.6,
     "nemo-long-context-b200": 13.2,
     "nvidia-dgxc-h100": 4.6,
@@ -598,7 +601,7 @@ FAMILY_MAX_APE = {
     "megatron-bridge-fp8-h100": 11.7,
     "megatron-bridge-fp8-blackwell": 11.0,
     "narayanan2021-a100": 5.4,
-    "nemo-fp8-h100": 9.8,
+    "nemo-fp8-h100": 13.9,
     "nemo-long-context-h100": 5.6,
     "nemo-long-context-b200": 16.9,
     "nvidia-dgxc-h100": 9.1,

@@ -547,11 +547,19 @@ NEMO_2407_UB = {  # the launcher's ub_cfg file each model's training yaml names 
                    f"{LAUNCHER_UB}ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192.yaml, passed by the launcher's "
                    "examples/training/llama/h100/llama3_70b_fp8.sh (bulk 4/24/2/4, pipelines 24/16 SMs)."),
 }
+# NeMo-Framework-Launcher examples/training/*/h100/*_fp8*.sh: the scripts that add grad_sync_dtype=bf16
+_EX = "NeMo-Framework-Launcher examples/training/"
+LAUNCHER_BF16_GRADS = {
+    "GPT3-5B": _EX + "gpt/h100/5b_fp8_8node.sh", "GPT3-20B": _EX + "gpt/h100/20b_fp8_8node.sh",
+    "GPT3-175B": _EX + "gpt/h100/175b_fp8_16node.sh", "LLAMA2-70B": _EX + "llama/h100/llama2_70b_fp8.sh",
+    "LLAMA3-8B": _EX + "llama/h100/llama3_8b_fp8.sh", "LLAMA3-70B": _EX + "llama/h100/llama3_70b_fp8.sh",
+}
 cases = []
 for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
     if name.startswith("GPT3"):
-        model = gpt3_model(name.split("-")[1], s)
-        shape = "GPT-3 (GeLU 4h MLP, LayerNorm, biases, learned positions, vocab 51200)"
+        model = gpt3_model(name.split("-")[1], s, dropout=True)
+        shape = ("GPT-3 (GeLU 4h MLP, LayerNorm, biases, learned positions, vocab 51200; dropout 0.1 as the "
+                 "launcher's gpt3 configs set hidden_dropout)")
     else:
         model = llama_model(name)
         shape = (f"{name} as published (GQA {model['heads']}/{model['kv_heads']}, SwiGLU {model['ffn']}, "
@@ -571,9 +579,15 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         ),
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s},
-        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2"),
+        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2",
+                                           fp32_grads=name not in LAUNCHER_BF16_GRADS),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    if name in LAUNCHER_BF16_GRADS:
+        cases[-1]["source"] += (
+            f" Gradients: the launcher's H100 FP8 example script for this model ({LAUNCHER_BF16_GRADS[name]}) "
+            "adds +training.model.optim.grad_sync_dtype=bf16: distributed_fused_adam keeps and reduces the "
+            "gradient buckets in bf16 (training.fp32_grad_accum false).")
     with_userbuffers(cases[-1], *NEMO_2407_UB.get(name, (None, "")))
 dump(str(ROOT / "validation" / "nemo-fp8-h100.yaml"),
      "# NeMo 24.07 pre-training performance summary: FP8 on DGX H100, tokens/s/GPU as published.\n"
