@@ -208,3 +208,32 @@ def test_a_bad_userbuffers_config_exits_2_with_one_line(cli, tmp_path, cfg, expe
     res = cli("run", str(path))
     assert res.code == 2 and "overlap.tp_comm_cfg" in res.err and len(res.err.strip().splitlines()) == 1
     assert expect in res.err
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_attention_backward_runs_in_backward_order_with_its_collectives_beside_their_gemms(overlap):
+    """Megatron/TE autograd order for the attention block: the output projection's input
+    gradient (after, or over, the all-gather of the output gradient), the core attention, then
+    the QKV input gradient with the re-gather of the block's input launched right before it
+    (``LinearWithGradAccumulationAndAsyncCommunication.backward``; TE's qkv_dgrad bulk overlap)
+    and the reduce-scatter of its input gradient."""
+    from simcluster.parallelism.segments import Comm, Compute
+
+    segs = _builder(overlap, FREE).layer(0, "B")
+    names = [s.name for s in segs if s.name.startswith("attn")]
+    out, qkv = names.index("attn_out"), names.index("attn_qkv")
+    assert names.index("attn_tp_ag") < out < qkv
+    if overlap:  # both under the QKV GEMM, the re-gather issued first
+        assert names.index("attn_tp_ag_input") == qkv - 2 and names.index("attn_tp_rs") == qkv - 1
+    else:  # the re-gather is async under it, the reduce-scatter blocks after it
+        assert names.index("attn_tp_ag_input") == qkv - 1 and names.index("attn_tp_rs") == qkv + 1
+    assert all(isinstance(s, (Comm, Compute)) for s in segs)
+
+
+def test_list_userbuffers_shows_each_presets_sms(cli):
+    """``simcluster list userbuffers``: one row per preset with its overlaps' SMs; NeMo's Llama 3
+    70B H100 BF16 preset reads pipe 24m / pipe 16m / bulk 4 / 24 / 2 / 4 (userbuffers.py)."""
+    res = cli("list", "userbuffers")
+    assert res.code == 0
+    row = next(line for line in res.out.splitlines() if line.startswith("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192 "))
+    assert row.split()[1:13] == ["pipe", "24m", "pipe", "16m", "bulk", "4", "bulk", "24", "bulk", "2", "bulk", "4"]

@@ -1,6 +1,7 @@
 """``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules, training
-frameworks (``framework:``), the styles of memory-bound work (``training.elementwise``) and the
-context-parallel attention algorithms (``parallel.cp_comm``)."""
+frameworks (``framework:``), the styles of memory-bound work (``training.elementwise``), the
+context-parallel attention algorithms (``parallel.cp_comm``) and TransformerEngine userbuffers
+presets (``overlap.tp_comm_cfg``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from simcluster.scenario import shipped_scenarios
 
 NAME = "list"
 HELP = (
-    "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks "
-    "elementwise styles and context-parallel algorithms"
+    "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks, "
+    "elementwise styles, context-parallel algorithms and userbuffers presets"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=["scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise", "cp"]
+        "what", nargs="?", choices=[
+            "scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise", "cp", "userbuffers",
+        ],  # fmt: skip
     )
 
 
@@ -28,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.parallelism import context
     from simcluster.parallelism.elementwise import STYLES
     from simcluster.schedules import SCHEDULES
+    from simcluster.userbuffers import PRESETS
 
     tables = {
         "scenarios": shipped_scenarios(),
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         "frameworks": sorted(FRAMEWORKS),
         "elementwise": list(STYLES),
         "cp": list(context.algorithms()),
+        "userbuffers": list(PRESETS),
     }
     if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
         width = max(map(len, SCHEDULES))
@@ -51,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.what == "hardware":  # one row each: what a buyer compares
         _print_hardware()
+        return 0
+    if args.what == "userbuffers":  # one line each: the SMs each overlap takes, and the source
+        _print_userbuffers()
         return 0
     if args.what == "frameworks":  # one line each: what the framework does
         width = max(map(len, FRAMEWORKS))
@@ -95,3 +103,18 @@ def _print_hardware() -> None:
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
     Console().print(table)
+
+
+def _print_userbuffers() -> None:
+    """Each preset's overlaps in TransformerEngine's terms (num_sm, m = set_sm_margin)."""
+    from simcluster.userbuffers import PRESETS, UbOverlap
+
+    def cell(o: UbOverlap) -> str:
+        kind = {"ring_exchange": "ring", "pipeline": "pipe", "bulk": "bulk"}[o.method]
+        return f"{kind} {o.num_sm}{'m' if o.set_sm_margin else ''}"
+
+    names = ("proj_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")
+    width = max(map(len, PRESETS))
+    print(f"{'preset':<{width}}  " + "  ".join(f"{n:<10}" for n in names) + "  (ring exchanges elsewhere; m: set_sm_margin)")
+    for name, (source, cfg) in PRESETS.items():
+        print(f"{name:<{width}}  " + "  ".join(f"{cell(cfg[n]):<10}" for n in names) + f"  {source}")

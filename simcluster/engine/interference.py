@@ -56,8 +56,9 @@ class SmShare:
     #: the most SMs a userbuffers overlap of this run holds (0: none); enables the share on a
     #: profile whose NCCL collectives take none
     userbuffer_sms: int = 0
-    # rank -> {SMs held: collectives in flight holding that many}
+    # rank -> {SMs held: collectives in flight holding that many}, and the largest held now
     _in_flight: dict[int, dict[int, int]] = field(default_factory=dict)
+    _held_now: dict[int, int] = field(default_factory=dict)
     # processes sleeping in compute, per rank; a dict keeps insertion order (deterministic)
     _sleepers: dict[int, dict[simpy.Process, None]] = field(default_factory=dict)
 
@@ -77,13 +78,17 @@ class SmShare:
         assert self.sm_count is not None
         return max(self.sm_count - held, 1) / self.sm_count
 
-    def _held(self, rank: int) -> int:
-        counts = self._in_flight.get(rank)
-        return max((sms for sms, n in counts.items() if n), default=0) if counts else 0
+    def _update(self, rank: int) -> bool:
+        """Recount the SMs ``rank`` holds; whether that changed."""
+        counts = self._in_flight[rank]
+        held = max((sms for sms, n in counts.items() if n), default=0)
+        changed = held != self._held_now.get(rank, 0)
+        self._held_now[rank] = held
+        return changed
 
     def rate(self, rank: int) -> float:
         """The current compute speed of ``rank`` relative to standalone."""
-        return self._rate_with(self._held(rank))
+        return self._rate_with(self._held_now.get(rank, 0))
 
     def held_by(self, group: str, holds_sms: bool = False, sms: int = 0) -> int:
         """SMs a collective of ``group`` takes from compute while in flight: ``sms`` when it
@@ -102,18 +107,16 @@ class SmShare:
     def enter(self, rank: int, sms: int | None = None) -> None:
         """A collective holding ``sms`` SMs (default NCCL's) became resident on ``rank``."""
         held = self.collective_sms if sms is None else sms
-        before = self._held(rank)
         counts = self._in_flight.setdefault(rank, {})
         counts[held] = counts.get(held, 0) + 1
-        if self._held(rank) != before:
+        if self._update(rank):
             self._wake(rank)
 
     def leave(self, rank: int, sms: int | None = None) -> None:
         """A collective on ``rank`` holding ``sms`` SMs (default NCCL's) ended."""
         held = self.collective_sms if sms is None else sms
-        before = self._held(rank)
         self._in_flight[rank][held] -= 1
-        if self._held(rank) != before:
+        if self._update(rank):
             self._wake(rank)
 
     def _wake(self, rank: int) -> None:

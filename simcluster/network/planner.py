@@ -40,7 +40,7 @@ def check_groups(cluster: Cluster, groups: list[list[int]]) -> GroupsKey:
     """Validate groups (non-empty, same size, distinct GPUs that exist) -> hashable key."""
     if not groups or not groups[0]:
         raise UserError("groups", "need at least one non-empty group of GPUs")
-    key = tuple(tuple(int(g) for g in grp) for grp in groups)
+    key = tuple(map(tuple, groups))  # (a C loop: this runs once per simulated collective)
     memo = cluster.cache.setdefault("checked", set())
     if key in memo:
         return key

@@ -236,9 +236,13 @@ class LayerBuilder:
         redo = self.scenario.training.recomputed
         if phase == "B" and "core_attn" in redo:
             core = [*self._core_recompute(index), *core]
-        att_body = [Compute.of("attn_qkv", pre + qkv_t, index), *core, Compute.of("attn_out", out_t, index)]
+        qkv, out = Compute.of("attn_qkv", pre + qkv_t, index), Compute.of("attn_out", out_t, index)
         if phase == "B":
-            att_body = [*self._attention_input_recompute(gemms, index), *att_body]
+            # backward order: the output projection's input gradient, the core, then the
+            # QKV input gradient (before it, any rerun of the input norm / MLA up-projections)
+            att_body = [out, *core, *self._attention_input_recompute(gemms, index), qkv]
+        else:
+            att_body = [qkv, *core, out]
         return tensor.wrap_block(self.shapes, "attn", att_body, self._block_ub("attn"), index, backward=phase == "B")
 
     def _op_recompute(self, index: int) -> Compute:
@@ -349,7 +353,9 @@ class LayerBuilder:
             body = [norm, *moe]
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
-            return tensor.wrap_block(self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B")
+            return tensor.wrap_block(
+                self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B", regather_first=True
+            )
         if self.tp_async:
             return self._async_mlp(index, phase)
         gemms = self.mlp_gemms(m.ffn)

@@ -25,6 +25,7 @@ def wrap_block(
     ub: BlockOverlaps | None,
     layer: int,
     backward: bool = False,
+    regather_first: bool = False,
 ) -> list[Segment]:
     """Surround a block's compute with its TP collectives (none when tp == 1).
 
@@ -33,6 +34,12 @@ def wrap_block(
     versa); without SP one all-reduce after the block. ``ub`` = the block's TransformerEngine
     userbuffers overlaps (``overlap.tp_comm``; None: blocking collectives): the collectives
     run under the block's GEMMs, holding the SMs their kernels take (``UbOverlap.comm_sms``).
+
+    A backward ``body`` runs in backward order: the row-parallel input gradient first (under
+    the gathered output gradient), the column-parallel one last. The backward's re-gather of
+    the block's input goes under that last GEMM, as Megatron and TransformerEngine launch it
+    right before the column-parallel input-gradient GEMM (``regather_first``: under the first
+    compute instead, for an MoE block whose experts follow its norm).
     """
     lay = shapes.layout
     if lay.tp == 1:
@@ -58,8 +65,11 @@ def wrap_block(
                 f"{block}_tp_ag_input", "tp", "all_gather", gather, True, layer,
                 holds_sms=not overlap, sms=0 if ub is None else ub.input_gather.comm_sms,
             )  # fmt: skip
-            first_compute = next(i for i, s in enumerate(out) if isinstance(s, Compute))
-            out.insert(first_compute, regather)
+            computes = [i for i, s in enumerate(out) if isinstance(s, Compute)]
+            at = computes[0] if regather_first else computes[-1]
+            if not regather_first and overlap and out[at - 1] is last:
+                at -= 1  # issued before the reduce-scatter that follows the same GEMM
+            out.insert(at, regather)
         return out
     # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
     # column-parallel input gradients (Megatron's f/g operators)
