@@ -113,6 +113,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
                 "param_gather": False,
                 "tp_comm": False,
                 "tp_async": tp_async,
+                "tp_grad_async": False,
                 "pp_comm": False,
                 "pp_p2p": "serial",
             },
@@ -126,6 +127,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
             "dp_grad_reduce": True,
             "tp_comm": False,
             "tp_async": tp_async,
+            "tp_grad_async": False,
             "pp_comm": False,
             "pp_p2p": "serial",
         },
@@ -133,7 +135,11 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
-    return {"training": {"elementwise": "eager"}, "zero3": {"buffers": "copies"}}
+    return {
+        "training": {"elementwise": "eager"},
+        "zero3": {"buffers": "copies"},
+        "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
+    }
 
 
 FRAMEWORKS: dict[str, Framework] = {

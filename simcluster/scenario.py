@@ -285,6 +285,16 @@ class OverlapSection(_Section):
                 "must be a userbuffers preset name or a mapping from overlap name to its settings"
             )
         return value
+    tp_grad_async: bool = Field(
+        default=True,
+        description=(
+            "Megatron's and TransformerEngine's asynchronous input-gradient reduce-scatter: with "
+            "sequence parallelism and a schedule that keeps W inside the backward, a "
+            "column-parallel linear's input-gradient reduce-scatter runs under its weight-gradient "
+            "GEMM (LinearWithGradAccumulationAndAsyncCommunication); false: it blocks before the "
+            "weight gradients (nanotron without its async linears, torchtitan, DeepSpeed)"
+        ),
+    )
     tp_async: bool = Field(
         default=False,
         description=(

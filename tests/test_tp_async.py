@@ -22,7 +22,8 @@ def _scenario(tp_async_on: bool, tp: int = 4, **overlap) -> dict:
     data["cluster"].update({"gpus": tp, "gpus_per_node": 8, "network": "simulated"})
     data["parallel"].update({"tp": tp, "sequence_parallel": True})
     data["training"]["seq_len"] = 4096
-    data["overlap"].update({"tp_async": tp_async_on, **overlap})
+    # off: nanotron's synchronous linears (no async input-gradient reduce-scatter either)
+    data["overlap"].update({"tp_async": tp_async_on, "tp_grad_async": False, **overlap})
     return data
 
 

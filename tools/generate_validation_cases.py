@@ -183,11 +183,13 @@ NANOTRON_ZERO1 = (
 )
 NANOTRON_ZERO0_SCENARIO = {
     "dp": {"bucket_mb": 52.4288},
-    "overlap": {"dp_grad_reduce": True, "tp_comm": False, "pp_comm": False, "pp_p2p": "serial"},
+    "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": False, "pp_comm": False,
+                "pp_p2p": "serial"},
 }
 NANOTRON_ZERO1_SCENARIO = {
     "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor"},
-    "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "pp_comm": False,
+    "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "tp_grad_async": False,
+                "pp_comm": False,
                 "pp_p2p": "serial"},
 }
 
@@ -716,6 +718,7 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
             "parallel": {"dp": 64, "zero": 3},
             "training": training,
             "zero3": {"buffers": "copies"},
+            "overlap": {"tp_grad_async": False},  # no TP here; torchtitan's eager DTensor TP blocks
         },
         "measured": {"tokens_per_s": wps * 64},
     })

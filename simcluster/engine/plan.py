@@ -135,12 +135,33 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
     return out
 
 
-def _fuse(units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
-    """BW: each layer's input- and weight-gradient work back to back (as Megatron's autograd)."""
-    return [
-        Unit(b.layers, b.segments + w.segments, b.params)
-        for b, w in zip(units_b, units_w, strict=True)
-    ]
+def _fuse(builder: LayerBuilder, ctx: Context, chunk: Chunk, units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
+    """BW: each unit's input- and weight-gradient work back to back (as Megatron's autograd);
+    a transformer layer's own part is the builder's fused backward (``LayerBuilder.layer``
+    phase BW: each block's weight gradients right after its input gradients)."""
+    out = []
+    for b, w in zip(units_b, units_w, strict=True):
+        layers = [u for u in b.layers if u >= 0]
+        own_b = builder.layer(layers[0], "B") if layers else []
+        own_w = builder.layer(layers[0], "W") if layers else []
+        fused = builder.layer(layers[0], "BW") if layers else []
+        if not layers or fused == own_b + own_w:
+            out.append(Unit(b.layers, b.segments + w.segments, b.params))
+            continue
+        # the unit's segments are [edge parts before, the layer's, edge parts after] per phase
+        i, j = _find(b.segments, own_b), _find(w.segments, own_w)
+        segments = (
+            b.segments[:i] + w.segments[:j] + tuple(fused)
+            + b.segments[i + len(own_b):] + w.segments[j + len(own_w):]
+        )  # fmt: skip
+        out.append(Unit(b.layers, segments, b.params))
+    return out
+
+
+def _find(segments: tuple[Segment, ...], part: list[Segment]) -> int:
+    """Where ``part`` starts inside ``segments`` (it is there, contiguous)."""
+    n = len(part)
+    return next(i for i in range(len(segments) - n + 1) if list(segments[i : i + n]) == part)
 
 
 def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
@@ -148,9 +169,11 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     f = _units(builder, ctx, chunk, "F")
     b = _units(builder, ctx, chunk, "B")
     w = _units(builder, ctx, chunk, "W")
+    bw = _fuse(builder, ctx, chunk, b, w)
     if sc.training.recompute == "full":
         b = _recompute(builder, b, chunk, sc.training)
-    cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": _fuse(b, w)})
+        bw = _recompute(builder, bw, chunk, sc.training)
+    cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": bw})
     cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)

@@ -214,22 +214,56 @@ class LayerBuilder:
 
     # --- layer segments ------------------------------------------------------------------
     def layer(self, index: int, phase: str) -> list[Segment]:
-        """Segments of layer ``index`` for phase F, B or W (B/W also used for recompute F)."""
+        """Segments of layer ``index`` for phase F, B, W or BW (B and W fused, as a schedule
+        that does not split W off runs them)."""
+        if phase == "BW":
+            return self._fused_backward(index)
         attention = self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase)
         segments = self._order(phase, attention, self._mlp_segments(index, phase))
         if phase == "B" and self.scenario.training.recompute == "op":
             segments = [self._op_recompute(index), *segments]
         return segments
 
+    def _fused_backward(self, index: int) -> list[Segment]:
+        """BW: each block's weight gradients right after its input gradients, as autograd runs
+        a layer whose W is not split off. With sequence parallelism the reduce-scatter of a
+        block's input gradient then runs under the block's weight-gradient GEMMs: Megatron's
+        ``LinearWithGradAccumulationAndAsyncCommunication.backward`` and TransformerEngine's
+        linears launch it asynchronously before the wgrad GEMM (with userbuffers: the
+        qkv_wgrad / fc1_wgrad bulk overlaps). Elsewhere (no TP, no SP, nanotron's async
+        linears, MoE blocks) the layer's input gradients come first, then its weight gradients."""
+        lay = self.shapes.layout
+        synchronous = self.userbuffers is None and not self.scenario.overlap.tp_grad_async
+        if self.tp_async or lay.tp == 1 or not lay.sequence_parallel or synchronous:
+            return self.layer(index, "B") + self.layer(index, "W")
+        if self.shapes.model.is_moe_layer(index):
+            mlp = self._mlp_segments(index, "B") + self._mlp_segments(index, "W")
+        else:
+            mlp = self._mlp_segments(index, "BW")
+        segments = mlp + self._attention_segments(index, "BW")
+        if self.scenario.training.recompute == "op":
+            segments = [self._op_recompute(index), *segments]
+        return segments
+
     def _attention_segments(self, index: int, phase: str) -> list[Segment]:
         """The attention block: norm (sharded by SP), QKV, rotary, core, output projection,
         residual, inside its TP collectives (none in W)."""
+        gemms = self.attention_gemms()
+        if phase == "W":
+            return [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
+        if phase == "BW":
+            return self._with_wgrad(self._attention_body(index, "B"), "attn", index, self._attention_segments(index, "W"))
+        return tensor.wrap_block(
+            self.shapes, "attn", self._attention_body(index, phase), self._block_ub("attn"), index,
+            backward=phase == "B",
+        )  # fmt: skip
+
+    def _attention_body(self, index: int, phase: str) -> list[Segment]:
+        """The attention block's compute in ``phase`` (F or B), in execution order."""
         backward = phase != "F"
         ops = self.ops
         pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
         gemms = self.attention_gemms()
-        if phase == "W":
-            return [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
         core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
@@ -240,10 +274,15 @@ class LayerBuilder:
         if phase == "B":
             # backward order: the output projection's input gradient, the core, then the
             # QKV input gradient (before it, any rerun of the input norm / MLA up-projections)
-            att_body = [out, *core, *self._attention_input_recompute(gemms, index), qkv]
-        else:
-            att_body = [qkv, *core, out]
-        return tensor.wrap_block(self.shapes, "attn", att_body, self._block_ub("attn"), index, backward=phase == "B")
+            return [out, *core, *self._attention_input_recompute(gemms, index), qkv]
+        return [qkv, *core, out]
+
+    def _with_wgrad(self, body: list[Segment], block: str, index: int, wgrad: list[Segment]) -> list[Segment]:
+        """A block's fused backward: its input-gradient ``body`` inside the TP collectives, the
+        input gradient's reduce-scatter under the ``wgrad`` segments that follow."""
+        return tensor.wrap_block(
+            self.shapes, block, body, self._block_ub(block), index, backward=True, wgrad=wgrad
+        )
 
     def _op_recompute(self, index: int) -> Compute:
         """torchtitan's op-level selective checkpointing reruns, before a layer's backward,
@@ -344,7 +383,7 @@ class LayerBuilder:
         return attention + mlp if phase == "F" else mlp + attention
 
     def _mlp_segments(self, index: int, phase: str) -> list[Segment]:
-        m, lay = self.shapes.model, self.shapes.layout
+        m = self.shapes.model
         if m.is_moe_layer(index):
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
             if phase == "W":
@@ -361,6 +400,15 @@ class LayerBuilder:
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
             return [Compute.of("mlp_wgrad", self._linear(gemms, "W", "mlp"), index)]
+        if phase == "BW":
+            return self._with_wgrad(self._mlp_body(index, "B"), "mlp", index, self._mlp_segments(index, "W"))
+        return tensor.wrap_block(self.shapes, "mlp", self._mlp_body(index, phase), self._block_ub("mlp"), index,
+                                 backward=phase == "B")  # fmt: skip
+
+    def _mlp_body(self, index: int, phase: str) -> list[Segment]:
+        """The dense MLP block's compute in ``phase`` (F or B)."""
+        m, lay = self.shapes.model, self.shapes.layout
+        gemms = self.mlp_gemms(m.ffn)
         work = self._linear(gemms[:-1], phase, "mlp") + self._linear(gemms[-1:], phase, "mlp", column=False)
         ops = self.ops
         memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
@@ -371,7 +419,7 @@ class LayerBuilder:
             if "mlp" in self.scenario.training.recomputed:
                 forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
             body = [*self._mlp_recompute(index, forward), *body]
-        return tensor.wrap_block(self.shapes, "mlp", body, self._block_ub("mlp"), index, backward=phase == "B")
+        return body
 
     def _async_attention(self, index: int, phase: str) -> list[Segment]:
         """The attention block with nanotron's async TP linears: the QKV projection is the

@@ -26,6 +26,7 @@ def wrap_block(
     layer: int,
     backward: bool = False,
     regather_first: bool = False,
+    wgrad: list[Segment] | None = None,
 ) -> list[Segment]:
     """Surround a block's compute with its TP collectives (none when tp == 1).
 
@@ -39,11 +40,14 @@ def wrap_block(
     the gathered output gradient), the column-parallel one last. The backward's re-gather of
     the block's input goes under that last GEMM, as Megatron and TransformerEngine launch it
     right before the column-parallel input-gradient GEMM (``regather_first``: under the first
-    compute instead, for an MoE block whose experts follow its norm).
+    compute instead, for an MoE block whose experts follow its norm). ``wgrad``: the block's
+    weight-gradient segments, run right after it (a fused backward); with sequence parallelism
+    the input gradient's reduce-scatter is then issued before them and runs under them.
     """
     lay = shapes.layout
+    after = list(wgrad or [])
     if lay.tp == 1:
-        return body
+        return body + after
     size = shapes.tp_collective_bytes
     overlap = ub is not None
     if lay.sequence_parallel:
@@ -54,8 +58,14 @@ def wrap_block(
         # last slice's share follows the GEMM, exposed
         tail = size / ub.scatter.slices(lay.tp) if ub is not None and not backward else 0.0
         scatter_sms = 0 if ub is None else (ub.grad_scatter if backward else ub.scatter).comm_sms
-        last = Comm(f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap, layer, sms=scatter_sms)
-        out = _place(first, body, last, overlap)
+        # in a fused backward the reduce-scatter is asynchronous, beside the weight-gradient GEMMs
+        # (an NCCL call without userbuffers, whose CTAs take SMs like the re-gather's)
+        under_wgrad = bool(after)
+        last = Comm(
+            f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap or under_wgrad, layer,
+            holds_sms=under_wgrad and not overlap, sms=scatter_sms,
+        )  # fmt: skip
+        out = _place(first, body, None if under_wgrad else last, overlap)
         if tail:
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
         if backward:
@@ -70,18 +80,20 @@ def wrap_block(
             if not regather_first and overlap and out[at - 1] is last:
                 at -= 1  # issued before the reduce-scatter that follows the same GEMM
             out.insert(at, regather)
-        return out
+        return out + ([last, *after] if under_wgrad else [])
     # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
-    # column-parallel input gradients (Megatron's f/g operators)
-    return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)]
+    # column-parallel input gradients (Megatron's f/g operators), then any weight gradients
+    return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)] + after
 
 
-def _place(first: Comm, body: list[Segment], last: Comm, overlap: bool) -> list[Segment]:
+def _place(first: Comm, body: list[Segment], last: Comm | None, overlap: bool) -> list[Segment]:
+    tail = [] if last is None else [last]
     if not overlap or len(body) < 1:
-        return [first, *body, last]
+        return [first, *body, *tail]
     # overlapped: the AG runs under the first GEMM, the RS under the last one
     computes = [i for i, s in enumerate(body) if isinstance(s, Compute)]
     out = list(body)
-    out.insert(computes[-1], last)
+    if last is not None:
+        out.insert(computes[-1], last)
     out.insert(computes[0], first)
     return out
