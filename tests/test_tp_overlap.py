@@ -246,3 +246,38 @@ def test_list_userbuffers_shows_each_presets_sms(cli):
     assert res.code == 0
     row = next(line for line in res.out.splitlines() if line.startswith("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192 "))
     assert row.split()[1:13] == ["pipe", "24m", "pipe", "16m", "bulk", "4", "bulk", "24", "bulk", "2", "bulk", "4"]
+
+
+@pytest.mark.parametrize("ub", [True, False])
+def test_a_fused_backward_reduce_scatters_the_input_gradient_under_the_weight_gradients(ub):
+    """Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward launches the
+    sequence-parallel reduce-scatter of the input gradient asynchronously, then computes the
+    weight gradient; TE's qkv_wgrad / fc1_wgrad bulk overlaps do the same with userbuffers. In
+    BW (W not split off) each block's weight gradients follow its input gradients and the
+    reduce-scatter runs under them; a split schedule's B keeps it in the backward (ZB's W runs
+    later), and nanotron's synchronous linears block on it (overlap.tp_grad_async false)."""
+    from simcluster.parallelism.segments import Comm
+
+    b = _builder(ub, FREE)
+    fused = b.layer(0, "BW")
+    names = [s.name for s in fused]
+    for block in ("mlp", "attn"):
+        rs = names.index(f"{block}_tp_rs")
+        assert names[rs + 1] == f"{block}_wgrad"
+        seg = fused[rs]
+        assert isinstance(seg, Comm) and seg.overlap and seg.holds_sms == (not ub)
+    assert names.index("mlp_wgrad") < names.index("attn_tp_ag")  # the MLP's backward ends first
+    split = [s.name for s in b.layer(0, "B")]
+    assert "mlp_wgrad" not in split and "attn_wgrad" not in split
+    data = _tp_scenario(ub, FREE)
+    data["overlap"]["tp_grad_async"] = False
+    sync = layer_builder(data)
+    if ub:  # userbuffers overlaps are TE's, whatever the flag says
+        assert [s.name for s in sync.layer(0, "BW")] == names
+    else:
+        assert sync.layer(0, "BW") == sync.layer(0, "B") + sync.layer(0, "W")
+    events = run(_tp_scenario(ub, FREE)).events
+    one = events[(events["rank"] == 0) & (events["microbatch"] == 0) & (events["layer"] == 1)]
+    wgrad = one[one["name"] == "mlp_wgrad"].iloc[0]
+    rs = one[(one["name"] == "mlp_tp_rs") & (one["kind"] == "reduce_scatter")].iloc[-1]
+    assert rs["start_s"] <= wgrad["start_s"] + 1e-12 and rs["start_s"] < wgrad["end_s"]

@@ -559,7 +559,11 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # over score, NeMo FP8 4.0 -> 6.0 (every row but Llama 2 7B/13B now optimistic, +0..+14%).
 # 7.1 (7.10 -> 7.09) with the attention block's backward in autograd order (the projection's
 # input gradient first, the QKV one last with the input re-gather beside it): Bridge H100 4.3 -> 3.9.
-QUICK_SET_MAPE = 7.1
+# 7.2 (7.09 -> 7.15) with the fused backward's sequence-parallel reduce-scatter under the
+# weight-gradient GEMMs (Megatron's async linear backward, TE's wgrad bulk overlaps): physics over
+# score, DGX Cloud 4.6 -> 5.0, Bridge H100 3.9 -> 4.7 (405B +8..+13%), Korthikanti 3.6 -> 3.8;
+# Megatron-Core 10.7 -> 10.4.
+QUICK_SET_MAPE = 7.2
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -569,16 +573,16 @@ QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%)
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
     "bigscience-a100": 5.8,
-    "korthikanti2022-a100": 3.7,
-    "megatron-bridge-fp8-h100": 3.9,
+    "korthikanti2022-a100": 3.9,
+    "megatron-bridge-fp8-h100": 4.8,
     "megatron-bridge-fp8-blackwell": 8.3,
-    "megatron-core-h100": 10.7,
+    "megatron-core-h100": 10.4,
     "nanotron-h100": 22.7,
     "narayanan2021-a100": 2.7,
     "nemo-fp8-h100": 6.0,
     "nemo-long-context-h100": 2.6,
     "nemo-long-context-b200": 13.2,
-    "nvidia-dgxc-h100": 4.6,
+    "nvidia-dgxc-h100": 5.0,
     "torchtitan-a100": 4.7,
     "zero-bubble-a100": 2.8,
     "zero-bubble-v-a100": 3.3,
@@ -600,7 +604,7 @@ FAMILY_MAPE = {
 FAMILY_MAX_APE = {
     "bigscience-a100": 12.7,
     "korthikanti2022-a100": 7.8,
-    "megatron-bridge-fp8-h100": 10.8,
+    "megatron-bridge-fp8-h100": 13.0,
     "megatron-bridge-fp8-blackwell": 11.0,
     "narayanan2021-a100": 5.4,
     "nemo-fp8-h100": 13.9,
