@@ -16,17 +16,18 @@ Not interfering:
 
 * pipeline p2p: one send/recv pair per peer, few channels (NCCL_MAX_P2P_NCHANNELS), and
   mostly overlapping idle time rather than compute;
-* tensor parallel: Megatron's TP overlap runs through TransformerEngine userbuffers with
-  1-4 SMs for the bulk and ring-exchange methods (NeMo/Megatron-Bridge userbuffers presets),
-  and blocking TP communication has no concurrent compute to slow. The exceptions are the
-  TP collectives launched asynchronously through torch.distributed next to a GEMM (the
-  backward's input re-gather without userbuffers, nanotron's async linears): NCCL kernels
-  like any other, marked ``holds_sms`` on their segment.
+* blocking tensor-parallel communication: no concurrent compute to slow. The TP collectives
+  launched asynchronously through torch.distributed next to a GEMM (the backward's input
+  re-gather and, in a fused backward, the input gradient's reduce-scatter without
+  userbuffers; nanotron's async linears) are NCCL kernels like any other, marked
+  ``holds_sms`` on their segment.
 
 TransformerEngine's userbuffers overlaps are kernels too, with an SM count of their own
 (``num_sm`` of the overlap's config, e.g. the bulk backward overlaps of NeMo's H100 presets hold
 2-24 SMs next to the GEMM they overlap): such a collective carries its count (``Comm.sms``)
-and holds that many SMs while in flight, whatever the NCCL rule above says.
+and holds that many SMs while in flight, whatever the NCCL rule above says. An overlap with
+``set_sm_margin`` holds none here: its GEMM runs on the SMs left to it instead
+(``simcluster.userbuffers``); ring exchanges move data on copy engines.
 
 Several interfering collectives in flight at once hold the SMs of the largest of them: an
 ASSUMPTION (collectives on different communicators would each hold their own CTAs; on a rank
