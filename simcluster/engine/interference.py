@@ -101,10 +101,6 @@ class SmShare:
             return sms
         return self.collective_sms if holds_sms or group in INTERFERING_GROUPS else 0
 
-    def interferes(self, group: str, holds_sms: bool = False, sms: int = 0) -> bool:
-        """Whether such a collective occupies SMs that compute would use."""
-        return self.held_by(group, holds_sms, sms) > 0
-
     def enter(self, rank: int, sms: int | None = None) -> None:
         """A collective holding ``sms`` SMs (default NCCL's) became resident on ``rank``."""
         held = self.collective_sms if sms is None else sms

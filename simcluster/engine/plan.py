@@ -135,19 +135,18 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
     return out
 
 
-def _fuse(builder: LayerBuilder, ctx: Context, chunk: Chunk, units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
+def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
     """BW: each unit's input- and weight-gradient work back to back (as Megatron's autograd);
     a transformer layer's own part is the builder's fused backward (``LayerBuilder.layer``
     phase BW: each block's weight gradients right after its input gradients)."""
     out = []
     for b, w in zip(units_b, units_w, strict=True):
         layers = [u for u in b.layers if u >= 0]
-        own_b = builder.layer(layers[0], "B") if layers else []
-        own_w = builder.layer(layers[0], "W") if layers else []
-        fused = builder.layer(layers[0], "BW") if layers else []
-        if not layers or fused == own_b + own_w:
+        if not layers or not builder.fuses_wgrad:  # the layer's BW is its B then its W
             out.append(Unit(b.layers, b.segments + w.segments, b.params))
             continue
+        own_b, own_w = builder.layer(layers[0], "B"), builder.layer(layers[0], "W")
+        fused = builder.layer(layers[0], "BW")
         # the unit's segments are [edge parts before, the layer's, edge parts after] per phase
         i, j = _find(b.segments, own_b), _find(w.segments, own_w)
         segments = (
@@ -169,7 +168,7 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     f = _units(builder, ctx, chunk, "F")
     b = _units(builder, ctx, chunk, "B")
     w = _units(builder, ctx, chunk, "W")
-    bw = _fuse(builder, ctx, chunk, b, w)
+    bw = _fuse(builder, b, w)
     if sc.training.recompute == "full":
         b = _recompute(builder, b, chunk, sc.training)
         bw = _recompute(builder, bw, chunk, sc.training)

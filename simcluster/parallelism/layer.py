@@ -232,9 +232,7 @@ class LayerBuilder:
         linears launch it asynchronously before the wgrad GEMM (with userbuffers: the
         qkv_wgrad / fc1_wgrad bulk overlaps). Elsewhere (no TP, no SP, nanotron's async
         linears, MoE blocks) the layer's input gradients come first, then its weight gradients."""
-        lay = self.shapes.layout
-        synchronous = self.userbuffers is None and not self.scenario.overlap.tp_grad_async
-        if self.tp_async or lay.tp == 1 or not lay.sequence_parallel or synchronous:
+        if not self.fuses_wgrad:
             return self.layer(index, "B") + self.layer(index, "W")
         if self.shapes.model.is_moe_layer(index):
             mlp = self._mlp_segments(index, "B") + self._mlp_segments(index, "W")
@@ -297,6 +295,15 @@ class LayerBuilder:
         )  # fmt: skip
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
         return Compute.of("recompute_ops", work, index, kind="recompute")
+
+    @cached_property
+    def fuses_wgrad(self) -> bool:
+        """Whether a fused backward runs the input gradient's reduce-scatter under the weight
+        gradients (TP with sequence parallelism, Megatron's or TE's asynchronous linears);
+        otherwise BW is the layer's B followed by its W."""
+        lay = self.shapes.layout
+        synchronous = self.userbuffers is None and not self.scenario.overlap.tp_grad_async
+        return lay.tp > 1 and lay.sequence_parallel and not self.tp_async and not synchronous
 
     @cached_property
     def userbuffers(self) -> dict[str, UbOverlap] | None:
