@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, read_text
@@ -322,7 +323,7 @@ def load_profile(
     path = resolve_profile_path(name_or_path, field)
     text = read_text(path, field, "hardware profile")
     try:
-        raw = yaml.safe_load(text)
+        raw = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -12,8 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
 from simcluster.limits import MAX_LAYERS
 
@@ -306,7 +305,7 @@ def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
             field_name,
             f"unknown preset '{name}'{did_you_mean(name, names)}; shipped: {', '.join(names)}",
         )
-    data = yaml.safe_load(path.read_text())
+    data = yamlio.safe_load(path.read_text())
     data.pop("source", None)
     return _from_fields(name, data, field_prefix=field_name)
 

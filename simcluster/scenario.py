@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, read_text
 from simcluster.frameworks import apply_framework
@@ -581,7 +582,7 @@ def load_scenario(
     path = resolve_scenario_path(name_or_path)
     text = read_text(path, "scenario", "scenario file")
     try:
-        data = yaml.safe_load(text)
+        data = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

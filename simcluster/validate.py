@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError, read_text
 from simcluster.executors import Executor
@@ -177,7 +178,7 @@ def load_cases_file(path: str | Path) -> list[Case]:
             f"file '{path}' not found; give a cases YAML or no argument for the shipped set",
         )
     try:
-        doc = yaml.safe_load(read_text(path, "CASES", "cases file"))
+        doc = yamlio.safe_load(read_text(path, "CASES", "cases file"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -9,7 +9,7 @@ starts when the last member of its group arrives (a rendezvous), as NCCL does.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ class Comms:
     recorder: Recorder
     sm_share: SmShare | None = None
     _streams: dict[tuple[int, str], simpy.Resource] = field(default_factory=dict)
-    _groups: dict[tuple[str, int], list[list[int]]] = field(default_factory=dict)
+    _groups: dict[tuple, tuple] = field(default_factory=dict)
     _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     _rendezvous: dict[tuple, list] = field(default_factory=dict)
     _counters: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -65,10 +65,34 @@ class Comms:
             self._group_of[key] = self.layout.group(dim, rank)
         return self._group_of[key]
 
-    def stage_groups(self, dim: str, stage: int) -> list[list[int]]:
+    def stage_groups(self, dim: str, stage: int) -> tuple[tuple[int, ...], ...]:
+        """The ``dim`` groups of ``stage``'s ranks, one cached tuple per (dim, stage): the
+        network remembers a call's groups by this object's identity."""
         key = (dim, stage)
         if key not in self._groups:
-            self._groups[key] = self.layout.groups(dim, stage)
+            self._groups[key] = tuple(map(tuple, self.layout.groups(dim, stage)))
+        return self._groups[key]
+
+    def ring_pairs(self, dim: str, stage: int) -> tuple[tuple[int, int], ...]:
+        """Every (rank, next rank) pair of ``stage``'s ``dim`` rings (cached)."""
+        key = ("ring", dim, stage)
+        if key not in self._groups:
+            self._groups[key] = tuple(
+                (g[i], g[(i + 1) % len(g)])
+                for g in self.stage_groups(dim, stage)
+                for i in range(len(g))
+            )
+        return self._groups[key]
+
+    def stage_pairs(self, src_stage: int, dst_stage: int) -> tuple[tuple[int, int], ...]:
+        """Every (rank, its peer) pair between two pipeline stages: the symmetric sends of a
+        pipeline transfer (cached)."""
+        key = ("pp", src_stage, dst_stage)
+        if key not in self._groups:
+            lay = self.layout
+            self._groups[key] = tuple(
+                zip(lay.stage_ranks(src_stage), lay.stage_ranks(dst_stage), strict=True)
+            )
         return self._groups[key]
 
     def collective(
@@ -138,12 +162,7 @@ class Comms:
         if self.all_ranks:
             yield self._join(rank, dim, "send_recv", members, nbytes, stage)
             return
-        pairs = [
-            (g[i], g[(i + 1) % len(g)])
-            for g in self.stage_groups(dim, stage)
-            for i in range(len(g))
-        ]
-        yield self.network.send(rank, nxt, nbytes, pairs=pairs)
+        yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage))
 
     def _join(
         self, rank: int, dim: str, op: str, members: list[int], nbytes: float, stage: int
@@ -181,7 +200,7 @@ class Comms:
         name: str,
         mb: int,
         chunk: int,
-        pairs: list[tuple[int, int]],
+        pairs: Sequence[tuple[int, int]],
     ) -> Generator:
         """Pipeline send from ``src`` to ``dst``; records a send and a matching recv.
 

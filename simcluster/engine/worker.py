@@ -387,7 +387,7 @@ class Worker:
         if dst_stage == self.stage:
             event.succeed()
             return None
-        pairs = list(zip(lay.stage_ranks(self.stage), lay.stage_ranks(dst_stage), strict=True))
+        pairs = sh.comms.stage_pairs(self.stage, dst_stage)
         name = "activation" if direction == "F" else "gradient"
 
         serial = sh.ctx.scenario.overlap.pp_p2p == "serial"

@@ -9,6 +9,8 @@ loading the links of its path with the number of peer flows on them (see ``symme
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import simpy
 
 from simcluster.network.flows import Flow, FlowSolver
@@ -30,8 +32,9 @@ class Network:
         self.symmetric = symmetric
         self._solver = FlowSolver(cluster.capacity)
         self._gen = 0
+        self._send_groups: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
-    def collective(self, op: str, groups: list[list[int]], nbytes: float,
+    def collective(self, op: str, groups: Sequence[Sequence[int]], nbytes: float,
                    algo: str | None = None) -> simpy.Event:  # fmt: skip
         """Start ``op`` on every group in ``groups`` at once; the event fires when groups[0]
         has finished. nbytes = the nccl-tests 'size' of the op (all_reduce/broadcast: buffer;
@@ -43,19 +46,29 @@ class Network:
             done.succeed()
             return done
         recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
-        self.env.process(self._run(recipe, done))
+        # callbacks, not a SimPy process: a step runs hundreds of thousands of collectives and
+        # a process costs two extra events each
+        if recipe.latency > 0:
+            self.env.timeout(recipe.latency).callbacks.append(
+                lambda _ev: self._start(recipe, done)
+            )
+        else:
+            self._start(recipe, done)
         return done
 
     def send(self, src: int, dst: int, nbytes: float,
-             pairs: list[tuple[int, int]] | None = None) -> simpy.Event:  # fmt: skip
+             pairs: Sequence[tuple[int, int]] | None = None) -> simpy.Event:  # fmt: skip
         """Point-to-point; ``pairs`` = all symmetric concurrent (src, dst) pairs incl. (src, dst)."""
-        others = [list(p) for p in (pairs or []) if tuple(p) != (src, dst)]
-        return self.collective("send_recv", [[src, dst], *others], nbytes)
+        key = (src, dst, tuple(map(tuple, pairs or ())))
+        groups = self._send_groups.get(key)
+        if groups is None:
+            others = tuple(p for p in key[2] if p != (src, dst))
+            groups = self._send_groups[key] = ((src, dst), *others)
+        return self.collective("send_recv", groups, nbytes)
 
     # --- SimPy driver -----------------------------------------------------------------------
-    def _run(self, recipe: Recipe, done: simpy.Event):
-        if recipe.latency > 0:
-            yield self.env.timeout(recipe.latency)
+    def _start(self, recipe: Recipe, done: simpy.Event) -> None:
+        """Add the recipe's flows now; ``done`` succeeds when the representative's have ended."""
         rep = recipe.specs[0] if recipe.scale > 0 else ()
         if not rep:
             done.succeed()

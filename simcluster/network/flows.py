@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import truediv
 
 _REL_EPS = 1e-9
 
@@ -28,6 +29,12 @@ class Flow:
 
 def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
     """Set ``flow.rate`` for every flow by progressive filling on the link capacities."""
+    if len(flows) == 1 and flows[0].links:
+        # most reshares touch one collective alone on its links: progressive filling's first
+        # step, min over links of capacity / load, is its rate
+        f = flows[0]
+        f.rate = min(map(truediv, map(capacity.__getitem__, f.links), f.coeffs))
+        return
     residual: dict[int, float] = {}
     load: dict[int, float] = {}
     users: dict[int, list[Flow]] = {}

@@ -6,6 +6,7 @@ Separated from the SimPy driver so ``collective_time`` and algorithm selection s
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simcluster.errors import UserError
@@ -36,24 +37,33 @@ class Recipe:
     measured_ratio: float | None = None  # measured / modelled time applied (calibrated tables)
 
 
-def check_groups(cluster: Cluster, groups: list[list[int]]) -> GroupsKey:
+def check_groups(cluster: Cluster, groups: Sequence[Sequence[int]]) -> GroupsKey:
     """Validate groups (non-empty, same size, distinct GPUs that exist) -> hashable key."""
     if not groups or not groups[0]:
         raise UserError("groups", "need at least one non-empty group of GPUs")
-    key = tuple(map(tuple, groups))  # (a C loop: this runs once per simulated collective)
+    # The engine passes its cached tuple of a stage's groups for every collective (hundreds of
+    # groups on a 2,048-GPU cluster): a tuple is remembered by identity, and held, so its id
+    # cannot be reused while remembered. Lists (built per call) are checked by value.
+    remembered = cluster.cache.setdefault("checked_tuples", {})
+    hit = remembered.get(id(groups))
+    if hit is not None and hit[0] is groups:
+        return hit[1]
+    key = tuple(map(tuple, groups))
     memo = cluster.cache.setdefault("checked", set())
-    if key in memo:
-        return key
-    size = len(key[0])
-    for grp in key:
-        if len(grp) != size:
-            raise UserError(
-                "groups", f"groups of one call must have equal sizes, got {len(grp)} and {size}"
-            )
-        if len(set(grp)) != len(grp):
-            raise UserError("groups", f"group {list(grp)} repeats a GPU")
-        cluster.check_gpus(list(grp), "groups")
-    memo.add(key)
+    if key not in memo:
+        size = len(key[0])
+        for grp in key:
+            if len(grp) != size:
+                raise UserError(
+                    "groups",
+                    f"groups of one call must have equal sizes, got {len(grp)} and {size}",
+                )
+            if len(set(grp)) != len(grp):
+                raise UserError("groups", f"group {list(grp)} repeats a GPU")
+            cluster.check_gpus(list(grp), "groups")
+        memo.add(key)
+    if type(groups) is tuple:
+        remembered[id(groups)] = (groups, key)
     return key
 
 
