@@ -77,7 +77,11 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # contrast, adds every microbatch into an fp32 buffer: the default)
         training["fp32_grad_accum"] = False
     zero = _zero_stage(raw)
-    overlap: dict[str, Any] = {"tp_comm": False, "pp_comm": False, "pp_p2p": "serial"}
+    # Megatron-DeepSpeed's linears reduce the input gradient in a blocking all-reduce
+    # (mpu/layers.py copy_to_tensor_model_parallel_region, forked before Megatron's async one)
+    overlap: dict[str, Any] = {
+        "tp_comm": False, "tp_grad_async": False, "pp_comm": False, "pp_p2p": "serial",
+    }  # fmt: skip
     if zero < 3:
         # the pipeline engine reduces after the last backward; without a pipeline, ZeRO-1/2's
         # overlap_comm defaults to false as well (ZeRO-3's to true: left to the zero3 model)
@@ -159,7 +163,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
             "scores, 'local' DDP (gradient all-reduce after the backward), blocking pipeline "
-            "send/recv, no TP overlap",
+            "send/recv, no TP overlap; the backward's TP all-reduce runs under the weight "
+            "gradient as the MLSys'23 code's does (set overlap.tp_grad_async false for the "
+            "SC'21 runs, whose code blocked on it)",
             "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "
             "examples/academic_paper_scripts/sc21; FlashAttention (arXiv 2205.14135) postdates it",
             _megatron_lm_2021,

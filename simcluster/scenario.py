@@ -289,11 +289,13 @@ class OverlapSection(_Section):
     tp_grad_async: bool = Field(
         default=True,
         description=(
-            "Megatron's and TransformerEngine's asynchronous input-gradient reduce-scatter: with "
-            "sequence parallelism and a schedule that keeps W inside the backward, a "
-            "column-parallel linear's input-gradient reduce-scatter runs under its weight-gradient "
-            "GEMM (LinearWithGradAccumulationAndAsyncCommunication); false: it blocks before the "
-            "weight gradients (nanotron without its async linears, torchtitan, DeepSpeed)"
+            "Megatron's and TransformerEngine's asynchronous input-gradient collective: with a "
+            "schedule that keeps W inside the backward, a column-parallel linear's input-gradient "
+            "reduce-scatter (sequence parallelism) or all-reduce (without) runs under its "
+            "weight-gradient GEMM (LinearWithGradAccumulationAndAsyncCommunication, before it "
+            "ColumnParallelLinearWithAsyncAllreduce); false: it blocks before the weight gradients "
+            "(Megatron-LM of the SC'21 paper, Megatron-DeepSpeed, nanotron without its async "
+            "linears, torchtitan)"
         ),
     )
     tp_async: bool = Field(

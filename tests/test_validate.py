@@ -563,6 +563,9 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # weight-gradient GEMMs (Megatron's async linear backward, TE's wgrad bulk overlaps): physics over
 # score, DGX Cloud 4.6 -> 5.0, Bridge H100 3.9 -> 4.7 (405B +8..+13%), Korthikanti 3.6 -> 3.8;
 # Megatron-Core 10.7 -> 10.4.
+# 7.2 (7.15 -> 7.15) with Megatron's asynchronous input-gradient all-reduce without sequence
+# parallelism (ColumnParallelLinearWithAsyncAllreduce; Korthikanti's "full" rows): Korthikanti
+# 3.8 -> 4.1, its 22B/175B full rows +0.2/+7.8 -> -4.0/+4.9% (max 7.8 -> 5.8).
 QUICK_SET_MAPE = 7.2
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
@@ -573,7 +576,7 @@ QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%)
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
     "bigscience-a100": 5.8,
-    "korthikanti2022-a100": 3.9,
+    "korthikanti2022-a100": 4.1,
     "megatron-bridge-fp8-h100": 4.8,
     "megatron-bridge-fp8-blackwell": 8.3,
     "megatron-core-h100": 10.4,
@@ -603,7 +606,7 @@ FAMILY_MAPE = {
 # NeMo long context's max rose 14.6 -> 14.9 with the TP-overlap GEMM slices (its cp 32 row).
 FAMILY_MAX_APE = {
     "bigscience-a100": 12.7,
-    "korthikanti2022-a100": 7.8,
+    "korthikanti2022-a100": 5.8,
     "megatron-bridge-fp8-h100": 13.0,
     "megatron-bridge-fp8-blackwell": 11.0,
     "narayanan2021-a100": 5.4,

@@ -104,8 +104,11 @@ for r in e["rows"]:
             "parallel": par,
             "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": gbs, "precision": "fp16",
                          "recompute": "full", "flash_attention": False},
-            # Megatron 2021: blocking pipeline send/recv (no p2p overlap), no TP overlap
-            "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "pp_comm": False},
+            # Megatron 2021: blocking pipeline send/recv (no p2p overlap), no TP overlap, and the
+            # backward's TP all-reduce blocking (copy_to_tensor_model_parallel_region; the async
+            # ColumnParallelLinearWithAsyncAllreduce came after the paper's runs)
+            "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "tp_grad_async": False,
+                        "pp_comm": False},
         },
         "measured": {"step_time_s": round(step, 6)},
         **({"slow": True} if gpus >= 2520 else {}),  # 530B and 1T: 40-65 s each

@@ -226,12 +226,17 @@ class LayerBuilder:
 
     def _fused_backward(self, index: int) -> list[Segment]:
         """BW: each block's weight gradients right after its input gradients, as autograd runs
-        a layer whose W is not split off. With sequence parallelism the reduce-scatter of a
-        block's input gradient then runs under the block's weight-gradient GEMMs: Megatron's
-        ``LinearWithGradAccumulationAndAsyncCommunication.backward`` and TransformerEngine's
-        linears launch it asynchronously before the wgrad GEMM (with userbuffers: the
-        qkv_wgrad / fc1_wgrad bulk overlaps). Elsewhere (no TP, no SP, nanotron's async
-        linears, MoE blocks) the layer's input gradients come first, then its weight gradients."""
+        a layer whose W is not split off. The TP collective of a block's input gradient (the
+        reduce-scatter with sequence parallelism, the all-reduce without) then runs under the
+        block's weight-gradient GEMMs: Megatron's column-parallel linear backward
+        (``LinearWithGradAccumulationAndAsyncCommunication``, before it
+        ``ColumnParallelLinearWithAsyncAllreduce``) and TransformerEngine's linears launch it
+        asynchronously before the wgrad GEMM (with userbuffers: the qkv_wgrad / fc1_wgrad bulk
+        overlaps). The model runs the whole block's wgrad after its input gradient, where
+        autograd runs the row-parallel one earlier, so the collective may hide under a little
+        more GEMM than it does. Elsewhere (no TP, synchronous linears: ``overlap.tp_grad_async``
+        false, nanotron's async linears; MoE blocks) the layer's input gradients come first,
+        then its weight gradients."""
         if not self.fuses_wgrad:
             return self.layer(index, "B") + self.layer(index, "W")
         if self.shapes.model.is_moe_layer(index):
@@ -298,12 +303,12 @@ class LayerBuilder:
 
     @cached_property
     def fuses_wgrad(self) -> bool:
-        """Whether a fused backward runs the input gradient's reduce-scatter under the weight
-        gradients (TP with sequence parallelism, Megatron's or TE's asynchronous linears);
-        otherwise BW is the layer's B followed by its W."""
+        """Whether a fused backward runs the input gradient's TP collective under the weight
+        gradients (Megatron's and TE's asynchronous linears: the reduce-scatter with sequence
+        parallelism, the all-reduce without); otherwise BW is the layer's B followed by its W."""
         lay = self.shapes.layout
         synchronous = self.userbuffers is None and not self.scenario.overlap.tp_grad_async
-        return lay.tp > 1 and lay.sequence_parallel and not self.tp_async and not synchronous
+        return lay.tp > 1 and not self.tp_async and not synchronous
 
     @cached_property
     def userbuffers(self) -> dict[str, UbOverlap] | None:

@@ -41,8 +41,9 @@ def wrap_block(
     the block's input goes under that last GEMM, as Megatron and TransformerEngine launch it
     right before the column-parallel input-gradient GEMM (``regather_first``: under the first
     compute instead, for an MoE block whose experts follow its norm). ``wgrad``: the block's
-    weight-gradient segments, run right after it (a fused backward); with sequence parallelism
-    the input gradient's reduce-scatter is then issued before them and runs under them.
+    weight-gradient segments, run right after it (a fused backward); the input gradient's
+    reduce-scatter (with sequence parallelism) or all-reduce (without) is then issued before
+    them and runs under them.
     """
     lay = shapes.layout
     after = list(wgrad or [])
@@ -82,8 +83,13 @@ def wrap_block(
             out.insert(at, regather)
         return out + ([last, *after] if under_wgrad else [])
     # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
-    # column-parallel input gradients (Megatron's f/g operators), then any weight gradients
-    return body + [Comm(f"{block}_tp_ar", "tp", "all_reduce", size, False, layer)] + after
+    # column-parallel input gradients (Megatron's f/g operators), then any weight gradients; in
+    # a fused backward it is asynchronous beside them (an NCCL call holding its SMs)
+    under_wgrad = bool(after)
+    reduce = Comm(
+        f"{block}_tp_ar", "tp", "all_reduce", size, under_wgrad, layer, holds_sms=under_wgrad
+    )
+    return [*body, reduce, *after]
 
 
 def _place(first: Comm, body: list[Segment], last: Comm | None, overlap: bool) -> list[Segment]:
