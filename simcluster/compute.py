@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simcluster.attention_kernels import BWD_FLOPS_FACTOR, MEASURED, kernel_tflops
+from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
 from simcluster.hardware import HardwareProfile
 from simcluster.interp import interp
 
@@ -34,8 +34,6 @@ class KernelModel:
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
-        measured = self.profile.attention_kernel_in_use(self.attention_kernel) == MEASURED
-        self._attention_scale = 1.0 if measured else self.profile.efficiency.attention_sustained
         for row in self.profile.measured.get("gemm", []) or []:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
@@ -183,7 +181,6 @@ class KernelModel:
         if self._attention_curves is not None:
             d = (head_dim + v_dim) / 2
             rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
-            rate *= self._attention_scale  # burst benchmark -> the power-limited clock
         else:
             eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
             rate = self._peak(self.act_dtype) * eff

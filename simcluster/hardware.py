@@ -126,18 +126,6 @@ class EfficiencySpec(_Strict):
             "0 = no interference"
         ),
     )
-    attention_sustained: float = Field(
-        default=1.0,
-        gt=0,
-        le=1,
-        description=(
-            "sustained / burst rate of compute-bound kernels at the GPU's power limit, applied "
-            "to the published attention curves (benchmarks time a few calls at boost clock; a "
-            "training step keeps the GPU at its power limit, where the clock settles lower); "
-            "1 = the curves are sustained rates already. Not applied to a calibrated profile's "
-            "measured kernel"
-        ),
-    )
     attention_kernels: dict[str, list[AttentionCurve]] = Field(
         default_factory=dict,
         description=(
