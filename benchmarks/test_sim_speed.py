@@ -26,7 +26,8 @@ def test_gpu_count_barely_matters():
     big, ev_big = _wall("llama3-70b-64xh100", ("cluster.gpus", 1024), ("training.global_batch", 512))
     print(f"64 GPUs: {small:.2f}s ({ev_small} events); 1024 GPUs: {big:.2f}s ({ev_big} events); ratio {big / small:.2f}")
     assert ev_big == ev_small
-    assert big / small < 3.0
+    # 3.0 before the planner remembered a stage's groups by identity (2026-11-26: 0.75 measured)
+    assert big / small < 1.5
 
 
 def test_microbatches_scale_linearly():
