@@ -63,8 +63,12 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
+    # the backward's TP collective: blocking in the SC'21 code; asynchronous under the weight
+    # gradient in the 2022 code that brought sequence parallelism (its asynchronous all-reduce
+    # came with it), so a run with SP is taken to be the 2022 code
+    sp = _parallel_flag(raw, "sequence_parallel")
     return {
-        "overlap": {"dp_grad_reduce": False, "tp_comm": False, "pp_comm": False},
+        "overlap": {"dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False},
         "training": {"flash_attention": False, "elementwise": "fused"},
     }
 
@@ -163,9 +167,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
             "scores, 'local' DDP (gradient all-reduce after the backward), blocking pipeline "
-            "send/recv, no TP overlap; the backward's TP all-reduce runs under the weight "
-            "gradient as the MLSys'23 code's does (set overlap.tp_grad_async false for the "
-            "SC'21 runs, whose code blocked on it)",
+            "send/recv, no TP overlap; the backward's TP collective blocks as in the SC'21 code, "
+            "unless sequence parallelism says it is the MLSys'23 code (async under the weight "
+            "gradient; set overlap.tp_grad_async true for that code's runs without SP)",
             "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "
             "examples/academic_paper_scripts/sc21; FlashAttention (arXiv 2205.14135) postdates it",
             _megatron_lm_2021,

@@ -38,6 +38,9 @@ DEPARTURES = {
     ("narayanan2021-a100", "overlap.dp_grad_reduce"): lambda case: "torch DDP" in case.source,
     # Korthikanti et al. Tables 3/5 run one data-parallel replica: nothing to reduce
     ("korthikanti2022-a100", "overlap.dp_grad_reduce"): lambda case: True,
+    # the paper's 2022 Megatron reduces the input gradient asynchronously without SP too
+    # (ColumnParallelLinearWithAsyncAllreduce); the preset reads a run without SP as SC'21 code
+    ("korthikanti2022-a100", "overlap.tp_grad_async"): lambda case: "ColumnParallelLinearWithAsyncAllreduce" in case.source,
     # Megatron-Bridge's Llama 3 8B H100 config turns gradient_accumulation_fusion off with Megatron
     # FSDP (scripts/performance/configs/llama3/llama3_llm_pretrain.py llama3_8b_h100_config)
     ("megatron-bridge-fp8-h100", "training.grad_accum_fusion"): lambda case: "Megatron FSDP" in case.source,
