@@ -96,6 +96,34 @@ def test_max_min_textbook_example():
     assert [f.rate for f in flows] == pytest.approx([0.5, 0.5, 1.5])
 
 
+def test_a_lone_flow_gets_its_bottleneck_rate_as_progressive_filling_gives_it():
+    """One flow alone: its rate is min over its links of capacity / copies (the first filling
+    step), bit for bit what the general algorithm computes with a second flow elsewhere."""
+    capacity = [50.0, 450.0, 25.0, 900.0]
+    alone = Flow((0, 1, 3), (2.0, 3.0, 1.5), 1)
+    max_min_rates([alone], capacity)
+    assert alone.rate == min(50.0 / 2.0, 450.0 / 3.0, 900.0 / 1.5) == 25.0
+    twin, elsewhere = Flow((0, 1, 3), (2.0, 3.0, 1.5), 1), Flow((2,), (1.0,), 1)
+    max_min_rates([twin, elsewhere], capacity)  # two components: the general path
+    assert twin.rate == alone.rate and elsewhere.rate == 25.0
+
+
+def test_groups_passed_as_one_cached_tuple_are_checked_once_and_still_checked():
+    """The engine passes a stage's groups as one cached tuple, remembered by identity: the
+    second call with the same object is a lookup; a bad tuple is still refused."""
+    from simcluster.network.planner import check_groups
+
+    c = h100(16)
+    groups = ((0, 1, 2, 3), (4, 5, 6, 7))
+    key = check_groups(c, groups)
+    assert key == groups and check_groups(c, groups) is key
+    assert check_groups(c, [list(g) for g in groups]) == key  # lists: checked by value
+    with pytest.raises(UserError, match="equal sizes"):
+        check_groups(c, ((0, 1), (2, 3, 4)))
+    with pytest.raises(UserError, match="outside the cluster"):
+        check_groups(c, ((0, 99),))
+
+
 def test_two_transfers_on_one_nic_take_twice_as_long():
     c = h100(16)
     (alone,) = simulate(c, [("send", (0, 8, GiB))])
