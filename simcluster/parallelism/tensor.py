@@ -47,6 +47,9 @@ def wrap_block(
     """
     lay = shapes.layout
     after = list(wgrad or [])
+    # in a fused backward the input gradient's collective is asynchronous, beside the
+    # weight-gradient GEMMs (an NCCL call without userbuffers, whose CTAs take SMs)
+    under_wgrad = bool(after)
     if lay.tp == 1:
         return body + after
     size = shapes.tp_collective_bytes
@@ -59,9 +62,6 @@ def wrap_block(
         # last slice's share follows the GEMM, exposed
         tail = size / ub.scatter.slices(lay.tp) if ub is not None and not backward else 0.0
         scatter_sms = 0 if ub is None else (ub.grad_scatter if backward else ub.scatter).comm_sms
-        # in a fused backward the reduce-scatter is asynchronous, beside the weight-gradient GEMMs
-        # (an NCCL call without userbuffers, whose CTAs take SMs like the re-gather's)
-        under_wgrad = bool(after)
         last = Comm(
             f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap or under_wgrad, layer,
             holds_sms=under_wgrad and not overlap, sms=scatter_sms,
@@ -83,9 +83,7 @@ def wrap_block(
             out.insert(at, regather)
         return out + ([last, *after] if under_wgrad else [])
     # forward: the row-parallel output is all-reduced; backward: the conjugate all-reduce of the
-    # column-parallel input gradients (Megatron's f/g operators), then any weight gradients; in
-    # a fused backward it is asynchronous beside them (an NCCL call holding its SMs)
-    under_wgrad = bool(after)
+    # column-parallel input gradients (Megatron's f/g operators), then any weight gradients
     reduce = Comm(
         f"{block}_tp_ar", "tp", "all_reduce", size, under_wgrad, layer, holds_sms=under_wgrad
     )
