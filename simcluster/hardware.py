@@ -17,13 +17,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean, read_text
+from simcluster.errors import UserError, did_you_mean
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -321,13 +320,7 @@ def load_profile(
     """Load and validate a profile, applying scenario overrides (keys of CLUSTER_OVERRIDES) and a
     ``patch`` of any profile fields (the scenario's ``cluster.profile`` mapping)."""
     path = resolve_profile_path(name_or_path, field)
-    text = read_text(path, field, "hardware profile")
-    try:
-        raw = yamlio.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(field, f"profile {path}{where} is not valid YAML") from None
+    raw = yamlio.load_user_file(path, field, "hardware profile")
     if not isinstance(raw, dict):
         raise UserError(field, f"profile {path} must be a YAML mapping")
     return profile_from_dict(raw, overrides, field=field, origin=str(path), patch=patch)

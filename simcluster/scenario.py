@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simcluster import yamlio
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean, read_text
+from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
 from simcluster.limits import MAX_GPUS
 
@@ -582,16 +582,7 @@ def load_scenario(
 ) -> Scenario:
     """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
     path = resolve_scenario_path(name_or_path)
-    text = read_text(path, "scenario", "scenario file")
-    try:
-        data = yamlio.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise UserError(
-            "scenario", f"{path}{where}: invalid YAML ({problem}); fix the syntax"
-        ) from None
+    data = yamlio.load_user_file(path, "scenario", "scenario file")
     scenario = scenario_from_dict(data, overrides)
     if scenario.name == "scenario":
         scenario = scenario.model_copy(update={"name": path.stem})

@@ -24,11 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simcluster import yamlio
 from simcluster.data import data_dir
-from simcluster.errors import UserError, read_text
+from simcluster.errors import UserError
 from simcluster.executors import Executor
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
@@ -177,12 +175,7 @@ def load_cases_file(path: str | Path) -> list[Case]:
             "CASES",
             f"file '{path}' not found; give a cases YAML or no argument for the shipped set",
         )
-    try:
-        doc = yamlio.safe_load(read_text(path, "CASES", "cases file"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError("CASES", f"{path}{where} is not valid YAML; fix the syntax") from None
+    doc = yamlio.load_user_file(path, "CASES", "cases file")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise UserError("CASES", f"{path} needs a top-level 'cases:' list")
     return [

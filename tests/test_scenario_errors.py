@@ -32,7 +32,7 @@ def test_unknown_shipped_name(cli):
 
 def test_yaml_syntax_error(cli, tmp_path):
     path = write(tmp_path, "model: {preset: llama3-8b\ncluster: [\n")
-    assert_one_line_error(cli("memory", path), "invalid YAML", "line")
+    assert_one_line_error(cli("memory", path), "not valid YAML", "line")
 
 
 def test_unknown_key_did_you_mean(cli, tmp_path):
