@@ -42,6 +42,33 @@ def test_fused_cross_entropy_reads_and_writes_16_bit_logits_once():
     assert compute_seconds(b.head("F")) < compute_seconds(unfused.head("F"))
 
 
+@pytest.mark.parametrize(
+    "fused, expected",
+    [
+        # Megatron's _VocabParallelCrossEntropy.forward: all_reduce(logits_max, MAX), then
+        # all_reduce(predicted_logits), then all_reduce(sum_exp_logits), one fp32 per token each
+        (False, {"loss_tp_max": 1, "loss_tp_target": 1, "loss_tp_sum_exp": 1}),
+        # Megatron-Core fused_vocab_parallel_cross_entropy: the max, then the two sums concatenated
+        (True, {"loss_tp_max": 1, "loss_tp_sums": 2}),
+    ],
+)
+def test_vocab_parallel_loss_all_reduces_one_fp32_per_token(fused, expected):
+    tokens = 2 * 2048
+    comms = [s for s in _builder(tp=4, fused_cross_entropy=fused).head("F") if s.name.startswith("loss_tp")]
+    assert {c.name: c.nbytes / (4 * tokens) for c in comms} == expected
+    assert all(c.group == "tp" and c.op == "all_reduce" and not c.overlap for c in comms)
+    # blocking, after the logits exist: nothing to reduce before the LM head's GEMM
+    names = [s.name for s in _builder(tp=4, fused_cross_entropy=fused).head("F")]
+    assert names.index("lm_head") < names.index("loss_tp_max")
+
+
+def test_loss_reduces_nothing_without_tp_or_in_backward():
+    assert not [s for s in _builder(tp=1).head("F") if s.name.startswith("loss_tp")]
+    tp4 = _builder(tp=4)
+    for phase in ("B", "W"):
+        assert not [s for s in tp4.head(phase) if s.name.startswith("loss_tp")]
+
+
 def test_unfused_attention_computes_the_full_square_of_scores():
     """Unfused attention multiplies the whole s x s score matrix (the causal mask is applied in
     the softmax), so its batched GEMMs do 2x the FLOPs of a causal flash kernel: forward

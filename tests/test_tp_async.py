@@ -122,7 +122,10 @@ def test_the_lm_head_is_an_async_column_linear_too():
     b = layer_builder(_scenario(True))
     forward = [s.name for s in b.head("F")]
     backward = b.head("B")
-    assert forward == ["lm_head_tp", "lm_head_local", "lm_head"]
+    # then the sharded loss's three all-reduces (nanotron's _ShardedCrossEntropy)
+    assert forward == [
+        "lm_head_tp", "lm_head_local", "lm_head", "loss_tp_max", "loss_tp_target", "loss_tp_sum_exp",
+    ]
     assert [s.name for s in backward] == [
         "lm_head_loss", "lm_head_tp_ag_input", "lm_head", "lm_head_tp", "lm_head_wgrad",
     ]

@@ -539,14 +539,29 @@ class LayerBuilder:
         dtype = self.km.act_dtype
         ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase))) if phase != "W" else Work()
         if self.tp_async:
-            return self._async_head(g, ce, phase, dtype)
+            return self._async_head(g, ce, phase, dtype) + self._loss_reductions(phase)
         if phase == "W":
             return [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
         body: list[Segment] = [Compute.of("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
-        return body
+        return body + self._loss_reductions(phase)
+
+    def _loss_reductions(self, phase: str) -> list[Segment]:
+        """The vocab-parallel loss's all-reduces over tp, each of one fp32 value per token, each
+        blocking: the unfused loss (Megatron's and nanotron's ``_VocabParallelCrossEntropy``)
+        reduces the logits' max, the target logit and the sum of exponentials one by one; the
+        fused one (Megatron-Core's ``fused_vocab_parallel_cross_entropy``) the max, then the
+        other two concatenated. Small and latency-bound; forward only."""
+        if phase != "F" or self.shapes.layout.tp == 1:
+            return []
+        per_token = self.shapes.tokens * 4.0
+        if self.scenario.training.fused_cross_entropy:
+            sizes = {"loss_tp_max": per_token, "loss_tp_sums": 2 * per_token}
+        else:
+            sizes = {"loss_tp_max": per_token, "loss_tp_target": per_token, "loss_tp_sum_exp": per_token}
+        return [Comm(name, "tp", "all_reduce", size, False, -1) for name, size in sizes.items()]
 
     def _async_head(self, g: list[Gemm], ce: Work, phase: str, dtype: str) -> list[Segment]:
         """nanotron's LM head is an async column linear too: forward, the input all-gather under
