@@ -59,6 +59,10 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
     return {
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "pp_comm": True},
         "training": {"grad_accum_fusion": True, "elementwise": "fused"},
+        # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
+        # averaging is a 1/dp scaling before the collective (no --ddp-average-in-collective);
+        # NeMo's and Megatron-Bridge's performance recipes turn both off
+        "dp": {"nan_check": True, "prescale": True},
     }
 
 
@@ -70,6 +74,7 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     return {
         "overlap": {"dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False},
         "training": {"flash_attention": False, "elementwise": "fused"},
+        "dp": {"prescale": True},  # the local DDP's buffer_.data /= dp before its all-reduce
     }
 
 

@@ -355,6 +355,21 @@ class DpSection(_Section):
         description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "
         "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard)",
     )
+    nan_check: bool = Field(
+        default=False,
+        description=(
+            "before each gradient bucket's reduction, a norm of the bucket (one read of it on the "
+            "compute stream), as Megatron-Core's check_for_nan_in_grad does"
+        ),
+    )
+    prescale: bool = Field(
+        default=False,
+        description=(
+            "before each gradient bucket's reduction, the gradients are multiplied by 1/dp in "
+            "place (a read and a write of the bucket on the compute stream): Megatron's "
+            "gradient_scaling_factor without average_in_collective, Megatron-LM's local DDP"
+        ),
+    )
     param_unpack: Literal["flat", "per_tensor"] = Field(
         default="flat",
         description=(

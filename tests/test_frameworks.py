@@ -44,6 +44,14 @@ DEPARTURES = {
     # Megatron-Bridge's Llama 3 8B H100 config turns gradient_accumulation_fusion off with Megatron
     # FSDP (scripts/performance/configs/llama3/llama3_llm_pretrain.py llama3_8b_h100_config)
     ("megatron-bridge-fp8-h100", "training.grad_accum_fusion"): lambda case: "Megatron FSDP" in case.source,
+    # NeMo 2's and Megatron-Bridge's performance scripts turn the bucket NaN check off ("Disable
+    # local gradient checker at non-debugging mode") and their recipes set average_in_collective
+    **{(f, key): (lambda case: True)
+       for f in ("nemo-long-context-b200", "megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")
+       for key in ("dp.nan_check", "dp.prescale")},
+    # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
+    **{(f, key): (lambda case: True)
+       for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.nan_check", "dp.prescale")},
 }
 
 

@@ -43,6 +43,11 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         "parallel": parallel,
         "training": training,
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True},
+        # NeMo's and Megatron-Bridge's performance scripts turn Megatron-Core's bucket NaN check off
+        # ("Disable local gradient checker at non-debugging mode") and their recipes average in
+        # the collective (average_in_collective=True); NeMo 1.x runs use apex's
+        # DistributedFusedAdam. Megatron-LM's own runs set both (the r0.8 family below).
+        "dp": {"nan_check": False, "prescale": False},
     }
 
 
@@ -109,6 +114,9 @@ for r in e["rows"]:
             # ColumnParallelLinearWithAsyncAllreduce came after the paper's runs)
             "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "tp_grad_async": False,
                         "pp_comm": False},
+            # both DDPs average before reducing: Megatron's local DDP divides its gradient buffer
+            # by dp (buffer_.data /= dp), torch DDP's reducer each bucket (div_ by world size)
+            "dp": {"prescale": True},
         },
         "measured": {"step_time_s": round(step, 6)},
         **({"slow": True} if gpus >= 2520 else {}),  # 530B and 1T: 40-65 s each
@@ -151,6 +159,14 @@ for r in e["rows"]:
         "measured": {"step_time_s": round(step, 6)},
 
     })
+    # Megatron-LM's own DDP buckets (pretrain_gpt.py defaults): each bucket's norm is checked
+    # for NaN and the bucket scaled by 1/dp in place before its reduce-scatter
+    cases[-1]["scenario"]["dp"].update(nan_check=True, prescale=True)
+    cases[-1]["source"] += (
+        " Gradient buckets as Megatron-Core's Bucket.start_grad_sync runs them with Megatron-LM's defaults "
+        "(--check-for-nan-in-loss-and-grad on, no --ddp-average-in-collective): grad_data.norm() checked "
+        "for NaN, then grad_data *= 1/dp, then the reduce-scatter (dp.nan_check, dp.prescale)."
+    )
     with_userbuffers(cases[-1], "te-1", "Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg "
                      "passes ub_cfgs={} (megatron/training/initialize.py _initialize_tp_communicators): "
                      + TE1_NOTE + "; r0.8 ran in NGC PyTorch 24.0x containers with TE 1.x.")
@@ -314,6 +330,7 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                 # under the weight gradient (ColumnParallelLinearWithAsyncAllreduce)
                 "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": True,
                             "pp_comm": False},
+                "dp": {"prescale": True},  # Megatron's DDP (buffer_.data /= dp); one replica here
             },
             "measured": {"step_time_s": t},
             **({"slow": True} if gpus >= 280 else {}),  # 530B and 1T: tens of seconds each

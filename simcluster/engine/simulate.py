@@ -22,7 +22,12 @@ from simcluster.engine.worker import Shared, Worker
 from simcluster.errors import UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
-from simcluster.parallelism.data import fsdp2_copy_bytes, optimizer_bytes_per_param
+from simcluster.parallelism.data import (
+    Bucket,
+    fsdp2_copy_bytes,
+    grad_reduce_bytes,
+    optimizer_bytes_per_param,
+)
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
@@ -39,6 +44,23 @@ def _fsdp2_copies(
         return None
     out_b, in_b = fsdp2_copy_bytes(ctx.scenario)
     return (lambda params: km.memory(params * out_b), lambda params: km.memory(params * in_b))
+
+
+def _bucket_pass(ctx: Context, km: KernelModel) -> Callable[[Bucket], float] | None:
+    """Seconds of the framework's pass over a gradient bucket before its reduction: a norm
+    reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``,
+    only where the bucket's group has more than one rank); None when neither is set."""
+    dp, lay = ctx.scenario.dp, ctx.layout
+    if not (dp.nan_check or dp.prescale):
+        return None
+    elt = grad_reduce_bytes(ctx.scenario)
+    reducing = {g: len(lay.group(g, lay.representative(0))) > 1 for g in ("dp", "edp")}
+
+    def seconds(bucket: Bucket) -> float:
+        passes = (1 if dp.nan_check else 0) + (2 if dp.prescale and reducing[bucket.group] else 0)
+        return km.memory(bucket.params * elt * passes) if passes else 0.0
+
+    return seconds
 
 
 def simulate(
@@ -93,6 +115,7 @@ def simulate(
         _fsdp2_copies(ctx, km),
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
+        bucket_pass_seconds=_bucket_pass(ctx, km),
     )
     ranks = (
         range(ctx.layout.world)

@@ -19,7 +19,7 @@ from simcluster.engine.comms import Comms
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
-from simcluster.parallelism.data import grad_reduce_bytes, param_bytes
+from simcluster.parallelism.data import Bucket, grad_reduce_bytes, param_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment, Work
 from simcluster.schedules import PipeOp, locate
 from simcluster.stragglers import Stragglers
@@ -43,6 +43,9 @@ class Shared:
     # host seconds per stage of unpacking the post-optimizer parameter gather tensor by tensor
     # (dp.param_unpack: per_tensor; empty otherwise)
     unpack_seconds: list[float] = field(default_factory=list)
+    # compute-stream seconds of the framework's pass over a gradient bucket before its
+    # reduction (dp.nan_check, dp.prescale; None when neither)
+    bucket_pass_seconds: Callable[[Bucket], float] | None = None
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -241,6 +244,7 @@ class Worker:
             yield from self._blocking_send(previous)
         if not sc.overlap.dp_grad_reduce:
             for b in self.plan.buckets:
+                yield from self._bucket_pass(b, "optimizer", -1)
                 yield env.process(self._reduce_bucket(b))
         for proc in self.reductions:
             if not proc.triggered:
@@ -357,7 +361,7 @@ class Worker:
                 if zero3:
                     self._spawn_zero3_reduce(unit, op)
                 elif last_mb:
-                    self._bucket_hooks(op.chunk, unit)
+                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch)
         frac = self.plan.wgrad_fraction
         if op.kind == "B":
             self.activations -= cplan.activation_bytes * (1 - frac)
@@ -411,12 +415,26 @@ class Worker:
         return sh.env.process(transfer())
 
     # --- data parallel / ZeRO -------------------------------------------------------------
-    def _bucket_hooks(self, chunk: int, unit: Unit) -> None:
+    def _bucket_hooks(self, chunk: int, unit: Unit, kind: str, mb: int) -> Generator:
         if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
             return
         for b in self.plan.buckets:
             if b.chunk == chunk and b.ready_layer in unit.layers:
+                yield from self._bucket_pass(b, kind, mb)
                 self._spawn_reduction(self._reduce_bucket(b))
+
+    def _bucket_pass(self, bucket: Bucket, kind: str, mb: int) -> Generator:
+        """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN
+        check and 1/dp scaling), on the compute stream: the reduction starts after it and the
+        backward's next kernels wait for it."""
+        if self.shared.bucket_pass_seconds is None:
+            return
+        seconds = self.shared.bucket_pass_seconds(bucket)
+        if seconds <= 0:
+            return
+        start = self.shared.env.now
+        yield from self._compute(seconds)
+        self._record(kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0], start, Work.of(memory=seconds))
 
     def _spawn_dp(self, work: Generator) -> simpy.Process:
         """Start a data-parallel collective (a gradient reduction or a parameter gather).

@@ -1,0 +1,110 @@
+"""The framework's pass over each gradient bucket before it is reduced (``dp.nan_check``,
+``dp.prescale``).
+
+Megatron-Core's ``Bucket.start_grad_sync`` (Megatron-LM defaults) first computes
+``grad_data.norm(p=2)`` and asserts it is not NaN (one read of the bucket), then scales it in
+place, ``grad_data *= gradient_scaling_factor`` with the factor 1/dp (a read and a write), and
+only then issues the reduce-scatter; all of it on the stream the backward runs on.
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import gpt_model, run
+
+from simcluster.context import build_context
+from simcluster.engine.plan import kernel_model
+from simcluster.frameworks import apply_framework
+from simcluster.parallelism.data import build_buckets
+from simcluster.scenario import scenario_from_dict
+
+
+def _scenario(gpus: int = 4, overlap: bool = True, **dp: bool) -> dict:
+    return {
+        "name": "buckets",
+        "model": gpt_model(4, 2048, 32000),
+        "cluster": {
+            "hardware": "dgx-h100",
+            "gpus": gpus,
+            # no NCCL SM sharing and no slowest-GPU factor: a pass lasts exactly its bytes
+            "profile": {"efficiency": {"collective_sms": 0}, "gpu": {"speed_spread": 0.0}},
+        },
+        "parallel": {"zero": 1},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * gpus, "precision": "bf16"},
+        "overlap": {"dp_grad_reduce": overlap, "param_gather": False},
+        "dp": {"bucket_mb": 100, **dp},
+    }
+
+
+def _passes(res):
+    ev = res.events
+    return ev[(ev["rank"] == 0) & (ev["name"] == "grad_bucket_pass")].sort_values("start_s")
+
+
+def _bucket_params(data: dict) -> list[float]:
+    ctx = build_context(scenario_from_dict(data))
+    buckets = build_buckets(ctx.model, ctx.layout, ctx.chunks[0], 100, 4.0)
+    return [b.params for b in buckets if b.group == "dp"]
+
+
+def _bytes_seconds(data: dict, nbytes: float) -> float:
+    return kernel_model(build_context(scenario_from_dict(data))).memory(nbytes)
+
+
+def test_no_pass_unless_asked():
+    assert _passes(run(_scenario())).empty
+
+
+@pytest.mark.parametrize(
+    "flags, passes",
+    [({"nan_check": True}, 1), ({"prescale": True}, 2), ({"nan_check": True, "prescale": True}, 3)],
+)
+def test_each_bucket_is_read_once_per_norm_and_read_and_written_per_scaling(flags, passes):
+    data = _scenario(**flags)
+    got = _passes(run(data))
+    params = _bucket_params(data)
+    assert len(got) == len(params) > 1
+    # fp32 main gradients (Megatron's gradient_accumulation_fusion): 4 B per element and pass
+    for (_, ev), n in zip(got.iterrows(), params, strict=True):
+        assert ev["end_s"] - ev["start_s"] == pytest.approx(_bytes_seconds(data, n * 4.0 * passes))
+
+
+def test_the_reduction_starts_after_its_bucket_pass():
+    res = run(_scenario(nan_check=True, prescale=True))
+    ev = res.events
+    rs = ev[(ev["rank"] == 0) & (ev["name"] == "grad_reduce_scatter")].sort_values("start_s")
+    passes = _passes(res)
+    assert len(rs) == len(passes)
+    for end, start in zip(passes["end_s"], rs["start_s"], strict=True):
+        assert start >= end - 1e-12
+
+
+def test_scaling_needs_a_group_to_average_over_and_the_norm_does_not():
+    """One data-parallel rank: gradient_scaling_factor is 1 and Megatron skips the multiply;
+    the NaN check still reads the bucket."""
+    assert _passes(run(_scenario(gpus=1, prescale=True))).empty
+    assert not _passes(run(_scenario(gpus=1, nan_check=True))).empty
+
+
+def test_without_overlap_each_pass_precedes_its_reduction_at_the_end():
+    base = run(_scenario(overlap=False))
+    data = _scenario(overlap=False, nan_check=True, prescale=True)
+    res = run(data)
+    passes = _passes(res)
+    assert set(passes["kind"]) == {"optimizer"}
+    total = sum(_bytes_seconds(data, n * 12.0) for n in _bucket_params(data))
+    # nothing overlaps them: the step grows by exactly their time
+    assert res.summary["step_time_s"] - base.summary["step_time_s"] == pytest.approx(total)
+
+
+def test_frameworks_set_the_passes_they_run():
+    plain = {k: v for k, v in _scenario().items() if k != "dp"}
+    core = apply_framework({**plain, "framework": "megatron-core"})
+    assert core["dp"] == {"nan_check": True, "prescale": True}
+    assert apply_framework({**plain, "framework": "megatron-lm-2021"})["dp"] == {"prescale": True}
+    for name in ("deepspeed", "nanotron", "torchtitan"):
+        dp = apply_framework({**plain, "framework": name}).get("dp", {})
+        assert "nan_check" not in dp and "prescale" not in dp, name
+    # an explicit field wins (NeMo's and Megatron-Bridge's recipes turn both off)
+    off = apply_framework({**plain, "framework": "megatron-core", "dp": {"nan_check": False}})
+    assert off["dp"] == {"nan_check": False, "prescale": True}
