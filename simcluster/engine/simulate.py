@@ -48,16 +48,17 @@ def _fsdp2_copies(
 
 def _bucket_pass(ctx: Context, km: KernelModel) -> Callable[[Bucket], float] | None:
     """Seconds of the framework's pass over a gradient bucket before its reduction: a norm
-    reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``,
-    only where the bucket's group has more than one rank); None when neither is set."""
+    reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``);
+    None when neither is set. Megatron scales dense and expert buckets alike by 1/(dp x cp),
+    so there is nothing to scale only when that group is one rank."""
     dp, lay = ctx.scenario.dp, ctx.layout
     if not (dp.nan_check or dp.prescale):
         return None
     elt = grad_reduce_bytes(ctx.scenario)
-    reducing = {g: len(lay.group(g, lay.representative(0))) > 1 for g in ("dp", "edp")}
+    scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
+    passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
 
     def seconds(bucket: Bucket) -> float:
-        passes = (1 if dp.nan_check else 0) + (2 if dp.prescale and reducing[bucket.group] else 0)
         return km.memory(bucket.params * elt * passes) if passes else 0.0
 
     return seconds
