@@ -358,15 +358,15 @@ class DpSection(_Section):
     nan_check: bool = Field(
         default=False,
         description=(
-            "before each gradient bucket's reduction, a norm of the bucket (one read of it on the "
-            "compute stream), as Megatron-Core's check_for_nan_in_grad does"
+            "before each gradient bucket's reduction (ZeRO 0-2), a norm of the bucket (one read of "
+            "it on the compute stream), as Megatron-Core's check_for_nan_in_grad does"
         ),
     )
     prescale: bool = Field(
         default=False,
         description=(
-            "before each gradient bucket's reduction, the gradients are multiplied by 1/dp in "
-            "place (a read and a write of the bucket on the compute stream): Megatron's "
+            "before each gradient bucket's reduction (ZeRO 0-2), the gradients are multiplied by "
+            "1/dp in place (a read and a write of the bucket on the compute stream): Megatron's "
             "gradient_scaling_factor without average_in_collective, Megatron-LM's local DDP"
         ),
     )
