@@ -163,15 +163,20 @@ FRAMEWORKS: dict[str, Framework] = {
             "Megatron-Core as NVIDIA's performance recipes run it (NeMo, Megatron-Bridge, the "
             "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
             "wgrad accumulated straight into the fp32 main gradient (Megatron's default; NeMo's and "
-            "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false)",
+            "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false), "
+            "each gradient bucket NaN-checked and scaled by 1/dp before its reduction (Megatron-LM's "
+            "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: set dp.nan_check "
+            "and dp.prescale false)",
             "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
-            "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags",
+            "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags; "
+            "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync",
             _megatron_core,
         ),
         Framework(
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
-            "scores, 'local' DDP (gradient all-reduce after the backward), blocking pipeline "
+            "scores, 'local' DDP (the gradient buffer divided by dp, then all-reduced after the "
+            "backward), blocking pipeline "
             "send/recv, no TP overlap; the backward's TP collective blocks as in the SC'21 code, "
             "unless sequence parallelism says it is the MLSys'23 code (async under the weight "
             "gradient; set overlap.tp_grad_async true for that code's runs without SP)",
