@@ -176,8 +176,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
             "scores, 'local' DDP (the gradient buffer divided by dp, then all-reduced after the "
-            "backward), blocking pipeline "
-            "send/recv, no TP overlap; the backward's TP collective blocks as in the SC'21 code, "
+            "backward), blocking pipeline send/recv, no TP overlap; the backward's TP collective "
+            "blocks as in the SC'21 code, "
             "unless sequence parallelism says it is the MLSys'23 code (async under the weight "
             "gradient; set overlap.tp_grad_async true for that code's runs without SP)",
             "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "

@@ -46,22 +46,18 @@ def _fsdp2_copies(
     return (lambda params: km.memory(params * out_b), lambda params: km.memory(params * in_b))
 
 
-def _bucket_pass(ctx: Context, km: KernelModel) -> Callable[[Bucket], float] | None:
+def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], float] | None:
     """Seconds of the framework's pass over a gradient bucket before its reduction: a norm
     reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``);
-    None when neither is set. Megatron scales dense and expert buckets alike by 1/(dp x cp),
+    None when there is no pass. Megatron scales dense and expert buckets alike by 1/(dp x cp),
     so there is nothing to scale only when that group is one rank."""
     dp, lay = ctx.scenario.dp, ctx.layout
-    if not (dp.nan_check or dp.prescale):
-        return None
-    elt = grad_reduce_bytes(ctx.scenario)
     scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
-
-    def seconds(bucket: Bucket) -> float:
-        return km.memory(bucket.params * elt * passes) if passes else 0.0
-
-    return seconds
+    if not passes:
+        return None
+    bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes
+    return lambda bucket: km.memory(bucket.params * bytes_per_param)
 
 
 def simulate(
@@ -116,7 +112,7 @@ def simulate(
         _fsdp2_copies(ctx, km),
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
-        bucket_pass_seconds=_bucket_pass(ctx, km),
+        bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
     )
     ranks = (
         range(ctx.layout.world)
