@@ -62,7 +62,7 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
         # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
         # averaging is a 1/dp scaling before the collective (no --ddp-average-in-collective);
         # NeMo's and Megatron-Bridge's performance recipes turn both off
-        "dp": {"nan_check": True, "prescale": True},
+        "dp": {"nan_check": True, "prescale": True, "zero_grad_buffer": True},
     }
 
 
@@ -74,7 +74,8 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     return {
         "overlap": {"dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False},
         "training": {"flash_attention": False, "elementwise": "fused"},
-        "dp": {"prescale": True},  # the local DDP's buffer_.data /= dp before its all-reduce
+        # the local DDP's buffer_.data /= dp before its all-reduce, and its buffer zeroed each step
+        "dp": {"prescale": True, "zero_grad_buffer": True},
     }
 
 
@@ -98,8 +99,9 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     defaults: Defaults = {
         "overlap": overlap,
         "training": training,
-        # reduce_bucket_size 5e8 elements of 16-bit gradients
-        "dp": {"bucket_mb": 1000.0},
+        # reduce_bucket_size 5e8 elements of 16-bit gradients; the BF16_Optimizer zeroes its
+        # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
+        "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": "fp32_grad_accum" not in training},
     }
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
@@ -120,7 +122,12 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         return {
             "training": training,
             "parallel": parallel,
-            "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor"},
+            "dp": {
+                "grad_collective": "all_reduce",
+                "bucket_mb": 1.0e6,
+                "param_unpack": "per_tensor",
+                "zero_grad_buffer": True,
+            },
             "overlap": {
                 "dp_grad_reduce": False,
                 "param_gather": False,
@@ -134,8 +141,9 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     return {
         "training": training,
         "parallel": parallel,
-        # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies
-        "dp": {"bucket_mb": 52.4288},
+        # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies;
+        # the fp32 accumulator's buffer is zeroed each step on both paths
+        "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True},
         "overlap": {
             "dp_grad_reduce": True,
             "tp_comm": False,
@@ -164,12 +172,14 @@ FRAMEWORKS: dict[str, Framework] = {
             "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
             "wgrad accumulated straight into the fp32 main gradient (Megatron's default; NeMo's and "
             "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false), "
+            "the gradient buffer zeroed at each step's start, "
             "each gradient bucket NaN-checked and scaled by 1/dp before its reduction (Megatron-LM's "
             "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: set dp.nan_check "
             "and dp.prescale false)",
             "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
             "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags; "
-            "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync",
+            "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync; "
+            "train_step's zero_grad_buffer (_ParamAndGradBuffer.reset: grad_data.zero_())",
             _megatron_core,
         ),
         Framework(
@@ -194,7 +204,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
             "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
-            "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch); zero "
+            "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch, zeroed after "
+            "each step by clear_hp_grads); zero "
             "reduce_bucket_size default 5e8",
             _deepspeed,
         ),
@@ -208,7 +219,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "pipeline p2p one blocking transfer at a time, layers split over stages by their cost "
             "with the LM head's",
             "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
-            "build_model, optim/gradient_accumulator.py, "
+            "build_model, optim/gradient_accumulator.py (FP32GradientAccumulator.zero_grad), "
             "optim/zero.py, distributed.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py, "
             "parallel/tensor_parallel/functional.py); examples/config_tiny_llama_bench.yaml; "
             "scripts/scaling_benchmarks.py (tp_mode REDUCE_SCATTER, tp_linear_async_communication)",

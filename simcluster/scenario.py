@@ -370,6 +370,15 @@ class DpSection(_Section):
             "gradient_scaling_factor without average_in_collective, Megatron-LM's local DDP"
         ),
     )
+    zero_grad_buffer: bool = Field(
+        default=False,
+        description=(
+            "each step clears the persistent gradient buffer the microbatches accumulate into "
+            "(ZeRO 0-1: every local gradient, one write on the compute stream before the first "
+            "forward): Megatron's zero_grad_buffer, nanotron's fp32 gradient accumulator, "
+            "DeepSpeed's BF16_Optimizer. Off: gradients freed (set_to_none), as PyTorch's default"
+        ),
+    )
     param_unpack: Literal["flat", "per_tensor"] = Field(
         default="flat",
         description=(

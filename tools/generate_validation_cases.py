@@ -27,10 +27,11 @@ def fmt_b(x):
 
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
-                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True):
+                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, mcore_ddp=True):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
-    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False)."""
+    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``mcore_ddp`` False: a
+    NeMo 1.x run on apex's DistributedFusedAdam, whose buffer zeroing was not read (left off)."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
     if not fp32_grads:
@@ -47,7 +48,9 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         # ("Disable local gradient checker at non-debugging mode") and their recipes average in
         # the collective (average_in_collective=True); NeMo 1.x runs use apex's
         # DistributedFusedAdam. Megatron-LM's own runs set both (the r0.8 family below).
-        "dp": {"nan_check": False, "prescale": False},
+        # Megatron-Core's DDP zeroes its gradient buffer at each step's start (train_step ->
+        # zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_()), NeMo 2 and Bridge too
+        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": mcore_ddp},
     }
 
 
@@ -96,8 +99,10 @@ for r in e["rows"]:
             "step_time_s = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
             "counts the recompute forward). attention: unfused (softmax kernels on materialised scores; FlashAttention, Dao et al. "
             "arXiv 2205.14135, is from 2022). ddp: "
-            + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap)" if local_ddp
-               else "torch DDP, bucketed all-reduce overlapped with backward")
+            + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap), its contiguous "
+               "buffer zeroed at each step's start (training.py train_step: zero_grad_buffer)" if local_ddp
+               else "torch DDP, bucketed all-reduce overlapped with backward, gradients freed by "
+               "optimizer.zero_grad (no buffer to zero)")
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
                       "seq_len": 2048, "layers": n_layers, "hidden": h, "vocab": 51200},
@@ -116,7 +121,9 @@ for r in e["rows"]:
                         "pp_comm": False},
             # both DDPs average before reducing: Megatron's local DDP divides its gradient buffer
             # by dp (buffer_.data /= dp), torch DDP's reducer each bucket (div_ by world size)
-            "dp": {"prescale": True},
+            # the local DDP also zeroes its contiguous buffer at each step's start (train_step:
+            # partition.zero_grad_buffer()); torch DDP's optimizer.zero_grad frees the grads
+            "dp": {"prescale": True, "zero_grad_buffer": local_ddp},
         },
         "measured": {"step_time_s": round(step, 6)},
         **({"slow": True} if gpus >= 2520 else {}),  # 530B and 1T: 40-65 s each
@@ -165,7 +172,8 @@ for r in e["rows"]:
     cases[-1]["source"] += (
         " Gradient buckets as Megatron-Core's Bucket.start_grad_sync runs them with Megatron-LM's defaults "
         "(--check-for-nan-in-loss-and-grad on, no --ddp-average-in-collective): grad_data.norm() checked "
-        "for NaN, then grad_data *= 1/dp, then the reduce-scatter (dp.nan_check, dp.prescale)."
+        "for NaN, then grad_data *= 1/dp, then the reduce-scatter (dp.nan_check, dp.prescale); the "
+        "buffer zeroed at each step's start (train_step: zero_grad_buffer, dp.zero_grad_buffer)."
     )
     with_userbuffers(cases[-1], "te-1", "Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg "
                      "passes ub_cfgs={} (megatron/training/initialize.py _initialize_tp_communicators): "
@@ -201,12 +209,13 @@ NANOTRON_ZERO1 = (
     "all_gather_coalesced): dp.param_unpack per_tensor"
 )
 NANOTRON_ZERO0_SCENARIO = {
-    "dp": {"bucket_mb": 52.4288},
+    "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True},
     "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": False, "pp_comm": False,
                 "pp_p2p": "serial"},
 }
 NANOTRON_ZERO1_SCENARIO = {
-    "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor"},
+    "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor",
+           "zero_grad_buffer": True},
     "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "tp_grad_async": False,
                 "pp_comm": False,
                 "pp_p2p": "serial"},
@@ -243,6 +252,8 @@ for r in e["rows"]:
                "get_block_compute_costs with the LM head's vocab*h (parallel.partition nanotron); "
                if r["pp"] > 1 else "")
             + (NANOTRON_ZERO1 if r["zero"] else NANOTRON_ZERO0)
+            + "; the fp32 gradient accumulator's buffer zeroed each step (optim/gradient_accumulator.py "
+            "FP32GradientAccumulator.zero_grad: _contiguous_fp32_grad_buffer.zero_(); dp.zero_grad_buffer)"
             + ("; tied embeddings over pp: the embedding gradient is all-reduced between first and "
                "last stage (tied_parameters.py)" if m["tied_embeddings"] and r["pp"] > 1 else "")
             + ("; TP in REDUCE_SCATTER mode (sequence parallel) with tp_linear_async_communication, "
@@ -330,7 +341,9 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                 # under the weight gradient (ColumnParallelLinearWithAsyncAllreduce)
                 "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": True,
                             "pp_comm": False},
-                "dp": {"prescale": True},  # Megatron's DDP (buffer_.data /= dp); one replica here
+                # Megatron's local DDP (buffer_.data /= dp; one replica here), its buffer zeroed
+                # at each step's start (train_step: partition.zero_grad_buffer())
+                "dp": {"prescale": True, "zero_grad_buffer": True},
             },
             "measured": {"step_time_s": t},
             **({"slow": True} if gpus >= 280 else {}),  # 530B and 1T: tens of seconds each
@@ -496,7 +509,8 @@ for r in e["rows"]:
         "scenario": megatron_h100_scenario(
             {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
              "tied_embeddings": False},
-            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2"),
+            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2",
+            mcore_ddp=False),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-1", "ASSUMED: NeMo-Framework-Launcher has no tp_overlap ub_cfg for "
@@ -608,7 +622,7 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2",
-                                           fp32_grads=name not in LAUNCHER_BF16_GRADS),
+                                           fp32_grads=name not in LAUNCHER_BF16_GRADS, mcore_ddp=False),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if name in LAUNCHER_BF16_GRADS:
@@ -897,7 +911,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     else:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
-    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn")
+    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", mcore_ddp=src != "gpt3")
     if prec == "fp8" or src == "gpt3":
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):

@@ -18,7 +18,7 @@ from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipelin
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
-from simcluster.engine.worker import Shared, Worker
+from simcluster.engine.worker import GRAD_ZERO, Shared, Worker
 from simcluster.errors import UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
@@ -58,6 +58,16 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
         return None
     bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes
     return lambda bucket: km.memory(bucket.params * bytes_per_param)
+
+
+def _grad_zero_seconds(ctx: Context, km: KernelModel, plans: list) -> list[float]:
+    """Per stage, seconds of clearing the gradient buffer at the step's start
+    (``dp.zero_grad_buffer``): one write of every local gradient. Only ZeRO 0-1 keep the whole
+    buffer on every rank; without the flag gradients are freed instead (nothing to write)."""
+    if not ctx.scenario.dp.zero_grad_buffer or ctx.layout.zero > 1:
+        return []
+    per_param = grad_reduce_bytes(ctx.scenario)
+    return [km.memory((p.params_dense + p.params_expert) * per_param) for p in plans]
 
 
 def simulate(
@@ -113,6 +123,7 @@ def simulate(
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
         bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
+        grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
     )
     ranks = (
         range(ctx.layout.world)
@@ -161,7 +172,8 @@ def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
     Bubble paper's "largest execution time of all stages")."""
     if not sc.training.optimizer_post_validation:
         return max(w.end_time for w in workers)
-    pipe = events[events["kind"].isin(PIPELINE_KINDS)]
+    # a GPU's period starts with its gradient-buffer clear when it has one
+    pipe = events[events["kind"].isin(PIPELINE_KINDS) | (events["name"] == GRAD_ZERO)]
     first = pipe.groupby("rank")["start_s"].min()
     return max(w.end_time - float(first.get(w.rank, 0.0)) for w in workers)
 

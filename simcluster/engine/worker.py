@@ -24,6 +24,9 @@ from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment, Work
 from simcluster.schedules import PipeOp, locate
 from simcluster.stragglers import Stragglers
 
+#: the event name of clearing the gradient buffer at a step's start (dp.zero_grad_buffer)
+GRAD_ZERO = "zero_grad_buffer"
+
 
 @dataclass
 class Shared:
@@ -46,6 +49,9 @@ class Shared:
     # compute-stream seconds of the framework's pass over a gradient bucket before its
     # reduction (dp.nan_check, dp.prescale; None when neither)
     bucket_pass_seconds: Callable[[Bucket], float] | None = None
+    # compute-stream seconds per stage of clearing the gradient buffer before the first forward
+    # (dp.zero_grad_buffer; empty otherwise)
+    grad_zero_seconds: list[float] = field(default_factory=list)
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -200,6 +206,13 @@ class Worker:
         zero = self.shared.ctx.layout.zero
         if zero in (1, 2) and sc.overlap.param_gather:
             self._start_param_gathers()
+        if self.shared.grad_zero_seconds and self.shared.grad_zero_seconds[self.stage] > 0:
+            # the buffer is cleared before the first forward; the parameter gathers launched by
+            # the previous step's optimizer run beside it on their own stream
+            start = env.now
+            seconds = self.shared.grad_zero_seconds[self.stage]
+            yield from self._compute(seconds)
+            self._record("optimizer", GRAD_ZERO, -1, -1, -1, start, Work.of(optimizer=seconds))
         previous: PipeOp | None = None
         serial = sc.overlap.pp_p2p == "serial"
         ops = self.plan.ops
