@@ -245,3 +245,22 @@ def test_run_says_when_only_the_loss_does_not_fit(cli, tmp_path):
     assert res.code == 0, res.err
     assert "DOES NOT FIT" in res.out and "the peak is the loss" in res.out
     assert "fused_cross_entropy" in res.out
+
+
+def test_optimizer_step_traffic_counts_each_pass_the_frameworks_run():
+    """Bytes per parameter of one Adam step with fp32 master weights and moments (apex/TE
+    FusedAdam: grad read 4, master r/w 8, m r/w 8, v r/w 8), the clipping norm's read of the
+    fp32 gradients (4) and the copy that refreshes the 16-bit weights from the master (read 4,
+    write 2; Megatron ``_copy_main_params_to_model_params``): 38. fp16 first unscales the
+    gradients in place and checks them for inf/NaN (GradScaler's
+    ``_amp_foreach_non_finite_check_and_unscale_``: read 4, write 4): 46. fp32 training has no
+    copy: 32."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    def opt(precision: str) -> float:
+        training = {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": precision}
+        return optimizer_bytes_per_param(scenario_from_dict(make_scenario(training=training)))
+
+    assert opt("bf16") == 38
+    assert opt("fp16") == 46
+    assert opt("fp32") == 32

@@ -107,11 +107,19 @@ def build_buckets(model: ModelSpec, layout: Layout, chunks: list[Chunk], bucket_
 
 
 def optimizer_bytes_per_param(scenario: Scenario) -> float:
-    """HBM traffic of one optimizer update per parameter (read + write of each state)."""
+    """HBM traffic of one optimizer update per parameter (read + write of each state).
+
+    Every term is a pass the frameworks run: the gradient norm for clipping reads the fp32
+    gradients (Megatron ``clip_grad_norm_fp32``); fp16's dynamic loss scaling first unscales
+    them in place and checks for inf/NaN (``_amp_foreach_non_finite_check_and_unscale_``: a read
+    and a write); the update reads the gradient and reads and writes the master weight and each
+    moment (apex/TE FusedAdam); the 16-bit compute copy is then refreshed from the master by a
+    separate copy, which reads it again (Megatron ``_copy_main_params_to_model_params``,
+    DeepSpeed ``update_lp_params``, nanotron's accumulator step: ``copy_``)."""
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" else 2
-    if tr.optimizer == "adam":
-        # fp32 master r/w, m r/w, v r/w, fp32 grad read, grad-norm read, low-precision param write
-        return 8 + 2 * moment + 4 + 4 + low
-    return 8 + moment + 4 + 4 + low
+    low = 0 if tr.precision == "fp32" else 4 + 2  # fp32 master read, 16-bit param write
+    unscale = 8 if tr.precision == "fp16" else 0
+    # fp32 master r/w, fp32 grad read, grad-norm read
+    common = 8 + 4 + 4 + low + unscale
+    return common + (2 * moment if tr.optimizer == "adam" else moment)
