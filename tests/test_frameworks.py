@@ -50,10 +50,9 @@ DEPARTURES = {
        for f in ("nemo-long-context-b200", "megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")
        for key in ("dp.nan_check", "dp.prescale")},
     # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
-    # (its zero_grad clears a contiguous buffer only with contiguous_grad_buffer, not read for them)
+    # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
     **{(f, key): (lambda case: True)
-       for f in ("nemo-fp8-h100", "nemo-long-context-h100")
-       for key in ("dp.nan_check", "dp.prescale", "dp.zero_grad_buffer")},
+       for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.nan_check", "dp.prescale")},
     # torch DDP (Narayanan's runs below 39B): optimizer.zero_grad frees the gradients, no buffer
     ("narayanan2021-a100", "dp.zero_grad_buffer"): lambda case: "torch DDP" in case.source,
 }

@@ -27,11 +27,10 @@ def fmt_b(x):
 
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
-                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, mcore_ddp=True):
+                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
-    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``mcore_ddp`` False: a
-    NeMo 1.x run on apex's DistributedFusedAdam, whose buffer zeroing was not read (left off)."""
+    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False)."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
     if not fp32_grads:
@@ -48,9 +47,11 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         # ("Disable local gradient checker at non-debugging mode") and their recipes average in
         # the collective (average_in_collective=True); NeMo 1.x runs use apex's
         # DistributedFusedAdam. Megatron-LM's own runs set both (the r0.8 family below).
-        # Megatron-Core's DDP zeroes its gradient buffer at each step's start (train_step ->
-        # zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_()), NeMo 2 and Bridge too
-        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": mcore_ddp},
+        # the gradient buffer is zeroed at each step's start: Megatron-Core's DDP (train_step ->
+        # zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_()) in Megatron-LM, NeMo 2
+        # and Bridge; apex's DistributedFusedAdam in NeMo 1.x (zero_grad: _grad_buffer.zero_(),
+        # with NeMo's default contiguous_grad_buffer=True)
+        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": True},
     }
 
 
@@ -509,8 +510,7 @@ for r in e["rows"]:
         "scenario": megatron_h100_scenario(
             {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
              "tied_embeddings": False},
-            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2",
-            mcore_ddp=False),
+            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2"),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-1", "ASSUMED: NeMo-Framework-Launcher has no tp_overlap ub_cfg for "
@@ -622,7 +622,7 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2",
-                                           fp32_grads=name not in LAUNCHER_BF16_GRADS, mcore_ddp=False),
+                                           fp32_grads=name not in LAUNCHER_BF16_GRADS),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if name in LAUNCHER_BF16_GRADS:
@@ -911,7 +911,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     else:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
-    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", mcore_ddp=src != "gpt3")
+    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn")
     if prec == "fp8" or src == "gpt3":
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
