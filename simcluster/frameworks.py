@@ -62,7 +62,15 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
         # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
         # averaging is a 1/dp scaling before the collective (no --ddp-average-in-collective);
         # NeMo's and Megatron-Bridge's performance recipes turn both off
-        "dp": {"nan_check": True, "prescale": True, "zero_grad_buffer": True},
+        # buckets as its DistributedDataParallel sizes them (bucket_size None: max(40M, 1M x dp)
+        # parameters) and only on pipeline rank 0's first model chunk
+        "dp": {
+            "nan_check": True,
+            "prescale": True,
+            "zero_grad_buffer": True,
+            "bucket_mb": "megatron-core",
+            "bucket_stages": "first",
+        },
     }
 
 
@@ -74,8 +82,9 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     return {
         "overlap": {"dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False},
         "training": {"flash_attention": False, "elementwise": "fused"},
-        # the local DDP's buffer_.data /= dp before its all-reduce, and its buffer zeroed each step
-        "dp": {"prescale": True, "zero_grad_buffer": True},
+        # the local DDP's buffer_.data /= dp, then one all-reduce of the whole buffer; the buffer
+        # zeroed each step
+        "dp": {"prescale": True, "zero_grad_buffer": True, "bucket_mb": 1.0e6},
     }
 
 
@@ -172,14 +181,18 @@ FRAMEWORKS: dict[str, Framework] = {
             "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
             "wgrad accumulated straight into the fp32 main gradient (Megatron's default; NeMo's and "
             "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false), "
-            "the gradient buffer zeroed at each step's start, "
+            "the gradient buffer zeroed at each step's start, gradients reduced in buckets of "
+            "max(40M, 1M x dp) parameters on the first pipeline stage's first chunk and as one "
+            "bucket per chunk elsewhere, "
             "each gradient bucket NaN-checked and scaled by 1/dp before its reduction (Megatron-LM's "
             "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: set dp.nan_check "
             "and dp.prescale false)",
             "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
             "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags; "
             "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync; "
-            "train_step's zero_grad_buffer (_ParamAndGradBuffer.reset: grad_data.zero_())",
+            "train_step's zero_grad_buffer (_ParamAndGradBuffer.reset: grad_data.zero_()); "
+            "DistributedDataParallel.__init__ (bucket_size default, None when pp_rank > 0 or "
+            "disable_bucketing, which get_model sets for model chunks after the first)",
             _megatron_core,
         ),
         Framework(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -349,7 +349,25 @@ class Zero3Section(_Section):
 class DpSection(_Section):
     """``dp:`` — gradient buckets and the collective that reduces them."""
 
-    bucket_mb: float = Field(default=25.0, gt=0, description="gradient bucket size, MB (1e6 B)")
+    bucket_mb: Annotated[float, Field(gt=0)] | Literal["megatron-core"] = Field(
+        default=25.0,
+        description=(
+            "gradient bucket size, MB (1e6 B) of gradients on the wire; whole parameter tensors "
+            "are added in backward order until a bucket holds this much (torch DDP's "
+            "bucket_cap_mb). megatron-core: max(40M, 1M x dp) parameters, one bucket when the "
+            "reduction is not overlapped (Megatron-Core's default bucket_size)"
+        ),
+    )
+    bucket_stages: Literal["all", "first"] = Field(
+        default="all",
+        description=(
+            "all: every pipeline stage and model chunk splits its gradients into buckets; "
+            "first: only the first pipeline stage's first model chunk does, every other stage "
+            "and chunk reduces its gradients as one bucket after its last backward "
+            "(Megatron-Core's DistributedDataParallel: bucket_size None when pp_rank > 0 or "
+            "disable_bucketing)"
+        ),
+    )
     grad_collective: Literal["auto", "all_reduce", "reduce_scatter"] = Field(
         default="auto",
         description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "

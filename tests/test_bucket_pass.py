@@ -43,7 +43,7 @@ def _passes(res):
 
 def _bucket_params(data: dict) -> list[float]:
     ctx = build_context(scenario_from_dict(data))
-    buckets = build_buckets(ctx.model, ctx.layout, ctx.chunks[0], 100, 4.0)
+    buckets = build_buckets(ctx.model, ctx.layout, ctx.chunks[0], 100e6 / 4.0)  # 100 MB of fp32
     return [b.params for b in buckets if b.group == "dp"]
 
 

@@ -53,8 +53,13 @@ DEPARTURES = {
     # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
     **{(f, key): (lambda case: True)
        for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.nan_check", "dp.prescale")},
-    # torch DDP (Narayanan's runs below 39B): optimizer.zero_grad frees the gradients, no buffer
-    ("narayanan2021-a100", "dp.zero_grad_buffer"): lambda case: "torch DDP" in case.source,
+    # torch DDP (Narayanan's runs below 39B): optimizer.zero_grad frees the gradients, no buffer,
+    # and its reducer buckets 25 MiB of gradients instead of all-reducing the whole buffer
+    **{("narayanan2021-a100", key): (lambda case: "torch DDP" in case.source)
+       for key in ("dp.zero_grad_buffer", "dp.bucket_mb")},
+    # NeMo 1.x's DistributedFusedAdam buckets every stage by bucket_cap_mb
+    **{(f, key): (lambda case: True)
+       for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.bucket_mb", "dp.bucket_stages")},
 }
 
 

@@ -27,10 +27,12 @@ def fmt_b(x):
 
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
-                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True):
+                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
-    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False)."""
+    False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``dfa``: a NeMo 1.x run on
+    apex's DistributedFusedAdam, which buckets every stage by bucket_cap_mb (ASSUMED its default,
+    100 MiB of gradients, as NeMo's docs list it); otherwise Megatron-Core's DDP buckets."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
     if not fp32_grads:
@@ -51,7 +53,11 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         # zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_()) in Megatron-LM, NeMo 2
         # and Bridge; apex's DistributedFusedAdam in NeMo 1.x (zero_grad: _grad_buffer.zero_(),
         # with NeMo's default contiguous_grad_buffer=True)
-        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": True},
+        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": True,
+               # Megatron-Core's DistributedDataParallel: buckets of max(40M, 1M x dp) parameters,
+               # only on pipeline rank 0's first model chunk (bucket_size None elsewhere)
+               **({"bucket_mb": 104.8576, "bucket_stages": "all"} if dfa
+                  else {"bucket_mb": "megatron-core", "bucket_stages": "first"})},
     }
 
 
@@ -124,7 +130,10 @@ for r in e["rows"]:
             # by dp (buffer_.data /= dp), torch DDP's reducer each bucket (div_ by world size)
             # the local DDP also zeroes its contiguous buffer at each step's start (train_step:
             # partition.zero_grad_buffer()); torch DDP's optimizer.zero_grad frees the grads
-            "dp": {"prescale": True, "zero_grad_buffer": local_ddp},
+            # the local DDP all-reduces its whole buffer at once; torch DDP buckets 25 MiB of fp16
+            # gradients (13.1M parameters, reduced here at the model's fp32 width)
+            "dp": {"prescale": True, "zero_grad_buffer": local_ddp,
+                   "bucket_mb": 1.0e6 if local_ddp else 52.4288},
         },
         "measured": {"step_time_s": round(step, 6)},
         **({"slow": True} if gpus >= 2520 else {}),  # 530B and 1T: 40-65 s each
@@ -174,7 +183,9 @@ for r in e["rows"]:
         " Gradient buckets as Megatron-Core's Bucket.start_grad_sync runs them with Megatron-LM's defaults "
         "(--check-for-nan-in-loss-and-grad on, no --ddp-average-in-collective): grad_data.norm() checked "
         "for NaN, then grad_data *= 1/dp, then the reduce-scatter (dp.nan_check, dp.prescale); the "
-        "buffer zeroed at each step's start (train_step: zero_grad_buffer, dp.zero_grad_buffer)."
+        "buffer zeroed at each step's start (train_step: zero_grad_buffer, dp.zero_grad_buffer); buckets as "
+        "DistributedDataParallel sizes them: max(40M, 1M x dp) parameters, on pipeline rank 0's first model "
+        "chunk only, one bucket per chunk on the other stages (dp.bucket_mb megatron-core, dp.bucket_stages first)."
     )
     with_userbuffers(cases[-1], "te-1", "Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg "
                      "passes ub_cfgs={} (megatron/training/initialize.py _initialize_tp_communicators): "
@@ -344,7 +355,7 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                             "pp_comm": False},
                 # Megatron's local DDP (buffer_.data /= dp; one replica here), its buffer zeroed
                 # at each step's start (train_step: partition.zero_grad_buffer())
-                "dp": {"prescale": True, "zero_grad_buffer": True},
+                "dp": {"prescale": True, "zero_grad_buffer": True, "bucket_mb": 1.0e6},
             },
             "measured": {"step_time_s": t},
             **({"slow": True} if gpus >= 280 else {}),  # 530B and 1T: tens of seconds each
@@ -510,7 +521,8 @@ for r in e["rows"]:
         "scenario": megatron_h100_scenario(
             {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
              "tied_embeddings": False},
-            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2"),
+            gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2",
+            dfa=True),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-1", "ASSUMED: NeMo-Framework-Launcher has no tp_overlap ub_cfg for "
@@ -622,7 +634,7 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "fa2",
-                                           fp32_grads=name not in LAUNCHER_BF16_GRADS),
+                                           fp32_grads=name not in LAUNCHER_BF16_GRADS, dfa=True),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if name in LAUNCHER_BF16_GRADS:
@@ -911,7 +923,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     else:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
-    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn")
+    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", dfa=src == "gpt3")
     if prec == "fp8" or src == "gpt3":
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):

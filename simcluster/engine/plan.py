@@ -20,7 +20,12 @@ from simcluster.memory import (
     wgrad_retained_fraction,
 )
 from simcluster.network import collective_time
-from simcluster.parallelism.data import Bucket, build_buckets, grad_reduce_bytes, unit_params
+from simcluster.parallelism.data import (
+    Bucket,
+    bucket_cap_params,
+    build_buckets,
+    unit_params,
+)
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
@@ -250,7 +255,12 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                 ops=ops,
                 chunks=cplans,
                 buckets=build_buckets(
-                    ctx.model, ctx.layout, chunks, sc.dp.bucket_mb, grad_reduce_bytes(sc)
+                    ctx.model,
+                    ctx.layout,
+                    chunks,
+                    bucket_cap_params(sc, ctx.layout),
+                    # Megatron-Core buckets only pipeline rank 0's first model chunk
+                    [sc.dp.bucket_stages == "first" and (stage > 0 or c > 0) for c in range(len(chunks))],
                 ),
                 last_backward=last,
                 params_dense=params[stage].dense,

@@ -14,6 +14,7 @@ Dense parameters reduce over dp x cp; routed experts over their expert-data-para
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
@@ -84,26 +85,82 @@ def chunk_units(chunk: Chunk) -> list[int]:
     return units + ([-1] if chunk.embedding else [])
 
 
-def build_buckets(model: ModelSpec, layout: Layout, chunks: list[Chunk], bucket_mb: float, grad_bytes: float) -> list[Bucket]:
-    """Buckets of each chunk in backward order (dense and expert gradients bucketed apart)."""
-    cap = bucket_mb * 1e6 / grad_bytes  # parameters per bucket
+def unit_tensors(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> list[tuple[float, float]]:
+    """(dense, expert) parameters per GPU of each parameter tensor of a unit, in the order
+    their gradients become ready in backward (the MLP's output projection first, the fused QKV
+    last). Bucketing frameworks never split a tensor: torch DDP and Megatron-Core assign whole
+    parameters to buckets in this order. Norms and biases ride with their block's largest
+    tensor; routed experts are one tensor of their own group. The parts add up to
+    ``unit_params``."""
+    dense, expert = unit_params(model, layout, chunk, layer)
+    if layer < 0:
+        return [(dense, expert)]
+    t, h = layout.tp, model.hidden
+    if model.mla is not None:
+        out = model.heads * model.mla.v_head_dim * h
+    else:
+        out = model.heads * model.d_head * h
+    parts: list[tuple[float, float]] = []
+    if model.is_moe_layer(layer):
+        parts.append((0.0, expert))
+        mlp = dense * t - model.attention_params()  # shared experts, router and the MLP norm
+        parts.append((mlp / t, 0.0))
+    else:
+        ffn = model.ffn
+        parts.append((h * ffn / t, 0.0))  # the down projection
+        up = dense * t - model.attention_params() - h * ffn  # gate/up, biases, the MLP norm
+        parts.append((up / t, 0.0))
+    parts.append((out / t, 0.0))
+    parts.append((dense - sum(d for d, _ in parts), 0.0))  # QKV, its biases, the input norm
+    return [p for p in parts if p[0] > 0 or p[1] > 0]
+
+
+def build_buckets(
+    model: ModelSpec,
+    layout: Layout,
+    chunks: list[Chunk],
+    cap_params: float,
+    whole: list[bool] | None = None,
+) -> list[Bucket]:
+    """Buckets of each chunk in backward order (dense and expert gradients bucketed apart).
+
+    Parameter tensors are added in the order their gradients become ready and a bucket is
+    closed once it holds ``cap_params`` parameters or more (torch DDP's and Megatron-Core's
+    rule), so a large layer spans several buckets and a bucket may hold the end of one layer
+    and the start of the next. ``whole[c]``: chunk ``c`` is one bucket per group (Megatron-Core
+    on every pipeline stage but the first and every model chunk after the first)."""
     out: list[Bucket] = []
     for c, chunk in enumerate(chunks):
+        cap = math.inf if whole is not None and whole[c] else cap_params
         for group, pick in (("dp", 0), ("edp", 1)):
             layers: list[int] = []
             size = 0.0
             for unit in chunk_units(chunk):
-                n = unit_params(model, layout, chunk, unit)[pick]
-                if n <= 0:
-                    continue
-                layers.append(unit)
-                size += n
-                if size >= cap:
-                    out.append(Bucket(c, group, tuple(layers), size))
-                    layers, size = [], 0.0
+                for tensor in unit_tensors(model, layout, chunk, unit):
+                    n = tensor[pick]
+                    if n <= 0:
+                        continue
+                    if not layers or layers[-1] != unit:
+                        layers.append(unit)
+                    size += n
+                    if size >= cap:
+                        out.append(Bucket(c, group, tuple(layers), size))
+                        layers, size = [], 0.0
             if layers:
                 out.append(Bucket(c, group, tuple(layers), size))
     return out
+
+
+def bucket_cap_params(scenario: Scenario, layout: Layout) -> float:
+    """Parameters per gradient bucket: ``dp.bucket_mb`` MB of gradients on the wire, or
+    Megatron-Core's default (``megatron-core``: max(40M, 1M x dp) parameters, and one bucket
+    when the reduction is not overlapped, as its DistributedDataParallel sets bucket_size)."""
+    dp = scenario.dp
+    if dp.bucket_mb == "megatron-core":
+        if not scenario.overlap.dp_grad_reduce:
+            return math.inf
+        return float(max(40_000_000, 1_000_000 * layout.dp))
+    return dp.bucket_mb * 1e6 / grad_reduce_bytes(scenario)
 
 
 def optimizer_bytes_per_param(scenario: Scenario) -> float:
