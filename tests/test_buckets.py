@@ -47,9 +47,9 @@ def test_a_units_tensors_add_up_to_its_parameters(model, parallel):
     for unit in (-2, 1, 0, -1):
         tensors = unit_tensors(ctx.model, ctx.layout, chunk, unit)
         dense, expert = unit_params(ctx.model, ctx.layout, chunk, unit)
-        assert sum(d for d, _ in tensors) == pytest.approx(dense)
-        assert sum(e for _, e in tensors) == pytest.approx(expert)
-        assert all(d >= 0 and e >= 0 for d, e in tensors)
+        assert sum(t.dense for t in tensors) == pytest.approx(dense)
+        assert sum(t.expert for t in tensors) == pytest.approx(expert)
+        assert all(t.dense >= 0 and t.expert >= 0 for t in tensors)
 
 
 def test_a_gpt_layers_tensors_in_the_order_backward_readies_them():
@@ -59,7 +59,8 @@ def test_a_gpt_layers_tensors_in_the_order_backward_readies_them():
     ctx = _ctx(GPT)
     h = 2048
     got = unit_tensors(ctx.model, ctx.layout, ctx.chunks[0][0], 0)
-    assert [d for d, _ in got] == [h * 4 * h, 4 * h * h + 4 * h + h + 2 * h, h * h, 3 * h * h + 3 * h + h + 2 * h]
+    assert [t.dense for t in got] == [h * 4 * h, 4 * h * h + 4 * h + h + 2 * h, h * h, 3 * h * h + 3 * h + h + 2 * h]
+    assert [t.mlp for t in got] == [True, True, False, False]
 
 
 def test_a_bucket_closes_at_the_cap_and_never_splits_a_tensor():
@@ -135,3 +136,29 @@ def merge(data: dict, **sections) -> dict:
     for key, value in sections.items():
         out.setdefault(key, {}).update(value)
     return out
+
+
+def test_a_bucket_closing_on_mlp_weights_goes_out_before_the_layers_attention_backward():
+    """PyTorch DDP marks a bucket ready when its last parameter's gradient is accumulated; the
+    MLP's weight gradients come before the attention's, so a bucket that closes on fc2 of the
+    last layer is all-reduced while that layer's attention backward still runs."""
+    data = {
+        "name": "early",
+        "model": {**GPT, "vocab": 8},  # a tiny head: its bucket is out of the way
+        "cluster": {"hardware": "dgx-h100", "gpus": 2, "profile": {"gpu": {"speed_spread": 0.0}}},
+        "parallel": {"zero": 0},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2, "precision": "bf16"},
+        "dp": {"bucket_mb": 25 * 2**20 / 1e6 * 2},  # 25 MiB of bf16 gradients, sent as fp32
+    }
+    res = run(data)
+    ev = res.events[res.events["rank"] == 0]
+    reduces = ev[ev["name"] == "grad_all_reduce"].sort_values("start_s")
+    layer1 = ev[(ev["layer"] == 1) & (ev["stream"] == "compute") & (ev["kind"] == "backward")]
+    mlp_done = layer1[layer1["name"].str.startswith("mlp")]["end_s"].max()
+    attn_done = layer1[layer1["name"].str.startswith("attn")]["end_s"].max()
+    # the tiny head joins fc2 of the last layer in the first bucket (25 MiB of bf16 reached at fc2)
+    first = reduces.iloc[0]
+    assert first["layer"] == -2 and mlp_done - 1e-12 <= first["start_s"] < attn_done
+    # the bucket with the attention weights waits for the whole layer
+    last = reduces[reduces["layer"] == 1].iloc[-1]
+    assert last["start_s"] >= attn_done - 1e-12

@@ -20,12 +20,42 @@ from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
 from simcluster.parallelism.data import Bucket, grad_reduce_bytes, param_bytes
-from simcluster.parallelism.segments import PHASE_KIND, Comm, Segment, Work
+from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.schedules import PipeOp, locate
 from simcluster.stragglers import Stragglers
 
 #: the event name of clearing the gradient buffer at a step's start (dp.zero_grad_buffer)
 GRAD_ZERO = "zero_grad_buffer"
+# compute segments of a layer's MLP (dense or MoE): their weight gradients precede attention's
+_MLP_SEGMENTS = ("mlp", "moe", "experts", "router", "unpermute")
+
+
+def _mlp_cut(unit: Unit) -> int | None:
+    """Index just after the last MLP compute of a unit holding one transformer layer (the
+    point where the MLP's weight gradients exist) when attention work follows it, or None.
+    The frameworks defer some weight gradients (the LM head's into the next layer's unit), so
+    the cut is after the MLP's last segment, not its first."""
+    if sum(1 for layer in unit.layers if layer >= 0) != 1:
+        return None
+    last = None
+    attention_after = False
+    for i, seg in enumerate(unit.segments):
+        if not isinstance(seg, Compute) or seg.kind == "recompute":
+            continue
+        if seg.name.startswith(_MLP_SEGMENTS):
+            last, attention_after = i, False
+        elif seg.name.startswith("attn"):
+            attention_after = True
+    return last + 1 if last is not None and attention_after else None
+    last = None
+    for i, seg in enumerate(unit.segments):
+        if not isinstance(seg, Compute) or seg.kind == "recompute":
+            continue
+        if seg.name.startswith(_MLP_SEGMENTS):
+            last = i
+        elif last is not None and seg.name.startswith("attn"):
+            return last + 1
+    return None
 
 
 @dataclass
@@ -367,14 +397,24 @@ class Worker:
             loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
             if loss:
                 self._memory(loss=cplan.loss_transient_bytes)
-            yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
+            hooks = op.kind in ("W", "BW") and not zero3 and last_mb
+            cut = _mlp_cut(unit) if hooks else None
+            if cut is None:
+                yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
+            else:
+                # buckets that close on this layer's MLP weights go out before its attention
+                yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lock)
+                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True)
+                yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lock)
             if loss:
                 self._memory()
             if op.kind in ("W", "BW"):
                 if zero3:
                     self._spawn_zero3_reduce(unit, op)
                 elif last_mb:
-                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch)
+                    yield from self._bucket_hooks(
+                        op.chunk, unit, kind, op.microbatch, early=None if cut is None else False
+                    )
         frac = self.plan.wgrad_fraction
         if op.kind == "B":
             self.activations -= cplan.activation_bytes * (1 - frac)
@@ -428,11 +468,15 @@ class Worker:
         return sh.env.process(transfer())
 
     # --- data parallel / ZeRO -------------------------------------------------------------
-    def _bucket_hooks(self, chunk: int, unit: Unit, kind: str, mb: int) -> Generator:
+    def _bucket_hooks(
+        self, chunk: int, unit: Unit, kind: str, mb: int, early: bool | None = None
+    ) -> Generator:
+        """Start the reduction of the buckets this unit's backward completes: ``early`` True
+        those that close on its MLP weights, False the others, None all of them."""
         if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
             return
         for b in self.plan.buckets:
-            if b.chunk == chunk and b.ready_layer in unit.layers:
+            if b.chunk == chunk and b.ready_layer in unit.layers and early in (None, b.early):
                 yield from self._bucket_pass(b, kind, mb)
                 self._spawn_reduction(self._reduce_bucket(b))
 

@@ -32,6 +32,9 @@ class Bucket:
     group: str  # "dp" (dense, dp x cp ranks) or "edp" (experts)
     layers: tuple[int, ...]  # layer indices in backward order (-1 embedding, -2 head)
     params: float  # parameters per GPU in the bucket
+    #: its last tensor is an MLP weight of its last layer: ready once that layer's MLP weight
+    #: gradients are done, before the layer's attention backward
+    early: bool = False
 
     @property
     def ready_layer(self) -> int:
@@ -85,34 +88,43 @@ def chunk_units(chunk: Chunk) -> list[int]:
     return units + ([-1] if chunk.embedding else [])
 
 
-def unit_tensors(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> list[tuple[float, float]]:
-    """(dense, expert) parameters per GPU of each parameter tensor of a unit, in the order
-    their gradients become ready in backward (the MLP's output projection first, the fused QKV
-    last). Bucketing frameworks never split a tensor: torch DDP and Megatron-Core assign whole
-    parameters to buckets in this order. Norms and biases ride with their block's largest
-    tensor; routed experts are one tensor of their own group. The parts add up to
-    ``unit_params``."""
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor's parameters per GPU (dense or routed-expert) and whether it is
+    an MLP weight (its gradient is ready before the layer's attention backward)."""
+
+    dense: float
+    expert: float = 0.0
+    mlp: bool = False
+
+
+def unit_tensors(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> list[Tensor]:
+    """The parameter tensors of a unit, in the order their gradients become ready in backward
+    (the MLP's output projection first, the fused QKV last). Bucketing frameworks never split a
+    tensor: torch DDP and Megatron-Core assign whole parameters to buckets in this order. Norms
+    and biases ride with their block's largest tensor; routed experts are one tensor of their
+    own group. The parts add up to ``unit_params``."""
     dense, expert = unit_params(model, layout, chunk, layer)
     if layer < 0:
-        return [(dense, expert)]
+        return [Tensor(dense, expert)]
     t, h = layout.tp, model.hidden
     if model.mla is not None:
         out = model.heads * model.mla.v_head_dim * h
     else:
         out = model.heads * model.d_head * h
-    parts: list[tuple[float, float]] = []
+    parts: list[Tensor] = []
     if model.is_moe_layer(layer):
-        parts.append((0.0, expert))
+        parts.append(Tensor(0.0, expert, mlp=True))
         mlp = dense * t - model.attention_params()  # shared experts, router and the MLP norm
-        parts.append((mlp / t, 0.0))
+        parts.append(Tensor(mlp / t, mlp=True))
     else:
         ffn = model.ffn
-        parts.append((h * ffn / t, 0.0))  # the down projection
+        parts.append(Tensor(h * ffn / t, mlp=True))  # the down projection
         up = dense * t - model.attention_params() - h * ffn  # gate/up, biases, the MLP norm
-        parts.append((up / t, 0.0))
-    parts.append((out / t, 0.0))
-    parts.append((dense - sum(d for d, _ in parts), 0.0))  # QKV, its biases, the input norm
-    return [p for p in parts if p[0] > 0 or p[1] > 0]
+        parts.append(Tensor(up / t, mlp=True))
+    parts.append(Tensor(out / t))
+    parts.append(Tensor(dense - sum(p.dense for p in parts)))  # QKV, its biases, the input norm
+    return [p for p in parts if p.dense > 0 or p.expert > 0]
 
 
 def build_buckets(
@@ -137,14 +149,14 @@ def build_buckets(
             size = 0.0
             for unit in chunk_units(chunk):
                 for tensor in unit_tensors(model, layout, chunk, unit):
-                    n = tensor[pick]
+                    n = tensor.expert if pick else tensor.dense
                     if n <= 0:
                         continue
                     if not layers or layers[-1] != unit:
                         layers.append(unit)
                     size += n
                     if size >= cap:
-                        out.append(Bucket(c, group, tuple(layers), size))
+                        out.append(Bucket(c, group, tuple(layers), size, early=tensor.mlp))
                         layers, size = [], 0.0
             if layers:
                 out.append(Bucket(c, group, tuple(layers), size))
