@@ -162,3 +162,24 @@ def test_a_bucket_closing_on_mlp_weights_goes_out_before_the_layers_attention_ba
     # the bucket with the attention weights waits for the whole layer
     last = reduces[reduces["layer"] == 1].iloc[-1]
     assert last["start_s"] >= attn_done - 1e-12
+
+
+def test_buckets_are_launched_in_gradient_order():
+    """The LM head's weight gradient is computed inside the last layer's backward, ahead of its
+    MLP's; its bucket (65.5M parameters, alone) is launched before that layer's MLP bucket,
+    and both before the layer's attention backward ends, as DDP launches buckets in order."""
+    data = {
+        "name": "order",
+        "model": GPT,
+        "cluster": {"hardware": "dgx-h100", "gpus": 2, "profile": {"gpu": {"speed_spread": 0.0}}},
+        "parallel": {"zero": 0},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2, "precision": "bf16"},
+        "dp": {"bucket_mb": 25 * 2**20 / 1e6 * 2},
+    }
+    res = run(data)
+    ev = res.events[res.events["rank"] == 0]
+    reduces = ev[ev["name"] == "grad_all_reduce"].sort_values("start_s")
+    assert list(reduces["layer"])[:3] == [-2, 1, 1]  # head, then fc2 and fc1 of the last layer
+    layer1 = ev[(ev["layer"] == 1) & (ev["stream"] == "compute") & (ev["kind"] == "backward")]
+    attn_done = layer1[layer1["name"].str.startswith("attn")]["end_s"].max()
+    assert reduces.iloc[0]["start_s"] < attn_done

@@ -135,6 +135,8 @@ class Worker:
     stage: int
     activations: float = 0.0
     reductions: list[simpy.Process] = field(default_factory=list)
+    # (bucket index, microbatch) whose reduction has started (ZeRO-2 reduces every microbatch)
+    buckets_started: set[tuple[int, int]] = field(default_factory=set)
     gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
     _last_dp: simpy.Process | None = None
     end_time: float = 0.0
@@ -404,6 +406,9 @@ class Worker:
             else:
                 # buckets that close on this layer's MLP weights go out before its attention
                 yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lock)
+                # with every bucket ahead of them (buckets are in gradient order, and the
+                # frameworks launch them in that order: the LM head's, deferred into this unit
+                # ahead of the MLP's weight gradients, goes first)
                 yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True)
                 yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lock)
             if loss:
@@ -412,9 +417,7 @@ class Worker:
                 if zero3:
                     self._spawn_zero3_reduce(unit, op)
                 elif last_mb:
-                    yield from self._bucket_hooks(
-                        op.chunk, unit, kind, op.microbatch, early=None if cut is None else False
-                    )
+                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch)
         frac = self.plan.wgrad_fraction
         if op.kind == "B":
             self.activations -= cplan.activation_bytes * (1 - frac)
@@ -468,17 +471,23 @@ class Worker:
         return sh.env.process(transfer())
 
     # --- data parallel / ZeRO -------------------------------------------------------------
-    def _bucket_hooks(
-        self, chunk: int, unit: Unit, kind: str, mb: int, early: bool | None = None
-    ) -> Generator:
-        """Start the reduction of the buckets this unit's backward completes: ``early`` True
-        those that close on its MLP weights, False the others, None all of them."""
+    def _bucket_hooks(self, chunk: int, unit: Unit, kind: str, mb: int, early: bool = False) -> Generator:
+        """Start, in bucket order, the reduction of the buckets this unit's backward completes,
+        each once; ``early``: only up to the last one that closes on the unit's MLP weights."""
         if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
             return
-        for b in self.plan.buckets:
-            if b.chunk == chunk and b.ready_layer in unit.layers and early in (None, b.early):
-                yield from self._bucket_pass(b, kind, mb)
-                self._spawn_reduction(self._reduce_bucket(b))
+        mine = [
+            i for i, b in enumerate(self.plan.buckets)
+            if b.chunk == chunk and b.ready_layer in unit.layers and (i, mb) not in self.buckets_started
+        ]  # fmt: skip
+        if early:
+            last = max((i for i in mine if self.plan.buckets[i].early), default=-1)
+            mine = [i for i in mine if i <= last]
+        for i in mine:
+            b = self.plan.buckets[i]
+            self.buckets_started.add((i, mb))
+            yield from self._bucket_pass(b, kind, mb)
+            self._spawn_reduction(self._reduce_bucket(b))
 
     def _bucket_pass(self, bucket: Bucket, kind: str, mb: int) -> Generator:
         """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN
