@@ -47,15 +47,6 @@ def _mlp_cut(unit: Unit) -> int | None:
         elif seg.name.startswith("attn"):
             attention_after = True
     return last + 1 if last is not None and attention_after else None
-    last = None
-    for i, seg in enumerate(unit.segments):
-        if not isinstance(seg, Compute) or seg.kind == "recompute":
-            continue
-        if seg.name.startswith(_MLP_SEGMENTS):
-            last = i
-        elif last is not None and seg.name.startswith("attn"):
-            return last + 1
-    return None
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Data parallelism and ZeRO: gradient buckets, their reduction, and parameter gathers.
 
-As the frameworks do (PyTorch DDP / Megatron DDP with ``overlap_grad_reduce``): gradients are
-grouped into buckets of ``dp.bucket_mb`` in backward order; a bucket's reduction starts when the
-last microbatch's weight gradients of all its layers are done, overlapped with the rest of the
-backward pass. ZeRO-0 all-reduces a bucket; ZeRO-1/2 reduce-scatter it and, after the optimizer
+As the frameworks do (PyTorch DDP / Megatron DDP with ``overlap_grad_reduce``): whole parameter
+tensors are grouped into buckets of ``dp.bucket_mb`` in the order backward produces their
+gradients; a bucket's reduction starts when the last microbatch's gradients of all its tensors
+exist, in bucket order, overlapped with the rest of the backward pass. ZeRO-0 all-reduces a bucket; ZeRO-1/2 reduce-scatter it and, after the optimizer
 step, all-gather the updated parameters (``overlap.param_gather``: issued at the next step's
 start and waited for layer by layer, as Megatron's distributed optimizer does). Gradient
 accumulation: reductions happen once per step, not per microbatch. ZeRO-3 / FSDP gathers each
