@@ -7,8 +7,9 @@ did-you-mean hint; every error names the dotted field and the fix.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -349,7 +350,7 @@ class Zero3Section(_Section):
 class DpSection(_Section):
     """``dp:`` — gradient buckets and the collective that reduces them."""
 
-    bucket_mb: Annotated[float, Field(gt=0)] | Literal["megatron-core"] = Field(
+    bucket_mb: float | Literal["megatron-core"] = Field(
         default=25.0,
         description=(
             "gradient bucket size, MB (1e6 B) of gradients on the wire; whole parameter tensors "
@@ -358,6 +359,15 @@ class DpSection(_Section):
             "reduction is not overlapped (Megatron-Core's default bucket_size)"
         ),
     )
+    @field_validator("bucket_mb", mode="before")
+    @classmethod
+    def _megabytes_or_megatron(cls, value: Any) -> Any:
+        if value == "megatron-core":
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+            return float(value)
+        raise ValueError("must be a number of MB above 0 or 'megatron-core'")
+
     bucket_stages: Literal["all", "first"] = Field(
         default="all",
         description=(

@@ -161,3 +161,14 @@ def test_unknown_profile_override_names_the_field(cli):
         cli("memory", "llama3-8b-8xh100", "--set", "cluster.profile.efficiency.nicc=0.3"),
         "cluster.profile.efficiency.nicc",
     )
+
+
+@pytest.mark.parametrize("value", ["foo", -3, 0, True])
+def test_bucket_size_is_megabytes_or_megatron_core(cli, tmp_path, value):
+    data = make_scenario(dp={"bucket_mb": value})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "dp.bucket_mb", "'megatron-core'")
+
+
+def test_bucket_stages_names_its_choices(cli, tmp_path):
+    data = make_scenario(dp={"bucket_stages": "last"})
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "dp.bucket_stages", "'all' or 'first'")
