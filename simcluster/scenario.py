@@ -359,6 +359,7 @@ class DpSection(_Section):
             "reduction is not overlapped (Megatron-Core's default bucket_size)"
         ),
     )
+
     @field_validator("bucket_mb", mode="before")
     @classmethod
     def _megabytes_or_megatron(cls, value: Any) -> Any:
