@@ -367,7 +367,7 @@ class DpSection(_Section):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
             return float(value)
-        raise ValueError("must be a number of MB above 0 or 'megatron-core'")
+        raise ValueError("must be a finite number of MB above 0 or 'megatron-core'")
 
     bucket_stages: Literal["all", "first"] = Field(
         default="all",
