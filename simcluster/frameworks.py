@@ -91,7 +91,8 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
 def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     training: dict[str, Any] = {"elementwise": "fused"}
     training_raw = raw.get("training")
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16":
+    fp16 = isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16"
+    if fp16:
         # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad (the BF16_Optimizer, by
         # contrast, adds every microbatch into an fp32 buffer: the default)
         training["fp32_grad_accum"] = False
@@ -110,7 +111,7 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         "training": training,
         # reduce_bucket_size 5e8 elements of 16-bit gradients; the BF16_Optimizer zeroes its
         # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
-        "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": "fp32_grad_accum" not in training},
+        "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": not fp16},
     }
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback

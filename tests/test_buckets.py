@@ -11,10 +11,11 @@ but the first and, through ``get_model``'s ``disable_bucketing``, on model chunk
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
-from engine_helpers import pipeline_scenario, run
+from engine_helpers import merge_sections, pipeline_scenario, run
 
 from simcluster.context import build_context
 from simcluster.parallelism.data import bucket_cap_params, build_buckets, unit_params, unit_tensors
@@ -112,7 +113,7 @@ def test_only_the_first_stage_buckets_its_gradients():
     last_b = lambda r: ev[(ev["rank"] == r) & ev["kind"].str.startswith("backward")]["end_s"].max()  # noqa: E731
     assert first["start_s"].min() < last_b(r0)  # overlapped
     assert second["start_s"].iloc[0] >= last_b(r1) - 1e-12  # after the stage's backward
-    every = run(merge(data, dp={"bucket_stages": "all"}))
+    every = run(merge_sections(copy.deepcopy(data), dp={"bucket_stages": "all"}))
     assert len(_stage_buckets(every, 1)[0]) > 1
 
 
@@ -128,14 +129,6 @@ def test_model_chunks_after_the_first_are_one_bucket():
     assert len(per_chunk(plans[0], 1)) == 1
     assert len(per_chunk(plans[1], 0)) == 1 and len(per_chunk(plans[1], 1)) == 1
 
-
-def merge(data: dict, **sections) -> dict:
-    import copy
-
-    out = copy.deepcopy(data)
-    for key, value in sections.items():
-        out.setdefault(key, {}).update(value)
-    return out
 
 
 def test_a_bucket_closing_on_mlp_weights_goes_out_before_the_layers_attention_backward():

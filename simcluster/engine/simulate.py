@@ -60,7 +60,7 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     return lambda bucket: km.memory(bucket.params * bytes_per_param)
 
 
-def _grad_zero_seconds(ctx: Context, km: KernelModel, plans: list) -> list[float]:
+def _grad_zero_seconds(ctx: Context, km: KernelModel, plans: list[StagePlan]) -> list[float]:
     """Per stage, seconds of clearing the gradient buffer at the step's start
     (``dp.zero_grad_buffer``): one write of every local gradient. Only ZeRO 0-1 keep the whole
     buffer on every rank; without the flag gradients are freed instead (nothing to write)."""
