@@ -59,6 +59,15 @@ class Layout:
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
+    # ZeRO-3: a layer's gathered parameters are kept from its forward to its backward
+    zero3_keep_for_backward: bool = False
+
+    @property
+    def zero3_pipelined(self) -> bool:
+        """ZeRO-3 (FSDP2) under a pipeline, as torch.distributed.pipelining runs it: parameters
+        gathered once per step and kept (with reshard_after_forward off), gradients accumulated
+        unsharded and reduce-scattered after each stage's last backward."""
+        return self.zero == 3 and self.pp > 1
 
     @property
     def world(self) -> int:
@@ -258,10 +267,11 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
                 f"ep={par.ep} must divide dp*cp*tp={dp * par.cp * par.tp}, the ranks of one pipeline stage "
                 "(EP groups are carved from them)",
             )
-    if par.zero >= 2 and par.pp > 1:
+    if par.zero == 2 and par.pp > 1:
         raise UserError(
             "parallel.zero",
-            f"zero={par.zero} with pp={par.pp} is not supported by DeepSpeed/Megatron pipelines; use zero<=1 or pp=1",
+            f"zero=2 with pp={par.pp} is not supported by DeepSpeed/Megatron pipelines; use zero<=1, "
+            "zero=3 (FSDP under torch.distributed.pipelining, as torchtitan runs it) or pp=1",
         )
     allowed = GRAD_COLLECTIVES[par.zero]
     grad_collective = (
@@ -338,10 +348,21 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         ep_placement=par.ep_placement,
         grad_collective=grad_collective,
         fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
+        zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,
         microbatch_group=par.microbatch_group or 0,
     )
+
+
+def _keep_for_backward(scenario: Scenario) -> bool:
+    """``zero3.reshard_after_forward`` resolved: torchtitan's default policy keeps the gathered
+    parameters for the backward under a pipeline (to avoid a gather per microbatch) and frees
+    them after the forward otherwise."""
+    reshard = scenario.zero3.reshard_after_forward
+    if reshard is None:
+        reshard = scenario.parallel.pp == 1
+    return not reshard
 
 
 def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:

@@ -15,7 +15,7 @@ FP8 training keeps the linear layers' inputs as the 1-byte FP8 copies Transforme
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
@@ -306,12 +306,24 @@ def static_memory(
     model: ModelSpec, layout: Layout, training: TrainingSection, params: StageParams
 ) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes on one GPU of a stage."""
+    zero = layout.zero
+    fused = training.grad_accum_fusion
+    if layout.zero3_pipelined:
+        # FSDP2 under torch.distributed.pipelining: the stage's parameters stay gathered and
+        # its gradients accumulate unsharded (each microbatch's 16-bit gradient freed once
+        # added) for the whole step; only the optimizer's state, with the master, is sharded
+        zero, fused = 1, True
     bpp = bytes_per_param(
-        training.precision, training.optimizer, training.fp32_grad_accum, training.grad_accum_fusion,
+        training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training),
     )
-    dense = sharded(bpp, layout.zero, layout.zero_group)
-    expert = sharded(bpp, layout.zero, layout.edp)
+    dense = sharded(bpp, zero, layout.zero_group)
+    expert = sharded(bpp, zero, layout.edp)
+    if zero == 3 and layout.zero3_keep_for_backward:
+        # every layer's gathered parameters are held from its forward to its backward: at the
+        # end of the forward all of them are
+        dense = replace(dense, params=bpp.params)
+        expert = replace(expert, params=bpp.params)
     return (
         params.dense * dense.params + params.expert * expert.params,
         params.dense * dense.grads + params.expert * expert.grads,

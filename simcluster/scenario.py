@@ -345,6 +345,17 @@ class Zero3Section(_Section):
             "with no unsharded fp32 main gradient"
         ),
     )
+    reshard_after_forward: bool | None = Field(
+        default=None,
+        description=(
+            "free a layer's gathered parameters after its forward (true: gathered again for the "
+            "backward) or keep them for the backward (false); default: true without a pipeline, "
+            "false with one (torchtitan's default policy). Under a pipeline (pp > 1, "
+            "torch.distributed.pipelining) the parameters then stay gathered for the whole step "
+            "and the gradients, accumulated unsharded, are reduce-scattered after each stage's "
+            "last backward"
+        ),
+    )
 
 
 class DpSection(_Section):

@@ -192,7 +192,7 @@ def test_dp_overlap_hides_most_of_the_reduction():
     [
         ({"model": {"experts": 6, "top_k": 2, "expert_ffn": 2048}, "parallel": {"ep": 4}}, "parallel.ep"),
         ({"parallel": {"cp": 4}, "training": {"seq_len": 1020, "global_batch": 2}}, "training.seq_len"),
-        ({"parallel": {"zero": 3, "pp": 2}, "training": {"global_batch": 8}}, "parallel.zero"),
+        ({"parallel": {"zero": 2, "pp": 2}, "training": {"global_batch": 8}}, "parallel.zero"),
     ],
 )
 def test_bad_parallel_input(overrides, field):

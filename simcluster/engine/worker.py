@@ -49,6 +49,11 @@ def _mlp_cut(unit: Unit) -> int | None:
     return last + 1 if last is not None and attention_after else None
 
 
+def _unit_id(unit: Unit) -> tuple[int, ...]:
+    """A unit's layers in a phase-independent order (a backward unit lists them reversed)."""
+    return tuple(sorted(unit.layers))
+
+
 @dataclass
 class Shared:
     """State shared by all workers of one simulation."""
@@ -128,7 +133,9 @@ class Worker:
     reductions: list[simpy.Process] = field(default_factory=list)
     # (bucket index, microbatch) whose reduction has started (ZeRO-2 reduces every microbatch)
     buckets_started: set[tuple[int, int]] = field(default_factory=set)
-    gathers: dict[tuple[int, int], simpy.Event] = field(default_factory=dict)
+    gathers: dict[tuple, simpy.Event] = field(default_factory=dict)
+    # ZeRO-3 gathers already copied out into per-parameter tensors (zero3.buffers: copies)
+    copied_out: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
     end_time: float = 0.0
     ops_done: int = 0
@@ -363,6 +370,7 @@ class Worker:
         kind = PHASE_KIND[op.kind]
         units = cplan.phases[op.kind]
         zero3 = self.shared.ctx.layout.zero == 3
+        pipelined = self.shared.ctx.layout.zero3_pipelined
         # ZeRO-0/1 reduce gradients once per step (last microbatch); ZeRO-2 keeps only a gradient
         # shard, so it reduce-scatters every microbatch (DeepSpeed stage 2 with accumulation)
         last_mb = (
@@ -405,10 +413,14 @@ class Worker:
             if loss:
                 self._memory()
             if op.kind in ("W", "BW"):
-                if zero3:
+                if zero3 and not pipelined:
                     self._spawn_zero3_reduce(unit, op)
-                elif last_mb:
+                elif last_mb and not zero3:
                     yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch)
+        if pipelined and op.kind in ("W", "BW") and last_mb:
+            # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
+            # its last backward: every layer's reduce-scatter issued then, in forward order
+            self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
         frac = self.plan.wgrad_fraction
         if op.kind == "B":
             self.activations -= cplan.activation_bytes * (1 - frac)
@@ -576,15 +588,24 @@ class Worker:
             if ev is not None and not ev.triggered:
                 yield ev
 
+    def _gather_key(self, op: PipeOp) -> tuple:
+        """Which gather of a unit's parameters an op uses: its own (freed after the op), its
+        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false), or
+        the step's (kept from the first forward to the last backward under a pipeline)."""
+        lay = self.shared.ctx.layout
+        if lay.zero3_keep_for_backward:
+            return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
+        return (op.kind, op.microbatch, op.chunk)
+
     def _zero3_gather(self, units: list[Unit], i: int, op: PipeOp, skip_first: bool) -> Generator:
         """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch)."""
         prefetch = self.shared.ctx.scenario.zero3.prefetch
-        key = (op.kind, op.microbatch, op.chunk)
+        key = self._gather_key(op)
         want = [i, i + 1] if prefetch else [i]
         for j in want:
             if j >= len(units) or (j == 0 and skip_first):
                 continue
-            gkey = (key, j)
+            gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
                 nbytes = units[j].params * param_bytes(self.shared.ctx.scenario)
                 self.gathers[gkey] = self._spawn_dp(
@@ -600,13 +621,16 @@ class Worker:
                         units[j].layers[0],
                     )
                 )
-        ev = self.gathers.get((key, i))
+        gkey = (key, _unit_id(units[i]))
+        ev = self.gathers.get(gkey)
         if ev is None:
             return
         if not ev.triggered:
             yield ev
         copies = self.shared.fsdp2_copy_seconds
-        if copies is not None:  # the gathered buffer copied into per-parameter tensors
+        if copies is not None and gkey not in self.copied_out:
+            # the gathered buffer copied into per-parameter tensors, once per gather
+            self.copied_out.add(gkey)
             start = self.shared.env.now
             seconds = copies[0](units[i].params)
             yield from self._compute(seconds)
@@ -616,6 +640,13 @@ class Worker:
 
     def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
         self._spawn_reduction(self._zero3_reduce(unit, op))
+
+    def _zero3_reduce_all(self, units: list[Unit], op: PipeOp) -> Generator:
+        """A stage's gradient reduce-scatters one after another (its copy-ins on the same
+        stream, each before its own collective)."""
+        for unit in units:
+            if unit.params > 0:
+                yield from self._zero3_reduce(unit, op)
 
     def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
         copies = self.shared.fsdp2_copy_seconds

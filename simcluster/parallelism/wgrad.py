@@ -40,8 +40,11 @@ def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
     """HBM bytes per parameter, beyond the GEMM benchmarks' own output write, of adding one
     microbatch's weight gradients into the accumulated gradient. FSDP2 adds nothing here: it
     reduce-scatters each microbatch's 16-bit gradients and accumulates only its fp32 shard
-    (parallelism/data.py); fp32 training writes fp32 gradients the benchmarks already count."""
-    if training.precision == "fp32" or layout.fsdp2_copies:
+    (parallelism/data.py), except under a pipeline, where gradient sync waits for the last
+    microbatch and FSDP2 adds each microbatch's 16-bit gradient into an unsharded accumulator
+    in the reduce dtype (``FSDPParam.accumulate_unsharded_grad_if_needed``); fp32 training
+    writes fp32 gradients the benchmarks already count."""
+    if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
         return 0.0
     if training.fp32_grad_accum:
         return ACCUM_BYTES_PER_PARAM
