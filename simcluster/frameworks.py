@@ -244,8 +244,14 @@ FRAMEWORKS: dict[str, Framework] = {
             "torchtitan",
             "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
             "gradients copy-cast into the reduce-scatter buffer, unfused norms and rotary (set "
-            "training.elementwise fused when torch.compile is on)",
-            "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off)",
+            "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
+            "torch.distributed.pipelining (parameters gathered once per step, gradients "
+            "reduce-scattered after each stage's last backward; torchtitan splits a local batch "
+            "into pp microbatches unless told otherwise, so set training.micro_batch to match)",
+            "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
+            "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
+            "defaults to the number of stages); torch.distributed.pipelining "
+            "PipelineStage.backward_maybe_with_nosync",
             _torchtitan,
         ),
     )
