@@ -251,8 +251,12 @@ FRAMEWORKS: dict[str, Framework] = {
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
-            "PipelineStage.backward_maybe_with_nosync",
+            "PipelineStage.backward_maybe_with_nosync; PyTorch SDPA's flash backend (FlashAttention-2 "
+            "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
+            "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
+            "9.15 gate",
             _torchtitan,
+            attention_kernel="fa2",
         ),
     )
 }

@@ -741,7 +741,7 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
     s = TITAN_SEQ[name.split("-")[0]]
     recompute = {"none": "none", "selective op": "op"}.get(ac, "full")
     training = {"seq_len": s, "micro_batch": lbs, "global_batch": lbs * 64, "precision": "bf16",
-                "recompute": recompute, "elementwise": "eager"}
+                "recompute": recompute, "elementwise": "eager", "attention_kernel": "fa2"}
     if ac == "selective layer":
         training["recompute_num_layers"] = model["layers"] // 2
     cases.append({
