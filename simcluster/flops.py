@@ -59,13 +59,21 @@ def _attention_weights(model: ModelSpec) -> float:
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Score and value matmuls per token over all layers, no causal discount."""
+    """Score and value matmuls per token over all layers, no causal discount (a sliding-window
+    layer counts its window instead of the sequence)."""
+    return sum(
+        layer_attention_flops_per_token(model, seq_len, i) for i in range(model.layers + model.mtp_layers)
+    )
+
+
+def layer_attention_flops_per_token(model: ModelSpec, seq_len: int, index: int) -> float:
+    """Score and value matmuls per token of layer ``index``, no causal discount."""
     if model.mla is not None:
         d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
         d_v = model.mla.v_head_dim
     else:
         d_qk = d_v = model.d_head
-    return (model.layers + model.mtp_layers) * 2.0 * seq_len * model.heads * (d_qk + d_v)
+    return 2.0 * model.attention_span(index, seq_len) * model.heads * (d_qk + d_v)
 
 
 def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:
@@ -89,14 +97,17 @@ def recompute_flops_per_token(
     - ``op``: half of each layer's attention and dense-MLP matmuls (torchtitan's op-level policy).
     """
     if training.recompute == "full":
-        return sum(2.0 * layer_matmul_weights(model, i) + _layer_attention_flops(model, seq_len) for i in full_layers)
+        return sum(
+            2.0 * layer_matmul_weights(model, i) + layer_attention_flops_per_token(model, seq_len, i)
+            for i in full_layers
+        )
     if training.recompute == "op":
         per_layer = 0.5 * 2.0 * (_attention_weights(model) + _dense_mlp_weights(model))
         return model.layers * per_layer
     redo = training.recomputed
     total = 0.0
     if "core_attn" in redo:
-        total += model.layers * _layer_attention_flops(model, seq_len)
+        total += sum(layer_attention_flops_per_token(model, seq_len, i) for i in range(model.layers))
     if "mla_up_proj" in redo and model.mla is not None:
         a = model.mla
         up = a.kv_lora_rank * model.heads * (a.qk_nope_head_dim + a.v_head_dim)
@@ -107,10 +118,6 @@ def recompute_flops_per_token(
         dense = sum(1 for i in range(model.layers) if not model.is_moe_layer(i))
         total += dense * 2.0 * _dense_mlp_weights(model)
     return total
-
-
-def _layer_attention_flops(model: ModelSpec, seq_len: int) -> float:
-    return attention_flops_per_token(model, seq_len) / (model.layers + model.mtp_layers)
 
 
 def _dense_mlp_weights(model: ModelSpec) -> float:

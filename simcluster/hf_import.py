@@ -127,7 +127,36 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
     _moe_fields(cfg, model_type, data)
+    data.update(_window_fields(cfg, model_type, int(data.get("layers", 0))))
     return data
+
+
+def _window_fields(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
+    """``sliding_window`` / ``global_every`` from a config: an explicit ``layer_types`` list
+    (gpt-oss, newer Gemma; periodic with the global layer last), Gemma 2's alternation (its
+    modelling code makes even layers local), Gemma 3's ``sliding_window_pattern``, or a
+    window on every layer (Mistral, StarCoder2). Qwen2 applies its window only with
+    ``use_sliding_window``."""
+    window = cfg.get("sliding_window")
+    if not window or (model_type.startswith("qwen") and not cfg.get("use_sliding_window")):
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        local = [str(t) == "sliding_attention" for t in types]
+        if not any(local):
+            return {}
+        if all(local):
+            return {"sliding_window": int(window)}
+        every = local.index(False) + 1
+        if all(local[i] == ((i + 1) % every != 0) for i in range(len(local))):
+            return {"sliding_window": int(window), "global_every": every}
+        raise ValueError("layer_types is not a periodic pattern with the global layer last")
+    if model_type == "gemma2":
+        return {"sliding_window": int(window), "global_every": 2}
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern:
+        return {"sliding_window": int(window), "global_every": int(pattern)}
+    return {"sliding_window": int(window)}
 
 
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:

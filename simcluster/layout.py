@@ -247,6 +247,13 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"vpp>1 needs schedule 'interleaved' or 'looped-bfs' (got '{par.schedule}')",
         )
     check_cp_comm(par.cp_comm, par.cp, par.tp, model)
+    windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
+    if par.cp > 1 and windowed and par.cp_comm != "a2a":
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{par.cp_comm}' context parallelism is not modelled for sliding-window layers "
+            f"(model.sliding_window={model.sliding_window} < seq_len); use a2a, or cp=1",
+        )
     if par.cp > 1 and tr.seq_len % (2 * par.cp):
         raise UserError(
             "training.seq_len",

@@ -58,6 +58,12 @@ class ModelSpec:
     # norms, a 2h -> h projection, one transformer layer (MoE when the model is) and a norm
     # before the output head; the embedding and the output head are the main model's
     mtp_layers: int = 0
+    # sliding-window (local) attention: a query attends to the last ``sliding_window`` keys (0:
+    # every layer attends to the whole sequence); with ``global_every`` k, layer i (0-based)
+    # attends globally when (i + 1) % k == 0 (Gemma 2: 2, Gemma 3: 6, gpt-oss: 2), otherwise
+    # every layer is local (Mistral 7B, StarCoder2)
+    sliding_window: int = 0
+    global_every: int = 0
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -72,6 +78,16 @@ class ModelSpec:
     @property
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
+
+    def attention_span(self, index: int, seq_len: float) -> float:
+        """Keys a query of layer ``index`` can attend to at most: the window of a local layer,
+        else the sequence (the MTP modules' layers attend globally)."""
+        local = (
+            self.sliding_window > 0
+            and index < self.layers
+            and not (self.global_every and (index + 1) % self.global_every == 0)
+        )
+        return min(seq_len, self.sliding_window) if local else seq_len
 
     def is_moe_layer(self, index: int) -> bool:
         """True when layer ``index`` (0-based) has a routed-expert MLP."""
@@ -190,6 +206,7 @@ def preset_names() -> list[str]:
 _INT_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
     "expert_ffn", "shared_experts", "dense_layers", "max_positions", "mtp_layers",
+    "sliding_window", "global_every",
 )  # fmt: skip
 _MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
 
@@ -257,7 +274,7 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
             )
     for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
-                "dense_layers", "max_positions"):  # fmt: skip
+                "dense_layers", "max_positions", "sliding_window", "global_every"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
     if not spec.is_moe:
@@ -273,6 +290,11 @@ def _check(spec: ModelSpec, prefix: str) -> None:
     if spec.layers > MAX_LAYERS:
         raise UserError(
             f"{prefix}.layers", f"{spec.layers} layers is more than the {MAX_LAYERS:,} simcluster can simulate"
+        )
+    if spec.global_every and not spec.sliding_window:
+        raise UserError(
+            f"{prefix}.global_every",
+            "places global layers among sliding-window ones; set sliding_window too, or drop it",
         )
     if spec.mtp_layers > spec.layers:
         raise UserError(

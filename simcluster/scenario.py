@@ -61,6 +61,17 @@ class ModelSection(_Section):
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
     )
+    sliding_window: int | None = Field(
+        default=None,
+        ge=0,
+        description="keys a query of a local (sliding-window) layer attends to; 0 = all layers global",
+    )
+    global_every: int | None = Field(
+        default=None,
+        ge=0,
+        description="with sliding_window: layer i attends globally when (i+1) % global_every == 0 "
+        "(Gemma 2 and gpt-oss: 2, Gemma 3: 6); 0 = every layer local",
+    )
 
 
 class ClusterSection(_Section):

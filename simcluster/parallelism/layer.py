@@ -132,7 +132,7 @@ class LayerBuilder:
             return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
         return m.d_head, m.d_head
 
-    def attention_core(self, phase: str) -> float:
+    def attention_core(self, phase: str, index: int = 0) -> float:
         m, lay = self.shapes.model, self.shapes.layout
         if phase == "W":
             return 0.0
@@ -141,12 +141,19 @@ class LayerBuilder:
         b = self.scenario.training.micro_batch
         backward = phase == "B"
         if self.scenario.training.flash_attention:
+            w = m.attention_span(index, s)
+            if w < s:
+                # a sliding window: each query attends to the w keys before it, a band of
+                # s*w - w^2/2 scores that the kernel tiles like unmasked attention over w keys
+                t = self.km.attention(b, s, w, m.heads / lay.tp, d_qk, d_v, causal=False, backward=backward)
+                return t * (1.0 - w / (2.0 * s)) / lay.cp
             # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
+        # Megatron's unfused path computes every score and masks them: no saving from a window
         return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
 
-    def core_times(self, phase: str) -> context.CoreTimes:
+    def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
         """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
         attention over fused kernels, TE's per-step kernels (``context.py``): the rank's two
         chunks of c = s/2cp tokens attend to each other (causal over 2c), and each visiting
@@ -154,7 +161,7 @@ class LayerBuilder:
         rank and c against 2c from a later one (on average half of each). Their FLOPs add up to
         the rank's 1/cp of the causal work; the rates differ (a kernel's non-causal rate at the
         block's length)."""
-        total = self.attention_core(phase)
+        total = self.attention_core(phase, index)
         lay = self.shapes.layout
         fused = self.scenario.training.flash_attention
         if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather") or not fused:
@@ -269,7 +276,7 @@ class LayerBuilder:
         gemms = self.attention_gemms()
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
-        core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
+        core = context.cp_attention(self.shapes, self.core_times(phase, index), backward, index)
         redo = self.scenario.training.recomputed
         if phase == "B" and "core_attn" in redo:
             core = [*self._core_recompute(index), *core]
@@ -386,7 +393,7 @@ class LayerBuilder:
         attention (scores, softmax, dropout, weighted values) is checkpointed and its forward
         reruns right before its backward. Megatron checkpoints it with flash attention too
         (``checkpoint_core_attention``), so the fused forward reruns as well."""
-        forward = context.cp_attention(self.shapes, self.core_times("F"), False, index)
+        forward = context.cp_attention(self.shapes, self.core_times("F", index), False, index)
         return as_recompute(forward)
 
     @staticmethod
@@ -440,7 +447,7 @@ class LayerBuilder:
             return []
         ops, gemms = self.ops, self.attention_gemms()
         backward = phase == "B"
-        core = context.cp_attention(self.shapes, self.core_times(phase), backward, index)
+        core = context.cp_attention(self.shapes, self.core_times(phase, index), backward, index)
         redo: list[Segment] = []
         if backward:
             if "core_attn" in self.scenario.training.recomputed:
