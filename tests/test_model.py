@@ -49,6 +49,16 @@ def test_published_parameter_counts(preset, total_b, active_b):
     assert (m.params_active() - m.mtp_params(active=True)) / 1e9 == pytest.approx(active_b, rel=0.02)
 
 
+@pytest.mark.parametrize("preset, total_b, active_b", [("gpt-oss-120b", 116.8, 5.1), ("gpt-oss-20b", 20.9, 3.6)])
+def test_gpt_oss_parameter_counts(preset, total_b, active_b):
+    # OpenAI's gpt-oss model card: 116.8B / 5.1B active and 20.9B / 3.6B active; its active
+    # count leaves out the input embedding (201,088 x 2,880 = 0.58B), ours includes it
+    m = load_preset(preset)
+    assert m.params_total() / 1e9 == pytest.approx(total_b, rel=0.005)
+    assert (m.params_active() - m.vocab * m.hidden) / 1e9 == pytest.approx(active_b, rel=0.02)
+    assert (m.sliding_window, m.global_every) == (128, 2)
+
+
 def test_deepseek_v3_mtp_module_count():
     """deepseek-ai/DeepSeek-V3 model card: 685B on Hugging Face = 671B of the main model + 14B of
     the MTP module, whose checkpoint stores its own copies of the embedding and output head
