@@ -10,7 +10,7 @@ from simcluster.hardware import _data_dir, load_profile, profile_from_dict, ship
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
-    "amd-mi300x", "dgx-2-v100",
+    "amd-mi300x", "dgx-2-v100", "gb300-nvl72",
 }
 
 
