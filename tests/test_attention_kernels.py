@@ -152,6 +152,10 @@ def test_curve_points_must_be_positive():
         ("gb200-nvl72", "cudnn", 4096, True, False, 1386),
         ("gb200-nvl72", "cudnn", 131072, True, True, 1188),
         ("gb200-nvl72", "cudnn", 4096, False, True, 1350),
+        # GB300: the repository's llama3.1 rows on GB300 (cuDNN 9.22, batch 2, 64 / 8 heads)
+        ("gb300-nvl72", "cudnn", 32768, True, False, 1953),
+        ("gb300-nvl72", "cudnn", 8192, True, True, 1435),
+        ("gb300-nvl72", "cudnn", 2048, False, False, 1805),
     ],
 )
 def test_blackwell_curves_are_the_cudnn_frontend_measurements(profile, kernel, seq, causal, backward, published):
