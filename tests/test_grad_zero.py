@@ -87,6 +87,26 @@ def test_a_later_stage_clears_while_it_waits_for_its_first_activation():
     assert grown == pytest.approx(first_clear["end_s"] - first_clear["start_s"], rel=1e-6)
 
 
+def test_post_validated_period_counts_the_clear_not_the_wait_after_it():
+    """With the optimizer's post-validation the step is the longest single-GPU period (Zero
+    Bubble's "largest execution time of all stages"). A later stage's clear, run at the start,
+    is followed by the wait for its first activation; in steady state it runs right before
+    that activation, so its period grows by the clear's length, not by the pipeline's fill
+    (under ZB-1p a later stage's period is the longest, so a fill counted there shows)."""
+    def piped(**dp: bool) -> dict:
+        data = _scenario(pp=4, **dp)
+        data["cluster"]["gpus"] = 4
+        data["parallel"]["schedule"] = "zb-1p"
+        data["training"].update(global_batch=8, optimizer_post_validation=True)
+        return data
+
+    base = run(piped())
+    res = run(piped(zero_grad_buffer=True))
+    longest = _clears(res).assign(d=lambda c: c["end_s"] - c["start_s"])["d"].max()
+    grown = res.summary["step_time_s"] - base.summary["step_time_s"]
+    assert 0.0 < grown <= longest * (1 + 1e-6)
+
+
 def test_sharded_gradients_have_no_whole_buffer_to_clear():
     assert _clears(run(_scenario(zero=3, zero_grad_buffer=True))).empty
 

@@ -172,10 +172,21 @@ def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
     Bubble paper's "largest execution time of all stages")."""
     if not sc.training.optimizer_post_validation:
         return max(w.end_time for w in workers)
-    # a GPU's period starts with its gradient-buffer clear when it has one
-    pipe = events[events["kind"].isin(PIPELINE_KINDS) | (events["name"] == GRAD_ZERO)]
+    pipe = events[events["kind"].isin(PIPELINE_KINDS)]
     first = pipe.groupby("rank")["start_s"].min()
-    return max(w.end_time - float(first.get(w.rank, 0.0)) for w in workers)
+    # a GPU's gradient-buffer clear belongs to its period, but not the wait for its first input
+    # after it: in steady state the clear runs right before that input arrives
+    clears = events[events["name"] == GRAD_ZERO]
+    clear_s = (clears["end_s"] - clears["start_s"]).groupby(clears["rank"]).sum()
+    clear_at = clears.groupby("rank")["start_s"].min()
+
+    def start(rank: int) -> float:
+        begin = float(first.get(rank, 0.0))
+        if rank in clear_s.index:
+            begin = max(float(clear_at[rank]), begin - float(clear_s[rank]))
+        return begin
+
+    return max(w.end_time - start(w.rank) for w in workers)
 
 
 def _label(ctx: Context, rank: int, slow: float = 1.0) -> str:
