@@ -184,11 +184,15 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     and a write); the update reads the gradient and reads and writes the master weight and each
     moment (apex/TE FusedAdam); the 16-bit compute copy is then refreshed from the master by a
     separate copy, which reads it again (Megatron ``_copy_main_params_to_model_params``,
-    DeepSpeed ``update_lp_params``, nanotron's accumulator step: ``copy_``)."""
+    DeepSpeed ``update_lp_params``, nanotron's accumulator step: ``copy_``). Gradients kept in 16
+    bits (``training.fp32_grad_accum: false``) are first copied into fp32 for the update (Megatron
+    ``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()``, a
+    16-bit read and an fp32 write)."""
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
     low = 0 if tr.precision == "fp32" else 4 + 2  # fp32 master read, 16-bit param write
     unscale = 8 if tr.precision == "fp16" else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum else 0
     # fp32 master r/w, fp32 grad read, grad-norm read
-    common = 8 + 4 + 4 + low + unscale
+    common = 8 + 4 + 4 + low + unscale + widen
     return common + (2 * moment if tr.optimizer == "adam" else moment)
