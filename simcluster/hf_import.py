@@ -127,11 +127,11 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
     _moe_fields(cfg, model_type, data)
-    data.update(_window_fields(cfg, model_type, int(data.get("layers", 0))))
+    data.update(_window_fields(cfg, model_type))
     return data
 
 
-def _window_fields(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
+def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``sliding_window`` / ``global_every`` from a config: an explicit ``layer_types`` list
     (gpt-oss, newer Gemma; periodic with the global layer last), Gemma 2's alternation (its
     modelling code makes even layers local), Gemma 3's ``sliding_window_pattern``, or a
