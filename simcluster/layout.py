@@ -274,6 +274,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
                 f"ep={par.ep} must divide dp*cp*tp={dp * par.cp * par.tp}, the ranks of one pipeline stage "
                 "(EP groups are carved from them)",
             )
+    if par.zero == 3 and par.pp > 1 and scenario.framework in ("deepspeed", "megatron-core", "megatron-lm-2021", "nanotron"):
+        # DeepSpeed's PipelineEngine asserts ZeRO < 2; Megatron's FSDP and nanotron's ZeRO do not
+        # pipeline: only torch.distributed.pipelining composes FSDP with pipeline stages
+        raise UserError(
+            "parallel.zero",
+            f"zero=3 with pp={par.pp} is not run by framework {scenario.framework}; use zero<=1, pp=1, "
+            "or framework torchtitan (FSDP2 under torch.distributed.pipelining)",
+        )
     if par.zero == 2 and par.pp > 1:
         raise UserError(
             "parallel.zero",

@@ -50,6 +50,16 @@ def test_zero2_with_a_pipeline_is_refused_and_names_zero3():
     assert "zero=3" in str(err.value)
 
 
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron-core", "nanotron"])
+def test_frameworks_without_fsdp_pipelines_refuse_zero3_under_a_pipeline(framework):
+    data = {**_scenario(), "framework": framework}
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(data))
+    assert err.value.field == "parallel.zero"
+    assert "torchtitan" in str(err.value)
+    assert build_context(scenario_from_dict({**_scenario(), "framework": "torchtitan"})).layout.zero3_pipelined
+
+
 def test_under_a_pipeline_each_layer_is_gathered_and_reduced_once_per_step():
     data = _scenario(m=4)
     res = run(data)
