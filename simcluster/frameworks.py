@@ -165,9 +165,31 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     }
 
 
+def _pipeline_microbatch(raw: Mapping[str, Any]) -> int | None:
+    """torchtitan's micro-batch under a pipeline: each data-parallel rank's batch split into as
+    many microbatches as there are stages (``pipeline_parallel_microbatches`` defaults to the
+    pipeline degree); None when the scenario sets it or the split is not whole."""
+    pp = _parallel(raw, "pp", 1)
+    training, cluster = raw.get("training"), raw.get("cluster")
+    if pp <= 1 or not isinstance(training, Mapping) or "micro_batch" in training or not isinstance(cluster, Mapping):
+        return None
+    gpus, batch = cluster.get("gpus"), training.get("global_batch")
+    if not isinstance(gpus, int) or not isinstance(batch, int):
+        return None
+    model_parallel = _parallel(raw, "tp", 1) * pp * _parallel(raw, "cp", 1)
+    dp = _parallel(raw, "dp", 0) or (gpus // model_parallel if model_parallel > 0 and gpus % model_parallel == 0 else 0)
+    if dp <= 0 or batch % (dp * pp):
+        return None
+    return batch // (dp * pp)
+
+
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
+    training: dict[str, Any] = {"elementwise": "eager"}
+    micro_batch = _pipeline_microbatch(raw)
+    if micro_batch is not None:
+        training["micro_batch"] = micro_batch
     return {
-        "training": {"elementwise": "eager"},
+        "training": training,
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
@@ -246,8 +268,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "gradients copy-cast into the reduce-scatter buffer, unfused norms and rotary (set "
             "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
             "torch.distributed.pipelining (parameters gathered once per step, gradients "
-            "reduce-scattered after each stage's last backward; torchtitan splits a local batch "
-            "into pp microbatches unless told otherwise, so set training.micro_batch to match)",
+            "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
+            "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "

@@ -133,6 +133,24 @@ def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
     assert zero3.overlap.dp_grad_reduce is True
 
 
+def test_torchtitan_splits_a_local_batch_into_pp_microbatches() -> None:
+    # torchtitan's pipeline_parallel_microbatches defaults to the pipeline degree: its 405B 3D
+    # runs (docs/performance.md Table 5: 512 GPUs, FSDP 8, TP 8, PP 8, global batch 256) split each
+    # local batch of 32 into 8 microbatches of 4
+    raw = {
+        "framework": "torchtitan",
+        "model": {"preset": "llama3.1-405b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 512},
+        "parallel": {"tp": 8, "pp": 8, "zero": 3},
+        "training": {"seq_len": 8192, "global_batch": 256},
+    }
+    assert scenario_from_dict(raw).training.micro_batch == 4
+    explicit = {**raw, "training": {**raw["training"], "micro_batch": 1}}
+    assert scenario_from_dict(explicit).training.micro_batch == 1  # the scenario wins
+    flat = {**raw, "parallel": {"tp": 8, "zero": 3}}
+    assert scenario_from_dict(flat).training.micro_batch == 1  # no pipeline: the field's default
+
+
 def test_without_framework_the_scenario_is_untouched() -> None:
     raw = _small()
     assert apply_framework(raw) == raw
