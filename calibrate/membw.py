@@ -77,3 +77,25 @@ def measure_launch(device: torch.device, timer: Timer) -> float:
     """Seconds for a one-element add: the per-kernel fixed cost (launch + dispatch)."""
     a = torch.ones(1, device=device)
     return timer(lambda: torch.add(a, a), iters=200, warmup=10)
+
+
+def measure_host_op(device: torch.device, calls: int = 2000) -> float:
+    """Host seconds to issue one small ``torch.nn.Linear`` forward from Python, autograd on: the
+    unit of ``efficiency.host_op_us`` (parallelism/host.py). Timed on the CPU clock without
+    synchronising inside the loop, so on a GPU it is the issue cost, not the kernel; the
+    operands are 8 x 8 so on the CPU the arithmetic is negligible beside the dispatch."""
+    import time
+
+    layer = torch.nn.Linear(8, 8, device=device)
+    x = torch.ones(8, 8, device=device, requires_grad=True)
+    for _ in range(50):
+        layer(x)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        layer(x)
+    elapsed = time.perf_counter() - start
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return elapsed / calls

@@ -35,6 +35,8 @@ class Measurements:
     memory: list[Row] = field(default_factory=list)
     collectives: list[Row] = field(default_factory=list)
     launch_s: float | None = None
+    # host seconds of one small torch.nn.Linear forward issued from Python (membw.measure_host_op)
+    host_op_s: float | None = None
     # the largest reference GEMM's rate on every rank (calibrate/spread.py), when >= 2 ranks
     gemm_ranks: Row | None = None
     # the reference GEMM alone and under in-flight all-reduces (calibrate/interference.py)
@@ -54,6 +56,8 @@ class Measurements:
         }
         if self.launch_s is not None:
             out["kernel_launch_s"] = self.launch_s
+        if self.host_op_s is not None:
+            out["host_op_s"] = self.host_op_s
         if self.gemm_ranks is not None:
             out["gemm_ranks"] = self.gemm_ranks
         if self.interference is not None:
@@ -186,6 +190,9 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
     if m.launch_s is not None:
         eff["kernel_launch_us"] = m.launch_s * 1e6
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
+    if m.host_op_s is not None:
+        eff["host_op_us"] = m.host_op_s * 1e6
+        _note(data, "efficiency.host_op_us", "measured: host time of a small torch.nn.Linear forward issued from Python (calibrate)")
     sms = data["gpu"].get("sm_count")
     if m.interference is not None and sms:
         r = m.interference

@@ -102,6 +102,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     steps.append(
         Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer)))
     )
+    steps.append(Step("host op", lambda m: setattr(m, "host_op_s", membw.measure_host_op(dev))))
     for scope, (group, size) in ctx.groups.items():
         steps += [
             Step(

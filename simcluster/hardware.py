@@ -113,6 +113,16 @@ class EfficiencySpec(_Strict):
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
     kernel_launch_us: float = Field(default=4.0, ge=0, description="per-kernel launch/drain gap on a stream, and the host time of one eager op issued from Python (calibrate: a one-element add)")
+    host_op_us: float = Field(
+        default=13.48,
+        ge=0,
+        description=(
+            "host CPU time of one PyTorch op issued from Python with its launch (the unit of "
+            "parallelism/host.py; calibrate: a small torch.nn.Linear forward timed on the host). "
+            "Default: TransformerEngine issue 2053, torch.nn.Linear forward on a DGX H100's Xeon "
+            "Platinum 8480C, 13.48 us"
+        ),
+    )
     gemm_tile: tuple[int, int] = Field(
         default=(128, 256), description="output tile of large cuBLAS GEMMs (M x N), for tile/wave quantisation"
     )

@@ -462,6 +462,15 @@ class MoeSection(_Section):
         description="node-limited routing: a token's experts on at most M nodes (MoE models; "
         "the moe: settings are errors on a dense model)",
     )
+    host_sync: bool = Field(
+        default=True,
+        description=(
+            "the dispatcher reads the per-expert token counts back to the host once per MoE "
+            "layer forward, so the host loses its lead on the GPU there (Megatron-Core's "
+            "dropless alltoall and flex/DeepEP dispatchers); false for a sync-free dispatch "
+            "(fixed capacity, device-side splits)"
+        ),
+    )
     fp8_dispatch: bool = Field(
         default=False,
         description="send the dispatch (and its backward, the gradient before the down-projection) in FP8",

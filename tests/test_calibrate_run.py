@@ -70,6 +70,11 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     assert max(f for _, f in prof.efficiency.gemm) == pytest.approx(1.0)
     kernels = {r["kernel"] for r in prof.measured["memory"]}
     assert kernels == {"elementwise", "layernorm", "adam"}
+    # the host's cost of one Python-issued op (parallelism/host.py's unit), measured on this CPU:
+    # microseconds, not nanoseconds or milliseconds, and written with its source
+    assert prof.measured["host_op_s"] == pytest.approx(prof.efficiency.host_op_us * 1e-6)
+    assert 0.5 < prof.efficiency.host_op_us < 5_000
+    assert "calibrate" in prof.sources["efficiency.host_op_us"]
     best_bw = max(r["bytes_per_s"] for r in prof.measured["memory"])
     assert prof.gpu.hbm_tbps * 1e12 == pytest.approx(best_bw, rel=1e-12)
 

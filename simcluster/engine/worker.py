@@ -78,6 +78,9 @@ class Shared:
     # compute-stream seconds per stage of clearing the gradient buffer before the first forward
     # (dp.zero_grad_buffer; empty otherwise)
     grad_zero_seconds: list[float] = field(default_factory=list)
+    # host seconds of one op issued from Python (efficiency.kernel_launch_us): the first kernel
+    # of a block waits that long after the host starts issuing it; a sync's read-back as long
+    host_op_s: float = 0.0
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -137,6 +140,9 @@ class Worker:
     # ZeRO-3 gathers already copied out into per-parameter tensors (zero3.buffers: copies)
     copied_out: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
+    # when the host (the rank's Python thread) has issued everything so far; it runs ahead of
+    # the GPU until a segment with ``sync`` makes it wait (Compute.host, Compute.sync)
+    host_t: float = 0.0
     end_time: float = 0.0
     ops_done: int = 0
 
@@ -204,29 +210,65 @@ class Worker:
         pending: list[simpy.Process] = []
         for seg in segments:
             if isinstance(seg, Comm):
+                issued = self._issue(seg.host)
                 if seg.overlap:
-                    pending.append(env.process(self._comm(seg, mb, chunk)))
+                    pending.append(env.process(self._issued_comm(seg, mb, chunk, issued)))
                     continue
                 for p in pending:
                     yield p
                 pending = []
+                yield from self._host_wait(issued, mb, chunk, seg.layer)
                 yield env.process(self._comm(seg, mb, chunk))
                 continue
-            if seg.seconds > 0:
+            issued = self._issue(seg.host)
+            if seg.seconds > 0 or seg.host > 0:
                 if lock is not None:
                     with lock.request() as req:
                         yield req
-                        start = env.now
-                        yield from self._compute(seg.seconds)
+                        yield from self._host_compute(seg, kind, mb, chunk, issued)
                 else:
-                    start = env.now
-                    yield from self._compute(seg.seconds)
-                self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start, seg.work)
+                    yield from self._host_compute(seg, kind, mb, chunk, issued)
+            if seg.sync:
+                # a device-to-host copy: the host waits for this block, then reads it back
+                self.host_t = max(self.host_t, env.now) + self.shared.host_op_s
             for p in pending:
                 yield p
             pending = []
         for p in pending:
             yield p
+
+    # --- the host ------------------------------------------------------------------------
+    def _issue(self, host: float) -> float:
+        """Advance the host clock by ``host`` seconds of issuing; returns when it is done."""
+        self.host_t += host
+        return self.host_t
+
+    def _host_wait(self, until: float, mb: int, chunk: int, layer: int) -> Generator:
+        """The compute stream idles until the host has issued its next kernel."""
+        env = self.shared.env
+        if until > env.now:
+            start = env.now
+            yield env.timeout(until - env.now)
+            self._record("host", "host_issue", mb, chunk, layer, start, Work.of(host=env.now - start))
+
+    def _host_compute(self, seg: Compute, kind: str, mb: int, chunk: int, issued: float) -> Generator:
+        """A compute block issued by a host that may lag the GPU: its kernels run as they are
+        issued, so the block cannot start before the host issued its first kernel (one op's
+        time, taken as an even share) nor end before the host issued its last."""
+        env = self.shared.env
+        yield from self._host_wait(issued - seg.host + min(seg.host, self.shared.host_op_s), mb, chunk, seg.layer)
+        if seg.seconds > 0:
+            start = env.now
+            yield from self._compute(seg.seconds)
+            self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start, seg.work)
+        yield from self._host_wait(issued, mb, chunk, seg.layer)
+
+    def _issued_comm(self, seg: Comm, mb: int, chunk: int, issued: float) -> Generator:
+        """An overlapped collective starts once the host has issued it."""
+        env = self.shared.env
+        if issued > env.now:
+            yield env.timeout(issued - env.now)
+        yield from self._comm(seg, mb, chunk)
 
     # --- the step -----------------------------------------------------------------------
     def run(self) -> Generator:

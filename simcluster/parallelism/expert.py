@@ -134,14 +134,20 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
     shared_w = Work.of(gemm=shared)
     ep = shapes.layout.ep
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
+    # a dropless dispatcher reads the per-expert token counts back to the host once per forward
+    # (before the all-to-all; without expert parallelism before the experts): parallelism/host.py
+    sync = phase == "F" and moe.host_sync
     if ep == 1:
-        return [Compute.of("moe", router + permute.scaled(2) + routed + shared_w, layer)]
+        return [
+            Compute.of("router", router + permute, layer, sync=sync),
+            Compute.of("experts", permute + routed + shared_w, layer),
+        ]
     # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
     # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
     size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch)
     size_out = a2a_bytes(shapes, moe)
     return [
-        Compute.of("router", router + permute + shared_w, layer),
+        Compute.of("router", router + permute + shared_w, layer, sync=sync),
         Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer),
         Compute.of("experts", routed, layer),
         Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.compute import KernelModel
-from simcluster.parallelism import context, expert, tensor, tp_async, wgrad
+from simcluster.parallelism import context, expert, host, tensor, tp_async, wgrad
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
@@ -284,8 +284,8 @@ class LayerBuilder:
         if phase == "B":
             # backward order: the output projection's input gradient, the core, then the
             # QKV input gradient (before it, any rerun of the input norm / MLA up-projections)
-            return [out, *core, *self._attention_input_recompute(gemms, index), qkv]
-        return [qkv, *core, out]
+            return self._host([out, *core, *self._attention_input_recompute(gemms, index), qkv], phase)
+        return self._host([qkv, *core, out], phase)
 
     def _with_wgrad(self, body: list[Segment], block: str, index: int, wgrad: list[Segment]) -> list[Segment]:
         """A block's fused backward: its input-gradient ``body`` inside the TP collectives, the
@@ -396,6 +396,12 @@ class LayerBuilder:
         forward = context.cp_attention(self.shapes, self.core_times("F", index), False, index)
         return as_recompute(forward)
 
+    def _host(self, segments: list[Segment], phase: str) -> list[Segment]:
+        """``segments`` with the host's time to issue them (``parallelism/host.py``)."""
+        m, eff = self.shapes.model, self.km.profile.efficiency
+        local = m.experts / self.shapes.layout.ep if m.experts else 0.0
+        return host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6)
+
     @staticmethod
     def _order(phase: str, attention: list[Segment], mlp: list[Segment]) -> list[Segment]:
         """Forward runs attention then MLP; backward the reverse."""
@@ -406,9 +412,9 @@ class LayerBuilder:
         if m.is_moe_layer(index):
             moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
             if phase == "W":
-                return moe
+                return self._host(moe, phase)
             norm = Compute.of("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)
-            body = [norm, *moe]
+            body = self._host([norm, *moe], phase)
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
             return tensor.wrap_block(
@@ -432,7 +438,7 @@ class LayerBuilder:
         ops = self.ops
         memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
-        body: list[Segment] = [Compute.of("mlp", work, index)]
+        body: list[Segment] = self._host([Compute.of("mlp", work, index)], phase)
         if phase == "B":
             forward = Work()
             if "mlp" in self.scenario.training.recomputed:

@@ -47,6 +47,10 @@ class Compute:
     """Work on the compute stream (one or more fused kernels), in seconds.
 
     ``work`` says what the seconds are spent on; build with :meth:`of` so both agree.
+    ``host`` = seconds the CPU spends issuing its kernels (``engine/worker.py`` keeps a host
+    clock per rank: the GPU cannot finish a block before the host has issued it); ``sync`` = after
+    it the host waits for the GPU to finish it (a device-to-host copy the next ops depend on, as
+    a dropless MoE dispatcher's per-expert token counts), so the host's lead is lost there.
     """
 
     name: str
@@ -54,11 +58,13 @@ class Compute:
     layer: int = -1
     kind: str = ""  # event kind; "" = the kind of the phase it belongs to
     work: Work = field(default_factory=Work)
+    host: float = 0.0
+    sync: bool = False
 
     @staticmethod
-    def of(name: str, work: Work, layer: int = -1, kind: str = "") -> Compute:
+    def of(name: str, work: Work, layer: int = -1, kind: str = "", host: float = 0.0, sync: bool = False) -> Compute:
         """A compute block whose seconds are ``work``'s total."""
-        return Compute(name, work.total, layer, kind, work)
+        return Compute(name, work.total, layer, kind, work, host, sync)
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,8 @@ class Comm:
     ``holds_sms`` = it runs as NCCL kernels whose CTAs take SMs from that compute, whatever its
     group (an async TP collective from torch.distributed); the data-parallel, context- and
     expert-parallel groups always do (``engine/interference.py``). ``sms`` > 0 = its kernels
-    hold that many SMs instead (a TransformerEngine userbuffers overlap's ``num_sm``).
+    hold that many SMs instead (a TransformerEngine userbuffers overlap's ``num_sm``). It cannot
+    start before the host has issued it (``host``: seconds of CPU time, on the rank's host clock).
     """
 
     name: str
@@ -81,6 +88,7 @@ class Comm:
     layer: int = -1
     holds_sms: bool = False
     sms: int = 0
+    host: float = 0.0  # seconds the CPU spends issuing it (see ``Compute.host``)
 
 
 Segment = Compute | Comm

@@ -1,0 +1,118 @@
+"""The host's share of a layer: CPU time to issue each block's kernels from Python.
+
+A training step is issued by one Python thread per GPU. It normally runs ahead of the GPU, so
+its cost is hidden, until something makes it wait for the GPU: a dropless MoE dispatcher reads
+the per-expert token counts back to the host once per MoE layer forward (Megatron-Core
+``MoEAlltoAllTokenDispatcher``: non-blocking device-to-host copies, then
+``d2h_event.synchronize()`` at its ``cuda_sync_point``, ``before_ep_alltoall`` with expert
+parallelism, ``before_finish`` without; the all-to-all's split sizes and TransformerEngine's
+``GroupedLinear`` ``m_splits`` must be Python lists; DeepEP's normal dispatch spins on a mapped
+counter likewise). After such a sync the GPU queue is empty and every kernel waits for the host
+to issue it, so a layer of many small kernels runs at the host's pace (``engine/worker.py``).
+Backward needs no sync (the split sizes are saved), but a host that fell behind stays behind.
+
+Costs are counted per compute segment in two units, both hardware profile fields:
+
+- a *Python op*: one PyTorch op issued from Python with its launch
+  (``efficiency.host_op_us``); a TransformerEngine module call costs ``TE_MODULE_OPS`` of them
+  (TransformerEngine issue 2053: a BF16 ``te.Linear`` forward takes 99.66 µs of CPU on GB200
+  and 90.53 on GH200 against 37.08 and 33.17 for ``torch.nn.Linear``: 2.7 times);
+- a *C++ launch*: a kernel launched by C++ without Python (the autograd engine's nodes in
+  backward, TransformerEngine's per-expert cuBLAS loop), at ``efficiency.kernel_launch_us``.
+
+The counts are read from Megatron-Core's MoE path (router ``TopKRouter`` with its auxiliary
+loss, unfused: about 25 ops; the dispatcher's preprocess about 10 ops and 5 device-to-host
+copies; fused permute, chunk sort and unpermute a few Triton launches each; two all-to-alls per
+direction, tokens and probabilities) and TransformerEngine's ``GroupedLinear``, which without
+CUTLASS grouped GEMM (opt-in, Hopper only: ``NVTE_USE_CUTLASS_GROUPED_GEMM``) launches one
+cuBLASLt GEMM per local expert round-robin on its side streams, with an event record and wait per
+stream around them. They are approximate (a few ops either way); the unit costs are measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simcluster.parallelism.segments import Comm, Compute, Segment
+
+#: a TransformerEngine module call (Linear, LayerNormLinear, DotProductAttention, GroupedLinear,
+#: RMSNorm) in Python ops: TE issue 2053's te.Linear / torch.nn.Linear CPU-time ratio
+TE_MODULE_OPS = 2.7
+#: TransformerEngine's multi-stream GEMM fallback: an event record and a stream wait around
+#: its side streams (4 in its header) before and after the per-expert GEMMs
+_STREAM_EVENTS = 9
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Python ops and C++ launches the host issues for one compute segment."""
+
+    python_ops: float = 0.0
+    launches: float = 0.0
+
+    def seconds(self, python_op_s: float, launch_s: float) -> float:
+        """Host seconds at the profile's per-op costs."""
+        return self.python_ops * python_op_s + self.launches * launch_s
+
+
+def _te(modules: float, ops: float = 0.0, launches: float = 0.0) -> HostCost:
+    return HostCost(modules * TE_MODULE_OPS + ops, launches)
+
+
+def segment_cost(name: str, phase: str, local_experts: float) -> HostCost:
+    """Host cost of the compute segment ``name`` of one layer in phase F, B or W.
+
+    Names are the layer builder's (``parallelism/layer.py``, ``expert.py``); a segment not listed
+    costs nothing here (its kernels are few and large).
+    """
+    grouped = 2 * (local_experts + _STREAM_EVENTS)  # fc1 and fc2, one GEMM per expert
+    if phase == "F":
+        table = {
+            "attn_qkv": _te(1, ops=2),  # LayerNormLinear; rotary on q and k
+            "attn_core": _te(1),  # DotProductAttention
+            "attn_out": _te(1, ops=4),  # Linear; bias-dropout-add, residual glue
+            "mlp": _te(1, ops=4),  # LayerNormMLP; bias-dropout-add, glue
+            "moe_norm": _te(1),  # pre-MLP RMSNorm
+            # router (~25), dispatcher preprocess (~10 + 5 device-to-host copies), fused permute
+            "router": HostCost(44.0),
+            # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
+            "experts": _te(2, ops=8, launches=grouped),
+            "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
+        }
+    elif phase == "B":
+        table = {
+            "attn_qkv": _te(1, launches=4),
+            "attn_core": _te(1),
+            "attn_out": _te(1, launches=4),
+            "mlp": _te(1, launches=6),
+            "moe_norm": _te(1),
+            # the router's autograd nodes (C++) and the aux-loss scaler / permute Functions
+            "router": HostCost(2.0, 20.0),
+            # GroupedLinear backward (Python) and the per-expert input-gradient GEMMs
+            "experts": _te(2, ops=4, launches=grouped),
+            "unpermute": HostCost(1.0, 4.0),
+        }
+    else:
+        # split weight gradients: the per-expert wgrad GEMMs
+        table = {"experts": HostCost(0.0, grouped)}
+    return table.get(name, HostCost())
+
+
+def charge(segments: list[Segment], phase: str, local_experts: float, python_op_s: float, launch_s: float) -> list[Segment]:
+    """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
+    cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
+    counts: dict[str, int] = {}
+    for s in segments:
+        if isinstance(s, Compute):
+            counts[s.name] = counts.get(s.name, 0) + 1
+    out: list[Segment] = []
+    for s in segments:
+        if isinstance(s, Comm) and s.group == "ep":
+            # the all-to-all's autograd Function: tokens and probabilities forward, one backward
+            s = replace(s, host=s.host + (2.0 if phase == "F" else 1.0) * python_op_s)
+        elif isinstance(s, Compute):
+            cost = segment_cost(s.name, phase, local_experts).seconds(python_op_s, launch_s)
+            if cost > 0:
+                s = replace(s, host=s.host + cost / counts[s.name])
+        out.append(s)
+    return out

@@ -1,0 +1,120 @@
+"""The host (CPU) side: Python issuing each block's kernels, and the MoE dispatcher's sync.
+
+Sources: Megatron-Core ``MoEAlltoAllTokenDispatcher`` (per-expert token counts copied to the
+host and ``d2h_event.synchronize()`` before the expert-parallel all-to-all, once per MoE layer
+forward; none in backward, whose split sizes are saved); TransformerEngine ``GroupedLinear``
+(one cuBLASLt GEMM per local expert on its side streams when CUTLASS grouped GEMM is off);
+TransformerEngine issue 2053 (host CPU time of a BF16 Linear forward: torch 37.08 µs and TE
+99.66 µs on GB200, torch 13.48 µs on a DGX H100's Xeon 8480C).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+from engine_helpers import layer_builder, run
+
+from simcluster.hardware import load_profile
+from simcluster.parallelism.host import TE_MODULE_OPS, segment_cost
+from simcluster.parallelism.segments import Comm, Compute
+
+MOE = {
+    "name": "small-moe", "layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 2816,
+    "vocab": 1024, "experts": 16, "top_k": 4, "expert_ffn": 512, "position": "rope",
+}  # fmt: skip
+
+
+def _moe(host_op_us: float | None = None, sync: bool = True, m: int = 2, ep: int = 8) -> dict:
+    cluster = {"hardware": "dgx-h100", "gpus": 8}
+    if host_op_us is not None:
+        cluster["profile"] = {"efficiency": {"host_op_us": host_op_us}}
+    return make_scenario(
+        model=MOE,
+        cluster=cluster,
+        parallel={"tp": 1, "pp": 1, "ep": ep},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8 * m, "fused_cross_entropy": True},
+        moe={"host_sync": sync},
+    )
+
+
+def test_te_module_is_its_measured_multiple_of_a_torch_linear():
+    # TE issue 2053: 99.66 / 37.08 (GB200) and 90.53 / 33.17 (GH200)
+    assert TE_MODULE_OPS == pytest.approx(99.66 / 37.08, abs=0.03)
+    assert TE_MODULE_OPS == pytest.approx(90.53 / 33.17, abs=0.03)
+
+
+def test_grouped_linear_launches_one_gemm_per_local_expert():
+    # fc1 and fc2, each: one GEMM per local expert plus the side streams' events
+    f16, f32 = segment_cost("experts", "F", 16), segment_cost("experts", "F", 32)
+    assert f32.launches - f16.launches == 2 * 16
+    assert f16.python_ops == pytest.approx(2 * TE_MODULE_OPS + 8)
+    # split weight gradients: only the per-expert wgrad GEMMs, no Python
+    assert segment_cost("experts", "W", 16).python_ops == 0
+    assert segment_cost("experts", "W", 16).launches == f16.launches
+
+
+def test_only_the_forward_router_syncs():
+    lb = layer_builder(_moe())
+    syncs = {ph: [s.name for s in lb.layer(0, ph) if isinstance(s, Compute) and s.sync] for ph in ("F", "B", "W")}
+    assert syncs == {"F": ["router"], "B": [], "W": []}
+    off = layer_builder(_moe(sync=False))
+    assert not [s for s in off.layer(0, "F") if isinstance(s, Compute) and s.sync]
+    # without expert parallelism the sync comes before the experts (Megatron's before_finish)
+    one = layer_builder(_moe(ep=1))
+    names = [s.name for s in one.layer(0, "F") if isinstance(s, Compute)]
+    assert names.index("router") < names.index("experts")
+    assert [s.name for s in one.layer(0, "F") if isinstance(s, Compute) and s.sync] == ["router"]
+
+
+def test_host_seconds_follow_the_profile_unit():
+    lb = layer_builder(_moe())
+    eff = load_profile("dgx-h100").efficiency
+    (router,) = [s for s in lb.layer(0, "F") if isinstance(s, Compute) and s.name == "router"]
+    assert router.host == pytest.approx(segment_cost("router", "F", 2).seconds(eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6))
+    dispatch = [s for s in lb.layer(0, "F") if isinstance(s, Comm) and s.group == "ep"]
+    assert dispatch and all(c.host == pytest.approx(2 * eff.host_op_us * 1e-6) for c in dispatch)
+
+
+def _step_host_seconds(data: dict, m: int) -> float:
+    """Host seconds of every segment one rank issues in a step (layers only; the embedding,
+    head and optimizer are issued without a host cost)."""
+    lb = layer_builder(data)
+    per_mb = 0.0
+    for i in range(MOE["layers"]):
+        for phase in ("F", "BW"):
+            per_mb += sum(s.host for s in lb.layer(i, phase))
+    return per_mb * m
+
+
+def test_a_slow_enough_host_sets_the_step():
+    # 20 ms per Python op: every kernel waits for the host, so the step is the host's issue
+    # time plus at most the GPU work after the last issue
+    m = 2
+    data = _moe(host_op_us=20_000.0, m=m)
+    host = _step_host_seconds(data, m)
+    step = run(data).summary["step_time_s"]
+    assert host <= step <= 1.02 * host
+
+
+def test_a_fast_host_stays_hidden_on_a_dense_model():
+    # no sync inside the step: the host runs ahead of the GPU and only the first kernel
+    # waits for its issue (a 4096-wide layer's kernels outlast their issue)
+    def dense(host_op_us: float | None) -> dict:
+        cluster: dict = {"hardware": "dgx-h100", "gpus": 8}
+        if host_op_us is not None:
+            cluster["profile"] = {"efficiency": {"host_op_us": host_op_us}}
+        model = {"layers": 2, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 1024, "position": "rope"}
+        return make_scenario(model=model, cluster=cluster, training={"seq_len": 4096, "micro_batch": 1, "global_batch": 16})
+
+    quick = run(dense(0.0)).summary["step_time_s"]
+    default = run(dense(None)).summary["step_time_s"]
+    assert 0.0 <= default - quick <= 2 * 13.48e-6
+
+
+def test_the_sync_exposes_the_host_after_each_moe_forward():
+    # at 300 µs per Python op the host is slower than this small model's GPU work per layer
+    with_sync = run(_moe(host_op_us=300.0))
+    without = run(_moe(host_op_us=300.0, sync=False))
+    assert with_sync.summary["step_time_s"] > without.summary["step_time_s"]
+    ev = with_sync.events
+    assert ((ev["kind"] == "host") & (ev["name"] == "host_issue")).any()
