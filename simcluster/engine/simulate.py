@@ -124,7 +124,7 @@ def simulate(
         unpack_seconds=_unpack_seconds(ctx),
         bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
         grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
-        host_op_s=ctx.profile.efficiency.kernel_launch_us * 1e-6,
+        host_op_s=ctx.profile.efficiency.host_op_us * 1e-6,
     )
     ranks = (
         range(ctx.layout.world)

@@ -78,8 +78,8 @@ class Shared:
     # compute-stream seconds per stage of clearing the gradient buffer before the first forward
     # (dp.zero_grad_buffer; empty otherwise)
     grad_zero_seconds: list[float] = field(default_factory=list)
-    # host seconds of one op issued from Python (efficiency.kernel_launch_us): the first kernel
-    # of a block waits that long after the host starts issuing it; a sync's read-back as long
+    # host seconds of one op issued from Python (efficiency.host_op_us): the first kernel of a
+    # block waits that long after the host starts issuing it; a sync's read-back as long
     host_op_s: float = 0.0
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
@@ -253,8 +253,8 @@ class Worker:
 
     def _host_compute(self, seg: Compute, kind: str, mb: int, chunk: int, issued: float) -> Generator:
         """A compute block issued by a host that may lag the GPU: its kernels run as they are
-        issued, so the block cannot start before the host issued its first kernel (one op's
-        time, taken as an even share) nor end before the host issued its last."""
+        issued, so the block cannot start before the host issued its first kernel (one Python
+        op's time) nor end before the host issued its last."""
         env = self.shared.env
         yield from self._host_wait(issued - seg.host + min(seg.host, self.shared.host_op_s), mb, chunk, seg.layer)
         if seg.seconds > 0:
