@@ -62,6 +62,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     scenario = with_framework_kernel(scenario, profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_recompute(scenario.training, model)
+    _check_cuda_graphs(scenario.training, model)
     _check_positions(scenario.training, model)
     _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
@@ -79,6 +80,16 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
+
+
+def _check_cuda_graphs(training: TrainingSection, model: ModelSpec) -> None:
+    """The MoE graph scopes capture parts of an MoE layer; a dense model has none."""
+    moe_graphs = [g for g in training.cuda_graphs if g.startswith("moe_")]
+    if moe_graphs and not model.is_moe:
+        raise UserError(
+            "training.cuda_graphs",
+            f"{moe_graphs[0]} captures a part of an MoE layer but the model is dense; drop it",
+        )
 
 
 def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:

@@ -250,6 +250,15 @@ class TrainingSection(_Section):
             "unfused SwiGLU)"
         ),
     )
+    cuda_graphs: list[Literal["attn", "mlp", "moe_router", "moe_preprocess"]] = Field(
+        default_factory=list,
+        description=(
+            "layer parts captured in CUDA graphs (Megatron-Core's cuda_graph_scope with "
+            "TransformerEngine's partial capture): each part's kernels are issued by one graph "
+            "launch instead of op by op, forward and backward; a dropless MoE layer's experts "
+            "and dispatch cannot be captured (their sizes come from the host sync)"
+        ),
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",

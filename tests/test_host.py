@@ -118,3 +118,38 @@ def test_the_sync_exposes_the_host_after_each_moe_forward():
     assert with_sync.summary["step_time_s"] > without.summary["step_time_s"]
     ev = with_sync.events
     assert ((ev["kind"] == "host") & (ev["name"] == "host_issue")).any()
+
+
+def test_captured_parts_replay_as_one_launch():
+    # Megatron-Core's cuda_graph_scope: attn, moe_router, moe_preprocess (TE partial capture)
+    both = frozenset({"moe_router", "moe_preprocess"})
+    assert segment_cost("router", "F", 16).python_ops == 25 + 15 + 4
+    assert segment_cost("router", "F", 16, both).python_ops == 1 + 1 + 4  # the permute stays eager
+    assert segment_cost("router", "B", 16, both).python_ops == 1
+    graphed = layer_builder(make_scenario(
+        model=MOE, parallel={"tp": 1, "pp": 1, "ep": 8},
+        training={"seq_len": 2048, "global_batch": 16, "cuda_graphs": ["attn"]},
+    ))  # fmt: skip
+    eff = load_profile("dgx-h100").efficiency
+    attn = [s for s in graphed.layer(0, "F") if isinstance(s, Compute) and s.name.startswith("attn_")]
+    assert sum(s.host for s in attn) == pytest.approx(eff.host_op_us * 1e-6)
+    # the dispatcher still reads its token counts back: the sync stays
+    assert [s.name for s in graphed.layer(0, "F") if isinstance(s, Compute) and s.sync] == ["router"]
+
+
+def test_graphs_speed_up_a_host_bound_moe_step():
+    slow = _moe(host_op_us=300.0)
+    graphed = _moe(host_op_us=300.0)
+    graphed["training"]["cuda_graphs"] = ["attn", "moe_router", "moe_preprocess"]
+    assert run(graphed).summary["step_time_s"] < run(slow).summary["step_time_s"]
+
+
+def test_moe_graph_scopes_on_a_dense_model_name_the_field():
+    from simcluster.context import build_context
+    from simcluster.errors import UserError
+    from simcluster.scenario import scenario_from_dict
+
+    data = make_scenario(training={"seq_len": 2048, "global_batch": 8, "cuda_graphs": ["moe_router"]})
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(data))
+    assert err.value.field == "training.cuda_graphs" and "dense" in str(err.value)

@@ -59,12 +59,30 @@ def _te(modules: float, ops: float = 0.0, launches: float = 0.0) -> HostCost:
     return HostCost(modules * TE_MODULE_OPS + ops, launches)
 
 
-def segment_cost(name: str, phase: str, local_experts: float) -> HostCost:
+#: forward Python ops of the MoE router segment by part: the router (gating GEMM, top-k,
+#: scores, auxiliary loss), the dispatcher's preprocess (token counts, their all-gather, five
+#: device-to-host copies) and the fused permute
+ROUTER_OPS = {"moe_router": 25.0, "moe_preprocess": 15.0, "permute": 4.0}
+#: a captured part replays as one graph launch, issued from Python
+GRAPH = HostCost(1.0)
+
+
+def segment_cost(name: str, phase: str, local_experts: float, graphs: frozenset[str] = frozenset()) -> HostCost:
     """Host cost of the compute segment ``name`` of one layer in phase F, B or W.
 
     Names are the layer builder's (``parallelism/layer.py``, ``expert.py``); a segment not listed
-    costs nothing here (its kernels are few and large).
+    costs nothing here (its kernels are few and large). ``graphs`` = the parts captured in CUDA
+    graphs (``training.cuda_graphs``): their ops become one graph launch per phase.
     """
+    if "attn" in graphs and name in ("attn_qkv", "attn_core", "attn_out") and phase != "W":
+        return GRAPH if name == "attn_qkv" else HostCost()
+    if "mlp" in graphs and name == "mlp" and phase != "W":
+        return GRAPH
+    if name == "router" and phase == "F":
+        ops = sum(1.0 if part in graphs else n for part, n in ROUTER_OPS.items())
+        return HostCost(ops)
+    if name == "router" and phase == "B" and "moe_router" in graphs:
+        return GRAPH
     grouped = 2 * (local_experts + _STREAM_EVENTS)  # fc1 and fc2, one GEMM per expert
     if phase == "F":
         table = {
@@ -73,8 +91,6 @@ def segment_cost(name: str, phase: str, local_experts: float) -> HostCost:
             "attn_out": _te(1, ops=4),  # Linear; bias-dropout-add, residual glue
             "mlp": _te(1, ops=4),  # LayerNormMLP; bias-dropout-add, glue
             "moe_norm": _te(1),  # pre-MLP RMSNorm
-            # router (~25), dispatcher preprocess (~10 + 5 device-to-host copies), fused permute
-            "router": HostCost(44.0),
             # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
             "experts": _te(2, ops=8, launches=grouped),
             "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
@@ -98,7 +114,14 @@ def segment_cost(name: str, phase: str, local_experts: float) -> HostCost:
     return table.get(name, HostCost())
 
 
-def charge(segments: list[Segment], phase: str, local_experts: float, python_op_s: float, launch_s: float) -> list[Segment]:
+def charge(
+    segments: list[Segment],
+    phase: str,
+    local_experts: float,
+    python_op_s: float,
+    launch_s: float,
+    graphs: frozenset[str] = frozenset(),
+) -> list[Segment]:
     """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
     cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
     counts: dict[str, int] = {}
@@ -111,7 +134,7 @@ def charge(segments: list[Segment], phase: str, local_experts: float, python_op_
             # the all-to-all's autograd Function: tokens and probabilities forward, one backward
             s = replace(s, host=s.host + (2.0 if phase == "F" else 1.0) * python_op_s)
         elif isinstance(s, Compute):
-            cost = segment_cost(s.name, phase, local_experts).seconds(python_op_s, launch_s)
+            cost = segment_cost(s.name, phase, local_experts, graphs).seconds(python_op_s, launch_s)
             if cost > 0:
                 s = replace(s, host=s.host + cost / counts[s.name])
         out.append(s)
