@@ -26,8 +26,9 @@ def _scenario(pp: int = 1, zero: int = 0, fp32: bool = True, **dp: bool) -> dict
         "cluster": {
             "hardware": "dgx-h100",
             "gpus": 2 * pp,
-            # no NCCL SM sharing and no slowest-GPU factor: the clear lasts exactly its bytes
-            "profile": {"efficiency": {"collective_sms": 0}, "gpu": {"speed_spread": 0.0}},
+            # no NCCL SM sharing and no slowest-GPU factor: the clear lasts exactly its bytes; a
+            # host that issues instantly (the first forward's issue would hide under the clear)
+            "profile": {"efficiency": {"collective_sms": 0, "host_op_us": 0.0}, "gpu": {"speed_spread": 0.0}},
         },
         "parallel": {"pp": pp, "zero": zero},
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16",

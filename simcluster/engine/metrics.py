@@ -78,7 +78,8 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
     gives (p-1)/(m+p-1) on stage 0). Time blocked on exposed communication of any group but the
     pipeline's own (TP/CP/EP inside a layer, a data-parallel parameter gather or gradient
     reduce, the tied-embedding reduce) is not counted as bubble: it is reported as exposed
-    communication, and counting it twice would show a bubble on a single-stage layout.
+    communication, and counting it twice would show a bubble on a single-stage layout; nor is
+    waiting for the host to issue kernels (``host`` events).
 
     Load imbalance is not bubble: a stage with less work than the busiest one (the first stage
     with a layer fewer, say) waits for the others by that difference whatever the schedule, so
@@ -95,7 +96,8 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
         mine = events[
             (events["rank"] == rank) & (events["start_s"] >= lo) & (events["end_s"] <= hi)
         ]
-        compute = mine[mine["kind"].isin(PIPELINE_KINDS)][["start_s", "end_s"]].to_numpy()
+        # a wait for the host to issue kernels is host-bound time (the breakdown's), not bubble
+        compute = mine[mine["kind"].isin((*PIPELINE_KINDS, "host"))][["start_s", "end_s"]].to_numpy()
         comm = mine[mine["group"].isin(NON_PIPELINE_GROUPS)][["start_s", "end_s"]].to_numpy()
         busy = union_length(compute) + uncovered(comm, compute)
         spans.append(hi - lo)
