@@ -153,3 +153,15 @@ def test_moe_graph_scopes_on_a_dense_model_name_the_field():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(data))
     assert err.value.field == "training.cuda_graphs" and "dense" in str(err.value)
+
+
+def test_run_says_what_hides_a_host_bound_step(cli, tmp_path):
+    import yaml
+
+    path = tmp_path / "tiny-moe.yaml"
+    path.write_text(yaml.safe_dump(_moe()))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    assert "host-bound" in res.out and "training.cuda_graphs" in res.out
+    # a GPU-bound shipped scenario says nothing of the host
+    assert "training.cuda_graphs" not in cli("run", "llama3-8b-8xh100").out

@@ -11,9 +11,12 @@ from simcluster.commands.common import add_scenario_arguments, print_json, scena
 from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
-from simcluster.engine.breakdown import busiest_shares
+from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
+
+#: a host-bound share of the step from which `run` says what would hide it
+HOST_HINT = 0.05
 
 NAME = "run"
 HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
@@ -89,6 +92,13 @@ def _print(s: dict, out: str | None) -> None:
     table.add_row("peak memory per GPU", memory_text)
     table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
     console.print(table)
+    host = busiest(s).get("host", 0.0) / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
+    if host >= HOST_HINT:
+        console.print(
+            f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
+            "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "
+            "(efficiency.host_op_us, which calibrate measures) would hide it"
+        )
     if not s["fits_in_memory"]:
         console.print(
             f"[bold red]DOES NOT FIT[/]: peak {format_bytes(peak['max'])} exceeds the "
