@@ -14,7 +14,9 @@ Backward needs no sync (the split sizes are saved), but a host that fell behind 
 Costs are counted per compute segment in two units, both hardware profile fields:
 
 - a *Python op*: one PyTorch op issued from Python with its launch
-  (``efficiency.host_op_us``); a TransformerEngine module call costs ``TE_MODULE_OPS`` of them
+  (``efficiency.host_op_us``, measured as a small ``torch.nn.Linear`` forward: a module call, so
+  a bare functional op such as a softmax or a sum costs somewhat less and the counts below are
+  an upper bound); a TransformerEngine module call costs ``TE_MODULE_OPS`` of them
   (TransformerEngine issue 2053: a BF16 ``te.Linear`` forward takes 99.66 µs of CPU on GB200
   and 90.53 on GH200 against 37.08 and 33.17 for ``torch.nn.Linear``: 2.7 times);
 - a *C++ launch*: a kernel launched by C++ without Python (the autograd engine's nodes in
@@ -27,6 +29,8 @@ direction, tokens and probabilities) and TransformerEngine's ``GroupedLinear``, 
 CUTLASS grouped GEMM (opt-in, Hopper only: ``NVTE_USE_CUTLASS_GROUPED_GEMM``) launches one
 cuBLASLt GEMM per local expert round-robin on its side streams, with an event record and wait per
 stream around them. They are approximate (a few ops either way); the unit costs are measured.
+Dense blocks are costed as Megatron-Core's TransformerEngine modules; segments of other shapes
+(nanotron's async TP linears) carry no host cost, which only matters where a sync exposes it.
 """
 
 from __future__ import annotations
