@@ -165,3 +165,24 @@ def test_run_says_what_hides_a_host_bound_step(cli, tmp_path):
     assert "host-bound" in res.out and "training.cuda_graphs" in res.out
     # a GPU-bound shipped scenario says nothing of the host
     assert "training.cuda_graphs" not in cli("run", "llama3-8b-8xh100").out
+
+
+def test_megatrons_bucket_nan_check_stops_the_host():
+    # Megatron-Core Bucket.start_grad_sync: `norm = grad_data.norm(p=2); assert not
+    # norm.isnan()` reads the norm back before the reduction is issued, so the backward after
+    # each bucket is issued from a standstill
+    def dense(nan_check: bool) -> dict:
+        model = {"layers": 4, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 1024, "position": "rope"}
+        return make_scenario(
+            model=model,
+            parallel={"tp": 1, "pp": 1, "zero": 1},
+            training={"seq_len": 4096, "micro_batch": 1, "global_batch": 16},
+            dp={"nan_check": nan_check, "bucket_mb": 100.0},
+        )
+
+    def host_waits(data: dict) -> int:
+        ev = run(data).events
+        return int(((ev["rank"] == 0) & (ev["name"] == "host_issue") & (ev["start_s"] > 0)).sum())
+
+    assert host_waits(dense(False)) == 0
+    assert host_waits(dense(True)) > 0

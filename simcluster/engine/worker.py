@@ -546,6 +546,10 @@ class Worker:
         start = self.shared.env.now
         yield from self._compute(seconds)
         self._record(kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0], start, Work.of(memory=seconds))
+        if self.shared.ctx.scenario.dp.nan_check:
+            # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
+            # host waits for the pass, so the backward after it is issued from a standstill
+            self.host_t = max(self.host_t, self.shared.env.now) + self.shared.host_op_s
 
     def _spawn_dp(self, work: Generator) -> simpy.Process:
         """Start a data-parallel collective (a gradient reduction or a parameter gather).
