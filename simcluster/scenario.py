@@ -419,7 +419,9 @@ class DpSection(_Section):
         default=False,
         description=(
             "before each gradient bucket's reduction (ZeRO 0-2), a norm of the bucket (one read of "
-            "it on the compute stream), as Megatron-Core's check_for_nan_in_grad does"
+            "it on the compute stream), as Megatron-Core's check_for_nan_in_grad does; like "
+            "Megatron's --check-for-nan-in-loss-and-grad, the bucket's norm and each "
+            "microbatch's loss are then checked on the host (a sync each)"
         ),
     )
     prescale: bool = Field(

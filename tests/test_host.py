@@ -186,3 +186,15 @@ def test_megatrons_bucket_nan_check_stops_the_host():
 
     assert host_waits(dense(False)) == 0
     assert host_waits(dense(True)) > 0
+
+
+def test_megatrons_loss_nan_check_syncs_after_the_reduced_loss():
+    # Megatron-LM pretrain_gpt loss_func under --check-for-nan-in-loss-and-grad:
+    # `assert not loss.isnan()` on the host, after the vocab-parallel loss's reductions
+    data = make_scenario(parallel={"tp": 2, "pp": 1}, training={"seq_len": 2048, "global_batch": 8},
+                         dp={"nan_check": True})  # fmt: skip
+    head = layer_builder(data).head("F")
+    assert isinstance(head[-1], Compute) and head[-1].sync and head[-1].seconds == 0
+    assert any(isinstance(s, Comm) and s.group == "tp" for s in head[:-1])
+    data["dp"]["nan_check"] = False
+    assert not any(isinstance(s, Compute) and s.sync for s in layer_builder(data).head("F"))

@@ -560,7 +560,12 @@ class LayerBuilder:
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"
             body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
-        return body + self._loss_reductions(phase)
+        body += self._loss_reductions(phase)
+        if phase == "F" and self.scenario.dp.nan_check:
+            # Megatron's --check-for-nan-in-loss-and-grad also asserts each microbatch's loss
+            # is not NaN on the host (loss_func): the host waits for the reduced loss
+            body.append(Compute("loss_nan_check", 0.0, -1, sync=True))
+        return body
 
     def _loss_reductions(self, phase: str) -> list[Segment]:
         """The vocab-parallel loss's all-reduces over tp, each of one fp32 value per token, each
