@@ -112,7 +112,15 @@ class EfficiencySpec(_Strict):
         le=1,
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
-    kernel_launch_us: float = Field(default=4.0, ge=0, description="per-kernel launch/drain gap on a stream, and the host time of one eager op issued from Python (calibrate: a one-element add)")
+    kernel_launch_us: float = Field(
+        default=4.0,
+        ge=0,
+        description=(
+            "per-kernel launch/drain gap on a stream (calibrate: a one-element add); also the host "
+            "time of a launch issued from C++ (parallelism/host.py) and of one of the bare tensor "
+            "ops nanotron's per-tensor unpack issues (dp.param_unpack)"
+        ),
+    )
     host_op_us: float = Field(
         default=13.48,
         ge=0,
