@@ -32,7 +32,7 @@ KIND_STYLES: dict[str, KindStyle] = {
     "backward": KindStyle("#2E7D32", "backward (B+W)"),
     "recompute": KindStyle("#9ECAE9", "recompute"),
     "optimizer": KindStyle("#B279A2", "optimizer"),
-    "host": KindStyle("#D4A6C8", "host-bound (Python loop)"),
+    "host": KindStyle("#D4A6C8", "host-bound (GPU waits on Python)"),
     "all_reduce": KindStyle("#E45756", "all-reduce"),
     "all_gather": KindStyle("#F58518", "all-gather"),
     "reduce_scatter": KindStyle("#9D755D", "reduce-scatter"),
