@@ -246,6 +246,15 @@ def _mla_spec(raw: Any, prefix: str, base: MLASpec | None = None) -> MLASpec:
     return MLASpec(**merged)
 
 
+def default_ffn(hidden: int, mlp: str) -> int:
+    """The MLP's inner width when a model gives none, as Megatron-LM sets it (``arguments.py``,
+    ``--ffn-hidden-size`` unset): 4h for a two-matrix MLP; for a gated one 2/3 of that, rounded
+    down to a multiple of 64, which keeps the parameter count of the 4h MLP."""
+    if mlp == "swiglu":
+        return int(4 * hidden * 2 / 3 / 64) * 64
+    return 4 * hidden
+
+
 def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -> ModelSpec:
     data = dict(data)
     mla = data.pop("mla", None)
@@ -254,14 +263,17 @@ def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -
         key = sorted(unknown)[0]
         raise UserError(f"{field_prefix}.{key}", f"unknown model field{did_you_mean(key, _FIELDS)}")
     _check_types(data, field_prefix)
-    required = ("layers", "hidden", "heads", "ffn", "vocab")
+    required = ("layers", "hidden", "heads", "vocab")
     for key in required:
-        if key not in data and not (key == "ffn" and data.get("experts")):
+        if key not in data:
             raise UserError(
                 f"{field_prefix}.{key}", "missing; give it, or use model.preset / model.hf_config"
             )
     data.setdefault("kv_heads", data["heads"])
-    data.setdefault("ffn", data.get("expert_ffn", 0))
+    if data.get("experts"):
+        data.setdefault("ffn", data.get("expert_ffn", 0))
+    else:
+        data.setdefault("ffn", default_ffn(data["hidden"], data.get("mlp", "swiglu")))
     spec = ModelSpec(name=name, mla=_mla_spec(mla, field_prefix) if mla else None, **data)
     _check(spec, field_prefix)
     return spec

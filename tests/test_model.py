@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from simcluster.errors import UserError
 from simcluster.model import build_model, from_hf_config, load_preset
 
 
@@ -266,3 +267,17 @@ def test_hf_config_nemotron_is_a_two_matrix_squared_relu_model(tmp_path):
     model = from_hf_config(path)
     assert (model.mlp, model.norm, model.tied_embeddings) == ("relu2", "layernorm", False)
     assert (model.params_total() - 2 * 256000 * 6144) / 1e9 == pytest.approx(12.5, abs=0.1)
+
+
+def test_ffn_defaults_to_megatrons_width():
+    # Megatron-LM arguments.py, --ffn-hidden-size unset: 4h for a two-matrix MLP, and for SwiGLU
+    # int((4h * 2/3) / 64) * 64 (h = 4096 -> 10880, h = 2048 -> 5440), the 4h MLP's parameters
+    gelu = build_model({"layers": 2, "hidden": 4096, "heads": 32, "vocab": 51200, "mlp": "gelu"})
+    assert gelu.ffn == 16384
+    swiglu = build_model({"layers": 2, "hidden": 4096, "heads": 32, "vocab": 51200})
+    assert (swiglu.mlp, swiglu.ffn) == ("swiglu", 10880)
+    assert build_model({"layers": 2, "hidden": 2048, "heads": 16, "vocab": 51200}).ffn == 5440
+    # a given width wins, and a missing required field still names itself
+    assert build_model({"layers": 2, "hidden": 4096, "heads": 32, "vocab": 51200, "ffn": 11008}).ffn == 11008
+    with pytest.raises(UserError, match="model.vocab"):
+        build_model({"layers": 2, "hidden": 4096, "heads": 32})
