@@ -7,8 +7,8 @@ was derived from, kept for audit) and ``compare: {group, label}`` (cases of one 
 checked for a schedule ordering, e.g. the Zero Bubble table rows), ``slow: true`` (the
 simulation takes more than ~30 s; ``quick`` runs skip it) and ``peak_memory_gib`` (the
 per-GPU peak memory the source published, compared with the simulated peak on the side: it
-is not part of the metric's error). METRIC is one of :data:`METRICS`; the error is
-``(predicted - measured) / measured``.
+is not part of the metric's error). METRIC is one of :data:`METRICS` (other spellings and
+units are read by :mod:`simcluster.measured`); the error is ``(predicted - measured) / measured``.
 
 A case whose scenario is invalid or whose simulation fails is reported with its error and
 counted in ``failed``; the others still run. Malformed case files raise :class:`UserError`.
@@ -28,8 +28,10 @@ from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
+from simcluster.measured import METRICS, read_measured
 
-METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
+__all__ = ["METRICS"]
+
 _CASE_KEYS = {
     "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
     "peak_memory_gib",
@@ -51,6 +53,7 @@ class Case:
     label: str = ""
     slow: bool = False
     peak_memory_gib: float | None = None
+    note: str = ""  # how ``measured:`` was read when it was not one canonical figure
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class CaseResult:
             "measured": self.case.measured,
             "error_pct": self.error_pct,
             "error": self.error,
+            **({"note": self.case.note} if self.case.note else {}),
             "wall_s": self.wall_s,
             "peak_memory_gib": {
                 "predicted": self.predicted_memory_gib,
@@ -131,19 +135,11 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     for key in ("name", "source", "scenario", "measured"):
         if key not in raw:
             raise UserError(f"{where}.{key}", "is required; add it to the case")
-    measured = raw["measured"]
-    if not isinstance(measured, dict) or len(measured) != 1:
-        raise UserError(f"{where}.measured", f"must hold exactly one of {', '.join(METRICS)}")
-    metric, value = next(iter(measured.items()))
-    if metric not in METRICS:
-        raise UserError(
-            f"{where}.measured.{metric}", f"unknown metric; use one of {', '.join(METRICS)}"
-        )
-    value = _positive_number(value, f"{where}.measured.{metric}")
     if not isinstance(raw["scenario"], dict):
         raise UserError(
             f"{where}.scenario", "must be a scenario mapping (model, cluster, parallel, training)"
         )
+    measured = read_measured(raw["measured"], f"{where}.measured", raw["scenario"])
     memory = raw.get("peak_memory_gib")
     if memory is not None:
         memory = _positive_number(memory, f"{where}.peak_memory_gib")
@@ -154,8 +150,9 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         name=str(raw["name"]),
         source=str(raw["source"]),
         family=str(raw.get("family") or family),
-        metric=metric,
-        measured=value,
+        metric=measured.metric,
+        measured=measured.value,
+        note=measured.note,
         scenario=raw["scenario"],
         published=dict(raw.get("published") or {}),
         group=str(compare.get("group", "")),

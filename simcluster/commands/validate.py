@@ -123,6 +123,9 @@ def _print(results: list[CaseResult]) -> None:
             row.append(_memory_cell(r))
         table.add_row(*row)
     console.print(table)
+    for r in results:
+        if r.case.note:
+            console.print(f"{r.case.name}: {r.case.note}")
 
     fam = Table(title="error by family and by GPU (absolute %)")
     for col in ("family", "n", "MAPE", "median", "max", "failed"):

@@ -1,0 +1,79 @@
+"""A validation case's ``measured:`` mapping read into one metric and its value.
+
+The canonical metrics are :data:`METRICS`. Papers quote the same figures in other units, so a
+few spellings are read as their canonical metric, each conversion exact: ``mfu_pct`` (percent),
+``tflops_per_gpu`` (the model TFLOP/s per GPU under another name), ``tokens_per_s_per_gpu``
+(times the scenario's GPU count) and ``step_time_ms``. An ``mfu`` above 1 cannot be a fraction
+of peak, so one up to 100 is read as percent. A case that gives several figures is compared on
+the first one it lists; the others are kept in the note, not silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simcluster.errors import UserError
+
+METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
+
+#: other spellings: name -> (canonical metric, factor; None = times the scenario's GPUs)
+ALIASES: dict[str, tuple[str, float | None]] = {
+    "mfu_pct": ("mfu", 0.01),
+    "tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
+    "tokens_per_s_per_gpu": ("tokens_per_s", None),
+    "step_time_ms": ("step_time_s", 1e-3),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The metric a case is compared on, its value in that metric's unit, and how it was read."""
+
+    metric: str
+    value: float
+    note: str = ""
+
+
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UserError(where, f"must be a positive number, got {value!r}")
+    if value == float("inf"):
+        raise UserError(where, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _gpus(scenario: dict[str, Any], where: str) -> int:
+    cluster = scenario.get("cluster") if isinstance(scenario, dict) else None
+    gpus = cluster.get("gpus") if isinstance(cluster, dict) else None
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+        raise UserError(where, "is per GPU; the scenario needs cluster.gpus to turn it into tokens_per_s")
+    return gpus
+
+
+def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
+    """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
+    names = ", ".join((*METRICS, *ALIASES))
+    if not isinstance(measured, dict) or not measured:
+        raise UserError(where, f"must be a mapping with one of {names}")
+    for key in measured:
+        if key not in METRICS and key not in ALIASES:
+            raise UserError(f"{where}.{key}", f"unknown metric; use one of {names}")
+    key, raw = next(iter(measured.items()))
+    value = _positive(raw, f"{where}.{key}")
+    notes = []
+    if key in ALIASES:
+        metric, factor = ALIASES[key]
+        value *= _gpus(scenario, f"{where}.{key}") if factor is None else factor
+        notes.append(f"{key} {raw:g} read as {metric} {value:.6g}")
+    else:
+        metric = key
+    if metric == "mfu" and value > 1:
+        if value > 100:
+            raise UserError(f"{where}.{key}", f"must be a fraction of peak (0-1) or a percent, got {raw!r}")
+        value /= 100
+        notes.append(f"mfu {raw:g} read as percent ({value:.4g})")
+    for other in list(measured)[1:]:
+        _positive(measured[other], f"{where}.{other}")
+        notes.append(f"compared on {key}, the first figure; {other} {measured[other]:g} not compared")
+    return Measured(metric, value, "; ".join(notes))

@@ -1,0 +1,56 @@
+"""How a case's ``measured:`` figure is read (simcluster/measured.py)."""
+
+import pytest
+
+from simcluster.errors import UserError
+from simcluster.measured import read_measured
+
+SCENARIO = {"cluster": {"gpus": 64}}
+
+
+@pytest.mark.parametrize(
+    ("measured", "metric", "value"),
+    [
+        ({"step_time_s": 2.5}, "step_time_s", 2.5),
+        ({"step_time_ms": 2500}, "step_time_s", 2.5),
+        ({"mfu": 0.47}, "mfu", 0.47),
+        # MFU cannot exceed 1, so 47 is the README's "47% MFU"
+        ({"mfu": 47}, "mfu", 0.47),
+        ({"mfu_pct": 47}, "mfu", 0.47),
+        ({"tflops_per_gpu": 465.9}, "model_tflops_per_gpu", 465.9),
+        # per GPU x the scenario's 64 GPUs
+        ({"tokens_per_s_per_gpu": 1000}, "tokens_per_s", 64000),
+    ],
+)
+def test_spellings_read_as_their_canonical_metric(measured, metric, value):
+    m = read_measured(measured, "cases[0].measured", SCENARIO)
+    assert (m.metric, m.value) == (metric, pytest.approx(value))
+    assert bool(m.note) == (measured != {metric: value})
+
+
+def test_several_figures_compare_the_first_and_say_so():
+    m = read_measured({"tokens_per_s": 9e5, "mfu": 0.4}, "c.measured", SCENARIO)
+    assert (m.metric, m.value) == ("tokens_per_s", 9e5)
+    assert "mfu 0.4 not compared" in m.note
+
+
+@pytest.mark.parametrize(
+    ("measured", "field", "words"),
+    [
+        ({}, "c.measured", "one of"),
+        ({"speed": 3}, "c.measured.speed", "unknown metric"),
+        ({"mfu": 470}, "c.measured.mfu", "fraction of peak"),
+        ({"tokens_per_s": -1}, "c.measured.tokens_per_s", "positive"),
+        ({"tokens_per_s": True}, "c.measured.tokens_per_s", "positive"),
+        ({"mfu": 0.4, "step_time_s": "fast"}, "c.measured.step_time_s", "positive"),
+    ],
+)
+def test_bad_figures_name_their_field(measured, field, words):
+    with pytest.raises(UserError) as err:
+        read_measured(measured, "c.measured", SCENARIO)
+    assert err.value.field == field and words in str(err.value)
+
+
+def test_per_gpu_figures_need_the_gpu_count():
+    with pytest.raises(UserError, match="cluster.gpus"):
+        read_measured({"tokens_per_s_per_gpu": 10}, "c.measured", {"cluster": {}})
