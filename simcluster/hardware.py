@@ -286,6 +286,19 @@ def shipped_profiles() -> list[str]:
     return sorted(p.stem for p in _data_dir().glob("*.yaml"))
 
 
+#: a bare GPU name means NVIDIA's (or AMD's) reference node for it: the 8-GPU DGX/HGX board
+#: with NVSwitch and a NIC per GPU, or the NVL72 rack for Grace-Blackwell; names are matched
+#: without case. A100 without a memory size is the 80 GB part.
+GPU_ALIASES = {
+    "a100": "dgx-a100", "a100-80gb": "dgx-a100", "a100-sxm": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
+    "a100-40gb": "dgx-a100-40gb", "a100-sxm4-40gb": "dgx-a100-40gb",
+    "h100": "dgx-h100", "h100-sxm": "dgx-h100", "h100-80gb": "dgx-h100", "h100-sxm5": "dgx-h100",
+    "h200": "dgx-h200", "h800": "hgx-h800", "b200": "dgx-b200",
+    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "mi300x": "amd-mi300x",
+    "v100": "dgx-2-v100", "v100-32gb": "dgx-2-v100",
+}  # fmt: skip
+
+
 def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardware") -> Path:
     """A profile name ('dgx-h100') or a path to a YAML file -> an existing path."""
     text = str(name_or_path)
@@ -300,6 +313,10 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     if candidate.is_file():
         return candidate
     names = shipped_profiles()
+    key = text.strip().lower()
+    alias = key if key in names else GPU_ALIASES.get(key)
+    if alias:
+        return _data_dir() / f"{alias}.yaml"
     raise UserError(
         field,
         f"unknown hardware '{text}'{did_you_mean(text, names)}; "

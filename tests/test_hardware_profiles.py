@@ -6,7 +6,14 @@ import pytest
 import yaml
 
 from simcluster.errors import UserError
-from simcluster.hardware import _data_dir, load_profile, profile_from_dict, shipped_profiles
+from simcluster.hardware import (
+    GPU_ALIASES,
+    _data_dir,
+    load_profile,
+    profile_from_dict,
+    resolve_profile_path,
+    shipped_profiles,
+)
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
@@ -83,3 +90,17 @@ def test_b200_gemm_plateau_is_the_sustained_share_of_the_burst_table():
     assert max(f for _, f in eff.gemm) == pytest.approx(0.742 * share, abs=5e-4)
     assert max(f for _, f in eff.gemm_fp8) == pytest.approx(0.729 * share, abs=5e-4)
     assert max(f for _, f in load_profile("dgx-h100").efficiency.gemm) * 989.4 == pytest.approx(755, abs=1)
+
+
+def test_bare_gpu_names_mean_the_reference_node():
+    # every alias names a shipped profile whose GPU is the one it says
+    names = shipped_profiles()
+    for alias, profile in GPU_ALIASES.items():
+        assert profile in names, alias
+        gpu = load_profile(alias).gpu.name.lower().replace(" ", "")
+        assert alias.split("-")[0] in gpu, (alias, gpu)
+    assert resolve_profile_path("H100").stem == "dgx-h100"
+    assert resolve_profile_path("DGX-A100").stem == "dgx-a100"
+    assert "40GB" in load_profile("a100-40gb").gpu.name
+    with pytest.raises(UserError, match="did you mean 'dgx-h100'"):
+        resolve_profile_path("h1000")
