@@ -330,8 +330,29 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             raise UserError(f"{prefix}.dense_layers", f"must be in 0..{spec.layers - 1}")
 
 
+#: names of the same architecture as a shipped preset (Llama 3.1 8B/70B keep Llama 3's shapes;
+#: 3.1 only changed the rotary scaling and context; Llama 3's 405B is Llama 3.1's)
+PRESET_ALIASES = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3-405b": "llama3.1-405b"}
+
+
+def _preset_key(name: str) -> str:
+    """A preset name without case or separators: 'Llama-2-70B' and 'llama2-70b' match."""
+    return "".join(ch for ch in name.lower() if ch not in "-_ ")
+
+
+def resolve_preset_name(name: str) -> str:
+    """The shipped preset a name means: exact, an alias, or equal up to case and separators."""
+    names = preset_names()
+    if name in names:
+        return name
+    keys = {_preset_key(n): n for n in (*names, *PRESET_ALIASES)}
+    found = keys.get(_preset_key(name), name)
+    return PRESET_ALIASES.get(found, found)
+
+
 def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
-    """A shipped preset by name."""
+    """A shipped preset by name (see :func:`resolve_preset_name`)."""
+    name = resolve_preset_name(name)
     path = _presets_dir() / f"{name}.yaml"
     if not path.is_file():
         names = preset_names()

@@ -281,3 +281,24 @@ def test_ffn_defaults_to_megatrons_width():
     assert build_model({"layers": 2, "hidden": 4096, "heads": 32, "vocab": 51200, "ffn": 11008}).ffn == 11008
     with pytest.raises(UserError, match="model.vocab"):
         build_model({"layers": 2, "hidden": 4096, "heads": 32})
+
+
+@pytest.mark.parametrize(
+    ("written", "preset"),
+    [
+        ("Llama-2-70B", "llama2-70b"),
+        ("gpt-3-175b", "gpt3-175b"),
+        ("Mixtral-8x7B", "mixtral-8x7b"),
+        ("llama3.1-70b", "llama3-70b"),  # Llama 3.1 kept Llama 3's shapes
+        ("Llama-3.1-8B", "llama3-8b"),
+        ("llama3-405b", "llama3.1-405b"),
+        ("qwen2.5-7b", "qwen2.5-7b"),
+    ],
+)
+def test_preset_names_match_without_case_or_separators(written, preset):
+    assert load_preset(written) == load_preset(preset)
+
+
+def test_an_unknown_preset_still_suggests_one():
+    with pytest.raises(UserError, match="did you mean 'llama2-70b'"):
+        load_preset("llama2-700b")
