@@ -74,6 +74,15 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
     }
 
 
+def _nemo(raw: Mapping[str, Any]) -> Defaults:
+    # Megatron-Core under NeMo 2 / Megatron-Bridge's performance recipes: their scripts turn the
+    # bucket NaN check off ("Disable local gradient checker at non-debugging mode") and the
+    # recipes average in the collective (average_in_collective=True: no 1/dp pass)
+    defaults = _megatron_core(raw)
+    defaults["dp"].update(nan_check=False, prescale=False)
+    return defaults
+
+
 def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     # the backward's TP collective: blocking in the SC'21 code; asynchronous under the weight
     # gradient in the 2022 code that brought sequence parallelism (its asynchronous all-reduce
@@ -208,8 +217,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "max(40M, 1M x dp) parameters on the first pipeline stage's first chunk and as one "
             "bucket per chunk elsewhere, "
             "each gradient bucket NaN-checked and scaled by 1/dp before its reduction (Megatron-LM's "
-            "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: set dp.nan_check "
-            "and dp.prescale false)",
+            "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: framework nemo)",
             "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
             "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags; "
             "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync; "
@@ -217,6 +225,17 @@ FRAMEWORKS: dict[str, Framework] = {
             "DistributedDataParallel.__init__ (bucket_size default, None when pp_rank > 0 or "
             "disable_bucketing, which get_model sets for model chunks after the first)",
             _megatron_core,
+        ),
+        Framework(
+            "nemo",
+            "Megatron-Core as NeMo 2 and Megatron-Bridge's performance recipes run it: megatron-core's "
+            "overlaps, bucketing and zeroed gradient buffer, without the bucket NaN check and with "
+            "the 1/dp averaging done in the collective (their benchmark configs also reduce in bf16 "
+            "for some models: set training.fp32_grad_accum false there)",
+            "NVIDIA-NeMo/Megatron-Bridge scripts/performance (check_for_nan_in_grad False) and "
+            "recipes (DistributedDataParallelConfig average_in_collective=True); NeMo 2's "
+            "scripts/performance likewise",
+            _nemo,
         ),
         Framework(
             "megatron-lm-2021",
@@ -289,10 +308,23 @@ def framework_names() -> list[str]:
     return sorted(FRAMEWORKS)
 
 
+#: other names of the frameworks above, matched without case: today's Megatron-LM trains on
+#: Megatron-Core; Megatron-DeepSpeed is DeepSpeed's pipeline engine
+FRAMEWORK_ALIASES = {
+    "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
+    "nemo2": "nemo", "nemo-2": "nemo", "megatron-bridge": "nemo",
+    "megatron-deepspeed": "deepspeed",
+}  # fmt: skip
+
+
 def get_framework(name: Any) -> Framework:
-    """The framework called ``name``; a one-line error naming the field otherwise."""
-    if isinstance(name, str) and name in FRAMEWORKS:
-        return FRAMEWORKS[name]
+    """The framework called ``name`` (or an alias, without case); a one-line error naming the
+    field otherwise."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        key = FRAMEWORK_ALIASES.get(key, key)
+        if key in FRAMEWORKS:
+            return FRAMEWORKS[key]
     text = str(name)
     raise UserError(
         "framework",
@@ -320,6 +352,7 @@ def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
     if name is None:
         return out
     framework = get_framework(name)
+    out["framework"] = framework.name  # an alias or other spelling reads as the entry's name
     for section, values in framework.defaults(data).items():
         given = out.get(section)
         if given is None:
@@ -332,6 +365,7 @@ def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "FRAMEWORKS",
+    "FRAMEWORK_ALIASES",
     "Framework",
     "apply_framework",
     "framework_names",

@@ -23,9 +23,9 @@ FAMILY_FRAMEWORK = {
     "megatron-core-h100": "megatron-core",
     "nemo-fp8-h100": "megatron-core",
     "nemo-long-context-h100": "megatron-core",
-    "nemo-long-context-b200": "megatron-core",
-    "megatron-bridge-fp8-h100": "megatron-core",
-    "megatron-bridge-fp8-blackwell": "megatron-core",
+    "nemo-long-context-b200": "nemo",
+    "megatron-bridge-fp8-h100": "nemo",
+    "megatron-bridge-fp8-blackwell": "nemo",
     "narayanan2021-a100": "megatron-lm-2021",
     "korthikanti2022-a100": "megatron-lm-2021",
     "nanotron-h100": "nanotron",
@@ -44,11 +44,6 @@ DEPARTURES = {
     # Megatron-Bridge's Llama 3 8B H100 config turns gradient_accumulation_fusion off with Megatron
     # FSDP (scripts/performance/configs/llama3/llama3_llm_pretrain.py llama3_8b_h100_config)
     ("megatron-bridge-fp8-h100", "training.grad_accum_fusion"): lambda case: "Megatron FSDP" in case.source,
-    # NeMo 2's and Megatron-Bridge's performance scripts turn the bucket NaN check off ("Disable
-    # local gradient checker at non-debugging mode") and their recipes set average_in_collective
-    **{(f, key): (lambda case: True)
-       for f in ("nemo-long-context-b200", "megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")
-       for key in ("dp.nan_check", "dp.prescale")},
     # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
     # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
     **{(f, key): (lambda case: True)
@@ -183,7 +178,7 @@ def test_framework_kernel_is_used_only_where_the_profile_has_its_curves() -> Non
 
 def test_unknown_framework_is_one_line_naming_the_field() -> None:
     with pytest.raises(UserError) as err:
-        scenario_from_dict(_small(framework="megatron"))
+        scenario_from_dict(_small(framework="megatron-cor"))
     assert err.value.field == "framework"
     assert "megatron-core" in str(err.value)
 
@@ -208,3 +203,25 @@ def test_list_frameworks_prints_one_line_each() -> None:
     )
     lines = proc.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == sorted(FRAMEWORKS)
+
+
+@pytest.mark.parametrize(
+    ("written", "name"),
+    [("Megatron-LM", "megatron-core"), ("megatron", "megatron-core"), ("NeMo", "nemo"),
+     ("megatron-bridge", "nemo"), ("Megatron-DeepSpeed", "deepspeed"), ("DeepSpeed", "deepspeed")],
+)
+def test_framework_aliases_read_as_the_entry(written: str, name: str) -> None:
+    base = {"model": {"preset": "llama3-8b"}, "cluster": {"gpus": 8},
+            "training": {"seq_len": 4096, "global_batch": 16}}
+    assert scenario_from_dict({**base, "framework": written}) == scenario_from_dict({**base, "framework": name})
+    assert scenario_from_dict({**base, "framework": written}).framework == name
+
+
+def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
+    # NeMo 2 / Megatron-Bridge performance recipes: check_for_nan_in_grad False and
+    # average_in_collective True; everything else as Megatron-Core
+    raw = {"parallel": {"pp": 2}}
+    core, nemo = FRAMEWORKS["megatron-core"].defaults(raw), FRAMEWORKS["nemo"].defaults(raw)
+    assert nemo["dp"]["nan_check"] is False and nemo["dp"]["prescale"] is False
+    nemo["dp"].update(nan_check=True, prescale=True)
+    assert nemo == core
