@@ -306,3 +306,12 @@ def test_without_sequence_parallelism_the_input_gradient_all_reduce_runs_under_t
     b = layer_builder(sync)
     assert b.layer(0, "BW") == b.layer(0, "B") + b.layer(0, "W")
     assert run(data).summary["step_time_s"] < run(sync).summary["step_time_s"]
+
+
+def test_run_names_the_tp_overlap_when_tp_is_exposed(cli):
+    # llama3-70b-64xh100 runs TP 8 with sequence parallelism and no TE overlap (Megatron-LM's
+    # default): its exposed TP is well above 5% of the step, so `run` names overlap.tp_comm
+    off = cli("run", "llama3-70b-64xh100")
+    assert off.code == 0 and "overlap.tp_comm: true" in off.out
+    on = cli("run", "llama3-70b-64xh100", "--set", "overlap.tp_comm=true")
+    assert on.code == 0 and "overlap.tp_comm: true" not in on.out

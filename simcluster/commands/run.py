@@ -17,6 +17,8 @@ from simcluster.units import format_bytes, format_time
 
 #: a host-bound share of the step from which `run` says what would hide it
 HOST_HINT = 0.05
+#: an exposed-TP share of the step from which `run` names TransformerEngine's TP overlap
+TP_HINT = 0.05
 
 NAME = "run"
 HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
@@ -46,11 +48,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
-    _print(result.summary, args.out)
+    _print(result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario))
     return 0
 
 
-def _print(s: dict, out: str | None) -> None:
+def _tp_overlap_off(scenario) -> bool:
+    """Whether TransformerEngine's TP overlap could apply but is off (it needs sequence
+    parallelism, and nanotron's async linears are their own overlap)."""
+    par, ov = scenario.parallel, scenario.overlap
+    return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
+
+
+def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
     title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
@@ -98,6 +107,13 @@ def _print(s: dict, out: str | None) -> None:
             f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
             "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "
             "(efficiency.host_op_us, which calibrate measures) would hide it"
+        )
+    tp = s["exposed_comm_s"].get("tp", 0.0) / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
+    if tp_overlap_off and tp >= TP_HINT:
+        console.print(
+            f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
+            "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
+            "leaves it off by default) would hide part of it"
         )
     if not s["fits_in_memory"]:
         console.print(
