@@ -12,6 +12,7 @@ from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
+from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
 
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tp_overlap_off(scenario) -> bool:
+def _tp_overlap_off(scenario: Scenario) -> bool:
     """Whether TransformerEngine's TP overlap could apply but is off (it needs sequence
     parallelism, and nanotron's async linears are their own overlap)."""
     par, ov = scenario.parallel, scenario.overlap
