@@ -20,6 +20,7 @@ from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
 from simcluster.limits import MAX_GPUS
 from simcluster.nodes import expand_nodes
+from simcluster.spellings import normalise_spellings
 
 
 class _Section(BaseModel):
@@ -666,7 +667,8 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_framework(expand_nodes(apply_overrides(_expand_model_shorthand(data), overrides or [])))
+    data = apply_overrides(_expand_model_shorthand(data), overrides or [])
+    data = apply_framework(normalise_spellings(expand_nodes(data)))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,42 @@
+"""Other spellings of a scenario's choice fields, read as the names the schema knows.
+
+Papers and launch scripts write ``BF16``, ``bfloat16``, ``1F1B``, ``GPipe`` or ``Full``; the
+schema's names are lower case and short. Each field below is matched without case, then
+through its synonyms (each an exact equivalent: ``gpipe`` is all-forward-all-backward,
+``interleaved-1f1b`` Megatron's interleaved schedule). Anything else is left for the schema
+to reject with its list of choices. Applied to the raw scenario before validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: (section, field) -> {other spelling: the schema's name}; every field here is matched without case
+SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
+    ("training", "precision"): {
+        "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+    },
+    ("training", "recompute"): {"selective-recompute": "selective", "full-recompute": "full"},
+    ("training", "attention_kernel"): {"flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2"},
+    ("training", "elementwise"): {},
+    ("parallel", "schedule"): {
+        "gpipe": "afab", "interleaved-1f1b": "interleaved", "1f1b-interleaved": "interleaved",
+        "interleaved_1f1b": "interleaved", "zb-v": "zbv", "zero-bubble-v": "zbv",
+    },
+    ("parallel", "cp_comm"): {"ring": "p2p", "ulysses": "a2a", "all-gather": "all_gather"},
+    ("model", "mlp"): {"gated-silu": "swiglu", "geglu": "swiglu", "squared-relu": "relu2"},
+    ("model", "norm"): {"rms": "rmsnorm", "layer": "layernorm", "layer_norm": "layernorm", "rms_norm": "rmsnorm"},
+    ("model", "position"): {"rotary": "rope"},
+}  # fmt: skip
+
+
+def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the choice fields of :data:`SYNONYMS` in the schema's spelling."""
+    out = dict(data)
+    for (section, key), synonyms in SYNONYMS.items():
+        values = out.get(section)
+        if not isinstance(values, dict) or not isinstance(values.get(key), str):
+            continue
+        text = values[key].strip().lower()
+        out[section] = {**values, key: synonyms.get(text, text)}
+    return out

@@ -1,0 +1,42 @@
+"""Other spellings of choice fields (simcluster/spellings.py)."""
+
+import pytest
+
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
+
+BASE = {"model": "llama3-8b", "cluster": {"gpus": 8},
+        "training": {"seq_len": 4096, "global_batch": 16}}
+
+
+def _with(section, **values):
+    data = {**BASE, section: {**BASE.get(section, {}), **values}}
+    return scenario_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "written", "name"),
+    [
+        ("training", "precision", "BF16", "bf16"),
+        ("training", "precision", "bfloat16", "bf16"),
+        ("training", "precision", "float16", "fp16"),
+        ("training", "recompute", "Full", "full"),
+        ("parallel", "schedule", "1F1B", "1f1b"),
+        ("parallel", "schedule", "GPipe", "afab"),  # GPipe: all forwards, then all backwards
+        ("training", "attention_kernel", "flash-attn", "fa2"),
+    ],
+)
+def test_spellings_read_as_the_schemas_names(section, key, written, name):
+    assert getattr(getattr(_with(section, **{key: written}), section), key) == name
+
+
+def test_an_unknown_spelling_is_still_the_schemas_error():
+    with pytest.raises(UserError) as err:
+        _with("training", precision="int4")
+    assert err.value.field == "training.precision" and "bf16" in str(err.value)
+
+
+def test_the_deepspeed_preset_sees_the_normalised_precision():
+    # framework deepspeed keeps fp16 gradients in fp16 (training.fp32_grad_accum false)
+    data = {**BASE, "framework": "deepspeed", "training": {**BASE["training"], "precision": "FP16"}}
+    assert scenario_from_dict(data).training.fp32_grad_accum is False
