@@ -70,7 +70,7 @@ def test_default_is_the_ring():
 @pytest.mark.parametrize(
     "cp_comm, kw, words",
     [
-        ("ring", {}, "unknown 'ring'"),
+        ("torus", {}, "unknown 'torus'"),  # ('ring' reads as p2p: simcluster/spellings.py)
         ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over cp=4"),
         ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over cp=4"),
     ],
