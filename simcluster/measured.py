@@ -3,7 +3,8 @@
 The canonical metrics are :data:`METRICS`. Papers quote the same figures in other units, so a
 few spellings are read as their canonical metric, each conversion exact: ``mfu_pct`` (percent),
 ``tflops_per_gpu`` (the model TFLOP/s per GPU under another name), ``tokens_per_s_per_gpu``
-(times the scenario's GPU count) and ``step_time_ms``. An ``mfu`` above 1 cannot be a fraction
+(times the scenario's GPU count), ``samples_per_s`` (sequences, times its sequence length) and
+``step_time_ms``. An ``mfu`` above 1 cannot be a fraction
 of peak, so one up to 100 is read as percent. A case that gives several figures is compared on
 the first one it lists; the others are kept in the note, not silently dropped.
 """
@@ -17,11 +18,13 @@ from simcluster.errors import UserError
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
 
-#: other spellings: name -> (canonical metric, factor; None = times the scenario's GPUs)
-ALIASES: dict[str, tuple[str, float | None]] = {
+#: other spellings: name -> (canonical metric, factor: a number, or the scenario field it is
+#: multiplied by)
+ALIASES: dict[str, tuple[str, float | str]] = {
     "mfu_pct": ("mfu", 0.01),
     "tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
-    "tokens_per_s_per_gpu": ("tokens_per_s", None),
+    "tokens_per_s_per_gpu": ("tokens_per_s", "cluster.gpus"),
+    "samples_per_s": ("tokens_per_s", "training.seq_len"),
     "step_time_ms": ("step_time_s", 1e-3),
 }
 
@@ -43,12 +46,13 @@ def _positive(value: Any, where: str) -> float:
     return float(value)
 
 
-def _gpus(scenario: dict[str, Any], where: str) -> int:
-    cluster = scenario.get("cluster") if isinstance(scenario, dict) else None
-    gpus = cluster.get("gpus") if isinstance(cluster, dict) else None
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
-        raise UserError(where, "is per GPU; the scenario needs cluster.gpus to turn it into tokens_per_s")
-    return gpus
+def _scenario_int(scenario: dict[str, Any], dotted: str, where: str, metric: str) -> int:
+    section, key = dotted.split(".")
+    values = scenario.get(section) if isinstance(scenario, dict) else None
+    value = values.get(key) if isinstance(values, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(where, f"needs the scenario's {dotted} to become {metric}")
+    return value
 
 
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
@@ -64,7 +68,10 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     notes = []
     if key in ALIASES:
         metric, factor = ALIASES[key]
-        value *= _gpus(scenario, f"{where}.{key}") if factor is None else factor
+        if isinstance(factor, str):
+            value *= _scenario_int(scenario, factor, f"{where}.{key}", metric)
+        else:
+            value *= factor
         notes.append(f"{key} {raw:g} read as {metric} {value:.6g}")
     else:
         metric = key

@@ -5,7 +5,7 @@ import pytest
 from simcluster.errors import UserError
 from simcluster.measured import read_measured
 
-SCENARIO = {"cluster": {"gpus": 64}}
+SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,8 @@ SCENARIO = {"cluster": {"gpus": 64}}
         ({"tflops_per_gpu": 465.9}, "model_tflops_per_gpu", 465.9),
         # per GPU x the scenario's 64 GPUs
         ({"tokens_per_s_per_gpu": 1000}, "tokens_per_s", 64000),
+        # Zero Bubble's tables give samples (sequences) per second: x 2048 tokens each
+        ({"samples_per_s": 12.5}, "tokens_per_s", 25600),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):
@@ -54,3 +56,5 @@ def test_bad_figures_name_their_field(measured, field, words):
 def test_per_gpu_figures_need_the_gpu_count():
     with pytest.raises(UserError, match="cluster.gpus"):
         read_measured({"tokens_per_s_per_gpu": 10}, "c.measured", {"cluster": {}})
+    with pytest.raises(UserError, match="training.seq_len"):
+        read_measured({"samples_per_s": 10}, "c.measured", {"cluster": {"gpus": 8}})
