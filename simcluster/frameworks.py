@@ -135,6 +135,13 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     # REDUCE_SCATTER mode (sequence parallelism) with tp_linear_async_communication, as its
     # benchmark script and examples run it; its ALL_REDUCE mode has no async row linear
     tp_async = _parallel_flag(raw, "sequence_parallel")
+    if _zero_stage(raw) >= 2:
+        # its optimizer shards the states only (optim/zero.py ZeroDistributedOptimizer)
+        raise UserError(
+            "parallel.zero",
+            f"framework nanotron runs ZeRO stages 0 and 1 only (got zero={_zero_stage(raw)}); "
+            "use zero<=1 or another framework",
+        )
     if _zero_stage(raw) >= 1:
         # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the
         # backward, then a blocking all-gather of the bf16 parameters

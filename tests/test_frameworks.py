@@ -225,3 +225,11 @@ def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
     assert nemo["dp"]["nan_check"] is False and nemo["dp"]["prescale"] is False
     nemo["dp"].update(nan_check=True, prescale=True)
     assert nemo == core
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_nanotron_names_the_zero_stages_it_runs(zero: int) -> None:
+    # nanotron's ZeroDistributedOptimizer shards optimizer states only (ZeRO-1)
+    with pytest.raises(UserError) as err:
+        scenario_from_dict(_small(framework="nanotron", parallel={"zero": zero}))
+    assert err.value.field == "parallel.zero" and "nanotron" in str(err.value)
