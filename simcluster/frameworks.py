@@ -140,7 +140,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         raise UserError(
             "parallel.zero",
             f"framework nanotron runs ZeRO stages 0 and 1 only (got zero={_zero_stage(raw)}); "
-            "use zero<=1 or another framework",
+            "use zero<=1, or framework torchtitan (FSDP2) or deepspeed for ZeRO-2/3",
         )
     if _zero_stage(raw) >= 1:
         # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the

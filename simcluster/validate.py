@@ -10,12 +10,16 @@ per-GPU peak memory the source published, compared with the simulated peak on th
 is not part of the metric's error). METRIC is one of :data:`METRICS` (other spellings and
 units are read by :mod:`simcluster.measured`); the error is ``(predicted - measured) / measured``.
 
-A case whose scenario is invalid or whose simulation fails is reported with its error and
-counted in ``failed``; the others still run. Malformed case files raise :class:`UserError`.
+A case that is malformed, whose scenario is invalid or whose simulation fails is reported with
+its error and counted in ``failed``; the others still run. Keys a case does not know (notes, a
+URL) are named in its note and otherwise ignored; only ``scenario`` and ``measured`` are
+required. A file that is not YAML or has no ``cases:`` list raises :class:`UserError`.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -54,6 +58,7 @@ class Case:
     slow: bool = False
     peak_memory_gib: float | None = None
     note: str = ""  # how ``measured:`` was read when it was not one canonical figure
+    problem: str = ""  # why a malformed case cannot run (it fails alone)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class CaseResult:
             "family": self.case.family,
             "metric": self.case.metric,
             "predicted": self.predicted,
-            "measured": self.case.measured,
+            "measured": None if math.isnan(self.case.measured) else self.case.measured,
             "error_pct": self.error_pct,
             "error": self.error,
             **({"note": self.case.note} if self.case.note else {}),
@@ -127,14 +132,11 @@ def _positive_number(value: Any, where: str) -> float:
 def _parse_case(raw: Any, where: str, family: str) -> Case:
     if not isinstance(raw, dict):
         raise UserError(where, "must be a mapping with name, source, scenario, measured")
-    unknown = sorted(set(raw) - _CASE_KEYS)
-    if unknown:
-        raise UserError(
-            f"{where}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(_CASE_KEYS))}"
-        )
-    for key in ("name", "source", "scenario", "measured"):
+    for key in ("scenario", "measured"):
         if key not in raw:
-            raise UserError(f"{where}.{key}", "is required; add it to the case")
+            near = difflib.get_close_matches(key, [str(k) for k in raw if k not in _CASE_KEYS], n=1)
+            hint = f" ('{near[0]}' looks like a misspelling of it)" if near else ""
+            raise UserError(f"{where}.{key}", f"is required; add it to the case{hint}")
     if not isinstance(raw["scenario"], dict):
         raise UserError(
             f"{where}.scenario", "must be a scenario mapping (model, cluster, parallel, training)"
@@ -146,13 +148,17 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     compare = raw.get("compare") or {}
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
+    notes = [measured.note] if measured.note else []
+    unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
+    if unknown:  # metadata such as notes or a URL must not stop a run; a typo is shown
+        notes.append(f"unknown key {', '.join(unknown)} ignored (a case has {', '.join(sorted(_CASE_KEYS))})")
     return Case(
-        name=str(raw["name"]),
-        source=str(raw["source"]),
+        name=str(raw.get("name") or where),
+        source=str(raw.get("source") or ""),
         family=str(raw.get("family") or family),
         metric=measured.metric,
         measured=measured.value,
-        note=measured.note,
+        note="; ".join(notes),
         scenario=raw["scenario"],
         published=dict(raw.get("published") or {}),
         group=str(compare.get("group", "")),
@@ -175,10 +181,27 @@ def load_cases_file(path: str | Path) -> list[Case]:
     doc = yamlio.load_user_file(path, "CASES", "cases file")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise UserError("CASES", f"{path} needs a top-level 'cases:' list")
-    return [
-        _parse_case(raw, f"{path.name}: cases[{i}]", path.stem)
-        for i, raw in enumerate(doc["cases"])
-    ]
+    return [_case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem) for i, raw in enumerate(doc["cases"])]
+
+
+def _case_or_problem(raw: Any, where: str, family: str) -> Case:
+    """The case, or one that reports why it cannot run (a malformed case fails alone: it is
+    listed with its error and counted in ``failed`` while the others run)."""
+    try:
+        return _parse_case(raw, where, family)
+    except UserError as exc:
+        fields = raw if isinstance(raw, dict) else {}
+        measured = fields.get("measured")
+        metric = next(iter(measured), "") if isinstance(measured, dict) and measured else ""
+        return Case(
+            name=str(fields.get("name") or where),
+            source=str(fields.get("source") or ""),
+            family=str(fields.get("family") or family),
+            metric=str(metric),
+            measured=float("nan"),
+            scenario=fields["scenario"] if isinstance(fields.get("scenario"), dict) else {},
+            problem=exc.one_line(),
+        )
 
 
 def load_cases(
@@ -207,6 +230,8 @@ def run_case(case: Case) -> CaseResult:
     from simcluster.engine.breakdown import largest_besides_gemm
     from simcluster.scenario import scenario_from_dict
 
+    if case.problem:
+        return CaseResult(case, None, case.problem, 0.0, None, None)
     wall = time.perf_counter()
     memory = largest = None
     try:

@@ -464,19 +464,39 @@ def test_filter_matches_the_family_too():
     "case, field",
     [
         ({"name": "x", "source": "t", "scenario": {}}, "measured"),
+        ({"name": "x", "source": "t", "scenario": {}, "mesured": {"mfu": 0.4}}, "'mesured' looks like"),
         ({"name": "x", "source": "t", "scenario": {}, "measured": {"speed": 1}}, "measured.speed"),
         ({"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": -1}}, "measured.mfu"),
-        ({"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": 1}, "extra": 1}, "extra"),
         (
             {"name": "x", "source": "t", "scenario": {}, "measured": {"mfu": 1}, "peak_memory_gib": "big"},
             "peak_memory_gib",
         ),
+        ("not a mapping", "cases[0]"),
     ],
 )
-def test_cli_malformed_case_is_one_line_error(cli, tmp_path, case, field):
-    res = cli("validate", _cases_file(tmp_path, [case]))
-    assert res.code == 2
-    assert res.err.startswith("error: ") and field in res.err and res.err.count("\n") == 1
+def test_cli_malformed_case_fails_alone(cli, tmp_path, case, field):
+    # the issue: a case that cannot be simulated is listed with its error and counted in
+    # `failed`; the others still run (here a good case beside the malformed one)
+    good = {"name": "good", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    res = cli("validate", _cases_file(tmp_path, [case, good]), "--json", "--jobs", "1")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert doc["summary"]["failed"] == 1 and doc["summary"]["n"] == 1
+    broken = doc["cases"][0]
+    assert broken["predicted"] is None and field in broken["error"] and "\n" not in broken["error"]
+    table = cli("validate", _cases_file(tmp_path, [case, good]), "--jobs", "1")
+    assert table.code == 0 and "failed" in table.out
+
+
+def test_extra_case_keys_are_noted_not_fatal(cli, tmp_path):
+    # a case may carry metadata (notes, a URL); a typo of an optional key shows in the note
+    case = {"name": "x", "scenario": make_scenario(), "measured": {"step_time_s": 1.0},
+            "notes": "from the paper's Table 2", "peak_memory_gb": 40}
+    res = cli("validate", _cases_file(tmp_path, [case]), "--json", "--jobs", "1")
+    assert res.code == 0, res.err
+    row = json.loads(res.out)["cases"][0]
+    assert row["predicted"] is not None
+    assert "unknown key notes, peak_memory_gb ignored" in row["note"]
 
 
 def test_cli_missing_file(cli):

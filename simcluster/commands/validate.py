@@ -93,7 +93,7 @@ def _pct(x: float | None) -> str:
 
 
 def _num(x: float | None) -> str:
-    if x is None:
+    if x is None or x != x:  # NaN: the measured value of a malformed case
         return "—"
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
