@@ -140,3 +140,9 @@ def test_symmetry_matches_all_ranks_with_ep_cp_zero3(parallel):
     every = simulate(scenario_from_dict(data), all_ranks=True).summary
     assert every["step_time_s"] == pytest.approx(sym["step_time_s"], rel=1e-9)
     assert every["exposed_comm_s"] == pytest.approx(sym["exposed_comm_s"], rel=1e-9, abs=1e-12)
+
+
+def test_run_says_when_no_framework_is_named(cli):
+    # the unset framework settings are the ones that move a cut-down case most (docs/accuracy.md)
+    assert "names no framework" in cli("run", "llama3-8b-8xh100").out
+    assert "names no framework" not in cli("run", "llama3-8b-8xh100", "--set", "framework=nemo").out

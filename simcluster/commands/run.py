@@ -109,6 +109,11 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
             "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "
             "(efficiency.host_op_us, which calibrate measures) would hide it"
         )
+    if not s.get("framework"):
+        console.print(
+            "[dim]the scenario names no framework: unset overlaps, buckets and kernels are simcluster's defaults "
+            "(Megatron-LM's flags, FlashAttention); `simcluster list frameworks` names the presets[/]"
+        )
     tp = s["exposed_comm_s"].get("tp", 0.0) / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
     if tp_overlap_off and tp >= TP_HINT:
         console.print(
