@@ -20,6 +20,7 @@ from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
 from simcluster.limits import MAX_GPUS
 from simcluster.nodes import expand_nodes
+from simcluster.paths import anchor_paths
 from simcluster.spellings import normalise_spellings
 
 
@@ -680,7 +681,7 @@ def load_scenario(
 ) -> Scenario:
     """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
     path = resolve_scenario_path(name_or_path)
-    data = yamlio.load_user_file(path, "scenario", "scenario file")
+    data = anchor_paths(yamlio.load_user_file(path, "scenario", "scenario file"), path.parent)
     scenario = scenario_from_dict(data, overrides)
     if scenario.name == "scenario":
         scenario = scenario.model_copy(update={"name": path.stem})

@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.measured import METRICS, read_measured
+from simcluster.paths import anchor_paths
 
 __all__ = ["METRICS"]
 
@@ -181,7 +182,9 @@ def load_cases_file(path: str | Path) -> list[Case]:
     doc = yamlio.load_user_file(path, "CASES", "cases file")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise UserError("CASES", f"{path} needs a top-level 'cases:' list")
-    return [_case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem) for i, raw in enumerate(doc["cases"])]
+    cases = [_case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem) for i, raw in enumerate(doc["cases"])]
+    # a relative hf_config or hardware path in a case is read from the cases file's folder
+    return [replace(c, scenario=anchor_paths(c.scenario, path.parent)) for c in cases]
 
 
 def _case_or_problem(raw: Any, where: str, family: str) -> Case:
