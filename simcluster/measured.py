@@ -38,7 +38,8 @@ class Measured:
     note: str = ""
 
 
-def _positive(value: Any, where: str) -> float:
+def positive_number(value: Any, where: str) -> float:
+    """``value`` as a float, or a one-line error naming ``where`` unless it is finite and above 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise UserError(where, f"must be a positive number, got {value!r}")
     if value == float("inf"):
@@ -64,7 +65,7 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
         if key not in METRICS and key not in ALIASES:
             raise UserError(f"{where}.{key}", f"unknown metric; use one of {names}")
     key, raw = next(iter(measured.items()))
-    value = _positive(raw, f"{where}.{key}")
+    value = positive_number(raw, f"{where}.{key}")
     notes = []
     if key in ALIASES:
         metric, factor = ALIASES[key]
@@ -81,6 +82,6 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
         value /= 100
         notes.append(f"mfu {raw:g} read as percent ({value:.4g})")
     for other in list(measured)[1:]:
-        _positive(measured[other], f"{where}.{other}")
+        positive_number(measured[other], f"{where}.{other}")
         notes.append(f"compared on {key}, the first figure; {other} {measured[other]:g} not compared")
     return Measured(metric, value, "; ".join(notes))

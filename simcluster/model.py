@@ -273,7 +273,7 @@ def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -
     if data.get("experts"):
         data.setdefault("ffn", data.get("expert_ffn", 0))
     else:
-        data.setdefault("ffn", default_ffn(data["hidden"], data.get("mlp", "swiglu")))
+        data.setdefault("ffn", default_ffn(data["hidden"], data.get("mlp", ModelSpec.mlp)))
     spec = ModelSpec(name=name, mla=_mla_spec(mla, field_prefix) if mla else None, **data)
     _check(spec, field_prefix)
     return spec

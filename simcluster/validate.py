@@ -32,7 +32,7 @@ from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
-from simcluster.measured import METRICS, read_measured
+from simcluster.measured import METRICS, positive_number, read_measured
 from simcluster.paths import anchor_paths
 
 __all__ = ["METRICS"]
@@ -124,12 +124,6 @@ def shipped_case_files() -> list[Path]:
     return sorted(validation_dir().glob("*.yaml"))
 
 
-def _positive_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise UserError(where, f"must be a positive number, got {value!r}")
-    return float(value)
-
-
 def _parse_case(raw: Any, where: str, family: str) -> Case:
     if not isinstance(raw, dict):
         raise UserError(where, "must be a mapping with name, source, scenario, measured")
@@ -145,7 +139,7 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     measured = read_measured(raw["measured"], f"{where}.measured", raw["scenario"])
     memory = raw.get("peak_memory_gib")
     if memory is not None:
-        memory = _positive_number(memory, f"{where}.peak_memory_gib")
+        memory = positive_number(memory, f"{where}.peak_memory_gib")
     compare = raw.get("compare") or {}
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")

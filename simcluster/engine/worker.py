@@ -229,8 +229,7 @@ class Worker:
                 else:
                     yield from self._host_compute(seg, kind, mb, chunk, issued)
             if seg.sync:
-                # a device-to-host copy: the host waits for this block, then reads it back
-                self.host_t = max(self.host_t, env.now) + self.shared.host_op_s
+                self._host_sync()
             for p in pending:
                 yield p
             pending = []
@@ -242,6 +241,11 @@ class Worker:
         """Advance the host clock by ``host`` seconds of issuing; returns when it is done."""
         self.host_t += host
         return self.host_t
+
+    def _host_sync(self) -> None:
+        """A device-to-host read the next ops depend on: the host waits for the GPU to get
+        here, then spends one Python op reading the value back."""
+        self.host_t = max(self.host_t, self.shared.env.now) + self.shared.host_op_s
 
     def _host_wait(self, until: float, mb: int, chunk: int, layer: int) -> Generator:
         """The compute stream idles until the host has issued its next kernel."""
@@ -549,7 +553,7 @@ class Worker:
         if self.shared.ctx.scenario.dp.nan_check:
             # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
             # host waits for the pass, so the backward after it is issued from a standstill
-            self.host_t = max(self.host_t, self.shared.env.now) + self.shared.host_op_s
+            self._host_sync()
 
     def _spawn_dp(self, work: Generator) -> simpy.Process:
         """Start a data-parallel collective (a gradient reduction or a parameter gather).
