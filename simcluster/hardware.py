@@ -23,6 +23,7 @@ from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
+from simcluster.gpu_names import reference_node
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -286,19 +287,6 @@ def shipped_profiles() -> list[str]:
     return sorted(p.stem for p in _data_dir().glob("*.yaml"))
 
 
-#: a bare GPU name means NVIDIA's (or AMD's) reference node for it: the 8-GPU DGX/HGX board
-#: with NVSwitch and a NIC per GPU, or the NVL72 rack for Grace-Blackwell; names are matched
-#: without case. A100 without a memory size is the 80 GB part.
-GPU_ALIASES = {
-    "a100": "dgx-a100", "a100-80gb": "dgx-a100", "a100-sxm": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
-    "a100-40gb": "dgx-a100-40gb", "a100-sxm4-40gb": "dgx-a100-40gb",
-    "h100": "dgx-h100", "h100-sxm": "dgx-h100", "h100-80gb": "dgx-h100", "h100-sxm5": "dgx-h100",
-    "h200": "dgx-h200", "h800": "hgx-h800", "b200": "dgx-b200",
-    "gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "mi300x": "amd-mi300x",
-    "v100": "dgx-2-v100", "v100-32gb": "dgx-2-v100",
-}  # fmt: skip
-
-
 def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardware") -> Path:
     """A profile name ('dgx-h100') or a path to a YAML file -> an existing path."""
     text = str(name_or_path)
@@ -314,7 +302,7 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
         return candidate
     names = shipped_profiles()
     key = text.strip().lower()
-    alias = key if key in names else GPU_ALIASES.get(key)
+    alias = key if key in names else reference_node(text, field)
     if alias:
         return _data_dir() / f"{alias}.yaml"
     raise UserError(

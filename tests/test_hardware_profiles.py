@@ -7,7 +7,6 @@ import yaml
 
 from simcluster.errors import UserError
 from simcluster.hardware import (
-    GPU_ALIASES,
     _data_dir,
     load_profile,
     profile_from_dict,
@@ -92,15 +91,54 @@ def test_b200_gemm_plateau_is_the_sustained_share_of_the_burst_table():
     assert max(f for _, f in load_profile("dgx-h100").efficiency.gemm) * 989.4 == pytest.approx(755, abs=1)
 
 
-def test_bare_gpu_names_mean_the_reference_node():
-    # every alias names a shipped profile whose GPU is the one it says
-    names = shipped_profiles()
-    for alias, profile in GPU_ALIASES.items():
-        assert profile in names, alias
-        gpu = load_profile(alias).gpu.name.lower().replace(" ", "")
-        assert alias.split("-")[0] in gpu, (alias, gpu)
-    assert resolve_profile_path("H100").stem == "dgx-h100"
+# how papers, datasheets and launch scripts name the GPU -> the shipped reference node
+GPU_SPELLINGS = {
+    "h100": "dgx-h100", "H100": "dgx-h100", "h100-sxm5": "dgx-h100", "NVIDIA H100 SXM5 80GB": "dgx-h100",
+    "NVIDIA H100 80GB HBM3": "dgx-h100", "h100_sxm": "dgx-h100", "8x H100": "dgx-h100", "DGX H100": "dgx-h100",
+    "HGX H100": "dgx-h100", "a100": "dgx-a100", "A100-SXM4-80GB": "dgx-a100", "8xA100 80GB": "dgx-a100",
+    "a100-40gb": "dgx-a100-40gb", "NVIDIA A100-SXM4-40GB": "dgx-a100-40gb", "A100 40 GB": "dgx-a100-40gb",
+    "h200": "dgx-h200", "H200 141GB": "dgx-h200", "h800": "hgx-h800", "b200": "dgx-b200",
+    "B200 192GB": "dgx-b200", "gb200": "gb200-nvl72", "GB200 NVL72": "gb200-nvl72", "gb300": "gb300-nvl72",
+    "MI300X": "amd-mi300x", "AMD Instinct MI300X": "amd-mi300x", "v100": "dgx-2-v100",
+    "Tesla V100-SXM3-32GB": "dgx-2-v100", "p5.48xlarge": "aws-p5", "P5": "aws-p5",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("spelling", "profile"), GPU_SPELLINGS.items())
+def test_gpu_names_mean_the_reference_node(spelling, profile):
+    assert resolve_profile_path(spelling).stem == profile
+
+
+def test_reference_nodes_carry_the_gpu_they_are_named_for():
+    # each entry of the table names a shipped profile whose GPU is that GPU, at that memory size
+    from simcluster.gpu_names import REFERENCE_NODES
+
+    for gpu, sizes in REFERENCE_NODES.items():
+        for size, profile in sizes.items():
+            spec = load_profile(profile).gpu
+            assert gpu in spec.name.lower().replace(" ", ""), (gpu, spec.name)
+            if size is not None:
+                # datasheet GB vs the GiB the profile holds (B200: 180 GB listed, 192 early)
+                assert spec.memory_gib == pytest.approx(size, rel=0.08), (gpu, size, spec.memory_gib)
+
+
+@pytest.mark.parametrize(
+    ("spelling", "message"),
+    [
+        ("H100 PCIe", "PCIe/NVL card"),
+        ("h100-nvl", "PCIe/NVL card"),
+        ("A100 16GB", "no shipped profile for a 16 GB A100 .shipped: 80 GB, 40 GB"),
+        ("p4d.24xlarge", "dgx-a100-40gb with cluster.nics_per_node: 4"),
+        ("h1000", "did you mean 'dgx-h100'"),
+        ("p3.16xlarge", "unknown hardware"),
+    ],
+)
+def test_gpu_names_no_profile_describes_are_refused(spelling, message):
+    with pytest.raises(UserError, match=message):
+        resolve_profile_path(spelling)
+
+
+def test_a_named_profile_is_not_reparsed():
     assert resolve_profile_path("DGX-A100").stem == "dgx-a100"
+    assert resolve_profile_path("dgx-a100-40gb").stem == "dgx-a100-40gb"
     assert "40GB" in load_profile("a100-40gb").gpu.name
-    with pytest.raises(UserError, match="did you mean 'dgx-h100'"):
-        resolve_profile_path("h1000")

@@ -1,0 +1,91 @@
+"""GPU names as people write them, read as the shipped reference node for that GPU.
+
+``H100``, ``NVIDIA H100 SXM5 80GB``, ``h100_sxm``, ``A100-SXM4-40GB``, ``8xA100 80GB``, ``DGX H100``
+or an AWS instance type (``p5.48xlarge``) all name a GPU; ``cluster.hardware`` takes them and
+means NVIDIA's (or AMD's) reference node for it: the 8-GPU DGX/HGX board with NVSwitch and a NIC
+per GPU, or the NVL72 rack for Grace-Blackwell. A memory size picks between parts (A100 40 GB
+or 80 GB; no size means the larger). A board the shipped profiles do not describe (a PCIe or
+NVL card, a memory size no shipped part has) is refused with what to use instead, rather than
+silently read as the SXM part, whose power, clocks and NVLink differ.
+"""
+
+from __future__ import annotations
+
+import re
+
+from simcluster.errors import UserError
+
+#: GPU -> {memory in GB (None: unstated) -> shipped profile}
+REFERENCE_NODES: dict[str, dict[int | None, str]] = {
+    "a100": {None: "dgx-a100", 80: "dgx-a100", 40: "dgx-a100-40gb"},
+    "h100": {None: "dgx-h100", 80: "dgx-h100"},
+    "h200": {None: "dgx-h200", 141: "dgx-h200"},
+    "h800": {None: "hgx-h800", 80: "hgx-h800"},
+    # DGX B200 lists 180 GB per GPU; early B200 material says 192
+    "b200": {None: "dgx-b200", 180: "dgx-b200", 192: "dgx-b200"},
+    "gb200": {None: "gb200-nvl72", 186: "gb200-nvl72", 192: "gb200-nvl72"},
+    "gb300": {None: "gb300-nvl72", 288: "gb300-nvl72"},
+    "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
+    "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
+}
+
+#: AWS instance families -> shipped profile (p5: 8x H100 SXM with 32x 100 Gb/s EFA)
+INSTANCE_TYPES = {"p5": "aws-p5"}
+
+#: AWS instance families without a shipped profile, and the nearest thing to run instead
+_UNSHIPPED_INSTANCES = {
+    "p4d": "8x A100 40GB with 4x 100 Gb/s EFA: use hardware dgx-a100-40gb with cluster.nics_per_node: 4 "
+    "and cluster.nic_gbps: 100",
+    "p4de": "8x A100 80GB with 4x 100 Gb/s EFA: use hardware dgx-a100 with cluster.nics_per_node: 4 "
+    "and cluster.nic_gbps: 100",
+}
+
+# longest names first, so 'gb200' is not read as 'b200'
+_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?!\d)")
+_MEMORY = re.compile(r"(\d+)\s*gi?b(?![a-z])")
+_INSTANCE = re.compile(r"^(p\d+[a-z]*)(?:\.\d*x?large)?$")
+# a PCIe card or an NVL (two-card NVLink bridge) board, not the NVL72 rack
+_OTHER_BOARD = re.compile(r"pcie|nvl(?!\d)")
+
+
+def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
+    """The shipped profile a GPU name means, or None if ``text`` names no known GPU.
+
+    Raises :class:`UserError` for a known GPU on a board or with a memory size that no shipped
+    profile describes.
+    """
+    # '8x H100', '8xA100 80GB': the count is the node's, not part of the name
+    key = re.sub(r"^\d+\s*x\s*", "", text.strip().lower())
+    instance = _INSTANCE.match(key)
+    if instance:
+        family = instance.group(1)
+        if family in INSTANCE_TYPES:
+            return INSTANCE_TYPES[family]
+        if family in _UNSHIPPED_INSTANCES:
+            raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
+        return None
+    match = _GPU.search(key)
+    if not match:
+        return None
+    gpu = match.group(1)
+    rest = key[match.end() :]
+    if _OTHER_BOARD.search(rest):
+        raise UserError(
+            field,
+            f"no shipped profile for the {gpu.upper()} PCIe/NVL card (the shipped {gpu.upper()} is the "
+            f"SXM part of {REFERENCE_NODES[gpu][None]}, with other power, clocks and NVLink); "
+            "give a profile YAML for that card, e.g. from simcluster's calibrate",
+        )
+    sizes = REFERENCE_NODES[gpu]
+    memory = _MEMORY.search(rest)
+    if memory is None:
+        return sizes[None]
+    gb = int(memory.group(1))
+    if gb not in sizes:
+        shipped = ", ".join(f"{size} GB" for size in sizes if size is not None)
+        raise UserError(
+            field,
+            f"no shipped profile for a {gb} GB {gpu.upper()} (shipped: {shipped}); "
+            "give a profile YAML, or set cluster.memory_gib on the nearest one",
+        )
+    return sizes[gb]
