@@ -102,7 +102,7 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
     table.add_row("peak memory per GPU", memory_text)
     table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
     console.print(table)
-    host = busiest(s).get("host", 0.0) / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
+    host = _share_of_step(s, busiest(s).get("host", 0.0))
     if host >= HOST_HINT:
         console.print(
             f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
@@ -114,7 +114,7 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
             "[dim]the scenario names no framework: unset overlaps, buckets and kernels are simcluster's defaults "
             "(Megatron-LM's flags, FlashAttention); `simcluster list frameworks` names the presets[/]"
         )
-    tp = s["exposed_comm_s"].get("tp", 0.0) / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
+    tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
     if tp_overlap_off and tp >= TP_HINT:
         console.print(
             f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
@@ -138,6 +138,11 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
         console.print(
             f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png, breakdown.png"
         )
+
+
+def _share_of_step(s: dict, seconds: float) -> float:
+    """``seconds`` as a share of the step (0 for an empty step)."""
+    return seconds / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
 
 
 def _breakdown_label(s: dict) -> str:
