@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import UserError, did_you_mean
+from simcluster.names import loose_lookup
 
 if TYPE_CHECKING:
     from simcluster.hardware import HardwareProfile
@@ -315,7 +316,7 @@ def framework_names() -> list[str]:
     return sorted(FRAMEWORKS)
 
 
-#: other names of the frameworks above, matched without case: today's Megatron-LM trains on
+#: other names of the frameworks above, matched as names.loose_key compares them: today's Megatron-LM trains on
 #: Megatron-Core; Megatron-DeepSpeed is DeepSpeed's pipeline engine
 FRAMEWORK_ALIASES = {
     "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
@@ -325,11 +326,11 @@ FRAMEWORK_ALIASES = {
 
 
 def get_framework(name: Any) -> Framework:
-    """The framework called ``name`` (or an alias, without case); a one-line error naming the
-    field otherwise."""
+    """The framework called ``name`` (or an alias; without case, spaces, hyphens or
+    underscores); a one-line error naming the field otherwise."""
     if isinstance(name, str):
-        key = name.strip().lower()
-        key = FRAMEWORK_ALIASES.get(key, key)
+        key = loose_lookup(name, (*FRAMEWORKS, *FRAMEWORK_ALIASES))
+        key = FRAMEWORK_ALIASES.get(key, key) if key else None
         if key in FRAMEWORKS:
             return FRAMEWORKS[key]
     text = str(name)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
 from simcluster.limits import MAX_LAYERS
+from simcluster.names import loose_lookup
 
 
 @dataclass(frozen=True)
@@ -335,18 +336,12 @@ def _check(spec: ModelSpec, prefix: str) -> None:
 PRESET_ALIASES = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3-405b": "llama3.1-405b"}
 
 
-def _preset_key(name: str) -> str:
-    """A preset name without case or separators: 'Llama-2-70B' and 'llama2-70b' match."""
-    return "".join(ch for ch in name.lower() if ch not in "-_ ")
-
-
 def resolve_preset_name(name: str) -> str:
     """The shipped preset a name means: exact, an alias, or equal up to case and separators."""
     names = preset_names()
     if name in names:
         return name
-    keys = {_preset_key(n): n for n in (*names, *PRESET_ALIASES)}
-    found = keys.get(_preset_key(name), name)
+    found = loose_lookup(name, (*names, *PRESET_ALIASES)) or name
     return PRESET_ALIASES.get(found, found)
 
 

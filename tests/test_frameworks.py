@@ -233,3 +233,13 @@ def test_nanotron_names_the_zero_stages_it_runs(zero: int) -> None:
     with pytest.raises(UserError) as err:
         scenario_from_dict(_small(framework="nanotron", parallel={"zero": zero}))
     assert err.value.field == "parallel.zero" and "nanotron" in str(err.value)
+
+
+def test_framework_names_match_as_people_write_them():
+    # spaces, hyphens, underscores and case do not matter; aliases too
+    from simcluster.frameworks import get_framework
+
+    for spelling, name in [("Megatron Core", "megatron-core"), ("megatron_core", "megatron-core"),
+                           ("torch titan", "torchtitan"), ("NeMo 2", "nemo"), ("Megatron-LM", "megatron-core"),
+                           ("MEGATRON-LM-2021", "megatron-lm-2021"), ("Megatron DeepSpeed", "deepspeed")]:  # fmt: skip
+        assert get_framework(spelling).name == name, spelling
