@@ -73,6 +73,11 @@ class CaseResult:
     predicted_memory_gib: float | None = None
     # the simulated step's largest part after the GEMMs (engine/breakdown.py): key and share
     largest_after_gemm: tuple[str, float] | None = None
+    #: whether the simulated step fits in the GPUs' memory (None when the case failed): a
+    #: published run did, so a case that does not is missing a setting (recompute, ZeRO, ...)
+    fits_in_memory: bool | None = None
+    #: the framework preset the case's scenario names (None: simcluster's defaults)
+    framework: str | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -100,6 +105,8 @@ class CaseResult:
             "error": self.error,
             **({"note": self.case.note} if self.case.note else {}),
             "wall_s": self.wall_s,
+            "fits_in_memory": self.fits_in_memory,
+            "framework": self.framework,
             "peak_memory_gib": {
                 "predicted": self.predicted_memory_gib,
                 "published": self.case.peak_memory_gib,
@@ -230,7 +237,7 @@ def run_case(case: Case) -> CaseResult:
     if case.problem:
         return CaseResult(case, None, case.problem, 0.0, None, None)
     wall = time.perf_counter()
-    memory = largest = None
+    memory = largest = fits = framework = None
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
@@ -238,11 +245,12 @@ def run_case(case: Case) -> CaseResult:
         predicted, error = float(summary[case.metric]), None
         memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
         largest = largest_besides_gemm(summary)
+        fits, framework = bool(summary["fits_in_memory"]), summary.get("framework")
     except UserError as exc:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others
         predicted, error = None, f"{type(exc).__name__}: {exc}"
-    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest)
+    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest, fits, framework)
 
 
 def run_cases(

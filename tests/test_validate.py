@@ -397,6 +397,28 @@ def test_cli_reports_the_error_per_gpu_and_the_cases_beyond_25_percent(cli, tmp_
     assert "on " + load_profile("dgx-a100").gpu.name in table.out
 
 
+def test_cli_names_cases_that_do_not_fit_or_leave_the_stack_to_the_defaults(cli, tmp_path):
+    """A published run fitted in its GPUs, so a case whose simulated peak exceeds them is missing a
+    setting; a case naming no framework and spelling out no stack section runs on simcluster's
+    defaults. Both are said under the table and kept in the JSON."""
+    capacity = simulate(scenario_from_dict(make_scenario())).summary["capacity_bytes"] / 2**30
+    fits = {"name": "fits", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    small = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 8, "memory_gib": 1.0})
+    unfit = {"name": "unfit", "source": "t", "scenario": small, "measured": {"step_time_s": 1.0}}
+    spelled = {**fits, "name": "spelled", "scenario": make_scenario(overlap={"dp_grad_reduce": False})}
+    named = {**fits, "name": "named", "scenario": {**make_scenario(), "framework": "megatron-core"}}
+    path = _cases_file(tmp_path, [fits, unfit, spelled, named])
+    doc = json.loads(cli("validate", path, "--json", "--jobs", "1").out)
+    rows = {c["name"]: c for c in doc["cases"]}
+    assert capacity > 1.0
+    assert rows["fits"]["fits_in_memory"] is True and rows["unfit"]["fits_in_memory"] is False
+    assert rows["named"]["framework"] == "megatron-core" and rows["fits"]["framework"] is None
+    table = cli("validate", path, "--jobs", "1").out.replace("\n", " ")
+    assert "1 case(s) do not fit in GPU memory as simulated (unfit)" in table
+    # 'spelled' sets an overlap section, 'named' a framework: only the other two are bare
+    assert "2 case(s) name no framework and set no overlap, dp or zero3 section (fits, unfit)" in table
+
+
 def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):
     """``--out DIR``: validate.csv (one row per case, the signed error of each), validate.json
     (the ``--json`` document) and validate.png, written atomically; a failed case is a row too."""

@@ -104,6 +104,36 @@ def _memory_cell(r: CaseResult) -> str:
     return f"{r.predicted_memory_gib:.1f} / {r.case.peak_memory_gib:.1f} ({_pct(r.memory_error_pct)})"
 
 
+#: scenario sections in which a case spells out what its framework did
+STACK_SECTIONS = frozenset({"overlap", "dp", "zero3"})
+
+
+def _names(results: list[CaseResult], most: int = 5) -> str:
+    names = [r.case.name for r in results]
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
+    """What a case's scenario leaves to simcluster, where it matters for the error."""
+    ran = [r for r in results if r.error is None]
+    unfit = [r for r in ran if r.fits_in_memory is False]
+    if unfit:
+        console.print(
+            f"{len(unfit)} case(s) do not fit in GPU memory as simulated ({_names(unfit)}): the published "
+            "runs did, so a setting is likely missing (training.recompute, parallel.zero, micro_batch); "
+            "`simcluster memory` shows where the bytes go"
+        )
+    # a case that names no framework and spells out none of a stack's behaviour either
+    bare = [r for r in ran if r.framework is None and not STACK_SECTIONS & set(r.case.scenario)]
+    if bare:
+        console.print(
+            f"[dim]{len(bare)} case(s) name no framework and set no overlap, dp or zero3 section "
+            f"({_names(bare)}): their overlaps, buckets and "
+            "kernels are simcluster's defaults; `framework:` sets a stack's (simcluster list frameworks; "
+            "docs/accuracy.md, 'How much the settings a paper leaves out matter')[/]"
+        )
+
+
 def _print(results: list[CaseResult]) -> None:
     console = Console(width=max(Console().width, 120))
     table = Table(title="validation cases")
@@ -126,6 +156,7 @@ def _print(results: list[CaseResult]) -> None:
     for r in results:
         if r.case.note:
             console.print(f"{r.case.name}: {r.case.note}")
+    _print_setting_notes(console, results)
 
     fam = Table(title="error by family and by GPU (absolute %)")
     for col in ("family", "n", "MAPE", "median", "max", "failed"):
