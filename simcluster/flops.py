@@ -83,6 +83,23 @@ def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:
     return TokenFlops(forward=mm + att, backward_input=mm + 2 * att, backward_weight=mm)
 
 
+#: how a source counts the model FLOPs behind its MFU or TFLOP/s: ``megatron`` as above
+#: (attention without the causal mask, Narayanan et al. 2021, PaLM); ``causal`` halves the
+#: attention (NeMo 2 / Megatron-Bridge's later formula, FlashAttention's benchmarks); ``6n`` is
+#: 6 FLOPs per matmul weight per token, no attention (Kaplan et al. 2020's C = 6N)
+FLOP_CONVENTIONS = ("megatron", "causal", "6n")
+
+
+def convention_factor(model: ModelSpec, seq_len: int, convention: str) -> float:
+    """Model FLOPs per token under ``convention`` over those this module counts (megatron)."""
+    if convention not in FLOP_CONVENTIONS:
+        raise ValueError(f"unknown FLOP convention {convention!r}")
+    per_token = token_flops(model, seq_len).total
+    attention = 3.0 * attention_flops_per_token(model, seq_len)  # forward 1x, backward 2x
+    dropped = {"megatron": 0.0, "causal": 0.5 * attention, "6n": attention}[convention]
+    return (per_token - dropped) / per_token
+
+
 def recompute_flops_per_token(
     model: ModelSpec, seq_len: int, training: TrainingSection, full_layers: Iterable[int]
 ) -> float:

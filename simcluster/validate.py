@@ -39,8 +39,10 @@ __all__ = ["METRICS"]
 
 _CASE_KEYS = {
     "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
-    "peak_memory_gib",
+    "peak_memory_gib", "flops",
 }
+#: metrics counted in model FLOPs, which a case's ``flops:`` convention rescales
+_FLOP_METRICS = ("mfu", "model_tflops_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class Case:
     label: str = ""
     slow: bool = False
     peak_memory_gib: float | None = None
+    #: how the source counts model FLOPs (flops.FLOP_CONVENTIONS): an MFU or TFLOP/s case is
+    #: compared in the source's own count
+    flops: str = "megatron"
     note: str = ""  # how ``measured:`` was read when it was not one canonical figure
     problem: str = ""  # why a malformed case cannot run (it fails alone)
 
@@ -104,6 +109,7 @@ class CaseResult:
             "error_pct": self.error_pct,
             "error": self.error,
             **({"note": self.case.note} if self.case.note else {}),
+            **({"flops": self.case.flops} if self.case.flops != "megatron" else {}),
             "wall_s": self.wall_s,
             "fits_in_memory": self.fits_in_memory,
             "framework": self.framework,
@@ -151,6 +157,9 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
     notes = [measured.note] if measured.note else []
+    flops = _flop_convention(raw.get("flops", "megatron"), f"{where}.flops")
+    if flops != "megatron" and measured.metric not in _FLOP_METRICS:
+        notes.append(f"flops: {flops} does not change a {measured.metric} comparison")
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
     if unknown:  # metadata such as notes or a URL must not stop a run; a typo is shown
         notes.append(f"unknown key {', '.join(unknown)} ignored (a case has {', '.join(sorted(_CASE_KEYS))})")
@@ -167,7 +176,17 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         label=str(compare.get("label", "")),
         slow=bool(raw.get("slow", False)),
         peak_memory_gib=memory,
+        flops=flops,
     )
+
+
+def _flop_convention(value: Any, field: str) -> str:
+    from simcluster.flops import FLOP_CONVENTIONS
+
+    text = str(value).strip().lower()
+    if text not in FLOP_CONVENTIONS:
+        raise UserError(field, f"'{value}' is not a FLOP count; use one of {', '.join(FLOP_CONVENTIONS)}")
+    return text
 
 
 def load_cases_file(path: str | Path) -> list[Case]:
@@ -228,6 +247,15 @@ def load_cases(
 
 
 # --- running ----------------------------------------------------------------------------
+def _convention_factor(scenario: Any, convention: str) -> float:
+    """The simulated MFU/TFLOP/s in a source's FLOP count: same tokens/s, other FLOPs per token."""
+    from simcluster.flops import convention_factor
+    from simcluster.model import build_model
+
+    model = build_model(scenario.model.model_dump(exclude_none=True))
+    return convention_factor(model, scenario.training.seq_len, convention)
+
+
 def run_case(case: Case) -> CaseResult:
     """Simulate one case; any failure is captured in the result, never raised."""
     from simcluster.engine import simulate
@@ -241,8 +269,11 @@ def run_case(case: Case) -> CaseResult:
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
-        summary = simulate(scenario_from_dict(data)).summary
+        scenario = scenario_from_dict(data)
+        summary = simulate(scenario).summary
         predicted, error = float(summary[case.metric]), None
+        if case.flops != "megatron" and case.metric in _FLOP_METRICS:
+            predicted *= _convention_factor(scenario, case.flops)
         memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
         largest = largest_besides_gemm(summary)
         fits, framework = bool(summary["fits_in_memory"]), summary.get("framework")

@@ -28,7 +28,7 @@ from simcluster.validate import (
     run_cases,
     summarize,
 )
-from tests.conftest import make_scenario
+from tests.conftest import GPT_LIKE, make_scenario
 
 H100_BF16_PEAK = 989.4e12  # NVIDIA H100 SXM5 datasheet, dense BF16
 
@@ -417,6 +417,53 @@ def test_cli_names_cases_that_do_not_fit_or_leave_the_stack_to_the_defaults(cli,
     assert "1 case(s) do not fit in GPU memory as simulated (unfit)" in table
     # 'spelled' sets an overlap section, 'named' a framework: only the other two are bare
     assert "2 case(s) name no framework and set no overlap, dp or zero3 section (fits, unfit)" in table
+
+
+@pytest.mark.parametrize(
+    ("convention", "attention_share"),
+    [("megatron", 1.0), ("causal", 0.5), ("6n", 0.0)],
+)
+def test_flop_conventions_follow_narayanans_closed_form(convention, attention_share):
+    """Per token, Narayanan et al. 2021 eq. (3) without recompute is 72lh^2 + 12lhs + 6Vh for a
+    GPT layer (4h GeLU MLP, MHA): 12lhs is the attention's score and value matmuls over three
+    passes, halved by a causal count and dropped by C = 6N (Kaplan et al. 2020)."""
+    from simcluster.flops import convention_factor
+    from simcluster.model import build_model
+
+    layers, h, v, s = GPT_LIKE["layers"], GPT_LIKE["hidden"], GPT_LIKE["vocab"], 2048
+    megatron = 72 * layers * h * h + 12 * layers * h * s + 6 * v * h
+    expected = (72 * layers * h * h + attention_share * 12 * layers * h * s + 6 * v * h) / megatron
+    # rel 1e-3: the module counts each layer's 9h bias terms with its weights (72lh^2 does not)
+    assert convention_factor(build_model(dict(GPT_LIKE)), s, convention) == pytest.approx(expected, rel=1e-3)
+
+
+def test_cli_compares_an_mfu_in_the_sources_flop_count(cli, tmp_path):
+    """``flops: causal`` (or ``6n``) puts the simulated MFU in the source's count: the same
+    tokens/s, fewer FLOPs per token; a tokens/s case is unchanged and says so."""
+    base = {"source": "t", "scenario": make_scenario()}
+    cases = [
+        {"name": "mega", "measured": {"mfu": 0.4}, **base},
+        {"name": "causal", "flops": "causal", "measured": {"mfu": 0.4}, **base},
+        {"name": "tflops", "flops": "6n", "measured": {"model_tflops_per_gpu": 400}, **base},
+        {"name": "tokens", "flops": "6n", "measured": {"tokens_per_s": 1e5}, **base},
+    ]
+    res = cli("validate", _cases_file(tmp_path, cases), "--json", "--jobs", "1")
+    rows = {c["name"]: c for c in json.loads(res.out)["cases"]}
+    summary = simulate(scenario_from_dict(make_scenario())).summary
+    from simcluster.flops import convention_factor
+    from simcluster.model import build_model
+
+    model = build_model(dict(GPT_LIKE))
+    assert rows["mega"]["predicted"] == pytest.approx(summary["mfu"])
+    assert rows["causal"]["predicted"] == pytest.approx(summary["mfu"] * convention_factor(model, 2048, "causal"))
+    assert rows["tflops"]["predicted"] == pytest.approx(
+        summary["model_tflops_per_gpu"] * convention_factor(model, 2048, "6n")
+    )
+    assert rows["tokens"]["predicted"] == pytest.approx(summary["tokens_per_s"])
+    assert "flops: 6n does not change a tokens_per_s comparison" in rows["tokens"]["note"]
+    bad_case = {"name": "b", "flops": "palm", "measured": {"mfu": 0.4}, **base}
+    bad = json.loads(cli("validate", _cases_file(tmp_path, [bad_case]), "--json").out)["cases"][0]
+    assert bad["error"].endswith("flops: 'palm' is not a FLOP count; use one of megatron, causal, 6n")
 
 
 def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):
