@@ -92,6 +92,16 @@ class CaseResult:
         return 100.0 * (self.predicted - self.case.measured) / self.case.measured
 
     @property
+    def speed_error_pct(self) -> float | None:
+        """How much faster (+) or slower (-) the simulated step is than the measured one, in
+        percent, whatever the metric: a step time's error is inverted, a throughput's kept."""
+        if self.predicted is None or self.predicted <= 0:
+            return None
+        if self.case.metric == "step_time_s":
+            return 100.0 * (self.case.measured / self.predicted - 1.0)
+        return self.error_pct
+
+    @property
     def memory_error_pct(self) -> float | None:
         """Signed error of the simulated peak memory against the published one (if any)."""
         published = self.case.peak_memory_gib
@@ -332,10 +342,14 @@ def _ape_stats(errors: list[float]) -> dict[str, Any]:
 
 
 def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
-    """n, MAPE, median and max absolute percentage error over the cases that ran; failures."""
+    """n, MAPE, median and max absolute percentage error over the cases that ran; failures;
+    the speed bias: the mean of :attr:`CaseResult.speed_error_pct` (+: the simulator is
+    optimistic on average, whichever metric each case compares)."""
     results = list(results)
     stats = _ape_stats([r.error_pct for r in results if r.error_pct is not None])
-    return {**stats, "failed": sum(1 for r in results if r.predicted is None)}
+    speed = [r.speed_error_pct for r in results if r.speed_error_pct is not None]
+    bias = statistics.fmean(speed) if speed else None
+    return {**stats, "speed_bias_pct": bias, "failed": sum(1 for r in results if r.predicted is None)}
 
 
 def memory_summary(results: Iterable[CaseResult]) -> dict[str, Any]:

@@ -313,8 +313,12 @@ def test_summary_statistics():
         "mape_pct": pytest.approx(20.0),
         "median_ape_pct": pytest.approx(20.0),
         "max_ape_pct": pytest.approx(30.0),
+        "speed_bias_pct": pytest.approx(20 / 3),
         "failed": 1,
     }
+    # a step time 20% short is a step 25% faster: the bias is in speed, whatever the metric
+    fast = CaseResult(Case("s", "t", "fam", "step_time_s", 1.0, {}), 0.8, None, 0.0)
+    assert fast.error_pct == pytest.approx(-20.0) and fast.speed_error_pct == pytest.approx(25.0)
 
 
 def test_ordering_violation_is_reported():

@@ -158,8 +158,8 @@ def _print(results: list[CaseResult]) -> None:
             console.print(f"{r.case.name}: {r.case.note}")
     _print_setting_notes(console, results)
 
-    fam = Table(title="error by family and by GPU (absolute %)")
-    for col in ("family", "n", "MAPE", "median", "max", "failed"):
+    fam = Table(title="error by family and by GPU (absolute %; bias: mean speed error, + = simulated faster)")
+    for col in ("family", "n", "MAPE", "median", "max", "bias", "failed"):
         fam.add_column(col, justify="left" if col == "family" else "right")
     gpus = by_gpu(results)
     sections = [by_family(results), {f"on {g}": v for g, v in gpus.items()} if len(gpus) > 1 else {}]
@@ -170,6 +170,7 @@ def _print(results: list[CaseResult]) -> None:
                 f"{s[k]:.1f}" if s[k] is not None else "—"
                 for k in ("mape_pct", "median_ape_pct", "max_ape_pct")
             ]
+            cells.append(f"{s['speed_bias_pct']:+.1f}" if s["speed_bias_pct"] is not None else "—")
             fam.add_row(name, str(s["n"]), *cells, str(s["failed"]), end_section=i == len(section) - 1)
     console.print(fam)
     worst = beyond(results, 25.0)
