@@ -316,8 +316,8 @@ def framework_names() -> list[str]:
     return sorted(FRAMEWORKS)
 
 
-#: other names of the frameworks above, matched as names.loose_key compares them: today's Megatron-LM trains on
-#: Megatron-Core; Megatron-DeepSpeed is DeepSpeed's pipeline engine
+#: other names of the frameworks above, compared as names.loose_key does: today's Megatron-LM
+#: trains on Megatron-Core; Megatron-DeepSpeed is DeepSpeed's pipeline engine
 FRAMEWORK_ALIASES = {
     "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
     "nemo2": "nemo", "nemo-2": "nemo", "megatron-bridge": "nemo",

@@ -15,7 +15,6 @@ def loose_key(name: str) -> str:
 
 
 def loose_lookup(name: str, names: Iterable[str]) -> str | None:
-    """The entry of ``names`` equal to ``name`` up to
-    :func:`loose_key`, or None."""
+    """The entry of ``names`` equal to ``name`` up to :func:`loose_key`, or None."""
     key = loose_key(name)
     return next((n for n in names if loose_key(n) == key), None)
