@@ -81,6 +81,13 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
             raise UserError(f"{where}.{key}", f"must be a fraction of peak (0-1) or a percent, got {raw!r}")
         value /= 100
         notes.append(f"mfu {raw:g} read as percent ({value:.4g})")
+    training = scenario.get("training")
+    if metric == "mfu" and isinstance(training, dict) and str(training.get("precision", "")).lower() == "fp8":
+        # sources differ: NVIDIA's quote FP8 runs against the FP8 peak, others against BF16's
+        notes.append(
+            "an FP8 run's mfu is against the GPU's FP8 peak here (twice BF16's); if the source "
+            "divides by the BF16 peak, compare model_tflops_per_gpu or tokens_per_s instead"
+        )
     for other in list(measured)[1:]:
         positive_number(measured[other], f"{where}.{other}")
         notes.append(f"compared on {key}, the first figure; {other} {measured[other]:g} not compared")

@@ -58,3 +58,11 @@ def test_per_gpu_figures_need_the_gpu_count():
         read_measured({"tokens_per_s_per_gpu": 10}, "c.measured", {"cluster": {}})
     with pytest.raises(UserError, match="training.seq_len"):
         read_measured({"samples_per_s": 10}, "c.measured", {"cluster": {"gpus": 8}})
+
+
+def test_an_fp8_mfu_says_which_peak_it_is_against():
+    # NVIDIA's tables quote FP8 runs against the FP8 peak, others against BF16's (twice apart)
+    fp8 = {"cluster": {"gpus": 8}, "training": {"seq_len": 2048, "precision": "FP8"}}
+    assert "against the GPU's FP8 peak" in read_measured({"mfu": 0.3}, "c.measured", fp8).note
+    assert read_measured({"mfu": 0.3}, "c.measured", SCENARIO).note == ""
+    assert read_measured({"tokens_per_s": 9e5}, "c.measured", fp8).note == ""
