@@ -22,6 +22,7 @@ from simcluster.validate import (
     Case,
     CaseResult,
     by_family,
+    by_gpu,
     load_cases,
     memory_summary,
     ordering_checks,
@@ -760,6 +761,14 @@ def test_ratchet_all_quick_cases():
     assert s["mape_pct"] <= QUICK_SET_MAPE + 1.0, s
     assert sum(c.predicted_ok for c in ordering_checks(results)) >= QUICK_SET_ORDERING_ROWS
     assert memory_summary(results)["mape_pct"] <= QUICK_SET_MEMORY_MAPE + 1.0
+    # the per-GPU record `run` prints (validation/accuracy-by-gpu.json) is this run's
+    from simcluster.accuracy_table import load_table
+
+    shipped = load_table()["by_gpu"]
+    for gpu, row in by_gpu(results).items():
+        assert shipped[gpu]["n"] == row["n"], gpu
+        for key in ("mape_pct", "median_ape_pct", "speed_bias_pct"):
+            assert shipped[gpu][key] == pytest.approx(row[key], abs=0.15), (gpu, key, row[key])
     families = by_family(results)
     for family, level in FAMILY_MAPE.items():
         assert families[family]["mape_pct"] <= level + 1.0, (family, families[family])

@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from simcluster.accuracy_table import accuracy_line
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
-    _print(result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario))
+    _print(result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name)
     return 0
 
 
@@ -60,7 +61,7 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
     return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
 
 
-def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
+def _print(s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | None = None) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
     title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
@@ -114,6 +115,8 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False) -> None:
             "[dim]the scenario names no framework: unset overlaps, buckets and kernels are simcluster's defaults "
             "(Megatron-LM's flags, FlashAttention); `simcluster list frameworks` names the presets[/]"
         )
+    if gpu:
+        console.print(f"[dim]{accuracy_line(gpu)}[/]")
     tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
     if tp_overlap_off and tp >= TP_HINT:
         console.print(
