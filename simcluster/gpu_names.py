@@ -38,6 +38,10 @@ _UNSHIPPED_INSTANCES = {
     "and cluster.nic_gbps: 100",
     "p4de": "8x A100 80GB with 4x 100 Gb/s EFA: use hardware dgx-a100 with cluster.nics_per_node: 4 "
     "and cluster.nic_gbps: 100",
+    "p5e": "8x H200 with 3,200 Gb/s EFA: use hardware dgx-h200 (InfiniBand) and, for EFA's per-step "
+    "latency, cluster.nic_latency_us from aws-p5",
+    "p5en": "8x H200 with 3,200 Gb/s EFA: use hardware dgx-h200 (InfiniBand) and, for EFA's per-step "
+    "latency, cluster.nic_latency_us from aws-p5",
 }
 
 # longest names first, so 'gb200' is not read as 'b200'
