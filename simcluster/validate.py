@@ -210,8 +210,10 @@ def load_cases_file(path: str | Path) -> list[Case]:
             f"file '{path}' not found; give a cases YAML or no argument for the shipped set",
         )
     doc = yamlio.load_user_file(path, "CASES", "cases file")
+    if isinstance(doc, list):  # a bare list of cases reads as the 'cases:' list
+        doc = {"cases": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        raise UserError("CASES", f"{path} needs a top-level 'cases:' list")
+        raise UserError("CASES", f"{path} needs a top-level 'cases:' list (or a bare list of cases)")
     cases = [_case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem) for i, raw in enumerate(doc["cases"])]
     # a relative hf_config or hardware path in a case is read from the cases file's folder
     return [replace(c, scenario=anchor_paths(c.scenario, path.parent)) for c in cases]

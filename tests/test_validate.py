@@ -578,6 +578,18 @@ def test_cli_missing_file(cli):
     assert res.code == 2 and "not found" in res.err
 
 
+def test_a_bare_list_of_cases_reads_as_the_cases_list(cli, tmp_path):
+    path = tmp_path / "bare.yaml"
+    case = {"name": "one", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    path.write_text(yaml.safe_dump([case]))
+    doc = json.loads(cli("validate", str(path), "--json", "--jobs", "1").out)
+    assert [c["name"] for c in doc["cases"]] == ["one"] and doc["summary"]["failed"] == 0
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    res = cli("validate", str(scalar))
+    assert res.code == 2 and "needs a top-level 'cases:' list (or a bare list of cases)" in res.err
+
+
 # --- ratchet ------------------------------------------------------------------------------
 # Levels reached on the shipped cases (docs/accuracy.md); lower them when the model improves,
 # never raise them. Margin: 1 percentage point.
