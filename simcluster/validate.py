@@ -39,7 +39,7 @@ __all__ = ["METRICS"]
 
 _CASE_KEYS = {
     "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
-    "peak_memory_gib", "flops",
+    "peak_memory_gib", "flops", "set",
 }
 #: metrics counted in model FLOPs, which a case's ``flops:`` convention rescales
 _FLOP_METRICS = ("mfu", "model_tflops_per_gpu")
@@ -157,9 +157,18 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             raise UserError(f"{where}.{key}", f"is required; add it to the case{hint}")
     if not isinstance(raw["scenario"], dict):
         raise UserError(
-            f"{where}.scenario", "must be a scenario mapping (model, cluster, parallel, training)"
+            f"{where}.scenario",
+            "must be a scenario mapping (model, cluster, parallel, training) or a scenario's name or file",
         )
-    measured = read_measured(raw["measured"], f"{where}.measured", raw["scenario"])
+    scenario = raw["scenario"]
+    overrides = raw.get("set")
+    if overrides is not None:
+        if not isinstance(overrides, dict) or not overrides:
+            raise UserError(f"{where}.set", "must map dotted scenario keys to values, e.g. {training.global_batch: 512}")
+        from simcluster.scenario import apply_overrides
+
+        scenario = apply_overrides(scenario, [(str(k), v) for k, v in overrides.items()])
+    measured = read_measured(raw["measured"], f"{where}.measured", scenario)
     memory = raw.get("peak_memory_gib")
     if memory is not None:
         memory = positive_number(memory, f"{where}.peak_memory_gib")
@@ -180,7 +189,7 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         metric=measured.metric,
         measured=measured.value,
         note="; ".join(notes),
-        scenario=raw["scenario"],
+        scenario=scenario,
         published=dict(raw.get("published") or {}),
         group=str(compare.get("group", "")),
         label=str(compare.get("label", "")),
@@ -214,16 +223,35 @@ def load_cases_file(path: str | Path) -> list[Case]:
         doc = {"cases": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise UserError("CASES", f"{path} needs a top-level 'cases:' list (or a bare list of cases)")
-    cases = [_case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem) for i, raw in enumerate(doc["cases"])]
+    cases = [
+        _case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem, path.parent) for i, raw in enumerate(doc["cases"])
+    ]
     # a relative hf_config or hardware path in a case is read from the cases file's folder
     return [replace(c, scenario=anchor_paths(c.scenario, path.parent)) for c in cases]
 
 
-def _case_or_problem(raw: Any, where: str, family: str) -> Case:
+def _named_scenario(raw: Any, where: str, folder: Path) -> Any:
+    """``raw`` with a ``scenario:`` given by name (a shipped scenario, or a file relative to the
+    cases file) replaced by that scenario's mapping."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("scenario"), str):
+        return raw
+    from simcluster.scenario import resolve_scenario_path
+
+    name = raw["scenario"]
+    local = folder / name
+    try:
+        path = local if local.is_file() else resolve_scenario_path(name)
+    except UserError as exc:
+        raise UserError(f"{where}.scenario", exc.message) from None
+    data = anchor_paths(yamlio.load_user_file(path, f"{where}.scenario", "scenario file"), path.parent)
+    return {**raw, "scenario": data}
+
+
+def _case_or_problem(raw: Any, where: str, family: str, folder: Path | None = None) -> Case:
     """The case, or one that reports why it cannot run (a malformed case fails alone: it is
     listed with its error and counted in ``failed`` while the others run)."""
     try:
-        return _parse_case(raw, where, family)
+        return _parse_case(_named_scenario(raw, where, folder or Path(".")), where, family)
     except UserError as exc:
         fields = raw if isinstance(raw, dict) else {}
         measured = fields.get("measured")

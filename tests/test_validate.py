@@ -578,6 +578,29 @@ def test_cli_missing_file(cli):
     assert res.code == 2 and "not found" in res.err
 
 
+def test_a_case_may_name_its_scenario_and_set_fields_on_it(cli, tmp_path):
+    """``scenario:`` takes a shipped scenario's name or a file beside the cases file, and
+    ``set:`` changes fields on it as ``run --set`` does; the prediction is the same as for the
+    scenario written out."""
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(make_scenario()))
+    cases = [
+        {"name": "shipped", "scenario": "llama3-8b-8xh100", "set": {"training.global_batch": 128},
+         "measured": {"step_time_s": 1.0}},
+        {"name": "file", "scenario": "mine.yaml", "measured": {"step_time_s": 1.0}},
+        {"name": "nosuch", "scenario": "llama3-9b-8xh100", "measured": {"step_time_s": 1.0}},
+        {"name": "badset", "scenario": "mine.yaml", "set": [1], "measured": {"step_time_s": 1.0}},
+    ]  # fmt: skip
+    doc = json.loads(cli("validate", _cases_file(tmp_path, cases), "--json", "--jobs", "1").out)
+    rows = {c["name"]: c for c in doc["cases"]}
+    from simcluster.scenario import load_scenario
+
+    shipped = simulate(load_scenario("llama3-8b-8xh100", [("training.global_batch", 128)])).summary
+    assert rows["shipped"]["predicted"] == pytest.approx(shipped["step_time_s"])
+    assert rows["file"]["predicted"] == pytest.approx(simulate(scenario_from_dict(make_scenario())).summary["step_time_s"])
+    assert "did you mean 'llama3-8b-8xh100'" in rows["nosuch"]["error"]
+    assert "cases[3].set: must map dotted scenario keys to values" in rows["badset"]["error"]
+
+
 def test_a_bare_list_of_cases_reads_as_the_cases_list(cli, tmp_path):
     path = tmp_path / "bare.yaml"
     case = {"name": "one", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
