@@ -2,7 +2,8 @@
 
 Each candidate is one setting a user would try first, applied alone to the scenario: full
 recomputation, the next ZeRO stage, half the micro-batch, a fused cross-entropy, twice the
-tensor- or pipeline-parallel degree (dp shrinks), and BF16 optimizer moments. Candidates the
+tensor- or pipeline-parallel degree (dp shrinks), BF16 optimizer moments, and the optimizer on
+the host CPU (where the hardware profile gives its host link and memory). Candidates the
 layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. They say what fits, not
 what is fastest: ``simcluster sweep`` answers that.
@@ -40,6 +41,8 @@ def _candidates(sc: Scenario) -> list[tuple[str, Any]]:
     out.append(("parallel.pp", par.pp * 2))
     if tr.optimizer_moments == "fp32" and tr.precision != "fp32":
         out.append(("training.optimizer_moments", "bf16"))
+    if tr.optimizer_offload < 1.0:
+        out.append(("training.optimizer_offload", 1.0))
     return out
 
 
@@ -65,6 +68,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
             ctx = build_context(scenario_from_dict(base, [(key, value)]), hardware)
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
+        if key == "training.optimizer_offload" and ctx.profile.node.host_link_GBps is None:
+            continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
         if doc["fits"]:
             hints.append(FitHint(f"{key}={show_value(value)}", doc["total_bytes"]))

@@ -79,7 +79,18 @@ class NodeSpec(_Strict):
     nics_per_node: int = Field(gt=0)
     nic_gbps: float = Field(gt=0, description="per NIC per direction, Gbit/s")
     nic_latency_us: float = Field(ge=0)
-    pcie_GBps: float | None = None
+    host_link_GBps: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU <-> host memory bandwidth per GPU per direction (PCIe or NVLink-C2C), "
+        "achievable GB/s; used by training.optimizer_offload",
+    )
+    host_memory_GBps: float | None = Field(
+        default=None,
+        gt=0,
+        description="host DRAM bandwidth per node that a CPU optimizer streams through, "
+        "achievable GB/s; used by training.optimizer_offload",
+    )
 
 
 class FabricSpec(_Strict):

@@ -324,10 +324,12 @@ def static_memory(
         # end of the forward all of them are
         dense = replace(dense, params=bpp.params)
         expert = replace(expert, params=bpp.params)
+    # the offloaded share of the optimizer (master weights and moments) lives in host memory
+    on_gpu = 1.0 - training.optimizer_offload
     return (
         params.dense * dense.params + params.expert * expert.params,
         params.dense * dense.grads + params.expert * expert.grads,
-        params.dense * dense.optimizer + params.expert * expert.optimizer,
+        (params.dense * dense.optimizer + params.expert * expert.optimizer) * on_gpu,
     )
 
 

@@ -18,6 +18,8 @@ from simcluster.memory import (
     chunk_activation_bytes,
     loss_transient_bytes,
     stage_memory,
+    stage_params,
+    static_memory,
     wgrad_retained_fraction,
 )
 
@@ -87,5 +89,16 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "capacity_bytes": cap,
         "fits": worst.total_bytes <= cap,
         "worst_stage": worst.stage,
+        "host_optimizer_bytes": _host_optimizer_bytes(ctx, worst.stage),
         "per_stage": [m.to_dict() for m in stages],
     }
+
+
+def _host_optimizer_bytes(ctx: Context, stage: int) -> float:
+    """Host memory one GPU of ``stage`` uses for its offloaded optimizer share (0 without)."""
+    share = ctx.scenario.training.optimizer_offload
+    if share <= 0:
+        return 0.0
+    whole = ctx.scenario.training.model_copy(update={"optimizer_offload": 0.0})
+    params = stage_params(ctx.model, ctx.layout, ctx.chunks[stage])
+    return static_memory(ctx.model, ctx.layout, whole, params)[2] * share

@@ -232,6 +232,18 @@ class TrainingSection(_Section):
             "master weights stay"
         ),
     )
+    optimizer_offload: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "share of the optimizer (fp32 master weights, moments and their update) held and "
+            "stepped on the host CPU: after the backward its gradients go to the host, the CPU "
+            "updates them and the new 16-bit weights come back (Megatron-Core "
+            "--optimizer-cpu-offload --optimizer-offload-fraction; DeepSpeed offload_optimizer: 1.0); "
+            "needs the profile's node.host_link_GBps and node.host_memory_GBps"
+        ),
+    )
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
     )
@@ -290,6 +302,15 @@ class OverlapSection(_Section):
 
     dp_grad_reduce: bool = True
     param_gather: bool = True
+    optimizer_offload: bool = Field(
+        default=False,
+        description=(
+            "with training.optimizer_offload: pipeline the gradients' copy to the host, the CPU "
+            "update and the weights' copy back parameter group by parameter group, so the "
+            "slowest of the three sets the time (Megatron-Core --overlap-cpu-optimizer-d2h-h2d); "
+            "false: one after the other"
+        ),
+    )
     tp_comm: bool = False
     tp_comm_cfg: str | dict[str, Any] | None = Field(
         default=None,

@@ -53,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
         )
         + f"; most loaded GPU (stage {doc['worst_stage']}) holds {doc['params_per_gpu'] / 1e9:.3f} B params"
     )
+    if doc["host_optimizer_bytes"] > 0:
+        per_node = doc["host_optimizer_bytes"] * ctx.profile.node.gpus_per_node
+        console.print(
+            f"optimizer on the host (training.optimizer_offload): {format_bytes(doc['host_optimizer_bytes'])} "
+            f"per GPU, {format_bytes(per_node)} per node of {ctx.profile.node.gpus_per_node} GPUs"
+        )
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     style = "green" if doc["fits"] else "bold red"
     console.print(

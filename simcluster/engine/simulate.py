@@ -28,6 +28,7 @@ from simcluster.parallelism.data import (
     grad_reduce_bytes,
     optimizer_bytes_per_param,
 )
+from simcluster.parallelism.offload import GPU_BYTES_PER_OFFLOADED_PARAM, offload_seconds
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
@@ -105,12 +106,15 @@ def simulate(
     share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans))
     comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None)
     opt_bpp = optimizer_bytes_per_param(sc)
-    optimizer_seconds = []
+    host_share = sc.training.optimizer_offload
+    optimizer_seconds, offloaded_seconds = [], []
     for plan in plans:
         dense_shard = ctx.layout.zero_group if ctx.layout.zero >= 1 else 1
         expert_shard = ctx.layout.edp if ctx.layout.zero >= 1 else 1
         local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
-        optimizer_seconds.append(km.memory(local * opt_bpp))
+        on_gpu = local * (opt_bpp * (1.0 - host_share) + GPU_BYTES_PER_OFFLOADED_PARAM * host_share)
+        optimizer_seconds.append(km.memory(on_gpu))
+        offloaded_seconds.append(offload_seconds(ctx, local * host_share))
     shared = Shared(
         env,
         comms,
@@ -123,6 +127,7 @@ def simulate(
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
         bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
+        offloaded_seconds=offloaded_seconds,
         grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
         host_op_s=ctx.profile.efficiency.host_op_us * 1e-6,
     )

@@ -75,6 +75,9 @@ class Shared:
     # compute-stream seconds of the framework's pass over a gradient bucket before its
     # reduction (dp.nan_check, dp.prescale; None when neither)
     bucket_pass_seconds: Callable[[Bucket], float] | None = None
+    # seconds per stage of the optimizer's host side (training.optimizer_offload: copies over
+    # the host link and the CPU update; empty or zero without it)
+    offloaded_seconds: list[float] = field(default_factory=list)
     # compute-stream seconds per stage of clearing the gradient buffer before the first forward
     # (dp.zero_grad_buffer; empty otherwise)
     grad_zero_seconds: list[float] = field(default_factory=list)
@@ -352,6 +355,12 @@ class Worker:
         seconds = self.shared.optimizer_seconds[self.stage]
         yield from self._compute(seconds)
         self._record("optimizer", "optimizer_step", -1, -1, -1, start, Work.of(optimizer=seconds))
+        host = self.shared.offloaded_seconds[self.stage] if self.shared.offloaded_seconds else 0.0
+        if host > 0:
+            # the host link and the CPU: neither a slow GPU nor NCCL's SMs stretch it
+            start = env.now
+            yield env.timeout(host)
+            self._record("optimizer", "optimizer_offload", -1, -1, -1, start, Work.of(optimizer=host))
         if zero in (1, 2) and not sc.overlap.param_gather:
             for b in self.plan.buckets:
                 yield env.process(self._gather_bucket(b))
