@@ -45,6 +45,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "micro_batch": ("training", "micro_batch", int),
     "recompute": ("training", "recompute", str),
     "ep_comm": ("overlap", "ep_comm", bool),
+    "optimizer_offload": ("training", "optimizer_offload", float),
 }
 # axes whose "auto" means powers of two up to the GPU count
 _AUTO_AXES = ("tp", "pp", "cp", "ep")
@@ -82,6 +83,14 @@ def _convert(flag: str, item: str, kind: type) -> Any:
             raise UserError(flag, f"'{item}' is not a whole number; give a list like 1,2,4") from None
         if value < 0 or (value == 0 and flag != "--zero"):
             raise UserError(flag, f"{value} is out of range; give positive values")
+        return value
+    if kind is float:
+        try:
+            value = float(item)
+        except ValueError:
+            raise UserError(flag, f"'{item}' is not a number; give a list like 0,0.5,1") from None
+        if not 0.0 <= value <= 1.0:
+            raise UserError(flag, f"{value} is out of range; give shares from 0 to 1")
         return value
     if kind is bool:
         low = item.lower()

@@ -31,6 +31,7 @@ def test_parse_axis_lists_keep_order_and_drop_duplicates():
     assert parse_axis("zero", "0,1,3", 8) == [0, 1, 3]
     assert parse_axis("schedule", "1f1b,zb-h1", 8) == ["1f1b", "zb-h1"]
     assert parse_axis("sequence_parallel", "true,no", 8) == [True, False]
+    assert parse_axis("optimizer_offload", "0, 0.5,1", 8) == [0.0, 0.5, 1.0]
 
 
 def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():
@@ -49,7 +50,8 @@ def test_parse_axis_auto_is_powers_of_two_up_to_the_gpus():
 @pytest.mark.parametrize(
     "axis, text, flag",
     [("tp", "two", "--tp"), ("pp", "0", "--pp"), ("micro_batch", "1,,2", "--micro-batch"),
-     ("zero", "auto", "--zero"), ("sequence_parallel", "maybe", "--sequence-parallel")],
+     ("zero", "auto", "--zero"), ("sequence_parallel", "maybe", "--sequence-parallel"),
+     ("optimizer_offload", "all", "--optimizer-offload"), ("optimizer_offload", "1.5", "--optimizer-offload")],
 )  # fmt: skip
 def test_parse_axis_bad_values_name_the_flag(axis, text, flag):
     with pytest.raises(UserError) as err:

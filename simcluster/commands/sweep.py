@@ -54,6 +54,7 @@ _AXIS_HELP = {
     "micro_batch": "micro-batch sizes, e.g. 1,2,4",
     "recompute": "activation recomputation: none,selective,full",
     "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
+    "optimizer_offload": "share of the optimizer on the host CPU (training.optimizer_offload), e.g. 0,0.5,1",
 }
 
 
@@ -173,7 +174,7 @@ def _document(
     }
 
 
-_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl"}
+_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host"}
 
 
 def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
