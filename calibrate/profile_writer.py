@@ -41,6 +41,9 @@ class Measurements:
     gemm_ranks: Row | None = None
     # the reference GEMM alone and under in-flight all-reduces (calibrate/interference.py)
     interference: Row | None = None
+    # device <-> pinned host copies and one rank's CPU AdamW step (calibrate/hostlink.py)
+    host_link: Row | None = None
+    host_update: Row | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``measured:`` map (empty tables left out)."""
@@ -62,6 +65,10 @@ class Measurements:
             out["gemm_ranks"] = self.gemm_ranks
         if self.interference is not None:
             out["interference"] = self.interference
+        if self.host_link is not None:
+            out["host_link"] = self.host_link
+        if self.host_update is not None:
+            out["host_update"] = self.host_update
         return out
 
 
@@ -147,6 +154,27 @@ def _fraction(value: float) -> float:
     return min(1.0, max(value, 1e-6))
 
 
+def _apply_host(data: dict[str, Any], m: Measurements) -> None:
+    """node.host_link_GBps and node.host_memory_GBps from the host-side measurements."""
+    node = data["node"]
+    if m.host_link is not None:
+        r = m.host_link
+        node["host_link_GBps"] = min(r["d2h_bytes_per_s"], r["h2d_bytes_per_s"]) / 1e9
+        _note(
+            data,
+            "node.host_link_GBps",
+            f"measured: the slower direction of a {r['bytes']} B device <-> pinned host copy (calibrate)",
+        )
+    if m.host_update is not None:
+        node["host_memory_GBps"] = m.host_update["bytes_per_s"] * node["gpus_per_node"] / 1e9
+        _note(
+            data,
+            "node.host_memory_GBps",
+            "measured: one rank's CPU AdamW step over fp32 host tensors (7 x 4 B per parameter), "
+            "every rank stepping at once, times the ranks per node (calibrate)",
+        )
+
+
 def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
     eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
     curve = _gemm_curve(m, peaks)
@@ -190,6 +218,7 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
     if m.launch_s is not None:
         eff["kernel_launch_us"] = m.launch_s * 1e6
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
+    _apply_host(data, m)
     if m.host_op_s is not None:
         eff["host_op_us"] = m.host_op_s * 1e6
         _note(data, "efficiency.host_op_us", "measured: host time of a small torch.nn.Linear forward issued from Python (calibrate)")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate import attention, collectives, gemm, interference, membw, soak, spread
+from calibrate import attention, collectives, gemm, hostlink, interference, membw, soak, spread
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.profile_writer import (
     Machine,
@@ -103,6 +103,19 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer)))
     )
     steps.append(Step("host op", lambda m: setattr(m, "host_op_s", membw.measure_host_op(dev))))
+    link_bytes = hostlink.default_bytes(cfg.device, cfg.quick)
+    steps.append(
+        Step(
+            f"host link {link_bytes} B",
+            lambda m: setattr(m, "host_link", hostlink.measure_host_link(dev, link_bytes)),
+        )
+    )
+    steps.append(
+        Step(
+            f"host optimizer update {link_bytes // 4} parameters",
+            lambda m: setattr(m, "host_update", hostlink.measure_host_update(link_bytes // 4)),
+        )
+    )
     for scope, (group, size) in ctx.groups.items():
         steps += [
             Step(

@@ -151,6 +151,28 @@ def test_simulating_with_the_cpu_profile_is_slower(two_rank_profile):
     assert cpu > 100 * h100
 
 
+def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):
+    """calibrate/hostlink.py: the slower direction of a device <-> pinned host copy, and one
+    rank's CPU AdamW step (7 x 4 B per fp32 parameter, membw's adam row) times the ranks per
+    node, each written with its source; a scenario can then offload its optimizer."""
+    import simcluster
+    from simcluster.scenario import load_scenario, parse_set
+
+    prof = load_profile(two_rank_profile)
+    link, update = prof.measured["host_link"], prof.measured["host_update"]
+    slower = min(link["d2h_bytes_per_s"], link["h2d_bytes_per_s"])
+    assert prof.node.host_link_GBps * 1e9 == pytest.approx(slower, rel=1e-12)
+    assert update["bytes"] == 7 * 4 * (link["bytes"] // 4)
+    assert prof.node.host_memory_GBps * 1e9 == pytest.approx(update["bytes_per_s"] * 2, rel=1e-12)
+    assert "calibrate" in prof.sources["node.host_link_GBps"]
+    assert "calibrate" in prof.sources["node.host_memory_GBps"]
+    scenario = load_scenario(
+        "llama3-8b-8xh100", parse_set(["cluster.network=ideal", "training.optimizer_offload=1"])
+    )
+    events = simcluster.simulate(scenario, hardware=str(two_rank_profile)).events
+    assert (events["name"] == "optimizer_offload").any()
+
+
 def test_single_process_kernels_only_from_a_base(tmp_path):
     out = tmp_path / "k.yaml"
     proc = subprocess.run(
