@@ -77,9 +77,35 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
     _check_recompute_layers(scenario.training, model, chunks)
+    _check_activation_offload(scenario, chunks)
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
+
+
+#: schedules whose backward keeps each layer's input and weight gradients together (no split
+#: W, no paired forward/backward ops), the ones activation offloading is modelled for
+OFFLOAD_SCHEDULES = ("1f1b", "interleaved", "afab", "looped-bfs")
+
+
+def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> None:
+    """Megatron-Core offloads fewer layers than a chunk has (the last layer's activations are
+    used at once by the backward), on schedules without split weight gradients."""
+    n = scenario.training.activation_offload_layers
+    if n == 0:
+        return
+    fewest = min(c.layers for stage in chunks for c in stage)
+    if n >= fewest:
+        raise UserError(
+            "training.activation_offload_layers",
+            f"{n} is not fewer than the {fewest} layers of a pipeline chunk; offload at most {fewest - 1}",
+        )
+    if scenario.parallel.schedule not in OFFLOAD_SCHEDULES or scenario.overlap.ep_comm:
+        raise UserError(
+            "training.activation_offload_layers",
+            f"is modelled on the {', '.join(OFFLOAD_SCHEDULES)} schedules without overlap.ep_comm; "
+            f"use one of them or set it to 0",
+        )
 
 
 def _check_cuda_graphs(training: TrainingSection, model: ModelSpec) -> None:

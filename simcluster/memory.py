@@ -264,14 +264,31 @@ def mtp_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
 def chunk_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
 ) -> float:
-    """Activation bytes of one microbatch through one chunk."""
+    """Activation bytes of one microbatch through one chunk held on the GPU: the offloaded
+    layers' (``training.activation_offload_layers``) live in host memory, but for one of them
+    in flight (the double buffer's copy under the next layer)."""
     total = sum(
         layer_activation_bytes(model, layout, training, i, pos)
         for pos, i in enumerate(chunk.layer_indices)
     )
     if chunk.head:
         total += head_activation_bytes(model, layout, training) + mtp_activation_bytes(model, layout, training)
+    offloaded = offloaded_layer_bytes(model, layout, training, chunk)
+    if offloaded:
+        total -= sum(offloaded.values()) - max(offloaded.values())
     return total
+
+
+def offloaded_layer_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
+) -> dict[int, float]:
+    """Layer index -> activation bytes of one microbatch for the chunk's first
+    ``training.activation_offload_layers`` layers, whose activations go to host memory."""
+    n = min(training.activation_offload_layers, chunk.layers)
+    return {
+        i: layer_activation_bytes(model, layout, training, i, pos)
+        for pos, i in enumerate(chunk.layer_indices[:n])
+    }
 
 
 @dataclass(frozen=True)

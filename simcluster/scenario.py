@@ -244,6 +244,18 @@ class TrainingSection(_Section):
             "needs the profile's node.host_link_GBps and node.host_memory_GBps"
         ),
     )
+    activation_offload_layers: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "the first N transformer layers of each pipeline chunk keep their saved activations in "
+            "host memory between forward and backward (Megatron-Core --cpu-offloading "
+            "--cpu-offloading-num-layers, TransformerEngine's double-buffered CPU offload): a "
+            "layer's copy to the host runs under the next layer's forward, the one after it waits "
+            "for it; its copy back is started one layer ahead in the backward; needs the "
+            "profile's node.host_link_GBps"
+        ),
+    )
     flash_attention: bool = Field(
         default=True, description="fused attention: the s x s scores are never stored"
     )

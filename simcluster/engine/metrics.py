@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
-# embd: the tied-embedding gradient all-reduce between the first and last pipeline stage
-EXPOSED_GROUPS = ("tp", "cp", "ep", "dp", "pp", "embd")
+# embd: the tied-embedding gradient all-reduce between the first and last pipeline stage;
+# host: activation copies to and from host memory (training.activation_offload_layers)
+EXPOSED_GROUPS = ("tp", "cp", "ep", "dp", "pp", "embd", "host")
 NON_PIPELINE_GROUPS = tuple(g for g in EXPOSED_GROUPS if g != "pp")
 
 

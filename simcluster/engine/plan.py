@@ -15,6 +15,7 @@ from simcluster.memory import (
     StageParams,
     chunk_activation_bytes,
     loss_transient_bytes,
+    offloaded_layer_bytes,
     stage_params,
     static_memory,
     wgrad_retained_fraction,
@@ -56,6 +57,9 @@ class ChunkPlan:
     phases: dict[str, list[Unit]] = field(default_factory=dict)
     activation_bytes: float = 0.0
     loss_transient_bytes: float = 0.0  # held only during the forward of a chunk with the loss
+    # layer index -> activation bytes of one microbatch kept in host memory between its forward
+    # and backward (training.activation_offload_layers)
+    offload_bytes: dict[int, float] = field(default_factory=dict)
 
     def seconds(self, phase: str) -> float:
         return sum(
@@ -179,6 +183,7 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
         bw = _recompute(builder, bw, chunk, sc.training)
     cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": bw})
     cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
+    cp.offload_bytes = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk)
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     return cp

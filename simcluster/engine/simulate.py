@@ -37,6 +37,20 @@ from simcluster.stragglers import degrade_nics, resolve
 from simcluster.topology import build_cluster
 
 
+def _activation_link(ctx: Context) -> float:
+    """The host link's bytes per second for activation copies (0 without activation offload)."""
+    if ctx.scenario.training.activation_offload_layers == 0:
+        return 0.0
+    link = ctx.profile.node.host_link_GBps
+    if link is None:
+        raise UserError(
+            "training.activation_offload_layers",
+            f"hardware profile '{ctx.profile.name}' gives no node.host_link_GBps (GPU-to-host bandwidth "
+            "per GPU per direction); add it to the profile (cluster.profile overrides work too) or set 0",
+        )
+    return link * 1e9
+
+
 def _fsdp2_copies(
     ctx: Context, km: KernelModel
 ) -> tuple[Callable[[float], float], Callable[[float], float]] | None:
@@ -128,6 +142,7 @@ def simulate(
         unpack_seconds=_unpack_seconds(ctx),
         bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
         offloaded_seconds=offloaded_seconds,
+        host_link_bytes_per_s=_activation_link(ctx),
         grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
         host_op_s=ctx.profile.efficiency.host_op_us * 1e-6,
     )

@@ -16,6 +16,7 @@ from typing import Any
 import simpy
 
 from simcluster.engine.comms import Comms
+from simcluster.engine.offload import ActivationOffload
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
@@ -75,6 +76,8 @@ class Shared:
     # compute-stream seconds of the framework's pass over a gradient bucket before its
     # reduction (dp.nan_check, dp.prescale; None when neither)
     bucket_pass_seconds: Callable[[Bucket], float] | None = None
+    # bytes per second of a GPU's host link for activation copies (0: no activation offload)
+    host_link_bytes_per_s: float = 0.0
     # seconds per stage of the optimizer's host side (training.optimizer_offload: copies over
     # the host link and the CPU update; empty or zero without it)
     offloaded_seconds: list[float] = field(default_factory=list)
@@ -148,6 +151,20 @@ class Worker:
     host_t: float = 0.0
     end_time: float = 0.0
     ops_done: int = 0
+    _offload: ActivationOffload | None = None
+
+    @property
+    def offload(self) -> ActivationOffload:
+        """This rank's activation copies to and from host memory (created on first use)."""
+        if self._offload is None:
+            self._offload = ActivationOffload(self.shared.env, self.shared.host_link_bytes_per_s, self._record_copy)
+        return self._offload
+
+    def _record_copy(self, stream: str, name: str, key: tuple, start: float, end: float, nbytes: float) -> None:
+        mb, chunk, layer = key
+        self.shared.recorder.add(
+            self.rank, self.stage, stream, "copy", "host", name, mb, chunk, layer, start, end, nbytes
+        )
 
     @property
     def plan(self) -> StagePlan:
@@ -442,9 +459,12 @@ class Worker:
             and previous.chunk == op.chunk
         )
         lock = pace.lock if pace is not None else None
+        offloaded = cplan.offload_bytes if op.kind in ("F", "B", "BW") else {}
         for i, unit in enumerate(units):
             if pace is not None:
                 yield from pace.step(i, lead)
+            if offloaded:
+                yield from self._offload_before(op, units, i, offloaded)
             if zero3 and op.kind != "W":
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
             elif op.kind == "F":
@@ -467,6 +487,10 @@ class Worker:
                 yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lock)
             if loss:
                 self._memory()
+            if offloaded and op.kind == "F":
+                for layer in unit.layers:
+                    if layer in offloaded:
+                        self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
                     self._spawn_zero3_reduce(unit, op)
@@ -486,6 +510,24 @@ class Worker:
         elif op.kind == "BW":
             self.activations -= cplan.activation_bytes
             self._memory()
+
+    def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
+        """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
+        buffers); in the backward, this unit's copy back is started if it was not, the next
+        unit's is started, and this one waits for its own."""
+        def keys(unit: Unit) -> list[tuple]:
+            return [(op.microbatch, op.chunk, layer) for layer in unit.layers if layer in offloaded]
+
+        if op.kind == "F":
+            if i >= 2:
+                yield from self.offload.wait(self.offload.saved.get(k) for k in keys(units[i - 2]))
+            return
+        for k in keys(units[i]):
+            self.offload.load(k, offloaded[k[2]])
+        if i + 1 < len(units):
+            for k in keys(units[i + 1]):
+                self.offload.load(k, offloaded[k[2]])
+        yield from self.offload.wait(self.offload.loaded.get(k) for k in keys(units[i]))
 
     def _send_outputs(self, op: PipeOp) -> simpy.Process | None:
         sh = self.shared

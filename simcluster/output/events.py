@@ -49,11 +49,14 @@ COMM_KINDS: tuple[str, ...] = (
     "broadcast",
     "send",
     "recv",
+    "copy",  # activations to and from host memory (training.activation_offload_layers)
 )
 KINDS: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
-GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "embd", "")
+GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "embd", "host", "")
 # Order is the display order of a GPU's lanes (Gantt rows, Perfetto threads).
-STREAMS: tuple[str, ...] = ("compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_pp", "comm_pp_recv")
+STREAMS: tuple[str, ...] = (
+    "compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_pp", "comm_pp_recv", "copy_d2h", "copy_h2d",
+)
 
 _INT_COLUMNS = ("rank", "stage", "microbatch", "chunk", "layer")
 _STR_COLUMNS = ("stream", "kind", "group", "name")

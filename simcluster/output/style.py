@@ -40,6 +40,7 @@ KIND_STYLES: dict[str, KindStyle] = {
     "broadcast": KindStyle("#BAB0AC", "broadcast"),
     "send": KindStyle("#EECA3B", "p2p send"),
     "recv": KindStyle("#D6B656", "p2p recv"),
+    "copy": KindStyle("#17BECF", "activations to/from host"),
 }
 
 # Memory categories, bottom to top of the stack.
