@@ -86,7 +86,7 @@ def test_impossible_offloads_are_one_line_errors(extra, layers, words):
 
 def test_a_profile_without_a_host_link_is_refused():
     data = make_scenario(
-        cluster={"hardware": "gb200-nvl72", "gpus": 8},
+        cluster={"hardware": "amd-mi300x", "gpus": 8},
         training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "activation_offload_layers": 2},
     )
     with pytest.raises(UserError, match="no node.host_link_GBps"):

@@ -77,7 +77,7 @@ def test_no_offload_is_the_step_as_before():
 
 def test_a_profile_without_host_figures_names_what_is_missing():
     data = make_scenario(
-        cluster={"hardware": "gb200-nvl72", "gpus": 8},
+        cluster={"hardware": "amd-mi300x", "gpus": 8},
         training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "optimizer_offload": 1.0},
     )
     with pytest.raises(UserError, match="no node.host_link_GBps or node.host_memory_GBps") as err:
