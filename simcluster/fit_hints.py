@@ -2,8 +2,9 @@
 
 Each candidate is one setting a user would try first, applied alone to the scenario: full
 recomputation, the next ZeRO stage, half the micro-batch, a fused cross-entropy, twice the
-tensor- or pipeline-parallel degree (dp shrinks), BF16 optimizer moments, and the optimizer on
-the host CPU (where the hardware profile gives its host link and memory). Candidates the
+tensor- or pipeline-parallel degree (dp shrinks), BF16 optimizer moments, the optimizer on
+the host CPU, and every layer's activations but the last's in host memory (the last two where
+the hardware profile gives its host link and memory). Candidates the
 layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. They say what fits, not
 what is fastest: ``simcluster sweep`` answers that.
@@ -26,7 +27,7 @@ class FitHint:
     total_bytes: float
 
 
-def _candidates(sc: Scenario) -> list[tuple[str, Any]]:
+def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     tr, par = sc.training, sc.parallel
     out: list[tuple[str, Any]] = []
     if tr.recompute != "full":
@@ -43,6 +44,9 @@ def _candidates(sc: Scenario) -> list[tuple[str, Any]]:
         out.append(("training.optimizer_moments", "bf16"))
     if tr.optimizer_offload < 1.0:
         out.append(("training.optimizer_offload", 1.0))
+    if tr.activation_offload_layers == 0 and chunk_layers > 1:
+        # Megatron-Core offloads at most all layers of a chunk but the last
+        out.append(("training.activation_offload_layers", chunk_layers - 1))
     return out
 
 
@@ -63,12 +67,14 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         base["parallel"].pop("dp", None)  # re-derived from the GPU count
         base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
     hints: list[FitHint] = []
-    for key, value in _candidates(sc):
+    fewest = min(c.layers for stage in build_context(sc, hardware).chunks for c in stage)
+    for key, value in _candidates(sc, fewest):
         try:
             ctx = build_context(scenario_from_dict(base, [(key, value)]), hardware)
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
-        if key == "training.optimizer_offload" and ctx.profile.node.host_link_GBps is None:
+        offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
+        if offload and (ctx.profile.node.host_link_GBps is None or ctx.profile.node.host_memory_GBps is None):
             continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
         if doc["fits"]:

@@ -72,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
 def hint_line(hints: list[dict]) -> str:
     """'would fit with: --set a=b (61.2 GiB), ...' or why no single change does."""
     if not hints:
-        return "  no single change of recompute, zero, micro-batch, loss, tp or pp fits; try simcluster sweep"
+        return "  no single change of recompute, zero, micro-batch, loss, tp, pp, moments or offloading fits; try simcluster sweep"
     listed = ", ".join(f"--set {h['change']} ({format_bytes(h['total_bytes'])})" for h in hints)
     return f"  would fit with: {listed}"
