@@ -46,6 +46,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "recompute": ("training", "recompute", str),
     "ep_comm": ("overlap", "ep_comm", bool),
     "optimizer_offload": ("training", "optimizer_offload", float),
+    "activation_offload_layers": ("training", "activation_offload_layers", int),
 }
 # axes whose "auto" means powers of two up to the GPU count
 _AUTO_AXES = ("tp", "pp", "cp", "ep")
@@ -81,7 +82,7 @@ def _convert(flag: str, item: str, kind: type) -> Any:
             value = int(item)
         except ValueError:
             raise UserError(flag, f"'{item}' is not a whole number; give a list like 1,2,4") from None
-        if value < 0 or (value == 0 and flag != "--zero"):
+        if value < 0 or (value == 0 and flag not in ("--zero", "--activation-offload-layers")):
             raise UserError(flag, f"{value} is out of range; give positive values")
         return value
     if kind is float:

@@ -32,6 +32,7 @@ def test_parse_axis_lists_keep_order_and_drop_duplicates():
     assert parse_axis("schedule", "1f1b,zb-h1", 8) == ["1f1b", "zb-h1"]
     assert parse_axis("sequence_parallel", "true,no", 8) == [True, False]
     assert parse_axis("optimizer_offload", "0, 0.5,1", 8) == [0.0, 0.5, 1.0]
+    assert parse_axis("activation_offload_layers", "0,8,16", 8) == [0, 8, 16]
 
 
 def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():

@@ -55,6 +55,7 @@ _AXIS_HELP = {
     "recompute": "activation recomputation: none,selective,full",
     "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
     "optimizer_offload": "share of the optimizer on the host CPU (training.optimizer_offload), e.g. 0,0.5,1",
+    "activation_offload_layers": "layers per chunk whose activations wait in host memory, e.g. 0,8,16",
 }
 
 
@@ -174,7 +175,7 @@ def _document(
     }
 
 
-_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host"}
+_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
 def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
