@@ -23,7 +23,10 @@ from simcluster.parallelism.segments import CATEGORIES
 
 COMPUTE_KEYS = (*CATEGORIES, "recompute", "other")
 # short names for narrow table cells
-SHORT = {"memory": "mem-bound", "grad_accum": "grad adds", "host": "host-bound", "idle": "idle", **{f"comm_{g}": f"{g} comm" for g in EXPOSED_GROUPS}}
+SHORT = {
+    "memory": "mem-bound", "grad_accum": "grad adds", "host": "host-bound", "idle": "idle",
+    **{f"comm_{g}": f"{g} comm" for g in EXPOSED_GROUPS}, "comm_host": "host copies",
+}  # fmt: skip
 LABELS = {
     "gemm": "GEMMs",
     "attention": "attention",
@@ -36,6 +39,7 @@ LABELS = {
     "other": "other compute",
     "idle": "idle (bubble, waits)",
     **{f"comm_{g}": f"exposed {g}" for g in EXPOSED_GROUPS},
+    "comm_host": "exposed copies to/from host memory",
 }
 
 
