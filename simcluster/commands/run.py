@@ -78,7 +78,10 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | No
     recomputed = f"  (HFU {100 * hfu:.1f}% with recomputation)" if hfu > s["mfu"] * 1.0005 else ""
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
     table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']})")
-    exposed = ", ".join(f"{k} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
+    named = {"host": "host copies"}  # activation copies to and from host memory
+    exposed = (
+        ", ".join(f"{named.get(k, k)} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
+    )
     table.add_row("exposed communication", exposed)
     per = s["compute_per_microbatch_s"]
     table.add_row(
