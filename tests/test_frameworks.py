@@ -43,7 +43,8 @@ DEPARTURES = {
     ("korthikanti2022-a100", "overlap.tp_grad_async"): lambda case: "ColumnParallelLinearWithAsyncAllreduce" in case.source,
     # Megatron-Bridge's Llama 3 8B H100 config turns gradient_accumulation_fusion off with Megatron
     # FSDP (scripts/performance/configs/llama3/llama3_llm_pretrain.py llama3_8b_h100_config)
-    ("megatron-bridge-fp8-h100", "training.grad_accum_fusion"): lambda case: "Megatron FSDP" in case.source,
+    **{(f, "training.grad_accum_fusion"): (lambda case: "Megatron FSDP" in case.source)
+       for f in ("megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")},
     # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
     # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
     **{(f, key): (lambda case: True)

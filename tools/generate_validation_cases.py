@@ -1014,11 +1014,11 @@ dump(str(ROOT / "validation" / "nemo-long-context-b200.yaml"),
 # Same page as the H100 rows above (commit df0289c): the dense Llama rows of the DGX-B200 and
 # DGX-GB200 tables with FP8 current scaling (FP8-CS; the 25.09 tables have no precision column
 # and give FP8-MX in parentheses, so their main figures are taken as FP8-CS). FP8-MX, NVFP4
-# and the MoE rows are left out (MXFP8 / NVFP4 block scaling is not modelled; MoE as above), and
-# so are the GB200 rows with Megatron FSDP (70B at tp 1, 405B at tp 2): the recipes' presets
-# (scripts/performance/configs/llama/llama3_workload_base_configs.py, llama31_...py) offload 40
-# and 92 layers' activations to the Grace CPU (cpu_offloading_num_layers), which is not modelled
-# (without it they need 302 / 258 GiB per GPU).
+# and the MoE rows are left out (MXFP8 / NVFP4 block scaling is not modelled; MoE as above). The
+# Llama 3 70B rows with Megatron FSDP on GB200 and GB300 offload activations to the Grace CPU
+# (training.activation_offload_layers, the presets' cpu_offloading_num_layers, BRIDGE_OFFLOAD);
+# the 405B FSDP row (25.09, tp 2, 95 or 92 layers offloaded by the version) is left out: its
+# whole-model ZeRO-3 traffic over two racks needs Megatron FSDP's own schedule, not modelled.
 BRIDGE_BLACKWELL = [  # container, system, model, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tokens/s/GPU, TFLOP/s
     ("25.09", "B200", "LLAMA3-8B", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 29994, 1544),
     ("25.09", "B200", "LLAMA3.1-405B", 128, 64, 1, 8192, 0, 4, 8, 2, 8, 664, 1676),
@@ -1028,13 +1028,23 @@ BRIDGE_BLACKWELL = [  # container, system, model, gpus, gbs, mbs, seq, fsdp, tp,
     ("25.11", "GB200", "LLAMA3-8B", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 31508, 1622),
     ("25.11", "GB200", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 16, 1, 4, 813, 2053),
     ("26.02", "GB200", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 16, 1, 4, 793, 2004),
+    ("25.09", "GB200", "LLAMA3-70B", 64, 128, 2, 8192, 1, 1, 1, 1, 1, 3986, 1791),
+    ("25.11", "GB200", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 4312, 1937),
+    ("26.02", "GB200", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 4040, 1815),
+    ("25.11", "GB300", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 2030),
+    ("26.02", "GB300", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 5003, 2248),
 ]
-BLACKWELL_HW = {"B200": "dgx-b200", "GB200": "gb200-nvl72"}
+BLACKWELL_HW = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+# Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py (commit 3dafb00):
+# LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG and LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG (micro_batch_size 2,
+# use_megatron_fsdp, cpu_offloading_num_layers 40 / 20); set_perf_matrix_overrides turns
+# cpu_offloading on with cpu_offloading_weights False (activations only)
+BRIDGE_OFFLOAD = {"GB200": 40, "GB300": 20}
 cases = []
 for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in BRIDGE_BLACKWELL:
     model = llama_model(name)
-    assert not fsdp  # the FSDP rows are left out (above)
-    par = megatron_parallel(tp, pp, cp, vp)
+    assert not fsdp or (name == "LLAMA3-70B" and system in BRIDGE_OFFLOAD)  # the 405B FSDP row is out (above)
+    par = megatron_parallel(tp, pp, cp, vp, zero=3 if fsdp else 1)
     assert gbs % (gpus // (tp * pp * cp) * mbs) == 0
     cases.append({
         "name": f"bridge-{container}/{name.lower()}-{system.lower()}-{gpus}gpu",
@@ -1059,10 +1069,27 @@ for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, t
                                            hardware=BLACKWELL_HW[system], fp32_grads=False),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    if fsdp:
+        layers = BRIDGE_OFFLOAD[system]
+        training = cases[-1]["scenario"]["training"]
+        training["activation_offload_layers"] = layers
+        training["grad_accum_fusion"] = False
+        cases[-1]["source"] = cases[-1]["source"].replace(
+            " The layout is also the recipe's preset (scripts/performance/configs/llama/, no recompute or "
+            "activation offloading; the 8B presets capture the whole iteration in a CUDA graph, not modelled).",
+            f" FSDP 1 is Megatron FSDP, modelled as ZeRO-3 over the 64 data-parallel ranks. The preset "
+            f"(scripts/performance/configs/llama/llama3_workload_base_configs.py, commit 3dafb00, "
+            f"LLAMA3_70B_{system}_FP8_CS_BASE_CONFIG: micro_batch_size 2, use_megatron_fsdp, "
+            f"cpu_offloading_num_layers {layers}; utils/helpers.py set_perf_matrix_overrides: cpu_offloading "
+            f"on, cpu_offloading_weights off) offloads the activations of the first {layers} of 80 layers to "
+            "the Grace CPU (training.activation_offload_layers; ASSUMED: the same count in every container "
+            "listed, the config file being one version); Megatron FSDP configs turn "
+            "gradient_accumulation_fusion off (grad_accum_fusion false).")
+        assert "Megatron FSDP" in cases[-1]["source"]
     with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
                      "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192, the preset the 405B benchmark "
                      "config picks on B200 and GB200 (scripts/performance/configs/llama/llama31_llm_pretrain.py).")
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-blackwell.yaml"),
      "# Megatron-Bridge performance summary: dense Llama 3 pre-training at FP8 (current scaling) on DGX\n"
-     "# B200 and GB200 NVL72 (NeMo 25.09, 25.11, 26.02), tokens/s/GPU as published. Generated by\n"
+     "# B200, GB200 NVL72 and GB300 NVL72 (NeMo 25.09, 25.11, 26.02), tokens/s/GPU as published. Generated by\n"
      "# tools/generate_validation_cases.py from the table in that script (source in each case).\n", cases)
