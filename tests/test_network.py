@@ -157,6 +157,25 @@ def test_multinode_ring_is_nic_limited():
     assert hier < ring * 0.95
 
 
+def test_a_ring_across_unequal_nvlink_domains_uses_a_channel_per_rail():
+    """NCCL builds the same number of channels whatever the share of the group in each NVLink
+    domain; each crosses between domains on its own GPU's NIC. A DP group of two GPUs per GB200
+    tray over 32 trays spans two NVL72 racks unequally (18 trays + 14): its all-gather must not
+    fall to one NIC's 50 GB/s, and is within a few percent of the equal split over 36 trays."""
+    cluster = build_cluster(load_profile("gb200-nvl72"), 144)
+    tray = load_profile("gb200-nvl72").node.gpus_per_node
+
+    def busbw(trays: int) -> float:
+        group = [t * tray + k for t in range(trays) for k in range(2)]
+        n = len(group)
+        return 4 * GiB * (n - 1) / n / collective_time("all_gather", 4 * GiB, cluster, group, algo="ring") / 1e9
+
+    unequal, equal = busbw(32), busbw(36)
+    nic = load_profile("gb200-nvl72").node.nic_gbps / 8
+    assert unequal > 8 * nic
+    assert unequal == pytest.approx(equal, rel=0.05)
+
+
 def test_oversubscription_divides_cross_leaf_bandwidth():
     pairs = [(g, g + 16) for g in range(16)]  # nodes 0,1 (leaf 0) -> nodes 2,3 (leaf 1)
     times = []

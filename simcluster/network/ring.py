@@ -3,8 +3,10 @@
 Ring: each of C channels carries S/C around its own ring; per rank the wire bytes are
 2(n-1)/n S (all-reduce), (n-1)/n S (all-gather, reduce-scatter) - the textbook bandwidth-optimal
 ring (Patarasuk & Yuan 2009) that nccl-tests' busbw normalises away. Channels matter only when a
-ring crosses NVLink domains: C = GPUs of the group per domain, each entering a domain on a
-different rail, as NCCL's multi-channel rings do on rail-optimized DGX fabrics.
+ring crosses NVLink domains: C = the fewest GPUs the group has in one domain, each channel
+entering a domain on a different rail, as NCCL's multi-channel rings do on rail-optimized DGX
+fabrics; NCCL builds its channels for the whole communicator, so a group split unequally over
+domains (two NVL72 racks holding 36 and 28 of its GPUs) still crosses on that many NICs.
 
 On a mesh scale-up (``node.scale_up: mesh``: a direct link between every pair of a node's GPUs)
 RCCL builds enough channels that every link of the group carries an equal share (AMD: all seven
@@ -92,7 +94,7 @@ class Ring(Algorithm):
         domains = by_domain(cluster, group)
         n = len(group)
         sizes = {len(d) for d in domains}
-        channels = min(sizes) if len(domains) > 1 and len(sizes) == 1 else 1
+        channels = min(sizes) if len(domains) > 1 else 1
         frac = _RING_FRACTION[op](n) / channels
         if cluster.mesh:
             transfers = _mesh_transfers(cluster, domains, frac, channels, op == "broadcast")
