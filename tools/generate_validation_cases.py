@@ -1017,8 +1017,7 @@ dump(str(ROOT / "validation" / "nemo-long-context-b200.yaml"),
 # and the MoE rows are left out (MXFP8 / NVFP4 block scaling is not modelled; MoE as above). The
 # Llama 3 70B rows with Megatron FSDP on GB200 and GB300 offload activations to the Grace CPU
 # (training.activation_offload_layers, the presets' cpu_offloading_num_layers, BRIDGE_OFFLOAD);
-# the 405B FSDP row (25.09, tp 2, 95 or 92 layers offloaded by the version) is left out: its
-# whole-model ZeRO-3 traffic over two racks needs Megatron FSDP's own schedule, not modelled.
+# the 405B FSDP row (25.09, 128 GB200 over two NVL72 racks, tp 2) offloads 95 of 126 layers.
 BRIDGE_BLACKWELL = [  # container, system, model, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tokens/s/GPU, TFLOP/s
     ("25.09", "B200", "LLAMA3-8B", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 29994, 1544),
     ("25.09", "B200", "LLAMA3.1-405B", 128, 64, 1, 8192, 0, 4, 8, 2, 8, 664, 1676),
@@ -1033,17 +1032,25 @@ BRIDGE_BLACKWELL = [  # container, system, model, gpus, gbs, mbs, seq, fsdp, tp,
     ("26.02", "GB200", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 4040, 1815),
     ("25.11", "GB300", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 4520, 2030),
     ("26.02", "GB300", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 5003, 2248),
+    ("25.09", "GB200", "LLAMA3.1-405B", 128, 64, 1, 8192, 1, 2, 1, 1, 1, 729, 1840),
 ]
 BLACKWELL_HW = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 # Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py (commit 3dafb00):
 # LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG and LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG (micro_batch_size 2,
-# use_megatron_fsdp, cpu_offloading_num_layers 40 / 20); set_perf_matrix_overrides turns
-# cpu_offloading on with cpu_offloading_weights False (activations only)
-BRIDGE_OFFLOAD = {"GB200": 40, "GB300": 20}
+# use_megatron_fsdp, cpu_offloading_num_layers 40 / 20); llama31_workload_base_configs.py (commit
+# 3d277f6): LLAMA31_405B_GB200_FP8_CS_BASE_CONFIG (128 GPUs, tensor_model_parallel_size 2,
+# global_batch_size 64, use_megatron_fsdp, cpu_offloading_num_layers 95); set_perf_matrix_overrides
+# turns cpu_offloading on with cpu_offloading_weights False (activations only)
+BRIDGE_OFFLOAD = {  # (system, model) -> layers offloaded, the config's constant, its file and commit
+    ("GB200", "LLAMA3-70B"): (40, "LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG", "llama3_workload_base_configs.py", "3dafb00"),
+    ("GB300", "LLAMA3-70B"): (20, "LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG", "llama3_workload_base_configs.py", "3dafb00"),
+    ("GB200", "LLAMA3.1-405B"): (95, "LLAMA31_405B_GB200_FP8_CS_BASE_CONFIG", "llama31_workload_base_configs.py",
+                                 "3d277f6"),
+}
 cases = []
 for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in BRIDGE_BLACKWELL:
     model = llama_model(name)
-    assert not fsdp or (name == "LLAMA3-70B" and system in BRIDGE_OFFLOAD)  # the 405B FSDP row is out (above)
+    assert not fsdp or (system, name) in BRIDGE_OFFLOAD
     par = megatron_parallel(tp, pp, cp, vp, zero=3 if fsdp else 1)
     assert gbs % (gpus // (tp * pp * cp) * mbs) == 0
     cases.append({
@@ -1070,18 +1077,18 @@ for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, t
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if fsdp:
-        layers = BRIDGE_OFFLOAD[system]
+        layers, constant, config, commit = BRIDGE_OFFLOAD[(system, name)]
         training = cases[-1]["scenario"]["training"]
         training["activation_offload_layers"] = layers
         training["grad_accum_fusion"] = False
         cases[-1]["source"] = cases[-1]["source"].replace(
             " The layout is also the recipe's preset (scripts/performance/configs/llama/, no recompute or "
             "activation offloading; the 8B presets capture the whole iteration in a CUDA graph, not modelled).",
-            f" FSDP 1 is Megatron FSDP, modelled as ZeRO-3 over the 64 data-parallel ranks. The preset "
-            f"(scripts/performance/configs/llama/llama3_workload_base_configs.py, commit 3dafb00, "
-            f"LLAMA3_70B_{system}_FP8_CS_BASE_CONFIG: micro_batch_size 2, use_megatron_fsdp, "
-            f"cpu_offloading_num_layers {layers}; utils/helpers.py set_perf_matrix_overrides: cpu_offloading "
-            f"on, cpu_offloading_weights off) offloads the activations of the first {layers} of 80 layers to "
+            f" FSDP 1 is Megatron FSDP, modelled as ZeRO-3 over the {gpus // tp} data-parallel ranks. The preset "
+            f"(scripts/performance/configs/llama/{config}, commit {commit}, {constant}: micro_batch_size "
+            f"{mbs}, use_megatron_fsdp, cpu_offloading_num_layers {layers}; utils/helpers.py "
+            "set_perf_matrix_overrides: cpu_offloading on, cpu_offloading_weights off) offloads the "
+            f"activations of the first {layers} of {model['layers']} layers to "
             "the Grace CPU (training.activation_offload_layers; ASSUMED: the same count in every container "
             "listed, the config file being one version); Megatron FSDP configs turn "
             "gradient_accumulation_fusion off (grad_accum_fusion false).")
