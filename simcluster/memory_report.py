@@ -17,6 +17,7 @@ from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
     loss_transient_bytes,
+    offloaded_layer_bytes,
     stage_memory,
     stage_params,
     static_memory,
@@ -90,8 +91,20 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "fits": worst.total_bytes <= cap,
         "worst_stage": worst.stage,
         "host_optimizer_bytes": _host_optimizer_bytes(ctx, worst.stage),
+        "host_activation_bytes_per_microbatch": _host_activation_bytes(ctx, worst.stage),
         "per_stage": [m.to_dict() for m in stages],
     }
+
+
+def _host_activation_bytes(ctx: Context, stage: int) -> float:
+    """Host memory one microbatch's offloaded activations take on one GPU of ``stage`` (all its
+    chunks; one layer of them is in flight on the GPU, counted there)."""
+    total = 0.0
+    for chunk in ctx.chunks[stage]:
+        moved = offloaded_layer_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk)
+        if moved:
+            total += sum(moved.values()) - max(moved.values())
+    return total
 
 
 def _host_optimizer_bytes(ctx: Context, stage: int) -> float:

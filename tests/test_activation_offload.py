@@ -43,6 +43,11 @@ def test_the_offloaded_layers_leave_the_gpu_but_one_in_flight():
     whole = chunk_activation_bytes(ctx0.model, ctx0.layout, base.training, chunk)
     kept = chunk_activation_bytes(ctx3.model, ctx3.layout, off.training, chunk)
     assert kept == pytest.approx(whole - sum(moved) + max(moved))
+    # what the host holds per microbatch: the rest of the offloaded layers (`simcluster memory`)
+    from simcluster.memory_report import memory_summary
+
+    assert memory_summary(ctx3)["host_activation_bytes_per_microbatch"] == pytest.approx(sum(moved) - max(moved))
+    assert memory_summary(ctx0)["host_activation_bytes_per_microbatch"] == 0
 
 
 def test_a_fast_link_hides_the_copies():

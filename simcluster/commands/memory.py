@@ -59,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
             f"optimizer on the host (training.optimizer_offload): {format_bytes(doc['host_optimizer_bytes'])} "
             f"per GPU, {format_bytes(per_node)} per node of {ctx.profile.node.gpus_per_node} GPUs"
         )
+    if doc["host_activation_bytes_per_microbatch"] > 0:
+        console.print(
+            "activations on the host (training.activation_offload_layers): "
+            f"{format_bytes(doc['host_activation_bytes_per_microbatch'])} per GPU per microbatch in flight"
+        )
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     style = "green" if doc["fits"] else "bold red"
     console.print(
