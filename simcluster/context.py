@@ -96,9 +96,10 @@ def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> 
         return
     fewest = min(c.layers for stage in chunks for c in stage)
     if n >= fewest:
+        fix = f"offload at most {fewest - 1}" if fewest > 1 else "a chunk of one layer keeps it; set 0"
         raise UserError(
             "training.activation_offload_layers",
-            f"{n} is not fewer than the {fewest} layers of a pipeline chunk; offload at most {fewest - 1}",
+            f"{n} is not fewer than the {fewest} layer(s) of a pipeline chunk; {fix}",
         )
     if scenario.parallel.schedule not in OFFLOAD_SCHEDULES or scenario.overlap.ep_comm:
         raise UserError(

@@ -79,7 +79,7 @@ def test_a_slow_link_sets_the_step_by_its_copies():
 @pytest.mark.parametrize(
     ("extra", "layers", "words"),
     [
-        ({}, 8, "is not fewer than the 8 layers of a pipeline chunk; offload at most 7"),
+        ({}, 8, r"is not fewer than the 8 layer\(s\) of a pipeline chunk; offload at most 7"),
         ({"parallel": {"tp": 1, "pp": 2, "schedule": "zb-h1"}}, 1, "is modelled on the 1f1b"),
     ],
 )
