@@ -91,6 +91,11 @@ class NodeSpec(_Strict):
         description="host DRAM bandwidth per node that a CPU optimizer streams through, "
         "achievable GB/s; used by training.optimizer_offload",
     )
+    host_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="host DRAM per node, GiB: what offloaded optimizer state and activations may fill",
+    )
 
 
 class FabricSpec(_Strict):

@@ -96,3 +96,21 @@ def test_a_profile_without_a_host_link_is_refused():
     )
     with pytest.raises(UserError, match="no node.host_link_GBps"):
         simulate(scenario_from_dict(data))
+
+
+def test_memory_says_what_the_host_holds_and_when_it_is_short(cli):
+    """Per node: every GPU's offloaded optimizer share and its offloaded activations of the
+    microbatches in flight (up to pp x vpp on the first stage), against node.host_memory_gib."""
+    from simcluster.memory_report import memory_summary
+
+    sc = _scenario(3)
+    ctx = build_context(sc)
+    doc = memory_summary(ctx)
+    in_flight = min(ctx.layout.microbatches, ctx.layout.pp * ctx.layout.vpp)
+    per_gpu = doc["host_activation_bytes_per_microbatch"] * in_flight + doc["host_optimizer_bytes"]
+    assert doc["host_bytes_per_node"] == pytest.approx(per_gpu * ctx.profile.node.gpus_per_node)
+    assert doc["host_capacity_bytes"] == ctx.profile.node.host_memory_gib * 2**30
+    args = ["memory", "llama3-8b-8xh100", "--set", "training.activation_offload_layers=16"]
+    assert "HOST MEMORY SHORT" not in cli(*args).out
+    short = cli(*args, "--set", "cluster.profile.node.host_memory_gib=1")
+    assert short.code == 0 and "HOST MEMORY SHORT" in short.out

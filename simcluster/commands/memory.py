@@ -64,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
             "activations on the host (training.activation_offload_layers): "
             f"{format_bytes(doc['host_activation_bytes_per_microbatch'])} per GPU per microbatch in flight"
         )
+    host, cap = doc["host_bytes_per_node"], doc["host_capacity_bytes"]
+    if host > 0 and cap:
+        over = host > cap
+        console.print(
+            f"{'[bold red]HOST MEMORY SHORT[/]: ' if over else ''}offloaded state per node up to "
+            f"{format_bytes(host)} of the host's {format_bytes(cap)}"
+        )
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     style = "green" if doc["fits"] else "bold red"
     console.print(
