@@ -99,7 +99,7 @@ def _print_hardware() -> None:
         measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
         table.add_row(
             name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
-            f"{peaks.get('bf16', 0):g}", f"{peaks['fp8']:g}" if "fp8" in peaks else "-",
+            *(f"{peaks[k]:g}" if k in peaks else "-" for k in ("bf16", "fp8")),  # V100: no bf16
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
     Console().print(table)
