@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcluster.errors import UserError
+from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
 
@@ -74,7 +75,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
         offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
-        if offload and (ctx.profile.node.host_link_GBps is None or ctx.profile.node.host_memory_GBps is None):
+        if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
             continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
         if doc["fits"]:

@@ -74,6 +74,8 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
     stages = memory_by_stage(ctx)
     worst = max(stages, key=lambda m: m.total_bytes)
     cap = ctx.capacity_bytes
+    host_optimizer = _host_optimizer_bytes(ctx, worst.stage)
+    host_activations = _host_activation_bytes(ctx, worst.stage)
     return {
         "scenario": ctx.scenario.name,
         "layout": ctx.layout.describe(),
@@ -90,20 +92,21 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "capacity_bytes": cap,
         "fits": worst.total_bytes <= cap,
         "worst_stage": worst.stage,
-        "host_optimizer_bytes": _host_optimizer_bytes(ctx, worst.stage),
-        "host_activation_bytes_per_microbatch": _host_activation_bytes(ctx, worst.stage),
-        **_host_node(ctx, worst.stage),
+        "host_optimizer_bytes": host_optimizer,
+        "host_activation_bytes_per_microbatch": host_activations,
+        **_host_node(ctx, host_optimizer, host_activations),
         "per_stage": [m.to_dict() for m in stages],
     }
 
 
-def _host_node(ctx: Context, stage: int) -> dict[str, Any]:
+def _host_node(ctx: Context, optimizer: float, activations: float) -> dict[str, Any]:
     """Host memory the offloads of one node take at most, and the node's (None: not in the
-    profile): the optimizer share of every GPU, and each GPU's offloaded activations of the
-    microbatches a 1F1B-style schedule keeps in flight on the first stage (up to pp x vpp)."""
+    profile), given one GPU's offloaded optimizer share and its offloaded activations per
+    microbatch: every GPU's share, and the microbatches a 1F1B-style schedule keeps in flight on
+    the first stage (up to pp x vpp)."""
     node = ctx.profile.node
     in_flight = min(ctx.layout.microbatches, ctx.layout.pp * ctx.layout.vpp)
-    per_gpu = _host_optimizer_bytes(ctx, stage) + _host_activation_bytes(ctx, stage) * in_flight
+    per_gpu = optimizer + activations * in_flight
     capacity = node.host_memory_gib * 2**30 if node.host_memory_gib else None
     return {"host_bytes_per_node": per_gpu * node.gpus_per_node, "host_capacity_bytes": capacity}
 

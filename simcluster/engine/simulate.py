@@ -28,7 +28,11 @@ from simcluster.parallelism.data import (
     grad_reduce_bytes,
     optimizer_bytes_per_param,
 )
-from simcluster.parallelism.offload import GPU_BYTES_PER_OFFLOADED_PARAM, offload_seconds
+from simcluster.parallelism.offload import (
+    GPU_BYTES_PER_OFFLOADED_PARAM,
+    missing_host_figures,
+    offload_seconds,
+)
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
@@ -41,14 +45,13 @@ def _activation_link(ctx: Context) -> float:
     """The host link's bytes per second for activation copies (0 without activation offload)."""
     if ctx.scenario.training.activation_offload_layers == 0:
         return 0.0
-    link = ctx.profile.node.host_link_GBps
-    if link is None:
+    if missing_host_figures(ctx.profile.node, optimizer=False):
         raise UserError(
             "training.activation_offload_layers",
             f"hardware profile '{ctx.profile.name}' gives no node.host_link_GBps (GPU-to-host bandwidth "
             "per GPU per direction); add it to the profile (cluster.profile overrides work too) or set 0",
         )
-    return link * 1e9
+    return ctx.profile.node.host_link_GBps * 1e9
 
 
 def _fsdp2_copies(

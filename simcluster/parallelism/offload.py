@@ -25,11 +25,19 @@ from simcluster.memory import moment_bytes
 
 if TYPE_CHECKING:
     from simcluster.context import Context
+    from simcluster.hardware import NodeSpec
     from simcluster.scenario import TrainingSection
 
 #: GPU-side HBM traffic per offloaded parameter: the gradient-norm read before the copy (fp32)
 #: and the write of the 16-bit weight that comes back
 GPU_BYTES_PER_OFFLOADED_PARAM = 4.0 + 2.0
+
+
+def missing_host_figures(node: NodeSpec, optimizer: bool) -> list[str]:
+    """The profile's ``node`` figures an offload needs and lacks: the host link for either
+    kind, the host DRAM bandwidth for the optimizer's CPU update as well."""
+    need = ("host_link_GBps", "host_memory_GBps") if optimizer else ("host_link_GBps",)
+    return [f"node.{key}" for key in need if getattr(node, key) is None]
 
 
 def host_update_bytes_per_param(training: TrainingSection) -> float:
@@ -44,7 +52,7 @@ def offload_seconds(ctx: Context, params: float) -> float:
     if params <= 0:
         return 0.0
     node = ctx.profile.node
-    if node.host_link_GBps is None or node.host_memory_GBps is None:
+    if missing_host_figures(node, optimizer=True):
         raise UserError(
             "training.optimizer_offload",
             f"hardware profile '{ctx.profile.name}' gives no node.host_link_GBps or "
