@@ -139,3 +139,11 @@ def test_timeline_subtitle_names_the_largest_parts():
     )
     assert "GEMMs" in text and top[0] == "gemm"
     assert describe_step({"layout": "dp1", "step_time_s": 1.0}) == "dp1 · step 1.000 s"
+
+
+def test_the_plot_has_a_colour_for_every_part_of_the_breakdown():
+    # a part without a colour would be dropped from breakdown.png, its time left blank
+    from simcluster.engine.breakdown import LABELS
+    from simcluster.output.breakdown_plot import COLORS
+
+    assert set(LABELS) <= set(COLORS)

@@ -33,6 +33,7 @@ COLORS: dict[str, str] = {
     "comm_dp": "#9D755D",
     "comm_embd": "#D6B656",
     "comm_pp": "#EECA3B",
+    "comm_host": "#17BECF",  # activation copies to and from host memory, as on the timeline
     "idle": "#E5E5E5",
 }
 ORDER = tuple(COLORS)
