@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from calibrate.timers import synchronize
+
 ADAM_BYTES_PER_ELEMENT = 7 * 4
 
 
@@ -26,19 +28,14 @@ def default_bytes(device: str, quick: bool) -> int:
     return 1 << 28 if device == "cuda" else 1 << 26
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _rate(copy, nbytes: int, device: torch.device, repeats: int) -> float:
     copy()
-    _sync(device)
+    synchronize(device.type)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         copy()
-        _sync(device)
+        synchronize(device.type)
         best = min(best, time.perf_counter() - start)
     return nbytes / best
 
