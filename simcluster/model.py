@@ -380,6 +380,14 @@ def from_hf_config(path: str | Path, field_name: str = "model.hf_config") -> Mod
     return _from_fields(name, fields, field_prefix=field_name)
 
 
+def _names_preset_without_shape(section: dict[str, Any]) -> bool:
+    """The section's ``name`` is a shipped preset and a required shape field is missing."""
+    name = section.get("name")
+    if not isinstance(name, str) or resolve_preset_name(name) not in preset_names():
+        return False
+    return any(section.get(key) is None for key in ("layers", "hidden", "heads", "vocab"))
+
+
 def build_model(section: dict[str, Any]) -> ModelSpec:
     """A ModelSpec from a scenario's ``model:`` section (preset / hf_config / fields, + overrides)."""
     section = dict(section)
@@ -391,6 +399,10 @@ def build_model(section: dict[str, Any]) -> ModelSpec:
         base = load_preset(str(preset))
     elif hf:
         base = from_hf_config(hf)
+    elif _names_preset_without_shape(section):
+        # `model: {name: llama3-8b}` reads as the preset: the fields alone could not build a
+        # model, so a name that is a preset can only mean it (given shapes still override)
+        base = load_preset(str(section.pop("name")), "model.name")
     else:
         return _from_fields(section.pop("name", "custom"), section)
     overrides = {k: v for k, v in section.items() if v is not None}

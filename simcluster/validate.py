@@ -350,14 +350,27 @@ def _run_indexed(job: tuple[int, Case]) -> tuple[int, CaseResult]:
 
 
 def _cost_hint(case: Case) -> float:
-    """Rough event count: stages x microbatches x layers per stage (simulation cost)."""
+    """Rough event count: stages x microbatches x layers per stage (simulation cost).
+
+    Only orders the work, so any section it cannot read (a preset name for the model, a
+    value of the wrong type that validation will report later) counts as 1.
+    """
     sc = case.scenario
-    par, tr = sc.get("parallel", {}), sc.get("training", {})
-    gpus = sc.get("cluster", {}).get("gpus", 1)
-    pp, tp = par.get("pp", 1), par.get("tp", 1)
-    dp = par.get("dp") or max(gpus // max(pp * tp * par.get("cp", 1), 1), 1)
-    m = tr.get("global_batch", 1) / max(dp * tr.get("micro_batch", 1), 1)
-    return float(m * sc.get("model", {}).get("layers", 1))
+
+    def section(key: str) -> dict[str, Any]:
+        value = sc.get(key) if isinstance(sc, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    def number(d: dict[str, Any], key: str) -> float:
+        value = d.get(key)
+        return float(value) if isinstance(value, (int, float)) and value > 0 else 1.0
+
+    par, tr = section("parallel"), section("training")
+    gpus, pp, tp, cp = (number(section("cluster"), "gpus"), number(par, "pp"),
+                        number(par, "tp"), number(par, "cp"))
+    dp = number(par, "dp") if "dp" in par else max(gpus / (pp * tp * cp), 1.0)
+    m = number(tr, "global_batch") / max(dp * number(tr, "micro_batch"), 1.0)
+    return m * number(section("model"), "layers")
 
 
 # --- summaries --------------------------------------------------------------------------

@@ -302,3 +302,22 @@ def test_preset_names_match_without_case_or_separators(written, preset):
 def test_an_unknown_preset_still_suggests_one():
     with pytest.raises(UserError, match="did you mean 'llama2-70b'"):
         load_preset("llama2-700b")
+
+
+def test_a_name_that_is_a_preset_without_shapes_means_the_preset():
+    # `model: {name: llama3-8b}` has no shape to build from; the name can only mean the preset,
+    # and fields beside it override it as they do beside `preset:`
+    assert build_model({"name": "Llama-3-8B"}) == load_preset("llama3-8b")
+    assert build_model({"name": "llama3-8b", "layers": 4}).layers == 4
+
+
+def test_a_name_beside_full_shapes_stays_a_label():
+    fields = {"name": "llama3-8b", "layers": 2, "hidden": 256, "heads": 4, "vocab": 1000}
+    spec = build_model(fields)
+    # Megatron-LM's default SwiGLU width int(8h/3/64)*64, not the preset's 14336
+    assert (spec.layers, spec.hidden, spec.ffn) == (2, 256, 640)
+
+
+def test_a_name_that_is_no_preset_still_asks_for_the_shapes():
+    with pytest.raises(UserError, match="model.layers"):
+        build_model({"name": "my-model"})

@@ -357,6 +357,20 @@ def test_cli_failed_case_is_listed_and_others_run(cli, tmp_path):
     assert set(good_row) >= {"name", "predicted", "measured", "metric", "error_pct"}
 
 
+def test_cases_written_with_a_preset_name_run_in_worker_processes(cli, tmp_path):
+    # ordering the work by size read `model:` as a mapping; a preset name (or any value of the
+    # wrong type) must reach the case's own validation instead of a traceback
+    named = {"name": "named", "source": "t", "measured": {"tokens_per_s": 1e5},
+             "scenario": make_scenario(model="gpt3-13b", cluster={"gpus": "8"})}
+    good = {"name": "good", "source": "t", "measured": {"tokens_per_s": 1e5},
+            "scenario": make_scenario()}
+    res = cli("validate", _cases_file(tmp_path, [named, good]), "--json", "--jobs", "2")
+    assert res.code == 0, res.err
+    by_name = {c["name"]: c for c in json.loads(res.out)["cases"]}
+    assert by_name["good"]["predicted"] > 0
+    assert by_name["named"]["predicted"] or by_name["named"]["error"].startswith("cluster.gpus")
+
+
 def test_cli_compares_published_peak_memory_on_the_side(cli, tmp_path):
     """A case's ``peak_memory_gib`` is compared with the simulated peak (GiB) in its own column
     and summary; the metric's error and MAPE do not change."""
