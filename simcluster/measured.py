@@ -4,7 +4,10 @@ The canonical metrics are :data:`METRICS`. Papers quote the same figures in othe
 few spellings are read as their canonical metric, each conversion exact: ``mfu_pct`` (percent),
 ``tflops_per_gpu`` (the model TFLOP/s per GPU under another name), ``tokens_per_s_per_gpu``
 (times the scenario's GPU count), ``samples_per_s`` (sequences, times its sequence length) and
-``step_time_ms``. An ``mfu`` above 1 cannot be a fraction
+``step_time_ms``, and the names papers' tables give them (``iteration_time_s``,
+``tokens_per_sec``, ``samples_per_second`` ...). ``hfu``, ``hfu_pct`` and
+``hardware_tflops_per_gpu`` count the FLOPs recomputation adds: they are compared as ``mfu`` or
+``model_tflops_per_gpu`` in the hardware count (``flops: hardware``). An ``mfu`` above 1 cannot be a fraction
 of peak, so one up to 100 is read as percent. A case that gives several figures is compared on
 the first one it lists; the others are kept in the note, not silently dropped.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simcluster.errors import UserError
+from simcluster.errors import UserError, did_you_mean
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
 
@@ -26,7 +29,28 @@ ALIASES: dict[str, tuple[str, float | str]] = {
     "tokens_per_s_per_gpu": ("tokens_per_s", "cluster.gpus"),
     "samples_per_s": ("tokens_per_s", "training.seq_len"),
     "step_time_ms": ("step_time_s", 1e-3),
+    # the same figures as papers' tables and logs head them
+    "iteration_time_s": ("step_time_s", 1.0),
+    "iteration_time_ms": ("step_time_s", 1e-3),
+    "seconds_per_step": ("step_time_s", 1.0),
+    "seconds_per_iteration": ("step_time_s", 1.0),
+    "tokens_per_sec": ("tokens_per_s", 1.0),
+    "tokens_per_second": ("tokens_per_s", 1.0),
+    "tokens_per_sec_per_gpu": ("tokens_per_s", "cluster.gpus"),
+    "tokens_per_second_per_gpu": ("tokens_per_s", "cluster.gpus"),
+    "samples_per_sec": ("tokens_per_s", "training.seq_len"),
+    "samples_per_second": ("tokens_per_s", "training.seq_len"),
+    "sequences_per_s": ("tokens_per_s", "training.seq_len"),
+    "model_tflops_per_s_per_gpu": ("model_tflops_per_gpu", 1.0),
+    # hardware FLOPs (recomputation included): compared as the flops: hardware count
+    "hfu": ("mfu", 1.0),
+    "hfu_pct": ("mfu", 0.01),
+    "hardware_tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
 }
+
+#: spellings that count the FLOPs the GPUs run, recomputation included (Korthikanti et al.
+#: 2022's HFU): the case is compared with ``flops: hardware``
+HARDWARE_COUNTED = frozenset({"hfu", "hfu_pct", "hardware_tflops_per_gpu"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +60,8 @@ class Measured:
     metric: str
     value: float
     note: str = ""
+    #: the figure counts hardware FLOPs (an ``hfu`` spelling): compare with ``flops: hardware``
+    hardware_flops: bool = False
 
 
 def positive_number(value: Any, where: str) -> float:
@@ -58,12 +84,18 @@ def _scenario_int(scenario: dict[str, Any], dotted: str, where: str, metric: str
 
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
-    names = ", ".join((*METRICS, *ALIASES))
+    names = ", ".join(METRICS)
     if not isinstance(measured, dict) or not measured:
         raise UserError(where, f"must be a mapping with one of {names}")
     for key in measured:
         if key not in METRICS and key not in ALIASES:
-            raise UserError(f"{where}.{key}", f"unknown metric; use one of {names}")
+            unit = " (give the unit: step_time_s or step_time_ms)" if "time" in str(key) else ""
+            hint = unit or did_you_mean(str(key), (*METRICS, *ALIASES))
+            raise UserError(
+                f"{where}.{key}",
+                f"unknown metric{hint}; use one of {names} or a spelling of them "
+                "(simcluster/measured.py ALIASES: mfu_pct, hfu, tokens_per_s_per_gpu, samples_per_s, ...)",
+            )
     key, raw = next(iter(measured.items()))
     value = positive_number(raw, f"{where}.{key}")
     notes = []
@@ -91,4 +123,4 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     for other in list(measured)[1:]:
         positive_number(measured[other], f"{where}.{other}")
         notes.append(f"compared on {key}, the first figure; {other} {measured[other]:g} not compared")
-    return Measured(metric, value, "; ".join(notes))
+    return Measured(metric, value, "; ".join(notes), hardware_flops=key in HARDWARE_COUNTED)

@@ -60,8 +60,8 @@ class Case:
     label: str = ""
     slow: bool = False
     peak_memory_gib: float | None = None
-    #: how the source counts model FLOPs (flops.FLOP_CONVENTIONS): an MFU or TFLOP/s case is
-    #: compared in the source's own count
+    #: how the source counts FLOPs (flops.FLOP_CONVENTIONS, or ``hardware``: recomputation
+    #: included): an MFU or TFLOP/s case is compared in the source's own count
     flops: str = "megatron"
     note: str = ""  # how ``measured:`` was read when it was not one canonical figure
     problem: str = ""  # why a malformed case cannot run (it fails alone)
@@ -177,8 +177,20 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
     notes = [measured.note] if measured.note else []
     flops = _flop_convention(raw.get("flops", "megatron"), f"{where}.flops")
+    if measured.hardware_flops:
+        if "flops" in raw and flops != "hardware":
+            raise UserError(f"{where}.flops", f"'{raw['flops']}' contradicts a figure in hardware "
+                            "FLOPs (hfu, hardware_tflops_per_gpu); drop flops: or use hardware")
+        flops = "hardware"
     if flops != "megatron" and measured.metric not in _FLOP_METRICS:
         notes.append(f"flops: {flops} does not change a {measured.metric} comparison")
+    recompute = _raw_recompute(scenario)
+    if flops == "megatron" and measured.metric in _FLOP_METRICS and recompute in ("full", "selective"):
+        notes.append(
+            f"{measured.metric} counts model FLOPs, without the forward that recompute {recompute} "
+            "reruns; a source that counts it (Narayanan et al. 2021's 96*B*s*l*h^2, "
+            "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware"
+        )
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
     if unknown:  # metadata such as notes or a URL must not stop a run; a typo is shown
         notes.append(f"unknown key {', '.join(unknown)} ignored (a case has {', '.join(sorted(_CASE_KEYS))})")
@@ -199,13 +211,27 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     )
 
 
+#: FLOP counts a case may name: the model-FLOP conventions, and ``hardware`` (also ``hfu``):
+#: the FLOPs the GPUs execute, recomputation included (HFU, Narayanan et al. 2021's TFLOP/s)
+_HARDWARE_ALIASES = ("hardware", "hfu")
+
+
 def _flop_convention(value: Any, field: str) -> str:
     from simcluster.flops import FLOP_CONVENTIONS
 
     text = str(value).strip().lower()
+    if text in _HARDWARE_ALIASES:
+        return "hardware"
     if text not in FLOP_CONVENTIONS:
-        raise UserError(field, f"'{value}' is not a FLOP count; use one of {', '.join(FLOP_CONVENTIONS)}")
+        names = ", ".join((*FLOP_CONVENTIONS, "hardware"))
+        raise UserError(field, f"'{value}' is not a FLOP count; use one of {names}")
     return text
+
+
+def _raw_recompute(scenario: Any) -> str | None:
+    training = scenario.get("training") if isinstance(scenario, dict) else None
+    value = training.get("recompute") if isinstance(training, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def load_cases_file(path: str | Path) -> list[Case]:
@@ -312,7 +338,9 @@ def run_case(case: Case) -> CaseResult:
         scenario = scenario_from_dict(data)
         summary = simulate(scenario).summary
         predicted, error = float(summary[case.metric]), None
-        if case.flops != "megatron" and case.metric in _FLOP_METRICS:
+        if case.flops == "hardware" and case.metric in _FLOP_METRICS:
+            predicted *= summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
+        elif case.flops != "megatron" and case.metric in _FLOP_METRICS:
             predicted *= _convention_factor(scenario, case.flops)
         memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
         largest = largest_besides_gemm(summary)

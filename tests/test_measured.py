@@ -22,6 +22,13 @@ SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
         ({"tokens_per_s_per_gpu": 1000}, "tokens_per_s", 64000),
         # Zero Bubble's tables give samples (sequences) per second: x 2048 tokens each
         ({"samples_per_s": 12.5}, "tokens_per_s", 25600),
+        # papers' and logs' headings for the same figures
+        ({"iteration_time_s": 60.1}, "step_time_s", 60.1),
+        ({"iteration_time_ms": 2500}, "step_time_s", 2.5),
+        ({"tokens_per_sec": 9e5}, "tokens_per_s", 9e5),
+        ({"tokens_per_second_per_gpu": 1000}, "tokens_per_s", 64000),
+        ({"samples_per_second": 12.5}, "tokens_per_s", 25600),
+        ({"hfu_pct": 56.0}, "mfu", 0.56),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):
@@ -66,3 +73,15 @@ def test_an_fp8_mfu_says_which_peak_it_is_against():
     assert "against the GPU's FP8 peak" in read_measured({"mfu": 0.3}, "c.measured", fp8).note
     assert read_measured({"mfu": 0.3}, "c.measured", SCENARIO).note == ""
     assert read_measured({"tokens_per_s": 9e5}, "c.measured", fp8).note == ""
+
+
+def test_hardware_flop_figures_are_marked_for_the_hardware_count():
+    # Korthikanti et al. 2022 Table 5 quotes MFU and HFU side by side; HFU counts the recompute
+    assert read_measured({"hfu": 0.56}, "c.measured", SCENARIO).hardware_flops
+    assert read_measured({"hardware_tflops_per_gpu": 140}, "c.measured", SCENARIO).hardware_flops
+    assert not read_measured({"mfu": 0.56}, "c.measured", SCENARIO).hardware_flops
+
+
+def test_a_time_without_its_unit_asks_for_it():
+    with pytest.raises(UserError, match="give the unit: step_time_s or step_time_ms"):
+        read_measured({"step_time": 3}, "c.measured", SCENARIO)

@@ -483,7 +483,24 @@ def test_cli_compares_an_mfu_in_the_sources_flop_count(cli, tmp_path):
     assert "flops: 6n does not change a tokens_per_s comparison" in rows["tokens"]["note"]
     bad_case = {"name": "b", "flops": "palm", "measured": {"mfu": 0.4}, **base}
     bad = json.loads(cli("validate", _cases_file(tmp_path, [bad_case]), "--json").out)["cases"][0]
-    assert bad["error"].endswith("flops: 'palm' is not a FLOP count; use one of megatron, causal, 6n")
+    assert bad["error"].endswith("flops: 'palm' is not a FLOP count; use one of megatron, causal, 6n, hardware")
+
+
+def test_cli_compares_a_recomputing_runs_tflops_in_narayanans_count(cli, tmp_path):
+    """``flops: hardware`` counts the forward that full recomputation reruns, as Narayanan et al.
+    2021 eq. (3) does: 96*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per step, against 72*... without it
+    (the LM head runs once, so the ratio is a little under 4/3). Without ``flops:`` the case
+    is compared in model FLOPs and the note says how to switch."""
+    sc = make_scenario(training={"recompute": "full"})
+    base = {"source": "t", "scenario": sc, "measured": {"tflops_per_gpu": 100}}
+    cases = [{"name": "model", **base}, {"name": "hw", "flops": "HFU", **base}]
+    rows = {c["name"]: c for c in json.loads(cli("validate", _cases_file(tmp_path, cases), "--json").out)["cases"]}
+    layers, h, v, s = GPT_LIKE["layers"], GPT_LIKE["hidden"], GPT_LIKE["vocab"], 2048
+    narayanan_96 = 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    narayanan_72 = 72 * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
+    # rel 1e-3: the module counts each layer's bias terms with its weights (eq. 3 does not)
+    assert rows["hw"]["predicted"] / rows["model"]["predicted"] == pytest.approx(narayanan_96 / narayanan_72, rel=1e-3)
+    assert "needs flops: hardware" in rows["model"]["note"] and "needs" not in rows["hw"]["note"]
 
 
 def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):
@@ -829,3 +846,17 @@ def test_ratchet_all_quick_cases():
         assert families[family]["mape_pct"] <= level + 1.0, (family, families[family])
     for family, level in FAMILY_MAX_APE.items():
         assert families[family]["max_ape_pct"] <= level + 1.0, (family, families[family])
+
+
+def test_an_hfu_figure_is_compared_in_hardware_flops(cli, tmp_path):
+    """``hfu`` is the MFU of the FLOPs the GPUs run (Korthikanti et al. 2022 Sec. 6): compared
+    with the simulated HFU; a contradicting ``flops:`` is refused for that case."""
+    sc = make_scenario(training={"recompute": "full"})
+    cases = [
+        {"name": "hfu", "source": "t", "scenario": sc, "measured": {"hfu": 0.5}},
+        {"name": "bad", "source": "t", "scenario": sc, "measured": {"hfu": 0.5}, "flops": "causal"},
+    ]
+    rows = {c["name"]: c for c in json.loads(cli("validate", _cases_file(tmp_path, cases), "--json").out)["cases"]}
+    summary = simulate(scenario_from_dict(sc)).summary
+    assert rows["hfu"]["predicted"] == pytest.approx(summary["hfu"]) and summary["hfu"] > summary["mfu"]
+    assert "contradicts a figure in hardware FLOPs" in rows["bad"]["error"]
