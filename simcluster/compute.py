@@ -14,10 +14,22 @@ import math
 from dataclasses import dataclass, field
 
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
-from simcluster.hardware import HardwareProfile
+from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: bytes per GEMM operand element; NVFP4 is 4 bits plus an E4M3 scale per 16 values
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5 + 1 / 16}
+
+#: precisions whose GEMMs take quantised operands while activations and attention stay 16-bit
+QUANTISED = ("fp8", "nvfp4")
+
+#: HBM bytes per element TransformerEngine moves to quantise one 16-bit NVFP4 GEMM operand
+#: for both of its uses (NVFP4BlockScaling; transformer_engine/pytorch/csrc/quantizer.cpp
+#: NVFP4Quantizer::quantize_impl): one read for the amaxes of the tensor and of its random
+#: Hadamard transform (nvte_hadamard_transform_amax), then the rowwise cast (read 2, write
+#: 0.5 + 1/16) and the fused Hadamard-transform-and-cast of the columnwise copy the
+#: weight-gradient GEMM reads (read 2, write 0.5 + 1/16)
+NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 
 
 @dataclass
@@ -53,6 +65,7 @@ class KernelModel:
     # --- peaks ------------------------------------------------------------------------
     def _peak(self, dtype: str) -> float:
         table = self.profile.gpu.peak_tflops
+        dtype = PEAK_KEYS.get(dtype, dtype)
         if dtype in table:
             return table[dtype] * 1e12
         if dtype == "fp8" and "bf16" in table:
@@ -70,13 +83,15 @@ class KernelModel:
 
     @property
     def act_dtype(self) -> str:
-        """Dtype of attention and activations (fp8 recipes keep attention in bf16)."""
-        return "bf16" if self.precision == "fp8" else self.gemm_dtype
+        """Dtype of attention and activations (FP8 and NVFP4 recipes keep attention in bf16)."""
+        return "bf16" if self.precision in QUANTISED else self.gemm_dtype
 
     # --- kernels ----------------------------------------------------------------------
     def _benchmark_curve(self, dtype: str) -> list[tuple[float, float]]:
         """The profile's GEMM size curve for ``dtype`` (FP8 has its own where measured)."""
         eff = self.profile.efficiency
+        if dtype == "nvfp4" and eff.gemm_fp4:
+            return eff.gemm_fp4
         return eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm
 
     def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
@@ -129,7 +144,8 @@ class KernelModel:
             eff = min(eff, plateau * self.quantisation(m, n, count))
         compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown
         elt = DTYPE_BYTES.get(dtype, 2)
-        memory = count * (m * k + k * n + m * n) * elt / self.hbm_bytes_per_s
+        out = 2 if dtype in QUANTISED else elt  # FP8 and NVFP4 GEMMs write 16-bit outputs
+        memory = count * ((m * k + k * n) * elt + m * n * out) / self.hbm_bytes_per_s
         return max(compute, memory) + self.launch_s
 
     @property
@@ -143,9 +159,13 @@ class KernelModel:
         """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
         return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
-    def fp8_quantise(self, elements: float, dtype: str | None = None) -> float:
-        """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 GEMM;
-        zero unless the GEMM runs in FP8.
+    def quantise(self, elements: float, dtype: str | None = None) -> float:
+        """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 or
+        NVFP4 GEMM; zero unless the GEMM runs in one of them.
+
+        NVFP4 (TransformerEngine's NVFP4BlockScaling): :data:`NVFP4_QUANTISE_BYTES` per element,
+        the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast; weights are
+        cast once per step, as below.
 
         TransformerEngine casts each activation entering an FP8 GEMM in the forward, and each
         output gradient in the backward, with a fused cast-transpose kernel: it reads the 16-bit
@@ -158,8 +178,11 @@ class KernelModel:
         current scaling (TE's Float8CurrentScaling) first reduces the tensor's amax, one more
         16-bit read (2 bytes per element).
         """
-        if (dtype or self.gemm_dtype) != "fp8" or elements <= 0:
+        dtype = dtype or self.gemm_dtype
+        if dtype not in QUANTISED or elements <= 0:
             return 0.0
+        if dtype == "nvfp4":
+            return self.memory(NVFP4_QUANTISE_BYTES * elements)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
         return self.memory((4.0 + amax_pass) * elements)
 

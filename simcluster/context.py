@@ -61,6 +61,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         )
     scenario = with_framework_kernel(scenario, profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
+    _check_precision(scenario.training, profile)
     _check_recompute(scenario.training, model)
     _check_cuda_graphs(scenario.training, model)
     _check_positions(scenario.training, model)
@@ -106,6 +107,20 @@ def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> 
             "training.activation_offload_layers",
             f"is modelled on the {', '.join(OFFLOAD_SCHEDULES)} schedules without overlap.ep_comm; "
             f"use one of them or set it to 0",
+        )
+
+
+def _check_precision(training: TrainingSection, profile: HardwareProfile) -> None:
+    """NVFP4 GEMMs need FP4 tensor cores (Blackwell) and a measured rate for them."""
+    if training.precision != "nvfp4":
+        return
+    rows = [r for r in profile.measured.get("gemm", []) or [] if str(r.get("dtype")) == "nvfp4"]
+    if "fp4" not in profile.gpu.peak_tflops or not (profile.efficiency.gemm_fp4 or rows):
+        raise UserError(
+            "training.precision",
+            f"nvfp4 needs FP4 tensor cores and their GEMM rates; hardware '{profile.name}' "
+            f"({profile.gpu.name}) lists {'no FP4 peak' if 'fp4' not in profile.gpu.peak_tflops else 'no efficiency.gemm_fp4'}"
+            "; use a Blackwell profile (dgx-b200, gb200-nvl72, gb300-nvl72) or precision fp8",
         )
 
 

@@ -25,7 +25,10 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.gpu_names import reference_node
 
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+#: the peak_tflops key a training precision's GEMMs run at (NVFP4 on the FP4 tensor cores)
+PEAK_KEYS = {"nvfp4": "fp4"}
 
 
 class _Strict(BaseModel):
@@ -117,6 +120,11 @@ class EfficiencySpec(_Strict):
         min_length=1,
         default=None,
         description="the same curve for FP8 GEMMs (fraction of the FP8 peak); default: gemm's",
+    )
+    gemm_fp4: list[CurvePoint] | None = Field(
+        min_length=1,
+        default=None,
+        description="the same curve for NVFP4 GEMMs (fraction of the FP4 peak); required for nvfp4",
     )
     attention_fwd: float = Field(gt=0, le=1)
     attention_bwd: float = Field(gt=0, le=1)
@@ -215,13 +223,14 @@ class HardwareProfile(_Strict):
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s for a precision; fp32 math on tensor cores uses tf32 if listed."""
         table = self.gpu.peak_tflops
-        if precision not in table:
+        key = PEAK_KEYS.get(precision, precision)
+        if key not in table:
             raise UserError(
                 "training.precision",
-                f"hardware '{self.name}' lists no peak for '{precision}' "
+                f"hardware '{self.name}' lists no peak for '{key}' "
                 f"(has {', '.join(sorted(table))}); pick one of those or add it to the profile",
             )
-        return table[precision] * 1e12
+        return table[key] * 1e12
 
     def attention_kernel_in_use(self, kernel: str | None) -> str | None:
         """The fused-attention kernel a scenario runs: the one it names, else the profile's own

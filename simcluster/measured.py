@@ -114,10 +114,12 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
         value /= 100
         notes.append(f"mfu {raw:g} read as percent ({value:.4g})")
     training = scenario.get("training")
-    if metric == "mfu" and isinstance(training, dict) and str(training.get("precision", "")).lower() == "fp8":
+    precision = str(training.get("precision", "")).lower() if isinstance(training, dict) else ""
+    if metric == "mfu" and precision in ("fp8", "nvfp4", "fp4"):
         # sources differ: NVIDIA's quote FP8 runs against the FP8 peak, others against BF16's
+        name, peak = ("FP8", "FP8 peak (twice BF16's)") if precision == "fp8" else ("NVFP4", "FP4 peak")
         notes.append(
-            "an FP8 run's mfu is against the GPU's FP8 peak here (twice BF16's); if the source "
+            f"an {name} run's mfu is against the GPU's {peak} here; if the source "
             "divides by the BF16 peak, compare model_tflops_per_gpu or tokens_per_s instead"
         )
     for other in list(measured)[1:]:

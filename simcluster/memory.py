@@ -124,13 +124,18 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def gemm_input_bytes(precision: str) -> int:
+def gemm_input_bytes(precision: str) -> float:
     """Bytes per stored element of a linear layer's input, kept for its weight gradient.
 
     FP8 training (TransformerEngine) keeps the FP8 copy it cast for the forward GEMM (the
-    transposed one the weight-gradient GEMM reads), 1 byte, instead of the 16-bit input.
+    transposed one the weight-gradient GEMM reads), 1 byte, instead of the 16-bit input;
+    NVFP4 its columnwise NVFP4 copy, 4 bits plus an E4M3 scale per 16 values.
     """
-    return 1 if precision == "fp8" else act_bytes(precision)
+    if precision == "fp8":
+        return 1.0
+    if precision == "nvfp4":
+        return 0.5 + 1 / 16
+    return act_bytes(precision)
 
 
 def layer_activation_bytes(

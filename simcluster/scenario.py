@@ -172,7 +172,15 @@ class TrainingSection(_Section):
     seq_len: int = Field(gt=0)
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    precision: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["fp32", "bf16", "fp16", "fp8", "nvfp4"] = Field(
+        default="bf16",
+        description=(
+            "the transformer linears' GEMMs: fp32/bf16/fp16, fp8 (TransformerEngine FP8, see "
+            "fp8_recipe) or nvfp4 (TransformerEngine NVFP4BlockScaling on Blackwell: 4-bit "
+            "values in blocks of 16 with E4M3 scales); attention, the LM head and the "
+            "activations stay 16-bit under fp8 and nvfp4"
+        ),
+    )
     fp8_recipe: Literal["delayed", "current", "block"] = Field(
         default="delayed",
         description=(

@@ -15,6 +15,7 @@ from typing import Any
 SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
     ("training", "precision"): {
         "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+        "fp4": "nvfp4", "nv-fp4": "nvfp4", "nvfp4-mixed": "nvfp4", "bf16-with-nvfp4-mixed": "nvfp4",
     },
     ("training", "recompute"): {"selective-recompute": "selective", "full-recompute": "full"},
     ("training", "attention_kernel"): {"flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2"},

@@ -34,9 +34,9 @@ def _builder(precision: str) -> LayerBuilder:
 def test_quantisation_is_a_cast_transpose_through_hbm():
     km = _builder("fp8").km
     elements = TOKENS * 4096
-    assert km.fp8_quantise(elements) == pytest.approx(4 * elements / km.hbm_bytes_per_s + km.launch_s)
-    assert km.fp8_quantise(elements, "bf16") == 0.0
-    assert _builder("bf16").km.fp8_quantise(elements) == 0.0
+    assert km.quantise(elements) == pytest.approx(4 * elements / km.hbm_bytes_per_s + km.launch_s)
+    assert km.quantise(elements, "bf16") == 0.0
+    assert _builder("bf16").km.quantise(elements) == 0.0
 
 
 @pytest.mark.parametrize("phase, widths", [
@@ -48,7 +48,7 @@ def test_quantisation_is_a_cast_transpose_through_hbm():
 def test_fp8_layer_pays_one_cast_per_gemm_operand(phase, widths):
     fp8 = _builder("fp8")
     km = fp8.km
-    casts = sum(km.fp8_quantise(TOKENS * w) for w in widths)
+    casts = sum(km.quantise(TOKENS * w) for w in widths)
     gemms = fp8.attention_gemms() + fp8.mlp_gemms(LLAMA["ffn"])
     uncast = sum(
         km.gemm(TOKENS, g.n, g.k) if phase == "F" else km.gemm(TOKENS, g.k, g.n) for g in gemms
@@ -108,8 +108,8 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     )
     km, moe = b.km, b.scenario.moe
     rows = TOKENS * 2  # tokens x top_k routed copies arrive at this rank (8 of 8 experts spread)
-    casts_f = km.fp8_quantise(rows * 4096) + km.fp8_quantise(rows * 2048)
-    casts_b = km.fp8_quantise(rows * 4096) + km.fp8_quantise(rows * 2 * 2048)
+    casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048)
+    casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048)
     act = expert.activation_seconds(b.shapes, km, 1.0)
     gemm_f = km.gemm(rows, 2 * 2048, 4096, count=1) + km.gemm(rows, 4096, 2048, count=1)
     gemm_b = km.gemm(rows, 4096, 2 * 2048, count=1) + km.gemm(rows, 2048, 4096, count=1)
@@ -124,9 +124,9 @@ def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
 
     profile = _builder("fp8").km.profile
     elements = TOKENS * 4096
-    current = KernelModel(profile, "fp8", fp8_recipe="current").fp8_quantise(elements)
+    current = KernelModel(profile, "fp8", fp8_recipe="current").quantise(elements)
     for recipe in ("delayed", "block"):
-        other = KernelModel(profile, "fp8", fp8_recipe=recipe).fp8_quantise(elements)
+        other = KernelModel(profile, "fp8", fp8_recipe=recipe).quantise(elements)
         assert current - other == pytest.approx(2 * elements / KernelModel(profile, "fp8").hbm_bytes_per_s)
 
 

@@ -90,7 +90,7 @@ def _print_hardware() -> None:
 
     table = Table(title="hardware profiles (per GPU, bandwidth per direction)")
     for col in ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s",
-                "scale-up", "scale-out", "measured"):  # fmt: skip
+                "FP4 TFLOP/s", "scale-up", "scale-out", "measured"):  # fmt: skip
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
     for name in shipped_profiles():
         p = load_profile(name)
@@ -99,7 +99,7 @@ def _print_hardware() -> None:
         measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
         table.add_row(
             name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
-            *(f"{peaks[k]:g}" if k in peaks else "-" for k in ("bf16", "fp8")),  # V100: no bf16
+            *(f"{peaks[k]:g}" if k in peaks else "-" for k in ("bf16", "fp8", "fp4")),  # V100: no bf16
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
     Console().print(table)

@@ -71,7 +71,7 @@ def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str)
 def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> Work:
     """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad).
 
-    In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``fp8_quantise``): the
+    In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``quantise``): the
     forward casts fc1's and fc2's inputs, the backward their output gradients, counted per
     routed copy (with ``moe.fp8_dispatch`` the sender casts once per token instead: an upper
     bound there).
@@ -83,11 +83,11 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     rows = per_expert * local_experts
     if phase == "F":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
-        casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * m.expert_ffn)
+        casts = km.quantise(rows * h) + km.quantise(rows * m.expert_ffn)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.load_imbalance))
     if phase == "B":
         t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, m.expert_ffn, h, count=local_experts)
-        casts = km.fp8_quantise(rows * h) + km.fp8_quantise(rows * up)
+        casts = km.quantise(rows * h) + km.quantise(rows * up)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.load_imbalance))
     wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
     return Work.of(gemm=wgrad_t)

@@ -55,9 +55,16 @@ class Shapes:
         ``qkv_dgrad``, ``fc1_dgrad``) an FP8 buffer under an FP8 recipe (``initialize_ub``:
         "AllGather buffers use fp8 when using fp8 recipe"). Reduce-scatters carry 16-bit
         partial sums. The per-tensor scale is a few bytes and is left out.
+
+        NVFP4 gathers its quantised operand the same way, 4 bits and an E4M3 scale per 16
+        values: TransformerEngine's NVFP4 quantizer reduces the amax over the gathering group
+        first (``with_amax_reduction``) so every rank casts to one scale; the forward gathers
+        the rowwise copy, the backward re-gather the Hadamard-transformed columnwise one.
         """
-        if self.training.precision == "fp8":
-            return self.tokens * self.model.hidden * 1.0
+        from simcluster.compute import DTYPE_BYTES
+
+        if self.training.precision in ("fp8", "nvfp4"):
+            return self.tokens * self.model.hidden * DTYPE_BYTES[self.training.precision]
         return self.hidden_bytes
 
     @property

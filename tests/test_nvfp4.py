@@ -1,0 +1,104 @@
+"""NVFP4 training as TransformerEngine's NVFP4BlockScaling runs it on Blackwell: the transformer
+linears' GEMMs on the FP4 tensor cores, each 16-bit operand quantised twice (rowwise, and a
+Hadamard-transformed columnwise copy for the weight gradient), attention and the LM head at 16
+bits.
+
+Numbers checked against their sources: the dense FP4 peaks (NVIDIA's datasheets: sparse figures
+halved), GB200's sustained cuBLASLt FP4 GEMM rates (Azure/AI-benchmarking-guide
+ND_GB200_v6_results.md, 10,000 warm-up iterations) and NVFP4's storage, 4 bits per value plus an
+E4M3 scale per block of 16.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+from engine_helpers import layer_builder
+
+from simcluster.compute import NVFP4_QUANTISE_BYTES, KernelModel
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.errors import UserError
+from simcluster.hardware import load_profile
+from simcluster.memory import gemm_input_bytes
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import scenario_from_dict
+
+LLAMA = {
+    "name": "llama-test", "layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336,
+    "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+}  # fmt: skip
+TOKENS = 8192
+
+
+def _scenario(precision: str, hardware: str = "gb200-nvl72", **training) -> dict:
+    return make_scenario(
+        model=dict(LLAMA),
+        cluster={"hardware": hardware, "gpus": 4},
+        parallel={"tp": 1, "pp": 1},
+        training={"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": precision, **training},
+    )
+
+
+@pytest.mark.parametrize(
+    ("profile", "tflops"),
+    [("dgx-b200", 9000), ("gb200-nvl72", 10000), ("gb300-nvl72", 15000)],  # 18, 20, 30 PF sparse
+)
+def test_dense_fp4_peaks_are_half_the_datasheets_sparse_figures(profile, tflops):
+    assert load_profile(profile).peak_flops("nvfp4") == pytest.approx(tflops * 1e12)
+
+
+@pytest.mark.parametrize(
+    ("side", "tflops"),
+    # Azure ND GB200 v6, cuBLASLt FP4: 4096^3 5177.3, 8192^3 7535.6, 16384^3 7627.6 TFLOP/s
+    [(4096, 5177.3), (8192, 7535.6), (16384, 7627.6)],
+)
+def test_gb200_nvfp4_gemms_run_at_the_measured_sustained_rates(side, tflops):
+    km = KernelModel(load_profile("gb200-nvl72"), "nvfp4")
+    seconds = km.gemm(side, side, side) - km.launch_s
+    assert 2 * side**3 / seconds / 1e12 == pytest.approx(tflops, rel=0.01)
+
+
+def test_quantisation_reads_for_the_amaxes_and_writes_both_nvfp4_copies():
+    km = layer_builder(_scenario("nvfp4")).km
+    elements = TOKENS * 4096
+    # amax read (2 B) + rowwise cast (2 B in, 4 bits + 1/16 B scale out) + columnwise the same
+    assert NVFP4_QUANTISE_BYTES == pytest.approx(2 + 2 * (2 + 0.5 + 0.0625))
+    assert km.quantise(elements) == pytest.approx(7.125 * elements / km.hbm_bytes_per_s + km.launch_s)
+    assert km.quantise(elements, "bf16") == 0.0
+
+
+def test_the_nvfp4_layer_runs_fp4_gemms_and_pays_its_casts():
+    nv, fp8 = layer_builder(_scenario("nvfp4")), layer_builder(_scenario("fp8", fp8_recipe="block"))
+    gemms = nv.attention_gemms() + nv.mlp_gemms(LLAMA["ffn"])
+    nv_work, fp8_work = dict(nv._gemms(gemms, "F").parts), dict(fp8._gemms(gemms, "F").parts)
+    assert nv_work["gemm"] < 0.6 * fp8_work["gemm"]  # FP4 tensor cores at 2.6x FP8's sustained rate
+    # casts per element: NVFP4 7.125 B against MXFP8's cast-transpose 4 B (one kernel per GEMM
+    # input, each with its launch gap)
+    launches = len(gemms) * nv.km.launch_s
+    assert nv_work["memory"] - launches == pytest.approx((fp8_work["memory"] - launches) * 7.125 / 4, rel=1e-6)
+    assert nv.km.act_dtype == "bf16"  # attention and the LM head stay 16-bit
+
+
+def test_stored_inputs_and_tp_gathers_are_nvfp4_sized():
+    # the weight gradient keeps the columnwise NVFP4 copy: 4 bits + an E4M3 scale per 16 values
+    assert gemm_input_bytes("nvfp4") == pytest.approx(0.5625)
+    ctx = build_context(scenario_from_dict(_scenario("nvfp4")))
+    shapes = Shapes(ctx.model, ctx.layout, ctx.scenario.training)
+    assert shapes.tp_gather_bytes == pytest.approx(TOKENS * 4096 * 0.5625)
+    assert shapes.hidden_bytes == TOKENS * 4096 * 2  # reduce-scatters and p2p stay 16-bit
+
+
+def test_nvfp4_runs_faster_than_fp8_on_the_same_layout_and_spells_like_papers():
+    nv = simulate(scenario_from_dict(_scenario("NVFP4"))).summary
+    fp8 = simulate(scenario_from_dict(_scenario("fp8", fp8_recipe="block"))).summary
+    assert nv["step_time_s"] < fp8["step_time_s"]
+    assert nv["mfu"] == pytest.approx(nv["model_flops_per_step"] / (nv["step_time_s"] * 4 * 10000e12))
+    assert scenario_from_dict(_scenario("fp4")).training.precision == "nvfp4"
+
+
+@pytest.mark.parametrize("hardware", ["dgx-h100", "dgx-a100"])
+def test_gpus_without_fp4_tensor_cores_refuse_nvfp4(hardware):
+    with pytest.raises(UserError, match="nvfp4 needs FP4 tensor cores") as err:
+        build_context(scenario_from_dict(_scenario("nvfp4", hardware=hardware)))
+    assert err.value.field == "training.precision" and "dgx-b200" in str(err.value)
