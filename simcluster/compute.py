@@ -31,6 +31,12 @@ QUANTISED = ("fp8", "nvfp4")
 #: weight-gradient GEMM reads (read 2, write 0.5 + 1/16)
 NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 
+#: how much longer an NVFP4 cast takes with stochastic rounding, which the recipe applies to
+#: gradients: TransformerEngine pull request 2412 ('Tuned NVFP4 cast kernel', Blackwell) measures
+#: the same rowwise + columnwise cast at 6.4 TB/s rounding to nearest and 4.5 TB/s rounding
+#: stochastically (its random bits drawn per element)
+NVFP4_SR_SLOWDOWN = 6.4 / 4.5
+
 
 @dataclass
 class KernelModel:
@@ -159,13 +165,14 @@ class KernelModel:
         """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
         return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
-    def quantise(self, elements: float, dtype: str | None = None) -> float:
+    def quantise(self, elements: float, dtype: str | None = None, gradient: bool = False) -> float:
         """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 or
         NVFP4 GEMM; zero unless the GEMM runs in one of them.
 
         NVFP4 (TransformerEngine's NVFP4BlockScaling): :data:`NVFP4_QUANTISE_BYTES` per element,
         the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast; weights are
-        cast once per step, as below.
+        cast once per step, as below. A ``gradient`` is rounded stochastically, which the
+        measured cast kernel runs :data:`NVFP4_SR_SLOWDOWN` times slower.
 
         TransformerEngine casts each activation entering an FP8 GEMM in the forward, and each
         output gradient in the backward, with a fused cast-transpose kernel: it reads the 16-bit
@@ -182,7 +189,8 @@ class KernelModel:
         if dtype not in QUANTISED or elements <= 0:
             return 0.0
         if dtype == "nvfp4":
-            return self.memory(NVFP4_QUANTISE_BYTES * elements)
+            slowdown = NVFP4_SR_SLOWDOWN if gradient else 1.0
+            return self.memory(NVFP4_QUANTISE_BYTES * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
         return self.memory((4.0 + amax_pass) * elements)
 

@@ -1013,8 +1013,8 @@ dump(str(ROOT / "validation" / "nemo-long-context-b200.yaml"),
 # ---------------- Megatron-Bridge performance summary, Blackwell (DGX B200, GB200 NVL72, FP8-CS) ----------------
 # Same page as the H100 rows above (commit df0289c): the dense Llama rows of the DGX-B200 and
 # DGX-GB200 tables with FP8 current scaling (FP8-CS; the 25.09 tables have no precision column
-# and give FP8-MX in parentheses, so their main figures are taken as FP8-CS). FP8-MX, NVFP4
-# and the MoE rows are left out (MXFP8 / NVFP4 block scaling is not modelled; MoE as above). The
+# and give FP8-MX in parentheses, so their main figures are taken as FP8-CS); the 26.02 FP8-MX and
+# NVFP4 rows follow in BRIDGE_BLACKWELL_MORE; the MoE rows are left out (as above). The
 # Llama 3 70B rows with Megatron FSDP on GB200 and GB300 offload activations to the Grace CPU
 # (training.activation_offload_layers, the presets' cpu_offloading_num_layers, BRIDGE_OFFLOAD);
 # the 405B FSDP row (25.09, 128 GB200 over two NVL72 racks, tp 2) offloads 95 of 126 layers.
@@ -1034,6 +1034,34 @@ BRIDGE_BLACKWELL = [  # container, system, model, gpus, gbs, mbs, seq, fsdp, tp,
     ("26.02", "GB300", "LLAMA3-70B", 64, 256, 2, 8192, 1, 1, 1, 1, 1, 5003, 2248),
     ("25.09", "GB200", "LLAMA3.1-405B", 128, 64, 1, 8192, 1, 2, 1, 1, 1, 729, 1840),
 ]
+# The same page's other precisions on the same layouts, and its GB300 rows: NeMo 26.02's FP8-MX
+# (MXFP8: 1x32 blocks with E8M0 scales inside the cast, training.fp8_recipe block) and NVFP4 rows
+# (training.precision nvfp4, Megatron-Bridge's bf16_with_nvfp4_mixed: every transformer linear
+# in NVFP4), and the FP8-CS rows of DGX-GB300 (25.11, 26.02) not listed above.
+BRIDGE_BLACKWELL_MORE = [  # as BRIDGE_BLACKWELL, then the precision
+    ("26.02", "GB200", "LLAMA3-70B", 64, 256, 1, 8192, 0, 2, 4, 1, 5, 3887, 1746, "FP8-MX"),
+    ("26.02", "GB200", "LLAMA3-70B", 64, 256, 1, 8192, 0, 2, 4, 1, 5, 5041, 2264, "NVFP4"),
+    ("26.02", "GB200", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 16, 1, 8, 786, 1983, "FP8-MX"),
+    ("26.02", "GB200", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 16, 1, 8, 1145, 2891, "NVFP4"),
+    ("26.02", "GB300", "LLAMA3-70B", 64, 256, 1, 8192, 0, 1, 4, 1, 5, 4596, 2064, "FP8-MX"),
+    ("26.02", "GB300", "LLAMA3-70B", 64, 256, 1, 8192, 0, 1, 4, 1, 5, 6798, 3056, "NVFP4"),
+    ("26.02", "GB300", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 2, 8, 2, 4, 931, 2349, "FP8-MX"),
+    ("26.02", "GB300", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 8, 1, 4, 1347, 3401, "NVFP4"),
+    ("26.02", "GB300", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 4, 8, 1, 4, 988, 2495, "FP8-CS"),
+    ("25.11", "GB300", "LLAMA3-8B", 8, 128, 2, 8192, 0, 1, 1, 1, 1, 37556, 1933, "FP8-CS"),
+    ("25.11", "GB300", "LLAMA3.1-405B", 256, 1536, 1, 8192, 0, 2, 8, 2, 4, 999, 2522, "FP8-CS"),
+]
+# precision column -> (training.precision, training.fp8_recipe, what the source says of it)
+BRIDGE_PRECISION = {
+    "FP8-CS": ("fp8", "current", "FP8 current scaling: an amax pass over each tensor before its cast "
+                                 "(training.fp8_recipe: current)."),
+    "FP8-MX": ("fp8", "block", "MXFP8 (Megatron-Bridge bf16_with_mxfp8_mixed): 1x32 blocks with E8M0 scales "
+                               "found inside the cast, no amax pass (training.fp8_recipe: block); its FP8 "
+                               "parameter gather (fp8_param_gather) is not modelled (16-bit gathers, ASSUMED)."),
+    "NVFP4": ("nvfp4", None, "NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed: fp4 e2m1, fp4_recipe nvfp4, no "
+                             "layers kept in BF16): every transformer linear's GEMMs on the FP4 tensor cores, "
+                             "TransformerEngine's NVFP4BlockScaling casts (training.precision: nvfp4)."),
+}
 BLACKWELL_HW = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
 # Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py (commit 3dafb00):
 # LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG and LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG (micro_batch_size 2,
@@ -1047,32 +1075,36 @@ BRIDGE_OFFLOAD = {  # (system, model) -> layers offloaded, the config's constant
     ("GB200", "LLAMA3.1-405B"): (95, "LLAMA31_405B_GB200_FP8_CS_BASE_CONFIG", "llama31_workload_base_configs.py",
                                  "3d277f6"),
 }
-cases = []
-for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops in BRIDGE_BLACKWELL:
+cases, nvfp4_cases = [], []
+for (container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, tflops,
+     label) in [(*row, "FP8-CS") for row in BRIDGE_BLACKWELL] + BRIDGE_BLACKWELL_MORE:
+    precision, recipe, recipe_text = BRIDGE_PRECISION[label]
     model = llama_model(name)
     assert not fsdp or (system, name) in BRIDGE_OFFLOAD
     par = megatron_parallel(tp, pp, cp, vp, zero=3 if fsdp else 1)
     assert gbs % (gpus // (tp * pp * cp) * mbs) == 0
+    suffix = "" if label == "FP8-CS" else f"-{label.lower().replace('-', '')}"
+    family = "megatron-bridge-nvfp4-blackwell" if precision == "nvfp4" else "megatron-bridge-fp8-blackwell"
     cases.append({
-        "name": f"bridge-{container}/{name.lower()}-{system.lower()}-{gpus}gpu",
-        "family": "megatron-bridge-fp8-blackwell",
+        "name": f"bridge-{container}/{name.lower()}-{system.lower()}-{gpus}gpu{suffix}",
+        "family": family,
         "source": (
             f"NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (commit df0289c), DGX-{system} "
-            f"pre-training, NeMo {container} container: {name} FP8-CS on {gpus} GPUs, GBS {gbs}, MBS {mbs}, "
+            f"pre-training, NeMo {container} container: {name} {label} on {gpus} GPUs, GBS {gbs}, MBS {mbs}, "
             f"sequence {s}, FSDP {fsdp} tp {tp} pp {pp} cp {cp} vp {vp}: {tps_gpu} tokens/s/GPU ({tflops} model "
             "TFLOP/s). measured tokens_per_s = tokens/s/GPU x gpus. Shape as published. The layout is also the recipe's preset (scripts/performance/"
             "configs/llama/, no recompute or activation offloading; the 8B presets capture the whole "
             "iteration in a CUDA graph, not modelled). ASSUMED (not stated): the recipes' overlaps "
             "(TP comm overlap, grad reduce, param gather), sequence parallel with tp, gradient accumulation "
-            "fusion; attention by TransformerEngine's cuDNN backend (its backend on Blackwell). FP8 current "
-            "scaling: an amax pass over each tensor before its cast (training.fp8_recipe: current)."
+            "fusion; attention by TransformerEngine's cuDNN backend (its backend on Blackwell). "
+            + recipe_text
             + (" The 25.09 table has no precision column; its main figures are read as FP8-CS (the FP8-MX "
                "ones are in parentheses)." if container == "25.09" else "")
             + BRIDGE_GRADS
         ),
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s, "container": container, "system": system},
-        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current",
+        "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, precision, "cudnn", recipe,
                                            hardware=BLACKWELL_HW[system], fp32_grads=False),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
@@ -1093,10 +1125,24 @@ for container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, t
             "listed, the config file being one version); Megatron FSDP configs turn "
             "gradient_accumulation_fusion off (grad_accum_fusion false).")
         assert "Megatron FSDP" in cases[-1]["source"]
-    with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
-                     "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192, the preset the 405B benchmark "
-                     "config picks on B200 and GB200 (scripts/performance/configs/llama/llama31_llm_pretrain.py).")
+    if name == "LLAMA3-70B" and not fsdp:
+        with_userbuffers(cases[-1], "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192",
+                         "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192, the preset the 70B benchmark config "
+                         "imports for Blackwell at FP8 (scripts/performance/configs/llama/llama3_llm_pretrain.py; "
+                         "ASSUMED for NVFP4 as well).")
+    else:
+        with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
+                         "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192, the preset the 405B benchmark "
+                         "config picks on B200 and GB200 (scripts/performance/configs/llama/llama31_llm_pretrain.py).")
+    if precision == "nvfp4":
+        nvfp4_cases.append(cases.pop())
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-blackwell.yaml"),
-     "# Megatron-Bridge performance summary: dense Llama 3 pre-training at FP8 (current scaling) on DGX\n"
-     "# B200, GB200 NVL72 and GB300 NVL72 (NeMo 25.09, 25.11, 26.02), tokens/s/GPU as published. Generated by\n"
-     "# tools/generate_validation_cases.py from the table in that script (source in each case).\n", cases)
+     "# Megatron-Bridge performance summary: dense Llama 3 pre-training at FP8 (current scaling; MXFP8 in\n"
+     "# the NeMo 26.02 rows marked fp8mx) on DGX B200, GB200 NVL72 and GB300 NVL72 (NeMo 25.09, 25.11, 26.02),\n"
+     "# tokens/s/GPU as published. Generated by tools/generate_validation_cases.py from the table in that\n"
+     "# script (source in each case).\n", cases)
+dump(str(ROOT / "validation" / "megatron-bridge-nvfp4-blackwell.yaml"),
+     "# Megatron-Bridge performance summary, NeMo 26.02: dense Llama 3 pre-training in NVFP4 on GB200 NVL72\n"
+     "# and GB300 NVL72, each beside the same layout's MXFP8 (or FP8-CS) row in\n"
+     "# megatron-bridge-fp8-blackwell.yaml, tokens/s/GPU as published. Generated by\n"
+     "# tools/generate_validation_cases.py from the table in that script (source in each case).\n", nvfp4_cases)

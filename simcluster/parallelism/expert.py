@@ -87,7 +87,7 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.load_imbalance))
     if phase == "B":
         t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, m.expert_ffn, h, count=local_experts)
-        casts = km.quantise(rows * h) + km.quantise(rows * up)
+        casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.load_imbalance))
     wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
     return Work.of(gemm=wgrad_t)

@@ -74,7 +74,7 @@ class LayerBuilder:
             return Work.of(gemm=sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms), grad_accum=accumulate)
         if phase == "B":
             mm = splits * sum(km.gemm(rows, g.k, g.n, dtype) for g in gemms)
-            casts = sum(km.quantise(tokens * g.n, dtype) for g in gemms)
+            casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype) for g in gemms)
             casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms)
@@ -89,7 +89,7 @@ class LayerBuilder:
         share = sum(pieces)
         if phase == "B":
             mm = sum(km.gemm(tokens * p, g.k, g.n, dtype) for p in pieces for g in gemms)
-            casts = sum(km.quantise(tokens * share * g.n, dtype) for g in gemms)
+            casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype) for p in pieces for g in gemms)
             casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms)
