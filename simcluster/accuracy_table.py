@@ -26,18 +26,31 @@ def load_table() -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def accuracy_line(gpu_name: str) -> str:
-    """One line on the published-run record of ``gpu_name`` (a profile's ``gpu.name``)."""
-    row = load_table().get("by_gpu", {}).get(gpu_name)
+def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
+    """One line on the published-run record of ``gpu_name`` (a profile's ``gpu.name``), and of
+    its runs in ``precision`` where the GPU's runs span several precisions."""
+    table = load_table()
+    row = table.get("by_gpu", {}).get(gpu_name)
     if not row:
         return (
             f"no published training run on {gpu_name} is among simcluster's validation cases: "
             "this prediction has no accuracy record (docs/accuracy.md; calibrate measures your GPUs)"
         )
-    bias = row["speed_bias_pct"]
-    lean = "faster" if bias >= 0 else "slower"
-    return (
+    line = (
         f"on {gpu_name}, {row['n']} published runs: MAPE {row['mape_pct']:.1f}% (median "
-        f"{row['median_ape_pct']:.1f}%), simulated steps {abs(bias):.1f}% {lean} than measured on "
-        "average (simcluster validate)"
+        f"{row['median_ape_pct']:.1f}%), simulated steps {_lean(row)} than measured on average"
     )
+    rows = table.get("by_gpu_precision", {}).get(gpu_name, {})
+    if precision and rows:
+        same = rows.get(precision)
+        line += (
+            f"; in {precision}, {same['n']}: MAPE {same['mape_pct']:.1f}%, {_lean(same)}"
+            if same
+            else f"; none in {precision}"
+        )
+    return line + " (simcluster validate)"
+
+
+def _lean(row: dict[str, Any]) -> str:
+    bias = row["speed_bias_pct"]
+    return f"{abs(bias):.1f}% {'faster' if bias >= 0 else 'slower'}"

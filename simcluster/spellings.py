@@ -31,9 +31,23 @@ SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
 }  # fmt: skip
 
 
+#: precisions written with their FP8 recipe, as NVIDIA's performance tables head them
+#: (``FP8-CS``, ``FP8-MX``): training.precision fp8 and, unless given, that training.fp8_recipe
+FP8_RECIPE_SPELLINGS: dict[str, str] = {
+    "fp8-cs": "current", "fp8-current": "current", "fp8-current-scaling": "current",
+    "fp8-mx": "block", "mxfp8": "block", "fp8-blockwise": "block", "fp8-sc": "block",
+    "fp8-ds": "delayed", "fp8-delayed": "delayed", "fp8-delayed-scaling": "delayed",
+}  # fmt: skip
+
+
 def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the choice fields of :data:`SYNONYMS` in the schema's spelling."""
     out = dict(data)
+    training = out.get("training")
+    if isinstance(training, dict) and isinstance(training.get("precision"), str):
+        recipe = FP8_RECIPE_SPELLINGS.get(training["precision"].strip().lower().replace("_", "-"))
+        if recipe:
+            out["training"] = {**training, "precision": "fp8", "fp8_recipe": training.get("fp8_recipe", recipe)}
     for (section, key), synonyms in SYNONYMS.items():
         values = out.get(section)
         if not isinstance(values, dict) or not isinstance(values.get(key), str):

@@ -1,7 +1,7 @@
 """Layout sweeps: simulate every combination of a few layout axes and rank the results.
 
 A sweep starts from one scenario and varies *axes* (``hardware``, ``gpus``, ``tp``, ``pp``,
-``cp``, ``ep``, ``vpp``, ``zero``, ``schedule``, ``micro_batch``, ``recompute``,
+``cp``, ``ep``, ``vpp``, ``zero``, ``schedule``, ``micro_batch``, ``recompute``, ``precision``,
 ``sequence_parallel``); every other field keeps the scenario's value. The data-parallel degree
 is derived from the GPU count (dp = gpus / (tp x pp x cp)), so a swept scenario's
 ``parallel.dp`` is dropped, and so is ``parallel.layers_per_stage`` when ``pp`` or ``vpp`` is
@@ -44,6 +44,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "sequence_parallel": ("parallel", "sequence_parallel", bool),
     "micro_batch": ("training", "micro_batch", int),
     "recompute": ("training", "recompute", str),
+    "precision": ("training", "precision", str),
     "ep_comm": ("overlap", "ep_comm", bool),
     "optimizer_offload": ("training", "optimizer_offload", float),
     "activation_offload_layers": ("training", "activation_offload_layers", int),

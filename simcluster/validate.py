@@ -452,6 +452,27 @@ def _gpu_name(profile: str) -> str:
         return profile
 
 
+def precision_of(case: Case) -> str:
+    """A case's training precision as the schema spells it (bf16 when unset or unreadable)."""
+    from simcluster.spellings import normalise_spellings
+
+    training = case.scenario.get("training") if isinstance(case.scenario, dict) else None
+    if not isinstance(training, dict):
+        return "bf16"
+    spelled = normalise_spellings({"training": training})["training"].get("precision", "bf16")
+    return str(spelled)
+
+
+def by_gpu_precision(results: Iterable[CaseResult]) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`summarize` per GPU and training precision (NVFP4 and FP8 runs on one GPU differ)."""
+    groups: dict[str, dict[str, list[CaseResult]]] = {}
+    for r in results:
+        groups.setdefault(gpu_of(r.case), {}).setdefault(precision_of(r.case), []).append(r)
+    return {
+        gpu: {p: summarize(rs) for p, rs in sorted(by_p.items())} for gpu, by_p in sorted(groups.items())
+    }
+
+
 def by_gpu(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
     """:func:`summarize` per GPU (the issue's targets are stated for the A100 and H100 cases)."""
     groups: dict[str, list[CaseResult]] = {}
@@ -550,6 +571,7 @@ def report(results: Sequence[CaseResult]) -> dict[str, Any]:
         "summary": summarize(results),
         "families": by_family(results),
         "gpus": by_gpu(results),
+        "gpu_precisions": by_gpu_precision(results),
         "beyond_25_pct": [r.case.name for r in beyond(results, 25.0)],
         "memory": memory_summary(results),
         "ordering": {

@@ -45,11 +45,21 @@ def test_the_tool_keeps_the_per_gpu_rows_of_a_validate_document(tmp_path):
         "summary": {"n": 3, "failed": 0},
         "gpus": {"G": {"n": 3, "mape_pct": 4.04, "median_ape_pct": 3.96, "max_ape_pct": 9.0,
                        "speed_bias_pct": -1.26, "failed": 0}},
+        "gpu_precisions": {
+            "G": {"bf16": {"n": 2, "mape_pct": 2.0, "median_ape_pct": 2.0, "max_ape_pct": 3.0,
+                           "speed_bias_pct": 1.04, "failed": 0},
+                  "nvfp4": {"n": 1, "mape_pct": 8.11, "median_ape_pct": 8.11, "max_ape_pct": 8.11,
+                            "speed_bias_pct": -8.11, "failed": 0}},
+            "H": {"bf16": {"n": 1, "mape_pct": 1.0, "median_ape_pct": 1.0, "max_ape_pct": 1.0,
+                           "speed_bias_pct": 1.0, "failed": 0}},
+        },
     }  # fmt: skip
     table = _tool().table_from(doc)
     assert table["by_gpu"] == {
         "G": {"n": 3, "mape_pct": 4.0, "median_ape_pct": 4.0, "max_ape_pct": 9.0, "speed_bias_pct": -1.3}
     }
+    # a GPU whose runs are all in one precision needs no second row
+    assert set(table["by_gpu_precision"]) == {"G"} and table["by_gpu_precision"]["G"]["nvfp4"]["mape_pct"] == 8.1
     assert "3 cases, 0 failed" in table["cases"]
     json.dumps(table)  # written as JSON
 
@@ -59,3 +69,16 @@ def test_run_prints_the_record_of_its_gpu(cli, hardware, words):
     res = cli("run", "llama3-8b-8xh100", "--set", f"cluster.hardware={hardware}")
     assert res.code == 0, res.err
     assert words in res.out.replace("\n", " ")
+
+
+def test_a_precision_with_its_own_record_is_named(monkeypatch):
+    table = {
+        "by_gpu": {"G": {"n": 3, "mape_pct": 4.0, "median_ape_pct": 4.0, "speed_bias_pct": 2.0}},
+        "by_gpu_precision": {"G": {"fp8": {"n": 2, "mape_pct": 1.0, "median_ape_pct": 1.0, "speed_bias_pct": -1.0},
+                                   "nvfp4": {"n": 1, "mape_pct": 30.0, "median_ape_pct": 30.0,
+                                             "speed_bias_pct": 30.0}}},
+    }  # fmt: skip
+    monkeypatch.setattr("simcluster.accuracy_table.load_table", lambda: table)
+    assert accuracy_line("G", "nvfp4").endswith("; in nvfp4, 1: MAPE 30.0%, 30.0% faster (simcluster validate)")
+    assert "; none in bf16" in accuracy_line("G", "bf16")
+    assert "; in" not in accuracy_line("G")

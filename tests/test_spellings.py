@@ -40,3 +40,19 @@ def test_the_deepspeed_preset_sees_the_normalised_precision():
     # framework deepspeed keeps fp16 gradients in fp16 (training.fp32_grad_accum false)
     data = {**BASE, "framework": "deepspeed", "training": {**BASE["training"], "precision": "FP16"}}
     assert scenario_from_dict(data).training.fp32_grad_accum is False
+
+
+@pytest.mark.parametrize(
+    ("written", "recipe"),
+    # NVIDIA's performance tables head their FP8 columns with the scaling recipe
+    [("FP8-CS", "current"), ("FP8-MX", "block"), ("MXFP8", "block"), ("fp8_delayed", "delayed")],
+)
+def test_a_precision_written_with_its_fp8_recipe_sets_both(written, recipe):
+    training = _with("training", precision=written).training
+    assert (training.precision, training.fp8_recipe) == ("fp8", recipe)
+
+
+def test_a_recipe_given_beside_it_wins_and_nvfp4_reads_as_itself():
+    assert _with("training", precision="FP8-CS", fp8_recipe="delayed").training.fp8_recipe == "delayed"
+    assert _with("training", precision="NVFP4").training.precision == "nvfp4"
+    assert _with("training", precision="fp4").training.precision == "nvfp4"

@@ -85,6 +85,14 @@ def test_candidates_need_a_known_axis():
         candidates(_base(), {"dp": [1]})
 
 
+def test_precision_is_an_axis_and_nvfp4_needs_fp4_tensor_cores():
+    assert parse_axis("precision", "bf16,FP8-MX,nvfp4", 8) == ["bf16", "FP8-MX", "nvfp4"]
+    cands = candidates(_base(), {"precision": ["fp8", "nvfp4"]})
+    assert [c.scenario["training"]["precision"] for c in cands] == ["fp8", "nvfp4"]
+    # the base runs on an H100 profile: FP8 runs, NVFP4 is skipped with run's reason
+    assert check(cands[0], None) is None and "nvfp4 needs FP4 tensor cores" in check(cands[1], None)
+
+
 def test_impossible_layouts_are_skipped_with_the_run_error():
     base = _base()
     base["model"].update(hidden=768, heads=6)

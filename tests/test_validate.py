@@ -23,6 +23,7 @@ from simcluster.validate import (
     CaseResult,
     by_family,
     by_gpu,
+    by_gpu_precision,
     load_cases,
     memory_summary,
     ordering_checks,
@@ -868,6 +869,14 @@ def test_ratchet_all_quick_cases():
         assert shipped[gpu]["n"] == row["n"], gpu
         for key in ("mape_pct", "median_ape_pct", "speed_bias_pct"):
             assert shipped[gpu][key] == pytest.approx(row[key], abs=0.15), (gpu, key, row[key])
+    shipped_precision = load_table()["by_gpu_precision"]
+    for gpu, rows in by_gpu_precision(results).items():
+        if len(rows) < 2:
+            assert gpu not in shipped_precision, gpu
+            continue
+        for precision, row in rows.items():
+            mine = shipped_precision[gpu][precision]
+            assert mine["n"] == row["n"] and mine["mape_pct"] == pytest.approx(row["mape_pct"], abs=0.15), gpu
     families = by_family(results)
     for family, level in FAMILY_MAPE.items():
         assert families[family]["mape_pct"] <= level + 1.0, (family, families[family])

@@ -17,16 +17,24 @@ ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("n", "mape_pct", "median_ape_pct", "max_ape_pct", "speed_bias_pct")
 
 
+def _rounded(row: dict) -> dict:
+    return {k: (row[k] if k == "n" else round(row[k], 1)) for k in KEYS}
+
+
 def table_from(document: dict) -> dict:
-    """The per-GPU rows of a validate JSON document, rounded to 0.1 point."""
-    by_gpu = {
-        gpu: {k: (row[k] if k == "n" else round(row[k], 1)) for k in KEYS}
-        for gpu, row in sorted(document["gpus"].items())
+    """The per-GPU rows of a validate JSON document, and per GPU and precision where a GPU has
+    runs in more than one, rounded to 0.1 point."""
+    by_gpu = {gpu: _rounded(row) for gpu, row in sorted(document["gpus"].items())}
+    by_precision = {
+        gpu: {p: _rounded(row) for p, row in sorted(rows.items())}
+        for gpu, rows in sorted(document["gpu_precisions"].items())
+        if len(rows) > 1
     }
     summary = document["summary"]
     return {
         "cases": f"the shipped quick set ({summary['n']} cases, {summary['failed']} failed)",
         "by_gpu": by_gpu,
+        "by_gpu_precision": by_precision,
     }
 
 

@@ -50,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
-    _print(result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name)
+    _print(
+        result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
+        precision=ctx.scenario.training.precision,
+    )
     return 0
 
 
@@ -61,7 +64,9 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
     return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
 
 
-def _print(s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | None = None) -> None:
+def _print(
+    s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | None = None, precision: str | None = None
+) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
     title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
@@ -119,7 +124,7 @@ def _print(s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | No
             "(Megatron-LM's flags, FlashAttention); `simcluster list frameworks` names the presets[/]"
         )
     if gpu:
-        console.print(f"[dim]{accuracy_line(gpu)}[/]")
+        console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
     tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
     if tp_overlap_off and tp >= TP_HINT:
         console.print(

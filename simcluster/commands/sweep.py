@@ -53,6 +53,7 @@ _AXIS_HELP = {
     "sequence_parallel": "sequence parallelism with TP: true,false",
     "micro_batch": "micro-batch sizes, e.g. 1,2,4",
     "recompute": "activation recomputation: none,selective,full",
+    "precision": "GEMM precisions, e.g. bf16,fp8,nvfp4 (FP8-CS / FP8-MX set fp8 and its recipe)",
     "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
     "optimizer_offload": "share of the optimizer on the host CPU (training.optimizer_offload), e.g. 0,0.5,1",
     "activation_offload_layers": "layers per chunk whose activations wait in host memory, e.g. 0,8,16",
