@@ -48,15 +48,24 @@ def test_dense_fp4_peaks_are_half_the_datasheets_sparse_figures(profile, tflops)
     assert load_profile(profile).peak_flops("nvfp4") == pytest.approx(tflops * 1e12)
 
 
-@pytest.mark.parametrize(
-    ("side", "tflops"),
-    # Azure ND GB200 v6, cuBLASLt FP4: 4096^3 5177.3, 8192^3 7535.6, 16384^3 7627.6 TFLOP/s
-    [(4096, 5177.3), (8192, 7535.6), (16384, 7627.6)],
-)
-def test_gb200_nvfp4_gemms_run_at_the_measured_sustained_rates(side, tflops):
+@pytest.mark.parametrize("profile", ["dgx-b200", "gb200-nvl72", "gb300-nvl72"])
+@pytest.mark.parametrize("side", [8192, 16384])
+def test_large_nvfp4_gemms_run_at_te_measured_ratio_over_fp8(profile, side):
+    # TransformerEngine's GEMM profiling tutorial (B300, a 5B model's training GEMMs, kernels
+    # alone): NVFP4 3.764 ms per layer against FP8 current scaling 6.812 ms, 1.81x
+    fp4, fp8 = (KernelModel(load_profile(profile), p) for p in ("nvfp4", "fp8"))
+    ratio = (fp8.gemm(side, side, side) - fp8.launch_s) / (fp4.gemm(side, side, side) - fp4.launch_s)
+    assert ratio == pytest.approx(6.812 / 3.764, rel=0.01)
+
+
+@pytest.mark.parametrize(("side", "tflops"), [(1024, 287.2), (2048, 1677.7), (4096, 5177.3)])
+def test_small_gb200_nvfp4_gemms_run_at_the_measured_cublaslt_rates(side, tflops):
+    # Azure ND GB200 v6, cuBLASLt FP4 after 10,000 warm-ups; at 4096^3 FP4 is 1.83x FP8 (5177.3 /
+    # 2834.6), where TE's ratio takes over (rel 3%: the simulator's tile/wave quantisation on
+    # 152 SMs applies on top of the curve)
     km = KernelModel(load_profile("gb200-nvl72"), "nvfp4")
     seconds = km.gemm(side, side, side) - km.launch_s
-    assert 2 * side**3 / seconds / 1e12 == pytest.approx(tflops, rel=0.01)
+    assert 2 * side**3 / seconds / 1e12 == pytest.approx(tflops, rel=0.03)
 
 
 def test_quantisation_reads_for_the_amaxes_and_writes_both_nvfp4_copies():
@@ -77,7 +86,7 @@ def test_the_nvfp4_layer_runs_fp4_gemms_and_pays_its_casts():
     gemms = nv.attention_gemms() + nv.mlp_gemms(LLAMA["ffn"])
     nv_work, fp8_work = dict(nv._gemms(gemms, "F").parts), dict(fp8._gemms(gemms, "F").parts)
     # (the forward casts activations, rounded to nearest; FP8's casts do not depend on the phase)
-    assert nv_work["gemm"] < 0.6 * fp8_work["gemm"]  # FP4 tensor cores at 2.6x FP8's sustained rate
+    assert nv_work["gemm"] < 0.6 * fp8_work["gemm"]  # FP4 GEMMs at 1.81x FP8's rate
     # casts per element: NVFP4 7.125 B against MXFP8's cast-transpose 4 B (one kernel per GEMM
     # input, each with its launch gap)
     launches = len(gemms) * nv.km.launch_s
