@@ -108,6 +108,12 @@ class FabricSpec(_Strict):
     oversubscription: float = Field(default=1.0, ge=1.0)
     nodes_per_leaf: int = Field(default=32, gt=0)
     switch_latency_us: float = Field(default=0.6, ge=0)
+    segment_nodes: int | None = Field(
+        default=None,
+        gt=0,
+        description="a job larger than one NVLink domain takes this many nodes of each domain "
+        "(Slurm's --segment on NVL72 racks: 16 trays = 64 GPUs per rack); None = domains filled",
+    )
 
 
 class EfficiencySpec(_Strict):
@@ -295,6 +301,7 @@ CLUSTER_OVERRIDES: dict[str, str] = {
     "nvls": "node.nvls",
     "oversubscription": "fabric.oversubscription",
     "nodes_per_leaf": "fabric.nodes_per_leaf",
+    "segment_nodes": "fabric.segment_nodes",
     "topology": "fabric.topology",
     "memory_gib": "gpu.memory_gib",
     "hbm_tbps": "gpu.hbm_tbps",

@@ -91,6 +91,9 @@ class ClusterSection(_Section):
     nvlink_GBps: float | None = Field(default=None, gt=0)
     nvlink_latency_us: float | None = Field(default=None, ge=0)
     nvlink_domain: int | None = Field(default=None, gt=0)
+    segment_nodes: int | None = Field(
+        default=None, gt=0, description="nodes of each NVLink domain a multi-domain job takes (Slurm --segment)"
+    )
     nvls: bool | None = None
     oversubscription: float | None = Field(default=None, ge=1)
     nodes_per_leaf: int | None = Field(default=None, gt=0)

@@ -56,6 +56,18 @@ def _nvl_domain(profile: HardwareProfile, gpus_per_node: int) -> int:
     return profile.node.nvlink_domain
 
 
+def _job_domain(domain: int, profile: HardwareProfile, num_gpus: int, gpn: int) -> int:
+    """The job's GPUs per NVLink domain. A job that fits one domain is given one; a larger job
+    scheduled in segments (``fabric.segment_nodes``, Slurm's ``--segment``) takes that many nodes
+    of each domain it spans, when its nodes divide into whole segments. Only the job's GPUs are
+    simulated, so a domain of the job is those GPUs and the rest of the rack's are not there."""
+    segment = profile.fabric.segment_nodes
+    if not segment or num_gpus <= domain:
+        return domain
+    gpus = segment * gpn
+    return gpus if gpus < domain and num_gpus % gpus == 0 else domain
+
+
 TOPOLOGIES: dict[str, TopologySpec] = {}
 
 
@@ -201,7 +213,7 @@ def build_cluster(
             "cluster.gpus",
             f"{num_gpus} GPUs is not a whole number of {gpn}-GPU nodes; use a multiple of {gpn}",
         )
-    domain = spec.domain_size(profile, gpn)
+    domain = _job_domain(spec.domain_size(profile, gpn), profile, num_gpus, gpn)
     if domain % gpn and gpn % domain:
         raise UserError(
             "cluster.nvlink_domain",

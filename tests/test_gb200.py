@@ -123,6 +123,23 @@ def test_one_nvswitch_domain_per_rack(gpus, racks):
     assert sum(1 for n in c.graph.nodes if n.startswith("nic")) == 4 * (gpus // 4)
 
 
+@pytest.mark.parametrize(("gpus", "per_rack"), [(128, 64), (256, 64), (144, 72), (100, 72), (64, 72)])
+def test_multi_rack_jobs_take_16_trays_of_each_rack(gpus, per_rack):
+    """NVIDIA's Slurm guidance for GB200 NVL72 (topology/block plugin): jobs of 128+ GPUs in
+    segments of 16 nodes, 64 GPUs of a rack each; a job whose nodes are no whole number of
+    segments (144 = 2 full racks, 100) fills racks, a job of one rack or less stays in one."""
+    c = gb200(gpus)
+    assert c.domain_size == per_rack
+    assert c.domain_of(per_rack - 1) == 0 and (gpus <= per_rack or c.domain_of(per_rack) == 1)
+
+
+def test_segments_are_a_profile_field_a_scenario_may_override():
+    profile = load_profile("gb200-nvl72")
+    assert profile.fabric.segment_nodes == 16 and "segment" in profile.sources["fabric.segment_nodes"]
+    packed = build_cluster(profile.model_copy(update={"fabric": profile.fabric.model_copy(update={"segment_nodes": 18})}), 128)
+    assert packed.domain_size == 72  # 18 trays: whole racks, 72 + 56
+
+
 def test_rack_to_rack_goes_over_the_nics():
     c = gb200(144)
     assert c.domain_of(71) == 0 and c.domain_of(72) == 1
@@ -198,14 +215,17 @@ def test_llama3_70b_scenario_runs_on_gb200():
 
 
 def test_one_call_with_groups_inside_and_across_racks_waits_for_the_widest():
-    """A pipeline stage of 64 GPUs ends inside the first 72-GPU rack, so groups that are rank-
-    grid translations of each other can sit inside one rack or span two. NCCL picks per
-    communicator; one call must pick an algorithm every group can run (NVLS needs one NVLink
-    domain) and is timed by its widest group, the one the step waits for."""
+    """With racks filled whole (segments of 18 trays), a pipeline stage of 64 GPUs ends inside
+    the first 72-GPU rack, so groups that are rank-grid translations of each other can sit
+    inside one rack or span two. NCCL picks per communicator; one call must pick an algorithm
+    every group can run (NVLS needs one NVLink domain) and is timed by its widest group, the
+    one the step waits for."""
     from simcluster.errors import UserError
     from simcluster.network import make_recipe, recipe_time_alone
 
-    cluster = gb200(128)
+    profile = load_profile(NAME)
+    whole_racks = profile.model_copy(update={"fabric": profile.fabric.model_copy(update={"segment_nodes": 18})})
+    cluster = build_cluster(whole_racks, 128)
     inside, across = [0, 1, 2, 3], [70, 71, 72, 73]
     size = 256 * 2**20
     make_recipe(cluster, "all_reduce", [inside], size, algo="nvls")  # one rack: allowed
