@@ -114,14 +114,19 @@ def _check_precision(training: TrainingSection, profile: HardwareProfile) -> Non
     """NVFP4 GEMMs need FP4 tensor cores (Blackwell) and a measured rate for them."""
     if training.precision != "nvfp4":
         return
-    rows = [r for r in profile.measured.get("gemm", []) or [] if str(r.get("dtype")) == "nvfp4"]
-    if "fp4" not in profile.gpu.peak_tflops or not (profile.efficiency.gemm_fp4 or rows):
-        raise UserError(
-            "training.precision",
-            f"nvfp4 needs FP4 tensor cores and their GEMM rates; hardware '{profile.name}' "
-            f"({profile.gpu.name}) lists {'no FP4 peak' if 'fp4' not in profile.gpu.peak_tflops else 'no efficiency.gemm_fp4'}"
-            "; use a Blackwell profile (dgx-b200, gb200-nvl72, gb300-nvl72) or precision fp8",
-        )
+    measured = [r for r in profile.measured.get("gemm", []) or [] if str(r.get("dtype")) == "nvfp4"]
+    if "fp4" not in profile.gpu.peak_tflops:
+        missing = "no FP4 peak"
+    elif not (profile.efficiency.gemm_fp4 or measured):
+        missing = "no efficiency.gemm_fp4"
+    else:
+        return
+    raise UserError(
+        "training.precision",
+        f"nvfp4 needs FP4 tensor cores and their GEMM rates; hardware '{profile.name}' "
+        f"({profile.gpu.name}) lists {missing}; use a Blackwell profile (dgx-b200, gb200-nvl72, "
+        "gb300-nvl72) or precision fp8",
+    )
 
 
 def _check_cuda_graphs(training: TrainingSection, model: ModelSpec) -> None:

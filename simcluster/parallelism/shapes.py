@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simcluster.compute import DTYPE_BYTES, QUANTISED
 from simcluster.layout import Layout
 from simcluster.memory import act_bytes
 from simcluster.model import ModelSpec
@@ -61,9 +62,7 @@ class Shapes:
         first (``with_amax_reduction``) so every rank casts to one scale; the forward gathers
         the rowwise copy, the backward re-gather the Hadamard-transformed columnwise one.
         """
-        from simcluster.compute import DTYPE_BYTES
-
-        if self.training.precision in ("fp8", "nvfp4"):
+        if self.training.precision in QUANTISED:
             return self.tokens * self.model.hidden * DTYPE_BYTES[self.training.precision]
         return self.hidden_bytes
 
