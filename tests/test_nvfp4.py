@@ -116,3 +116,17 @@ def test_gpus_without_fp4_tensor_cores_refuse_nvfp4(hardware):
     with pytest.raises(UserError, match="nvfp4 needs FP4 tensor cores") as err:
         build_context(scenario_from_dict(_scenario("nvfp4", hardware=hardware)))
     assert err.value.field == "training.precision" and "dgx-b200" in str(err.value)
+
+
+def test_list_precisions_names_every_schema_precision_and_where_it_runs(capsys):
+    from typing import get_args
+
+    from simcluster.cli import main
+    from simcluster.commands.listing import PRECISIONS
+    from simcluster.scenario import TrainingSection
+
+    assert set(PRECISIONS) == set(get_args(TrainingSection.model_fields["precision"].annotation))
+    assert main(["list", "precisions"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["nvfp4"].endswith("dgx-b200, gb200-nvl72, gb300-nvl72")  # the FP4 peaks
+    assert "dgx-h100" in lines["fp8"] and "dgx-a100," not in lines["fp8"]

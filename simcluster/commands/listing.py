@@ -1,7 +1,7 @@
 """``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules, training
 frameworks (``framework:``), the styles of memory-bound work (``training.elementwise``), the
-context-parallel attention algorithms (``parallel.cp_comm``) and TransformerEngine userbuffers
-presets (``overlap.tp_comm_cfg``)."""
+context-parallel attention algorithms (``parallel.cp_comm``), TransformerEngine userbuffers
+presets (``overlap.tp_comm_cfg``) and the training precisions with the profiles that run them."""
 
 from __future__ import annotations
 
@@ -14,14 +14,24 @@ from simcluster.scenario import shipped_scenarios
 NAME = "list"
 HELP = (
     "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks, "
-    "elementwise styles, context-parallel algorithms and userbuffers presets"
+    "elementwise styles, context-parallel algorithms, userbuffers presets and precisions"
 )
+
+#: training.precision -> what its GEMMs run as (the profile's peak_tflops key is PEAK_KEYS')
+PRECISIONS = {
+    "fp32": "fp32 training, GEMMs on TF32 tensor cores where the GPU has them",
+    "bf16": "bf16 mixed precision (fp32 master weights)",
+    "fp16": "fp16 mixed precision with loss scaling",
+    "fp8": "TransformerEngine FP8 GEMMs (training.fp8_recipe: delayed, current, block = MXFP8 / 1x128)",
+    "nvfp4": "TransformerEngine NVFP4 GEMMs (Blackwell), attention and the LM head at 16 bits",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "what", nargs="?", choices=[
             "scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise", "cp", "userbuffers",
+            "precisions",
         ],  # fmt: skip
     )
 
@@ -42,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
         "elementwise": list(STYLES),
         "cp": list(context.algorithms()),
         "userbuffers": list(PRESETS),
+        "precisions": list(PRECISIONS),
     }
+    if args.what == "precisions":  # one line each: what it runs as, and which profiles have its peak
+        _print_precisions()
+        return 0
     if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
         width = max(map(len, SCHEDULES))
         for name in sorted(SCHEDULES):
@@ -69,6 +83,18 @@ def run(args: argparse.Namespace) -> int:
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _print_precisions() -> None:
+    from simcluster.hardware import PEAK_KEYS, load_profile
+
+    profiles = {name: load_profile(name) for name in shipped_profiles()}
+    width = max(map(len, PRECISIONS))
+    for name, what in PRECISIONS.items():
+        key = "tf32" if name == "fp32" else PEAK_KEYS.get(name, name)
+        have = [p for p, prof in profiles.items() if key in prof.gpu.peak_tflops or name == "fp32"]
+        where = "every profile" if len(have) == len(profiles) else ", ".join(have)
+        print(f"{name:<{width}}  {what}; {where}")
 
 
 def _scale_up(p: HardwareProfile) -> str:
