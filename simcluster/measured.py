@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcluster.errors import UserError, did_you_mean
+from simcluster.spellings import raw_precision
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
 
@@ -113,9 +114,8 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
             raise UserError(f"{where}.{key}", f"must be a fraction of peak (0-1) or a percent, got {raw!r}")
         value /= 100
         notes.append(f"mfu {raw:g} read as percent ({value:.4g})")
-    training = scenario.get("training")
-    precision = str(training.get("precision", "")).lower() if isinstance(training, dict) else ""
-    if metric == "mfu" and precision in ("fp8", "nvfp4", "fp4"):
+    precision = raw_precision(scenario)
+    if metric == "mfu" and precision in ("fp8", "nvfp4"):
         # sources differ: NVIDIA's quote FP8 runs against the FP8 peak, others against BF16's
         name, peak = ("FP8", "FP8 peak (twice BF16's)") if precision == "fp8" else ("NVFP4", "FP4 peak")
         notes.append(

@@ -55,3 +55,11 @@ def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
         text = values[key].strip().lower()
         out[section] = {**values, key: synonyms.get(text, text)}
     return out
+
+
+def raw_precision(scenario: Any) -> str | None:
+    """A raw scenario's training.precision in the schema's spelling (None when absent)."""
+    training = scenario.get("training") if isinstance(scenario, dict) else None
+    if not isinstance(training, dict) or not isinstance(training.get("precision"), str):
+        return None
+    return str(normalise_spellings({"training": training})["training"]["precision"])

@@ -428,12 +428,17 @@ def memory_summary(results: Iterable[CaseResult]) -> dict[str, Any]:
     return _ape_stats([r.memory_error_pct for r in results if r.memory_error_pct is not None])
 
 
-def by_family(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
-    """:func:`summarize` per family, families sorted by name."""
+def _grouped(results: Iterable[CaseResult], key: Callable[[Case], str]) -> dict[str, list[CaseResult]]:
+    """The results by ``key`` of their case, keys sorted."""
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
-        groups.setdefault(r.case.family, []).append(r)
-    return {fam: summarize(rs) for fam, rs in sorted(groups.items())}
+        groups.setdefault(key(r.case), []).append(r)
+    return dict(sorted(groups.items()))
+
+
+def by_family(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
+    """:func:`summarize` per family, families sorted by name."""
+    return {fam: summarize(rs) for fam, rs in _grouped(results, lambda c: c.family).items()}
 
 
 def gpu_of(case: Case) -> str:
@@ -454,31 +459,22 @@ def _gpu_name(profile: str) -> str:
 
 def precision_of(case: Case) -> str:
     """A case's training precision as the schema spells it (bf16 when unset or unreadable)."""
-    from simcluster.spellings import normalise_spellings
+    from simcluster.spellings import raw_precision
 
-    training = case.scenario.get("training") if isinstance(case.scenario, dict) else None
-    if not isinstance(training, dict):
-        return "bf16"
-    spelled = normalise_spellings({"training": training})["training"].get("precision", "bf16")
-    return str(spelled)
+    return raw_precision(case.scenario) or "bf16"
 
 
 def by_gpu_precision(results: Iterable[CaseResult]) -> dict[str, dict[str, dict[str, Any]]]:
     """:func:`summarize` per GPU and training precision (NVFP4 and FP8 runs on one GPU differ)."""
-    groups: dict[str, dict[str, list[CaseResult]]] = {}
-    for r in results:
-        groups.setdefault(gpu_of(r.case), {}).setdefault(precision_of(r.case), []).append(r)
     return {
-        gpu: {p: summarize(rs) for p, rs in sorted(by_p.items())} for gpu, by_p in sorted(groups.items())
+        gpu: {p: summarize(rs) for p, rs in _grouped(on_gpu, precision_of).items()}
+        for gpu, on_gpu in _grouped(results, gpu_of).items()
     }
 
 
 def by_gpu(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
     """:func:`summarize` per GPU (the issue's targets are stated for the A100 and H100 cases)."""
-    groups: dict[str, list[CaseResult]] = {}
-    for r in results:
-        groups.setdefault(gpu_of(r.case), []).append(r)
-    return {gpu: summarize(rs) for gpu, rs in sorted(groups.items())}
+    return {gpu: summarize(rs) for gpu, rs in _grouped(results, gpu_of).items()}
 
 
 def beyond(results: Iterable[CaseResult], limit_pct: float) -> list[CaseResult]:

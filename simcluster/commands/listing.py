@@ -91,8 +91,9 @@ def _print_precisions() -> None:
     profiles = {name: load_profile(name) for name in shipped_profiles()}
     width = max(map(len, PRECISIONS))
     for name, what in PRECISIONS.items():
-        key = "tf32" if name == "fp32" else PEAK_KEYS.get(name, name)
-        have = [p for p, prof in profiles.items() if key in prof.gpu.peak_tflops or name == "fp32"]
+        key = PEAK_KEYS.get(name, name)
+        # fp32 runs everywhere: on TF32 tensor cores where the GPU has them, else fp32 units
+        have = [p for p, prof in profiles.items() if name == "fp32" or key in prof.gpu.peak_tflops]
         where = "every profile" if len(have) == len(profiles) else ", ".join(have)
         print(f"{name:<{width}}  {what}; {where}")
 
