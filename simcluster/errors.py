@@ -32,6 +32,7 @@ FRAMEWORK_NAMES: dict[str, str] = {
     "pipeline_model_parallel_size": "pp",
     "context_parallel_size": "cp",
     "expert_model_parallel_size": "ep",
+    "expert_tensor_parallel_size": "etp",
     "data_parallel_size": "dp",
     "virtual_pipeline_model_parallel_size": "vpp",
     "virtual_stages": "vpp",

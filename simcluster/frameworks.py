@@ -119,6 +119,8 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     defaults: Defaults = {
         "overlap": overlap,
         "training": training,
+        # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
+        "parallel": {"etp": 1},
         # reduce_bucket_size 5e8 elements of 16-bit gradients; the BF16_Optimizer zeroes its
         # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
         "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": not fp16},
@@ -207,6 +209,8 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
         training["micro_batch"] = micro_batch
     return {
         "training": training,
+        # its MoE shards experts over EP only unless expert_tensor_parallel_degree is set
+        "parallel": {"etp": 1},
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }

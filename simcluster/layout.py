@@ -3,9 +3,11 @@
 Ranks are laid out on one explicit grid (as picotron does with ``arange(world).view(...)``):
 ``parallel.order`` lists the dimensions innermost first (default ``tp,cp,dp,pp``, Megatron's
 ``tp-cp-ep-dp-pp`` without ep), so a TP group is a run of consecutive ranks and stays inside a
-node. EP groups are runs of ``ep`` consecutive ranks of one pipeline stage (expert TP = 1), so with
-tp innermost an EP group of 8 fills a node; ``parallel.ep_placement: spread`` strides them across
-nodes instead.
+node. Expert groups follow Megatron-Core's expert rank order (``tp-ep-dp-pp`` with the expert
+TP innermost): a stage's ranks are cut into ETP groups of ``etp`` consecutive ranks, and an EP
+group takes one rank from each of ``ep`` consecutive ETP groups, so with etp = 1 and tp innermost
+an EP group of 8 fills a node; ``parallel.ep_placement: spread`` strides them across nodes
+instead.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from simcluster.errors import UserError
 from simcluster.limits import MAX_MICROBATCHES
 from simcluster.model import ModelSpec
 from simcluster.parallelism.context import check_algorithm
-from simcluster.scenario import Scenario
+from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 
 DIMS = ("tp", "cp", "dp", "pp")
@@ -54,6 +56,7 @@ class Layout:
     seq_len: int
     gpus_per_node: int
     ep_placement: str = "packed"
+    etp: int = 1  # expert tensor parallelism: ranks that split each routed expert's matrices
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
@@ -79,9 +82,15 @@ class Layout:
         return self.global_batch // (self.dp * self.micro_batch)
 
     @property
+    def expert_shard(self) -> int:
+        """Ranks among which one layer's routed experts are split: ep (whole experts) x etp
+        (each expert's matrices)."""
+        return self.ep * self.etp
+
+    @property
     def edp(self) -> int:
-        """Expert-data-parallel degree: replicas of each expert (expert TP = 1)."""
-        return self.dp * self.cp * self.tp // self.ep
+        """Expert-data-parallel degree: replicas of each expert shard."""
+        return self.dp * self.cp * self.tp // self.expert_shard
 
     @property
     def zero_group(self) -> int:
@@ -100,6 +109,8 @@ class Layout:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.etp > 1:
+            parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         if self.zero:
@@ -130,8 +141,8 @@ class Layout:
         return int(self.grid[tp, cp, dp, pp])
 
     def group(self, dim: str, rank: int) -> list[int]:
-        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, dpcp, dps, dpr, edp,
-        embd)."""
+        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, dps, dpr,
+        edp, embd)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
@@ -150,18 +161,31 @@ class Layout:
                 start = (pos // size) * size
                 return full[start : start + size]
             return full[pos % size :: size]
-        if dim in ("ep", "edp"):
-            # all ranks of this stage in rank order: "packed" EP groups are runs of ep consecutive
-            # ranks (inside a node while they fit), "spread" ones take every (n/ep)-th rank
-            # (across nodes); the expert-data-parallel groups are the complement
-            block = self.stage_ranks(c["pp"])
-            pos = block.index(rank)
-            run = self.ep if self.ep_placement == "packed" else len(block) // self.ep
-            if (dim == "ep") == (self.ep_placement == "packed"):
-                start = (pos // run) * run
-                return block[start : start + run]
-            return block[pos % run :: run]
+        if dim in ("ep", "edp", "etp"):
+            return self._expert_group(dim, c["pp"], rank)
         raise ValueError(f"unknown group dimension {dim}")
+
+    def _expert_group(self, dim: str, stage: int, rank: int) -> list[int]:
+        """``rank``'s expert group of one pipeline stage (Megatron-Core's expert rank order,
+        etp innermost). The stage's ranks, in rank order, are cut into ETP groups of etp
+        consecutive ranks; the EP groups take one rank of each of ep ETP groups: "packed" ep
+        consecutive ETP groups (inside a node while they fit), "spread" every (n/ep)-th one
+        (across nodes). The expert-data-parallel groups are the ranks holding the same expert
+        shard: the complement of both."""
+        block = self.stage_ranks(stage)
+        pos = block.index(rank)
+        if dim == "etp":
+            start = (pos // self.etp) * self.etp
+            return block[start : start + self.etp]
+        lane, slot = pos % self.etp, pos // self.etp
+        slots = len(block) // self.etp
+        run = self.ep if self.ep_placement == "packed" else slots // self.ep
+        if (dim == "ep") == (self.ep_placement == "packed"):
+            start = (slot // run) * run
+            picked = range(start, start + run)
+        else:
+            picked = range(slot % run, slots, run)
+        return [block[s * self.etp + lane] for s in picked]
 
     def groups(self, dim: str, stage: int | None = None) -> list[list[int]]:
         """All distinct groups along ``dim`` (optionally only those of pipeline stage ``stage``)."""
@@ -274,6 +298,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
                 f"ep={par.ep} must divide dp*cp*tp={dp * par.cp * par.tp}, the ranks of one pipeline stage "
                 "(EP groups are carved from them)",
             )
+    etp = _expert_tp(par, model, dp)
     if par.zero == 3 and par.pp > 1 and scenario.framework in ("deepspeed", "megatron-core", "megatron-lm-2021", "nanotron"):
         # DeepSpeed's PipelineEngine asserts ZeRO < 2; Megatron's FSDP and nanotron's ZeRO do not
         # pipeline: only torch.distributed.pipelining composes FSDP with pipeline stages
@@ -361,6 +386,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         seq_len=tr.seq_len,
         gpus_per_node=gpus_per_node,
         ep_placement=par.ep_placement,
+        etp=etp,
         grad_collective=grad_collective,
         fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
@@ -368,6 +394,31 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         cp_comm=par.cp_comm,
         microbatch_group=par.microbatch_group or 0,
     )
+
+
+def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
+    """``parallel.etp`` resolved and checked: Megatron-Core's default is the attention's tp
+    (``expert_tensor_parallel_size`` None -> ``tensor_model_parallel_size``); a dense model has
+    no experts to split. ETP x EP groups are carved from one stage's dp*cp*tp ranks and each
+    ETP rank holds expert_ffn/etp of every local expert's hidden width."""
+    if not model.is_moe:
+        if par.etp is not None and par.etp > 1:
+            raise UserError("parallel.etp", "etp>1 splits routed experts; it needs a mixture-of-experts model")
+        return 1
+    etp = par.tp if par.etp is None else par.etp
+    stage = dp * par.cp * par.tp
+    if stage % (par.ep * etp):
+        raise UserError(
+            "parallel.etp",
+            f"ep*etp = {par.ep}*{etp} must divide dp*cp*tp={stage}, the ranks of one pipeline stage "
+            "(expert groups are carved from them); lower etp (e.g. etp: 1)",
+        )
+    if model.expert_ffn % etp:
+        raise UserError(
+            "parallel.etp",
+            f"etp={etp} must divide the experts' hidden width expert_ffn={model.expert_ffn}",
+        )
+    return etp
 
 
 def _keep_for_backward(scenario: Scenario) -> bool:

@@ -77,7 +77,7 @@ class StageParams:
     """Parameters held by one GPU of a stage, split by how they are replicated."""
 
     dense: float  # sharded by tp, replicated over dp*cp
-    expert: float  # sharded by ep (expert TP = 1), replicated over edp
+    expert: float  # sharded by ep x etp, replicated over edp
 
     @property
     def total(self) -> float:
@@ -87,8 +87,8 @@ class StageParams:
 def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> StageParams:
     """Parameters per GPU of a stage holding ``chunks``.
 
-    TP shards the dense matrices; EP shards the routed experts (whole experts per rank, expert TP
-    of 1 as in Mixtral/DeepSeek-style Megatron-Core setups).
+    TP shards the dense matrices; EP x ETP shards the routed experts (ep whole experts per rank
+    group, each split over etp ranks).
     """
     t = layout.tp
     dense = 0.0
@@ -98,7 +98,7 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
             full = model.layer_params(i)
             if model.is_moe_layer(i):
                 routed = model.experts * model.expert_params()
-                expert += routed / layout.ep
+                expert += routed / layout.expert_shard
                 dense += (full - routed) / t
             else:
                 dense += full / t
@@ -116,7 +116,7 @@ def head_unit_params(model: ModelSpec, layout: Layout, chunk: Chunk) -> tuple[fl
     and the word-embedding copy the stage keeps when it lacks the embedding but needs it."""
     routed = model.mtp_routed_params()
     copy = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
-    return (model.head_params() + model.mtp_params() - routed + copy) / layout.tp, routed / layout.ep
+    return (model.head_params() + model.mtp_params() - routed + copy) / layout.tp, routed / layout.expert_shard
 
 
 def act_bytes(precision: str) -> int:
@@ -189,9 +189,10 @@ def layer_activation_bytes(
 
     norm_mask = e * sbh / rep + mask * sbh / rep
     if model.is_moe_layer(layer):
-        # routed experts read the permuted tokens (kept); a recomputed activation is not kept
+        # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered
+        # tokens, etp times as many rows on 1/etp of the width); a recomputed activation is not kept
         act_out = 0.0 if "moe_act" in redo else g
-        routed = mlp(model.expert_ffn, s * model.top_k, g, act_out) + e * s * b * model.experts * 2 / t
+        routed = mlp(model.expert_ffn, s * model.top_k, g * layout.etp, act_out) + e * s * b * model.experts * 2 / t
         shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out, g) if model.shared_experts else 0.0
         ffn = norm_mask + routed + shared
     elif "mlp" in redo:

@@ -135,6 +135,15 @@ class ParallelSection(_Section):
         "all_gather (Llama 3; gather exposed) or a2a (DeepSpeed-Ulysses all-to-all over heads)",
     )
     ep: int = Field(default=1, gt=0)
+    etp: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "expert tensor parallelism: each routed expert's matrices split over etp ranks "
+            "(Megatron-Core's expert_tensor_parallel_size); default: tp for a mixture-of-experts "
+            "model, as Megatron-Core defaults it (frameworks that do not shard experts set 1)"
+        ),
+    )
     vpp: int = Field(default=1, gt=0)
     zero: int = Field(default=0, ge=0, le=3)
     zero_shard: int | None = Field(

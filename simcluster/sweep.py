@@ -37,6 +37,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "pp": ("parallel", "pp", int),
     "cp": ("parallel", "cp", int),
     "ep": ("parallel", "ep", int),
+    "etp": ("parallel", "etp", int),
     "vpp": ("parallel", "vpp", int),
     "zero": ("parallel", "zero", int),
     "zero_shard": ("parallel", "zero_shard", int),

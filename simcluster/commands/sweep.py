@@ -46,6 +46,7 @@ _AXIS_HELP = {
     "pp": "pipeline stages, e.g. 1,2,4 or auto",
     "cp": "context-parallel sizes or auto",
     "ep": "expert-parallel sizes or auto",
+    "etp": "expert tensor-parallel sizes (each routed expert split over etp ranks), e.g. 1,4",
     "vpp": "virtual stages per GPU (interleaved schedules)",
     "zero": "ZeRO stages, e.g. 0,1,3",
     "zero_shard": "ranks sharding the ZeRO state (hybrid sharding, HSDP), e.g. 8,64",

@@ -23,6 +23,7 @@ GROUP_DIM = {
     "tp": "tp",
     "cp": "cp",
     "ep": "ep",
+    "etp": "etp",
     "dp": "dpcp",
     "dps": "dps",  # hybrid sharding: the ranks sharing one copy of the ZeRO state
     "dpr": "dpr",  # and the replicas of one shard
@@ -35,6 +36,8 @@ GROUP_DIM = {
 CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
 DP_GROUPS = frozenset({"edp", "dps", "dpr"})
+# groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
+SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep"}
 
 
 @dataclass
@@ -139,7 +142,7 @@ class Comms:
             if held:
                 self.sm_share.leave(rank, held)
             kind = "send" if op == "send_recv" else op
-            shown = "dp" if group in DP_GROUPS else group
+            shown = SHOWN_AS.get(group, group)
             self.recorder.add(
                 rank,
                 stage,

@@ -16,6 +16,7 @@ STREAM_OF_GROUP = {
     "tp": "comm_tp",
     "cp": "comm_cp",
     "ep": "comm_ep",
+    "etp": "comm_ep",
     "dp": "comm_dp",
     "edp": "comm_dp",
     "dps": "comm_dp",

@@ -259,8 +259,8 @@ def _summary(
         "layout": lay.describe(),
         "framework": sc.framework,
         "parallel": {
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
-            "zero": lay.zero, "zero_shard": lay.zero_group if lay.zero else None,
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
+            "vpp": lay.vpp, "zero": lay.zero, "zero_shard": lay.zero_group if lay.zero else None,
         },  # fmt: skip
         "hardware": ctx.profile.name,
         "gpus": gpus,

@@ -77,7 +77,7 @@ def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> t
     full = model.layer_params(layer)
     if model.is_moe_layer(layer):
         routed = model.experts * model.expert_params()
-        return (full - routed) / t, routed / layout.ep
+        return (full - routed) / t, routed / layout.expert_shard
     return full / t, 0.0
 
 

@@ -4,6 +4,14 @@ Each rank routes its tokens' top_k copies to the experts' owners in its EP group
 owners run their local experts (grouped GEMM; the busiest expert sets the time, hence the
 ``moe.load_imbalance`` factor = max/mean tokens per expert), and the results return (combine).
 Backward mirrors both all-to-alls. Shared experts run on the local tokens.
+
+With expert tensor parallelism (``parallel.etp`` > 1) each expert's matrices are split over an
+ETP group, as Megatron-Core's ``MoEAlltoAllTokenDispatcher`` runs it: after the dispatch
+all-to-all the ETP group all-gathers the tokens it received (each rank then runs every gathered
+token through its 1/etp of the hidden width: fc1 column-parallel, fc2 row-parallel), and before
+the combine all-to-all it reduce-scatters the partial outputs (``gather_from_sequence_parallel_
+region`` / ``reduce_scatter_to_sequence_parallel_region`` on the expert TP group). Backward runs
+the conjugates: all-gather of the output gradients, reduce-scatter of the input gradients.
 """
 
 from __future__ import annotations
@@ -57,10 +65,19 @@ def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
 
 def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
     """(tokens of the busiest local expert, local experts) for one microbatch on this rank:
-    the EP group's routed copies spread over the experts, the busiest by ``imbalance``."""
+    the EP group's routed copies spread over the experts, the busiest by ``imbalance``; with
+    expert TP every rank of the ETP group runs all of its group's tokens (on 1/etp of the width)."""
     m = shapes.model
-    routed_tokens = shapes.moe_tokens * m.top_k * shapes.layout.ep  # received from the EP group
-    return routed_tokens / m.experts * imbalance, m.experts / shapes.layout.ep
+    lay = shapes.layout
+    routed_tokens = shapes.moe_tokens * m.top_k * lay.ep * lay.etp  # received, then gathered
+    return routed_tokens / m.experts * imbalance, m.experts / lay.ep
+
+
+def _widths(shapes: Shapes) -> tuple[float, float]:
+    """(fc1 output width, fc2 input width) of one expert on this rank: its 1/etp share."""
+    m = shapes.model
+    ffn = m.expert_ffn / shapes.layout.etp
+    return m.up_width(ffn), ffn
 
 
 def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
@@ -78,27 +95,27 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     """
     m = shapes.model
     per_expert, local_experts = _routed_load(shapes, moe.load_imbalance)
-    up = m.up_width(m.expert_ffn)
+    up, ffn = _widths(shapes)
     h = m.hidden
     rows = per_expert * local_experts
     if phase == "F":
-        t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, m.expert_ffn, count=local_experts)
-        casts = km.quantise(rows * h) + km.quantise(rows * m.expert_ffn)
+        t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, ffn, count=local_experts)
+        casts = km.quantise(rows * h) + km.quantise(rows * ffn)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.load_imbalance))
     if phase == "B":
-        t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, m.expert_ffn, h, count=local_experts)
+        t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, ffn, h, count=local_experts)
         casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.load_imbalance))
-    wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(m.expert_ffn, h, per_expert, count=local_experts)
+    wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(ffn, h, per_expert, count=local_experts)
     return Work.of(gemm=wgrad_t)
 
 
 def activation_seconds(shapes: Shapes, km: KernelModel, imbalance: float) -> float:
     """The experts' activation (SwiGLU/GeLU) forward on this rank: reads the up-projection
     output, writes the down-projection input (also what ``moe_act`` recomputation reruns)."""
-    m = shapes.model
     per_expert, local_experts = _routed_load(shapes, imbalance)
-    return km.memory(per_expert * local_experts * (m.up_width(m.expert_ffn) + m.expert_ffn) * shapes.elt)
+    up, ffn = _widths(shapes)
+    return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
 
 
 def _accumulate(shapes: Shapes, km: KernelModel) -> float:
@@ -106,7 +123,8 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     m = shapes.model
     up = m.up_width(m.expert_ffn)
     per_expert = m.hidden * (up + m.expert_ffn)
-    params = per_expert * (m.experts / shapes.layout.ep + m.shared_experts) + m.hidden * m.experts
+    routed = per_expert * m.experts / shapes.layout.expert_shard
+    params = routed + per_expert * m.shared_experts + m.hidden * m.experts
     return wgrad.accumulation_seconds(km, shapes.training, shapes.layout, params)
 
 
@@ -137,19 +155,37 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
     # a dropless dispatcher reads the per-expert token counts back to the host once per forward
     # (before the all-to-all; without expert parallelism before the experts): parallelism/host.py
     sync = phase == "F" and moe.host_sync
-    if ep == 1:
-        return [
-            Compute.of("router", router + permute, layer, sync=sync),
-            Compute.of("experts", permute + routed + shared_w, layer),
-        ]
     # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
     # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
-    size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch)
+    size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch and ep > 1)
     size_out = a2a_bytes(shapes, moe)
+    etp = shapes.layout.etp
+    gather: list[Segment] = []
+    scatter: list[Segment] = []
+    if etp > 1:
+        # the ETP group gathers what each rank received (all_gather: total output) before the
+        # expert GEMMs and reduce-scatters their partial sums (total input) after them
+        gather = [Comm(f"etp_{name_in}_ag", "etp", "all_gather", etp * size_in, False, layer)]
+        scatter = [Comm(f"etp_{name_out}_rs", "etp", "reduce_scatter", etp * size_out, False, layer)]
+    if ep == 1:
+        if not gather:
+            return [
+                Compute.of("router", router + permute, layer, sync=sync),
+                Compute.of("experts", permute + routed + shared_w, layer),
+            ]
+        return [
+            Compute.of("router", router + permute + shared_w, layer, sync=sync),
+            *gather,
+            Compute.of("experts", routed, layer),
+            *scatter,
+            Compute.of("unpermute", permute, layer),
+        ]
     return [
         Compute.of("router", router + permute + shared_w, layer, sync=sync),
         Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer),
+        *gather,
         Compute.of("experts", routed, layer),
+        *scatter,
         Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer),
         Compute.of("unpermute", permute, layer),
     ]

@@ -1,0 +1,121 @@
+"""Expert tensor parallelism (``parallel.etp``): each routed expert split over etp ranks.
+
+References, all Megatron-Core:
+- ``parallel_state.initialize_model_parallel``: "if expert_tensor_parallel_size is None:
+  expert_tensor_parallel_size = tensor_model_parallel_size"; the expert ranks come from a
+  ``RankGenerator(tp=etp, ep=ep, dp=world/(etp*ep*pp), pp=pp, order="tp-ep-dp-pp")``, so global
+  rank = etp_rank + etp * (ep_rank + ep * (edp_rank + edp * pp_rank)).
+- ``MoEAlltoAllTokenDispatcher``: after the dispatch all-to-all, tokens are all-gathered over
+  the expert TP group (``gather_from_sequence_parallel_region``); before the combine all-to-all
+  the partial outputs are reduce-scattered over it.
+- DeepSpeed-MoE ``enable_expert_tensor_parallelism`` and torchtitan
+  ``expert_tensor_parallel_degree`` both default to no expert TP.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+from engine_helpers import layer_builder, run
+
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.layout import Layout
+from simcluster.memory import stage_params
+from simcluster.parallelism.expert import a2a_bytes
+from simcluster.scenario import scenario_from_dict
+
+MOE = {
+    "name": "small-moe", "layers": 2, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn": 4096,
+    "vocab": 1024, "experts": 8, "top_k": 2, "expert_ffn": 4096, "position": "rope",
+}  # fmt: skip
+
+
+def _moe(gpus: int = 16, **parallel) -> dict:
+    return make_scenario(
+        model=MOE,
+        cluster={"hardware": "dgx-h100", "gpus": gpus},
+        parallel={"pp": 1, "sequence_parallel": True, **parallel},
+        training={"seq_len": 4096, "micro_batch": 1, "global_batch": gpus, "fused_cross_entropy": True},
+    )
+
+
+def _megatron_rank(etp_rank: int, ep_rank: int, edp_rank: int, etp: int, ep: int) -> int:
+    """Megatron-Core's expert RankGenerator, order tp-ep-dp-pp, one stage."""
+    return etp_rank + etp * (ep_rank + ep * edp_rank)
+
+
+def test_expert_groups_follow_megatrons_rank_generator():
+    etp, ep, world = 2, 4, 16
+    lay = Layout(
+        dp=4, tp=4, pp=1, cp=1, ep=ep, vpp=1, zero=1, sequence_parallel=True, schedule="1f1b",
+        order=("tp", "cp", "dp", "pp"), micro_batch=1, global_batch=4, seq_len=8, gpus_per_node=8, etp=etp,
+    )  # fmt: skip
+    edp = world // (etp * ep)
+    assert lay.edp == edp
+    for rank in range(world):
+        t, e, d = rank % etp, (rank // etp) % ep, rank // (etp * ep)
+        assert lay.group("etp", rank) == [_megatron_rank(i, e, d, etp, ep) for i in range(etp)]
+        assert lay.group("ep", rank) == [_megatron_rank(t, i, d, etp, ep) for i in range(ep)]
+        assert lay.group("edp", rank) == [_megatron_rank(t, e, i, etp, ep) for i in range(edp)]
+
+
+def test_etp_defaults_to_tp_for_moe_and_one_otherwise():
+    assert build_context(scenario_from_dict(_moe(tp=4, ep=4))).layout.etp == 4
+    assert build_context(scenario_from_dict(_moe(tp=4, ep=4, etp=1))).layout.etp == 1
+    dense = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 8}, parallel={"tp": 4})
+    assert build_context(scenario_from_dict(dense)).layout.etp == 1
+    for framework in ("torchtitan", "deepspeed"):
+        data = {**_moe(tp=2, ep=4), "framework": framework}
+        assert build_context(scenario_from_dict(data)).layout.etp == 1
+
+
+@pytest.mark.parametrize(
+    "model,parallel,needle",
+    [
+        (None, {"tp": 2, "etp": 2}, "needs a mixture-of-experts model"),
+        (MOE, {"tp": 4, "ep": 8, "etp": 4}, "ep*etp = 8*4 must divide dp*cp*tp=16"),
+        ({**MOE, "expert_ffn": 4098}, {"tp": 4, "ep": 2, "etp": 4}, "must divide the experts' hidden width"),
+    ],
+)
+def test_impossible_expert_tp_names_the_field(model, parallel, needle):
+    data = _moe(**parallel) if model is not None else make_scenario(cluster={"gpus": 16}, parallel=parallel)
+    if model is not None:
+        data["model"] = model
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(data))
+    assert err.value.field == "parallel.etp"
+    assert needle in str(err.value)
+
+
+def test_expert_parameters_and_flops_are_split_not_duplicated():
+    plain = build_context(scenario_from_dict(_moe(tp=4, ep=2, etp=1)))
+    split = build_context(scenario_from_dict(_moe(tp=4, ep=2, etp=4)))
+    m = plain.model
+    routed_per_gpu = m.moe_layers * m.experts * m.expert_params()
+    for ctx, shard in ((plain, 2), (split, 8)):
+        assert stage_params(ctx.model, ctx.layout, ctx.chunks[0]).expert == pytest.approx(routed_per_gpu / shard)
+    # the expert GEMMs: etp times the rows on 1/etp of the width, so about the same time per GPU
+    # (only the shapes' efficiency differs)
+    seconds = {}
+    for etp in (1, 4):
+        segments = layer_builder(_moe(tp=4, ep=2, etp=etp)).layer(0, "F")
+        seconds[etp] = next(s.seconds for s in segments if s.name == "experts")
+    assert seconds[4] == pytest.approx(seconds[1], rel=0.25)
+
+
+def test_dispatch_gathers_and_combine_scatters_over_the_etp_group():
+    etp = 4
+    result = run(_moe(tp=4, ep=2, etp=etp))
+    ev = result.events
+    gathers = ev[ev["name"].str.startswith("etp_") & ev["name"].str.endswith("_ag")]
+    scatters = ev[ev["name"].str.startswith("etp_") & ev["name"].str.endswith("_rs")]
+    # forward and backward, once per MoE layer and microbatch on the simulated rank
+    assert len(gathers) == len(scatters) == 2 * MOE["layers"] * result.summary["microbatches"]
+    shapes = layer_builder(_moe(tp=4, ep=2, etp=etp)).shapes
+    sc = scenario_from_dict(_moe(tp=4, ep=2, etp=etp))
+    # nccl-tests sizes: an all-gather's total output, a reduce-scatter's total input
+    assert gathers["bytes"].iloc[0] == pytest.approx(etp * a2a_bytes(shapes, sc.moe))
+    assert scatters["bytes"].iloc[0] == pytest.approx(etp * a2a_bytes(shapes, sc.moe))
+    assert set(gathers["group"]) == {"ep"}  # reported with the MoE dispatch
+    assert result.summary["parallel"]["etp"] == etp
