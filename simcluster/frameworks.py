@@ -119,12 +119,13 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     defaults: Defaults = {
         "overlap": overlap,
         "training": training,
-        # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
-        "parallel": {"etp": 1},
         # reduce_bucket_size 5e8 elements of 16-bit gradients; the BF16_Optimizer zeroes its
         # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
         "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": not fp16},
     }
+    if _parallel(raw, "ep", 1) > 1:
+        # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
+        defaults["parallel"] = {"etp": 1}
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
         # all-reduces every bucket whole, then the optimizer's shard is all-gathered
@@ -207,13 +208,16 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
         training["micro_batch"] = micro_batch
-    return {
+    defaults: Defaults = {
         "training": training,
-        # its MoE shards experts over EP only unless expert_tensor_parallel_degree is set
-        "parallel": {"etp": 1},
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
+    if _parallel(raw, "ep", 1) > 1:
+        # with expert parallelism its experts are split over EP only unless
+        # expert_tensor_parallel_degree says otherwise (default 1)
+        defaults["parallel"] = {"etp": 1}
+    return defaults
 
 
 FRAMEWORKS: dict[str, Framework] = {
