@@ -184,6 +184,11 @@ def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:
     """The moe: section acts on routed experts only; on a dense model a setting there would
     be silently ignored, so it is refused as model.top_k and the other MoE fields are."""
     if model.is_moe:
+        if moe.pad_to_capacity and moe.capacity_factor is None:
+            raise UserError(
+                "moe.pad_to_capacity",
+                "pads each expert's input to its capacity; set moe.capacity_factor (e.g. 1.0) or drop it",
+            )
         return
     for key, spec in MoeSection.model_fields.items():
         if getattr(moe, key) != spec.default:

@@ -512,6 +512,34 @@ class DpSection(_Section):
 class MoeSection(_Section):
     """``moe:`` — expert routing and token dispatch."""
 
+    @property
+    def reads_counts(self) -> bool:
+        """Whether the dispatcher syncs the host on the per-expert token counts (``host_sync``
+        resolved)."""
+        if self.host_sync is not None:
+            return self.host_sync
+        return not (self.capacity_factor is not None and self.pad_to_capacity)
+
+    @property
+    def expert_load(self) -> float:
+        """Rows the busiest local expert runs, as a multiple of the mean share: the imbalance
+        dropless, cut at the capacity with token dropping, the capacity itself when padded."""
+        if self.capacity_factor is None:
+            return self.load_imbalance
+        if self.pad_to_capacity:
+            return self.capacity_factor
+        return min(self.load_imbalance, self.capacity_factor)
+
+    @property
+    def wire_share(self) -> float:
+        """Routed copies an all-to-all carries, as a multiple of top_k per token: the padding
+        with pad_to_capacity, at most the capacity when tokens are dropped."""
+        if self.capacity_factor is None:
+            return 1.0
+        if self.pad_to_capacity:
+            return self.capacity_factor
+        return min(1.0, self.capacity_factor)
+
     load_imbalance: float = Field(
         default=1.0, ge=1.0, description="max/mean tokens per expert; slows expert GEMMs"
     )
@@ -529,13 +557,32 @@ class MoeSection(_Section):
         description="node-limited routing: a token's experts on at most M nodes (MoE models; "
         "the moe: settings are errors on a dense model)",
     )
-    host_sync: bool = Field(
-        default=True,
+    capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "token dropping: each expert takes at most capacity_factor x its mean share of the "
+            "routed tokens, the rest are dropped (Megatron-Core's moe_expert_capacity_factor); "
+            "unset: dropless"
+        ),
+    )
+    pad_to_capacity: bool = Field(
+        default=False,
+        description=(
+            "with capacity_factor: every expert's input is padded to its capacity, so each runs "
+            "exactly capacity rows and the all-to-alls carry the padding "
+            "(moe_pad_expert_input_to_capacity)"
+        ),
+    )
+    host_sync: bool | None = Field(
+        default=None,
         description=(
             "the dispatcher reads the per-expert token counts back to the host once per MoE "
             "layer forward, so the host loses its lead on the GPU there (Megatron-Core's "
             "dropless alltoall and flex/DeepEP dispatchers); false for a sync-free dispatch "
-            "(fixed capacity, device-side splits)"
+            "(device-side splits). Unset: true, except with capacity_factor and "
+            "pad_to_capacity, whose token counts are fixed (Megatron-Core's drop-and-pad path "
+            "skips the sync)"
         ),
     )
     fp8_dispatch: bool = Field(

@@ -119,3 +119,50 @@ def test_dispatch_gathers_and_combine_scatters_over_the_etp_group():
     assert scatters["bytes"].iloc[0] == pytest.approx(etp * a2a_bytes(shapes, sc.moe))
     assert set(gathers["group"]) == {"ep"}  # reported with the MoE dispatch
     assert result.summary["parallel"]["etp"] == etp
+
+
+# --- token dropping: moe.capacity_factor / moe.pad_to_capacity ----------------------------------
+# Megatron-Core: capacity = num_tokens * topk / num_experts * moe_expert_capacity_factor
+# (moe_utils.get_capacity); with moe_pad_expert_input_to_capacity every expert's input is padded
+# to it and MoEAlltoAllTokenDispatcher's drop-and-pad path fixes the token counts without a
+# device-to-host read; without padding, tokens past the capacity are dropped.
+
+
+def _gemm(segment) -> float:
+    return dict(segment.work.parts)["gemm"]
+
+
+def _expert_segments(**moe) -> dict:
+    data = _moe(tp=1, ep=8, etp=1)
+    data["moe"] = {"load_imbalance": 1.5, **moe}
+    segments = layer_builder(data).layer(0, "F")
+    return {s.name: s for s in segments}
+
+
+def test_padding_to_capacity_runs_every_expert_at_its_capacity_without_a_sync():
+    base = layer_builder(_moe(tp=1, ep=8, etp=1))
+    mean = next(s for s in base.layer(0, "F") if s.name == "experts")
+    padded = _expert_segments(capacity_factor=1.25, pad_to_capacity=True)
+    dropless = _expert_segments()
+    # the grouped GEMMs run capacity rows (1.25 x the mean share), not the 1.5 x imbalance
+    assert _gemm(padded["experts"]) == pytest.approx(1.25 * _gemm(mean), rel=0.1)
+    assert _gemm(dropless["experts"]) == pytest.approx(1.5 * _gemm(mean), rel=0.1)
+    # the all-to-alls carry the padding; the counts are fixed, so no host sync
+    shapes = base.shapes
+    sc = scenario_from_dict({**_moe(tp=1, ep=8, etp=1), "moe": {"capacity_factor": 1.25, "pad_to_capacity": True}})
+    assert a2a_bytes(shapes, sc.moe) == pytest.approx(1.25 * a2a_bytes(shapes, scenario_from_dict(_moe(tp=1, ep=8, etp=1)).moe))
+    assert not padded["router"].sync and dropless["router"].sync
+
+
+def test_dropping_without_padding_cuts_the_busiest_expert_at_its_capacity():
+    dropped = _expert_segments(capacity_factor=1.0)
+    dropless = _expert_segments()
+    assert _gemm(dropped["experts"]) == pytest.approx(_gemm(dropless["experts"]) / 1.5, rel=0.1)
+    assert dropped["router"].sync  # the counts still vary: Megatron reads them back
+
+
+def test_padding_needs_a_capacity():
+    data = {**_moe(tp=1, ep=8, etp=1), "moe": {"pad_to_capacity": True}}
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(data))
+    assert err.value.field == "moe.pad_to_capacity"

@@ -1177,8 +1177,9 @@ GROK_SETTINGS = (
     "Model from pretrain_grok1_314b.py: MixtralConfig8x7B with 64 layers, hidden 6144, 48 heads, 8 query "
     "groups, FFN 32768, 8 experts top-2 (SwiGLU experts, RMSNorm, RoPE, untied embeddings), vocab of the "
     "Llama 3 tokenizer it loads (128256). Settings from that script: MegatronTokenDropCallback (capacity "
-    "factor 1.0 with padding: every expert runs exactly its capacity, so no load imbalance and no host "
-    "sync for token counts: moe.host_sync false), alltoall dispatcher (MixtralConfig), TP comm overlap "
+    "factor 1.0 with padding: moe.capacity_factor 1.0, pad_to_capacity, so every expert runs exactly its "
+    "capacity and the dispatcher needs no host sync for token counts), alltoall dispatcher (MixtralConfig), "
+    "TP comm overlap "
     "with userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 for every system and precision, "
     "distributed optimizer with overlapped grad reduce and param gather, grad_reduce_in_fp32 False "
     "(bf16 main gradients: training.fp32_grad_accum false), FP8 as bf16_with_fp8_mixed (delayed "
@@ -1193,7 +1194,7 @@ for system, prec, gpus, tp, pp, cp, ep, etp, vp, mbs, gbs, step, mfu in GROK:
     par = {**megatron_parallel(tp, pp, cp, vp), "ep": ep, "etp": etp}
     scenario = megatron_h100_scenario(dict(GROK_MODEL), gpus, par, 8192, mbs, gbs, prec, "cudnn",
                                       hardware=GROK_HW[system], fp32_grads=False)
-    scenario["moe"] = {"host_sync": False}
+    scenario["moe"] = {"capacity_factor": 1.0, "pad_to_capacity": True}
     cases.append({
         "name": f"dgxc-grok1/314b-{system.lower()}-{prec}-{gpus}gpu",
         "family": "nvidia-dgxc-grok1",

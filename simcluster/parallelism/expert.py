@@ -2,7 +2,8 @@
 
 Each rank routes its tokens' top_k copies to the experts' owners in its EP group (dispatch), the
 owners run their local experts (grouped GEMM; the busiest expert sets the time, hence the
-``moe.load_imbalance`` factor = max/mean tokens per expert), and the results return (combine).
+``moe.load_imbalance`` factor = max/mean tokens per expert, cut or padded to
+``moe.capacity_factor`` with token dropping), and the results return (combine).
 Backward mirrors both all-to-alls. Shared experts run on the local tokens.
 
 With expert tensor parallelism (``parallel.etp`` > 1) each expert's matrices are split over an
@@ -58,9 +59,11 @@ def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
 
 
 def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
-    """Send buffer of one all-to-all per rank: tokens x copies per token x hidden x bytes."""
+    """Send buffer of one all-to-all per rank: tokens x copies per token x hidden x bytes
+    (with token dropping, the copies kept or the padded capacity: ``MoeSection.wire_share``)."""
     elt = FP8_WIRE_BYTES if fp8 else shapes.elt
-    return shapes.moe_tokens * copies_per_token(shapes, moe) * shapes.model.hidden * elt
+    copies = copies_per_token(shapes, moe) * moe.wire_share
+    return shapes.moe_tokens * copies * shapes.model.hidden * elt
 
 
 def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
@@ -94,18 +97,18 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     bound there).
     """
     m = shapes.model
-    per_expert, local_experts = _routed_load(shapes, moe.load_imbalance)
+    per_expert, local_experts = _routed_load(shapes, moe.expert_load)
     up, ffn = _widths(shapes)
     h = m.hidden
     rows = per_expert * local_experts
     if phase == "F":
         t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, ffn, count=local_experts)
         casts = km.quantise(rows * h) + km.quantise(rows * ffn)
-        return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.load_imbalance))
+        return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
         t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, ffn, h, count=local_experts)
         casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
-        return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.load_imbalance))
+        return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
     wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(ffn, h, per_expert, count=local_experts)
     return Work.of(gemm=wgrad_t)
 
@@ -154,7 +157,7 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
     # a dropless dispatcher reads the per-expert token counts back to the host once per forward
     # (before the all-to-all; without expert parallelism before the experts): parallelism/host.py
-    sync = phase == "F" and moe.host_sync
+    sync = phase == "F" and moe.reads_counts
     # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
     # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
     size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch and ep > 1)

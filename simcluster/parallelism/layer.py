@@ -382,7 +382,7 @@ class LayerBuilder:
         work = self._norm_work() if "layernorm" in redo else Work()
         if m.is_moe_layer(index):
             if "moe_act" in redo:
-                act = expert.activation_seconds(self.shapes, self.km, self.scenario.moe.load_imbalance)
+                act = expert.activation_seconds(self.shapes, self.km, self.scenario.moe.expert_load)
                 work += Work.of(memory=act)
         elif "mlp" in redo:
             work += forward_work
