@@ -57,6 +57,9 @@ FRAMEWORK_NAMES: dict[str, str] = {
     "padded_vocab_size": "vocab",
     "num_experts": "experts",
     "moe_router_topk": "top_k",
+    "moe_expert_capacity_factor": "capacity_factor",
+    "moe_pad_expert_input_to_capacity": "pad_to_capacity",
+    "moe_token_dispatcher_type": "dispatcher",
 }
 
 
