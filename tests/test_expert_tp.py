@@ -166,3 +166,23 @@ def test_padding_needs_a_capacity():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(data))
     assert err.value.field == "moe.pad_to_capacity"
+
+
+def test_dense_and_expert_parameter_gathers_interleave_in_forward_order():
+    """Megatron-Core keeps expert parameters in their own buffer; with overlap_param_gather each
+    buffer's bucket groups are gathered in forward order, one ahead of the forward
+    (``next_param_gather_bucket_group``), so the first layer waits for its own buckets only,
+    not for every expert bucket of the stage."""
+    data = {**_moe(tp=2, ep=2, etp=1), "framework": "nemo"}
+    data["model"] = {**MOE, "layers": 4}
+    data["parallel"]["zero"] = 1
+    ev = run(data).events
+    gathers = ev[ev["name"] == "param_all_gather"].sort_values("start_s")
+    layers = [int(x) for x in gathers["layer"]]
+    # forward order: the embedding's bucket first, then layer by layer (each layer's dense and
+    # expert buckets next to each other)
+    assert layers[0] == -1
+    body = [x for x in layers if x >= 0]
+    assert body == sorted(body)
+    first = ev[(ev["stream"] == "compute") & (ev["kind"] == "forward")]["start_s"].min()
+    assert first < gathers["end_s"].max()

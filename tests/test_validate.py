@@ -800,7 +800,10 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # at square-GEMM cuBLASLt rates, 7.53), the FP8 ones -10...+14%.
 # 7.0 (7.09 -> 6.99, 210 -> 218 cases) with NVIDIA's Grok-1 314B MoE rows (GB200 with expert
 # tensor parallelism 4, H100; parallel.etp): -14.4...+2.0%, the 210 earlier cases bit-identical.
-QUICK_SET_MAPE = 7.0
+# 7.1 (6.99 -> 7.06) with the dense and expert parameter gathers in forward order layer by
+# layer (the first forward had waited for every expert bucket of the stage): physics over
+# score, Grok-1 on GB200 -5...-2% -> -7...-4% (family 4.2 -> 6.1); no dense case moved.
+QUICK_SET_MAPE = 7.1
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.1  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -824,7 +827,7 @@ FAMILY_MAPE = {
     "nemo-long-context-h100": 2.6,
     "nemo-long-context-b200": 13.2,
     "nvidia-dgxc-h100": 5.0,
-    "nvidia-dgxc-grok1": 4.2,
+    "nvidia-dgxc-grok1": 6.1,
     "torchtitan-a100": 4.7,
     "zero-bubble-a100": 2.8,
     "zero-bubble-v-a100": 3.3,

@@ -9,6 +9,7 @@ forward (overlapped) or run after the optimizer (not overlapped).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,14 @@ from simcluster.stragglers import Stragglers
 GRAD_ZERO = "zero_grad_buffer"
 # compute segments of a layer's MLP (dense or MoE): their weight gradients precede attention's
 _MLP_SEGMENTS = ("mlp", "moe", "experts", "router", "unpermute")
+
+
+def _forward_position(layer: int) -> float:
+    """Where a unit's layer index runs in a chunk's forward: the embedding (-1) first, the
+    LM head (``HEAD``) last."""
+    if layer == HEAD:
+        return math.inf
+    return -math.inf if layer < 0 else float(layer)
 
 
 def _mlp_cut(unit: Unit) -> int | None:
@@ -669,14 +678,19 @@ class Worker:
             "param_all_gather",
             -1,
             bucket.chunk,
-            bucket.layers[0],
+            min(bucket.layers, key=_forward_position),  # the first layer whose forward waits for it
         )
 
     def _start_param_gathers(self) -> None:
-        # issued in forward order (chunks in model order, each chunk's buckets reversed from
-        # their backward order), waited for layer by layer
+        # issued in forward order, waited for layer by layer: chunks in model order, and in a
+        # chunk by the first layer a bucket's forward needs, so the dense and the expert
+        # buckets (separate buffers, each gathered in its own forward order: Megatron-Core's
+        # next_param_gather_bucket_group chains) interleave layer by layer; a layer split
+        # over several buckets keeps their reversed backward order
+        buckets = self.plan.buckets
         order = sorted(
-            range(len(self.plan.buckets)), key=lambda i: (self.plan.buckets[i].chunk, -i)
+            range(len(buckets)),
+            key=lambda i: (buckets[i].chunk, min(_forward_position(x) for x in buckets[i].layers), -i),
         )
         for b in (self.plan.buckets[i] for i in order):
             proc = self._spawn_dp(self._gather_bucket(b))
