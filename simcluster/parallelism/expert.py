@@ -66,14 +66,15 @@ def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
     return shapes.moe_tokens * copies * shapes.model.hidden * elt
 
 
-def _routed_load(shapes: Shapes, imbalance: float) -> tuple[float, float]:
+def _routed_load(shapes: Shapes, load: float) -> tuple[float, float]:
     """(tokens of the busiest local expert, local experts) for one microbatch on this rank:
-    the EP group's routed copies spread over the experts, the busiest by ``imbalance``; with
+    the EP group's routed copies spread over the experts, the busiest at ``load`` times the
+    mean share (``MoeSection.expert_load``); with
     expert TP every rank of the ETP group runs all of its group's tokens (on 1/etp of the width)."""
     m = shapes.model
     lay = shapes.layout
     routed_tokens = shapes.moe_tokens * m.top_k * lay.ep * lay.etp  # received, then gathered
-    return routed_tokens / m.experts * imbalance, m.experts / lay.ep
+    return routed_tokens / m.experts * load, m.experts / lay.ep
 
 
 def _widths(shapes: Shapes) -> tuple[float, float]:
@@ -113,10 +114,10 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     return Work.of(gemm=wgrad_t)
 
 
-def activation_seconds(shapes: Shapes, km: KernelModel, imbalance: float) -> float:
+def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
     """The experts' activation (SwiGLU/GeLU) forward on this rank: reads the up-projection
     output, writes the down-projection input (also what ``moe_act`` recomputation reruns)."""
-    per_expert, local_experts = _routed_load(shapes, imbalance)
+    per_expert, local_experts = _routed_load(shapes, load)
     up, ffn = _widths(shapes)
     return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
 
@@ -170,25 +171,19 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         # expert GEMMs and reduce-scatters their partial sums (total input) after them
         gather = [Comm(f"etp_{name_in}_ag", "etp", "all_gather", etp * size_in, False, layer)]
         scatter = [Comm(f"etp_{name_out}_rs", "etp", "reduce_scatter", etp * size_out, False, layer)]
-    if ep == 1:
-        if not gather:
-            return [
-                Compute.of("router", router + permute, layer, sync=sync),
-                Compute.of("experts", permute + routed + shared_w, layer),
-            ]
+    if ep == 1 and not gather:
         return [
-            Compute.of("router", router + permute + shared_w, layer, sync=sync),
-            *gather,
-            Compute.of("experts", routed, layer),
-            *scatter,
-            Compute.of("unpermute", permute, layer),
+            Compute.of("router", router + permute, layer, sync=sync),
+            Compute.of("experts", permute + routed + shared_w, layer),
         ]
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer)] if ep > 1 else []
     return [
         Compute.of("router", router + permute + shared_w, layer, sync=sync),
-        Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer),
+        *dispatch,
         *gather,
         Compute.of("experts", routed, layer),
         *scatter,
-        Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer),
+        *combine,
         Compute.of("unpermute", permute, layer),
     ]
