@@ -111,7 +111,14 @@ def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> 
 
 
 def _check_precision(training: TrainingSection, profile: HardwareProfile) -> None:
-    """NVFP4 GEMMs need FP4 tensor cores (Blackwell) and a measured rate for them."""
+    """NVFP4 GEMMs need FP4 tensor cores (Blackwell) and a measured rate for them; FP8
+    parameters need FP8 training."""
+    if training.fp8_param_gather and training.precision != "fp8":
+        raise UserError(
+            "training.fp8_param_gather",
+            f"keeps the weights in FP8 for FP8 training; precision is {training.precision}: "
+            "set training.precision fp8 or drop it",
+        )
     if training.precision != "nvfp4":
         return
     measured = [r for r in profile.measured.get("gemm", []) or [] if str(r.get("dtype")) == "nvfp4"]

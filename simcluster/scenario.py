@@ -201,6 +201,15 @@ class TrainingSection(_Section):
             "inside the cast: DeepSeek-V3 1x128, MXFP8)"
         ),
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description=(
+            "FP8 parameters (Megatron-Core's fp8_param_gather, set by NeMo's and Megatron-Bridge's "
+            "FP8 recipes): the transformer layers' weights are kept and all-gathered (ZeRO-1/2/3) "
+            "in FP8, 1 B per element (+1/32 for block scales) instead of 2; embeddings, the LM "
+            "head and norms stay 16-bit"
+        ),
+    )
     fp32_grad_accum: bool = True
     grad_accum_fusion: bool = Field(
         default=False,

@@ -27,18 +27,23 @@ def fmt_b(x):
 
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
-                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False):
+                           fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False,
+                           fp8_params=False):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
     False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``dfa``: a NeMo 1.x run on
     apex's DistributedFusedAdam, which buckets every stage by bucket_cap_mb (ASSUMED its default,
-    100 MiB of gradients, as NeMo's docs list it); otherwise Megatron-Core's DDP buckets."""
+    100 MiB of gradients, as NeMo's docs list it); otherwise Megatron-Core's DDP buckets.
+    ``fp8_params``: the FP8 recipe keeps the weights in FP8 (fp8_param_gather: NeMo 2's and
+    Megatron-Bridge's FP8 mixed-precision configs), so ZeRO gathers them at 1 B per element."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
     if not fp32_grads:
         training["fp32_grad_accum"] = False
     if precision == "fp8":
         training["fp8_recipe"] = fp8_recipe
+        if fp8_params:
+            training["fp8_param_gather"] = True
     return {
         "model": model,
         "cluster": {"hardware": hardware, "gpus": gpus},
@@ -664,12 +669,15 @@ BRIDGE_GRADS = (" From the benchmark configs (scripts/performance/configs/llama3
                 "set_llama3_common_configs, llama31/llama31_llm_pretrain.py set_llama31_common_configs; "
                 "later also utils/helpers.py set_basic_perf_overrides): grad_reduce_in_fp32 False, so main "
                 "gradients are kept and reduced in bf16 (training.fp32_grad_accum false); with Megatron "
-                "FSDP the Llama 3 8B H100 config also turns gradient_accumulation_fusion off.")
+                "FSDP the Llama 3 8B H100 config also turns gradient_accumulation_fusion off. The FP8 "
+                "mixed-precision configs (bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed) keep "
+                "the weights in FP8 and gather them so (fp8_param_gather: training.fp8_param_gather).")
 def bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp):
     """A Bridge benchmark run on DGX H100: bf16 main gradients (BRIDGE_GRADS); with Megatron FSDP the
     Llama 3 8B H100 config turns gradient_accumulation_fusion off (configs/llama3/
     llama3_llm_pretrain.py llama3_8b_h100_config: 'Disabled to avoid functional errors')."""
-    sc = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current", fp32_grads=False)
+    sc = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current", fp32_grads=False,
+                                fp8_params=True)
     if fsdp:
         sc["training"]["grad_accum_fusion"] = False
     return sc
@@ -876,7 +884,8 @@ DGXC_SETTINGS = {
         "distributed optimizer with overlapped grad reduce and param gather, TP comm overlap "
         "(userbuffers) for 70B/405B, sequence parallel, gradient accumulation fusion, cuDNN fused "
         "attention (NVTE_FUSED_ATTN=1), CUDA graphs off; BF16 keeps the recipes' fp32 gradient "
-        "reduction (grad_reduce_in_fp32=True), FP8 (bf16_with_fp8_mixed: delayed scaling) sets "
+        "reduction (grad_reduce_in_fp32=True), FP8 (bf16_with_fp8_mixed: delayed scaling, the weights "
+        "kept and gathered in FP8, fp8_param_gather: training.fp8_param_gather) sets "
         "grad_reduce_in_fp32=False (bf16 main gradients: training.fp32_grad_accum false)."
     ),
     "nemotron": (
@@ -925,7 +934,8 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     else:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
-    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", dfa=src == "gpt3")
+    scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", dfa=src == "gpt3",
+                                      fp8_params=src == "llama")
     if prec == "fp8" or src == "gpt3":
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
@@ -991,13 +1001,13 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
             "(best 1,419 forward, 1,109 backward). ASSUMED (not "
             "stated): micro-batch 1, no recompute, distributed optimizer, the TP/DP overlaps of NeMo's "
             "performance recipes, ring attention (TransformerEngine's default p2p CP), FP8 delayed "
-            "scaling (NeMo's default recipe), BF16 attention by TransformerEngine's cuDNN backend (the "
+            "scaling with the weights kept and gathered in FP8 (NeMo 2's bf16_with_fp8_mixed: fp8_param_gather), BF16 attention by TransformerEngine's cuDNN backend (the "
             "fused-attention backend TE uses on Blackwell)."
         ),
         "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(
             model, gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs,
-            "fp8", "cudnn", hardware="dgx-b200"),
+            "fp8", "cudnn", hardware="dgx-b200", fp8_params=True),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-2", "NeMo has no Llama 3 8B userbuffers preset (the perf scripts pass "
@@ -1056,8 +1066,8 @@ BRIDGE_PRECISION = {
     "FP8-CS": ("fp8", "current", "FP8 current scaling: an amax pass over each tensor before its cast "
                                  "(training.fp8_recipe: current)."),
     "FP8-MX": ("fp8", "block", "MXFP8 (Megatron-Bridge bf16_with_mxfp8_mixed): 1x32 blocks with E8M0 scales "
-                               "found inside the cast, no amax pass (training.fp8_recipe: block); its FP8 "
-                               "parameter gather (fp8_param_gather) is not modelled (16-bit gathers, ASSUMED)."),
+                               "found inside the cast, no amax pass (training.fp8_recipe: block); its weights kept and "
+                               "gathered in MXFP8 (fp8_param_gather)."),
     "NVFP4": ("nvfp4", None, "NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed: fp4 e2m1, fp4_recipe nvfp4, no "
                              "layers kept in BF16): every transformer linear's GEMMs on the FP4 tensor cores, "
                              "TransformerEngine's NVFP4BlockScaling casts (training.precision: nvfp4)."),
@@ -1105,7 +1115,7 @@ for (container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, 
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s, "container": container, "system": system},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, precision, "cudnn", recipe,
-                                           hardware=BLACKWELL_HW[system], fp32_grads=False),
+                                           hardware=BLACKWELL_HW[system], fp32_grads=False, fp8_params=True),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if fsdp:
@@ -1183,17 +1193,17 @@ GROK_SETTINGS = (
     "with userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 for every system and precision, "
     "distributed optimizer with overlapped grad reduce and param gather, grad_reduce_in_fp32 False "
     "(bf16 main gradients: training.fp32_grad_accum false), FP8 as bf16_with_fp8_mixed (delayed "
-    "scaling), no recompute, CUDA graphs off; NeMo's perf helpers turn the bucket NaN check off. "
+    "scaling, with the weights kept and gathered in FP8: training.fp8_param_gather), no recompute, CUDA "
+    "graphs off; NeMo's perf helpers turn the bucket NaN check off. "
     "Expert tensor parallelism as the README's ETP column (GB200: experts split over 4 ranks; H100: 1). "
-    "ASSUMED: cuDNN fused attention (TransformerEngine's default on Hopper and Blackwell). Not modelled: "
-    "the FP8 parameter all-gather of bf16_with_fp8_mixed (fp8_param_gather)."
+    "ASSUMED: cuDNN fused attention (TransformerEngine's default on Hopper and Blackwell)."
 )
 GROK_HW = {"GB200": "gb200-nvl72", "H100": "dgx-h100"}
 cases = []
 for system, prec, gpus, tp, pp, cp, ep, etp, vp, mbs, gbs, step, mfu in GROK:
     par = {**megatron_parallel(tp, pp, cp, vp), "ep": ep, "etp": etp}
     scenario = megatron_h100_scenario(dict(GROK_MODEL), gpus, par, 8192, mbs, gbs, prec, "cudnn",
-                                      hardware=GROK_HW[system], fp32_grads=False)
+                                      hardware=GROK_HW[system], fp32_grads=False, fp8_params=True)
     scenario["moe"] = {"capacity_factor": 1.0, "pad_to_capacity": True}
     cases.append({
         "name": f"dgxc-grok1/314b-{system.lower()}-{prec}-{gpus}gpu",

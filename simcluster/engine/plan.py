@@ -47,6 +47,7 @@ class Unit:
     layers: tuple[int, ...]  # layer indices it covers (-1 embedding, -2 head)
     segments: tuple[Segment, ...]
     params: float  # parameters per GPU (for ZeRO-3 gathers)
+    layer_params: float = 0.0  # of which transformer-layer weights (training.fp8_param_gather)
 
 
 @dataclass
@@ -107,12 +108,8 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
             covered.append(-1)
-        dense = sum(
-            unit_params(ctx.model, ctx.layout, chunk, u)[0]
-            + unit_params(ctx.model, ctx.layout, chunk, u)[1]
-            for u in covered
-        )
-        units.append(Unit(tuple(covered), tuple(segs), dense))
+        dense = sum(sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered)
+        units.append(Unit(tuple(covered), tuple(segs), dense, sum(unit_params(ctx.model, ctx.layout, chunk, layer))))
     return units
 
 
@@ -140,7 +137,7 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
         for layer in u.layers:
             if layer in redone:
                 redo += as_recompute(builder.layer(layer, "F"))
-        out.append(Unit(u.layers, redo + u.segments, u.params))
+        out.append(Unit(u.layers, redo + u.segments, u.params, u.layer_params))
     return out
 
 
@@ -152,7 +149,7 @@ def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> li
     for b, w in zip(units_b, units_w, strict=True):
         layers = [u for u in b.layers if u >= 0]
         if not layers or not builder.fuses_wgrad:  # the layer's BW is its B then its W
-            out.append(Unit(b.layers, b.segments + w.segments, b.params))
+            out.append(Unit(b.layers, b.segments + w.segments, b.params, b.layer_params))
             continue
         own_b, own_w = builder.layer(layers[0], "B"), builder.layer(layers[0], "W")
         fused = builder.layer(layers[0], "BW")
@@ -162,7 +159,7 @@ def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> li
             b.segments[:i] + w.segments[:j] + tuple(fused)
             + b.segments[i + len(own_b):] + w.segments[j + len(own_w):]
         )  # fmt: skip
-        out.append(Unit(b.layers, segments, b.params))
+        out.append(Unit(b.layers, segments, b.params, b.layer_params))
     return out
 
 

@@ -21,7 +21,7 @@ from simcluster.engine.offload import ActivationOffload
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.recorder import Recorder
 from simcluster.parallelism import tied
-from simcluster.parallelism.data import Bucket, grad_reduce_bytes, param_bytes
+from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.schedules import PipeOp, locate
 from simcluster.stragglers import Stragglers
@@ -668,7 +668,7 @@ class Worker:
             )
 
     def _gather_bucket(self, bucket: Any) -> Generator:
-        nbytes = bucket.params * param_bytes(self.shared.ctx.scenario)
+        nbytes = gather_bytes(self.shared.ctx.scenario, bucket.layer_params, bucket.params - bucket.layer_params)
         yield from self.shared.comms.collective(
             self.rank,
             self.stage,
@@ -722,7 +722,8 @@ class Worker:
                 continue
             gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
-                nbytes = units[j].params * param_bytes(self.shared.ctx.scenario)
+                unit = units[j]
+                nbytes = gather_bytes(self.shared.ctx.scenario, unit.layer_params, unit.params - unit.layer_params)
                 self.gathers[gkey] = self._spawn_dp(
                     self.shared.comms.collective(
                         self.rank,

@@ -32,6 +32,8 @@ class Bucket:
     group: str  # "dp" (dense, dp x cp ranks) or "edp" (experts)
     layers: tuple[int, ...]  # layer indices in backward order (-1 embedding, -2 head)
     params: float  # parameters per GPU in the bucket
+    #: of which transformer-layer weights (FP8 on the wire with training.fp8_param_gather)
+    layer_params: float = 0.0
     #: its last tensor is an MLP weight of its last layer: ready once that layer's MLP weight
     #: gradients are done, before the layer's attention backward
     early: bool = False
@@ -51,6 +53,20 @@ def grad_reduce_bytes(scenario: Scenario) -> float:
 def param_bytes(scenario: Scenario) -> float:
     """Bytes per gathered parameter element (the compute copy)."""
     return 4.0 if scenario.training.precision == "fp32" else 2.0
+
+
+#: an FP8 parameter on the wire: 1 B, plus MXFP8's E8M0 scale per 32 elements with block scaling
+FP8_PARAM_BYTES = {"delayed": 1.0, "current": 1.0, "block": 1.0 + 1.0 / 32}
+
+
+def gather_bytes(scenario: Scenario, layer_params: float, other_params: float) -> float:
+    """Bytes of a parameter all-gather's output: transformer-layer weights in FP8 with
+    ``training.fp8_param_gather`` (Megatron-Core keeps them as TransformerEngine FP8 tensors and
+    its distributed optimizer gathers those), everything else at :func:`param_bytes`."""
+    tr = scenario.training
+    per = param_bytes(scenario)
+    layer = FP8_PARAM_BYTES[tr.fp8_recipe] if tr.fp8_param_gather else per
+    return layer_params * layer + other_params * per
 
 
 def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
@@ -146,7 +162,7 @@ def build_buckets(
         cap = math.inf if whole is not None and whole[c] else cap_params
         for group, pick in (("dp", 0), ("edp", 1)):
             layers: list[int] = []
-            size = 0.0
+            size = in_layers = 0.0
             for unit in chunk_units(chunk):
                 for tensor in unit_tensors(model, layout, chunk, unit):
                     n = tensor.expert if pick else tensor.dense
@@ -155,11 +171,12 @@ def build_buckets(
                     if not layers or layers[-1] != unit:
                         layers.append(unit)
                     size += n
+                    in_layers += n if unit >= 0 else 0.0
                     if size >= cap:
-                        out.append(Bucket(c, group, tuple(layers), size, early=tensor.mlp))
-                        layers, size = [], 0.0
+                        out.append(Bucket(c, group, tuple(layers), size, in_layers, early=tensor.mlp))
+                        layers, size, in_layers = [], 0.0, 0.0
             if layers:
-                out.append(Bucket(c, group, tuple(layers), size))
+                out.append(Bucket(c, group, tuple(layers), size, in_layers))
     return out
 
 
