@@ -408,10 +408,11 @@ def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
     etp = par.tp if par.etp is None else par.etp
     stage = dp * par.cp * par.tp
     if stage % (par.ep * etp):
+        default = " (etp defaults to tp, as Megatron-Core's expert_tensor_parallel_size)" if par.etp is None else ""
         raise UserError(
             "parallel.etp",
             f"ep*etp = {par.ep}*{etp} must divide dp*cp*tp={stage}, the ranks of one pipeline stage "
-            "(expert groups are carved from them); lower etp (e.g. etp: 1)",
+            f"(expert groups are carved from them){default}; lower etp (e.g. etp: 1)",
         )
     if model.expert_ffn % etp:
         raise UserError(
