@@ -186,3 +186,15 @@ def test_dense_and_expert_parameter_gathers_interleave_in_forward_order():
     assert body == sorted(body)
     first = ev[(ev["stream"] == "compute") & (ev["kind"] == "forward")]["start_s"].min()
     assert first < gathers["end_s"].max()
+
+
+def test_run_points_at_a_defaulted_expert_tp_when_its_all_to_alls_show(cli):
+    """Mixtral 8x7B at tp 2, ep 8 on 32 H100s: Megatron-Core's default splits each expert over
+    2 GPUs, so an expert group spans two nodes; run says so and names the knob."""
+    base = ["run", "mixtral-8x7b-32xh100"]
+    defaulted = cli(*base, "--set", "parallel.etp=null")
+    assert defaulted.code == 0
+    text = " ".join(defaulted.out.split())
+    assert "Megatron-Core's default (etp = tp)" in text and "--etp 1,2" in text
+    explicit = cli(*base)  # the shipped scenario sets etp: 1
+    assert explicit.code == 0 and "Megatron-Core's default (etp = tp)" not in " ".join(explicit.out.split())

@@ -21,6 +21,8 @@ from simcluster.units import format_bytes, format_time
 HOST_HINT = 0.05
 #: an exposed-TP share of the step from which `run` names TransformerEngine's TP overlap
 TP_HINT = 0.05
+# exposed EP share of the step above which a defaulted expert TP is pointed out
+EP_HINT = 0.05
 
 NAME = "run"
 HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(
         result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
-        precision=ctx.scenario.training.precision,
+        precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
     )
     return 0
 
@@ -65,7 +67,12 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
 
 
 def _print(
-    s: dict, out: str | None, tp_overlap_off: bool = False, gpu: str | None = None, precision: str | None = None
+    s: dict,
+    out: str | None,
+    tp_overlap_off: bool = False,
+    gpu: str | None = None,
+    precision: str | None = None,
+    etp_defaulted: bool = False,
 ) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
@@ -131,6 +138,14 @@ def _print(
             f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
             "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
             "leaves it off by default) would hide part of it"
+        )
+    etp = s["parallel"].get("etp", 1)
+    ep = _share_of_step(s, s["exposed_comm_s"].get("ep", 0.0))
+    if etp_defaulted and etp > 1 and ep >= EP_HINT:
+        console.print(
+            f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
+            f"etp={etp} GPUs, Megatron-Core's default (etp = tp); parallel.etp: 1 keeps whole experts "
+            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})"
         )
     if not s["fits_in_memory"]:
         console.print(
