@@ -35,10 +35,10 @@ def _gathers(data: dict, name: str):
 
 def test_wire_bytes_per_fp8_parameter():
     sc = scenario_from_dict(_fp8(1, fp8_param_gather=True))
-    assert gather_bytes(sc, 1000.0, 10.0) == pytest.approx(1000 * 1.0 + 10 * 2.0)
+    assert gather_bytes(sc, 1010.0, 1000.0) == pytest.approx(1000 * 1.0 + 10 * 2.0)
     assert FP8_PARAM_BYTES["block"] == pytest.approx(1 + 1 / 32)
     plain = scenario_from_dict(_fp8(1))
-    assert gather_bytes(plain, 1000.0, 10.0) == pytest.approx(1010 * 2.0)
+    assert gather_bytes(plain, 1010.0, 1000.0) == pytest.approx(1010 * 2.0)
 
 
 @pytest.mark.parametrize("zero,name", [(1, "param_all_gather"), (3, "zero3_param_all_gather")])

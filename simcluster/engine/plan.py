@@ -108,8 +108,8 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
             covered.append(-1)
-        dense = sum(sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered)
-        units.append(Unit(tuple(covered), tuple(segs), dense, sum(unit_params(ctx.model, ctx.layout, chunk, layer))))
+        params = {u: sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered}
+        units.append(Unit(tuple(covered), tuple(segs), sum(params.values()), params[layer]))
     return units
 
 

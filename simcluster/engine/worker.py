@@ -40,6 +40,11 @@ def _forward_position(layer: int) -> float:
     return -math.inf if layer < 0 else float(layer)
 
 
+def _first_in_forward(layers: tuple[int, ...]) -> int:
+    """The layer of ``layers`` (unit indices, any order) that a chunk's forward runs first."""
+    return min(layers, key=_forward_position)
+
+
 def _mlp_cut(unit: Unit) -> int | None:
     """Index just after the last MLP compute of a unit holding one transformer layer (the
     point where the MLP's weight gradients exist) when attention work follows it, or None.
@@ -668,7 +673,7 @@ class Worker:
             )
 
     def _gather_bucket(self, bucket: Any) -> Generator:
-        nbytes = gather_bytes(self.shared.ctx.scenario, bucket.layer_params, bucket.params - bucket.layer_params)
+        nbytes = gather_bytes(self.shared.ctx.scenario, bucket.params, bucket.layer_params)
         yield from self.shared.comms.collective(
             self.rank,
             self.stage,
@@ -678,7 +683,7 @@ class Worker:
             "param_all_gather",
             -1,
             bucket.chunk,
-            min(bucket.layers, key=_forward_position),  # the first layer whose forward waits for it
+            _first_in_forward(bucket.layers),  # the first layer whose forward waits for it
         )
 
     def _start_param_gathers(self) -> None:
@@ -690,7 +695,7 @@ class Worker:
         buckets = self.plan.buckets
         order = sorted(
             range(len(buckets)),
-            key=lambda i: (buckets[i].chunk, min(_forward_position(x) for x in buckets[i].layers), -i),
+            key=lambda i: (buckets[i].chunk, _forward_position(_first_in_forward(buckets[i].layers)), -i),
         )
         for b in (self.plan.buckets[i] for i in order):
             proc = self._spawn_dp(self._gather_bucket(b))
@@ -722,8 +727,7 @@ class Worker:
                 continue
             gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
-                unit = units[j]
-                nbytes = gather_bytes(self.shared.ctx.scenario, unit.layer_params, unit.params - unit.layer_params)
+                nbytes = gather_bytes(self.shared.ctx.scenario, units[j].params, units[j].layer_params)
                 self.gathers[gkey] = self._spawn_dp(
                     self.shared.comms.collective(
                         self.rank,
