@@ -49,6 +49,7 @@ class KernelModel:
     # tensor-core time of the job's slowest GPU over a typical one (simcluster/variability.py)
     slowdown: float = 1.0
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
@@ -94,11 +95,20 @@ class KernelModel:
 
     # --- kernels ----------------------------------------------------------------------
     def _benchmark_curve(self, dtype: str) -> list[tuple[float, float]]:
-        """The profile's GEMM size curve for ``dtype`` (FP8 has its own where measured)."""
-        eff = self.profile.efficiency
-        if dtype == "nvfp4" and eff.gemm_fp4:
-            return eff.gemm_fp4
-        return eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm
+        """The profile's GEMM size curve for ``dtype`` (FP8 and NVFP4 have their own where
+        measured) at the rate the GPU sustains: the BF16 and FP8 curves' points times
+        ``efficiency.sustained``, since a step at the power limit runs every GEMM at the
+        throttled clock, not only the largest (the NVFP4 curves are built from sustained runs)."""
+        curve = self._sustained_curves.get(dtype)
+        if curve is None:
+            eff = self.profile.efficiency
+            if dtype == "nvfp4" and eff.gemm_fp4:
+                curve = list(eff.gemm_fp4)
+            else:
+                raw = eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm
+                curve = [(flops, share * eff.sustained) for flops, share in raw]
+            self._sustained_curves[dtype] = curve
+        return curve
 
     def gemm_efficiency(self, flops: float, dtype: str | None = None) -> float:
         dtype = dtype or self.gemm_dtype

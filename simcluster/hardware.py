@@ -132,6 +132,18 @@ class EfficiencySpec(_Strict):
         default=None,
         description="the same curve for NVFP4 GEMMs (fraction of the FP4 peak); required for nvfp4",
     )
+    sustained: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description=(
+            "share of the gemm and gemm_fp8 curves' rates a GPU keeps over a training step at its "
+            "power limit: "
+            "1 when the curves were measured sustained, below 1 when they are burst figures (a "
+            "GPU idle between timed calls runs at its boost clock); a calibrated profile's "
+            "measured GEMM table is used as timed"
+        ),
+    )
     attention_fwd: float = Field(gt=0, le=1)
     attention_bwd: float = Field(gt=0, le=1)
     hbm: float = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")

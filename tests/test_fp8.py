@@ -75,14 +75,17 @@ def test_lm_head_runs_at_16_bits_in_fp8_training():
 def test_fp8_gemms_follow_the_profiles_fp8_curve():
     """H100-class profiles carry DeepGEMM's published FP8 rates (H800 SXM): 4096 x 4096 x 7168
     at 1304 TFLOP/s = 0.66 of the 1979 TFLOP/s FP8 peak, against 0.79 of the BF16 peak for the
-    BF16 curve at that size; a profile without ``gemm_fp8`` uses the BF16 curve."""
+    BF16 curve at that size (XLA's 4096^3), both burst figures taken at the sustained share
+    755 / 794.5 (efficiency.sustained); a profile without ``gemm_fp8`` uses the BF16 curve."""
     km = _builder("fp8").km
+    sustained = km.profile.efficiency.sustained
+    assert sustained == pytest.approx(755 / 794.5, abs=1e-3)
     flops = 2 * 4096 * 4096 * 7168
-    assert km.gemm_efficiency(flops, "fp8") == pytest.approx(0.66, abs=0.005)
-    assert km.gemm_efficiency(flops, "bf16") > 0.75
+    assert km.gemm_efficiency(flops, "fp8") == pytest.approx(0.66 * sustained, abs=0.005)
+    assert km.gemm_efficiency(flops, "bf16") > 0.79 * sustained
     # the plateau that caps quantised shapes is the FP8 curve's own
     t = km.gemm(4096, 4096, 7168, "fp8") - km.launch_s
-    assert flops / t / 1e12 <= 0.69 * 1978.9 + 1e-6
+    assert flops / t / 1e12 <= 0.69 * sustained * 1978.9 + 1e-6
     plain = km.profile.model_copy(
         update={"efficiency": km.profile.efficiency.model_copy(update={"gemm_fp8": None})}
     )

@@ -79,16 +79,27 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     assert "72 GPUs" in rows["gb200-nvl72"]
 
 
-def test_b200_gemm_plateau_is_the_sustained_share_of_the_burst_table():
+def test_gemm_curves_run_at_the_sustained_share_of_their_burst_tables():
     # XLA's sm_100 table (burst): 4 x 4096^3 batched bf16 at 1670 TFLOP/s = 0.742 of 2250, fp8
     # 3280 = 0.729 of 4500; a B200 under back-to-back tensor-core work keeps 1237 of 1450
-    # TFLOP/s (flashinfer-ai/flashinfer PR 2899, FlashAttention-4 BF16), so the plateau is capped
-    # at that share, as the Hopper curves are capped at their measured sustained 755 TFLOP/s
-    eff = load_profile("dgx-b200").efficiency
+    # TFLOP/s (flashinfer-ai/flashinfer PR 2899, FlashAttention-4 BF16), and a mamf-finder
+    # sustained run 1421-1428 (stas00/ml-engineering): every point of the burst curves is taken
+    # at that share, the plateau at ~1424 TFLOP/s
+    from simcluster.compute import KernelModel
+
+    b200 = load_profile("dgx-b200")
     share = 1237 / 1450
-    assert max(f for _, f in eff.gemm) == pytest.approx(0.742 * share, abs=5e-4)
-    assert max(f for _, f in eff.gemm_fp8) == pytest.approx(0.729 * share, abs=5e-4)
-    assert max(f for _, f in load_profile("dgx-h100").efficiency.gemm) * 989.4 == pytest.approx(755, abs=1)
+    assert b200.efficiency.sustained == pytest.approx(share, abs=5e-4)
+    assert max(f for _, f in b200.efficiency.gemm) == pytest.approx(0.742, abs=5e-4)
+    assert max(f for _, f in b200.efficiency.gemm_fp8) == pytest.approx(0.729, abs=5e-4)
+    km = KernelModel(b200, "bf16")
+    assert km.gemm_efficiency(5.5e11) * 2250 == pytest.approx(1424, abs=3)
+    # mid-size GEMMs lose the same share: XLA's 2048 x 4096 x 4096 et al. at ~0.59 burst
+    assert km.gemm_efficiency(6.87e10) == pytest.approx(0.59 * share, abs=5e-4)
+    # Hopper: the H200's sustained 755 TFLOP/s (its mamf-finder MSMF) over an H100's burst best
+    # (MAMF 794.5): XLA's 8192^2 point at 797.5 burst sustains ~752
+    h100 = KernelModel(load_profile("dgx-h100"), "bf16")
+    assert h100.gemm_efficiency(1.1e12) * 989.4 == pytest.approx(755, abs=4)
 
 
 # how papers, datasheets and launch scripts name the GPU -> the shipped reference node
@@ -145,3 +156,19 @@ def test_a_named_profile_is_not_reparsed():
     assert resolve_profile_path("DGX-A100").stem == "dgx-a100"
     assert resolve_profile_path("dgx-a100-40gb").stem == "dgx-a100-40gb"
     assert "40GB" in load_profile("a100-40gb").gpu.name
+
+
+def test_a_calibrated_gemm_table_is_used_as_timed():
+    """``efficiency.sustained`` scales the datasheet curves, which were timed in bursts; a GEMM
+    table measured by ``calibrate`` (which heat-soaks the GPU first, docs/hardware.md) is the
+    machine's sustained rate already and is not scaled again."""
+    from simcluster.compute import KernelModel
+
+    h100 = load_profile("dgx-h100")
+    m = n = k = 4096
+    row = {"dtype": "bf16", "m": m, "n": n, "k": k, "time_s": 2 * m * n * k / 700e12}
+    measured = h100.model_copy(update={"measured": {**h100.measured, "gemm": [row]}})
+    assert KernelModel(measured, "bf16").gemm_efficiency(2.0 * m * n * k) * 989.4 == pytest.approx(700, rel=1e-3)
+    # the datasheet curve at the same size: XLA's 4096^3 burst point (0.79) at the sustained share
+    burst = KernelModel(h100, "bf16").gemm_efficiency(2.0 * m * n * k)
+    assert burst == pytest.approx(0.79 * h100.efficiency.sustained, rel=1e-3)
