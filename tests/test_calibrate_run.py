@@ -187,6 +187,11 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     assert prof.name == "dgx-h100-calibrated"
     assert prof.gpu.peak_tflops["bf16"] == 989.4  # the base's datasheet peak stays
     assert max(f for _, f in prof.efficiency.gemm) < 0.01  # a CPU reaches < 1% of it
+    # the measured curve is a heat-soaked (sustained) rate: the base's sustained share is baked
+    # into the FP8 curve it still copies, and no longer scales the measured one
+    base = load_profile("dgx-h100").efficiency
+    assert prof.efficiency.sustained == 1.0
+    assert prof.efficiency.gemm_fp8[-1][1] == pytest.approx(base.gemm_fp8[-1][1] * base.sustained)
     assert "collectives" not in prof.measured and prof.node.nvlink_GBps == 450
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
     # one process cannot see a spread between GPUs: the base's stays
