@@ -139,10 +139,17 @@ def gemm_input_bytes(precision: str) -> float:
 
 
 def layer_activation_bytes(
-    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int, position: int = 0
+    model: ModelSpec,
+    layout: Layout,
+    training: TrainingSection,
+    layer: int,
+    position: int = 0,
+    routed_rows: float = 1.0,
 ) -> float:
     """Activation bytes one GPU stores for one layer and one microbatch (Korthikanti Table 2);
-    ``position`` is the layer's place in its pipeline chunk (for ``recompute_num_layers``)."""
+    ``position`` is the layer's place in its pipeline chunk (for ``recompute_num_layers``);
+    ``routed_rows`` the rows each routed expert keeps over its mean share
+    (``MoeSection.padded_rows``: the capacity when padded to it)."""
     s = training.seq_len / layout.cp
     b = training.micro_batch
     h = model.hidden
@@ -192,7 +199,8 @@ def layer_activation_bytes(
         # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered
         # tokens, etp times as many rows on 1/etp of the width); a recomputed activation is not kept
         act_out = 0.0 if "moe_act" in redo else g
-        routed = mlp(model.expert_ffn, s * model.top_k, g * layout.etp, act_out) + e * s * b * model.experts * 2 / t
+        rows = s * model.top_k * routed_rows
+        routed = mlp(model.expert_ffn, rows, g * layout.etp, act_out) + e * s * b * model.experts * 2 / t
         shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out, g) if model.shared_experts else 0.0
         ffn = norm_mask + routed + shared
     elif "mlp" in redo:
@@ -255,44 +263,47 @@ def embedding_copy(model: ModelSpec, chunk: Chunk) -> bool:
     return chunk.head and not chunk.embedding and (model.tied_embeddings or model.mtp_layers > 0)
 
 
-def mtp_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+def mtp_activation_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, routed_rows: float = 1.0
+) -> float:
     """Each MTP module's stash for one microbatch: its two normalised inputs (the 2h projection
     input), its transformer layer, and the fp32 logits of its loss through the shared head."""
     s = training.seq_len / layout.cp
     sbh = s * training.micro_batch * model.hidden
     per = 2 * sbh * gemm_input_bytes(training.precision) / layout.tp + head_activation_bytes(model, layout, training)
     return sum(
-        per + layer_activation_bytes(model, layout, training, model.mtp_layer_index(d))
+        per + layer_activation_bytes(model, layout, training, model.mtp_layer_index(d), routed_rows=routed_rows)
         for d in range(model.mtp_layers)
     )
 
 
 def chunk_activation_bytes(
-    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk, routed_rows: float = 1.0
 ) -> float:
     """Activation bytes of one microbatch through one chunk held on the GPU: the offloaded
     layers' (``training.activation_offload_layers``) live in host memory, but for one of them
     in flight (the double buffer's copy under the next layer)."""
     total = sum(
-        layer_activation_bytes(model, layout, training, i, pos)
+        layer_activation_bytes(model, layout, training, i, pos, routed_rows)
         for pos, i in enumerate(chunk.layer_indices)
     )
     if chunk.head:
-        total += head_activation_bytes(model, layout, training) + mtp_activation_bytes(model, layout, training)
-    offloaded = offloaded_layer_bytes(model, layout, training, chunk)
+        total += head_activation_bytes(model, layout, training)
+        total += mtp_activation_bytes(model, layout, training, routed_rows)
+    offloaded = offloaded_layer_bytes(model, layout, training, chunk, routed_rows)
     if offloaded:
         total -= sum(offloaded.values()) - max(offloaded.values())
     return total
 
 
 def offloaded_layer_bytes(
-    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk, routed_rows: float = 1.0
 ) -> dict[int, float]:
     """Layer index -> activation bytes of one microbatch for the chunk's first
     ``training.activation_offload_layers`` layers, whose activations go to host memory."""
     n = min(training.activation_offload_layers, chunk.layers)
     return {
-        i: layer_activation_bytes(model, layout, training, i, pos)
+        i: layer_activation_bytes(model, layout, training, i, pos, routed_rows)
         for pos, i in enumerate(chunk.layer_indices[:n])
     }
 

@@ -62,7 +62,8 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     frac = wgrad_retained_fraction(ctx.model, lay, training)
     out = []
     for stage, chunks in enumerate(ctx.chunks):
-        cb = [chunk_activation_bytes(ctx.model, lay, training, ch) for ch in chunks]
+        rows = ctx.scenario.moe.padded_rows
+        cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         peak = activation_walk(orders[stage], cb, frac, loss)
         out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
@@ -116,7 +117,7 @@ def _host_activation_bytes(ctx: Context, stage: int) -> float:
     chunks; one layer of them is in flight on the GPU, counted there)."""
     total = 0.0
     for chunk in ctx.chunks[stage]:
-        moved = offloaded_layer_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk)
+        moved = offloaded_layer_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk, ctx.scenario.moe.padded_rows)
         if moved:
             total += sum(moved.values()) - max(moved.values())
     return total

@@ -540,6 +540,15 @@ class MoeSection(_Section):
         return min(self.load_imbalance, self.capacity_factor)
 
     @property
+    def padded_rows(self) -> float:
+        """Rows every expert keeps for its backward, as a multiple of the mean share: the
+        capacity when padded to it (each expert then runs exactly that many), else the mean
+        (dropless imbalance moves between experts and layers, so a rank keeps the mean)."""
+        if self.capacity_factor is not None and self.pad_to_capacity:
+            return self.capacity_factor
+        return 1.0
+
+    @property
     def wire_share(self) -> float:
         """Routed copies an all-to-all carries, as a multiple of top_k per token: the padding
         with pad_to_capacity, at most the capacity when tokens are dropped."""

@@ -161,6 +161,33 @@ def test_dropping_without_padding_cuts_the_busiest_expert_at_its_capacity():
     assert dropped["router"].sync  # the counts still vary: Megatron reads them back
 
 
+def test_padding_to_capacity_keeps_the_padded_rows_for_the_backward():
+    """Padded to capacity, each expert's grouped GEMMs read capacity_factor x the mean rows,
+    and those (padded) inputs are what autograd keeps: the routed part of a layer's stash grows
+    by the factor; dropless routing keeps the mean (the busiest expert moves between layers)."""
+    from simcluster.memory import layer_activation_bytes
+
+    ctx = build_context(scenario_from_dict(_moe(tp=1, ep=8, etp=1)))
+    padded = scenario_from_dict({**_moe(tp=1, ep=8, etp=1), "moe": {"capacity_factor": 1.25, "pad_to_capacity": True}})
+    dropless = scenario_from_dict({**_moe(tp=1, ep=8, etp=1), "moe": {"load_imbalance": 1.5}})
+    assert padded.moe.padded_rows == 1.25 and dropless.moe.padded_rows == 1.0
+    args = (ctx.model, ctx.layout, ctx.scenario.training, 0)
+    mean, with_pad = layer_activation_bytes(*args), layer_activation_bytes(*args, routed_rows=1.25)
+    # the routed experts' kept tensors per routed row, 2 B each: the first GEMM's input (h),
+    # the activation's input (the up-projection's width) and its output (expert_ffn)
+    m = ctx.model
+    s, k = 4096, m.top_k
+    per_row = 2 * (m.hidden + m.up_width(m.expert_ffn) + m.expert_ffn)
+    assert with_pad - mean == pytest.approx(0.25 * s * k * per_row, rel=1e-9)
+    # and the run's memory walk uses it
+    padded_data = {**_moe(tp=1, ep=8, etp=1), "moe": {"capacity_factor": 1.25, "pad_to_capacity": True}}
+    peak = {
+        name: run(data).summary["peak_memory_bytes"]["max"]
+        for name, data in (("mean", _moe(tp=1, ep=8, etp=1)), ("padded", padded_data))
+    }
+    assert peak["padded"] - peak["mean"] == pytest.approx(0.25 * s * k * per_row * MOE["layers"], rel=0.05)
+
+
 def test_padding_needs_a_capacity():
     data = {**_moe(tp=1, ep=8, etp=1), "moe": {"pad_to_capacity": True}}
     with pytest.raises(UserError) as err:

@@ -179,8 +179,9 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
         b = _recompute(builder, b, chunk, sc.training)
         bw = _recompute(builder, bw, chunk, sc.training)
     cp = ChunkPlan(chunk, {"F": f, "B": b, "W": w, "BW": bw})
-    cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk)
-    cp.offload_bytes = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk)
+    rows = sc.moe.padded_rows
+    cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
+    cp.offload_bytes = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     return cp
