@@ -138,10 +138,9 @@ class EfficiencySpec(_Strict):
         le=1,
         description=(
             "share of the gemm and gemm_fp8 curves' rates a GPU keeps over a training step at its "
-            "power limit: "
-            "1 when the curves were measured sustained, below 1 when they are burst figures (a "
-            "GPU idle between timed calls runs at its boost clock); a calibrated profile's "
-            "measured GEMM table is used as timed"
+            "power limit: 1 when the curves were measured sustained, below 1 when they are burst "
+            "figures (a GPU idle between timed calls runs at its boost clock); a calibrated "
+            "profile's measured GEMM table is used as timed"
         ),
     )
     attention_fwd: float = Field(gt=0, le=1)
