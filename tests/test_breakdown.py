@@ -139,6 +139,8 @@ def test_timeline_subtitle_names_the_largest_parts():
     )
     assert "GEMMs" in text and top[0] == "gemm"
     assert describe_step({"layout": "dp1", "step_time_s": 1.0}) == "dp1 · step 1.000 s"
+    # a title that already names the layout is not repeated below it
+    assert describe_step({"layout": "dp1", "step_time_s": 1.0}, "x — dp1 on h100") == "step 1.000 s"
 
 
 def test_the_plot_has_a_colour_for_every_part_of_the_breakdown():

@@ -29,7 +29,7 @@ class SimResult:
             Path(path),
             rank_labels=self.rank_labels,
             title=self.title,
-            subtitle=describe_step(self.summary),
+            subtitle=describe_step(self.summary, self.title),
             step_time_s=self.summary["step_time_s"],
             window=window,
         )

@@ -352,12 +352,13 @@ def plot_gantt(
     return layout
 
 
-def describe_step(summary: Mapping[str, object]) -> str:
-    """The subtitle line from a run summary: layout, step time and, when the summary has its
-    breakdown, the busiest stage's three largest parts."""
+def describe_step(summary: Mapping[str, object], title: str = "") -> str:
+    """The subtitle line from a run summary: layout (unless ``title`` already names it), step
+    time and, when the summary has its breakdown, the busiest stage's three largest parts."""
     parts = []
-    if summary.get("layout"):
-        parts.append(str(summary["layout"]))
+    layout = str(summary.get("layout") or "")
+    if layout and layout not in title:
+        parts.append(layout)
     step = summary.get("step_time_s")
     if isinstance(step, (int, float)) and step > 0:
         period = " (steady state, steps overlap)" if summary.get("optimizer_post_validation") else ""

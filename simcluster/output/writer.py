@@ -95,7 +95,7 @@ def write_all(
     labels = dict(rank_labels or {})
     step = _step_time(summary)
     heading = title or str(summary.get("scenario", ""))
-    subtitle = describe_step(summary)
+    subtitle = describe_step(summary, heading)
     # Render everything in memory first: bad inputs fail before the directory is touched.
     fig, _ = draw_gantt(frame, labels, heading, subtitle, step)
     files: dict[str, bytes] = {TIMELINE_PNG: figure_bytes(fig, "png")}
