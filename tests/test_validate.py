@@ -809,7 +809,7 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # on two GB200 racks +17.6 -> +20.6% (its ZeRO-3 gathers halved).
 # 6.9 (7.09 -> 6.93) with every point of the burst-measured GEMM curves taken at the share of
 # their rate the GPU sustains at its power limit (efficiency.sustained: Hopper 0.95, B200 0.853;
-# before, only the largest GEMMs were capped): H100 11.2 -> 10.8 (FP8 4.6 -> 3.8), B200 11.0 ->
+# before, only the largest GEMMs were capped): H100 11.2 -> 10.7 (FP8 4.6 -> 3.8), B200 11.0 ->
 # 10.8; Megatron-Core's pessimistic rows 0.6-1.3 points slower (32B +35.4 -> +36.4%).
 QUICK_SET_MAPE = 6.9
 QUICK_SET_ORDERING_ROWS = 21
