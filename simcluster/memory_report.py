@@ -60,9 +60,9 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     training = ctx.scenario.training
     orders = planned_orders(ctx)
     frac = wgrad_retained_fraction(ctx.model, lay, training)
+    rows = ctx.scenario.moe.padded_rows
     out = []
     for stage, chunks in enumerate(ctx.chunks):
-        rows = ctx.scenario.moe.padded_rows
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         peak = activation_walk(orders[stage], cb, frac, loss)

@@ -527,7 +527,12 @@ class MoeSection(_Section):
         resolved)."""
         if self.host_sync is not None:
             return self.host_sync
-        return not (self.capacity_factor is not None and self.pad_to_capacity)
+        return not self.padded
+
+    @property
+    def padded(self) -> bool:
+        """Whether every expert runs exactly its capacity (token dropping padded to it)."""
+        return self.capacity_factor is not None and self.pad_to_capacity
 
     @property
     def expert_load(self) -> float:
@@ -544,9 +549,7 @@ class MoeSection(_Section):
         """Rows every expert keeps for its backward, as a multiple of the mean share: the
         capacity when padded to it (each expert then runs exactly that many), else the mean
         (dropless imbalance moves between experts and layers, so a rank keeps the mean)."""
-        if self.capacity_factor is not None and self.pad_to_capacity:
-            return self.capacity_factor
-        return 1.0
+        return self.capacity_factor if self.padded else 1.0
 
     @property
     def wire_share(self) -> float:
