@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
+from simcluster.gemm_shape_table import load_shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
 
@@ -53,6 +54,8 @@ class KernelModel:
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
+        name = self.profile.efficiency.gemm_shapes
+        self._shapes = load_shape_table(name) if name else None
         for row in self.profile.measured.get("gemm", []) or []:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
@@ -147,8 +150,10 @@ class KernelModel:
     def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
         """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1).
 
-        Efficiency = the size curve (GEMM microbenchmarks or the calibrated table), capped by its
-        plateau times tile/wave quantisation of this shape on the GPU's SMs.
+        Efficiency = the size curve (GEMM microbenchmarks or the calibrated table) times the
+        profile's shape factor (``efficiency.gemm_shapes``: short-K GEMMs run slower than the
+        median shape of their FLOPs), capped by the curve's plateau times tile/wave quantisation
+        of this shape on the GPU's SMs. A calibrated table is used as measured, without either.
         """
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
@@ -156,6 +161,8 @@ class KernelModel:
         flops = 2.0 * m * n * k
         eff = self.gemm_efficiency(flops, dtype)
         if dtype not in self._gemm_curves:
+            if self._shapes is not None:
+                eff *= self._shapes.factor(m, n, k, dtype)
             plateau = max(e for _, e in self._benchmark_curve(dtype))
             eff = min(eff, plateau * self.quantisation(m, n, count))
         compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown

@@ -23,6 +23,7 @@ from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
+from simcluster.gemm_shape_table import load_shape_table
 from simcluster.gpu_names import reference_node
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -141,6 +142,14 @@ class EfficiencySpec(_Strict):
             "power limit: 1 when the curves were measured sustained, below 1 when they are burst "
             "figures (a GPU idle between timed calls runs at its boost clock); a calibrated "
             "profile's measured GEMM table is used as timed"
+        ),
+    )
+    gemm_shapes: str | None = Field(
+        default=None,
+        description=(
+            "GEMM shape table (a name in hardware/gemm_shapes or a YAML path): a GEMM runs at the "
+            "size curve times the table's rate at its M x N x K over the median rate of the same "
+            "FLOPs (simcluster/gemm_shape_table.py); none: the size curve alone"
         ),
     )
     attention_fwd: float = Field(gt=0, le=1)
@@ -401,6 +410,7 @@ def profile_from_dict(
 ) -> HardwareProfile:
     """Validate a profile given as a dict (e.g. built by calibrate/)."""
     data = copy.deepcopy(raw)
+    _anchor_shape_table(data, origin)
     changes = {CLUSTER_OVERRIDES[k]: v for k, v in (overrides or {}).items() if v is not None}
     patched = _flatten(patch or {})
     changes.update(patched)
@@ -420,7 +430,33 @@ def profile_from_dict(
             msg = f"profile {origin} field '{loc}': {err['msg']}"
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
+    _check_shape_table(profile, field, origin, _flatten(patch or {}))
     return profile
+
+
+def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
+    """A shape table given as a relative path is read beside the profile that names it."""
+    eff = data.get("efficiency")
+    name = eff.get("gemm_shapes") if isinstance(eff, dict) else None
+    if not isinstance(name, str) or not name.endswith((".yaml", ".yml")) or Path(name).is_absolute():
+        return
+    beside = Path(origin).parent / name
+    if beside.is_file():
+        eff["gemm_shapes"] = str(beside)
+
+
+def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:
+    """The profile's GEMM shape table loads (a one-line error at load, not mid-simulation)."""
+    name = profile.efficiency.gemm_shapes
+    if name is None:
+        return
+    try:
+        load_shape_table(name)
+    except UserError as exc:
+        key = "efficiency.gemm_shapes"
+        if key in patched:
+            raise UserError(f"cluster.profile.{key}", exc.message) from None
+        raise UserError(field, f"profile {origin} field '{key}': {exc.message}") from None
 
 
 def _check_sms_taken(

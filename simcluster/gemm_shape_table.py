@@ -1,0 +1,146 @@
+"""A GEMM's rate by its shape, relative to the median GEMM of the same FLOP count.
+
+The profiles' GEMM curves index efficiency by FLOPs alone. At one FLOP count cuBLAS runs a GEMM
+with a short reduction dimension K slower than a squarer one: each output tile's main loop is
+shorter against the same prologue and epilogue (XLA's sm_90 table: 4096x4096x1024 at 677
+TFLOP/s, 1024x4096x4096 at 739). Tensor parallelism shortens K (a row-parallel linear reduces
+over width / tp), and a short microbatch shortens the weight-gradient GEMM's K (its tokens).
+
+A shape table holds measured rates on a grid of M x N x K (``hardware/gemm_shapes/``). A
+shape's factor is the table's rate at it over the median rate of the table's shapes with the
+same FLOP count, both read in log space. Outside the grid each dimension is held at the grid's
+edge: a larger GEMM keeps the relative penalty of its short side, while the FLOP curve carries
+its size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from simcluster import yamlio
+from simcluster.data import data_dir
+from simcluster.errors import UserError
+
+#: the training precisions whose GEMMs a table's dtype stands for (fp16 and bf16 run the same
+#: tensor-core path at the same peak)
+DTYPE_ALIASES = {"fp16": "bf16"}
+
+
+@dataclass(frozen=True)
+class ShapeTable:
+    """Measured GEMM rates on a grid of shapes, per dtype (see the module docstring)."""
+
+    name: str
+    grid: tuple[float, ...]
+    #: dtype -> log of the rate, indexed [m][n][k] over ``grid``
+    log_rates: dict[str, np.ndarray]
+    #: dtype -> (log2 FLOPs of each level, log of the median rate at that level)
+    levels: dict[str, tuple[np.ndarray, np.ndarray]]
+    _memo: dict[tuple[float, float, float, str], float] = field(default_factory=dict, compare=False, repr=False)
+
+    def has(self, dtype: str) -> bool:
+        """Whether the table holds rates for GEMMs of ``dtype``."""
+        return DTYPE_ALIASES.get(dtype, dtype) in self.log_rates
+
+    def factor(self, m: float, n: float, k: float, dtype: str) -> float:
+        """Rate of an m x n x k GEMM over the median rate of the same FLOPs (1.0 without data)."""
+        memo = self._memo.get((m, n, k, dtype))
+        if memo is None:
+            memo = self._memo[(m, n, k, dtype)] = self._factor(m, n, k, dtype)
+        return memo
+
+    def _factor(self, m: float, n: float, k: float, dtype: str) -> float:
+        key = DTYPE_ALIASES.get(dtype, dtype)
+        rates = self.log_rates.get(key)
+        if rates is None or m <= 0 or n <= 0 or k <= 0:
+            return 1.0
+        axis = np.log2(np.asarray(self.grid))
+        coords = [float(np.clip(math.log2(v), axis[0], axis[-1])) for v in (m, n, k)]
+        at_shape = _trilinear(rates, axis, coords)
+        level_x, level_y = self.levels[key]
+        at_level = float(np.interp(1.0 + sum(coords), level_x, level_y))
+        return math.exp(at_shape - at_level)
+
+
+def _trilinear(values: np.ndarray, axis: np.ndarray, coords: list[float]) -> float:
+    """Multilinear interpolation of ``values`` on the grid ``axis`` (each coordinate inside it)."""
+    lows, fracs = [], []
+    for c in coords:
+        i = int(min(np.searchsorted(axis, c, side="right") - 1, len(axis) - 2))
+        lows.append(i)
+        fracs.append((c - axis[i]) / (axis[i + 1] - axis[i]))
+    total = 0.0
+    for corner in range(8):
+        weight, index = 1.0, []
+        for d in range(3):
+            up = (corner >> d) & 1
+            weight *= fracs[d] if up else 1.0 - fracs[d]
+            index.append(lows[d] + up)
+        if weight:
+            total += weight * float(values[tuple(index)])
+    return total
+
+
+def _levels(rates: np.ndarray, grid: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Median log rate of the shapes at each FLOP count of the grid."""
+    by_level: dict[float, list[float]] = {}
+    size = len(grid)
+    for i in range(size):
+        for j in range(size):
+            for k in range(size):
+                flops = math.log2(2.0 * grid[i] * grid[j] * grid[k])
+                by_level.setdefault(round(flops, 9), []).append(float(rates[i, j, k]))
+    xs = sorted(by_level)
+    return np.asarray(xs), np.asarray([float(np.median(by_level[x])) for x in xs])
+
+
+def table_dir() -> Path:
+    """The shipped folder of shape tables (hardware/gemm_shapes)."""
+    return data_dir("hardware") / "gemm_shapes"
+
+
+def shipped_tables() -> list[str]:
+    """Names of the shape tables shipped in hardware/gemm_shapes."""
+    return sorted(p.stem for p in table_dir().glob("*.yaml"))
+
+
+@cache
+def load_shape_table(name: str, field: str = "efficiency.gemm_shapes") -> ShapeTable:
+    """A shipped table by name ('xla-sm90') or a YAML file; a one-line error if unusable."""
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        path = table_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(
+            field, f"unknown GEMM shape table '{name}'; shipped: {', '.join(shipped_tables())}, or a path to one"
+        )
+    raw = yamlio.load_user_file(path, field, "GEMM shape table")
+    if not isinstance(raw, dict) or "grid" not in raw or not isinstance(raw.get("tflops"), dict):
+        raise UserError(field, f"GEMM shape table {path} needs 'grid' and a 'tflops' mapping of dtype -> [m][n][k]")
+    try:
+        grid = tuple(float(g) for g in raw["grid"])
+    except (TypeError, ValueError):
+        raise UserError(field, f"GEMM shape table {path}: 'grid' must be a list of sizes") from None
+    if len(grid) < 2 or any(g <= 0 for g in grid) or any(b <= a for a, b in zip(grid, grid[1:], strict=False)):
+        raise UserError(field, f"GEMM shape table {path}: 'grid' must be at least two increasing positive sizes")
+    log_rates: dict[str, np.ndarray] = {}
+    levels: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    size = len(grid)
+    for dtype, values in raw["tflops"].items():
+        try:
+            arr = np.asarray(values, dtype=float)
+        except (TypeError, ValueError):
+            arr = np.zeros(0)
+        if arr.shape != (size, size, size) or not np.all(arr > 0):
+            raise UserError(
+                field,
+                f"GEMM shape table {path}: tflops.{dtype} must be {size}x{size}x{size} positive rates ([m][n][k] over grid)",
+            )
+        log_rates[str(dtype)] = np.log(arr)
+        levels[str(dtype)] = _levels(log_rates[str(dtype)], grid)
+    return ShapeTable(name=str(raw.get("name", name)), grid=grid, log_rates=log_rates, levels=levels)

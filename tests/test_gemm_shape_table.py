@@ -1,0 +1,146 @@
+"""GEMM rates by shape (simcluster/gemm_shape_table.py) against XLA's measured tables.
+
+tensorflow/tensorflow ``third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h``
+(sm_90, bf16xbf16->bf16, batch 1) times single GEMMs on a 256..4096 grid of M x N x K on an
+H100; ``hardware/gemm_shapes/xla-sm90.yaml`` carries it. At one FLOP count a short reduction
+dimension runs slowest: 4096x4096x1024 at 677.4 TFLOP/s, 2048x4096x2048 at 715.4,
+1024x4096x4096 at 738.5 (all 3.44e10 FLOP).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simcluster.compute import KernelModel
+from simcluster.errors import UserError
+from simcluster.gemm_shape_table import load_shape_table, shipped_tables, table_dir
+from simcluster.hardware import load_profile, resolve_profile_path
+
+GRID = [256, 512, 1024, 2048, 4096]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _xla_rate(m: int, n: int, k: int) -> float:
+    raw = yaml.safe_load((table_dir() / "xla-sm90.yaml").read_text())
+    return raw["tflops"]["bf16"][GRID.index(m)][GRID.index(n)][GRID.index(k)]
+
+
+def _median_at(flops: float) -> float:
+    rates = [
+        _xla_rate(m, n, k) for m in GRID for n in GRID for k in GRID if 2 * m * n * k == flops
+    ]
+    return statistics.median(rates)
+
+
+def test_the_tables_are_shipped():
+    assert {"xla-sm90", "xla-sm100"} <= set(shipped_tables())
+
+
+def test_the_sm90_table_holds_the_published_entries():
+    # the three 3.44e10-FLOP shapes quoted in the module docstring, straight from XLA's table
+    assert _xla_rate(4096, 4096, 1024) == 677.4
+    assert _xla_rate(2048, 4096, 2048) == 715.4
+    assert _xla_rate(1024, 4096, 4096) == 738.5
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 1024), (1024, 4096, 4096), (4096, 2048, 512), (512, 512, 512)])
+def test_a_grid_shape_runs_at_its_rate_over_the_median_of_its_flops(m, n, k):
+    table = load_shape_table("xla-sm90")
+    expected = _xla_rate(m, n, k) / _median_at(2 * m * n * k)
+    # the median is read in log space: the same value for an odd count, the geometric mean
+    # of the middle two for an even one
+    assert table.factor(m, n, k, "bf16") == pytest.approx(expected, rel=0.01)
+
+
+def test_a_short_k_runs_slower_than_a_short_m_or_n_of_the_same_flops():
+    table = load_shape_table("xla-sm90")
+    short_k = table.factor(4096, 4096, 1024, "bf16")
+    assert short_k < table.factor(1024, 4096, 4096, "bf16")
+    assert short_k < table.factor(4096, 1024, 4096, "bf16")
+    assert short_k < 0.95
+
+
+def test_beyond_the_grid_a_gemm_keeps_its_short_sides_penalty():
+    table = load_shape_table("xla-sm90")
+    at_edge = table.factor(4096, 4096, 1024, "bf16")
+    assert table.factor(16384, 8192, 1024, "bf16") == pytest.approx(at_edge)
+    assert table.factor(32768, 8192, 8192, "bf16") == pytest.approx(1.0)  # 4096^3, its level's one shape
+
+
+def test_fp16_reads_the_bf16_rates_and_fp8_has_none():
+    table = load_shape_table("xla-sm90")
+    assert table.factor(4096, 4096, 1024, "fp16") == table.factor(4096, 4096, 1024, "bf16")
+    assert not table.has("fp8")
+    assert table.factor(4096, 4096, 1024, "fp8") == 1.0
+
+
+def test_the_kernel_model_multiplies_the_size_curve_by_the_shape_factor():
+    profile = load_profile("dgx-h100")
+    km = KernelModel(profile, "bf16")
+    m, n, k = 16384, 4096, 1024
+    flops = 2.0 * m * n * k
+    factor = load_shape_table("xla-sm90").factor(m, n, k, "bf16")
+    assert factor < 1
+    plateau = 0.80 * 0.95  # the curve's top (8192^2 burst) at the sustained share
+    eff = min(km.gemm_efficiency(flops) * factor, plateau * km.quantisation(m, n))
+    assert km.gemm(m, n, k) - km.launch_s == pytest.approx(flops / (989.4e12 * eff))
+    # without the table the same GEMM runs faster; FP8 GEMMs keep the size curve alone
+    plain = profile.model_copy(update={"efficiency": profile.efficiency.model_copy(update={"gemm_shapes": None})})
+    assert KernelModel(plain, "bf16").gemm(m, n, k) < km.gemm(m, n, k)
+    assert KernelModel(profile, "fp8").gemm(m, n, k) == KernelModel(plain, "fp8").gemm(m, n, k)
+
+
+def test_profiles_without_a_table_are_unchanged():
+    a100 = load_profile("dgx-a100")
+    assert a100.efficiency.gemm_shapes is None
+    km = KernelModel(a100, "bf16")
+    flops = 2.0 * 4096 * 4096 * 1024
+    expected = flops / (312e12 * km.gemm_efficiency(flops)) + km.launch_s
+    assert km.gemm(4096, 4096, 1024) == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_unknown_table_is_a_one_line_error_naming_the_field():
+    with pytest.raises(UserError) as err:
+        load_profile("dgx-h100", patch={"efficiency": {"gemm_shapes": "xla-sm42"}})
+    assert "efficiency.gemm_shapes" in str(err.value)
+    assert "xla-sm90" in str(err.value)  # names the shipped ones
+
+
+def test_a_malformed_table_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid: [256, 512]\ntflops:\n  bf16: [[1, 2], [3, 4]]\n")
+    profile = yaml.safe_load((resolve_profile_path("dgx-h100")).read_text())
+    profile["efficiency"]["gemm_shapes"] = "bad.yaml"
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    with pytest.raises(UserError) as err:
+        load_profile(str(path))
+    assert "tflops.bf16 must be 2x2x2" in str(err.value)
+
+
+def test_a_table_beside_the_profile_is_found(tmp_path):
+    src = (table_dir() / "xla-sm90.yaml").read_text()
+    (tmp_path / "mine-table.yaml").write_text(src)
+    profile = yaml.safe_load((resolve_profile_path("dgx-h100")).read_text())
+    profile["efficiency"]["gemm_shapes"] = "mine-table.yaml"
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    loaded = load_profile(str(path))
+    assert loaded.efficiency.gemm_shapes == str(tmp_path / "mine-table.yaml")
+
+
+def test_the_cli_reports_a_bad_table_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "simcluster", "run", str(ROOT / "scenarios" / "llama3-8b-8xh100.yaml"),
+         "--set", "cluster.profile.efficiency.gemm_shapes=nope", "--out", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "gemm_shapes" in lines[0] and "Traceback" not in proc.stderr
