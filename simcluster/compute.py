@@ -51,6 +51,8 @@ class KernelModel:
     slowdown: float = 1.0
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # (dtype, m, n, k) -> seconds of the calibrated profile's timed shapes
+    _timed: dict[tuple[str, int, int, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
@@ -61,6 +63,8 @@ class KernelModel:
             flops = 2.0 * row["m"] * row["n"] * row["k"]
             peak = self._peak(dtype)
             self._gemm_curves.setdefault(dtype, []).append((flops, flops / row["time_s"] / peak))
+            key = (dtype, int(row["m"]), int(row["n"]), int(row["k"]))
+            self._timed[key] = min(float(row["time_s"]), self._timed.get(key, math.inf))
         for dtype, rows in self._gemm_curves.items():
             # monotone envelope in size: bigger GEMMs are never modelled slower per FLOP
             rows.sort()
@@ -153,13 +157,16 @@ class KernelModel:
         Efficiency = the size curve (GEMM microbenchmarks or the calibrated table) times the
         profile's shape factor (``efficiency.gemm_shapes``: short-K GEMMs run slower than the
         median shape of their FLOPs), capped by the curve's plateau times tile/wave quantisation
-        of this shape on the GPU's SMs. A calibrated table is used as measured, without either.
+        of this shape on the GPU's SMs. A calibrated table is used as measured, without either:
+        a shape it timed (``calibrate --scenario`` times the step's own) at its own time, any
+        other on the table's size curve.
         """
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         dtype = dtype or self.gemm_dtype
         flops = 2.0 * m * n * k
-        eff = self.gemm_efficiency(flops, dtype)
+        timed = self._timed.get((dtype, round(m), round(n), round(k)))
+        eff = flops / timed / self._peak(dtype) if timed else self.gemm_efficiency(flops, dtype)
         if dtype not in self._gemm_curves:
             if self._shapes is not None:
                 eff *= self._shapes.factor(m, n, k, dtype)

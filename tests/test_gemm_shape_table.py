@@ -144,3 +144,24 @@ def test_the_cli_reports_a_bad_table_in_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "gemm_shapes" in lines[0] and "Traceback" not in proc.stderr
+
+
+def _calibrated(rows):
+    profile = load_profile("dgx-h100")
+    return profile.model_copy(update={"measured": {**profile.measured, "gemm": rows}})
+
+
+def test_a_calibrated_profile_runs_a_timed_shape_at_its_own_time():
+    # two shapes of the same FLOPs timed apart, as calibrate --scenario records them: each keeps
+    # its own time (before, both took the faster one, the FLOP curve's envelope)
+    rows = [
+        {"dtype": "bf16", "m": 4096, "n": 4096, "k": 1024, "time_s": 60e-6},
+        {"dtype": "bf16", "m": 1024, "n": 4096, "k": 4096, "time_s": 48e-6},
+    ]
+    km = KernelModel(_calibrated(rows), "bf16")
+    assert km.gemm(4096, 4096, 1024) - km.launch_s == pytest.approx(60e-6)
+    assert km.gemm(1024, 4096, 4096) - km.launch_s == pytest.approx(48e-6)
+    # a shape it did not time reads the measured size curve (the faster of the two here), with
+    # no shape factor: the profile's timings are the machine's own
+    assert km.gemm(2048, 4096, 2048) - km.launch_s == pytest.approx(48e-6)
+    assert km.gemm(4096, 4096, 1024, count=3) - km.launch_s == pytest.approx(180e-6)
