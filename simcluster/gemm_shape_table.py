@@ -69,11 +69,12 @@ class ShapeTable:
 
 def _trilinear(values: np.ndarray, axis: np.ndarray, coords: list[float]) -> float:
     """Multilinear interpolation of ``values`` on the grid ``axis`` (each coordinate inside it)."""
-    lows, fracs = [], []
+    lows: list[int] = []
+    fracs: list[float] = []
     for c in coords:
-        i = int(min(np.searchsorted(axis, c, side="right") - 1, len(axis) - 2))
+        i = min(int(np.searchsorted(axis, c, side="right")) - 1, len(axis) - 2)
         lows.append(i)
-        fracs.append((c - axis[i]) / (axis[i + 1] - axis[i]))
+        fracs.append(float((c - axis[i]) / (axis[i + 1] - axis[i])))
     total = 0.0
     for corner in range(8):
         weight, index = 1.0, []

@@ -437,7 +437,9 @@ def profile_from_dict(
 def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
     """A shape table given as a relative path is read beside the profile that names it."""
     eff = data.get("efficiency")
-    name = eff.get("gemm_shapes") if isinstance(eff, dict) else None
+    if not isinstance(eff, dict):
+        return
+    name = eff.get("gemm_shapes")
     if not isinstance(name, str) or not name.endswith((".yaml", ".yml")) or Path(name).is_absolute():
         return
     beside = Path(origin).parent / name

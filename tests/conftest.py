@@ -5,11 +5,14 @@ from __future__ import annotations
 import copy
 import io
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from simcluster.cli import main
+from simcluster.data import data_dir
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,6 +37,15 @@ GPT_LIKE = {
     "max_positions": 2048,
     "tied_embeddings": True,
 }
+
+
+def write_profile(directory: Path, efficiency: dict[str, Any], base: str = "dgx-h100") -> Path:
+    """A shipped profile with ``efficiency`` fields changed, written as ``directory/mine.yaml``."""
+    data = yaml.safe_load((data_dir("hardware") / f"{base}.yaml").read_text())
+    data["efficiency"].update(efficiency)
+    path = directory / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def make_scenario(**sections: Any) -> dict[str, Any]:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import write_profile
 
 from simcluster.compute import KernelModel
 from simcluster.errors import UserError
 from simcluster.gemm_shape_table import load_shape_table, shipped_tables, table_dir
-from simcluster.hardware import load_profile, resolve_profile_path
+from simcluster.hardware import load_profile
 
 GRID = [256, 512, 1024, 2048, 4096]
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,25 +114,15 @@ def test_an_unknown_table_is_a_one_line_error_naming_the_field():
 
 
 def test_a_malformed_table_is_a_one_line_error(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("grid: [256, 512]\ntflops:\n  bf16: [[1, 2], [3, 4]]\n")
-    profile = yaml.safe_load((resolve_profile_path("dgx-h100")).read_text())
-    profile["efficiency"]["gemm_shapes"] = "bad.yaml"
-    path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump(profile))
+    (tmp_path / "bad.yaml").write_text("grid: [256, 512]\ntflops:\n  bf16: [[1, 2], [3, 4]]\n")
     with pytest.raises(UserError) as err:
-        load_profile(str(path))
+        load_profile(str(write_profile(tmp_path, {"gemm_shapes": "bad.yaml"})))
     assert "tflops.bf16 must be 2x2x2" in str(err.value)
 
 
 def test_a_table_beside_the_profile_is_found(tmp_path):
-    src = (table_dir() / "xla-sm90.yaml").read_text()
-    (tmp_path / "mine-table.yaml").write_text(src)
-    profile = yaml.safe_load((resolve_profile_path("dgx-h100")).read_text())
-    profile["efficiency"]["gemm_shapes"] = "mine-table.yaml"
-    path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump(profile))
-    loaded = load_profile(str(path))
+    (tmp_path / "mine-table.yaml").write_text((table_dir() / "xla-sm90.yaml").read_text())
+    loaded = load_profile(str(write_profile(tmp_path, {"gemm_shapes": "mine-table.yaml"})))
     assert loaded.efficiency.gemm_shapes == str(tmp_path / "mine-table.yaml")
 
 
