@@ -62,6 +62,7 @@ def _curve_tflops(curves: list[AttentionCurve], causal: bool, seq: float, backwa
     other = next((c for c in curves if c.causal != causal and c.bwd_tflops is not None), None)
     if other is None:
         return None
+    assert other.bwd_tflops is not None  # next() above picked a curve with a backward
     ratio = interp(same.fwd_tflops, seq, log_x=True) / interp(other.fwd_tflops, seq, log_x=True)
     return interp(other.bwd_tflops, seq, log_x=True) * ratio
 

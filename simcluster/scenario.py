@@ -549,7 +549,10 @@ class MoeSection(_Section):
         """Rows every expert keeps for its backward, as a multiple of the mean share: the
         capacity when padded to it (each expert then runs exactly that many), else the mean
         (dropless imbalance moves between experts and layers, so a rank keeps the mean)."""
-        return self.capacity_factor if self.padded else 1.0
+        if self.padded:
+            assert self.capacity_factor is not None  # padded implies a capacity factor
+            return self.capacity_factor
+        return 1.0
 
     @property
     def wire_share(self) -> float:

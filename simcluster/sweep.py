@@ -89,12 +89,12 @@ def _convert(flag: str, item: str, kind: type) -> Any:
         return value
     if kind is float:
         try:
-            value = float(item)
+            share = float(item)
         except ValueError:
             raise UserError(flag, f"'{item}' is not a number; give a list like 0,0.5,1") from None
-        if not 0.0 <= value <= 1.0:
-            raise UserError(flag, f"{value} is out of range; give shares from 0 to 1")
-        return value
+        if not 0.0 <= share <= 1.0:
+            raise UserError(flag, f"{share} is out of range; give shares from 0 to 1")
+        return share
     if kind is bool:
         low = item.lower()
         if low in _TRUE or low in _FALSE:

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         for label, ctx in contexts:
             summaries.append((label, simulate(ctx).summary))
             advance(label)
-    doc = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
+    doc: dict[str, Any] = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
     shared = shared_overrides(args.scenarios)
     if shared:
         doc["shared_overrides"] = shared

@@ -111,7 +111,7 @@ class Comms:
         layer: int = -1,
         holds_sms: bool = False,
         sms: int = 0,
-    ) -> Generator:
+    ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
         An interfering collective (see :mod:`simcluster.engine.interference`; ``holds_sms``
@@ -128,6 +128,7 @@ class Comms:
             start = self.env.now
             held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
             if held:
+                assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.enter(rank, held)
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)
                 yield from self._ring_step(rank, stage, dim, members, nbytes)
@@ -140,6 +141,7 @@ class Comms:
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
             if held:
+                assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.leave(rank, held)
             kind = "send" if op == "send_recv" else op
             shown = SHOWN_AS.get(group, group)

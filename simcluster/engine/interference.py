@@ -135,6 +135,8 @@ class SmShare:
             yield env.timeout(seconds)  # the exact pre-interference path
             return
         proc = env.active_process
+        if proc is None:  # a rate change interrupts the sleeping process, so there must be one
+            raise RuntimeError("SmShare.compute must run inside a SimPy process")
         sleepers = self._sleepers.setdefault(rank, {})
         remaining = seconds
         while remaining > 0:

@@ -51,7 +51,9 @@ def _activation_link(ctx: Context) -> float:
             f"hardware profile '{ctx.profile.name}' gives no node.host_link_GBps (GPU-to-host bandwidth "
             "per GPU per direction); add it to the profile (cluster.profile overrides work too) or set 0",
         )
-    return ctx.profile.node.host_link_GBps * 1e9
+    host_link = ctx.profile.node.host_link_GBps
+    assert host_link is not None  # missing_host_figures above raised without it
+    return host_link * 1e9
 
 
 def _fsdp2_copies(

@@ -32,7 +32,7 @@ class Network:
         self.symmetric = symmetric
         self._solver = FlowSolver(cluster.capacity)
         self._gen = 0
-        self._send_groups: dict[tuple, tuple[tuple[int, int], ...]] = {}
+        self._send_groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
 
     def collective(self, op: str, groups: Sequence[Sequence[int]], nbytes: float,
                    algo: str | None = None) -> simpy.Event:  # fmt: skip

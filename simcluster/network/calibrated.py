@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +94,7 @@ def _size_range(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return min(sizes), max(sizes)
 
 
-def _bracket(axis: list[float], x: float) -> tuple[int, int, float]:
+def _bracket(axis: Sequence[float], x: float) -> tuple[int, int, float]:
     """Indices of the two sorted axis values around ``x`` and the log-weight of the second
     (the nearest end, weight 0, outside the axis)."""
     if x <= axis[0]:
@@ -132,8 +132,8 @@ def measured_ratio(
     if not rows:
         return None
     by_geometry: dict[Geometry, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_geometry.setdefault(row_geometry(r), []).append(r)
+    for row in rows:
+        by_geometry.setdefault(row_geometry(row), []).append(row)
 
     def count(g: Geometry) -> int:
         return g.nodes if scope == "inter" else g.gpus

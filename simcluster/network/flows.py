@@ -105,7 +105,8 @@ class FlowSolver:
         """Move every flow forward to ``now``; return (and drop) the ones that finished."""
         dt = now - self._last
         self._last = now
-        done, keep = [], []
+        done: list[Flow] = []
+        keep: list[Flow] = []
         for f in self.flows:
             f.remaining -= f.rate * dt
             # Less than a picosecond of work left is float noise from summing dt's.

@@ -195,7 +195,7 @@ def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float
     return _best(ref, op, (group,), nbytes, None)[0]
 
 
-def make_recipe(cluster: Cluster, op: str, groups: list[list[int]], nbytes: float,
+def make_recipe(cluster: Cluster, op: str, groups: Sequence[Sequence[int]], nbytes: float,
                 algo: str | None = None, symmetric: bool = True) -> Recipe:  # fmt: skip
     """Choose algorithm and protocol and build the flows for one collective call (cached)."""
     check_op(op)

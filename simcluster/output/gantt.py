@@ -160,7 +160,8 @@ def _fill(kind: str, chunk: int, n_chunks: int) -> str:
     if n_chunks > 1 and chunk > 0:
         # Later virtual chunks in lighter shades of the same color.
         base = base + (1.0 - base) * 0.5 * chunk / (n_chunks - 1)
-    return mcolors.to_hex(base)
+    # matplotlib's ColorType stub lists tuples only; to_hex takes any RGB sequence, arrays too
+    return mcolors.to_hex(base)  # type: ignore[arg-type]
 
 
 def _row_pitch_in(n_rows: int) -> float:

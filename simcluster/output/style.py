@@ -7,6 +7,7 @@ pyplot, so no global figure state or GUI backend is involved.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def figure_bytes(fig: Figure, fmt: str, dpi: int = 100) -> bytes:
     return buffer.getvalue()
 
 
-def format_of(path: str | Path, field: str = "path") -> str:
+def format_of(path: str | os.PathLike[str], field: str = "path") -> str:
     """Image format from a file name suffix: png, svg or pdf."""
     fmt = Path(path).suffix.lstrip(".").lower()
     if fmt not in _METADATA:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from simcluster.cost import Prices
 from simcluster.output.report_files import write_report_files
@@ -65,7 +67,9 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     ran = [r for r in rows if r.summary is not None]
     fig = Figure(figsize=(8.0, 6.4), layout="constrained")
     ax = fig.subplots()
-    fig.get_layout_engine().set(rect=(0, 0.17, 1, 0.83))  # room for the key below
+    # layout="constrained" above makes the engine a ConstrainedLayoutEngine, which takes rect
+    engine = cast(ConstrainedLayoutEngine, fig.get_layout_engine())
+    engine.set(rect=(0, 0.17, 1, 0.83))  # room for the key below
     fits = [r for r in ran if r.fits]
     over = [r for r in ran if not r.fits]
 

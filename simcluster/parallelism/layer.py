@@ -472,7 +472,7 @@ class LayerBuilder:
         m, ops = self.shapes.model, self.ops
         gemms = self.mlp_gemms(m.ffn)
         act = ops.activation(m.ffn / self.shapes.layout.tp)
-        middle = [Compute.of("mlp_act", self._elementwise(act, phase), index)]
+        middle: list[Segment] = [Compute.of("mlp_act", self._elementwise(act, phase), index)]
         redo: list[Segment] = []
         if phase == "B":
             forward = Work()

@@ -59,6 +59,8 @@ def offload_seconds(ctx: Context, params: float) -> float:
             "node.host_memory_GBps (GPU-to-host bandwidth per GPU, host DRAM bandwidth per node); "
             "add them to the profile (cluster.profile overrides work too) or set optimizer_offload: 0",
         )
+    # missing_host_figures above raised unless both figures are set
+    assert node.host_link_GBps is not None and node.host_memory_GBps is not None
     tr = ctx.scenario.training
     low = tr.precision != "fp32"
     grad_bytes = 4.0 if (tr.fp32_grad_accum or not low) else 2.0  # the main gradients as kept

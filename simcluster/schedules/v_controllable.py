@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simcluster.schedules.base import PipeOp, ScheduleSpec, VShapeSchedule
+from simcluster.schedules.base import OpKind, PipeOp, ScheduleSpec, VShapeSchedule
 from simcluster.schedules.registry import register
 
 Slots = list[list[int]]  # per pass type, the slot of each microbatch (in microbatch order)
@@ -29,7 +29,9 @@ F0, F1, B1, B0 = range(4)  # forward chunk 0, forward chunk 1, backward chunk 1,
 PERIOD = 6  # slots between consecutive microbatches in the repeated block
 _STASH = (1, 1, 0, 0, -1, -1)  # memory units per pass type (W lists come after the four)
 # the pipeline op each pass type is: (kind, chunk)
-_OPS = {F0: ("F", 0), F1: ("F", 1), B1: ("B", 1), B0: ("B", 0), 4: ("W", 1), 5: ("W", 0)}
+_OPS: dict[int, tuple[OpKind, int]] = {
+    F0: ("F", 0), F1: ("F", 1), B1: ("B", 1), B0: ("B", 0), 4: ("W", 1), 5: ("W", 0)
+}
 
 
 def v_min_block(p: int) -> list[list[int]]:
@@ -57,7 +59,7 @@ def with_weight_passes(stage: Slots, split: bool) -> Slots:
     """The four pass lists plus W: each backward leaves a W to run in the next free slot (one
     pool, or one per chunk with ``split``, chunk-1 first); leftovers run after the last op."""
     base = [list(x) for x in stage[:4]]
-    pools = [[], []] if split else [[]]
+    pools: list[list[int]] = [[], []] if split else [[]]
     pending = [0, 0]
     heads = [0] * 4
     last = max(x[-1] for x in base)

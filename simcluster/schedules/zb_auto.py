@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Literal
 
 from simcluster.errors import UserError
 from simcluster.schedules.base import FIELD_SCHEDULE, BaseSchedule, OpCosts, PipeOp, ScheduleSpec
 from simcluster.schedules.registry import register
 
 _EPS = 1e-9
+_Kind = Literal["F", "B", "W"]  # the passes the heuristic places (never a fused BW)
 
 
 @dataclass
@@ -40,7 +42,7 @@ class _Stage:
     mem: float = 0.0
     idle: float = 0.0  # waiting after the stage's first F (the stage's bubble)
     start: float | None = None
-    ops: list[tuple[str, int]] = field(default_factory=list)  # (kind, microbatch)
+    ops: list[tuple[_Kind, int]] = field(default_factory=list)  # (kind, microbatch)
 
     def pending_w(self) -> int:
         return self.done["B"] - self.done["W"]
@@ -69,7 +71,7 @@ class _Greedy:
             raise _NoFit
         return self.end[dep] + self.c.comm
 
-    def put(self, j: int, kind: str) -> None:
+    def put(self, j: int, kind: _Kind) -> None:
         st = self.stages[j]
         mb = st.done[kind]
         if st.mem + self.delta[kind] > self.caps[j] + _EPS:
@@ -152,7 +154,7 @@ class _Greedy:
             return True
         return b_due - st.free_at > self.max_idle() - st.idle
 
-    def run(self, allow_bubble: bool, prioritize_b: bool, greedy: bool) -> list[list[tuple[str, int]]]:
+    def run(self, allow_bubble: bool, prioritize_b: bool, greedy: bool) -> list[list[tuple[_Kind, int]]]:
         p = self.p
         self.warm_up(allow_bubble)
         for _ in range(1, self.m):
@@ -188,7 +190,7 @@ class _NoFit(Exception):
 def auto_orders(p: int, m: int, costs: OpCosts, caps: list[float]) -> list[list[PipeOp]]:
     """The shortest-span order the heuristic finds over its tie-breaking variants, stage j
     holding at most ``caps[j]`` microbatches' F stash."""
-    best: tuple[float, list[list[tuple[str, int]]]] | None = None
+    best: tuple[float, list[list[tuple[_Kind, int]]]] | None = None
     for allow_bubble, prioritize_b, greedy in itertools.product((True, False), repeat=3):
         g = _Greedy(p, m, costs, caps)
         try:

@@ -25,10 +25,12 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from simcluster.schedules.base import OpCosts, PipeOp
 
 _EPS = 1e-9
+_Kind = Literal["F", "B", "W"]  # the passes the heuristic places (never a fused BW)
 _PASSES = 20  # bubble-approval passes; each must lower the largest bubble to continue
 # op slots per stage: (kind, lane); lane 0 is the first of the kind's two chunks to run on the
 # way through the V: forwards run chunk 0 then chunk 1, backwards chunk 1 then chunk 0
@@ -46,7 +48,7 @@ class _Stage:
     mem: float = 0.0
     idle: float = 0.0
     pending_w: deque[tuple[int, int]] = field(default_factory=deque)  # (lane, microbatch)
-    ops: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, microbatch, chunk)
+    ops: list[tuple[_Kind, int, int]] = field(default_factory=list)  # (kind, microbatch, chunk)
 
 
 class _VGreedy:
@@ -84,7 +86,7 @@ class _VGreedy:
         return key in self.end
 
     # --- placing ops --------------------------------------------------------------------
-    def put(self, kind: str, lane: int, j: int) -> None:
+    def put(self, kind: _Kind, lane: int, j: int) -> None:
         st = self.stages[j]
         if st.mem + self.delta[kind] > self.cap + _EPS:
             raise _Stuck
@@ -179,7 +181,7 @@ class _VGreedy:
             return 0
         return None
 
-    def run(self, fill_f: bool, fill_b: bool) -> list[list[tuple[str, int, int]]]:
+    def run(self, fill_f: bool, fill_b: bool) -> list[list[tuple[_Kind, int, int]]]:
         p = self.p
         self.warm_up()
         for _ in range(2 * self.m):
@@ -193,16 +195,16 @@ class _VGreedy:
             for i in range(p):
                 if self.stages[i].count[F1] >= self.m:
                     continue
-                lane = self.forward_lane(i)
-                if lane is None:
+                f_lane = self.forward_lane(i)
+                if f_lane is None:
                     continue
                 st = self.stages[i]
                 while st.mem + 1.0 > self.cap + _EPS:
                     if not st.pending_w:
                         raise _Stuck
                     self.put("W", 0, i)
-                self.fill_wait(i, self.arrival("F", lane, i), fill_f)
-                self.put("F", lane, i)
+                self.fill_wait(i, self.arrival("F", f_lane, i), fill_f)
+                self.put("F", f_lane, i)
         for i in range(p):
             while self.stages[i].pending_w:
                 self.put("W", 0, i)
@@ -217,7 +219,7 @@ class _VGreedy:
 
 def v_orders(p: int, m: int, costs: OpCosts) -> list[list[PipeOp]] | None:
     """The smallest-bubble V order the heuristic finds, or None when no variant completes."""
-    best: tuple[float, list[list[tuple[str, int, int]]]] | None = None
+    best: tuple[float, list[list[tuple[_Kind, int, int]]]] | None = None
     for fill_b, fill_f in itertools.product((True, False), repeat=2):
         approved: list[float] | None = None
         for _ in range(_PASSES):
