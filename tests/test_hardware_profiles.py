@@ -79,6 +79,24 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     assert "72 GPUs" in rows["gb200-nvl72"]
 
 
+@pytest.mark.parametrize(
+    ("profile", "low", "high"),
+    [
+        # stas00/ml-engineering Maximum Sustainable Matmul FLOPS: 8x H200 node 755 (slowest GPU
+        # 745), B200 1421-1428; Horace He (thonking.ai): A100 8192^3 at 258 with random inputs
+        ("dgx-h100", 735, 755),
+        ("dgx-b200", 1405, 1428),
+        ("dgx-a100", 250, 260),
+    ],
+)
+def test_list_hardware_shows_the_rate_a_large_gemm_sustains(cli, monkeypatch, profile, low, high):
+    monkeypatch.setenv("COLUMNS", "250")
+    res = cli("list", "hardware")
+    row = next(line for line in res.out.splitlines() if line.startswith(f"│ {profile} "))
+    bf16 = row.split("│")[5]
+    assert low <= float(bf16.split("(")[1].rstrip(") ")) <= high, bf16
+
+
 def test_gemm_curves_run_at_the_sustained_share_of_their_burst_tables():
     # XLA's sm_100 table (burst): 4 x 4096^3 batched bf16 at 1670 TFLOP/s = 0.742 of 2250, fp8
     # 3280 = 0.729 of 4500; a B200 under back-to-back tensor-core work keeps 1237 of 1450

@@ -108,6 +108,23 @@ def _scale_up(p: HardwareProfile) -> str:
     return f"switch {node.nvlink_GBps:g} GB/s{nvls}, {domain} GPUs"
 
 
+#: a GEMM large enough to sit at a profile's plateau (tile quantisation exact on every GPU here)
+_LARGE_GEMM = 16384
+
+
+def _peak_and_gemm(p: HardwareProfile, precision: str, key: str) -> str:
+    """'peak (large GEMM)' TFLOP/s: the datasheet figure and what the profile gives a 16384^3
+    GEMM at the rate it sustains, or '-' where the GPU has no such tensor-core peak."""
+    from simcluster.compute import KernelModel
+
+    peak = p.gpu.peak_tflops.get(key)
+    if peak is None or (precision == "nvfp4" and not p.efficiency.gemm_fp4):
+        return "-" if peak is None else f"{peak:g}"
+    km = KernelModel(p, precision)
+    flops = 2.0 * _LARGE_GEMM**3
+    return f"{peak:g} ({flops / km.gemm(_LARGE_GEMM, _LARGE_GEMM, _LARGE_GEMM) / 1e12:.0f})"
+
+
 def _print_hardware() -> None:
     """The shipped profiles side by side (per GPU; bandwidths per direction)."""
     from rich.console import Console
@@ -115,18 +132,20 @@ def _print_hardware() -> None:
 
     from simcluster.hardware import load_profile
 
-    table = Table(title="hardware profiles (per GPU, bandwidth per direction)")
+    table = Table(
+        title="hardware profiles (per GPU, bandwidth per direction; TFLOP/s: datasheet peak "
+        f"(a {_LARGE_GEMM}^3 GEMM as the profile runs it, at the rate it sustains))"
+    )
     for col in ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s",
                 "FP4 TFLOP/s", "scale-up", "scale-out", "measured"):  # fmt: skip
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
     for name in shipped_profiles():
         p = load_profile(name)
-        peaks = p.gpu.peak_tflops
         nics = f"{p.node.nics_per_node}x{p.node.nic_gbps:g} Gb/s per {p.node.gpus_per_node} GPUs"
         measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
         table.add_row(
             name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
-            *(f"{peaks[k]:g}" if k in peaks else "-" for k in ("bf16", "fp8", "fp4")),  # V100: no bf16
+            *(_peak_and_gemm(p, prec, key) for prec, key in (("bf16", "bf16"), ("fp8", "fp8"), ("nvfp4", "fp4"))),
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
     Console().print(table)
