@@ -187,6 +187,10 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
         if share != 1.0 and eff.get("gemm_fp8"):
             eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
             _note(data, "efficiency.gemm_fp8", f"copied from the base profile at its sustained share {share}")
+        # the base's shape table describes its GPU against its own size curve, which the
+        # measured one replaces; the timed shapes themselves are run as measured
+        if eff.pop("gemm_shapes", None) is not None:
+            data.get("sources", {}).pop("efficiency.gemm_shapes", None)
     att = [r for r in m.attention if r["dtype"] in peaks]
     if att:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):

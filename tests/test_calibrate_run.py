@@ -192,6 +192,8 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     base = load_profile("dgx-h100").efficiency
     assert prof.efficiency.sustained == 1.0
     assert prof.efficiency.gemm_fp8[-1][1] == pytest.approx(base.gemm_fp8[-1][1] * base.sustained)
+    # the base's GEMM shape table (an H100's, against the H100 size curve) is not carried over
+    assert base.gemm_shapes == "xla-sm90" and prof.efficiency.gemm_shapes is None
     assert "collectives" not in prof.measured and prof.node.nvlink_GBps == 450
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
     # one process cannot see a spread between GPUs: the base's stays
