@@ -146,7 +146,21 @@ def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[lis
         if r["dtype"] == ref:
             flops = 2.0 * r["m"] * r["n"] * r["k"]
             by_flops.setdefault(flops, []).append(r["tflops"] / peaks[ref])
-    return ref, [[f, max(v)] for f, v in sorted(by_flops.items())]
+    # the median of the shapes timed at a FLOP count, the centre the shape table is taken against
+    return ref, [[f, statistics.median(v)] for f, v in sorted(by_flops.items())]
+
+
+def _shape_cube(m: Measurements, ref: str) -> dict[str, Any] | None:
+    """The largest cube of sizes whose every M x N x K was timed in ``ref``, as an inline GEMM
+    shape table (``{grid, tflops: {ref: [m][n][k]}}``), or None."""
+    rates = {(r["m"], r["n"], r["k"]): r["tflops"] for r in m.gemm if r["dtype"] == ref}
+    sizes = sorted({s[0] for s in rates} & {s[1] for s in rates} & {s[2] for s in rates})
+    while len(sizes) >= 2:
+        if all((a, b, c) in rates for a in sizes for b in sizes for c in sizes):
+            nested = [[[float(f"{rates[(a, b, c)]:.4g}") for c in sizes] for b in sizes] for a in sizes]
+            return {"grid": sizes, "tflops": {ref: nested}}
+        sizes.pop()  # the sweep's largest squares are timed alone, not in the cube
+    return None
 
 
 def _fraction(value: float) -> float:
@@ -188,9 +202,17 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
             eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
             _note(data, "efficiency.gemm_fp8", f"copied from the base profile at its sustained share {share}")
         # the base's shape table describes its GPU against its own size curve, which the
-        # measured one replaces; the timed shapes themselves are run as measured
+        # measured one replaces: this machine's cube, if timed, takes its place
         if eff.pop("gemm_shapes", None) is not None:
             data.get("sources", {}).pop("efficiency.gemm_shapes", None)
+        cube = _shape_cube(m, curve[0])
+        if cube:
+            eff["gemm_shapes"] = cube
+            _note(
+                data,
+                "efficiency.gemm_shapes",
+                f"measured {curve[0]} GEMMs on every M x N x K of {cube['grid']}, TFLOP/s (calibrate)",
+            )
     att = [r for r in m.attention if r["dtype"] in peaks]
     if att:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):

@@ -52,11 +52,29 @@ _FULL_GPU = [GemmShape(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 1638
 ]
 
 
-def default_grid(device: str, quick: bool) -> list[GemmShape]:
-    """The built-in sweep for a device; ``quick`` keeps a CPU run to seconds."""
+# Every M x N x K over these sizes is timed too, for the profile's GEMM shape table (how a
+# GEMM's rate moves with its shape at one FLOP count: simcluster/gemm_shape_table.py). The
+# GPU's is the grid of XLA's cost-model tables, so a calibrated table reads beside
+# hardware/gemm_shapes/.
+_CUBE_GPU = (256, 512, 1024, 2048, 4096)
+_CUBE_CPU = (64, 128, 256, 512)
+_CUBE_QUICK = (32, 64, 128)
+
+
+def shape_cube(device: str, quick: bool) -> tuple[int, ...]:
+    """The sizes whose every M x N x K combination a run times."""
     if quick:
-        return list(_QUICK)
-    return list(_FULL_GPU if device == "cuda" else _FULL_CPU)
+        return _CUBE_QUICK
+    return _CUBE_GPU if device == "cuda" else _CUBE_CPU
+
+
+def default_grid(device: str, quick: bool) -> list[GemmShape]:
+    """The built-in sweep for a device, its shape cube included; ``quick`` keeps a CPU run to
+    seconds."""
+    sweep = list(_QUICK) if quick else list(_FULL_GPU if device == "cuda" else _FULL_CPU)
+    sizes = shape_cube(device, quick)
+    cube = [GemmShape(m, n, k) for m in sizes for n in sizes for k in sizes]
+    return list(dict.fromkeys(sweep + cube))
 
 
 def parse_shapes(text: str) -> list[GemmShape]:

@@ -11,10 +11,11 @@ Memory-bound kernels use effective HBM bandwidth.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
-from simcluster.gemm_shape_table import load_shape_table
+from simcluster.gemm_shape_table import shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
 
@@ -56,8 +57,7 @@ class KernelModel:
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
-        name = self.profile.efficiency.gemm_shapes
-        self._shapes = load_shape_table(name) if name else None
+        self._shapes = shape_table(self.profile.efficiency.gemm_shapes)
         for row in self.profile.measured.get("gemm", []) or []:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
@@ -66,15 +66,14 @@ class KernelModel:
             key = (dtype, int(row["m"]), int(row["n"]), int(row["k"]))
             self._timed[key] = min(float(row["time_s"]), self._timed.get(key, math.inf))
         for dtype, rows in self._gemm_curves.items():
-            # monotone envelope in size: bigger GEMMs are never modelled slower per FLOP
-            rows.sort()
-            best: list[tuple[float, float]] = []
+            # one point per FLOP count, the median of the shapes timed at it: the centre a
+            # shape table's factors are taken against (gemm_shape_table.py)
+            by_flops: dict[float, list[float]] = {}
             for flops, eff in rows:
-                if best and abs(math.log(flops) - math.log(best[-1][0])) < 1e-9:
-                    best[-1] = (flops, max(best[-1][1], eff))
-                else:
-                    best.append((flops, eff))
-            self._gemm_curves[dtype] = best
+                by_flops.setdefault(round(math.log(flops), 9), []).append(eff)
+            self._gemm_curves[dtype] = [
+                (math.exp(x), statistics.median(effs)) for x, effs in sorted(by_flops.items())
+            ]
 
     # --- peaks ------------------------------------------------------------------------
     def _peak(self, dtype: str) -> float:
@@ -154,24 +153,27 @@ class KernelModel:
     def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
         """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1).
 
-        Efficiency = the size curve (GEMM microbenchmarks or the calibrated table) times the
-        profile's shape factor (``efficiency.gemm_shapes``: short-K GEMMs run slower than the
-        median shape of their FLOPs), capped by the curve's plateau times tile/wave quantisation
-        of this shape on the GPU's SMs. A calibrated table is used as measured, without either:
-        a shape it timed (``calibrate --scenario`` times the step's own) at its own time, any
-        other on the table's size curve.
+        Efficiency = the size curve (GEMM microbenchmarks, or the calibrated table's median per
+        FLOP count) times the profile's shape factor (``efficiency.gemm_shapes``: short-K GEMMs
+        run slower than the median shape of their FLOPs); a benchmark curve is also capped by its
+        plateau times tile/wave quantisation of this shape on the GPU's SMs, which a measured
+        table already holds. A shape the calibrated table timed (``calibrate --scenario`` times
+        the step's own) runs at its own time.
         """
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         dtype = dtype or self.gemm_dtype
         flops = 2.0 * m * n * k
         timed = self._timed.get((dtype, round(m), round(n), round(k)))
-        eff = flops / timed / self._peak(dtype) if timed else self.gemm_efficiency(flops, dtype)
-        if dtype not in self._gemm_curves:
+        if timed:
+            eff = flops / timed / self._peak(dtype)
+        else:
+            eff = self.gemm_efficiency(flops, dtype)
             if self._shapes is not None:
                 eff *= self._shapes.factor(m, n, k, dtype)
-            plateau = max(e for _, e in self._benchmark_curve(dtype))
-            eff = min(eff, plateau * self.quantisation(m, n, count))
+            if dtype not in self._gemm_curves:
+                plateau = max(e for _, e in self._benchmark_curve(dtype))
+                eff = min(eff, plateau * self.quantisation(m, n, count))
         compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown
         elt = DTYPE_BYTES.get(dtype, 2)
         out = 2 if dtype in QUANTISED else elt  # FP8 and NVFP4 GEMMs write 16-bit outputs

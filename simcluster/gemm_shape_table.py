@@ -16,9 +16,11 @@ its size.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,14 +123,29 @@ def load_shape_table(name: str, field: str = "efficiency.gemm_shapes") -> ShapeT
             field, f"unknown GEMM shape table '{name}'; shipped: {', '.join(shipped_tables())}, or a path to one"
         )
     raw = yamlio.load_user_file(path, field, "GEMM shape table")
-    if not isinstance(raw, dict) or "grid" not in raw or not isinstance(raw.get("tflops"), dict):
-        raise UserError(field, f"GEMM shape table {path} needs 'grid' and a 'tflops' mapping of dtype -> [m][n][k]")
+    return table_from_mapping(raw, f"GEMM shape table {path}", field, name)
+
+
+def shape_table(spec: str | Mapping[str, Any] | None, field: str = "efficiency.gemm_shapes") -> ShapeTable | None:
+    """A profile's ``efficiency.gemm_shapes``: a table's name or path, or the table itself
+    inline (``calibrate`` writes the cube it timed so)."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        return load_shape_table(spec, field)
+    return table_from_mapping(spec, "the inline GEMM shape table", field, "inline")
+
+
+def table_from_mapping(raw: Any, what: str, field: str, name: str) -> ShapeTable:
+    """Validate ``{grid: [sizes], tflops: {dtype: [m][n][k]}}`` into a table."""
+    if not isinstance(raw, Mapping) or "grid" not in raw or not isinstance(raw.get("tflops"), Mapping):
+        raise UserError(field, f"{what} needs 'grid' and a 'tflops' mapping of dtype -> [m][n][k]")
     try:
         grid = tuple(float(g) for g in raw["grid"])
     except (TypeError, ValueError):
-        raise UserError(field, f"GEMM shape table {path}: 'grid' must be a list of sizes") from None
+        raise UserError(field, f"{what}: 'grid' must be a list of sizes") from None
     if len(grid) < 2 or any(g <= 0 for g in grid) or any(b <= a for a, b in zip(grid, grid[1:], strict=False)):
-        raise UserError(field, f"GEMM shape table {path}: 'grid' must be at least two increasing positive sizes")
+        raise UserError(field, f"{what}: 'grid' must be at least two increasing positive sizes")
     log_rates: dict[str, np.ndarray] = {}
     levels: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     size = len(grid)
@@ -140,7 +157,7 @@ def load_shape_table(name: str, field: str = "efficiency.gemm_shapes") -> ShapeT
         if arr.shape != (size, size, size) or not np.all(arr > 0):
             raise UserError(
                 field,
-                f"GEMM shape table {path}: tflops.{dtype} must be {size}x{size}x{size} positive rates ([m][n][k] over grid)",
+                f"{what}: tflops.{dtype} must be {size}x{size}x{size} positive rates ([m][n][k] over grid)",
             )
         log_rates[str(dtype)] = np.log(arr)
         levels[str(dtype)] = _levels(log_rates[str(dtype)], grid)

@@ -23,7 +23,7 @@ from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
-from simcluster.gemm_shape_table import load_shape_table
+from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -144,10 +144,11 @@ class EfficiencySpec(_Strict):
             "profile's measured GEMM table is used as timed"
         ),
     )
-    gemm_shapes: str | None = Field(
+    gemm_shapes: str | dict[str, Any] | None = Field(
         default=None,
         description=(
-            "GEMM shape table (a name in hardware/gemm_shapes or a YAML path): a GEMM runs at the "
+            "GEMM shape table (a name in hardware/gemm_shapes, a YAML path, or the table inline: "
+            "{grid, tflops: {dtype: [m][n][k]}}, as calibrate writes it): a GEMM runs at the "
             "size curve times the table's rate at its M x N x K over the median rate of the same "
             "FLOPs (simcluster/gemm_shape_table.py); none: the size curve alone"
         ),
@@ -449,11 +450,11 @@ def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
 
 def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:
     """The profile's GEMM shape table loads (a one-line error at load, not mid-simulation)."""
-    name = profile.efficiency.gemm_shapes
-    if name is None:
+    spec = profile.efficiency.gemm_shapes
+    if spec is None:
         return
     try:
-        load_shape_table(name)
+        shape_table(spec)
     except UserError as exc:
         key = "efficiency.gemm_shapes"
         if key in patched:

@@ -75,6 +75,13 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
     assert prof.gpu.peak_tflops["bf16"] == best
     assert max(f for _, f in prof.efficiency.gemm) == pytest.approx(1.0)
+    # every M x N x K of the quick cube was timed and written as the profile's own shape table,
+    # each entry the timed row's rate (to 4 significant digits)
+    table = prof.efficiency.gemm_shapes
+    assert isinstance(table, dict) and table["grid"] == [32, 64, 128]
+    timed = {(r["m"], r["n"], r["k"]): r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16"}
+    assert table["tflops"]["bf16"][2][0][1] == pytest.approx(timed[(128, 32, 64)], rel=1e-3)
+    assert "every M x N x K" in prof.sources["efficiency.gemm_shapes"]
     kernels = {r["kernel"] for r in prof.measured["memory"]}
     assert kernels == {"elementwise", "layernorm", "adam"}
     # the host's cost of one Python-issued op (parallelism/host.py's unit), measured on this CPU:
@@ -192,8 +199,10 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     base = load_profile("dgx-h100").efficiency
     assert prof.efficiency.sustained == 1.0
     assert prof.efficiency.gemm_fp8[-1][1] == pytest.approx(base.gemm_fp8[-1][1] * base.sustained)
-    # the base's GEMM shape table (an H100's, against the H100 size curve) is not carried over
-    assert base.gemm_shapes == "xla-sm90" and prof.efficiency.gemm_shapes is None
+    # the base's GEMM shape table (an H100's, against the H100 size curve) gives way to this
+    # machine's own cube
+    assert base.gemm_shapes == "xla-sm90"
+    assert isinstance(prof.efficiency.gemm_shapes, dict) and prof.efficiency.gemm_shapes["grid"] == [32, 64, 128]
     assert "collectives" not in prof.measured and prof.node.nvlink_GBps == 450
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
     # one process cannot see a spread between GPUs: the base's stays

@@ -137,9 +137,11 @@ def test_the_cli_reports_a_bad_table_in_one_line(tmp_path):
     assert len(lines) == 1 and "gemm_shapes" in lines[0] and "Traceback" not in proc.stderr
 
 
-def _calibrated(rows):
+def _calibrated(rows, table=None):
+    # as calibrate writes it: measured rows, and its own shape table or none (not the base's)
     profile = load_profile("dgx-h100")
-    return profile.model_copy(update={"measured": {**profile.measured, "gemm": rows}})
+    eff = profile.efficiency.model_copy(update={"gemm_shapes": table})
+    return profile.model_copy(update={"measured": {**profile.measured, "gemm": rows}, "efficiency": eff})
 
 
 def test_a_calibrated_profile_runs_a_timed_shape_at_its_own_time():
@@ -152,7 +154,56 @@ def test_a_calibrated_profile_runs_a_timed_shape_at_its_own_time():
     km = KernelModel(_calibrated(rows), "bf16")
     assert km.gemm(4096, 4096, 1024) - km.launch_s == pytest.approx(60e-6)
     assert km.gemm(1024, 4096, 4096) - km.launch_s == pytest.approx(48e-6)
-    # a shape it did not time reads the measured size curve (the faster of the two here), with
-    # no shape factor: the profile's timings are the machine's own
-    assert km.gemm(2048, 4096, 2048) - km.launch_s == pytest.approx(48e-6)
+    # a shape it did not time reads the measured size curve, the median of the shapes timed
+    # at its FLOP count (the two efficiencies' mean here), with no shape table
+    flops = 2.0 * 4096 * 4096 * 1024
+    median_eff = (flops / 60e-6 + flops / 48e-6) / 2 / 989.4e12
+    assert km.gemm(2048, 4096, 2048) - km.launch_s == pytest.approx(flops / (989.4e12 * median_eff))
     assert km.gemm(4096, 4096, 1024, count=3) - km.launch_s == pytest.approx(180e-6)
+
+
+def test_a_calibrated_cube_gives_its_own_shape_factors():
+    # calibrate times a cube of shapes and writes it inline as the profile's table: a shape it
+    # did not time runs at its FLOP count's measured median times its own table's factor
+    grid = [64, 128, 256]
+
+    def rate(m, n, k):  # TFLOP/s, a short K slow as on the H100 table
+        return 50.0 * (m * n * k / 256**3) ** 0.2 * (k / 256) ** 0.3
+
+    rows, nested = [], []
+    for m in grid:
+        nested.append([[rate(m, n, k) for k in grid] for n in grid])
+        for n in grid:
+            for k in grid:
+                rows.append({"dtype": "bf16", "m": m, "n": n, "k": k, "time_s": 2.0 * m * n * k / rate(m, n, k) / 1e12})
+    table = {"grid": grid, "tflops": {"bf16": nested}}
+    km = KernelModel(_calibrated(rows, table), "bf16")
+    timed = km.gemm(256, 256, 64) - km.launch_s
+    assert timed == pytest.approx(2.0 * 256 * 256 * 64 / rate(256, 256, 64) / 1e12)
+    # 512 x 256 x 64 was not timed: beyond the cube, at its edge (256, 256, 64)'s factor
+    m, n, k = 512, 256, 64
+    factor = km._shapes.factor(m, n, k, "bf16")
+    assert factor == pytest.approx(km._shapes.factor(256, 256, 64, "bf16")) and factor < 1
+    eff = km.gemm_efficiency(2.0 * m * n * k) * factor
+    assert km.gemm(m, n, k) - km.launch_s == pytest.approx(2.0 * m * n * k / (989.4e12 * eff))
+
+
+def test_an_inline_table_is_checked_when_the_profile_loads(tmp_path):
+    bad = {"grid": [64, 128], "tflops": {"bf16": [[1, 2], [3, 4]]}}
+    with pytest.raises(UserError) as err:
+        load_profile(str(write_profile(tmp_path, {"gemm_shapes": bad})))
+    assert "inline GEMM shape table" in str(err.value) and "2x2x2" in str(err.value)
+
+
+def test_calibrate_writes_the_largest_cube_it_timed():
+    from calibrate.profile_writer import Measurements, _shape_cube
+
+    def row(m, n, k):
+        return {"dtype": "bf16", "m": m, "n": n, "k": k, "time_s": 1.0, "tflops": float(m + n + k)}
+
+    cube = [row(m, n, k) for m in (32, 64) for n in (32, 64) for k in (32, 64)]
+    squares = [row(s, s, s) for s in (128, 256)]  # the sweep's larger squares, timed alone
+    table = _shape_cube(Measurements(gemm=cube + squares), "bf16")
+    assert table == {"grid": [32, 64], "tflops": {"bf16": [[[96.0, 128.0], [128.0, 160.0]], [[128.0, 160.0], [160.0, 192.0]]]}}
+    # one missing corner and there is no cube of two sizes left
+    assert _shape_cube(Measurements(gemm=cube[:-1] + squares), "bf16") is None
