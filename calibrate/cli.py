@@ -46,7 +46,13 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 
 def _measure(argv: Sequence[str]) -> int:
-    from calibrate.shapes import check_fits, default_grid, parse_shapes, scenario_shapes
+    from calibrate.shapes import (
+        check_fits,
+        cube_shapes,
+        default_grid,
+        parse_shapes,
+        scenario_shapes,
+    )
     from simcluster.hardware import load_profile
 
     args = _measure_parser().parse_args(argv)
@@ -69,7 +75,8 @@ def _measure(argv: Sequence[str]) -> int:
     extra = given + of_scenario
     grid = default_grid(device, args.quick)
     shapes = tuple(grid + [s for s in dict.fromkeys(extra) if s not in grid])
-    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes)
+    cube = tuple(cube_shapes(device, args.quick))
+    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube)
     return run(cfg)
 
 

@@ -14,6 +14,10 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+#: the dtype of the shape table's cube (the precision LLM training runs its GEMMs in)
+CUBE_DTYPE = "bf16"
+
+
 def default_dtypes(device: str) -> list[str]:
     """Precisions worth timing: CPUs run fp16 matmul through slow paths, so skip it there."""
     return ["bf16", "fp16", "fp32"] if device == "cuda" else ["bf16", "fp32"]

@@ -43,6 +43,8 @@ class RunConfig:
     base: str | None
     timeout_s: float
     gemm_shapes: tuple[GemmShape, ...]
+    #: the shape table's cube, timed in its dtype only (calibrate/shapes.py)
+    cube_shapes: tuple[GemmShape, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,14 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         )
         for d in gemm.default_dtypes(cfg.device)
         for s in cfg.gemm_shapes
+    ]
+    steps += [
+        Step(
+            f"gemm {gemm.CUBE_DTYPE} {s.m}x{s.n}x{s.k} (shape cube)",
+            lambda m, s=s: m.gemm.append(gemm.measure_gemm(s, gemm.CUBE_DTYPE, dev, timer, budget)),
+        )
+        for s in cfg.cube_shapes
+        if s not in cfg.gemm_shapes
     ]
     if ctx.distributed and ctx.world >= 2:
         steps.append(

@@ -68,13 +68,17 @@ def shape_cube(device: str, quick: bool) -> tuple[int, ...]:
     return _CUBE_GPU if device == "cuda" else _CUBE_CPU
 
 
-def default_grid(device: str, quick: bool) -> list[GemmShape]:
-    """The built-in sweep for a device, its shape cube included; ``quick`` keeps a CPU run to
-    seconds."""
-    sweep = list(_QUICK) if quick else list(_FULL_GPU if device == "cuda" else _FULL_CPU)
+def cube_shapes(device: str, quick: bool) -> list[GemmShape]:
+    """Every M x N x K over :func:`shape_cube`'s sizes (timed in the table's dtype only)."""
     sizes = shape_cube(device, quick)
-    cube = [GemmShape(m, n, k) for m in sizes for n in sizes for k in sizes]
-    return list(dict.fromkeys(sweep + cube))
+    return [GemmShape(m, n, k) for m in sizes for n in sizes for k in sizes]
+
+
+def default_grid(device: str, quick: bool) -> list[GemmShape]:
+    """The built-in sweep for a device (every precision); ``quick`` keeps a CPU run to seconds."""
+    if quick:
+        return list(_QUICK)
+    return list(_FULL_GPU if device == "cuda" else _FULL_CPU)
 
 
 def parse_shapes(text: str) -> list[GemmShape]:
