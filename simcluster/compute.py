@@ -1,8 +1,10 @@
 """Kernel time model: calibrated (measured) tables first, roofline with efficiency tables fallback.
 
-GEMM time = max(FLOPs / (peak x efficiency(FLOPs)), bytes / (HBM x hbm efficiency)). The
-efficiency curve comes from the profile's ``efficiency.gemm`` (GEMM microbenchmarks) or, when
-the profile was calibrated, from its measured GEMM table (same curve, built from real timings).
+GEMM time = max(FLOPs / (peak x efficiency(FLOPs) x shape factor), bytes / (HBM x hbm
+efficiency)). The efficiency curve comes from the profile's ``efficiency.gemm`` (GEMM
+microbenchmarks) or, when the profile was calibrated, from its measured GEMM table (same curve,
+built from real timings); the shape factor from its ``efficiency.gemm_shapes``
+(:mod:`simcluster.gemm_shape_table`).
 Attention uses the FlashAttention FLOP count (causal halves it) over the kernel's throughput at
 that head dimension and sequence length (published or measured curves), or a scalar efficiency.
 Memory-bound kernels use effective HBM bandwidth.
