@@ -240,8 +240,6 @@ def test_a100_gemms_follow_the_measured_k_sweeps():
     # the A100 carries no shape table: these sweeps show no short-K penalty down to K = 256 at
     # large M x N, so its size curve alone must already hold them (median within 5%, every
     # point within 20%: cuBLAS's kernel choice moves single K values, e.g. 1792 at 0.82x)
-    import statistics
-
     km = KernelModel(load_profile("dgx-a100"), "fp16")
     ratios = []
     for m, n, k, tflops in A100_K_SWEEP:
