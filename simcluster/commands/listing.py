@@ -125,6 +125,13 @@ def _peak_and_gemm(p: HardwareProfile, precision: str, key: str) -> str:
     return f"{peak:g} ({flops / km.gemm(_LARGE_GEMM, _LARGE_GEMM, _LARGE_GEMM) / 1e12:.0f})"
 
 
+def _16bit(p: HardwareProfile) -> str:
+    """The BF16 column; a GPU without BF16 (V100) shows its FP16 tensor cores, marked so."""
+    if "bf16" in p.gpu.peak_tflops or "fp16" not in p.gpu.peak_tflops:
+        return _peak_and_gemm(p, "bf16", "bf16")
+    return _peak_and_gemm(p, "fp16", "fp16") + " fp16"
+
+
 def _print_hardware() -> None:
     """The shipped profiles side by side (per GPU; bandwidths per direction)."""
     from rich.console import Console
@@ -145,7 +152,8 @@ def _print_hardware() -> None:
         measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
         table.add_row(
             name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
-            *(_peak_and_gemm(p, prec, key) for prec, key in (("bf16", "bf16"), ("fp8", "fp8"), ("nvfp4", "fp4"))),
+            _16bit(p),
+            *(_peak_and_gemm(p, prec, key) for prec, key in (("fp8", "fp8"), ("nvfp4", "fp4"))),
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
     Console().print(table)
