@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+
 import torch
 
 from calibrate.shapes import GemmShape
@@ -28,6 +31,20 @@ def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -
     return max(lo, min(hi, int(budget_s / max(once_s, 1e-9))))
 
 
+#: timed calls are split into this many runs and the median run kept, so one interruption (a
+#: preempted CPU rank, another process's kernel) does not move a shape's rate
+RUNS = 5
+
+
+def robust_time(timer: Timer, fn: Callable[[], object], iters: int) -> float:
+    """Seconds per call: the median of :data:`RUNS` runs' means over ``iters`` calls in all
+    (one run when there are fewer calls than runs)."""
+    runs = RUNS if iters >= RUNS else 1
+    return statistics.median(
+        timer(fn, iters=max(1, iters // runs), warmup=1 if i == 0 else 0) for i in range(runs)
+    )
+
+
 def measure_gemm(
     shape: GemmShape, dtype: str, device: torch.device, timer: Timer, budget_s: float
 ) -> dict[str, object]:
@@ -41,7 +58,7 @@ def measure_gemm(
         torch.matmul(a, b, out=out)
 
     once = timer(call, iters=1, warmup=1)
-    t = timer(call, iters=iterations_for(once, budget_s), warmup=1)
+    t = robust_time(timer, call, iterations_for(once, budget_s))
     return {
         "m": shape.m,
         "n": shape.n,

@@ -341,3 +341,23 @@ def test_heat_soak_keeps_the_device_busy_for_its_time():
     assert time.perf_counter() - start >= 0.05
     assert calls >= 1
     assert soak_seconds(quick=False) >= 1.0  # the settling takes tens of ms on a B200
+
+
+def test_one_interrupted_run_does_not_move_a_gemms_time():
+    # five runs of the timed calls, one of them preempted (a CPU rank descheduled for 20 ms):
+    # the median run is kept, the mean of all calls would be 5x off
+    from calibrate.gemm import RUNS, robust_time
+
+    seconds = iter([1e-3, 1e-3, 20e-3, 1e-3, 1e-3])
+    calls = []
+
+    def timer(fn, iters, warmup, drain=True):
+        calls.append((iters, warmup))
+        return next(seconds)
+
+    assert robust_time(timer, lambda: None, 100) == 1e-3
+    assert calls == [(100 // RUNS, 1)] + [(100 // RUNS, 0)] * (RUNS - 1)
+    # too few calls to split: one run
+    calls.clear()
+    assert robust_time(lambda fn, iters, warmup, drain=True: calls.append(iters) or 2e-3, lambda: None, 3) == 2e-3
+    assert calls == [3]
