@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from calibrate.gemm import DTYPES, iterations_for
-from calibrate.timers import Timer
+from calibrate.timers import Timer, robust_time
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR
 
 
@@ -68,7 +68,7 @@ def measure_attention(
 
     with torch.no_grad():
         once = timer(fwd, iters=1, warmup=1)
-        fwd_s = timer(fwd, iters=iterations_for(once, budget_s / 2), warmup=1)
+        fwd_s = robust_time(timer, fwd, iterations_for(once, budget_s / 2))
     out = fwd()
     grad = torch.ones_like(out)
 
@@ -76,7 +76,7 @@ def measure_attention(
         out.backward(grad, retain_graph=True)
 
     once = timer(bwd, iters=1, warmup=1)
-    bwd_s = timer(bwd, iters=iterations_for(once, budget_s / 2), warmup=0)
+    bwd_s = robust_time(timer, bwd, iterations_for(once, budget_s / 2))
     return {
         "batch": shape.batch,
         "seq": shape.seq,

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable
-
 import torch
 
 from calibrate.shapes import GemmShape
-from calibrate.timers import Timer
+from calibrate.timers import Timer, robust_time
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -29,20 +26,6 @@ def default_dtypes(device: str) -> list[str]:
 def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -> int:
     """How many timed calls fit in ``budget_s`` given one call's time."""
     return max(lo, min(hi, int(budget_s / max(once_s, 1e-9))))
-
-
-#: timed calls are split into this many runs and the median run kept, so one interruption (a
-#: preempted CPU rank, another process's kernel) does not move a shape's rate
-RUNS = 5
-
-
-def robust_time(timer: Timer, fn: Callable[[], object], iters: int) -> float:
-    """Seconds per call: the median of :data:`RUNS` runs' means over ``iters`` calls in all
-    (one run when there are fewer calls than runs)."""
-    runs = RUNS if iters >= RUNS else 1
-    return statistics.median(
-        timer(fn, iters=max(1, iters // runs), warmup=1 if i == 0 else 0) for i in range(runs)
-    )
 
 
 def measure_gemm(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from calibrate.gemm import iterations_for
-from calibrate.timers import Timer
+from calibrate.timers import Timer, robust_time
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def measure_kernel(
     """Time one kernel on ``n`` elements; returns a ``measured.memory`` row."""
     call = kernel.build(n, device)
     once = timer(call, iters=1, warmup=1)
-    t = timer(call, iters=iterations_for(once, budget_s), warmup=1)
+    t = robust_time(timer, call, iterations_for(once, budget_s))
     nbytes = kernel.bytes_per_element * n
     return {"kernel": kernel.name, "bytes": nbytes, "time_s": t, "bytes_per_s": nbytes / t}
 

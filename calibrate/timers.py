@@ -7,6 +7,7 @@ the same for both.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,3 +80,17 @@ def synchronize(device: str) -> None:
     """Wait for queued device work (no-op on CPU)."""
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+#: timed calls are split into this many runs and the median run kept, so one interruption (a
+#: preempted CPU rank, another process's kernel) does not move a shape's rate
+RUNS = 5
+
+
+def robust_time(timer: Timer, fn: Callable[[], object], iters: int) -> float:
+    """Seconds per call: the median of :data:`RUNS` runs' means over ``iters`` calls in all
+    (one run when there are fewer calls than runs)."""
+    runs = RUNS if iters >= RUNS else 1
+    return statistics.median(
+        timer(fn, iters=max(1, iters // runs), warmup=1 if i == 0 else 0) for i in range(runs)
+    )

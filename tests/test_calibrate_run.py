@@ -346,7 +346,7 @@ def test_heat_soak_keeps_the_device_busy_for_its_time():
 def test_one_interrupted_run_does_not_move_a_gemms_time():
     # five runs of the timed calls, one of them preempted (a CPU rank descheduled for 20 ms):
     # the median run is kept, the mean of all calls would be 5x off
-    from calibrate.gemm import RUNS, robust_time
+    from calibrate.timers import RUNS, robust_time
 
     seconds = iter([1e-3, 1e-3, 20e-3, 1e-3, 1e-3])
     calls = []
