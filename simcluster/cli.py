@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "run": "simcluster.commands.run",
     "memory": "simcluster.commands.memory",
     "collective": "simcluster.commands.collective",
+    "gemm": "simcluster.commands.gemm",
     "sweep": "simcluster.commands.sweep",
     "compare": "simcluster.commands.compare",
     "validate": "simcluster.commands.validate",

@@ -42,6 +42,32 @@ NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 NVFP4_SR_SLOWDOWN = 6.4 / 4.5
 
 
+@dataclass(frozen=True)
+class GemmBreakdown:
+    """How :meth:`KernelModel.gemm_breakdown` times a GEMM (efficiencies are fractions of
+    ``peak``)."""
+
+    dtype: str
+    flops: float
+    seconds: float
+    peak: float
+    #: the size curve's efficiency at the GEMM's FLOPs (1 when the shape was timed)
+    curve: float
+    #: the shape table's rate at M x N x K over its FLOP count's median (1 without a table)
+    shape_factor: float
+    #: a benchmark curve's plateau times tile/wave quantisation, the most it may reach
+    cap: float | None
+    #: a calibrated profile timed this exact shape
+    timed: bool
+    #: HBM traffic, not tensor-core time, sets it
+    memory_bound: bool
+
+    @property
+    def tflops(self) -> float:
+        """Achieved TFLOP/s, launch gap included."""
+        return self.flops / self.seconds / 1e12
+
+
 @dataclass
 class KernelModel:
     """Times of GEMM, attention and memory-bound kernels on one GPU of a profile."""
@@ -153,7 +179,16 @@ class KernelModel:
         return self.profile.efficiency.kernel_launch_us * 1e-6
 
     def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
-        """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1).
+        """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1);
+        :meth:`gemm_breakdown` says how they come about."""
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return 0.0
+        return self.gemm_breakdown(m, n, k, dtype, count).seconds
+
+    def gemm_breakdown(
+        self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1
+    ) -> GemmBreakdown:
+        """The time of ``count`` GEMMs of (m x k) @ (k x n) and its parts.
 
         Efficiency = the size curve (GEMM microbenchmarks, or the calibrated table's median per
         FLOP count) times the profile's shape factor (``efficiency.gemm_shapes``: short-K GEMMs
@@ -162,25 +197,31 @@ class KernelModel:
         table already holds. A shape the calibrated table timed (``calibrate --scenario`` times
         the step's own) runs at its own time.
         """
-        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
-            return 0.0
         dtype = dtype or self.gemm_dtype
         flops = 2.0 * m * n * k
         timed = self._timed.get((dtype, round(m), round(n), round(k)))
+        curve = factor = 1.0
+        cap = None
         if timed:
             eff = flops / timed / self._peak(dtype)
         else:
-            eff = self.gemm_efficiency(flops, dtype)
+            curve = eff = self.gemm_efficiency(flops, dtype)
             if self._shapes is not None:
-                eff *= self._shapes.factor(m, n, k, dtype)
+                factor = self._shapes.factor(m, n, k, dtype)
+                eff *= factor
             if dtype not in self._gemm_curves:
                 plateau = max(e for _, e in self._benchmark_curve(dtype))
-                eff = min(eff, plateau * self.quantisation(m, n, count))
+                cap = plateau * self.quantisation(m, n, count)
+                eff = min(eff, cap)
         compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown
         elt = DTYPE_BYTES.get(dtype, 2)
         out = 2 if dtype in QUANTISED else elt  # FP8 and NVFP4 GEMMs write 16-bit outputs
         memory = count * ((m * k + k * n) * elt + m * n * out) / self.hbm_bytes_per_s
-        return max(compute, memory) + self.launch_s
+        return GemmBreakdown(
+            dtype=dtype, flops=count * flops, seconds=max(compute, memory) + self.launch_s,
+            peak=self._peak(dtype), curve=curve, shape_factor=factor, cap=cap,
+            timed=timed is not None, memory_bound=memory > compute,
+        )  # fmt: skip
 
     @property
     def hbm_bytes_per_s(self) -> float:

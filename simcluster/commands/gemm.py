@@ -1,0 +1,106 @@
+"""``simcluster gemm M,N,K ... --hardware H``: how the kernel model times GEMMs of given shapes.
+
+The compute side's counterpart of ``simcluster collective``: compare it with your own GEMM
+benchmark (C[M, N] = A[M, K] @ B[K, N], 2·M·N·K FLOPs). Each shape's time and rate, and the
+parts they come from: the size curve's efficiency at its FLOPs, the shape table's factor, the
+plateau x tile/wave quantisation cap, and whether a calibrated profile timed that very shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from simcluster.commands.collective import parse_overrides
+from simcluster.compute import KernelModel
+from simcluster.errors import UserError
+from simcluster.hardware import PEAK_KEYS, load_profile
+
+NAME = "gemm"
+HELP = "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)"
+
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "fp32")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """CLI arguments of the command."""
+    parser.add_argument(
+        "shapes", nargs="+", metavar="M,N,K",
+        help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024",
+    )  # fmt: skip
+    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
+    parser.add_argument(
+        "--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
+    )
+    parser.add_argument(
+        "--count", type=int, default=1, help="GEMMs of the shape in one grouped kernel (experts)"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
+                        help="override a hardware field, e.g. cluster.profile.efficiency.sustained=1")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    try:
+        m, n, k = (int(p) for p in parts)
+    except ValueError:
+        raise UserError("shapes", f"'{text}' is not M,N,K (three integers); write e.g. 16384,4096,1024") from None
+    if min(m, n, k) <= 0:
+        raise UserError("shapes", f"'{text}': M, N and K must be positive")
+    return m, n, k
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; UserError for bad input."""
+    shapes = [_shape(s) for s in args.shapes]
+    if args.precision not in PRECISIONS:
+        raise UserError("--precision", f"'{args.precision}' is not one of {', '.join(PRECISIONS)}")
+    if args.count < 1:
+        raise UserError("--count", f"must be >= 1, got {args.count}")
+    overrides, patch = parse_overrides(args.set)
+    profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
+    km = KernelModel(profile, args.precision)
+    key = PEAK_KEYS.get(km.gemm_dtype, km.gemm_dtype)
+    missing = args.precision in ("fp8", "nvfp4") and km.gemm_dtype != args.precision
+    if missing or key not in profile.gpu.peak_tflops or (km.gemm_dtype == "nvfp4" and not profile.efficiency.gemm_fp4):
+        raise UserError(
+            "--precision", f"{profile.name} has no {args.precision} tensor-core rate; pick another precision or profile"
+        )
+    rows = []
+    for m, n, k in shapes:
+        b = km.gemm_breakdown(m, n, k, count=args.count)
+        rows.append({
+            "m": m, "n": n, "k": k, "count": args.count, "dtype": b.dtype, "flops": b.flops,
+            "time_s": b.seconds, "tflops": b.tflops, "of_peak": b.tflops * 1e12 / b.peak,
+            "curve": b.curve, "shape_factor": b.shape_factor, "cap": b.cap, "timed": b.timed,
+            "memory_bound": b.memory_bound,
+        })  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    _print_table(rows, profile.name, km.gemm_dtype)
+    return 0
+
+
+def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{dtype} GEMMs on {hw} (efficiencies are fractions of the datasheet peak)")
+    for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", "note"):
+        table.add_column(col, justify="left" if col in ("M x N x K", "note") else "right")
+    for r in rows:
+        notes = [n for n, on in (("timed (calibrated)", r["timed"]), ("memory-bound", r["memory_bound"])) if on]
+        count = f" x{r['count']}" if r["count"] != 1 else ""
+        table.add_row(
+            f"{r['m']} x {r['n']} x {r['k']}{count}",
+            f"{float(r['time_s']) * 1e6:.1f}",  # type: ignore[arg-type]
+            f"{float(r['tflops']):.1f}",  # type: ignore[arg-type]
+            f"{float(r['of_peak']):.3f}",  # type: ignore[arg-type]
+            "-" if r["timed"] else f"{float(r['curve']):.3f}",  # type: ignore[arg-type]
+            "-" if r["timed"] else f"{float(r['shape_factor']):.3f}",  # type: ignore[arg-type]
+            "-" if r["cap"] is None else f"{float(r['cap']):.3f}",  # type: ignore[arg-type]
+            ", ".join(notes),
+        )
+    Console(width=110).print(table)

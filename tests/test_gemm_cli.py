@@ -1,0 +1,69 @@
+"""``simcluster gemm``: the kernel model's GEMM times, shape by shape, beside their parts.
+
+Anchors: XLA's sm_90 table (tensorflow/tensorflow third_party/xla/xla/service/gpu/model/
+matmul_interpolator_data.h, bf16, b = 1) times 4096x4096x1024 at 677.4 TFLOP/s and
+1024x4096x4096 at 738.5 in bursts; the Hopper profiles take every GEMM at 0.95 of its burst
+rate (an 8x H200 node sustains 755 TFLOP/s, stas00/ml-engineering).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from simcluster.compute import KernelModel
+from simcluster.hardware import load_profile
+from tests.test_scenario_errors import assert_one_line_error
+
+
+def _rows(cli, *argv):
+    res = cli("gemm", *argv, "--json")
+    assert res.code == 0, res.err
+    return json.loads(res.out)
+
+
+def test_the_rows_are_the_kernel_models_times(cli):
+    rows = _rows(cli, "16384,4096,1024", "8192,8192,8192", "--hardware", "dgx-h100")
+    km = KernelModel(load_profile("dgx-h100"), "bf16")
+    for r in rows:
+        assert r["time_s"] == km.gemm(r["m"], r["n"], r["k"])
+        assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
+        assert r["dtype"] == "bf16" and not r["timed"]
+
+
+def test_a_short_k_shows_its_shape_factor_and_runs_below_a_long_one(cli):
+    short, long_k = _rows(cli, "4096,4096,1024", "1024,4096,4096")
+    assert short["flops"] == long_k["flops"] and short["curve"] == long_k["curve"]
+    assert short["shape_factor"] < 0.95 < 1.0 < long_k["shape_factor"]
+    # the kernel alone (launch gap off) against XLA's burst rates at the sustained share: within
+    # 6% (the curve's 3.44e10 point is the mean of two of the level's shapes, not its median)
+    launch = 4e-6
+    for row, burst in ((short, 677.4), (long_k, 738.5)):
+        device = row["flops"] / (row["time_s"] - launch) / 1e12
+        assert device == pytest.approx(0.95 * burst, rel=0.06)
+
+
+def test_a_timed_shape_is_marked_and_runs_at_its_time(cli, tmp_path):
+    profile = load_profile("dgx-h100").model_dump(mode="json")
+    profile["measured"] = {"gemm": [{"dtype": "bf16", "m": 4096, "n": 4096, "k": 1024, "time_s": 80e-6}]}
+    path = tmp_path / "timed.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    (row,) = _rows(cli, "4096,4096,1024", "--hardware", str(path))
+    assert row["timed"] and row["time_s"] == pytest.approx(80e-6 + 4e-6)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (("4096,4096",), "shapes"),
+        (("4096,0,1024",), "shapes"),
+        (("4096,4096,1024", "--precision", "fp8", "--hardware", "dgx-a100"), "--precision"),
+        (("4096,4096,1024", "--precision", "int4"), "--precision"),
+        (("4096,4096,1024", "--count", "0"), "--count"),
+        (("4096,4096,1024", "--hardware", "dgx-h900"), "--hardware"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(cli, argv, field):
+    assert_one_line_error(cli("gemm", *argv), field)
