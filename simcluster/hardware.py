@@ -25,6 +25,7 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
+from simcluster.paths import anchor_path
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -441,11 +442,8 @@ def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
     if not isinstance(eff, dict):
         return
     name = eff.get("gemm_shapes")
-    if not isinstance(name, str) or not name.endswith((".yaml", ".yml")) or Path(name).is_absolute():
-        return
-    beside = Path(origin).parent / name
-    if beside.is_file():
-        eff["gemm_shapes"] = str(beside)
+    if isinstance(name, str) and name.endswith((".yaml", ".yml")):  # a table's name is not a path
+        eff["gemm_shapes"] = anchor_path(name, Path(origin).parent)
 
 
 def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:

@@ -25,15 +25,16 @@ def anchor_paths(data: Any, base: Path) -> Any:
         return data
     out = dict(data)
     if isinstance(out.get("model"), str):  # the shorthand `model: llama/config.json`
-        out["model"] = _anchor(out["model"], base)
+        out["model"] = anchor_path(out["model"], base)
     for section, key in PATH_FIELDS:
         values = out.get(section)
         if isinstance(values, dict) and isinstance(values.get(key), str):
-            out[section] = {**values, key: _anchor(values[key], base)}
+            out[section] = {**values, key: anchor_path(values[key], base)}
     return out
 
 
-def _anchor(text: str, base: Path) -> str:
+def anchor_path(text: str, base: Path) -> str:
+    """``text`` made ``base / text`` when it is a relative path to a file there; else as given."""
     path = Path(text)
     if not _is_path(text) or path.is_absolute():
         return text
