@@ -9,7 +9,7 @@ import importlib
 from dataclasses import dataclass
 
 from simcluster.errors import UserError
-from simcluster.units import format_bytes
+from simcluster.units import format_bytes, parse_gemm_shape
 
 # A shape's memory is that of the widest precision timed (fp32, calibrate.gemm): A, B and C.
 FP32_BYTES = 4
@@ -85,16 +85,7 @@ def parse_shapes(text: str) -> list[GemmShape]:
     """Parse ``'M,N,K;M,N,K'`` into shapes."""
     shapes = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
-        parts = item.split(",")
-        try:
-            m, n, k = (int(p) for p in parts)
-        except ValueError:
-            raise UserError(
-                "--shapes", f"'{item}' is not M,N,K (three integers); write e.g. 4096,4096,1024"
-            ) from None
-        if min(m, n, k) <= 0:
-            raise UserError("--shapes", f"'{item}': M, N and K must be positive")
-        shape = GemmShape(m, n, k)
+        shape = GemmShape(*parse_gemm_shape(item, "--shapes"))
         limit = f"{format_bytes(MAX_GEMM_BYTES)}, beyond any GPU's memory"
         check_fits([shape], MAX_GEMM_BYTES, limit, "--shapes")  # a typo: refused before torch loads
         shapes.append(shape)

@@ -84,3 +84,15 @@ def format_time(t: float) -> str:
     if t < 1.0:
         return f"{t * 1e3:.2f} ms"
     return f"{t:.3f} s"
+
+
+def parse_gemm_shape(text: str, field: str) -> tuple[int, int, int]:
+    """``'M,N,K'`` (C[M, N] = A[M, K] @ B[K, N]) -> three positive integers."""
+    item = text.strip()
+    try:
+        m, n, k = (int(p) for p in item.split(","))
+    except ValueError:
+        raise UserError(field, f"'{item}' is not M,N,K (three integers); write e.g. 4096,4096,1024") from None
+    if min(m, n, k) <= 0:
+        raise UserError(field, f"'{item}': M, N and K must be positive")
+    return m, n, k

@@ -15,6 +15,7 @@ from simcluster.commands.collective import parse_overrides
 from simcluster.compute import KernelModel
 from simcluster.errors import UserError
 from simcluster.hardware import PEAK_KEYS, load_profile
+from simcluster.units import parse_gemm_shape
 
 NAME = "gemm"
 HELP = "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)"
@@ -40,20 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _shape(text: str) -> tuple[int, int, int]:
-    parts = text.split(",")
-    try:
-        m, n, k = (int(p) for p in parts)
-    except ValueError:
-        raise UserError("shapes", f"'{text}' is not M,N,K (three integers); write e.g. 16384,4096,1024") from None
-    if min(m, n, k) <= 0:
-        raise UserError("shapes", f"'{text}': M, N and K must be positive")
-    return m, n, k
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the command; UserError for bad input."""
-    shapes = [_shape(s) for s in args.shapes]
+    shapes = [parse_gemm_shape(s, "shapes") for s in args.shapes]
     if args.precision not in PRECISIONS:
         raise UserError("--precision", f"'{args.precision}' is not one of {', '.join(PRECISIONS)}")
     if args.count < 1:
