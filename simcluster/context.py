@@ -121,12 +121,8 @@ def _check_precision(training: TrainingSection, profile: HardwareProfile) -> Non
         )
     if training.precision != "nvfp4":
         return
-    measured = [r for r in profile.measured.get("gemm", []) or [] if str(r.get("dtype")) == "nvfp4"]
-    if "fp4" not in profile.gpu.peak_tflops:
-        missing = "no FP4 peak"
-    elif not (profile.efficiency.gemm_fp4 or measured):
-        missing = "no efficiency.gemm_fp4"
-    else:
+    missing = profile.gemm_rate_missing("nvfp4")
+    if missing is None:
         return
     raise UserError(
         "training.precision",

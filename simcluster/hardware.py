@@ -260,6 +260,18 @@ class HardwareProfile(_Strict):
             )
         return table[key] * 1e12
 
+    def gemm_rate_missing(self, dtype: str) -> str | None:
+        """What the profile lacks to time GEMMs of ``dtype`` on tensor cores ('no FP4 peak',
+        'no efficiency.gemm_fp4'), or None: the dtype's peak, and for NVFP4 a rate curve or
+        measured NVFP4 GEMMs (its rate is not a fraction of another's)."""
+        key = PEAK_KEYS.get(dtype, dtype)
+        if key not in self.gpu.peak_tflops:
+            return f"no {key.upper()} peak"
+        measured = any(str(r.get("dtype")) == dtype for r in self.measured.get("gemm", []) or [])
+        if dtype == "nvfp4" and not (self.efficiency.gemm_fp4 or measured):
+            return "no efficiency.gemm_fp4"
+        return None
+
     def attention_kernel_in_use(self, kernel: str | None) -> str | None:
         """The fused-attention kernel a scenario runs: the one it names, else the profile's own
         measurements (``measured``), else the profile's default; None = scalar efficiencies."""

@@ -14,7 +14,7 @@ import json
 from simcluster.commands.collective import parse_overrides
 from simcluster.compute import KernelModel
 from simcluster.errors import UserError
-from simcluster.hardware import PEAK_KEYS, load_profile
+from simcluster.hardware import load_profile
 from simcluster.units import parse_gemm_shape
 
 NAME = "gemm"
@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     overrides, patch = parse_overrides(args.set)
     profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
     km = KernelModel(profile, args.precision)
-    key = PEAK_KEYS.get(km.gemm_dtype, km.gemm_dtype)
-    missing = args.precision in ("fp8", "nvfp4") and km.gemm_dtype != args.precision
-    if missing or key not in profile.gpu.peak_tflops or (km.gemm_dtype == "nvfp4" and not profile.efficiency.gemm_fp4):
+    # fp8 and nvfp4 never fall back to another dtype here, as KernelModel would for fp8
+    fallback = args.precision in ("fp8", "nvfp4") and km.gemm_dtype != args.precision
+    if fallback or profile.gemm_rate_missing(km.gemm_dtype):
         raise UserError(
             "--precision", f"{profile.name} has no {args.precision} tensor-core rate; pick another precision or profile"
         )

@@ -118,7 +118,7 @@ def _peak_and_gemm(p: HardwareProfile, precision: str, key: str) -> str:
     from simcluster.compute import KernelModel
 
     peak = p.gpu.peak_tflops.get(key)
-    if peak is None or (precision == "nvfp4" and not p.efficiency.gemm_fp4):
+    if peak is None or p.gemm_rate_missing(precision):
         return "-" if peak is None else f"{peak:g}"
     km = KernelModel(p, precision)
     flops = 2.0 * _LARGE_GEMM**3
