@@ -19,6 +19,7 @@ import yaml
 
 from calibrate.spread import spread
 from simcluster.attention_kernels import MEASURED, curves_from_rows
+from simcluster.compute import median_curve
 from simcluster.hardware import load_profile, profile_from_dict, resolve_profile_path
 from simcluster.output.atomic import atomic_write_text
 
@@ -141,13 +142,8 @@ def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[lis
     if not dtypes:
         return None
     ref = "bf16" if "bf16" in dtypes else dtypes[0]
-    by_flops: dict[float, list[float]] = {}
-    for r in m.gemm:
-        if r["dtype"] == ref:
-            flops = 2.0 * r["m"] * r["n"] * r["k"]
-            by_flops.setdefault(flops, []).append(r["tflops"] / peaks[ref])
-    # the median of the shapes timed at a FLOP count, the centre the shape table is taken against
-    return ref, [[f, statistics.median(v)] for f, v in sorted(by_flops.items())]
+    points = [(2.0 * r["m"] * r["n"] * r["k"], r["tflops"] / peaks[ref]) for r in m.gemm if r["dtype"] == ref]
+    return ref, [[f, e] for f, e in median_curve(points)]
 
 
 def _shape_cube(m: Measurements, ref: str) -> dict[str, Any] | None:

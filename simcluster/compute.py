@@ -42,6 +42,16 @@ NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 NVFP4_SR_SLOWDOWN = 6.4 / 4.5
 
 
+def median_curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(FLOPs, efficiency) of timed GEMMs -> one point per FLOP count, in size order: the median
+    of the shapes timed at it, the centre a shape table's factors are taken against
+    (gemm_shape_table.py)."""
+    by_flops: dict[float, list[float]] = {}
+    for flops, eff in points:
+        by_flops.setdefault(flops, []).append(eff)
+    return [(flops, statistics.median(effs)) for flops, effs in sorted(by_flops.items())]
+
+
 @dataclass(frozen=True)
 class GemmBreakdown:
     """How :meth:`KernelModel.gemm_breakdown` times a GEMM (efficiencies are fractions of
@@ -94,14 +104,7 @@ class KernelModel:
             key = (dtype, int(row["m"]), int(row["n"]), int(row["k"]))
             self._timed[key] = min(float(row["time_s"]), self._timed.get(key, math.inf))
         for dtype, rows in self._gemm_curves.items():
-            # one point per FLOP count, the median of the shapes timed at it: the centre a
-            # shape table's factors are taken against (gemm_shape_table.py)
-            by_flops: dict[float, list[float]] = {}
-            for flops, eff in rows:
-                by_flops.setdefault(round(math.log(flops), 9), []).append(eff)
-            self._gemm_curves[dtype] = [
-                (math.exp(x), statistics.median(effs)) for x, effs in sorted(by_flops.items())
-            ]
+            self._gemm_curves[dtype] = median_curve(rows)
 
     # --- peaks ------------------------------------------------------------------------
     def _peak(self, dtype: str) -> float:

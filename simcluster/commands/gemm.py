@@ -12,6 +12,7 @@ import argparse
 import json
 
 from simcluster.commands.collective import parse_overrides
+from simcluster.commands.listing import PRECISIONS
 from simcluster.compute import KernelModel
 from simcluster.errors import UserError
 from simcluster.hardware import load_profile
@@ -19,8 +20,6 @@ from simcluster.units import parse_gemm_shape
 
 NAME = "gemm"
 HELP = "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)"
-
-PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "fp32")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
