@@ -90,7 +90,12 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     # came with it), so a run with SP is taken to be the 2022 code
     sp = _parallel_flag(raw, "sequence_parallel")
     return {
-        "overlap": {"dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False},
+        # pipeline transfers as 1/tp slices, all-gathered by the receiving stage
+        # (--scatter-gather-tensors-in-pipeline, default on; p2p_communication.py _communicate)
+        "overlap": {
+            "dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False,
+            "pp_scatter_gather": True,
+        },
         "training": {"flash_attention": False, "elementwise": "fused"},
         # the local DDP's buffer_.data /= dp, then one all-reduce of the whole buffer; the buffer
         # zeroed each step
@@ -106,11 +111,19 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad (the BF16_Optimizer, by
         # contrast, adds every microbatch into an fp32 buffer: the default)
         training["fp32_grad_accum"] = False
+    else:
+        # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
+        # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add
+        training["grad_accum_cast"] = True
     zero = _zero_stage(raw)
     # Megatron-DeepSpeed's linears reduce the input gradient in a blocking all-reduce
     # (mpu/layers.py copy_to_tensor_model_parallel_region, forked before Megatron's async one)
+    # the pipeline engine partitions a stage's output over the model-parallel group and the
+    # receiver all-gathers it (runtime/pipe/engine.py is_pipe_partitioned / is_grad_partitioned,
+    # PartitionedTensor.full)
     overlap: dict[str, Any] = {
         "tp_comm": False, "tp_grad_async": False, "pp_comm": False, "pp_p2p": "serial",
+        "pp_scatter_gather": True,
     }  # fmt: skip
     if zero < 3:
         # the pipeline engine reduces after the last backward; without a pipeline, ZeRO-1/2's

@@ -218,6 +218,15 @@ class TrainingSection(_Section):
             "gradient_accumulation_fusion, TE fuse_wgrad_accumulation): no 16-bit gradient buffer"
         ),
     )
+    grad_accum_cast: bool = Field(
+        default=False,
+        description=(
+            "without grad_accum_fusion, each microbatch's 16-bit gradient is cast to a temporary "
+            "fp32 tensor and then added to the fp32 gradient (DeepSpeed's BF16_Optimizer: "
+            "hp_grad.add_(lp.grad.to(fp32))): 18 bytes per parameter per microbatch instead of "
+            "an in-place add's 10"
+        ),
+    )
     recompute: Literal["none", "selective", "full", "op"] = Field(
         default="none",
         description=(
@@ -403,6 +412,17 @@ class OverlapSection(_Section):
             "engines, one blocking send or receive at a time, a receive of the next activation before the previous "
             "gradient's send, and a transfer starts only once its receiver is in its receive "
             "(1f1b with pp_comm false only)"
+        ),
+    )
+    pp_scatter_gather: bool = Field(
+        default=False,
+        description=(
+            "without sequence parallelism, each tensor-parallel rank sends only its 1/tp slice "
+            "of the activation or gradient to the next stage, and the receiving stage all-gathers "
+            "the slices over its TP group before using them (Megatron-LM 2021's "
+            "--scatter-gather-tensors-in-pipeline, on by default there; DeepSpeed's pipeline "
+            "engine partitions them likewise); false: every TP rank sends the whole tensor "
+            "(Megatron-Core, nanotron, torch pipelining)"
         ),
     )
     ep_comm: bool = Field(

@@ -129,8 +129,10 @@ for r in e["rows"]:
             # Megatron 2021: blocking pipeline send/recv (no p2p overlap), no TP overlap, and the
             # backward's TP all-reduce blocking (copy_to_tensor_model_parallel_region; the async
             # ColumnParallelLinearWithAsyncAllreduce came after the paper's runs)
+            # pipeline transfers as 1/tp slices re-gathered by the receiving stage (the paper's
+            # Sec. 4.1 scatter/gather optimisation, --scatter-gather-tensors-in-pipeline default)
             "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "tp_grad_async": False,
-                        "pp_comm": False},
+                        "pp_comm": False, "pp_scatter_gather": True},
             # both DDPs average before reducing: Megatron's local DDP divides its gradient buffer
             # by dp (buffer_.data /= dp), torch DDP's reducer each bucket (div_ by world size)
             # the local DDP also zeroes its contiguous buffer at each step's start (train_step:
@@ -358,8 +360,10 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                 # the paper's Megatron (megatron/mpu/layers.py with model_parallel_memory_opt):
                 # the input gradient's all-reduce (full) or reduce-scatter (SP) is asynchronous,
                 # under the weight gradient (ColumnParallelLinearWithAsyncAllreduce)
+                # (--scatter-gather-tensors-in-pipeline is on, but under SP the sends are already
+                # 1/tp slices)
                 "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": True,
-                            "pp_comm": False},
+                            "pp_comm": False, "pp_scatter_gather": True},
                 # Megatron's local DDP (buffer_.data /= dp; one replica here), its buffer zeroed
                 # at each step's start (train_step: partition.zero_grad_buffer())
                 "dp": {"prescale": True, "zero_grad_buffer": True, "bucket_mb": 1.0e6},
@@ -822,8 +826,10 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
             "(framework deepspeed). Hardware (README.md): 8 A100 80GB per node, NVLink, 4 Omni-Path links per "
             "node (OPA 100 Gb/s per port) on a dedicated NCCL subnet, 'non-blocking fat tree' (HF blog "
             "bloom-megatron-deepspeed): dgx-a100 with 4 NICs of 100 Gb/s. NOT MODELLED: CUDA_LAUNCH_BLOCKING=1 "
-            "(exported to avoid hangs; BigScience measured 0-6% from it, chronicles-prequel.md), the partitioned "
-            "activations' TP all-gathers at each stage boundary (DeepSpeed pipe engine)."
+            "(exported to avoid hangs; BigScience measured 0-6% from it, chronicles-prequel.md). The pipe engine "
+            "sends each stage's output and input gradient as 1/tp partitions and the receiver all-gathers "
+            "them over its TP group (runtime/pipe/engine.py is_pipe_partitioned, is_grad_partitioned: "
+            "overlap.pp_scatter_gather, set by framework deepspeed)."
         ),
         "published": {"seconds_per_iteration": seconds, "tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": 2048, "seq_len": 2048, "layers": 70, "hidden": 14336, "vocab": 250880},

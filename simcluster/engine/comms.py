@@ -29,6 +29,9 @@ GROUP_DIM = {
     "dpr": "dpr",  # and the replicas of one shard
     "edp": "edp",
     "pp": "pp",
+    # the receiving stage's all-gather of the slices a scatter/gather pipeline transfer sends
+    # (overlap.pp_scatter_gather): a TP-group collective that belongs to the pipeline transfer
+    "ppg": "tp",
     "embd": "embd",
 }
 # groups whose members sit on different pipeline stages: even in symmetric mode each member is
@@ -37,7 +40,7 @@ CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
 DP_GROUPS = frozenset({"edp", "dps", "dpr"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
-SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep"}
+SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp"}
 
 
 @dataclass
@@ -131,13 +134,13 @@ class Comms:
                 assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.enter(rank, held)
             if op == "send_recv":  # ring exchange with the next rank of the group (CP)
-                yield from self._ring_step(rank, stage, dim, members, nbytes)
+                yield from self._ring_step(rank, stage, group, members, nbytes)
             elif group in CROSS_STAGE:
                 # the event starts when the partner arrives: the wait for it is pipeline
                 # imbalance (the last stage finishes its backward first), not communication
-                start = yield self._join(rank, dim, op, members, nbytes, stage)
+                start = yield self._join(rank, dim, op, members, nbytes, stage, group)
             elif self.all_ranks:
-                yield self._join(rank, dim, op, members, nbytes, stage)
+                yield self._join(rank, dim, op, members, nbytes, stage, group)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
             if held:
@@ -161,21 +164,30 @@ class Comms:
             )
 
     def _ring_step(
-        self, rank: int, stage: int, dim: str, members: list[int], nbytes: float
+        self, rank: int, stage: int, group: str, members: list[int], nbytes: float
     ) -> Generator:
+        dim = GROUP_DIM[group]
         nxt = members[(members.index(rank) + 1) % len(members)]
         if self.all_ranks:
-            yield self._join(rank, dim, "send_recv", members, nbytes, stage)
+            yield self._join(rank, dim, "send_recv", members, nbytes, stage, group)
             return
         yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage))
 
     def _join(
-        self, rank: int, dim: str, op: str, members: list[int], nbytes: float, stage: int
+        self,
+        rank: int,
+        dim: str,
+        op: str,
+        members: list[int],
+        nbytes: float,
+        stage: int,
+        group: str,
     ) -> simpy.Event:
         """Rendezvous of a group's members; the last arrival starts the network operation
         (in symmetric mode for every symmetric group of ``stage`` at once). The event's value
-        is the time the operation started."""
-        counter_key = (rank, dim)
+        is the time the operation started. Calls are matched in order per ``group``: two
+        groups over the same ranks (``tp`` and ``ppg``) are issued by different processes."""
+        counter_key = (rank, group)
         seq = self._counters[counter_key]
         self._counters[counter_key] += 1
         key = (tuple(members), op, seq)

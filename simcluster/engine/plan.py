@@ -290,8 +290,13 @@ def pipeline_p2p_seconds(ctx: Context, cluster: Cluster) -> float:
     lay = ctx.layout
     if lay.pp < 2 or ctx.scenario.cluster.network == "ideal":
         return 0.0
-    nbytes = Shapes(ctx.model, lay, ctx.scenario.training).p2p_bytes
-    return collective_time("send_recv", nbytes, cluster, [lay.representative(0), lay.representative(1)])
+    send, gather = Shapes(ctx.model, lay, ctx.scenario.training).pipe_transfer(
+        ctx.scenario.overlap.pp_scatter_gather
+    )
+    seconds = collective_time("send_recv", send, cluster, [lay.representative(0), lay.representative(1)])
+    if gather:
+        seconds += collective_time("all_gather", gather, cluster, lay.group("tp", lay.representative(1)))
+    return seconds
 
 
 def planned_orders(ctx: Context) -> list[list[PipeOp]]:

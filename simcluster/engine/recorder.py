@@ -22,6 +22,8 @@ STREAM_OF_GROUP = {
     "dps": "comm_dp",
     "dpr": "comm_dp",
     "pp": "comm_pp",
+    # a scatter/gather pipeline transfer's all-gather runs in the receive's blocking call
+    "ppg": "comm_pp_recv",
     "embd": "comm_dp",  # tied-embedding gradient sync: a gradient reduction like DP's
 }
 

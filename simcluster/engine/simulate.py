@@ -134,6 +134,9 @@ def simulate(
         on_gpu = local * (opt_bpp * (1.0 - host_share) + GPU_BYTES_PER_OFFLOADED_PARAM * host_share)
         optimizer_seconds.append(km.memory(on_gpu))
         offloaded_seconds.append(offload_seconds(ctx, local * host_share))
+    p2p_bytes, p2p_gather_bytes = Shapes(ctx.model, ctx.layout, sc.training).pipe_transfer(
+        sc.overlap.pp_scatter_gather
+    )
     shared = Shared(
         env,
         comms,
@@ -141,7 +144,7 @@ def simulate(
         ctx,
         plans,
         optimizer_seconds,
-        Shapes(ctx.model, ctx.layout, sc.training).p2p_bytes,
+        p2p_bytes,
         _fsdp2_copies(ctx, km),
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
@@ -150,6 +153,7 @@ def simulate(
         host_link_bytes_per_s=_activation_link(ctx),
         grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
         host_op_s=ctx.profile.efficiency.host_op_us * 1e-6,
+        p2p_gather_bytes=p2p_gather_bytes,
     )
     ranks = (
         range(ctx.layout.world)

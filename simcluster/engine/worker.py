@@ -101,6 +101,9 @@ class Shared:
     # host seconds of one op issued from Python (efficiency.host_op_us): the first kernel of a
     # block waits that long after the host starts issuing it; a sync's read-back as long
     host_op_s: float = 0.0
+    # bytes of the receiving stage's TP all-gather after a scatter/gather pipeline transfer
+    # (overlap.pp_scatter_gather; 0: the whole tensor is sent)
+    p2p_gather_bytes: float = 0.0
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
@@ -580,6 +583,11 @@ class Worker:
                 op.chunk,
                 pairs,
             )
+            if sh.p2p_gather_bytes:  # the receiver reassembles the slices over its TP group
+                yield from sh.comms.collective(
+                    dst, dst_stage, "ppg", "all_gather", sh.p2p_gather_bytes, f"{name} gather",
+                    op.microbatch, op.chunk,
+                )  # fmt: skip
             event.succeed()
 
         return sh.env.process(transfer())

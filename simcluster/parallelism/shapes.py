@@ -39,6 +39,22 @@ class Shapes:
         shard = self.layout.tp if self.layout.sequence_parallel else 1
         return self.hidden_bytes / shard
 
+    def pipe_transfer(self, scatter_gather: bool) -> tuple[float, float]:
+        """(bytes each rank sends to the next stage, bytes of the receiving TP group's
+        all-gather; 0 for none) of one pipeline transfer.
+
+        With ``scatter_gather`` (``overlap.pp_scatter_gather``) and the tensor replicated over
+        the TP group (no sequence parallelism), each TP rank sends its 1/tp slice and the
+        receivers all-gather the whole tensor over their TP group (Narayanan et al. SC'21,
+        Sec. 4.1: the scatter/gather optimisation; Megatron-LM 2021
+        ``split_tensor_into_1d_equal_chunks`` / ``gather_split_1d_tensor``). Under sequence
+        parallelism the tensor is already split by tp, so nothing changes.
+        """
+        tp = self.layout.tp
+        if not scatter_gather or tp == 1 or self.layout.sequence_parallel:
+            return self.p2p_bytes, 0.0
+        return self.hidden_bytes / tp, self.hidden_bytes
+
     @property
     def tp_collective_bytes(self) -> float:
         """nccl-tests size of one TP collective (AG output / RS input / AR buffer): b*s*h*bytes/cp."""

@@ -1,12 +1,26 @@
 """Adding each microbatch's weight gradients into the accumulated (main) gradients.
 
 Mixed-precision trainers keep an fp32 "main" gradient per parameter and add every
-microbatch's weight gradient into it. Megatron-LM and Megatron-Core fuse the add into the
-weight-gradient GEMM (``gradient_accumulation_fusion``, on by default: apex
-``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32``, a cuBLAS GEMM with beta = 1 on the
-fp32 ``main_grad``; TransformerEngine ``fuse_wgrad_accumulation``); nanotron and DDP-style hooks
-add the 16-bit gradient in a separate kernel. Either way every parameter's fp32 gradient is read
-and written once per microbatch, 8 bytes of HBM traffic per parameter.
+microbatch's weight gradient into it, in one of three ways, each a different number of HBM
+bytes per parameter beyond the GEMM benchmarks' own 16-bit output write:
+
+- fused (``training.grad_accum_fusion``): Megatron-LM's and Megatron-Core's
+  ``gradient_accumulation_fusion`` (apex ``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32``,
+  a cuBLAS GEMM with beta = 1 on the fp32 ``main_grad``; TransformerEngine
+  ``fuse_wgrad_accumulation``): the epilogue reads the fp32 gradient and writes it back
+  (4 + 4 bytes) instead of writing 16 bits (2): 6 bytes;
+- an in-place add of the 16-bit gradient (Megatron without the fusion, ``main_grad.add_(grad)``;
+  nanotron's ``FP32GradientAccumulator``, ``fp32_grad.add_(half_grad)``): reads 2 + 4, writes 4:
+  10 bytes;
+- a cast, then an add (``training.grad_accum_cast``: DeepSpeed's ``BF16_Optimizer.update_hp_grads``,
+  ``hp_grad.add_(lp.grad.to(fp32))``, after every microbatch's backward): the cast reads 2 and
+  writes a 4-byte temporary, the add reads 4 + 4 and writes 4: 18 bytes.
+
+The first two are charged alike, 8 bytes, the fp32 read and write they share (a
+simplification worth 2 bytes either way; the fp16 Megatron runs of the Narayanan and Zero
+Bubble families, which keep 16-bit gradients in their code but fit only with an fp32 charge,
+are where an unexplained cost already sits: docs/accuracy.md). The cast path is charged its
+18: ten bytes beyond the others is not a rounding.
 
 Tensor-core work does not hide it. Unfused it is its own kernel. Fused it is the epilogue of
 each output tile, which runs after that tile's main loop; cuBLAS's large tiles hold one CTA per
@@ -14,15 +28,13 @@ SM (an assumption from their register and shared-memory use), so nothing else ru
 meanwhile. The GEMM efficiency curves were measured with 16-bit outputs and beta = 0, so they do
 not contain it. It matters when the reduction dimension of the weight-gradient GEMM (the
 microbatch's tokens) is short: at 1024 tokens the 8 bytes cost about a sixth of the GEMM.
-The fused path saves the 2-byte 16-bit write that the benchmarks include and the unfused one
-also reads the 16-bit gradient (2 bytes): the two paths are not distinguished.
 
 Trainers that keep the accumulated gradient in 16 bits (``training.fp32_grad_accum: false``:
 Megatron-Core with ``grad_reduce_in_fp32=False``, DeepSpeed's fp16 ``.grad``) still add every
 microbatch into it: fused, the epilogue reads the 16-bit gradient it then writes (2 bytes
 beyond the benchmark's write); unfused, autograd's in-place add reads both 16-bit gradients
-and writes one (4 bytes beyond it). Autograd's first microbatch writes ``.grad`` without an
-add; it is charged like the others (one pass in m, a simplification).
+and writes one (6 bytes). Autograd's first microbatch writes ``.grad`` without an add; it is
+charged like the others (one pass in m, a simplification).
 """
 
 from __future__ import annotations
@@ -31,9 +43,12 @@ from simcluster.compute import KernelModel
 from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
-ACCUM_BYTES_PER_PARAM = 8.0  # read + write of the fp32 main gradient
+# bytes per parameter beyond the benchmark's 16-bit output write (module docstring)
+# the fused epilogue (6) and the in-place add (10), charged alike (module docstring)
+ACCUM_BYTES_PER_PARAM = 8.0
+ACCUM_FP32_CAST_ADD = 18.0  # grad.to(fp32) (2 read, 4 written), then the add (4 + 4 read, 4 written)
 ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumulates into
-ACCUM_16BIT_UNFUSED = 4.0  # autograd's add: both 16-bit gradients read, one written
+ACCUM_16BIT_UNFUSED = 6.0  # autograd's add: both 16-bit gradients read, one written
 
 
 def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
@@ -47,7 +62,8 @@ def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
     if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
         return 0.0
     if training.fp32_grad_accum:
-        return ACCUM_BYTES_PER_PARAM
+        cast = training.grad_accum_cast and not training.grad_accum_fusion
+        return ACCUM_FP32_CAST_ADD if cast else ACCUM_BYTES_PER_PARAM
     return ACCUM_16BIT_FUSED if training.grad_accum_fusion else ACCUM_16BIT_UNFUSED
 
 
