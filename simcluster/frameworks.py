@@ -270,26 +270,33 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
             "scores, 'local' DDP (the gradient buffer divided by dp, then all-reduced after the "
-            "backward), blocking pipeline send/recv, no TP overlap; the backward's TP collective "
+            "backward), blocking pipeline send/recv of 1/tp slices re-gathered by the receiving "
+            "stage (the scatter/gather optimisation), no TP overlap; the backward's TP collective "
             "blocks as in the SC'21 code, "
             "unless sequence parallelism says it is the MLSys'23 code (async under the weight "
             "gradient; set overlap.tp_grad_async true for that code's runs without SP)",
             "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "
-            "examples/academic_paper_scripts/sc21; FlashAttention (arXiv 2205.14135) postdates it",
+            "examples/academic_paper_scripts/sc21; p2p_communication.py _communicate "
+            "(--scatter-gather-tensors-in-pipeline on by default); FlashAttention (arXiv "
+            "2205.14135) postdates it",
             _megatron_lm_2021,
         ),
         Framework(
             "deepspeed",
             "DeepSpeed's pipeline engine (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it): "
-            "instructions run one after another, one blocking send or receive at a time, gradients "
+            "instructions run one after another, one blocking send or receive at a time of 1/tp "
+            "partitions re-gathered by the receiving stage, every microbatch's bf16 gradients cast "
+            "to fp32 and then added by the BF16_Optimizer, gradients "
             "all-reduced only after the last backward in 5e8-element buckets (attention is the model code's: set "
             "training.flash_attention false for runs before --use-flash-attn)",
-            "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, schedule.py, p2p.py "
+            "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
+            "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
             "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
-            "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch, zeroed after "
-            "each step by clear_hp_grads); zero "
+            "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch by "
+            "update_hp_grads, hp_grad.add_(lp.grad.to(fp32)), zeroed after each step by "
+            "clear_hp_grads); zero "
             "reduce_bucket_size default 5e8",
             _deepspeed,
         ),
