@@ -89,6 +89,12 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     # gradient in the 2022 code that brought sequence parallelism (its asynchronous all-reduce
     # came with it), so a run with SP is taken to be the 2022 code
     sp = _parallel_flag(raw, "sequence_parallel")
+    training: dict[str, Any] = {"flash_attention": False, "elementwise": "fused"}
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16":
+        # arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16 only; an fp16 run
+        # without the flag keeps its main_grad buffer in fp16 and all-reduces it so
+        training["fp32_grad_accum"] = False
     return {
         # pipeline transfers as 1/tp slices, all-gathered by the receiving stage
         # (--scatter-gather-tensors-in-pipeline, default on; p2p_communication.py _communicate)
@@ -96,7 +102,7 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
             "dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False,
             "pp_scatter_gather": True,
         },
-        "training": {"flash_attention": False, "elementwise": "fused"},
+        "training": training,
         # the local DDP's buffer_.data /= dp, then one all-reduce of the whole buffer; the buffer
         # zeroed each step
         "dp": {"prescale": True, "zero_grad_buffer": True, "bucket_mb": 1.0e6},
@@ -269,13 +275,14 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
-            "scores, 'local' DDP (the gradient buffer divided by dp, then all-reduced after the "
-            "backward), blocking pipeline send/recv of 1/tp slices re-gathered by the receiving "
+            "scores, 'local' DDP (the gradient buffer, fp16 in an fp16 run and fp32 in a bf16 one, "
+            "divided by dp, then all-reduced after the backward), blocking pipeline send/recv of 1/tp slices re-gathered by the receiving "
             "stage (the scatter/gather optimisation), no TP overlap; the backward's TP collective "
             "blocks as in the SC'21 code, "
             "unless sequence parallelism says it is the MLSys'23 code (async under the weight "
             "gradient; set overlap.tp_grad_async true for that code's runs without SP)",
-            "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'); "
+            "NVIDIA/Megatron-LM megatron/arguments.py before 2023-08 (--DDP-impl default 'local'; "
+            "accumulate_allreduce_grads_in_fp32 forced for bf16 only); "
             "examples/academic_paper_scripts/sc21; p2p_communication.py _communicate "
             "(--scatter-gather-tensors-in-pipeline on by default); FlashAttention (arXiv "
             "2205.14135) postdates it",

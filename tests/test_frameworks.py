@@ -244,3 +244,13 @@ def test_framework_names_match_as_people_write_them():
                            ("torch titan", "torchtitan"), ("NeMo 2", "nemo"), ("Megatron-LM", "megatron-core"),
                            ("MEGATRON-LM-2021", "megatron-lm-2021"), ("Megatron DeepSpeed", "deepspeed")]:  # fmt: skip
         assert get_framework(spelling).name == name, spelling
+
+
+def test_megatron_lm_2021_keeps_an_fp16_runs_gradients_in_fp16():
+    """Megatron-LM's arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16 only (the
+    flag is off by default), so an fp16 run's main_grad buffer is fp16: accumulated and
+    all-reduced in 16 bits (the SC'21 scripts pass --fp16 without the flag)."""
+    fp16 = FRAMEWORKS["megatron-lm-2021"].defaults({"training": {"precision": "fp16"}})
+    bf16 = FRAMEWORKS["megatron-lm-2021"].defaults({"training": {"precision": "bf16"}})
+    assert fp16["training"]["fp32_grad_accum"] is False
+    assert "fp32_grad_accum" not in bf16["training"]  # the fp32 default

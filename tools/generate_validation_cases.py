@@ -110,7 +110,9 @@ for r in e["rows"]:
             "NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh. measured "
             "step_time_s = 96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h)) / (TFLOP/s * gpus) (the paper's eq. 3, "
             "counts the recompute forward). attention: unfused (softmax kernels on materialised scores; FlashAttention, Dao et al. "
-            "arXiv 2205.14135, is from 2022). ddp: "
+            "arXiv 2205.14135, is from 2022). Gradients fp16: CONFIG.sh passes --fp16 without "
+            "--accumulate-allreduce-grads-in-fp32 (arguments.py forces it for bf16 only), so the main_grad "
+            "buffer is fp16, accumulated and all-reduced in fp16 (training.fp32_grad_accum false). ddp: "
             + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap), its contiguous "
                "buffer zeroed at each step's start (training.py train_step: zero_grad_buffer)" if local_ddp
                else "torch DDP, bucketed all-reduce overlapped with backward, gradients freed by "
@@ -124,8 +126,10 @@ for r in e["rows"]:
                       "position": "learned", "max_positions": 2048, "tied_embeddings": True, "dropout": True},
             "cluster": {"hardware": "dgx-a100", "gpus": gpus},
             "parallel": par,
+            # fp16 without --accumulate-allreduce-grads-in-fp32 (CONFIG.sh): the local DDP's
+            # main_grad buffer is fp16, accumulated and all-reduced in fp16
             "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": gbs, "precision": "fp16",
-                         "recompute": "full", "flash_attention": False},
+                         "recompute": "full", "flash_attention": False, "fp32_grad_accum": False},
             # Megatron 2021: blocking pipeline send/recv (no p2p overlap), no TP overlap, and the
             # backward's TP all-reduce blocking (copy_to_tensor_model_parallel_region; the async
             # ColumnParallelLinearWithAsyncAllreduce came after the paper's runs)
@@ -343,7 +347,9 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                 "layers (GeLU 4h MLP, LayerNorm, biases, learned positions, tied embeddings, dropout), vocab "
                 "51200, unfused attention (Megatron 2022), no TP/p2p overlap, data parallel 1; the "
                 "backward's TP collective asynchronous under the weight gradient (the 2022 code's "
-                "ColumnParallelLinearWithAsyncAllreduce / WithSequenceParallelism)."
+                "ColumnParallelLinearWithAsyncAllreduce / WithSequenceParallelism). Gradients fp16: the run is "
+                "fp16 and Megatron forces accumulate_allreduce_grads_in_fp32 for bf16 only, so main_grad is "
+                "fp16 (training.fp32_grad_accum false)."
             ),
             "published": {"iteration_time_s": t, "gpus": gpus, "global_batch": gbs, "seq_len": 2048,
                           "mode": mode},
@@ -356,7 +362,7 @@ for size, (n_layers, h, heads, gpus, pp, vpp, gbs, mbs, t_full, t_sel) in KORTHI
                 "parallel": par,
                 "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": gbs, "precision": "fp16",
                              "recompute": "full" if mode == "full" else "selective",
-                             "flash_attention": False},
+                             "flash_attention": False, "fp32_grad_accum": False},
                 # the paper's Megatron (megatron/mpu/layers.py with model_parallel_memory_opt):
                 # the input gradient's all-reduce (full) or reduce-scatter (SP) is asynchronous,
                 # under the weight gradient (ColumnParallelLinearWithAsyncAllreduce)
