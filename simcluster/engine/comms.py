@@ -138,9 +138,9 @@ class Comms:
             elif group in CROSS_STAGE:
                 # the event starts when the partner arrives: the wait for it is pipeline
                 # imbalance (the last stage finishes its backward first), not communication
-                start = yield self._join(rank, dim, op, members, nbytes, stage, group)
+                start = yield self._join(rank, group, op, members, nbytes, stage)
             elif self.all_ranks:
-                yield self._join(rank, dim, op, members, nbytes, stage, group)
+                yield self._join(rank, group, op, members, nbytes, stage)
             else:
                 yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
             if held:
@@ -169,28 +169,22 @@ class Comms:
         dim = GROUP_DIM[group]
         nxt = members[(members.index(rank) + 1) % len(members)]
         if self.all_ranks:
-            yield self._join(rank, dim, "send_recv", members, nbytes, stage, group)
+            yield self._join(rank, group, "send_recv", members, nbytes, stage)
             return
         yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage))
 
     def _join(
-        self,
-        rank: int,
-        dim: str,
-        op: str,
-        members: list[int],
-        nbytes: float,
-        stage: int,
-        group: str,
+        self, rank: int, group: str, op: str, members: list[int], nbytes: float, stage: int
     ) -> simpy.Event:
         """Rendezvous of a group's members; the last arrival starts the network operation
         (in symmetric mode for every symmetric group of ``stage`` at once). The event's value
         is the time the operation started. Calls are matched in order per ``group``: two
-        groups over the same ranks (``tp`` and ``ppg``) are issued by different processes."""
+        groups over the same ranks (``tp`` and ``ppg``) are issued by different processes, so
+        neither their counts nor their rendezvous may mix."""
         counter_key = (rank, group)
         seq = self._counters[counter_key]
         self._counters[counter_key] += 1
-        key = (tuple(members), op, seq)
+        key = (group, tuple(members), op, seq)
         entry = self._rendezvous.get(key)
         if entry is None:
             entry = self._rendezvous[key] = [0, self.env.event()]
@@ -202,7 +196,7 @@ class Comms:
                 pairs = [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
                 ev = self.network.send(members[0], members[1], nbytes, pairs=pairs)
             else:
-                groups = [members] if self.all_ranks else self.stage_groups(dim, stage)
+                groups = [members] if self.all_ranks else self.stage_groups(GROUP_DIM[group], stage)
                 ev = self.network.collective(op, groups, nbytes)
             ev.callbacks.append(lambda _e, d=done, t=self.env.now: d.succeed(t))
         return entry[1]
