@@ -19,7 +19,7 @@ from engine_helpers import gpt_model, run
 from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.memory import stage_params, static_memory
-from simcluster.parallelism.wgrad import ACCUM_BYTES_PER_PARAM, accumulation_bytes
+from simcluster.parallelism.wgrad import ACCUM_FP32_INPLACE, accumulation_bytes
 from simcluster.scenario import scenario_from_dict
 
 LAYERS = 4
@@ -119,7 +119,7 @@ def test_pipelined_memory_holds_parameters_and_fp32_gradients_unsharded():
 def test_fsdp2_accumulates_in_fp32_only_under_a_pipeline():
     piped = build_context(scenario_from_dict(_scenario()))
     flat = build_context(scenario_from_dict(_scenario(pp=1, dp=4)))
-    assert accumulation_bytes(piped.scenario.training, piped.layout) == ACCUM_BYTES_PER_PARAM
+    assert accumulation_bytes(piped.scenario.training, piped.layout) == ACCUM_FP32_INPLACE  # FSDP2 adds into its unsharded accumulator in place
     assert accumulation_bytes(flat.scenario.training, flat.layout) == 0.0
 
 

@@ -16,18 +16,16 @@ bytes per parameter beyond the GEMM benchmarks' own 16-bit output write:
   ``hp_grad.add_(lp.grad.to(fp32))``, after every microbatch's backward): the cast reads 2 and
   writes a 4-byte temporary, the add reads 4 + 4 and writes 4: 18 bytes.
 
-The first two are charged alike, 8 bytes, the fp32 read and write they share (a
-simplification worth 2 bytes either way; the fp16 Megatron runs of the Narayanan and Zero
-Bubble families, which keep 16-bit gradients in their code but fit only with an fp32 charge,
-are where an unexplained cost already sits: docs/accuracy.md). The cast path is charged its
-18: ten bytes beyond the others is not a rounding.
+Each is charged its own bytes: 6, 10 and 18. (Until 2026-11-27 the first two were charged
+alike, 8 bytes; the Zero Bubble cases, which run the fork's fused accumulation, were then
+charged an in-place add, and now say ``grad_accum_fusion`` as the fork's script leaves it on.)
 
 Tensor-core work does not hide it. Unfused it is its own kernel. Fused it is the epilogue of
 each output tile, which runs after that tile's main loop; cuBLAS's large tiles hold one CTA per
 SM (an assumption from their register and shared-memory use), so nothing else runs on the SM
 meanwhile. The GEMM efficiency curves were measured with 16-bit outputs and beta = 0, so they do
 not contain it. It matters when the reduction dimension of the weight-gradient GEMM (the
-microbatch's tokens) is short: at 1024 tokens the 8 bytes cost about a sixth of the GEMM.
+microbatch's tokens) is short: at 1024 tokens 6-10 bytes cost about a sixth of the GEMM.
 
 Trainers that keep the accumulated gradient in 16 bits (``training.fp32_grad_accum: false``:
 Megatron-Core with ``grad_reduce_in_fp32=False``, DeepSpeed's fp16 ``.grad``) still add every
@@ -44,8 +42,8 @@ from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
 # bytes per parameter beyond the benchmark's 16-bit output write (module docstring)
-# the fused epilogue (6) and the in-place add (10), charged alike (module docstring)
-ACCUM_BYTES_PER_PARAM = 8.0
+ACCUM_FP32_FUSED = 6.0  # the epilogue reads and writes the fp32 gradient (8) instead of a 16-bit write (2)
+ACCUM_FP32_INPLACE = 10.0  # main_grad.add_(grad): 16-bit and fp32 read (2 + 4), fp32 written (4)
 ACCUM_FP32_CAST_ADD = 18.0  # grad.to(fp32) (2 read, 4 written), then the add (4 + 4 read, 4 written)
 ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumulates into
 ACCUM_16BIT_UNFUSED = 6.0  # autograd's add: both 16-bit gradients read, one written
@@ -63,7 +61,9 @@ def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
         return 0.0
     if training.fp32_grad_accum:
         cast = training.grad_accum_cast and not training.grad_accum_fusion
-        return ACCUM_FP32_CAST_ADD if cast else ACCUM_BYTES_PER_PARAM
+        if cast:
+            return ACCUM_FP32_CAST_ADD
+        return ACCUM_FP32_FUSED if training.grad_accum_fusion else ACCUM_FP32_INPLACE
     return ACCUM_16BIT_FUSED if training.grad_accum_fusion else ACCUM_16BIT_UNFUSED
 
 
