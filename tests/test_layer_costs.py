@@ -139,6 +139,28 @@ def test_weight_gradients_are_added_into_fp32_main_grads_every_microbatch(tp):
     assert head == pytest.approx(51200 / tp * h * (10 - 6) / hbm)
 
 
+@pytest.mark.parametrize("tp", [1, 4])
+def test_embedding_gradient_is_added_in_place_even_with_gemm_fusion(tp):
+    """The token embedding's backward scatters its token gradients into a dense 16-bit
+    (vocab/tp x h) gradient; no GEMM produces it, so gradient_accumulation_fusion cannot fold it
+    into main_grad and Megatron-Core's backward hook adds it in place
+    (main_grad.add_(param.grad)): 10 B per table entry into fp32 main gradients (the 16-bit and
+    fp32 gradients read, the fp32 one written), 6 B into 16-bit ones (two 16-bit reads, one
+    write), fused or not."""
+    table = 51200 / tp * 2048  # the GPT test model's vocab/tp x hidden
+    hbm = 2.039e12 * 0.85  # dgx-a100: datasheet HBM x efficiency.hbm
+
+    def accumulate(**training) -> float:
+        (seg,) = _builder(tp=tp, **training).embedding("W")
+        return dict(seg.work.parts)["grad_accum"]
+
+    for fused in (False, True):
+        assert accumulate(grad_accum_fusion=fused) == pytest.approx(table * 10 / hbm)
+        assert accumulate(grad_accum_fusion=fused, fp32_grad_accum=False) == pytest.approx(table * 6 / hbm)
+    # DeepSpeed's BF16_Optimizer casts it before adding, like every other gradient
+    assert accumulate(grad_accum_cast=True) == pytest.approx(table * 18 / hbm)
+
+
 def test_deepspeed_bf16_optimizer_casts_then_adds_every_microbatch():
     """DeepSpeed's BF16_Optimizer.update_hp_grads runs hp_grad.add_(lp.grad.to(fp32)) after each
     microbatch's backward: the cast reads 2 B and writes a 4 B temporary, the add reads 4 + 4 B

@@ -527,12 +527,12 @@ class LayerBuilder:
         nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
         if phase == "W":
             # gather the token gradients into a dense (vocab/tp x hidden) gradient (zero-filled
-            # first), then add it into the fp32 main gradient
+            # first), then add it into the main gradient: in place, no GEMM to fuse it into
             m = self.shapes.model
             table = m.vocab / self.shapes.layout.tp * m.hidden
             scatter = self.km.memory(2 * nbytes * 2 + table * self.shapes.elt)
             accumulate = wgrad.accumulation_seconds(
-                self.km, self.scenario.training, self.shapes.layout, table
+                self.km, self.scenario.training, self.shapes.layout, table, gemm=False
             )
             return [Compute.of("embedding_wgrad", Work.of(memory=scatter, grad_accum=accumulate), -1)]
         segs: list[Segment] = [Compute.of("embedding", Work.of(memory=self.km.memory(2 * nbytes)), -1)]

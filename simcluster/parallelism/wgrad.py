@@ -49,9 +49,13 @@ ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumul
 ACCUM_16BIT_UNFUSED = 6.0  # autograd's add: both 16-bit gradients read, one written
 
 
-def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
+def accumulation_bytes(training: TrainingSection, layout: Layout, gemm: bool = True) -> float:
     """HBM bytes per parameter, beyond the GEMM benchmarks' own output write, of adding one
-    microbatch's weight gradients into the accumulated gradient. FSDP2 adds nothing here: it
+    microbatch's weight gradients into the accumulated gradient. ``gemm`` = the gradient comes
+    out of a weight-gradient GEMM, which ``grad_accum_fusion`` can fuse; the embedding's does not
+    (its backward scatters the token gradients into a dense 16-bit gradient, which the trainer's
+    hook then adds in place: Megatron-Core's ``main_grad.add_(param.grad)`` for parameters whose
+    gradient was not already added to ``main_grad``). FSDP2 adds nothing here: it
     reduce-scatters each microbatch's 16-bit gradients and accumulates only its fp32 shard
     (parallelism/data.py), except under a pipeline, where gradient sync waits for the last
     microbatch and FSDP2 adds each microbatch's 16-bit gradient into an unsharded accumulator
@@ -59,19 +63,19 @@ def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
     writes fp32 gradients the benchmarks already count."""
     if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
         return 0.0
+    fused = training.grad_accum_fusion and gemm
     if training.fp32_grad_accum:
-        cast = training.grad_accum_cast and not training.grad_accum_fusion
-        if cast:
+        if training.grad_accum_cast and not fused:
             return ACCUM_FP32_CAST_ADD
-        return ACCUM_FP32_FUSED if training.grad_accum_fusion else ACCUM_FP32_INPLACE
-    return ACCUM_16BIT_FUSED if training.grad_accum_fusion else ACCUM_16BIT_UNFUSED
+        return ACCUM_FP32_FUSED if fused else ACCUM_FP32_INPLACE
+    return ACCUM_16BIT_FUSED if fused else ACCUM_16BIT_UNFUSED
 
 
 def accumulation_seconds(
-    km: KernelModel, training: TrainingSection, layout: Layout, params: float
+    km: KernelModel, training: TrainingSection, layout: Layout, params: float, gemm: bool = True
 ) -> float:
     """Time to add one microbatch's gradients of ``params`` parameters into the accumulated
-    (main) gradients."""
+    (main) gradients (``gemm``: as :func:`accumulation_bytes`)."""
     if params <= 0:
         return 0.0
-    return params * accumulation_bytes(training, layout) / km.hbm_bytes_per_s
+    return params * accumulation_bytes(training, layout, gemm) / km.hbm_bytes_per_s
