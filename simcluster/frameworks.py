@@ -192,7 +192,7 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         "parallel": parallel,
         # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies;
         # the fp32 accumulator's buffer is zeroed each step on both paths
-        "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True},
+        "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True},
         "overlap": {
             "dp_grad_reduce": True,
             "tp_comm": False,

@@ -526,6 +526,16 @@ class DpSection(_Section):
             "DeepSpeed's BF16_Optimizer. Off: gradients freed (set_to_none), as PyTorch's default"
         ),
     )
+    bucket_copies: bool = Field(
+        default=False,
+        description=(
+            "PyTorch DDP without gradient_as_bucket_view (its default; nanotron's ZeRO-0 path): "
+            "each 16-bit gradient is copied into its bucket when it is ready and the bucket back "
+            "into .grad when the backward finishes (Reducer copy_grad_to_bucket / "
+            "copy_bucket_to_grad), a read and a write each, on the compute stream of the "
+            "synchronising backward"
+        ),
+    )
     param_unpack: Literal["flat", "per_tensor"] = Field(
         default="flat",
         description=(

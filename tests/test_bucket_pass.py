@@ -110,3 +110,30 @@ def test_frameworks_set_the_passes_they_run():
     # an explicit field wins (NeMo's and Megatron-Bridge's recipes turn both off)
     off = apply_framework({**plain, "framework": "megatron-core", "dp": {"nan_check": False}})
     assert off["dp"]["nan_check"] is False and off["dp"]["prescale"] is True
+
+
+def test_torch_ddp_copies_each_gradient_into_its_bucket_and_back():
+    """PyTorch DDP without gradient_as_bucket_view (its default, and nanotron's: trainer.py
+    builds DistributedDataParallel without it): the reducer copies each 16-bit .grad into its
+    bucket when it is ready (copy_grad_to_bucket) and the reduced bucket back into .grad after
+    the backward (copy_bucket_to_grad): a read and a write of 2 B each, twice, 8 B per
+    parameter, whatever width the bucket is reduced at; fp32 training copies 4 B elements."""
+    data = _scenario(bucket_copies=True)
+    got = _passes(run(data))
+    params = _bucket_params(data)
+    assert len(got) == len(params) > 1
+    for (_, ev), n in zip(got.iterrows(), params, strict=True):
+        assert ev["end_s"] - ev["start_s"] == pytest.approx(_bytes_seconds(data, n * 8.0))
+    fp32 = _scenario(bucket_copies=True)
+    fp32["training"] = {**fp32["training"], "precision": "fp32"}
+    got32 = _passes(run(fp32))
+    first = _bucket_params(fp32)[0]
+    assert got32.iloc[0]["end_s"] - got32.iloc[0]["start_s"] == pytest.approx(_bytes_seconds(fp32, first * 16.0))
+
+
+def test_nanotron_ddp_copies_only_on_its_torch_ddp_path():
+    plain = {k: v for k, v in _scenario().items() if k not in ("dp", "parallel")}
+    zero0 = apply_framework({**plain, "framework": "nanotron", "parallel": {"zero": 0}})
+    assert zero0["dp"]["bucket_copies"] is True
+    zero1 = apply_framework({**plain, "framework": "nanotron", "parallel": {"zero": 1}})
+    assert "bucket_copies" not in zero1["dp"]

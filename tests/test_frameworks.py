@@ -50,9 +50,11 @@ DEPARTURES = {
     **{(f, key): (lambda case: True)
        for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.nan_check", "dp.prescale")},
     # torch DDP (Narayanan's runs below 39B): optimizer.zero_grad frees the gradients, no buffer,
-    # and its reducer buckets 25 MiB of gradients instead of all-reducing the whole buffer
+    # its reducer buckets 25 MiB of gradients instead of all-reducing the whole buffer, and it
+    # scales each gradient by 1/dp inside its copy into the bucket (dp.bucket_copies), not in a
+    # pass of its own
     **{("narayanan2021-a100", key): (lambda case: "torch DDP" in case.source)
-       for key in ("dp.zero_grad_buffer", "dp.bucket_mb")},
+       for key in ("dp.zero_grad_buffer", "dp.bucket_mb", "dp.prescale")},
     # NeMo 1.x's DistributedFusedAdam buckets every stage by bucket_cap_mb
     **{(f, key): (lambda case: True)
        for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.bucket_mb", "dp.bucket_stages")},

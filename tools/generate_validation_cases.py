@@ -116,7 +116,9 @@ for r in e["rows"]:
             + ("Megatron 'local' DDP, gradient all-reduce after backward (no overlap), its contiguous "
                "buffer zeroed at each step's start (training.py train_step: zero_grad_buffer)" if local_ddp
                else "torch DDP, bucketed all-reduce overlapped with backward, gradients freed by "
-               "optimizer.zero_grad (no buffer to zero)")
+               "optimizer.zero_grad (no buffer to zero); its reducer copies each gradient into its "
+               "bucket, scaled by 1/dp, and the reduced bucket back into .grad (gradient_as_bucket_view "
+               "off, Megatron's torchDDP wrapper does not set it: dp.bucket_copies)")
         ),
         "published": {"tflops_per_gpu": r["tflops_per_gpu"], "gpus": gpus, "global_batch": gbs,
                       "seq_len": 2048, "layers": n_layers, "hidden": h, "vocab": 51200},
@@ -138,12 +140,15 @@ for r in e["rows"]:
             "overlap": {"dp_grad_reduce": not local_ddp, "tp_comm": False, "tp_grad_async": False,
                         "pp_comm": False, "pp_scatter_gather": True},
             # both DDPs average before reducing: Megatron's local DDP divides its gradient buffer
-            # by dp (buffer_.data /= dp), torch DDP's reducer each bucket (div_ by world size)
+            # by dp (buffer_.data /= dp); torch DDP's reducer scales each gradient as it copies it
+            # into its bucket (copy_grad_to_bucket: mul_out by 1/world size) and copies the
+            # reduced bucket back into .grad after the backward (gradient_as_bucket_view off, its
+            # default): dp.bucket_copies, the scaling inside the first copy.
             # the local DDP also zeroes its contiguous buffer at each step's start (train_step:
             # partition.zero_grad_buffer()); torch DDP's optimizer.zero_grad frees the grads
             # the local DDP all-reduces its whole buffer at once; torch DDP buckets 25 MiB of fp16
             # gradients (13.1M parameters, reduced here at the model's fp32 width)
-            "dp": {"prescale": True, "zero_grad_buffer": local_ddp,
+            "dp": {"prescale": local_ddp, "bucket_copies": not local_ddp, "zero_grad_buffer": local_ddp,
                    "bucket_mb": 1.0e6 if local_ddp else 52.4288},
         },
         "measured": {"step_time_s": round(step, 6)},
@@ -222,7 +227,9 @@ NANOTRON_ZERO0 = (
     "ZeRO-0: torch DDP with bucket_cap_mb 25 (MiB of bf16 grads = 13.1M params) and nanotron's "
     "fp32 comm hook, which all-reduces each bucket's fp32 accumulation buffer (52.4 MB on the wire: "
     "dp.bucket_mb 52.4288); DDP syncs only in the last micro-batch's backward, so the bucket "
-    "all-reduces overlap that backward only"
+    "all-reduces overlap that backward only; nanotron builds DDP without gradient_as_bucket_view "
+    "(trainer.py), so torch's reducer copies each bf16 gradient into its bucket and the bucket "
+    "back into .grad after the backward (dp.bucket_copies)"
 )
 NANOTRON_ZERO1 = (
     "ZeRO-1: no DDP; after the last backward one blocking all-reduce of the whole fp32 gradient "
@@ -234,7 +241,7 @@ NANOTRON_ZERO1 = (
     "all_gather_coalesced): dp.param_unpack per_tensor"
 )
 NANOTRON_ZERO0_SCENARIO = {
-    "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True},
+    "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True},
     "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": False, "pp_comm": False,
                 "pp_p2p": "serial"},
 }

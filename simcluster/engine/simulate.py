@@ -68,15 +68,20 @@ def _fsdp2_copies(
 
 def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], float] | None:
     """Seconds of the framework's pass over a gradient bucket before its reduction: a norm
-    reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``);
-    None when there is no pass. Megatron scales dense and expert buckets alike by 1/(dp x cp),
-    so there is nothing to scale only when that group is one rank."""
+    reads it once (``dp.nan_check``), scaling by 1/dp reads and writes it (``dp.prescale``),
+    PyTorch DDP copies each 16-bit gradient into the bucket and, after the backward, back
+    (``dp.bucket_copies``: two reads and two writes; the copy back is charged here with the
+    copy in, a simplification that moves it before the bucket's reduction); None when there is
+    no pass. Megatron scales dense and expert buckets alike by 1/(dp x cp), so there is nothing
+    to scale only when that group is one rank."""
     dp, lay = ctx.scenario.dp, ctx.layout
     scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
-    if not passes:
+    grad = 4.0 if ctx.scenario.training.precision == "fp32" else 2.0  # .grad in the params' dtype
+    copies = 4 * grad if dp.bucket_copies else 0.0
+    if not passes and not copies:
         return None
-    bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes
+    bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes + copies
     return lambda bucket: km.memory(bucket.params * bytes_per_param)
 
 
