@@ -153,7 +153,8 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _nanotron(raw: Mapping[str, Any]) -> Defaults:
-    training = {"elementwise": "nanotron"}
+    # clip_grad_norm over every local fp32 gradient, always multiplied (optim/clip_grads.py)
+    training = {"elementwise": "nanotron", "grad_clip": "local_scale"}
     parallel = {"partition": "nanotron"}  # pipeline blocks balanced by their compute cost
     # REDUCE_SCATTER mode (sequence parallelism) with tp_linear_async_communication, as its
     # benchmark script and examples run it; its ALL_REDUCE mode has no async row linear

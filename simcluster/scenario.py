@@ -253,6 +253,17 @@ class TrainingSection(_Section):
         ),
     )
     optimizer: Literal["adam", "sgd"] = "adam"
+    grad_clip: Literal["shard", "local_scale"] = Field(
+        default="shard",
+        description=(
+            "the gradient-norm clipping pass of the optimizer step: shard (Megatron's "
+            "clip_grad_norm_fp32: the norm reads the fp32 gradients the rank's optimizer steps, "
+            "its ZeRO shard; it scales them only when the norm exceeds the limit, not charged); "
+            "local_scale (nanotron's clip_grad_norm: the norm reads every local fp32 gradient, "
+            "ZeRO-1 too, and every one is multiplied by the clamped coefficient, a read and a "
+            "write, every step)"
+        ),
+    )
     optimizer_post_validation: bool = Field(
         default=False,
         description=(

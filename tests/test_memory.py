@@ -269,3 +269,33 @@ def test_optimizer_step_traffic_counts_each_pass_the_frameworks_run():
     assert opt("bf16", fp32_grads=False) == 44
     assert opt("fp16", fp32_grads=False) == 52
     assert opt("fp32", fp32_grads=False) == 32
+
+
+def test_nanotron_clips_every_local_gradient_and_always_scales_it():
+    """nanotron's ``clip_grad_norm`` (optim/clip_grads.py) with its fp32 gradient accumulator
+    takes the norm over every local fp32 gradient buffer (read 4) and multiplies every one by
+    the clamped coefficient with ``mul_`` (read 4, write 4), every step, under ZeRO-1 too, where
+    the accumulator keeps the full buffers; Megatron's norm reads only the optimizer's shard.
+    So the step moves 38 - 4 = 34 bytes per shard parameter plus 12 per local parameter."""
+    from simcluster.engine.plan import kernel_model
+    from simcluster.engine.simulate import simulate
+    from simcluster.parallelism.data import clip_bytes_per_local_param, optimizer_bytes_per_param
+
+    def sc(clip: str) -> dict:
+        training = {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16",
+                    "grad_clip": clip}
+        return make_scenario(training=training, parallel={"dp": 8, "zero": 1})
+
+    nano, mega = scenario_from_dict(sc("local_scale")), scenario_from_dict(sc("shard"))
+    assert optimizer_bytes_per_param(nano) == 34 and clip_bytes_per_local_param(nano) == 12
+    assert optimizer_bytes_per_param(mega) == 38 and clip_bytes_per_local_param(mega) == 0
+
+    def step(data: dict) -> float:
+        ev = simulate(scenario_from_dict(data)).events
+        opt = ev[(ev["rank"] == 0) & (ev["name"] == "optimizer_step")]
+        return float((opt["end_s"] - opt["start_s"]).sum())
+
+    ctx = build_context(mega)
+    local = stage_params(ctx.model, ctx.layout, ctx.chunks[0]).total
+    extra = (local * 12 - local / 8 * 4) / kernel_model(ctx).hbm_bytes_per_s
+    assert step(sc("local_scale")) - step(sc("shard")) == pytest.approx(extra, rel=1e-6)

@@ -299,7 +299,10 @@ for r in e["rows"]:
             "(models/llama.py CoreAttention calls flash_attn_varlen_func), FA2's H100 curves. "
             "Memory-bound ops as models/llama.py runs them (training.elementwise nanotron): "
             "TritonRMSNorm and flash-attn's rotary kernel, PyTorch permute/cat copies of Q, K "
-            "and V around it, GLUActivation as two kernels."
+            "and V around it, GLUActivation as two kernels. Gradient clipping as its benchmark config "
+            "sets it (examples/config_tiny_llama_bench.yaml: clip_grad 1.0) and optim/clip_grads.py "
+            "runs it: the norm over every local fp32 gradient and each one multiplied by the clamped "
+            "coefficient, every step (training.grad_clip local_scale)."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
@@ -311,7 +314,7 @@ for r in e["rows"]:
                          "sequence_parallel": r["tp"] > 1, "partition": "nanotron"},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
-                         "elementwise": "nanotron"},
+                         "elementwise": "nanotron", "grad_clip": "local_scale"},
             **paths,
         },
         "measured": {"tokens_per_s": round(tps, 1)},

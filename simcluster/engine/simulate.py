@@ -24,6 +24,7 @@ from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
+    clip_bytes_per_local_param,
     fsdp2_copy_bytes,
     grad_reduce_bytes,
     optimizer_bytes_per_param,
@@ -130,6 +131,7 @@ def simulate(
     share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans))
     comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None)
     opt_bpp = optimizer_bytes_per_param(sc)
+    clip_bpp = clip_bytes_per_local_param(sc)
     host_share = sc.training.optimizer_offload
     optimizer_seconds, offloaded_seconds = [], []
     for plan in plans:
@@ -137,6 +139,7 @@ def simulate(
         expert_shard = ctx.layout.edp if ctx.layout.zero >= 1 else 1
         local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
         on_gpu = local * (opt_bpp * (1.0 - host_share) + GPU_BYTES_PER_OFFLOADED_PARAM * host_share)
+        on_gpu += (plan.params_dense + plan.params_expert) * clip_bpp
         optimizer_seconds.append(km.memory(on_gpu))
         offloaded_seconds.append(offload_seconds(ctx, local * host_share))
     p2p_bytes, p2p_gather_bytes = Shapes(ctx.model, ctx.layout, sc.training).pipe_transfer(

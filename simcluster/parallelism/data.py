@@ -211,6 +211,24 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     low = 0 if tr.precision == "fp32" else 4 + 2  # fp32 master read, 16-bit param write
     unscale = 8 if tr.precision == "fp16" else 0
     widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum else 0
-    # fp32 master r/w, fp32 grad read, grad-norm read
-    common = 8 + 4 + 4 + low + unscale + widen
+    # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
+    # nanotron's runs over every local gradient, clip_bytes_per_local_param)
+    norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
+    common = 8 + 4 + norm + low + unscale + widen
     return common + (2 * moment if tr.optimizer == "adam" else moment)
+
+
+#: the gradient norm's read of an fp32 gradient
+CLIP_NORM_BYTES = 4.0
+
+
+def clip_bytes_per_local_param(scenario: Scenario) -> float:
+    """HBM bytes per local parameter (not per optimizer-shard parameter) of a clipping pass
+    that covers every gradient the rank holds: nanotron's ``clip_grad_norm`` with its fp32
+    gradient accumulator reads each buffer for the norm and multiplies each by the clamped
+    coefficient (``mul_``, always, to avoid a host sync on ``clip_coef < 1``): 4 + 8 bytes,
+    ZeRO-1 included (its accumulator keeps the full buffers). Zero for Megatron's clipping,
+    whose norm reads the shard (in :func:`optimizer_bytes_per_param`)."""
+    if scenario.training.grad_clip != "local_scale":
+        return 0.0
+    return CLIP_NORM_BYTES + 2 * CLIP_NORM_BYTES
