@@ -316,11 +316,13 @@ FRAMEWORKS: dict[str, Framework] = {
             "all-gather unpacked tensor by tensor in Python), with sequence parallelism its async "
             "TP linears (collectives under their own shard's GEMM and the weight gradient), "
             "pipeline p2p one blocking transfer at a time, layers split over stages by their cost "
-            "with the LM head's",
+            "with the LM head's, torch DDP's gradient copies into its buckets and back, and its "
+            "clipping of every local gradient every step",
             "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
             "build_model, optim/gradient_accumulator.py (FP32GradientAccumulator.zero_grad), "
-            "optim/zero.py, distributed.py, parallel/pipeline_parallel/p2p.py, state.py, engine.py, "
-            "parallel/tensor_parallel/functional.py); examples/config_tiny_llama_bench.yaml; "
+            "optim/zero.py, optim/clip_grads.py, trainer.py (DistributedDataParallel without "
+            "gradient_as_bucket_view), distributed.py, parallel/pipeline_parallel/p2p.py, state.py, "
+            "engine.py, parallel/tensor_parallel/functional.py); examples/config_tiny_llama_bench.yaml; "
             "scripts/scaling_benchmarks.py (tp_mode REDUCE_SCATTER, tp_linear_async_communication)",
             _nanotron,
             attention_kernel="fa2",
