@@ -28,6 +28,7 @@ from simcluster.parallelism.data import (
     fsdp2_copy_bytes,
     grad_reduce_bytes,
     optimizer_bytes_per_param,
+    param_bytes,
 )
 from simcluster.parallelism.offload import (
     GPU_BYTES_PER_OFFLOADED_PARAM,
@@ -78,8 +79,8 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     dp, lay = ctx.scenario.dp, ctx.layout
     scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
-    grad = 4.0 if ctx.scenario.training.precision == "fp32" else 2.0  # .grad in the params' dtype
-    copies = 4 * grad if dp.bucket_copies else 0.0
+    # .grad is in the parameters' dtype: copied in (read, write) and back (read, write)
+    copies = 4 * param_bytes(ctx.scenario) if dp.bucket_copies else 0.0
     if not passes and not copies:
         return None
     bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes + copies
