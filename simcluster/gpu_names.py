@@ -25,6 +25,7 @@ REFERENCE_NODES: dict[str, dict[int | None, str]] = {
     "b200": {None: "dgx-b200", 180: "dgx-b200", 192: "dgx-b200"},
     "gb200": {None: "gb200-nvl72", 186: "gb200-nvl72", 192: "gb200-nvl72"},
     "gb300": {None: "gb300-nvl72", 288: "gb300-nvl72"},
+    "b300": {None: "dgx-b300", 288: "dgx-b300"},
     "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
     "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
 }

@@ -18,7 +18,7 @@ from simcluster.hardware import (
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
-    "amd-mi300x", "dgx-2-v100", "gb300-nvl72",
+    "amd-mi300x", "dgx-2-v100", "gb300-nvl72", "dgx-b300",
 }
 
 
@@ -133,6 +133,7 @@ GPU_SPELLINGS = {
     "a100-40gb": "dgx-a100-40gb", "NVIDIA A100-SXM4-40GB": "dgx-a100-40gb", "A100 40 GB": "dgx-a100-40gb",
     "h200": "dgx-h200", "H200 141GB": "dgx-h200", "h800": "hgx-h800", "b200": "dgx-b200",
     "B200 192GB": "dgx-b200", "gb200": "gb200-nvl72", "GB200 NVL72": "gb200-nvl72", "gb300": "gb300-nvl72",
+    "b300": "dgx-b300", "DGX B300": "dgx-b300", "NVIDIA B300 SXM6 AC": "dgx-b300", "B300 288GB": "dgx-b300",
     "MI300X": "amd-mi300x", "AMD Instinct MI300X": "amd-mi300x", "v100": "dgx-2-v100",
     "Tesla V100-SXM3-32GB": "dgx-2-v100", "p5.48xlarge": "aws-p5", "P5": "aws-p5",
 }  # fmt: skip

@@ -128,5 +128,5 @@ def test_list_precisions_names_every_schema_precision_and_where_it_runs(capsys):
     assert set(PRECISIONS) == set(get_args(TrainingSection.model_fields["precision"].annotation))
     assert main(["list", "precisions"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
-    assert lines["nvfp4"].endswith("dgx-b200, gb200-nvl72, gb300-nvl72")  # the FP4 peaks
+    assert lines["nvfp4"].endswith("dgx-b200, dgx-b300, gb200-nvl72, gb300-nvl72")  # the FP4 peaks
     assert "dgx-h100" in lines["fp8"] and "dgx-a100," not in lines["fp8"]
