@@ -1,0 +1,259 @@
+"""A rank's data-parallel traffic: gradient buckets reduced as the backward readies them
+(with the framework's pass over each first), ZeRO-1/2 parameter gathers waited for layer by
+layer, and ZeRO-3's per-unit gathers and reduce-scatters (hybrid sharding included)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from simcluster.engine.plan import HEAD, StagePlan, Unit
+from simcluster.engine.shared import Shared
+from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
+from simcluster.parallelism.segments import PHASE_KIND, Work
+from simcluster.schedules import PipeOp
+
+
+def _forward_position(layer: int) -> float:
+    """Where a unit's layer index runs in a chunk's forward: the embedding (-1) first, the
+    LM head (``HEAD``) last."""
+    if layer == HEAD:
+        return math.inf
+    return -math.inf if layer < 0 else float(layer)
+
+
+def _first_in_forward(layers: tuple[int, ...]) -> int:
+    """The layer of ``layers`` (unit indices, any order) that a chunk's forward runs first."""
+    return min(layers, key=_forward_position)
+
+
+def _unit_id(unit: Unit) -> tuple[int, ...]:
+    """A unit's layers in a phase-independent order (a backward unit lists them reversed)."""
+    return tuple(sorted(unit.layers))
+
+
+class DataParallelOps:
+    """Mixin of :class:`~simcluster.engine.worker.Worker`: its data-parallel and ZeRO traffic."""
+
+    shared: Shared
+    rank: int
+    stage: int
+    reductions: list[simpy.Process]
+    buckets_started: set[tuple[int, int]]
+    gathers: dict[tuple, simpy.Event]
+    copied_out: set[tuple]
+    _last_dp: simpy.Process | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def plan(self) -> StagePlan: ...
+
+        def _compute(self, seconds: float) -> Generator: ...
+
+        def _record(
+            self, kind: str, name: str, mb: int, chunk: int, layer: int, start: float, work: Work
+        ) -> None: ...
+
+        def _host_sync(self) -> None: ...
+
+    def _bucket_hooks(self, chunk: int, unit: Unit, kind: str, mb: int, early: bool = False) -> Generator:
+        """Start, in bucket order, the reduction of the buckets this unit's backward completes,
+        each once; ``early``: only up to the last one that closes on the unit's MLP weights."""
+        if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
+            return
+        mine = [
+            i for i, b in enumerate(self.plan.buckets)
+            if b.chunk == chunk and b.ready_layer in unit.layers and (i, mb) not in self.buckets_started
+        ]  # fmt: skip
+        if early:
+            last = max((i for i in mine if self.plan.buckets[i].early), default=-1)
+            mine = [i for i in mine if i <= last]
+        for i in mine:
+            b = self.plan.buckets[i]
+            self.buckets_started.add((i, mb))
+            yield from self._bucket_pass(b, kind, mb)
+            self._spawn_reduction(self._reduce_bucket(b))
+
+    def _bucket_pass(self, bucket: Bucket, kind: str, mb: int) -> Generator:
+        """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN
+        check and 1/dp scaling), on the compute stream: the reduction starts after it and the
+        backward's next kernels wait for it."""
+        if self.shared.bucket_pass_seconds is None:
+            return
+        seconds = self.shared.bucket_pass_seconds(bucket)
+        if seconds <= 0:
+            return
+        start = self.shared.env.now
+        yield from self._compute(seconds)
+        self._record(kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0], start, Work.of(memory=seconds))
+        if self.shared.ctx.scenario.dp.nan_check:
+            # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
+            # host waits for the pass, so the backward after it is issued from a standstill
+            self._host_sync()
+
+    def _spawn_dp(self, work: Generator) -> simpy.Process:
+        """Start a data-parallel collective (a gradient reduction or a parameter gather).
+
+        The framework issues these on the data-parallel stream in program order, which is the
+        same on every rank. The engine runs each as its own process, so their order on the
+        stream is the order they reach it; that is program order while the ranks run alike,
+        but not when a slower GPU or NIC shifts one rank's timing, nor under hybrid sharding,
+        where a reduction is two collectives (a reduce-scatter inside the replica, then an
+        all-reduce across replicas) and a later bucket's reduce-scatter could slip between
+        them on one rank and not on another. Then the ranks wait for each other for ever, so
+        in those cases each one starts when the one issued before it has finished.
+        """
+        env = self.shared.env
+        if self.shared.ctx.layout.zero_replicas <= 1 and not self.shared.stragglers:
+            return env.process(work)
+        before = self._last_dp
+
+        def in_order() -> Generator:
+            if before is not None and not before.triggered:
+                yield before
+            yield from work
+
+        self._last_dp = env.process(in_order())
+        return self._last_dp
+
+    def _spawn_reduction(self, work: Generator) -> None:
+        self.reductions.append(self._spawn_dp(work))
+
+    def _reduce_bucket(self, bucket: Any) -> Generator:
+        sc = self.shared.ctx.scenario
+        op = self.shared.ctx.layout.grad_collective
+        nbytes = bucket.params * grad_reduce_bytes(sc)
+        yield from self._dp_reduce(bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0])
+
+    def _sharding(self, group: str) -> str:
+        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense only)."""
+        return "dps" if group == "dp" and self.shared.ctx.layout.zero_replicas > 1 else group
+
+    def _dp_reduce(
+        self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int
+    ) -> Generator:
+        """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
+        replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
+        distributed-optimizer instances)."""
+        comms, shard = self.shared.comms, self._sharding(group)
+        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
+        if shard != group:
+            part = nbytes / self.shared.ctx.layout.zero_group
+            yield from comms.collective(
+                self.rank, self.stage, "dpr", "all_reduce", part, f"{name}_replicas", mb, chunk, layer
+            )
+
+    def _gather_bucket(self, bucket: Any) -> Generator:
+        nbytes = gather_bytes(self.shared.ctx.scenario, bucket.params, bucket.layer_params)
+        yield from self.shared.comms.collective(
+            self.rank,
+            self.stage,
+            self._sharding(bucket.group),
+            "all_gather",
+            nbytes,
+            "param_all_gather",
+            -1,
+            bucket.chunk,
+            _first_in_forward(bucket.layers),  # the first layer whose forward waits for it
+        )
+
+    def _start_param_gathers(self) -> None:
+        # issued in forward order, waited for layer by layer: chunks in model order, and in a
+        # chunk by the first layer a bucket's forward needs, so the dense and the expert
+        # buckets (separate buffers, each gathered in its own forward order: Megatron-Core's
+        # next_param_gather_bucket_group chains) interleave layer by layer; a layer split
+        # over several buckets keeps their reversed backward order
+        buckets = self.plan.buckets
+        order = sorted(
+            range(len(buckets)),
+            key=lambda i: (buckets[i].chunk, _forward_position(_first_in_forward(buckets[i].layers)), -i),
+        )
+        for b in (self.plan.buckets[i] for i in order):
+            proc = self._spawn_dp(self._gather_bucket(b))
+            for layer in b.layers:
+                self.gathers[(b.chunk, layer)] = proc
+
+    def _wait_param_gather(self, chunk: int, unit: Unit) -> Generator:
+        for layer in unit.layers:
+            ev = self.gathers.get((chunk, layer))
+            if ev is not None and not ev.triggered:
+                yield ev
+
+    def _gather_key(self, op: PipeOp) -> tuple:
+        """Which gather of a unit's parameters an op uses: its own (freed after the op), its
+        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false), or
+        the step's (kept from the first forward to the last backward under a pipeline)."""
+        lay = self.shared.ctx.layout
+        if lay.zero3_keep_for_backward:
+            return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
+        return (op.kind, op.microbatch, op.chunk)
+
+    def _zero3_gather(self, units: list[Unit], i: int, op: PipeOp, skip_first: bool) -> Generator:
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch)."""
+        prefetch = self.shared.ctx.scenario.zero3.prefetch
+        key = self._gather_key(op)
+        want = [i, i + 1] if prefetch else [i]
+        for j in want:
+            if j >= len(units) or (j == 0 and skip_first):
+                continue
+            gkey = (key, _unit_id(units[j]))
+            if gkey not in self.gathers:
+                nbytes = gather_bytes(self.shared.ctx.scenario, units[j].params, units[j].layer_params)
+                self.gathers[gkey] = self._spawn_dp(
+                    self.shared.comms.collective(
+                        self.rank,
+                        self.stage,
+                        self._sharding("dp"),
+                        "all_gather",
+                        nbytes,
+                        "zero3_param_all_gather",
+                        op.microbatch,
+                        op.chunk,
+                        units[j].layers[0],
+                    )
+                )
+        gkey = (key, _unit_id(units[i]))
+        ev = self.gathers.get(gkey)
+        if ev is None:
+            return
+        if not ev.triggered:
+            yield ev
+        copies = self.shared.fsdp2_copy_seconds
+        if copies is not None and gkey not in self.copied_out:
+            # the gathered buffer copied into per-parameter tensors, once per gather
+            self.copied_out.add(gkey)
+            start = self.shared.env.now
+            seconds = copies[0](units[i].params)
+            yield from self._compute(seconds)
+            kind = PHASE_KIND[op.kind]
+            work = Work.of(memory=seconds)
+            self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)
+
+    def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
+        self._spawn_reduction(self._zero3_reduce(unit, op))
+
+    def _zero3_reduce_all(self, units: list[Unit], op: PipeOp) -> Generator:
+        """A stage's gradient reduce-scatters one after another (its copy-ins on the same
+        stream, each before its own collective)."""
+        for unit in units:
+            if unit.params > 0:
+                yield from self._zero3_reduce(unit, op)
+
+    def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
+        copies = self.shared.fsdp2_copy_seconds
+        if copies is not None:  # FSDP2 copy-casts the gradients on the reduce-scatter stream
+            seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
+            yield self.shared.env.timeout(seconds)
+        yield from self._dp_reduce(
+            "dp",
+            "reduce_scatter",
+            unit.params * grad_reduce_bytes(self.shared.ctx.scenario),
+            "zero3_grad_reduce_scatter",
+            op.microbatch,
+            op.chunk,
+            unit.layers[0],
+        )
