@@ -4,33 +4,34 @@ Compute times come from the kernel model (GEMM shapes under TP sharding, fused a
 memory-bound norms/activations/residuals); communication segments come from the parallelism
 modules (TP, CP, EP). Phase B holds the input-gradient GEMMs and all backward communication;
 phase W the weight-gradient GEMMs (zero-bubble schedules run it separately; BW fuses them).
+The attention core's time is :class:`~simcluster.parallelism.attention_time.AttentionTimes`',
+nanotron's async TP blocks :class:`~simcluster.parallelism.tp_async_blocks.AsyncTpBlocks`', and
+the embedding, LM head, loss and MTP modules
+:class:`~simcluster.parallelism.head.HeadBuilder`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.compute import KernelModel
-from simcluster.parallelism import context, expert, host, tensor, tp_async, wgrad
+from simcluster.parallelism import context, expert, host, tensor, wgrad
+from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
-from simcluster.parallelism.segments import Comm, Compute, Segment, Work, as_recompute
+from simcluster.parallelism.head import HeadBuilder
+from simcluster.parallelism.linears import Gemm
+from simcluster.parallelism.segments import Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
+from simcluster.parallelism.tp_async_blocks import AsyncTpBlocks
 from simcluster.scenario import Scenario
 from simcluster.userbuffers import BlockOverlaps, UbOverlap, block_overlaps, resolve
 
-
-@dataclass(frozen=True)
-class Gemm:
-    """A linear layer y = x W on this GPU: tokens x k -> tokens x n."""
-
-    k: float
-    n: float
+__all__ = ["Gemm", "LayerBuilder"]
 
 
 @dataclass
-class LayerBuilder:
+class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
     """Builds phase segments for layers, the embedding and the LM head."""
 
     shapes: Shapes
@@ -124,100 +125,6 @@ class LayerBuilder:
         if self.ops.eager:
             seconds += (traffic.kernels * scale - 1) * self.km.launch_s
         return Work.of(memory=seconds)
-
-    def _head_dims(self) -> tuple[int, int]:
-        """(query/key, value) head dimensions; MLA's differ."""
-        m = self.shapes.model
-        if m.mla is not None:
-            return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
-        return m.d_head, m.d_head
-
-    def attention_core(self, phase: str, index: int = 0) -> float:
-        m, lay = self.shapes.model, self.shapes.layout
-        if phase == "W":
-            return 0.0
-        d_qk, d_v = self._head_dims()
-        s = self.scenario.training.seq_len
-        b = self.scenario.training.micro_batch
-        backward = phase == "B"
-        if self.scenario.training.flash_attention:
-            w = m.attention_span(index, s)
-            if w < s:
-                # a sliding window: each query attends to the w keys before it, a band of
-                # s*w - w^2/2 scores that the kernel tiles like unmasked attention over w keys
-                t = self.km.attention(b, s, w, m.heads / lay.tp, d_qk, d_v, causal=False, backward=backward)
-                return t * (1.0 - w / (2.0 * s)) / lay.cp
-            # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
-            t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
-            return t / lay.cp
-        # Megatron's unfused path computes every score and masks them: no saving from a window
-        return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
-
-    def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
-        """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
-        attention over fused kernels, TE's per-step kernels (``context.py``): the rank's two
-        chunks of c = s/2cp tokens attend to each other (causal over 2c), and each visiting
-        block is attended without a mask, 2c queries against c keys for a block from an earlier
-        rank and c against 2c from a later one (on average half of each). Their FLOPs add up to
-        the rank's 1/cp of the causal work; the rates differ (a kernel's non-causal rate at the
-        block's length)."""
-        total = self.attention_core(phase, index)
-        lay = self.shapes.layout
-        fused = self.scenario.training.flash_attention
-        if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather") or not fused:
-            return context.CoreTimes(total)
-        d_qk, d_v = self._head_dims()
-        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / lay.tp
-        c = self.scenario.training.seq_len / (2 * lay.cp)
-        backward = phase == "B"
-
-        def attend(sq: float, skv: float, causal: bool) -> float:
-            return self.km.attention(b, sq, skv, heads, d_qk, d_v, causal=causal, backward=backward)
-
-        if lay.cp_comm == "all_gather":
-            return context.CoreTimes(total, prefix=self._prefix_attention(attend, lay.cp, c))
-        diagonal = attend(2 * c, 2 * c, True)
-        block = 0.5 * (attend(2 * c, c, False) + attend(c, 2 * c, False))
-        return context.CoreTimes(total, diagonal, block)
-
-    @staticmethod
-    def _prefix_attention(attend: Callable[[float, float, bool], float], cp: int, c: float) -> float:
-        """TE's all-gather context parallelism, one rank on average: each of its chunks j (i and
-        2cp-1-i on rank i) attends its c queries to the j*c gathered keys before it without a
-        mask and to itself causally (the bottom-right causal mask of one kernel, split where
-        its cost differs). The FLOPs add up to the rank's 1/cp of the causal work."""
-        def chunk(j: int) -> float:
-            return (attend(c, j * c, False) if j else 0.0) + attend(c, c, True)
-
-        return sum(chunk(i) + chunk(2 * cp - 1 - i) for i in range(cp)) / cp
-
-    def _unfused_attention(
-        self, b: float, sq: float, skv: float, heads: float, d_qk: float, d_v: float, backward: bool
-    ) -> float:
-        """Megatron's unfused core attention: batched GEMMs over (micro-batch x heads) on the full
-        s x s scores (no causal skipping: the mask is applied inside the softmax), plus the
-        memory-bound scale-mask-softmax and dropout on the scores.
-
-        Forward: S = Q K^T (sq x skv x d_qk), softmax + dropout, O = P V (sq x d_v x skv).
-        Backward: dP = dO V^T, dV = P^T dO, dS through softmax/dropout, dQ = dS K, dK = dS^T Q.
-        Batched GEMMs of small matrices run at the size curve's small-GEMM efficiency, as
-        measured for such BMMs (EleutherAI cookbook transformer sweep on A100: QK^T 92, AV 135
-        TFLOP/s at head dim 128).
-        """
-        n = b * heads
-        km = self.km
-        if backward:
-            mm = (
-                km.gemm(sq, d_v, skv, count=n)  # dP
-                + km.gemm(skv, d_v, sq, count=n)  # dV
-                + km.gemm(sq, d_qk, skv, count=n)  # dQ
-                + km.gemm(skv, d_qk, sq, count=n)  # dK
-            )
-        else:
-            mm = km.gemm(sq, skv, d_qk, count=n) + km.gemm(sq, d_v, skv, count=n)
-        # scores: softmax writes, dropout reads/writes (+ mask), the P V GEMM reads; x2 backward
-        scores = km.memory(5 * n * sq * skv * self.shapes.elt * (2 if backward else 1))
-        return mm + scores
 
     # --- layer segments ------------------------------------------------------------------
     def layer(self, index: int, phase: str) -> list[Segment]:
@@ -446,205 +353,3 @@ class LayerBuilder:
                 forward = self._gemms(gemms, "F") + self._elementwise(memory_bound, "F")
             body = [*self._mlp_recompute(index, forward), *body]
         return body
-
-    def _async_attention(self, index: int, phase: str) -> list[Segment]:
-        """The attention block with nanotron's async TP linears: the QKV projection is the
-        column linear, the output projection the row linear."""
-        if phase == "W":
-            return []
-        ops, gemms = self.ops, self.attention_gemms()
-        backward = phase == "B"
-        core = context.cp_attention(self.shapes, self.core_times(phase, index), backward, index)
-        redo: list[Segment] = []
-        if backward:
-            if "core_attn" in self.scenario.training.recomputed:
-                core = [*self._core_recompute(index), *core]
-            redo = self._attention_input_recompute(gemms, index)
-        # the rotary and Q/K/V copies run between the QKV projection and the core
-        row_extra = ops.attention_output() + ops.residual()
-        return self._async_block("attn", index, phase, gemms, ops.attention_inputs(), row_extra, core, redo)
-
-    def _async_mlp(self, index: int, phase: str) -> list[Segment]:
-        """The dense MLP with nanotron's async TP linears: gate/up is the column linear, down
-        the row linear."""
-        if phase == "W":
-            return []
-        m, ops = self.shapes.model, self.ops
-        gemms = self.mlp_gemms(m.ffn)
-        act = ops.activation(m.ffn / self.shapes.layout.tp)
-        middle: list[Segment] = [Compute.of("mlp_act", self._elementwise(act, phase), index)]
-        redo: list[Segment] = []
-        if phase == "B":
-            forward = Work()
-            if "mlp" in self.scenario.training.recomputed:
-                forward = self._gemms(gemms, "F") + self._elementwise(ops.norm() + act + ops.residual(), "F")
-            redo = self._mlp_recompute(index, forward)
-        return self._async_block("mlp", index, phase, gemms, None, ops.residual(), middle, redo)
-
-    def _async_block(
-        self,
-        block: str,
-        index: int,
-        phase: str,
-        gemms: list[Gemm],
-        column_extra: Traffic | None,
-        row_extra: Traffic,
-        middle: list[Segment],
-        redo: list[Segment],
-    ) -> list[Segment]:
-        """One block as ``parallelism/tp_async.py`` orders it: ``gemms`` are the column linears
-        then the row linear; ``column_extra`` runs beside the column GEMMs (after them forward,
-        before them backward), ``row_extra`` beside the row GEMM; the weight gradients run
-        inside the backward, so W has nothing left."""
-        ops = self.ops
-        column, row = gemms[:-1], gemms[-1:]
-        local, rest = tp_async.row_pieces(self.shapes.layout.tp)
-        size = self.shapes.tp_collective_bytes
-        beside = self._elementwise(column_extra, phase) if column_extra is not None else Work()
-        if phase == "F":
-            return tp_async.forward(block, index, size, tp_async.ForwardParts(
-                norm=self._elementwise(ops.norm(), "F"),
-                column_local=self._gemm_pieces(column, "F", local),
-                column_rest=self._gemm_pieces(column, "F", rest) + beside,
-                middle=tuple(middle),
-                row=self._gemms(row, "F") + self._elementwise(row_extra, "F"),
-            ))  # fmt: skip
-        return tp_async.backward(block, index, size, tp_async.BackwardParts(
-            redo=tuple(redo),
-            row_local=self._gemm_pieces(row, "B", local),
-            row_rest=self._gemm_pieces(row, "B", rest) + self._elementwise(row_extra, "B"),
-            row_wgrad=self._gemms(row, "W"),
-            middle=tuple(middle),
-            column=self._gemms(column, "B") + beside,
-            column_wgrad=self._gemms(column, "W"),
-            norm=self._elementwise(ops.norm(), "B"),
-        ))  # fmt: skip
-
-    def embedding(self, phase: str) -> list[Segment]:
-        """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
-        if phase == "B":
-            return []
-        nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
-        if phase == "W":
-            # gather the token gradients into a dense (vocab/tp x hidden) gradient (zero-filled
-            # first), then add it into the main gradient: in place, no GEMM to fuse it into
-            m = self.shapes.model
-            table = m.vocab / self.shapes.layout.tp * m.hidden
-            scatter = self.km.memory(2 * nbytes * 2 + table * self.shapes.elt)
-            accumulate = wgrad.accumulation_seconds(
-                self.km, self.scenario.training, self.shapes.layout, table, gemm=False
-            )
-            return [Compute.of("embedding_wgrad", Work.of(memory=scatter, grad_accum=accumulate), -1)]
-        segs: list[Segment] = [Compute.of("embedding", Work.of(memory=self.km.memory(2 * nbytes)), -1)]
-        lay = self.shapes.layout
-        if lay.tp > 1:
-            op = "reduce_scatter" if lay.sequence_parallel else "all_reduce"
-            segs.append(Comm("embedding_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
-        return segs
-
-    def head(self, phase: str) -> list[Segment]:
-        """Final norm + vocab-parallel LM head + cross-entropy.
-
-        The LM head runs at the activation precision even in FP8 training: Megatron-Core's
-        output layer is its own ColumnParallelLinear, outside TransformerEngine's FP8 modules.
-        """
-        m, lay = self.shapes.model, self.shapes.layout
-        g = [Gemm(m.hidden, m.vocab / lay.tp)]
-        dtype = self.km.act_dtype
-        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase))) if phase != "W" else Work()
-        if self.tp_async:
-            return self._async_head(g, ce, phase, dtype) + self._loss_reductions(phase)
-        if phase == "W":
-            return [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
-        body: list[Segment] = [Compute.of("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
-        if lay.tp > 1 and lay.sequence_parallel:
-            op = "all_gather" if phase == "F" else "reduce_scatter"
-            body.insert(0, Comm("lm_head_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
-        body += self._loss_reductions(phase)
-        if phase == "F" and self.scenario.dp.nan_check:
-            # Megatron's --check-for-nan-in-loss-and-grad also asserts each microbatch's loss
-            # is not NaN on the host (loss_func): the host waits for the reduced loss
-            body.append(Compute("loss_nan_check", 0.0, -1, sync=True))
-        return body
-
-    def _loss_reductions(self, phase: str) -> list[Segment]:
-        """The vocab-parallel loss's all-reduces over tp, each of one fp32 value per token, each
-        blocking: the unfused loss (Megatron's and nanotron's ``_VocabParallelCrossEntropy``)
-        reduces the logits' max, the target logit and the sum of exponentials one by one; the
-        fused one (Megatron-Core's ``fused_vocab_parallel_cross_entropy``) the max, then the
-        other two concatenated. Small and latency-bound; forward only."""
-        if phase != "F" or self.shapes.layout.tp == 1:
-            return []
-        per_token = self.shapes.tokens * 4.0
-        if self.scenario.training.fused_cross_entropy:
-            sizes = {"loss_tp_max": per_token, "loss_tp_sums": 2 * per_token}
-        else:
-            sizes = {"loss_tp_max": per_token, "loss_tp_target": per_token, "loss_tp_sum_exp": per_token}
-        return [Comm(name, "tp", "all_reduce", size, False, -1) for name, size in sizes.items()]
-
-    def _async_head(self, g: list[Gemm], ce: Work, phase: str, dtype: str) -> list[Segment]:
-        """nanotron's LM head is an async column linear too: forward, the input all-gather under
-        the own shard's logits GEMM; backward (after the loss's), the input re-gather under the
-        input-gradient GEMM and that gradient's reduce-scatter under the weight gradient."""
-        if phase == "W":
-            return []
-        size = self.shapes.tp_collective_bytes
-        if phase == "F":
-            local, rest = tp_async.row_pieces(self.shapes.layout.tp)
-            return [
-                Comm("lm_head_tp", "tp", "all_gather", size, True, -1, holds_sms=True),
-                Compute.of("lm_head_local", self._gemm_pieces(g, "F", local, dtype), -1),
-                Compute.of("lm_head", self._gemm_pieces(g, "F", rest, dtype) + ce, -1),
-            ]
-        return [
-            Compute.of("lm_head_loss", ce, -1),
-            Comm("lm_head_tp_ag_input", "tp", "all_gather", size, True, -1, holds_sms=True),
-            Compute.of("lm_head", self._gemms(g, "B", dtype), -1),
-            Comm("lm_head_tp", "tp", "reduce_scatter", size, True, -1, holds_sms=True),
-            Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1),
-        ]
-
-    def head_and_mtp(self, phase: str) -> list[Segment]:
-        """The LM head and the MTP modules after it (DeepSeek-V3 Sec. 2.2), in the phase's
-        order: forward head first, then each module; backward in reverse."""
-        depths = range(self.shapes.model.mtp_layers)
-        if phase == "F":
-            return self.head("F") + [seg for d in depths for seg in self._mtp_module(d, "F")]
-        # module k predicts from module k - 1's output: the deepest one's backward runs first
-        return [seg for d in reversed(depths) for seg in self._mtp_module(d, phase)] + self.head(phase)
-
-    def _mtp_module(self, depth: int, phase: str) -> list[Segment]:
-        """One MTP module: embed the tokens one further ahead (the main model's embedding),
-        normalise it and the previous depth's hidden state, project the 2h concatenation to h,
-        run one transformer layer, and predict through the shared head and another loss."""
-        m = self.shapes.model
-        proj = [Gemm(2 * m.hidden, m.hidden / self.shapes.layout.tp)]
-        index = m.mtp_layer_index(depth)
-        if phase == "W":
-            embed = self.embedding("W")
-            proj_w = Compute.of("mtp_proj_wgrad", self._gemms(proj, "W"), index)
-            return [*self.head("W"), *self.layer(index, "W"), proj_w, *embed]
-        norms = self._elementwise(self.ops.norm() + self.ops.norm(), phase)
-        tokens_bytes = self.shapes.tokens * m.hidden * self.shapes.elt
-        lookup = Work.of(memory=self.km.memory(2 * tokens_bytes)) if phase == "F" else Work()
-        entry = Compute.of("mtp_input", lookup + norms + self._gemms(proj, phase), index)
-        if phase == "F":
-            return [entry, *self.layer(index, "F"), *self.head("F")]
-        return [*self.head(phase), *self.layer(index, phase), entry]
-
-    def _cross_entropy_bytes(self, phase: str) -> float:
-        """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits.
-
-        Unfused (Megatron's and nanotron's ``vocab_parallel_cross_entropy``), in units of the
-        fp32 logits L: forward casts the 16-bit logits to fp32 (0.5 L read + L write), takes the
-        max (L), subtracts it in place (2 L), exponentiates in place (2 L), sums (L) and divides
-        in place to keep the softmax for backward (2 L): 9.5 L. Backward multiplies the softmax by
-        the loss gradient in place (2 L) and casts it back to 16 bits (1.5 L): 3.5 L.
-        A fused kernel (``training.fused_cross_entropy``) reads the 16-bit logits once forward and
-        writes the 16-bit gradient once backward.
-        """
-        elements = self.shapes.tokens * self.shapes.model.vocab / self.shapes.layout.tp
-        if self.scenario.training.fused_cross_entropy:
-            return elements * self.shapes.elt
-        fp32_logits = elements * 4.0
-        return fp32_logits * (9.5 if phase == "F" else 3.5)

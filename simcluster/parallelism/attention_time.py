@@ -1,0 +1,114 @@
+"""The attention core's time on one GPU: fused kernels at their measured curves (sliding windows,
+causal masks), context parallelism's per-step kernels (ring blocks, all-gather prefixes), and
+Megatron's unfused batched-GEMM path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simcluster.compute import KernelModel
+from simcluster.parallelism import context
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import Scenario
+
+
+class AttentionTimes:
+    """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: attention core seconds."""
+
+    shapes: Shapes
+    km: KernelModel
+    scenario: Scenario
+
+    def _head_dims(self) -> tuple[int, int]:
+        """(query/key, value) head dimensions; MLA's differ."""
+        m = self.shapes.model
+        if m.mla is not None:
+            return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+        return m.d_head, m.d_head
+
+    def attention_core(self, phase: str, index: int = 0) -> float:
+        m, lay = self.shapes.model, self.shapes.layout
+        if phase == "W":
+            return 0.0
+        d_qk, d_v = self._head_dims()
+        s = self.scenario.training.seq_len
+        b = self.scenario.training.micro_batch
+        backward = phase == "B"
+        if self.scenario.training.flash_attention:
+            w = m.attention_span(index, s)
+            if w < s:
+                # a sliding window: each query attends to the w keys before it, a band of
+                # s*w - w^2/2 scores that the kernel tiles like unmasked attention over w keys
+                t = self.km.attention(b, s, w, m.heads / lay.tp, d_qk, d_v, causal=False, backward=backward)
+                return t * (1.0 - w / (2.0 * s)) / lay.cp
+            # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
+            t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
+            return t / lay.cp
+        # Megatron's unfused path computes every score and masks them: no saving from a window
+        return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
+
+    def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
+        """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
+        attention over fused kernels, TE's per-step kernels (``context.py``): the rank's two
+        chunks of c = s/2cp tokens attend to each other (causal over 2c), and each visiting
+        block is attended without a mask, 2c queries against c keys for a block from an earlier
+        rank and c against 2c from a later one (on average half of each). Their FLOPs add up to
+        the rank's 1/cp of the causal work; the rates differ (a kernel's non-causal rate at the
+        block's length)."""
+        total = self.attention_core(phase, index)
+        lay = self.shapes.layout
+        fused = self.scenario.training.flash_attention
+        if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather") or not fused:
+            return context.CoreTimes(total)
+        d_qk, d_v = self._head_dims()
+        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / lay.tp
+        c = self.scenario.training.seq_len / (2 * lay.cp)
+        backward = phase == "B"
+
+        def attend(sq: float, skv: float, causal: bool) -> float:
+            return self.km.attention(b, sq, skv, heads, d_qk, d_v, causal=causal, backward=backward)
+
+        if lay.cp_comm == "all_gather":
+            return context.CoreTimes(total, prefix=self._prefix_attention(attend, lay.cp, c))
+        diagonal = attend(2 * c, 2 * c, True)
+        block = 0.5 * (attend(2 * c, c, False) + attend(c, 2 * c, False))
+        return context.CoreTimes(total, diagonal, block)
+
+    @staticmethod
+    def _prefix_attention(attend: Callable[[float, float, bool], float], cp: int, c: float) -> float:
+        """TE's all-gather context parallelism, one rank on average: each of its chunks j (i and
+        2cp-1-i on rank i) attends its c queries to the j*c gathered keys before it without a
+        mask and to itself causally (the bottom-right causal mask of one kernel, split where
+        its cost differs). The FLOPs add up to the rank's 1/cp of the causal work."""
+        def chunk(j: int) -> float:
+            return (attend(c, j * c, False) if j else 0.0) + attend(c, c, True)
+
+        return sum(chunk(i) + chunk(2 * cp - 1 - i) for i in range(cp)) / cp
+
+    def _unfused_attention(
+        self, b: float, sq: float, skv: float, heads: float, d_qk: float, d_v: float, backward: bool
+    ) -> float:
+        """Megatron's unfused core attention: batched GEMMs over (micro-batch x heads) on the full
+        s x s scores (no causal skipping: the mask is applied inside the softmax), plus the
+        memory-bound scale-mask-softmax and dropout on the scores.
+
+        Forward: S = Q K^T (sq x skv x d_qk), softmax + dropout, O = P V (sq x d_v x skv).
+        Backward: dP = dO V^T, dV = P^T dO, dS through softmax/dropout, dQ = dS K, dK = dS^T Q.
+        Batched GEMMs of small matrices run at the size curve's small-GEMM efficiency, as
+        measured for such BMMs (EleutherAI cookbook transformer sweep on A100: QK^T 92, AV 135
+        TFLOP/s at head dim 128).
+        """
+        n = b * heads
+        km = self.km
+        if backward:
+            mm = (
+                km.gemm(sq, d_v, skv, count=n)  # dP
+                + km.gemm(skv, d_v, sq, count=n)  # dV
+                + km.gemm(sq, d_qk, skv, count=n)  # dQ
+                + km.gemm(skv, d_qk, sq, count=n)  # dK
+            )
+        else:
+            mm = km.gemm(sq, skv, d_qk, count=n) + km.gemm(sq, d_v, skv, count=n)
+        # scores: softmax writes, dropout reads/writes (+ mask), the P V GEMM reads; x2 backward
+        scores = km.memory(5 * n * sq * skv * self.shapes.elt * (2 if backward else 1))
+        return mm + scores
