@@ -18,16 +18,13 @@ from simcluster.engine import simulate
 from simcluster.flops import megatron_flops_per_step
 from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
-from simcluster.validate import (
-    Case,
-    CaseResult,
+from simcluster.validate import Case, CaseResult, load_cases, run_cases
+from simcluster.validate_report import (
     by_family,
     by_gpu,
     by_gpu_precision,
-    load_cases,
     memory_summary,
     ordering_checks,
-    run_cases,
     summarize,
 )
 from tests.conftest import GPT_LIKE, make_scenario

@@ -12,16 +12,14 @@ from rich.table import Table
 from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.errors import UserError
 from simcluster.executors import Executor
-from simcluster.validate import (
-    CaseResult,
+from simcluster.validate import CaseResult, load_cases, run_cases
+from simcluster.validate_report import (
     beyond,
     by_family,
     by_gpu,
-    load_cases,
     memory_summary,
     ordering_checks,
     report,
-    run_cases,
     summarize,
 )
 

@@ -17,7 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simcluster.output.report_files import write_report_files
-from simcluster.validate import CaseResult, by_family, summarize
+from simcluster.validate import CaseResult
+from simcluster.validate_report import by_family, summarize
 
 _LIMIT = 60.0  # the error axis spans ±_LIMIT %; beyond it, cases sit at the edge
 _BANDS = ((25.0, "#FFF3C4", "±25%"), (10.0, "#D9F0D3", "±10%"))
