@@ -1,0 +1,122 @@
+"""``zero3:`` and ``dp:``: ZeRO-3's gathers and buffers, and the framework's gradient buckets and passes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from simcluster.scenario.base import SectionBase
+
+
+class Zero3Section(SectionBase):
+    """``zero3:`` — how ZeRO-3 / FSDP gathers parameters and reduces gradients."""
+
+    prefetch: bool = True
+    buffers: Literal["views", "copies"] = Field(
+        default="views",
+        description=(
+            "views: parameters are views of the gathered flat buffer and gradients are reduced "
+            "from the fp32 main-gradient buffer (FSDP1, Megatron-FSDP); copies: PyTorch FSDP2 "
+            "(fully_shard, torchtitan) copies every gather out into per-parameter tensors on "
+            "the compute stream and copy-casts the gradients into the reduce-scatter buffer, "
+            "with no unsharded fp32 main gradient"
+        ),
+    )
+    reshard_after_forward: bool | None = Field(
+        default=None,
+        description=(
+            "free a layer's gathered parameters after its forward (true: gathered again for the "
+            "backward) or keep them for the backward (false); default: true without a pipeline, "
+            "false with one (torchtitan's default policy). Under a pipeline (pp > 1, "
+            "torch.distributed.pipelining) the parameters then stay gathered for the whole step "
+            "and the gradients, accumulated unsharded, are reduce-scattered after each stage's "
+            "last backward"
+        ),
+    )
+
+
+class DpSection(SectionBase):
+    """``dp:`` — gradient buckets and the collective that reduces them."""
+
+    bucket_mb: float | Literal["megatron-core"] = Field(
+        default=25.0,
+        description=(
+            "gradient bucket size, MB (1e6 B) of gradients on the wire; whole parameter tensors "
+            "are added in backward order until a bucket holds this much (torch DDP's "
+            "bucket_cap_mb). megatron-core: max(40M, 1M x dp) parameters, one bucket when the "
+            "reduction is not overlapped (Megatron-Core's default bucket_size)"
+        ),
+    )
+
+    @field_validator("bucket_mb", mode="before")
+    @classmethod
+    def _megabytes_or_megatron(cls, value: Any) -> Any:
+        if value == "megatron-core":
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+            return float(value)
+        raise ValueError("must be a finite number of MB above 0 or 'megatron-core'")
+
+    bucket_stages: Literal["all", "first"] = Field(
+        default="all",
+        description=(
+            "all: every pipeline stage and model chunk splits its gradients into buckets; "
+            "first: only the first pipeline stage's first model chunk does, every other stage "
+            "and chunk reduces its gradients as one bucket after its last backward "
+            "(Megatron-Core's DistributedDataParallel: bucket_size None when pp_rank > 0 or "
+            "disable_bucketing)"
+        ),
+    )
+    grad_collective: Literal["auto", "all_reduce", "reduce_scatter"] = Field(
+        default="auto",
+        description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "
+        "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard)",
+    )
+    nan_check: bool = Field(
+        default=False,
+        description=(
+            "before each gradient bucket's reduction (ZeRO 0-2), a norm of the bucket (one read of "
+            "it on the compute stream), as Megatron-Core's check_for_nan_in_grad does; like "
+            "Megatron's --check-for-nan-in-loss-and-grad, the bucket's norm and each "
+            "microbatch's loss are then checked on the host (a sync each)"
+        ),
+    )
+    prescale: bool = Field(
+        default=False,
+        description=(
+            "before each gradient bucket's reduction (ZeRO 0-2), the gradients are multiplied by "
+            "1/dp in place (a read and a write of the bucket on the compute stream): Megatron's "
+            "gradient_scaling_factor without average_in_collective, Megatron-LM's local DDP"
+        ),
+    )
+    zero_grad_buffer: bool = Field(
+        default=False,
+        description=(
+            "each step clears the persistent gradient buffer the microbatches accumulate into "
+            "(ZeRO 0-1: every local gradient, one write on the compute stream before the first "
+            "forward): Megatron's zero_grad_buffer, nanotron's fp32 gradient accumulator, "
+            "DeepSpeed's BF16_Optimizer. Off: gradients freed (set_to_none), as PyTorch's default"
+        ),
+    )
+    bucket_copies: bool = Field(
+        default=False,
+        description=(
+            "PyTorch DDP without gradient_as_bucket_view (its default; nanotron's ZeRO-0 path): "
+            "each 16-bit gradient is copied into its bucket when it is ready and the bucket back "
+            "into .grad when the backward finishes (Reducer copy_grad_to_bucket / "
+            "copy_bucket_to_grad), a read and a write each, on the compute stream of the "
+            "synchronising backward"
+        ),
+    )
+    param_unpack: Literal["flat", "per_tensor"] = Field(
+        default="flat",
+        description=(
+            "how ZeRO-1/2's gathered parameters reach the model: flat (gathered in place into one "
+            "buffer, as Megatron's distributed optimizer and DeepSpeed do); per_tensor (nanotron's "
+            "all_gather_coalesced: a Python loop that slices every parameter tensor for every DP "
+            "rank and copies each piece back, so the GPU waits on the host for "
+            "2 x tensors x dp eager ops of efficiency.kernel_launch_us each)"
+        ),
+    )

@@ -1,0 +1,72 @@
+"""The whole scenario: its sections, the simulation options and known stragglers."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from simcluster.scenario.base import SectionBase
+from simcluster.scenario.data_parallel import DpSection, Zero3Section
+from simcluster.scenario.model_cluster import ClusterSection, ModelSection
+from simcluster.scenario.moe import MoeSection
+from simcluster.scenario.overlap import OverlapSection
+from simcluster.scenario.parallel import ParallelSection
+from simcluster.scenario.training import TrainingSection
+
+
+class Straggler(SectionBase):
+    """One known-slow part of the cluster: a GPU whose kernels run slower, or a node whose
+    NICs run below their rated bandwidth (``simulation.stragglers``)."""
+
+    gpu: int | None = Field(default=None, ge=0, description="global rank of a slow GPU")
+    compute: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="with gpu: how many times longer its kernels take (1.25 = a GPU 20% slow)",
+    )
+    node: int | None = Field(default=None, ge=0, description="a node whose NICs are degraded")
+    nic: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="with node: the fraction of their bandwidth its NICs keep (0.5 = a 400G "
+        "link trained down to 200G)",
+    )
+
+
+class SimulationSection(SectionBase):
+    all_ranks: bool = Field(default=False, description="simulate every rank, not one per stage")
+    stragglers: list[Straggler] = Field(
+        default_factory=list,
+        description="known-slow GPUs or degraded NICs; simulated with every rank (all_ranks)",
+    )
+
+
+class Scenario(SectionBase):
+    """A validated scenario."""
+
+    name: str = "scenario"
+    description: str = ""
+    framework: str | None = Field(
+        default=None,
+        description=(
+            "the training framework (simcluster list frameworks): fills the overlap, gradient "
+            "reduction and kernel fields the scenario leaves unset with what that framework does"
+        ),
+    )
+    model: ModelSection
+    cluster: ClusterSection
+    parallel: ParallelSection = ParallelSection()
+    training: TrainingSection
+    overlap: OverlapSection = OverlapSection()
+    zero3: Zero3Section = Zero3Section()
+    dp: DpSection = DpSection()
+    moe: MoeSection = MoeSection()
+    simulation: SimulationSection = SimulationSection()
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    name: f.annotation  # type: ignore[misc]
+    for name, f in Scenario.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+}

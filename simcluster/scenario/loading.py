@@ -1,0 +1,157 @@
+"""Scenario files: shipped names, YAML loading, ``--set a.b=c`` overrides and the errors that name the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simcluster import yamlio
+from simcluster.data import data_dir
+from simcluster.errors import UserError, did_you_mean
+from simcluster.frameworks import apply_framework
+from simcluster.nodes import expand_nodes
+from simcluster.paths import anchor_paths
+from simcluster.scenario.document import Scenario
+from simcluster.spellings import normalise_spellings
+
+
+def _scenarios_dir() -> Path:
+    """The shipped scenarios/ folder."""
+    return data_dir("scenarios")
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenarios shipped in scenarios/."""
+    return sorted(p.stem for p in _scenarios_dir().glob("*.yaml"))
+
+
+def resolve_scenario_path(name_or_path: str | Path) -> Path:
+    """A scenario name ('llama3-8b-8xh100') or a path -> an existing file."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise UserError("scenario", f"'{text}' is a directory; give a scenario YAML file")
+    if path.suffix in (".yaml", ".yml") or "/" in text:
+        raise UserError("scenario", f"file '{text}' not found")
+    candidate = _scenarios_dir() / f"{text}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = shipped_scenarios()
+    raise UserError(
+        "scenario",
+        f"'{text}' is neither a file nor a shipped scenario{did_you_mean(text, names)}; "
+        f"shipped: {', '.join(names)}",
+    )
+
+
+def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
+    """Parse ``--set a.b=c`` items; values are YAML scalars (numbers, booleans, lists)."""
+    result = []
+    for item in items or []:
+        if "=" not in item:
+            raise UserError("--set", f"'{item}' must look like key.path=value")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if not key:
+            raise UserError("--set", f"'{item}' has an empty key")
+        if any(not part.strip() for part in key.split(".")):
+            raise UserError(
+                "--set", f"'{item}': the key '{key}' has an empty part; write e.g. parallel.tp=4"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        result.append((key, value))
+    return result
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
+    out = copy.deepcopy(data)
+    for key, value in overrides:
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise UserError(key, f"cannot set inside '{part}', which is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _format_error(exc: ValidationError) -> UserError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    field = ".".join(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        model: type[BaseModel] = Scenario
+        for part in parent:
+            sub = model.model_fields.get(part)
+            if sub is None or not (
+                isinstance(sub.annotation, type) and issubclass(sub.annotation, BaseModel)
+            ):
+                break
+            model = sub.annotation
+        hint = did_you_mean(loc[-1], model.model_fields)
+        return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
+    if kind == "missing":
+        return UserError(field, "is required; add it to the scenario")
+    got = err.get("input")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
+    if kind == "literal_error":
+        return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+    if kind == "value_error":  # a validator's own message
+        return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
+    return UserError(field, f"{err['msg'].lower()} (got {got!r})")
+
+
+def _expand_model_shorthand(data: dict[str, Any]) -> dict[str, Any]:
+    """``model: llama3-8b`` means ``model: {preset: llama3-8b}`` (``*.json``: ``hf_config``).
+
+    Expanded before ``--set`` so that ``--set model.layers=4`` still works on a shorthand.
+    """
+    model = data.get("model")
+    name = model.strip() if isinstance(model, str) else ""
+    if not name:
+        return data
+    key = "hf_config" if name.endswith(".json") else "preset"
+    return {**data, "model": {key: name}}
+
+
+def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None) -> Scenario:
+    """Validate a raw scenario mapping (after applying overrides)."""
+    if not isinstance(data, dict):
+        raise UserError(
+            "scenario", "must be a YAML mapping with model, cluster, parallel, training"
+        )
+    data = apply_overrides(_expand_model_shorthand(data), overrides or [])
+    data = apply_framework(normalise_spellings(expand_nodes(data)))
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _format_error(exc) from None
+
+
+def load_scenario(
+    name_or_path: str | Path, overrides: list[tuple[str, Any]] | None = None
+) -> Scenario:
+    """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
+    path = resolve_scenario_path(name_or_path)
+    data = anchor_paths(yamlio.load_user_file(path, "scenario", "scenario file"), path.parent)
+    scenario = scenario_from_dict(data, overrides)
+    if scenario.name == "scenario":
+        scenario = scenario.model_copy(update={"name": path.stem})
+    return scenario

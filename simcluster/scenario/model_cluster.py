@@ -1,0 +1,98 @@
+"""``model:`` and ``cluster:``: the model's shape (or preset) and the hardware it runs on."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from simcluster.limits import MAX_GPUS
+from simcluster.scenario.base import SectionBase
+
+
+class ModelSection(SectionBase):
+    """``model:`` — a preset, a Hugging Face config.json, or explicit fields (overrides allowed)."""
+
+    preset: str | None = None
+    hf_config: str | None = None
+    name: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    ffn: int | None = None
+    vocab: int | None = None
+    mlp: Literal["gelu", "relu2", "swiglu"] | None = Field(
+        default=None,
+        description="gelu / relu2 (squared ReLU, Nemotron-4): two matrices; swiglu: any gated MLP (three)",
+    )
+    experts: int | None = None
+    top_k: int | None = None
+    expert_ffn: int | None = None
+    shared_experts: int | None = None
+    dense_layers: int | None = None
+    tied_embeddings: bool | None = None
+    position: Literal["rope", "learned", "alibi"] | None = None
+    max_positions: int | None = Field(
+        default=None,
+        description="rows of a learned position embedding (position: learned); seq_len may "
+        "not exceed it",
+    )
+    norm: Literal["rmsnorm", "layernorm"] | None = None
+    bias: bool | None = None
+    dropout: bool | None = None
+    mla: dict[str, int] | None = None
+    mtp_layers: int | None = Field(
+        default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
+    )
+    sliding_window: int | None = Field(
+        default=None,
+        ge=0,
+        description="keys a query of a local (sliding-window) layer attends to; 0 = all layers global",
+    )
+    global_every: int | None = Field(
+        default=None,
+        ge=0,
+        description="with sliding_window: layer i attends globally when (i+1) % global_every == 0 "
+        "(Gemma 2 and gpt-oss: 2, Gemma 3: 6); 0 = every layer local",
+    )
+
+
+class ClusterSection(SectionBase):
+    """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
+
+    hardware: str = "dgx-h100"
+    gpus: int = Field(gt=0, le=MAX_GPUS, description=f"GPUs in the job (at most {MAX_GPUS:,})")
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    network: Literal["simulated", "ideal"] = "simulated"
+    # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
+    nic_gbps: float | None = Field(default=None, gt=0)
+    nics_per_node: int | None = Field(default=None, gt=0)
+    nic_latency_us: float | None = Field(default=None, ge=0)
+    nvlink_GBps: float | None = Field(default=None, gt=0)
+    nvlink_latency_us: float | None = Field(default=None, ge=0)
+    nvlink_domain: int | None = Field(default=None, gt=0)
+    segment_nodes: int | None = Field(
+        default=None, gt=0, description="nodes of each NVLink domain a multi-domain job takes (Slurm --segment)"
+    )
+    nvls: bool | None = None
+    oversubscription: float | None = Field(default=None, ge=1)
+    nodes_per_leaf: int | None = Field(default=None, gt=0)
+    topology: str | None = None
+    memory_gib: float | None = Field(default=None, gt=0)
+    hbm_tbps: float | None = Field(default=None, gt=0)
+    speed_spread: float | None = Field(
+        default=None, ge=0, le=0.2, description="per-GPU throughput spread; 0 = identical GPUs"
+    )
+    profile: dict[str, Any] | None = Field(
+        default=None,
+        description="any hardware-profile field by its path, e.g. {efficiency: {nic: 0.8}} "
+        "(--set cluster.profile.efficiency.nic=0.8)",
+    )
+
+    def overrides(self) -> dict[str, Any]:
+        """The profile overrides given in this section."""
+        from simcluster.hardware import CLUSTER_OVERRIDES
+
+        return {k: getattr(self, k) for k in CLUSTER_OVERRIDES if getattr(self, k) is not None}

@@ -1,0 +1,67 @@
+"""``parallel:``: the layout (dp, tp, pp, cp, ep, etp, vpp, ZeRO) and the pipeline schedule."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from simcluster.scenario.base import SectionBase
+
+ScheduleName = Literal[
+    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
+    "v-half", "v-min", "dualpipe", "dualpipev",
+]
+
+
+class ParallelSection(SectionBase):
+    """``parallel:`` — the layout. dp is derived from the GPU count when omitted."""
+
+    dp: int | None = Field(default=None, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    cp_comm: str = Field(
+        default="p2p",
+        description="how cp ranks share K and V: p2p (ring attention, Megatron-Core's default), "
+        "all_gather (Llama 3; gather exposed) or a2a (DeepSpeed-Ulysses all-to-all over heads)",
+    )
+    ep: int = Field(default=1, gt=0)
+    etp: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "expert tensor parallelism: each routed expert's matrices split over etp ranks "
+            "(Megatron-Core's expert_tensor_parallel_size); default: tp for a mixture-of-experts "
+            "model, as Megatron-Core defaults it (frameworks that do not shard experts set 1)"
+        ),
+    )
+    vpp: int = Field(default=1, gt=0)
+    zero: int = Field(default=0, ge=0, le=3)
+    zero_shard: int | None = Field(
+        default=None,
+        gt=0,
+        description="ranks that shard the ZeRO state; the dp*cp group is split into replicas of "
+        "this size that all-reduce their shards (PyTorch HSDP, Megatron's distributed-optimizer "
+        "instances); None = shard over all dp*cp ranks",
+    )
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    layers_per_stage: list[int] | None = None
+    microbatch_group: int | None = Field(
+        default=None,
+        gt=0,
+        description="interleaved schedule: microbatches that go through each chunk in a row "
+        "(Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage; Llama 3's N); "
+        "None = pp, at least pp",
+    )
+    partition: Literal["megatron", "nanotron"] = Field(
+        default="megatron",
+        description="how layers split over pipeline stages when layers_per_stage is unset: "
+        "megatron (even; the first and last stage one fewer when that evens out the embedding "
+        "and head) or nanotron (balanced by nanotron's per-block cost, the LM head included)",
+    )
+    order: str = "tp,cp,dp,pp"
+    ep_placement: Literal["packed", "spread"] = Field(
+        default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
+    )

@@ -1,0 +1,191 @@
+"""``training:``: sequence, batch, precision, recomputation, kernels and the optimizer's settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from simcluster.scenario.base import SectionBase
+
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp"]
+
+
+class TrainingSection(SectionBase):
+    """``training:`` — batch, precision, recomputation, optimizer."""
+
+    seq_len: int = Field(gt=0)
+    micro_batch: int = Field(default=1, gt=0)
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    precision: Literal["fp32", "bf16", "fp16", "fp8", "nvfp4"] = Field(
+        default="bf16",
+        description=(
+            "the transformer linears' GEMMs: fp32/bf16/fp16, fp8 (TransformerEngine FP8, see "
+            "fp8_recipe) or nvfp4 (TransformerEngine NVFP4BlockScaling on Blackwell: 4-bit "
+            "values in blocks of 16 with E4M3 scales); attention, the LM head and the "
+            "activations stay 16-bit under fp8 and nvfp4"
+        ),
+    )
+    fp8_recipe: Literal["delayed", "current", "block"] = Field(
+        default="delayed",
+        description=(
+            "how FP8 scales are found: delayed (amax history, TE DelayedScaling), current (an "
+            "amax pass over each tensor first, TE Float8CurrentScaling), block (per-tile scales "
+            "inside the cast: DeepSeek-V3 1x128, MXFP8)"
+        ),
+    )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description=(
+            "FP8 parameters (Megatron-Core's fp8_param_gather, set by NeMo's and Megatron-Bridge's "
+            "FP8 recipes): the transformer layers' weights are kept and all-gathered (ZeRO-1/2/3) "
+            "in FP8, 1 B per element (+1/32 for block scales) instead of 2; embeddings, the LM "
+            "head and norms stay 16-bit"
+        ),
+    )
+    fp32_grad_accum: bool = True
+    grad_accum_fusion: bool = Field(
+        default=False,
+        description=(
+            "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron "
+            "gradient_accumulation_fusion, TE fuse_wgrad_accumulation): no 16-bit gradient buffer"
+        ),
+    )
+    grad_accum_cast: bool = Field(
+        default=False,
+        description=(
+            "without grad_accum_fusion, each microbatch's 16-bit gradient is cast to a temporary "
+            "fp32 tensor and then added to the fp32 gradient (DeepSpeed's BF16_Optimizer: "
+            "hp_grad.add_(lp.grad.to(fp32))): 18 bytes per parameter per microbatch instead of "
+            "an in-place add's 10"
+        ),
+    )
+    recompute: Literal["none", "selective", "full", "op"] = Field(
+        default="none",
+        description=(
+            "none; selective (Megatron: the modules of recompute_modules); full (every layer's "
+            "forward reruns); op (torchtitan's op-level selective checkpointing: each layer "
+            "keeps its attention output and every other matmul output and reruns the rest)"
+        ),
+    )
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None,
+        description=(
+            "with recompute: selective, what is recomputed in the backward instead of stored "
+            "(Megatron-Core --recompute-modules): core_attn (the default), layernorm, "
+            "mla_up_proj, moe_act, mlp"
+        ),
+    )
+    recompute_num_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "with recompute: full, how many layers of each pipeline chunk are recomputed (the "
+            "first ones, Megatron --recompute-method block --recompute-num-layers); the rest keep "
+            "their activations; at most the layers of a chunk. Default: all"
+        ),
+    )
+    optimizer: Literal["adam", "sgd"] = "adam"
+    grad_clip: Literal["shard", "local_scale"] = Field(
+        default="shard",
+        description=(
+            "the gradient-norm clipping pass of the optimizer step: shard (Megatron's "
+            "clip_grad_norm_fp32: the norm reads the fp32 gradients the rank's optimizer steps, "
+            "its ZeRO shard; it scales them only when the norm exceeds the limit, not charged); "
+            "local_scale (nanotron's clip_grad_norm: the norm reads every local fp32 gradient, "
+            "ZeRO-1 too, and every one is multiplied by the clamped coefficient, a read and a "
+            "write, every step)"
+        ),
+    )
+    optimizer_post_validation: bool = Field(
+        default=False,
+        description=(
+            "Zero Bubble's post-update validation (sail-sg --enable-optimizer-post-validation, "
+            "Qi et al. ICLR'24 Sec 4): no all-reduce across pipeline stages before the optimizer "
+            "step, so each stage starts its next step once its own is done and consecutive steps "
+            "overlap; the step time is then the longest stage's span"
+        ),
+    )
+    optimizer_moments: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description=(
+            "precision of the optimizer's moments (Adam m and v); bf16 as DeepSeek-V3 trained "
+            "(report Sec 3.3.3) and Megatron's precision-aware optimizer allows; the fp32 "
+            "master weights stay"
+        ),
+    )
+    optimizer_offload: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "share of the optimizer (fp32 master weights, moments and their update) held and "
+            "stepped on the host CPU: after the backward its gradients go to the host, the CPU "
+            "updates them and the new 16-bit weights come back (Megatron-Core "
+            "--optimizer-cpu-offload --optimizer-offload-fraction; DeepSpeed offload_optimizer: 1.0); "
+            "needs the profile's node.host_link_GBps and node.host_memory_GBps"
+        ),
+    )
+    activation_offload_layers: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "the first N transformer layers of each pipeline chunk keep their saved activations in "
+            "host memory between forward and backward (Megatron-Core --cpu-offloading "
+            "--cpu-offloading-num-layers, TransformerEngine's double-buffered CPU offload): a "
+            "layer's copy to the host runs under the next layer's forward, the one after it waits "
+            "for it; its copy back is started one layer ahead in the backward; needs the "
+            "profile's node.host_link_GBps"
+        ),
+    )
+    flash_attention: bool = Field(
+        default=True, description="fused attention: the s x s scores are never stored"
+    )
+    attention_kernel: str | None = Field(
+        default=None,
+        description=(
+            "which fused-attention kernel's benchmark curves to use (a key of the profile's "
+            "efficiency.attention_kernels, e.g. fa2 for the flash-attn 2 package, cudnn for "
+            "TransformerEngine on Hopper); default: the profile's"
+        ),
+    )
+    elementwise: Literal["fused", "eager", "nanotron"] = Field(
+        default="fused",
+        description=(
+            "how norms, rotary embedding, activation and residual adds run: fused kernels "
+            "(Megatron/TransformerEngine, torch.compile), PyTorch eager, one kernel per "
+            "operation with fp32 upcasts (torchtitan without compile, HF Transformers), or "
+            "nanotron's mix (Triton norm and rotary, PyTorch re-layout copies around them, "
+            "unfused SwiGLU)"
+        ),
+    )
+    cuda_graphs: list[Literal["attn", "mlp", "moe_router", "moe_preprocess"]] = Field(
+        default_factory=list,
+        description=(
+            "layer parts captured in CUDA graphs (Megatron-Core's cuda_graph_scope with "
+            "TransformerEngine's partial capture): each part's kernels are issued by one graph "
+            "launch instead of op by op, forward and backward; a dropless MoE layer's experts "
+            "and dispatch cannot be captured (their sizes come from the host sync)"
+        ),
+    )
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",
+    )
+    memory_overhead_gib: float = Field(
+        default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
+    )
+
+    def fully_recomputed(self, position: int) -> bool:
+        """Whether the layer at ``position`` (0-based) within its pipeline chunk reruns its
+        whole forward before its backward."""
+        if self.recompute != "full":
+            return False
+        return self.recompute_num_layers is None or position < self.recompute_num_layers
+
+    @property
+    def recomputed(self) -> frozenset[str]:
+        """Modules selective recomputation reruns (Megatron-Core's default: the core attention)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
