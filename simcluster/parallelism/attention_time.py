@@ -6,18 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simcluster.compute import KernelModel
 from simcluster.parallelism import context
-from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import Scenario
+from simcluster.parallelism.builder_base import BuilderBase
 
 
-class AttentionTimes:
+class AttentionTimes(BuilderBase):
     """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: attention core seconds."""
-
-    shapes: Shapes
-    km: KernelModel
-    scenario: Scenario
 
     def _head_dims(self) -> tuple[int, int]:
         """(query/key, value) head dimensions; MLA's differ."""

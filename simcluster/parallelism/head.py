@@ -6,39 +6,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simcluster.compute import KernelModel
 from simcluster.parallelism import tp_async, wgrad
-from simcluster.parallelism.elementwise import Elementwise, Traffic
+from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
-from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import Scenario
 
 
-class HeadBuilder:
+class HeadBuilder(BuilderBase):
     """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: embedding, LM head, loss, MTP."""
 
-    shapes: Shapes
-    km: KernelModel
-    scenario: Scenario
-
     if TYPE_CHECKING:
-
-        @property
-        def ops(self) -> Elementwise: ...
 
         @property
         def tp_async(self) -> bool: ...
 
         def layer(self, index: int, phase: str) -> list[Segment]: ...
-
-        def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None, splits: int = 1) -> Work: ...
-
-        def _gemm_pieces(
-            self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
-        ) -> Work: ...
-
-        def _elementwise(self, traffic: Traffic, phase: str) -> Work: ...
 
     def embedding(self, phase: str) -> list[Segment]:
         """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""

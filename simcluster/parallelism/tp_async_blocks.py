@@ -6,40 +6,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simcluster.compute import KernelModel
 from simcluster.parallelism import context, tp_async
-from simcluster.parallelism.elementwise import Elementwise, Traffic
+from simcluster.parallelism.builder_base import BuilderBase
+from simcluster.parallelism.elementwise import Traffic
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Compute, Segment, Work
-from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import Scenario
 
 
-class AsyncTpBlocks:
+class AsyncTpBlocks(BuilderBase):
     """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: nanotron's async TP blocks."""
 
-    shapes: Shapes
-    km: KernelModel
-    scenario: Scenario
-
     if TYPE_CHECKING:
-
-        @property
-        def ops(self) -> Elementwise: ...
 
         def attention_gemms(self) -> list[Gemm]: ...
 
         def mlp_gemms(self, width: float) -> list[Gemm]: ...
 
         def core_times(self, phase: str, index: int = 0) -> context.CoreTimes: ...
-
-        def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None, splits: int = 1) -> Work: ...
-
-        def _gemm_pieces(
-            self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
-        ) -> Work: ...
-
-        def _elementwise(self, traffic: Traffic, phase: str) -> Work: ...
 
         def _core_recompute(self, index: int) -> tuple[Segment, ...]: ...
 

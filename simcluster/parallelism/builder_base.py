@@ -1,0 +1,35 @@
+"""What the :class:`~simcluster.parallelism.layer.LayerBuilder` mixins share: the per-GPU
+shapes, the kernel model and the scenario, and (for the type checker) the builder's costing of
+GEMMs and memory-bound kernels that every mixin calls."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simcluster.compute import KernelModel
+from simcluster.parallelism.elementwise import Elementwise, Traffic
+from simcluster.parallelism.linears import Gemm
+from simcluster.parallelism.segments import Work
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import Scenario
+
+
+class BuilderBase:
+    """The state and costing helpers a layer-builder mixin relies on."""
+
+    shapes: Shapes
+    km: KernelModel
+    scenario: Scenario
+
+    if TYPE_CHECKING:
+
+        @property
+        def ops(self) -> Elementwise: ...
+
+        def _gemms(self, gemms: list[Gemm], phase: str, dtype: str | None = None, splits: int = 1) -> Work: ...
+
+        def _gemm_pieces(
+            self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
+        ) -> Work: ...
+
+        def _elementwise(self, traffic: Traffic, phase: str) -> Work: ...
