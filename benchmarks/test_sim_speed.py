@@ -37,18 +37,25 @@ def test_microbatches_scale_linearly():
     assert four / one < 6.0
 
 
-def _build(name, p, m):
+def _build(name, p, m, repeats=3):
+    """Best of ``repeats`` builds: a fraction-of-a-second timing on a shared 2-core machine is
+    noisy, and the least disturbed run is the one that measures the builder."""
     from simcluster.schedules import OpCosts, ScheduleSpec, get_schedule
 
-    start = time.perf_counter()
-    get_schedule(name).build(ScheduleSpec(p, m, 1, OpCosts(1.0, 1.2, 0.8, 0.05)))
-    return time.perf_counter() - start
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        get_schedule(name).build(ScheduleSpec(p, m, 1, OpCosts(1.0, 1.2, 0.8, 0.05)))
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 @pytest.mark.parametrize("name", ["zb-2p", "zbv"])
 def test_cost_aware_schedule_builders_scale_linearly_in_microbatches(name):
     """The heuristics place each op once per variant: doubling m should about double the time
     (each bubble decision reads a running maximum, not every stage)."""
-    small, big = _build(name, 16, 256), _build(name, 16, 1024)
-    print(f"{name}: m=256 {small:.2f}s, m=1024 {big:.2f}s, ratio {big / small:.2f} (ideal 4)")
+    # 512 and 2048: long enough that a disturbance is a small share (2026-11-27, zb-2p best of
+    # three: 0.27 s and 1.27 s, ratio 4.7)
+    small, big = _build(name, 16, 512), _build(name, 16, 2048)
+    print(f"{name}: m=512 {small:.2f}s, m=2048 {big:.2f}s, ratio {big / small:.2f} (ideal 4)")
     assert big / small < 6.0
