@@ -18,7 +18,8 @@ from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipelin
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
-from simcluster.engine.worker import GRAD_ZERO, Shared, Worker
+from simcluster.engine.shared import Shared
+from simcluster.engine.worker import GRAD_ZERO, Worker
 from simcluster.errors import UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network

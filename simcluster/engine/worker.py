@@ -28,7 +28,7 @@ from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.schedules import PipeOp
 
-__all__ = ["GRAD_ZERO", "Pace", "Shared", "Worker"]
+__all__ = ["GRAD_ZERO", "Pace", "Worker"]
 
 #: the event name of clearing the gradient buffer at a step's start (dp.zero_grad_buffer)
 GRAD_ZERO = "zero_grad_buffer"
