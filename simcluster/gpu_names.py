@@ -26,6 +26,8 @@ REFERENCE_NODES: dict[str, dict[int | None, str]] = {
     "gb200": {None: "gb200-nvl72", 186: "gb200-nvl72", 192: "gb200-nvl72"},
     "gb300": {None: "gb300-nvl72", 288: "gb300-nvl72"},
     "b300": {None: "dgx-b300", 288: "dgx-b300"},
+    # a GH200 board of four modules as on CSCS Alps; nvidia-smi names it by its 120 GB of LPDDR5X
+    "gh200": {None: "alps-gh200", 96: "alps-gh200", 120: "alps-gh200"},
     "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
     "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
 }

@@ -334,3 +334,17 @@ def test_nvls_tree_needs_several_gpus_in_several_domains():
     no_nvls = h100(16, nvls=False)
     with pytest.raises(UserError, match="NVLS"):
         collective_time("all_reduce", GiB, no_nvls, list(range(16)), algo="nvls_tree")
+
+
+def test_between_two_rows_the_time_is_affine_in_size():
+    # a latency row and a bandwidth row: alpha + beta * size through both (the alpha-beta cost of
+    # a collective), so 16 B costs the 8 B row's time and half-way in bytes half-way in time
+    rows = [
+        {"op": "all_reduce", "scope": "intra", "gpus": 8, "gpus_per_node": 8, "nodes": 1, "bytes": b, "time_s": t}
+        for b, t in [(8, 10e-6), (MiB, 30e-6)]
+    ]  # fmt: skip
+    from simcluster.network.calibrated import table_time
+
+    assert table_time(rows, "all_reduce", 16, 8) == pytest.approx(10e-6, rel=1e-4)
+    assert table_time(rows, "all_reduce", (8 + MiB) / 2, 8) == pytest.approx(20e-6, rel=1e-9)
+    assert table_time(rows, "all_reduce", MiB, 8) == pytest.approx(30e-6, rel=1e-12)

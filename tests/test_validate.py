@@ -53,7 +53,8 @@ def test_shipped_case_counts_and_unique_names():
     # page: all 8 rows; Zero Bubble's same-memory table (arXiv Table 6): 3 models x 3 m x
     # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts;
     # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest),
-    # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8.
+    # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
+    # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -71,6 +72,7 @@ def test_shipped_case_counts_and_unique_names():
         "torchtitan-a100": 8,
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
+        "swissai-gh200": 3,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -197,6 +199,23 @@ def test_every_nvfp4_row_has_the_same_layout_at_fp8():
         ]  # fmt: skip
         assert twins, c.name
         assert all(o.measured < c.measured for o in twins), c.name  # NVFP4 measured faster
+
+
+def test_swissai_rows_are_the_pull_requests_tokens_at_two_million_tokens_a_step():
+    """swiss-ai/Megatron-LM pull request 33: ~8000 / ~8290 / ~8840 tokens/s/GPU on 64 Alps nodes
+    (256 GH200); the 2M-token batch of pull request 29 puts one microbatch on each rank."""
+    published = {(2, 4, 4096): 8000, (1, 1, 8192): 8290, (1, 2, 4096): 8840}
+    cases = _family("swissai-gh200")
+    assert len(cases) == len(published)
+    for c in cases:
+        sc = c.scenario
+        par, tr = sc["parallel"], sc["training"]
+        gpus = sc["cluster"]["gpus"]
+        assert (gpus, sc["cluster"]["hardware"]) == (256, "alps-gh200")
+        tokens_per_gpu = published[(par["tp"], tr["micro_batch"], tr["seq_len"])]
+        assert c.measured == tokens_per_gpu * gpus, c.name
+        assert tr["global_batch"] * tr["seq_len"] == 2 * 1024 * 1024, c.name
+        assert tr["global_batch"] == (gpus // par["tp"]) * tr["micro_batch"], c.name
 
 
 def test_dgxc_cases_are_the_published_step_times_and_layouts():
@@ -871,6 +890,8 @@ FAMILY_MAPE = {
     # 2.8 / 3.3 before the fork's fused accumulation was charged its 6 B (an 8 B in-place add)
     "zero-bubble-a100": 1.9,
     "zero-bubble-v-a100": 2.5,
+    # GH200 at the H100's sustained share, an upper bound under the Alps module cap (docs/accuracy.md)
+    "swissai-gh200": 9.6,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
@@ -903,6 +924,7 @@ FAMILY_MAX_APE = {
     "torchtitan-a100": 10.7,
     "zero-bubble-a100": 5.4,
     "zero-bubble-v-a100": 5.6,
+    "swissai-gh200": 11.9,
 }
 
 

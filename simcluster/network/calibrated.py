@@ -12,9 +12,9 @@ model supplies the topology:
 
     target = model(group, size) x measured(geometry, size) / model(geometry, size).
 
-At the measured geometry this is the measurement itself. Along the size axis busbw is
-interpolated linearly in log(size) between rows; outside the measured sizes the ratio at the
-nearest one holds. Between measured node counts (inter-node groups) or GPU counts
+At the measured geometry this is the measurement itself. Along the size axis the time is
+affine in size between neighbouring rows (a latency and a bandwidth term through each pair);
+outside the measured sizes the ratio at the nearest one holds. Between measured node counts (inter-node groups) or GPU counts
 (single-node groups) the ratio is interpolated in log(count) and held beyond the ends. Reduce-scatter and all-gather fall back to all-reduce rows when they have none of
 their own: a ring all-reduce is a reduce-scatter then an all-gather of the same chunks.
 """
@@ -80,13 +80,22 @@ def _busbw(row: dict[str, Any], op: str) -> float:
 
 def table_time(rows: list[dict[str, Any]], op: str, nbytes: float, n: int) -> float:
     """Time the rows of one geometry (``n`` ranks) give for ``op`` of ``nbytes``, within the
-    measured sizes (busbw linear in log(size) between rows)."""
+    measured sizes: time affine in size between neighbouring rows, a latency plus a bandwidth
+    term fitted through each pair (the alpha-beta cost of a collective). Bandwidth
+    interpolated between a latency-bound row and a bandwidth-bound one would put the sizes
+    just above the first at a small fraction of its time."""
     table = sorted({float(r["bytes"]): r for r in rows}.items())
     sizes = [s for s, _ in table]
     factor = busbw_factor(op, n)
-    lo, hi, w = _bracket(sizes, nbytes)
-    busbw = (1 - w) * _busbw(table[lo][1], op) + w * _busbw(table[hi][1], op)
-    return nbytes / (busbw / factor)
+
+    def time_of(i: int) -> float:
+        return sizes[i] / (_busbw(table[i][1], op) / factor)
+
+    lo, hi, _ = _bracket(sizes, nbytes)
+    if lo == hi:
+        return nbytes / (_busbw(table[lo][1], op) / factor)
+    share = (nbytes - sizes[lo]) / (sizes[hi] - sizes[lo])
+    return time_of(lo) + share * (time_of(hi) - time_of(lo))
 
 
 def _size_range(rows: list[dict[str, Any]]) -> tuple[float, float]:
