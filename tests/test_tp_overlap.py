@@ -315,3 +315,15 @@ def test_run_names_the_tp_overlap_when_tp_is_exposed(cli):
     assert off.code == 0 and "overlap.tp_comm: true" in off.out
     on = cli("run", "llama3-70b-64xh100", "--set", "overlap.tp_comm=true")
     assert on.code == 0 and "overlap.tp_comm: true" not in on.out
+
+
+def test_run_says_when_a_tp_group_leaves_the_nvlink_domain(cli):
+    # tp 8 on the Alps GH200 node (4 GPUs on NVLink): half of each TP group is a node away, so its
+    # collectives cross Slingshot; tp 4 stays inside a node and gets no such line
+    wide = cli("run", "llama3-8b-256xgh200", "--set", "cluster.gpus=8", "--set", "parallel.tp=8",
+               "--set", "training.global_batch=8")  # fmt: skip
+    assert wide.code == 0 and "tp 8 spans 2 scale-up domains of 4 GPUs" in " ".join(wide.out.split())
+    assert "--tp 1,2,4" in wide.out
+    inside = cli("run", "llama3-8b-256xgh200", "--set", "cluster.gpus=8", "--set", "parallel.tp=4",
+                 "--set", "training.global_batch=8")  # fmt: skip
+    assert inside.code == 0 and "scale-up domains" not in inside.out

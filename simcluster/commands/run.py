@@ -52,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
+    node = ctx.profile.node
     _print(
         result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
         precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
+        scale_up=node.nvlink_domain or node.gpus_per_node,
     )
     return 0
 
@@ -73,6 +75,7 @@ def _print(
     gpu: str | None = None,
     precision: str | None = None,
     etp_defaulted: bool = False,
+    scale_up: int | None = None,
 ) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
@@ -138,6 +141,15 @@ def _print(
             f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
             "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
             "leaves it off by default) would hide part of it"
+        )
+    tp_size = s["parallel"].get("tp", 1)
+    if scale_up and tp_size > scale_up and tp >= TP_HINT:
+        # TP is innermost in the rank grid, so a group wider than the NVLink domain leaves it
+        inside = ",".join(str(1 << k) for k in range(scale_up.bit_length()) if 1 << k <= scale_up)
+        console.print(
+            f"tp {tp_size} spans {-(-tp_size // scale_up)} scale-up domains of {scale_up} GPUs, so its "
+            f"collectives cross the network: exposed TP communication is {100 * tp:.0f}% of the step; "
+            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})"
         )
     etp = s["parallel"].get("etp", 1)
     ep = _share_of_step(s, s["exposed_comm_s"].get("ep", 0.0))
