@@ -55,6 +55,10 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(True, "rmsnorm", False, "rope", True),
 }
 
+# model types whose attention normalises queries and keys (their modelling code does it
+# unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "gemma3_text", "apertus"})
+
 # config.json key -> ModelSpec field; the first key present wins
 _KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
@@ -126,6 +130,7 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     tied = cfg.get("tie_word_embeddings")
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
+    data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
     return data

@@ -173,6 +173,8 @@ def layer_activation_bytes(
     mask = 1.0 if model.dropout else 0.0
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
     qkv = e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
+    if model.qk_norm and model.mla is None:
+        qkv += e * s * b * (q_dim + model.kv_heads * model.d_head) / t  # the norms' inputs
     if model.mla is not None:
         # the compressed latents, inputs of the up-projections (after their norms)
         a = model.mla

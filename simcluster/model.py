@@ -65,6 +65,10 @@ class ModelSpec:
     # every layer is local (Mistral 7B, StarCoder2)
     sliding_window: int = 0
     global_every: int = 0
+    # an RMSNorm on the queries and on the keys before the rotary embedding (Qwen3, Gemma 3,
+    # OLMo 2, Apertus; Megatron-Core's --qk-layernorm): one more memory-bound pass over Q and K
+    # each way, and their pre-norm values kept for the backward
+    qk_norm: bool = False
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -116,7 +120,10 @@ class ModelSpec:
             return norm + q + kv_a + kv_b + a * m.v_head_dim * h
         weights = h * a * d + 2 * h * kv * d + a * d * h
         biases = (a * d + 2 * kv * d + h) if self.bias else 0
-        return norm + weights + biases
+        # per-head norm weights (Qwen3, Gemma 3; OLMo 2's span the whole width, a few
+        # thousand more per layer)
+        qk = 2 * d if self.qk_norm else 0
+        return norm + weights + biases + qk
 
     def mlp_params(self, ffn: int) -> int:
         """One dense MLP of inner width ``ffn`` (no norm)."""
@@ -290,6 +297,11 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 "dense_layers", "max_positions", "sliding_window", "global_every"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
+    if spec.qk_norm and spec.mla is not None:
+        raise UserError(
+            f"{prefix}.qk_norm",
+            "multi-head latent attention normalises its compressed latents itself (model.mla); drop qk_norm",
+        )
     if not spec.is_moe:
         for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers"):
             if getattr(spec, key) > 0:

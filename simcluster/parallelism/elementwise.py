@@ -3,8 +3,8 @@
 How a framework runs it is a *style* (``training.elementwise``, registry :data:`STYLES`):
 
 - ``fused`` (Megatron-Core with TransformerEngine, a ``torch.compile``d model): each block's
-  norm, rotary embedding, activation and residual add read their input and write their output
-  once, 16-bit; learned or ALiBi positions have no rotary pass. With the flash-attn 2 kernel
+  norm (and a query/key norm, ``model.qk_norm``), rotary embedding, activation and residual add
+  read their input and write their output once, 16-bit; learned or ALiBi positions have no rotary pass. With the flash-attn 2 kernel
   (``training.attention_kernel: fa2``) TransformerEngine copies Q, K and V to batch-first
   first; cuDNN's fused attention reads Megatron's sequence-first layout in place.
 - ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
@@ -139,7 +139,25 @@ class Elementwise:
         return out
 
     def attention_inputs(self) -> Traffic:
-        """Between the QKV projection and the core attention: rotary embedding (and GQA copies)."""
+        """Between the QKV projection and the core attention: the query/key norms, the rotary
+        embedding (and GQA copies)."""
+        return self._qk_norm() + self._rotary()
+
+    def _qk_norm(self) -> Traffic:
+        """RMSNorm over the queries and over the keys (``model.qk_norm``): a norm's traffic on
+        each, two kernels (Megatron's q_layernorm / k_layernorm modules, the two calls of the
+        Hugging Face and OLMo code)."""
+        m, t = self.model, self.layout.tp
+        if not m.qk_norm:
+            return Traffic(0.0, kernels=0)
+        width = (m.heads + m.kv_heads) * m.d_head / t
+        if not self.style.norm_fp32_ops:
+            return Traffic(2 * self.elt * width, kernels=2)
+        casts = 2 * self._cast()
+        per_elem = casts + 2 * FP32 + FP32 + 2 * FP32 + 2 * self.elt  # as norm(): pow, mean, *rsqrt, *weight
+        return Traffic(per_elem * width, kernels=2 * (8 if casts else 6))
+
+    def _rotary(self) -> Traffic:
         m, t, st = self.model, self.layout.tp, self.style
         q = m.heads * m.d_head / t
         kv = m.kv_heads * m.d_head / t

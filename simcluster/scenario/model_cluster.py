@@ -42,6 +42,11 @@ class ModelSection(SectionBase):
     norm: Literal["rmsnorm", "layernorm"] | None = None
     bias: bool | None = None
     dropout: bool | None = None
+    qk_norm: bool | None = Field(
+        default=None,
+        description="an RMSNorm on queries and keys before the rotary embedding (Qwen3, Gemma 3, "
+        "OLMo 2, Apertus; Megatron's --qk-layernorm)",
+    )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
