@@ -47,8 +47,7 @@ def bytes_per_param(
     ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it. ``moment_bytes`` is
     the width of each optimizer moment (2 with ``training.optimizer_moments: bf16``).
     """
-    # Adam: m and v; SGD: momentum
-    moments = (2.0 if optimizer == "adam" else 1.0) * moment_bytes
+    moments = OPTIMIZER_MOMENTS[optimizer] * moment_bytes
     if precision == "fp32":
         return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
     if fp32_grad_accum:
@@ -56,6 +55,11 @@ def bytes_per_param(
     else:
         grads = 2.0
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
+
+
+#: moments an optimizer keeps per parameter: Adam m and v; AdEMAMix's fast and slow gradient
+#: averages and v (Pagliardini et al. 2024, Algorithm 1); SGD's momentum
+OPTIMIZER_MOMENTS = {"adam": 2, "ademamix": 3, "sgd": 1}
 
 
 def moment_bytes(training: TrainingSection) -> float:

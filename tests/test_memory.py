@@ -52,6 +52,20 @@ def test_fused_gradient_accumulation_keeps_no_16_bit_gradient():
     assert bytes_per_param("bf16", "adam", False, grad_accum_fusion=True).grads == 2
 
 
+def test_ademamix_keeps_a_third_moment():
+    """AdEMAMix (Pagliardini et al. 2024, Algorithm 1): a fast and a slow exponential average of
+    the gradient and the second moment, so 4P fp32 master + 3 x 4P moments = 16P of optimizer
+    state (Adam's 12P), and the update reads and writes one more fp32 moment (8 B)."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    assert bytes_per_param("bf16", "ademamix", True).optimizer == 16
+    assert bytes_per_param("bf16", "adam", True).optimizer == 12
+    adam = scenario_from_dict(make_scenario())
+    mix = scenario_from_dict(make_scenario(training={
+        "seq_len": 2048, "micro_batch": 1, "global_batch": 8, "optimizer": "ademamix"}))  # fmt: skip
+    assert optimizer_bytes_per_param(mix) - optimizer_bytes_per_param(adam) == 2 * 4
+
+
 def test_bf16_moments_halve_the_adam_states():
     """DeepSeek-V3 report Sec 3.3.3: AdamW's first and second moments in BF16, the master
     weights in FP32: 4P fp32 master + 2 x 2P moments = 8P of optimizer state instead of 12P;

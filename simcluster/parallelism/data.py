@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
-from simcluster.memory import head_unit_params, moment_bytes
+from simcluster.memory import OPTIMIZER_MOMENTS, head_unit_params, moment_bytes
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -215,7 +215,7 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
     common = 8 + 4 + norm + low + unscale + widen
-    return common + (2 * moment if tr.optimizer == "adam" else moment)
+    return common + OPTIMIZER_MOMENTS[tr.optimizer] * moment
 
 
 #: the gradient norm's read of an fp32 gradient

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simcluster.errors import UserError
-from simcluster.memory import moment_bytes
+from simcluster.memory import OPTIMIZER_MOMENTS, moment_bytes
 
 if TYPE_CHECKING:
     from simcluster.context import Context
@@ -43,7 +43,7 @@ def missing_host_figures(node: NodeSpec, optimizer: bool) -> list[str]:
 def host_update_bytes_per_param(training: TrainingSection) -> float:
     """Host DRAM traffic of one CPU update per parameter: the fp32 gradient read, the fp32 master
     read and written, each moment read and written."""
-    moments = 2 if training.optimizer == "adam" else 1
+    moments = OPTIMIZER_MOMENTS[training.optimizer]
     return 4.0 + 8.0 + moments * 2 * moment_bytes(training)
 
 

@@ -85,7 +85,14 @@ class TrainingSection(SectionBase):
             "their activations; at most the layers of a chunk. Default: all"
         ),
     )
-    optimizer: Literal["adam", "sgd"] = "adam"
+    optimizer: Literal["adam", "ademamix", "sgd"] = Field(
+        default="adam",
+        description=(
+            "the update's state per parameter: adam (Adam/AdamW: two moments), ademamix "
+            "(AdEMAMix, Pagliardini et al. 2024: a fast and a slow gradient average and the "
+            "second moment, three; Apertus's optimizer), sgd (momentum: one)"
+        ),
+    )
     grad_clip: Literal["shard", "local_scale"] = Field(
         default="shard",
         description=(
