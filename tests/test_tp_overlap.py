@@ -327,3 +327,12 @@ def test_run_says_when_a_tp_group_leaves_the_nvlink_domain(cli):
     inside = cli("run", "llama3-8b-256xgh200", "--set", "cluster.gpus=8", "--set", "parallel.tp=4",
                  "--set", "training.global_batch=8")  # fmt: skip
     assert inside.code == 0 and "scale-up domains" not in inside.out
+
+
+def test_a_tp_group_across_nodes_is_not_pointed_at_userbuffers(cli):
+    # llama3-70b-64xh100 (TP 8 with SP, no TE overlap) on 4-GPU GH200 nodes: the group crosses
+    # Slingshot, where userbuffers' NVLink overlap cannot help; run names the smaller tp instead
+    res = cli("run", "llama3-70b-64xh100", "--set", "cluster.hardware=gh200")
+    text = " ".join(res.out.split())
+    assert res.code == 0 and "tp 8 spans 2 scale-up domains of 4 GPUs" in text
+    assert "overlap.tp_comm: true" not in text

@@ -136,14 +136,16 @@ def _print(
     if gpu:
         console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
     tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
-    if tp_overlap_off and tp >= TP_HINT:
+    tp_size = s["parallel"].get("tp", 1)
+    tp_leaves_domain = bool(scale_up) and tp_size > (scale_up or 0)
+    # userbuffers' overlap runs inside an NVLink domain; a wider group needs a smaller tp first
+    if tp_overlap_off and tp >= TP_HINT and not tp_leaves_domain:
         console.print(
             f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
             "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
             "leaves it off by default) would hide part of it"
         )
-    tp_size = s["parallel"].get("tp", 1)
-    if scale_up and tp_size > scale_up and tp >= TP_HINT:
+    if scale_up and tp_leaves_domain and tp >= TP_HINT:
         # TP is innermost in the rank grid, so a group wider than the NVLink domain leaves it
         inside = ",".join(str(1 << k) for k in range(scale_up.bit_length()) if 1 << k <= scale_up)
         console.print(
