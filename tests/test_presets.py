@@ -28,6 +28,10 @@ PUBLISHED = {
     # 235B / 22B (the per-head q/k RMSNorm weights, 2 x 128 per layer, are below the rounding)
     "qwen3-30b-a3b": (30.5e9, 3.3e9, "Qwen/Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
     "qwen3-235b-a22b": (235e9, 22e9, "Qwen/Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    # the Apertus models as swiss-ai names them (Hernandez-Cano et al. 2025, "Apertus", released
+    # at 8B and 70B): the launch scripts' shapes give 8.05B and 70.6B
+    "apertus-8b": (8e9, None, "swiss-ai/Apertus-8B-2509: 8B"),
+    "apertus-70b": (70e9, None, "swiss-ai/Apertus-70B-2509: 70B"),
     # Brown et al. 2020, Table 2.1 (n_params column)
     "gpt3-13b": (13.0e9, None, "Brown et al. 2020, Table 2.1: GPT-3 13B, 13.0B"),
     # bigscience/bloom model card
