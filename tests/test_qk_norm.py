@@ -83,3 +83,16 @@ def test_latent_attention_refuses_the_flag(cli, tmp_path):
     path.write_text(yaml.safe_dump(sc))
     res = cli("run", str(path))
     assert res.code == 2 and "model.qk_norm" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_an_apertus_config_reads_as_the_preset():
+    # swiss-ai/Apertus-8B-2509 config.json: model_type apertus, hidden_act xielu (a two-matrix
+    # MLP), QK-norm in its modelling code; the same shape as the apertus-8b preset
+    from simcluster.model import load_preset
+
+    cfg = {"model_type": "apertus", "hidden_act": "xielu", "num_hidden_layers": 32, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 21504,
+           "vocab_size": 131072, "tie_word_embeddings": False}  # fmt: skip
+    fields = fields_from_config(cfg)
+    assert (fields["mlp"], fields["qk_norm"], fields["tied_embeddings"]) == ("gelu", True, False)
+    assert load_preset("apertus-8b").params_total() == pytest.approx(8.05e9, rel=1e-3)
