@@ -14,9 +14,11 @@ model supplies the topology:
 
 At the measured geometry this is the measurement itself. Along the size axis the time is
 affine in size between neighbouring rows (a latency and a bandwidth term through each pair);
-outside the measured sizes the ratio at the nearest one holds. Between measured node counts (inter-node groups) or GPU counts
-(single-node groups) the ratio is interpolated in log(count) and held beyond the ends. Reduce-scatter and all-gather fall back to all-reduce rows when they have none of
-their own: a ring all-reduce is a reduce-scatter then an all-gather of the same chunks.
+outside the measured sizes the ratio at the nearest one holds. Between measured node counts
+(inter-node groups) or GPU counts (single-node groups) the ratio is interpolated in
+log(count) and held beyond the ends. Reduce-scatter and all-gather fall back to all-reduce
+rows when they have none of their own: a ring all-reduce is a reduce-scatter then an
+all-gather of the same chunks.
 """
 
 from __future__ import annotations
