@@ -12,6 +12,7 @@ Memory-bound kernels use effective HBM bandwidth.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -156,9 +157,9 @@ class KernelModel:
         dtype = dtype or self.gemm_dtype
         curve = self._gemm_curves.get(dtype) or self._benchmark_curve(dtype)
         eff = interp(curve, flops, log_x=True)
-        below = [(f, e) for f, e in curve if f <= flops]
-        if below:
-            f_lo, e_lo = below[-1]
+        i = bisect.bisect_right(curve, flops, key=lambda point: point[0])
+        if i:
+            f_lo, e_lo = curve[i - 1]
             eff = min(eff, e_lo * flops / f_lo)  # the time at the point below, at least
         return max(eff, 1e-4)
 

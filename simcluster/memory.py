@@ -33,6 +33,11 @@ class BytesPerParam:
     optimizer: float
 
 
+#: moments an optimizer keeps per parameter: Adam m and v; AdEMAMix's fast and slow gradient
+#: averages and v (Pagliardini et al. 2024, Algorithm 1); SGD's momentum
+OPTIMIZER_MOMENTS = {"adam": 2, "ademamix": 3, "sgd": 1}
+
+
 def bytes_per_param(
     precision: str,
     optimizer: str,
@@ -55,11 +60,6 @@ def bytes_per_param(
     else:
         grads = 2.0
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
-
-
-#: moments an optimizer keeps per parameter: Adam m and v; AdEMAMix's fast and slow gradient
-#: averages and v (Pagliardini et al. 2024, Algorithm 1); SGD's momentum
-OPTIMIZER_MOMENTS = {"adam": 2, "ademamix": 3, "sgd": 1}
 
 
 def moment_bytes(training: TrainingSection) -> float:
@@ -178,7 +178,7 @@ def layer_activation_bytes(
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
     qkv = e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
     if model.qk_norm and model.mla is None:
-        qkv += e * s * b * (q_dim + model.kv_heads * model.d_head) / t  # the norms' inputs
+        qkv += e * s * b * (q_dim + kv_dim) / t  # the norms' inputs
     if model.mla is not None:
         # the compressed latents, inputs of the up-projections (after their norms)
         a = model.mla

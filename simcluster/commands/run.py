@@ -75,7 +75,7 @@ def _print(
     gpu: str | None = None,
     precision: str | None = None,
     etp_defaulted: bool = False,
-    scale_up: int | None = None,
+    scale_up: int = 0,
 ) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
@@ -137,7 +137,7 @@ def _print(
         console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
     tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
     tp_size = s["parallel"].get("tp", 1)
-    tp_leaves_domain = bool(scale_up) and tp_size > (scale_up or 0)
+    tp_leaves_domain = 0 < scale_up < tp_size
     # userbuffers' overlap runs inside an NVLink domain; a wider group needs a smaller tp first
     if tp_overlap_off and tp >= TP_HINT and not tp_leaves_domain:
         console.print(
@@ -145,7 +145,7 @@ def _print(
             "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
             "leaves it off by default) would hide part of it"
         )
-    if scale_up and tp_leaves_domain and tp >= TP_HINT:
+    if tp_leaves_domain and tp >= TP_HINT:
         # TP is innermost in the rank grid, so a group wider than the NVLink domain leaves it
         inside = ",".join(str(1 << k) for k in range(scale_up.bit_length()) if 1 << k <= scale_up)
         console.print(

@@ -124,8 +124,12 @@ class Elementwise:
 
     def norm(self) -> Traffic:
         """One pre-block norm over the hidden state (SP-sharded)."""
-        width = self.model.hidden / self._sp
-        if not self.style.norm_fp32_ops or self.model.norm == "layernorm":
+        return self._rmsnorm(self.model.hidden / self._sp, fp32_ops=self.model.norm != "layernorm")
+
+    def _rmsnorm(self, width: float, fp32_ops: bool = True) -> Traffic:
+        """A norm over ``width`` elements per token: one fused read and write, or in the eager
+        style the Llama reference RMSNorm's fp32 ops (``fp32_ops`` false: a native kernel)."""
+        if not self.style.norm_fp32_ops or not fp32_ops:
             return Traffic(2 * self.elt * width)
         casts = 2 * self._cast()
         per_elem = casts + 2 * FP32 + FP32 + 2 * FP32 + 2 * self.elt  # pow, mean, *rsqrt, *weight
@@ -151,12 +155,7 @@ class Elementwise:
         m, t = self.model, self.layout.tp
         if not m.qk_norm:
             return Traffic(0.0, kernels=0)
-        width = (m.heads + m.kv_heads) * m.d_head / t
-        if not self.style.norm_fp32_ops:
-            return Traffic(2 * self.elt * width, kernels=2)
-        casts = 2 * self._cast()
-        per_elem = casts + 2 * FP32 + FP32 + 2 * FP32 + 2 * self.elt  # as norm(): pow, mean, *rsqrt, *weight
-        return Traffic(per_elem * width, kernels=2 * (8 if casts else 6))
+        return self._rmsnorm(m.heads * m.d_head / t) + self._rmsnorm(m.kv_heads * m.d_head / t)
 
     def _rotary(self) -> Traffic:
         m, t, st = self.model, self.layout.tp, self.style
