@@ -26,37 +26,14 @@ class UserError(Exception):
         return " ".join(str(self).split())
 
 
-# What users coming from a framework's flags or a Hugging Face config type for our keys.
+# What users coming from a framework's flags or a Hugging Face config type for one of our keys
+# without meaning exactly it (a hint only; exact equivalents are read as the key itself:
+# simcluster/key_aliases.py)
 FRAMEWORK_NAMES: dict[str, str] = {
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "context_parallel_size": "cp",
-    "expert_model_parallel_size": "ep",
-    "expert_tensor_parallel_size": "etp",
-    "data_parallel_size": "dp",
-    "virtual_pipeline_model_parallel_size": "vpp",
     "virtual_stages": "vpp",
     "num_layers_per_virtual_pipeline_stage": "vpp",
-    "zero_stage": "zero",
-    "micro_batch_size": "micro_batch",
-    "global_batch_size": "global_batch",
-    "seq_length": "seq_len",
-    "sequence_length": "seq_len",
     "max_position_embeddings": "seq_len",
-    "recompute_granularity": "recompute",
     "activation_checkpointing": "recompute",
-    "num_layers": "layers",
-    "num_hidden_layers": "layers",
-    "hidden_size": "hidden",
-    "num_attention_heads": "heads",
-    "num_query_groups": "kv_heads",
-    "num_key_value_heads": "kv_heads",
-    "ffn_hidden_size": "ffn",
-    "intermediate_size": "ffn",
-    "vocab_size": "vocab",
-    "padded_vocab_size": "vocab",
-    "num_experts": "experts",
-    "moe_router_topk": "top_k",
     "moe_expert_capacity_factor": "capacity_factor",
     "moe_pad_expert_input_to_capacity": "pad_to_capacity",
     "moe_token_dispatcher_type": "dispatcher",
@@ -65,10 +42,13 @@ FRAMEWORK_NAMES: dict[str, str] = {
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' hint, or '' when nothing is close: a framework's name for one of
-    ``choices`` (:data:`FRAMEWORK_NAMES`, e.g. Megatron's ``micro_batch_size``) or a spelling
-    neighbour."""
+    ``choices`` (:data:`FRAMEWORK_NAMES`, or an alias of a key in another section: Megatron's
+    ``micro_batch_size`` written under ``parallel:``) or a spelling neighbour."""
+    from simcluster.key_aliases import ANY_SECTION  # key_aliases raises UserError: import here
+
     options = list(choices)
-    alias = FRAMEWORK_NAMES.get(name.lower().lstrip("-").replace("-", "_"))
+    spelled = name.lower().lstrip("-").replace("-", "_")
+    alias = FRAMEWORK_NAMES.get(spelled) or ANY_SECTION.get(spelled)
     if alias in options:
         return f" (did you mean '{alias}'?)"
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)

@@ -31,6 +31,7 @@ from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
+from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured
 from simcluster.paths import anchor_paths
 
@@ -159,7 +160,7 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             f"{where}.scenario",
             "must be a scenario mapping (model, cluster, parallel, training) or a scenario's name or file",
         )
-    scenario = raw["scenario"]
+    scenario = normalise_keys(raw["scenario"])
     overrides = raw.get("set")
     if overrides is not None:
         if not isinstance(overrides, dict) or not overrides:

@@ -13,6 +13,7 @@ from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
+from simcluster.key_aliases import canonical_path, normalise_keys
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
@@ -76,7 +77,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
     """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
     out = copy.deepcopy(data)
     for key, value in overrides:
-        parts = key.split(".")
+        parts = canonical_path(key).split(".")
         node = out
         for part in parts[:-1]:
             child = node.get(part)
@@ -137,7 +138,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_overrides(_expand_model_shorthand(data), overrides or [])
+    data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = apply_framework(normalise_spellings(expand_nodes(data)))
     try:
         return Scenario.model_validate(data)

@@ -1,0 +1,127 @@
+"""Other names of scenario keys, read as the names the schema knows.
+
+A layout is usually copied from somewhere: a Megatron-LM launch line (``--num-layers``,
+``--tensor-model-parallel-size``, ``--global-batch-size``), a Hugging Face ``config.json``
+(``num_hidden_layers``, ``intermediate_size``), a DeepSpeed config
+(``train_micro_batch_size_per_gpu``) or a paper's table (``gbs``, ``mbs``). Those names mean
+exactly the schema's field, so they are read as it rather than refused as unknown keys; each
+alias below is such an exact equivalent, nothing looser (``ffn_hidden_size`` is the MLP width
+as ``ffn`` is; a name whose meaning differs, such as Megatron's
+``untie_embeddings_and_output_weights``, the negation of ``tied_embeddings``, is left for the
+schema to reject with its did-you-mean hint). Dashes read as underscores, so a launch flag's
+own spelling works too. Giving a key and one of its aliases together is an error.
+Applied to the raw scenario, and to ``--set`` paths, before validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simcluster.errors import UserError
+
+#: top-level section -> {other name: the schema's key}
+KEY_ALIASES: dict[str, dict[str, str]] = {
+    "model": {
+        "num_layers": "layers", "num_hidden_layers": "layers", "n_layers": "layers", "n_layer": "layers",
+        "hidden_size": "hidden", "d_model": "hidden", "n_embd": "hidden",
+        "num_attention_heads": "heads", "n_heads": "heads", "n_head": "heads", "attention_heads": "heads",
+        "num_key_value_heads": "kv_heads", "num_query_groups": "kv_heads", "n_kv_heads": "kv_heads",
+        "kv_channels": "head_dim",
+        "ffn_hidden_size": "ffn", "intermediate_size": "ffn", "d_ff": "ffn", "ffn_dim": "ffn",
+        "vocab_size": "vocab", "padded_vocab_size": "vocab",
+        "num_experts": "experts", "n_routed_experts": "experts", "num_local_experts": "experts",
+        "moe_num_experts": "experts",
+        "moe_router_topk": "top_k", "num_experts_per_tok": "top_k", "moe_top_k": "top_k",
+        "moe_ffn_hidden_size": "expert_ffn", "moe_intermediate_size": "expert_ffn",
+        "n_shared_experts": "shared_experts",
+        "first_k_dense_replace": "dense_layers",
+        "tie_word_embeddings": "tied_embeddings",
+        "max_position_embeddings": "max_positions",
+        "qk_layernorm": "qk_norm",
+        "mtp_num_layers": "mtp_layers", "num_nextn_predict_layers": "mtp_layers",
+    },
+    "parallel": {
+        "tensor_model_parallel_size": "tp", "tensor_parallel_size": "tp", "tensor_parallel": "tp",
+        "tp_size": "tp",
+        "pipeline_model_parallel_size": "pp", "pipeline_parallel_size": "pp", "pipeline_parallel": "pp",
+        "pp_size": "pp",
+        "data_parallel_size": "dp", "data_parallel": "dp", "dp_size": "dp",
+        "context_parallel_size": "cp", "context_parallel": "cp", "cp_size": "cp",
+        "expert_model_parallel_size": "ep", "expert_parallel_size": "ep", "expert_parallel": "ep",
+        "ep_size": "ep",
+        "expert_tensor_parallel_size": "etp",
+        "virtual_pipeline_model_parallel_size": "vpp", "virtual_pipeline_parallel_size": "vpp",
+        "virtual_pipeline": "vpp", "vp": "vpp", "vp_size": "vpp",
+        "zero_stage": "zero",
+        "pipeline_schedule": "schedule",
+    },
+    "training": {
+        "global_batch_size": "global_batch", "gbs": "global_batch", "train_batch_size": "global_batch",
+        "micro_batch_size": "micro_batch", "mbs": "micro_batch",
+        "train_micro_batch_size_per_gpu": "micro_batch",
+        "seq_length": "seq_len", "sequence_length": "seq_len", "max_seq_len": "seq_len",
+        "max_seq_length": "seq_len", "encoder_seq_length": "seq_len",
+        "recompute_granularity": "recompute",
+    },
+    "cluster": {
+        "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",
+        "num_nodes": "nodes", "n_nodes": "nodes", "nnodes": "nodes",
+        "gpu": "hardware", "gpu_type": "hardware", "system": "hardware",
+        "nproc_per_node": "gpus_per_node",
+    },
+}  # fmt: skip
+
+#: every alias whatever its section, for the did-you-mean hint of a key put in the wrong one
+ANY_SECTION: dict[str, str] = {alias: key for table in KEY_ALIASES.values() for alias, key in table.items()}
+
+#: other names of whole sections
+SECTION_ALIASES: dict[str, str] = {"parallelism": "parallel", "train": "training"}
+
+
+def _spelled(key: str) -> str:
+    return key.strip().replace("-", "_").lstrip("_")
+
+
+def canonical_key(section: str, key: str) -> str:
+    """The schema's name of ``key`` in ``section`` (``key`` with dashes as underscores when it
+    has no alias)."""
+    return KEY_ALIASES.get(section, {}).get(_spelled(key).lower(), _spelled(key))
+
+
+def canonical_path(path: str) -> str:
+    """A dotted ``--set`` path with its section and key in the schema's names."""
+    parts = path.split(".")
+    section = SECTION_ALIASES.get(parts[0], parts[0])
+    if len(parts) == 2:
+        return f"{section}.{canonical_key(section, parts[1])}"
+    return ".".join([section, *parts[1:]])
+
+
+def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with section and key aliases renamed to the schema's names.
+
+    Raises :class:`UserError` naming both spellings when a key is given under two names.
+    """
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        section = SECTION_ALIASES.get(name, name) if isinstance(name, str) else name
+        if section in out:
+            raise UserError(str(name), f"is another name for '{section}', which is also given; keep one")
+        out[section] = value
+    for section, values in list(out.items()):
+        if not isinstance(values, dict):
+            continue
+        aliases = KEY_ALIASES.get(section, {})
+        renamed: dict[Any, Any] = {}
+        given_as: dict[Any, Any] = {}
+        for key, value in values.items():
+            canon = aliases.get(_spelled(key).lower(), _spelled(key)) if isinstance(key, str) else key
+            if canon in renamed:
+                raise UserError(
+                    f"{section}.{key}",
+                    f"means {section}.{canon}, which is also given (as '{given_as[canon]}'); keep one",
+                )
+            renamed[canon] = value
+            given_as[canon] = key
+        out[section] = renamed
+    return out

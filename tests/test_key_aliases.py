@@ -1,0 +1,110 @@
+"""Other names of scenario keys (simcluster/key_aliases.py): Megatron-LM's argument names,
+Hugging Face config fields and DeepSpeed's config keys read as the schema's fields."""
+
+import subprocess
+import sys
+
+import pytest
+
+from simcluster.errors import UserError
+from simcluster.scenario import load_scenario, scenario_from_dict
+from simcluster.validate import load_cases_file
+from simcluster.validate_report import gpu_of
+
+CANONICAL = {
+    "model": {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 8, "ffn": 8192, "vocab": 131072,
+              "mlp": "swiglu", "tied_embeddings": False},
+    "cluster": {"hardware": "dgx-h100", "gpus": 16},
+    "parallel": {"tp": 2, "pp": 2, "dp": 4, "vpp": 2, "zero": 1},
+    "training": {"global_batch": 64, "micro_batch": 2, "seq_len": 4096},
+}
+
+# Megatron-LM's launch arguments (--num-layers, --tensor-model-parallel-size, ...)
+MEGATRON = {
+    "model": {"num-layers": 24, "hidden-size": 2048, "num-attention-heads": 16, "num-query-groups": 8,
+              "ffn-hidden-size": 8192, "padded_vocab_size": 131072, "mlp": "swiglu",
+              "tied_embeddings": False},
+    "cluster": {"hardware": "dgx-h100", "gpus": 16},
+    "parallel": {"tensor-model-parallel-size": 2, "pipeline-model-parallel-size": 2, "data_parallel_size": 4,
+                 "virtual-pipeline-model-parallel-size": 2, "zero_stage": 1},
+    "training": {"global-batch-size": 64, "micro-batch-size": 2, "seq-length": 4096},
+}
+
+# a Hugging Face config.json's names, a DeepSpeed config's micro-batch, a paper table's gbs
+HUGGING_FACE = {
+    "model": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+              "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 131072, "mlp": "swiglu",
+              "tie_word_embeddings": False},
+    "cluster": {"gpu": "dgx-h100", "num_gpus": 16},
+    "parallelism": {"tensor_parallel": 2, "pipeline_parallel": 2, "data_parallel": 4, "vp": 2, "zero": 1},
+    "training": {"gbs": 64, "train_micro_batch_size_per_gpu": 2, "max_seq_len": 4096},
+}
+
+
+@pytest.mark.parametrize("written", [MEGATRON, HUGGING_FACE], ids=["megatron", "hugging-face"])
+def test_other_names_give_the_same_scenario(written):
+    assert scenario_from_dict(written).model_dump() == scenario_from_dict(CANONICAL).model_dump()
+
+
+def test_moe_names_from_both_conventions():
+    base = {k: v for k, v in CANONICAL.items() if k != "model"}
+    hf = {"model": {**CANONICAL["model"], "num_experts": 64, "num_experts_per_tok": 8,
+                    "moe_intermediate_size": 1024}, **base}
+    mcore = {"model": {**CANONICAL["model"], "num_experts": 64, "moe-router-topk": 8,
+                       "moe-ffn-hidden-size": 1024}, **base}
+    for data in (hf, mcore):
+        m = scenario_from_dict(data).model
+        assert (m.experts, m.top_k, m.expert_ffn) == (64, 8, 1024)
+
+
+def test_a_key_given_under_two_names_is_an_error_naming_both():
+    data = {**CANONICAL, "training": {**CANONICAL["training"], "global_batch_size": 128}}
+    with pytest.raises(UserError) as err:
+        scenario_from_dict(data)
+    assert err.value.field == "training.global_batch_size"
+    assert "training.global_batch" in str(err.value) and "keep one" in str(err.value)
+
+
+def test_a_section_given_under_two_names_is_an_error():
+    with pytest.raises(UserError) as err:
+        scenario_from_dict({**CANONICAL, "parallelism": {"tp": 2}})
+    assert err.value.field == "parallelism"
+
+
+def test_an_unknown_name_is_still_refused_with_a_hint():
+    data = {**CANONICAL, "model": {**CANONICAL["model"], "num_layer": 24}}
+    with pytest.raises(UserError) as err:
+        scenario_from_dict(data)
+    assert err.value.field == "model.num_layer" and "unknown key" in str(err.value)
+
+
+def test_set_takes_an_alias_path_and_the_cli_exits_2_on_a_conflict(tmp_path):
+    sc = load_scenario("llama3-8b-8xh100", [("training.global-batch-size", 64), ("parallelism.tensor_parallel", 2)])
+    assert (sc.training.global_batch, sc.parallel.tp) == (64, 2)
+    path = tmp_path / "both.yaml"
+    path.write_text(
+        "model: llama3-8b\ncluster: {gpus: 8}\ntraining: {seq_len: 4096, global_batch: 16, gbs: 32}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "simcluster", "run", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "training.gbs" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_validation_case_written_with_other_names_runs_on_its_gpu(tmp_path):
+    path = tmp_path / "cases.yaml"
+    path.write_text(
+        "cases:\n- name: hf-names\n  source: test\n  scenario:\n"
+        "    model: {num_hidden_layers: 2, hidden_size: 1024, num_attention_heads: 8, intermediate_size: 4096,"
+        " vocab_size: 32000}\n"
+        "    cluster: {gpu: A100, num_gpus: 8}\n"
+        "    parallelism: {tensor_model_parallel_size: 2}\n"
+        "    training: {global_batch_size: 8, seq_length: 1024}\n"
+        "  measured: {step_time_s: 1.0}\n"
+    )
+    (case,) = load_cases_file(path)
+    assert case.problem is None or case.problem == ""
+    assert "A100" in gpu_of(case)
+    assert case.scenario["parallel"]["tp"] == 2
