@@ -40,6 +40,25 @@ PUBLISHED = {
     "opt-175b": (175e9, None, "Zhang et al. 2022, Table 1: OPT-175B, 175B"),
     # Smith et al. 2022 (title and abstract)
     "mt-nlg-530b": (530e9, None, "Smith et al. 2022: Megatron-Turing NLG 530B, 530B"),
+    # model cards: meta-llama/Llama-3.2-1B and -3B (1.23B, 3.21B), Qwen/Qwen3-8B, -14B, -32B
+    # (8.2B, 14.8B, 32.8B), mistralai/Mistral-Nemo-Base-2407 (12.2B in its checkpoint), allenai/OLMo-2-1124-7B and
+    # -13B (7B, 13B), mosaicml/mpt-7b and mpt-30b (6.7B, 30B)
+    "llama3.2-1b": (1.23e9, None, "meta-llama/Llama-3.2-1B model card: 1.23B"),
+    "llama3.2-3b": (3.21e9, None, "meta-llama/Llama-3.2-3B model card: 3.21B"),
+    "qwen3-8b": (8.2e9, None, "Qwen/Qwen3-8B model card: 8.2B"),
+    "qwen3-14b": (14.8e9, None, "Qwen/Qwen3-14B model card: 14.8B"),
+    "qwen3-32b": (32.8e9, None, "Qwen/Qwen3-32B model card: 32.8B"),
+    "mistral-nemo-12b": (12.2e9, None, "mistralai/Mistral-Nemo-Base-2407 checkpoint: 12.2B (12B by name)"),
+    "olmo2-7b": (7.3e9, None, "allenai/OLMo-2-1124-7B: 7B (7.30B by its config)"),
+    "olmo2-13b": (13.7e9, None, "allenai/OLMo-2-1124-13B: 13B (13.7B by its config)"),
+    "mpt-7b": (6.7e9, None, "mosaicml/mpt-7b model card: 6.7B"),
+    "mpt-30b": (30e9, None, "mosaicml/mpt-30b model card: 30B"),
+    # Brown et al. 2020, Table 2.1 (n_params column)
+    "gpt3-1.3b": (1.3e9, None, "Brown et al. 2020, Table 2.1: GPT-3 XL, 1.3B"),
+    "gpt3-2.7b": (2.7e9, None, "Brown et al. 2020, Table 2.1: GPT-3 2.7B"),
+    "gpt3-6.7b": (6.7e9, None, "Brown et al. 2020, Table 2.1: GPT-3 6.7B"),
+    # Black et al. 2022 (GPT-NeoX-20B), Sec. 2: 20,554,567,680 parameters
+    "gpt-neox-20b": (20_554_567_680, None, "Black et al. 2022: GPT-NeoX-20B, 20,554,567,680"),
 }
 
 
