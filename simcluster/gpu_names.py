@@ -47,6 +47,15 @@ _UNSHIPPED_INSTANCES = {
     "latency, cluster.nic_latency_us from aws-p5",
 }
 
+#: export variants of shipped GPUs with no profile of their own, and what to run instead
+_UNSHIPPED_GPUS = {
+    "a800": "an A100 with NVLink cut to 400 GB/s bidirectional (NVIDIA A800 datasheet): use hardware "
+    "dgx-a100 (or dgx-a100-40gb) with cluster.nvlink_GBps: 200 and your cluster's NICs",
+    "h20": "a Hopper with far fewer tensor-core FLOP/s than the H100 (148 TFLOP/s dense BF16): give a "
+    "profile YAML for it, e.g. from simcluster's calibrate",
+}
+_UNSHIPPED_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(_UNSHIPPED_GPUS) + r")(?![0-9])")
+
 # longest names first, so 'gb200' is not read as 'b200'
 _GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?!\d)")
 _MEMORY = re.compile(r"(\d+)\s*gi?b(?![a-z])")
@@ -73,6 +82,10 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
         return None
     match = _GPU.search(key)
     if not match:
+        unshipped = _UNSHIPPED_GPU.search(key)
+        if unshipped:
+            gpu = unshipped.group(1)
+            raise UserError(field, f"no shipped profile for the {gpu.upper()}, {_UNSHIPPED_GPUS[gpu]}")
         return None
     gpu = match.group(1)
     rest = key[match.end() :]

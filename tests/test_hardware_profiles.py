@@ -175,6 +175,10 @@ def test_reference_nodes_carry_the_gpu_they_are_named_for():
         ("V100-SXM2-16GB", "no shipped profile for a 16 GB V100"),
         ("h1000", "did you mean 'dgx-h100'"),
         ("p3.16xlarge", "unknown hardware"),
+        # export variants: the A800 is an A100 with NVLink at 400 GB/s bidirectional (its
+        # datasheet), so the nearest shipped node with its NVLink overridden
+        ("NVIDIA A800-SXM4-80GB", "use hardware dgx-a100 .or dgx-a100-40gb. with cluster.nvlink_GBps: 200"),
+        ("H20", "no shipped profile for the H20"),
     ],
 )
 def test_gpu_names_no_profile_describes_are_refused(spelling, message):
