@@ -16,16 +16,37 @@ SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
     ("training", "precision"): {
         "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
         "fp4": "nvfp4", "nv-fp4": "nvfp4", "nvfp4-mixed": "nvfp4", "bf16-with-nvfp4-mixed": "nvfp4",
+        # PyTorch Lightning's mixed-precision names (16-bit compute, fp32 master weights)
+        "bf16-mixed": "bf16", "16-mixed": "fp16",
+        # TransformerEngine's FP8 formats: HYBRID (E4M3 forward, E5M2 gradients) and E4M3
+        "fp8-hybrid": "fp8", "fp8_hybrid": "fp8", "fp8-e4m3": "fp8", "fp8_e4m3": "fp8",
     },
+    # AdamW keeps Adam's two fp32 moments and reads and writes the same bytes per update
+    ("training", "optimizer"): {"adamw": "adam", "adam-w": "adam", "adam_w": "adam", "fusedadam": "adam"},
     ("training", "recompute"): {"selective-recompute": "selective", "full-recompute": "full"},
-    ("training", "attention_kernel"): {"flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2"},
+    ("training", "attention_kernel"): {
+        "flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2", "flash-attention-2": "fa2",
+        "flash_attention_2": "fa2", "flash-attn-2": "fa2", "fa-2": "fa2",
+        "flashattention-3": "fa3", "flash-attention-3": "fa3", "flash_attention_3": "fa3", "fa-3": "fa3",
+        # PyTorch's scaled_dot_product_attention runs its flash backend (FlashAttention-2's kernels)
+        # on A100/H100 by default; its cuDNN backend is opt-in since 2.5 (pytorch/pytorch#138522)
+        "sdpa": "fa2",
+        "cudnn-fused": "cudnn", "cudnn_fused": "cudnn", "cudnn-fa": "cudnn",
+    },
     ("training", "elementwise"): {},
     ("parallel", "schedule"): {
         "gpipe": "afab", "interleaved-1f1b": "interleaved", "1f1b-interleaved": "interleaved",
         "interleaved_1f1b": "interleaved", "zb-v": "zbv", "zero-bubble-v": "zbv",
+        # the Zero Bubble paper's names: 1F1B-I is the interleaved schedule
+        "1f1b-i": "interleaved", "zbh1": "zb-h1", "zbh2": "zb-h2", "zb1p": "zb-1p", "zb2p": "zb-2p",
+        "dualpipe-v": "dualpipev",
     },
     ("parallel", "cp_comm"): {"ring": "p2p", "ulysses": "a2a", "all-gather": "all_gather"},
-    ("model", "mlp"): {"gated-silu": "swiglu", "geglu": "swiglu", "squared-relu": "relu2"},
+    # gelu stands for any two-matrix MLP (OPT's ReLU, GPT-2's tanh GeLU): one elementwise pass
+    ("model", "mlp"): {
+        "gated-silu": "swiglu", "geglu": "swiglu", "squared-relu": "relu2", "squared_relu": "relu2",
+        "relu": "gelu", "gelu_new": "gelu", "gelu-tanh": "gelu", "gelu_pytorch_tanh": "gelu",
+    },
     ("model", "norm"): {"rms": "rmsnorm", "layer": "layernorm", "layer_norm": "layernorm", "rms_norm": "rmsnorm"},
     ("model", "position"): {"rotary": "rope"},
 }  # fmt: skip

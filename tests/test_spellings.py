@@ -24,6 +24,14 @@ def _with(section, **values):
         ("parallel", "schedule", "1F1B", "1f1b"),
         ("parallel", "schedule", "GPipe", "afab"),  # GPipe: all forwards, then all backwards
         ("training", "attention_kernel", "flash-attn", "fa2"),
+        # PyTorch SDPA's default backend on A100/H100 is its FlashAttention-2 kernel
+        ("training", "attention_kernel", "sdpa", "fa2"),
+        ("training", "attention_kernel", "flash_attention_3", "fa3"),
+        ("training", "optimizer", "AdamW", "adam"),  # the same two moments and traffic
+        ("training", "precision", "bf16-mixed", "bf16"),  # Lightning's name
+        ("training", "precision", "fp8-hybrid", "fp8"),  # TransformerEngine's HYBRID format
+        ("parallel", "schedule", "1F1B-I", "interleaved"),  # the Zero Bubble paper's name
+        ("parallel", "schedule", "ZBH1", "zb-h1"),
     ],
 )
 def test_spellings_read_as_the_schemas_names(section, key, written, name):
@@ -56,3 +64,10 @@ def test_a_recipe_given_beside_it_wins_and_nvfp4_reads_as_itself():
     assert _with("training", precision="FP8-CS", fp8_recipe="delayed").training.fp8_recipe == "delayed"
     assert _with("training", precision="NVFP4").training.precision == "nvfp4"
     assert _with("training", precision="fp4").training.precision == "nvfp4"
+
+
+def test_a_two_matrix_mlp_activation_reads_as_gelu():
+    # OPT's ReLU and GPT-2's tanh GeLU: two matrices and one elementwise pass, as gelu
+    for written in ("relu", "gelu_new", "ReLU"):
+        data = {**BASE, "model": {"preset": "llama3-8b", "mlp": written}}
+        assert scenario_from_dict(data).model.mlp == "gelu"
