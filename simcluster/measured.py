@@ -5,7 +5,8 @@ few spellings are read as their canonical metric, each conversion exact: ``mfu_p
 ``tflops_per_gpu`` (the model TFLOP/s per GPU under another name), ``tokens_per_s_per_gpu``
 (times the scenario's GPU count), ``samples_per_s`` (sequences, times its sequence length) and
 ``step_time_ms``, and the names papers' tables give them (``iteration_time_s``,
-``tokens_per_sec``, ``samples_per_second`` ...). ``hfu``, ``hfu_pct`` and
+``tokens_per_sec``, ``samples_per_second``, ``tflops``, ``tgs`` ...), headings written as
+tables print them (``Tokens / sec / GPU``, ``MFU (%)``) included. ``hfu``, ``hfu_pct`` and
 ``hardware_tflops_per_gpu`` count the FLOPs recomputation adds: they are compared as ``mfu`` or
 ``model_tflops_per_gpu`` in the hardware count (``flops: hardware``). An ``mfu`` above 1 cannot be a fraction
 of peak, so one up to 100 is read as percent. A case that gives several figures is compared on
@@ -14,6 +15,7 @@ the first one it lists; the others are kept in the note, not silently dropped.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,15 @@ ALIASES: dict[str, tuple[str, float | str]] = {
     "samples_per_second": ("tokens_per_s", "training.seq_len"),
     "sequences_per_s": ("tokens_per_s", "training.seq_len"),
     "model_tflops_per_s_per_gpu": ("model_tflops_per_gpu", 1.0),
+    # TFLOP/s in a training log or a paper's table is per GPU (an aggregate is quoted in PFLOP/s)
+    "tflops": ("model_tflops_per_gpu", 1.0),
+    "model_tflops": ("model_tflops_per_gpu", 1.0),
+    "tflops_per_s_per_gpu": ("model_tflops_per_gpu", 1.0),
+    "model_tflop_per_sec_per_gpu": ("model_tflops_per_gpu", 1.0),
+    "tflop_per_s_per_gpu": ("model_tflops_per_gpu", 1.0),
+    # tokens per GPU per second (TGS, InternEvo's and others' heading; torchtitan's per-rank wps)
+    "tgs": ("tokens_per_s", "cluster.gpus"),
+    "wps": ("tokens_per_s", "cluster.gpus"),
     # hardware FLOPs (recomputation included): compared as the flops: hardware count
     "hfu": ("mfu", 1.0),
     "hfu_pct": ("mfu", 0.01),
@@ -83,11 +94,21 @@ def _scenario_int(scenario: dict[str, Any], dotted: str, where: str, metric: str
     return value
 
 
+def metric_name(heading: str) -> str:
+    """A table heading as a metric key: lower case, ``/`` as ``_per_``, ``%`` as ``pct``, spaces
+    and dashes as underscores (``Tokens / sec / GPU`` is ``tokens_per_sec_per_gpu``,
+    ``MFU (%)`` is ``mfu_pct``)."""
+    text = heading.strip().lower().replace("%", "pct").replace("/", "_per_")
+    words = [w for w in re.split(r"[^a-z0-9.]+", text) if w]
+    return "_".join(words)
+
+
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
     if not isinstance(measured, dict) or not measured:
         raise UserError(where, f"must be a mapping with one of {names}")
+    measured = {metric_name(str(k)) if metric_name(str(k)) in (*METRICS, *ALIASES) else k: v for k, v in measured.items()}
     for key in measured:
         if key not in METRICS and key not in ALIASES:
             unit = " (give the unit: step_time_s or step_time_ms)" if "time" in str(key) else ""

@@ -33,6 +33,7 @@ from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured
+from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 
 __all__ = ["METRICS"]
@@ -160,7 +161,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             f"{where}.scenario",
             "must be a scenario mapping (model, cluster, parallel, training) or a scenario's name or file",
         )
-    scenario = normalise_keys(raw["scenario"])
+    # canonical keys and cluster.gpus before anything reads them (tokens per GPU needs the count)
+    scenario = expand_nodes(normalise_keys(raw["scenario"]))
     overrides = raw.get("set")
     if overrides is not None:
         if not isinstance(overrides, dict) or not overrides:

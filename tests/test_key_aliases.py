@@ -108,3 +108,17 @@ def test_a_validation_case_written_with_other_names_runs_on_its_gpu(tmp_path):
     assert case.problem is None or case.problem == ""
     assert "A100" in gpu_of(case)
     assert case.scenario["parallel"]["tp"] == 2
+
+
+def test_a_case_given_in_nodes_reads_a_per_gpu_figure(tmp_path):
+    # 2 DGX H100 nodes = 16 GPUs: 1,000 tokens/s per GPU is 16,000 tokens/s
+    path = tmp_path / "cases.yaml"
+    path.write_text(
+        "cases:\n- name: nodes\n  source: test\n  scenario:\n"
+        "    model: llama3-8b\n    cluster: {hardware: h100, num_nodes: 2}\n"
+        "    training: {seq_len: 8192, gbs: 32}\n"
+        "  measured: {'Tokens / sec / GPU': 1000}\n"
+    )
+    (case,) = load_cases_file(path)
+    assert not case.problem
+    assert (case.metric, case.measured) == ("tokens_per_s", 16000)

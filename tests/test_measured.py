@@ -29,6 +29,13 @@ SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
         ({"tokens_per_second_per_gpu": 1000}, "tokens_per_s", 64000),
         ({"samples_per_second": 12.5}, "tokens_per_s", 25600),
         ({"hfu_pct": 56.0}, "mfu", 0.56),
+        # headings as NVIDIA's performance tables print them, and TGS (tokens per GPU per second)
+        ({"Tokens / sec / GPU": 1000}, "tokens_per_s", 64000),
+        ({"Model TFLOP / sec / GPU": 465.9}, "model_tflops_per_gpu", 465.9),
+        ({"MFU (%)": 47}, "mfu", 0.47),
+        ({"TFLOPS/GPU": 465.9}, "model_tflops_per_gpu", 465.9),
+        ({"tflops": 465.9}, "model_tflops_per_gpu", 465.9),
+        ({"tgs": 1000}, "tokens_per_s", 64000),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):
