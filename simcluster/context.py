@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from simcluster import userbuffers
 from simcluster.errors import UserError
-from simcluster.frameworks import with_framework_kernel
+from simcluster.frameworks import get_framework, with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
@@ -231,6 +231,8 @@ def _check_recompute_layers(
 #: OneForwardOneBackward engine (1f1b), nanotron's AllForwardAllBackward engine (afab: each
 #: op's output sent right after it, before the next op's receive)
 SERIAL_SCHEDULES = ("1f1b", "afab")
+#: the frameworks whose presets set overlap.pp_p2p: serial
+SERIAL_ENGINES = ("deepspeed", "nanotron")
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:
@@ -239,11 +241,18 @@ def _check_serial_p2p(scenario: Scenario) -> None:
     if scenario.overlap.pp_p2p != "serial":
         return
     if scenario.parallel.schedule not in SERIAL_SCHEDULES:
+        # name the framework when its preset, not the scenario, chose serial
+        engine = get_framework(scenario.framework).name if scenario.framework else ""
+        what = (
+            f"serial, the one-at-a-time p2p of framework {engine}'s pipeline engine,"
+            if engine in SERIAL_ENGINES
+            else "serial (DeepSpeed's and nanotron's pipeline engines)"
+        )
         raise UserError(
             "overlap.pp_p2p",
-            f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for "
-            f"{' and '.join(SERIAL_SCHEDULES)} only (schedule is '{scenario.parallel.schedule}'); "
-            "use batched or parallel.schedule: 1f1b",
+            f"{what} is modelled for {' and '.join(SERIAL_SCHEDULES)} only "
+            f"(schedule is '{scenario.parallel.schedule}'); "
+            "use parallel.schedule: 1f1b, or overlap.pp_p2p: batched to run that schedule",
         )
     if scenario.overlap.pp_comm:
         raise UserError(

@@ -79,6 +79,20 @@ def test_serial_p2p_outside_deepspeeds_engine_is_a_one_line_error(override, need
     assert needle in str(err.value)
 
 
+def test_the_error_names_the_framework_that_chose_serial():
+    sc = scenario_from_dict({
+        "framework": "nanotron",
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"gpus": 16},
+        "parallel": {"tp": 2, "pp": 2, "schedule": "zb-h1"},
+        "training": {"seq_len": 4096, "global_batch": 32},
+    })  # fmt: skip
+    with pytest.raises(UserError) as err:
+        build_context(sc)
+    assert "framework nanotron's pipeline engine" in str(err.value)
+    assert "overlap.pp_p2p: batched" in str(err.value)
+
+
 # nanotron's AllForwardAllBackwardPipelineEngine (parallel/pipeline_parallel/engine.py): after
 # each forward it executes the queued activation send, after each backward the gradient send,
 # each a blocking isend + wait (p2p.py), and a forward's input is received (blocking) inside
