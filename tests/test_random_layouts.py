@@ -1,0 +1,93 @@
+"""Random layouts (a fixed seed) either simulate to a consistent result or stop with a one-line
+UserError: never a traceback.
+
+Each layout draws a small model (dense, GQA, a learned-position GPT, two mixtures of experts, a
+sliding-window model), a shipped profile, a framework, the parallel degrees, a schedule, ZeRO,
+precision and recomputation. A run that simulates must report a finite positive step, tokens/s
+equal to the global batch's tokens over that step (the definition), a bubble in [0, 1) and a
+positive peak memory; a run that cannot must say why in one line naming a field.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
+
+MODELS = [
+    {"layers": 4, "hidden": 1024, "heads": 16, "kv_heads": 4, "vocab": 32000},
+    {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 50257, "mlp": "gelu", "norm": "layernorm",
+     "bias": True, "position": "learned", "max_positions": 4096, "tied_embeddings": True},
+    {"layers": 4, "hidden": 1024, "heads": 16, "kv_heads": 8, "vocab": 32000, "experts": 16,
+     "top_k": 2, "expert_ffn": 1024},
+    {"layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000, "experts": 32, "top_k": 4,
+     "expert_ffn": 512, "shared_experts": 1, "dense_layers": 1},
+    {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, "sliding_window": 512, "global_every": 2},
+]  # fmt: skip
+HARDWARE = ["dgx-h100", "dgx-a100", "gb200-nvl72", "dgx-b200", "amd-mi300x", "aws-p5", "alps-gh200", "hgx-h800"]
+SCHEDULES = ["1f1b", "afab", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zbv", "v-half", "dualpipev"]
+FRAMEWORKS = [None, "megatron-core", "nemo", "deepspeed", "nanotron", "torchtitan", "megatron-lm-2021"]
+
+
+def _layout(rng: random.Random) -> dict:
+    model = dict(rng.choice(MODELS))
+    tp, pp, cp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4])
+    micro = rng.choice([1, 2])
+    parallel = {
+        "tp": tp, "pp": pp, "cp": cp, "ep": rng.choice([1, 2]) if "experts" in model else 1,
+        "zero": rng.choice([0, 1] if pp > 1 else [0, 1, 2, 3]),
+        "sequence_parallel": tp > 1 and rng.random() < 0.5,
+        "schedule": rng.choice(SCHEDULES) if pp > 1 else "1f1b",
+    }  # fmt: skip
+    if parallel["schedule"] == "interleaved":
+        parallel["vpp"] = 2
+    data = {
+        "model": model,
+        "cluster": {"hardware": rng.choice(HARDWARE), "gpus": tp * pp * cp * dp},
+        "parallel": parallel,
+        "training": {
+            "seq_len": rng.choice([1024, 2048]), "micro_batch": micro,
+            "global_batch": micro * dp * rng.choice([2, 4, 8]),
+            "precision": rng.choice(["bf16", "bf16", "fp16", "fp8"]),
+            "recompute": rng.choice(["none", "selective", "full"]),
+        },
+    }  # fmt: skip
+    framework = rng.choice(FRAMEWORKS)
+    if framework:
+        data["framework"] = framework
+    return data
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_random_layout_simulates_consistently_or_says_why(seed):
+    data = _layout(random.Random(seed))
+    try:
+        result = simulate(scenario_from_dict(data))
+    except UserError as err:
+        assert err.field and "\n" not in err.one_line()
+        return
+    s = result.summary
+    step = s["step_time_s"]
+    assert math.isfinite(step) and step > 0
+    tokens = data["training"]["global_batch"] * data["training"]["seq_len"]
+    assert s["tokens_per_s"] == pytest.approx(tokens / step, rel=1e-9)
+    assert 0.0 <= s["bubble_fraction"] < 1.0
+    assert min(s["peak_memory_bytes"]["per_stage"]) > 0
+
+
+def test_most_random_layouts_simulate():
+    """The generator is not so strict that every draw is refused (a test that tests nothing)."""
+    ran = 0
+    for seed in range(40):
+        try:
+            build_context(scenario_from_dict(_layout(random.Random(seed))))
+            ran += 1
+        except UserError:
+            pass
+    assert ran >= 20
