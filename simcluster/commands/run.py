@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.accuracy_table import accuracy_line
+from simcluster.accuracy_table import accuracy_line, small_expert_line
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+    caveat = small_expert_line(ctx.model.experts, ctx.model.expert_ffn, ctx.model.hidden)
+    if caveat:
+        result.summary["accuracy_caveat"] = caveat
     if not result.summary["fits_in_memory"]:
         from simcluster.fit_hints import would_fit
 
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
         precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
         scale_up=node.nvlink_domain or node.gpus_per_node,
+        caveat=caveat,
     )
     return 0
 
@@ -76,6 +80,7 @@ def _print(
     precision: str | None = None,
     etp_defaulted: bool = False,
     scale_up: int = 0,
+    caveat: str | None = None,
 ) -> None:
     console = Console()
     under = f" under {s['framework']}" if s.get("framework") else ""
@@ -135,6 +140,8 @@ def _print(
         )
     if gpu:
         console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
+    if caveat:
+        console.print(f"[yellow]{caveat}[/]")
     tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
     tp_size = s["parallel"].get("tp", 1)
     tp_leaves_domain = 0 < scale_up < tp_size

@@ -1,0 +1,40 @@
+"""`run` says when a mixture of experts has experts as small as the published runs the model is
+far too fast on (simcluster/accuracy_table.py SMALL_EXPERT; docs/accuracy.md spot checks)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simcluster.accuracy_table import small_expert_line
+from simcluster.model import load_preset
+
+
+@pytest.mark.parametrize(
+    ("preset", "warned"),
+    [
+        # Megatron-Bridge's rows: Qwen3-30B-A3B +17...+171%, gpt-oss-120b +30...+114%,
+        # Qwen3-235B-A22B -10...+121% (small experts) ...
+        ("qwen3-30b-a3b", True), ("gpt-oss-120b", True), ("qwen3-235b-a22b", True),
+        # ... against DeepSeek-V3 -19...+7%, Mixtral 8x7B +4...+16%, Grok-1 within 12% (shipped)
+        ("deepseek-v3", False), ("mixtral-8x7b", False), ("grok-1", False), ("llama3-8b", False),
+    ],
+)  # fmt: skip
+def test_the_caveat_follows_the_published_spot_checks(preset, warned):
+    m = load_preset(preset)
+    assert (small_expert_line(m.experts, m.expert_ffn, m.hidden) is not None) == warned
+
+
+def test_run_prints_the_caveat_and_keeps_it_in_the_summary(tmp_path):
+    path = tmp_path / "q.yaml"
+    path.write_text(
+        "model: {preset: qwen3-30b-a3b, layers: 4}\ncluster: {gpus: 8}\nparallel: {ep: 8, zero: 1}\n"
+        "training: {seq_len: 2048, global_batch: 8}\n"
+    )
+    text = subprocess.run([sys.executable, "-m", "simcluster", "run", str(path)], capture_output=True, text=True)
+    assert text.returncode == 0 and "lower bound" in " ".join(text.stdout.split())
+    js = subprocess.run(
+        [sys.executable, "-m", "simcluster", "run", str(path), "--json"], capture_output=True, text=True
+    )
+    assert "768 x 2048" in json.loads(js.stdout)["accuracy_caveat"]
