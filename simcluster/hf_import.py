@@ -73,6 +73,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "expert_ffn": ("moe_intermediate_size",),
     "shared_experts": ("n_shared_experts",),
     "dense_layers": ("first_k_dense_replace",),
+    "moe_every": ("interleave_moe_layer_step", "decoder_sparse_step"),
     "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
     "mtp_layers": ("num_nextn_predict_layers", "mtp_num_layers"),
 }
@@ -101,7 +102,10 @@ def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
 
 
 def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """ModelSpec fields (as ``model:`` keys) of a config.json's contents."""
+    """ModelSpec fields (as ``model:`` keys) of a config.json's contents (a multimodal
+    config's language model: its ``text_config``, as Llama 4's and Gemma 3's nest it)."""
+    if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
+        cfg = cfg["text_config"]
     model_type = str(cfg.get("model_type", ""))
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
     family = FAMILIES.get(model_type)
@@ -165,6 +169,12 @@ def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
+    if model_type.startswith("llama4") and data.get("experts"):
+        # Llama4TextMoe: routed experts and one shared expert of intermediate_size; the dense
+        # layers between them (interleave_moe_layer_step) are intermediate_size_mlp wide
+        data["expert_ffn"] = cfg.get("intermediate_size") or 0
+        data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
+        data["shared_experts"] = 1
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
         shared = cfg.get("shared_expert_intermediate_size") or 0
         data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
@@ -182,5 +192,5 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
     if data.get("experts"):
         data.setdefault("top_k", 2)
     else:
-        for key in ("dense_layers", "top_k", "expert_ffn", "shared_experts", "experts"):
+        for key in ("dense_layers", "moe_every", "top_k", "expert_ffn", "shared_experts", "experts"):
             data.pop(key, None)

@@ -35,6 +35,7 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "moe_ffn_hidden_size": "expert_ffn", "moe_intermediate_size": "expert_ffn",
         "n_shared_experts": "shared_experts",
         "first_k_dense_replace": "dense_layers",
+        "interleave_moe_layer_step": "moe_every", "decoder_sparse_step": "moe_every",
         "tie_word_embeddings": "tied_embeddings",
         "max_position_embeddings": "max_positions",
         "qk_layernorm": "qk_norm",

@@ -48,6 +48,10 @@ class ModelSpec:
     expert_ffn: int = 0
     shared_experts: int = 0
     dense_layers: int = 0  # leading layers with a dense MLP in a MoE model
+    # after them, every moe_every-th layer routes to experts, the others keep the dense MLP:
+    # layer i is MoE when (i + 1) % moe_every == 0 (Llama 4 Maverick's interleave_moe_layer_step
+    # 2: layers 1, 3, 5, ...; Qwen2-MoE's decoder_sparse_step); 0 or 1 = every layer
+    moe_every: int = 0
     tied_embeddings: bool = False
     position: Literal["rope", "learned", "alibi"] = "rope"
     max_positions: int = 0
@@ -82,7 +86,12 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.is_moe else 0
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+
+    @property
+    def first_moe_layer(self) -> int:
+        """Index of the first MoE layer (a representative one; 0 for a dense model)."""
+        return next((i for i in range(self.layers) if self.is_moe_layer(i)), 0)
 
     def attention_span(self, index: int, seq_len: float) -> float:
         """Keys a query of layer ``index`` can attend to at most: the window of a local layer,
@@ -95,8 +104,11 @@ class ModelSpec:
         return min(seq_len, self.sliding_window) if local else seq_len
 
     def is_moe_layer(self, index: int) -> bool:
-        """True when layer ``index`` (0-based) has a routed-expert MLP."""
-        return self.is_moe and index >= self.dense_layers
+        """True when layer ``index`` (0-based) has a routed-expert MLP (the MTP modules' layers,
+        past the main model's, do in a MoE model)."""
+        if not self.is_moe or index < self.dense_layers:
+            return False
+        return index >= self.layers or self.moe_every <= 1 or (index + 1) % self.moe_every == 0
 
     def up_width(self, width: float) -> float:
         """Output width of an MLP's first GEMM for hidden width ``width`` (gate + up for SwiGLU)."""
@@ -213,7 +225,7 @@ def preset_names() -> list[str]:
 
 _INT_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
-    "expert_ffn", "shared_experts", "dense_layers", "max_positions", "mtp_layers",
+    "expert_ffn", "shared_experts", "dense_layers", "moe_every", "max_positions", "mtp_layers",
     "sliding_window", "global_every",
 )  # fmt: skip
 _MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
@@ -294,7 +306,7 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
             )
     for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
-                "dense_layers", "max_positions", "sliding_window", "global_every"):  # fmt: skip
+                "dense_layers", "moe_every", "max_positions", "sliding_window", "global_every"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
     if spec.qk_norm and spec.mla is not None:
@@ -303,14 +315,14 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             "multi-head latent attention normalises its compressed latents itself (model.mla); drop qk_norm",
         )
     if not spec.is_moe:
-        for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers"):
+        for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every"):
             if getattr(spec, key) > 0:
                 raise UserError(
                     f"{prefix}.{key}",
                     f"is for mixture-of-experts models but experts is {spec.experts}; "
                     f"set {prefix}.experts or drop {key}",
                 )
-    if spec.ffn == 0 and (not spec.is_moe or spec.dense_layers > 0):
+    if spec.ffn == 0 and (not spec.is_moe or spec.dense_layers > 0 or spec.moe_every > 1):
         raise UserError(f"{prefix}.ffn", "the dense MLP needs ffn > 0; give its inner width")
     if spec.layers > MAX_LAYERS:
         raise UserError(

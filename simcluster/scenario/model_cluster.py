@@ -32,6 +32,12 @@ class ModelSection(SectionBase):
     expert_ffn: int | None = None
     shared_experts: int | None = None
     dense_layers: int | None = None
+    moe_every: int | None = Field(
+        default=None,
+        ge=0,
+        description="after dense_layers, every moe_every-th layer is MoE (layer i when (i + 1) % "
+        "moe_every == 0; Llama 4 Maverick: 2), the others dense with ffn; 0 or 1 = every layer",
+    )
     tied_embeddings: bool | None = None
     position: Literal["rope", "learned", "alibi"] | None = None
     max_positions: int | None = Field(
