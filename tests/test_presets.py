@@ -127,3 +127,13 @@ def test_grok1_total_is_the_announced_314b():
     model = load_preset("grok-1")
     assert model.params_total() == pytest.approx(314e9, rel=0.02)
     assert 0.25 < model.params_active() / model.params_total() < 0.30
+
+
+def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
+    # moonshotai/Kimi-K2-Base model card: 1T total, 32B activated, rounded to the trillion and
+    # the billion (so 3% here); 384 experts against DeepSeek-V3's 256, 64 heads against 128
+    m = load_preset("kimi-k2")
+    assert m.params_total() == pytest.approx(1e12, rel=0.03)
+    assert m.params_active() == pytest.approx(32e9, rel=0.03)
+    v3 = load_preset("deepseek-v3")
+    assert (m.experts, m.heads, m.dense_layers, m.mla) == (384, 64, 1, v3.mla)
