@@ -35,10 +35,19 @@ class Context:
     def stage_orders(self, costs: OpCosts | None = None) -> list[list[PipeOp]]:
         """Each stage's op order: the schedule's, with ``overlap.ep_comm``'s combined
         forward/backward pairs marked. ``costs`` feed a cost-aware schedule (unit times when
-        None); other schedules ignore them."""
+        None); other schedules ignore them. With ``training.pipeline_flushes`` = n the
+        schedule of one flush (``spec.m`` microbatches) runs n times in a row on every stage,
+        microbatches numbered on: each stage starts the next flush when it is done with its
+        part of the last, as a rank calling the schedule's step once per accumulation step does."""
         spec = replace(self.spec, costs=costs) if costs and self.schedule.cost_aware else self.spec
         orders = self.schedule.build(spec)
-        return pair_orders(orders) if self.scenario.overlap.ep_comm else orders
+        if self.scenario.overlap.ep_comm:
+            orders = pair_orders(orders)
+        flushes = self.scenario.training.pipeline_flushes
+        if flushes > 1:
+            m = spec.m
+            orders = [[replace(op, microbatch=op.microbatch + k * m) for k in range(flushes) for op in ops] for ops in orders]
+        return orders
 
 
 def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
@@ -68,7 +77,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
-    spec = ScheduleSpec(p=layout.pp, m=layout.microbatches, v=layout.vpp, group=layout.microbatch_group)
+    spec = ScheduleSpec(p=layout.pp, m=_flush_microbatches(scenario, layout), v=layout.vpp, group=layout.microbatch_group)
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
@@ -82,6 +91,27 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
+
+
+def _flush_microbatches(scenario: Scenario, layout: Layout) -> int:
+    """Microbatches of one pipeline flush: the data-parallel rank's, over
+    ``training.pipeline_flushes`` (which must divide them and needs a pipeline)."""
+    flushes = scenario.training.pipeline_flushes
+    if flushes == 1:
+        return layout.microbatches
+    if layout.pp == 1:
+        raise UserError(
+            "training.pipeline_flushes",
+            f"{flushes} flushes need a pipeline (pp > 1); without one, gradient accumulation is "
+            "the microbatches themselves: drop it",
+        )
+    if layout.microbatches % flushes:
+        raise UserError(
+            "training.pipeline_flushes",
+            f"{flushes} must divide the {layout.microbatches} microbatches of each data-parallel "
+            "rank (global_batch / (micro_batch x dp)); pick a divisor or change the batch",
+        )
+    return layout.microbatches // flushes
 
 
 #: schedules whose backward keeps each layer's input and weight gradients together (no split

@@ -106,7 +106,7 @@ def _host_node(ctx: Context, optimizer: float, activations: float) -> dict[str, 
     microbatch: every GPU's share, and the microbatches a 1F1B-style schedule keeps in flight on
     the first stage (up to pp x vpp)."""
     node = ctx.profile.node
-    in_flight = min(ctx.layout.microbatches, ctx.layout.pp * ctx.layout.vpp)
+    in_flight = min(ctx.spec.m, ctx.layout.pp * ctx.layout.vpp)  # one flush's microbatches at most
     per_gpu = optimizer + activations * in_flight
     capacity = node.host_memory_gib * 2**30 if node.host_memory_gib else None
     return {"host_bytes_per_node": per_gpu * node.gpus_per_node, "host_capacity_bytes": capacity}

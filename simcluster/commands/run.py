@@ -97,7 +97,9 @@ def _print(
     hfu = s.get("hfu", s["mfu"])
     recomputed = f"  (HFU {100 * hfu:.1f}% with recomputation)" if hfu > s["mfu"] * 1.0005 else ""
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
-    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']})")
+    flushes = s.get("pipeline_flushes", 1)
+    in_flushes = f" in {flushes} flushes" if flushes > 1 else ""
+    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']}{in_flushes})")
     named = {"host": "host copies"}  # activation copies to and from host memory
     exposed = (
         ", ".join(f"{named.get(k, k)} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"

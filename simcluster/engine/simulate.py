@@ -281,6 +281,7 @@ def _summary(
         "hardware": ctx.profile.name,
         "gpus": gpus,
         "microbatches": lay.microbatches,
+        "pipeline_flushes": sc.training.pipeline_flushes,
         "step_time_s": step,
         "optimizer_post_validation": sc.training.optimizer_post_validation,
         "tokens_per_s": tokens / step,

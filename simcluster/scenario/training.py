@@ -182,6 +182,17 @@ class TrainingSection(SectionBase):
     memory_overhead_gib: float = Field(
         default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
     )
+    pipeline_flushes: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "with a pipeline, gradient accumulation over whole pipeline schedules: each "
+            "data-parallel rank's microbatches run as this many flushes one after another, each "
+            "filling and draining the pipeline (torchtitan's and NeMo AutoModel's gradient "
+            "accumulation steps around torch.distributed.pipelining, local batch x steps); 1 = "
+            "one schedule over all of them (Megatron, DeepSpeed)"
+        ),
+    )
 
     def fully_recomputed(self, position: int) -> bool:
         """Whether the layer at ``position`` (0-based) within its pipeline chunk reruns its
