@@ -49,6 +49,10 @@ SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
     },
     ("model", "norm"): {"rms": "rmsnorm", "layer": "layernorm", "layer_norm": "layernorm", "rms_norm": "rmsnorm"},
     ("model", "position"): {"rotary": "rope"},
+    ("moe", "dispatcher"): {
+        "all2all": "alltoall", "all-to-all": "alltoall", "all_to_all": "alltoall", "a2a": "alltoall",
+        "deep-ep": "deepep", "deep_ep": "deepep",
+    },
 }  # fmt: skip
 
 

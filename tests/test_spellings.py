@@ -71,3 +71,9 @@ def test_a_two_matrix_mlp_activation_reads_as_gelu():
     for written in ("relu", "gelu_new", "ReLU"):
         data = {**BASE, "model": {"preset": "llama3-8b", "mlp": written}}
         assert scenario_from_dict(data).model.mlp == "gelu"
+
+
+def test_dispatcher_spellings():
+    for written, name in (("DeepEP", "deepep"), ("all-to-all", "alltoall"), ("A2A", "alltoall")):
+        data = {**BASE, "model": {"preset": "mixtral-8x7b"}, "moe": {"dispatcher": written}}
+        assert scenario_from_dict(data).moe.dispatcher == name
