@@ -240,6 +240,16 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     return defaults
 
 
+def _automodel(raw: Mapping[str, Any]) -> Defaults:
+    # torchtitan's FSDP2 composition with TransformerEngine's fused kernels (its summary's
+    # "TE" kernel column) and DeepEP's dispatch for experts ("DeepEP")
+    defaults = _torchtitan(raw)
+    defaults["training"]["elementwise"] = "fused"
+    if _parallel(raw, "ep", 1) > 1:
+        defaults["moe"] = {"dispatcher": "deepep"}
+    return defaults
+
+
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
@@ -345,6 +355,17 @@ FRAMEWORKS: dict[str, Framework] = {
             _torchtitan,
             attention_kernel="fa2",
         ),
+        Framework(
+            "automodel",
+            "NVIDIA NeMo AutoModel (PyTorch backend): FSDP2 as torchtitan composes it (with pp > 1 "
+            "under torch.distributed.pipelining, gradient accumulation as training.pipeline_flushes), "
+            "TransformerEngine's fused kernels, DeepEP's dispatch for expert parallelism, experts "
+            "split over EP only",
+            "NVIDIA-NeMo/Automodel docs/performance-summary.md (pre-training table: Kernel "
+            "Optimizations 'TE + DeepEP', 'TE + fsdp2_prefetch'; LBS and GA columns); its FSDP2 "
+            "(fully_shard) and pipelining as in torchtitan",
+            _automodel,
+        ),
     )
 }
 
@@ -360,6 +381,7 @@ FRAMEWORK_ALIASES = {
     "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
     "nemo2": "nemo", "nemo-2": "nemo", "megatron-bridge": "nemo",
     "megatron-deepspeed": "deepspeed",
+    "nemo-automodel": "automodel",
 }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from simcluster.context import build_context
 from simcluster.errors import UserError
-from simcluster.frameworks import FRAMEWORKS, apply_framework
+from simcluster.frameworks import FRAMEWORKS, apply_framework, get_framework
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import load_cases
 
@@ -256,3 +256,15 @@ def test_megatron_lm_2021_keeps_an_fp16_runs_gradients_in_fp16():
     bf16 = FRAMEWORKS["megatron-lm-2021"].defaults({"training": {"precision": "bf16"}})
     assert fp16["training"]["fp32_grad_accum"] is False
     assert "fp32_grad_accum" not in bf16["training"]  # the fp32 default
+
+
+def test_automodel_is_torchtitans_fsdp2_with_te_kernels_and_deepep() -> None:
+    # NeMo AutoModel's performance summary: FSDP2 with "TE + DeepEP" kernels for its MoE rows,
+    # "TE + fsdp2_prefetch" for Llama 3 70B
+    moe = {"parallel": {"ep": 8, "zero": 3}}
+    titan, auto = FRAMEWORKS["torchtitan"].defaults(moe), FRAMEWORKS["automodel"].defaults(moe)
+    assert auto["training"]["elementwise"] == "fused" and titan["training"]["elementwise"] == "eager"
+    assert auto["moe"] == {"dispatcher": "deepep"} and auto["parallel"] == {"etp": 1}
+    assert auto["zero3"] == titan["zero3"]
+    assert "moe" not in FRAMEWORKS["automodel"].defaults({"parallel": {"zero": 3}})
+    assert get_framework("NeMo-AutoModel").name == "automodel"
