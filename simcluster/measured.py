@@ -103,12 +103,18 @@ def metric_name(heading: str) -> str:
     return "_".join(words)
 
 
+def _known_spelling(key: str) -> str:
+    """``key`` as the metric or alias its heading names, or unchanged (for the error's hint)."""
+    name = metric_name(key)
+    return name if name in METRICS or name in ALIASES else key
+
+
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
     if not isinstance(measured, dict) or not measured:
         raise UserError(where, f"must be a mapping with one of {names}")
-    measured = {metric_name(str(k)) if metric_name(str(k)) in (*METRICS, *ALIASES) else k: v for k, v in measured.items()}
+    measured = {_known_spelling(str(k)): v for k, v in measured.items()}
     for key in measured:
         if key not in METRICS and key not in ALIASES:
             unit = " (give the unit: step_time_s or step_time_ms)" if "time" in str(key) else ""
