@@ -49,6 +49,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "ep_comm": ("overlap", "ep_comm", bool),
     "optimizer_offload": ("training", "optimizer_offload", float),
     "activation_offload_layers": ("training", "activation_offload_layers", int),
+    "pipeline_flushes": ("training", "pipeline_flushes", int),
 }
 # axes whose "auto" means powers of two up to the GPU count
 _AUTO_AXES = ("tp", "pp", "cp", "ep")

@@ -42,3 +42,12 @@ def test_flushes_must_divide_the_microbatches_and_need_a_pipeline():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(flat))
     assert "pipeline" in str(err.value)
+
+
+def test_gpipe_flushes_trade_activation_memory_for_bubble():
+    # all-forward-all-backward keeps every microbatch of a flush in flight (Huang et al. 2019):
+    # two flushes of m/2 hold half the stash, at the price of a second fill and drain
+    one = run(pipeline_scenario(P, M, "afab"))
+    two = run(merge_sections(pipeline_scenario(P, M, "afab"), training={"pipeline_flushes": 2}))
+    assert two.summary["peak_memory_bytes"]["max"] < one.summary["peak_memory_bytes"]["max"]
+    assert two.summary["bubble_fraction"] > one.summary["bubble_fraction"]

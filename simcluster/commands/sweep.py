@@ -58,6 +58,8 @@ _AXIS_HELP = {
     "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
     "optimizer_offload": "share of the optimizer on the host CPU (training.optimizer_offload), e.g. 0,0.5,1",
     "activation_offload_layers": "layers per chunk whose activations wait in host memory, e.g. 0,8,16",
+    "pipeline_flushes": "pipeline schedules each step's microbatches run in (gradient accumulation "
+    "around the pipeline, torchtitan's), e.g. 1,2,4",
 }
 
 
