@@ -112,11 +112,10 @@ def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     for section, values in list(out.items()):
         if not isinstance(values, dict):
             continue
-        aliases = KEY_ALIASES.get(section, {})
         renamed: dict[Any, Any] = {}
         given_as: dict[Any, Any] = {}
         for key, value in values.items():
-            canon = aliases.get(_spelled(key).lower(), _spelled(key)) if isinstance(key, str) else key
+            canon = canonical_key(section, key) if isinstance(key, str) else key
             if canon in renamed:
                 raise UserError(
                     f"{section}.{key}",

@@ -402,14 +402,16 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     """
     if training.recompute == "full":
         return 1.0
-    total = layer_activation_bytes(model, layout, training, model.first_moe_layer)
+    index = model.first_moe_layer  # a routed layer of a MoE model, any layer of a dense one
+    moe = model.is_moe_layer(index)
+    total = layer_activation_bytes(model, layout, training, index)
     t = layout.tp
     rep = t if layout.sequence_parallel else 1
     s = training.seq_len / layout.cp
     g = gemm_input_bytes(training.precision)
     b = training.micro_batch
     h = model.hidden
-    width = model.expert_ffn if model.is_moe_layer(model.first_moe_layer) else model.ffn
-    tokens = s * model.top_k if model.is_moe_layer(model.first_moe_layer) else s
+    width = model.expert_ffn if moe else model.ffn
+    tokens = s * model.top_k if moe else s
     gemm_inputs = g * s * b * (h / rep + model.heads * model.d_head / t) + g * tokens * b * (h / rep + width / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0

@@ -94,8 +94,8 @@ def table_time(rows: list[dict[str, Any]], op: str, nbytes: float, n: int) -> fl
         return sizes[i] / (_busbw(table[i][1], op) / factor)
 
     lo, hi, _ = _bracket(sizes, nbytes)
-    if lo == hi:
-        return nbytes / (_busbw(table[lo][1], op) / factor)
+    if lo == hi:  # beyond the rows: that row's bandwidth
+        return time_of(lo) * nbytes / sizes[lo]
     share = (nbytes - sizes[lo]) / (sizes[hi] - sizes[lo])
     return time_of(lo) + share * (time_of(hi) - time_of(lo))
 
