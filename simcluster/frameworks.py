@@ -57,7 +57,15 @@ def _zero_stage(raw: Mapping[str, Any]) -> int:
 
 
 def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
+    # the distributed optimizer (ZeRO-1) and sequence parallelism with TP: the overlaps below
+    # need them (Megatron refuses --overlap-param-gather without --use-distributed-optimizer and
+    # --tp-comm-overlap without --sequence-parallel), and every NeMo / Megatron-Bridge recipe
+    # and README benchmark sets both
+    parallel: dict[str, Any] = {"zero": 1}
+    if _parallel(raw, "tp", 1) > 1:
+        parallel["sequence_parallel"] = True
     return {
+        "parallel": parallel,
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "pp_comm": True},
         "training": {"grad_accum_fusion": True, "elementwise": "fused"},
         # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
@@ -256,7 +264,9 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "megatron-core",
             "Megatron-Core as NVIDIA's performance recipes run it (NeMo, Megatron-Bridge, the "
-            "Megatron-LM README benchmarks): grad reduce, param gather and TP comm overlapped, "
+            "Megatron-LM README benchmarks): the distributed optimizer (zero 1) and, with tp > 1, "
+            "sequence parallelism unless the scenario says otherwise; "
+            "grad reduce, param gather and TP comm overlapped, "
             "wgrad accumulated straight into the fp32 main gradient (Megatron's default; NeMo's and "
             "Megatron-Bridge's benchmark configs reduce in bf16: set training.fp32_grad_accum false), "
             "the gradient buffer zeroed at each step's start, gradients reduced in buckets of "
@@ -264,7 +274,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "bucket per chunk elsewhere, "
             "each gradient bucket NaN-checked and scaled by 1/dp before its reduction (Megatron-LM's "
             "defaults; NeMo's and Megatron-Bridge's performance recipes do neither: framework nemo)",
-            "NeMo / Megatron-Bridge performance recipes (overlap_grad_reduce, overlap_param_gather, "
+            "NeMo / Megatron-Bridge performance recipes (use_distributed_optimizer, sequence_parallel, "
+            "overlap_grad_reduce, overlap_param_gather, "
             "tp_comm_overlap, gradient_accumulation_fusion); the Megatron-LM README's benchmark flags; "
             "Megatron-LM's --check-for-nan-in-loss-and-grad default and Bucket.start_grad_sync; "
             "train_step's zero_grad_buffer (_ParamAndGradBuffer.reset: grad_data.zero_()); "

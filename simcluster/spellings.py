@@ -12,18 +12,28 @@ from __future__ import annotations
 from typing import Any
 
 #: (section, field) -> {other spelling: the schema's name}; every field here is matched without case
-SYNONYMS: dict[tuple[str, str], dict[str, str]] = {
+SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
     ("training", "precision"): {
         "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
         "fp4": "nvfp4", "nv-fp4": "nvfp4", "nvfp4-mixed": "nvfp4", "bf16-with-nvfp4-mixed": "nvfp4",
         # PyTorch Lightning's mixed-precision names (16-bit compute, fp32 master weights)
-        "bf16-mixed": "bf16", "16-mixed": "fp16",
+        "bf16-mixed": "bf16", "16-mixed": "fp16", "fp16-mixed": "fp16", "mixed-bf16": "bf16",
+        "mixed-fp16": "fp16",
         # TransformerEngine's FP8 formats: HYBRID (E4M3 forward, E5M2 gradients) and E4M3
         "fp8-hybrid": "fp8", "fp8_hybrid": "fp8", "fp8-e4m3": "fp8", "fp8_e4m3": "fp8",
     },
     # AdamW keeps Adam's two fp32 moments and reads and writes the same bytes per update
     ("training", "optimizer"): {"adamw": "adam", "adam-w": "adam", "adam_w": "adam", "fusedadam": "adam"},
-    ("training", "recompute"): {"selective-recompute": "selective", "full-recompute": "full"},
+    ("training", "recompute"): {
+        "selective-recompute": "selective", "full-recompute": "full", "no": "none", "off": "none",
+    },
+    # the distributed optimizer is ZeRO-1 (optimizer state sharded over the data-parallel ranks);
+    # FSDP's FULL_SHARD is ZeRO-3
+    ("parallel", "zero"): {
+        "zero-0": 0, "ddp": 0, "none": 0, "zero-1": 1, "zero1": 1, "stage-1": 1,
+        "distributed-optimizer": 1, "zero-2": 2, "zero2": 2, "stage-2": 2, "zero-3": 3, "zero3": 3,
+        "stage-3": 3, "fsdp": 3, "full-shard": 3,
+    },
     ("training", "attention_kernel"): {
         "flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2", "flash-attention-2": "fa2",
         "flash_attention_2": "fa2", "flash-attn-2": "fa2", "fa-2": "fa2",
@@ -73,12 +83,19 @@ def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
         recipe = FP8_RECIPE_SPELLINGS.get(training["precision"].strip().lower().replace("_", "-"))
         if recipe:
             out["training"] = {**training, "precision": "fp8", "fp8_recipe": training.get("fp8_recipe", recipe)}
+    training = out.get("training")
+    if isinstance(training, dict) and isinstance(training.get("recompute"), bool):
+        # "activation checkpointing: true" is whole-layer recomputation wherever it is a switch
+        # (Hugging Face's gradient_checkpointing, llm-foundry's activation_checkpointing)
+        out["training"] = {**training, "recompute": "full" if training["recompute"] else "none"}
     for (section, key), synonyms in SYNONYMS.items():
         values = out.get(section)
         if not isinstance(values, dict) or not isinstance(values.get(key), str):
             continue
         text = values[key].strip().lower()
-        out[section] = {**values, key: synonyms.get(text, text)}
+        # "fp16 mixed", "interleaved 1F1B", "ZeRO_1": spaces and underscores as dashes
+        dashed = "-".join(text.replace("_", " ").split())
+        out[section] = {**values, key: synonyms.get(text, synonyms.get(dashed, text))}
     return out
 
 

@@ -45,6 +45,9 @@ DEPARTURES = {
     # FSDP (scripts/performance/configs/llama3/llama3_llm_pretrain.py llama3_8b_h100_config)
     **{(f, "training.grad_accum_fusion"): (lambda case: "Megatron FSDP" in case.source)
        for f in ("megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")},
+    # Megatron-Bridge's Megatron FSDP rows shard everything (zero 3), not the distributed optimizer
+    **{(f, "parallel.zero"): (lambda case: "Megatron FSDP" in case.source)
+       for f in ("megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")},
     # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
     # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
     **{(f, key): (lambda case: True)
@@ -268,3 +271,17 @@ def test_automodel_is_torchtitans_fsdp2_with_te_kernels_and_deepep() -> None:
     assert auto["zero3"] == titan["zero3"]
     assert "moe" not in FRAMEWORKS["automodel"].defaults({"parallel": {"zero": 3}})
     assert get_framework("NeMo-AutoModel").name == "automodel"
+
+
+@pytest.mark.parametrize("name", ["megatron-core", "nemo"])
+def test_megatron_core_runs_the_distributed_optimizer_and_sp_with_tp(name: str) -> None:
+    # Megatron refuses --overlap-param-gather without --use-distributed-optimizer and
+    # --tp-comm-overlap without --sequence-parallel (arguments.py), and both overlaps are on
+    raw = _small(framework=name, parallel={"tp": 2, "pp": 2})
+    sc = scenario_from_dict(raw)
+    assert (sc.parallel.zero, sc.parallel.sequence_parallel) == (1, True)
+    no_tp = scenario_from_dict(_small(framework=name, parallel={"tp": 1, "pp": 2}, cluster={"hardware": "dgx-h100", "gpus": 8}))
+    assert (no_tp.parallel.zero, no_tp.parallel.sequence_parallel) == (1, False)
+    # what the scenario states wins: Megatron FSDP (zero 3), SP off
+    stated = scenario_from_dict(_small(framework=name, parallel={"tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False}))
+    assert (stated.parallel.zero, stated.parallel.sequence_parallel) == (3, False)

@@ -57,6 +57,10 @@ PUBLISHED = {
     "gpt3-1.3b": (1.3e9, None, "Brown et al. 2020, Table 2.1: GPT-3 XL, 1.3B"),
     "gpt3-2.7b": (2.7e9, None, "Brown et al. 2020, Table 2.1: GPT-3 2.7B"),
     "gpt3-6.7b": (6.7e9, None, "Brown et al. 2020, Table 2.1: GPT-3 6.7B"),
+    # NeMo's GPT-3 5B and 20B by name (NeMo-Framework-Launcher conf/training/gpt3/5b.yaml, 20b.yaml;
+    # the NeMo performance summaries' GPT3-5B / GPT3-20B rows): 5.05B and 20.3B as shaped
+    "gpt3-5b": (5.0e9, None, "NeMo-Framework-Launcher gpt3/5b.yaml: GPT-3 5B"),
+    "gpt3-20b": (20.0e9, None, "NeMo-Framework-Launcher gpt3/20b.yaml: GPT-3 20B"),
     # Black et al. 2022 (GPT-NeoX-20B), Sec. 2: 20,554,567,680 parameters
     "gpt-neox-20b": (20_554_567_680, None, "Black et al. 2022: GPT-NeoX-20B, 20,554,567,680"),
 }

@@ -172,3 +172,21 @@ def test_bucket_size_is_megabytes_or_megatron_core(cli, tmp_path, value):
 def test_bucket_stages_names_its_choices(cli, tmp_path):
     data = make_scenario(dp={"bucket_stages": "last"})
     assert_one_line_error(cli("memory", write(tmp_path, data)), "dp.bucket_stages", "'all' or 'first'")
+
+
+@pytest.mark.parametrize(
+    "section, key, home",
+    [("model", "seq_len", "training.seq_len"), ("model", "tp", "parallel.tp"),
+     ("training", "gbs", None), ("model", "global_batch_size", "training.global_batch"),
+     ("parallel", "hardware", "cluster.hardware")],
+)  # fmt: skip
+def test_a_key_in_the_wrong_section_names_its_section(cli, tmp_path, section, key, home):
+    """A table's columns copied into one section: the error says where the key lives (a key that
+    is an alias of its own section, training.gbs, is simply read)."""
+    data = make_scenario()
+    data[section][key] = data["training"]["global_batch"] if key in ("gbs", "global_batch_size") else 2
+    if home is None:
+        data["training"].pop("global_batch")
+        assert cli("memory", write(tmp_path, data)).code == 0
+        return
+    assert_one_line_error(cli("memory", write(tmp_path, data)), f"{section}.{key}", f"write it as {home}")

@@ -210,3 +210,22 @@ def test_default_group_is_pp_and_a_larger_one_holds_more_in_flight():
 def test_bad_microbatch_group(m, g):
     with pytest.raises(UserError):
         get_schedule("interleaved").validate(ScheduleSpec(4, m, 2, group=g))
+
+
+def test_virtual_stages_without_a_schedule_mean_interleaved_1f1b():
+    # a table's "VP 5" (NeMo's performance summaries) names no schedule: Megatron runs its
+    # interleaved 1F1B whenever virtual stages are set; a named schedule is kept
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    def schedule(**parallel):
+        raw = make_scenario(parallel={"tp": 1, "pp": 2, **parallel}, training={"global_batch": 8})
+        return scenario_from_dict(raw).parallel.schedule
+
+    assert schedule(vpp=2) == "interleaved"
+    assert schedule() == "1f1b"
+    assert schedule(vpp=2, schedule="looped-bfs") == "looped-bfs"
+    named = make_scenario(parallel={"pp": 2, "vpp": 2, "schedule": "1f1b"}, training={"global_batch": 8})
+    with pytest.raises(UserError, match="vpp>1 needs schedule"):
+        build_context(scenario_from_dict(named))

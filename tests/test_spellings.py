@@ -32,6 +32,17 @@ def _with(section, **values):
         ("training", "precision", "fp8-hybrid", "fp8"),  # TransformerEngine's HYBRID format
         ("parallel", "schedule", "1F1B-I", "interleaved"),  # the Zero Bubble paper's name
         ("parallel", "schedule", "ZBH1", "zb-h1"),
+        # spaces and underscores read as dashes: a paper's table cell as written
+        ("training", "precision", "fp16 mixed", "fp16"),  # Narayanan et al. 2021's "fp16 mixed"
+        ("parallel", "schedule", "interleaved 1F1B", "interleaved"),
+        ("parallel", "cp_comm", "all gather", "all_gather"),
+        # activation checkpointing as a switch (Hugging Face, llm-foundry) recomputes whole layers
+        ("training", "recompute", True, "full"),
+        ("training", "recompute", False, "none"),
+        # Megatron's distributed optimizer shards the optimizer state: ZeRO-1; FSDP FULL_SHARD: ZeRO-3
+        ("parallel", "zero", "distributed optimizer", 1),
+        ("parallel", "zero", "ZeRO-1", 1),
+        ("parallel", "zero", "FSDP", 3),
     ],
 )
 def test_spellings_read_as_the_schemas_names(section, key, written, name):

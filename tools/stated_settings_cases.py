@@ -1,6 +1,6 @@
 """Write the shipped quick cases with only the settings a paper's table usually states.
 
-    python tools/stated_settings_cases.py /tmp/stated.yaml
+    python tools/stated_settings_cases.py [--framework] /tmp/stated.yaml
     simcluster validate /tmp/stated.yaml --json --jobs 2 > /tmp/stated.json
 
 Each case keeps its model, its cluster section (hardware, GPU count, network overrides), its parallel degrees, ZeRO stage and
@@ -9,6 +9,8 @@ MoE section; it loses its ``framework:``, ``overlap``, ``dp`` and ``zero3`` sect
 other training field (attention kernel, elementwise style, gradient accumulation ...), so it
 runs on simcluster's defaults. Comparing the two runs shows how much the framework's own
 settings move each family (docs/accuracy.md, "How much the settings a paper leaves out matter").
+With ``--framework`` each case also names the framework its source ran (``FAMILY_FRAMEWORK``:
+what a reader who knows only the table and the software writes).
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from simcluster.validate import load_cases
 
 PARALLEL = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sequence_parallel", "schedule"}
 TRAINING = {"seq_len", "micro_batch", "global_batch", "precision", "fp8_recipe", "recompute", "optimizer"}
+
+#: the software each family's source names (the Zero Bubble fork of Megatron-LM has no entry)
+FAMILY_FRAMEWORK = {
+    "narayanan2021-a100": "megatron-lm-2021", "korthikanti2022-a100": "megatron-lm-2021",
+    "bigscience-a100": "deepspeed", "megatron-core-h100": "megatron-core", "nanotron-h100": "nanotron",
+    "torchtitan-a100": "torchtitan", "nemo-fp8-h100": "nemo", "nemo-long-context-h100": "nemo",
+    "nemo-long-context-b200": "nemo", "megatron-bridge-fp8-h100": "nemo",
+    "megatron-bridge-fp8-blackwell": "nemo", "megatron-bridge-nvfp4-blackwell": "nemo",
+    "nvidia-dgxc-h100": "nemo", "nvidia-dgxc-grok1": "nemo", "swissai-gh200": "megatron-core",
+}  # fmt: skip
 
 
 def stated(scenario: dict[str, Any]) -> dict[str, Any]:
@@ -39,16 +51,21 @@ def stated(scenario: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    named = "--framework" in argv
+    argv = [a for a in argv if a != "--framework"]
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     cases = []
     for case in load_cases(quick=True):
+        scenario = stated(case.scenario)
+        if named and case.family in FAMILY_FRAMEWORK:
+            scenario = {"framework": FAMILY_FRAMEWORK[case.family], **scenario}
         entry: dict[str, Any] = {
             "name": case.name,
             "family": case.family,
             "source": "stated settings only (tools/stated_settings_cases.py)",
-            "scenario": stated(case.scenario),
+            "scenario": scenario,
             "measured": {case.metric: case.measured},
         }
         if case.flops != "megatron":

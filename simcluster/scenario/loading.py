@@ -13,7 +13,7 @@ from simcluster import yamlio
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
-from simcluster.key_aliases import canonical_path, normalise_keys
+from simcluster.key_aliases import canonical_key, canonical_path, normalise_keys
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
@@ -106,6 +106,9 @@ def _format_error(exc: ValidationError) -> UserError:
                 break
             model = sub.annotation
         hint = did_you_mean(loc[-1], model.model_fields)
+        home = _section_of(loc[-1], exclude=loc[0]) if len(loc) == 2 and not hint else None
+        if home is not None:
+            return UserError(field, f"belongs in {home.split('.')[0]}, not {loc[0]}; write it as {home}")
         return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
     if kind == "missing":
         return UserError(field, "is required; add it to the scenario")
@@ -117,6 +120,19 @@ def _format_error(exc: ValidationError) -> UserError:
     if kind == "value_error":  # a validator's own message
         return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
+
+
+def _section_of(key: str, exclude: str) -> str | None:
+    """``section.key`` when ``key`` (or one of its other names) belongs to another top-level
+    section than ``exclude``: ``model.seq_len`` is ``training.seq_len`` written one level off."""
+    for name, field in Scenario.model_fields.items():
+        section = field.annotation
+        if name == exclude or not (isinstance(section, type) and issubclass(section, BaseModel)):
+            continue
+        canon = canonical_key(name, key)
+        if canon in section.model_fields:
+            return f"{name}.{canon}"
+    return None
 
 
 def _expand_model_shorthand(data: dict[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from simcluster.scenario.base import SectionBase
 
@@ -46,7 +46,11 @@ class ParallelSection(SectionBase):
         "instances); None = shard over all dp*cp ranks",
     )
     sequence_parallel: bool = False
-    schedule: str = "1f1b"
+    schedule: str = Field(
+        default="1f1b",
+        description="pipeline schedule; when not given, 1f1b, or interleaved when vpp > 1 "
+        "(virtual stages are what Megatron's interleaved 1F1B runs)",
+    )
     layers_per_stage: list[int] | None = None
     microbatch_group: int | None = Field(
         default=None,
@@ -65,3 +69,14 @@ class ParallelSection(SectionBase):
     ep_placement: Literal["packed", "spread"] = Field(
         default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interleaved_for_virtual_stages(cls, data: Any) -> Any:
+        # a table's "VP 5" with no schedule named means Megatron's interleaved 1F1B (setting
+        # --num-layers-per-virtual-pipeline-stage is what selects it there)
+        if isinstance(data, dict) and "schedule" not in data:
+            vpp = data.get("vpp")
+            if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1:
+                return {**data, "schedule": "interleaved"}
+        return data
