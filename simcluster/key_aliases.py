@@ -63,6 +63,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "seq_length": "seq_len", "sequence_length": "seq_len", "max_seq_len": "seq_len",
         "max_seq_length": "seq_len", "encoder_seq_length": "seq_len",
         "recompute_granularity": "recompute",
+        "tokens_per_batch": "global_batch_tokens", "batch_tokens": "global_batch_tokens",
+        "global_batch_size_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
     },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simcluster import yamlio
+from simcluster.batch_tokens import expand_batch_tokens
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
@@ -155,7 +156,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
-    data = apply_framework(normalise_spellings(expand_nodes(data)))
+    data = apply_framework(normalise_spellings(expand_batch_tokens(expand_nodes(data))))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

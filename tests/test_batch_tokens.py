@@ -1,0 +1,45 @@
+"""training.global_batch_tokens: a batch stated in tokens (simcluster/batch_tokens.py)."""
+
+import pytest
+
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
+
+
+def _scenario(**training):
+    return scenario_from_dict(
+        {"model": "llama3-8b", "cluster": {"hardware": "dgx-h100", "gpus": 8},
+         "training": {"seq_len": 8192, "micro_batch": 1, **training}}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "written, sequences",
+    [
+        # Llama 3 paper (arXiv 2407.21783) Sec. 3.4.1: 16M tokens per batch at 8K tokens = 2,048 sequences
+        ("16M", 2048),
+        (16 * 2**20, 2048),
+        ("4Mi", 512),
+        ("512K tokens", 64),
+    ],
+)
+def test_a_batch_in_tokens_is_that_many_sequences(written, sequences):
+    assert _scenario(global_batch_tokens=written).training.global_batch == sequences
+
+
+def test_other_names_and_an_agreeing_global_batch_are_read():
+    assert _scenario(tokens_per_batch="1M", global_batch=128).training.global_batch == 128
+
+
+@pytest.mark.parametrize(
+    "training, needle",
+    [
+        ({"global_batch_tokens": 4_000_000}, "not a whole number of 8192-token sequences"),
+        ({"global_batch_tokens": "1M", "global_batch": 64}, "give one of them"),
+        ({"global_batch_tokens": "lots"}, "must be a token count"),
+    ],
+)
+def test_a_batch_in_tokens_that_does_not_resolve_is_one_error(training, needle):
+    with pytest.raises(UserError) as err:
+        _scenario(**training)
+    assert err.value.field == "training.global_batch_tokens" and needle in str(err.value)
