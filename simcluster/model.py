@@ -7,6 +7,7 @@ published totals: GPT-3 175B (174.6B), Llama-3-8B (8.03B), Llama-3-70B (70.6B), 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -357,16 +358,41 @@ def _check(spec: ModelSpec, prefix: str) -> None:
 
 #: names of the same architecture as a shipped preset (Llama 3.1 8B/70B keep Llama 3's shapes;
 #: 3.1 only changed the rotary scaling and context; Llama 3's 405B is Llama 3.1's)
-PRESET_ALIASES = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3-405b": "llama3.1-405b"}
+PRESET_ALIASES = {
+    "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3-405b": "llama3.1-405b",
+    # NVIDIA's performance tables (Nemotron-15B, Nemotron-340B) and transformers' repo names
+    "nemotron-15b": "nemotron4-15b", "nemotron-340b": "nemotron4-340b",
+    "llama-4-scout-17b-16e": "llama4-scout", "llama-4-maverick-17b-128e": "llama4-maverick",
+    "qwen3-moe-30b": "qwen3-30b-a3b", "qwen3-moe-235b": "qwen3-235b-a22b",
+}  # fmt: skip
+
+#: what a repository id or a table adds around a model's name: the organisation
+#: ('meta-llama/'), Meta's own prefix ('Meta-Llama-3-8B'), a checkpoint or table suffix
+#: ('-hf', '-Base', '-v0.1', NVIDIA's '-LLM') and a trailing size ('Grok-1 314B')
+_DECORATIONS = (
+    re.compile(r"^.*/"),
+    re.compile(r"^meta[-_ ]", re.IGNORECASE),
+    re.compile(r"[-_ ](hf|base|llm|v\d+(\.\d+)*)$", re.IGNORECASE),
+    re.compile(r"[-_ ]\d+(\.\d+)?b$", re.IGNORECASE),
+)
 
 
 def resolve_preset_name(name: str) -> str:
-    """The shipped preset a name means: exact, an alias, or equal up to case and separators."""
+    """The shipped preset a name means: exact, an alias, or equal up to case and separators,
+    also once a repository's organisation, Meta's prefix, a checkpoint suffix or a trailing
+    parameter count is taken off ('meta-llama/Meta-Llama-3-8B', 'DeepSeek V3 671B')."""
     names = preset_names()
     if name in names:
         return name
-    found = loose_lookup(name, (*names, *PRESET_ALIASES)) or name
-    return PRESET_ALIASES.get(found, found)
+    candidates = (*names, *PRESET_ALIASES)
+    stripped = name
+    for decoration in (None, *_DECORATIONS):
+        if decoration is not None:
+            stripped = decoration.sub("", stripped).strip()
+        found = loose_lookup(stripped, candidates)
+        if found:
+            return PRESET_ALIASES.get(found, found)
+    return name
 
 
 def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:

@@ -122,3 +122,17 @@ def test_a_case_given_in_nodes_reads_a_per_gpu_figure(tmp_path):
     (case,) = load_cases_file(path)
     assert not case.problem
     assert (case.metric, case.measured) == ("tokens_per_s", 16000)
+
+
+def test_set_model_to_a_name_replaces_the_model_and_can_be_refined(cli):
+    # `--set model=NAME` is the scenario shorthand `model: NAME`; a later model.* override edits it
+    import json
+
+    from simcluster.model import load_preset
+
+    res = cli("memory", "llama3-8b-8xh100", "--set", "model=Qwen/Qwen3-8B", "--set", "model.layers=4", "--json")
+    assert res.code == 0, res.err
+    qwen = load_preset("qwen3-8b")
+    per_layer = (qwen.params_total() - json.loads(res.out)["params_total"]) / (qwen.layers - 4)
+    # Qwen3-8B (config.json): hidden 4096, 32/8 heads of 128, MLP 12288, q/k norms: 192.9M per layer
+    assert per_layer == pytest.approx(4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 12288 + 2 * 4096 + 2 * 128, rel=1e-6)

@@ -141,3 +141,33 @@ def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
     assert m.params_active() == pytest.approx(32e9, rel=0.03)
     v3 = load_preset("deepseek-v3")
     assert (m.experts, m.heads, m.dense_layers, m.mla) == (384, 64, 1, v3.mla)
+
+
+@pytest.mark.parametrize(
+    "written, preset",
+    [
+        # Hugging Face repository ids, with the organisation and Meta's prefix or a checkpoint suffix
+        ("meta-llama/Meta-Llama-3-8B", "llama3-8b"),
+        ("meta-llama/Llama-2-7b-hf", "llama2-7b"),
+        ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+        ("deepseek-ai/DeepSeek-V3-Base", "deepseek-v3"),
+        ("meta-llama/Llama-4-Scout-17B-16E", "llama4-scout"),
+        # NVIDIA's performance tables: Nemotron-15B, LLAMA4-Maverick-LLM; sizes after a name
+        ("Nemotron-340B", "nemotron4-340b"),
+        ("LLAMA4-Maverick-LLM", "llama4-maverick"),
+        ("Grok-1 314B", "grok-1"),
+        ("DeepSeek V3 671B", "deepseek-v3"),
+        ("Qwen3 MoE 30B", "qwen3-30b-a3b"),
+    ],
+)
+def test_a_model_named_as_a_repository_or_a_table_names_it_finds_the_preset(written, preset):
+    from simcluster.model import resolve_preset_name
+
+    assert resolve_preset_name(written) == preset
+
+
+def test_a_size_that_is_not_shipped_is_not_read_as_another_size():
+    from simcluster.model import resolve_preset_name
+
+    # Llama 2 comes in 7B, 13B and 70B; "Llama 3 13B" must stay unknown, not become some Llama 3
+    assert resolve_preset_name("Llama 3 13B") == "Llama 3 13B"

@@ -78,6 +78,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
     """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
     out = copy.deepcopy(data)
     for key, value in overrides:
+        out = _expand_model_shorthand(out)  # an earlier `--set model=NAME`, then model.layers=4
         parts = canonical_path(key).split(".")
         node = out
         for part in parts[:-1]:
@@ -139,7 +140,8 @@ def _section_of(key: str, exclude: str) -> str | None:
 def _expand_model_shorthand(data: dict[str, Any]) -> dict[str, Any]:
     """``model: llama3-8b`` means ``model: {preset: llama3-8b}`` (``*.json``: ``hf_config``).
 
-    Expanded before ``--set`` so that ``--set model.layers=4`` still works on a shorthand.
+    Expanded before and between ``--set`` overrides, so that ``--set model.layers=4`` works on
+    a shorthand, and after them, so that ``--set model=qwen3-8b`` is one too.
     """
     model = data.get("model")
     name = model.strip() if isinstance(model, str) else ""
@@ -156,6 +158,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
+    data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
     data = apply_framework(normalise_spellings(expand_batch_tokens(expand_nodes(data))))
     try:
         return Scenario.model_validate(data)
