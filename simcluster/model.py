@@ -17,6 +17,7 @@ from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
 from simcluster.limits import MAX_LAYERS
 from simcluster.names import loose_lookup
+from simcluster.stated_params import check_stated_params
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,14 @@ def _names_preset_without_shape(section: dict[str, Any]) -> bool:
 def build_model(section: dict[str, Any]) -> ModelSpec:
     """A ModelSpec from a scenario's ``model:`` section (preset / hf_config / fields, + overrides)."""
     section = dict(section)
+    stated = section.pop("params", None)
+    spec = _build_model(section)
+    if stated is not None:
+        check_stated_params(float(stated), spec.params_total(), spec.params_active())
+    return spec
+
+
+def _build_model(section: dict[str, Any]) -> ModelSpec:
     preset = section.pop("preset", None)
     hf = section.pop("hf_config", None)
     if preset and hf:

@@ -19,6 +19,7 @@ from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
 from simcluster.spellings import normalise_spellings
+from simcluster.stated_params import expand_stated_params
 
 
 def _scenarios_dir() -> Path:
@@ -159,7 +160,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    data = apply_framework(normalise_spellings(expand_batch_tokens(expand_nodes(data))))
+    data = apply_framework(normalise_spellings(expand_batch_tokens(expand_nodes(expand_stated_params(data)))))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

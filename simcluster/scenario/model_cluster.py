@@ -16,6 +16,13 @@ class ModelSection(SectionBase):
     preset: str | None = None
     hf_config: str | None = None
     name: str | None = None
+    params: float | None = Field(
+        default=None,
+        gt=0,
+        description="the parameter count a paper or model card states ('18.4B', or params_b: "
+        "18.4), as a check: the shape must come within 10% of it (active parameters for a "
+        "mixture of experts also count)",
+    )
     layers: int | None = None
     hidden: int | None = None
     heads: int | None = None
