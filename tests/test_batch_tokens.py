@@ -43,3 +43,14 @@ def test_a_batch_in_tokens_that_does_not_resolve_is_one_error(training, needle):
     with pytest.raises(UserError) as err:
         _scenario(**training)
     assert err.value.field == "training.global_batch_tokens" and needle in str(err.value)
+
+
+def test_an_override_in_tokens_or_nodes_replaces_the_size_the_scenario_states():
+    # llama3-8b-8xh100 states global_batch 64 and gpus 8: an override given the other way
+    # replaces it rather than contradicting it
+    from simcluster.scenario import load_scenario
+
+    sc = load_scenario("llama3-8b-8xh100", [("training.global_batch_tokens", "1M"), ("cluster.nodes", 2)])
+    assert (sc.training.global_batch, sc.cluster.gpus) == (2**20 // sc.training.seq_len, 16)
+    back = load_scenario("llama3-8b-8xh100", [("training.tokens_per_batch", "1M"), ("training.global_batch", 64)])
+    assert back.training.global_batch == 64

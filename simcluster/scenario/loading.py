@@ -90,7 +90,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
                 raise UserError(key, f"cannot set inside '{part}', which is not a section")
             node = child
         node[parts[-1]] = value
+        # an override of a size given another way replaces it: --set cluster.nodes=16 on a
+        # scenario that states gpus, --set training.global_batch_tokens=4M over global_batch
+        twin = _SAME_QUANTITY.get(".".join(parts))
+        if twin is not None:
+            node.pop(twin, None)
     return out
+
+
+#: keys that state one quantity two ways (expanded into the first of each pair before validation)
+_SAME_QUANTITY = {
+    "cluster.nodes": "gpus", "cluster.gpus": "nodes",
+    "training.global_batch_tokens": "global_batch", "training.global_batch": "global_batch_tokens",
+}  # fmt: skip
 
 
 def _format_error(exc: ValidationError) -> UserError:
