@@ -88,3 +88,20 @@ def test_dispatcher_spellings():
     for written, name in (("DeepEP", "deepep"), ("all-to-all", "alltoall"), ("A2A", "alltoall")):
         data = {**BASE, "model": {"preset": "mixtral-8x7b"}, "moe": {"dispatcher": written}}
         assert scenario_from_dict(data).moe.dispatcher == name
+
+
+@pytest.mark.parametrize(
+    ("fsdp", "zero", "shard"),
+    # NeMo's performance tables: "FSDP = 1: use FSDP, FSDP = 0: use DDP"; NeMo AutoModel's
+    # column is the sharding degree (FSDP 32 with CP 2 on 64 GPUs)
+    [(1, 3, None), (True, 3, None), (4, 3, 4), (0, 0, None)],
+)
+def test_an_fsdp_column_reads_as_zero_3(fsdp, zero, shard):
+    parallel = _with("parallel", fsdp=fsdp).parallel
+    assert (parallel.zero, parallel.zero_shard) == (zero, shard)
+
+
+def test_an_fsdp_column_against_another_zero_stage_is_one_error():
+    with pytest.raises(UserError) as err:
+        _with("parallel", fsdp=1, zero=1)
+    assert err.value.field == "parallel.fsdp"

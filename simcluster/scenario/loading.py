@@ -14,6 +14,7 @@ from simcluster.batch_tokens import expand_batch_tokens
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
+from simcluster.fsdp_column import expand_fsdp
 from simcluster.key_aliases import canonical_key, canonical_path, normalise_keys
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
@@ -92,16 +93,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
         node[parts[-1]] = value
         # an override of a size given another way replaces it: --set cluster.nodes=16 on a
         # scenario that states gpus, --set training.global_batch_tokens=4M over global_batch
-        twin = _SAME_QUANTITY.get(".".join(parts))
-        if twin is not None:
+        for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
     return out
 
 
-#: keys that state one quantity two ways (expanded into the first of each pair before validation)
+#: keys that state one quantity two ways (the other ways expanded into the schema's before validation)
 _SAME_QUANTITY = {
-    "cluster.nodes": "gpus", "cluster.gpus": "nodes",
-    "training.global_batch_tokens": "global_batch", "training.global_batch": "global_batch_tokens",
+    "cluster.nodes": ("gpus",), "cluster.gpus": ("nodes",),
+    "training.global_batch_tokens": ("global_batch",), "training.global_batch": ("global_batch_tokens",),
+    "parallel.fsdp": ("zero", "zero_shard"), "parallel.zero": ("fsdp",),
 }  # fmt: skip
 
 
@@ -172,7 +173,8 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    data = apply_framework(normalise_spellings(expand_batch_tokens(expand_nodes(expand_stated_params(data)))))
+    data = expand_batch_tokens(expand_nodes(expand_stated_params(expand_fsdp(data))))
+    data = apply_framework(normalise_spellings(data))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
