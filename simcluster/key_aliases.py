@@ -65,6 +65,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "recompute_granularity": "recompute",
         "tokens_per_batch": "global_batch_tokens", "batch_tokens": "global_batch_tokens",
         "global_batch_size_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
+        "gradient_accumulation_steps": "grad_accum", "ga": "grad_accum", "grad_accum_steps": "grad_accum",
+        "accumulate_grad_batches": "grad_accum", "gradient_accumulation": "grad_accum",
     },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",

@@ -358,6 +358,12 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"{tr.global_batch} is not divisible by dp*micro_batch = {dp}*{tr.micro_batch} = {per_step}; "
             f"use a multiple of {per_step}",
         )
+    if tr.grad_accum is not None and tr.grad_accum != tr.global_batch // per_step:
+        raise UserError(
+            "training.grad_accum",
+            f"{tr.grad_accum} microbatches per rank, but global_batch {tr.global_batch} / (dp*micro_batch = "
+            f"{per_step}) = {tr.global_batch // per_step}; give one of them",
+        )
     if tr.global_batch // per_step > MAX_MICROBATCHES:
         raise UserError(
             "training.global_batch",

@@ -10,11 +10,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simcluster import yamlio
-from simcluster.batch_tokens import expand_batch_tokens
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean
 from simcluster.frameworks import apply_framework
 from simcluster.fsdp_column import expand_fsdp
+from simcluster.global_batch import expand_global_batch
 from simcluster.key_aliases import canonical_key, canonical_path, normalise_keys
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
@@ -101,7 +101,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
 #: keys that state one quantity two ways (the other ways expanded into the schema's before validation)
 _SAME_QUANTITY = {
     "cluster.nodes": ("gpus",), "cluster.gpus": ("nodes",),
-    "training.global_batch_tokens": ("global_batch",), "training.global_batch": ("global_batch_tokens",),
+    "training.global_batch_tokens": ("global_batch", "grad_accum"),
+    "training.global_batch": ("global_batch_tokens", "grad_accum"),
+    "training.grad_accum": ("global_batch", "global_batch_tokens"),
     "parallel.fsdp": ("zero", "zero_shard"), "parallel.zero": ("fsdp",),
 }  # fmt: skip
 
@@ -173,7 +175,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    data = expand_batch_tokens(expand_nodes(expand_stated_params(expand_fsdp(data))))
+    data = expand_global_batch(expand_nodes(expand_stated_params(expand_fsdp(data))))
     data = apply_framework(normalise_spellings(data))
     try:
         return Scenario.model_validate(data)

@@ -17,6 +17,12 @@ class TrainingSection(SectionBase):
     seq_len: int = Field(gt=0)
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    grad_accum: int | None = Field(
+        default=None,
+        gt=0,
+        description="microbatches per data-parallel rank per step (a table's GA column): sets "
+        "global_batch when it is absent, else must equal global_batch / (dp x micro_batch)",
+    )
     precision: Literal["fp32", "bf16", "fp16", "fp8", "nvfp4"] = Field(
         default="bf16",
         description=(

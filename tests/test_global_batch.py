@@ -1,4 +1,4 @@
-"""training.global_batch_tokens: a batch stated in tokens (simcluster/batch_tokens.py)."""
+"""The global batch stated in tokens or as gradient accumulation steps (simcluster/global_batch.py)."""
 
 import pytest
 
@@ -54,3 +54,20 @@ def test_an_override_in_tokens_or_nodes_replaces_the_size_the_scenario_states():
     assert (sc.training.global_batch, sc.cluster.gpus) == (2**20 // sc.training.seq_len, 16)
     back = load_scenario("llama3-8b-8xh100", [("training.tokens_per_batch", "1M"), ("training.global_batch", 64)])
     assert back.training.global_batch == 64
+
+
+def test_gradient_accumulation_steps_set_or_check_the_global_batch():
+    # a NeMo performance table's row: Llama 3 8B on 8 GPUs, MBS 1, GA 16 -> GBS 128
+    raw = {"model": "llama3-8b", "cluster": {"hardware": "dgx-h100", "gpus": 8},
+           "training": {"seq_len": 8192, "micro_batch": 1, "ga": 16}}  # fmt: skip
+    assert scenario_from_dict(raw).training.global_batch == 16 * 1 * 8
+    from simcluster.context import build_context
+
+    wrong = {**raw, "training": {**raw["training"], "global_batch": 64}}
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(wrong))
+    assert err.value.field == "training.grad_accum" and "64 / (dp*micro_batch = 8) = 8" in str(err.value)
+    from simcluster.scenario import load_scenario
+
+    # --set of the GA column replaces the scenario's global batch (llama3-8b-8xh100: dp 8, MBS 1)
+    assert load_scenario("llama3-8b-8xh100", [("training.grad_accum", 4)]).training.global_batch == 32

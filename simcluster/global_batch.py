@@ -1,0 +1,87 @@
+"""The global batch stated the other ways papers and tables state it.
+
+- ``training.global_batch_tokens``: Llama 3's "16M tokens per batch" is ``global_batch``
+  sequences of ``seq_len`` tokens; the token count must be a whole number of sequences, and
+  given together with ``global_batch`` the two must agree. Written as an exact count
+  (``16777216``) or with a binary suffix as papers round them (``16M`` = 16 x 2^20, ``4Mi``,
+  ``512K``).
+- ``training.grad_accum``: a table's GA column, microbatches per data-parallel rank per step.
+  Without ``global_batch`` it sets it (GA x micro-batch x dp); with it, the layout check
+  (``layout.py``) holds the two to agree.
+
+Expanded on the raw scenario, before validation, so every later stage sees
+``training.global_batch``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from simcluster.errors import UserError
+
+_FIELD = "training.global_batch_tokens"
+_SUFFIX = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30}
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*([kmg]i?)?\s*(tokens?)?\s*", value.lower())
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    raise UserError(_FIELD, f"must be a token count such as 4194304 or 4M (2^20 tokens per M), got {value!r}")
+
+
+def expand_global_batch(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``training.global_batch`` from tokens or gradient accumulation steps."""
+    return _from_grad_accum(_from_tokens(data))
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _from_grad_accum(data: dict[str, Any]) -> dict[str, Any]:
+    training, cluster = data.get("training"), data.get("cluster")
+    given = data.get("parallel")
+    parallel: dict[str, Any] = given if isinstance(given, dict) else {}
+    if not isinstance(training, dict) or "global_batch" in training or not isinstance(cluster, dict):
+        return data
+    steps, mbs = _whole(training.get("grad_accum")), _whole(training.get("micro_batch", 1))
+    dp = _whole(parallel.get("dp"))
+    if dp is None and _whole(cluster.get("gpus")):
+        split = 1
+        for key in ("tp", "pp", "cp"):
+            split *= _whole(parallel.get(key, 1)) or 0
+        dp = cluster["gpus"] // split if split and cluster["gpus"] % split == 0 else None
+    if steps is None or mbs is None or dp is None:
+        return data  # the schema or the layout check names what is missing
+    return {**data, "training": {**training, "global_batch": steps * mbs * dp}}
+
+
+def _from_tokens(data: dict[str, Any]) -> dict[str, Any]:
+    training = data.get("training")
+    if not isinstance(training, dict) or "global_batch_tokens" not in training:
+        return data
+    training = dict(training)
+    tokens = _count(training.pop("global_batch_tokens"))
+    seq_len = training.get("seq_len")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+        raise UserError(_FIELD, "needs training.seq_len to count sequences; give it, or give global_batch")
+    if tokens % seq_len:
+        raise UserError(
+            _FIELD,
+            f"{tokens} tokens is not a whole number of {seq_len}-token sequences "
+            f"({tokens / seq_len:g}); give training.global_batch in sequences",
+        )
+    given = training.get("global_batch")
+    if given is not None and given != tokens // seq_len:
+        raise UserError(
+            _FIELD,
+            f"{tokens} tokens / {seq_len} = {tokens // seq_len} sequences, but training.global_batch is "
+            f"{given!r}; give one of them",
+        )
+    training["global_batch"] = tokens // seq_len
+    return {**data, "training": training}
