@@ -8,8 +8,9 @@ exactly the schema's field, so they are read as it rather than refused as unknow
 alias below is such an exact equivalent, nothing looser (``ffn_hidden_size`` is the MLP width
 as ``ffn`` is; a name whose meaning differs, such as Megatron's
 ``untie_embeddings_and_output_weights``, the negation of ``tied_embeddings``, is left for the
-schema to reject with its did-you-mean hint). Dashes read as underscores, so a launch flag's
-own spelling works too. Giving a key and one of its aliases together is an error.
+schema to reject with its did-you-mean hint). Dashes and spaces read as underscores and capitals
+as lower case, so a launch flag's own spelling and a table's heading ("Sequence Length", "TP")
+work too. Giving a key and one of its aliases together is an error.
 Applied to the raw scenario, and to ``--set`` paths, before validation.
 """
 
@@ -84,19 +85,21 @@ SECTION_ALIASES: dict[str, str] = {"parallelism": "parallel", "train": "training
 
 
 def _spelled(key: str) -> str:
-    return key.strip().replace("-", "_").lstrip("_")
+    # a launch flag's dashes, a table heading's spaces and capitals ("Sequence Length", "TP"):
+    # every schema key is lower case with underscores
+    return "_".join(key.strip().replace("-", " ").replace("_", " ").split()).lower()
 
 
 def canonical_key(section: str, key: str) -> str:
-    """The schema's name of ``key`` in ``section`` (``key`` with dashes as underscores when it
-    has no alias)."""
-    return KEY_ALIASES.get(section, {}).get(_spelled(key).lower(), _spelled(key))
+    """The schema's name of ``key`` in ``section`` (``key`` lower-cased, with dashes and spaces
+    as underscores, when it has no alias)."""
+    return KEY_ALIASES.get(section, {}).get(_spelled(key), _spelled(key))
 
 
 def canonical_path(path: str) -> str:
     """A dotted ``--set`` path with its section and key in the schema's names."""
     parts = path.split(".")
-    section = SECTION_ALIASES.get(parts[0], parts[0])
+    section = SECTION_ALIASES.get(parts[0].lower(), parts[0].lower())
     if len(parts) == 2:
         return f"{section}.{canonical_key(section, parts[1])}"
     return ".".join([section, *parts[1:]])
@@ -109,7 +112,7 @@ def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, value in data.items():
-        section = SECTION_ALIASES.get(name, name) if isinstance(name, str) else name
+        section = SECTION_ALIASES.get(name.strip().lower(), name.strip().lower()) if isinstance(name, str) else name
         if section in out:
             raise UserError(str(name), f"is another name for '{section}', which is also given; keep one")
         out[section] = value

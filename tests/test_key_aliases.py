@@ -136,3 +136,16 @@ def test_set_model_to_a_name_replaces_the_model_and_can_be_refined(cli):
     per_layer = (qwen.params_total() - json.loads(res.out)["params_total"]) / (qwen.layers - 4)
     # Qwen3-8B (config.json): hidden 4096, 32/8 heads of 128, MLP 12288, q/k norms: 192.9M per layer
     assert per_layer == pytest.approx(4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 12288 + 2 * 4096 + 2 * 128, rel=1e-6)
+
+
+def test_a_tables_headings_read_as_keys():
+    # NeMo's performance summary heads its columns "TP", "PP", "CP", "VP", "GBS", "MBS",
+    # "Sequence Length": the same scenario as the schema's names
+    from simcluster.scenario import scenario_from_dict
+
+    base = {"model": "llama3-70b", "cluster": {"hardware": "dgx-h100", "gpus": 64}}
+    table = scenario_from_dict({**base, "Parallel": {"TP": 4, "PP": 4, "CP": 2, "VP": 5},
+                                "Training": {"GBS": 128, "MBS": 1, "Sequence Length": 8192}})  # fmt: skip
+    schema = scenario_from_dict({**base, "parallel": {"tp": 4, "pp": 4, "cp": 2, "vpp": 5},
+                                 "training": {"global_batch": 128, "micro_batch": 1, "seq_len": 8192}})  # fmt: skip
+    assert table == schema
