@@ -13,6 +13,8 @@ Each combination is checked the way ``simcluster run`` checks a scenario; one th
 (tp not dividing the heads, dp x tp x pp x cp != GPUs, a batch that does not divide, ...) is
 *skipped* with that one-line reason. The others are simulated, also those that do not fit in
 memory: they are ranked after every layout that fits, each group by tokens/s per GPU.
+Sweeping ``vpp`` without ``schedule`` moves a 1F1B scenario to the interleaved schedule for
+vpp > 1 (and an interleaved one to 1F1B for vpp = 1), as Megatron does.
 """
 
 from __future__ import annotations
@@ -142,11 +144,32 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
         for axis, value in zip(names, values, strict=True):
             section, key, _ = AXES[axis]
             data.setdefault(section, {})[key] = value
+        if "vpp" in names and "schedule" not in names:
+            _schedule_for_vpp(data["parallel"])
         settings = tuple(zip(names, values, strict=True))
         cand = Candidate(settings, data)
         data["name"] = f"{base.get('name', 'scenario')} [{cand.label}]"
         out.append(cand)
     return out
+
+
+def _schedule_for_vpp(parallel: dict[str, Any]) -> None:
+    """Virtual stages swept over a one-chunk schedule run Megatron's interleaved 1F1B, and one
+    chunk over the interleaved schedule runs 1F1B (what each vpp means there); a schedule that
+    takes vpp as it is (looped-bfs, the V schedules' fixed two) is left alone."""
+    from simcluster.schedules import get_schedule
+    from simcluster.spellings import normalise_spellings
+
+    name = normalise_spellings({"parallel": parallel})["parallel"].get("schedule", "1f1b")
+    try:
+        uses_vpp = get_schedule(name).uses_vpp
+    except UserError:
+        return  # an unknown schedule is the candidate's own error
+    vpp = parallel.get("vpp", 1)
+    if vpp > 1 and not uses_vpp and name == "1f1b":
+        parallel["schedule"] = "interleaved"
+    elif vpp == 1 and name == "interleaved":
+        parallel["schedule"] = "1f1b"
 
 
 @dataclass(frozen=True)

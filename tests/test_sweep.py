@@ -272,3 +272,17 @@ def test_rank_labels_of_nearby_points_do_not_overlap():
         for x2, y2 in boxes[i + 1 :]:
             assert abs(x1 - x2) >= _LABEL_BOX[0] or abs(y1 - y2) >= _LABEL_BOX[1]
     assert label_offsets(ax, [(10.0, 100.0), (300.0, 1000.0)]) == [(5, 3), (5, 3)]
+
+
+def test_sweeping_vpp_runs_the_interleaved_schedule_where_vpp_means_it():
+    # Megatron selects its interleaved 1F1B by the virtual stage count; vpp = 1 is plain 1F1B
+    from simcluster.sweep import candidates
+
+    base = {"parallel": {"pp": 4, "schedule": "1F1B"}}
+    schedules = {c.scenario["parallel"]["vpp"]: c.scenario["parallel"]["schedule"] for c in candidates(base, {"vpp": [1, 2, 4]})}
+    assert schedules == {1: "1F1B", 2: "interleaved", 4: "interleaved"}
+    interleaved = {"parallel": {"pp": 4, "vpp": 2, "schedule": "interleaved"}}
+    assert candidates(interleaved, {"vpp": [1]})[0].scenario["parallel"]["schedule"] == "1f1b"
+    # a swept schedule is the user's: left as given
+    both = candidates(base, {"vpp": [2], "schedule": ["looped-bfs"]})
+    assert both[0].scenario["parallel"]["schedule"] == "looped-bfs"
