@@ -249,8 +249,10 @@ def load_cases_file(path: str | Path) -> list[Case]:
     doc = yamlio.load_user_file(path, "CASES", "cases file")
     if isinstance(doc, list):  # a bare list of cases reads as the 'cases:' list
         doc = {"cases": doc}
+    elif isinstance(doc, dict) and "cases" not in doc and {"scenario", "measured"} <= set(doc):
+        doc = {"cases": [doc]}  # one case on its own
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-        raise UserError("CASES", f"{path} needs a top-level 'cases:' list (or a bare list of cases)")
+        raise UserError("CASES", f"{path} needs a top-level 'cases:' list (or a bare list of cases, or one case)")
     cases = [
         _case_or_problem(raw, f"{path.name}: cases[{i}]", path.stem, path.parent) for i, raw in enumerate(doc["cases"])
     ]

@@ -702,10 +702,14 @@ def test_a_bare_list_of_cases_reads_as_the_cases_list(cli, tmp_path):
     path.write_text(yaml.safe_dump([case]))
     doc = json.loads(cli("validate", str(path), "--json", "--jobs", "1").out)
     assert [c["name"] for c in doc["cases"]] == ["one"] and doc["summary"]["failed"] == 0
+    single = tmp_path / "single.yaml"
+    single.write_text(yaml.safe_dump(case))  # one case on its own reads as a list of one
+    doc = json.loads(cli("validate", str(single), "--json", "--jobs", "1").out)
+    assert [c["name"] for c in doc["cases"]] == ["one"] and doc["summary"]["failed"] == 0
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")
     res = cli("validate", str(scalar))
-    assert res.code == 2 and "needs a top-level 'cases:' list (or a bare list of cases)" in res.err
+    assert res.code == 2 and "needs a top-level 'cases:' list (or a bare list of cases, or one case)" in res.err
 
 
 # --- ratchet ------------------------------------------------------------------------------
