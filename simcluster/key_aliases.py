@@ -71,6 +71,7 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
     },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",
+        "#_gpus": "gpus", "#gpus": "gpus", "number_of_gpus": "gpus",  # NeMo's "#-GPUs", AutoModel's "#GPUs"
         "num_nodes": "nodes", "n_nodes": "nodes", "nnodes": "nodes",
         "gpu": "hardware", "gpu_type": "hardware", "system": "hardware",
         "nproc_per_node": "gpus_per_node",
