@@ -179,6 +179,11 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         raise UserError(f"{where}.compare", "must be a mapping with group and label")
     notes = [measured.note] if measured.note else []
     flops = _flop_convention(raw.get("flops", "megatron"), f"{where}.flops")
+    if "flops" not in raw and measured.metric in _FLOP_METRICS and _framework_of(scenario) == "nemo":
+        # NeMo 2's and Megatron-Bridge's printed model TFLOP/s count attention with the causal
+        # half (Megatron-Bridge flop_utils: core_attn_seq_factor / 2), their tables print those
+        flops = "causal"
+        notes.append("flops: causal (NeMo 2 and Megatron-Bridge count attention's causal half); give flops: to change it")
     if measured.hardware_flops:
         if "flops" in raw and flops != "hardware":
             raise UserError(f"{where}.flops", f"'{raw['flops']}' contradicts a figure in hardware "
@@ -228,6 +233,19 @@ def _flop_convention(value: Any, field: str) -> str:
         names = ", ".join((*FLOP_CONVENTIONS, "hardware"))
         raise UserError(field, f"'{value}' is not a FLOP count; use one of {names}")
     return text
+
+
+def _framework_of(scenario: Any) -> str | None:
+    """A raw scenario's framework by its registry name (None when it names none or an unknown one)."""
+    from simcluster.frameworks import get_framework
+
+    name = scenario.get("framework") if isinstance(scenario, dict) else None
+    if not isinstance(name, str):
+        return None
+    try:
+        return get_framework(name).name
+    except UserError:
+        return None  # the scenario's own validation names the unknown framework
 
 
 def _raw_recompute(scenario: Any) -> str | None:

@@ -998,3 +998,19 @@ def test_an_hfu_figure_is_compared_in_hardware_flops(cli, tmp_path):
     summary = simulate(scenario_from_dict(sc)).summary
     assert rows["hfu"]["predicted"] == pytest.approx(summary["hfu"]) and summary["hfu"] > summary["mfu"]
     assert "contradicts a figure in hardware FLOPs" in rows["bad"]["error"]
+
+
+def test_a_nemo_cases_tflops_are_counted_as_nemo_counts_them(tmp_path):
+    # NeMo 2 / Megatron-Bridge print model TFLOP/s with attention's causal half
+    # (Megatron-Bridge flop_utils); a case naming framework nemo is compared so unless it says
+    from simcluster.validate import load_cases_file
+
+    scenario = {**make_scenario(), "framework": "NeMo"}
+    cases = [{"name": "nemo", "scenario": scenario, "measured": {"model_tflops_per_gpu": 500}},
+             {"name": "said", "scenario": scenario, "measured": {"model_tflops_per_gpu": 500}, "flops": "megatron"},
+             {"name": "plain", "scenario": make_scenario(), "measured": {"model_tflops_per_gpu": 500}},
+             {"name": "tokens", "scenario": scenario, "measured": {"tokens_per_s": 5e5}}]  # fmt: skip
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"cases": cases}))
+    assert {c.name: c.flops for c in load_cases_file(path)} == {
+        "nemo": "causal", "said": "megatron", "plain": "megatron", "tokens": "megatron"}
