@@ -47,7 +47,10 @@ def expand_stated_params(data: dict[str, Any]) -> dict[str, Any]:
         raise UserError(f"model.{given[1]}", f"states the size again (also '{given[0]}'); keep one")
     model = dict(model)
     key = given[0]
-    model["params"] = _count(model.pop(key), _NAMES[key.lower()], key)
+    count = _count(model.pop(key), _NAMES[key.lower()], key)
+    if count < 1e6:  # 'params: 70' means 70B to its writer, 70 parameters to the schema
+        raise UserError(f"model.{key}", f"{count:g} parameters is no language model; write '{count:g}B' or params_b: {count:g}")
+    model["params"] = count
     return {**data, "model": model}
 
 

@@ -136,6 +136,8 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
     out = []
     for values in itertools.product(*(axes[a] for a in names)):
         data = copy.deepcopy(base)
+        # the global batch stays; gradient accumulation steps follow from it per layout
+        data.get("training", {}).pop("grad_accum", None)
         parallel = data.setdefault("parallel", {})
         if any(a in names for a in _DP_AXES):
             parallel.pop("dp", None)

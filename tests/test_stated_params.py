@@ -39,7 +39,8 @@ def test_a_shape_far_from_the_stated_count_is_one_error_naming_both():
 
 @pytest.mark.parametrize(
     "model, field",
-    [({"params": "lots"}, "model.params"), ({"params": "70B", "params_b": 70}, "model.params_b")],
+    [({"params": "lots"}, "model.params"), ({"params": "70B", "params_b": 70}, "model.params_b"),
+     ({"params": 18.4}, "model.params")],  # 18.4 parameters: the B is missing
 )
 def test_a_count_that_does_not_read_is_one_error(model, field):
     with pytest.raises(UserError) as err:

@@ -286,3 +286,12 @@ def test_sweeping_vpp_runs_the_interleaved_schedule_where_vpp_means_it():
     # a swept schedule is the user's: left as given
     both = candidates(base, {"vpp": [2], "schedule": ["looped-bfs"]})
     assert both[0].scenario["parallel"]["schedule"] == "looped-bfs"
+
+
+def test_a_swept_layout_keeps_the_global_batch_not_the_accumulation_steps():
+    # GA = global batch / (dp x micro-batch) changes with the layout; the sweep holds the batch
+    from simcluster.sweep import candidates
+
+    base = {"parallel": {"tp": 1}, "training": {"global_batch": 64, "grad_accum": 8, "micro_batch": 1}}
+    for cand in candidates(base, {"tp": [1, 2]}):
+        assert cand.scenario["training"] == {"global_batch": 64, "micro_batch": 1}
