@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simcluster import userbuffers
 from simcluster.errors import UserError
@@ -68,7 +69,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
-    scenario = with_framework_kernel(scenario, profile)
+    scenario = with_framework_kernel(_with_virtual_stages(scenario, model), profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_precision(scenario.training, profile)
     _check_recompute(scenario.training, model)
@@ -91,6 +92,32 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
+
+
+def _with_virtual_stages(scenario: Scenario, model: ModelSpec) -> Scenario:
+    """``scenario`` with ``parallel.layers_per_virtual_stage`` turned into ``vpp`` as Megatron
+    does ((layers // pp) // it, arguments.py), and the interleaved schedule for vpp > 1 when
+    the scenario names none."""
+    par = scenario.parallel
+    per_virtual = par.layers_per_virtual_stage
+    if per_virtual is None:
+        return scenario
+    per_stage = model.layers // par.pp
+    if per_stage % per_virtual:
+        raise UserError(
+            "parallel.layers_per_virtual_stage",
+            f"{per_virtual} does not divide the {per_stage} layers of each of pp={par.pp} stages",
+        )
+    vpp = per_stage // per_virtual
+    if "vpp" in par.model_fields_set and par.vpp != vpp:
+        raise UserError(
+            "parallel.layers_per_virtual_stage",
+            f"{per_virtual} layers per virtual stage make vpp = {vpp}, but parallel.vpp is {par.vpp}; give one of them",
+        )
+    update: dict[str, Any] = {"vpp": vpp}
+    if vpp > 1 and "schedule" not in par.model_fields_set:
+        update["schedule"] = "interleaved"
+    return scenario.model_copy(update={"parallel": par.model_copy(update=update)})
 
 
 def _flush_microbatches(scenario: Scenario, layout: Layout) -> int:

@@ -31,7 +31,6 @@ class UserError(Exception):
 # simcluster/key_aliases.py)
 FRAMEWORK_NAMES: dict[str, str] = {
     "virtual_stages": "vpp",
-    "num_layers_per_virtual_pipeline_stage": "vpp",
     "max_position_embeddings": "seq_len",
     "activation_checkpointing": "recompute",
     "moe_expert_capacity_factor": "capacity_factor",

@@ -43,8 +43,7 @@ def test_unknown_key_did_you_mean(cli, tmp_path):
 
 @pytest.mark.parametrize(
     "section, key, ours",
-    [("parallel", "virtual_stages", "vpp"), ("training", "activation_checkpointing", "recompute"),
-     ("parallel", "num_layers_per_virtual_pipeline_stage", "vpp")],
+    [("parallel", "virtual_stages", "vpp"), ("training", "activation_checkpointing", "recompute")],
 )  # fmt: skip
 def test_framework_names_point_to_our_keys(cli, tmp_path, section, key, ours):
     """Framework names that do not mean exactly one of our keys get it as the hint (the exact

@@ -229,3 +229,24 @@ def test_virtual_stages_without_a_schedule_mean_interleaved_1f1b():
     named = make_scenario(parallel={"pp": 2, "vpp": 2, "schedule": "1f1b"}, training={"global_batch": 8})
     with pytest.raises(UserError, match="vpp>1 needs schedule"):
         build_context(scenario_from_dict(named))
+
+
+def test_layers_per_virtual_stage_sets_vpp_as_megatron_does():
+    # Narayanan et al. 2021's Table 1 states layers per virtual stage (run_table_1.sh passes
+    # --num-layers-per-virtual-pipeline-stage); Megatron's arguments.py makes
+    # vpp = (num_layers // pp) // num_layers_per_virtual_pipeline_stage
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    def ctx(**parallel):
+        raw = make_scenario(model="gpt3-175b", cluster={"hardware": "dgx-a100", "gpus": 96},
+                            parallel={"tp": 8, "pp": 12, **parallel}, training={"global_batch": 96})  # fmt: skip
+        return build_context(scenario_from_dict(raw))
+
+    par = ctx(vpp_layers_per_stage=2).scenario.parallel  # 96 layers / 12 stages = 8, in chunks of 2
+    assert (par.vpp, par.schedule) == (4, "interleaved")
+    assert ctx(vpp_layers_per_stage=None).scenario.parallel.vpp == 1  # a table's empty cell
+    assert ctx(num_layers_per_virtual_pipeline_stage=8).scenario.parallel.vpp == 1
+    with pytest.raises(UserError, match="give one of them"):
+        ctx(vpp_layers_per_stage=2, vpp=2)

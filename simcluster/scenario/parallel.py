@@ -37,6 +37,13 @@ class ParallelSection(SectionBase):
         ),
     )
     vpp: int = Field(default=1, gt=0)
+    layers_per_virtual_stage: int | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron's --num-layers-per-virtual-pipeline-stage (Narayanan et al.'s "
+        "tables): vpp = (layers // pp) // this, resolved with the model; the interleaved "
+        "schedule when that is above 1 and no schedule is named",
+    )
     zero: int = Field(default=0, ge=0, le=3)
     zero_shard: int | None = Field(
         default=None,
@@ -75,6 +82,9 @@ class ParallelSection(SectionBase):
     def _interleaved_for_virtual_stages(cls, data: Any) -> Any:
         # a table's "VP 5" with no schedule named means Megatron's interleaved 1F1B (setting
         # --num-layers-per-virtual-pipeline-stage is what selects it there)
+        if isinstance(data, dict):
+            # a table's empty cell: no virtual stages
+            data = {k: v for k, v in data.items() if not (k in ("vpp", "layers_per_virtual_stage") and v is None)}
         if isinstance(data, dict) and "schedule" not in data:
             vpp = data.get("vpp")
             if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1:
