@@ -9,6 +9,7 @@ to reject with its list of choices. Applied to the raw scenario before validatio
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 #: (section, field) -> {other spelling: the schema's name}; every field here is matched without case
@@ -75,12 +76,18 @@ FP8_RECIPE_SPELLINGS: dict[str, str] = {
 }  # fmt: skip
 
 
+def _plain(value: str) -> str:
+    """``value`` lower-cased without a table's remark in parentheses after it
+    ("full (--activations-checkpoint-method uniform)" is "full")."""
+    return (re.sub(r"\s*\(.*\)\s*$", "", value) or value).strip().lower()
+
+
 def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the choice fields of :data:`SYNONYMS` in the schema's spelling."""
     out = dict(data)
     training = out.get("training")
     if isinstance(training, dict) and isinstance(training.get("precision"), str):
-        recipe = FP8_RECIPE_SPELLINGS.get(training["precision"].strip().lower().replace("_", "-"))
+        recipe = FP8_RECIPE_SPELLINGS.get(_plain(training["precision"]).replace("_", "-").replace(" ", "-"))
         if recipe:
             out["training"] = {**training, "precision": "fp8", "fp8_recipe": training.get("fp8_recipe", recipe)}
     training = out.get("training")
@@ -92,7 +99,7 @@ def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
         values = out.get(section)
         if not isinstance(values, dict) or not isinstance(values.get(key), str):
             continue
-        text = values[key].strip().lower()
+        text = _plain(values[key])
         # "fp16 mixed", "interleaved 1F1B", "ZeRO_1": spaces and underscores as dashes
         dashed = "-".join(text.replace("_", " ").split())
         out[section] = {**values, key: synonyms.get(text, synonyms.get(dashed, text))}

@@ -36,6 +36,9 @@ def _with(section, **values):
         ("training", "precision", "fp16 mixed", "fp16"),  # Narayanan et al. 2021's "fp16 mixed"
         ("parallel", "schedule", "interleaved 1F1B", "interleaved"),
         ("parallel", "cp_comm", "all gather", "all_gather"),
+        # a remark in parentheses after the value, as published.yaml-style tables carry it
+        ("training", "recompute", "full (--activations-checkpoint-method uniform)", "full"),
+        ("training", "precision", "BF16 (mixed)", "bf16"),
         # activation checkpointing as a switch (Hugging Face, llm-foundry) recomputes whole layers
         ("training", "recompute", True, "full"),
         ("training", "recompute", False, "none"),
@@ -64,7 +67,8 @@ def test_the_deepspeed_preset_sees_the_normalised_precision():
 @pytest.mark.parametrize(
     ("written", "recipe"),
     # NVIDIA's performance tables head their FP8 columns with the scaling recipe
-    [("FP8-CS", "current"), ("FP8-MX", "block"), ("MXFP8", "block"), ("fp8_delayed", "delayed")],
+    [("FP8-CS", "current"), ("FP8-MX", "block"), ("MXFP8", "block"), ("fp8_delayed", "delayed"),
+     ("FP8 CS (per-tensor current scaling)", "current")],
 )
 def test_a_precision_written_with_its_fp8_recipe_sets_both(written, recipe):
     training = _with("training", precision=written).training
