@@ -2,7 +2,8 @@
 
 The canonical metrics are :data:`METRICS`. Papers quote the same figures in other units, so a
 few spellings are read as their canonical metric, each conversion exact: ``mfu_pct`` (percent),
-``tflops_per_gpu`` (the model TFLOP/s per GPU under another name), ``tokens_per_s_per_gpu``
+``tflops_per_gpu`` (TFLOP/s per GPU; for a fully recomputed run validate compares such a
+figure, not headed as model FLOPs, in the hardware count its sources use), ``tokens_per_s_per_gpu``
 (times the scenario's GPU count), ``samples_per_s`` (sequences, times its sequence length) and
 ``step_time_ms``, and the names papers' tables give them (``iteration_time_s``,
 ``tokens_per_sec``, ``samples_per_second``, ``tflops``, ``tgs`` ...), headings written as
@@ -63,6 +64,10 @@ ALIASES: dict[str, tuple[str, float | str]] = {
 #: spellings that count the FLOPs the GPUs run, recomputation included (Korthikanti et al.
 #: 2022's HFU): the case is compared with ``flops: hardware``
 HARDWARE_COUNTED = frozenset({"hfu", "hfu_pct", "hardware_tflops_per_gpu"})
+#: a TFLOP/s figure headed without "model": for a fully recomputed run, the sources that print
+#: one count the recomputed forward (Narayanan et al. 2021's 96·B·s·l·h², MT-NLG's, BigScience's
+#: Megatron-DeepSpeed logs: 4 passes, not 3), so validate compares it in hardware FLOPs there
+BARE_TFLOPS = frozenset({"tflops_per_gpu", "tflops", "tflops_per_s_per_gpu", "tflop_per_s_per_gpu"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class Measured:
     note: str = ""
     #: the figure counts hardware FLOPs (an ``hfu`` spelling): compare with ``flops: hardware``
     hardware_flops: bool = False
+    #: a TFLOP/s figure not headed as model FLOPs (:data:`BARE_TFLOPS`)
+    bare_tflops: bool = False
 
 
 def positive_number(value: Any, where: str) -> float:
@@ -152,4 +159,6 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     for other in list(measured)[1:]:
         positive_number(measured[other], f"{where}.{other}")
         notes.append(f"compared on {key}, the first figure; {other} {measured[other]:g} not compared")
-    return Measured(metric, value, "; ".join(notes), hardware_flops=key in HARDWARE_COUNTED)
+    return Measured(
+        metric, value, "; ".join(notes), hardware_flops=key in HARDWARE_COUNTED, bare_tflops=key in BARE_TFLOPS
+    )

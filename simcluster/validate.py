@@ -192,6 +192,13 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     if flops != "megatron" and measured.metric not in _FLOP_METRICS:
         notes.append(f"flops: {flops} does not change a {measured.metric} comparison")
     recompute = _raw_recompute(scenario)
+    if "flops" not in raw and measured.bare_tflops and recompute == "full":
+        flops = "hardware"
+        notes.append(
+            "a TFLOP/s figure of a fully recomputed run, not headed as model FLOPs, is compared in "
+            "hardware FLOPs (Narayanan et al. 2021, MT-NLG and Megatron-DeepSpeed count the "
+            "recomputed forward); write model_tflops_per_gpu or flops: megatron for model FLOPs"
+        )
     if flops == "megatron" and measured.metric in _FLOP_METRICS and recompute in ("full", "selective"):
         notes.append(
             f"{measured.metric} counts model FLOPs, without the forward that recompute {recompute} "
@@ -249,8 +256,12 @@ def _framework_of(scenario: Any) -> str | None:
 
 
 def _raw_recompute(scenario: Any) -> str | None:
+    from simcluster.spellings import normalise_spellings
+
     training = scenario.get("training") if isinstance(scenario, dict) else None
-    value = training.get("recompute") if isinstance(training, dict) else None
+    if not isinstance(training, dict):
+        return None
+    value = normalise_spellings({"training": training})["training"].get("recompute")
     return value if isinstance(value, str) else None
 
 

@@ -552,12 +552,15 @@ def test_cli_compares_an_mfu_in_the_sources_flop_count(cli, tmp_path):
 def test_cli_compares_a_recomputing_runs_tflops_in_narayanans_count(cli, tmp_path):
     """``flops: hardware`` counts the forward that full recomputation reruns, as Narayanan et al.
     2021 eq. (3) does: 96*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per step, against 72*... without it
-    (the LM head runs once, so the ratio is a little under 4/3). Without ``flops:`` the case
-    is compared in model FLOPs and the note says how to switch."""
+    (the LM head runs once, so the ratio is a little under 4/3). A model-FLOP figure without
+    ``flops:`` is compared in model FLOPs and the note says how to switch; a bare TFLOP/s
+    figure of a fully recomputed run is taken in Narayanan's count, as its sources print it."""
     sc = make_scenario(training={"recompute": "full"})
     base = {"source": "t", "scenario": sc, "measured": {"tflops_per_gpu": 100}}
-    cases = [{"name": "model", **base}, {"name": "hw", "flops": "HFU", **base}]
+    cases = [{"name": "model", **base, "measured": {"model_tflops_per_gpu": 100}},
+             {"name": "hw", "flops": "HFU", **base}, {"name": "bare", **base}]  # fmt: skip
     rows = {c["name"]: c for c in json.loads(cli("validate", _cases_file(tmp_path, cases), "--json").out)["cases"]}
+    assert rows["bare"]["predicted"] == rows["hw"]["predicted"] and "hardware FLOPs" in rows["bare"]["note"]
     layers, h, v, s = GPT_LIKE["layers"], GPT_LIKE["hidden"], GPT_LIKE["vocab"], 2048
     narayanan_96 = 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     narayanan_72 = 72 * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
