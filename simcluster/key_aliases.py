@@ -58,6 +58,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "vpp_layers_per_stage": "layers_per_virtual_stage",
         "layers_per_virtual_pipeline_stage": "layers_per_virtual_stage",
         "zero_stage": "zero",
+        # the optimizer state sharded or not: ZeRO-1 (Megatron's distributed optimizer) or 0;
+        # read through zero's spellings ('none', 'distributed optimizer'; true is 1)
+        "optimizer_sharding": "zero", "use_distributed_optimizer": "zero", "distributed_optimizer": "zero",
         "pipeline_schedule": "schedule",
     },
     "training": {
@@ -70,6 +73,7 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "tokens_per_batch": "global_batch_tokens", "batch_tokens": "global_batch_tokens",
         "global_batch_size_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
         "gradient_accumulation_steps": "grad_accum", "ga": "grad_accum", "grad_accum_steps": "grad_accum",
+        "gas": "grad_accum", "seq": "seq_len",
         "accumulate_grad_batches": "grad_accum", "gradient_accumulation": "grad_accum",
     },
     "cluster": {

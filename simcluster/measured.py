@@ -25,8 +25,8 @@ from simcluster.spellings import raw_precision
 
 METRICS = ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu")
 
-#: other spellings: name -> (canonical metric, factor: a number, or the scenario field it is
-#: multiplied by)
+#: other spellings: name -> (canonical metric, factor: a number, or the scenario field(s) it is
+#: multiplied by, joined by '*')
 ALIASES: dict[str, tuple[str, float | str]] = {
     "mfu_pct": ("mfu", 0.01),
     "tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
@@ -45,6 +45,10 @@ ALIASES: dict[str, tuple[str, float | str]] = {
     "samples_per_sec": ("tokens_per_s", "training.seq_len"),
     "samples_per_second": ("tokens_per_s", "training.seq_len"),
     "sequences_per_s": ("tokens_per_s", "training.seq_len"),
+    # per GPU (the Zero Bubble paper's Table 4 "samples per GPU per second")
+    "samples_per_s_per_gpu": ("tokens_per_s", "training.seq_len*cluster.gpus"),
+    "samples_per_gpu_s": ("tokens_per_s", "training.seq_len*cluster.gpus"),
+    "samples_per_sec_per_gpu": ("tokens_per_s", "training.seq_len*cluster.gpus"),
     "model_tflops_per_s_per_gpu": ("model_tflops_per_gpu", 1.0),
     # TFLOP/s in a training log or a paper's table is per GPU (an aggregate is quoted in PFLOP/s)
     "tflops": ("model_tflops_per_gpu", 1.0),
@@ -137,7 +141,8 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     if key in ALIASES:
         metric, factor = ALIASES[key]
         if isinstance(factor, str):
-            value *= _scenario_int(scenario, factor, f"{where}.{key}", metric)
+            for field in factor.split("*"):
+                value *= _scenario_int(scenario, field, f"{where}.{key}", metric)
         else:
             value *= factor
         notes.append(f"{key} {raw:g} read as {metric} {value:.6g}")

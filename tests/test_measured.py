@@ -36,6 +36,9 @@ SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
         ({"TFLOPS/GPU": 465.9}, "model_tflops_per_gpu", 465.9),
         ({"tflops": 465.9}, "model_tflops_per_gpu", 465.9),
         ({"tgs": 1000}, "tokens_per_s", 64000),
+        # Zero Bubble's Table 4 heading: samples per GPU per second, x 2048 tokens x 64 GPUs
+        ({"samples_per_gpu_s": 0.5}, "tokens_per_s", 0.5 * 2048 * 64),
+        ({"Samples / sec / GPU": 0.5}, "tokens_per_s", 0.5 * 2048 * 64),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):

@@ -109,3 +109,18 @@ def test_an_fsdp_column_against_another_zero_stage_is_one_error():
     with pytest.raises(UserError) as err:
         _with("parallel", fsdp=1, zero=1)
     assert err.value.field == "parallel.fsdp"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "zero"),
+    # Megatron's --use-distributed-optimizer shards the optimizer state: ZeRO-1
+    [("use_distributed_optimizer", True, 1), ("use_distributed_optimizer", False, 0),
+     ("optimizer_sharding", "none", 0), ("distributed_optimizer", "yes", None)],
+)  # fmt: skip
+def test_the_distributed_optimizer_flag_is_zero_1(key, value, zero):
+    if zero is None:  # not a stage or a switch: the schema's error, naming zero
+        with pytest.raises(UserError) as err:
+            _with("parallel", **{key: value})
+        assert err.value.field == "parallel.zero"
+        return
+    assert _with("parallel", **{key: value}).parallel.zero == zero
