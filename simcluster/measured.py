@@ -60,6 +60,8 @@ ALIASES: dict[str, tuple[str, float | str]] = {
     "tgs": ("tokens_per_s", "cluster.gpus"),
     "wps": ("tokens_per_s", "cluster.gpus"),
     # hardware FLOPs (recomputation included): compared as the flops: hardware count
+    # a share of the peak with no count named (Narayanan et al. 2021's "% of theoretical peak")
+    "pct_peak": ("mfu", 0.01), "percent_of_peak": ("mfu", 0.01), "pct_of_peak": ("mfu", 0.01),
     "hfu": ("mfu", 1.0),
     "hfu_pct": ("mfu", 0.01),
     "hardware_tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
@@ -68,10 +70,12 @@ ALIASES: dict[str, tuple[str, float | str]] = {
 #: spellings that count the FLOPs the GPUs run, recomputation included (Korthikanti et al.
 #: 2022's HFU): the case is compared with ``flops: hardware``
 HARDWARE_COUNTED = frozenset({"hfu", "hfu_pct", "hardware_tflops_per_gpu"})
-#: a TFLOP/s figure headed without "model": for a fully recomputed run, the sources that print
+#: a TFLOP/s figure (or share of peak) headed without "model": for a fully recomputed run, the sources that print
 #: one count the recomputed forward (Narayanan et al. 2021's 96·B·s·l·h², MT-NLG's, BigScience's
 #: Megatron-DeepSpeed logs: 4 passes, not 3), so validate compares it in hardware FLOPs there
-BARE_TFLOPS = frozenset({"tflops_per_gpu", "tflops", "tflops_per_s_per_gpu", "tflop_per_s_per_gpu"})
+BARE_TFLOPS = frozenset(
+    {"tflops_per_gpu", "tflops", "tflops_per_s_per_gpu", "tflop_per_s_per_gpu", "pct_peak", "percent_of_peak", "pct_of_peak"}
+)
 
 
 @dataclass(frozen=True)

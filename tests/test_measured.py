@@ -39,6 +39,8 @@ SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
         # Zero Bubble's Table 4 heading: samples per GPU per second, x 2048 tokens x 64 GPUs
         ({"samples_per_gpu_s": 0.5}, "tokens_per_s", 0.5 * 2048 * 64),
         ({"Samples / sec / GPU": 0.5}, "tokens_per_s", 0.5 * 2048 * 64),
+        # Narayanan et al. 2021's Table 1 "percentage of theoretical peak FLOP/s"
+        ({"pct_peak": 44}, "mfu", 0.44),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):
