@@ -74,6 +74,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "global_batch_size_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
         "gradient_accumulation_steps": "grad_accum", "ga": "grad_accum", "grad_accum_steps": "grad_accum",
         "gas": "grad_accum", "seq": "seq_len",
+        # microbatches per pipeline per step (the Zero Bubble tables' "microbatches")
+        "microbatches": "grad_accum", "num_microbatches": "grad_accum", "num_micro_batches": "grad_accum",
         "accumulate_grad_batches": "grad_accum", "gradient_accumulation": "grad_accum",
     },
     "cluster": {

@@ -118,6 +118,24 @@ def metric_name(heading: str) -> str:
     return "_".join(words)
 
 
+#: a peak-memory figure given among the measured ones (tables put it in the same row): read as
+#: the case's peak_memory_gib, GB as GiB (PyTorch's memory counters divide by 2^30)
+MEMORY_HEADINGS = frozenset({
+    "peak_memory_gib", "peak_memory_gb", "peak_memory", "memory_gb", "memory_gib", "mem_gb", "mem_gib",
+    "peak_mem_gb", "peak_mem_gib", "max_memory_allocated_gb",
+})  # fmt: skip
+
+
+def split_memory(measured: Any) -> tuple[Any, tuple[str, Any] | None]:
+    """``measured`` without a peak-memory figure, and that figure (its heading and value) if any."""
+    if not isinstance(measured, dict):
+        return measured, None
+    memory = [(k, v) for k, v in measured.items() if metric_name(str(k)) in MEMORY_HEADINGS]
+    if not memory:
+        return measured, None
+    return {k: v for k, v in measured.items() if metric_name(str(k)) not in MEMORY_HEADINGS}, memory[0]
+
+
 def _known_spelling(key: str) -> str:
     """``key`` as the metric or alias its heading names, or unchanged (for the error's hint)."""
     name = metric_name(key)

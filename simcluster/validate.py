@@ -32,7 +32,7 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.key_aliases import normalise_keys
-from simcluster.measured import METRICS, positive_number, read_measured
+from simcluster.measured import METRICS, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 
@@ -170,10 +170,13 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         from simcluster.scenario import apply_overrides
 
         scenario = apply_overrides(scenario, [(str(k), v) for k, v in overrides.items()])
-    measured = read_measured(raw["measured"], f"{where}.measured", scenario)
+    figures, memory_figure = split_memory(raw["measured"])
+    measured = read_measured(figures, f"{where}.measured", scenario)
     memory = raw.get("peak_memory_gib")
     if memory is not None:
         memory = positive_number(memory, f"{where}.peak_memory_gib")
+    elif memory_figure is not None:
+        memory = positive_number(memory_figure[1], f"{where}.measured.{memory_figure[0]}")
     compare = raw.get("compare") or {}
     if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
         raise UserError(f"{where}.compare", "must be a mapping with group and label")

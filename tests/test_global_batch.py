@@ -71,3 +71,10 @@ def test_gradient_accumulation_steps_set_or_check_the_global_batch():
 
     # --set of the GA column replaces the scenario's global batch (llama3-8b-8xh100: dp 8, MBS 1)
     assert load_scenario("llama3-8b-8xh100", [("training.grad_accum", 4)]).training.global_batch == 32
+
+
+def test_microbatches_per_pipeline_are_the_accumulation_steps():
+    # the Zero Bubble tables state "microbatches" (per pipeline per step) beside the micro-batch size
+    raw = {"model": "llama3-8b", "cluster": {"hardware": "dgx-h100", "gpus": 8}, "parallel": {"pp": 8},
+           "training": {"seq_len": 4096, "micro_batch": 3, "microbatches": 24}}  # fmt: skip
+    assert scenario_from_dict(raw).training.global_batch == 24 * 3 * 1

@@ -1017,3 +1017,14 @@ def test_a_nemo_cases_tflops_are_counted_as_nemo_counts_them(tmp_path):
     path.write_text(yaml.safe_dump({"cases": cases}))
     assert {c.name: c.flops for c in load_cases_file(path)} == {
         "nemo": "causal", "said": "megatron", "plain": "megatron", "tokens": "megatron"}
+
+
+def test_a_memory_figure_among_the_measured_ones_is_the_cases_peak_memory(tmp_path):
+    # tables give a run's memory in the same row (the Zero Bubble tables' "memory GB")
+    from simcluster.validate import load_cases_file
+
+    case = {"name": "m", "scenario": make_scenario(), "measured": {"samples_per_s": 3.0, "Memory (GB)": 61.5}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump([case]))
+    (read,) = load_cases_file(path)
+    assert (read.metric, read.peak_memory_gib) == ("tokens_per_s", 61.5)
