@@ -44,3 +44,35 @@ def test_a_row_as_the_table_writes_it_is_the_schemas_scenario(case):
     built, expected = build_context(table), build_context(schema)
     assert (built.model, built.profile.name, built.layout) == (expected.model, expected.profile.name, expected.layout)
     assert case.metric == "tokens_per_s" and case.measured == per_gpu * gpus
+
+
+# Narayanan et al. 2021 Table 1 rows with the field names of a transcription of the table
+# (params_B, gbs, mbs, vpp_layers_per_stage, "fp16 mixed", "full (--activations-checkpoint-method
+# uniform)"): the same model and layout as the shipped cases, which spell the keys the schema's way
+NARAYANAN_ROWS = {
+    "narayanan2021/76.1B-1024gpu": {"params_B": 76.1, "heads": 80, "hidden": 10240, "layers": 60, "tp": 8,
+                                    "pp": 4, "gpus": 1024, "gbs": 1792, "mbs": 2, "vpp_layers_per_stage": 5},
+    "narayanan2021/145.6B-1536gpu": {"params_B": 145.6, "heads": 96, "hidden": 12288, "layers": 80, "tp": 8,
+                                     "pp": 8, "gpus": 1536, "gbs": 2304, "mbs": 2, "vpp_layers_per_stage": 5},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NARAYANAN_ROWS))
+def test_a_transcribed_narayanan_row_is_the_shipped_cases_model_and_layout(name):
+    from simcluster.validate import load_cases
+
+    row = NARAYANAN_ROWS[name]
+    shipped = next(c for c in load_cases() if c.name == name)
+    model = {**shipped.scenario["model"], "params_B": row["params_B"]}
+    for key in ("heads", "hidden", "layers"):
+        assert model[key] == row[key]
+    written = {
+        "model": model,
+        "cluster": {"GPU": "A100-SXM 80GB", "gpus": row["gpus"]},
+        "parallel": {"tp": row["tp"], "pp": row["pp"], "vpp_layers_per_stage": row["vpp_layers_per_stage"]},
+        "training": {"seq_len": 2048, "gbs": row["gbs"], "mbs": row["mbs"], "precision": "fp16 mixed",
+                     "recompute": "full (--activations-checkpoint-method uniform)"},
+    }  # fmt: skip
+    built, expected = build_context(scenario_from_dict(written)), build_context(scenario_from_dict(shipped.scenario))
+    assert (built.model, built.layout, built.profile.name) == (expected.model, expected.layout, expected.profile.name)
+    assert built.scenario.parallel.schedule == expected.scenario.parallel.schedule == "interleaved"
