@@ -10,7 +10,8 @@ as ``ffn`` is; a name whose meaning differs, such as Megatron's
 ``untie_embeddings_and_output_weights``, the negation of ``tied_embeddings``, is left for the
 schema to reject with its did-you-mean hint). Dashes and spaces read as underscores and capitals
 as lower case, so a launch flag's own spelling and a table's heading ("Sequence Length", "TP")
-work too. Giving a key and one of its aliases together is an error.
+work too. Giving a key and one of its aliases together is an error unless both say the same
+(equal values, or two names of one hardware profile).
 Applied to the raw scenario, and to ``--set`` paths, before validation.
 """
 
@@ -134,6 +135,8 @@ def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
         for key, value in values.items():
             canon = canonical_key(section, key) if isinstance(key, str) else key
             if canon in renamed:
+                if _same(section, canon, renamed[canon], value):
+                    continue  # one setting stated twice alike ('gpu: A100-SXM 80GB', 'system: DGX A100')
                 raise UserError(
                     f"{section}.{key}",
                     f"means {section}.{canon}, which is also given (as '{given_as[canon]}'); keep one",
@@ -142,3 +145,18 @@ def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
             given_as[canon] = key
         out[section] = renamed
     return out
+
+
+def _same(section: str, key: str, first: Any, second: Any) -> bool:
+    """Whether two values given for one key under different names mean the same: equal, or two
+    names of one shipped hardware profile."""
+    if first == second:
+        return True
+    if (section, key) != ("cluster", "hardware") or not (isinstance(first, str) and isinstance(second, str)):
+        return False
+    from simcluster.hardware import resolve_profile_path  # hardware imports the scenario schema
+
+    try:
+        return resolve_profile_path(first) == resolve_profile_path(second)
+    except UserError:
+        return False

@@ -149,3 +149,18 @@ def test_a_tables_headings_read_as_keys():
     schema = scenario_from_dict({**base, "parallel": {"tp": 4, "pp": 4, "cp": 2, "vpp": 5},
                                  "training": {"global_batch": 128, "micro_batch": 1, "seq_len": 8192}})  # fmt: skip
     assert table == schema
+
+
+def test_one_setting_stated_twice_alike_is_read_once():
+    # a transcription's hardware block names the GPU and the system: one profile, no conflict
+    from simcluster.errors import UserError
+    from simcluster.scenario import scenario_from_dict
+
+    def cluster(**given):
+        raw = {"model": "llama3-8b", "cluster": {"gpus": 8, **given}, "training": {"seq_len": 2048, "global_batch": 8}}
+        return scenario_from_dict(raw).cluster
+
+    assert cluster(gpu="A100-SXM 80GB", system="NVIDIA Selene (DGX A100)").hardware == "A100-SXM 80GB"
+    assert cluster(num_gpus=8).gpus == 8  # gpus: 8 and num_gpus: 8
+    with pytest.raises(UserError, match="keep one"):
+        cluster(gpu="A100-SXM 80GB", system="DGX H100")
