@@ -85,7 +85,8 @@ def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:
 
 #: how a source counts the model FLOPs behind its MFU or TFLOP/s: ``megatron`` as above
 #: (attention without the causal mask, Narayanan et al. 2021, PaLM); ``causal`` halves the
-#: attention (NeMo 2 / Megatron-Bridge's later formula, FlashAttention's benchmarks); ``6n`` is
+#: attention (Megatron-Bridge's summaries from 25.09, FlashAttention's benchmarks; NeMo's own
+#: summaries through 25.07 count it whole); ``6n`` is
 #: 6 FLOPs per matmul weight per token, no attention (Kaplan et al. 2020's C = 6N)
 FLOP_CONVENTIONS = ("megatron", "causal", "6n")
 
