@@ -14,15 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from simcluster.errors import UserError
+from simcluster.raw_sections import take
 
 
 def expand_fsdp(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with ``parallel.fsdp`` turned into ``parallel.zero`` (and ``zero_shard``)."""
-    parallel = data.get("parallel")
-    if not isinstance(parallel, dict) or "fsdp" not in parallel:
+    taken = take(data, "parallel", "fsdp")
+    if taken is None:
         return data
-    parallel = dict(parallel)
-    value = parallel.pop("fsdp")
+    parallel, value = taken
     if value is False or value == 0:
         return {**data, "parallel": parallel}
     if not (value is True or (isinstance(value, int) and value > 0)):

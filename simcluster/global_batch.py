@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from simcluster.errors import UserError
+from simcluster.raw_sections import take
 
 _FIELD = "training.global_batch_tokens"
 _SUFFIX = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30}
@@ -62,11 +63,11 @@ def _from_grad_accum(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _from_tokens(data: dict[str, Any]) -> dict[str, Any]:
-    training = data.get("training")
-    if not isinstance(training, dict) or "global_batch_tokens" not in training:
+    taken = take(data, "training", "global_batch_tokens")
+    if taken is None:
         return data
-    training = dict(training)
-    tokens = _count(training.pop("global_batch_tokens"))
+    training, written = taken
+    tokens = _count(written)
     seq_len = training.get("seq_len")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
         raise UserError(_FIELD, "needs training.seq_len to count sequences; give it, or give global_batch")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from simcluster.errors import UserError
+from simcluster.raw_sections import take
 
 
 def _per_node(cluster: dict[str, Any]) -> int:
@@ -24,11 +25,10 @@ def _per_node(cluster: dict[str, Any]) -> int:
 
 def expand_nodes(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with ``cluster.nodes`` turned into ``cluster.gpus``."""
-    cluster = data.get("cluster")
-    if not isinstance(cluster, dict) or "nodes" not in cluster:
+    taken = take(data, "cluster", "nodes")
+    if taken is None:
         return data
-    cluster = dict(cluster)
-    nodes = cluster.pop("nodes")
+    cluster, nodes = taken
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes <= 0:
         raise UserError("cluster.nodes", f"must be a whole number of nodes above 0, got {nodes!r}")
     per = _per_node(cluster)
