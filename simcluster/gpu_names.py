@@ -1,9 +1,9 @@
 """GPU names as people write them, read as the shipped reference node for that GPU.
 
-``H100``, ``NVIDIA H100 SXM5 80GB``, ``h100_sxm``, ``A100-SXM4-40GB``, ``8xA100 80GB``, ``DGX H100``
-or an AWS instance type (``p5.48xlarge``) all name a GPU; ``cluster.hardware`` takes them and
-means NVIDIA's (or AMD's) reference node for it: the 8-GPU DGX/HGX board with NVSwitch and a NIC
-per GPU, or the NVL72 rack for Grace-Blackwell. A memory size picks between parts (A100 40 GB
+``H100``, ``NVIDIA H100 SXM5 80GB``, ``h100_sxm``, ``A100-SXM4-40GB``, ``8xA100 80GB``, ``DGX H100``,
+an AWS instance type (``p5.48xlarge``) or one of NVIDIA's clusters (``Selene``, ``Eos``) all
+name a GPU; ``cluster.hardware`` takes them and means NVIDIA's (or AMD's) reference node for
+it: the 8-GPU DGX/HGX board with NVSwitch and a NIC per GPU, or the NVL72 rack for Grace-Blackwell. A memory size picks between parts (A100 40 GB
 or 80 GB; no size means the larger). A board the shipped profiles do not describe (a PCIe or
 NVL card, a memory size no shipped part has) is refused with what to use instead, rather than
 silently read as the SXM part, whose power, clocks and NVLink differ.
@@ -31,6 +31,12 @@ REFERENCE_NODES: dict[str, dict[int | None, str]] = {
     "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
     "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
 }
+
+#: NVIDIA's own clusters, named in its papers and benchmark tables, -> their node's profile:
+#: Selene is a DGX SuperPOD of DGX A100 (Narayanan et al. 2021 Sec. 5: 80 GB A100s, eight 200 Gb/s
+#: HDR HCAs per node), Eos one of 576 DGX H100 (NVIDIA's Eos announcement, 2023)
+SYSTEMS = {"selene": "dgx-a100", "eos": "dgx-h100"}
+_SYSTEM = re.compile(r"(?<![a-z0-9])(" + "|".join(SYSTEMS) + r")(?![a-z0-9])")
 
 #: AWS instance families -> shipped profile (p5: 8x H100 SXM with 32x 100 Gb/s EFA)
 INSTANCE_TYPES = {"p5": "aws-p5"}
@@ -81,6 +87,9 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
             raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
         return None
     match = _GPU.search(key)
+    system = _SYSTEM.search(key)
+    if not match and system:
+        return SYSTEMS[system.group(1)]
     if not match:
         unshipped = _UNSHIPPED_GPU.search(key)
         if unshipped:

@@ -137,6 +137,8 @@ GPU_SPELLINGS = {
     "MI300X": "amd-mi300x", "AMD Instinct MI300X": "amd-mi300x", "v100": "dgx-2-v100",
     "Tesla V100-SXM3-32GB": "dgx-2-v100", "p5.48xlarge": "aws-p5", "P5": "aws-p5",
     "GH200": "alps-gh200", "NVIDIA GH200 120GB": "alps-gh200",
+    # NVIDIA's clusters by name: Selene (DGX A100, Narayanan et al. 2021), Eos (DGX H100)
+    "Selene": "dgx-a100", "NVIDIA Selene": "dgx-a100", "Eos": "dgx-h100",
 }  # fmt: skip
 
 
