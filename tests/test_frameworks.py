@@ -30,6 +30,8 @@ FAMILY_FRAMEWORK = {
     "korthikanti2022-a100": "megatron-lm-2021",
     "nanotron-h100": "nanotron",
     "torchtitan-a100": "torchtitan",
+    "zero-bubble-a100": "zero-bubble",
+    "zero-bubble-v-a100": "zero-bubble",
 }
 
 # Where a validated case deliberately departs from its framework's default, and why.
@@ -285,3 +287,15 @@ def test_megatron_core_runs_the_distributed_optimizer_and_sp_with_tp(name: str) 
     # what the scenario states wins: Megatron FSDP (zero 3), SP off
     stated = scenario_from_dict(_small(framework=name, parallel={"tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False}))
     assert (stated.parallel.zero, stated.parallel.sequence_parallel) == (3, False)
+
+
+@pytest.mark.parametrize(("schedule", "post_validation"), [("ZB-2p", True), ("zbv", True), ("1F1B-I", False)])
+def test_zero_bubble_is_the_forks_example_script(schedule, post_validation):
+    # sail-sg examples/pretrain_zero_bubble.sh: no --use-flash-attn, --no-overlap-p2p-communication,
+    # --enable-optimizer-post-validation with its zero-bubble schedules
+    raw = _small(framework="Zero Bubble", parallel={"pp": 4, "schedule": schedule, **({"vpp": 2} if "I" in schedule else {})},
+                 cluster={"hardware": "dgx-a100", "gpus": 4})  # fmt: skip
+    sc = scenario_from_dict(raw)
+    assert sc.framework == "zero-bubble"
+    assert (sc.training.flash_attention, sc.overlap.pp_comm) == (False, False)
+    assert sc.training.optimizer_post_validation is post_validation

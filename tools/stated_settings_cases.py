@@ -26,8 +26,9 @@ from simcluster.validate import load_cases
 PARALLEL = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sequence_parallel", "schedule"}
 TRAINING = {"seq_len", "micro_batch", "global_batch", "precision", "fp8_recipe", "recompute", "optimizer"}
 
-#: the software each family's source names (the Zero Bubble fork of Megatron-LM has no entry)
+#: the software each family's source names
 FAMILY_FRAMEWORK = {
+    "zero-bubble-a100": "zero-bubble", "zero-bubble-v-a100": "zero-bubble",
     "narayanan2021-a100": "megatron-lm-2021", "korthikanti2022-a100": "megatron-lm-2021",
     "bigscience-a100": "deepspeed", "megatron-core-h100": "megatron-core", "nanotron-h100": "nanotron",
     "torchtitan-a100": "torchtitan", "nemo-fp8-h100": "nemo", "nemo-long-context-h100": "nemo",
