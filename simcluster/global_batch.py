@@ -19,15 +19,15 @@ import re
 from typing import Any
 
 from simcluster.errors import UserError
-from simcluster.raw_sections import take
+from simcluster.raw_sections import take, whole
 
 _FIELD = "training.global_batch_tokens"
 _SUFFIX = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30}
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
+    if whole(value) is not None:
+        return int(value)
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+)\s*([kmg]i?)?\s*(tokens?)?\s*", value.lower())
         if match and int(match.group(1)) > 0:
@@ -40,22 +40,18 @@ def expand_global_batch(data: dict[str, Any]) -> dict[str, Any]:
     return _from_grad_accum(_from_tokens(data))
 
 
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def _from_grad_accum(data: dict[str, Any]) -> dict[str, Any]:
     training, cluster = data.get("training"), data.get("cluster")
     given = data.get("parallel")
     parallel: dict[str, Any] = given if isinstance(given, dict) else {}
     if not isinstance(training, dict) or "global_batch" in training or not isinstance(cluster, dict):
         return data
-    steps, mbs = _whole(training.get("grad_accum")), _whole(training.get("micro_batch", 1))
-    dp = _whole(parallel.get("dp"))
-    if dp is None and _whole(cluster.get("gpus")):
+    steps, mbs = whole(training.get("grad_accum")), whole(training.get("micro_batch", 1))
+    dp = whole(parallel.get("dp"))
+    if dp is None and whole(cluster.get("gpus")):
         split = 1
         for key in ("tp", "pp", "cp"):
-            split *= _whole(parallel.get(key, 1)) or 0
+            split *= whole(parallel.get(key, 1)) or 0
         dp = cluster["gpus"] // split if split and cluster["gpus"] % split == 0 else None
     if steps is None or mbs is None or dp is None:
         return data  # the schema or the layout check names what is missing
@@ -68,8 +64,8 @@ def _from_tokens(data: dict[str, Any]) -> dict[str, Any]:
         return data
     training, written = taken
     tokens = _count(written)
-    seq_len = training.get("seq_len")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+    seq_len = whole(training.get("seq_len"))
+    if seq_len is None:
         raise UserError(_FIELD, "needs training.seq_len to count sequences; give it, or give global_batch")
     if tokens % seq_len:
         raise UserError(

@@ -107,10 +107,16 @@ def canonical_key(section: str, key: str) -> str:
     return KEY_ALIASES.get(section, {}).get(_spelled(key), _spelled(key))
 
 
+def canonical_section(name: str) -> str:
+    """The schema's name of the top-level section ``name`` (lower-cased, or its alias's)."""
+    spelled = name.strip().lower()
+    return SECTION_ALIASES.get(spelled, spelled)
+
+
 def canonical_path(path: str) -> str:
     """A dotted ``--set`` path with its section and key in the schema's names."""
     parts = path.split(".")
-    section = SECTION_ALIASES.get(parts[0].lower(), parts[0].lower())
+    section = canonical_section(parts[0])
     if len(parts) == 2:
         return f"{section}.{canonical_key(section, parts[1])}"
     return ".".join([section, *parts[1:]])
@@ -123,7 +129,7 @@ def normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, value in data.items():
-        section = SECTION_ALIASES.get(name.strip().lower(), name.strip().lower()) if isinstance(name, str) else name
+        section = canonical_section(name) if isinstance(name, str) else name
         if section in out:
             raise UserError(str(name), f"is another name for '{section}', which is also given; keep one")
         out[section] = value

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from simcluster.errors import UserError
-from simcluster.raw_sections import take
+from simcluster.raw_sections import take, whole
 
 
 def _per_node(cluster: dict[str, Any]) -> int:
-    per = cluster.get("gpus_per_node")
-    if isinstance(per, int) and not isinstance(per, bool) and per > 0:
+    per = whole(cluster.get("gpus_per_node"))
+    if per is not None:
         return per
     from simcluster.hardware import load_profile  # the profile is needed only for this
 
@@ -29,7 +29,7 @@ def expand_nodes(data: dict[str, Any]) -> dict[str, Any]:
     if taken is None:
         return data
     cluster, nodes = taken
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes <= 0:
+    if whole(nodes) is None:
         raise UserError("cluster.nodes", f"must be a whole number of nodes above 0, got {nodes!r}")
     per = _per_node(cluster)
     gpus = cluster.get("gpus")

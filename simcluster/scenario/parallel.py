@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
@@ -82,11 +83,10 @@ class ParallelSection(SectionBase):
     def _interleaved_for_virtual_stages(cls, data: Any) -> Any:
         # a table's "VP 5" with no schedule named means Megatron's interleaved 1F1B (setting
         # --num-layers-per-virtual-pipeline-stage is what selects it there)
-        if isinstance(data, dict):
-            # a table's empty cell: no virtual stages
-            data = {k: v for k, v in data.items() if not (k in ("vpp", "layers_per_virtual_stage") and v is None)}
-        if isinstance(data, dict) and "schedule" not in data:
-            vpp = data.get("vpp")
-            if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1:
-                return {**data, "schedule": "interleaved"}
+        if not isinstance(data, dict):
+            return data
+        # a table's empty cell: no virtual stages
+        data = {k: v for k, v in data.items() if not (k in ("vpp", "layers_per_virtual_stage") and v is None)}
+        if "schedule" not in data and (whole(data.get("vpp")) or 0) > 1:
+            return {**data, "schedule": "interleaved"}
         return data
