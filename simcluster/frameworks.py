@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import UserError, did_you_mean
+from simcluster.framework_releases import check_release, dated_defaults, dated_kernel, split_release
 from simcluster.names import loose_lookup
 
 if TYPE_CHECKING:
@@ -423,12 +424,23 @@ FRAMEWORK_ALIASES = {
 
 def get_framework(name: Any) -> Framework:
     """The framework called ``name`` (or an alias; without case, spaces, hyphens or
-    underscores); a one-line error naming the field otherwise."""
+    underscores; a release after it is ignored here, see :func:`framework_and_release`); a
+    one-line error naming the field otherwise."""
+    return framework_and_release(name)[0]
+
+
+def framework_and_release(name: Any) -> tuple[Framework, str | None]:
+    """The framework ``name`` names and the release written after it ('NeMo 24.07' ->
+    nemo, '24.07'), checked (simcluster.framework_releases)."""
     if isinstance(name, str):
-        key = loose_lookup(name, (*FRAMEWORKS, *FRAMEWORK_ALIASES))
-        key = FRAMEWORK_ALIASES.get(key, key) if key else None
-        if key in FRAMEWORKS:
-            return FRAMEWORKS[key]
+        bare, release = split_release(name)
+        for text, rel in ((name, None), (bare, release)):
+            key = loose_lookup(text, (*FRAMEWORKS, *FRAMEWORK_ALIASES))
+            key = FRAMEWORK_ALIASES.get(key, key) if key else None
+            if key in FRAMEWORKS:
+                if rel is not None:
+                    check_release(key, rel)
+                return FRAMEWORKS[key], rel
     text = str(name)
     raise UserError(
         "framework",
@@ -438,11 +450,13 @@ def get_framework(name: Any) -> Framework:
 
 
 def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:
-    """``scenario`` with its framework's attention kernel when it names none and ``profile`` has
-    curves for that kernel (a framework's kernel is a preference, not a demand on the hardware)."""
+    """``scenario`` with its framework's attention kernel (that of its release, if the release
+    called another) when it names none and ``profile`` has curves for that kernel (a
+    framework's kernel is a preference, not a demand on the hardware)."""
     if scenario.framework is None or scenario.training.attention_kernel is not None:
         return scenario
-    kernel = get_framework(scenario.framework).attention_kernel
+    framework = get_framework(scenario.framework)
+    kernel = dated_kernel(framework.name, scenario.framework_release) or framework.attention_kernel
     if kernel is None or kernel not in profile.attention_kernels:
         return scenario
     training = scenario.training.model_copy(update={"attention_kernel": kernel})
@@ -450,20 +464,46 @@ def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scena
 
 
 def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with its framework's defaults filled in wherever the scenario is silent."""
+    """``data`` with its framework's defaults (those of its release, where they differ) filled
+    in wherever the scenario is silent."""
     out = dict(data)
     name = out.get("framework")
+    given_release = out.get("framework_release")
     if name is None:
+        if given_release is not None:
+            raise UserError("framework_release", "a release needs its framework; set framework too")
         return out
-    framework = get_framework(name)
+    framework, release = framework_and_release(name)
     out["framework"] = framework.name  # an alias or other spelling reads as the entry's name
-    for section, values in framework.defaults(data).items():
+    if given_release is not None:
+        text = str(given_release).strip()
+        if isinstance(given_release, float) and len(text.split(".")[-1]) == 1:
+            raise UserError(
+                "framework_release",
+                f"YAML reads {text}0 as the number {text}; quote the release: '{text}0'",
+            )
+        if release is not None and split_release(f"x {text}")[1] != release:
+            raise UserError(
+                "framework_release",
+                f"'{text}' and the release in framework '{name}' differ; give the release once",
+            )
+        release = split_release(f"x {text}")[1]
+        if release is None:
+            raise UserError(
+                "framework_release", f"'{text}' is not a release; write it as 24.07 or r0.8"
+            )
+        check_release(framework.name, release)
+    if release is not None:
+        out["framework_release"] = release
+    dated = dated_defaults(framework.name, release)
+    current = framework.defaults(data)
+    for section in dict.fromkeys([*current, *dated]):  # ordered: results stay bit-identical
         given = out.get(section)
         if given is None:
             given = {}
         if not isinstance(given, Mapping):
             continue  # the schema reports the malformed section itself
-        out[section] = {**values, **given}
+        out[section] = {**current.get(section, {}), **dated.get(section, {}), **given}
     return out
 
 
@@ -472,6 +512,7 @@ __all__ = [
     "FRAMEWORK_ALIASES",
     "Framework",
     "apply_framework",
+    "framework_and_release",
     "framework_names",
     "get_framework",
     "with_framework_kernel",

@@ -92,7 +92,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
 ANY_SECTION: dict[str, str] = {alias: key for table in KEY_ALIASES.values() for alias, key in table.items()}
 
 #: other names of whole sections
-SECTION_ALIASES: dict[str, str] = {"parallelism": "parallel", "train": "training"}
+SECTION_ALIASES: dict[str, str] = {
+    "parallelism": "parallel", "train": "training", "framework_version": "framework_release",
+}
 
 
 def _spelled(key: str) -> str:

@@ -249,10 +249,13 @@ def _flop_convention(value: Any, field: str) -> str:
 def _names_megatron_bridge(scenario: Any) -> bool:
     """Whether a raw scenario names Megatron-Bridge as its framework (read as ``nemo``, whose
     FLOP counter differs: see the caller)."""
+    from simcluster.framework_releases import split_release
     from simcluster.names import loose_key
 
     name = scenario.get("framework") if isinstance(scenario, dict) else None
-    return isinstance(name, str) and loose_key(name) in ("megatronbridge", "nemomegatronbridge")
+    if not isinstance(name, str):
+        return False
+    return loose_key(split_release(name)[0]) in ("megatronbridge", "nemomegatronbridge")
 
 
 def _raw_recompute(scenario: Any) -> str | None:

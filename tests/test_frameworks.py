@@ -14,16 +14,18 @@ import pytest
 
 from simcluster.context import build_context
 from simcluster.errors import UserError
-from simcluster.frameworks import FRAMEWORKS, apply_framework, get_framework
+from simcluster.framework_releases import dated_defaults, dated_kernel
+from simcluster.frameworks import FRAMEWORKS, apply_framework, framework_and_release, get_framework
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import load_cases
 
 FAMILY_FRAMEWORK = {
     "bigscience-a100": "deepspeed",
-    "megatron-core-h100": "megatron-core",
-    "nemo-fp8-h100": "megatron-core",
-    "nemo-long-context-h100": "megatron-core",
-    "nemo-long-context-b200": "nemo",
+    "megatron-core-h100": "megatron-core r0.8",
+    # the release each source names (simcluster/framework_releases.py dates NeMo 1.x's settings)
+    "nemo-fp8-h100": "nemo 24.07",
+    "nemo-long-context-h100": "nemo 24.03.01",
+    "nemo-long-context-b200": "nemo 25.04",
     "megatron-bridge-fp8-h100": "nemo",
     "megatron-bridge-fp8-blackwell": "nemo",
     "narayanan2021-a100": "megatron-lm-2021",
@@ -50,19 +52,14 @@ DEPARTURES = {
     # Megatron-Bridge's Megatron FSDP rows shard everything (zero 3), not the distributed optimizer
     **{(f, "parallel.zero"): (lambda case: "Megatron FSDP" in case.source)
        for f in ("megatron-bridge-fp8-h100", "megatron-bridge-fp8-blackwell")},
-    # NeMo 1.x runs (24.03, 24.07) use apex's DistributedFusedAdam, not Megatron-Core's DDP buckets
-    # (its zero_grad clears the contiguous gradient buffer, NeMo's default, as Megatron's does)
-    **{(f, key): (lambda case: True)
-       for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.nan_check", "dp.prescale")},
     # torch DDP (Narayanan's runs below 39B): optimizer.zero_grad frees the gradients, no buffer,
     # its reducer buckets 25 MiB of gradients instead of all-reducing the whole buffer, and it
     # scales each gradient by 1/dp inside its copy into the bucket (dp.bucket_copies), not in a
     # pass of its own
     **{("narayanan2021-a100", key): (lambda case: "torch DDP" in case.source)
        for key in ("dp.zero_grad_buffer", "dp.bucket_mb", "dp.prescale")},
-    # NeMo 1.x's DistributedFusedAdam buckets every stage by bucket_cap_mb
-    **{(f, key): (lambda case: True)
-       for f in ("nemo-fp8-h100", "nemo-long-context-h100") for key in ("dp.bucket_mb", "dp.bucket_stages")},
+    # NeMo's launcher passes its own userbuffers presets for these models
+    ("nemo-fp8-h100", "overlap.tp_comm_cfg"): lambda case: case.scenario["overlap"].get("tp_comm_cfg") != "te-1",
 }
 
 
@@ -70,21 +67,34 @@ def _leaves(defaults: dict) -> list[tuple[str, str, object]]:
     return [(section, key, value) for section, values in defaults.items() for key, value in values.items()]
 
 
+def _preset(written: str, raw: dict) -> tuple[dict, str | None]:
+    """What ``framework: written`` fills (its release's settings over the current ones) and the
+    attention kernel it calls."""
+    framework, release = framework_and_release(written)
+    defaults = framework.defaults(raw)
+    for section, values in dated_defaults(framework.name, release).items():
+        defaults[section] = {**defaults.get(section, {}), **values}
+    return defaults, dated_kernel(framework.name, release) or framework.attention_kernel
+
+
 @pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
 def test_presets_match_the_validated_cases(family: str) -> None:
-    framework = FRAMEWORKS[FAMILY_FRAMEWORK[family]]
     cases = [c for c in load_cases() if c.family == family]
     assert cases
     for case in cases:
         validated = scenario_from_dict(case.scenario)
-        for section, key, value in _leaves(framework.defaults(case.scenario)):
+        defaults, kernel = _preset(FAMILY_FRAMEWORK[family], case.scenario)
+        for section, key, value in _leaves(defaults):
             departs = DEPARTURES.get((family, f"{section}.{key}"))
             if departs and departs(case):
                 continue
+            if key == "tp_comm_cfg" and validated.parallel.tp == 1:
+                continue  # no TP communication to overlap: a case leaves it unset
             got = getattr(getattr(validated, section), key)
-            assert got == value, f"{case.name}: {section}.{key} is {got!r}, {framework.name} sets {value!r}"
-        if framework.attention_kernel is not None:
-            assert validated.training.attention_kernel == framework.attention_kernel, case.name
+            written = FAMILY_FRAMEWORK[family]
+            assert got == value, f"{case.name}: {section}.{key} is {got!r}, {written} sets {value!r}"
+        if kernel is not None:
+            assert validated.training.attention_kernel == kernel, case.name
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
@@ -94,7 +104,10 @@ def test_naming_the_framework_changes_no_validated_case(family: str) -> None:
     for case in (c for c in load_cases() if c.family == family):
         plain = scenario_from_dict(case.scenario)
         named = scenario_from_dict({**case.scenario, "framework": framework})
-        bare = {"framework": None}
+        bare = {"framework": None, "framework_release": None}
+        if plain.parallel.tp == 1:  # a userbuffers setting without TP communication is inert
+            cfg = {"tp_comm_cfg": plain.overlap.tp_comm_cfg}
+            named = named.model_copy(update={"overlap": named.overlap.model_copy(update=cfg)})
         assert named.model_copy(update=bare) == plain.model_copy(update=bare), case.name
 
 

@@ -26,13 +26,13 @@ from simcluster.validate import load_cases
 PARALLEL = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sequence_parallel", "schedule"}
 TRAINING = {"seq_len", "micro_batch", "global_batch", "precision", "fp8_recipe", "recompute", "optimizer"}
 
-#: the software each family's source names
+#: the software each family's source names, with its release where the source gives it
 FAMILY_FRAMEWORK = {
     "zero-bubble-a100": "zero-bubble", "zero-bubble-v-a100": "zero-bubble",
     "narayanan2021-a100": "megatron-lm-2021", "korthikanti2022-a100": "megatron-lm-2021",
-    "bigscience-a100": "deepspeed", "megatron-core-h100": "megatron-core", "nanotron-h100": "nanotron",
-    "torchtitan-a100": "torchtitan", "nemo-fp8-h100": "nemo", "nemo-long-context-h100": "nemo",
-    "nemo-long-context-b200": "nemo", "megatron-bridge-fp8-h100": "nemo",
+    "bigscience-a100": "deepspeed", "megatron-core-h100": "megatron-core r0.8", "nanotron-h100": "nanotron",
+    "torchtitan-a100": "torchtitan", "nemo-fp8-h100": "NeMo 24.07", "nemo-long-context-h100": "NeMo 24.03.01",
+    "nemo-long-context-b200": "NeMo 25.04", "megatron-bridge-fp8-h100": "nemo",
     "megatron-bridge-fp8-blackwell": "nemo", "megatron-bridge-nvfp4-blackwell": "nemo",
     "nvidia-dgxc-h100": "nemo", "nvidia-dgxc-grok1": "nemo", "swissai-gh200": "megatron-core",
 }  # fmt: skip

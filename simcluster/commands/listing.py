@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcluster.framework_releases import describe as describe_releases
     from simcluster.frameworks import FRAMEWORKS
     from simcluster.parallelism import context
     from simcluster.parallelism.elementwise import STYLES
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "frameworks":  # one line each: what the framework does
         width = max(map(len, FRAMEWORKS))
         for name in sorted(FRAMEWORKS):
-            print(f"{name:<{width}}  {FRAMEWORKS[name].summary}")
+            print(f"{name:<{width}}  {FRAMEWORKS[name].summary}{describe_releases(name)}")
         return 0
     for what, names in tables.items():
         if args.what in (None, what):

@@ -83,7 +83,8 @@ def _print(
     caveat: str | None = None,
 ) -> None:
     console = Console()
-    under = f" under {s['framework']}" if s.get("framework") else ""
+    release = f" {s['framework_release']}" if s.get("framework_release") else ""
+    under = f" under {s['framework']}{release}" if s.get("framework") else ""
     title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
     table = Table(title=title, show_header=False)
     table.add_column("metric")

@@ -274,6 +274,7 @@ def _summary(
         "scenario": sc.name,
         "layout": lay.describe(),
         "framework": sc.framework,
+        "framework_release": sc.framework_release,
         "parallel": {
             "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
             "vpp": lay.vpp, "zero": lay.zero, "zero_shard": lay.zero_group if lay.zero else None,

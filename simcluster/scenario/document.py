@@ -54,6 +54,14 @@ class Scenario(SectionBase):
             "reduction and kernel fields the scenario leaves unset with what that framework does"
         ),
     )
+    framework_release: str | None = Field(
+        default=None,
+        description=(
+            "the framework's release (also written after its name: framework: nemo 24.07); "
+            "releases whose settings differed from today's run with those "
+            "(simcluster/framework_releases.py: NeMo before 24.09 ran flash-attn 2)"
+        ),
+    )
     model: ModelSection
     cluster: ClusterSection
     parallel: ParallelSection = ParallelSection()

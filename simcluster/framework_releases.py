@@ -1,0 +1,162 @@
+"""What a framework did in an earlier release: ``framework: NeMo 24.03`` as tables write it.
+
+Performance tables name their software by release ("container NeMo24.07", "Megatron-Core
+r0.8.0"), and some defaults changed between releases in ways that move a step by tens of
+percent: NVIDIA's NeMo runs before August 2024 disabled TransformerEngine's cuDNN attention and
+ran the flash-attn 2 package, which is 1.5x slower at 128K tokens on an H100. A release named
+after the framework selects that release's settings; a later one, or none, the current ones.
+Only what was read from a release's sources is dated here; everything else is the framework's
+current preset (``simcluster.frameworks``), and an explicit scenario field still wins.
+
+A release is written after the name with a space, ``@``, ``-`` or nothing ("nemo 24.03.01",
+"nemo@24.07", "NeMo24.07", "Megatron-Core r0.8.0", "core_r0.8.0", "nanotron v0.5", "NeMo
+25.04.rc2"); it is kept as ``framework_release``. NeMo's releases are its container's YY.MM
+tag: its library versions (NeMo 2.0.0 shipped in 24.09, 2.0.0rc0 already in 24.05) do not date
+a run, so they are refused with the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from simcluster.errors import UserError
+
+Defaults = dict[str, dict[str, Any]]
+
+# name, then an optional separator, an optional v / r / core_r, dotted digits, an optional rc
+_RELEASE = re.compile(
+    r"^(?P<name>.*?[a-z])[\s@:_-]*(?:v|r|core_r)?(?P<release>\d+(?:\.\d+)+)(?:[.-]?rc\d+)?$",
+    re.IGNORECASE,
+)
+
+
+def split_release(text: str) -> tuple[str, str | None]:
+    """``text`` as (framework name, release or None): 'NeMo 24.03.01' -> ('NeMo', '24.03.01').
+
+    A release has at least two dotted numbers, so names that end in a number ('nemo-2',
+    'megatron-lm-2021') stay names."""
+    match = _RELEASE.match(text.strip())
+    if match is None:
+        return text, None
+    return match["name"].strip(), match["release"]
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """A release as numbers to compare: '24.03.01' -> (24, 3, 1)."""
+    return tuple(int(part) for part in release.split("."))
+
+
+@dataclass(frozen=True)
+class Dated:
+    """Settings a framework's releases before ``until`` ran with (``until`` excluded)."""
+
+    until: str
+    defaults: Defaults = field(default_factory=dict)
+    #: the attention kernel those releases called (where the profile has curves for it)
+    attention_kernel: str | None = None
+    source: str = ""
+
+
+#: per framework, its dated settings (each applies to every release before its ``until``)
+DATED: dict[str, tuple[Dated, ...]] = {
+    "nemo": (
+        Dated(
+            until="24.09",
+            attention_kernel="fa2",
+            # NeMo 1.x's apex DistributedFusedAdam: 100 MiB gradient buckets on every stage
+            defaults={"dp": {"bucket_mb": 104.858, "bucket_stages": "all"}},
+            source=(
+                "NeMo-Framework-Launcher set NVTE_FUSED_ATTN=0 until its pull request 422 'enable "
+                "fused attention' (August 2024), so TransformerEngine ran the flash-attn 2 "
+                "package; NeMo 1.x's optimizer was apex's distributed_fused_adam (bucket_cap_mb "
+                "default 100, NeMo's docs)"
+            ),
+        ),
+        Dated(
+            until="24.12",
+            defaults={"overlap": {"tp_comm_cfg": "te-1"}},
+            source=(
+                "NeMo's software component versions: TransformerEngine 1.6 in 24.05, 1.8 in "
+                "24.07, 1.10 in 24.09 (TE 1.x's userbuffers defaults: no SM margin)"
+            ),
+        ),
+    ),
+    "megatron-core": (
+        Dated(
+            until="0.10",
+            defaults={"overlap": {"tp_comm_cfg": "te-1"}},
+            source=(
+                "the NeMo containers that shipped Megatron-Core 0.7, 0.8 and 0.9 carried "
+                "TransformerEngine 1.6, 1.8 and 1.10 (NeMo's software component versions)"
+            ),
+        ),
+    ),
+}
+
+
+def check_release(framework: str, release: str) -> None:
+    """A one-line error for a release that cannot date ``framework``'s settings."""
+    key = release_key(release)
+    if framework == "nemo" and key[0] < 22:
+        raise UserError(
+            "framework",
+            f"'{release}' is a NeMo library version, which does not date a run (2.0.0rc0 "
+            "shipped in 24.05, 2.0.0 in 24.09); give the container release as YY.MM, e.g. "
+            "framework: nemo 24.07",
+        )
+    if framework == "megatron-core" and key[0] > 0:
+        raise UserError(
+            "framework",
+            f"'{release}' is not a Megatron-Core release; write it as r0.8 or 0.8.0 (a NeMo "
+            "container tag goes with framework nemo)",
+        )
+
+
+def dated(framework: str, release: str | None) -> list[Dated]:
+    """The dated settings that apply to ``release`` of ``framework``, earliest cut-off first."""
+    if release is None:
+        return []
+    key = release_key(release)
+    return [d for d in DATED.get(framework, ()) if key < release_key(d.until)]
+
+
+def dated_defaults(framework: str, release: str | None) -> Defaults:
+    """The section values ``release`` of ``framework`` ran with, where they differ from now."""
+    out: Defaults = {}
+    for entry in reversed(dated(framework, release)):  # the earliest cut-off wins
+        for section, values in entry.defaults.items():
+            out[section] = {**out.get(section, {}), **values}
+    return out
+
+
+def dated_kernel(framework: str, release: str | None) -> str | None:
+    """The attention kernel ``release`` of ``framework`` called, if it differs from now."""
+    return next((d.attention_kernel for d in dated(framework, release) if d.attention_kernel), None)
+
+
+def describe(framework: str) -> str:
+    """One clause for ``simcluster list frameworks``: which releases run differently."""
+    entries = DATED.get(framework, ())
+    if not entries:
+        return ""
+    parts = []
+    for entry in entries:
+        what = [f"{k}={v}" for values in entry.defaults.values() for k, v in values.items()]
+        if entry.attention_kernel:
+            what.insert(0, f"attention {entry.attention_kernel}")
+        parts.append(f"before {entry.until}: {', '.join(what)}")
+    return "; releases " + "; ".join(parts)
+
+
+__all__ = [
+    "DATED",
+    "Dated",
+    "check_release",
+    "dated_defaults",
+    "dated_kernel",
+    "describe",
+    "release_key",
+    "split_release",
+]
