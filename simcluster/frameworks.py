@@ -119,7 +119,9 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
-    training: dict[str, Any] = {"elementwise": "fused"}
+    # Megatron-DeepSpeed's attention is its classic softmax on materialised scores unless a run
+    # passes --use-flash-attn-v1 / -v2 / -triton (arguments.py: store_true flags, off by default)
+    training: dict[str, Any] = {"elementwise": "fused", "flash_attention": False}
     training_raw = raw.get("training")
     fp16 = isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16"
     if fp16:
@@ -329,8 +331,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "instructions run one after another, one blocking send or receive at a time of 1/tp "
             "partitions re-gathered by the receiving stage, every microbatch's bf16 gradients cast "
             "to fp32 and then added by the BF16_Optimizer, gradients "
-            "all-reduced only after the last backward in 5e8-element buckets (attention is the model code's: set "
-            "training.flash_attention false for runs before --use-flash-attn)",
+            "all-reduced only after the last backward in 5e8-element buckets, attention on "
+            "materialised scores (set training.flash_attention true for a run that passes "
+            "--use-flash-attn-v1/-v2/-triton)",
             "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
             "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
@@ -339,7 +342,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch by "
             "update_hp_grads, hp_grad.add_(lp.grad.to(fp32)), zeroed after each step by "
             "clear_hp_grads); zero "
-            "reduce_bucket_size default 5e8",
+            "reduce_bucket_size default 5e8; Megatron-DeepSpeed megatron/arguments.py "
+            "(--use-flash-attn-v1, --use-flash-attn-v2, --use-flash-attn-triton: store_true)",
             _deepspeed,
         ),
         Framework(

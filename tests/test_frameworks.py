@@ -312,3 +312,12 @@ def test_zero_bubble_is_the_forks_example_script(schedule, post_validation):
     assert sc.framework == "zero-bubble"
     assert (sc.training.flash_attention, sc.overlap.pp_comm) == (False, False)
     assert sc.training.optimizer_post_validation is post_validation
+
+
+def test_deepspeed_runs_classic_attention_unless_a_flag_turns_flash_on() -> None:
+    # Megatron-DeepSpeed's --use-flash-attn-v1/-v2/-triton are store_true flags (arguments.py):
+    # without one its attention materialises the scores, as BLOOM's runs did
+    assert scenario_from_dict(_small(framework="deepspeed")).training.flash_attention is False
+    flagged = _small(framework="megatron-deepspeed")
+    flagged["training"] = {**flagged["training"], "flash_attention": True}
+    assert scenario_from_dict(flagged).training.flash_attention is True
