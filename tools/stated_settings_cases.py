@@ -24,7 +24,10 @@ import yaml
 from simcluster.validate import load_cases
 
 PARALLEL = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sequence_parallel", "schedule"}
-TRAINING = {"seq_len", "micro_batch", "global_batch", "precision", "fp8_recipe", "recompute", "optimizer"}
+TRAINING = {
+    "seq_len", "micro_batch", "global_batch", "precision", "fp8_recipe", "recompute", "recompute_num_layers",
+    "optimizer",
+}
 
 #: the software each family's source names, with its release where the source gives it
 FAMILY_FRAMEWORK = {
