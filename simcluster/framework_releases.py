@@ -114,6 +114,29 @@ def check_release(framework: str, release: str) -> None:
         )
 
 
+def resolve_release(framework: str, written: str, in_name: str | None, given: Any) -> str | None:
+    """The release of ``framework``: the one after its name (``written``, read as ``in_name``)
+    and/or ``framework_release`` (``given``), checked; a one-line error if they disagree."""
+    if given is None:
+        return in_name
+    text = str(given).strip()
+    release = split_release(f"x {text}")[1]
+    if release is None:
+        raise UserError("framework_release", f"'{text}' is not a release; write it as 24.07 or r0.8")
+    if isinstance(given, float) and len(text.split(".")[-1]) == 1 and release_key(release)[0] >= 22:
+        # YAML reads 24.10 as the number 24.1: a YY.MM release must be quoted
+        raise UserError(
+            "framework_release", f"YAML reads {text}0 as the number {text}; quote the release: '{text}0'"
+        )
+    if in_name is not None and release != in_name:
+        raise UserError(
+            "framework_release",
+            f"'{text}' and the release in framework '{written}' differ; give the release once",
+        )
+    check_release(framework, release)
+    return release
+
+
 def dated(framework: str, release: str | None) -> list[Dated]:
     """The dated settings that apply to ``release`` of ``framework``, earliest cut-off first."""
     if release is None:
@@ -158,5 +181,6 @@ __all__ = [
     "dated_kernel",
     "describe",
     "release_key",
+    "resolve_release",
     "split_release",
 ]

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import UserError, did_you_mean
-from simcluster.framework_releases import check_release, dated_defaults, dated_kernel, split_release
+from simcluster.framework_releases import (
+    check_release,
+    dated_defaults,
+    dated_kernel,
+    resolve_release,
+    split_release,
+)
 from simcluster.names import loose_lookup
 
 if TYPE_CHECKING:
@@ -480,24 +486,7 @@ def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
         return out
     framework, release = framework_and_release(name)
     out["framework"] = framework.name  # an alias or other spelling reads as the entry's name
-    if given_release is not None:
-        text = str(given_release).strip()
-        if isinstance(given_release, float) and len(text.split(".")[-1]) == 1:
-            raise UserError(
-                "framework_release",
-                f"YAML reads {text}0 as the number {text}; quote the release: '{text}0'",
-            )
-        if release is not None and split_release(f"x {text}")[1] != release:
-            raise UserError(
-                "framework_release",
-                f"'{text}' and the release in framework '{name}' differ; give the release once",
-            )
-        release = split_release(f"x {text}")[1]
-        if release is None:
-            raise UserError(
-                "framework_release", f"'{text}' is not a release; write it as 24.07 or r0.8"
-            )
-        check_release(framework.name, release)
+    release = resolve_release(framework.name, name, release, given_release)
     if release is not None:
         out["framework_release"] = release
     dated = dated_defaults(framework.name, release)

@@ -142,3 +142,10 @@ def test_list_frameworks_says_which_releases_differ() -> None:
 
 def test_framework_version_is_the_release() -> None:
     assert scenario_from_dict(_scenario("nemo", framework_version="24.07")) == scenario_from_dict(_scenario("nemo 24.07"))
+
+
+def test_a_release_read_as_a_number_is_taken_when_unambiguous() -> None:
+    # YAML reads 0.8 and 24.07 as numbers; only a YY.MM month 10 collapses (24.10 -> 24.1)
+    core = _scenario("megatron-core", framework_release=0.8)
+    assert scenario_from_dict(core).framework_release == "0.8"
+    assert scenario_from_dict(_scenario("nemo", framework_release=24.07)).framework_release == "24.07"
