@@ -99,6 +99,19 @@ def _nemo(raw: Mapping[str, Any]) -> Defaults:
     return defaults
 
 
+def _megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
+    # Megatron-Bridge's performance configs on top of NeMo's recipe settings: main gradients kept
+    # and reduced in bf16 (grad_reduce_in_fp32 False), and its FP8 mixed-precision recipes keep
+    # the layers' weights in FP8 and gather them so (fp8_param_gather)
+    defaults = _nemo(raw)
+    training: dict[str, Any] = {"fp32_grad_accum": False}
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8":
+        training["fp8_param_gather"] = True
+    defaults["training"] = {**defaults.get("training", {}), **training}
+    return defaults
+
+
 def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     # the backward's TP collective: blocking in the SC'21 code; asynchronous under the weight
     # gradient in the 2022 code that brought sequence parallelism (its asynchronous all-reduce
@@ -317,6 +330,18 @@ FRAMEWORKS: dict[str, Framework] = {
             _nemo,
         ),
         Framework(
+            "megatron-bridge",
+            "NVIDIA's Megatron-Bridge as its performance configs run it (the Megatron-Bridge "
+            "summaries, NeMo 25.09 and later containers): nemo's settings, with the main gradients "
+            "kept and reduced in bf16 and, at FP8, the layers' weights kept and gathered in FP8",
+            "NVIDIA-NeMo/Megatron-Bridge scripts/performance (utils/helpers.py "
+            "set_basic_perf_overrides, configs/llama3/llama3_llm_pretrain.py "
+            "set_llama3_common_configs: grad_reduce_in_fp32 False; the "
+            "bf16_with_fp8_current_scaling_mixed / bf16_with_mxfp8_mixed recipes: fp8_param_gather "
+            "True)",
+            _megatron_bridge,
+        ),
+        Framework(
             "megatron-lm-2021",
             "Megatron-LM of the SC'21 and MLSys'23 papers: softmax on materialised attention "
             "scores, 'local' DDP (the gradient buffer, fp16 in an fp16 run and fp32 in a bf16 one, "
@@ -426,7 +451,7 @@ def framework_names() -> list[str]:
 #: trains on Megatron-Core; Megatron-DeepSpeed is DeepSpeed's pipeline engine
 FRAMEWORK_ALIASES = {
     "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
-    "nemo2": "nemo", "nemo-2": "nemo", "megatron-bridge": "nemo",
+    "nemo2": "nemo", "nemo-2": "nemo", "nemo-megatron-bridge": "megatron-bridge", "bridge": "megatron-bridge",
     "megatron-deepspeed": "deepspeed",
     "nemo-automodel": "automodel",
     "zb": "zero-bubble", "zero-bubble-pipeline-parallelism": "zero-bubble", "sail-sg": "zero-bubble",

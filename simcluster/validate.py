@@ -247,15 +247,15 @@ def _flop_convention(value: Any, field: str) -> str:
 
 
 def _names_megatron_bridge(scenario: Any) -> bool:
-    """Whether a raw scenario names Megatron-Bridge as its framework (read as ``nemo``, whose
-    FLOP counter differs: see the caller)."""
-    from simcluster.framework_releases import split_release
-    from simcluster.names import loose_key
+    """Whether a raw scenario names Megatron-Bridge as its framework (whose FLOP counter differs
+    from NeMo's: see the caller)."""
+    from simcluster.frameworks import get_framework
 
     name = scenario.get("framework") if isinstance(scenario, dict) else None
-    if not isinstance(name, str):
-        return False
-    return loose_key(split_release(name)[0]) in ("megatronbridge", "nemomegatronbridge")
+    try:
+        return name is not None and get_framework(name).name == "megatron-bridge"
+    except UserError:
+        return False  # the scenario's own validation names the unknown framework
 
 
 def _raw_recompute(scenario: Any) -> str | None:

@@ -26,8 +26,9 @@ FAMILY_FRAMEWORK = {
     "nemo-fp8-h100": "nemo 24.07",
     "nemo-long-context-h100": "nemo 24.03.01",
     "nemo-long-context-b200": "nemo 25.04",
-    "megatron-bridge-fp8-h100": "nemo",
-    "megatron-bridge-fp8-blackwell": "nemo",
+    "megatron-bridge-fp8-h100": "megatron-bridge",
+    "megatron-bridge-fp8-blackwell": "megatron-bridge",
+    "megatron-bridge-nvfp4-blackwell": "megatron-bridge",
     "narayanan2021-a100": "megatron-lm-2021",
     "korthikanti2022-a100": "megatron-lm-2021",
     "nanotron-h100": "nanotron",
@@ -229,7 +230,7 @@ def test_list_frameworks_prints_one_line_each() -> None:
 @pytest.mark.parametrize(
     ("written", "name"),
     [("Megatron-LM", "megatron-core"), ("megatron", "megatron-core"), ("NeMo", "nemo"),
-     ("megatron-bridge", "nemo"), ("Megatron-DeepSpeed", "deepspeed"), ("DeepSpeed", "deepspeed")],
+     ("Megatron-Bridge", "megatron-bridge"), ("Megatron-DeepSpeed", "deepspeed"), ("DeepSpeed", "deepspeed")],
 )
 def test_framework_aliases_read_as_the_entry(written: str, name: str) -> None:
     base = {"model": {"preset": "llama3-8b"}, "cluster": {"gpus": 8},
@@ -321,3 +322,17 @@ def test_deepspeed_runs_classic_attention_unless_a_flag_turns_flash_on() -> None
     flagged = _small(framework="megatron-deepspeed")
     flagged["training"] = {**flagged["training"], "flash_attention": True}
     assert scenario_from_dict(flagged).training.flash_attention is True
+
+
+def test_megatron_bridge_is_nemo_with_bf16_main_grads_and_fp8_weights() -> None:
+    # Megatron-Bridge scripts/performance: grad_reduce_in_fp32 False; its FP8 mixed-precision
+    # recipes set fp8_param_gather
+    fp8 = _small(framework="Megatron-Bridge")
+    fp8["training"] = {**fp8["training"], "precision": "fp8"}
+    bridge, nemo = scenario_from_dict(fp8), scenario_from_dict({**fp8, "framework": "nemo"})
+    assert bridge.training.fp32_grad_accum is False and bridge.training.fp8_param_gather is True
+    assert nemo.training.fp32_grad_accum is True and nemo.training.fp8_param_gather is False
+    same = {"training": nemo.training, "framework": "nemo"}
+    assert bridge.model_copy(update=same) == nemo
+    bf16 = scenario_from_dict(_small(framework="megatron-bridge"))
+    assert bf16.training.fp32_grad_accum is False and bf16.training.fp8_param_gather is False

@@ -35,8 +35,8 @@ FAMILY_FRAMEWORK = {
     "narayanan2021-a100": "megatron-lm-2021", "korthikanti2022-a100": "megatron-lm-2021",
     "bigscience-a100": "deepspeed", "megatron-core-h100": "megatron-core r0.8", "nanotron-h100": "nanotron",
     "torchtitan-a100": "torchtitan", "nemo-fp8-h100": "NeMo 24.07", "nemo-long-context-h100": "NeMo 24.03.01",
-    "nemo-long-context-b200": "NeMo 25.04", "megatron-bridge-fp8-h100": "nemo",
-    "megatron-bridge-fp8-blackwell": "nemo", "megatron-bridge-nvfp4-blackwell": "nemo",
+    "nemo-long-context-b200": "NeMo 25.04", "megatron-bridge-fp8-h100": "megatron-bridge",
+    "megatron-bridge-fp8-blackwell": "megatron-bridge", "megatron-bridge-nvfp4-blackwell": "megatron-bridge",
     "nvidia-dgxc-h100": "nemo", "nvidia-dgxc-grok1": "nemo", "swissai-gh200": "megatron-core",
 }  # fmt: skip
 
