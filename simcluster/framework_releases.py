@@ -3,7 +3,8 @@
 Performance tables name their software by release ("container NeMo24.07", "Megatron-Core
 r0.8.0"), and some defaults changed between releases in ways that move a step by tens of
 percent: NVIDIA's NeMo runs before August 2024 disabled TransformerEngine's cuDNN attention and
-ran the flash-attn 2 package, which is 1.5x slower at 128K tokens on an H100. A release named
+ran the flash-attn 2 package, which makes a 128K-token step on an H100 46% longer than cuDNN's
+kernel does (docs/accuracy.md). A release named
 after the framework selects that release's settings; a later one, or none, the current ones.
 Only what was read from a release's sources is dated here; everything else is the framework's
 current preset (``simcluster.frameworks``), and an explicit scenario field still wins.
