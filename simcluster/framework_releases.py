@@ -121,7 +121,7 @@ def resolve_release(framework: str, written: str, in_name: str | None, given: An
     if given is None:
         return in_name
     text = str(given).strip()
-    release = split_release(f"x {text}")[1]
+    release = split_release(f"x {text}")[1]  # read as the release after a name would be
     if release is None:
         raise UserError("framework_release", f"'{text}' is not a release; write it as 24.07 or r0.8")
     if isinstance(given, float) and len(text.split(".")[-1]) == 1 and release_key(release)[0] >= 22:

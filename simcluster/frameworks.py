@@ -47,6 +47,18 @@ class Framework:
     #: profile's default kernel otherwise, e.g. on a profile with no curves at all)
     attention_kernel: str | None = None
 
+    def preset(self, raw: Mapping[str, Any], release: str | None = None) -> Defaults:
+        """What it fills in ``raw``: its settings, with those of ``release`` where that release
+        ran differently (simcluster.framework_releases)."""
+        out = self.defaults(raw)
+        for section, values in dated_defaults(self.name, release).items():
+            out[section] = {**out.get(section, {}), **values}
+        return out
+
+    def kernel(self, release: str | None = None) -> str | None:
+        """The attention kernel it (at ``release``) calls."""
+        return dated_kernel(self.name, release) or self.attention_kernel
+
 
 def _parallel(raw: Mapping[str, Any], key: str, default: int) -> int:
     parallel = raw.get("parallel")
@@ -491,8 +503,7 @@ def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scena
     framework's kernel is a preference, not a demand on the hardware)."""
     if scenario.framework is None or scenario.training.attention_kernel is not None:
         return scenario
-    framework = get_framework(scenario.framework)
-    kernel = dated_kernel(framework.name, scenario.framework_release) or framework.attention_kernel
+    kernel = get_framework(scenario.framework).kernel(scenario.framework_release)
     if kernel is None or kernel not in profile.attention_kernels:
         return scenario
     training = scenario.training.model_copy(update={"attention_kernel": kernel})
@@ -514,15 +525,13 @@ def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
     release = resolve_release(framework.name, name, release, given_release)
     if release is not None:
         out["framework_release"] = release
-    dated = dated_defaults(framework.name, release)
-    current = framework.defaults(data)
-    for section in dict.fromkeys([*current, *dated]):  # ordered: results stay bit-identical
+    for section, values in framework.preset(data, release).items():
         given = out.get(section)
         if given is None:
             given = {}
         if not isinstance(given, Mapping):
             continue  # the schema reports the malformed section itself
-        out[section] = {**current.get(section, {}), **dated.get(section, {}), **given}
+        out[section] = {**values, **given}
     return out
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from simcluster.context import build_context
 from simcluster.errors import UserError
-from simcluster.framework_releases import dated_defaults, dated_kernel
 from simcluster.frameworks import FRAMEWORKS, apply_framework, framework_and_release, get_framework
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import load_cases
@@ -72,10 +71,7 @@ def _preset(written: str, raw: dict) -> tuple[dict, str | None]:
     """What ``framework: written`` fills (its release's settings over the current ones) and the
     attention kernel it calls."""
     framework, release = framework_and_release(written)
-    defaults = framework.defaults(raw)
-    for section, values in dated_defaults(framework.name, release).items():
-        defaults[section] = {**defaults.get(section, {}), **values}
-    return defaults, dated_kernel(framework.name, release) or framework.attention_kernel
+    return framework.preset(raw, release), framework.kernel(release)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
