@@ -348,3 +348,23 @@ def test_between_two_rows_the_time_is_affine_in_size():
     assert table_time(rows, "all_reduce", 16, 8) == pytest.approx(10e-6, rel=1e-4)
     assert table_time(rows, "all_reduce", (8 + MiB) / 2, 8) == pytest.approx(20e-6, rel=1e-9)
     assert table_time(rows, "all_reduce", MiB, 8) == pytest.approx(30e-6, rel=1e-12)
+
+
+def test_a_sliver_of_a_flow_below_the_clocks_resolution_still_finishes():
+    """Two hundred thousand simulated seconds in (a step of a huge model on a few slow GPUs),
+    a double resolves about 2.9e-11 s: a flow whose last bytes take less than half of that gets a
+    timeout that fires at the same ``now``; it must end there, not wake the solver for ever."""
+    from simcluster.network.flows import FlowSolver
+
+    solver, now = FlowSolver([1e11]), 2e5
+    solver.advance(now)
+    flow = Flow((0,), (1.0,), 1.0)  # 1 B at 100 GB/s: 1e-11 s
+    solver.add(flow)
+    dt = solver.reshare()
+    assert dt == pytest.approx(1e-11) and now + dt == now
+    assert solver.advance(now + dt) == [flow]
+    # a picosecond's work still ends a flow early in a step, as before
+    solver, flow = FlowSolver([1e9]), Flow((0,), (1.0,), 1e-3)
+    solver.add(flow)
+    solver.reshare()
+    assert solver.advance(0.0) == [flow]

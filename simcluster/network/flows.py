@@ -9,6 +9,7 @@ unfrozen flow's rate rises together until some link fills, the flows on it freez
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import truediv
@@ -105,12 +106,15 @@ class FlowSolver:
         """Move every flow forward to ``now``; return (and drop) the ones that finished."""
         dt = now - self._last
         self._last = now
+        # Less than a picosecond of work left is float noise from summing dt's; so is less than
+        # the clock can still resolve at ``now`` (a few ulps: from about 1,000 simulated seconds
+        # on), or the timeout for that last sliver would fire at the same ``now`` for ever.
+        horizon = max(1e-12, 4 * math.ulp(now))
         done: list[Flow] = []
         keep: list[Flow] = []
         for f in self.flows:
             f.remaining -= f.rate * dt
-            # Less than a picosecond of work left is float noise from summing dt's.
-            (done if f.remaining <= f.rate * 1e-12 + 1e-6 else keep).append(f)
+            (done if f.remaining <= f.rate * horizon + 1e-6 else keep).append(f)
         self.flows = keep
         for f in done:
             for link in f.links:
