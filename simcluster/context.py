@@ -168,8 +168,10 @@ def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> 
 
 
 def _check_precision(training: TrainingSection, profile: HardwareProfile) -> None:
-    """NVFP4 GEMMs need FP4 tensor cores (Blackwell) and a measured rate for them; FP8
-    parameters need FP8 training."""
+    """The GPU has a peak for the precision (bf16 on a V100 has none: checked before simulating,
+    whose GEMMs would otherwise run at a stand-in rate); NVFP4 GEMMs need FP4 tensor cores
+    (Blackwell) and a measured rate for them; FP8 parameters need FP8 training."""
+    profile.training_peak_flops(training.precision)
     if training.fp8_param_gather and training.precision != "fp8":
         raise UserError(
             "training.fp8_param_gather",

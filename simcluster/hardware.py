@@ -260,6 +260,12 @@ class HardwareProfile(_Strict):
             )
         return table[key] * 1e12
 
+    def training_peak_flops(self, precision: str) -> float:
+        """The peak a run in ``precision`` is measured against (MFU): the precision's own, fp32
+        training at TF32 where the GPU lists it (PyTorch allows TF32 matmuls)."""
+        fp32_key = "tf32" if "tf32" in self.gpu.peak_tflops else "fp32"
+        return self.peak_flops(fp32_key if precision == "fp32" else precision)
+
     def gemm_rate_missing(self, dtype: str) -> str | None:
         """What the profile lacks to time GEMMs of ``dtype`` on tensor cores ('no FP4 peak',
         'no efficiency.gemm_fp4'), or None: the dtype's peak, and for NVFP4 a rate curve or

@@ -387,3 +387,11 @@ def test_moe_settings_on_a_dense_model(cli, setting):
 def test_moe_defaults_spelled_out_on_a_dense_model_are_fine(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "moe.dispatcher=alltoall", "--set", "moe.load_imbalance=1")
     assert res.code == 0, res.err
+
+
+@pytest.mark.parametrize("command", ["run", "memory"])
+def test_a_precision_the_gpu_has_no_peak_for_is_refused_before_simulating(cli, command):
+    """V100 tensor cores have no bf16 (NVIDIA V100 datasheet: FP16, FP32, FP64); a bf16 run on
+    them used to be simulated with a stand-in rate first, for minutes on a large model."""
+    res = cli(command, "llama3-8b-8xh100", "--hardware", "dgx-2-v100")
+    assert_one_line_error(res, "training.precision", "'dgx-2-v100' lists no peak for 'bf16'", "fp16")

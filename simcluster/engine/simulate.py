@@ -248,13 +248,7 @@ def _summary(
     ]  # fmt: skip
     hardware_flops = model_flops + tokens * recompute_flops_per_token(ctx.model, lay.seq_len, sc.training, full)
     gpus = sc.cluster.gpus
-    peak = ctx.profile.peak_flops(
-        sc.training.precision
-        if sc.training.precision != "fp32"
-        else "tf32"
-        if "tf32" in ctx.profile.gpu.peak_tflops
-        else "fp32"
-    )
+    peak = ctx.profile.training_peak_flops(sc.training.precision)
     bubble, per_stage_bubble = bubble_fraction(events)
     peaks = memory.groupby("stage", sort=True)["total"].max()
     per_stage_peak = [float(peaks.get(s, 0.0)) for s in range(lay.pp)]
