@@ -149,7 +149,8 @@ def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[lis
 def _shape_cube(m: Measurements, ref: str) -> dict[str, Any] | None:
     """The largest cube of sizes whose every M x N x K was timed in ``ref``, as an inline GEMM
     shape table (``{grid, tflops: {ref: [m][n][k]}}``), or None."""
-    rates = {(r["m"], r["n"], r["k"]): r["tflops"] for r in m.gemm if r["dtype"] == ref}
+    # plain A @ B rows only: a scenario's GEMM timed in its role's layout is not the grid's
+    rates = {(r["m"], r["n"], r["k"]): r["tflops"] for r in m.gemm if r["dtype"] == ref and not r.get("role")}
     sizes = sorted({s[0] for s in rates} & {s[1] for s in rates} & {s[2] for s in rates})
     while len(sizes) >= 2:
         if all((a, b, c) in rates for a in sizes for b in sizes for c in sizes):

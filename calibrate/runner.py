@@ -70,7 +70,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     ]
     steps += [
         Step(
-            f"gemm {d} {s.m}x{s.n}x{s.k}",
+            f"gemm {d} {s.m}x{s.n}x{s.k}" + (f" {s.role}" if s.role else ""),
             lambda m, s=s, d=d: m.gemm.append(gemm.measure_gemm(s, d, dev, timer, budget)),
         )
         for d in gemm.default_dtypes(cfg.device)

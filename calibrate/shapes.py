@@ -19,11 +19,14 @@ MAX_GEMM_BYTES = 2**40
 
 @dataclass(frozen=True, order=True)
 class GemmShape:
-    """C[m, n] = A[m, k] @ B[k, n]; 2·m·n·k FLOPs."""
+    """C[m, n] = A[m, k] @ B[k, n]; 2·m·n·k FLOPs. ``role`` (fwd, dgrad, wgrad) times it in the
+    operand layout autograd gives that GEMM of a linear layer (simcluster/gemm_roles.py); ""
+    is a plain A @ B."""
 
     m: int
     n: int
     k: int
+    role: str = ""
 
     @property
     def flops(self) -> float:
@@ -36,8 +39,8 @@ class GemmShape:
         return FP32_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
 
     def text(self) -> str:
-        """The shape as written on the command line."""
-        return f"{self.m},{self.n},{self.k}"
+        """The shape as written on the command line (with its role, where it has one)."""
+        return f"{self.m},{self.n},{self.k}" + (f" ({self.role})" if self.role else "")
 
 
 # Square sizes span the launch-bound to compute-bound range; the rectangular ones have the
@@ -108,13 +111,15 @@ def check_fits(shapes: list[GemmShape], capacity_bytes: int, limit: str, field: 
 
 
 # Hook for the simulator's per-layer op list: a module exposing
-# ``gemm_shapes(scenario_path) -> list[tuple[int, int, int]]`` (M, N, K under the scenario's
-# TP/EP sharding). Looked up lazily so calibrate works before the model code exists.
+# ``gemm_shapes(scenario_path) -> list[tuple[int, int, int, str | None]]`` (M, N, K under the
+# scenario's TP/EP sharding, and the GEMM's role in the step). Looked up lazily so calibrate
+# works before the model code exists.
 SCENARIO_SHAPES_HOOK = ("simcluster.gemm_shapes", "gemm_shapes")
 
 
 def scenario_shapes(scenario: str) -> list[GemmShape]:
-    """The exact per-layer GEMM shapes of a scenario, from the simulator's model code."""
+    """The exact per-layer GEMM shapes of a scenario, each with its role, from the simulator's
+    model code."""
     module_name, func_name = SCENARIO_SHAPES_HOOK
     try:
         func = getattr(importlib.import_module(module_name), func_name)
@@ -124,4 +129,4 @@ def scenario_shapes(scenario: str) -> list[GemmShape]:
             f"this simcluster has no {module_name}.{func_name} yet; "
             "pass the shapes explicitly with --shapes M,N,K;...",
         ) from None
-    return sorted({GemmShape(*map(int, s)) for s in func(scenario)})
+    return sorted({GemmShape(int(m), int(n), int(k), role or "") for m, n, k, role in func(scenario)})

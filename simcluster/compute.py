@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
+from simcluster.gemm_roles import TimedGemms
 from simcluster.gemm_shape_table import shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
@@ -91,19 +92,19 @@ class KernelModel:
     slowdown: float = 1.0
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    # (dtype, m, n, k) -> seconds of the calibrated profile's timed shapes
-    _timed: dict[tuple[str, int, int, int], float] = field(default_factory=dict)
+    # seconds of the calibrated profile's timed shapes, by role (simcluster/gemm_roles.py)
+    _timed: TimedGemms = field(default_factory=TimedGemms)
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
         self._shapes = shape_table(self.profile.efficiency.gemm_shapes)
-        for row in self.profile.measured.get("gemm", []) or []:
+        rows = self.profile.measured.get("gemm", []) or []
+        for row in rows:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
             peak = self._peak(dtype)
             self._gemm_curves.setdefault(dtype, []).append((flops, flops / row["time_s"] / peak))
-            key = (dtype, int(row["m"]), int(row["n"]), int(row["k"]))
-            self._timed[key] = min(float(row["time_s"]), self._timed.get(key, math.inf))
+        self._timed = TimedGemms.of_rows(rows)
         for dtype, rows in self._gemm_curves.items():
             self._gemm_curves[dtype] = median_curve(rows)
 
@@ -192,15 +193,18 @@ class KernelModel:
         """Per-kernel launch/drain gap on a stream."""
         return self.profile.efficiency.kernel_launch_us * 1e-6
 
-    def gemm(self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1) -> float:
-        """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1);
-        :meth:`gemm_breakdown` says how they come about."""
+    def gemm(
+        self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1, role: str | None = None
+    ) -> float:
+        """Seconds for ``count`` GEMMs of (m x k) @ (k x n) (one kernel; grouped when count > 1)
+        playing ``role`` in the step (:mod:`simcluster.gemm_roles`); :meth:`gemm_breakdown`
+        says how they come about."""
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
-        return self.gemm_breakdown(m, n, k, dtype, count).seconds
+        return self.gemm_breakdown(m, n, k, dtype, count, role).seconds
 
     def gemm_breakdown(
-        self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1
+        self, m: float, n: float, k: float, dtype: str | None = None, count: float = 1, role: str | None = None
     ) -> GemmBreakdown:
         """The time of ``count`` GEMMs of (m x k) @ (k x n) and its parts.
 
@@ -209,11 +213,11 @@ class KernelModel:
         run slower than the median shape of their FLOPs); a benchmark curve is also capped by its
         plateau times tile/wave quantisation of this shape on the GPU's SMs, which a measured
         table already holds. A shape the calibrated table timed (``calibrate --scenario`` times
-        the step's own) runs at its own time.
+        the step's own, each in its role's operand layout) runs at its own time.
         """
         dtype = dtype or self.gemm_dtype
         flops = 2.0 * m * n * k
-        timed = self._timed.get((dtype, round(m), round(n), round(k)))
+        timed = self._timed.seconds(dtype, m, n, k, role)
         curve = factor = 1.0
         cap = None
         if timed:
@@ -227,7 +231,9 @@ class KernelModel:
                 plateau = max(e for _, e in self._benchmark_curve(dtype))
                 cap = plateau * self.quantisation(m, n, count)
                 eff = min(eff, cap)
-        compute = count * flops / (self._peak(dtype) * max(eff, 1e-4)) * self.slowdown
+        # a timed shape takes its measured time, however far below the peak (a CPU's GEMMs)
+        one = timed if timed else flops / (self._peak(dtype) * max(eff, 1e-4))
+        compute = count * one * self.slowdown
         elt = DTYPE_BYTES.get(dtype, 2)
         out = 2 if dtype in QUANTISED else elt  # FP8 and NVFP4 GEMMs write 16-bit outputs
         memory = count * ((m * k + k * n) * elt + m * n * out) / self.hbm_bytes_per_s

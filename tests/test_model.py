@@ -154,11 +154,14 @@ def test_scenario_gemm_shapes_under_tp():
 
     shapes = set(gemm_shapes("llama3-70b-64xh100"))
     # QKV forward: tokens x hidden -> (64 + 2*8) heads * 128 / tp = 1280 columns
-    assert (8192, 1280, 8192) in shapes
+    assert (8192, 1280, 8192, "fwd") in shapes
     # SwiGLU up+gate: 2 * 28672 / 8 = 7168 columns; vocab-parallel LM head 128256 / 8 = 16032
-    assert (8192, 7168, 8192) in shapes and (8192, 16032, 8192) in shapes
-    # weight gradients contract over the tokens: (in, out, tokens)
-    assert (8192, 1280, 8192) in shapes and (1024, 8192, 8192) in shapes
+    assert (8192, 7168, 8192, "fwd") in shapes and (8192, 16032, 8192, "fwd") in shapes
+    # input gradients: (tokens, in, out); the attention projection's input is 64 * 128 / 8 = 1024 wide
+    assert (8192, 8192, 1280, "dgrad") in shapes and (8192, 1024, 8192, "dgrad") in shapes
+    # weight gradients contract over the tokens: (in, out, tokens), the QKV one the same
+    # M x N x K as its forward but a GEMM of another layout (simcluster/gemm_roles.py)
+    assert (8192, 1280, 8192, "wgrad") in shapes and (1024, 8192, 8192, "wgrad") in shapes
 
 
 # --- Hugging Face configs of other families: published parameter counts ---------------------

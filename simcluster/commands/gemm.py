@@ -3,7 +3,8 @@
 The compute side's counterpart of ``simcluster collective``: compare it with your own GEMM
 benchmark (C[M, N] = A[M, K] @ B[K, N], 2·M·N·K FLOPs). Each shape's time and rate, and the
 parts they come from: the size curve's efficiency at its FLOPs, the shape table's factor, the
-plateau x tile/wave quantisation cap, and whether a calibrated profile timed that very shape.
+plateau x tile/wave quantisation cap, and whether a calibrated profile timed that very shape
+(``--role``: in the operand layout of a linear layer's forward, input or weight gradient).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from simcluster.commands.collective import parse_overrides
 from simcluster.commands.listing import PRECISIONS
 from simcluster.compute import KernelModel
 from simcluster.errors import UserError
+from simcluster.gemm_roles import ROLES
 from simcluster.hardware import load_profile
 from simcluster.units import parse_gemm_shape
 
@@ -35,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--count", type=int, default=1, help="GEMMs of the shape in one grouped kernel (experts)"
     )
+    parser.add_argument(
+        "--role", choices=ROLES,
+        help="the GEMM's role in a linear layer (fwd x @ W.t(), dgrad dy @ W, wgrad dy.t() @ x): "
+        "a calibrated profile's row timed in that layout, where it has one",
+    )  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
                         help="override a hardware field, e.g. cluster.profile.efficiency.sustained=1")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -58,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
         )
     rows = []
     for m, n, k in shapes:
-        b = km.gemm_breakdown(m, n, k, count=args.count)
+        b = km.gemm_breakdown(m, n, k, count=args.count, role=args.role)
         rows.append({
-            "m": m, "n": n, "k": k, "count": args.count, "dtype": b.dtype, "flops": b.flops,
+            "m": m, "n": n, "k": k, "count": args.count, "role": args.role, "dtype": b.dtype, "flops": b.flops,
             "time_s": b.seconds, "tflops": b.tflops, "of_peak": b.tflops * 1e12 / b.peak,
             "curve": b.curve, "shape_factor": b.shape_factor, "cap": b.cap, "timed": b.timed,
             "memory_bound": b.memory_bound,

@@ -102,15 +102,19 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     up, ffn = _widths(shapes)
     h = m.hidden
     rows = per_expert * local_experts
+
+    def gemm(m_: float, n_: float, k_: float, role: str) -> float:
+        return km.gemm(m_, n_, k_, count=local_experts, role=role)
+
     if phase == "F":
-        t = km.gemm(per_expert, up, h, count=local_experts) + km.gemm(per_expert, h, ffn, count=local_experts)
+        t = gemm(per_expert, up, h, "fwd") + gemm(per_expert, h, ffn, "fwd")
         casts = km.quantise(rows * h) + km.quantise(rows * ffn)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
-        t = km.gemm(per_expert, h, up, count=local_experts) + km.gemm(per_expert, ffn, h, count=local_experts)
+        t = gemm(per_expert, h, up, "dgrad") + gemm(per_expert, ffn, h, "dgrad")
         casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
-    wgrad_t = km.gemm(h, up, per_expert, count=local_experts) + km.gemm(ffn, h, per_expert, count=local_experts)
+    wgrad_t = gemm(h, up, per_expert, "wgrad") + gemm(ffn, h, per_expert, "wgrad")
     return Work.of(gemm=wgrad_t)
 
 
@@ -143,15 +147,17 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         width = m.expert_ffn * m.shared_experts
         up = m.up_width(width)
         if phase == "W":
-            shared = km.gemm(h, up, tokens) + km.gemm(width, h, tokens)
+            shared = km.gemm(h, up, tokens, role="wgrad") + km.gemm(width, h, tokens, role="wgrad")
+        elif phase == "B":
+            shared = km.gemm(tokens, h, up, role="dgrad") + km.gemm(tokens, width, h, role="dgrad")
         else:
-            shared = km.gemm(tokens, up, h) + km.gemm(tokens, h, width)
+            shared = km.gemm(tokens, up, h, role="fwd") + km.gemm(tokens, h, width, role="fwd")
     if phase == "W":
-        router_w = km.gemm(h, m.experts, tokens)
+        router_w = km.gemm(h, m.experts, tokens, role="wgrad")
         extra = Work.of(gemm=shared + router_w, grad_accum=_accumulate(shapes, km))
         return [Compute.of("experts", routed + extra, layer)]
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
-    router = Work.of(gemm=km.gemm(tokens, m.experts, h), memory=km.memory(tokens * m.experts * 4 * 3))
+    router = Work.of(gemm=km.gemm(tokens, m.experts, h, role="fwd"), memory=km.memory(tokens * m.experts * 4 * 3))
     permute = Work.of(memory=km.memory(2 * tokens * m.top_k * h * shapes.elt))
     shared_w = Work.of(gemm=shared)
     ep = shapes.layout.ep

@@ -72,12 +72,13 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
             accumulate = wgrad.accumulation_seconds(
                 km, self.scenario.training, self.shapes.layout, params
             )
-            return Work.of(gemm=sum(km.gemm(g.k, g.n, tokens, dtype) for g in gemms), grad_accum=accumulate)
+            wgrad_t = sum(km.gemm(g.k, g.n, tokens, dtype, role="wgrad") for g in gemms)
+            return Work.of(gemm=wgrad_t, grad_accum=accumulate)
         if phase == "B":
-            mm = splits * sum(km.gemm(rows, g.k, g.n, dtype) for g in gemms)
+            mm = splits * sum(km.gemm(rows, g.k, g.n, dtype, role="dgrad") for g in gemms)
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
         else:
-            mm = splits * sum(km.gemm(rows, g.n, g.k, dtype) for g in gemms)
+            mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
             casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms)
         return Work.of(gemm=mm, memory=casts)
 
@@ -89,10 +90,10 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
         tokens, km = self.shapes.tokens, self.km
         share = sum(pieces)
         if phase == "B":
-            mm = sum(km.gemm(tokens * p, g.k, g.n, dtype) for p in pieces for g in gemms)
+            mm = sum(km.gemm(tokens * p, g.k, g.n, dtype, role="dgrad") for p in pieces for g in gemms)
             casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
         else:
-            mm = sum(km.gemm(tokens * p, g.n, g.k, dtype) for p in pieces for g in gemms)
+            mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
             casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms)
         return Work.of(gemm=mm, memory=casts)
 
