@@ -51,3 +51,21 @@ def test_gpipe_flushes_trade_activation_memory_for_bubble():
     two = run(merge_sections(pipeline_scenario(P, M, "afab"), training={"pipeline_flushes": 2}))
     assert two.summary["peak_memory_bytes"]["max"] < one.summary["peak_memory_bytes"]["max"]
     assert two.summary["bubble_fraction"] > one.summary["bubble_fraction"]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "afab"])
+@pytest.mark.parametrize("flushes", [1, 2, 4])
+def test_serial_p2p_engines_finish_each_flush_with_its_last_send(schedule, flushes):
+    """DeepSpeed's and nanotron's engines (one blocking send or receive at a time) end each
+    pipeline step with its last send done. Carried into the next flush, the last stage's
+    gradient waited for the next forward's receive, which waited for that gradient: the
+    simulation deadlocked. With free transfers each flush idles as its schedule does:
+    1F1B n(p-1)/(m+n(p-1)); GPipe the same share of its span."""
+    sc = merge_sections(
+        pipeline_scenario(P, M, schedule),
+        training={"pipeline_flushes": flushes, "fused_cross_entropy": True},
+        overlap={"pp_p2p": "serial", "pp_comm": False},
+    )
+    res = run(sc)
+    bubble = flushes * (P - 1) / (M + flushes * (P - 1))
+    assert res.summary["bubble_fraction"] == pytest.approx(bubble, rel=0.02)

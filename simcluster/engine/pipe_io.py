@@ -63,6 +63,11 @@ class PipelineIO:
             yield from self._blocking_send(previous)
         yield from self._execute(op, previous)
 
+    def _flush_of(self, op: PipeOp) -> int:
+        """Which of the step's pipeline flushes (``training.pipeline_flushes``) ``op`` is in:
+        microbatches are numbered on from one flush to the next (``Context.stage_orders``)."""
+        return op.microbatch // self.shared.ctx.spec.m
+
     def _blocking_send(self, op: PipeOp) -> Generator:
         send = self._send_outputs(op)
         if send is not None:

@@ -285,6 +285,12 @@ class Worker(PipelineIO, DataParallelOps):
                 i += 2
                 self.ops_done += 2
             elif serial:
+                if previous is not None and self._flush_of(previous) != self._flush_of(op):
+                    # a pipeline engine's step (one flush) ends with its last send done; the
+                    # next flush starts with nothing pending (DeepSpeed's TrainSchedule, the
+                    # cool-down's last slot)
+                    yield from self._blocking_send(previous)
+                    previous = None
                 yield from self._serial_step(op, previous)
                 sends = []
                 previous = op
