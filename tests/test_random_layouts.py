@@ -3,7 +3,8 @@ UserError: never a traceback.
 
 Each layout draws a small model (dense, GQA, a learned-position GPT, two mixtures of experts, a
 sliding-window model), a shipped profile, a framework, the parallel degrees, a schedule, ZeRO,
-precision and recomputation. A run that simulates must report a finite positive step, tokens/s
+precision and recomputation, and now and then two pipeline flushes or an offloaded optimizer
+(serial pipeline p2p across flushes deadlocked until 2026-11-29: found by a wider fuzz). A run that simulates must report a finite positive step, tokens/s
 equal to the global batch's tokens over that step (the definition), a bubble in [0, 1) and a
 positive peak memory; a run that cannot must say why in one line naming a field.
 """
@@ -61,6 +62,11 @@ def _layout(rng: random.Random) -> dict:
     framework = rng.choice(FRAMEWORKS)
     if framework:
         data["framework"] = framework
+    # drawn last, so the draws above stay what they were
+    if pp > 1 and rng.random() < 0.3:  # gradient accumulation over whole schedules
+        data["training"]["pipeline_flushes"] = 2
+    if rng.random() < 0.15:
+        data["training"]["optimizer_offload"] = True
     return data
 
 
