@@ -69,3 +69,16 @@ def test_serial_p2p_engines_finish_each_flush_with_its_last_send(schedule, flush
     res = run(sc)
     bubble = flushes * (P - 1) / (M + flushes * (P - 1))
     assert res.summary["bubble_fraction"] == pytest.approx(bubble, rel=0.02)
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev"])
+def test_bidirectional_schedules_send_each_flushs_halves_both_ways(schedule):
+    """DualPipe feeds the first half of a flush's microbatches in at stage 0 and the second half
+    at stage p-1 (Liu et al., DeepSeek-V3 report, Fig. 5); numbered on across flushes, every
+    microbatch of the second flush had counted as a second half and the run deadlocked. Two
+    flushes of m/2 refill the pipeline once more than one flush of m, and take no longer than
+    two separate steps of m/2."""
+    one = run(pipeline_scenario(P, M, schedule))
+    two = run(merge_sections(pipeline_scenario(P, M, schedule), training={"pipeline_flushes": 2}))
+    half = run(pipeline_scenario(P, M // 2, schedule))
+    assert one.summary["step_time_s"] < two.summary["step_time_s"] <= 2 * half.summary["step_time_s"] * (1 + 1e-9)

@@ -35,8 +35,10 @@ class DualPipe(BaseSchedule):
         return spec.p
 
     def direction(self, spec: ScheduleSpec, microbatch: int) -> int:
-        """0 for microbatches entering at stage 0, 1 for those entering at stage p-1."""
-        return 0 if microbatch < spec.m // 2 else 1
+        """0 for microbatches entering at stage 0, 1 for those entering at stage p-1: the first
+        and second half of each flush's microbatches (numbered on from one pipeline flush to the
+        next, ``Context.stage_orders``)."""
+        return 0 if microbatch % spec.m < spec.m // 2 else 1
 
     def chunk_serves(self, spec: ScheduleSpec, chunk: int, microbatch: int) -> bool:
         return chunk == self.direction(spec, microbatch)
