@@ -171,7 +171,6 @@ def _check_precision(training: TrainingSection, profile: HardwareProfile) -> Non
     """The GPU has a peak for the precision (bf16 on a V100 has none: checked before simulating,
     whose GEMMs would otherwise run at a stand-in rate); NVFP4 GEMMs need FP4 tensor cores
     (Blackwell) and a measured rate for them; FP8 parameters need FP8 training."""
-    profile.training_peak_flops(training.precision)
     if training.fp8_param_gather and training.precision != "fp8":
         raise UserError(
             "training.fp8_param_gather",
@@ -179,6 +178,7 @@ def _check_precision(training: TrainingSection, profile: HardwareProfile) -> Non
             "set training.precision fp8 or drop it",
         )
     if training.precision != "nvfp4":
+        profile.training_peak_flops(training.precision)
         return
     missing = profile.gemm_rate_missing("nvfp4")
     if missing is None:
