@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from simcluster.compute import KernelModel
+from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.parallelism import wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
@@ -103,18 +104,18 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     h = m.hidden
     rows = per_expert * local_experts
 
-    def gemm(m_: float, n_: float, k_: float, role: str) -> float:
-        return km.gemm(m_, n_, k_, count=local_experts, role=role)
+    def gemm(m_: float, n_: float, k_: float) -> float:
+        return km.gemm(m_, n_, k_, count=local_experts, role=PHASE_ROLES[phase])
 
     if phase == "F":
-        t = gemm(per_expert, up, h, "fwd") + gemm(per_expert, h, ffn, "fwd")
+        t = gemm(per_expert, up, h) + gemm(per_expert, h, ffn)
         casts = km.quantise(rows * h) + km.quantise(rows * ffn)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
-        t = gemm(per_expert, h, up, "dgrad") + gemm(per_expert, ffn, h, "dgrad")
+        t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
         casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
-    wgrad_t = gemm(h, up, per_expert, "wgrad") + gemm(ffn, h, per_expert, "wgrad")
+    wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
 
 
