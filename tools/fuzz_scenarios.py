@@ -1,0 +1,140 @@
+"""Simulate random scenarios built from the shipped presets and profiles; keep those that fail.
+
+    python tools/fuzz_scenarios.py --seed 1 --count 300 --out /tmp/fuzz
+
+Each scenario draws a preset (dense or mixture of experts), a profile, the parallel degrees
+(tp, pp, cp, ep, etp, ZeRO, sequence parallelism), a schedule, a framework, the sequence, batch,
+precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps
+or a slower NIC. A scenario passes when it is refused with a one-line ``UserError`` or simulates
+within ``--timeout`` seconds to a finite step, an MFU in (0, 1) and a bubble in [0, 1). The
+others (a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
+
+Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
+hang at ~1e5 simulated seconds and three pipeline-flush deadlocks were found (2026-11-29). It
+takes minutes, so it is a tool to run by hand, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simcluster.commands.common import progress_bar
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
+
+DENSE = ["llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "gpt3-1.3b", "llama3.2-1b", "mistral-7b", "qwen2.5-7b",
+         "olmo2-7b", "qwen3-8b", "gpt3-13b", "nemotron4-15b", "mpt-7b", "gpt-neox-20b", "bloom-176b", "opt-175b"]  # fmt: skip
+MOE = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "grok-1", "llama4-scout", "mixtral-8x22b"]
+HARDWARE = ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "aws-p5", "amd-mi300x", "dgx-h200", "hgx-h800",
+            "gb300-nvl72", "alps-gh200", "dgx-2-v100"]  # fmt: skip
+SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
+             "v-min", "dualpipe", "dualpipev", "looped-bfs"]  # fmt: skip
+FRAMEWORKS = [None, None, "megatron-core", "nemo", "torchtitan", "nanotron", "deepspeed", "megatron-lm-2021",
+              "megatron-bridge", "automodel", "zero-bubble"]  # fmt: skip
+
+
+def draw(rng: random.Random) -> dict[str, Any]:
+    """One random scenario (a dict in the schema's layout)."""
+    moe = rng.random() < 0.4
+    tp, pp, cp = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2, 4])
+    parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "zero": rng.choice([0, 1, 1, 2, 3]),
+                                "sequence_parallel": rng.random() < 0.7}  # fmt: skip
+    doc: dict[str, Any] = {
+        "name": "fuzz",
+        "model": rng.choice(MOE if moe else DENSE),
+        "cluster": {"hardware": rng.choice(HARDWARE), "gpus": tp * pp * cp * rng.choice([1, 2, 4, 8, 16])},
+        "parallel": parallel,
+        "training": {
+            "seq_len": rng.choice([2048, 4096, 8192, 16384, 32768]), "micro_batch": rng.choice([1, 1, 2]),
+            "global_batch": rng.choice([32, 64, 128, 256, 512, 1024]),
+            "precision": rng.choice(["bf16", "bf16", "fp16", "fp8"]), "recompute": rng.choice(["none", "selective", "full"]),
+        },
+    }  # fmt: skip
+    if moe:
+        parallel["ep"] = rng.choice([1, 2, 4, 8])
+        if rng.random() < 0.3:
+            parallel["etp"] = rng.choice([1, tp])
+    schedule = rng.choice(SCHEDULES)
+    if schedule:
+        parallel["schedule"] = schedule
+    if schedule in ("interleaved", "looped-bfs"):
+        parallel["vpp"] = rng.choice([2, 4])
+    framework = rng.choice(FRAMEWORKS)
+    if framework:
+        doc["framework"] = framework
+    if pp > 1 and rng.random() < 0.15:
+        doc["training"]["pipeline_flushes"] = 2
+    if rng.random() < 0.15:
+        doc["training"]["optimizer_offload"] = True
+    if rng.random() < 0.2:
+        doc["overlap"] = {k: rng.random() < 0.5 for k in ("tp_comm", "dp_grad_reduce", "param_gather")}
+    if rng.random() < 0.1:
+        doc["cluster"]["nic_gbps"] = rng.choice([100, 200, 800])
+    return doc
+
+
+class _Timeout(Exception):
+    pass
+
+
+def check(doc: dict[str, Any], timeout_s: int) -> str | None:
+    """None when ``doc`` is refused in one line or simulates sensibly; else what went wrong."""
+
+    def expire(*_: object) -> None:
+        raise _Timeout
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(timeout_s)
+    try:
+        summary = simulate(build_context(scenario_from_dict(doc))).summary
+    except UserError as err:
+        return None if err.field and "\n" not in err.one_line() else f"bad error: {err}"
+    except _Timeout:
+        return f"no result within {timeout_s} s"
+    except Exception:  # noqa: BLE001 - every other failure is what the tool looks for
+        return traceback.format_exc(limit=6)
+    finally:
+        signal.alarm(0)
+    step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
+    if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
+        return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per scenario (default 120)")
+    parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    failures = 0
+    with progress_bar("fuzzing", args.count) as advance:
+        for i in range(args.count):
+            doc = draw(rng)
+            reason = check(doc, args.timeout)
+            if reason is not None:
+                failures += 1
+                args.out.mkdir(parents=True, exist_ok=True)
+                path = args.out / f"seed{args.seed}-{i}.yaml"
+                path.write_text(f"# {reason.strip().splitlines()[-1]}\n" + yaml.safe_dump(doc))
+                print(f"{path}: {reason.strip().splitlines()[-1]}", flush=True)
+            advance(f"{failures} failing")
+    print(f"{args.count} scenarios, {failures} failing" + (f" (kept in {args.out})" if failures else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
