@@ -4,8 +4,9 @@
 
 Each scenario draws a preset (dense or mixture of experts), a profile, the parallel degrees
 (tp, pp, cp, ep, etp, ZeRO, sequence parallelism), a schedule, a framework, the sequence, batch,
-precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps
-or a slower NIC. A scenario passes when it is refused with a one-line ``UserError`` or simulates
+precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps,
+a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
+partial recomputation or activation offload. A scenario passes when it is refused with a one-line ``UserError`` or simulates
 within ``--timeout`` seconds to a finite step, an MFU in (0, 1) and a bubble in [0, 1). The
 others (a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
 
@@ -81,15 +82,43 @@ def draw(rng: random.Random) -> dict[str, Any]:
         doc["overlap"] = {k: rng.random() < 0.5 for k in ("tp_comm", "dp_grad_reduce", "param_gather")}
     if rng.random() < 0.1:
         doc["cluster"]["nic_gbps"] = rng.choice([100, 200, 800])
+    _draw_settings(rng, doc)
     return doc
+
+
+def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
+    """Now and then a setting beyond the layout: CP algorithm, kernels, FP8 recipe, ZeRO-3
+    shard, partial recomputation, activation offload."""
+    training, parallel = doc["training"], doc["parallel"]
+    if parallel["cp"] > 1 and rng.random() < 0.5:
+        parallel["cp_comm"] = rng.choice(["p2p", "all_gather", "a2a"])
+    if rng.random() < 0.2:
+        training["attention_kernel"] = rng.choice(["fa2", "fa3", "cudnn"])
+    if rng.random() < 0.1:
+        training["flash_attention"] = False
+    if rng.random() < 0.15:
+        training["elementwise"] = rng.choice(["fused", "eager", "nanotron"])
+    if training["precision"] == "fp8" and rng.random() < 0.5:
+        training["fp8_recipe"] = rng.choice(["delayed", "current", "block"])
+    if parallel["zero"] == 3 and rng.random() < 0.4:
+        parallel["zero_shard"] = rng.choice([2, 4, 8])
+    if training["recompute"] == "full" and rng.random() < 0.4:
+        training["recompute_num_layers"] = rng.choice([1, 2, 4])
+    if rng.random() < 0.1:
+        training["activation_offload_layers"] = rng.choice([1, 4, 8])
 
 
 class _Timeout(Exception):
     pass
 
 
-def check(doc: dict[str, Any], timeout_s: int) -> str | None:
-    """None when ``doc`` is refused in one line or simulates sensibly; else what went wrong."""
+#: check()'s verdicts for a scenario that passes
+SIMULATED, REFUSED = "simulated", "refused"
+
+
+def check(doc: dict[str, Any], timeout_s: int) -> str:
+    """:data:`SIMULATED` or :data:`REFUSED` (in one line) when ``doc`` passes; else what went
+    wrong."""
 
     def expire(*_: object) -> None:
         raise _Timeout
@@ -99,7 +128,7 @@ def check(doc: dict[str, Any], timeout_s: int) -> str | None:
     try:
         summary = simulate(build_context(scenario_from_dict(doc))).summary
     except UserError as err:
-        return None if err.field and "\n" not in err.one_line() else f"bad error: {err}"
+        return REFUSED if err.field and "\n" not in err.one_line() else f"bad error: {err}"
     except _Timeout:
         return f"no result within {timeout_s} s"
     except Exception:  # noqa: BLE001 - every other failure is what the tool looks for
@@ -109,7 +138,7 @@ def check(doc: dict[str, Any], timeout_s: int) -> str | None:
     step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
     if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
         return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"
-    return None
+    return SIMULATED
 
 
 def main(argv: list[str]) -> int:
@@ -121,18 +150,22 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     failures = 0
+    passed = {SIMULATED: 0, REFUSED: 0}
     with progress_bar("fuzzing", args.count) as advance:
         for i in range(args.count):
             doc = draw(rng)
             reason = check(doc, args.timeout)
-            if reason is not None:
+            if reason in passed:
+                passed[reason] += 1
+            else:
                 failures += 1
                 args.out.mkdir(parents=True, exist_ok=True)
                 path = args.out / f"seed{args.seed}-{i}.yaml"
                 path.write_text(f"# {reason.strip().splitlines()[-1]}\n" + yaml.safe_dump(doc))
                 print(f"{path}: {reason.strip().splitlines()[-1]}", flush=True)
             advance(f"{failures} failing")
-    print(f"{args.count} scenarios, {failures} failing" + (f" (kept in {args.out})" if failures else ""))
+    kept = f" (kept in {args.out})" if failures else ""
+    print(f"{args.count} scenarios: {passed[SIMULATED]} simulated, {passed[REFUSED]} refused in one line, {failures} failing{kept}")
     return 1 if failures else 0
 
 
