@@ -6,12 +6,14 @@ Each scenario draws a preset (dense or mixture of experts), a profile, the paral
 (tp, pp, cp, ep, etp, ZeRO, sequence parallelism), a schedule, a framework, the sequence, batch,
 precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps,
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
-partial recomputation or activation offload. A scenario passes when it is refused with a one-line ``UserError`` or simulates
-within ``--timeout`` seconds to a finite step, an MFU in (0, 1) and a bubble in [0, 1). The
-others (a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
+partial recomputation or activation offload. A scenario passes when it is refused with a
+one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
+(0, 1) and a bubble in [0, 1). The others (a crash, a deadlock, a hang, an absurd number) are
+written to ``--out`` with the reason.
 
 Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
-hang at ~1e5 simulated seconds and three pipeline-flush deadlocks were found (2026-11-29). It
+hang at ~1e5 simulated seconds and two pipeline-flush deadlocks (serial p2p, DualPipe) were
+found (2026-11-29). It
 takes minutes, so it is a tool to run by hand, not a test.
 """
 
