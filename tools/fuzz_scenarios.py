@@ -13,8 +13,7 @@ written to ``--out`` with the reason.
 
 Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
 hang at ~1e5 simulated seconds and two pipeline-flush deadlocks (serial p2p, DualPipe) were
-found (2026-11-29). It
-takes minutes, so it is a tool to run by hand, not a test.
+found (2026-11-29). It takes minutes, so it is a tool to run by hand, not a test.
 """
 
 from __future__ import annotations
