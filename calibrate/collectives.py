@@ -60,7 +60,8 @@ def _send_recv(nelem, group, ranks, me, device):
     def call() -> None:
         reqs = [dist.isend(send, dst=nxt, group=group), dist.irecv(recv, src=prev, group=group)]
         for req in reqs:
-            req.wait()
+            if req is not None:  # None only for a rank outside ``group``, which never calls
+                req.wait()
 
     return call
 

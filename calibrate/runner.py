@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from calibrate import attention, collectives, gemm, hostlink, interference, membw, soak, spread
@@ -52,7 +53,18 @@ class Step:
     """One measurement; ``run`` appends its row(s) to the Measurements."""
 
     label: str
-    run: Callable[[Measurements], None]
+    #: its return value is ignored (a measurement appends to, or sets on, the Measurements)
+    run: Callable[[Measurements], object]
+
+
+def _appends(rows: str, measure: Callable[[], object]) -> Callable[[Measurements], None]:
+    """A step's body that appends the row ``measure()`` returns to ``Measurements.<rows>``
+    (bound with :func:`functools.partial`, so each step keeps its own shape or size)."""
+
+    def run(m: Measurements) -> None:
+        getattr(m, rows).append(measure())
+
+    return run
 
 
 def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
@@ -71,7 +83,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     steps += [
         Step(
             f"gemm {d} {s.m}x{s.n}x{s.k}" + (f" {s.role}" if s.role else ""),
-            lambda m, s=s, d=d: m.gemm.append(gemm.measure_gemm(s, d, dev, timer, budget)),
+            _appends("gemm", partial(gemm.measure_gemm, s, d, dev, timer, budget)),
         )
         for d in gemm.default_dtypes(cfg.device)
         for s in cfg.gemm_shapes
@@ -79,7 +91,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     steps += [
         Step(
             f"gemm {gemm.CUBE_DTYPE} {s.m}x{s.n}x{s.k} (shape cube)",
-            lambda m, s=s: m.gemm.append(gemm.measure_gemm(s, gemm.CUBE_DTYPE, dev, timer, budget)),
+            _appends("gemm", partial(gemm.measure_gemm, s, gemm.CUBE_DTYPE, dev, timer, budget)),
         )
         for s in cfg.cube_shapes
         if s not in cfg.gemm_shapes
@@ -95,8 +107,8 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     steps += [
         Step(
             f"attention s={a.seq} h={a.heads}/{a.kv_heads} d={a.head_dim}",
-            lambda m, a=a: m.attention.append(
-                attention.measure_attention(a, att_dtype, dev, timer, budget)
+            _appends(
+                "attention", partial(attention.measure_attention, a, att_dtype, dev, timer, budget)
             ),
         )
         for a in attention.default_shapes(cfg.device, cfg.quick)
@@ -104,7 +116,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     steps += [
         Step(
             f"memory {k.name} {n} elements",
-            lambda m, k=k, n=n: m.memory.append(membw.measure_kernel(k, n, dev, timer, budget)),
+            _appends("memory", partial(membw.measure_kernel, k, n, dev, timer, budget)),
         )
         for k in membw.KERNELS.values()
         for n in membw.default_sizes(cfg.device, cfg.quick)
@@ -130,12 +142,20 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         steps += [
             Step(
                 f"{op} {scope} {nbytes} B",
-                lambda m, op=op, scope=scope, group=group, size=size, nbytes=nbytes: (
-                    m.collectives.append(
-                        collectives.measure_collective(
-                            op, nbytes, scope, group, size, ctx.nodes, dev, timer, budget
-                        )
-                    )
+                _appends(
+                    "collectives",
+                    partial(
+                        collectives.measure_collective,
+                        op,
+                        nbytes,
+                        scope,
+                        group,
+                        size,
+                        ctx.nodes,
+                        dev,
+                        timer,
+                        budget,
+                    ),
                 ),
             )
             for op in collectives.BUILDERS
