@@ -2,12 +2,15 @@
 
 Every bad input (a scenario field, a CLI argument, a hardware profile) raises
 :class:`UserError`. The CLI prints ``error: <field>: <message>`` on one line and exits
-with status 2, never a traceback.
+with status 2, never a traceback. A fault of the simulator itself that it can name (a step
+whose ranks wait for each other for ever) raises :class:`InternalError`: one line and status 3,
+the traceback only with ``SIMCLUSTER_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +27,15 @@ class UserError(Exception):
     def one_line(self) -> str:
         """The message as printed by the CLI (newlines folded)."""
         return " ".join(str(self).split())
+
+
+class InternalError(RuntimeError):
+    """A simulation the engine could not finish: its bug, not the input's (to be reported with
+    the scenario). A sweep or validate run lists it against its layout or case and goes on."""
+
+
+#: the environment variable that lets an InternalError's traceback through the CLI
+DEBUG_ENV = "SIMCLUSTER_DEBUG"
 
 
 # What users coming from a framework's flags or a Hugging Face config type for one of our keys
@@ -71,12 +83,23 @@ def read_text(path: str | Path, field: str, what: str = "file") -> str:
 
 
 def exit_code_of(action: Callable[[], int | None]) -> int:
-    """Run a command body; a UserError becomes one line on stderr and status 2, ^C status 130."""
+    """Run a command body; a UserError becomes one line on stderr and status 2, an
+    InternalError one line and status 3 (its traceback with ``SIMCLUSTER_DEBUG=1``), ^C
+    status 130."""
     try:
         return int(action() or 0)
     except UserError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
+    except InternalError as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"error: internal: {' '.join(str(exc).split())} (a simcluster bug, not your input: "
+            f"please report it with the scenario; {DEBUG_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 3
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -20,7 +20,7 @@ from simcluster.engine.recorder import Recorder
 from simcluster.engine.result import SimResult
 from simcluster.engine.shared import Shared
 from simcluster.engine.worker import GRAD_ZERO, Worker
-from simcluster.errors import UserError
+from simcluster.errors import InternalError, UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.network import Network
 from simcluster.parallelism.data import (
@@ -178,9 +178,9 @@ def simulate(
     stuck = [w.rank for w in workers if w.ops_done < len(plans[w.stage].ops)]
     if stuck:
         # an engine bug, not a bad input: ranks waiting for each other leave SimPy with no event
-        raise RuntimeError(
-            f"simulation deadlocked: ranks {stuck[:8]} stopped before their last op "
-            f"at t={env.now:.6g} s; please report the scenario"
+        raise InternalError(
+            f"the simulation of '{sc.name}' ({ctx.layout.describe()}) deadlocked: ranks "
+            f"{stuck[:8]} stopped before their last op at t={env.now:.6g} s"
         )
     events = recorder.events()
     step = _step_time(sc, workers, events)
