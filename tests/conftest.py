@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -71,17 +72,23 @@ class CliResult:
         self.code, self.out, self.err = code, out, err
 
 
-@pytest.fixture
-def cli():
-    """Run the simcluster CLI in-process; returns CliResult(code, out, err)."""
+def in_process(entry: Callable[[list[str]], int]) -> Callable[..., CliResult]:
+    """A runner of a CLI ``entry(argv)`` in this process, its output captured; argparse's
+    SystemExit becomes the exit code."""
 
     def run(*argv: str) -> CliResult:
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             try:
-                code = main(list(argv))
+                code = entry(list(argv))
             except SystemExit as exc:  # argparse
                 code = int(exc.code or 0)
         return CliResult(code, out.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture
+def cli():
+    """Run the simcluster CLI in-process; returns CliResult(code, out, err)."""
+    return in_process(main)

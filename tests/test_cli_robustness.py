@@ -3,15 +3,13 @@ fuzzing is one line on stderr naming the field and the fix, exit code 2, no trac
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import CliResult, make_scenario
+from tests.conftest import in_process, make_scenario
 from tests.test_scenario_errors import assert_one_line_error, write
 
 FIX = Path(__file__).parent / "fixtures"
@@ -23,16 +21,7 @@ def calibrate():
     """Run ``python -m calibrate`` in-process; returns CliResult(code, out, err)."""
     from calibrate.cli import main
 
-    def run(*argv: str) -> CliResult:
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(list(argv))
-            except SystemExit as exc:  # argparse
-                code = int(exc.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
-
-    return run
+    return in_process(main)
 
 
 def not_utf8(tmp_path, name="bad.yaml"):
