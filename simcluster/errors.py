@@ -16,6 +16,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's message with its newlines and runs of spaces folded, as the CLI prints it."""
+    return " ".join(str(exc).split())
+
+
 class UserError(Exception):
     """A bad input, explained in one line that names the field and the fix."""
 
@@ -26,7 +31,7 @@ class UserError(Exception):
 
     def one_line(self) -> str:
         """The message as printed by the CLI (newlines folded)."""
-        return " ".join(str(self).split())
+        return one_line(self)
 
 
 class InternalError(RuntimeError):
@@ -95,7 +100,7 @@ def exit_code_of(action: Callable[[], int | None]) -> int:
         if os.environ.get(DEBUG_ENV):
             raise
         print(
-            f"error: internal: {' '.join(str(exc).split())} (a simcluster bug, not your input: "
+            f"error: internal: {one_line(exc)} (a simcluster bug, not your input: "
             f"please report it with the scenario; {DEBUG_ENV}=1 shows the traceback)",
             file=sys.stderr,
         )

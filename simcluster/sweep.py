@@ -28,7 +28,7 @@ from typing import Any
 
 from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.engine.breakdown import largest_besides_gemm
-from simcluster.errors import InternalError, UserError
+from simcluster.errors import InternalError, UserError, one_line
 from simcluster.executors import Executor
 
 # axis -> (scenario section, field, value type)
@@ -246,7 +246,7 @@ def simulate_candidate(job: tuple[Candidate, str | None]) -> SweepRow:
     except UserError as exc:  # a check that only the engine makes
         return SweepRow(cand, None, exc.one_line(), time.perf_counter() - wall)
     except InternalError as exc:  # one layout's engine fault must not end the sweep
-        return SweepRow(cand, None, f"internal: {exc}", time.perf_counter() - wall)
+        return SweepRow(cand, None, f"internal: {one_line(exc)}", time.perf_counter() - wall)
     return SweepRow(cand, summary, None, time.perf_counter() - wall)
 
 

@@ -37,31 +37,35 @@ def _pipeline() -> dict:
     return make_scenario(name="stuck", parallel={"tp": 1, "pp": 2}, training={"global_batch": 8})
 
 
+@pytest.fixture
+def stuck_yaml(tmp_path):
+    """The pipeline scenario as a file, for the CLI."""
+    path = tmp_path / "stuck.yaml"
+    path.write_text(yaml.safe_dump(_pipeline()))
+    return path
+
+
 def test_a_rank_that_stops_early_is_reported_as_an_internal_error(monkeypatch):
     monkeypatch.setattr(Worker, "run", _stall_when(lambda w: w.stage == 1))
     with pytest.raises(InternalError, match=r"'stuck' \(.*pp2.*\) deadlocked: ranks \[[0-9, ]+\] stopped"):
         simulate(scenario_from_dict(_pipeline()))
 
 
-def test_the_cli_prints_one_line_and_exits_3(monkeypatch, tmp_path, cli):
+def test_the_cli_prints_one_line_and_exits_3(monkeypatch, stuck_yaml, cli):
     monkeypatch.setattr(Worker, "run", _stall_when(lambda w: w.stage == 1))
     monkeypatch.delenv(DEBUG_ENV, raising=False)
-    path = tmp_path / "stuck.yaml"
-    path.write_text(yaml.safe_dump(_pipeline()))
-    res = cli("run", str(path))
+    res = cli("run", str(stuck_yaml))
     assert res.code == 3
     lines = res.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: internal: the simulation of 'stuck'")
     assert "please report it with the scenario" in lines[0] and "Traceback" not in res.err
 
 
-def test_simcluster_debug_lets_the_traceback_through(monkeypatch, tmp_path, cli):
+def test_simcluster_debug_lets_the_traceback_through(monkeypatch, stuck_yaml, cli):
     monkeypatch.setattr(Worker, "run", _stall_when(lambda w: w.stage == 1))
     monkeypatch.setenv(DEBUG_ENV, "1")
-    path = tmp_path / "stuck.yaml"
-    path.write_text(yaml.safe_dump(_pipeline()))
     with pytest.raises(InternalError):
-        cli("run", str(path))
+        cli("run", str(stuck_yaml))
 
 
 def test_a_sweep_lists_the_stuck_layout_and_simulates_the_others(monkeypatch):
