@@ -97,20 +97,24 @@ class KernelModel:
 
     def __post_init__(self) -> None:
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
+        # the curves are the stock GPU's TFLOP/s: a scenario's patched peak scales them
+        act = self.act_dtype
+        self._attention_scale = self._peak(act) / self._peak(act, self.profile.as_measured)
         self._shapes = shape_table(self.profile.efficiency.gemm_shapes)
         rows = self.profile.measured.get("gemm", []) or []
         for row in rows:
             dtype = str(row["dtype"])
             flops = 2.0 * row["m"] * row["n"] * row["k"]
-            peak = self._peak(dtype)
+            # a fraction of the peak of the GPU it was timed on, carried to a patched peak
+            peak = self._peak(dtype, self.profile.as_measured)
             self._gemm_curves.setdefault(dtype, []).append((flops, flops / row["time_s"] / peak))
         self._timed = TimedGemms.of_rows(rows)
         for dtype, rows in self._gemm_curves.items():
             self._gemm_curves[dtype] = median_curve(rows)
 
     # --- peaks ------------------------------------------------------------------------
-    def _peak(self, dtype: str) -> float:
-        table = self.profile.gpu.peak_tflops
+    def _peak(self, dtype: str, profile: HardwareProfile | None = None) -> float:
+        table = (profile or self.profile).gpu.peak_tflops
         dtype = PEAK_KEYS.get(dtype, dtype)
         if dtype in table:
             return table[dtype] * 1e12
@@ -221,6 +225,8 @@ class KernelModel:
         curve = factor = 1.0
         cap = None
         if timed:
+            # a scenario's patched peak speeds a timed shape up in proportion (1 unpatched)
+            timed *= self._peak(dtype, self.profile.as_measured) / self._peak(dtype)
             eff = flops / timed / self._peak(dtype)
         else:
             curve = eff = self.gemm_efficiency(flops, dtype)
@@ -247,7 +253,8 @@ class KernelModel:
     def hbm_bytes_per_s(self) -> float:
         measured = self.profile.measured.get("memory") or []
         if measured:
-            return max(float(r["bytes_per_s"]) for r in measured)
+            patched = self.profile.gpu.hbm_tbps / self.profile.as_measured.gpu.hbm_tbps
+            return max(float(r["bytes_per_s"]) for r in measured) * patched
         return self.profile.hbm_bytes_per_s * self.profile.efficiency.hbm
 
     def memory(self, nbytes: float) -> float:
@@ -301,6 +308,7 @@ class KernelModel:
         if self._attention_curves is not None:
             d = (head_dim + v_dim) / 2
             rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
+            rate *= self._attention_scale
         else:
             eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
             rate = self._peak(self.act_dtype) * eff

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
@@ -236,6 +236,19 @@ class HardwareProfile(_Strict):
     measured: dict[str, Any] = Field(default_factory=dict)
     provenance: dict[str, Any] = Field(default_factory=dict)
     sources: dict[str, str] = Field(default_factory=dict)
+    # the profile before a scenario's overrides and patch: the machine ``measured`` was taken on
+    _as_measured: HardwareProfile | None = PrivateAttr(default=None)
+
+    @property
+    def as_measured(self) -> HardwareProfile:
+        """The machine its measurements describe (``measured`` tables, attention curves in
+        TFLOP/s): itself, unless a scenario changed its fields (``cluster.nic_gbps``, a
+        ``cluster.profile`` patch), in which case the profile as loaded. A measurement is the
+        stock machine's: the model carries it to a changed field by the ratio of the two
+        machines (a collective table's measured/modelled time is taken against the stock
+        machine's model; a timed GEMM scales with the patched peak), or the change would cancel
+        out (half the NIC bandwidth would leave a measured all-reduce as fast as before)."""
+        return self._as_measured or self
 
     # --- SI accessors -------------------------------------------------------------------
     @property
@@ -451,6 +464,9 @@ def profile_from_dict(
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
+    if changes and not any(p.split(".")[0] == "measured" for p in changes):
+        # a patch that brings its own measurements describes the changed machine itself
+        profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
     return profile
 
 

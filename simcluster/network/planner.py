@@ -183,13 +183,14 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
 
 def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float) -> float:
     """Model time of ``op`` on whole nodes laid out as a measured table's geometry: the first
-    ``per_node`` GPUs of ``nodes`` nodes of a cluster of exactly that many nodes (cached)."""
+    ``per_node`` GPUs of ``nodes`` nodes of a cluster of exactly that many nodes (cached), built
+    from the profile the table was measured on (``HardwareProfile.as_measured``)."""
     refs = cluster.cache.setdefault("reference_clusters", {})
     nodes = geometry.nodes
     # the table's nodes as measured, even when the scenario packs fewer GPUs per node
     gpn = max(cluster.gpus_per_node, geometry.per_node)
     if (nodes, gpn) not in refs:
-        refs[(nodes, gpn)] = build_cluster(cluster.profile, nodes * gpn, gpn)
+        refs[(nodes, gpn)] = build_cluster(cluster.profile.as_measured, nodes * gpn, gpn)
     ref = refs[(nodes, gpn)]
     group = tuple(n * gpn + i for n in range(nodes) for i in range(geometry.per_node))
     return _best(ref, op, (group,), nbytes, None)[0]
