@@ -1,14 +1,29 @@
-"""Check physical monotonicity on random scenarios: faster hardware never makes a step slower.
+"""Check relations that hold physically on random scenarios (metamorphic testing).
 
     python tools/metamorphic.py --seed 1 --count 100 --out /tmp/meta
 
 Each scenario is drawn as tools/fuzz_scenarios.py draws one; those that simulate are simulated
-again with one part of the hardware made faster through the scenario's ``cluster.profile``
-patch: every tensor-core peak, the HBM bandwidth, the NVLink bandwidth, the NIC bandwidth (each
-x1.5) or the NIC latency (x0.5). None of these can lengthen a real step, so a variant whose
-step is more than ``--tolerance`` slower than the baseline is a finding (an algorithm chosen
-against its own cost, a schedule anomaly, a table read at the wrong point) and is written to
-``--out`` with the two step times. It takes minutes, so it is a tool to run by hand.
+again as variants whose result can only move one way:
+
+- faster hardware, through the scenario's ``cluster.profile`` patch (every tensor-core peak,
+  the HBM, NVLink or NIC bandwidth x1.5, the NIC latency x0.5): the step is not slower;
+- twice the global batch (twice the microbatches): the time per sequence is not longer, the
+  pipeline's fill and drain and the gradient sync being spread over more work;
+- twice the data-parallel replicas (GPUs and global batch x2) without ZeRO: the step is not
+  shorter;
+- the next ZeRO stage: the peak memory is not higher;
+- more recomputation (none -> selective -> full): the peak memory is not higher and the step
+  is not shorter;
+- twice the micro-batch: the peak memory is not lower;
+- twice the tensor parallelism (and the GPUs): the peak memory is not higher;
+- sequences twice as long: the step is not shorter.
+
+ZB-auto is left out of the memory relations: it fills whatever activation room is left.
+
+A variant that breaks its relation by more than ``--tolerance`` is a finding (an algorithm
+chosen against its own cost, a schedule anomaly, a table read at the wrong point) and is
+written to ``--out`` with both numbers. A variant that is refused (say, ZeRO-3 with a schedule
+that cannot run it) is skipped. It takes minutes, so it is a tool to run by hand.
 """
 
 from __future__ import annotations
@@ -18,6 +33,8 @@ import copy
 import random
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +47,124 @@ from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.scenario import scenario_from_dict
 
+Doc = dict[str, Any]
 
-def _faster(profile: Any) -> dict[str, dict[str, Any]]:
-    """Each variant's ``cluster.profile`` patch, built from the drawn profile's own values."""
-    gpu, node = profile.gpu, profile.node
-    return {
-        "compute x1.5": {"gpu": {"peak_tflops": {k: v * 1.5 for k, v in gpu.peak_tflops.items()}}},
-        "hbm x1.5": {"gpu": {"hbm_tbps": gpu.hbm_tbps * 1.5}},
-        "nvlink x1.5": {"node": {"nvlink_GBps": node.nvlink_GBps * 1.5}},
-        "nic x1.5": {"node": {"nic_gbps": node.nic_gbps * 1.5}},
-        "nic latency x0.5": {"node": {"nic_latency_us": node.nic_latency_us * 0.5}},
-    }
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a relation compares: the step, the time per sequence, the peak memory."""
+
+    step_s: float
+    per_sequence_s: float
+    peak_bytes: float
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A variant of a scenario and the direction its outcome may move."""
+
+    name: str
+    variant: Callable[[Doc, Any], Doc | None]  # (scenario, its profile) -> variant, or None
+    metric: str  # a field of Outcome
+    may_grow: bool  # True: the variant's metric may not fall; False: it may not grow
+
+
+def _patched(patch: Callable[[Any], Doc]) -> Callable[[Doc, Any], Doc]:
+    def variant(doc: Doc, profile: Any) -> Doc:
+        out = copy.deepcopy(doc)
+        out["cluster"]["profile"] = patch(profile)  # on top of the scenario's own overrides
+        return out
+
+    return variant
+
+
+def _edit(edit: Callable[[Doc], bool]) -> Callable[[Doc, Any], Doc | None]:
+    def variant(doc: Doc, _profile: Any) -> Doc | None:
+        out = copy.deepcopy(doc)
+        return out if edit(out) else None
+
+    return variant
+
+
+def _adaptive_memory(doc: Doc) -> bool:
+    """ZB-auto defers weight gradients into whatever activation room is left (85% of the GPU),
+    so its peak follows the room, not the layout: no memory relation holds for it."""
+    return doc["parallel"].get("schedule") == "zb-auto"
+
+
+def _double_batch(doc: Doc) -> bool:
+    doc["training"]["global_batch"] *= 2
+    return True
+
+
+def _double_dp(doc: Doc) -> bool:
+    """Without ZeRO: with it, each replica's optimizer step shrinks as replicas are added."""
+    doc["cluster"]["gpus"] *= 2
+    doc["training"]["global_batch"] *= 2
+    return doc["parallel"].get("zero", 0) == 0
+
+
+def _next_zero(doc: Doc) -> bool:
+    zero = doc["parallel"].get("zero", 0)
+    doc["parallel"]["zero"] = zero + 1
+    doc["parallel"].pop("zero_shard", None)
+    return zero < 3 and not _adaptive_memory(doc)
+
+
+def _double_micro_batch(doc: Doc) -> bool:
+    doc["training"]["micro_batch"] = doc["training"].get("micro_batch", 1) * 2
+    return not _adaptive_memory(doc)
+
+
+def _double_tp(doc: Doc) -> bool:
+    doc["parallel"]["tp"] = doc["parallel"].get("tp", 1) * 2
+    doc["cluster"]["gpus"] *= 2
+    return not _adaptive_memory(doc)
+
+
+def _longer_sequences(doc: Doc) -> bool:
+    """Twice the sequence length, as many sequences: twice the tokens. (Half as many sequences
+    may well be faster: larger GEMMs, fewer microbatches' fixed costs.)"""
+    doc["training"]["seq_len"] *= 2
+    return True
+
+
+_RECOMPUTE = ["none", "selective", "full"]
+
+
+def _more_recompute(doc: Doc) -> bool:
+    now = doc["training"].get("recompute", "none")
+    if now not in _RECOMPUTE[:-1] or _adaptive_memory(doc):
+        return False
+    doc["training"]["recompute"] = _RECOMPUTE[_RECOMPUTE.index(now) + 1]
+    doc["training"].pop("recompute_num_layers", None)
+    return True
+
+
+RELATIONS = [
+    Relation("compute x1.5", _patched(lambda p: {"gpu": {"peak_tflops": {k: v * 1.5 for k, v in p.gpu.peak_tflops.items()}}}), "step_s", False),  # noqa: E501
+    Relation("hbm x1.5", _patched(lambda p: {"gpu": {"hbm_tbps": p.gpu.hbm_tbps * 1.5}}), "step_s", False),
+    Relation("nvlink x1.5", _patched(lambda p: {"node": {"nvlink_GBps": p.node.nvlink_GBps * 1.5}}), "step_s", False),
+    Relation("nic x1.5", _patched(lambda p: {"node": {"nic_gbps": p.node.nic_gbps * 1.5}}), "step_s", False),
+    Relation("nic latency x0.5", _patched(lambda p: {"node": {"nic_latency_us": p.node.nic_latency_us * 0.5}}), "step_s", False),  # noqa: E501
+    Relation("global batch x2", _edit(_double_batch), "per_sequence_s", False),
+    Relation("dp x2", _edit(_double_dp), "step_s", True),
+    Relation("zero +1", _edit(_next_zero), "peak_bytes", False),
+    Relation("recompute memory", _edit(_more_recompute), "peak_bytes", False),
+    Relation("recompute time", _edit(_more_recompute), "step_s", True),
+    Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
+    Relation("tp x2 memory", _edit(_double_tp), "peak_bytes", False),
+    Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
+]
 
 
 class _Timeout(Exception):
     pass
 
 
-def _step(doc: dict[str, Any], timeout_s: int) -> tuple[float, Any] | None:
-    """The step time in seconds and the profile as the scenario changed it, or None when the
-    scenario is refused or runs too long."""
+def _simulate(doc: Doc, timeout_s: int) -> tuple[Outcome, Any] | None:
+    """The outcome and the profile as the scenario changed it, or None when the scenario is
+    refused or runs too long."""
 
     def expire(*_: object) -> None:
         raise _Timeout
@@ -58,11 +173,23 @@ def _step(doc: dict[str, Any], timeout_s: int) -> tuple[float, Any] | None:
     signal.alarm(timeout_s)
     try:
         ctx = build_context(scenario_from_dict(doc))
-        return float(simulate(ctx).summary["step_time_s"]), ctx.profile
+        summary = simulate(ctx).summary
     except (UserError, _Timeout):
         return None
     finally:
         signal.alarm(0)
+    step = float(summary["step_time_s"])
+    outcome = Outcome(step, step / doc["training"]["global_batch"], float(summary["peak_memory_bytes"]["max"]))
+    return outcome, ctx.profile
+
+
+def broken(relation: Relation, base: Outcome, variant: Outcome, tolerance: float) -> str | None:
+    """A one-line finding when ``variant`` moved against ``relation``, else None."""
+    before, after = getattr(base, relation.metric), getattr(variant, relation.metric)
+    wrong = after < before * (1 - tolerance) if relation.may_grow else after > before * (1 + tolerance)
+    if not wrong:
+        return None
+    return f"{relation.name}: {relation.metric} {before:.6g} -> {after:.6g} ({after / before - 1:+.1%})"
 
 
 def main(argv: list[str]) -> int:
@@ -70,32 +197,36 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=50, help="random scenarios drawn (default 50)")
     parser.add_argument("--timeout", type=int, default=60, help="seconds per simulation (default 60)")
-    parser.add_argument("--tolerance", type=float, default=0.005, help="allowed slow-down (default 0.005)")
+    parser.add_argument("--tolerance", type=float, default=0.005, help="allowed move the wrong way (default 0.005)")
+    parser.add_argument("--only", help="comma-separated: run only the relations whose name contains one")
     parser.add_argument("--out", type=Path, default=Path("metamorphic-findings"))
     args = parser.parse_args(argv)
+    wanted = args.only.split(",") if args.only else [""]
+    relations = [r for r in RELATIONS if any(w in r.name for w in wanted)]
     rng = random.Random(args.seed)
-    checked = findings = 0
+    checked = variants = findings = 0
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
             doc = draw(rng)
-            baseline = _step(doc, args.timeout)
+            baseline = _simulate(doc, args.timeout)
             if baseline is not None:
                 checked += 1
-                base, profile = baseline  # with the scenario's own overrides (cluster.nic_gbps)
-                for name, patch in _faster(profile).items():
-                    variant = copy.deepcopy(doc)
-                    variant["cluster"]["profile"] = patch
-                    result = _step(variant, args.timeout)
-                    step = result[0] if result else None
-                    if step is not None and step > base * (1 + args.tolerance):
+                base, profile = baseline
+                for relation in relations:
+                    variant = relation.variant(doc, profile)
+                    result = _simulate(variant, args.timeout) if variant is not None else None
+                    if result is None:
+                        continue
+                    variants += 1
+                    line = broken(relation, base, result[0], args.tolerance)
+                    if line:
                         findings += 1
                         args.out.mkdir(parents=True, exist_ok=True)
-                        path = args.out / f"seed{args.seed}-{i}-{name.split()[0]}.yaml"
-                        line = f"{name}: step {base:.6g} s -> {step:.6g} s ({step / base - 1:+.1%})"
-                        path.write_text(f"# {line}\n" + yaml.safe_dump(variant))
+                        path = args.out / f"seed{args.seed}-{i}-{relation.name.replace(' ', '_')}.yaml"
+                        path.write_text(f"# {line}\n# baseline:\n" + "".join(f"#   {x}\n" for x in yaml.safe_dump(doc).splitlines()) + yaml.safe_dump(variant))  # noqa: E501
                         print(f"{path}: {line}", flush=True)
             advance(f"{findings} findings")
-    print(f"{args.count} drawn, {checked} simulated and varied 5 ways, {findings} findings")
+    print(f"{args.count} drawn, {checked} simulated, {variants} variants checked, {findings} findings")
     return 1 if findings else 0
 
 

@@ -1,0 +1,42 @@
+"""Physical monotonicity on shipped scenarios, the relations of tools/metamorphic.py.
+
+Faster hardware (tensor-core peaks, HBM, NVLink, NIC bandwidth x1.5, NIC latency x0.5) never
+lengthens a step; more recomputation never raises the peak memory nor shortens the step; the
+next ZeRO stage never raises the peak memory; twice the sequences per step never lengthens the
+time per sequence; twice the sequence length never shortens the step. The two scenarios run on
+profiles with measured collective tables (dgx-h100 in a node, alps-gh200 across nodes), where a
+patched NVLink once made a step slower (tests/test_patched_measurements.py).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simcluster.scenario.loading import resolve_scenario_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+metamorphic = pytest.importorskip("metamorphic")
+
+TOLERANCE = 0.005  # the tool's default: a step may move this much the wrong way
+
+
+@pytest.fixture(scope="module", params=["llama3-8b-8xh100", "llama3-8b-256xgh200"])
+def baseline(request):
+    doc = yaml.safe_load(resolve_scenario_path(request.param).read_text())
+    result = metamorphic._simulate(doc, timeout_s=120)
+    assert result is not None, f"{request.param} should simulate"
+    return doc, result
+
+
+@pytest.mark.parametrize("relation", metamorphic.RELATIONS, ids=lambda r: r.name)
+def test_relation_holds(baseline, relation):
+    doc, (base, profile) = baseline
+    variant = relation.variant(doc, profile)
+    if variant is None:
+        pytest.skip(f"{relation.name} does not apply to this scenario")
+    result = metamorphic._simulate(variant, timeout_s=120)
+    if result is None:
+        pytest.skip(f"{relation.name}: the variant is refused (e.g. it no longer fits the cluster)")
+    assert metamorphic.broken(relation, base, result[0], TOLERANCE) is None
