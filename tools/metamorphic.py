@@ -18,7 +18,8 @@ again as variants whose result can only move one way:
 - twice the tensor parallelism (and the GPUs): the peak memory is not higher;
 - sequences twice as long: the step is not shorter.
 
-ZB-auto is left out of the memory relations: it fills whatever activation room is left.
+The cost-aware schedules (ZB-1p/2p/auto, ZBV) are left out of the memory relations: how many
+microbatches they hold follows the passes' times and the room left.
 
 A variant that breaks its relation by more than ``--tolerance`` is a finding (an algorithm
 chosen against its own cost, a schedule anomaly, a table read at the wrong point) and is
@@ -46,6 +47,7 @@ from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.scenario import scenario_from_dict
+from simcluster.schedules.registry import SCHEDULES
 
 Doc = dict[str, Any]
 
@@ -87,9 +89,11 @@ def _edit(edit: Callable[[Doc], bool]) -> Callable[[Doc, Any], Doc | None]:
 
 
 def _adaptive_memory(doc: Doc) -> bool:
-    """ZB-auto defers weight gradients into whatever activation room is left (85% of the GPU),
-    so its peak follows the room, not the layout: no memory relation holds for it."""
-    return doc["parallel"].get("schedule") == "zb-auto"
+    """A cost-aware order (ZB-1p/2p/auto, ZBV) holds as many microbatches as its greedy finds
+    worth it under its limit, and ZB-auto's limit is the room left in 85% of the GPU: a change
+    that shortens a pass or frees memory may let it hold more, so no memory relation holds."""
+    name = doc["parallel"].get("schedule")
+    return name is not None and SCHEDULES[name].cost_aware
 
 
 def _double_batch(doc: Doc) -> bool:
