@@ -16,7 +16,9 @@ again as variants whose result can only move one way:
   is not shorter;
 - twice the micro-batch: the peak memory is not lower;
 - twice the tensor parallelism (and the GPUs): the peak memory is not higher;
-- sequences twice as long: the step is not shorter.
+- sequences twice as long: the step is not shorter;
+- every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
+  one-rank-per-stage shortcut.
 
 The cost-aware schedules (ZB-1p/2p/auto, ZBV) are left out of the memory relations: how many
 microbatches they hold follows the passes' times and the room left.
@@ -68,7 +70,7 @@ class Relation:
     name: str
     variant: Callable[[Doc, Any], Doc | None]  # (scenario, its profile) -> variant, or None
     metric: str  # a field of Outcome
-    may_grow: bool  # True: the variant's metric may not fall; False: it may not grow
+    may_grow: bool | None  # True: the metric may not fall; False: may not grow; None: equal
 
 
 def _patched(patch: Callable[[Any], Doc]) -> Callable[[Doc, Any], Doc]:
@@ -133,6 +135,12 @@ def _longer_sequences(doc: Doc) -> bool:
     return True
 
 
+def _every_rank(doc: Doc) -> bool:
+    """Every GPU simulated instead of one per stage (the symmetry shortcut), up to 64 GPUs."""
+    doc.setdefault("simulation", {})["all_ranks"] = True
+    return doc["cluster"]["gpus"] <= 64
+
+
 _RECOMPUTE = ["none", "selective", "full"]
 
 
@@ -159,6 +167,7 @@ RELATIONS = [
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
     Relation("tp x2 memory", _edit(_double_tp), "peak_bytes", False),
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
+    Relation("every rank", _edit(_every_rank), "step_s", None),
 ]
 
 
@@ -190,7 +199,8 @@ def _simulate(doc: Doc, timeout_s: int) -> tuple[Outcome, Any] | None:
 def broken(relation: Relation, base: Outcome, variant: Outcome, tolerance: float) -> str | None:
     """A one-line finding when ``variant`` moved against ``relation``, else None."""
     before, after = getattr(base, relation.metric), getattr(variant, relation.metric)
-    wrong = after < before * (1 - tolerance) if relation.may_grow else after > before * (1 + tolerance)
+    fell, grew = after < before * (1 - tolerance), after > before * (1 + tolerance)
+    wrong = {True: fell, False: grew, None: fell or grew}[relation.may_grow]
     if not wrong:
         return None
     return f"{relation.name}: {relation.metric} {before:.6g} -> {after:.6g} ({after / before - 1:+.1%})"
