@@ -17,6 +17,7 @@ again as variants whose result can only move one way:
 - twice the micro-batch: the peak memory is not lower;
 - twice the tensor parallelism (and the GPUs): the peak memory is not higher;
 - sequences twice as long: the step is not shorter;
+- an ideal network (``cluster.network: ideal``, every transfer instant): the step is not longer;
 - every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
   one-rank-per-stage shortcut.
 
@@ -135,6 +136,11 @@ def _longer_sequences(doc: Doc) -> bool:
     return True
 
 
+def _ideal_network(doc: Doc) -> bool:
+    doc["cluster"]["network"] = "ideal"
+    return True
+
+
 def _every_rank(doc: Doc) -> bool:
     """Every GPU simulated instead of one per stage (the symmetry shortcut), up to 64 GPUs."""
     doc.setdefault("simulation", {})["all_ranks"] = True
@@ -167,6 +173,7 @@ RELATIONS = [
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
     Relation("tp x2 memory", _edit(_double_tp), "peak_bytes", False),
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
+    Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
 ]
 
