@@ -12,6 +12,7 @@ The :class:`HardwareProfile` accessors convert to SI (bytes, bytes/s, FLOP/s, s)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from functools import cached_property
 from pathlib import Path
@@ -466,7 +467,8 @@ def profile_from_dict(
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
     if changes and not any(p.split(".")[0] == "measured" for p in changes):
         # a patch that brings its own measurements describes the changed machine itself
-        profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
+        with contextlib.suppress(UserError):  # a profile completed by its patch is its own
+            profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
     return profile
 
 

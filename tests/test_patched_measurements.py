@@ -92,3 +92,10 @@ def test_published_attention_curves_scale_with_a_patched_peak():
     args = (1, 8192, 8192, 32, 128, 128, True, False)
     launch = stock.launch_s
     assert faster.attention(*args) - launch == pytest.approx((stock.attention(*args) - launch) / 1.5, rel=1e-9)
+
+
+def test_a_profile_completed_by_its_patch_is_its_own_reference():
+    raw = load_profile("dgx-h100").model_dump()
+    del raw["node"]["nic_gbps"]  # incomplete alone: the scenario's patch supplies it
+    p = profile_from_dict(raw, patch={"node": {"nic_gbps": 400}})
+    assert p.as_measured is p and p.node.nic_gbps == 400
