@@ -9,8 +9,6 @@ again as variants whose result can only move one way:
   the HBM, NVLink or NIC bandwidth x1.5, the NIC latency x0.5): the step is not slower;
 - twice the global batch (twice the microbatches): the time per sequence is not longer, the
   pipeline's fill and drain and the gradient sync being spread over more work;
-- twice the data-parallel replicas (GPUs and global batch x2) without ZeRO: the step is not
-  shorter;
 - the next ZeRO stage: the peak memory is not higher;
 - more recomputation (none -> selective -> full): the peak memory is not higher and the step
   is not shorter;
@@ -104,13 +102,6 @@ def _double_batch(doc: Doc) -> bool:
     return True
 
 
-def _double_dp(doc: Doc) -> bool:
-    """Without ZeRO: with it, each replica's optimizer step shrinks as replicas are added."""
-    doc["cluster"]["gpus"] *= 2
-    doc["training"]["global_batch"] *= 2
-    return doc["parallel"].get("zero", 0) == 0
-
-
 def _next_zero(doc: Doc) -> bool:
     zero = doc["parallel"].get("zero", 0)
     doc["parallel"]["zero"] = zero + 1
@@ -166,7 +157,6 @@ RELATIONS = [
     Relation("nic x1.5", _patched(lambda p: {"node": {"nic_gbps": p.node.nic_gbps * 1.5}}), "step_s", False),
     Relation("nic latency x0.5", _patched(lambda p: {"node": {"nic_latency_us": p.node.nic_latency_us * 0.5}}), "step_s", False),  # noqa: E501
     Relation("global batch x2", _edit(_double_batch), "per_sequence_s", False),
-    Relation("dp x2", _edit(_double_dp), "step_s", True),
     Relation("zero +1", _edit(_next_zero), "peak_bytes", False),
     Relation("recompute memory", _edit(_more_recompute), "peak_bytes", False),
     Relation("recompute time", _edit(_more_recompute), "step_s", True),
