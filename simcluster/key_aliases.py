@@ -85,6 +85,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "num_nodes": "nodes", "n_nodes": "nodes", "nnodes": "nodes",
         "gpu": "hardware", "gpu_type": "hardware", "system": "hardware",
         "nproc_per_node": "gpus_per_node",
+        # the one schema key with capitals (GB/s, as the profiles spell it): spellings are
+        # lower-cased before lookup, so it needs its own entry
+        "nvlink_gbps": "nvlink_GBps",
     },
 }  # fmt: skip
 
@@ -99,7 +102,7 @@ SECTION_ALIASES: dict[str, str] = {
 
 def _spelled(key: str) -> str:
     # a launch flag's dashes, a table heading's spaces and capitals ("Sequence Length", "TP"):
-    # every schema key is lower case with underscores
+    # every schema key is lower case with underscores but cluster.nvlink_GBps (an alias)
     return "_".join(key.strip().replace("-", " ").replace("_", " ").split()).lower()
 
 

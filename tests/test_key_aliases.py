@@ -164,3 +164,11 @@ def test_one_setting_stated_twice_alike_is_read_once():
     assert cluster(num_gpus=8).gpus == 8  # gpus: 8 and num_gpus: 8
     with pytest.raises(UserError, match="keep one"):
         cluster(gpu="A100-SXM 80GB", system="DGX H100")
+
+
+@pytest.mark.parametrize("spelled", ["nvlink_GBps", "nvlink_gbps", "NVLink GBps"])
+def test_the_schema_key_with_capitals_is_accepted_as_documented(spelled):
+    # cluster.nvlink_GBps (README, hardware.CLUSTER_OVERRIDES) was refused as 'nvlink_gbps':
+    # spellings are lower-cased before lookup, and the schema's own name has capitals
+    doc = {**CANONICAL, "cluster": {"hardware": "dgx-h100", "gpus": 16, spelled: 900}}
+    assert scenario_from_dict(doc).cluster.nvlink_GBps == 900
