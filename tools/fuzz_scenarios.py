@@ -24,6 +24,8 @@ import random
 import signal
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +111,24 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
 
 
-class _Timeout(Exception):
-    pass
+class Timeout(Exception):
+    """A simulation ran past its time limit."""
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raise :class:`Timeout` in the block once ``seconds`` of wall time have passed (SIGALRM:
+    a hang inside the engine's Python loop is interrupted where it stands)."""
+
+    def expire(*_: object) -> None:
+        raise Timeout
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
 
 
 #: check()'s verdicts for a scenario that passes
@@ -121,21 +139,15 @@ def check(doc: dict[str, Any], timeout_s: int) -> str:
     """:data:`SIMULATED` or :data:`REFUSED` (in one line) when ``doc`` passes; else what went
     wrong."""
 
-    def expire(*_: object) -> None:
-        raise _Timeout
-
-    signal.signal(signal.SIGALRM, expire)
-    signal.alarm(timeout_s)
     try:
-        summary = simulate(build_context(scenario_from_dict(doc))).summary
+        with time_limit(timeout_s):
+            summary = simulate(build_context(scenario_from_dict(doc))).summary
     except UserError as err:
         return REFUSED if err.field and "\n" not in err.one_line() else f"bad error: {err}"
-    except _Timeout:
+    except Timeout:
         return f"no result within {timeout_s} s"
     except Exception:  # noqa: BLE001 - every other failure is what the tool looks for
         return traceback.format_exc(limit=6)
-    finally:
-        signal.alarm(0)
     step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
     if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
         return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"

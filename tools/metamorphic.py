@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import random
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fuzz_scenarios import draw
+from fuzz_scenarios import Timeout, draw, time_limit
 
 from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
@@ -168,26 +167,15 @@ RELATIONS = [
 ]
 
 
-class _Timeout(Exception):
-    pass
-
-
 def _simulate(doc: Doc, timeout_s: int) -> tuple[Outcome, Any] | None:
     """The outcome and the profile as the scenario changed it, or None when the scenario is
     refused or runs too long."""
-
-    def expire(*_: object) -> None:
-        raise _Timeout
-
-    signal.signal(signal.SIGALRM, expire)
-    signal.alarm(timeout_s)
     try:
-        ctx = build_context(scenario_from_dict(doc))
-        summary = simulate(ctx).summary
-    except (UserError, _Timeout):
+        with time_limit(timeout_s):
+            ctx = build_context(scenario_from_dict(doc))
+            summary = simulate(ctx).summary
+    except (UserError, Timeout):
         return None
-    finally:
-        signal.alarm(0)
     step = float(summary["step_time_s"])
     outcome = Outcome(step, step / doc["training"]["global_batch"], float(summary["peak_memory_bytes"]["max"]))
     return outcome, ctx.profile
