@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pandas as pd
 import pytest
 from output_timeline import UNIT_S, make_1f1b
@@ -124,3 +125,45 @@ def test_unknown_image_suffix_is_a_user_error(tmp_path):
     t = make_1f1b(p=2, m=2)
     with pytest.raises(UserError, match=r"\.png, \.svg or \.pdf"):
         plot_gantt(t.events, tmp_path / "timeline.gif", t.rank_labels)
+
+
+def _drawn_rgb(fig) -> np.ndarray:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[:, :, :3] / 255.0
+
+
+def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
+    """Selective recomputation puts a recompute sliver before each layer's backward, so at a
+    step's scale a backward is a run of ~1 px pieces; a white rule round each piece washed the
+    run out to a pale tint (llama3-70b-64xh100's timeline, 2026-11-29). The run must read as
+    the backward's color; a block wide enough for its rule keeps its color too."""
+    from matplotlib.colors import to_rgb
+
+    from simcluster.output.gantt import draw_gantt
+    from simcluster.output.style import KIND_STYLES
+
+    rows = [{"kind": "forward", "layer": -1, "start_s": 0.0, "end_s": 1.0}]
+    t, sliver, piece = 1.0, 1e-4, 9e-4  # 100 layers of 1 ms after a 1 s forward: ~1 px each
+    for layer in range(100):
+        rows.append({"kind": "recompute", "layer": layer, "start_s": t, "end_s": t + sliver})
+        rows.append({"kind": "backward", "layer": layer, "start_s": t + sliver, "end_s": t + sliver + piece})
+        t += sliver + piece
+    events = pd.DataFrame(
+        [{"rank": 0, "stage": 0, "stream": "compute", "group": "", "name": r["kind"], "microbatch": 0,
+          "chunk": 0, "bytes": 0.0, **r} for r in rows]  # fmt: skip
+    )
+    fig, layout = draw_gantt(events)
+    image, ax = _drawn_rgb(fig), fig.axes[0]
+    factor = 1e3  # the window is ~1.1 s: the axis is in ms
+
+    def mean_color(t0_s: float, t1_s: float) -> np.ndarray:
+        (x0, y0), (x1, y1) = ax.transData.transform([(t0_s * factor, -0.3), (t1_s * factor, 0.3)])
+        top, bottom = sorted((image.shape[0] - y0, image.shape[0] - y1))  # display y runs up
+        return image[int(top) : int(bottom), int(x0) : int(x1)].reshape(-1, 3).mean(axis=0)
+
+    assert len(layout.blocks) == 201  # nothing merges: the slivers sit between the pieces
+    assert np.abs(mean_color(1.01, 1.09) - to_rgb(KIND_STYLES["backward"].color)).max() < 0.1
+    assert np.abs(mean_color(0.1, 0.9) - to_rgb(KIND_STYLES["forward"].color)).max() < 0.02

@@ -36,6 +36,7 @@ LABELED_KINDS = frozenset({"forward", "backward_input", "backward_weight", "back
 FIG_WIDTH_IN = 14.0
 DPI = 100
 _BAR = 0.8  # bar height as a fraction of the row pitch
+_EDGED_MIN_PX = 4.0  # blocks narrower than this are drawn without their white rule
 _AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
 
 
@@ -168,18 +169,28 @@ def _row_pitch_in(n_rows: int) -> float:
     return 0.34 if n_rows <= DENSE_ROWS else 0.24
 
 
-def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float) -> None:
+def _draw_blocks(
+    ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float, px_per_s: float
+) -> None:
     fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
     rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
     x = blocks["start_s"].to_numpy() * factor
     w = (blocks["end_s"] - blocks["start_s"]).to_numpy() * factor
-    spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for row, fill, x0, width in zip(rows, fills, x, w, strict=True):
-        spans.setdefault((row, fill), []).append((x0, width))
-    # One call per (row, color) keeps thousands of blocks cheap to draw.
-    for (row, fill), ranges in sorted(spans.items()):
+    wide = (blocks["end_s"] - blocks["start_s"]).to_numpy() * px_per_s >= _EDGED_MIN_PX
+    spans: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
+    for row, fill, x0, width, edged in zip(rows, fills, x, w, wide, strict=True):
+        spans.setdefault((row, fill, bool(edged)), []).append((x0, width))
+    # One call per (row, color) keeps thousands of blocks cheap to draw. A white rule sets
+    # neighbouring blocks apart, but only on blocks wide enough to keep their color: a run of
+    # per-layer pieces a pixel wide each (a backward split by selective recomputation, TP
+    # collectives) would otherwise be drawn mostly in white rules, a pale wash of its color.
+    for (row, fill, edged), ranges in sorted(spans.items()):
         ax.broken_barh(
-            ranges, (row - _BAR / 2, _BAR), facecolors=fill, edgecolor="white", linewidth=0.3
+            ranges,
+            (row - _BAR / 2, _BAR),
+            facecolors=fill,
+            edgecolor="white" if edged else fill,
+            linewidth=0.3 if edged else 0.0,
         )
 
 
@@ -276,7 +287,7 @@ def draw_gantt(
     row_of = {(r.rank, r.stream): i for i, r in enumerate(rows)}
     font_pt = min(8.0, pitch * 72 * _BAR * 0.62)
     scale = time_scale(t1 - t0)
-    _draw_blocks(ax, blocks, row_of, n_chunks, scale.factor)
+    _draw_blocks(ax, blocks, row_of, n_chunks, scale.factor, px_per_s)
     labels = _draw_labels(ax, groups, row_of, n_chunks, scale.factor, px_per_s, font_pt)
     for i in range(1, len(rows)):
         if rows[i].rank != rows[i - 1].rank:  # separate GPUs with a thin rule
