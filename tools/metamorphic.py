@@ -13,7 +13,9 @@ again as variants whose result can only move one way:
 - more recomputation (none -> selective -> full): the peak memory is not higher and the step
   is not shorter;
 - twice the micro-batch: the peak memory is not lower;
-- twice the tensor parallelism (and the GPUs): the peak memory is not higher;
+- twice the tensor, data or context parallelism (and the GPUs): the peak memory is not higher;
+- sequence parallelism, an offloaded optimizer, more layers' activations offloaded: the peak
+  memory is not higher;
 - sequences twice as long: the step is not shorter;
 - an ideal network (``cluster.network: ideal``, every transfer instant): the step is not longer;
 - every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
@@ -119,6 +121,40 @@ def _double_tp(doc: Doc) -> bool:
     return not _adaptive_memory(doc)
 
 
+def _double_dp(doc: Doc) -> bool:
+    """Twice the replicas, the same global batch: each holds half the microbatches and, under
+    ZeRO, a smaller share of the states. (The step may well be shorter or longer.)"""
+    doc["cluster"]["gpus"] *= 2
+    return not _adaptive_memory(doc)
+
+
+def _double_cp(doc: Doc) -> bool:
+    doc["parallel"]["cp"] = doc["parallel"].get("cp", 1) * 2
+    doc["cluster"]["gpus"] *= 2
+    return not _adaptive_memory(doc)
+
+
+def _sequence_parallel(doc: Doc) -> bool:
+    """Megatron's sequence parallelism shards the norms' and dropouts' activations over TP."""
+    if doc["parallel"].get("tp", 1) == 1 or doc["parallel"].get("sequence_parallel") or _adaptive_memory(doc):
+        return False
+    doc["parallel"]["sequence_parallel"] = True
+    return True
+
+
+def _offload_optimizer(doc: Doc) -> bool:
+    if doc["training"].get("optimizer_offload") or _adaptive_memory(doc):
+        return False
+    doc["training"]["optimizer_offload"] = True
+    return True
+
+
+def _offload_more_activations(doc: Doc) -> bool:
+    now = doc["training"].get("activation_offload_layers", 0)
+    doc["training"]["activation_offload_layers"] = max(1, 2 * now)
+    return not _adaptive_memory(doc)
+
+
 def _longer_sequences(doc: Doc) -> bool:
     """Twice the sequence length, as many sequences: twice the tokens. (Half as many sequences
     may well be faster: larger GEMMs, fewer microbatches' fixed costs.)"""
@@ -161,6 +197,11 @@ RELATIONS = [
     Relation("recompute time", _edit(_more_recompute), "step_s", True),
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
     Relation("tp x2 memory", _edit(_double_tp), "peak_bytes", False),
+    Relation("dp x2 memory", _edit(_double_dp), "peak_bytes", False),
+    Relation("cp x2 memory", _edit(_double_cp), "peak_bytes", False),
+    Relation("sequence parallel memory", _edit(_sequence_parallel), "peak_bytes", False),
+    Relation("optimizer offload memory", _edit(_offload_optimizer), "peak_bytes", False),
+    Relation("activation offload memory", _edit(_offload_more_activations), "peak_bytes", False),
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
