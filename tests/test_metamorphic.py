@@ -2,8 +2,9 @@
 
 Faster hardware (tensor-core peaks, HBM, NVLink, NIC bandwidth x1.5, NIC latency x0.5) never
 lengthens a step; more recomputation never raises the peak memory nor shortens the step; the
-next ZeRO stage never raises the peak memory; twice the sequences per step never lengthens the
-time per sequence; twice the sequence length never shortens the step. The two scenarios run on
+next ZeRO stage, twice the TP, DP or CP, sequence parallelism and offloading never raise the peak
+memory; twice the sequences per step never lengthens the time per sequence; twice the sequence
+length never shortens the step. The two scenarios run on
 profiles with measured collective tables (dgx-h100 in a node, alps-gh200 across nodes), where a
 patched NVLink once made a step slower (tests/test_patched_measurements.py).
 """
