@@ -465,6 +465,7 @@ def profile_from_dict(
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
+    _check_nvls_rate(profile, field, origin, _flatten(patch or {}))
     if changes and not any(p.split(".")[0] == "measured" for p in changes):
         # a patch that brings its own measurements describes the changed machine itself
         with contextlib.suppress(UserError):  # a profile completed by its patch is its own
@@ -494,6 +495,16 @@ def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patche
         if key in patched:
             raise UserError(f"cluster.profile.{key}", exc.message) from None
         raise UserError(field, f"profile {origin} field '{key}': {exc.message}") from None
+
+
+def _check_nvls_rate(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:
+    """A profile with NVLS has its measured rate: the NVLS algorithms time the switch by it."""
+    if not profile.node.nvls or profile.efficiency.nvls is not None:
+        return
+    msg = "node.nvls is true but efficiency.nvls (NVLS all-reduce algbw over NVLink) is not set; add it or set node.nvls false"
+    if "node.nvls" in patched:
+        raise UserError("cluster.profile.efficiency.nvls", msg)
+    raise UserError(field, f"profile {origin}: {msg}")
 
 
 def _check_sms_taken(

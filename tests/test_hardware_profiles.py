@@ -68,6 +68,21 @@ def test_missing_field_is_a_user_error():
         profile_from_dict(raw)
 
 
+def test_nvls_without_its_measured_rate_is_refused_at_load():
+    """The NVLS algorithms time the switch by efficiency.nvls (nccl-tests' NVLS algbw over
+    NVLink): a profile that turns NVLS on without it is refused when it loads, naming the
+    field, not when a collective first picks NVLS mid-simulation."""
+    raw = load_profile("dgx-h100").model_dump()
+    raw["efficiency"]["nvls"] = None
+    with pytest.raises(UserError, match=r"efficiency\.nvls .* is not set; add it or set node\.nvls false") as err:
+        profile_from_dict(raw, origin="mine.yaml")
+    assert err.value.field == "cluster.hardware" and "mine.yaml" in err.value.message
+    with pytest.raises(UserError) as err:
+        load_profile("dgx-a100", patch={"node": {"nvls": True}})  # an A100 node has no NVLS rate
+    assert err.value.field == "cluster.profile.efficiency.nvls"
+    assert load_profile("dgx-a100", patch={"node": {"nvls": True}, "efficiency": {"nvls": 0.5}}).node.nvls
+
+
 def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     # One row per shipped profile with its datasheet figures (AMD ROCm docs: MI300X 1307.4
     # TFLOP/s BF16, seven 64 GB/s xGMI links; NVIDIA H100 datasheet: 989.4, NVLink 450 GB/s).

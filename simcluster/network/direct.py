@@ -9,7 +9,6 @@ still sharing the NVLink ports with other traffic.
 
 from __future__ import annotations
 
-from simcluster.errors import UserError
 from simcluster.network.algorithms import (
     Algorithm,
     Plan,
@@ -50,11 +49,6 @@ class Nvls(Algorithm):
             return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
         if len(by_domain(cluster, group)) != 1:
             return "'nvls' needs the whole group inside one NVLink domain"
-        if cluster.profile.efficiency.nvls is None:
-            raise UserError(
-                "cluster.hardware",
-                f"profile '{cluster.profile.name}' sets node.nvls but lacks efficiency.nvls; add it",
-            )
         return None
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:

@@ -81,8 +81,8 @@ class NvlsTree(Algorithm):
         why = super().unsupported(op, cluster, group)
         if why:
             return why
-        if not cluster.profile.node.nvls or cluster.profile.efficiency.nvls is None:
-            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls, efficiency.nvls)"
+        if not cluster.profile.node.nvls:
+            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
         domains = by_domain(cluster, group)
         if len(domains) < 2 or len({len(d) for d in domains}) != 1 or len(domains[0]) < 2:
             return "'nvls_tree' needs >= 2 NVLink domains with the same number (>= 2) of GPUs each"
