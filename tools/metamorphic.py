@@ -19,7 +19,9 @@ again as variants whose result can only move one way:
 - sequences twice as long: the step is not shorter;
 - an ideal network (``cluster.network: ideal``, every transfer instant): the step is not longer;
 - every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
-  one-rank-per-stage shortcut.
+  one-rank-per-stage shortcut;
+- a straggler (``simulation.stragglers``, up to 64 GPUs): the last GPU's kernels 1.3x longer,
+  or the last node's NICs at half their rate: the step is not shorter.
 
 The cost-aware schedules (ZB-1p/2p/auto, ZBV) are left out of the memory relations: how many
 microbatches they hold follows the passes' times and the room left.
@@ -48,6 +50,7 @@ from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
+from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
 from simcluster.schedules.registry import SCHEDULES
 
@@ -173,6 +176,32 @@ def _every_rank(doc: Doc) -> bool:
     return doc["cluster"]["gpus"] <= 64
 
 
+def _straggler(slow: dict[str, Any]) -> Callable[[Doc], bool]:
+    """A known-slow part of the cluster (every GPU simulated, so up to 64 GPUs): the last GPU's
+    kernels 1.3x longer, or the last node's NICs at half their rate."""
+
+    def edit(doc: Doc) -> bool:
+        last = {"gpu": doc["cluster"]["gpus"] - 1, "node": 0}  # the node is filled in below
+        if "node" in slow:
+            per_node = _gpus_per_node(doc)
+            if per_node is None or doc["cluster"]["gpus"] <= per_node:
+                return False  # one node: no NIC on any path
+            last["node"] = doc["cluster"]["gpus"] // per_node - 1
+        key = "gpu" if "gpu" in slow else "node"
+        straggler = {key: last[key], **{k: v for k, v in slow.items() if k != key}}
+        doc.setdefault("simulation", {})["stragglers"] = [straggler]
+        return doc["cluster"]["gpus"] <= 64
+
+    return edit
+
+
+def _gpus_per_node(doc: Doc) -> int | None:
+    try:
+        return load_profile(doc["cluster"]["hardware"]).node.gpus_per_node
+    except UserError:
+        return None
+
+
 _RECOMPUTE = ["none", "selective", "full"]
 
 
@@ -205,6 +234,8 @@ RELATIONS = [
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
+    Relation("slow gpu", _edit(_straggler({"gpu": True, "compute": 1.3})), "step_s", True),
+    Relation("degraded nic", _edit(_straggler({"node": True, "nic": 0.5})), "step_s", True),
 ]
 
 
