@@ -167,3 +167,35 @@ def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
     assert len(layout.blocks) == 201  # nothing merges: the slivers sit between the pieces
     assert np.abs(mean_color(1.01, 1.09) - to_rgb(KIND_STYLES["backward"].color)).max() < 0.1
     assert np.abs(mean_color(0.1, 0.9) - to_rgb(KIND_STYLES["forward"].color)).max() < 0.02
+
+
+def test_a_run_joined_over_sub_pixel_gaps_is_drawn_as_tall_as_it_is_busy():
+    """Events finer than a pixel join into one block across sub-pixel gaps; drawn at full height
+    such a block claims its whole extent. Mixtral's 90 us all-to-alls 3 ms apart on a 5 ms
+    pixel read as a lane always busy (mixtral-8x7b-32xh100's timeline, 2026-11-29): the block
+    is as tall as its busy share (rounded up to a tenth, at least a fifth); a busy block keeps
+    the full bar."""
+    from simcluster.output.gantt import _BAR, MIN_BUSY_HEIGHT, draw_gantt
+
+    # 10 s on ~1,100 px: 9 ms a pixel, so the gaps below are sub-pixel
+    rows = [{"stream": "compute", "kind": "forward", "group": "", "start_s": 0.0, "end_s": 10.0}]
+    busy_third = [(t * 3e-3, t * 3e-3 + 1e-3) for t in range(300)]  # 1 ms in every 3: a third
+    brief = [(1.0 + t * 3e-3, 1.0 + t * 3e-3 + 9e-5) for t in range(300)]  # 90 us in every 3 ms
+    rows += [{"stream": "comm_tp", "kind": "all_gather", "group": "tp", "start_s": a, "end_s": b} for a, b in busy_third]
+    rows += [{"stream": "comm_ep", "kind": "all_to_all", "group": "ep", "start_s": a, "end_s": b} for a, b in brief]
+    events = pd.DataFrame(
+        [{"rank": 0, "stage": 0, "name": r["kind"], "microbatch": 0, "chunk": 0, "layer": 0, "bytes": 0.0, **r}
+         for r in rows]  # fmt: skip
+    )
+    fig, layout = draw_gantt(events)
+    joined = layout.blocks.set_index("stream")
+    assert joined.loc["comm_tp", "events"] == 300 and joined.loc["comm_ep", "events"] == 300  # one block each
+    heights = {}  # drawn bar height by lane, from the polygons themselves
+    row_of = {r.stream: i for i, r in enumerate(layout.rows)}
+    for collection in fig.axes[0].collections:
+        for path in collection.get_paths():
+            y = path.vertices[:, 1]
+            heights[round(float(y.max() + y.min()) / 2)] = float(y.max() - y.min())
+    assert heights[row_of["compute"]] == pytest.approx(_BAR)
+    assert heights[row_of["comm_tp"]] == pytest.approx(_BAR * 0.4)  # 1/3 busy -> 0.4 of the bar
+    assert heights[row_of["comm_ep"]] == pytest.approx(_BAR * MIN_BUSY_HEIGHT)  # 3% busy

@@ -13,6 +13,7 @@ per-microbatch block (the label sits on its longest piece; visible gaps stay whi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ FIG_WIDTH_IN = 14.0
 DPI = 100
 _BAR = 0.8  # bar height as a fraction of the row pitch
 _EDGED_MIN_PX = 4.0  # blocks narrower than this are drawn without their white rule
+#: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
+MIN_BUSY_HEIGHT = 0.2
+FADED_LEGEND_BELOW = 0.9  # the legend explains the fading once a block is this idle
 _AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
 
 
@@ -121,17 +125,19 @@ def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) 
     They join when the gap between them is at most ``min_gap_s`` (invisible at the drawn
     resolution) or, with ``collapse_layers``, when both are per-layer events (layer >= 0).
     The result keeps, per block, the extent of its longest member (``widest_start_s``,
-    ``widest_end_s``): the place for a label that does not sit on a gap.
+    ``widest_end_s``): the place for a label that does not sit on a gap; and the time its
+    members take (``busy_s``), which sub-pixel gaps can make far less than its extent.
     """
     frame = events.sort_values(["rank", "stream", "start_s"], kind="stable").reset_index(drop=True)
     keys = ["rank", "stream", "kind", "microbatch", "chunk"]
     if frame.empty:
         return pd.DataFrame(
-            columns=[*keys, "layer", "start_s", "end_s", "widest_start_s", "widest_end_s", "events"]
+            columns=[*keys, "layer", "start_s", "end_s", "widest_start_s", "widest_end_s", "events", "busy_s"]
         )
     if "widest_start_s" not in frame:
         frame["widest_start_s"], frame["widest_end_s"] = frame["start_s"], frame["end_s"]
         frame["events"] = 1
+        frame["busy_s"] = frame["end_s"] - frame["start_s"]
     same = np.ones(len(frame), dtype=bool)
     for key in keys:
         values = frame[key].to_numpy()
@@ -153,6 +159,7 @@ def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) 
     merged["widest_start_s"] = widest.set_index("block")["widest_start_s"]
     merged["widest_end_s"] = widest.set_index("block")["widest_end_s"]
     merged["events"] = grouped["events"].sum()
+    merged["busy_s"] = grouped["busy_s"].sum()
     return merged.reset_index(drop=True)
 
 
@@ -169,27 +176,46 @@ def _row_pitch_in(n_rows: int) -> float:
     return 0.34 if n_rows <= DENSE_ROWS else 0.24
 
 
+def _busy_share(blocks: pd.DataFrame) -> np.ndarray:
+    """The share of each block's extent its events take (1 for an instant)."""
+    length = (blocks["end_s"] - blocks["start_s"]).to_numpy(dtype=float)
+    busy = blocks["busy_s"].to_numpy(dtype=float)
+    return np.divide(busy, length, out=np.ones(len(blocks)), where=length > 0)
+
+
+def _busy_height(busy_share: float) -> float:
+    """A block's bar height, as a share of the full bar: its busy share rounded up to a tenth,
+    at least :data:`MIN_BUSY_HEIGHT` (so a lane of brief events stays visible)."""
+    return max(MIN_BUSY_HEIGHT, min(1.0, math.ceil(busy_share * 10 - 1e-9) / 10))
+
+
 def _draw_blocks(
     ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float, px_per_s: float
 ) -> None:
     fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
     rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
-    x = blocks["start_s"].to_numpy() * factor
-    w = (blocks["end_s"] - blocks["start_s"]).to_numpy() * factor
-    wide = (blocks["end_s"] - blocks["start_s"]).to_numpy() * px_per_s >= _EDGED_MIN_PX
-    spans: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
-    for row, fill, x0, width, edged in zip(rows, fills, x, w, wide, strict=True):
-        spans.setdefault((row, fill, bool(edged)), []).append((x0, width))
-    # One call per (row, color) keeps thousands of blocks cheap to draw. A white rule sets
-    # neighbouring blocks apart, but only on blocks wide enough to keep their color: a run of
-    # per-layer pieces a pixel wide each (a backward split by selective recomputation, TP
-    # collectives) would otherwise be drawn mostly in white rules, a pale wash of its color.
-    for (row, fill, edged), ranges in sorted(spans.items()):
+    length = (blocks["end_s"] - blocks["start_s"]).to_numpy()
+    heights = [_busy_height(b) for b in _busy_share(blocks)]
+    x, w = blocks["start_s"].to_numpy() * factor, length * factor
+    wide = length * px_per_s >= _EDGED_MIN_PX
+    spans: dict[tuple[int, bool, float], list[tuple[tuple[float, float], str]]] = {}
+    for row, fill, x0, width, edged, height in zip(rows, fills, x, w, wide, heights, strict=True):
+        spans.setdefault((row, bool(edged), height), []).append(((x0, width), fill))
+    # One call per row and bar height keeps thousands of blocks cheap to draw. A white rule
+    # sets neighbouring blocks apart, but only on blocks wide enough to keep their color: a run
+    # of per-layer pieces a pixel wide each (a backward split by selective recomputation, TP
+    # collectives) would otherwise be drawn mostly in white rules, a pale wash of its color. A
+    # block joined over sub-pixel gaps is as tall as the share of it its events take: 90 us
+    # all-to-alls 3 ms apart on a 5 ms pixel make one block as long as the step, 3% busy, and
+    # drawn full height it would read as always busy. Its color stays the kind's.
+    for (row, edged, height), items in sorted(spans.items(), key=lambda kv: kv[0]):
+        ranges, colors = [r for r, _ in items], [c for _, c in items]
+        bottom = row + _BAR / 2  # the y axis runs down: bars stand on their row's baseline
         ax.broken_barh(
             ranges,
-            (row - _BAR / 2, _BAR),
-            facecolors=fill,
-            edgecolor="white" if edged else fill,
+            (bottom - _BAR * height, _BAR * height),
+            facecolors=colors,
+            edgecolors="white" if edged else colors,
             linewidth=0.3 if edged else 0.0,
         )
 
@@ -243,12 +269,14 @@ def _draw_labels(
     return drawn
 
 
-def _legend(fig: Figure, kinds: set[str], n_chunks: int) -> None:
+def _legend(fig: Figure, kinds: set[str], n_chunks: int, faded: bool) -> None:
     handles = [
         Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds
     ]
     if n_chunks > 1:
         handles.append(Patch(facecolor="#DDDDDD", label="lighter = later virtual chunk"))
+    if faded:
+        handles.append(Patch(facecolor="#BBBBBB", label="lower = busy part of the time (zoom in)"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
     fig.legend(
         handles=handles,
@@ -312,7 +340,7 @@ def draw_gantt(
     heading = "\n".join(part for part in (title, subtitle, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
-    _legend(fig, set(blocks["kind"]), n_chunks)
+    _legend(fig, set(blocks["kind"]), n_chunks, bool((_busy_share(blocks) < FADED_LEGEND_BELOW).any()))
     layout = GanttLayout(
         tuple(rows),
         (t0, t1),
