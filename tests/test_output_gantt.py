@@ -139,7 +139,8 @@ def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
     """Selective recomputation puts a recompute sliver before each layer's backward, so at a
     step's scale a backward is a run of ~1 px pieces; a white rule round each piece washed the
     run out to a pale tint (llama3-70b-64xh100's timeline, 2026-11-29). The run must read as
-    the backward's color; a block wide enough for its rule keeps its color too."""
+    the backward's color, and carry its microbatch's number; a block wide enough for its rule
+    keeps its color too."""
     from matplotlib.colors import to_rgb
 
     from simcluster.output.gantt import draw_gantt
@@ -165,6 +166,7 @@ def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
         return image[int(top) : int(bottom), int(x0) : int(x1)].reshape(-1, 3).mean(axis=0)
 
     assert len(layout.blocks) == 201  # nothing merges: the slivers sit between the pieces
+    assert layout.labels == 2  # the forward's number, and the backward's across its slivers
     assert np.abs(mean_color(1.01, 1.09) - to_rgb(KIND_STYLES["backward"].color)).max() < 0.1
     assert np.abs(mean_color(0.1, 0.9) - to_rgb(KIND_STYLES["forward"].color)).max() < 0.02
 

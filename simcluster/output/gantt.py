@@ -163,6 +163,18 @@ def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) 
     return merged.reset_index(drop=True)
 
 
+def _label_groups(blocks: pd.DataFrame, min_gap_s: float) -> pd.DataFrame:
+    """One block per (lane, kind, microbatch, chunk) run for the microbatch numbers.
+
+    Selective or per-layer full recomputation reruns a sliver before each layer's backward:
+    the backward's layers are joined across those slivers (a group broken at every layer would
+    be too thin for its number anywhere), the slivers among themselves as before."""
+    recompute = blocks["kind"] == "recompute"
+    joined = merge_blocks(blocks[~recompute], min_gap_s, collapse_layers=True)
+    slivers = merge_blocks(blocks, min_gap_s, collapse_layers=True)
+    return pd.concat([joined, slivers[slivers["kind"] == "recompute"]], ignore_index=True)
+
+
 def _fill(kind: str, chunk: int, n_chunks: int) -> str:
     base = np.array(mcolors.to_rgb(KIND_STYLES[kind].color))
     if n_chunks > 1 and chunk > 0:
@@ -189,34 +201,49 @@ def _busy_height(busy_share: float) -> float:
     return max(MIN_BUSY_HEIGHT, min(1.0, math.ceil(busy_share * 10 - 1e-9) / 10))
 
 
+def _rules(blocks: pd.DataFrame, px_per_s: float) -> list[str]:
+    """Each block's outline: "white" for a block wide enough to keep its color inside a white
+    rule; "own" (a hairline of its color) for a narrower one with a clear pixel on each side,
+    which snapped to the pixel grid would vanish; "none" inside a run of narrow blocks."""
+    start, end = blocks["start_s"].to_numpy(), blocks["end_s"].to_numpy()
+    lane = blocks["rank"].astype(str).to_numpy() + "/" + blocks["stream"].astype(str).to_numpy()
+    same_before = np.concatenate([[False], lane[1:] == lane[:-1]])
+    same_after = np.concatenate([lane[:-1] == lane[1:], [False]])
+    pixel = 1.0 / px_per_s
+    clear_before = ~same_before | (start - np.concatenate([[-np.inf], end[:-1]]) >= pixel)
+    clear_after = ~same_after | (np.concatenate([start[1:], [np.inf]]) - end >= pixel)
+    wide = (end - start) * px_per_s >= _EDGED_MIN_PX
+    return ["white" if w else "own" if b and a else "none" for w, b, a in zip(wide, clear_before, clear_after, strict=True)]
+
+
 def _draw_blocks(
     ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float, px_per_s: float
 ) -> None:
+    blocks = blocks.sort_values(["rank", "stream", "start_s"], kind="stable")
     fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
     rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
     length = (blocks["end_s"] - blocks["start_s"]).to_numpy()
     heights = [_busy_height(b) for b in _busy_share(blocks)]
     x, w = blocks["start_s"].to_numpy() * factor, length * factor
-    wide = length * px_per_s >= _EDGED_MIN_PX
-    spans: dict[tuple[int, bool, float], list[tuple[tuple[float, float], str]]] = {}
-    for row, fill, x0, width, edged, height in zip(rows, fills, x, w, wide, heights, strict=True):
-        spans.setdefault((row, bool(edged), height), []).append(((x0, width), fill))
-    # One call per row and bar height keeps thousands of blocks cheap to draw. A white rule
-    # sets neighbouring blocks apart, but only on blocks wide enough to keep their color: a run
-    # of per-layer pieces a pixel wide each (a backward split by selective recomputation, TP
-    # collectives) would otherwise be drawn mostly in white rules, a pale wash of its color. A
-    # block joined over sub-pixel gaps is as tall as the share of it its events take: 90 us
+    spans: dict[tuple[int, str, float], list[tuple[tuple[float, float], str]]] = {}
+    for row, fill, x0, width, rule, height in zip(rows, fills, x, w, _rules(blocks, px_per_s), heights, strict=True):
+        spans.setdefault((row, rule, height), []).append(((x0, width), fill))
+    # One call per row, outline and bar height keeps thousands of blocks cheap to draw. A white
+    # rule sets neighbouring blocks apart, but only on blocks wide enough to keep their color: a
+    # run of per-layer pieces a pixel wide each (a backward split by selective recomputation,
+    # TP collectives) would otherwise be drawn mostly in white rules, a pale wash of its color.
+    # A block joined over sub-pixel gaps is as tall as the share of it its events take: 90 us
     # all-to-alls 3 ms apart on a 5 ms pixel make one block as long as the step, 3% busy, and
     # drawn full height it would read as always busy. Its color stays the kind's.
-    for (row, edged, height), items in sorted(spans.items(), key=lambda kv: kv[0]):
+    for (row, rule, height), items in sorted(spans.items(), key=lambda kv: kv[0]):
         ranges, colors = [r for r, _ in items], [c for _, c in items]
         bottom = row + _BAR / 2  # the y axis runs down: bars stand on their row's baseline
         ax.broken_barh(
             ranges,
             (bottom - _BAR * height, _BAR * height),
             facecolors=colors,
-            edgecolors="white" if edged else colors,
-            linewidth=0.3 if edged else 0.0,
+            edgecolors="white" if rule == "white" else colors,
+            linewidth={"white": 0.3, "own": 0.75, "none": 0.0}[rule],
         )
 
 
@@ -307,7 +334,7 @@ def draw_gantt(
     height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
     blocks = merge_blocks(visible, min_gap_s=1.0 / px_per_s, collapse_layers=False)
-    groups = merge_blocks(blocks, min_gap_s=1.0 / px_per_s, collapse_layers=True)
+    groups = _label_groups(blocks, 1.0 / px_per_s)
     n_chunks = int(frame["chunk"].max()) + 1
 
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
