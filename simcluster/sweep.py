@@ -14,7 +14,8 @@ Each combination is checked the way ``simcluster run`` checks a scenario; one th
 *skipped* with that one-line reason. The others are simulated, also those that do not fit in
 memory: they are ranked after every layout that fits, each group by tokens/s per GPU.
 Sweeping ``vpp`` without ``schedule`` moves a 1F1B scenario to the interleaved schedule for
-vpp > 1 (and an interleaved one to 1F1B for vpp = 1), as Megatron does.
+vpp > 1 (and an interleaved one to 1F1B for vpp = 1), as Megatron does; sweeping both runs a
+schedule without virtual stages once, at vpp = 1.
 """
 
 from __future__ import annotations
@@ -133,8 +134,13 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
     names = [a for a in AXES if a in axes]
     if not names:
         raise UserError("sweep", "no axis to sweep; give at least one, e.g. --tp 1,2,4,8")
-    out = []
+    out, seen = [], set()
     for values in itertools.product(*(axes[a] for a in names)):
+        if "vpp" in names and "schedule" in names:
+            values = _one_chunk_where_no_vpp(names, values)
+            if values in seen:
+                continue  # 1F1B at vpp 1 once, not once per swept vpp
+            seen.add(values)
         data = copy.deepcopy(base)
         # the global batch stays; gradient accumulation steps follow from it per layout
         data.get("training", {}).pop("grad_accum", None)
@@ -153,6 +159,23 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
         data["name"] = f"{base.get('name', 'scenario')} [{cand.label}]"
         out.append(cand)
     return out
+
+
+def _one_chunk_where_no_vpp(names: list[str], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """With both swept, vpp is a setting of the schedules that take it: a schedule with a fixed
+    chunk count (1F1B, ZB, the V schedules) runs at vpp 1 whatever vpp the row came with, so
+    ``--schedule 1f1b,interleaved --vpp 2,4`` gives 1F1B once beside interleaved at 2 and 4
+    instead of skipping 1F1B as 'vpp > 1 needs interleaved'."""
+    from simcluster.schedules import get_schedule
+    from simcluster.spellings import normalise_spellings
+
+    row = dict(zip(names, values, strict=True))
+    name = normalise_spellings({"parallel": {"schedule": row["schedule"]}})["parallel"]["schedule"]
+    try:
+        uses_vpp = get_schedule(name).uses_vpp
+    except UserError:
+        return values  # an unknown schedule is the candidate's own error
+    return values if uses_vpp else tuple(1 if a == "vpp" else v for a, v in row.items())
 
 
 def _schedule_for_vpp(parallel: dict[str, Any]) -> None:

@@ -295,3 +295,18 @@ def test_a_swept_layout_keeps_the_global_batch_not_the_accumulation_steps():
     base = {"parallel": {"tp": 1}, "training": {"global_batch": 64, "grad_accum": 8, "micro_batch": 1}}
     for cand in candidates(base, {"tp": [1, 2]}):
         assert cand.scenario["training"] == {"global_batch": 64, "micro_batch": 1}
+
+
+def test_sweeping_schedule_and_vpp_runs_one_chunk_schedules_once_at_vpp_1():
+    # --schedule 1f1b,interleaved --vpp 2,4: 1F1B takes no virtual stages (layout.py refuses
+    # vpp > 1 for it), so it runs once at vpp 1 instead of being skipped twice
+    base = {"parallel": {"pp": 4}}
+    rows = candidates(base, {"vpp": [2, 4], "schedule": ["1f1b", "interleaved", "zb-h1"]})
+    got = [(c.scenario["parallel"]["schedule"], c.scenario["parallel"]["vpp"]) for c in rows]
+    assert got == [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("interleaved", 4)]
+    assert rows[0].label == "vpp=1 schedule=1f1b"
+    # interleaved at vpp 1 is still the user's to see refused
+    assert ("interleaved", 1) in [
+        (c.scenario["parallel"]["schedule"], c.scenario["parallel"]["vpp"])
+        for c in candidates(base, {"vpp": [1], "schedule": ["interleaved"]})
+    ]
