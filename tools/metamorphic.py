@@ -118,21 +118,20 @@ def _double_micro_batch(doc: Doc) -> bool:
     return not _adaptive_memory(doc)
 
 
-def _double_tp(doc: Doc) -> bool:
-    doc["parallel"]["tp"] = doc["parallel"].get("tp", 1) * 2
-    doc["cluster"]["gpus"] *= 2
-    return not _adaptive_memory(doc)
+def _double_degree(degree: str) -> Callable[[Doc], bool]:
+    """Twice the tensor or context parallelism, on twice the GPUs."""
+
+    def edit(doc: Doc) -> bool:
+        doc["parallel"][degree] = doc["parallel"].get(degree, 1) * 2
+        doc["cluster"]["gpus"] *= 2
+        return not _adaptive_memory(doc)
+
+    return edit
 
 
 def _double_dp(doc: Doc) -> bool:
     """Twice the replicas, the same global batch: each holds half the microbatches and, under
     ZeRO, a smaller share of the states. (The step may well be shorter or longer.)"""
-    doc["cluster"]["gpus"] *= 2
-    return not _adaptive_memory(doc)
-
-
-def _double_cp(doc: Doc) -> bool:
-    doc["parallel"]["cp"] = doc["parallel"].get("cp", 1) * 2
     doc["cluster"]["gpus"] *= 2
     return not _adaptive_memory(doc)
 
@@ -225,9 +224,9 @@ RELATIONS = [
     Relation("recompute memory", _edit(_more_recompute), "peak_bytes", False),
     Relation("recompute time", _edit(_more_recompute), "step_s", True),
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
-    Relation("tp x2 memory", _edit(_double_tp), "peak_bytes", False),
+    Relation("tp x2 memory", _edit(_double_degree("tp")), "peak_bytes", False),
     Relation("dp x2 memory", _edit(_double_dp), "peak_bytes", False),
-    Relation("cp x2 memory", _edit(_double_cp), "peak_bytes", False),
+    Relation("cp x2 memory", _edit(_double_degree("cp")), "peak_bytes", False),
     Relation("sequence parallel memory", _edit(_sequence_parallel), "peak_bytes", False),
     Relation("optimizer offload memory", _edit(_offload_optimizer), "peak_bytes", False),
     Relation("activation offload memory", _edit(_offload_more_activations), "peak_bytes", False),
