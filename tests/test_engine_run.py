@@ -146,3 +146,24 @@ def test_run_says_when_no_framework_is_named(cli):
     # the unset framework settings are the ones that move a cut-down case most (docs/accuracy.md)
     assert "names no framework" in cli("run", "llama3-8b-8xh100").out
     assert "names no framework" not in cli("run", "llama3-8b-8xh100", "--set", "framework=nemo").out
+
+
+@pytest.mark.parametrize("window", ["abc", "0.3,0.1", "1,2,3", "nan,1", "-1,2"])
+def test_a_bad_timeline_window_is_one_line_before_simulating(cli, tmp_path, window):
+    res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"), "--window", window)
+    assert res.code == 2 and res.err.count("\n") == 1 and "--window" in res.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_timeline_window_zooms_only_the_timeline(cli, tmp_path):
+    whole, zoomed = tmp_path / "whole", tmp_path / "zoomed"
+    assert cli("run", "llama3-8b-8xh100", "--out", str(whole)).code == 0
+    res = cli("run", "llama3-8b-8xh100", "--out", str(zoomed), "--window", "0.05,0.06")
+    assert res.code == 0, res.err
+    assert (zoomed / "timeline.png").read_bytes() != (whole / "timeline.png").read_bytes()
+    # the step itself is the same (the summary's wall-clock time aside)
+    assert (zoomed / "events.csv").read_bytes() == (whole / "events.csv").read_bytes()
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, zoomed))
+    a.pop("sim_wall_s"), b.pop("sim_wall_s")
+    assert a == b
+    assert cli("run", "llama3-8b-8xh100", "--window", "0.05,0.06").code == 2  # nothing to zoom without --out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +14,7 @@ from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
+from simcluster.errors import UserError
 from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
@@ -32,10 +34,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument("--out", metavar="DIR", help="write summary.json, events.csv, trace.json, timeline.png, memory.png")
     parser.add_argument("--svg", action="store_true", help="also write timeline.svg (with --out)")
+    parser.add_argument(
+        "--window", metavar="START,END",
+        help="draw the timeline from START to END seconds, e.g. 2.5,2.8 (with --out; default: the step)",
+    )  # fmt: skip
     parser.add_argument("--all-ranks", action="store_true", help="simulate every GPU instead of one per pipeline stage")
 
 
+def _window(text: str) -> tuple[float, float]:
+    """``START,END`` in seconds, END after START."""
+    parts = text.split(",")
+    try:
+        start, end = (float(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        start = end = None
+    if start is None or end is None or not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+        raise UserError("--window", f"'{text}' is not START,END in seconds with 0 <= START < END; write e.g. 2.5,2.8")
+    return start, end
+
+
 def run(args: argparse.Namespace) -> int:
+    window = _window(args.window) if args.window else None  # checked before minutes of simulating
+    if window and not args.out:
+        raise UserError("--window", "zooms the timeline that --out writes; add --out DIR")
     scenario = scenario_from_args(args)
     ctx = build_context(scenario, args.hardware)
     if args.out:
@@ -51,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
         result.summary["would_fit"] = would_fit(scenario, args.hardware)
     if args.out:
-        result.write(args.out, svg=args.svg)
+        result.write(args.out, svg=args.svg, window=window)
     if args.json:
         print_json(result.summary)
         return 0

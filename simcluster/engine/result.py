@@ -61,8 +61,11 @@ class SimResult:
             end_s=self.summary["step_time_s"],
         )
 
-    def write(self, out_dir: str | Path, svg: bool = False) -> dict[str, Path]:
-        """Write every output file atomically into ``out_dir``."""
+    def write(
+        self, out_dir: str | Path, svg: bool = False, window: tuple[float, float] | None = None
+    ) -> dict[str, Path]:
+        """Write every output file atomically into ``out_dir`` (``window``, in seconds, zooms
+        the timeline)."""
         from simcluster.output.writer import write_all
 
         return write_all(
@@ -74,4 +77,5 @@ class SimResult:
             rank_labels=self.rank_labels,
             title=self.title,
             svg=svg,
+            window=window,
         )

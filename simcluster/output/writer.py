@@ -82,10 +82,11 @@ def write_all(
     rank_labels: Mapping[int, str] | None = None,
     title: str = "",
     svg: bool = False,
+    window: tuple[float, float] | None = None,
 ) -> dict[str, Path]:
     """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png,
     breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
-    ``out_dir``; returns file name -> final path.
+    ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline.
 
     Raises ``UserError("--out", ...)`` when ``out_dir`` cannot be written; then nothing of
     this run is left in ``out_dir``. Inputs are validated before anything is written.
@@ -97,7 +98,7 @@ def write_all(
     heading = title or str(summary.get("scenario", ""))
     subtitle = describe_step(summary, heading)
     # Render everything in memory first: bad inputs fail before the directory is touched.
-    fig, _ = draw_gantt(frame, labels, heading, subtitle, step)
+    fig, _ = draw_gantt(frame, labels, heading, subtitle, step, window)
     files: dict[str, bytes] = {TIMELINE_PNG: figure_bytes(fig, "png")}
     if svg:
         files[TIMELINE_SVG] = figure_bytes(fig, "svg")
