@@ -465,7 +465,7 @@ def profile_from_dict(
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
-    _check_nvls_rate(profile, field, origin, _flatten(patch or {}))
+    _check_nvls_rate(profile, field, origin, _flatten(patch or {}), overrides or {})
     if changes and not any(p.split(".")[0] == "measured" for p in changes):
         # a patch that brings its own measurements describes the changed machine itself
         with contextlib.suppress(UserError):  # a profile completed by its patch is its own
@@ -497,14 +497,21 @@ def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patche
         raise UserError(field, f"profile {origin} field '{key}': {exc.message}") from None
 
 
-def _check_nvls_rate(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:
-    """A profile with NVLS has its measured rate: the NVLS algorithms time the switch by it."""
+def _check_nvls_rate(
+    profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any], overridden: dict[str, Any]
+) -> None:
+    """A profile with NVLS has its measured rate: the NVLS algorithms time the switch by it.
+    The error names what turned NVLS on or took the rate away: a patch, an override, the file."""
     if not profile.node.nvls or profile.efficiency.nvls is not None:
         return
-    msg = "node.nvls is true but efficiency.nvls (NVLS all-reduce algbw over NVLink) is not set; add it or set node.nvls false"
-    if "node.nvls" in patched:
-        raise UserError("cluster.profile.efficiency.nvls", msg)
-    raise UserError(field, f"profile {origin}: {msg}")
+    msg = "node.nvls is true but efficiency.nvls (NVLS all-reduce algbw over NVLink) is not set"
+    fix = {"efficiency.nvls": "patch node.nvls: false with it", "node.nvls": "patch efficiency.nvls with it"}
+    for key, what in fix.items():
+        if key in patched:
+            raise UserError(f"cluster.profile.{key}", f"{msg}; {what}")
+    if overridden.get("nvls"):
+        raise UserError("cluster.nvls", f"{msg} in {origin}; set cluster.profile.efficiency.nvls too (nccl-tests' NVLS algbw over NVLink)")
+    raise UserError(field, f"profile {origin}: {msg}; add it or set node.nvls false")
 
 
 def _check_sms_taken(

@@ -79,7 +79,13 @@ def test_nvls_without_its_measured_rate_is_refused_at_load():
     assert err.value.field == "cluster.hardware" and "mine.yaml" in err.value.message
     with pytest.raises(UserError) as err:
         load_profile("dgx-a100", patch={"node": {"nvls": True}})  # an A100 node has no NVLS rate
-    assert err.value.field == "cluster.profile.efficiency.nvls"
+    assert err.value.field == "cluster.profile.node.nvls" and "patch efficiency.nvls" in err.value.message
+    with pytest.raises(UserError) as err:
+        load_profile("dgx-h100", patch={"efficiency": {"nvls": None}})
+    assert err.value.field == "cluster.profile.efficiency.nvls" and "node.nvls: false" in err.value.message
+    with pytest.raises(UserError) as err:
+        load_profile("dgx-a100", overrides={"nvls": True})  # the scenario's cluster.nvls
+    assert err.value.field == "cluster.nvls" and "cluster.profile.efficiency.nvls" in err.value.message
     assert load_profile("dgx-a100", patch={"node": {"nvls": True}, "efficiency": {"nvls": 0.5}}).node.nvls
 
 
