@@ -188,7 +188,10 @@ class Worker(PipelineIO, DataParallelOps):
                 for p in pending:
                     yield p
                 pending = []
-                yield from self._host_wait(issued, mb, chunk, seg.layer)
+                # inside an F&B pair the other op's kernels may hold the compute stream while
+                # this one waits to issue its collective: the wait is the collective's, not the
+                # stream's, so it is not recorded there (nor counted as host-bound time twice)
+                yield from self._host_wait(issued, mb, chunk, seg.layer, record=lock is None)
                 yield env.process(self._comm(seg, mb, chunk))
                 continue
             issued = self._issue(seg.host)
@@ -218,13 +221,15 @@ class Worker(PipelineIO, DataParallelOps):
         here, then spends one Python op reading the value back."""
         self.host_t = max(self.host_t, self.shared.env.now) + self.shared.host_op_s
 
-    def _host_wait(self, until: float, mb: int, chunk: int, layer: int) -> Generator:
-        """The compute stream idles until the host has issued its next kernel."""
+    def _host_wait(self, until: float, mb: int, chunk: int, layer: int, record: bool = True) -> Generator:
+        """The compute stream idles until the host has issued its next kernel (``record``:
+        the stream is this op's alone, so the wait is its host-bound time)."""
         env = self.shared.env
         if until > env.now:
             start = env.now
             yield env.timeout(until - env.now)
-            self._record("host", "host_issue", mb, chunk, layer, start, Work.of(host=env.now - start))
+            if record:
+                self._record("host", "host_issue", mb, chunk, layer, start, Work.of(host=env.now - start))
 
     def _host_compute(self, seg: Compute, kind: str, mb: int, chunk: int, issued: float) -> Generator:
         """A compute block issued by a host that may lag the GPU: its kernels run as they are
