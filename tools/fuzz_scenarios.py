@@ -8,7 +8,7 @@ precision and recomputation, and now and then pipeline flushes, an offloaded opt
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
 partial recomputation or activation offload. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
-(0, 1) and a bubble in [0, 1). The others (a crash, a deadlock, a hang, an absurd number) are
+(0, 1), a bubble in [0, 1) and a valid timeline (one event at a time per stream). The others (a crash, a deadlock, a hang, an absurd number) are
 written to ``--out`` with the reason.
 
 Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
@@ -35,6 +35,7 @@ from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
+from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 
 DENSE = ["llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "gpt3-1.3b", "llama3.2-1b", "mistral-7b", "qwen2.5-7b",
@@ -141,13 +142,18 @@ def check(doc: dict[str, Any], timeout_s: int) -> str:
 
     try:
         with time_limit(timeout_s):
-            summary = simulate(build_context(scenario_from_dict(doc))).summary
+            result = simulate(build_context(scenario_from_dict(doc)))
     except UserError as err:
         return REFUSED if err.field and "\n" not in err.one_line() else f"bad error: {err}"
     except Timeout:
         return f"no result within {timeout_s} s"
     except Exception:  # noqa: BLE001 - every other failure is what the tool looks for
         return traceback.format_exc(limit=6)
+    try:  # the timeline `run --out` writes: one event at a time per stream, finite times
+        validate_events(result.events)
+    except UserError as err:
+        return f"invalid timeline: {err}"
+    summary = result.summary
     step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
     if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
         return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"
