@@ -40,7 +40,7 @@ _BAR = 0.8  # bar height as a fraction of the row pitch
 _EDGED_MIN_PX = 4.0  # blocks narrower than this are drawn without their white rule
 #: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
 MIN_BUSY_HEIGHT = 0.2
-FADED_LEGEND_BELOW = 0.9  # the legend explains the fading once a block is this idle
+LOWERED_LEGEND_BELOW = 0.9  # the legend explains lowered bars once a block is this idle
 _AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
 
 
@@ -296,13 +296,13 @@ def _draw_labels(
     return drawn
 
 
-def _legend(fig: Figure, kinds: set[str], n_chunks: int, faded: bool) -> None:
+def _legend(fig: Figure, kinds: set[str], n_chunks: int, lowered: bool) -> None:
     handles = [
         Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds
     ]
     if n_chunks > 1:
         handles.append(Patch(facecolor="#DDDDDD", label="lighter = later virtual chunk"))
-    if faded:
+    if lowered:
         handles.append(Patch(facecolor="#BBBBBB", label="lower = busy part of the time (zoom in)"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
     fig.legend(
@@ -367,7 +367,7 @@ def draw_gantt(
     heading = "\n".join(part for part in (title, subtitle, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
-    _legend(fig, set(blocks["kind"]), n_chunks, bool((_busy_share(blocks) < FADED_LEGEND_BELOW).any()))
+    _legend(fig, set(blocks["kind"]), n_chunks, bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any()))
     layout = GanttLayout(
         tuple(rows),
         (t0, t1),
