@@ -28,8 +28,10 @@ microbatches they hold follows the passes' times and the room left.
 
 A variant that breaks its relation by more than ``--tolerance`` is a finding (an algorithm
 chosen against its own cost, a schedule anomaly, a table read at the wrong point) and is
-written to ``--out`` with both numbers. A variant that is refused (say, ZeRO-3 with a schedule
-that cannot run it) is skipped. It takes minutes, so it is a tool to run by hand.
+written to ``--out`` with both numbers; so is a baseline or variant whose events are not a
+valid timeline (two events at once on one stream: ``run --out`` would write nothing). A
+variant that is refused (say, ZeRO-3 with a schedule that cannot run it) is skipped. It takes
+minutes, so it is a tool to run by hand.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.hardware import load_profile
+from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 from simcluster.schedules.registry import SCHEDULES
 
@@ -238,15 +241,25 @@ RELATIONS = [
 ]
 
 
+class InvalidTimeline(Exception):
+    """A simulation's events break the timeline's rules (one event at a time per stream): what
+    ``run --out`` refuses to write."""
+
+
 def _simulate(doc: Doc, timeout_s: int) -> tuple[Outcome, Any] | None:
     """The outcome and the profile as the scenario changed it, or None when the scenario is
-    refused or runs too long."""
+    refused or runs too long; :class:`InvalidTimeline` when its events are not a timeline."""
     try:
         with time_limit(timeout_s):
             ctx = build_context(scenario_from_dict(doc))
-            summary = simulate(ctx).summary
+            result = simulate(ctx)
     except (UserError, Timeout):
         return None
+    try:
+        validate_events(result.events)
+    except UserError as err:
+        raise InvalidTimeline(err.one_line()) from None
+    summary = result.summary
     step = float(summary["step_time_s"])
     outcome = Outcome(step, step / doc["training"]["global_batch"], float(summary["peak_memory_bytes"]["max"]))
     return outcome, ctx.profile
@@ -275,26 +288,40 @@ def main(argv: list[str]) -> int:
     relations = [r for r in RELATIONS if any(w in r.name for w in wanted)]
     rng = random.Random(args.seed)
     checked = variants = findings = 0
+    def finding(i: int, name: str, line: str, doc: Doc, variant: Doc | None) -> None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"seed{args.seed}-{i}-{name.replace(' ', '_')}.yaml"
+        body = f"# baseline:\n{''.join(f'#   {x}' + chr(10) for x in yaml.safe_dump(doc).splitlines())}" if variant else ""
+        path.write_text(f"# {line}\n{body}{yaml.safe_dump(variant or doc)}")
+        print(f"{path}: {line}", flush=True)
+
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
             doc = draw(rng)
-            baseline = _simulate(doc, args.timeout)
+            try:
+                baseline = _simulate(doc, args.timeout)
+            except InvalidTimeline as err:
+                findings += 1
+                finding(i, "baseline", f"invalid timeline: {err}", doc, None)
+                baseline = None
             if baseline is not None:
                 checked += 1
                 base, profile = baseline
                 for relation in relations:
                     variant = relation.variant(doc, profile)
-                    result = _simulate(variant, args.timeout) if variant is not None else None
+                    try:
+                        result = _simulate(variant, args.timeout) if variant is not None else None
+                    except InvalidTimeline as err:
+                        findings += 1
+                        finding(i, relation.name, f"{relation.name}: invalid timeline: {err}", doc, variant)
+                        continue
                     if result is None:
                         continue
                     variants += 1
                     line = broken(relation, base, result[0], args.tolerance)
                     if line:
                         findings += 1
-                        args.out.mkdir(parents=True, exist_ok=True)
-                        path = args.out / f"seed{args.seed}-{i}-{relation.name.replace(' ', '_')}.yaml"
-                        path.write_text(f"# {line}\n# baseline:\n" + "".join(f"#   {x}\n" for x in yaml.safe_dump(doc).splitlines()) + yaml.safe_dump(variant))  # noqa: E501
-                        print(f"{path}: {line}", flush=True)
+                        finding(i, relation.name, line, doc, variant)
             advance(f"{findings} findings")
     print(f"{args.count} drawn, {checked} simulated, {variants} variants checked, {findings} findings")
     return 1 if findings else 0
