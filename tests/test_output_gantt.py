@@ -201,3 +201,30 @@ def test_a_run_joined_over_sub_pixel_gaps_is_drawn_as_tall_as_it_is_busy():
     assert heights[row_of["compute"]] == pytest.approx(_BAR)
     assert heights[row_of["comm_tp"]] == pytest.approx(_BAR * 0.4)  # 1/3 busy -> 0.4 of the bar
     assert heights[row_of["comm_ep"]] == pytest.approx(_BAR * MIN_BUSY_HEIGHT)  # 3% busy
+
+
+def test_an_isolated_event_finer_than_a_pixel_still_shows():
+    """A p2p send of 0.4 ms in a 2.7 s step is a sixth of a pixel: snapped to the pixel grid
+    without an outline most such sends vanished (the ZB-H1 picture's comm_pp rows, 2026-11-29;
+    4 of these 20 showed); drawn with a hairline of their own color every one shows."""
+    from matplotlib.colors import to_rgb
+
+    from simcluster.output.gantt import draw_gantt
+    from simcluster.output.style import KIND_STYLES, time_scale
+
+    sends = [0.1 + k * 0.123 for k in range(20)]  # at every offset within a pixel
+    rows = [{"stream": "compute", "kind": "forward", "group": "", "start_s": 0.0, "end_s": 2.7, "bytes": 0.0}]
+    rows += [{"stream": "comm_pp", "kind": "send", "group": "pp", "start_s": t, "end_s": t + 4e-4, "bytes": 1e6} for t in sends]
+    events = pd.DataFrame(
+        [{"rank": 0, "stage": 0, "name": r["kind"], "microbatch": 0, "chunk": 0, "layer": -1, **r} for r in rows]
+    )
+    fig, layout = draw_gantt(events)
+    image, ax = _drawn_rgb(fig), fig.axes[0]
+    row = next(i for i, r in enumerate(layout.rows) if r.stream == "comm_pp")
+    factor = time_scale(layout.window_s[1] - layout.window_s[0]).factor  # seconds -> axis unit
+    send = np.array(to_rgb(KIND_STYLES["send"].color))
+    for t in sends:
+        ((x, y),) = ax.transData.transform([((t + 2e-4) * factor, row)])
+        top = int(image.shape[0] - y)  # display y runs up, image rows down
+        column = image[top - 3 : top + 3, int(x) - 1 : int(x) + 2].reshape(-1, 3)
+        assert np.abs(column - send).sum(axis=1).min() < 0.3, t  # a pixel near the send's color
