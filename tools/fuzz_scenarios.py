@@ -8,8 +8,8 @@ precision and recomputation, and now and then pipeline flushes, an offloaded opt
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
 partial recomputation or activation offload. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
-(0, 1), a bubble in [0, 1) and a valid timeline (one event at a time per stream). The others (a crash, a deadlock, a hang, an absurd number) are
-written to ``--out`` with the reason.
+(0, 1), a bubble in [0, 1) and a valid timeline (one event at a time per stream). The others
+(a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
 
 Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
 hang at ~1e5 simulated seconds and two pipeline-flush deadlocks (serial p2p, DualPipe) were

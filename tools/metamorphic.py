@@ -52,7 +52,6 @@ from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
-from simcluster.hardware import load_profile
 from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 from simcluster.schedules.registry import SCHEDULES
@@ -178,30 +177,26 @@ def _every_rank(doc: Doc) -> bool:
     return doc["cluster"]["gpus"] <= 64
 
 
-def _straggler(slow: dict[str, Any]) -> Callable[[Doc], bool]:
-    """A known-slow part of the cluster (every GPU simulated, so up to 64 GPUs): the last GPU's
-    kernels 1.3x longer, or the last node's NICs at half their rate."""
-
-    def edit(doc: Doc) -> bool:
-        last = {"gpu": doc["cluster"]["gpus"] - 1, "node": 0}  # the node is filled in below
-        if "node" in slow:
-            per_node = _gpus_per_node(doc)
-            if per_node is None or doc["cluster"]["gpus"] <= per_node:
-                return False  # one node: no NIC on any path
-            last["node"] = doc["cluster"]["gpus"] // per_node - 1
-        key = "gpu" if "gpu" in slow else "node"
-        straggler = {key: last[key], **{k: v for k, v in slow.items() if k != key}}
-        doc.setdefault("simulation", {})["stragglers"] = [straggler]
-        return doc["cluster"]["gpus"] <= 64
-
-    return edit
-
-
-def _gpus_per_node(doc: Doc) -> int | None:
-    try:
-        return load_profile(doc["cluster"]["hardware"]).node.gpus_per_node
-    except UserError:
+def _with_straggler(doc: Doc, straggler: dict[str, Any]) -> Doc | None:
+    """``doc`` with one known-slow part of the cluster; stragglers simulate every GPU, so only
+    up to 64 GPUs."""
+    if doc["cluster"]["gpus"] > 64:
         return None
+    out = copy.deepcopy(doc)
+    out.setdefault("simulation", {})["stragglers"] = [straggler]
+    return out
+
+
+def _slow_gpu(doc: Doc, _profile: Any) -> Doc | None:
+    """The last GPU's kernels 1.3x longer."""
+    return _with_straggler(doc, {"gpu": doc["cluster"]["gpus"] - 1, "compute": 1.3})
+
+
+def _degraded_nic(doc: Doc, profile: Any) -> Doc | None:
+    """The last node's NICs at half their rate (the profile as the scenario set it says how
+    many GPUs a node holds); on one node no NIC is on any path."""
+    per_node, gpus = profile.node.gpus_per_node, doc["cluster"]["gpus"]
+    return _with_straggler(doc, {"node": gpus // per_node - 1, "nic": 0.5}) if gpus > per_node else None
 
 
 _RECOMPUTE = ["none", "selective", "full"]
@@ -236,8 +231,8 @@ RELATIONS = [
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
-    Relation("slow gpu", _edit(_straggler({"gpu": True, "compute": 1.3})), "step_s", True),
-    Relation("degraded nic", _edit(_straggler({"node": True, "nic": 0.5})), "step_s", True),
+    Relation("slow gpu", _slow_gpu, "step_s", True),
+    Relation("degraded nic", _degraded_nic, "step_s", True),
 ]
 
 
