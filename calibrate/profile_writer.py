@@ -329,6 +329,40 @@ def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> No
             _note(data, key, "measured inter-node busbw / small-message time per ring hop")
 
 
+def _fabric(row: Row) -> str:
+    """Which fabric a collective row describes: inside one node, or across nodes."""
+    return "single-node" if int(row.get("nodes") or 1) == 1 else "multi-node"
+
+
+def _merged_measured(data: dict[str, Any], m: Measurements, base: str | None) -> dict[str, Any]:
+    """The profile's ``measured:`` map: this run's tables, plus what the base measured that this
+    run did not (a whole table, or the collective rows of a fabric it did not reach).
+
+    A one-node calibration on ``--base aws-p5`` keeps p5's published multi-node tables, whose
+    mid-size collapse the network model alone lacks; its own rows replace p5's single-node ones.
+    Without a base the fallback's tables describe another machine and are dropped.
+    """
+    sources = data.setdefault("sources", {})
+    base_note = sources.pop("measured.collectives", None)
+    old: dict[str, Any] = dict(data.get("measured") or {}) if base else {}
+    out = m.as_dict()
+    for key, value in old.items():
+        if key != "collectives":
+            out.setdefault(key, value)
+    measured = {_fabric(r) for r in m.collectives}
+    kept = [r for r in old.get("collectives") or [] if _fabric(r) not in measured]
+    notes = []
+    if m.collectives:
+        notes.append(f"{' and '.join(sorted(measured))} rows measured by this run (provenance)")
+    if kept:
+        fabrics = " and ".join(sorted({_fabric(r) for r in kept}))
+        notes.append(f"{fabrics} rows kept from {base}: {base_note or 'no source given'}")
+        out["collectives"] = m.collectives + kept
+    if notes:
+        sources["measured.collectives"] = "; ".join(notes)
+    return out
+
+
 def build_profile(
     m: Measurements,
     provenance: dict[str, Any],
@@ -348,7 +382,7 @@ def build_profile(
         data["name"] = f"{data['name']}-calibrated"
     _apply_compute(data, m)
     _apply_network(data, m, described)
-    data["measured"] = m.as_dict()
+    data["measured"] = _merged_measured(data, m, base)
     data["provenance"] = provenance
     profile_from_dict(data, field="--out", origin="calibrated profile")
     return data

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from calibrate.cli import main
 from calibrate.nccl_tests_import import parse_log
+from calibrate.profile_writer import Machine, Measurements, build_profile
+from simcluster.cli import main as simcluster_main
 from simcluster.errors import UserError
 from simcluster.hardware import load_profile
 
@@ -73,3 +76,35 @@ def test_import_writes_a_loadable_profile(tmp_path):
     # Two-node all_gather: best busbw 21.17 GB/s per GPU, one NIC per GPU -> 169.4 of 400 Gbit/s.
     assert prof.efficiency.nic == pytest.approx(21.17 * 8 / 400, rel=2e-3)
     assert prof.provenance["device_count"] == 16 and prof.provenance["nodes"] == 2
+
+
+def test_one_node_import_keeps_the_base_profiles_multi_node_table(tmp_path, capsys):
+    """A one-node nccl-tests log replaces only the base's single-node rows: aws-p5's published
+    EFA tables (2-32 nodes, crazyguitar/aws-gpu-benchmark via the profile's sources) stay, so a
+    4-node all-reduce still takes its measured time (273.34 GB/s busbw at 256 MiB, the p5
+    profile's own row), where dropping them had made it 43% faster than measured."""
+    out = tmp_path / "p5.yaml"
+    assert main(["import-nccl-tests", str(CURRENT), "--base", "aws-p5", "--out", str(out)]) == 0
+    base, prof = load_profile("aws-p5"), load_profile(out)
+    multi = [r for r in base.measured["collectives"] if (r.get("nodes") or 1) > 1]
+    rows = prof.measured["collectives"]
+    assert [r for r in rows if (r.get("nodes") or 1) > 1] == multi
+    single = [r for r in rows if (r.get("nodes") or 1) == 1]
+    assert len(single) == 10 and {r["scope"] for r in single} == {"intra"}
+    assert single[0]["time_s"] != next(
+        r for r in base.measured["collectives"] if (r.get("nodes") or 1) == 1
+    )["time_s"]
+    note = prof.sources["measured.collectives"]
+    assert note.startswith("single-node rows measured by this run") and "kept from aws-p5" in note
+    capsys.readouterr()
+    args = ["collective", "all_reduce", "256MiB", "--gpus", "32", "--json", "--hardware", str(out)]
+    assert simcluster_main(args) == 0
+    assert json.loads(capsys.readouterr().out)["busbw_GBps"] == pytest.approx(273.34, rel=1e-3)
+
+
+def test_a_profile_without_base_carries_no_table_of_the_fallback_machine(tmp_path):
+    """Without --base the fallback (dgx-h100) only fills fields; its nccl-tests sample
+    describes a DGX H100, so neither its rows nor its source text reach the new profile."""
+    data = build_profile(Measurements(), {"backend": "gloo"}, None, Machine("Box", None, 2))
+    assert "collectives" not in data["measured"]
+    assert "measured.collectives" not in data["sources"]
