@@ -5,6 +5,7 @@ Every number checked here was timed for real by the run under test.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -156,6 +157,25 @@ def test_simulating_with_the_cpu_profile_is_slower(two_rank_profile):
     cpu = simcluster.simulate(scenario, hardware=str(two_rank_profile)).summary["step_time_s"]
     h100 = simcluster.simulate(scenario, hardware="dgx-h100").summary["step_time_s"]
     assert cpu > 100 * h100
+
+
+def test_the_run_table_shows_a_cpus_rate_not_zero(two_rank_profile, tmp_path, capsys):
+    """A calibrated CPU runs at hundredths of a TFLOP/s; the run table printed 0.0 for it."""
+    from simcluster.cli import main as simcluster_main
+
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(
+        "model: {layers: 2, hidden: 256, heads: 4, vocab: 1024}\n"
+        f"cluster: {{hardware: {two_rank_profile}, gpus: 2}}\n"
+        "parallel: {tp: 1, pp: 1}\n"
+        "training: {seq_len: 256, micro_batch: 1, global_batch: 2, precision: fp32}\n"
+    )
+    assert simcluster_main(["run", str(scenario), "--json"]) == 0
+    tflops = json.loads(capsys.readouterr().out)["model_tflops_per_gpu"]
+    assert 0 < tflops < 1
+    assert simcluster_main(["run", str(scenario)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "model TFLOP/s" in line)
+    assert f"{tflops:.3g}" in row
 
 
 def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):

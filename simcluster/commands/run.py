@@ -115,7 +115,9 @@ def _print(
         step += "  (steady state: steps overlap across stages, post-validation)"
     table.add_row("step time", step)
     table.add_row("tokens/s", f"{s['tokens_per_s']:,.0f}  ({s['tokens_per_s_per_gpu']:,.0f} per GPU)")
-    table.add_row("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}")
+    tflops = s["model_tflops_per_gpu"]
+    # three significant figures below 100: a calibrated CPU runs at hundredths of a TFLOP/s
+    table.add_row("model TFLOP/s per GPU", f"{tflops:.1f}" if tflops >= 100 else f"{tflops:.3g}")
     hfu = s.get("hfu", s["mfu"])
     recomputed = f"  (HFU {100 * hfu:.1f}% with recomputation)" if hfu > s["mfu"] * 1.0005 else ""
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
