@@ -1029,3 +1029,32 @@ def test_a_memory_figure_among_the_measured_ones_is_the_cases_peak_memory(tmp_pa
     path.write_text(yaml.safe_dump([case]))
     (read,) = load_cases_file(path)
     assert (read.metric, read.peak_memory_gib) == ("tokens_per_s", 61.5)
+
+
+def test_accuracy_gates_fail_the_run_with_status_1(cli, tmp_path):
+    """--max-mape / --max-error turn the report into a CI gate: the report is still printed,
+    each broken gate is one stderr line, and the status is 1 (2 stays for bad input). Two cases
+    measured at the prediction and 1.2x below it: errors 0% and +20%, MAPE 10%."""
+    probe = {"name": "probe", "source": "t", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}
+    res = cli("validate", _cases_file(tmp_path, [probe]), "--json", "--jobs", "1")
+    predicted = json.loads(res.out)["cases"][0]["predicted"]
+    exact = {**probe, "name": "exact", "measured": {"step_time_s": predicted}}
+    slow = {**probe, "name": "slow", "measured": {"step_time_s": predicted / 1.2}}
+    cases = _cases_file(tmp_path, [exact, slow])
+    run = lambda *gates: cli("validate", cases, "--json", "--jobs", "1", *gates)  # noqa: E731
+
+    ok = run("--max-mape", "10.5", "--max-error", "20.5%")
+    assert ok.code == 0 and ok.err == "", ok.err
+    assert json.loads(ok.out)["summary"]["mape_pct"] == pytest.approx(10.0)
+    mape = run("--max-mape", "9")
+    assert mape.code == 1 and json.loads(mape.out)["summary"]["n"] == 2  # the report still prints
+    assert mape.err.strip() == "simcluster validate: MAPE 10.00% is above --max-mape 9%"
+    worst = run("--max-error", "15")
+    assert worst.code == 1
+    assert worst.err.strip().endswith("1 case(s) beyond --max-error 15%: slow (+20.0%)")
+    bad = {**probe, "name": "bad", "scenario": make_scenario(parallel={"tp": 3})}
+    failed = cli("validate", _cases_file(tmp_path, [exact, bad]), "--jobs", "1", "--max-mape", "50")
+    assert failed.code == 1 and "1 case(s) could not be simulated: bad" in failed.err
+    for value in ("abc", "0", "-5", "inf"):
+        refused = cli("validate", cases, "--max-error", value)
+        assert refused.code == 2 and refused.err.count("\n") == 1 and "--max-error" in refused.err

@@ -13,6 +13,7 @@ from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.validate import CaseResult, load_cases, run_cases
+from simcluster.validate_gate import broken_gates, percent
 from simcluster.validate_report import (
     beyond,
     by_family,
@@ -52,12 +53,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="write validate.csv, validate.json and validate.png (errors by family)"
     )
+    parser.add_argument(
+        "--max-mape", metavar="PCT",
+        help="exit with status 1 when the cases' MAPE is above PCT (a CI gate on your own cases)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-error", metavar="PCT",
+        help="exit with status 1 when any case's absolute error is above PCT; with either gate "
+        "a case that cannot be simulated fails it too",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs is not None else max(os.cpu_count() or 1, 1)
     if jobs < 1:
         raise UserError("--jobs", f"must be at least 1, got {jobs}")
+    max_mape = percent("--max-mape", args.max_mape) if args.max_mape is not None else None
+    max_error = percent("--max-error", args.max_error) if args.max_error is not None else None
     cases = load_cases(args.cases, args.filter, quick=args.quick)
     if not cases:
         raise UserError("--filter", "no case left after --filter/--quick; drop or change them")
@@ -78,7 +90,10 @@ def run(args: argparse.Namespace) -> int:
         _print(results)
         if args.out:
             Console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
-    return 0
+    broken = broken_gates(results, max_mape, max_error)
+    for line in broken:
+        print(f"simcluster validate: {line}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def _run_with_progress(cases: list, executor: Executor) -> list[CaseResult]:
