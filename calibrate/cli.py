@@ -22,6 +22,7 @@ from simcluster.units import format_bytes
 SUBCOMMANDS: dict[str, str] = {
     "import-nccl-tests": "calibrate.nccl_tests_import",
     "compare-trace": "calibrate.compare",
+    "measure-step": "calibrate.step_run",
 }
 
 

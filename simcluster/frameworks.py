@@ -282,6 +282,24 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     return defaults
 
 
+def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
+    if _zero_stage(raw) != 0 or any(_parallel(raw, k, 1) > 1 for k in ("tp", "pp", "cp", "ep")):
+        raise UserError(
+            "framework",
+            "pytorch-ddp is data parallelism alone (zero 0, tp = pp = cp = ep = 1); "
+            "use torchtitan for FSDP2 with tensor or pipeline parallelism",
+        )
+    # DistributedDataParallel(bucket_cap_mb=25) without gradient_as_bucket_view: buckets of
+    # 25 MiB of the parameters' (fp32) gradients, each gradient copied in and back out; the
+    # optimizer's zero_grad(set_to_none=True) frees .grad, so the first microbatch writes it and
+    # later ones add in place; clip_grad_norm_ reads and scales every gradient
+    return {
+        "training": {"elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False},
+        "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
+        "overlap": {"dp_grad_reduce": True},
+    }
+
+
 def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
     # sail-sg's fork as examples/pretrain_zero_bubble.sh runs it: no --use-flash-attn,
     # --no-overlap-p2p-communication, and --enable-optimizer-post-validation whenever a
@@ -410,6 +428,21 @@ FRAMEWORKS: dict[str, Framework] = {
             attention_kernel="fa2",
         ),
         Framework(
+            "pytorch-ddp",
+            "a plain PyTorch training loop in eager mode (the model written as the Llama reference "
+            "code: fp32 RMSNorm and complex rotary, repeat_kv, SDPA), DistributedDataParallel "
+            "with its default 25 MiB buckets, gradients copied into them and back, "
+            "clip_grad_norm_ and AdamW; data parallelism alone (what `python -m calibrate "
+            "measure-step` runs)",
+            "pytorch/pytorch torch/nn/parallel/distributed.py (bucket_cap_mb 25, "
+            "gradient_as_bucket_view False), torch/csrc/distributed/c10d/reducer.cpp "
+            "(copy_grad_to_bucket, copy_bucket_to_grad), torch/nn/utils/clip_grad.py "
+            "(clip_grad_norm_: foreach norm, then grads multiplied by the clamped coefficient); "
+            "meta-llama/llama model.py; calibrate/step_model.py",
+            _pytorch_ddp,
+            attention_kernel="fa2",
+        ),
+        Framework(
             "torchtitan",
             "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
             "gradients copy-cast into the reduce-scatter buffer, unfused norms and rotary (set "
@@ -466,6 +499,7 @@ FRAMEWORK_ALIASES = {
     "nemo2": "nemo", "nemo-2": "nemo", "nemo-megatron-bridge": "megatron-bridge", "bridge": "megatron-bridge",
     "megatron-deepspeed": "deepspeed",
     "nemo-automodel": "automodel",
+    "pytorch": "pytorch-ddp", "torch-ddp": "pytorch-ddp", "ddp": "pytorch-ddp",
     "zb": "zero-bubble", "zero-bubble-pipeline-parallelism": "zero-bubble", "sail-sg": "zero-bubble",
 }  # fmt: skip
 

@@ -1,0 +1,171 @@
+"""A scenario's dense model as a PyTorch module, for ``calibrate measure-step``.
+
+It is written the way the Llama reference code (meta-llama/llama ``model.py``) and torchtitan
+write theirs, so that ``framework: pytorch-ddp`` (``training.elementwise: eager``) describes the
+kernels it runs: RMSNorm as fp32 ops, the rotary embedding through complex numbers, grouped-query
+K and V repeated to the query heads, PyTorch's SDPA with a causal mask, the attention output made
+contiguous, SwiGLU as ``silu(gate) * up``. The QKV and gate/up projections are one Linear each, as
+the simulator counts them (one GEMM). Its parameter count is the simulator's
+(``ModelSpec.params_total``; tested).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from simcluster.errors import UserError
+from simcluster.model import ModelSpec
+
+DROPOUT = 0.1  # GPT-2/GPT-3's hidden dropout, when the model has it (model.dropout)
+ROPE_THETA = 10000.0  # the rate of the sinusoids moves no time
+
+
+def check_buildable(model: ModelSpec, seq_len: int, recompute: str) -> None:
+    """A one-line error for what this module does not build."""
+    refusals = (
+        (model.is_moe, "model.experts", "mixture-of-experts models"),
+        (model.mla is not None, "model.mla", "multi-head latent attention"),
+        (model.sliding_window > 0, "model.sliding_window", "sliding-window attention"),
+        (model.mtp_layers > 0, "model.mtp_layers", "multi-token prediction"),
+        (model.position == "alibi", "model.position", "ALiBi positions"),
+    )
+    for refused, field, what in refusals:
+        if refused:
+            raise UserError(field, f"measure-step builds dense decoder models only, not {what}")
+    if model.position == "learned" and model.max_positions < seq_len:
+        raise UserError(
+            "model.max_positions",
+            f"{model.max_positions} learned positions are fewer than training.seq_len {seq_len}",
+        )
+    if recompute not in ("none", "full"):
+        raise UserError(
+            "training.recompute",
+            f"measure-step recomputes none or full (each layer checkpointed), got {recompute}",
+        )
+
+
+class RMSNorm(nn.Module):
+    """The Llama reference RMSNorm: upcast, mean of squares, rsqrt, downcast, scale."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+def _norm(model: ModelSpec, dim: int) -> nn.Module:
+    return RMSNorm(dim) if model.norm == "rmsnorm" else nn.LayerNorm(dim)
+
+
+def rotary_table(head_dim: int, seq_len: int) -> torch.Tensor:
+    """The rotations of each position, as complex numbers (seq_len x head_dim / 2)."""
+    freqs = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    angles = torch.outer(torch.arange(seq_len).float(), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def _rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * table[None, :, None, :]).flatten(3).type_as(x)
+
+
+class Attention(nn.Module):
+    """Self-attention with grouped-query heads (kv_heads <= heads)."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = model.heads, model.kv_heads, model.d_head
+        width = (model.heads + 2 * model.kv_heads) * model.d_head
+        self.qkv = nn.Linear(model.hidden, width, bias=model.bias)
+        self.out = nn.Linear(model.heads * model.d_head, model.hidden, bias=model.bias)
+        self.q_norm = RMSNorm(model.d_head) if model.qk_norm else None
+        self.k_norm = RMSNorm(model.d_head) if model.qk_norm else None
+
+    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        a, kv, d = self.heads, self.kv_heads, self.head_dim
+        q, k, v = self.qkv(x).split([a * d, kv * d, kv * d], dim=-1)
+        q, k, v = q.view(b, s, a, d), k.view(b, s, kv, d), v.view(b, s, kv, d)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            q, k = _rotate(q, rotary), _rotate(k, rotary)
+        if kv < a:  # repeat_kv: K and V materialised at the query heads
+            k, v = k.repeat_interleave(a // kv, dim=2), v.repeat_interleave(a // kv, dim=2)
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return self.out(o.transpose(1, 2).contiguous().view(b, s, a * d))
+
+
+class MLP(nn.Module):
+    """SwiGLU (gate and up in one Linear), GeLU or squared ReLU."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        super().__init__()
+        self.kind = model.mlp
+        self.up = nn.Linear(model.hidden, int(model.up_width(model.ffn)), bias=model.bias)
+        self.down = nn.Linear(model.ffn, model.hidden, bias=model.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        y = self.up(x)
+        return self.down(F.gelu(y) if self.kind == "gelu" else F.relu(y).square())
+
+
+class Block(nn.Module):
+    """A pre-norm transformer layer."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = _norm(model, model.hidden), Attention(model)
+        self.mlp_norm, self.mlp = _norm(model, model.hidden), MLP(model)
+        self.dropout = DROPOUT if model.dropout else 0.0
+
+    def forward(self, x: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
+        x = x + F.dropout(self.attn(self.attn_norm(x), rotary), self.dropout, self.training)
+        return x + F.dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
+
+
+class Transformer(nn.Module):
+    """Embedding, the layers, the final norm and the LM head (tied or not); returns logits."""
+
+    def __init__(self, model: ModelSpec, seq_len: int, recompute: str = "none") -> None:
+        super().__init__()
+        check_buildable(model, seq_len, recompute)
+        self.embed = nn.Embedding(model.vocab, model.hidden)
+        self.positions = (
+            nn.Embedding(model.max_positions, model.hidden) if model.position == "learned" else None
+        )
+        self.blocks = nn.ModuleList(Block(model) for _ in range(model.layers))
+        self.norm = _norm(model, model.hidden)
+        self.head = nn.Linear(model.hidden, model.vocab, bias=False)
+        if model.tied_embeddings:
+            self.head.weight = self.embed.weight
+        self.recompute = recompute == "full"
+        rotary = rotary_table(model.d_head, seq_len) if model.position == "rope" else None
+        self.register_buffer("rotary", rotary, persistent=False)
+        self.dropout = DROPOUT if model.dropout else 0.0
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        x = F.dropout(x, self.dropout, self.training)
+        rotary = self.rotary
+        for block in self.blocks:
+            if self.recompute:
+                x = checkpoint(block, x, rotary, use_reentrant=False)
+            else:
+                x = block(x, rotary)
+        return self.head(self.norm(x))

@@ -1,0 +1,284 @@
+"""``calibrate measure-step``: run real training steps of a scenario here and set its simulation
+beside them.
+
+    torchrun --nproc-per-node 8 -m calibrate measure-step my-scenario.yaml --hardware my-cluster.yaml
+
+Every rank builds the scenario's model (``calibrate/step_model.py``), wraps it in PyTorch's
+DistributedDataParallel and trains on random tokens as a plain training loop does: the global
+batch in micro-batches (``no_sync`` until the last), the cross-entropy loss, ``clip_grad_norm_``,
+AdamW, ``zero_grad(set_to_none=True)``. After warm-up steps, each timed step runs between two
+device synchronisations; a step's time is its slowest rank's, and the median step is the
+measurement. Rank 0 then simulates the scenario under ``framework: pytorch-ddp`` (what was run)
+on the given profile, prints both with the error, and can write the measurement as a case for
+``simcluster validate`` (``--case-out``). Data parallelism only: the DDP loop has no tensor or
+pipeline parallelism to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simcluster.errors import UserError
+
+HELP = "run real training steps of a scenario here (PyTorch DDP) and compare them with its simulation"
+FRAMEWORK = "pytorch-ddp"
+PRECISIONS = ("fp32", "bf16")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of the subcommand."""
+    parser.add_argument("scenario", metavar="SCENARIO", help="shipped scenario name or YAML path")
+    parser.add_argument(
+        "--hardware",
+        help="profile to simulate with (default: the scenario's cluster.hardware), e.g. the "
+        "profile calibrate wrote on this machine",
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds a collective may wait (default 600)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--case-out", type=Path, metavar="CASE.yaml",
+        help="write the measurement as a simcluster validate case",
+    )  # fmt: skip
+
+
+def _raw_scenario(name: str) -> dict[str, Any]:
+    from simcluster.paths import anchor_paths
+    from simcluster.scenario.loading import resolve_scenario_path
+    from simcluster.yamlio import load_user_file
+
+    path = resolve_scenario_path(name)
+    data = anchor_paths(load_user_file(path, "scenario", "scenario file"), path.parent)
+    if not isinstance(data, dict):
+        raise UserError("scenario", "must be a YAML mapping with model, cluster, parallel, training")
+    data.setdefault("name", path.stem)
+    return data
+
+
+def _as_run(raw: dict[str, Any], hardware: str | None) -> dict[str, Any]:
+    """The scenario as measure-step runs it: under ``framework: pytorch-ddp``, on ``hardware``."""
+    from simcluster.frameworks import get_framework
+
+    named = raw.get("framework")
+    if named is not None and get_framework(named).name != FRAMEWORK:
+        raise UserError(
+            "framework",
+            f"measure-step runs a PyTorch DDP loop, not {named}; set framework: {FRAMEWORK} or "
+            "leave it unset",
+        )
+    run = copy.deepcopy(raw)
+    run["framework"] = FRAMEWORK
+    if hardware is not None:
+        run.setdefault("cluster", {})
+        if isinstance(run["cluster"], dict):
+            run["cluster"]["hardware"] = str(Path(hardware).resolve()) if Path(hardware).exists() else hardware
+    return run
+
+
+def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """The raw scenario as run and its simulation context; every refusal is one line."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    for flag, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0)):
+        if value < least:
+            raise UserError(flag, f"must be at least {least}, got {value}")
+    if not (0 < args.timeout < math.inf):
+        raise UserError("--timeout", f"must be a positive number of seconds, got {args.timeout:g}")
+    raw = _as_run(_raw_scenario(args.scenario), args.hardware)
+    scenario = scenario_from_dict(raw)
+    if scenario.training.precision not in PRECISIONS:
+        raise UserError(
+            "training.precision",
+            f"measure-step trains in fp32 or bf16 (autocast), got {scenario.training.precision}",
+        )
+    ctx = build_context(scenario)
+    from calibrate.step_model import check_buildable
+
+    check_buildable(ctx.model, ctx.layout.seq_len, scenario.training.recompute)
+    return raw, ctx
+
+
+def _train(ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any) -> list[float]:
+    """Seconds of each timed step on this rank (warm-up steps run first, untimed)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from calibrate.step_model import Transformer
+    from calibrate.timers import synchronize
+
+    layout, scenario = ctx.layout, ctx.scenario
+    torch.manual_seed(1234 + dctx.rank)
+    model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, scenario.training.recompute)
+    model = model.to(dctx.device)
+    if dctx.distributed:
+        ids = [dctx.device.index] if dctx.device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    accum = layout.global_batch // (layout.micro_batch * layout.dp)
+    shape = (accum, layout.micro_batch, layout.seq_len + 1)
+    tokens = torch.randint(ctx.model.vocab, shape, device=dctx.device)
+    inputs, targets = tokens[..., :-1], tokens[..., 1:]
+    bf16 = scenario.training.precision == "bf16"
+
+    def step() -> None:
+        for i in range(accum):
+            last = i == accum - 1
+            sync = contextlib.nullcontext() if last or not dctx.distributed else model.no_sync()  # type: ignore[operator]
+            with sync:
+                autocast = torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+                with autocast:
+                    logits = model(inputs[i])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum
+                loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    times = []
+    for k in range(warmup + steps):
+        progress.describe(f"measure-step: {'warm-up' if k < warmup else 'timed'} step {k + 1}")
+        dctx.barrier()
+        synchronize(dctx.device.type)
+        start = time.perf_counter()
+        step()
+        synchronize(dctx.device.type)
+        elapsed = time.perf_counter() - start
+        if dctx.distributed:  # a step ends when its slowest rank's does
+            probe = torch.tensor([elapsed], dtype=torch.float64, device=dctx.device)
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+            elapsed = float(probe.item())
+        if k >= warmup:
+            times.append(elapsed)
+        progress.advance()
+    return times
+
+
+def _result(ctx: Any, dctx: Any, times: list[float], hardware: str | None) -> dict[str, Any]:
+    import torch
+
+    import simcluster
+    from calibrate.provenance import device_name
+
+    layout = ctx.layout
+    measured = statistics.median(times)
+    simulated = simcluster.simulate(ctx.scenario, hardware=hardware).summary["step_time_s"]
+    tokens = layout.global_batch * layout.seq_len
+    return {
+        "scenario": ctx.scenario.name,
+        "device": device_name(dctx.device),
+        "ranks": dctx.world,
+        "torch": str(torch.__version__),
+        "hardware": ctx.profile.name,
+        "params": ctx.model.params_total(),
+        "microbatches": layout.global_batch // (layout.micro_batch * layout.dp),
+        "steps_s": times,
+        "measured_step_s": measured,
+        "simulated_step_s": simulated,
+        "error_pct": 100.0 * (simulated - measured) / measured,
+        "measured_tokens_per_s": tokens / measured,
+        "simulated_tokens_per_s": tokens / simulated,
+    }
+
+
+def _print(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from simcluster.units import format_time
+
+    table = Table(title=f"{r['scenario']}: {r['ranks']} x {r['device']} (torch {r['torch']})")
+    for column in ("", "measured", f"simulated on {r['hardware']}"):
+        table.add_column(column, justify="right")
+    spread = f"  ({format_time(min(r['steps_s']))}–{format_time(max(r['steps_s']))})"
+    table.add_row("step time", format_time(r["measured_step_s"]) + spread, format_time(r["simulated_step_s"]))
+    table.add_row("tokens/s", f"{r['measured_tokens_per_s']:,.0f}", f"{r['simulated_tokens_per_s']:,.0f}")
+    Console().print(table)
+    Console().print(
+        f"error {r['error_pct']:+.1f}% (simulated - measured, in step time); median of "
+        f"{len(r['steps_s'])} steps of {r['microbatches']} microbatches, {r['params']:,} parameters"
+    )
+
+
+def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
+    from simcluster.output.atomic import atomic_write_text
+
+    case = {
+        "cases": [
+            {
+                "name": f"{r['scenario']}/measure-step",
+                "source": (
+                    f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch DDP steps on "
+                    f"{r['ranks']} x {r['device']} (torch {r['torch']})"
+                ),
+                "scenario": raw,
+                "measured": {"step_time_s": r["measured_step_s"]},
+            }
+        ]
+    }
+    atomic_write_text(path, yaml.safe_dump(case, sort_keys=False))
+
+
+def _check_case_out(path: Path) -> None:
+    """Before training: the case file can be written (an existing directory or an unwritable
+    folder is a one-line error, not a lost measurement)."""
+    import os
+
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError("--case-out", f"'{path}' is a directory; name a .yaml file")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError("--case-out", f"cannot write into '{parent}'; choose a writable folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, train, time, simulate, report."""
+    raw, ctx = _checked(args)
+    if args.case_out is not None:
+        _check_case_out(args.case_out)
+    import torch
+
+    from calibrate.dist import init, shutdown
+    from calibrate.progress import RankProgress
+
+    dctx = init(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.timeout)
+    try:
+        if dctx.world != ctx.layout.dp:
+            raise UserError(
+                "cluster.gpus",
+                f"the scenario trains on {ctx.layout.dp} GPUs but {dctx.world} rank(s) were "
+                f"launched; run torchrun with {ctx.layout.dp} processes or set cluster.gpus",
+            )
+        with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:
+            times = _train(ctx, dctx, args.steps, args.warmup, progress)
+    finally:
+        shutdown(dctx)
+    if not dctx.is_main:
+        return 0
+    result = _result(ctx, dctx, times, None)
+    if args.case_out is not None:
+        _write_case(args.case_out, raw, result)
+    if args.json:
+        from simcluster.commands.common import print_json
+
+        print_json(result)
+    else:
+        _print(result)
+        if args.case_out is not None:
+            print(f"wrote {args.case_out}")
+    return 0

@@ -1,0 +1,124 @@
+"""``calibrate measure-step``: the scenario's model built in PyTorch, real DDP steps on CPU
+(torchrun, 2 gloo ranks), their simulation beside them, and the validate case it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+from calibrate.cli import main  # noqa: E402
+from calibrate.step_model import Transformer  # noqa: E402
+from simcluster.cli import main as simcluster_main  # noqa: E402
+from simcluster.model import build_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+TINY = {
+    "model": {"layers": 2, "hidden": 128, "heads": 4, "vocab": 512},
+    "cluster": {"hardware": "dgx-h100", "gpus": 2},
+    "parallel": {"tp": 1, "pp": 1},
+    "training": {"seq_len": 64, "micro_batch": 2, "global_batch": 8, "precision": "fp32"},
+}
+
+
+def _scenario(tmp_path: Path, **changes: dict) -> Path:
+    data = {key: {**value, **changes.get(key, {})} for key, value in TINY.items()}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},  # Llama-style: RMSNorm, SwiGLU, RoPE, untied
+        {"heads": 8, "kv_heads": 2, "qk_norm": True, "tied_embeddings": True},
+        {"mlp": "gelu", "norm": "layernorm", "bias": True, "position": "learned",
+         "max_positions": 128, "dropout": True},  # GPT-2/3-style
+        {"mlp": "relu2", "head_dim": 64, "ffn": 320},
+    ],
+)  # fmt: skip
+def test_the_torch_model_has_the_simulators_parameter_count(shape):
+    """Every weight and bias the simulator counts (ModelSpec.params_total: per layer
+    h*a*d + 2*h*kv*d + a*d*h for attention, 3*h*ffn for SwiGLU, 2*h*ffn for GeLU, norms, the
+    embedding and an untied head) exists in the module, and nothing else."""
+    spec = build_model({**TINY["model"], **shape})
+    module = Transformer(spec, 64)
+    assert sum(p.numel() for p in module.parameters()) == spec.params_total()
+    logits = module(torch.randint(spec.vocab, (2, 64)))
+    assert logits.shape == (2, 64, spec.vocab)
+
+
+def test_full_recomputation_gives_the_same_gradients():
+    """Checkpointing every layer reruns its forward in the backward: same gradients, to fp32
+    rounding."""
+    spec = build_model(TINY["model"])
+    tokens = torch.randint(spec.vocab, (2, 64))
+    grads = []
+    for recompute in ("none", "full"):
+        torch.manual_seed(0)
+        module = Transformer(spec, 64, recompute)
+        module(tokens).float().square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in module.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"model": {"experts": 4, "top_k": 2, "expert_ffn": 256}}, "model.experts"),
+        ({"training": {"precision": "fp8"}}, "training.precision"),
+        ({"training": {"recompute": "selective"}}, "training.recompute"),
+        ({"parallel": {"tp": 2}}, "framework"),  # DDP alone: pytorch-ddp refuses tp
+        ({}, "cluster.gpus"),  # 2 GPUs in the scenario, one process launched
+    ],
+)
+def test_what_it_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field):
+    path = _scenario(tmp_path, **changes)
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err, err
+
+
+def test_another_framework_is_refused(tmp_path, capsys):
+    data = yaml.safe_load(_scenario(tmp_path).read_text())
+    data["framework"] = "megatron-core"
+    path = tmp_path / "mc.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["measure-step", str(path)]) == 2
+    assert "measure-step runs a PyTorch DDP loop, not megatron-core" in capsys.readouterr().err
+
+
+def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
+    """Real DDP steps on 2 CPU ranks: 8 sequences of 64 tokens, 2 per microbatch on each of 2
+    ranks, so 2 microbatches a step; the step is the median of the timed ones; the simulation
+    is of the same scenario under framework pytorch-ddp, and the case it writes validates to
+    the same prediction."""
+    path, case = _scenario(tmp_path), tmp_path / "case.yaml"
+    args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "3",
+            "--warmup", "1", "--json", "--case-out", str(case)]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run(TORCHRUN + args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert r["ranks"] == 2 and r["microbatches"] == 2 and len(r["steps_s"]) == 3
+    assert r["params"] == build_model(TINY["model"]).params_total()
+    assert r["measured_step_s"] == statistics.median(r["steps_s"]) > 0
+    assert r["error_pct"] == pytest.approx(100 * (r["simulated_step_s"] / r["measured_step_s"] - 1))
+    assert r["measured_tokens_per_s"] == pytest.approx(8 * 64 / r["measured_step_s"])
+    written = yaml.safe_load(case.read_text())["cases"][0]
+    assert written["scenario"]["framework"] == "pytorch-ddp"
+    assert written["measured"] == {"step_time_s": r["measured_step_s"]}
+    assert simcluster_main(["validate", str(case), "--json", "--jobs", "1"]) == 0
+    validated = json.loads(capsys.readouterr().out)["cases"][0]
+    assert validated["predicted"] == r["simulated_step_s"]
+    assert validated["error_pct"] == pytest.approx(r["error_pct"])
