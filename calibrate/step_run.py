@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--case-out", type=Path, metavar="CASE.yaml",
         help="write the measurement as a simcluster validate case",
     )  # fmt: skip
+    parser.add_argument(
+        "--trace-out", type=Path, metavar="TRACE.json",
+        help="profile one more step (PyTorch profiler, rank 0's trace, for Perfetto) and print "
+        "measured against simulated time per op kind",
+    )  # fmt: skip
 
 
 def _raw_scenario(name: str) -> dict[str, Any]:
@@ -112,8 +117,11 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return raw, ctx
 
 
-def _train(ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any) -> list[float]:
-    """Seconds of each timed step on this rank (warm-up steps run first, untimed)."""
+def _train(
+    ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any, trace: Path | None = None
+) -> list[float]:
+    """Seconds of each timed step on this rank (warm-up steps run first, untimed); with
+    ``trace``, one more step runs under the profiler and rank 0 writes its chrome trace."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -166,18 +174,46 @@ def _train(ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any) -> list[
         if k >= warmup:
             times.append(elapsed)
         progress.advance()
+    if trace is not None:  # after the timed steps: the profiler's own cost is not in them
+        progress.describe("measure-step: profiled step")
+        _profiled(step, dctx, trace)
     return times
 
 
-def _result(ctx: Any, dctx: Any, times: list[float], hardware: str | None) -> dict[str, Any]:
+def _profiled(step: Any, dctx: Any, path: Path) -> None:
+    """Run ``step`` under the PyTorch profiler on every rank (DDP needs them all); rank 0
+    writes the trace atomically."""
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from calibrate.timers import synchronize
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dctx.device.type == "cuda" else [])
+    dctx.barrier()
+    with profile(activities=activities) as prof:
+        with record_function("ProfilerStep#0"):
+            step()
+        synchronize(dctx.device.type)
+    if dctx.is_main:
+        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[str, Any]:
     import torch
 
-    import simcluster
     from calibrate.provenance import device_name
 
     layout = ctx.layout
     measured = statistics.median(times)
-    simulated = simcluster.simulate(ctx.scenario, hardware=hardware).summary["step_time_s"]
     tokens = layout.global_batch * layout.seq_len
     return {
         "scenario": ctx.scenario.name,
@@ -234,23 +270,24 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
     atomic_write_text(path, yaml.safe_dump(case, sort_keys=False))
 
 
-def _check_case_out(path: Path) -> None:
-    """Before training: the case file can be written (an existing directory or an unwritable
-    folder is a one-line error, not a lost measurement)."""
+def _check_out(flag: str, path: Path) -> None:
+    """Before training: the file can be written (an existing directory or an unwritable folder
+    is a one-line error, not a lost measurement)."""
     import os
 
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise UserError("--case-out", f"'{path}' is a directory; name a .yaml file")
+        raise UserError(flag, f"'{path}' is a directory; name a file")
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError("--case-out", f"cannot write into '{parent}'; choose a writable folder")
+        raise UserError(flag, f"cannot write into '{parent}'; choose a writable folder")
 
 
 def run(args: argparse.Namespace) -> int:
     """Check, train, time, simulate, report."""
     raw, ctx = _checked(args)
-    if args.case_out is not None:
-        _check_case_out(args.case_out)
+    for flag, path in (("--case-out", args.case_out), ("--trace-out", args.trace_out)):
+        if path is not None:
+            _check_out(flag, path)
     import torch
 
     from calibrate.dist import init, shutdown
@@ -265,12 +302,15 @@ def run(args: argparse.Namespace) -> int:
                 f"launched; run torchrun with {ctx.layout.dp} processes or set cluster.gpus",
             )
         with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:
-            times = _train(ctx, dctx, args.steps, args.warmup, progress)
+            times = _train(ctx, dctx, args.steps, args.warmup, progress, args.trace_out)
     finally:
         shutdown(dctx)
     if not dctx.is_main:
         return 0
-    result = _result(ctx, dctx, times, None)
+    import simcluster
+
+    sim = simcluster.simulate(ctx.scenario)
+    result = _result(ctx, dctx, times, sim.summary["step_time_s"])
     if args.case_out is not None:
         _write_case(args.case_out, raw, result)
     if args.json:
@@ -279,6 +319,17 @@ def run(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         _print(result)
-        if args.case_out is not None:
-            print(f"wrote {args.case_out}")
+        if args.trace_out is not None:
+            _print_kinds(args.trace_out, sim.events)
+        for path in (args.case_out, args.trace_out):
+            if path is not None:
+                print(f"wrote {path}")
     return 0
+
+
+def _print_kinds(trace: Path, events: Any) -> None:
+    """Measured (the profiled step on rank 0) against simulated time per op kind."""
+    from calibrate.compare import simulated_seconds, table
+    from calibrate.kineto import load_trace
+
+    print(table(load_trace(trace), simulated_seconds(events)))

@@ -16,6 +16,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from calibrate.cli import main  # noqa: E402
+from calibrate.kineto import load_trace  # noqa: E402
 from calibrate.step_model import Transformer  # noqa: E402
 from simcluster.cli import main as simcluster_main  # noqa: E402
 from simcluster.model import build_model  # noqa: E402
@@ -103,9 +104,9 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
     ranks, so 2 microbatches a step; the step is the median of the timed ones; the simulation
     is of the same scenario under framework pytorch-ddp, and the case it writes validates to
     the same prediction."""
-    path, case = _scenario(tmp_path), tmp_path / "case.yaml"
+    path, case, trace = _scenario(tmp_path), tmp_path / "case.yaml", tmp_path / "trace.json"
     args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "3",
-            "--warmup", "1", "--json", "--case-out", str(case)]  # fmt: skip
+            "--warmup", "1", "--json", "--case-out", str(case), "--trace-out", str(trace)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(TORCHRUN + args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -122,3 +123,6 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
     validated = json.loads(capsys.readouterr().out)["cases"][0]
     assert validated["predicted"] == r["simulated_step_s"]
     assert validated["error_pct"] == pytest.approx(r["error_pct"])
+    # the profiled step (after the timed ones) is a CPU trace whose matmuls read as GEMMs
+    profiled = load_trace(trace)
+    assert profiled.level == "cpu_op" and profiled.seconds["gemm"] > 0
