@@ -2,8 +2,10 @@
 
 The simulated side is one representative rank of ``simcluster.simulate(scenario).events``
 (columns rank, stream, kind, name, start_s, end_s, ...; docs/architecture.md): communication
-kinds → ``comm``; compute events → the same name classifier as the trace, ``other`` if none
-matches; ``idle`` = the rank's step span not covered by any event. The simulated GEMM and
+kinds → ``comm``; compute time as the engine's own breakdown splits it (``time_breakdown_s``:
+GEMMs, attention, and the rest — memory-bound kernels, loss, optimizer, recomputation — as
+``other``), since one simulated block (a layer's MLP) holds GEMMs and memory-bound kernels
+alike; ``idle`` = the rank's step span not covered by any event. The simulated GEMM and
 attention times are the job's slowest GPU's (``gpu.speed_spread``); a trace from a typical rank
 runs its kernels faster and waits longer, so set ``cluster.speed_spread: 0`` in the scenario to
 compare kernel times alone.
@@ -45,8 +47,19 @@ def sim_kind(event_kind: str, name: str) -> str:
     return "other"
 
 
-def simulated_seconds(events: Any, rank: int | None = None) -> dict[str, float]:
-    """Seconds per kind on one rank (the lowest by default) of a SimResult events DataFrame."""
+# the engine's compute categories (simcluster/engine/breakdown.py) read as trace kinds; what
+# recomputation reruns is counted as other, since the engine does not split it by kernel
+_COMPUTE_KINDS = {"gemm": "gemm", "attention": "attention"}
+
+
+def simulated_seconds(
+    events: Any, rank: int | None = None, compute: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Seconds per kind on one rank (the lowest by default) of a SimResult events DataFrame.
+
+    With ``compute`` (the rank's stage in the summary's ``time_breakdown_s``), the compute
+    stream's time is split as the engine split it, GEMMs and attention apart from the
+    memory-bound kernels of the same block; without it, by the events' names."""
     if events.empty:
         raise UserError("SCENARIO", "the simulation produced no events")
     rank = int(events["rank"].min()) if rank is None else rank
@@ -55,7 +68,14 @@ def simulated_seconds(events: Any, rank: int | None = None) -> dict[str, float]:
     for kind, name, start, end in zip(
         mine["kind"], mine["name"], mine["start_s"], mine["end_s"], strict=True
     ):
-        seconds[sim_kind(str(kind), str(name))] += float(end) - float(start)
+        found = sim_kind(str(kind), str(name))
+        if compute is None or found == "comm":
+            seconds[found] += float(end) - float(start)
+    if compute is not None:
+        for category, value in compute.items():
+            if category == "idle" or category.startswith("comm_"):
+                continue
+            seconds[_COMPUTE_KINDS.get(category, "other")] += float(value)
     intervals = [(float(s), float(e)) for s, e in zip(mine["start_s"], mine["end_s"], strict=True)]
     span = max(e for _, e in intervals) - min(s for s, _ in intervals)
     seconds["idle"] = span - union_length(intervals)
@@ -71,7 +91,14 @@ def simulate_scenario(scenario: str) -> dict[str, float]:
         raise UserError(
             "SCENARIO", "this simcluster has no simulate() yet; only the trace side is available"
         ) from None
-    return simulated_seconds(simulate(load_scenario(scenario)).events)
+    return seconds_of(simulate(load_scenario(scenario)))
+
+
+def seconds_of(result: Any) -> dict[str, float]:
+    """Seconds per kind on the lowest rank of a SimResult, its compute split as the engine's
+    breakdown splits it (the first stage's, where the lowest rank is)."""
+    stages = result.summary.get("time_breakdown_s", {}).get("per_stage") or [None]
+    return simulated_seconds(result.events, compute=stages[0])
 
 
 def table(measured: Breakdown, simulated: dict[str, float] | None) -> str:

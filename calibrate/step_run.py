@@ -320,16 +320,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(result)
         if args.trace_out is not None:
-            _print_kinds(args.trace_out, sim.events)
+            _print_kinds(args.trace_out, sim)
         for path in (args.case_out, args.trace_out):
             if path is not None:
                 print(f"wrote {path}")
     return 0
 
 
-def _print_kinds(trace: Path, events: Any) -> None:
+def _print_kinds(trace: Path, sim: Any) -> None:
     """Measured (the profiled step on rank 0) against simulated time per op kind."""
-    from calibrate.compare import simulated_seconds, table
+    from calibrate.compare import seconds_of, table
     from calibrate.kineto import load_trace
 
-    print(table(load_trace(trace), simulated_seconds(events)))
+    print(table(load_trace(trace), seconds_of(sim)))

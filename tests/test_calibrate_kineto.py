@@ -198,3 +198,22 @@ def test_simulated_seconds_of_one_rank():
     got = simulated_seconds(events)
     expect = {"gemm": 0.003, "attention": 0.002, "comm": 0.002, "other": 0.001, "idle": 0.001}
     assert got == pytest.approx(expect)
+
+
+def test_simulated_compute_is_split_as_the_engine_splits_it():
+    """With the stage's time breakdown, a block's GEMM and memory-bound time are apart: an
+    MLP block of 3 ms that the engine split into 2 ms of GEMMs and 1 ms memory-bound reads as
+    gemm 2 ms and other 1 ms, not gemm 3 ms; communication still comes from the events."""
+    import pandas as pd
+
+    from calibrate.compare import simulated_seconds
+
+    rows = [
+        (0, "forward", "layer0.mlp", 0.000, 0.003),
+        (0, "all_reduce", "dp grads", 0.002, 0.005),
+    ]
+    events = pd.DataFrame(rows, columns=["rank", "kind", "name", "start_s", "end_s"])
+    compute = {"gemm": 0.002, "attention": 0.0, "memory": 0.001, "optimizer": 0.0,
+               "comm_dp": 0.002, "idle": 0.0}  # fmt: skip
+    got = simulated_seconds(events, compute=compute)
+    assert got == pytest.approx({"gemm": 0.002, "attention": 0.0, "comm": 0.003, "other": 0.001, "idle": 0.0})
