@@ -108,3 +108,19 @@ def test_a_profile_without_base_carries_no_table_of_the_fallback_machine(tmp_pat
     data = build_profile(Measurements(), {"backend": "gloo"}, None, Machine("Box", None, 2))
     assert "collectives" not in data["measured"]
     assert "measured.collectives" not in data["sources"]
+
+
+def test_device_memory_rate_is_the_streaming_one_not_a_cached_one():
+    """A 1M-element add (12 MB) stays in a CPU's L3 or an H100's 50 MB L2 and runs faster than
+    memory; the profile takes each kernel at its largest size (STREAM's rule: arrays several
+    times the last-level cache), here 38.6 GB/s, not the cached 94.3."""
+    rows = [
+        {"kernel": "elementwise", "bytes": 12 * 2**20, "time_s": 1.0, "bytes_per_s": 94.3e9},
+        {"kernel": "elementwise", "bytes": 12 * 2**23, "time_s": 1.0, "bytes_per_s": 38.6e9},
+        {"kernel": "layernorm", "bytes": 8 * 2**20, "time_s": 1.0, "bytes_per_s": 60.0e9},
+        {"kernel": "layernorm", "bytes": 8 * 2**23, "time_s": 1.0, "bytes_per_s": 2.7e9},
+    ]
+    data = build_profile(Measurements(memory=rows), {"backend": "gloo"}, None, Machine("Box", None, 2))
+    assert data["gpu"]["hbm_tbps"] == pytest.approx(0.0386) and data["efficiency"]["hbm"] == 1.0
+    base = build_profile(Measurements(memory=rows), {"backend": "nccl"}, "dgx-h100", None)
+    assert base["efficiency"]["hbm"] == pytest.approx(38.6e9 / 3.35e12)
