@@ -2,7 +2,7 @@
 
 Start from ``--base`` (a shipped profile name or a YAML path) and replace its efficiencies by
 measured ones, or — without a base — describe the measured machine itself: peak FLOP/s per dtype
-= the best measured GEMM, HBM = the best measured memory-bound kernel, NVLink/NIC = the best
+= the best measured GEMM, HBM = the best memory-bound kernel at its largest size, NVLink/NIC = the best
 measured intra/inter-node all_reduce busbw. Fields a run cannot measure (e.g. the NIC on one
 node) come from :data:`FALLBACK_BASE` and their ``sources:`` entry says so. Pure Python: no torch.
 """
