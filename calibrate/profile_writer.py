@@ -21,6 +21,8 @@ from calibrate.spread import spread
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.compute import median_curve
 from simcluster.hardware import load_profile, profile_from_dict, resolve_profile_path
+from simcluster.memory_rate import SOURCE as STREAMING
+from simcluster.memory_rate import streaming_rate
 from simcluster.output.atomic import atomic_write_text
 
 FALLBACK_BASE = "dgx-h100"
@@ -135,21 +137,6 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
     if m.memory:
         gpu["hbm_tbps"] = streaming_rate(m.memory) / 1e12
         _note(data, "gpu.hbm_tbps", f"{STREAMING} (calibrate)")
-
-
-STREAMING = "the best memory-bound kernel bandwidth at each kernel's largest size"
-
-
-def streaming_rate(rows: list[Row]) -> float:
-    """Bytes/s of device memory: the best kernel at its largest measured size. Smaller sizes
-    can stay in a cache (the 4M-element add moves 48 MB, inside an H100's 50 MB L2 and a CPU's
-    L3) and run faster than memory; STREAM's rule asks for arrays of several times the
-    last-level cache, which only the largest sizes approach."""
-    largest: dict[str, Row] = {}
-    for r in rows:
-        if r["kernel"] not in largest or r["bytes"] > largest[r["kernel"]]["bytes"]:
-            largest[r["kernel"]] = r
-    return max(r["bytes_per_s"] for r in largest.values())
 
 
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:

@@ -137,7 +137,8 @@ def _train(
     if dctx.distributed:
         ids = [dctx.device.index] if dctx.device.type == "cuda" else None
         model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     accum = layout.global_batch // (layout.micro_batch * layout.dp)
     shape = (accum, layout.micro_batch, layout.seq_len + 1)
     tokens = torch.randint(ctx.model.vocab, shape, device=dctx.device)

@@ -22,6 +22,7 @@ from simcluster.gemm_roles import TimedGemms
 from simcluster.gemm_shape_table import shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
+from simcluster.memory_rate import streaming_rate
 
 #: bytes per GEMM operand element; NVFP4 is 4 bits plus an E4M3 scale per 16 values
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5 + 1 / 16}
@@ -254,7 +255,7 @@ class KernelModel:
         measured = self.profile.measured.get("memory") or []
         if measured:
             patched = self.profile.gpu.hbm_tbps / self.profile.as_measured.gpu.hbm_tbps
-            return max(float(r["bytes_per_s"]) for r in measured) * patched
+            return streaming_rate(measured) * patched
         return self.profile.hbm_bytes_per_s * self.profile.efficiency.hbm
 
     def memory(self, nbytes: float) -> float:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from calibrate.cli import main
 from calibrate.nccl_tests_import import parse_log
@@ -124,3 +125,19 @@ def test_device_memory_rate_is_the_streaming_one_not_a_cached_one():
     assert data["gpu"]["hbm_tbps"] == pytest.approx(0.0386) and data["efficiency"]["hbm"] == 1.0
     base = build_profile(Measurements(memory=rows), {"backend": "nccl"}, "dgx-h100", None)
     assert base["efficiency"]["hbm"] == pytest.approx(38.6e9 / 3.35e12)
+
+
+def test_the_simulator_reads_device_memory_at_the_streaming_rate_too(tmp_path):
+    """A calibrated profile's memory-bound kernels run at the rate the profile writer took (each
+    kernel at its largest size), not at the fastest cache-resident row."""
+    from simcluster.compute import KernelModel
+
+    rows = [
+        {"kernel": "elementwise", "bytes": 12 * 2**20, "time_s": 1.0, "bytes_per_s": 94.3e9},
+        {"kernel": "elementwise", "bytes": 12 * 2**23, "time_s": 1.0, "bytes_per_s": 38.6e9},
+    ]
+    data = build_profile(Measurements(memory=rows), {"backend": "gloo"}, None, Machine("Box", None, 2))
+    path = tmp_path / "box.yaml"
+    path.write_text(yaml.safe_dump(data))
+    km = KernelModel(load_profile(path), "fp32")
+    assert km.hbm_bytes_per_s == pytest.approx(38.6e9)
