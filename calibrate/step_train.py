@@ -1,0 +1,101 @@
+"""The training loop of ``calibrate measure-step``: the scenario's model under
+DistributedDataParallel, stepped as a plain PyTorch loop does, timed between device
+synchronisations (each step its slowest rank's), and optionally one profiled step."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+
+def train(
+    ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any, trace: Path | None = None
+) -> list[float]:
+    """Seconds of each timed step on this rank (warm-up steps run first, untimed); with
+    ``trace``, one more step runs under the profiler and rank 0 writes its chrome trace."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from calibrate.step_model import Transformer
+    from calibrate.timers import synchronize
+
+    layout, scenario = ctx.layout, ctx.scenario
+    torch.manual_seed(1234 + dctx.rank)
+    model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, scenario.training.recompute)
+    model = model.to(dctx.device)
+    if dctx.distributed:
+        ids = [dctx.device.index] if dctx.device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
+    # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    accum = layout.global_batch // (layout.micro_batch * layout.dp)
+    shape = (accum, layout.micro_batch, layout.seq_len + 1)
+    tokens = torch.randint(ctx.model.vocab, shape, device=dctx.device)
+    inputs, targets = tokens[..., :-1], tokens[..., 1:]
+    bf16 = scenario.training.precision == "bf16"
+
+    def step() -> None:
+        for i in range(accum):
+            last = i == accum - 1
+            sync = contextlib.nullcontext() if last or not dctx.distributed else model.no_sync()  # type: ignore[operator]
+            with sync:
+                autocast = torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+                with autocast:
+                    logits = model(inputs[i])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum
+                loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    times = []
+    for k in range(warmup + steps):
+        progress.describe(f"measure-step: {'warm-up' if k < warmup else 'timed'} step {k + 1}")
+        dctx.barrier()
+        synchronize(dctx.device.type)
+        start = time.perf_counter()
+        step()
+        synchronize(dctx.device.type)
+        elapsed = time.perf_counter() - start
+        if dctx.distributed:  # a step ends when its slowest rank's does
+            probe = torch.tensor([elapsed], dtype=torch.float64, device=dctx.device)
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+            elapsed = float(probe.item())
+        if k >= warmup:
+            times.append(elapsed)
+        progress.advance()
+    if trace is not None:  # after the timed steps: the profiler's own cost is not in them
+        progress.describe("measure-step: profiled step")
+        _profiled(step, dctx, trace)
+    return times
+
+
+def _profiled(step: Any, dctx: Any, path: Path) -> None:
+    """Run ``step`` under the PyTorch profiler on every rank (DDP needs them all); rank 0
+    writes the trace atomically."""
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from calibrate.timers import synchronize
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dctx.device.type == "cuda" else [])
+    dctx.barrier()
+    with profile(activities=activities) as prof:
+        with record_function("ProfilerStep#0"):
+            step()
+        synchronize(dctx.device.type)
+    if dctx.is_main:
+        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
