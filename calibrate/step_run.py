@@ -178,6 +178,24 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
     atomic_write_text(path, yaml.safe_dump(case, sort_keys=False))
 
 
+def check_launch(ctx: Any, world: int, local_world: int) -> None:
+    """The launched ranks are the scenario's GPUs, placed as the simulation places them."""
+    if world != ctx.layout.dp:
+        raise UserError(
+            "cluster.gpus",
+            f"the scenario trains on {ctx.layout.dp} GPUs but {world} rank(s) were launched; "
+            f"run torchrun with {ctx.layout.dp} processes or set cluster.gpus",
+        )
+    gpn = ctx.scenario.cluster.gpus_per_node or ctx.profile.node.gpus_per_node
+    if world > local_world and gpn != local_world:
+        # the simulation would put other ranks in one node's NVLink domain than the run did
+        raise UserError(
+            "cluster.gpus_per_node",
+            f"torchrun runs {local_world} rank(s) per node but the scenario places {gpn} on "
+            f"each; set cluster.gpus_per_node: {local_world}",
+        )
+
+
 def _check_out(flag: str, path: Path) -> None:
     """Before training: the file can be written (an existing directory or an unwritable folder
     is a one-line error, not a lost measurement)."""
@@ -204,12 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
     dctx = init(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.timeout)
     try:
-        if dctx.world != ctx.layout.dp:
-            raise UserError(
-                "cluster.gpus",
-                f"the scenario trains on {ctx.layout.dp} GPUs but {dctx.world} rank(s) were "
-                f"launched; run torchrun with {ctx.layout.dp} processes or set cluster.gpus",
-            )
+        check_launch(ctx, dctx.world, dctx.local_world)
         with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:
             times = train(ctx, dctx, args.steps, args.warmup, progress, args.trace_out)
     finally:

@@ -126,3 +126,19 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
     # the profiled step (after the timed ones) is a CPU trace whose matmuls read as GEMMs
     profiled = load_trace(trace)
     assert profiled.level == "cpu_op" and profiled.seconds["gemm"] > 0
+
+
+def test_a_launch_across_nodes_must_place_ranks_as_the_scenario_does(tmp_path):
+    """16 ranks as 2 nodes x 8 match a DGX H100 scenario of 16 GPUs; as 4 nodes x 4 they do
+    not (the simulation would put 8 in one NVLink domain): one line naming the fix."""
+    from calibrate.step_run import check_launch
+    from simcluster.context import build_context
+    from simcluster.errors import UserError
+    from simcluster.scenario import load_scenario
+
+    ctx = build_context(load_scenario(_scenario(tmp_path, cluster={"gpus": 16}, training={"global_batch": 32})))
+    check_launch(ctx, 16, 8)
+    with pytest.raises(UserError, match="set cluster.gpus_per_node: 4"):
+        check_launch(ctx, 16, 4)
+    with pytest.raises(UserError, match="the scenario trains on 16 GPUs but 8 rank"):
+        check_launch(ctx, 8, 8)
