@@ -3,15 +3,17 @@ beside them.
 
     torchrun --nproc-per-node 8 -m calibrate measure-step my-scenario.yaml --hardware my-cluster.yaml
 
-Every rank builds the scenario's model (``calibrate/step_model.py``), wraps it in PyTorch's
-DistributedDataParallel and trains on random tokens as a plain training loop does: the global
-batch in micro-batches (``no_sync`` until the last), the cross-entropy loss, ``clip_grad_norm_``,
-AdamW, ``zero_grad(set_to_none=True)``. After warm-up steps, each timed step runs between two
-device synchronisations; a step's time is its slowest rank's, and the median step is the
-measurement. Rank 0 then simulates the scenario under ``framework: pytorch-ddp`` (what was run)
-on the given profile, prints both with the error, and can write the measurement as a case for
-``simcluster validate`` (``--case-out``). Data parallelism only: the DDP loop has no tensor or
-pipeline parallelism to run.
+Every rank builds the scenario's model (``calibrate/step_model.py``) and trains it on random
+tokens as a plain PyTorch loop does (``calibrate/step_train.py``): under DistributedDataParallel
+for ZeRO 0 (gradients reduced in the last micro-batch, ``no_sync`` before it) or FSDP2 for ZeRO 3
+(``fully_shard`` on every layer and the root, gradients reduce-scattered every micro-batch, as
+torchtitan runs it); the cross-entropy loss, ``clip_grad_norm_``, fused AdamW,
+``zero_grad(set_to_none=True)``. After warm-up steps, each timed step runs between two device
+synchronisations; a step's time is its slowest rank's, and the median step is the measurement.
+Rank 0 then simulates the scenario under the framework entry that describes that loop
+(``pytorch-ddp`` or ``torchtitan``) on the given profile, prints both with the error, and can
+write the measurement as a case for ``simcluster validate`` (``--case-out``). Data parallelism
+only: the loop has no tensor or pipeline parallelism to run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import yaml
 from simcluster.errors import UserError
 
 HELP = "run real training steps of a scenario here (PyTorch DDP) and compare them with its simulation"
-FRAMEWORK = "pytorch-ddp"
+#: the framework entry that describes the loop run, by ZeRO stage: DistributedDataParallel,
+#: or FSDP2 (fully_shard per layer and on the root, as torchtitan applies it)
+FRAMEWORKS = {0: "pytorch-ddp", 3: "torchtitan"}
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -72,22 +76,34 @@ def _raw_scenario(name: str) -> dict[str, Any]:
 
 
 def _as_run(raw: dict[str, Any], hardware: str | None) -> dict[str, Any]:
-    """The scenario as measure-step runs it: under ``framework: pytorch-ddp``, on ``hardware``."""
+    """The scenario as measure-step runs it: under the framework of the loop it runs (DDP for
+    ZeRO 0, FSDP2 for ZeRO 3: :data:`FRAMEWORKS`), on ``hardware``."""
     from simcluster.frameworks import get_framework
+    from simcluster.scenario import scenario_from_dict
 
-    named = raw.get("framework")
-    if named is not None and get_framework(named).name != FRAMEWORK:
-        raise UserError(
-            "framework",
-            f"measure-step runs a PyTorch DDP loop, not {named}; set framework: {FRAMEWORK} or "
-            "leave it unset",
-        )
     run = copy.deepcopy(raw)
-    run["framework"] = FRAMEWORK
+    named = run.pop("framework", None)
+    run.pop("framework_release", None)
     if hardware is not None:
         run.setdefault("cluster", {})
         if isinstance(run["cluster"], dict):
             run["cluster"]["hardware"] = str(Path(hardware).resolve()) if Path(hardware).exists() else hardware
+    parallel = scenario_from_dict(run).parallel
+    if parallel.zero not in FRAMEWORKS:
+        raise UserError(
+            "parallel.zero",
+            f"measure-step runs DistributedDataParallel (zero 0) or FSDP2 (zero 3), got zero {parallel.zero}",
+        )
+    if parallel.zero_shard:
+        raise UserError("parallel.zero_shard", "measure-step shards over every rank (FSDP2 without HSDP); drop zero_shard")
+    framework = FRAMEWORKS[parallel.zero]
+    if named is not None and get_framework(named).name != framework:
+        raise UserError(
+            "framework",
+            f"measure-step runs a PyTorch {'FSDP2' if parallel.zero else 'DDP'} loop, not {named}; "
+            f"set framework: {framework} or leave it unset",
+        )
+    run["framework"] = framework
     return run
 
 

@@ -27,7 +27,14 @@ def train(
     torch.manual_seed(1234 + dctx.rank)
     model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, scenario.training.recompute)
     model = model.to(dctx.device)
-    if dctx.distributed:
+    fsdp = layout.zero == 3 and dctx.distributed
+    if fsdp:  # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:  # type: ignore[union-attr]
+            fully_shard(block)
+        fully_shard(model)
+    elif dctx.distributed:
         ids = [dctx.device.index] if dctx.device.type == "cuda" else None
         model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
     # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
@@ -41,7 +48,9 @@ def train(
     def step() -> None:
         for i in range(accum):
             last = i == accum - 1
-            sync = contextlib.nullcontext() if last or not dctx.distributed else model.no_sync()  # type: ignore[operator]
+            # DDP reduces once, in the last micro-batch; FSDP2 reduce-scatters every one
+            plain = last or fsdp or not dctx.distributed
+            sync = contextlib.nullcontext() if plain else model.no_sync()  # type: ignore[operator]
             with sync:
                 autocast = torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
                 with autocast:

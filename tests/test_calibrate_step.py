@@ -80,6 +80,8 @@ def test_full_recomputation_gives_the_same_gradients():
         ({"training": {"precision": "fp8"}}, "training.precision"),
         ({"training": {"recompute": "selective"}}, "training.recompute"),
         ({"parallel": {"tp": 2}}, "framework"),  # DDP alone: pytorch-ddp refuses tp
+        ({"parallel": {"zero": 1}}, "parallel.zero"),  # DDP (0) or FSDP2 (3) only
+        ({"parallel": {"zero": 3, "zero_shard": 1}}, "parallel.zero_shard"),
         ({}, "cluster.gpus"),  # 2 GPUs in the scenario, one process launched
     ],
 )
@@ -97,14 +99,20 @@ def test_another_framework_is_refused(tmp_path, capsys):
     path.write_text(yaml.safe_dump(data))
     assert main(["measure-step", str(path)]) == 2
     assert "measure-step runs a PyTorch DDP loop, not megatron-core" in capsys.readouterr().err
+    data["parallel"]["zero"], data["framework"] = 3, "pytorch-ddp"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["measure-step", str(path)]) == 2
+    assert "FSDP2 loop, not pytorch-ddp; set framework: torchtitan" in capsys.readouterr().err
 
 
-def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
-    """Real DDP steps on 2 CPU ranks: 8 sequences of 64 tokens, 2 per microbatch on each of 2
-    ranks, so 2 microbatches a step; the step is the median of the timed ones; the simulation
-    is of the same scenario under framework pytorch-ddp, and the case it writes validates to
-    the same prediction."""
-    path, case, trace = _scenario(tmp_path), tmp_path / "case.yaml", tmp_path / "trace.json"
+@pytest.mark.parametrize(("zero", "framework"), [(0, "pytorch-ddp"), (3, "torchtitan")])
+def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framework):
+    """Real steps on 2 CPU ranks, under DDP (zero 0) or FSDP2 (zero 3): 8 sequences of 64
+    tokens, 2 per microbatch on each of 2 ranks, so 2 microbatches a step; the step is the
+    median of the timed ones; the simulation is of the same scenario under the framework entry
+    of that loop, and the case it writes validates to the same prediction."""
+    path = _scenario(tmp_path, parallel={"zero": zero})
+    case, trace = tmp_path / "case.yaml", tmp_path / "trace.json"
     args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "3",
             "--warmup", "1", "--json", "--case-out", str(case), "--trace-out", str(trace)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -117,7 +125,7 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys):
     assert r["error_pct"] == pytest.approx(100 * (r["simulated_step_s"] / r["measured_step_s"] - 1))
     assert r["measured_tokens_per_s"] == pytest.approx(8 * 64 / r["measured_step_s"])
     written = yaml.safe_load(case.read_text())["cases"][0]
-    assert written["scenario"]["framework"] == "pytorch-ddp"
+    assert written["scenario"]["framework"] == framework
     assert written["measured"] == {"step_time_s": r["measured_step_s"]}
     assert simcluster_main(["validate", str(case), "--json", "--jobs", "1"]) == 0
     validated = json.loads(capsys.readouterr().out)["cases"][0]
