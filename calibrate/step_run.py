@@ -145,6 +145,7 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
         "ranks": dctx.world,
         "torch": str(torch.__version__),
         "hardware": ctx.profile.name,
+        "framework": ctx.scenario.framework,
         "params": ctx.model.params_total(),
         "microbatches": layout.global_batch // (layout.micro_batch * layout.dp),
         "steps_s": times,
@@ -163,7 +164,7 @@ def _print(r: dict[str, Any]) -> None:
     from simcluster.units import format_time
 
     table = Table(title=f"{r['scenario']}: {r['ranks']} x {r['device']} (torch {r['torch']})")
-    for column in ("", "measured", f"simulated on {r['hardware']}"):
+    for column in ("", "measured", f"simulated on {r['hardware']} ({r['framework']})"):
         table.add_column(column, justify="right")
     spread = f"  ({format_time(min(r['steps_s']))}–{format_time(max(r['steps_s']))})"
     table.add_row("step time", format_time(r["measured_step_s"]) + spread, format_time(r["simulated_step_s"]))

@@ -120,6 +120,7 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framewor
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["ranks"] == 2 and r["microbatches"] == 2 and len(r["steps_s"]) == 3
+    assert r["framework"] == framework
     assert r["params"] == build_model(TINY["model"]).params_total()
     assert r["measured_step_s"] == statistics.median(r["steps_s"]) > 0
     assert r["error_pct"] == pytest.approx(100 * (r["simulated_step_s"] / r["measured_step_s"] - 1))
