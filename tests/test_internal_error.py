@@ -51,6 +51,21 @@ def test_a_rank_that_stops_early_is_reported_as_an_internal_error(monkeypatch):
         simulate(scenario_from_dict(_pipeline()))
 
 
+def test_a_rank_stuck_after_its_last_op_is_an_internal_error_too(monkeypatch):
+    """A rank can finish its ops and then wait for ever (a collective its peers issued in
+    another order): its step end was never set, and the summary divided by a 0 s step."""
+    real_drain = Worker._drain
+
+    def drain(self):
+        if self.stage == 1:
+            yield self.shared.env.event()  # never triggered
+        yield from real_drain(self)
+
+    monkeypatch.setattr(Worker, "_drain", drain)
+    with pytest.raises(InternalError, match=r"deadlocked: ranks \[[0-9, ]+\] stopped after their last op"):
+        simulate(scenario_from_dict(_pipeline()))
+
+
 def test_the_cli_prints_one_line_and_exits_3(monkeypatch, stuck_yaml, cli):
     monkeypatch.setattr(Worker, "run", _stall_when(lambda w: w.stage == 1))
     monkeypatch.delenv(DEBUG_ENV, raising=False)

@@ -197,3 +197,24 @@ def test_a_slow_gpu_under_zero3_keeps_every_ranks_gathers_and_reductions_in_orde
         scenario_from_dict({**data, "simulation": {"stragglers": [{"gpu": 7, "compute": 1.2}]}})
     )
     assert healthy.summary["step_time_s"] < slow.summary["step_time_s"]
+
+
+def test_a_slow_gpu_cannot_reorder_a_ranks_data_parallel_collectives():
+    """Collectives of one group are matched in the order each rank issues them, as NCCL does.
+    Under ZeRO-3 with experts and the reductions left to the step's end (megatron-lm-2021's
+    local DDP), the experts' bucket reduce-scatters followed the layers' queued reduce-scatters
+    on the slow rank only: the fast ranks' went ahead of them, and the ranks waited for each
+    other for ever (the step came out as 0 s, a ZeroDivisionError). In program order, the slow
+    GPU's step is longer than without it, as it must be."""
+    doc = make_scenario(
+        framework="megatron-lm-2021",
+        model={"layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000, "experts": 4, "top_k": 2,
+               "expert_ffn": 1024},
+        cluster={"hardware": "dgx-h100", "gpus": 8},
+        parallel={"tp": 1, "pp": 1, "zero": 3, "ep": 2, "schedule": "zb-auto"},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 32, "precision": "bf16"},
+    )  # fmt: skip
+    even = simulate(scenario_from_dict(doc)).summary["step_time_s"]
+    doc["simulation"] = {"stragglers": [{"gpu": 7, "compute": 1.3}]}
+    slow = simulate(scenario_from_dict(doc)).summary["step_time_s"]
+    assert slow > even > 0

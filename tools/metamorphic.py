@@ -299,6 +299,10 @@ def main(argv: list[str]) -> int:
                 findings += 1
                 finding(i, "baseline", f"invalid timeline: {err}", doc, None)
                 baseline = None
+            except Exception as err:  # noqa: BLE001 - a traceback is a finding, not the end
+                findings += 1
+                finding(i, "baseline", f"crashed: {type(err).__name__}: {err}", doc, None)
+                baseline = None
             if baseline is not None:
                 checked += 1
                 base, profile = baseline
@@ -309,6 +313,10 @@ def main(argv: list[str]) -> int:
                     except InvalidTimeline as err:
                         findings += 1
                         finding(i, relation.name, f"{relation.name}: invalid timeline: {err}", doc, variant)
+                        continue
+                    except Exception as err:  # noqa: BLE001 - a traceback is a finding, not the end
+                        findings += 1
+                        finding(i, relation.name, f"{relation.name}: crashed: {type(err).__name__}: {err}", doc, variant)
                         continue
                     if result is None:
                         continue

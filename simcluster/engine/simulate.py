@@ -171,16 +171,19 @@ def simulate(
         else [ctx.layout.representative(s) for s in range(ctx.layout.pp)]
     )
     workers = [Worker(shared, r, ctx.layout.coords(r)["pp"]) for r in ranks]
-    for w in workers:
-        env.process(w.run())
+    runs = [env.process(w.run()) for w in workers]
     total_ops = sum(len(plans[w.stage].ops) for w in workers)
     run_with_progress(env, lambda: sum(w.ops_done for w in workers), total_ops, progress)
-    stuck = [w.rank for w in workers if w.ops_done < len(plans[w.stage].ops)]
-    if stuck:
+    # a rank can also stop after its last op, waiting on a collective its peers issued in
+    # another order (its step would then end at 0)
+    early = [w for w in workers if w.ops_done < len(plans[w.stage].ops)]
+    late = [w for w, run in zip(workers, runs, strict=True) if not run.triggered and w not in early]
+    if early or late:
         # an engine bug, not a bad input: ranks waiting for each other leave SimPy with no event
+        where = "before their last op" if early else "after their last op"
         raise InternalError(
             f"the simulation of '{sc.name}' ({ctx.layout.describe()}) deadlocked: ranks "
-            f"{stuck[:8]} stopped before their last op at t={env.now:.6g} s"
+            f"{[w.rank for w in early or late][:8]} stopped {where} at t={env.now:.6g} s"
         )
     events = recorder.events()
     step = _step_time(sc, workers, events)

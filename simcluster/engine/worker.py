@@ -316,7 +316,8 @@ class Worker(PipelineIO, DataParallelOps):
         if not sc.overlap.dp_grad_reduce:
             for b in self.plan.buckets:
                 yield from self._bucket_pass(b, "optimizer", -1)
-                yield env.process(self._reduce_bucket(b))
+                # in program order behind the reduce-scatters still queued (_spawn_dp)
+                yield self._spawn_dp(self._reduce_bucket(b))
         for proc in self.reductions:
             if not proc.triggered:
                 yield proc
@@ -342,7 +343,7 @@ class Worker(PipelineIO, DataParallelOps):
             self._record("optimizer", "optimizer_offload", -1, -1, -1, start, Work.of(optimizer=host))
         if zero in (1, 2) and not sc.overlap.param_gather:
             for b in self.plan.buckets:
-                yield env.process(self._gather_bucket(b))
+                yield self._spawn_dp(self._gather_bucket(b))
         if self.shared.unpack_seconds and self.shared.unpack_seconds[self.stage] > 0:
             start = env.now
             seconds = self.shared.unpack_seconds[self.stage]
