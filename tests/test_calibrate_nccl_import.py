@@ -141,3 +141,14 @@ def test_the_simulator_reads_device_memory_at_the_streaming_rate_too(tmp_path):
     path.write_text(yaml.safe_dump(data))
     km = KernelModel(load_profile(path), "fp32")
     assert km.hbm_bytes_per_s == pytest.approx(38.6e9)
+
+
+def test_hand_written_memory_rows_are_read_or_refused_in_one_line():
+    """A row without ``bytes`` counts as its kernel's smallest (a profile from before sizes were
+    written still reads); one without a number ``bytes_per_s`` names measured.memory."""
+    from simcluster.memory_rate import streaming_rate
+
+    assert streaming_rate([{"bytes_per_s": 5e9}]) == 5e9
+    assert streaming_rate([{"kernel": "add", "bytes_per_s": 9e9}, {"kernel": "add", "bytes": 8, "bytes_per_s": 3e9}]) == 3e9
+    with pytest.raises(UserError, match="measured.memory: row .* needs a number bytes_per_s"):
+        streaming_rate([{"kernel": "add", "bytes": 8, "bytes_per_s": "fast"}])
