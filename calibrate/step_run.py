@@ -63,12 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _raw_scenario(name: str) -> dict[str, Any]:
-    from simcluster.paths import anchor_paths
-    from simcluster.scenario.loading import resolve_scenario_path
-    from simcluster.yamlio import load_user_file
+    from simcluster.scenario.loading import read_scenario_file
 
-    path = resolve_scenario_path(name)
-    data = anchor_paths(load_user_file(path, "scenario", "scenario file"), path.parent)
+    data, path = read_scenario_file(name)
     if not isinstance(data, dict):
         raise UserError("scenario", "must be a YAML mapping with model, cluster, parallel, training")
     data.setdefault("name", path.stem)

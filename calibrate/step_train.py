@@ -85,13 +85,13 @@ def train(
 
 def _profiled(step: Any, dctx: Any, path: Path) -> None:
     """Run ``step`` under the PyTorch profiler on every rank (DDP needs them all); rank 0
-    writes the trace atomically."""
-    import os
+    writes the trace atomically (the profiler writes only to a path: a scratch file first)."""
     import tempfile
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from calibrate.timers import synchronize
+    from simcluster.output.atomic import atomic_write_bytes
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dctx.device.type == "cuda" else [])
     dctx.barrier()
@@ -100,11 +100,7 @@ def _profiled(step: Any, dctx: Any, path: Path) -> None:
             step()
         synchronize(dctx.device.type)
     if dctx.is_main:
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with tempfile.TemporaryDirectory() as scratch:
+            raw = Path(scratch) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            atomic_write_bytes(path, raw.read_bytes())

@@ -183,12 +183,18 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise _format_error(exc) from None
 
 
+def read_scenario_file(name_or_path: str | Path) -> tuple[Any, Path]:
+    """A scenario file's parsed YAML (relative paths in it anchored to its folder), unvalidated,
+    and the file's path."""
+    path = resolve_scenario_path(name_or_path)
+    return anchor_paths(yamlio.load_user_file(path, "scenario", "scenario file"), path.parent), path
+
+
 def load_scenario(
     name_or_path: str | Path, overrides: list[tuple[str, Any]] | None = None
 ) -> Scenario:
     """Load a scenario by shipped name or path, apply ``--set`` overrides and validate."""
-    path = resolve_scenario_path(name_or_path)
-    data = anchor_paths(yamlio.load_user_file(path, "scenario", "scenario file"), path.parent)
+    data, path = read_scenario_file(name_or_path)
     scenario = scenario_from_dict(data, overrides)
     if scenario.name == "scenario":
         scenario = scenario.model_copy(update={"name": path.stem})
