@@ -29,10 +29,11 @@ import yaml
 
 from simcluster.errors import UserError
 
-HELP = "run real training steps of a scenario here (PyTorch DDP) and compare them with its simulation"
+HELP = "run real training steps of a scenario here (PyTorch DDP or FSDP2) and compare them with its simulation"
 #: the framework entry that describes the loop run, by ZeRO stage: DistributedDataParallel,
 #: or FSDP2 (fully_shard per layer and on the root, as torchtitan applies it)
 FRAMEWORKS = {0: "pytorch-ddp", 3: "torchtitan"}
+LOOPS = {"pytorch-ddp": "DistributedDataParallel", "torchtitan": "FSDP2"}
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -181,8 +182,9 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
             {
                 "name": f"{r['scenario']}/measure-step",
                 "source": (
-                    f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch DDP steps on "
-                    f"{r['ranks']} x {r['device']} (torch {r['torch']})"
+                    f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch steps on "
+                    f"{r['ranks']} x {r['device']} (torch {r['torch']}) under "
+                    f"{LOOPS[r['framework']]}"
                 ),
                 "scenario": raw,
                 "measured": {"step_time_s": r["measured_step_s"]},

@@ -134,6 +134,7 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framewor
     assert r["measured_tokens_per_s"] == pytest.approx(8 * 64 / r["measured_step_s"])
     written = yaml.safe_load(case.read_text())["cases"][0]
     assert written["scenario"]["framework"] == framework
+    assert written["source"].endswith("under FSDP2" if zero else "under DistributedDataParallel")
     assert written["measured"] == {"step_time_s": r["measured_step_s"]}
     assert simcluster_main(["validate", str(case), "--json", "--jobs", "1"]) == 0
     validated = json.loads(capsys.readouterr().out)["cases"][0]
