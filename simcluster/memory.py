@@ -62,6 +62,20 @@ def bytes_per_param(
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
 
 
+def fsdp2_bytes_per_param(optimizer: str, moment_bytes: float = 4.0) -> BytesPerParam:
+    """Static bytes per parameter of PyTorch FSDP2 (``fully_shard``) before sharding.
+
+    FSDP2 keeps each parameter as a shard in the dtype the model was built in (fp32 under mixed
+    precision, whose ``MixedPrecisionPolicy.param_dtype`` only casts the all-gather's input),
+    and the optimizer updates that shard in place: there is no separate master copy and no
+    persistent 16-bit one. The reduce-scatter's output is cast back to the shard's dtype and
+    accumulated into the sharded ``.grad`` (``foreach_reduce``), so gradients are fp32 shards
+    whatever ``reduce_dtype`` is. 4 + 4 + moments in every precision (only the all-gathered
+    copy is 16-bit): for Adam the ZeRO paper's 16 bytes, split differently (Rajbhandari et al.
+    2020: 2 + 2 + 12)."""
+    return BytesPerParam(params=4.0, grads=4.0, optimizer=OPTIMIZER_MOMENTS[optimizer] * moment_bytes)
+
+
 def moment_bytes(training: TrainingSection) -> float:
     """Bytes of one optimizer moment per parameter (fp32 training keeps fp32 moments)."""
     return 2.0 if training.optimizer_moments == "bf16" and training.precision != "fp32" else 4.0
@@ -357,13 +371,17 @@ def static_memory(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training),
     )
+    gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
+    if zero == 3 and layout.fsdp2_copies:
+        bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
     expert = sharded(bpp, zero, layout.edp)
     if zero == 3 and layout.zero3_keep_for_backward:
         # every layer's gathered parameters are held from its forward to its backward: at the
-        # end of the forward all of them are
-        dense = replace(dense, params=bpp.params)
-        expert = replace(expert, params=bpp.params)
+        # end of the forward all of them are (beside FSDP2's own shards)
+        own = layout.fsdp2_copies
+        dense = replace(dense, params=gathered + (dense.params if own else 0.0))
+        expert = replace(expert, params=gathered + (expert.params if own else 0.0))
     # the offloaded share of the optimizer (master weights and moments) lives in host memory
     on_gpu = 1.0 - training.optimizer_offload
     return (

@@ -14,6 +14,8 @@ again as variants whose result can only move one way:
   is not shorter;
 - twice the micro-batch: the peak memory is not lower;
 - twice the tensor, data or context parallelism (and the GPUs): the peak memory is not higher;
+- twice the replicas and twice the global batch without ZeRO (weak scaling): the step is not
+  shorter;
 - sequence parallelism, an offloaded optimizer, more layers' activations offloaded: the peak
   memory is not higher;
 - sequences twice as long: the step is not shorter;
@@ -138,6 +140,17 @@ def _double_dp(doc: Doc) -> bool:
     return not _adaptive_memory(doc)
 
 
+def _weak_scaling(doc: Doc) -> bool:
+    """Twice the replicas and twice the global batch: each GPU does the same work and, without
+    ZeRO (whose optimizer step shrinks with the replicas), only its data-parallel reduction can
+    change, over a group as large or larger."""
+    if doc["parallel"].get("zero", 0) != 0 or doc["parallel"].get("fsdp") or doc["parallel"].get("zero_shard"):
+        return False
+    doc["cluster"]["gpus"] *= 2
+    doc["training"]["global_batch"] *= 2
+    return True
+
+
 def _sequence_parallel(doc: Doc) -> bool:
     """Megatron's sequence parallelism shards the norms' and dropouts' activations over TP."""
     if doc["parallel"].get("tp", 1) == 1 or doc["parallel"].get("sequence_parallel") or _adaptive_memory(doc):
@@ -224,6 +237,7 @@ RELATIONS = [
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
     Relation("tp x2 memory", _edit(_double_degree("tp")), "peak_bytes", False),
     Relation("dp x2 memory", _edit(_double_dp), "peak_bytes", False),
+    Relation("weak scaling x2", _edit(_weak_scaling), "step_s", True),
     Relation("cp x2 memory", _edit(_double_degree("cp")), "peak_bytes", False),
     Relation("sequence parallel memory", _edit(_sequence_parallel), "peak_bytes", False),
     Relation("optimizer offload memory", _edit(_offload_optimizer), "peak_bytes", False),
