@@ -3,8 +3,9 @@
 Faster hardware (tensor-core peaks, HBM, NVLink, NIC bandwidth x1.5, NIC latency x0.5) never
 lengthens a step; more recomputation never raises the peak memory nor shortens the step; the
 next ZeRO stage, twice the TP, DP or CP, sequence parallelism and offloading never raise the peak
-memory; twice the sequences per step never lengthens the time per sequence; twice the sequence
-length never shortens the step; a slow GPU or a degraded NIC never shortens it. The two scenarios run on
+memory; twice the sequences per step never lengthens the time per sequence; twice the replicas and
+sequences without ZeRO (weak scaling) never shorten the step; twice the sequence length never
+shortens the step; a slow GPU or a degraded NIC never shortens it. The two scenarios run on
 profiles with measured collective tables (dgx-h100 in a node, alps-gh200 across nodes), where a
 patched NVLink once made a step slower (tests/test_patched_measurements.py).
 """
@@ -30,10 +31,18 @@ def _on_two_nodes(doc):
     return doc
 
 
+def _ddp_on_two_nodes(doc):
+    """Plain data parallelism (no ZeRO) over two nodes: weak scaling then only adds replicas."""
+    doc = _on_two_nodes(doc)
+    doc["parallel"]["zero"] = 0
+    return doc
+
+
 @pytest.fixture(
     scope="module",
-    params=[("llama3-8b-8xh100", None), ("llama3-8b-8xh100", _on_two_nodes), ("llama3-8b-256xgh200", None)],
-    ids=["llama3-8b-8xh100", "llama3-8b-16xh100-tp2", "llama3-8b-256xgh200"],
+    params=[("llama3-8b-8xh100", None), ("llama3-8b-8xh100", _on_two_nodes), ("llama3-8b-256xgh200", None),
+            ("llama3-8b-8xh100", _ddp_on_two_nodes)],  # fmt: skip
+    ids=["llama3-8b-8xh100", "llama3-8b-16xh100-tp2", "llama3-8b-256xgh200", "llama3-8b-16xh100-tp2-ddp"],
 )
 def baseline(request):
     name, edit = request.param
