@@ -155,15 +155,18 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     training: dict[str, Any] = {"elementwise": "fused", "flash_attention": False}
     training_raw = raw.get("training")
     fp16 = isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16"
-    if fp16:
-        # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad (the BF16_Optimizer, by
-        # contrast, adds every microbatch into an fp32 buffer: the default)
+    zero = _zero_stage(raw)
+    if fp16 or zero >= 2:
+        # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad; ZeRO-2/3 keep their
+        # gradient partitions in the model's dtype (engine.get_data_types: grad_accum_dtype is
+        # the model dtype under ZeRO) and reduce them in it (communication_data_type), casting to
+        # fp32 only at the step. The BF16_Optimizer, by contrast, adds every microbatch into an
+        # fp32 buffer (ZeRO 0/1 in bf16: the default)
         training["fp32_grad_accum"] = False
     else:
         # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
         # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add
         training["grad_accum_cast"] = True
-    zero = _zero_stage(raw)
     # Megatron-DeepSpeed's linears reduce the input gradient in a blocking all-reduce
     # (mpu/layers.py copy_to_tensor_model_parallel_region, forked before Megatron's async one)
     # the pipeline engine partitions a stage's output over the model-parallel group and the
@@ -392,7 +395,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "DeepSpeed's pipeline engine (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it): "
             "instructions run one after another, one blocking send or receive at a time of 1/tp "
             "partitions re-gathered by the receiving stage, every microbatch's bf16 gradients cast "
-            "to fp32 and then added by the BF16_Optimizer, gradients "
+            "to fp32 and then added by the BF16_Optimizer (ZeRO 0/1; ZeRO-2/3 keep and reduce "
+            "bf16 gradient partitions), gradients "
             "all-reduced only after the last backward in 5e8-element buckets, attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
             "--use-flash-attn-v1/-v2/-triton)",
@@ -401,6 +405,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
             "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
+            "engine.py get_data_types (grad_accum_dtype = the model dtype under ZeRO), "
             "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch by "
             "update_hp_grads, hp_grad.add_(lp.grad.to(fp32)), zeroed after each step by "
             "clear_hp_grads); zero "

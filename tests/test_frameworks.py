@@ -15,6 +15,7 @@ import pytest
 from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.frameworks import FRAMEWORKS, apply_framework, framework_and_release, get_framework
+from simcluster.memory import stage_params, static_memory
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import load_cases
 
@@ -144,6 +145,25 @@ def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
     # ZeRO-3's overlap_comm defaults to true: the preset leaves its reduce overlapped
     zero3 = scenario_from_dict({**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": 3}})
     assert zero3.overlap.dp_grad_reduce is True
+
+
+def test_deepspeed_zero2_and_3_keep_bf16_gradient_partitions() -> None:
+    """DeepSpeed engine.get_data_types: without a data_types.grad_accum_dtype the gradients
+    accumulate in the model's dtype whenever ZeRO is on, and the BF16_Optimizer (fp32
+    accumulation, cast then add) is picked for ZeRO-1 only. So a bf16 ZeRO-3 run holds 2 B of
+    weights, 2 B of gradients and 12 B of master and Adam moments per parameter, all over the
+    data-parallel group: the ZeRO paper's 16 (Rajbhandari et al. 2020, Sec. 5)."""
+    for zero in (2, 3):
+        raw = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": zero}}
+        sc = scenario_from_dict(raw)
+        assert sc.training.fp32_grad_accum is False and sc.training.grad_accum_cast is False
+    ctx = build_context(sc)  # ZeRO-3, dp 8
+    params = stage_params(ctx.model, ctx.layout, ctx.chunks[0])
+    total = sum(static_memory(ctx.model, ctx.layout, ctx.scenario.training, params))
+    assert total == pytest.approx(params.total * 16 / ctx.layout.zero_group)
+    # ZeRO-1 in bf16 stays the BF16_Optimizer's fp32 accumulation
+    one = scenario_from_dict(_small(framework="deepspeed")).training
+    assert one.fp32_grad_accum is True and one.grad_accum_cast is True
 
 
 def test_torchtitan_splits_a_local_batch_into_pp_microbatches() -> None:
