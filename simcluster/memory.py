@@ -433,3 +433,20 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     tokens = s * model.top_k if moe else s
     gemm_inputs = g * s * b * (h / rep + model.heads * model.d_head / t) + g * tokens * b * (h / rep + width / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0
+
+
+def wgrad_retained_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk, routed_rows: float = 1.0
+) -> float:
+    """Bytes of one microbatch through ``chunk`` held from its B to its W: the inputs of the
+    linear layers, which the weight gradients read.
+
+    Without full recomputation they are the share of F's stash that
+    :func:`wgrad_retained_fraction` gives. Under full recomputation F keeps only each layer's
+    input, and B reruns the forward: the linear inputs it recomputes stay until W, as many bytes
+    as selective recomputation keeps after B (more than F's stash, so B grows the stash; a
+    split backward gives back the memory that full recomputation saves, between B and W)."""
+    if training.recompute == "full":
+        training = training.model_copy(update={"recompute": "selective"})
+    stash = chunk_activation_bytes(model, layout, training, chunk, routed_rows)
+    return stash * wgrad_retained_fraction(model, layout, training)

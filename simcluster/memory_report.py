@@ -21,7 +21,7 @@ from simcluster.memory import (
     stage_memory,
     stage_params,
     static_memory,
-    wgrad_retained_fraction,
+    wgrad_retained_bytes,
 )
 
 
@@ -30,14 +30,17 @@ def activation_walk(
     chunk_bytes: Sequence[float],
     wgrad_fraction: float = 1.0,
     transient: Sequence[float] | None = None,
+    wgrad_bytes: Sequence[float] | None = None,
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
-    F stashes a chunk's activations; B frees all but ``wgrad_fraction`` of them (what the weight
-    gradients still need), W frees the rest; a fused BW frees everything. ``transient[c]`` is
-    held only during chunk c's forward on top of the stash (the loss's logit copies). The engine
-    tracks the same stash along the simulated timeline.
+    F stashes a chunk's activations; B leaves what the weight gradients still need,
+    ``wgrad_bytes[c]`` of chunk c (default: ``wgrad_fraction`` of its stash; under full
+    recomputation more than the stash, which B recomputed), and W frees that; a fused BW frees
+    everything. ``transient[c]`` is held only during chunk c's forward on top of the stash (the
+    loss's logit copies). The engine tracks the same stash along the simulated timeline.
     """
+    kept = wgrad_bytes if wgrad_bytes is not None else [size * wgrad_fraction for size in chunk_bytes]
     live = 0.0
     peak = 0.0
     for op in ops:
@@ -46,9 +49,10 @@ def activation_walk(
             live += size
             peak = max(peak, live + (transient[op.chunk] if transient else 0.0))
         elif op.kind == "B":
-            live -= size * (1.0 - wgrad_fraction)
+            live -= size - kept[op.chunk]
+            peak = max(peak, live)
         elif op.kind == "W":
-            live -= size * wgrad_fraction
+            live -= kept[op.chunk]
         elif op.kind == "BW":
             live -= size
     return peak
@@ -59,13 +63,13 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     lay = ctx.layout
     training = ctx.scenario.training
     orders = planned_orders(ctx)
-    frac = wgrad_retained_fraction(ctx.model, lay, training)
     rows = ctx.scenario.moe.padded_rows
     out = []
     for stage, chunks in enumerate(ctx.chunks):
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
-        peak = activation_walk(orders[stage], cb, frac, loss)
+        kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
+        peak = activation_walk(orders[stage], cb, transient=loss, wgrad_bytes=kept)
         out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
     return out
 

@@ -18,6 +18,7 @@ from simcluster.memory import (
     offloaded_layer_bytes,
     stage_params,
     static_memory,
+    wgrad_retained_bytes,
     wgrad_retained_fraction,
 )
 from simcluster.network import collective_time
@@ -58,6 +59,7 @@ class ChunkPlan:
     phases: dict[str, list[Unit]] = field(default_factory=dict)
     activation_bytes: float = 0.0
     loss_transient_bytes: float = 0.0  # held only during the forward of a chunk with the loss
+    wgrad_bytes: float = 0.0  # of a microbatch's activations, held from its B to its W
     # layer index -> activation bytes of one microbatch kept in host memory between its forward
     # and backward (training.activation_offload_layers)
     offload_bytes: dict[int, float] = field(default_factory=dict)
@@ -80,7 +82,6 @@ class StagePlan:
     params_dense: float
     params_expert: float
     static_bytes: dict[str, float]
-    wgrad_fraction: float
     tied_params: float = 0.0  # tied embedding gradient elements all-reduced with the partner stage
 
 
@@ -182,6 +183,7 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     rows = sc.moe.padded_rows
     cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
     cp.offload_bytes = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
+    cp.wgrad_bytes = wgrad_retained_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     return cp
@@ -269,7 +271,6 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                 params_dense=params[stage].dense,
                 params_expert=params[stage].expert,
                 static_bytes=static[stage],
-                wgrad_fraction=wgrad_retained_fraction(ctx.model, ctx.layout, sc.training),
                 tied_params=tied[stage],
             )
         )

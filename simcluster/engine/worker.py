@@ -423,12 +423,12 @@ class Worker(PipelineIO, DataParallelOps):
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
             self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
-        frac = self.plan.wgrad_fraction
         if op.kind == "B":
-            self.activations -= cplan.activation_bytes * (1 - frac)
+            # under full recomputation what W keeps (recomputed in B) can exceed F's stash
+            self.activations -= cplan.activation_bytes - cplan.wgrad_bytes
             self._memory()
         elif op.kind == "W":
-            self.activations -= cplan.activation_bytes * frac
+            self.activations -= cplan.wgrad_bytes
             self._memory()
         elif op.kind == "BW":
             self.activations -= cplan.activation_bytes
