@@ -19,6 +19,7 @@ again as variants whose result can only move one way:
 - sequence parallelism, an offloaded optimizer, more layers' activations offloaded: the peak
   memory is not higher;
 - sequences twice as long: the step is not shorter;
+- twice the layers: the step is not shorter and the peak memory not lower;
 - an ideal network (``cluster.network: ideal``, every transfer instant): the step is not longer;
 - every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
   one-rank-per-stage shortcut;
@@ -54,6 +55,7 @@ from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
+from simcluster.model import load_preset
 from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 from simcluster.schedules.registry import SCHEDULES
@@ -179,6 +181,23 @@ def _longer_sequences(doc: Doc) -> bool:
     return True
 
 
+def _double_layers(doc: Doc) -> bool:
+    """Twice the transformer layers of the same model: every stage does more of the same work
+    and keeps more of it."""
+    model = doc["model"]
+    name = model if isinstance(model, str) else model.get("preset")
+    if name is None:
+        return False
+    layers = model.get("layers") if isinstance(model, dict) else None
+    doc["model"] = {**(model if isinstance(model, dict) else {"preset": name}),
+                    "layers": 2 * (layers or load_preset(name).layers)}  # fmt: skip
+    return True
+
+
+def _double_layers_memory(doc: Doc) -> bool:
+    return _double_layers(doc) and not _adaptive_memory(doc)
+
+
 def _ideal_network(doc: Doc) -> bool:
     doc["cluster"]["network"] = "ideal"
     return True
@@ -243,6 +262,8 @@ RELATIONS = [
     Relation("optimizer offload memory", _edit(_offload_optimizer), "peak_bytes", False),
     Relation("activation offload memory", _edit(_offload_more_activations), "peak_bytes", False),
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
+    Relation("layers x2 time", _edit(_double_layers), "step_s", True),
+    Relation("layers x2 memory", _edit(_double_layers_memory), "peak_bytes", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
     Relation("slow gpu", _slow_gpu, "step_s", True),

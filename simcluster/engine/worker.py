@@ -389,7 +389,7 @@ class Worker(PipelineIO, DataParallelOps):
             if offloaded:
                 yield from self._offload_before(op, units, i, offloaded)
             if zero3 and op.kind != "W":
-                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F")
+                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lock=lock)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
             # the loss's logit copies live only while the LM head and the loss run
@@ -406,7 +406,7 @@ class Worker(PipelineIO, DataParallelOps):
                 # with every bucket ahead of them (buckets are in gradient order, and the
                 # frameworks launch them in that order: the LM head's, deferred into this unit
                 # ahead of the MLP's weight gradients, goes first)
-                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True)
+                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True, lock=lock)
                 yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lock)
             if loss:
                 self._memory()
@@ -418,7 +418,7 @@ class Worker(PipelineIO, DataParallelOps):
                 if zero3 and not pipelined:
                     self._spawn_zero3_reduce(unit, op)
                 elif last_mb and not zero3:
-                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch)
+                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lock=lock)
         if pipelined and op.kind in ("W", "BW") and last_mb:
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
