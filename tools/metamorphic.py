@@ -14,6 +14,7 @@ again as variants whose result can only move one way:
   is not shorter;
 - twice the micro-batch: the peak memory is not lower;
 - twice the tensor, data or context parallelism (and the GPUs): the peak memory is not higher;
+- twice the expert parallelism on the same GPUs: the peak memory is not higher;
 - twice the replicas and twice the global batch without ZeRO (weak scaling): the step is not
   shorter;
 - sequence parallelism, an offloaded optimizer, more layers' activations offloaded: the peak
@@ -133,6 +134,16 @@ def _double_degree(degree: str) -> Callable[[Doc], bool]:
         return not _adaptive_memory(doc)
 
     return edit
+
+
+def _double_ep(doc: Doc) -> bool:
+    """Twice the expert parallelism on the same GPUs: each rank holds half as many experts and
+    routes as many tokens."""
+    ep = doc["parallel"].get("ep", 1)
+    if ep == 1 or _adaptive_memory(doc):  # a dense model, or experts whole on every rank
+        return False
+    doc["parallel"]["ep"] = 2 * ep
+    return True
 
 
 def _double_dp(doc: Doc) -> bool:
@@ -258,6 +269,7 @@ RELATIONS = [
     Relation("dp x2 memory", _edit(_double_dp), "peak_bytes", False),
     Relation("weak scaling x2", _edit(_weak_scaling), "step_s", True),
     Relation("cp x2 memory", _edit(_double_degree("cp")), "peak_bytes", False),
+    Relation("ep x2 memory", _edit(_double_ep), "peak_bytes", False),
     Relation("sequence parallel memory", _edit(_sequence_parallel), "peak_bytes", False),
     Relation("optimizer offload memory", _edit(_offload_optimizer), "peak_bytes", False),
     Relation("activation offload memory", _edit(_offload_more_activations), "peak_bytes", False),
