@@ -104,3 +104,16 @@ def test_kept_gathers_hold_the_16_bit_copy_beside_the_shards():
     backward, on top of FSDP2's fp32 shards."""
     p_b, _, _, n_params, n = _static(_scenario(reshard_after_forward=False))
     assert p_b == pytest.approx(n_params * (2.0 + 4.0 / n))
+
+
+def test_fsdp2_optimizer_steps_its_fp32_shards_without_a_16_bit_refresh():
+    """The update reads and writes the fp32 shard and both moments and reads the fp32 gradient
+    shard, and clipping reads that gradient: 8 + 16 + 4 + 4 = 32 B per shard parameter. Megatron's
+    mixed precision adds the refresh of its 16-bit copy from the master (4 + 2 B); FSDP2 casts
+    at each all-gather instead, on its copy-in stream."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    fsdp2 = scenario_from_dict(_scenario())
+    views = scenario_from_dict({**_scenario(buffers="views"), "framework": None})
+    assert optimizer_bytes_per_param(fsdp2) == 32.0
+    assert optimizer_bytes_per_param(views) == 32.0 + 4 + 2

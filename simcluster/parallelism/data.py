@@ -205,12 +205,16 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     DeepSpeed ``update_lp_params``, nanotron's accumulator step: ``copy_``). Gradients kept in 16
     bits (``training.fp32_grad_accum: false``) are first copied into fp32 for the update (Megatron
     ``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()``, a
-    16-bit read and an fp32 write)."""
+    16-bit read and an fp32 write). PyTorch FSDP2 (``zero3.buffers: copies``) has neither: it
+    steps its fp32 shards in place, keeps fp32 gradient shards whatever it reduces in, and casts
+    each shard to 16 bits at every all-gather, on its copy-in stream beside the compute
+    (``FSDPParam.all_gather_inputs``)."""
     tr = scenario.training
+    fsdp2 = scenario.parallel.zero == 3 and scenario.zero3.buffers == "copies"
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" else 4 + 2  # fp32 master read, 16-bit param write
+    low = 0 if tr.precision == "fp32" or fsdp2 else 4 + 2  # fp32 master read, 16-bit param write
     unscale = 8 if tr.precision == "fp16" else 0
-    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not fsdp2 else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
