@@ -394,7 +394,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         ep_placement=par.ep_placement,
         etp=etp,
         grad_collective=grad_collective,
-        fsdp2_copies=par.zero == 3 and scenario.zero3.buffers == "copies",
+        fsdp2_copies=scenario.fsdp2,
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,

@@ -28,19 +28,18 @@ from simcluster.memory import (
 def activation_walk(
     ops: Sequence[Any],
     chunk_bytes: Sequence[float],
-    wgrad_fraction: float = 1.0,
-    transient: Sequence[float] | None = None,
     wgrad_bytes: Sequence[float] | None = None,
+    transient: Sequence[float] | None = None,
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
     F stashes a chunk's activations; B leaves what the weight gradients still need,
-    ``wgrad_bytes[c]`` of chunk c (default: ``wgrad_fraction`` of its stash; under full
-    recomputation more than the stash, which B recomputed), and W frees that; a fused BW frees
-    everything. ``transient[c]`` is held only during chunk c's forward on top of the stash (the
-    loss's logit copies). The engine tracks the same stash along the simulated timeline.
+    ``wgrad_bytes[c]`` of chunk c (default: its whole stash; under full recomputation more than
+    the stash, which B recomputed), and W frees that; a fused BW frees everything.
+    ``transient[c]`` is held only during chunk c's forward on top of the stash (the loss's logit
+    copies). The engine tracks the same stash along the simulated timeline.
     """
-    kept = wgrad_bytes if wgrad_bytes is not None else [size * wgrad_fraction for size in chunk_bytes]
+    kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
     peak = 0.0
     for op in ops:
@@ -69,7 +68,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
-        peak = activation_walk(orders[stage], cb, transient=loss, wgrad_bytes=kept)
+        peak = activation_walk(orders[stage], cb, kept, loss)
         out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
     return out
 

@@ -25,7 +25,7 @@ def _build(name, p, m):
 
 def _peak_stage_units(ops):
     # the paper's accounting: each chunk's F stashes half a stage's activations, W frees them
-    return max(activation_walk(stage, [0.5, 0.5], 1.0) for stage in ops)
+    return max(activation_walk(stage, [0.5, 0.5]) for stage in ops)
 
 
 SHAPES_MORE = [*SHAPES, (5, 20), (12, 48)]
@@ -35,7 +35,7 @@ SHAPES_MORE = [*SHAPES, (5, 20), (12, 48)]
 def test_activation_memory_is_the_published_count(p, m):
     assert _peak_stage_units(_build("v-half", p, m)[0]) == (p + 2) // 2
     assert _peak_stage_units(_build("v-min", p, m)[0]) == (p + 4) // 3
-    assert max(activation_walk(stage, [1.0], 1.0) for stage in _build("1f1b", p, m)[0]) == p
+    assert max(activation_walk(stage, [1.0]) for stage in _build("1f1b", p, m)[0]) == p
 
 
 @pytest.mark.parametrize(("p", "m"), SHAPES_MORE)

@@ -23,8 +23,8 @@ from simcluster.schedules.base import PipeOp
 
 def test_b_can_grow_the_stash_when_w_keeps_more_than_f_stashed():
     ops = [PipeOp("F", 0, 0), PipeOp("B", 0, 0), PipeOp("W", 0, 0)]
-    assert activation_walk(ops, [1.0], wgrad_bytes=[3.0]) == 3.0
-    assert activation_walk(ops, [1.0], wgrad_fraction=0.4) == 1.0  # the fraction form is unchanged
+    assert activation_walk(ops, [1.0], [3.0]) == 3.0
+    assert activation_walk(ops, [1.0], [0.4]) == 1.0  # less than F stashed: F's peak
 
 
 def _scenario(recompute: str, schedule: str = "zb-h1"):

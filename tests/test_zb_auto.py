@@ -59,7 +59,7 @@ def test_activation_limit_is_kept(name, limit, w_memory):
     costs = OpCosts(1.0, 1.3, 0.7, 0.05, w_memory)
     ops, _ = _replay(name, p, m, costs)
     # one microbatch's F stash is one unit; W frees w_memory of it, B the rest
-    peaks = [activation_walk(stage, [1.0], w_memory) for stage in ops]
+    peaks = [activation_walk(stage, [1.0], [w_memory]) for stage in ops]
     assert max(peaks) <= limit * p + 1e-9
     assert max(peaks) > (limit - 1) * p  # it does use the room it is given
 
@@ -144,7 +144,7 @@ def test_zbv_keeps_1f1b_memory(w_memory):
     p, m = 6, 30
     ops, _ = _v(p, m, OpCosts(1.0, 1.3, 0.7, 0.05, w_memory))
     # two half-size chunks: 2p chunk stashes = 1F1B's p full-stage microbatches
-    assert max(activation_walk(stage, [1.0, 1.0], w_memory) for stage in ops) <= 2 * p + 1e-9
+    assert max(activation_walk(stage, [1.0, 1.0], [w_memory] * 2) for stage in ops) <= 2 * p + 1e-9
 
 
 def test_zbv_planned_with_op_times_beats_the_unit_order():
@@ -189,7 +189,7 @@ def test_zb_auto_limits_from_the_room_given():
         spec = ScheduleSpec(q, n, 1, none)
         ops = sched.build(spec)
         check_order(sched, spec, ops)
-        peaks = [activation_walk(stage, [1.0], 0.3) for stage in ops]
+        peaks = [activation_walk(stage, [1.0], [0.3]) for stage in ops]
         assert all(peak <= q - j + 1e-9 for j, peak in enumerate(peaks))
     roomy = OpCosts(1.0, 1.2, 0.8, 0.05, 0.5, (50.0,) * 4)
     ops = sched.build(ScheduleSpec(p, m, 1, roomy))

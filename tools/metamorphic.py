@@ -196,12 +196,11 @@ def _double_layers(doc: Doc) -> bool:
     """Twice the transformer layers of the same model: every stage does more of the same work
     and keeps more of it."""
     model = doc["model"]
-    name = model if isinstance(model, str) else model.get("preset")
-    if name is None:
+    section = dict(model) if isinstance(model, dict) else {"preset": model}
+    if "preset" not in section:
         return False
-    layers = model.get("layers") if isinstance(model, dict) else None
-    doc["model"] = {**(model if isinstance(model, dict) else {"preset": name}),
-                    "layers": 2 * (layers or load_preset(name).layers)}  # fmt: skip
+    section["layers"] = 2 * (section.get("layers") or load_preset(section["preset"]).layers)
+    doc["model"] = section
     return True
 
 

@@ -210,11 +210,10 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     each shard to 16 bits at every all-gather, on its copy-in stream beside the compute
     (``FSDPParam.all_gather_inputs``)."""
     tr = scenario.training
-    fsdp2 = scenario.parallel.zero == 3 and scenario.zero3.buffers == "copies"
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" or fsdp2 else 4 + 2  # fp32 master read, 16-bit param write
+    low = 0 if tr.precision == "fp32" or scenario.fsdp2 else 4 + 2  # fp32 master read, 16-bit param write
     unscale = 8 if tr.precision == "fp16" else 0
-    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not fsdp2 else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not scenario.fsdp2 else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0

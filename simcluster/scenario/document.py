@@ -72,6 +72,12 @@ class Scenario(SectionBase):
     moe: MoeSection = MoeSection()
     simulation: SimulationSection = SimulationSection()
 
+    @property
+    def fsdp2(self) -> bool:
+        """ZeRO-3 as PyTorch FSDP2 runs it (``zero3.buffers: copies``): per-parameter copies of
+        each gather, fp32 shards stepped in place."""
+        return self.parallel.zero == 3 and self.zero3.buffers == "copies"
+
 
 _SECTIONS: dict[str, type[BaseModel]] = {
     name: f.annotation  # type: ignore[misc]
