@@ -16,6 +16,9 @@ from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Work
 from simcluster.schedules import PipeOp
 
+if TYPE_CHECKING:
+    from simcluster.engine.pair_stream import Lane
+
 
 def _forward_position(layer: int) -> float:
     """Where a unit's layer index runs in a chunk's forward: the embedding (-1) first, the
@@ -60,25 +63,25 @@ class DataParallelOps:
 
         def _host_sync(self) -> None: ...
 
-    def _on_compute_stream(self, seconds: float, lock: simpy.Resource | None) -> Generator[Any, Any, float]:
-        """Run ``seconds`` of this GPU's kernels on its compute stream, after the other op of an
-        F&B pair lets go of it (``lock``: the stream the pair shares); returns when they began."""
-        if lock is None:
+    def _on_compute_stream(self, seconds: float, lane: Lane | None) -> Generator[Any, Any, float]:
+        """Run ``seconds`` of this GPU's kernels on its compute stream, in this op's turn on the
+        stream an F&B pair shares (``lane``); returns when they began."""
+        if lane is None:
             start = self.shared.env.now
             yield from self._compute(seconds)
             return start
-        with lock.request() as req:
-            yield req
+        req = yield from lane.acquire()
+        with req:
             start = self.shared.env.now
             yield from self._compute(seconds)
             return start
 
     def _bucket_hooks(
-        self, chunk: int, unit: Unit, kind: str, mb: int, early: bool = False, lock: simpy.Resource | None = None
+        self, chunk: int, unit: Unit, kind: str, mb: int, early: bool = False, lane: Lane | None = None
     ) -> Generator:
         """Start, in bucket order, the reduction of the buckets this unit's backward completes,
         each once; ``early``: only up to the last one that closes on the unit's MLP weights;
-        ``lock``: the compute stream an F&B pair shares."""
+        ``lane``: this op's turn on the compute stream an F&B pair shares."""
         if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
             return
         mine = [
@@ -91,10 +94,10 @@ class DataParallelOps:
         for i in mine:
             b = self.plan.buckets[i]
             self.buckets_started.add((i, mb))
-            yield from self._bucket_pass(b, kind, mb, lock)
+            yield from self._bucket_pass(b, kind, mb, lane)
             self._spawn_reduction(self._reduce_bucket(b))
 
-    def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lock: simpy.Resource | None = None) -> Generator:
+    def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lane: Lane | None = None) -> Generator:
         """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN
         check and 1/dp scaling), on the compute stream: the reduction starts after it and the
         backward's next kernels wait for it."""
@@ -103,7 +106,7 @@ class DataParallelOps:
         seconds = self.shared.bucket_pass_seconds(bucket)
         if seconds <= 0:
             return
-        start = yield from self._on_compute_stream(seconds, lock)
+        start = yield from self._on_compute_stream(seconds, lane)
         self._record(kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0], start, Work.of(memory=seconds))
         if self.shared.ctx.scenario.dp.nan_check:
             # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
@@ -208,10 +211,10 @@ class DataParallelOps:
         return (op.kind, op.microbatch, op.chunk)
 
     def _zero3_gather(
-        self, units: list[Unit], i: int, op: PipeOp, skip_first: bool, lock: simpy.Resource | None = None
+        self, units: list[Unit], i: int, op: PipeOp, skip_first: bool, lane: Lane | None = None
     ) -> Generator:
-        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch); ``lock``: the
-        compute stream an F&B pair shares, which FSDP2's copy-out runs on."""
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch); ``lane``: this
+        op's turn on the compute stream an F&B pair shares, which FSDP2's copy-out runs on."""
         prefetch = self.shared.ctx.scenario.zero3.prefetch
         key = self._gather_key(op)
         want = [i, i + 1] if prefetch else [i]
@@ -245,7 +248,7 @@ class DataParallelOps:
             # the gathered buffer copied into per-parameter tensors, once per gather
             self.copied_out.add(gkey)
             seconds = copies[0](units[i].params)
-            start = yield from self._on_compute_stream(seconds, lock)
+            start = yield from self._on_compute_stream(seconds, lane)
             kind = PHASE_KIND[op.kind]
             work = Work.of(memory=seconds)
             self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)

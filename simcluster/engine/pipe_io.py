@@ -12,7 +12,7 @@ from simcluster.engine.shared import Shared
 from simcluster.schedules import PipeOp, locate
 
 if TYPE_CHECKING:
-    from simcluster.engine.worker import Pace
+    from simcluster.engine.pair_stream import Lane
 
 
 class PipelineIO:
@@ -25,7 +25,7 @@ class PipelineIO:
     if TYPE_CHECKING:
 
         def _execute(
-            self, op: PipeOp, previous: PipeOp | None, pace: Pace | None = None, lead: bool = False
+            self, op: PipeOp, previous: PipeOp | None, lane: Lane | None = None
         ) -> Generator: ...
 
     def _input_key(self, op: PipeOp) -> tuple | None:

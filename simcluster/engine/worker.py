@@ -20,6 +20,7 @@ import simpy
 
 from simcluster.engine.dp_ops import DataParallelOps
 from simcluster.engine.offload import ActivationOffload
+from simcluster.engine.pair_stream import Lane, PairStream
 from simcluster.engine.pipe_io import PipelineIO
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
@@ -28,7 +29,7 @@ from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.schedules import PipeOp
 
-__all__ = ["GRAD_ZERO", "Pace", "Worker"]
+__all__ = ["GRAD_ZERO", "Worker"]
 
 #: the event name of clearing the gradient buffer at a step's start (dp.zero_grad_buffer)
 GRAD_ZERO = "zero_grad_buffer"
@@ -55,31 +56,9 @@ def _mlp_cut(unit: Unit) -> int | None:
     return last + 1 if last is not None and attention_after else None
 
 
-@dataclass
-class Pace:
-    """The two ops of an F&B pair: their shared compute stream, and the backward's progress.
-
-    The forward does not start its layer i before the backward has started its layer i - 1,
-    so the pair is interleaved layer by layer, as DualPipe arranges a forward and a backward chunk
-    (DeepSeek-V3 report Fig. 4: one layer's attention, dispatch, MLP and combine of each
-    direction alternating) and Megatron-Core's combined 1F1B calls them. Left free, the
-    shorter forward would run ahead and leave the backward's last layers, and their
-    all-to-alls, with nothing to hide under.
-    """
-
-    lock: simpy.Resource
-    started: list[simpy.Event]
-
-    def step(self, unit: int, lead: bool) -> Generator:
-        """Before ``unit``: the backward (``lead``) announces it; the forward waits until the
-        backward has started the layer before (so the forward leads by at most one layer)."""
-        if lead:
-            if unit < len(self.started):
-                self.started[unit].succeed()
-            return
-        ahead = unit - 1
-        if 0 <= ahead < len(self.started) and not self.started[ahead].triggered:
-            yield self.started[ahead]
+def _exchanges(unit: Unit) -> bool:
+    """Whether a unit issues a blocking expert-parallel all-to-all (where a pair's turn passes)."""
+    return any(isinstance(s, Comm) and s.group == "ep" and not s.overlap for s in unit.segments)
 
 
 @dataclass
@@ -168,14 +147,15 @@ class Worker(PipelineIO, DataParallelOps):
         kind: str,
         mb: int,
         chunk: int,
-        lock: simpy.Resource | None = None,
+        lane: Lane | None = None,
     ) -> Generator:
         """Execute segments in order; overlapped comms run under the next compute block.
 
         Several overlapped comms in a row (an MLP block's all-gather and reduce-scatter around
         one fused compute segment) all run under that block, one after the other on their
         stream; a blocking comm first waits for the overlapped ones before it.
-        ``lock`` is the compute stream when two ops share it (an F&B pair).
+        ``lane`` is this op's turn on the compute stream when two ops share it (an F&B pair):
+        it hands the stream over as it issues a blocking expert-parallel exchange.
         """
         env = self.shared.env
         pending: list[simpy.Process] = []
@@ -188,17 +168,19 @@ class Worker(PipelineIO, DataParallelOps):
                 for p in pending:
                     yield p
                 pending = []
+                if lane is not None and seg.group == "ep":
+                    lane.hand_over()
                 # inside an F&B pair the other op's kernels may hold the compute stream while
                 # this one waits to issue its collective: the wait is the collective's, not the
                 # stream's, so it is not recorded there (nor counted as host-bound time twice)
-                yield from self._host_wait(issued, mb, chunk, seg.layer, record=lock is None)
+                yield from self._host_wait(issued, mb, chunk, seg.layer, record=lane is None)
                 yield env.process(self._comm(seg, mb, chunk))
                 continue
             issued = self._issue(seg.host)
             if seg.seconds > 0 or seg.host > 0:
-                if lock is not None:
-                    with lock.request() as req:
-                        yield req
+                if lane is not None:
+                    req = yield from lane.acquire()
+                    with req:
                         yield from self._host_compute(seg, kind, mb, chunk, issued)
                 else:
                     yield from self._host_compute(seg, kind, mb, chunk, issued)
@@ -273,16 +255,15 @@ class Worker(PipelineIO, DataParallelOps):
             op = ops[i]
             if i + 1 < len(ops) and ops[i + 1].overlap:
                 # F&B pair (DualPipe, Megatron's combined 1F1B): both inputs first, then the
-                # two run interleaved layer by layer on the compute stream so each one's
-                # communication hides behind the other's compute
+                # two take turns on the compute stream so each one's all-to-alls hide behind
+                # the other's compute
                 pair = ops[i + 1]
                 yield from self._wait_inputs(op)
                 yield from self._wait_inputs(pair)
-                backward_units = self.plan.chunks[pair.chunk].phases[pair.kind]
-                pace = Pace(simpy.Resource(env, capacity=1), [env.event() for _ in backward_units])
+                stream = PairStream.open(env)
                 procs = [
-                    env.process(self._execute(op, previous, pace)),
-                    env.process(self._execute(pair, previous, pace, lead=True)),
+                    env.process(self._execute(op, previous, Lane(stream, "F"))),
+                    env.process(self._execute(pair, previous, Lane(stream, "B"))),
                 ]
                 yield procs[0] & procs[1]
                 sends = [self._send_outputs(x) for x in (op, pair)]
@@ -359,7 +340,7 @@ class Worker(PipelineIO, DataParallelOps):
                 yield ev
 
     def _execute(
-        self, op: PipeOp, previous: PipeOp | None, pace: Pace | None = None, lead: bool = False
+        self, op: PipeOp, previous: PipeOp | None, lane: Lane | None = None
     ) -> Generator:
         cplan = self.plan.chunks[op.chunk]
         kind = PHASE_KIND[op.kind]
@@ -381,15 +362,14 @@ class Worker(PipelineIO, DataParallelOps):
             and previous.microbatch == op.microbatch
             and previous.chunk == op.chunk
         )
-        lock = pace.lock if pace is not None else None
         offloaded = cplan.offload_bytes if op.kind in ("F", "B", "BW") else {}
         for i, unit in enumerate(units):
-            if pace is not None:
-                yield from pace.step(i, lead)
+            if lane is not None and i > 0 and not (_exchanges(unit) and _exchanges(units[i - 1])):
+                lane.hand_over()  # a layer without expert all-to-alls is a part of its own
             if offloaded:
                 yield from self._offload_before(op, units, i, offloaded)
             if zero3 and op.kind != "W":
-                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lock=lock)
+                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lane=lane)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
             # the loss's logit copies live only while the LM head and the loss run
@@ -399,15 +379,15 @@ class Worker(PipelineIO, DataParallelOps):
             hooks = op.kind in ("W", "BW") and not zero3 and last_mb
             cut = _mlp_cut(unit) if hooks else None
             if cut is None:
-                yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lock)
+                yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lane)
             else:
                 # buckets that close on this layer's MLP weights go out before its attention
-                yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lock)
+                yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lane)
                 # with every bucket ahead of them (buckets are in gradient order, and the
                 # frameworks launch them in that order: the LM head's, deferred into this unit
                 # ahead of the MLP's weight gradients, goes first)
-                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True, lock=lock)
-                yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lock)
+                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True, lane=lane)
+                yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lane)
             if loss:
                 self._memory()
             if offloaded and op.kind == "F":
@@ -418,11 +398,13 @@ class Worker(PipelineIO, DataParallelOps):
                 if zero3 and not pipelined:
                     self._spawn_zero3_reduce(unit, op)
                 elif last_mb and not zero3:
-                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lock=lock)
+                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
         if pipelined and op.kind in ("W", "BW") and last_mb:
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
             self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
+        if lane is not None:
+            lane.finish()
         if op.kind == "B":
             # under full recomputation what W keeps (recomputed in B) can exceed F's stash
             self.activations -= cplan.activation_bytes - cplan.wgrad_bytes

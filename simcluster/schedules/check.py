@@ -137,23 +137,40 @@ def replay(
 def check_timeline(schedule: Schedule, spec: ScheduleSpec, timeline: Timeline) -> None:
     """Raise ValueError if a dependency starts early or two ops overlap on one stage.
 
-    Ops of one overlapped F&B pair (the second flagged ``overlap``) may share their interval.
+    The two ops of an overlapped F&B pair (the second flagged ``overlap``) may share their
+    interval, whichever of them starts first.
     """
     end_of: dict[tuple[int, str, int, int], float] = {}
     for stage, rows in enumerate(timeline):
         for op, _start, end in rows:
             phase = "F" if op.kind == "F" else ("B" if op.kind in ("B", "BW") else "W")
             end_of[(stage, phase, op.microbatch, op.chunk)] = end
+    partner = _pair_partners(schedule.build(spec))
     eps = 1e-9
     for stage, rows in enumerate(timeline):
-        prev_end = float("-inf")
+        # the two latest ends so far: the latest that is not this op's pair partner bounds it
+        top: list[tuple[float, PipeOp | None]] = [(float("-inf"), None)] * 2
         for op, start, end in rows:
-            if not op.overlap and start < prev_end - eps:
+            mate = partner[stage].get(op)
+            prev_end = top[1][0] if top[0][1] is not None and top[0][1] == mate else top[0][0]
+            if start < prev_end - eps:
                 raise ValueError(f"{schedule.name}: stage {stage} {op} overlaps the previous op")
-            prev_end = max(prev_end, end)
+            top = sorted([*top, (end, op)], key=lambda t: t[0], reverse=True)[:2]
             dep = upstream(schedule, spec, stage, op)
             if dep is not None and start < end_of[dep] - eps:
                 raise ValueError(f"{schedule.name}: stage {stage} {op} starts before {dep} ends")
+
+
+def _pair_partners(ops: list[list[PipeOp]]) -> list[dict[PipeOp, PipeOp]]:
+    """Per stage, each op of an F&B pair mapped to the other."""
+    out: list[dict[PipeOp, PipeOp]] = []
+    for stage_ops in ops:
+        mates: dict[PipeOp, PipeOp] = {}
+        for first, second in zip(stage_ops, stage_ops[1:], strict=False):
+            if second.overlap:
+                mates[first], mates[second] = second, first
+        out.append(mates)
+    return out
 
 
 def peak_inflight(ops: list[list[PipeOp]]) -> list[int]:
