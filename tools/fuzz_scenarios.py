@@ -6,7 +6,7 @@ Each scenario draws a preset (dense or mixture of experts), a profile, the paral
 (tp, pp, cp, ep, etp, ZeRO, sequence parallelism), a schedule, a framework, the sequence, batch,
 precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps,
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
-partial recomputation or activation offload. A scenario passes when it is refused with a
+partial recomputation or activation offload; ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
 (0, 1), a bubble in [0, 1) and a valid timeline (one event at a time per stream). The others
 (a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
@@ -112,6 +112,22 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
 
 
+def paired(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` made to run F&B pairs (``--pairs``): DualPipe or DualPipeV, or Megatron-Core's
+    expert-parallel overlap on a mixture of experts."""
+    parallel = doc["parallel"]
+    parallel.pop("vpp", None)
+    if doc["model"] in MOE and parallel.get("ep", 1) > 1 and rng.random() < 0.5:
+        parallel.pop("schedule", None)
+        doc["framework"] = "megatron-core"
+        doc.setdefault("overlap", {})["ep_comm"] = True
+        if parallel["pp"] > 1:  # Megatron-Bridge's rule: a virtual pipeline with pp > 1
+            parallel["schedule"], parallel["vpp"] = "interleaved", 2
+    else:
+        parallel["schedule"] = rng.choice(["dualpipe", "dualpipev"])
+    return doc
+
+
 class Timeout(Exception):
     """A simulation ran past its time limit."""
 
@@ -166,6 +182,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per scenario (default 120)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
+    parser.add_argument("--pairs", action="store_true", help="only layouts with F&B pairs (DualPipe, overlap.ep_comm)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     failures = 0
@@ -173,6 +190,8 @@ def main(argv: list[str]) -> int:
     with progress_bar("fuzzing", args.count) as advance:
         for i in range(args.count):
             doc = draw(rng)
+            if args.pairs:
+                doc = paired(rng, doc)
             reason = check(doc, args.timeout)
             if reason in passed:
                 passed[reason] += 1
