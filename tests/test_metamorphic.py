@@ -9,7 +9,7 @@ length or the layers never shortens the step; a slow GPU or a degraded NIC never
 The Llama scenarios run on profiles with measured collective tables (dgx-h100 in a node,
 alps-gh200 across nodes), where a patched NVLink once made a step slower
 (tests/test_patched_measurements.py); a Mixtral baseline with expert parallelism 4 runs them
-with experts.
+with experts, and again with Megatron-Core's expert-parallel overlap (F&B pairs).
 """
 
 import sys
@@ -48,12 +48,22 @@ def _moe_short(doc):
     return doc
 
 
+def _moe_paired(doc):
+    """The Mixtral baseline with Megatron-Core's expert-parallel overlap: every steady step is
+    an F&B pair taking the compute stream in turns (engine/pair_stream.py)."""
+    doc = _moe_short(doc)
+    doc["framework"] = "megatron-core"
+    doc["overlap"] = {**doc.get("overlap", {}), "ep_comm": True}
+    return doc
+
+
 @pytest.fixture(
     scope="module",
     params=[("llama3-8b-8xh100", None), ("llama3-8b-8xh100", _on_two_nodes), ("llama3-8b-256xgh200", None),
-            ("llama3-8b-8xh100", _ddp_on_two_nodes), ("mixtral-8x7b-32xh100", _moe_short)],  # fmt: skip
+            ("llama3-8b-8xh100", _ddp_on_two_nodes), ("mixtral-8x7b-32xh100", _moe_short),
+            ("mixtral-8x7b-32xh100", _moe_paired)],  # fmt: skip
     ids=["llama3-8b-8xh100", "llama3-8b-16xh100-tp2", "llama3-8b-256xgh200", "llama3-8b-16xh100-tp2-ddp",
-         "mixtral-8x7b-32xh100"],
+         "mixtral-8x7b-32xh100", "mixtral-8x7b-32xh100-ep-overlap"],
 )
 def baseline(request):
     name, edit = request.param
