@@ -120,3 +120,24 @@ def test_turns_pass_only_at_hand_over_and_the_rest_goes_to_the_op_still_running(
     env.process(backward())
     env.run()
     assert log == ["B1@0.5", "F1@2.5", "B2@3.5", "F2@4.5", "B3@5.5"]
+
+
+def test_turn_passes_before_the_expert_tp_collective_next_to_an_all_to_all():
+    """Megatron's combine node runs the expert-TP reduce-scatter and then the all-to-all on the
+    communication stream (its dispatch node the all-to-all, then the all-gather): the turn
+    passes before the first of them. A TP collective alone does not pass it."""
+    from simcluster.engine.worker import _turn_points
+    from simcluster.parallelism.segments import Comm, Compute, Work
+
+    def compute(name):
+        return Compute.of(name, Work.of(gemm=1e-3), 0)
+
+    combine = [compute("experts"), Comm("etp_rs", "etp", "reduce_scatter", 1.0), Comm("ep_combine", "ep", "all_to_all", 1.0),
+               compute("unpermute")]  # fmt: skip
+    dispatch = [compute("router"), Comm("ep_dispatch", "ep", "all_to_all", 1.0), Comm("etp_ag", "etp", "all_gather", 1.0),
+                compute("experts")]  # fmt: skip
+    tp_only = [compute("attn_out"), Comm("tp_ar", "tp", "all_reduce", 1.0), compute("mlp")]
+    assert _turn_points(combine) == {1}
+    assert _turn_points(dispatch) == {1}
+    assert _turn_points(tp_only) == set()
+    assert _turn_points(dispatch + combine) == {1, 5}

@@ -56,6 +56,24 @@ def _mlp_cut(unit: Unit) -> int | None:
     return last + 1 if last is not None and attention_after else None
 
 
+def _turn_points(segments: tuple[Segment, ...] | list[Segment]) -> frozenset[int]:
+    """Where an op of an F&B pair hands the stream over: the first of a run of blocking
+    collectives that holds an expert-parallel all-to-all. Megatron's dispatch and combine nodes
+    carry the expert-TP all-gather after the all-to-all and its reduce-scatter before, all on
+    the communication stream, so the turn passes before either."""
+    out: set[int] = set()
+    start: int | None = None
+    for i, seg in enumerate([*segments, None]):
+        blocking = isinstance(seg, Comm) and not seg.overlap
+        if blocking and start is None:
+            start = i
+        elif not blocking and start is not None:
+            if any(isinstance(s, Comm) and s.group == "ep" for s in segments[start:i]):
+                out.add(start)
+            start = None
+    return frozenset(out)
+
+
 def _exchanges(unit: Unit) -> bool:
     """Whether a unit issues a blocking expert-parallel all-to-all (where a pair's turn passes)."""
     return any(isinstance(s, Comm) and s.group == "ep" and not s.overlap for s in unit.segments)
@@ -159,7 +177,8 @@ class Worker(PipelineIO, DataParallelOps):
         """
         env = self.shared.env
         pending: list[simpy.Process] = []
-        for seg in segments:
+        turns = _turn_points(segments) if lane is not None else frozenset()
+        for i, seg in enumerate(segments):
             if isinstance(seg, Comm):
                 issued = self._issue(seg.host)
                 if seg.overlap:
@@ -168,7 +187,7 @@ class Worker(PipelineIO, DataParallelOps):
                 for p in pending:
                     yield p
                 pending = []
-                if lane is not None and seg.group == "ep":
+                if lane is not None and i in turns:
                     lane.hand_over()
                 # inside an F&B pair the other op's kernels may hold the compute stream while
                 # this one waits to issue its collective: the wait is the collective's, not the
