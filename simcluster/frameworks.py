@@ -190,6 +190,19 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     if _parallel(raw, "ep", 1) > 1:
         # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
         defaults["parallel"] = {"etp": 1}
+    if zero >= 2:
+        # ZeRO-2/3 free .grad after each microbatch's reduction and add the reduced gradient
+        # into the rank's partition only (stage_1_and_2.py independent_gradient_partition_epilogue:
+        # zero_grad(set_to_none=True), accumulated_grad.add_; stage3.py partition_grads)
+        defaults["dp"]["shard_accumulate"] = True
+    if zero == 2:
+        # every microbatch each bucket is copied into the ipg buffer in the gradient hook,
+        # divided by dp in place (average_tensor: tensor.div_), flattened and all-reduced whole
+        # (use_multi_rank_bucket_allreduce, the default: allreduce_and_scatter -> dist.all_reduce),
+        # the rank then keeping its slices; with overlap_comm off (stage 2's default) all on the
+        # compute stream. The two copies are charged as dp.bucket_copies, the division as
+        # dp.prescale
+        defaults["dp"].update(grad_collective="all_reduce", prescale=True, bucket_copies=True)
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
         # all-reduces every bucket whole, then the optimizer's shard is all-gathered
@@ -397,7 +410,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "partitions re-gathered by the receiving stage, every microbatch's bf16 gradients cast "
             "to fp32 and then added by the BF16_Optimizer (ZeRO 0/1; ZeRO-2/3 keep and reduce "
             "bf16 gradient partitions), gradients "
-            "all-reduced only after the last backward in 5e8-element buckets, attention on "
+            "all-reduced only after the last backward in 5e8-element buckets (ZeRO-2: every "
+            "microbatch, each bucket all-reduced whole on the compute stream, then only the "
+            "rank's shard accumulated), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
             "--use-flash-attn-v1/-v2/-triton)",
             "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
@@ -406,6 +421,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
             "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
             "engine.py get_data_types (grad_accum_dtype = the model dtype under ZeRO), "
+            "zero/stage_1_and_2.py (average_tensor, use_multi_rank_bucket_allreduce, "
+            "independent_gradient_partition_epilogue), zero/config.py (overlap_comm on for stage 3 "
+            "only), "
             "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch by "
             "update_hp_grads, hp_grad.add_(lp.grad.to(fp32)), zeroed after each step by "
             "clear_hp_grads); zero "

@@ -26,13 +26,15 @@ from simcluster.schedules import get_schedule
 
 DIMS = ("tp", "cp", "dp", "pp")
 
-# dp.grad_collective each ZeRO stage admits: ZeRO-0 keeps no shard to scatter to; ZeRO-2/3 keep
-# only a gradient shard, so the full gradient never exists to be all-reduced. The first entry is
-# what "auto" picks (PyTorch DDP / Megatron: all-reduce; distributed optimizer: reduce-scatter).
+# dp.grad_collective each ZeRO stage admits: ZeRO-0 keeps no shard to scatter to; ZeRO-3 keeps
+# only a gradient shard, so the full gradient never exists to be all-reduced. ZeRO-2 keeps only a
+# shard too, but DeepSpeed's default (use_multi_rank_bucket_allreduce) all-reduces each bucket
+# that spans several ranks' partitions and then copies its own slices. The first entry is what
+# "auto" picks (PyTorch DDP / Megatron: all-reduce; distributed optimizer: reduce-scatter).
 GRAD_COLLECTIVES: dict[int, tuple[str, ...]] = {
     0: ("all_reduce",),
     1: ("reduce_scatter", "all_reduce"),
-    2: ("reduce_scatter",),
+    2: ("reduce_scatter", "all_reduce"),
     3: ("reduce_scatter",),
 }
 
@@ -59,6 +61,7 @@ class Layout:
     etp: int = 1  # expert tensor parallelism: ranks that split each routed expert's matrices
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
+    shard_accumulate: bool = False  # ZeRO-2/3: only the reduced shard is accumulated (dp.shard_accumulate)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
@@ -322,6 +325,12 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "dp.grad_collective",
             f"'{grad_collective}' does not fit zero={par.zero}; use {' or '.join(allowed)} (or auto)",
         )
+    if scenario.dp.shard_accumulate and par.zero < 2:
+        raise UserError(
+            "dp.shard_accumulate",
+            f"accumulates a gradient shard, which zero={par.zero} does not keep; set parallel.zero "
+            "to 2 or 3, or drop it",
+        )
     if scenario.dp.param_unpack == "per_tensor" and par.zero not in (1, 2):
         raise UserError(
             "dp.param_unpack",
@@ -395,6 +404,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         etp=etp,
         grad_collective=grad_collective,
         fsdp2_copies=scenario.fsdp2,
+        shard_accumulate=scenario.dp.shard_accumulate,
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,

@@ -1,7 +1,8 @@
 """dp.grad_collective: which collective reduces the gradient buckets (issue 8).
 
 Sources: PyTorch DDP and Megatron DDP all-reduce gradients (ZeRO-0); Megatron's distributed
-optimizer / ZeRO-1 reduce-scatters them; nanotron's ZeRO-1 (optim/zero.py,
+optimizer / ZeRO-1 reduce-scatters them; DeepSpeed's ZeRO-2 all-reduces each bucket whole by
+default (``use_multi_rank_bucket_allreduce``, tests/test_deepspeed_zero2.py); nanotron's ZeRO-1 (optim/zero.py,
 ``sync_gradients_across_dp(reduce_scatter=False)``) all-reduces the whole fp32 gradient buffer,
 steps the optimizer on its shard and all-gathers the bf16 parameters. Wire bytes of a ring
 (nccl-tests PERFORMANCE.md): all-reduce moves 2(n-1)/n of the buffer per rank, reduce-scatter
@@ -77,7 +78,7 @@ def test_all_reduce_costs_twice_a_reduce_scatter_when_bandwidth_bound():
     assert times["all_reduce"] / times["reduce_scatter"] == pytest.approx(2.0, rel=0.03)
 
 
-@pytest.mark.parametrize("zero, op", [(0, "reduce_scatter"), (2, "all_reduce"), (3, "all_reduce")])
+@pytest.mark.parametrize("zero, op", [(0, "reduce_scatter"), (3, "all_reduce")])
 def test_collective_that_does_not_fit_the_zero_stage_is_an_error(zero, op):
     with pytest.raises(UserError) as err:
         run(scenario(parallel={"zero": zero}, dp={"grad_collective": op}))

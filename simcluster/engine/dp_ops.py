@@ -81,8 +81,14 @@ class DataParallelOps:
     ) -> Generator:
         """Start, in bucket order, the reduction of the buckets this unit's backward completes,
         each once; ``early``: only up to the last one that closes on the unit's MLP weights;
-        ``lane``: this op's turn on the compute stream an F&B pair shares."""
-        if not self.shared.ctx.scenario.overlap.dp_grad_reduce:
+        ``lane``: this op's turn on the compute stream an F&B pair shares.
+
+        Without ``overlap.dp_grad_reduce`` ZeRO-0/1 reduce after the last backward (the step's
+        end), but ZeRO-2 keeps no whole gradient to wait with: each bucket is reduced as it
+        fills, every microbatch, and the backward waits for it (DeepSpeed's stage 2 with
+        overlap_comm off: average_tensor on the current stream)."""
+        overlapped = self.shared.ctx.scenario.overlap.dp_grad_reduce
+        if not overlapped and self.shared.ctx.layout.zero != 2:
             return
         mine = [
             i for i, b in enumerate(self.plan.buckets)
@@ -95,7 +101,10 @@ class DataParallelOps:
             b = self.plan.buckets[i]
             self.buckets_started.add((i, mb))
             yield from self._bucket_pass(b, kind, mb, lane)
-            self._spawn_reduction(self._reduce_bucket(b))
+            if overlapped:
+                self._spawn_reduction(self._reduce_bucket(b))
+            else:
+                yield self._spawn_dp(self._reduce_bucket(b))
 
     def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lane: Lane | None = None) -> Generator:
         """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN

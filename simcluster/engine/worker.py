@@ -313,7 +313,7 @@ class Worker(PipelineIO, DataParallelOps):
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         if serial and previous is not None:
             yield from self._blocking_send(previous)
-        if not sc.overlap.dp_grad_reduce:
+        if not sc.overlap.dp_grad_reduce and zero != 2:  # ZeRO-2 reduced every microbatch
             for b in self.plan.buckets:
                 yield from self._bucket_pass(b, "optimizer", -1)
                 # in program order behind the reduce-scatters still queued (_spawn_dp)

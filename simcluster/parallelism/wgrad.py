@@ -33,6 +33,11 @@ microbatch into it: fused, the epilogue reads the 16-bit gradient it then writes
 beyond the benchmark's write); unfused, autograd's in-place add reads both 16-bit gradients
 and writes one (6 bytes). Autograd's first microbatch writes ``.grad`` without an add; it is
 charged like the others (one pass in m, a simplification).
+
+DeepSpeed's ZeRO-2 and ZeRO-3 (``dp.shard_accumulate``) free ``.grad`` once each microbatch's
+bucket is reduced, so autograd never adds into it; the reduced gradient is added into the rank's
+shard only, in the gradient dtype: the same add over 1/dp of the parameters (the first
+microbatch copies instead, charged alike).
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ def accumulation_bytes(training: TrainingSection, layout: Layout, gemm: bool = T
     writes fp32 gradients the benchmarks already count."""
     if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
         return 0.0
+    if layout.shard_accumulate and not layout.zero3_pipelined:
+        add = ACCUM_FP32_INPLACE if training.fp32_grad_accum else ACCUM_16BIT_UNFUSED
+        return add / layout.zero_group
     fused = training.grad_accum_fusion and gemm
     if training.fp32_grad_accum:
         if training.grad_accum_cast and not fused:

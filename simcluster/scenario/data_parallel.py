@@ -72,7 +72,9 @@ class DpSection(SectionBase):
     grad_collective: Literal["auto", "all_reduce", "reduce_scatter"] = Field(
         default="auto",
         description="auto: all_reduce for zero 0, reduce_scatter for zero >= 1; all_reduce with "
-        "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard)",
+        "zero 1 is nanotron's ZeRO-1 (full gradient all-reduced, optimizer on the shard), with "
+        "zero 2 DeepSpeed's default use_multi_rank_bucket_allreduce (each bucket all-reduced "
+        "whole every microbatch, the rank keeping its slices)",
     )
     nan_check: bool = Field(
         default=False,
@@ -108,6 +110,16 @@ class DpSection(SectionBase):
             "into .grad when the backward finishes (Reducer copy_grad_to_bucket / "
             "copy_bucket_to_grad), a read and a write each, on the compute stream of the "
             "synchronising backward"
+        ),
+    )
+    shard_accumulate: bool = Field(
+        default=False,
+        description=(
+            "ZeRO-2/3: each microbatch's gradient leaves .grad once its bucket is reduced, and "
+            "only the rank's shard of the reduced gradient is accumulated (a 16-bit add over 1/dp "
+            "of the gradients instead of autograd's add over all of them), as DeepSpeed does "
+            "(stage_1_and_2.py: zero_grad(set_to_none) after each reduce epilogue, then "
+            "accumulated_grad.add_ on the partition; stage3.py partition_grads: grad_buffer.add_)"
         ),
     )
     param_unpack: Literal["flat", "per_tensor"] = Field(

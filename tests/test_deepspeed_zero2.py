@@ -1,0 +1,87 @@
+"""DeepSpeed's ZeRO-2 (``framework: deepspeed``, ``parallel.zero: 2``) with gradient accumulation.
+
+Reference: microsoft/DeepSpeed ``deepspeed/runtime/zero/stage_1_and_2.py`` and
+``runtime/zero/config.py``:
+
+- stage 2 reduces gradients in every microbatch's backward (the engine: "ZeRO stage >= 2
+  communicates during non gradient accumulation boundaries as well"); ``overlap_comm`` defaults
+  to true only for stage 3, so stage 2 reduces on the current stream and the backward waits;
+- each gradient is copied into the ipg bucket in its hook, the bucket divided by dp
+  (``average_tensor``: ``tensor.div_``), flattened and, with ``use_multi_rank_bucket_allreduce``
+  (default true), all-reduced whole (``allreduce_and_scatter`` -> ``dist.all_reduce``); the rank
+  then keeps its slices;
+- ``.grad`` is freed after each reduce epilogue (``zero_grad(set_to_none=True)``), so autograd
+  never accumulates into it; the reduced gradient is added into the rank's partition only
+  (``accumulated_grad.add_``), in the model's dtype (``engine.get_data_types``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simcluster.context import build_context
+from simcluster.engine.plan import build_plans, kernel_model
+from simcluster.errors import UserError
+from simcluster.parallelism import wgrad
+from simcluster.scenario import scenario_from_dict
+from tests.engine_helpers import run
+
+MICROBATCHES = 4  # per replica
+
+
+def _scenario(**over):
+    doc = {
+        "name": "ds2", "model": "llama3.2-1b", "framework": "deepspeed",
+        "cluster": {"hardware": "dgx-h100", "gpus": 16},
+        "parallel": {"tp": 1, "pp": 1, "zero": 2},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 16 * MICROBATCHES},
+    }  # fmt: skip
+    for key, value in over.items():
+        doc[key] = {**doc.get(key, {}), **value}
+    return doc
+
+
+def test_every_microbatch_all_reduces_every_bucket_and_the_backward_waits():
+    result = run(_scenario())
+    ev = result.events[result.events["rank"] == 0]
+    reduce = ev[ev["name"] == "grad_all_reduce"]
+    ctx = build_context(scenario_from_dict(_scenario()))
+    assert ctx.layout.grad_collective == "all_reduce"
+    buckets = reduce.groupby("layer").size()
+    assert (buckets == MICROBATCHES).all()
+    # the 16-bit gradient of every parameter, all-reduced once per microbatch
+    plan = build_plans(ctx, kernel_model(ctx))[0]
+    params = plan.params_dense + plan.params_expert
+    assert reduce["bytes"].sum() == pytest.approx(MICROBATCHES * 2 * params, rel=0.01)
+    # on the compute stream: no backward kernel runs while a bucket is being reduced
+    compute = ev[(ev["stream"] == "compute") & (ev["kind"] == "backward")]
+    for start, end in zip(reduce["start_s"], reduce["end_s"], strict=True):
+        inside = compute[(compute["start_s"] < end - 1e-12) & (compute["end_s"] > start + 1e-12)]
+        assert inside.empty
+
+
+def test_overlap_comm_reduces_each_microbatch_beside_the_backward():
+    """With overlap_comm the same reductions run on their own stream under the backward."""
+    blocking = run(_scenario())
+    overlapped = run(_scenario(overlap={"dp_grad_reduce": True}))
+    n = (overlapped.events["name"] == "grad_all_reduce") & (overlapped.events["rank"] == 0)
+    assert n.sum() == (blocking.events["name"] == "grad_all_reduce")[blocking.events["rank"] == 0].sum()
+    assert overlapped.summary["step_time_s"] < blocking.summary["step_time_s"]
+
+
+def test_only_the_shard_is_accumulated():
+    """A 16-bit add (read 2 + 2, write 2 bytes) over 1/dp of the parameters, not autograd's add
+    over all of them."""
+    ctx = build_context(scenario_from_dict(_scenario()))
+    assert ctx.layout.shard_accumulate
+    assert wgrad.accumulation_bytes(ctx.scenario.training, ctx.layout) == pytest.approx(6.0 / 16)
+    ctx1 = build_context(scenario_from_dict(_scenario(parallel={"zero": 1})))
+    assert not ctx1.layout.shard_accumulate
+    assert wgrad.accumulation_bytes(ctx1.scenario.training, ctx1.layout) > 6.0  # BF16_Optimizer
+
+
+def test_shard_accumulate_without_a_gradient_shard_is_an_error():
+    doc = _scenario(parallel={"zero": 1}, dp={"shard_accumulate": True})
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc))
+    assert "dp.shard_accumulate" in err.value.one_line()
