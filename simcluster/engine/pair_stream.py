@@ -26,8 +26,9 @@ from typing import Any
 import simpy
 from simpy.resources.resource import Request
 
-__all__ = ["Lane", "PairStream"]
+__all__ = ["FOLLOW", "LEAD", "Lane", "PairStream"]
 
+#: the backward, which has the first turn, and the forward
 LEAD, FOLLOW = "B", "F"
 
 

@@ -20,7 +20,7 @@ import simpy
 
 from simcluster.engine.dp_ops import DataParallelOps
 from simcluster.engine.offload import ActivationOffload
-from simcluster.engine.pair_stream import Lane, PairStream
+from simcluster.engine.pair_stream import FOLLOW, LEAD, Lane, PairStream
 from simcluster.engine.pipe_io import PipelineIO
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
@@ -76,7 +76,7 @@ def _turn_points(segments: tuple[Segment, ...] | list[Segment]) -> frozenset[int
 
 def _exchanges(unit: Unit) -> bool:
     """Whether a unit issues a blocking expert-parallel all-to-all (where a pair's turn passes)."""
-    return any(isinstance(s, Comm) and s.group == "ep" and not s.overlap for s in unit.segments)
+    return bool(_turn_points(unit.segments))
 
 
 @dataclass
@@ -281,8 +281,8 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._wait_inputs(pair)
                 stream = PairStream.open(env)
                 procs = [
-                    env.process(self._execute(op, previous, Lane(stream, "F"))),
-                    env.process(self._execute(pair, previous, Lane(stream, "B"))),
+                    env.process(self._execute(op, previous, Lane(stream, FOLLOW))),
+                    env.process(self._execute(pair, previous, Lane(stream, LEAD))),
                 ]
                 yield procs[0] & procs[1]
                 sends = [self._send_outputs(x) for x in (op, pair)]
