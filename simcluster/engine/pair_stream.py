@@ -86,6 +86,10 @@ class Lane:
         yield req
         return req
 
+    def wait_turn(self) -> Generator:
+        """Until it is this op's turn (what the host issues next is this op's)."""
+        yield from self.stream.wait_turn(self.who)
+
     def hand_over(self) -> None:
         """End this op's part (see :meth:`PairStream.hand_over`)."""
         self.stream.hand_over(self.who)

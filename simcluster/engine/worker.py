@@ -388,6 +388,10 @@ class Worker(PipelineIO, DataParallelOps):
             if offloaded:
                 yield from self._offload_before(op, units, i, offloaded)
             if zero3 and op.kind != "W":
+                if lane is not None:
+                    # FSDP's pre-forward/-backward hook issues the gather as the host reaches the
+                    # unit, in the pair's issue order
+                    yield from lane.wait_turn()
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lane=lane)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
