@@ -2,8 +2,9 @@
 
     python tools/metamorphic.py --seed 1 --count 100 --out /tmp/meta
 
-Each scenario is drawn as tools/fuzz_scenarios.py draws one; those that simulate are simulated
-again as variants whose result can only move one way:
+Each scenario is drawn as tools/fuzz_scenarios.py draws one (``--pairs``: made to run F&B
+pairs, DualPipe or Megatron-Core's EP overlap); those that simulate are simulated again as
+variants whose result can only move one way:
 
 - faster hardware, through the scenario's ``cluster.profile`` patch (every tensor-core peak,
   the HBM, NVLink or NIC bandwidth x1.5, the NIC latency x0.5): the step is not slower;
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fuzz_scenarios import Timeout, draw, time_limit
+from fuzz_scenarios import Timeout, draw, paired, time_limit
 
 from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
@@ -324,6 +325,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tolerance", type=float, default=0.005, help="allowed move the wrong way (default 0.005)")
     parser.add_argument("--only", help="comma-separated: run only the relations whose name contains one")
     parser.add_argument("--out", type=Path, default=Path("metamorphic-findings"))
+    parser.add_argument("--pairs", action="store_true", help="only layouts with F&B pairs (DualPipe, overlap.ep_comm)")
     args = parser.parse_args(argv)
     wanted = args.only.split(",") if args.only else [""]
     relations = [r for r in RELATIONS if any(w in r.name for w in wanted)]
@@ -339,6 +341,8 @@ def main(argv: list[str]) -> int:
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
             doc = draw(rng)
+            if args.pairs:
+                doc = paired(rng, doc)
             try:
                 baseline = _simulate(doc, args.timeout)
             except InvalidTimeline as err:
