@@ -58,6 +58,10 @@ class Comms:
     _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     _rendezvous: dict[tuple, list] = field(default_factory=dict)
     _counters: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    # issue-order tickets per (rank, stream): handed out as the host issues, served in turn
+    _tickets: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    _served: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    _ticket_waits: dict[tuple[int, str], simpy.Event] = field(default_factory=dict)
 
     def stream(self, rank: int, name: str) -> simpy.Resource:
         key = (rank, name)
@@ -78,6 +82,26 @@ class Comms:
         if key not in self._groups:
             self._groups[key] = tuple(map(tuple, self.layout.groups(dim, stage)))
         return self._groups[key]
+
+    def ticket(self, rank: int, group: str) -> int:
+        """A place in ``rank``'s issue order on ``group``'s stream, taken when the host issues
+        the collective (see :meth:`collective`'s ``ticket``)."""
+        key = (rank, STREAM_OF_GROUP[group])
+        number = self._tickets[key]
+        self._tickets[key] += 1
+        return number
+
+    def _await_turn(self, key: tuple[int, str], ticket: int) -> Generator:
+        while self._served[key] != ticket:
+            if key not in self._ticket_waits:
+                self._ticket_waits[key] = self.env.event()
+            yield self._ticket_waits[key]
+
+    def _serve(self, key: tuple[int, str]) -> None:
+        self._served[key] += 1
+        waiting = self._ticket_waits.pop(key, None)
+        if waiting is not None:
+            waiting.succeed()
 
     def ring_pairs(self, dim: str, stage: int) -> tuple[tuple[int, int], ...]:
         """Every (rank, next rank) pair of ``stage``'s ``dim`` rings (cached)."""
@@ -114,20 +138,33 @@ class Comms:
         layer: int = -1,
         holds_sms: bool = False,
         sms: int = 0,
+        ticket: int | None = None,
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
         An interfering collective (see :mod:`simcluster.engine.interference`; ``holds_sms``
         makes one of any group interfere; ``sms``: a userbuffers overlap's own SM count) slows
         the rank's compute from when it holds its stream until it ends, peers' wait included.
+        ``ticket`` (from :meth:`ticket`): the collective takes its stream in the order the host
+        issued it, as NCCL enqueues a rank's work, not in the order the processes that carry
+        the collectives get there (an overlapped one waits for its host time; the two ops of an
+        F&B pair issue side by side). Peers meet in their k-th collective of a group, so the
+        issue order, not the timing, must decide which one that is.
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
-        if len(members) == 1 or nbytes <= 0:
-            return
         stream = STREAM_OF_GROUP[group]
+        key = (rank, stream)
+        if ticket is not None:
+            yield from self._await_turn(key, ticket)
+        if len(members) == 1 or nbytes <= 0:
+            if ticket is not None:
+                self._serve(key)
+            return
         with self.stream(rank, stream).request() as req:
             yield req
+            if ticket is not None:
+                self._serve(key)
             start = self.env.now
             held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
             if held:

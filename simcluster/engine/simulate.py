@@ -118,14 +118,6 @@ def simulate(
     # known stragglers break the symmetry the one-rank-per-stage shortcut relies on
     every = bool(stragglers) or (sc.simulation.all_ranks if all_ranks is None else all_ranks)
     plans = build_plans(ctx, km, pipeline_p2p_seconds(ctx, cluster))
-    if stragglers and any(op.overlap for plan in plans for op in plan.ops):
-        # the two ops of a pair issue their collectives in an order set by their timing; a
-        # slow GPU or NIC makes that order differ between the ranks of a group
-        raise UserError(
-            "simulation.stragglers",
-            "are not simulated with paired forward/backward ops yet (schedule dualpipe or "
-            "overlap.ep_comm); drop the stragglers or use another schedule",
-        )
     env = simpy.Environment()
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()

@@ -153,10 +153,10 @@ class Worker(PipelineIO, DataParallelOps):
         else:
             yield from share.compute(self.rank, seconds)
 
-    def _comm(self, seg: Comm, mb: int, chunk: int) -> Generator:
+    def _comm(self, seg: Comm, mb: int, chunk: int, ticket: int | None = None) -> Generator:
         yield from self.shared.comms.collective(
             self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer,
-            holds_sms=seg.holds_sms, sms=seg.sms,
+            holds_sms=seg.holds_sms, sms=seg.sms, ticket=ticket,
         )
 
     def run_segments(
@@ -178,11 +178,26 @@ class Worker(PipelineIO, DataParallelOps):
         env = self.shared.env
         pending: list[simpy.Process] = []
         turns = _turn_points(segments) if lane is not None else frozenset()
+        # the host enqueues a run of blocking collectives back to back (the GPU streams wait,
+        # not the host), so the run takes its places in the issue order together
+        tickets: dict[int, int] = {}
         for i, seg in enumerate(segments):
             if isinstance(seg, Comm):
+                if lane is not None and i not in tickets:
+                    # the host issues an op's collectives in the op's turn, as its kernels
+                    yield from lane.wait_turn()
                 issued = self._issue(seg.host)
+                if i not in tickets:
+                    for j in range(i, len(segments)):
+                        nxt = segments[j]
+                        if not isinstance(nxt, Comm) or (j > i and nxt.overlap):
+                            break
+                        tickets[j] = self.shared.comms.ticket(self.rank, nxt.group)
+                        if nxt.overlap:
+                            break
+                ticket = tickets[i]
                 if seg.overlap:
-                    pending.append(env.process(self._issued_comm(seg, mb, chunk, issued)))
+                    pending.append(env.process(self._issued_comm(seg, mb, chunk, issued, ticket)))
                     continue
                 for p in pending:
                     yield p
@@ -193,7 +208,7 @@ class Worker(PipelineIO, DataParallelOps):
                 # this one waits to issue its collective: the wait is the collective's, not the
                 # stream's, so it is not recorded there (nor counted as host-bound time twice)
                 yield from self._host_wait(issued, mb, chunk, seg.layer, record=lane is None)
-                yield env.process(self._comm(seg, mb, chunk))
+                yield env.process(self._comm(seg, mb, chunk, ticket))
                 continue
             issued = self._issue(seg.host)
             if seg.seconds > 0 or seg.host > 0:
@@ -244,12 +259,12 @@ class Worker(PipelineIO, DataParallelOps):
             self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start, seg.work)
         yield from self._host_wait(issued, mb, chunk, seg.layer)
 
-    def _issued_comm(self, seg: Comm, mb: int, chunk: int, issued: float) -> Generator:
+    def _issued_comm(self, seg: Comm, mb: int, chunk: int, issued: float, ticket: int) -> Generator:
         """An overlapped collective starts once the host has issued it."""
         env = self.shared.env
         if issued > env.now:
             yield env.timeout(issued - env.now)
-        yield from self._comm(seg, mb, chunk)
+        yield from self._comm(seg, mb, chunk, ticket)
 
     # --- the step -----------------------------------------------------------------------
     def run(self) -> Generator:
