@@ -141,3 +141,18 @@ def test_turn_passes_before_the_expert_tp_collective_next_to_an_all_to_all():
     assert _turn_points(dispatch) == {1}
     assert _turn_points(tp_only) == set()
     assert _turn_points(dispatch + combine) == {1, 5}
+
+
+def test_a_run_of_blocking_collectives_is_enqueued_together():
+    """The host enqueues the expert-TP reduce-scatter and the all-to-all after it back to back
+    (only the GPU streams wait), so they take their places in the issue order together; an
+    overlapped collective is enqueued alone."""
+    from simcluster.engine.worker import _enqueued_with
+    from simcluster.parallelism.segments import Comm, Compute, Work
+
+    segs = [Compute.of("experts", Work.of(gemm=1e-3), 0), Comm("etp_rs", "etp", "reduce_scatter", 1.0),
+            Comm("ep_combine", "ep", "all_to_all", 1.0), Compute.of("unpermute", Work.of(memory=1e-4), 0),
+            Comm("tp_ag", "tp", "all_gather", 1.0, overlap=True), Comm("tp_rs", "tp", "reduce_scatter", 1.0)]  # fmt: skip
+    assert list(_enqueued_with(segs, 1)) == [1, 2]
+    assert list(_enqueued_with(segs, 4)) == [4]
+    assert list(_enqueued_with(segs, 5)) == [5]

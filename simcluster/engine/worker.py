@@ -74,6 +74,20 @@ def _turn_points(segments: tuple[Segment, ...] | list[Segment]) -> frozenset[int
     return frozenset(out)
 
 
+def _enqueued_with(segments: tuple[Segment, ...] | list[Segment], i: int) -> range:
+    """The collectives the host enqueues together from ``segments[i]``: an overlapped one
+    alone, a blocking one with the blocking ones right after it."""
+    first = segments[i]
+    j = i + 1
+    if isinstance(first, Comm) and not first.overlap:
+        while j < len(segments):
+            nxt = segments[j]
+            if not isinstance(nxt, Comm) or nxt.overlap:
+                break
+            j += 1
+    return range(i, j)
+
+
 def _exchanges(unit: Unit) -> bool:
     """Whether a unit issues a blocking expert-parallel all-to-all (where a pair's turn passes)."""
     return bool(_turn_points(unit.segments))
@@ -188,13 +202,10 @@ class Worker(PipelineIO, DataParallelOps):
                     yield from lane.wait_turn()
                 issued = self._issue(seg.host)
                 if i not in tickets:
-                    for j in range(i, len(segments)):
-                        nxt = segments[j]
-                        if not isinstance(nxt, Comm) or (j > i and nxt.overlap):
-                            break
-                        tickets[j] = self.shared.comms.ticket(self.rank, nxt.group)
-                        if nxt.overlap:
-                            break
+                    for j in _enqueued_with(segments, i):
+                        run_seg = segments[j]
+                        assert isinstance(run_seg, Comm)  # _enqueued_with returns collectives
+                        tickets[j] = self.shared.comms.ticket(self.rank, run_seg.group)
                 ticket = tickets[i]
                 if seg.overlap:
                     pending.append(env.process(self._issued_comm(seg, mb, chunk, issued, ticket)))
