@@ -56,24 +56,6 @@ def _mlp_cut(unit: Unit) -> int | None:
     return last + 1 if last is not None and attention_after else None
 
 
-def _turn_points(segments: tuple[Segment, ...] | list[Segment]) -> frozenset[int]:
-    """Where an op of an F&B pair hands the stream over: the first of a run of blocking
-    collectives that holds an expert-parallel all-to-all. Megatron's dispatch and combine nodes
-    carry the expert-TP all-gather after the all-to-all and its reduce-scatter before, all on
-    the communication stream, so the turn passes before either."""
-    out: set[int] = set()
-    start: int | None = None
-    for i, seg in enumerate([*segments, None]):
-        blocking = isinstance(seg, Comm) and not seg.overlap
-        if blocking and start is None:
-            start = i
-        elif not blocking and start is not None:
-            if any(isinstance(s, Comm) and s.group == "ep" for s in segments[start:i]):
-                out.add(start)
-            start = None
-    return frozenset(out)
-
-
 def _enqueued_with(segments: tuple[Segment, ...] | list[Segment], i: int) -> range:
     """The collectives the host enqueues together from ``segments[i]``: an overlapped one
     alone, a blocking one with the blocking ones right after it."""
@@ -86,6 +68,25 @@ def _enqueued_with(segments: tuple[Segment, ...] | list[Segment], i: int) -> ran
                 break
             j += 1
     return range(i, j)
+
+
+def _turn_points(segments: tuple[Segment, ...] | list[Segment]) -> frozenset[int]:
+    """Where an op of an F&B pair hands the stream over: the first of a run of blocking
+    collectives (:func:`_enqueued_with`) that holds an expert-parallel all-to-all. Megatron's
+    dispatch and combine nodes carry the expert-TP all-gather after the all-to-all and its
+    reduce-scatter before, all on the communication stream, so the turn passes before either."""
+    out: set[int] = set()
+    i = 0
+    while i < len(segments):
+        seg = segments[i]
+        if not isinstance(seg, Comm) or seg.overlap:
+            i += 1
+            continue
+        run = _enqueued_with(segments, i)
+        if any(isinstance(s, Comm) and s.group == "ep" for s in segments[run.start : run.stop]):
+            out.add(i)
+        i = run.stop
+    return frozenset(out)
 
 
 def _exchanges(unit: Unit) -> bool:
