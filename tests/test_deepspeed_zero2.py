@@ -85,3 +85,23 @@ def test_shard_accumulate_without_a_gradient_shard_is_an_error():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(doc))
     assert "dp.shard_accumulate" in err.value.one_line()
+
+
+def test_routed_experts_accumulate_their_expert_data_parallel_shard():
+    """A routed expert's gradient is reduced over, and sharded across, the expert-data-parallel
+    group (dp·cp·tp / (ep·etp) replicas of it), so its rank holds 1/edp of the local experts'
+    gradients, not 1/(dp·cp); the shared experts and the router are tensor-parallel like a dense
+    MLP and sharded over dp·cp."""
+    from simcluster.parallelism import expert
+    from simcluster.parallelism.shapes import Shapes
+
+    doc = {**_scenario(parallel={"ep": 8}), "model": "mixtral-8x7b"}
+    ctx = build_context(scenario_from_dict(doc))
+    lay, m = ctx.layout, ctx.model
+    assert (lay.edp, lay.zero_group) == (2, 16)
+    km = kernel_model(ctx)
+    shapes = Shapes(m, lay, ctx.scenario.training)
+    per_expert = m.hidden * (m.up_width(m.expert_ffn) + m.expert_ffn)
+    routed = per_expert * m.experts / 8 * 6.0 / 2  # a 16-bit add over 1/edp of the local experts
+    dense = (per_expert * m.shared_experts + m.hidden * m.experts) * 6.0 / 16
+    assert expert._accumulate(shapes, km) == pytest.approx((routed + dense) / km.hbm_bytes_per_s)

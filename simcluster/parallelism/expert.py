@@ -132,9 +132,14 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     m = shapes.model
     up = m.up_width(m.expert_ffn)
     per_expert = m.hidden * (up + m.expert_ffn)
-    routed = per_expert * m.experts / shapes.layout.expert_shard
-    params = routed + per_expert * m.shared_experts + m.hidden * m.experts
-    return wgrad.accumulation_seconds(km, shapes.training, shapes.layout, params)
+    lay = shapes.layout
+    routed = per_expert * m.experts / lay.expert_shard
+    # shared experts and the router are tensor-parallel like a dense MLP (memory.py's count)
+    dense = (per_expert * m.shared_experts + m.hidden * m.experts) / lay.tp
+    # routed experts' gradients are sharded over the expert-data-parallel group, not dp x cp
+    return wgrad.accumulation_seconds(
+        km, shapes.training, lay, routed, shard_group=lay.edp
+    ) + wgrad.accumulation_seconds(km, shapes.training, lay, dense)
 
 
 def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int) -> list[Segment]:

@@ -54,7 +54,9 @@ ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumul
 ACCUM_16BIT_UNFUSED = 6.0  # autograd's add: both 16-bit gradients read, one written
 
 
-def accumulation_bytes(training: TrainingSection, layout: Layout, gemm: bool = True) -> float:
+def accumulation_bytes(
+    training: TrainingSection, layout: Layout, gemm: bool = True, shard_group: int | None = None
+) -> float:
     """HBM bytes per parameter, beyond the GEMM benchmarks' own output write, of adding one
     microbatch's weight gradients into the accumulated gradient. ``gemm`` = the gradient comes
     out of a weight-gradient GEMM, which ``grad_accum_fusion`` can fuse; the embedding's does not
@@ -65,12 +67,14 @@ def accumulation_bytes(training: TrainingSection, layout: Layout, gemm: bool = T
     (parallelism/data.py), except under a pipeline, where gradient sync waits for the last
     microbatch and FSDP2 adds each microbatch's 16-bit gradient into an unsharded accumulator
     in the reduce dtype (``FSDPParam.accumulate_unsharded_grad_if_needed``); fp32 training
-    writes fp32 gradients the benchmarks already count."""
+    writes fp32 gradients the benchmarks already count. ``shard_group`` is the group a
+    ``shard_accumulate`` gradient is sharded over (``layout.zero_group`` unless given: routed
+    experts' gradients are reduced over, and sharded across, the expert-data-parallel group)."""
     if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
         return 0.0
     if layout.shard_accumulate and not layout.zero3_pipelined:
         add = ACCUM_FP32_INPLACE if training.fp32_grad_accum else ACCUM_16BIT_UNFUSED
-        return add / layout.zero_group
+        return add / (shard_group or layout.zero_group)
     fused = training.grad_accum_fusion and gemm
     if training.fp32_grad_accum:
         if training.grad_accum_cast and not fused:
@@ -80,10 +84,11 @@ def accumulation_bytes(training: TrainingSection, layout: Layout, gemm: bool = T
 
 
 def accumulation_seconds(
-    km: KernelModel, training: TrainingSection, layout: Layout, params: float, gemm: bool = True
+    km: KernelModel, training: TrainingSection, layout: Layout, params: float, gemm: bool = True,
+    shard_group: int | None = None,
 ) -> float:
     """Time to add one microbatch's gradients of ``params`` parameters into the accumulated
-    (main) gradients (``gemm``: as :func:`accumulation_bytes`)."""
+    (main) gradients (``gemm`` and ``shard_group``: as :func:`accumulation_bytes`)."""
     if params <= 0:
         return 0.0
-    return params * accumulation_bytes(training, layout, gemm) / km.hbm_bytes_per_s
+    return params * accumulation_bytes(training, layout, gemm, shard_group) / km.hbm_bytes_per_s
