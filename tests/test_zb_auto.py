@@ -231,3 +231,60 @@ def test_planned_costs_are_the_plans_medians_and_room():
         fixed += ctx.scenario.training.memory_overhead_gib * 2**30
         unit = plans[stage].chunks[0].activation_bytes
         assert room * unit + fixed == pytest.approx(ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes)
+
+
+# --- full recomputation: B adds memory (sail-sg's measured b_mem > 0) -----------------------
+
+
+def test_backward_that_adds_memory_runs_pending_w_first():
+    """With w_memory above 1 a B grows the stash by w - 1 units; as in sail-sg's
+    ``manual_order`` pending W run before it until it fits, the first microbatch's B excepted
+    (placed unchecked there), so a stage's peak stays within its limit plus that one B."""
+    p, m, w = 4, 16, 3.0
+    room = (14.0, 13.0, 12.0, 11.0)
+    costs = OpCosts(1.0, 1.3, 0.7, 0.05, w, room)
+    sched = get_schedule("zb-auto")
+    spec = ScheduleSpec(p, m, 1, costs)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    for j, stage in enumerate(ops):
+        assert activation_walk(stage, [1.0], [w]) <= room[j] + (w - 1.0) + 1e-9
+        after_first_b = stage[[op.kind for op in stage].index("B") + 1 :]
+        live = sum(1.0 for op in stage if op.kind == "F") - sum(1.0 for op in after_first_b if op.kind == "F")
+        live += w - 1.0  # the first B
+        for op in after_first_b:
+            live += {"F": 1.0, "B": w - 1.0, "W": -w}[op.kind]
+            assert live <= room[j] + 1e-9
+
+
+def test_zb_1p_cannot_hold_what_full_recomputation_keeps():
+    """ZB-1p's limit is 1F1B's p microbatches of F stash; when B keeps more than a stash until
+    W, no order fits (sail-sg raises "Cannot fit memory") and the error says why."""
+    from simcluster.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        get_schedule("zb-1p").build(ScheduleSpec(4, 16, 1, OpCosts(1.0, 1.3, 0.7, 0.05, 3.0)))
+    line = err.value.one_line()
+    assert "parallel.schedule" in line and "full recomputation" in line
+
+
+def test_full_recomputation_plans_with_each_stages_kept_bytes():
+    """Under full recomputation the planner's W share is, per stage, the bytes B keeps for the
+    weight gradients over F's stash of layer inputs (above 1: the linear layers' inputs
+    outweigh a layer's input), and zb-auto's steady state stays under 85% of the GPU."""
+    from simcluster.engine.plan import build_plans, kernel_model, schedule_costs
+    from simcluster.errors import UserError
+
+    data = pipeline_scenario(4, 16, "zb-auto", training={"recompute": "full"})
+    ctx = build_context(scenario_from_dict(data))
+    plans = build_plans(ctx, kernel_model(ctx))
+    costs = schedule_costs(ctx, [pl.chunks for pl in plans], 0.0, [sum(pl.static_bytes.values()) for pl in plans])
+    kept = [pl.chunks[0].wgrad_bytes / pl.chunks[0].activation_bytes for pl in plans]
+    assert costs.stage_w_memory == tuple(kept)
+    assert min(kept[:-1]) > 1.0
+    res = run(data)
+    unit = plans[0].chunks[0].activation_bytes
+    slack = (max(kept) - 1.0) * unit  # the first B, placed unchecked
+    assert res.summary["peak_memory_bytes"]["max"] <= 0.85 * res.summary["capacity_bytes"] + slack
+    with pytest.raises(UserError):
+        run(pipeline_scenario(4, 16, "zb-1p", training={"recompute": "full"}))

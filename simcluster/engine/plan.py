@@ -205,8 +205,24 @@ def schedule_costs(
         return max(times[len(times) // 2], 1e-12)
 
     kept = wgrad_retained_fraction(ctx.model, ctx.layout, ctx.scenario.training)
+    stage_kept = None
+    if ctx.scenario.training.recompute == "full":
+        stage_kept = _recompute_kept(chunk_plans)
+        kept = sorted(stage_kept)[len(stage_kept) // 2]
     room = activation_room(ctx, chunk_plans, static_bytes)
-    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, room)
+    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, room, stage_kept)
+
+
+def _recompute_kept(chunk_plans: list[list[ChunkPlan]]) -> tuple[float, ...]:
+    """Under full recomputation, per stage, what a microbatch's W frees in units of its F stash
+    (the unit :func:`activation_room` counts in, the stage's first chunk): B reruns the forward
+    and keeps the linear layers' inputs until W, more than F's stash of layer inputs, so B adds
+    memory (above 1). sail-sg's runtime likewise plans with each stage's measured F, B and W
+    allocations."""
+    return tuple(
+        plans[0].wgrad_bytes / plans[0].activation_bytes if plans[0].activation_bytes > 0 else 1.0
+        for plans in chunk_plans
+    )
 
 
 ADAPTIVE_MEMORY_SHARE = 0.85  # sail-sg's --zero-bubble-adaptive-memory-limit-percentile default

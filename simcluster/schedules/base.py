@@ -46,9 +46,12 @@ class PipeOp:
 @dataclass(frozen=True)
 class OpCosts:
     """What a cost-aware schedule plans with: one microbatch's F, B and W on one stage
-    (seconds), the stage-to-stage transfer, and the share of F's stashed activations that W
-    (rather than B) frees. Frameworks measure these in the first iterations (sail-sg's Zero
-    Bubble runtime times F/B/W and p2p, then schedules); the simulator passes its own."""
+    (seconds), the stage-to-stage transfer, and what W frees in units of F's stash
+    (``w_memory``: B frees the rest of the stash, ``1 - w_memory``; above 1 under full
+    recomputation, where B's rerun forward keeps more than F stashed until W, so B adds
+    memory). Frameworks measure these in the first iterations (sail-sg's Zero Bubble runtime
+    times F/B/W and p2p and the memory each pass allocates, then schedules); the simulator
+    passes its own."""
 
     f: float = 1.0
     b: float = 1.0
@@ -57,13 +60,16 @@ class OpCosts:
     w_memory: float = 0.5
     # per stage, the activation room in units of one microbatch's F stash (None: unknown)
     memory_limit: tuple[float, ...] | None = None
+    # per stage, w_memory where stages differ (full recomputation: a stage with the loss keeps
+    # its logits in F's stash); None: ``w_memory`` on every stage
+    stage_w_memory: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("f", "b", "w"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"op cost {name} must be positive, got {getattr(self, name)!r}")
-        if self.comm < 0 or not 0.0 <= self.w_memory <= 1.0:
-            raise ValueError(f"comm must be >= 0 and w_memory in [0, 1], got {self}")
+        if self.comm < 0 or min((self.w_memory, *(self.stage_w_memory or ()))) < 0.0:
+            raise ValueError(f"comm and w_memory must be >= 0, got {self}")
 
 
 @dataclass(frozen=True)

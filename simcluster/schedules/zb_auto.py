@@ -18,7 +18,10 @@ A few tie-breaking variants are tried and the order with the shortest stage span
 (sail-sg tries the same eight; it leaves its ILP refinement disabled). The sail-sg runtime
 plans with uniform op times (the median over stages) and the activation memory each pass
 allocated in its profiling iterations; :class:`OpCosts` carries both. Memory is counted in
-units of one microbatch's F stash: F adds 1, B frees ``1 - w_memory``, W the rest.
+units of one microbatch's F stash: F adds 1, B frees ``1 - w_memory``, W the rest. Under full
+recomputation B adds memory (``w_memory`` above 1): as in sail-sg's ``manual_order``, pending W
+then run before a B until it fits, and where none is pending the variant fails (the runtime
+raises "Cannot fit memory"); the first microbatch's B is placed without the check, as there.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class _Greedy:
     def __init__(self, p: int, m: int, costs: OpCosts, caps: list[float]) -> None:
         self.p, self.m, self.c, self.caps = p, m, costs, caps
         self.cost = {"F": costs.f, "B": costs.b, "W": costs.w}
-        self.delta = {"F": 1.0, "B": -(1.0 - costs.w_memory), "W": -costs.w_memory}
+        self.w_memory = list(costs.stage_w_memory or [costs.w_memory] * p)
+        self.deltas = [{"F": 1.0, "B": w - 1.0, "W": -w} for w in self.w_memory]
         self.stages = [_Stage() for _ in range(p)]
         self.end: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end
         self.worst_idle = 0.0  # stage bubbles only grow: the largest so far
@@ -71,10 +75,10 @@ class _Greedy:
             raise _NoFit
         return self.end[dep] + self.c.comm
 
-    def put(self, j: int, kind: _Kind) -> None:
+    def put(self, j: int, kind: _Kind, check: bool = True) -> None:
         st = self.stages[j]
         mb = st.done[kind]
-        if st.mem + self.delta[kind] > self.caps[j] + _EPS:
+        if check and st.mem + self.deltas[j][kind] > self.caps[j] + _EPS:
             raise _NoFit
         start = max(st.free_at, self.arrival(kind, j, mb))
         if st.done["F"] > 0:
@@ -84,16 +88,17 @@ class _Greedy:
             st.start = start
         st.free_at = start + self.cost[kind]
         self.end[(kind, j, mb)] = st.free_at
-        st.mem += self.delta[kind]
+        st.mem += self.deltas[j][kind]
         st.done[kind] += 1
         st.ops.append((kind, mb))
 
     def max_idle(self) -> float:
         return self.worst_idle
 
-    def free_memory_for_f(self, j: int) -> None:
+    def free_memory_for(self, j: int, kind: _Kind) -> None:
+        """Run pending W until ``kind`` fits (a B needs room only when it adds memory)."""
         st = self.stages[j]
-        while st.mem + 1.0 > self.caps[j] + _EPS:
+        while st.mem + self.deltas[j][kind] > self.caps[j] + _EPS:
             if st.pending_w() == 0:
                 raise _NoFit
             self.put(j, "W")
@@ -132,7 +137,7 @@ class _Greedy:
             for _ in range(extra[j]):
                 self.put(j, "F")
         for j in range(p - 1, -1, -1):
-            self.put(j, "B")
+            self.put(j, "B", check=False)  # the first B is placed unchecked, as sail-sg's
 
     def wants_f(self, j: int, prioritize_b: bool) -> bool:
         st = self.stages[j]
@@ -149,7 +154,7 @@ class _Greedy:
             return False
         w_time, mem, pending = 0.0, st.mem + 1.0, st.pending_w()
         while mem > self.caps[j] + _EPS and pending:
-            w_time, mem, pending = w_time + self.c.w, mem - self.c.w_memory, pending - 1
+            w_time, mem, pending = w_time + self.c.w, mem - self.w_memory[j], pending - 1
         if st.free_at + self.c.f + w_time <= b_due + _EPS:
             return True
         return b_due - st.free_at > self.max_idle() - st.idle
@@ -163,11 +168,12 @@ class _Greedy:
                 want[j] = want[j] and want[j + 1]
             for j in range(p):
                 if want[j]:
-                    self.free_memory_for_f(j)
+                    self.free_memory_for(j, "F")
                     if j > 0:
                         self.fill_wait(j, "F", greedy)
                     self.put(j, "F")
             for j in range(p - 1, -1, -1):
+                self.free_memory_for(j, "B")
                 if j + 1 < p:
                     self.fill_wait(j, "B", greedy)
                 if j == 0 and self.stages[0].done["F"] == self.m:
@@ -200,7 +206,14 @@ def auto_orders(p: int, m: int, costs: OpCosts, caps: list[float]) -> list[list[
         if best is None or g.span() < best[0] - _EPS:
             best = (g.span(), ops)
     if best is None:
-        raise UserError(FIELD_SCHEDULE, f"no order fits a limit of {min(caps):g} microbatches' activations")
+        msg = f"no order fits a limit of {min(caps):g} microbatches' activations"
+        kept = max(costs.stage_w_memory or [costs.w_memory])
+        if kept > 1.0:
+            msg += (
+                f": under full recomputation a backward keeps {kept:.3g} microbatches' stash until its"
+                " weight gradients; use zb-auto or zb-h1, or selective recomputation"
+            )
+        raise UserError(FIELD_SCHEDULE, msg)
     return [[PipeOp(kind, mb) for kind, mb in stage] for stage in best[1]]
 
 

@@ -58,7 +58,10 @@ class _VGreedy:
         self.p, self.m, self.c = p, m, costs
         self.cap = 2.0 * p
         self.cost = {"F": costs.f, "B": costs.b, "W": costs.w}
-        self.delta = {"F": 1.0, "B": -(1.0 - costs.w_memory), "W": -costs.w_memory}
+        # sail-sg's V heuristic plans with a fixed per-layer estimate in which B always frees
+        # memory, recomputation or not: a B never adds memory here either
+        w_memory = min(costs.w_memory, 1.0)
+        self.delta = {"F": 1.0, "B": -(1.0 - w_memory), "W": -w_memory}
         self.stages = [_Stage() for _ in range(p)]
         self.end: dict[tuple[str, int, int, int], float] = {}  # (kind, lane, stage, mb) -> end
         self.worst_idle = 0.0  # stage bubbles only grow: the largest so far
