@@ -203,6 +203,11 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # compute stream. The two copies are charged as dp.bucket_copies, the division as
         # dp.prescale
         defaults["dp"].update(grad_collective="all_reduce", prescale=True, bucket_copies=True)
+    if zero in (1, 2):
+        # with overlap_comm, each bucket flush makes the compute stream wait for the reduction
+        # stream before the next reduction is queued (average_tensor's
+        # current_stream().wait_stream(stream), DeepSpeed 0.14.4 on): one reduction in flight
+        defaults["dp"]["wait_reduction"] = True
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
         # all-reduces every bucket whole, then the optimizer's shard is all-gathered

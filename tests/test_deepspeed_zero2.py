@@ -105,3 +105,50 @@ def test_routed_experts_accumulate_their_expert_data_parallel_shard():
     routed = per_expert * m.experts / 8 * 6.0 / 2  # a 16-bit add over 1/edp of the local experts
     dense = (per_expert * m.shared_experts + m.hidden * m.experts) * 6.0 / 16
     assert expert._accumulate(shapes, km) == pytest.approx((routed + dense) / km.hbm_bytes_per_s)
+
+
+def _overlapped(wait: bool):
+    """overlap_comm on, 200 MB buckets (several per backward), a slow network (10 Gb/s NICs) so
+    that a bucket's all-reduce outlasts the backward that fills the next one."""
+    doc = _scenario(
+        overlap={"dp_grad_reduce": True}, dp={"bucket_mb": 200.0, "wait_reduction": wait},
+        cluster={"nic_gbps": 10.0},
+    )  # fmt: skip
+    ev = run(doc).events
+    return ev[ev["rank"] == 0]
+
+
+def test_overlap_comm_keeps_one_reduction_in_flight():
+    """DeepSpeed >= 0.14.4, stage_1_and_2.py ``average_tensor`` (two ipg buffers): before a
+    bucket's reduction is queued, ``current_stream().wait_stream(reduction_stream)``, so the
+    backward's next kernel waits for the bucket before it; and each backward ends in
+    ``independent_gradient_partition_epilogue``'s ``synchronize()``, so the next forward starts
+    after every reduction of the microbatch."""
+    assert build_context(scenario_from_dict(_scenario())).scenario.dp.wait_reduction  # the preset
+    for wait in (True, False):
+        ev = _overlapped(wait)
+        reduce = ev[ev["name"] == "grad_all_reduce"].sort_values("start_s")
+        compute = ev[ev["stream"] == "compute"].sort_values("start_s")
+        passes = compute[compute["name"] == "grad_bucket_pass"]
+        stalled = []
+        for t in passes["end_s"]:
+            before = reduce[reduce["start_s"] < t - 1e-12]
+            after = compute[compute["start_s"] >= t - 1e-12]
+            if len(before) and len(after):
+                stalled.append(after["start_s"].iloc[0] >= before["end_s"].iloc[-1] - 1e-12)
+        forwards = compute[compute["kind"] == "forward"].groupby("microbatch")["start_s"].min()
+        synced = [
+            forwards[mb + 1] >= reduce[reduce["start_s"] < forwards[mb + 1]]["end_s"].max() - 1e-12
+            for mb in range(MICROBATCHES - 1)
+        ]
+        if wait:
+            assert stalled and all(stalled) and all(synced)
+        else:  # PyTorch-DDP-like queueing: the backward runs on under the reductions
+            assert not all(stalled) and not all(synced)
+
+
+def test_wait_reduction_under_zero3_is_an_error():
+    doc = _scenario(parallel={"zero": 3}, dp={"wait_reduction": True})
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc))
+    assert "dp.wait_reduction" in err.value.one_line()

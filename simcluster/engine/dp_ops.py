@@ -102,9 +102,30 @@ class DataParallelOps:
             self.buckets_started.add((i, mb))
             yield from self._bucket_pass(b, kind, mb, lane)
             if overlapped:
+                if self._waits_for_reductions() and self.reductions:
+                    # the compute stream waits for the reduction stream (DeepSpeed's two ipg
+                    # buffers): the bucket before this one must be reduced first
+                    before = self.reductions[-1]
+                    if not before.triggered:
+                        yield before
                 self._spawn_reduction(self._reduce_bucket(b))
             else:
                 yield self._spawn_dp(self._reduce_bucket(b))
+
+    def _waits_for_reductions(self) -> bool:
+        """The framework bounds its overlapped bucket reductions (``dp.wait_reduction``)."""
+        sc = self.shared.ctx.scenario
+        return sc.dp.wait_reduction and sc.overlap.dp_grad_reduce
+
+    def _synchronize_reductions(self) -> Generator:
+        """The end of a backward that reduced gradients under DeepSpeed's overlap_comm
+        (``independent_gradient_partition_epilogue``: the last bucket is flushed, then
+        ``get_accelerator().synchronize()``): the host waits for every reduction in flight, and
+        the next forward is issued from a standstill."""
+        for proc in self.reductions:
+            if not proc.triggered:
+                yield proc
+        self._host_sync()
 
     def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lane: Lane | None = None) -> Generator:
         """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN

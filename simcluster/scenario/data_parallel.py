@@ -122,6 +122,18 @@ class DpSection(SectionBase):
             "accumulated_grad.add_ on the partition; stage3.py partition_grads: grad_buffer.add_)"
         ),
     )
+    wait_reduction: bool = Field(
+        default=False,
+        description=(
+            "with overlap.dp_grad_reduce (ZeRO 0-2): when a bucket is issued for reduction, the "
+            "compute stream first waits for the reductions issued before it, so at most one "
+            "overlaps the backward. DeepSpeed's ZeRO-1/2 overlap_comm, which fills two ipg "
+            "buffers in turn (stage_1_and_2.py average_tensor: "
+            "current_stream().wait_stream(reduction_stream), since 0.14.4). Off: reductions "
+            "queue on their stream and the backward never waits (PyTorch DDP, Megatron's DDP). No "
+            "effect without overlap.dp_grad_reduce, where the reductions block the backward anyway"
+        ),
+    )
     param_unpack: Literal["flat", "per_tensor"] = Field(
         default="flat",
         description=(
