@@ -288,3 +288,22 @@ def test_full_recomputation_plans_with_each_stages_kept_bytes():
     assert res.summary["peak_memory_bytes"]["max"] <= 0.85 * res.summary["capacity_bytes"] + slack
     with pytest.raises(UserError):
         run(pipeline_scenario(4, 16, "zb-1p", training={"recompute": "full"}))
+
+
+def test_zbv_plans_with_sail_sgs_fixed_memory_estimate():
+    """sail-sg's V heuristic is given f_mem = 34h + 5as and w_mem = -32h per layer
+    (zb_schedules.py f_mem_approx / w_mem_approx), not measured allocations: W frees
+    32h / (34h + 5as) of a microbatch's stash in its plan, recomputation or not."""
+    from simcluster.engine.plan import build_plans, kernel_model, schedule_costs
+    from simcluster.schedules.zbv_auto import _VGreedy
+
+    for recompute in ("none", "full"):
+        data = pipeline_scenario(4, 16, "zbv", training={"recompute": recompute})
+        ctx = build_context(scenario_from_dict(data))
+        plans = build_plans(ctx, kernel_model(ctx))
+        costs = schedule_costs(ctx, [pl.chunks for pl in plans], 0.0, [sum(pl.static_bytes.values()) for pl in plans])
+        h, a, s = 4096, 32, 1024
+        assert costs.w_memory_estimate == pytest.approx(32 * h / (34 * h + 5 * a * s))
+        g = _VGreedy(4, 16, costs, None)
+        assert g.delta["W"] == -costs.w_memory_estimate
+        assert g.delta["B"] == pytest.approx(-(1 - costs.w_memory_estimate))

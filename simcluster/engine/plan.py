@@ -210,7 +210,14 @@ def schedule_costs(
         stage_kept = _recompute_kept(chunk_plans)
         kept = sorted(stage_kept)[len(stage_kept) // 2]
     room = activation_room(ctx, chunk_plans, static_bytes)
-    return OpCosts(median("F"), median("B"), median("W"), p2p_s, kept, room, stage_kept)
+    m = ctx.model
+    # sail-sg's V heuristic: f_mem 34h + 5as, w_mem -32h per layer (Korthikanti's activations
+    # per token, its share kept for W), whatever the run's kernels or recomputation
+    estimate = 32 * m.hidden / (34 * m.hidden + 5 * m.heads * ctx.scenario.training.seq_len)
+    return OpCosts(
+        median("F"), median("B"), median("W"), p2p_s, kept, room,
+        w_memory_estimate=estimate, stage_w_memory=stage_kept,
+    )  # fmt: skip
 
 
 def _recompute_kept(chunk_plans: list[list[ChunkPlan]]) -> tuple[float, ...]:

@@ -60,6 +60,9 @@ class OpCosts:
     w_memory: float = 0.5
     # per stage, the activation room in units of one microbatch's F stash (None: unknown)
     memory_limit: tuple[float, ...] | None = None
+    # sail-sg's fixed per-layer estimate of w_memory, which its V heuristic plans with instead of
+    # measurements (None: w_memory)
+    w_memory_estimate: float | None = None
     # per stage, w_memory where stages differ (full recomputation: a stage with the loss keeps
     # its logits in F's stash); None: ``w_memory`` on every stage
     stage_w_memory: tuple[float, ...] | None = None

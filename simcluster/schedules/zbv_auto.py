@@ -58,9 +58,10 @@ class _VGreedy:
         self.p, self.m, self.c = p, m, costs
         self.cap = 2.0 * p
         self.cost = {"F": costs.f, "B": costs.b, "W": costs.w}
-        # sail-sg's V heuristic plans with a fixed per-layer estimate in which B always frees
-        # memory, recomputation or not: a B never adds memory here either
-        w_memory = min(costs.w_memory, 1.0)
+        # sail-sg's V heuristic plans with a fixed per-layer estimate (zb_schedules.py:
+        # f_mem_approx, w_mem_approx), not the measured allocations; without it the model's own
+        # share, in which B frees memory as in the estimate
+        w_memory = costs.w_memory_estimate if costs.w_memory_estimate is not None else min(costs.w_memory, 1.0)
         self.delta = {"F": 1.0, "B": -(1.0 - w_memory), "W": -w_memory}
         self.stages = [_Stage() for _ in range(p)]
         self.end: dict[tuple[str, int, int, int], float] = {}  # (kind, lane, stage, mb) -> end
