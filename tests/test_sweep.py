@@ -310,3 +310,15 @@ def test_sweeping_schedule_and_vpp_runs_one_chunk_schedules_once_at_vpp_1():
         (c.scenario["parallel"]["schedule"], c.scenario["parallel"]["vpp"])
         for c in candidates(base, {"vpp": [1], "schedule": ["interleaved"]})
     ]
+
+
+def test_pareto_front_keeps_the_fastest_layout_for_each_memory_budget():
+    """A point is on the front when no other uses no more memory and runs faster (the sweep
+    plot's step line): here (30, 6.8k), (37.5, 8.4k), (49, 9.5k), (73, 10.3k)."""
+    from simcluster.output.sweep_output import pareto_front
+
+    points = [(72.7, 10271.0), (73.2, 9854.0), (49.3, 9515.0), (53.5, 8754.0),
+              (37.5, 8408.0), (43.7, 7085.0), (31.7, 6777.0), (49.3, 9000.0)]  # fmt: skip
+    assert pareto_front(points) == [6, 4, 2, 0]
+    assert pareto_front([]) == []
+    assert pareto_front([(1.0, 1.0), (1.0, 1.0)]) == [0]

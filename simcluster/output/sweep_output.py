@@ -4,7 +4,9 @@ The picture answers the question a sweep is run for: which layouts fit, and whic
 is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
 layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
 line (one per memory size when hardware is swept) and the best five that fit are numbered,
-with their settings in a key under the plot.
+with their settings in a key under the plot. A step line joins the layouts that fit and that no
+other fitting layout beats on both axes (the Pareto front): the fastest layout for each memory
+budget, the ones worth a look when memory headroom matters.
 """
 
 from __future__ import annotations
@@ -62,6 +64,17 @@ def label_offsets(ax, anchors: Sequence[tuple[float, float]]) -> list[tuple[int,
     return chosen
 
 
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the (memory, throughput) points no other point beats on both axes (less or
+    equal memory and more throughput, or less memory and equal throughput), by memory."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front: list[int] = []
+    for i in order:
+        if not front or points[i][1] > points[front[-1]][1]:
+            front.append(i)
+    return front
+
+
 def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     """Tokens/s per GPU against peak memory per GPU for every simulated layout."""
     ran = [r for r in rows if r.summary is not None]
@@ -89,6 +102,13 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
     capacities = [r.summary["capacity_bytes"] / GiB for r in ran]  # type: ignore[index]
     for capacity in sorted(set(capacities)):
         ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
+    if len(fits) > 1:
+        mem, tps = xy(fits)
+        front = pareto_front(list(zip(mem, tps, strict=True)))
+        if len(front) > 1:
+            ax.plot([mem[i] for i in front], [tps[i] for i in front], drawstyle="steps-post",
+                    color="#4C78A8", linewidth=1.0, alpha=0.6, zorder=2,
+                    label="fastest for its memory")  # fmt: skip
     best = fits[:_LABELLED]
     # from zero, with headroom: autoscaling pads the data's own range, which leaves the highest
     # and rightmost markers on the frame once the axes are stretched down to zero
