@@ -331,12 +331,6 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"accumulates a gradient shard, which zero={par.zero} does not keep; set parallel.zero "
             "to 2 or 3, or drop it",
         )
-    if scenario.dp.wait_reduction and par.zero > 2:
-        raise UserError(
-            "dp.wait_reduction",
-            f"waits for ZeRO 0-2's overlapped bucket reductions; zero={par.zero} reduces per layer "
-            "(zero3:): set parallel.zero to 0-2, or drop it",
-        )
     if scenario.dp.param_unpack == "per_tensor" and par.zero not in (1, 2):
         raise UserError(
             "dp.param_unpack",

@@ -146,9 +146,3 @@ def test_overlap_comm_keeps_one_reduction_in_flight():
         else:  # PyTorch-DDP-like queueing: the backward runs on under the reductions
             assert not all(stalled) and not all(synced)
 
-
-def test_wait_reduction_under_zero3_is_an_error():
-    doc = _scenario(parallel={"zero": 3}, dp={"wait_reduction": True})
-    with pytest.raises(UserError) as err:
-        build_context(scenario_from_dict(doc))
-    assert "dp.wait_reduction" in err.value.one_line()

@@ -49,6 +49,7 @@ class DataParallelOps:
     gathers: dict[tuple, simpy.Event]
     copied_out: set[tuple]
     _last_dp: simpy.Process | None
+    scattered: simpy.Event | None
 
     if TYPE_CHECKING:
 
@@ -113,19 +114,24 @@ class DataParallelOps:
                 yield self._spawn_dp(self._reduce_bucket(b))
 
     def _waits_for_reductions(self) -> bool:
-        """The framework bounds its overlapped bucket reductions (``dp.wait_reduction``)."""
+        """The framework keeps one overlapped gradient reduction in flight
+        (``dp.wait_reduction``; by default FSDP2's)."""
         sc = self.shared.ctx.scenario
-        return sc.dp.wait_reduction and sc.overlap.dp_grad_reduce
+        wait = sc.fsdp2 if sc.dp.wait_reduction is None else sc.dp.wait_reduction
+        return wait and (sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce)
 
     def _synchronize_reductions(self) -> Generator:
-        """The end of a backward that reduced gradients under DeepSpeed's overlap_comm
-        (``independent_gradient_partition_epilogue``: the last bucket is flushed, then
-        ``get_accelerator().synchronize()``): the host waits for every reduction in flight, and
-        the next forward is issued from a standstill."""
+        """The end of a backward that reduced gradients: the compute stream waits for every
+        reduction in flight (FSDP2's root post-backward callback, ``wait_event`` on the last
+        reduce-scatter and each group's post-reduce event); under DeepSpeed's overlap_comm the
+        host waits too (``independent_gradient_partition_epilogue``: the last bucket is flushed,
+        then ``get_accelerator().synchronize()``), so the next forward is issued from a
+        standstill."""
         for proc in self.reductions:
             if not proc.triggered:
                 yield proc
-        self._host_sync()
+        if self.shared.ctx.layout.zero < 3:
+            self._host_sync()
 
     def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lane: Lane | None = None) -> Generator:
         """The framework's pass over a gradient bucket before it is reduced (Megatron's NaN
@@ -182,13 +188,16 @@ class DataParallelOps:
         return "dps" if group == "dp" and self.shared.ctx.layout.zero_replicas > 1 else group
 
     def _dp_reduce(
-        self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int
+        self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
+        sharded: simpy.Event | None = None,
     ) -> Generator:
         """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
-        distributed-optimizer instances)."""
+        distributed-optimizer instances). ``sharded`` succeeds after the first collective."""
         comms, shard = self.shared.comms, self._sharding(group)
         yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
+        if sharded is not None:
+            sharded.succeed()
         if shard != group:
             part = nbytes / self.shared.ctx.layout.zero_group
             yield from comms.collective(
@@ -283,8 +292,27 @@ class DataParallelOps:
             work = Work.of(memory=seconds)
             self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)
 
-    def _spawn_zero3_reduce(self, unit: Unit, op: PipeOp) -> None:
-        self._spawn_reduction(self._zero3_reduce(unit, op))
+    def _zero3_post_backward(self, unit: Unit, op: PipeOp, lane: Lane | None = None) -> Generator:
+        """Start the reduce-scatter of a unit whose backward is done. Where the framework keeps
+        one in flight (FSDP2, ``_waits_for_reductions``), its post_backward first makes the
+        compute stream wait for the previous reduce-scatter (``wait_event`` on its
+        ``reduce_scatter_state``: the input buffer is freed only then), then copy-casts the
+        gradients into the reduce-scatter buffer on the compute stream (``foreach_reduce``,
+        torch 2.5 on; before, on the reduce-scatter stream behind the previous one, which the
+        compute stream then waited for: the same timing)."""
+        if not self._waits_for_reductions():
+            self._spawn_reduction(self._zero3_reduce(unit, op))
+            return
+        if self.scattered is not None and not self.scattered.triggered:
+            yield self.scattered
+        copies = self.shared.fsdp2_copy_seconds
+        if copies is not None:
+            seconds = copies[1](unit.params)
+            start = yield from self._on_compute_stream(seconds, lane)
+            work = Work.of(memory=seconds)
+            self._record(PHASE_KIND[op.kind], "fsdp2_copy_in", op.microbatch, op.chunk, unit.layers[0], start, work)
+        self.scattered = self.shared.env.event()
+        self._spawn_reduction(self._zero3_reduce(unit, op, copied=True, scattered=self.scattered))
 
     def _zero3_reduce_all(self, units: list[Unit], op: PipeOp) -> Generator:
         """A stage's gradient reduce-scatters one after another (its copy-ins on the same
@@ -293,9 +321,14 @@ class DataParallelOps:
             if unit.params > 0:
                 yield from self._zero3_reduce(unit, op)
 
-    def _zero3_reduce(self, unit: Unit, op: PipeOp) -> Generator:
+    def _zero3_reduce(
+        self, unit: Unit, op: PipeOp, copied: bool = False, scattered: simpy.Event | None = None
+    ) -> Generator:
+        """A unit's gradient reduce-scatter on its stream; ``copied``: FSDP2's copy-in already
+        ran on the compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
+        (before an HSDP all-reduce across replicas)."""
         copies = self.shared.fsdp2_copy_seconds
-        if copies is not None:  # FSDP2 copy-casts the gradients on the reduce-scatter stream
+        if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
             yield self.shared.env.timeout(seconds)
         yield from self._dp_reduce(
@@ -306,4 +339,5 @@ class DataParallelOps:
             op.microbatch,
             op.chunk,
             unit.layers[0],
+            scattered,
         )

@@ -109,6 +109,8 @@ class Worker(PipelineIO, DataParallelOps):
     # ZeRO-3 gathers already copied out into per-parameter tensors (zero3.buffers: copies)
     copied_out: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
+    # the last ZeRO-3 reduce-scatter done (FSDP2 waits for it before issuing the next)
+    scattered: simpy.Event | None = None
     # when the host (the rank's Python thread) has issued everything so far; it runs ahead of
     # the GPU until a segment with ``sync`` makes it wait (Compute.host, Compute.sync)
     host_t: float = 0.0
@@ -446,14 +448,14 @@ class Worker(PipelineIO, DataParallelOps):
                         self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
-                    self._spawn_zero3_reduce(unit, op)
+                    yield from self._zero3_post_backward(unit, op, lane)
                 elif last_mb and not zero3:
                     yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
         if pipelined and op.kind in ("W", "BW") and last_mb:
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
             self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
-        if op.kind in ("W", "BW") and last_mb and not zero3 and self._waits_for_reductions():
+        if op.kind in ("W", "BW") and (last_mb or zero3) and not pipelined and self._waits_for_reductions():
             yield from self._synchronize_reductions()
         if lane is not None:
             lane.finish()

@@ -78,8 +78,10 @@ def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
     buffer, then ``foreach_all_gather_copy_out`` copies it into per-parameter tensors
     (``split_with_sizes_copy``) on the compute stream: the gathered bytes read and written
     again. Before reducing, ``foreach_reduce`` copies the 16-bit gradients into the
-    reduce-scatter buffer in the reduce dtype (``chunk_cat``, on the reduce-scatter stream):
-    read at the parameter's width, written at the reduce width."""
+    reduce-scatter buffer in the reduce dtype (``chunk_cat``; on the compute stream since torch
+    2.5, after waiting for the previous reduce-scatter, ``engine/dp_ops.py``; on the
+    reduce-scatter stream before, and where ``dp.wait_reduction`` is off): read at the
+    parameter's width, written at the reduce width."""
     p = param_bytes(scenario)
     return 2.0 * p, p + grad_reduce_bytes(scenario)
 

@@ -122,16 +122,20 @@ class DpSection(SectionBase):
             "accumulated_grad.add_ on the partition; stage3.py partition_grads: grad_buffer.add_)"
         ),
     )
-    wait_reduction: bool = Field(
-        default=False,
+    wait_reduction: bool | None = Field(
+        default=None,
         description=(
-            "with overlap.dp_grad_reduce (ZeRO 0-2): when a bucket is issued for reduction, the "
-            "compute stream first waits for the reductions issued before it, so at most one "
-            "overlaps the backward. DeepSpeed's ZeRO-1/2 overlap_comm, which fills two ipg "
-            "buffers in turn (stage_1_and_2.py average_tensor: "
-            "current_stream().wait_stream(reduction_stream), since 0.14.4). Off: reductions "
-            "queue on their stream and the backward never waits (PyTorch DDP, Megatron's DDP). No "
-            "effect without overlap.dp_grad_reduce, where the reductions block the backward anyway"
+            "before a gradient reduction is issued, the compute stream waits for the one issued "
+            "before it, so at most one overlaps the backward, and a backward that reduced ends "
+            "waiting for all of them. PyTorch FSDP2 (its post_backward waits on the previous "
+            "reduce-scatter's event, the copy-in then runs on the compute stream; the root's "
+            "final callback waits for the last); DeepSpeed's ZeRO-1/2 overlap_comm, which fills "
+            "two ipg buffers in turn (stage_1_and_2.py average_tensor: "
+            "current_stream().wait_stream(reduction_stream), since 0.14.4; its epilogue "
+            "synchronizes the device). Off: reductions queue on their stream and the backward "
+            "never waits (PyTorch DDP, Megatron's DDP, FSDP1). Default: on for FSDP2 "
+            "(zero3.buffers: copies), off otherwise. At ZeRO 0-2 it acts with "
+            "overlap.dp_grad_reduce only: without it the reductions block the backward anyway"
         ),
     )
     param_unpack: Literal["flat", "per_tensor"] = Field(
