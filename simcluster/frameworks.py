@@ -208,6 +208,13 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # stream before the next reduction is queued (average_tensor's
         # current_stream().wait_stream(stream), DeepSpeed 0.14.4 on): one reduction in flight
         defaults["dp"]["wait_reduction"] = True
+    if zero >= 1:
+        # with overlap_comm each reducing backward ends in a host sync
+        # (independent_gradient_partition_epilogue: get_accelerator().synchronize() at ZeRO-1/2,
+        # reduce_and_partition_stream.synchronize() at ZeRO-3, every microbatch at ZeRO-2/3);
+        # ZeRO-3 throttles its reductions on the host only (max_param_reduce_events 2), not
+        # the compute stream: no wait_reduction there
+        defaults["dp"]["backward_sync"] = "host"
     if zero == 1 and _parallel(raw, "pp", 1) > 1:
         # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
         # all-reduces every bucket whole, then the optimizer's shard is all-gathered

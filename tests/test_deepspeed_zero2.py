@@ -111,7 +111,8 @@ def _overlapped(wait: bool):
     """overlap_comm on, 200 MB buckets (several per backward), a slow network (10 Gb/s NICs) so
     that a bucket's all-reduce outlasts the backward that fills the next one."""
     doc = _scenario(
-        overlap={"dp_grad_reduce": True}, dp={"bucket_mb": 200.0, "wait_reduction": wait},
+        overlap={"dp_grad_reduce": True},
+        dp={"bucket_mb": 200.0, "wait_reduction": wait, "backward_sync": "host" if wait else "none"},
         cluster={"nic_gbps": 10.0},
     )  # fmt: skip
     ev = run(doc).events
@@ -124,7 +125,8 @@ def test_overlap_comm_keeps_one_reduction_in_flight():
     backward's next kernel waits for the bucket before it; and each backward ends in
     ``independent_gradient_partition_epilogue``'s ``synchronize()``, so the next forward starts
     after every reduction of the microbatch."""
-    assert build_context(scenario_from_dict(_scenario())).scenario.dp.wait_reduction  # the preset
+    dp = build_context(scenario_from_dict(_scenario())).scenario.dp  # the preset's
+    assert dp.wait_reduction and dp.backward_sync == "host"
     for wait in (True, False):
         ev = _overlapped(wait)
         reduce = ev[ev["name"] == "grad_all_reduce"].sort_values("start_s")
@@ -146,3 +148,25 @@ def test_overlap_comm_keeps_one_reduction_in_flight():
         else:  # PyTorch-DDP-like queueing: the backward runs on under the reductions
             assert not all(stalled) and not all(synced)
 
+
+
+def test_zero3_ends_each_backward_in_a_host_sync_without_bounding_the_reductions():
+    """DeepSpeed ZeRO-3 (stage3.py, 0.14.4-0.19.8): reductions queue on
+    reduce_and_partition_stream while the backward runs on (the compute stream never waits for
+    it), and every microbatch's ``independent_gradient_partition_epilogue`` ends in
+    ``reduce_and_partition_stream.synchronize()``: the next forward starts after the last one."""
+    doc = _scenario(parallel={"zero": 3}, cluster={"nic_gbps": 10.0})
+    dp = build_context(scenario_from_dict(doc)).scenario.dp
+    assert dp.backward_sync == "host" and not dp.wait_reduction
+    ev = run(doc).events
+    ev = ev[ev["rank"] == 0]
+    scatters = ev[ev["name"] == "zero3_grad_reduce_scatter"]
+    compute = ev[ev["stream"] == "compute"]
+    forwards = compute[compute["kind"] == "forward"].groupby("microbatch")["start_s"].min()
+    backward = compute[(compute["kind"] == "backward") & (compute["microbatch"] == 0)]
+    first = scatters[scatters["start_s"] < forwards[1]]
+    # the backward runs on under its reduce-scatters
+    assert (backward["start_s"] > first["start_s"].min()).any()
+    assert backward["end_s"].max() < first["end_s"].max()
+    for mb in range(MICROBATCHES - 1):
+        assert forwards[mb + 1] >= scatters[scatters["start_s"] < forwards[mb + 1]]["end_s"].max() - 1e-12

@@ -113,24 +113,37 @@ class DataParallelOps:
             else:
                 yield self._spawn_dp(self._reduce_bucket(b))
 
+    def _overlapped_reductions(self) -> bool:
+        """Gradient reductions run beside the backward (ZeRO-3's always do)."""
+        sc = self.shared.ctx.scenario
+        return sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce
+
     def _waits_for_reductions(self) -> bool:
         """The framework keeps one overlapped gradient reduction in flight
         (``dp.wait_reduction``; by default FSDP2's)."""
         sc = self.shared.ctx.scenario
         wait = sc.fsdp2 if sc.dp.wait_reduction is None else sc.dp.wait_reduction
-        return wait and (sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce)
+        return wait and self._overlapped_reductions()
 
-    def _synchronize_reductions(self) -> Generator:
+    def _backward_sync(self) -> str:
+        """How a backward that reduced gradients ends (``dp.backward_sync``; by default FSDP2's
+        stream wait, else none)."""
+        sc = self.shared.ctx.scenario
+        mode = sc.dp.backward_sync or ("stream" if sc.fsdp2 else "none")
+        return mode if self._overlapped_reductions() else "none"
+
+    def _synchronize_reductions(self, host: bool) -> Generator:
         """The end of a backward that reduced gradients: the compute stream waits for every
         reduction in flight (FSDP2's root post-backward callback, ``wait_event`` on the last
-        reduce-scatter and each group's post-reduce event); under DeepSpeed's overlap_comm the
-        host waits too (``independent_gradient_partition_epilogue``: the last bucket is flushed,
-        then ``get_accelerator().synchronize()``), so the next forward is issued from a
-        standstill."""
+        reduce-scatter and each group's post-reduce event); ``host``: the host waits too
+        (DeepSpeed's ``independent_gradient_partition_epilogue``: the last bucket is flushed,
+        then ``get_accelerator().synchronize()`` at ZeRO-1/2,
+        ``reduce_and_partition_stream.synchronize()`` at ZeRO-3), so the next forward is issued
+        from a standstill."""
         for proc in self.reductions:
             if not proc.triggered:
                 yield proc
-        if self.shared.ctx.layout.zero < 3:
+        if host:
             self._host_sync()
 
     def _bucket_pass(self, bucket: Bucket, kind: str, mb: int, lane: Lane | None = None) -> Generator:

@@ -455,8 +455,10 @@ class Worker(PipelineIO, DataParallelOps):
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
             self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
-        if op.kind in ("W", "BW") and (last_mb or zero3) and not pipelined and self._waits_for_reductions():
-            yield from self._synchronize_reductions()
+        if op.kind in ("W", "BW") and (last_mb or zero3) and not pipelined:
+            sync = self._backward_sync()
+            if sync != "none":
+                yield from self._synchronize_reductions(host=sync == "host")
         if lane is not None:
             lane.finish()
         if op.kind == "B":

@@ -126,16 +126,26 @@ class DpSection(SectionBase):
         default=None,
         description=(
             "before a gradient reduction is issued, the compute stream waits for the one issued "
-            "before it, so at most one overlaps the backward, and a backward that reduced ends "
-            "waiting for all of them. PyTorch FSDP2 (its post_backward waits on the previous "
-            "reduce-scatter's event, the copy-in then runs on the compute stream; the root's "
-            "final callback waits for the last); DeepSpeed's ZeRO-1/2 overlap_comm, which fills "
-            "two ipg buffers in turn (stage_1_and_2.py average_tensor: "
-            "current_stream().wait_stream(reduction_stream), since 0.14.4; its epilogue "
-            "synchronizes the device). Off: reductions queue on their stream and the backward "
-            "never waits (PyTorch DDP, Megatron's DDP, FSDP1). Default: on for FSDP2 "
+            "before it, so at most one overlaps the backward: PyTorch FSDP2 (its post_backward "
+            "waits on the previous reduce-scatter's event, the copy-in then runs on the compute "
+            "stream); DeepSpeed's ZeRO-1/2 overlap_comm, which fills two ipg buffers in turn "
+            "(stage_1_and_2.py average_tensor: current_stream().wait_stream(reduction_stream), "
+            "since 0.14.4). Off: reductions queue on their stream and the backward never waits "
+            "(PyTorch DDP, Megatron's DDP, FSDP1, DeepSpeed's ZeRO-3). Default: on for FSDP2 "
             "(zero3.buffers: copies), off otherwise. At ZeRO 0-2 it acts with "
             "overlap.dp_grad_reduce only: without it the reductions block the backward anyway"
+        ),
+    )
+    backward_sync: Literal["none", "stream", "host"] | None = Field(
+        default=None,
+        description=(
+            "how a backward that reduced gradients ends: none (its reductions run on into the "
+            "next forward: PyTorch DDP, Megatron), stream (the compute stream waits for them: "
+            "FSDP2's root post-backward callback), host (the host synchronizes the device, so "
+            "the next forward is issued from a standstill: DeepSpeed's "
+            "independent_gradient_partition_epilogue under overlap_comm, every microbatch at "
+            "ZeRO-2/3). Default: stream for FSDP2 (zero3.buffers: copies), none otherwise. At "
+            "ZeRO 0-2 it acts with overlap.dp_grad_reduce only"
         ),
     )
     param_unpack: Literal["flat", "per_tensor"] = Field(
