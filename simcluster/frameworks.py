@@ -424,7 +424,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "bf16 gradient partitions), gradients "
             "all-reduced only after the last backward in 5e8-element buckets (ZeRO-2: every "
             "microbatch, each bucket all-reduced whole on the compute stream, then only the "
-            "rank's shard accumulated), attention on "
+            "rank's shard accumulated; with overlap.dp_grad_reduce, its overlap_comm, one "
+            "bucket's reduction in flight and each reducing backward ended by a device sync, "
+            "ZeRO-3's by a sync alone), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
             "--use-flash-attn-v1/-v2/-triton)",
             "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
@@ -480,7 +482,8 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "torchtitan",
             "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
-            "gradients copy-cast into the reduce-scatter buffer, unfused norms and rotary (set "
+            "gradients copy-cast into the reduce-scatter buffer on the compute stream once the "
+            "previous reduce-scatter is done (one in flight), unfused norms and rotary (set "
             "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
             "torch.distributed.pipelining (parameters gathered once per step, gradients "
             "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
