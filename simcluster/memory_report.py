@@ -9,6 +9,7 @@ times, to choose that order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from simcluster.context import Context
@@ -23,6 +24,7 @@ from simcluster.memory import (
     static_memory,
     wgrad_retained_bytes,
 )
+from simcluster.parallelism.data import zero3_working_bytes
 
 
 def activation_walk(
@@ -69,7 +71,9 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         peak = activation_walk(orders[stage], cb, kept, loss)
-        out.append(stage_memory(ctx.model, lay, training, stage, chunks, peak))
+        mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
+        work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, lay, chunks)
+        out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))
     return out
 
 

@@ -117,3 +117,30 @@ def test_fsdp2_optimizer_steps_its_fp32_shards_without_a_16_bit_refresh():
     views = scenario_from_dict({**_scenario(buffers="views"), "framework": None})
     assert optimizer_bytes_per_param(fsdp2) == 32.0
     assert optimizer_bytes_per_param(views) == 32.0 + 4 + 2
+
+
+def test_zero3_holds_its_largest_unit_gathered_twice_and_its_gradients():
+    """Beyond its shards ZeRO-3 holds the unit it computes and the one it prefetches gathered
+    (16-bit), that unit's unsharded 16-bit gradients and, under FSDP2 (one reduce-scatter in
+    flight), the reduce-scatter input in fp32 until the next post-backward. Llama 3 8B's largest
+    unit is its untied LM head: 128,256 x 4,096 weights and the final norm's 4,096."""
+    from simcluster.engine.plan import build_plans, kernel_model
+    from simcluster.memory_report import memory_by_stage
+    from simcluster.parallelism.data import zero3_working_bytes
+
+    head = 128256 * 4096 + 4096
+    ctx = build_context(scenario_from_dict(_scenario()))
+    work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0])
+    assert work_p == pytest.approx(2 * head * 2.0)
+    assert work_g == pytest.approx(head * 2.0 + head * 4.0)
+    # the engine's memory timeline and `simcluster memory` both carry it
+    plan = build_plans(ctx, kernel_model(ctx))[0]
+    p_b, g_b, _, _, _ = _static(_scenario())
+    assert plan.static_bytes["params"] == pytest.approx(p_b + work_p)
+    assert plan.static_bytes["grads"] == pytest.approx(g_b + work_g)
+    assert memory_by_stage(ctx)[0].params_bytes == pytest.approx(p_b + work_p)
+    # FSDP1-style views keep no reduce-scatter buffer; a kept gather adds no second copy
+    views = build_context(scenario_from_dict({**_scenario(buffers="views"), "framework": None}))
+    assert zero3_working_bytes(views.scenario, views.model, views.layout, views.chunks[0])[1] == pytest.approx(head * 2.0)
+    kept = build_context(scenario_from_dict(_scenario(reshard_after_forward=False)))
+    assert zero3_working_bytes(kept.scenario, kept.model, kept.layout, kept.chunks[0])[0] == 0.0

@@ -121,16 +121,12 @@ class DataParallelOps:
     def _waits_for_reductions(self) -> bool:
         """The framework keeps one overlapped gradient reduction in flight
         (``dp.wait_reduction``; by default FSDP2's)."""
-        sc = self.shared.ctx.scenario
-        wait = sc.fsdp2 if sc.dp.wait_reduction is None else sc.dp.wait_reduction
-        return wait and self._overlapped_reductions()
+        return self.shared.ctx.scenario.wait_reduction and self._overlapped_reductions()
 
     def _backward_sync(self) -> str:
         """How a backward that reduced gradients ends (``dp.backward_sync``; by default FSDP2's
         stream wait, else none)."""
-        sc = self.shared.ctx.scenario
-        mode = sc.dp.backward_sync or ("stream" if sc.fsdp2 else "none")
-        return mode if self._overlapped_reductions() else "none"
+        return self.shared.ctx.scenario.backward_sync if self._overlapped_reductions() else "none"
 
     def _synchronize_reductions(self, host: bool) -> Generator:
         """The end of a backward that reduced gradients: the compute stream waits for every

@@ -27,6 +27,7 @@ from simcluster.parallelism.data import (
     bucket_cap_params,
     build_buckets,
     unit_params,
+    zero3_working_bytes,
 )
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
@@ -248,11 +249,13 @@ def activation_room(
     return tuple(rooms)
 
 
-def _static_bytes(ctx: Context, params: StageParams) -> dict[str, float]:
-    """A stage's memory besides its activations, by kind."""
+def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dict[str, float]:
+    """A stage's memory besides its activations, by kind (ZeRO-3's gathered unit and its
+    gradients counted with the parameters and gradients)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
+    work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
-    return {"params": p_b, "grads": g_b, "optimizer": o_b, "other": other}
+    return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}
 
 
 def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[StagePlan]:
@@ -263,7 +266,7 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
     builder = LayerBuilder(shapes, km, sc)
     chunk_plans = [[_chunk_plan(builder, ctx, c) for c in chunks] for chunks in ctx.chunks]
     params = [stage_params(ctx.model, ctx.layout, chunks) for chunks in ctx.chunks]
-    static = [_static_bytes(ctx, p) for p in params]
+    static = [_static_bytes(ctx, p, chunks) for p, chunks in zip(params, ctx.chunks, strict=True)]
     costs = None
     if ctx.schedule.cost_aware:
         costs = schedule_costs(ctx, chunk_plans, p2p_s, [sum(s.values()) for s in static])

@@ -70,6 +70,34 @@ def gather_bytes(scenario: Scenario, params: float, layer_params: float) -> floa
     return layer_params * layer + (params - layer_params) * per
 
 
+def zero3_working_bytes(
+    scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]
+) -> tuple[float, float]:
+    """(parameter, gradient) bytes ZeRO-3 holds on a GPU beyond its shards while the stage
+    runs, sized by the stage's largest unit (a layer, the embedding or the LM head): the
+    gathered parameters of the unit being computed and of the one prefetched (FSDP's prefetch of
+    one unit; none beyond the gathers already counted when a layer keeps its gather for the
+    backward), the unit's unsharded 16-bit gradients before their reduce-scatter and, where one
+    reduce-scatter stays in flight (FSDP2: ``dp.wait_reduction``), its input buffer in the
+    reduce dtype, kept until the next unit's post-backward. A lower bound: FSDP2's copy-out
+    keeps the all-gather output a little longer, DeepSpeed's ipg bucket is a fixed 5e8
+    elements. Under a pipeline (``zero3_pipelined``) the stage's parameters and gradients stay
+    unsharded, which the static memory already counts."""
+    if layout.zero != 3 or layout.zero3_pipelined:
+        return 0.0, 0.0
+    largest = 0.0
+    for ch in chunks:
+        layers = [*ch.layer_indices, *([-1] if ch.embedding else []), *([-2] if ch.head else [])]
+        for layer in layers:
+            largest = max(largest, sum(unit_params(model, layout, ch, layer)))
+    gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
+    params = gathered * largest * param_bytes(scenario)
+    grads = largest * param_bytes(scenario)
+    if scenario.wait_reduction:
+        grads += largest * grad_reduce_bytes(scenario)
+    return params, grads
+
+
 def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
     """HBM bytes per parameter of FSDP2's copies (``zero3.buffers: copies``): (after each
     all-gather, before each reduce-scatter).

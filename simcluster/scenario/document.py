@@ -78,6 +78,16 @@ class Scenario(SectionBase):
         each gather, fp32 shards stepped in place."""
         return self.parallel.zero == 3 and self.zero3.buffers == "copies"
 
+    @property
+    def wait_reduction(self) -> bool:
+        """``dp.wait_reduction`` resolved: one gradient reduction in flight (FSDP2's default)."""
+        return self.fsdp2 if self.dp.wait_reduction is None else self.dp.wait_reduction
+
+    @property
+    def backward_sync(self) -> str:
+        """``dp.backward_sync`` resolved: FSDP2's stream wait by default, else none."""
+        return self.dp.backward_sync or ("stream" if self.fsdp2 else "none")
+
 
 _SECTIONS: dict[str, type[BaseModel]] = {
     name: f.annotation  # type: ignore[misc]
