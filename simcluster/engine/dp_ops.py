@@ -315,8 +315,8 @@ class DataParallelOps:
         if self.scattered is not None and not self.scattered.triggered:
             yield self.scattered
         copies = self.shared.fsdp2_copy_seconds
-        if copies is not None:
-            seconds = copies[1](unit.params)
+        seconds = copies[1](unit.params) if copies is not None else 0.0
+        if seconds > 0:
             start = yield from self._on_compute_stream(seconds, lane)
             work = Work.of(memory=seconds)
             self._record(PHASE_KIND[op.kind], "fsdp2_copy_in", op.microbatch, op.chunk, unit.layers[0], start, work)
