@@ -170,3 +170,23 @@ def test_zero3_ends_each_backward_in_a_host_sync_without_bounding_the_reductions
     assert backward["end_s"].max() < first["end_s"].max()
     for mb in range(MICROBATCHES - 1):
         assert forwards[mb + 1] >= scatters[scatters["start_s"] < forwards[mb + 1]]["end_s"].max() - 1e-12
+
+
+def test_reduction_buckets_hold_gradient_copies_in_memory():
+    """PyTorch DDP without gradient_as_bucket_view keeps a second copy of every gradient in its
+    buckets (its documentation: the view "can reduce peak memory usage, where the saved memory
+    size will be equal to the total gradients size"); DeepSpeed's ZeRO-2 copies into one ipg
+    buffer of reduce_bucket_size elements, two with overlap_comm (setup_buckets' double
+    buffers); without a data-parallel group there is nothing to reduce."""
+    from simcluster.parallelism.data import bucket_buffer_bytes
+
+    params = 1.0e9
+    ds = build_context(scenario_from_dict(_scenario()))
+    assert bucket_buffer_bytes(ds.scenario, ds.layout, params) == pytest.approx(1000.0e6)  # 5e8 x 2 B
+    ds_overlap = build_context(scenario_from_dict(_scenario(overlap={"dp_grad_reduce": True})))
+    assert bucket_buffer_bytes(ds_overlap.scenario, ds_overlap.layout, params) == pytest.approx(2000.0e6)
+    assert bucket_buffer_bytes(ds.scenario, ds.layout, 1.0e8) == pytest.approx(2.0e8)  # under one bucket
+    ddp = build_context(scenario_from_dict(_scenario(parallel={"zero": 0}, dp={"bucket_copies": True})))
+    assert bucket_buffer_bytes(ddp.scenario, ddp.layout, params) == pytest.approx(2.0e9)  # every bf16 gradient
+    single = build_context(scenario_from_dict(_scenario(cluster={"gpus": 1}, training={"global_batch": 4})))
+    assert bucket_buffer_bytes(single.scenario, single.layout, params) == 0.0

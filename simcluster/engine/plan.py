@@ -24,6 +24,7 @@ from simcluster.memory import (
 from simcluster.network import collective_time
 from simcluster.parallelism.data import (
     Bucket,
+    bucket_buffer_bytes,
     bucket_cap_params,
     build_buckets,
     unit_params,
@@ -251,9 +252,11 @@ def activation_room(
 
 def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dict[str, float]:
     """A stage's memory besides its activations, by kind (ZeRO-3's gathered unit and its
-    gradients counted with the parameters and gradients)."""
+    gradients, and the gradient copies in reduction buckets, counted with the parameters and
+    gradients)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
     work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks)
+    work_g += bucket_buffer_bytes(ctx.scenario, ctx.layout, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}
 

@@ -98,6 +98,26 @@ def zero3_working_bytes(
     return params, grads
 
 
+def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> float:
+    """Gradient bytes a GPU holds in its reduction buckets beside ``.grad`` when the framework
+    copies gradients into them (``dp.bucket_copies``), for ``params`` local parameters. PyTorch
+    DDP without ``gradient_as_bucket_view`` allocates buckets for every gradient, a second copy
+    of them in the gradients' dtype (its documentation: the view "can reduce peak memory usage,
+    where the saved memory size will be equal to the total gradients size"; nanotron's ZeRO-0,
+    Megatron-LM 2021's torch DDP). ZeRO-2 keeps no whole gradient: DeepSpeed copies into one ipg
+    buffer of the bucket size, two with ``overlap_comm`` (stage_1_and_2.py ``setup_buckets``:
+    "double buffers to avoid data access conflict"). Without a data-parallel group there is no
+    reduction and no bucket (nanotron wraps the model in DDP only when dp > 1)."""
+    if not scenario.dp.bucket_copies or params <= 0 or layout.dp * layout.cp <= 1:
+        return 0.0
+    whole = params * param_bytes(scenario)
+    if layout.zero < 2:
+        return whole
+    buffers = 2 if scenario.overlap.dp_grad_reduce else 1
+    bucket = scenario.dp.bucket_mb if isinstance(scenario.dp.bucket_mb, float) else math.inf
+    return buffers * min(whole, bucket * 1e6)
+
+
 def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
     """HBM bytes per parameter of FSDP2's copies (``zero3.buffers: copies``): (after each
     all-gather, before each reduce-scatter).
