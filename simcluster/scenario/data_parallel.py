@@ -109,7 +109,8 @@ class DpSection(SectionBase):
             "each 16-bit gradient is copied into its bucket when it is ready and the bucket back "
             "into .grad when the backward finishes (Reducer copy_grad_to_bucket / "
             "copy_bucket_to_grad), a read and a write each, on the compute stream of the "
-            "synchronising backward"
+            "synchronising backward; in memory the buckets hold every gradient again (at ZeRO-2, "
+            "DeepSpeed's one ipg bucket, two with overlap.dp_grad_reduce)"
         ),
     )
     shard_accumulate: bool = Field(
