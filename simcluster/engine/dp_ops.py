@@ -64,18 +64,20 @@ class DataParallelOps:
 
         def _host_sync(self) -> None: ...
 
-    def _on_compute_stream(self, seconds: float, lane: Lane | None) -> Generator[Any, Any, float]:
-        """Run ``seconds`` of this GPU's kernels on its compute stream, in this op's turn on the
-        stream an F&B pair shares (``lane``); returns when they began."""
+    def _memory_pass(
+        self, seconds: float, lane: Lane | None, kind: str, name: str, mb: int, chunk: int, layer: int
+    ) -> Generator:
+        """Run ``seconds`` of memory-bound kernels on this GPU's compute stream, in this op's
+        turn on the stream an F&B pair shares (``lane``), and record them as ``name``."""
         if lane is None:
             start = self.shared.env.now
             yield from self._compute(seconds)
-            return start
-        req = yield from lane.acquire()
-        with req:
-            start = self.shared.env.now
-            yield from self._compute(seconds)
-            return start
+        else:
+            req = yield from lane.acquire()
+            with req:
+                start = self.shared.env.now
+                yield from self._compute(seconds)
+        self._record(kind, name, mb, chunk, layer, start, Work.of(memory=seconds))
 
     def _bucket_hooks(
         self, chunk: int, unit: Unit, kind: str, mb: int, early: bool = False, lane: Lane | None = None
@@ -151,8 +153,7 @@ class DataParallelOps:
         seconds = self.shared.bucket_pass_seconds(bucket)
         if seconds <= 0:
             return
-        start = yield from self._on_compute_stream(seconds, lane)
-        self._record(kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0], start, Work.of(memory=seconds))
+        yield from self._memory_pass(seconds, lane, kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0])
         if self.shared.ctx.scenario.dp.nan_check:
             # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
             # host waits for the pass, so the backward after it is issued from a standstill
@@ -296,10 +297,8 @@ class DataParallelOps:
             # the gathered buffer copied into per-parameter tensors, once per gather
             self.copied_out.add(gkey)
             seconds = copies[0](units[i].params)
-            start = yield from self._on_compute_stream(seconds, lane)
             kind = PHASE_KIND[op.kind]
-            work = Work.of(memory=seconds)
-            self._record(kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0], start, work)
+            yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
 
     def _zero3_post_backward(self, unit: Unit, op: PipeOp, lane: Lane | None = None) -> Generator:
         """Start the reduce-scatter of a unit whose backward is done. Where the framework keeps
@@ -317,9 +316,8 @@ class DataParallelOps:
         copies = self.shared.fsdp2_copy_seconds
         seconds = copies[1](unit.params) if copies is not None else 0.0
         if seconds > 0:
-            start = yield from self._on_compute_stream(seconds, lane)
-            work = Work.of(memory=seconds)
-            self._record(PHASE_KIND[op.kind], "fsdp2_copy_in", op.microbatch, op.chunk, unit.layers[0], start, work)
+            kind = PHASE_KIND[op.kind]
+            yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_in", op.microbatch, op.chunk, unit.layers[0])
         self.scattered = self.shared.env.event()
         self._spawn_reduction(self._zero3_reduce(unit, op, copied=True, scattered=self.scattered))
 
