@@ -24,7 +24,7 @@ from simcluster.memory import (
     static_memory,
     wgrad_retained_bytes,
 )
-from simcluster.parallelism.data import bucket_buffer_bytes, zero3_working_bytes
+from simcluster.parallelism.data import reduction_working_bytes
 
 
 def activation_walk(
@@ -72,8 +72,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         peak = activation_walk(orders[stage], cb, kept, loss)
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
-        work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, lay, chunks)
-        work_g += bucket_buffer_bytes(ctx.scenario, lay, mem.params_per_gpu)
+        work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))
     return out
 

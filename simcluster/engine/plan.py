@@ -24,11 +24,10 @@ from simcluster.memory import (
 from simcluster.network import collective_time
 from simcluster.parallelism.data import (
     Bucket,
-    bucket_buffer_bytes,
     bucket_cap_params,
     build_buckets,
+    reduction_working_bytes,
     unit_params,
-    zero3_working_bytes,
 )
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
@@ -255,8 +254,7 @@ def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dic
     gradients, and the gradient copies in reduction buckets, counted with the parameters and
     gradients)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
-    work_p, work_g = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks)
-    work_g += bucket_buffer_bytes(ctx.scenario, ctx.layout, params.total)
+    work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}
 

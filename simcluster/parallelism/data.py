@@ -118,6 +118,16 @@ def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> fl
     return buffers * min(whole, bucket * 1e6)
 
 
+def reduction_working_bytes(
+    scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk], params: float
+) -> tuple[float, float]:
+    """(parameter, gradient) bytes a stage's GPU holds beside its sharded state for gathering
+    and reducing (:func:`zero3_working_bytes` and :func:`bucket_buffer_bytes`, ``params`` local
+    parameters): what the engine's timeline and ``simcluster memory`` both add."""
+    work_p, work_g = zero3_working_bytes(scenario, model, layout, chunks)
+    return work_p, work_g + bucket_buffer_bytes(scenario, layout, params)
+
+
 def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
     """HBM bytes per parameter of FSDP2's copies (``zero3.buffers: copies``): (after each
     all-gather, before each reduce-scatter).
