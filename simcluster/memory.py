@@ -15,6 +15,7 @@ FP8 training keeps the linear layers' inputs as the 1-byte FP8 copies Transforme
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from simcluster.layout import Layout
@@ -22,6 +23,8 @@ from simcluster.model import ModelSpec
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
+
+HEAD_LAYER = -2  # the layer index a unit of work uses for the LM head and loss (-1: the embedding)
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,44 @@ def chunk_activation_bytes(
     if offloaded:
         total -= sum(offloaded.values()) - max(offloaded.values())
     return total
+
+
+def stash_cumulative_shares(
+    model: ModelSpec,
+    layout: Layout,
+    training: TrainingSection,
+    chunk: Chunk,
+    units: Sequence[Sequence[int]],
+    routed_rows: float = 1.0,
+) -> tuple[float, ...]:
+    """How a chunk's stash (:func:`chunk_activation_bytes`) builds up over its forward units,
+    as cumulative fractions ending at exactly 1.0: ``units`` are the layer indices of each unit
+    in forward order (-1 the embedding, -2 the LM head and loss). A layer's activations are
+    saved as its forward runs, and freed as its backward runs, in reverse; the offloaded layers
+    hold only their in-flight buffer, counted with the first of them."""
+    offloaded = offloaded_layer_bytes(model, layout, training, chunk, routed_rows)
+    position = {layer: pos for pos, layer in enumerate(chunk.layer_indices)}
+    buffer = max(offloaded.values()) if offloaded else 0.0
+    sizes = []
+    for unit in units:
+        size = 0.0
+        for layer in unit:
+            if layer == HEAD_LAYER:
+                size += head_activation_bytes(model, layout, training)
+                size += mtp_activation_bytes(model, layout, training, routed_rows)
+            elif layer in offloaded:
+                size, buffer = size + buffer, 0.0
+            elif layer >= 0:
+                size += layer_activation_bytes(model, layout, training, layer, position[layer], routed_rows)
+        sizes.append(size)
+    total = sum(sizes)
+    if not sizes or total <= 0.0:
+        return tuple(0.0 for _ in sizes[:-1]) + (1.0,) if sizes else ()
+    running, out = 0.0, []
+    for size in sizes[:-1]:
+        running += size
+        out.append(min(running / total, 1.0))
+    return (*out, 1.0)
 
 
 def offloaded_layer_bytes(

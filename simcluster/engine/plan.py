@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from simcluster.compute import KernelModel
 from simcluster.context import Context
 from simcluster.memory import (
+    HEAD_LAYER,
     StageParams,
     chunk_activation_bytes,
     loss_transient_bytes,
     offloaded_layer_bytes,
     stage_params,
+    stash_cumulative_shares,
     static_memory,
     wgrad_retained_bytes,
     wgrad_retained_fraction,
@@ -39,7 +41,7 @@ from simcluster.schedules import OpCosts, PipeOp
 from simcluster.topology import Cluster, build_cluster
 from simcluster.variability import slowest_gpu_slowdown
 
-HEAD = -2  # the layer index a unit uses for the LM head and loss (-1: the embedding)
+HEAD = HEAD_LAYER  # the layer index a unit uses for the LM head and loss (-1: the embedding)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class ChunkPlan:
     # layer index -> activation bytes of one microbatch kept in host memory between its forward
     # and backward (training.activation_offload_layers)
     offload_bytes: dict[int, float] = field(default_factory=dict)
+    # after each forward unit, the share of activation_bytes saved so far (the last is 1.0);
+    # a backward phase's unit i frees what forward unit n - 1 - i saved
+    stash_shares: tuple[float, ...] = ()
 
     def seconds(self, phase: str) -> float:
         return sum(
@@ -185,6 +190,9 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     cp.activation_bytes = chunk_activation_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
     cp.offload_bytes = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
     cp.wgrad_bytes = wgrad_retained_bytes(ctx.model, ctx.layout, sc.training, chunk, rows)
+    cp.stash_shares = stash_cumulative_shares(
+        ctx.model, ctx.layout, sc.training, chunk, [u.layers for u in f], rows
+    )
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     return cp

@@ -22,7 +22,7 @@ from simcluster.engine.dp_ops import DataParallelOps
 from simcluster.engine.offload import ActivationOffload
 from simcluster.engine.pair_stream import FOLLOW, LEAD, Lane, PairStream
 from simcluster.engine.pipe_io import PipelineIO
-from simcluster.engine.plan import HEAD, StagePlan, Unit
+from simcluster.engine.plan import HEAD, ChunkPlan, StagePlan, Unit
 from simcluster.engine.shared import Shared
 from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes
@@ -401,7 +401,12 @@ class Worker(PipelineIO, DataParallelOps):
             self.plan.last_backward.get(op.chunk) == op.microbatch
             or self.shared.ctx.layout.zero == 2
         )
-        if op.kind == "F":
+        # a layer's activations are saved as its forward runs and freed as its backward does;
+        # a pair's F and B interleave, so their stash moves whole at the op's edges (as the
+        # memory walk counts it, an upper bound)
+        per_unit = lane is None
+        stash_from, stash_delta = self.activations, _stash_delta(op.kind, cplan)
+        if op.kind == "F" and not per_unit:
             self.activations += cplan.activation_bytes
             self._memory()
         resident = (
@@ -424,6 +429,8 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lane=lane)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
+            if per_unit and op.kind == "F":
+                self._stash(stash_from, stash_delta, cplan.stash_shares[i])
             # the loss's logit copies live only while the LM head and the loss run
             loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
             if loss:
@@ -442,6 +449,8 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lane)
             if loss:
                 self._memory()
+            if per_unit and op.kind != "F":
+                self._stash(stash_from, stash_delta, _freed_share(cplan.stash_shares, i))
             if offloaded and op.kind == "F":
                 for layer in unit.layers:
                     if layer in offloaded:
@@ -461,16 +470,15 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._synchronize_reductions(host=sync == "host")
         if lane is not None:
             lane.finish()
-        if op.kind == "B":
-            # under full recomputation what W keeps (recomputed in B) can exceed F's stash
-            self.activations -= cplan.activation_bytes - cplan.wgrad_bytes
+        if op.kind != "F" and not per_unit:
+            self.activations += stash_delta  # the partner's F may have moved it meanwhile
             self._memory()
-        elif op.kind == "W":
-            self.activations -= cplan.wgrad_bytes
-            self._memory()
-        elif op.kind == "BW":
-            self.activations -= cplan.activation_bytes
-            self._memory()
+
+    def _stash(self, start: float, delta: float, share: float) -> None:
+        """Set the stash to ``share`` of an op's change since ``start`` (exactly ``start +
+        delta`` at share 1.0, the op's whole change) and record it."""
+        self.activations = start + delta * share
+        self._memory()
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
@@ -489,3 +497,22 @@ class Worker(PipelineIO, DataParallelOps):
             for k in keys(units[i + 1]):
                 self.offload.load(k, offloaded[k[2]])
         yield from self.offload.wait(self.offload.loaded.get(k) for k in keys(units[i]))
+
+
+def _stash_delta(kind: str, cplan: ChunkPlan) -> float:
+    """How one op changes its stage's stash: F saves the chunk's activations; B frees what the
+    weight gradients do not read (under full recomputation it adds the linear inputs it
+    recomputed, more than F kept); W frees the rest; a fused BW frees everything."""
+    return {
+        "F": cplan.activation_bytes,
+        "B": cplan.wgrad_bytes - cplan.activation_bytes,
+        "W": -cplan.wgrad_bytes,
+        "BW": -cplan.activation_bytes,
+    }[kind]
+
+
+def _freed_share(shares: tuple[float, ...], i: int) -> float:
+    """The share of a chunk's stash a backward phase has changed after its unit ``i``: units run
+    in reverse, so unit i undoes forward units n - 1 - i … n - 1 (exactly 1.0 after the last)."""
+    n = len(shares)
+    return 1.0 if i >= n - 1 else 1.0 - shares[n - 2 - i]
