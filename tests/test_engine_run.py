@@ -33,11 +33,14 @@ def test_symmetry_shortcut_matches_all_ranks():
     data["cluster"].update({"gpus": 16, "gpus_per_node": 8, "network": "simulated"})
     data["parallel"].update({"tp": 2, "sequence_parallel": True, "zero": 1})
     data["training"]["global_batch"] = 16
-    sym = run(data).summary
-    every = run(data, all_ranks=True).summary
+    sym_run, every_run = run(data), run(data, all_ranks=True)
+    sym, every = sym_run.summary, every_run.summary
     assert every["all_ranks"] and not sym["all_ranks"]
     assert every["step_time_s"] == pytest.approx(sym["step_time_s"], rel=1e-6)
     assert every["bubble_fraction"] == pytest.approx(sym["bubble_fraction"], rel=1e-6, abs=1e-9)
+    # one memory timeline per stage (its representative rank's), not every rank's interleaved
+    cols = ["stage", "activations", "total"]
+    assert every_run.memory[cols].equals(sym_run.memory[cols])
 
 
 def test_cost_grows_with_stages_not_gpus():

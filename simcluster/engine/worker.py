@@ -155,7 +155,11 @@ class Worker(PipelineIO, DataParallelOps):
         )
 
     def _memory(self, loss: float = 0.0) -> None:
-        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held."""
+        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held.
+        When every rank is simulated, the stage's representative rank records it: its ranks
+        hold the same bytes at different times, and one timeline per stage is drawn."""
+        if self.rank != self.shared.ctx.layout.representative(self.stage):
+            return
         self.shared.recorder.memory(
             self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss, loss=loss
         )
