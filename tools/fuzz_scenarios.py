@@ -8,7 +8,8 @@ precision and recomputation, and now and then pipeline flushes, an offloaded opt
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
 partial recomputation or activation offload; ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
-(0, 1), a bubble in [0, 1) and a valid timeline (one event at a time per stream). The others
+(0, 1), a bubble in [0, 1), a valid timeline (one event at a time per stream) and a sound memory
+timeline (no stash below zero or left at the end, the peak `simcluster memory` walks). The others
 (a crash, a deadlock, a hang, an absurd number) are written to ``--out`` with the reason.
 
 Real presets at real sizes, unlike tests/test_random_layouts.py's tiny models: this is how a
@@ -35,6 +36,7 @@ from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
+from simcluster.memory_report import memory_summary
 from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 
@@ -173,6 +175,26 @@ def check(doc: dict[str, Any], timeout_s: int) -> str:
     step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
     if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
         return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"
+    return memory_verdict(doc, result)
+
+
+def memory_verdict(doc: dict[str, Any], result: Any) -> str:
+    """:data:`SIMULATED` when the memory timeline is sound: no stage's stash below zero, every
+    stash freed by the step's end, and the simulated peak equal to `simcluster memory`'s walk
+    of the schedule order."""
+    mem = result.memory
+    if len(mem) == 0:
+        return SIMULATED
+    top = float(mem["activations"].abs().max()) or 1.0
+    if float(mem["activations"].min()) < -1e-9 * top:
+        return f"memory: the stash goes below zero ({mem['activations'].min():.4g} bytes)"
+    last = mem.groupby("stage")["activations"].last()
+    if float(last.abs().max()) > 1e-9 * top:
+        return f"memory: stash left at the step's end {last.to_dict()}"
+    walked = memory_summary(build_context(scenario_from_dict(doc)))["total_bytes"]
+    peak = result.summary["peak_memory_bytes"]["max"]
+    if not math.isclose(walked, peak, rel_tol=1e-9):
+        return f"memory: simulated peak {peak:.6g} B, memory walk {walked:.6g} B"
     return SIMULATED
 
 
