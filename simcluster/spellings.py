@@ -51,6 +51,9 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
         # the Zero Bubble paper's names: 1F1B-I is the interleaved schedule
         "1f1b-i": "interleaved", "zbh1": "zb-h1", "zbh2": "zb-h2", "zb1p": "zb-1p", "zb2p": "zb-2p",
         "dualpipe-v": "dualpipev",
+        # torch.distributed.pipelining's class names, as torchtitan's pipeline_parallel_schedule takes them
+        "interleavedzerobubble": "interleaved-zb", "interleaved-zero-bubble": "interleaved-zb",
+        "interleaved1f1b": "interleaved", "loopedbfs": "looped-bfs", "zbvzerobubble": "zbv",
     },
     ("parallel", "cp_comm"): {"ring": "p2p", "ulysses": "a2a", "all-gather": "all_gather"},
     # gelu stands for any two-matrix MLP (OPT's ReLU, GPT-2's tanh GeLU): one elementwise pass

@@ -10,7 +10,7 @@ from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
+    "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
     "v-half", "v-min", "dualpipe", "dualpipev",
 ]
 

@@ -8,6 +8,7 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     dualpipe,
     dualpipev,
     interleaved,
+    interleaved_zb,
     looped_bfs,
     one_f_one_b,
     v_controllable,
