@@ -275,22 +275,58 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
     }
 
 
+def _dp_batch(raw: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(data-parallel degree, global batch) of a raw scenario, None when not yet known."""
+    training, cluster = raw.get("training"), raw.get("cluster")
+    if not isinstance(training, Mapping) or not isinstance(cluster, Mapping):
+        return None
+    gpus, batch = cluster.get("gpus"), training.get("global_batch")
+    if not isinstance(gpus, int) or not isinstance(batch, int):
+        return None
+    model_parallel = _parallel(raw, "tp", 1) * _parallel(raw, "pp", 1) * _parallel(raw, "cp", 1)
+    dp = _parallel(raw, "dp", 0) or (gpus // model_parallel if model_parallel > 0 and gpus % model_parallel == 0 else 0)
+    return (dp, batch) if dp > 0 else None
+
+
 def _pipeline_microbatch(raw: Mapping[str, Any]) -> int | None:
     """torchtitan's micro-batch under a pipeline: each data-parallel rank's batch split into as
     many microbatches as there are stages (``pipeline_parallel_microbatches`` defaults to the
     pipeline degree); None when the scenario sets it or the split is not whole."""
     pp = _parallel(raw, "pp", 1)
-    training, cluster = raw.get("training"), raw.get("cluster")
-    if pp <= 1 or not isinstance(training, Mapping) or "micro_batch" in training or not isinstance(cluster, Mapping):
+    training = raw.get("training")
+    known = _dp_batch(raw)
+    if pp <= 1 or not isinstance(training, Mapping) or "micro_batch" in training or known is None:
         return None
-    gpus, batch = cluster.get("gpus"), training.get("global_batch")
-    if not isinstance(gpus, int) or not isinstance(batch, int):
-        return None
-    model_parallel = _parallel(raw, "tp", 1) * pp * _parallel(raw, "cp", 1)
-    dp = _parallel(raw, "dp", 0) or (gpus // model_parallel if model_parallel > 0 and gpus % model_parallel == 0 else 0)
-    if dp <= 0 or batch % (dp * pp):
+    dp, batch = known
+    if batch % (dp * pp):
         return None
     return batch // (dp * pp)
+
+
+def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | None:
+    """The microbatches per chunk in a row of torch.distributed.pipelining's interleaved 1F1B
+    (``ScheduleInterleaved1F1B``): m microbatches in max(1, m // pp) rounds of m / rounds,
+    where Megatron's default runs them in groups of pp (``parallel.microbatch_group``); None
+    when the two agree (m a multiple of pp), the scenario sets the group, or it is not known."""
+    from simcluster.spellings import normalise_spellings
+
+    pp, parallel, training = _parallel(raw, "pp", 1), raw.get("parallel"), raw.get("training")
+    if pp <= 1 or not isinstance(parallel, Mapping) or "microbatch_group" in parallel:
+        return None
+    name = normalise_spellings({"parallel": dict(parallel)})["parallel"].get("schedule")
+    if name != "interleaved" and not (name is None and _parallel(raw, "vpp", 1) > 1):
+        return None
+    known = _dp_batch(raw)
+    if micro_batch is None and isinstance(training, Mapping):
+        micro_batch = training.get("micro_batch", 1)
+    if known is None or not isinstance(micro_batch, int) or micro_batch < 1:
+        return None
+    dp, batch = known
+    m = batch // (dp * micro_batch) if batch % (dp * micro_batch) == 0 else 0
+    rounds = max(1, m // pp)
+    if m == 0 or m % pp == 0 or m % rounds:
+        return None
+    return m // rounds
 
 
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
@@ -303,10 +339,16 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
+    parallel: dict[str, Any] = {}
     if _parallel(raw, "ep", 1) > 1:
         # with expert parallelism its experts are split over EP only unless
         # expert_tensor_parallel_degree says otherwise (default 1)
-        defaults["parallel"] = {"etp": 1}
+        parallel["etp"] = 1
+    group = _pipeline_rounds(raw, micro_batch)
+    if group is not None:
+        parallel["microbatch_group"] = group
+    if parallel:
+        defaults["parallel"] = parallel
     return defaults
 
 
@@ -487,10 +529,14 @@ FRAMEWORKS: dict[str, Framework] = {
             "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
             "torch.distributed.pipelining (parameters gathered once per step, gradients "
             "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
-            "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does",
+            "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does; "
+            "interleaved 1F1B in PyTorch's rounds (m microbatches in max(1, m // pp) rounds, "
+            "parallel.microbatch_group = m / rounds when pp does not divide m)",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
+            "ScheduleInterleaved1F1B (number_of_rounds = max(1, n_microbatches // pp_group_size)); "
+            "torch.distributed.pipelining "
             "PipelineStage.backward_maybe_with_nosync; PyTorch SDPA's flash backend (FlashAttention-2 "
             "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "

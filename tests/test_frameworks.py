@@ -184,6 +184,31 @@ def test_torchtitan_splits_a_local_batch_into_pp_microbatches() -> None:
     assert scenario_from_dict(flat).training.micro_batch == 1  # no pipeline: the field's default
 
 
+def test_torchtitan_interleaves_in_pytorchs_rounds() -> None:
+    # torch.distributed.pipelining ScheduleInterleaved1F1B: m microbatches in max(1, m // pp)
+    # rounds of m / rounds each (its docstring: pp 4 with 10 microbatches runs 2 rounds of 5),
+    # where Megatron runs groups of pp and refuses 10 on 4 stages
+    raw = {
+        "framework": "torchtitan",
+        "model": {"preset": "llama3-70b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 64},
+        "parallel": {"tp": 8, "pp": 4, "vpp": 2, "zero": 3, "schedule": "Interleaved1F1B"},
+        "training": {"seq_len": 8192, "global_batch": 20, "micro_batch": 1},
+    }
+    sc = scenario_from_dict(raw)
+    assert sc.parallel.schedule == "interleaved" and sc.parallel.microbatch_group == 5
+    assert build_context(sc).layout.microbatches == 10
+    # a multiple of pp is one group of pp per round either way: nothing set
+    even = {**raw, "training": {**raw["training"], "global_batch": 16}}
+    assert scenario_from_dict(even).parallel.microbatch_group is None
+    # the scenario's own group wins; Megatron-Core's runs keep Megatron's rule
+    own = {**raw, "parallel": {**raw["parallel"], "microbatch_group": 10}}
+    assert scenario_from_dict(own).parallel.microbatch_group == 10
+    megatron = {**raw, "framework": "megatron-core", "parallel": {**raw["parallel"], "zero": 1}}
+    with pytest.raises(UserError, match="divisible by pp=4"):
+        build_context(scenario_from_dict(megatron))
+
+
 def test_without_framework_the_scenario_is_untouched() -> None:
     raw = _small()
     assert apply_framework(raw) == raw
