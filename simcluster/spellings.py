@@ -53,7 +53,7 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
         "dualpipe-v": "dualpipev",
         # torch.distributed.pipelining's class names, as torchtitan's pipeline_parallel_schedule takes them
         "interleavedzerobubble": "interleaved-zb", "interleaved-zero-bubble": "interleaved-zb",
-        "interleaved1f1b": "interleaved", "loopedbfs": "looped-bfs", "zbvzerobubble": "zbv",
+        "interleaved1f1b": "interleaved", "loopedbfs": "looped-bfs", "zbvzerobubble": "zbv-fixed",
     },
     ("parallel", "cp_comm"): {"ring": "p2p", "ulysses": "a2a", "all-gather": "all_gather"},
     # gelu stands for any two-matrix MLP (OPT's ReLU, GPT-2's tanh GeLU): one elementwise pass

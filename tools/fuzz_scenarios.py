@@ -47,7 +47,7 @@ MOE = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "grok-1", 
 HARDWARE = ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "aws-p5", "amd-mi300x", "dgx-h200", "hgx-h800",
             "gb300-nvl72", "alps-gh200", "dgx-2-v100"]  # fmt: skip
 SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
-             "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb"]  # fmt: skip
+             "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-fixed"]  # fmt: skip
 FRAMEWORKS = [None, None, "megatron-core", "nemo", "torchtitan", "nanotron", "deepspeed", "megatron-lm-2021",
               "megatron-bridge", "automodel", "zero-bubble"]  # fmt: skip
 

@@ -11,7 +11,7 @@ from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
     "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
-    "v-half", "v-min", "dualpipe", "dualpipev",
+    "zbv-fixed", "v-half", "v-min", "dualpipe", "dualpipev",
 ]
 
 

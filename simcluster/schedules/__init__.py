@@ -16,6 +16,7 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     zb_h1,
     zb_h2,
     zbv,
+    zbv_fixed,
 )
 from simcluster.schedules.base import OpCosts, PipeOp, Schedule, ScheduleSpec, locate, upstream
 from simcluster.schedules.registry import SCHEDULES, get_schedule
