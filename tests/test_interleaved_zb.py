@@ -11,33 +11,22 @@ from simcluster.errors import UserError
 from simcluster.schedules import ScheduleSpec, get_schedule
 from simcluster.schedules.check import (
     bubble_time,
-    check_order,
-    check_timeline,
     peak_inflight,
-    replay,
 )
-
-
-def _run(name, p, m, v, **times):
-    sched, spec = get_schedule(name), ScheduleSpec(p, m, v)
-    ops = sched.build(spec)
-    check_order(sched, spec, ops)
-    timeline = replay(sched, spec, ops, **times)
-    check_timeline(sched, spec, timeline)
-    return ops, timeline
+from tests.schedule_helpers import run
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 12), (8, 24)])
 def test_one_chunk_is_zb_h1(p, m):
-    izb, _ = _run("interleaved-zb", p, m, 1)
-    h1, _ = _run("zb-h1", p, m, 1)
+    izb, _ = run("interleaved-zb", p, m, 1)
+    h1, _ = run("zb-h1", p, m, 1)
     assert izb == h1
 
 
 def test_the_order_pytorch_builds():
     """p = 2, m = 4, v = 2: two rounds of g = 2 microbatches; stage 0 warms up with
     (v - 1) g + (p - 1) = 3 forwards, stage 1 with 2; W lags B by the stage index."""
-    ops, _ = _run("interleaved-zb", 2, 4, 2)
+    ops, _ = run("interleaved-zb", 2, 4, 2)
     assert " ".join(map(str, ops[0])) == (
         "F0.0 F1.0 F0.1 F1.1 B0.1 W0.1 F2.0 B1.1 W1.1 F3.0 B0.0 W0.0 F2.1 B1.0 W1.0 "
         "F3.1 B2.1 W2.1 B3.1 W3.1 B2.0 W2.0 B3.0 W3.0"
@@ -53,8 +42,8 @@ def test_the_order_pytorch_builds():
 def test_bubble_is_zb_h1s_per_chunk(p, m, v, f, b, w):
     """Per chunk op (each a 1/v share of a stage), the bubble is ZB-H1's (p-1)(F+B-W), where
     interleaved 1F1B's fused backward leaves (p-1)(F+B+W): W fills 2(p-1)W of the drain."""
-    _, zb = _run("interleaved-zb", p, m, v, t_f=f, t_b=b, t_w=w)
-    _, base = _run("interleaved", p, m, v, t_f=f, t_b=b, t_w=w)
+    _, zb = run("interleaved-zb", p, m, v, t_f=f, t_b=b, t_w=w)
+    _, base = run("interleaved", p, m, v, t_f=f, t_b=b, t_w=w)
     assert bubble_time(zb) == pytest.approx((p - 1) * (f + b - w))
     assert bubble_time(base) == pytest.approx((p - 1) * (f + b + w))
 
@@ -63,7 +52,7 @@ def test_bubble_is_zb_h1s_per_chunk(p, m, v, f, b, w):
 def test_every_stage_holds_one_round_more_than_1f1b(p, m, v, g):
     """W deferred by the stage index keeps (v-1)g + p chunk stashes on every stage (ZB-H1's
     p at v = 1), the first stage's interleaved-1F1B warm-up minus the p - 1 it saves."""
-    ops, _ = _run("interleaved-zb", p, m, v)
+    ops, _ = run("interleaved-zb", p, m, v)
     assert peak_inflight(ops) == [(v - 1) * g + p] * p
 
 

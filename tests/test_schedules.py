@@ -16,16 +16,7 @@ from simcluster.schedules.check import (
     peak_inflight,
     replay,
 )
-
-
-def run(name, p, m, v=1, **times):
-    sched = get_schedule(name)
-    spec = ScheduleSpec(p, m, v)
-    ops = sched.build(spec)
-    check_order(sched, spec, ops)
-    timeline = replay(sched, spec, ops, **times)
-    check_timeline(sched, spec, timeline)
-    return ops, timeline
+from tests.schedule_helpers import run
 
 
 def grid():
