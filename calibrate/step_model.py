@@ -137,35 +137,62 @@ class Block(nn.Module):
         return x + F.dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
 
 
-class Transformer(nn.Module):
-    """Embedding, the layers, the final norm and the LM head (tied or not); returns logits."""
+class ModelChunk(nn.Module):
+    """A run of the model's layers, with the embedding when it holds the first and the final
+    norm and LM head when it holds the last: a pipeline stage's share, or (all of them) the
+    whole model. It takes token ids when it holds the embedding, hidden states otherwise, and
+    returns logits when it holds the head."""
 
-    def __init__(self, model: ModelSpec, seq_len: int, recompute: str = "none") -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        seq_len: int,
+        layers: range,
+        embedding: bool,
+        head: bool,
+        recompute: str = "none",
+    ) -> None:
         super().__init__()
         check_buildable(model, seq_len, recompute)
-        self.embed = nn.Embedding(model.vocab, model.hidden)
-        self.positions = (
-            nn.Embedding(model.max_positions, model.hidden) if model.position == "learned" else None
-        )
-        self.blocks = nn.ModuleList(Block(model) for _ in range(model.layers))
-        self.norm = _norm(model, model.hidden)
-        self.head = nn.Linear(model.hidden, model.vocab, bias=False)
-        if model.tied_embeddings:
+        self.embed = nn.Embedding(model.vocab, model.hidden) if embedding else None
+        learned = embedding and model.position == "learned"
+        self.positions = nn.Embedding(model.max_positions, model.hidden) if learned else None
+        self.blocks = nn.ModuleList(Block(model) for _ in layers)
+        self.norm = _norm(model, model.hidden) if head else None
+        self.head = nn.Linear(model.hidden, model.vocab, bias=False) if head else None
+        if model.tied_embeddings and self.head is not None:
+            if self.embed is None:
+                raise UserError(
+                    "model.tied_embeddings",
+                    "measure-step keeps a tied embedding on one stage only; untie it or hold the "
+                    "embedding and the head on the same stage",
+                )
             self.head.weight = self.embed.weight
         self.recompute = recompute == "full"
         rotary = rotary_table(model.d_head, seq_len) if model.position == "rope" else None
         self.register_buffer("rotary", rotary, persistent=False)
         self.dropout = DROPOUT if model.dropout else 0.0
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        if self.positions is not None:
-            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        x = F.dropout(x, self.dropout, self.training)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            tokens = x
+            x = self.embed(tokens)
+            if self.positions is not None:
+                x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+            x = F.dropout(x, self.dropout, self.training)
         rotary = self.rotary
         for block in self.blocks:
             if self.recompute:
                 x = checkpoint(block, x, rotary, use_reentrant=False)
             else:
                 x = block(x, rotary)
-        return self.head(self.norm(x))
+        if self.head is not None and self.norm is not None:
+            return self.head(self.norm(x))
+        return x
+
+
+class Transformer(ModelChunk):
+    """Embedding, the layers, the final norm and the LM head (tied or not); returns logits."""
+
+    def __init__(self, model: ModelSpec, seq_len: int, recompute: str = "none") -> None:
+        super().__init__(model, seq_len, range(model.layers), True, True, recompute)

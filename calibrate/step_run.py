@@ -12,8 +12,11 @@ torchtitan runs it); the cross-entropy loss, ``clip_grad_norm_``, fused AdamW,
 synchronisations; a step's time is its slowest rank's, and the median step is the measurement.
 Rank 0 then simulates the scenario under the framework entry that describes that loop
 (``pytorch-ddp`` or ``torchtitan``) on the given profile, prints both with the error, and can
-write the measurement as a case for ``simcluster validate`` (``--case-out``). Data parallelism
-only: the loop has no tensor or pipeline parallelism to run.
+write the measurement as a case for ``simcluster validate`` (``--case-out``). With pipeline
+stages (``parallel.pp`` > 1) the model is cut as the simulator cuts it and run by PyTorch's
+schedule of ``parallel.schedule`` (``torch.distributed.pipelining``: 1f1b, afab, interleaved,
+looped-bfs, interleaved-zb, zbv-fixed), data parallelism across the pipeline replicas. No tensor,
+context or expert parallelism: the loop has none of them to run.
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     from calibrate.step_model import check_buildable
 
     check_buildable(ctx.model, ctx.layout.seq_len, scenario.training.recompute)
+    from calibrate.step_pipeline import check_pipeline
+
+    check_pipeline(ctx)
     return raw, ctx
 
 
@@ -196,11 +202,12 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
 
 def check_launch(ctx: Any, world: int, local_world: int) -> None:
     """The launched ranks are the scenario's GPUs, placed as the simulation places them."""
-    if world != ctx.layout.dp:
+    gpus = ctx.layout.dp * ctx.layout.pp
+    if world != gpus:
         raise UserError(
             "cluster.gpus",
-            f"the scenario trains on {ctx.layout.dp} GPUs but {world} rank(s) were launched; "
-            f"run torchrun with {ctx.layout.dp} processes or set cluster.gpus",
+            f"the scenario trains on {gpus} GPUs but {world} rank(s) were launched; "
+            f"run torchrun with {gpus} processes or set cluster.gpus",
         )
     gpn = ctx.scenario.cluster.gpus_per_node or ctx.profile.node.gpus_per_node
     if world > local_world and gpn != local_world:

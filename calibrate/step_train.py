@@ -1,6 +1,8 @@
 """The training loop of ``calibrate measure-step``: the scenario's model under
-DistributedDataParallel, stepped as a plain PyTorch loop does, timed between device
-synchronisations (each step its slowest rank's), and optionally one profiled step."""
+DistributedDataParallel or FSDP2, through a PyTorch pipeline schedule when it has pipeline
+stages (``calibrate/step_pipeline.py``), stepped as a plain PyTorch loop does (clipping, fused
+AdamW), timed between device synchronisations (each step its slowest rank's), and optionally
+one profiled step."""
 
 from __future__ import annotations
 
@@ -17,47 +19,32 @@ def train(
     ``trace``, one more step runs under the profiler and rank 0 writes its chrome trace."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
 
-    from calibrate.step_model import Transformer
     from calibrate.timers import synchronize
 
     layout, scenario = ctx.layout, ctx.scenario
     torch.manual_seed(1234 + dctx.rank)
-    model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, scenario.training.recompute)
-    model = model.to(dctx.device)
-    fsdp = layout.zero == 3 and dctx.distributed
-    if fsdp:  # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
-        from torch.distributed.fsdp import fully_shard
-
-        for block in model.blocks:  # type: ignore[union-attr]
-            fully_shard(block)
-        fully_shard(model)
-    elif dctx.distributed:
-        ids = [dctx.device.index] if dctx.device.type == "cuda" else None
-        model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
-    # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     accum = layout.global_batch // (layout.micro_batch * layout.dp)
     shape = (accum, layout.micro_batch, layout.seq_len + 1)
     tokens = torch.randint(ctx.model.vocab, shape, device=dctx.device)
     inputs, targets = tokens[..., :-1], tokens[..., 1:]
     bf16 = scenario.training.precision == "bf16"
 
+    def autocast() -> Any:
+        return torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    if layout.pp > 1:
+        from calibrate.step_pipeline import pipeline_step
+
+        passes, params = pipeline_step(ctx, dctx, inputs, targets, autocast)
+    else:
+        passes, params = _data_parallel_passes(ctx, dctx, inputs, targets, autocast)
+    # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
+    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+
     def step() -> None:
-        for i in range(accum):
-            last = i == accum - 1
-            # DDP reduces once, in the last micro-batch; FSDP2 reduce-scatters every one
-            plain = last or fsdp or not dctx.distributed
-            sync = contextlib.nullcontext() if plain else model.no_sync()  # type: ignore[operator]
-            with sync:
-                autocast = torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-                with autocast:
-                    logits = model(inputs[i])
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum
-                loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        passes()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -81,6 +68,47 @@ def train(
         progress.describe("measure-step: profiled step")
         _profiled(step, dctx, trace)
     return times
+
+
+def _data_parallel_passes(
+    ctx: Any, dctx: Any, inputs: Any, targets: Any, autocast: Any
+) -> tuple[Any, list[Any]]:
+    """(one step's forwards and backwards over the micro-batches, the parameters) of the whole
+    model under DistributedDataParallel (zero 0) or FSDP2 (zero 3)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from calibrate.step_model import Transformer
+
+    layout = ctx.layout
+    model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, ctx.scenario.training.recompute)
+    model = model.to(dctx.device)
+    fsdp = layout.zero == 3 and dctx.distributed
+    if fsdp:  # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:  # type: ignore[union-attr]
+            fully_shard(block)
+        fully_shard(model)
+    elif dctx.distributed:
+        ids = [dctx.device.index] if dctx.device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
+    accum = inputs.shape[0]
+
+    def passes() -> None:
+        for i in range(accum):
+            last = i == accum - 1
+            # DDP reduces once, in the last micro-batch; FSDP2 reduce-scatters every one
+            plain = last or fsdp or not dctx.distributed
+            sync = contextlib.nullcontext() if plain else model.no_sync()  # type: ignore[operator]
+            with sync:
+                with autocast():
+                    logits = model(inputs[i])
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum
+                loss.backward()
+
+    return passes, list(model.parameters())
 
 
 def _profiled(step: Any, dctx: Any, path: Path) -> None:

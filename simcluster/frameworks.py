@@ -353,21 +353,25 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
-    if _zero_stage(raw) != 0 or any(_parallel(raw, k, 1) > 1 for k in ("tp", "pp", "cp", "ep")):
+    if _zero_stage(raw) != 0 or any(_parallel(raw, k, 1) > 1 for k in ("tp", "cp", "ep")):
         raise UserError(
             "framework",
-            "pytorch-ddp is data parallelism alone (zero 0, tp = pp = cp = ep = 1); "
-            "use torchtitan for FSDP2 with tensor or pipeline parallelism",
+            "pytorch-ddp is DistributedDataParallel, with torch.distributed.pipelining stages at "
+            "most (zero 0, tp = cp = ep = 1); use torchtitan for FSDP2 or tensor parallelism",
         )
     # DistributedDataParallel(bucket_cap_mb=25) without gradient_as_bucket_view: buckets of
     # 25 MiB of the parameters' (fp32) gradients, each gradient copied in and back out; the
     # optimizer's zero_grad(set_to_none=True) frees .grad, so the first microbatch writes it and
     # later ones add in place; clip_grad_norm_ reads and scales every gradient
-    return {
+    defaults: Defaults = {
         "training": {"elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False},
         "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
         "overlap": {"dp_grad_reduce": True},
     }
+    group = _pipeline_rounds(raw, None)  # its pipeline stages run PyTorch's schedules
+    if group is not None:
+        defaults["parallel"] = {"microbatch_group": group}
+    return defaults
 
 
 def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
@@ -511,8 +515,10 @@ FRAMEWORKS: dict[str, Framework] = {
             "a plain PyTorch training loop in eager mode (the model written as the Llama reference "
             "code: fp32 RMSNorm and complex rotary, repeat_kv, SDPA), DistributedDataParallel "
             "with its default 25 MiB buckets, gradients copied into them and back, "
-            "clip_grad_norm_ and AdamW; data parallelism alone (what `python -m calibrate "
-            "measure-step` runs)",
+            "clip_grad_norm_ and AdamW; data parallelism, with pp > 1 over "
+            "torch.distributed.pipelining stages (DDP per stage, gradients reduced in each "
+            "stage's last backward; interleaved 1F1B in PyTorch's rounds) (what `python -m "
+            "calibrate measure-step` runs)",
             "pytorch/pytorch torch/nn/parallel/distributed.py (bucket_cap_mb 25, "
             "gradient_as_bucket_view False), torch/csrc/distributed/c10d/reducer.cpp "
             "(copy_grad_to_bucket, copy_bucket_to_grad), torch/nn/utils/clip_grad.py "

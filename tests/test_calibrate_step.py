@@ -145,6 +145,78 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framewor
     assert profiled.level == "cpu_op" and profiled.seconds["gemm"] > 0
 
 
+def test_the_pipeline_chunks_are_the_simulators_cut_of_the_model():
+    """With pp 2 and 2 virtual chunks per stage each rank builds the layers Context.chunks
+    gives it (the embedding with the first virtual stage, the final norm and head with the
+    last); together the chunks hold every parameter the simulator counts, once."""
+    from calibrate.step_model import ModelChunk
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    data = {**TINY, "model": {**TINY["model"], "layers": 8},
+            "parallel": {"tp": 1, "pp": 2, "vpp": 2, "schedule": "interleaved-zb"}}  # fmt: skip
+    ctx = build_context(scenario_from_dict(data))
+    chunks = [c for stage in ctx.chunks for c in stage]
+    modules = [ModelChunk(ctx.model, 64, c.layer_indices, c.embedding, c.head) for c in chunks]
+    assert [len(m.blocks) for m in modules] == [2, 2, 2, 2]
+    assert sum(p.numel() for m in modules for p in m.parameters()) == ctx.model.params_total()
+    first = next(m for m, c in zip(modules, chunks, strict=True) if c.virtual_stage == 0)
+    hidden = first(torch.randint(ctx.model.vocab, (2, 64)))
+    assert hidden.shape == (2, 64, ctx.model.hidden)  # hidden states on to the next stage
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"parallel": {"pp": 2, "schedule": "zb-h1"}}, "parallel.schedule"),  # no PyTorch class
+        ({"parallel": {"pp": 2}, "model": {"tied_embeddings": True}}, "model.tied_embeddings"),
+        ({"parallel": {"pp": 2, "zero": 3}}, "parallel.zero"),  # FSDP2 over one rank
+    ],
+)
+def test_what_the_pipelined_loop_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field):
+    path = _scenario(tmp_path, **changes)
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err, err
+
+
+def _launch(args: list[str], ranks: int = 2) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    command = TORCHRUN[:-1] + [str(ranks)] + ["-m", "calibrate", "measure-step", *args]
+    errors = []
+    for _attempt in range(2):  # --standalone's rendezvous port can race under xdist (above)
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+        errors.append(proc.stderr[-3000:])
+    raise AssertionError("\n---\n".join(errors))
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), [("1f1b", 1), ("interleaved-zb", 2), ("zbv-fixed", 1)])
+def test_two_gloo_ranks_run_a_pytorch_pipeline_schedule(tmp_path, schedule, vpp):
+    """pp 2 on 2 CPU ranks: the chunks as PipelineStages under torch.distributed.pipelining's
+    Schedule1F1B, ScheduleInterleavedZeroBubble (four chunks, split backward) and
+    ScheduleZBVZeroBubble (the V: rank 0 holds the first and the last chunk); 8 sequences in
+    4 microbatches of 2, all on the one pipeline; simulated as framework pytorch-ddp."""
+    path = _scenario(tmp_path, model={"layers": 4}, parallel={"pp": 2, "vpp": vpp, "schedule": schedule})
+    r = _launch([str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"])
+    assert r["ranks"] == 2 and r["microbatches"] == 4 and len(r["steps_s"]) == 2
+    assert r["framework"] == "pytorch-ddp" and r["measured_step_s"] > 0 and r["simulated_step_s"] > 0
+
+
+def test_four_gloo_ranks_run_fsdp2_under_a_pipeline(tmp_path):
+    """pp 2 x dp 2 with zero 3: each stage's chunk fully_shard-ed over its data-parallel pair
+    (a DeviceMesh of that group), as torchtitan composes FSDP2 with pipelining; simulated as
+    framework torchtitan."""
+    path = _scenario(
+        tmp_path, model={"layers": 4}, cluster={"gpus": 4}, parallel={"pp": 2, "zero": 3},
+        training={"global_batch": 16},
+    )  # fmt: skip
+    r = _launch([str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"], ranks=4)
+    assert r["ranks"] == 4 and r["microbatches"] == 4 and r["framework"] == "torchtitan"
+    assert r["measured_step_s"] > 0
+
+
 def test_a_launch_across_nodes_must_place_ranks_as_the_scenario_does(tmp_path):
     """16 ranks as 2 nodes x 8 match a DGX H100 scenario of 16 GPUs; as 4 nodes x 4 they do
     not (the simulation would put 8 in one NVLink domain): one line naming the fix."""
