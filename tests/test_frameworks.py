@@ -207,6 +207,10 @@ def test_torchtitan_interleaves_in_pytorchs_rounds() -> None:
     megatron = {**raw, "framework": "megatron-core", "parallel": {**raw["parallel"], "zero": 1}}
     with pytest.raises(UserError, match="divisible by pp=4"):
         build_context(scenario_from_dict(megatron))
+    # DDP per stage under the same PyTorch schedules (calibrate measure-step's pipelined loop)
+    ddp = {**raw, "framework": "pytorch-ddp", "cluster": {"hardware": "dgx-h100", "gpus": 8},
+           "parallel": {**raw["parallel"], "tp": 1, "zero": 0}}  # fmt: skip
+    assert scenario_from_dict(ddp).parallel.microbatch_group == 5  # dp 2: 10 microbatches
 
 
 def test_without_framework_the_scenario_is_untouched() -> None:
