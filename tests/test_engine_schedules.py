@@ -32,6 +32,8 @@ def results():
         "zb-1p": (1,),
         "zb-2p": (1,),
         "zbv": (1,),
+        "zbv-fixed": (1,),
+        "interleaved-zb": (2,),
         "v-half": (1,),
         "v-min": (1,),
         "dualpipe": (1,),
@@ -170,8 +172,9 @@ def _per_microbatch_activation(results, name):
 
 @pytest.mark.parametrize(
     "name",
-    ["afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"],
-)
+    ["afab", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv", "zbv-fixed", "interleaved-zb",
+     "dualpipe", "dualpipev"],
+)  # fmt: skip
 def test_executed_timeline_is_valid(results, name):
     """F before B before W per (microbatch, chunk), cross-stage dependencies, no compute overlap."""
     res = results[name]
@@ -179,7 +182,7 @@ def test_executed_timeline_is_valid(results, name):
     sched = get_schedule(name)
     from simcluster.schedules import PipeOp, ScheduleSpec
 
-    spec = ScheduleSpec(P, M, 2 if name in ("interleaved", "looped-bfs") else 1)
+    spec = ScheduleSpec(P, M, 2 if name in ("interleaved", "looped-bfs", "interleaved-zb") else 1)
     kinds = {"forward": "F", "backward_input": "B", "backward_weight": "W", "backward": "BW"}
     flags = {
         (st, op.kind, op.microbatch, op.chunk)
