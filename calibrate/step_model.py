@@ -91,8 +91,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
-        a, kv, d = self.heads, self.kv_heads, self.head_dim
-        q, k, v = self.qkv(x).split([a * d, kv * d, kv * d], dim=-1)
+        qkv = self.qkv(x)
+        # under tensor parallelism the projection's output is this rank's 1/tp of the heads:
+        # its slice is read as its own query, key and value heads, as a Megatron-ordered fused
+        # QKV weight gives them (the weights are random, so the order is only a convention)
+        shards = (self.heads + 2 * self.kv_heads) * self.head_dim // qkv.shape[-1]
+        a, kv, d = self.heads // shards, self.kv_heads // shards, self.head_dim
+        q, k, v = qkv.split([a * d, kv * d, kv * d], dim=-1)
         q, k, v = q.view(b, s, a, d), k.view(b, s, kv, d), v.view(b, s, kv, d)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)

@@ -4,7 +4,7 @@ each chunk a ``torch.distributed.pipelining`` ``PipelineStage``, run by the PyTo
 the scenario's ``parallel.schedule``; data parallelism across pipeline replicas under
 DistributedDataParallel (zero 0) or FSDP2 (zero 3, ``fully_shard`` per layer and per chunk,
 parameters kept gathered between forward and backward, as torchtitan composes it with
-pipelining).
+pipelining), each chunk tensor-parallel first when tp > 1 (``calibrate/step_tensor.py``).
 
 Gradient clipping runs over each stage's own gradients (``clip_grad_norm_`` per rank): a
 correct global norm would add one small all-reduce across the pipeline, which the measured
@@ -52,58 +52,22 @@ def check_pipeline(ctx: Any) -> None:
         )
 
 
-def _groups(layout: Any, rank: int) -> tuple[Any, Any]:
-    """This rank's pipeline group and data-parallel group (None at dp 1); every rank creates
-    every group, in the same order, as ``new_group`` requires."""
-    import torch.distributed as dist
-
-    pp_group = dp_group = None
-    for d in range(layout.dp):
-        ranks = [layout.rank(dp=d, pp=s) for s in range(layout.pp)]
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            pp_group = group
-    if layout.dp > 1:
-        for s in range(layout.pp):
-            ranks = [layout.rank(dp=d, pp=s) for d in range(layout.dp)]
-            group = dist.new_group(ranks)
-            if rank in ranks:
-                dp_group = group
-    return pp_group, dp_group
-
-
-def _wrap(chunk: Any, layout: Any, dp_group: Any, device: Any) -> Any:
-    """A chunk under its data-parallel wrapper: DDP (zero 0) or FSDP2 (zero 3)."""
-    if dp_group is None:
-        return chunk
-    if layout.zero == 3:
-        from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = DeviceMesh.from_group(dp_group, device.type)
-        # torchtitan under pipelining: reshard_after_forward = not pp_enabled
-        for block in chunk.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=False)
-        return fully_shard(chunk, mesh=mesh, reshard_after_forward=False)
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(chunk, device_ids=ids, bucket_cap_mb=25, process_group=dp_group)
-
-
 def pipeline_step(
-    ctx: Any, dctx: Any, inputs: Any, targets: Any, autocast: Callable[[], Any]
+    ctx: Any, dctx: Any, mesh: Any, inputs: Any, targets: Any, autocast: Callable[[], Any]
 ) -> tuple[Callable[[], None], list[Any]]:
     """(one training step's forward and backward through the pipeline, this rank's
-    parameters). ``inputs`` and ``targets`` hold the rank's whole batch (microbatches first)."""
+    parameters). ``mesh`` is :func:`calibrate.step_parallel.rank_mesh`'s; ``inputs`` and
+    ``targets`` hold the rank's whole batch (microbatches first)."""
     import torch
     import torch.distributed.pipelining as pipelining
     import torch.nn.functional as F
 
     from calibrate.step_model import ModelChunk
+    from calibrate.step_parallel import wrap_data_parallel
+    from calibrate.step_tensor import apply_tensor_parallel, loss_context
 
     layout, scenario = ctx.layout, ctx.scenario
-    pp_group, dp_group = _groups(layout, dctx.rank)
+    pp_group = mesh["pp"].get_group()
     stage = layout.coords(dctx.rank)["pp"]
     chunks = ctx.chunks[stage]
     total = max(c.virtual_stage for cs in ctx.chunks for c in cs) + 1
@@ -112,7 +76,9 @@ def pipeline_step(
         module = ModelChunk(
             ctx.model, layout.seq_len, c.layer_indices, c.embedding, c.head, scenario.training.recompute
         ).to(dctx.device)
-        module = _wrap(module, layout, dp_group, dctx.device)
+        if layout.tp > 1:
+            apply_tensor_parallel(module, mesh["tp"])
+        module = wrap_data_parallel(module, layout, mesh, dctx.device, pipelined=True)
         modules.append(module)
         stages.append(pipelining.PipelineStage(module, c.virtual_stage, total, dctx.device, group=pp_group))
 
@@ -129,7 +95,7 @@ def pipeline_step(
     def step() -> None:
         args = (batch,) if first else ()
         kwargs: dict[str, Any] = {"target": labels, "losses": []} if last else {}
-        with autocast():
+        with autocast(), loss_context(layout.tp):
             schedule.step(*args, **kwargs)
 
     return step, [p for m in modules for p in m.parameters()]

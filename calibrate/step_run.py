@@ -15,8 +15,9 @@ Rank 0 then simulates the scenario under the framework entry that describes that
 write the measurement as a case for ``simcluster validate`` (``--case-out``). With pipeline
 stages (``parallel.pp`` > 1) the model is cut as the simulator cuts it and run by PyTorch's
 schedule of ``parallel.schedule`` (``torch.distributed.pipelining``: 1f1b, afab, interleaved,
-looped-bfs, interleaved-zb, zbv-fixed), data parallelism across the pipeline replicas. No tensor,
-context or expert parallelism: the loop has none of them to run.
+looped-bfs, interleaved-zb, zbv-fixed), data parallelism across the pipeline replicas. With
+``parallel.tp`` > 1 every module gets torchtitan's DTensor tensor-parallel plan first
+(``calibrate/step_tensor.py``). No context or expert parallelism: the loop has neither to run.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import yaml
 
 from simcluster.errors import UserError
 
-HELP = "run real training steps of a scenario here (PyTorch DDP or FSDP2) and compare them with its simulation"
+HELP = "run real training steps of a scenario here (PyTorch DDP or FSDP2, DTensor TP, pipelining) and compare them with its simulation"
 #: the framework entry that describes the loop run, by ZeRO stage: DistributedDataParallel,
 #: or FSDP2 (fully_shard per layer and on the root, as torchtitan applies it)
 FRAMEWORKS = {0: "pytorch-ddp", 3: "torchtitan"}
@@ -89,6 +90,8 @@ def _as_run(raw: dict[str, Any], hardware: str | None) -> dict[str, Any]:
         run.setdefault("cluster", {})
         if isinstance(run["cluster"], dict):
             run["cluster"]["hardware"] = str(Path(hardware).resolve()) if Path(hardware).exists() else hardware
+    if isinstance(run.get("parallel"), dict) and (run["parallel"].get("tp") or 1) > 1:
+        run["parallel"].setdefault("sequence_parallel", True)  # torchtitan's TP plan is SP
     parallel = scenario_from_dict(run).parallel
     if parallel.zero not in FRAMEWORKS:
         raise UserError(
@@ -130,8 +133,10 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
     check_buildable(ctx.model, ctx.layout.seq_len, scenario.training.recompute)
     from calibrate.step_pipeline import check_pipeline
+    from calibrate.step_tensor import check_tensor_parallel
 
     check_pipeline(ctx)
+    check_tensor_parallel(ctx)
     return raw, ctx
 
 
@@ -202,7 +207,7 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
 
 def check_launch(ctx: Any, world: int, local_world: int) -> None:
     """The launched ranks are the scenario's GPUs, placed as the simulation places them."""
-    gpus = ctx.layout.dp * ctx.layout.pp
+    gpus = ctx.layout.dp * ctx.layout.pp * ctx.layout.tp
     if world != gpus:
         raise UserError(
             "cluster.gpus",

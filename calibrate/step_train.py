@@ -33,12 +33,17 @@ def train(
     def autocast() -> Any:
         return torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
+    mesh = None
+    if layout.pp > 1 or layout.tp > 1:
+        from calibrate.step_parallel import rank_mesh
+
+        mesh = rank_mesh(layout, dctx.device.type)
     if layout.pp > 1:
         from calibrate.step_pipeline import pipeline_step
 
-        passes, params = pipeline_step(ctx, dctx, inputs, targets, autocast)
+        passes, params = pipeline_step(ctx, dctx, mesh, inputs, targets, autocast)
     else:
-        passes, params = _data_parallel_passes(ctx, dctx, inputs, targets, autocast)
+        passes, params = _data_parallel_passes(ctx, dctx, mesh, inputs, targets, autocast)
     # fused: one pass over the states, as the simulator's optimizer step and apex/TE FusedAdam
     optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
 
@@ -71,21 +76,27 @@ def train(
 
 
 def _data_parallel_passes(
-    ctx: Any, dctx: Any, inputs: Any, targets: Any, autocast: Any
+    ctx: Any, dctx: Any, mesh: Any, inputs: Any, targets: Any, autocast: Any
 ) -> tuple[Any, list[Any]]:
     """(one step's forwards and backwards over the micro-batches, the parameters) of the whole
-    model under DistributedDataParallel (zero 0) or FSDP2 (zero 3)."""
+    model under DistributedDataParallel (zero 0) or FSDP2 (zero 3), tensor-parallel first when
+    tp > 1 (``mesh``: :func:`calibrate.step_parallel.rank_mesh`'s, None without TP)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
     from calibrate.step_model import Transformer
+    from calibrate.step_parallel import wrap_data_parallel
+    from calibrate.step_tensor import apply_tensor_parallel, loss_context
 
     layout = ctx.layout
     model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, ctx.scenario.training.recompute)
     model = model.to(dctx.device)
-    fsdp = layout.zero == 3 and dctx.distributed
-    if fsdp:  # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
+    if mesh is not None:
+        apply_tensor_parallel(model, mesh["tp"])
+        model = wrap_data_parallel(model, layout, mesh, dctx.device, pipelined=False)
+    elif layout.zero == 3 and dctx.distributed:
+        # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
         from torch.distributed.fsdp import fully_shard
 
         for block in model.blocks:  # type: ignore[union-attr]
@@ -95,14 +106,13 @@ def _data_parallel_passes(
         ids = [dctx.device.index] if dctx.device.type == "cuda" else None
         model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
     accum = inputs.shape[0]
+    ddp = isinstance(model, DistributedDataParallel)
 
     def passes() -> None:
         for i in range(accum):
-            last = i == accum - 1
             # DDP reduces once, in the last micro-batch; FSDP2 reduce-scatters every one
-            plain = last or fsdp or not dctx.distributed
-            sync = contextlib.nullcontext() if plain else model.no_sync()  # type: ignore[operator]
-            with sync:
+            sync = model.no_sync() if ddp and i < accum - 1 else contextlib.nullcontext()  # type: ignore[operator]
+            with sync, loss_context(layout.tp):
                 with autocast():
                     logits = model(inputs[i])
                 loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum

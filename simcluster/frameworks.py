@@ -353,11 +353,12 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
-    if _zero_stage(raw) != 0 or any(_parallel(raw, k, 1) > 1 for k in ("tp", "cp", "ep")):
+    if _zero_stage(raw) != 0 or any(_parallel(raw, k, 1) > 1 for k in ("cp", "ep")):
         raise UserError(
             "framework",
-            "pytorch-ddp is DistributedDataParallel, with torch.distributed.pipelining stages at "
-            "most (zero 0, tp = cp = ep = 1); use torchtitan for FSDP2 or tensor parallelism",
+            "pytorch-ddp is DistributedDataParallel with DTensor tensor parallelism and "
+            "torch.distributed.pipelining stages at most (zero 0, cp = ep = 1); use torchtitan "
+            "for FSDP2",
         )
     # DistributedDataParallel(bucket_cap_mb=25) without gradient_as_bucket_view: buckets of
     # 25 MiB of the parameters' (fp32) gradients, each gradient copied in and back out; the
@@ -366,7 +367,8 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
     defaults: Defaults = {
         "training": {"elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False},
         "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
-        "overlap": {"dp_grad_reduce": True},
+        # DTensor's tensor-parallel collectives are eager and blocking
+        "overlap": {"dp_grad_reduce": True, "tp_grad_async": False},
     }
     group = _pipeline_rounds(raw, None)  # its pipeline stages run PyTorch's schedules
     if group is not None:
@@ -515,10 +517,10 @@ FRAMEWORKS: dict[str, Framework] = {
             "a plain PyTorch training loop in eager mode (the model written as the Llama reference "
             "code: fp32 RMSNorm and complex rotary, repeat_kv, SDPA), DistributedDataParallel "
             "with its default 25 MiB buckets, gradients copied into them and back, "
-            "clip_grad_norm_ and AdamW; data parallelism, with pp > 1 over "
-            "torch.distributed.pipelining stages (DDP per stage, gradients reduced in each "
-            "stage's last backward; interleaved 1F1B in PyTorch's rounds) (what `python -m "
-            "calibrate measure-step` runs)",
+            "clip_grad_norm_ and AdamW; data parallelism, with tp > 1 DTensor's sequence-parallel "
+            "plan (blocking collectives), with pp > 1 torch.distributed.pipelining stages (DDP "
+            "per stage, gradients reduced in each stage's last backward; interleaved 1F1B in "
+            "PyTorch's rounds) (what `python -m calibrate measure-step` runs)",
             "pytorch/pytorch torch/nn/parallel/distributed.py (bucket_cap_mb 25, "
             "gradient_as_bucket_view False), torch/csrc/distributed/c10d/reducer.cpp "
             "(copy_grad_to_bucket, copy_bucket_to_grad), torch/nn/utils/clip_grad.py "

@@ -79,7 +79,7 @@ def test_full_recomputation_gives_the_same_gradients():
         ({"model": {"experts": 4, "top_k": 2, "expert_ffn": 256}}, "model.experts"),
         ({"training": {"precision": "fp8"}}, "training.precision"),
         ({"training": {"recompute": "selective"}}, "training.recompute"),
-        ({"parallel": {"tp": 2}}, "framework"),  # DDP alone: pytorch-ddp refuses tp
+        ({"parallel": {"cp": 2}}, "framework"),  # no context parallelism in the loop
         ({"parallel": {"zero": 1}}, "parallel.zero"),  # DDP (0) or FSDP2 (3) only
         ({"parallel": {"zero": 3, "zero_shard": 1}}, "parallel.zero_shard"),
         ({}, "cluster.gpus"),  # 2 GPUs in the scenario, one process launched
@@ -215,6 +215,41 @@ def test_four_gloo_ranks_run_fsdp2_under_a_pipeline(tmp_path):
     r = _launch([str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"], ranks=4)
     assert r["ranks"] == 4 and r["microbatches"] == 4 and r["framework"] == "torchtitan"
     assert r["measured_step_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"parallel": {"tp": 2, "sequence_parallel": False}}, "parallel.sequence_parallel"),
+        ({"parallel": {"tp": 2}, "model": {"qk_norm": True}}, "model.qk_norm"),
+        ({"parallel": {"tp": 2}, "model": {"tied_embeddings": True}}, "model.tied_embeddings"),
+        ({"parallel": {"tp": 2}, "model": {"vocab": 511}}, "model.vocab"),  # row-parallel embedding
+        ({"parallel": {"tp": 2}, "cluster": {"gpus": 4}}, "parallel.zero"),  # DDP of DTensors
+    ],
+)
+def test_what_the_tensor_parallel_plan_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field):
+    path = _scenario(tmp_path, **changes)
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err, err
+
+
+@pytest.mark.parametrize(
+    ("ranks", "changes", "framework"),
+    [
+        (2, {"parallel": {"tp": 2}}, "pytorch-ddp"),
+        (4, {"parallel": {"tp": 2, "pp": 2}, "model": {"layers": 4}, "cluster": {"gpus": 4},
+             "training": {"global_batch": 16}}, "pytorch-ddp"),
+        (4, {"parallel": {"tp": 2, "zero": 3}, "cluster": {"gpus": 4}, "training": {"precision": "bf16"}},
+         "torchtitan"),
+    ],
+)  # fmt: skip
+def test_gloo_ranks_run_torchtitans_tensor_parallel_plan(tmp_path, ranks, changes, framework):
+    """DTensor TP with sequence parallelism and the vocabulary-parallel loss on 2 CPU ranks;
+    with a pipeline (tp 2 x pp 2) and under FSDP2 (tp 2 x dp 2, bf16 autocast) on 4."""
+    path = _scenario(tmp_path, **changes)
+    r = _launch([str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"], ranks=ranks)
+    assert r["ranks"] == ranks and r["framework"] == framework and r["measured_step_s"] > 0
 
 
 def test_a_launch_across_nodes_must_place_ranks_as_the_scenario_does(tmp_path):
