@@ -73,6 +73,14 @@ def test_full_recomputation_gives_the_same_gradients():
     torch.testing.assert_close(grads[0], grads[1])
 
 
+def _refused(tmp_path, capsys, changes, field):
+    """measure-step on the changed tiny scenario exits 2 with one line naming ``field``."""
+    path = _scenario(tmp_path, **changes)
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err, err
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
@@ -85,14 +93,6 @@ def test_full_recomputation_gives_the_same_gradients():
         ({}, "cluster.gpus"),  # 2 GPUs in the scenario, one process launched
     ],
 )
-def _refused(tmp_path, capsys, changes, field):
-    """measure-step on the changed tiny scenario exits 2 with one line naming ``field``."""
-    path = _scenario(tmp_path, **changes)
-    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and field in err, err
-
-
 def test_what_it_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field):
     _refused(tmp_path, capsys, changes, field)
 
