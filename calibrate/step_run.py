@@ -150,6 +150,7 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
     tokens = layout.global_batch * layout.seq_len
     return {
         "scenario": ctx.scenario.name,
+        "loop": _loop(ctx),
         "device": device_name(dctx.device),
         "ranks": dctx.world,
         "torch": str(torch.__version__),
@@ -164,6 +165,20 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
         "measured_tokens_per_s": tokens / measured,
         "simulated_tokens_per_s": tokens / simulated,
     }
+
+
+def _loop(ctx: Any) -> str:
+    """What the measured loop ran, in PyTorch's terms."""
+    from calibrate.step_pipeline import TORCH_SCHEDULES
+
+    layout = ctx.layout
+    loop = LOOPS[ctx.scenario.framework]
+    if layout.tp > 1:
+        loop += f", DTensor tensor parallelism over {layout.tp} (sequence parallel)"
+    if layout.pp > 1:
+        name = TORCH_SCHEDULES[ctx.scenario.parallel.schedule]
+        loop += f", torch.distributed.pipelining {name} over {layout.pp} stages"
+    return loop
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -181,7 +196,8 @@ def _print(r: dict[str, Any]) -> None:
     Console().print(table)
     Console().print(
         f"error {r['error_pct']:+.1f}% (simulated - measured, in step time); median of "
-        f"{len(r['steps_s'])} steps of {r['microbatches']} microbatches, {r['params']:,} parameters"
+        f"{len(r['steps_s'])} steps of {r['microbatches']} microbatches, {r['params']:,} parameters, "
+        f"under {r['loop']}"
     )
 
 
@@ -194,8 +210,7 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
                 "name": f"{r['scenario']}/measure-step",
                 "source": (
                     f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch steps on "
-                    f"{r['ranks']} x {r['device']} (torch {r['torch']}) under "
-                    f"{LOOPS[r['framework']]}"
+                    f"{r['ranks']} x {r['device']} (torch {r['torch']}) under {r['loop']}"
                 ),
                 "scenario": raw,
                 "measured": {"step_time_s": r["measured_step_s"]},

@@ -204,6 +204,9 @@ def test_two_gloo_ranks_run_a_pytorch_pipeline_schedule(tmp_path, schedule, vpp)
     r = _launch([str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"])
     assert r["ranks"] == 2 and r["microbatches"] == 4 and len(r["steps_s"]) == 2
     assert r["framework"] == "pytorch-ddp" and r["measured_step_s"] > 0 and r["simulated_step_s"] > 0
+    torch_class = {"1f1b": "Schedule1F1B", "interleaved-zb": "ScheduleInterleavedZeroBubble",
+                   "zbv-fixed": "ScheduleZBVZeroBubble"}[schedule]  # fmt: skip
+    assert r["loop"] == f"DistributedDataParallel, torch.distributed.pipelining {torch_class} over 2 stages"
 
 
 def test_four_gloo_ranks_run_fsdp2_under_a_pipeline(tmp_path):
