@@ -22,7 +22,8 @@ def wrap_data_parallel(module: Any, layout: Any, mesh: Any, device: Any, pipelin
     """``module`` under its data-parallel wrapper over the mesh's dp dimension: FSDP2 for
     zero 3 (``fully_shard`` on every layer, then the module; parameters kept gathered from
     forward to backward under a pipeline, as torchtitan sets reshard_after_forward = not
-    pp_enabled), DDP with 25 MiB buckets for zero 0; unchanged at dp 1."""
+    pp_enabled; without one, torchtitan's apply_fsdp: every layer, then the root), DDP with
+    25 MiB buckets for zero 0; unchanged at dp 1."""
     if layout.dp <= 1:
         return module
     dp_mesh = mesh["dp"]

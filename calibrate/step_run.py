@@ -222,7 +222,7 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
 
 def check_launch(ctx: Any, world: int, local_world: int) -> None:
     """The launched ranks are the scenario's GPUs, placed as the simulation places them."""
-    gpus = ctx.layout.dp * ctx.layout.pp * ctx.layout.tp
+    gpus = ctx.layout.world
     if world != gpus:
         raise UserError(
             "cluster.gpus",

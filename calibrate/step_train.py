@@ -34,7 +34,7 @@ def train(
         return torch.autocast(dctx.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     mesh = None
-    if layout.pp > 1 or layout.tp > 1:
+    if dctx.distributed:
         from calibrate.step_parallel import rank_mesh
 
         mesh = rank_mesh(layout, dctx.device.type)
@@ -80,7 +80,7 @@ def _data_parallel_passes(
 ) -> tuple[Any, list[Any]]:
     """(one step's forwards and backwards over the micro-batches, the parameters) of the whole
     model under DistributedDataParallel (zero 0) or FSDP2 (zero 3), tensor-parallel first when
-    tp > 1 (``mesh``: :func:`calibrate.step_parallel.rank_mesh`'s, None without TP)."""
+    tp > 1 (``mesh``: :func:`calibrate.step_parallel.rank_mesh`'s, None in a single process)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
@@ -93,18 +93,9 @@ def _data_parallel_passes(
     model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, ctx.scenario.training.recompute)
     model = model.to(dctx.device)
     if mesh is not None:
-        apply_tensor_parallel(model, mesh["tp"])
+        if layout.tp > 1:
+            apply_tensor_parallel(model, mesh["tp"])
         model = wrap_data_parallel(model, layout, mesh, dctx.device, pipelined=False)
-    elif layout.zero == 3 and dctx.distributed:
-        # as torchtitan's apply_fsdp: every layer, then the root (embedding, norm, head)
-        from torch.distributed.fsdp import fully_shard
-
-        for block in model.blocks:  # type: ignore[union-attr]
-            fully_shard(block)
-        fully_shard(model)
-    elif dctx.distributed:
-        ids = [dctx.device.index] if dctx.device.type == "cuda" else None
-        model = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=25)
     accum = inputs.shape[0]
     ddp = isinstance(model, DistributedDataParallel)
 
