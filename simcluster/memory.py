@@ -328,7 +328,7 @@ def stash_cumulative_shares(
     routed_rows: float = 1.0,
 ) -> tuple[float, ...]:
     """How a chunk's stash (:func:`chunk_activation_bytes`) builds up over its forward units,
-    as cumulative fractions ending at exactly 1.0: ``units`` are the layer indices of each unit
+    as cumulative fractions ending at exactly 1.0: ``units`` (one or more) are the layer indices of each unit
     in forward order (-1 the embedding, -2 the LM head and loss). A layer's activations are
     saved as its forward runs, and freed as its backward runs, in reverse; the offloaded layers
     hold only their in-flight buffer, counted with the first of them."""
@@ -348,8 +348,8 @@ def stash_cumulative_shares(
                 size += layer_activation_bytes(model, layout, training, layer, position[layer], routed_rows)
         sizes.append(size)
     total = sum(sizes)
-    if not sizes or total <= 0.0:
-        return tuple(0.0 for _ in sizes[:-1]) + (1.0,) if sizes else ()
+    if total <= 0.0:  # nothing kept: the last unit carries the (zero) change
+        return (0.0,) * (len(sizes) - 1) + (1.0,)
     running, out = 0.0, []
     for size in sizes[:-1]:
         running += size
