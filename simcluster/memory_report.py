@@ -138,3 +138,28 @@ def _host_optimizer_bytes(ctx: Context, stage: int) -> float:
     whole = ctx.scenario.training.model_copy(update={"optimizer_offload": 0.0})
     params = stage_params(ctx.model, ctx.layout, ctx.chunks[stage])
     return static_memory(ctx.model, ctx.layout, whole, params)[2] * share
+
+
+def timeline_fault(ctx: Context, memory: Any, peaks: Sequence[float]) -> str | None:
+    """What is wrong with a simulated memory timeline (``SimResult.memory`` and its per-stage
+    peaks), None when it is sound: no stage's stash below zero, every stash freed by the step's
+    end, and each stage's peak the one :func:`memory_by_stage` walks from the schedule order (at
+    most that with F&B pairs, which interleave: the walk counts a pair's F whole before its B
+    frees anything, an upper bound the timeline can stay under). The fuzzer and the random-layout
+    tests hold every simulation to it."""
+    if len(memory) == 0:
+        return None
+    act = memory["activations"]
+    top = float(act.abs().max()) or 1.0
+    if float(act.min()) < -1e-9 * top:
+        return f"the stash goes below zero ({float(act.min()):.4g} bytes)"
+    last = memory.groupby("stage")["activations"].last()
+    if float(last.abs().max()) > 1e-9 * top:
+        return f"stash left at the step's end {last.to_dict()}"
+    pairs = any(op.overlap for ops in planned_orders(ctx) for op in ops)
+    for stage, (peak, walked) in enumerate(zip(peaks, (m.total_bytes for m in memory_by_stage(ctx)), strict=True)):
+        over = peak > walked * (1 + 1e-9)
+        if over or (not pairs and abs(peak - walked) > 1e-9 * walked):
+            return f"stage {stage}: simulated peak {peak:.6g} B, memory walk {walked:.6g} B"
+    return None
+

@@ -35,9 +35,8 @@ import yaml
 from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
-from simcluster.engine.plan import planned_orders
 from simcluster.errors import UserError
-from simcluster.memory_report import memory_summary
+from simcluster.memory_report import timeline_fault
 from simcluster.output.events import validate_events
 from simcluster.scenario import scenario_from_dict
 
@@ -180,27 +179,10 @@ def check(doc: dict[str, Any], timeout_s: int) -> str:
 
 
 def memory_verdict(doc: dict[str, Any], result: Any) -> str:
-    """:data:`SIMULATED` when the memory timeline is sound: no stage's stash below zero, every
-    stash freed by the step's end, and the simulated peak equal to `simcluster memory`'s walk
-    of the schedule order (at most that with F&B pairs)."""
-    mem = result.memory
-    if len(mem) == 0:
-        return SIMULATED
-    top = float(mem["activations"].abs().max()) or 1.0
-    if float(mem["activations"].min()) < -1e-9 * top:
-        return f"memory: the stash goes below zero ({mem['activations'].min():.4g} bytes)"
-    last = mem.groupby("stage")["activations"].last()
-    if float(last.abs().max()) > 1e-9 * top:
-        return f"memory: stash left at the step's end {last.to_dict()}"
+    """:data:`SIMULATED` when the memory timeline is sound (``memory_report.timeline_fault``)."""
     ctx = build_context(scenario_from_dict(doc))
-    walked = memory_summary(ctx)["total_bytes"]
-    peak = result.summary["peak_memory_bytes"]["max"]
-    # F&B pairs interleave: the walk counts a pair's F whole before its B frees anything, an
-    # upper bound the timeline can stay under (the loss of F after B has freed)
-    pairs = any(op.overlap for ops in planned_orders(ctx) for op in ops)
-    if peak > walked * (1 + 1e-9) or (not pairs and not math.isclose(walked, peak, rel_tol=1e-9)):
-        return f"memory: simulated peak {peak:.6g} B, memory walk {walked:.6g} B"
-    return SIMULATED
+    fault = timeline_fault(ctx, result.memory, result.summary["peak_memory_bytes"]["per_stage"])
+    return SIMULATED if fault is None else f"memory: {fault}"
 
 
 def main(argv: list[str]) -> int:
