@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import simpy
 
@@ -154,11 +155,16 @@ class Worker(PipelineIO, DataParallelOps):
             self.shared.env.now,
         )
 
+    @cached_property
+    def _records_memory(self) -> bool:
+        """Whether this rank draws its stage's memory timeline: when every rank is simulated,
+        the stage's representative does (its ranks hold the same bytes at different times, and
+        one timeline per stage is drawn)."""
+        return self.rank == self.shared.ctx.layout.representative(self.stage)
+
     def _memory(self, loss: float = 0.0) -> None:
-        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held.
-        When every rank is simulated, the stage's representative rank records it: its ranks
-        hold the same bytes at different times, and one timeline per stage is drawn."""
-        if self.rank != self.shared.ctx.layout.representative(self.stage):
+        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held."""
+        if not self._records_memory:
             return
         self.shared.recorder.memory(
             self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss, loss=loss
