@@ -274,6 +274,39 @@ def test_rank_labels_of_nearby_points_do_not_overlap():
     assert label_offsets(ax, [(10.0, 100.0), (300.0, 1000.0)]) == [(5, 3), (5, 3)]
 
 
+def test_layouts_drawn_on_one_spot_share_one_label_naming_their_ranks():
+    """Schedules swept at pp = 1 give identical (memory, tokens/s) points: one marker, one label
+    "#1–3" instead of three labels crowded round it; a label with a gap lists its ranks."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.sweep_output import (
+        _LABEL_BOX,
+        coincident_groups,
+        label_offsets,
+        rank_label,
+    )
+
+    fig = Figure(figsize=(8, 6))
+    ax = fig.subplots()
+    ax.set_xlim(0, 80)
+    ax.set_ylim(0, 11000)
+    anchors = [(72.69, 10271.0), (72.69, 10271.0), (49.26, 9515.0), (72.69, 10271.0), (49.26, 9245.0)]
+    groups = coincident_groups(ax, anchors)
+    assert groups == [[0, 1, 3], [2], [4]]
+    assert [rank_label([i + 1 for i in g]) for g in groups] == ["#1,2,4", "#3", "#5"]
+    assert rank_label([1, 2, 3]) == "#1\u20133"
+    # a wider label's box is wider: a neighbour right of it moves clear of the whole text
+    texts = ["#1\u20133", "#4"]
+    near = [(40.0, 5000.0), (42.5, 5000.0)]  # ~14 pt apart: clear of a "#4", not of "#1–3"
+    offsets = label_offsets(ax, near, texts)
+    to_points = 72.0 / fig.dpi
+    x0 = ax.transData.transform(near[0])[0] * to_points + offsets[0][0]
+    x1 = ax.transData.transform(near[1])[0] * to_points + offsets[1][0]
+    y0, y1 = offsets[0][1], offsets[1][1]
+    wide = _LABEL_BOX[0] + 6.0 * (len(texts[0]) - 2)
+    assert x0 + wide <= x1 or x1 + _LABEL_BOX[0] <= x0 or abs(y0 - y1) >= _LABEL_BOX[1]
+
+
 def test_sweeping_vpp_runs_the_interleaved_schedule_where_vpp_means_it():
     # Megatron selects its interleaved 1F1B by the virtual stage count; vpp = 1 is plain 1F1B
     from simcluster.sweep import candidates

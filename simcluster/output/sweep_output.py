@@ -35,33 +35,78 @@ def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None) -> pd.Da
     return frame
 
 
-# where a rank label may sit around its marker, in points: right-up first, then the other
-# corners, then further out; a label takes the first place clear of the labels before it
-_OFFSETS = ((5, 3), (-14, 3), (5, -11), (-14, -11), (5, 12), (-14, 12), (5, -20), (-14, -20))
+# where a rank label may sit around its marker, in points: right-up first, then right-down
+# (labels stay on one side of their markers where they can), the left corners, then further
+# out; a label takes the first place clear of the labels before it
+_OFFSETS = ((5, 3), (5, -11), (-14, 3), (-14, -11), (5, 12), (-14, 12), (5, -20), (-14, -20))
 _LABEL_BOX = (12.0, 9.0)  # a two-character bold 8 pt label, in points (width, height)
+_CHAR_PT = 6.0  # width of one more character of a bold 8 pt label
+_SAME_POINT_PT = 2.0  # markers closer than this on paper are one point to the eye
 
 
-def label_offsets(ax, anchors: Sequence[tuple[float, float]]) -> list[tuple[int, int]]:
+def rank_label(ranks: Sequence[int]) -> str:
+    """The label of markers drawn on one spot: ``#2``, ``#1–3`` for a run, ``#1,4`` otherwise."""
+    if len(ranks) == 1:
+        return f"#{ranks[0]}"
+    if list(ranks) == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"#{ranks[0]}\u2013{ranks[-1]}"
+    return "#" + ",".join(str(r) for r in ranks)
+
+
+def coincident_groups(ax, anchors: Sequence[tuple[float, float]]) -> list[list[int]]:
+    """Indices of ``anchors`` grouped by the spot they are drawn on, in first-seen order.
+
+    Layouts with the same memory and throughput (a schedule swept at pp = 1, say) sit on one
+    marker; one label naming all their ranks reads where a ring of labels would not."""
+    to_points = 72.0 / ax.figure.dpi
+    spots: list[tuple[float, float]] = []
+    groups: list[list[int]] = []
+    for index, anchor in enumerate(anchors):
+        px, py = (v * to_points for v in ax.transData.transform(anchor))
+        for spot, group in zip(spots, groups, strict=True):
+            if abs(px - spot[0]) < _SAME_POINT_PT and abs(py - spot[1]) < _SAME_POINT_PT:
+                group.append(index)
+                break
+        else:
+            spots.append((px, py))
+            groups.append([index])
+    return groups
+
+
+def label_offsets(
+    ax, anchors: Sequence[tuple[float, float]], texts: Sequence[str] | None = None
+) -> list[tuple[int, int]]:
     """Text offsets (points) for labels at ``anchors`` (data coordinates) that do not overlap.
 
     Greedy: each label tries the places of ``_OFFSETS`` in turn and keeps the first whose box
     misses every box placed before; when none does it keeps the first (labels never vanish).
+    A label longer than two characters (``texts``) is that much wider, and its places left of
+    the marker move left by as much so it still ends before the marker.
     """
     to_points = 72.0 / ax.figure.dpi
-    placed: list[tuple[float, float]] = []
+    placed: list[tuple[float, float, float]] = []  # left, bottom, width
     chosen: list[tuple[int, int]] = []
-    width, height = _LABEL_BOX
-    for anchor in anchors:
+    base_width, height = _LABEL_BOX
+    for index, anchor in enumerate(anchors):
+        extra = _CHAR_PT * max(0, len(texts[index]) - 2) if texts else 0.0
+        width = base_width + extra
         px, py = (v * to_points for v in ax.transData.transform(anchor))
-        pick = _OFFSETS[0]
-        for dx, dy in _OFFSETS:
+        places = [(dx - round(extra) if dx < 0 else dx, dy) for dx, dy in _OFFSETS]
+        pick = places[0]
+        for dx, dy in places:
             x, y = px + dx, py + dy
-            if all(abs(x - ox) >= width or abs(y - oy) >= height for ox, oy in placed):
+            if all(_apart(x, y, width, box, height) for box in placed):
                 pick = (dx, dy)
                 break
-        placed.append((px + pick[0], py + pick[1]))
+        placed.append((px + pick[0], py + pick[1], width))
         chosen.append(pick)
     return chosen
+
+
+def _apart(x: float, y: float, width: float, box: tuple[float, float, float], height: float) -> bool:
+    """Whether a label box at (x, y) of ``width`` misses ``box`` (left, bottom, width)."""
+    ox, oy, owidth = box
+    return x + width <= ox or ox + owidth <= x or abs(y - oy) >= height
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -121,9 +166,12 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
         ax.set_ylim(bottom=0)
     anchors = [(x[0], y[0]) for x, y in (xy([row]) for row in best)]
     fig.draw_without_rendering()  # settle the constrained layout: label distances are on paper
-    offsets = label_offsets(ax, anchors)
-    for index, (anchor, offset) in enumerate(zip(anchors, offsets, strict=True), start=1):
-        ax.annotate(f"#{index}", anchor, xytext=offset, textcoords="offset points",
+    groups = coincident_groups(ax, anchors)
+    spots = [anchors[group[0]] for group in groups]
+    texts = [rank_label([i + 1 for i in group]) for group in groups]
+    offsets = label_offsets(ax, spots, texts)
+    for text, spot, offset in zip(texts, spots, offsets, strict=True):
+        ax.annotate(text, spot, xytext=offset, textcoords="offset points",
                     fontsize=8, fontweight="bold")  # fmt: skip
     if best:
         key = "\n".join(f"#{i}  {row.candidate.label}" for i, row in enumerate(best, start=1))
