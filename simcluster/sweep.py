@@ -104,7 +104,36 @@ def _convert(flag: str, item: str, kind: type) -> Any:
         if low in _TRUE or low in _FALSE:
             return low in _TRUE
         raise UserError(flag, f"'{item}' is not true or false")
+    if flag in _CHOICE_FLAGS:
+        _check_choice(flag, _CHOICE_FLAGS[flag], item)
     return item
+
+
+#: the choice axes whose values are names: a misspelt one is an error before anything runs,
+#: not a row skipped as 'cannot run' among layouts that merely do not fit the cluster
+_CHOICE_FLAGS = {"--schedule": "schedule", "--recompute": "recompute", "--precision": "precision"}
+
+
+def _check_choice(flag: str, axis: str, item: str) -> None:
+    """Refuse a value the scenario schema does not know (after its spellings, ``FP8-CS`` is
+    fp8), naming the flag, a close spelling and the choices."""
+    from typing import get_args
+
+    from simcluster.errors import did_you_mean
+    from simcluster.scenario.training import TrainingSection
+    from simcluster.schedules import SCHEDULES
+    from simcluster.spellings import normalise_spellings
+
+    section, field, _ = AXES[axis]
+    value = normalise_spellings({section: {field: item}})[section][field]
+    if axis == "schedule":
+        choices: tuple[str, ...] = tuple(sorted(SCHEDULES))
+    else:
+        choices = get_args(TrainingSection.model_fields[field].annotation)
+    if value not in choices:
+        raise UserError(
+            flag, f"unknown value '{item}'{did_you_mean(item, choices)}; choose from {', '.join(choices)}"
+        )
 
 
 @dataclass(frozen=True)

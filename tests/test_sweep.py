@@ -250,6 +250,30 @@ def test_cli_unknown_hardware_in_a_list_is_an_error_not_a_skip(scenario_file, ca
     assert err.startswith("error: --hardware") and "dgx-h900" in err and "\n" not in err
 
 
+@pytest.mark.parametrize(
+    ("flag", "values", "hint"),
+    [
+        ("--schedule", "1f1b,foo", "choose from 1f1b"),
+        ("--recompute", "full,selectiv", "did you mean 'selective'?"),
+        ("--precision", "bf16,fp9", "did you mean 'fp8'?"),
+    ],
+)
+def test_cli_misspelt_choice_in_an_axis_is_an_error_before_anything_runs(scenario_file, capsys, flag, values, hint):
+    # before: the misspelt value's layouts were listed as 'skipped (cannot run)', exit 0
+    assert main(["sweep", str(scenario_file), flag, values, "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"error: {flag}: unknown value") and hint in err and "\n" not in err
+    assert "layouts simulated" not in captured.out
+
+
+def test_axis_choices_are_read_through_the_schemas_spellings():
+    # the scenario's spellings are values, not typos: GPipe is afab, FP8-CS is fp8 with its recipe
+    assert parse_axis("schedule", "GPipe,ZBVZeroBubble,1F1B", 8) == ["GPipe", "ZBVZeroBubble", "1F1B"]
+    assert parse_axis("precision", "FP8-CS,bf16-mixed", 8) == ["FP8-CS", "bf16-mixed"]
+    assert parse_axis("recompute", "Full,off", 8) == ["Full", "off"]
+
+
 def test_rank_labels_of_nearby_points_do_not_overlap():
     """Two of the best layouts at almost the same (memory, tokens/s) get labels on different
     sides; labels far apart keep the default place up and to the right of their marker."""
