@@ -158,6 +158,20 @@ def test_a_bad_timeline_window_is_one_line_before_simulating(cli, tmp_path, wind
     assert not (tmp_path / "o").exists()
 
 
+def test_a_window_after_the_step_is_one_line_and_writes_nothing(cli, tmp_path):
+    # the step is 6.4 s: a window from 100 s would draw an empty chart
+    res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"), "--window", "100,200")
+    assert res.code == 2 and res.err.count("\n") == 1 and "after the simulated step ends" in res.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_svg_without_out_is_one_line(cli):
+    res = cli("run", "llama3-8b-8xh100", "--svg")
+    assert res.code == 2 and res.err.strip() == (
+        "error: --svg: writes timeline.svg beside the files --out writes; add --out DIR"
+    )
+
+
 def test_the_timeline_window_zooms_only_the_timeline(cli, tmp_path):
     whole, zoomed = tmp_path / "whole", tmp_path / "zoomed"
     assert cli("run", "llama3-8b-8xh100", "--out", str(whole)).code == 0

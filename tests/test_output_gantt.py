@@ -10,7 +10,7 @@ import pytest
 from output_timeline import UNIT_S, make_1f1b
 
 from simcluster.errors import UserError
-from simcluster.output.gantt import gantt_rows, merge_blocks, plot_gantt, step_window
+from simcluster.output.gantt import draw_gantt, gantt_rows, merge_blocks, plot_gantt, step_window
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # PNG spec (RFC 2083) §3.1
 
@@ -109,6 +109,31 @@ def test_zooms_to_last_step_when_events_cover_two():
     both = pd.concat([t.events, second], ignore_index=True)
     assert step_window(both, step) == pytest.approx((step, 2 * step))
     assert step_window(t.events, step) == pytest.approx((0.0, step))
+
+
+def test_a_window_past_the_simulated_step_is_refused_or_cut_at_its_end():
+    # one step simulated: a window after it has nothing to draw (an error naming the step's end),
+    # one reaching past it stops at the step's end instead of marking steps never simulated
+    from simcluster.errors import UserError
+
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    with pytest.raises(UserError, match=r"--window: starts at .* after the simulated step ends"):
+        step_window(t.events, step, (step * 10, step * 20))
+    assert step_window(t.events, step, (step / 2, step * 20)) == pytest.approx((step / 2, step))
+
+
+def test_a_window_reaching_past_the_step_marks_only_the_simulated_steps_end(tmp_path):
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    fig, _ = draw_gantt(t.events, {}, "t", "", step, (0.0, 0.9 * step))
+    assert _step_marks(fig) == []
+    fig, _ = draw_gantt(t.events, {}, "t", "", step, (0.5 * step, 30 * step))
+    assert _step_marks(fig) == ["end of step 1"]
+
+
+def _step_marks(fig) -> list[str]:
+    return [a.get_text() for ax in fig.axes for a in ax.texts if a.get_text().startswith("end of step")]
 
 
 def test_rendering_is_deterministic(tmp_path):

@@ -149,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simcluster.commands.console import stdout_console
 
     first = rows[0]
     table = Table(title=f"{first['op']} on {first['gpus']} GPUs ({first['nodes']} nodes) of {hw}")
@@ -167,4 +168,4 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
             f"{r['algo']}/{r['proto']}" if r["algo"] else "-",
             *((f"{r['measured_ratio']:.2f}" if r["measured_ratio"] else "-",) if measured else ()),
         )
-    Console(width=100).print(table)
+    stdout_console(100).print(table)

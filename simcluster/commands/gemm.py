@@ -80,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simcluster.commands.console import stdout_console
 
     table = Table(title=f"{dtype} GEMMs on {hw} (efficiencies are fractions of the datasheet peak)")
     for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", "note"):
@@ -99,4 +100,4 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:
             "-" if r["cap"] is None else f"{float(r['cap']):.3f}",  # type: ignore[arg-type]
             ", ".join(notes),
         )
-    Console(width=110).print(table)
+    stdout_console(110).print(table)

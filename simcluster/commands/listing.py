@@ -135,9 +135,9 @@ def _16bit(p: HardwareProfile) -> str:
 
 def _print_hardware() -> None:
     """The shipped profiles side by side (per GPU; bandwidths per direction)."""
-    from rich.console import Console
     from rich.table import Table
 
+    from simcluster.commands.console import stdout_console
     from simcluster.hardware import load_profile
 
     table = Table(
@@ -157,7 +157,7 @@ def _print_hardware() -> None:
             *(_peak_and_gemm(p, prec, key) for prec, key in (("fp8", "fp8"), ("nvfp4", "fp4"))),
             _scale_up(p), nics, measured or "-",
         )  # fmt: skip
-    Console().print(table)
+    stdout_console().print(table)
 
 
 def _print_userbuffers() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
 from simcluster.fit_hints import would_fit
 from simcluster.memory_report import memory_summary
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
         return 0
-    console = Console()
+    console = stdout_console()
     table = Table(title=f"{doc['scenario']} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
     table.add_column("stage", justify="right")
     for col in ("params", "grads", "optimizer", "activations", "other", "total"):

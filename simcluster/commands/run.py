@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
@@ -32,7 +33,11 @@ HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubb
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
-    parser.add_argument("--out", metavar="DIR", help="write summary.json, events.csv, trace.json, timeline.png, memory.png")
+    parser.add_argument(
+        "--out", metavar="DIR",
+        help="write summary.json, events.csv (and events.parquet with pyarrow), trace.json (Perfetto), "
+        "timeline.png, memory.png and breakdown.png",
+    )  # fmt: skip
     parser.add_argument("--svg", action="store_true", help="also write timeline.svg (with --out)")
     parser.add_argument(
         "--window", metavar="START,END",
@@ -57,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     window = _window(args.window) if args.window else None  # checked before minutes of simulating
     if window and not args.out:
         raise UserError("--window", "zooms the timeline that --out writes; add --out DIR")
+    if args.svg and not args.out:
+        raise UserError("--svg", "writes timeline.svg beside the files --out writes; add --out DIR")
     scenario = scenario_from_args(args)
     ctx = build_context(scenario, args.hardware)
     if args.out:
@@ -71,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.fit_hints import would_fit
 
         result.summary["would_fit"] = would_fit(scenario, args.hardware)
+    written: list[str] = []
     if args.out:
-        result.write(args.out, svg=args.svg, window=window)
+        written = sorted(result.write(args.out, svg=args.svg, window=window))
     if args.json:
         print_json(result.summary)
         return 0
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
         scale_up=node.nvlink_domain or node.gpus_per_node,
         caveat=caveat,
+        written=written,
     )
     return 0
 
@@ -102,8 +111,9 @@ def _print(
     etp_defaulted: bool = False,
     scale_up: int = 0,
     caveat: str | None = None,
+    written: Sequence[str] = (),
 ) -> None:
-    console = Console()
+    console = stdout_console()
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
     title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
@@ -208,9 +218,7 @@ def _print(
         if "would_fit" in s:
             console.print(hint_line(s["would_fit"]))
     if out:
-        console.print(
-            f"wrote {out}/summary.json, events.csv, trace.json, timeline.png, memory.png, breakdown.png"
-        )
+        console.print(f"wrote {out}/{', '.join(written)}")
 
 
 def _share_of_step(s: dict, seconds: float) -> float:

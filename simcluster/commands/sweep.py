@@ -6,7 +6,6 @@ import argparse
 import os
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import (
@@ -17,6 +16,7 @@ from simcluster.commands.common import (
     scenario_from_args,
     to_json,
 )
+from simcluster.commands.console import stdout_console
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
@@ -183,7 +183,7 @@ _SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "
 
 
 def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
-    console = Console(width=max(Console().width, 120))
+    console = stdout_console(120)
     ran = [r for r in rows if r.ran]
     axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
     table = Table(title=f"{name}: {len(ran)} layouts simulated, best first (those that fit before the others)")

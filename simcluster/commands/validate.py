@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import print_json, progress_bar, to_json
+from simcluster.commands.console import stdout_console
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.validate import CaseResult, load_cases, run_cases
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(results)
         if args.out:
-            Console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
+            stdout_console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
     broken = broken_gates(results, max_mape, max_error)
     for line in broken:
         print(f"simcluster validate: {line}", file=sys.stderr)
@@ -148,7 +149,7 @@ def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
 
 
 def _print(results: list[CaseResult]) -> None:
-    console = Console(width=max(Console().width, 120))
+    console = stdout_console(120)
     table = Table(title="validation cases")
     with_memory = any(r.case.peak_memory_gib is not None for r in results)
     columns = [

@@ -112,8 +112,16 @@ def step_window(
     first, last = span(events)
     if window is not None:
         if not window[1] > window[0]:
-            raise UserError("window", f"window end must be after its start, got {window}")
-        return float(window[0]), float(window[1])
+            raise UserError("--window", f"window end must be after its start, got {window}")
+        end = max(last, first + (step_time_s or 0.0))
+        if window[0] >= end:
+            raise UserError(
+                "--window",
+                f"starts at {window[0]:g} s, after the simulated step ends ({end:.4g} s); "
+                f"give a START below {end:.4g}",
+            )
+        # past the step there is nothing to draw: no later step was simulated
+        return float(window[0]), min(float(window[1]), end)
     if step_time_s and last - first > 1.05 * step_time_s:
         return last - step_time_s, last
     return first, max(last, first + (step_time_s or 0.0), first + 1e-12)
@@ -384,9 +392,11 @@ def _mark_steps(ax, frame, step_time_s, t0, t1, factor) -> None:
     """Dashed lines at the ends of steps, counted from the first event."""
     if not step_time_s or step_time_s <= 0:
         return
-    first, _ = span(frame)
+    first, last = span(frame)
     k_first = int(np.ceil((t0 - first) / step_time_s - 1e-9))
     k_last = int(np.floor((t1 - first) / step_time_s + 1e-9))
+    # only the ends of the steps the events cover: a window past them marks no unsimulated step
+    k_last = min(k_last, max(1, int(np.ceil((last - first) / step_time_s - 0.05))))
     for k in range(max(k_first, 1), k_last + 1):
         x = (first + k * step_time_s) * factor
         ax.axvline(x, color="#C62828", linestyle="--", linewidth=1.0, zorder=3)
