@@ -23,6 +23,7 @@ from simcluster.model import ModelSpec
 from simcluster.parallelism.context import check_algorithm
 from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
+from simcluster.schedules.base import VShapeSchedule
 
 DIMS = ("tp", "cp", "dp", "pp")
 
@@ -269,10 +270,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"(got schedule '{par.schedule}'); drop it or use schedule: interleaved",
         )
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
-        raise UserError(
-            "parallel.vpp",
-            f"vpp>1 needs schedule 'interleaved' or 'looped-bfs' (got '{par.schedule}')",
-        )
+        raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
     check_cp_comm(par.cp_comm, par.cp, par.tp, model)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
     if par.cp > 1 and windowed and par.cp_comm != "a2a":
@@ -464,3 +462,20 @@ def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:
                 f"a2a splits each tp rank's {what} ({heads}/tp={heads // tp}) over cp={cp}, which does not "
                 "divide them; use p2p or all_gather, or a cp that divides them",
             )
+
+
+def _vpp_refusal(schedule: str, vpp: int) -> str:
+    """Why ``schedule`` does not take ``vpp`` chunks per stage, and the schedules that do (from
+    the registry: a schedule added there is named here too)."""
+    from simcluster.schedules import SCHEDULES
+
+    takers = ", ".join(f"'{name}'" for name, s in sorted(SCHEDULES.items()) if s.uses_vpp)
+    if isinstance(SCHEDULES[schedule], VShapeSchedule):
+        return (
+            f"schedule '{schedule}' always runs 2 chunks per stage (a V), whatever vpp says; drop "
+            f"parallel.vpp, or for vpp={vpp} loops use {takers}"
+        )
+    return (
+        f"vpp={vpp} needs a schedule that loops over chunks: {takers} (got '{schedule}', one "
+        "chunk per stage); drop parallel.vpp or change parallel.schedule"
+    )

@@ -218,8 +218,12 @@ def test_virtual_stages_without_a_schedule_mean_interleaved_1f1b():
     assert schedule() == "1f1b"
     assert schedule(vpp=2, schedule="looped-bfs") == "looped-bfs"
     named = make_scenario(parallel={"pp": 2, "vpp": 2, "schedule": "1f1b"}, training={"global_batch": 8})
-    with pytest.raises(UserError, match="vpp>1 needs schedule"):
+    with pytest.raises(UserError, match="vpp=2 needs a schedule that loops over chunks: 'interleaved', 'interleaved-zb', 'looped-bfs'"):
         build_context(scenario_from_dict(named))
+    # a V schedule's two chunks are fixed: the error says so instead of naming the loop schedules only
+    v_shape = make_scenario(parallel={"pp": 2, "vpp": 2, "schedule": "zbv"}, training={"global_batch": 8})
+    with pytest.raises(UserError, match="schedule 'zbv' always runs 2 chunks per stage"):
+        build_context(scenario_from_dict(v_shape))
 
 
 def test_layers_per_virtual_stage_sets_vpp_as_megatron_does():
