@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="place the group as K GPUs on each of GPUS/K nodes (e.g. 1 = a DP group of a TP-8 "
         "layout); default: GPUs 0..N-1",
     )  # fmt: skip
-    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
+    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
         "--algo", default=None,
         help="ring, tree, nvls, nvls_tree, hierarchical, direct (default: as NCCL)",

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "shapes", nargs="+", metavar="M,N,K",
         help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024",
     )  # fmt: skip
-    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path")
+    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
         "--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
     )
