@@ -87,10 +87,12 @@ def format_time(t: float) -> str:
 
 
 def parse_gemm_shape(text: str, field: str) -> tuple[int, int, int]:
-    """``'M,N,K'`` (C[M, N] = A[M, K] @ B[K, N]) -> three positive integers."""
+    """``'M,N,K'`` (C[M, N] = A[M, K] @ B[K, N]) -> three positive integers; ``MxNxK`` too, as
+    the gemm table prints shapes."""
     item = text.strip()
+    parts = item.split(",") if "," in item else re.split(r"\s*[x×]\s*", item.lower())
     try:
-        m, n, k = (int(p) for p in item.split(","))
+        m, n, k = (int(p) for p in parts)
     except ValueError:
         raise UserError(field, f"'{item}' is not M,N,K (three integers); write e.g. 4096,4096,1024") from None
     if min(m, n, k) <= 0:

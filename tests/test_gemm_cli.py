@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from simcluster.compute import KernelModel
+from simcluster.errors import UserError
 from simcluster.hardware import load_profile
 from tests.test_scenario_errors import assert_one_line_error
 
@@ -67,3 +68,14 @@ def test_a_timed_shape_is_marked_and_runs_at_its_time(cli, tmp_path):
 )
 def test_bad_arguments_are_one_line_errors(cli, argv, field):
     assert_one_line_error(cli("gemm", *argv), field)
+
+
+def test_shapes_are_read_as_the_table_prints_them():
+    # the table heads its column "M x N x K"; that spelling is an input as well as M,N,K
+    from simcluster.units import parse_gemm_shape
+
+    assert parse_gemm_shape("4096x2048x1024", "shapes") == (4096, 2048, 1024)
+    assert parse_gemm_shape("8192 x 1024 x 512", "shapes") == (8192, 1024, 512)
+    assert parse_gemm_shape("16384,4096,1024", "shapes") == (16384, 4096, 1024)
+    with pytest.raises(UserError, match="is not M,N,K"):
+        parse_gemm_shape("4096x4096", "shapes")

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """CLI arguments of the command."""
     parser.add_argument(
         "shapes", nargs="+", metavar="M,N,K",
-        help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024",
+        help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024 or 16384x4096x1024",
     )  # fmt: skip
     parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
