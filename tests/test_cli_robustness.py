@@ -384,3 +384,21 @@ def test_a_precision_the_gpu_has_no_peak_for_is_refused_before_simulating(cli, c
     them used to be simulated with a stand-in rate first, for minutes on a large model."""
     res = cli(command, "llama3-8b-8xh100", "--hardware", "dgx-2-v100")
     assert_one_line_error(res, "training.precision", "'dgx-2-v100' lists no peak for 'bf16'", "fp16")
+
+
+@pytest.mark.parametrize("spelled", ["all-reduce", "AllReduce", "allreduce", "all_reduce_perf"])
+def test_collective_op_as_people_write_it(cli, spelled):
+    # nccl-tests names its binaries all_reduce_perf; the README reads dashes as underscores
+    res = cli("collective", spelled, "1MiB", "--gpus", "8", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["op"] == "all_reduce"
+
+
+def test_collective_group_not_whole_nodes_names_gpus_and_per_node(cli):
+    # the cluster is sized by --gpus here: the error names the flag, not cluster.gpus
+    assert_one_line_error(cli("collective", "all_reduce", "1GiB", "--gpus", "12"), "--gpus:", "--per-node")
+
+
+def test_collective_title_counts_one_node_in_the_singular(cli):
+    out = cli("collective", "all_reduce", "1MiB", "--gpus", "4").out
+    assert "(1 node)" in out and "measured/model: the profile's measured nccl-tests time" in " ".join(out.split())

@@ -26,7 +26,9 @@ HELP = "time one collective alone on the cluster (nccl-tests style time, algbw, 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """CLI arguments of the command."""
     parser.add_argument(
-        "op", help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv"
+        "op",
+        help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv (any case; "
+        "dashes, no separator and nccl-tests' binary names too: all-reduce, allreduce, all_reduce_perf)",
     )
     parser.add_argument(
         "size", help="nccl-tests size of the op in whole bytes (B, KB, MB, GB, TB, KiB..TiB), e.g. 8, 1MiB, 1GiB"
@@ -109,9 +111,19 @@ def _row(op: str, nbytes: int, group: list[int], cluster, algo: str | None) -> d
     }
 
 
+def op_name(text: str) -> str:
+    """The op as the model names it, from the ways people write it: ``all-reduce``,
+    ``AllReduce``, ``allreduce`` or nccl-tests' ``all_reduce_perf``; a UserError otherwise."""
+    from simcluster.network.ops import OPS
+
+    spelled = text.strip().lower().replace("-", "_").removesuffix("_perf")
+    bare = {op.replace("_", ""): op for op in OPS}
+    return check_op(bare.get(spelled.replace("_", ""), spelled), "op")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command; UserError for bad input."""
-    op = check_op(args.op, "op")
+    op = op_name(args.op)
     size = parse_size(args.size, "size")
     if args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
@@ -133,7 +145,14 @@ def run(args: argparse.Namespace) -> int:
             f"{args.gpus} GPUs at {args.per_node} per node span a {cluster_gpus}-GPU cluster, more "
             f"than the {MAX_GPUS:,} simcluster can simulate; raise --per-node or lower --gpus",
         )
-    cluster = build_cluster(profile, cluster_gpus, args.gpus_per_node)
+    try:
+        cluster = build_cluster(profile, cluster_gpus, args.gpus_per_node)
+    except UserError as exc:  # the cluster is sized by --gpus here, not by a scenario's field
+        if exc.field != "cluster.gpus":
+            raise
+        raise UserError(
+            "--gpus", f"{exc.message}, or place the group with --per-node K (K GPUs on each node)"
+        ) from None
     sizes = [size]
     if args.sweep:
         sizes, s = [], 8
@@ -154,7 +173,8 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
     from simcluster.commands.console import stdout_console
 
     first = rows[0]
-    table = Table(title=f"{first['op']} on {first['gpus']} GPUs ({first['nodes']} nodes) of {hw}")
+    nodes = first["nodes"]
+    table = Table(title=f"{first['op']} on {first['gpus']} GPUs ({nodes} node{'' if nodes == 1 else 's'}) of {hw}")
     measured = any(r["measured_ratio"] is not None for r in rows)
     cols = ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo")
     for col in cols + (("measured/model",) if measured else ()):
@@ -168,4 +188,10 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
             f"{r['algo']}/{r['proto']}" if r["algo"] else "-",
             *((f"{r['measured_ratio']:.2f}" if r["measured_ratio"] else "-",) if measured else ()),
         )
-    stdout_console(100).print(table)
+    console = stdout_console(100)
+    console.print(table)
+    if measured:
+        console.print(
+            "measured/model: the profile's measured nccl-tests time over the model's at this size "
+            "and group shape; the time shown is the model's times it"
+        )
