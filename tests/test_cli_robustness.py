@@ -402,3 +402,23 @@ def test_collective_group_not_whole_nodes_names_gpus_and_per_node(cli):
 def test_collective_title_counts_one_node_in_the_singular(cli):
     out = cli("collective", "all_reduce", "1MiB", "--gpus", "4").out
     assert "(1 node)" in out and "measured/model: the profile's measured nccl-tests time" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("name", ["llama3-8b-8xh100.yaml", "LLAMA3-8B-8XH100", "Llama3-8B-8xH100.YAML"])
+def test_a_shipped_scenario_by_its_file_name_or_in_any_case(name, tmp_path, monkeypatch):
+    # from a folder without scenarios/: the name as `ls scenarios/` shows it, or in capitals
+    from simcluster.scenario.loading import resolve_scenario_path
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_scenario_path(name).name == "llama3-8b-8xh100.yaml"
+
+
+def test_a_missing_path_names_the_shipped_scenario_it_looks_like(tmp_path, monkeypatch):
+    from simcluster.errors import UserError
+    from simcluster.scenario.loading import resolve_scenario_path
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="not found \\(a shipped scenario is 'llama3-8b-8xh100'\\)"):
+        resolve_scenario_path("./llama3-8b-8xh100.yaml")
+    with pytest.raises(UserError, match="did you mean 'llama3-8b-8xh100'"):
+        resolve_scenario_path("LLAMA3-8B-8XH10")

@@ -41,15 +41,19 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
         return path
     if path.is_dir():
         raise UserError("scenario", f"'{text}' is a directory; give a scenario YAML file")
-    if path.suffix in (".yaml", ".yml") or "/" in text:
-        raise UserError("scenario", f"file '{text}' not found")
-    candidate = _scenarios_dir() / f"{text}.yaml"
-    if candidate.is_file():
-        return candidate
     names = shipped_scenarios()
+    # a shipped name as people type it: any case, with its .yaml (the file names in scenarios/)
+    stem = path.name.lower().removesuffix(".yaml").removesuffix(".yml")
+    shipped = stem in names and (path.name == text or path.suffix in (".yaml", ".yml"))
+    if path.suffix in (".yaml", ".yml") or "/" in text:
+        if not (shipped and "/" not in text):
+            hint = f" (a shipped scenario is '{stem}')" if stem in names else ""
+            raise UserError("scenario", f"file '{text}' not found{hint}")
+    if shipped:
+        return _scenarios_dir() / f"{stem}.yaml"
     raise UserError(
         "scenario",
-        f"'{text}' is neither a file nor a shipped scenario{did_you_mean(text, names)}; "
+        f"'{text}' is neither a file nor a shipped scenario{did_you_mean(stem, names)}; "
         f"shipped: {', '.join(names)}",
     )
 
