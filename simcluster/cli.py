@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
 from simcluster import __version__
-from simcluster.errors import exit_code_of
+from simcluster.errors import did_you_mean, exit_code_of
 
 DESCRIPTION = (
     "Simulate a distributed LLM training step on a GPU cluster (DP/ZeRO, TP+SP, CP, PP "
@@ -37,7 +38,19 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports bad arguments in one line with exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {self.prog}: {message}\n")
+        self.exit(2, f"error: {self.prog}: {message}{_close_choice(message)}\n")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)")
+
+
+def _close_choice(message: str) -> str:
+    """' (did you mean X?)' for argparse's 'invalid choice' (``simcluster runn``), else ''."""
+    found = _INVALID_CHOICE.search(message)
+    if not found:
+        return ""
+    choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]
+    return did_you_mean(found.group(1), choices)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -422,3 +422,17 @@ def test_a_missing_path_names_the_shipped_scenario_it_looks_like(tmp_path, monke
         resolve_scenario_path("./llama3-8b-8xh100.yaml")
     with pytest.raises(UserError, match="did you mean 'llama3-8b-8xh100'"):
         resolve_scenario_path("LLAMA3-8B-8XH10")
+
+
+def test_a_misspelt_command_gets_a_close_spelling(cli):
+    res = cli("runn", "llama3-8b-8xh100")
+    assert res.code == 2 and res.err.count("\n") == 1 and "(did you mean 'run'?)" in res.err
+
+
+def test_close_choice_reads_both_argparse_quotings():
+    # Python 3.12.7+ prints the choices without quotes
+    from simcluster.cli import _close_choice
+
+    assert _close_choice("argument COMMAND: invalid choice: 'lst' (choose from 'run', 'list')") == " (did you mean 'list'?)"
+    assert _close_choice("argument COMMAND: invalid choice: 'lst' (choose from run, list)") == " (did you mean 'list'?)"
+    assert _close_choice("argument --x: expected one argument") == ""
