@@ -178,7 +178,9 @@ def _print(
         console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
     if caveat:
         console.print(f"[yellow]{caveat}[/]")
-    tp = _share_of_step(s, s["exposed_comm_s"].get("tp", 0.0))
+    # the hints quote the breakdown's stage (the table above), not exposed_comm_s's worst rank:
+    # with a straggler, its TP peers' wait for it is exposed TP that no overlap would hide
+    tp = _share_of_step(s, busiest(s).get("comm_tp", 0.0))
     tp_size = s["parallel"].get("tp", 1)
     tp_leaves_domain = 0 < scale_up < tp_size
     # userbuffers' overlap runs inside an NVLink domain; a wider group needs a smaller tp first
@@ -197,7 +199,7 @@ def _print(
             f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})"
         )
     etp = s["parallel"].get("etp", 1)
-    ep = _share_of_step(s, s["exposed_comm_s"].get("ep", 0.0))
+    ep = _share_of_step(s, busiest(s).get("comm_ep", 0.0))
     if etp_defaulted and etp > 1 and ep >= EP_HINT:
         console.print(
             f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
