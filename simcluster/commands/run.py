@@ -138,7 +138,7 @@ def _print(
     exposed = (
         ", ".join(f"{named.get(k, k)} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
     )
-    table.add_row("exposed communication", exposed)
+    table.add_row("exposed communication (worst GPU)", exposed)
     per = s["compute_per_microbatch_s"]
     table.add_row(
         "compute per microbatch",
