@@ -77,3 +77,50 @@ def test_bad_input_is_one_line_with_status_2(cli, pipe_file, args, needle):
     r = cli("compare", pipe_file, *(a.format(f=pipe_file) for a in args))
     assert r.code == 2
     assert needle in r.err and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def _bar_texts(figure) -> list[list[str]]:
+    """The share labels drawn on each bar of a draw_bars figure, top bar first."""
+    ax = figure.axes[0]
+    rows: dict[int, list[tuple[float, str]]] = {}
+    for text in ax.texts:
+        x, y = text.get_position()
+        rows.setdefault(round(y), []).append((x, text.get_text()))
+    return [[t for _, t in sorted(rows.get(i, []))] for i in range(len(ax.get_yticklabels()))]
+
+
+def test_plot_shares_are_of_each_bars_own_step():
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    # a 10 s step of 5 s GEMMs + 5 s idle, and a 5 s step of 4 s GEMMs + 1 s idle: each bar's
+    # GEMMs are 50% and 80% of its own step (dividing by the longest step gave 50% and 40%)
+    figure = draw_bars(
+        [Bar("long", {"gemm": 5.0, "idle": 5.0}, 10.0), Bar("short", {"gemm": 4.0, "idle": 1.0}, 5.0)],
+        "t",
+    )
+    assert _bar_texts(figure) == [["50%", "50%"], ["80%", "20%"]]
+    assert figure.axes[0].get_xlim() == (0.0, 10.0)  # one axis: the longest step
+
+
+def test_compare_png_shares_match_the_table(cli, pipe_file):
+    from simcluster.commands.compare import figure_of
+
+    r = cli("compare", pipe_file, f"{pipe_file}@training.global_batch=2", "--json")
+    assert r.code == 0, r.err
+    recs = json.loads(r.out)["scenarios"]
+    assert recs[0]["step_time_s"] > 2 * recs[1]["step_time_s"]  # steps of different lengths
+    summaries = [(rec["label"], {"step_time_s": rec["step_time_s"],
+                                 "time_breakdown_s": {"stage": 0, "per_stage": [rec["breakdown_s"]]}})
+                 for rec in recs]  # fmt: skip
+    texts = _bar_texts(figure_of(summaries, []))
+    for rec, drawn in zip(recs, texts, strict=True):
+        gemm = f"{100 * rec['breakdown_s']['gemm'] / rec['step_time_s']:.0f}%"
+        assert drawn[0] == gemm  # the GEMMs come first, as in the table's rows
+
+
+def test_run_breakdown_png_shares_are_of_the_step():
+    from simcluster.output.breakdown_plot import draw_breakdown
+
+    summary = {"step_time_s": 4.0, "time_breakdown_s": {"stage": 0, "per_stage": [
+        {"gemm": 3.0, "idle": 1.0}, {"gemm": 1.0, "comm_pp": 1.0, "idle": 2.0}]}}  # fmt: skip
+    assert _bar_texts(draw_breakdown(summary)) == [["75%", "25%"], ["25%", "25%", "50%"]]

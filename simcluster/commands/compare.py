@@ -11,7 +11,7 @@ stacked bar per scenario on a common time axis).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +22,9 @@ from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
 from simcluster.scenario import load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
+
+if TYPE_CHECKING:  # matplotlib is imported only when --out draws
+    from matplotlib.figure import Figure
 
 HELP = "simulate two or more scenarios (or variants: NAME@key=value) and put them side by side"
 
@@ -212,7 +215,6 @@ def _write(
 ) -> None:
     import pandas as pd
 
-    from simcluster.output.breakdown_plot import draw_bars
     from simcluster.output.report_files import write_report_files
 
     flat = []
@@ -220,10 +222,17 @@ def _write(
         row = {k: v for k, v in rec.items() if k != "breakdown_s"}
         row.update({f"{k}_s": v for k, v in rec["breakdown_s"].items()})
         flat.append(row)
-    span = max(s["step_time_s"] for _, s in summaries)
-    bars = [(label, busiest(s)) for label, s in summaries]
+    figure = figure_of(summaries, shared)
+    write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
+
+
+def figure_of(summaries: list[tuple[str, dict[str, Any]]], shared: list[str]) -> Figure:
+    """compare.png: one bar per scenario on a common time axis, each part labelled by its share
+    of that scenario's own step (as in the table)."""
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    bars = [Bar(label, busiest(s), s["step_time_s"]) for label, s in summaries]
     title = "where each scenario's step goes (busiest stage)"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)
-    figure = draw_bars(bars, span, title)
-    write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
+    return draw_bars(bars, title)
