@@ -14,6 +14,7 @@ import yaml
 from engine_helpers import pipeline_scenario, run
 
 from simcluster.commands.compare import shared_overrides, short_labels, split_variant
+from simcluster.units import format_bytes
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_compare_png_shares_match_the_table(cli, pipe_file):
     assert r.code == 0, r.err
     recs = json.loads(r.out)["scenarios"]
     assert recs[0]["step_time_s"] > 2 * recs[1]["step_time_s"]  # steps of different lengths
-    summaries = [(rec["label"], {"step_time_s": rec["step_time_s"],
+    summaries = [(rec["label"], {"step_time_s": rec["step_time_s"], "fits_in_memory": True,
                                  "time_breakdown_s": {"stage": 0, "per_stage": [rec["breakdown_s"]]}})
                  for rec in recs]  # fmt: skip
     texts = _bar_texts(figure_of(summaries, []))
@@ -124,3 +125,43 @@ def test_run_breakdown_png_shares_are_of_the_step():
     summary = {"step_time_s": 4.0, "time_breakdown_s": {"stage": 0, "per_stage": [
         {"gemm": 3.0, "idle": 1.0}, {"gemm": 1.0, "comm_pp": 1.0, "idle": 2.0}]}}  # fmt: skip
     assert _bar_texts(draw_breakdown(summary)) == [["75%", "25%"], ["25%", "25%", "50%"]]
+
+
+def test_a_variant_over_its_memory_is_said_plainly(cli, pipe_file, tmp_path):
+    # 128 layers of 4h^2 + 2*h*4h = 201M parameters (h = 4096) over 4 stages: 6.44e9 on each
+    # GPU, and at >= 16 bytes a parameter (bf16 weights, fp32 gradients, Adam's fp32 states)
+    # 103 GB, over the H100's 80 GiB
+    big = f"{pipe_file}@model.layers=128"
+    doc = json.loads(cli("compare", pipe_file, big, "--json").out)
+    plain, over = doc["scenarios"]
+    assert over["capacity_bytes"] == 80 * 2**30
+    assert over["peak_memory_bytes"] >= 32 * 201_326_592 * 16 > over["capacity_bytes"]
+    assert plain["fits_in_memory"] and not over["fits_in_memory"]
+    out = tmp_path / "cmp"
+    r = cli("compare", pipe_file, big, "--out", str(out))
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())
+    assert "✗ does not fit in GPU memory (simulated anyway)" in text  # the ✗'s legend
+    peak = format_bytes(over["peak_memory_bytes"])
+    # 16 times the layers on as many GPUs: 1/16 the tokens/s, -93.7%
+    assert (f"model.layers=128: -93.7% tokens/s per GPU against {pipe_file}, but does not fit "
+            f"({peak} of 80.00 GiB);") in text  # fmt: skip
+
+
+def test_the_plot_marks_a_layout_that_does_not_fit():
+    from simcluster.commands.compare import figure_of
+    from simcluster.output.breakdown_plot import FLAG_COLOR
+
+    def summary(fits: bool) -> dict:
+        return {"step_time_s": 1.0, "fits_in_memory": fits,
+                "time_breakdown_s": {"stage": 0, "per_stage": [{"gemm": 1.0}]}}  # fmt: skip
+
+    ticks = figure_of([("a", summary(True)), ("b", summary(False))], []).axes[0].get_yticklabels()
+    assert [t.get_text() for t in ticks] == ["a", "b ✗ does not fit"]
+    assert ticks[1].get_color() == FLAG_COLOR and ticks[0].get_color() != FLAG_COLOR
+
+
+def test_a_first_scenario_over_its_memory_is_said_too(cli, pipe_file):
+    r = cli("compare", f"{pipe_file}@model.layers=128", pipe_file)
+    assert r.code == 0, r.err
+    assert "model.layers=128 (the baseline) does not fit (" in " ".join(r.out.split())

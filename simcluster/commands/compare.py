@@ -139,6 +139,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "hfu": s.get("hfu", s["mfu"]),
         "bubble_fraction": s["bubble_fraction"],
         "peak_memory_bytes": s["peak_memory_bytes"]["max"],
+        "capacity_bytes": s["capacity_bytes"],
         "fits_in_memory": s["fits_in_memory"],
         "busiest_stage": s["time_breakdown_s"]["stage"],
         "breakdown_s": busiest(s),
@@ -177,6 +178,8 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices:
     for key in _keys(summaries):
         table.add_row(LABELS[key], *(_seconds(s, key) for _, s in summaries))
     console.print(table)
+    if not all(s["fits_in_memory"] for _, s in summaries):
+        console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
     console.print(_verdict(summaries))
     if out:
         console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
@@ -185,6 +188,13 @@ def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices:
 def _memory(s: dict[str, Any]) -> str:
     text = format_bytes(s["peak_memory_bytes"]["max"])
     return text if s["fits_in_memory"] else f"[red]{text} ✗[/]"
+
+
+def _misfit(s: dict[str, Any]) -> str:
+    """'does not fit (190.48 GiB of 80.00 GiB)' for a scenario over its GPU memory, else ''."""
+    if s["fits_in_memory"]:
+        return ""
+    return f"does not fit ({format_bytes(s['peak_memory_bytes']['max'])} of {format_bytes(s['capacity_bytes'])})"
 
 
 def _seconds(s: dict[str, Any], key: str) -> str:
@@ -197,14 +207,15 @@ def _seconds(s: dict[str, Any], key: str) -> str:
 def _verdict(summaries: list[tuple[str, dict[str, Any]]]) -> str:
     """How each scenario compares with the first, and the part that moved most."""
     base_label, base = summaries[0]
-    lines = []
+    lines = [f"{base_label} (the baseline) {_misfit(base)}"] if _misfit(base) else []
     for label, s in summaries[1:]:
         ratio = s["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] - 1
+        misfit = f", but {_misfit(s)}" if _misfit(s) else ""
         deltas = {k: busiest(s).get(k, 0.0) - busiest(base).get(k, 0.0) for k in LABELS}
         key = max(deltas, key=lambda k: abs(deltas[k]))
         sign = "+" if deltas[key] >= 0 else "−"
         lines.append(
-            f"{label}: {100 * ratio:+.1f}% tokens/s per GPU against {base_label}; the largest "
+            f"{label}: {100 * ratio:+.1f}% tokens/s per GPU against {base_label}{misfit}; the largest "
             f"change is {LABELS[key]} ({sign}{format_time(abs(deltas[key]))} per step)"
         )
     return "\n".join(lines)
@@ -228,10 +239,15 @@ def _write(
 
 def figure_of(summaries: list[tuple[str, dict[str, Any]]], shared: list[str]) -> Figure:
     """compare.png: one bar per scenario on a common time axis, each part labelled by its share
-    of that scenario's own step (as in the table)."""
+    of that scenario's own step (as in the table); a scenario over its GPU memory is marked
+    in its label."""
     from simcluster.output.breakdown_plot import Bar, draw_bars
 
-    bars = [Bar(label, busiest(s), s["step_time_s"]) for label, s in summaries]
+    bars = [
+        Bar(label if s["fits_in_memory"] else f"{label} ✗ does not fit", busiest(s), s["step_time_s"],
+            flagged=not s["fits_in_memory"])
+        for label, s in summaries
+    ]  # fmt: skip
     title = "where each scenario's step goes (busiest stage)"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)

@@ -38,6 +38,7 @@ COLORS: dict[str, str] = {
     "idle": "#E5E5E5",
 }
 ORDER = tuple(COLORS)
+FLAG_COLOR = "#C62828"  # a flagged bar's label: red as the ✗ of the tables
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Bar:
     label: str
     parts: Mapping[str, float]
     total: float
+    flagged: bool = False  # its label in FLAG_COLOR (compare: a layout that does not fit)
 
 
 def draw_breakdown(summary: Mapping[str, Any], title: str = "") -> Figure:
@@ -81,6 +83,9 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
                         fontsize=8, color=text_color(COLORS[key]))
             left += width
     ax.set_yticks(range(len(bars)), [bar.label for bar in bars])
+    for tick, bar in zip(ax.get_yticklabels(), bars, strict=True):
+        if bar.flagged:
+            tick.set_color(FLAG_COLOR)
     ax.invert_yaxis()
     ax.set_xlim(0, span * scale.factor)
     ax.set_xlabel(f"{xlabel} ({scale.unit})")
