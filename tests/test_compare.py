@@ -14,7 +14,7 @@ import yaml
 from engine_helpers import pipeline_scenario, run
 
 from simcluster.commands.compare import shared_overrides, short_labels, split_variant
-from simcluster.units import format_bytes
+from simcluster.units import format_bytes, format_time
 
 
 @pytest.fixture
@@ -110,8 +110,7 @@ def test_compare_png_shares_match_the_table(cli, pipe_file):
     assert r.code == 0, r.err
     recs = json.loads(r.out)["scenarios"]
     assert recs[0]["step_time_s"] > 2 * recs[1]["step_time_s"]  # steps of different lengths
-    summaries = [(rec["label"], {"step_time_s": rec["step_time_s"], "fits_in_memory": True,
-                                 "time_breakdown_s": {"stage": 0, "per_stage": [rec["breakdown_s"]]}})
+    summaries = [(rec["label"], {**rec, "time_breakdown_s": {"stage": 0, "per_stage": [rec["breakdown_s"]]}})
                  for rec in recs]  # fmt: skip
     texts = _bar_texts(figure_of(summaries, []))
     for rec, drawn in zip(recs, texts, strict=True):
@@ -153,7 +152,7 @@ def test_the_plot_marks_a_layout_that_does_not_fit():
     from simcluster.output.breakdown_plot import FLAG_COLOR
 
     def summary(fits: bool) -> dict:
-        return {"step_time_s": 1.0, "fits_in_memory": fits,
+        return {"step_time_s": 1.0, "fits_in_memory": fits, "gpus": 1, "tokens_per_s": 1024.0,
                 "time_breakdown_s": {"stage": 0, "per_stage": [{"gemm": 1.0}]}}  # fmt: skip
 
     ticks = figure_of([("a", summary(True)), ("b", summary(False))], []).axes[0].get_yticklabels()
@@ -165,3 +164,82 @@ def test_a_first_scenario_over_its_memory_is_said_too(cli, pipe_file):
     r = cli("compare", f"{pipe_file}@model.layers=128", pipe_file)
     assert r.code == 0, r.err
     assert "model.layers=128 (the baseline) does not fit (" in " ".join(r.out.split())
+
+
+def _per_mtok(rec: dict, key: str) -> float:
+    """GPU seconds per million tokens of one part of a compare.json row."""
+    return rec["breakdown_s"][key] * rec["gpus"] / rec["tokens_per_step"] * 1e6
+
+
+def _row(out: str, name: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f"│ {name} "))
+
+
+def test_steps_of_different_token_counts_are_compared_per_token(cli, pipe_file):
+    # global_batch 2 instead of 8, of 1024 tokens: 2,048 tokens a step against 8,192. 1F1B's
+    # bubble is (p-1)(F+B) a step whatever the microbatch count, so per token it is 4 times as
+    # large: idle is what grew, whereas per step every compute part shrank (GEMMs the most)
+    small = f"{pipe_file}@training.global_batch=2"
+    doc = json.loads(cli("compare", pipe_file, small, "--json").out)
+    assert doc["compared_per"] == "gpu_s_per_million_tokens"
+    big, few = doc["scenarios"]
+    assert (big["tokens_per_step"], few["tokens_per_step"]) == (8192, 2048)
+    assert few["breakdown_s"]["gemm"] < big["breakdown_s"]["gemm"] / 3  # per step GEMMs moved most
+    grown = _per_mtok(few, "idle") - _per_mtok(big, "idle")
+    r = cli("compare", pipe_file, small)
+    assert r.code == 0, r.err
+    assert (f"its step is 2,048 tokens against 8,192, so per token the largest change is idle (bubble, "
+            f"waits) (+{format_time(grown)} of GPU time per 1M tokens)") in " ".join(r.out.split())  # fmt: skip
+    # the rows are per token: GPU time per 1M tokens is 1e6 / (tokens/s per GPU), GEMMs a part of it
+    total = _row(r.out, "GPU time per 1M tokens")
+    assert all(format_time(1e6 / rec["tokens_per_s_per_gpu"]) in total for rec in (big, few))
+    gemm = _row(r.out, "GEMMs")
+    for rec in (big, few):
+        assert f"{format_time(_per_mtok(rec, 'gemm'))} ({100 * rec['breakdown_s']['gemm'] / rec['step_time_s']:.0f}%)" in gemm
+
+
+def test_steps_on_different_gpu_counts_are_compared_per_token(cli, pipe_file):
+    # the same 8,192 tokens a step on twice the GPUs (dp 2): a step's parts halve, per GPU they do not
+    r = cli("compare", pipe_file, f"{pipe_file}@cluster.gpus=8@cluster.gpus_per_node=8", "--json")
+    assert json.loads(r.out)["compared_per"] == "gpu_s_per_million_tokens"
+    r = cli("compare", pipe_file, f"{pipe_file}@cluster.gpus=8@cluster.gpus_per_node=8")
+    assert "it runs on 8 GPUs against 4, so per token the largest change is" in " ".join(r.out.split())
+
+
+def test_equal_steps_are_compared_per_step_with_the_clis_signs(cli, pipe_file):
+    zb = f"{pipe_file}@parallel.schedule=zb-h1"
+    doc = json.loads(cli("compare", pipe_file, zb, "--json").out)
+    assert doc["compared_per"] == "s_per_step"
+    plain, rec = doc["scenarios"]
+    shrunk = rec["breakdown_s"]["idle"] - plain["breakdown_s"]["idle"]
+    ratio = rec["tokens_per_s_per_gpu"] / plain["tokens_per_s_per_gpu"] - 1
+    r = cli("compare", pipe_file, zb)
+    text = " ".join(r.out.split())
+    # ASCII signs, as run, sweep and validate print them (`:+`), for the percentage and the time
+    assert (f"parallel.schedule=zb-h1: {100 * ratio:+.1f}% tokens/s per GPU against {pipe_file}; the "
+            f"largest change is idle (bubble, waits) (-{format_time(-shrunk)} per step)") in text  # fmt: skip
+    assert "−" not in r.out
+
+
+def test_a_scenario_against_itself_has_no_difference(cli, pipe_file):
+    r = cli("compare", pipe_file, pipe_file)
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())
+    assert (f"{pipe_file}: no difference from {pipe_file}: the same tokens/s per GPU and the same time in "
+            "every part of the step") in text  # fmt: skip
+    assert "largest change" not in text
+
+
+def test_rounding_residue_gets_no_row():
+    # idle is the step less the other parts: 1.1e-13 s of it (as mixtral-8x7b-32xh100 has) is
+    # float rounding, shown before as a row "idle 0.0 us (0%)" next to a "—"
+    from simcluster.commands.compare import _keys
+    from simcluster.commands.compare_parts import Basis
+
+    def summary(idle: float) -> dict:
+        return {"step_time_s": 5.0, "gpus": 8, "tokens_per_s": 1000.0,
+                "time_breakdown_s": {"stage": 0, "per_stage": [{"gemm": 5.0, "idle": idle}]}}  # fmt: skip
+
+    summaries = [("a", summary(1.1e-13)), ("b", summary(0.0))]
+    assert _keys(summaries, Basis.of(summaries)) == ["gemm"]
+    assert _keys([("a", summary(0.5)), ("b", summary(0.0))], Basis(False)) == ["gemm", "idle"]

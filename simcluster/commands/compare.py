@@ -3,9 +3,11 @@
 Each SCENARIO is a shipped name or a YAML path, optionally followed by ``@key=value``
 overrides that apply to it alone (``llama3-70b-64xh100@parallel.schedule=zb-h1``); ``--set``
 applies to all of them. The table puts the headline figures and, for each scenario's busiest
-stage, where its step goes (seconds per step by category), so the row that differs most says
-why one layout is faster. ``--out DIR`` writes compare.csv, compare.json and compare.png (one
-stacked bar per scenario on a common time axis).
+stage, where its time goes by category, so the row that differs most says why one layout is
+faster: seconds per step when every step does the same work (tokens) on as many GPUs, else GPU
+time per million tokens, the one measure whose parts add up to the inverse of tokens/s per GPU
+(compare_parts.py). ``--out DIR`` writes compare.csv, compare.json and compare.png (one
+stacked bar per scenario on a common axis).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
+from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
@@ -42,6 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
+    parser.epilog = (
+        "The breakdown rows are each scenario's busiest stage, seconds per step; when the "
+        "scenarios' steps process different token counts (global batch x sequence length) or run "
+        "on different GPU counts, a step's parts are not comparable (a smaller step is shorter in "
+        "every part), so the rows, the plot and the largest change are given in GPU time per "
+        "million tokens (seconds x GPUs / tokens per step x 1e6), which add up to "
+        "1e6 / (tokens/s per GPU). A percentage is of the scenario's own step. ✗: does not fit "
+        "in GPU memory (simulated anyway)."
+    )
     add_price_argument(
         parser,
         "adds what a million tokens cost; with prices per profile, every profile the scenarios "
@@ -108,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
         for label, ctx in contexts:
             summaries.append((label, simulate(ctx).summary))
             advance(label)
-    doc: dict[str, Any] = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
+    doc: dict[str, Any] = {
+        "scenarios": [_record(label, s, prices) for label, s in summaries],
+        "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
+    }
     shared = shared_overrides(args.scenarios)
     if shared:
         doc["shared_overrides"] = shared
@@ -124,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
-    """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step."""
+    """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step
+    (``breakdown_s``: seconds per step, whatever the table's basis)."""
     priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
     return {
         **priced,
@@ -132,6 +148,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "layout": s["layout"],
         "hardware": s["hardware"],
         "gpus": s["gpus"],
+        "tokens_per_step": tokens_per_step(s),
         "step_time_s": s["step_time_s"],
         "tokens_per_s": s["tokens_per_s"],
         "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
@@ -146,43 +163,52 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
     }
 
 
-def _keys(summaries: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Breakdown categories that any scenario spends time on, in the breakdown's order."""
-    order = list(LABELS)
-    present = {k for _, s in summaries for k, v in busiest(s).items() if v > 0}
-    return [k for k in order if k in present]
+def _keys(summaries: Summaries, basis: Basis) -> list[str]:
+    """Breakdown categories that any scenario spends time on, in the breakdown's order (a
+    category all spend none of, or only rounding residue of, gets no row)."""
+    present = {k for _, s in summaries for k, v in basis.parts(s).items() if v > 0}
+    return [k for k in LABELS if k in present]
 
 
-def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices: Prices | None = None) -> None:
+def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) -> None:
+    basis = Basis.of(summaries)
     console = Console(width=max(Console().width, 100))
-    table = Table(title="side by side (breakdown: each scenario's busiest stage, per step)")
+    per = "GPU time per million tokens, as the steps differ in tokens or GPUs" if basis.per_token else "per step"
+    table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
     table.add_column("")
     for label, _ in summaries:
         table.add_column(label, justify="right", overflow="fold")
+    hfu = any(_hfu(s) > s["mfu"] * 1.0005 for _, s in summaries)
     rows: list[tuple[str, list[str]]] = [
         ("layout", [s["layout"] for _, s in summaries]),
         ("GPUs x hardware", [f"{s['gpus']} x {s['hardware']}" for _, s in summaries]),
+        ("tokens per step", [f"{tokens_per_step(s):,}" for _, s in summaries]),
         ("step time", [format_time(s["step_time_s"]) for _, s in summaries]),
         ("tokens/s per GPU", [f"{s['tokens_per_s_per_gpu']:,.0f}" for _, s in summaries]),
+        # what the breakdown's rows add up to when they are per token
+        *([("GPU time per 1M tokens", [format_time(basis.total(s)) for _, s in summaries])] if basis.per_token else []),
         ("MFU", [f"{100 * s['mfu']:.1f}%" for _, s in summaries]),
+        *([("HFU (with recompute)", [f"{100 * _hfu(s):.1f}%" for _, s in summaries])] if hfu else []),
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
-    ]
-    if any(s.get("hfu", s["mfu"]) > s["mfu"] * 1.0005 for _, s in summaries):
-        rows.insert(5, ("HFU (with recompute)", [f"{100 * s.get('hfu', s['mfu']):.1f}%" for _, s in summaries]))
-    if prices:
-        rows.append(("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries]))
+        *([("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries])] if prices else []),
+    ]  # fmt: skip
     for label, cells in rows:
         table.add_row(label, *cells)
     table.add_section()
-    for key in _keys(summaries):
-        table.add_row(LABELS[key], *(_seconds(s, key) for _, s in summaries))
+    for key in _keys(summaries, basis):
+        table.add_row(LABELS[key], *(_part(basis, s, key) for _, s in summaries))
     console.print(table)
     if not all(s["fits_in_memory"] for _, s in summaries):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
-    console.print(_verdict(summaries))
+    console.print(verdict(summaries, basis))
     if out:
         console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
+
+
+def _hfu(s: dict[str, Any]) -> float:
+    """Hardware FLOPs utilisation (MFU where a summary has none: nothing recomputed)."""
+    return float(s.get("hfu", s["mfu"]))
 
 
 def _memory(s: dict[str, Any]) -> str:
@@ -190,40 +216,15 @@ def _memory(s: dict[str, Any]) -> str:
     return text if s["fits_in_memory"] else f"[red]{text} ✗[/]"
 
 
-def _misfit(s: dict[str, Any]) -> str:
-    """'does not fit (190.48 GiB of 80.00 GiB)' for a scenario over its GPU memory, else ''."""
-    if s["fits_in_memory"]:
-        return ""
-    return f"does not fit ({format_bytes(s['peak_memory_bytes']['max'])} of {format_bytes(s['capacity_bytes'])})"
-
-
-def _seconds(s: dict[str, Any], key: str) -> str:
-    value = busiest(s).get(key, 0.0)
+def _part(basis: Basis, s: dict[str, Any], key: str) -> str:
+    """One cell of the breakdown: the time and its share of the scenario's own step."""
+    value = basis.parts(s).get(key, 0.0)
     if value <= 0:
         return "—"
-    return f"{format_time(value)} ({100 * value / s['step_time_s']:.0f}%)"
+    return f"{format_time(value)} ({100 * value / basis.total(s):.0f}%)"
 
 
-def _verdict(summaries: list[tuple[str, dict[str, Any]]]) -> str:
-    """How each scenario compares with the first, and the part that moved most."""
-    base_label, base = summaries[0]
-    lines = [f"{base_label} (the baseline) {_misfit(base)}"] if _misfit(base) else []
-    for label, s in summaries[1:]:
-        ratio = s["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] - 1
-        misfit = f", but {_misfit(s)}" if _misfit(s) else ""
-        deltas = {k: busiest(s).get(k, 0.0) - busiest(base).get(k, 0.0) for k in LABELS}
-        key = max(deltas, key=lambda k: abs(deltas[k]))
-        sign = "+" if deltas[key] >= 0 else "−"
-        lines.append(
-            f"{label}: {100 * ratio:+.1f}% tokens/s per GPU against {base_label}{misfit}; the largest "
-            f"change is {LABELS[key]} ({sign}{format_time(abs(deltas[key]))} per step)"
-        )
-    return "\n".join(lines)
-
-
-def _write(
-    out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, Any]]], shared: list[str]
-) -> None:
+def _write(out: str, doc: dict[str, Any], summaries: Summaries, shared: list[str]) -> None:
     import pandas as pd
 
     from simcluster.output.report_files import write_report_files
@@ -237,18 +238,22 @@ def _write(
     write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
 
 
-def figure_of(summaries: list[tuple[str, dict[str, Any]]], shared: list[str]) -> Figure:
-    """compare.png: one bar per scenario on a common time axis, each part labelled by its share
-    of that scenario's own step (as in the table); a scenario over its GPU memory is marked
-    in its label."""
+def figure_of(summaries: Summaries, shared: list[str]) -> Figure:
+    """compare.png: one bar per scenario on a common axis, in the table's basis (per step, or
+    GPU time per million tokens), each part labelled by its share of that scenario's own
+    step (as in the table); a scenario over its GPU memory is marked in its label."""
     from simcluster.output.breakdown_plot import Bar, draw_bars
 
+    basis = Basis.of(summaries)
     bars = [
-        Bar(label if s["fits_in_memory"] else f"{label} ✗ does not fit", busiest(s), s["step_time_s"],
+        Bar(label if s["fits_in_memory"] else f"{label} ✗ does not fit", basis.parts(s), basis.total(s),
             flagged=not s["fits_in_memory"])
         for label, s in summaries
     ]  # fmt: skip
-    title = "where each scenario's step goes (busiest stage)"
+    if basis.per_token:
+        title, xlabel = "where each scenario's GPU time per million tokens goes (busiest stage)", "GPU time per 1M tokens"
+    else:
+        title, xlabel = "where each scenario's step goes (busiest stage)", "time in the step"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)
-    return draw_bars(bars, title)
+    return draw_bars(bars, title, xlabel)
