@@ -80,6 +80,38 @@ def test_bad_input_is_one_line_with_status_2(cli, pipe_file, args, needle):
     assert needle in r.err and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "variant, needle",
+    [
+        ("{f}@", "'{f}@' has an empty override after '@'; write NAME@key=value, e.g. {f}@parallel.tp=2"),
+        ("{f}@@parallel.tp=2", "has an empty override after '@'"),
+        ("{f}@tp", "'{f}@tp': 'tp' is not key=value; write NAME@key=value"),
+        ("{f}@=2", "'=2' is not key=value"),
+        ("{f}@parallel..tp=2", "the key 'parallel..tp' has an empty part; write NAME@key=value"),
+        # the last would win silently, and the column be labelled with both values
+        ("{f}@parallel.tp=2@parallel.tp=4", "sets parallel.tp twice ('parallel.tp=2' and 'parallel.tp=4'); keep one"),
+        ("{f}@training.mbs=2@training.micro_batch=4", "sets training.micro_batch twice"),  # an alias
+    ],
+)
+def test_a_bad_variant_is_explained_in_its_own_syntax(cli, pipe_file, variant, needle):
+    r = cli("compare", pipe_file, variant.format(f=pipe_file))
+    assert r.code == 2
+    assert r.err.startswith("error: SCENARIO: ")
+    assert needle.format(f=pipe_file) in r.err and "--set" not in r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_the_error_of_one_of_several_variants_names_it(cli, pipe_file):
+    r = cli("compare", pipe_file, f"{pipe_file}@training.micro_batch=2", f"{pipe_file}@parallel.pp=3")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert r.err.startswith("error: parallel") and r.err.strip().endswith(f"(in SCENARIO {pipe_file}@parallel.pp=3)")
+
+
+def test_a_key_set_in_two_variants_is_no_repetition(cli, pipe_file):
+    r = cli("compare", f"{pipe_file}@training.micro_batch=2", f"{pipe_file}@training.micro_batch=4", "--json")
+    assert r.code == 0, r.err
+
+
 def _bar_texts(figure) -> list[list[str]]:
     """The share labels drawn on each bar of a draw_bars figure, top bar first."""
     ax = figure.axes[0]

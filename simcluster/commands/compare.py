@@ -20,6 +20,13 @@ from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
 from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
+from simcluster.commands.compare_variants import (
+    naming,
+    shared_overrides,
+    short_labels,
+    split_variant,
+    variant_overrides,
+)
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
@@ -36,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenarios", nargs="+", metavar="SCENARIO",
         help="shipped scenario name or YAML path, optionally with @key=value overrides of its "
-        "own, e.g. llama3-70b-64xh100@parallel.schedule=zb-h1",
+        "own (each key once), e.g. llama3-70b-64xh100@parallel.schedule=zb-h1",
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", metavar="KEY=VALUE",
@@ -61,48 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_variant(text: str) -> tuple[str, list[str]]:
-    """``NAME@a=1@b=2`` -> (``NAME``, [``a=1``, ``b=2``])."""
-    name, *overrides = text.split("@")
-    if not name:
-        raise UserError("SCENARIO", f"'{text}' has no scenario before '@'")
-    return name, overrides
-
-
-def shared_overrides(texts: list[str]) -> list[str]:
-    """The ``@key=value`` overrides that every scenario has, when all are variants of one."""
-    variants = [split_variant(text) for text in texts]
-    if any(name != variants[0][0] for name, _ in variants):
-        return []
-    return [o for o in variants[0][1] if all(o in own for _, own in variants)]
-
-
-def short_labels(texts: list[str]) -> list[str]:
-    """Column labels: a variant of the first scenario is named by its overrides alone, and when
-    every scenario is a variant of one, the overrides they all share are left out (a variant
-    with nothing of its own is named by the scenario)."""
-    first, _ = split_variant(texts[0])
-    variants = [split_variant(text) for text in texts]
-    shared = set(shared_overrides(texts))
-    out = []
-    for text, (name, own) in zip(texts, variants, strict=True):
-        kept = [o for o in own if o not in shared]
-        if name != first or not own:
-            out.append(text)
-        else:
-            out.append(" ".join(kept) if kept else name)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise UserError("SCENARIO", "give at least two scenarios (or one and a variant NAME@key=value)")
     prices = parse_prices(args.price)
     common = parse_set(args.overrides)
+    own = [variant_overrides(text) for text in args.scenarios]  # syntax first, then each file
     scenarios = []
-    for text, label in zip(args.scenarios, short_labels(args.scenarios), strict=True):
-        name, own = split_variant(text)
-        scenarios.append((label, load_scenario(name, common + parse_set(own))))
+    for text, label, mine in zip(args.scenarios, short_labels(args.scenarios), own, strict=True):
+        with naming(text):
+            scenarios.append((label, load_scenario(split_variant(text)[0], common + mine)))
     if args.out:
         from simcluster.output.atomic import check_writable
 
@@ -110,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.context import build_context
     from simcluster.engine import simulate
 
-    contexts = [(label, build_context(sc, args.hardware)) for label, sc in scenarios]  # all checked first
+    contexts = []  # all checked before any is simulated
+    for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
+        with naming(text):
+            contexts.append((label, build_context(sc, args.hardware)))
     used: dict[str, str] = {}
     for label, ctx in contexts:
         used.setdefault(ctx.profile.name, label)
