@@ -3,25 +3,38 @@
 Each SCENARIO is a shipped name or a YAML path, optionally followed by ``@key=value``
 overrides that apply to it alone (``llama3-70b-64xh100@parallel.schedule=zb-h1``); ``--set``
 applies to all of them. The table puts the headline figures and, for each scenario's busiest
-stage, where its step goes (seconds per step by category), so the row that differs most says
-why one layout is faster. ``--out DIR`` writes compare.csv, compare.json and compare.png (one
-stacked bar per scenario on a common time axis).
+stage, where its time goes by category, so the row that differs most says why one layout is
+faster: seconds per step when every step does the same work (tokens) on as many GPUs, else GPU
+time per million tokens, the one measure whose parts add up to the inverse of tokens/s per GPU
+(compare_parts.py). ``--out DIR`` writes compare.csv, compare.json and compare.png (one
+stacked bar per scenario on a common axis).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
+from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
+from simcluster.commands.compare_variants import (
+    naming,
+    shared_overrides,
+    short_labels,
+    split_variant,
+    variant_overrides,
+)
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
 from simcluster.scenario import load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
+
+if TYPE_CHECKING:  # matplotlib is imported only when --out draws
+    from matplotlib.figure import Figure
 
 HELP = "simulate two or more scenarios (or variants: NAME@key=value) and put them side by side"
 
@@ -30,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenarios", nargs="+", metavar="SCENARIO",
         help="shipped scenario name or YAML path, optionally with @key=value overrides of its "
-        "own, e.g. llama3-70b-64xh100@parallel.schedule=zb-h1",
+        "own (each key once), e.g. llama3-70b-64xh100@parallel.schedule=zb-h1",
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", metavar="KEY=VALUE",
@@ -39,6 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
+    parser.epilog = (
+        "The breakdown rows are each scenario's busiest stage, seconds per step; when the "
+        "scenarios' steps process different token counts (global batch x sequence length) or run "
+        "on different GPU counts, a step's parts are not comparable (a smaller step is shorter in "
+        "every part), so the rows, the plot and the largest change are given in GPU time per "
+        "million tokens (seconds x GPUs / tokens per step x 1e6), which add up to "
+        "1e6 / (tokens/s per GPU). A percentage is of the scenario's own step. ✗: does not fit "
+        "in GPU memory (simulated anyway)."
+    )
     add_price_argument(
         parser,
         "adds what a million tokens cost; with prices per profile, every profile the scenarios "
@@ -46,48 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_variant(text: str) -> tuple[str, list[str]]:
-    """``NAME@a=1@b=2`` -> (``NAME``, [``a=1``, ``b=2``])."""
-    name, *overrides = text.split("@")
-    if not name:
-        raise UserError("SCENARIO", f"'{text}' has no scenario before '@'")
-    return name, overrides
-
-
-def shared_overrides(texts: list[str]) -> list[str]:
-    """The ``@key=value`` overrides that every scenario has, when all are variants of one."""
-    variants = [split_variant(text) for text in texts]
-    if any(name != variants[0][0] for name, _ in variants):
-        return []
-    return [o for o in variants[0][1] if all(o in own for _, own in variants)]
-
-
-def short_labels(texts: list[str]) -> list[str]:
-    """Column labels: a variant of the first scenario is named by its overrides alone, and when
-    every scenario is a variant of one, the overrides they all share are left out (a variant
-    with nothing of its own is named by the scenario)."""
-    first, _ = split_variant(texts[0])
-    variants = [split_variant(text) for text in texts]
-    shared = set(shared_overrides(texts))
-    out = []
-    for text, (name, own) in zip(texts, variants, strict=True):
-        kept = [o for o in own if o not in shared]
-        if name != first or not own:
-            out.append(text)
-        else:
-            out.append(" ".join(kept) if kept else name)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise UserError("SCENARIO", "give at least two scenarios (or one and a variant NAME@key=value)")
     prices = parse_prices(args.price)
     common = parse_set(args.overrides)
+    own = [variant_overrides(text) for text in args.scenarios]  # syntax first, then each file
     scenarios = []
-    for text, label in zip(args.scenarios, short_labels(args.scenarios), strict=True):
-        name, own = split_variant(text)
-        scenarios.append((label, load_scenario(name, common + parse_set(own))))
+    for text, label, mine in zip(args.scenarios, short_labels(args.scenarios), own, strict=True):
+        with naming(text):
+            scenarios.append((label, load_scenario(split_variant(text)[0], common + mine)))
     if args.out:
         from simcluster.output.atomic import check_writable
 
@@ -95,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.context import build_context
     from simcluster.engine import simulate
 
-    contexts = [(label, build_context(sc, args.hardware)) for label, sc in scenarios]  # all checked first
+    contexts = []  # all checked before any is simulated
+    for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
+        with naming(text):
+            contexts.append((label, build_context(sc, args.hardware)))
     used: dict[str, str] = {}
     for label, ctx in contexts:
         used.setdefault(ctx.profile.name, label)
@@ -105,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
         for label, ctx in contexts:
             summaries.append((label, simulate(ctx).summary))
             advance(label)
-    doc: dict[str, Any] = {"scenarios": [_record(label, s, prices) for label, s in summaries]}
+    doc: dict[str, Any] = {
+        "scenarios": [_record(label, s, prices) for label, s in summaries],
+        "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
+    }
     shared = shared_overrides(args.scenarios)
     if shared:
         doc["shared_overrides"] = shared
@@ -121,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
-    """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step."""
+    """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step
+    (``breakdown_s``: seconds per step, whatever the table's basis)."""
     priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
     return {
         **priced,
@@ -129,6 +126,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "layout": s["layout"],
         "hardware": s["hardware"],
         "gpus": s["gpus"],
+        "tokens_per_step": tokens_per_step(s),
         "step_time_s": s["step_time_s"],
         "tokens_per_s": s["tokens_per_s"],
         "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
@@ -136,47 +134,59 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "hfu": s.get("hfu", s["mfu"]),
         "bubble_fraction": s["bubble_fraction"],
         "peak_memory_bytes": s["peak_memory_bytes"]["max"],
+        "capacity_bytes": s["capacity_bytes"],
         "fits_in_memory": s["fits_in_memory"],
         "busiest_stage": s["time_breakdown_s"]["stage"],
         "breakdown_s": busiest(s),
     }
 
 
-def _keys(summaries: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Breakdown categories that any scenario spends time on, in the breakdown's order."""
-    order = list(LABELS)
-    present = {k for _, s in summaries for k, v in busiest(s).items() if v > 0}
-    return [k for k in order if k in present]
+def _keys(summaries: Summaries, basis: Basis) -> list[str]:
+    """Breakdown categories that any scenario spends time on, in the breakdown's order (a
+    category all spend none of, or only rounding residue of, gets no row)."""
+    present = {k for _, s in summaries for k, v in basis.parts(s).items() if v > 0}
+    return [k for k in LABELS if k in present]
 
 
-def _print(summaries: list[tuple[str, dict[str, Any]]], out: str | None, prices: Prices | None = None) -> None:
+def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) -> None:
+    basis = Basis.of(summaries)
     console = Console(width=max(Console().width, 100))
-    table = Table(title="side by side (breakdown: each scenario's busiest stage, per step)")
+    per = "GPU time per million tokens, as the steps differ in tokens or GPUs" if basis.per_token else "per step"
+    table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
     table.add_column("")
     for label, _ in summaries:
         table.add_column(label, justify="right", overflow="fold")
+    hfu = any(_hfu(s) > s["mfu"] * 1.0005 for _, s in summaries)
     rows: list[tuple[str, list[str]]] = [
         ("layout", [s["layout"] for _, s in summaries]),
         ("GPUs x hardware", [f"{s['gpus']} x {s['hardware']}" for _, s in summaries]),
+        ("tokens per step", [f"{tokens_per_step(s):,}" for _, s in summaries]),
         ("step time", [format_time(s["step_time_s"]) for _, s in summaries]),
         ("tokens/s per GPU", [f"{s['tokens_per_s_per_gpu']:,.0f}" for _, s in summaries]),
+        # what the breakdown's rows add up to when they are per token
+        *([("GPU time per 1M tokens", [format_time(basis.total(s)) for _, s in summaries])] if basis.per_token else []),
         ("MFU", [f"{100 * s['mfu']:.1f}%" for _, s in summaries]),
+        *([("HFU (with recompute)", [f"{100 * _hfu(s):.1f}%" for _, s in summaries])] if hfu else []),
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
-    ]
-    if any(s.get("hfu", s["mfu"]) > s["mfu"] * 1.0005 for _, s in summaries):
-        rows.insert(5, ("HFU (with recompute)", [f"{100 * s.get('hfu', s['mfu']):.1f}%" for _, s in summaries]))
-    if prices:
-        rows.append(("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries]))
+        *([("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries])] if prices else []),
+    ]  # fmt: skip
     for label, cells in rows:
         table.add_row(label, *cells)
     table.add_section()
-    for key in _keys(summaries):
-        table.add_row(LABELS[key], *(_seconds(s, key) for _, s in summaries))
+    for key in _keys(summaries, basis):
+        table.add_row(LABELS[key], *(_part(basis, s, key) for _, s in summaries))
     console.print(table)
-    console.print(_verdict(summaries))
+    if not all(s["fits_in_memory"] for _, s in summaries):
+        console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
+    console.print(verdict(summaries, basis))
     if out:
         console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
+
+
+def _hfu(s: dict[str, Any]) -> float:
+    """Hardware FLOPs utilisation (MFU where a summary has none: nothing recomputed)."""
+    return float(s.get("hfu", s["mfu"]))
 
 
 def _memory(s: dict[str, Any]) -> str:
@@ -184,35 +194,17 @@ def _memory(s: dict[str, Any]) -> str:
     return text if s["fits_in_memory"] else f"[red]{text} ✗[/]"
 
 
-def _seconds(s: dict[str, Any], key: str) -> str:
-    value = busiest(s).get(key, 0.0)
+def _part(basis: Basis, s: dict[str, Any], key: str) -> str:
+    """One cell of the breakdown: the time and its share of the scenario's own step."""
+    value = basis.parts(s).get(key, 0.0)
     if value <= 0:
         return "—"
-    return f"{format_time(value)} ({100 * value / s['step_time_s']:.0f}%)"
+    return f"{format_time(value)} ({100 * value / basis.total(s):.0f}%)"
 
 
-def _verdict(summaries: list[tuple[str, dict[str, Any]]]) -> str:
-    """How each scenario compares with the first, and the part that moved most."""
-    base_label, base = summaries[0]
-    lines = []
-    for label, s in summaries[1:]:
-        ratio = s["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] - 1
-        deltas = {k: busiest(s).get(k, 0.0) - busiest(base).get(k, 0.0) for k in LABELS}
-        key = max(deltas, key=lambda k: abs(deltas[k]))
-        sign = "+" if deltas[key] >= 0 else "−"
-        lines.append(
-            f"{label}: {100 * ratio:+.1f}% tokens/s per GPU against {base_label}; the largest "
-            f"change is {LABELS[key]} ({sign}{format_time(abs(deltas[key]))} per step)"
-        )
-    return "\n".join(lines)
-
-
-def _write(
-    out: str, doc: dict[str, Any], summaries: list[tuple[str, dict[str, Any]]], shared: list[str]
-) -> None:
+def _write(out: str, doc: dict[str, Any], summaries: Summaries, shared: list[str]) -> None:
     import pandas as pd
 
-    from simcluster.output.breakdown_plot import draw_bars
     from simcluster.output.report_files import write_report_files
 
     flat = []
@@ -220,10 +212,26 @@ def _write(
         row = {k: v for k, v in rec.items() if k != "breakdown_s"}
         row.update({f"{k}_s": v for k, v in rec["breakdown_s"].items()})
         flat.append(row)
-    span = max(s["step_time_s"] for _, s in summaries)
-    bars = [(label, busiest(s)) for label, s in summaries]
-    title = "where each scenario's step goes (busiest stage)"
+    figure = figure_of(summaries, shared)
+    write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
+
+
+def figure_of(summaries: Summaries, shared: list[str]) -> Figure:
+    """compare.png: one bar per scenario on a common axis, in the table's basis (per step, or
+    GPU time per million tokens), each part labelled by its share of that scenario's own
+    step (as in the table); a scenario over its GPU memory is marked in its label."""
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    basis = Basis.of(summaries)
+    bars = [
+        Bar(label if s["fits_in_memory"] else f"{label} ✗ does not fit", basis.parts(s), basis.total(s),
+            flagged=not s["fits_in_memory"])
+        for label, s in summaries
+    ]  # fmt: skip
+    if basis.per_token:
+        title, xlabel = "where each scenario's GPU time per million tokens goes (busiest stage)", "GPU time per 1M tokens"
+    else:
+        title, xlabel = "where each scenario's step goes (busiest stage)", "time in the step"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)
-    figure = draw_bars(bars, span, title)
-    write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)
+    return draw_bars(bars, title, xlabel)

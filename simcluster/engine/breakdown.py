@@ -82,6 +82,16 @@ def step_breakdown(
     return {"stage": busiest, "per_stage": per_stage}
 
 
+# idle is the step less the other parts, so float rounding leaves ~1e-13 s of it where a GPU
+# never waits; a part this small a share of its step is that residue, not time spent
+RESIDUE = 1e-9
+
+
+def negligible(seconds: float, step: float) -> bool:
+    """Whether ``seconds`` of a ``step`` is rounding residue (or nothing) rather than a part."""
+    return seconds <= RESIDUE * step
+
+
 def shares(seconds: dict[str, float], step: float, floor: float = 0.005) -> list[tuple[str, float]]:
     """(label, fraction of the step) for the parts above ``floor``, largest first."""
     parts = [(LABELS.get(k, k), v / step) for k, v in seconds.items() if step > 0 and v / step >= floor]

@@ -8,12 +8,13 @@ exposed communication by group, idle. A stage whose bar is mostly idle waits for
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from simcluster.engine.breakdown import LABELS
+from simcluster.engine.breakdown import LABELS, negligible
 from simcluster.output.style import text_color, time_scale
 
 # compute in blues/greens (as on the timeline), communication warm, idle light grey
@@ -37,38 +38,57 @@ COLORS: dict[str, str] = {
     "idle": "#E5E5E5",
 }
 ORDER = tuple(COLORS)
+FLAG_COLOR = "#C62828"  # a flagged bar's label: red as the ✗ of the tables
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar: its label, its parts (seconds by category) and the whole they are shares of."""
+
+    label: str
+    parts: Mapping[str, float]
+    total: float
+    flagged: bool = False  # its label in FLAG_COLOR (compare: a layout that does not fit)
 
 
 def draw_breakdown(summary: Mapping[str, Any], title: str = "") -> Figure:
     """One bar per pipeline stage of a run; empty categories are left out."""
+    step = float(summary["step_time_s"])
     per_stage = summary["time_breakdown_s"]["per_stage"]
-    bars = [(f"stage {i}", part) for i, part in enumerate(per_stage)]
-    return draw_bars(bars, float(summary["step_time_s"]), title or "where the step goes")
+    bars = [Bar(f"stage {i}", part, step) for i, part in enumerate(per_stage)]
+    return draw_bars(bars, title or "where the step goes")
 
 
-def draw_bars(bars: Sequence[tuple[str, Mapping[str, float]]], span: float, title: str) -> Figure:
-    """Horizontal bars stacked by category (``ORDER``), labelled by share of ``span`` where
-    wide enough; the legend lists the categories any bar has, in ``ORDER``."""
+def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step") -> Figure:
+    """Horizontal bars stacked by category (``ORDER``) on one axis, each part labelled by its
+    share of its own bar's ``total`` where wide enough (bars of steps of different lengths
+    show the same shares as a table of each step would); the legend lists the categories any
+    bar has, in ``ORDER``."""
+    span = max((max(bar.total, sum(bar.parts.values())) for bar in bars), default=0.0)
     scale = time_scale(span)
-    shown = [k for k in ORDER if any(part.get(k, 0.0) > 0 for _, part in bars)]
+    drawn = [{k: v for k, v in bar.parts.items() if not negligible(v, bar.total)} for bar in bars]
+    shown = [k for k in ORDER if any(k in parts for parts in drawn)]
     fig = Figure(figsize=(10, 1.6 + 0.45 * len(bars)))
     ax = fig.add_subplot(1, 1, 1)
-    for y, (_, part) in enumerate(bars):
+    for y, (bar, parts) in enumerate(zip(bars, drawn, strict=True)):
         left = 0.0
         for key in shown:
-            width = part.get(key, 0.0) * scale.factor
+            width = parts.get(key, 0.0) * scale.factor
             if width <= 0:
                 continue
             ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
-            share = part[key] / span if span > 0 else 0.0
+            share = parts[key] / bar.total if bar.total > 0 else 0.0
             if share >= 0.06:
                 ax.text(left + width / 2, y, f"{100 * share:.0f}%", ha="center", va="center",
                         fontsize=8, color=text_color(COLORS[key]))
             left += width
-    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
+    ax.set_yticks(range(len(bars)), [bar.label for bar in bars])
+    for tick, bar in zip(ax.get_yticklabels(), bars, strict=True):
+        if bar.flagged:
+            tick.set_color(FLAG_COLOR)
     ax.invert_yaxis()
     ax.set_xlim(0, span * scale.factor)
-    ax.set_xlabel(f"time in the step ({scale.unit})")
+    ax.set_xlabel(f"{xlabel} ({scale.unit})")
     ax.set_title(title, fontsize=10)
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
     fig.legend(handles=handles, loc="lower center", ncol=min(5, len(shown)), fontsize=8, frameon=False)
