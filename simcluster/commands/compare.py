@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
@@ -27,6 +26,7 @@ from simcluster.commands.compare_variants import (
     split_variant,
     variant_overrides,
 )
+from simcluster.commands.console import stdout_console
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
@@ -150,7 +150,7 @@ def _keys(summaries: Summaries, basis: Basis) -> list[str]:
 
 def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) -> None:
     basis = Basis.of(summaries)
-    console = Console(width=max(Console().width, 100))
+    console = stdout_console(100)
     per = "GPU time per million tokens, as the steps differ in tokens or GPUs" if basis.per_token else "per step"
     table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
     table.add_column("")
