@@ -98,6 +98,11 @@ def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
         # "activation checkpointing: true" is whole-layer recomputation wherever it is a switch
         # (Hugging Face's gradient_checkpointing, llm-foundry's activation_checkpointing)
         out["training"] = {**training, "recompute": "full" if training["recompute"] else "none"}
+    parallel = out.get("parallel")
+    if isinstance(parallel, dict) and isinstance(parallel.get("zero"), bool):
+        # Megatron's use_distributed_optimizer (read as zero) is a switch: true is ZeRO-1; the
+        # schema itself takes no boolean for a number
+        out["parallel"] = {**parallel, "zero": int(parallel["zero"])}
     for (section, key), synonyms in SYNONYMS.items():
         values = out.get(section)
         if not isinstance(values, dict) or not isinstance(values.get(key), str):

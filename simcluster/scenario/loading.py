@@ -21,6 +21,7 @@ from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
 from simcluster.spellings import normalise_spellings
 from simcluster.stated_params import expand_stated_params
+from simcluster.strict_numbers import BOOLEAN_NUMBER
 
 
 def _scenarios_dir() -> Path:
@@ -135,6 +136,8 @@ def _format_error(exc: ValidationError) -> UserError:
         return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
         return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+    if kind == BOOLEAN_NUMBER:  # the message says what it got, as YAML spells it
+        return UserError(field, err["msg"])
     if kind == "value_error":  # a validator's own message
         return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
