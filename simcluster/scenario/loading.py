@@ -6,7 +6,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from simcluster import yamlio
@@ -69,11 +68,7 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
             raise UserError(
                 "--set", f"'{item}': the key '{key}' has an empty part; write e.g. parallel.tp=4"
             )
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        result.append((key, value))
+        result.append((key, yamlio.parse_set_value(raw, item)))
     return result
 
 
