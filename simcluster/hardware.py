@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.paths import anchor_path
@@ -312,8 +312,8 @@ class HardwareProfile(_Strict):
             listed = ", ".join(sorted(kernels)) or "none"
             raise UserError(
                 "training.attention_kernel",
-                f"hardware '{self.name}' has no attention curves for '{name}' (has: {listed}); "
-                "pick one of those, or drop the key to use the profile's default",
+                f"hardware '{self.name}' has no attention curves for '{name}'{did_you_mean(name, kernels)}; "
+                f"pick one it has ({listed}), or drop the key to use the profile's default",
             )
         return kernels[name]
 
@@ -462,7 +462,8 @@ def profile_from_dict(
         if err["type"] == "missing":
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:
-            msg = f"profile {origin} field '{loc}': {err['msg']}"
+            hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
+            msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from simcluster import yamlio
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.frameworks import apply_framework
 from simcluster.fsdp_column import expand_fsdp
 from simcluster.global_batch import expand_global_batch
@@ -130,7 +130,8 @@ def _format_error(exc: ValidationError) -> UserError:
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
-        return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+        hint = did_you_mean_choice(got, err.get("ctx", {}).get("expected", ""))
+        return UserError(field, f"got {got!r}{hint}; {err['msg'].lower()}")
     if kind == BOOLEAN_NUMBER:  # the message says what it got, as YAML spells it
         return UserError(field, err["msg"])
     if kind == "value_error":  # a validator's own message
