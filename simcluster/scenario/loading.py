@@ -21,6 +21,7 @@ from simcluster.scenario.document import Scenario
 from simcluster.spellings import normalise_spellings
 from simcluster.stated_params import expand_stated_params
 from simcluster.strict_numbers import BOOLEAN_NUMBER
+from simcluster.token_counts import expand_seq_len
 
 
 def _scenarios_dir() -> Path:
@@ -174,7 +175,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    data = expand_global_batch(expand_nodes(expand_stated_params(expand_fsdp(data))))
+    data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = apply_framework(normalise_spellings(data))
     try:
         return Scenario.model_validate(data)
