@@ -118,3 +118,17 @@ def test_what_is_deliberately_accepted_stays(cli, tmp_path):
     assert res.code == 0, res.err
     doc = json.loads(res.out)
     assert doc["optimizer_bytes"] < 12 * doc["params_total"]  # ZeRO-1: the state is sharded
+
+
+@pytest.mark.parametrize(
+    "section, key, value, read",
+    [("training", "optimizer_offload", True, 1.0), ("training", "optimizer_offload", False, 0.0),
+     ("parallel", "zero", True, 1), ("training", "recompute", True, "full")],
+)  # fmt: skip
+def test_the_settings_frameworks_make_switches_take_a_boolean(section, key, value, read):
+    """DeepSpeed's offload_optimizer, Megatron's use_distributed_optimizer, Hugging Face's
+    gradient_checkpointing: true is the whole of it (spellings.SWITCHES)."""
+    from simcluster.scenario import scenario_from_dict
+
+    data = make_scenario(**{section: {key: value}})
+    assert getattr(getattr(scenario_from_dict(data), section), key) == read
