@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from calibrate.spread import spread
+from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.compute import median_curve
 from simcluster.hardware import load_profile, profile_from_dict, resolve_profile_path
@@ -89,7 +90,7 @@ def _raw_profile(name_or_path: str) -> dict[str, Any]:
     """The base profile's YAML mapping; a malformed one is a one-line error naming --base."""
     path = resolve_profile_path(name_or_path, field="--base")
     load_profile(path, field="--base")  # unreadable, not YAML, not a mapping, a bad field
-    return yaml.safe_load(path.read_text())
+    return yamlio.safe_load(path.read_text())  # the loader load_profile just read it with
 
 
 def _note(data: dict[str, Any], path: str, text: str) -> None:

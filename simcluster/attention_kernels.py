@@ -20,15 +20,16 @@ calibrated rate depends on sequence length and head dimension exactly as a publi
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from simcluster.interp import interp
+from simcluster.strict_numbers import NumbersNotBooleans
 
 MEASURED = "measured"  # the kernel name of a calibrated profile's own attention curves
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs over forward (FlashAttention benchmark convention)
 
 
-class AttentionCurve(BaseModel):
+class AttentionCurve(NumbersNotBooleans):
     """One benchmark series: a kernel at one head dimension, causal or not."""
 
     model_config = ConfigDict(extra="forbid")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -69,6 +70,12 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
         return f" (did you mean '{alias}'?)"
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def did_you_mean_choice(got: object, expected: str) -> str:
+    """:func:`did_you_mean` for a choice field's value: ``expected`` lists the choices quoted,
+    as pydantic's literal error gives them ("'fp32', 'bf16' or 'fp16'")."""
+    return did_you_mean(str(got), re.findall(r"'([^']*)'", expected))
 
 
 def read_text(path: str | Path, field: str, what: str = "file") -> str:

@@ -4,7 +4,7 @@
   sequences of ``seq_len`` tokens; the token count must be a whole number of sequences, and
   given together with ``global_batch`` the two must agree. Written as an exact count
   (``16777216``) or with a binary suffix as papers round them (``16M`` = 16 x 2^20, ``4Mi``,
-  ``512K``).
+  ``512K``: ``token_counts.py``).
 - ``training.grad_accum``: a table's GA column, microbatches per data-parallel rank per step.
   Without ``global_batch`` it sets it (GA x micro-batch x dp); with it, the layout check
   (``layout.py``) holds the two to agree.
@@ -15,24 +15,20 @@ Expanded on the raw scenario, before validation, so every later stage sees
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.raw_sections import take, whole
+from simcluster.token_counts import token_count
 
 _FIELD = "training.global_batch_tokens"
-_SUFFIX = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30}
 
 
 def _count(value: Any) -> int:
-    if whole(value) is not None:
-        return int(value)
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+)\s*([kmg]i?)?\s*(tokens?)?\s*", value.lower())
-        if match and int(match.group(1)) > 0:
-            return int(match.group(1)) * _SUFFIX[match.group(2) or ""]
-    raise UserError(_FIELD, f"must be a token count such as 4194304 or 4M (2^20 tokens per M), got {value!r}")
+    count = token_count(value)
+    if count is None:
+        raise UserError(_FIELD, f"must be a token count such as 4194304 or 4M (2^20 tokens per M), got {value!r}")
+    return count
 
 
 def expand_global_batch(data: dict[str, Any]) -> dict[str, Any]:

@@ -18,15 +18,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.paths import anchor_path
+from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -34,7 +35,7 @@ Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 PEAK_KEYS = {"nvfp4": "fp4"}
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -311,8 +312,8 @@ class HardwareProfile(_Strict):
             listed = ", ".join(sorted(kernels)) or "none"
             raise UserError(
                 "training.attention_kernel",
-                f"hardware '{self.name}' has no attention curves for '{name}' (has: {listed}); "
-                "pick one of those, or drop the key to use the profile's default",
+                f"hardware '{self.name}' has no attention curves for '{name}'{did_you_mean(name, kernels)}; "
+                f"pick one it has ({listed}), or drop the key to use the profile's default",
             )
         return kernels[name]
 
@@ -456,12 +457,13 @@ def profile_from_dict(
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        if any(loc == c or loc.startswith(c + ".") for c in _flatten(patch or {})):
+        if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
             raise UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml") from None
         if err["type"] == "missing":
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:
-            msg = f"profile {origin} field '{loc}': {err['msg']}"
+            hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
+            msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
@@ -471,6 +473,12 @@ def profile_from_dict(
         with contextlib.suppress(UserError):  # a profile completed by its patch is its own
             profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
     return profile
+
+
+def _patched_boolean(err: Any, loc: str, path: str, value: Any) -> bool:
+    """Whether a boolean patched into a mapping or list of numbers is what failed: that check
+    names the whole field (``gpu.peak_tflops``), not the patched key inside it."""
+    return err["type"] == BOOLEAN_NUMBER and path.startswith(loc + ".") and isinstance(value, bool)
 
 
 def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:

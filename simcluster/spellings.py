@@ -4,7 +4,9 @@ Papers and launch scripts write ``BF16``, ``bfloat16``, ``1F1B``, ``GPipe`` or `
 schema's names are lower case and short. Each field below is matched without case, then
 through its synonyms (each an exact equivalent: ``gpipe`` is all-forward-all-backward,
 ``interleaved-1f1b`` Megatron's interleaved schedule). Anything else is left for the schema
-to reject with its list of choices. Applied to the raw scenario before validation.
+to reject with its list of choices. The few settings frameworks make a switch take ``true``
+and ``false`` as their values (:data:`SWITCHES`). Applied to the raw scenario before
+validation.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
 }  # fmt: skip
 
 
+#: (section, field) -> its values for true and false, where frameworks make the setting a
+#: switch; every other number field refuses a boolean (strict_numbers.py)
+SWITCHES: dict[tuple[str, str], tuple[Any, Any]] = {
+    # "activation checkpointing: true" is whole-layer recomputation wherever it is a switch
+    # (Hugging Face's gradient_checkpointing, llm-foundry's activation_checkpointing)
+    ("training", "recompute"): ("full", "none"),
+    # Megatron's use_distributed_optimizer (read as zero) shards the optimizer state: ZeRO-1
+    ("parallel", "zero"): (1, 0),
+    # DeepSpeed's offload_optimizer and Megatron-Core's --optimizer-cpu-offload without a
+    # fraction move the whole optimizer to the host
+    ("training", "optimizer_offload"): (1.0, 0.0),
+}
+
+
 #: precisions written with their FP8 recipe, as NVIDIA's performance tables head them
 #: (``FP8-CS``, ``FP8-MX``): training.precision fp8 and, unless given, that training.fp8_recipe
 FP8_RECIPE_SPELLINGS: dict[str, str] = {
@@ -93,11 +109,10 @@ def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
         recipe = FP8_RECIPE_SPELLINGS.get(_plain(training["precision"]).replace("_", "-").replace(" ", "-"))
         if recipe:
             out["training"] = {**training, "precision": "fp8", "fp8_recipe": training.get("fp8_recipe", recipe)}
-    training = out.get("training")
-    if isinstance(training, dict) and isinstance(training.get("recompute"), bool):
-        # "activation checkpointing: true" is whole-layer recomputation wherever it is a switch
-        # (Hugging Face's gradient_checkpointing, llm-foundry's activation_checkpointing)
-        out["training"] = {**training, "recompute": "full" if training["recompute"] else "none"}
+    for (section, key), (on, off) in SWITCHES.items():
+        values = out.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), bool):
+            out[section] = {**values, key: on if values[key] else off}
     for (section, key), synonyms in SYNONYMS.items():
         values = out.get(section)
         if not isinstance(values, dict) or not isinstance(values.get(key), str):

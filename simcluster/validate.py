@@ -35,6 +35,7 @@ from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
+from simcluster.token_counts import expand_seq_len
 
 __all__ = ["METRICS"]
 
@@ -171,7 +172,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
 
         scenario = apply_overrides(scenario, [(str(k), v) for k, v in overrides.items()])
     figures, memory_figure = split_memory(raw["measured"])
-    measured = read_measured(figures, f"{where}.measured", scenario)
+    # samples per second become tokens by the sequence length, which may be written '8K'
+    measured = read_measured(figures, f"{where}.measured", expand_seq_len(scenario))
     memory = raw.get("peak_memory_gib")
     if memory is not None:
         memory = positive_number(memory, f"{where}.peak_memory_gib")

@@ -63,6 +63,10 @@ def test_sweep_table(capsys):
         (["all_reduce", "1GiB", "--gpus", "8", "--hardware", "dgx-h10"], "did you mean 'dgx-h100'"),
         (["all_reduce", "1GiB", "--gpus", "8", "--set", "cluster.nic=1"], "--set"),
         (["all_reduce", "1GiB", "--gpus", "16", "--algo", "nvls"], "one NVLink domain"),
+        (["all_reduce", "1GiB", "--gpus", "16", "--set", "cluster.nic_gbps=["], "node.nic_gbps"),
+        (["all_reduce", "1GiB", "--gpus", "16", "--set", "cluster.nic_gbps=yes"], "expected a number, got true"),
+        (["all_reduce", "1GiB", "--gpus", "16", "--set", "cluster.profile.gpu={sm_count: 1, sm_count: 2}"],
+         "sm_count is given twice"),
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, argv, needle):

@@ -68,6 +68,13 @@ def test_missing_field_is_a_user_error():
         profile_from_dict(raw)
 
 
+def test_a_misspelt_choice_gets_the_nearest_as_a_hint():
+    raw = load_profile("dgx-h100").model_dump()
+    raw["node"]["scale_up"] = "swich"
+    with pytest.raises(UserError, match=r"field 'node.scale_up': .*'mesh' \(did you mean 'switch'\?\)"):
+        profile_from_dict(raw)
+
+
 def test_nvls_without_its_measured_rate_is_refused_at_load():
     """The NVLS algorithms time the switch by efficiency.nvls (nccl-tests' NVLS algbw over
     NVLink): a profile that turns NVLS on without it is refused when it loads, naming the

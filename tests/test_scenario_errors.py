@@ -189,3 +189,25 @@ def test_a_key_in_the_wrong_section_names_its_section(cli, tmp_path, section, ke
         assert cli("memory", write(tmp_path, data)).code == 0
         return
     assert_one_line_error(cli("memory", write(tmp_path, data)), f"{section}.{key}", f"write it as {home}")
+
+
+@pytest.mark.parametrize(
+    "setting, hint",
+    [("training.precision=bf61", "bf16"), ("training.recompute=selectve", "selective"),
+     ("training.optimizer=adma", "adam"), ("training.recompute_modules=[core_atn]", "core_attn"),
+     ("moe.dispatcher=alltoal", "alltoall"), ("training.attention_kernel=fa22", "fa2")],
+)  # fmt: skip
+def test_a_misspelt_choice_gets_the_nearest_as_a_hint(cli, setting, hint):
+    """Every choice field suggests its nearest choice, as schedule, hardware and framework do."""
+    field = setting.partition("=")[0]
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), field, f"(did you mean '{hint}'?)")
+
+
+def test_the_recompute_choices_are_the_documented_ones(cli):
+    """The error's choices are those the README's scenario example lists (op is torchtitan's)."""
+    from pathlib import Path
+
+    res = cli("memory", "llama3-8b-8xh100", "--set", "training.recompute=xyz")
+    assert_one_line_error(res, "'none', 'selective', 'full' or 'op'")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "recompute: selective          # none selective full op (op: torchtitan's op-level" in readme

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import yaml
-
+from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
 from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
 from simcluster.limits import MAX_GPUS
@@ -65,7 +64,7 @@ def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, obje
             *parents, leaf = key.removeprefix("cluster.profile.").split(".")
             for part in parents:
                 node = node.setdefault(part, {})  # type: ignore[assignment]
-            node[leaf] = yaml.safe_load(value)
+            node[leaf] = yamlio.parse_set_value(value, item)
             continue
         short = key.removeprefix("cluster.")
         if not sep or not key.startswith("cluster.") or short not in CLUSTER_OVERRIDES:
@@ -74,7 +73,7 @@ def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, obje
                 f"'{item}' is not cluster.KEY=VALUE with KEY one of {', '.join(sorted(CLUSTER_OVERRIDES))}"
                 f"{did_you_mean(short, CLUSTER_OVERRIDES)}",
             )
-        out[short] = yaml.safe_load(value)
+        out[short] = yamlio.parse_set_value(value, item)
     return out, patch
 
 

@@ -6,12 +6,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from simcluster import yamlio
 from simcluster.data import data_dir
-from simcluster.errors import UserError, did_you_mean
+from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.frameworks import apply_framework
 from simcluster.fsdp_column import expand_fsdp
 from simcluster.global_batch import expand_global_batch
@@ -21,6 +20,8 @@ from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
 from simcluster.spellings import normalise_spellings
 from simcluster.stated_params import expand_stated_params
+from simcluster.strict_numbers import BOOLEAN_NUMBER
+from simcluster.token_counts import expand_seq_len
 
 
 def _scenarios_dir() -> Path:
@@ -72,11 +73,7 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
             raise UserError(
                 "--set", f"'{item}': the key '{key}' has an empty part; write e.g. parallel.tp=4"
             )
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        result.append((key, value))
+        result.append((key, yamlio.parse_set_value(raw, item)))
     return result
 
 
@@ -138,7 +135,10 @@ def _format_error(exc: ValidationError) -> UserError:
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return UserError(field, f"must be a mapping of keys (a section), got {got!r}")
     if kind == "literal_error":
-        return UserError(field, f"got {got!r}; {err['msg'].lower()}")
+        hint = did_you_mean_choice(got, err.get("ctx", {}).get("expected", ""))
+        return UserError(field, f"got {got!r}{hint}; {err['msg'].lower()}")
+    if kind == BOOLEAN_NUMBER:  # the message says what it got, as YAML spells it
+        return UserError(field, err["msg"])
     if kind == "value_error":  # a validator's own message
         return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
@@ -179,7 +179,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    data = expand_global_batch(expand_nodes(expand_stated_params(expand_fsdp(data))))
+    data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = apply_framework(normalise_spellings(data))
     try:
         return Scenario.model_validate(data)

@@ -14,7 +14,9 @@ RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "m
 class TrainingSection(SectionBase):
     """``training:`` — batch, precision, recomputation, optimizer."""
 
-    seq_len: int = Field(gt=0)
+    seq_len: int = Field(
+        gt=0, description="tokens per sequence; also written with a binary suffix, 8K = 8192 (token_counts.py)"
+    )
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(
