@@ -13,7 +13,8 @@ units are read by :mod:`simcluster.measured`); the error is ``(predicted - measu
 
 A case that is malformed, whose scenario is invalid or whose simulation fails is reported with
 its error and counted in ``failed``; the others still run. Keys a case does not know (notes, a
-URL) are named in its note and otherwise ignored; only ``scenario`` and ``measured`` are
+URL) are named in its note and otherwise ignored (a close misspelling of ``set``, ``flops``,
+``scenario`` or ``measured`` fails the case: it would score another comparison); only ``scenario`` and ``measured`` are
 required. A file that is not YAML or has no ``cases:`` list raises :class:`UserError`.
 """
 
@@ -43,6 +44,9 @@ _CASE_KEYS = {
     "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
     "peak_memory_gib", "flops", "set",
 }
+#: case keys that change what is simulated or how it is scored: a close misspelling of one is
+#: an error, where one of the others (peak_memory_gib, family, ...) is noted and the case runs
+_SCORING_KEYS = {"scenario", "measured", "set", "flops"}
 #: metrics counted in model FLOPs, which a case's ``flops:`` convention rescales
 _FLOP_METRICS = ("mfu", "model_tflops_per_gpu")
 
@@ -212,8 +216,15 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware"
         )
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
-    if unknown:  # metadata such as notes or a URL must not stop a run; a typo is shown
-        notes.append(f"unknown key {', '.join(unknown)} ignored (a case has {', '.join(sorted(_CASE_KEYS))})")
+    near = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}
+    for key, close in near.items():  # a misspelt set: or flops: would score another comparison
+        if close and close[0] in _SCORING_KEYS:
+            raise UserError(f"{where}.{key}", f"unknown key (did you mean '{close[0]}'?); fix its spelling")
+    if unknown:  # metadata such as notes or a URL must not stop a run; it is shown
+        hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k, c in near.items() if c)
+        notes.append(
+            f"unknown key {', '.join(unknown)} ignored{hints} (a case has {', '.join(sorted(_CASE_KEYS))})"
+        )
     return Case(
         name=str(raw.get("name") or where),
         source=str(raw.get("source") or ""),

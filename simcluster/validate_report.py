@@ -54,8 +54,13 @@ def by_family(results: Iterable[CaseResult]) -> dict[str, dict[str, Any]]:
     return {fam: summarize(rs) for fam, rs in _grouped(results, lambda c: c.family).items()}
 
 
+#: the by-GPU row of cases whose hardware profile cannot be loaded (not a GPU's name)
+NO_PROFILE = "a profile that does not load"
+
+
 def gpu_of(case: Case) -> str:
-    """The GPU a case ran on: its hardware profile's GPU name (the profile name if unloadable)."""
+    """The GPU a case ran on: its hardware profile's GPU name (:data:`NO_PROFILE` if the profile
+    cannot be loaded: its cases failed, and each says why)."""
     return _gpu_name(str((case.scenario.get("cluster") or {}).get("hardware", "dgx-h100")))
 
 
@@ -67,7 +72,7 @@ def _gpu_name(profile: str) -> str:
     try:
         return load_profile(profile).gpu.name
     except UserError:
-        return profile
+        return NO_PROFILE
 
 
 def precision_of(case: Case) -> str:

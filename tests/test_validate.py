@@ -668,7 +668,7 @@ def test_extra_case_keys_are_noted_not_fatal(cli, tmp_path):
     assert res.code == 0, res.err
     row = json.loads(res.out)["cases"][0]
     assert row["predicted"] is not None
-    assert "unknown key notes, peak_memory_gb ignored" in row["note"]
+    assert "unknown key notes, peak_memory_gb ignored ('peak_memory_gb': did you mean 'peak_memory_gib'?)" in row["note"]
 
 
 def test_cli_missing_file(cli):
@@ -1060,3 +1060,34 @@ def test_accuracy_gates_fail_the_run_with_status_1(cli, tmp_path):
     for value in ("abc", "0", "-5", "inf"):
         refused = cli("validate", cases, "--max-error", value)
         assert refused.code == 2 and refused.err.count("\n") == 1 and "--max-error" in refused.err
+
+
+def test_a_misspelt_case_key_fails_the_case_instead_of_scoring_another_scenario(cli, tmp_path):
+    # 'sett:' for 'set:' ran the scenario without the override and scored it (+219% in the
+    # review); keys far from every case key (notes, a URL) are still metadata
+    base = {"source": "t", "scenario": make_scenario(), "measured": {"tokens_per_s": 1e5}}
+    typo = {**base, "name": "typo", "sett": {"training.global_batch": 16}}
+    noted = {**base, "name": "noted", "notes": "from a talk", "url": "https://example.org"}
+    res = cli("validate", _cases_file(tmp_path, [typo, noted]), "--json", "--jobs", "1")
+    assert res.code == 0, res.err
+    by_name = {c["name"]: c for c in json.loads(res.out)["cases"]}
+    assert by_name["typo"]["predicted"] is None
+    assert "cases[0].sett: unknown key (did you mean 'set'?); fix its spelling" in by_name["typo"]["error"]
+    assert by_name["noted"]["predicted"] is not None
+
+
+def test_an_empty_cases_file_says_so_without_blaming_a_flag(cli, tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("cases: []\n")
+    res = cli("validate", str(path))
+    assert res.code == 2 and res.err.strip() == f"error: CASES: {path} has no cases; add items to its cases: list"
+    good = {"name": "good", "source": "t", "scenario": make_scenario(), "measured": {"tokens_per_s": 1e5}}
+    res = cli("validate", _cases_file(tmp_path, [good]), "--filter", "zzz")
+    assert res.code == 2 and res.err.startswith("error: --filter: no case left after --filter;")
+
+
+def test_cases_whose_profile_does_not_load_are_not_a_gpu_row(tmp_path):
+    from simcluster.validate_report import NO_PROFILE, gpu_of
+
+    case = Case("x", "t", "fam", "step_time_s", 1.0, {"cluster": {"hardware": str(tmp_path / "none.yaml")}})
+    assert gpu_of(case) == NO_PROFILE

@@ -73,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
     max_error = percent("--max-error", args.max_error) if args.max_error is not None else None
     cases = load_cases(args.cases, args.filter, quick=args.quick)
     if not cases:
-        raise UserError("--filter", "no case left after --filter/--quick; drop or change them")
+        if not load_cases(args.cases):  # the files themselves hold none: no flag to blame
+            named = ", ".join(str(c) for c in args.cases)
+            raise UserError("CASES", f"{named} has no cases; add items to its cases: list")
+        used = " and ".join(f for f, on in (("--filter", args.filter), ("--quick", args.quick)) if on)
+        raise UserError(used.split(" ")[0], f"no case left after {used}; drop or change it")
     if args.out:
         from simcluster.output.atomic import check_writable
 
