@@ -436,3 +436,16 @@ def test_close_choice_reads_both_argparse_quotings():
     assert _close_choice("argument COMMAND: invalid choice: 'lst' (choose from 'run', 'list')") == " (did you mean 'list'?)"
     assert _close_choice("argument COMMAND: invalid choice: 'lst' (choose from run, list)") == " (did you mean 'list'?)"
     assert _close_choice("argument --x: expected one argument") == ""
+
+
+def test_a_mapping_given_to_set_merges_into_its_section():
+    # --set 'parallel={tp: 2}' replaced the whole section before, dropping the scenario's zero: 2
+    from simcluster.scenario.loading import apply_overrides
+
+    data = {"parallel": {"tp": 1, "zero": 2}, "training": {"global_batch": 64, "seq_len": 4096}}
+    out = apply_overrides(data, [("parallel", {"tp": 2}), ("training", {"global_batch_tokens": "1M"})])
+    assert out["parallel"] == {"tp": 2, "zero": 2}
+    # each merged key is an override of its own: the batch stated in tokens replaces the one in sequences
+    assert out["training"] == {"seq_len": 4096, "global_batch_tokens": "1M"}
+    # a list or a scalar still replaces, and a mapping where the section is absent is set whole
+    assert apply_overrides({}, [("simulation", {"stragglers": []})]) == {"simulation": {"stragglers": []}}

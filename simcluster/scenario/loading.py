@@ -80,9 +80,16 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
 def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
     """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
     out = copy.deepcopy(data)
-    for key, value in overrides:
+    pending = list(overrides)
+    while pending:
+        key, value = pending.pop(0)
         out = _expand_model_shorthand(out)  # an earlier `--set model=NAME`, then model.layers=4
         parts = canonical_path(key).split(".")
+        if isinstance(value, dict) and value and isinstance(_get_path(out, parts), dict):
+            # a mapping over a section merges into it key by key ('parallel={tp: 2}' keeps the
+            # scenario's zero); each key is then an override of its own, twins included
+            pending[:0] = [(f"{key}.{k}", v) for k, v in value.items()]
+            continue
         node = out
         for part in parts[:-1]:
             child = node.get(part)
@@ -97,6 +104,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
         for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
     return out
+
+
+def _get_path(data: dict[str, Any], parts: list[str]) -> Any:
+    """The value at ``parts`` in nested mappings, or None where the path stops."""
+    node: Any = data
+    for part in parts:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
 
 
 #: keys that state one quantity two ways (the other ways expanded into the schema's before validation)
