@@ -26,7 +26,8 @@ def add_scenario_arguments(
         dest="overrides",
         action="append",
         metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set parallel.tp=4 (repeatable)",
+        help="override a scenario field, e.g. --set parallel.tp=4 (repeatable; a mapping such as "
+        "'parallel={tp: 4, pp: 2}' merges into its section)",
     )
     parser.add_argument("--hardware", metavar="H", help=hardware_help)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
