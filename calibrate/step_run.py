@@ -217,7 +217,7 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
             }
         ]
     }
-    atomic_write_text(path, yaml.safe_dump(case, sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(case, sort_keys=False), "--case-out")
 
 
 def check_launch(ctx: Any, world: int, local_world: int) -> None:
@@ -239,24 +239,18 @@ def check_launch(ctx: Any, world: int, local_world: int) -> None:
         )
 
 
-def _check_out(flag: str, path: Path) -> None:
-    """Before training: the file can be written (an existing directory or an unwritable folder
-    is a one-line error, not a lost measurement)."""
-    import os
-
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UserError(flag, f"'{path}' is a directory; name a file")
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(flag, f"cannot write into '{parent}'; choose a writable folder")
-
-
 def run(args: argparse.Namespace) -> int:
     """Check, train, time, simulate, report."""
+    from simcluster.output.atomic import check_file_writable
+
     raw, ctx = _checked(args)
-    for flag, path in (("--case-out", args.case_out), ("--trace-out", args.trace_out)):
-        if path is not None:
-            _check_out(flag, path)
+    # before training: an existing directory or an unwritable folder is a one-line error, not
+    # a lost measurement (missing folders are made when the file is written)
+    from calibrate.dist import _env_int
+
+    for flag, path, example in (("--case-out", args.case_out, "case.yaml"), ("--trace-out", args.trace_out, "trace.json")):
+        if path is not None and _env_int("RANK", 0) == 0:  # rank 0 writes them, on its node
+            check_file_writable(path, flag, example)
     import torch
 
     from calibrate.dist import init, shutdown

@@ -236,6 +236,9 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
     # one process cannot see a spread between GPUs: the base's stays
     assert "gemm_ranks" not in prof.measured and prof.gpu.speed_spread == 0.011
+    # ... and says so, with how to time them
+    assert "one process times no collectives" in proc.stderr
+    assert "torchrun --nproc-per-node N -m calibrate" in proc.stderr
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
@@ -279,20 +282,55 @@ def _run_until_partial(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen
     return proc, partial
 
 
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("error: rank 0")]
+def _error_lines(stderr: str, rank: int = 0) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(f"error: rank {rank}")]
 
 
-def test_a_dying_rank_stops_the_run_and_keeps_the_partial_file(tmp_path):
+@pytest.mark.parametrize("dies", [1, 0])
+def test_a_dying_rank_stops_the_run_and_keeps_the_partial_file(tmp_path, dies):
     proc, partial = _run_until_partial(tmp_path, 60)
-    os.kill(_rank_pid(proc.pid, 1, time.monotonic() + 10), signal.SIGKILL)
+    os.kill(_rank_pid(proc.pid, dies, time.monotonic() + 10), signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not (tmp_path / "p.yaml").exists()
-    lines = _error_lines(err)
-    assert len(lines) == 1 and str(partial) in lines[0]
+    survivor = 1 - dies
+    lines = _error_lines(err, survivor)
+    assert len(lines) == 1, err[-2000:]
+    # rank 0 writes the partial file and names it; rank 1 writes none and names none
+    assert (str(partial) in lines[0]) == (survivor == 0) and ("partial" in lines[0]) == (survivor == 0)
     doc = yaml.safe_load(partial.read_text())
     assert doc["partial"] is True and doc["measured"]["gemm"]
+
+
+@pytest.mark.parametrize(
+    "sig, code, says",
+    [(signal.SIGINT, 130, "interrupted (Ctrl-C) during '"), (signal.SIGTERM, 1, "stopped by signal 15 during '")],
+)
+def test_a_stopped_run_names_and_records_its_partial_file(tmp_path, sig, code, says):
+    out = tmp_path / "p.yaml"
+    partial = tmp_path / "p.partial.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calibrate", "--device", "cpu", "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl-C finds it: SIGINT not ignored (a background job's would be)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and (yaml.safe_load(partial.read_text()) or {}).get("measured", {}).get("gemm")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no partial file appeared"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: rank 0: {says}"), err[-2000:]
+    assert lines[0].endswith(f"measurements so far are in {partial}")
+    doc = yaml.safe_load(partial.read_text())
+    assert doc["partial"] is True and doc["error"].startswith(says) and doc["measured"]["gemm"]
+    assert not out.exists()
 
 
 def test_a_hung_rank_times_out(tmp_path):
