@@ -201,6 +201,37 @@ def _print(r: dict[str, Any]) -> None:
     )
 
 
+def _path_from(case_dir: Path, text: str) -> str:
+    """A file path of the scenario (as read: absolute, or from the working directory) written
+    as validate reads it from the case file's folder: relative to that folder when the file lies
+    under it, else absolute; names that are no file here (a shipped profile) stay as given."""
+    path = Path(text)
+    if not path.is_file():
+        return text
+    path = path.resolve()
+    try:
+        inside = path.relative_to(case_dir.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+    # a bare 'my-cluster' would read as a shipped profile's name, not the file beside the case
+    return inside if "/" in inside or inside.endswith((".yaml", ".yml", ".json")) else f"./{inside}"
+
+
+def _paths_from(case_dir: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its file paths (hardware profile, HF config) as :func:`_path_from` writes
+    them, so that the case validates from any working directory."""
+    from simcluster.paths import PATH_FIELDS
+
+    out = copy.deepcopy(raw)
+    if isinstance(out.get("model"), str):  # the shorthand `model: llama/config.json`
+        out["model"] = _path_from(case_dir, out["model"])
+    for section, key in PATH_FIELDS:
+        values = out.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), str):
+            values[key] = _path_from(case_dir, values[key])
+    return out
+
+
 def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
     from simcluster.output.atomic import atomic_write_text
 
@@ -212,7 +243,7 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
                     f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch steps on "
                     f"{r['ranks']} x {r['device']} (torch {r['torch']}) under {r['loop']}"
                 ),
-                "scenario": raw,
+                "scenario": _paths_from(path.parent, raw),
                 "measured": {"step_time_s": r["measured_step_s"]},
             }
         ]
