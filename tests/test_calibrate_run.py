@@ -21,7 +21,10 @@ pytest.importorskip("torch")
 from calibrate.busbw import OPS, busbw  # noqa: E402
 from calibrate.soak import heat_soak, soak_seconds  # noqa: E402
 from calibrate.spread import spread  # noqa: E402
+from simcluster.cli import main as simcluster_main  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
+from tests.conftest import in_process  # noqa: E402
+from tests.test_scenario_errors import assert_one_line_error  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # --standalone: a rendezvous on a free local port, so a port left over by an earlier run (or a
@@ -405,6 +408,9 @@ def test_a_stopped_run_names_and_records_its_partial_file(tmp_path, sig, code, s
     doc = yaml.safe_load(partial.read_text())
     assert doc["partial"] is True and doc["error"].startswith(says) and doc["measured"]["gemm"]
     assert not out.exists()
+    # given as hardware, it is named as what it is, with the way to a profile
+    res = in_process(simcluster_main)("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, "--hardware", "is an unfinished calibration", says, f"--out {out})")
 
 
 def test_a_hung_rank_times_out(tmp_path):

@@ -140,6 +140,17 @@ def test_calibrate_help_says_how_to_launch_ranks(calibrate):
     assert "one measurement (one step of the progress bar" in " ".join(res.out.split())
 
 
+def test_a_partial_calibration_given_as_hardware(cli, tmp_path):
+    partial = tmp_path / "p.partial.yaml"
+    partial.write_text(yaml.safe_dump({"partial": True, "error": None, "measured": {"gemm": []}}))
+    res = cli("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, "--hardware", f"'{partial}' is an unfinished calibration", "--out")
+    # the finished profile beside it is offered once it exists
+    (tmp_path / "p.yaml").write_text("name: x\n")
+    res = cli("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, f"give '{tmp_path / 'p.yaml'}'")
+
+
 def test_import_out_is_a_directory_or_unwritable(calibrate, tmp_path):
     log = str(FIX / "nccl_reduce_scatter.json")
     assert_one_line_error(calibrate("import-nccl-tests", log, "--out", str(tmp_path)), "--out")
