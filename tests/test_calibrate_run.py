@@ -22,6 +22,7 @@ from calibrate.busbw import OPS, busbw  # noqa: E402
 from calibrate.soak import heat_soak, soak_seconds  # noqa: E402
 from calibrate.spread import spread  # noqa: E402
 from simcluster.cli import main as simcluster_main  # noqa: E402
+from simcluster.errors import UserError  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
 from tests.conftest import in_process  # noqa: E402
 from tests.test_scenario_errors import assert_one_line_error  # noqa: E402
@@ -508,3 +509,18 @@ def test_one_interrupted_run_does_not_move_a_gemms_time():
     calls.clear()
     assert robust_time(lambda fn, iters, warmup, drain=True: calls.append(iters) or 2e-3, lambda: None, 3) == 2e-3
     assert calls == [3]
+
+
+def test_an_out_unwritable_after_measuring_names_the_partial_file(tmp_path):
+    # checked before measuring, --out can still fail at the end (the place changed, a full disk):
+    # the error then says where the measurements are
+    from calibrate.runner import _write_profile
+
+    partial = tmp_path / "p.partial.yaml"
+    partial.write_text("partial: true\n")
+    taken = tmp_path / "p.yaml"
+    taken.mkdir()
+    with pytest.raises(UserError) as err:
+        _write_profile(taken, partial, {"name": "x"})
+    assert err.value.field == "--out" and err.value.message.endswith(f"the measurements are in {partial}")
+    assert partial.is_file()
