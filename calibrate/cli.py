@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simcluster.cli import _Parser  # argparse reporting bad arguments in one line, exit 2
-from simcluster.errors import UserError, exit_code_of
+from simcluster.errors import UserError, did_you_mean, exit_code_of
+from simcluster.output.atomic import check_file_writable
 from simcluster.units import format_bytes
 
 # subcommand -> module exposing HELP, add_arguments(parser), run(args) -> int
@@ -26,11 +27,24 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+LAUNCH = """\
+one process times one device's kernels only; collectives need a rank per GPU, launched by torchrun:
+  one node of 8 GPUs:  torchrun --nproc-per-node 8 -m calibrate --out my-node.yaml
+  N nodes (on each):   torchrun --nnodes N --nproc-per-node 8 --rdzv-backend c10d \\
+                         --rdzv-endpoint HOST:29500 -m calibrate --out my-cluster.yaml
+rank 0 writes the profile; until it is done, the measurements so far are in OUT.partial.yaml.
+
+subcommands (python -m calibrate SUBCOMMAND --help):
+""" + "\n".join(f"  {name}" for name in SUBCOMMANDS)
+
+
 def _measure_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="calibrate",
         description="Time GEMMs, attention, memory-bound kernels and collectives into a "
-        "hardware profile. Subcommands: " + ", ".join(SUBCOMMANDS) + ".",
+        "hardware profile.",
+        epilog=LAUNCH,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
     p.add_argument("--quick", action="store_true", help="small grids (a CPU run in seconds)")
@@ -41,12 +55,25 @@ def _measure_parser() -> argparse.ArgumentParser:
         "in the device's memory)",
     )
     p.add_argument("--base", help="profile to start from (name or YAML); default: this machine")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per step (default 600)")
-    p.add_argument("--out", required=True, type=Path, help="profile YAML to write")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds one measurement (one step of the progress bar: a GEMM shape, a "
+        "collective size) may take before the run stops as hung, keeping the partial file; also "
+        "the collectives' own timeout (default 600)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="profile YAML to write (missing folders are made; checked before measuring)",
+    )
     return p
 
 
 def _measure(argv: Sequence[str]) -> int:
+    from calibrate.profile_writer import partial_path
     from calibrate.shapes import (
         check_fits,
         cube_shapes,
@@ -59,6 +86,15 @@ def _measure(argv: Sequence[str]) -> int:
     args = _measure_parser().parse_args(argv)
     if not (0 < args.timeout < math.inf):
         raise UserError("--timeout", f"must be a positive number of seconds, got {args.timeout:g}")
+    if _writes_files():  # before measuring, not after it (rank 0 writes, on its node)
+        check_file_writable(args.out, "--out", "profile.yaml")
+        partial = partial_path(args.out)
+        if partial.exists() and not partial.is_file():
+            raise UserError(
+                "--out",
+                f"'{partial}', where the run keeps its measurements until it is done, is not a "
+                "file; remove it or choose another --out",
+            )
     if args.base:
         load_profile(args.base, field="--base")  # a malformed base fails before measuring
     given = parse_shapes(args.shapes) if args.shapes else []
@@ -79,6 +115,14 @@ def _measure(argv: Sequence[str]) -> int:
     cube = tuple(cube_shapes(device, args.quick))
     cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube)
     return run(cfg)
+
+
+def _writes_files() -> bool:
+    """Whether this process is the one that writes --out: rank 0 of a torchrun launch, or a
+    single process."""
+    from calibrate.dist import _env_int
+
+    return _env_int("RANK", 0) == 0
 
 
 def device_memory(device: str) -> int | None:
@@ -104,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def body() -> int:
+        if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+            raise UserError(
+                "calibrate",
+                f"unknown subcommand '{argv[0]}'{did_you_mean(argv[0], SUBCOMMANDS)}; the "
+                f"subcommands are {', '.join(SUBCOMMANDS)}, or options alone (--out P.yaml) to "
+                "measure",
+            )
         if argv and argv[0] in SUBCOMMANDS:
             module = importlib.import_module(SUBCOMMANDS[argv[0]])
             parser = _Parser(prog=f"calibrate {argv[0]}", description=module.HELP)

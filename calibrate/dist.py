@@ -99,6 +99,7 @@ def init(device_type: str, timeout_s: float) -> DistContext:
     )
     if not ctx.distributed:
         return ctx
+    _check_rendezvous(world)
     dist.init_process_group(backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s))
     names: list[object] = [None] * world
     dist.all_gather_object(names, socket.gethostname())
@@ -112,6 +113,23 @@ def init(device_type: str, timeout_s: float) -> DistContext:
             [[n * local_world + i for n in range(ctx.nodes)] for i in range(local_world)], rank
         )
     return ctx
+
+
+#: what init_process_group's env:// rendezvous reads besides WORLD_SIZE (torchrun sets them all)
+RENDEZVOUS_ENV = ("RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _check_rendezvous(world: int) -> None:
+    """WORLD_SIZE > 1 without the rest of torchrun's environment (a stray export, a launch by
+    hand) is a one-line error, not the backend's traceback."""
+    missing = [name for name in RENDEZVOUS_ENV if not os.environ.get(name)]
+    if missing:
+        raise UserError(
+            "WORLD_SIZE",
+            f"WORLD_SIZE={world} is set but the distributed environment is incomplete "
+            f"({', '.join(missing)} not set); launch with torchrun (torchrun --nproc-per-node "
+            f"{world} -m calibrate ...), or unset WORLD_SIZE to run one process",
+        )
 
 
 def _my_group(partition: list[list[int]], rank: int) -> tuple[object, int]:

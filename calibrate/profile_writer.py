@@ -21,7 +21,12 @@ from calibrate.spread import spread
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.compute import median_curve
-from simcluster.hardware import load_profile, profile_from_dict, resolve_profile_path
+from simcluster.hardware import (
+    EfficiencySpec,
+    load_profile,
+    profile_from_dict,
+    resolve_profile_path,
+)
 from simcluster.memory_rate import SOURCE as STREAMING
 from simcluster.memory_rate import streaming_rate
 from simcluster.output.atomic import atomic_write_text
@@ -97,13 +102,50 @@ def _note(data: dict[str, Any], path: str, text: str) -> None:
     data.setdefault("sources", {})[path] = text
 
 
+def _forget(data: dict[str, Any], *paths: str) -> None:
+    """Drop the sources of fields taken out of the profile."""
+    for path in paths:
+        data.get("sources", {}).pop(path, None)
+
+
+def _holds(data: dict[str, Any], path: str) -> bool:
+    """Whether the profile mapping has the dotted field ``path``."""
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _write_defaults(data: dict[str, Any]) -> None:
+    """Fields the base leaves at the schema's default but gives a source for (the GEMM tile of
+    its GPU) are written out, so that the source names a field the profile holds."""
+    eff = data.get("efficiency", {})
+    if "efficiency.gemm_tile" in data.get("sources", {}) and "gemm_tile" not in eff:
+        eff["gemm_tile"] = list(EfficiencySpec.model_fields["gemm_tile"].default)
+
+
+def _settle_sources(data: dict[str, Any]) -> None:
+    """Every ``sources:`` entry names a field the profile holds (a field dropped on the way,
+    such as a CPU's SM count, leaves no source behind)."""
+    sources = data.get("sources", {})
+    for path in [p for p in sources if not _holds(data, p)]:
+        del sources[path]
+
+
+def _within(text: str, raw: float, value: float, cap: str = "1") -> str:
+    """A measured fraction's source, saying so when the value written is not the raw one."""
+    return text if raw == value else f"{text}; measured {raw:.4g}, written as {value:.4g} (capped at {cap})"
+
+
 def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -> None:
     for key in ("gpu", "node", "fabric", "efficiency"):
         for sub in data.get(key, {}):
             _note(data, f"{key}.{sub}", f"not measured; copied from {FALLBACK_BASE}")
     gpu, node = data["gpu"], data["node"]
     gpu["name"] = machine.name
-    _note(data, "gpu.name", "measured device (torch device name / CPU model)")
+    _note(data, "gpu.name", "the measured device's name (torch device name / CPU model)")
     if machine.memory_bytes:
         gpu["memory_gib"] = machine.memory_bytes / 2**30
         _note(
@@ -118,6 +160,8 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
         gpu.pop("sm_count", None)
         eff = data["efficiency"]
+        eff.pop("gemm_tile", None)  # tiles quantise over SMs: unused without them
+        _forget(data, "gpu.sm_count", "efficiency.gemm_tile")
         eff["collective_sms"] = 0
         _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
     node["gpus_per_node"] = machine.gpus_per_node
@@ -129,15 +173,16 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
     # the fallback's published attention curves describe its GPU, not the one measured here
     data["efficiency"].pop("attention_kernels", None)
     data["efficiency"].pop("attention_kernel", None)
+    _forget(data, "efficiency.attention_kernels", "efficiency.attention_kernel")
     peaks: dict[str, float] = {}
     for row in m.gemm:
         peaks[row["dtype"]] = max(peaks.get(row["dtype"], 0.0), row["tflops"])
     if peaks:
         gpu["peak_tflops"] = dict(sorted(peaks.items()))
-        _note(data, "gpu.peak_tflops", "max measured GEMM throughput per dtype (calibrate)")
+        _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
     if m.memory:
         gpu["hbm_tbps"] = streaming_rate(m.memory) / 1e12
-        _note(data, "gpu.hbm_tbps", f"{STREAMING} (calibrate)")
+        _note(data, "gpu.hbm_tbps", f"measured: {STREAMING} (calibrate)")
 
 
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
@@ -168,6 +213,10 @@ def _fraction(value: float) -> float:
     return min(1.0, max(value, 1e-6))
 
 
+#: the schema's largest gpu.speed_spread: beyond it a GPU is broken, not slow
+SPREAD_CAP = 0.2
+
+
 def _apply_host(data: dict[str, Any], m: Measurements) -> None:
     """node.host_link_GBps and node.host_memory_GBps from the host-side measurements."""
     node = data["node"]
@@ -189,7 +238,9 @@ def _apply_host(data: dict[str, Any], m: Measurements) -> None:
         )
 
 
-def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
+def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
+    """Compute and host fields from the measurements; ``origin`` is the profile the others
+    were copied from (--base, or the fallback)."""
     eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
     curve = _gemm_curve(m, peaks)
     if curve:
@@ -198,9 +249,15 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
         # calibrate heat-soaks the GPU before timing, so the measured curve is a sustained
         # rate already; the base's sustained share stays only on the curves still copied
         share = float(eff.pop("sustained", 1.0))
+        _forget(data, "efficiency.sustained")
         if share != 1.0 and eff.get("gemm_fp8"):
             eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
-            _note(data, "efficiency.gemm_fp8", f"copied from the base profile at its sustained share {share}")
+            _note(
+                data,
+                "efficiency.gemm_fp8",
+                f"not measured: {origin}'s curve times its sustained share {share} (efficiency."
+                "sustained, left out: the measured efficiency.gemm is a sustained rate already)",
+            )
         # the base's shape table describes its GPU against its own size curve, which the
         # measured one replaces: this machine's cube, if timed, takes its place
         if eff.pop("gemm_shapes", None) is not None:
@@ -216,8 +273,10 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
     att = [r for r in m.attention if r["dtype"] in peaks]
     if att:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):
-            eff[key] = _fraction(statistics.median(r[col] / peaks[r["dtype"]] for r in att))
-            _note(data, f"efficiency.{key}", "median measured causal GQA SDPA / peak (calibrate)")
+            raw = statistics.median(r[col] / peaks[r["dtype"]] for r in att)
+            eff[key] = _fraction(raw)
+            text = "measured: median causal GQA SDPA rate / gpu.peak_tflops (calibrate)"
+            _note(data, f"efficiency.{key}", _within(text, raw, eff[key]))
         # The rate by head dimension and sequence length, not one number: short sequences and
         # small heads run far below a kernel's best (FlashAttention-3 paper, Fig. 5/6).
         curves = curves_from_rows(att)
@@ -228,25 +287,31 @@ def _apply_compute(data: dict[str, Any], m: Measurements) -> None:
             eff["attention_kernel"] = MEASURED
             _note(
                 data,
+                "efficiency.attention_kernel",
+                f"measured: this run's SDPA curves (efficiency.attention_kernels.{MEASURED}) are "
+                "the profile's default kernel (calibrate)",
+            )
+            _note(
+                data,
                 f"efficiency.attention_kernels.{MEASURED}",
                 "measured SDPA forward/backward TFLOP/s per head dimension and sequence length "
                 "(calibrate; the default kernel of this profile, a scenario may name another)",
             )
     if m.memory:
-        best = streaming_rate(m.memory)
-        eff["hbm"] = _fraction(best / (data["gpu"]["hbm_tbps"] * 1e12))
-        _note(data, "efficiency.hbm", f"{STREAMING} / gpu.hbm_tbps")
+        raw = streaming_rate(m.memory) / (data["gpu"]["hbm_tbps"] * 1e12)
+        eff["hbm"] = _fraction(raw)
+        _note(data, "efficiency.hbm", _within(f"measured: {STREAMING} / gpu.hbm_tbps (calibrate)", raw, eff["hbm"]))
     rates = (m.gemm_ranks or {}).get("tflops_per_rank") or []
     if len(rates) >= 2:
         r = m.gemm_ranks or {}
-        # the schema caps the spread at 20%: beyond that a GPU is broken, not slow
-        data["gpu"]["speed_spread"] = min(spread(rates), 0.2)
-        _note(
-            data,
-            "gpu.speed_spread",
+        raw = spread(rates)
+        data["gpu"]["speed_spread"] = min(raw, SPREAD_CAP)
+        text = (
             f"measured: std / mean of the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM rate over "
-            f"{len(rates)} ranks timed together (calibrate)",
+            f"{len(rates)} ranks timed together (calibrate)"
         )
+        cap = f"the schema's {SPREAD_CAP}: a GPU that much slower is broken, not slow"
+        _note(data, "gpu.speed_spread", _within(text, raw, data["gpu"]["speed_spread"], cap))
     if m.launch_s is not None:
         eff["kernel_launch_us"] = m.launch_s * 1e6
         _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
@@ -312,24 +377,33 @@ def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> No
         bw, lat = intra
         if described:
             node["nvlink_GBps"], eff["nvlink"] = bw / 1e9, 1.0
-        else:
-            eff["nvlink"] = _fraction(bw / (node["nvlink_GBps"] * 1e9))
+            _note(data, "node.nvlink_GBps", "measured: the best intra-node busbw")
+            _note(data, "efficiency.nvlink", "measured: 1, node.nvlink_GBps being the measured busbw itself")
+        else:  # node.nvlink_GBps stays the base's (its source too)
+            raw = bw / (node["nvlink_GBps"] * 1e9)
+            eff["nvlink"] = _fraction(raw)
+            text = "measured: the best intra-node busbw / node.nvlink_GBps"
+            _note(data, "efficiency.nvlink", _within(text, raw, eff["nvlink"]))
         node["nvlink_latency_us"] = lat * 1e6
-        for key in ("node.nvlink_GBps", "efficiency.nvlink", "node.nvlink_latency_us"):
-            _note(data, key, "measured intra-node busbw / small-message time per ring hop")
+        _note(data, "node.nvlink_latency_us", "measured: the smallest intra-node collective's time per ring hop")
     if inter:
         bw, lat = inter
         if described:
             node["nics_per_node"] = node["gpus_per_node"]  # assumed rail-optimized: a NIC per GPU
+            _note(data, "node.nics_per_node", "ASSUMPTION, not measured: one NIC per GPU (rail-optimized)")
         # Every local rank runs its inter-node ring at once, sharing the node's NICs.
         per_nic = bw * node["gpus_per_node"] / node["nics_per_node"]
         if described:
             node["nic_gbps"], eff["nic"] = per_nic * 8 / 1e9, 1.0
-        else:
-            eff["nic"] = _fraction(per_nic * 8 / (node["nic_gbps"] * 1e9))
+            _note(data, "node.nic_gbps", "measured: the best inter-node busbw x ranks per node / node.nics_per_node")
+            _note(data, "efficiency.nic", "measured: 1, node.nic_gbps being the measured rate itself")
+        else:  # node.nic_gbps stays the base's (its source too)
+            raw = per_nic * 8 / (node["nic_gbps"] * 1e9)
+            eff["nic"] = _fraction(raw)
+            text = "measured: the best inter-node busbw x ranks per node / node.nics_per_node / node.nic_gbps"
+            _note(data, "efficiency.nic", _within(text, raw, eff["nic"]))
         node["nic_latency_us"] = lat * 1e6
-        for key in ("node.nic_gbps", "efficiency.nic", "node.nic_latency_us"):
-            _note(data, key, "measured inter-node busbw / small-message time per ring hop")
+        _note(data, "node.nic_latency_us", "measured: the smallest inter-node collective's time per ring hop")
 
 
 def _fabric(row: Row) -> str:
@@ -374,7 +448,9 @@ def build_profile(
 ) -> dict[str, Any]:
     """The profile dict; validated by ``profile_from_dict`` (raises UserError if inconsistent)."""
     described = base is None
-    data = copy.deepcopy(_raw_profile(base or FALLBACK_BASE))
+    origin = base or FALLBACK_BASE
+    data = copy.deepcopy(_raw_profile(origin))
+    _write_defaults(data)
     if described:
         if machine is None:
             raise ValueError("a profile without --base needs the measured machine")
@@ -383,9 +459,10 @@ def build_profile(
         data["description"] = f"calibrated on {machine.name} ({provenance.get('backend')})"
     else:
         data["name"] = f"{data['name']}-calibrated"
-    _apply_compute(data, m)
+    _apply_compute(data, m, origin)
     _apply_network(data, m, described)
     data["measured"] = _merged_measured(data, m, base)
+    _settle_sources(data)
     data["provenance"] = provenance
     profile_from_dict(data, field="--out", origin="calibrated profile")
     return data

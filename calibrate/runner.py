@@ -183,6 +183,10 @@ def _provenance(cfg: RunConfig, ctx: DistContext) -> dict[str, object]:
     return prov | {"heat_soak_s": soak.soak_seconds(cfg.quick)}
 
 
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
+EXIT_INTERRUPTED = 130
+
+
 def run(cfg: RunConfig) -> int:
     """Measure, then write the profile (rank 0). Returns the process exit status."""
     ctx = init(cfg.device, cfg.timeout_s)
@@ -195,25 +199,26 @@ def run(cfg: RunConfig) -> int:
             doc = {"partial": True, "error": error, "measured": measured.as_dict()}
             write_yaml_atomic(partial, doc | {"provenance": prov})
 
-    report = FailureReport(ctx.rank, str(partial), save_partial)
+    # only rank 0 keeps a partial file: another rank's report does not name one
+    report = FailureReport(ctx.rank, str(partial) if ctx.is_main else None, save_partial)
     # The backend's own collective timeout is --timeout too; the grace lets its exception (which
     # unwinds and reports the step) come first, the watchdog catching only what it cannot see.
     watchdog = Watchdog(cfg.timeout_s, report, grace_s=max(2.0, 0.1 * cfg.timeout_s))
+    current = "setup"
 
     def on_term(signum: int, frame: object) -> None:
-        # torchrun sends SIGTERM to the survivors when a rank fails; the partial file is
-        # already on disk (written after every step), so say where and stop.
-        print(
-            f"error: rank {ctx.rank}: stopped by signal {signum} (another rank failed or the run "
-            f"was cancelled); measurements so far are in {partial}",
-            file=sys.stderr,
-            flush=True,
+        # torchrun sends SIGTERM to the survivors when a rank fails: record it in the partial
+        # file (rewritten after every step), say where, and stop.
+        if report.reporting:  # this thread is reporting already (Ctrl-C reaches every rank)
+            return
+        report.fail(
+            f"stopped by signal {signum} during '{current}' (another rank failed or the run was "
+            "cancelled)"
         )
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_term)
     steps = plan_steps(cfg, ctx)
-    current = "setup"
     try:
         with RankProgress(len(steps), ctx.is_main) as bar:
             for step in steps:
@@ -233,15 +238,36 @@ def run(cfg: RunConfig) -> int:
                 gpus_per_node=ctx.local_world,
                 sm_count=device_sm_count(ctx.device),
             )
-            write_yaml_atomic(cfg.out, build_profile(measured, prov, cfg.base, machine))
-            partial.unlink(missing_ok=True)
+            _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))
             print(f"wrote {cfg.out}", file=sys.stderr)
+            if not ctx.groups:
+                print(
+                    "note: one process times no collectives (the profile's NVLink and NIC "
+                    "figures are not measured: see its sources:); to time them, launch a rank "
+                    "per GPU: torchrun --nproc-per-node N -m calibrate ...",
+                    file=sys.stderr,
+                )
         return 0
     except UserError:
         raise
+    except KeyboardInterrupt:  # Ctrl-C: the same report as a failure, recorded in the file
+        report.fail(f"interrupted (Ctrl-C) during '{current}'")
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a failed rank, a broken peer connection, a device error
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         report.fail(f"during '{current}': {detail}")
         return 1
     finally:
         shutdown(ctx)
+
+
+def _write_profile(out: Path, partial: Path, profile: dict[str, object]) -> None:
+    """Write the finished profile and drop the partial file; if ``out`` cannot be written
+    after all (checked before measuring, but a disk can fill), say where the measurements are."""
+    try:
+        write_yaml_atomic(out, profile)
+    except UserError as exc:
+        if partial.is_file():
+            raise UserError(exc.field, f"{exc.message}; the measurements are in {partial}") from None
+        raise
+    partial.unlink(missing_ok=True)

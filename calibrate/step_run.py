@@ -201,6 +201,37 @@ def _print(r: dict[str, Any]) -> None:
     )
 
 
+def _path_from(case_dir: Path, text: str) -> str:
+    """A file path of the scenario (as read: absolute, or from the working directory) written
+    as validate reads it from the case file's folder: relative to that folder when the file lies
+    under it, else absolute; names that are no file here (a shipped profile) stay as given."""
+    path = Path(text)
+    if not path.is_file():
+        return text
+    path = path.resolve()
+    try:
+        inside = path.relative_to(case_dir.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+    # a bare 'my-cluster' would read as a shipped profile's name, not the file beside the case
+    return inside if "/" in inside or inside.endswith((".yaml", ".yml", ".json")) else f"./{inside}"
+
+
+def _paths_from(case_dir: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its file paths (hardware profile, HF config) as :func:`_path_from` writes
+    them, so that the case validates from any working directory."""
+    from simcluster.paths import PATH_FIELDS
+
+    out = copy.deepcopy(raw)
+    if isinstance(out.get("model"), str):  # the shorthand `model: llama/config.json`
+        out["model"] = _path_from(case_dir, out["model"])
+    for section, key in PATH_FIELDS:
+        values = out.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), str):
+            values[key] = _path_from(case_dir, values[key])
+    return out
+
+
 def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
     from simcluster.output.atomic import atomic_write_text
 
@@ -212,12 +243,12 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
                     f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch steps on "
                     f"{r['ranks']} x {r['device']} (torch {r['torch']}) under {r['loop']}"
                 ),
-                "scenario": raw,
+                "scenario": _paths_from(path.parent, raw),
                 "measured": {"step_time_s": r["measured_step_s"]},
             }
         ]
     }
-    atomic_write_text(path, yaml.safe_dump(case, sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(case, sort_keys=False), "--case-out")
 
 
 def check_launch(ctx: Any, world: int, local_world: int) -> None:
@@ -239,24 +270,18 @@ def check_launch(ctx: Any, world: int, local_world: int) -> None:
         )
 
 
-def _check_out(flag: str, path: Path) -> None:
-    """Before training: the file can be written (an existing directory or an unwritable folder
-    is a one-line error, not a lost measurement)."""
-    import os
-
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UserError(flag, f"'{path}' is a directory; name a file")
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(flag, f"cannot write into '{parent}'; choose a writable folder")
-
-
 def run(args: argparse.Namespace) -> int:
     """Check, train, time, simulate, report."""
+    from simcluster.output.atomic import check_file_writable
+
     raw, ctx = _checked(args)
-    for flag, path in (("--case-out", args.case_out), ("--trace-out", args.trace_out)):
-        if path is not None:
-            _check_out(flag, path)
+    # before training: an existing directory or an unwritable folder is a one-line error, not
+    # a lost measurement (missing folders are made when the file is written)
+    from calibrate.dist import _env_int
+
+    for flag, path, example in (("--case-out", args.case_out, "case.yaml"), ("--trace-out", args.trace_out, "trace.json")):
+        if path is not None and _env_int("RANK", 0) == 0:  # rank 0 writes them, on its node
+            check_file_writable(path, flag, example)
     import torch
 
     from calibrate.dist import init, shutdown

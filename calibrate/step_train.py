@@ -132,4 +132,4 @@ def _profiled(step: Any, dctx: Any, path: Path) -> None:
         with tempfile.TemporaryDirectory() as scratch:
             raw = Path(scratch) / "trace.json"
             prof.export_chrome_trace(str(raw))
-            atomic_write_bytes(path, raw.read_bytes())
+            atomic_write_bytes(path, raw.read_bytes(), "--trace-out")

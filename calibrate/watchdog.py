@@ -22,28 +22,48 @@ EXIT_TIMEOUT = 3
 
 
 class FailureReport:
-    """Print one ``error: rank R: ...`` line and record it, at most once per process."""
+    """Print one ``error: rank R: ...`` line and record it, at most once per process.
 
-    def __init__(self, rank: int, partial: str, record: Callable[[str], None] | None = None):
+    ``partial`` is the file this rank keeps its measurements in (None on a rank that writes
+    none); the line names it only when it exists."""
+
+    def __init__(
+        self, rank: int, partial: str | None, record: Callable[[str], None] | None = None
+    ) -> None:
         self._rank = rank
         self._partial = partial
         self._record = record
-        self._lock = threading.Lock()
+        # re-entrant: a signal handler may report while the main thread is reporting
+        self._lock = threading.RLock()
         self._done = False
+        self._reporting = False
+
+    @property
+    def reporting(self) -> bool:
+        """Whether a report is being recorded and printed right now."""
+        return self._reporting
 
     def fail(self, message: str) -> None:
         """Record ``message`` in the partial file and print it; later calls are silent."""
         with self._lock:
             if self._done:
                 return
-            self._done = True
-            if self._record is not None:
+            self._done = self._reporting = True
+            try:
+                self._report(message)
+            finally:
+                self._reporting = False
+
+    def _report(self, message: str) -> None:
+        where = ""
+        if self._record is not None:
+            try:
                 self._record(message)
-            print(
-                f"error: rank {self._rank}: {message}; measurements so far are in {self._partial}",
-                file=sys.stderr,
-                flush=True,
-            )
+            except Exception as exc:  # the failure itself is what to report
+                where = f"; the measurements could not be saved ({' '.join(str(exc).split())})"
+        if not where and self._partial is not None and os.path.isfile(self._partial):
+            where = f"; measurements so far are in {self._partial}"
+        print(f"error: rank {self._rank}: {message}{where}", file=sys.stderr, flush=True)
 
 
 class Watchdog:

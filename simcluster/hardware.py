@@ -433,7 +433,24 @@ def load_profile(
     raw = yamlio.load_user_file(path, field, "hardware profile")
     if not isinstance(raw, dict):
         raise UserError(field, f"profile {path} must be a YAML mapping")
+    if raw.get("partial") is True:
+        raise _unfinished(path, raw, field)
     return profile_from_dict(raw, overrides, field=field, origin=str(path), patch=patch)
+
+
+def _unfinished(path: Path, raw: dict[str, Any], field: str) -> UserError:
+    """A calibration's ``OUT.partial.yaml`` (raw measurements so far, no profile) given as one."""
+    stem = path.stem.removesuffix(".partial")
+    final = path.with_name(stem + path.suffix)
+    error = " ".join(str(raw.get("error") or "").split())
+    why = f"it stopped: {error[:160]}" if error else "it is still running or stopped unreported"
+    use = f"give '{final}' if it finished since, or " if final.is_file() else ""
+    return UserError(
+        field,
+        f"'{path}' is an unfinished calibration, raw measurements only, not a profile ({why}); "
+        f"{use}rerun the calibration (python -m calibrate ... --out {final}) and give the "
+        "profile it writes",
+    )
 
 
 def profile_from_dict(

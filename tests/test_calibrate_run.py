@@ -20,7 +20,12 @@ pytest.importorskip("torch")
 
 from calibrate.busbw import OPS, busbw  # noqa: E402
 from calibrate.soak import heat_soak, soak_seconds  # noqa: E402
+from calibrate.spread import spread  # noqa: E402
+from simcluster.cli import main as simcluster_main  # noqa: E402
+from simcluster.errors import UserError  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
+from tests.conftest import in_process  # noqa: E402
+from tests.test_scenario_errors import assert_one_line_error  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # --standalone: a rendezvous on a free local port, so a port left over by an earlier run (or a
@@ -99,6 +104,72 @@ def test_two_rank_run_writes_a_loadable_slow_profile(two_rank_profile):
     streaming = max(r["bytes_per_s"] for r in largest.values())
     assert prof.gpu.hbm_tbps * 1e12 == pytest.approx(streaming, rel=1e-12)
     assert {r["bytes"] for r in largest.values()} == {2**23 * 12, 2**23 * 8, 2**23 * 28}
+
+
+#: fields a calibrating run on a CPU times (or derives from its timings), single process
+MEASURED_FIELDS = {
+    "gpu.peak_tflops", "gpu.hbm_tbps", "node.host_link_GBps", "node.host_memory_GBps",
+    "efficiency.gemm", "efficiency.gemm_shapes", "efficiency.attention_fwd",
+    "efficiency.attention_bwd", "efficiency.attention_kernel", "efficiency.attention_kernels.measured",
+    "efficiency.hbm", "efficiency.kernel_launch_us", "efficiency.host_op_us",
+}  # fmt: skip
+#: ... and with two ranks: the spread between them and the link between them
+MEASURED_BY_RANKS = {"gpu.speed_spread", "node.nvlink_GBps", "efficiency.nvlink", "node.nvlink_latency_us"}
+_ABSENT = object()
+
+
+def _field(data: dict, path: str) -> object:
+    node: object = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
+def _check_sources(path: Path, measured: set[str], base: str = "dgx-h100") -> dict[str, str]:
+    """Every source names a field the profile holds and says truly where its number came from:
+    a measured field is labelled measured, a copied one holds the value it was copied from, and
+    every number has a source."""
+    data = yaml.safe_load(path.read_text())
+    copied = yaml.safe_load((ROOT / "hardware" / f"{base}.yaml").read_text())
+    sources = data["sources"]
+    for key, text in sources.items():
+        assert _field(data, key) is not _ABSENT, f"sources: {key} names no field of the profile"
+        if text == f"not measured; copied from {base}":
+            assert _field(data, key) == _field(copied, key), f"{key} is not {base}'s"
+    for key in measured:
+        assert sources.get(key, "").startswith("measured"), f"{key}: {sources.get(key)}"
+    for section in ("gpu", "node", "fabric", "efficiency"):
+        for key, value in data[section].items():
+            path_ = f"{section}.{key}"
+            if isinstance(value, str):  # a name, not a number (a shipped profile's gpu.name)
+                continue
+            assert any(s == path_ or s.startswith(path_ + ".") for s in sources), f"{path_} has no source"
+    return sources
+
+
+def test_every_source_of_a_two_rank_profile_is_true(two_rank_profile):
+    sources = _check_sources(two_rank_profile, MEASURED_FIELDS | MEASURED_BY_RANKS)
+    data = yaml.safe_load(two_rank_profile.read_text())
+    assert "gpu.sm_count" not in sources and "efficiency.sustained" not in sources  # not fields
+    assert "efficiency.gemm_tile" not in sources  # no SMs: no tiles quantised over them
+    # a spread beyond the schema's 20% is written capped, and its source says so
+    raw = spread(data["measured"]["gemm_ranks"]["tflops_per_rank"])
+    capped = f"measured {raw:.4g}, written as 0.2 (capped at the schema's 0.2" in sources["gpu.speed_spread"]
+    assert capped == (raw > 0.2)
+
+
+def test_every_source_of_a_one_process_profile_is_true(tmp_path):
+    out = tmp_path / "one.yaml"
+    proc = subprocess.run(
+        [sys.executable] + CAL + ["--out", str(out)], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sources = _check_sources(out, MEASURED_FIELDS)
+    # one process sees neither another GPU nor a link: those are the fallback's, and say so
+    for key in MEASURED_BY_RANKS:
+        assert sources[key] == "not measured; copied from dgx-h100", key
 
 
 def test_speed_spread_is_the_spread_of_every_ranks_gemm_rate(two_rank_profile):
@@ -236,6 +307,16 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     assert any((r["m"], r["n"], r["k"]) == (96, 80, 64) for r in prof.measured["gemm"])
     # one process cannot see a spread between GPUs: the base's stays
     assert "gemm_ranks" not in prof.measured and prof.gpu.speed_spread == 0.011
+    # the base's sources stay for what this run did not measure (its datasheet NVLink rate),
+    # the base's sustained share goes with the field, and the measured fields say so
+    sources = _check_sources(out, MEASURED_FIELDS - {"gpu.peak_tflops", "gpu.hbm_tbps"})
+    base = load_profile("dgx-h100").sources
+    assert sources["node.nvlink_GBps"] == base["node.nvlink_GBps"]
+    assert sources["efficiency.gemm_tile"] == base["efficiency.gemm_tile"]  # an H100's SMs stay
+    assert "efficiency.sustained" not in sources
+    # ... and says so, with how to time them
+    assert "one process times no collectives" in proc.stderr
+    assert "torchrun --nproc-per-node N -m calibrate" in proc.stderr
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
@@ -279,20 +360,58 @@ def _run_until_partial(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen
     return proc, partial
 
 
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("error: rank 0")]
+def _error_lines(stderr: str, rank: int = 0) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(f"error: rank {rank}")]
 
 
-def test_a_dying_rank_stops_the_run_and_keeps_the_partial_file(tmp_path):
+@pytest.mark.parametrize("dies", [1, 0])
+def test_a_dying_rank_stops_the_run_and_keeps_the_partial_file(tmp_path, dies):
     proc, partial = _run_until_partial(tmp_path, 60)
-    os.kill(_rank_pid(proc.pid, 1, time.monotonic() + 10), signal.SIGKILL)
+    os.kill(_rank_pid(proc.pid, dies, time.monotonic() + 10), signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not (tmp_path / "p.yaml").exists()
-    lines = _error_lines(err)
-    assert len(lines) == 1 and str(partial) in lines[0]
+    survivor = 1 - dies
+    lines = _error_lines(err, survivor)
+    assert len(lines) == 1, err[-2000:]
+    # rank 0 writes the partial file and names it; rank 1 writes none and names none
+    assert (str(partial) in lines[0]) == (survivor == 0) and ("partial" in lines[0]) == (survivor == 0)
     doc = yaml.safe_load(partial.read_text())
     assert doc["partial"] is True and doc["measured"]["gemm"]
+
+
+@pytest.mark.parametrize(
+    "sig, code, says",
+    [(signal.SIGINT, 130, "interrupted (Ctrl-C) during '"), (signal.SIGTERM, 1, "stopped by signal 15 during '")],
+)
+def test_a_stopped_run_names_and_records_its_partial_file(tmp_path, sig, code, says):
+    out = tmp_path / "p.yaml"
+    partial = tmp_path / "p.partial.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calibrate", "--device", "cpu", "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl-C finds it: SIGINT not ignored (a background job's would be)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and (yaml.safe_load(partial.read_text()) or {}).get("measured", {}).get("gemm")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no partial file appeared"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: rank 0: {says}"), err[-2000:]
+    assert lines[0].endswith(f"measurements so far are in {partial}")
+    doc = yaml.safe_load(partial.read_text())
+    assert doc["partial"] is True and doc["error"].startswith(says) and doc["measured"]["gemm"]
+    assert not out.exists()
+    # given as hardware, it is named as what it is, with the way to a profile
+    res = in_process(simcluster_main)("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, "--hardware", "is an unfinished calibration", says, f"--out {out})")
 
 
 def test_a_hung_rank_times_out(tmp_path):
@@ -390,3 +509,18 @@ def test_one_interrupted_run_does_not_move_a_gemms_time():
     calls.clear()
     assert robust_time(lambda fn, iters, warmup, drain=True: calls.append(iters) or 2e-3, lambda: None, 3) == 2e-3
     assert calls == [3]
+
+
+def test_an_out_unwritable_after_measuring_names_the_partial_file(tmp_path):
+    # checked before measuring, --out can still fail at the end (the place changed, a full disk):
+    # the error then says where the measurements are
+    from calibrate.runner import _write_profile
+
+    partial = tmp_path / "p.partial.yaml"
+    partial.write_text("partial: true\n")
+    taken = tmp_path / "p.yaml"
+    taken.mkdir()
+    with pytest.raises(UserError) as err:
+        _write_profile(taken, partial, {"name": "x"})
+    assert err.value.field == "--out" and err.value.message.endswith(f"the measurements are in {partial}")
+    assert partial.is_file()

@@ -268,3 +268,27 @@ def test_a_launch_across_nodes_must_place_ranks_as_the_scenario_does(tmp_path):
         check_launch(ctx, 16, 4)
     with pytest.raises(UserError, match="the scenario trains on 16 GPUs but 8 rank"):
         check_launch(ctx, 8, 8)
+
+
+def test_a_case_reads_its_profile_from_any_folder(tmp_path, monkeypatch, capsys):
+    """The case measure-step writes names the scenario's profile file as validate reads it
+    from the case file's folder (the scenario here names it relative to itself, and is given
+    relative to the working directory), into folders it makes."""
+    (tmp_path / "step").mkdir()
+    (tmp_path / "my-cluster.yaml").write_text((ROOT / "hardware" / "dgx-h100.yaml").read_text())
+    data = {**TINY, "cluster": {"hardware": "../my-cluster.yaml", "gpus": 1}}
+    (tmp_path / "step" / "tiny.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    quick = ["--device", "cpu", "--steps", "1", "--warmup", "0", "--json"]
+    for case, written in (
+        (Path("val/sub/case.yaml"), str(tmp_path.resolve() / "my-cluster.yaml")),  # not under it
+        (Path("beside.yaml"), "my-cluster.yaml"),  # under the case file's folder: relative
+    ):
+        assert main(["measure-step", "step/tiny.yaml", *quick, "--case-out", str(case)]) == 0, capsys.readouterr().err
+        capsys.readouterr()
+        scenario = yaml.safe_load(case.read_text())["cases"][0]["scenario"]
+        assert scenario["cluster"]["hardware"] == written
+        monkeypatch.chdir("/")
+        assert simcluster_main(["validate", str(tmp_path / case), "--json", "--jobs", "1"]) == 0
+        assert json.loads(capsys.readouterr().out)["cases"][0]["predicted"] > 0
+        monkeypatch.chdir(tmp_path)

@@ -4,6 +4,7 @@ fuzzing is one line on stderr naming the field and the fix, exit code 2, no trac
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,62 @@ def test_calibrate_base_malformed(calibrate, tmp_path, text, needle):
 def test_calibrate_base_not_utf8(calibrate, tmp_path):
     res = calibrate("--out", str(tmp_path / "p.yaml"), "--base", not_utf8(tmp_path))
     assert_one_line_error(res, "--base", "not UTF-8")
+
+
+def test_calibrate_out_is_checked_before_measuring(calibrate, tmp_path, monkeypatch):
+    quick = ("--device", "cpu", "--quick", "--out")
+    # an existing directory is named as one, and nothing is measured (no partial file beside it)
+    res = calibrate(*quick, str(tmp_path))
+    assert_one_line_error(res, "--out", f"'{tmp_path}' is a directory; name a file")
+    assert not (tmp_path.parent / f"{tmp_path.name}.partial.yaml").exists()
+    # a missing folder under a file cannot be made
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = calibrate(*quick, str(blocker / "sub" / "p.yaml"))
+    assert_one_line_error(res, "--out", f"'{blocker}' is a file")
+    # a folder that cannot be written into (root passes chmod: the check reads os.access)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != ro and access(p, mode, **kw))
+    res = calibrate(*quick, str(ro / "new" / "p.yaml"))
+    assert_one_line_error(res, "--out", f"cannot write into '{ro}'")
+    assert not any(ro.iterdir())
+
+
+def test_calibrate_without_torchrun_but_with_world_size(calibrate, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    res = calibrate("--device", "cpu", "--quick", "--out", str(tmp_path / "x.yaml"))
+    assert_one_line_error(res, "WORLD_SIZE", "MASTER_ADDR, MASTER_PORT not set", "torchrun")
+    assert not list(tmp_path.iterdir())
+
+
+def test_calibrate_unknown_subcommand_names_the_subcommands(calibrate):
+    res = calibrate("bogus-sub", "--out", "x.yaml")
+    assert_one_line_error(res, "unknown subcommand 'bogus-sub'", "import-nccl-tests, compare-trace, measure-step")
+    assert_one_line_error(calibrate("mesure-step", "x.yaml"), "(did you mean 'measure-step'?)")
+
+
+def test_calibrate_help_says_how_to_launch_ranks(calibrate):
+    res = calibrate("--help")
+    assert res.code == 0
+    assert "torchrun --nproc-per-node 8 -m calibrate" in res.out and "--nnodes" in res.out
+    assert "one measurement (one step of the progress bar" in " ".join(res.out.split())
+
+
+def test_a_partial_calibration_given_as_hardware(cli, tmp_path):
+    partial = tmp_path / "p.partial.yaml"
+    partial.write_text(yaml.safe_dump({"partial": True, "error": None, "measured": {"gemm": []}}))
+    res = cli("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, "--hardware", f"'{partial}' is an unfinished calibration", "--out")
+    # the finished profile beside it is offered once it exists
+    (tmp_path / "p.yaml").write_text("name: x\n")
+    res = cli("run", "llama3-8b-8xh100", "--hardware", str(partial))
+    assert_one_line_error(res, f"give '{tmp_path / 'p.yaml'}'")
 
 
 def test_import_out_is_a_directory_or_unwritable(calibrate, tmp_path):

@@ -20,9 +20,13 @@ from simcluster.errors import UserError
 OUT_FIELD = "--out"
 
 
-def _unwritable(path: Path, exc: OSError) -> UserError:
+def _unwritable(path: Path, exc: OSError, field: str = OUT_FIELD) -> UserError:
     reason = exc.strerror or type(exc).__name__
-    return UserError(OUT_FIELD, f"cannot write '{path}': {reason}; choose a writable directory")
+    return UserError(field, f"cannot write '{path}': {reason}; choose a writable directory")
+
+
+def _is_a_directory(path: Path, field: str, example: str = "out.yaml") -> UserError:
+    return UserError(field, f"'{path}' is a directory; name a file (e.g. '{path / example}')")
 
 
 def _umask() -> int:
@@ -47,8 +51,9 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, field: str = OUT_FIELD) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file in the same directory, fsync, rename),
+    making missing parent folders; an ``OSError`` is a one-line ``UserError`` naming ``field``."""
     target = Path(path)
     tmp_name: str | None = None
     try:
@@ -64,7 +69,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         tmp_name = None
         _fsync_dir(target.parent)
     except OSError as exc:
-        raise _unwritable(target, exc) from exc
+        if isinstance(exc, IsADirectoryError) and target.is_dir():
+            raise _is_a_directory(target, field) from exc
+        raise _unwritable(target, exc, field) from exc
     finally:
         if tmp_name is not None:
             with contextlib.suppress(OSError):
@@ -72,9 +79,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return target
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, field: str = OUT_FIELD) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8"), field)
 
 
 def _check_targets(staging: Path, out_dir: Path) -> list[str]:
@@ -156,3 +163,26 @@ def check_writable(out_dir: str | os.PathLike[str]) -> None:
         raise UserError(OUT_FIELD, f"'{parent}' is not a directory; choose a writable directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(OUT_FIELD, f"cannot write into '{parent}'; choose a writable directory")
+
+
+def check_file_writable(path: str | os.PathLike[str], field: str = OUT_FIELD, example: str = "out.yaml") -> None:
+    """Fail fast (before a long measurement) when no file can be written at ``path`` as
+    :func:`atomic_write_bytes` writes it: an existing directory or other non-file, a parent
+    that is a file, or a folder that cannot be written into. Missing parent folders are fine:
+    the write makes them (under the nearest existing folder, which must be writable)."""
+    target = Path(path)
+    if target.is_dir():
+        raise _is_a_directory(target, field, example)
+    if target.exists() and not target.is_file():
+        raise UserError(field, f"'{target}' exists and is not a regular file; name a file")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(
+            field, f"cannot make folder '{target.parent}': '{parent}' is a file; choose another path"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(
+            field, f"cannot write into '{parent}' (read-only or not permitted); choose a writable folder"
+        )
