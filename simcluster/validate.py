@@ -216,12 +216,12 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware"
         )
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
-    near = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}
-    for key, close in near.items():  # a misspelt set: or flops: would score another comparison
+    nearest = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}
+    for key, close in nearest.items():  # a misspelt set: or flops: would score another comparison
         if close and close[0] in _SCORING_KEYS:
             raise UserError(f"{where}.{key}", f"unknown key (did you mean '{close[0]}'?); fix its spelling")
     if unknown:  # metadata such as notes or a URL must not stop a run; it is shown
-        hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k, c in near.items() if c)
+        hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k, c in nearest.items() if c)
         notes.append(
             f"unknown key {', '.join(unknown)} ignored{hints} (a case has {', '.join(sorted(_CASE_KEYS))})"
         )
