@@ -46,14 +46,24 @@ _BUSBW_RTOL = 0.02
 
 @dataclass
 class NcclLog:
-    """One parsed log: op, ranks and (size B, out-of-place time s, log busbw GB/s, line) rows."""
+    """One nccl-tests run: op, ranks and (size B, out-of-place time s, log busbw GB/s, line) rows.
+
+    ``start`` is the line the run's header starts on (1 for a -J report): a text log can hold
+    several runs (several ``*_perf`` binaries, or a Slurm output appended to), each with its
+    own header, ``#  Rank`` lines and table.
+    """
 
     path: str
+    start: int = 1
     op: str | None = None
     hosts: list[str] = field(default_factory=list)
     device: str | None = None
     nccl: str | None = None
     rows: list[tuple[int, float, float, int]] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    trailing: int = 0  # columns from 'time' on: (time algbw busbw wrong) per placement
+    closed: bool = False  # '# Collective test concluded' seen
+    opened: bool = False  # a header line seen (``start`` is the first)
 
     @property
     def gpus(self) -> int:
@@ -62,6 +72,13 @@ class NcclLog:
     @property
     def nodes(self) -> int:
         return max(1, len(set(self.hosts)))
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.start}"
+
+    def has_body(self) -> bool:
+        return bool(self.ranks or self.trailing or self.rows)
 
 
 def _bad(path: str, line: int, what: str) -> UserError:
@@ -83,39 +100,65 @@ def _nccl_version(code: int) -> str:
     return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
-def parse_text(path: str, text: str) -> NcclLog:
-    """Parse nccl-tests stdout (either header layout)."""
-    log = NcclLog(path)
-    trailing = 0  # columns after 'redop'/'root': (time algbw busbw wrong) per placement
+# The lines a run's header opens with (nccl-tests src/common.cu): a version line (2.10 on),
+# '# Collective test starting: X_perf' (2.13 on), '# nThread ...', '# Using devices'.
+_RUN_OPENERS = ("nccl-tests version", "Collective test starting", "nThread", "Using devices")
+
+
+def parse_text(path: str, text: str) -> list[NcclLog]:
+    """Parse nccl-tests stdout (either header layout) into its runs, in file order.
+
+    A run ends where the next header starts (or at a ``#  Rank`` line that repeats a rank, or at
+    a second table header): the ``#  Rank`` lines of one run are never counted with another's.
+    """
+    runs = [NcclLog(path)]
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
+        run = runs[-1]
         if line.startswith("#"):
-            if m := _RANK_RE.match(line):
-                log.hosts.append(m.group(2))
-                log.device = m.group(3).strip() or log.device
+            body = line.lstrip("#").strip()
+            rank = _RANK_RE.match(line)
+            tokens = body.split()
+            table = tokens[:2] == ["size", "count"] and "time" in tokens
+            if (
+                (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
+                or (rank and (run.trailing or run.closed or int(rank.group(1)) in run.ranks))
+                or (table and (run.rows or run.closed))
+            ):
+                run = NcclLog(path, start=lineno)
+                runs.append(run)
+            if not run.opened:
+                run.start, run.opened = lineno, True
+            if rank:
+                run.ranks.add(int(rank.group(1)))
+                run.hosts.append(rank.group(2))
+                run.device = rank.group(3).strip() or run.device
             elif m := _BINARY_RE.search(line):
-                log.op = log.op or BINARY_OPS[m.group(1)]
+                run.op = run.op or BINARY_OPS[m.group(1)]
             if m := _VERSION_RE.search(line):
-                log.nccl = _nccl_version(int(m.group(1)))
-            tokens = line.lstrip("#").split()
-            if tokens[:2] == ["size", "count"] and "time" in tokens:
-                trailing = len(tokens) - tokens.index("time")
+                run.nccl = _nccl_version(int(m.group(1)))
+            if table:
+                run.trailing = len(tokens) - tokens.index("time")
+            if body.startswith("Collective test concluded"):
+                run.closed = True
             continue
         tokens = line.split()
-        if not trailing:
+        if run.closed:
+            raise _bad(path, lineno, "data after '# Collective test concluded' and before the next run's header")
+        if not run.trailing:
             raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
-        if len(tokens) < 2 + trailing:
-            raise _bad(path, lineno, f"expected at least {2 + trailing} columns, got {len(tokens)}")
+        if len(tokens) < 2 + run.trailing:
+            raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
         size = _num(tokens[0], path, lineno, "size")
-        oop = tokens[-trailing:]
+        oop = tokens[-run.trailing :]
         time_us = _num(oop[0], path, lineno, "time")
         bus = _num(oop[2], path, lineno, "busbw")
         if time_us <= 0:
             continue  # nccl-tests prints 0-byte rows with no time
-        log.rows.append((int(size), time_us * 1e-6, bus, lineno))
-    return log
+        run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+    return runs
 
 
 def parse_json(path: str, text: str) -> NcclLog:
@@ -159,22 +202,32 @@ def parse_json(path: str, text: str) -> NcclLog:
     return log
 
 
-def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> NcclLog:
-    """Parse one file (JSON if it starts with '{'), apply ``--op``/``--gpus``, check busbw."""
+def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> list[NcclLog]:
+    """Parse one file (JSON if it starts with '{') into its runs, apply ``--op``/``--gpus``,
+    check each row's busbw. Runs without rows (a header only: a run that failed) are left out."""
     text = read_text(path, "LOG", "log")
-    parse = parse_json if text.lstrip().startswith("{") else parse_text
-    log = parse(str(path), text)
+    if text.lstrip().startswith("{"):
+        runs = [parse_json(str(path), text)]
+    else:
+        runs = parse_text(str(path), text)
+    found = [run for run in runs if run.rows]
+    if not found:
+        raise UserError(str(path), "no result rows found")
+    for run in found:
+        _check_run(run, path, op, gpus)
+    return found
+
+
+def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
     if log.op is None and (m := _BINARY_RE.search(path.name)):
         log.op = BINARY_OPS[m.group(1)]
     log.op = op or log.op
     if log.op is None:
-        raise UserError(str(path), "cannot tell the collective (no '*_perf' name); pass --op")
+        raise UserError(log.where, "cannot tell the collective (no '*_perf' name); pass --op")
     if gpus:
         log.hosts = log.hosts[:gpus] if len(log.hosts) >= gpus else ["?"] * gpus
     if log.gpus == 0:
-        raise UserError(str(path), "no '#  Rank ...' device lines; pass --gpus N")
-    if not log.rows:
-        raise UserError(str(path), "no result rows found")
+        raise UserError(log.where, "no '#  Rank ...' device lines; pass --gpus N")
     for size, time_s, log_bus, line in log.rows:
         ours = busbw(log.op, size, time_s, log.gpus) / 1e9
         if abs(ours - log_bus) > _BUSBW_RTOL * max(log_bus, 1e-9) + 0.01:
@@ -184,7 +237,59 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> Ncc
                 f"busbw {log_bus} GB/s disagrees with the nccl-tests {log.op} formula for "
                 f"{log.gpus} GPUs ({ours:.2f}); pass --gpus or --op",
             )
-    return log
+
+
+def _geometry(log: NcclLog) -> tuple[str | None, int, int]:
+    return log.op, log.gpus, log.nodes
+
+
+def _describe(log: NcclLog) -> str:
+    nodes = f"{log.nodes} node" + ("s" if log.nodes > 1 else "")
+    return f"{log.op} on {log.gpus} GPUs ({nodes})"
+
+
+def merge_runs(runs: list[NcclLog]) -> tuple[list[NcclLog], list[str]]:
+    """The runs to import, and a note per run left out.
+
+    Runs of the same op and geometry (GPUs, nodes) describe one table. A size both time
+    identically is one measurement printed twice (the same output appended to a file again):
+    it is kept once, and a run that adds nothing is left out. A size they time differently is
+    two measurements of the same thing, and which one the profile should hold is the user's
+    call: refused, naming where the second run starts. Sizes only one of them timed are kept
+    (a sweep split over runs); runs of other ops or geometries are imported side by side.
+    """
+    seen: dict[tuple[str | None, int, int], dict[int, tuple[float, NcclLog]]] = {}
+    kept: list[NcclLog] = []
+    notes: list[str] = []
+    for run in runs:
+        table = seen.setdefault(_geometry(run), {})
+        fresh = []
+        for row in run.rows:
+            size, time_s, _, line = row
+            if size not in table:
+                fresh.append(row)
+                continue
+            first_time, first = table[size]
+            if time_s != first_time and first is run:
+                raise _bad(run.path, line, f"a second {size} B row in one table; remove one of them")
+            if time_s != first_time:
+                other = first.where if first.path != run.path else f"line {first.start}"
+                raise UserError(
+                    run.where,
+                    f"a second {_describe(run)} run starts here and times {size} B in "
+                    f"{time_s * 1e6:g} us (line {line}) where the run from {other} took "
+                    f"{first_time * 1e6:g} us; keep the one run you trust in the file "
+                    f"(e.g. sed -n '{run.start},$p') and import that",
+                )
+        for size, time_s, _, _ in fresh:
+            table[size] = (time_s, run)
+        if fresh:
+            run.rows = fresh
+            kept.append(run)
+        else:
+            first = table[run.rows[0][0]][1]
+            notes.append(f"{run.where}: the same {_describe(run)} table as {first.where}; read once")
+    return kept, notes
 
 
 def to_measurements(logs: list[NcclLog]) -> Measurements:
@@ -215,7 +320,9 @@ def run(args: argparse.Namespace) -> int:
     """Parse every log and write the profile."""
     if args.gpus is not None and args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
-    logs = [parse_log(p, args.op, args.gpus) for p in args.logs]
+    logs, notes = merge_runs([run for p in args.logs for run in parse_log(p, args.op, args.gpus)])
+    for note in notes:
+        print(note)
     first = logs[0]
     provenance: dict[str, Any] = {
         "device": first.device,

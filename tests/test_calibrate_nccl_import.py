@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from calibrate import nccl_tests_import
 from calibrate.cli import main
 from calibrate.nccl_tests_import import parse_log
 from calibrate.profile_writer import Machine, Measurements, build_profile
@@ -19,10 +20,25 @@ FIX = Path(__file__).parent / "fixtures"
 CURRENT = FIX / "nccl_all_reduce_dgx_h100_current.txt"
 OLD = FIX / "all_gather_perf_2021.txt"
 JSON = FIX / "nccl_reduce_scatter.json"
+TWO_RUNS = FIX / "nccl_slurm_two_runs.txt"  # all_reduce_perf then all_gather_perf, one output file
+AR64 = FIX / "nccl_all_reduce_64ranks_8nodes.txt"  # synthetic: busbw = algbw x 2*63/64
+
+
+def _import(tmp_path, *args):
+    """Run the import in-process: (exit code, profile dict or None)."""
+    out = tmp_path / "p.yaml"
+    code = main(["import-nccl-tests", *map(str, args), "--out", str(out)])
+    return code, (yaml.safe_load(out.read_text()) if out.exists() else None)
+
+
+def _concat(tmp_path, *parts, name="slurm-1234.out"):
+    path = tmp_path / name
+    path.write_text("".join(p.read_text() if isinstance(p, Path) else p for p in parts))
+    return path
 
 
 def test_current_layout_reads_op_gpus_and_rows():
-    log = parse_log(CURRENT)
+    [log] = parse_log(CURRENT)
     assert (log.op, log.gpus, log.nodes) == ("all_reduce", 8, 1)
     assert log.device == "NVIDIA H100 80GB HBM3" and log.nccl == "2.19.3"
     assert len(log.rows) == 10
@@ -31,14 +47,14 @@ def test_current_layout_reads_op_gpus_and_rows():
 
 
 def test_2021_layout_without_root_column_and_op_from_file_name():
-    log = parse_log(OLD)
+    [log] = parse_log(OLD)
     assert (log.op, log.gpus, log.nodes) == ("all_gather", 16, 2)
     assert [r[0] for r in log.rows] == [1048576, 4194304, 16777216, 67108864, 268435456]
     assert log.rows[-1][1] == pytest.approx(11890e-6)
 
 
 def test_json_report():
-    log = parse_log(JSON)
+    [log] = parse_log(JSON)
     assert (log.op, log.gpus, log.nodes, log.nccl) == ("reduce_scatter", 8, 1, "2.26.3")
     assert [r[0] for r in log.rows] == [1048576, 16777216, 268435456]
 
@@ -60,7 +76,7 @@ def test_op_needed_when_the_log_does_not_say(tmp_path):
     anonymous.write_text(OLD.read_text())
     with pytest.raises(UserError, match="pass --op"):
         parse_log(anonymous)
-    assert parse_log(anonymous, op="all_gather").gpus == 16
+    assert parse_log(anonymous, op="all_gather")[0].gpus == 16
 
 
 def test_import_writes_a_loadable_profile(tmp_path):
@@ -152,3 +168,58 @@ def test_hand_written_memory_rows_are_read_or_refused_in_one_line():
     assert streaming_rate([{"kernel": "add", "bytes_per_s": 9e9}, {"kernel": "add", "bytes": 8, "bytes_per_s": 3e9}]) == 3e9
     with pytest.raises(UserError, match="measured.memory: row .* needs a number bytes_per_s"):
         streaming_rate([{"kernel": "add", "bytes": 8, "bytes_per_s": "fast"}])
+
+
+# --- several runs in one file (B1) ----------------------------------------------------------
+def test_a_log_holding_the_same_64_rank_run_twice_is_read_once(tmp_path, capsys):
+    """``cat run.log run.log``: 64 ranks on 8 nodes, not 128 on 16 GPUs per node. The NIC latency
+    is the 32 MiB all_reduce's 888.86 us over the ring's 2 x 63 steps = 7.05 us, as with the
+    file read alone (the summed Rank lines made it 3.50)."""
+    twice = _concat(tmp_path, AR64, AR64)
+    code, prof = _import(tmp_path, twice)
+    assert code == 0
+    rows = prof["measured"]["collectives"]
+    ours = [r for r in rows if r["nodes"] == 8]
+    assert len(ours) == 6 and {(r["gpus"], r["gpus_per_node"]) for r in ours} == {(64, 8)}
+    assert prof["node"]["nic_latency_us"] == pytest.approx(888.86 / (2 * 63))
+    assert prof["provenance"]["device_count"] == 64 and prof["provenance"]["nodes"] == 8
+    out = capsys.readouterr().out
+    assert f"{twice}:78: the same all_reduce on 64 GPUs (8 nodes) table as {twice}:1; read once" in out
+
+
+def test_the_same_8_gpu_run_twice_imports_as_the_run_once(tmp_path):
+    code, once = _import(tmp_path, CURRENT)
+    code2, twice = _import(tmp_path, _concat(tmp_path, CURRENT, CURRENT))
+    assert code == code2 == 0
+    assert twice["measured"]["collectives"] == once["measured"]["collectives"]
+    # the 32 MiB all_reduce: 199.30 us over 2 x 7 ring steps
+    assert twice["node"]["nvlink_latency_us"] == pytest.approx(199.30 / 14)
+
+
+def test_two_different_binaries_in_one_output_are_each_imported(tmp_path):
+    """``all_reduce_perf; all_gather_perf`` into one Slurm output: each run keeps its own 8 ranks
+    and op; the all_gather rows are the log's (busbw = algbw x 7/8)."""
+    runs = parse_log(TWO_RUNS)
+    assert [(r.op, r.gpus, r.start, len(r.rows)) for r in runs] == [
+        ("all_reduce", 8, 1, 10),
+        ("all_gather", 8, 33, 6),
+    ]
+    code, prof = _import(tmp_path, TWO_RUNS)
+    assert code == 0
+    ag = [r for r in prof["measured"]["collectives"] if r["op"] == "all_gather"]
+    assert [r["gpus"] for r in ag] == [8] * 6
+    gib = next(r for r in ag if r["bytes"] == 2**30)
+    assert gib["time_s"] == pytest.approx(2609.06e-6)
+    assert gib["busbw_GBps"] == pytest.approx(360.10, abs=0.01)
+
+
+def test_two_runs_of_the_same_test_with_other_numbers_are_refused_at_the_second(tmp_path):
+    """Which of two measurements of the same op and geometry the profile should hold is the
+    user's call: a one-line error naming the line the second run starts on."""
+    # a rerun: 32 MiB in 205.10 us, algbw 33554432 B / 205.10 us = 163.60 GB/s, busbw x 14/8
+    second = CURRENT.read_text().replace("199.30  168.39  294.69", "205.10  163.60  286.30", 1)
+    log = _concat(tmp_path, CURRENT, second)
+    code, prof = _import(tmp_path, log)
+    assert code == 2 and prof is None
+    with pytest.raises(UserError, match=rf"{log}:33: a second all_reduce on 8 GPUs .*33554432 B in 205.1 us \(line 50\) where the run from line 1 took 199.3 us"):
+        nccl_tests_import.merge_runs(parse_log(log))
