@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,15 @@ _RANK_RE = re.compile(
     r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
 )
 _VERSION_RE = re.compile(r"nccl-library=(\d+)")
+# NCCL's own log lines (NCCL_DEBUG=INFO/WARN/TRACE; nccl src/debug.cc): an optional timestamp
+# ('[%F %T] ', NCCL_DEBUG_TIMESTAMP_FORMAT), 'host:pid:tid ', then '[cudaDev] NCCL INFO msg',
+# '[cudaDev] file.cc:line (func) NCCL WARN msg', ... ; the version line is printed bare.
+_NCCL_DEBUG_RE = re.compile(
+    r"^(?:\[[^\]]*\]\s*)?\S+:\d+:\d+\s.*?\bNCCL (?:INFO|WARN|TRACE|CALL|ABORT)\b|^NCCL version \d"
+)
+# A task label before every line: srun -l/--label ('%*d: ', the task number padded), Open MPI's
+# mpirun --tag-output ('[jobid,rank]<stdout>:').
+_LABEL_RE = re.compile(r"^\s*(\d+): |^\[\d+,(\d+)\]<std(?:out|err)>:\s?")
 # Relative busbw disagreement tolerated: the log prints 2 decimals and rounds time.
 _BUSBW_RTOL = 0.02
 
@@ -105,6 +115,36 @@ def _nccl_version(code: int) -> str:
 _RUN_OPENERS = ("nccl-tests version", "Collective test starting", "nThread", "Using devices")
 
 
+def _content(path: str, text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the nccl-tests output in a captured log: NCCL's own INFO/WARN
+    lines and blank lines left out, a task label (srun -l, mpirun --tag-output) taken off.
+
+    nccl-tests prints from its first rank only, so in a labelled log its lines all carry one
+    task's label (the label of its first '#' line); other tasks may print only NCCL's lines.
+    """
+    label: str | None = None  # the task whose lines are the nccl-tests output
+    labelled: bool | None = None  # None: not known before the first '#' line
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line, task = raw.strip(), None
+        tag = _LABEL_RE.match(raw) if labelled is not False else None
+        if tag:
+            task, line = tag.group(1) or tag.group(2), raw[tag.end() :].strip()
+        if not line or _NCCL_DEBUG_RE.match(line):
+            continue
+        if labelled is None and line.startswith("#"):
+            labelled, label = task is not None, task
+        elif labelled and task != label:
+            who = f"task {task}" if task else "a line without a task label"
+            raise _bad(
+                path,
+                lineno,
+                f"{who} among task {label}'s nccl-tests output: only NCCL INFO/WARN lines may "
+                "come from other tasks (did each task run its own test, nccl-tests built "
+                f"without MPI=1?); keep task {label}'s lines (grep '^ *{label}: ')",
+            )
+        yield lineno, line
+
+
 def parse_text(path: str, text: str) -> list[NcclLog]:
     """Parse nccl-tests stdout (either header layout) into its runs, in file order.
 
@@ -112,10 +152,7 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
     a second table header): the ``#  Rank`` lines of one run are never counted with another's.
     """
     runs = [NcclLog(path)]
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
+    for lineno, line in _content(path, text):
         run = runs[-1]
         if line.startswith("#"):
             body = line.lstrip("#").strip()

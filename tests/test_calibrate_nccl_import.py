@@ -223,3 +223,69 @@ def test_two_runs_of_the_same_test_with_other_numbers_are_refused_at_the_second(
     assert code == 2 and prof is None
     with pytest.raises(UserError, match=rf"{log}:33: a second all_reduce on 8 GPUs .*33554432 B in 205.1 us \(line 50\) where the run from line 1 took 199.3 us"):
         nccl_tests_import.merge_runs(parse_log(log))
+
+
+# --- NCCL_DEBUG lines and task labels (B2) ----------------------------------------------------
+DEBUG_INFO = FIX / "nccl_all_reduce_debug_info.txt"  # CURRENT run under NCCL_DEBUG=INFO
+SRUN_L = FIX / "nccl_all_reduce_2nodes_srun_l.txt"  # srun -l, 16 tasks on 2 nodes
+
+
+def _table(log):
+    return [(size, time_s, bus) for size, time_s, bus, _ in log.rows]
+
+
+def test_nccl_info_lines_before_and_inside_the_table_are_skipped(tmp_path):
+    """NCCL's own 'host:pid:tid [dev] NCCL INFO ...' lines (and its bare 'NCCL version' line)
+    around and inside the table leave the run as it is without them."""
+    [log] = parse_log(DEBUG_INFO)
+    [plain] = parse_log(CURRENT)
+    assert (log.op, log.gpus, log.nodes, log.device) == ("all_reduce", 8, 1, "NVIDIA H100 80GB HBM3")
+    assert _table(log) == _table(plain) and log.rows[5][:3] == (2**30, pytest.approx(4029.4e-6), 466.33)
+    code, prof = _import(tmp_path, DEBUG_INFO)
+    assert code == 0 and prof["measured"]["collectives"] == _import(tmp_path, CURRENT)[1]["measured"]["collectives"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["dgx-h100-01:4100:4230 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got async event : port error",
+     "[2024-05-01 10:11:12] dgx-h100-01:4100:4230 [0] proxy.cc:1494 (ncclProxyProgress) NCCL WARN [Proxy Service] Poll failed",
+     "dgx-h100-01:4100:4100 [0] NCCL INFO NCCL version 2.19.3+cuda12.3",
+     "dgx-h100-01:4100:4100 NCCL CALL ncclAllReduce(0x7f2a00000000, 0x7f2b00000000, 8388608, 7, 0)"],
+)  # fmt: skip
+def test_nccl_warn_and_trace_lines_in_their_real_formats_are_skipped(tmp_path, line):
+    lines = CURRENT.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("33554432"))
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("\n".join([*lines[:at], "", line, *lines[at:]]) + "\n")
+    [log] = parse_log(path)
+    assert _table(log) == _table(parse_log(CURRENT)[0])
+
+
+def test_srun_label_prefixes_are_taken_off(tmp_path):
+    """srun -l puts '%2d: ' (the task) before every line; nccl-tests prints from task 0, NCCL's
+    INFO lines from every task. 16 ranks on 2 nodes; the 32 MiB all_reduce's 418.87 us over the
+    ring's 2 x 15 steps is the NIC latency; busbw = algbw x 30/16 as in the log."""
+    [log] = parse_log(SRUN_L)
+    assert (log.op, log.gpus, log.nodes, len(log.rows)) == ("all_reduce", 16, 2, 6)
+    code, prof = _import(tmp_path, SRUN_L)
+    assert code == 0
+    rows = [r for r in prof["measured"]["collectives"] if r["nodes"] == 2]
+    assert [round(r["busbw_GBps"], 2) for r in rows] == [150.20, 221.70, 289.40, 331.80, 355.60, 368.30]
+    assert {(r["gpus"], r["gpus_per_node"]) for r in rows} == {(16, 8)}
+    assert prof["node"]["nic_latency_us"] == pytest.approx(418.87 / 30)
+
+
+def test_mpirun_tag_output_prefixes_are_taken_off(tmp_path):
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("".join(f"[1,0]<stdout>:{ln}\n" for ln in CURRENT.read_text().splitlines()))
+    assert _table(parse_log(path)[0]) == _table(parse_log(CURRENT)[0])
+
+
+def test_another_tasks_nccl_tests_output_is_refused_in_one_line(tmp_path):
+    """Tasks each running their own test (nccl-tests without MPI) print a table each: not one run."""
+    text = SRUN_L.read_text().replace(" 9: dgx-h100-02:5101:5101 [1] NCCL INFO Channel", " 9: # nThread 1 nGpus 1 x", 1)
+    path = _concat(tmp_path, text)
+    code, prof = _import(tmp_path, path)
+    assert code == 2 and prof is None
+    with pytest.raises(UserError, match=rf"{path}:35: task 9 among task 0's nccl-tests output"):
+        parse_log(path)
