@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibrate.busbw import OPS, busbw, collective_record
+from calibrate.busbw import OPS, bus_factor, busbw, collective_record
 from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
 from simcluster.errors import UserError, read_text
 
@@ -66,6 +66,10 @@ class NcclLog:
     path: str
     start: int = 1
     op: str | None = None
+    # where the op was read: the log's own words ("line 2 ('# Collective test starting: ...')",
+    # "its -J args (...)"), "its file name", or "--op"
+    op_from: str | None = None
+    op_line: int | None = None
     hosts: list[str] = field(default_factory=list)
     device: str | None = None
     nccl: str | None = None
@@ -73,6 +77,8 @@ class NcclLog:
     ranks: set[int] = field(default_factory=set)
     trailing: int = 0  # columns from 'time' on: (time algbw busbw wrong) per placement
     closed: bool = False  # '# Collective test concluded' seen
+    columns: list[str] = field(default_factory=list)  # the table header's column names
+    redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
     opened: bool = False  # a header line seen (``start`` is the first)
 
     @property
@@ -108,6 +114,26 @@ def _num(text: str, path: str, line: int, column: str) -> float:
 def _nccl_version(code: int) -> str:
     """NCCL_VERSION_CODE 22105 -> '2.21.5' (major*10000 + minor*100 + patch since 2.9)."""
     return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+# nccl-tests' reduction names (src/common.cu test_opNames); 'none' for the ops that do not reduce
+_REDUCTIONS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
+_REDUCING_OPS = ("all_reduce", "reduce_scatter")
+
+
+def _redop(columns: list[str], leading: list[str]) -> str | None:
+    """A row's redop ('none' for no reduction), or None where the row does not show it.
+
+    The 2021 layout leaves the column blank for ops without a reduction (all_gather, ...)."""
+    if "redop" not in columns:
+        return None
+    at, width = columns.index("redop"), columns.index("time")
+    if len(leading) == width:
+        token = leading[at].lower()
+        return token if token == "none" or token in _REDUCTIONS else None
+    if len(leading) == width - 1 and at == width - 1:
+        return "none"
+    return None
 
 
 # The lines a run's header opens with (nccl-tests src/common.cu): a version line (2.10 on),
@@ -173,11 +199,13 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
                 run.hosts.append(rank.group(2))
                 run.device = rank.group(3).strip() or run.device
             elif m := _BINARY_RE.search(line):
-                run.op = run.op or BINARY_OPS[m.group(1)]
+                if run.op is None:
+                    run.op, run.op_line = BINARY_OPS[m.group(1)], lineno
+                    run.op_from = f"line {lineno} ('{line}')"
             if m := _VERSION_RE.search(line):
                 run.nccl = _nccl_version(int(m.group(1)))
             if table:
-                run.trailing = len(tokens) - tokens.index("time")
+                run.trailing, run.columns = len(tokens) - tokens.index("time"), tokens
             if body.startswith("Collective test concluded"):
                 run.closed = True
             continue
@@ -195,6 +223,8 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
         if time_us <= 0:
             continue  # nccl-tests prints 0-byte rows with no time
         run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+        if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
+            run.redop = (redop, lineno)
     return runs
 
 
@@ -210,7 +240,7 @@ def parse_json(path: str, text: str) -> NcclLog:
     args = doc.get("args")
     for arg in args if isinstance(args, list) else [args]:
         if m := _BINARY_RE.search(str(arg)):
-            log.op = BINARY_OPS[m.group(1)]
+            log.op, log.op_from = BINARY_OPS[m.group(1)], f"its -J args ('{arg}')"
             break
     config = doc.get("config")
     devices = config.get("devices") if isinstance(config, dict) else None
@@ -256,24 +286,88 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> lis
 
 
 def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
-    if log.op is None and (m := _BINARY_RE.search(path.name)):
-        log.op = BINARY_OPS[m.group(1)]
-    log.op = op or log.op
+    """Settle the run's op and rank count, refusing an ``--op``/``--gpus`` the log contradicts,
+    and check each row's busbw against the nccl-tests formula."""
+    named = _BINARY_RE.search(path.name)
+    if op and log.op and op != log.op:
+        raise UserError(
+            f"{log.path}:{log.op_line}" if log.op_line else log.path,
+            f"the log is {_a(log.op)} run ({log.op_from}); --op {op} contradicts it: drop --op",
+        )
+    if op and log.op is None and named and BINARY_OPS[named.group(1)] != op:
+        raise UserError(
+            log.path,
+            f"the file name says {named.group(0)} ({BINARY_OPS[named.group(1)]}); --op {op} "
+            "contradicts it: drop --op, or rename the file if its name is wrong",
+        )
+    if log.op is None and named:
+        log.op, log.op_from = BINARY_OPS[named.group(1)], "its file name"
+    if log.op is None and op:
+        log.op, log.op_from = op, "--op"
     if log.op is None:
         raise UserError(log.where, "cannot tell the collective (no '*_perf' name); pass --op")
-    if gpus:
-        log.hosts = log.hosts[:gpus] if len(log.hosts) >= gpus else ["?"] * gpus
+    fix = _fix(log, gpus)
+    if log.redop is not None:
+        redop, line = log.redop
+        if (redop != "none") != (log.op in _REDUCING_OPS):
+            said = (
+                f"a reduction ('{redop}'): an all_reduce or reduce_scatter run"
+                if redop != "none"
+                else "no reduction (redop 'none'): not an all_reduce or reduce_scatter run"
+            )
+            raise _bad(log.path, line, f"the rows carry {said}, where the op is {log.op} ({log.op_from}); {fix}")
+    if gpus and log.hosts and gpus != len(log.hosts):
+        raise UserError(
+            log.where,
+            f"the run's '#  Rank' lines list {len(log.hosts)} ranks; --gpus {gpus} contradicts "
+            "them: drop --gpus",
+        )
+    if gpus and not log.hosts:
+        log.hosts = ["?"] * gpus
     if log.gpus == 0:
         raise UserError(log.where, "no '#  Rank ...' device lines; pass --gpus N")
     for size, time_s, log_bus, line in log.rows:
         ours = busbw(log.op, size, time_s, log.gpus) / 1e9
         if abs(ours - log_bus) > _BUSBW_RTOL * max(log_bus, 1e-9) + 0.01:
+            ratio = log_bus / (size / time_s / 1e9)
             raise _bad(
-                str(path),
+                log.path,
                 line,
                 f"busbw {log_bus} GB/s disagrees with the nccl-tests {log.op} formula for "
-                f"{log.gpus} GPUs ({ours:.2f}); pass --gpus or --op",
+                f"{log.gpus} GPUs ({ours:.2f}): the log's busbw/algbw {ratio:.3f} is "
+                f"{_factor_of(ratio, log.op, log.gpus)}; {fix}",
             )
+
+
+def _a(op: str) -> str:
+    return ("an " if op[0] in "aeiou" else "a ") + op
+
+
+def _fix(log: NcclLog, gpus: int | None) -> str:
+    """What to change when the log's numbers contradict its op or rank count."""
+    given = [flag for flag, on in (("--op", log.op_from == "--op"), ("--gpus", bool(gpus))) if on]
+    if given:
+        return "check " + " and ".join(given)
+    if log.op_from == "its file name":
+        return "the file name may be wrong: rename it or pass --op"
+    return "the log contradicts itself: is it edited, or two logs pasted together without a header?"
+
+
+def _factor_of(ratio: float, op: str, gpus: int) -> str:
+    """Which op on the run's GPUs, or which GPU count for its op, has ``ratio`` as its nccl-tests
+    busbw factor (doc/PERFORMANCE.md: 2(n-1)/n all_reduce, (n-1)/n all_gather, reduce_scatter
+    and alltoall, 1 broadcast and sendrecv)."""
+
+    def fits(o: str, n: int) -> bool:
+        return abs(bus_factor(o, n) - ratio) <= _BUSBW_RTOL * ratio
+
+    ops = [o for o in OPS if o != op and fits(o, gpus)]
+    found = [f"the factor of {' or '.join(ops)} on {gpus} GPUs"] if ops else []
+    if ratio < 2:
+        n = round(2 / (2 - ratio)) if op == "all_reduce" else round(1 / (1 - ratio)) if ratio < 1 else 0
+        if 2 <= n <= 100_000 and n != gpus and fits(op, n):
+            found.append(f"{op}'s factor on {n} GPUs")
+    return " or ".join(found) or f"no collective's factor on {gpus} GPUs"
 
 
 def _geometry(log: NcclLog) -> tuple[str | None, int, int]:

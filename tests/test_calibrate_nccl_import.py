@@ -66,9 +66,19 @@ def test_malformed_row_names_file_and_line(capsys):
     assert "nccl_malformed.txt:20:" in err and "columns" in err
 
 
-def test_wrong_gpu_count_is_caught_by_the_busbw_formula():
-    with pytest.raises(UserError, match=r":18: busbw 294.69 GB/s disagrees .* 4 GPUs"):
+def test_a_gpu_count_the_rank_lines_contradict_is_refused():
+    with pytest.raises(UserError, match=r"'#  Rank' lines list 8 ranks; --gpus 4 contradicts them"):
         parse_log(CURRENT, gpus=4)
+
+
+def test_a_wrong_gpu_count_is_caught_by_the_busbw_formula(tmp_path):
+    """Without Rank lines, --gpus is all there is: 294.69 GB/s busbw at 168.39 GB/s algbw is
+    the ratio 1.75 = 2 x 7/8 of an all_reduce on 8 GPUs (nccl-tests doc/PERFORMANCE.md)."""
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("".join(ln for ln in CURRENT.read_text().splitlines(True) if "Rank" not in ln))
+    with pytest.raises(UserError, match=r":10: busbw 294.69 GB/s disagrees .* 4 GPUs \(252.54\): .*busbw/algbw 1.750 is all_reduce's factor on 8 GPUs; check --gpus"):
+        parse_log(path, gpus=4)
+    assert parse_log(path, gpus=8)[0].gpus == 8
 
 
 def test_op_needed_when_the_log_does_not_say(tmp_path):
@@ -288,4 +298,48 @@ def test_another_tasks_nccl_tests_output_is_refused_in_one_line(tmp_path):
     code, prof = _import(tmp_path, path)
     assert code == 2 and prof is None
     with pytest.raises(UserError, match=rf"{path}:35: task 9 among task 0's nccl-tests output"):
+        parse_log(path)
+
+
+# --- an --op the log contradicts (B9) ---------------------------------------------------------
+def test_an_op_the_log_header_states_cannot_be_overridden(tmp_path):
+    """'# Collective test starting: all_reduce_perf' (line 2) says what ran."""
+    code, prof = _import(tmp_path, CURRENT, "--op", "all_gather")
+    assert code == 2 and prof is None
+    with pytest.raises(UserError, match=r"_current.txt:2: the log is an all_reduce run \(line 2 \('# Collective test starting: all_reduce_perf'\)\); --op all_gather contradicts it: drop --op"):
+        parse_log(CURRENT, op="all_gather")
+    with pytest.raises(UserError, match=r"the log is a reduce_scatter run \(its -J args \('./build/reduce_scatter_perf'\)\); --op all_reduce"):
+        parse_log(JSON, op="all_reduce")
+    assert parse_log(CURRENT, op="all_reduce")[0].op == "all_reduce"  # agreeing is fine
+
+
+def test_an_op_the_file_name_states_is_not_silently_overridden():
+    with pytest.raises(UserError, match=r"the file name says all_gather_perf \(all_gather\); --op reduce_scatter contradicts it"):
+        parse_log(OLD, op="reduce_scatter")
+
+
+@pytest.mark.parametrize(
+    "op, needle",
+    # all_gather rows (2021 layout: blank redop) read as all_reduce or reduce_scatter
+    [("all_reduce", ":24: the rows carry no reduction (redop 'none'): not an all_reduce or reduce_scatter run"),
+     ("reduce_scatter", ":24: the rows carry no reduction (redop 'none')"),
+     # 16 ranks: busbw/algbw = 10.33/11.02 = 0.937 = 15/16, not broadcast's 1
+     ("broadcast", ":24: busbw 10.33 GB/s disagrees with the nccl-tests broadcast formula for 16 GPUs (11.02): "
+                   "the log's busbw/algbw 0.937 is the factor of all_gather or reduce_scatter or all_to_all on 16 GPUs; check --op")],
+)  # fmt: skip
+def test_an_op_the_rows_contradict_is_refused(tmp_path, op, needle):
+    """A log that does not name its op (a 2021 nccl-tests, in a file named run.log) still shows
+    whether it reduces (the redop column) and its busbw factor."""
+    anonymous = tmp_path / "run.log"
+    anonymous.write_text(OLD.read_text())
+    with pytest.raises(UserError) as err:
+        parse_log(anonymous, op=op)
+    assert needle in str(err.value)
+
+
+def test_a_log_whose_header_contradicts_its_numbers_says_so(tmp_path):
+    """A header saying all_gather over rows whose busbw/algbw is 1.75 (all_reduce on 8 GPUs)."""
+    path = tmp_path / "slurm-1.out"
+    path.write_text(CURRENT.read_text().replace("all_reduce_perf", "all_gather_perf").replace("  sum  ", " none  "))
+    with pytest.raises(UserError, match=r":18: busbw 294.69 .* all_gather formula for 8 GPUs \(147.32\): the log's busbw/algbw 1.750 is the factor of all_reduce on 8 GPUs; the log contradicts itself"):
         parse_log(path)
