@@ -24,6 +24,8 @@ from typing import Any
 from calibrate.busbw import OPS, bus_factor, busbw, collective_record
 from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
 from simcluster.errors import UserError, read_text
+from simcluster.gpu_names import reference_node
+from simcluster.hardware import load_profile
 
 HELP = "import nccl-tests logs (text or -J JSON) into a hardware profile"
 
@@ -197,7 +199,15 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
             if rank:
                 run.ranks.add(int(rank.group(1)))
                 run.hosts.append(rank.group(2))
-                run.device = rank.group(3).strip() or run.device
+                device = rank.group(3).strip()
+                if device and run.device and device != run.device:
+                    raise _bad(
+                        path,
+                        lineno,
+                        f"rank {rank.group(1)} runs on '{device}', the run's first rank on "
+                        f"'{run.device}'; a profile describes one GPU: import a run of one kind",
+                    )
+                run.device = device or run.device
             elif m := _BINARY_RE.search(line):
                 if run.op is None:
                     run.op, run.op_line = BINARY_OPS[m.group(1)], lineno
@@ -440,11 +450,122 @@ def to_measurements(logs: list[NcclLog]) -> Measurements:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the subcommand."""
-    parser.add_argument("logs", nargs="+", type=Path, metavar="LOG")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--base", default="dgx-h100", help="profile to start from")
-    parser.add_argument("--op", choices=OPS, help="collective, when the log does not say")
-    parser.add_argument("--gpus", type=int, help="rank count, when the log has no Rank lines")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        type=Path,
+        metavar="LOG",
+        help="nccl-tests output: the text a *_perf binary prints (any number of runs in one file; "
+        "NCCL_DEBUG lines and srun -l / mpirun --tag-output labels are skipped) or its -J JSON "
+        "report. The same table twice is read once; two different tables of one op on the same "
+        "GPUs and nodes are refused",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="YAML",
+        help="the profile to write (required; written atomically, replacing the file)",
+    )
+    parser.add_argument(
+        "--base",
+        metavar="PROFILE",
+        help="profile to start from (a shipped name or a YAML path); it must describe the log's "
+        "GPU. Default: the shipped profile of the GPU the log's '#  Rank' lines name (dgx-h100 "
+        "for 'NVIDIA H100 80GB HBM3', dgx-a100 for 'NVIDIA A100-SXM4-80GB'); required when the "
+        "log names none or one without a shipped profile",
+    )
+    parser.add_argument(
+        "--allow-other-gpu",
+        action="store_true",
+        help="import into a --base whose GPU is not the log's (default: refused); the profile "
+        "keeps the base's GPU and provenance.device names the log's",
+    )
+    parser.add_argument(
+        "--op",
+        choices=OPS,
+        help="collective, when the log does not say (default: from its '# Collective test "
+        "starting: X_perf' line, -J args or file name); refused if the log says otherwise",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="rank count, when the log has no '#  Rank' lines (default: counted from them); "
+        "refused if they say otherwise",
+    )
+
+
+def _shipped(device: str) -> str | None:
+    """The shipped profile of the GPU ``device`` names, or None (unknown or unshipped board)."""
+    try:
+        return reference_node(device, field="--base")
+    except UserError:
+        return None
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    """Whether two device names are one GPU: the same shipped profile, or for GPUs no shipped
+    profile describes, the same name (case, spaces and dashes aside)."""
+    ours, theirs = _shipped(a), _shipped(b)
+    if ours or theirs:
+        return ours == theirs
+    return re.sub(r"[\s_-]+", " ", a.lower()).strip() == re.sub(r"[\s_-]+", " ", b.lower()).strip()
+
+
+def log_device(runs: list[NcclLog]) -> tuple[str, NcclLog] | None:
+    """The GPU the runs name and the first run naming it; runs on different GPUs are refused."""
+    found: tuple[str, NcclLog] | None = None
+    for run in runs:
+        if run.device is None:
+            continue
+        if found is None:
+            found = (run.device, run)
+        elif not _same_gpu(run.device, found[0]):
+            raise UserError(
+                run.where,
+                f"this run is on '{run.device}', {found[1].where} on '{found[0]}'; a profile "
+                "describes one GPU: import them into separate profiles",
+            )
+    return found
+
+
+def choose_base(base: str | None, device: tuple[str, NcclLog] | None, allow_other: bool) -> tuple[str, str]:
+    """The profile to start from and a line saying why; refuses a base of another GPU."""
+    if base is None:
+        if device is None:
+            raise UserError(
+                "--base",
+                "the log does not name its GPU (no '#  Rank ... device' lines or config.devices); "
+                "pass --base with the profile of the machine it ran on",
+            )
+        name, run = device
+        try:
+            shipped = reference_node(name, field="--base")
+        except UserError as exc:
+            raise UserError("--base", f"the log's GPU '{name}' ({run.where}): {exc.message}; pass it as --base") from None
+        if shipped is None:
+            raise UserError(
+                "--base",
+                f"no shipped profile for the log's GPU '{name}' ({run.where}); pass --base with a "
+                "profile YAML of that machine",
+            )
+        return shipped, f"base: {shipped}, the shipped profile of the log's {name} (--base to choose another)"
+    gpu = load_profile(base, field="--base").gpu.name
+    if device is None:
+        return base, f"base: {base} (the log does not name its GPU)"
+    name, run = device
+    if _same_gpu(name, gpu):
+        return base, f"base: {base}"
+    if not allow_other:
+        shipped = _shipped(name)
+        instead = f"use --base {shipped} (or omit it)" if shipped else "use a --base of that GPU"
+        raise UserError(
+            "--base",
+            f"{base} describes '{gpu}', but the log ({run.where}) ran on '{name}': {instead}, or "
+            "add --allow-other-gpu to keep the base's GPU",
+        )
+    return base, f"base: {base} ('{gpu}', not the log's '{name}': --allow-other-gpu)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -452,11 +573,11 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
     logs, notes = merge_runs([run for p in args.logs for run in parse_log(p, args.op, args.gpus)])
-    for note in notes:
-        print(note)
+    device = log_device(logs)
+    base, why = choose_base(args.base, device, args.allow_other_gpu)
     first = logs[0]
     provenance: dict[str, Any] = {
-        "device": first.device,
+        "device": device[0] if device else None,
         "device_count": max(log.gpus for log in logs),
         "nodes": max(log.nodes for log in logs),
         "hostnames": len({h for log in logs for h in log.hosts}),
@@ -464,7 +585,9 @@ def run(args: argparse.Namespace) -> int:
         "backend": "nccl",
         "source": "nccl-tests import: " + ", ".join(str(p) for p in args.logs),
     }
-    data = build_profile(to_measurements(logs), provenance, args.base, machine=None)
+    data = build_profile(to_measurements(logs), provenance, base, machine=None)
     write_yaml_atomic(args.out, data)
+    for note in [*notes, why]:
+        print(note)
     print(f"wrote {args.out} ({sum(len(log.rows) for log in logs)} rows)")
     return 0

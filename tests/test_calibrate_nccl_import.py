@@ -91,18 +91,17 @@ def test_op_needed_when_the_log_does_not_say(tmp_path):
 
 def test_import_writes_a_loadable_profile(tmp_path):
     out = tmp_path / "h100.yaml"
-    assert main(["import-nccl-tests", str(CURRENT), str(OLD), str(JSON), "--out", str(out)]) == 0
+    assert main(["import-nccl-tests", str(CURRENT), str(JSON), "--out", str(out)]) == 0
     prof = load_profile(out)
-    rows = prof.measured["collectives"]
-    assert len(rows) == 18
+    rows = [r for r in prof.measured["collectives"] if r["nodes"] == 1]
+    assert len(rows) == 13
     gib = next(r for r in rows if r["op"] == "all_reduce" and r["bytes"] == 2**30)
     assert gib["scope"] == "intra" and gib["busbw_GBps"] == pytest.approx(466.33, abs=0.01)
-    assert {r["scope"] for r in rows if r["op"] == "all_gather"} == {"world"}
+    assert {r["scope"] for r in rows if r["op"] == "reduce_scatter"} == {"intra"}
     # The 16 GiB all_reduce (479.9 GB/s, NVLink SHARP) exceeds the 450 GB/s line rate: capped at 1.
     assert prof.efficiency.nvlink == 1.0
-    # Two-node all_gather: best busbw 21.17 GB/s per GPU, one NIC per GPU -> 169.4 of 400 Gbit/s.
-    assert prof.efficiency.nic == pytest.approx(21.17 * 8 / 400, rel=2e-3)
-    assert prof.provenance["device_count"] == 16 and prof.provenance["nodes"] == 2
+    # both logs ran on 'NVIDIA H100 80GB HBM3': the shipped DGX H100 is the base
+    assert prof.name == "dgx-h100-calibrated" and prof.gpu.name == "NVIDIA H100 SXM5 80GB"
 
 
 def test_one_node_import_keeps_the_base_profiles_multi_node_table(tmp_path, capsys):
@@ -343,3 +342,89 @@ def test_a_log_whose_header_contradicts_its_numbers_says_so(tmp_path):
     path.write_text(CURRENT.read_text().replace("all_reduce_perf", "all_gather_perf").replace("  sum  ", " none  "))
     with pytest.raises(UserError, match=r":18: busbw 294.69 .* all_gather formula for 8 GPUs \(147.32\): the log's busbw/algbw 1.750 is the factor of all_reduce on 8 GPUs; the log contradicts itself"):
         parse_log(path)
+
+
+# --- the base profile is the log's GPU's (B6) --------------------------------------------------
+@pytest.fixture
+def calibrate():
+    from tests.conftest import in_process
+
+    return in_process(main)
+
+
+def _one_line_error(res, *needles):
+    from tests.test_scenario_errors import assert_one_line_error
+
+    assert_one_line_error(res, *needles)
+
+
+def test_an_a100_log_is_imported_into_the_a100_profile(tmp_path, calibrate):
+    """'#   Rank  0 Pid 5200 on node-a device 0 [0x07] NVIDIA A100-SXM4-80GB': without --base the
+    base is the shipped DGX A100 (8x ConnectX-6 HDR 200 Gb/s), not the DGX H100. Two-node
+    all_gather: best busbw 21.17 GB/s per GPU, a NIC per GPU -> 169.4 of 200 Gbit/s."""
+    out = tmp_path / "a100.yaml"
+    res = calibrate("import-nccl-tests", str(OLD), "--out", str(out))
+    assert res.code == 0, res.err
+    assert "base: dgx-a100, the shipped profile of the log's NVIDIA A100-SXM4-80GB" in res.out
+    prof = load_profile(out)
+    assert prof.name == "dgx-a100-calibrated" and prof.gpu.name == "NVIDIA A100 SXM4 80GB"
+    assert prof.provenance["device"] == "NVIDIA A100-SXM4-80GB"
+    assert prof.efficiency.nic == pytest.approx(21.17 * 8 / 200, rel=2e-3)
+    assert prof.provenance["device_count"] == 16 and prof.provenance["nodes"] == 2
+
+
+def test_a_base_of_another_gpu_is_refused_unless_allowed(tmp_path, calibrate):
+    out = tmp_path / "p.yaml"
+    res = calibrate("import-nccl-tests", str(OLD), "--base", "dgx-h100", "--out", str(out))
+    _one_line_error(res, "--base: dgx-h100 describes 'NVIDIA H100 SXM5 80GB'", "'NVIDIA A100-SXM4-80GB'",
+                    "use --base dgx-a100", "--allow-other-gpu")  # fmt: skip
+    assert not out.exists()
+    res = calibrate("import-nccl-tests", str(OLD), "--base", "dgx-h100", "--allow-other-gpu", "--out", str(out))
+    assert res.code == 0, res.err
+    prof = load_profile(out)
+    assert prof.gpu.name == "NVIDIA H100 SXM5 80GB" and prof.provenance["device"] == "NVIDIA A100-SXM4-80GB"
+    # the same GPU in another machine's profile is fine: aws-p5 is 8x H100 SXM
+    assert calibrate("import-nccl-tests", str(CURRENT), "--base", "aws-p5", "--out", str(out)).code == 0
+
+
+@pytest.mark.parametrize(
+    "device, needle",
+    [("NVIDIA H100 PCIe", "PCIe/NVL card"), ("Tesla T4", "no shipped profile for the log's GPU 'Tesla T4'")],
+)  # fmt: skip
+def test_a_gpu_without_a_shipped_profile_needs_a_base(tmp_path, calibrate, device, needle):
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(CURRENT.read_text().replace("NVIDIA H100 80GB HBM3", device))
+    res = calibrate("import-nccl-tests", str(log), "--out", str(tmp_path / "p.yaml"))
+    _one_line_error(res, "--base", needle)
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_log_naming_no_gpu_needs_a_base(tmp_path, calibrate):
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("".join(ln for ln in CURRENT.read_text().splitlines(True) if "Rank" not in ln))
+    res = calibrate("import-nccl-tests", str(log), "--gpus", "8", "--out", str(tmp_path / "p.yaml"))
+    _one_line_error(res, "--base: the log does not name its GPU")
+    res = calibrate("import-nccl-tests", str(log), "--gpus", "8", "--base", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
+    assert res.code == 0, res.err
+
+
+def test_logs_of_two_gpus_are_refused(tmp_path, calibrate):
+    res = calibrate("import-nccl-tests", str(CURRENT), str(OLD), "--out", str(tmp_path / "p.yaml"))
+    _one_line_error(res, "all_gather_perf_2021.txt:1: this run is on 'NVIDIA A100-SXM4-80GB'", "one GPU")
+
+
+def test_mixed_gpus_in_one_run_are_refused(tmp_path):
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(CURRENT.read_text().replace("device  7 [0000:88:00] NVIDIA H100 80GB HBM3", "device  7 [0000:88:00] NVIDIA H200"))
+    with pytest.raises(UserError, match=r":13: rank 7 runs on 'NVIDIA H200', the run's first rank on 'NVIDIA H100 80GB HBM3'"):
+        parse_log(log)
+
+
+def test_help_states_every_default(calibrate):
+    res = calibrate("import-nccl-tests", "--help")
+    text = " ".join(res.out.split())
+    assert res.code == 0
+    for needle in ("LOG nccl-tests output", "--out YAML the profile to write (required;",
+                   "Default: the shipped profile of the GPU", "default: refused",
+                   "(default: from its '# Collective test starting", "(default: counted from them)"):  # fmt: skip
+        assert needle in text, needle
