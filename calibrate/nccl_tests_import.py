@@ -585,7 +585,7 @@ def run(args: argparse.Namespace) -> int:
         "backend": "nccl",
         "source": "nccl-tests import: " + ", ".join(str(p) for p in args.logs),
     }
-    data = build_profile(to_measurements(logs), provenance, base, machine=None)
+    data = build_profile(to_measurements(logs), provenance, base, machine=None, origin="nccl-tests logs")
     write_yaml_atomic(args.out, data)
     for note in [*notes, why]:
         print(note)
