@@ -40,7 +40,7 @@ BINARY_OPS: dict[str, str] = {
 }
 _BINARY_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv)_perf")
 _RANK_RE = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
 )
 _VERSION_RE = re.compile(r"nccl-library=(\d+)")
 # NCCL's own log lines (NCCL_DEBUG=INFO/WARN/TRACE; nccl src/debug.cc): an optional timestamp
@@ -78,7 +78,8 @@ class NcclLog:
     rows: list[tuple[int, float, float, int]] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
     trailing: int = 0  # columns from 'time' on: (time algbw busbw wrong) per placement
-    closed: bool = False  # '# Collective test concluded' seen
+    closed: int = 0  # the line of '# Avg bus bandwidth' / '# Collective test concluded' (0: open)
+    groups: set[str] = field(default_factory=set)  # the Rank lines' Group (NCCL_TESTS_SPLIT_MASK)
     columns: list[str] = field(default_factory=list)  # the table header's column names
     redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
     opened: bool = False  # a header line seen (``start`` is the first)
@@ -178,6 +179,8 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
 
     A run ends where the next header starts (or at a ``#  Rank`` line that repeats a rank, or at
     a second table header): the ``#  Rank`` lines of one run are never counted with another's.
+    Text outside the runs' tables that is no table row (a job script's echo lines, srun's
+    messages, the last NCCL error nccl-tests prints after its summary) is skipped.
     """
     runs = [NcclLog(path)]
     for lineno, line in _content(path, text):
@@ -198,8 +201,16 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
                 run.start, run.opened = lineno, True
             if rank:
                 run.ranks.add(int(rank.group(1)))
-                run.hosts.append(rank.group(2))
-                device = rank.group(3).strip()
+                run.hosts.append(rank.group(3))
+                run.groups.add(rank.group(2) or "0")
+                if len(run.groups) > 1:
+                    raise _bad(
+                        path,
+                        lineno,
+                        "the ranks form several groups (NCCL_TESTS_SPLIT_MASK), each its own "
+                        "communicator of fewer ranks; import a run without the split",
+                    )
+                device = rank.group(4).strip()
                 if device and run.device and device != run.device:
                     raise _bad(
                         path,
@@ -216,13 +227,22 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
                 run.nccl = _nccl_version(int(m.group(1)))
             if table:
                 run.trailing, run.columns = len(tokens) - tokens.index("time"), tokens
-            if body.startswith("Collective test concluded"):
-                run.closed = True
+            if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
+                run.closed = run.closed or lineno
             continue
         tokens = line.split()
-        if run.closed:
-            raise _bad(path, lineno, "data after '# Collective test concluded' and before the next run's header")
-        if not run.trailing:
+        if run.closed or not run.trailing:
+            # outside a run's table: a job script's own text (echo, srun, module messages) is
+            # skipped, but not a table row without its run's header
+            if not (tokens[0].isdigit() and len(tokens) >= 4):
+                continue
+            if run.closed:
+                raise _bad(
+                    path,
+                    lineno,
+                    f"a table row after its run ended (line {run.closed}); is the header of the "
+                    "run it belongs to missing?",
+                )
             raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
         if len(tokens) < 2 + run.trailing:
             raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
@@ -281,18 +301,19 @@ def parse_json(path: str, text: str) -> NcclLog:
 
 def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> list[NcclLog]:
     """Parse one file (JSON if it starts with '{') into its runs, apply ``--op``/``--gpus``,
-    check each row's busbw. Runs without rows (a header only: a run that failed) are left out."""
+    check each row's busbw. A run without rows (a header only: a run that failed) is returned
+    as it is, for :func:`merge_runs` to leave out."""
     text = read_text(path, "LOG", "log")
     if text.lstrip().startswith("{"):
         runs = [parse_json(str(path), text)]
     else:
         runs = parse_text(str(path), text)
-    found = [run for run in runs if run.rows]
-    if not found:
+    if not any(run.rows for run in runs):
         raise UserError(str(path), "no result rows found")
-    for run in found:
-        _check_run(run, path, op, gpus)
-    return found
+    for run in runs:
+        if run.rows:
+            _check_run(run, path, op, gpus)
+    return [run for run in runs if run.rows or run.opened]
 
 
 def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
@@ -403,6 +424,9 @@ def merge_runs(runs: list[NcclLog]) -> tuple[list[NcclLog], list[str]]:
     kept: list[NcclLog] = []
     notes: list[str] = []
     for run in runs:
+        if not run.rows:
+            notes.append(f"{run.where}: a run without result rows (it failed or was cut short?); left out")
+            continue
         table = seen.setdefault(_geometry(run), {})
         fresh = []
         for row in run.rows:

@@ -204,12 +204,13 @@ def test_the_same_8_gpu_run_twice_imports_as_the_run_once(tmp_path):
 
 
 def test_two_different_binaries_in_one_output_are_each_imported(tmp_path):
-    """``all_reduce_perf; all_gather_perf`` into one Slurm output: each run keeps its own 8 ranks
-    and op; the all_gather rows are the log's (busbw = algbw x 7/8)."""
+    """``all_reduce_perf; all_gather_perf`` into one Slurm output, the job script's echo lines
+    around them: each run keeps its own 8 ranks and op; the all_gather rows are the log's
+    (busbw = algbw x 7/8)."""
     runs = parse_log(TWO_RUNS)
     assert [(r.op, r.gpus, r.start, len(r.rows)) for r in runs] == [
-        ("all_reduce", 8, 1, 10),
-        ("all_gather", 8, 33, 6),
+        ("all_reduce", 8, 3, 10),
+        ("all_gather", 8, 38, 6),
     ]
     code, prof = _import(tmp_path, TWO_RUNS)
     assert code == 0
@@ -218,6 +219,31 @@ def test_two_different_binaries_in_one_output_are_each_imported(tmp_path):
     gib = next(r for r in ag if r["bytes"] == 2**30)
     assert gib["time_s"] == pytest.approx(2609.06e-6)
     assert gib["busbw_GBps"] == pytest.approx(360.10, abs=0.01)
+
+
+def test_a_table_row_outside_any_run_is_refused(tmp_path):
+    """Rows pasted after a run's summary lines, without a header of their own."""
+    rows = [ln for ln in CURRENT.read_text().splitlines(True) if ln.startswith("    ")][:2]
+    log = _concat(tmp_path, CURRENT, "echo done\n", *rows)
+    with pytest.raises(UserError, match=rf"{log}:34: a table row after its run ended \(line 29\)"):
+        parse_log(log)
+
+
+def test_a_run_that_failed_before_its_table_is_left_out_with_a_note(tmp_path, capsys):
+    """A reused Slurm output: the first attempt died after its header (an NCCL WARN), the second ran."""
+    header = "".join(CURRENT.read_text().splitlines(True)[:13])
+    failed = header + "\ndgx-h100-01:4100:4212 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got async event : port error\n"
+    log = _concat(tmp_path, failed, CURRENT)
+    code, prof = _import(tmp_path, log)
+    assert code == 0 and len(prof["measured"]["collectives"]) == len(_import(tmp_path, CURRENT)[1]["measured"]["collectives"])
+    assert f"{log}:1: a run without result rows (it failed or was cut short?); left out" in capsys.readouterr().out
+
+
+def test_split_communicators_are_refused(tmp_path):
+    """NCCL_TESTS_SPLIT_MASK: 'Group 1' ranks are another communicator; busbw is per group."""
+    log = _concat(tmp_path, CURRENT.read_text().replace("Rank  4 Group  0", "Rank  4 Group  1"))
+    with pytest.raises(UserError, match=r":10: the ranks form several groups \(NCCL_TESTS_SPLIT_MASK\)"):
+        parse_log(log)
 
 
 def test_two_runs_of_the_same_test_with_other_numbers_are_refused_at_the_second(tmp_path):
