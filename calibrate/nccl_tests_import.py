@@ -4,10 +4,22 @@ Reads the text output of the ``*_perf`` binaries in both column layouts
 (current: ``size count type redop root time algbw busbw #wrong ...``; 2021 releases: no ``root``,
 ``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
 ``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
-are used (nccl-tests reports them first). The op comes from ``# Collective test starting:
-X_perf``, the binary name in ``args`` or in the file name, or ``--op``; the GPU count from the ``#  Rank`` lines.
-Each row's busbw is recomputed with the nccl-tests formula and must agree with the log's, which
-checks the inferred GPU count.
+are used (nccl-tests reports them first).
+
+A text log is read as it is captured: NCCL's own ``NCCL_DEBUG`` lines are skipped, a task label
+(``srun -l``, ``mpirun --tag-output``) is taken off, and a file may hold several runs (a Slurm
+output that several binaries, or several attempts, wrote to), each with its own header, ``#  Rank``
+lines and table. Runs of other ops or geometries are imported side by side; the same table
+twice is read once; two different tables of one op and geometry are refused (which measurement
+the profile should hold is the user's call). Text outside the runs (a job script's echo lines)
+is skipped.
+
+The op comes from ``# Collective test starting: X_perf``, the binary name in ``args`` or in the
+file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
+(or ``--gpus`` without them). Each row's busbw is recomputed with the nccl-tests formula and must
+agree with the log's, and the redop column must be a reduction exactly for all_reduce and
+reduce_scatter: together they check the op and GPU count. Without ``--base`` the base profile is
+the shipped one of the GPU the log names (:mod:`simcluster.gpu_names`).
 """
 
 from __future__ import annotations
