@@ -4,10 +4,22 @@ Reads the text output of the ``*_perf`` binaries in both column layouts
 (current: ``size count type redop root time algbw busbw #wrong ...``; 2021 releases: no ``root``,
 ``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
 ``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
-are used (nccl-tests reports them first). The op comes from ``# Collective test starting:
-X_perf``, the binary name in ``args`` or in the file name, or ``--op``; the GPU count from the ``#  Rank`` lines.
-Each row's busbw is recomputed with the nccl-tests formula and must agree with the log's, which
-checks the inferred GPU count.
+are used (nccl-tests reports them first).
+
+A text log is read as it is captured: NCCL's own ``NCCL_DEBUG`` lines are skipped, a task label
+(``srun -l``, ``mpirun --tag-output``) is taken off, and a file may hold several runs (a Slurm
+output that several binaries, or several attempts, wrote to), each with its own header, ``#  Rank``
+lines and table. Runs of other ops or geometries are imported side by side; the same table
+twice is read once; two different tables of one op and geometry are refused (which measurement
+the profile should hold is the user's call). Text outside the runs (a job script's echo lines)
+is skipped.
+
+The op comes from ``# Collective test starting: X_perf``, the binary name in ``args`` or in the
+file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
+(or ``--gpus`` without them). Each row's busbw is recomputed with the nccl-tests formula and must
+agree with the log's, and the redop column must be a reduction exactly for all_reduce and
+reduce_scatter: together they check the op and GPU count. Without ``--base`` the base profile is
+the shipped one of the GPU the log names (:mod:`simcluster.gpu_names`).
 """
 
 from __future__ import annotations
@@ -16,13 +28,16 @@ import argparse
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibrate.busbw import OPS, busbw, collective_record
+from calibrate.busbw import OPS, bus_factor, busbw, collective_record
 from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
 from simcluster.errors import UserError, read_text
+from simcluster.gpu_names import reference_node
+from simcluster.hardware import load_profile
 
 HELP = "import nccl-tests logs (text or -J JSON) into a hardware profile"
 
@@ -37,23 +52,49 @@ BINARY_OPS: dict[str, str] = {
 }
 _BINARY_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv)_perf")
 _RANK_RE = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
 )
 _VERSION_RE = re.compile(r"nccl-library=(\d+)")
+# NCCL's own log lines (NCCL_DEBUG=INFO/WARN/TRACE; nccl src/debug.cc): an optional timestamp
+# ('[%F %T] ', NCCL_DEBUG_TIMESTAMP_FORMAT), 'host:pid:tid ', then '[cudaDev] NCCL INFO msg',
+# '[cudaDev] file.cc:line (func) NCCL WARN msg', ... ; the version line is printed bare.
+_NCCL_DEBUG_RE = re.compile(
+    r"^(?:\[[^\]]*\]\s*)?\S+:\d+:\d+\s.*?\bNCCL (?:INFO|WARN|TRACE|CALL|ABORT)\b|^NCCL version \d"
+)
+# A task label before every line: srun -l/--label ('%*d: ', the task number padded), Open MPI's
+# mpirun --tag-output ('[jobid,rank]<stdout>:').
+_LABEL_RE = re.compile(r"^\s*(\d+): |^\[\d+,(\d+)\]<std(?:out|err)>:\s?")
 # Relative busbw disagreement tolerated: the log prints 2 decimals and rounds time.
 _BUSBW_RTOL = 0.02
 
 
 @dataclass
 class NcclLog:
-    """One parsed log: op, ranks and (size B, out-of-place time s, log busbw GB/s, line) rows."""
+    """One nccl-tests run: op, ranks and (size B, out-of-place time s, log busbw GB/s, line) rows.
+
+    ``start`` is the line the run's header starts on (1 for a -J report): a text log can hold
+    several runs (several ``*_perf`` binaries, or a Slurm output appended to), each with its
+    own header, ``#  Rank`` lines and table.
+    """
 
     path: str
+    start: int = 1
     op: str | None = None
+    # where the op was read: the log's own words ("line 2 ('# Collective test starting: ...')",
+    # "its -J args (...)"), "its file name", or "--op"
+    op_from: str | None = None
+    op_line: int | None = None
     hosts: list[str] = field(default_factory=list)
     device: str | None = None
     nccl: str | None = None
     rows: list[tuple[int, float, float, int]] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    trailing: int = 0  # columns from 'time' on: (time algbw busbw wrong) per placement
+    closed: int = 0  # the line of '# Avg bus bandwidth' / '# Collective test concluded' (0: open)
+    groups: set[str] = field(default_factory=set)  # the Rank lines' Group (NCCL_TESTS_SPLIT_MASK)
+    columns: list[str] = field(default_factory=list)  # the table header's column names
+    redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
+    opened: bool = False  # a header line seen (``start`` is the first)
 
     @property
     def gpus(self) -> int:
@@ -62,6 +103,13 @@ class NcclLog:
     @property
     def nodes(self) -> int:
         return max(1, len(set(self.hosts)))
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.start}"
+
+    def has_body(self) -> bool:
+        return bool(self.ranks or self.trailing or self.rows)
 
 
 def _bad(path: str, line: int, what: str) -> UserError:
@@ -83,39 +131,143 @@ def _nccl_version(code: int) -> str:
     return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
-def parse_text(path: str, text: str) -> NcclLog:
-    """Parse nccl-tests stdout (either header layout)."""
-    log = NcclLog(path)
-    trailing = 0  # columns after 'redop'/'root': (time algbw busbw wrong) per placement
+# nccl-tests' reduction names (src/common.cu test_opNames); 'none' for the ops that do not reduce
+_REDUCTIONS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
+_REDUCING_OPS = ("all_reduce", "reduce_scatter")
+
+
+def _redop(columns: list[str], leading: list[str]) -> str | None:
+    """A row's redop ('none' for no reduction), or None where the row does not show it.
+
+    The 2021 layout leaves the column blank for ops without a reduction (all_gather, ...)."""
+    if "redop" not in columns:
+        return None
+    at, width = columns.index("redop"), columns.index("time")
+    if len(leading) == width:
+        token = leading[at].lower()
+        return token if token == "none" or token in _REDUCTIONS else None
+    if len(leading) == width - 1 and at == width - 1:
+        return "none"
+    return None
+
+
+# The lines a run's header opens with (nccl-tests src/common.cu): a version line (2.10 on),
+# '# Collective test starting: X_perf' (2.13 on), '# nThread ...', '# Using devices'.
+_RUN_OPENERS = ("nccl-tests version", "Collective test starting", "nThread", "Using devices")
+
+
+def _content(path: str, text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the nccl-tests output in a captured log: NCCL's own INFO/WARN
+    lines and blank lines left out, a task label (srun -l, mpirun --tag-output) taken off.
+
+    nccl-tests prints from its first rank only, so in a labelled log its lines all carry one
+    task's label (the label of its first '#' line); other tasks may print only NCCL's lines.
+    """
+    label: str | None = None  # the task whose lines are the nccl-tests output
+    labelled: bool | None = None  # None: not known before the first '#' line
     for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
+        line, task = raw.strip(), None
+        tag = _LABEL_RE.match(raw) if labelled is not False else None
+        if tag:
+            task, line = tag.group(1) or tag.group(2), raw[tag.end() :].strip()
+        if not line or _NCCL_DEBUG_RE.match(line):
             continue
+        if labelled is None and line.startswith("#"):
+            labelled, label = task is not None, task
+        elif labelled and task != label:
+            who = f"task {task}" if task else "a line without a task label"
+            raise _bad(
+                path,
+                lineno,
+                f"{who} among task {label}'s nccl-tests output: only NCCL INFO/WARN lines may "
+                "come from other tasks (did each task run its own test, nccl-tests built "
+                f"without MPI=1?); keep task {label}'s lines (grep '^ *{label}: ')",
+            )
+        yield lineno, line
+
+
+def parse_text(path: str, text: str) -> list[NcclLog]:
+    """Parse nccl-tests stdout (either header layout) into its runs, in file order.
+
+    A run ends where the next header starts (or at a ``#  Rank`` line that repeats a rank, or at
+    a second table header): the ``#  Rank`` lines of one run are never counted with another's.
+    Text outside the runs' tables that is no table row (a job script's echo lines, srun's
+    messages, the last NCCL error nccl-tests prints after its summary) is skipped.
+    """
+    runs = [NcclLog(path)]
+    for lineno, line in _content(path, text):
+        run = runs[-1]
         if line.startswith("#"):
-            if m := _RANK_RE.match(line):
-                log.hosts.append(m.group(2))
-                log.device = m.group(3).strip() or log.device
+            body = line.lstrip("#").strip()
+            rank = _RANK_RE.match(line)
+            tokens = body.split()
+            table = tokens[:2] == ["size", "count"] and "time" in tokens
+            if (
+                (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
+                or (rank and (run.trailing or run.closed or int(rank.group(1)) in run.ranks))
+                or (table and (run.rows or run.closed))
+            ):
+                run = NcclLog(path, start=lineno)
+                runs.append(run)
+            if not run.opened:
+                run.start, run.opened = lineno, True
+            if rank:
+                run.ranks.add(int(rank.group(1)))
+                run.hosts.append(rank.group(3))
+                run.groups.add(rank.group(2) or "0")
+                if len(run.groups) > 1:
+                    raise _bad(
+                        path,
+                        lineno,
+                        "the ranks form several groups (NCCL_TESTS_SPLIT_MASK), each its own "
+                        "communicator of fewer ranks; import a run without the split",
+                    )
+                device = rank.group(4).strip()
+                if device and run.device and device != run.device:
+                    raise _bad(
+                        path,
+                        lineno,
+                        f"rank {rank.group(1)} runs on '{device}', the run's first rank on "
+                        f"'{run.device}'; a profile describes one GPU: import a run of one kind",
+                    )
+                run.device = device or run.device
             elif m := _BINARY_RE.search(line):
-                log.op = log.op or BINARY_OPS[m.group(1)]
+                if run.op is None:
+                    run.op, run.op_line = BINARY_OPS[m.group(1)], lineno
+                    run.op_from = f"line {lineno} ('{line}')"
             if m := _VERSION_RE.search(line):
-                log.nccl = _nccl_version(int(m.group(1)))
-            tokens = line.lstrip("#").split()
-            if tokens[:2] == ["size", "count"] and "time" in tokens:
-                trailing = len(tokens) - tokens.index("time")
+                run.nccl = _nccl_version(int(m.group(1)))
+            if table:
+                run.trailing, run.columns = len(tokens) - tokens.index("time"), tokens
+            if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
+                run.closed = run.closed or lineno
             continue
         tokens = line.split()
-        if not trailing:
+        if run.closed or not run.trailing:
+            # outside a run's table: a job script's own text (echo, srun, module messages) is
+            # skipped, but not a table row without its run's header
+            if not (tokens[0].isdigit() and len(tokens) >= 4):
+                continue
+            if run.closed:
+                raise _bad(
+                    path,
+                    lineno,
+                    f"a table row after its run ended (line {run.closed}); is the header of the "
+                    "run it belongs to missing?",
+                )
             raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
-        if len(tokens) < 2 + trailing:
-            raise _bad(path, lineno, f"expected at least {2 + trailing} columns, got {len(tokens)}")
+        if len(tokens) < 2 + run.trailing:
+            raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
         size = _num(tokens[0], path, lineno, "size")
-        oop = tokens[-trailing:]
+        oop = tokens[-run.trailing :]
         time_us = _num(oop[0], path, lineno, "time")
         bus = _num(oop[2], path, lineno, "busbw")
         if time_us <= 0:
             continue  # nccl-tests prints 0-byte rows with no time
-        log.rows.append((int(size), time_us * 1e-6, bus, lineno))
-    return log
+        run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+        if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
+            run.redop = (redop, lineno)
+    return runs
 
 
 def parse_json(path: str, text: str) -> NcclLog:
@@ -130,7 +282,7 @@ def parse_json(path: str, text: str) -> NcclLog:
     args = doc.get("args")
     for arg in args if isinstance(args, list) else [args]:
         if m := _BINARY_RE.search(str(arg)):
-            log.op = BINARY_OPS[m.group(1)]
+            log.op, log.op_from = BINARY_OPS[m.group(1)], f"its -J args ('{arg}')"
             break
     config = doc.get("config")
     devices = config.get("devices") if isinstance(config, dict) else None
@@ -159,32 +311,162 @@ def parse_json(path: str, text: str) -> NcclLog:
     return log
 
 
-def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> NcclLog:
-    """Parse one file (JSON if it starts with '{'), apply ``--op``/``--gpus``, check busbw."""
+def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> list[NcclLog]:
+    """Parse one file (JSON if it starts with '{') into its runs, apply ``--op``/``--gpus``,
+    check each row's busbw. A run without rows (a header only: a run that failed) is returned
+    as it is, for :func:`merge_runs` to leave out."""
     text = read_text(path, "LOG", "log")
-    parse = parse_json if text.lstrip().startswith("{") else parse_text
-    log = parse(str(path), text)
-    if log.op is None and (m := _BINARY_RE.search(path.name)):
-        log.op = BINARY_OPS[m.group(1)]
-    log.op = op or log.op
-    if log.op is None:
-        raise UserError(str(path), "cannot tell the collective (no '*_perf' name); pass --op")
-    if gpus:
-        log.hosts = log.hosts[:gpus] if len(log.hosts) >= gpus else ["?"] * gpus
-    if log.gpus == 0:
-        raise UserError(str(path), "no '#  Rank ...' device lines; pass --gpus N")
-    if not log.rows:
+    if text.lstrip().startswith("{"):
+        runs = [parse_json(str(path), text)]
+    else:
+        runs = parse_text(str(path), text)
+    if not any(run.rows for run in runs):
         raise UserError(str(path), "no result rows found")
+    for run in runs:
+        if run.rows:
+            _check_run(run, path, op, gpus)
+    return [run for run in runs if run.rows or run.opened]
+
+
+def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
+    """Settle the run's op and rank count, refusing an ``--op``/``--gpus`` the log contradicts,
+    and check each row's busbw against the nccl-tests formula."""
+    named = _BINARY_RE.search(path.name)
+    if op and log.op and op != log.op:
+        raise UserError(
+            f"{log.path}:{log.op_line}" if log.op_line else log.path,
+            f"the log is {_a(log.op)} run ({log.op_from}); --op {op} contradicts it: drop --op",
+        )
+    if op and log.op is None and named and BINARY_OPS[named.group(1)] != op:
+        raise UserError(
+            log.path,
+            f"the file name says {named.group(0)} ({BINARY_OPS[named.group(1)]}); --op {op} "
+            "contradicts it: drop --op, or rename the file if its name is wrong",
+        )
+    if log.op is None and named:
+        log.op, log.op_from = BINARY_OPS[named.group(1)], "its file name"
+    if log.op is None and op:
+        log.op, log.op_from = op, "--op"
+    if log.op is None:
+        raise UserError(log.where, "cannot tell the collective (no '*_perf' name); pass --op")
+    fix = _fix(log, gpus)
+    if log.redop is not None:
+        redop, line = log.redop
+        if (redop != "none") != (log.op in _REDUCING_OPS):
+            said = (
+                f"a reduction ('{redop}'): an all_reduce or reduce_scatter run"
+                if redop != "none"
+                else "no reduction (redop 'none'): not an all_reduce or reduce_scatter run"
+            )
+            raise _bad(log.path, line, f"the rows carry {said}, where the op is {log.op} ({log.op_from}); {fix}")
+    if gpus and log.hosts and gpus != len(log.hosts):
+        raise UserError(
+            log.where,
+            f"the run's '#  Rank' lines list {len(log.hosts)} ranks; --gpus {gpus} contradicts "
+            "them: drop --gpus",
+        )
+    if gpus and not log.hosts:
+        log.hosts = ["?"] * gpus
+    if log.gpus == 0:
+        raise UserError(log.where, "no '#  Rank ...' device lines; pass --gpus N")
     for size, time_s, log_bus, line in log.rows:
         ours = busbw(log.op, size, time_s, log.gpus) / 1e9
         if abs(ours - log_bus) > _BUSBW_RTOL * max(log_bus, 1e-9) + 0.01:
+            ratio = log_bus / (size / time_s / 1e9)
             raise _bad(
-                str(path),
+                log.path,
                 line,
                 f"busbw {log_bus} GB/s disagrees with the nccl-tests {log.op} formula for "
-                f"{log.gpus} GPUs ({ours:.2f}); pass --gpus or --op",
+                f"{log.gpus} GPUs ({ours:.2f}): the log's busbw/algbw {ratio:.3f} is "
+                f"{_factor_of(ratio, log.op, log.gpus)}; {fix}",
             )
-    return log
+
+
+def _a(op: str) -> str:
+    return ("an " if op[0] in "aeiou" else "a ") + op
+
+
+def _fix(log: NcclLog, gpus: int | None) -> str:
+    """What to change when the log's numbers contradict its op or rank count."""
+    given = [flag for flag, on in (("--op", log.op_from == "--op"), ("--gpus", bool(gpus))) if on]
+    if given:
+        return "check " + " and ".join(given)
+    if log.op_from == "its file name":
+        return "the file name may be wrong: rename it or pass --op"
+    return "the log contradicts itself: is it edited, or two logs pasted together without a header?"
+
+
+def _factor_of(ratio: float, op: str, gpus: int) -> str:
+    """Which op on the run's GPUs, or which GPU count for its op, has ``ratio`` as its nccl-tests
+    busbw factor (doc/PERFORMANCE.md: 2(n-1)/n all_reduce, (n-1)/n all_gather, reduce_scatter
+    and alltoall, 1 broadcast and sendrecv)."""
+
+    def fits(o: str, n: int) -> bool:
+        return abs(bus_factor(o, n) - ratio) <= _BUSBW_RTOL * ratio
+
+    ops = [o for o in OPS if o != op and fits(o, gpus)]
+    found = [f"the factor of {' or '.join(ops)} on {gpus} GPUs"] if ops else []
+    if ratio < 2:
+        n = round(2 / (2 - ratio)) if op == "all_reduce" else round(1 / (1 - ratio)) if ratio < 1 else 0
+        if 2 <= n <= 100_000 and n != gpus and fits(op, n):
+            found.append(f"{op}'s factor on {n} GPUs")
+    return " or ".join(found) or f"no collective's factor on {gpus} GPUs"
+
+
+def _geometry(log: NcclLog) -> tuple[str | None, int, int]:
+    return log.op, log.gpus, log.nodes
+
+
+def _describe(log: NcclLog) -> str:
+    nodes = f"{log.nodes} node" + ("s" if log.nodes > 1 else "")
+    return f"{log.op} on {log.gpus} GPUs ({nodes})"
+
+
+def merge_runs(runs: list[NcclLog]) -> tuple[list[NcclLog], list[str]]:
+    """The runs to import, and a note per run left out.
+
+    Runs of the same op and geometry (GPUs, nodes) describe one table. A size both time
+    identically is one measurement printed twice (the same output appended to a file again):
+    it is kept once, and a run that adds nothing is left out. A size they time differently is
+    two measurements of the same thing, and which one the profile should hold is the user's
+    call: refused, naming where the second run starts. Sizes only one of them timed are kept
+    (a sweep split over runs); runs of other ops or geometries are imported side by side.
+    """
+    seen: dict[tuple[str | None, int, int], dict[int, tuple[float, NcclLog]]] = {}
+    kept: list[NcclLog] = []
+    notes: list[str] = []
+    for run in runs:
+        if not run.rows:
+            notes.append(f"{run.where}: a run without result rows (it failed or was cut short?); left out")
+            continue
+        table = seen.setdefault(_geometry(run), {})
+        fresh = []
+        for row in run.rows:
+            size, time_s, _, line = row
+            if size not in table:
+                fresh.append(row)
+                continue
+            first_time, first = table[size]
+            if time_s != first_time and first is run:
+                raise _bad(run.path, line, f"a second {size} B row in one table; remove one of them")
+            if time_s != first_time:
+                other = first.where if first.path != run.path else f"line {first.start}"
+                raise UserError(
+                    run.where,
+                    f"a second {_describe(run)} run starts here and times {size} B in "
+                    f"{time_s * 1e6:g} us (line {line}) where the run from {other} took "
+                    f"{first_time * 1e6:g} us; keep the one run you trust in the file "
+                    f"(e.g. sed -n '{run.start},$p') and import that",
+                )
+        for size, time_s, _, _ in fresh:
+            table[size] = (time_s, run)
+        if fresh:
+            run.rows = fresh
+            kept.append(run)
+        else:
+            first = table[run.rows[0][0]][1]
+            notes.append(f"{run.where}: the same {_describe(run)} table as {first.where}; read once")
+    return kept, notes
 
 
 def to_measurements(logs: list[NcclLog]) -> Measurements:
@@ -204,21 +486,134 @@ def to_measurements(logs: list[NcclLog]) -> Measurements:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the subcommand."""
-    parser.add_argument("logs", nargs="+", type=Path, metavar="LOG")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--base", default="dgx-h100", help="profile to start from")
-    parser.add_argument("--op", choices=OPS, help="collective, when the log does not say")
-    parser.add_argument("--gpus", type=int, help="rank count, when the log has no Rank lines")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        type=Path,
+        metavar="LOG",
+        help="nccl-tests output: the text a *_perf binary prints (any number of runs in one file; "
+        "NCCL_DEBUG lines and srun -l / mpirun --tag-output labels are skipped) or its -J JSON "
+        "report. The same table twice is read once; two different tables of one op on the same "
+        "GPUs and nodes are refused",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="YAML",
+        help="the profile to write (required; written atomically, replacing the file)",
+    )
+    parser.add_argument(
+        "--base",
+        metavar="PROFILE",
+        help="profile to start from (a shipped name or a YAML path); it must describe the log's "
+        "GPU. Default: the shipped profile of the GPU the log's '#  Rank' lines name (dgx-h100 "
+        "for 'NVIDIA H100 80GB HBM3', dgx-a100 for 'NVIDIA A100-SXM4-80GB'); required when the "
+        "log names none or one without a shipped profile",
+    )
+    parser.add_argument(
+        "--allow-other-gpu",
+        action="store_true",
+        help="import into a --base whose GPU is not the log's (default: refused); the profile "
+        "keeps the base's GPU and provenance.device names the log's",
+    )
+    parser.add_argument(
+        "--op",
+        choices=OPS,
+        help="collective, when the log does not say (default: from its '# Collective test "
+        "starting: X_perf' line, -J args or file name); refused if the log says otherwise",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="rank count, when the log has no '#  Rank' lines (default: counted from them); "
+        "refused if they say otherwise",
+    )
+
+
+def _shipped(device: str) -> str | None:
+    """The shipped profile of the GPU ``device`` names, or None (unknown or unshipped board)."""
+    try:
+        return reference_node(device, field="--base")
+    except UserError:
+        return None
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    """Whether two device names are one GPU: the same shipped profile, or for GPUs no shipped
+    profile describes, the same name (case, spaces and dashes aside)."""
+    ours, theirs = _shipped(a), _shipped(b)
+    if ours or theirs:
+        return ours == theirs
+    return re.sub(r"[\s_-]+", " ", a.lower()).strip() == re.sub(r"[\s_-]+", " ", b.lower()).strip()
+
+
+def log_device(runs: list[NcclLog]) -> tuple[str, NcclLog] | None:
+    """The GPU the runs name and the first run naming it; runs on different GPUs are refused."""
+    found: tuple[str, NcclLog] | None = None
+    for run in runs:
+        if run.device is None:
+            continue
+        if found is None:
+            found = (run.device, run)
+        elif not _same_gpu(run.device, found[0]):
+            raise UserError(
+                run.where,
+                f"this run is on '{run.device}', {found[1].where} on '{found[0]}'; a profile "
+                "describes one GPU: import them into separate profiles",
+            )
+    return found
+
+
+def choose_base(base: str | None, device: tuple[str, NcclLog] | None, allow_other: bool) -> tuple[str, str]:
+    """The profile to start from and a line saying why; refuses a base of another GPU."""
+    if base is None:
+        if device is None:
+            raise UserError(
+                "--base",
+                "the log does not name its GPU (no '#  Rank ... device' lines or config.devices); "
+                "pass --base with the profile of the machine it ran on",
+            )
+        name, run = device
+        try:
+            shipped = reference_node(name, field="--base")
+        except UserError as exc:
+            raise UserError("--base", f"the log's GPU '{name}' ({run.where}): {exc.message}; pass it as --base") from None
+        if shipped is None:
+            raise UserError(
+                "--base",
+                f"no shipped profile for the log's GPU '{name}' ({run.where}); pass --base with a "
+                "profile YAML of that machine",
+            )
+        return shipped, f"base: {shipped}, the shipped profile of the log's {name} (--base to choose another)"
+    gpu = load_profile(base, field="--base").gpu.name
+    if device is None:
+        return base, f"base: {base} (the log does not name its GPU)"
+    name, run = device
+    if _same_gpu(name, gpu):
+        return base, f"base: {base}"
+    if not allow_other:
+        shipped = _shipped(name)
+        instead = f"use --base {shipped} (or omit it)" if shipped else "use a --base of that GPU"
+        raise UserError(
+            "--base",
+            f"{base} describes '{gpu}', but the log ({run.where}) ran on '{name}': {instead}, or "
+            "add --allow-other-gpu to keep the base's GPU",
+        )
+    return base, f"base: {base} ('{gpu}', not the log's '{name}': --allow-other-gpu)"
 
 
 def run(args: argparse.Namespace) -> int:
     """Parse every log and write the profile."""
     if args.gpus is not None and args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
-    logs = [parse_log(p, args.op, args.gpus) for p in args.logs]
+    logs, notes = merge_runs([run for p in args.logs for run in parse_log(p, args.op, args.gpus)])
+    device = log_device(logs)
+    base, why = choose_base(args.base, device, args.allow_other_gpu)
     first = logs[0]
     provenance: dict[str, Any] = {
-        "device": first.device,
+        "device": device[0] if device else None,
         "device_count": max(log.gpus for log in logs),
         "nodes": max(log.nodes for log in logs),
         "hostnames": len({h for log in logs for h in log.hosts}),
@@ -226,7 +621,9 @@ def run(args: argparse.Namespace) -> int:
         "backend": "nccl",
         "source": "nccl-tests import: " + ", ".join(str(p) for p in args.logs),
     }
-    data = build_profile(to_measurements(logs), provenance, args.base, machine=None)
+    data = build_profile(to_measurements(logs), provenance, base, machine=None, origin="nccl-tests logs")
     write_yaml_atomic(args.out, data)
+    for note in [*notes, why]:
+        print(note)
     print(f"wrote {args.out} ({sum(len(log.rows) for log in logs)} rows)")
     return 0

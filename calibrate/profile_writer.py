@@ -3,7 +3,8 @@
 Start from ``--base`` (a shipped profile name or a YAML path) and replace its efficiencies by
 measured ones, or — without a base — describe the measured machine itself: peak FLOP/s per dtype
 = the best measured GEMM, HBM = the best memory-bound kernel at its largest size, NVLink/NIC = the best
-measured intra/inter-node all_reduce busbw. Fields a run cannot measure (e.g. the NIC on one
+measured intra/inter-node all_reduce busbw, their per-hop latencies = the smallest message's
+time per ring step if that message is latency-bound. Fields a run cannot measure (e.g. the NIC on one
 node) come from :data:`FALLBACK_BASE` and their ``sources:`` entry says so. Pure Python: no torch.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from calibrate.busbw import bus_factor
 from calibrate.spread import spread
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
@@ -352,18 +354,67 @@ RING_STEPS = {
 }
 
 
-def _link(rows: list[Row]) -> tuple[float, float] | None:
-    """(best busbw B/s, per-hop latency s) of all_reduce rows (else of any op) with >1 rank."""
+# A row is latency-bound when moving its bytes at the best measured busbw would take at most this
+# share of its time; only such a row's time says what one ring step costs (a 32 MiB all-reduce,
+# nccl-tests' -b in many scripts, is mostly transfer: its time per step is no latency).
+LATENCY_BOUND = 0.1
+
+
+@dataclass(frozen=True)
+class _Link:
+    """What a set of collective rows says of a link: its best busbw (``best`` row) and, if the
+    smallest row is latency-bound, the time per ring step (``small`` row)."""
+
+    busbw: float  # B/s
+    best: Row
+    small: Row
+    latency: float | None  # s per ring step; None: the smallest row is bandwidth-bound
+
+
+def _link(rows: list[Row]) -> _Link | None:
+    """The link all_reduce rows (else rows of any op) with >1 rank describe."""
     rows = [r for r in rows if r["gpus"] > 1]
     chosen = [r for r in rows if r["op"] == "all_reduce"] or rows
     if not chosen:
         return None
+    best = max(chosen, key=lambda r: r["busbw_GBps"])
     small = min(chosen, key=lambda r: (r["bytes"], r["time_s"]))
-    latency = small["time_s"] / RING_STEPS[small["op"]](small["gpus"])
-    return max(r["busbw_GBps"] for r in chosen) * 1e9, latency
+    bw = best["busbw_GBps"] * 1e9
+    transfer = small["bytes"] * bus_factor(small["op"], small["gpus"]) / bw
+    steps = RING_STEPS[small["op"]](small["gpus"])
+    latency = small["time_s"] / steps if transfer <= LATENCY_BOUND * small["time_s"] else None
+    return _Link(bw, best, small, latency)
 
 
-def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> None:
+def _row_text(row: Row) -> str:
+    nodes = int(row.get("nodes") or 1)
+    where = f"{row['gpus']} GPUs" + (f", {nodes} nodes" if nodes > 1 else "")
+    return f"{row['op']} of {row['bytes']} B on {where}"
+
+
+def _latency_notes(data: dict[str, Any], key: str, link: _Link, origin: str, described: bool) -> None:
+    """Set ``key`` (a per-hop latency) from the smallest row if it is latency-bound, else keep the
+    base's value and say why in its source if the base is a stand-in."""
+    small = link.small
+    if link.latency is not None:
+        data["node"][key.split(".")[1]] = link.latency * 1e6
+        steps = RING_STEPS[small["op"]](small["gpus"])
+        _note(
+            data,
+            key,
+            f"measured ({origin}): the smallest {_row_text(small)} took "
+            f"{small['time_s'] * 1e6:.2f} us, over its {steps} ring steps",
+        )
+    elif described:
+        _note(
+            data,
+            key,
+            f"not measured: the smallest {_row_text(small)} is bandwidth-bound; copied from "
+            f"{FALLBACK_BASE}",
+        )
+
+
+def _apply_network(data: dict[str, Any], m: Measurements, described: bool, origin: str) -> None:
     node, eff = data["node"], data["efficiency"]
     cols = m.collectives
     # One node: 'world' is intra-node. Several: 'world' crosses nodes and the NIC limits it.
@@ -374,36 +425,36 @@ def _apply_network(data: dict[str, Any], m: Measurements, described: bool) -> No
         [r for r in cols if r["scope"] == "world" and r["nodes"] > 1]
     )
     if intra:
-        bw, lat = intra
+        best = f"the best intra-node busbw, {intra.busbw / 1e9:.2f} GB/s ({_row_text(intra.best)})"
         if described:
-            node["nvlink_GBps"], eff["nvlink"] = bw / 1e9, 1.0
-            _note(data, "node.nvlink_GBps", "measured: the best intra-node busbw")
-            _note(data, "efficiency.nvlink", "measured: 1, node.nvlink_GBps being the measured busbw itself")
-        else:  # node.nvlink_GBps stays the base's (its source too)
-            raw = bw / (node["nvlink_GBps"] * 1e9)
-            eff["nvlink"] = _fraction(raw)
-            text = "measured: the best intra-node busbw / node.nvlink_GBps"
-            _note(data, "efficiency.nvlink", _within(text, raw, eff["nvlink"]))
-        node["nvlink_latency_us"] = lat * 1e6
-        _note(data, "node.nvlink_latency_us", "measured: the smallest intra-node collective's time per ring hop")
+            node["nvlink_GBps"], eff["nvlink"] = intra.busbw / 1e9, 1.0
+            _note(data, "node.nvlink_GBps", f"measured ({origin}): {best}")
+            _note(data, "efficiency.nvlink", f"measured ({origin}): 1, node.nvlink_GBps being the measured busbw itself")
+        else:
+            line = node["nvlink_GBps"]
+            eff["nvlink"] = _fraction(intra.busbw / (line * 1e9))
+            capped = ", capped at 1" if intra.busbw > line * 1e9 else ""
+            _note(data, "efficiency.nvlink", f"measured ({origin}): {best} / node.nvlink_GBps {line:g}{capped}")
+        _latency_notes(data, "node.nvlink_latency_us", intra, origin, described)
     if inter:
-        bw, lat = inter
+        best = f"the best inter-node busbw, {inter.busbw / 1e9:.2f} GB/s per GPU ({_row_text(inter.best)})"
         if described:
             node["nics_per_node"] = node["gpus_per_node"]  # assumed rail-optimized: a NIC per GPU
             _note(data, "node.nics_per_node", "ASSUMPTION, not measured: one NIC per GPU (rail-optimized)")
         # Every local rank runs its inter-node ring at once, sharing the node's NICs.
-        per_nic = bw * node["gpus_per_node"] / node["nics_per_node"]
+        gpn, nics = node["gpus_per_node"], node["nics_per_node"]
+        per_nic = inter.busbw * gpn / nics * 8 / 1e9  # Gb/s
+        share = f"{best} x {gpn} GPUs / {nics} NICs per node = {per_nic:.1f} Gb/s per NIC"
         if described:
-            node["nic_gbps"], eff["nic"] = per_nic * 8 / 1e9, 1.0
-            _note(data, "node.nic_gbps", "measured: the best inter-node busbw x ranks per node / node.nics_per_node")
-            _note(data, "efficiency.nic", "measured: 1, node.nic_gbps being the measured rate itself")
-        else:  # node.nic_gbps stays the base's (its source too)
-            raw = per_nic * 8 / (node["nic_gbps"] * 1e9)
-            eff["nic"] = _fraction(raw)
-            text = "measured: the best inter-node busbw x ranks per node / node.nics_per_node / node.nic_gbps"
-            _note(data, "efficiency.nic", _within(text, raw, eff["nic"]))
-        node["nic_latency_us"] = lat * 1e6
-        _note(data, "node.nic_latency_us", "measured: the smallest inter-node collective's time per ring hop")
+            node["nic_gbps"], eff["nic"] = per_nic, 1.0
+            _note(data, "node.nic_gbps", f"measured ({origin}): {share}")
+            _note(data, "efficiency.nic", f"measured ({origin}): 1, node.nic_gbps being the measured rate itself")
+        else:
+            line = node["nic_gbps"]
+            eff["nic"] = _fraction(per_nic / line)
+            capped = ", capped at 1" if per_nic > line else ""
+            _note(data, "efficiency.nic", f"measured ({origin}): {share}, / node.nic_gbps {line:g}{capped}")
+        _latency_notes(data, "node.nic_latency_us", inter, origin, described)
 
 
 def _fabric(row: Row) -> str:
@@ -411,7 +462,9 @@ def _fabric(row: Row) -> str:
     return "single-node" if int(row.get("nodes") or 1) == 1 else "multi-node"
 
 
-def _merged_measured(data: dict[str, Any], m: Measurements, base: str | None) -> dict[str, Any]:
+def _merged_measured(
+    data: dict[str, Any], m: Measurements, base: str | None, origin: str = "calibrate"
+) -> dict[str, Any]:
     """The profile's ``measured:`` map: this run's tables, plus what the base measured that this
     run did not (a whole table, or the collective rows of a fabric it did not reach).
 
@@ -430,7 +483,8 @@ def _merged_measured(data: dict[str, Any], m: Measurements, base: str | None) ->
     kept = [r for r in old.get("collectives") or [] if _fabric(r) not in measured]
     notes = []
     if m.collectives:
-        notes.append(f"{' and '.join(sorted(measured))} rows measured by this run (provenance)")
+        how = "measured by this run (provenance)" if origin == "calibrate" else f"from {origin} (provenance.source)"
+        notes.append(f"{' and '.join(sorted(measured))} rows {how}")
     if kept:
         fabrics = " and ".join(sorted({_fabric(r) for r in kept}))
         notes.append(f"{fabrics} rows kept from {base}: {base_note or 'no source given'}")
@@ -445,11 +499,13 @@ def build_profile(
     provenance: dict[str, Any],
     base: str | None,
     machine: Machine | None,
+    origin: str = "calibrate",
 ) -> dict[str, Any]:
-    """The profile dict; validated by ``profile_from_dict`` (raises UserError if inconsistent)."""
+    """The profile dict; validated by ``profile_from_dict`` (raises UserError if inconsistent).
+    ``origin`` names what took the measurements in the ``sources:`` notes."""
     described = base is None
-    origin = base or FALLBACK_BASE
-    data = copy.deepcopy(_raw_profile(origin))
+    base_name = base or FALLBACK_BASE
+    data = copy.deepcopy(_raw_profile(base_name))
     _write_defaults(data)
     if described:
         if machine is None:
@@ -459,9 +515,9 @@ def build_profile(
         data["description"] = f"calibrated on {machine.name} ({provenance.get('backend')})"
     else:
         data["name"] = f"{data['name']}-calibrated"
-    _apply_compute(data, m, origin)
-    _apply_network(data, m, described)
-    data["measured"] = _merged_measured(data, m, base)
+    _apply_compute(data, m, base_name)
+    _apply_network(data, m, described, origin)
+    data["measured"] = _merged_measured(data, m, base, origin)
     _settle_sources(data)
     data["provenance"] = provenance
     profile_from_dict(data, field="--out", origin="calibrated profile")
