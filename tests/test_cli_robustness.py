@@ -506,3 +506,18 @@ def test_a_mapping_given_to_set_merges_into_its_section():
     assert out["training"] == {"seq_len": 4096, "global_batch_tokens": "1M"}
     # a list or a scalar still replaces, and a mapping where the section is absent is set whole
     assert apply_overrides({}, [("simulation", {"stragglers": []})]) == {"simulation": {"stragglers": []}}
+
+
+def test_list_hardware_shows_a_calibrated_profile_beside_the_shipped_ones(cli, tmp_path):
+    # a calibrated profile's measured: holds scalars (launch and host op times) beside tables
+    import yaml as _yaml
+
+    data = _yaml.safe_load((Path(__file__).parent.parent / "hardware" / "dgx-h100.yaml").read_text())
+    data["name"] = "my-h100"
+    data.setdefault("measured", {})["kernel_launch_s"] = 4.5e-6
+    path = tmp_path / "mine.yaml"
+    path.write_text(_yaml.safe_dump(data))
+    res = cli("list", "hardware", str(path))
+    assert res.code == 0, res.err
+    assert "my-h100 (mine.yaml)" in res.out and "dgx-a100" in res.out and "kernel_launch_s" in res.out
+    assert_one_line_error(cli("list", "presets", str(path)), "PROFILE:", "list hardware")

@@ -6,7 +6,9 @@ presets (``overlap.tp_comm_cfg``) and the training precisions with the profiles 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from simcluster.errors import UserError
 from simcluster.hardware import HardwareProfile, shipped_profiles
 from simcluster.model import preset_names
 from simcluster.scenario import shipped_scenarios
@@ -34,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "precisions",
         ],  # fmt: skip
     )
+    parser.add_argument(
+        "profiles", nargs="*", metavar="PROFILE",
+        help="with 'hardware': also these profiles (a calibrated YAML's path), beside the shipped ones",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         for name in context.algorithms():
             print(f"{name:<{width}}  {context.describe(name)}")
         return 0
+    if args.profiles and args.what != "hardware":
+        raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "hardware":  # one row each: what a buyer compares
-        _print_hardware()
+        _print_hardware(args.profiles)
         return 0
     if args.what == "userbuffers":  # one line each: the SMs each overlap takes, and the source
         _print_userbuffers()
@@ -133,8 +141,9 @@ def _16bit(p: HardwareProfile) -> str:
     return _peak_and_gemm(p, "fp16", "fp16") + " fp16"
 
 
-def _print_hardware() -> None:
-    """The shipped profiles side by side (per GPU; bandwidths per direction)."""
+def _print_hardware(extra: list[str] | None = None) -> None:
+    """The shipped profiles side by side (per GPU; bandwidths per direction), then ``extra``
+    (paths of the user's profiles: a calibrated one beside the reference it was measured for)."""
     from rich.table import Table
 
     from simcluster.commands.console import stdout_console
@@ -147,10 +156,15 @@ def _print_hardware() -> None:
     for col in ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s",
                 "FP4 TFLOP/s", "scale-up", "scale-out", "measured"):  # fmt: skip
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
-    for name in shipped_profiles():
-        p = load_profile(name)
+    for name in [*shipped_profiles(), *(extra or [])]:
+        p = load_profile(name, field="PROFILE")
+        name = f"{p.name} ({Path(name).name})" if name in (extra or []) else name
         nics = f"{p.node.nics_per_node}x{p.node.nic_gbps:g} Gb/s per {p.node.gpus_per_node} GPUs"
-        measured = ", ".join(f"{k} {len(v)}" for k, v in sorted(p.measured.items()) if v)
+        # a table counts its rows; a calibrated profile's scalars (launch and host op times)
+        # and host figures are named alone
+        measured = ", ".join(
+            f"{k} {len(v)}" if isinstance(v, list) else k for k, v in sorted(p.measured.items()) if v
+        )
         table.add_row(
             name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
             _16bit(p),
