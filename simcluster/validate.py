@@ -348,11 +348,18 @@ def load_cases(
     """Cases of the given files (default: every shipped file) whose name or family contains
     ``contains`` (any case); ``quick`` leaves out the cases marked slow."""
     files = [Path(p) for p in paths] if paths else shipped_case_files()
-    cases = [c for f in files for c in load_cases_file(f)]
-    names = [c.name for c in cases]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    placed = [(c, f) for f in files for c in load_cases_file(f)]
+    cases = [c for c, _ in placed]
+    where: dict[str, list[str]] = {}
+    for case, file in placed:
+        where.setdefault(case.name, []).append(str(file))
+    dup = sorted(n for n, in_files in where.items() if len(in_files) > 1)
     if dup:
-        raise UserError("CASES", f"case name '{dup[0]}' appears twice; names must be unique")
+        in_files = where[dup[0]]
+        place = f"in {in_files[0]}" if len(set(in_files)) == 1 else f"in {' and '.join(in_files)}"
+        raise UserError(
+            "CASES", f"case name '{dup[0]}' appears twice ({place}); names must be unique: rename one"
+        )
     if contains:
         needle = contains.lower()
         cases = [c for c in cases if needle in c.name.lower() or needle in c.family.lower()]

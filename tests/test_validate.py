@@ -1091,3 +1091,16 @@ def test_cases_whose_profile_does_not_load_are_not_a_gpu_row(tmp_path):
 
     case = Case("x", "t", "fam", "step_time_s", 1.0, {"cluster": {"hardware": str(tmp_path / "none.yaml")}})
     assert gpu_of(case) == NO_PROFILE
+
+
+def test_a_case_name_in_two_files_names_both(cli, tmp_path):
+    # two measure-step case files of one scenario carry the same name; the error says where
+    case = {"name": "tiny/measure-step", "source": "t", "scenario": make_scenario(), "measured": {"tokens_per_s": 1e5}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = _cases_file(tmp_path / "a", [case]), _cases_file(tmp_path / "b", [case])
+    res = cli("validate", first, second)
+    assert res.code == 2 and res.err.strip() == (
+        f"error: CASES: case name 'tiny/measure-step' appears twice (in {first} and {second}); "
+        "names must be unique: rename one"
+    )
