@@ -154,7 +154,7 @@ def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
 
 def _print(results: list[CaseResult]) -> None:
     console = stdout_console(120)
-    table = Table(title="validation cases")
+    table = Table(title="validation cases (error: (predicted - measured) / measured of the metric; a step time's - is a faster simulated step)")
     with_memory = any(r.case.peak_memory_gib is not None for r in results)
     columns = [
         ("case", "left"), ("metric", "left"), ("predicted", "right"), ("measured", "right"),
