@@ -86,6 +86,14 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
         if family in _UNSHIPPED_INSTANCES:
             raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
         return None
+    named = sorted({m.group(1) for m in _GPU.finditer(key)} | {m.group(1) for m in _SYSTEM.finditer(key)})
+    if len(named) > 1 or "," in key:
+        # 'dgx-h100,dgx-b200' read as its first GPU would run the job on one of them silently
+        raise UserError(
+            field,
+            f"'{text}' names more than one machine ({', '.join(named) or key}); give one profile "
+            "(a comma list is sweep's --hardware axis)",
+        )
     match = _GPU.search(key)
     system = _SYSTEM.search(key)
     if not match and system:

@@ -508,9 +508,11 @@ def test_a_mapping_given_to_set_merges_into_its_section():
     assert apply_overrides({}, [("simulation", {"stragglers": []})]) == {"simulation": {"stragglers": []}}
 
 
-def test_list_hardware_shows_a_calibrated_profile_beside_the_shipped_ones(cli, tmp_path):
+def test_list_hardware_shows_a_calibrated_profile_beside_the_shipped_ones(cli, tmp_path, monkeypatch):
     # a calibrated profile's measured: holds scalars (launch and host op times) beside tables
     import yaml as _yaml
+
+    monkeypatch.delenv("COLUMNS", raising=False)  # the table at its redirected width, unwrapped
 
     data = _yaml.safe_load((Path(__file__).parent.parent / "hardware" / "dgx-h100.yaml").read_text())
     data["name"] = "my-h100"

@@ -209,6 +209,9 @@ def test_reference_nodes_carry_the_gpu_they_are_named_for():
         # datasheet), so the nearest shipped node with its NVLink overridden
         ("NVIDIA A800-SXM4-80GB", "use hardware dgx-a100 .or dgx-a100-40gb. with cluster.nvlink_GBps: 200"),
         ("H20", "no shipped profile for the H20"),
+        # two machines in one name ran as the first of them before
+        ("dgx-h100,dgx-b200", "names more than one machine .b200, h100.; give one profile"),
+        ("H100 or H200", "names more than one machine .h100, h200."),
     ],
 )
 def test_gpu_names_no_profile_describes_are_refused(spelling, message):
