@@ -76,3 +76,9 @@ def test_a_hopeless_layout_points_to_the_sweep(cli, tmp_path):
     path.write_text(yaml.safe_dump(data))
     r = cli("memory", str(path))
     assert "no single change" in " ".join(r.out.split()) and "sweep" in r.out
+
+
+def test_memory_says_a_zero3_gpu_keeps_a_shard_of_the_params_it_computes_with(cli):
+    # before: 'holds 8.030 B params' beside a 3.8 GiB params column (8.03 B bf16 is 15 GiB)
+    out = " ".join(cli("memory", "llama3-8b-8xh100", "--set", "parallel.zero=3").out.split())
+    assert "computes with 8.030 B params, 1.004 B of them resident (ZeRO-3 shards them over 8 ranks)" in out

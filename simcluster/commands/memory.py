@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             if doc["params_active"] != doc["params_total"]
             else ""
         )
-        + f"; most loaded GPU (stage {doc['worst_stage']}) holds {doc['params_per_gpu'] / 1e9:.3f} B params"
+        + f"; most loaded GPU (stage {doc['worst_stage']}) {_params_held(doc, ctx)}"
     )
     if doc["host_optimizer_bytes"] > 0:
         per_node = doc["host_optimizer_bytes"] * ctx.profile.node.gpus_per_node
@@ -87,3 +87,14 @@ def hint_line(hints: list[dict]) -> str:
         return "  no single change of recompute, zero, micro-batch, loss, tp, pp, moments or offloading fits; try simcluster sweep"
     listed = ", ".join(f"--set {h['change']} ({format_bytes(h['total_bytes'])})" for h in hints)
     return f"  would fit with: {listed}"
+
+
+def _params_held(doc: dict, ctx) -> str:
+    """What the most loaded GPU's parameters are: its model-parallel share, and under ZeRO-3 the
+    shard of it that stays resident between the layers' gathers."""
+    share = doc["params_per_gpu"]
+    text = f"computes with {share / 1e9:.3f} B params"
+    if ctx.layout.zero == 3 and ctx.layout.zero_group > 1:
+        group = ctx.layout.zero_group
+        text += f", {share / group / 1e9:.3f} B of them resident (ZeRO-3 shards them over {group} ranks)"
+    return text
