@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -352,12 +353,17 @@ def rank(rows: Sequence[SweepRow], prices: Prices | None = None) -> list[SweepRo
 
 
 def skip_reasons(rows: Sequence[SweepRow]) -> list[tuple[str, int, str]]:
-    """(field, count, first message) per field that made candidates skip, most common first."""
-    groups: dict[str, list[str]] = {}
+    """(field, count, first message) per reason that made candidates skip, most common first.
+
+    A reason is its field and its message with the numbers taken out: 'not divisible by
+    dp*micro_batch = 3*1 = 3' and '= 6*1 = 6' are one reason, 'needs microbatches divisible by
+    pp=3' under the same field another (grouped by field alone, one example hid the other)."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for row in rows:
         if row.skipped:
             field = row.skipped.split(":", 1)[0]
-            groups.setdefault(field, []).append(row.skipped)
+            shape = re.sub(r"\d+(\.\d+)?", "#", row.skipped)
+            groups.setdefault((field, shape), []).append(row.skipped)
     return sorted(
-        ((f, len(msgs), msgs[0]) for f, msgs in groups.items()), key=lambda t: (-t[1], t[0])
+        ((f, len(msgs), msgs[0]) for (f, _), msgs in groups.items()), key=lambda t: (-t[1], t[0])
     )

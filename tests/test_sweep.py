@@ -157,6 +157,28 @@ def test_sweep_is_ranked_and_reports_skips(pp_rows):
     assert count == 3 and "does not divide cluster.gpus" in first
 
 
+def test_skips_are_grouped_by_reason_not_by_field_alone():
+    # two reasons under training.global_batch: one example used to stand for both
+    from simcluster.sweep import Candidate
+
+    def skipped(text):
+        return SweepRow(Candidate((), {}), None, text)
+
+    rows = [
+        skipped("training.global_batch: 128 is not divisible by dp*micro_batch = 3*1 = 3"),
+        skipped("training.global_batch: 128 is not divisible by dp*micro_batch = 6*1 = 6"),
+        skipped("training.global_batch: schedule 'interleaved' needs microbatches divisible by pp=3"),
+    ]
+    assert [(f, n) for f, n, _ in skip_reasons(rows)] == [("training.global_batch", 2), ("training.global_batch", 1)]
+    assert "needs microbatches divisible" in skip_reasons(rows)[1][2]
+
+
+def test_cli_says_how_many_combinations_were_folded(scenario_file, capsys):
+    # 1f1b takes no virtual stages: --vpp 1,2 x --schedule 1f1b,interleaved is 3 layouts, not 4
+    assert main(["sweep", str(scenario_file), "--pp", "2", "--vpp", "1,2", "--schedule", "1f1b,interleaved", "-j", "1"]) == 0
+    assert "1 combination(s) folded into others" in capsys.readouterr().out
+
+
 def test_worker_processes_give_the_same_rows(pp_rows):
     parallel = run_sweep(candidates(_base(), {"pp": [1, 2, 4], "tp": [1, 3]}), jobs=2)
     assert [r.to_dict() for r in parallel] == [r.to_dict() for r in pp_rows]
