@@ -85,10 +85,14 @@ def check_priced(prices: Prices | None, used: dict[str, str]) -> None:
             )
 
 
-def format_usd(summary: dict[str, Any], prices: Prices | None, digits: int = 2) -> str:
-    """Dollars per million tokens as a table cell ("—" when unpriced)."""
+def format_usd(summary: dict[str, Any], prices: Prices | None) -> str:
+    """Dollars per million tokens as a table cell ("—" when unpriced), to three significant
+    digits at least: cents alone showed $0.06 for rows the ranking tells apart."""
     value = usd_per_million_tokens(summary, prices)
-    return "—" if value is None else f"${value:,.{digits}f}"
+    if value is None:
+        return "—"
+    decimals = max(2, 2 - math.floor(math.log10(value))) if value > 0 else 2
+    return f"${value:,.{decimals}f}"
 
 
 def usd_per_million_tokens(summary: dict[str, Any], prices: Prices | None) -> float | None:

@@ -271,6 +271,7 @@ class SweepRow:
             rec[f"exposed_{kind}_s"] = seconds
         rec["largest_besides_gemm"], rec["largest_besides_gemm_share"] = largest_besides_gemm(s)
         if prices is not None:
+            rec["usd_per_gpu_hour"] = prices.of(s["hardware"])  # the price the cost was taken at
             rec["usd_per_million_tokens"] = usd_per_million_tokens(s, prices)
         return rec
 

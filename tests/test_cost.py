@@ -51,6 +51,7 @@ def test_sweep_and_compare_price_their_rows(cli, pipe_file, tmp_path):
     summary = run(pipeline_scenario(4, 8, "zb-h1")).summary
     row = frame[frame["schedule"] == "zb-h1"].iloc[0]
     assert row["usd_per_million_tokens"] == pytest.approx(2 * summary["gpus"] / 3600 / summary["tokens_per_s"] * 1e6)
+    assert row["usd_per_gpu_hour"] == 2  # the price each row's cost was taken at, kept in the file
     c = cli("compare", pipe_file, f"{pipe_file}@parallel.schedule=zb-h1", "--price", "2", "--json")
     assert c.code == 0, c.err
     rec = json.loads(c.out)["scenarios"][1]
@@ -102,3 +103,17 @@ def test_a_profile_given_by_path_is_priced_by_its_name(cli, pipe_file, tmp_path)
     assert frame["usd_per_million_tokens"].notna().all()
     by_price = frame.set_index("usd_per_million_tokens")["tokens_per_s"]
     assert len(by_price) == 2
+
+
+def test_a_cost_cell_keeps_three_significant_digits():
+    # cents alone showed $0.06 for two rows the ranking told apart (0.0634 vs 0.0571)
+    from simcluster.cost import Prices, format_usd
+
+    prices = Prices(default=2.5)
+    # $2.5 per GPU-hour on 8 GPUs at 100,000 tokens/s: 20 / 3600 / 1e5 x 1e6 = $0.0556 per 1M tokens
+    summary = {"hardware": "dgx-h100", "gpus": 8, "tokens_per_s": 1e5}
+    assert format_usd(summary, prices) == "$0.0556"
+    assert format_usd({**summary, "tokens_per_s": 1e4}, prices) == "$0.556"
+    assert format_usd({**summary, "tokens_per_s": 1e3}, prices) == "$5.56"
+    assert format_usd({**summary, "tokens_per_s": 10.0}, prices) == "$555.56"
+    assert format_usd(summary, None) == "—"

@@ -169,7 +169,7 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         *([("HFU (with recompute)", [f"{100 * _hfu(s):.1f}%" for _, s in summaries])] if hfu else []),
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
-        *([("$ per 1M tokens", [format_usd(s, prices, digits=3) for _, s in summaries])] if prices else []),
+        *([("$ per 1M tokens", [format_usd(s, prices) for _, s in summaries])] if prices else []),
     ]  # fmt: skip
     for label, cells in rows:
         table.add_row(label, *cells)
