@@ -82,3 +82,12 @@ def test_memory_says_a_zero3_gpu_keeps_a_shard_of_the_params_it_computes_with(cl
     # before: 'holds 8.030 B params' beside a 3.8 GiB params column (8.03 B bf16 is 15 GiB)
     out = " ".join(cli("memory", "llama3-8b-8xh100", "--set", "parallel.zero=3").out.split())
     assert "computes with 8.030 B params, 1.004 B of them resident (ZeRO-3 shards them over 8 ranks)" in out
+
+
+def test_a_fit_with_under_two_percent_to_spare_is_called_tight():
+    from simcluster.commands.memory import tight_fit_line
+
+    gib = 2**30
+    assert "tight" in tight_fit_line(79.92 * gib, 80 * gib)  # Mixtral 8x7B on 32 H100, as shipped
+    assert tight_fit_line(78.0 * gib, 80 * gib) is None  # 2.5% to spare
+    assert tight_fit_line(81.0 * gib, 80 * gib) is None  # does not fit: the DOES NOT FIT line says so

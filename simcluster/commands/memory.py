@@ -78,7 +78,28 @@ def run(args: argparse.Namespace) -> int:
     )
     if not doc["fits"]:
         console.print(hint_line(doc["would_fit"]))
+    tight = tight_fit_line(doc["total_bytes"], doc["capacity_bytes"])
+    if tight:
+        console.print(tight)
     return 0
+
+
+#: headroom below which a layout that fits is called tight: CUDA shows a little less than the
+#: datasheet's memory (an H100 80GB reports about 79.6 GiB to nvidia-smi) and the caching
+#: allocator fragments, which the walk's fixed training.memory_overhead_gib does not follow
+TIGHT_SHARE = 0.02
+
+
+def tight_fit_line(peak: float, capacity: float) -> str | None:
+    """A caution when a peak that fits leaves under :data:`TIGHT_SHARE` of the GPU free."""
+    if not 0 < capacity - peak < TIGHT_SHARE * capacity:
+        return None
+    return (
+        f"[yellow]tight[/]: {format_bytes(capacity - peak)} to spare of {format_bytes(capacity)}; CUDA "
+        "shows a little less than the datasheet's memory and the allocator fragments, so a real run may "
+        "not fit (training.memory_overhead_gib, 1 GiB by default, allows for the CUDA context, cuBLAS "
+        "workspace and NCCL buffers only)"
+    )
 
 
 def hint_line(hints: list[dict]) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 from simcluster.accuracy_table import accuracy_line, small_expert_line
 from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
 from simcluster.commands.console import stdout_console
-from simcluster.commands.memory import hint_line
+from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
@@ -219,6 +219,9 @@ def _print(
             )
         if "would_fit" in s:
             console.print(hint_line(s["would_fit"]))
+    tight = tight_fit_line(peak["max"], s["capacity_bytes"])
+    if tight:
+        console.print(tight)
     if out:
         console.print(f"wrote {out}/{', '.join(written)}")
 
