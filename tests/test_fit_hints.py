@@ -91,3 +91,17 @@ def test_a_fit_with_under_two_percent_to_spare_is_called_tight():
     assert "tight" in tight_fit_line(79.92 * gib, 80 * gib)  # Mixtral 8x7B on 32 H100, as shipped
     assert tight_fit_line(78.0 * gib, 80 * gib) is None  # 2.5% to spare
     assert tight_fit_line(81.0 * gib, 80 * gib) is None  # does not fit: the DOES NOT FIT line says so
+
+
+def test_memory_table_folds_equal_stages_and_explains_its_columns(cli):
+    # DeepSeek-V3's 16 DualPipe stages: the two ends differ (embedding, head), the 14 inside agree
+    from simcluster.commands.memory import _stage_runs
+
+    row = {"params_bytes": 1.0, "grads_bytes": 2.0, "optimizer_bytes": 3.0, "activations_bytes": 4.0,
+           "other_bytes": 5.0, "total_bytes": 15.0}  # fmt: skip
+    end = {**row, "params_bytes": 9.0}
+    stages = [{"stage": 0, **end}, *({"stage": i, **row} for i in range(1, 15)), {"stage": 15, **end}]
+    assert [(a, b) for a, b, _ in _stage_runs(stages)] == [(0, 0), (1, 14), (15, 15)]
+    out = " ".join(cli("memory", "llama3-8b-8xh100").out.split())
+    # bf16 weights, fp32 main gradients with fusion, Adam's 12 B sharded over 8 ZeRO-2 ranks
+    assert "per parameter the GPU computes with: weights 2.00 B" in out and "other: training.memory_overhead_gib" in out
