@@ -86,12 +86,14 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
         if family in _UNSHIPPED_INSTANCES:
             raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
         return None
-    named = sorted({m.group(1) for m in _GPU.finditer(key)} | {m.group(1) for m in _SYSTEM.finditer(key)})
-    if len(named) > 1 or "," in key:
-        # 'dgx-h100,dgx-b200' read as its first GPU would run the job on one of them silently
+    # 'dgx-h100,dgx-b200' read as its first GPU would run the job on one of them silently; a
+    # GPU and the system built of it ('Selene (DGX A100)') are one machine
+    named = {m.group(1): REFERENCE_NODES[m.group(1)][None] for m in _GPU.finditer(key)}
+    named |= {m.group(1): SYSTEMS[m.group(1)] for m in _SYSTEM.finditer(key)}
+    if len(set(named.values())) > 1:
         raise UserError(
             field,
-            f"'{text}' names more than one machine ({', '.join(named) or key}); give one profile "
+            f"'{text}' names more than one machine ({', '.join(sorted(named))}); give one profile "
             "(a comma list is sweep's --hardware axis)",
         )
     match = _GPU.search(key)
