@@ -420,6 +420,15 @@ def test_priced_sweep_plot_draws_the_cost_it_ranks_by():
     # the less memory, the dearer: both H100 layouts are on the front, in memory order
     assert list(h100.get_xdata()) == [52, 67] and list(h100.get_ydata()) == sorted(costs[:2], reverse=True)
     assert not any("fastest" in line.get_label() for line in ax.lines)
+    # an 8B model's cents: tick labels and the key keep enough digits to tell costs apart
+    cheap = rank([_laid("x", "h100", 73, 10271, 80), _laid("y", "h100", 49, 9515, 80),
+                  _laid("z", "h100", 38, 8408, 80)], Prices(default=2.5))  # fmt: skip
+    fig = draw_sweep(cheap, prices=Prices(default=2.5))
+    fig.draw_without_rendering()
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert len(set(ticks)) == len(ticks) and all(t.startswith("$") for t in ticks)
+    (key,) = [t.get_text() for t in fig.texts if t.get_text().startswith("cheapest that fit")]
+    assert "$0.0676 per 1M tokens" in key
 
 
 def test_hardware_sweep_plot_gives_each_profile_a_colour_its_capacity_and_its_front():

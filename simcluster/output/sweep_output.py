@@ -15,6 +15,7 @@ zooms to them and says so (a break mark, and the axis label)."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import Formatter
 
 from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.output.report_files import write_report_files
@@ -171,6 +172,29 @@ def _dashes(index: int, count: int) -> Any:
     return ((period - index * (on + off)) % period, (on, period - on))
 
 
+def dollar_digits(values: Sequence[float]) -> int:
+    """Decimals that tell ``values`` apart: cents, or three significant digits below 10 cents
+    (an 8B model's $0.0705 and $0.0738 are both "$0.07" in cents)."""
+    small = min((abs(v) for v in values if v), default=1.0)
+    return max(2, 2 - math.floor(math.log10(small))) if small < 0.1 else 2
+
+
+class _Dollars(Formatter):
+    """Tick labels in dollars with as many decimals as the tick step needs (at least cents)."""
+
+    digits = 2
+
+    def set_locs(self, locs: list[float]) -> None:
+        super().set_locs(locs)
+        step = abs(locs[1] - locs[0]) if len(locs) > 1 else 0.0
+        self.digits = 2  # the fewest decimals that write the step exactly: 0.0025 takes 4
+        while step and self.digits < 6 and abs(round(step, self.digits) - step) > 1e-6 * step:
+            self.digits += 1
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"${x:,.{self.digits}f}"
+
+
 def _break_mark(ax: Axes) -> None:
     """Two short slashes across the foot of the y axis: it does not start at 0."""
     for dy in (-0.008, 0.008):
@@ -265,8 +289,10 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     key: Text | None = None
     if best:
         width = max(len(r.candidate.label) for r in best)
+        digits = dollar_digits([cast(float, y_of(r)) for r in best])
         lines = [
-            f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}" + (f"  ${y_of(r):,.2f} per 1M tokens" if priced else "")
+            f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}"
+            + (f"  ${y_of(r):,.{digits}f} per 1M tokens" if priced else "")
             for r in best
         ]
         heading = "cheapest that fit:" if priced else "best that fit:"
@@ -301,7 +327,7 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     ylabel = "$ per 1M tokens" if priced else "tokens/s per GPU"
     ax.set_ylabel(f"{ylabel} ({'; '.join(notes)})" if notes else ylabel)
     if priced:
-        ax.yaxis.set_major_formatter(StrMethodFormatter("${x:,.2f}"))
+        ax.yaxis.set_major_formatter(_Dollars())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     skipped = sum(1 for r in rows if r.summary is None)
