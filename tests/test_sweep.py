@@ -401,3 +401,120 @@ def test_pareto_front_keeps_the_fastest_layout_for_each_memory_budget():
     assert pareto_front(points) == [6, 4, 2, 0]
     assert pareto_front([]) == []
     assert pareto_front([(1.0, 1.0), (1.0, 1.0)]) == [0]
+
+
+# --- sweep.png: what it draws (artists and their labels, not pixels) ----------------------
+def _laid(label: str, hardware: str, mem_gib: float, speed: float, capacity_gib: float, gpus: int = 8) -> SweepRow:
+    """A simulated layout as the sweep plot reads it: memory, speed, capacity, its profile."""
+    from simcluster.sweep import Candidate
+    from simcluster.units import GiB
+
+    summary = {
+        "hardware": hardware, "gpus": gpus, "tokens_per_s_per_gpu": speed, "tokens_per_s": speed * gpus,
+        "peak_memory_bytes": {"max": mem_gib * GiB}, "capacity_bytes": capacity_gib * GiB,
+        "fits_in_memory": mem_gib <= capacity_gib,
+    }  # fmt: skip
+    return SweepRow(Candidate((("layout", label),), {}), summary)
+
+
+def _rank_labels(ax) -> dict[str, tuple[float, float]]:
+    from matplotlib.text import Annotation
+
+    return {t.get_text(): t.xy for t in ax.texts if isinstance(t, Annotation)}
+
+
+def test_priced_sweep_plot_draws_the_cost_it_ranks_by():
+    """With --price the table ranks by dollars per million tokens; the plot draws that cost
+    (lower is better), #1 is the cheapest point and the step line the cheapest for its memory.
+    Before, it drew tokens/s with the fastest (and dearest) layout on top."""
+    from simcluster.cost import Prices, usd_per_million_tokens
+    from simcluster.output.sweep_output import draw_sweep
+
+    prices = Prices(by_hardware={"h100": 2.5, "b200": 10.0})
+    rows = rank([_laid("h-a", "h100", 67, 976, 80), _laid("h-b", "h100", 52, 942, 80),
+                 _laid("b-a", "b200", 67, 1865, 179), _laid("b-b", "b200", 52, 1828, 179)], prices)  # fmt: skip
+    ax = draw_sweep(rows, prices=prices).axes[0]
+    assert "$ per 1M tokens" in ax.get_ylabel() and "lower is better" in ax.get_ylabel()
+    costs = [usd_per_million_tokens(r.summary, prices) for r in rows]
+    assert _rank_labels(ax)["#1"] == pytest.approx((67, min(costs)))  # the cheapest is #1
+    fronts = [line for line in ax.lines if line.get_label().endswith("cheapest for its memory")]
+    (h100,) = [line for line in fronts if line.get_label().startswith("h100")]
+    # the less memory, the dearer: both H100 layouts are on the front, in memory order
+    assert list(h100.get_xdata()) == [52, 67] and list(h100.get_ydata()) == sorted(costs[:2], reverse=True)
+    assert not any("fastest" in line.get_label() for line in ax.lines)
+    # an 8B model's cents: tick labels and the key keep enough digits to tell costs apart
+    cheap = rank([_laid("x", "h100", 73, 10271, 80), _laid("y", "h100", 49, 9515, 80),
+                  _laid("z", "h100", 38, 8408, 80)], Prices(default=2.5))  # fmt: skip
+    fig = draw_sweep(cheap, prices=Prices(default=2.5))
+    fig.draw_without_rendering()
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert len(set(ticks)) == len(ticks) and all(t.startswith("$") for t in ticks)
+    (key,) = [t.get_text() for t in fig.texts if t.get_text().startswith("cheapest that fit")]
+    assert "$0.0676 per 1M tokens" in key
+
+
+def test_hardware_sweep_plot_gives_each_profile_a_colour_its_capacity_and_its_front():
+    """Two profiles: one legend entry each, naming it and its memory; its capacity line, its
+    hollow 'does not fit' markers and its front in its scatter colour, its marker its own."""
+    from matplotlib.colors import to_hex
+
+    from simcluster.output.sweep_output import draw_sweep
+
+    rows = rank([_laid("h200-mb2", "dgx-h200", 113, 10990, 140), _laid("h200-mb1", "dgx-h200", 73, 10712, 140),
+                 _laid("a100-mb2", "dgx-a100-40gb", 113, 3646, 40), _laid("a100-mb1", "dgx-a100-40gb", 73, 3565, 40),
+                 _laid("a100-tp8", "dgx-a100-40gb", 30, 2000, 40), _laid("a100-tp4", "dgx-a100-40gb", 35, 2500, 40)])  # fmt: skip
+    ax = draw_sweep(rows).axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    colours, markers = {}, {}
+    for name, capacity in (("dgx-h200", 140), ("dgx-a100-40gb", 40)):
+        (entry,) = [t for t in texts if t.startswith(name + " ")]  # one entry per profile
+        assert f"{capacity} GiB" in entry
+        (dots,) = [c for c in ax.collections if c.get_label() == name]
+        colours[name] = to_hex(dots.get_facecolor()[0])
+        markers[name] = dots.get_paths()[0].vertices.shape
+        (line,) = [ln for ln in ax.lines if ln.get_label() == f"{name}: GPU memory ({capacity} GiB)"]
+        assert to_hex(line.get_color()) == colours[name] and list(line.get_xdata()) == [capacity] * 2
+        (front,) = [ln for ln in ax.lines if ln.get_label() == f"{name}: fastest for its memory"]
+        assert to_hex(front.get_color()) == colours[name]
+    assert len(set(colours.values())) == 2 and len(set(markers.values())) == 2
+    (hollow,) = [c for c in ax.collections if c.get_label() == "dgx-a100-40gb: does not fit"]
+    assert to_hex(hollow.get_edgecolor()[0]) == colours["dgx-a100-40gb"] and len(hollow.get_facecolor()) == 0
+    assert "hollow: does not fit" in texts
+
+
+def test_one_profile_plot_keeps_its_look_and_zooms_only_a_narrow_spread():
+    """The y axis starts at 0 while the points span more than a third of their maximum; 942
+    to 976 tokens/s would be one band at the top, so it zooms and the label says so."""
+    from matplotlib.colors import to_hex
+
+    from simcluster.output.sweep_output import draw_sweep, y_limits
+
+    assert y_limits([300.0, 1000.0]) == (0.0, 1050.0, False)
+    low, high, zoomed = y_limits([942.0, 976.0])
+    assert zoomed and 0 < low < 942 and high > 976
+    assert y_limits([950.0]) == (0.0, pytest.approx(997.5), False)  # one value: nothing to zoom to
+    near = [_laid("a", "h100", 67, 976, 80), _laid("b", "h100", 52, 942, 80), _laid("c", "h100", 90, 960, 80)]
+    ax = draw_sweep(rank(near)).axes[0]
+    assert ax.get_ylim()[0] > 0 and "does not start at 0" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "fits in memory", "does not fit", "GPU memory (80 GiB)", "fastest for its memory",
+    ]  # fmt: skip
+    (over,) = [c for c in ax.collections if c.get_label() == "does not fit"]
+    assert to_hex(over.get_edgecolor()[0]) == "#c62828"
+    apart = draw_sweep(rank([_laid("a", "h100", 67, 976, 80), _laid("b", "h100", 52, 400, 80)])).axes[0]
+    assert apart.get_ylim()[0] == 0 and apart.get_ylabel() == "tokens/s per GPU"
+
+
+@pytest.mark.parametrize("count", [1, 5])
+def test_the_key_under_the_plot_is_as_tall_as_its_lines(count):
+    """No blank band between the plot's x label and the 'best that fit' key, whether it
+    lists one layout or five."""
+    from simcluster.output.sweep_output import draw_sweep
+
+    rows = rank([_laid(f"l{i}", "h100", 40 + 5 * i, 900 - 100 * i, 80) for i in range(count)])
+    fig = draw_sweep(rows)
+    fig.draw_without_rendering()
+    renderer = fig._get_renderer()
+    (key,) = [t for t in fig.texts if t.get_text().startswith("best that fit")]
+    gap = fig.axes[0].get_tightbbox(renderer).y0 - key.get_window_extent(renderer).y1
+    assert 0 <= gap * 72.0 / fig.dpi <= 16  # points

@@ -1,26 +1,36 @@
 """What a layout sweep writes: sweep.csv, sweep.json and sweep.png (throughput against memory).
 
 The picture answers the question a sweep is run for: which layouts fit, and which of those
-is fastest. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU);
+is best. Each simulated layout is a point at (peak memory per GPU, tokens/s per GPU), or with
+``--price`` at (peak memory per GPU, dollars per million tokens), the sweep's ranking then;
 layouts that fit are filled, those that do not are hollow, the GPU's capacity is a dashed
-line (one per memory size when hardware is swept) and the best five that fit are numbered,
-with their settings in a key under the plot. A step line joins the layouts that fit and that no
-other fitting layout beats on both axes (the Pareto front): the fastest layout for each memory
-budget, the ones worth a look when memory headroom matters.
-"""
+line and the best five that fit are numbered as in the table, with their settings in a key
+under the plot. A step line joins the layouts that fit and that no other fitting layout beats
+on both axes (the Pareto front): the fastest (cheapest) layout for each memory budget, the
+ones worth a look when memory headroom matters. A sweep over hardware gives each profile a
+colour and marker: its points, its capacity line and its own front (a memory budget means
+something on one GPU type), hollow where a layout does not fit that profile's memory.
+The y axis starts at 0 unless the points span less than a third of their maximum; then it
+zooms to them and says so (a break mark, and the axis label)."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
+from matplotlib.legend_handler import HandlerTuple
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.ticker import Formatter
 
-from simcluster.cost import Prices
+from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.output.report_files import write_report_files
 from simcluster.sweep import SweepRow
 from simcluster.units import GiB
@@ -120,74 +130,222 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
-def draw_sweep(rows: Sequence[SweepRow], title: str = "") -> Figure:
-    """Tokens/s per GPU against peak memory per GPU for every simulated layout."""
+_FIT_COLOUR = "#4C78A8"  # one profile: layouts that fit
+_OVER_COLOUR = "#C62828"  # one profile: layouts that do not fit, and the GPU's memory
+# several profiles: a colour and a marker each, in the order of their best layout
+_PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D", "#EECA3B")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+_ZOOM_SPAN = 1 / 3  # the y axis starts at 0 unless the data spans less than this of its maximum
+_DASH = (4.0, 2.0)  # on, off (points) of a capacity line that several profiles share
+_NOT_ZERO = "axis does not start at 0"
+
+
+def y_limits(values: Sequence[float]) -> tuple[float, float, bool]:
+    """The y range of the plot and whether it leaves 0 out.
+
+    From 0 (heights compare honestly) with headroom above the highest point, unless the values
+    span less than a third of their maximum: then 942 and 976 tokens/s would be one band at the
+    top, so the axis zooms to the data with padding (at least 2% of the maximum on each side:
+    near-equal values are not blown apart) and the plot says it does not start at 0. One value
+    alone, or all equal, keeps 0: there is no spread to show."""
+    if not values or max(values) <= 0:
+        return 0.0, 1.0, False
+    low, high = min(values), max(values)
+    if low == high or high - low > _ZOOM_SPAN * high:
+        return 0.0, 1.05 * high, False
+    pad = max(0.2 * (high - low), 0.02 * high)
+    return max(0.0, low - pad), high + pad, True
+
+
+def profile_styles(profiles: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(colour, marker) of each hardware profile, in the order given."""
+    return {name: (_PALETTE[i % len(_PALETTE)], _MARKERS[i % len(_MARKERS)]) for i, name in enumerate(profiles)}
+
+
+def _dashes(index: int, count: int) -> Any:
+    """The line style of the ``index``-th of ``count`` capacity lines drawn at one memory size:
+    their dashes take turns, so each profile's colour shows along the shared line."""
+    if count == 1:
+        return "--"
+    on, off = _DASH
+    period = count * (on + off)
+    return ((period - index * (on + off)) % period, (on, period - on))
+
+
+def dollar_digits(values: Sequence[float]) -> int:
+    """Decimals that tell ``values`` apart: cents, or three significant digits below 10 cents
+    (an 8B model's $0.0705 and $0.0738 are both "$0.07" in cents)."""
+    small = min((abs(v) for v in values if v), default=1.0)
+    return max(2, 2 - math.floor(math.log10(small))) if small < 0.1 else 2
+
+
+class _Dollars(Formatter):
+    """Tick labels in dollars with as many decimals as the tick step needs (at least cents)."""
+
+    digits = 2
+
+    def set_locs(self, locs: list[float]) -> None:
+        super().set_locs(locs)
+        step = abs(locs[1] - locs[0]) if len(locs) > 1 else 0.0
+        self.digits = 2  # the fewest decimals that write the step exactly: 0.0025 takes 4
+        while step and self.digits < 6 and abs(round(step, self.digits) - step) > 1e-6 * step:
+            self.digits += 1
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"${x:,.{self.digits}f}"
+
+
+def _break_mark(ax: Axes) -> None:
+    """Two short slashes across the foot of the y axis: it does not start at 0."""
+    for dy in (-0.008, 0.008):
+        ax.plot([-0.012, 0.012], [dy - 0.01, dy + 0.01], transform=ax.transAxes, color="black",
+                linewidth=0.8, clip_on=False, zorder=5)  # fmt: skip
+
+
+def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None = None) -> Figure:
+    """Tokens/s per GPU against peak memory per GPU for every simulated layout; with ``prices``,
+    dollars per million tokens (the sweep's ranking then) against memory. Several hardware
+    profiles get a colour and marker each, with their own capacity line and front."""
+    priced = prices is not None
+
+    def y_of(row: SweepRow) -> float | None:
+        assert row.summary is not None
+        if prices is not None:
+            return usd_per_million_tokens(row.summary, prices)
+        return float(row.summary["tokens_per_s_per_gpu"])
+
+    def x_of(row: SweepRow) -> float:
+        assert row.summary is not None
+        return float(row.summary["peak_memory_bytes"]["max"]) / GiB
+
+    def hardware(row: SweepRow) -> str:
+        assert row.summary is not None
+        return str(row.summary["hardware"])
+
+    def capacity(row: SweepRow) -> float:
+        assert row.summary is not None
+        return float(row.summary["capacity_bytes"]) / GiB
+
+    def xy(group: Sequence[SweepRow]) -> tuple[list[float], list[float]]:
+        return [x_of(r) for r in group], [cast(float, y_of(r)) for r in group]
+
+    rank_of = {id(row): i for i, row in enumerate(rows, start=1)}  # the table's rank
     ran = [r for r in rows if r.summary is not None]
+    drawn = [r for r in ran if y_of(r) is not None]  # a layout without a price has no cost to draw
     fig = Figure(figsize=(8.0, 6.4), layout="constrained")
     ax = fig.subplots()
+    profiles = list(dict.fromkeys(hardware(r) for r in ran))  # in the order of their best layout
+    several = len(profiles) > 1
+    styles = profile_styles(profiles)
+    front_label = "cheapest for its memory" if priced else "fastest for its memory"
+    sharing: dict[float, list[str]] = {}  # memory size -> the profiles with that much
+    for profile in profiles:
+        for size in sorted({capacity(r) for r in ran if hardware(r) == profile}):
+            sharing.setdefault(size, []).append(profile)
+    handles: list[Any] = []  # several profiles: the legend, one entry per profile and memory size
+    labels: list[str] = []
+    any_over = False
+    fronts: list[tuple[list[float], list[float], str, str]] = []  # drawn after the capacities
+    per_profile: list[str | None] = list(profiles) if several else [None]  # None: one for all
+    for name in per_profile:
+        mine = [r for r in drawn if name is None or hardware(r) == name]
+        fits = [r for r in mine if r.fits]
+        over = [r for r in mine if not r.fits]
+        colour, marker = (_FIT_COLOUR, "o") if name is None else styles[name]
+        if fits:
+            ax.scatter(*xy(fits), s=36, color=colour, marker=marker, edgecolor="black", linewidth=0.5,
+                       label=name or "fits in memory", zorder=3)  # fmt: skip
+        if over:
+            any_over = True
+            ax.scatter(*xy(over), s=36, marker=marker, facecolor="none",
+                       edgecolor=_OVER_COLOUR if name is None else colour, linewidth=1.0,
+                       label="does not fit" if name is None else f"{name}: does not fit", zorder=3)  # fmt: skip
+        if len(fits) > 1:
+            mem, ys = xy(fits)
+            # less memory and a higher speed, or less memory and a lower cost
+            front = pareto_front(list(zip(mem, [-y if priced else y for y in ys], strict=True)))
+            if len(front) > 1:
+                fronts.append(([mem[i] for i in front], [ys[i] for i in front], colour,
+                               front_label if name is None else f"{name}: {front_label}"))  # fmt: skip
+    # one line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs)
+    for size, names in sharing.items():
+        for index, profile in enumerate(names):
+            colour, marker = styles[profile] if several else (_OVER_COLOUR, "o")
+            label = f"{profile}: GPU memory ({size:.0f} GiB)" if several else f"GPU memory ({size:.0f} GiB)"
+            ax.axvline(size, color=colour, linestyle=_dashes(index, len(names)), linewidth=1.0, label=label)
+            if several:
+                # the key shows the profile's marker on a dashed line of its colour, whatever
+                # turn its dashes take on a line it shares
+                dash = Line2D([], [], color=colour, linestyle="--", linewidth=1.0)
+                dot = Line2D([], [], color=colour, marker=marker, markeredgecolor="black",
+                             markeredgewidth=0.5, linestyle="none")  # fmt: skip
+                handles.append((dash, dot))
+                labels.append(f"{profile} ({size:.0f} GiB GPU memory)")
+    for front_x, front_y, colour, label in fronts:
+        ax.plot(front_x, front_y, drawstyle="steps-post", color=colour, linewidth=1.0, alpha=0.6, zorder=2,
+                label=label)  # fmt: skip
+    best = [r for r in ran if r.fits][:_LABELLED]  # the table's first (those that fit lead it)
+    best = [r for r in best if y_of(r) is not None]
+    key: Text | None = None
+    if best:
+        width = max(len(r.candidate.label) for r in best)
+        digits = dollar_digits([cast(float, y_of(r)) for r in best])
+        lines = [
+            f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}"
+            + (f"  ${y_of(r):,.{digits}f} per 1M tokens" if priced else "")
+            for r in best
+        ]
+        heading = "cheapest that fit:" if priced else "best that fit:"
+        key = fig.text(0.01, 0.005, "\n".join([heading, *lines]), fontsize=8, va="bottom", ha="left",
+                       family="monospace")  # fmt: skip
     # layout="constrained" above makes the engine a ConstrainedLayoutEngine, which takes rect
     engine = cast(ConstrainedLayoutEngine, fig.get_layout_engine())
-    engine.set(rect=(0, 0.17, 1, 0.83))  # room for the key below
-    fits = [r for r in ran if r.fits]
-    over = [r for r in ran if not r.fits]
-
-    def xy(group: list[SweepRow]) -> tuple[list[float], list[float]]:
-        return (
-            [r.summary["peak_memory_bytes"]["max"] / GiB for r in group],  # type: ignore[index]
-            [r.summary["tokens_per_s_per_gpu"] for r in group],  # type: ignore[index]
-        )
-
-    if fits:
-        ax.scatter(*xy(fits), s=36, color="#4C78A8", edgecolor="black", linewidth=0.5,
-                   label="fits in memory", zorder=3)  # fmt: skip
-    if over:
-        ax.scatter(*xy(over), s=36, facecolor="none", edgecolor="#C62828", linewidth=1.0,
-                   label="does not fit", zorder=3)  # fmt: skip
-    # one line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs)
-    capacities = [r.summary["capacity_bytes"] / GiB for r in ran]  # type: ignore[index]
-    for capacity in sorted(set(capacities)):
-        ax.axvline(capacity, color="#C62828", linestyle="--", linewidth=1.0, label=f"GPU memory ({capacity:.0f} GiB)")
-    if len(fits) > 1:
-        mem, tps = xy(fits)
-        front = pareto_front(list(zip(mem, tps, strict=True)))
-        if len(front) > 1:
-            ax.plot([mem[i] for i in front], [tps[i] for i in front], drawstyle="steps-post",
-                    color="#4C78A8", linewidth=1.0, alpha=0.6, zorder=2,
-                    label="fastest for its memory")  # fmt: skip
-    best = fits[:_LABELLED]
-    # from zero, with headroom: autoscaling pads the data's own range, which leaves the highest
-    # and rightmost markers on the frame once the axes are stretched down to zero
-    xs, ys = xy(ran)
-    if ran:
-        ax.set_xlim(0, 1.05 * max(xs + capacities))
-        ax.set_ylim(0, 1.05 * max(ys))
-    else:
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
-    anchors = [(x[0], y[0]) for x, y in (xy([row]) for row in best)]
+    if key is not None:
+        # room below the axes for the key: as tall as its lines, no taller
+        fig.draw_without_rendering()
+        share = key.get_window_extent().height / fig.bbox.height + 0.02
+        engine.set(rect=(0, share, 1, 1 - share))
+    # x from zero, with headroom: autoscaling pads the data's own range, which leaves the
+    # rightmost markers on the frame once the axes are stretched down to zero; y by y_limits
+    xs, ys = xy(drawn)
+    ax.set_xlim(0, 1.05 * max(xs + list(sharing)) if ran else 1.0)
+    low, high, zoomed = y_limits(ys)
+    ax.set_ylim(low, high)
+    if zoomed:
+        _break_mark(ax)
+    anchors = [(x_of(r), cast(float, y_of(r))) for r in best]
     fig.draw_without_rendering()  # settle the constrained layout: label distances are on paper
     groups = coincident_groups(ax, anchors)
     spots = [anchors[group[0]] for group in groups]
-    texts = [rank_label([i + 1 for i in group]) for group in groups]
+    texts = [rank_label([rank_of[id(best[i])] for i in group]) for group in groups]
     offsets = label_offsets(ax, spots, texts)
     for text, spot, offset in zip(texts, spots, offsets, strict=True):
         ax.annotate(text, spot, xytext=offset, textcoords="offset points",
                     fontsize=8, fontweight="bold")  # fmt: skip
-    if best:
-        key = "\n".join(f"#{i}  {row.candidate.label}" for i, row in enumerate(best, start=1))
-        fig.text(0.01, 0.0, f"best that fit:\n{key}", fontsize=8, va="bottom", ha="left",
-                 family="monospace")  # fmt: skip
     ax.set_xlabel("peak memory per GPU (GiB)")
-    ax.set_ylabel("tokens/s per GPU")
+    notes = (["lower is better"] if priced else []) + ([_NOT_ZERO] if zoomed else [])
+    ylabel = "$ per 1M tokens" if priced else "tokens/s per GPU"
+    ax.set_ylabel(f"{ylabel} ({'; '.join(notes)})" if notes else ylabel)
+    if priced:
+        ax.yaxis.set_major_formatter(_Dollars())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     skipped = sum(1 for r in rows if r.summary is None)
-    headline = f"{len(ran)} layouts simulated, {len(fits)} fit" + (
+    headline = f"{len(ran)} layouts simulated, {sum(1 for r in ran if r.fits)} fit" + (
         f", {skipped} skipped (cannot run)" if skipped else ""
     )
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
-    if ran:
-        ax.legend(fontsize=8, loc="lower right")
+    if several:
+        # a colour per profile; hollow and the step line read the same in every colour
+        if any_over:
+            handles.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="none", linestyle="none"))
+            labels.append("hollow: does not fit")
+        if fronts:
+            handles.append(Line2D([], [], color="#555555", linewidth=1.0, alpha=0.6))
+            labels.append(f"{front_label} (per profile)")
+        ax.legend(handles, labels, handler_map={tuple: HandlerTuple(ndivide=1)}, fontsize=8, loc="best")
+    elif ran:
+        ax.legend(fontsize=8, loc="best" if priced else "lower right")
     return fig
 
 
@@ -201,4 +359,4 @@ def write_sweep(
     """Write sweep.csv, sweep.json (``json_text``, the ``--json`` document) and sweep.png
     into ``out_dir`` atomically; returns file name -> final path."""
     frame = sweep_frame(rows, prices)
-    return write_report_files(out_dir, "sweep", frame, json_text, draw_sweep(rows, title))
+    return write_report_files(out_dir, "sweep", frame, json_text, draw_sweep(rows, title, prices))
