@@ -150,6 +150,7 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
     tokens = layout.global_batch * layout.seq_len
     return {
         "scenario": ctx.scenario.name,
+        "layout": layout.describe(),
         "loop": _loop(ctx),
         "device": device_name(dctx.device),
         "ranks": dctx.world,
@@ -238,7 +239,8 @@ def _write_case(path: Path, raw: dict[str, Any], r: dict[str, Any]) -> None:
     case = {
         "cases": [
             {
-                "name": f"{r['scenario']}/measure-step",
+                # the layout keeps two measurements of one scenario's layouts apart in validate
+                "name": f"{r['scenario']}/measure-step {r['layout']}",
                 "source": (
                     f"calibrate measure-step: median of {len(r['steps_s'])} PyTorch steps on "
                     f"{r['ranks']} x {r['device']} (torch {r['torch']}) under {r['loop']}"

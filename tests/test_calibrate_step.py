@@ -141,6 +141,8 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framewor
     assert written["scenario"]["framework"] == framework
     assert written["source"].endswith("under FSDP2" if zero else "under DistributedDataParallel")
     assert written["measured"] == {"step_time_s": r["measured_step_s"]}
+    # the layout in the name: two layouts of one scenario are two cases for validate
+    assert written["name"] == f"{r['scenario']}/measure-step {r['layout']}" and ("zero3" in r["layout"]) == (zero == 3)
     assert simcluster_main(["validate", str(case), "--json", "--jobs", "1"]) == 0
     validated = json.loads(capsys.readouterr().out)["cases"][0]
     assert validated["predicted"] == r["simulated_step_s"]
