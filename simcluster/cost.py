@@ -89,10 +89,12 @@ def format_usd(summary: dict[str, Any], prices: Prices | None) -> str:
     """Dollars per million tokens as a table cell ("—" when unpriced), to three significant
     digits at least: cents alone showed $0.06 for rows the ranking tells apart."""
     value = usd_per_million_tokens(summary, prices)
-    if value is None:
-        return "—"
-    decimals = max(2, 2 - math.floor(math.log10(value))) if value > 0 else 2
-    return f"${value:,.{decimals}f}"
+    return "—" if value is None else f"${value:,.{usd_decimals(value)}f}"
+
+
+def usd_decimals(value: float) -> int:
+    """Decimals that write ``value`` dollars to three significant digits, never fewer than cents."""
+    return max(2, 2 - math.floor(math.log10(abs(value)))) if value else 2
 
 
 def usd_per_million_tokens(summary: dict[str, Any], prices: Prices | None) -> float | None:

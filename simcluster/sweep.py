@@ -78,6 +78,8 @@ def parse_axis(axis: str, text: str, gpus: int) -> list[Any]:
         if not item:
             raise UserError(flag, f"'{text}' has an empty item; give a list like 1,2,4")
         value = _convert(flag, item, kind)
+        if axis in _CHOICE_AXES:
+            _check_choice(flag, axis, item)
         if value not in values:
             values.append(value)
     return values
@@ -105,14 +107,12 @@ def _convert(flag: str, item: str, kind: type) -> Any:
         if low in _TRUE or low in _FALSE:
             return low in _TRUE
         raise UserError(flag, f"'{item}' is not true or false")
-    if flag in _CHOICE_FLAGS:
-        _check_choice(flag, _CHOICE_FLAGS[flag], item)
     return item
 
 
 #: the choice axes whose values are names: a misspelt one is an error before anything runs,
 #: not a row skipped as 'cannot run' among layouts that merely do not fit the cluster
-_CHOICE_FLAGS = {"--schedule": "schedule", "--recompute": "recompute", "--precision": "precision"}
+_CHOICE_AXES = ("schedule", "recompute", "precision")
 
 
 def _check_choice(flag: str, axis: str, item: str) -> None:

@@ -44,9 +44,10 @@ _CASE_KEYS = {
     "name", "source", "family", "published", "compare", "slow", "scenario", "measured",
     "peak_memory_gib", "flops", "set",
 }
-#: case keys that change what is simulated or how it is scored: a close misspelling of one is
-#: an error, where one of the others (peak_memory_gib, family, ...) is noted and the case runs
-_SCORING_KEYS = {"scenario", "measured", "set", "flops"}
+#: optional case keys that change what is simulated or how it is scored: a close misspelling of
+#: one is an error, where one of the others (peak_memory_gib, family, ...) is noted and the case
+#: runs (scenario and measured are required: a misspelling of them fails the required check)
+_SCORING_KEYS = {"set", "flops"}
 #: metrics counted in model FLOPs, which a case's ``flops:`` convention rescales
 _FLOP_METRICS = ("mfu", "model_tflops_per_gpu")
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     console = stdout_console()
     table = Table(title=f"{doc['scenario']} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
     table.add_column("stage", justify="right")
-    for col in ("params", "grads", "optimizer", "activations", "other", "total"):
+    for col in _COLUMNS:
         table.add_column(col, justify="right")
     for first, last, cells in _stage_runs(doc["per_stage"]):
         table.add_row(str(first) if first == last else f"{first}-{last}", *cells)

@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         if not load_cases(args.cases):  # the files themselves hold none: no flag to blame
             named = ", ".join(str(c) for c in args.cases)
             raise UserError("CASES", f"{named} has no cases; add items to its cases: list")
-        used = " and ".join(f for f, on in (("--filter", args.filter), ("--quick", args.quick)) if on)
-        raise UserError(used.split(" ")[0], f"no case left after {used}; drop or change it")
+        flags = [f for f, on in (("--filter", args.filter), ("--quick", args.quick)) if on]
+        raise UserError(flags[0], f"no case left after {' and '.join(flags)}; drop or change it")
     if args.out:
         from simcluster.output.atomic import check_writable
 

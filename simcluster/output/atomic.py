@@ -151,14 +151,19 @@ def write_output_files(out_dir: str | os.PathLike[str], files: dict[str, bytes])
     return {name: final / name for name in sorted(files)}
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest existing ancestor: where missing folders would be made."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_writable(out_dir: str | os.PathLike[str]) -> None:
     """Fail fast (before a long simulation) when ``out_dir`` cannot become an output directory."""
     target = Path(out_dir)
     if target.exists() and not target.is_dir():
         raise UserError(OUT_FIELD, f"'{target}' exists and is not a directory; choose another path")
-    parent = target if target.is_dir() else target.parent
-    while not parent.exists():
-        parent = parent.parent
+    parent = _nearest_existing(target if target.is_dir() else target.parent)
     if not parent.is_dir():
         raise UserError(OUT_FIELD, f"'{parent}' is not a directory; choose a writable directory")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -175,9 +180,7 @@ def check_file_writable(path: str | os.PathLike[str], field: str = OUT_FIELD, ex
         raise _is_a_directory(target, field, example)
     if target.exists() and not target.is_file():
         raise UserError(field, f"'{target}' exists and is not a regular file; name a file")
-    parent = target.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    parent = _nearest_existing(target.parent)
     if not parent.is_dir():
         raise UserError(
             field, f"cannot make folder '{target.parent}': '{parent}' is a file; choose another path"

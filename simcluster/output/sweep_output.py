@@ -15,7 +15,6 @@ zooms to them and says so (a break mark, and the axis label)."""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from matplotlib.ticker import Formatter
 
-from simcluster.cost import Prices, usd_per_million_tokens
+from simcluster.cost import Prices, usd_decimals, usd_per_million_tokens
 from simcluster.output.report_files import write_report_files
 from simcluster.sweep import SweepRow
 from simcluster.units import GiB
@@ -176,7 +175,7 @@ def dollar_digits(values: Sequence[float]) -> int:
     """Decimals that tell ``values`` apart: cents, or three significant digits below 10 cents
     (an 8B model's $0.0705 and $0.0738 are both "$0.07" in cents)."""
     small = min((abs(v) for v in values if v), default=1.0)
-    return max(2, 2 - math.floor(math.log10(small))) if small < 0.1 else 2
+    return usd_decimals(small) if small < 0.1 else 2
 
 
 class _Dollars(Formatter):

@@ -45,12 +45,10 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
     names = shipped_scenarios()
     # a shipped name as people type it: any case, with its .yaml (the file names in scenarios/)
     stem = path.name.lower().removesuffix(".yaml").removesuffix(".yml")
-    shipped = stem in names and (path.name == text or path.suffix in (".yaml", ".yml"))
-    if path.suffix in (".yaml", ".yml") or "/" in text:
-        if not (shipped and "/" not in text):
-            hint = f" (a shipped scenario is '{stem}')" if stem in names else ""
-            raise UserError("scenario", f"file '{text}' not found{hint}")
-    if shipped:
+    if "/" in text or (path.suffix in (".yaml", ".yml") and stem not in names):
+        hint = f" (a shipped scenario is '{stem}')" if stem in names else ""
+        raise UserError("scenario", f"file '{text}' not found{hint}")
+    if stem in names:
         return _scenarios_dir() / f"{stem}.yaml"
     raise UserError(
         "scenario",
