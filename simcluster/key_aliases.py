@@ -63,6 +63,7 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # read through zero's spellings ('none', 'distributed optimizer'; true is 1)
         "optimizer_sharding": "zero", "use_distributed_optimizer": "zero", "distributed_optimizer": "zero",
         "pipeline_schedule": "schedule",
+        "sp": "sequence_parallel", "sequence_parallelism": "sequence_parallel",
     },
     "training": {
         "global_batch_size": "global_batch", "gbs": "global_batch", "train_batch_size": "global_batch",
@@ -71,6 +72,12 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "seq_length": "seq_len", "sequence_length": "seq_len", "max_seq_len": "seq_len",
         "max_seq_length": "seq_len", "encoder_seq_length": "seq_len",
         "recompute_granularity": "recompute",
+        # Hugging Face's gradient checkpointing and torchtitan's activation_checkpoint.mode:
+        # true is whole layers rerun, as recompute: true reads
+        "gradient_checkpointing": "recompute", "activation_checkpointing": "recompute",
+        "activation_checkpoint": "recompute",
+        "mixed_precision": "precision", "dtype": "precision",
+        "sequence_len": "seq_len", "seqlen": "seq_len",
         "tokens_per_batch": "global_batch_tokens", "batch_tokens": "global_batch_tokens",
         "global_batch_size_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
         "gradient_accumulation_steps": "grad_accum", "ga": "grad_accum", "grad_accum_steps": "grad_accum",

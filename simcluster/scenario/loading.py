@@ -18,6 +18,7 @@ from simcluster.key_aliases import canonical_key, canonical_path, normalise_keys
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 from simcluster.scenario.document import Scenario
+from simcluster.scenario.misplaced import home_of, relocate
 from simcluster.spellings import normalise_spellings
 from simcluster.stated_params import expand_stated_params
 from simcluster.strict_numbers import BOOLEAN_NUMBER
@@ -83,6 +84,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
         key, value = pending.pop(0)
         out = _expand_model_shorthand(out)  # an earlier `--set model=NAME`, then model.layers=4
         parts = canonical_path(key).split(".")
+        if len(parts) <= 2:  # a key written one level off ('training.tp', 'tp') set where it belongs
+            home = home_of(parts[-1], parts[0] if len(parts) == 2 else None)
+            parts = list(home) if home is not None else parts
         if isinstance(value, dict) and value and isinstance(_get_path(out, parts), dict):
             # a mapping over a section merges into it key by key ('parallel={tp: 2}' keeps the
             # scenario's zero); each key is then an override of its own, twins included
@@ -192,7 +196,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_overrides(normalise_keys(_expand_model_shorthand(data)), overrides or [])
+    data = apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = apply_framework(normalise_spellings(data))
