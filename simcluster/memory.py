@@ -24,7 +24,8 @@ from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 
-HEAD_LAYER = -2  # the layer index a unit of work uses for the LM head and loss (-1: the embedding)
+HEAD_LAYER = -2  # the layer index a unit of work uses for the LM head and loss
+EMBEDDING_LAYER = -1  # the layer index a unit of work uses for the embedding
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,28 @@ def logit_elements(model: ModelSpec, layout: Layout, training: TrainingSection) 
 
 
 def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
-    """Logits kept for the loss on the last stage: fp32, vocab-parallel (Korthikanti eq. 5: 4sbv)."""
-    return 4.0 * logit_elements(model, layout, training)
+    """The output layer's stash on the last stage (Korthikanti et al. 2022, Sec. 4.3, "output
+    layer": 4sbh/t (1 + v/h) with sequence parallelism; Megatron-LM's
+    ``report_theoretical_memory`` adds the same term): the final norm's input and the LM head's
+    input (the norm's output, a 16-bit GEMM input: Megatron's output layer is not an FP8 TE
+    linear), each sbh/t with SP and sbh without, and the fp32 vocab-parallel logits the loss
+    keeps, 4sbv/t."""
+    s = training.seq_len / layout.cp
+    rep = layout.tp if layout.sequence_parallel else 1
+    inputs = 2 * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
+    return inputs + 4.0 * logit_elements(model, layout, training)
+
+
+def embedding_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """The embedding's stash for one microbatch on the first stage: the dropout mask on its
+    output, 1 byte per element, sharded over tp with sequence parallelism (Korthikanti et al.
+    2022, Sec. 4.3: sbhp/t for the p microbatches in flight; Megatron-LM's
+    ``report_theoretical_memory``: "Dropout in embedding layer"). The embedding's output is
+    the first layer's input, counted there; models without dropout keep nothing."""
+    if not model.dropout:
+        return 0.0
+    rep = layout.tp if layout.sequence_parallel else 1
+    return training.seq_len / layout.cp * training.micro_batch * model.hidden / rep
 
 
 def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
@@ -290,7 +311,8 @@ def mtp_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, routed_rows: float = 1.0
 ) -> float:
     """Each MTP module's stash for one microbatch: its two normalised inputs (the 2h projection
-    input), its transformer layer, and the fp32 logits of its loss through the shared head."""
+    input), its transformer layer, and its output layer's stash through the shared head (its
+    final norm's and the head's inputs, the fp32 logits of its loss)."""
     s = training.seq_len / layout.cp
     sbh = s * training.micro_batch * model.hidden
     per = 2 * sbh * gemm_input_bytes(training.precision) / layout.tp + head_activation_bytes(model, layout, training)
@@ -310,6 +332,8 @@ def chunk_activation_bytes(
         layer_activation_bytes(model, layout, training, i, pos, routed_rows)
         for pos, i in enumerate(chunk.layer_indices)
     )
+    if chunk.embedding:
+        total += embedding_activation_bytes(model, layout, training)
     if chunk.head:
         total += head_activation_bytes(model, layout, training)
         total += mtp_activation_bytes(model, layout, training, routed_rows)
@@ -342,6 +366,8 @@ def stash_cumulative_shares(
             if layer == HEAD_LAYER:
                 size += head_activation_bytes(model, layout, training)
                 size += mtp_activation_bytes(model, layout, training, routed_rows)
+            elif layer == EMBEDDING_LAYER:
+                size += embedding_activation_bytes(model, layout, training)
             elif layer in offloaded:
                 size, buffer = size + buffer, 0.0
             elif layer >= 0:

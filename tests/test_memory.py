@@ -313,3 +313,44 @@ def test_nanotron_clips_every_local_gradient_and_always_scales_it():
     local = stage_params(ctx.model, ctx.layout, ctx.chunks[0]).total
     extra = (local * 12 - local / 8 * 4) / kernel_model(ctx).hbm_bytes_per_s
     assert step(sc("local_scale")) - step(sc("shard")) == pytest.approx(extra, rel=1e-6)
+
+
+def test_megatron_theoretical_activation_memory_counts_the_input_and_output_layers():
+    """Korthikanti et al. 2022 Sec. 4.3 and Megatron-LM's ``report_theoretical_memory``
+    (megatron/training/theoretical_memory_usage.py, ``compute_activation_memory``: SP with
+    selective recompute, pp = 1): besides L x 34sbh/t for the layers (ffn = 4h), the embedding's
+    dropout mask sbh/t and the output layer's 4sbh/t (1 + v/h): the final norm's and the LM
+    head's inputs (2sbh/t each) and the fp32 logits (4sbv/t). The token ids (8sb/t) are the
+    data loader's. The flash-attention log-sum-exp (4as b/t per layer) is simcluster's own."""
+    from simcluster.memory import chunk_activation_bytes
+
+    t = 4
+    ctx = _ctx(
+        parallel={"tp": t, "sequence_parallel": True},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 4, "recompute": "selective",
+                  "flash_attention": False},  # fmt: skip
+    )
+    m = ctx.model
+    (chunk,) = ctx.chunks[0]
+    layers = m.layers * (SBH * 34 / t + 4 * A * S * B / t)
+    embedding = SBH / t
+    output = 4 * SBH / t * (1 + m.vocab / H)
+    got = chunk_activation_bytes(m, ctx.layout, ctx.scenario.training, chunk)
+    assert got == pytest.approx(layers + embedding + output)
+
+
+def test_output_layer_inputs_are_replicated_without_sequence_parallelism():
+    """Without SP the final norm's and the LM head's inputs are whole on every TP rank (Korthikanti
+    Table 2's replicated 2sbh terms); a model without dropout keeps no embedding mask."""
+    from simcluster.memory import embedding_activation_bytes, head_activation_bytes
+    from tests.conftest import GPT_LIKE
+
+    t = 4
+    ctx = _ctx(
+        model={**GPT_LIKE, "dropout": False},
+        parallel={"tp": t},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 4},
+    )
+    tr = ctx.scenario.training
+    assert head_activation_bytes(ctx.model, ctx.layout, tr) == pytest.approx(4 * SBH + 4 * S * B * 1024 / t)
+    assert embedding_activation_bytes(ctx.model, ctx.layout, tr) == 0.0

@@ -46,9 +46,11 @@ def test_each_step_up_in_a_forward_is_one_layer(run):
     levels = mem[(mem["time_s"] >= start) & (mem["time_s"] <= end)]["activations"].to_numpy()
     ups = np.diff(np.concatenate([[0.0], levels]))
     ups = ups[ups > 0]
-    # the embedding keeps nothing here; the last layer's unit also holds the (fused) loss's logits
+    # the first layer's unit also holds the embedding's dropout mask, sbh bytes (Korthikanti Sec.
+    # 4.3); the last layer's unit also holds the output layer's stash (the loss's logits)
     assert len(ups) == L
-    assert ups[: L - 1] == pytest.approx([KORTHIKANTI_LAYER] * (L - 1), rel=1e-12)
+    assert ups[0] == pytest.approx(KORTHIKANTI_LAYER + S * B * H, rel=1e-12)
+    assert ups[1 : L - 1] == pytest.approx([KORTHIKANTI_LAYER] * (L - 2), rel=1e-12)
     assert ups[-1] > KORTHIKANTI_LAYER
 
 
@@ -65,12 +67,14 @@ def test_a_backward_frees_the_stash_layer_by_layer_down_to_nothing(run):
     levels = levels[: int(np.argmax(levels == 0.0)) + 1]  # the next forward starts as it ends
     # pp = 1: one microbatch in flight, its whole stash held when its backward starts
     assert before == pytest.approx(stash, rel=1e-12)
-    # a fused B+W frees it one layer at a time (the last layer, with the head, first)
+    # a fused B+W frees it one layer at a time (the last layer, with the head, first; the first
+    # layer, with the embedding's dropout mask, last)
     drops = -np.diff(np.concatenate([[before], levels]))
     assert np.all(drops >= 0)
     drops = drops[drops > 0]
     assert len(drops) == L
-    assert drops[1:] == pytest.approx([KORTHIKANTI_LAYER] * (L - 1), rel=1e-12)
+    assert drops[1:-1] == pytest.approx([KORTHIKANTI_LAYER] * (L - 2), rel=1e-12)
+    assert drops[-1] == pytest.approx(KORTHIKANTI_LAYER + S * B * H, rel=1e-12)
     # exactly nothing left once the backward is done, and at the step's end
     assert levels[-1] == 0.0
     assert mem["activations"].iloc[-1] == 0.0
