@@ -188,21 +188,20 @@ def layer_activation_bytes(
     redo = training.recomputed
     # a recomputed norm output (the next GEMM's input) is not kept
     norm_out = 0.0 if "layernorm" in redo else g
-    kv_dim = model.kv_heads * model.d_head
-    if model.mla is not None:
-        kv_dim = model.heads * model.mla.v_head_dim  # decompressed K/V per head
-    q_dim = model.heads * model.d_head
+    q_dim, k_dim, v_dim, out_dim = attention_widths(model)
     mask = 1.0 if model.dropout else 0.0
-    # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask
-    qkv = e * s * b * (q_dim + kv_dim) / t + e * s * b * kv_dim / t
+    # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask;
+    # the output projection reads the attention's output, heads x the value head width wide
+    # (Korthikanti's 2sbh where that is h)
+    qkv = e * s * b * (q_dim + k_dim + v_dim) / t
     if model.qk_norm and model.mla is None:
-        qkv += e * s * b * (q_dim + kv_dim) / t  # the norms' inputs
+        qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs
     if model.mla is not None:
         # the compressed latents, inputs of the up-projections (after their norms)
         a = model.mla
         att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
-    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * sbh / t + mask * sbh / rep
+    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep
     scores = model.heads * s * s * b  # softmax out (e), dropout mask (1), dropout out (e)
     if training.flash_attention or "core_attn" in redo:
         att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
@@ -232,6 +231,22 @@ def layer_activation_bytes(
     else:
         ffn = norm_mask + mlp(model.ffn, s, norm_out, g)
     return att + ffn
+
+
+def attention_widths(model: ModelSpec) -> tuple[int, int, int, int]:
+    """Widths per token (all heads) of the Q, K and V the attention kernel reads and of its
+    output, the output projection's input. GQA's K and V have kv_heads heads; MLA's are
+    decompressed to every head, its keys with the shared rotary part broadcast
+    (``qk_nope_head_dim + qk_rope_head_dim`` each, as its queries) and its values
+    ``v_head_dim`` wide. The output is heads x the value head width, which need not be the
+    hidden size (Qwen3, Llama 4, DeepSeek's MLA)."""
+    if model.mla is not None:
+        m = model.mla
+        qk = model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        v = model.heads * m.v_head_dim
+        return qk, qk, v, v
+    kv = model.kv_heads * model.d_head
+    return model.heads * model.d_head, kv, kv, model.heads * model.d_head
 
 
 def _op_checkpoint_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
@@ -498,7 +513,8 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     h = model.hidden
     width = model.expert_ffn if moe else model.ffn
     tokens = s * model.top_k if moe else s
-    gemm_inputs = g * s * b * (h / rep + model.heads * model.d_head / t) + g * tokens * b * (h / rep + width / t)
+    out_dim = attention_widths(model)[3]
+    gemm_inputs = g * s * b * (h / rep + out_dim / t) + g * tokens * b * (h / rep + width / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0
 
 

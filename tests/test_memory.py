@@ -354,3 +354,35 @@ def test_output_layer_inputs_are_replicated_without_sequence_parallelism():
     tr = ctx.scenario.training
     assert head_activation_bytes(ctx.model, ctx.layout, tr) == pytest.approx(4 * SBH + 4 * S * B * 1024 / t)
     assert embedding_activation_bytes(ctx.model, ctx.layout, tr) == 0.0
+
+
+def test_output_projection_input_is_the_attention_output_width():
+    """Korthikanti's 2sbh for the attention's output projection is its input, the attention
+    output, heads x d_head wide (Megatron-Core's core attention returns [s, b, heads x
+    kv_channels / t]; theoretical_memory_usage.py's TODO notes the query projection need not be
+    h). With q = heads x d_head = 2h (as Qwen3's 64 x 128 over 4096), MHA: Q, K, V and the
+    projection's input each 2sbq instead of 2sbh, 8sb(q - h) more than sbh(34 + 5as/h)."""
+    head_dim = 2 * H // A
+    ctx = _ctx(
+        model={"head_dim": head_dim},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False},
+    )
+    q = A * head_dim
+    assert _act(ctx) == pytest.approx(SBH * (34 + 5 * A * S / H) + 8 * S * B * (q - H))
+
+
+def test_mla_stashes_decompressed_keys_with_their_rotary_part():
+    """DeepSeek-V2/V3 multi-head latent attention (Megatron-Core ``MLASelfAttention``): the
+    kernel reads queries and keys of qk_nope + qk_rope per head (the rotary key shared by the
+    heads, broadcast) and values of v_head_dim; the output projection reads heads x v_head_dim.
+    A no-dropout GeLU 4h MLP keeps 20sbh; flash attention its fp32 log-sum-exp."""
+    mla = {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+           "v_head_dim": 64}  # fmt: skip
+    ctx = _ctx(
+        model={"dropout": False, "head_dim": 96, "mla": mla},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 16},
+    )
+    sb = S * B
+    qk, v = A * 96, A * 64
+    attention = 2 * SBH + 2 * SBH + 2 * sb * (qk + qk + v) + 2 * sb * (256 + 128) + 2 * sb * v + 4 * A * sb
+    assert _act(ctx) == pytest.approx(attention + 20 * SBH)

@@ -69,8 +69,9 @@ def test_mla_up_proj_keeps_the_latents_instead_of_q_k_v():
     )
     data["model"] = {"preset": "deepseek-v3", "layers": 4, "dense_layers": 3}
     plain = {**data, "training": {**data["training"], "recompute_modules": ["core_attn"]}}
-    # DeepSeek-V3: Q 128 x 192, K 128 x 128 (decompressed, as counted), V 128 x 128, 2 B each
-    assert _act(plain) - _act(data) == pytest.approx(2 * 1024 * (128 * 192 + 2 * 128 * 128))
+    # DeepSeek-V3: Q 128 x 192, K 128 x 192 (decompressed, the rotary key broadcast to every
+    # head: Megatron-Core's MLA concatenates k_pos_emb onto each head's key), V 128 x 128, 2 B each
+    assert _act(plain) - _act(data) == pytest.approx(2 * 1024 * (2 * 128 * 192 + 128 * 128))
 
 
 @pytest.mark.parametrize("training, message", [
