@@ -308,11 +308,22 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     max in place (``vocab_parallel_logits -= logits_max``); nanotron's ``_ShardedCrossEntropy``
     (``sharded_logits - logits_max``) and PyTorch's ``cross_entropy`` (``log_softmax``) write one
     more fp32 tensor while their fp32 input is alive. A fused loss kernel keeps none of these.
+
+    PyTorch's loss holds more in its backward: ``nll_loss_backward`` writes a dense fp32
+    gradient of the log-probabilities (``zeros_like`` then a scatter) and
+    ``_log_softmax_backward_data`` a new fp32 gradient of the logits from it and the saved
+    log_softmax output, 8 bytes per logit beside the 4 kept (the 16-bit logits are freed by
+    then: torchtitan's train step ``del pred`` before ``loss.backward()``). Megatron's and
+    nanotron's backwards compute the gradient in place in their saved softmax. The larger of
+    the two moments is counted, at the loss's forward: the stash is the same at its backward
+    on a last stage that runs a microbatch's B right after its F (1F1B) or every F first (AFAB).
     """
     if training.fused_cross_entropy:
         return 0.0
-    extra = act_bytes(training.precision) + (4.0 if STYLES[training.elementwise].loss_out_of_place else 0.0)
-    return logit_elements(model, layout, training) * extra
+    style = STYLES[training.elementwise]
+    forward = act_bytes(training.precision) + (4.0 if style.loss_out_of_place else 0.0)
+    backward = 8.0 if style.loss_backward_out_of_place else 0.0
+    return logit_elements(model, layout, training) * max(forward, backward)
 
 
 def embedding_copy(model: ModelSpec, chunk: Chunk) -> bool:

@@ -201,13 +201,17 @@ def test_fp8_keeps_linear_inputs_as_one_byte_copies():
 # --- the loss's transient logit copies (last stage) ---------------------------------------
 @pytest.mark.parametrize(
     "style, extra",
-    [("fused", 2), ("eager", 2 + 4), ("nanotron", 2 + 4)],
+    [("fused", 2), ("eager", 4 + 4), ("nanotron", 2 + 4)],
 )
 def test_loss_holds_the_16_bit_logits_and_out_of_place_copies(style, extra):
     """Megatron's vocab_parallel_cross_entropy: .float() while the bf16 logits live, then the max
     subtracted in place (2 B per logit beyond the kept fp32 copy); nanotron's _ShardedCrossEntropy
-    (sharded_logits - logits_max) and PyTorch's cross_entropy (log_softmax) write one more fp32
-    tensor (+4 B); a fused loss keeps none."""
+    (sharded_logits - logits_max) writes one more fp32 tensor (+4 B) and computes its gradient
+    in place in the saved softmax. PyTorch's cross_entropy: log_softmax's new fp32 output in the
+    forward (2 + 4 B), and in the backward nll_loss_backward's dense fp32 gradient and
+    _log_softmax_backward_data's (4 + 4 B) beside the saved output, the 16-bit logits freed
+    (torchtitan's ``del pred`` before ``loss.backward()``): the backward's 8 B are the larger.
+    A fused loss keeps none."""
     from simcluster.memory import loss_transient_bytes
 
     ctx = _ctx(parallel={"tp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 16,

@@ -73,6 +73,10 @@ class ElementwiseStyle:
     # the unfused loss makes a new fp32 tensor of the logits (logits - max, or log_softmax)
     # while its fp32 input is still alive; Megatron subtracts in place (memory.py)
     loss_out_of_place: bool = False
+    # PyTorch's cross_entropy backward writes two fp32 gradients of the logits (nll_loss's,
+    # then log_softmax's) while the saved log_softmax output is alive; nanotron's and
+    # Megatron's losses compute theirs in place in the saved softmax (memory.py)
+    loss_backward_out_of_place: bool = False
     # TransformerEngine's FlashAttention backend takes Q, K, V batch-first and contiguous: from
     # Megatron's sequence-first layout it copies them (``x.transpose(0, 1).contiguous()``, or
     # the fused ``_PrepareQKVForFA``); cuDNN's fused attention reads the strided layout as is
@@ -91,6 +95,7 @@ STYLES: dict[str, ElementwiseStyle] = {
         dropout_unfused=True,
         kernel_per_op=True,
         loss_out_of_place=True,
+        loss_backward_out_of_place=True,
     ),
     "nanotron": ElementwiseStyle(
         "nanotron", gate_unfused=True, qkv_relayout=True, kernel_per_op=True, loss_out_of_place=True
