@@ -15,28 +15,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simcluster.engine.breakdown import LABELS, negligible
-from simcluster.output.style import text_color, time_scale
+from simcluster.output.style import BREAKDOWN_COLORS, text_color, time_scale
 
-# compute in blues/greens (as on the timeline), communication warm, idle light grey
-COLORS: dict[str, str] = {
-    "gemm": "#4C78A8",
-    "attention": "#72B7B2",
-    "memory": "#54A24B",
-    "loss": "#88D27A",
-    "grad_accum": "#B5BD68",
-    "optimizer": "#B279A2",
-    "host": "#D4A6C8",
-    "recompute": "#9ECAE9",
-    "other": "#79706E",
-    "comm_tp": "#E45756",
-    "comm_cp": "#FF9DA6",
-    "comm_ep": "#F58518",
-    "comm_dp": "#9D755D",
-    "comm_embd": "#D6B656",
-    "comm_pp": "#EECA3B",
-    "comm_host": "#17BECF",  # activation copies to and from host memory, as on the timeline
-    "idle": "#E5E5E5",
-}
+# compute by category and exposed communication by group: colours of their own, none shared
+# with the timeline's event kinds except where the meaning is one (see style.SAME_MEANING)
+COLORS: dict[str, str] = BREAKDOWN_COLORS
 ORDER = tuple(COLORS)
 FLAG_COLOR = "#C62828"  # a flagged bar's label: red as the ✗ of the tables
 
