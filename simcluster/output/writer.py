@@ -29,7 +29,7 @@ from simcluster.output.events import (
 )
 from simcluster.output.gantt import describe_step, draw_gantt
 from simcluster.output.memory_plot import draw_memory, memory_plot_data
-from simcluster.output.perfetto import build_trace
+from simcluster.output.perfetto import build_trace, trace_json
 from simcluster.output.style import figure_bytes
 
 TIMELINE_PNG = "timeline.png"
@@ -48,6 +48,16 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (Path, os.PathLike)):
         return os.fspath(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+#: summary keys that measure the machine the simulation ran on, not the simulated step: left
+#: out of the files written, so one scenario writes the same bytes every time
+MACHINE_KEYS: tuple[str, ...] = ("sim_wall_s",)
+
+
+def recorded_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary as the output files record it: without :data:`MACHINE_KEYS`."""
+    return {key: value for key, value in summary.items() if key not in MACHINE_KEYS}
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
@@ -87,12 +97,15 @@ def write_all(
     """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png,
     breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
     ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline.
+    summary.json and the trace leave out :data:`MACHINE_KEYS` (the simulation's wall time):
+    the same inputs write the same bytes.
 
     Raises ``UserError("--out", ...)`` when ``out_dir`` cannot be written; then nothing of
     this run is left in ``out_dir``. Inputs are validated before anything is written.
     """
     frame = validate_events(events)
-    summary_text = summary_json(summary)
+    recorded = recorded_summary(summary)
+    summary_text = summary_json(recorded)
     labels = dict(rank_labels or {})
     step = _step_time(summary)
     heading = title or str(summary.get("scenario", ""))
@@ -107,8 +120,8 @@ def write_all(
     files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
     if "time_breakdown_s" in summary and step is not None:
         files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step goes"), "png")
-    trace = build_trace(frame, labels, memory, {"title": heading, **dict(summary)})
-    files[TRACE_JSON] = json.dumps(trace, separators=(",", ":"), default=_jsonable).encode()
+    trace = build_trace(frame, labels, memory, {"title": heading, **recorded})
+    files[TRACE_JSON] = trace_json(trace).encode()
     files[EVENTS_CSV] = events_to_csv_bytes(frame)
     if parquet_available():
         files[EVENTS_PARQUET] = events_to_parquet_bytes(frame)
