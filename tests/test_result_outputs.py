@@ -43,3 +43,10 @@ def test_write_all(result, tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"summary.json", "events.csv", "trace.json", "timeline.png", "timeline.svg", "memory.png"} <= names
     assert json.loads((out / "summary.json").read_text())["step_time_s"] == pytest.approx(result.summary["step_time_s"])
+
+
+def test_the_title_counts_one_gpu_in_the_singular():
+    from tests.engine_helpers import pipeline_scenario
+
+    assert run(pipeline_scenario(1, 2, "1f1b")).title.endswith("on dgx-h100 (1 GPU)")
+    assert run(pipeline_scenario(2, 2, "1f1b")).title.endswith("on dgx-h100 (2 GPUs)")
