@@ -78,9 +78,11 @@ def _step_time(summary: Mapping[str, Any]) -> float | None:
     if summary.get("optimizer_post_validation"):
         return None
     step = summary.get("step_time_s")
-    if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
-        return float(step)
-    return None
+    return float(step) if _positive(step) else None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def write_all(
@@ -118,8 +120,11 @@ def write_all(
     _, last = span(frame)
     mem = memory_plot_data(memory, capacity_bytes, end_s=last)
     files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
-    if "time_breakdown_s" in summary and step is not None:
-        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step goes"), "png")
+    if "time_breakdown_s" in summary and _positive(summary.get("step_time_s")):
+        # with the optimizer's post-validation the stages' parts add up to the steady-state
+        # period: no step boundary to mark on the timeline, but a step to split all the same
+        period = " (steady state)" if summary.get("optimizer_post_validation") else ""
+        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step{period} goes"), "png")
     trace = build_trace(frame, labels, memory, {"title": heading, **recorded})
     files[TRACE_JSON] = trace_json(trace).encode()
     files[EVENTS_CSV] = events_to_csv_bytes(frame)
