@@ -61,19 +61,28 @@ def _facecolors(fig) -> list[str]:
 def _with_chunks(t, chunk_of_odd_microbatches: int = 1):
     events = t.events.copy()
     compute = events["stream"] == "compute"
-    events.loc[compute & (events["microbatch"] % 2 == 1), "chunk"] = chunk_of_odd_microbatches
+    events.loc[events["microbatch"] % 2 == 1, "chunk"] = chunk_of_odd_microbatches
+    assert (events.loc[compute, "chunk"] > 0).any()
     return events
 
 
-def test_a_later_virtual_chunk_keeps_its_kinds_colour_and_is_hatched():
-    t = make_1f1b(p=2, m=4)
-    fig, _ = draw_gantt(_with_chunks(t), t.rank_labels, "chunks", "", t.summary["step_time_s"])
-    colours = set(_facecolors(fig))
+def test_a_later_virtual_chunk_keeps_its_kinds_colour_and_is_marked_at_any_width():
+    from simcluster.output.gantt import CHUNK_CAP_COLOR
+
+    t = make_1f1b(p=2, m=4, layers=4, tp_comm=0.05)  # per-layer pieces: narrow blocks too
+    fig, layout = draw_gantt(_with_chunks(t), t.rank_labels, "chunks", "", t.summary["step_time_s"])
+    colours = set(_facecolors(fig)) - {_hex(CHUNK_CAP_COLOR)}
     kinds = {_hex(s.color) for s in KIND_STYLES.values()}
     # every block is in a kind's own colour: no lighter shade that would be another kind's
     assert colours <= kinds, colours - kinds
+    assert _hex(CHUNK_CAP_COLOR) not in kinds
     hatched = [c for ax in fig.axes for c in ax.collections if c.get_hatch()]
-    assert hatched, "the chunk-1 blocks carry a hatch"
+    assert hatched, "wide chunk-1 blocks carry the hatch of their chunk"
+    # and every chunk-1 block, however narrow, its cap
+    caps = [c for ax in fig.axes for c in ax.collections
+            if isinstance(c, PolyCollection) and [_hex(f) for f in c.get_facecolors()[:1]] == [_hex(CHUNK_CAP_COLOR)]]  # fmt: skip
+    compute = layout.blocks[layout.blocks["stream"] == "compute"]
+    assert sum(len(c.get_paths()) for c in caps) == int((compute["chunk"] > 0).sum()) > 0
     labels = [text.get_text() for legend in fig.legends for text in legend.get_texts()]
     assert any(label.startswith("virtual chunk 1") for label in labels), labels
     assert not any("lighter" in label for label in labels)

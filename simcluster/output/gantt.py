@@ -1,7 +1,7 @@
 """The timeline Gantt chart: one row per (simulated GPU, stream) that has events.
 
-Blocks are colored by event kind (later virtual pipeline chunks hatched, one pattern a chunk,
-in the same colour), forward/backward blocks carry their microbatch number when
+Blocks are colored by event kind (later virtual pipeline chunks keep the colour, carry a dark
+cap along their top edge and, where wide enough, the hatch of their chunk), forward/backward blocks carry their microbatch number when
 wide enough, idle time stays white (so the pipeline bubble is visible), and dashed lines mark
 step boundaries. The figure grows with the number of rows (rows get thinner past
 ``DENSE_ROWS``); past ``DETAILED_RANKS`` simulated GPUs (an all-ranks run) the others keep only
@@ -47,8 +47,11 @@ DPI = 100
 _BAR = 0.8  # bar height as a fraction of the row pitch
 _EDGED_MIN_PX = 4.0  # blocks narrower than this are drawn without their white rule
 #: a later virtual chunk's hatch is drawn on blocks at least this wide: on a narrower one it
-#: shows as no pattern, only a darker shade that reads as another colour
+#: shows as no pattern, only a darker shade that reads as another colour; the chunk's cap (a
+#: dark band along the block's top edge) marks it at any width
 _HATCHED_MIN_PX = 6.0
+CHUNK_CAP_COLOR = "#222222"
+_CAP = 0.14  # the cap's thickness as a fraction of the full bar (at most 30% of a lowered one)
 #: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
 MIN_BUSY_HEIGHT = 0.2
 LOWERED_LEGEND_BELOW = 0.9  # the legend explains lowered bars once a block is this idle
@@ -240,17 +243,22 @@ def _rules(blocks: pd.DataFrame, px_per_s: float) -> list[str]:
 def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s: float) -> None:
     blocks = blocks.sort_values(["rank", "stream", "start_s"], kind="stable")
     fills = [_fill(k) for k in blocks["kind"]]
-    hatches = [chunk_hatch(int(c)) for c in blocks["chunk"]]
+    # chunks are marked on the compute rows, where the schedule places them; on a
+    # communication row a cap on every sliver would only be noise
+    hatches = [chunk_hatch(int(c)) if st == "compute" else "" for c, st in zip(blocks["chunk"], blocks["stream"], strict=True)]
     rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
     length = (blocks["end_s"] - blocks["start_s"]).to_numpy()
     heights = [_busy_height(b) for b in _busy_share(blocks)]
     x, w = blocks["start_s"].to_numpy() * factor, length * factor
     spans: dict[tuple[int, str, float], list[tuple[tuple[float, float], str]]] = {}
     hatched: dict[tuple[int, float, str, str], list[tuple[float, float]]] = {}
+    caps: dict[tuple[int, float], list[tuple[float, float]]] = {}
     for row, fill, hatch, x0, width, rule, height in zip(
         rows, fills, hatches, x, w, _rules(blocks, px_per_s), heights, strict=True
     ):
         spans.setdefault((row, rule, height), []).append(((x0, width), fill))
+        if hatch:
+            caps.setdefault((row, height), []).append((x0, width))
         if hatch and width * px_per_s / factor >= _HATCHED_MIN_PX:
             hatched.setdefault((row, height, hatch, _hatch_color(fill)), []).append((x0, width))
     # One call per row, outline and bar height keeps thousands of blocks cheap to draw. A white
@@ -270,7 +278,11 @@ def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s
             edgecolors="white" if rule == "white" else colors,
             linewidth={"white": 0.3, "own": 0.75, "none": 0.0}[rule],
         )
-    # later virtual chunks: the hatch of their chunk over the kind's colour
+    # later virtual chunks: a dark cap along the top edge (any width), and the hatch of their
+    # chunk over the kind's colour where it shows as a pattern
+    for (row, height), ranges in sorted(caps.items(), key=lambda kv: kv[0]):
+        top = row + _BAR / 2 - _BAR * height
+        ax.broken_barh(ranges, (top, _BAR * min(_CAP, 0.3 * height)), facecolors=CHUNK_CAP_COLOR, linewidth=0.0)
     for (row, height, hatch, color), ranges in sorted(hatched.items(), key=lambda kv: kv[0]):
         bottom = row + _BAR / 2
         ax.broken_barh(
@@ -341,9 +353,27 @@ class _LoweredBarHandler(HandlerBase):
     def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
         box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#999999",
                         linewidth=0.8, transform=trans)  # fmt: skip
-        busy = Rectangle((-xdescent, -ydescent), width, 0.4 * height, facecolor="#666666",
+        busy = Rectangle((-xdescent, -ydescent), width, 0.4 * height, facecolor="#8F8F8F",
                          edgecolor="none", transform=trans)  # fmt: skip
         return [box, busy]
+
+
+@dataclass(frozen=True)
+class ChunkKey:
+    """Legend key of a later virtual chunk: its hatch under the chunk cap."""
+
+    hatch: str
+
+
+class _ChunkKeyHandler(HandlerBase):
+    """Draws :class:`ChunkKey` as an outlined white box with the chunk's hatch and the cap."""
+
+    def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
+        box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#555555",
+                        hatch=orig_handle.hatch, linewidth=0.8, transform=trans)  # fmt: skip
+        cap = Rectangle((-xdescent, -ydescent + (1 - _CAP) * height), width, _CAP * height,
+                        facecolor=CHUNK_CAP_COLOR, edgecolor="none", transform=trans)  # fmt: skip
+        return [box, cap]
 
 
 def chunk_legend(chunks: set[int]) -> list[tuple[str, str]]:
@@ -357,7 +387,7 @@ def chunk_legend(chunks: set[int]) -> list[tuple[str, str]]:
         word = "chunk" if len(members) == 1 else "chunks"
         label = f"virtual {word} {', '.join(map(str, members))}"
         if index == 0:
-            label += " (unhatched: chunk 0)"
+            label += " (dark top edge; chunk 0 has none)"
         entries.append((hatch, label))
     return entries
 
@@ -380,14 +410,15 @@ def _legend(fig: Figure, kinds: set[str], chunks: set[int], lowered: bool) -> No
         if face == "lowered":
             handles.append(LoweredBar())
             continue
-        outlined = face == "white"
-        handles.append(Patch(facecolor=face, edgecolor="#555555" if hatch else "#999999" if outlined else face,
-                             hatch=hatch or None, label=label))  # fmt: skip
+        if hatch:
+            handles.append(ChunkKey(hatch))
+            continue
+        handles.append(Patch(facecolor=face, edgecolor="#999999" if face == "white" else face, label=label))
     labels = [label for _, _, label in legend_entries(kinds, chunks, lowered)]
     fig.legend(
         handles=handles,
         labels=labels,
-        handler_map={LoweredBar: _LoweredBarHandler()},
+        handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
         loc="outside lower center",
         ncols=min(len(handles), 7),
         fontsize=8,
@@ -447,7 +478,7 @@ def draw_gantt(
     heading = "\n".join(part for part in (title, subtitle, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
-    chunks = {int(c) for c in blocks["chunk"]}
+    chunks = {int(c) for c in blocks.loc[blocks["stream"] == "compute", "chunk"]}
     _legend(fig, set(blocks["kind"]), chunks, bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any()))
     layout = GanttLayout(
         tuple(rows),
