@@ -95,6 +95,7 @@ def parse_gemm_shape(text: str, field: str) -> tuple[int, int, int]:
         m, n, k = (int(p) for p in parts)
     except ValueError:
         raise UserError(field, f"'{item}' is not M,N,K (three integers); write e.g. 4096,4096,1024") from None
-    if min(m, n, k) <= 0:
-        raise UserError(field, f"'{item}': M, N and K must be positive")
+    for name, value in (("M", m), ("N", n), ("K", k)):
+        if value <= 0:
+            raise UserError(field, f"'{item}': {name} must be a positive integer, got {value}")
     return m, n, k

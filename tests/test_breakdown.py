@@ -149,3 +149,27 @@ def test_the_plot_has_a_colour_for_every_part_of_the_breakdown():
     from simcluster.output.breakdown_plot import COLORS
 
     assert set(LABELS) <= set(COLORS)
+
+
+def test_share_labels_sit_inside_their_parts_and_never_overlap():
+    """compare.png put a 7% label on each of a short bar's 7% parts (a 47B model beside a 70B
+    one: parts a few pixels wide), and the labels ran into each other; a share is written
+    only on a part wide enough to hold it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    long_bar = Bar("70b", {"gemm": 60.0, "attention": 8.0, "comm_tp": 18.0, "idle": 14.0}, 100.0)
+    short = Bar("moe", {"gemm": 1.0, "attention": 0.12, "memory": 0.12, "loss": 0.12, "grad_accum": 0.12}, 1.48)
+    fig = draw_bars([long_bar, short], "per million tokens")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    (ax,) = fig.axes
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+    assert [text for text, _ in boxes if text == "60%"], "the long bar keeps its labels"
+    for i, (_, a) in enumerate(boxes):
+        for _, b in boxes[i + 1 :]:
+            assert not a.overlaps(b), boxes
+    parts = [p.get_window_extent(renderer) for p in ax.patches]
+    for text, box in boxes:  # each label within the part under its centre
+        (part,) = [p for p in parts if p.x0 <= (box.x0 + box.x1) / 2 <= p.x1 and p.y0 <= (box.y0 + box.y1) / 2 <= p.y1]
+        assert part.x0 <= box.x0 and box.x1 <= part.x1, (text, box, part)

@@ -372,8 +372,8 @@ def test_compare_price_missing_for_a_profile_in_use(cli):
 # --- calibrate --shapes ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "shapes, needle",
-    [("0,4096,4096", "'0,4096,4096': M, N and K must be positive"),
-     ("--shapes=-8,4096,4096", "'-8,4096,4096': M, N and K must be positive"),
+    [("0,4096,4096", "'0,4096,4096': M must be a positive integer, got 0"),
+     ("--shapes=-8,4096,4096", "'-8,4096,4096': M must be a positive integer, got -8"),
      ("1.5,4096,4096", "'1.5,4096,4096' is not M,N,K (three integers)"),
      ("4096,4096", "'4096,4096' is not M,N,K"),
      ("1000000,1000000,1000000", "'1000000,1000000,1000000': A, B and C in fp32 take 10.91 TiB"),

@@ -70,6 +70,31 @@ def test_bad_arguments_are_one_line_errors(cli, argv, field):
     assert_one_line_error(cli("gemm", *argv), field)
 
 
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("-4096,4096,4096",), "M must be a positive integer, got -4096"),
+        (("-4096x4096x1024",), "M must be a positive integer, got -4096"),
+        (("4096,-1,4096",), "N must be a positive integer, got -1"),
+        (("4096,4096,0",), "K must be a positive integer, got 0"),
+        (("4096,4096,1024", "-5,1,1"), "M must be a positive integer, got -5"),
+        (("--json", "-1,2,3"), "M must be a positive integer, got -1"),
+        # three bare numbers are one shape, so a minus sign in any of them names its field
+        (("-4096", "4096", "4096"), "M must be a positive integer, got -4096"),
+        (("4096", "-1", "4096"), "N must be a positive integer, got -1"),
+    ],
+)
+def test_a_negative_shape_is_a_one_line_error_naming_its_field(cli, argv, needle):
+    # before, argparse took '-4096,4096,4096' for an unknown option: "the following arguments
+    # are required: M,N,K", or "unrecognized arguments" after a good shape
+    assert_one_line_error(cli("gemm", *argv), "shapes", needle)
+
+
+def test_three_bare_numbers_are_one_shape(cli):
+    (row,) = _rows(cli, "4096", "2048", "1024")
+    assert (row["m"], row["n"], row["k"]) == (4096, 2048, 1024)
+
+
 def test_shapes_are_read_as_the_table_prints_them():
     # the table heads its column "M x N x K"; that spelling is an input as well as M,N,K
     from simcluster.units import parse_gemm_shape

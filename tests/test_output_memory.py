@@ -64,3 +64,26 @@ def test_six_stages_leave_blank_panels_and_keep_peaks(tmp_path):
     data = plot_memory(t.memory, t.capacity_bytes, tmp_path / "memory.svg", title="p6")
     assert [s.peak_bytes for s in data.stages] == [STATIC + k * ACT for k in range(6, 0, -1)]
     assert data.peak_bytes == t.summary["peak_memory_bytes"]
+
+
+def test_the_peak_label_stays_in_its_panel_on_a_ground_of_its_own():
+    """A late peak's label ran out of its panel, and a peak just under the capacity put its
+    label across the dashed capacity line: the label now sits left of a late peak, on white."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Annotation
+
+    from simcluster.output.memory_plot import draw_memory
+    from simcluster.units import GiB
+
+    rows = [(0, t, 10 * GiB, 0.0, 0.0, a * GiB, 0.0) for t, a in ((0.0, 1.0), (1.0, 30.0), (9.6, 68.0), (9.9, 5.0))]
+    frame = pd.DataFrame(rows, columns=["stage", "time_s", "params", "grads", "optimizer", "activations", "other"])
+    frame["total"] = frame[["params", "grads", "optimizer", "activations", "other"]].sum(axis=1)
+    fig = draw_memory(memory_plot_data(frame, 80 * GiB, end_s=10.0), "late peak")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    (label,) = [t for t in ax.texts if isinstance(t, Annotation) and t.get_text().startswith("peak")]
+    assert label.get_bbox_patch() is not None  # on a white ground, over the capacity line
+    assert label.get_zorder() > max(line.get_zorder() for line in ax.lines)
+    box, panel = label.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert panel.x0 <= box.x0 and box.x1 <= panel.x1, (box, panel)

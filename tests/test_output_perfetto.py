@@ -119,3 +119,124 @@ def test_trace_is_deterministic(timeline):
         timeline.events.sample(frac=1.0, random_state=0), timeline.rank_labels, timeline.memory
     )
     assert json.dumps(a) == json.dumps(b)
+
+
+# --- a validator for the format, run on a synthetic trace and on a simulated one ----------------
+_PHASES = {"X", "M", "s", "f", "C"}
+_METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
+
+
+def _number(value) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def trace_problems(text: str) -> list[str]:
+    """What in ``text`` breaks the Trace Event Format as Perfetto imports it (empty: none):
+    a JSON object with a ``traceEvents`` list; X slices with numeric ts and dur >= 0 (µs) on a
+    named process and thread; M metadata naming them; s/f flow events paired by id, each in a
+    slice of its thread; C counters with numeric values; no NaN or Infinity anywhere."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        trace = json.loads(text, parse_constant=refuse)
+    except ValueError as exc:
+        return [str(exc)]
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        return ["not a JSON object with a traceEvents list"]
+    problems: list[str] = []
+    named_pids, named_threads, used_pids, used_threads = set(), set(), set(), set()
+    slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    flows: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for i, e in enumerate(trace["traceEvents"]):
+        ph = e.get("ph")
+        if ph not in _PHASES:
+            problems.append(f"[{i}] phase {ph!r}")
+            continue
+        if not isinstance(e.get("pid"), int):
+            problems.append(f"[{i}] pid {e.get('pid')!r}")
+        if ph == "M":
+            if e.get("name") not in _METADATA or not isinstance(e.get("args"), dict):
+                problems.append(f"[{i}] metadata {e.get('name')!r}")
+            elif e["name"] == "process_name":
+                named_pids.add(e["pid"])
+            elif e["name"] == "thread_name":
+                named_threads.add((e["pid"], e["tid"]))
+            continue
+        if not _number(e.get("ts")):
+            problems.append(f"[{i}] ts {e.get('ts')!r}")
+            continue
+        used_pids.add(e["pid"])
+        if ph == "X":
+            if not _number(e.get("dur")) or e["dur"] < 0:
+                problems.append(f"[{i}] dur {e.get('dur')!r}")
+                continue
+            if not isinstance(e.get("tid"), int) or not e.get("name"):
+                problems.append(f"[{i}] tid or name missing")
+                continue
+            used_threads.add((e["pid"], e["tid"]))
+            slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        elif ph in ("s", "f"):
+            flows[(e.get("cat"), e.get("id"))].append(e)
+        elif not isinstance(e.get("args"), dict) or not all(_number(v) for v in e["args"].values()):
+            problems.append(f"[{i}] counter values {e.get('args')!r}")
+    problems += [f"process {p} has no process_name" for p in sorted(used_pids - named_pids)]
+    problems += [f"thread {t} has no thread_name" for t in sorted(used_threads - named_threads)]
+    for (cat, flow), ends in flows.items():
+        if sorted(e["ph"] for e in ends) != ["f", "s"]:
+            problems.append(f"flow {cat}/{flow}: {sorted(e['ph'] for e in ends)}, not one s and one f")
+            continue
+        for e in ends:
+            inside = any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e.get("tid"))])
+            if not inside:
+                problems.append(f"flow {cat}/{flow}: its {e['ph']} is in no slice of its thread")
+        (finish,) = [e for e in ends if e["ph"] == "f"]
+        if finish.get("bp") != "e":
+            problems.append(f"flow {cat}/{flow}: the finish does not bind to its enclosing slice")
+    return problems
+
+
+def test_the_validator_finds_what_breaks_the_format():
+    good = {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "compute"}},
+        {"ph": "X", "name": "f", "pid": 0, "tid": 1, "ts": 0.0, "dur": 2.0},
+        {"ph": "s", "cat": "p2p", "id": 1, "pid": 0, "tid": 1, "ts": 1.0},
+        {"ph": "f", "cat": "p2p", "id": 1, "pid": 0, "tid": 1, "ts": 1.5, "bp": "e"},
+    ]}  # fmt: skip
+    assert trace_problems(json.dumps(good)) == []
+    for broken in (
+        '{"traceEvents": [{"ph": "X", "name": "f", "pid": 0, "tid": 1, "ts": NaN, "dur": 1}]}',
+        json.dumps({"traceEvents": good["traceEvents"][:-1]}),  # an unpaired flow
+        json.dumps({"traceEvents": good["traceEvents"][1:]}),  # an unnamed process
+        json.dumps({"traceEvents": [*good["traceEvents"][:2], {**good["traceEvents"][2], "ts": "0"}]}),
+        json.dumps([good["traceEvents"]]),
+    ):
+        assert trace_problems(broken), broken
+
+
+def test_the_written_trace_follows_the_format(tmp_path, timeline):
+    path = tmp_path / "trace.json"
+    write_trace(path, timeline.events, timeline.rank_labels, timeline.memory, timeline.summary)
+    assert trace_problems(path.read_text()) == []
+
+
+def test_a_simulated_trace_follows_the_format(tmp_path):
+    from tests.engine_helpers import pipeline_scenario, run
+
+    result = run(pipeline_scenario(4, 8, "zb-h1"))  # sends and recvs: flows
+    written = result.write(tmp_path / "out")
+    text = written["trace.json"].read_text()
+    assert trace_problems(text) == []
+    assert '"ph":"s"' in text
+
+
+def test_a_trace_with_nan_is_refused_not_written(tmp_path, timeline):
+    from simcluster.errors import UserError
+
+    with pytest.raises(UserError, match="NaN|Out of range"):
+        write_trace(tmp_path / "t.json", timeline.events, timeline.rank_labels, None, {"mfu": float("nan")})
+    assert not (tmp_path / "t.json").exists()

@@ -100,3 +100,19 @@ def test_bad_summary_fails_before_touching_out(tmp_path, timeline):
         )
     assert err.value.field == "summary"
     assert not out.exists()
+
+
+def test_the_same_run_writes_the_same_bytes_whatever_its_wall_time(tmp_path, timeline):
+    """summary.json and trace.json carried sim_wall_s, the seconds the simulation took on this
+    machine: two runs of one scenario wrote different files. The files leave it out."""
+    files = []
+    for index, wall in enumerate((0.37, 0.39)):
+        summary = {**timeline.summary, "sim_wall_s": wall}
+        out = write_all(tmp_path / str(index), timeline.events, timeline.memory, timeline.capacity_bytes,
+                        summary, timeline.rank_labels, "1F1B test")  # fmt: skip
+        files.append({name: path.read_bytes() for name, path in out.items()})
+    assert files[0].keys() == files[1].keys() and "trace.json" in files[0]
+    for name in files[0]:
+        assert files[0][name] == files[1][name], name
+    assert "sim_wall_s" not in json.loads(files[0]["summary.json"])
+    assert "sim_wall_s" not in json.loads(files[0]["trace.json"])["otherData"]

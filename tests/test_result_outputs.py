@@ -43,3 +43,21 @@ def test_write_all(result, tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"summary.json", "events.csv", "trace.json", "timeline.png", "timeline.svg", "memory.png"} <= names
     assert json.loads((out / "summary.json").read_text())["step_time_s"] == pytest.approx(result.summary["step_time_s"])
+
+
+def test_the_title_counts_one_gpu_in_the_singular():
+    from tests.engine_helpers import pipeline_scenario
+
+    assert run(pipeline_scenario(1, 2, "1f1b")).title.endswith("on dgx-h100 (1 GPU)")
+    assert run(pipeline_scenario(2, 2, "1f1b")).title.endswith("on dgx-h100 (2 GPUs)")
+
+
+def test_a_steady_state_step_is_split_in_breakdown_png_too(tmp_path):
+    """With the optimizer's post-validation run printed where the step goes but wrote no
+    breakdown.png (the timeline has no step boundary to mark, which is another matter)."""
+    from tests.engine_helpers import pipeline_scenario
+
+    steady = run(pipeline_scenario(4, 8, "zb-2p", training={"optimizer_post_validation": True}))
+    assert steady.summary["optimizer_post_validation"] and "time_breakdown_s" in steady.summary
+    written = steady.write(tmp_path / "out")
+    assert "breakdown.png" in written and written["breakdown.png"].read_bytes()[:4] == b"\x89PNG"

@@ -482,6 +482,37 @@ def test_hardware_sweep_plot_gives_each_profile_a_colour_its_capacity_and_its_fr
     assert "hollow: does not fit" in texts
 
 
+def test_a_profiles_colour_and_marker_do_not_depend_on_the_other_profiles_or_their_rank():
+    """A profile's colour was its place in the ranking: dgx-h200 blue when it led a sweep and
+    orange when dgx-a100 did, so two sweep.png side by side swapped colours. It is the
+    profile's own now, in the scatter as in the style table."""
+    from matplotlib.colors import to_hex
+
+    from simcluster.hardware import shipped_profiles
+    from simcluster.output.sweep_output import SHIPPED_PROFILE_COLOURS, draw_sweep, profile_styles
+
+    def colour_of(rows, name):
+        ax = draw_sweep(rank(rows)).axes[0]
+        (dots,) = [c for c in ax.collections if c.get_label() == name]
+        return to_hex(dots.get_facecolor()[0])
+
+    h200_fast = [_laid("h", "dgx-h200", 70, 11000, 140), _laid("a", "dgx-a100", 70, 3000, 80)]
+    a100_fast = [_laid("h", "dgx-h200", 70, 3000, 140), _laid("a", "dgx-a100", 70, 11000, 80)]
+    three = [*a100_fast, _laid("b", "dgx-b200", 70, 20000, 179)]
+    for name in ("dgx-h200", "dgx-a100"):
+        assert colour_of(h200_fast, name) == colour_of(a100_fast, name) == colour_of(three, name)
+    assert profile_styles(["dgx-h200", "dgx-a100"])["dgx-a100"] == profile_styles(["dgx-a100"])["dgx-a100"]
+    # every shipped profile has a colour of its own, so any two of them can share a sweep
+    assert set(SHIPPED_PROFILE_COLOURS) == set(shipped_profiles())
+    assert len(set(SHIPPED_PROFILE_COLOURS.values())) == len(SHIPPED_PROFILE_COLOURS)
+    styles = profile_styles(shipped_profiles())
+    assert len(set(styles.values())) == len(styles)
+    # profiles of one's own: the same look every time, and none of a shipped one in the sweep
+    mine = profile_styles(["my-h100", "my-b200", "dgx-h100"])
+    assert mine == profile_styles(["dgx-h100", "my-b200", "my-h100"])
+    assert len({colour for colour, _ in mine.values()}) == 3
+
+
 def test_one_profile_plot_keeps_its_look_and_zooms_only_a_narrow_spread():
     """The y axis starts at 0 while the points span more than a third of their maximum; 942
     to 976 tokens/s would be one band at the top, so it zooms and the label says so."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 from simcluster.commands.collective import parse_overrides
 from simcluster.commands.listing import PRECISIONS
@@ -24,11 +25,20 @@ NAME = "gemm"
 HELP = "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)"
 
 
+# A shape with a minus sign ('-4096,4096,1024', '-4096x4096x1024') is a shape to be refused,
+# not an option; argparse reads only plain negative numbers ('-4096') as arguments.
+_NEGATIVE_SHAPE = re.compile(r"^-\d[\d,x×\s-]*$")
+_BARE_INTEGER = re.compile(r"^[+-]?\d+$")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """CLI arguments of the command."""
+    # argparse's own test for a negative number; the command has no option that looks like one
+    parser._negative_number_matcher = _NEGATIVE_SHAPE  # type: ignore[attr-defined]
     parser.add_argument(
         "shapes", nargs="+", metavar="M,N,K",
-        help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024 or 16384x4096x1024",
+        help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024 or 16384x4096x1024 "
+        "(one shape may also be given as three numbers: 16384 4096 1024)",
     )  # fmt: skip
     parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
@@ -49,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; UserError for bad input."""
-    shapes = [parse_gemm_shape(s, "shapes") for s in args.shapes]
+    shapes = [parse_gemm_shape(s, "shapes") for s in _shape_texts(args.shapes)]
     if args.precision not in PRECISIONS:
         raise UserError("--precision", f"'{args.precision}' is not one of {', '.join(PRECISIONS)}")
     if args.count < 1:
@@ -77,6 +87,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(rows, profile.name, km.gemm_dtype)
     return 0
+
+
+def _shape_texts(tokens: list[str]) -> list[str]:
+    """The shapes given: three bare integers (``gemm 4096 4096 1024``) are one M N K shape,
+    else each token is one shape (M,N,K or MxNxK)."""
+    if len(tokens) == 3 and all(_BARE_INTEGER.match(t) for t in tokens):
+        return [",".join(tokens)]
+    return tokens
 
 
 def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:

@@ -185,7 +185,8 @@ def simulate(
     summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
     summary["stragglers"] = stragglers.to_dict()
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
-    title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({sc.cluster.gpus} GPUs)"
+    gpus = sc.cluster.gpus
+    title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
 
 

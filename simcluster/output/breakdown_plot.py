@@ -15,28 +15,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simcluster.engine.breakdown import LABELS, negligible
-from simcluster.output.style import text_color, time_scale
+from simcluster.output.style import BREAKDOWN_COLORS, text_color, time_scale
 
-# compute in blues/greens (as on the timeline), communication warm, idle light grey
-COLORS: dict[str, str] = {
-    "gemm": "#4C78A8",
-    "attention": "#72B7B2",
-    "memory": "#54A24B",
-    "loss": "#88D27A",
-    "grad_accum": "#B5BD68",
-    "optimizer": "#B279A2",
-    "host": "#D4A6C8",
-    "recompute": "#9ECAE9",
-    "other": "#79706E",
-    "comm_tp": "#E45756",
-    "comm_cp": "#FF9DA6",
-    "comm_ep": "#F58518",
-    "comm_dp": "#9D755D",
-    "comm_embd": "#D6B656",
-    "comm_pp": "#EECA3B",
-    "comm_host": "#17BECF",  # activation copies to and from host memory, as on the timeline
-    "idle": "#E5E5E5",
-}
+# compute by category and exposed communication by group: colours of their own, none shared
+# with the timeline's event kinds except where the meaning is one (see style.SAME_MEANING)
+COLORS: dict[str, str] = BREAKDOWN_COLORS
 ORDER = tuple(COLORS)
 FLAG_COLOR = "#C62828"  # a flagged bar's label: red as the ✗ of the tables
 
@@ -70,6 +53,7 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     shown = [k for k in ORDER if any(k in parts for parts in drawn)]
     fig = Figure(figsize=(10, 1.6 + 0.45 * len(bars)))
     ax = fig.add_subplot(1, 1, 1)
+    labels: list[tuple[float, float, int, str, str]] = []  # left, width, y, text, key
     for y, (bar, parts) in enumerate(zip(bars, drawn, strict=True)):
         left = 0.0
         for key in shown:
@@ -79,8 +63,7 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
             ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
             share = parts[key] / bar.total if bar.total > 0 else 0.0
             if share >= 0.06:
-                ax.text(left + width / 2, y, f"{100 * share:.0f}%", ha="center", va="center",
-                        fontsize=8, color=text_color(COLORS[key]))
+                labels.append((left, width, y, f"{100 * share:.0f}%", key))
             left += width
     ax.set_yticks(range(len(bars)), [bar.label for bar in bars])
     for tick, bar in zip(ax.get_yticklabels(), bars, strict=True):
@@ -95,4 +78,21 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     # leave room under the axes for the legend's rows
     rows = -(-len(shown) // 5)
     fig.tight_layout(rect=(0, (0.08 + 0.2 * rows) / fig.get_figheight(), 1, 1))
+    # a share is written on its part only where the part is wide enough on paper for it: a short
+    # bar beside a long one (compare: 8B beside 70B) has 6% parts a few pixels wide, whose
+    # labels would run into each other
+    px_per_unit = ax.transData.transform((1.0, 0.0))[0] - ax.transData.transform((0.0, 0.0))[0]
+    for left, width, y, text, key in labels:
+        if width * px_per_unit >= label_px(text):
+            ax.text(left + width / 2, y, text, ha="center", va="center", fontsize=LABEL_PT,
+                    color=text_color(COLORS[key]))  # fmt: skip
     return fig
+
+
+LABEL_PT = 8.0
+
+
+def label_px(text: str, dpi: float = 100.0) -> float:
+    """Pixels a share label of ``text`` takes at :data:`LABEL_PT` (digits ~0.6 em) with a
+    pixel of room each side."""
+    return len(text) * 0.6 * LABEL_PT * dpi / 72 + 2.0

@@ -1,6 +1,7 @@
 """The timeline Gantt chart: one row per (simulated GPU, stream) that has events.
 
-Blocks are colored by event kind, forward/backward blocks carry their microbatch number when
+Blocks are colored by event kind (later virtual pipeline chunks keep the colour, carry a dark
+cap along their top edge and, where wide enough, the hatch of their chunk), forward/backward blocks carry their microbatch number when
 wide enough, idle time stays white (so the pipeline bubble is visible), and dashed lines mark
 step boundaries. The figure grows with the number of rows (rows get thinner past
 ``DENSE_ROWS``); past ``DETAILED_RANKS`` simulated GPUs (an all-ranks run) the others keep only
@@ -18,16 +19,23 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import matplotlib.colors as mcolors
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.legend_handler import HandlerBase
+from matplotlib.patches import Patch, Rectangle
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import atomic_write_bytes
 from simcluster.output.events import STREAMS, span, validate_events
-from simcluster.output.style import KIND_STYLES, figure_bytes, format_of, text_color, time_scale
+from simcluster.output.style import (
+    KIND_STYLES,
+    chunk_hatch,
+    figure_bytes,
+    format_of,
+    text_color,
+    time_scale,
+)
 from simcluster.units import format_time
 
 DENSE_ROWS = 16
@@ -38,6 +46,12 @@ FIG_WIDTH_IN = 14.0
 DPI = 100
 _BAR = 0.8  # bar height as a fraction of the row pitch
 _EDGED_MIN_PX = 4.0  # blocks narrower than this are drawn without their white rule
+#: a later virtual chunk's hatch is drawn on blocks at least this wide: on a narrower one it
+#: shows as no pattern, only a darker shade that reads as another colour; the chunk's cap (a
+#: dark band along the block's top edge) marks it at any width
+_HATCHED_MIN_PX = 6.0
+CHUNK_CAP_COLOR = "#222222"
+_CAP = 0.14  # the cap's thickness as a fraction of the full bar (at most 30% of a lowered one)
 #: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
 MIN_BUSY_HEIGHT = 0.2
 LOWERED_LEGEND_BELOW = 0.9  # the legend explains lowered bars once a block is this idle
@@ -183,13 +197,15 @@ def _label_groups(blocks: pd.DataFrame, min_gap_s: float) -> pd.DataFrame:
     return pd.concat([joined, slivers[slivers["kind"] == "recompute"]], ignore_index=True)
 
 
-def _fill(kind: str, chunk: int, n_chunks: int) -> str:
-    base = np.array(mcolors.to_rgb(KIND_STYLES[kind].color))
-    if n_chunks > 1 and chunk > 0:
-        # Later virtual chunks in lighter shades of the same color.
-        base = base + (1.0 - base) * 0.5 * chunk / (n_chunks - 1)
-    # matplotlib's ColorType stub lists tuples only; to_hex takes any RGB sequence, arrays too
-    return mcolors.to_hex(base)  # type: ignore[arg-type]
+def _fill(kind: str) -> str:
+    """A block's colour: its kind's, whatever its virtual chunk (chunks are hatched instead: a
+    lighter shade of forward would read as recompute, of backward input as backward weight)."""
+    return KIND_STYLES[kind].color
+
+
+def _hatch_color(fill: str) -> str:
+    """Hatch lines that show on ``fill``: white on dark colours, dark grey on light ones."""
+    return "#333333" if text_color(fill) == "black" else "white"
 
 
 def _row_pitch_in(n_rows: int) -> float:
@@ -224,18 +240,27 @@ def _rules(blocks: pd.DataFrame, px_per_s: float) -> list[str]:
     return ["white" if w else "own" if b and a else "none" for w, b, a in zip(wide, clear_before, clear_after, strict=True)]
 
 
-def _draw_blocks(
-    ax, blocks: pd.DataFrame, row_of: dict, n_chunks: int, factor: float, px_per_s: float
-) -> None:
+def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s: float) -> None:
     blocks = blocks.sort_values(["rank", "stream", "start_s"], kind="stable")
-    fills = [_fill(k, c, n_chunks) for k, c in zip(blocks["kind"], blocks["chunk"], strict=True)]
+    fills = [_fill(k) for k in blocks["kind"]]
+    # chunks are marked on the compute rows, where the schedule places them; on a
+    # communication row a cap on every sliver would only be noise
+    hatches = [chunk_hatch(int(c)) if st == "compute" else "" for c, st in zip(blocks["chunk"], blocks["stream"], strict=True)]
     rows = [row_of[lane] for lane in zip(blocks["rank"], blocks["stream"], strict=True)]
     length = (blocks["end_s"] - blocks["start_s"]).to_numpy()
     heights = [_busy_height(b) for b in _busy_share(blocks)]
     x, w = blocks["start_s"].to_numpy() * factor, length * factor
     spans: dict[tuple[int, str, float], list[tuple[tuple[float, float], str]]] = {}
-    for row, fill, x0, width, rule, height in zip(rows, fills, x, w, _rules(blocks, px_per_s), heights, strict=True):
+    hatched: dict[tuple[int, float, str, str], list[tuple[float, float]]] = {}
+    caps: dict[tuple[int, float], list[tuple[float, float]]] = {}
+    for row, fill, hatch, x0, width, rule, height in zip(
+        rows, fills, hatches, x, w, _rules(blocks, px_per_s), heights, strict=True
+    ):
         spans.setdefault((row, rule, height), []).append(((x0, width), fill))
+        if hatch:
+            caps.setdefault((row, height), []).append((x0, width))
+        if hatch and width * px_per_s / factor >= _HATCHED_MIN_PX:
+            hatched.setdefault((row, height, hatch, _hatch_color(fill)), []).append((x0, width))
     # One call per row, outline and bar height keeps thousands of blocks cheap to draw. A white
     # rule sets neighbouring blocks apart, but only on blocks wide enough to keep their color: a
     # run of per-layer pieces a pixel wide each (a backward split by selective recomputation,
@@ -253,13 +278,27 @@ def _draw_blocks(
             edgecolors="white" if rule == "white" else colors,
             linewidth={"white": 0.3, "own": 0.75, "none": 0.0}[rule],
         )
+    # later virtual chunks: a dark cap along the top edge (any width), and the hatch of their
+    # chunk over the kind's colour where it shows as a pattern
+    for (row, height), ranges in sorted(caps.items(), key=lambda kv: kv[0]):
+        top = row + _BAR / 2 - _BAR * height
+        ax.broken_barh(ranges, (top, _BAR * min(_CAP, 0.3 * height)), facecolors=CHUNK_CAP_COLOR, linewidth=0.0)
+    for (row, height, hatch, color), ranges in sorted(hatched.items(), key=lambda kv: kv[0]):
+        bottom = row + _BAR / 2
+        ax.broken_barh(
+            ranges,
+            (bottom - _BAR * height, _BAR * height),
+            facecolors="none",
+            edgecolors=color,
+            linewidth=0.0,
+            hatch=hatch,
+        )
 
 
 def _draw_labels(
     ax,
     groups: pd.DataFrame,
     row_of: dict,
-    n_chunks: int,
     factor: float,
     px_per_s: float,
     font_pt: float,
@@ -275,7 +314,7 @@ def _draw_labels(
         y = row_of[(g.rank, g.stream)]
         if (g.widest_end_s - g.widest_start_s) * px_per_s >= need_px:
             x = (g.widest_start_s + g.widest_end_s) / 2 * factor
-            color = text_color(_fill(g.kind, g.chunk, n_chunks))
+            color = text_color(_fill(g.kind))
             ax.text(
                 x, y, text, ha="center", va="center", fontsize=font_pt, color=color, clip_on=True
             )
@@ -304,17 +343,82 @@ def _draw_labels(
     return drawn
 
 
-def _legend(fig: Figure, kinds: set[str], n_chunks: int, lowered: bool) -> None:
-    handles = [
-        Patch(facecolor=s.color, label=s.label) for k, s in KIND_STYLES.items() if k in kinds
-    ]
-    if n_chunks > 1:
-        handles.append(Patch(facecolor="#DDDDDD", label="lighter = later virtual chunk"))
+class LoweredBar:
+    """Legend key of a block drawn lower than its row: the busy share of a joined block."""
+
+
+class _LoweredBarHandler(HandlerBase):
+    """Draws :class:`LoweredBar` as an outlined box filled from its foot to 40% of its height."""
+
+    def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
+        box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#999999",
+                        linewidth=0.8, transform=trans)  # fmt: skip
+        busy = Rectangle((-xdescent, -ydescent), width, 0.4 * height, facecolor="#8F8F8F",
+                         edgecolor="none", transform=trans)  # fmt: skip
+        return [box, busy]
+
+
+@dataclass(frozen=True)
+class ChunkKey:
+    """Legend key of a later virtual chunk: its hatch under the chunk cap."""
+
+    hatch: str
+
+
+class _ChunkKeyHandler(HandlerBase):
+    """Draws :class:`ChunkKey` as an outlined white box with the chunk's hatch and the cap."""
+
+    def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
+        box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#555555",
+                        hatch=orig_handle.hatch, linewidth=0.8, transform=trans)  # fmt: skip
+        cap = Rectangle((-xdescent, -ydescent + (1 - _CAP) * height), width, _CAP * height,
+                        facecolor=CHUNK_CAP_COLOR, edgecolor="none", transform=trans)  # fmt: skip
+        return [box, cap]
+
+
+def chunk_legend(chunks: set[int]) -> list[tuple[str, str]]:
+    """(hatch, label) legend entries for the later virtual chunks drawn (``chunks`` > 0), one a
+    pattern, naming every chunk drawn with it."""
+    by_hatch: dict[str, list[int]] = {}
+    for chunk in sorted(c for c in chunks if c > 0):
+        by_hatch.setdefault(chunk_hatch(chunk), []).append(chunk)
+    entries = []
+    for index, (hatch, members) in enumerate(by_hatch.items()):
+        word = "chunk" if len(members) == 1 else "chunks"
+        label = f"virtual {word} {', '.join(map(str, members))}"
+        if index == 0:
+            label += " (dark top edge; chunk 0 has none)"
+        entries.append((hatch, label))
+    return entries
+
+
+def legend_entries(kinds: set[str], chunks: set[int], lowered: bool) -> list[tuple[str, str, str]]:
+    """The timeline's legend as (facecolor, hatch, label): the kinds drawn (each colour one kind),
+    the hatches of the virtual chunks drawn, the lowered-bar key and idle. The lowered-bar key's
+    facecolor is ``"lowered"``."""
+    entries = [(s.color, "", s.label) for k, s in KIND_STYLES.items() if k in kinds]
+    entries += [("white", hatch, label) for hatch, label in chunk_legend(chunks)]
     if lowered:
-        handles.append(Patch(facecolor="#BBBBBB", label="lower = busy part of the time (zoom in)"))
-    handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
+        entries.append(("lowered", "", "lower = busy part of the time (zoom in)"))
+    entries.append(("white", "", "idle (bubble)"))
+    return entries
+
+
+def _legend(fig: Figure, kinds: set[str], chunks: set[int], lowered: bool) -> None:
+    handles: list[object] = []
+    for face, hatch, label in legend_entries(kinds, chunks, lowered):
+        if face == "lowered":
+            handles.append(LoweredBar())
+            continue
+        if hatch:
+            handles.append(ChunkKey(hatch))
+            continue
+        handles.append(Patch(facecolor=face, edgecolor="#999999" if face == "white" else face, label=label))
+    labels = [label for _, _, label in legend_entries(kinds, chunks, lowered)]
     fig.legend(
         handles=handles,
+        labels=labels,
+        handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
         loc="outside lower center",
         ncols=min(len(handles), 7),
         fontsize=8,
@@ -343,15 +447,14 @@ def draw_gantt(
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
     blocks = merge_blocks(visible, min_gap_s=1.0 / px_per_s, collapse_layers=False)
     groups = _label_groups(blocks, 1.0 / px_per_s)
-    n_chunks = int(frame["chunk"].max()) + 1
 
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     row_of = {(r.rank, r.stream): i for i, r in enumerate(rows)}
     font_pt = min(8.0, pitch * 72 * _BAR * 0.62)
     scale = time_scale(t1 - t0)
-    _draw_blocks(ax, blocks, row_of, n_chunks, scale.factor, px_per_s)
-    labels = _draw_labels(ax, groups, row_of, n_chunks, scale.factor, px_per_s, font_pt)
+    _draw_blocks(ax, blocks, row_of, scale.factor, px_per_s)
+    labels = _draw_labels(ax, groups, row_of, scale.factor, px_per_s, font_pt)
     for i in range(1, len(rows)):
         if rows[i].rank != rows[i - 1].rank:  # separate GPUs with a thin rule
             ax.axhline(i - 0.5, color="#BBBBBB", linewidth=0.6)
@@ -375,7 +478,8 @@ def draw_gantt(
     heading = "\n".join(part for part in (title, subtitle, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
-    _legend(fig, set(blocks["kind"]), n_chunks, bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any()))
+    chunks = {int(c) for c in blocks.loc[blocks["stream"] == "compute", "chunk"]}
+    _legend(fig, set(blocks["kind"]), chunks, bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any()))
     layout = GanttLayout(
         tuple(rows),
         (t0, t1),

@@ -23,6 +23,8 @@ from simcluster.units import GiB, format_bytes
 
 MEMORY_CATEGORIES: tuple[str, ...] = tuple(MEMORY_STYLES)
 MEMORY_COLUMNS: tuple[str, ...] = ("stage", "time_s", *MEMORY_CATEGORIES, "total")
+#: a peak later than this share of its panel is labelled on its left
+PEAK_LABEL_FLIPS_AT = 0.6
 
 
 def validate_memory(memory: pd.DataFrame) -> pd.DataFrame:
@@ -123,12 +125,18 @@ def _draw_stage(ax, data: StageMemory, capacity: float, factor: float) -> None:
     ax.axhline(capacity / GiB, color="#C62828", linestyle="--", linewidth=1.0, label="capacity")
     peak_x = data.peak_time_s * factor
     ax.plot([peak_x], [data.peak_bytes / GiB], marker="v", color="black", markersize=5)
+    # the label on a white ground (a peak just under the capacity puts it across the dashed
+    # line), and left of the marker when the peak is late (it would run out of the panel)
+    late = x[-1] > x[0] and (peak_x - x[0]) / (x[-1] - x[0]) > PEAK_LABEL_FLIPS_AT
     ax.annotate(
         f"peak {format_bytes(data.peak_bytes)}",
         (peak_x, data.peak_bytes / GiB),
-        xytext=(4, 4),
+        xytext=(-4 if late else 4, 4),
         textcoords="offset points",
+        ha="right" if late else "left",
         fontsize=8,
+        zorder=4,
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
     )
     ax.set_title(f"stage {data.stage}", fontsize=9, loc="left")
     ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)

@@ -206,10 +206,21 @@ def write_trace(
 ) -> None:
     """Write ``trace.json`` atomically (compact JSON, keys in a fixed order)."""
     trace = build_trace(events, rank_labels, memory, metadata)
-    atomic_write_text(path, json.dumps(trace, separators=(",", ":"), default=_jsonable))
+    atomic_write_text(path, trace_json(trace))
+
+
+def trace_json(trace: Mapping[str, Any]) -> str:
+    """The trace as compact JSON text. NaN and infinities are refused: JSON has no such
+    numbers, and Perfetto's JSON importer rejects the whole file over one ``NaN``."""
+    try:
+        return json.dumps(trace, separators=(",", ":"), default=_jsonable, allow_nan=False)
+    except ValueError as exc:
+        raise UserError("trace", f"cannot be written as JSON: {exc}") from exc
 
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     raise TypeError(f"not JSON serializable: {type(value).__name__}")

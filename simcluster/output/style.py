@@ -25,7 +25,14 @@ class KindStyle:
     label: str
 
 
-# Compute in blues/greens (F, B, W read as a family), communication in warm colors.
+# Every colour means one thing in every picture. The timeline colours events by what they
+# are (compute phase F/B/W, collective kind); breakdown.png and compare.png colour the step by
+# where it goes (compute by category, exposed communication by group); memory.png colours bytes
+# by what they hold. These are different things, so they get different colours: compute phases
+# in blues/greens, collective kinds in Tableau's warm colours, compute categories in indigo and
+# teal, exposed communication groups in dark reds, plum, slate and ochre. Only the names in
+# SAME_MEANING share a colour across pictures, because they are the same thing in both
+# (recompute, the optimizer step, host-bound time, activation copies to and from host memory).
 KIND_STYLES: dict[str, KindStyle] = {
     "forward": KindStyle("#4C78A8", "forward (F)"),
     "backward_input": KindStyle("#54A24B", "backward input (B)"),
@@ -44,14 +51,51 @@ KIND_STYLES: dict[str, KindStyle] = {
     "copy": KindStyle("#17BECF", "activations to/from host"),
 }
 
+# Where the step goes (breakdown.png, compare.png): keys of engine.breakdown.LABELS.
+BREAKDOWN_COLORS: dict[str, str] = {
+    "gemm": "#393B79",
+    "attention": "#6B6ECF",
+    "memory": "#72B7B2",
+    "loss": "#9C9EDE",
+    "grad_accum": "#B5BD68",
+    "optimizer": KIND_STYLES["optimizer"].color,
+    "host": KIND_STYLES["host"].color,
+    "recompute": KIND_STYLES["recompute"].color,
+    "other": "#79706E",
+    "comm_tp": "#843C39",
+    "comm_cp": "#D6616B",
+    "comm_ep": "#7B4173",
+    "comm_dp": "#2F4F4F",
+    "comm_embd": "#E7CB94",
+    "comm_pp": "#8C6D31",
+    "comm_host": KIND_STYLES["copy"].color,
+    "idle": "#E5E5E5",
+}
+
 # Memory categories, bottom to top of the stack.
 MEMORY_STYLES: dict[str, KindStyle] = {
-    "params": KindStyle("#4C78A8", "parameters"),
-    "grads": KindStyle("#72B7B2", "gradients"),
-    "optimizer": KindStyle("#B279A2", "optimizer states"),
-    "activations": KindStyle("#F58518", "activations"),
-    "other": KindStyle("#BAB0AC", "other"),
+    "params": KindStyle("#08519C", "parameters"),
+    "grads": KindStyle("#A1D99B", "gradients"),
+    "optimizer": KindStyle("#756BB1", "optimizer states"),
+    "activations": KindStyle("#E377C2", "activations"),
+    "other": KindStyle("#8C8C8C", "other"),
 }
+
+#: (timeline kind, breakdown category) pairs that are one thing and so share one colour
+SAME_MEANING: frozenset[tuple[str, str]] = frozenset(
+    {("recompute", "recompute"), ("optimizer", "optimizer"), ("host", "host"), ("copy", "comm_host")}
+)
+
+#: later virtual pipeline chunks keep their kind's colour and are hatched, one pattern a chunk
+#: (chunk 0 plain); past the last pattern they repeat, and the legend names the chunks of each
+CHUNK_HATCHES: tuple[str, ...] = ("", "////", "\\\\\\\\", "xxxx", "||||", "----", "++++", "....")
+
+
+def chunk_hatch(chunk: int) -> str:
+    """The hatch of virtual pipeline chunk ``chunk`` ('' for chunk 0 and events of no chunk)."""
+    if chunk <= 0:
+        return ""
+    return CHUNK_HATCHES[1 + (chunk - 1) % (len(CHUNK_HATCHES) - 1)]
 
 
 @dataclass(frozen=True)

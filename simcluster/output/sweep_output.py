@@ -16,6 +16,7 @@ zooms to them and says so (a break mark, and the axis label)."""
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -131,9 +132,27 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 _FIT_COLOUR = "#4C78A8"  # one profile: layouts that fit
 _OVER_COLOUR = "#C62828"  # one profile: layouts that do not fit, and the GPU's memory
-# several profiles: a colour and a marker each, in the order of their best layout
-_PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D", "#EECA3B")
+# several profiles: a colour and a marker each, fixed per profile so that one profile looks
+# the same in every sweep whatever the others are and however they rank
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+#: the shipped profiles, a colour each (one family close in hue: H100s blues, A100s greens)
+SHIPPED_PROFILE_COLOURS: dict[str, str] = {
+    "dgx-h100": "#1F77B4",
+    "aws-p5": "#393B79",
+    "dgx-h200": "#17BECF",
+    "hgx-h800": "#AEC7E8",
+    "dgx-a100": "#2CA02C",
+    "dgx-a100-40gb": "#637939",
+    "dgx-2-v100": "#7F7F7F",
+    "dgx-b200": "#FF7F0E",
+    "dgx-b300": "#D62728",
+    "gb200-nvl72": "#8C564B",
+    "gb300-nvl72": "#843C39",
+    "amd-mi300x": "#9467BD",
+    "alps-gh200": "#BCBD22",
+}
+#: colours for profiles not shipped (a YAML of one's own), picked by a hash of the name
+_OTHER_COLOURS = ("#E377C2", "#8C6D31", "#7B4173", "#D6616B", "#5254A3", "#8CA252", "#BD9E39", "#17A589")
 _ZOOM_SPAN = 1 / 3  # the y axis starts at 0 unless the data spans less than this of its maximum
 _DASH = (4.0, 2.0)  # on, off (points) of a capacity line that several profiles share
 _NOT_ZERO = "axis does not start at 0"
@@ -157,8 +176,28 @@ def y_limits(values: Sequence[float]) -> tuple[float, float, bool]:
 
 
 def profile_styles(profiles: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(colour, marker) of each hardware profile, in the order given."""
-    return {name: (_PALETTE[i % len(_PALETTE)], _MARKERS[i % len(_MARKERS)]) for i, name in enumerate(profiles)}
+    """(colour, marker) of each hardware profile, fixed by its name: a shipped profile has its
+    own colour (:data:`SHIPPED_PROFILE_COLOURS`), another takes one by a hash of its name, the
+    next free one when a profile of this sweep already has it; the marker follows the colour.
+    A profile keeps its look from sweep to sweep, whichever profiles it is drawn with and
+    whatever the order of their best layouts."""
+    styles: dict[str, tuple[str, str]] = {}
+    palette = (*SHIPPED_PROFILE_COLOURS.values(), *_OTHER_COLOURS)
+    for name in profiles:
+        if name in SHIPPED_PROFILE_COLOURS:
+            styles[name] = _styled(palette.index(SHIPPED_PROFILE_COLOURS[name]), palette)
+    taken = {colour for colour, _ in styles.values()}
+    for name in sorted(set(profiles) - set(styles)):
+        start = len(SHIPPED_PROFILE_COLOURS) + zlib.crc32(name.encode()) % len(_OTHER_COLOURS)
+        order = [*range(start, len(palette)), *range(len(SHIPPED_PROFILE_COLOURS), start), *range(len(SHIPPED_PROFILE_COLOURS))]
+        free = [i for i in order if palette[i] not in taken]
+        styles[name] = _styled(free[0] if free else start, palette)
+        taken.add(styles[name][0])
+    return {name: styles[name] for name in profiles}
+
+
+def _styled(index: int, palette: Sequence[str]) -> tuple[str, str]:
+    return palette[index], _MARKERS[index % len(_MARKERS)]
 
 
 def _dashes(index: int, count: int) -> Any:

@@ -29,7 +29,7 @@ from simcluster.output.events import (
 )
 from simcluster.output.gantt import describe_step, draw_gantt
 from simcluster.output.memory_plot import draw_memory, memory_plot_data
-from simcluster.output.perfetto import build_trace
+from simcluster.output.perfetto import build_trace, trace_json
 from simcluster.output.style import figure_bytes
 
 TIMELINE_PNG = "timeline.png"
@@ -50,6 +50,16 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+#: summary keys that measure the machine the simulation ran on, not the simulated step: left
+#: out of the files written, so one scenario writes the same bytes every time
+MACHINE_KEYS: tuple[str, ...] = ("sim_wall_s",)
+
+
+def recorded_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary as the output files record it: without :data:`MACHINE_KEYS`."""
+    return {key: value for key, value in summary.items() if key not in MACHINE_KEYS}
+
+
 def summary_json(summary: Mapping[str, Any]) -> str:
     """The summary as stable JSON text (sorted keys, 2-space indent, NaN refused)."""
     try:
@@ -68,9 +78,11 @@ def _step_time(summary: Mapping[str, Any]) -> float | None:
     if summary.get("optimizer_post_validation"):
         return None
     step = summary.get("step_time_s")
-    if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
-        return float(step)
-    return None
+    return float(step) if _positive(step) else None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def write_all(
@@ -87,12 +99,15 @@ def write_all(
     """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png,
     breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
     ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline.
+    summary.json and the trace leave out :data:`MACHINE_KEYS` (the simulation's wall time):
+    the same inputs write the same bytes.
 
     Raises ``UserError("--out", ...)`` when ``out_dir`` cannot be written; then nothing of
     this run is left in ``out_dir``. Inputs are validated before anything is written.
     """
     frame = validate_events(events)
-    summary_text = summary_json(summary)
+    recorded = recorded_summary(summary)
+    summary_text = summary_json(recorded)
     labels = dict(rank_labels or {})
     step = _step_time(summary)
     heading = title or str(summary.get("scenario", ""))
@@ -105,10 +120,13 @@ def write_all(
     _, last = span(frame)
     mem = memory_plot_data(memory, capacity_bytes, end_s=last)
     files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
-    if "time_breakdown_s" in summary and step is not None:
-        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step goes"), "png")
-    trace = build_trace(frame, labels, memory, {"title": heading, **dict(summary)})
-    files[TRACE_JSON] = json.dumps(trace, separators=(",", ":"), default=_jsonable).encode()
+    if "time_breakdown_s" in summary and _positive(summary.get("step_time_s")):
+        # with the optimizer's post-validation the stages' parts add up to the steady-state
+        # period: no step boundary to mark on the timeline, but a step to split all the same
+        period = " (steady state)" if summary.get("optimizer_post_validation") else ""
+        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step{period} goes"), "png")
+    trace = build_trace(frame, labels, memory, {"title": heading, **recorded})
+    files[TRACE_JSON] = trace_json(trace).encode()
     files[EVENTS_CSV] = events_to_csv_bytes(frame)
     if parquet_available():
         files[EVENTS_PARQUET] = events_to_parquet_bytes(frame)
