@@ -216,7 +216,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         notes.append(
             f"{measured.metric} counts model FLOPs, without the forward that recompute {recompute} "
             "reruns; a source that counts it (Narayanan et al. 2021's 96*B*s*l*h^2, "
-            "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware"
+            "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware, a key of the case beside "
+            "measured: (or the figure written as hardware_tflops_per_gpu / hfu)"
         )
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
     nearest = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}
