@@ -54,6 +54,18 @@ FRAMEWORK_NAMES: dict[str, str] = {
     "moe_expert_capacity_factor": "capacity_factor",
     "moe_pad_expert_input_to_capacity": "pad_to_capacity",
     "moe_token_dispatcher_type": "dispatcher",
+    # Megatron-LM's --recompute-activations (selective) and --recompute-method (uniform/block
+    # of full recomputation); its 2019 --model-parallel-size (tensor parallelism before
+    # pipelining); torchtitan's local_batch_size (per rank, split further by pipelining) and
+    # data_parallel_shard_degree (FSDP's group, 1 meaning none); a table's "interleave"
+    "recompute_activations": "recompute",
+    "recompute_method": "recompute",
+    "model_parallel": "tp",
+    "model_parallel_size": "tp",
+    "local_batch_size": "micro_batch",
+    "data_parallel_shard_degree": "zero",
+    "dp_shard": "zero",
+    "interleave": "vpp",
 }
 
 

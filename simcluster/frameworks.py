@@ -589,6 +589,8 @@ def framework_names() -> list[str]:
 FRAMEWORK_ALIASES = {
     "megatron": "megatron-core", "megatron-lm": "megatron-core", "mcore": "megatron-core",
     "nemo2": "nemo", "nemo-2": "nemo", "nemo-megatron-bridge": "megatron-bridge", "bridge": "megatron-bridge",
+    # NVIDIA's own names for it: "NVIDIA NeMo", "NeMo Framework 24.07"
+    "nvidia-nemo": "nemo", "nemo-framework": "nemo", "nvidia-nemo-framework": "nemo",
     "megatron-deepspeed": "deepspeed",
     "nemo-automodel": "automodel",
     "pytorch": "pytorch-ddp", "torch-ddp": "pytorch-ddp", "ddp": "pytorch-ddp",

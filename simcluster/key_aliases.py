@@ -42,6 +42,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "max_position_embeddings": "max_positions",
         "qk_layernorm": "qk_norm",
         "mtp_num_layers": "mtp_layers", "num_nextn_predict_layers": "mtp_layers",
+        # Megatron's --position-embedding-type (rope, learned_absolute)
+        "position_embedding_type": "position",
     },
     "parallel": {
         "tensor_model_parallel_size": "tp", "tensor_parallel_size": "tp", "tensor_parallel": "tp",
@@ -64,6 +66,10 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "optimizer_sharding": "zero", "use_distributed_optimizer": "zero", "distributed_optimizer": "zero",
         "pipeline_schedule": "schedule",
         "sp": "sequence_parallel", "sequence_parallelism": "sequence_parallel",
+        # torchtitan's [parallelism] degrees (its data_parallel_shard/replicate_degree are FSDP's
+        # and HSDP's groups, not one dp, and are left out)
+        "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp",
+        "expert_parallel_degree": "ep",
     },
     "training": {
         "global_batch_size": "global_batch", "gbs": "global_batch", "train_batch_size": "global_batch",
@@ -85,12 +91,19 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # microbatches per pipeline per step (the Zero Bubble tables' "microbatches")
         "microbatches": "grad_accum", "num_microbatches": "grad_accum", "num_micro_batches": "grad_accum",
         "accumulate_grad_batches": "grad_accum", "gradient_accumulation": "grad_accum",
+        # Hugging Face Trainer's per-GPU batch of one forward; DeepSpeed's, without 'train_'
+        "per_device_train_batch_size": "micro_batch", "micro_batch_size_per_gpu": "micro_batch",
+        # Megatron-LM's flag before recompute_granularity (2021, Narayanan et al.'s scripts):
+        # --checkpoint-activations is full recomputation, as recompute: true reads
+        "checkpoint_activations": "recompute",
     },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",
         "#_gpus": "gpus", "#gpus": "gpus", "number_of_gpus": "gpus",  # NeMo's "#-GPUs", AutoModel's "#GPUs"
         "num_nodes": "nodes", "n_nodes": "nodes", "nnodes": "nodes",
         "gpu": "hardware", "gpu_type": "hardware", "system": "hardware",
+        "accelerator": "hardware", "gpu_model": "hardware", "gpu_name": "hardware",
+        "total_gpus": "gpus",
         "nproc_per_node": "gpus_per_node",
         # the one schema key with capitals (GB/s, as the profiles spell it): spellings are
         # lower-cased before lookup, so it needs its own entry

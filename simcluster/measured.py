@@ -65,7 +65,26 @@ ALIASES: dict[str, tuple[str, float | str]] = {
     "hfu": ("mfu", 1.0),
     "hfu_pct": ("mfu", 0.01),
     "hardware_tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
-}
+    # more headings as logs and tables print them: Megatron-LM's "elapsed time per iteration
+    # (ms)", NeMo AutoModel's "Time per Global Step (s)", llm-foundry's "Throughput (T/s)",
+    # "(T/s/GPU)" and "(S/s)" (T tokens, S samples), torchtitan's "TPS/GPU"
+    "elapsed_time_per_iteration_ms": ("step_time_s", 1e-3),
+    "time_per_global_step_s": ("step_time_s", 1.0),
+    "time_per_step_s": ("step_time_s", 1.0), "step_time_sec": ("step_time_s", 1.0),
+    "step_time_seconds": ("step_time_s", 1.0), "iteration_time_sec": ("step_time_s", 1.0),
+    "iter_time_s": ("step_time_s", 1.0), "sec_per_iter": ("step_time_s", 1.0),
+    "s_per_iter": ("step_time_s", 1.0), "seconds_per_iter": ("step_time_s", 1.0),
+    "throughput_t_per_s": ("tokens_per_s", 1.0),
+    "throughput_t_per_s_per_gpu": ("tokens_per_s", "cluster.gpus"),
+    "throughput_s_per_s": ("tokens_per_s", "training.seq_len"),
+    "tps_per_gpu": ("tokens_per_s", "cluster.gpus"),
+    "tokens_per_gpu_per_s": ("tokens_per_s", "cluster.gpus"),
+    "tokens_per_s_per_device": ("tokens_per_s", "cluster.gpus"),
+    "tokens_per_second_per_device": ("tokens_per_s", "cluster.gpus"),
+    "model_flops_utilization": ("mfu", 1.0),
+    "mfu_percent": ("mfu", 0.01),
+    "teraflops_per_gpu": ("model_tflops_per_gpu", 1.0), "tflops_per_device": ("model_tflops_per_gpu", 1.0),
+}  # fmt: skip
 
 #: spellings that count the FLOPs the GPUs run, recomputation included (Korthikanti et al.
 #: 2022's HFU): the case is compared with ``flops: hardware``
@@ -74,8 +93,9 @@ HARDWARE_COUNTED = frozenset({"hfu", "hfu_pct", "hardware_tflops_per_gpu"})
 #: one count the recomputed forward (Narayanan et al. 2021's 96·B·s·l·h², MT-NLG's, BigScience's
 #: Megatron-DeepSpeed logs: 4 passes, not 3), so validate compares it in hardware FLOPs there
 BARE_TFLOPS = frozenset(
-    {"tflops_per_gpu", "tflops", "tflops_per_s_per_gpu", "tflop_per_s_per_gpu", "pct_peak", "percent_of_peak", "pct_of_peak"}
-)
+    {"tflops_per_gpu", "tflops", "tflops_per_s_per_gpu", "tflop_per_s_per_gpu", "pct_peak", "percent_of_peak", "pct_of_peak",
+     "teraflops_per_gpu", "tflops_per_device"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,22 @@ def _known_spelling(key: str) -> str:
     return name if name in METRICS or name in ALIASES else key
 
 
+_PERCENT = re.compile(r"\s*(\d+(\.\d*)?|\.\d+)\s*%\s*")
+
+
+def _percent(key: str, raw: Any, where: str) -> Any:
+    """A share of peak written with its sign ('41%') as the number its key reads: 41 for a
+    percent key (mfu_pct), 0.41 for mfu; any other string is left for the number check."""
+    match = _PERCENT.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None:
+        return raw
+    metric, factor = ALIASES.get(key, (key, 1.0))
+    if metric != "mfu":
+        raise UserError(where, f"a percent ({raw!r}) is a share of peak; give {key} as a number")
+    number = float(match.group(1))
+    return number if factor == 0.01 else number / 100
+
+
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
@@ -150,7 +186,11 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     measured = {_known_spelling(str(k)): v for k, v in measured.items()}
     for key in measured:
         if key not in METRICS and key not in ALIASES:
-            unit = " (give the unit: step_time_s or step_time_ms)" if "time" in str(key) else ""
+            unit = (
+                " (give the unit: step_time_s or step_time_ms)" if "time" in str(key)
+                else " (give the unit: tokens_per_s or samples_per_s)" if "throughput" in str(key)
+                else ""
+            )  # fmt: skip
             hint = unit or did_you_mean(str(key), (*METRICS, *ALIASES))
             raise UserError(
                 f"{where}.{key}",
@@ -158,8 +198,9 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
                 "(simcluster/measured.py ALIASES: mfu_pct, hfu, tokens_per_s_per_gpu, samples_per_s, ...)",
             )
     key, raw = next(iter(measured.items()))
+    written, raw = raw, _percent(key, raw, f"{where}.{key}")
     value = positive_number(raw, f"{where}.{key}")
-    notes = []
+    notes = [f"{key} {written!r} read as {raw:g}"] if written is not raw else []
     if key in ALIASES:
         metric, factor = ALIASES[key]
         if isinstance(factor, str):

@@ -365,17 +365,32 @@ PRESET_ALIASES = {
     "nemotron-15b": "nemotron4-15b", "nemotron-340b": "nemotron4-340b",
     "llama-4-scout-17b-16e": "llama4-scout", "llama-4-maverick-17b-128e": "llama4-maverick",
     "qwen3-moe-30b": "qwen3-30b-a3b", "qwen3-moe-235b": "qwen3-235b-a22b",
+    # the names the models' own papers and repositories give them: GPT-3's Table 2.1 calls the
+    # 175B "GPT-3" and the 1.3B "GPT-3 XL"; bigscience/bloom is the 176B's checkpoint; Smith et
+    # al. 2022 title the 530B "Megatron-Turing NLG" (MT-NLG)
+    "gpt3": "gpt3-175b", "gpt3-xl": "gpt3-1.3b", "bloom": "bloom-176b",
+    "mt-nlg": "mt-nlg-530b", "megatron-turing-nlg": "mt-nlg-530b",
 }  # fmt: skip
 
 #: what a repository id or a table adds around a model's name: the organisation
 #: ('meta-llama/'), Meta's own prefix ('Meta-Llama-3-8B'), a checkpoint or table suffix
 #: ('-hf', '-Base', '-v0.1', NVIDIA's '-LLM') and a trailing size ('Grok-1 314B')
+_SIZE = re.compile(r"[-_ ](\d+(\.\d+)?)b$", re.IGNORECASE)
 _DECORATIONS = (
     re.compile(r"^.*/"),
     re.compile(r"^meta[-_ ]", re.IGNORECASE),
-    re.compile(r"[-_ ](hf|base|llm|v\d+(\.\d+)*)$", re.IGNORECASE),
-    re.compile(r"[-_ ]\d+(\.\d+)?b$", re.IGNORECASE),
+    # a tuned checkpoint keeps its base model's shapes ('Llama-2-7b-chat-hf', '-Instruct')
+    # ('-V3' in 'DeepSeek-V3-Base' is the name's, so a bare 'vN' goes only when it ends the name)
+    re.compile(r"([-_ ](hf|base|llm|instruct|chat|v\d+\.\d+(\.\d+)*))+$|[-_ ]v\d+$", re.IGNORECASE),
+    _SIZE,
 )
+
+
+def _size_agrees(written: str, preset: str) -> bool:
+    """Whether the parameter count ``written`` ends with is the preset's, when its name has one
+    ('MT-NLG 530B' is mt-nlg-530b; 'GPT-3 1B' is no GPT-3 that is shipped)."""
+    given, shipped = _SIZE.search(written), re.search(r"-(\d+(\.\d+)?)b$", preset)
+    return given is None or shipped is None or float(given.group(1)) == float(shipped.group(1))
 
 
 def resolve_preset_name(name: str) -> str:
@@ -388,11 +403,15 @@ def resolve_preset_name(name: str) -> str:
     candidates = (*names, *PRESET_ALIASES)
     stripped = name
     for decoration in (None, *_DECORATIONS):
+        written = stripped
         if decoration is not None:
             stripped = decoration.sub("", stripped).strip()
         found = loose_lookup(stripped, candidates)
         if found:
-            return PRESET_ALIASES.get(found, found)
+            preset = PRESET_ALIASES.get(found, found)
+            if decoration is _SIZE and not _size_agrees(written, preset):
+                return name
+            return preset
     return name
 
 
@@ -449,6 +468,20 @@ def build_model(section: dict[str, Any]) -> ModelSpec:
     return spec
 
 
+def _check_unknown_name(section: dict[str, Any]) -> None:
+    """A model given by ``name`` alone that names no shipped preset is refused on its name, not
+    on the first shape field it lacks (the writer meant a preset, not a shape left out)."""
+    name = section.get("name")
+    if not isinstance(name, str) or any(section.get(k) is not None for k in ("layers", "hidden", "heads", "vocab")):
+        return
+    names = preset_names()
+    raise UserError(
+        "model.name",
+        f"'{name}' is not a shipped preset{did_you_mean(name, names)}; give its shape (layers, hidden, "
+        f"heads, vocab, ffn ...), model.hf_config, or one of: {', '.join(names)}",
+    )
+
+
 def _build_model(section: dict[str, Any]) -> ModelSpec:
     preset = section.pop("preset", None)
     hf = section.pop("hf_config", None)
@@ -463,6 +496,7 @@ def _build_model(section: dict[str, Any]) -> ModelSpec:
         # model, so a name that is a preset can only mean it (given shapes still override)
         base = load_preset(str(section.pop("name")), "model.name")
     else:
+        _check_unknown_name(section)
         return _from_fields(section.pop("name", "custom"), section)
     overrides = {k: v for k, v in section.items() if v is not None}
     if not overrides:

@@ -21,7 +21,9 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
         "fp4": "nvfp4", "nv-fp4": "nvfp4", "nvfp4-mixed": "nvfp4", "bf16-with-nvfp4-mixed": "nvfp4",
         # PyTorch Lightning's mixed-precision names (16-bit compute, fp32 master weights)
         "bf16-mixed": "bf16", "16-mixed": "fp16", "fp16-mixed": "fp16", "mixed-bf16": "bf16",
-        "mixed-fp16": "fp16",
+        "mixed-fp16": "fp16", "32-true": "fp32",
+        # Composer's (llm-foundry's) automatic mixed precision names
+        "amp-bf16": "bf16", "amp-fp16": "fp16", "amp-fp8": "fp8",
         # TransformerEngine's FP8 formats: HYBRID (E4M3 forward, E5M2 gradients) and E4M3
         "fp8-hybrid": "fp8", "fp8_hybrid": "fp8", "fp8-e4m3": "fp8", "fp8_e4m3": "fp8",
     },
@@ -29,6 +31,8 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
     ("training", "optimizer"): {"adamw": "adam", "adam-w": "adam", "adam_w": "adam", "fusedadam": "adam"},
     ("training", "recompute"): {
         "selective-recompute": "selective", "full-recompute": "full", "no": "none", "off": "none",
+        # the switch written as a word ("activation checkpointing: yes"), as true reads (SWITCHES)
+        "yes": "full", "on": "full", "true": "full", "false": "none",
     },
     # the distributed optimizer is ZeRO-1 (optimizer state sharded over the data-parallel ranks);
     # FSDP's FULL_SHARD is ZeRO-3
@@ -36,6 +40,7 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
         "zero-0": 0, "ddp": 0, "none": 0, "zero-1": 1, "zero1": 1, "stage-1": 1,
         "distributed-optimizer": 1, "zero-2": 2, "zero2": 2, "stage-2": 2, "zero-3": 3, "zero3": 3,
         "stage-3": 3, "fsdp": 3, "full-shard": 3,
+        "zero-stage-0": 0, "zero-stage-1": 1, "zero-stage-2": 2, "zero-stage-3": 3,
     },
     ("training", "attention_kernel"): {
         "flash-attn": "fa2", "flashattention-2": "fa2", "flash_attn": "fa2", "flash-attention-2": "fa2",
@@ -64,7 +69,7 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
         "relu": "gelu", "gelu_new": "gelu", "gelu-tanh": "gelu", "gelu_pytorch_tanh": "gelu",
     },
     ("model", "norm"): {"rms": "rmsnorm", "layer": "layernorm", "layer_norm": "layernorm", "rms_norm": "rmsnorm"},
-    ("model", "position"): {"rotary": "rope"},
+    ("model", "position"): {"rotary": "rope", "learned-absolute": "learned"},
     ("moe", "dispatcher"): {
         "all2all": "alltoall", "all-to-all": "alltoall", "all_to_all": "alltoall", "a2a": "alltoall",
         "deep-ep": "deepep", "deep_ep": "deepep",
@@ -101,9 +106,25 @@ def _plain(value: str) -> str:
     return (re.sub(r"\s*\(.*\)\s*$", "", value) or value).strip().lower()
 
 
+def _dp_written_as_zero(data: dict[str, Any]) -> dict[str, Any]:
+    """``parallel.dp`` written as a ZeRO stage ("DP: ZeRO-1", as DeepSeek-V3's report gives
+    its data parallelism) read as ``parallel.zero``: the degree is then the GPUs left over,
+    as when dp is not given."""
+    parallel = data.get("parallel")
+    if not isinstance(parallel, dict) or not isinstance(parallel.get("dp"), str):
+        return data
+    text = _plain(parallel["dp"])
+    synonyms = SYNONYMS[("parallel", "zero")]
+    stage = synonyms.get(text, synonyms.get("-".join(text.replace("_", " ").split())))
+    if stage is None or parallel.get("zero", stage) != stage:
+        return data  # not a stage, or another zero is given: the schema says which is wrong
+    rest = {k: v for k, v in parallel.items() if k != "dp"}
+    return {**data, "parallel": {**rest, "zero": stage}}
+
+
 def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the choice fields of :data:`SYNONYMS` in the schema's spelling."""
-    out = dict(data)
+    out = _dp_written_as_zero(dict(data))
     training = out.get("training")
     if isinstance(training, dict) and isinstance(training.get("precision"), str):
         recipe = FP8_RECIPE_SPELLINGS.get(_plain(training["precision"]).replace("_", "-").replace(" ", "-"))

@@ -36,6 +36,7 @@ from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
+from simcluster.scenario.misplaced import relocate
 from simcluster.token_counts import expand_seq_len
 
 __all__ = ["METRICS"]
@@ -168,7 +169,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             "must be a scenario mapping (model, cluster, parallel, training) or a scenario's name or file",
         )
     # canonical keys and cluster.gpus before anything reads them (tokens per GPU needs the count)
-    scenario = expand_nodes(normalise_keys(raw["scenario"]))
+    # (a key written one level off too: model.seq_len is the seq_len samples/s are read by)
+    scenario = expand_nodes(relocate(normalise_keys(raw["scenario"])))
     overrides = raw.get("set")
     if overrides is not None:
         if not isinstance(overrides, dict) or not overrides:
@@ -214,7 +216,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         notes.append(
             f"{measured.metric} counts model FLOPs, without the forward that recompute {recompute} "
             "reruns; a source that counts it (Narayanan et al. 2021's 96*B*s*l*h^2, "
-            "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware"
+            "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware, a key of the case beside "
+            "measured: (or the figure written as hardware_tflops_per_gpu / hfu)"
         )
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
     nearest = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}

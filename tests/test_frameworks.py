@@ -275,7 +275,8 @@ def test_list_frameworks_prints_one_line_each() -> None:
 @pytest.mark.parametrize(
     ("written", "name"),
     [("Megatron-LM", "megatron-core"), ("megatron", "megatron-core"), ("NeMo", "nemo"),
-     ("Megatron-Bridge", "megatron-bridge"), ("Megatron-DeepSpeed", "deepspeed"), ("DeepSpeed", "deepspeed")],
+     ("Megatron-Bridge", "megatron-bridge"), ("Megatron-DeepSpeed", "deepspeed"), ("DeepSpeed", "deepspeed"),
+     ("NVIDIA NeMo", "nemo"), ("NeMo Framework", "nemo")],
 )
 def test_framework_aliases_read_as_the_entry(written: str, name: str) -> None:
     base = {"model": {"preset": "llama3-8b"}, "cluster": {"gpus": 8},

@@ -172,3 +172,39 @@ def test_the_schema_key_with_capitals_is_accepted_as_documented(spelled):
     # spellings are lower-cased before lookup, and the schema's own name has capitals
     doc = {**CANONICAL, "cluster": {"hardware": "dgx-h100", "gpus": 16, spelled: 900}}
     assert scenario_from_dict(doc).cluster.nvlink_GBps == 900
+
+
+def test_torchtitan_hf_trainer_and_old_megatron_names():
+    # torchtitan's [parallelism] degrees, Hugging Face Trainer's per-device batch, Megatron-LM
+    # 2021's --checkpoint-activations (full recompute) and --position-embedding-type
+    s = scenario_from_dict({
+        "model": {"num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 50257,
+                  "position_embedding_type": "learned_absolute"},
+        "cluster": {"accelerator": "H100", "total_gpus": 16},
+        "parallel": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "context_parallel_degree": 2},
+        "training": {"seq_len": 2048, "per_device_train_batch_size": 2, "global_batch": 64,
+                     "checkpoint-activations": True},
+    })
+    assert (s.parallel.tp, s.parallel.pp, s.parallel.cp) == (2, 2, 2)
+    assert (s.training.micro_batch, s.training.recompute, s.model.position) == (2, "full", "learned")
+    assert (s.cluster.hardware, s.cluster.gpus) == ("H100", 16)
+
+
+def test_a_case_reads_its_per_gpu_and_per_sample_figures_by_keys_written_one_level_off(tmp_path):
+    # the GPU count under parallel, the sequence length under model: the scenario reads both
+    # where they belong, and so does the measured figure's conversion
+    path = tmp_path / "cases.yaml"
+    path.write_text(
+        "cases:\n- name: a\n  source: test\n  scenario:\n"
+        "    model: {name: llama3-8b, seq_len: 4096}\n    cluster: {gpu: h100}\n"
+        "    parallel: {tp: 1, num_gpus: 8}\n    training: {global_batch: 64}\n"
+        "  measured: {samples_per_s: 10}\n"
+        "- name: b\n  source: test\n  scenario:\n"
+        "    model: llama3-8b\n    cluster: {gpu: h100}\n"
+        "    parallel: {tp: 1, num_gpus: 8}\n    training: {seq_len: 4096, global_batch: 64}\n"
+        "  measured: {'Tokens / sec / GPU': 1000}\n"
+    )
+    a, b = load_cases_file(path)
+    assert not a.problem and not b.problem
+    assert (a.metric, a.measured) == ("tokens_per_s", 40960)
+    assert (b.metric, b.measured) == ("tokens_per_s", 8000)

@@ -41,6 +41,19 @@ SCENARIO = {"cluster": {"gpus": 64}, "training": {"seq_len": 2048}}
         ({"Samples / sec / GPU": 0.5}, "tokens_per_s", 0.5 * 2048 * 64),
         # Narayanan et al. 2021's Table 1 "percentage of theoretical peak FLOP/s"
         ({"pct_peak": 44}, "mfu", 0.44),
+        # Megatron-LM's log line "elapsed time per iteration (ms)"; NeMo AutoModel's "Time per
+        # Global Step (s)"; llm-foundry's "Throughput (T/s)" (T tokens, S samples) and per GPU
+        ({"elapsed time per iteration (ms)": 2500}, "step_time_s", 2.5),
+        ({"Time per Global Step (s)": 7.286}, "step_time_s", 7.286),
+        ({"Throughput (T/s)": 85144}, "tokens_per_s", 85144),
+        ({"Throughput (T/s/GPU)": 1000}, "tokens_per_s", 64000),
+        ({"Throughput (S/s)": 41}, "tokens_per_s", 41 * 2048),
+        ({"TPS/GPU": 5762}, "tokens_per_s", 5762 * 64),  # torchtitan's performance tables
+        ({"model_flops_utilization": 0.41}, "mfu", 0.41),
+        ({"mfu_percent": 41}, "mfu", 0.41),
+        # a share of peak written with its percent sign
+        ({"mfu": "41%"}, "mfu", 0.41),
+        ({"MFU (%)": "41 %"}, "mfu", 0.41),
     ],
 )
 def test_spellings_read_as_their_canonical_metric(measured, metric, value):
@@ -97,3 +110,13 @@ def test_hardware_flop_figures_are_marked_for_the_hardware_count():
 def test_a_time_without_its_unit_asks_for_it():
     with pytest.raises(UserError, match="give the unit: step_time_s or step_time_ms"):
         read_measured({"step_time": 3}, "c.measured", SCENARIO)
+
+
+def test_a_throughput_without_its_unit_asks_for_it():
+    with pytest.raises(UserError, match="give the unit: tokens_per_s or samples_per_s"):
+        read_measured({"throughput": 3000}, "c.measured", SCENARIO)
+
+
+def test_a_percent_sign_is_only_for_a_share_of_peak():
+    with pytest.raises(UserError, match="is a share of peak; give tokens_per_s as a number"):
+        read_measured({"tokens_per_s": "41%"}, "c.measured", SCENARIO)

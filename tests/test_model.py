@@ -322,5 +322,7 @@ def test_a_name_beside_full_shapes_stays_a_label():
 
 
 def test_a_name_that_is_no_preset_still_asks_for_the_shapes():
-    with pytest.raises(UserError, match="model.layers"):
+    # given alone, the name is what is wrong (a preset name misspelt, or shapes left out): the
+    # error is on model.name and asks for the shapes
+    with pytest.raises(UserError, match=r"model.name: 'my-model' is not a shipped preset; give its shape \(layers"):
         build_model({"name": "my-model"})

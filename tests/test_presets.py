@@ -158,6 +158,17 @@ def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
         ("Grok-1 314B", "grok-1"),
         ("DeepSeek V3 671B", "deepseek-v3"),
         ("Qwen3 MoE 30B", "qwen3-30b-a3b"),
+        # the models' own names: GPT-3 Table 2.1 ("GPT-3 175B or 'GPT-3'", "GPT-3 XL" = 1.3B),
+        # the bigscience/bloom repository (the 176B), Smith et al. 2022's "Megatron-Turing NLG 530B"
+        ("GPT-3", "gpt3-175b"),
+        ("GPT-3 XL", "gpt3-1.3b"),
+        ("bigscience/bloom", "bloom-176b"),
+        ("MT-NLG", "mt-nlg-530b"),
+        ("Megatron-Turing NLG 530B", "mt-nlg-530b"),
+        # tuned checkpoints keep the base model's shapes
+        ("meta-llama/Llama-2-7b-chat-hf", "llama2-7b"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
     ],
 )
 def test_a_model_named_as_a_repository_or_a_table_names_it_finds_the_preset(written, preset):
@@ -171,3 +182,24 @@ def test_a_size_that_is_not_shipped_is_not_read_as_another_size():
 
     # Llama 2 comes in 7B, 13B and 70B; "Llama 3 13B" must stay unknown, not become some Llama 3
     assert resolve_preset_name("Llama 3 13B") == "Llama 3 13B"
+
+
+@pytest.mark.parametrize("written", ["GPT-3 1B", "MT-NLG 100B", "BLOOM 3B", "BLOOM-560M"])
+def test_a_family_name_with_another_size_is_not_read_as_the_shipped_size(written):
+    from simcluster.model import resolve_preset_name
+
+    # "GPT-3" alone is the 175B, but GPT-3 1B is none of the paper's sizes
+    assert resolve_preset_name(written) == written
+
+
+def test_a_model_named_but_not_shipped_is_refused_on_its_name():
+    from simcluster.errors import UserError
+    from simcluster.model import build_model
+
+    with pytest.raises(UserError) as err:
+        build_model({"name": "Falcon 40B"})
+    assert str(err.value).startswith("model.name: 'Falcon 40B' is not a shipped preset")
+    assert "hf_config" in str(err.value) and "mt-nlg-530b" in str(err.value)
+    # a model given by its shape with one field left out is still told which field
+    with pytest.raises(UserError, match="model.vocab: missing"):
+        build_model({"name": "gpt-22B", "layers": 48, "hidden": 6144, "heads": 64})

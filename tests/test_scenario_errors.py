@@ -43,7 +43,9 @@ def test_unknown_key_did_you_mean(cli, tmp_path):
 
 @pytest.mark.parametrize(
     "section, key, ours",
-    [("parallel", "virtual_stages", "vpp"), ("training", "activation_checkpointing", "recompute")],
+    [("parallel", "virtual_stages", "vpp"), ("training", "recompute_activations", "recompute"),
+     ("training", "recompute_method", "recompute"), ("parallel", "model_parallel", "tp"),
+     ("training", "local_batch_size", "micro_batch"), ("parallel", "data_parallel_shard_degree", "zero")],
 )  # fmt: skip
 def test_framework_names_point_to_our_keys(cli, tmp_path, section, key, ours):
     """Framework names that do not mean exactly one of our keys get it as the hint (the exact
@@ -176,19 +178,21 @@ def test_bucket_stages_names_its_choices(cli, tmp_path):
 @pytest.mark.parametrize(
     "section, key, home",
     [("model", "seq_len", "training.seq_len"), ("model", "tp", "parallel.tp"),
-     ("training", "gbs", None), ("model", "global_batch_size", "training.global_batch"),
+     ("training", "gbs", None), ("model", "global_batch_size", None),
      ("parallel", "hardware", "cluster.hardware")],
 )  # fmt: skip
 def test_a_key_in_the_wrong_section_names_its_section(cli, tmp_path, section, key, home):
     """A table's columns copied into one section: the error says where the key lives (a key that
-    is an alias of its own section, training.gbs, is simply read)."""
+    is an alias of its own section, training.gbs, or one the scenario lacks, is simply read)."""
     data = make_scenario()
     data[section][key] = data["training"]["global_batch"] if key in ("gbs", "global_batch_size") else 2
     if home is None:
         data["training"].pop("global_batch")
         assert cli("memory", write(tmp_path, data)).code == 0
         return
-    assert_one_line_error(cli("memory", write(tmp_path, data)), f"{section}.{key}", f"write it as {home}")
+    # the key is read where it belongs (scenario/misplaced.py), and there it meets the value
+    # already given: the error names both places
+    assert_one_line_error(cli("memory", write(tmp_path, data)), f"{section}.{key}", home)
 
 
 @pytest.mark.parametrize(
@@ -211,3 +215,15 @@ def test_the_recompute_choices_are_the_documented_ones(cli):
     assert_one_line_error(res, "'none', 'selective', 'full' or 'op'")
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "recompute: selective          # none selective full op (op: torchtitan's op-level" in readme
+
+
+def test_an_unknown_key_where_a_required_one_is_missing_is_named(cli, tmp_path):
+    # nanoGPT's block_size for the sequence length: the error names the key written, not only
+    # the one missing
+    data = make_scenario()
+    data["training"]["block_size"] = data["training"].pop("seq_len")
+    assert_one_line_error(
+        cli("memory", write(tmp_path, data)),
+        "training.block_size: unknown key, and training.seq_len is required",
+        "write it as seq_len",
+    )

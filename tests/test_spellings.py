@@ -46,6 +46,13 @@ def _with(section, **values):
         ("parallel", "zero", "distributed optimizer", 1),
         ("parallel", "zero", "ZeRO-1", 1),
         ("parallel", "zero", "FSDP", 3),
+        ("parallel", "zero", "ZeRO stage 1", 1),
+        # Composer's (llm-foundry's) precision names, as its benchmark tables print them
+        ("training", "precision", "amp_bf16", "bf16"),
+        ("training", "precision", "amp_fp8", "fp8"),
+        # the switch as a word, as true and false read
+        ("training", "recompute", "yes", "full"),
+        ("training", "recompute", "false", "none"),
     ],
 )
 def test_spellings_read_as_the_schemas_names(section, key, written, name):
@@ -124,3 +131,11 @@ def test_the_distributed_optimizer_flag_is_zero_1(key, value, zero):
         assert err.value.field == "parallel.zero"
         return
     assert _with("parallel", **{key: value}).parallel.zero == zero
+
+
+def test_a_zero_stage_written_as_the_data_parallel_degree_is_the_stage():
+    # DeepSeek-V3's report gives its data parallelism as "ZeRO-1"; the degree is the GPUs left
+    s = _with("parallel", tp=2, dp="ZeRO-1")
+    assert (s.parallel.zero, s.parallel.dp) == (1, None)
+    with pytest.raises(UserError, match="parallel.dp"):
+        _with("parallel", tp=2, dp="ZeRO-1", zero=3)

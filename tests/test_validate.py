@@ -567,6 +567,8 @@ def test_cli_compares_a_recomputing_runs_tflops_in_narayanans_count(cli, tmp_pat
     # rel 1e-3: the module counts each layer's bias terms with its weights (eq. 3 does not)
     assert rows["hw"]["predicted"] / rows["model"]["predicted"] == pytest.approx(narayanan_96 / narayanan_72, rel=1e-3)
     assert "needs flops: hardware" in rows["model"]["note"] and "needs" not in rows["hw"]["note"]
+    # where flops: goes: a case key, not a scenario one
+    assert "a key of the case beside measured:" in rows["model"]["note"]
 
 
 def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_path):

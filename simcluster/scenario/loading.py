@@ -128,8 +128,32 @@ _SAME_QUANTITY = {
 }  # fmt: skip
 
 
+def _unknown_for_missing(errors: list[Any]) -> tuple[Any, str] | None:
+    """An unknown key in the section where a required one is missing, and that required key:
+    ``training: {context_length: 4096}`` is reported on context_length, which is likely the
+    missing seq_len written another way, not only as 'seq_len is required'."""
+    missing = [e for e in errors if e["type"] == "missing" and len(e["loc"]) == 2]
+    for err in missing:
+        extra = [e for e in errors if e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) == err["loc"][:-1]]
+        if extra:
+            return extra[0], str(err["loc"][-1])
+    return None
+
+
 def _format_error(exc: ValidationError) -> UserError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err = errors[0]
+    paired = _unknown_for_missing(errors) if err["type"] == "missing" else None
+    if paired is not None:
+        extra, required = paired
+        section, key = (str(p) for p in extra["loc"])
+        if sum(e["type"] == "extra_forbidden" and str(e["loc"][0]) == section for e in errors) == 1:
+            return UserError(
+                f"{section}.{key}",
+                f"unknown key, and {section}.{required} is required: if '{key}' is that, write it as "
+                f"{required}; otherwise remove it and add {required}",
+            )
+        err = extra  # several unknown keys: the first, with its own hint
     loc = [str(p) for p in err["loc"]]
     field = ".".join(loc)
     kind = err["type"]
