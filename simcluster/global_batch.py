@@ -6,8 +6,9 @@
   (``16777216``) or with a binary suffix as papers round them (``16M`` = 16 x 2^20, ``4Mi``,
   ``512K``: ``token_counts.py``).
 - ``training.grad_accum``: a table's GA column, microbatches per data-parallel rank per step.
-  Without ``global_batch`` it sets it (GA x micro-batch x dp); with it, the layout check
-  (``layout.py``) holds the two to agree.
+  Without ``global_batch`` it sets it (GA x micro-batch x dp); with it and no
+  ``micro_batch``, it sets the micro-batch (global batch / (GA x dp), when that divides); with
+  both, the layout check (``layout.py``) holds them to agree.
 
 Expanded on the raw scenario, before validation, so every later stage sees
 ``training.global_batch``.
@@ -38,20 +39,33 @@ def expand_global_batch(data: dict[str, Any]) -> dict[str, Any]:
 
 def _from_grad_accum(data: dict[str, Any]) -> dict[str, Any]:
     training, cluster = data.get("training"), data.get("cluster")
-    given = data.get("parallel")
-    parallel: dict[str, Any] = given if isinstance(given, dict) else {}
-    if not isinstance(training, dict) or "global_batch" in training or not isinstance(cluster, dict):
+    if not isinstance(training, dict) or not isinstance(cluster, dict):
         return data
-    steps, mbs = whole(training.get("grad_accum")), whole(training.get("micro_batch", 1))
+    steps, dp = whole(training.get("grad_accum")), _dp(data.get("parallel"), cluster)
+    if steps is None or dp is None:
+        return data  # the schema or the layout check names what is missing
+    if "global_batch" not in training:
+        mbs = whole(training.get("micro_batch", 1))
+        if mbs is None:
+            return data
+        return {**data, "training": {**training, "global_batch": steps * mbs * dp}}
+    batch = whole(training["global_batch"])
+    if "micro_batch" not in training and batch is not None and batch % (steps * dp) == 0:
+        # a table's GBS and GA columns without an MBS one: the micro-batch is what they leave
+        return {**data, "training": {**training, "micro_batch": batch // (steps * dp)}}
+    return data
+
+
+def _dp(given: Any, cluster: dict[str, Any]) -> int | None:
+    """The data-parallel degree stated, or the GPUs over tp x pp x cp."""
+    parallel: dict[str, Any] = given if isinstance(given, dict) else {}
     dp = whole(parallel.get("dp"))
     if dp is None and whole(cluster.get("gpus")):
         split = 1
         for key in ("tp", "pp", "cp"):
             split *= whole(parallel.get(key, 1)) or 0
         dp = cluster["gpus"] // split if split and cluster["gpus"] % split == 0 else None
-    if steps is None or mbs is None or dp is None:
-        return data  # the schema or the layout check names what is missing
-    return {**data, "training": {**training, "global_batch": steps * mbs * dp}}
+    return dp
 
 
 def _from_tokens(data: dict[str, Any]) -> dict[str, Any]:

@@ -78,3 +78,14 @@ def test_microbatches_per_pipeline_are_the_accumulation_steps():
     raw = {"model": "llama3-8b", "cluster": {"hardware": "dgx-h100", "gpus": 8}, "parallel": {"pp": 8},
            "training": {"seq_len": 4096, "micro_batch": 3, "microbatches": 24}}  # fmt: skip
     assert scenario_from_dict(raw).training.global_batch == 24 * 3 * 1
+
+
+def test_a_tables_gbs_and_ga_without_mbs_give_the_micro_batch():
+    # NeMo's performance summary, Mixtral 8x7B on 64 GPUs: GBS 256, TP 1, PP 1, EP 8, GA 2, whose
+    # MBS column says 2 = 256 / (GA 2 x dp 64)
+    raw = {"model": "mixtral-8x7b", "cluster": {"hardware": "dgx-b200", "gpus": 64},
+           "parallel": {"ep": 8}, "training": {"seq_len": 4096, "global_batch": 256, "ga": 2}}  # fmt: skip
+    assert scenario_from_dict(raw).training.micro_batch == 2
+    # a GA that leaves no whole micro-batch is the layout check's to refuse, not rounded here
+    odd = {**raw, "training": {**raw["training"], "ga": 3}}
+    assert scenario_from_dict(odd).training.micro_batch == 1

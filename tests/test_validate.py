@@ -1106,3 +1106,14 @@ def test_a_case_name_in_two_files_names_both(cli, tmp_path):
         f"error: CASES: case name 'tiny/measure-step' appears twice (in {first} and {second}); "
         "names must be unique: rename one"
     )
+
+
+def test_a_case_without_a_micro_batch_is_told_what_was_assumed(cli, tmp_path):
+    # Shoeybi et al. 2019 ran 8 sequences per V100 without accumulation; a case that leaves the
+    # micro-batch out is simulated at 1 with 8 accumulation steps, and the table says so
+    bare = make_scenario()
+    bare["training"] = {k: v for k, v in bare["training"].items() if k != "micro_batch"}
+    cases = [{"name": "no-mbs", "scenario": bare, "measured": {"step_time_s": 1.0}},
+             {"name": "with-mbs", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}]  # fmt: skip
+    out = " ".join(cli("validate", _cases_file(tmp_path, cases), "--jobs", "1").out.split())
+    assert "1 case(s) state no micro-batch (no-mbs)" in out

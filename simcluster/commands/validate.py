@@ -131,6 +131,15 @@ def _names(results: list[CaseResult], most: int = 5) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def _states_micro_batch(scenario: object) -> bool:
+    """Whether a case's inline scenario gives its micro-batch, directly or by its accumulation
+    steps (a scenario named by file or shipped name is the file's to state)."""
+    if not isinstance(scenario, dict):
+        return True
+    training = scenario.get("training")
+    return not isinstance(training, dict) or bool({"micro_batch", "grad_accum"} & set(training))
+
+
 def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
     """What a case's scenario leaves to simcluster, where it matters for the error."""
     ran = [r for r in results if r.error is None]
@@ -140,6 +149,15 @@ def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
             f"{len(unfit)} case(s) do not fit in GPU memory as simulated ({_names(unfit)}): the published "
             "runs did, so a setting is likely missing (training.recompute, parallel.zero, micro_batch); "
             "`simcluster memory` shows where the bytes go"
+        )
+    # the micro-batch sets the accumulation steps and every GEMM's size: a default of 1 can be
+    # far from the run (Shoeybi et al. 2019 ran 8 per GPU without accumulation)
+    unstated = [r for r in ran if not _states_micro_batch(r.case.scenario)]
+    if unstated:
+        console.print(
+            f"{len(unstated)} case(s) state no micro-batch ({_names(unstated)}): 1 sequence per GPU per "
+            "microbatch was assumed, the rest of the global batch as accumulation steps; give "
+            "training.micro_batch (or grad_accum) where the source states it"
         )
     # a case that names no framework and spells out none of a stack's behaviour either
     bare = [r for r in ran if r.framework is None and not STACK_SECTIONS & set(r.case.scenario)]
