@@ -78,7 +78,7 @@ def _step_time(summary: Mapping[str, Any]) -> float | None:
     if summary.get("optimizer_post_validation"):
         return None
     step = summary.get("step_time_s")
-    return float(step) if _positive(step) else None
+    return float(step) if isinstance(step, (int, float)) and _positive(step) else None
 
 
 def _positive(value: Any) -> bool:
