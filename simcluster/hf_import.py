@@ -10,7 +10,9 @@ too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the def
 
 Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
 parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
-embedding LayerNorm — each under 0.01% of the parameters.
+embedding LayerNorm, gpt-oss's router bias and attention sinks — each under 0.01% of the
+parameters; GPT-NeoX's partial rotary (rotary_pct) costed as full; Llama 4's chunked attention
+(attention_chunk_size) costed as global attention, an upper bound.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(True, "rmsnorm", False, "rope", True),
     "gemma2": Family(True, "rmsnorm", False, "rope", True),
     "gemma3_text": Family(True, "rmsnorm", False, "rope", True),
+    # gpt-oss (transformers' GptOssForCausalLM): its experts always carry biases
+    # (gate_up_proj_bias, down_proj_bias) and its attention does with attention_bias, true in
+    # both released configs; SwiGLU (clamped) experts
+    "gpt_oss": Family(True, "rmsnorm", True, "rope", False),
 }
 
 # model types whose attention normalises queries and keys (their modelling code does it

@@ -1,0 +1,48 @@
+"""Real Hugging Face config.json files read by simcluster/hf_import.py: the architecture fields
+as published (other keys left out), checked against the model cards' parameter counts."""
+
+import json
+
+import pytest
+
+from simcluster.model import build_model, from_hf_config, load_preset
+
+# https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json
+GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "experts_per_token": 4, "head_dim": 64,
+    "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880, "layer_types":
+    ["sliding_attention", "full_attention"] * 18, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "num_local_experts": 128, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+    "vocab_size": 201088,
+}  # fmt: skip
+
+# https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
+QWEN3_30B_A3B = {
+    "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "tie_word_embeddings": False, "vocab_size": 151936,
+}  # fmt: skip
+
+
+def load(tmp_path, cfg, **scenario):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return build_model({"hf_config": str(path), **scenario})
+
+
+def test_gpt_oss_carries_its_attention_and_expert_biases(tmp_path):
+    """OpenAI's gpt-oss-120b model card: 116.8B parameters. transformers' GptOssExperts has
+    gate_up_proj_bias and down_proj_bias, its attention attention_bias (true): the shipped preset's
+    bias: true, which the import left out."""
+    model = load(tmp_path, GPT_OSS_120B)
+    assert model.bias
+    assert model.params_total() == load_preset("gpt-oss-120b").params_total()
+    assert model.params_total() / 1e9 == pytest.approx(116.8, rel=0.001)
+
+
+def test_from_hf_config_reads_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GPT_OSS_120B))
+    assert from_hf_config(path).bias
