@@ -18,7 +18,7 @@ parameters; GPT-NeoX's partial rotary (rotary_pct) costed as full; Llama 4's chu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,10 @@ FAMILIES: dict[str, Family] = {
     "gpt_oss": Family(True, "rmsnorm", True, "rope", False),
 }
 
+# Falcon's checkpoints from before transformers 4.33 name their type RefinedWeb (40B/180B: the
+# new decoder architecture, KV heads in n_head_kv) and RefinedWebModel (7B: multi-query)
+FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
+
 # model types whose attention normalises queries and keys (their modelling code does it
 # unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "gemma3_text", "apertus"})
@@ -70,7 +74,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "heads": ("num_attention_heads", "n_head"),
-    "kv_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
     "head_dim": ("head_dim",),
@@ -126,6 +130,8 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["kv_heads"] = 1
     if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B
         data["kv_heads"] = cfg["num_kv_heads"]
+    if model_type in ("falcon", "RefinedWebModel", "RefinedWeb") and cfg.get("alibi"):  # Falcon-RW
+        family = replace(family, position="alibi")
     if "hidden" in data and "ffn" not in data and not family.gated:
         data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named

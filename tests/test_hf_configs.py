@@ -17,6 +17,19 @@ GPT_OSS_120B = {
     "vocab_size": 201088,
 }  # fmt: skip
 
+# the original tiiuae/falcon-40b config.json (model_type RefinedWeb, before transformers 4.33)
+FALCON_40B_REFINEDWEB = {
+    "alibi": False, "architectures": ["RWForCausalLM"], "bias": False, "hidden_size": 8192,
+    "model_type": "RefinedWeb", "n_head": 128, "n_head_kv": 8, "n_layer": 60, "parallel_attn": True,
+    "vocab_size": 65024,
+}  # fmt: skip
+# https://huggingface.co/tiiuae/falcon-40b/blob/main/config.json (model_type falcon)
+FALCON_40B = {
+    "alibi": False, "bias": False, "hidden_size": 8192, "model_type": "falcon", "multi_query": True,
+    "new_decoder_architecture": True, "num_attention_heads": 128, "num_hidden_layers": 60, "num_kv_heads": 8,
+    "parallel_attn": True, "vocab_size": 65024,
+}  # fmt: skip
+
 # https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
 QWEN3_30B_A3B = {
     "decoder_sparse_step": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
@@ -40,6 +53,22 @@ def test_gpt_oss_carries_its_attention_and_expert_biases(tmp_path):
     assert model.bias
     assert model.params_total() == load_preset("gpt-oss-120b").params_total()
     assert model.params_total() / 1e9 == pytest.approx(116.8, rel=0.001)
+
+
+def test_falcon_40b_refinedweb_config_is_falcon(tmp_path):
+    """Falcon-40B's original config (RefinedWeb) is the same model as its model_type falcon one:
+    two-matrix GeLU MLP of 4h, LayerNorm, 8 KV heads (n_head_kv), tied embeddings; it was read
+    as a Llama (gated MLP, RMSNorm, 128 KV heads: 49.4B)."""
+    legacy, current = load(tmp_path, FALCON_40B_REFINEDWEB), load(tmp_path, FALCON_40B)
+    assert (legacy.mlp, legacy.norm, legacy.kv_heads, legacy.ffn) == ("gelu", "layernorm", 8, 4 * 8192)
+    assert legacy.params_total() == current.params_total()
+    # the model card's 41.8B counts the stored lm_head copy that transformers ties to the embedding
+    assert (legacy.params_total() + 65024 * 8192) / 1e9 == pytest.approx(41.8, rel=0.002)
+
+
+def test_falcon_rw_alibi(tmp_path):
+    cfg = {**FALCON_40B, "alibi": True, "new_decoder_architecture": False, "multi_query": False}
+    assert load(tmp_path, cfg).position == "alibi"
 
 
 def test_from_hf_config_reads_the_file(tmp_path):
