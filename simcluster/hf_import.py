@@ -6,7 +6,8 @@ what matters is not in the file at all but in the modelling code of the ``model_
 the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeGLU is gated
 too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below; a
-``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU).
+``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU). Fields a
+config class defaults and its published files leave out (Gemma 3) come from ``CONFIG_DEFAULTS``.
 
 Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
 parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
@@ -65,6 +66,15 @@ FAMILIES: dict[str, Family] = {
 # new decoder architecture, KV heads in n_head_kv) and RefinedWebModel (7B: multi-query)
 FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
 
+# what a model_type's configuration class fills in when config.json leaves a field out: Google's
+# Gemma 3 configs give little beyond the shapes that differ from Gemma3TextConfig's defaults
+# (google/gemma-3-4b-it's text_config has no vocab_size, heads, KV heads, head_dim or
+# sliding_window_pattern; gemma-3-27b-it's none of vocab_size and sliding_window_pattern)
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+}  # fmt: skip
+
 # model types whose attention normalises queries and keys (their modelling code does it
 # unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "gemma3_text", "apertus"})
@@ -117,6 +127,10 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         cfg = cfg["text_config"]
     model_type = str(cfg.get("model_type", ""))
+    defaults = CONFIG_DEFAULTS.get(model_type, {})
+    if "_sliding_window_pattern" in cfg:  # the name newer transformers save Gemma 3's pattern under
+        defaults = {**defaults, "sliding_window_pattern": cfg["_sliding_window_pattern"]}
+    cfg = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
     family = FAMILIES.get(model_type)
     if family is None:

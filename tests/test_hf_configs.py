@@ -17,6 +17,18 @@ GPT_OSS_120B = {
     "vocab_size": 201088,
 }  # fmt: skip
 
+# https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json and gemma-3-27b-it: Google's
+# text_config states only what differs from transformers' Gemma3TextConfig defaults
+GEMMA3_4B_TEXT = {
+    "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+}  # fmt: skip
+GEMMA3_27B_TEXT = {
+    "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+}  # fmt: skip
+
 # the original tiiuae/falcon-40b config.json (model_type RefinedWeb, before transformers 4.33)
 FALCON_40B_REFINEDWEB = {
     "alibi": False, "architectures": ["RWForCausalLM"], "bias": False, "hidden_size": 8192,
@@ -53,6 +65,28 @@ def test_gpt_oss_carries_its_attention_and_expert_biases(tmp_path):
     assert model.bias
     assert model.params_total() == load_preset("gpt-oss-120b").params_total()
     assert model.params_total() / 1e9 == pytest.approx(116.8, rel=0.001)
+
+
+@pytest.mark.parametrize(
+    "text, embedding_m, other_m",
+    [(GEMMA3_4B_TEXT, 675, 3209), (GEMMA3_27B_TEXT, 1416, 25600)],
+)
+def test_gemma3_configs_take_gemma3textconfigs_defaults(tmp_path, text, embedding_m, other_m):
+    """Gemma 3 technical report, Table 1: 4B = 675M embedding + 3,209M non-embedding parameters,
+    27B = 1,416M + 25,600M (the vision encoder's 417M apart). What the file leaves out is
+    Gemma3TextConfig's: vocab 262208, 8 heads, 4 KV heads, head_dim 256, and one global layer
+    in six (sliding_window_pattern 6), not every layer local."""
+    model = load(tmp_path, {"model_type": "gemma3", "text_config": text, "vision_config": {}})
+    assert model.vocab == 262208 and model.tied_embeddings and model.qk_norm
+    assert (model.sliding_window, model.global_every) == (1024, 6)
+    embedding = model.vocab * model.hidden
+    assert embedding / 1e6 == pytest.approx(embedding_m, rel=0.01)
+    assert (model.params_total() - embedding) / 1e6 == pytest.approx(other_m, rel=0.001)
+
+
+def test_gemma3_1b_pattern_under_its_newer_name(tmp_path):
+    cfg = {**GEMMA3_4B_TEXT, "_sliding_window_pattern": 4}
+    assert load(tmp_path, cfg).global_every == 4
 
 
 def test_falcon_40b_refinedweb_config_is_falcon(tmp_path):
