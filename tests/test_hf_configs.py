@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from simcluster.errors import UserError
 from simcluster.model import build_model, from_hf_config, load_preset
 
 # https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json
@@ -103,6 +104,15 @@ def test_falcon_40b_refinedweb_config_is_falcon(tmp_path):
 def test_falcon_rw_alibi(tmp_path):
     cfg = {**FALCON_40B, "alibi": True, "new_decoder_architecture": False, "multi_query": False}
     assert load(tmp_path, cfg).position == "alibi"
+
+
+def test_a_field_the_file_leaves_out_is_named_and_can_be_given_beside_it(tmp_path):
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "vocab_size"}
+    with pytest.raises(UserError) as err:
+        load(tmp_path, cfg)
+    assert err.value.field == "model.hf_config"
+    assert "vocab_size" in str(err.value) and "model.vocab" in str(err.value)
+    assert load(tmp_path, cfg, vocab=201088).params_total() == load_preset("gpt-oss-120b").params_total()
 
 
 def test_from_hf_config_reads_the_file(tmp_path):
