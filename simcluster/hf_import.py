@@ -8,6 +8,8 @@ too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the def
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below; a
 ``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU). Fields a
 config class defaults and its published files leave out (Gemma 3) come from ``CONFIG_DEFAULTS``.
+Layers that are not softmax attention (linear attention, Mamba) are refused with the field
+that says so.
 
 Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
 parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
@@ -97,7 +99,14 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
     "mtp_layers": ("num_nextn_predict_layers", "mtp_num_layers"),
 }
+# the layer kinds of a ``layer_types`` list simcluster costs: softmax attention over the whole
+# sequence or a window (Llama 4's chunked layers as global ones, an upper bound)
+_ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
+
+
+class Unsupported(ValueError):
+    """A config.json whose architecture simcluster cannot express (the message says what)."""
 
 
 def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -135,6 +144,7 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     family = FAMILIES.get(model_type)
     if family is None:
         family = _LLAMA if act in ("silu", "swiglu") else Family(False, "rmsnorm", False, "rope", False)
+    _refuse_other_mixers(cfg)
     data: dict[str, Any] = {}
     for ours, keys in _KEYS.items():
         value = _first(cfg, keys)
@@ -166,6 +176,20 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
+    """Layers that mix tokens by something other than softmax attention (Qwen3-Next's Gated
+    DeltaNet, MiniMax's lightning attention, Mamba) are refused, not costed as attention."""
+    types = cfg.get("layer_types")
+    other = sorted({str(t) for t in types} - _ATTENTION_KINDS) if isinstance(types, list) else []
+    if other:
+        raise Unsupported(f"layer_types has {', '.join(other)} layers; simcluster models softmax attention only")
+    if cfg.get("linear_num_value_heads") or cfg.get("linear_num_key_heads"):  # Qwen3-Next
+        raise Unsupported("linear_num_value_heads: linear-attention layers are not modelled (softmax attention only)")
+    kinds = cfg.get("attn_type_list")  # MiniMax: 0 = lightning (linear) attention
+    if isinstance(kinds, list) and 0 in kinds:
+        raise Unsupported("attn_type_list has linear-attention (0) layers; simcluster models softmax attention only")
+
+
 def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``sliding_window`` / ``global_every`` from a config: an explicit ``layer_types`` list
     (gpt-oss, newer Gemma; periodic with the global layer last), Gemma 2's alternation (its
@@ -185,7 +209,7 @@ def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
         every = local.index(False) + 1
         if all(local[i] == ((i + 1) % every != 0) for i in range(len(local))):
             return {"sliding_window": int(window), "global_every": every}
-        raise ValueError("layer_types is not a periodic pattern with the global layer last")
+        raise Unsupported("layer_types is not a periodic pattern with the global layer last")
     if model_type == "gemma2":
         return {"sliding_window": int(window), "global_every": 2}
     pattern = cfg.get("sliding_window_pattern")
@@ -204,6 +228,13 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
         shared = cfg.get("shared_expert_intermediate_size") or 0
         data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    only = cfg.get("mlp_only_layers") or []
+    if only and data.get("experts"):  # Qwen2/3-MoE: these layers keep a dense MLP
+        if sorted(only) != list(range(len(only))):
+            raise Unsupported(
+                f"mlp_only_layers {only}: only leading dense layers can be expressed (model.dense_layers)"
+            )
+        data["dense_layers"] = len(only)
     if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
         data["expert_ffn"] = data.get("ffn", 0)
     if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):

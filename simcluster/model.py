@@ -437,13 +437,15 @@ def from_hf_config(
     Mixtral/Qwen-MoE/DeepSeek-V3, and GPT-2, OPT, BLOOM, GPT-NeoX, Falcon, ...; see
     :mod:`simcluster.hf_import`). ``fill``: the scenario's own shape fields, which stand in for
     ones the file leaves out."""
-    from simcluster.hf_import import _KEYS, fields_from_config, read_config
+    from simcluster.hf_import import _KEYS, Unsupported, fields_from_config, read_config
 
     cfg = read_config(path, field_name)
     p = Path(path)
     name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
     try:
         fields = fields_from_config(cfg)
+    except Unsupported as exc:
+        raise UserError(field_name, f"'{path}': {exc}") from None
     except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
         raise UserError(
             field_name,

@@ -115,6 +115,32 @@ def test_a_field_the_file_leaves_out_is_named_and_can_be_given_beside_it(tmp_pat
     assert load(tmp_path, cfg, vocab=201088).params_total() == load_preset("gpt-oss-120b").params_total()
 
 
+def test_qwen_moe_mlp_only_layers(tmp_path):
+    """Qwen3MoeDecoderLayer keeps a dense MLP on the layers of mlp_only_layers: leading ones are
+    model.dense_layers; others cannot be expressed and are refused by name."""
+    assert load(tmp_path, QWEN3_30B_A3B).dense_layers == 0
+    model = load(tmp_path, {**QWEN3_30B_A3B, "mlp_only_layers": [0, 1]})
+    assert model.dense_layers == 2 and model.moe_layers == 46
+    with pytest.raises(UserError, match="mlp_only_layers"):
+        load(tmp_path, {**QWEN3_30B_A3B, "mlp_only_layers": [5]})
+
+
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        # Qwen/Qwen3-Next-80B-A3B config.json: Gated DeltaNet on three layers in four
+        ({"model_type": "qwen3_next", "linear_num_value_heads": 32, "linear_num_key_heads": 16}, "linear"),
+        ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "linear_attention"),
+        # MiniMaxAI/MiniMax-M1 config.json: attn_type_list, 0 = lightning attention
+        ({"attn_type_list": [0] * 7 + [1]}, "attn_type_list"),
+    ],
+)
+def test_other_token_mixers_are_refused_not_costed_as_attention(tmp_path, extra, named):
+    with pytest.raises(UserError) as err:
+        load(tmp_path, {**QWEN3_30B_A3B, **extra})
+    assert err.value.field == "model.hf_config" and named in str(err.value)
+
+
 def test_from_hf_config_reads_the_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(GPT_OSS_120B))
