@@ -6,17 +6,22 @@ what matters is not in the file at all but in the modelling code of the ``model_
 the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeGLU is gated
 too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below; a
-``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU).
+``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU). Fields a
+config class defaults and its published files leave out (Gemma 3) come from ``CONFIG_DEFAULTS``.
+Layers that are not softmax attention (linear attention, Mamba) are refused with the field
+that says so.
 
 Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
 parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
-embedding LayerNorm — each under 0.01% of the parameters.
+embedding LayerNorm, gpt-oss's router bias and attention sinks — each under 0.01% of the
+parameters; GPT-NeoX's partial rotary (rotary_pct) costed as full; Llama 4's chunked attention
+(attention_chunk_size) costed as global attention, an upper bound.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +58,24 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(True, "rmsnorm", False, "rope", True),
     "gemma2": Family(True, "rmsnorm", False, "rope", True),
     "gemma3_text": Family(True, "rmsnorm", False, "rope", True),
+    # gpt-oss (transformers' GptOssForCausalLM): its experts always carry biases
+    # (gate_up_proj_bias, down_proj_bias) and its attention does with attention_bias, true in
+    # both released configs; SwiGLU (clamped) experts
+    "gpt_oss": Family(True, "rmsnorm", True, "rope", False),
 }
+
+# Falcon's checkpoints from before transformers 4.33 name their type RefinedWeb (40B/180B: the
+# new decoder architecture, KV heads in n_head_kv) and RefinedWebModel (7B: multi-query)
+FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
+
+# what a model_type's configuration class fills in when config.json leaves a field out: Google's
+# Gemma 3 configs give little beyond the shapes that differ from Gemma3TextConfig's defaults
+# (google/gemma-3-4b-it's text_config has no vocab_size, heads, KV heads, head_dim or
+# sliding_window_pattern; gemma-3-27b-it's none of vocab_size and sliding_window_pattern)
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+}  # fmt: skip
 
 # model types whose attention normalises queries and keys (their modelling code does it
 # unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
@@ -64,7 +86,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "heads": ("num_attention_heads", "n_head"),
-    "kv_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
     "head_dim": ("head_dim",),
@@ -77,7 +99,14 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
     "mtp_layers": ("num_nextn_predict_layers", "mtp_num_layers"),
 }
+# the layer kinds of a ``layer_types`` list simcluster costs: softmax attention over the whole
+# sequence or a window (Llama 4's chunked layers as global ones, an upper bound)
+_ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
+
+
+class Unsupported(ValueError):
+    """A config.json whose architecture simcluster cannot express (the message says what)."""
 
 
 def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -107,10 +136,15 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         cfg = cfg["text_config"]
     model_type = str(cfg.get("model_type", ""))
+    defaults = CONFIG_DEFAULTS.get(model_type, {})
+    if "_sliding_window_pattern" in cfg:  # the name newer transformers save Gemma 3's pattern under
+        defaults = {**defaults, "sliding_window_pattern": cfg["_sliding_window_pattern"]}
+    cfg = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
     family = FAMILIES.get(model_type)
     if family is None:
         family = _LLAMA if act in ("silu", "swiglu") else Family(False, "rmsnorm", False, "rope", False)
+    _refuse_other_mixers(cfg)
     data: dict[str, Any] = {}
     for ours, keys in _KEYS.items():
         value = _first(cfg, keys)
@@ -120,6 +154,8 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["kv_heads"] = 1
     if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B
         data["kv_heads"] = cfg["num_kv_heads"]
+    if model_type in ("falcon", "RefinedWebModel", "RefinedWeb") and cfg.get("alibi"):  # Falcon-RW
+        family = replace(family, position="alibi")
     if "hidden" in data and "ffn" not in data and not family.gated:
         data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
@@ -138,6 +174,20 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
     return data
+
+
+def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
+    """Layers that mix tokens by something other than softmax attention (Qwen3-Next's Gated
+    DeltaNet, MiniMax's lightning attention, Mamba) are refused, not costed as attention."""
+    types = cfg.get("layer_types")
+    other = sorted({str(t) for t in types} - _ATTENTION_KINDS) if isinstance(types, list) else []
+    if other:
+        raise Unsupported(f"layer_types has {', '.join(other)} layers; simcluster models softmax attention only")
+    if cfg.get("linear_num_value_heads") or cfg.get("linear_num_key_heads"):  # Qwen3-Next
+        raise Unsupported("linear_num_value_heads: linear-attention layers are not modelled (softmax attention only)")
+    kinds = cfg.get("attn_type_list")  # MiniMax: 0 = lightning (linear) attention
+    if isinstance(kinds, list) and 0 in kinds:
+        raise Unsupported("attn_type_list has linear-attention (0) layers; simcluster models softmax attention only")
 
 
 def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
@@ -159,7 +209,7 @@ def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
         every = local.index(False) + 1
         if all(local[i] == ((i + 1) % every != 0) for i in range(len(local))):
             return {"sliding_window": int(window), "global_every": every}
-        raise ValueError("layer_types is not a periodic pattern with the global layer last")
+        raise Unsupported("layer_types is not a periodic pattern with the global layer last")
     if model_type == "gemma2":
         return {"sliding_window": int(window), "global_every": 2}
     pattern = cfg.get("sliding_window_pattern")
@@ -178,6 +228,13 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
         shared = cfg.get("shared_expert_intermediate_size") or 0
         data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    only = cfg.get("mlp_only_layers") or []
+    if only and data.get("experts"):  # Qwen2/3-MoE: these layers keep a dense MLP
+        if sorted(only) != list(range(len(only))):
+            raise Unsupported(
+                f"mlp_only_layers {only}: only leading dense layers can be expressed (model.dense_layers)"
+            )
+        data["dense_layers"] = len(only)
     if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
         data["expert_ffn"] = data.get("ffn", 0)
     if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):

@@ -430,23 +430,36 @@ def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
     return _from_fields(name, data, field_prefix=field_name)
 
 
-def from_hf_config(path: str | Path, field_name: str = "model.hf_config") -> ModelSpec:
+def from_hf_config(
+    path: str | Path, field_name: str = "model.hf_config", fill: dict[str, Any] | None = None
+) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (Llama/Mistral/Qwen/Gemma-style, MoE
     Mixtral/Qwen-MoE/DeepSeek-V3, and GPT-2, OPT, BLOOM, GPT-NeoX, Falcon, ...; see
-    :mod:`simcluster.hf_import`)."""
-    from simcluster.hf_import import fields_from_config, read_config
+    :mod:`simcluster.hf_import`). ``fill``: the scenario's own shape fields, which stand in for
+    ones the file leaves out."""
+    from simcluster.hf_import import _KEYS, Unsupported, fields_from_config, read_config
 
     cfg = read_config(path, field_name)
     p = Path(path)
     name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
     try:
         fields = fields_from_config(cfg)
+    except Unsupported as exc:
+        raise UserError(field_name, f"'{path}': {exc}") from None
     except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
         raise UserError(
             field_name,
             f"'{path}' has a missing or mistyped field ({type(exc).__name__}: {exc}); "
             "is this a Hugging Face config.json?",
         ) from None
+    for key in ("layers", "hidden", "heads", "vocab"):
+        if key not in fields and (fill or {}).get(key) is not None:
+            fields[key] = fill[key]  # type: ignore[index]
+        if key not in fields:
+            raise UserError(
+                field_name,
+                f"'{path}' gives no {' / '.join(_KEYS[key])}; add it to the file, or set model.{key} beside hf_config",
+            )
     return _from_fields(name, fields, field_prefix=field_name)
 
 
@@ -490,7 +503,7 @@ def _build_model(section: dict[str, Any]) -> ModelSpec:
     if preset:
         base = load_preset(str(preset))
     elif hf:
-        base = from_hf_config(hf)
+        base = from_hf_config(hf, fill={k: section.get(k) for k in ("layers", "hidden", "heads", "vocab")})
     elif _names_preset_without_shape(section):
         # `model: {name: llama3-8b}` reads as the preset: the fields alone could not build a
         # model, so a name that is a preset can only mean it (given shapes still override)
