@@ -70,9 +70,11 @@ def test_building_blocks_are_valid_v_passes(block, p):
 def test_engine_runs_them_within_their_memory():
     stash = {}
     for name in ("1f1b", "zbv", "v-half", "v-min"):
-        data = pipeline_scenario(4, 16, name, layers=16, training={"fused_cross_entropy": True})
+        data = pipeline_scenario(4, 16, name, layers=64, training={"fused_cross_entropy": True})
         stash[name] = run(data).memory["activations"].max()
-    # the same model on 4 stages: zbv keeps 1F1B's 4 microbatches, V-Half 3, V-Min 2
+    # the same model on 4 stages: zbv keeps 1F1B's 4 microbatches, V-Half 3, V-Min 2 (of the
+    # layers' activations: 16 layers a stage keep the output layer's own inputs, which the
+    # V stages hold on another count, under 0.3% of a stage)
     assert stash["zbv"] == pytest.approx(stash["1f1b"], rel=0.01)
     assert stash["v-half"] == pytest.approx(0.75 * stash["1f1b"], rel=0.01)
     assert stash["v-min"] == pytest.approx(0.5 * stash["1f1b"], rel=0.01)
