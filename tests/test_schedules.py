@@ -203,6 +203,30 @@ def test_bad_microbatch_group(m, g):
         get_schedule("interleaved").validate(ScheduleSpec(4, m, 2, group=g))
 
 
+@pytest.mark.parametrize(("p", "m", "group"), [(4, 6, 6), (4, 9, 5), (4, 10, 5), (3, 7, 4), (8, 12, 12)])
+def test_interleaved_refusal_names_the_group_megatron_runs_it_in(p, m, group):
+    """Megatron-Core relaxed m % pp == 0 (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage in
+    [PP, M], and M % group either 0 or at least PP). The refusal under the default group of pp
+    names that way out too, the smallest group that runs m, and that group does run."""
+    sched = get_schedule("interleaved")
+    with pytest.raises(UserError) as err:
+        sched.validate(ScheduleSpec(p, m, 2))
+    assert err.value.field == "training.global_batch"
+    assert f"divisible by pp={p}" in str(err.value) and f"use a multiple of {p}" in str(err.value)
+    assert f"set parallel.microbatch_group: {group} " in str(err.value)
+    spec = ScheduleSpec(p, m, 2, group=group)
+    check_order(sched, spec, sched.build(spec))
+    for smaller in range(p, group):  # the smallest: every group below it is refused
+        with pytest.raises(UserError):
+            sched.validate(ScheduleSpec(p, m, 2, group=smaller))
+
+
+def test_interleaved_with_one_chunk_names_the_fix():
+    with pytest.raises(UserError, match="set parallel.vpp to 2 or more, or use schedule '1f1b'"):
+        get_schedule("interleaved").validate(ScheduleSpec(4, 8, 1))
+
+
 def test_virtual_stages_without_a_schedule_mean_interleaved_1f1b():
     # a table's "VP 5" (NeMo's performance summaries) names no schedule: Megatron runs its
     # interleaved 1F1B whenever virtual stages are set; a named schedule is kept

@@ -35,6 +35,12 @@ def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return table
 
 
+def smallest_group(p: int, m: int) -> int:
+    """The smallest microbatch group Megatron-Core runs m >= p microbatches in: within [p, m],
+    with m a whole number of groups or a last group of at least p (m itself always is)."""
+    return next(g for g in range(p, m + 1) if m % g == 0 or m % g >= p)
+
+
 @register
 class Interleaved1F1B(LoopedSchedule):
     """Megatron interleaved 1F1B with v chunks per stage; bubble (p-1)/(v*m + p-1)."""
@@ -45,7 +51,8 @@ class Interleaved1F1B(LoopedSchedule):
         if spec.v < 2:
             raise UserError(
                 FIELD_VPP,
-                "schedule 'interleaved' needs vpp >= 2 chunks per stage; set parallel.vpp",
+                "schedule 'interleaved' needs vpp >= 2 chunks per stage; set parallel.vpp to 2 "
+                "or more, or use schedule '1f1b' for one chunk per stage",
             )
         # Megatron-core: the group (default p) lies in [p, m] (its first stage's receive buffer
         # holds group - p + 1 tensors), and a partial last group smaller than p raises there.
@@ -60,12 +67,15 @@ class Interleaved1F1B(LoopedSchedule):
             rule = (
                 f"in whole groups of {group} (parallel.microbatch_group) or a last group of at least pp"
                 if group != spec.p
-                else f"divisible by pp={spec.p}"
+                else f"divisible by pp={spec.p} in Megatron-LM's default groups of pp"
             )
+            # Megatron-Core relaxed m % pp == 0 into this rule on the group; name the group that
+            # runs these m microbatches, the smallest (the fewest in flight)
             raise UserError(
                 FIELD_MICROBATCHES,
-                f"schedule 'interleaved' needs microbatches {rule} (as Megatron-LM), got {spec.m}; "
-                f"use a multiple of {group}",
+                f"schedule 'interleaved' needs microbatches {rule}, got {spec.m}; "
+                f"use a multiple of {group}, or set {FIELD_GROUP}: {smallest_group(spec.p, spec.m)} "
+                "(Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage)",
             )
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
