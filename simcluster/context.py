@@ -7,7 +7,7 @@ from typing import Any
 
 from simcluster import userbuffers
 from simcluster.errors import UserError
-from simcluster.frameworks import get_framework, with_framework_kernel
+from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
@@ -78,7 +78,13 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
-    spec = ScheduleSpec(p=layout.pp, m=_flush_microbatches(scenario, layout), v=layout.vpp, group=layout.microbatch_group)
+    spec = ScheduleSpec(
+        p=layout.pp,
+        m=_flush_microbatches(scenario, layout),
+        v=layout.vpp,
+        group=layout.microbatch_group,
+        rounds=scenario.framework in PYTORCH_PIPELINING,
+    )
     schedule.validate(spec)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)

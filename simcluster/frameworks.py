@@ -303,6 +303,12 @@ def _pipeline_microbatch(raw: Mapping[str, Any]) -> int | None:
     return batch // (dp * pp)
 
 
+# the frameworks whose pipeline stages run torch.distributed.pipelining's schedules (their
+# defaults set the interleaved group of PyTorch's rounds, ``_pipeline_rounds``):
+# ``ScheduleSpec.rounds``, PyTorch's rule on the microbatches instead of Megatron-Core's
+PYTORCH_PIPELINING = frozenset({"pytorch-ddp", "torchtitan", "automodel"})
+
+
 def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | None:
     """The microbatches per chunk in a row of torch.distributed.pipelining's interleaved 1F1B
     (``ScheduleInterleaved1F1B``): m microbatches in max(1, m // pp) rounds of m / rounds,

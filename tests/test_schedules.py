@@ -203,6 +203,68 @@ def test_bad_microbatch_group(m, g):
         get_schedule("interleaved").validate(ScheduleSpec(4, m, 2, group=g))
 
 
+@pytest.mark.parametrize(("p", "m", "group"), [(4, 6, 6), (4, 9, 5), (4, 10, 5), (3, 7, 4), (8, 12, 12)])
+def test_interleaved_refusal_names_the_group_megatron_runs_it_in(p, m, group):
+    """Megatron-Core relaxed m % pp == 0 (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage in
+    [PP, M], and M % group either 0 or at least PP). The refusal under the default group of pp
+    names that way out too, the smallest group that runs m, and that group does run."""
+    sched = get_schedule("interleaved")
+    with pytest.raises(UserError) as err:
+        sched.validate(ScheduleSpec(p, m, 2))
+    assert err.value.field == "training.global_batch"
+    assert f"divisible by pp={p}" in str(err.value) and f"use a multiple of {p}" in str(err.value)
+    assert f"set parallel.microbatch_group: {group} " in str(err.value)
+    spec = ScheduleSpec(p, m, 2, group=group)
+    check_order(sched, spec, sched.build(spec))
+    for smaller in range(p, group):  # the smallest: every group below it is refused
+        with pytest.raises(UserError):
+            sched.validate(ScheduleSpec(p, m, 2, group=smaller))
+
+
+def test_interleaved_with_one_chunk_names_the_fix():
+    with pytest.raises(UserError, match="set parallel.vpp to 2 or more, or use schedule '1f1b'"):
+        get_schedule("interleaved").validate(ScheduleSpec(4, 8, 1))
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 3, 2), (4, 1, 3), (8, 5, 2), (3, 2, 3)])
+def test_pytorch_interleaving_runs_fewer_microbatches_than_stages(p, m, v):
+    """torch.distributed.pipelining ScheduleInterleaved1F1B relaxes m % pp == 0 into
+    max(1, m // pp) rounds of m / rounds (its docstring: "pp_group_size = 4, n_microbatches
+    = 3 ... num_rounds = 1"); a rank warms up with (v - 1) * (m / rounds) + 2 * (p - 1 - rank)
+    forwards, capped at m * v (_get_warmup_ops). Megatron-Core refuses m < pp."""
+    sched = get_schedule("interleaved")
+    with pytest.raises(UserError, match="needs at least"):
+        sched.validate(ScheduleSpec(p, m, v))
+    spec = ScheduleSpec(p, m, v, rounds=True)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    check_timeline(sched, spec, replay(sched, spec, ops, t_f=1.0, t_b=2.0, t_w=0.0, t_comm=0.1))
+    for rank, stage_ops in enumerate(ops):
+        warmup = min((v - 1) * m + 2 * (p - 1 - rank), m * v)
+        first_backward = next(i for i, op in enumerate(stage_ops) if op.kind != "F")
+        assert first_backward == (warmup + 1 if warmup < m * v else warmup)
+
+
+def test_frameworks_on_pytorch_schedules_take_its_rule_on_microbatches():
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    def ctx(framework, global_batch):
+        raw = make_scenario(framework=framework, parallel={"pp": 4, "vpp": 2},
+                            training={"global_batch": global_batch, "micro_batch": 1})  # fmt: skip
+        return build_context(scenario_from_dict(raw))
+
+    # 8 GPUs, pp 4: dp 2, so a global batch of 6 is 3 microbatches, one round of 3
+    assert ctx("torchtitan", 6).spec.m == 3 and ctx("pytorch-ddp", 6).spec.rounds
+    with pytest.raises(UserError, match="needs at least 4 microbatches"):
+        ctx("megatron-core", 6)
+    # 9 microbatches are 2 rounds in PyTorch, which refuses them; the refusal says PyTorch's rule
+    with pytest.raises(UserError, match="ScheduleInterleaved1F1B.*use 8 or 10 microbatches"):
+        ctx("torchtitan", 18)
+
+
 def test_virtual_stages_without_a_schedule_mean_interleaved_1f1b():
     # a table's "VP 5" (NeMo's performance summaries) names no schedule: Megatron runs its
     # interleaved 1F1B whenever virtual stages are set; a named schedule is kept

@@ -82,6 +82,10 @@ class ScheduleSpec:
     ``costs``: op times for cost-aware schedules (None: unit times, as before profiling).
     ``group``: contiguous microbatches per chunk of an interleaved schedule (0: p, Megatron's
     default).
+    ``rounds``: the interleaved schedule runs as torch.distributed.pipelining's
+    ``ScheduleInterleaved1F1B`` (frameworks on PyTorch's schedules): max(1, m // p) rounds of
+    m / rounds microbatches, under PyTorch's rule (m a multiple of the rounds, fewer than p
+    allowed) instead of Megatron-Core's (group in [p, m]).
     """
 
     p: int
@@ -89,6 +93,7 @@ class ScheduleSpec:
     v: int = 1
     costs: OpCosts | None = None
     group: int = 0
+    rounds: bool = False
 
     def __post_init__(self) -> None:
         for value, field, what in (
