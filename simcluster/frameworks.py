@@ -46,6 +46,11 @@ class Framework:
     #: the attention kernel it calls, used where the hardware profile has curves for it (the
     #: profile's default kernel otherwise, e.g. on a profile with no curves at all)
     attention_kernel: str | None = None
+    #: its MoE module all-gathers the sequence-parallel input over the attention's TP group and
+    #: reduce-scatters the output (torchtitan's PrepareModuleInputOutput on the moe module:
+    #: Shard(1) in as Replicate, Partial out as Shard(1)); Megatron-Core's MoE layer routes the
+    #: sequence shard it is given, with no TP collective around it (token_dispatcher.py)
+    moe_tp_gather: bool = False
 
     def preset(self, raw: Mapping[str, Any], release: str | None = None) -> Defaults:
         """What it fills in ``raw``: its settings, with those of ``release`` where that release
@@ -557,6 +562,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "9.15 gate",
             _torchtitan,
             attention_kernel="fa2",
+            moe_tp_gather=True,
         ),
         Framework(
             "zero-bubble",
@@ -580,6 +586,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "Optimizations 'TE + DeepEP', 'TE + fsdp2_prefetch'; LBS and GA columns); its FSDP2 "
             "(fully_shard) and pipelining as in torchtitan",
             _automodel,
+            moe_tp_gather=True,
         ),
     )
 }

@@ -522,10 +522,17 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     g = gemm_input_bytes(training.precision)
     b = training.micro_batch
     h = model.hidden
-    width = model.expert_ffn if moe else model.ffn
-    tokens = s * model.top_k if moe else s
     out_dim = attention_widths(model)[3]
-    gemm_inputs = g * s * b * (h / rep + out_dim / t) + g * tokens * b * (h / rep + width / t)
+    gemm_inputs = g * s * b * (h / rep + out_dim / t)
+    if moe:
+        # the routed experts' fc1 reads the ETP group's gathered tokens (etp times the rows, as
+        # layer_activation_bytes keeps them), fc2 its 1/etp of the width; a shared expert is a
+        # tensor-parallel MLP on the layer's tokens
+        gemm_inputs += g * s * model.top_k * b * (layout.etp * h / rep + model.expert_ffn / t)
+        if model.shared_experts:
+            gemm_inputs += g * s * b * (h / rep + model.expert_ffn * model.shared_experts / t)
+    else:
+        gemm_inputs += g * s * b * (h / rep + model.ffn / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0
 
 

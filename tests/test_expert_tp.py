@@ -121,6 +121,32 @@ def test_dispatch_gathers_and_combine_scatters_over_the_etp_group():
     assert result.summary["parallel"]["etp"] == etp
 
 
+def _tp_comms(data: dict, phase: str) -> list[str]:
+    return [s.name for s in layer_builder(data).layer(0, phase) if getattr(s, "group", None) == "tp"]
+
+
+def test_megatron_moe_layer_routes_its_sequence_shard_without_a_tp_collective():
+    # Megatron-Core token_dispatcher.py: the MoE layer's input is the sequence-parallel shard
+    # ("num_local_tokens: S/TP*B"), and the alltoall dispatcher runs permute -> A2A(EP) ->
+    # AG(expert TP) -> experts -> RS(expert TP) -> A2A(EP) -> unpermute: no all-gather or
+    # reduce-scatter over the attention's TP group around the block (only the attention's own)
+    data = _moe(tp=4, ep=2, etp=4)
+    for phase in ("F", "B"):
+        assert not [n for n in _tp_comms(data, phase) if n.startswith("moe_")], phase
+        assert [n for n in _tp_comms(data, phase) if n.startswith("attn_")], phase
+
+
+def test_shared_experts_and_torchtitan_keep_the_moe_blocks_tp_collectives():
+    # a shared expert is a tensor-parallel MLP (Megatron-Core SharedExpertMLP: fc1 gathers the
+    # shard, fc2 reduce-scatters); torchtitan's apply_moe_ep_tp wraps the moe module in
+    # PrepareModuleInputOutput (Shard(1) -> Replicate in, Partial -> Shard(1) out)
+    shared = _moe(tp=4, ep=2, etp=4)
+    shared["model"] = {**MOE, "shared_experts": 1}
+    titan = {**_moe(tp=4, ep=2, etp=1), "framework": "torchtitan"}
+    for data in (shared, titan):
+        assert {"moe_tp_ag", "moe_tp_rs"} <= set(_tp_comms(data, "F"))
+
+
 # --- token dropping: moe.capacity_factor / moe.pad_to_capacity ----------------------------------
 # Megatron-Core: capacity = num_tokens * topk / num_experts * moe_expert_capacity_factor
 # (moe_utils.get_capacity); with moe_pad_expert_input_to_capacity every expert's input is padded

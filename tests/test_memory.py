@@ -390,3 +390,28 @@ def test_mla_stashes_decompressed_keys_with_their_rotary_part():
     qk, v = A * 96, A * 64
     attention = 2 * SBH + 2 * SBH + 2 * sb * (qk + qk + v) + 2 * sb * (256 + 128) + 2 * sb * v + 4 * A * sb
     assert _act(ctx) == pytest.approx(attention + 20 * SBH)
+
+
+def test_moe_weight_gradient_inputs_are_the_stashed_gemm_inputs():
+    """What a split backward keeps from B to W is every linear's input (Qi et al. 2024), the
+    same elements FP8 stores as 1-byte copies: so retained(bf16) - retained(fp8) equals
+    stash(bf16) - stash(fp8). With expert TP the routed experts' fc1 input is the ETP group's
+    all-gathered tokens (Megatron-Core MoEAlltoAllTokenDispatcher: A2A(EP), then AG(expert TP)),
+    etp times the rows; a shared expert's inputs are kept as well."""
+    from simcluster.memory import wgrad_retained_fraction
+
+    model = {
+        "name": "moe", "layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 2048, "vocab": 1024,
+        "experts": 8, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1,
+    }  # fmt: skip
+    kept, stash = {}, {}
+    for precision in ("bf16", "fp8"):
+        sc = scenario_from_dict(make_scenario(
+            model=model, cluster={"hardware": "dgx-h100", "gpus": 8},
+            parallel={"tp": 4, "ep": 2, "etp": 4, "sequence_parallel": True},
+            training={"seq_len": 2048, "micro_batch": 1, "global_batch": 2, "precision": precision},
+        ))  # fmt: skip
+        ctx = build_context(sc)
+        stash[precision] = layer_activation_bytes(ctx.model, ctx.layout, sc.training, 0)
+        kept[precision] = stash[precision] * wgrad_retained_fraction(ctx.model, ctx.layout, sc.training)
+    assert kept["bf16"] - kept["fp8"] == pytest.approx(stash["bf16"] - stash["fp8"])

@@ -133,6 +133,14 @@ def test_grok1_total_is_the_announced_314b():
     assert 0.25 < model.params_active() / model.params_total() < 0.30
 
 
+def test_grok1_ties_its_output_head_to_the_embedding():
+    # xai-org/grok-1 model.py: the LanguageModel's logits are InOutEmbed.decode, the final
+    # hidden state times the same embedding matrix transposed; one vocab x hidden matrix
+    model = load_preset("grok-1")
+    assert model.tied_embeddings
+    assert model.params_total() == pytest.approx(315.7e9, rel=1e-3)
+
+
 def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
     # moonshotai/Kimi-K2-Base model card: 1T total, 32B activated, rounded to the trillion and
     # the billion (so 3% here); 384 experts against DeepSeek-V3's 256, 64 heads against 128

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.compute import KernelModel
+from simcluster.frameworks import get_framework
 from simcluster.parallelism import context, expert, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
@@ -326,6 +327,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
             body = self._host([norm, *moe], phase)
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
+            if self._moe_routes_shard():
+                return body
             return tensor.wrap_block(
                 self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B", regather_first=True
             )
@@ -338,6 +341,21 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
             return self._with_wgrad(self._mlp_body(index, "B"), "mlp", index, self._mlp_segments(index, "W"))
         return tensor.wrap_block(self.shapes, "mlp", self._mlp_body(index, phase), self._block_ub("mlp"), index,
                                  backward=phase == "B")  # fmt: skip
+
+    def _moe_routes_shard(self) -> bool:
+        """Whether a MoE block under sequence parallelism routes the token shard it is given,
+        with no collective over the attention's TP group around it: Megatron-Core's MoE layer
+        takes [S/TP, B, H] and its dispatchers move tokens over the EP and expert-TP groups only
+        (token_dispatcher.py: "num_local_tokens: S/TP*B"; alltoall: permute, A2A(EP), AG(ETP),
+        experts, RS(ETP), A2A(EP), unpermute). A shared expert is a tensor-parallel MLP on the
+        attention's TP group (its fc1 gathers the shard, its fc2 reduce-scatters), so the block
+        keeps them then, as it does where the framework gathers the MoE input itself
+        (``Framework.moe_tp_gather``: torchtitan). Without sequence parallelism the
+        tensor-parallel all-reduce stays."""
+        if not self.shapes.layout.sequence_parallel or self.shapes.model.shared_experts:
+            return False
+        name = self.scenario.framework
+        return not (name and get_framework(name).moe_tp_gather)
 
     def _mlp_body(self, index: int, phase: str) -> list[Segment]:
         """The dense MLP block's compute in ``phase`` (F or B)."""
