@@ -200,6 +200,27 @@ def require_m_at_least(spec: ScheduleSpec, name: str, minimum: int, why: str) ->
         )
 
 
+def pytorch_rounds(spec: ScheduleSpec) -> tuple[int, int]:
+    """torch.distributed.pipelining's (rounds, microbatches per round) of a looped schedule:
+    max(1, m // p) rounds of m / rounds each (p when p divides m, all m when m < p)."""
+    n = max(1, spec.m // spec.p)
+    return n, spec.m // n
+
+
+def require_whole_rounds(spec: ScheduleSpec, name: str, pytorch_class: str) -> None:
+    """UserError unless ``spec.m`` is a whole number of PyTorch's rounds (``pytorch_rounds``),
+    as ``pytorch_class`` requires: it relaxed Megatron's m % p == 0 to this, m < p included."""
+    n, _ = pytorch_rounds(spec)
+    if spec.m % n:
+        lower, upper = n * (spec.m // n), n * (spec.m // n + 1)
+        raise UserError(
+            FIELD_MICROBATCHES,
+            f"schedule '{name}' runs microbatches in {n} rounds of equal size (as PyTorch's "
+            f"{pytorch_class}: max(1, m // pp) rounds), so m must be a multiple of {n}, got "
+            f"{spec.m}; use {lower} or {upper} microbatches",
+        )
+
+
 def locate(schedule: Schedule, spec: ScheduleSpec, vstage: int, microbatch: int) -> tuple[int, int]:
     """(stage, chunk) that runs model position ``vstage`` for ``microbatch``."""
     for stage in range(spec.p):

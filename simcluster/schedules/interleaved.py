@@ -23,7 +23,9 @@ from simcluster.schedules.base import (
     LoopedSchedule,
     PipeOp,
     ScheduleSpec,
+    pytorch_rounds,
     require_m_at_least,
+    require_whole_rounds,
 )
 from simcluster.schedules.registry import register
 
@@ -41,9 +43,8 @@ def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
 
 
 def pytorch_group(spec: ScheduleSpec) -> int:
-    """Microbatches per round of torch.distributed.pipelining's interleaved 1F1B: m / rounds,
-    rounds = max(1, m // p) (p when p divides m, all m when m < p)."""
-    return spec.m // max(1, spec.m // spec.p)
+    """Microbatches per round of torch.distributed.pipelining's interleaved 1F1B."""
+    return pytorch_rounds(spec)[1]
 
 
 def smallest_group(p: int, m: int) -> int:
@@ -68,15 +69,7 @@ class Interleaved1F1B(LoopedSchedule):
         if spec.rounds and spec.group in (0, pytorch_group(spec)):
             # torch.distributed.pipelining ScheduleInterleaved1F1B: "relaxing the requirement
             # of num_microbatch % pp_size == 0", any m a multiple of its rounds (m < p included)
-            n = max(1, spec.m // spec.p)
-            if spec.m % n:
-                lower, upper = n * (spec.m // n), n * (spec.m // n + 1)
-                raise UserError(
-                    FIELD_MICROBATCHES,
-                    f"schedule 'interleaved' runs microbatches in {n} rounds of equal size (as "
-                    f"PyTorch's ScheduleInterleaved1F1B: max(1, m // pp) rounds), so m must be a "
-                    f"multiple of {n}, got {spec.m}; use {lower} or {upper} microbatches",
-                )
+            require_whole_rounds(spec, self.name, "ScheduleInterleaved1F1B")
             return
         # Megatron-core: the group (default p) lies in [p, m] (its first stage's receive buffer
         # holds group - p + 1 tensors), and a partial last group smaller than p raises there.

@@ -17,20 +17,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from simcluster.errors import UserError
 from simcluster.schedules.base import (
-    FIELD_MICROBATCHES,
     LoopedSchedule,
     PipeOp,
     ScheduleSpec,
+    pytorch_rounds,
+    require_whole_rounds,
 )
 from simcluster.schedules.registry import register
-
-
-def rounds(spec: ScheduleSpec) -> tuple[int, int]:
-    """PyTorch's (number of rounds, microbatches per round) for ``spec``."""
-    n = max(1, spec.m // spec.p)
-    return n, spec.m // n
 
 
 @register
@@ -41,15 +35,7 @@ class InterleavedZeroBubble(LoopedSchedule):
     splits_backward = True
 
     def validate(self, spec: ScheduleSpec) -> None:
-        n, _ = rounds(spec)
-        if spec.m % n:
-            lower, upper = n * (spec.m // n), n * (spec.m // n + 1)
-            raise UserError(
-                FIELD_MICROBATCHES,
-                f"schedule '{self.name}' runs microbatches in {n} rounds of equal size (as PyTorch's "
-                f"ScheduleInterleavedZeroBubble: max(1, m // pp) rounds), so m must be a multiple of "
-                f"{n}, got {spec.m}; use {lower} or {upper} microbatches",
-            )
+        require_whole_rounds(spec, self.name, "ScheduleInterleavedZeroBubble")
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
@@ -57,7 +43,7 @@ class InterleavedZeroBubble(LoopedSchedule):
 
     def _stage(self, spec: ScheduleSpec, stage: int) -> list[PipeOp]:
         p, m, v = spec.p, spec.m, spec.v
-        _, group = rounds(spec)
+        _, group = pytorch_rounds(spec)
         total = v * m
         warmup = min((v - 1) * group + (p - 1 - stage), total)
 
