@@ -213,12 +213,14 @@ def trace_json(trace: Mapping[str, Any]) -> str:
     """The trace as compact JSON text. NaN and infinities are refused: JSON has no such
     numbers, and Perfetto's JSON importer rejects the whole file over one ``NaN``."""
     try:
-        return json.dumps(trace, separators=(",", ":"), default=_jsonable, allow_nan=False)
+        return json.dumps(trace, separators=(",", ":"), default=jsonable, allow_nan=False)
     except ValueError as exc:
         raise UserError("trace", f"cannot be written as JSON: {exc}") from exc
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for the outputs: numpy scalars as Python numbers, paths as
+    text; anything else is a TypeError."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, os.PathLike):

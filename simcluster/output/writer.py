@@ -12,9 +12,8 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-import numpy as np
 import pandas as pd
 
 from simcluster.errors import UserError
@@ -29,7 +28,7 @@ from simcluster.output.events import (
 )
 from simcluster.output.gantt import describe_step, draw_gantt
 from simcluster.output.memory_plot import draw_memory, memory_plot_data
-from simcluster.output.perfetto import build_trace, trace_json
+from simcluster.output.perfetto import build_trace, jsonable, trace_json
 from simcluster.output.style import figure_bytes
 
 TIMELINE_PNG = "timeline.png"
@@ -40,14 +39,6 @@ EVENTS_PARQUET = "events.parquet"
 MEMORY_PNG = "memory.png"
 BREAKDOWN_PNG = "breakdown.png"
 SUMMARY_JSON = "summary.json"
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (Path, os.PathLike)):
-        return os.fspath(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 #: summary keys that measure the machine the simulation ran on, not the simulated step: left
@@ -64,7 +55,7 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     """The summary as stable JSON text (sorted keys, 2-space indent, NaN refused)."""
     try:
         return (
-            json.dumps(dict(summary), indent=2, sort_keys=True, allow_nan=False, default=_jsonable)
+            json.dumps(dict(summary), indent=2, sort_keys=True, allow_nan=False, default=jsonable)
             + "\n"
         )
     except (TypeError, ValueError) as exc:
@@ -78,10 +69,10 @@ def _step_time(summary: Mapping[str, Any]) -> float | None:
     if summary.get("optimizer_post_validation"):
         return None
     step = summary.get("step_time_s")
-    return float(step) if isinstance(step, (int, float)) and _positive(step) else None
+    return float(step) if _positive(step) else None
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 

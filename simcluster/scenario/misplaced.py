@@ -61,7 +61,7 @@ def relocate(data: dict[str, Any]) -> dict[str, Any]:
                 if home is not None:
                     del out[name][key]
                     _put(out, home, inner, f"{name}.{key}")
-        elif not (name in _SECTIONS and name != "dp") and not isinstance(value, dict):
+        elif not isinstance(value, dict):  # home_of leaves sections and top-level keys be
             home = home_of(name, None)
             if home is not None:
                 del out[name]
