@@ -11,8 +11,10 @@ config class defaults and its published files leave out (Gemma 3) come from ``CO
 Layers that are not softmax attention (linear attention, Mamba) are refused with the field
 that says so.
 
-Not modelled: parallel attention/MLP residuals (GPT-J, GPT-NeoX, Falcon: same FLOPs and
-parameters, one norm fewer in Falcon), Qwen2's bias on the QKV projection only, BLOOM's
+The parallel attention + MLP block (``model.parallel_block`` and ``parallel_norms``) comes
+from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it.
+
+Not modelled: Qwen2's bias on the QKV projection only, BLOOM's
 embedding LayerNorm, gpt-oss's router bias and attention sinks — each under 0.01% of the
 parameters; GPT-NeoX's partial rotary (rotary_pct) costed as full; Llama 4's chunked attention
 (attention_chunk_size) costed as global attention, an upper bound.
@@ -173,7 +175,43 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
+    data.update(_parallel_block_fields(cfg, model_type))
     return data
+
+
+#: model types whose decoder layer always runs attention and MLP in parallel off one norm:
+#: transformers' GPTJBlock and CodeGenBlock (``ln_1`` feeds both), PhiDecoderLayer (phi-1,
+#: 1.5, 2: ``input_layernorm`` feeds both), CohereDecoderLayer and Cohere2DecoderLayer
+#: (``residual + attention + mlp`` off one ``input_layernorm``)
+_PARALLEL_ONE_NORM = frozenset({"gptj", "codegen", "phi", "cohere", "cohere2"})
+_FALCON_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
+
+
+def _parallel_block_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """``parallel_block`` / ``parallel_norms`` from a config, as its modelling code reads it:
+    GPT-NeoX's ``use_parallel_residual`` (GPTNeoXConfig default true; its layer then feeds the
+    MLP from ``post_attention_layernorm(x)`` and the attention from ``input_layernorm(x)``: two
+    norms); StableLM's ``use_parallel_residual`` (default false; ``input_layernorm`` then feeds
+    both, ``post_attention_layernorm`` is None); Falcon's ``parallel_attn`` (FalconConfig
+    default true) or ``new_decoder_architecture`` (FalconDecoderLayer adds the MLP and
+    attention outputs whenever either is set; with the new architecture
+    ``num_ln_in_parallel_attn``, None read as 2, gives ``ln_attn`` and ``ln_mlp``, else one
+    ``input_layernorm``); the always-parallel types of :data:`_PARALLEL_ONE_NORM`."""
+    if model_type in _PARALLEL_ONE_NORM:
+        return _parallel(True, 1)
+    if model_type == "gpt_neox":
+        return _parallel(bool(cfg.get("use_parallel_residual", True)), 2)
+    if model_type == "stablelm":
+        return _parallel(bool(cfg.get("use_parallel_residual", False)), 1)
+    if model_type in _FALCON_TYPES:
+        new = bool(cfg.get("new_decoder_architecture"))
+        norms = 2 if new and cfg.get("num_ln_in_parallel_attn") in (None, 2) else 1
+        return _parallel(new or bool(cfg.get("parallel_attn", True)), norms)
+    return {}
+
+
+def _parallel(block: bool, norms: int) -> dict[str, Any]:
+    return {"parallel_block": True, "parallel_norms": norms} if block else {}
 
 
 def _refuse_other_mixers(cfg: dict[str, Any]) -> None:

@@ -41,6 +41,11 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "tie_word_embeddings": "tied_embeddings",
         "max_position_embeddings": "max_positions",
         "qk_layernorm": "qk_norm",
+        # the parallel attention + MLP block: GPT-NeoX's and StableLM's config.json, GPT-NeoX's
+        # own config (gpt_j_residual), Falcon's config.json, NeMo's Falcon (parallel_attention)
+        "use_parallel_residual": "parallel_block", "gpt_j_residual": "parallel_block",
+        "parallel_attn": "parallel_block", "parallel_attention": "parallel_block",
+        "num_ln_in_parallel_attn": "parallel_norms",
         "mtp_num_layers": "mtp_layers", "num_nextn_predict_layers": "mtp_layers",
         # Megatron's --position-embedding-type (rope, learned_absolute)
         "position_embedding_type": "position",

@@ -65,6 +65,8 @@ class Layout:
     shard_accumulate: bool = False  # ZeRO-2/3: only the reduced shard is accumulated (dp.shard_accumulate)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
+    # a parallel attention + MLP block's TP collectives (parallelism/parallel_block.py)
+    parallel_block_comm: str = "separate"
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
     # ZeRO-3: a layer's gathered parameters are kept from its forward to its backward
     zero3_keep_for_backward: bool = False
@@ -272,6 +274,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
     check_cp_comm(par.cp_comm, par.cp, par.tp, model)
+    check_parallel_block_comm(scenario, model)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
     if par.cp > 1 and windowed and par.cp_comm != "a2a":
         raise UserError(
@@ -406,6 +409,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,
+        parallel_block_comm=par.parallel_block_comm or "separate",
         microbatch_group=par.microbatch_group or 0,
     )
 
@@ -462,6 +466,42 @@ def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:
                 f"a2a splits each tp rank's {what} ({heads}/tp={heads // tp}) over cp={cp}, which does not "
                 "divide them; use p2p or all_gather, or a cp that divides them",
             )
+
+
+def check_parallel_block_comm(scenario: Scenario, model: ModelSpec) -> None:
+    """``parallel.parallel_block_comm`` needs a parallel block, and each implementation runs
+    only where its code does: GPT-NeoX's layer all-reduces the summed branch outputs
+    (``reduce_from_model_parallel_region``), which has no sequence-parallel form there; a fused
+    block gathers one norm output for both branches (PaLM's and MegaScale's shared norm), so
+    with sequence parallelism it needs ``model.parallel_norms: 1``; nanotron's async TP linears
+    keep each branch's own collectives."""
+    par = scenario.parallel
+    comm = par.parallel_block_comm
+    if comm is None:
+        return
+    field = "parallel.parallel_block_comm"
+    if not model.parallel_block:
+        raise UserError(
+            field, "sets a parallel attention + MLP block's collectives, but the model's layers are "
+            "sequential; drop it, or set model.parallel_block: true",
+        )  # fmt: skip
+    if par.tp == 1 or comm == "separate":
+        return
+    if comm == "gpt-neox" and par.sequence_parallel:
+        raise UserError(
+            field, "gpt-neox all-reduces the summed branch outputs and has no sequence-parallel form; "
+            "set parallel.sequence_parallel: false, or parallel_block_comm: fused",
+        )  # fmt: skip
+    if comm == "fused" and par.sequence_parallel and model.parallel_norms == 2:
+        raise UserError(
+            field, "a fused block with sequence parallelism gathers one shared norm output; with "
+            "model.parallel_norms: 2 use separate, or parallel_norms: 1",
+        )  # fmt: skip
+    if scenario.overlap.tp_async and par.sequence_parallel:
+        raise UserError(
+            field, f"nanotron's async TP linears (overlap.tp_async) keep each branch's collectives; "
+            f"{comm} needs overlap.tp_async: false, or use separate",
+        )  # fmt: skip
 
 
 def _vpp_refusal(schedule: str, vpp: int) -> str:

@@ -217,7 +217,11 @@ def layer_activation_bytes(
         kept_gate = gate_out if act_out else 0.0  # a recomputed activation keeps neither
         return tokens * b * (first_in * h / rep + (e * up + (act_out + kept_gate) * width) / t)
 
-    norm_mask = e * sbh / rep + mask * sbh / rep
+    # a parallel block's MLP norm reads the layer input the attention's norm keeps already; with
+    # one norm for both branches its output is the QKV input too, one tensor both linears save
+    # (16-bit; FP8 linears each keep their own cast of it)
+    norm_mask = (0.0 if model.parallel_block else e * sbh / rep) + mask * sbh / rep
+    mlp_in = 0.0 if model.shared_norm and g == e else norm_out
     if model.is_moe_layer(layer):
         # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered
         # tokens, etp times as many rows on 1/etp of the width); a recomputed activation is not kept
@@ -229,7 +233,7 @@ def layer_activation_bytes(
     elif "mlp" in redo:
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
-        ffn = norm_mask + mlp(model.ffn, s, norm_out, g)
+        ffn = norm_mask + mlp(model.ffn, s, mlp_in, g)
     return att + ffn
 
 

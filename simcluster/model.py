@@ -75,6 +75,14 @@ class ModelSpec:
     # OLMo 2, Apertus; Megatron-Core's --qk-layernorm): one more memory-bound pass over Q and K
     # each way, and their pre-norm values kept for the backward
     qk_norm: bool = False
+    # the parallel attention + MLP block, y = x + Attn(LN1(x)) + MLP(LN2(x)) (GPT-J, GPT-NeoX's
+    # use_parallel_residual, Falcon's parallel_attn, PaLM, Cohere, Phi-2): both branches read
+    # the layer input; ``parallel_norms`` 1 = one norm feeds both (GPT-J, Falcon-7B, PaLM,
+    # Cohere), 2 = a norm each (GPT-NeoX, Falcon-40B/180B). Same weights and FLOPs as the
+    # sequential block but one norm fewer with a shared one; the TP collectives depend on the
+    # implementation (``parallel.parallel_block_comm``, parallelism/parallel_block.py)
+    parallel_block: bool = False
+    parallel_norms: int = 1
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -146,7 +154,15 @@ class ModelSpec:
             return 3 * h * ffn + ((2 * ffn + h) if self.bias else 0)
         return 2 * h * ffn + ((ffn + h) if self.bias else 0)
 
+    @property
+    def shared_norm(self) -> bool:
+        """Whether one norm feeds both branches of a parallel block (no pre-MLP norm)."""
+        return self.parallel_block and self.parallel_norms == 1
+
     def mlp_norm_params(self) -> int:
+        """The pre-MLP norm's weights (none when a parallel block shares its input norm)."""
+        if self.shared_norm:
+            return 0
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     def expert_params(self) -> int:
@@ -228,7 +244,7 @@ def preset_names() -> list[str]:
 _INT_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
     "expert_ffn", "shared_experts", "dense_layers", "moe_every", "max_positions", "mtp_layers",
-    "sliding_window", "global_every",
+    "sliding_window", "global_every", "parallel_norms",
 )  # fmt: skip
 _MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
 
@@ -315,6 +331,16 @@ def _check(spec: ModelSpec, prefix: str) -> None:
         raise UserError(
             f"{prefix}.qk_norm",
             "multi-head latent attention normalises its compressed latents itself (model.mla); drop qk_norm",
+        )
+    if spec.parallel_norms not in (1, 2):
+        raise UserError(
+            f"{prefix}.parallel_norms",
+            f"must be 1 (one norm feeds attention and MLP) or 2 (a norm each), got {spec.parallel_norms}",
+        )
+    if spec.parallel_block and spec.is_moe:
+        raise UserError(
+            f"{prefix}.parallel_block",
+            "parallel attention + MLP blocks are modelled for dense models only; drop parallel_block or experts",
         )
     if not spec.is_moe:
         for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every"):

@@ -185,10 +185,10 @@ HF_FAMILIES = {
     "bloom": ({"model_type": "bloom", "n_layer": 24, "hidden_size": 1024, "n_head": 16,
                "vocab_size": 250880}, 559_214_592, 2 * 1024),
     # Falcon-7B: multi-query (one KV head), no biases, tied; one norm per layer in its parallel
-    # block, two modelled (2h per layer more)
+    # block (FalconDecoderLayer's input_layernorm feeds attention and MLP)
     "falcon": ({"model_type": "falcon", "num_hidden_layers": 32, "hidden_size": 4544,
                 "num_attention_heads": 71, "multi_query": True, "bias": False, "vocab_size": 65024,
-                "parallel_attn": True}, 6_921_720_704, -2 * 4544 * 32),
+                "parallel_attn": True}, 6_921_720_704, 0),
     # Gemma-7B: gated GeLU MLP (3 matrices although the activation is not SiLU), head_dim 256
     # (16 x 256 = 4096 != hidden 3072), tied by default
     "gemma": ({"model_type": "gemma", "num_hidden_layers": 28, "hidden_size": 3072, "num_attention_heads": 16,

@@ -131,6 +131,20 @@ class Elementwise:
         """One pre-block norm over the hidden state (SP-sharded)."""
         return self._rmsnorm(self.model.hidden / self._sp, fp32_ops=self.model.norm != "layernorm")
 
+    def mlp_norm(self) -> Traffic:
+        """The pre-MLP norm: none in a parallel block whose one norm feeds both branches
+        (``model.parallel_norms: 1``; GPT-J's ``ln_1``, Falcon-7B's ``input_layernorm``)."""
+        return Traffic(0.0, kernels=0) if self.model.shared_norm else self.norm()
+
+    def branch_gradient_sum(self) -> Traffic:
+        """What a fused parallel block's backward adds over the residual terms: it sums the
+        two branches' input gradients, each the whole sequence wide, before its one
+        reduce-scatter (autograd sums the gradients of a tensor used twice: the gathered norm
+        output, read by QKV and by fc1), where the residual terms count that sum on the token
+        shard. Two reads and a write of h per token, less the shard's h/t counted already;
+        nothing without sequence parallelism."""
+        return Traffic(3 * self.elt * self.model.hidden * (1 - 1 / self._sp))
+
     def _rmsnorm(self, width: float, fp32_ops: bool = True) -> Traffic:
         """A norm over ``width`` elements per token: one fused read and write, or in the eager
         style the Llama reference RMSNorm's fp32 ops (``fp32_ops`` false: a native kernel)."""

@@ -5,8 +5,9 @@ memory-bound norms/activations/residuals); communication segments come from the 
 modules (TP, CP, EP). Phase B holds the input-gradient GEMMs and all backward communication;
 phase W the weight-gradient GEMMs (zero-bubble schedules run it separately; BW fuses them).
 The attention core's time is :class:`~simcluster.parallelism.attention_time.AttentionTimes`',
-nanotron's async TP blocks :class:`~simcluster.parallelism.tp_async_blocks.AsyncTpBlocks`', and
-the embedding, LM head, loss and MTP modules
+nanotron's async TP blocks :class:`~simcluster.parallelism.tp_async_blocks.AsyncTpBlocks`', a
+parallel attention + MLP block inside one set of TP collectives
+:class:`~simcluster.parallelism.parallel_block.ParallelBlocks`', and the embedding, LM head, loss and MTP modules
 :class:`~simcluster.parallelism.head.HeadBuilder`'s.
 """
 
@@ -22,6 +23,7 @@ from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.head import HeadBuilder
 from simcluster.parallelism.linears import Gemm
+from simcluster.parallelism.parallel_block import ParallelBlocks
 from simcluster.parallelism.segments import Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tp_async_blocks import AsyncTpBlocks
@@ -32,7 +34,7 @@ __all__ = ["Gemm", "LayerBuilder"]
 
 
 @dataclass
-class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
+class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
     """Builds phase segments for layers, the embedding and the LM head."""
 
     shapes: Shapes
@@ -132,6 +134,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
     def layer(self, index: int, phase: str) -> list[Segment]:
         """Segments of layer ``index`` for phase F, B, W or BW (B and W fused, as a schedule
         that does not split W off runs them)."""
+        if self.merged_block:
+            return self._parallel_block(index, phase)
         if phase == "BW":
             return self._fused_backward(index)
         attention = self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase)
@@ -212,7 +216,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
         gemms = self.attention_gemms() + self.mlp_gemms(m.ffn)
         memory_bound = (
             ops.norm() + ops.attention_inputs() + ops.attention_output() + ops.residual()
-            + ops.norm() + ops.activation(m.ffn / self.shapes.layout.tp) + ops.residual()
+            + ops.mlp_norm() + ops.activation(m.ffn / self.shapes.layout.tp) + ops.residual()
         )  # fmt: skip
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
         return Compute.of("recompute_ops", work, index, kind="recompute")
@@ -288,7 +292,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
         pre-MLP norm, ``mlp`` the whole dense MLP forward (``forward_work``; its TP collectives
         are not rerun, an approximation), ``moe_act`` the experts' activation."""
         redo, m = self.scenario.training.recomputed, self.shapes.model
-        work = self._norm_work() if "layernorm" in redo else Work()
+        # a parallel block with one norm has no pre-MLP norm to rerun
+        work = self._elementwise(self.ops.mlp_norm(), "F") if "layernorm" in redo else Work()
         if m.is_moe_layer(index):
             if "moe_act" in redo:
                 act = expert.activation_seconds(self.shapes, self.km, self.scenario.moe.expert_load)
@@ -363,7 +368,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, HeadBuilder):
         gemms = self.mlp_gemms(m.ffn)
         work = self._linear(gemms[:-1], phase, "mlp") + self._linear(gemms[-1:], phase, "mlp", column=False)
         ops = self.ops
-        memory_bound = ops.norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
+        memory_bound = ops.mlp_norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
         body: list[Segment] = self._host([Compute.of("mlp", work, index)], phase)
         if phase == "B":

@@ -60,7 +60,7 @@ class AsyncTpBlocks(BuilderBase):
         if phase == "B":
             forward = Work()
             if "mlp" in self.scenario.training.recomputed:
-                forward = self._gemms(gemms, "F") + self._elementwise(ops.norm() + act + ops.residual(), "F")
+                forward = self._gemms(gemms, "F") + self._elementwise(ops.mlp_norm() + act + ops.residual(), "F")
             redo = self._mlp_recompute(index, forward)
         return self._async_block("mlp", index, phase, gemms, None, ops.residual(), middle, redo)
 
@@ -80,13 +80,14 @@ class AsyncTpBlocks(BuilderBase):
         before them backward), ``row_extra`` beside the row GEMM; the weight gradients run
         inside the backward, so W has nothing left."""
         ops = self.ops
+        norm = ops.mlp_norm() if block == "mlp" else ops.norm()
         column, row = gemms[:-1], gemms[-1:]
         local, rest = tp_async.row_pieces(self.shapes.layout.tp)
         size = self.shapes.tp_collective_bytes
         beside = self._elementwise(column_extra, phase) if column_extra is not None else Work()
         if phase == "F":
             return tp_async.forward(block, index, size, tp_async.ForwardParts(
-                norm=self._elementwise(ops.norm(), "F"),
+                norm=self._elementwise(norm, "F"),
                 column_local=self._gemm_pieces(column, "F", local),
                 column_rest=self._gemm_pieces(column, "F", rest) + beside,
                 middle=tuple(middle),
@@ -100,5 +101,5 @@ class AsyncTpBlocks(BuilderBase):
             middle=tuple(middle),
             column=self._gemms(column, "B") + beside,
             column_wgrad=self._gemms(column, "W"),
-            norm=self._elementwise(ops.norm(), "B"),
+            norm=self._elementwise(norm, "B"),
         ))  # fmt: skip

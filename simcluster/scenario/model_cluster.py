@@ -60,6 +60,16 @@ class ModelSection(SectionBase):
         description="an RMSNorm on queries and keys before the rotary embedding (Qwen3, Gemma 3, "
         "OLMo 2, Apertus; Megatron's --qk-layernorm)",
     )
+    parallel_block: bool | None = Field(
+        default=None,
+        description="attention and MLP in parallel off one residual, y = x + Attn(LN(x)) + MLP(LN(x)) "
+        "(GPT-J, GPT-NeoX use_parallel_residual / gpt_j_residual, Falcon parallel_attn, PaLM, Cohere)",
+    )
+    parallel_norms: Literal[1, 2] | None = Field(
+        default=None,
+        description="with parallel_block: 1 = one norm feeds both branches (GPT-J, Falcon-7B, PaLM, "
+        "Cohere; the default), 2 = a norm each (GPT-NeoX, Falcon-40B/180B; Falcon's num_ln_in_parallel_attn)",
+    )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"

@@ -27,6 +27,13 @@ class ParallelSection(SectionBase):
         description="how cp ranks share K and V: p2p (ring attention, Megatron-Core's default), "
         "all_gather (Llama 3; gather exposed) or a2a (DeepSpeed-Ulysses all-to-all over heads)",
     )
+    parallel_block_comm: Literal["separate", "gpt-neox", "fused"] | None = Field(
+        default=None,
+        description="the TP collectives of a parallel attention + MLP block (model.parallel_block): "
+        "separate (each branch its own, as NeMo's Falcon layer on Megatron-Core; the default), "
+        "gpt-neox (one all-reduce of the summed outputs forward, one per branch backward; no sequence "
+        "parallelism) or fused (one set around the whole block: MegaScale, PaLM)",
+    )
     ep: int = Field(default=1, gt=0)
     etp: int | None = Field(
         default=None,
