@@ -204,7 +204,9 @@ def _parallel_block_fields(cfg: dict[str, Any], model_type: str) -> dict[str, An
     if model_type == "stablelm":
         return _parallel(bool(cfg.get("use_parallel_residual", False)), 1)
     if model_type in _FALCON_TYPES:
-        new = bool(cfg.get("new_decoder_architecture"))
+        # the checkpoints' own code before transformers 4.33: RefinedWeb (40B/180B) is the new
+        # decoder architecture (modelling_RW.py's ln_attn and ln_mlp), RefinedWebModel (7B) not
+        new = bool(cfg.get("new_decoder_architecture")) or model_type == "RefinedWeb"
         norms = 2 if new and cfg.get("num_ln_in_parallel_attn") in (None, 2) else 1
         return _parallel(new or bool(cfg.get("parallel_attn", True)), norms)
     return {}

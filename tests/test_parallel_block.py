@@ -212,7 +212,9 @@ HF_CONFIGS = {
     "falcon2-11b": ({"model_type": "falcon", "new_decoder_architecture": True, "num_ln_in_parallel_attn": 1},
                     (True, 1)),
     "falcon-rw-1b": ({"model_type": "falcon", "parallel_attn": False, "alibi": True}, (False, 1)),
-    "falcon-40b old type": ({"model_type": "RefinedWeb", "new_decoder_architecture": True}, (True, 2)),
+    # before transformers 4.33: RefinedWeb (40B) ran ln_attn and ln_mlp, RefinedWebModel (7B) one
+    "falcon-40b RefinedWeb": ({"model_type": "RefinedWeb", "parallel_attn": True}, (True, 2)),
+    "falcon-7b RefinedWebModel": ({"model_type": "RefinedWebModel", "parallel_attn": True}, (True, 1)),
     # CohereDecoderLayer / PhiDecoderLayer: one input_layernorm, residual + attention + mlp
     "command-r": ({"model_type": "cohere", "hidden_act": "silu"}, (True, 1)),
     "phi-2": ({"model_type": "phi", "hidden_act": "gelu_new"}, (True, 1)),
