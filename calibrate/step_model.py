@@ -31,6 +31,8 @@ def check_buildable(model: ModelSpec, seq_len: int, recompute: str) -> None:
         (model.sliding_window > 0, "model.sliding_window", "sliding-window attention"),
         (model.mtp_layers > 0, "model.mtp_layers", "multi-token prediction"),
         (model.position == "alibi", "model.position", "ALiBi positions"),
+        # its layer is the Llama reference code's sequential block
+        (model.parallel_block, "model.parallel_block", "parallel attention + MLP blocks"),
     )
     for refused, field, what in refusals:
         if refused:

@@ -9,6 +9,17 @@ values that framework runs with by default or in its published recipes, so that 
 
 A framework only fills what the scenario leaves unset: an explicit field always wins. It never
 touches the model or the parallel degrees (it may pick how layers split over the stages). Each entry names where its values were read.
+
+A parallel attention + MLP block (``model.parallel_block``) runs under every entry with each
+branch's own TP collectives (``parallel.parallel_block_comm: separate``, the schema's default),
+since none of these codebases has a layer that shares them: Megatron-Core's TransformerLayer
+is sequential and NeMo runs Falcon's parallel block as a subclass of it over the stock
+SelfAttention and MLP modules (``FalconTransformerLayer``), which Megatron-Bridge inherits;
+Megatron-LM 2021, Megatron-DeepSpeed and sail-sg's Zero Bubble fork keep the sequential
+``ParallelTransformerLayer``; torchtitan's and NeMo AutoModel's tensor-parallel plans shard
+each module (ColwiseParallel / RowwiseParallel), so each branch gathers and reduces its own;
+nanotron has no parallel block. EleutherAI's GPT-NeoX (``gpt-neox``) and PaLM/MegaScale-style
+fused blocks (``fused``) are chosen with that field.
 """
 
 from __future__ import annotations

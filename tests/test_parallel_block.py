@@ -242,3 +242,14 @@ def test_gpt_neox_20b_preset_is_a_parallel_block_with_two_norms():
     model = load_preset("gpt-neox-20b")
     assert (model.parallel_block, model.parallel_norms) == (True, 2)
     assert model.params_total() == 20_554_567_680
+
+
+def test_measure_step_refuses_to_build_a_parallel_block():
+    """calibrate measure-step builds the Llama reference code's sequential layer; timing it
+    against a parallel block's simulation would compare two different models."""
+    pytest.importorskip("torch")
+    from calibrate.step_model import check_buildable
+
+    with pytest.raises(UserError) as err:
+        check_buildable(load_preset("gpt-neox-20b"), 2048, "none")
+    assert err.value.field == "model.parallel_block"
