@@ -253,3 +253,31 @@ def test_measure_step_refuses_to_build_a_parallel_block():
     with pytest.raises(UserError) as err:
         check_buildable(load_preset("gpt-neox-20b"), 2048, "none")
     assert err.value.field == "model.parallel_block"
+
+
+def test_nanotrons_async_mlp_block_has_no_norm_of_its_own_with_a_shared_norm():
+    """nanotron's async TP linears keep each branch's collectives (``separate``); with one
+    norm for both branches its MLP block runs none (the attention's still does)."""
+    def norms(parallel: bool) -> dict[str, float]:
+        data = _scenario(None, True, parallel=parallel, tp=4)
+        data["overlap"].update({"tp_async": True, "tp_grad_async": False})
+        segs = layer_builder(data).layer(0, "F")
+        return {s.name: s.seconds for s in segs if s.name in ("attn_norm", "mlp_norm")}
+
+    seq, par = norms(False), norms(True)
+    assert seq["mlp_norm"] > 0 and par.get("mlp_norm", 0.0) == 0
+    assert par["attn_norm"] == seq["attn_norm"]
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "dualpipev"])
+def test_split_and_paired_schedules_run_a_merged_block(schedule):
+    """The merged block's W (zero bubble) and its F&B pairs (DualPipeV) run through the engine;
+    the fused block, one collective per direction, beats the separate one with SP."""
+    steps = {}
+    for comm in ("separate", "fused"):
+        data = pipeline_scenario(2, 8, schedule, layers=8)
+        data["model"].update({"parallel_block": True, "parallel_norms": 1})
+        data["cluster"].update({"gpus": 4, "gpus_per_node": 8, "network": "simulated"})
+        data["parallel"].update({"tp": 2, "sequence_parallel": True, "parallel_block_comm": comm})
+        steps[comm] = run(data).summary["step_time_s"]
+    assert steps["fused"] < steps["separate"]
