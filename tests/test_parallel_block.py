@@ -281,3 +281,23 @@ def test_split_and_paired_schedules_run_a_merged_block(schedule):
         data["parallel"].update({"tp": 2, "sequence_parallel": True, "parallel_block_comm": comm})
         steps[comm] = run(data).summary["step_time_s"]
     assert steps["fused"] < steps["separate"]
+
+
+def test_gpt_neox_adds_the_attention_bias_on_its_own():
+    """gpt-neox's gpt_j_residual path: bias_dropout_fn(attention_output, bias, residual=None),
+    a read and a write of h per token the sequential block fuses into its residual add; its
+    forward body is otherwise the fused block's."""
+    def forward(comm: str, bias: bool) -> float:
+        data = _scenario(comm, False)
+        data["model"]["bias"] = bias
+        return compute_seconds(layer_builder(data).layer(0, "F"))
+
+    ops = layer_builder(_scenario("gpt-neox", False)).ops
+    assert ops.branch_bias_add().bytes_per_token == 0  # no biases, nothing to add
+    data = _scenario("gpt-neox", False)
+    data["model"]["bias"] = True
+    neox = layer_builder(data)
+    assert neox.ops.branch_bias_add().bytes_per_token == 2 * 2 * HIDDEN
+    extra = neox._elementwise(neox.ops.branch_bias_add(), "F").total
+    assert forward("gpt-neox", True) - forward("fused", True) == pytest.approx(extra)
+    assert forward("gpt-neox", False) == pytest.approx(forward("fused", False))

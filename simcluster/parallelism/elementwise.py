@@ -145,6 +145,16 @@ class Elementwise:
         nothing without sequence parallelism."""
         return Traffic(3 * self.elt * self.model.hidden * (1 - 1 / self._sp))
 
+    def branch_bias_add(self) -> Traffic:
+        """GPT-NeoX's parallel block adds the attention's output bias by itself, a read and a
+        write of the hidden state (``bias_dropout_fn(attention_output, bias=..., residual=None)``
+        in megatron/model/transformer.py, gpt_j_residual), then the MLP's output and bias onto
+        it and the residual onto their sum: one pass more than the sequential block's two
+        bias-dropout-adds. Nothing for a model without linear biases."""
+        if not self.model.bias:
+            return Traffic(0.0, kernels=0)
+        return Traffic(2 * self.elt * self.model.hidden / self._sp)
+
     def _rmsnorm(self, width: float, fp32_ops: bool = True) -> Traffic:
         """A norm over ``width`` elements per token: one fused read and write, or in the eager
         style the Llama reference RMSNorm's fp32 ops (``fp32_ops`` false: a native kernel)."""

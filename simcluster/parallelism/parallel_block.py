@@ -17,7 +17,9 @@ does depends on the implementation:
   forward all-reduce per layer. Its backward is the identity there, and each branch's
   column-parallel linear (``copy_to_model_parallel_region`` on its input) all-reduces its own
   input gradient: two backward all-reduces, as the sequential block has. Tensor parallelism
-  only, no sequence parallelism in that path.
+  only, no sequence parallelism in that path. The attention's output bias is added on its own
+  (``bias_dropout_fn(..., residual=None)``), a pass the sequential block fuses into its
+  residual add (``Elementwise.branch_bias_add``).
 - ``fused``: one set around the whole block (PaLM, Chowdhery et al. 2022 Sec. 2; MegaScale,
   Jiang et al. NSDI'24 Sec. 3.1: with sequence parallelism the attention's and the MLP's
   all-gathers and reduce-scatters fuse into one each). Forward: all-gather the shared norm
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from simcluster.parallelism import tensor
 from simcluster.parallelism.builder_base import BuilderBase
-from simcluster.parallelism.segments import Compute, Segment
+from simcluster.parallelism.segments import Compute, Segment, Work
 
 if TYPE_CHECKING:
     from simcluster.userbuffers import BlockOverlaps
@@ -89,13 +91,20 @@ class ParallelBlocks(BuilderBase):
     def _block_segments(self, index: int, phase: str) -> list[Segment]:
         comm = self.shapes.layout.parallel_block_comm
         ub = self._block_ub("attn")
+        neox = comm == "gpt-neox"
         if phase == "F":
-            body = self._attention_body(index, "F") + self._mlp_body(index, "F")
+            attention = self._attention_body(index, "F")
+            if neox:
+                attention = _add_to(attention, self._elementwise(self.ops.branch_bias_add(), "F"), last=True)
+            body = attention + self._mlp_body(index, "F")
             return tensor.wrap_block(self.shapes, "block", body, ub, index)
-        if comm == "gpt-neox":
+        if neox:
             # each column-parallel linear all-reduces its own input gradient, as in the
-            # sequential block (B, or BW with the weight gradients under it)
-            return self._mlp_segments(index, phase) + self._attention_segments(index, phase)
+            # sequential block (B, or BW with the weight gradients under it); the attention's
+            # backward starts with its bias add's
+            attention = self._attention_segments(index, phase)
+            attention = _add_to(attention, self._elementwise(self.ops.branch_bias_add(), "B"), last=False)
+            return self._mlp_segments(index, phase) + attention
         body = self._with_gradient_sum(self._mlp_body(index, "B") + self._attention_body(index, "B"))
         if phase == "BW":
             wgrad = self._attention_segments(index, "W") + self._mlp_segments(index, "W")
@@ -108,13 +117,18 @@ class ParallelBlocks(BuilderBase):
         residual terms count the gradient sums on the token shard; a fused block's one of them
         is the whole sequence wide (``Elementwise.branch_gradient_sum``: the difference). The
         traffic is the sum's own bytes, one pass, so it is costed as a forward pass would be."""
-        extra = self._elementwise(self.ops.branch_gradient_sum(), "F")
-        if not extra.total:
-            return body
-        last = max(i for i, s in enumerate(body) if isinstance(s, Compute))
-        seg = body[last]
-        assert isinstance(seg, Compute)
-        work = seg.work + extra
-        out = list(body)
-        out[last] = replace(seg, work=work, seconds=work.total)
-        return out
+        return _add_to(body, self._elementwise(self.ops.branch_gradient_sum(), "F"), last=True)
+
+
+def _add_to(segments: list[Segment], extra: Work, last: bool) -> list[Segment]:
+    """``segments`` with ``extra`` added to their last (or first) compute."""
+    if not extra.total:
+        return segments
+    computes = [i for i, s in enumerate(segments) if isinstance(s, Compute)]
+    at = computes[-1] if last else computes[0]
+    seg = segments[at]
+    assert isinstance(seg, Compute)
+    work = seg.work + extra
+    out = list(segments)
+    out[at] = replace(seg, work=work, seconds=work.total)
+    return out
