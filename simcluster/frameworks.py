@@ -18,8 +18,8 @@ SelfAttention and MLP modules (``FalconTransformerLayer``), which Megatron-Bridg
 Megatron-LM 2021, Megatron-DeepSpeed and sail-sg's Zero Bubble fork keep the sequential
 ``ParallelTransformerLayer``; torchtitan's and NeMo AutoModel's tensor-parallel plans shard
 each module (ColwiseParallel / RowwiseParallel), so each branch gathers and reduces its own;
-nanotron has no parallel block. EleutherAI's GPT-NeoX (``gpt-neox``) and PaLM/MegaScale-style
-fused blocks (``fused``) are chosen with that field.
+nanotron has no parallel block. EleutherAI's GPT-NeoX (``gpt-neox``) and a block fused around
+one set (``fused``, as PaLM's shared input allows) are chosen with that field.
 """
 
 from __future__ import annotations

@@ -472,7 +472,7 @@ def check_parallel_block_comm(scenario: Scenario, model: ModelSpec) -> None:
     """``parallel.parallel_block_comm`` needs a parallel block, and each implementation runs
     only where its code does: GPT-NeoX's layer all-reduces the summed branch outputs
     (``reduce_from_model_parallel_region``), which has no sequence-parallel form there; a fused
-    block gathers one norm output for both branches (PaLM's and MegaScale's shared norm), so
+    block gathers one norm output for both branches (PaLM's one shared norm), so
     with sequence parallelism it needs ``model.parallel_norms: 1``; nanotron's async TP linears
     keep each branch's own collectives."""
     par = scenario.parallel

@@ -65,8 +65,8 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
     ("parallel", "cp_comm"): {"ring": "p2p", "ulysses": "a2a", "all-gather": "all_gather"},
     # the parallel block's collectives named after the code that runs them
     ("parallel", "parallel_block_comm"): {
-        "neox": "gpt-neox", "gpt_neox": "gpt-neox", "gpt-j-residual": "gpt-neox", "megascale": "fused",
-        "palm": "fused", "nemo": "separate", "megatron-core": "separate",
+        "neox": "gpt-neox", "gpt_neox": "gpt-neox", "gpt-j-residual": "gpt-neox", "nemo": "separate",
+        "megatron-core": "separate",
     },
     # gelu stands for any two-matrix MLP (OPT's ReLU, GPT-2's tanh GeLU): one elementwise pass
     ("model", "mlp"): {

@@ -9,7 +9,8 @@ Checked against the code that runs it:
   ``gpt-neox`` is EleutherAI/gpt-neox megatron/model/transformer.py with gpt_j_residual (row
   linears parallel_output=True, one reduce_from_model_parallel_region of the sum forward; each
   ColumnParallelLinear's copy_to_model_parallel_region all-reduces its input gradient
-  backward); ``fused`` is PaLM's / MegaScale's (NSDI'24 Sec. 3.1) one set around the block;
+  backward); ``fused`` is one set around the block, as PaLM's shared input allows (its Sec. 2: the
+  input matmuls fused; MegaScale NSDI'24 Sec. 3.1 trains its 175B with the block);
 - parameters and FLOPs: the same weights (transformers' GPTJBlock has one ``ln_1``,
   GPTNeoXLayer two norms), so model FLOPs are equal;
 - activations (Korthikanti et al. 2022 Sec. 4.2's count): the MLP's norm input is the layer

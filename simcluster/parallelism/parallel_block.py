@@ -20,9 +20,10 @@ does depends on the implementation:
   only, no sequence parallelism in that path. The attention's output bias is added on its own
   (``bias_dropout_fn(..., residual=None)``), a pass the sequential block fuses into its
   residual add (``Elementwise.branch_bias_add``).
-- ``fused``: one set around the whole block (PaLM, Chowdhery et al. 2022 Sec. 2; MegaScale,
-  Jiang et al. NSDI'24 Sec. 3.1: with sequence parallelism the attention's and the MLP's
-  all-gathers and reduce-scatters fuse into one each). Forward: all-gather the shared norm
+- ``fused``: one set around the whole block, as the shared input allows (PaLM, Chowdhery et
+  al. 2022 Sec. 2: the parallel formulation lets the attention's and the MLP's input matmuls
+  fuse; MegaScale, Jiang et al. NSDI'24 Sec. 3.1, trains its 175B model with that block; how
+  MegaScale's code places the collectives was not read here). Forward: all-gather the shared norm
   output, both branches, reduce-scatter the summed outputs (or one all-reduce without sequence
   parallelism). Backward: all-gather the output gradient, both branches' input gradients,
   added (the gathered norm output feeds two linears, so autograd sums their gradients, now

@@ -32,7 +32,7 @@ class ParallelSection(SectionBase):
         description="the TP collectives of a parallel attention + MLP block (model.parallel_block): "
         "separate (each branch its own, as NeMo's Falcon layer on Megatron-Core; the default), "
         "gpt-neox (one all-reduce of the summed outputs forward, one per branch backward; no sequence "
-        "parallelism) or fused (one set around the whole block: MegaScale, PaLM)",
+        "parallelism) or fused (one set around the whole block, as its shared input allows: PaLM)",
     )
     ep: int = Field(default=1, gt=0)
     etp: int | None = Field(
