@@ -2,7 +2,9 @@
 
 Reads the text output of the ``*_perf`` binaries in both column layouts
 (current: ``size count type redop root time algbw busbw #wrong ...``; 2021 releases: no ``root``,
-``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
+``error`` instead of ``#wrong``; with the columns options add: ``cputime`` for ``time`` under
+``-C``, a last ``timestamp`` column, per-iteration statistics after each placement's four) and
+the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
 ``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
 are used (nccl-tests reports them first).
 
@@ -18,7 +20,8 @@ The op comes from ``# Collective test starting: X_perf``, the binary name in ``a
 file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
 (or ``--gpus`` without them). Each row's busbw is recomputed with the nccl-tests formula and must
 agree with the log's, and the redop column must be a reduction exactly for all_reduce and
-reduce_scatter: together they check the op and GPU count. Without ``--base`` the base profile is
+reduce_scatter (sendrecv_perf prints the ``-o`` reduction it does not run, ``sum`` by
+default): together they check the op and GPU count. Without ``--base`` the base profile is
 the shipped one of the GPU the log names (:mod:`simcluster.gpu_names`).
 """
 
@@ -93,6 +96,7 @@ class NcclLog:
     closed: int = 0  # the line of '# Avg bus bandwidth' / '# Collective test concluded' (0: open)
     groups: set[str] = field(default_factory=set)  # the Rank lines' Group (NCCL_TESTS_SPLIT_MASK)
     columns: list[str] = field(default_factory=list)  # the table header's column names
+    stamped: bool = False  # the table ends in a 'timestamp' column (two words a row)
     redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
     opened: bool = False  # a header line seen (``start`` is the first)
 
@@ -134,6 +138,15 @@ def _nccl_version(code: int) -> str:
 # nccl-tests' reduction names (src/common.cu test_opNames); 'none' for the ops that do not reduce
 _REDUCTIONS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
 _REDUCING_OPS = ("all_reduce", "reduce_scatter")
+# sendrecv_perf prints the -o reduction's name (sum by default) though it reduces nothing: its
+# RunTest passes the op name on to TimeTest (nccl-tests src/sendrecv.cu), so its redop says
+# nothing about the op
+_ANY_REDOP_OPS = ("send_recv",)
+# the table header's words for the columns nccl-tests can add or rename (src/util.cu
+# writeResultHeader): -C reports 'cputime' in place of 'time'; with timestamps a last column
+# 'timestamp' whose rows hold two words, strftime's '%Y-%m-%d %H:%M:%S'
+_TIME_WORDS = ("time", "cputime")
+_STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _redop(columns: list[str], leading: list[str]) -> str | None:
@@ -200,7 +213,7 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
         if line.startswith("#"):
             body = line.lstrip("#").strip()
             rank = _RANK_RE.match(line)
-            tokens = body.split()
+            tokens = ["time" if t in _TIME_WORDS else t for t in body.split()]
             table = tokens[:2] == ["size", "count"] and "time" in tokens
             if (
                 (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
@@ -238,7 +251,9 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
             if m := _VERSION_RE.search(line):
                 run.nccl = _nccl_version(int(m.group(1)))
             if table:
-                run.trailing, run.columns = len(tokens) - tokens.index("time"), tokens
+                run.stamped = tokens[-1] == "timestamp"
+                columns = tokens[:-1] if run.stamped else tokens
+                run.trailing, run.columns = len(columns) - columns.index("time"), columns
             if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
                 run.closed = run.closed or lineno
             continue
@@ -256,6 +271,8 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
                     "run it belongs to missing?",
                 )
             raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
+        if run.stamped and len(tokens) > 2 and _STAMP_RE.match(tokens[-2]):
+            tokens = tokens[:-2]  # the row's timestamp, date and time
         if len(tokens) < 2 + run.trailing:
             raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
         size = _num(tokens[0], path, lineno, "size")
@@ -352,7 +369,7 @@ def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> No
     fix = _fix(log, gpus)
     if log.redop is not None:
         redop, line = log.redop
-        if (redop != "none") != (log.op in _REDUCING_OPS):
+        if log.op not in _ANY_REDOP_OPS and (redop != "none") != (log.op in _REDUCING_OPS):
             said = (
                 f"a reduction ('{redop}'): an all_reduce or reduce_scatter run"
                 if redop != "none"

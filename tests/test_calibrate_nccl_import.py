@@ -22,6 +22,8 @@ OLD = FIX / "all_gather_perf_2021.txt"
 JSON = FIX / "nccl_reduce_scatter.json"
 TWO_RUNS = FIX / "nccl_slurm_two_runs.txt"  # all_reduce_perf then all_gather_perf, one output file
 AR64 = FIX / "nccl_all_reduce_64ranks_8nodes.txt"  # synthetic: busbw = algbw x 2*63/64
+# a published sendrecv_perf table (8 A100, -g 8): redop 'sum', in-place #wrong 'N/A'
+SENDRECV = FIX / "nccl_sendrecv_a100.txt"
 
 
 def _import(tmp_path, *args):
@@ -57,6 +59,50 @@ def test_json_report():
     [log] = parse_log(JSON)
     assert (log.op, log.gpus, log.nodes, log.nccl) == ("reduce_scatter", 8, 1, "2.26.3")
     assert [r[0] for r in log.rows] == [1048576, 16777216, 268435456]
+
+
+def test_sendrecv_rows_name_the_reduction_they_do_not_run():
+    """sendrecv_perf prints the -o reduction in its redop column (sum by default; nccl-tests
+    src/sendrecv.cu passes the op name on to TimeTest) though it reduces nothing: the run is
+    read with sendrecv's busbw factor 1, not refused as an all_reduce's rows."""
+    [log] = parse_log(SENDRECV)
+    assert (log.op, log.gpus, log.nodes, log.redop) == ("send_recv", 8, 1, ("sum", 18))
+    assert [r[2] for r in log.rows] == [110.81, 188.60, 192.75, 195.10]  # busbw = algbw
+    assert log.rows[-1][:2] == (1073741824, pytest.approx(5503.4e-6))
+
+
+def _reworded(tmp_path, header, row):
+    """CURRENT with its table header words and rows changed as nccl-tests' options print them."""
+    lines = CURRENT.read_text().splitlines(True)
+    out = [header(ln) if ln.startswith("#       size") else row(ln) if ln[:12].strip().isdigit() else ln
+           for ln in lines]  # fmt: skip
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("".join(out))
+    return path
+
+
+def _with_iteration_stats(row):
+    words = row.split()
+    stats = ["190.10", "210.40", "209.80", "2.13"]
+    return "  ".join(words[:9] + stats + words[9:] + stats) + "\n"
+
+
+@pytest.mark.parametrize(
+    "header, row",
+    [  # -C: the time columns headed 'cputime' (nccl-tests src/util.cu writeResultHeader)
+     (lambda ln: ln.replace("     time", "  cputime"), lambda ln: ln),
+     # report_timestamps: a last 'timestamp' column, each row's '%Y-%m-%d %H:%M:%S' two words
+     (lambda ln: ln.rstrip("\n") + " timestamp\n", lambda ln: ln.rstrip("\n") + "  2026-11-30 08:01:02\n"),
+     # per-iteration statistics (i_min i_max i_p99 i_cv%) after each placement's four columns
+     (lambda ln: ln.replace("#wrong", "#wrong    i_min    i_max    i_p99    i_cv%"), _with_iteration_stats)],
+    ids=["cputime", "timestamp", "per-iteration"],
+)  # fmt: skip
+def test_the_columns_nccl_tests_options_add_or_rename_are_read(tmp_path, header, row):
+    """The out-of-place time and busbw are read from the same rows as without the option."""
+    [plain] = parse_log(CURRENT)
+    [log] = parse_log(_reworded(tmp_path, header, row))
+    assert [r[:3] for r in log.rows] == [r[:3] for r in plain.rows]
+    assert log.rows[5][:3] == (1073741824, pytest.approx(4029.4e-6), 466.33)
 
 
 def test_malformed_row_names_file_and_line(capsys):
