@@ -158,6 +158,25 @@ def test_compare_against_the_simulator(tmp_path, capsys):
     assert float(rows["gemm"][1]) == pytest.approx(sim["gemm"] * 1e3, abs=1e-3)
 
 
+def test_compare_trace_simulates_on_the_given_profile_with_the_given_changes(tmp_path, capsys):
+    """--hardware and --set as `simcluster run` takes them: a trace of measure-step's DDP loop
+    is compared with the scenario under framework pytorch-ddp, as measure-step simulates it,
+    and the last line says what was simulated."""
+    from calibrate.cli import main
+    from calibrate.compare import simulate_scenario
+
+    a = torch.ones(64, 64)
+    trace = _profile(tmp_path, lambda: a @ a, repeats=1)
+    changes = ["--set", "framework=pytorch-ddp", "--set", "parallel.zero=0", "--hardware", "dgx-a100"]
+    assert main(["compare-trace", str(trace), "llama3-8b-8xh100", *changes]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "(simulated: llama3-8b-8xh100, dp8 tp1 pp1 1f1b on dgx-a100, framework pytorch-ddp)"
+    sim = simulate_scenario("llama3-8b-8xh100", ["framework=pytorch-ddp", "parallel.zero=0"], "dgx-a100")
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:6]}
+    assert float(rows["gemm"][1]) == pytest.approx(sim["gemm"] * 1e3, abs=1e-3)
+    assert sim["gemm"] != pytest.approx(simulate_scenario("llama3-8b-8xh100")["gemm"], rel=0.05)
+
+
 def test_compare_trace_command_shows_the_measured_side(tmp_path, capsys):
     from calibrate.cli import main
 
