@@ -23,6 +23,8 @@ from calibrate.spread import spread
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.compute import median_curve
+from simcluster.errors import UserError
+from simcluster.gpu_names import reference_node
 from simcluster.hardware import (
     EfficiencySpec,
     load_profile,
@@ -180,11 +182,47 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
     for row in m.gemm:
         peaks[row["dtype"]] = max(peaks.get(row["dtype"], 0.0), row["tflops"])
     if peaks:
-        gpu["peak_tflops"] = dict(sorted(peaks.items()))
-        _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
+        _set_peaks(data, peaks, machine.name)
     if m.memory:
         gpu["hbm_tbps"] = streaming_rate(m.memory) / 1e12
         _note(data, "gpu.hbm_tbps", f"measured: {STREAMING} (calibrate)")
+
+
+def _datasheet(name: str) -> tuple[str, dict[str, float]]:
+    """(the shipped profile of the GPU ``name`` names, its datasheet peak TFLOP/s by dtype), or
+    ("", {}) for a device no shipped profile describes (a CPU, an unknown board)."""
+    try:
+        shipped = reference_node(name, field="--base")
+    except UserError:
+        shipped = None
+    if shipped is None:
+        return "", {}
+    return shipped, dict(_raw_profile(shipped)["gpu"]["peak_tflops"])
+
+
+def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
+    """``gpu.peak_tflops`` of a profile without --base, for the dtypes timed: the datasheet's
+    where a shipped profile describes this GPU, so that MFU and the efficiencies are fractions
+    of the peak papers and NVIDIA's tables divide by (PaLM's MFU: theoretical peak), not of the
+    best GEMM this run happened to time (an H100's ~0.7 of it would read as an MFU 1.4 times
+    too high); the best timed rate where none does, or where it beats the datasheet (a board
+    the name does not single out)."""
+    shipped, sheet = _datasheet(name)
+    peaks = {d: sheet[d] if sheet.get(d, 0.0) >= rate else rate for d, rate in best.items()}
+    data["gpu"]["peak_tflops"] = dict(sorted(peaks.items()))
+    kept = sorted(d for d in peaks if peaks[d] != best[d])
+    if not kept:
+        _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
+        return
+    measured = sorted(set(peaks) - set(kept))
+    _note(
+        data,
+        "gpu.peak_tflops",
+        f"{', '.join(kept)}: the datasheet's, from {shipped} (the shipped profile of '{name}'), "
+        "the peak MFU is a fraction of; the GEMMs timed reach "
+        + ", ".join(f"{best[d]:.4g}" for d in kept)
+        + (f"; {', '.join(measured)}: the best GEMM throughput timed (calibrate)" if measured else ""),
+    )
 
 
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
