@@ -14,7 +14,8 @@ output that several binaries, or several attempts, wrote to), each with its own 
 lines and table. Runs of other ops or geometries are imported side by side; the same table
 twice is read once; two different tables of one op and geometry are refused (which measurement
 the profile should hold is the user's call). Text outside the runs (a job script's echo lines)
-is skipped.
+is skipped. A run of several data types, reductions or roots (``-d all``, ``-o all``, ``-r all``)
+keeps nccl-tests' defaults, float and sum, with a note naming the rest.
 
 The op comes from ``# Collective test starting: X_perf``, the binary name in ``args`` or in the
 file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
@@ -97,6 +98,10 @@ class NcclLog:
     groups: set[str] = field(default_factory=set)  # the Rank lines' Group (NCCL_TESTS_SPLIT_MASK)
     columns: list[str] = field(default_factory=list)  # the table header's column names
     stamped: bool = False  # the table ends in a 'timestamp' column (two words a row)
+    # each row's (type, redop, root) words, beside ``rows``: -d all, -o all and -r all time
+    # every size once per data type, reduction or root (nccl-tests src/common.cu run loops)
+    variants: list[tuple[str, ...]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the import left out of the run, why
     redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
     opened: bool = False  # a header line seen (``start`` is the first)
 
@@ -282,6 +287,7 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
         if time_us <= 0:
             continue  # nccl-tests prints 0-byte rows with no time
         run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+        run.variants.append(tuple(tokens[2 : -run.trailing]))
         if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
             run.redop = (redop, lineno)
     return runs
@@ -325,7 +331,36 @@ def parse_json(path: str, text: str) -> NcclLog:
             raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
         if time_us > 0:
             log.rows.append((int(size), time_us * 1e-6, float(oop["bus_bw"]), i))
+            log.variants.append(tuple(str(row.get(k, "")).strip() for k in ("type", "redop", "root")))
     return log
+
+
+#: the data type kept of a run that timed several: nccl-tests' default (-d float), with its
+#: default reduction (-o sum) where the op reduces
+_DEFAULT_TYPE, _DEFAULT_REDOP = "float", "sum"
+
+
+def _one_variant(run: NcclLog) -> None:
+    """Keep one data type, reduction and root of a run that timed several (``-d all``, ``-o
+    all``, ``-r all``): the simulator's table has one time per size, and rows of another type
+    time the same bytes differently (half the elements of a float row for a bfloat16 one)."""
+    kinds = list(dict.fromkeys(run.variants))
+    if len(kinds) <= 1:
+        return
+
+    def default(kind: tuple[str, ...]) -> bool:  # (type, redop, root): the type comes first
+        words = [w.lower() for w in kind]
+        others = [w for w in words[1:] if w in _REDUCTIONS and w != _DEFAULT_REDOP]
+        return bool(words) and words[0] == _DEFAULT_TYPE and not others
+
+    keep = next((k for k in kinds if default(k)), kinds[0])
+    rows = [row for row, kind in zip(run.rows, run.variants, strict=True) if kind == keep]
+    dropped = ", ".join(" ".join(k) for k in kinds if k != keep)
+    run.notes.append(
+        f"{run.where}: the run times {len(kinds)} variants (-d/-o/-r all); kept "
+        f"'{' '.join(keep)}' ({len(rows)} rows), left out {dropped}"
+    )
+    run.rows, run.variants = rows, [keep] * len(rows)
 
 
 def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> list[NcclLog]:
@@ -339,6 +374,8 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> lis
         runs = parse_text(str(path), text)
     if not any(run.rows for run in runs):
         raise UserError(str(path), "no result rows found")
+    for run in runs:
+        _one_variant(run)
     for run in runs:
         if run.rows:
             _check_run(run, path, op, gpus)
@@ -453,19 +490,24 @@ def merge_runs(runs: list[NcclLog]) -> tuple[list[NcclLog], list[str]]:
     kept: list[NcclLog] = []
     notes: list[str] = []
     for run in runs:
+        notes += run.notes
         if not run.rows:
             notes.append(f"{run.where}: a run without result rows (it failed or was cut short?); left out")
             continue
         table = seen.setdefault(_geometry(run), {})
         fresh = []
+        own: dict[int, int] = {}  # size -> line, in this run
         for row in run.rows:
             size, time_s, _, line = row
+            if size in own:
+                raise _bad(
+                    run.path, line, f"a second {size} B row in one table (line {own[size]}); remove one of them"
+                )
+            own[size] = line
             if size not in table:
                 fresh.append(row)
                 continue
             first_time, first = table[size]
-            if time_s != first_time and first is run:
-                raise _bad(run.path, line, f"a second {size} B row in one table; remove one of them")
             if time_s != first_time:
                 other = first.where if first.path != run.path else f"line {first.start}"
                 raise UserError(

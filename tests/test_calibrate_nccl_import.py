@@ -10,7 +10,7 @@ import yaml
 
 from calibrate import nccl_tests_import
 from calibrate.cli import main
-from calibrate.nccl_tests_import import parse_log
+from calibrate.nccl_tests_import import merge_runs, parse_log
 from calibrate.profile_writer import Machine, Measurements, build_profile
 from simcluster.cli import main as simcluster_main
 from simcluster.errors import UserError
@@ -265,6 +265,49 @@ def test_two_different_binaries_in_one_output_are_each_imported(tmp_path):
     gib = next(r for r in ag if r["bytes"] == 2**30)
     assert gib["time_s"] == pytest.approx(2609.06e-6)
     assert gib["busbw_GBps"] == pytest.approx(360.10, abs=0.01)
+
+
+def _as_variant(row: str, kind: str, redop: str, slower: float) -> str:
+    """A CURRENT float/sum row as another data type's or reduction's row of the same size,
+    ``slower`` times its time (busbw = algbw x 2*7/8, as nccl-tests prints it for 8 ranks)."""
+    w = row.split()
+    time_us = float(w[5]) * slower
+    alg = int(w[0]) / time_us / 1e3
+    count = int(w[0]) // (2 if kind in ("bfloat16", "half") else 4)
+    body = f"{time_us:8.1f}  {alg:6.2f}  {alg * 1.75:6.2f}       0"
+    return f"{w[0]:>12}  {count:12d}  {kind:>8}  {redop:>6}  {w[4]:>6}  {body}  {body}\n"
+
+
+@pytest.mark.parametrize(
+    "variants",
+    [[("bfloat16", "sum", 1.3)],  # -d all: every size once per data type, float among them
+     [("float", "prod", 1.1), ("float", "max", 1.2), ("float", "avg", 1.05)]],  # -o all
+    ids=["all-types", "all-reductions"],
+)  # fmt: skip
+def test_a_run_of_several_types_or_reductions_keeps_nccl_tests_default(tmp_path, capsys, variants):
+    """nccl-tests' -d all / -o all time every size once per data type or reduction (src/common.cu
+    loops over them); the profile's table holds one time per size: the default float / sum rows
+    are kept and the others named as left out, not left for the simulator to pick one by size."""
+    lines = CURRENT.read_text().splitlines(True)
+    rows = [ln for ln in lines if ln[:12].strip().isdigit()]
+    at = lines.index(rows[-1]) + 1
+    extra = [_as_variant(r, kind, redop, slower) for kind, redop, slower in variants for r in rows]
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("".join(lines[:at] + extra + lines[at:]))
+    code, data = _import(tmp_path, log)
+    assert code == 0
+    [plain] = parse_log(CURRENT)
+    kept = sorted((r["bytes"], r["time_s"]) for r in data["measured"]["collectives"] if r["gpus"] == 8)
+    assert kept == sorted((size, pytest.approx(t)) for size, t, _, _ in plain.rows)
+    note = capsys.readouterr().out.splitlines()[0]
+    assert f"the run times {1 + len(variants)} variants" in note and "kept 'float sum -1' (10 rows)" in note
+
+
+def test_a_size_twice_in_one_table_is_refused(tmp_path):
+    lines = CURRENT.read_text().splitlines(True)
+    log = _concat(tmp_path, "".join(lines[:21] + [lines[20]] + lines[21:]))
+    with pytest.raises(UserError, match=rf"{log}:22: a second 268435456 B row in one table \(line 21\)"):
+        merge_runs(parse_log(log))
 
 
 def test_a_table_row_outside_any_run_is_refused(tmp_path):
