@@ -87,6 +87,9 @@ def _as_run(raw: dict[str, Any], hardware: str | None) -> dict[str, Any]:
     named = run.pop("framework", None)
     run.pop("framework_release", None)
     if hardware is not None:
+        from simcluster.hardware import load_profile
+
+        load_profile(hardware, field="--hardware")  # a bad one is named as the flag given
         run.setdefault("cluster", {})
         if isinstance(run["cluster"], dict):
             run["cluster"]["hardware"] = str(Path(hardware).resolve()) if Path(hardware).exists() else hardware

@@ -97,6 +97,15 @@ def test_what_it_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field
     _refused(tmp_path, capsys, changes, field)
 
 
+def test_a_bad_hardware_flag_is_named_as_the_flag(tmp_path, capsys):
+    """--hardware replaces the scenario's cluster.hardware; a profile that does not load is
+    reported under the flag the user typed, not the scenario field it was written into."""
+    path = _scenario(tmp_path)
+    assert main(["measure-step", str(path), "--hardware", "no-such-profile"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hardware: unknown hardware 'no-such-profile'") and err.count("\n") == 1
+
+
 def test_another_framework_is_refused(tmp_path, capsys):
     data = yaml.safe_load(_scenario(tmp_path).read_text())
     data["framework"] = "megatron-core"
