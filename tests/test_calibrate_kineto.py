@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from calibrate.compare import sim_kind  # noqa: E402
 from calibrate.kineto import KINDS, breakdown, classify, load_trace  # noqa: E402
+from simcluster.errors import UserError  # noqa: E402
 
 
 def _profile(tmp_path, body, repeats=2):
@@ -236,3 +238,25 @@ def test_simulated_compute_is_split_as_the_engine_splits_it():
                "comm_dp": 0.002, "idle": 0.0}  # fmt: skip
     got = simulated_seconds(events, compute=compute)
     assert got == pytest.approx({"gemm": 0.002, "attention": 0.0, "comm": 0.003, "other": 0.001, "idle": 0.0})
+
+
+def test_a_gzipped_trace_from_tensorboard_trace_handler_reads_as_the_plain_one(tmp_path):
+    """torch.profiler.tensorboard_trace_handler(use_gzip=True) saves '*.pt.trace.json.gz', the
+    trace as a training loop's profiler schedule writes it; it breaks down as the same trace
+    exported uncompressed, and a cut-off one is a one-line error."""
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    a = torch.ones(128, 128)
+    handler = tensorboard_trace_handler(str(tmp_path / "tb"), use_gzip=True)
+    with profile(activities=[ProfilerActivity.CPU], on_trace_ready=handler):
+        for _ in range(3):
+            a @ a
+    [packed] = (tmp_path / "tb").glob("*.pt.trace.json.gz")
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
+    assert load_trace(packed) == load_trace(plain)
+    assert load_trace(packed).seconds["gemm"] > 0
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(packed.read_bytes()[:200])
+    with pytest.raises(UserError, match="is not a whole gzipped text file"):
+        load_trace(cut)
