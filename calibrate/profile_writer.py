@@ -225,6 +225,25 @@ def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
     )
 
 
+def _lift_peaks(data: dict[str, Any], m: Measurements, origin: str) -> None:
+    """A GEMM timed faster than the base's peak of its dtype lifts that peak to it: a peak is a
+    ceiling, and the efficiency curve (a fraction in (0, 1]) could not hold the row otherwise.
+    It happens when the base's peak was itself a best timed rate (a CPU or an unlisted board
+    calibrated before, on a busier machine), or a datasheet of another board."""
+    peaks = data["gpu"]["peak_tflops"]
+    best: dict[str, float] = {}
+    for row in m.gemm:
+        if row["dtype"] in peaks:
+            best[row["dtype"]] = max(best.get(row["dtype"], 0.0), row["tflops"])
+    lifted = {d: rate for d, rate in sorted(best.items()) if rate > peaks[d]}
+    if not lifted:
+        return
+    said = ", ".join(f"{d} {peaks[d]:.4g} -> {rate:.4g}" for d, rate in lifted.items())
+    peaks.update(lifted)
+    before = data.get("sources", {}).get("gpu.peak_tflops", f"from {origin}")
+    _note(data, "gpu.peak_tflops", f"{before}; lifted to the best GEMM timed where it was faster: {said} (calibrate)")
+
+
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
     dtypes = sorted({r["dtype"] for r in m.gemm if r["dtype"] in peaks})
     if not dtypes:
@@ -282,6 +301,7 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
     """Compute and host fields from the measurements; ``origin`` is the profile the others
     were copied from (--base, or the fallback)."""
     eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
+    _lift_peaks(data, m, origin)
     curve = _gemm_curve(m, peaks)
     if curve:
         eff["gemm"] = curve[1]

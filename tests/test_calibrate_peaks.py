@@ -57,3 +57,16 @@ def test_mfu_on_a_calibrated_h100_is_a_fraction_of_the_datasheet_peak(tmp_path):
     )
     s = simulate(scenario).summary
     assert s["mfu"] == pytest.approx(s["model_flops_per_step"] / (s["step_time_s"] * 8 * 989.4e12))
+
+
+def test_a_base_whose_peak_a_new_run_beats_is_lifted_not_a_failed_run(tmp_path):
+    """Recalibrating on --base of an earlier CPU profile (its peak that run's best GEMM): GEMMs
+    timed 1.3 times faster lift the peak to them; the curve, a fraction of the peak in (0, 1],
+    could not hold them, and the run used to end in a schema error after measuring."""
+    base = tmp_path / "cpu.yaml"
+    base.write_text(yaml.safe_dump(_profile("AMD EPYC 7B13", None)))
+    faster = [_gemm("bf16", 4096, 780.0), _gemm("bf16", 8192, 910.0), _gemm("fp32", 8192, 45.0)]
+    data = build_profile(Measurements(gemm=faster), {"backend": "gloo"}, str(base), None)
+    assert data["gpu"]["peak_tflops"] == {"bf16": 910.0, "fp32": 50.0}  # fp32 stays: not beaten
+    assert max(e for _, e in data["efficiency"]["gemm"]) == pytest.approx(1.0)
+    assert "lifted to the best GEMM timed where it was faster: bf16 700 -> 910" in data["sources"]["gpu.peak_tflops"]
