@@ -93,6 +93,8 @@ class Machine:
     memory_bytes: int | None
     gpus_per_node: int
     sm_count: int | None = None  # None: a CPU
+    #: the node's host memory (rank 0's /proc/meminfo MemTotal), where offloads keep their state
+    host_memory_bytes: int | None = None
 
 
 def _raw_profile(name_or_path: str) -> dict[str, Any]:
@@ -169,6 +171,9 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         eff["collective_sms"] = 0
         _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
     node["gpus_per_node"] = machine.gpus_per_node
+    if machine.host_memory_bytes:
+        node["host_memory_gib"] = machine.host_memory_bytes / 2**30
+        _note(data, "node.host_memory_gib", "measured: /proc/meminfo MemTotal of rank 0's node (calibrate)")
     node["nvls"] = False
     _note(
         data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems"

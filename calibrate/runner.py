@@ -27,7 +27,13 @@ from calibrate.profile_writer import (
     write_yaml_atomic,
 )
 from calibrate.progress import RankProgress
-from calibrate.provenance import device_memory_bytes, device_name, device_sm_count, provenance
+from calibrate.provenance import (
+    device_memory_bytes,
+    device_name,
+    device_sm_count,
+    host_memory_bytes,
+    provenance,
+)
 from calibrate.shapes import GemmShape
 from calibrate.timers import timer_for
 from calibrate.watchdog import FailureReport, Watchdog
@@ -237,6 +243,7 @@ def run(cfg: RunConfig) -> int:
                 memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
                 gpus_per_node=ctx.local_world,
                 sm_count=device_sm_count(ctx.device),
+                host_memory_bytes=host_memory_bytes(),
             )
             _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))
             print(f"wrote {cfg.out}", file=sys.stderr)

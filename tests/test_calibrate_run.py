@@ -271,6 +271,11 @@ def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):
     assert prof.node.host_memory_GBps * 1e9 == pytest.approx(update["bytes_per_s"] * 2, rel=1e-12)
     assert "calibrate" in prof.sources["node.host_link_GBps"]
     assert "calibrate" in prof.sources["node.host_memory_GBps"]
+    # the node's host memory, which the offloads fill, is this host's MemTotal, not a DGX's 2 TiB
+    from calibrate.provenance import host_memory_bytes
+
+    assert prof.node.host_memory_gib == host_memory_bytes() / 2**30
+    assert "MemTotal" in prof.sources["node.host_memory_gib"]
     scenario = load_scenario(
         "llama3-8b-8xh100", parse_set(["cluster.network=ideal", "training.optimizer_offload=1"])
     )
