@@ -525,14 +525,25 @@ def _fabric(row: Row) -> str:
     return "single-node" if int(row.get("nodes") or 1) == 1 else "multi-node"
 
 
+def _which(tables: set[tuple[str, str]]) -> str:
+    """'single-node all_reduce and send_recv, multi-node all_reduce': the (fabric, op) tables."""
+    fabrics = sorted({fabric for fabric, _ in tables})
+    return ", ".join(
+        f"{fabric} {' and '.join(sorted(op for f, op in tables if f == fabric))}" for fabric in fabrics
+    )
+
+
 def _merged_measured(
     data: dict[str, Any], m: Measurements, base: str | None, origin: str = "calibrate"
 ) -> dict[str, Any]:
     """The profile's ``measured:`` map: this run's tables, plus what the base measured that this
-    run did not (a whole table, or the collective rows of a fabric it did not reach).
+    run did not (a whole table, or the collective rows of an op on a fabric it did not reach).
 
     A one-node calibration on ``--base aws-p5`` keeps p5's published multi-node tables, whose
     mid-size collapse the network model alone lacks; its own rows replace p5's single-node ones.
+    An import of all_reduce and all_gather logs on a calibrated base keeps the base's
+    reduce_scatter, all_to_all and send_recv rows of the same fabric (the simulator would
+    otherwise borrow the all-reduce's ratio for them, or model them alone).
     Without a base the fallback's tables describe another machine and are dropped.
     """
     sources = data.setdefault("sources", {})
@@ -542,15 +553,16 @@ def _merged_measured(
     for key, value in old.items():
         if key != "collectives":
             out.setdefault(key, value)
-    measured = {_fabric(r) for r in m.collectives}
-    kept = [r for r in old.get("collectives") or [] if _fabric(r) not in measured]
+    measured = {(_fabric(r), r["op"]) for r in m.collectives}
+    kept = [r for r in old.get("collectives") or [] if (_fabric(r), r["op"]) not in measured]
     notes = []
     if m.collectives:
         how = "measured by this run (provenance)" if origin == "calibrate" else f"from {origin} (provenance.source)"
-        notes.append(f"{' and '.join(sorted(measured))} rows {how}")
+        notes.append(f"{_which(measured)} rows {how}")
     if kept:
-        fabrics = " and ".join(sorted({_fabric(r) for r in kept}))
-        notes.append(f"{fabrics} rows kept from {base}: {base_note or 'no source given'}")
+        which = _which({(_fabric(r), r["op"]) for r in kept})
+        record = " (provenance.base)" if data.get("provenance") else ""
+        notes.append(f"{which} rows kept from {base}{record}: {base_note or 'no source given'}")
         out["collectives"] = m.collectives + kept
     if notes:
         sources["measured.collectives"] = "; ".join(notes)
@@ -576,13 +588,17 @@ def build_profile(
         _describe_machine(data, m, machine)
         data["name"] = "calibrated-" + "-".join(machine.name.lower().split())[:60]
         data["description"] = f"calibrated on {machine.name} ({provenance.get('backend')})"
-    else:
-        data["name"] = f"{data['name']}-calibrated"
+    else:  # once: a calibrated base calibrated again is not '...-calibrated-calibrated'
+        name = str(data["name"])
+        data["name"] = name if name.endswith("-calibrated") or name.startswith("calibrated-") else f"{name}-calibrated"
     _apply_compute(data, m, base_name)
     _apply_network(data, m, described, origin)
     data["measured"] = _merged_measured(data, m, base, origin)
     _settle_sources(data)
-    data["provenance"] = provenance
+    # a calibrated or imported base keeps its own record: its kernels and tables stay in the
+    # profile, and so does what measured them
+    earlier = data.get("provenance") if base else None
+    data["provenance"] = provenance | ({"base": earlier} if earlier else {})
     profile_from_dict(data, field="--out", origin="calibrated profile")
     return data
 

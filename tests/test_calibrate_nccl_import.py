@@ -167,11 +167,33 @@ def test_one_node_import_keeps_the_base_profiles_multi_node_table(tmp_path, caps
         r for r in base.measured["collectives"] if (r.get("nodes") or 1) == 1
     )["time_s"]
     note = prof.sources["measured.collectives"]
-    assert note.startswith("single-node rows from nccl-tests logs (provenance.source)") and "kept from aws-p5" in note
+    assert note.startswith("single-node all_reduce rows from nccl-tests logs (provenance.source)") and "kept from aws-p5" in note
     capsys.readouterr()
     args = ["collective", "all_reduce", "256MiB", "--gpus", "32", "--json", "--hardware", str(out)]
     assert simcluster_main(args) == 0
     assert json.loads(capsys.readouterr().out)["busbw_GBps"] == pytest.approx(273.34, rel=1e-3)
+
+
+def test_an_import_on_a_measured_base_replaces_only_the_ops_it_measured(tmp_path):
+    """Logs of one op on a base that measured others on the same fabric (a calibrate run's six
+    ops, or an earlier import) replace that op's rows only: the base's reduce_scatter table stays
+    beside the new all_reduce one, and so does the base's provenance, under provenance.base;
+    the name says 'calibrated' once."""
+    first, second = tmp_path / "rs.yaml", tmp_path / "both.yaml"
+    assert main(["import-nccl-tests", str(JSON), "--out", str(first)]) == 0
+    assert main(["import-nccl-tests", str(CURRENT), "--base", str(first), "--out", str(second)]) == 0
+    base, prof = yaml.safe_load(first.read_text()), yaml.safe_load(second.read_text())
+    rows = prof["measured"]["collectives"]
+    scattered = [r for r in base["measured"]["collectives"] if r["op"] == "reduce_scatter"]
+    assert len(scattered) == 3 and [r for r in rows if r["op"] == "reduce_scatter"] == scattered
+    # the base's all_reduce rows (dgx-h100's NVIDIA sample, 12 sizes) gave way to the log's 10
+    assert sorted(r["bytes"] for r in rows if r["op"] == "all_reduce") == [r[0] for r in parse_log(CURRENT)[0].rows]
+    assert prof["provenance"]["base"] == base["provenance"]
+    assert prof["provenance"]["source"].endswith(CURRENT.name)
+    assert prof["name"] == base["name"] == "dgx-h100-calibrated"
+    note = prof["sources"]["measured.collectives"]
+    assert note.startswith("single-node all_reduce rows from nccl-tests logs (provenance.source); "
+                           f"single-node reduce_scatter rows kept from {first} (provenance.base)")  # fmt: skip
 
 
 def test_a_profile_without_base_carries_no_table_of_the_fallback_machine(tmp_path):
@@ -555,7 +577,7 @@ def test_the_sources_of_the_fields_an_import_sets_say_where_they_came_from(tmp_p
         "measured (nccl-tests logs): the best inter-node busbw, 21.17 GB/s per GPU (all_gather of "
         "268435456 B on 16 GPUs, 2 nodes) x 8 GPUs / 8 NICs per node = 169.3 Gb/s per NIC, / node.nic_gbps 200"
     )
-    assert src["measured.collectives"] == "multi-node rows from nccl-tests logs (provenance.source)"
+    assert src["measured.collectives"] == "multi-node all_gather rows from nccl-tests logs (provenance.source)"
     # the smallest row, 1 MiB in 95.12 us, is half transfer (1 MiB x 15/16 at 21.17 GB/s = 46.4
     # us): no per-hop latency; the base's stays with its own source
     assert prof["node"]["nic_latency_us"] == base["node"]["nic_latency_us"]
