@@ -224,8 +224,9 @@ def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
         data,
         "gpu.peak_tflops",
         f"{', '.join(kept)}: the datasheet's, from {shipped} (the shipped profile of '{name}'), "
-        "the peak MFU is a fraction of; the GEMMs timed reach "
-        + ", ".join(f"{best[d]:.4g}" for d in kept)
+        "so that MFU is a fraction of it; the best GEMMs timed: "
+        + ", ".join(f"{d} {best[d]:.4g}" for d in kept)
+        + " TFLOP/s"
         + (f"; {', '.join(measured)}: the best GEMM throughput timed (calibrate)" if measured else ""),
     )
 

@@ -176,13 +176,14 @@ def _loop(ctx: Any) -> str:
     from calibrate.step_pipeline import TORCH_SCHEDULES
 
     layout = ctx.layout
-    loop = LOOPS[ctx.scenario.framework]
+    # at dp 1 no data-parallel wrapper runs (calibrate/step_parallel.py::wrap_data_parallel)
+    parts = [LOOPS[ctx.scenario.framework]] if layout.dp > 1 else []
     if layout.tp > 1:
-        loop += f", DTensor tensor parallelism over {layout.tp} (sequence parallel)"
+        parts.append(f"DTensor tensor parallelism over {layout.tp} (sequence parallel)")
     if layout.pp > 1:
         name = TORCH_SCHEDULES[ctx.scenario.parallel.schedule]
-        loop += f", torch.distributed.pipelining {name} over {layout.pp} stages"
-    return loop
+        parts.append(f"torch.distributed.pipelining {name} over {layout.pp} stages")
+    return ", ".join(parts) or "one process, no parallelism"
 
 
 def _print(r: dict[str, Any]) -> None:
