@@ -276,6 +276,28 @@ def check_launch(ctx: Any, world: int, local_world: int) -> None:
         )
 
 
+def check_memory(ctx: Any, device: str) -> None:
+    """The step fits in one rank's memory by the simulator's memory model (``simcluster
+    memory``), before a byte is allocated: a model too large for the machine is a one-line
+    error, not the host's out-of-memory killer taking the ranks (and other processes) down
+    mid-build, or a CUDA out-of-memory traceback."""
+    from calibrate.cli import device_memory
+    from simcluster.memory_report import memory_summary
+    from simcluster.units import format_bytes
+
+    capacity = device_memory(device)
+    if capacity is None:
+        return
+    need = memory_summary(ctx)["total_bytes"]
+    if need > capacity:
+        raise UserError(
+            "model",
+            f"a step of {ctx.layout.describe()} takes {format_bytes(need)} per rank by the memory "
+            f"model (simcluster memory), more than the {format_bytes(capacity)} of each {device} "
+            "rank here; measure a smaller model, a shorter sequence or micro-batch, or more ranks",
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Check, train, time, simulate, report."""
     from simcluster.output.atomic import check_file_writable
@@ -294,7 +316,9 @@ def run(args: argparse.Namespace) -> int:
     from calibrate.progress import RankProgress
     from calibrate.step_train import train
 
-    dctx = init(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.timeout)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_memory(ctx, device)
+    dctx = init(device, args.timeout)
     try:
         check_launch(ctx, dctx.world, dctx.local_world)
         with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:

@@ -116,6 +116,15 @@ def test_the_loop_named_is_the_one_that_ran(tmp_path, changes, loop):
     assert _loop(build_context(scenario_from_dict(_as_run(raw, None)))) == loop
 
 
+def test_a_step_larger_than_the_machine_is_refused_before_a_byte_is_allocated(tmp_path, capsys):
+    """200 layers of hidden 16384 in fp32: terabytes per rank by the memory model, more than any
+    host's memory; one line naming both, not the out-of-memory killer mid-build."""
+    path = _scenario(tmp_path, model={"layers": 200, "hidden": 16384, "heads": 128}, cluster={"gpus": 1})
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TiB per rank by the memory model (simcluster memory), more than the" in err
+
+
 def test_a_bad_hardware_flag_is_named_as_the_flag(tmp_path, capsys):
     """--hardware replaces the scenario's cluster.hardware; a profile that does not load is
     reported under the flag the user typed, not the scenario field it was written into."""
