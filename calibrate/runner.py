@@ -106,7 +106,9 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         steps.append(
             Step(
                 "gemm rate on every rank",
-                lambda m: setattr(m, "gemm_ranks", spread.gather_rates(m.gemm, ctx.world)),
+                lambda m: setattr(
+                    m, "gemm_ranks", spread.time_together(m.gemm, ctx.world, dev, timer, budget)
+                ),
             )
         )
     att_dtype = "bf16" if cfg.device == "cuda" else "fp32"
@@ -237,6 +239,7 @@ def run(cfg: RunConfig) -> int:
         current = "barrier before writing"
         with watchdog.guard(current):
             ctx.barrier()
+        current = "writing the profile"
         if ctx.is_main:
             machine = Machine(
                 name=device_name(ctx.device),
@@ -254,6 +257,13 @@ def run(cfg: RunConfig) -> int:
                     "per GPU: torchrun --nproc-per-node N -m calibrate ...",
                     file=sys.stderr,
                 )
+        # The other ranks leave only once the profile is on disk: torchrun stops every rank as
+        # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
+        # teardown ('terminate called without an active exception', 2 of 9 quick CPU runs
+        # here), which had stopped rank 0 while it wrote: the profile lost after the whole run.
+        current = "waiting for rank 0 to write the profile"
+        with watchdog.guard(current):
+            ctx.barrier()
         return 0
     except UserError:
         raise
