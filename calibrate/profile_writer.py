@@ -209,9 +209,10 @@ def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
     """``gpu.peak_tflops`` of a profile without --base, for the dtypes timed: the datasheet's
     where a shipped profile describes this GPU, so that MFU and the efficiencies are fractions
     of the peak papers and NVIDIA's tables divide by (PaLM's MFU: theoretical peak), not of the
-    best GEMM this run happened to time (an H100's ~0.7 of it would read as an MFU 1.4 times
-    too high); the best timed rate where none does, or where it beats the datasheet (a board
-    the name does not single out)."""
+    best GEMM this run happened to time (an H100's best, ~0.8 of it: 797.5 of 989.4 TFLOP/s
+    for 8192^3 in dgx-h100.yaml's sources, would read every MFU 1.25 times too high); the best
+    timed rate where none does, or where it beats the datasheet (a board the name does not
+    single out)."""
     shipped, sheet = _datasheet(name)
     peaks = {d: sheet[d] if sheet.get(d, 0.0) >= rate else rate for d, rate in best.items()}
     data["gpu"]["peak_tflops"] = dict(sorted(peaks.items()))

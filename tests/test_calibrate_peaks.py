@@ -3,8 +3,9 @@ describes, the best GEMM timed for a device none does.
 
 MFU is model FLOP/s over the theoretical peak (Chowdhery et al. 2022, PaLM, appendix B), the
 figure papers and NVIDIA's performance tables report. A run on an H100 times its best BF16 GEMM
-at ~0.7 of the 989.4 TFLOP/s datasheet (dense SXM5, NVIDIA H100 datasheet), so a profile that
-took that best rate as its peak would report every MFU 1.4 times too high.
+at ~0.8 of the 989.4 TFLOP/s datasheet (dense SXM5; 797.5 TFLOP/s for 8192^3, the sources of
+hardware/dgx-h100.yaml), so a profile that took that best rate as its peak would report every
+MFU 1.25 times too high.
 """
 
 from __future__ import annotations
