@@ -54,8 +54,9 @@ def backward_call(out: torch.Tensor, inputs: tuple[torch.Tensor, ...], grad: tor
     """One attention backward, as often as it is called: the input gradients returned, not
     accumulated. ``out.backward`` would add each call's gradients into the leaves' ``.grad``
     after the first (autograd's AccumulateGrad), one more read-read-write pass over Q, K and V
-    that a training step, whose Q, K and V are not leaves, never makes: at 16K tokens of
-    sequence 512 on an H100 about 100 us beside a ~300 us kernel."""
+    that a training step, whose Q, K and V are not leaves, never makes: for 16K tokens of hidden
+    2048 in bf16, 288 MiB moved (~100 us at an H100's ~3 TB/s) beside a backward of 86 GFLOP at
+    sequence 512 (a few hundred us)."""
     return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
 
 
