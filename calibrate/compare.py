@@ -8,7 +8,10 @@ GEMMs, attention, and the rest — memory-bound kernels, loss, optimizer, recomp
 alike; ``idle`` = the rank's step span not covered by any event. The simulated GEMM and
 attention times are the job's slowest GPU's (``gpu.speed_spread``); a trace from a typical rank
 runs its kernels faster and waits longer, so set ``cluster.speed_spread: 0`` in the scenario to
-compare kernel times alone.
+compare kernel times alone. The scenario is simulated as given (``--hardware`` and ``--set`` as
+``simcluster run`` takes them), under the framework it names: a trace of ``measure-step``'s loop
+compares with ``--set framework=pytorch-ddp`` (``torchtitan`` for FSDP2), as that command
+simulates it; the last line says what was simulated.
 """
 
 from __future__ import annotations
@@ -82,16 +85,33 @@ def simulated_seconds(
     return seconds
 
 
-def simulate_scenario(scenario: str) -> dict[str, float]:
-    """Simulate a scenario (name or path); looked up lazily, as calibrate predates the engine."""
+def simulate_scenario(
+    scenario: str, overrides: list[str] | None = None, hardware: str | None = None
+) -> dict[str, float]:
+    """Simulate a scenario (name or path, ``--set`` items, a profile overriding its
+    ``cluster.hardware``): seconds per kind of :func:`seconds_of`."""
+    return seconds_of(simulate_result(scenario, overrides, hardware))
+
+
+def simulate_result(
+    scenario: str, overrides: list[str] | None = None, hardware: str | None = None
+) -> Any:
+    """The SimResult of a scenario; looked up lazily, as calibrate predates the engine."""
     try:
         simulate = importlib.import_module("simcluster").simulate
-        load_scenario = importlib.import_module("simcluster.scenario").load_scenario
+        loading = importlib.import_module("simcluster.scenario")
     except (AttributeError, ModuleNotFoundError):
         raise UserError(
             "SCENARIO", "this simcluster has no simulate() yet; only the trace side is available"
         ) from None
-    return seconds_of(simulate(load_scenario(scenario)))
+    return simulate(loading.load_scenario(scenario, loading.parse_set(overrides)), hardware)
+
+
+def simulated_as(result: Any) -> str:
+    """What was simulated, in one line: scenario, layout, profile and framework entry."""
+    s = result.summary
+    framework = s.get("framework") or "none (simcluster's defaults)"
+    return f"(simulated: {s['scenario']}, {s['layout']} on {s['hardware']}, framework {framework})"
 
 
 def seconds_of(result: Any) -> dict[str, float]:
@@ -119,16 +139,26 @@ def table(measured: Breakdown, simulated: dict[str, float] | None) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the subcommand."""
     parser.add_argument("trace", type=Path, metavar="KINETO_TRACE")
-    parser.add_argument("scenario", metavar="SCENARIO")
+    parser.add_argument("scenario", metavar="SCENARIO", help="shipped scenario name or YAML path")
+    parser.add_argument(
+        "--hardware", metavar="H",
+        help="profile to simulate with (overrides cluster.hardware), e.g. the one calibrate wrote",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", metavar="KEY=VALUE",
+        help="override a scenario field (repeatable), e.g. --set framework=pytorch-ddp to "
+        "simulate measure-step's DDP loop",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the comparison table."""
+    """Print the comparison table and what was simulated."""
     measured = load_trace(args.trace)
     try:
-        simulated = simulate_scenario(args.scenario)
+        result = simulate_result(args.scenario, args.overrides, args.hardware)
     except UserError:
         print(table(measured, None))  # the measured side is still worth showing
         raise
-    print(table(measured, simulated))
+    print(table(measured, seconds_of(result)))
+    print(simulated_as(result))
     return 0

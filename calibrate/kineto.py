@@ -9,6 +9,7 @@ which no lane is busy. Pure Python: no torch.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -116,10 +117,31 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
     return Breakdown({k: v / steps for k, v in seconds.items()}, span * 1e-6 / steps, level, steps)
 
 
-def load_trace(path: Path) -> Breakdown:
-    """Read a Kineto chrome trace (``prof.export_chrome_trace``) and break it down."""
+#: the first bytes of a gzip stream (RFC 1952): torch.profiler.tensorboard_trace_handler's
+#: ``use_gzip=True`` writes its traces as ``*.pt.trace.json.gz``
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _trace_text(path: Path) -> str:
+    """The trace's JSON text, gunzipped first if it was saved compressed."""
     try:
-        doc = json.loads(read_text(path, "KINETO_TRACE", "trace"))
+        with path.open("rb") as f:
+            packed = f.read(2) == GZIP_MAGIC
+    except OSError:
+        packed = False  # read_text reports the unreadable file in one line
+    if not packed:
+        return read_text(path, "KINETO_TRACE", "trace")
+    try:
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise UserError("KINETO_TRACE", f"trace '{path}' is not a whole gzipped text file ({exc})") from None
+
+
+def load_trace(path: Path) -> Breakdown:
+    """Read a Kineto chrome trace (``prof.export_chrome_trace``, or a ``.json.gz`` written by
+    ``tensorboard_trace_handler(use_gzip=True)``) and break it down."""
+    try:
+        doc = json.loads(_trace_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc

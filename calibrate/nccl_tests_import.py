@@ -2,7 +2,9 @@
 
 Reads the text output of the ``*_perf`` binaries in both column layouts
 (current: ``size count type redop root time algbw busbw #wrong ...``; 2021 releases: no ``root``,
-``error`` instead of ``#wrong``) and the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
+``error`` instead of ``#wrong``; with the columns options add: ``cputime`` for ``time`` under
+``-C``, a last ``timestamp`` column, per-iteration statistics after each placement's four) and
+the ``-J`` JSON report (nccl-tests src/util.cu: ``args``,
 ``config.devices``, ``results[].out_of_place.{time,alg_bw,bus_bw}``). The out-of-place columns
 are used (nccl-tests reports them first).
 
@@ -12,13 +14,15 @@ output that several binaries, or several attempts, wrote to), each with its own 
 lines and table. Runs of other ops or geometries are imported side by side; the same table
 twice is read once; two different tables of one op and geometry are refused (which measurement
 the profile should hold is the user's call). Text outside the runs (a job script's echo lines)
-is skipped.
+is skipped. A run of several data types, reductions or roots (``-d all``, ``-o all``, ``-r all``)
+keeps nccl-tests' defaults, float and sum, with a note naming the rest.
 
 The op comes from ``# Collective test starting: X_perf``, the binary name in ``args`` or in the
 file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
 (or ``--gpus`` without them). Each row's busbw is recomputed with the nccl-tests formula and must
 agree with the log's, and the redop column must be a reduction exactly for all_reduce and
-reduce_scatter: together they check the op and GPU count. Without ``--base`` the base profile is
+reduce_scatter (sendrecv_perf prints the ``-o`` reduction it does not run, ``sum`` by
+default): together they check the op and GPU count. Without ``--base`` the base profile is
 the shipped one of the GPU the log names (:mod:`simcluster.gpu_names`).
 """
 
@@ -93,6 +97,11 @@ class NcclLog:
     closed: int = 0  # the line of '# Avg bus bandwidth' / '# Collective test concluded' (0: open)
     groups: set[str] = field(default_factory=set)  # the Rank lines' Group (NCCL_TESTS_SPLIT_MASK)
     columns: list[str] = field(default_factory=list)  # the table header's column names
+    stamped: bool = False  # the table ends in a 'timestamp' column (two words a row)
+    # each row's (type, redop, root) words, beside ``rows``: -d all, -o all and -r all time
+    # every size once per data type, reduction or root (nccl-tests src/common.cu run loops)
+    variants: list[tuple[str, ...]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the import left out of the run, why
     redop: tuple[str, int] | None = None  # the first row's redop ('none': no reduction), line
     opened: bool = False  # a header line seen (``start`` is the first)
 
@@ -134,6 +143,15 @@ def _nccl_version(code: int) -> str:
 # nccl-tests' reduction names (src/common.cu test_opNames); 'none' for the ops that do not reduce
 _REDUCTIONS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")
 _REDUCING_OPS = ("all_reduce", "reduce_scatter")
+# sendrecv_perf prints the -o reduction's name (sum by default) though it reduces nothing: its
+# RunTest passes the op name on to TimeTest (nccl-tests src/sendrecv.cu), so its redop says
+# nothing about the op
+_ANY_REDOP_OPS = ("send_recv",)
+# the table header's words for the columns nccl-tests can add or rename (src/util.cu
+# writeResultHeader): -C reports 'cputime' in place of 'time'; with timestamps a last column
+# 'timestamp' whose rows hold two words, strftime's '%Y-%m-%d %H:%M:%S'
+_TIME_WORDS = ("time", "cputime")
+_STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _redop(columns: list[str], leading: list[str]) -> str | None:
@@ -200,7 +218,7 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
         if line.startswith("#"):
             body = line.lstrip("#").strip()
             rank = _RANK_RE.match(line)
-            tokens = body.split()
+            tokens = ["time" if t in _TIME_WORDS else t for t in body.split()]
             table = tokens[:2] == ["size", "count"] and "time" in tokens
             if (
                 (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
@@ -238,7 +256,9 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
             if m := _VERSION_RE.search(line):
                 run.nccl = _nccl_version(int(m.group(1)))
             if table:
-                run.trailing, run.columns = len(tokens) - tokens.index("time"), tokens
+                run.stamped = tokens[-1] == "timestamp"
+                columns = tokens[:-1] if run.stamped else tokens
+                run.trailing, run.columns = len(columns) - columns.index("time"), columns
             if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
                 run.closed = run.closed or lineno
             continue
@@ -256,6 +276,8 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
                     "run it belongs to missing?",
                 )
             raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
+        if run.stamped and len(tokens) > 2 and _STAMP_RE.match(tokens[-2]):
+            tokens = tokens[:-2]  # the row's timestamp, date and time
         if len(tokens) < 2 + run.trailing:
             raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
         size = _num(tokens[0], path, lineno, "size")
@@ -265,6 +287,7 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
         if time_us <= 0:
             continue  # nccl-tests prints 0-byte rows with no time
         run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+        run.variants.append(tuple(tokens[2 : -run.trailing]))
         if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
             run.redop = (redop, lineno)
     return runs
@@ -308,7 +331,36 @@ def parse_json(path: str, text: str) -> NcclLog:
             raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
         if time_us > 0:
             log.rows.append((int(size), time_us * 1e-6, float(oop["bus_bw"]), i))
+            log.variants.append(tuple(str(row.get(k, "")).strip() for k in ("type", "redop", "root")))
     return log
+
+
+#: the data type kept of a run that timed several: nccl-tests' default (-d float), with its
+#: default reduction (-o sum) where the op reduces
+_DEFAULT_TYPE, _DEFAULT_REDOP = "float", "sum"
+
+
+def _one_variant(run: NcclLog) -> None:
+    """Keep one data type, reduction and root of a run that timed several (``-d all``, ``-o
+    all``, ``-r all``): the simulator's table has one time per size, and rows of another type
+    time the same bytes differently (half the elements of a float row for a bfloat16 one)."""
+    kinds = list(dict.fromkeys(run.variants))
+    if len(kinds) <= 1:
+        return
+
+    def default(kind: tuple[str, ...]) -> bool:  # (type, redop, root): the type comes first
+        words = [w.lower() for w in kind]
+        others = [w for w in words[1:] if w in _REDUCTIONS and w != _DEFAULT_REDOP]
+        return bool(words) and words[0] == _DEFAULT_TYPE and not others
+
+    keep = next((k for k in kinds if default(k)), kinds[0])
+    rows = [row for row, kind in zip(run.rows, run.variants, strict=True) if kind == keep]
+    dropped = ", ".join(" ".join(k) for k in kinds if k != keep)
+    run.notes.append(
+        f"{run.where}: the run times {len(kinds)} variants (-d/-o/-r all); kept "
+        f"'{' '.join(keep)}' ({len(rows)} rows), left out {dropped}"
+    )
+    run.rows, run.variants = rows, [keep] * len(rows)
 
 
 def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> list[NcclLog]:
@@ -322,6 +374,8 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> lis
         runs = parse_text(str(path), text)
     if not any(run.rows for run in runs):
         raise UserError(str(path), "no result rows found")
+    for run in runs:
+        _one_variant(run)
     for run in runs:
         if run.rows:
             _check_run(run, path, op, gpus)
@@ -352,7 +406,7 @@ def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> No
     fix = _fix(log, gpus)
     if log.redop is not None:
         redop, line = log.redop
-        if (redop != "none") != (log.op in _REDUCING_OPS):
+        if log.op not in _ANY_REDOP_OPS and (redop != "none") != (log.op in _REDUCING_OPS):
             said = (
                 f"a reduction ('{redop}'): an all_reduce or reduce_scatter run"
                 if redop != "none"
@@ -436,19 +490,24 @@ def merge_runs(runs: list[NcclLog]) -> tuple[list[NcclLog], list[str]]:
     kept: list[NcclLog] = []
     notes: list[str] = []
     for run in runs:
+        notes += run.notes
         if not run.rows:
             notes.append(f"{run.where}: a run without result rows (it failed or was cut short?); left out")
             continue
         table = seen.setdefault(_geometry(run), {})
         fresh = []
+        own: dict[int, int] = {}  # size -> line, in this run
         for row in run.rows:
             size, time_s, _, line = row
+            if size in own:
+                raise _bad(
+                    run.path, line, f"a second {size} B row in one table (line {own[size]}); remove one of them"
+                )
+            own[size] = line
             if size not in table:
                 fresh.append(row)
                 continue
             first_time, first = table[size]
-            if time_s != first_time and first is run:
-                raise _bad(run.path, line, f"a second {size} B row in one table; remove one of them")
             if time_s != first_time:
                 other = first.where if first.path != run.path else f"line {first.start}"
                 raise UserError(

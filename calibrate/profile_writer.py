@@ -23,6 +23,8 @@ from calibrate.spread import spread
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
 from simcluster.compute import median_curve
+from simcluster.errors import UserError
+from simcluster.gpu_names import reference_node
 from simcluster.hardware import (
     EfficiencySpec,
     load_profile,
@@ -91,6 +93,8 @@ class Machine:
     memory_bytes: int | None
     gpus_per_node: int
     sm_count: int | None = None  # None: a CPU
+    #: the node's host memory (rank 0's /proc/meminfo MemTotal), where offloads keep their state
+    host_memory_bytes: int | None = None
 
 
 def _raw_profile(name_or_path: str) -> dict[str, Any]:
@@ -167,6 +171,9 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         eff["collective_sms"] = 0
         _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
     node["gpus_per_node"] = machine.gpus_per_node
+    if machine.host_memory_bytes:
+        node["host_memory_gib"] = machine.host_memory_bytes / 2**30
+        _note(data, "node.host_memory_gib", "measured: /proc/meminfo MemTotal of rank 0's node (calibrate)")
     node["nvls"] = False
     _note(
         data, "node.nvls", "off: torch cannot detect NVLink SHARP; use --base for NVSwitch systems"
@@ -180,11 +187,68 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
     for row in m.gemm:
         peaks[row["dtype"]] = max(peaks.get(row["dtype"], 0.0), row["tflops"])
     if peaks:
-        gpu["peak_tflops"] = dict(sorted(peaks.items()))
-        _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
+        _set_peaks(data, peaks, machine.name)
     if m.memory:
         gpu["hbm_tbps"] = streaming_rate(m.memory) / 1e12
         _note(data, "gpu.hbm_tbps", f"measured: {STREAMING} (calibrate)")
+
+
+def _datasheet(name: str) -> tuple[str, dict[str, float]]:
+    """(the shipped profile of the GPU ``name`` names, its datasheet peak TFLOP/s by dtype), or
+    ("", {}) for a device no shipped profile describes (a CPU, an unknown board)."""
+    try:
+        shipped = reference_node(name, field="--base")
+    except UserError:
+        shipped = None
+    if shipped is None:
+        return "", {}
+    return shipped, dict(_raw_profile(shipped)["gpu"]["peak_tflops"])
+
+
+def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
+    """``gpu.peak_tflops`` of a profile without --base, for the dtypes timed: the datasheet's
+    where a shipped profile describes this GPU, so that MFU and the efficiencies are fractions
+    of the peak papers and NVIDIA's tables divide by (PaLM's MFU: theoretical peak), not of the
+    best GEMM this run happened to time (an H100's best, ~0.8 of it: 797.5 of 989.4 TFLOP/s
+    for 8192^3 in dgx-h100.yaml's sources, would read every MFU 1.25 times too high); the best
+    timed rate where none does, or where it beats the datasheet (a board the name does not
+    single out)."""
+    shipped, sheet = _datasheet(name)
+    peaks = {d: sheet[d] if sheet.get(d, 0.0) >= rate else rate for d, rate in best.items()}
+    data["gpu"]["peak_tflops"] = dict(sorted(peaks.items()))
+    kept = sorted(d for d in peaks if peaks[d] != best[d])
+    if not kept:
+        _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
+        return
+    measured = sorted(set(peaks) - set(kept))
+    _note(
+        data,
+        "gpu.peak_tflops",
+        f"{', '.join(kept)}: the datasheet's, from {shipped} (the shipped profile of '{name}'), "
+        "so that MFU is a fraction of it; the best GEMMs timed: "
+        + ", ".join(f"{d} {best[d]:.4g}" for d in kept)
+        + " TFLOP/s"
+        + (f"; {', '.join(measured)}: the best GEMM throughput timed (calibrate)" if measured else ""),
+    )
+
+
+def _lift_peaks(data: dict[str, Any], m: Measurements, origin: str) -> None:
+    """A GEMM timed faster than the base's peak of its dtype lifts that peak to it: a peak is a
+    ceiling, and the efficiency curve (a fraction in (0, 1]) could not hold the row otherwise.
+    It happens when the base's peak was itself a best timed rate (a CPU or an unlisted board
+    calibrated before, on a busier machine), or a datasheet of another board."""
+    peaks = data["gpu"]["peak_tflops"]
+    best: dict[str, float] = {}
+    for row in m.gemm:
+        if row["dtype"] in peaks:
+            best[row["dtype"]] = max(best.get(row["dtype"], 0.0), row["tflops"])
+    lifted = {d: rate for d, rate in sorted(best.items()) if rate > peaks[d]}
+    if not lifted:
+        return
+    said = ", ".join(f"{d} {peaks[d]:.4g} -> {rate:.4g}" for d, rate in lifted.items())
+    peaks.update(lifted)
+    before = data.get("sources", {}).get("gpu.peak_tflops", f"from {origin}")
+    _note(data, "gpu.peak_tflops", f"{before}; lifted to the best GEMM timed where it was faster: {said} (calibrate)")
 
 
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
@@ -244,6 +308,7 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
     """Compute and host fields from the measurements; ``origin`` is the profile the others
     were copied from (--base, or the fallback)."""
     eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
+    _lift_peaks(data, m, origin)
     curve = _gemm_curve(m, peaks)
     if curve:
         eff["gemm"] = curve[1]
@@ -462,14 +527,25 @@ def _fabric(row: Row) -> str:
     return "single-node" if int(row.get("nodes") or 1) == 1 else "multi-node"
 
 
+def _which(tables: set[tuple[str, str]]) -> str:
+    """'single-node all_reduce and send_recv, multi-node all_reduce': the (fabric, op) tables."""
+    fabrics = sorted({fabric for fabric, _ in tables})
+    return ", ".join(
+        f"{fabric} {' and '.join(sorted(op for f, op in tables if f == fabric))}" for fabric in fabrics
+    )
+
+
 def _merged_measured(
     data: dict[str, Any], m: Measurements, base: str | None, origin: str = "calibrate"
 ) -> dict[str, Any]:
     """The profile's ``measured:`` map: this run's tables, plus what the base measured that this
-    run did not (a whole table, or the collective rows of a fabric it did not reach).
+    run did not (a whole table, or the collective rows of an op on a fabric it did not reach).
 
     A one-node calibration on ``--base aws-p5`` keeps p5's published multi-node tables, whose
     mid-size collapse the network model alone lacks; its own rows replace p5's single-node ones.
+    An import of all_reduce and all_gather logs on a calibrated base keeps the base's
+    reduce_scatter, all_to_all and send_recv rows of the same fabric (the simulator would
+    otherwise borrow the all-reduce's ratio for them, or model them alone).
     Without a base the fallback's tables describe another machine and are dropped.
     """
     sources = data.setdefault("sources", {})
@@ -479,15 +555,16 @@ def _merged_measured(
     for key, value in old.items():
         if key != "collectives":
             out.setdefault(key, value)
-    measured = {_fabric(r) for r in m.collectives}
-    kept = [r for r in old.get("collectives") or [] if _fabric(r) not in measured]
+    measured = {(_fabric(r), r["op"]) for r in m.collectives}
+    kept = [r for r in old.get("collectives") or [] if (_fabric(r), r["op"]) not in measured]
     notes = []
     if m.collectives:
         how = "measured by this run (provenance)" if origin == "calibrate" else f"from {origin} (provenance.source)"
-        notes.append(f"{' and '.join(sorted(measured))} rows {how}")
+        notes.append(f"{_which(measured)} rows {how}")
     if kept:
-        fabrics = " and ".join(sorted({_fabric(r) for r in kept}))
-        notes.append(f"{fabrics} rows kept from {base}: {base_note or 'no source given'}")
+        which = _which({(_fabric(r), r["op"]) for r in kept})
+        record = " (provenance.base)" if data.get("provenance") else ""
+        notes.append(f"{which} rows kept from {base}{record}: {base_note or 'no source given'}")
         out["collectives"] = m.collectives + kept
     if notes:
         sources["measured.collectives"] = "; ".join(notes)
@@ -513,13 +590,17 @@ def build_profile(
         _describe_machine(data, m, machine)
         data["name"] = "calibrated-" + "-".join(machine.name.lower().split())[:60]
         data["description"] = f"calibrated on {machine.name} ({provenance.get('backend')})"
-    else:
-        data["name"] = f"{data['name']}-calibrated"
+    else:  # once: a calibrated base calibrated again is not '...-calibrated-calibrated'
+        name = str(data["name"])
+        data["name"] = name if name.endswith("-calibrated") or name.startswith("calibrated-") else f"{name}-calibrated"
     _apply_compute(data, m, base_name)
     _apply_network(data, m, described, origin)
     data["measured"] = _merged_measured(data, m, base, origin)
     _settle_sources(data)
-    data["provenance"] = provenance
+    # a calibrated or imported base keeps its own record: its kernels and tables stay in the
+    # profile, and so does what measured them
+    earlier = data.get("provenance") if base else None
+    data["provenance"] = provenance | ({"base": earlier} if earlier else {})
     profile_from_dict(data, field="--out", origin="calibrated profile")
     return data
 

@@ -27,7 +27,13 @@ from calibrate.profile_writer import (
     write_yaml_atomic,
 )
 from calibrate.progress import RankProgress
-from calibrate.provenance import device_memory_bytes, device_name, device_sm_count, provenance
+from calibrate.provenance import (
+    device_memory_bytes,
+    device_name,
+    device_sm_count,
+    host_memory_bytes,
+    provenance,
+)
 from calibrate.shapes import GemmShape
 from calibrate.timers import timer_for
 from calibrate.watchdog import FailureReport, Watchdog
@@ -100,7 +106,9 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         steps.append(
             Step(
                 "gemm rate on every rank",
-                lambda m: setattr(m, "gemm_ranks", spread.gather_rates(m.gemm, ctx.world)),
+                lambda m: setattr(
+                    m, "gemm_ranks", spread.time_together(m.gemm, ctx.world, dev, timer, budget)
+                ),
             )
         )
     att_dtype = "bf16" if cfg.device == "cuda" else "fp32"
@@ -231,12 +239,14 @@ def run(cfg: RunConfig) -> int:
         current = "barrier before writing"
         with watchdog.guard(current):
             ctx.barrier()
+        current = "writing the profile"
         if ctx.is_main:
             machine = Machine(
                 name=device_name(ctx.device),
                 memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
                 gpus_per_node=ctx.local_world,
                 sm_count=device_sm_count(ctx.device),
+                host_memory_bytes=host_memory_bytes(),
             )
             _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))
             print(f"wrote {cfg.out}", file=sys.stderr)
@@ -247,6 +257,13 @@ def run(cfg: RunConfig) -> int:
                     "per GPU: torchrun --nproc-per-node N -m calibrate ...",
                     file=sys.stderr,
                 )
+        # The other ranks leave only once the profile is on disk: torchrun stops every rank as
+        # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
+        # teardown ('terminate called without an active exception', 2 of 9 quick CPU runs
+        # here), which had stopped rank 0 while it wrote: the profile lost after the whole run.
+        current = "waiting for rank 0 to write the profile"
+        with watchdog.guard(current):
+            ctx.barrier()
         return 0
     except UserError:
         raise

@@ -87,6 +87,9 @@ def _as_run(raw: dict[str, Any], hardware: str | None) -> dict[str, Any]:
     named = run.pop("framework", None)
     run.pop("framework_release", None)
     if hardware is not None:
+        from simcluster.hardware import load_profile
+
+        load_profile(hardware, field="--hardware")  # a bad one is named as the flag given
         run.setdefault("cluster", {})
         if isinstance(run["cluster"], dict):
             run["cluster"]["hardware"] = str(Path(hardware).resolve()) if Path(hardware).exists() else hardware
@@ -173,13 +176,14 @@ def _loop(ctx: Any) -> str:
     from calibrate.step_pipeline import TORCH_SCHEDULES
 
     layout = ctx.layout
-    loop = LOOPS[ctx.scenario.framework]
+    # at dp 1 no data-parallel wrapper runs (calibrate/step_parallel.py::wrap_data_parallel)
+    parts = [LOOPS[ctx.scenario.framework]] if layout.dp > 1 else []
     if layout.tp > 1:
-        loop += f", DTensor tensor parallelism over {layout.tp} (sequence parallel)"
+        parts.append(f"DTensor tensor parallelism over {layout.tp} (sequence parallel)")
     if layout.pp > 1:
         name = TORCH_SCHEDULES[ctx.scenario.parallel.schedule]
-        loop += f", torch.distributed.pipelining {name} over {layout.pp} stages"
-    return loop
+        parts.append(f"torch.distributed.pipelining {name} over {layout.pp} stages")
+    return ", ".join(parts) or "one process, no parallelism"
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -272,6 +276,28 @@ def check_launch(ctx: Any, world: int, local_world: int) -> None:
         )
 
 
+def check_memory(ctx: Any, device: str) -> None:
+    """The step fits in one rank's memory by the simulator's memory model (``simcluster
+    memory``), before a byte is allocated: a model too large for the machine is a one-line
+    error, not the host's out-of-memory killer taking the ranks (and other processes) down
+    mid-build, or a CUDA out-of-memory traceback."""
+    from calibrate.cli import device_memory
+    from simcluster.memory_report import memory_summary
+    from simcluster.units import format_bytes
+
+    capacity = device_memory(device)
+    if capacity is None:
+        return
+    need = memory_summary(ctx)["total_bytes"]
+    if need > capacity:
+        raise UserError(
+            "model",
+            f"a step of {ctx.layout.describe()} takes {format_bytes(need)} per rank by the memory "
+            f"model (simcluster memory), more than the {format_bytes(capacity)} of each {device} "
+            "rank here; measure a smaller model, a shorter sequence or micro-batch, or more ranks",
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Check, train, time, simulate, report."""
     from simcluster.output.atomic import check_file_writable
@@ -290,7 +316,9 @@ def run(args: argparse.Namespace) -> int:
     from calibrate.progress import RankProgress
     from calibrate.step_train import train
 
-    dctx = init(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.timeout)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_memory(ctx, device)
+    dctx = init(device, args.timeout)
     try:
         check_launch(ctx, dctx.world, dctx.local_world)
         with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from calibrate.compare import sim_kind  # noqa: E402
 from calibrate.kineto import KINDS, breakdown, classify, load_trace  # noqa: E402
+from simcluster.errors import UserError  # noqa: E402
 
 
 def _profile(tmp_path, body, repeats=2):
@@ -158,6 +160,25 @@ def test_compare_against_the_simulator(tmp_path, capsys):
     assert float(rows["gemm"][1]) == pytest.approx(sim["gemm"] * 1e3, abs=1e-3)
 
 
+def test_compare_trace_simulates_on_the_given_profile_with_the_given_changes(tmp_path, capsys):
+    """--hardware and --set as `simcluster run` takes them: a trace of measure-step's DDP loop
+    is compared with the scenario under framework pytorch-ddp, as measure-step simulates it,
+    and the last line says what was simulated."""
+    from calibrate.cli import main
+    from calibrate.compare import simulate_scenario
+
+    a = torch.ones(64, 64)
+    trace = _profile(tmp_path, lambda: a @ a, repeats=1)
+    changes = ["--set", "framework=pytorch-ddp", "--set", "parallel.zero=0", "--hardware", "dgx-a100"]
+    assert main(["compare-trace", str(trace), "llama3-8b-8xh100", *changes]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "(simulated: llama3-8b-8xh100, dp8 tp1 pp1 1f1b on dgx-a100, framework pytorch-ddp)"
+    sim = simulate_scenario("llama3-8b-8xh100", ["framework=pytorch-ddp", "parallel.zero=0"], "dgx-a100")
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:6]}
+    assert float(rows["gemm"][1]) == pytest.approx(sim["gemm"] * 1e3, abs=1e-3)
+    assert sim["gemm"] != pytest.approx(simulate_scenario("llama3-8b-8xh100")["gemm"], rel=0.05)
+
+
 def test_compare_trace_command_shows_the_measured_side(tmp_path, capsys):
     from calibrate.cli import main
 
@@ -217,3 +238,25 @@ def test_simulated_compute_is_split_as_the_engine_splits_it():
                "comm_dp": 0.002, "idle": 0.0}  # fmt: skip
     got = simulated_seconds(events, compute=compute)
     assert got == pytest.approx({"gemm": 0.002, "attention": 0.0, "comm": 0.003, "other": 0.001, "idle": 0.0})
+
+
+def test_a_gzipped_trace_from_tensorboard_trace_handler_reads_as_the_plain_one(tmp_path):
+    """torch.profiler.tensorboard_trace_handler(use_gzip=True) saves '*.pt.trace.json.gz', the
+    trace as a training loop's profiler schedule writes it; it breaks down as the same trace
+    exported uncompressed, and a cut-off one is a one-line error."""
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    a = torch.ones(128, 128)
+    handler = tensorboard_trace_handler(str(tmp_path / "tb"), use_gzip=True)
+    with profile(activities=[ProfilerActivity.CPU], on_trace_ready=handler):
+        for _ in range(3):
+            a @ a
+    [packed] = (tmp_path / "tb").glob("*.pt.trace.json.gz")
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
+    assert load_trace(packed) == load_trace(plain)
+    assert load_trace(packed).seconds["gemm"] > 0
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(packed.read_bytes()[:200])
+    with pytest.raises(UserError, match="is not a whole gzipped text file"):
+        load_trace(cut)

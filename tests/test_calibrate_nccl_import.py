@@ -10,7 +10,7 @@ import yaml
 
 from calibrate import nccl_tests_import
 from calibrate.cli import main
-from calibrate.nccl_tests_import import parse_log
+from calibrate.nccl_tests_import import merge_runs, parse_log
 from calibrate.profile_writer import Machine, Measurements, build_profile
 from simcluster.cli import main as simcluster_main
 from simcluster.errors import UserError
@@ -22,6 +22,8 @@ OLD = FIX / "all_gather_perf_2021.txt"
 JSON = FIX / "nccl_reduce_scatter.json"
 TWO_RUNS = FIX / "nccl_slurm_two_runs.txt"  # all_reduce_perf then all_gather_perf, one output file
 AR64 = FIX / "nccl_all_reduce_64ranks_8nodes.txt"  # synthetic: busbw = algbw x 2*63/64
+# a published sendrecv_perf table (8 A100, -g 8): redop 'sum', in-place #wrong 'N/A'
+SENDRECV = FIX / "nccl_sendrecv_a100.txt"
 
 
 def _import(tmp_path, *args):
@@ -57,6 +59,50 @@ def test_json_report():
     [log] = parse_log(JSON)
     assert (log.op, log.gpus, log.nodes, log.nccl) == ("reduce_scatter", 8, 1, "2.26.3")
     assert [r[0] for r in log.rows] == [1048576, 16777216, 268435456]
+
+
+def test_sendrecv_rows_name_the_reduction_they_do_not_run():
+    """sendrecv_perf prints the -o reduction in its redop column (sum by default; nccl-tests
+    src/sendrecv.cu passes the op name on to TimeTest) though it reduces nothing: the run is
+    read with sendrecv's busbw factor 1, not refused as an all_reduce's rows."""
+    [log] = parse_log(SENDRECV)
+    assert (log.op, log.gpus, log.nodes, log.redop) == ("send_recv", 8, 1, ("sum", 18))
+    assert [r[2] for r in log.rows] == [110.81, 188.60, 192.75, 195.10]  # busbw = algbw
+    assert log.rows[-1][:2] == (1073741824, pytest.approx(5503.4e-6))
+
+
+def _reworded(tmp_path, header, row):
+    """CURRENT with its table header words and rows changed as nccl-tests' options print them."""
+    lines = CURRENT.read_text().splitlines(True)
+    out = [header(ln) if ln.startswith("#       size") else row(ln) if ln[:12].strip().isdigit() else ln
+           for ln in lines]  # fmt: skip
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("".join(out))
+    return path
+
+
+def _with_iteration_stats(row):
+    words = row.split()
+    stats = ["190.10", "210.40", "209.80", "2.13"]
+    return "  ".join(words[:9] + stats + words[9:] + stats) + "\n"
+
+
+@pytest.mark.parametrize(
+    "header, row",
+    [  # -C: the time columns headed 'cputime' (nccl-tests src/util.cu writeResultHeader)
+     (lambda ln: ln.replace("     time", "  cputime"), lambda ln: ln),
+     # report_timestamps: a last 'timestamp' column, each row's '%Y-%m-%d %H:%M:%S' two words
+     (lambda ln: ln.rstrip("\n") + " timestamp\n", lambda ln: ln.rstrip("\n") + "  2026-11-30 08:01:02\n"),
+     # per-iteration statistics (i_min i_max i_p99 i_cv%) after each placement's four columns
+     (lambda ln: ln.replace("#wrong", "#wrong    i_min    i_max    i_p99    i_cv%"), _with_iteration_stats)],
+    ids=["cputime", "timestamp", "per-iteration"],
+)  # fmt: skip
+def test_the_columns_nccl_tests_options_add_or_rename_are_read(tmp_path, header, row):
+    """The out-of-place time and busbw are read from the same rows as without the option."""
+    [plain] = parse_log(CURRENT)
+    [log] = parse_log(_reworded(tmp_path, header, row))
+    assert [r[:3] for r in log.rows] == [r[:3] for r in plain.rows]
+    assert log.rows[5][:3] == (1073741824, pytest.approx(4029.4e-6), 466.33)
 
 
 def test_malformed_row_names_file_and_line(capsys):
@@ -121,11 +167,33 @@ def test_one_node_import_keeps_the_base_profiles_multi_node_table(tmp_path, caps
         r for r in base.measured["collectives"] if (r.get("nodes") or 1) == 1
     )["time_s"]
     note = prof.sources["measured.collectives"]
-    assert note.startswith("single-node rows from nccl-tests logs (provenance.source)") and "kept from aws-p5" in note
+    assert note.startswith("single-node all_reduce rows from nccl-tests logs (provenance.source)") and "kept from aws-p5" in note
     capsys.readouterr()
     args = ["collective", "all_reduce", "256MiB", "--gpus", "32", "--json", "--hardware", str(out)]
     assert simcluster_main(args) == 0
     assert json.loads(capsys.readouterr().out)["busbw_GBps"] == pytest.approx(273.34, rel=1e-3)
+
+
+def test_an_import_on_a_measured_base_replaces_only_the_ops_it_measured(tmp_path):
+    """Logs of one op on a base that measured others on the same fabric (a calibrate run's six
+    ops, or an earlier import) replace that op's rows only: the base's reduce_scatter table stays
+    beside the new all_reduce one, and so does the base's provenance, under provenance.base;
+    the name says 'calibrated' once."""
+    first, second = tmp_path / "rs.yaml", tmp_path / "both.yaml"
+    assert main(["import-nccl-tests", str(JSON), "--out", str(first)]) == 0
+    assert main(["import-nccl-tests", str(CURRENT), "--base", str(first), "--out", str(second)]) == 0
+    base, prof = yaml.safe_load(first.read_text()), yaml.safe_load(second.read_text())
+    rows = prof["measured"]["collectives"]
+    scattered = [r for r in base["measured"]["collectives"] if r["op"] == "reduce_scatter"]
+    assert len(scattered) == 3 and [r for r in rows if r["op"] == "reduce_scatter"] == scattered
+    # the base's all_reduce rows (dgx-h100's NVIDIA sample, 12 sizes) gave way to the log's 10
+    assert sorted(r["bytes"] for r in rows if r["op"] == "all_reduce") == [r[0] for r in parse_log(CURRENT)[0].rows]
+    assert prof["provenance"]["base"] == base["provenance"]
+    assert prof["provenance"]["source"].endswith(CURRENT.name)
+    assert prof["name"] == base["name"] == "dgx-h100-calibrated"
+    note = prof["sources"]["measured.collectives"]
+    assert note.startswith("single-node all_reduce rows from nccl-tests logs (provenance.source); "
+                           f"single-node reduce_scatter rows kept from {first} (provenance.base)")  # fmt: skip
 
 
 def test_a_profile_without_base_carries_no_table_of_the_fallback_machine(tmp_path):
@@ -219,6 +287,49 @@ def test_two_different_binaries_in_one_output_are_each_imported(tmp_path):
     gib = next(r for r in ag if r["bytes"] == 2**30)
     assert gib["time_s"] == pytest.approx(2609.06e-6)
     assert gib["busbw_GBps"] == pytest.approx(360.10, abs=0.01)
+
+
+def _as_variant(row: str, kind: str, redop: str, slower: float) -> str:
+    """A CURRENT float/sum row as another data type's or reduction's row of the same size,
+    ``slower`` times its time (busbw = algbw x 2*7/8, as nccl-tests prints it for 8 ranks)."""
+    w = row.split()
+    time_us = float(w[5]) * slower
+    alg = int(w[0]) / time_us / 1e3
+    count = int(w[0]) // (2 if kind in ("bfloat16", "half") else 4)
+    body = f"{time_us:8.1f}  {alg:6.2f}  {alg * 1.75:6.2f}       0"
+    return f"{w[0]:>12}  {count:12d}  {kind:>8}  {redop:>6}  {w[4]:>6}  {body}  {body}\n"
+
+
+@pytest.mark.parametrize(
+    "variants",
+    [[("bfloat16", "sum", 1.3)],  # -d all: every size once per data type, float among them
+     [("float", "prod", 1.1), ("float", "max", 1.2), ("float", "avg", 1.05)]],  # -o all
+    ids=["all-types", "all-reductions"],
+)  # fmt: skip
+def test_a_run_of_several_types_or_reductions_keeps_nccl_tests_default(tmp_path, capsys, variants):
+    """nccl-tests' -d all / -o all time every size once per data type or reduction (src/common.cu
+    loops over them); the profile's table holds one time per size: the default float / sum rows
+    are kept and the others named as left out, not left for the simulator to pick one by size."""
+    lines = CURRENT.read_text().splitlines(True)
+    rows = [ln for ln in lines if ln[:12].strip().isdigit()]
+    at = lines.index(rows[-1]) + 1
+    extra = [_as_variant(r, kind, redop, slower) for kind, redop, slower in variants for r in rows]
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("".join(lines[:at] + extra + lines[at:]))
+    code, data = _import(tmp_path, log)
+    assert code == 0
+    [plain] = parse_log(CURRENT)
+    kept = sorted((r["bytes"], r["time_s"]) for r in data["measured"]["collectives"] if r["gpus"] == 8)
+    assert kept == sorted((size, pytest.approx(t)) for size, t, _, _ in plain.rows)
+    note = capsys.readouterr().out.splitlines()[0]
+    assert f"the run times {1 + len(variants)} variants" in note and "kept 'float sum -1' (10 rows)" in note
+
+
+def test_a_size_twice_in_one_table_is_refused(tmp_path):
+    lines = CURRENT.read_text().splitlines(True)
+    log = _concat(tmp_path, "".join(lines[:21] + [lines[20]] + lines[21:]))
+    with pytest.raises(UserError, match=rf"{log}:22: a second 268435456 B row in one table \(line 21\)"):
+        merge_runs(parse_log(log))
 
 
 def test_a_table_row_outside_any_run_is_refused(tmp_path):
@@ -466,7 +577,7 @@ def test_the_sources_of_the_fields_an_import_sets_say_where_they_came_from(tmp_p
         "measured (nccl-tests logs): the best inter-node busbw, 21.17 GB/s per GPU (all_gather of "
         "268435456 B on 16 GPUs, 2 nodes) x 8 GPUs / 8 NICs per node = 169.3 Gb/s per NIC, / node.nic_gbps 200"
     )
-    assert src["measured.collectives"] == "multi-node rows from nccl-tests logs (provenance.source)"
+    assert src["measured.collectives"] == "multi-node all_gather rows from nccl-tests logs (provenance.source)"
     # the smallest row, 1 MiB in 95.12 us, is half transfer (1 MiB x 15/16 at 21.17 GB/s = 46.4
     # us): no per-hop latency; the base's stays with its own source
     assert prof["node"]["nic_latency_us"] == base["node"]["nic_latency_us"]

@@ -181,7 +181,8 @@ def test_speed_spread_is_the_spread_of_every_ranks_gemm_rate(two_rank_profile):
         (r for r in prof.measured["gemm"] if r["dtype"] == "bf16"), key=lambda r: r["m"] * r["n"] * r["k"]
     )
     assert (ranks["m"], ranks["n"], ranks["k"]) == (biggest["m"], biggest["n"], biggest["k"])
-    assert rates[0] == biggest["tflops"]  # rank 0's own row
+    # timed again by both ranks at once, not each rank's sweep row from another moment
+    assert all(r > 0 for r in rates)
     assert prof.gpu.speed_spread == pytest.approx(min(abs(rates[0] - rates[1]) / sum(rates), 0.2))
     assert "2 ranks" in prof.sources["gpu.speed_spread"]
 
@@ -271,6 +272,11 @@ def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):
     assert prof.node.host_memory_GBps * 1e9 == pytest.approx(update["bytes_per_s"] * 2, rel=1e-12)
     assert "calibrate" in prof.sources["node.host_link_GBps"]
     assert "calibrate" in prof.sources["node.host_memory_GBps"]
+    # the node's host memory, which the offloads fill, is this host's MemTotal, not a DGX's 2 TiB
+    from calibrate.provenance import host_memory_bytes
+
+    assert prof.node.host_memory_gib == host_memory_bytes() / 2**30
+    assert "MemTotal" in prof.sources["node.host_memory_gib"]
     scenario = load_scenario(
         "llama3-8b-8xh100", parse_set(["cluster.network=ideal", "training.optimizer_offload=1"])
     )
@@ -346,6 +352,30 @@ def _rank_pid(parent: int, local_rank: int, deadline: float) -> int:
                     return int(child)
         time.sleep(0.05)
     raise AssertionError("worker not found")
+
+
+def test_a_rank_that_aborts_as_it_exits_cannot_cost_the_profile(tmp_path):
+    """A gloo rank's exit now and then aborted in its C++ teardown ('terminate called without an
+    active exception'), and torchrun then stops every other rank: rank 1 aborting right after
+    it tears its process group down (a sitecustomize hook) must find the profile written."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    import torch.distributed as dist\n"
+        "    _destroy = dist.destroy_process_group\n"
+        "    def _and_abort(*args, **kwargs):\n"
+        "        _destroy(*args, **kwargs)\n"
+        "        os.abort()\n"
+        "    dist.destroy_process_group = _and_abort\n"
+    )
+    out = tmp_path / "p.yaml"
+    env = dict(_env(), PYTHONPATH=f"{hook}{os.pathsep}{ROOT}")
+    proc = subprocess.run(TORCHRUN + CAL + ["--out", str(out)], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0 and "exitcode  : -6" in proc.stderr  # torchrun reports the abort
+    assert load_profile(out).measured["gemm"], proc.stderr[-2000:]  # written whole before it
+    assert not out.with_name("p.partial.yaml").exists()
 
 
 def _run_until_partial(tmp_path: Path, timeout_s: int) -> tuple[subprocess.Popen[str], Path]:

@@ -97,6 +97,43 @@ def test_what_it_cannot_run_is_a_one_line_error(tmp_path, capsys, changes, field
     _refused(tmp_path, capsys, changes, field)
 
 
+@pytest.mark.parametrize(
+    ("changes", "loop"),
+    [({"parallel": {"tp": 2}}, "DTensor tensor parallelism over 2 (sequence parallel)"),  # dp 1: no DDP
+     ({"parallel": {"pp": 2}, "model": {"layers": 4}}, "torch.distributed.pipelining Schedule1F1B over 2 stages"),
+     ({"cluster": {"gpus": 1}}, "one process, no parallelism"),
+     ({"cluster": {"gpus": 4}, "parallel": {"tp": 2, "zero": 3}},
+      "FSDP2, DTensor tensor parallelism over 2 (sequence parallel)")],
+)  # fmt: skip
+def test_the_loop_named_is_the_one_that_ran(tmp_path, changes, loop):
+    """wrap_data_parallel leaves the model unwrapped at dp 1, so the printed loop (and the
+    --case-out source) names DDP or FSDP2 only where dp > 1."""
+    from calibrate.step_run import _as_run, _loop
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    raw = yaml.safe_load(_scenario(tmp_path, **changes).read_text())
+    assert _loop(build_context(scenario_from_dict(_as_run(raw, None)))) == loop
+
+
+def test_a_step_larger_than_the_machine_is_refused_before_a_byte_is_allocated(tmp_path, capsys):
+    """200 layers of hidden 16384 in fp32: terabytes per rank by the memory model, more than any
+    host's memory; one line naming both, not the out-of-memory killer mid-build."""
+    path = _scenario(tmp_path, model={"layers": 200, "hidden": 16384, "heads": 128}, cluster={"gpus": 1})
+    assert main(["measure-step", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TiB per rank by the memory model (simcluster memory), more than the" in err
+
+
+def test_a_bad_hardware_flag_is_named_as_the_flag(tmp_path, capsys):
+    """--hardware replaces the scenario's cluster.hardware; a profile that does not load is
+    reported under the flag the user typed, not the scenario field it was written into."""
+    path = _scenario(tmp_path)
+    assert main(["measure-step", str(path), "--hardware", "no-such-profile"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hardware: unknown hardware 'no-such-profile'") and err.count("\n") == 1
+
+
 def test_another_framework_is_refused(tmp_path, capsys):
     data = yaml.safe_load(_scenario(tmp_path).read_text())
     data["framework"] = "megatron-core"
@@ -208,7 +245,7 @@ def test_two_gloo_ranks_run_a_pytorch_pipeline_schedule(tmp_path, schedule, vpp)
     assert r["framework"] == "pytorch-ddp" and r["measured_step_s"] > 0 and r["simulated_step_s"] > 0
     torch_class = {"1f1b": "Schedule1F1B", "interleaved-zb": "ScheduleInterleavedZeroBubble",
                    "zbv-fixed": "ScheduleZBVZeroBubble"}[schedule]  # fmt: skip
-    assert r["loop"] == f"DistributedDataParallel, torch.distributed.pipelining {torch_class} over 2 stages"
+    assert r["loop"] == f"torch.distributed.pipelining {torch_class} over 2 stages"  # dp 1: no DDP
 
 
 def test_four_gloo_ranks_run_fsdp2_under_a_pipeline(tmp_path):

@@ -112,3 +112,26 @@ def test_gpu_calibration_times_the_flashattention_papers_call_shapes():
     for s in shapes:
         assert s.batch * s.seq == 16384 and s.heads * s.head_dim == 2048 and s.causal
         assert s.heads == 4 * s.kv_heads
+
+
+def test_the_timed_backward_returns_gradients_without_accumulating_them():
+    """In a training step Q, K and V are not leaves, so their gradients flow on; timing
+    ``out.backward`` on leaf tensors again and again would add every call's gradients into
+    their ``.grad`` (autograd's AccumulateGrad), a memory-bound pass the step never makes.
+    Each timed call returns the gradients one backward gives, and leaves ``.grad`` unset."""
+    torch = pytest.importorskip("torch")
+    from calibrate.attention import backward_call
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, 64, 16, generator=gen, requires_grad=True) for h in (4, 2, 2))
+
+    def forward():
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    out = forward()
+    call = backward_call(out, (q, k, v), torch.ones_like(out))
+    first, second = call(), call()
+    assert q.grad is None and k.grad is None and v.grad is None
+    forward().backward(torch.ones_like(out))  # the reference: one plain backward
+    for a, b, leaf in zip(first, second, (q, k, v), strict=True):
+        assert torch.equal(a, b) and torch.allclose(a, leaf.grad)

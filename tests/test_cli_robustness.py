@@ -160,6 +160,23 @@ def test_import_out_is_a_directory_or_unwritable(calibrate, tmp_path):
     assert_one_line_error(res, "--out", "cannot write")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux procfs")
+def test_a_folder_that_takes_no_new_file_is_refused_before_measuring(calibrate, tmp_path):
+    """procfs holds no new regular files (proc(5)), yet os.access says root may write into
+    /proc: the check creates a scratch file as the write will, so a calibration (as root in a
+    container, or on an NFS export that squashes root) is refused before it measures, not after;
+    in a writable folder the scratch file is gone again."""
+    from simcluster.errors import UserError
+    from simcluster.output.atomic import check_file_writable
+
+    with pytest.raises(UserError, match=r"cannot write into '/proc'"):
+        check_file_writable("/proc/profile.yaml", "--out")
+    res = calibrate("--device", "cpu", "--quick", "--out", "/proc/profile.yaml")
+    assert_one_line_error(res, "--out", "cannot write into '/proc'")
+    check_file_writable(tmp_path / "sub" / "p.yaml", "--out")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_import_log_not_utf8(calibrate, tmp_path):
     res = calibrate("import-nccl-tests", not_utf8(tmp_path, "x.txt"), "--out", str(tmp_path / "p.yaml"))
     assert_one_line_error(res, "LOG", "not UTF-8")

@@ -189,3 +189,19 @@ def check_file_writable(path: str | os.PathLike[str], field: str = OUT_FIELD, ex
         raise UserError(
             field, f"cannot write into '{parent}' (read-only or not permitted); choose a writable folder"
         )
+    _probe(parent, field)
+
+
+def _probe(folder: Path, field: str) -> None:
+    """Create and remove a scratch file in ``folder``, as the write will: ``os.access`` answers
+    yes to root for any folder not on a read-only mount, though the write can still fail (an NFS
+    export with root_squash maps a container's root to nobody; /proc and /sys hold no new files),
+    and only after the hours a calibration measures."""
+    try:
+        fd, scratch = tempfile.mkstemp(dir=folder, prefix=".probe-", suffix=".tmp")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(field, f"cannot write into '{folder}' ({reason}); choose a writable folder") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(scratch)
