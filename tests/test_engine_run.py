@@ -172,6 +172,13 @@ def test_svg_without_out_is_one_line(cli):
     )
 
 
+def test_gzip_trace_without_out_is_one_line(cli):
+    res = cli("run", "llama3-8b-8xh100", "--gzip-trace")
+    assert res.code == 2 and res.err.strip() == (
+        "error: --gzip-trace: compresses the trace that --out writes; add --out DIR"
+    )
+
+
 def test_the_timeline_window_zooms_only_the_timeline(cli, tmp_path):
     whole, zoomed = tmp_path / "whole", tmp_path / "zoomed"
     assert cli("run", "llama3-8b-8xh100", "--out", str(whole)).code == 0
