@@ -549,3 +549,45 @@ def test_the_key_under_the_plot_is_as_tall_as_its_lines(count):
     (key,) = [t for t in fig.texts if t.get_text().startswith("best that fit")]
     gap = fig.axes[0].get_tightbbox(renderer).y0 - key.get_window_extent(renderer).y1
     assert 0 <= gap * 72.0 / fig.dpi <= 16  # points
+
+
+def test_fitting_only_leaves_out_exactly_the_layouts_that_do_not_fit():
+    """--fitting-only skips, unsimulated, what the memory walk (`simcluster memory`) puts over
+    the GPU: the walk is the simulated peak for these schedules, so the layouts left out are
+    the ones a full sweep simulates and marks as not fitting, with the same peak, and the
+    others' rows are unchanged. 1.6B parameters at 16 B each (ZeRO-0 Adam) are 24 GiB on one
+    stage before activations (32 GiB in all), half that on two stages: 20 GiB GPUs fit pp 2
+    and 4, not pp 1."""
+    from simcluster.sweep import MEMORY_FIELD
+    from simcluster.units import format_bytes
+
+    base = _base()
+    base["cluster"]["profile"] = {"gpu": {"memory_gib": 20}}
+    cands = candidates(base, {"pp": [1, 2, 4]})
+    full = run_sweep(cands, jobs=1)
+    lean = run_sweep(cands, jobs=1, fitting_only=True)
+    unfit = [r for r in full if r.ran and not r.fits]
+    assert [dict(r.candidate.settings)["pp"] for r in unfit] == [1]
+    skipped = {r.candidate.label: r.skipped for r in lean if not r.ran}
+    assert set(skipped) == {r.candidate.label for r in unfit}
+    for row in unfit:
+        reason = skipped[row.candidate.label]
+        assert reason.startswith(f"{MEMORY_FIELD}: peak ")
+        assert format_bytes(row.summary["peak_memory_bytes"]["max"]) in reason
+    assert [r.to_dict() for r in lean if r.ran] == [r.to_dict() for r in full if r.fits]
+
+
+def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
+    code = main(["sweep", str(scenario_file), "--pp", "1,2", "-j", "1", "--fitting-only",
+                 "--set", "cluster.profile.gpu.memory_gib=20"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "1 layouts simulated" in out
+    assert "left out 1 layout(s) over the GPU's memory, unsimulated (--fitting-only), e.g. memory: peak" in out
+
+
+def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):
+    assert main(["sweep", str(scenario_file), "--tp", "3,5", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
+    assert captured.err.startswith("error: parallel: no layout of the sweep can run")
