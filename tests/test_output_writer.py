@@ -161,3 +161,10 @@ def test_trace_size_note_from_a_million_events(tmp_path):
     gz = tmp_path / "trace.json.gz"
     gz.write_bytes(b"x")
     assert "--gzip-trace" not in trace_size_note(gz, NOTE_EVENTS)
+
+
+def test_all_ranks_note_from_256_gpus():
+    from simcluster.output.trace_size import NOTE_GPUS, all_ranks_note
+
+    assert all_ranks_note(NOTE_GPUS - 1) is None
+    assert all_ranks_note(2048).startswith("simulating all 2,048 GPUs one by one")

@@ -17,7 +17,7 @@ from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.errors import UserError
-from simcluster.output.trace_size import trace_size_note
+from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
+    sim = ctx.scenario.simulation
+    if args.all_ranks or sim.all_ranks or sim.stragglers:
+        ahead = all_ranks_note(ctx.scenario.cluster.gpus)
+        if ahead:
+            print(f"simcluster run: {ahead}", file=sys.stderr)
     result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
     caveat = small_expert_line(ctx.model.experts, ctx.model.expert_ffn, ctx.model.hidden)
     if caveat:
