@@ -309,7 +309,7 @@ def _over_memory(ctx: Any) -> str | None:
         return None
     return (
         f"{MEMORY_FIELD}: peak {format_bytes(peak)} per GPU exceeds {format_bytes(ctx.capacity_bytes)} "
-        "(simcluster memory); left out by --fitting-only, drop it to simulate such layouts"
+        "(simcluster memory; --fitting-only)"
     )
 
 

@@ -591,3 +591,23 @@ def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, caps
     captured = capsys.readouterr()
     assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
     assert captured.err.startswith("error: parallel: no layout of the sweep can run")
+
+
+def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():
+    """One profile over several GPU counts: each count gets its own marker and key entry, or the
+    points of a --gpus sweep cannot be told apart; a layout left out over memory is counted as
+    such in the headline, not as one that cannot run."""
+    from simcluster.output.sweep_output import draw_sweep
+    from simcluster.sweep import Candidate
+
+    base = _base()
+    base["parallel"].update(dp=1, pp=4)
+    rows = run_sweep(candidates(base, {"gpus": [4, 8]}), jobs=1)
+    left_out = SweepRow(Candidate((("gpus", 16),), {}), None, "memory: peak 90.00 GiB per GPU exceeds 80.00 GiB")
+    fig = draw_sweep([*rows, left_out], "sizes")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "4 GPUs: fit" in labels and "8 GPUs: fit" in labels
+    markers = {c.get_label(): c.get_paths()[0].vertices.shape for c in ax.collections}
+    assert markers["4 GPUs: fit"] != markers["8 GPUs: fit"]  # a circle and a square
+    assert "2 layouts simulated, 2 fit, 1 left out (over memory)" in fig._suptitle.get_text()
