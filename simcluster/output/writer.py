@@ -28,7 +28,7 @@ from simcluster.output.events import (
 )
 from simcluster.output.gantt import describe_step, draw_gantt
 from simcluster.output.memory_plot import draw_memory, memory_plot_data
-from simcluster.output.perfetto import build_trace, jsonable, trace_gzip, trace_json
+from simcluster.output.perfetto import jsonable, trace_gzip, trace_text
 from simcluster.output.style import figure_bytes
 
 TIMELINE_PNG = "timeline.png"
@@ -120,9 +120,7 @@ def write_all(
         # period: no step boundary to mark on the timeline, but a step to split all the same
         period = " (steady state)" if summary.get("optimizer_post_validation") else ""
         files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step{period} goes"), "png")
-    trace = build_trace(frame, labels, memory, {"title": heading, **recorded})
-    text = trace_json(trace)
-    del trace  # the event dicts take several times the text's memory on an all-ranks run
+    text = trace_text(frame, labels, memory, {"title": heading, **recorded})
     if gzip_trace:
         files[TRACE_JSON_GZ] = trace_gzip(text)
     else:
