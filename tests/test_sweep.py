@@ -611,3 +611,13 @@ def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():
     markers = {c.get_label(): c.get_paths()[0].vertices.shape for c in ax.collections}
     assert markers["4 GPUs: fit"] != markers["8 GPUs: fit"]  # a circle and a square
     assert "2 layouts simulated, 2 fit, 1 left out (over memory)" in fig._suptitle.get_text()
+
+
+def test_fitting_only_still_simulates_layouts_with_fb_pairs():
+    """With DualPipe's F&B pairs the memory walk is only an upper bound on the simulated peak
+    (memory_report.timeline_fault), so --fitting-only must not leave such a layout out on the
+    walk's word: it is simulated, and ranked by what the simulation says."""
+    base = pipeline_scenario(GPUS, M, "dualpipev", layers=16)
+    base["cluster"]["profile"] = {"gpu": {"memory_gib": 1}}
+    (row,) = run_sweep(candidates(base, {"pp": [4]}), jobs=1, fitting_only=True)
+    assert row.ran and not row.fits
