@@ -181,7 +181,7 @@ def test_gzip_trace_without_out_is_one_line(cli):
 
 def test_all_ranks_on_hundreds_of_gpus_is_announced_before_it_starts(cli, monkeypatch):
     """Every GPU simulated grows time and memory with the GPU count (64 GPUs of Llama 3 70B:
-    2.9 GB): from 256 GPUs run says so before it starts; the symmetric default stays quiet."""
+    1.9 GB): from 256 GPUs run says so before it starts; the symmetric default stays quiet."""
     from simcluster.commands import run as run_command
     from simcluster.errors import UserError
 

@@ -39,13 +39,14 @@ def trace_size_note(path: Path, events: int) -> str | None:
 def all_ranks_note(gpus: int) -> str | None:
     """One line before an all-ranks simulation of ``gpus`` GPUs (None below :data:`NOTE_GPUS`):
     its events, time and memory grow with the GPU count, where the default one GPU per stage
-    does not. The reference is this module's measured run (64 GPUs, 1,754,240 events, 2.9 GB
-    peak resident memory, 102 s of simulation on one loaded core), per GPU."""
+    does not. The reference is this module's measured run (64 GPUs, 1,754,240 events, 1.9 GB
+    peak resident memory with --out, 2.9 GB before the trace was encoded in batches; 102 s of
+    simulation on one loaded core), per GPU."""
     if gpus < NOTE_GPUS:
         return None
     return (
         f"simulating all {gpus:,} GPUs one by one: events, time and memory grow with the GPU count "
-        "(measured on Llama 3 70B, 64 microbatches, 20 layers a stage: about 27,000 events and 45 MB "
-        "per GPU, 2.9 GB on 64 GPUs); without --all-ranks (and stragglers) one GPU per stage stands "
+        "(measured on Llama 3 70B, 64 microbatches, 20 layers a stage: about 27,000 events and 30 MB "
+        "per GPU, 1.9 GB on 64 GPUs); without --all-ranks (and stragglers) one GPU per stage stands "
         "for its identical peers"
     )
