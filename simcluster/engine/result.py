@@ -35,7 +35,7 @@ class SimResult:
         )
 
     def to_perfetto(self, path: str | Path) -> None:
-        """Write a Chrome-trace JSON that ui.perfetto.dev opens."""
+        """Write a Chrome-trace JSON that ui.perfetto.dev opens (gzipped for a ``.gz`` path)."""
         from simcluster.output.perfetto import write_trace
 
         write_trace(

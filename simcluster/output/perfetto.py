@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from simcluster.errors import UserError
-from simcluster.output.atomic import atomic_write_text
+from simcluster.output.atomic import atomic_write_bytes, atomic_write_text
 from simcluster.output.events import COMPUTE_KINDS, FLOW_COLUMN, STREAMS, validate_events
 from simcluster.output.memory_plot import MEMORY_CATEGORIES, validate_memory
 from simcluster.units import GiB
@@ -246,8 +246,13 @@ def write_trace(
     memory: pd.DataFrame | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``trace.json`` atomically (compact JSON, keys in a fixed order)."""
-    atomic_write_text(path, trace_text(events, rank_labels, memory, metadata))
+    """Write ``trace.json`` atomically (compact JSON, keys in a fixed order); a path ending in
+    ``.gz`` gets the text gzipped (:func:`trace_gzip`), which Perfetto opens as it is."""
+    text = trace_text(events, rank_labels, memory, metadata)
+    if os.fspath(path).endswith(".gz"):
+        atomic_write_bytes(path, trace_gzip(text))
+    else:
+        atomic_write_text(path, text)
 
 
 def trace_gzip(text: str) -> bytes:
