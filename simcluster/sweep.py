@@ -302,10 +302,9 @@ def _over_memory(ctx: Any) -> str | None:
     from simcluster.memory_report import memory_by_stage
     from simcluster.units import format_bytes
 
-    if any(op.overlap for ops in planned_orders(ctx) for op in ops):
-        return None
     peak = max(m.total_bytes for m in memory_by_stage(ctx))
-    if peak <= ctx.capacity_bytes:
+    # pairs asked about only for a layout over memory: a cost-aware schedule plans again
+    if peak <= ctx.capacity_bytes or any(op.overlap for ops in planned_orders(ctx) for op in ops):
         return None
     return (
         f"{MEMORY_FIELD}: peak {format_bytes(peak)} per GPU exceeds {format_bytes(ctx.capacity_bytes)} "
