@@ -12,7 +12,8 @@ parallelism or fewer microbatches each.
 Each combination is checked the way ``simcluster run`` checks a scenario; one that cannot run
 (tp not dividing the heads, dp x tp x pp x cp != GPUs, a batch that does not divide, ...) is
 *skipped* with that one-line reason. The others are simulated, also those that do not fit in
-memory: they are ranked after every layout that fits, each group by tokens/s per GPU.
+memory: they are ranked after every layout that fits, each group by tokens/s per GPU (or, with
+``fitting_only``, skipped unsimulated by the memory walk, field :data:`MEMORY_FIELD`).
 Sweeping ``vpp`` without ``schedule`` moves a 1F1B scenario to the interleaved schedule for
 vpp > 1 (and an interleaved one to 1F1B for vpp = 1), as Megatron does; sweeping both runs a
 schedule without virtual stages once, at vpp = 1.
@@ -276,16 +277,39 @@ class SweepRow:
         return rec
 
 
-def check(cand: Candidate, hardware: str | None) -> str | None:
-    """Why ``cand`` cannot run (the one-line error ``simcluster run`` would print), or None."""
+#: the field a layout left out by ``fitting_only`` is reported under
+MEMORY_FIELD = "memory"
+
+
+def check(cand: Candidate, hardware: str | None, fitting_only: bool = False) -> str | None:
+    """Why ``cand`` cannot run (the one-line error ``simcluster run`` would print), or None.
+    With ``fitting_only``, also a layout that the memory walk (``simcluster memory``) puts over
+    the GPU's memory: the walk over the schedule's op order is the simulated peak, except with
+    F&B pairs, where it is an upper bound (``memory_report.timeline_fault``), so a layout with
+    pairs is simulated whatever the walk says; nothing that would fit is left out."""
     from simcluster.context import build_context
     from simcluster.scenario import scenario_from_dict
 
     try:
-        build_context(scenario_from_dict(cand.scenario), hardware)
+        ctx = build_context(scenario_from_dict(cand.scenario), hardware)
+        return _over_memory(ctx) if fitting_only else None
     except UserError as exc:
         return exc.one_line()
-    return None
+
+
+def _over_memory(ctx: Any) -> str | None:
+    from simcluster.engine.plan import planned_orders
+    from simcluster.memory_report import memory_by_stage
+    from simcluster.units import format_bytes
+
+    peak = max(m.total_bytes for m in memory_by_stage(ctx))
+    # pairs asked about only for a layout over memory: a cost-aware schedule plans again
+    if peak <= ctx.capacity_bytes or any(op.overlap for ops in planned_orders(ctx) for op in ops):
+        return None
+    return (
+        f"{MEMORY_FIELD}: peak {format_bytes(peak)} per GPU exceeds {format_bytes(ctx.capacity_bytes)} "
+        "(simcluster memory; --fitting-only)"
+    )
 
 
 def simulate_candidate(job: tuple[Candidate, str | None]) -> SweepRow:
@@ -311,14 +335,16 @@ def run_sweep(
     progress: Callable[[SweepRow], None] | None = None,
     prices: Prices | None = None,
     executor: Executor | None = None,
+    fitting_only: bool = False,
 ) -> list[SweepRow]:
     """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes;
     ``executor``: wherever it runs them, a Dask cluster say) and return all rows ranked by
-    :func:`rank` (by cost per token with ``prices``)."""
+    :func:`rank` (by cost per token with ``prices``). ``fitting_only`` skips, unsimulated, the
+    layouts the memory walk puts over the GPU's memory (:func:`check`)."""
     rows: list[SweepRow] = []
     runnable = []
     for cand in cands:
-        reason = check(cand, hardware)
+        reason = check(cand, hardware, fitting_only)
         if reason is None:
             runnable.append(cand)
         else:

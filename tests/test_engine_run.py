@@ -172,6 +172,30 @@ def test_svg_without_out_is_one_line(cli):
     )
 
 
+def test_gzip_trace_without_out_is_one_line(cli):
+    res = cli("run", "llama3-8b-8xh100", "--gzip-trace")
+    assert res.code == 2 and res.err.strip() == (
+        "error: --gzip-trace: compresses the trace that --out writes; add --out DIR"
+    )
+
+
+def test_all_ranks_on_hundreds_of_gpus_is_announced_before_it_starts(cli, monkeypatch):
+    """Every GPU simulated grows time and memory with the GPU count (64 GPUs of Llama 3 70B:
+    1.9 GB): from 256 GPUs run says so before it starts; the symmetric default stays quiet."""
+    from simcluster.commands import run as run_command
+    from simcluster.errors import UserError
+
+    def stop(*_args, **_kwargs):
+        raise UserError("stop", "simulation not wanted here")
+
+    monkeypatch.setattr(run_command, "simulate", stop)
+    args = ("run", "llama3-8b-8xh100", "--set", "cluster.gpus=512", "--set", "training.global_batch=512")
+    quiet, loud = cli(*args), cli(*args, "--all-ranks")
+    assert quiet.code == loud.code == 2 and "error: stop" in loud.err
+    assert "one by one" not in quiet.err
+    assert "simulating all 512 GPUs one by one" in loud.err
+
+
 def test_the_timeline_window_zooms_only_the_timeline(cli, tmp_path):
     whole, zoomed = tmp_path / "whole", tmp_path / "zoomed"
     assert cli("run", "llama3-8b-8xh100", "--out", str(whole)).code == 0

@@ -121,6 +121,20 @@ def test_trace_is_deterministic(timeline):
     assert json.dumps(a) == json.dumps(b)
 
 
+@pytest.mark.parametrize("batch", [1, 7, 10_000])
+def test_streamed_trace_text_is_the_whole_documents_json(timeline, monkeypatch, batch):
+    """trace.json is encoded a batch of events at a time (an all-ranks trace's millions of
+    event dicts held at once took several times the text's memory); the text must be exactly
+    the compact JSON of the whole document, whatever the batch."""
+    from simcluster.output import perfetto
+
+    monkeypatch.setattr(perfetto, "_ENCODE_BATCH", batch)
+    args = (timeline.events, timeline.rank_labels, timeline.memory, timeline.summary)
+    whole = perfetto.trace_json(perfetto.build_trace(*args))
+    assert perfetto.trace_text(*args) == whole
+    assert json.loads(whole)["traceEvents"]
+
+
 # --- a validator for the format, run on a synthetic trace and on a simulated one ----------------
 _PHASES = {"X", "M", "s", "f", "C"}
 _METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}

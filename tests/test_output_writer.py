@@ -116,3 +116,55 @@ def test_the_same_run_writes_the_same_bytes_whatever_its_wall_time(tmp_path, tim
         assert files[0][name] == files[1][name], name
     assert "sim_wall_s" not in json.loads(files[0]["summary.json"])
     assert "sim_wall_s" not in json.loads(files[0]["trace.json"])["otherData"]
+
+
+def test_gzip_trace_is_the_json_trace_in_one_gzip_member(tmp_path, timeline):
+    """ui.perfetto.dev reads a gzip file as the trace inside it, one member (google/perfetto
+    #584, #847; multi-member gzip is not read, #872): trace.json.gz must decompress to exactly
+    the bytes trace.json holds, in one member, and the same run must write the same bytes
+    (no file name or time in the header, RFC 1952 MTIME 0)."""
+    import gzip
+    import zlib
+
+    plain = _write(timeline, tmp_path / "plain")["trace.json"].read_bytes()
+    packed = [_write(timeline, tmp_path / str(i), gzip_trace=True) for i in range(2)]
+    assert "trace.json" not in packed[0]
+    data = [p["trace.json.gz"].read_bytes() for p in packed]
+    assert data[0] == data[1]
+    assert data[0][:2] == b"\x1f\x8b" and data[0][4:8] == b"\0\0\0\0"  # gzip magic, MTIME 0
+    assert gzip.decompress(data[0]) == plain
+    member = zlib.decompressobj(wbits=31)
+    assert member.decompress(data[0]) == plain and member.unused_data == b""  # one member
+    assert len(data[0]) < len(plain) / 5
+
+
+def test_one_trace_form_replaces_the_other(tmp_path, timeline):
+    """An earlier run's trace.json must not stay beside this run's trace.json.gz (or the other
+    way round): the directory would show two runs' traces."""
+    out = tmp_path / "out"
+    _write(timeline, out)
+    _write(timeline, out, gzip_trace=True)
+    assert (out / "trace.json.gz").is_file() and not (out / "trace.json").exists()
+    _write(timeline, out)
+    assert (out / "trace.json").is_file() and not (out / "trace.json.gz").exists()
+
+
+def test_trace_size_note_from_a_million_events(tmp_path):
+    from simcluster.output.trace_size import NOTE_EVENTS, trace_size_note
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(b"x" * 2048)
+    assert trace_size_note(path, NOTE_EVENTS - 1) is None
+    note = trace_size_note(path, NOTE_EVENTS)
+    assert f"{NOTE_EVENTS:,} events (2.00 KiB)" in note and "trace_processor --httpd" in note
+    assert "--gzip-trace" in note
+    gz = tmp_path / "trace.json.gz"
+    gz.write_bytes(b"x")
+    assert "--gzip-trace" not in trace_size_note(gz, NOTE_EVENTS)
+
+
+def test_all_ranks_note_from_256_gpus():
+    from simcluster.output.trace_size import NOTE_GPUS, all_ranks_note
+
+    assert all_ranks_note(NOTE_GPUS - 1) is None
+    assert all_ranks_note(2048).startswith("simulating all 2,048 GPUs one by one")

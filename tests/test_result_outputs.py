@@ -30,6 +30,16 @@ def test_perfetto_from_a_simulation(result, tmp_path):
     assert any(e.get("ph") == "s" for e in events) and any(e.get("ph") == "f" for e in events)
 
 
+def test_perfetto_to_a_gz_path_is_the_json_gzipped(result, tmp_path):
+    import gzip
+
+    result.to_perfetto(tmp_path / "trace.json")
+    result.to_perfetto(tmp_path / "trace.json.gz")
+    packed = (tmp_path / "trace.json.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b"  # RFC 1952's magic: Perfetto reads it as gzip
+    assert gzip.decompress(packed) == (tmp_path / "trace.json").read_bytes()
+
+
 def test_gantt_and_memory_plot(result, tmp_path):
     result.plot_gantt(tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

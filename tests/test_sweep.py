@@ -549,3 +549,75 @@ def test_the_key_under_the_plot_is_as_tall_as_its_lines(count):
     (key,) = [t for t in fig.texts if t.get_text().startswith("best that fit")]
     gap = fig.axes[0].get_tightbbox(renderer).y0 - key.get_window_extent(renderer).y1
     assert 0 <= gap * 72.0 / fig.dpi <= 16  # points
+
+
+def test_fitting_only_leaves_out_exactly_the_layouts_that_do_not_fit():
+    """--fitting-only skips, unsimulated, what the memory walk (`simcluster memory`) puts over
+    the GPU: the walk is the simulated peak for these schedules, so the layouts left out are
+    the ones a full sweep simulates and marks as not fitting, with the same peak, and the
+    others' rows are unchanged. 1.6B parameters at 16 B each (ZeRO-0 Adam) are 24 GiB on one
+    stage before activations (32 GiB in all), half that on two stages: 20 GiB GPUs fit pp 2
+    and 4, not pp 1."""
+    from simcluster.sweep import MEMORY_FIELD
+    from simcluster.units import format_bytes
+
+    base = _base()
+    base["cluster"]["profile"] = {"gpu": {"memory_gib": 20}}
+    cands = candidates(base, {"pp": [1, 2, 4]})
+    full = run_sweep(cands, jobs=1)
+    lean = run_sweep(cands, jobs=1, fitting_only=True)
+    unfit = [r for r in full if r.ran and not r.fits]
+    assert [dict(r.candidate.settings)["pp"] for r in unfit] == [1]
+    skipped = {r.candidate.label: r.skipped for r in lean if not r.ran}
+    assert set(skipped) == {r.candidate.label for r in unfit}
+    for row in unfit:
+        reason = skipped[row.candidate.label]
+        assert reason.startswith(f"{MEMORY_FIELD}: peak ")
+        assert format_bytes(row.summary["peak_memory_bytes"]["max"]) in reason
+    assert [r.to_dict() for r in lean if r.ran] == [r.to_dict() for r in full if r.fits]
+
+
+def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
+    code = main(["sweep", str(scenario_file), "--pp", "1,2", "-j", "1", "--fitting-only",
+                 "--set", "cluster.profile.gpu.memory_gib=20"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "1 layouts simulated" in out
+    assert "left out 1 layout(s) over the GPU's memory, unsimulated (--fitting-only), e.g. memory: peak" in out
+
+
+def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):
+    assert main(["sweep", str(scenario_file), "--tp", "3,5", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
+    assert captured.err.startswith("error: parallel: no layout of the sweep can run")
+
+
+def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():
+    """One profile over several GPU counts: each count gets its own marker and key entry, or the
+    points of a --gpus sweep cannot be told apart; a layout left out over memory is counted as
+    such in the headline, not as one that cannot run."""
+    from simcluster.output.sweep_output import draw_sweep
+    from simcluster.sweep import Candidate
+
+    base = _base()
+    base["parallel"].update(dp=1, pp=4)
+    rows = run_sweep(candidates(base, {"gpus": [4, 8]}), jobs=1)
+    left_out = SweepRow(Candidate((("gpus", 16),), {}), None, "memory: peak 90.00 GiB per GPU exceeds 80.00 GiB")
+    fig = draw_sweep([*rows, left_out], "sizes")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "4 GPUs: fit" in labels and "8 GPUs: fit" in labels
+    markers = {c.get_label(): c.get_paths()[0].vertices.shape for c in ax.collections}
+    assert markers["4 GPUs: fit"] != markers["8 GPUs: fit"]  # a circle and a square
+    assert "2 layouts simulated, 2 fit, 1 left out (over memory)" in fig._suptitle.get_text()
+
+
+def test_fitting_only_still_simulates_layouts_with_fb_pairs():
+    """With DualPipe's F&B pairs the memory walk is only an upper bound on the simulated peak
+    (memory_report.timeline_fault), so --fitting-only must not leave such a layout out on the
+    walk's word: it is simulated, and ranked by what the simulation says."""
+    base = pipeline_scenario(GPUS, M, "dualpipev", layers=16)
+    base["cluster"]["profile"] = {"gpu": {"memory_gib": 1}}
+    (row,) = run_sweep(candidates(base, {"pp": [4]}), jobs=1, fitting_only=True)
+    assert row.ran and not row.fits

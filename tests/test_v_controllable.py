@@ -97,3 +97,29 @@ def test_list_schedules_describes_each_one(capsys):
     described = dict(line.split(maxsplit=1) for line in lines)
     assert "1/2" in described["v-half"] or "half" in described["v-half"]
     assert all(len(text) > 20 for text in described.values())
+
+
+@pytest.mark.parametrize("name", ["v-half", "v-min"])
+def test_squeeze_memory_check_is_the_whole_stages(monkeypatch, name):
+    """squeeze checks a move's stash only between its new and old slot; the paper's rule is the
+    stage's peak over every slot within the block's. Each check must give the whole stage's
+    answer (peak_memory over the stage with the op moved)."""
+    from simcluster.schedules import v_controllable as vc
+
+    checked = []
+    fits = vc._Stash.fits
+
+    def both(self, t, slot, early, budget):
+        at = list(self.at)
+        at[slot], at[early] = -1, t
+        lists = [[k for k, x in enumerate(at) if x == kind] for kind in range(5 if self.has_w else 4)]
+        whole = vc.peak_memory(lists) <= budget
+        got = fits(self, t, slot, early, budget)
+        checked.append(got)
+        assert got == whole, (t, slot, early)
+        return got
+
+    monkeypatch.setattr(vc._Stash, "fits", both)
+    for p, m in [(4, 16), (5, 11), (6, 24), (8, 9), (9, 30)]:
+        _build(name, p, m)
+    assert True in checked and False in checked  # both answers were exercised

@@ -25,6 +25,7 @@ from simcluster.executors import Executor
 from simcluster.hardware import load_profile, resolve_profile_path
 from simcluster.sweep import (
     AXES,
+    MEMORY_FIELD,
     Candidate,
     SweepRow,
     candidates,
@@ -92,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-layouts", type=int, default=500, metavar="N",
         help="refuse sweeps of more than N combinations (default 500)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fitting-only", action="store_true",
+        help="skip, without simulating, the layouts whose peak memory (simcluster memory) exceeds the GPU's: "
+        "at thousands of GPUs each simulation takes a while",
+    )  # fmt: skip
     parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
     add_price_argument(
         parser,
@@ -135,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
-    rows = _run_with_progress(cands, hardware, executor, prices)
+    rows = _run_with_progress(cands, hardware, executor, prices, args.fitting_only)
     document = _document(scenario.name, axes, rows, prices)
     text = to_json(document)
     if args.out:
@@ -159,12 +165,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(
-    cands: list[Candidate], hardware: str | None, executor: Executor, prices: Prices | None = None
+    cands: list[Candidate],
+    hardware: str | None,
+    executor: Executor,
+    prices: Prices | None = None,
+    fitting_only: bool = False,
 ) -> list[SweepRow]:
     with progress_bar("sweep", len(cands)) as advance:
         return run_sweep(
-            cands, hardware, progress=lambda r: advance(r.candidate.label), prices=prices, executor=executor
-        )
+            cands, hardware, progress=lambda r: advance(r.candidate.label), prices=prices, executor=executor,
+            fitting_only=fitting_only,
+        )  # fmt: skip
 
 
 def _document(
@@ -222,13 +233,17 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
             *((format_usd(s, prices),) if prices else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
-    console.print(table)
+    if ran:  # an empty table says nothing the skip lines below do not
+        console.print(table)
     if any(not r.fits for r in ran[:top]):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:
         console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
     for field, count, first in skip_reasons(rows):
-        console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
+        if field == MEMORY_FIELD:
+            console.print(f"left out {count} layout(s) over the GPU's memory, unsimulated (--fitting-only), e.g. {first}")
+        else:
+            console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
     if ran and not any(r.fits for r in ran):
         console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
     if out:

@@ -20,7 +20,14 @@ def run_with_progress(
     if not show:
         env.run()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     start = time.perf_counter()
     progress: Progress | None = None
@@ -39,6 +46,8 @@ def run_with_progress(
                     MofNCompleteColumn(),
                     TextColumn("pipeline ops"),
                     TimeElapsedColumn(),
+                    TextColumn("left"),  # an all-ranks run of hundreds of GPUs takes many minutes
+                    TimeRemainingColumn(),
                     transient=True,
                     console=None,
                 )

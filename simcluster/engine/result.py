@@ -35,7 +35,7 @@ class SimResult:
         )
 
     def to_perfetto(self, path: str | Path) -> None:
-        """Write a Chrome-trace JSON that ui.perfetto.dev opens."""
+        """Write a Chrome-trace JSON that ui.perfetto.dev opens (gzipped for a ``.gz`` path)."""
         from simcluster.output.perfetto import write_trace
 
         write_trace(
@@ -62,10 +62,14 @@ class SimResult:
         )
 
     def write(
-        self, out_dir: str | Path, svg: bool = False, window: tuple[float, float] | None = None
+        self,
+        out_dir: str | Path,
+        svg: bool = False,
+        window: tuple[float, float] | None = None,
+        gzip_trace: bool = False,
     ) -> dict[str, Path]:
         """Write every output file atomically into ``out_dir`` (``window``, in seconds, zooms
-        the timeline)."""
+        the timeline; ``gzip_trace`` writes trace.json.gz instead of trace.json)."""
         from simcluster.output.writer import write_all
 
         return write_all(
@@ -78,4 +82,5 @@ class SimResult:
             title=self.title,
             svg=svg,
             window=window,
+            gzip_trace=gzip_trace,
         )

@@ -141,13 +141,24 @@ def atomic_output_dir(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_output_files(out_dir: str | os.PathLike[str], files: dict[str, bytes]) -> dict[str, Path]:
+def write_output_files(
+    out_dir: str | os.PathLike[str], files: dict[str, bytes], superseded: tuple[str, ...] = ()
+) -> dict[str, Path]:
     """Write ``files`` (name -> bytes, rendered beforehand) into ``out_dir`` atomically, as
-    :func:`atomic_output_dir` does; returns file name -> final path."""
+    :func:`atomic_output_dir` does; returns file name -> final path. Each regular file named in
+    ``superseded`` (another form of one of ``files``, say trace.json beside trace.json.gz) is
+    removed once the new files are in place, so the directory never shows two runs' versions."""
     with atomic_output_dir(out_dir) as staging:
         for name, data in sorted(files.items()):
             (staging / name).write_bytes(data)
     final = Path(out_dir)
+    for name in superseded:
+        old = final / name
+        if name not in files and old.is_file():
+            try:
+                old.unlink()
+            except OSError as exc:
+                raise _unwritable(old, exc) from exc
     return {name: final / name for name in sorted(files)}
 
 

@@ -9,7 +9,9 @@ under the plot. A step line joins the layouts that fit and that no other fitting
 on both axes (the Pareto front): the fastest (cheapest) layout for each memory budget, the
 ones worth a look when memory headroom matters. A sweep over hardware gives each profile a
 colour and marker: its points, its capacity line and its own front (a memory budget means
-something on one GPU type), hollow where a layout does not fit that profile's memory.
+something on one GPU type), hollow where a layout does not fit that profile's memory. A sweep
+over cluster sizes on one profile gives each size a marker (tokens/s per GPU compares them as
+GPU-seconds per token; the front runs over all of them).
 The y axis starts at 0 unless the points span less than a third of their maximum; then it
 zooms to them and says so (a break mark, and the axis label)."""
 
@@ -32,10 +34,11 @@ from matplotlib.ticker import Formatter
 
 from simcluster.cost import Prices, usd_decimals, usd_per_million_tokens
 from simcluster.output.report_files import write_report_files
-from simcluster.sweep import SweepRow
+from simcluster.sweep import MEMORY_FIELD, SweepRow
 from simcluster.units import GiB
 
 _LABELLED = 5  # best layouts named on the plot
+_SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per cluster size of a --gpus sweep
 
 
 def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None) -> pd.DataFrame:
@@ -260,6 +263,10 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
         assert row.summary is not None
         return str(row.summary["hardware"])
 
+    def gpus(row: SweepRow) -> int:
+        assert row.summary is not None
+        return int(row.summary["gpus"])
+
     def capacity(row: SweepRow) -> float:
         assert row.summary is not None
         return float(row.summary["capacity_bytes"]) / GiB
@@ -285,19 +292,30 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     any_over = False
     fronts: list[tuple[list[float], list[float], str, str]] = []  # drawn after the capacities
     per_profile: list[str | None] = list(profiles) if several else [None]  # None: one for all
+    # one profile over several cluster sizes: a marker per size (with several profiles the
+    # markers tell the profiles apart, and the key under the plot names the sizes)
+    sizes = sorted({gpus(r) for r in drawn}) if not several else []
+    size_marker = {g: _SIZE_MARKERS[i % len(_SIZE_MARKERS)] for i, g in enumerate(sizes)} if len(sizes) > 1 else {}
     for name in per_profile:
         mine = [r for r in drawn if name is None or hardware(r) == name]
-        fits = [r for r in mine if r.fits]
-        over = [r for r in mine if not r.fits]
         colour, marker = (_FIT_COLOUR, "o") if name is None else styles[name]
-        if fits:
-            ax.scatter(*xy(fits), s=36, color=colour, marker=marker, edgecolor="black", linewidth=0.5,
-                       label=name or "fits in memory", zorder=3)  # fmt: skip
-        if over:
-            any_over = True
-            ax.scatter(*xy(over), s=36, marker=marker, facecolor="none",
-                       edgecolor=_OVER_COLOUR if name is None else colour, linewidth=1.0,
-                       label="does not fit" if name is None else f"{name}: does not fit", zorder=3)  # fmt: skip
+        counts: list[int | None] = list(size_marker) or [None]
+        for count in counts:
+            group = [r for r in mine if count is None or gpus(r) == count]
+            fits = [r for r in group if r.fits]
+            over = [r for r in group if not r.fits]
+            shape = size_marker[count] if count is not None else marker
+            what = f"{count:,} GPUs" if count is not None else None
+            if fits:
+                ax.scatter(*xy(fits), s=36, color=colour, marker=shape, edgecolor="black", linewidth=0.5,
+                           label=name or (f"{what}: fit" if what else "fits in memory"), zorder=3)  # fmt: skip
+            if over:
+                any_over = True
+                ax.scatter(*xy(over), s=36, marker=shape, facecolor="none",
+                           edgecolor=_OVER_COLOUR if name is None else colour, linewidth=1.0,
+                           label=(f"{what}: does not fit" if what else "does not fit") if name is None
+                           else f"{name}: does not fit", zorder=3)  # fmt: skip
+        fits = [r for r in mine if r.fits]
         if len(fits) > 1:
             mem, ys = xy(fits)
             # less memory and a higher speed, or less memory and a lower cost
@@ -368,10 +386,11 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
         ax.yaxis.set_major_formatter(_Dollars())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
-    skipped = sum(1 for r in rows if r.summary is None)
+    over_memory = sum(1 for r in rows if r.skipped and r.skipped.startswith(f"{MEMORY_FIELD}:"))
+    skipped = sum(1 for r in rows if r.summary is None) - over_memory
     headline = f"{len(ran)} layouts simulated, {sum(1 for r in ran if r.fits)} fit" + (
         f", {skipped} skipped (cannot run)" if skipped else ""
-    )
+    ) + (f", {over_memory} left out (over memory)" if over_memory else "")
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
     if several:
         # a colour per profile; hollow and the step line read the same in every colour

@@ -28,12 +28,13 @@ from simcluster.output.events import (
 )
 from simcluster.output.gantt import describe_step, draw_gantt
 from simcluster.output.memory_plot import draw_memory, memory_plot_data
-from simcluster.output.perfetto import build_trace, jsonable, trace_json
+from simcluster.output.perfetto import jsonable, trace_gzip, trace_text
 from simcluster.output.style import figure_bytes
 
 TIMELINE_PNG = "timeline.png"
 TIMELINE_SVG = "timeline.svg"
 TRACE_JSON = "trace.json"
+TRACE_JSON_GZ = "trace.json.gz"
 EVENTS_CSV = "events.csv"
 EVENTS_PARQUET = "events.parquet"
 MEMORY_PNG = "memory.png"
@@ -86,10 +87,13 @@ def write_all(
     title: str = "",
     svg: bool = False,
     window: tuple[float, float] | None = None,
+    gzip_trace: bool = False,
 ) -> dict[str, Path]:
     """Write timeline.png (+ .svg), trace.json, events.csv (+ .parquet), memory.png,
     breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
-    ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline.
+    ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline;
+    ``gzip_trace`` writes trace.json.gz instead of trace.json (and removes a trace.json left
+    there by an earlier run, as a plain trace removes an earlier trace.json.gz).
     summary.json and the trace leave out :data:`MACHINE_KEYS` (the simulation's wall time):
     the same inputs write the same bytes.
 
@@ -116,11 +120,16 @@ def write_all(
         # period: no step boundary to mark on the timeline, but a step to split all the same
         period = " (steady state)" if summary.get("optimizer_post_validation") else ""
         files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step{period} goes"), "png")
-    trace = build_trace(frame, labels, memory, {"title": heading, **recorded})
-    files[TRACE_JSON] = trace_json(trace).encode()
+    text = trace_text(frame, labels, memory, {"title": heading, **recorded})
+    if gzip_trace:
+        files[TRACE_JSON_GZ] = trace_gzip(text)
+    else:
+        files[TRACE_JSON] = text.encode()
+    del text
     files[EVENTS_CSV] = events_to_csv_bytes(frame)
     if parquet_available():
         files[EVENTS_PARQUET] = events_to_parquet_bytes(frame)
     files[SUMMARY_JSON] = summary_text.encode()
 
-    return write_output_files(out_dir, files)
+    other_trace = TRACE_JSON if gzip_trace else TRACE_JSON_GZ
+    return write_output_files(out_dir, files, superseded=(other_trace,))

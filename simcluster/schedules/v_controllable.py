@@ -46,29 +46,19 @@ def v_half_block(p: int) -> list[list[int]]:
     return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
 
 
-def _next_op(lists: Slots, heads: list[int]) -> tuple[int, int] | None:
-    """(slot, type) of the earliest unvisited op over the lists; None when all are visited."""
-    best = None
-    for t, lst in enumerate(lists):
-        if heads[t] < len(lst) and (best is None or lst[heads[t]] < best[0]):
-            best = (lst[heads[t]], t)
-    return best
-
-
 def with_weight_passes(stage: Slots, split: bool) -> Slots:
     """The four pass lists plus W: each backward leaves a W to run in the next free slot (one
     pool, or one per chunk with ``split``, chunk-1 first); leftovers run after the last op."""
     base = [list(x) for x in stage[:4]]
+    at = {slot: t for t, lst in enumerate(base) for slot in lst}
     pools: list[list[int]] = [[], []] if split else [[]]
     pending = [0, 0]
-    heads = [0] * 4
     last = max(x[-1] for x in base)
     for slot in range(last + 1):
-        nxt = _next_op(base, heads)
-        if nxt is not None and nxt[0] == slot:
-            heads[nxt[1]] += 1
-            if nxt[1] in (B1, B0):
-                pending[nxt[1] - B1 if split else 0] += 1
+        t = at.get(slot)
+        if t is not None:
+            if t in (B1, B0):
+                pending[t - B1 if split else 0] += 1
             continue
         for w in range(len(pools)):
             if pending[w]:
@@ -142,6 +132,58 @@ def _compact(stages: list[Slots]) -> list[Slots]:
     return [[[end[(s, t, mb)] - 1 for mb in range(len(lst))] for t, lst in enumerate(st)] for s, st in enumerate(stages)]
 
 
+class _Stash:
+    """One stage's stash over the slots, for ``squeeze``'s memory check of a move.
+
+    Moving an op from ``slot`` to an earlier free slot ``early`` only changes the stash in
+    ``[early, slot)``. Before ``early`` nothing moved; from ``slot`` on the stash is never
+    higher than before: with W lists the ops' units are the same, and without them (a pending
+    W runs in each idle slot, a queue served by idle slots) the move turns ``slot`` idle and
+    brings a backward no later, so at least as many W have run by then (the departures of a
+    queue, min over u of arrivals by u plus idle slots after u, only grow). The stage was
+    within the budget before the move, so checking ``[early, slot)`` is checking the stage,
+    in time independent of m; the states before each slot are kept up to date lazily.
+    """
+
+    def __init__(self, stage: Slots, size: int):
+        self.has_w = len(stage) > 4
+        self.at = [-1] * size
+        for t, lst in enumerate(stage):
+            for slot in lst:
+                self.at[slot] = t
+        self.cur = [0] * (size + 1)  # stash and pending W before each slot
+        self.pending = [0] * (size + 1)
+        self.valid = 0  # cur and pending are right up to and including this index
+
+    def _step(self, cur: int, pending: int, t: int) -> tuple[int, int]:
+        if t >= 0:
+            return cur + _STASH[t], pending + (t in (B1, B0))
+        if not self.has_w and pending:
+            return cur - 1, pending - 1
+        return cur, pending
+
+    def _before(self, slot: int) -> tuple[int, int]:
+        cur, pending = self.cur[self.valid], self.pending[self.valid]
+        for k in range(self.valid, slot):
+            cur, pending = self._step(cur, pending, self.at[k])
+            self.cur[k + 1], self.pending[k + 1] = cur, pending
+        self.valid = max(self.valid, slot)
+        return self.cur[slot], self.pending[slot]
+
+    def fits(self, t: int, slot: int, early: int, budget: int) -> bool:
+        """Whether the op of type t at ``slot`` can run at the free ``early`` instead."""
+        cur, pending = self._before(early)
+        for k in range(early, slot):
+            cur, pending = self._step(cur, pending, t if k == early else self.at[k])
+            if cur > budget:
+                return False
+        return True
+
+    def move(self, t: int, slot: int, early: int) -> None:
+        self.at[slot], self.at[early] = -1, t
+        self.valid = min(self.valid, early)
+
+
 def squeeze(stages: list[Slots], with_w: bool) -> list[Slots]:
     """Move warm-up (``with_w`` only) and cool-down ops to the earliest free slot after their
     inputs that keeps the stage within the block's peak memory; the steady state stays put."""
@@ -150,6 +192,7 @@ def squeeze(stages: list[Slots], with_w: bool) -> list[Slots]:
     m = len(stages[0][F0])
     size = max(x[-1] for st in stages for x in st) + 1
     taken = [[False] * size for _ in stages]
+    stash = [_Stash(st, size) for st in stages]
     phase = 0  # 0 warm-up, 1 steady (from stage 0's first b), 2 cool-down (after the last F)
     for slot, s, t, mb in _global_order(stages):
         if phase == 0 and t == B0 and s == 0:
@@ -162,16 +205,12 @@ def squeeze(stages: list[Slots], with_w: bool) -> list[Slots]:
         if phase == 0 and not with_w:
             taken[s][slot] = True
             continue
-        lst = stages[s][t]
         for early in range(_upstream(stages, s, t, mb) + 1, slot):
-            if taken[s][early]:
-                continue
-            lst[mb] = early
-            if peak_memory(stages[s]) <= budget:
+            if not taken[s][early] and stash[s].fits(t, slot, early, budget):
+                stages[s][t][mb] = early
+                stash[s].move(t, slot, early)
                 break
-        else:
-            lst[mb] = slot
-        taken[s][lst[mb]] = True
+        taken[s][stages[s][t][mb]] = True
     if not with_w:
         stages = [with_weight_passes(st, split=False) for st in stages]
     return _compact(stages)
