@@ -272,20 +272,7 @@ class DataParallelOps:
                 continue
             gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
-                nbytes = gather_bytes(self.shared.ctx.scenario, units[j].params, units[j].layer_params)
-                self.gathers[gkey] = self._spawn_dp(
-                    self.shared.comms.collective(
-                        self.rank,
-                        self.stage,
-                        self._sharding("dp"),
-                        "all_gather",
-                        nbytes,
-                        "zero3_param_all_gather",
-                        op.microbatch,
-                        op.chunk,
-                        units[j].layers[0],
-                    )
-                )
+                self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(units[j], op))
         gkey = (key, _unit_id(units[i]))
         ev = self.gathers.get(gkey)
         if ev is None:
@@ -299,6 +286,23 @@ class DataParallelOps:
             seconds = copies[0](units[i].params)
             kind = PHASE_KIND[op.kind]
             yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+
+    def _zero3_all_gather(self, unit: Unit, op: PipeOp) -> Generator:
+        """All-gather a unit's parameters: one collective per group that shards them
+        (:meth:`Unit.shards`), the layer's dense parameters first, as its pre-forward hook
+        gathers them before the experts' does."""
+        for group, params, layer_params in unit.shards():
+            yield from self.shared.comms.collective(
+                self.rank,
+                self.stage,
+                self._sharding(group),
+                "all_gather",
+                gather_bytes(self.shared.ctx.scenario, params, layer_params),
+                "zero3_param_all_gather",
+                op.microbatch,
+                op.chunk,
+                unit.layers[0],
+            )
 
     def _zero3_post_backward(self, unit: Unit, op: PipeOp, lane: Lane | None = None) -> Generator:
         """Start the reduce-scatter of a unit whose backward is done. Where the framework keeps
@@ -331,20 +335,26 @@ class DataParallelOps:
     def _zero3_reduce(
         self, unit: Unit, op: PipeOp, copied: bool = False, scattered: simpy.Event | None = None
     ) -> Generator:
-        """A unit's gradient reduce-scatter on its stream; ``copied``: FSDP2's copy-in already
-        ran on the compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
+        """A unit's gradient reduce-scatters on its stream, one per group that shards its
+        parameters (:meth:`Unit.shards`); ``copied``: FSDP2's copy-in already ran on the
+        compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
         (before an HSDP all-reduce across replicas)."""
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
             yield self.shared.env.timeout(seconds)
-        yield from self._dp_reduce(
-            "dp",
-            "reduce_scatter",
-            unit.params * grad_reduce_bytes(self.shared.ctx.scenario),
-            "zero3_grad_reduce_scatter",
-            op.microbatch,
-            op.chunk,
-            unit.layers[0],
-            scattered,
-        )
+        # the experts' own FSDP group first: their backward ends before the rest of the layer's
+        parts = sorted(unit.shards(), key=lambda part: part[0] == "dp")
+        for n, (group, params, _) in enumerate(parts):
+            yield from self._dp_reduce(
+                group,
+                "reduce_scatter",
+                params * grad_reduce_bytes(self.shared.ctx.scenario),
+                "zero3_grad_reduce_scatter",
+                op.microbatch,
+                op.chunk,
+                unit.layers[0],
+                scattered if n == len(parts) - 1 else None,
+            )
+        if not parts and scattered is not None:
+            scattered.succeed()  # nothing to reduce
