@@ -350,6 +350,10 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
+    if _parallel(raw, "zero_shard", 0):
+        # under HSDP its trainer defers the replicas' all-reduce to the last microbatch
+        # (trainer.py: set_requires_all_reduce(is_last) when dp_replicate is enabled)
+        defaults["zero3"]["replica_all_reduce"] = "last_microbatch"
     parallel: dict[str, Any] = {}
     if _parallel(raw, "ep", 1) > 1:
         # with expert parallelism its experts are split over EP only unless
@@ -405,6 +409,9 @@ def _automodel(raw: Mapping[str, Any]) -> Defaults:
     # "TE" kernel column) and DeepEP's dispatch for experts ("DeepEP")
     defaults = _torchtitan(raw)
     defaults["training"]["elementwise"] = "fused"
+    # ASSUMED: its loop keeps FSDP2's default under HSDP (all-reduce every microbatch); not
+    # read from its recipes, unlike torchtitan's trainer
+    defaults["zero3"].pop("replica_all_reduce", None)
     if _parallel(raw, "ep", 1) > 1:
         defaults["moe"] = {"dispatcher": "deepep"}
     return defaults
@@ -550,13 +557,15 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
             "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does; "
             "interleaved 1F1B in PyTorch's rounds (m microbatches in max(1, m // pp) rounds, "
-            "parallel.microbatch_group = m / rounds when pp does not divide m)",
+            "parallel.microbatch_group = m / rounds when pp does not divide m); under hybrid "
+            "sharding the replicas all-reduce only the last microbatch's gradient shard",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
             "ScheduleInterleaved1F1B (number_of_rounds = max(1, n_microbatches // pp_group_size)); "
             "torch.distributed.pipelining "
-            "PipelineStage.backward_maybe_with_nosync; PyTorch SDPA's flash backend (FlashAttention-2 "
+            "PipelineStage.backward_maybe_with_nosync; trainer.py set_requires_all_reduce(is_last) "
+            "when dp_replicate > 1 (pytorch/torchtitan#4505); PyTorch SDPA's flash backend (FlashAttention-2 "
             "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
             "9.15 gate",

@@ -132,3 +132,34 @@ def test_a_slow_gpu_under_hybrid_sharding_does_not_deadlock_the_ranks():
     healthy = step({"all_ranks": True})
     slow = step({"stragglers": [{"gpu": 0, "compute": 1.1}]})
     assert healthy < slow < 1.1 * healthy
+
+
+@pytest.mark.parametrize(
+    ("setting", "framework", "replicated_microbatches"),
+    [
+        (None, None, {0, 1}),  # PyTorch FSDP2's default: every microbatch all-reduced
+        ("last_microbatch", None, {1}),
+        (None, "torchtitan", {1}),  # its trainer: set_requires_all_reduce(is_last)
+        (None, "automodel", {0, 1}),  # not read from NeMo AutoModel: FSDP2's default kept
+    ],
+)
+def test_replicas_all_reduce_every_microbatch_or_only_the_last(setting, framework, replicated_microbatches):
+    """HSDP with two microbatches per step. PyTorch FSDP2 (pytorch/pytorch#126166) reduce-
+    scatters in the replica every microbatch and, by default, all-reduces the shard across
+    replicas every microbatch too; ``set_requires_all_reduce(False)`` skips the all-reduce, the
+    shard is accumulated and only the last microbatch's all-reduce runs, over the accumulated
+    shard (the same bytes). torchtitan's trainer does this when dp_replicate > 1
+    (pytorch/torchtitan#4505)."""
+    raw = _scenario(3, 4, global_batch=32)
+    if setting:
+        raw["zero3"] = {"replica_all_reduce": setting}
+    if framework:
+        raw["framework"] = framework
+    ev = run(raw).events
+    ev = ev[ev["rank"] == 0]
+    rs = ev[ev["name"] == "zero3_grad_reduce_scatter"]
+    ar = ev[ev["name"] == "zero3_grad_reduce_scatter_replicas"]
+    assert set(rs["microbatch"]) == {0, 1}
+    assert set(ar["microbatch"]) == replicated_microbatches
+    last = rs[rs["microbatch"] == 1]
+    assert sorted(ar[ar["microbatch"] == 1]["bytes"] * 4) == pytest.approx(sorted(last["bytes"]))

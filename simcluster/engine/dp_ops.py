@@ -199,16 +199,17 @@ class DataParallelOps:
 
     def _dp_reduce(
         self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
-        sharded: simpy.Event | None = None,
+        sharded: simpy.Event | None = None, replicas: bool = True,
     ) -> Generator:
         """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
-        distributed-optimizer instances). ``sharded`` succeeds after the first collective."""
+        distributed-optimizer instances) unless ``replicas`` is false (a microbatch whose shard
+        is only accumulated). ``sharded`` succeeds after the first collective."""
         comms, shard = self.shared.comms, self._sharding(group)
         yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
         if sharded is not None:
             sharded.succeed()
-        if shard != group:
+        if shard != group and replicas:
             part = nbytes / self.shared.ctx.layout.zero_group
             yield from comms.collective(
                 self.rank, self.stage, "dpr", "all_reduce", part, f"{name}_replicas", mb, chunk, layer
@@ -343,18 +344,26 @@ class DataParallelOps:
         if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
             yield self.shared.env.timeout(seconds)
+        sc = self.shared.ctx.scenario
+        # HSDP: with set_requires_all_reduce(False) the replicas all-reduce only the last
+        # microbatch's accumulated shard (zero3.replica_all_reduce)
+        replicas = (
+            sc.zero3.replica_all_reduce == "every_microbatch"
+            or self.plan.last_backward.get(op.chunk) == op.microbatch
+        )
         # the experts' own FSDP group first: their backward ends before the rest of the layer's
         parts = sorted(unit.shards(), key=lambda part: part[0] == "dp")
         for n, (group, params, _) in enumerate(parts):
             yield from self._dp_reduce(
                 group,
                 "reduce_scatter",
-                params * grad_reduce_bytes(self.shared.ctx.scenario),
+                params * grad_reduce_bytes(sc),
                 "zero3_grad_reduce_scatter",
                 op.microbatch,
                 op.chunk,
                 unit.layers[0],
                 scattered if n == len(parts) - 1 else None,
+                replicas,
             )
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce
