@@ -340,7 +340,23 @@ def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | N
     return m // rounds
 
 
+def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
+    """torchtitan's data parallelism (and NeMo AutoModel's, which composes it) is DDP
+    (``data_parallel_replicate_degree``) or FSDP2 (``data_parallel_shard_degree``): parameters,
+    gradients and optimizer state sharded together, no ZeRO-1/2. FSDP2 without resharding after
+    the forward (FSDP's SHARD_GRAD_OP) is zero 3 with ``zero3.reshard_after_forward: false``."""
+    zero = _zero_stage(raw)
+    if zero in (1, 2):
+        raise UserError(
+            "parallel.zero",
+            f"framework {name} replicates (zero 0, DDP) or fully shards (zero 3, FSDP2), it has "
+            f"no ZeRO-{zero}; use zero 3 (with zero3.reshard_after_forward: false to keep the "
+            "gathered parameters from forward to backward) or zero 0",
+        )
+
+
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
+    _fsdp2_stages_only(raw, "torchtitan")
     training: dict[str, Any] = {"elementwise": "eager"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
@@ -407,6 +423,7 @@ def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
 def _automodel(raw: Mapping[str, Any]) -> Defaults:
     # torchtitan's FSDP2 composition with TransformerEngine's fused kernels (its summary's
     # "TE" kernel column) and DeepEP's dispatch for experts ("DeepEP")
+    _fsdp2_stages_only(raw, "automodel")
     defaults = _torchtitan(raw)
     defaults["training"]["elementwise"] = "fused"
     # ASSUMED: its loop keeps FSDP2's default under HSDP (all-reduce every microbatch); not
@@ -549,7 +566,8 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             "torchtitan",
-            "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
+            "PyTorch torchtitan with FSDP2 (zero 3; zero 0 is its DDP, ZeRO-1/2 are refused) in "
+            "eager mode: gathers copied out per parameter, "
             "gradients copy-cast into the reduce-scatter buffer on the compute stream once the "
             "previous reduce-scatter is done (one in flight), unfused norms and rotary (set "
             "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
