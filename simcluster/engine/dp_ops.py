@@ -194,8 +194,11 @@ class DataParallelOps:
         yield from self._dp_reduce(bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0])
 
     def _sharding(self, group: str) -> str:
-        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense only)."""
-        return "dps" if group == "dp" and self.shared.ctx.layout.zero_replicas > 1 else group
+        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense and
+        expert alike)."""
+        if self.shared.ctx.layout.zero_replicas <= 1:
+            return group
+        return {"dp": "dps", "edp": "edps"}.get(group, group)
 
     def _dp_reduce(
         self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
@@ -210,9 +213,12 @@ class DataParallelOps:
         if sharded is not None:
             sharded.succeed()
         if shard != group and replicas:
-            part = nbytes / self.shared.ctx.layout.zero_group
+            lay = self.shared.ctx.layout
+            dense = group == "dp"
+            part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
+            across = "dpr" if dense else "edpr"
             yield from comms.collective(
-                self.rank, self.stage, "dpr", "all_reduce", part, f"{name}_replicas", mb, chunk, layer
+                self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer
             )
 
     def _gather_bucket(self, bucket: Any) -> Generator:

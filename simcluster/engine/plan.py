@@ -61,7 +61,8 @@ class Unit:
         """(group, parameters, of which transformer-layer weights) of each collective that
         gathers the unit or reduces its gradients under ZeRO-3: the dense parameters over the
         data-parallel group (``dp``: dp x cp, or the replica under hybrid sharding), the routed
-        experts over the group that shards them (``edp``), as the static memory shards them
+        experts over the group that shards them (``edp``: the ranks holding the same expert
+        shard, or those of them in the replica), as the static memory shards them
         (``memory.static_memory``). torchtitan wraps each MoE layer's experts in a
         ``fully_shard`` of their own on the expert-data-parallel mesh (models/llama4/infra/
         parallelize.py ``apply_fsdp``: ``transformer_block.moe.experts`` on the dp-mod-ep mesh,
