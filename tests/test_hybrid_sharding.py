@@ -216,3 +216,11 @@ def test_a_shard_that_splits_the_expert_groups_unevenly_is_a_one_line_error():
     assert err.value.field == "parallel.zero_shard" and "expert" in str(err.value)
     assert "\n" not in err.value.one_line()
     build_context(scenario_from_dict(_moe_scenario(1, 4)))  # whole EP groups per replica
+
+
+@pytest.mark.parametrize("zero", [1, 3])
+def test_expert_hybrid_sharding_agrees_in_all_ranks_mode(zero):
+    """Every rank simulated meets its expert shard and replica groups in the same order as the
+    symmetric run's representative (no rank waits for a collective its peers never issue)."""
+    sym = run(_moe_scenario(zero, 8)).summary["step_time_s"]
+    assert run(_moe_scenario(zero, 8), all_ranks=True).summary["step_time_s"] == pytest.approx(sym, rel=1e-9)
