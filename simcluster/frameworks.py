@@ -341,10 +341,11 @@ def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | N
 
 
 def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
-    """torchtitan's data parallelism (and NeMo AutoModel's, which composes it) is DDP
-    (``data_parallel_replicate_degree``) or FSDP2 (``data_parallel_shard_degree``): parameters,
-    gradients and optimizer state sharded together, no ZeRO-1/2. FSDP2 without resharding after
-    the forward (FSDP's SHARD_GRAD_OP) is zero 3 with ``zero3.reshard_after_forward: false``."""
+    """torchtitan's data parallelism is DDP (``data_parallel_replicate_degree``) or FSDP2
+    (``data_parallel_shard_degree``): parameters, gradients and optimizer state sharded
+    together, no ZeRO-1/2. FSDP2 without resharding after the forward (FSDP's SHARD_GRAD_OP) is
+    zero 3 with ``zero3.reshard_after_forward: false``. (NeMo AutoModel, which composes its
+    FSDP2, also offers Megatron-FSDP's optimizer- and gradient-only sharding: not refused.)"""
     zero = _zero_stage(raw)
     if zero in (1, 2):
         raise UserError(
@@ -357,6 +358,10 @@ def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
 
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     _fsdp2_stages_only(raw, "torchtitan")
+    return _torchtitan_defaults(raw)
+
+
+def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
     training: dict[str, Any] = {"elementwise": "eager"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
@@ -423,8 +428,7 @@ def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
 def _automodel(raw: Mapping[str, Any]) -> Defaults:
     # torchtitan's FSDP2 composition with TransformerEngine's fused kernels (its summary's
     # "TE" kernel column) and DeepEP's dispatch for experts ("DeepEP")
-    _fsdp2_stages_only(raw, "automodel")
-    defaults = _torchtitan(raw)
+    defaults = _torchtitan_defaults(raw)
     defaults["training"]["elementwise"] = "fused"
     # ASSUMED: its loop keeps FSDP2's default under HSDP (all-reduce every microbatch); not
     # read from its recipes, unlike torchtitan's trainer

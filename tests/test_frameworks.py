@@ -303,8 +303,8 @@ def test_nanotron_names_the_zero_stages_it_runs(zero: int) -> None:
     assert err.value.field == "parallel.zero" and "nanotron" in str(err.value)
 
 
-@pytest.mark.parametrize(("name", "zero"), [("torchtitan", 1), ("torchtitan", 2), ("automodel", 2)])
-def test_fsdp2_frameworks_name_the_zero_stages_they_run(name: str, zero: int) -> None:
+@pytest.mark.parametrize(("name", "zero"), [("torchtitan", 1), ("torchtitan", 2)])
+def test_torchtitan_names_the_zero_stages_it_runs(name: str, zero: int) -> None:
     # torchtitan's data parallelism is DDP (data_parallel_replicate_degree) or FSDP2
     # (data_parallel_shard_degree, fully_shard): no optimizer-only or gradient-only sharding
     with pytest.raises(UserError) as err:
