@@ -62,8 +62,9 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if tr.recompute != "full":
         out.append(("training.recompute", "full"))
-    if par.zero < 3:
-        out.append(("parallel.zero", par.zero + 1))
+    # every later ZeRO stage; only the first the layout accepts is tried (fitting_changes):
+    # torchtitan has no ZeRO-1/2, and pipelines run no ZeRO-2
+    out.extend(("parallel.zero", stage) for stage in range(par.zero + 1, 4))
     if tr.micro_batch > 1 and tr.micro_batch % 2 == 0:
         out.append(("training.micro_batch", tr.micro_batch // 2))
     if not tr.fused_cross_entropy:
@@ -99,11 +100,15 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
     hints: list[tuple[tuple[int, int], FitHint]] = []
     fewest = min(c.layers for stage in build_context(sc, hardware).chunks for c in stage)
+    next_zero = False  # a later ZeRO stage was accepted: the ones after it are not offered
     for key, value in _candidates(sc, fewest):
+        if key == "parallel.zero" and next_zero:
+            continue
         try:
             ctx = build_context(scenario_from_dict(base, [(key, value)]), hardware)
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
+        next_zero = next_zero or key == "parallel.zero"
         offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
         if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
             continue  # the profile cannot price the host side, so the run would be refused

@@ -351,7 +351,28 @@ def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | N
     return m // rounds
 
 
+def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
+    """torchtitan's data parallelism is DDP (``data_parallel_replicate_degree``) or FSDP2
+    (``data_parallel_shard_degree``): parameters, gradients and optimizer state sharded
+    together, no ZeRO-1/2. FSDP2 without resharding after the forward (FSDP's SHARD_GRAD_OP) is
+    zero 3 with ``zero3.reshard_after_forward: false``. (NeMo AutoModel, which composes its
+    FSDP2, also offers Megatron-FSDP's optimizer- and gradient-only sharding: not refused.)"""
+    zero = _zero_stage(raw)
+    if zero in (1, 2):
+        raise UserError(
+            "parallel.zero",
+            f"framework {name} replicates (zero 0, DDP) or fully shards (zero 3, FSDP2), it has "
+            f"no ZeRO-{zero}; use zero 3 (with zero3.reshard_after_forward: false to keep the "
+            "gathered parameters from forward to backward) or zero 0",
+        )
+
+
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
+    _fsdp2_stages_only(raw, "torchtitan")
+    return _torchtitan_defaults(raw)
+
+
+def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
     training: dict[str, Any] = {"elementwise": "eager"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
@@ -361,6 +382,10 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
+    if _parallel(raw, "zero_shard", 0):
+        # under HSDP its trainer defers the replicas' all-reduce to the last microbatch
+        # (trainer.py: set_requires_all_reduce(is_last) when dp_replicate is enabled)
+        defaults["zero3"]["replica_all_reduce"] = "last_microbatch"
     parallel: dict[str, Any] = {}
     if _parallel(raw, "ep", 1) > 1:
         # with expert parallelism its experts are split over EP only unless
@@ -414,8 +439,11 @@ def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
 def _automodel(raw: Mapping[str, Any]) -> Defaults:
     # torchtitan's FSDP2 composition with TransformerEngine's fused kernels (its summary's
     # "TE" kernel column) and DeepEP's dispatch for experts ("DeepEP")
-    defaults = _torchtitan(raw)
+    defaults = _torchtitan_defaults(raw)
     defaults["training"]["elementwise"] = "fused"
+    # ASSUMED: its loop keeps FSDP2's default under HSDP (all-reduce every microbatch); not
+    # read from its recipes, unlike torchtitan's trainer
+    defaults["zero3"].pop("replica_all_reduce", None)
     if _parallel(raw, "ep", 1) > 1:
         defaults["moe"] = {"dispatcher": "deepep"}
     return defaults
@@ -553,7 +581,8 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             "torchtitan",
-            "PyTorch torchtitan with FSDP2 in eager mode: gathers copied out per parameter, "
+            "PyTorch torchtitan with FSDP2 (zero 3; zero 0 is its DDP, ZeRO-1/2 are refused) in "
+            "eager mode: gathers copied out per parameter, "
             "gradients copy-cast into the reduce-scatter buffer on the compute stream once the "
             "previous reduce-scatter is done (one in flight), unfused norms and rotary (set "
             "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
@@ -561,13 +590,15 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
             "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does; "
             "interleaved 1F1B in PyTorch's rounds (m microbatches in max(1, m // pp) rounds, "
-            "parallel.microbatch_group = m / rounds when pp does not divide m)",
+            "parallel.microbatch_group = m / rounds when pp does not divide m); under hybrid "
+            "sharding the replicas all-reduce only the last microbatch's gradient shard",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
             "ScheduleInterleaved1F1B (number_of_rounds = max(1, n_microbatches // pp_group_size)); "
             "torch.distributed.pipelining "
-            "PipelineStage.backward_maybe_with_nosync; PyTorch SDPA's flash backend (FlashAttention-2 "
+            "PipelineStage.backward_maybe_with_nosync; trainer.py set_requires_all_reduce(is_last) "
+            "when dp_replicate > 1 (pytorch/torchtitan#4505); PyTorch SDPA's flash backend (FlashAttention-2 "
             "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
             "9.15 gate",

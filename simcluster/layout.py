@@ -105,6 +105,14 @@ class Layout:
         return self.zero_shard or self.dp * self.cp
 
     @property
+    def expert_zero_group(self) -> int:
+        """Ranks over which ZeRO shards the routed experts' state: their expert-data-parallel
+        group, cut into the dense state's replicas under hybrid sharding (torchtitan shards
+        experts on the (dp_replicate, efsdp) mesh, Megatron-Core keeps an intra-instance expert
+        data-parallel group per distributed-optimizer instance)."""
+        return self.edp // self.zero_replicas
+
+    @property
     def zero_replicas(self) -> int:
         """Copies of the sharded state (HSDP's replicate degree; 1 without hybrid sharding)."""
         return self.dp * self.cp // self.zero_group
@@ -148,7 +156,7 @@ class Layout:
 
     def group(self, dim: str, rank: int) -> list[int]:
         """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, dps, dpr,
-        edp, embd)."""
+        edp, edps, edpr, embd)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
@@ -169,7 +177,23 @@ class Layout:
             return full[pos % size :: size]
         if dim in ("ep", "edp", "etp"):
             return self._expert_group(dim, c["pp"], rank)
+        if dim in ("edps", "edpr"):
+            # hybrid sharding of the experts: the expert-data-parallel ranks inside rank's
+            # dense replica (edps), and those at the same place in every replica (edpr)
+            by_replica: dict[int, list[int]] = {}
+            for r in self.group("edp", rank):
+                by_replica.setdefault(self.replica_of(r), []).append(r)
+            mine = by_replica[self.replica_of(rank)]
+            if dim == "edps":
+                return mine
+            k = mine.index(rank)
+            return [by_replica[q][k] for q in sorted(by_replica)]
         raise ValueError(f"unknown group dimension {dim}")
+
+    def replica_of(self, rank: int) -> int:
+        """Which copy of the dense ZeRO state ``rank`` belongs to under hybrid sharding (its
+        place in the dp x cp group, cp innermost, over the replica size; 0 without)."""
+        return self.group("dpcp", rank).index(rank) // self.zero_group
 
     def _expert_group(self, dim: str, stage: int, rank: int) -> list[int]:
         """``rank``'s expert group of one pipeline stage (Megatron-Core's expert rank order,
@@ -386,7 +410,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "cluster.gpus",
             f"{gpus} is not a multiple of gpus_per_node={gpus_per_node}; use whole nodes",
         )
-    return Layout(
+    layout = Layout(
         dp=dp,
         tp=par.tp,
         pp=par.pp,
@@ -412,6 +436,27 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         parallel_block_comm=par.parallel_block_comm or "separate",
         microbatch_group=par.microbatch_group or 0,
     )
+    if layout.zero_replicas > 1 and model.is_moe:
+        _check_expert_replicas(layout)
+    return layout
+
+
+def _check_expert_replicas(layout: Layout) -> None:
+    """Under hybrid sharding every replica must hold the same number of each expert shard's
+    data-parallel ranks, so the experts shard inside it as the dense state does (torchtitan
+    requires ep to divide dp_shard x cp: expert parallelism is carved from the sharding
+    dimension, never across replicas)."""
+    for group in layout.groups("edp", 0):
+        counts: dict[int, int] = {}
+        for r in group:
+            counts[layout.replica_of(r)] = counts.get(layout.replica_of(r), 0) + 1
+        if len(counts) != layout.zero_replicas or len(set(counts.values())) != 1:
+            raise UserError(
+                "parallel.zero_shard",
+                f"{layout.zero_group} leaves some replicas without a copy of an expert shard (ep*etp = "
+                f"{layout.expert_shard} over tp = {layout.tp}); use a zero_shard whose replicas hold "
+                "whole expert-parallel groups (a multiple of ep*etp/tp data-parallel ranks), or drop it",
+            )
 
 
 def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:

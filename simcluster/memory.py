@@ -472,7 +472,7 @@ def static_memory(
     if zero == 3 and layout.fsdp2_copies:
         bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
-    expert = sharded(bpp, zero, layout.edp)
+    expert = sharded(bpp, zero, layout.expert_zero_group)
     if zero == 3 and layout.zero3_keep_for_backward:
         # every layer's gathered parameters are held from its forward to its backward: at the
         # end of the forward all of them are (beside FSDP2's own shards)

@@ -105,7 +105,9 @@ def test_frameworks_set_the_passes_they_run():
     lm2021 = apply_framework({**plain, "framework": "megatron-lm-2021"})["dp"]
     assert lm2021["prescale"] is True and "nan_check" not in lm2021
     for name in ("deepspeed", "nanotron", "torchtitan"):
-        dp = apply_framework({**plain, "framework": name}).get("dp", {})
+        # torchtitan has no ZeRO-1: its FSDP2 is zero 3
+        parallel = {"zero": 3} if name == "torchtitan" else plain["parallel"]
+        dp = apply_framework({**plain, "parallel": parallel, "framework": name}).get("dp", {})
         assert "nan_check" not in dp and "prescale" not in dp, name
     # an explicit field wins (NeMo's and Megatron-Bridge's recipes turn both off)
     off = apply_framework({**plain, "framework": "megatron-core", "dp": {"nan_check": False}})

@@ -105,3 +105,18 @@ def test_memory_table_folds_equal_stages_and_explains_its_columns(cli):
     out = " ".join(cli("memory", "llama3-8b-8xh100").out.split())
     # bf16 weights, fp32 main gradients with fusion, Adam's 12 B sharded over 8 ZeRO-2 ranks
     assert "per parameter the GPU computes with: weights 2.00 B" in out and "other: training.memory_overhead_gib" in out
+
+
+def test_the_next_zero_stage_offered_is_one_the_framework_runs():
+    """torchtitan replicates (DDP) or fully shards (FSDP2), with no ZeRO-1/2: from zero 0 the
+    stage a hint offers is 3, the first one its layout accepts."""
+    data = make_scenario(
+        model={"name": "m", "layers": 4, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 32000},
+        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"gpu": {"memory_gib": 16}}},
+        parallel={"tp": 1, "pp": 1, "zero": 0},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "recompute": "full"},
+    )  # fmt: skip
+    plain = [h.change for h in fitting_changes(scenario_from_dict(data))]
+    titan = [h.change for h in fitting_changes(scenario_from_dict({**data, "framework": "torchtitan"}), most=10)]
+    assert "parallel.zero=1" in plain and "parallel.zero=3" not in plain
+    assert "parallel.zero=3" in titan and not any(h.startswith("parallel.zero=1") for h in titan)

@@ -303,6 +303,18 @@ def test_nanotron_names_the_zero_stages_it_runs(zero: int) -> None:
     assert err.value.field == "parallel.zero" and "nanotron" in str(err.value)
 
 
+@pytest.mark.parametrize(("name", "zero"), [("torchtitan", 1), ("torchtitan", 2)])
+def test_torchtitan_names_the_zero_stages_it_runs(name: str, zero: int) -> None:
+    # torchtitan's data parallelism is DDP (data_parallel_replicate_degree) or FSDP2
+    # (data_parallel_shard_degree, fully_shard): no optimizer-only or gradient-only sharding
+    with pytest.raises(UserError) as err:
+        scenario_from_dict(_small(framework=name, parallel={"zero": zero}))
+    assert err.value.field == "parallel.zero" and name in str(err.value) and "zero 3" in str(err.value)
+    assert "\n" not in err.value.one_line()
+    for ok in (0, 3):
+        scenario_from_dict(_small(framework=name, parallel={"tp": 2, "zero": ok}))
+
+
 def test_framework_names_match_as_people_write_them():
     # spaces, hyphens, underscores and case do not matter; aliases too
     from simcluster.frameworks import get_framework

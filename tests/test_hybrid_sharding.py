@@ -9,6 +9,7 @@ from conftest import make_scenario
 from engine_helpers import run
 
 from simcluster.context import build_context
+from simcluster.errors import UserError
 from simcluster.memory import stage_params, static_memory
 from simcluster.scenario import scenario_from_dict
 
@@ -132,3 +133,94 @@ def test_a_slow_gpu_under_hybrid_sharding_does_not_deadlock_the_ranks():
     healthy = step({"all_ranks": True})
     slow = step({"stragglers": [{"gpu": 0, "compute": 1.1}]})
     assert healthy < slow < 1.1 * healthy
+
+
+@pytest.mark.parametrize(
+    ("setting", "framework", "replicated_microbatches"),
+    [
+        (None, None, {0, 1}),  # PyTorch FSDP2's default: every microbatch all-reduced
+        ("last_microbatch", None, {1}),
+        (None, "torchtitan", {1}),  # its trainer: set_requires_all_reduce(is_last)
+        (None, "automodel", {0, 1}),  # not read from NeMo AutoModel: FSDP2's default kept
+    ],
+)
+def test_replicas_all_reduce_every_microbatch_or_only_the_last(setting, framework, replicated_microbatches):
+    """HSDP with two microbatches per step. PyTorch FSDP2 (pytorch/pytorch#126166) reduce-
+    scatters in the replica every microbatch and, by default, all-reduces the shard across
+    replicas every microbatch too; ``set_requires_all_reduce(False)`` skips the all-reduce, the
+    shard is accumulated and only the last microbatch's all-reduce runs, over the accumulated
+    shard (the same bytes). torchtitan's trainer does this when dp_replicate > 1
+    (pytorch/torchtitan#4505)."""
+    raw = _scenario(3, 4, global_batch=32)
+    if setting:
+        raw["zero3"] = {"replica_all_reduce": setting}
+    if framework:
+        raw["framework"] = framework
+    ev = run(raw).events
+    ev = ev[ev["rank"] == 0]
+    rs = ev[ev["name"] == "zero3_grad_reduce_scatter"]
+    ar = ev[ev["name"] == "zero3_grad_reduce_scatter_replicas"]
+    assert set(rs["microbatch"]) == {0, 1}
+    assert set(ar["microbatch"]) == replicated_microbatches
+    last = rs[rs["microbatch"] == 1]
+    assert sorted(ar[ar["microbatch"] == 1]["bytes"] * 4) == pytest.approx(sorted(last["bytes"]))
+
+
+def _moe_scenario(zero: int, shard: int) -> dict:
+    """16 GPUs, ep 4 (whole experts, packed): each expert shard's data-parallel ranks are
+    {r, r+4, r+8, r+12}."""
+    raw = _scenario(zero, shard)
+    raw["model"].update(layers=2, hidden=1024, heads=8, ffn=4096, vocab=1024, mlp="swiglu", norm="rmsnorm",
+                        bias=False, experts=8, top_k=2, expert_ffn=512)  # fmt: skip
+    raw["parallel"].update(ep=4)
+    return raw
+
+
+def test_experts_shard_inside_the_replica_too():
+    """torchtitan shards the experts on the (dp_replicate, efsdp) mesh: with 2 replicas of 8
+    ranks, rank 0's expert shard group is the two ranks of its replica that hold its experts
+    ({0, 4}), and the replicas all-reduce with the rank holding the same shard in the other
+    ({0, 8}); memory shards the experts' state over 2 ranks, not 4."""
+    ctx = build_context(scenario_from_dict(_moe_scenario(1, 8)))
+    lay = ctx.layout
+    assert lay.group("edp", 0) == [0, 4, 8, 12]
+    assert lay.group("edps", 0) == [0, 4] and lay.group("edpr", 0) == [0, 8]
+    assert lay.group("edps", 12) == [8, 12] and lay.group("edpr", 12) == [4, 12]
+    assert lay.expert_zero_group == 2
+    params = stage_params(ctx.model, lay, ctx.chunks[0])
+    optimizer = static_memory(ctx.model, lay, ctx.scenario.training, params)[2]
+    assert optimizer == pytest.approx(12 * (params.dense / 8 + params.expert / 2))
+
+
+def test_expert_reduce_scatters_stay_in_the_replica_then_all_reduce_across():
+    """Each reduce-scatter is followed on the DP stream by its replicas' all-reduce of the
+    shard it produced: 1/2 of the experts' bytes (2 expert ranks per replica), 1/8 of the
+    dense ones (8 ranks per replica)."""
+    ev = run(_moe_scenario(3, 8)).events
+    ev = ev[(ev["rank"] == 0) & ev["name"].str.startswith("zero3_grad_reduce_scatter")].sort_values("start_s")
+    routed = 8 * 3 * 1024 * 512 / 4 * 4  # fp32 gradients (fp32_grad_accum), ep 4
+    ratios = []
+    for (_, before), (_, after) in zip(ev.iloc[:-1].iterrows(), ev.iloc[1:].iterrows(), strict=True):
+        if after["name"].endswith("_replicas"):
+            assert not before["name"].endswith("_replicas")
+            ratios.append(after["bytes"] / before["bytes"])
+            if after["bytes"] / before["bytes"] == pytest.approx(0.5):
+                assert before["bytes"] == pytest.approx(routed)
+    assert len(ratios) == (ev["name"].str.endswith("_replicas")).sum()
+    assert sorted(set(round(r, 6) for r in ratios)) == [0.125, 0.5]
+
+
+def test_a_shard_that_splits_the_expert_groups_unevenly_is_a_one_line_error():
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(_moe_scenario(1, 2)))
+    assert err.value.field == "parallel.zero_shard" and "expert" in str(err.value)
+    assert "\n" not in err.value.one_line()
+    build_context(scenario_from_dict(_moe_scenario(1, 4)))  # whole EP groups per replica
+
+
+@pytest.mark.parametrize("zero", [1, 3])
+def test_expert_hybrid_sharding_agrees_in_all_ranks_mode(zero):
+    """Every rank simulated meets its expert shard and replica groups in the same order as the
+    symmetric run's representative (no rank waits for a collective its peers never issue)."""
+    sym = run(_moe_scenario(zero, 8)).summary["step_time_s"]
+    assert run(_moe_scenario(zero, 8), all_ranks=True).summary["step_time_s"] == pytest.approx(sym, rel=1e-9)

@@ -28,6 +28,8 @@ GROUP_DIM = {
     "dps": "dps",  # hybrid sharding: the ranks sharing one copy of the ZeRO state
     "dpr": "dpr",  # and the replicas of one shard
     "edp": "edp",
+    "edps": "edps",  # hybrid sharding of the routed experts: their shard group in the replica
+    "edpr": "edpr",  # and the replicas of one expert shard
     "pp": "pp",
     # the receiving stage's all-gather of the slices a scatter/gather pipeline transfer sends
     # (overlap.pp_scatter_gather): a TP-group collective that belongs to the pipeline transfer
@@ -38,7 +40,7 @@ GROUP_DIM = {
 # simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
 CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
-DP_GROUPS = frozenset({"edp", "dps", "dpr"})
+DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
 SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp"}
 

@@ -194,24 +194,31 @@ class DataParallelOps:
         yield from self._dp_reduce(bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0])
 
     def _sharding(self, group: str) -> str:
-        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense only)."""
-        return "dps" if group == "dp" and self.shared.ctx.layout.zero_replicas > 1 else group
+        """The group ZeRO shards over: the replica's ranks under hybrid sharding (dense and
+        expert alike)."""
+        if self.shared.ctx.layout.zero_replicas <= 1:
+            return group
+        return {"dp": "dps", "edp": "edps"}.get(group, group)
 
     def _dp_reduce(
         self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
-        sharded: simpy.Event | None = None,
+        sharded: simpy.Event | None = None, replicas: bool = True,
     ) -> Generator:
         """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
-        distributed-optimizer instances). ``sharded`` succeeds after the first collective."""
+        distributed-optimizer instances) unless ``replicas`` is false (a microbatch whose shard
+        is only accumulated). ``sharded`` succeeds after the first collective."""
         comms, shard = self.shared.comms, self._sharding(group)
         yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
         if sharded is not None:
             sharded.succeed()
-        if shard != group:
-            part = nbytes / self.shared.ctx.layout.zero_group
+        if shard != group and replicas:
+            lay = self.shared.ctx.layout
+            dense = group == "dp"
+            part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
+            across = "dpr" if dense else "edpr"
             yield from comms.collective(
-                self.rank, self.stage, "dpr", "all_reduce", part, f"{name}_replicas", mb, chunk, layer
+                self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer
             )
 
     def _gather_bucket(self, bucket: Any) -> Generator:
@@ -272,20 +279,7 @@ class DataParallelOps:
                 continue
             gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
-                nbytes = gather_bytes(self.shared.ctx.scenario, units[j].params, units[j].layer_params)
-                self.gathers[gkey] = self._spawn_dp(
-                    self.shared.comms.collective(
-                        self.rank,
-                        self.stage,
-                        self._sharding("dp"),
-                        "all_gather",
-                        nbytes,
-                        "zero3_param_all_gather",
-                        op.microbatch,
-                        op.chunk,
-                        units[j].layers[0],
-                    )
-                )
+                self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(units[j], op))
         gkey = (key, _unit_id(units[i]))
         ev = self.gathers.get(gkey)
         if ev is None:
@@ -299,6 +293,23 @@ class DataParallelOps:
             seconds = copies[0](units[i].params)
             kind = PHASE_KIND[op.kind]
             yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+
+    def _zero3_all_gather(self, unit: Unit, op: PipeOp) -> Generator:
+        """All-gather a unit's parameters: one collective per group that shards them
+        (:meth:`Unit.shards`), the layer's dense parameters first, as its pre-forward hook
+        gathers them before the experts' does."""
+        for group, params, layer_params in unit.shards():
+            yield from self.shared.comms.collective(
+                self.rank,
+                self.stage,
+                self._sharding(group),
+                "all_gather",
+                gather_bytes(self.shared.ctx.scenario, params, layer_params),
+                "zero3_param_all_gather",
+                op.microbatch,
+                op.chunk,
+                unit.layers[0],
+            )
 
     def _zero3_post_backward(self, unit: Unit, op: PipeOp, lane: Lane | None = None) -> Generator:
         """Start the reduce-scatter of a unit whose backward is done. Where the framework keeps
@@ -331,20 +342,34 @@ class DataParallelOps:
     def _zero3_reduce(
         self, unit: Unit, op: PipeOp, copied: bool = False, scattered: simpy.Event | None = None
     ) -> Generator:
-        """A unit's gradient reduce-scatter on its stream; ``copied``: FSDP2's copy-in already
-        ran on the compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
+        """A unit's gradient reduce-scatters on its stream, one per group that shards its
+        parameters (:meth:`Unit.shards`); ``copied``: FSDP2's copy-in already ran on the
+        compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
         (before an HSDP all-reduce across replicas)."""
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
             yield self.shared.env.timeout(seconds)
-        yield from self._dp_reduce(
-            "dp",
-            "reduce_scatter",
-            unit.params * grad_reduce_bytes(self.shared.ctx.scenario),
-            "zero3_grad_reduce_scatter",
-            op.microbatch,
-            op.chunk,
-            unit.layers[0],
-            scattered,
+        sc = self.shared.ctx.scenario
+        # HSDP: with set_requires_all_reduce(False) the replicas all-reduce only the last
+        # microbatch's accumulated shard (zero3.replica_all_reduce)
+        replicas = (
+            sc.zero3.replica_all_reduce == "every_microbatch"
+            or self.plan.last_backward.get(op.chunk) == op.microbatch
         )
+        # the experts' own FSDP group first: their backward ends before the rest of the layer's
+        parts = sorted(unit.shards(), key=lambda part: part[0] == "dp")
+        for n, (group, params, _) in enumerate(parts):
+            yield from self._dp_reduce(
+                group,
+                "reduce_scatter",
+                params * grad_reduce_bytes(sc),
+                "zero3_grad_reduce_scatter",
+                op.microbatch,
+                op.chunk,
+                unit.layers[0],
+                scattered if n == len(parts) - 1 else None,
+                replicas,
+            )
+        if not parts and scattered is not None:
+            scattered.succeed()  # nothing to reduce

@@ -7,7 +7,7 @@ the LM head into the last) so that ZeRO-3 gathers and gradient buckets attach to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simcluster.compute import KernelModel
 from simcluster.context import Context
@@ -52,6 +52,28 @@ class Unit:
     segments: tuple[Segment, ...]
     params: float  # parameters per GPU (for ZeRO-3 gathers)
     layer_params: float = 0.0  # of which transformer-layer weights (training.fp8_param_gather)
+    #: of ``params``, routed experts (sharded over the expert-data-parallel group), and of
+    #: those, the transformer layer's (the rest are the LM head's MTP experts)
+    expert_params: float = 0.0
+    expert_layer_params: float = 0.0
+
+    def shards(self) -> tuple[tuple[str, float, float], ...]:
+        """(group, parameters, of which transformer-layer weights) of each collective that
+        gathers the unit or reduces its gradients under ZeRO-3: the dense parameters over the
+        data-parallel group (``dp``: dp x cp, or the replica under hybrid sharding), the routed
+        experts over the group that shards them (``edp``: the ranks holding the same expert
+        shard, or those of them in the replica), as the static memory shards them
+        (``memory.static_memory``). torchtitan wraps each MoE layer's experts in a
+        ``fully_shard`` of their own on the expert-data-parallel mesh (models/llama4/infra/
+        parallelize.py ``apply_fsdp``: ``transformer_block.moe.experts`` on the dp-mod-ep mesh,
+        the rest of the block on the dp mesh), so they are separate collectives.
+        Groups without parameters are left out."""
+        dense = self.params - self.expert_params
+        parts = (
+            ("dp", dense, self.layer_params - self.expert_layer_params),
+            ("edp", self.expert_params, self.expert_layer_params),
+        )
+        return tuple(p for p in parts if p[1] > 0)
 
 
 @dataclass
@@ -115,8 +137,17 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
         if phase != "F" and chunk.embedding and first_in_model:
             segs += builder.embedding(phase)
             covered.append(-1)
-        params = {u: sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered}
-        units.append(Unit(tuple(covered), tuple(segs), sum(params.values()), params[layer]))
+        params = {u: unit_params(ctx.model, ctx.layout, chunk, u) for u in covered}
+        units.append(
+            Unit(
+                tuple(covered),
+                tuple(segs),
+                sum(sum(p) for p in params.values()),
+                sum(params[layer]),
+                expert_params=sum(p[1] for p in params.values()),
+                expert_layer_params=params[layer][1],
+            )
+        )
     return units
 
 
@@ -128,8 +159,8 @@ def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) ->
         if present:
             segs += build(phase)
             covered.append(unit)
-    params = sum(sum(unit_params(ctx.model, ctx.layout, chunk, u)) for u in covered)
-    return Unit(tuple(covered), tuple(segs), params)
+    params = [unit_params(ctx.model, ctx.layout, chunk, u) for u in covered]
+    return Unit(tuple(covered), tuple(segs), sum(sum(p) for p in params), expert_params=sum(p[1] for p in params))
 
 
 def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, training: TrainingSection) -> list[Unit]:
@@ -144,7 +175,7 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
         for layer in u.layers:
             if layer in redone:
                 redo += as_recompute(builder.layer(layer, "F"))
-        out.append(Unit(u.layers, redo + u.segments, u.params, u.layer_params))
+        out.append(replace(u, segments=redo + u.segments))
     return out
 
 
@@ -156,7 +187,7 @@ def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> li
     for b, w in zip(units_b, units_w, strict=True):
         layers = [u for u in b.layers if u >= 0]
         if not layers or not builder.fuses_wgrad:  # the layer's BW is its B then its W
-            out.append(Unit(b.layers, b.segments + w.segments, b.params, b.layer_params))
+            out.append(replace(b, segments=b.segments + w.segments))
             continue
         own_b, own_w = builder.layer(layers[0], "B"), builder.layer(layers[0], "W")
         fused = builder.layer(layers[0], "BW")
@@ -166,7 +197,7 @@ def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> li
             b.segments[:i] + w.segments[:j] + tuple(fused)
             + b.segments[i + len(own_b):] + w.segments[j + len(own_w):]
         )  # fmt: skip
-        out.append(Unit(b.layers, segments, b.params, b.layer_params))
+        out.append(replace(b, segments=segments))
     return out
 
 

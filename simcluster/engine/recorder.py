@@ -21,6 +21,8 @@ STREAM_OF_GROUP = {
     "edp": "comm_dp",
     "dps": "comm_dp",
     "dpr": "comm_dp",
+    "edps": "comm_dp",
+    "edpr": "comm_dp",
     "pp": "comm_pp",
     # a scatter/gather pipeline transfer's all-gather runs in the receive's blocking call
     "ppg": "comm_pp_recv",

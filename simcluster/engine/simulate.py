@@ -130,7 +130,7 @@ def simulate(
     optimizer_seconds, offloaded_seconds = [], []
     for plan in plans:
         dense_shard = ctx.layout.zero_group if ctx.layout.zero >= 1 else 1
-        expert_shard = ctx.layout.edp if ctx.layout.zero >= 1 else 1
+        expert_shard = ctx.layout.expert_zero_group if ctx.layout.zero >= 1 else 1
         local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
         on_gpu = local * (opt_bpp * (1.0 - host_share) + GPU_BYTES_PER_OFFLOADED_PARAM * host_share)
         on_gpu += (plan.params_dense + plan.params_expert) * clip_bpp

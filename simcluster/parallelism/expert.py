@@ -136,9 +136,10 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     routed = per_expert * m.experts / lay.expert_shard
     # shared experts and the router are tensor-parallel like a dense MLP (memory.py's count)
     dense = (per_expert * m.shared_experts + m.hidden * m.experts) / lay.tp
-    # routed experts' gradients are sharded over the expert-data-parallel group, not dp x cp
+    # routed experts' gradients are sharded over the expert-data-parallel group (its replica's
+    # part under hybrid sharding), not dp x cp
     return wgrad.accumulation_seconds(
-        km, shapes.training, lay, routed, shard_group=lay.edp
+        km, shapes.training, lay, routed, shard_group=lay.expert_zero_group
     ) + wgrad.accumulation_seconds(km, shapes.training, lay, dense)
 
 

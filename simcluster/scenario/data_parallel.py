@@ -35,6 +35,17 @@ class Zero3Section(SectionBase):
             "last backward"
         ),
     )
+    replica_all_reduce: Literal["every_microbatch", "last_microbatch"] = Field(
+        default="every_microbatch",
+        description=(
+            "under hybrid sharding (parallel.zero_shard), when the replicas all-reduce their "
+            "reduce-scattered gradient shard: every_microbatch (PyTorch FSDP2's and FSDP1's "
+            "HYBRID_SHARD default) or last_microbatch (FSDPModule.set_requires_all_reduce(False) "
+            "until the last microbatch: each microbatch's shard is accumulated, then all-reduced "
+            "once; torchtitan's trainer does so when dp_replicate > 1). Without a pipeline only; "
+            "under one the stage reduces once per step anyway"
+        ),
+    )
 
 
 class DpSection(SectionBase):
