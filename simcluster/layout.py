@@ -271,7 +271,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         )
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
-    check_cp_comm(par.cp_comm, par.cp, par.tp, model)
+    check_cp_comm(par.cp_comm, par.cp, par.tp, model, tr.flash_attention)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
     if par.cp > 1 and windowed and par.cp_comm != "a2a":
         raise UserError(
@@ -446,15 +446,35 @@ def _keep_for_backward(scenario: Scenario) -> bool:
     return not reshard
 
 
-def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:
-    """``parallel.cp_comm`` must be known, and Ulysses' all-to-all must split whole heads:
-    TransformerEngine's ``AttnFuncWithCPAndQKVOA2A`` asserts the query and key/value heads of a
-    tp rank divide by cp."""
+def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec, fused: bool = True) -> None:
+    """``parallel.cp_comm`` must be known and runnable as the frameworks run it:
+
+    - the ring and the all-gather live inside TransformerEngine's fused attention; Megatron's
+      unfused ``DotProductAttention`` asserts "Context parallelism is only supported by
+      TEDotProductAttention!" (``fused`` = ``training.flash_attention``). Ulysses' all-to-alls
+      wrap any local attention (DeepSpeed's ``DistributedAttention``), so a2a takes either;
+    - MLA's unequal K and V head dims go only through TE's ring (its tests skip the others:
+      "MLA CP currently only support KV P2P!");
+    - Ulysses' all-to-all splits whole heads: TE's ``AttnFuncWithCPAndQKVOA2A`` asserts the
+      query and key/value heads of a tp rank divide by cp."""
     check_algorithm(name)
-    if name != "a2a" or cp == 1:
+    if cp == 1:
         return
-    if model.mla is not None:
-        raise UserError("parallel.cp_comm", "a2a is not modelled with MLA attention; use p2p or all_gather")
+    if not fused and name != "a2a":
+        raise UserError(
+            "training.flash_attention",
+            f"cp={cp} with cp_comm '{name}' runs inside TransformerEngine's fused attention, which "
+            "flash_attention: false turns off; set training.flash_attention: true, or use "
+            "parallel.cp_comm: a2a, or cp=1",
+        )
+    if model.mla is not None and name != "p2p":
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{name}' does not run MLA attention (TransformerEngine takes its unequal K and V head "
+            "dims only in the p2p ring); use p2p",
+        )
+    if name != "a2a":
+        return
     for what, heads in (("heads", model.heads), ("kv_heads", model.kv_heads)):
         if (heads // tp) % cp:
             raise UserError(

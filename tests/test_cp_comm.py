@@ -9,6 +9,8 @@ tensors of its N/P tokens, so 4Nh/P per layer forward with multi-head attention.
 gathered buffer, all_to_all one rank's send buffer.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from simcluster.errors import UserError
@@ -16,6 +18,9 @@ from tests.engine_helpers import layer_builder, merge_sections, run
 
 H, S, CP = 1024, 4096, 4
 BF16 = 2
+# a small multi-head latent attention (DeepSeek-V2's shape, scaled down)
+MLA = {"head_dim": 48, "mla": {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 32,
+                               "qk_rope_head_dim": 16, "v_head_dim": 48}}
 
 
 def scenario(cp_comm, kv_heads=16, tp=1, **kw):
@@ -48,10 +53,20 @@ def test_ulysses_moves_four_tensors_of_the_local_tokens_each_way():
     assert fwd["bytes"].sum() == 4 * (S // CP) * H * BF16  # Q, K, V in; O out (Sec. 3.2: 4Nh/P)
 
 
+def test_ulysses_backward_moves_the_output_and_its_gradient_in():
+    """TransformerEngine ``AttnFuncWithCPAndQKVOA2A``: the forward saves the output after its
+    all-to-all back (sequence-sharded), so the backward all-to-alls ``[out, dout]`` before the
+    kernel and ``[dq, dk, dv]`` after it: 2Nh/P in, 3Nh/P out with multi-head attention."""
+    ev = cp_events("a2a").sort_values("start_s")
+    local = (S // CP) * H * BF16  # one tensor of the rank's tokens, all heads
+    assert list(ev["bytes"]) == [3 * local, local, 2 * local, 3 * local]
+
+
 def test_all_gather_sends_what_the_ring_sends_but_exposes_it():
     """Each rank sends (cp-1) local KV blocks forward either way; only the ring hides them."""
-    ring = cp_events("p2p")
-    fwd_ring = ring[ring["bytes"] == ring["bytes"].min()]  # the forward steps carry K and V only
+    ring = cp_events("p2p").sort_values("start_s")
+    fwd_ring = ring.head(CP - 1)  # the forward's steps come first
+    assert set(fwd_ring["name"]) == {"cp_kv"}
     ag = cp_events("all_gather")
     one_gather = ag[ag["kind"] == "all_gather"]["bytes"].iloc[0]
     assert len(fwd_ring) == CP - 1
@@ -73,12 +88,39 @@ def test_default_is_the_ring():
         ("torus", {}, "unknown 'torus'"),  # ('ring' reads as p2p: simcluster/spellings.py)
         ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over cp=4"),
         ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over cp=4"),
+        # TE's tests: "MLA CP currently only support KV P2P!"
+        ("all_gather", {"model": MLA}, "'all_gather' does not run MLA attention"),
+        ("a2a", {"model": MLA}, "'a2a' does not run MLA attention"),
     ],
 )
 def test_bad_cp_comm(cp_comm, kw, words):
     with pytest.raises(UserError) as err:
         run(scenario(cp_comm, **kw))
     assert err.value.field == "parallel.cp_comm" and words in str(err.value)
+
+
+@pytest.mark.parametrize("cp_comm", ["p2p", "all_gather"])
+def test_ring_and_gather_need_fused_attention(cp_comm):
+    """Megatron-Core's unfused ``DotProductAttention`` asserts "Context parallelism is only
+    supported by TEDotProductAttention!": the ring and the gather are TE's fused kernels."""
+    with pytest.raises(UserError) as err:
+        run(scenario(cp_comm, training={"flash_attention": False}))
+    assert err.value.field == "training.flash_attention" and "cp_comm: a2a" in str(err.value)
+
+
+def test_ulysses_wraps_unfused_attention():
+    # DeepSpeed's DistributedAttention all-to-alls around any local attention
+    ev = cp_events("a2a", training={"flash_attention": False})
+    assert list(ev["kind"]) == ["all_to_all"] * 4
+
+
+def test_mla_ring_sends_the_decompressed_keys_and_values():
+    """TE ``AttnFuncWithCPAndKVP2P`` with MLA (``enable_mla``: K and V head dims differ) sends
+    ``torch.cat((k.view(-1), v.view(-1)))``: Megatron-Core's MLA up-projects the latent before
+    the core attention, so each token carries heads/tp x (qk_nope + qk_rope + v_head) values."""
+    ev = cp_events("p2p", tp=2, model=MLA).sort_values("start_s")
+    per_token = 16 / 2 * (32 + 16 + 48)  # heads/tp x (nope + rope + v)
+    assert ev["bytes"].iloc[0] == (S // CP) * per_token * BF16
 
 
 def test_list_cp_names_every_algorithm(capsys):
@@ -132,13 +174,41 @@ def test_ring_runs_all_but_one_step_at_the_non_causal_rate():
     assert core.diagonal + (cp - 1) * core.block < 0.92 * core.total  # was: all at 335
 
 
-def test_ring_steps_use_the_diagonal_kernel_first():
+def test_ring_steps_use_the_diagonal_kernel_first_forward_and_last_backward():
+    # TE's backward runs the forward's steps "in reversed order of fwd": the local pair last
     for phase in ("F", "B"):
         segments = layer_builder(scenario("p2p")).layer(0, phase)
         cores = [seg.seconds for seg in segments if getattr(seg, "name", "") == "attn_core"]
         assert len(cores) == CP
-        assert cores[1:] == [cores[1]] * (CP - 1)  # the visiting blocks alike
-        assert cores[0] != cores[1]  # the local pair: causal, over twice the tokens
+        pair, blocks = (cores[0], cores[1:]) if phase == "F" else (cores[-1], cores[:-1])
+        assert blocks == [blocks[0]] * (CP - 1)  # the visiting blocks alike
+        assert pair != blocks[0]  # the local pair: causal, over twice the tokens
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_ring_backward_passes_kv_then_kv_and_dkv_then_dkv_home(cp):
+    """TE ``AttnFuncWithCPAndKVP2P.backward``: cp steps, each sending under its own kernel
+    (``send_tensor = p2p_comm_buffers[i % 2]``, ``[0]`` at i = 0, ``[1]`` at i = cp - 1): the KV
+    block alone first, the block with the accumulated dK/dV in between, the dK/dV alone last,
+    2(cp - 1) blocks in all; the forward sends cp - 1 blocks under its first cp - 1 kernels."""
+    from simcluster.parallelism.context import CoreTimes, ring_attention
+    from simcluster.parallelism.segments import Comm, Compute
+
+    shapes = layer_builder(scenario("p2p")).shapes
+    shapes = replace(shapes, layout=replace(shapes.layout, cp=cp))
+    kv = 2 * S / cp * H * BF16  # K and V of the rank's tokens, 16 heads of 64
+    core = CoreTimes(1.0, diagonal=0.3, block=0.1)
+    for backward, names in (
+        (False, ["cp_kv"] * (cp - 1)),
+        (True, ["cp_kv"] + ["cp_kv_dkv"] * (cp - 2) + ["cp_dkv"]),
+    ):
+        segs = ring_attention(shapes, core, backward, 0)
+        comms = [s for s in segs if isinstance(s, Comm)]
+        assert [c.name for c in comms] == names
+        assert all(c.overlap for c in comms)  # each under the kernel after it
+        assert sum(c.nbytes for c in comms) == pytest.approx(kv * (cp - 1) * (2 if backward else 1))
+        # every send sits right before a kernel: none is left exposed after the last one
+        assert all(isinstance(segs[i + 1], Compute) for i, s in enumerate(segs) if isinstance(s, Comm))
 
 
 def test_a_ring_step_across_nodes_waits_for_its_network_hop():

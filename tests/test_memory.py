@@ -375,6 +375,24 @@ def test_output_projection_input_is_the_attention_output_width():
     assert _act(ctx) == pytest.approx(SBH * (34 + 5 * A * S / H) + 8 * S * B * (q - H))
 
 
+def test_unfused_ulysses_keeps_its_heads_scores_over_the_whole_sequence():
+    """DeepSpeed-Ulysses (Jacobs et al. 2023, Sec. 3.2) around materialised attention: after the
+    all-to-all a rank holds A/cp heads of the whole sequence, so its softmax output, dropout mask
+    and dropout output cover (A/cp) x S x S scores, 5 B each in 16 bits (Korthikanti et al.
+    2022, Table 2: sbh(34 + 5as/h) per layer at cp = 1); the 34 sbh of the S/cp tokens' tensors
+    divide by cp as well, so the whole stash is 1/cp of cp = 1's, where counting the rank's
+    (S/cp)^2 scores would have made the scores' part 1/cp^2."""
+    cp = 4
+    flat = _ctx(training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False})
+    ulysses = _ctx(
+        parallel={"cp": cp, "cp_comm": "a2a"},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False},
+    )
+    scores = 5 * A * S * S * B
+    assert _act(flat) == pytest.approx(34 * SBH + scores)
+    assert _act(ulysses) == pytest.approx(34 * SBH / cp + scores / cp)
+
+
 def test_mla_stashes_decompressed_keys_with_their_rotary_part():
     """DeepSeek-V2/V3 multi-head latent attention (Megatron-Core ``MLASelfAttention``): the
     kernel reads queries and keys of qk_nope + qk_rope per head (the rotary key shared by the

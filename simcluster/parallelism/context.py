@@ -6,12 +6,15 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
 ``--cp-comm-type`` names, TransformerEngine's implementations):
 
 - ``p2p``: ring attention (Liu et al. 2023; TE ``AttnFuncWithCPAndKVP2P``). KV blocks travel
-  around the ring in cp-1 steps, each overlapped with the attention of the block already present;
-  backward passes KV and dKV (twice the bytes). TE's kernels per step: first the rank's own two
-  chunks attend to each other (causal, 2c tokens, c = s/2cp), then each visiting block without a
-  mask (2c queries against the sender's first chunk if it comes from an earlier rank, else the
-  second chunk's c queries against both of its chunks): all but 1/cp of the work runs at a
-  kernel's non-causal rate.
+  around the ring in cp-1 steps, each overlapped with the attention of the block already present.
+  TE's kernels per step: first the rank's own two chunks attend to each other (causal, 2c
+  tokens, c = s/2cp), then each visiting block without a mask (2c queries against the sender's
+  first chunk if it comes from an earlier rank, else the second chunk's c queries against both
+  of its chunks): all but 1/cp of the work runs at a kernel's non-causal rate. The backward runs
+  the steps in reverse (the local pair last) and sends the other way at every one of its cp
+  steps: the first passes the KV block on, the middle ones the block and the dK/dV accumulated
+  for its owner, the last only that dK/dV, home, under the local pair's kernel (2(cp-1) blocks
+  in all, twice the forward's).
 - ``all_gather``: Llama 3's method (Grattafiori et al. 2024, arXiv 2407.21783 Sec. 3.3.2; TE
   ``AttnFuncWithCPAndKVAllGather``, whose docstring says the gather is exposed). Forward
   all-gathers K and V, then attends the local queries to them; backward gathers K and V again
@@ -89,19 +92,22 @@ def check_algorithm(name: str) -> str:
 
 
 def kv_bytes(shapes: Shapes) -> float:
-    """K and V of this rank's tokens: 2 * tokens * kv_dim * bytes / tp."""
-    m = shapes.model
-    kv_dim = m.kv_heads * m.d_head
-    if m.mla is not None:
-        kv_dim = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim  # the compressed latent is exchanged
-        return shapes.tokens * kv_dim * shapes.elt
-    return 2.0 * shapes.tokens * kv_dim * shapes.elt / shapes.layout.tp
+    """K and V of this rank's tokens as the attention kernel reads them, sharded by tp: GQA's
+    kv_heads wide; MLA's decompressed to every head (TE's ring concatenates the flattened K and
+    V when their head dims differ, ``enable_mla``: the latent is up-projected before attention,
+    so the exchange carries heads x (qk_nope + qk_rope + v_head) per token, not the latent)."""
+    _, k_dim, v_dim, _ = shapes.attention_widths
+    return shapes.tokens * (k_dim + v_dim) * shapes.elt / shapes.layout.tp
 
 
 def q_bytes(shapes: Shapes) -> float:
-    """Q (or the attention output, of the same width) of this rank's tokens, sharded by tp."""
-    m = shapes.model
-    return shapes.tokens * m.heads * m.d_head * shapes.elt / shapes.layout.tp
+    """Q of this rank's tokens, sharded by tp."""
+    return shapes.tokens * shapes.attention_widths[0] * shapes.elt / shapes.layout.tp
+
+
+def o_bytes(shapes: Shapes) -> float:
+    """The attention output (or its gradient) of this rank's tokens, sharded by tp."""
+    return shapes.tokens * shapes.attention_widths[3] * shapes.elt / shapes.layout.tp
 
 
 def cp_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
@@ -113,18 +119,31 @@ def cp_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) ->
 
 @register("p2p")
 def ring_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
-    """Ring attention: cp-1 KV exchanges, each under the attention of the block before it."""
+    """Ring attention: cp-1 KV exchanges, each under the attention of the block before it.
+
+    Forward (TE ``AttnFuncWithCPAndKVP2P.forward``): step i sends the block it holds on while
+    attending to it, the local pair first, no send at the last step. Backward (``.backward``,
+    "in reversed order of fwd"): the visiting blocks first and the local pair last; step 0 sends
+    the KV block only, steps 1..cp-2 the KV block and the accumulated dK/dV together, step cp-1
+    the dK/dV only, each under that step's kernel and waited for before the next step."""
     cp = shapes.layout.cp
-    step_bytes = kv_bytes(shapes) * (2 if backward else 1)
+    kv = kv_bytes(shapes)
     if core.block > 0:
-        first, block = Work.of(attention=core.diagonal), Work.of(attention=core.block)
+        pair, block = Work.of(attention=core.diagonal), Work.of(attention=core.block)
     else:
-        first = block = Work.of(attention=core.total / cp)
+        pair = block = Work.of(attention=core.total / cp)
+    if backward:
+        kernels = [block] * (cp - 1) + [pair]
+        sends = [("cp_kv", kv)] + [("cp_kv_dkv", 2 * kv)] * (cp - 2) + [("cp_dkv", kv)]
+    else:
+        kernels = [pair] + [block] * (cp - 1)
+        sends = [("cp_kv", kv)] * (cp - 1)
     out: list[Segment] = []
-    for step in range(cp - 1):
-        out.append(Comm("cp_kv", "cp", "send_recv", step_bytes, True, layer))
-        out.append(Compute.of("attn_core", first if step == 0 else block, layer))
-    out.append(Compute.of("attn_core", block, layer))
+    for step, work in enumerate(kernels):
+        if step < len(sends):
+            name, nbytes = sends[step]
+            out.append(Comm(name, "cp", "send_recv", nbytes, True, layer))
+        out.append(Compute.of("attn_core", work, layer))
     return out
 
 
@@ -145,11 +164,13 @@ def all_gather_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer:
 def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """DeepSpeed-Ulysses: all-to-all over heads in and out of attention, exposed.
 
-    In: Q, K, V forward, the output's gradient backward; attention on heads/cp heads of the
-    whole sequence; out: the output, or dQ, dK, dV. Sizes are each rank's send buffer
-    (nccl-tests' all-to-all size)."""
-    qkv, o = q_bytes(shapes) + kv_bytes(shapes), q_bytes(shapes)
-    before, after = (o, qkv) if backward else (qkv, o)
+    Forward: Q, K, V in, attention on heads/cp heads of the whole sequence, the output out.
+    Backward (TE ``AttnFuncWithCPAndQKVOA2A.backward``): the output and its gradient in (the
+    forward saved the output sequence-sharded, after its all-to-all back; DeepSpeed's
+    ``DistributedAttention`` keeps the head-sharded one and moves only the gradient), dQ, dK,
+    dV out. Sizes are each rank's send buffer (nccl-tests' all-to-all size)."""
+    qkv, o = q_bytes(shapes) + kv_bytes(shapes), o_bytes(shapes)
+    before, after = (2 * o, qkv) if backward else (qkv, o)
     return [
         Comm("cp_a2a_in", "cp", "all_to_all", before, False, layer),
         Compute.of("attn_core", Work.of(attention=core.total), layer),
