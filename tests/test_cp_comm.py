@@ -259,3 +259,65 @@ def test_all_gather_attention_runs_mostly_at_the_non_causal_rate():
         assert 0.8 * core.total < core.prefix < 0.97 * core.total
         attn = [s for s in b.layer(0, phase) if getattr(s, "name", "") == "attn_core"]
         assert [s.seconds for s in attn] == [core.prefix]
+
+
+# Working memory: the buffers TransformerEngine's context-parallel attention holds beyond the
+# stash while one layer's attention runs (context.working_bytes).
+
+
+def test_ring_forward_keeps_every_steps_block_and_partial_output():
+    """TE ``AttnFuncWithCPAndKVP2P.forward``: ``p2p_comm_buffers[i + 1] =
+    torch.empty_like(p2p_comm_buffers[i])`` at every step, and ``out_per_step[i]`` /
+    ``softmax_lse_per_step[i]`` kept until the correction after the loop; rank cp-1 attends
+    both its chunks at every step. So cp x (K and V, the output, the fp32 log-sum-exp) of the
+    rank's tokens: the whole sequence's for its heads. Backward: two [KV, dKV] buffers, the
+    step's dK/dV, dQ and its accumulator."""
+    from simcluster.parallelism.context import working_bytes
+
+    shapes = layer_builder(scenario("p2p", kv_heads=4)).shapes
+    tokens = S // CP
+    kv, o, lse = 2 * tokens * 4 * 64 * BF16, tokens * H * BF16, tokens * 16 * 4
+    assert working_bytes(shapes, False) == CP * (kv + o + lse)
+    assert working_bytes(shapes, True) == 5 * kv + 2 * o  # Q is as wide as O here
+    # a backward that reruns the attention's forward first holds the larger of the two
+    assert working_bytes(shapes, True, recomputed=True) == CP * (kv + o + lse)
+
+
+def test_gather_holds_the_whole_sequences_keys_and_values():
+    """TE ``AttnFuncWithCPAndKVAllGather``: forward the gathered K and V (cp KV) and each local
+    chunk's contiguous prefix slice ((2cp + 1) c tokens: cp + 1/2 KV) and the chunks' outputs;
+    backward adds full-length zeroed dK, dV and the chunks' dK/dV slices: (4cp + 1) KV + 2 Q."""
+    from simcluster.parallelism.context import working_bytes
+
+    shapes = layer_builder(scenario("all_gather", kv_heads=4)).shapes
+    tokens = S // CP
+    kv, o = 2 * tokens * 4 * 64 * BF16, tokens * H * BF16
+    assert working_bytes(shapes, False) == (2 * CP + 0.5) * kv + o
+    assert working_bytes(shapes, True) == (4 * CP + 1) * kv + 2 * o
+
+
+def test_every_algorithm_has_its_working_memory():
+    from simcluster.parallelism import context
+
+    assert set(context._WORKING) == set(context.algorithms())
+
+
+def test_the_simulated_peak_holds_the_working_memory_on_the_stash():
+    """One microbatch, one stage: the stash peaks at the forward's end and the backward's start,
+    where the layer's attention buffers come on top of it (and the loss's logit copies at the
+    head, whichever is larger)."""
+    from simcluster.context import build_context
+    from simcluster.engine.plan import cp_working
+    from simcluster.memory import chunk_activation_bytes, loss_transient_bytes
+    from simcluster.scenario import scenario_from_dict
+
+    for cp_comm in ("p2p", "all_gather", "a2a"):
+        result = run(scenario(cp_comm))  # dp 2, global batch 2: one microbatch
+        ctx = build_context(scenario_from_dict(scenario(cp_comm)))
+        chunk = ctx.chunks[0][0]
+        stash = chunk_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk)
+        fwd, bwd = cp_working(ctx, chunk)
+        assert min(fwd, bwd) > 0
+        loss = loss_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training)
+        peak = result.memory["activations"].max()
+        assert peak == pytest.approx(stash + max(fwd, bwd, loss), rel=1e-12)

@@ -57,7 +57,9 @@ class CoreTimes:
 
 
 CpAttention = Callable[["Shapes", CoreTimes, bool, int], list[Segment]]
+CpWorking = Callable[["Shapes", bool], float]
 _ALGORITHMS: dict[str, CpAttention] = {}
+_WORKING: dict[str, CpWorking] = {}
 FIELD = "parallel.cp_comm"
 
 
@@ -66,6 +68,17 @@ def register(name: str) -> Callable[[CpAttention], CpAttention]:
 
     def add(fn: CpAttention) -> CpAttention:
         _ALGORITHMS[name] = fn
+        return fn
+
+    return add
+
+
+def register_working(name: str) -> Callable[[CpWorking], CpWorking]:
+    """Add the working memory of algorithm ``name``: bytes one layer's attention holds beyond
+    the stash at its largest moment, forward (False) or backward (True)."""
+
+    def add(fn: CpWorking) -> CpWorking:
+        _WORKING[name] = fn
         return fn
 
     return add
@@ -110,6 +123,23 @@ def o_bytes(shapes: Shapes) -> float:
     return shapes.tokens * shapes.attention_widths[3] * shapes.elt / shapes.layout.tp
 
 
+def lse_bytes(shapes: Shapes) -> float:
+    """The fp32 softmax log-sum-exp of this rank's tokens, one per head (sharded by tp)."""
+    return shapes.tokens * shapes.model.heads / shapes.layout.tp * 4.0
+
+
+def working_bytes(shapes: Shapes, backward: bool, recomputed: bool = False) -> float:
+    """Bytes one layer's context-parallel attention holds beyond the stash while it runs (0
+    without cp). A backward whose attention is ``recomputed`` first reruns the forward."""
+    if shapes.layout.cp == 1:
+        return 0.0
+    fn = _WORKING[shapes.layout.cp_comm]
+    forward = fn(shapes, False)
+    if not backward:
+        return forward
+    return max(fn(shapes, True), forward if recomputed else 0.0)
+
+
 def cp_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """The attention core of one layer under the layout's ``cp_comm`` algorithm."""
     if shapes.layout.cp == 1:
@@ -147,6 +177,20 @@ def ring_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) 
     return out
 
 
+@register_working("p2p")
+def ring_working(shapes: Shapes, backward: bool) -> float:
+    """TE ``AttnFuncWithCPAndKVP2P``. Forward: ``p2p_comm_buffers`` keeps every step's KV
+    block (the local copy and the cp-1 received; a new ``empty_like`` per step) and
+    ``out_per_step`` / ``softmax_lse_per_step`` every step's partial output and fp32
+    log-sum-exp until the correction after the last step; rank cp-1 attends both its chunks at
+    every step, so it holds cp x (KV + O + LSE), the whole sequence's for its heads. Backward:
+    two ``[KV, dKV]`` send/receive buffers, the step's dK/dV and dQ, the dQ accumulator:
+    5 KV + 2 Q."""
+    if backward:
+        return 5 * kv_bytes(shapes) + 2 * q_bytes(shapes)
+    return shapes.layout.cp * (kv_bytes(shapes) + o_bytes(shapes) + lse_bytes(shapes))
+
+
 @register("all_gather")
 def all_gather_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
     """Llama 3: K and V all-gathered, exposed (again in backward), dK and dV reduce-scattered.
@@ -158,6 +202,21 @@ def all_gather_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer:
     if backward:
         out.append(Comm("cp_dkv_rs", "cp", "reduce_scatter", gathered, False, layer))
     return out
+
+
+@register_working("all_gather")
+def gather_working(shapes: Shapes, backward: bool) -> float:
+    """TE ``AttnFuncWithCPAndKVAllGather``. Forward: the gathered K and V in chunk order
+    (``gather_along_first_dim`` then ``index_select``: cp KV) and each local chunk's contiguous
+    slice of them up to its end (chunks i and 2cp-1-i run at once on two streams: (2cp+1)c
+    tokens, cp + 1/2 local KV), and the two chunks' outputs (O). Backward: the same gather and
+    slices, full-length zeroed dK and dV for the reduce-scatter (cp KV), each chunk's dK/dV over
+    its slice (cp + 1/2 KV), dQ and its per-chunk parts (2 Q)."""
+    kv = kv_bytes(shapes)
+    cp = shapes.layout.cp
+    if backward:
+        return (4 * cp + 1) * kv + 2 * q_bytes(shapes)
+    return (2 * cp + 0.5) * kv + o_bytes(shapes)
 
 
 @register("a2a")
@@ -176,3 +235,16 @@ def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: in
         Compute.of("attn_core", Work.of(attention=core.total), layer),
         Comm("cp_a2a_out", "cp", "all_to_all", after, False, layer),
     ]
+
+
+@register_working("a2a")
+def ulysses_working(shapes: Shapes, backward: bool) -> float:
+    """TE ``flash_attn_a2a_communicate``: each tensor is copied into the send layout
+    (``movedim(...).contiguous()``) and received into a new buffer. Forward: Q, K, V's copies
+    and receives (the received ones are what the kernel reads and saves, standing in for the
+    stash's). Backward: out and dout received (2 O) while the kernel's dQ, dK, dV are copied
+    and received (3 QKV)."""
+    qkv = q_bytes(shapes) + kv_bytes(shapes)
+    if backward:
+        return 2 * o_bytes(shapes) + 3 * qkv
+    return 2 * qkv
