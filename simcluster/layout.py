@@ -284,6 +284,15 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "training.seq_len",
             f"seq_len={tr.seq_len} must be divisible by 2*cp={2 * par.cp} (load-balanced causal chunks)",
         )
+    if par.sequence_parallel and par.tp > 1 and (tr.seq_len // par.cp) % par.tp:
+        # Megatron-Core's _split_along_first_dim scatters each rank's s/cp tokens over tp:
+        # "First dimension of the tensor should be divisible by tensor parallel size"
+        raise UserError(
+            "training.seq_len",
+            f"seq_len/cp = {tr.seq_len // par.cp} tokens per context-parallel rank must divide by tp={par.tp} "
+            "(sequence parallelism splits them over the TP group); change seq_len, cp or tp, or turn "
+            "sequence_parallel off",
+        )
     if par.ep > 1:
         if not model.is_moe:
             raise UserError(

@@ -321,3 +321,22 @@ def test_the_simulated_peak_holds_the_working_memory_on_the_stash():
         loss = loss_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training)
         peak = result.memory["activations"].max()
         assert peak == pytest.approx(stash + max(fwd, bwd, loss), rel=1e-12)
+
+
+def test_sequence_must_split_into_two_chunks_per_rank():
+    # TE's load-balanced split: "Sequence length per GPU needs to be divisible by 2!"
+    with pytest.raises(UserError) as err:
+        run(scenario("p2p", training={"seq_len": 4100}))
+    assert err.value.field == "training.seq_len" and "2*cp=8" in str(err.value)
+
+
+def test_sequence_parallelism_splits_each_cp_ranks_tokens_over_tp():
+    # Megatron-Core mappings._split_along_first_dim: "First dimension of the tensor should be
+    # divisible by tensor parallel size"; the first dimension is the rank's seq_len/cp tokens
+    data = scenario("p2p", tp=4, cluster={"gpus": 16}, training={"seq_len": 8 * 3, "global_batch": 1},
+                    parallel={"sequence_parallel": True})  # fmt: skip
+    with pytest.raises(UserError) as err:
+        run(data)
+    assert err.value.field == "training.seq_len" and "seq_len/cp = 6 tokens" in str(err.value)
+    data["training"]["seq_len"] = 8 * 4  # 8 tokens per cp rank, 2 per tp rank
+    run(data)
