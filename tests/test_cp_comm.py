@@ -340,3 +340,18 @@ def test_sequence_parallelism_splits_each_cp_ranks_tokens_over_tp():
     assert err.value.field == "training.seq_len" and "seq_len/cp = 6 tokens" in str(err.value)
     data["training"]["seq_len"] = 8 * 4  # 8 tokens per cp rank, 2 per tp rank
     run(data)
+
+
+@pytest.mark.parametrize("cp_comm", ["p2p", "all_gather", "a2a"])
+def test_context_parallelism_does_not_change_the_model_flops(cp_comm):
+    """The load-balanced split hands each (query, key) pair of the causal mask to one rank, so
+    the step's model FLOPs are the sequence's, whatever cp: 2 sequences x S tokens x the FLOPs
+    per token of the whole sequence (Narayanan et al. 2021 eq. 3 counts s, not s/cp)."""
+    from simcluster.flops import token_flops
+
+    flat = scenario(cp_comm, cluster={"gpus": 2}, parallel={"cp": 1}, training={"global_batch": 2})
+    split = scenario(cp_comm)  # cp 4 on 8 GPUs: dp 2, the same two sequences per step
+    a, b = run(flat).summary, run(split).summary
+    assert a["model_flops_per_step"] == b["model_flops_per_step"]
+    model = layer_builder(split).shapes.model
+    assert b["model_flops_per_step"] == token_flops(model, S).total * 2 * S
