@@ -208,6 +208,10 @@ def layer_activation_bytes(
     scores = model.heads * s * training.seq_len * b
     if training.flash_attention or "core_attn" in redo:
         att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
+        if layout.cp > 1 and layout.cp_comm == "all_gather" and "core_attn" not in redo:
+            # TE's AttnFuncWithCPAndKVAllGather saves its two chunks' outputs (out_per_step)
+            # for the backward beside the output it returns, a copy of them: the output twice
+            att += e * s * b * out_dim / t
     else:
         att += (2 * e + mask) * scores / t
 

@@ -433,3 +433,15 @@ def test_moe_weight_gradient_inputs_are_the_stashed_gemm_inputs():
         stash[precision] = layer_activation_bytes(ctx.model, ctx.layout, sc.training, 0)
         kept[precision] = stash[precision] * wgrad_retained_fraction(ctx.model, ctx.layout, sc.training)
     assert kept["bf16"] - kept["fp8"] == pytest.approx(stash["bf16"] - stash["fp8"])
+
+
+def test_all_gather_context_parallelism_keeps_its_chunks_outputs_too():
+    """TransformerEngine ``AttnFuncWithCPAndKVAllGather.forward`` copies each local chunk's
+    output into the tensor it returns (``out[i - 1].copy_(out_per_step[i - 1])``) and saves
+    ``*out_per_step`` for its backward: the attention output (2sbh/cp/t in 16 bits here) is
+    kept twice per layer. The ring saves the returned output only."""
+    cp = 2
+    tr = {"seq_len": S, "micro_batch": B, "global_batch": 16}
+    ring = _ctx(parallel={"cp": cp, "cp_comm": "p2p"}, training=tr)
+    gather = _ctx(parallel={"cp": cp, "cp_comm": "all_gather"}, training=tr)
+    assert _act(gather) - _act(ring) == pytest.approx(2 * SBH / cp)
