@@ -355,3 +355,14 @@ def test_context_parallelism_does_not_change_the_model_flops(cp_comm):
     assert a["model_flops_per_step"] == b["model_flops_per_step"]
     model = layer_builder(split).shapes.model
     assert b["model_flops_per_step"] == token_flops(model, S).total * 2 * S
+
+
+def test_unfused_ulysses_multiplies_its_heads_scores_over_the_whole_sequence():
+    """After DeepSpeed-Ulysses' all-to-all a rank's local attention sees the whole sequence on
+    heads/cp heads (Jacobs et al. 2023, Sec. 3.2): its batched GEMMs are S x S per head over
+    b x heads/(tp cp) matrices, not S/cp x S over every head."""
+    b = layer_builder(scenario("a2a", training={"flash_attention": False}))
+    for phase in ("F", "B"):
+        whole = b._unfused_attention(1, S, S, 16 / CP, 64, 64, phase == "B")
+        assert b.attention_core(phase) == whole
+        assert whole != b._unfused_attention(1, S / CP, S, 16, 64, 64, phase == "B")  # GEMM shapes differ

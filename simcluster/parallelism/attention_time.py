@@ -38,8 +38,9 @@ class AttentionTimes(BuilderBase):
             # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
-        # Megatron's unfused path computes every score and masks them: no saving from a window
-        return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
+        # Megatron's unfused path computes every score and masks them: no saving from a window.
+        # With cp only Ulysses runs it (layout.check_cp_comm): heads/cp of the whole sequence
+        return self._unfused_attention(b, s, s, m.heads / (lay.tp * lay.cp), d_qk, d_v, backward)
 
     def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
         """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
