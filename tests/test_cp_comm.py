@@ -86,8 +86,8 @@ def test_default_is_the_ring():
     "cp_comm, kw, words",
     [
         ("torus", {}, "unknown 'torus'"),  # ('ring' reads as p2p: simcluster/spellings.py)
-        ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over cp=4"),
-        ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over cp=4"),
+        ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over 4 ranks"),
+        ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over 4 ranks"),
         # TE's tests: "MLA CP currently only support KV P2P!"
         ("all_gather", {"model": MLA}, "'all_gather' does not run MLA attention"),
         ("a2a", {"model": MLA}, "'a2a' does not run MLA attention"),
@@ -128,8 +128,8 @@ def test_list_cp_names_every_algorithm(capsys):
 
     assert main(["list", "cp"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a"]
-    assert "Llama 3" in lines[1] and "Ulysses" in lines[2]
+    assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a", "a2a+p2p"]
+    assert "Llama 3" in lines[1] and "Ulysses" in lines[2] and "Hierarchical" in lines[3]
 
 
 # TransformerEngine AttnFuncWithCPAndKVP2P with the load-balanced causal split (each rank holds
@@ -311,9 +311,9 @@ def test_the_simulated_peak_holds_the_working_memory_on_the_stash():
     from simcluster.memory import chunk_activation_bytes, loss_transient_bytes
     from simcluster.scenario import scenario_from_dict
 
-    for cp_comm in ("p2p", "all_gather", "a2a"):
-        result = run(scenario(cp_comm))  # dp 2, global batch 2: one microbatch
-        ctx = build_context(scenario_from_dict(scenario(cp_comm)))
+    for cp_comm, extra in (("p2p", {}), ("all_gather", {}), ("a2a", {}), ("a2a+p2p", {"cp_a2a": 2})):
+        result = run(scenario(cp_comm, parallel=extra))  # dp 2, global batch 2: one microbatch
+        ctx = build_context(scenario_from_dict(scenario(cp_comm, parallel=extra)))
         chunk = ctx.chunks[0][0]
         stash = chunk_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk)
         fwd, bwd = cp_working(ctx, chunk)
@@ -366,3 +366,69 @@ def test_unfused_ulysses_multiplies_its_heads_scores_over_the_whole_sequence():
         whole = b._unfused_attention(1, S, S, 16 / CP, 64, 64, phase == "B")
         assert b.attention_core(phase) == whole
         assert whole != b._unfused_attention(1, S / CP, S, 16, 64, 64, phase == "B")  # GEMM shapes differ
+
+
+
+# Hierarchical context parallelism (Megatron-Core cp_comm_type a2a+p2p with
+# hierarchical_context_parallel_sizes [a, cp/a]; TE AttnFuncWithCPAndKVP2P with cp_size_a2a > 1).
+
+
+def test_hierarchical_groups_are_consecutive_runs_and_the_ring_across_them():
+    """Megatron-Core ``create_hierarchical_parallel_groups`` with sizes [2, 2] on 4 ranks: level-1
+    groups [g0, g1], [g2, g3] (the all-to-all), level-2 [g0, g2], [g1, g3] (the ring)."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    lay = build_context(scenario_from_dict(scenario("a2a+p2p", parallel={"cp_a2a": 2}))).layout
+    cp = lay.group("cp", 0)
+    assert [lay.group("cpa", r) for r in cp] == [cp[:2], cp[:2], cp[2:], cp[2:]]
+    assert [lay.group("cpr", r) for r in cp] == [cp[0::2], cp[1::2], cp[0::2], cp[1::2]]
+
+
+def test_hierarchical_all_to_alls_around_a_ring_over_the_groups():
+    """cp 4 as 2 x 2: Q, K, V all-to-all'd inside the pair (each rank's send buffer, 3 tensors of
+    its S/4 tokens with MHA), a ring of 2 over the pairs (1 KV send forward; KV then dK/dV
+    backward, each block as large as the rank's own K and V), the output back; backward the
+    output and its gradient in, dQ, dK, dV out."""
+    ev = cp_events("a2a+p2p", parallel={"cp_a2a": 2}).sort_values("start_s")
+    local = (S // CP) * H * BF16
+    assert set(ev["group"]) == {"cp"}  # shown as context-parallel communication
+    assert list(zip(ev["kind"], ev["bytes"], strict=True)) == [
+        ("all_to_all", 3 * local), ("send", 2 * local), ("all_to_all", local),
+        ("all_to_all", 2 * local), ("send", 2 * local), ("send", 2 * local), ("all_to_all", 3 * local),
+    ]  # fmt: skip
+
+
+def test_hierarchical_ring_kernels_hold_the_ranks_causal_share():
+    # the ring of cp/a ranks on a x the tokens and 1/a of the heads: chunks c = S/(2 cp/a);
+    # the pair and the visiting block's FLOPs still sum to the rank's 1/cp of the causal work
+    from simcluster.parallelism.layer import LayerBuilder
+
+    b = layer_builder(scenario("a2a+p2p", parallel={"cp_a2a": 2}))
+    calls = []
+
+    def attend(bb, sq, skv, heads, dq, dv, causal, backward):
+        calls.append((sq, skv, heads, causal))
+        return sq * skv * heads * (0.5 if causal else 1.0)
+
+    b.km = type("K", (), {"attention": staticmethod(attend)})()
+    core = LayerBuilder.core_times(b, "F")
+    c = S / (2 * 2)
+    # the first call is the rank's share over the whole sequence (CoreTimes.total)
+    assert calls[1:] == [(2 * c, 2 * c, 16 / 2, True), (2 * c, c, 8, False), (c, 2 * c, 8, False)]
+    assert core.diagonal + (2 - 1) * core.block == pytest.approx(core.total) == S * S / 2 * 16 / CP
+
+
+@pytest.mark.parametrize(
+    "parallel, field, words",
+    [
+        ({"cp_comm": "a2a+p2p"}, "parallel.cp_a2a", "a divisor of cp=4 between 2 and cp/2 (got None)"),
+        ({"cp_comm": "a2a+p2p", "cp_a2a": 4}, "parallel.cp_a2a", "(got 4)"),
+        ({"cp_comm": "a2a+p2p", "cp_a2a": 3}, "parallel.cp_a2a", "(got 3)"),
+        ({"cp_comm": "p2p", "cp_a2a": 2}, "parallel.cp_a2a", "cp_comm is 'p2p'"),
+    ],
+)
+def test_bad_hierarchy(parallel, field, words):
+    with pytest.raises(UserError) as err:
+        run(scenario(parallel.get("cp_comm", "p2p"), parallel=parallel))
+    assert err.value.field == field and words in str(err.value)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "cp", "ep", "etp"})
+INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "cp", "cpa", "cpr", "ep", "etp"})
 
 
 @dataclass

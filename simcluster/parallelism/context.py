@@ -156,23 +156,27 @@ def ring_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) 
     "in reversed order of fwd"): the visiting blocks first and the local pair last; step 0 sends
     the KV block only, steps 1..cp-2 the KV block and the accumulated dK/dV together, step cp-1
     the dK/dV only, each under that step's kernel and waited for before the next step."""
-    cp = shapes.layout.cp
+    return _ring(shapes, core, backward, layer, shapes.layout.cp, "cp")
+
+
+def _ring(shapes: Shapes, core: CoreTimes, backward: bool, layer: int, n: int, group: str) -> list[Segment]:
+    """The ring's steps over ``n`` ranks of ``group`` (see :func:`ring_attention`)."""
     kv = kv_bytes(shapes)
     if core.block > 0:
         pair, block = Work.of(attention=core.diagonal), Work.of(attention=core.block)
     else:
-        pair = block = Work.of(attention=core.total / cp)
+        pair = block = Work.of(attention=core.total / n)
     if backward:
-        kernels = [block] * (cp - 1) + [pair]
-        sends = [("cp_kv", kv)] + [("cp_kv_dkv", 2 * kv)] * (cp - 2) + [("cp_dkv", kv)]
+        kernels = [block] * (n - 1) + [pair]
+        sends = [("cp_kv", kv)] + [("cp_kv_dkv", 2 * kv)] * (n - 2) + [("cp_dkv", kv)]
     else:
-        kernels = [pair] + [block] * (cp - 1)
-        sends = [("cp_kv", kv)] * (cp - 1)
+        kernels = [pair] + [block] * (n - 1)
+        sends = [("cp_kv", kv)] * (n - 1)
     out: list[Segment] = []
     for step, work in enumerate(kernels):
         if step < len(sends):
             name, nbytes = sends[step]
-            out.append(Comm(name, "cp", "send_recv", nbytes, True, layer))
+            out.append(Comm(name, group, "send_recv", nbytes, True, layer))
         out.append(Compute.of("attn_core", work, layer))
     return out
 
@@ -248,3 +252,34 @@ def ulysses_working(shapes: Shapes, backward: bool) -> float:
     if backward:
         return 2 * o_bytes(shapes) + 3 * qkv
     return 2 * qkv
+
+
+@register("a2a+p2p")
+def hierarchical_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
+    """Hierarchical: all-to-all over heads inside cp_a2a ranks, the ring across the groups.
+
+    TE ``AttnFuncWithCPAndKVP2P`` given a pair of groups (Megatron-Core's ``a2a+p2p`` with
+    ``hierarchical_context_parallel_sizes``; USP, Fang and Zhao 2024, arXiv 2405.07719):
+    ``flash_attn_a2a_communicate`` turns Q, K and V into cp_a2a times the tokens on 1/cp_a2a of
+    the heads, exposed, the ring runs over the cp/cp_a2a groups (``group`` cpr: each step's
+    block is as large as a rank's own K and V), and the output goes back; the backward
+    all-to-alls the output and its gradient in and dQ, dK, dV out around the ring's backward."""
+    qkv, o = q_bytes(shapes) + kv_bytes(shapes), o_bytes(shapes)
+    before, after = (2 * o, qkv) if backward else (qkv, o)
+    ring = _ring(shapes, core, backward, layer, shapes.layout.cp // shapes.layout.cp_a2a, "cpr")
+    return [
+        Comm("cp_a2a_in", "cpa", "all_to_all", before, False, layer),
+        *ring,
+        Comm("cp_a2a_out", "cpa", "all_to_all", after, False, layer),
+    ]
+
+
+@register_working("a2a+p2p")
+def hierarchical_working(shapes: Shapes, backward: bool) -> float:
+    """The ring's working memory over its cp/cp_a2a ranks (its blocks as large as the rank's
+    own K and V) beside the all-to-alls' received tensors: Q, K, V forward (the original
+    sequence-sharded ones are still held by the caller), the output and its gradient backward."""
+    if backward:
+        return 5 * kv_bytes(shapes) + 2 * q_bytes(shapes) + 2 * o_bytes(shapes)
+    ring = shapes.layout.cp // shapes.layout.cp_a2a
+    return ring * (kv_bytes(shapes) + o_bytes(shapes) + lse_bytes(shapes)) + q_bytes(shapes) + kv_bytes(shapes)
