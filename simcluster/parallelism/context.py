@@ -25,7 +25,14 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
 - ``a2a``: DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509; TE
   ``AttnFuncWithCPAndQKVOA2A``). An all-to-all turns Q, K and V from sequence-sharded into
   head-sharded, attention runs on the whole sequence with heads/cp heads, and a second
-  all-to-all returns the output; backward mirrors both. Nothing overlaps the exchanges.
+  all-to-all returns the output; backward all-to-alls the output and its gradient in and dQ,
+  dK, dV out. Nothing overlaps the exchanges.
+- ``a2a+p2p``: Megatron-Core's hierarchical CP (``hierarchical_context_parallel_sizes``; TE's
+  ring given a pair of groups): the all-to-all inside runs of ``parallel.cp_a2a`` consecutive
+  cp ranks, the ring across the runs.
+
+Each algorithm also registers its working memory (:func:`register_working`): the buffers TE
+holds beyond the stash while one layer's attention runs, which the memory timeline adds.
 """
 
 from __future__ import annotations
