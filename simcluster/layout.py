@@ -67,6 +67,7 @@ class Layout:
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
     # a parallel attention + MLP block's TP collectives (parallelism/parallel_block.py)
     parallel_block_comm: str = "separate"
+    cp_a2a: int = 1  # a2a+p2p: the all-to-all groups' size (consecutive cp ranks)
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
     # ZeRO-3: a layer's gathered parameters are kept from its forward to its backward
     zero3_keep_for_backward: bool = False
@@ -165,6 +166,16 @@ class Layout:
             return [int(r) for r in self.grid[tuple(sl)].ravel()]
         if dim == "dpcp":
             return [int(r) for r in self.grid[c["tp"], :, :, c["pp"]].T.ravel()]
+        if dim in ("cpa", "cpr"):
+            # hierarchical context parallelism (Megatron-Core create_hierarchical_parallel_groups):
+            # the cp group cut into all-to-all runs of cp_a2a consecutive ranks (cpa); the ranks
+            # at the same place of every run form the ring (cpr)
+            full = self.group("cp", rank)
+            size, pos = self.cp_a2a, full.index(rank)
+            if dim == "cpa":
+                start = (pos // size) * size
+                return full[start : start + size]
+            return full[pos % size :: size]
         if dim in ("dps", "dpr"):
             # hybrid sharding: the dp x cp group (cp innermost) cut into runs of zero_group
             # ranks that shard the state (dps); the ranks at the same place in every run hold
@@ -297,7 +308,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         )
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
-    check_cp_comm(par.cp_comm, par.cp, par.tp, model)
+    check_cp_comm(par.cp_comm, par.cp, par.tp, model, tr.flash_attention, par.cp_a2a)
     check_parallel_block_comm(scenario, model)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
     if par.cp > 1 and windowed and par.cp_comm != "a2a":
@@ -310,6 +321,15 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         raise UserError(
             "training.seq_len",
             f"seq_len={tr.seq_len} must be divisible by 2*cp={2 * par.cp} (load-balanced causal chunks)",
+        )
+    if par.sequence_parallel and par.tp > 1 and (tr.seq_len // par.cp) % par.tp:
+        # Megatron-Core's _split_along_first_dim scatters each rank's s/cp tokens over tp:
+        # "First dimension of the tensor should be divisible by tensor parallel size"
+        raise UserError(
+            "training.seq_len",
+            f"seq_len/cp = {tr.seq_len // par.cp} tokens per context-parallel rank must divide by tp={par.tp} "
+            "(sequence parallelism splits them over the TP group); change seq_len, cp or tp, or turn "
+            "sequence_parallel off",
         )
     if par.ep > 1:
         if not model.is_moe:
@@ -434,6 +454,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         zero_shard=zero_shard,
         cp_comm=par.cp_comm,
         parallel_block_comm=par.parallel_block_comm or "separate",
+        cp_a2a=par.cp_a2a or 1,
         microbatch_group=par.microbatch_group or 0,
     )
     if layout.zero_replicas > 1 and model.is_moe:
@@ -495,21 +516,54 @@ def _keep_for_backward(scenario: Scenario) -> bool:
     return not reshard
 
 
-def check_cp_comm(name: str, cp: int, tp: int, model: ModelSpec) -> None:
-    """``parallel.cp_comm`` must be known, and Ulysses' all-to-all must split whole heads:
-    TransformerEngine's ``AttnFuncWithCPAndQKVOA2A`` asserts the query and key/value heads of a
-    tp rank divide by cp."""
+def check_cp_comm(
+    name: str, cp: int, tp: int, model: ModelSpec, fused: bool = True, cp_a2a: int | None = None
+) -> None:
+    """``parallel.cp_comm`` must be known and runnable as the frameworks run it:
+
+    - the ring and the all-gather live inside TransformerEngine's fused attention; Megatron's
+      unfused ``DotProductAttention`` asserts "Context parallelism is only supported by
+      TEDotProductAttention!" (``fused`` = ``training.flash_attention``). Ulysses' all-to-alls
+      wrap any local attention (DeepSpeed's ``DistributedAttention``), so a2a takes either;
+    - MLA's unequal K and V head dims go only through TE's ring (its tests skip the others:
+      "MLA CP currently only support KV P2P!");
+    - Ulysses' all-to-all splits whole heads: TE's ``AttnFuncWithCPAndQKVOA2A`` asserts the
+      query and key/value heads of a tp rank divide by its group's size (cp, or ``cp_a2a``
+      under a2a+p2p, whose all-to-all groups must cut cp into runs and leave a ring)."""
     check_algorithm(name)
-    if name != "a2a" or cp == 1:
+    if cp_a2a is not None and name != "a2a+p2p":
+        raise UserError("parallel.cp_a2a", f"sizes a2a+p2p's all-to-all groups (cp_comm is '{name}'); drop it")
+    if cp == 1:
         return
-    if model.mla is not None:
-        raise UserError("parallel.cp_comm", "a2a is not modelled with MLA attention; use p2p or all_gather")
+    if not fused and name != "a2a":
+        raise UserError(
+            "training.flash_attention",
+            f"cp={cp} with cp_comm '{name}' runs inside TransformerEngine's fused attention, which "
+            "flash_attention: false turns off; set training.flash_attention: true, or use "
+            "parallel.cp_comm: a2a, or cp=1",
+        )
+    if model.mla is not None and "p2p" not in name:
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{name}' does not run MLA attention (TransformerEngine takes its unequal K and V head "
+            "dims only in its p2p ring); use p2p",
+        )
+    if name == "a2a+p2p":
+        if cp_a2a is None or cp_a2a < 2 or cp_a2a >= cp or cp % cp_a2a:
+            raise UserError(
+                "parallel.cp_a2a",
+                f"a2a+p2p needs the all-to-all group size, a divisor of cp={cp} between 2 and cp/2 "
+                f"(got {cp_a2a}); set parallel.cp_a2a",
+            )
+        cp = cp_a2a
+    elif name != "a2a":
+        return
     for what, heads in (("heads", model.heads), ("kv_heads", model.kv_heads)):
         if (heads // tp) % cp:
             raise UserError(
                 "parallel.cp_comm",
-                f"a2a splits each tp rank's {what} ({heads}/tp={heads // tp}) over cp={cp}, which does not "
-                "divide them; use p2p or all_gather, or a cp that divides them",
+                f"{name}'s all-to-all splits each tp rank's {what} ({heads}/tp={heads // tp}) over {cp} "
+                "ranks, which does not divide them; use p2p or all_gather, or a group size that divides them",
             )
 
 

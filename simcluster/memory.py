@@ -202,9 +202,16 @@ def layer_activation_bytes(
         att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
     att = e * sbh / rep + norm_out * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep
-    scores = model.heads * s * s * b  # softmax out (e), dropout mask (1), dropout out (e)
+    # softmax out (e), dropout mask (1), dropout out (e) of the scores the rank computes: its
+    # s/cp queries against all seq_len keys (with cp > 1 only Ulysses runs unfused attention,
+    # on heads/cp heads of the whole sequence: the same count)
+    scores = model.heads * s * training.seq_len * b
     if training.flash_attention or "core_attn" in redo:
         att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
+        if layout.cp > 1 and layout.cp_comm == "all_gather" and "core_attn" not in redo:
+            # TE's AttnFuncWithCPAndKVAllGather saves its two chunks' outputs (out_per_step)
+            # for the backward beside the output it returns, a copy of them: the output twice
+            att += e * s * b * out_dim / t
     else:
         att += (2 * e + mask) * scores / t
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from simcluster.context import Context
-from simcluster.engine.plan import planned_orders
+from simcluster.engine.plan import cp_working, planned_orders
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
@@ -32,6 +32,7 @@ def activation_walk(
     chunk_bytes: Sequence[float],
     wgrad_bytes: Sequence[float] | None = None,
     transient: Sequence[float] | None = None,
+    working: Sequence[tuple[float, float]] | None = None,
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
@@ -39,17 +40,22 @@ def activation_walk(
     ``wgrad_bytes[c]`` of chunk c (default: its whole stash; under full recomputation more than
     the stash, which B recomputed), and W frees that; a fused BW frees everything.
     ``transient[c]`` is held only during chunk c's forward on top of the stash (the loss's logit
-    copies). The engine tracks the same stash along the simulated timeline.
+    copies); ``working[c]`` (forward, backward) by its context-parallel attention, counted on
+    the stash at F's end and at B's (or BW's) start. The engine tracks the same stash along the
+    simulated timeline.
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
     peak = 0.0
     for op in ops:
         size = chunk_bytes[op.chunk]
+        fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         if op.kind == "F":
             live += size
-            peak = max(peak, live + (transient[op.chunk] if transient else 0.0))
-        elif op.kind == "B":
+            peak = max(peak, live + max(transient[op.chunk] if transient else 0.0, fwd))
+        elif op.kind in ("B", "BW"):
+            peak = max(peak, live + bwd)
+        if op.kind == "B":
             live -= size - kept[op.chunk]
             peak = max(peak, live)
         elif op.kind == "W":
@@ -70,7 +76,8 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
-        peak = activation_walk(orders[stage], cb, kept, loss)
+        working = [cp_working(ctx, ch) for ch in chunks]
+        peak = activation_walk(orders[stage], cb, kept, loss, working)
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))

@@ -9,6 +9,8 @@ tensors of its N/P tokens, so 4Nh/P per layer forward with multi-head attention.
 gathered buffer, all_to_all one rank's send buffer.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from simcluster.errors import UserError
@@ -16,6 +18,9 @@ from tests.engine_helpers import layer_builder, merge_sections, run
 
 H, S, CP = 1024, 4096, 4
 BF16 = 2
+# a small multi-head latent attention (DeepSeek-V2's shape, scaled down)
+MLA = {"head_dim": 48, "mla": {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 32,
+                               "qk_rope_head_dim": 16, "v_head_dim": 48}}
 
 
 def scenario(cp_comm, kv_heads=16, tp=1, **kw):
@@ -48,10 +53,20 @@ def test_ulysses_moves_four_tensors_of_the_local_tokens_each_way():
     assert fwd["bytes"].sum() == 4 * (S // CP) * H * BF16  # Q, K, V in; O out (Sec. 3.2: 4Nh/P)
 
 
+def test_ulysses_backward_moves_the_output_and_its_gradient_in():
+    """TransformerEngine ``AttnFuncWithCPAndQKVOA2A``: the forward saves the output after its
+    all-to-all back (sequence-sharded), so the backward all-to-alls ``[out, dout]`` before the
+    kernel and ``[dq, dk, dv]`` after it: 2Nh/P in, 3Nh/P out with multi-head attention."""
+    ev = cp_events("a2a").sort_values("start_s")
+    local = (S // CP) * H * BF16  # one tensor of the rank's tokens, all heads
+    assert list(ev["bytes"]) == [3 * local, local, 2 * local, 3 * local]
+
+
 def test_all_gather_sends_what_the_ring_sends_but_exposes_it():
     """Each rank sends (cp-1) local KV blocks forward either way; only the ring hides them."""
-    ring = cp_events("p2p")
-    fwd_ring = ring[ring["bytes"] == ring["bytes"].min()]  # the forward steps carry K and V only
+    ring = cp_events("p2p").sort_values("start_s")
+    fwd_ring = ring.head(CP - 1)  # the forward's steps come first
+    assert set(fwd_ring["name"]) == {"cp_kv"}
     ag = cp_events("all_gather")
     one_gather = ag[ag["kind"] == "all_gather"]["bytes"].iloc[0]
     assert len(fwd_ring) == CP - 1
@@ -71,8 +86,11 @@ def test_default_is_the_ring():
     "cp_comm, kw, words",
     [
         ("torus", {}, "unknown 'torus'"),  # ('ring' reads as p2p: simcluster/spellings.py)
-        ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over cp=4"),
-        ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over cp=4"),
+        ("a2a", {"kv_heads": 2}, "kv_heads (2/tp=2) over 4 ranks"),
+        ("a2a", {"tp": 2, "kv_heads": 4}, "kv_heads (4/tp=2) over 4 ranks"),
+        # TE's tests: "MLA CP currently only support KV P2P!"
+        ("all_gather", {"model": MLA}, "'all_gather' does not run MLA attention"),
+        ("a2a", {"model": MLA}, "'a2a' does not run MLA attention"),
     ],
 )
 def test_bad_cp_comm(cp_comm, kw, words):
@@ -81,13 +99,37 @@ def test_bad_cp_comm(cp_comm, kw, words):
     assert err.value.field == "parallel.cp_comm" and words in str(err.value)
 
 
+@pytest.mark.parametrize("cp_comm", ["p2p", "all_gather"])
+def test_ring_and_gather_need_fused_attention(cp_comm):
+    """Megatron-Core's unfused ``DotProductAttention`` asserts "Context parallelism is only
+    supported by TEDotProductAttention!": the ring and the gather are TE's fused kernels."""
+    with pytest.raises(UserError) as err:
+        run(scenario(cp_comm, training={"flash_attention": False}))
+    assert err.value.field == "training.flash_attention" and "cp_comm: a2a" in str(err.value)
+
+
+def test_ulysses_wraps_unfused_attention():
+    # DeepSpeed's DistributedAttention all-to-alls around any local attention
+    ev = cp_events("a2a", training={"flash_attention": False})
+    assert list(ev["kind"]) == ["all_to_all"] * 4
+
+
+def test_mla_ring_sends_the_decompressed_keys_and_values():
+    """TE ``AttnFuncWithCPAndKVP2P`` with MLA (``enable_mla``: K and V head dims differ) sends
+    ``torch.cat((k.view(-1), v.view(-1)))``: Megatron-Core's MLA up-projects the latent before
+    the core attention, so each token carries heads/tp x (qk_nope + qk_rope + v_head) values."""
+    ev = cp_events("p2p", tp=2, model=MLA).sort_values("start_s")
+    per_token = 16 / 2 * (32 + 16 + 48)  # heads/tp x (nope + rope + v)
+    assert ev["bytes"].iloc[0] == (S // CP) * per_token * BF16
+
+
 def test_list_cp_names_every_algorithm(capsys):
     from simcluster.cli import main
 
     assert main(["list", "cp"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a"]
-    assert "Llama 3" in lines[1] and "Ulysses" in lines[2]
+    assert [line.split()[0] for line in lines] == ["p2p", "all_gather", "a2a", "a2a+p2p"]
+    assert "Llama 3" in lines[1] and "Ulysses" in lines[2] and "Hierarchical" in lines[3]
 
 
 # TransformerEngine AttnFuncWithCPAndKVP2P with the load-balanced causal split (each rank holds
@@ -132,13 +174,41 @@ def test_ring_runs_all_but_one_step_at_the_non_causal_rate():
     assert core.diagonal + (cp - 1) * core.block < 0.92 * core.total  # was: all at 335
 
 
-def test_ring_steps_use_the_diagonal_kernel_first():
+def test_ring_steps_use_the_diagonal_kernel_first_forward_and_last_backward():
+    # TE's backward runs the forward's steps "in reversed order of fwd": the local pair last
     for phase in ("F", "B"):
         segments = layer_builder(scenario("p2p")).layer(0, phase)
         cores = [seg.seconds for seg in segments if getattr(seg, "name", "") == "attn_core"]
         assert len(cores) == CP
-        assert cores[1:] == [cores[1]] * (CP - 1)  # the visiting blocks alike
-        assert cores[0] != cores[1]  # the local pair: causal, over twice the tokens
+        pair, blocks = (cores[0], cores[1:]) if phase == "F" else (cores[-1], cores[:-1])
+        assert blocks == [blocks[0]] * (CP - 1)  # the visiting blocks alike
+        assert pair != blocks[0]  # the local pair: causal, over twice the tokens
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_ring_backward_passes_kv_then_kv_and_dkv_then_dkv_home(cp):
+    """TE ``AttnFuncWithCPAndKVP2P.backward``: cp steps, each sending under its own kernel
+    (``send_tensor = p2p_comm_buffers[i % 2]``, ``[0]`` at i = 0, ``[1]`` at i = cp - 1): the KV
+    block alone first, the block with the accumulated dK/dV in between, the dK/dV alone last,
+    2(cp - 1) blocks in all; the forward sends cp - 1 blocks under its first cp - 1 kernels."""
+    from simcluster.parallelism.context import CoreTimes, ring_attention
+    from simcluster.parallelism.segments import Comm, Compute
+
+    shapes = layer_builder(scenario("p2p")).shapes
+    shapes = replace(shapes, layout=replace(shapes.layout, cp=cp))
+    kv = 2 * S / cp * H * BF16  # K and V of the rank's tokens, 16 heads of 64
+    core = CoreTimes(1.0, diagonal=0.3, block=0.1)
+    for backward, names in (
+        (False, ["cp_kv"] * (cp - 1)),
+        (True, ["cp_kv"] + ["cp_kv_dkv"] * (cp - 2) + ["cp_dkv"]),
+    ):
+        segs = ring_attention(shapes, core, backward, 0)
+        comms = [s for s in segs if isinstance(s, Comm)]
+        assert [c.name for c in comms] == names
+        assert all(c.overlap for c in comms)  # each under the kernel after it
+        assert sum(c.nbytes for c in comms) == pytest.approx(kv * (cp - 1) * (2 if backward else 1))
+        # every send sits right before a kernel: none is left exposed after the last one
+        assert all(isinstance(segs[i + 1], Compute) for i, s in enumerate(segs) if isinstance(s, Comm))
 
 
 def test_a_ring_step_across_nodes_waits_for_its_network_hop():
@@ -189,3 +259,176 @@ def test_all_gather_attention_runs_mostly_at_the_non_causal_rate():
         assert 0.8 * core.total < core.prefix < 0.97 * core.total
         attn = [s for s in b.layer(0, phase) if getattr(s, "name", "") == "attn_core"]
         assert [s.seconds for s in attn] == [core.prefix]
+
+
+# Working memory: the buffers TransformerEngine's context-parallel attention holds beyond the
+# stash while one layer's attention runs (context.working_bytes).
+
+
+def test_ring_forward_keeps_every_steps_block_and_partial_output():
+    """TE ``AttnFuncWithCPAndKVP2P.forward``: ``p2p_comm_buffers[i + 1] =
+    torch.empty_like(p2p_comm_buffers[i])`` at every step, and ``out_per_step[i]`` /
+    ``softmax_lse_per_step[i]`` kept until the correction after the loop; rank cp-1 attends
+    both its chunks at every step. So cp x (K and V, the output, the fp32 log-sum-exp) of the
+    rank's tokens: the whole sequence's for its heads. Backward: two [KV, dKV] buffers, the
+    step's dK/dV, dQ and its accumulator."""
+    from simcluster.parallelism.context import working_bytes
+
+    shapes = layer_builder(scenario("p2p", kv_heads=4)).shapes
+    tokens = S // CP
+    kv, o, lse = 2 * tokens * 4 * 64 * BF16, tokens * H * BF16, tokens * 16 * 4
+    assert working_bytes(shapes, False) == CP * (kv + o + lse)
+    assert working_bytes(shapes, True) == 5 * kv + 2 * o  # Q is as wide as O here
+    # a backward that reruns the attention's forward first holds the larger of the two
+    assert working_bytes(shapes, True, recomputed=True) == CP * (kv + o + lse)
+
+
+def test_gather_holds_the_whole_sequences_keys_and_values():
+    """TE ``AttnFuncWithCPAndKVAllGather``: forward the gathered K and V (cp KV) and each local
+    chunk's contiguous prefix slice ((2cp + 1) c tokens: cp + 1/2 KV) and the chunks' outputs;
+    backward adds full-length zeroed dK, dV and the chunks' dK/dV slices: (4cp + 1) KV + 2 Q."""
+    from simcluster.parallelism.context import working_bytes
+
+    shapes = layer_builder(scenario("all_gather", kv_heads=4)).shapes
+    tokens = S // CP
+    kv, o = 2 * tokens * 4 * 64 * BF16, tokens * H * BF16
+    assert working_bytes(shapes, False) == (2 * CP + 0.5) * kv + o
+    assert working_bytes(shapes, True) == (4 * CP + 1) * kv + 2 * o
+
+
+def test_every_algorithm_has_its_working_memory():
+    from simcluster.parallelism import context
+
+    assert set(context._WORKING) == set(context.algorithms())
+
+
+def test_the_simulated_peak_holds_the_working_memory_on_the_stash():
+    """One microbatch, one stage: the stash peaks at the forward's end and the backward's start,
+    where the layer's attention buffers come on top of it (and the loss's logit copies at the
+    head, whichever is larger)."""
+    from simcluster.context import build_context
+    from simcluster.engine.plan import cp_working
+    from simcluster.memory import chunk_activation_bytes, loss_transient_bytes
+    from simcluster.scenario import scenario_from_dict
+
+    for cp_comm, extra in (("p2p", {}), ("all_gather", {}), ("a2a", {}), ("a2a+p2p", {"cp_a2a": 2})):
+        result = run(scenario(cp_comm, parallel=extra))  # dp 2, global batch 2: one microbatch
+        ctx = build_context(scenario_from_dict(scenario(cp_comm, parallel=extra)))
+        chunk = ctx.chunks[0][0]
+        stash = chunk_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk)
+        fwd, bwd = cp_working(ctx, chunk)
+        assert min(fwd, bwd) > 0
+        loss = loss_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training)
+        peak = result.memory["activations"].max()
+        assert peak == pytest.approx(stash + max(fwd, bwd, loss), rel=1e-12)
+
+
+def test_sequence_must_split_into_two_chunks_per_rank():
+    # TE's load-balanced split: "Sequence length per GPU needs to be divisible by 2!"
+    with pytest.raises(UserError) as err:
+        run(scenario("p2p", training={"seq_len": 4100}))
+    assert err.value.field == "training.seq_len" and "2*cp=8" in str(err.value)
+
+
+def test_sequence_parallelism_splits_each_cp_ranks_tokens_over_tp():
+    # Megatron-Core mappings._split_along_first_dim: "First dimension of the tensor should be
+    # divisible by tensor parallel size"; the first dimension is the rank's seq_len/cp tokens
+    data = scenario("p2p", tp=4, cluster={"gpus": 16}, training={"seq_len": 8 * 3, "global_batch": 1},
+                    parallel={"sequence_parallel": True})  # fmt: skip
+    with pytest.raises(UserError) as err:
+        run(data)
+    assert err.value.field == "training.seq_len" and "seq_len/cp = 6 tokens" in str(err.value)
+    data["training"]["seq_len"] = 8 * 4  # 8 tokens per cp rank, 2 per tp rank
+    run(data)
+
+
+@pytest.mark.parametrize("cp_comm", ["p2p", "all_gather", "a2a"])
+def test_context_parallelism_does_not_change_the_model_flops(cp_comm):
+    """The load-balanced split hands each (query, key) pair of the causal mask to one rank, so
+    the step's model FLOPs are the sequence's, whatever cp: 2 sequences x S tokens x the FLOPs
+    per token of the whole sequence (Narayanan et al. 2021 eq. 3 counts s, not s/cp)."""
+    from simcluster.flops import token_flops
+
+    flat = scenario(cp_comm, cluster={"gpus": 2}, parallel={"cp": 1}, training={"global_batch": 2})
+    split = scenario(cp_comm)  # cp 4 on 8 GPUs: dp 2, the same two sequences per step
+    a, b = run(flat).summary, run(split).summary
+    assert a["model_flops_per_step"] == b["model_flops_per_step"]
+    model = layer_builder(split).shapes.model
+    assert b["model_flops_per_step"] == token_flops(model, S).total * 2 * S
+
+
+def test_unfused_ulysses_multiplies_its_heads_scores_over_the_whole_sequence():
+    """After DeepSpeed-Ulysses' all-to-all a rank's local attention sees the whole sequence on
+    heads/cp heads (Jacobs et al. 2023, Sec. 3.2): its batched GEMMs are S x S per head over
+    b x heads/(tp cp) matrices, not S/cp x S over every head."""
+    b = layer_builder(scenario("a2a", training={"flash_attention": False}))
+    for phase in ("F", "B"):
+        whole = b._unfused_attention(1, S, S, 16 / CP, 64, 64, phase == "B")
+        assert b.attention_core(phase) == whole
+        assert whole != b._unfused_attention(1, S / CP, S, 16, 64, 64, phase == "B")  # GEMM shapes differ
+
+
+
+# Hierarchical context parallelism (Megatron-Core cp_comm_type a2a+p2p with
+# hierarchical_context_parallel_sizes [a, cp/a]; TE AttnFuncWithCPAndKVP2P with cp_size_a2a > 1).
+
+
+def test_hierarchical_groups_are_consecutive_runs_and_the_ring_across_them():
+    """Megatron-Core ``create_hierarchical_parallel_groups`` with sizes [2, 2] on 4 ranks: level-1
+    groups [g0, g1], [g2, g3] (the all-to-all), level-2 [g0, g2], [g1, g3] (the ring)."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    lay = build_context(scenario_from_dict(scenario("a2a+p2p", parallel={"cp_a2a": 2}))).layout
+    cp = lay.group("cp", 0)
+    assert [lay.group("cpa", r) for r in cp] == [cp[:2], cp[:2], cp[2:], cp[2:]]
+    assert [lay.group("cpr", r) for r in cp] == [cp[0::2], cp[1::2], cp[0::2], cp[1::2]]
+
+
+def test_hierarchical_all_to_alls_around_a_ring_over_the_groups():
+    """cp 4 as 2 x 2: Q, K, V all-to-all'd inside the pair (each rank's send buffer, 3 tensors of
+    its S/4 tokens with MHA), a ring of 2 over the pairs (1 KV send forward; KV then dK/dV
+    backward, each block as large as the rank's own K and V), the output back; backward the
+    output and its gradient in, dQ, dK, dV out."""
+    ev = cp_events("a2a+p2p", parallel={"cp_a2a": 2}).sort_values("start_s")
+    local = (S // CP) * H * BF16
+    assert set(ev["group"]) == {"cp"}  # shown as context-parallel communication
+    assert list(zip(ev["kind"], ev["bytes"], strict=True)) == [
+        ("all_to_all", 3 * local), ("send", 2 * local), ("all_to_all", local),
+        ("all_to_all", 2 * local), ("send", 2 * local), ("send", 2 * local), ("all_to_all", 3 * local),
+    ]  # fmt: skip
+
+
+def test_hierarchical_ring_kernels_hold_the_ranks_causal_share():
+    # the ring of cp/a ranks on a x the tokens and 1/a of the heads: chunks c = S/(2 cp/a);
+    # the pair and the visiting block's FLOPs still sum to the rank's 1/cp of the causal work
+    from simcluster.parallelism.layer import LayerBuilder
+
+    b = layer_builder(scenario("a2a+p2p", parallel={"cp_a2a": 2}))
+    calls = []
+
+    def attend(bb, sq, skv, heads, dq, dv, causal, backward):
+        calls.append((sq, skv, heads, causal))
+        return sq * skv * heads * (0.5 if causal else 1.0)
+
+    b.km = type("K", (), {"attention": staticmethod(attend)})()
+    core = LayerBuilder.core_times(b, "F")
+    c = S / (2 * 2)
+    # the first call is the rank's share over the whole sequence (CoreTimes.total)
+    assert calls[1:] == [(2 * c, 2 * c, 16 / 2, True), (2 * c, c, 8, False), (c, 2 * c, 8, False)]
+    assert core.diagonal + (2 - 1) * core.block == pytest.approx(core.total) == S * S / 2 * 16 / CP
+
+
+@pytest.mark.parametrize(
+    "parallel, field, words",
+    [
+        ({"cp_comm": "a2a+p2p"}, "parallel.cp_a2a", "a divisor of cp=4 between 2 and cp/2 (got None)"),
+        ({"cp_comm": "a2a+p2p", "cp_a2a": 4}, "parallel.cp_a2a", "(got 4)"),
+        ({"cp_comm": "a2a+p2p", "cp_a2a": 3}, "parallel.cp_a2a", "(got 3)"),
+        ({"cp_comm": "p2p", "cp_a2a": 2}, "parallel.cp_a2a", "cp_comm is 'p2p'"),
+    ],
+)
+def test_bad_hierarchy(parallel, field, words):
+    with pytest.raises(UserError) as err:
+        run(scenario(parallel.get("cp_comm", "p2p"), parallel=parallel))
+    assert err.value.field == field and words in str(err.value)

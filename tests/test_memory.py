@@ -375,6 +375,24 @@ def test_output_projection_input_is_the_attention_output_width():
     assert _act(ctx) == pytest.approx(SBH * (34 + 5 * A * S / H) + 8 * S * B * (q - H))
 
 
+def test_unfused_ulysses_keeps_its_heads_scores_over_the_whole_sequence():
+    """DeepSpeed-Ulysses (Jacobs et al. 2023, Sec. 3.2) around materialised attention: after the
+    all-to-all a rank holds A/cp heads of the whole sequence, so its softmax output, dropout mask
+    and dropout output cover (A/cp) x S x S scores, 5 B each in 16 bits (Korthikanti et al.
+    2022, Table 2: sbh(34 + 5as/h) per layer at cp = 1); the 34 sbh of the S/cp tokens' tensors
+    divide by cp as well, so the whole stash is 1/cp of cp = 1's, where counting the rank's
+    (S/cp)^2 scores would have made the scores' part 1/cp^2."""
+    cp = 4
+    flat = _ctx(training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False})
+    ulysses = _ctx(
+        parallel={"cp": cp, "cp_comm": "a2a"},
+        training={"seq_len": S, "micro_batch": B, "global_batch": 16, "flash_attention": False},
+    )
+    scores = 5 * A * S * S * B
+    assert _act(flat) == pytest.approx(34 * SBH + scores)
+    assert _act(ulysses) == pytest.approx(34 * SBH / cp + scores / cp)
+
+
 def test_mla_stashes_decompressed_keys_with_their_rotary_part():
     """DeepSeek-V2/V3 multi-head latent attention (Megatron-Core ``MLASelfAttention``): the
     kernel reads queries and keys of qk_nope + qk_rope per head (the rotary key shared by the
@@ -415,3 +433,15 @@ def test_moe_weight_gradient_inputs_are_the_stashed_gemm_inputs():
         stash[precision] = layer_activation_bytes(ctx.model, ctx.layout, sc.training, 0)
         kept[precision] = stash[precision] * wgrad_retained_fraction(ctx.model, ctx.layout, sc.training)
     assert kept["bf16"] - kept["fp8"] == pytest.approx(stash["bf16"] - stash["fp8"])
+
+
+def test_all_gather_context_parallelism_keeps_its_chunks_outputs_too():
+    """TransformerEngine ``AttnFuncWithCPAndKVAllGather.forward`` copies each local chunk's
+    output into the tensor it returns (``out[i - 1].copy_(out_per_step[i - 1])``) and saves
+    ``*out_per_step`` for its backward: the attention output (2sbh/cp/t in 16 bits here) is
+    kept twice per layer. The ring saves the returned output only."""
+    cp = 2
+    tr = {"seq_len": S, "micro_batch": B, "global_batch": 16}
+    ring = _ctx(parallel={"cp": cp, "cp_comm": "p2p"}, training=tr)
+    gather = _ctx(parallel={"cp": cp, "cp_comm": "all_gather"}, training=tr)
+    assert _act(gather) - _act(ring) == pytest.approx(2 * SBH / cp)

@@ -145,7 +145,11 @@ def test_cp_ring_steps():
     data = scenario(parallel={"cp": 4}, training={"global_batch": 2})
     ev = run(data).events
     ring = ev[(ev["group"] == "cp") & (ev["layer"] == 0) & (ev["microbatch"] == 0)]
-    assert len(ring) == 2 * (4 - 1)  # cp-1 KV steps forward, cp-1 (KV + dKV) steps backward
+    # TE AttnFuncWithCPAndKVP2P: cp-1 KV sends forward; backward sends at each of its cp steps
+    # (KV, then KV with the dK/dV accumulated, then the dK/dV home), 2(cp-1) blocks in all
+    assert len(ring) == (4 - 1) + 4
+    kv = ring["bytes"].min()
+    assert ring["bytes"].sum() == 3 * (4 - 1) * kv
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from simcluster.layout import Layout
 GROUP_DIM = {
     "tp": "tp",
     "cp": "cp",
+    "cpa": "cpa",  # a2a+p2p: the all-to-all groups inside cp
+    "cpr": "cpr",  # and the ring across them
     "ep": "ep",
     "etp": "etp",
     "dp": "dpcp",
@@ -42,7 +44,7 @@ CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
 DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
-SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp"}
+SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp"}
 
 
 @dataclass

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "edps", "edpr", "cp", "ep", "etp"})
+INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "edps", "edpr", "cp", "cpa", "cpr", "ep", "etp"})
 
 
 @dataclass

@@ -24,6 +24,7 @@ from simcluster.memory import (
     wgrad_retained_fraction,
 )
 from simcluster.network import collective_time
+from simcluster.parallelism.context import working_bytes
 from simcluster.parallelism.data import (
     Bucket,
     bucket_cap_params,
@@ -84,6 +85,10 @@ class ChunkPlan:
     phases: dict[str, list[Unit]] = field(default_factory=dict)
     activation_bytes: float = 0.0
     loss_transient_bytes: float = 0.0  # held only during the forward of a chunk with the loss
+    # (forward, backward) bytes a layer's context-parallel attention holds beyond the stash
+    # while it runs, counted with the chunk's whole stash: at its forward's end and its
+    # backward's start (an upper bound by the stash of what follows the last attention)
+    cp_working_bytes: tuple[float, float] = (0.0, 0.0)
     wgrad_bytes: float = 0.0  # of a microbatch's activations, held from its B to its W
     # layer index -> activation bytes of one microbatch kept in host memory between its forward
     # and backward (training.activation_offload_layers)
@@ -226,7 +231,22 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     )
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
+    cp.cp_working_bytes = cp_working(ctx, chunk)
     return cp
+
+
+def cp_working(ctx: Context, chunk: Chunk) -> tuple[float, float]:
+    """(forward, backward) working bytes of the context-parallel attention of ``chunk``'s
+    layers (``context.working_bytes``; 0 without cp or attention layers). The backward reruns
+    the forward first where the attention is recomputed (full recomputation of a layer, or
+    selective ``core_attn``)."""
+    training = ctx.scenario.training
+    attends = len(chunk.layer_indices) > 0 or (chunk.head and ctx.model.mtp_layers > 0)
+    if ctx.layout.cp == 1 or not attends:
+        return 0.0, 0.0
+    shapes = Shapes(ctx.model, ctx.layout, training)
+    recomputed = training.fully_recomputed(0) or "core_attn" in training.recomputed
+    return working_bytes(shapes, False), working_bytes(shapes, True, recomputed)
 
 
 def schedule_costs(
@@ -282,7 +302,7 @@ def activation_room(
     ``static_bytes`` and the loss's transient are in (Zero Bubble's adaptive memory limit)."""
     rooms = []
     for plans, static in zip(chunk_plans, static_bytes, strict=True):
-        fixed = static + max(p.loss_transient_bytes for p in plans)
+        fixed = static + max(max(p.loss_transient_bytes, *p.cp_working_bytes) for p in plans)
         unit = max(plans[0].activation_bytes, 1.0)
         rooms.append((ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes - fixed) / unit)
     return tuple(rooms)

@@ -15,6 +15,8 @@ COLUMNS = [*EVENT_COLUMNS, FLOW_COLUMN]
 STREAM_OF_GROUP = {
     "tp": "comm_tp",
     "cp": "comm_cp",
+    "cpa": "comm_cp",
+    "cpr": "comm_cp",
     "ep": "comm_ep",
     "etp": "comm_ep",
     "dp": "comm_dp",

@@ -162,13 +162,22 @@ class Worker(PipelineIO, DataParallelOps):
         one timeline per stage is drawn)."""
         return self.rank == self.shared.ctx.layout.representative(self.stage)
 
-    def _memory(self, loss: float = 0.0) -> None:
-        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held."""
+    def _memory(self, loss: float = 0.0, working: float = 0.0) -> None:
+        """Record this stage's memory now; ``loss`` = the loss's transient logit copies held,
+        ``working`` = a context-parallel attention's buffers beyond the stash."""
         if not self._records_memory:
             return
         self.shared.recorder.memory(
-            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss, loss=loss
+            self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss + working, loss=loss
         )
+
+    def _cp_working(self, cplan: ChunkPlan, kind: str) -> None:
+        """Record the context-parallel attention's working bytes on top of the stash as it is
+        now (the whole chunk's: at F's end, at B's start), then the stash alone again."""
+        working = cplan.cp_working_bytes[0 if kind == "F" else 1]
+        if working > 0:
+            self._memory(working=working)
+            self._memory()
 
     def _compute(self, seconds: float) -> Generator:
         # a known straggler's kernels take longer (stragglers.py); compute also slows while an
@@ -416,6 +425,8 @@ class Worker(PipelineIO, DataParallelOps):
         # memory walk counts it, an upper bound)
         per_unit = lane is None
         stash_from, stash_delta = self.activations, _stash_delta(op.kind, cplan)
+        if op.kind in ("B", "BW"):
+            self._cp_working(cplan, op.kind)
         if op.kind == "F" and not per_unit:
             self.activations += cplan.activation_bytes
             self._memory()
@@ -470,6 +481,8 @@ class Worker(PipelineIO, DataParallelOps):
                     yield from self._zero3_post_backward(unit, op, lane)
                 elif last_mb and not zero3:
                     yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
+        if op.kind == "F":
+            self._cp_working(cplan, "F")
         if pipelined and op.kind in ("W", "BW") and last_mb:
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order

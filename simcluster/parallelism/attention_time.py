@@ -38,8 +38,9 @@ class AttentionTimes(BuilderBase):
             # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
-        # Megatron's unfused path computes every score and masks them: no saving from a window
-        return self._unfused_attention(b, s / lay.cp, s, m.heads / lay.tp, d_qk, d_v, backward)
+        # Megatron's unfused path computes every score and masks them: no saving from a window.
+        # With cp only Ulysses runs it (layout.check_cp_comm): heads/cp of the whole sequence
+        return self._unfused_attention(b, s, s, m.heads / (lay.tp * lay.cp), d_qk, d_v, backward)
 
     def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
         """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring
@@ -52,18 +53,21 @@ class AttentionTimes(BuilderBase):
         total = self.attention_core(phase, index)
         lay = self.shapes.layout
         fused = self.scenario.training.flash_attention
-        if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather") or not fused:
+        if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather", "a2a+p2p") or not fused:
             return context.CoreTimes(total)
         d_qk, d_v = self._head_dims()
-        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / lay.tp
-        c = self.scenario.training.seq_len / (2 * lay.cp)
+        # a2a+p2p: the ring runs over cp/cp_a2a ranks on cp_a2a times the tokens, 1/cp_a2a of the heads
+        group = lay.cp_a2a if lay.cp_comm == "a2a+p2p" else 1
+        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / (lay.tp * group)
+        ring = lay.cp // group
+        c = self.scenario.training.seq_len / (2 * ring)
         backward = phase == "B"
 
         def attend(sq: float, skv: float, causal: bool) -> float:
             return self.km.attention(b, sq, skv, heads, d_qk, d_v, causal=causal, backward=backward)
 
         if lay.cp_comm == "all_gather":
-            return context.CoreTimes(total, prefix=self._prefix_attention(attend, lay.cp, c))
+            return context.CoreTimes(total, prefix=self._prefix_attention(attend, ring, c))
         diagonal = attend(2 * c, 2 * c, True)
         block = 0.5 * (attend(2 * c, c, False) + attend(c, 2 * c, False))
         return context.CoreTimes(total, diagonal, block)

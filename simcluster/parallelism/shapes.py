@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from simcluster.compute import DTYPE_BYTES, QUANTISED
 from simcluster.layout import Layout
-from simcluster.memory import act_bytes
+from simcluster.memory import act_bytes, attention_widths
 from simcluster.model import ModelSpec
 from simcluster.scenario import TrainingSection
 
@@ -27,6 +27,12 @@ class Shapes:
     @property
     def elt(self) -> int:
         return act_bytes(self.training.precision)
+
+    @property
+    def attention_widths(self) -> tuple[int, int, int, int]:
+        """Per-token widths (all heads) of Q, K, V and the attention output
+        (:func:`~simcluster.memory.attention_widths`)."""
+        return attention_widths(self.model)
 
     @property
     def hidden_bytes(self) -> float:

@@ -25,7 +25,15 @@ class ParallelSection(SectionBase):
     cp_comm: str = Field(
         default="p2p",
         description="how cp ranks share K and V: p2p (ring attention, Megatron-Core's default), "
-        "all_gather (Llama 3; gather exposed) or a2a (DeepSpeed-Ulysses all-to-all over heads)",
+        "all_gather (Llama 3; gather exposed), a2a (DeepSpeed-Ulysses all-to-all over heads) or "
+        "a2a+p2p (all-to-all inside groups of cp_a2a ranks, the ring across them)",
+    )
+    cp_a2a: int | None = Field(
+        default=None,
+        gt=0,
+        description="with cp_comm a2a+p2p: the ranks of each all-to-all group, consecutive in cp "
+        "(Megatron-Core's hierarchical_context_parallel_sizes [cp_a2a, cp/cp_a2a]); the ring runs "
+        "over the cp/cp_a2a groups",
     )
     parallel_block_comm: Literal["separate", "gpt-neox", "fused"] | None = Field(
         default=None,
