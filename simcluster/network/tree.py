@@ -1,11 +1,11 @@
 """NCCL-style tree all-reduce (and NVLS_TREE below): a chain inside each NVLink domain and two complementary binary
 trees across domains (the "double binary tree" of NCCL 2.4, Sanders et al. 2009), each carrying
 half the data, spread over the rails. Reduce goes up and broadcast comes down, pipelined.
-Latency: 2((g-1) intra + log2(D) inter) steps, as NCCL's tuning model."""
+Latency: 2((g-1) intra + floor(log2 D) inter) steps, as NCCL's tuning model (``log2i``: a
+heap-shaped binary tree of D nodes is floor(log2 D) deep); NVLS_TREE: one NVLS step inside the
+domain and 2 floor(log2 D) network steps (NVIDIA/nccl ``src/tuning/nvls.cc``)."""
 
 from __future__ import annotations
-
-import math
 
 from simcluster.network.algorithms import (
     Algorithm,
@@ -17,6 +17,11 @@ from simcluster.network.algorithms import (
 )
 from simcluster.network.direct import switch_reduce_transfers
 from simcluster.topology import Cluster
+
+
+def _depth(d: int) -> int:
+    """Depth of a heap-shaped binary tree of ``d`` nodes: NCCL's ``log2i(nNodes)`` (floor)."""
+    return max(d, 1).bit_length() - 1
 
 
 def _binary_tree_edges(d: int, mirror: bool) -> list[tuple[int, int]]:
@@ -60,9 +65,9 @@ class Tree(Algorithm):
         transfers += _across_domains(cluster, domains)
         d = len(domains)
         g = max(len(x) for x in domains)
-        inter = 2 * math.ceil(math.log2(d)) if d > 1 else 0
+        inter = 2 * _depth(d)
         return Plan("tree", tuple(transfers), 2 * (g - 1), inter,
-                    *hop_latencies(cluster, transfers, group))  # fmt: skip
+                    *hop_latencies(cluster, transfers, group), domains=d)  # fmt: skip
 
 
 @register_algorithm
@@ -74,7 +79,7 @@ class NvlsTree(Algorithm):
     2(n-1)/n x S/g; the switch side runs at NVLS's measured rate."""
 
     name = "nvls_tree"
-    family = "nvls"
+    family = "nvls_tree"
     ops = frozenset({"all_reduce"})
 
     def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
@@ -94,6 +99,7 @@ class NvlsTree(Algorithm):
         for gpus in domains:
             transfers += switch_reduce_transfers(cluster, gpus)
         transfers += _across_domains(cluster, domains)
-        inter = 2 * math.ceil(math.log2(len(domains)))
-        return Plan("nvls", tuple(transfers), 2, inter,
-                    *hop_latencies(cluster, transfers, group))  # fmt: skip
+        # NCCL: intraLat + 2 log2i(nNodes) interLat - one switch step, not one each way
+        d = len(domains)
+        return Plan("nvls_tree", tuple(transfers), 1, 2 * _depth(d),
+                    *hop_latencies(cluster, transfers, group), domains=d)  # fmt: skip
