@@ -63,6 +63,18 @@ _BW = {
 }
 _TREE_LL128_MULTI_NODE = 0.92 * 120 / 128
 
+# NCCL's treeCorrectionFactor (src/tuning/cost_model.cc; applied in src/tuning/tree.cc to sizes
+# with log2i(bytes >> 6) < 23): "Trees are not perfectly sticking to the model for medium sizes",
+# the share of the modelled tree bandwidth a size gets, by protocol, from 64 B (index 0) doubling.
+_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9,
+              .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -76,7 +88,9 @@ class Protocol:
     bw_fraction: float
 
 
-def protocols_for(family: str, multi_node: bool = False, net_family: str | None = None) -> list[Protocol]:
+def protocols_for(
+    family: str, multi_node: bool = False, net_family: str | None = None
+) -> list[Protocol]:
     """The protocols NCCL offers for an algorithm family (NVLS, NVLS_TREE: Simple only).
 
     ``multi_node``: the plan crosses NVLink domains (tree LL128 then runs at 120/128 of the
@@ -101,6 +115,16 @@ def protocols_for(family: str, multi_node: bool = False, net_family: str | None 
             )
         )
     return out
+
+
+def bandwidth_share(proto: Protocol, nbytes: float) -> float:
+    """Share of the link rate the payload of an ``nbytes`` op gets: the protocol's fraction,
+    times NCCL's tree correction for mid sizes on a tree (64 KiB LL 0.6, 1 MiB Simple 0.5)."""
+    if proto.family != "tree":
+        return proto.bw_fraction
+    index = max(int(nbytes) >> 6, 1).bit_length() - 1  # NCCL log2i(nBytes >> 6)
+    table = _TREE_CORRECTION[proto.name]
+    return proto.bw_fraction * (table[index] if index < len(table) else 1.0)
 
 
 def step_latency(proto: Protocol, intra_steps: int, inter_steps: int, intra_hop_s: float,
