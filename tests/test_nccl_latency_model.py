@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from simcluster.hardware import load_profile, profile_from_dict
-from simcluster.network import describe
+from simcluster.network import collective_time, describe
 from simcluster.network.algorithms import get_algorithm
 from simcluster.network.protocols import bandwidth_share, protocols_for
 from simcluster.topology import build_cluster
@@ -103,3 +103,38 @@ def test_a_tree_recipe_moves_its_bytes_at_the_corrected_share():
     r = describe("all_reduce", 2**20, c, list(range(16)), algo="tree")
     tree = {p.name: p for p in protocols_for("tree", multi_node=True)}
     assert r.scale == pytest.approx(2**20 / bandwidth_share(tree[r.proto], 2**20))
+
+
+def test_the_double_binary_tree_is_nccls():
+    # src/graph/trees.cc illustration, 14 ranks: 0-8, 8-{4,12}, 4-{2,6}, 12-{10,13}, 2-{1,3},
+    # 6-{5,7}, 10-{9,11}; the second tree mirrors it for even counts, shifts it for odd ones
+    from simcluster.network.tree import _dtree_edges
+
+    first = set(_dtree_edges(14, False))
+    assert first == {(0, 8), (8, 4), (8, 12), (4, 2), (4, 6), (12, 10), (12, 13), (2, 1),
+                     (2, 3), (6, 5), (6, 7), (10, 9), (10, 11)}  # fmt: skip
+    assert (13, 5) in set(_dtree_edges(14, True))  # mirror of (0, 8)
+    assert set(_dtree_edges(3, False)) == {(0, 2), (2, 1)}
+    assert set(_dtree_edges(3, True)) == {(1, 0), (0, 2)}  # shifted by one node
+
+
+def test_on_four_nodes_a_nic_carries_twice_its_rails_share():
+    # NCCL's trees on 4 nodes: node 2 is interior in the first tree (parent 0, children 1, 3)
+    # and a leaf of the second, so it sends 2 x S/2 + S/2 + S/2 = 2 S over its node's 8 rails.
+    # NIC 400 Gb/s x 0.92 = 46 GB/s: t = 2 S / 8 / 46e9, busbw = 2 (31/32) S / t = 356.5 GB/s,
+    # where the switch side (NVLS at 275 GB/s algbw) would allow more
+    c = h100(32)
+    size = 8 * 2**30
+    t = collective_time("all_reduce", size, c, list(range(32)), algo="nvls_tree")
+    assert size / t * 2 * 31 / 32 / 1e9 == pytest.approx(2 * 31 / 32 * 4 * 46, rel=0.01)
+
+
+def test_aws_p5_four_nodes_large_all_reduce_is_nic_bound_as_measured():
+    # crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv (hardware/aws-p5.yaml):
+    # 4 p5 nodes, 8 GiB, busbw 357.0 GB/s; the model alone (no measured table) within 3%
+    raw = load_profile("aws-p5").model_dump()
+    raw["measured"] = {}
+    c = build_cluster(profile_from_dict(raw), 32)
+    size = 8 * 2**30
+    t = collective_time("all_reduce", size, c, list(range(32)))
+    assert size / t * 2 * 31 / 32 / 1e9 == pytest.approx(357.0, rel=0.03)
