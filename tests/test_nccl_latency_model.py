@@ -6,7 +6,7 @@ NVLS 25, NVLS_TREE 25; NET Ring LL 2.7, Tree LL 5.0, NVLS_TREE Simple 20.9),
 ``src/tuning/ring.cc`` (nInterSteps = 2 (nNodes - 1) for all-reduce; one rank per node: the
 inter-node steps pay the tree's network latency), ``src/tuning/tree.cc`` and ``nvls.cc``
 (tree: 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat); NVLS: intraLat; NVLS_TREE:
-intraLat + 2 log2i(nNodes) interLat, log2i the floor; the tree's treeCorrectionFactor by size).
+intraLat + 2 log2i(nNodes) interLat, log2i the floor).
 
 On the DGX H100 profile the hardware hops are NCCL's LL reference exactly (NVLink 0.6 us; NIC
 2.1 us + one leaf switch 0.6 us = 2.7 us), so each expected number below is NCCL's formula.
@@ -19,7 +19,7 @@ import pytest
 from simcluster.hardware import load_profile, profile_from_dict
 from simcluster.network import collective_time, describe
 from simcluster.network.algorithms import get_algorithm
-from simcluster.network.protocols import bandwidth_share, protocols_for
+from simcluster.network.protocols import protocols_for
 from simcluster.topology import build_cluster
 
 
@@ -81,28 +81,13 @@ def test_tree_depth_is_nccls_floor_of_log2(nodes, depth):
     assert plan.intra_steps == 2 * (8 - 1)
 
 
-def test_tree_bandwidth_takes_nccls_mid_size_correction():
-    # cost_model.cc treeCorrectionFactor, index log2i(bytes >> 6): 64 KiB -> 10 (LL 0.6),
-    # 1 MiB -> 14 (Simple 0.5), 8 MiB -> 17 (LL128 0.9), 512 MiB -> 23 (past the table: 1)
+def test_tree_ll128_runs_at_120_of_128_across_nodes_and_7_of_9_inside_one():
+    # tree.cc: busBw x (nNodes == 1 ? 7/9 : 120/128) for LL128, after the tree's 0.92
     tree = {p.name: p for p in protocols_for("tree", multi_node=True)}
-    assert bandwidth_share(tree["LL"], 64 * 1024) == pytest.approx(0.92 / 3.8 * 0.6)
-    assert bandwidth_share(tree["Simple"], 2**20) == pytest.approx(0.92 * 0.5)
-    assert bandwidth_share(tree["LL128"], 8 * 2**20) == pytest.approx(0.92 * 120 / 128 * 0.9)
-    assert bandwidth_share(tree["Simple"], 2**29) == pytest.approx(0.92)
-    assert bandwidth_share(tree["Simple"], 8) == pytest.approx(0.92 * 0.9)
-    # tree.cc: LL128 on several nodes at 120/128 of the link, 7/9 inside one
     one_node = {p.name: p for p in protocols_for("tree")}
+    assert tree["LL128"].bw_fraction == pytest.approx(0.92 * 120 / 128)
     assert one_node["LL128"].bw_fraction == pytest.approx(0.92 * 7 / 9)
-    # the ring has no such correction
-    ring = {p.name: p for p in protocols_for("ring")}
-    assert bandwidth_share(ring["Simple"], 2**20) == 1.0
-
-
-def test_a_tree_recipe_moves_its_bytes_at_the_corrected_share():
-    c = h100(16)
-    r = describe("all_reduce", 2**20, c, list(range(16)), algo="tree")
-    tree = {p.name: p for p in protocols_for("tree", multi_node=True)}
-    assert r.scale == pytest.approx(2**20 / bandwidth_share(tree[r.proto], 2**20))
+    assert tree["Simple"].bw_fraction == one_node["Simple"].bw_fraction == pytest.approx(0.92)
 
 
 def test_the_double_binary_tree_is_nccls():

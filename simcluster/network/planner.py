@@ -15,12 +15,7 @@ from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, by_domain
 from simcluster.network.calibrated import Geometry, measured_ratio
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
-from simcluster.network.protocols import (
-    Protocol,
-    bandwidth_share,
-    protocols_for,
-    step_latency,
-)
+from simcluster.network.protocols import Protocol, protocols_for, step_latency
 from simcluster.network.symmetry import FlowSpec, explicit_specs, lockstep, symmetric_specs
 from simcluster.topology import Cluster, build_cluster
 
@@ -179,7 +174,7 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
             lat = step_latency(
                 p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
             )
-            t = _alone(cluster, lat, specs, nbytes / bandwidth_share(p, nbytes))
+            t = _alone(cluster, lat, specs, nbytes / p.bw_fraction)
             if best is None or t < best[0]:
                 best = (t, a, p, lat)
     assert best is not None
@@ -213,7 +208,7 @@ def make_recipe(cluster: Cluster, op: str, groups: Sequence[Sequence[int]], nbyt
         return hit
     key = _widest_first(cluster, key)
     t_model, a, p, latency = _best(cluster, op, key, nbytes, algo)
-    scale = nbytes / bandwidth_share(p, nbytes)
+    scale = nbytes / p.bw_fraction
     specs = _specs(cluster, op, a, key, symmetric)
     ratio = None
     if algo is None and cluster.profile.measured.get("collectives"):

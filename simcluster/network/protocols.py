@@ -16,7 +16,11 @@ the Tree network latency", ``ring.cc``), and NVLS_TREE has a network latency of 
 
 Not modelled: the current release's ring LL rate is half the link rate capped by ``llMaxBws``
 (Hopper 141 GB/s busbw on one node; 39 / 20.4 GB/s across 2 / more Intel-hosted nodes), which
-needs the GPU generation and host CPU vendor; the 1/4 of NCCL <= 2.19 is kept.
+needs the GPU generation and host CPU vendor; the 1/4 of NCCL <= 2.19 is kept. Nor NCCL's
+``treeCorrectionFactor`` (its tuner's tree bandwidth x0.4-0.9 between 64 B and 256 MiB): tried,
+it made every case it touched worse (nanotron's one-GPU-per-node DP trees, and Alps through the
+measured table, whose 2-node tree rows then explained less of the loss carried to the 64-node
+rings), since the measured tables (``calibrated.py``) already carry NCCL's mid-size losses.
 """
 
 from __future__ import annotations
@@ -63,18 +67,6 @@ _BW = {
 }
 _TREE_LL128_MULTI_NODE = 0.92 * 120 / 128
 
-# NCCL's treeCorrectionFactor (src/tuning/cost_model.cc; applied in src/tuning/tree.cc to sizes
-# with log2i(bytes >> 6) < 23): "Trees are not perfectly sticking to the model for medium sizes",
-# the share of the modelled tree bandwidth a size gets, by protocol, from 64 B (index 0) doubling.
-_TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
-           1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9,
-              .9, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9),
-}  # fmt: skip
-
 
 @dataclass(frozen=True)
 class Protocol:
@@ -88,9 +80,7 @@ class Protocol:
     bw_fraction: float
 
 
-def protocols_for(
-    family: str, multi_node: bool = False, net_family: str | None = None
-) -> list[Protocol]:
+def protocols_for(family: str, multi_node: bool = False, net_family: str | None = None) -> list[Protocol]:
     """The protocols NCCL offers for an algorithm family (NVLS, NVLS_TREE: Simple only).
 
     ``multi_node``: the plan crosses NVLink domains (tree LL128 then runs at 120/128 of the
@@ -115,16 +105,6 @@ def protocols_for(
             )
         )
     return out
-
-
-def bandwidth_share(proto: Protocol, nbytes: float) -> float:
-    """Share of the link rate the payload of an ``nbytes`` op gets: the protocol's fraction,
-    times NCCL's tree correction for mid sizes on a tree (64 KiB LL 0.6, 1 MiB Simple 0.5)."""
-    if proto.family != "tree":
-        return proto.bw_fraction
-    index = max(int(nbytes) >> 6, 1).bit_length() - 1  # NCCL log2i(nBytes >> 6)
-    table = _TREE_CORRECTION[proto.name]
-    return proto.bw_fraction * (table[index] if index < len(table) else 1.0)
 
 
 def step_latency(proto: Protocol, intra_steps: int, inter_steps: int, intra_hop_s: float,
