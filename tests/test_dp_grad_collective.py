@@ -66,8 +66,10 @@ def test_nanotron_zero1_all_reduces_the_whole_fp32_gradient():
 
 def test_all_reduce_costs_twice_a_reduce_scatter_when_bandwidth_bound():
     """Ring wire bytes 2(n-1)/n vs (n-1)/n of the buffer: 2x, give or take the latency terms
-    (NCCL's ring all-reduce has 2*nodes network steps, reduce-scatter nodes-1). Without NVLS,
-    so that NCCL's NVLS_TREE (which beats the ring's all-reduce on two nodes) is not a choice."""
+    (NCCL's ring all-reduce has 2(n-1) steps, 2(nodes-1) of them across the network, the
+    reduce-scatter n-1 and nodes-1, nvidia/nccl src/tuning/ring.cc: a latency ratio just under
+    2, so the whole just under 2 too). Without NVLS, so that NCCL's NVLS_TREE (which beats the
+    ring's all-reduce on two nodes) is not a choice."""
     blocking = {"dp_grad_reduce": False, "param_gather": False}
     times = {}
     for op in ("all_reduce", "reduce_scatter"):
@@ -75,7 +77,7 @@ def test_all_reduce_costs_twice_a_reduce_scatter_when_bandwidth_bound():
         sc["cluster"]["nvls"] = False
         g = grad_events(run(sc))
         times[op] = (g["end_s"] - g["start_s"]).sum()
-    assert times["all_reduce"] / times["reduce_scatter"] == pytest.approx(2.0, rel=0.03)
+    assert 1.9 < times["all_reduce"] / times["reduce_scatter"] <= 2.0
 
 
 @pytest.mark.parametrize("zero, op", [(0, "reduce_scatter"), (3, "all_reduce")])

@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dashes, no separator and nccl-tests' binary names too: all-reduce, allreduce, all_reduce_perf)",
     )
     parser.add_argument(
-        "size", help="nccl-tests size of the op in whole bytes (B, KB, MB, GB, TB, KiB..TiB), e.g. 8, 1MiB, 1GiB"
+        "size",
+        help="nccl-tests size of the op in whole bytes (B, KB, MB, GB, TB, KiB..TiB), e.g. 8, 1MiB, 1GiB: "
+        "the buffer for all_reduce, broadcast and send_recv, the gathered output for all_gather, the "
+        "input for reduce_scatter, each rank's whole send buffer for all_to_all (nccl-tests' size "
+        "column: max of send and receive bytes per rank)",
     )
     parser.add_argument("--gpus", type=int, required=True, help="ranks in the group (GPUs 0..N-1)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the profile's")

@@ -31,12 +31,14 @@ class Transfer:
 class Plan:
     """One group's collective as concurrent transfers and NCCL latency-model step counts."""
 
-    family: str  # latency/protocol family in protocols.py: ring, tree, nvls
+    family: str  # latency/protocol family in protocols.py: ring, tree, nvls, nvls_tree
     transfers: tuple[Transfer, ...]
     intra_steps: int
     inter_steps: int
     intra_hop_s: float
     inter_hop_s: float
+    domains: int = 1  # NVLink domains the group spans
+    net_family: str | None = None  # whose network latency an inter step pays, if not family's
 
 
 class Algorithm:

@@ -170,7 +170,7 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
     for a in _candidates(cluster, op, algo, _shapes(cluster, key)):
         plan = _plans(cluster, op, a, key)[0]
         specs = _specs(cluster, op, a, key, True)[0]
-        for p in protocols_for(a.family):
+        for p in protocols_for(plan.family, plan.domains > 1, plan.net_family):
             lat = step_latency(
                 p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
             )

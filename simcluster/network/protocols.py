@@ -1,12 +1,26 @@
 """NCCL protocols (LL, LL128, Simple) and the latency/bandwidth constants of NCCL's own model.
 
-Numbers are NCCL's tuning tables (NVIDIA/nccl ``src/graph/tuning.cc``: ``baseLat``, ``hwLat``
-and the per-protocol bus-bandwidth refinements in ``ncclTopoTuneModel``), i.e. software
-constants of the library, not properties of a cluster. The hardware part of each step - the
-wire/switch latency of the hop - comes from the profile (``node.nvlink_latency_us``,
-``node.nic_latency_us``, ``fabric.switch_latency_us``); NCCL's LL hop latencies (NVLink 0.6 us,
-network 2.7 us) are the reference those profile numbers replace, and the protocol's extra
-per-step cost is NCCL's ``hwLat[p] - hwLat[LL]``.
+Numbers are NCCL's tuning constants (NVIDIA/nccl master, 2026: ``src/tuning/cost_model.cc``
+``ncclTunerConstantsDefaults`` for ``baseLatencies`` and ``hwLatencies``; the per-protocol
+bus-bandwidth refinements of ``src/tuning/ring.cc`` and ``tree.cc``; older releases kept them in
+``src/graph/tuning.cc``), i.e. software constants of the library, not properties of a cluster.
+The hardware part of each step - the wire/switch latency of the hop - comes from the profile
+(``node.nvlink_latency_us``, ``node.nic_latency_us``, ``fabric.switch_latency_us``); NCCL's LL
+hop latencies (NVLink 0.6 us, network 2.7 us) are the reference those profile numbers replace,
+and the protocol's extra per-step cost is NCCL's ``hwLat[p] - hwLat[LL]``.
+
+Two NCCL rules on which network latency a step pays: a ring whose nodes hold one rank each pays
+the *tree*'s network latency per inter-node step ("With ppn=1 latencies are fully exposed, use
+the Tree network latency", ``ring.cc``), and NVLS_TREE has a network latency of its own
+(20.9 us for Simple, NVLS 18).
+
+Not modelled: the current release's ring LL rate is half the link rate capped by ``llMaxBws``
+(Hopper 141 GB/s busbw on one node; 39 / 20.4 GB/s across 2 / more Intel-hosted nodes), which
+needs the GPU generation and host CPU vendor; the 1/4 of NCCL <= 2.19 is kept. Nor NCCL's
+``treeCorrectionFactor`` (its tuner's tree bandwidth x0.4-0.9 between 64 B and 256 MiB): tried,
+it made every case it touched worse (nanotron's one-GPU-per-node DP trees, and Alps through the
+measured table, whose 2-node tree rows then explained less of the loss carried to the 64-node
+rings), since the measured tables (``calibrated.py``) already carry NCCL's mid-size losses.
 """
 
 from __future__ import annotations
@@ -21,22 +35,26 @@ _BASE = {
     "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
     "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
     "nvls": {"Simple": 0.0},
+    "nvls_tree": {"Simple": 0.0},
 }
 # NCCL hwLat (us) per step: NVLink and network, per family and protocol.
 _HW_NVLINK = {
     "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
     "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
-    "nvls": {"Simple": 23.0},
+    "nvls": {"Simple": 25.0},
+    "nvls_tree": {"Simple": 25.0},
 }
 _HW_NET = {
     "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
     "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
     "nvls": {"Simple": 18.0},
+    "nvls_tree": {"Simple": 20.9},
 }
 _REF_NVLINK_US, _REF_NET_US = 0.6, 2.7  # NCCL's ring/LL hop: the pure wire part of a step
 
 # Fraction of the link bandwidth the payload gets (NCCL ncclTopoTuneModel refinements):
-# ring LL 1/4, ring LL128 0.92; tree x0.92, tree LL /3.8, tree LL128 x7/9 (1 node) or 120/128.
+# ring LL 1/4, ring LL128 0.92; tree x0.92, tree LL /3.8, tree LL128 x7/9 (1 node) or 120/128
+# (several nodes: ``_TREE_LL128_MULTI_NODE``).
 _BW = {
     ("ring", "LL"): 0.25,
     ("ring", "LL128"): 0.92,
@@ -45,7 +63,9 @@ _BW = {
     ("tree", "LL128"): 0.92 * 7 / 9,
     ("tree", "Simple"): 0.92,
     ("nvls", "Simple"): 1.0,
+    ("nvls_tree", "Simple"): 1.0,
 }
+_TREE_LL128_MULTI_NODE = 0.92 * 120 / 128
 
 
 @dataclass(frozen=True)
@@ -60,20 +80,28 @@ class Protocol:
     bw_fraction: float
 
 
-def protocols_for(family: str) -> list[Protocol]:
-    """The protocols NCCL offers for an algorithm family (NVLS: Simple only)."""
+def protocols_for(family: str, multi_node: bool = False, net_family: str | None = None) -> list[Protocol]:
+    """The protocols NCCL offers for an algorithm family (NVLS, NVLS_TREE: Simple only).
+
+    ``multi_node``: the plan crosses NVLink domains (tree LL128 then runs at 120/128 of the
+    link, not 7/9); ``net_family``: the family whose network latency an inter-node step pays,
+    when not its own (a ring with one rank per node pays the tree's)."""
     out = []
+    net = _HW_NET[net_family or family]
     for name in PROTOS:
         if name not in _BASE[family]:
             continue
+        bw = _BW[(family, name)]
+        if multi_node and (family, name) == ("tree", "LL128"):
+            bw = _TREE_LL128_MULTI_NODE
         out.append(
             Protocol(
                 family,
                 name,
                 _BASE[family][name] * _US,
                 (_HW_NVLINK[family][name] - _REF_NVLINK_US) * _US,
-                (_HW_NET[family][name] - _REF_NET_US) * _US,
-                _BW[(family, name)],
+                (net[name] - _REF_NET_US) * _US,
+                bw,
             )
         )
     return out

@@ -43,8 +43,10 @@ _RING_FRACTION = {
 
 
 def _steps(op: str, n: int, domains: int) -> tuple[int, int]:
-    """NCCL ring step counts (total, inter-node) from ncclTopoTuneModel."""
-    inter_ar = 2 * domains if domains > 1 else 0
+    """NCCL ring step counts (total, inter-node): NVIDIA/nccl ``src/tuning/ring.cc``, all-reduce
+    2(nNodes - 1) inter-node steps (2 nNodes in releases up to 2.2x's ``ncclTopoTuneModel``:
+    a ring crosses D domain boundaries per pass, the last back to the first)."""
+    inter_ar = 2 * (domains - 1)
     total, inter = {
         "all_reduce": (2 * (n - 1), inter_ar),
         "all_gather": (n - 1, domains - 1),
@@ -108,9 +110,12 @@ class Ring(Algorithm):
                     ring = ring[root:] + ring[:root]
                 transfers += ring_transfers(cluster, ring, frac, chain=op == "broadcast")
         intra, inter = _steps(op, n, len(domains))
+        # NCCL ring.cc: with one rank per node an inter-node step pays the tree's net latency
+        alone = len(domains) > 1 and max(sizes) == 1
         return Plan(
-            "ring", tuple(transfers), intra, inter, *hop_latencies(cluster, transfers, group)
-        )
+            "ring", tuple(transfers), intra, inter, *hop_latencies(cluster, transfers, group),
+            domains=len(domains), net_family="tree" if alone else None,
+        )  # fmt: skip
 
 
 @register_algorithm

@@ -1,11 +1,21 @@
-"""NCCL-style tree all-reduce (and NVLS_TREE below): a chain inside each NVLink domain and two complementary binary
-trees across domains (the "double binary tree" of NCCL 2.4, Sanders et al. 2009), each carrying
-half the data, spread over the rails. Reduce goes up and broadcast comes down, pipelined.
-Latency: 2((g-1) intra + log2(D) inter) steps, as NCCL's tuning model."""
+"""NCCL-style tree all-reduce (and NVLS_TREE below): a chain inside each NVLink domain and two
+complementary binary trees across domains (the "double binary tree" of NCCL 2.4, Sanders et al.
+2009), each carrying half the data, spread over the rails. Reduce goes up and broadcast comes
+down, pipelined.
+
+The trees are NCCL's own (``src/graph/trees.cc``, ``ncclGetBtree`` / ``ncclGetDtree``): the
+first is a binary tree rooted at node 0 with one child, in which a node's parent and children
+follow from its lowest set bit (0-8, 8-4-12, 4-2-6, 2-1-3, ...); the second mirrors it
+(node r as D - 1 - r) when D is even and shifts it by one node when D is odd. The shape sets how
+much a NIC carries: on four nodes node 2 is interior in the first tree and a leaf of the second,
+so it sends 2 x S/2 down, S/2 up and S/2 up again - 2 S per rail's share where a heap-shaped tree
+pair would load no NIC beyond 1.5 S (on two nodes both give S).
+
+Latency: 2((g-1) intra + floor(log2 D) inter) steps, as NCCL's tuning model (``log2i``);
+NVLS_TREE: one NVLS step inside the domain and 2 floor(log2 D) network steps (NVIDIA/nccl
+``src/tuning/nvls.cc``)."""
 
 from __future__ import annotations
-
-import math
 
 from simcluster.network.algorithms import (
     Algorithm,
@@ -19,11 +29,27 @@ from simcluster.network.direct import switch_reduce_transfers
 from simcluster.topology import Cluster
 
 
-def _binary_tree_edges(d: int, mirror: bool) -> list[tuple[int, int]]:
-    """(parent, child) edges of a heap-shaped binary tree on d items; ``mirror`` numbers the
-    items from the other end so interior nodes of one tree are leaves of the other."""
-    name = (lambda i: d - 1 - i) if mirror else (lambda i: i)
-    return [(name((i - 1) // 2), name(i)) for i in range(1, d)]
+def _depth(d: int) -> int:
+    """NCCL's tree depth term ``log2i(nNodes)``: floor(log2 d)."""
+    return max(d, 1).bit_length() - 1
+
+
+def _btree_parent(r: int, d: int) -> int:
+    """Parent of node ``r`` > 0 in NCCL's btree of ``d`` nodes: clear r's lowest set bit and
+    set the next one up, or only clear it when that lands beyond the last node."""
+    low = r & -r
+    up = (r ^ low) | (low << 1)
+    return up if up < d else r ^ low
+
+
+def _dtree_edges(d: int, second: bool) -> list[tuple[int, int]]:
+    """(parent, child) edges of NCCL's first btree on d nodes, or of its second tree: the
+    first mirrored (even d) or shifted by one node (odd d)."""
+    edges = [(_btree_parent(r, d), r) for r in range(1, d)]
+    if not second:
+        return edges
+    name = (lambda i: d - 1 - i) if d % 2 == 0 else (lambda i: (i + 1) % d)
+    return [(name(p), name(c)) for p, c in edges]
 
 
 def _across_domains(cluster: Cluster, domains: list[list[int]]) -> list[Transfer]:
@@ -31,8 +57,8 @@ def _across_domains(cluster: Cluster, domains: list[list[int]]) -> list[Transfer
     rail, half in each tree, reduced up and broadcast down."""
     d, rails = len(domains), min(len(x) for x in domains)
     transfers: list[Transfer] = []
-    for mirror in (False, True):
-        for parent, child in _binary_tree_edges(d, mirror):
+    for second in (False, True):
+        for parent, child in _dtree_edges(d, second):
             for k in range(rails):
                 p, c = domains[parent][k], domains[child][k]
                 frac = 0.5 / rails
@@ -60,9 +86,9 @@ class Tree(Algorithm):
         transfers += _across_domains(cluster, domains)
         d = len(domains)
         g = max(len(x) for x in domains)
-        inter = 2 * math.ceil(math.log2(d)) if d > 1 else 0
+        inter = 2 * _depth(d)
         return Plan("tree", tuple(transfers), 2 * (g - 1), inter,
-                    *hop_latencies(cluster, transfers, group))  # fmt: skip
+                    *hop_latencies(cluster, transfers, group), domains=d)  # fmt: skip
 
 
 @register_algorithm
@@ -74,7 +100,7 @@ class NvlsTree(Algorithm):
     2(n-1)/n x S/g; the switch side runs at NVLS's measured rate."""
 
     name = "nvls_tree"
-    family = "nvls"
+    family = "nvls_tree"
     ops = frozenset({"all_reduce"})
 
     def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
@@ -94,6 +120,7 @@ class NvlsTree(Algorithm):
         for gpus in domains:
             transfers += switch_reduce_transfers(cluster, gpus)
         transfers += _across_domains(cluster, domains)
-        inter = 2 * math.ceil(math.log2(len(domains)))
-        return Plan("nvls", tuple(transfers), 2, inter,
-                    *hop_latencies(cluster, transfers, group))  # fmt: skip
+        # NCCL: intraLat + 2 log2i(nNodes) interLat - one switch step, not one each way
+        d = len(domains)
+        return Plan("nvls_tree", tuple(transfers), 1, 2 * _depth(d),
+                    *hop_latencies(cluster, transfers, group), domains=d)  # fmt: skip
