@@ -156,8 +156,8 @@ class Layout:
         return int(self.grid[tp, cp, dp, pp])
 
     def group(self, dim: str, rank: int) -> list[int]:
-        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, dps, dpr,
-        edp, edps, edpr, embd)."""
+        """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, cpa, cpr,
+        dps, dpr, edp, edps, edpr, embd)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
@@ -170,22 +170,12 @@ class Layout:
             # hierarchical context parallelism (Megatron-Core create_hierarchical_parallel_groups):
             # the cp group cut into all-to-all runs of cp_a2a consecutive ranks (cpa); the ranks
             # at the same place of every run form the ring (cpr)
-            full = self.group("cp", rank)
-            size, pos = self.cp_a2a, full.index(rank)
-            if dim == "cpa":
-                start = (pos // size) * size
-                return full[start : start + size]
-            return full[pos % size :: size]
+            return _run_or_stride(self.group("cp", rank), rank, self.cp_a2a, dim == "cpa")
         if dim in ("dps", "dpr"):
             # hybrid sharding: the dp x cp group (cp innermost) cut into runs of zero_group
             # ranks that shard the state (dps); the ranks at the same place in every run hold
             # the same shard and all-reduce it (dpr)
-            full = self.group("dpcp", rank)
-            size, pos = self.zero_group, full.index(rank)
-            if dim == "dps":
-                start = (pos // size) * size
-                return full[start : start + size]
-            return full[pos % size :: size]
+            return _run_or_stride(self.group("dpcp", rank), rank, self.zero_group, dim == "dps")
         if dim in ("ep", "edp", "etp"):
             return self._expert_group(dim, c["pp"], rank)
         if dim in ("edps", "edpr"):
@@ -258,6 +248,18 @@ class Layout:
     def representative(self, stage: int) -> int:
         """The rank simulated for a stage in symmetric mode: tp=cp=dp=0."""
         return self.rank(pp=stage)
+
+
+def _run_or_stride(full: list[int], rank: int, size: int, run: bool) -> list[int]:
+    """``full`` cut into consecutive runs of ``size`` ranks: ``rank``'s run (``run``), or the
+    ranks at ``rank``'s place in every run: the two levels of hierarchical CP (all-to-all, ring)
+    and of hybrid sharding (shard, replicas), where a run and a stride share exactly one rank,
+    so the outer collective combines one result of each inner one."""
+    pos = full.index(rank)
+    if run:
+        start = (pos // size) * size
+        return full[start : start + size]
+    return full[pos % size :: size]
 
 
 def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> Layout:
