@@ -337,6 +337,13 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.parallel_norms",
             f"must be 1 (one norm feeds attention and MLP) or 2 (a norm each), got {spec.parallel_norms}",
         )
+    if spec.parallel_norms == 2 and not spec.parallel_block:
+        # a sequential layer always has a norm per block: a second norm would change nothing
+        raise UserError(
+            f"{prefix}.parallel_norms",
+            "counts a parallel attention + MLP block's norms, but the model's layers are sequential; "
+            "drop it, or set parallel_block: true",
+        )
     if spec.parallel_block and spec.is_moe:
         raise UserError(
             f"{prefix}.parallel_block",

@@ -172,6 +172,7 @@ def test_fewer_collectives_shorten_the_step():
          "parallel.parallel_block_comm"),
         ({"model": {"experts": 8, "top_k": 2, "expert_ffn": 1024}}, "model.parallel_block"),
         ({"model": {"parallel_norms": 3}}, "model.parallel_norms"),
+        ({"model": {"parallel_block": False, "parallel_norms": 2}}, "model.parallel_norms"),
     ],
 )  # fmt: skip
 def test_what_no_implementation_runs_is_refused_naming_the_field(change, field):
