@@ -259,8 +259,8 @@ def run(cfg: RunConfig) -> int:
                 )
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as
         # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
-        # teardown ('terminate called without an active exception', 2 of 9 quick CPU runs
-        # here), which had stopped rank 0 while it wrote: the profile lost after the whole run.
+        # teardown (calibrate/__main__.py), which had stopped rank 0 while it wrote: the
+        # profile lost after the whole run.
         current = "waiting for rank 0 to write the profile"
         with watchdog.guard(current):
             ctx.barrier()
