@@ -10,8 +10,10 @@ The rule simulated here: while at least one *interfering* collective is in fligh
 from the moment the rank enters it (its stream is free, so the kernel is resident) until it
 ends, including the time it waits for its peers -- that rank's compute progresses at rate
 ``(sm_count - collective_sms) / sm_count`` of its standalone speed. Interfering collectives
-are those of the groups in :data:`INTERFERING_GROUPS`: data parallel (dp, edp; ZeRO-1/2/3
-gathers and reduce-scatters run there), context parallel (cp) and expert parallel (ep).
+are those of the groups in :data:`INTERFERING_GROUPS`: data parallel (dp, edp, and hybrid
+sharding's shard and replica groups dps/dpr, edps/edpr; ZeRO-1/2/3 gathers and reduce-scatters
+run there), context parallel (cp, and hierarchical CP's all-to-all and ring groups cpa/cpr:
+the same kernels on smaller groups) and expert parallel (ep, etp).
 Not interfering:
 
 * pipeline p2p: one send/recv pair per peer, few channels (NCCL_MAX_P2P_NCHANNELS), and
