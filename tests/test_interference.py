@@ -253,3 +253,21 @@ def test_collectives_with_their_own_sm_counts_hold_the_largest_in_flight():
     done = 2 * 128 / 132 + 2 * 108 / 132
     assert end[0] == pytest.approx(4.0 + (10.0 - done) * 132 / 128, rel=1e-12)
     assert share.held_by("tp", sms=24) == 24 and share.held_by("dp") == 0  # NCCL takes none here
+
+
+def test_every_group_a_collective_can_run_on_has_a_stream_and_interferes_as_what_it_is_shown_as():
+    """The engine's group tables are kept in three modules (comms, recorder, interference) and
+    grow with each parallelism (hybrid sharding's dps/dpr/edps/edpr, hierarchical CP's cpa/cpr):
+    a group missing from the recorder has no stream, and one missing from the interfering set
+    would run its NCCL kernels without taking SMs from compute, unlike the group it is reported
+    as (a hierarchical CP all-to-all is a cp collective, a replica all-reduce a dp one)."""
+    from simcluster.engine.comms import GROUP_DIM, SHOWN_AS
+    from simcluster.engine.interference import INTERFERING_GROUPS
+    from simcluster.engine.recorder import STREAM_OF_GROUP
+
+    assert set(GROUP_DIM) <= set(STREAM_OF_GROUP)
+    for group in GROUP_DIM:
+        shown = SHOWN_AS.get(group, group)
+        if shown in ("dp", "cp", "ep"):
+            assert group in INTERFERING_GROUPS, group
+        assert STREAM_OF_GROUP[group] == STREAM_OF_GROUP[shown] or group == "ppg", group
