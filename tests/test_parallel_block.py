@@ -303,3 +303,20 @@ def test_gpt_neox_adds_the_attention_bias_on_its_own():
     extra = neox._elementwise(neox.ops.branch_bias_add(), "F").total
     assert forward("gpt-neox", True) - forward("fused", True) == pytest.approx(extra)
     assert forward("gpt-neox", False) == pytest.approx(forward("fused", False))
+
+
+@pytest.mark.parametrize("cp_comm", ["p2p", "a2a", "a2a+p2p"])
+def test_a_fused_block_holds_context_parallel_attention_inside_its_tp_collectives(cp_comm):
+    """With cp the attention branch's CP exchanges run between the fused block's one gather
+    and one scatter (the ring's sends, Ulysses' all-to-alls, or both under a2a+p2p on their
+    own groups), and every rank simulated meets them as the representative does."""
+    data = _scenario("fused", True, tp=2)
+    data["cluster"].update({"gpus": 8, "network": "simulated"})
+    data["parallel"].update({"cp": 4, "cp_comm": cp_comm, **({"cp_a2a": 2} if cp_comm == "a2a+p2p" else {})})
+    data["training"]["global_batch"] = 2
+    comms = [(s.group, s.op) for s in layer_builder(data).layer(0, "F") if isinstance(s, Comm)]
+    cp = {"p2p": [("cp", "send_recv")] * 3, "a2a": [("cp", "all_to_all")] * 2,
+          "a2a+p2p": [("cpa", "all_to_all"), ("cpr", "send_recv"), ("cpa", "all_to_all")]}[cp_comm]  # fmt: skip
+    assert comms == [("tp", AG), *cp, ("tp", RS)]
+    step = run(data).summary["step_time_s"]
+    assert run(data, all_ranks=True).summary["step_time_s"] == pytest.approx(step, rel=1e-9)
