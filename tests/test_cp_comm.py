@@ -432,3 +432,16 @@ def test_bad_hierarchy(parallel, field, words):
     with pytest.raises(UserError) as err:
         run(scenario(parallel.get("cp_comm", "p2p"), parallel=parallel))
     assert err.value.field == field and words in str(err.value)
+
+
+def test_hierarchical_groups_beside_hybrid_sharding_agree_in_all_ranks_mode():
+    """cp 4 as 2 x 2 on 16 GPUs with ZeRO-3 sharded over replicas of 4 of the dp x cp ranks:
+    the cpa/cpr groups cut the cp group and dps/dpr the dp x cp group, each rank in one group
+    of each; every rank simulated meets them as the symmetric run's representative does."""
+    data = scenario("a2a+p2p", cluster={"gpus": 16}, parallel={"cp_a2a": 2, "zero": 3, "zero_shard": 4},
+                    training={"global_batch": 8})  # fmt: skip
+    symmetric = run(data)
+    ev = symmetric.events
+    assert {"zero3_grad_reduce_scatter_replicas", "cp_a2a_in", "cp_kv"} <= set(ev["name"])
+    every = run(data, all_ranks=True).summary["step_time_s"]
+    assert every == pytest.approx(symmetric.summary["step_time_s"], rel=1e-9)
