@@ -6,7 +6,8 @@ Each scenario draws a preset (dense or mixture of experts), a profile, the paral
 (tp, pp, cp, ep, etp, ZeRO, sequence parallelism), a schedule, a framework, the sequence, batch,
 precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps,
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
-partial recomputation or activation offload; ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
+partial recomputation or activation offload, hierarchical CP, hybrid sharding below ZeRO-3,
+a parallel attention + MLP block; ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
 (0, 1), a bubble in [0, 1), a valid timeline (one event at a time per stream) and a sound memory
 timeline (no stash below zero or left at the end, the peak `simcluster memory` walks). The others
@@ -112,6 +113,24 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         training["recompute_num_layers"] = rng.choice([1, 2, 4])
     if rng.random() < 0.1:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
+    _draw_later_settings(rng, doc)
+
+
+def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
+    """Settings whose refusals and interactions the draws above never reach: hierarchical CP
+    (a2a+p2p needs cp_a2a), hybrid sharding below ZeRO-3 and the replicas' all-reduce, a
+    parallel attention + MLP block on any dense preset and its TP collectives. (One generator
+    serves a whole run, so a seed draws other scenarios than before these were added.)"""
+    parallel = doc["parallel"]
+    if parallel["cp"] == 4 and rng.random() < 0.2:
+        parallel["cp_comm"], parallel["cp_a2a"] = "a2a+p2p", 2
+    if parallel["zero"] in (1, 2) and rng.random() < 0.2:
+        parallel["zero_shard"] = rng.choice([2, 4, 8])
+    if parallel.get("zero_shard") and rng.random() < 0.5:
+        doc["zero3"] = {"replica_all_reduce": "last_microbatch"}
+    if doc["model"] in DENSE and rng.random() < 0.15:
+        doc["model"] = {"preset": doc["model"], "parallel_block": True, "parallel_norms": rng.choice([1, 2])}
+        parallel["parallel_block_comm"] = rng.choice(["separate", "gpt-neox", "fused"])
 
 
 def paired(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:
