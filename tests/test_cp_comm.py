@@ -1,4 +1,5 @@
-"""Context parallelism's three ways of sharing K and V (``parallel.cp_comm``).
+"""Context parallelism's four ways of sharing K and V (``parallel.cp_comm``): the ring, the
+all-gather, Ulysses' all-to-all, and Megatron-Core's hierarchical a2a+p2p (the last section).
 
 Sources: Llama 3 (Grattafiori et al. 2024, arXiv 2407.21783, Sec. 3.3.2) and TransformerEngine's
 ``AttnFuncWithCPAndKVAllGather`` for all_gather: K and V gathered (exposed) forward and again
