@@ -91,6 +91,8 @@ class CaseResult:
     fits_in_memory: bool | None = None
     #: the framework preset the case's scenario names (None: simcluster's defaults)
     framework: str | None = None
+    #: settings the case's scenario wrote that do nothing in its layout (``inert.py``)
+    inert: tuple[str, ...] = ()
 
     @property
     def error_pct(self) -> float | None:
@@ -131,6 +133,7 @@ class CaseResult:
             "wall_s": self.wall_s,
             "fits_in_memory": self.fits_in_memory,
             "framework": self.framework,
+            **({"inert_settings": list(self.inert)} if self.inert else {}),
             "peak_memory_gib": {
                 "predicted": self.predicted_memory_gib,
                 "published": self.case.peak_memory_gib,
@@ -384,19 +387,24 @@ def _convention_factor(scenario: Any, convention: str) -> float:
 
 def run_case(case: Case) -> CaseResult:
     """Simulate one case; any failure is captured in the result, never raised."""
+    from simcluster.context import build_context
     from simcluster.engine import simulate
     from simcluster.engine.breakdown import largest_besides_gemm
+    from simcluster.inert import inert_settings
     from simcluster.scenario import scenario_from_dict
 
     if case.problem:
         return CaseResult(case, None, case.problem, 0.0, None, None)
     wall = time.perf_counter()
     memory = largest = fits = framework = None
+    inert: tuple[str, ...] = ()
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
         scenario = scenario_from_dict(data)
-        summary = simulate(scenario).summary
+        ctx = build_context(scenario)
+        inert = tuple(n.text for n in inert_settings(ctx))
+        summary = simulate(ctx).summary
         predicted, error = float(summary[case.metric]), None
         if case.flops == "hardware" and case.metric in _FLOP_METRICS:
             predicted *= summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
@@ -409,7 +417,7 @@ def run_case(case: Case) -> CaseResult:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others
         predicted, error = None, f"{type(exc).__name__}: {exc}"
-    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest, fits, framework)
+    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest, fits, framework, inert)
 
 
 def run_cases(

@@ -45,6 +45,12 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     return load_scenario(args.scenario, parse_set(args.overrides))
 
 
+def print_notes(lines: list[str]) -> None:
+    """Notes on stderr, one plain line each, so that ``--json`` output stays one document."""
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None

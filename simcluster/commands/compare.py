@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from simcluster.commands.common import add_price_argument, print_json, progress_bar, to_json
+from simcluster.commands.common import add_price_argument, print_json, print_notes, progress_bar, to_json
 from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
 from simcluster.commands.compare_variants import (
     naming,
@@ -84,11 +84,15 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     from simcluster.context import build_context
     from simcluster.engine import simulate
+    from simcluster.inert import inert_settings, note_lines
 
     contexts = []  # all checked before any is simulated
     for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
         with naming(text):
             contexts.append((label, build_context(sc, args.hardware)))
+    inert = {label: inert_settings(ctx) for label, ctx in contexts}
+    for label, notes in inert.items():
+        print_notes(note_lines(notes, prefix=f"{label}: "))
     used: dict[str, str] = {}
     for label, ctx in contexts:
         used.setdefault(ctx.profile.name, label)
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         "scenarios": [_record(label, s, prices) for label, s in summaries],
         "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
     }
+    doc["inert_settings"] = {label: [n.text for n in notes] for label, notes in inert.items() if notes}
     shared = shared_overrides(args.scenarios)
     if shared:
         doc["shared_overrides"] = shared

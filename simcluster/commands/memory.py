@@ -6,10 +6,11 @@ import argparse
 
 from rich.table import Table
 
-from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.commands.common import add_scenario_arguments, print_json, print_notes, scenario_from_args
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
 from simcluster.fit_hints import would_fit
+from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
 from simcluster.units import format_bytes
 
@@ -24,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     ctx = build_context(scenario, args.hardware)
+    inert = inert_settings(ctx)
+    print_notes(note_lines(inert))
     doc = memory_summary(ctx)
+    doc["inert_settings"] = [n.text for n in inert]
     if not doc["fits"]:
         doc["would_fit"] = would_fit(scenario, args.hardware)
     if args.json:

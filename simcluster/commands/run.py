@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
-from simcluster.commands.common import add_scenario_arguments, print_json, scenario_from_args
+from simcluster.commands.common import add_scenario_arguments, print_json, print_notes, scenario_from_args
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.errors import UserError
+from simcluster.inert import inert_settings, note_lines
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
+    inert = inert_settings(ctx)
+    print_notes(note_lines(inert))  # before minutes of simulating a setting that does nothing
     sim = ctx.scenario.simulation
     if args.all_ranks or sim.all_ranks or sim.stragglers:
         ahead = all_ranks_note(ctx.scenario.cluster.gpus)
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     caveat = small_expert_line(ctx.model.experts, ctx.model.expert_ffn, ctx.model.hidden)
     if caveat:
         result.summary["accuracy_caveat"] = caveat
+    result.summary["inert_settings"] = [n.text for n in inert]
     if not result.summary["fits_in_memory"]:
         from simcluster.fit_hints import would_fit
 

@@ -13,6 +13,7 @@ from simcluster.commands.common import (
     add_price_argument,
     add_scenario_arguments,
     print_json,
+    print_notes,
     progress_bar,
     scenario_from_args,
     to_json,
@@ -23,6 +24,7 @@ from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.hardware import load_profile, resolve_profile_path
+from simcluster.inert import InertNote, common_notes, inert_settings, note_lines
 from simcluster.sweep import (
     AXES,
     MEMORY_FIELD,
@@ -143,6 +145,9 @@ def run(args: argparse.Namespace) -> int:
     executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
     rows = _run_with_progress(cands, hardware, executor, prices, args.fitting_only)
     document = _document(scenario.name, axes, rows, prices)
+    inert = _inert_notes(rows, scenario.written, hardware)
+    document["inert_settings"] = [n.text for n in inert]
+    print_notes(note_lines(inert))
     text = to_json(document)
     if args.out:
         from simcluster.output.sweep_output import write_sweep
@@ -162,6 +167,20 @@ def run(args: argparse.Namespace) -> int:
         field, _, first = skip_reasons(rows)[0]
         raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
     return 0
+
+
+def _inert_notes(rows: list[SweepRow], written: frozenset[str], hardware: str | None) -> list[InertNote]:
+    """The settings the swept scenario wrote that do nothing in any layout it ran (judged on
+    the scenario's own keys: each candidate's mapping also holds its framework's preset)."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    per_layout = [
+        inert_settings(build_context(scenario_from_dict(r.candidate.scenario), hardware), written)
+        for r in rows
+        if r.ran
+    ]
+    return common_notes(per_layout)
 
 
 def _run_with_progress(

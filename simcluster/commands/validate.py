@@ -140,6 +140,16 @@ def _states_micro_batch(scenario: object) -> bool:
     return not isinstance(training, dict) or bool({"micro_batch", "grad_accum"} & set(training))
 
 
+def inert_lines(results: list[CaseResult]) -> list[str]:
+    """One note per setting that does nothing in a case's layout (``inert.py``), with the
+    cases that wrote it, as the micro-batch note names them; in first-case order."""
+    cases: dict[str, list[CaseResult]] = {}
+    for r in results:
+        for text in r.inert:
+            cases.setdefault(text, []).append(r)
+    return [f"note: {text} in {len(rs)} case(s) ({_names(rs)})" for text, rs in cases.items()]
+
+
 def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
     """What a case's scenario leaves to simcluster, where it matters for the error."""
     ran = [r for r in results if r.error is None]
@@ -192,6 +202,8 @@ def _print(results: list[CaseResult]) -> None:
     for r in results:
         if r.case.note:
             console.print(f"{r.case.name}: {r.case.note}")
+    for line in inert_lines(results):
+        console.print(line, markup=False, highlight=False)
     _print_setting_notes(console, results)
 
     fam = Table(title="error by family and by GPU (absolute %; bias: mean speed error, + = simulated faster)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from simcluster.scenario.base import SectionBase
 from simcluster.scenario.data_parallel import DpSection, Zero3Section
@@ -71,6 +71,20 @@ class Scenario(SectionBase):
     dp: DpSection = DpSection()
     moe: MoeSection = MoeSection()
     simulation: SimulationSection = SimulationSection()
+    #: the dotted keys the scenario itself wrote (``section.key``, or a top-level key), before
+    #: a framework preset filled its defaults: what ``inert.py`` may name as having no effect
+    _written: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @property
+    def written(self) -> frozenset[str]:
+        """The keys the scenario wrote itself (after aliases, misplaced keys and ``--set``;
+        not a framework preset's)."""
+        return self._written
+
+    def with_written(self, keys: frozenset[str]) -> Scenario:
+        """This scenario, recording ``keys`` as the ones its user wrote."""
+        self._written = keys
+        return self
 
     @property
     def fsdp2(self) -> bool:

@@ -222,12 +222,26 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
+    written = written_keys(data)  # before expansions and the framework's preset fill in others
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = apply_framework(normalise_spellings(data))
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _format_error(exc) from None
+    return scenario.with_written(written)
+
+
+def written_keys(data: dict[str, Any]) -> frozenset[str]:
+    """The dotted keys a raw scenario mapping states: ``section.key`` inside each section, the
+    key itself at the top level."""
+    keys = set()
+    for name, value in data.items():
+        if isinstance(value, dict):
+            keys.update(f"{name}.{key}" for key in value)
+        else:
+            keys.add(str(name))
+    return frozenset(keys)
 
 
 def read_scenario_file(name_or_path: str | Path) -> tuple[Any, Path]:

@@ -1,0 +1,251 @@
+"""Settings the user wrote that do nothing in their layout (``zero3.*`` below ZeRO-3,
+``parallel.cp_comm`` at cp 1, ``overlap.tp_comm`` at tp 1, ...).
+
+Such a setting is not an error (a sweep template legitimately carries ``cp_comm`` into its
+cp = 1 layouts), but a user who wrote it believes it acts, so ``run``, ``memory``,
+``compare``, ``sweep`` and ``validate`` name it in one plain line::
+
+    note: zero3.reshard_after_forward has no effect at parallel.zero=1 (only ZeRO-3 gathers per layer)
+
+A rule fires only on a key the scenario itself wrote (after key aliases, misplaced keys
+and ``--set``, before a framework preset fills its defaults: a preset's values are meant
+for every layout) and only when the value written is not the field's own default (writing
+the default states what happens anyway). Settings the layout checks already refuse
+(``moe.*`` and ``parallel.etp > 1`` on a dense model, ``parallel.microbatch_group`` outside
+the interleaved schedule, ``vpp`` on a one-chunk schedule, ``parallel.cp_a2a`` without
+a2a+p2p, ``overlap.ep_comm`` at ep 1, ``training.fp8_param_gather`` without FP8) stay errors
+and have no rule here. Each rule cites the code that makes the setting inert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from simcluster.context import Context
+
+#: where the setting does nothing and why, or None where it acts
+Verdict = tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class InertRule:
+    """One setting and when it does nothing."""
+
+    setting: str  # dotted scenario key, as the user writes it
+    inert: Callable[[Context], Verdict]
+
+
+@dataclass(frozen=True)
+class InertNote:
+    """A setting the scenario wrote that does nothing in its layout."""
+
+    setting: str
+    where: str
+    why: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.setting} has no effect {self.where} ({self.why})"
+
+
+def _zero_below_3(ctx: Context) -> Verdict:
+    # the zero3: section is read only by ZeRO-3's per-layer gathers and reduce-scatters
+    # (engine/dp_ops.py, parallelism/data.py; Scenario.fsdp2 needs zero == 3)
+    zero = ctx.layout.zero
+    return (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer") if zero != 3 else None
+
+
+def _replica_all_reduce(ctx: Context) -> Verdict:
+    # HSDP's replica all-reduce exists only with more than one replica (dp_ops: zero_replicas);
+    # FSDPModule.set_requires_all_reduce is FSDP2's, i.e. ZeRO-3's
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero_shard == 0:
+        return ("without hybrid sharding", "one replica has no shard to all-reduce; set parallel.zero_shard to use it")
+    return None
+
+
+def _cp_one(ctx: Context) -> Verdict:
+    # parallelism/context.py adds CP collectives only for cp > 1 (layout.check_cp_comm returns at cp 1)
+    return ("at parallel.cp=1", "no context-parallel attention to communicate") if ctx.layout.cp == 1 else None
+
+
+def _tp_one(what: str) -> Callable[[Context], Verdict]:
+    def rule(ctx: Context) -> Verdict:
+        return ("at parallel.tp=1", what) if ctx.layout.tp == 1 else None
+
+    return rule
+
+
+def _pp_one(what: str) -> Callable[[Context], Verdict]:
+    def rule(ctx: Context) -> Verdict:
+        return ("at parallel.pp=1", what) if ctx.layout.pp == 1 else None
+
+    return rule
+
+
+def _tp_comm(ctx: Context) -> Verdict:
+    # parallelism/layer.py: userbuffers overlaps only with tp > 1 and sequence parallelism
+    # (TransformerEngine's ub overlap wraps the SP all-gather / reduce-scatter)
+    if ctx.layout.tp == 1:
+        return ("at parallel.tp=1", "no TP collectives to overlap")
+    if not ctx.layout.sequence_parallel:
+        return ("without parallel.sequence_parallel", "TransformerEngine's userbuffers overlap the sequence-parallel collectives")
+    return None
+
+
+def _tp_comm_cfg(ctx: Context) -> Verdict:
+    if not ctx.scenario.overlap.tp_comm:
+        return ("with overlap.tp_comm false", "it configures the userbuffers overlap that is off")
+    return _tp_comm(ctx)
+
+
+def _pp_scatter_gather(ctx: Context) -> Verdict:
+    # parallelism/shapes.py pipe_transfer: the 1/tp slice is sent only where the tensor is
+    # replicated over tp (no sequence parallelism) and there is a next stage
+    lay = ctx.layout
+    if lay.pp == 1:
+        return ("at parallel.pp=1", "no activations pass between stages")
+    if lay.tp == 1:
+        return ("at parallel.tp=1", "no TP replicas to split the transfer over")
+    if lay.sequence_parallel:
+        return ("with parallel.sequence_parallel", "each rank already sends only its sequence shard")
+    return None
+
+
+def _no_data_parallel(ctx: Context) -> Verdict:
+    # one dp x cp rank and no expert data parallelism: no gradient reduction or parameter
+    # gather to overlap (engine/dp_ops.py reduces over groups of size > 1 only)
+    lay = ctx.layout
+    if lay.dp * lay.cp == 1 and (not ctx.model.is_moe or lay.edp == 1):
+        return ("at dp=1 (cp=1)", "no data-parallel gradient reduction or parameter gather")
+    return None
+
+
+def _param_gather(ctx: Context) -> Verdict:
+    # engine/worker.py: the overlapped all-gather after the optimizer is ZeRO-1/2's; ZeRO-3
+    # gathers per layer (zero3.prefetch) and ZeRO-0 gathers nothing
+    zero = ctx.layout.zero
+    if zero not in (1, 2):
+        return (f"at parallel.zero={zero}", "only ZeRO-1/2 all-gather the updated parameters after the optimizer")
+    return _no_data_parallel(ctx)
+
+
+def _dp_ordering(ctx: Context) -> Verdict:
+    # data_parallel.py: at ZeRO 0-2 these act only with overlap.dp_grad_reduce (without it the
+    # reductions block the backward anyway)
+    sc = ctx.scenario
+    if ctx.layout.zero < 3 and not sc.overlap.dp_grad_reduce:
+        return ("with overlap.dp_grad_reduce false", "the gradient reductions already block the backward")
+    return None
+
+
+def _optimizer_offload(ctx: Context) -> Verdict:
+    if ctx.scenario.training.optimizer_offload == 0:
+        return ("at training.optimizer_offload=0", "no optimizer on the host to pipeline")
+    return None
+
+
+def _bucket_stages(ctx: Context) -> Verdict:
+    # engine/plan.py: 'first' changes only stages > 0 and chunks > 0
+    lay = ctx.layout
+    if lay.pp == 1 and lay.vpp == 1:
+        return ("at parallel.pp=1 (vpp=1)", "the first stage's first chunk is the whole model")
+    return None
+
+
+def _ep_one(ctx: Context) -> Verdict:
+    return ("at parallel.ep=1", "no expert-parallel groups to place") if ctx.layout.ep == 1 else None
+
+
+def _dense_etp(ctx: Context) -> Verdict:
+    # layout._expert_tp: a dense model has no routed experts to split (etp > 1 is refused there)
+    return ("on a dense model", "model.experts is 0: no routed experts to split") if not ctx.model.is_moe else None
+
+
+def _fp8_recipe(ctx: Context) -> Verdict:
+    # compute.py quantise(): the recipe sets FP8 scaling only; NVFP4 has its own block scaling
+    precision = ctx.scenario.training.precision
+    return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
+
+
+def _sequence_parallel(ctx: Context) -> Verdict:
+    # layout.py: Layout.sequence_parallel = par.sequence_parallel and tp > 1
+    return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
+
+
+#: one entry per setting, in the order the notes print (scenario order: parallel, training,
+#: overlap, zero3, dp)
+RULES: tuple[InertRule, ...] = (
+    InertRule("parallel.sequence_parallel", _sequence_parallel),
+    InertRule("parallel.cp_comm", _cp_one),
+    InertRule("parallel.cp_a2a", _cp_one),
+    InertRule("parallel.parallel_block_comm", _tp_one("each branch's TP collectives exist only with tp > 1")),
+    InertRule("parallel.etp", _dense_etp),
+    InertRule("parallel.ep_placement", _ep_one),
+    InertRule("parallel.partition", _pp_one("one stage holds every layer")),
+    InertRule("training.fp8_recipe", _fp8_recipe),
+    InertRule("overlap.tp_comm", _tp_comm),
+    InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
+    InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),
+    InertRule("overlap.tp_grad_async", _tp_one("no input-gradient TP collective to overlap")),
+    InertRule("overlap.pp_comm", _pp_one("no pipeline sends or receives to overlap")),
+    InertRule("overlap.pp_p2p", _pp_one("no pipeline sends or receives")),
+    InertRule("overlap.pp_scatter_gather", _pp_scatter_gather),
+    InertRule("overlap.dp_grad_reduce", _no_data_parallel),
+    InertRule("overlap.param_gather", _param_gather),
+    InertRule("overlap.optimizer_offload", _optimizer_offload),
+    InertRule("zero3.prefetch", _zero_below_3),
+    InertRule("zero3.buffers", _zero_below_3),
+    InertRule("zero3.reshard_after_forward", _zero_below_3),
+    InertRule("zero3.replica_all_reduce", _replica_all_reduce),
+    InertRule("dp.bucket_stages", _bucket_stages),
+    InertRule("dp.wait_reduction", _dp_ordering),
+    InertRule("dp.backward_sync", _dp_ordering),
+)
+
+
+def _differs_from_default(scenario: BaseModel, setting: str) -> bool:
+    """Whether ``setting``'s value is not its field's schema default."""
+    section_name, key = setting.split(".")
+    section = getattr(scenario, section_name)
+    field = type(section).model_fields[key]
+    default = field.get_default(call_default_factory=True)
+    return bool(getattr(section, key) != default)
+
+
+def inert_settings(ctx: Context, written: Iterable[str] | None = None) -> list[InertNote]:
+    """The settings of ``written`` (default: what ``ctx.scenario`` itself wrote) that do
+    nothing in ``ctx``'s layout, in :data:`RULES` order."""
+    keys = frozenset(ctx.scenario.written if written is None else written)
+    notes = []
+    for rule in RULES:
+        if rule.setting not in keys or not _differs_from_default(ctx.scenario, rule.setting):
+            continue
+        verdict = rule.inert(ctx)
+        if verdict is not None:
+            notes.append(InertNote(rule.setting, *verdict))
+    return notes
+
+
+def common_notes(per_layout: Sequence[Sequence[InertNote]]) -> list[InertNote]:
+    """A sweep's notes: the settings inert in every layout it ran (a setting that acts in
+    some is what a template carries on purpose), each distinct reason once, in rule order."""
+    if not per_layout:
+        return []
+    everywhere = set.intersection(*({n.setting for n in notes} for notes in per_layout))
+    seen: dict[tuple[str, str, str], InertNote] = {}
+    for notes in per_layout:
+        for n in notes:
+            if n.setting in everywhere:
+                seen.setdefault((n.setting, n.where, n.why), n)
+    order = {rule.setting: i for i, rule in enumerate(RULES)}
+    return sorted(seen.values(), key=lambda n: (order[n.setting], n.where, n.why))
+
+
+def note_lines(notes: Iterable[InertNote], prefix: str = "") -> list[str]:
+    """One plain line per note: ``note: SETTING has no effect WHERE (WHY)``."""
+    return [f"note: {prefix}{n.text}" for n in notes]
