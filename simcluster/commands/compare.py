@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from simcluster.commands.common import add_price_argument, print_json, print_notes, progress_bar, to_json
+from simcluster.commands.common import (
+    add_price_argument,
+    print_json,
+    print_notes,
+    progress_bar,
+    to_json,
+)
 from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
 from simcluster.commands.compare_variants import (
     naming,

@@ -6,7 +6,12 @@ import argparse
 
 from rich.table import Table
 
-from simcluster.commands.common import add_scenario_arguments, print_json, print_notes, scenario_from_args
+from simcluster.commands.common import (
+    add_scenario_arguments,
+    print_json,
+    print_notes,
+    scenario_from_args,
+)
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
 from simcluster.fit_hints import would_fit

@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
-from simcluster.commands.common import add_scenario_arguments, print_json, print_notes, scenario_from_args
+from simcluster.commands.common import (
+    add_scenario_arguments,
+    print_json,
+    print_notes,
+    scenario_from_args,
+)
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import build_context

@@ -235,7 +235,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
 def written_keys(data: dict[str, Any]) -> frozenset[str]:
     """The dotted keys a raw scenario mapping states: ``section.key`` inside each section, the
     key itself at the top level."""
-    keys = set()
+    keys: set[str] = set()
     for name, value in data.items():
         if isinstance(value, dict):
             keys.update(f"{name}.{key}" for key in value)
