@@ -170,7 +170,6 @@ TRANSCRIBED = {
 }  # fmt: skip
 
 
-@pytest.mark.slow
 def test_shipped_cases_write_only_transcribed_recipe_flags():
     found = set()
     for case in load_cases():
