@@ -81,6 +81,13 @@ class Scenario(SectionBase):
         not a framework preset's)."""
         return self._written
 
+    def __eq__(self, other: object) -> bool:
+        # the same scenario however it was written: which keys were spelled out (``written``)
+        # names notes, it is not part of what runs
+        if not isinstance(other, Scenario):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
     def with_written(self, keys: frozenset[str]) -> Scenario:
         """This scenario, recording ``keys`` as the ones its user wrote."""
         self._written = keys
