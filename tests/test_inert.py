@@ -219,3 +219,27 @@ def test_validate_names_the_cases_per_setting():
     text = "overlap.tp_comm has no effect at parallel.tp=1 (no TP collectives to overlap)"
     lines = inert_lines([result("a", (text,)), result("b", ()), result("c", (text,))])
     assert lines == [f"note: {text} in 2 case(s) (a, c)"]
+
+
+def test_sweep_prints_each_note_once_and_only_where_every_layout_leaves_it_inert(cli, tmp_path):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario(parallel={"cp_comm": "a2a"}, zero3={"prefetch": False})))
+    result = cli("sweep", str(path), "--cp", "1,2", "--jobs", "1", "--json")
+    assert result.code == 0
+    line = "zero3.prefetch has no effect at parallel.zero=0 (only ZeRO-3 gathers parameters per layer)"
+    assert [ln for ln in result.err.splitlines() if ln.startswith("note:")] == [f"note: {line}"]
+    assert json.loads(result.out)["inert_settings"] == [line]  # cp_comm acts at cp 2
+
+
+def test_compare_names_the_scenario_of_each_note(cli, tmp_path):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario()))
+    result = cli("compare", str(path), f"{path}@overlap.tp_comm=true", "--json")
+    assert result.code == 0
+    notes = [ln for ln in result.err.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and notes[0].endswith("overlap.tp_comm has no effect at parallel.tp=1 (no TP collectives to overlap)")
+    assert list(json.loads(result.out)["inert_settings"].values()) == [[notes[0].split(": ", 2)[2]]]
