@@ -22,8 +22,11 @@ the step's persistent memory or a transient on top of the stash:
   ``clear_lp_grads()`` (``param.grad = None``) just before each backward and
   ``update_hp_grads(clear_lp_grads=False)`` after it (runtime/pipe/engine.py
   ``_exec_backward_pass``), so the bf16 gradients of the last backward live through the
-  following forwards, where the stash peaks, beside the fp32 ``fp32_groups_gradients_flat``.
-  Kept: both, 2 + 4 bytes per parameter.
+  following forwards, where the stash peaks, beside the fp32 ``fp32_groups_gradients_flat``;
+  ``BF16_Optimizer.backward`` (the last stage, and runs without a pipeline) likewise clears them
+  before ``loss.backward()`` and leaves them after. Kept: both, 2 + 4 bytes per parameter.
+  (Later DeepSpeed releases can add and free each gradient in a hook instead,
+  ``bfloat16_immediate_grad_update``: ``add``; not dated here.)
 
 Where the weight-gradient GEMM accumulates into the main gradient itself
 (``training.grad_accum_fusion``) no 16-bit gradient exists for the linear layers; the word
