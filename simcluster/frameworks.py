@@ -168,7 +168,11 @@ def _megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
 def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     # Megatron-DeepSpeed's attention is its classic softmax on materialised scores unless a run
     # passes --use-flash-attn-v1 / -v2 / -triton (arguments.py: store_true flags, off by default)
-    training: dict[str, Any] = {"elementwise": "fused", "flash_attention": False}
+    # the pipeline engine's clear_lp_grads() (param.grad = None) runs just before each
+    # backward and update_hp_grads(clear_lp_grads=False) after it: the bf16 gradients live
+    # through the next forwards beside the BF16_Optimizer's fp32 buffer (runtime/pipe/engine.py
+    # _exec_backward_pass); fp16 and ZeRO-2/3 accumulate in .grad itself
+    training: dict[str, Any] = {"elementwise": "fused", "flash_attention": False, "grad_16bit_freed": "step"}
     training_raw = raw.get("training")
     fp16 = isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16"
     zero = _zero_stage(raw)
@@ -239,8 +243,10 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _nanotron(raw: Mapping[str, Any]) -> Defaults:
-    # clip_grad_norm over every local fp32 gradient, always multiplied (optim/clip_grads.py)
-    training = {"elementwise": "nanotron", "grad_clip": "local_scale"}
+    # clip_grad_norm over every local fp32 gradient, always multiplied (optim/clip_grads.py);
+    # FP32GradientAccumulator.backward frees the bf16 .grad after the whole backward
+    # (loss.backward(), then fp32_grad.add_(half_param.grad); half_param.grad = None)
+    training = {"elementwise": "nanotron", "grad_clip": "local_scale", "grad_16bit_freed": "backward"}
     parallel = {"partition": "nanotron"}  # pipeline blocks balanced by their compute cost
     # REDUCE_SCATTER mode (sequence parallelism) with tp_linear_async_communication, as its
     # benchmark script and examples run it; its ALL_REDUCE mode has no async row linear
@@ -536,6 +542,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "zero/stage_1_and_2.py (average_tensor, use_multi_rank_bucket_allreduce, "
             "independent_gradient_partition_epilogue), zero/config.py (overlap_comm on for stage 3 "
             "only), "
+            "runtime/pipe/engine.py _exec_backward_pass (clear_lp_grads before each backward, "
+            "update_hp_grads(clear_lp_grads=False) after: bf16 .grad kept between backwards), "
             "runtime/bf16_optimizer.py (fp32 gradient buffer added to every microbatch by "
             "update_hp_grads, hp_grad.add_(lp.grad.to(fp32)), zeroed after each step by "
             "clear_hp_grads); zero "
@@ -554,7 +562,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "with the LM head's, torch DDP's gradient copies into its buckets and back, and its "
             "clipping of every local gradient every step",
             "huggingface/nanotron src/nanotron (models/llama.py get_block_compute_costs, models/base.py "
-            "build_model, optim/gradient_accumulator.py (FP32GradientAccumulator.zero_grad), "
+            "build_model, optim/gradient_accumulator.py (FP32GradientAccumulator.zero_grad; its backward "
+            "frees each bf16 .grad after the microbatch's whole backward), "
             "optim/zero.py, optim/clip_grads.py, trainer.py (DistributedDataParallel without "
             "gradient_as_bucket_view), distributed.py, parallel/pipeline_parallel/p2p.py, state.py, "
             "engine.py, parallel/tensor_parallel/functional.py); examples/config_tiny_llama_bench.yaml; "

@@ -3,7 +3,9 @@
 Static memory (bytes per parameter, by precision and ZeRO stage) follows the Ultra-Scale
 Playbook and the ZeRO paper: fp32 Adam = 4 + 4 + 8 = 16 B/param; bf16 mixed precision =
 2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 grad accumulation) + 12 (fp32 master + 2 moments)
-= 20 B/param (16 without fp32 accumulation). ZeRO-1 shards the optimizer state, ZeRO-2 also the
+= 20 B/param (16 without fp32 accumulation); 18 where the framework frees each 16-bit gradient
+before the step ends (simcluster.grad_lifetime: Megatron, nanotron), the 16-bit gradients then a
+transient on top of the stash. ZeRO-1 shards the optimizer state, ZeRO-2 also the
 gradients, ZeRO-3 also the weights, over the data-parallel group.
 
 Activations per layer follow Korthikanti et al. 2022 (Table 2), generalised to GQA, SwiGLU,
@@ -48,19 +50,23 @@ def bytes_per_param(
     fp32_grad_accum: bool,
     grad_accum_fusion: bool = False,
     moment_bytes: float = 4.0,
+    keep_16bit_grad: bool = True,
 ) -> BytesPerParam:
     """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers').
 
     With ``grad_accum_fusion`` the weight-gradient GEMM adds straight into the fp32 main
     gradient (Megatron's ``gradient_accumulation_fusion``, TransformerEngine's
-    ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it. ``moment_bytes`` is
-    the width of each optimizer moment (2 with ``training.optimizer_moments: bf16``).
+    ``fuse_wgrad_accumulation``), so no 16-bit gradient is kept beside it; nor is one where
+    the framework frees it before the step ends (``keep_16bit_grad`` False:
+    ``training.grad_16bit_freed`` add or backward, simcluster.grad_lifetime, whose transient
+    is counted on top of the stash). ``moment_bytes`` is the width of each optimizer moment
+    (2 with ``training.optimizer_moments: bf16``).
     """
     moments = OPTIMIZER_MOMENTS[optimizer] * moment_bytes
     if precision == "fp32":
         return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
     if fp32_grad_accum:
-        grads = 4.0 if grad_accum_fusion else 6.0
+        grads = 6.0 if keep_16bit_grad and not grad_accum_fusion else 4.0
     else:
         grads = 2.0
     return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
@@ -473,7 +479,7 @@ def static_memory(
         zero, fused = 1, True
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
-        moment_bytes(training),
+        moment_bytes(training), keep_16bit_grad=training.grad_16bit_freed == "step",
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.fsdp2_copies:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from simcluster.context import Context
-from simcluster.engine.plan import cp_working, planned_orders
+from simcluster.engine.plan import chunk_grad_transient, cp_working, planned_orders
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
@@ -33,6 +33,7 @@ def activation_walk(
     wgrad_bytes: Sequence[float] | None = None,
     transient: Sequence[float] | None = None,
     working: Sequence[tuple[float, float]] | None = None,
+    grads: Sequence[tuple[float, float]] | None = None,
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
@@ -41,8 +42,9 @@ def activation_walk(
     the stash, which B recomputed), and W frees that; a fused BW frees everything.
     ``transient[c]`` is held only during chunk c's forward on top of the stash (the loss's logit
     copies); ``working[c]`` (forward, backward) by its context-parallel attention, counted on
-    the stash at F's end and at B's (or BW's) start. The engine tracks the same stash along the
-    simulated timeline.
+    the stash at F's end and at B's (or BW's) start; ``grads[c]`` (start, end) by the 16-bit
+    weight gradients of its W or BW (simcluster.grad_lifetime), on the stash at that op's start
+    and at its end. The engine tracks the same stash along the simulated timeline.
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
@@ -50,11 +52,14 @@ def activation_walk(
     for op in ops:
         size = chunk_bytes[op.chunk]
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
+        g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
             live += size
             peak = max(peak, live + max(transient[op.chunk] if transient else 0.0, fwd))
         elif op.kind in ("B", "BW"):
             peak = max(peak, live + bwd)
+        if op.kind in ("W", "BW"):
+            peak = max(peak, live + g_start)
         if op.kind == "B":
             live -= size - kept[op.chunk]
             peak = max(peak, live)
@@ -62,6 +67,8 @@ def activation_walk(
             live -= kept[op.chunk]
         elif op.kind == "BW":
             live -= size
+        if op.kind in ("W", "BW"):
+            peak = max(peak, live + g_end)
     return peak
 
 
@@ -77,7 +84,8 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         loss = [loss_transient_bytes(ctx.model, lay, training) if ch.head else 0.0 for ch in chunks]
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         working = [cp_working(ctx, ch) for ch in chunks]
-        peak = activation_walk(orders[stage], cb, kept, loss, working)
+        grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
+        peak = activation_walk(orders[stage], cb, kept, loss, working, grads)
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))

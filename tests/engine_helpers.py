@@ -39,7 +39,12 @@ def pipeline_scenario(
             "network": "ideal",
         },
         "parallel": {"pp": p, "schedule": schedule, "vpp": v},
-        "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": m, "precision": "bf16"},
+        # the 16-bit gradients kept all step (grad_16bit_freed step): no gradient transient on
+        # the stash, whose peaks these pipelines count in microbatches
+        "training": {
+            "seq_len": 1024, "micro_batch": 1, "global_batch": m, "precision": "bf16",
+            "grad_16bit_freed": "step",
+        },
         "overlap": {"dp_grad_reduce": True, "param_gather": True},
     }
     return merge_sections(data, **extra)

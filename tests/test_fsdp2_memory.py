@@ -94,9 +94,10 @@ def test_torchtitan_zero3_is_16_bytes_per_parameter_over_the_group():
     assert p_b == pytest.approx(n_params * 4.0 / n)  # fp32 shards, stepped in place
     assert g_b == pytest.approx(n_params * 4.0 / n)  # fp32 gradient shards
     assert o_b == pytest.approx(n_params * 8.0 / n)  # Adam's two fp32 moments, no master
-    # Megatron-style ZeRO-3 (zero3.buffers: views) keeps 16-bit weights and an fp32 master
+    # Megatron-style ZeRO-3 (zero3.buffers: views) keeps 16-bit weights and an fp32 master, and
+    # fp32 main gradients, each 16-bit gradient freed once added (grad_16bit_freed add)
     vp, vg, vo, _, _ = _static({**_scenario(buffers="views"), "framework": None})
-    assert (vp + vg + vo) / n_params * n == pytest.approx(2.0 + 6.0 + 12.0)
+    assert (vp + vg + vo) / n_params * n == pytest.approx(2.0 + 4.0 + 12.0)
 
 
 def test_kept_gathers_hold_the_16_bit_copy_beside_the_shards():

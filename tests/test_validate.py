@@ -860,8 +860,10 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 QUICK_SET_MAPE = 6.6
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
-QUICK_SET_MEMORY_MAPE = 4.6  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
-# nanotron's cost-balanced pipeline split, 4.7 before torch DDP's bucket copies were counted
+QUICK_SET_MEMORY_MAPE = 5.5  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
+# nanotron's cost-balanced pipeline split, 4.7 before torch DDP's bucket copies were counted,
+# 4.5 before nanotron's bf16 gradients were freed after each backward as its
+# FP32GradientAccumulator does (5.45: nanotron 9.4 -> 13.0, physics over score)
 # per family (quick set): the issue's target is <= 10% MAPE with no case worse than 25%;
 # narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too

@@ -119,8 +119,9 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
 def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     """Settings whose refusals and interactions the draws above never reach: hierarchical CP
     (a2a+p2p needs cp_a2a), hybrid sharding below ZeRO-3 and the replicas' all-reduce, a
-    parallel attention + MLP block on any dense preset and its TP collectives. (One generator
-    serves a whole run, so a seed draws other scenarios than before these were added.)"""
+    parallel attention + MLP block on any dense preset and its TP collectives, and when each
+    16-bit gradient is freed. (One generator serves a whole run, so a seed draws other scenarios
+    than before these were added.)"""
     parallel = doc["parallel"]
     if parallel["cp"] == 4 and rng.random() < 0.2:
         parallel["cp_comm"], parallel["cp_a2a"] = "a2a+p2p", 2
@@ -131,6 +132,8 @@ def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     if doc["model"] in DENSE and rng.random() < 0.15:
         doc["model"] = {"preset": doc["model"], "parallel_block": True, "parallel_norms": rng.choice([1, 2])}
         parallel["parallel_block_comm"] = rng.choice(["separate", "gpt-neox", "fused"])
+    if rng.random() < 0.2:  # when each 16-bit gradient is freed: its transient on the stash
+        doc["training"]["grad_16bit_freed"] = rng.choice(["add", "backward", "step"])
 
 
 def paired(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:

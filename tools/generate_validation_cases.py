@@ -302,7 +302,10 @@ for r in e["rows"]:
             "and V around it, GLUActivation as two kernels. Gradient clipping as its benchmark config "
             "sets it (examples/config_tiny_llama_bench.yaml: clip_grad 1.0) and optim/clip_grads.py "
             "runs it: the norm over every local fp32 gradient and each one multiplied by the clamped "
-            "coefficient, every step (training.grad_clip local_scale)."
+            "coefficient, every step (training.grad_clip local_scale). The bf16 gradients are freed "
+            "after each microbatch's whole backward (optim/gradient_accumulator.py "
+            "FP32GradientAccumulator.backward: loss.backward(), then fp32_grad.add_(half_param.grad) "
+            "and half_param.grad = None; training.grad_16bit_freed backward)."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
@@ -314,7 +317,8 @@ for r in e["rows"]:
                          "sequence_parallel": r["tp"] > 1, "partition": "nanotron"},
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
-                         "elementwise": "nanotron", "grad_clip": "local_scale"},
+                         "elementwise": "nanotron", "grad_clip": "local_scale",
+                         "grad_16bit_freed": "backward"},
             **paths,
         },
         "measured": {"tokens_per_s": round(tps, 1)},

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from simcluster.compute import KernelModel
 from simcluster.context import Context
+from simcluster.grad_lifetime import grad_transient_bytes
 from simcluster.memory import (
     HEAD_LAYER,
     StageParams,
@@ -90,6 +91,9 @@ class ChunkPlan:
     # backward's start (an upper bound by the stash of what follows the last attention)
     cp_working_bytes: tuple[float, float] = (0.0, 0.0)
     wgrad_bytes: float = 0.0  # of a microbatch's activations, held from its B to its W
+    # (start, end) bytes of 16-bit weight gradients held beyond the static memory by the op
+    # that computes them (W or BW), on the stash at its start and at its end (grad_lifetime.py)
+    grad_transient_bytes: tuple[float, float] = (0.0, 0.0)
     # layer index -> activation bytes of one microbatch kept in host memory between its forward
     # and backward (training.activation_offload_layers)
     offload_bytes: dict[int, float] = field(default_factory=dict)
@@ -232,7 +236,15 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     if chunk.head:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     cp.cp_working_bytes = cp_working(ctx, chunk)
+    cp.grad_transient_bytes = chunk_grad_transient(ctx, chunk)
     return cp
+
+
+def chunk_grad_transient(ctx: Context, chunk: Chunk) -> tuple[float, float]:
+    """(start, end) 16-bit gradient bytes of ``chunk``'s weight-gradient op beyond the static
+    memory (``grad_lifetime.grad_transient_bytes`` for the chunk's parameters on one GPU)."""
+    params = stage_params(ctx.model, ctx.layout, [chunk]).total
+    return grad_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunk, params)
 
 
 def cp_working(ctx: Context, chunk: Chunk) -> tuple[float, float]:
@@ -302,7 +314,11 @@ def activation_room(
     ``static_bytes`` and the loss's transient are in (Zero Bubble's adaptive memory limit)."""
     rooms = []
     for plans, static in zip(chunk_plans, static_bytes, strict=True):
-        fixed = static + max(max(p.loss_transient_bytes, *p.cp_working_bytes) for p in plans)
+        # the 16-bit gradients held at a backward's start sit on the whole stash (those at
+        # its end on one microbatch's fewer)
+        fixed = static + max(
+            max(p.loss_transient_bytes, *p.cp_working_bytes, p.grad_transient_bytes[0]) for p in plans
+        )
         unit = max(plans[0].activation_bytes, 1.0)
         rooms.append((ADAPTIVE_MEMORY_SHARE * ctx.capacity_bytes - fixed) / unit)
     return tuple(rooms)

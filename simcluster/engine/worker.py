@@ -179,6 +179,13 @@ class Worker(PipelineIO, DataParallelOps):
             self._memory(working=working)
             self._memory()
 
+    def _grad_transient(self, nbytes: float) -> None:
+        """Record the 16-bit weight gradients a backward holds beyond the static memory on the
+        stash as it is now (grad_lifetime.py), then the stash alone again."""
+        if nbytes > 0:
+            self._memory(working=nbytes)
+            self._memory()
+
     def _compute(self, seconds: float) -> Generator:
         # a known straggler's kernels take longer (stragglers.py); compute also slows while an
         # interfering collective holds SMs (engine/interference.py)
@@ -427,6 +434,8 @@ class Worker(PipelineIO, DataParallelOps):
         stash_from, stash_delta = self.activations, _stash_delta(op.kind, cplan)
         if op.kind in ("B", "BW"):
             self._cp_working(cplan, op.kind)
+        if op.kind in ("W", "BW"):
+            self._grad_transient(cplan.grad_transient_bytes[0])
         if op.kind == "F" and not per_unit:
             self.activations += cplan.activation_bytes
             self._memory()
@@ -496,6 +505,8 @@ class Worker(PipelineIO, DataParallelOps):
         if op.kind != "F" and not per_unit:
             self.activations += stash_delta  # the partner's F may have moved it meanwhile
             self._memory()
+        if op.kind in ("W", "BW"):
+            self._grad_transient(cplan.grad_transient_bytes[1])
 
     def _stash(self, start: float, delta: float, share: float) -> None:
         """Set the stash to ``share`` of an op's change since ``start`` (exactly ``start +

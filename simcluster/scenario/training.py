@@ -59,6 +59,18 @@ class TrainingSection(SectionBase):
             "gradient_accumulation_fusion, TE fuse_wgrad_accumulation): no 16-bit gradient buffer"
         ),
     )
+    grad_16bit_freed: Literal["add", "backward", "step"] = Field(
+        default="add",
+        description=(
+            "when a parameter's 16-bit gradient is freed once an fp32 (or separate 16-bit) "
+            "accumulator exists: add (right after it is added into the main gradient, Megatron's "
+            "DDP hook: param.main_grad.add_(param.grad); param.grad = None; 4 B/param kept, one "
+            "tensor's gradient transient), backward (after the microbatch's whole backward, "
+            "nanotron's FP32GradientAccumulator.backward: the chunk's 16-bit gradients transient "
+            "at its end), step (kept across microbatches beside the fp32 buffer, DeepSpeed's "
+            "BF16_Optimizer under its pipeline engine: 6 B/param kept)"
+        ),
+    )
     grad_accum_cast: bool = Field(
         default=False,
         description=(
