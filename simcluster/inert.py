@@ -172,6 +172,20 @@ def _fp8_recipe(ctx: Context) -> Verdict:
     return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
 
 
+def _grad_lifetime(ctx: Context) -> Verdict:
+    # grad_lifetime._transient_applies and separate_16bit_grad_kept: ZeRO-3 counts its unsharded
+    # gradients itself, fp32 training has no 16-bit gradient, and without fp32 accumulation
+    # nanotron's and DeepSpeed's 16-bit .grad is the accumulator
+    tr = ctx.scenario.training
+    if ctx.layout.zero == 3:
+        return ("at parallel.zero=3", "ZeRO-3's unsharded gradients live until their reduce-scatter")
+    if tr.precision == "fp32":
+        return ("at training.precision=fp32", "there is no 16-bit gradient")
+    if tr.grad_16bit_freed != "add" and not tr.fp32_grad_accum:
+        return ("with training.fp32_grad_accum false", "the 16-bit gradient is itself the accumulator")
+    return None
+
+
 def _sequence_parallel(ctx: Context) -> Verdict:
     # layout.py: Layout.sequence_parallel = par.sequence_parallel and tp > 1
     return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
@@ -188,6 +202,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.ep_placement", _ep_one),
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),
     InertRule("training.fp8_recipe", _fp8_recipe),
+    InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),

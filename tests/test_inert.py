@@ -48,6 +48,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
+    ("training.grad_16bit_freed", {"parallel": {"zero": 3}, "training": {"grad_16bit_freed": "step"}},
+     {"parallel": {"zero": 1}, "training": {"grad_16bit_freed": "step"}}),
     ("overlap.tp_comm", {"overlap": {"tp_comm": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}, "overlap": {"tp_comm": True}}),
     ("overlap.tp_comm_cfg", {"parallel": {"tp": 2, "sequence_parallel": True}, "overlap": {"tp_comm_cfg": "te-2"}},
@@ -95,6 +97,15 @@ def test_every_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
+
+
+def test_a_16bit_gradient_lifetime_without_fp32_accumulation_is_inert():
+    """Without a separate fp32 accumulator nanotron's and DeepSpeed's 16-bit ``.grad`` is the
+    accumulator (grad_lifetime._transient_applies), while Megatron's ``add`` still frees a
+    16-bit ``main_grad``'s inputs."""
+    off = {"fp32_grad_accum": False}
+    assert "training.grad_16bit_freed" in _settings(training={**off, "grad_16bit_freed": "backward"})
+    assert "training.grad_16bit_freed" not in _settings(training={"grad_16bit_freed": "backward"})
 
 
 def test_expert_settings_on_a_dense_model_and_an_moe_one():
