@@ -22,7 +22,10 @@ KORTHIKANTI_LAYER = S * B * H * (34 + 5 * A * S / H)
 
 def _scenario(**training):
     base = {"seq_len": S, "micro_batch": B, "global_batch": 2 * B * 8, "flash_attention": False,
-            "fused_cross_entropy": True}  # fmt: skip
+            "fused_cross_entropy": True,
+            # the 16-bit gradients kept all step (grad_lifetime.py 'step'): the activations
+            # column then steps up by the stash alone, one layer at a time
+            "grad_16bit_freed": "step"}  # fmt: skip
     return scenario_from_dict(make_scenario(training={**base, **training}, cluster={"hardware": "dgx-h100", "gpus": 8},
                                             parallel={"tp": 1, "pp": 1}))  # fmt: skip
 
