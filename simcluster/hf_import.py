@@ -5,19 +5,28 @@ The architectures name the same things differently (``n_layer`` in GPT-2 and BLO
 what matters is not in the file at all but in the modelling code of the ``model_type``: whether
 the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeGLU is gated
 too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
-``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below; a
-``model_type`` not listed is read as Llama-like (gated MLP when the activation is SiLU). Fields a
-config class defaults and its published files leave out (Gemma 3) come from ``CONFIG_DEFAULTS``.
-Layers that are not softmax attention (linear attention, Mamba) are refused with the field
-that says so.
+``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below, the
+registry of the ``model_type`` values simcluster reads; any other ``model_type`` (or none) is
+refused with the list, not guessed. Fields a config class defaults and its published files
+leave out (Gemma 2 and 3, Llama 4) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
+attention (linear attention, Mamba) are refused with the field that says so, and so is tanh
+soft-capping of the attention scores or the output logits (Gemma 2), which changes the kernels
+simcluster times.
 
 The parallel attention + MLP block (``model.parallel_block`` and ``parallel_norms``) comes
-from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it.
+from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it; local
+attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
-Not modelled: Qwen2's bias on the QKV projection only, BLOOM's
-embedding LayerNorm, gpt-oss's router bias and attention sinks — each under 0.01% of the
-parameters; GPT-NeoX's partial rotary (rotary_pct) costed as full; Llama 4's chunked attention
-(attention_chunk_size) costed as global attention, an upper bound.
+Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
+Qwen2's bias on the QKV projection only and Qwen2-MoE's shared-expert gate (one h-wide row),
+BLOOM's embedding LayerNorm, gpt-oss's router bias (one per expert and layer) and attention
+sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
+more term in each query's softmax normaliser, at most 1/128 of the scores of a 128-token window
+layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), Gemma 2 and 3's
+post-attention and post-MLP norms (two more h-wide RMSNorms per layer). GPT-NeoX's partial
+rotary (``rotary_pct``) is costed as full rotary: a fused rotary kernel reads and writes all of
+Q and K either way (TransformerEngine's fused RoPE copies the unrotated part), and the eager
+code's ``torch.cat`` of the rotated and passed-through halves rewrites all of them.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from simcluster.errors import UserError, read_text
+from simcluster.errors import UserError, did_you_mean, read_text
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,27 @@ class Family:
 
 _LLAMA = Family(gated=True, norm="rmsnorm", bias=False, position="rope", tied_default=False)
 FAMILIES: dict[str, Family] = {
+    # Llama-style decoders: gated SiLU MLP, RMSNorm, rotary, no linear biases, untied unless the
+    # file says so (each config class's tie_word_embeddings default is False)
+    "llama": _LLAMA, "mistral": _LLAMA, "mixtral": _LLAMA, "granite": _LLAMA,
+    "qwen2": _LLAMA, "qwen2_moe": _LLAMA, "qwen3": _LLAMA, "qwen3_moe": _LLAMA,
+    "deepseek_v2": _LLAMA, "deepseek_v3": _LLAMA, "llama4_text": _LLAMA,
+    # Phi-3 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj, the same weights as Llama's
+    "phi3": _LLAMA,
+    # OLMo 2 (Olmo2DecoderLayer): its norms follow the attention and the MLP instead of
+    # preceding them (the same count and traffic), q_norm/k_norm over the whole projection
+    "olmo2": _LLAMA, "olmo3": _LLAMA,
+    # ChatGLM's own code (THUDM/chatglm3-6b): RMSNorm, SwiGLU, separate output layer
+    "chatglm": _LLAMA,
+    # Apertus (ApertusMLP): up and down projections with xIELU, a two-matrix MLP
+    "apertus": Family(False, "rmsnorm", False, "rope", False),
+    # StableLM (StableLmDecoderLayer): nn.LayerNorm, gated SiLU MLP
+    "stablelm": Family(True, "layernorm", False, "rope", False),
+    # Cohere (CohereDecoderLayer): gated SiLU MLP, a mean-subtracting LayerNorm, tied by default
+    "cohere": Family(True, "layernorm", False, "rope", True),
+    "cohere2": Family(True, "layernorm", False, "rope", True),
+    # CodeGen (CodeGenBlock): fc_in/fc_out with biases and gelu_new, LayerNorm, rotary_dim
+    "codegen": Family(False, "layernorm", True, "rope", False),
     "gpt2": Family(False, "layernorm", True, "learned", True),
     "gpt_bigcode": Family(False, "layernorm", True, "learned", True),
     "opt": Family(False, "layernorm", True, "learned", True, position_offset=2),
@@ -77,7 +107,18 @@ FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "sliding_window": 4096, "sliding_window_pattern": 6},
+    # Gemma2Config: both soft-caps on unless the file sets them to null
+    "gemma2": {"vocab_size": 256000, "head_dim": 256, "sliding_window": 4096,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    # Llama4TextConfig: chunks of 8192 tokens on the rotary layers, every fourth layer NoPE
+    # and global (no_rope_layers, when empty, built from no_rope_layer_interval)
+    "llama4_text": {"attention_chunk_size": 8192, "no_rope_layer_interval": 4},
+    # MptConfig: expansion_ratio 4, no_bias true
+    "mpt": {"expansion_ratio": 4, "no_bias": True},
 }  # fmt: skip
+
+# a multimodal config's language model, when its text_config leaves its own model_type out
+_TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
 
 # model types whose attention normalises queries and keys (their modelling code does it
 # unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
@@ -85,9 +126,9 @@ QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3",
 
 # config.json key -> ModelSpec field; the first key present wins
 _KEYS: dict[str, tuple[str, ...]] = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "hidden": ("hidden_size", "n_embd", "n_embed", "d_model"),
-    "heads": ("num_attention_heads", "n_head"),
+    "heads": ("num_attention_heads", "n_head", "n_heads"),
     "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
@@ -98,12 +139,16 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "shared_experts": ("n_shared_experts",),
     "dense_layers": ("first_k_dense_replace",),
     "moe_every": ("interleave_moe_layer_step", "decoder_sparse_step"),
-    "max_positions": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "max_positions": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
     "mtp_layers": ("num_nextn_predict_layers", "mtp_num_layers"),
 }
 # the layer kinds of a ``layer_types`` list simcluster costs: softmax attention over the whole
-# sequence or a window (Llama 4's chunked layers as global ones, an upper bound)
+# sequence, a sliding window or an aligned chunk (Llama 4)
 _ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+_LOCAL_KINDS = frozenset({"sliding_attention", "chunked_attention"})
+# tanh soft-capping (Gemma 2's Gemma2Attention and Gemma2ForCausalLM): a tanh on every attention
+# score inside the kernel (flash-attn's softcap, or an unfused path) and on every output logit
+_SOFTCAPS = {"attn_logit_softcapping": "attention scores", "final_logit_softcapping": "output logits"}
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
 
 
@@ -136,17 +181,20 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """ModelSpec fields (as ``model:`` keys) of a config.json's contents (a multimodal
     config's language model: its ``text_config``, as Llama 4's and Gemma 3's nest it)."""
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
-        cfg = cfg["text_config"]
+        outer = str(cfg.get("model_type", ""))
+        cfg = {"model_type": _TEXT_TYPES.get(outer, outer), **cfg["text_config"]}
     model_type = str(cfg.get("model_type", ""))
+    _refuse_other_mixers(cfg)
+    family = FAMILIES.get(model_type)
+    if family is None:
+        raise Unsupported(_unknown_type(model_type))
     defaults = CONFIG_DEFAULTS.get(model_type, {})
     if "_sliding_window_pattern" in cfg:  # the name newer transformers save Gemma 3's pattern under
         defaults = {**defaults, "sliding_window_pattern": cfg["_sliding_window_pattern"]}
-    cfg = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    # a default fills a key the file leaves out; a key the file sets to null stays unset
+    cfg = {**{k: v for k, v in defaults.items() if k not in cfg}, **{k: v for k, v in cfg.items() if v is not None}}
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
-    family = FAMILIES.get(model_type)
-    if family is None:
-        family = _LLAMA if act in ("silu", "swiglu") else Family(False, "rmsnorm", False, "rope", False)
-    _refuse_other_mixers(cfg)
+    _refuse_softcapping(cfg)
     data: dict[str, Any] = {}
     for ours, keys in _KEYS.items():
         value = _first(cfg, keys)
@@ -158,12 +206,16 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["kv_heads"] = cfg["num_kv_heads"]
     if model_type in ("falcon", "RefinedWebModel", "RefinedWeb") and cfg.get("alibi"):  # Falcon-RW
         family = replace(family, position="alibi")
+    if model_type == "mpt" and "hidden" in data:
+        data["ffn"] = int(cfg["expansion_ratio"] * data["hidden"])
     if "hidden" in data and "ffn" not in data and not family.gated:
         data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
     data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
+    if model_type == "mpt":
+        data["bias"] = not cfg["no_bias"]
     data["position"] = family.position
     if family.position == "learned":
         data["max_positions"] = int(data.get("max_positions", 0)) + family.position_offset
@@ -216,6 +268,34 @@ def _parallel(block: bool, norms: int) -> dict[str, Any]:
     return {"parallel_block": True, "parallel_norms": norms} if block else {}
 
 
+def supported_types() -> list[str]:
+    """The ``model_type`` values simcluster reads (multimodal wrappers by their text model)."""
+    return sorted({*FAMILIES, *_TEXT_TYPES}, key=str.lower)
+
+
+def _unknown_type(model_type: str) -> str:
+    if not model_type:
+        said = "has no model_type"
+    else:
+        said = f"model_type '{model_type}' is not one simcluster reads{did_you_mean(model_type, supported_types())}"
+    return (
+        f"{said}; supported: {', '.join(supported_types())} (or give the shape as model fields: "
+        "layers, hidden, heads, kv_heads, ffn, vocab, ...)"
+    )
+
+
+def _refuse_softcapping(cfg: dict[str, Any]) -> None:
+    """tanh soft-capping changes the kernels simcluster times (a tanh per attention score, which
+    flash-attn runs inside its kernel and NeMo's Gemma 2 in an unfused attention; a pass per
+    output logit) by amounts no shipped measurement gives: refused, not dropped."""
+    for key, what in _SOFTCAPS.items():
+        if cfg.get(key):
+            raise Unsupported(
+                f"{key} {cfg[key]}: tanh soft-capping of the {what} is not modelled; set it to "
+                "null in a copy of the file to cost the model without it (an underestimate)"
+            )
+
+
 def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
     """Layers that mix tokens by something other than softmax attention (Qwen3-Next's Gated
     DeltaNet, MiniMax's lightning attention, Mamba) are refused, not costed as attention."""
@@ -231,31 +311,70 @@ def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
 
 
 def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
-    """``sliding_window`` / ``global_every`` from a config: an explicit ``layer_types`` list
-    (gpt-oss, newer Gemma; periodic with the global layer last), Gemma 2's alternation (its
-    modelling code makes even layers local), Gemma 3's ``sliding_window_pattern``, or a
-    window on every layer (Mistral, StarCoder2). Qwen2 applies its window only with
-    ``use_sliding_window``."""
+    """``sliding_window`` / ``attention_chunk`` / ``global_every`` from a config: an explicit
+    ``layer_types`` list (gpt-oss, newer Gemma and Llama 4 files; periodic with the global layer
+    last), Llama 4's ``no_rope_layers`` or ``no_rope_layer_interval`` (its rotary layers are the
+    chunked ones), Gemma 2's alternation (its modelling code makes even layers local), Gemma 3's
+    ``sliding_window_pattern``, or a window on every layer (Mistral, StarCoder2, Phi-3). Qwen2
+    and Qwen3 apply their window only with ``use_sliding_window``, and then to the layers from
+    ``max_window_layers`` on."""
+    if model_type == "llama4_text":
+        return _chunk_fields(cfg)
     window = cfg.get("sliding_window")
-    if not window or (model_type.startswith("qwen") and not cfg.get("use_sliding_window")):
+    if not window:
         return {}
+    layers = int(_first(cfg, _KEYS["layers"]) or 0)
+    if model_type.startswith("qwen"):
+        first_local = int(cfg.get("max_window_layers") or 0)
+        if not cfg.get("use_sliding_window") or first_local >= layers:
+            return {}
+        if first_local:
+            raise Unsupported(
+                f"max_window_layers {first_local}: global layers before the sliding-window ones "
+                "cannot be expressed (model.global_every places one global layer in every k)"
+            )
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
-        local = [str(t) == "sliding_attention" for t in types]
-        if not any(local):
-            return {}
-        if all(local):
-            return {"sliding_window": int(window)}
-        every = local.index(False) + 1
-        if all(local[i] == ((i + 1) % every != 0) for i in range(len(local))):
-            return {"sliding_window": int(window), "global_every": every}
-        raise Unsupported("layer_types is not a periodic pattern with the global layer last")
+        return _local_pattern([str(t) in _LOCAL_KINDS for t in types], "sliding_window", int(window))
     if model_type == "gemma2":
         return {"sliding_window": int(window), "global_every": 2}
     pattern = cfg.get("sliding_window_pattern")
     if pattern:
         return {"sliding_window": int(window), "global_every": int(pattern)}
     return {"sliding_window": int(window)}
+
+
+def _chunk_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4's chunked attention (``attention_chunk_size``) on its rotary layers: the
+    ``layer_types`` list (chunked_attention / full_attention), else ``no_rope_layers`` (1 =
+    rotary and chunked, 0 = NoPE and global), else one NoPE layer every
+    ``no_rope_layer_interval`` (Llama4TextConfig: layer i is NoPE when (i + 1) % interval == 0)."""
+    chunk = cfg.get("attention_chunk_size")
+    if not chunk:
+        return {}
+    types, rope = cfg.get("layer_types"), cfg.get("no_rope_layers")
+    if isinstance(types, list) and types:
+        local = [str(t) in _LOCAL_KINDS for t in types]
+    elif isinstance(rope, list) and rope:
+        local = [bool(r) for r in rope]
+    else:
+        every = int(cfg["no_rope_layer_interval"])
+        layers = int(_first(cfg, _KEYS["layers"]) or 0)
+        local = [(i + 1) % every != 0 for i in range(layers)]
+    return _local_pattern(local, "attention_chunk", int(chunk))
+
+
+def _local_pattern(local: list[bool], field: str, size: int) -> dict[str, Any]:
+    """``field`` (the window or chunk) and ``global_every`` of a per-layer list of which layers
+    are local: none, all, or one global layer closing every period (what ModelSpec expresses)."""
+    if not any(local):
+        return {}
+    if all(local):
+        return {field: size}
+    every = local.index(False) + 1
+    if all(local[i] == ((i + 1) % every != 0) for i in range(len(local))):
+        return {field: size, "global_every": every}
+    raise Unsupported("layer_types is not a periodic pattern with the global layer last")
 
 
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
@@ -266,8 +385,20 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
         data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
         data["shared_experts"] = 1
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
+        # Qwen2MoeSparseMoeBlock: one shared expert of shared_expert_intermediate_size, costed
+        # as that many routed-expert widths (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408)
         shared = cfg.get("shared_expert_intermediate_size") or 0
+        if data["expert_ffn"] and shared % data["expert_ffn"]:
+            raise Unsupported(
+                f"shared_expert_intermediate_size {shared} is not a multiple of moe_intermediate_size "
+                f"{data['expert_ffn']}; model.shared_experts counts experts of that width"
+            )
         data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    freq = cfg.get("moe_layer_freq")
+    if model_type.startswith("deepseek") and data.get("experts") and freq not in (None, 1):
+        # DeepseekV3DecoderLayer: MoE when layer_idx % moe_layer_freq == 0, a phase
+        # model.moe_every ((i + 1) % k == 0, Llama 4's and Qwen2-MoE's) does not have
+        raise Unsupported(f"moe_layer_freq {freq}: only 1 (every layer after first_k_dense_replace) is modelled")
     only = cfg.get("mlp_only_layers") or []
     if only and data.get("experts"):  # Qwen2/3-MoE: these layers keep a dense MLP
         if sorted(only) != list(range(len(only))):

@@ -314,10 +314,12 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     check_parallel_block_comm(scenario, model)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))
     if par.cp > 1 and windowed and par.cp_comm != "a2a":
+        local_field = "sliding_window" if model.sliding_window else "attention_chunk"
+        local_size = model.sliding_window or model.attention_chunk
         raise UserError(
             "parallel.cp_comm",
-            f"'{par.cp_comm}' context parallelism is not modelled for sliding-window layers "
-            f"(model.sliding_window={model.sliding_window} < seq_len); use a2a, or cp=1",
+            f"'{par.cp_comm}' context parallelism is not modelled for sliding-window or chunked layers "
+            f"(model.{local_field}={local_size} < seq_len); use a2a, or cp=1",
         )
     if par.cp > 1 and tr.seq_len % (2 * par.cp):
         raise UserError(

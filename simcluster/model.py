@@ -71,6 +71,11 @@ class ModelSpec:
     # every layer is local (Mistral 7B, StarCoder2)
     sliding_window: int = 0
     global_every: int = 0
+    # chunked local attention (Llama 4's attention_chunk_size, iRoPE: transformers'
+    # Llama4TextAttention masks a rotary layer's queries to the keys of their own aligned chunk
+    # of this many tokens): the local layers of ``global_every`` attend within chunks instead of
+    # a sliding window (Llama 4: 8192, every fourth layer global); 0 = no chunking
+    attention_chunk: int = 0
     # an RMSNorm on the queries and on the keys before the rotary embedding (Qwen3, Gemma 3,
     # OLMo 2, Apertus; Megatron-Core's --qk-layernorm): one more memory-bound pass over Q and K
     # each way, and their pre-norm values kept for the backward
@@ -104,14 +109,15 @@ class ModelSpec:
         return next((i for i in range(self.layers) if self.is_moe_layer(i)), 0)
 
     def attention_span(self, index: int, seq_len: float) -> float:
-        """Keys a query of layer ``index`` can attend to at most: the window of a local layer,
-        else the sequence (the MTP modules' layers attend globally)."""
+        """Keys a query of layer ``index`` can attend to at most: the window (or chunk) of a
+        local layer, else the sequence (the MTP modules' layers attend globally)."""
+        window = self.sliding_window or self.attention_chunk
         local = (
-            self.sliding_window > 0
+            window > 0
             and index < self.layers
             and not (self.global_every and (index + 1) % self.global_every == 0)
         )
-        return min(seq_len, self.sliding_window) if local else seq_len
+        return min(seq_len, window) if local else seq_len
 
     def is_moe_layer(self, index: int) -> bool:
         """True when layer ``index`` (0-based) has a routed-expert MLP (the MTP modules' layers,
@@ -244,7 +250,7 @@ def preset_names() -> list[str]:
 _INT_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
     "expert_ffn", "shared_experts", "dense_layers", "moe_every", "max_positions", "mtp_layers",
-    "sliding_window", "global_every", "parallel_norms",
+    "sliding_window", "global_every", "attention_chunk", "parallel_norms",
 )  # fmt: skip
 _MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
 
@@ -324,7 +330,8 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
             )
     for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
-                "dense_layers", "moe_every", "max_positions", "sliding_window", "global_every"):  # fmt: skip
+                "dense_layers", "moe_every", "max_positions", "sliding_window", "global_every",
+                "attention_chunk"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
     if spec.qk_norm and spec.mla is not None:
@@ -363,10 +370,17 @@ def _check(spec: ModelSpec, prefix: str) -> None:
         raise UserError(
             f"{prefix}.layers", f"{spec.layers} layers is more than the {MAX_LAYERS:,} simcluster can simulate"
         )
-    if spec.global_every and not spec.sliding_window:
+    if spec.global_every and not (spec.sliding_window or spec.attention_chunk):
         raise UserError(
             f"{prefix}.global_every",
-            "places global layers among sliding-window ones; set sliding_window too, or drop it",
+            "places global layers among sliding-window (or chunked) ones; set sliding_window "
+            "or attention_chunk too, or drop it",
+        )
+    if spec.sliding_window and spec.attention_chunk:
+        raise UserError(
+            f"{prefix}.attention_chunk",
+            "local layers attend either within a sliding window or within chunks; drop "
+            "attention_chunk or sliding_window",
         )
     if spec.mtp_layers > spec.layers:
         raise UserError(

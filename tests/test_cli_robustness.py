@@ -276,7 +276,7 @@ def test_partial_mla_override_keeps_the_preset_dimensions(cli):
 
 def test_hf_config_with_mistyped_fields(cli, tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"hidden_size": "x", "num_hidden_layers": 2, "num_attention_heads": 16,
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": "x", "num_hidden_layers": 2, "num_attention_heads": 16,
                                   "intermediate_size": 4096, "vocab_size": 1000}))  # fmt: skip
     data = make_scenario()
     data["model"] = {"hf_config": str(config)}

@@ -223,10 +223,28 @@ def test_hf_config_family_traits(tmp_path):
     assert load(HF_FAMILIES["falcon"][0]).kv_heads == 1
     gemma = load(HF_FAMILIES["gemma"][0])
     assert gemma.mlp == "swiglu" and gemma.d_head == 256 and gemma.tied_embeddings
-    # a model_type not listed is read as Llama-like
-    llama = load({"model_type": "somethingnew", "num_hidden_layers": 2, "hidden_size": 256,
+    llama = load({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
                   "num_attention_heads": 4, "intermediate_size": 688, "vocab_size": 1000, "hidden_act": "silu"})
     assert (llama.mlp, llama.norm, llama.position, llama.tied_embeddings) == ("swiglu", "rmsnorm", "rope", False)
+
+
+@pytest.mark.parametrize("model_type", ["somethingnew", "lama", None])
+def test_hf_config_of_an_unknown_model_type_is_refused_with_the_list(tmp_path, model_type):
+    """A model_type whose modelling code simcluster does not know (or none) is refused in one
+    line naming the supported ones, not read as a Llama: its MLP, norms and biases are unknown."""
+    cfg = {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 688,
+           "vocab_size": 1000, "hidden_act": "silu"}  # fmt: skip
+    if model_type:
+        cfg["model_type"] = model_type
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(UserError) as err:
+        from_hf_config(path)
+    message = str(err.value)
+    assert err.value.field == "model.hf_config" and "\n" not in message
+    assert "supported: " in message and "llama, " in message and "gpt_oss" in message
+    if model_type == "lama":
+        assert "did you mean 'llama'?" in message
 
 
 def test_alibi_has_no_rotary_kernel():

@@ -102,7 +102,9 @@ def test_ring_context_parallelism_refuses_local_layers_and_a2a_runs_them():
     "config, expected",
     [
         ({"model_type": "mistral", "sliding_window": 4096}, {"sliding_window": 4096}),
-        ({"model_type": "gemma2", "sliding_window": 4096}, {"sliding_window": 4096, "global_every": 2}),
+        # Gemma2Config's soft-caps (refused unless null: test_hf_families.py)
+        ({"model_type": "gemma2", "sliding_window": 4096, "attn_logit_softcapping": None,
+          "final_logit_softcapping": None}, {"sliding_window": 4096, "global_every": 2}),
         (
             {"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 6},
             {"sliding_window": 1024, "global_every": 6},

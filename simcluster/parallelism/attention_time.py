@@ -1,6 +1,6 @@
 """The attention core's time on one GPU: fused kernels at their measured curves (sliding windows,
-causal masks), context parallelism's per-step kernels (ring blocks, all-gather prefixes), and
-Megatron's unfused batched-GEMM path."""
+attention chunks, causal masks), context parallelism's per-step kernels (ring blocks, all-gather
+prefixes), and Megatron's unfused batched-GEMM path."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ class AttentionTimes(BuilderBase):
         backward = phase == "B"
         if self.scenario.training.flash_attention:
             w = m.attention_span(index, s)
+            if w < s and m.attention_chunk:
+                return self._chunked_attention(b, s, w, m.heads / lay.tp, d_qk, d_v, backward) / lay.cp
             if w < s:
                 # a sliding window: each query attends to the w keys before it, a band of
                 # s*w - w^2/2 scores that the kernel tiles like unmasked attention over w keys
@@ -41,6 +43,21 @@ class AttentionTimes(BuilderBase):
         # Megatron's unfused path computes every score and masks them: no saving from a window.
         # With cp only Ulysses runs it (layout.check_cp_comm): heads/cp of the whole sequence
         return self._unfused_attention(b, s, s, m.heads / (lay.tp * lay.cp), d_qk, d_v, backward)
+
+    def _chunked_attention(
+        self, b: float, s: float, chunk: float, heads: float, d_qk: float, d_v: float, backward: bool
+    ) -> float:
+        """Chunked attention (``model.attention_chunk``, Llama 4): the sequence splits into
+        aligned chunks whose queries attend causally to their own chunk's keys only, so the
+        kernel runs as that many independent causal attentions of ``chunk`` tokens (the
+        block-diagonal causal mask of transformers' ``chunked_causal_mask``) and a shorter
+        last one when the chunk does not divide the sequence."""
+        full = int(s // chunk)
+        rest = s - full * chunk
+        t = self.km.attention(b * full, chunk, chunk, heads, d_qk, d_v, causal=True, backward=backward)
+        if rest > 0:
+            t += self.km.attention(b, rest, rest, heads, d_qk, d_v, causal=True, backward=backward)
+        return t
 
     def core_times(self, phase: str, index: int = 0) -> context.CoreTimes:
         """The attention core of ``phase`` as the layout's cp algorithm runs it: with ring

@@ -82,8 +82,14 @@ class ModelSection(SectionBase):
     global_every: int | None = Field(
         default=None,
         ge=0,
-        description="with sliding_window: layer i attends globally when (i+1) % global_every == 0 "
-        "(Gemma 2 and gpt-oss: 2, Gemma 3: 6); 0 = every layer local",
+        description="with sliding_window or attention_chunk: layer i attends globally when "
+        "(i+1) % global_every == 0 (Gemma 2 and gpt-oss: 2, Gemma 3: 6, Llama 4: 4); 0 = every layer local",
+    )
+    attention_chunk: int | None = Field(
+        default=None,
+        ge=0,
+        description="chunked local attention: a local layer's query attends to the keys of its own "
+        "aligned chunk of this many tokens (Llama 4: 8192, with global_every 4); 0 = none",
     )
 
 
