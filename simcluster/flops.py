@@ -52,10 +52,9 @@ def layer_matmul_weights(model: ModelSpec, index: int) -> float:
 
 
 def _attention_weights(model: ModelSpec) -> float:
-    # attention_params() includes its input norm and biases; strip to the weight matrices
-    h = model.hidden
-    norm = 2 * h if model.norm == "layernorm" else h
-    return model.attention_params() - norm
+    # attention_params() includes its input norm (and output norm) and biases; strip to the
+    # weight matrices
+    return model.attention_params() - model.norm_params() - model.post_norm_params()
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:

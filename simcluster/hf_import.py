@@ -22,8 +22,7 @@ Qwen2's bias on the QKV projection only and Qwen2-MoE's shared-expert gate (one 
 BLOOM's embedding LayerNorm, gpt-oss's router bias (one per expert and layer) and attention
 sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
 more term in each query's softmax normaliser, at most 1/128 of the scores of a 128-token window
-layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), Gemma 2 and 3's
-post-attention and post-MLP norms (two more h-wide RMSNorms per layer). GPT-NeoX's partial
+layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs). GPT-NeoX's partial
 rotary (``rotary_pct``) is costed as full rotary: a fused rotary kernel reads and writes all of
 Q and K either way (TransformerEngine's fused RoPE copies the unrotated part), and the eager
 code's ``torch.cat`` of the rotated and passed-through halves rewrites all of them.
@@ -224,6 +223,8 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     tied = cfg.get("tie_word_embeddings")
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
+    if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
+        data["post_norms"] = True
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))

@@ -207,7 +207,9 @@ def layer_activation_bytes(
         a = model.mla
         att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
         qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
-    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep
+    # an output norm (model.post_norms) keeps its input, the block's output, for its backward
+    post = e * sbh / rep if model.post_norms else 0.0
+    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep + post
     # softmax out (e), dropout mask (1), dropout out (e) of the scores the rank computes: its
     # s/cp queries against all seq_len keys (with cp > 1 only Ulysses runs unfused attention,
     # on heads/cp heads of the whole sequence: the same count)
@@ -233,7 +235,7 @@ def layer_activation_bytes(
     # a parallel block's MLP norm reads the layer input the attention's norm keeps already; with
     # one norm for both branches its output is the QKV input too, one tensor both linears save
     # (16-bit; FP8 linears each keep their own cast of it)
-    norm_mask = (0.0 if model.parallel_block else e * sbh / rep) + mask * sbh / rep
+    norm_mask = (0.0 if model.parallel_block else e * sbh / rep) + mask * sbh / rep + post
     mlp_in = 0.0 if model.shared_norm and g == e else norm_out
     if model.is_moe_layer(layer):
         # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered

@@ -88,6 +88,10 @@ class ModelSpec:
     # implementation (``parallel.parallel_block_comm``, parallelism/parallel_block.py)
     parallel_block: bool = False
     parallel_norms: int = 1
+    # a norm on each block's output before the residual add, beside the pre-block norms
+    # (Gemma 2 and 3: transformers' Gemma2DecoderLayer post_attention_layernorm and
+    # post_feedforward_layernorm): two more norms' weights, passes and kept inputs a layer
+    post_norms: bool = False
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -132,7 +136,8 @@ class ModelSpec:
 
     # --- parameter counts ---------------------------------------------------------------
     def attention_params(self) -> int:
-        """Weights (+biases) of one attention block including its input norm."""
+        """Weights (+biases) of one attention block including its input norm (and its output
+        norm, ``post_norms``)."""
         h, a, kv, d = self.hidden, self.heads, self.kv_heads, self.d_head
         norm = 2 * h if self.norm == "layernorm" else h
         if self.mla is not None:
@@ -151,7 +156,11 @@ class ModelSpec:
         # per-head norm weights (Qwen3, Gemma 3; OLMo 2's span the whole width, a few
         # thousand more per layer)
         qk = 2 * d if self.qk_norm else 0
-        return norm + weights + biases + qk
+        return norm + weights + biases + qk + self.post_norm_params()
+
+    def post_norm_params(self) -> int:
+        """One block's output norm (``post_norms``), else nothing."""
+        return self.norm_params() if self.post_norms else 0
 
     def mlp_params(self, ffn: int) -> int:
         """One dense MLP of inner width ``ffn`` (no norm)."""
@@ -166,10 +175,11 @@ class ModelSpec:
         return self.parallel_block and self.parallel_norms == 1
 
     def mlp_norm_params(self) -> int:
-        """The pre-MLP norm's weights (none when a parallel block shares its input norm)."""
+        """The pre-MLP norm's weights (none when a parallel block shares its input norm) and
+        the MLP's output norm (``post_norms``)."""
         if self.shared_norm:
             return 0
-        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        return self.norm_params() + self.post_norm_params()
 
     def expert_params(self) -> int:
         """One routed expert."""
@@ -350,6 +360,11 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.parallel_norms",
             "counts a parallel attention + MLP block's norms, but the model's layers are sequential; "
             "drop it, or set parallel_block: true",
+        )
+    if spec.parallel_block and spec.post_norms:
+        raise UserError(
+            f"{prefix}.post_norms",
+            "output norms are modelled for sequential layers only; drop post_norms or parallel_block",
         )
     if spec.parallel_block and spec.is_moe:
         raise UserError(

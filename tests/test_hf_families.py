@@ -151,16 +151,21 @@ def test_gemma2_soft_capping_is_refused_by_field(name):
 
 
 @pytest.mark.parametrize(
-    ("name", "non_embedding_published", "layers"),
+    ("name", "non_embedding_published", "total_published"),
     # Gemma 2 report (arXiv 2408.00118) Table 2, non-embedding parameters: 27B 26,047,480,320;
-    # 9B 8,324,201,984. They count Gemma2DecoderLayer's four norms; simcluster models two
-    [("gemma-2-27b", 26_047_480_320, 46), ("gemma-2-9b", 8_324_201_984, 42)],
+    # 9B 8,324,201,984 (Gemma2DecoderLayer's four norms a layer, model.post_norms); the
+    # google/gemma-2-27b and gemma-2-9b safetensors metadata: 27,227,128,320 and 9,241,705,984
+    # (the embedding of the config's 256,000 rows, the paper's table counts 256,128)
+    [("gemma-2-27b", 26_047_480_320, 27_227_128_320), ("gemma-2-9b", 8_324_201_984, 9_241_705_984)],
 )
-def test_gemma2_without_soft_caps_counts_the_papers_parameters(tmp_path, name, non_embedding_published, layers):
+def test_gemma2_without_soft_caps_counts_the_papers_parameters(
+    tmp_path, name, non_embedding_published, total_published
+):
     m = fixture_without_softcaps(tmp_path, name)
     assert (m.sliding_window, m.global_every, m.tied_embeddings, m.mlp) == (4096, 2, True, "swiglu")
-    post_norms = layers * 2 * m.hidden
-    assert m.params_total() - m.vocab * m.hidden == non_embedding_published - post_norms
+    assert m.post_norms and not m.qk_norm
+    assert m.params_total() - m.vocab * m.hidden == non_embedding_published
+    assert m.params_total() == total_published
 
 
 def test_llama4_chunked_attention_on_three_layers_in_four():

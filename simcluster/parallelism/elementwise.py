@@ -3,8 +3,8 @@
 How a framework runs it is a *style* (``training.elementwise``, registry :data:`STYLES`):
 
 - ``fused`` (Megatron-Core with TransformerEngine, a ``torch.compile``d model): each block's
-  norm (and a query/key norm, ``model.qk_norm``), rotary embedding, activation and residual
-  add read their input and write their output once, 16-bit; learned or ALiBi positions have
+  norm (and a query/key norm, ``model.qk_norm``, an output norm, ``model.post_norms``), rotary
+  embedding, activation and residual add read their input and write their output once, 16-bit; learned or ALiBi positions have
   no rotary pass. With the flash-attn 2 kernel (``training.attention_kernel: fa2``)
   TransformerEngine copies Q, K and V to batch-first first; cuDNN's fused attention reads
   Megatron's sequence-first layout in place.
@@ -165,11 +165,14 @@ class Elementwise:
         return Traffic(per_elem * width, kernels=8 if casts else 6)
 
     def residual(self) -> Traffic:
-        """x + block(x): two reads and a write of the hidden state; dropout first if any."""
+        """x + block(x): two reads and a write of the hidden state; dropout first if any, and
+        the block's output norm first with ``model.post_norms`` (Gemma 2 and 3)."""
         width = self.model.hidden / self._sp
         out = Traffic(3 * self.elt * width)
         if self.style.dropout_unfused and self.model.dropout:
             out = out + Traffic((2 * self.elt + 1) * width)
+        if self.model.post_norms:
+            out = self.norm() + out
         return out
 
     def attention_inputs(self) -> Traffic:

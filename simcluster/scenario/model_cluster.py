@@ -70,6 +70,11 @@ class ModelSection(SectionBase):
         description="with parallel_block: 1 = one norm feeds both branches (GPT-J, Falcon-7B, PaLM, "
         "Cohere; the default), 2 = a norm each (GPT-NeoX, Falcon-40B/180B; Falcon's num_ln_in_parallel_attn)",
     )
+    post_norms: bool | None = Field(
+        default=None,
+        description="a norm on each block's output before the residual add, beside the pre-block "
+        "norms (Gemma 2 and 3's post_attention_layernorm and post_feedforward_layernorm)",
+    )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
