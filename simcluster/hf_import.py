@@ -19,8 +19,7 @@ attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
 Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
 Qwen2's bias on the QKV projection only and Qwen2-MoE's shared-expert gate (one h-wide row),
-BLOOM's embedding LayerNorm, gpt-oss's router bias (one per expert and layer) and attention
-sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
+BLOOM's embedding LayerNorm, gpt-oss's attention sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
 more term in each query's softmax normaliser, at most 1/128 of the scores of a 128-token window
 layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs). GPT-NeoX's partial
 rotary (``rotary_pct``) is costed as full rotary: a fused rotary kernel reads and writes all of

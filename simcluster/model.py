@@ -192,7 +192,8 @@ class ModelSpec:
             routed = self.top_k if active else self.experts
             total += routed * self.expert_params()
             total += self.shared_experts * self.expert_params()
-            total += self.hidden * self.experts  # router
+            # router; with linear biases it has one too (gpt-oss's GptOssTopKRouter.bias)
+            total += self.hidden * self.experts + (self.experts if self.bias else 0)
         else:
             total += self.mlp_params(self.ffn)
         return total

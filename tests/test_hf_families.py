@@ -198,6 +198,31 @@ def test_gpt_oss_alternates_a_128_token_window_with_global_layers():
     assert m.params_total() == load_preset("gpt-oss-120b").params_total()
 
 
+def test_gpt_oss_router_has_its_bias():
+    """transformers' GptOssTopKRouter: weight (experts x h) and bias (experts), per layer."""
+    m = fixture("gpt-oss-20b")
+    without = build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "bias": False})
+    linear_biases = m.layers * (m.heads * m.d_head + 2 * m.kv_heads * m.d_head + m.hidden)  # attention
+    linear_biases += m.layers * m.experts * (2 * m.expert_ffn + m.hidden)  # experts' gate_up and down
+    assert m.params_total() - without.params_total() == linear_biases + m.layers * m.experts
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"model_type": "phimoe"}, "model_type 'phimoe'"), ({"attn_logit_softcapping": 30.0}, "attn_logit_softcapping")],
+)
+def test_the_cli_refuses_in_one_line(cli, tmp_path, change, named):
+    from conftest import make_scenario
+    from test_scenario_errors import assert_one_line_error, write
+
+    cfg = {**json.loads((FIXTURES / "llama-3-8b.json").read_text()), **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    data = make_scenario()
+    data["model"] = {"hf_config": str(path)}
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", named)
+
+
 def test_phi3_mini_4k_window_on_every_layer():
     """Phi-3-mini-4k-instruct config.json: sliding_window 2047, which Phi3Attention passes to
     its kernel on every layer."""
