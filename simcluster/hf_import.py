@@ -61,6 +61,8 @@ FAMILIES: dict[str, Family] = {
     # OLMo 2 (Olmo2DecoderLayer): its norms follow the attention and the MLP instead of
     # preceding them (the same count and traffic), q_norm/k_norm over the whole projection
     "olmo2": _LLAMA, "olmo3": _LLAMA,
+    # OLMoE (OlmoeForCausalLM): Llama-style, routed experts of intermediate_size, q_norm/k_norm
+    "olmoe": _LLAMA,
     # ChatGLM's own code (THUDM/chatglm3-6b): RMSNorm, SwiGLU, separate output layer
     "chatglm": _LLAMA,
     # Apertus (ApertusMLP): up and down projections with xIELU, a two-matrix MLP
@@ -119,8 +121,9 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
 _TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
 
 # model types whose attention normalises queries and keys (their modelling code does it
-# unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, Gemma3Attention)
-QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "gemma3_text", "apertus"})
+# unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, OlmoeAttention,
+# Gemma3Attention)
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "olmoe", "gemma3_text", "apertus"})
 
 # config.json key -> ModelSpec field; the first key present wins
 _KEYS: dict[str, tuple[str, ...]] = {

@@ -59,6 +59,9 @@ PUBLISHED = {
     # Gemma 3 technical report, Table 1: 27B = 1,416M embedding + 25,600M non-embedding (the
     # 417M vision encoder apart)
     "gemma-3-27b": ((27.016e9, 0.001), None),
+    # OLMoE paper (arXiv 2409.02060) abstract: OLMoE-1B-7B, 7B total (6.9B in its Table 1) and
+    # 1B active (1.3B in Table 1)
+    "olmoe-1b-7b": ((6.9e9, 0.0072), (1.3e9, 0.038)),
     # MosaicML's MPT-7B model card: 6.7B (6.65B counted: the card rounds up)
     "mpt-7b": ((6.7e9, 0.008), None),
 }
