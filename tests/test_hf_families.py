@@ -80,6 +80,8 @@ def test_published_parameter_counts(name):
 EXACT = {
     # microsoft/Phi-3-mini-4k-instruct safetensors metadata: 3,821,079,552
     "phi-3-mini-4k": (3_821_079_552, 0),
+    # mistralai/Mistral-7B-v0.1 checkpoint: 7,241,732,096 (tests/test_presets.py)
+    "mistral-7b-v0.1": (7_241_732_096, 0),
     # meta-llama/Meta-Llama-3-8B safetensors metadata: 8,030,261,248
     "llama-3-8b": (8_030_261_248, 0),
     # Black et al. 2022 (GPT-NeoX-20B): 20,554,567,680; rotary_pct 0.25 moves no weights
@@ -231,6 +233,13 @@ def test_phi3_mini_4k_window_on_every_layer():
     its kernel on every layer."""
     m = fixture("phi-3-mini-4k")
     assert (m.sliding_window, m.global_every, m.mlp, m.tied_embeddings) == (2047, 0, "swiglu", False)
+
+
+def test_mistral_7b_window_is_the_presets():
+    """Mistral 7B (Jiang et al. 2023, Sec. 2): a 4,096-token window on every layer."""
+    m, preset = fixture("mistral-7b-v0.1"), load_preset("mistral-7b")
+    assert (m.sliding_window, m.global_every) == (preset.sliding_window, preset.global_every) == (4096, 0)
+    assert m.params_total() == preset.params_total()
 
 
 def test_mpt_reads_its_own_key_names():
