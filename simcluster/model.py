@@ -59,6 +59,10 @@ class ModelSpec:
     max_positions: int = 0
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     bias: bool = False
+    # biases on the Q, K and V projections only (Qwen2's and Qwen2-MoE's Qwen2Attention,
+    # ChatGLM's add_qkv_bias, StableLM's use_qkv_bias); a bias add runs in the GEMM's epilogue
+    # (no time of its own), so it is weights only
+    qkv_bias: bool = False
     dropout: bool = False
     mla: MLASpec | None = None
     # DeepSeek-V3's multi-token prediction modules (report Sec. 2.2): each adds two input
@@ -152,7 +156,8 @@ class ModelSpec:
             kv_b = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
             return norm + q + kv_a + kv_b + a * m.v_head_dim * h
         weights = h * a * d + 2 * h * kv * d + a * d * h
-        biases = (a * d + 2 * kv * d + h) if self.bias else 0
+        qkv_biases = a * d + 2 * kv * d
+        biases = (qkv_biases + h) if self.bias else (qkv_biases if self.qkv_bias else 0)
         # per-head norm weights (Qwen3, Gemma 3; OLMo 2's span the whole width, a few
         # thousand more per layer)
         qk = 2 * d if self.qk_norm else 0
@@ -361,6 +366,12 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.parallel_norms",
             "counts a parallel attention + MLP block's norms, but the model's layers are sequential; "
             "drop it, or set parallel_block: true",
+        )
+    if spec.qkv_bias and (spec.bias or spec.mla is not None):
+        raise UserError(
+            f"{prefix}.qkv_bias",
+            "is implied by bias: true (every linear has one)" if spec.bias
+            else "multi-head latent attention has no Q/K/V projections of that kind; drop qkv_bias",
         )
     if spec.parallel_block and spec.post_norms:
         raise UserError(

@@ -86,9 +86,9 @@ EXACT = {
     "llama-3-8b": (8_030_261_248, 0),
     # Black et al. 2022 (GPT-NeoX-20B): 20,554,567,680; rotary_pct 0.25 moves no weights
     "gpt-neox-20b": (20_554_567_680, 0),
-    # Qwen/Qwen2.5-7B safetensors metadata: 7,615,616,512, of which the Q/K/V biases are
-    # 28 layers x (3584 + 2 x 4 x 128)
-    "qwen2.5-7b": (7_615_616_512, 28 * (3584 + 2 * 512)),
+    # Qwen/Qwen2.5-7B safetensors metadata: 7,615,616,512, the Q/K/V biases (qkv_bias: 28
+    # layers x (3584 + 2 x 4 x 128)) included
+    "qwen2.5-7b": (7_615_616_512, 0),
     # allenai/OLMo-2-1124-7B safetensors metadata: 7,298,617,344; Olmo2Attention's q_norm and
     # k_norm span the whole projection (2 x 4096 weights a layer), simcluster's per-head ones 2 x 128
     "olmo-2-7b": (7_298_617_344, 32 * (2 * 4096 - 2 * 128)),
@@ -285,3 +285,15 @@ def test_qwen_window_on_every_layer_or_none():
 def test_a_scenario_names_the_fixture_as_its_model():
     sc = build_model({"hf_config": str(FIXTURES / "qwen3-8b.json")})
     assert sc.layers == 36 and sc.kv_heads == 8
+
+
+def test_qwen2_bias_is_on_the_qkv_projections_only():
+    """Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj and the MLP without."""
+    m = fixture("qwen2.5-7b")
+    assert m.qkv_bias and not m.bias
+    without = build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "qkv_bias": False})
+    assert m.params_total() - without.params_total() == 28 * (3584 + 2 * 4 * 128)
+    assert not fixture("qwen3-8b").qkv_bias  # Qwen3Attention: attention_bias, false
+    with pytest.raises(UserError) as err:
+        build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "bias": True})
+    assert err.value.field == "model.qkv_bias"

@@ -194,10 +194,10 @@ HF_FAMILIES = {
     "gemma": ({"model_type": "gemma", "num_hidden_layers": 28, "hidden_size": 3072, "num_attention_heads": 16,
                "num_key_value_heads": 16, "head_dim": 256, "intermediate_size": 24576, "vocab_size": 256000,
                "hidden_act": "gelu_pytorch_tanh"}, 8_537_680_896, 0),
-    # Qwen2.5-7B: GQA 28/4, untied; its QKV bias (28 x (3584 + 2 x 512)) not modelled
+    # Qwen2.5-7B: GQA 28/4, untied, a bias on the Q/K/V projections only (qkv_bias)
     "qwen2": ({"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
                "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
-               "hidden_act": "silu", "tie_word_embeddings": False}, 7_615_616_512, 28 * (3584 + 2 * 512)),
+               "hidden_act": "silu", "tie_word_embeddings": False}, 7_615_616_512, 0),
 }
 
 

@@ -31,14 +31,16 @@ OPS_PER_PIECE = 2
 def layer_tensors(model: ModelSpec, index: int) -> int:
     """Parameter tensors of one transformer layer as the frameworks hold them (QKV and the
     gated MLP's gate/up fused into one weight each, as nanotron, Megatron and HF Llama-style
-    fused implementations do; a LayerNorm is a weight and a bias)."""
-    norm = 2 if model.norm == "layernorm" else 1
+    fused implementations do; a LayerNorm is a weight and a bias; Gemma's output norms,
+    ``post_norms``, two more)."""
+    norm = (2 if model.norm == "layernorm" else 1) * (2 if model.post_norms else 1)
     bias = 1 if model.bias else 0
     if model.mla is not None:
         # q (or q_a, its norm, q_b), kv_a, its norm, kv_b, output projection
         attention = (3 if model.mla.q_lora_rank else 1) + 4
     else:
-        attention = 2 * (1 + bias)  # fused QKV, output projection
+        # fused QKV, output projection (and their biases; Qwen2's on the QKV alone)
+        attention = 2 * (1 + bias) + (1 if model.qkv_bias else 0)
     mlp = 2 * (1 + bias)  # fc1 (gate and up fused for SwiGLU), fc2
     if model.is_moe_layer(index):
         # router, shared experts, routed experts as grouped fc1/fc2 weights (Megatron GroupedMLP)

@@ -54,6 +54,11 @@ class ModelSection(SectionBase):
     )
     norm: Literal["rmsnorm", "layernorm"] | None = None
     bias: bool | None = None
+    qkv_bias: bool | None = Field(
+        default=None,
+        description="biases on the Q, K and V projections only (Qwen2, ChatGLM's add_qkv_bias); "
+        "bias: true puts them on every linear",
+    )
     dropout: bool | None = None
     qk_norm: bool | None = Field(
         default=None,
