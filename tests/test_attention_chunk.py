@@ -96,3 +96,9 @@ def test_ring_context_parallelism_refuses_chunked_layers_by_name():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(_scenario(cp=2, attention_chunk=C)))
     assert err.value.field == "parallel.cp_comm" and "model.attention_chunk=8192" in str(err.value)
+
+
+def test_llama4s_config_name_is_an_alias():
+    """``attention_chunk_size`` (Llama 4's config.json) written in a scenario's model section."""
+    sc = scenario_from_dict(_scenario(attention_chunk_size=C, global_every=4))
+    assert (sc.model.attention_chunk, sc.model.global_every) == (C, 4)
