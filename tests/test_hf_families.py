@@ -287,6 +287,16 @@ def test_a_scenario_names_the_fixture_as_its_model():
     assert sc.layers == 36 and sc.kv_heads == 8
 
 
+@pytest.mark.parametrize(("preset", "non_embedding"), [("gemma3-12b", 10_759e6), ("gemma3-27b", 25_600e6)])
+def test_gemma3_presets_are_the_reports_language_models(preset, non_embedding):
+    """Gemma 3 technical report, Table 1, non-embedding parameters (rounded to the million)."""
+    m = load_preset(preset)
+    assert (m.post_norms, m.qk_norm, m.sliding_window, m.global_every) == (True, True, 1024, 6)
+    assert m.params_total() - m.vocab * m.hidden == pytest.approx(non_embedding, abs=0.5e6)
+    if preset == "gemma3-27b":
+        assert m.params_total() == fixture("gemma-3-27b").params_total()
+
+
 def test_qwen2_bias_is_on_the_qkv_projections_only():
     """Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj and the MLP without."""
     m = fixture("qwen2.5-7b")

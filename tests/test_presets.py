@@ -61,6 +61,9 @@ PUBLISHED = {
     # the NeMo performance summaries' GPT3-5B / GPT3-20B rows): 5.05B and 20.3B as shaped
     "gpt3-5b": (5.0e9, None, "NeMo-Framework-Launcher gpt3/5b.yaml: GPT-3 5B"),
     "gpt3-20b": (20.0e9, None, "NeMo-Framework-Launcher gpt3/20b.yaml: GPT-3 20B"),
+    # Gemma 3 technical report, Table 1 (the language model: embedding + non-embedding)
+    "gemma3-12b": (11.771e9, None, "Gemma 3 report Table 1: 1,012M + 10,759M"),
+    "gemma3-27b": (27.016e9, None, "Gemma 3 report Table 1: 1,416M + 25,600M"),
     # Black et al. 2022 (GPT-NeoX-20B), Sec. 2: 20,554,567,680 parameters
     "gpt-neox-20b": (20_554_567_680, None, "Black et al. 2022: GPT-NeoX-20B, 20,554,567,680"),
 }
