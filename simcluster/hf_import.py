@@ -18,7 +18,8 @@ from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code dec
 attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
 Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
-Qwen2-MoE's shared-expert gate (one h-wide row),
+Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
+``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it,
 BLOOM's embedding LayerNorm, gpt-oss's attention sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
 more term in each query's softmax normaliser, at most 1/128 of the scores of a 128-token window
 layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs). GPT-NeoX's partial
@@ -225,9 +226,14 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     tied = cfg.get("tie_word_embeddings")
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
+    # LlamaConfig's (and Qwen3's, OLMo 2's) attention_bias puts biases on q, k, v and o_proj,
+    # mlp_bias on the MLP's: both are every linear's bias
+    if not data["bias"] and cfg.get("attention_bias") and cfg.get("mlp_bias"):
+        data["bias"] = True
     # Qwen2Attention's q/k/v_proj always carry a bias (bias=True in its code); ChatGLM's and
-    # StableLM's when their config says so
-    if not data["bias"] and (model_type in ("qwen2", "qwen2_moe") or cfg.get("add_qkv_bias") or cfg.get("use_qkv_bias")):
+    # StableLM's when their config says so; attention_bias alone, with o_proj's h more a layer
+    qkv = model_type in ("qwen2", "qwen2_moe") or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
+    if not data["bias"] and qkv:
         data["qkv_bias"] = True
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
         data["post_norms"] = True

@@ -307,3 +307,13 @@ def test_qwen2_bias_is_on_the_qkv_projections_only():
     with pytest.raises(UserError) as err:
         build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "bias": True})
     assert err.value.field == "model.qkv_bias"
+
+
+def test_llama_style_attention_and_mlp_bias():
+    """LlamaConfig: attention_bias (q, k, v, o_proj) and mlp_bias (gate, up, down)."""
+    from simcluster.hf_import import fields_from_config
+
+    cfg = json.loads((FIXTURES / "llama-3-8b.json").read_text())
+    assert fields_from_config({**cfg, "attention_bias": True}).get("qkv_bias") is True
+    both = fields_from_config({**cfg, "attention_bias": True, "mlp_bias": True})
+    assert both["bias"] and "qkv_bias" not in both
