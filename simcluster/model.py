@@ -154,7 +154,7 @@ class ModelSpec:
             )
             kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
             kv_b = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-            return norm + q + kv_a + kv_b + a * m.v_head_dim * h
+            return norm + q + kv_a + kv_b + a * m.v_head_dim * h + self.post_norm_params()
         weights = h * a * d + 2 * h * kv * d + a * d * h
         qkv_biases = a * d + 2 * kv * d
         biases = (qkv_biases + h) if self.bias else (qkv_biases if self.qkv_bias else 0)

@@ -4,8 +4,8 @@ How a framework runs it is a *style* (``training.elementwise``, registry :data:`
 
 - ``fused`` (Megatron-Core with TransformerEngine, a ``torch.compile``d model): each block's
   norm (and a query/key norm, ``model.qk_norm``, an output norm, ``model.post_norms``), rotary
-  embedding, activation and residual add read their input and write their output once, 16-bit; learned or ALiBi positions have
-  no rotary pass. With the flash-attn 2 kernel (``training.attention_kernel: fa2``)
+  embedding, activation and residual add read their input and write their output once,
+  16-bit; learned or ALiBi positions have no rotary pass. With the flash-attn 2 kernel (``training.attention_kernel: fa2``)
   TransformerEngine copies Q, K and V to batch-first first; cuDNN's fused attention reads
   Megatron's sequence-first layout in place.
 - ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
