@@ -8,7 +8,7 @@ too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the def
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below, the
 registry of the ``model_type`` values simcluster reads; any other ``model_type`` (or none) is
 refused with the list, not guessed. Fields a config class defaults and its published files
-leave out (Gemma 2 and 3, Llama 4) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
+leave out (Gemma 2 and 3, Llama 4, MPT) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
 attention (linear attention, Mamba) are refused with the field that says so, and so is tanh
 soft-capping of the attention scores or the output logits (Gemma 2), which changes the kernels
 simcluster times.
@@ -19,13 +19,15 @@ attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
 Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
 Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
-``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it,
-BLOOM's embedding LayerNorm, gpt-oss's attention sinks (one learned logit per head and layer, ``sinks`` in transformers' GptOssAttention: one
-more term in each query's softmax normaliser, at most 1/128 of the scores of a 128-token window
-layer), DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs). GPT-NeoX's partial
-rotary (``rotary_pct``) is costed as full rotary: a fused rotary kernel reads and writes all of
-Q and K either way (TransformerEngine's fused RoPE copies the unrotated part), and the eager
-code's ``torch.cat`` of the rotated and passed-through halves rewrites all of them.
+``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
+LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), and gpt-oss's
+attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per head and
+layer): a fused kernel (cuDNN's learnable softmax, flash-attn 3's sinks) adds one term to each
+query row's softmax normaliser, at most 1/128 of the exponentials of a 128-token window layer
+and no matmul. GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed
+as full rotary: a fused rotary kernel reads and writes all of Q and K either way
+(TransformerEngine's fused RoPE writes a whole output, copying the unrotated part), and the
+eager code's ``torch.cat`` of the rotated and passed-through parts rewrites all of them.
 """
 
 from __future__ import annotations
