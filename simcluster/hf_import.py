@@ -204,6 +204,8 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         value = _first(cfg, keys)
         if value is not None:
             data[ours] = value
+    if model_type == "chatglm" and not cfg.get("multi_query_attention"):
+        data.pop("kv_heads", None)  # ChatGLM's multi_query_group_num counts only with it
     if cfg.get("multi_query") and "kv_heads" not in data:  # Falcon-7B, StarCoder
         data["kv_heads"] = 1
     if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B

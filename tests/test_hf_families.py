@@ -317,3 +317,15 @@ def test_llama_style_attention_and_mlp_bias():
     assert fields_from_config({**cfg, "attention_bias": True}).get("qkv_bias") is True
     both = fields_from_config({**cfg, "attention_bias": True, "mlp_bias": True})
     assert both["bias"] and "qkv_bias" not in both
+
+
+def test_chatglm_groups_count_only_with_multi_query_attention():
+    """THUDM/chatglm3-6b's own modelling code: multi_query_group_num KV groups when
+    multi_query_attention, every head its own otherwise; add_qkv_bias on the QKV projection."""
+    from simcluster.hf_import import fields_from_config
+
+    cfg = {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096, "num_attention_heads": 32,
+           "multi_query_attention": True, "multi_query_group_num": 2, "ffn_hidden_size": 13696,
+           "padded_vocab_size": 65024, "add_qkv_bias": True, "add_bias_linear": False}  # fmt: skip
+    assert fields_from_config(cfg)["kv_heads"] == 2 and fields_from_config(cfg)["qkv_bias"]
+    assert "kv_heads" not in fields_from_config({**cfg, "multi_query_attention": False})
