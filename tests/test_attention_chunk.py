@@ -1,8 +1,8 @@
 """Chunked local attention (``model.attention_chunk``, Llama 4's ``attention_chunk_size``):
 transformers' Llama4TextAttention masks a rotary layer's queries to the keys of their own
-aligned chunk (``chunked_causal_mask``: block-diagonal and causal within each block), so the
-kernel's work is that of s/c independent causal attentions over c tokens; every
-``global_every``-th layer (Llama 4's NoPE layers) attends to the whole sequence."""
+aligned chunk (masking_utils' ``create_chunked_causal_mask``: block-diagonal, causal within
+each block), so the kernel's work is that of s/c independent causal attentions over c tokens;
+every ``global_every``-th layer (Llama 4's NoPE layers) attends to the whole sequence."""
 
 from __future__ import annotations
 

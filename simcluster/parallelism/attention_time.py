@@ -50,8 +50,8 @@ class AttentionTimes(BuilderBase):
         """Chunked attention (``model.attention_chunk``, Llama 4): the sequence splits into
         aligned chunks whose queries attend causally to their own chunk's keys only, so the
         kernel runs as that many independent causal attentions of ``chunk`` tokens (the
-        block-diagonal causal mask of transformers' ``chunked_causal_mask``) and a shorter
-        last one when the chunk does not divide the sequence."""
+        block-diagonal causal mask of transformers' ``create_chunked_causal_mask``,
+        masking_utils.py) and a shorter last one when the chunk does not divide the sequence."""
         full = int(s // chunk)
         rest = s - full * chunk
         t = self.km.attention(b * full, chunk, chunk, heads, d_qk, d_v, causal=True, backward=backward)
