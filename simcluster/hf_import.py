@@ -244,6 +244,10 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
+    # Llama4TextAttention rotates (and, with use_qk_norm, normalises) only on its chunked
+    # layers; Cohere2Attention applies its rotary embedding only with a sliding window
+    if model_type in ("llama4_text", "cohere2") and data.get("global_every"):
+        data["nope_global"] = True
     data.update(_parallel_block_fields(cfg, model_type))
     return data
 

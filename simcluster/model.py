@@ -80,6 +80,10 @@ class ModelSpec:
     # of this many tokens): the local layers of ``global_every`` attend within chunks instead of
     # a sliding window (Llama 4: 8192, every fourth layer global); 0 = no chunking
     attention_chunk: int = 0
+    # the global layers of ``global_every`` have no rotary embedding and no query/key norm
+    # (Llama 4's NoPE layers: Llama4TextAttention's use_rope false, its qk_norm only with rope;
+    # Cohere2's global layers, rotary only on its sliding ones)
+    nope_global: bool = False
     # an RMSNorm on the queries and on the keys before the rotary embedding (Qwen3, Gemma 3,
     # OLMo 2, Apertus; Megatron-Core's --qk-layernorm): one more memory-bound pass over Q and K
     # each way, and their pre-norm values kept for the backward
@@ -126,6 +130,10 @@ class ModelSpec:
             and not (self.global_every and (index + 1) % self.global_every == 0)
         )
         return min(seq_len, window) if local else seq_len
+
+    def is_global_layer(self, index: int) -> bool:
+        """Whether layer ``index`` is one of ``global_every``'s global layers among local ones."""
+        return bool(self.global_every) and index < self.layers and (index + 1) % self.global_every == 0
 
     def is_moe_layer(self, index: int) -> bool:
         """True when layer ``index`` (0-based) has a routed-expert MLP (the MTP modules' layers,
@@ -402,6 +410,12 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.global_every",
             "places global layers among sliding-window (or chunked) ones; set sliding_window "
             "or attention_chunk too, or drop it",
+        )
+    if spec.nope_global and not (spec.global_every and spec.position == "rope"):
+        raise UserError(
+            f"{prefix}.nope_global",
+            "takes the rotary embedding off the global layers of global_every among rotary local ones; "
+            "set global_every (with sliding_window or attention_chunk) and position: rope, or drop it",
         )
     if spec.sliding_window and spec.attention_chunk:
         raise UserError(

@@ -175,10 +175,12 @@ class Elementwise:
             out = self.norm() + out
         return out
 
-    def attention_inputs(self) -> Traffic:
-        """Between the QKV projection and the core attention: the query/key norms, the rotary
-        embedding (and GQA copies)."""
-        return self._qk_norm() + self._rotary()
+    def attention_inputs(self, index: int = 0) -> Traffic:
+        """Between layer ``index``'s QKV projection and its core attention: the query/key
+        norms, the rotary embedding (and GQA copies); a NoPE layer (``model.nope_global``) has
+        neither norm nor rotation."""
+        nope = self.model.nope_global and self.model.is_global_layer(index)
+        return (Traffic(0.0, kernels=0) if nope else self._qk_norm()) + self._rotary(not nope)
 
     def _qk_norm(self) -> Traffic:
         """RMSNorm over the queries and over the keys (``model.qk_norm``): a norm's traffic on
@@ -189,26 +191,27 @@ class Elementwise:
             return Traffic(0.0, kernels=0)
         return self._rmsnorm(m.heads * m.d_head / t) + self._rmsnorm(m.kv_heads * m.d_head / t)
 
-    def _rotary(self) -> Traffic:
+    def _rotary(self, rotary: bool = True) -> Traffic:
         m, t, st = self.model, self.layout.tp, self.style
+        rotary = rotary and m.position == "rope"
         q = m.heads * m.d_head / t
         kv = m.kv_heads * m.d_head / t
         if st.qkv_relayout:
             # Q, K, V copied heads-major; K and V stacked, then permuted (two copies); the
             # rotary kernel reads Q and writes a new one, and rotates K in place
             copies = Traffic(2 * self.elt * (q + 2 * kv) + 2 * (2 * self.elt * 2 * kv), kernels=3)
-            if m.position != "rope":
+            if not rotary:
                 return copies
             return copies + Traffic(2 * self.elt * (q + kv), kernels=2)
         if not st.rotary_fp32_ops:
             # one fused rotary kernel over Q and K (and V carried along, as TE's fused RoPE
             # reads the QKV output); learned or ALiBi positions leave nothing to do here
-            out = Traffic(2 * self.elt * (q + 2 * kv)) if m.position == "rope" else Traffic(0.0, kernels=0)
+            out = Traffic(2 * self.elt * (q + 2 * kv)) if rotary else Traffic(0.0, kernels=0)
             if st.fa2_qkv_copy and self.attention_kernel == "fa2":
                 out = out + Traffic(2 * self.elt * (q + 2 * kv))
             return out
         out = Traffic(0.0, kernels=0)
-        if m.position == "rope":
+        if rotary:
             per_elem = 2 * self._cast() + 2 * FP32
             out = out + Traffic(per_elem * (q + kv), kernels=6 if self._cast() else 2)
         if st.repeat_kv and m.kv_heads < m.heads:

@@ -185,7 +185,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         """The attention block's compute in ``phase`` (F or B), in execution order."""
         backward = phase != "F"
         ops = self.ops
-        pre = self._elementwise(ops.norm() + ops.attention_inputs(), phase)
+        pre = self._elementwise(ops.norm() + ops.attention_inputs(index), phase)
         gemms = self.attention_gemms()
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
@@ -215,7 +215,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         m, ops = self.shapes.model, self.ops
         gemms = self.attention_gemms() + self.mlp_gemms(m.ffn)
         memory_bound = (
-            ops.norm() + ops.attention_inputs() + ops.attention_output() + ops.residual()
+            ops.norm() + ops.attention_inputs(index) + ops.attention_output() + ops.residual()
             + ops.mlp_norm() + ops.activation(m.ffn / self.shapes.layout.tp) + ops.residual()
         )  # fmt: skip
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")

@@ -45,7 +45,7 @@ class AsyncTpBlocks(BuilderBase):
             redo = self._attention_input_recompute(gemms, index)
         # the rotary and Q/K/V copies run between the QKV projection and the core
         row_extra = ops.attention_output() + ops.residual()
-        return self._async_block("attn", index, phase, gemms, ops.attention_inputs(), row_extra, core, redo)
+        return self._async_block("attn", index, phase, gemms, ops.attention_inputs(index), row_extra, core, redo)
 
     def _async_mlp(self, index: int, phase: str) -> list[Segment]:
         """The dense MLP with nanotron's async TP linears: gate/up is the column linear, down

@@ -75,6 +75,11 @@ class ModelSection(SectionBase):
         description="with parallel_block: 1 = one norm feeds both branches (GPT-J, Falcon-7B, PaLM, "
         "Cohere; the default), 2 = a norm each (GPT-NeoX, Falcon-40B/180B; Falcon's num_ln_in_parallel_attn)",
     )
+    nope_global: bool | None = Field(
+        default=None,
+        description="the global layers of global_every have no rotary embedding or query/key norm "
+        "(Llama 4's NoPE layers, Cohere2's global layers)",
+    )
     post_norms: bool | None = Field(
         default=None,
         description="a norm on each block's output before the residual add, beside the pre-block "
