@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from simcluster.context import Context
+from simcluster.parallelism.expert import ep_nodes
 
 #: where the setting does nothing and why, or None where it acts
 Verdict = tuple[str, str] | None
@@ -94,6 +95,32 @@ def _tp_comm(ctx: Context) -> Verdict:
         return ("at parallel.tp=1", "no TP collectives to overlap")
     if not ctx.layout.sequence_parallel:
         return ("without parallel.sequence_parallel", "TransformerEngine's userbuffers overlap the sequence-parallel collectives")
+    return None
+
+
+def _tp_grad_async(ctx: Context) -> Verdict:
+    # parallelism/layer.py fuses_wgrad, the flag's one reader: ``tp > 1 and not tp_async and
+    # not (userbuffers is None and not tp_grad_async)``, so it acts only at tp > 1 with neither
+    # userbuffers (overlap.tp_comm, which then overlap the input gradient's collective under
+    # the weight-gradient GEMMs) nor nanotron's async linears (overlap.tp_async) running
+    lay, overlap = ctx.layout, ctx.scenario.overlap
+    if lay.tp == 1:
+        return ("at parallel.tp=1", "no input-gradient TP collective to overlap")
+    if overlap.tp_comm and lay.sequence_parallel:
+        return ("with overlap.tp_comm", "its userbuffers overlap the input-gradient collective already")
+    if overlap.tp_async and lay.sequence_parallel:
+        return ("with overlap.tp_async", "nanotron's async linears schedule the input-gradient collective themselves")
+    return None
+
+
+def _ep_one_node(ctx: Context) -> Verdict:
+    # parallelism/expert.py copies_per_token, the one reader of moe.dispatcher: DeepEP's one
+    # copy per node differs from all-to-all's top_k copies only across nodes (ep_nodes > 1)
+    lay = ctx.layout
+    if lay.ep == 1:
+        return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")
+    if ep_nodes(lay) == 1:
+        return ("with the EP group inside one node", "DeepEP sends one copy per node only across nodes")
     return None
 
 
@@ -192,7 +219,7 @@ def _sequence_parallel(ctx: Context) -> Verdict:
 
 
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
-#: overlap, zero3, dp)
+#: overlap, zero3, dp, moe)
 RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
     InertRule("parallel.cp_comm", _cp_one),
@@ -206,7 +233,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),
-    InertRule("overlap.tp_grad_async", _tp_one("no input-gradient TP collective to overlap")),
+    InertRule("overlap.tp_grad_async", _tp_grad_async),
     InertRule("overlap.pp_comm", _pp_one("no pipeline sends or receives to overlap")),
     InertRule("overlap.pp_p2p", _pp_one("no pipeline sends or receives")),
     InertRule("overlap.pp_scatter_gather", _pp_scatter_gather),
@@ -220,6 +247,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
+    InertRule("moe.dispatcher", _ep_one_node),
 )
 
 

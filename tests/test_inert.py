@@ -94,7 +94,7 @@ def test_rule_fires_where_inert_and_not_where_it_acts(setting, inert, acts):
 
 def test_every_rule_has_a_case():
     """A rule added to the registry gets its pair of scenarios here (or among the MoE ones)."""
-    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement"}
+    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 
@@ -116,6 +116,31 @@ def test_expert_settings_on_a_dense_model_and_an_moe_one():
     assert _moe([("parallel.ep_placement", "spread")]) == []
     assert _moe([("parallel.ep", 1), ("parallel.ep_placement", "spread")]) == ["parallel.ep_placement"]
     assert _moe([]) == []  # the file's etp: 1 acts on Mixtral's experts
+
+
+def test_the_dispatcher_acts_only_where_the_ep_group_crosses_nodes():
+    """parallelism/expert.py copies_per_token, moe.dispatcher's one reader, sends top_k copies
+    of a token whichever dispatcher runs unless its EP group spans nodes (DeepEP's normal
+    kernels send one copy per destination node: DeepSeek-V3 Sec. 3.2.2). Mixtral's file packs
+    ep 8 into one 8-GPU node; spread, the group strides over the 4 nodes."""
+    deepep = ("moe.dispatcher", "deepep")
+    assert _moe([deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep", 1), deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep_placement", "spread"), deepep]) == []
+
+
+def test_tp_grad_async_under_userbuffers_or_nanotrons_async_linears():
+    """parallelism/layer.py fuses_wgrad reads overlap.tp_grad_async only where neither
+    TransformerEngine's userbuffers (overlap.tp_comm, with sequence parallelism) nor nanotron's
+    async linears (overlap.tp_async) run: each schedules the input gradient's collective itself."""
+    tp2 = {"tp": 2, "sequence_parallel": True}
+    off = {"tp_grad_async": False}
+    assert "overlap.tp_grad_async" in _settings(parallel=tp2, overlap={**off, "tp_comm": True})
+    assert "overlap.tp_grad_async" in _settings(parallel=tp2, overlap={**off, "tp_async": True})
+    assert "overlap.tp_grad_async" not in _settings(parallel=tp2, overlap=off)
+    # without sequence parallelism neither runs (tp_comm, tp_async are then the inert ones)
+    got = _settings(parallel={"tp": 2}, overlap={**off, "tp_comm": True})
+    assert "overlap.tp_grad_async" not in got and "overlap.tp_comm" in got
 
 
 def test_the_reasons_read_as_one_line():
