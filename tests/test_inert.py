@@ -151,6 +151,30 @@ def test_the_reasons_read_as_one_line():
     ]
 
 
+def test_one_record_of_what_the_scenario_wrote():
+    """Scenario.written is the one record of the keys a scenario gave: scenario_from_dict's
+    (before a framework preset fills in) or, for a scenario validated directly (no preset
+    applied), the fields pydantic saw set. context.py asks it whether parallel.vpp and
+    parallel.schedule were given beside layers_per_virtual_stage (Megatron's arguments.py:
+    vpp = (layers // pp) // layers_per_virtual_stage; both given and different is an error)."""
+    from simcluster.scenario import Scenario
+
+    raw = make_scenario(framework="megatron-core", parallel={"tp": 1, "pp": 2, "layers_per_virtual_stage": 1})
+    loaded = scenario_from_dict(raw)
+    assert {"parallel.tp", "parallel.pp", "parallel.layers_per_virtual_stage", "framework"} <= loaded.written
+    assert "overlap.tp_comm" not in loaded.written  # the preset's, not the scenario's
+    direct = Scenario.model_validate(make_scenario(parallel={"tp": 1, "pp": 2, "vpp": 4}))
+    assert {"parallel.tp", "parallel.pp", "parallel.vpp", "name"} <= direct.written
+    assert "parallel.zero" not in direct.written
+    # GPT_LIKE has 8 layers: 4 per stage in chunks of 1 is vpp 4, not the 2 written
+    clash = {"tp": 1, "pp": 2, "vpp": 2, "layers_per_virtual_stage": 1}
+    for scenario in (scenario_from_dict(make_scenario(parallel=clash)),
+                     Scenario.model_validate(make_scenario(parallel=clash))):  # fmt: skip
+        with pytest.raises(UserError, match="give one of them"):
+            build_context(scenario)
+    assert build_context(loaded).scenario.parallel.schedule == "interleaved"
+
+
 def test_a_written_default_is_no_note():
     """Writing a field's own default states what happens anyway (zero3.prefetch is on by default)."""
     assert _settings(parallel={"zero": 1}, zero3={"prefetch": True}, overlap={"tp_comm": False}) == []

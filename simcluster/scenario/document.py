@@ -72,14 +72,26 @@ class Scenario(SectionBase):
     moe: MoeSection = MoeSection()
     simulation: SimulationSection = SimulationSection()
     #: the dotted keys the scenario itself wrote (``section.key``, or a top-level key), before
-    #: a framework preset filled its defaults: what ``inert.py`` may name as having no effect
-    _written: frozenset[str] = PrivateAttr(default=frozenset())
+    #: a framework preset filled its defaults, as ``scenario_from_dict`` records them; None for
+    #: a scenario validated directly, where no preset has filled anything in
+    _written: frozenset[str] | None = PrivateAttr(default=None)
 
     @property
     def written(self) -> frozenset[str]:
         """The keys the scenario wrote itself (after aliases, misplaced keys and ``--set``;
-        not a framework preset's)."""
-        return self._written
+        not a framework preset's): what ``inert.py`` may name as having no effect and what
+        ``context`` asks whether a setting was given. A scenario validated directly
+        (``Scenario.model_validate``: no preset applied) wrote the fields pydantic saw set."""
+        if self._written is not None:
+            return self._written
+        keys: set[str] = set()
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                keys.update(f"{name}.{key}" for key in value.model_fields_set)
+            else:
+                keys.add(name)
+        return frozenset(keys)
 
     def __eq__(self, other: object) -> bool:
         # the same scenario however it was written: which keys were spelled out (``written``)
