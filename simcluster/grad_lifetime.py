@@ -103,8 +103,10 @@ def grad_transient_bytes(
 
     ``add``: the LM head's gradient comes first in the backward (on the full stash), the
     embedding's last (once the stash is freed); a layer's largest tensor is counted at the
-    start, an upper bound by that layer's freed activations. ``backward``: every unfused
-    parameter's gradient of the chunk at the end. ``step``: none (counted as static memory).
+    start, an upper bound by that layer's freed activations. A head tied to the embedding of
+    the same chunk is one parameter, whose gradient autograd adds up before the hook sees it:
+    the head's is held all backward. ``backward``: every unfused parameter's gradient of the
+    chunk at the end. ``step``: none (counted as static memory).
     """
     if not _transient_applies(layout, training):
         return 0.0, 0.0
@@ -115,5 +117,12 @@ def grad_transient_bytes(
     if fused:
         return 0.0, GRAD_16BIT * embedding
     head = model.vocab * model.hidden / layout.tp if chunk.head else 0.0
-    start = max(head, _largest_layer_tensor(model, layout, chunk) if chunk.layer_indices else 0.0)
-    return GRAD_16BIT * start, GRAD_16BIT * embedding
+    layer = _largest_layer_tensor(model, layout, chunk) if chunk.layer_indices else 0.0
+    if model.tied_embeddings and chunk.head and chunk.embedding:
+        # one parameter used twice in one backward: autograd's engine keeps the head's gradient
+        # in the weight's input buffer until the embedding's backward delivers the other
+        # contribution, and only then runs its AccumulateGrad node (and the hook after it), so
+        # the head's gradient is held through the whole backward, beside each layer's tensor
+        # and, at the end, beside the embedding's own before the two are summed
+        return GRAD_16BIT * (head + layer), GRAD_16BIT * (head + embedding)
+    return GRAD_16BIT * max(head, layer), GRAD_16BIT * embedding
