@@ -44,10 +44,14 @@ from simcluster.scenario import TrainingSection
 GRAD_16BIT = 2.0  # bytes of a 16-bit gradient element (bf16 / fp16; FP8 GEMMs write bf16 wgrads)
 
 
-def separate_16bit_grad_kept(training: TrainingSection) -> bool:
-    """Whether a 16-bit ``.grad`` persists beside a separate fp32 main gradient all step."""
+def separate_16bit_grad_kept(layout: Layout, training: TrainingSection) -> bool:
+    """Whether a 16-bit ``.grad`` persists beside a separate fp32 main gradient all step (the
+    static memory's 2 B more per parameter): ``step``, with fp32 accumulation and no fusion,
+    below ZeRO-3 (whose unsharded gradients live only until their reduce-scatter, counted as
+    ``zero3_working_bytes``; DeepSpeed's ZeRO-3 frees each ``.grad`` once partitioned)."""
     return (
-        training.precision != "fp32"
+        layout.zero != 3
+        and training.precision != "fp32"
         and training.fp32_grad_accum
         and not training.grad_accum_fusion
         and training.grad_16bit_freed == "step"

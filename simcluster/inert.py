@@ -200,16 +200,16 @@ def _fp8_recipe(ctx: Context) -> Verdict:
 
 
 def _grad_lifetime(ctx: Context) -> Verdict:
-    # grad_lifetime._transient_applies and separate_16bit_grad_kept: ZeRO-3 counts its unsharded
-    # gradients itself, fp32 training has no 16-bit gradient, and without fp32 accumulation
-    # nanotron's and DeepSpeed's 16-bit .grad is the accumulator
+    # its two readers, grad_lifetime._transient_applies and separate_16bit_grad_kept, are both
+    # false at ZeRO-3 (which counts its unsharded gradients itself) and in fp32 training (no
+    # 16-bit gradient). Without fp32 accumulation it still acts: add frees Megatron's fp16
+    # .grad into a 16-bit main_grad (a transient), backward and step describe a .grad that is
+    # itself the accumulator (none)
     tr = ctx.scenario.training
     if ctx.layout.zero == 3:
         return ("at parallel.zero=3", "ZeRO-3's unsharded gradients live until their reduce-scatter")
     if tr.precision == "fp32":
         return ("at training.precision=fp32", "there is no 16-bit gradient")
-    if tr.grad_16bit_freed != "add" and not tr.fp32_grad_accum:
-        return ("with training.fp32_grad_accum false", "the 16-bit gradient is itself the accumulator")
     return None
 
 
