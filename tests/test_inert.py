@@ -174,6 +174,12 @@ def test_one_record_of_what_the_scenario_wrote():
         with pytest.raises(UserError, match="give one of them"):
             build_context(scenario)
     assert build_context(loaded).scenario.parallel.schedule == "interleaved"
+    # as_written: the mapping a sweep or a fit hint changes and validates again, without the
+    # preset's values (megatron-core's zero: 1, its overlaps), which then fill in anew
+    mine = loaded.as_written()
+    assert mine["parallel"] == {"tp": 1, "pp": 2, "layers_per_virtual_stage": 1}
+    assert "overlap" not in mine and "dp" not in mine and mine["framework"] == "megatron-core"
+    assert scenario_from_dict(mine) == loaded
 
 
 def test_a_written_default_is_no_note():

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or max(os.cpu_count() or 1, 1)
     prices = parse_prices(args.price)
     scenario = scenario_from_args(args)
-    base = scenario.model_dump(exclude_unset=True)
+    base = scenario.as_written()  # each layout gets its framework's preset for that layout
     base["name"] = scenario.name
     texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
     hardware = args.hardware

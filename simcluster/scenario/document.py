@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, PrivateAttr
 
 from simcluster.scenario.base import SectionBase
@@ -92,6 +94,23 @@ class Scenario(SectionBase):
             else:
                 keys.add(name)
         return frozenset(keys)
+
+    def as_written(self) -> dict[str, Any]:
+        """The scenario's keys as it wrote them (validated values, no framework preset's
+        defaults): the mapping to change a setting of and validate again, so that the preset
+        fills in for the new layout what it does there (DeepSpeed's BF16_Optimizer cast at
+        ZeRO-1, not carried into a ZeRO-2 layout; nanotron's ZeRO-0 DDP buckets, not into its
+        ZeRO-1 path) as ``run`` of that layout would."""
+        written = self.written
+        out: dict[str, Any] = {}
+        for name, value in self.model_dump(exclude_unset=True).items():
+            if name in _SECTIONS and isinstance(value, dict):
+                kept = {key: v for key, v in value.items() if f"{name}.{key}" in written}
+                if kept or name in ("model", "cluster", "training"):
+                    out[name] = kept
+            elif name in written:
+                out[name] = value
+        return out
 
     def __eq__(self, other: object) -> bool:
         # the same scenario however it was written: which keys were spelled out (``written``)
