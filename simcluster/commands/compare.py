@@ -21,7 +21,6 @@ from simcluster.commands.common import (
     add_price_argument,
     print_json,
     print_notes,
-    progress_bar,
     to_json,
 )
 from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
@@ -33,6 +32,7 @@ from simcluster.commands.compare_variants import (
     variant_overrides,
 )
 from simcluster.commands.console import stdout_console
+from simcluster.commands.progress import progress_bar
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
