@@ -31,7 +31,8 @@ the step's persistent memory or a transient on top of the stash:
 Where the weight-gradient GEMM accumulates into the main gradient itself
 (``training.grad_accum_fusion``) no 16-bit gradient exists for the linear layers; the word
 embedding (``VocabParallelEmbedding`` has no fused weight gradient) and the norms still make
-one. Norm weights and biases are left out of the transient (``h`` elements each).
+one. Norm weights and biases are left out of ``add``'s one-tensor transient (``h`` elements
+each; ``backward`` counts every parameter of the chunk).
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ def _transient_applies(layout: Layout, training: TrainingSection) -> bool:
 
 def _largest_layer_tensor(model: ModelSpec, layout: Layout, chunk: Chunk) -> float:
     """Elements of the largest weight tensor of the chunk's transformer layers on one GPU:
-    the fused QKV, the output projection, the fused fc1 (gate + up) or fc2; a routed expert's
-    own (TransformerEngine's GroupedLinear keeps one weight per expert) over the expert TP group."""
+    the fused QKV (MLA: the Q or KV up-projection), the output projection or the fused fc1
+    (gate + up; fc2 is never larger), each over tp; a routed expert's own fc1 over the expert
+    TP group (TransformerEngine's GroupedLinear keeps one weight per expert), the shared
+    experts' fused fc1 over tp. Sharded as the memory model shards them (``stage_params``:
+    every attention weight over tp, MLA's down-projections included, which Megatron-Core's
+    TELinear builds ``duplicated``; they are smaller than the output projection in
+    DeepSeek-V2/V3)."""
     t = layout.tp
     h = model.hidden
     if model.mla is not None:
