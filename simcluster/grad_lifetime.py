@@ -78,8 +78,8 @@ def _largest_layer_tensor(model: ModelSpec, layout: Layout, chunk: Chunk) -> flo
     TP group (TransformerEngine's GroupedLinear keeps one weight per expert), the shared
     experts' fused fc1 over tp. Sharded as the memory model shards them (``stage_params``:
     every attention weight over tp, MLA's down-projections included, which Megatron-Core's
-    TELinear builds ``duplicated``; they are smaller than the output projection in
-    DeepSeek-V2/V3)."""
+    TELinear builds ``duplicated``: whole, they stay below each layer's fc1, dense or routed,
+    in DeepSeek-V2-Lite and V3 at tp <= 8, so the maximum is the same)."""
     t = layout.tp
     h = model.hidden
     if model.mla is not None:
