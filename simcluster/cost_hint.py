@@ -4,7 +4,7 @@ The engine's events grow as the microbatches of a step times the layers: each si
 runs its layers for every microbatch, and the stages together hold every layer once. So
 ``global_batch / (dp x micro_batch) x layers``, read from the raw mapping without validating
 it: ``validate`` runs its longest cases first, ``sweep`` and ``validate`` scale their time-left
-estimates by it (commands/progress.py).
+estimates by it (progress.py).
 """
 
 from __future__ import annotations

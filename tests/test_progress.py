@@ -1,4 +1,4 @@
-"""Progress of sweep and validate (simcluster/commands/progress.py): the time left scaled by
+"""Progress of sweep and validate (simcluster/progress.py): the time left scaled by
 the expected cost still to run over the cost done, skipped items excluded; piped, a bounded
 number of plain lines."""
 
@@ -8,8 +8,8 @@ import io
 
 import pytest
 
-from simcluster.commands.progress import HEARTBEAT_S, QUIET_S, PlainLines, Tracker, clock_text
 from simcluster.cost_hint import cost_hint
+from simcluster.progress import HEARTBEAT_S, QUIET_S, PlainLines, Tracker, clock_text
 
 
 def test_skipped_items_do_not_make_the_estimate_short():
@@ -93,3 +93,23 @@ def test_cost_hint_is_microbatches_times_layers():
            "training": {"global_batch": 512, "micro_batch": 2}, "model": {"layers": 80}}  # fmt: skip
     assert cost_hint(raw) == 64 * 80
     assert cost_hint({"model": "llama3-8b"}) == 1.0  # unreadable: 1
+
+
+def test_a_piped_run_prints_its_simulation_progress_only_when_long(monkeypatch, capsys):
+    """`run` simulates with progress=None: a bar on a terminal; piped (capsys is no terminal),
+    nothing for a run under QUIET_S, lines of pipeline ops past it (QUIET_S set to 0 here, so
+    the first batch of 20,000 SimPy steps already crosses a tenth), ending in the total."""
+    import simcluster.progress as progress
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+    from tests.engine_helpers import pipeline_scenario
+
+    scenario = scenario_from_dict(pipeline_scenario(4, 16, "1f1b", layers=8))
+    quiet = simulate(scenario, progress=None)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    loud = simulate(scenario, progress=None)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(ln.startswith("simulating (pipeline ops): ") for ln in lines)
+    assert " done in " in lines[-1]
+    assert loud.summary["step_time_s"] == quiet.summary["step_time_s"]

@@ -32,10 +32,10 @@ from simcluster.commands.compare_variants import (
     variant_overrides,
 )
 from simcluster.commands.console import stdout_console
-from simcluster.commands.progress import progress_bar
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
+from simcluster.progress import progress_bar
 from simcluster.scenario import load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
 

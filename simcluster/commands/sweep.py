@@ -18,7 +18,6 @@ from simcluster.commands.common import (
     to_json,
 )
 from simcluster.commands.console import stdout_console
-from simcluster.commands.progress import progress_bar
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices
 from simcluster.cost_hint import cost_hint
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
@@ -26,6 +25,7 @@ from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.hardware import load_profile, resolve_profile_path
 from simcluster.inert import InertNote, common_notes, inert_settings, note_lines
+from simcluster.progress import progress_bar
 from simcluster.sweep import (
     AXES,
     MEMORY_FIELD,

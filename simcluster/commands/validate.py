@@ -11,10 +11,10 @@ from rich.table import Table
 
 from simcluster.commands.common import print_json, to_json
 from simcluster.commands.console import stdout_console
-from simcluster.commands.progress import progress_bar
 from simcluster.cost_hint import cost_hint
 from simcluster.errors import UserError
 from simcluster.executors import Executor
+from simcluster.progress import progress_bar
 from simcluster.validate import CaseResult, load_cases, run_cases
 from simcluster.validate_gate import broken_gates, percent
 from simcluster.validate_report import (

@@ -1,4 +1,5 @@
-"""Progress of a long batch of work (``sweep``'s layouts, ``validate``'s cases) on stderr.
+"""Progress of long work on stderr: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s
+scenarios (:func:`progress_bar`) and one simulation's pipeline ops (``engine/progress.py``).
 
 On a terminal: a transient bar. Piped (CI, ``nohup``, ``| tee``): plain lines, since a bar is
 not drawn there and an hour-long sweep that prints nothing looks hung. They start only once
@@ -53,13 +54,13 @@ class Tracker:
         self.min_known = max(MIN_KNOWN, parallel)
         self.lock = threading.Lock()
 
-    def advance(self, cost: float, ran: bool) -> None:
-        """One item finished: ``ran`` (its ``cost`` done) or skipped (its cost never comes)."""
+    def advance(self, cost: float, ran: bool, count: int = 1) -> None:
+        """``count`` items finished: ``ran`` (their ``cost`` done) or skipped (never to come)."""
         with self.lock:
-            self.done += 1
+            self.done += count
             self.left_cost = max(self.left_cost - cost, 0.0)
             if ran:
-                self.ran += 1
+                self.ran += count
                 self.ran_cost += cost
 
     def left_s(self, elapsed: float) -> float | None:
@@ -73,9 +74,9 @@ class Tracker:
         """``label: done/total, elapsed ... , about ... left``."""
         left = self.left_s(elapsed)
         if self.done >= self.total:
-            return f"{label}: {self.done}/{self.total} done in {clock_text(elapsed)}"
+            return f"{label}: {self.done:,}/{self.total:,} done in {clock_text(elapsed)}"
         estimate = "time left: estimating" if left is None else f"about {clock_text(left)} left"
-        return f"{label}: {self.done}/{self.total}, {clock_text(elapsed)} elapsed, {estimate}"
+        return f"{label}: {self.done:,}/{self.total:,}, {clock_text(elapsed)} elapsed, {estimate}"
 
 
 class PlainLines:
