@@ -7,9 +7,9 @@ cp = 1 layouts), but a user who wrote it believes it acts, so ``run``, ``memory`
 
     note: zero3.reshard_after_forward has no effect at parallel.zero=1 (only ZeRO-3 gathers per layer)
 
-A rule fires only on a key the scenario itself wrote (after key aliases, misplaced keys
-and ``--set``, before a framework preset fills its defaults: a preset's values are meant
-for every layout) and only when the value written is not the field's own default (writing
+A rule fires only on a key the scenario itself wrote (``Scenario.written``: after key
+aliases, misplaced keys, ``--set`` and the other ways of stating a key, before a framework
+preset fills its defaults: a preset's values are meant for every layout) and only when the value written is not the field's own default (writing
 the default states what happens anyway). Settings the layout checks already refuse
 (``moe.*`` and ``parallel.etp > 1`` on a dense model, ``parallel.microbatch_group`` outside
 the interleaved schedule, ``vpp`` on a one-chunk schedule, ``parallel.cp_a2a`` without

@@ -80,8 +80,9 @@ class Scenario(SectionBase):
 
     @property
     def written(self) -> frozenset[str]:
-        """The keys the scenario wrote itself (after aliases, misplaced keys and ``--set``;
-        not a framework preset's): what ``inert.py`` may name as having no effect and what
+        """The keys the scenario wrote itself, in the schema's names (after aliases, misplaced
+        keys, ``--set``, ``cluster.nodes`` read as ``cluster.gpus`` and the like; not a
+        framework preset's): what ``inert.py`` may name as having no effect and what
         ``context`` asks whether a setting was given. A scenario validated directly
         (``Scenario.model_validate``: no preset applied) wrote the fields pydantic saw set."""
         if self._written is not None:
