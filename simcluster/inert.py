@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from simcluster.context import Context
 from simcluster.parallelism.expert import ep_nodes
+from simcluster.userbuffers import tp_overlaps_run
 
 #: where the setting does nothing and why, or None where it acts
 Verdict = tuple[str, str] | None
@@ -89,11 +90,12 @@ def _pp_one(what: str) -> Callable[[Context], Verdict]:
 
 
 def _tp_comm(ctx: Context) -> Verdict:
-    # parallelism/layer.py: userbuffers overlaps only with tp > 1 and sequence parallelism
-    # (TransformerEngine's ub overlap wraps the SP all-gather / reduce-scatter)
+    # userbuffers.tp_overlaps_run, which parallelism/layer.py asks: userbuffers overlaps only
+    # with tp > 1 and sequence parallelism (TransformerEngine's ub overlap wraps the SP
+    # all-gather / reduce-scatter)
     if ctx.layout.tp == 1:
         return ("at parallel.tp=1", "no TP collectives to overlap")
-    if not ctx.layout.sequence_parallel:
+    if not tp_overlaps_run(ctx.scenario.overlap, ctx.layout)[0]:
         return ("without parallel.sequence_parallel", "TransformerEngine's userbuffers overlap the sequence-parallel collectives")
     return None
 
@@ -103,12 +105,12 @@ def _tp_grad_async(ctx: Context) -> Verdict:
     # not (userbuffers is None and not tp_grad_async)``, so it acts only at tp > 1 with neither
     # userbuffers (overlap.tp_comm, which then overlap the input gradient's collective under
     # the weight-gradient GEMMs) nor nanotron's async linears (overlap.tp_async) running
-    lay, overlap = ctx.layout, ctx.scenario.overlap
-    if lay.tp == 1:
+    if ctx.layout.tp == 1:
         return ("at parallel.tp=1", "no input-gradient TP collective to overlap")
-    if overlap.tp_comm and lay.sequence_parallel:
+    userbuffers, async_linears = tp_overlaps_run(ctx.scenario.overlap, ctx.layout)
+    if userbuffers:
         return ("with overlap.tp_comm", "its userbuffers overlap the input-gradient collective already")
-    if overlap.tp_async and lay.sequence_parallel:
+    if async_linears:
         return ("with overlap.tp_async", "nanotron's async linears schedule the input-gradient collective themselves")
     return None
 
