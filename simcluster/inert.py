@@ -9,8 +9,10 @@ cp = 1 layouts), but a user who wrote it believes it acts, so ``run``, ``memory`
 
 A rule fires only on a key the scenario itself wrote (``Scenario.written``: after key
 aliases, misplaced keys, ``--set`` and the other ways of stating a key, before a framework
-preset fills its defaults: a preset's values are meant for every layout) and only when the value written is not the field's own default (writing
-the default states what happens anyway). Settings the layout checks already refuse
+preset fills its defaults: a preset's values are meant for every layout) and only when the
+value written is not the field's own default (writing the default states what happens
+anyway). ``test_inert`` checks every note by simulation: without the setting, the same step
+and memory bit for bit. Settings the layout checks already refuse
 (``moe.*`` and ``parallel.etp > 1`` on a dense model, ``parallel.microbatch_group`` outside
 the interleaved schedule, ``vpp`` on a one-chunk schedule, ``parallel.cp_a2a`` without
 a2a+p2p, ``overlap.ep_comm`` at ep 1, ``training.fp8_param_gather`` without FP8) stay errors
