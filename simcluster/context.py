@@ -115,13 +115,14 @@ def _with_virtual_stages(scenario: Scenario, model: ModelSpec) -> Scenario:
             f"{per_virtual} does not divide the {per_stage} layers of each of pp={par.pp} stages",
         )
     vpp = per_stage // per_virtual
-    if "vpp" in par.model_fields_set and par.vpp != vpp:
+    written = scenario.written  # the user's, not a preset's (none of which sets these two)
+    if "parallel.vpp" in written and par.vpp != vpp:
         raise UserError(
             "parallel.layers_per_virtual_stage",
             f"{per_virtual} layers per virtual stage make vpp = {vpp}, but parallel.vpp is {par.vpp}; give one of them",
         )
     update: dict[str, Any] = {"vpp": vpp}
-    if vpp > 1 and "schedule" not in par.model_fields_set:
+    if vpp > 1 and "parallel.schedule" not in written:
         update["schedule"] = "interleaved"
     return scenario.model_copy(update={"parallel": par.model_copy(update=update)})
 

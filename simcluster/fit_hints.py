@@ -93,7 +93,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     from simcluster.memory_report import memory_summary
     from simcluster.sweep import show_value
 
-    base = sc.model_dump(exclude_unset=True)
+    base = sc.as_written()  # each change gets its framework's preset for the layout it makes
     base["name"] = sc.name
     if "parallel" in base:
         base["parallel"].pop("dp", None)  # re-derived from the GPU count

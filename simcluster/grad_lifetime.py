@@ -31,7 +31,8 @@ the step's persistent memory or a transient on top of the stash:
 Where the weight-gradient GEMM accumulates into the main gradient itself
 (``training.grad_accum_fusion``) no 16-bit gradient exists for the linear layers; the word
 embedding (``VocabParallelEmbedding`` has no fused weight gradient) and the norms still make
-one. Norm weights and biases are left out of the transient (``h`` elements each).
+one. Norm weights and biases are left out of ``add``'s one-tensor transient (``h`` elements
+each; ``backward`` counts every parameter of the chunk).
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ from simcluster.scenario import TrainingSection
 GRAD_16BIT = 2.0  # bytes of a 16-bit gradient element (bf16 / fp16; FP8 GEMMs write bf16 wgrads)
 
 
-def separate_16bit_grad_kept(training: TrainingSection) -> bool:
-    """Whether a 16-bit ``.grad`` persists beside a separate fp32 main gradient all step."""
+def separate_16bit_grad_kept(layout: Layout, training: TrainingSection) -> bool:
+    """Whether a 16-bit ``.grad`` persists beside a separate fp32 main gradient all step (the
+    static memory's 2 B more per parameter): ``step``, with fp32 accumulation and no fusion,
+    below ZeRO-3 (whose unsharded gradients live only until their reduce-scatter, counted as
+    ``zero3_working_bytes``; DeepSpeed's ZeRO-3 frees each ``.grad`` once partitioned)."""
     return (
-        training.precision != "fp32"
+        layout.zero != 3
+        and training.precision != "fp32"
         and training.fp32_grad_accum
         and not training.grad_accum_fusion
         and training.grad_16bit_freed == "step"
@@ -68,8 +73,13 @@ def _transient_applies(layout: Layout, training: TrainingSection) -> bool:
 
 def _largest_layer_tensor(model: ModelSpec, layout: Layout, chunk: Chunk) -> float:
     """Elements of the largest weight tensor of the chunk's transformer layers on one GPU:
-    the fused QKV, the output projection, the fused fc1 (gate + up) or fc2; a routed expert's
-    own (TransformerEngine's GroupedLinear keeps one weight per expert) over the expert TP group."""
+    the fused QKV (MLA: the Q or KV up-projection), the output projection or the fused fc1
+    (gate + up; fc2 is never larger), each over tp; a routed expert's own fc1 over the expert
+    TP group (TransformerEngine's GroupedLinear keeps one weight per expert), the shared
+    experts' fused fc1 over tp. Sharded as the memory model shards them (``stage_params``:
+    every attention weight over tp, MLA's down-projections included, which Megatron-Core's
+    TELinear builds ``duplicated``: whole, they stay below each layer's fc1, dense or routed,
+    in DeepSeek-V2-Lite and V3 at tp <= 8, so the maximum is the same)."""
     t = layout.tp
     h = model.hidden
     if model.mla is not None:
@@ -103,8 +113,10 @@ def grad_transient_bytes(
 
     ``add``: the LM head's gradient comes first in the backward (on the full stash), the
     embedding's last (once the stash is freed); a layer's largest tensor is counted at the
-    start, an upper bound by that layer's freed activations. ``backward``: every unfused
-    parameter's gradient of the chunk at the end. ``step``: none (counted as static memory).
+    start, an upper bound by that layer's freed activations. A head tied to the embedding of
+    the same chunk is one parameter, whose gradient autograd adds up before the hook sees it:
+    the head's is held all backward. ``backward``: every unfused parameter's gradient of the
+    chunk at the end. ``step``: none (counted as static memory).
     """
     if not _transient_applies(layout, training):
         return 0.0, 0.0
@@ -115,5 +127,12 @@ def grad_transient_bytes(
     if fused:
         return 0.0, GRAD_16BIT * embedding
     head = model.vocab * model.hidden / layout.tp if chunk.head else 0.0
-    start = max(head, _largest_layer_tensor(model, layout, chunk) if chunk.layer_indices else 0.0)
-    return GRAD_16BIT * start, GRAD_16BIT * embedding
+    layer = _largest_layer_tensor(model, layout, chunk) if chunk.layer_indices else 0.0
+    if model.tied_embeddings and chunk.head and chunk.embedding:
+        # one parameter used twice in one backward: autograd's engine keeps the head's gradient
+        # in the weight's input buffer until the embedding's backward delivers the other
+        # contribution, and only then runs its AccumulateGrad node (and the hook after it), so
+        # the head's gradient is held through the whole backward, beside each layer's tensor
+        # and, at the end, beside the embedding's own before the two are summed
+        return GRAD_16BIT * (head + layer), GRAD_16BIT * (head + embedding)
+    return GRAD_16BIT * max(head, layer), GRAD_16BIT * embedding

@@ -7,10 +7,12 @@ cp = 1 layouts), but a user who wrote it believes it acts, so ``run``, ``memory`
 
     note: zero3.reshard_after_forward has no effect at parallel.zero=1 (only ZeRO-3 gathers per layer)
 
-A rule fires only on a key the scenario itself wrote (after key aliases, misplaced keys
-and ``--set``, before a framework preset fills its defaults: a preset's values are meant
-for every layout) and only when the value written is not the field's own default (writing
-the default states what happens anyway). Settings the layout checks already refuse
+A rule fires only on a key the scenario itself wrote (``Scenario.written``: after key
+aliases, misplaced keys, ``--set`` and the other ways of stating a key, before a framework
+preset fills its defaults: a preset's values are meant for every layout) and only when the
+value written is not the field's own default (writing the default states what happens
+anyway). ``test_inert`` checks every note by simulation: without the setting, the same step
+and memory bit for bit. Settings the layout checks already refuse
 (``moe.*`` and ``parallel.etp > 1`` on a dense model, ``parallel.microbatch_group`` outside
 the interleaved schedule, ``vpp`` on a one-chunk schedule, ``parallel.cp_a2a`` without
 a2a+p2p, ``overlap.ep_comm`` at ep 1, ``training.fp8_param_gather`` without FP8) stay errors
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from simcluster.context import Context
+from simcluster.parallelism.expert import ep_nodes
+from simcluster.userbuffers import tp_overlaps_run
 
 #: where the setting does nothing and why, or None where it acts
 Verdict = tuple[str, str] | None
@@ -88,12 +92,39 @@ def _pp_one(what: str) -> Callable[[Context], Verdict]:
 
 
 def _tp_comm(ctx: Context) -> Verdict:
-    # parallelism/layer.py: userbuffers overlaps only with tp > 1 and sequence parallelism
-    # (TransformerEngine's ub overlap wraps the SP all-gather / reduce-scatter)
+    # userbuffers.tp_overlaps_run, which parallelism/layer.py asks: userbuffers overlaps only
+    # with tp > 1 and sequence parallelism (TransformerEngine's ub overlap wraps the SP
+    # all-gather / reduce-scatter)
     if ctx.layout.tp == 1:
         return ("at parallel.tp=1", "no TP collectives to overlap")
-    if not ctx.layout.sequence_parallel:
+    if not tp_overlaps_run(ctx.scenario.overlap, ctx.layout)[0]:
         return ("without parallel.sequence_parallel", "TransformerEngine's userbuffers overlap the sequence-parallel collectives")
+    return None
+
+
+def _tp_grad_async(ctx: Context) -> Verdict:
+    # parallelism/layer.py fuses_wgrad, the flag's one reader: ``tp > 1 and not tp_async and
+    # not (userbuffers is None and not tp_grad_async)``, so it acts only at tp > 1 with neither
+    # userbuffers (overlap.tp_comm, which then overlap the input gradient's collective under
+    # the weight-gradient GEMMs) nor nanotron's async linears (overlap.tp_async) running
+    if ctx.layout.tp == 1:
+        return ("at parallel.tp=1", "no input-gradient TP collective to overlap")
+    userbuffers, async_linears = tp_overlaps_run(ctx.scenario.overlap, ctx.layout)
+    if userbuffers:
+        return ("with overlap.tp_comm", "its userbuffers overlap the input-gradient collective already")
+    if async_linears:
+        return ("with overlap.tp_async", "nanotron's async linears schedule the input-gradient collective themselves")
+    return None
+
+
+def _ep_one_node(ctx: Context) -> Verdict:
+    # parallelism/expert.py copies_per_token, the one reader of moe.dispatcher: DeepEP's one
+    # copy per node differs from all-to-all's top_k copies only across nodes (ep_nodes > 1)
+    lay = ctx.layout
+    if lay.ep == 1:
+        return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")
+    if ep_nodes(lay) == 1:
+        return ("with the EP group inside one node", "DeepEP sends one copy per node only across nodes")
     return None
 
 
@@ -173,16 +204,16 @@ def _fp8_recipe(ctx: Context) -> Verdict:
 
 
 def _grad_lifetime(ctx: Context) -> Verdict:
-    # grad_lifetime._transient_applies and separate_16bit_grad_kept: ZeRO-3 counts its unsharded
-    # gradients itself, fp32 training has no 16-bit gradient, and without fp32 accumulation
-    # nanotron's and DeepSpeed's 16-bit .grad is the accumulator
+    # its two readers, grad_lifetime._transient_applies and separate_16bit_grad_kept, are both
+    # false at ZeRO-3 (which counts its unsharded gradients itself) and in fp32 training (no
+    # 16-bit gradient). Without fp32 accumulation it still acts: add frees Megatron's fp16
+    # .grad into a 16-bit main_grad (a transient), backward and step describe a .grad that is
+    # itself the accumulator (none)
     tr = ctx.scenario.training
     if ctx.layout.zero == 3:
         return ("at parallel.zero=3", "ZeRO-3's unsharded gradients live until their reduce-scatter")
     if tr.precision == "fp32":
         return ("at training.precision=fp32", "there is no 16-bit gradient")
-    if tr.grad_16bit_freed != "add" and not tr.fp32_grad_accum:
-        return ("with training.fp32_grad_accum false", "the 16-bit gradient is itself the accumulator")
     return None
 
 
@@ -192,7 +223,7 @@ def _sequence_parallel(ctx: Context) -> Verdict:
 
 
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
-#: overlap, zero3, dp)
+#: overlap, zero3, dp, moe)
 RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
     InertRule("parallel.cp_comm", _cp_one),
@@ -206,7 +237,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),
-    InertRule("overlap.tp_grad_async", _tp_one("no input-gradient TP collective to overlap")),
+    InertRule("overlap.tp_grad_async", _tp_grad_async),
     InertRule("overlap.pp_comm", _pp_one("no pipeline sends or receives to overlap")),
     InertRule("overlap.pp_p2p", _pp_one("no pipeline sends or receives")),
     InertRule("overlap.pp_scatter_gather", _pp_scatter_gather),
@@ -220,6 +251,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
+    InertRule("moe.dispatcher", _ep_one_node),
 )
 
 

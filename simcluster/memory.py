@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.parallelism.elementwise import STYLES
@@ -481,7 +482,7 @@ def static_memory(
         zero, fused = 1, True
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
-        moment_bytes(training), keep_16bit_grad=training.grad_16bit_freed == "step",
+        moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.fsdp2_copies:

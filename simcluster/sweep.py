@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcluster.cost import Prices, usd_per_million_tokens
+from simcluster.cost_hint import cost_hint
 from simcluster.engine.breakdown import largest_besides_gemm
 from simcluster.errors import InternalError, UserError, one_line
 from simcluster.executors import Executor
@@ -235,7 +236,7 @@ class SweepRow:
     candidate: Candidate
     summary: dict[str, Any] | None
     skipped: str | None = None
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the simulation's; 0 for a layout the checks skipped unsimulated
 
     @property
     def ran(self) -> bool:
@@ -351,8 +352,13 @@ def run_sweep(
             rows.append(SweepRow(cand, None, reason))
             if progress:
                 progress(rows[-1])
+    executor = executor or Executor("processes", jobs)
+    if executor.kind != "processes" or executor.workers > 1:
+        # longest first (as validate runs its cases), so a slow layout does not end up alone at
+        # the tail and the first estimates of the time left err long, not short
+        runnable.sort(key=lambda c: -cost_hint(c.scenario))
     work = [(c, hardware) for c in runnable]
-    for row in (executor or Executor("processes", jobs)).map_unordered(simulate_candidate, work):
+    for row in executor.map_unordered(simulate_candidate, work):
         rows.append(row)
         if progress:
             progress(row)

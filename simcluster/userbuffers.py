@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from simcluster.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:
+    from simcluster.layout import Layout
+    from simcluster.scenario import OverlapSection
 
 Method = Literal["ring_exchange", "pipeline", "bulk"]
 
@@ -158,6 +162,15 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
 
 FIELD = "overlap.tp_comm_cfg"
 _KEYS = {"method", "num_sm", "set_sm_margin", "num_splits"}
+
+
+def tp_overlaps_run(overlap: OverlapSection, layout: Layout) -> tuple[bool, bool]:
+    """(userbuffers, nanotron's async linears): whether each TP overlap runs in ``layout``.
+    Both wrap the sequence-parallel all-gather and reduce-scatter, so both need tp > 1 and
+    sequence parallelism (``overlap.tp_comm``, ``overlap.tp_async``); the layer builder and
+    the inert-setting notes ask this one test."""
+    sharded = layout.tp > 1 and layout.sequence_parallel
+    return overlap.tp_comm and sharded, overlap.tp_async and sharded
 
 
 def resolve(cfg: str | Mapping[str, Any] | None) -> dict[str, UbOverlap]:

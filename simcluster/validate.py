@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from simcluster import yamlio
+from simcluster.cost_hint import cost_hint
 from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
@@ -446,24 +447,5 @@ def _run_indexed(job: tuple[int, Case]) -> tuple[int, CaseResult]:
 
 
 def _cost_hint(case: Case) -> float:
-    """Rough event count: stages x microbatches x layers per stage (simulation cost).
-
-    Only orders the work, so any section it cannot read (a preset name for the model, a
-    value of the wrong type that validation will report later) counts as 1.
-    """
-    sc = case.scenario
-
-    def section(key: str) -> dict[str, Any]:
-        value = sc.get(key) if isinstance(sc, dict) else None
-        return value if isinstance(value, dict) else {}
-
-    def number(d: dict[str, Any], key: str) -> float:
-        value = d.get(key)
-        return float(value) if isinstance(value, (int, float)) and value > 0 else 1.0
-
-    par, tr = section("parallel"), section("training")
-    gpus, pp, tp, cp = (number(section("cluster"), "gpus"), number(par, "pp"),
-                        number(par, "tp"), number(par, "cp"))
-    dp = number(par, "dp") if "dp" in par else max(gpus / (pp * tp * cp), 1.0)
-    m = number(tr, "global_batch") / max(dp * number(tr, "micro_batch"), 1.0)
-    return m * number(section("model"), "layers")
+    """The case's rough simulation cost (:func:`simcluster.cost_hint.cost_hint`)."""
+    return cost_hint(case.scenario)

@@ -11,7 +11,7 @@ from simcluster.grad_lifetime import grad_transient_bytes
 from simcluster.memory import bytes_per_param, stage_params
 from simcluster.memory_report import memory_summary
 from simcluster.scenario import scenario_from_dict
-from tests.conftest import make_scenario
+from tests.conftest import GPT_LIKE, make_scenario
 
 
 def _total(bpp) -> float:
@@ -45,8 +45,10 @@ def test_frameworks_set_the_lifetime_their_code_has():
     }  # fmt: skip
 
 
-def _ctx(**training):
+def _ctx(model=None, **training):
     data = make_scenario(training={"seq_len": 128, "micro_batch": 1, "global_batch": 8, **training})
+    if model is not None:
+        data["model"] = model
     return build_context(scenario_from_dict(data))
 
 
@@ -54,7 +56,7 @@ def test_add_holds_one_tensor_at_a_time():
     """Megatron's hook frees each gradient as it is added: the LM head's (V x h, first in the
     backward) or the largest layer tensor at the backward's start, the embedding's (with its
     learned positions) at its end; under the fusion only the embedding makes one."""
-    ctx = _ctx()
+    ctx = _ctx(model={**GPT_LIKE, "tied_embeddings": False})
     m, chunk = ctx.model, ctx.chunks[0][0]
     h = m.hidden
     fc1 = h * m.ffn  # GELU: one h x ffn matrix, larger than QKV (3h^2) and the head (V x h)
@@ -70,6 +72,31 @@ def test_add_holds_one_tensor_at_a_time():
         assert grad_transient_bytes(m, ctx2.layout, ctx2.scenario.training, chunk, params) == (0.0, 0.0)
     zero3 = build_context(scenario_from_dict(make_scenario(parallel={"tp": 1, "pp": 1, "zero": 3})))
     assert grad_transient_bytes(m, zero3.layout, zero3.scenario.training, chunk, params) == (0.0, 0.0)
+
+
+def test_a_tied_head_holds_its_gradient_all_backward():
+    """With the head tied to the embedding on one stage the weight is one leaf used twice:
+    PyTorch's autograd engine sums its two gradients in the leaf's input buffer and runs its
+    AccumulateGrad node (the node Megatron's post hook hangs on: grad_acc.register_hook) only
+    once both have arrived, so the head's V x h gradient, made first, lives until the
+    embedding's backward. At the start: it and fc1's (h x 4h); at the end: it and the
+    embedding's word and position gradients (V x h + P x h) before the sum."""
+    ctx = _ctx()  # GPT_LIKE ties them
+    m, chunk = ctx.model, ctx.chunks[0][0]
+    assert m.tied_embeddings and chunk.head and chunk.embedding
+    h, v = m.hidden, m.vocab
+    params = stage_params(m, ctx.layout, [chunk]).total
+    got = grad_transient_bytes(m, ctx.layout, ctx.scenario.training, chunk, params)
+    assert got == (2 * (v * h + h * m.ffn), 2 * (v * h + (v + m.max_positions) * h))
+    # on two stages the head's copy is its own parameter, freed once added: one tensor again
+    two = build_context(scenario_from_dict(make_scenario(
+        parallel={"tp": 1, "pp": 2}, training={"seq_len": 128, "micro_batch": 1, "global_batch": 8})))
+    first, last = two.chunks[0][0], two.chunks[1][0]
+    last_params = stage_params(m, two.layout, [last]).total
+    assert grad_transient_bytes(m, two.layout, two.scenario.training, last, last_params) == (2 * h * m.ffn, 0.0)
+    first_params = stage_params(m, two.layout, [first]).total
+    assert grad_transient_bytes(m, two.layout, two.scenario.training, first, first_params) == (
+        2 * h * m.ffn, 2 * (v + m.max_positions) * h)
 
 
 def test_nanotron_holds_every_bf16_gradient_at_its_backwards_end():

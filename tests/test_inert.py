@@ -92,30 +92,95 @@ def test_rule_fires_where_inert_and_not_where_it_acts(setting, inert, acts):
     assert setting not in _settings(**acts)
 
 
+def _without(sections: dict[str, Any], setting: str) -> dict[str, Any]:
+    section, key = setting.split(".")
+    return {**sections, section: {k: v for k, v in sections[section].items() if k != key}}
+
+
+def _outcome(sections: dict[str, Any]) -> tuple[Any, ...]:
+    """What a setting could change: the simulated step, its parts, the peak, the memory walk."""
+    from simcluster.engine import simulate
+    from simcluster.memory_report import memory_summary
+
+    ctx = build_context(scenario_from_dict(make_scenario(**sections)))
+    s = simulate(ctx).summary
+    walk = memory_summary(ctx)["total_bytes"]
+    return s["step_time_s"], s["peak_memory_bytes"], s["exposed_comm_s"], s["time_breakdown_s"], walk
+
+
+#: the new rules' inert layouts, beside CASES': a small MoE model (8 experts of width 1024)
+#: with ep 8 packed into one 8-GPU node, and tp 2 with sequence parallelism under userbuffers
+#: or nanotron's async linears
+SMALL_MOE = {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}
+MORE_INERT = [
+    ("moe.dispatcher", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatcher": "deepep"}}),
+    ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
+                               "overlap": {"tp_comm": True, "tp_grad_async": False}}),
+    ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
+                               "overlap": {"tp_async": True, "tp_grad_async": False}}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("setting", "inert"), [(c[0], c[1]) for c in CASES] + MORE_INERT)
+def test_a_note_is_true_the_setting_changes_nothing_there(setting, inert):
+    """Where a note says a setting has no effect, the scenario without it simulates to the same
+    step time, parts, exposed communication and peak, and walks to the same memory, bit for
+    bit (a note the last round wrote for grad_16bit_freed without fp32 accumulation was not:
+    the peaks differed)."""
+    assert setting in _settings(**inert)
+    assert _outcome(inert) == _outcome(_without(inert, setting))
+
+
 def test_every_rule_has_a_case():
     """A rule added to the registry gets its pair of scenarios here (or among the MoE ones)."""
-    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement"}
+    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 
 
-def test_a_16bit_gradient_lifetime_without_fp32_accumulation_is_inert():
-    """Without a separate fp32 accumulator nanotron's and DeepSpeed's 16-bit ``.grad`` is the
-    accumulator (grad_lifetime._transient_applies), while Megatron's ``add`` still frees a
-    16-bit ``main_grad``'s inputs."""
+def test_a_16bit_gradient_lifetime_acts_without_fp32_accumulation_and_not_at_zero3():
+    """Without fp32 accumulation the lifetime still acts: ``add`` (Megatron fp16, a 16-bit
+    main_grad) frees each .grad into it, one tensor on the stash, where ``backward`` and
+    ``step`` describe a .grad that is itself the accumulator: the peaks differ, so no note.
+    At ZeRO-3 every value gives the same memory (the static 16-bit copy is kept only below
+    ZeRO-3, grad_lifetime.separate_16bit_grad_kept): the note is true there."""
+    from simcluster.memory_report import memory_summary
+
+    def peak(**sections: Any) -> float:
+        return memory_summary(build_context(scenario_from_dict(make_scenario(**sections))))["total_bytes"]
+
     off = {"fp32_grad_accum": False}
-    assert "training.grad_16bit_freed" in _settings(training={**off, "grad_16bit_freed": "backward"})
-    assert "training.grad_16bit_freed" not in _settings(training={"grad_16bit_freed": "backward"})
+    assert "training.grad_16bit_freed" not in _settings(training={**off, "grad_16bit_freed": "backward"})
+    assert peak(training={**off, "grad_16bit_freed": "backward"}) != peak(training=off)
+    zero3 = {"zero": 3}
+    assert "training.grad_16bit_freed" in _settings(parallel=zero3, training={"grad_16bit_freed": "step"})
+    peaks = {peak(parallel=zero3, training={"grad_16bit_freed": v}) for v in ("add", "backward", "step")}
+    assert len(peaks) == 1
 
 
-def test_expert_settings_on_a_dense_model_and_an_moe_one():
-    """etp and ep_placement place routed experts: nothing to place on a dense model or at ep 1;
-    Mixtral's ep 8 groups (Megatron-Core's expert_tensor_parallel_size, EP groups) use them."""
-    assert _settings(parallel={"etp": 1}) == ["parallel.etp"]
-    assert _settings(parallel={"ep_placement": "spread"}) == ["parallel.ep_placement"]
-    assert _moe([("parallel.ep_placement", "spread")]) == []
-    assert _moe([("parallel.ep", 1), ("parallel.ep_placement", "spread")]) == ["parallel.ep_placement"]
-    assert _moe([]) == []  # the file's etp: 1 acts on Mixtral's experts
+def test_the_dispatcher_acts_only_where_the_ep_group_crosses_nodes():
+    """parallelism/expert.py copies_per_token, moe.dispatcher's one reader, sends top_k copies
+    of a token whichever dispatcher runs unless its EP group spans nodes (DeepEP's normal
+    kernels send one copy per destination node: DeepSeek-V3 Sec. 3.2.2). Mixtral's file packs
+    ep 8 into one 8-GPU node; spread, the group strides over the 4 nodes."""
+    deepep = ("moe.dispatcher", "deepep")
+    assert _moe([deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep", 1), deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep_placement", "spread"), deepep]) == []
+
+
+def test_tp_grad_async_under_userbuffers_or_nanotrons_async_linears():
+    """parallelism/layer.py fuses_wgrad reads overlap.tp_grad_async only where neither
+    TransformerEngine's userbuffers (overlap.tp_comm, with sequence parallelism) nor nanotron's
+    async linears (overlap.tp_async) run: each schedules the input gradient's collective itself."""
+    tp2 = {"tp": 2, "sequence_parallel": True}
+    off = {"tp_grad_async": False}
+    assert "overlap.tp_grad_async" in _settings(parallel=tp2, overlap={**off, "tp_comm": True})
+    assert "overlap.tp_grad_async" in _settings(parallel=tp2, overlap={**off, "tp_async": True})
+    assert "overlap.tp_grad_async" not in _settings(parallel=tp2, overlap=off)
+    # without sequence parallelism neither runs (tp_comm, tp_async are then the inert ones)
+    got = _settings(parallel={"tp": 2}, overlap={**off, "tp_comm": True})
+    assert "overlap.tp_grad_async" not in got and "overlap.tp_comm" in got
 
 
 def test_the_reasons_read_as_one_line():
@@ -124,6 +189,36 @@ def test_the_reasons_read_as_one_line():
     assert [n.text for n in notes] == [
         "zero3.reshard_after_forward has no effect at parallel.zero=1 (only ZeRO-3 gathers parameters per layer)"
     ]
+
+
+def test_one_record_of_what_the_scenario_wrote():
+    """Scenario.written is the one record of the keys a scenario gave: scenario_from_dict's
+    (before a framework preset fills in) or, for a scenario validated directly (no preset
+    applied), the fields pydantic saw set. context.py asks it whether parallel.vpp and
+    parallel.schedule were given beside layers_per_virtual_stage (Megatron's arguments.py:
+    vpp = (layers // pp) // layers_per_virtual_stage; both given and different is an error)."""
+    from simcluster.scenario import Scenario
+
+    raw = make_scenario(framework="megatron-core", parallel={"tp": 1, "pp": 2, "layers_per_virtual_stage": 1})
+    loaded = scenario_from_dict(raw)
+    assert {"parallel.tp", "parallel.pp", "parallel.layers_per_virtual_stage", "framework"} <= loaded.written
+    assert "overlap.tp_comm" not in loaded.written  # the preset's, not the scenario's
+    direct = Scenario.model_validate(make_scenario(parallel={"tp": 1, "pp": 2, "vpp": 4}))
+    assert {"parallel.tp", "parallel.pp", "parallel.vpp", "name"} <= direct.written
+    assert "parallel.zero" not in direct.written
+    # GPT_LIKE has 8 layers: 4 per stage in chunks of 1 is vpp 4, not the 2 written
+    clash = {"tp": 1, "pp": 2, "vpp": 2, "layers_per_virtual_stage": 1}
+    for scenario in (scenario_from_dict(make_scenario(parallel=clash)),
+                     Scenario.model_validate(make_scenario(parallel=clash))):  # fmt: skip
+        with pytest.raises(UserError, match="give one of them"):
+            build_context(scenario)
+    assert build_context(loaded).scenario.parallel.schedule == "interleaved"
+    # as_written: the mapping a sweep or a fit hint changes and validates again, without the
+    # preset's values (megatron-core's zero: 1, its overlaps), which then fill in anew
+    mine = loaded.as_written()
+    assert mine["parallel"] == {"tp": 1, "pp": 2, "layers_per_virtual_stage": 1}
+    assert "overlap" not in mine and "dp" not in mine and mine["framework"] == "megatron-core"
+    assert scenario_from_dict(mine) == loaded
 
 
 def test_a_written_default_is_no_note():

@@ -8,6 +8,7 @@ import pytest
 from output_timeline import make_1f1b
 
 from simcluster.errors import UserError
+from simcluster.output.atomic import MANIFEST
 from simcluster.output.events import parquet_available, read_events_csv
 from simcluster.output.writer import write_all
 
@@ -41,7 +42,8 @@ def test_writes_every_file(tmp_path, timeline):
     written = _write(timeline, out, svg=True)
     expected = EXPECTED | {"timeline.svg"} | ({"events.parquet"} if parquet_available() else set())
     assert set(written) == expected
-    assert {p.name for p in out.iterdir()} == expected
+    assert {p.name for p in out.iterdir()} == expected | {MANIFEST}
+    assert json.loads((out / MANIFEST).read_text()) == {"run": sorted(expected)}
     assert json.loads((out / "summary.json").read_text()) == timeline.summary
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
     assert len(read_events_csv(out / "events.csv")) == len(timeline.events)
@@ -56,6 +58,37 @@ def test_rewrite_keeps_other_files_and_replaces_ours(tmp_path, timeline):
     _write(timeline, out)
     assert (out / "notes.txt").read_text() == "mine"
     assert json.loads((out / "summary.json").read_text()) == timeline.summary
+
+
+def test_a_reused_out_loses_the_files_the_last_run_wrote_and_this_one_did_not(tmp_path, timeline):
+    """A run with --svg, then one without: timeline.svg would stay beside the new timeline.png
+    and look current. The manifest names what the last run wrote; only those go (the user's
+    own files, even one named like ours, stay)."""
+    out = tmp_path / "out"
+    _write(timeline, out, svg=True)
+    assert (out / "timeline.svg").is_file()
+    (out / "notes.txt").write_text("mine")
+    _write(timeline, out, gzip_trace=True)
+    names = {p.name for p in out.iterdir()}
+    assert "timeline.svg" not in names and "trace.json" not in names
+    assert {"trace.json.gz", "timeline.png", "notes.txt"} <= names
+    assert "timeline.svg" not in json.loads((out / MANIFEST).read_text())["run"]
+    # a timeline.svg the manifest does not list (the user's, or an older version's) stays
+    (out / "timeline.svg").write_text("<svg/>")
+    _write(timeline, out)
+    assert (out / "timeline.svg").read_text() == "<svg/>" and (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_damaged_manifest_removes_nothing(tmp_path, timeline):
+    out = tmp_path / "out"
+    _write(timeline, out, svg=True)
+    (out / MANIFEST).write_text('{"run": ["../escape.txt", ".hidden", "timeline.svg"')  # cut short
+    _write(timeline, out)
+    assert (out / "timeline.svg").is_file()
+    (out / MANIFEST).write_text(json.dumps({"run": ["../x", "/etc/passwd", ".hidden", 3]}))
+    (tmp_path / "x").write_text("outside")
+    _write(timeline, out)
+    assert (tmp_path / "x").read_text() == "outside"
 
 
 def test_out_under_a_regular_file_is_a_user_error(tmp_path, timeline):

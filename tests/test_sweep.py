@@ -621,3 +621,27 @@ def test_fitting_only_still_simulates_layouts_with_fb_pairs():
     base["cluster"]["profile"] = {"gpu": {"memory_gib": 1}}
     (row,) = run_sweep(candidates(base, {"pp": [4]}), jobs=1, fitting_only=True)
     assert row.ran and not row.fits
+
+
+def test_each_layout_runs_with_its_frameworks_preset_for_that_layout(tmp_path, capsys):
+    """A framework's defaults depend on the layout (nanotron: torch DDP's overlapped 25 MiB
+    buckets at ZeRO-0, one blocking all-reduce of the fp32 buffer on its ZeRO-1 path,
+    frameworks._nanotron). The sweep's template holds only what the scenario wrote
+    (Scenario.as_written), so its ZeRO-1 row is what `run` of that layout gives, not ZeRO-1
+    with the ZeRO-0 preset's buckets carried over."""
+    from tests.conftest import make_scenario
+
+    def scenario(zero: int) -> dict:
+        return make_scenario(framework="nanotron", parallel={"tp": 1, "pp": 1, "zero": zero},
+                             training={"seq_len": 256, "global_batch": 16})  # fmt: skip
+
+    path = tmp_path / "nano.yaml"
+    path.write_text(yaml.safe_dump(scenario(0)))
+    assert main(["sweep", str(path), "--zero", "0,1", "-j", "1", "--json"]) == 0
+    rows = {r["label"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for zero in (0, 1):
+        ran = simulate(scenario_from_dict(scenario(zero))).summary
+        assert rows[f"zero={zero}"]["step_time_s"] == ran["step_time_s"]
+    carried = scenario_from_dict(scenario(0)).model_dump(exclude_unset=True)  # the old template
+    carried["parallel"]["zero"] = 1
+    assert simulate(scenario_from_dict(carried)).summary["step_time_s"] != rows["zero=1"]["step_time_s"]

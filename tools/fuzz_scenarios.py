@@ -33,12 +33,12 @@ from typing import Any
 
 import yaml
 
-from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.memory_report import timeline_fault
 from simcluster.output.events import validate_events
+from simcluster.progress import progress_bar
 from simcluster.scenario import scenario_from_dict
 
 DENSE = ["llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "gpt3-1.3b", "llama3.2-1b", "mistral-7b", "qwen2.5-7b",

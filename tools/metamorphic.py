@@ -53,12 +53,12 @@ from typing import Any
 import yaml
 from fuzz_scenarios import Timeout, draw, paired, time_limit
 
-from simcluster.commands.common import progress_bar
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.model import load_preset
 from simcluster.output.events import validate_events
+from simcluster.progress import progress_bar
 from simcluster.scenario import scenario_from_dict
 from simcluster.schedules.registry import SCHEDULES
 

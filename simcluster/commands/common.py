@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from simcluster.scenario import Scenario, load_scenario, parse_set
@@ -68,29 +66,3 @@ def to_json(doc: dict[str, Any]) -> str:
 
 def print_json(doc: dict[str, Any]) -> None:
     sys.stdout.write(to_json(doc) + "\n")
-
-
-@contextlib.contextmanager
-def progress_bar(label: str, total: int) -> Iterator[Callable[[str], None]]:
-    """A transient bar on stderr (drawn only on a terminal) for ``total`` items of long work;
-    yields ``advance(description)``, called once per finished item. Beside the elapsed time it
-    shows rich's estimate of the time left (from the recent rate: a sweep of a few hundred
-    layouts on 16k GPUs runs for an hour, and its user wants to know whether to wait)."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    stderr = Console(stderr=True)
-    columns = (
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.description}"),
-    )  # fmt: skip
-    with Progress(*columns, console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
-        task = bar.add_task("", total=total)
-        yield lambda description: bar.update(task, advance=1, description=description)

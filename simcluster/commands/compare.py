@@ -21,7 +21,6 @@ from simcluster.commands.common import (
     add_price_argument,
     print_json,
     print_notes,
-    progress_bar,
     to_json,
 )
 from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
@@ -36,6 +35,7 @@ from simcluster.commands.console import stdout_console
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
+from simcluster.progress import progress_bar
 from simcluster.scenario import load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
 

@@ -14,17 +14,18 @@ from simcluster.commands.common import (
     add_scenario_arguments,
     print_json,
     print_notes,
-    progress_bar,
     scenario_from_args,
     to_json,
 )
 from simcluster.commands.console import stdout_console
 from simcluster.cost import Prices, check_priced, format_usd, parse_prices
+from simcluster.cost_hint import cost_hint
 from simcluster.engine.breakdown import SHORT, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.hardware import load_profile, resolve_profile_path
 from simcluster.inert import InertNote, common_notes, inert_settings, note_lines
+from simcluster.progress import progress_bar
 from simcluster.sweep import (
     AXES,
     MEMORY_FIELD,
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or max(os.cpu_count() or 1, 1)
     prices = parse_prices(args.price)
     scenario = scenario_from_args(args)
-    base = scenario.model_dump(exclude_unset=True)
+    base = scenario.as_written()  # each layout gets its framework's preset for that layout
     base["name"] = scenario.name
     texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
     hardware = args.hardware
@@ -190,10 +191,14 @@ def _run_with_progress(
     prices: Prices | None = None,
     fitting_only: bool = False,
 ) -> list[SweepRow]:
-    with progress_bar("sweep", len(cands)) as advance:
+    def advance(row: SweepRow) -> None:
+        # a layout the checks skipped took no simulation (wall_s 0): its cost never comes
+        step(row.candidate.label, cost_hint(row.candidate.scenario), ran=row.wall_s > 0)
+
+    total = sum(cost_hint(c.scenario) for c in cands)
+    with progress_bar("sweep", len(cands), total, executor.workers) as step:
         return run_sweep(
-            cands, hardware, progress=lambda r: advance(r.candidate.label), prices=prices, executor=executor,
-            fitting_only=fitting_only,
+            cands, hardware, progress=advance, prices=prices, executor=executor, fitting_only=fitting_only,
         )  # fmt: skip
 
 

@@ -9,10 +9,12 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import print_json, progress_bar, to_json
+from simcluster.commands.common import print_json, to_json
 from simcluster.commands.console import stdout_console
+from simcluster.cost_hint import cost_hint
 from simcluster.errors import UserError
 from simcluster.executors import Executor
+from simcluster.progress import progress_bar
 from simcluster.validate import CaseResult, load_cases, run_cases
 from simcluster.validate_gate import broken_gates, percent
 from simcluster.validate_report import (
@@ -102,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(cases: list, executor: Executor) -> list[CaseResult]:
-    with progress_bar("validate", len(cases)) as advance:
-        return run_cases(cases, progress=lambda r: advance(r.case.name), executor=executor)
+    total = sum(cost_hint(case.scenario) for case in cases)  # the time left weighs each case
+    with progress_bar("validate", len(cases), total, executor.workers) as advance:
+        return run_cases(cases, progress=lambda r: advance(r.case.name, cost_hint(r.case.scenario)), executor=executor)
 
 
 def _pct(x: float | None) -> str:

@@ -1,4 +1,6 @@
-"""Drive a SimPy run with a progress bar (stderr, only on a terminal and for long runs)."""
+"""Drive a SimPy run with a progress bar (stderr, only on a terminal and for long runs), or,
+for ``show=None`` with stderr piped, the plain lines of :mod:`simcluster.progress` (from 10 s
+on: an all-ranks run of thousands of GPUs takes many minutes)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ def run_with_progress(
     env: simpy.Environment, done: Callable[[], int], total: int, show: bool | None = None
 ) -> None:
     """Run ``env`` to completion; show pipeline ops done / total after the first second."""
-    if show is None:
-        show = sys.stderr.isatty()
+    if show is None and not sys.stderr.isatty():
+        _run_with_lines(env, done, total)
+        return
     if not show:
         env.run()
         return
@@ -58,3 +61,28 @@ def run_with_progress(
     finally:
         if progress is not None:
             progress.stop()
+
+
+def _run_with_lines(env: simpy.Environment, done: Callable[[], int], total: int) -> None:
+    """Run ``env`` to completion, printing piped progress lines of pipeline ops done / total."""
+    from simcluster.progress import PlainLines, Tracker
+
+    tracker = Tracker(total, float(total))
+    lines = PlainLines("simulating (pipeline ops)", tracker, sys.stderr)
+
+    def count() -> None:
+        ops = done() - tracker.done
+        if ops > 0:
+            tracker.advance(float(ops), True, ops)
+            lines.on_advance()
+
+    while True:
+        try:
+            for _ in range(_BATCH):
+                env.step()
+        except simpy.core.EmptySchedule:
+            break
+        count()
+        lines.on_tick()
+    count()
+    lines.finish()

@@ -9,6 +9,7 @@ flushed with ``fsync``, then renamed into place. Any ``OSError`` becomes
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -141,25 +142,80 @@ def atomic_output_dir(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+#: the hidden file in an output directory naming, per writer, the files it wrote there last
+#: (``{"run": ["events.csv", ...]}``): what a later write of that writer may remove
+MANIFEST = ".simcluster-files.json"
+
+
+def _read_manifest(out_dir: Path) -> dict[str, list[str]]:
+    """The manifest in ``out_dir``, or an empty one where it is missing or unreadable (then
+    nothing is removed: a file is removed only on this record's word that simcluster wrote it)."""
+    try:
+        doc = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        str(owner): [n for n in names if isinstance(n, str) and _plain_name(n)]
+        for owner, names in doc.items()
+        if isinstance(names, list)
+    }
+
+
+def _plain_name(name: str) -> bool:
+    """A file name directly inside the directory: never a path, a dot-file or the manifest."""
+    return bool(name) and name == Path(name).name and not name.startswith(".")
+
+
+def _manifest_bytes(manifest: dict[str, list[str]]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _remove(path: Path) -> None:
+    if path.is_file() and not path.is_symlink():
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise _unwritable(path, exc) from exc
+
+
 def write_output_files(
-    out_dir: str | os.PathLike[str], files: dict[str, bytes], superseded: tuple[str, ...] = ()
+    out_dir: str | os.PathLike[str],
+    files: dict[str, bytes],
+    superseded: tuple[str, ...] = (),
+    owner: str | None = None,
 ) -> dict[str, Path]:
     """Write ``files`` (name -> bytes, rendered beforehand) into ``out_dir`` atomically, as
     :func:`atomic_output_dir` does; returns file name -> final path. Each regular file named in
     ``superseded`` (another form of one of ``files``, say trace.json beside trace.json.gz) is
-    removed once the new files are in place, so the directory never shows two runs' versions."""
-    with atomic_output_dir(out_dir) as staging:
-        for name, data in sorted(files.items()):
+    removed once the new files are in place, so the directory never shows two runs' versions.
+
+    With ``owner`` (a writer whose set of files varies from call to call: ``run`` writes
+    timeline.svg only with --svg, breakdown.png only for a step it can split) the directory's
+    :data:`MANIFEST` records the names written, and the files that owner's previous write left
+    and this one did not are removed after the new ones are in place: a reused ``--out`` then
+    holds one run's outputs, not the last run's beside an older run's timeline.svg. Only names
+    the manifest lists under that owner are removed, so the user's own files (and any of ours
+    written before the manifest existed) stay. The manifest lists the stale names too until
+    they are gone, so an interruption in between leaves them to the next write."""
+    target = Path(out_dir)
+    previous = _read_manifest(target) if owner is not None else {}
+    stale = sorted(set(previous.get(owner or "", ())) - set(files))
+    staged = dict(files)
+    if owner is not None:
+        staged[MANIFEST] = _manifest_bytes({**previous, owner: sorted({*files, *stale})})
+    with atomic_output_dir(target) as staging:
+        for name, data in sorted(staged.items()):
             (staging / name).write_bytes(data)
-    final = Path(out_dir)
     for name in superseded:
-        old = final / name
-        if name not in files and old.is_file():
-            try:
-                old.unlink()
-            except OSError as exc:
-                raise _unwritable(old, exc) from exc
-    return {name: final / name for name in sorted(files)}
+        if name not in files:
+            _remove(target / name)
+    if owner is not None and stale:
+        for name in stale:
+            _remove(target / name)
+        atomic_write_bytes(target / MANIFEST, _manifest_bytes({**previous, owner: sorted(files)}))
+    return {name: target / name for name in sorted(files)}
 
 
 def _nearest_existing(path: Path) -> Path:

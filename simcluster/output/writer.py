@@ -93,7 +93,9 @@ def write_all(
     breakdown.png (when the summary has ``time_breakdown_s``) and summary.json into
     ``out_dir``; returns file name -> final path. ``window`` (seconds) zooms the timeline;
     ``gzip_trace`` writes trace.json.gz instead of trace.json (and removes a trace.json left
-    there by an earlier run, as a plain trace removes an earlier trace.json.gz).
+    there by an earlier run, as a plain trace removes an earlier trace.json.gz). Any other
+    file an earlier run wrote there and this one does not (timeline.svg, breakdown.png) is
+    removed as well, by the directory's manifest (``atomic.MANIFEST``); the user's files stay.
     summary.json and the trace leave out :data:`MACHINE_KEYS` (the simulation's wall time):
     the same inputs write the same bytes.
 
@@ -132,4 +134,6 @@ def write_all(
     files[SUMMARY_JSON] = summary_text.encode()
 
     other_trace = TRACE_JSON if gzip_trace else TRACE_JSON_GZ
-    return write_output_files(out_dir, files, superseded=(other_trace,))
+    # the set varies (--svg, --gzip-trace, breakdown.png, events.parquet): the manifest lets a
+    # reused --out lose the previous run's files this run did not write
+    return write_output_files(out_dir, files, superseded=(other_trace,), owner="run")

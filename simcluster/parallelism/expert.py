@@ -21,6 +21,7 @@ import math
 
 from simcluster.compute import KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
+from simcluster.layout import Layout
 from simcluster.parallelism import wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
@@ -31,9 +32,8 @@ from simcluster.scenario import MoeSection
 FP8_WIRE_BYTES = 1.0 + 4.0 / 128
 
 
-def ep_nodes(shapes: Shapes) -> int:
+def ep_nodes(lay: Layout) -> int:
     """Nodes the EP group of rank 0 spans."""
-    lay = shapes.layout
     return len({r // lay.gpus_per_node for r in lay.group("ep", 0)})
 
 
@@ -49,7 +49,7 @@ def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
     N (1 - C(E - E/N, k) / C(E, k)).
     """
     m = shapes.model
-    nodes = ep_nodes(shapes)
+    nodes = ep_nodes(shapes.layout)
     if moe.dispatcher == "alltoall" or nodes <= 1:
         return float(m.top_k)
     if moe.max_nodes_per_token:

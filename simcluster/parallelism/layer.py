@@ -28,7 +28,13 @@ from simcluster.parallelism.segments import Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tp_async_blocks import AsyncTpBlocks
 from simcluster.scenario import Scenario
-from simcluster.userbuffers import BlockOverlaps, UbOverlap, block_overlaps, resolve
+from simcluster.userbuffers import (
+    BlockOverlaps,
+    UbOverlap,
+    block_overlaps,
+    resolve,
+    tp_overlaps_run,
+)
 
 __all__ = ["Gemm", "LayerBuilder"]
 
@@ -103,8 +109,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
     @property
     def tp_async(self) -> bool:
         """Whether the dense blocks run nanotron's async TP linears (``overlap.tp_async``)."""
-        lay = self.shapes.layout
-        return self.scenario.overlap.tp_async and lay.tp > 1 and lay.sequence_parallel
+        return tp_overlaps_run(self.scenario.overlap, self.shapes.layout)[1]
 
     @cached_property
     def ops(self) -> Elementwise:
@@ -234,8 +239,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
     def userbuffers(self) -> dict[str, UbOverlap] | None:
         """TransformerEngine's userbuffers overlaps (``overlap.tp_comm_cfg``) when they run:
         ``overlap.tp_comm`` with tp > 1 and sequence parallelism; None otherwise."""
-        lay = self.shapes.layout
-        if not (self.scenario.overlap.tp_comm and lay.tp > 1 and lay.sequence_parallel):
+        if not tp_overlaps_run(self.scenario.overlap, self.shapes.layout)[0]:
             return None
         return resolve(self.scenario.overlap.tp_comm_cfg)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, PrivateAttr
 
 from simcluster.scenario.base import SectionBase
@@ -72,14 +74,44 @@ class Scenario(SectionBase):
     moe: MoeSection = MoeSection()
     simulation: SimulationSection = SimulationSection()
     #: the dotted keys the scenario itself wrote (``section.key``, or a top-level key), before
-    #: a framework preset filled its defaults: what ``inert.py`` may name as having no effect
-    _written: frozenset[str] = PrivateAttr(default=frozenset())
+    #: a framework preset filled its defaults, as ``scenario_from_dict`` records them; None for
+    #: a scenario validated directly, where no preset has filled anything in
+    _written: frozenset[str] | None = PrivateAttr(default=None)
 
     @property
     def written(self) -> frozenset[str]:
-        """The keys the scenario wrote itself (after aliases, misplaced keys and ``--set``;
-        not a framework preset's)."""
-        return self._written
+        """The keys the scenario wrote itself, in the schema's names (after aliases, misplaced
+        keys, ``--set``, ``cluster.nodes`` read as ``cluster.gpus`` and the like; not a
+        framework preset's): what ``inert.py`` may name as having no effect and what
+        ``context`` asks whether a setting was given. A scenario validated directly
+        (``Scenario.model_validate``: no preset applied) wrote the fields pydantic saw set."""
+        if self._written is not None:
+            return self._written
+        keys: set[str] = set()
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                keys.update(f"{name}.{key}" for key in value.model_fields_set)
+            else:
+                keys.add(name)
+        return frozenset(keys)
+
+    def as_written(self) -> dict[str, Any]:
+        """The scenario's keys as it wrote them (validated values, no framework preset's
+        defaults): the mapping to change a setting of and validate again, so that the preset
+        fills in for the new layout what it does there (DeepSpeed's BF16_Optimizer cast at
+        ZeRO-1, not carried into a ZeRO-2 layout; nanotron's ZeRO-0 DDP buckets, not into its
+        ZeRO-1 path) as ``run`` of that layout would."""
+        written = self.written
+        out: dict[str, Any] = {}
+        for name, value in self.model_dump(exclude_unset=True).items():
+            if name in _SECTIONS and isinstance(value, dict):
+                kept = {key: v for key, v in value.items() if f"{name}.{key}" in written}
+                if kept or name in ("model", "cluster", "training"):
+                    out[name] = kept
+            elif name in written:
+                out[name] = value
+        return out
 
     def __eq__(self, other: object) -> bool:
         # the same scenario however it was written: which keys were spelled out (``written``)

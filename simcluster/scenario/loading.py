@@ -222,9 +222,12 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         )
     data = apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
-    written = written_keys(data)  # before expansions and the framework's preset fill in others
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
-    data = apply_framework(normalise_spellings(data))
+    data = normalise_spellings(data)
+    # the keys the scenario states, in the schema's names (nodes as cluster.gpus, fsdp as
+    # parallel.zero), before its framework's preset fills in others
+    written = written_keys(data)
+    data = apply_framework(data)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,187 @@
+"""Progress of long work on stderr: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s
+scenarios (:func:`progress_bar`) and one simulation's pipeline ops (``engine/progress.py``).
+
+On a terminal: a transient bar. Piped (CI, ``nohup``, ``| tee``): plain lines, since a bar is
+not drawn there and an hour-long sweep that prints nothing looks hung. They start only once
+the work has run :data:`QUIET_S` (short runs print nothing), then come at each tenth of the
+items done, or after a silence of :data:`HEARTBEAT_S` or a quarter of the time elapsed,
+whichever is longer (one slow layout still shows the command alive; a two-hour sweep prints a
+few dozen lines, not hundreds), and one at the end.
+
+The time left is the time so far scaled by the expected cost still to run over the cost done
+(each item's cost from :func:`simcluster.cost_hint.cost_hint`: items differ by their
+microbatches per step many times over), counting only items that ran: a sweep's layouts
+skipped by the checks finish in milliseconds, all before the first simulation, and counted
+as done work they made the first estimates far too short. Until a few items have run (at
+least one per parallel worker) it says "estimating".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TextIO
+
+#: seconds before piped progress prints its first line
+QUIET_S = 10.0
+#: the shortest silence after which piped progress says it is still running
+HEARTBEAT_S = 30.0
+#: items that must have run before the time left is estimated
+MIN_KNOWN = 3
+
+
+def clock_text(seconds: float) -> str:
+    """``h:mm:ss`` (``m:ss`` under an hour)."""
+    whole = max(int(round(seconds)), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Tracker:
+    """Counts and the cost-weighted estimate of the time left (thread-safe)."""
+
+    def __init__(self, total: int, total_cost: float, parallel: int = 1) -> None:
+        self.total = total
+        self.left_cost = total_cost  # expected cost of the items not yet run (nor skipped)
+        self.done = 0
+        self.ran = 0
+        self.ran_cost = 0.0
+        self.min_known = max(MIN_KNOWN, parallel)
+        self.lock = threading.Lock()
+
+    def advance(self, cost: float, ran: bool, count: int = 1) -> None:
+        """``count`` items finished: ``ran`` (their ``cost`` done) or skipped (never to come)."""
+        with self.lock:
+            self.done += count
+            self.left_cost = max(self.left_cost - cost, 0.0)
+            if ran:
+                self.ran += count
+                self.ran_cost += cost
+
+    def left_s(self, elapsed: float) -> float | None:
+        """Seconds left, or None while too few items have run to say."""
+        with self.lock:
+            if self.ran < min(self.min_known, self.total) or self.ran_cost <= 0:
+                return None
+            return elapsed * self.left_cost / self.ran_cost
+
+    def line(self, label: str, elapsed: float) -> str:
+        """``label: done/total, elapsed ... , about ... left``."""
+        left = self.left_s(elapsed)
+        if self.done >= self.total:
+            return f"{label}: {self.done:,}/{self.total:,} done in {clock_text(elapsed)}"
+        estimate = "time left: estimating" if left is None else f"about {clock_text(left)} left"
+        return f"{label}: {self.done:,}/{self.total:,}, {clock_text(elapsed)} elapsed, {estimate}"
+
+
+class PlainLines:
+    """Piped progress: bounded plain lines on ``stream`` (see the module's docstring)."""
+
+    def __init__(
+        self,
+        label: str,
+        tracker: Tracker,
+        stream: TextIO,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label, self.tracker, self.stream, self.clock = label, tracker, stream, clock
+        self.start = clock()
+        self.last_line: float | None = None  # when the last line was printed
+        self.last_text = ""
+        self.last_tenth = 0
+        self.print_lock = threading.Lock()
+
+    def _print(self, now: float) -> None:
+        text = self.tracker.line(self.label, now - self.start)
+        if text != self.last_text:  # the closing line right after the last tenth's, once
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        self.last_line, self.last_text = now, text
+
+    def on_advance(self) -> None:
+        """After an item: a line when a new tenth is done (once past the quiet start)."""
+        with self.print_lock:
+            now = self.clock()
+            t = self.tracker
+            tenth = math.floor(10 * t.done / t.total) if t.total else 10
+            if tenth > self.last_tenth and now - self.start >= QUIET_S:
+                self.last_tenth = tenth
+                self._print(now)
+
+    def on_tick(self) -> None:
+        """Every second: a line after a long silence."""
+        with self.print_lock:
+            now = self.clock()
+            elapsed = now - self.start
+            since = now - (self.start if self.last_line is None else self.last_line)
+            if elapsed >= QUIET_S and since >= max(HEARTBEAT_S, elapsed / 4):
+                self._print(now)
+
+    def finish(self) -> None:
+        """The closing line, when any line came before (a short run stays silent)."""
+        with self.print_lock:
+            if self.last_line is not None:
+                self._print(self.clock())
+
+
+@contextlib.contextmanager
+def _ticking(lines: PlainLines) -> Iterator[None]:
+    """Call ``lines.on_tick`` every second on a daemon thread while the work runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1.0):
+            lines.on_tick()
+
+    thread = threading.Thread(target=loop, name="simcluster-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def progress_bar(
+    label: str, total: int, total_cost: float | None = None, parallel: int = 1
+) -> Iterator[Callable[..., None]]:
+    """Progress for ``total`` items of expected cost ``total_cost`` in all (default: 1 each),
+    ``parallel`` at a time; yields ``advance(description, cost=1.0, ran=True)``, called once
+    per finished item (``ran`` False: skipped without work)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    tracker = Tracker(total, float(total) if total_cost is None else total_cost, parallel)
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
+        lines = PlainLines(label, tracker, sys.stderr)
+
+        def advance_plain(description: str, cost: float = 1.0, ran: bool = True) -> None:
+            tracker.advance(cost, ran)
+            lines.on_advance()
+
+        with _ticking(lines):
+            yield advance_plain
+        lines.finish()
+        return
+    columns = (
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[left]}"), TextColumn("{task.description}"),
+    )  # fmt: skip
+    start = time.monotonic()
+    with Progress(*columns, console=stderr, transient=True) as bar:
+        task = bar.add_task("", total=total, left="left: estimating")
+
+        def advance_bar(description: str, cost: float = 1.0, ran: bool = True) -> None:
+            tracker.advance(cost, ran)
+            left = tracker.left_s(time.monotonic() - start)
+            text = "left: estimating" if left is None else f"left {clock_text(left)}"
+            bar.update(task, advance=1, description=description, left=text)
+
+        yield advance_bar

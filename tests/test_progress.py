@@ -1,0 +1,115 @@
+"""Progress of sweep and validate (simcluster/progress.py): the time left scaled by
+the expected cost still to run over the cost done, skipped items excluded; piped, a bounded
+number of plain lines."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from simcluster.cost_hint import cost_hint
+from simcluster.progress import HEARTBEAT_S, QUIET_S, PlainLines, Tracker, clock_text
+
+
+def test_skipped_items_do_not_make_the_estimate_short():
+    """100 layouts, 60 skipped by the checks in the first milliseconds, then 4 simulated in
+    40 s: 36 to go at 10 s each is 360 s. Counted as done work, the skips made it
+    40 x 36 / 64 = 22.5 s."""
+    t = Tracker(100, 100.0)
+    for _ in range(60):
+        t.advance(1.0, ran=False)
+    assert t.left_s(0.1) is None  # nothing has run: estimating
+    for _ in range(4):
+        t.advance(1.0, ran=True)
+    assert t.left_s(40.0) == pytest.approx(360.0)
+
+
+def test_the_estimate_weighs_each_item_by_its_cost():
+    """Three layouts of 8 microbatches ran in 30 s; the last has 56 (7x): 70 s left, not 10."""
+    t = Tracker(4, 8 + 8 + 8 + 56.0)
+    for _ in range(3):
+        t.advance(8.0, ran=True)
+    assert t.left_s(30.0) == pytest.approx(70.0)
+
+
+def test_estimating_until_one_item_per_worker_has_run():
+    t = Tracker(20, 20.0, parallel=4)
+    for _ in range(3):
+        t.advance(1.0, ran=True)
+    assert t.left_s(3.0) is None
+    t.advance(1.0, ran=True)
+    assert t.left_s(4.0) == pytest.approx(16.0)
+    assert "estimating" in Tracker(5, 5.0).line("sweep", 1.0)
+
+
+def _run(total: int, seconds_each: float, ticks: bool = True) -> list[str]:
+    """A serial run of ``total`` items taking ``seconds_each``, the clock ticking every second."""
+    now = [0.0]
+    out = io.StringIO()
+    tracker = Tracker(total, float(total))
+    lines = PlainLines("sweep", tracker, out, clock=lambda: now[0])
+    for _ in range(total):
+        for _ in range(int(seconds_each)):
+            now[0] += 1.0
+            if ticks:
+                lines.on_tick()
+        tracker.advance(1.0, ran=True)
+        lines.on_advance()
+    lines.finish()
+    return out.getvalue().splitlines()
+
+
+def test_a_short_run_prints_nothing():
+    assert _run(20, 0.4) == []  # 8 s in all: under QUIET_S
+    assert QUIET_S == 10.0
+
+
+def test_lines_at_each_tenth_then_the_end():
+    got = _run(20, 2.0)  # 40 s: tenths from 10 s on
+    assert got[0] == "sweep: 5/20, 0:10 elapsed, about 0:30 left"
+    assert got[1] == "sweep: 6/20, 0:12 elapsed, about 0:28 left"
+    assert got[-1] == "sweep: 20/20 done in 0:40"
+    assert len(got) == 9  # 25% (the first past 10 s), 30%, 40%, ... 100%, the last also the end
+
+
+def test_a_slow_item_still_shows_the_command_alive_with_bounded_lines():
+    """Two hours, one item every 12 minutes: a line after 30 s of silence, then after a quarter
+    of the time elapsed; 10 tenths, a few dozen heartbeats at most, not one every 30 s (240)."""
+    got = _run(10, 720.0)
+    assert got[0] == "sweep: 0/10, 0:30 elapsed, time left: estimating"
+    assert got[-1] == "sweep: 10/10 done in 2:00:00"
+    assert 12 <= len(got) <= 40
+    assert HEARTBEAT_S == 30.0
+
+
+def test_clock_text():
+    assert clock_text(65) == "1:05" and clock_text(3725) == "1:02:05" and clock_text(-1) == "0:00"
+
+
+def test_cost_hint_is_microbatches_times_layers():
+    # 64 GPUs at tp 8, pp 2: dp 4; 512 sequences in micro-batches of 2: 64 microbatches x 80 layers
+    raw = {"cluster": {"gpus": 64}, "parallel": {"tp": 8, "pp": 2},
+           "training": {"global_batch": 512, "micro_batch": 2}, "model": {"layers": 80}}  # fmt: skip
+    assert cost_hint(raw) == 64 * 80
+    assert cost_hint({"model": "llama3-8b"}) == 1.0  # unreadable: 1
+
+
+def test_a_piped_run_prints_its_simulation_progress_only_when_long(monkeypatch, capsys):
+    """`run` simulates with progress=None: a bar on a terminal; piped (capsys is no terminal),
+    nothing for a run under QUIET_S, lines of pipeline ops past it (QUIET_S set to 0 here, so
+    the first batch of 20,000 SimPy steps already crosses a tenth), ending in the total."""
+    import simcluster.progress as progress
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+    from tests.engine_helpers import pipeline_scenario
+
+    scenario = scenario_from_dict(pipeline_scenario(4, 16, "1f1b", layers=8))
+    quiet = simulate(scenario, progress=None)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    loud = simulate(scenario, progress=None)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(ln.startswith("simulating (pipeline ops): ") for ln in lines)
+    assert " done in " in lines[-1]
+    assert loud.summary["step_time_s"] == quiet.summary["step_time_s"]
