@@ -207,9 +207,15 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
         "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": not fp16},
     }
+    # DeepSpeed's sequence parallelism is Ulysses (deepspeed/sequence/layer.py
+    # DistributedAttention; it has no ring attention): its backward all-to-alls only the
+    # output's gradient in, where TE's moves the output too
+    defaults["parallel"] = {"cp_a2a_impl": "deepspeed"}
+    if _parallel(raw, "cp", 1) > 1:
+        defaults["parallel"]["cp_comm"] = "a2a"
     if _parallel(raw, "ep", 1) > 1:
         # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
-        defaults["parallel"] = {"etp": 1}
+        defaults["parallel"]["etp"] = 1
     if zero >= 2:
         # ZeRO-2/3 free .grad after each microbatch's reduction and add the reduced gradient
         # into the rank's partition only (stage_1_and_2.py independent_gradient_partition_epilogue:
@@ -532,8 +538,10 @@ FRAMEWORKS: dict[str, Framework] = {
             "bucket's reduction in flight and each reducing backward ended by a device sync, "
             "ZeRO-3's by a sync alone), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
-            "--use-flash-attn-v1/-v2/-triton)",
-            "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
+            "--use-flash-attn-v1/-v2/-triton); with cp > 1 DeepSpeed-Ulysses' all-to-all "
+            "attention, whose backward moves only the output's gradient in",
+            "microsoft/DeepSpeed deepspeed/sequence/layer.py (DistributedAttention, "
+            "_SeqAllToAll.backward), deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
             "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "

@@ -73,6 +73,15 @@ def _cp_one(ctx: Context) -> Verdict:
     return ("at parallel.cp=1", "no context-parallel attention to communicate") if ctx.layout.cp == 1 else None
 
 
+def _a2a_impl(ctx: Context) -> Verdict:
+    # parallelism/context.py reads cp_a2a_impl only in the a2a algorithm's backward
+    if ctx.layout.cp == 1:
+        return _cp_one(ctx)
+    if ctx.layout.cp_comm != "a2a":
+        return (f"with parallel.cp_comm={ctx.layout.cp_comm}", "only the a2a algorithm has two implementations")
+    return None
+
+
 def _tp_one(what: str) -> Callable[[Context], Verdict]:
     def rule(ctx: Context) -> Verdict:
         return ("at parallel.tp=1", what) if ctx.layout.tp == 1 else None
@@ -197,6 +206,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
     InertRule("parallel.cp_comm", _cp_one),
     InertRule("parallel.cp_a2a", _cp_one),
+    InertRule("parallel.cp_a2a_impl", _a2a_impl),
     InertRule("parallel.parallel_block_comm", _tp_one("each branch's TP collectives exist only with tp > 1")),
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),

@@ -43,6 +43,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.cp_comm", {"parallel": {"cp_comm": "a2a"}}, {"parallel": {"cp": 2, "cp_comm": "a2a"}}),
     ("parallel.cp_a2a", {"parallel": {"cp_comm": "a2a+p2p", "cp_a2a": 2}},
      {"parallel": {"cp": 4, "cp_comm": "a2a+p2p", "cp_a2a": 2}}),
+    ("parallel.cp_a2a_impl", {"parallel": {"cp": 2, "cp_comm": "p2p", "cp_a2a_impl": "deepspeed"}},
+     {"parallel": {"cp": 2, "cp_comm": "a2a", "cp_a2a_impl": "deepspeed"}}),
     ("parallel.parallel_block_comm", {"model": PARALLEL_BLOCK, "parallel": {"parallel_block_comm": "fused"}},
      {"model": PARALLEL_BLOCK, "parallel": {"tp": 2, "parallel_block_comm": "fused"}}),
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
