@@ -216,6 +216,16 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     if _parallel(raw, "ep", 1) > 1:
         # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
         defaults["parallel"]["etp"] = 1
+    if zero == 3:
+        # DeepSpeed's ZeRO-3 coordinator with its defaults (runtime/zero/config.py
+        # DeepSpeedZeroConfig: stage3_prefetch_bucket_size 5e7, stage3_param_persistence_threshold
+        # 1e5, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9, reduce_bucket_size
+        # 5e8; parallelism/zero3_coordinator.py)
+        defaults["zero3"] = {
+            "prefetch_bucket_size": 50_000_000, "param_persistence_threshold": 100_000,
+            "max_live_parameters": 1_000_000_000, "max_reuse_distance": 1_000_000_000,
+            "reduce_bucket_size": 500_000_000,
+        }  # fmt: skip
     if zero >= 2:
         # ZeRO-2/3 free .grad after each microbatch's reduction and add the reduced gradient
         # into the rank's partition only (stage_1_and_2.py independent_gradient_partition_epilogue:
@@ -536,11 +546,16 @@ FRAMEWORKS: dict[str, Framework] = {
             "microbatch, each bucket all-reduced whole on the compute stream, then only the "
             "rank's shard accumulated; with overlap.dp_grad_reduce, its overlap_comm, one "
             "bucket's reduction in flight and each reducing backward ended by a device sync, "
-            "ZeRO-3's by a sync alone), attention on "
+            "ZeRO-3's by a sync alone; ZeRO-3 with its parameter coordinator's defaults: a 5e7-"
+            "element prefetch window, tensors of at most 1e5 elements kept whole, the last layers "
+            "within 1e9 elements of reuse kept for their backward, gradients reduce-scattered from "
+            "a 5e8-element bucket), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
             "--use-flash-attn-v1/-v2/-triton); with cp > 1 DeepSpeed-Ulysses' all-to-all "
             "attention, whose backward moves only the output's gradient in",
-            "microsoft/DeepSpeed deepspeed/sequence/layer.py (DistributedAttention, "
+            "microsoft/DeepSpeed deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig defaults), "
+            "partitioned_param_coordinator.py, parameter_offload.py (mark_persistent_parameters), "
+            "stage3.py (__add_grad_to_ipg_bucket); deepspeed/sequence/layer.py (DistributedAttention, "
             "_SeqAllToAll.backward), deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
             "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "

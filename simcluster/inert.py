@@ -58,6 +58,16 @@ def _zero_below_3(ctx: Context) -> Verdict:
     return (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer") if zero != 3 else None
 
 
+def _coordinator(ctx: Context) -> Verdict:
+    # read only by DeepSpeed's coordinator, which zero3.prefetch_bucket_size switches on
+    # (parallelism/zero3_coordinator.py coordinated)
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.scenario.zero3.prefetch_bucket_size is None:
+        return ("without zero3.prefetch_bucket_size", "it sizes DeepSpeed's prefetch window, which these limit; set it")
+    return None
+
+
 def _replica_all_reduce(ctx: Context) -> Verdict:
     # HSDP's replica all-reduce exists only with more than one replica (dp_ops: zero_replicas);
     # FSDPModule.set_requires_all_reduce is FSDP2's, i.e. ZeRO-3's
@@ -227,6 +237,11 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.buffers", _zero_below_3),
     InertRule("zero3.reshard_after_forward", _zero_below_3),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
+    InertRule("zero3.prefetch_bucket_size", _zero_below_3),
+    InertRule("zero3.param_persistence_threshold", _zero_below_3),
+    InertRule("zero3.max_live_parameters", _coordinator),
+    InertRule("zero3.max_reuse_distance", _coordinator),
+    InertRule("zero3.reduce_bucket_size", _zero_below_3),
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
