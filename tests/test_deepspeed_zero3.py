@@ -171,3 +171,15 @@ def test_the_contiguous_bucket_is_held_whole_whatever_the_model():
     _, grads = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0])
     largest = 4 * H * H + 4 * H + 3 * H
     assert grads == (500_000_000 + largest) * 2
+
+
+@pytest.mark.parametrize("coordinator", [True, False])
+def test_persistent_tensors_are_held_whole(coordinator):
+    """Each layer's 13h of norms and biases and the final LayerNorm's 2h stay gathered beside
+    their shards, 2 bytes each, under DeepSpeed's coordinator or with the threshold alone."""
+    base = {} if coordinator else NO_COORDINATOR
+    held = []
+    for threshold in (0, 100_000):
+        ctx = build_context(scenario_from_dict(_doc({**base, "param_persistence_threshold": threshold})))
+        held.append(zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0])[0])
+    assert held[1] - held[0] == (LAYERS * 13 * H + 2 * H) * 2

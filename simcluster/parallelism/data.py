@@ -97,7 +97,7 @@ def zero3_working_bytes(
         for layer in layers:
             largest = max(largest, sum(unit_params(model, layout, ch, layer)))
     gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
-    params = gathered * largest * param_bytes(scenario)
+    params = gathered * largest * param_bytes(scenario) + zero3_coordinator.persistent_bytes(scenario, model, layout, chunks)
     grads = largest * param_bytes(scenario)
     if scenario.wait_reduction:
         grads += largest * grad_reduce_bytes(scenario)

@@ -72,6 +72,18 @@ def persistent_params(model: ModelSpec, layout: Layout, layer: int, threshold: i
     return sum(n for n in small_tensors(model, layout, layer) if n <= threshold)
 
 
+def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> float:
+    """Bytes of a stage's persistent tensors held whole beside their shards (DeepSpeed keeps
+    ``param.data`` gathered and its ``ds_tensor`` partition both)."""
+    threshold = scenario.zero3.param_persistence_threshold
+    if layout.zero != 3 or threshold <= 0:
+        return 0.0
+    total = sum(
+        persistent_params(model, layout, layer, threshold) for ch in chunks for unit in _unit_layers(ch) for layer in unit
+    )
+    return total * param_bytes(scenario)
+
+
 def kept_units(sizes: list[float], max_reuse: int | None) -> int:
     """How many of the forward's last units stay gathered for their backward, ``sizes`` being
     each unit's parameters in forward order. A unit's next use is its backward, after the
@@ -128,7 +140,6 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
     sc = scenario.zero3
     width = param_bytes(scenario)
     largest_tensor = 0.0
-    persistent = 0.0
     kept = 0.0
     largest_unit = 0.0
     for ch in chunks:
@@ -137,7 +148,6 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
             size = 0.0
             for layer in unit:
                 size += sum(unit_params(model, layout, ch, layer))
-                persistent += persistent_params(model, layout, layer, sc.param_persistence_threshold)
                 largest_tensor = max(
                     largest_tensor, *(max(x.dense, x.expert) for x in unit_tensors(model, layout, ch, layer))
                 )
@@ -147,7 +157,7 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
         kept = max(kept, sum(sizes[len(sizes) - n :]))
     window = prefetch_window(scenario, largest_tensor)
     gathered = max(largest_tensor, kept) + window
-    params = (persistent + gathered) * width
+    params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
     bucket = largest_unit if sc.reduce_bucket_size is None else float(sc.reduce_bucket_size)
     grads = (bucket + largest_tensor) * width
     return params, grads
