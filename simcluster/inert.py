@@ -58,11 +58,31 @@ def _zero_below_3(ctx: Context) -> Verdict:
     return (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer") if zero != 3 else None
 
 
+def _zero3_per_layer(ctx: Context) -> Verdict:
+    # DeepSpeed's knobs act on per-layer gathers and reductions; under a pipeline ZeRO-3 runs
+    # as FSDP2 under torch.distributed.pipelining, gathered once per step (layout.zero3_pipelined)
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero3_pipelined:
+        return (f"at parallel.pp={ctx.layout.pp}", "under a pipeline ZeRO-3 gathers each stage once per step")
+    return None
+
+
+def _reduce_bucket(ctx: Context) -> Verdict:
+    # engine/dp_ops.py: the bucket is DeepSpeed's; FSDP2's one reduce-scatter in flight
+    # (dp.wait_reduction, zero3.buffers copies) reduces each unit on its own
+    verdict = _zero3_per_layer(ctx)
+    if verdict is None and ctx.scenario.wait_reduction:
+        return ("with dp.wait_reduction", "FSDP2's reductions go one unit at a time, one in flight")
+    return verdict
+
+
 def _coordinator(ctx: Context) -> Verdict:
     # read only by DeepSpeed's coordinator, which zero3.prefetch_bucket_size switches on
     # (parallelism/zero3_coordinator.py coordinated)
-    if ctx.layout.zero != 3:
-        return _zero_below_3(ctx)
+    verdict = _zero3_per_layer(ctx)
+    if verdict is not None:
+        return verdict
     if ctx.scenario.zero3.prefetch_bucket_size is None:
         return ("without zero3.prefetch_bucket_size", "it sizes DeepSpeed's prefetch window, which these limit; set it")
     return None
@@ -237,11 +257,11 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.buffers", _zero_below_3),
     InertRule("zero3.reshard_after_forward", _zero_below_3),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
-    InertRule("zero3.prefetch_bucket_size", _zero_below_3),
-    InertRule("zero3.param_persistence_threshold", _zero_below_3),
+    InertRule("zero3.prefetch_bucket_size", _zero3_per_layer),
+    InertRule("zero3.param_persistence_threshold", _zero3_per_layer),
     InertRule("zero3.max_live_parameters", _coordinator),
     InertRule("zero3.max_reuse_distance", _coordinator),
-    InertRule("zero3.reduce_bucket_size", _zero_below_3),
+    InertRule("zero3.reduce_bucket_size", _reduce_bucket),
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),

@@ -111,6 +111,16 @@ def test_every_rule_has_a_case():
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 
 
+def test_deepspeeds_zero3_knobs_under_a_pipeline_and_beside_fsdp2s_reductions():
+    """Under a pipeline ZeRO-3 gathers each stage once per step (FSDP2 under
+    torch.distributed.pipelining), so DeepSpeed's per-layer knobs do nothing; its gradient bucket
+    does nothing where FSDP2 keeps one reduce-scatter in flight per unit."""
+    piped = {"parallel": {"zero": 3, "pp": 2}, "zero3": {"prefetch_bucket_size": 1000, "max_reuse_distance": 10}}
+    assert _settings(**piped) == ["zero3.prefetch_bucket_size", "zero3.max_reuse_distance"]
+    fsdp2 = {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "reduce_bucket_size": 10**6}}
+    assert _settings(**fsdp2) == ["zero3.reduce_bucket_size"]
+
+
 def test_a_16bit_gradient_lifetime_without_fp32_accumulation_is_inert():
     """Without a separate fp32 accumulator nanotron's and DeepSpeed's 16-bit ``.grad`` is the
     accumulator (grad_lifetime._transient_applies), while Megatron's ``add`` still frees a

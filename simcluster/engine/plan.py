@@ -181,7 +181,7 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
 def _persistent(ctx: Context, covered: list[int]) -> float:
     """Dense parameters of a unit's layers that DeepSpeed's ZeRO-3 keeps whole."""
     threshold = ctx.scenario.zero3.param_persistence_threshold
-    if ctx.layout.zero != 3 or threshold <= 0:
+    if ctx.layout.zero != 3 or ctx.layout.zero3_pipelined or threshold <= 0:
         return 0.0
     return sum(persistent_params(ctx.model, ctx.layout, u, threshold) for u in covered)
 

@@ -76,7 +76,7 @@ def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunk
     """Bytes of a stage's persistent tensors held whole beside their shards (DeepSpeed keeps
     ``param.data`` gathered and its ``ds_tensor`` partition both)."""
     threshold = scenario.zero3.param_persistence_threshold
-    if layout.zero != 3 or threshold <= 0:
+    if layout.zero != 3 or layout.zero3_pipelined or threshold <= 0:
         return 0.0
     total = sum(
         persistent_params(model, layout, layer, threshold) for ch in chunks for unit in _unit_layers(ch) for layer in unit

@@ -100,7 +100,8 @@ class Zero3Section(SectionBase):
             "buffer of this many elements (allocated whole for the run, contiguous_gradients) and "
             "reduce-scattered when the next unit would overflow it, and at the backward's end "
             "(stage3.py __add_grad_to_ipg_bucket, __reduce_and_partition_ipg_grads); DeepSpeed's "
-            "default 5e8. Unset: each unit reduce-scattered on its own, as FSDP"
+            "default 5e8. Unset: each unit reduce-scattered on its own, as FSDP. (At ZeRO 0-2 "
+            "DeepSpeed's reduce_bucket_size is dp.bucket_mb: elements x 2 bytes / 1e6)"
         ),
     )
 
