@@ -134,13 +134,23 @@ def test_units_kept_for_the_backward_are_not_gathered_again():
 
 
 def test_no_prefetch_window_waits_for_each_gather():
-    """stage3_prefetch_bucket_size 0: nothing is fetched ahead, as zero3.prefetch false (4K
-    tokens, so that a layer's compute can hide the next one's gather)."""
+    """stage3_prefetch_bucket_size 0: nothing is fetched ahead (``if prefetch_bucket_sz > 0``),
+    so layer 1's gather starts only once layer 0's forward is done; with a window it runs
+    under layer 0's forward, and the step is shorter (4K tokens, so that a layer's compute can
+    hide the next one's gather)."""
     long = {"seq_len": 4096}
+
+    def first_gather_after_layer0(window):
+        ev = run(_doc({"prefetch_bucket_size": window}, training=long)).events
+        ev = ev[(ev["rank"] == 0) & (ev["microbatch"] == 0)]
+        fwd0 = ev[(ev["kind"] == "forward") & (ev["layer"] == 0)]["end_s"].max()
+        gather1 = ev[(ev["name"] == "zero3_param_all_gather") & (ev["layer"] == 1)]["start_s"].min()
+        return gather1 - fwd0
+
+    assert first_gather_after_layer0(0) >= 0
+    assert first_gather_after_layer0(10**9) < 0
     none = run(_doc({"prefetch_bucket_size": 0}, training=long)).summary["step_time_s"]
     ahead = run(_doc({"prefetch_bucket_size": 10**9}, training=long)).summary["step_time_s"]
-    fsdp_off = run(_doc({"prefetch_bucket_size": 10**9, "prefetch": False}, training=long)).summary["step_time_s"]
-    assert none == pytest.approx(fsdp_off, rel=1e-12)
     assert none > ahead
 
 
@@ -183,3 +193,18 @@ def test_persistent_tensors_are_held_whole(coordinator):
         ctx = build_context(scenario_from_dict(_doc({**base, "param_persistence_threshold": threshold})))
         held.append(zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0])[0])
     assert held[1] - held[0] == (LAYERS * 13 * H + 2 * H) * 2
+
+
+def test_gathers_are_the_coordinators_prefetch_calls():
+    """fetch_sub_module coalesces whole parameters into one all_gather_coalesced while fewer
+    than the window are taken: with 5h^2 the QKV and output projections (4h^2, under it) take
+    fc1 (4h^2) along, and fc2 goes alone; with 4h^2 the two projections already reach it, then
+    fc1, then fc2; with none (no prefetch) each submodule's parameters alone: QKV, output, fc1,
+    fc2. The forward's gathers of a middle layer (the 1e9 reuse distance keeps every unit of
+    this small model for its backward, which gathers nothing); the bytes are the layer's
+    whatever the split."""
+    windows = (0, 4 * H * H, 5 * H * H, 10**9)
+    events = [_events({"prefetch_bucket_size": w, "param_persistence_threshold": 0}) for w in windows]
+    layer = 1  # a unit with no embedding or head in it
+    assert [len(ev[ev["layer"] == layer]) for ev in events] == [4, 3, 2, 1]
+    assert len({ev[ev["layer"] == layer]["bytes"].sum() for ev in events}) == 1

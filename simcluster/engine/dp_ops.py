@@ -306,17 +306,22 @@ class DataParallelOps:
         (:meth:`Unit.shards`), the layer's dense parameters first, as its pre-forward hook
         gathers them before the experts' does."""
         for group, params, layer_params in unit.gathered_shards():
-            yield from self.shared.comms.collective(
-                self.rank,
-                self.stage,
-                self._sharding(group),
-                "all_gather",
-                gather_bytes(self.shared.ctx.scenario, params, layer_params),
-                "zero3_param_all_gather",
-                op.microbatch,
-                op.chunk,
-                unit.layers[0],
-            )
+            # DeepSpeed's coordinator gathers the dense part in its prefetch calls, in order
+            sizes = unit.gather_calls if group == "dp" and unit.gather_calls else (params,)
+            total = sum(sizes)
+            for size in sizes:
+                share = size / total
+                yield from self.shared.comms.collective(
+                    self.rank,
+                    self.stage,
+                    self._sharding(group),
+                    "all_gather",
+                    gather_bytes(self.shared.ctx.scenario, params * share, layer_params * share),
+                    "zero3_param_all_gather",
+                    op.microbatch,
+                    op.chunk,
+                    unit.layers[0],
+                )
 
     def _zero3_bucketed(self, unit: Unit, op: PipeOp, cap: int, last: bool) -> None:
         """DeepSpeed's ZeRO-3 gradient bucket (``zero3.reduce_bucket_size``): a unit's gradients

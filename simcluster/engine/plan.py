@@ -37,7 +37,7 @@ from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
-from simcluster.parallelism.zero3_coordinator import coordinated, kept_units, persistent_params
+from simcluster.parallelism.zero3_coordinator import coordinated, gather_calls, kept_units, persistent_params
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
@@ -62,6 +62,9 @@ class Unit:
     #: of the dense ``params``, those DeepSpeed's ZeRO-3 keeps whole and never gathers
     #: (``zero3.param_persistence_threshold``: norms, biases)
     persistent: float = 0.0
+    #: DeepSpeed's coordinator: dense elements of each all_gather_coalesced that gathers the
+    #: unit (empty: one collective for the unit)
+    gather_calls: tuple[float, ...] = ()
 
     def gathered_shards(self) -> tuple[tuple[str, float, float], ...]:
         """:meth:`shards` without the persistent parameters: what a ZeRO-3 gather moves."""
@@ -173,9 +176,18 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
                 expert_params=sum(p[1] for p in params.values()),
                 expert_layer_params=params[layer][1],
                 persistent=_persistent(ctx, covered),
+                gather_calls=_gather_calls(ctx, chunk, covered, phase),
             )
         )
     return units
+
+
+def _gather_calls(ctx: Context, chunk: Chunk, covered: list[int], phase: str) -> tuple[float, ...]:
+    """The coordinator's all_gather_coalesced calls for a unit (``zero3_coordinator.gather_calls``)."""
+    window = ctx.scenario.zero3.prefetch_bucket_size
+    if not coordinated(ctx.scenario) or window is None or ctx.layout.zero3_pipelined:
+        return ()
+    return gather_calls(ctx.model, ctx.layout, chunk, covered, window, forward=phase == "F")
 
 
 def _persistent(ctx: Context, covered: list[int]) -> float:
@@ -201,6 +213,7 @@ def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) ->
         sum(sum(p) for p in params),
         expert_params=sum(p[1] for p in params),
         persistent=_persistent(ctx, covered),
+        gather_calls=_gather_calls(ctx, chunk, covered, phase),
     )
 
 

@@ -16,10 +16,13 @@ once, held whole beside their shard. Gradients are copied into one contiguous bu
 reduce-scattered when the next gradient would overflow it (``__add_grad_to_ipg_bucket``).
 
 The engine gathers a layer at a time (a unit), so the sliding window is modelled as its timing
-allows: the next unit's gather is issued with the current one's when the window and the live
-limit leave room for any of it (a prefetch of 5e7 elements reaches into the next layer as the
-current one's last submodules run), while the memory counts what DeepSpeed holds: the largest
-tensor being computed and the window, not two whole layers (``working_bytes``).
+allows: a unit is gathered in the coordinator's calls (``gather_calls``: whole tensors coalesced
+until a call holds the window, one collective each, in order), the next unit's issued with the
+current one's when the window and the live limit leave room for any of it (a prefetch of 5e7
+elements reaches into the next layer as the current one's last submodules run), while the
+memory counts what DeepSpeed holds: the largest tensor being computed and the window, not two
+whole layers (``working_bytes``). NOT MODELLED: the host's Python time of each submodule's
+fetch and release hooks.
 """
 
 from __future__ import annotations
@@ -70,6 +73,28 @@ def persistent_params(model: ModelSpec, layout: Layout, layer: int, threshold: i
     if threshold <= 0:
         return 0.0
     return sum(n for n in small_tensors(model, layout, layer) if n <= threshold)
+
+
+def gather_calls(
+    model: ModelSpec, layout: Layout, chunk: Chunk, covered: list[int], window: int, forward: bool
+) -> tuple[float, ...]:
+    """Dense elements of each ``all_gather_coalesced`` that gathers a unit: its tensors in the
+    order ``covered`` runs them, grouped as the coordinator's prefetch takes them (whole
+    parameters until a call holds ``window`` elements or more; with no window, one call per
+    submodule's tensor). ``covered``: the unit's layers in execution order; a forward runs each
+    layer's tensors from the QKV projection on, a backward from the MLP's output on."""
+    calls: list[float] = []
+    current = 0.0
+    for layer in covered:
+        tensors = [t.dense for t in unit_tensors(model, layout, chunk, layer) if t.dense > 0]
+        for size in reversed(tensors) if forward else tensors:
+            current += size
+            if current >= window:
+                calls.append(current)
+                current = 0.0
+    if current > 0:
+        calls.append(current)
+    return tuple(calls)
 
 
 def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> float:
