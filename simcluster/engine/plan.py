@@ -37,7 +37,12 @@ from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
-from simcluster.parallelism.zero3_coordinator import coordinated, gather_calls, kept_units, persistent_params
+from simcluster.parallelism.zero3_coordinator import (
+    coordinated,
+    gather_calls,
+    kept_units,
+    persistent_params,
+)
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
