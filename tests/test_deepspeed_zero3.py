@@ -80,8 +80,10 @@ def test_deepspeed_config_names_and_numbers_as_its_json_writes_them():
 @pytest.mark.parametrize(
     ("zero3", "words"),
     [
-        ({"reduce_bucket_size": -1}, "greater than or equal to 0"),
-        ({"stage3_param_persistence_threshold": "auto"}, "Hugging Face's Trainer"),
+        ({"reduce_bucket_size": -1}, "zero3.reduce_bucket_size: must be a number of elements, 0 or more"),
+        ({"max_reuse_distance": -1}, "greater than or equal to 0"),
+        ({"stage3_max_live_parameters": "auto"}, "zero3.max_live_parameters"),
+        ({"stage3_param_persistence_threshold": -5}, "0 or more"),
         ({"max_live_parameters": 1.5}, "zero3.max_live_parameters"),
     ],
 )
@@ -89,6 +91,20 @@ def test_impossible_values_are_one_line_errors(zero3, words):
     with pytest.raises(UserError) as err:
         scenario_from_dict(_doc(zero3))
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_auto_sizes_are_hugging_face_trainers():
+    """A Hugging Face Trainer DeepSpeed config writes ``auto`` for three ZeRO-3 sizes, which
+    transformers fills from the model's hidden size (integrations/deepspeed.py
+    trainer_config_finalize): reduce_bucket_size h^2, stage3_prefetch_bucket_size 0.9 h^2,
+    stage3_param_persistence_threshold 10 h."""
+    auto = {"reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto"}  # fmt: skip
+    z = build_context(scenario_from_dict(_doc(auto))).scenario.zero3
+    assert (z.reduce_bucket_size, z.prefetch_bucket_size, z.param_persistence_threshold) == (
+        H * H, int(0.9 * H * H), 10 * H,
+    )  # fmt: skip
+    assert run(_doc(auto)).summary["step_time_s"] > 0
 
 
 def test_small_tensors_of_a_layer_and_the_threshold():

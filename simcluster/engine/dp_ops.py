@@ -14,7 +14,7 @@ from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
 from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Work
-from simcluster.parallelism.zero3_coordinator import coordinated, prefetch_window
+from simcluster.parallelism.zero3_coordinator import coordinated, knob, prefetch_window
 from simcluster.schedules import PipeOp
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ class DataParallelOps:
         torch 2.5 on; before, on the reduce-scatter stream behind the previous one, which the
         compute stream then waited for: the same timing)."""
         if not self._waits_for_reductions():
-            cap = self.shared.ctx.scenario.zero3.reduce_bucket_size
+            cap = knob(self.shared.ctx.scenario.zero3.reduce_bucket_size)
             if cap is None:
                 self._spawn_reduction(self._zero3_reduce(unit, op))
             else:

@@ -41,6 +41,7 @@ from simcluster.parallelism.zero3_coordinator import (
     coordinated,
     gather_calls,
     kept_units,
+    knob,
     persistent_params,
 )
 from simcluster.placement import Chunk
@@ -189,7 +190,7 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
 
 def _gather_calls(ctx: Context, chunk: Chunk, covered: list[int], phase: str) -> tuple[float, ...]:
     """The coordinator's all_gather_coalesced calls for a unit (``zero3_coordinator.gather_calls``)."""
-    window = ctx.scenario.zero3.prefetch_bucket_size
+    window = knob(ctx.scenario.zero3.prefetch_bucket_size)
     if not coordinated(ctx.scenario) or window is None or ctx.layout.zero3_pipelined:
         return ()
     return gather_calls(ctx.model, ctx.layout, chunk, covered, window, forward=phase == "F")
@@ -197,7 +198,7 @@ def _gather_calls(ctx: Context, chunk: Chunk, covered: list[int], phase: str) ->
 
 def _persistent(ctx: Context, covered: list[int]) -> float:
     """Dense parameters of a unit's layers that DeepSpeed's ZeRO-3 keeps whole."""
-    threshold = ctx.scenario.zero3.param_persistence_threshold
+    threshold = knob(ctx.scenario.zero3.param_persistence_threshold) or 0
     if ctx.layout.zero != 3 or ctx.layout.zero3_pipelined or threshold <= 0:
         return 0.0
     return sum(persistent_params(ctx.model, ctx.layout, u, threshold) for u in covered)

@@ -27,11 +27,20 @@ fetch and release hooks.
 
 from __future__ import annotations
 
+from simcluster.errors import UserError
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.parallelism.data import param_bytes, unit_params, unit_tensors
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
+
+
+def knob(value: int | str | None) -> int | None:
+    """A ZeRO-3 size as the model reads it: ``auto`` is filled in by ``context.build_context``
+    before any plan is made."""
+    if isinstance(value, str):
+        raise UserError("zero3", f"'{value}' is resolved with the model; build the scenario's context first")
+    return value
 
 
 def coordinated(scenario: Scenario) -> bool:
@@ -100,7 +109,7 @@ def gather_calls(
 def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> float:
     """Bytes of a stage's persistent tensors held whole beside their shards (DeepSpeed keeps
     ``param.data`` gathered and its ``ds_tensor`` partition both)."""
-    threshold = scenario.zero3.param_persistence_threshold
+    threshold = knob(scenario.zero3.param_persistence_threshold) or 0
     if layout.zero != 3 or layout.zero3_pipelined or threshold <= 0:
         return 0.0
     total = sum(
@@ -133,7 +142,7 @@ def prefetch_window(scenario: Scenario, current: float) -> float:
     flight, so up to the limit plus one parameter (at most the largest tensor,
     ``current`` standing in for it); none when the limit leaves no room."""
     sc = scenario.zero3
-    limit = float(sc.prefetch_bucket_size or 0)
+    limit = float(knob(sc.prefetch_bucket_size) or 0)
     if sc.max_live_parameters is not None:
         limit = min(limit, sc.max_live_parameters - current)
     return limit + current if limit > 0 else 0.0
@@ -183,6 +192,7 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
     window = prefetch_window(scenario, largest_tensor)
     gathered = max(largest_tensor, kept) + window
     params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
-    bucket = largest_unit if sc.reduce_bucket_size is None else float(sc.reduce_bucket_size)
+    cap = knob(sc.reduce_bucket_size)
+    bucket = largest_unit if cap is None else float(cap)
     grads = (bucket + largest_tensor) * width
     return params, grads

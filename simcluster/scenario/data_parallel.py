@@ -52,9 +52,8 @@ class Zero3Section(SectionBase):
     # stage3_ names are key aliases): unset, ZeRO-3 runs as FSDP does (one whole unit
     # prefetched, nothing kept whole, each unit's gradients reduce-scattered on their own);
     # framework deepspeed sets DeepSpeed's defaults. Counts are parameter elements per GPU.
-    prefetch_bucket_size: int | None = Field(
+    prefetch_bucket_size: int | Literal["auto"] | None = Field(
         default=None,
-        ge=0,
         description=(
             "DeepSpeed's stage3_prefetch_bucket_size: parameter elements fetched ahead of use (its "
             "default 5e7); 0 prefetches nothing. Gathers run per unit (a layer): the next unit's is "
@@ -62,9 +61,8 @@ class Zero3Section(SectionBase):
             "prefetched gather holds in memory (partitioned_param_coordinator.py fetch_sub_module)"
         ),
     )
-    param_persistence_threshold: int = Field(
+    param_persistence_threshold: int | Literal["auto"] = Field(
         default=0,
-        ge=0,
         description=(
             "DeepSpeed's stage3_param_persistence_threshold: a parameter tensor of at most this many "
             "elements (norms, biases, a router) stays gathered all run, never all-gathered again and "
@@ -92,9 +90,8 @@ class Zero3Section(SectionBase):
             "DeepSpeed's default 1e9; unset: released after use (FSDP's reshard after forward)"
         ),
     )
-    reduce_bucket_size: int | None = Field(
+    reduce_bucket_size: int | Literal["auto"] | None = Field(
         default=None,
-        ge=0,
         description=(
             "DeepSpeed's reduce_bucket_size at ZeRO-3: gradients are copied into one contiguous "
             "buffer of this many elements (allocated whole for the run, contiguous_gradients) and "
@@ -104,6 +101,8 @@ class Zero3Section(SectionBase):
             "DeepSpeed's reduce_bucket_size is dp.bucket_mb: elements x 2 bytes / 1e6)"
         ),
     )
+    # (prefetch_bucket_size, param_persistence_threshold and reduce_bucket_size also take
+    # 'auto', Hugging Face Trainer's: resolved with the model by context.build_context)
 
     @field_validator(
         "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters", "max_reuse_distance",
@@ -114,11 +113,7 @@ class Zero3Section(SectionBase):
         # DeepSpeed configs write these as 5e7 or 5e8, which YAML reads as a string (YAML 1.1
         # needs a dot) and JSON as a float: either is the whole number it names
         if isinstance(value, str) and value.strip().lower() == "auto":
-            raise ValueError(
-                "'auto' is what Hugging Face's Trainer fills in from the model (reduce_bucket_size "
-                "hidden^2, stage3_prefetch_bucket_size 0.9 hidden^2, stage3_param_persistence_threshold "
-                "10 hidden); give that number"
-            )
+            return "auto"
         if isinstance(value, str):
             try:
                 value = float(value)
@@ -126,6 +121,13 @@ class Zero3Section(SectionBase):
                 return value
         if isinstance(value, float) and math.isfinite(value) and value == int(value):
             return int(value)
+        return value
+
+    @field_validator("prefetch_bucket_size", "param_persistence_threshold", "reduce_bucket_size")
+    @classmethod
+    def _not_negative(cls, value: Any) -> Any:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be a number of elements, 0 or more")
         return value
 
 
