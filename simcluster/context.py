@@ -69,7 +69,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
-    scenario = with_framework_kernel(_with_virtual_stages(scenario, model), profile)
+    scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     _check_precision(scenario.training, profile)
     _check_recompute(scenario.training, model)
@@ -98,6 +98,21 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     return Context(
         scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
     )
+
+
+def _with_hf_auto(scenario: Scenario, model: ModelSpec) -> Scenario:
+    """``scenario`` with DeepSpeed's ZeRO-3 sizes given as ``auto`` filled in as Hugging Face's
+    Trainer fills them from the model's hidden size h (transformers
+    ``integrations/deepspeed.py`` ``HfTrainerDeepSpeedConfig.trainer_config_finalize``:
+    reduce_bucket_size h^2, stage3_prefetch_bucket_size 0.9 h^2, which DeepSpeed's config
+    reads as an integer, stage3_param_persistence_threshold 10 h)."""
+    z = scenario.zero3
+    h = model.hidden
+    filled = {"prefetch_bucket_size": int(0.9 * h * h), "param_persistence_threshold": 10 * h, "reduce_bucket_size": h * h}
+    update = {key: value for key, value in filled.items() if getattr(z, key) == "auto"}
+    if not update:
+        return scenario
+    return scenario.model_copy(update={"zero3": z.model_copy(update=update)})
 
 
 def _with_virtual_stages(scenario: Scenario, model: ModelSpec) -> Scenario:

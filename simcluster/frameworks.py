@@ -176,7 +176,14 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
     training_raw = raw.get("training")
     fp16 = isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16"
     zero = _zero_stage(raw)
-    if fp16 or zero >= 2:
+    # bf16 at ZeRO 0/1 runs the BF16_Optimizer when gradients accumulate in fp32
+    # (engine._do_optimizer_sanity_check: bf16 model, fp32 grad_accum_dtype, stage 1 ->
+    # BFLOAT16), as Megatron-DeepSpeed and BLOOM ran it; a scenario that writes
+    # fp32_grad_accum false (data_types.grad_accum_dtype bf16, current DeepSpeed's default
+    # under ZeRO) runs stage 1 of DeepSpeedZeroOptimizer instead
+    bf16_grads = isinstance(training_raw, Mapping) and training_raw.get("fp32_grad_accum") is False
+    zero_optimizer = fp16 or zero >= 2 or bf16_grads
+    if zero_optimizer:
         # fp16 ZeRO-1 accumulates the microbatches in the fp16 .grad; ZeRO-2/3 keep their
         # gradient partitions in the model's dtype (engine.get_data_types: grad_accum_dtype is
         # the model dtype under ZeRO) and reduce them in it (communication_data_type), casting to
@@ -204,12 +211,39 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         "overlap": overlap,
         "training": training,
         # reduce_bucket_size 5e8 elements of 16-bit gradients; the BF16_Optimizer zeroes its
-        # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad
-        "dp": {"bucket_mb": 1000.0, "zero_grad_buffer": not fp16},
+        # fp32 gradient buffer after each step (clear_hp_grads), fp16 ZeRO frees the .grad.
+        # The BF16_Optimizer's gradients are reduced as its flat fp32 buffers, one per parameter
+        # group (get_grads_for_reduction: non_expert_gradients, the fp32_groups_gradients_flat),
+        # and engine.allreduce_no_retain never splits a tensor: each group in one all-reduce
+        "dp": {"bucket_mb": 1000.0 if zero_optimizer else 1e6, "zero_grad_buffer": not zero_optimizer},
     }
+    if zero <= 2:
+        # every ZeRO 0-2 reduction divides by dp in a pass of its own over the bucket:
+        # engine.allreduce_bucket (ZeRO-0 and the BF16_Optimizer: all_reduce, then
+        # mul_(1/dp), prescale_gradients false by default), stage_1_and_2.py
+        # gradient_reduction_w_predivide (ZeRO-1: all_reduce, then mul_) and average_tensor
+        # (ZeRO-2: div_ before); the pass is charged before the reduction, as the engine
+        # issues its collective after it (the same traffic on the same stream)
+        defaults["dp"]["prescale"] = True
+    # DeepSpeed's sequence parallelism is Ulysses (deepspeed/sequence/layer.py
+    # DistributedAttention; it has no ring attention): its backward all-to-alls only the
+    # output's gradient in, where TE's moves the output too
+    defaults["parallel"] = {"cp_a2a_impl": "deepspeed"}
+    if _parallel(raw, "cp", 1) > 1:
+        defaults["parallel"]["cp_comm"] = "a2a"
     if _parallel(raw, "ep", 1) > 1:
         # DeepSpeed-MoE keeps whole experts per rank (enable_expert_tensor_parallelism False)
-        defaults["parallel"] = {"etp": 1}
+        defaults["parallel"]["etp"] = 1
+    if zero == 3:
+        # DeepSpeed's ZeRO-3 coordinator with its defaults (runtime/zero/config.py
+        # DeepSpeedZeroConfig: stage3_prefetch_bucket_size 5e7, stage3_param_persistence_threshold
+        # 1e5, stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9, reduce_bucket_size
+        # 5e8; parallelism/zero3_coordinator.py)
+        defaults["zero3"] = {
+            "prefetch_bucket_size": 50_000_000, "param_persistence_threshold": 100_000,
+            "max_live_parameters": 1_000_000_000, "max_reuse_distance": 1_000_000_000,
+            "reduce_bucket_size": 500_000_000,
+        }  # fmt: skip
     if zero >= 2:
         # ZeRO-2/3 free .grad after each microbatch's reduction and add the reduced gradient
         # into the rank's partition only (stage_1_and_2.py independent_gradient_partition_epilogue:
@@ -222,7 +256,7 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # the rank then keeping its slices; with overlap_comm off (stage 2's default) all on the
         # compute stream. The two copies are charged as dp.bucket_copies, the division as
         # dp.prescale
-        defaults["dp"].update(grad_collective="all_reduce", prescale=True, bucket_copies=True)
+        defaults["dp"].update(grad_collective="all_reduce", bucket_copies=True)
     if zero in (1, 2):
         # with overlap_comm, each bucket flush makes the compute stream wait for the reduction
         # stream before the next reduction is queued (average_tensor's
@@ -235,9 +269,13 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # ZeRO-3 throttles its reductions on the host only (max_param_reduce_events 2), not
         # the compute stream: no wait_reduction there
         defaults["dp"]["backward_sync"] = "host"
-    if zero == 1 and _parallel(raw, "pp", 1) > 1:
-        # with a pipeline, ZeRO-1 runs contiguous_gradients off: buffered_reduce_fallback
-        # all-reduces every bucket whole, then the optimizer's shard is all-gathered
+    if zero == 1:
+        # ZeRO-1 all-reduces every bucket whole, with or without a pipeline: without contiguous
+        # gradients (forced off at stage 1 by engine._configure_zero_optimizer until recent
+        # releases, and under a pipeline) reduce_ipg_grads takes buffered_reduce_fallback; with
+        # them (today's default) average_tensor's use_multi_rank_bucket_allreduce (default true)
+        # runs allreduce_and_scatter, an all_reduce; the BF16_Optimizer all-reduces its fp32
+        # buffers (buffered_allreduce_fallback). The optimizer's shard is then all-gathered
         defaults["dp"]["grad_collective"] = "all_reduce"
     return defaults
 
@@ -524,16 +562,25 @@ FRAMEWORKS: dict[str, Framework] = {
             "DeepSpeed's pipeline engine (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it): "
             "instructions run one after another, one blocking send or receive at a time of 1/tp "
             "partitions re-gathered by the receiving stage, every microbatch's bf16 gradients cast "
-            "to fp32 and then added by the BF16_Optimizer (ZeRO 0/1; ZeRO-2/3 keep and reduce "
-            "bf16 gradient partitions), gradients "
-            "all-reduced only after the last backward in 5e8-element buckets (ZeRO-2: every "
+            "to fp32 and then added by the BF16_Optimizer (ZeRO 0/1; ZeRO-2/3, and ZeRO-1 with "
+            "training.fp32_grad_accum false, keep and reduce bf16 gradients), gradients "
+            "all-reduced (never reduce-scattered below ZeRO-3) only after the last backward, the "
+            "BF16_Optimizer's as whole fp32 buffers, others in 5e8-element buckets, each divided "
+            "by dp in a pass of its own (ZeRO-2: every "
             "microbatch, each bucket all-reduced whole on the compute stream, then only the "
             "rank's shard accumulated; with overlap.dp_grad_reduce, its overlap_comm, one "
             "bucket's reduction in flight and each reducing backward ended by a device sync, "
-            "ZeRO-3's by a sync alone), attention on "
+            "ZeRO-3's by a sync alone; ZeRO-3 with its parameter coordinator's defaults: a 5e7-"
+            "element prefetch window, tensors of at most 1e5 elements kept whole, the last layers "
+            "within 1e9 elements of reuse kept for their backward, gradients reduce-scattered from "
+            "a 5e8-element bucket), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
-            "--use-flash-attn-v1/-v2/-triton)",
-            "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
+            "--use-flash-attn-v1/-v2/-triton); with cp > 1 DeepSpeed-Ulysses' all-to-all "
+            "attention, whose backward moves only the output's gradient in",
+            "microsoft/DeepSpeed deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig defaults), "
+            "partitioned_param_coordinator.py, parameter_offload.py (mark_persistent_parameters), "
+            "stage3.py (__add_grad_to_ipg_bucket); deepspeed/sequence/layer.py (DistributedAttention, "
+            "_SeqAllToAll.backward), deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
             "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "

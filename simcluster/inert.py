@@ -62,6 +62,36 @@ def _zero_below_3(ctx: Context) -> Verdict:
     return (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer") if zero != 3 else None
 
 
+def _zero3_per_layer(ctx: Context) -> Verdict:
+    # DeepSpeed's knobs act on per-layer gathers and reductions; under a pipeline ZeRO-3 runs
+    # as FSDP2 under torch.distributed.pipelining, gathered once per step (layout.zero3_pipelined)
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero3_pipelined:
+        return (f"at parallel.pp={ctx.layout.pp}", "under a pipeline ZeRO-3 gathers each stage once per step")
+    return None
+
+
+def _reduce_bucket(ctx: Context) -> Verdict:
+    # engine/dp_ops.py: the bucket is DeepSpeed's; FSDP2's one reduce-scatter in flight
+    # (dp.wait_reduction, zero3.buffers copies) reduces each unit on its own
+    verdict = _zero3_per_layer(ctx)
+    if verdict is None and ctx.scenario.wait_reduction:
+        return ("with dp.wait_reduction", "FSDP2's reductions go one unit at a time, one in flight")
+    return verdict
+
+
+def _coordinator(ctx: Context) -> Verdict:
+    # read only by DeepSpeed's coordinator, which zero3.prefetch_bucket_size switches on
+    # (parallelism/zero3_coordinator.py coordinated)
+    verdict = _zero3_per_layer(ctx)
+    if verdict is not None:
+        return verdict
+    if ctx.scenario.zero3.prefetch_bucket_size is None:
+        return ("without zero3.prefetch_bucket_size", "it sizes DeepSpeed's prefetch window, which these limit; set it")
+    return None
+
+
 def _replica_all_reduce(ctx: Context) -> Verdict:
     # HSDP's replica all-reduce exists only with more than one replica (dp_ops: zero_replicas);
     # FSDPModule.set_requires_all_reduce is FSDP2's, i.e. ZeRO-3's
@@ -75,6 +105,15 @@ def _replica_all_reduce(ctx: Context) -> Verdict:
 def _cp_one(ctx: Context) -> Verdict:
     # parallelism/context.py adds CP collectives only for cp > 1 (layout.check_cp_comm returns at cp 1)
     return ("at parallel.cp=1", "no context-parallel attention to communicate") if ctx.layout.cp == 1 else None
+
+
+def _a2a_impl(ctx: Context) -> Verdict:
+    # parallelism/context.py reads cp_a2a_impl only in the a2a algorithm's backward
+    if ctx.layout.cp == 1:
+        return _cp_one(ctx)
+    if ctx.layout.cp_comm != "a2a":
+        return (f"with parallel.cp_comm={ctx.layout.cp_comm}", "only the a2a algorithm has two implementations")
+    return None
 
 
 def _tp_one(what: str) -> Callable[[Context], Verdict]:
@@ -228,6 +267,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
     InertRule("parallel.cp_comm", _cp_one),
     InertRule("parallel.cp_a2a", _cp_one),
+    InertRule("parallel.cp_a2a_impl", _a2a_impl),
     InertRule("parallel.parallel_block_comm", _tp_one("each branch's TP collectives exist only with tp > 1")),
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),
@@ -248,6 +288,11 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.buffers", _zero_below_3),
     InertRule("zero3.reshard_after_forward", _zero_below_3),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
+    InertRule("zero3.prefetch_bucket_size", _zero3_per_layer),
+    InertRule("zero3.param_persistence_threshold", _zero3_per_layer),
+    InertRule("zero3.max_live_parameters", _coordinator),
+    InertRule("zero3.max_reuse_distance", _coordinator),
+    InertRule("zero3.reduce_bucket_size", _reduce_bucket),
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),

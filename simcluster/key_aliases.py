@@ -104,6 +104,13 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # --checkpoint-activations is full recomputation, as recompute: true reads
         "checkpoint_activations": "recompute",
     },
+    # a DeepSpeed config's ZeRO-3 keys (zero_optimization.stage3_*)
+    "zero3": {
+        "stage3_prefetch_bucket_size": "prefetch_bucket_size",
+        "stage3_param_persistence_threshold": "param_persistence_threshold",
+        "stage3_max_live_parameters": "max_live_parameters",
+        "stage3_max_reuse_distance": "max_reuse_distance",
+    },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",
         "#_gpus": "gpus", "#gpus": "gpus", "number_of_gpus": "gpus",  # NeMo's "#-GPUs", AutoModel's "#GPUs"

@@ -68,6 +68,7 @@ class Layout:
     # a parallel attention + MLP block's TP collectives (parallelism/parallel_block.py)
     parallel_block_comm: str = "separate"
     cp_a2a: int = 1  # a2a+p2p: the all-to-all groups' size (consecutive cp ranks)
+    cp_a2a_impl: str = "te"  # a2a: TransformerEngine's or DeepSpeed's all-to-all attention
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
     # ZeRO-3: a layer's gathered parameters are kept from its forward to its backward
     zero3_keep_for_backward: bool = False
@@ -459,6 +460,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         cp_comm=par.cp_comm,
         parallel_block_comm=par.parallel_block_comm or "separate",
         cp_a2a=par.cp_a2a or 1,
+        cp_a2a_impl=par.cp_a2a_impl,
         microbatch_group=par.microbatch_group or 0,
     )
     if layout.zero_replicas > 1 and model.is_moe:

@@ -104,11 +104,16 @@ def test_frameworks_set_the_passes_they_run():
     assert core["dp"]["nan_check"] is True and core["dp"]["prescale"] is True
     lm2021 = apply_framework({**plain, "framework": "megatron-lm-2021"})["dp"]
     assert lm2021["prescale"] is True and "nan_check" not in lm2021
-    for name in ("deepspeed", "nanotron", "torchtitan"):
+    for name in ("nanotron", "torchtitan"):
         # torchtitan has no ZeRO-1: its FSDP2 is zero 3
         parallel = {"zero": 3} if name == "torchtitan" else plain["parallel"]
         dp = apply_framework({**plain, "parallel": parallel, "framework": name}).get("dp", {})
         assert "nan_check" not in dp and "prescale" not in dp, name
+    # DeepSpeed divides every ZeRO 0-2 bucket by dp in a pass of its own (engine.py
+    # allreduce_bucket: mul_(1/dp) after the all_reduce; stage_1_and_2.py
+    # gradient_reduction_w_predivide, average_tensor's div_), and checks no NaN
+    ds = apply_framework({**plain, "framework": "deepspeed"})["dp"]
+    assert ds["prescale"] is True and "nan_check" not in ds
     # an explicit field wins (NeMo's and Megatron-Bridge's recipes turn both off)
     off = apply_framework({**plain, "framework": "megatron-core", "dp": {"nan_check": False}})
     assert off["dp"]["nan_check"] is False and off["dp"]["prescale"] is True

@@ -63,6 +63,25 @@ def test_ulysses_backward_moves_the_output_and_its_gradient_in():
     assert list(ev["bytes"]) == [3 * local, local, 2 * local, 3 * local]
 
 
+def test_deepspeed_ulysses_backward_moves_only_the_output_gradient_in():
+    """DeepSpeed ``deepspeed/sequence/layer.py``: ``_SeqAllToAll.backward`` applies the same
+    all-to-all to the incoming gradient (scatter and gather swapped), and the local attention
+    inside ``DistributedAttention`` saved its own head-sharded output, so the backward
+    all-to-alls ``dout`` alone before the kernel (Nh/P) and dQ, dK, dV after it (3Nh/P)."""
+    ev = cp_events("a2a", parallel={"cp_a2a_impl": "deepspeed"}).sort_values("start_s")
+    local = (S // CP) * H * BF16
+    assert list(ev["bytes"]) == [3 * local, local, local, 3 * local]
+
+
+def test_framework_deepspeed_runs_its_own_ulysses():
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    ctx = build_context(scenario_from_dict({**scenario("a2a"), "framework": "deepspeed"}))
+    assert ctx.layout.cp_a2a_impl == "deepspeed"
+    assert build_context(scenario_from_dict(scenario("a2a"))).layout.cp_a2a_impl == "te"
+
+
 def test_all_gather_sends_what_the_ring_sends_but_exposes_it():
     """Each rank sends (cp-1) local KV blocks forward either way; only the ring hides them."""
     ring = cp_events("p2p").sort_values("start_s")

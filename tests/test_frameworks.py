@@ -124,8 +124,14 @@ def test_framework_fills_only_what_the_scenario_leaves_unset() -> None:
     sc = scenario_from_dict(_small(framework="deepspeed", overlap={"pp_comm": True}))
     assert sc.overlap.pp_comm is True  # explicit wins
     assert sc.overlap.dp_grad_reduce is False  # DeepSpeed: reduced after the last backward
-    assert sc.dp.bucket_mb == 1000.0  # reduce_bucket_size 5e8 elements x 2 bytes
+    # the BF16_Optimizer's fp32 gradients go out as its flat buffers, one per parameter group,
+    # never split (get_grads_for_reduction, engine.allreduce_no_retain): one bucket
+    assert sc.dp.bucket_mb == 1e6
     assert sc.framework == "deepspeed"
+    # fp16 (or bf16 gradients): DeepSpeedZeroOptimizer's ipg buckets, reduce_bucket_size 5e8
+    # elements x 2 bytes
+    fp16 = scenario_from_dict(_small(framework="deepspeed", training={**_small()["training"], "precision": "fp16"}))
+    assert fp16.dp.bucket_mb == 1000.0 and fp16.dp.zero_grad_buffer is False
 
 
 def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
@@ -139,12 +145,29 @@ def test_deepspeed_zero1_all_reduces_and_fp16_accumulates_in_fp16() -> None:
     assert scenario_from_dict(fp16).training.fp32_grad_accum is False
     zero0 = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "pp": 2}}
     assert scenario_from_dict(zero0).dp.grad_collective == "auto"
-    # without a pipeline ZeRO-1 keeps contiguous gradients: reduced to each shard's owner
+    # without a pipeline ZeRO-1 all-reduces too: contiguous gradients forced off at stage 1
+    # (buffered_reduce_fallback) or, where kept, average_tensor with
+    # use_multi_rank_bucket_allreduce (default true: allreduce_and_scatter, an all_reduce)
     no_pipe = {**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": 1}}
-    assert scenario_from_dict(no_pipe).dp.grad_collective == "auto"
+    assert scenario_from_dict(no_pipe).dp.grad_collective == "all_reduce"
+    # every ZeRO 0-2 reduction divides by dp in a pass over the bucket (engine.allreduce_bucket,
+    # gradient_reduction_w_predivide, average_tensor's div_); ZeRO-3's are left to stage3.py
+    assert scenario_from_dict(no_pipe).dp.prescale is True
+    assert scenario_from_dict(zero0).dp.prescale is True
     # ZeRO-3's overlap_comm defaults to true: the preset leaves its reduce overlapped
     zero3 = scenario_from_dict({**_small(framework="deepspeed"), "parallel": {"tp": 2, "zero": 3}})
     assert zero3.overlap.dp_grad_reduce is True
+
+
+def test_deepspeed_bf16_zero1_with_bf16_gradients_runs_the_zero_optimizer() -> None:
+    """engine._do_optimizer_sanity_check: bf16 at ZeRO-1 runs the BF16_Optimizer only with an
+    fp32 grad_accum_dtype; with bf16 gradients (fp32_grad_accum false, current DeepSpeed's
+    default under ZeRO: get_data_types) it is DeepSpeedZeroOptimizer's stage 1: gradients
+    accumulated in .grad, freed after the reduction, reduced in 5e8-element ipg buckets."""
+    raw = _small(framework="deepspeed", training={**_small()["training"], "fp32_grad_accum": False})
+    sc = scenario_from_dict(raw)
+    assert sc.training.grad_accum_cast is False and sc.dp.zero_grad_buffer is False
+    assert sc.dp.bucket_mb == 1000.0
 
 
 def test_deepspeed_zero2_and_3_keep_bf16_gradient_partitions() -> None:

@@ -43,6 +43,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.cp_comm", {"parallel": {"cp_comm": "a2a"}}, {"parallel": {"cp": 2, "cp_comm": "a2a"}}),
     ("parallel.cp_a2a", {"parallel": {"cp_comm": "a2a+p2p", "cp_a2a": 2}},
      {"parallel": {"cp": 4, "cp_comm": "a2a+p2p", "cp_a2a": 2}}),
+    ("parallel.cp_a2a_impl", {"parallel": {"cp": 2, "cp_comm": "p2p", "cp_a2a_impl": "deepspeed"}},
+     {"parallel": {"cp": 2, "cp_comm": "a2a", "cp_a2a_impl": "deepspeed"}}),
     ("parallel.parallel_block_comm", {"model": PARALLEL_BLOCK, "parallel": {"parallel_block_comm": "fused"}},
      {"model": PARALLEL_BLOCK, "parallel": {"tp": 2, "parallel_block_comm": "fused"}}),
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
@@ -78,6 +80,16 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"reshard_after_forward": False}}),
     ("zero3.replica_all_reduce", {"parallel": {"zero": 3}, "zero3": {"replica_all_reduce": "last_microbatch"}},
      {"parallel": {"zero": 3, "zero_shard": 4}, "zero3": {"replica_all_reduce": "last_microbatch"}}),
+    ("zero3.prefetch_bucket_size", {"parallel": {"zero": 2}, "zero3": {"prefetch_bucket_size": 1000}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000}}),
+    ("zero3.param_persistence_threshold", {"parallel": {"zero": 1}, "zero3": {"param_persistence_threshold": 10}},
+     {"parallel": {"zero": 3}, "zero3": {"param_persistence_threshold": 10}}),
+    ("zero3.max_live_parameters", {"parallel": {"zero": 3}, "zero3": {"max_live_parameters": 10**9}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "max_live_parameters": 10**9}}),
+    ("zero3.max_reuse_distance", {"parallel": {"zero": 1}, "zero3": {"max_reuse_distance": 10**9}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "max_reuse_distance": 10**9}}),
+    ("zero3.reduce_bucket_size", {"parallel": {"zero": 2}, "zero3": {"reduce_bucket_size": 10**6}},
+     {"parallel": {"zero": 3}, "zero3": {"reduce_bucket_size": 10**6}}),
     ("dp.bucket_stages", {"dp": {"bucket_stages": "first"}}, {"parallel": {"pp": 2}, "dp": {"bucket_stages": "first"}}),
     ("dp.wait_reduction", {"parallel": {"zero": 1}, "overlap": {"dp_grad_reduce": False}, "dp": {"wait_reduction": True}},
      {"parallel": {"zero": 1}, "dp": {"wait_reduction": True}}),
@@ -136,6 +148,16 @@ def test_every_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
+
+
+def test_deepspeeds_zero3_knobs_under_a_pipeline_and_beside_fsdp2s_reductions():
+    """Under a pipeline ZeRO-3 gathers each stage once per step (FSDP2 under
+    torch.distributed.pipelining), so DeepSpeed's per-layer knobs do nothing; its gradient bucket
+    does nothing where FSDP2 keeps one reduce-scatter in flight per unit."""
+    piped = {"parallel": {"zero": 3, "pp": 2}, "zero3": {"prefetch_bucket_size": 1000, "max_reuse_distance": 10}}
+    assert _settings(**piped) == ["zero3.prefetch_bucket_size", "zero3.max_reuse_distance"]
+    fsdp2 = {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "reduce_bucket_size": 10**6}}
+    assert _settings(**fsdp2) == ["zero3.reduce_bucket_size"]
 
 
 def test_a_16bit_gradient_lifetime_acts_without_fp32_accumulation_and_not_at_zero3():

@@ -14,6 +14,7 @@ from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
 from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Work
+from simcluster.parallelism.zero3_coordinator import coordinated, knob, prefetch_window
 from simcluster.schedules import PipeOp
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class DataParallelOps:
     copied_out: set[tuple]
     _last_dp: simpy.Process | None
     scattered: simpy.Event | None
+    z3_bucket: list[Unit]
 
     if TYPE_CHECKING:
 
@@ -267,15 +269,20 @@ class DataParallelOps:
         return (op.kind, op.microbatch, op.chunk)
 
     def _zero3_gather(
-        self, units: list[Unit], i: int, op: PipeOp, skip_first: bool, lane: Lane | None = None
+        self, units: list[Unit], i: int, op: PipeOp, skip: int, lane: Lane | None = None
     ) -> Generator:
-        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch); ``lane``: this
-        op's turn on the compute stream an F&B pair shares, which FSDP2's copy-out runs on."""
-        prefetch = self.shared.ctx.scenario.zero3.prefetch
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch and, under
+        DeepSpeed's coordinator, when its window leaves room); the first ``skip`` units are
+        still gathered from the forward; ``lane``: this op's turn on the compute stream an F&B
+        pair shares, which FSDP2's copy-out runs on."""
+        sc = self.shared.ctx.scenario
+        prefetch = sc.zero3.prefetch
+        if prefetch and coordinated(sc):
+            prefetch = prefetch_window(sc, units[i].params - units[i].persistent) > 0
         key = self._gather_key(op)
         want = [i, i + 1] if prefetch else [i]
         for j in want:
-            if j >= len(units) or (j == 0 and skip_first):
+            if j >= len(units) or j < skip:
                 continue
             gkey = (key, _unit_id(units[j]))
             if gkey not in self.gathers:
@@ -298,20 +305,42 @@ class DataParallelOps:
         """All-gather a unit's parameters: one collective per group that shards them
         (:meth:`Unit.shards`), the layer's dense parameters first, as its pre-forward hook
         gathers them before the experts' does."""
-        for group, params, layer_params in unit.shards():
-            yield from self.shared.comms.collective(
-                self.rank,
-                self.stage,
-                self._sharding(group),
-                "all_gather",
-                gather_bytes(self.shared.ctx.scenario, params, layer_params),
-                "zero3_param_all_gather",
-                op.microbatch,
-                op.chunk,
-                unit.layers[0],
-            )
+        for group, params, layer_params in unit.gathered_shards():
+            # DeepSpeed's coordinator gathers the dense part in its prefetch calls, in order
+            sizes = unit.gather_calls if group == "dp" and unit.gather_calls else (params,)
+            total = sum(sizes)
+            for size in sizes:
+                share = size / total
+                yield from self.shared.comms.collective(
+                    self.rank,
+                    self.stage,
+                    self._sharding(group),
+                    "all_gather",
+                    gather_bytes(self.shared.ctx.scenario, params * share, layer_params * share),
+                    "zero3_param_all_gather",
+                    op.microbatch,
+                    op.chunk,
+                    unit.layers[0],
+                )
 
-    def _zero3_post_backward(self, unit: Unit, op: PipeOp, lane: Lane | None = None) -> Generator:
+    def _zero3_bucketed(self, unit: Unit, op: PipeOp, cap: int, last: bool) -> None:
+        """DeepSpeed's ZeRO-3 gradient bucket (``zero3.reduce_bucket_size``): a unit's gradients
+        join the bucket, which is first reduce-scattered if they would overflow it (stage3.py
+        ``__add_grad_to_ipg_bucket``: ``elements_in_ipg_bucket + numel > reduce_bucket_size``
+        with a non-empty bucket), and what is left goes out at the backward's end
+        (``independent_gradient_partition_epilogue``); one collective per bucket and group."""
+        pending = self.z3_bucket
+        if pending and sum(u.params for u in pending) + unit.params > cap:
+            self._spawn_reduction(self._zero3_reduce(_merged(pending), op))
+            pending.clear()
+        pending.append(unit)
+        if last:
+            self._spawn_reduction(self._zero3_reduce(_merged(pending), op))
+            pending.clear()
+
+    def _zero3_post_backward(
+        self, unit: Unit, op: PipeOp, lane: Lane | None = None, last: bool = False
+    ) -> Generator:
         """Start the reduce-scatter of a unit whose backward is done. Where the framework keeps
         one in flight (FSDP2, ``_waits_for_reductions``), its post_backward first makes the
         compute stream wait for the previous reduce-scatter (``wait_event`` on its
@@ -320,7 +349,11 @@ class DataParallelOps:
         torch 2.5 on; before, on the reduce-scatter stream behind the previous one, which the
         compute stream then waited for: the same timing)."""
         if not self._waits_for_reductions():
-            self._spawn_reduction(self._zero3_reduce(unit, op))
+            cap = knob(self.shared.ctx.scenario.zero3.reduce_bucket_size)
+            if cap is None:
+                self._spawn_reduction(self._zero3_reduce(unit, op))
+            else:
+                self._zero3_bucketed(unit, op, cap, last)
             return
         if self.scattered is not None and not self.scattered.triggered:
             yield self.scattered
@@ -373,3 +406,15 @@ class DataParallelOps:
             )
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce
+
+
+def _merged(units: list[Unit]) -> Unit:
+    """Units reduced as one bucket: their layers, in backward order, and parameters summed."""
+    return Unit(
+        tuple(x for u in units for x in u.layers),
+        (),
+        sum(u.params for u in units),
+        sum(u.layer_params for u in units),
+        expert_params=sum(u.expert_params for u in units),
+        expert_layer_params=sum(u.expert_layer_params for u in units),
+    )

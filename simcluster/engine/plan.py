@@ -37,6 +37,13 @@ from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
+from simcluster.parallelism.zero3_coordinator import (
+    coordinated,
+    gather_calls,
+    kept_units,
+    knob,
+    persistent_params,
+)
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
@@ -58,6 +65,22 @@ class Unit:
     #: those, the transformer layer's (the rest are the LM head's MTP experts)
     expert_params: float = 0.0
     expert_layer_params: float = 0.0
+    #: of the dense ``params``, those DeepSpeed's ZeRO-3 keeps whole and never gathers
+    #: (``zero3.param_persistence_threshold``: norms, biases)
+    persistent: float = 0.0
+    #: DeepSpeed's coordinator: dense elements of each all_gather_coalesced that gathers the
+    #: unit (empty: one collective for the unit)
+    gather_calls: tuple[float, ...] = ()
+
+    def gathered_shards(self) -> tuple[tuple[str, float, float], ...]:
+        """:meth:`shards` without the persistent parameters: what a ZeRO-3 gather moves."""
+        if self.persistent <= 0:
+            return self.shards()
+        return tuple(
+            (g, p - self.persistent, max(0.0, lp - self.persistent)) if g == "dp" else (g, p, lp)
+            for g, p, lp in self.shards()
+            if g != "dp" or p > self.persistent
+        )
 
     def shards(self) -> tuple[tuple[str, float, float], ...]:
         """(group, parameters, of which transformer-layer weights) of each collective that
@@ -100,6 +123,9 @@ class ChunkPlan:
     # after each forward unit, the share of activation_bytes saved so far (the last is 1.0);
     # a backward phase's unit i frees what forward unit n - 1 - i saved
     stash_shares: tuple[float, ...] = ()
+    # ZeRO-3: the forward's last units still gathered when the same microbatch's backward
+    # follows at once (FSDP: the last one; DeepSpeed: those within its reuse distance)
+    zero3_kept: int = 1
 
     def seconds(self, phase: str) -> float:
         return sum(
@@ -155,9 +181,27 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
                 sum(params[layer]),
                 expert_params=sum(p[1] for p in params.values()),
                 expert_layer_params=params[layer][1],
+                persistent=_persistent(ctx, covered),
+                gather_calls=_gather_calls(ctx, chunk, covered, phase),
             )
         )
     return units
+
+
+def _gather_calls(ctx: Context, chunk: Chunk, covered: list[int], phase: str) -> tuple[float, ...]:
+    """The coordinator's all_gather_coalesced calls for a unit (``zero3_coordinator.gather_calls``)."""
+    window = knob(ctx.scenario.zero3.prefetch_bucket_size)
+    if not coordinated(ctx.scenario) or window is None or ctx.layout.zero3_pipelined:
+        return ()
+    return gather_calls(ctx.model, ctx.layout, chunk, covered, window, forward=phase == "F")
+
+
+def _persistent(ctx: Context, covered: list[int]) -> float:
+    """Dense parameters of a unit's layers that DeepSpeed's ZeRO-3 keeps whole."""
+    threshold = knob(ctx.scenario.zero3.param_persistence_threshold) or 0
+    if ctx.layout.zero != 3 or ctx.layout.zero3_pipelined or threshold <= 0:
+        return 0.0
+    return sum(persistent_params(ctx.model, ctx.layout, u, threshold) for u in covered)
 
 
 def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> Unit:
@@ -169,7 +213,14 @@ def _edge_unit(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) ->
             segs += build(phase)
             covered.append(unit)
     params = [unit_params(ctx.model, ctx.layout, chunk, u) for u in covered]
-    return Unit(tuple(covered), tuple(segs), sum(sum(p) for p in params), expert_params=sum(p[1] for p in params))
+    return Unit(
+        tuple(covered),
+        tuple(segs),
+        sum(sum(p) for p in params),
+        expert_params=sum(p[1] for p in params),
+        persistent=_persistent(ctx, covered),
+        gather_calls=_gather_calls(ctx, chunk, covered, phase),
+    )
 
 
 def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, training: TrainingSection) -> list[Unit]:
@@ -237,6 +288,8 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
         cp.loss_transient_bytes = loss_transient_bytes(ctx.model, ctx.layout, sc.training)
     cp.cp_working_bytes = cp_working(ctx, chunk)
     cp.grad_transient_bytes = chunk_grad_transient(ctx, chunk)
+    if coordinated(sc):
+        cp.zero3_kept = kept_units([u.params for u in f], sc.zero3.max_reuse_distance)
     return cp
 
 

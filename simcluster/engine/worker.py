@@ -112,6 +112,8 @@ class Worker(PipelineIO, DataParallelOps):
     _last_dp: simpy.Process | None = None
     # the last ZeRO-3 reduce-scatter done (FSDP2 waits for it before issuing the next)
     scattered: simpy.Event | None = None
+    # DeepSpeed ZeRO-3: units whose gradients sit in the contiguous bucket, not yet reduced
+    z3_bucket: list[Unit] = field(default_factory=list)
     # when the host (the rank's Python thread) has issued everything so far; it runs ahead of
     # the GPU until a segment with ``sync`` makes it wait (Compute.host, Compute.sync)
     host_t: float = 0.0
@@ -456,7 +458,8 @@ class Worker(PipelineIO, DataParallelOps):
                     # FSDP's pre-forward/-backward hook issues the gather as the host reaches the
                     # unit, in the pair's issue order
                     yield from lane.wait_turn()
-                yield from self._zero3_gather(units, i, op, skip_first=resident and op.kind != "F", lane=lane)
+                skip = cplan.zero3_kept if resident and op.kind != "F" else 0
+                yield from self._zero3_gather(units, i, op, skip=skip, lane=lane)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
             if per_unit and op.kind == "F":
@@ -487,7 +490,7 @@ class Worker(PipelineIO, DataParallelOps):
                         self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
-                    yield from self._zero3_post_backward(unit, op, lane)
+                    yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)
                 elif last_mb and not zero3:
                     yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
         if op.kind == "F":

@@ -23,10 +23,11 @@ group and whether it hides behind attention (``parallel.cp_comm``; Megatron-Core
   the chunk's end with a bottom-right causal mask: all of it unmasked but the c x c diagonal
   block, so most of the work runs at a kernel's non-causal rate.
 - ``a2a``: DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509; TE
-  ``AttnFuncWithCPAndQKVOA2A``). An all-to-all turns Q, K and V from sequence-sharded into
-  head-sharded, attention runs on the whole sequence with heads/cp heads, and a second
-  all-to-all returns the output; backward all-to-alls the output and its gradient in and dQ,
-  dK, dV out. Nothing overlaps the exchanges.
+  ``AttnFuncWithCPAndQKVOA2A``, DeepSpeed ``DistributedAttention``). An all-to-all turns Q, K
+  and V from sequence-sharded into head-sharded, attention runs on the whole sequence with
+  heads/cp heads, and a second all-to-all returns the output; backward all-to-alls the output's
+  gradient (TE: the output and its gradient, ``parallel.cp_a2a_impl``) in and dQ, dK, dV out.
+  Nothing overlaps the exchanges.
 - ``a2a+p2p``: Megatron-Core's hierarchical CP (``hierarchical_context_parallel_sizes``; TE's
   ring given a pair of groups): the all-to-all inside runs of ``parallel.cp_a2a`` consecutive
   cp ranks, the ring across the runs.
@@ -235,12 +236,10 @@ def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: in
     """DeepSpeed-Ulysses: all-to-all over heads in and out of attention, exposed.
 
     Forward: Q, K, V in, attention on heads/cp heads of the whole sequence, the output out.
-    Backward (TE ``AttnFuncWithCPAndQKVOA2A.backward``): the output and its gradient in (the
-    forward saved the output sequence-sharded, after its all-to-all back; DeepSpeed's
-    ``DistributedAttention`` keeps the head-sharded one and moves only the gradient), dQ, dK,
-    dV out. Sizes are each rank's send buffer (nccl-tests' all-to-all size)."""
+    Backward, :func:`ulysses_backward_in` in, then dQ, dK, dV out. Sizes are each rank's send
+    buffer (nccl-tests' all-to-all size)."""
     qkv, o = q_bytes(shapes) + kv_bytes(shapes), o_bytes(shapes)
-    before, after = (2 * o, qkv) if backward else (qkv, o)
+    before, after = (ulysses_backward_in(shapes), qkv) if backward else (qkv, o)
     return [
         Comm("cp_a2a_in", "cp", "all_to_all", before, False, layer),
         Compute.of("attn_core", Work.of(attention=core.total), layer),
@@ -248,16 +247,30 @@ def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: in
     ]
 
 
+def ulysses_backward_in(shapes: Shapes) -> float:
+    """Bytes a rank all-to-alls into a Ulysses attention's backward, by whose code runs it
+    (``parallel.cp_a2a_impl``). TE (``AttnFuncWithCPAndQKVOA2A.backward``): the output and its
+    gradient, 2 O, since its forward saved the output sequence-sharded, after the all-to-all
+    back. DeepSpeed (``deepspeed/sequence/layer.py``: ``_SeqAllToAll.backward`` is the same
+    all-to-all applied to the incoming gradient with scatter and gather swapped, and
+    ``DistributedAttention`` wraps the local attention, which saved its own head-sharded
+    output): the output's gradient only, 1 O."""
+    o = o_bytes(shapes)
+    return o if shapes.layout.cp_a2a_impl == "deepspeed" else 2 * o
+
+
 @register_working("a2a")
 def ulysses_working(shapes: Shapes, backward: bool) -> float:
     """TE ``flash_attn_a2a_communicate``: each tensor is copied into the send layout
-    (``movedim(...).contiguous()``) and received into a new buffer. Forward: Q, K, V's copies
-    and receives (the received ones are what the kernel reads and saves, standing in for the
-    stash's). Backward: out and dout received (2 O) while the kernel's dQ, dK, dV are copied
-    and received (3 QKV)."""
+    (``movedim(...).contiguous()``) and received into a new buffer; DeepSpeed's
+    ``single_all_to_all`` likewise (``reshape(...).contiguous()`` in, ``empty_like`` out).
+    Forward: Q, K, V's copies and receives (the received ones are what the kernel reads and
+    saves, standing in for the stash's). Backward: what comes in received
+    (:func:`ulysses_backward_in`: TE's out and dout, DeepSpeed's dout) while the kernel's dQ,
+    dK, dV are copied and received (3 QKV)."""
     qkv = q_bytes(shapes) + kv_bytes(shapes)
     if backward:
-        return 2 * o_bytes(shapes) + 3 * qkv
+        return ulysses_backward_in(shapes) + 3 * qkv
     return 2 * qkv
 
 

@@ -80,18 +80,24 @@ def zero3_working_bytes(
     backward), the unit's unsharded 16-bit gradients before their reduce-scatter and, where one
     reduce-scatter stays in flight (FSDP2: ``dp.wait_reduction``), its input buffer in the
     reduce dtype, kept until the next unit's post-backward. A lower bound: FSDP2's copy-out
-    keeps the all-gather output a little longer, DeepSpeed's ipg bucket is a fixed 5e8
-    elements. Under a pipeline (``zero3_pipelined``) the stage's parameters and gradients stay
+    keeps the all-gather output a little longer. DeepSpeed's coordinator (``zero3.
+    prefetch_bucket_size`` set) holds what ``zero3_coordinator.working_bytes`` says. Under a pipeline (``zero3_pipelined``) the stage's parameters and gradients stay
     unsharded, which the static memory already counts."""
     if layout.zero != 3 or layout.zero3_pipelined:
         return 0.0, 0.0
+    # DeepSpeed's coordinator holds a window, not whole units (it builds on this module's
+    # unit helpers, hence imported here)
+    from simcluster.parallelism import zero3_coordinator
+
+    if zero3_coordinator.coordinated(scenario) and not layout.zero3_keep_for_backward:
+        return zero3_coordinator.working_bytes(scenario, model, layout, chunks)
     largest = 0.0
     for ch in chunks:
         layers = [*ch.layer_indices, *([-1] if ch.embedding else []), *([-2] if ch.head else [])]
         for layer in layers:
             largest = max(largest, sum(unit_params(model, layout, ch, layer)))
     gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
-    params = gathered * largest * param_bytes(scenario)
+    params = gathered * largest * param_bytes(scenario) + zero3_coordinator.persistent_bytes(scenario, model, layout, chunks)
     grads = largest * param_bytes(scenario)
     if scenario.wait_reduction:
         grads += largest * grad_reduce_bytes(scenario)

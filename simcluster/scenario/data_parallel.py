@@ -48,6 +48,89 @@ class Zero3Section(SectionBase):
     )
 
 
+    # DeepSpeed ZeRO-3's own knobs (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; the
+    # stage3_ names are key aliases): unset, ZeRO-3 runs as FSDP does (one whole unit
+    # prefetched, nothing kept whole, each unit's gradients reduce-scattered on their own);
+    # framework deepspeed sets DeepSpeed's defaults. Counts are parameter elements per GPU.
+    prefetch_bucket_size: int | Literal["auto"] | None = Field(
+        default=None,
+        description=(
+            "DeepSpeed's stage3_prefetch_bucket_size: parameter elements fetched ahead of use (its "
+            "default 5e7); 0 prefetches nothing. Gathers run per unit (a layer): the next unit's is "
+            "issued with the current one's when this is above 0, and the window sizes what the "
+            "prefetched gather holds in memory (partitioned_param_coordinator.py fetch_sub_module)"
+        ),
+    )
+    param_persistence_threshold: int | Literal["auto"] = Field(
+        default=0,
+        description=(
+            "DeepSpeed's stage3_param_persistence_threshold: a parameter tensor of at most this many "
+            "elements (norms, biases, a router) stays gathered all run, never all-gathered again and "
+            "held whole beside its shard (parameter_offload.py mark_persistent_parameters: "
+            "ds_numel <= threshold); DeepSpeed's default 1e5, 0 here: none"
+        ),
+    )
+    max_live_parameters: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "DeepSpeed's stage3_max_live_parameters: a prefetch is cut to what keeps the gathered "
+            "elements at most this many (fetch_sub_module: min(max_live - available, "
+            "prefetch_bucket_size)); the unit being computed is gathered regardless. DeepSpeed's "
+            "default 1e9; unset: no limit"
+        ),
+    )
+    max_reuse_distance: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "DeepSpeed's stage3_max_reuse_distance: a unit used again within this many parameter "
+            "elements of the module trace is not released, so the last layers of the forward stay "
+            "gathered for their backward (partitioned_param_coordinator.py __params_to_release). "
+            "DeepSpeed's default 1e9; unset: released after use (FSDP's reshard after forward)"
+        ),
+    )
+    reduce_bucket_size: int | Literal["auto"] | None = Field(
+        default=None,
+        description=(
+            "DeepSpeed's reduce_bucket_size at ZeRO-3: gradients are copied into one contiguous "
+            "buffer of this many elements (allocated whole for the run, contiguous_gradients) and "
+            "reduce-scattered when the next unit would overflow it, and at the backward's end "
+            "(stage3.py __add_grad_to_ipg_bucket, __reduce_and_partition_ipg_grads); DeepSpeed's "
+            "default 5e8. Unset: each unit reduce-scattered on its own, as FSDP. (At ZeRO 0-2 "
+            "DeepSpeed's reduce_bucket_size is dp.bucket_mb: elements x 2 bytes / 1e6)"
+        ),
+    )
+    # (prefetch_bucket_size, param_persistence_threshold and reduce_bucket_size also take
+    # 'auto', Hugging Face Trainer's: resolved with the model by context.build_context)
+
+    @field_validator(
+        "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters", "max_reuse_distance",
+        "reduce_bucket_size", mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _element_count(cls, value: Any) -> Any:
+        # DeepSpeed configs write these as 5e7 or 5e8, which YAML reads as a string (YAML 1.1
+        # needs a dot) and JSON as a float: either is the whole number it names
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return value
+        if isinstance(value, float) and math.isfinite(value) and value == int(value):
+            return int(value)
+        return value
+
+    @field_validator("prefetch_bucket_size", "param_persistence_threshold", "reduce_bucket_size")
+    @classmethod
+    def _not_negative(cls, value: Any) -> Any:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be a number of elements, 0 or more")
+        return value
+
+
 class DpSection(SectionBase):
     """``dp:`` — gradient buckets and the collective that reduces them."""
 

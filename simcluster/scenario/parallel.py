@@ -35,6 +35,13 @@ class ParallelSection(SectionBase):
         "(Megatron-Core's hierarchical_context_parallel_sizes [cp_a2a, cp/cp_a2a]); the ring runs "
         "over the cp/cp_a2a groups",
     )
+    cp_a2a_impl: Literal["te", "deepspeed"] = Field(
+        default="te",
+        description="whose all-to-all attention runs cp_comm a2a: te (TransformerEngine's "
+        "AttnFuncWithCPAndQKVOA2A, whose backward all-to-alls the saved output and its gradient "
+        "in) or deepspeed (DeepSpeed's DistributedAttention, whose backward moves only the output "
+        "gradient: its local attention saved the head-sharded output); set by framework deepspeed",
+    )
     parallel_block_comm: Literal["separate", "gpt-neox", "fused"] | None = Field(
         default=None,
         description="the TP collectives of a parallel attention + MLP block (model.parallel_block): "

@@ -1,0 +1,198 @@
+"""DeepSpeed ZeRO-3's parameter coordinator and gradient bucket, at the engine's unit granularity.
+
+DeepSpeed fetches parameters per submodule as its hooks reach them and prefetches along the
+module trace it recorded in the first step (``deepspeed/runtime/zero/
+partitioned_param_coordinator.py``, ``PartitionedParameterCoordinator.fetch_sub_module``): the
+submodule's own parameters, then up to ``stage3_prefetch_bucket_size`` elements ahead (whole
+parameters, at least one), cut to what keeps at most ``stage3_max_live_parameters`` gathered.
+After a submodule runs, its parameters are released unless the trace uses them again within
+``stage3_max_reuse_distance`` elements (``__params_to_release``), which keeps the last layers of
+the forward gathered for their backward. Parameters of at most
+``stage3_param_persistence_threshold`` elements are never partitioned for compute
+(``parameter_offload.py`` ``mark_persistent_parameters``: ``ds_numel <= threshold``): gathered
+once, held whole beside their shard. Gradients are copied into one contiguous buffer of
+``reduce_bucket_size`` elements, allocated whole for the run (``stage3.py``:
+``torch.empty(reduce_bucket_size)`` with ``contiguous_gradients``, its default), and
+reduce-scattered when the next gradient would overflow it (``__add_grad_to_ipg_bucket``).
+
+The engine gathers a layer at a time (a unit), so the sliding window is modelled as its timing
+allows: a unit is gathered in the coordinator's calls (``gather_calls``: whole tensors coalesced
+until a call holds the window, one collective each, in order), the next unit's issued with the
+current one's when the window and the live limit leave room for any of it (a prefetch of 5e7
+elements reaches into the next layer as the current one's last submodules run), while the
+memory counts what DeepSpeed holds: the largest tensor being computed and the window, not two
+whole layers (``working_bytes``). NOT MODELLED: the host's Python time of each submodule's
+fetch and release hooks.
+"""
+
+from __future__ import annotations
+
+from simcluster.errors import UserError
+from simcluster.layout import Layout
+from simcluster.model import ModelSpec
+from simcluster.parallelism.data import param_bytes, unit_params, unit_tensors
+from simcluster.placement import Chunk
+from simcluster.scenario import Scenario
+
+
+def knob(value: int | str | None) -> int | None:
+    """A ZeRO-3 size as the model reads it: ``auto`` is filled in by ``context.build_context``
+    before any plan is made."""
+    if isinstance(value, str):
+        raise UserError("zero3", f"'{value}' is resolved with the model; build the scenario's context first")
+    return value
+
+
+def coordinated(scenario: Scenario) -> bool:
+    """Whether ZeRO-3 runs DeepSpeed's coordinator (its prefetch window is set: ``framework:
+    deepspeed`` sets DeepSpeed's defaults) rather than FSDP's one-unit prefetch."""
+    return scenario.parallel.zero == 3 and scenario.zero3.prefetch_bucket_size is not None
+
+
+def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
+    """Elements on one GPU of each small parameter tensor of a unit (-1 embedding, -2 LM head):
+    the norms' weights and biases (each ``hidden`` wide, whole on every TP rank), per-head query
+    and key norms, MLA's latent norms, the linears' biases (column-parallel ones split over tp,
+    the row-parallel output biases whole: Megatron's ``RowParallelLinear`` adds its bias after
+    the reduction) and a router. Everything else is a matrix far above any threshold."""
+    h, t = model.hidden, layout.tp
+    norm = [float(h)] * (2 if model.norm == "layernorm" else 1)
+    if layer == -1:
+        return []
+    if layer == -2:
+        return list(norm)
+    out = list(norm)  # the attention's input norm
+    if model.mla is not None:
+        out += [float(model.mla.kv_lora_rank)] + ([float(model.mla.q_lora_rank)] if model.mla.q_lora_rank else [])
+    if model.qk_norm:
+        out += [float(model.d_head)] * 2
+    if not model.shared_norm:
+        out += norm  # the MLP's
+    if model.bias and model.mla is None:
+        out += [(model.heads + 2 * model.kv_heads) * model.d_head / t, float(h)]  # fused QKV, output
+    if model.is_moe_layer(layer):
+        out.append(float(h * model.experts))  # the router's weight
+    elif model.bias:
+        out += [model.up_width(model.ffn) / t, float(h)]  # fc1 (gate and up), fc2
+    return out
+
+
+def persistent_params(model: ModelSpec, layout: Layout, layer: int, threshold: int) -> float:
+    """Elements of a unit's tensors that DeepSpeed keeps whole (``ds_numel <= threshold``)."""
+    if threshold <= 0:
+        return 0.0
+    return sum(n for n in small_tensors(model, layout, layer) if n <= threshold)
+
+
+def gather_calls(
+    model: ModelSpec, layout: Layout, chunk: Chunk, covered: list[int], window: int, forward: bool
+) -> tuple[float, ...]:
+    """Dense elements of each ``all_gather_coalesced`` that gathers a unit: its tensors in the
+    order ``covered`` runs them, grouped as the coordinator's prefetch takes them (whole
+    parameters until a call holds ``window`` elements or more; with no window, one call per
+    submodule's tensor). ``covered``: the unit's layers in execution order; a forward runs each
+    layer's tensors from the QKV projection on, a backward from the MLP's output on."""
+    calls: list[float] = []
+    current = 0.0
+    for layer in covered:
+        tensors = [t.dense for t in unit_tensors(model, layout, chunk, layer) if t.dense > 0]
+        for size in reversed(tensors) if forward else tensors:
+            current += size
+            if current >= window:
+                calls.append(current)
+                current = 0.0
+    if current > 0:
+        calls.append(current)
+    return tuple(calls)
+
+
+def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> float:
+    """Bytes of a stage's persistent tensors held whole beside their shards (DeepSpeed keeps
+    ``param.data`` gathered and its ``ds_tensor`` partition both)."""
+    threshold = knob(scenario.zero3.param_persistence_threshold) or 0
+    if layout.zero != 3 or layout.zero3_pipelined or threshold <= 0:
+        return 0.0
+    total = sum(
+        persistent_params(model, layout, layer, threshold) for ch in chunks for unit in _unit_layers(ch) for layer in unit
+    )
+    return total * param_bytes(scenario)
+
+
+def kept_units(sizes: list[float], max_reuse: int | None) -> int:
+    """How many of the forward's last units stay gathered for their backward, ``sizes`` being
+    each unit's parameters in forward order. A unit's next use is its backward, after the
+    forward and the backward of every unit behind it: 2 x their parameters of trace later.
+    ``__params_to_release`` walks the trace from the next module and keeps a parameter it meets
+    before the walk has covered ``max_reuse`` elements. Unset: FSDP's rule, only the last
+    unit (its backward follows at once)."""
+    if max_reuse is None:
+        return 1
+    kept, behind = 0, 0.0
+    for size in reversed(sizes):
+        if 2 * behind >= max_reuse:
+            break
+        kept += 1
+        behind += size
+    return kept
+
+
+def prefetch_window(scenario: Scenario, current: float) -> float:
+    """Elements prefetched beside ``current`` gathered ones: whole parameters are taken while
+    fewer than min(``max_live_parameters`` - ``current``, ``prefetch_bucket_size``) are in
+    flight, so up to the limit plus one parameter (at most the largest tensor,
+    ``current`` standing in for it); none when the limit leaves no room."""
+    sc = scenario.zero3
+    limit = float(knob(sc.prefetch_bucket_size) or 0)
+    if sc.max_live_parameters is not None:
+        limit = min(limit, sc.max_live_parameters - current)
+    return limit + current if limit > 0 else 0.0
+
+
+def _unit_layers(chunk: Chunk) -> list[list[int]]:
+    """Each unit's layer indices in forward order, as the plan groups them (the embedding with
+    the first layer, the LM head with the last)."""
+    layers = list(chunk.layer_indices)
+    if not layers:
+        return [[u for present, u in ((chunk.embedding, -1), (chunk.head, -2)) if present]]
+    units = [[x] for x in layers]
+    if chunk.embedding:
+        units[0].insert(0, -1)
+    if chunk.head:
+        units[-1].append(-2)
+    return units
+
+
+def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> tuple[float, float]:
+    """(parameter, gradient) bytes DeepSpeed's ZeRO-3 holds on a GPU beyond its shards.
+
+    Parameters: the persistent tensors whole; the largest tensor being computed and the
+    prefetch window beside it (:func:`prefetch_window`); at the turn from forward to backward
+    the units kept for their backward (``kept_units``) instead of the one computed.
+    Gradients: the contiguous bucket (``reduce_bucket_size`` elements in the compute dtype, or
+    the largest unit without one) and the largest tensor's gradient as autograd writes it,
+    before its copy into the bucket."""
+    sc = scenario.zero3
+    width = param_bytes(scenario)
+    largest_tensor = 0.0
+    kept = 0.0
+    largest_unit = 0.0
+    for ch in chunks:
+        sizes = []
+        for unit in _unit_layers(ch):
+            size = 0.0
+            for layer in unit:
+                size += sum(unit_params(model, layout, ch, layer))
+                largest_tensor = max(
+                    largest_tensor, *(max(x.dense, x.expert) for x in unit_tensors(model, layout, ch, layer))
+                )
+            sizes.append(size)
+            largest_unit = max(largest_unit, size)
+        n = kept_units(sizes, sc.max_reuse_distance)
+        kept = max(kept, sum(sizes[len(sizes) - n :]))
+    window = prefetch_window(scenario, largest_tensor)
+    gathered = max(largest_tensor, kept) + window
+    params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
+    cap = knob(sc.reduce_bucket_size)
+    bucket = largest_unit if cap is None else float(cap)
+    grads = (bucket + largest_tensor) * width
+    return params, grads
