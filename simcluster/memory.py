@@ -482,14 +482,17 @@ def static_memory(
         moment_bytes(training), keep_16bit_grad=training.grad_16bit_freed == "step",
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
-    if zero == 3 and layout.fsdp2_copies:
+    if zero == 3 and layout.torch_fsdp:
+        # FSDP1's FlatParameter keeps the same state: its sharded flat parameter in the dtype
+        # the model was built in, stepped in place, and the reduce-scattered gradient cast back
+        # to it (_runtime_utils.py _accumulate_sharded_grad: _cast_grad_to_param_dtype)
         bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
     expert = sharded(bpp, zero, layout.expert_zero_group)
     if zero == 3 and layout.zero3_keep_for_backward:
         # every layer's gathered parameters are held from its forward to its backward: at the
         # end of the forward all of them are (beside FSDP2's own shards)
-        own = layout.fsdp2_copies
+        own = layout.torch_fsdp
         dense = replace(dense, params=gathered + (dense.params if own else 0.0))
         expert = replace(expert, params=gathered + (expert.params if own else 0.0))
     # the offloaded share of the optimizer (master weights and moments) lives in host memory

@@ -266,21 +266,54 @@ class DataParallelOps:
             return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
         return (op.kind, op.microbatch, op.chunk)
 
+    def _is_root(self, unit: Unit) -> bool:
+        """Whether ``unit`` belongs to FSDP1's root FlatParameter (``zero3.buffers: flat``):
+        the embedding and the LM head, which an auto-wrap policy over the transformer blocks
+        leaves to the root."""
+        return self.shared.ctx.layout.fsdp1_root and all(layer < 0 for layer in unit.layers)
+
+    def _root_unit(self, chunk: int) -> Unit:
+        """FSDP1's root FlatParameter of ``chunk``: its root units as one unit, gathered and
+        reduced as one collective each."""
+        roots = [u for u in self.plan.chunks[chunk].phases["F"] if self._is_root(u)]
+        return Unit(
+            layers=tuple(layer for u in roots for layer in u.layers),
+            segments=(),
+            params=sum(u.params for u in roots),
+            layer_params=sum(u.layer_params for u in roots),
+            expert_params=sum(u.expert_params for u in roots),
+            expert_layer_params=sum(u.expert_layer_params for u in roots),
+        )
+
+    def _gather_id(self, units: list[Unit], j: int, op: PipeOp) -> tuple:
+        """The key of unit j's gather: FSDP1's root one per microbatch's forward, kept for its
+        backward (``_post_forward_reshard`` frees every unit's but the root's)."""
+        if self._is_root(units[j]):
+            return (("F", op.microbatch, op.chunk), "root")
+        return (self._gather_key(op), _unit_id(units[j]))
+
+    def _zero3_issue_gather(self, units: list[Unit], j: int, op: PipeOp, skip_first: bool) -> None:
+        """Issue unit j's all-gather unless it was issued already (FSDP1's root: all its units
+        at once, when the forward reaches the first)."""
+        if j >= len(units) or (j == 0 and skip_first):
+            return
+        gkey = self._gather_id(units, j, op)
+        if gkey not in self.gathers:
+            unit = self._root_unit(op.chunk) if self._is_root(units[j]) else units[j]
+            self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(unit, op))
+
     def _zero3_gather(
         self, units: list[Unit], i: int, op: PipeOp, skip_first: bool, lane: Lane | None = None
     ) -> Generator:
-        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch); ``lane``: this
-        op's turn on the compute stream an F&B pair shares, which FSDP2's copy-out runs on."""
-        prefetch = self.shared.ctx.scenario.zero3.prefetch
-        key = self._gather_key(op)
-        want = [i, i + 1] if prefetch else [i]
-        for j in want:
-            if j >= len(units) or (j == 0 and skip_first):
-                continue
-            gkey = (key, _unit_id(units[j]))
-            if gkey not in self.gathers:
-                self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(units[j], op))
-        gkey = (key, _unit_id(units[i]))
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch: in the backward
+        before unit i's computation only with ``zero3.backward_prefetch: pre``, see
+        :meth:`_zero3_post_compute`); ``lane``: this op's turn on the compute stream an F&B
+        pair shares, which FSDP2's copy-out runs on."""
+        zero3 = self.shared.ctx.scenario.zero3
+        ahead = zero3.prefetch and (op.kind == "F" or zero3.backward_prefetch == "pre")
+        for j in [i, i + 1] if ahead else [i]:
+            self._zero3_issue_gather(units, j, op, skip_first)
+        gkey = self._gather_id(units, i, op)
         ev = self.gathers.get(gkey)
         if ev is None:
             return
@@ -293,6 +326,15 @@ class DataParallelOps:
             seconds = copies[0](units[i].params)
             kind = PHASE_KIND[op.kind]
             yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+
+    def _zero3_post_compute(self, units: list[Unit], i: int, op: PipeOp) -> None:
+        """After unit i's gradient computation, before its reduce-scatter: FSDP1's
+        BACKWARD_POST prefetch of unit i+1 (``_post_backward_reshard`` ->
+        ``_prefetch_handle``). With BACKWARD_PRE it went out before the computation; with
+        None it goes out at unit i+1's own pre-backward hook, behind this reduce-scatter."""
+        zero3 = self.shared.ctx.scenario.zero3
+        if zero3.prefetch and zero3.backward_prefetch == "post":
+            self._zero3_issue_gather(units, i + 1, op, skip_first=False)
 
     def _zero3_all_gather(self, unit: Unit, op: PipeOp) -> Generator:
         """All-gather a unit's parameters: one collective per group that shards them
@@ -318,7 +360,13 @@ class DataParallelOps:
         ``reduce_scatter_state``: the input buffer is freed only then), then copy-casts the
         gradients into the reduce-scatter buffer on the compute stream (``foreach_reduce``,
         torch 2.5 on; before, on the reduce-scatter stream behind the previous one, which the
-        compute stream then waited for: the same timing)."""
+        compute stream then waited for: the same timing). FSDP1's root FlatParameter is
+        reduced once, after the last of its units' backward (its gradient exists only then)."""
+        if self._is_root(unit):
+            units = self.plan.chunks[op.chunk].phases[op.kind]
+            if unit is not [u for u in units if self._is_root(u)][-1]:
+                return
+            unit = self._root_unit(op.chunk)
         if not self._waits_for_reductions():
             self._spawn_reduction(self._zero3_reduce(unit, op))
             return

@@ -79,20 +79,35 @@ def zero3_working_bytes(
     one unit; none beyond the gathers already counted when a layer keeps its gather for the
     backward), the unit's unsharded 16-bit gradients before their reduce-scatter and, where one
     reduce-scatter stays in flight (FSDP2: ``dp.wait_reduction``), its input buffer in the
-    reduce dtype, kept until the next unit's post-backward. A lower bound: FSDP2's copy-out
+    reduce dtype, kept until the next unit's post-backward. PyTorch FSDP1 (``zero3.buffers:
+    flat``) keeps its root unit (embedding, final norm and LM head: what the auto-wrap policy
+    leaves to the root FlatParameter) gathered from the forward to the backward
+    (``_runtime_utils.py`` ``_post_forward_reshard``: ``not state._is_root``) and its unsharded
+    gradient until the backward's end; without the rate limiter (``zero3.limit_all_gathers``
+    false) every unit of the forward may be gathered at once. A lower bound: FSDP2's copy-out
     keeps the all-gather output a little longer, DeepSpeed's ipg bucket is a fixed 5e8
     elements. Under a pipeline (``zero3_pipelined``) the stage's parameters and gradients stay
     unsharded, which the static memory already counts."""
     if layout.zero != 3 or layout.zero3_pipelined:
         return 0.0, 0.0
-    largest = 0.0
+    largest = root = every = 0.0
     for ch in chunks:
         layers = [*ch.layer_indices, *([-1] if ch.embedding else []), *([-2] if ch.head else [])]
         for layer in layers:
-            largest = max(largest, sum(unit_params(model, layout, ch, layer)))
+            size = sum(unit_params(model, layout, ch, layer))
+            if layout.fsdp1_root and layer < 0:
+                root += size
+            else:
+                largest = max(largest, size)
+                every += size
     gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
-    params = gathered * largest * param_bytes(scenario)
-    grads = largest * param_bytes(scenario)
+    units = gathered * largest
+    if layout.fsdp1_root and not scenario.zero3.limit_all_gathers and not layout.zero3_keep_for_backward:
+        units = every  # no rate limiter: a GPU-bound forward's every gather in flight
+    params = (units + root) * param_bytes(scenario)
+    # FSDP1's root FlatParameter gets its gradient only once the embedding's backward is done:
+    # the LM head's part waits in autograd's buffer until then, the whole root reduced last
+    grads = (largest + root) * param_bytes(scenario)
     if scenario.wait_reduction:
         grads += largest * grad_reduce_bytes(scenario)
     return params, grads
@@ -271,9 +286,9 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     (``FSDPParam.all_gather_inputs``)."""
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" or scenario.fsdp2 else 4 + 2  # fp32 master read, 16-bit param write
+    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp else 4 + 2  # fp32 master read, 16-bit param write
     unscale = 8 if tr.precision == "fp16" else 0
-    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not scenario.fsdp2 else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not scenario.torch_fsdp else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
