@@ -404,7 +404,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "per_tensor unpacks the blocking all-gather after the optimizer (nanotron); set "
             "overlap.param_gather false, or dp.param_unpack flat",
         )
-    zero_shard = par.zero_shard or 0
+    zero_shard = _zero_shard(par, gpus_per_node)
     if zero_shard:
         if par.zero == 0:
             raise UserError("parallel.zero_shard", "shards ZeRO state; set parallel.zero to 1, 2 or 3 (or drop it)")
@@ -522,6 +522,21 @@ def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
             f"etp={etp} must divide the experts' hidden width expert_ffn={model.expert_ffn}",
         )
     return etp
+
+
+def _zero_shard(par: ParallelSection, gpus_per_node: int) -> int:
+    """``parallel.zero_shard`` in ranks (0: none); ``node`` is the data-parallel ranks of one
+    node, as FSDP1's HYBRID_SHARD builds its intra-node process group from the ranks of a node
+    (``_init_intra_and_inter_node_groups``: ``_get_default_group`` split by
+    ``torch.cuda.device_count()``); with tp or cp > 1 a node holds gpus_per_node / tp of them."""
+    if par.zero_shard != "node":
+        return par.zero_shard or 0
+    if gpus_per_node % par.tp:
+        raise UserError(
+            "parallel.zero_shard",
+            f"node: tp={par.tp} does not divide gpus_per_node={gpus_per_node}; give zero_shard in ranks",
+        )
+    return gpus_per_node // par.tp
 
 
 def _keep_for_backward(scenario: Scenario) -> bool:
