@@ -418,8 +418,12 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
     # 25 MiB of the parameters' (fp32) gradients, each gradient copied in and back out; the
     # optimizer's zero_grad(set_to_none=True) frees .grad, so the first microbatch writes it and
     # later ones add in place; clip_grad_norm_ reads and scales every gradient
+    # the model is built in fp32 and run under torch.autocast (calibrate/step_train.py), so its
+    # parameters, gradients and buckets are fp32 and the 16-bit weight casts are activations
     defaults: Defaults = {
-        "training": {"elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False},
+        "training": {
+            "elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False, "autocast": True,
+        },
         "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
         # DTensor's tensor-parallel collectives are eager and blocking
         "overlap": {"dp_grad_reduce": True, "tp_grad_async": False},

@@ -45,9 +45,10 @@ class Bucket:
 
 
 def grad_reduce_bytes(scenario: Scenario) -> float:
-    """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron)."""
+    """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron, and
+    under autocast, whose fp32 parameters get fp32 gradients)."""
     tr = scenario.training
-    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum else 2.0
+    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or tr.autocast else 2.0
 
 
 def param_bytes(scenario: Scenario) -> float:
@@ -125,7 +126,8 @@ def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> fl
     reduction and no bucket (nanotron wraps the model in DDP only when dp > 1)."""
     if not scenario.dp.bucket_copies or params <= 0 or layout.dp * layout.cp <= 1:
         return 0.0
-    whole = params * param_bytes(scenario)
+    # the buckets take the gradients' dtype: the parameters' (fp32 under autocast)
+    whole = params * (4.0 if scenario.training.autocast else param_bytes(scenario))
     if layout.zero < 2:
         return whole
     buffers = 2 if scenario.overlap.dp_grad_reduce else 1
@@ -286,9 +288,11 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     (``FSDPParam.all_gather_inputs``)."""
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp else 4 + 2  # fp32 master read, 16-bit param write
+    # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
+    # in place (PyTorch FSDP, autocast)
+    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast else 4 + 2
     unscale = 8 if tr.precision == "fp16" else 0
-    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not scenario.torch_fsdp else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
