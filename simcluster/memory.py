@@ -266,8 +266,8 @@ def autocast_weight_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     with a 16-bit model (no casts). Not counted: autocast's cache keeps every cast until the
     autocast region exits (the model's forward, in calibrate/step_train.py), so under full
     recomputation the whole model's casts exist for a moment at the forward's end."""
-    if not training.autocast or training.precision == "fp32":
-        return 0.0
+    if not training.autocast or training.precision == "fp32" or (layout.zero == 3 and layout.torch_fsdp):
+        return 0.0  # PyTorch FSDP gathers 16-bit parameters (MixedPrecision): nothing to cast
     if layer == HEAD_LAYER:
         return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
     full = model.layer_params(layer)
