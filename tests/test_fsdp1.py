@@ -22,7 +22,13 @@ import pytest
 from simcluster.context import build_context
 from simcluster.engine.simulate import simulate
 from simcluster.errors import UserError
-from simcluster.memory import WEIGHT_CAST_BYTES, autocast_weight_bytes, fsdp2_bytes_per_param, static_memory, stage_params
+from simcluster.memory import (
+    WEIGHT_CAST_BYTES,
+    autocast_weight_bytes,
+    fsdp2_bytes_per_param,
+    stage_params,
+    static_memory,
+)
 from simcluster.parallelism.data import grad_reduce_bytes, unit_params, zero3_working_bytes
 from simcluster.scenario import scenario_from_dict
 from tests.conftest import make_scenario
@@ -116,7 +122,7 @@ def _simulated_order(data: dict) -> list[str]:
     ev = simulate(scenario_from_dict(data)).events
     dp = ev[(ev["rank"] == 0) & (ev["stream"] == "comm_dp")].sort_values("start_s", kind="stable")
     ops = {"zero3_param_all_gather": "AG", "zero3_grad_reduce_scatter": "RS"}
-    return [f"{ops[name]}:{'root' if layer < 0 else 'block'}" for name, layer in zip(dp["name"], dp["layer"])]
+    return [f"{ops[name]}:{'root' if layer < 0 else 'block'}" for name, layer in zip(dp["name"], dp["layer"], strict=True)]
 
 
 @pytest.mark.parametrize(("mode", "setting"), [("BACKWARD_PRE", "pre"), ("BACKWARD_POST", "post"), ("NONE", "none")])
