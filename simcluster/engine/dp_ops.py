@@ -321,11 +321,13 @@ class DataParallelOps:
             yield ev
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None and gkey not in self.copied_out:
-            # the gathered buffer copied into per-parameter tensors, once per gather
+            # the gathered buffer copied into per-parameter tensors, once per gather (none for
+            # FSDP1's FlatParameter, used in place)
             self.copied_out.add(gkey)
             seconds = copies[0](units[i].params)
             kind = PHASE_KIND[op.kind]
-            yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+            if seconds > 0:
+                yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
 
     def _zero3_post_compute(self, units: list[Unit], i: int, op: PipeOp) -> None:
         """After unit i's gradient computation, before its reduce-scatter: FSDP1's

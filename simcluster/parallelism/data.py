@@ -109,7 +109,10 @@ def zero3_working_bytes(
     # FSDP1's root FlatParameter gets its gradient only once the embedding's backward is done:
     # the LM head's part waits in autograd's buffer until then, the whole root reduced last
     grads = (largest + root) * param_bytes(scenario)
-    if scenario.wait_reduction:
+    widened = layout.fsdp1_root and grad_reduce_bytes(scenario) != param_bytes(scenario)
+    if scenario.wait_reduction or widened:
+        # the reduce-scatter's input in the reduce dtype: FSDP2's copy-in buffer, or FSDP1's
+        # cast of the unsharded gradient (_post_backward_hook), kept until the collective ends
         grads += largest * grad_reduce_bytes(scenario)
     return params, grads
 
