@@ -194,6 +194,11 @@ def test_the_rate_limiter_holds_two_gathers_and_the_root_stays_gathered():
     off = ctx.scenario.model_copy(update={"zero3": ctx.scenario.zero3.model_copy(update={"limit_all_gathers": False})})
     params_off, _ = zero3_working_bytes(off, ctx.model, ctx.layout, [chunk])
     assert params_off == pytest.approx(2 * (6 * block + root))
+    # SHARD_GRAD_OP: every unit, the root's too, kept from its forward to its backward, which
+    # the static memory counts (no gather beyond it)
+    kept = ctx.scenario.model_copy(update={"zero3": ctx.scenario.zero3.model_copy(update={"reshard_after_forward": False})})
+    kept_ctx = build_context(kept)
+    assert zero3_working_bytes(kept, kept_ctx.model, kept_ctx.layout, [chunk])[0] == 0
 
 
 def test_sharding_strategies_map_to_zero3_settings():

@@ -105,7 +105,8 @@ def zero3_working_bytes(
     units = gathered * largest
     if layout.fsdp1_root and not scenario.zero3.limit_all_gathers and not layout.zero3_keep_for_backward:
         units = every  # no rate limiter: a GPU-bound forward's every gather in flight
-    params = (units + root) * param_bytes(scenario)
+    # a gather kept for the backward is in the static memory already, the root's included
+    params = (units + (0.0 if layout.zero3_keep_for_backward else root)) * param_bytes(scenario)
     # FSDP1's root FlatParameter gets its gradient only once the embedding's backward is done:
     # the LM head's part waits in autograd's buffer until then, the whole root reduced last
     grads = (largest + root) * param_bytes(scenario)
