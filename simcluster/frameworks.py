@@ -435,7 +435,9 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
-    zero = _zero_stage(raw)
+    parallel = raw.get("parallel")
+    given = isinstance(parallel, Mapping) and parallel.get("zero") is not None
+    zero = _zero_stage(raw) if given else 3  # FullyShardedDataParallel's default: FULL_SHARD
     if zero != 3:
         raise UserError(
             "parallel.zero",
@@ -456,6 +458,7 @@ def _pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
     # reduce-scattered in bf16 (OLMo's amp_bf16 reduces in fp32: set training.fp32_grad_accum
     # true); an eager model (unfused norms and rotary), SDPA's flash backend
     return {
+        "parallel": {"zero": 3},
         "training": {"elementwise": "eager", "fp32_grad_accum": False},
         "zero3": {"buffers": "flat"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
