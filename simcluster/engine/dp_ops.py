@@ -202,14 +202,15 @@ class DataParallelOps:
 
     def _dp_reduce(
         self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
-        sharded: simpy.Event | None = None, replicas: bool = True,
+        sharded: simpy.Event | None = None, replicas: bool = True, lead_s: float = 0.0,
     ) -> Generator:
         """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
         distributed-optimizer instances) unless ``replicas`` is false (a microbatch whose shard
-        is only accumulated). ``sharded`` succeeds after the first collective."""
+        is only accumulated). ``sharded`` succeeds after the first collective; ``lead_s``: its
+        input's production the stream waits for (:meth:`Comms.collective`)."""
         comms, shard = self.shared.comms, self._sharding(group)
-        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
+        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer, lead_s=lead_s)
         if sharded is not None:
             sharded.succeed()
         if shard != group and replicas:
@@ -397,9 +398,15 @@ class DataParallelOps:
         compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
         (before an HSDP all-reduce across replicas)."""
         copies = self.shared.fsdp2_copy_seconds
+        lead = 0.0
         if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
-            yield self.shared.env.timeout(seconds)
+            if self.shared.ctx.layout.fsdp1_root:
+                # FSDP1 casts on its post-backward stream after issuing nothing else there:
+                # NCCL's stream waits for the cast in this reduce-scatter's place in the queue
+                lead = seconds
+            else:
+                yield self.shared.env.timeout(seconds)
         sc = self.shared.ctx.scenario
         # HSDP: with set_requires_all_reduce(False) the replicas all-reduce only the last
         # microbatch's accumulated shard (zero3.replica_all_reduce)
@@ -420,6 +427,7 @@ class DataParallelOps:
                 unit.layers[0],
                 scattered if n == len(parts) - 1 else None,
                 replicas,
+                lead if n == 0 else 0.0,
             )
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce
