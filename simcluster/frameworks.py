@@ -637,9 +637,11 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce_dtype defaults to param_dtype). Sharding strategies through parallel.fsdp "
             "(FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, _HYBRID_SHARD_ZERO2); backward_prefetch and "
             "limit_all_gathers as zero3.backward_prefetch and zero3.limit_all_gathers; "
-            "forward_prefetch and use_orig_params change nothing modelled (the host issues the "
-            "next gather while the GPU computes either way; use_orig_params only aligns each "
-            "tensor in the flat parameter to 16 bytes)",
+            "forward_prefetch, use_orig_params and MixedPrecision's buffer_dtype change nothing "
+            "modelled (the host issues the next gather while the GPU computes either way; "
+            "use_orig_params only aligns each tensor in the flat parameter to 16 bytes, and the "
+            "flat parameter is padded to a multiple of the shard group, under a KiB per unit; "
+            "buffers are a rotary table at most)",
             "pytorch/pytorch torch/distributed/fsdp/_runtime_utils.py (_post_forward_reshard: "
             "not state._is_root; _pre_backward_hook / _post_backward_reshard -> _prefetch_handle; "
             "_reduce_grad: flat_param.grad = None, reduce_scatter then _accumulate_sharded_grad "
