@@ -640,7 +640,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "forward_prefetch, use_orig_params and MixedPrecision's buffer_dtype change nothing "
             "modelled (the host issues the next gather while the GPU computes either way; "
             "use_orig_params only aligns each tensor in the flat parameter to 16 bytes, and the "
-            "flat parameter is padded to a multiple of the shard group, under a KiB per unit; "
+            "flat parameter is padded to a multiple of the shard group, fewer elements than it has ranks; "
             "buffers are a rotary table at most)",
             "pytorch/pytorch torch/distributed/fsdp/_runtime_utils.py (_post_forward_reshard: "
             "not state._is_root; _pre_backward_hook / _post_backward_reshard -> _prefetch_handle; "
