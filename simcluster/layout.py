@@ -404,7 +404,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "per_tensor unpacks the blocking all-gather after the optimizer (nanotron); set "
             "overlap.param_gather false, or dp.param_unpack flat",
         )
-    zero_shard = _zero_shard(par, gpus_per_node)
+    zero_shard = _zero_shard(par, min(gpus_per_node, gpus))  # a job inside one node: its GPUs
     if zero_shard:
         if par.zero == 0:
             raise UserError("parallel.zero_shard", "shards ZeRO state; set parallel.zero to 1, 2 or 3 (or drop it)")

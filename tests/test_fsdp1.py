@@ -217,6 +217,9 @@ def test_sharding_strategies_map_to_zero3_settings():
     assert ctx("HYBRID_SHARD").layout.zero_group == 8 and ctx("HYBRID_SHARD").layout.zero_replicas == 2
     assert ctx("HYBRID_SHARD", tp=2).layout.zero_group == 4
     assert ctx("_HYBRID_SHARD_ZERO2").layout.zero3_keep_for_backward
+    # inside one node every rank is the node's: one shard group, plain ZeRO-3
+    small = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 4}, parallel={"sharding_strategy": "HYBRID_SHARD"})
+    assert build_context(scenario_from_dict({**small, "framework": "pytorch-fsdp"})).layout.zero_replicas == 1
     with pytest.raises(UserError, match="NO_SHARD replicates"):
         ctx("NO_SHARD")
 
