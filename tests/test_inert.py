@@ -262,6 +262,17 @@ def test_compare_names_the_scenario_of_each_note(cli, tmp_path):
     assert list(json.loads(result.out)["inert_settings"].values()) == [[notes[0].split(": ", 2)[2]]]
 
 
+def test_autocast_under_pytorch_fsdp_changes_nothing():
+    """The note's claim holds: under FSDP1 or FSDP2 the reduce dtype and the state are FSDP's
+    own (MixedPrecision), so the simulated step and memory are those without autocast."""
+    from simcluster.engine import simulate
+
+    base = make_scenario(parallel={"zero": 3}, zero3={"buffers": "flat"}, training={"fp32_grad_accum": False})
+    plain = simulate(scenario_from_dict(base)).summary
+    cast = simulate(scenario_from_dict(make_scenario(**{**base, "training": {**base["training"], "autocast": True}}))).summary
+    assert (cast["step_time_s"], cast["peak_memory_bytes"]) == (plain["step_time_s"], plain["peak_memory_bytes"])
+
+
 def test_replica_all_reduce_is_inert_under_a_pipeline():
     """torch.distributed.pipelining runs FSDP2's backward with set_requires_gradient_sync(False)
     for every microbatch and sets it back to True (reduce-scatter and all-reduce alike) before

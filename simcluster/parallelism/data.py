@@ -46,9 +46,11 @@ class Bucket:
 
 def grad_reduce_bytes(scenario: Scenario) -> float:
     """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron, and
-    under autocast, whose fp32 parameters get fp32 gradients)."""
+    under autocast, whose fp32 parameters get fp32 gradients; PyTorch FSDP reduces in its own
+    MixedPrecision reduce dtype, autocast or not)."""
     tr = scenario.training
-    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or tr.autocast else 2.0
+    autocast = tr.autocast and not scenario.torch_fsdp
+    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or autocast else 2.0
 
 
 def param_bytes(scenario: Scenario) -> float:
