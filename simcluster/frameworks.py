@@ -426,7 +426,8 @@ def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
-    if _parallel(raw, "zero_shard", 0):
+    parallel_raw = raw.get("parallel")
+    if isinstance(parallel_raw, Mapping) and parallel_raw.get("zero_shard"):
         # under HSDP its trainer defers the replicas' all-reduce to the last microbatch
         # (trainer.py: set_requires_all_reduce(is_last) when dp_replicate is enabled)
         defaults["zero3"]["replica_all_reduce"] = "last_microbatch"
@@ -455,8 +456,12 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
     # 25 MiB of the parameters' (fp32) gradients, each gradient copied in and back out; the
     # optimizer's zero_grad(set_to_none=True) frees .grad, so the first microbatch writes it and
     # later ones add in place; clip_grad_norm_ reads and scales every gradient
+    # the model is built in fp32 and run under torch.autocast (calibrate/step_train.py), so its
+    # parameters, gradients and buckets are fp32 and the 16-bit weight casts are activations
     defaults: Defaults = {
-        "training": {"elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False},
+        "training": {
+            "elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False, "autocast": True,
+        },
         "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
         # DTensor's tensor-parallel collectives are eager and blocking
         "overlap": {"dp_grad_reduce": True, "tp_grad_async": False},
@@ -465,6 +470,37 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
     if group is not None:
         defaults["parallel"] = {"microbatch_group": group}
     return defaults
+
+
+def _pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
+    parallel = raw.get("parallel")
+    given = isinstance(parallel, Mapping) and parallel.get("zero") is not None
+    zero = _zero_stage(raw) if given else 3  # FullyShardedDataParallel's default: FULL_SHARD
+    if zero != 3:
+        raise UserError(
+            "parallel.zero",
+            f"framework pytorch-fsdp (FullyShardedDataParallel) shards at zero 3, got zero={zero}; "
+            "write parallel.fsdp: FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or _HYBRID_SHARD_ZERO2, "
+            "or use framework pytorch-ddp for NO_SHARD",
+        )
+    if any(_parallel(raw, k, 1) > 1 for k in ("cp", "ep")):
+        raise UserError(
+            "framework",
+            "pytorch-fsdp wraps a model with data parallelism (and DTensor tensor parallelism at "
+            "most: cp = ep = 1); use torchtitan for FSDP2 with context or expert parallelism",
+        )
+    # FullyShardedDataParallel's defaults as HF accelerate, llama-recipes and OLMo construct it:
+    # MixedPrecision(param_dtype=bf16) with reduce_dtype unset or bf16 (api.py: "If
+    # reduce_dtype is None but param_dtype is not None, then this takes on the param_dtype
+    # value"; accelerate's bf16 policy sets all three to bf16), so gradients are
+    # reduce-scattered in bf16 (OLMo's amp_bf16 reduces in fp32: set training.fp32_grad_accum
+    # true); an eager model (unfused norms and rotary), SDPA's flash backend
+    return {
+        "parallel": {"zero": 3},
+        "training": {"elementwise": "eager", "fp32_grad_accum": False},
+        "zero3": {"buffers": "flat"},
+        "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
+    }
 
 
 def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
@@ -636,6 +672,36 @@ FRAMEWORKS: dict[str, Framework] = {
             attention_kernel="fa2",
         ),
         Framework(
+            "pytorch-fsdp",
+            "PyTorch FSDP1 (FullyShardedDataParallel, as HF accelerate / Trainer, llama-recipes "
+            "and OLMo wrap a model: one FlatParameter per transformer block and the root holding "
+            "the embedding, final norm and LM head) in eager mode: each block gathered before its "
+            "forward and again before its backward (the next one prefetched: BACKWARD_PRE, the "
+            "rate limiter's two gathers in flight), the root gathered once per forward and kept "
+            "until its gradient is reduced after the whole backward, reduce-scatters queued "
+            "without waiting (the compute stream waits for them at the backward's end), fp32 "
+            "flat shards stepped in place, gradients reduced in bf16 (MixedPrecision's "
+            "reduce_dtype defaults to param_dtype). Sharding strategies through parallel.fsdp "
+            "(FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, _HYBRID_SHARD_ZERO2); backward_prefetch and "
+            "limit_all_gathers as zero3.backward_prefetch and zero3.limit_all_gathers; "
+            "forward_prefetch, use_orig_params and MixedPrecision's buffer_dtype change nothing "
+            "modelled (the host issues the next gather while the GPU computes either way; "
+            "use_orig_params only aligns each tensor in the flat parameter to 16 bytes, and the "
+            "flat parameter is padded to a multiple of the shard group, fewer elements than it has ranks; "
+            "buffers are a rotary table at most)",
+            "pytorch/pytorch torch/distributed/fsdp/_runtime_utils.py (_post_forward_reshard: "
+            "not state._is_root; _pre_backward_hook / _post_backward_reshard -> _prefetch_handle; "
+            "_reduce_grad: flat_param.grad = None, reduce_scatter then _accumulate_sharded_grad "
+            "cast to the parameter dtype; _post_backward_final_callback: current_stream."
+            "wait_stream(post_backward_stream)), _limiter_utils.py (_max_num_inflight_all_gathers "
+            "2), _flat_param.py (padding to a multiple of the world size, 16-byte alignment with "
+            "use_orig_params), api.py (MixedPrecision reduce_dtype default, ShardingStrategy), "
+            "_init_utils.py (HYBRID_SHARD's intra-node group); huggingface/accelerate "
+            "FullyShardedDataParallelPlugin (bf16 MixedPrecision for param, reduce and buffer dtype)",
+            _pytorch_fsdp,
+            attention_kernel="fa2",
+        ),
+        Framework(
             "torchtitan",
             "PyTorch torchtitan with FSDP2 (zero 3; zero 0 is its DDP, ZeRO-1/2 are refused) in "
             "eager mode: gathers copied out per parameter, "
@@ -705,6 +771,8 @@ FRAMEWORK_ALIASES = {
     "megatron-deepspeed": "deepspeed",
     "nemo-automodel": "automodel",
     "pytorch": "pytorch-ddp", "torch-ddp": "pytorch-ddp", "ddp": "pytorch-ddp",
+    "fsdp": "pytorch-fsdp", "fsdp1": "pytorch-fsdp", "torch-fsdp": "pytorch-fsdp",
+    "fully-sharded-data-parallel": "pytorch-fsdp",
     "zb": "zero-bubble", "zero-bubble-pipeline-parallelism": "zero-bubble", "sail-sg": "zero-bubble",
 }  # fmt: skip
 

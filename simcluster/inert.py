@@ -99,6 +99,16 @@ def _replica_all_reduce(ctx: Context) -> Verdict:
         return _zero_below_3(ctx)
     if ctx.layout.zero_shard == 0:
         return ("without hybrid sharding", "one replica has no shard to all-reduce; set parallel.zero_shard to use it")
+    if ctx.layout.zero3_pipelined:
+        # engine/worker.py reduces a pipelined stage once, after its last backward
+        # (_zero3_reduce_all), the all-reduce included, as torch.distributed.pipelining does:
+        # its stages set_requires_gradient_sync(False) for every microbatch's backward and
+        # set_requires_gradient_sync(True) (reduce-scatter and all-reduce alike) before the
+        # one post_backward of the step (stage.py backward_maybe_with_nosync, perform_reduce_grad)
+        return (
+            f"at parallel.pp={ctx.layout.pp}",
+            "each stage reduces its gradients once per step, after its last backward, the replicas' all-reduce included",
+        )
     return None
 
 
@@ -256,6 +266,38 @@ def _grad_lifetime(ctx: Context) -> Verdict:
     return None
 
 
+def _backward_prefetch(ctx: Context) -> Verdict:
+    # engine/dp_ops.py _zero3_gather / _zero3_post_compute: the backward's prefetch of the next
+    # unit, which a pipelined stage does not run (its parameters stay gathered all step)
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if not ctx.scenario.zero3.prefetch:
+        return ("with zero3.prefetch false", "no unit is gathered ahead")
+    if ctx.layout.zero3_pipelined:
+        return (f"at parallel.pp={ctx.layout.pp}", "a pipelined stage keeps its parameters gathered all step")
+    return None
+
+
+def _limit_all_gathers(ctx: Context) -> Verdict:
+    # parallelism/data.py zero3_working_bytes: FSDP1's rate limiter (_limiter_utils.py); FSDP2
+    # and DeepSpeed prefetch one unit, and a kept gather is held from forward to backward anyway
+    if not ctx.scenario.fsdp1:
+        return ("without zero3.buffers flat", "the rate limiter is PyTorch FSDP1's")
+    if ctx.layout.zero3_keep_for_backward:
+        return ("with zero3.reshard_after_forward false", "every unit stays gathered from its forward to its backward")
+    return None
+
+
+def _autocast(ctx: Context) -> Verdict:
+    # memory.bytes_per_param and autocast_weight_bytes: fp32 training has nothing to cast, and
+    # PyTorch FSDP's state and 16-bit gathers are its own (zero3.buffers copies or flat)
+    if ctx.scenario.training.precision == "fp32":
+        return ("at training.precision=fp32", "nothing is cast to 16 bits")
+    if ctx.layout.zero == 3 and ctx.layout.torch_fsdp:
+        return ("under PyTorch FSDP (zero 3)", "its MixedPrecision gathers 16-bit parameters and keeps fp32 shards itself")
+    return None
+
+
 def _sequence_parallel(ctx: Context) -> Verdict:
     # layout.py: Layout.sequence_parallel = par.sequence_parallel and tp > 1
     return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
@@ -274,6 +316,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
+    InertRule("training.autocast", _autocast),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),
@@ -287,6 +330,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.prefetch", _zero_below_3),
     InertRule("zero3.buffers", _zero_below_3),
     InertRule("zero3.reshard_after_forward", _zero_below_3),
+    InertRule("zero3.backward_prefetch", _backward_prefetch),
+    InertRule("zero3.limit_all_gathers", _limit_all_gathers),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
     InertRule("zero3.prefetch_bucket_size", _zero3_per_layer),
     InertRule("zero3.param_persistence_threshold", _zero3_per_layer),

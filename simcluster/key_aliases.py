@@ -77,6 +77,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # and HSDP's groups, not one dp, and are left out)
         "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp",
         "expert_parallel_degree": "ep",
+        # PyTorch FSDP1's ShardingStrategy (OLMo's fsdp.sharding_strategy, accelerate's
+        # fsdp_sharding_strategy), read by fsdp_column.py
+        "sharding_strategy": "fsdp", "fsdp_sharding_strategy": "fsdp",
     },
     "training": {
         "global_batch_size": "global_batch", "gbs": "global_batch", "train_batch_size": "global_batch",

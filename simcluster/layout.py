@@ -62,6 +62,12 @@ class Layout:
     etp: int = 1  # expert tensor parallelism: ranks that split each routed expert's matrices
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
+    # ZeRO-3 as PyTorch FSDP keeps its state, FSDP1 or FSDP2 (Scenario.torch_fsdp): fp32 shards
+    # stepped in place, no master copy
+    torch_fsdp: bool = False
+    # FSDP1's root unit (zero3.buffers: flat): embedding and LM head one FlatParameter, gathered
+    # once per forward and kept for the backward
+    fsdp1_root: bool = False
     shard_accumulate: bool = False  # ZeRO-2/3: only the reduced shard is accumulated (dp.shard_accumulate)
     zero_shard: int = 0  # ranks sharding the ZeRO state (0: all dp x cp ranks)
     cp_comm: str = "p2p"  # context-parallel attention algorithm (parallelism/context.py)
@@ -360,6 +366,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"zero=3 with pp={par.pp} is not run by framework {scenario.framework}; use zero<=1, pp=1, "
             "or framework torchtitan (FSDP2 under torch.distributed.pipelining)",
         )
+    if scenario.fsdp1 and par.pp > 1:
+        # torch.distributed.pipelining composes with FSDP2 (fully_shard) only: its stages call
+        # FSDPModule methods (set_requires_gradient_sync, set_reshard_after_backward)
+        raise UserError(
+            "zero3.buffers",
+            f"flat (PyTorch FSDP1) with pp={par.pp}: FSDP1 does not run under pipeline stages; "
+            "use zero3.buffers copies (FSDP2, framework torchtitan) or pp=1",
+        )
     if par.zero == 2 and par.pp > 1:
         raise UserError(
             "parallel.zero",
@@ -393,7 +407,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "per_tensor unpacks the blocking all-gather after the optimizer (nanotron); set "
             "overlap.param_gather false, or dp.param_unpack flat",
         )
-    zero_shard = par.zero_shard or 0
+    zero_shard = _zero_shard(par, min(gpus_per_node, gpus))  # a job inside one node: its GPUs
     if zero_shard:
         if par.zero == 0:
             raise UserError("parallel.zero_shard", "shards ZeRO state; set parallel.zero to 1, 2 or 3 (or drop it)")
@@ -454,6 +468,8 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         etp=etp,
         grad_collective=grad_collective,
         fsdp2_copies=scenario.fsdp2,
+        torch_fsdp=scenario.torch_fsdp,
+        fsdp1_root=scenario.fsdp1,
         shard_accumulate=scenario.dp.shard_accumulate,
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),
         zero_shard=zero_shard,
@@ -510,6 +526,21 @@ def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
             f"etp={etp} must divide the experts' hidden width expert_ffn={model.expert_ffn}",
         )
     return etp
+
+
+def _zero_shard(par: ParallelSection, gpus_per_node: int) -> int:
+    """``parallel.zero_shard`` in ranks (0: none); ``node`` is the data-parallel ranks of one
+    node, as FSDP1's HYBRID_SHARD builds its intra-node process group from the ranks of a node
+    (``_init_intra_and_inter_node_groups``: ``_get_default_group`` split by
+    ``torch.cuda.device_count()``); with tp or cp > 1 a node holds gpus_per_node / tp of them."""
+    if par.zero_shard != "node":
+        return par.zero_shard or 0
+    if gpus_per_node % par.tp:
+        raise UserError(
+            "parallel.zero_shard",
+            f"node: tp={par.tp} does not divide gpus_per_node={gpus_per_node}; give zero_shard in ranks",
+        )
+    return gpus_per_node // par.tp
 
 
 def _keep_for_backward(scenario: Scenario) -> bool:

@@ -52,6 +52,7 @@ def bytes_per_param(
     grad_accum_fusion: bool = False,
     moment_bytes: float = 4.0,
     keep_16bit_grad: bool = True,
+    autocast: bool = False,
 ) -> BytesPerParam:
     """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers').
 
@@ -61,10 +62,13 @@ def bytes_per_param(
     the framework frees it before the step ends (``keep_16bit_grad`` False:
     ``training.grad_16bit_freed`` add or backward, simcluster.grad_lifetime, whose transient
     is counted on top of the stash). ``moment_bytes`` is the width of each optimizer moment
-    (2 with ``training.optimizer_moments: bf16``).
+    (2 with ``training.optimizer_moments: bf16``). Under ``autocast`` (fp32 parameters, 16-bit
+    compute by torch.autocast) the parameters and their ``.grad`` stay fp32 and the optimizer
+    steps them in place: fp32 training's bytes, the 16-bit weight casts being activations
+    (:func:`autocast_weight_bytes`).
     """
     moments = OPTIMIZER_MOMENTS[optimizer] * moment_bytes
-    if precision == "fp32":
+    if precision == "fp32" or autocast:
         return BytesPerParam(params=4.0, grads=4.0, optimizer=moments)
     if fp32_grad_accum:
         grads = 6.0 if keep_16bit_grad and not grad_accum_fusion else 4.0
@@ -250,7 +254,31 @@ def layer_activation_bytes(
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
         ffn = norm_mask + mlp(model.ffn, s, mlp_in, g)
-    return att + ffn
+    return att + ffn + autocast_weight_bytes(model, layout, training, layer)
+
+
+def autocast_weight_bytes(model: ModelSpec, layout: Layout, training: TrainingSection, layer: int) -> float:
+    """Bytes of one layer's 16-bit weight casts one microbatch keeps for its backward under
+    ``training.autocast`` (HEAD_LAYER: the LM head's). torch.autocast casts each fp32 weight
+    to 16 bits as a linear runs (cached while the autocast region lasts), and the matmul's
+    backward needs that cast to compute its input gradient, so autograd holds it until the
+    layer's backward: one copy per microbatch in flight. Norm weights are counted with the
+    linears' (2h of about 12h^2 per layer; the Llama reference's fp32 RMSNorm multiplies in
+    fp32, no cast); the embedding is looked up in fp32 (embedding is not on autocast's list).
+    Not under full recomputation (the checkpointed forward saves only the layer's input), nor
+    with a 16-bit model (no casts). Not counted: autocast's cache keeps every cast until the
+    autocast region exits (the model's forward, in calibrate/step_train.py), so under full
+    recomputation the whole model's casts exist for a moment at the forward's end."""
+    if not training.autocast or training.precision == "fp32" or (layout.zero == 3 and layout.torch_fsdp):
+        return 0.0  # PyTorch FSDP gathers 16-bit parameters (MixedPrecision): nothing to cast
+    if layer == HEAD_LAYER:
+        return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
+    full = model.layer_params(layer)
+    routed = model.experts * model.expert_params() if model.is_moe_layer(layer) else 0.0
+    return WEIGHT_CAST_BYTES * ((full - routed) / layout.tp + routed / layout.expert_shard)
+
+
+WEIGHT_CAST_BYTES = 2.0  # bytes of an element of autocast's 16-bit weight cast
 
 
 def attention_widths(model: ModelSpec) -> tuple[int, int, int, int]:
@@ -304,7 +332,8 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     s = training.seq_len / layout.cp
     rep = layout.tp if layout.sequence_parallel else 1
     inputs = 2 * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
-    return inputs + 4.0 * logit_elements(model, layout, training)
+    cast = autocast_weight_bytes(model, layout, training, HEAD_LAYER)
+    return inputs + 4.0 * logit_elements(model, layout, training) + cast
 
 
 def embedding_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
@@ -483,16 +512,20 @@ def static_memory(
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
+        autocast=training.autocast,
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
-    if zero == 3 and layout.fsdp2_copies:
+    if zero == 3 and layout.torch_fsdp:
+        # FSDP1's FlatParameter keeps the same state: its sharded flat parameter in the dtype
+        # the model was built in, stepped in place, and the reduce-scattered gradient cast back
+        # to it (_runtime_utils.py _accumulate_sharded_grad: _cast_grad_to_param_dtype)
         bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
     expert = sharded(bpp, zero, layout.expert_zero_group)
     if zero == 3 and layout.zero3_keep_for_backward:
         # every layer's gathered parameters are held from its forward to its backward: at the
         # end of the forward all of them are (beside FSDP2's own shards)
-        own = layout.fsdp2_copies
+        own = layout.torch_fsdp
         dense = replace(dense, params=gathered + (dense.params if own else 0.0))
         expert = replace(expert, params=gathered + (expert.params if own else 0.0))
     # the offloaded share of the optimizer (master weights and moments) lives in host memory

@@ -90,6 +90,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "max_reuse_distance": 10**9}}),
     ("zero3.reduce_bucket_size", {"parallel": {"zero": 2}, "zero3": {"reduce_bucket_size": 10**6}},
      {"parallel": {"zero": 3}, "zero3": {"reduce_bucket_size": 10**6}}),
+    ("zero3.backward_prefetch", {"parallel": {"zero": 3}, "zero3": {"prefetch": False, "backward_prefetch": "none"}},
+     {"parallel": {"zero": 3}, "zero3": {"backward_prefetch": "none"}}),
+    ("zero3.limit_all_gathers", {"parallel": {"zero": 3}, "zero3": {"limit_all_gathers": False}},
+     {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "limit_all_gathers": False}}),
+    ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat"}, "training": {"autocast": True}},
+     {"training": {"autocast": True}}),
     ("dp.bucket_stages", {"dp": {"bucket_stages": "first"}}, {"parallel": {"pp": 2}, "dp": {"bucket_stages": "first"}}),
     ("dp.wait_reduction", {"parallel": {"zero": 1}, "overlap": {"dp_grad_reduce": False}, "dp": {"wait_reduction": True}},
      {"parallel": {"zero": 1}, "dp": {"wait_reduction": True}}),
@@ -272,7 +278,7 @@ def test_a_framework_presets_defaults_never_fire(framework):
             continue  # a layout the framework does not run (nanotron's ZeRO-3, ...)
         ran += 1
         assert inert_settings(ctx) == [], (framework, parallel)
-    assert ran >= 2
+    assert ran >= (1 if framework == "pytorch-fsdp" else 2)  # FSDP1 runs zero 3 without a pipeline only
 
 
 def test_what_the_preset_would_name_fires_when_the_scenario_writes_it():
@@ -371,3 +377,28 @@ def test_compare_names_the_scenario_of_each_note(cli, tmp_path):
     notes = [ln for ln in result.err.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and notes[0].endswith("overlap.tp_comm has no effect at parallel.tp=1 (no TP collectives to overlap)")
     assert list(json.loads(result.out)["inert_settings"].values()) == [[notes[0].split(": ", 2)[2]]]
+
+
+def test_autocast_under_pytorch_fsdp_changes_nothing():
+    """The note's claim holds: under FSDP1 or FSDP2 the reduce dtype and the state are FSDP's
+    own (MixedPrecision), so the simulated step and memory are those without autocast."""
+    from simcluster.engine import simulate
+
+    base = make_scenario(parallel={"zero": 3}, zero3={"buffers": "flat"}, training={"fp32_grad_accum": False})
+    plain = simulate(scenario_from_dict(base)).summary
+    cast = simulate(scenario_from_dict(make_scenario(**{**base, "training": {**base["training"], "autocast": True}}))).summary
+    assert (cast["step_time_s"], cast["peak_memory_bytes"]) == (plain["step_time_s"], plain["peak_memory_bytes"])
+
+
+def test_replica_all_reduce_is_inert_under_a_pipeline():
+    """torch.distributed.pipelining runs FSDP2's backward with set_requires_gradient_sync(False)
+    for every microbatch and sets it back to True (reduce-scatter and all-reduce alike) before
+    the step's one post_backward (stage.py backward_maybe_with_nosync, perform_reduce_grad), so
+    set_requires_all_reduce cannot defer anything there; the engine reduces a pipelined stage
+    once, after its last backward (worker._zero3_reduce_all)."""
+    par = {"pp": 2, "zero": 3, "zero_shard": 2}
+    inert = _settings(parallel=par, zero3={"replica_all_reduce": "last_microbatch"})
+    assert inert == ["zero3.replica_all_reduce"]
+    note = inert_settings(build_context(scenario_from_dict(make_scenario(
+        parallel=par, zero3={"replica_all_reduce": "last_microbatch"}))))[0]
+    assert note.where == "at parallel.pp=2"

@@ -4,7 +4,8 @@ UserError: never a traceback.
 Each layout draws a small model (dense, GQA, a learned-position GPT, two mixtures of experts, a
 sliding-window model), a shipped profile, a framework, the parallel degrees, a schedule, ZeRO,
 precision and recomputation, and now and then two pipeline flushes or an offloaded optimizer
-(serial pipeline p2p across flushes deadlocked until 2026-11-29: found by a wider fuzz). A run that simulates must report a finite positive step, tokens/s
+(serial pipeline p2p across flushes deadlocked until 2026-11-29: found by a wider fuzz), and at
+ZeRO-3 without a pipeline now and then PyTorch FSDP1 (framework pytorch-fsdp). A run that simulates must report a finite positive step, tokens/s
 equal to the global batch's tokens over that step (the definition), a bubble in [0, 1) and a
 positive peak memory; a run that cannot must say why in one line naming a field.
 """
@@ -68,6 +69,11 @@ def _layout(rng: random.Random) -> dict:
         data["training"]["pipeline_flushes"] = 2
     if rng.random() < 0.15:
         data["training"]["optimizer_offload"] = True
+    par = data["parallel"]
+    if pp == 1 and par["cp"] == par["ep"] == 1 and rng.random() < 0.3:
+        # PyTorch FSDP1 where it runs: its root unit, a backward prefetch mode, the rate limiter
+        data["framework"], par["zero"] = "pytorch-fsdp", 3
+        data["zero3"] = {"backward_prefetch": rng.choice(["pre", "post", "none"]), "limit_all_gathers": rng.random() < 0.5}
     return data
 
 

@@ -143,6 +143,7 @@ class Comms:
         holds_sms: bool = False,
         sms: int = 0,
         ticket: int | None = None,
+        lead_s: float = 0.0,
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
@@ -153,7 +154,10 @@ class Comms:
         issued it, as NCCL enqueues a rank's work, not in the order the processes that carry
         the collectives get there (an overlapped one waits for its host time; the two ops of an
         F&B pair issue side by side). Peers meet in their k-th collective of a group, so the
-        issue order, not the timing, must decide which one that is.
+        issue order, not the timing, must decide which one that is. ``lead_s``: seconds the
+        stream waits, once it is this collective's turn, for its input to be produced on
+        another stream (ProcessGroupNCCL's stream waits on the issuing stream), holding back
+        what was issued after it.
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
@@ -169,6 +173,8 @@ class Comms:
             yield req
             if ticket is not None:
                 self._serve(key)
+            if lead_s > 0:
+                yield self.env.timeout(lead_s)
             start = self.env.now
             held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
             if held:

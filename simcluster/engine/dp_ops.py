@@ -204,14 +204,15 @@ class DataParallelOps:
 
     def _dp_reduce(
         self, group: str, op: str, nbytes: float, name: str, mb: int, chunk: int, layer: int,
-        sharded: simpy.Event | None = None, replicas: bool = True,
+        sharded: simpy.Event | None = None, replicas: bool = True, lead_s: float = 0.0,
     ) -> Generator:
         """A gradient reduction; under hybrid sharding the reduce-scatter stays inside the
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
         distributed-optimizer instances) unless ``replicas`` is false (a microbatch whose shard
-        is only accumulated). ``sharded`` succeeds after the first collective."""
+        is only accumulated). ``sharded`` succeeds after the first collective; ``lead_s``: its
+        input's production the stream waits for (:meth:`Comms.collective`)."""
         comms, shard = self.shared.comms, self._sharding(group)
-        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer)
+        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer, lead_s=lead_s)
         if sharded is not None:
             sharded.succeed()
         if shard != group and replicas:
@@ -268,26 +269,59 @@ class DataParallelOps:
             return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
         return (op.kind, op.microbatch, op.chunk)
 
+    def _is_root(self, unit: Unit) -> bool:
+        """Whether ``unit`` belongs to FSDP1's root FlatParameter (``zero3.buffers: flat``):
+        the embedding and the LM head, which an auto-wrap policy over the transformer blocks
+        leaves to the root."""
+        return self.shared.ctx.layout.fsdp1_root and all(layer < 0 for layer in unit.layers)
+
+    def _root_unit(self, chunk: int) -> Unit:
+        """FSDP1's root FlatParameter of ``chunk``: its root units as one unit, gathered and
+        reduced as one collective each."""
+        roots = [u for u in self.plan.chunks[chunk].phases["F"] if self._is_root(u)]
+        return Unit(
+            layers=tuple(layer for u in roots for layer in u.layers),
+            segments=(),
+            params=sum(u.params for u in roots),
+            layer_params=sum(u.layer_params for u in roots),
+            expert_params=sum(u.expert_params for u in roots),
+            expert_layer_params=sum(u.expert_layer_params for u in roots),
+        )
+
+    def _gather_id(self, units: list[Unit], j: int, op: PipeOp) -> tuple:
+        """The key of unit j's gather: FSDP1's root one per microbatch's forward, kept for its
+        backward (``_post_forward_reshard`` frees every unit's but the root's)."""
+        if self._is_root(units[j]):
+            return (("F", op.microbatch, op.chunk), "root")
+        return (self._gather_key(op), _unit_id(units[j]))
+
+    def _zero3_issue_gather(self, units: list[Unit], j: int, op: PipeOp, skip: int) -> None:
+        """Issue unit j's all-gather unless it was issued already or is among the first ``skip``
+        units, still gathered from the forward (FSDP1's root: all its units at once, when the
+        forward reaches the first)."""
+        if j >= len(units) or j < skip:
+            return
+        gkey = self._gather_id(units, j, op)
+        if gkey not in self.gathers:
+            unit = self._root_unit(op.chunk) if self._is_root(units[j]) else units[j]
+            self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(unit, op))
+
     def _zero3_gather(
         self, units: list[Unit], i: int, op: PipeOp, skip: int, lane: Lane | None = None
     ) -> Generator:
-        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch and, under
-        DeepSpeed's coordinator, when its window leaves room); the first ``skip`` units are
-        still gathered from the forward; ``lane``: this op's turn on the compute stream an F&B
-        pair shares, which FSDP2's copy-out runs on."""
+        """Gather unit i's parameters (prefetching unit i+1 when zero3.prefetch: in the backward
+        before unit i's computation only with ``zero3.backward_prefetch: pre``, see
+        :meth:`_zero3_post_compute`; under DeepSpeed's coordinator only when its window leaves
+        room); the first ``skip`` units are still gathered from the forward; ``lane``: this
+        op's turn on the compute stream an F&B pair shares, which FSDP2's copy-out runs on."""
         sc = self.shared.ctx.scenario
-        prefetch = sc.zero3.prefetch
-        if prefetch and coordinated(sc):
-            prefetch = prefetch_window(sc, units[i].params - units[i].persistent) > 0
-        key = self._gather_key(op)
-        want = [i, i + 1] if prefetch else [i]
-        for j in want:
-            if j >= len(units) or j < skip:
-                continue
-            gkey = (key, _unit_id(units[j]))
-            if gkey not in self.gathers:
-                self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(units[j], op))
-        gkey = (key, _unit_id(units[i]))
+        zero3 = sc.zero3
+        ahead = zero3.prefetch and (op.kind == "F" or zero3.backward_prefetch == "pre")
+        if ahead and coordinated(sc):
+            ahead = prefetch_window(sc, units[i].params - units[i].persistent) > 0
+        for j in [i, i + 1] if ahead else [i]:
+            self._zero3_issue_gather(units, j, op, skip)
+        gkey = self._gather_id(units, i, op)
         ev = self.gathers.get(gkey)
         if ev is None:
             return
@@ -295,11 +329,22 @@ class DataParallelOps:
             yield ev
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None and gkey not in self.copied_out:
-            # the gathered buffer copied into per-parameter tensors, once per gather
+            # the gathered buffer copied into per-parameter tensors, once per gather (none for
+            # FSDP1's FlatParameter, used in place)
             self.copied_out.add(gkey)
             seconds = copies[0](units[i].params)
             kind = PHASE_KIND[op.kind]
-            yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+            if seconds > 0:
+                yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
+
+    def _zero3_post_compute(self, units: list[Unit], i: int, op: PipeOp) -> None:
+        """After unit i's gradient computation, before its reduce-scatter: FSDP1's
+        BACKWARD_POST prefetch of unit i+1 (``_post_backward_reshard`` ->
+        ``_prefetch_handle``). With BACKWARD_PRE it went out before the computation; with
+        None it goes out at unit i+1's own pre-backward hook, behind this reduce-scatter."""
+        zero3 = self.shared.ctx.scenario.zero3
+        if zero3.prefetch and zero3.backward_prefetch == "post":
+            self._zero3_issue_gather(units, i + 1, op, skip=0)
 
     def _zero3_all_gather(self, unit: Unit, op: PipeOp) -> Generator:
         """All-gather a unit's parameters: one collective per group that shards them
@@ -347,7 +392,13 @@ class DataParallelOps:
         ``reduce_scatter_state``: the input buffer is freed only then), then copy-casts the
         gradients into the reduce-scatter buffer on the compute stream (``foreach_reduce``,
         torch 2.5 on; before, on the reduce-scatter stream behind the previous one, which the
-        compute stream then waited for: the same timing)."""
+        compute stream then waited for: the same timing). FSDP1's root FlatParameter is
+        reduced once, after the last of its units' backward (its gradient exists only then)."""
+        if self._is_root(unit):
+            units = self.plan.chunks[op.chunk].phases[op.kind]
+            if unit is not [u for u in units if self._is_root(u)][-1]:
+                return
+            unit = self._root_unit(op.chunk)
         if not self._waits_for_reductions():
             cap = knob(self.shared.ctx.scenario.zero3.reduce_bucket_size)
             if cap is None:
@@ -380,9 +431,15 @@ class DataParallelOps:
         compute stream; ``scattered`` succeeds once the reduce-scatter itself is done
         (before an HSDP all-reduce across replicas)."""
         copies = self.shared.fsdp2_copy_seconds
+        lead = 0.0
         if copies is not None and not copied:  # FSDP2 copy-casts on the reduce-scatter stream
             seconds = copies[1](unit.params) * self.shared.stragglers.compute_factor(self.rank)
-            yield self.shared.env.timeout(seconds)
+            if self.shared.ctx.layout.fsdp1_root:
+                # FSDP1 casts on its post-backward stream after issuing nothing else there:
+                # NCCL's stream waits for the cast in this reduce-scatter's place in the queue
+                lead = seconds
+            else:
+                yield self.shared.env.timeout(seconds)
         sc = self.shared.ctx.scenario
         # HSDP: with set_requires_all_reduce(False) the replicas all-reduce only the last
         # microbatch's accumulated shard (zero3.replica_all_reduce)
@@ -403,6 +460,7 @@ class DataParallelOps:
                 unit.layers[0],
                 scattered if n == len(parts) - 1 else None,
                 replicas,
+                lead if n == 0 else 0.0,
             )
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce

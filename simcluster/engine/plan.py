@@ -154,6 +154,21 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
     if not layers:  # a virtual stage holding only the embedding and/or the LM head
         return [_edge_unit(builder, ctx, chunk, phase)]
     order = layers if phase == "F" else list(reversed(layers))
+    if ctx.layout.fsdp1_root and (chunk.embedding or chunk.head):
+        # FSDP1: the embedding and the LM head are the root FlatParameter's, apart from the
+        # blocks' units (dp_ops gathers and reduces them as one)
+        inner = replace(chunk, embedding=False, head=False)
+        edges = {
+            layer: Unit((layer,), tuple(build(phase)), sum(p := unit_params(ctx.model, ctx.layout, chunk, layer)), expert_params=p[1])
+            for present, layer, build in ((chunk.embedding, -1, builder.embedding), (chunk.head, HEAD, builder.head_and_mtp))
+            if present
+        }  # fmt: skip
+        first, last = (-1, HEAD) if phase == "F" else (HEAD, -1)
+        return [
+            *([edges[first]] if first in edges else []),
+            *_units(builder, ctx, inner, phase),
+            *([edges[last]] if last in edges else []),
+        ]
     units: list[Unit] = []
     for layer in order:
         segs: list[Segment] = []

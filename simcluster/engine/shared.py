@@ -28,7 +28,8 @@ class Shared:
     optimizer_seconds: list[float]
     p2p_bytes: float
     # seconds FSDP2's copy-out after a gather / copy-in before a reduce-scatter take, given the
-    # unit's parameters (None unless zero3.buffers: copies)
+    # unit's parameters (None unless zero3.buffers: copies; with flat, FSDP1's cast of the
+    # gradient to a wider reduce dtype as the copy-in, no copy-out)
     fsdp2_copy_seconds: tuple[Callable[[float], float], Callable[[float], float]] | None = None
     stragglers: Stragglers = field(default_factory=Stragglers)
     # host seconds per stage of unpacking the post-optimizer parameter gather tensor by tensor

@@ -62,7 +62,14 @@ def _activation_link(ctx: Context) -> float:
 def _fsdp2_copies(
     ctx: Context, km: KernelModel
 ) -> tuple[Callable[[float], float], Callable[[float], float]] | None:
-    """Seconds of FSDP2's copies around a unit's gather and reduce-scatter (or None)."""
+    """Seconds of FSDP2's copies around a unit's gather and reduce-scatter (or None); for
+    FSDP1, whose gathered FlatParameter is used in place, only the cast of a unit's unsharded
+    gradient to a wider reduce dtype on the post-backward stream before its reduce-scatter
+    (``_post_backward_hook``: ``flat_param.grad.to(handle._reduce_dtype)``)."""
+    if ctx.layout.fsdp1_root:
+        widen = grad_reduce_bytes(ctx.scenario) != param_bytes(ctx.scenario)
+        cast_b = param_bytes(ctx.scenario) + grad_reduce_bytes(ctx.scenario)
+        return (lambda params: 0.0, lambda params: km.memory(params * cast_b)) if widen else None
     if not ctx.layout.fsdp2_copies:
         return None
     out_b, in_b = fsdp2_copy_bytes(ctx.scenario)

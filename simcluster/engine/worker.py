@@ -488,6 +488,8 @@ class Worker(PipelineIO, DataParallelOps):
                 for layer in unit.layers:
                     if layer in offloaded:
                         self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
+            if zero3 and op.kind in ("B", "BW") and not pipelined:
+                self._zero3_post_compute(units, i, op)
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
                     yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)

@@ -45,9 +45,12 @@ class Bucket:
 
 
 def grad_reduce_bytes(scenario: Scenario) -> float:
-    """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron)."""
+    """Bytes per gradient element on the wire (fp32 when accumulating in fp32, as Megatron, and
+    under autocast, whose fp32 parameters get fp32 gradients; PyTorch FSDP reduces in its own
+    MixedPrecision reduce dtype, autocast or not)."""
     tr = scenario.training
-    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum else 2.0
+    autocast = tr.autocast and not scenario.torch_fsdp
+    return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or autocast else 2.0
 
 
 def param_bytes(scenario: Scenario) -> float:
@@ -79,10 +82,16 @@ def zero3_working_bytes(
     one unit; none beyond the gathers already counted when a layer keeps its gather for the
     backward), the unit's unsharded 16-bit gradients before their reduce-scatter and, where one
     reduce-scatter stays in flight (FSDP2: ``dp.wait_reduction``), its input buffer in the
-    reduce dtype, kept until the next unit's post-backward. A lower bound: FSDP2's copy-out
+    reduce dtype, kept until the next unit's post-backward. PyTorch FSDP1 (``zero3.buffers:
+    flat``) keeps its root unit (embedding, final norm and LM head: what the auto-wrap policy
+    leaves to the root FlatParameter) gathered from the forward to the backward
+    (``_runtime_utils.py`` ``_post_forward_reshard``: ``not state._is_root``) and its unsharded
+    gradient until the backward's end; without the rate limiter (``zero3.limit_all_gathers``
+    false) every unit of the forward may be gathered at once. A lower bound: FSDP2's copy-out
     keeps the all-gather output a little longer. DeepSpeed's coordinator (``zero3.
-    prefetch_bucket_size`` set) holds what ``zero3_coordinator.working_bytes`` says. Under a pipeline (``zero3_pipelined``) the stage's parameters and gradients stay
-    unsharded, which the static memory already counts."""
+    prefetch_bucket_size`` set) holds what ``zero3_coordinator.working_bytes`` says. Under a
+    pipeline (``zero3_pipelined``) the stage's parameters and gradients stay unsharded, which
+    the static memory already counts."""
     if layout.zero != 3 or layout.zero3_pipelined:
         return 0.0, 0.0
     # DeepSpeed's coordinator holds a window, not whole units (it builds on this module's
@@ -91,15 +100,30 @@ def zero3_working_bytes(
 
     if zero3_coordinator.coordinated(scenario) and not layout.zero3_keep_for_backward:
         return zero3_coordinator.working_bytes(scenario, model, layout, chunks)
-    largest = 0.0
+    largest = root = every = 0.0
     for ch in chunks:
         layers = [*ch.layer_indices, *([-1] if ch.embedding else []), *([-2] if ch.head else [])]
         for layer in layers:
-            largest = max(largest, sum(unit_params(model, layout, ch, layer)))
+            size = sum(unit_params(model, layout, ch, layer))
+            if layout.fsdp1_root and layer < 0:
+                root += size
+            else:
+                largest = max(largest, size)
+                every += size
     gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
-    params = gathered * largest * param_bytes(scenario) + zero3_coordinator.persistent_bytes(scenario, model, layout, chunks)
-    grads = largest * param_bytes(scenario)
-    if scenario.wait_reduction:
+    units = gathered * largest
+    if layout.fsdp1_root and not scenario.zero3.limit_all_gathers and not layout.zero3_keep_for_backward:
+        units = every  # no rate limiter: a GPU-bound forward's every gather in flight
+    # a gather kept for the backward is in the static memory already, the root's included
+    params = (units + (0.0 if layout.zero3_keep_for_backward else root)) * param_bytes(scenario)
+    params += zero3_coordinator.persistent_bytes(scenario, model, layout, chunks)
+    # FSDP1's root FlatParameter gets its gradient only once the embedding's backward is done:
+    # the LM head's part waits in autograd's buffer until then, the whole root reduced last
+    grads = (largest + root) * param_bytes(scenario)
+    widened = layout.fsdp1_root and grad_reduce_bytes(scenario) != param_bytes(scenario)
+    if scenario.wait_reduction or widened:
+        # the reduce-scatter's input in the reduce dtype: FSDP2's copy-in buffer, or FSDP1's
+        # cast of the unsharded gradient (_post_backward_hook), kept until the collective ends
         grads += largest * grad_reduce_bytes(scenario)
     return params, grads
 
@@ -116,7 +140,8 @@ def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> fl
     reduction and no bucket (nanotron wraps the model in DDP only when dp > 1)."""
     if not scenario.dp.bucket_copies or params <= 0 or layout.dp * layout.cp <= 1:
         return 0.0
-    whole = params * param_bytes(scenario)
+    # the buckets take the gradients' dtype: the parameters' (fp32 under autocast)
+    whole = params * (4.0 if scenario.training.autocast else param_bytes(scenario))
     if layout.zero < 2:
         return whole
     buffers = 2 if scenario.overlap.dp_grad_reduce else 1
@@ -277,9 +302,11 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     (``FSDPParam.all_gather_inputs``)."""
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
-    low = 0 if tr.precision == "fp32" or scenario.fsdp2 else 4 + 2  # fp32 master read, 16-bit param write
+    # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
+    # in place (PyTorch FSDP, autocast)
+    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast else 4 + 2
     unscale = 8 if tr.precision == "fp16" else 0
-    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not scenario.fsdp2 else 0
+    widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0

@@ -62,15 +62,17 @@ def accumulation_bytes(
     out of a weight-gradient GEMM, which ``grad_accum_fusion`` can fuse; the embedding's does not
     (its backward scatters the token gradients into a dense 16-bit gradient, which the trainer's
     hook then adds in place: Megatron-Core's ``main_grad.add_(param.grad)`` for parameters whose
-    gradient was not already added to ``main_grad``). FSDP2 adds nothing here: it
+    gradient was not already added to ``main_grad``). PyTorch FSDP adds nothing here: it
     reduce-scatters each microbatch's 16-bit gradients and accumulates only its fp32 shard
+    (FSDP1 sets the FlatParameter's ``.grad`` to None before each reduce-scatter, so the next
+    microbatch writes a fresh one: ``_runtime_utils.py`` ``_reduce_grad``)
     (parallelism/data.py), except under a pipeline, where gradient sync waits for the last
     microbatch and FSDP2 adds each microbatch's 16-bit gradient into an unsharded accumulator
     in the reduce dtype (``FSDPParam.accumulate_unsharded_grad_if_needed``); fp32 training
     writes fp32 gradients the benchmarks already count. ``shard_group`` is the group a
     ``shard_accumulate`` gradient is sharded over (``layout.zero_group`` unless given: routed
     experts' gradients are reduced over, and sharded across, the expert-data-parallel group)."""
-    if training.precision == "fp32" or (layout.fsdp2_copies and not layout.zero3_pipelined):
+    if training.precision == "fp32" or (layout.torch_fsdp and not layout.zero3_pipelined):
         return 0.0
     if layout.shard_accumulate and not layout.zero3_pipelined:
         add = ACCUM_FP32_INPLACE if training.fp32_grad_accum else ACCUM_16BIT_UNFUSED

@@ -14,14 +14,19 @@ class Zero3Section(SectionBase):
     """``zero3:`` — how ZeRO-3 / FSDP gathers parameters and reduces gradients."""
 
     prefetch: bool = True
-    buffers: Literal["views", "copies"] = Field(
+    buffers: Literal["views", "copies", "flat"] = Field(
         default="views",
         description=(
             "views: parameters are views of the gathered flat buffer and gradients are reduced "
-            "from the fp32 main-gradient buffer (FSDP1, Megatron-FSDP); copies: PyTorch FSDP2 "
+            "from the fp32 main-gradient buffer, beside 16-bit weights and an fp32 master "
+            "(Megatron-FSDP, DeepSpeed ZeRO-3); copies: PyTorch FSDP2 "
             "(fully_shard, torchtitan) copies every gather out into per-parameter tensors on "
             "the compute stream and copy-casts the gradients into the reduce-scatter buffer, "
-            "with no unsharded fp32 main gradient"
+            "with no unsharded fp32 main gradient; flat: PyTorch FSDP1 "
+            "(FullyShardedDataParallel): one FlatParameter per wrapped unit, its parameters "
+            "views of the gathered buffer (no copy), the fp32 shard stepped in place (no master), "
+            "and the root unit (embedding, final norm, LM head) gathered once per forward and "
+            "kept until its gradient, reduced after the whole backward"
         ),
     )
     reshard_after_forward: bool | None = Field(
@@ -33,6 +38,28 @@ class Zero3Section(SectionBase):
             "torch.distributed.pipelining) the parameters then stay gathered for the whole step "
             "and the gradients, accumulated unsharded, are reduce-scattered after each stage's "
             "last backward"
+        ),
+    )
+    backward_prefetch: Literal["pre", "post", "none"] = Field(
+        default="pre",
+        description=(
+            "when the next unit's all-gather is issued in the backward, FSDP1's "
+            "backward_prefetch: pre (BACKWARD_PRE, the default and FSDP2's behaviour: before "
+            "this unit's gradient computation, ahead of its reduce-scatter), post "
+            "(BACKWARD_POST: after the computation, still ahead of its reduce-scatter) or none "
+            "(None: at the next unit's own pre-backward hook, queued behind this unit's "
+            "reduce-scatter on the process group's one NCCL stream). Needs zero3.prefetch"
+        ),
+    )
+    limit_all_gathers: bool = Field(
+        default=True,
+        description=(
+            "FSDP1's rate limiter: the host waits before an all-gather until the unit gathered "
+            "two before it is freed, so at most two gathered units exist at once. false lets the "
+            "host issue every all-gather of a GPU-bound forward ahead of the compute, and the "
+            "caching allocator cannot reuse a freed unit's memory (record_stream) until the "
+            "compute reached it: every unit of the forward counted gathered at once (an upper "
+            "bound). Issue order, and so timing, is the same"
         ),
     )
     replica_all_reduce: Literal["every_microbatch", "last_microbatch"] = Field(

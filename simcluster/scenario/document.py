@@ -132,14 +132,29 @@ class Scenario(SectionBase):
         return self.parallel.zero == 3 and self.zero3.buffers == "copies"
 
     @property
+    def fsdp1(self) -> bool:
+        """ZeRO-3 as PyTorch FSDP1 runs it (``zero3.buffers: flat``): a FlatParameter per
+        wrapped unit, the root unit kept gathered from its forward to its backward."""
+        return self.parallel.zero == 3 and self.zero3.buffers == "flat"
+
+    @property
+    def torch_fsdp(self) -> bool:
+        """ZeRO-3 as PyTorch's FSDP (1 or 2) keeps its state: the parameters' own fp32 shard,
+        stepped in place by the optimizer (no separate master or 16-bit copy), and fp32
+        gradient shards whatever the reduce dtype."""
+        return self.fsdp2 or self.fsdp1
+
+    @property
     def wait_reduction(self) -> bool:
         """``dp.wait_reduction`` resolved: one gradient reduction in flight (FSDP2's default)."""
         return self.fsdp2 if self.dp.wait_reduction is None else self.dp.wait_reduction
 
     @property
     def backward_sync(self) -> str:
-        """``dp.backward_sync`` resolved: FSDP2's stream wait by default, else none."""
-        return self.dp.backward_sync or ("stream" if self.fsdp2 else "none")
+        """``dp.backward_sync`` resolved: PyTorch FSDP's stream wait by default (FSDP2's root
+        post-backward callback; FSDP1's ``_post_backward_final_callback``, where the compute
+        stream waits for the post-backward and all-reduce streams), else none."""
+        return self.dp.backward_sync or ("stream" if self.torch_fsdp else "none")
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -68,12 +68,12 @@ class ParallelSection(SectionBase):
         "schedule when that is above 1 and no schedule is named",
     )
     zero: int = Field(default=0, ge=0, le=3)
-    zero_shard: int | None = Field(
+    zero_shard: Annotated[int, Field(gt=0)] | Literal["node"] | None = Field(
         default=None,
-        gt=0,
         description="ranks that shard the ZeRO state; the dp*cp group is split into replicas of "
         "this size that all-reduce their shards (PyTorch HSDP, Megatron's distributed-optimizer "
-        "instances); None = shard over all dp*cp ranks",
+        "instances); node = the data-parallel ranks of one node (PyTorch FSDP1's HYBRID_SHARD "
+        "default: intra-node sharding, inter-node replicas); None = shard over all dp*cp ranks",
     )
     sequence_parallel: bool = False
     schedule: str = Field(

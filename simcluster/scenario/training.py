@@ -52,6 +52,17 @@ class TrainingSection(SectionBase):
         ),
     )
     fp32_grad_accum: bool = True
+    autocast: bool = Field(
+        default=False,
+        description=(
+            "fp32 parameters under torch.autocast (16-bit precision only): the model is built in "
+            "fp32 and each linear's weight is cast to 16 bits in the forward, so weights, "
+            "gradients and DDP's bucket copies are fp32, the optimizer steps the parameters in "
+            "place (no master copy), and each microbatch's 16-bit weight casts are kept for its "
+            "backward (autograd saves them as the matmul's input), counted with its activations. "
+            "Set by framework pytorch-ddp; ZeRO-3's PyTorch FSDP state counts its own casts"
+        ),
+    )
     grad_accum_fusion: bool = Field(
         default=False,
         description=(
