@@ -54,7 +54,9 @@ def _link_GBps(cluster: Cluster, op: str, plan: Plan, n: int) -> float:
     key = (op, plan)
     hit = memo.get(key)
     if hit is None:
-        flows = [Flow(s.links, s.coeffs, s.fraction * _PROBE) for s in lockstep(explicit_specs(plan))]
+        flows = [
+            Flow(s.links, s.coeffs, s.fraction * _PROBE) for s in lockstep(explicit_specs(plan))
+        ]
         t = isolated_time(flows, cluster.capacity)
         factor = busbw_factor(op, n) if plan.family == "ring" else 1.0
         hit = memo[key] = factor * _PROBE / t / 1e9 if t > 0 else float("inf")
@@ -69,7 +71,9 @@ def _p2p(plan: Plan, nbytes: float, n: int) -> list[Candidate]:
     proto = next(p for p in protocols_for("ring", plan.domains > 1) if p.name == name)
     proto = replace(proto, base_s=P2P_BASE_US * 1e-6,
                     bw_fraction=_P2P_LL_FRACTION if name == "LL" else 1.0)  # fmt: skip
-    lat = step_latency(proto, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s)
+    lat = step_latency(
+        proto, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
+    )
     return [Candidate(proto, lat)]
 
 
@@ -96,14 +100,23 @@ def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> 
         frac = p.bw_fraction
         if plan.family in ("ring", "tree"):
             link = _link_GBps(cluster, op, plan, n)
-            frac = nccl_caps.bus_GBps(plan.family, p.name, gen, cpu, plan.domains, channels, link) / link
+            frac = (
+                nccl_caps.bus_GBps(plan.family, p.name, gen, cpu, plan.domains, channels, link)
+                / link
+            )
         intra = plan.intra_hop_s + p.intra_extra_s
         if plan.family == "ring" and multi and op != "broadcast":
             intra = max(intra, nccl_caps.net_overhead_s(cpu, p.name))
         lat = (p.base_s + plan.intra_steps * intra
                + plan.inter_steps * (plan.inter_hop_s + p.inter_extra_s))  # fmt: skip
         per_rank = nbytes / (max(channels, 1) * n)
-        if plan.family == "ring" and p.name == "Simple" and multi and op == "all_reduce" and per_rank >= 64:
+        if (
+            plan.family == "ring"
+            and p.name == "Simple"
+            and multi
+            and op == "all_reduce"
+            and per_rank >= 64
+        ):
             lat *= nccl_caps.simple_plateau(cc)
         out.append(Candidate(replace(p, bw_fraction=frac), lat))
     return out
