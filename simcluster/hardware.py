@@ -19,7 +19,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
@@ -58,7 +65,6 @@ class GpuSpec(_Strict):
     compute_capability: float | None = Field(
         default=None,
         ge=1.0,
-        lt=100.0,
         description="NVIDIA CUDA compute capability (9.0 Hopper, 10.0 Blackwell): picks NCCL's "
         "per-generation protocol caps (network/nccl_caps.py); default: read from the GPU's name "
         "for the GPUs simcluster ships; none (an AMD GPU): NCCL <= 2.19's protocol fractions",
@@ -70,6 +76,17 @@ class GpuSpec(_Strict):
         description="per-GPU spread (sigma, a fraction) of sustained tensor-core throughput across "
         "GPUs of this SKU; a synchronous step waits for the slowest (simcluster/variability.py)",
     )
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _major_minor(cls, value: float | None) -> float | None:
+        if value is not None and value >= 20:
+            # NCCL's own code writes 90 for 9.0 (comm->minCompCap)
+            raise ValueError(
+                f"{value:g} is not a compute capability; write major.minor "
+                "(9.0 for an H100, 10.0 for a B200), not NCCL's 90 / 100"
+            )
+        return value
 
     @model_validator(mode="after")
     def _derive_compute_capability(self) -> GpuSpec:

@@ -164,7 +164,11 @@ def test_compute_capability_read_from_the_gpu_name_when_not_given():
 
 @pytest.mark.parametrize(
     "where,key,value,needle",
-    [("node", "host_cpu", "intell", "host_cpu"), ("gpu", "compute_capability", 0.5, "compute_capability")],
+    [
+        ("node", "host_cpu", "intell", "host_cpu"),
+        ("gpu", "compute_capability", 0.5, "compute_capability"),
+        ("gpu", "compute_capability", 90, "not NCCL's 90"),
+    ],
 )
 def test_bad_values_are_one_line_errors_naming_the_field(where, key, value, needle):
     raw = _raw()
