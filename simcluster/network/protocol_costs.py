@@ -50,16 +50,19 @@ def _link_GBps(cluster: Cluster, op: str, plan: Plan, n: int) -> float:
     """NCCL's ``busBw`` of the plan's graph: the rate of this group alone at the full protocol
     rate (a ring's nccl-tests bus bandwidth; a tree's algbw, the rate its chain links run at).
     Other groups of the call are left out: NCCL's graph knows only its own communicator."""
+    # plans are cached (planner._plans): keyed by identity, held so the id is not reused, since
+    # hashing a plan of thousands of transfers on every call would cost more than the lookup
     memo = cluster.cache.setdefault("link_rates", {})
-    key = (op, plan)
-    hit = memo.get(key)
+    entry = memo.get((op, id(plan)))
+    hit = entry[1] if entry is not None and entry[0] is plan else None
     if hit is None:
         flows = [
             Flow(s.links, s.coeffs, s.fraction * _PROBE) for s in lockstep(explicit_specs(plan))
         ]
         t = isolated_time(flows, cluster.capacity)
         factor = busbw_factor(op, n) if plan.family == "ring" else 1.0
-        hit = memo[key] = factor * _PROBE / t / 1e9 if t > 0 else float("inf")
+        hit = factor * _PROBE / t / 1e9 if t > 0 else float("inf")
+        memo[(op, id(plan))] = (plan, hit)
     return hit
 
 
