@@ -93,6 +93,10 @@ class Machine:
     memory_bytes: int | None
     gpus_per_node: int
     sm_count: int | None = None  # None: a CPU
+    #: CUDA compute capability (torch.cuda.get_device_capability); None on a CPU or ROCm
+    compute_capability: float | None = None
+    #: host CPU vendor/architecture ('intel', 'amd', 'arm'), None when /proc/cpuinfo says neither
+    host_cpu: str | None = None
     #: the node's host memory (rank 0's /proc/meminfo MemTotal), where offloads keep their state
     host_memory_bytes: int | None = None
 
@@ -170,6 +174,19 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         _forget(data, "gpu.sm_count", "efficiency.gemm_tile")
         eff["collective_sms"] = 0
         _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
+    # NCCL's protocol caps follow the GPU generation and the host CPU (simcluster/network/
+    # nccl_caps.py): the fallback's describe its machine, not this one
+    for section, key, value, what in (
+        (gpu, "compute_capability", machine.compute_capability, "torch.cuda.get_device_capability"),
+        (node, "host_cpu", machine.host_cpu, "/proc/cpuinfo vendor_id, or the machine architecture"),
+    ):
+        path = f"{'gpu' if section is gpu else 'node'}.{key}"
+        if value is None:
+            section.pop(key, None)
+            _forget(data, path)
+        else:
+            section[key] = value
+            _note(data, path, f"measured: {what} of rank 0 (calibrate)")
     node["gpus_per_node"] = machine.gpus_per_node
     if machine.host_memory_bytes:
         node["host_memory_gib"] = machine.host_memory_bytes / 2**30

@@ -23,6 +23,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def host_cpu() -> str | None:
+    """The host CPU as NCCL tells vendors apart: 'intel' or 'amd' (x86 vendor_id in
+    /proc/cpuinfo), 'arm' (an aarch64 machine such as Grace), else None."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                return {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor)
+    except OSError:
+        pass
+    return "arm" if platform.machine().lower() in ("aarch64", "arm64") else None
+
+
+def device_compute_capability(device: torch.device) -> float | None:
+    """CUDA compute capability of an NVIDIA GPU (9.0 for H100); None on a CPU or under ROCm,
+    whose capability numbers are not NVIDIA's generations."""
+    if device.type == "cuda" and not torch.version.hip:
+        major, minor = torch.cuda.get_device_capability(device)
+        return major + minor / 10
+    return None
+
+
 def host_memory_bytes() -> int | None:
     """MemTotal from /proc/meminfo in bytes, or None where there is no such file."""
     try:

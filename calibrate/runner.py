@@ -28,9 +28,11 @@ from calibrate.profile_writer import (
 )
 from calibrate.progress import RankProgress
 from calibrate.provenance import (
+    device_compute_capability,
     device_memory_bytes,
     device_name,
     device_sm_count,
+    host_cpu,
     host_memory_bytes,
     provenance,
 )
@@ -246,6 +248,8 @@ def run(cfg: RunConfig) -> int:
                 memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
                 gpus_per_node=ctx.local_world,
                 sm_count=device_sm_count(ctx.device),
+                compute_capability=device_compute_capability(ctx.device),
+                host_cpu=host_cpu(),
                 host_memory_bytes=host_memory_bytes(),
             )
             _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))

@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
@@ -54,6 +62,13 @@ class GpuSpec(_Strict):
         min_length=1, description="dense peak per precision, TFLOP/s"
     )
     sm_count: int | None = Field(default=None, gt=0, description="streaming multiprocessors (wave quantisation)")
+    compute_capability: float | None = Field(
+        default=None,
+        ge=1.0,
+        description="NVIDIA CUDA compute capability (9.0 Hopper, 10.0 Blackwell): picks NCCL's "
+        "per-generation protocol caps (network/nccl_caps.py); default: read from the GPU's name "
+        "for the GPUs simcluster ships; none (an AMD GPU): NCCL <= 2.19's protocol fractions",
+    )
     speed_spread: float = Field(
         default=0.0,
         ge=0.0,
@@ -61,6 +76,38 @@ class GpuSpec(_Strict):
         description="per-GPU spread (sigma, a fraction) of sustained tensor-core throughput across "
         "GPUs of this SKU; a synchronous step waits for the slowest (simcluster/variability.py)",
     )
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _major_minor(cls, value: float | None) -> float | None:
+        if value is not None and value >= 20:
+            # NCCL's own code writes 90 for 9.0 (comm->minCompCap)
+            raise ValueError(
+                f"{value:g} is not a compute capability; write major.minor "
+                "(9.0 for an H100, 10.0 for a B200), not NCCL's 90 / 100"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _derive_compute_capability(self) -> GpuSpec:
+        if self.compute_capability is None:
+            self.compute_capability = compute_capability_of(self.name)
+        return self
+
+
+# GPU name -> compute capability (NVIDIA's CUDA GPUs table), for profiles that do not state it;
+# longest names first so 'gb200' is not read as 'b200' (a GH200's GPU is an H100: 9.0)
+_COMPUTE_CAPABILITY = {
+    "gb300": 10.3, "b300": 10.3, "gb200": 10.0, "b200": 10.0, "gh200": 9.0, "h100": 9.0,
+    "h200": 9.0, "h800": 9.0, "h20": 9.0, "a100": 8.0, "a800": 8.0, "v100": 7.0,
+}  # fmt: skip
+_CC_NAME = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(_COMPUTE_CAPABILITY, key=len, reverse=True)) + r")(?!\d)")
+
+
+def compute_capability_of(name: str) -> float | None:
+    """The compute capability a GPU name implies (``NVIDIA H100 SXM5 80GB`` -> 9.0), or None."""
+    m = _CC_NAME.search(name.lower())
+    return _COMPUTE_CAPABILITY[m.group(1)] if m else None
 
 
 class NodeSpec(_Strict):
@@ -86,6 +133,12 @@ class NodeSpec(_Strict):
     nics_per_node: int = Field(gt=0)
     nic_gbps: float = Field(gt=0, description="per NIC per direction, Gbit/s")
     nic_latency_us: float = Field(ge=0)
+    host_cpu: Literal["intel", "amd", "arm"] | None = Field(
+        default=None,
+        description="host CPU vendor/architecture (Grace is arm): NCCL's multi-node LL cap "
+        "(AMD hosts get their own row of llMaxBws) and network overhead floor (2 us on AMD x86, "
+        "1 us otherwise); none: unknown, which NCCL treats as a non-AMD host",
+    )
     host_link_GBps: float | None = Field(
         default=None,
         gt=0,

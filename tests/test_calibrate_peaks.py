@@ -15,6 +15,7 @@ import yaml
 
 from calibrate.profile_writer import Machine, Measurements, build_profile
 from simcluster import simulate
+from simcluster.hardware import profile_from_dict
 from simcluster.scenario import scenario_from_dict
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on a DGX H100
@@ -71,3 +72,18 @@ def test_a_base_whose_peak_a_new_run_beats_is_lifted_not_a_failed_run(tmp_path):
     assert data["gpu"]["peak_tflops"] == {"bf16": 910.0, "fp32": 50.0}  # fp32 stays: not beaten
     assert max(e for _, e in data["efficiency"]["gemm"]) == pytest.approx(1.0)
     assert "lifted to the best GEMM timed where it was faster: bf16 700 -> 910" in data["sources"]["gpu.peak_tflops"]
+
+
+def test_a_calibrated_profile_records_the_measured_gpu_generation_and_host_cpu():
+    """NCCL's protocol caps follow the GPU generation and the host CPU (network/nccl_caps.py):
+    a profile written from the measured machine carries what rank 0 read, not the fallback
+    base's DGX H100 figures (9.0, Intel); what was not read is left out, with its source."""
+    rows = [_gemm("bf16", 4096, 600.0)]
+    measured = Machine(H100, 80 * 2**30, 8, 132, compute_capability=9.0, host_cpu="amd")
+    data = build_profile(Measurements(gemm=rows), {"backend": "nccl"}, None, measured)
+    assert (data["gpu"]["compute_capability"], data["node"]["host_cpu"]) == (9.0, "amd")
+    assert "calibrate" in data["sources"]["node.host_cpu"]
+    cpu = build_profile(Measurements(gemm=rows), {"backend": "gloo"}, None, Machine("AMD EPYC 7B13", None, 2))
+    assert "compute_capability" not in cpu["gpu"] and "host_cpu" not in cpu["node"]
+    assert "node.host_cpu" not in cpu["sources"] and "gpu.compute_capability" not in cpu["sources"]
+    assert profile_from_dict(cpu).gpu.compute_capability is None

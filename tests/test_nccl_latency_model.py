@@ -3,8 +3,9 @@
 Sources: ``src/tuning/cost_model.cc`` (``ncclTunerConstantsDefaults``: baseLatencies Ring
 {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS/NVLS_TREE 0; hwLatencies NVLink Ring LL 0.6,
 NVLS 25, NVLS_TREE 25; NET Ring LL 2.7, Tree LL 5.0, NVLS_TREE Simple 20.9),
-``src/tuning/ring.cc`` (nInterSteps = 2 (nNodes - 1) for all-reduce; one rank per node: the
-inter-node steps pay the tree's network latency), ``src/tuning/tree.cc`` and ``nvls.cc``
+``src/tuning/ring.cc`` (nInterSteps = 2 (nNodes - 1) for all-reduce; the ring's own network
+latency whatever the ranks per node; intra-node steps of a multi-node ring floored at the host's
+network overhead), ``src/tuning/tree.cc`` and ``nvls.cc``
 (tree: 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat); NVLS: intraLat; NVLS_TREE:
 intraLat + 2 log2i(nNodes) interLat, log2i the floor).
 
@@ -56,19 +57,22 @@ def test_ring_all_reduce_across_two_nodes_has_two_network_steps():
     assert (plan.intra_steps, plan.inter_steps) == (14, 1)
 
 
-def test_a_ring_of_one_rank_per_node_pays_the_trees_network_latency():
-    # ring.cc: maxLocalRanks == 1 -> hwLatencies[NET][Tree][LL] = 5.0 per step, 2 (4 - 1) steps
+def test_a_ring_of_one_rank_per_node_pays_the_rings_own_network_latency():
+    # src/tuning/ring.cc (master, 2026) reads hwLatencies[NET][Ring][LL] = 2.7 us whatever the
+    # ranks per node; only its comment still says "ppn=1 ... use the Tree network latency",
+    # which src/graph/tuning.cc of NCCL <= 2.2x did (5.0 us). 2 (4 - 1) network steps:
     c = h100(32)
     one_per_node = [0, 8, 16, 24]
     r = describe("all_reduce", 8, c, one_per_node, algo="ring")
     assert r.proto == "LL"
-    assert _us(r.latency) == pytest.approx(6.6 + 6 * 5.0)
-    # two ranks per node keep the ring's own 2.7 us; each channel leaves a node from the GPU
-    # before the one it enters the next at, so its network hop starts with a PXN relay over
-    # NVLink (0.6 us): 6.6 + (14 - 6) x 0.6 + 6 x (0.6 + 2.7)
+    assert _us(r.latency) == pytest.approx(6.6 + 6 * 2.7)
+    # two ranks per node: each channel leaves a node from the GPU before the one it enters the
+    # next at, so its network hop starts with a PXN relay over NVLink (0.6 us); an intra-node
+    # step of a multi-node ring takes at least getNetOverhead, 1 us on the DGX H100's Intel
+    # host (ring.cc), above NVLink's 0.6: 6.6 + (14 - 6) x 1.0 + 6 x (0.6 + 2.7)
     two_per_node = [0, 1, 8, 9, 16, 17, 24, 25]
     r2 = describe("all_reduce", 8, c, two_per_node, algo="ring")
-    assert _us(r2.latency) == pytest.approx(6.6 + 8 * 0.6 + 6 * (0.6 + 2.7))
+    assert _us(r2.latency) == pytest.approx(6.6 + 8 * 1.0 + 6 * (0.6 + 2.7))
 
 
 @pytest.mark.parametrize("nodes,depth", [(2, 1), (3, 1), (4, 2), (5, 2), (7, 2), (8, 3)])

@@ -39,6 +39,7 @@ class Plan:
     inter_hop_s: float
     domains: int = 1  # NVLink domains the group spans
     net_family: str | None = None  # whose network latency an inter step pays, if not family's
+    p2p: bool = False  # NCCL send/recv (grouped for all-to-all): no tuner, protocol by size
 
 
 class Algorithm:

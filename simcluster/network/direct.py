@@ -74,5 +74,7 @@ class Direct(Algorithm):
             frac = 1.0 / len(group)
         transfers = [Transfer(cluster.path(s, d), frac) for s, d in pairs]
         intra, inter = hop_latencies(cluster, transfers, group)
-        multi = len(by_domain(cluster, group)) > 1
-        return Plan("ring", tuple(transfers), 0 if multi else 1, 1 if multi else 0, intra, inter)
+        domains = len(by_domain(cluster, group))
+        multi = domains > 1
+        return Plan("ring", tuple(transfers), 0 if multi else 1, 1 if multi else 0, intra, inter,
+                    domains=domains, p2p=True)  # fmt: skip

@@ -15,7 +15,8 @@ from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, by_domain
 from simcluster.network.calibrated import Geometry, measured_ratio
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
-from simcluster.network.protocols import Protocol, protocols_for, step_latency
+from simcluster.network.protocol_costs import candidates
+from simcluster.network.protocols import Protocol
 from simcluster.network.symmetry import FlowSpec, explicit_specs, lockstep, symmetric_specs
 from simcluster.topology import Cluster, build_cluster
 
@@ -170,13 +171,10 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
     for a in _candidates(cluster, op, algo, _shapes(cluster, key)):
         plan = _plans(cluster, op, a, key)[0]
         specs = _specs(cluster, op, a, key, True)[0]
-        for p in protocols_for(plan.family, plan.domains > 1, plan.net_family):
-            lat = step_latency(
-                p, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
-            )
-            t = _alone(cluster, lat, specs, nbytes / p.bw_fraction)
+        for c in candidates(cluster, op, plan, len(key[0]), nbytes):
+            t = _alone(cluster, c.latency, specs, nbytes / c.proto.bw_fraction)
             if best is None or t < best[0]:
-                best = (t, a, p, lat)
+                best = (t, a, c.proto, c.latency)
     assert best is not None
     return best
 

@@ -9,14 +9,15 @@ The hardware part of each step - the wire/switch latency of the hop - comes from
 hop latencies (NVLink 0.6 us, network 2.7 us) are the reference those profile numbers replace,
 and the protocol's extra per-step cost is NCCL's ``hwLat[p] - hwLat[LL]``.
 
-Two NCCL rules on which network latency a step pays: a ring whose nodes hold one rank each pays
-the *tree*'s network latency per inter-node step ("With ppn=1 latencies are fully exposed, use
-the Tree network latency", ``ring.cc``), and NVLS_TREE has a network latency of its own
-(20.9 us for Simple, NVLS 18).
+Which network latency a step pays: NVLS_TREE has one of its own (20.9 us for Simple, NVLS 18);
+NCCL <= 2.2x's ``src/graph/tuning.cc`` gave a ring whose nodes hold one rank each the *tree*'s
+(``ppn == 1``), which the current ``src/tuning/ring.cc`` no longer does (its comment remains):
+``net_family`` keeps the old rule for GPUs outside NCCL's tables only (:mod:`protocol_costs`).
 
-Not modelled: the current release's ring LL rate is half the link rate capped by ``llMaxBws``
-(Hopper 141 GB/s busbw on one node; 39 / 20.4 GB/s across 2 / more Intel-hosted nodes), which
-needs the GPU generation and host CPU vendor; the 1/4 of NCCL <= 2.19 is kept. Nor NCCL's
+The fractions below are NCCL <= 2.19's (ring LL 1/4 of the link). On an NVIDIA GPU the current
+tuner's rates replace them - LL half the link capped by ``llMaxBws`` by GPU generation and host
+CPU, per-channel LL128 and tree caps - with its CPU-dependent intra-step floor and ring Simple
+plateau (:mod:`nccl_caps`, applied in :mod:`protocol_costs`). Not modelled: NCCL's
 ``treeCorrectionFactor`` (its tuner's tree bandwidth x0.4-0.9 between 64 B and 256 MiB): tried,
 it made every case it touched worse (nanotron's one-GPU-per-node DP trees, and Alps through the
 measured table, whose 2-node tree rows then explained less of the loss carried to the 64-node
