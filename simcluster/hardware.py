@@ -27,6 +27,7 @@ from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.paths import anchor_path
+from simcluster.profile_keys import unknown_key_message
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -475,8 +476,12 @@ def profile_from_dict(
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
+            if err["type"] == "extra_forbidden":
+                raise UserError(f"cluster.profile.{loc}", unknown_key_message(HardwareProfile, err["loc"])) from None
             raise UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml") from None
-        if err["type"] == "missing":
+        if err["type"] == "extra_forbidden":
+            msg = f"profile {origin} {unknown_key_message(HardwareProfile, err['loc'])}"
+        elif err["type"] == "missing":
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:
             hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
