@@ -383,7 +383,11 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
         if path.is_dir():
             raise UserError(field, f"'{text}' is a directory; give a hardware profile YAML file")
         if not path.is_file():
-            raise UserError(field, f"hardware profile file '{text}' not found")
+            raise UserError(
+                field,
+                f"hardware profile file '{text}' not found; check the path (in a scenario a relative "
+                "path is read from the scenario's folder) or name a shipped profile (simcluster list hardware)",
+            )
         return path
     candidate = _data_dir() / f"{text}.yaml"
     if candidate.is_file():

@@ -62,6 +62,46 @@ def test_hf_config_not_utf8(cli, tmp_path):
     assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", "not UTF-8")
 
 
+def test_hf_config_as_the_model_folder_reads_its_config_json(cli, tmp_path):
+    """``from_pretrained`` takes a model's folder; hf_config naming one reads its config.json
+    (the same model as naming the file), and a folder without one is a one-line error."""
+    folder = tmp_path / "Qwen2.5-7B"
+    folder.mkdir()
+    config = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+              "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    by_folder, by_file = make_scenario(), make_scenario()
+    by_folder["model"] = {"hf_config": str(folder)}
+    by_file["model"] = {"hf_config": str(folder / "config.json")}
+    runs = [cli("memory", write(tmp_path, data, name), "--json") for name, data in (("a.yaml", by_folder), ("b.yaml", by_file))]
+    assert runs[0].code == runs[1].code == 0, runs[0].err
+    counts = [json.loads(r.out)["params_total"] for r in runs]
+    assert counts[0] == counts[1] and counts[0] > 7.6e9  # Qwen2.5-7B's model card: 7.61B
+    empty = make_scenario()
+    empty["model"] = {"hf_config": str(tmp_path)}
+    res = cli("memory", write(tmp_path, empty, "c.yaml"))
+    assert_one_line_error(res, "model.hf_config", "is a folder without a config.json; give the model's config.json")
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [("Qwen/Qwen2-7B", "huggingface-cli download Qwen/Qwen2-7B config.json"),
+     ("meta-llama/Meta-Llama-3-8B", "that repository's model is shipped: write model.preset: llama3-8b"),
+     ("configs/missing.json", "check the path (in a scenario a relative path is read from the scenario's folder)")],
+)  # fmt: skip
+def test_hf_config_not_a_file_says_how_to_get_one(cli, value, needle):
+    """A Hub repository id is not fetched (simcluster reads files): the fix is the download, or
+    the shipped preset the id names; a missing path says where a relative one is read from."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", "model.preset=null", "--set", f"model.hf_config={value}")
+    assert_one_line_error(res, "model.hf_config", "not found", needle)
+
+
+def test_missing_hardware_file_says_where_relative_paths_are_read(cli, tmp_path):
+    data = make_scenario(cluster={"hardware": "my-cluster.yaml"})
+    res = cli("memory", write(tmp_path, data))
+    assert_one_line_error(res, "cluster.hardware", "'my-cluster.yaml' not found", "scenario's folder", "simcluster list hardware")
+
+
 def test_cases_file_not_utf8_or_directory(cli, tmp_path):
     assert_one_line_error(cli("validate", not_utf8(tmp_path)), "CASES", "not UTF-8")
     assert_one_line_error(cli("validate", str(tmp_path)), "CASES", "is a directory")
