@@ -112,6 +112,18 @@ def test_a_key_set_in_two_variants_is_no_repetition(cli, pipe_file):
     assert r.code == 0, r.err
 
 
+def test_set_overrides_are_said_once_above_the_table(cli, pipe_file):
+    """--set changes every scenario, as an @override they all share does; the table's columns
+    do not show it (the README's context-parallel example sets cp and the sequence so), so the
+    line above the table and the JSON name it as they name the shared @override."""
+    r = cli("compare", f"{pipe_file}@parallel.schedule=1f1b", f"{pipe_file}@parallel.schedule=zb-h1",
+            "--set", "training.micro_batch=2")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "every scenario: training.micro_batch=2" in r.out.splitlines()
+    doc = json.loads(cli("compare", pipe_file, f"{pipe_file}@parallel.schedule=zb-h1", "--set", "training.micro_batch=2", "--json").out)
+    assert doc["shared_overrides"] == ["training.micro_batch=2"]
+
+
 def _bar_texts(figure) -> list[list[str]]:
     """The share labels drawn on each bar of a draw_bars figure, top bar first."""
     ax = figure.axes[0]

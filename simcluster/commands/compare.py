@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
     }
     doc["inert_settings"] = {label: [n.text for n in notes] for label, notes in inert.items() if notes}
-    shared = shared_overrides(args.scenarios)
+    # --set applies to every scenario as a shared @override does: said once, above the table
+    shared = shared_overrides(args.scenarios) + list(args.overrides or [])
     if shared:
         doc["shared_overrides"] = shared
     if args.out:
