@@ -79,9 +79,22 @@ def _no_command(parser: argparse.ArgumentParser) -> None:
     print(f"error: choose a command ({', '.join(COMMANDS)}); e.g. simcluster list", file=sys.stderr)
 
 
+def _set_without_value(argv: Sequence[str]) -> str | None:
+    """The one-line error for ``--set KEY VALUE`` (a space for the '='): argparse would take
+    KEY as the override and refuse VALUE as an 'unrecognized argument', naming neither."""
+    for flag, key in zip(argv, argv[1:]):
+        if flag == "--set" and "=" not in key and not key.startswith("-"):
+            return f"error: --set: '{key}' has no '=VALUE'; write the override as one word: --set {key}=VALUE"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in words and (message := _set_without_value(words)):
+        print(message, file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         _no_command(parser)

@@ -386,6 +386,17 @@ def test_set_key_with_an_empty_part(cli, setting):
     assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), "--set", "empty part")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "llama3-8b-8xh100", "--set", "parallel.tp", "2"],  # a space where the '=' goes
+     ["compare", "llama3-8b-8xh100", "--set", "parallel.tp", "2", "llama3-8b-8xh100@parallel.tp=4"],
+     ["memory", "llama3-8b-8xh100", "--set", "parallel.tp"]],
+)  # fmt: skip
+def test_set_with_its_value_as_another_word_names_the_key_and_the_fix(cli, argv):
+    """argparse alone said 'unrecognized arguments: 2', naming neither --set nor the key."""
+    assert_one_line_error(cli(*argv), "--set: 'parallel.tp' has no '=VALUE'", "--set parallel.tp=VALUE")
+
+
 def test_section_of_the_wrong_type(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
     assert_one_line_error(res, "parallel:", "must be a mapping")
