@@ -132,6 +132,17 @@ def test_a_window_reaching_past_the_step_marks_only_the_simulated_steps_end(tmp_
     assert _step_marks(fig) == ["end of step 1"]
 
 
+def test_a_windowed_chart_says_which_seconds_it_shows():
+    """--window draws part of the step under the whole step's subtitle (step time, shares): the
+    heading names the window, and a chart of the whole step names none."""
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    fig, _ = draw_gantt(t.events, {}, "t", "step", step, (0.25 * step, 0.5 * step))
+    assert f"window {0.25 * step:.4g}–{0.5 * step:.4g} s of the step" in fig.axes[0].get_title()
+    fig, _ = draw_gantt(t.events, {}, "t", "step", step)
+    assert "window" not in fig.axes[0].get_title()
+
+
 def _step_marks(fig) -> list[str]:
     return [a.get_text() for ax in fig.axes for a in ax.texts if a.get_text().startswith("end of step")]
 

@@ -475,7 +475,9 @@ def draw_gantt(
         if any(r.stream != "compute" for r in rows) and len({r.rank for r in rows if r.stream != "compute"}) < ranks
         else ""
     )
-    heading = "\n".join(part for part in (title, subtitle, note) if part)
+    # a zoomed chart says so: its subtitle's step time and shares are the whole step's
+    zoom = f"window {t0:.4g}–{t1:.4g} s of the step (--window; the trace has every event)" if window is not None else ""
+    heading = "\n".join(part for part in (title, subtitle, zoom, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
     chunks = {int(c) for c in blocks.loc[blocks["stream"] == "compute", "chunk"]}
