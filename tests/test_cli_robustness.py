@@ -102,6 +102,15 @@ def test_missing_hardware_file_says_where_relative_paths_are_read(cli, tmp_path)
     assert_one_line_error(res, "cluster.hardware", "'my-cluster.yaml' not found", "scenario's folder", "simcluster list hardware")
 
 
+@pytest.mark.parametrize("name", ["fsdp", "FSDP2", "pytorch-fsdp"])
+def test_fsdp_as_a_framework_names_the_setting_and_the_frameworks_that_run_it(cli, name):
+    """'framework: fsdp' is a sharding named where a framework goes: the fix is parallel.fsdp
+    (README: 'fsdp: true or a degree = zero 3') or a framework that runs FSDP2 (torchtitan,
+    automodel), not the list of names alone."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", f"framework={name}")
+    assert_one_line_error(res, "framework:", f"unknown framework '{name}'", "parallel.fsdp: true", "torchtitan or automodel")
+
+
 def test_cases_file_not_utf8_or_directory(cli, tmp_path):
     assert_one_line_error(cli("validate", not_utf8(tmp_path)), "CASES", "not UTF-8")
     assert_one_line_error(cli("validate", str(tmp_path)), "CASES", "is a directory")
