@@ -65,6 +65,14 @@ def test_out_writes_the_three_files(cli, pipe_file, tmp_path):
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_out_with_a_trailing_slash_names_the_files_once(cli, pipe_file, tmp_path):
+    """README writes `--out val/`: the 'wrote' line names DIR/compare.csv, not DIR//compare.csv."""
+    r = cli("compare", pipe_file, f"{pipe_file}@training.micro_batch=2", "--out", f"{tmp_path / 'cmp'}/")
+    assert r.code == 0, r.err
+    assert f"wrote {tmp_path / 'cmp'}/compare.csv, compare.json, compare.png" in r.out
+    assert "//" not in r.out
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

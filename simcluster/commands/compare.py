@@ -13,6 +13,7 @@ stacked bar per scenario on a common axis).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -193,7 +194,7 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
     console.print(verdict(summaries, basis))
     if out:
-        console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
+        console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png")
 
 
 def _hfu(s: dict[str, Any]) -> float:

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.table import Table
 
@@ -250,7 +251,7 @@ def _print(
     if tight:
         console.print(tight)
     if out:
-        console.print(f"wrote {out}/{', '.join(written)}")
+        console.print(f"wrote {Path(out)}/{', '.join(written)}")
 
 
 def _share_of_step(s: dict, seconds: float) -> float:

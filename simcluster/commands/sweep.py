@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -266,6 +267,6 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
     if ran and not any(r.fits for r in ran):
         console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
     if out:
-        console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
+        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png")
 
 

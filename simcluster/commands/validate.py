@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(results)
         if args.out:
-            stdout_console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
+            stdout_console().print(f"wrote {Path(args.out)}/validate.csv, validate.json, validate.png")
     broken = broken_gates(results, max_mape, max_error)
     for line in broken:
         print(f"simcluster validate: {line}", file=sys.stderr)
