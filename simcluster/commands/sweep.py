@@ -150,13 +150,17 @@ def run(args: argparse.Namespace) -> int:
     document["inert_settings"] = [n.text for n in inert]
     print_notes(note_lines(inert))
     text = to_json(document)
+    shared = f"every layout: {' '.join(args.overrides)}" if args.overrides else ""
     if args.out:
         from simcluster.output.sweep_output import write_sweep
 
-        write_sweep(args.out, rows, text + "\n", title=f"{scenario.name}: layout sweep", prices=prices)
+        title = f"{scenario.name}: layout sweep" + (f"\n{shared}" if shared else "")
+        write_sweep(args.out, rows, text + "\n", title=title, prices=prices)
     if args.json:
         print_json(document)
     else:
+        if shared:  # the title names the scenario, whose model or batch --set may have replaced
+            stdout_console().print(shared)
         _print(scenario.name, rows, args.top, args.out, prices)
         folded = math.prod(len(v) for v in axes.values()) - len(cands)
         if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
