@@ -112,3 +112,17 @@ def test_a_readme_sweep_has_a_layout_that_fits(command):
     gpus = max(parse_axis("gpus", texts["gpus"], 1)) if texts["gpus"] else scenario.cluster.gpus
     axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
     assert any(check(cand, hardware, fitting_only=True) is None for cand in candidates(base, axes)), command
+
+
+def test_every_subcommand_the_docs_name_exists():
+    """`simcluster WORD` quoted in README.md or docs/*.md names a command of the CLI (and
+    `python -m calibrate SUB` a calibrate subcommand): docs/accuracy.md once sent users to
+    `simcluster calibrate`, which is `python -m calibrate`."""
+    from calibrate.cli import SUBCOMMANDS
+    from simcluster.cli import COMMANDS
+
+    texts = [README.read_text(), *(p.read_text() for p in sorted((README.parent / "docs").glob("*.md")))]
+    named = {m for text in texts for m in re.findall(r"`simcluster ([a-z][a-z-]*)", text)}
+    assert named and named <= set(COMMANDS), named - set(COMMANDS)
+    subs = {m for text in texts for m in re.findall(r"python -m calibrate ([a-z][a-z-]*)", text)}
+    assert subs <= set(SUBCOMMANDS), subs - set(SUBCOMMANDS)
