@@ -382,10 +382,14 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     if path.suffix in (".yaml", ".yml") or path.exists():
         if path.is_dir():
             raise UserError(field, f"'{text}' is a directory; give a hardware profile YAML file")
+        if not path.is_file() and path.parent == Path(".") and (_data_dir() / path.name).is_file():
+            # a shipped profile by its file name (dgx-h100.yaml), as a shipped scenario resolves
+            return _data_dir() / path.name
         if not path.is_file():
             raise UserError(
                 field,
-                f"hardware profile file '{text}' not found; check the path (in a scenario a relative "
+                f"hardware profile file '{text}' not found{did_you_mean(path.stem, shipped_profiles())}; "
+                "check the path (in a scenario a relative "
                 "path is read from the scenario's folder) or name a shipped profile (simcluster list hardware)",
             )
         return path

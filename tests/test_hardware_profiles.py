@@ -101,6 +101,17 @@ def test_a_profile_written_by_an_older_release_says_what_replaced_its_key(cli, t
     assert_one_line_error(res, "--hardware", "'efficiency.tp_overlap_sms' is no longer read", "overlap.tp_comm_cfg")
 
 
+def test_a_shipped_profile_by_its_file_name_resolves_from_any_folder(tmp_path, monkeypatch):
+    """'--hardware dgx-h100.yaml' means the shipped profile where no such file is here (as a
+    shipped scenario resolves by its file name); a file of that name here is the user's own."""
+    monkeypatch.chdir(tmp_path)
+    assert resolve_profile_path("dgx-h100.yaml") == _data_dir() / "dgx-h100.yaml"
+    with pytest.raises(UserError, match=r"'dgx-h1000.yaml' not found \(did you mean 'dgx-h100'\?\)"):
+        resolve_profile_path("dgx-h1000.yaml")
+    (tmp_path / "dgx-h100.yaml").write_text("name: mine\n")
+    assert resolve_profile_path("dgx-h100.yaml").resolve() == (tmp_path / "dgx-h100.yaml").resolve()
+
+
 def test_nvls_without_its_measured_rate_is_refused_at_load():
     """The NVLS algorithms time the switch by efficiency.nvls (nccl-tests' NVLS algbw over
     NVLink): a profile that turns NVLS on without it is refused when it loads, naming the
