@@ -82,7 +82,7 @@ def _no_command(parser: argparse.ArgumentParser) -> None:
 def _set_without_value(argv: Sequence[str]) -> str | None:
     """The one-line error for ``--set KEY VALUE`` (a space for the '='): argparse would take
     KEY as the override and refuse VALUE as an 'unrecognized argument', naming neither."""
-    for flag, key in zip(argv, argv[1:]):
+    for flag, key in zip(argv, argv[1:], strict=False):
         if flag == "--set" and "=" not in key and not key.startswith("-"):
             return f"error: --set: '{key}' has no '=VALUE'; write the override as one word: --set {key}=VALUE"
     return None
