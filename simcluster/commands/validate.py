@@ -12,7 +12,7 @@ from rich.table import Table
 
 from simcluster.commands.common import print_json, progress_bar, to_json
 from simcluster.commands.console import stdout_console
-from simcluster.errors import UserError
+from simcluster.errors import UserError, did_you_mean
 from simcluster.executors import Executor
 from simcluster.validate import CaseResult, load_cases, run_cases
 from simcluster.validate_gate import broken_gates, percent
@@ -74,11 +74,16 @@ def run(args: argparse.Namespace) -> int:
     max_error = percent("--max-error", args.max_error) if args.max_error is not None else None
     cases = load_cases(args.cases, args.filter, quick=args.quick)
     if not cases:
-        if not load_cases(args.cases):  # the files themselves hold none: no flag to blame
+        every = load_cases(args.cases)
+        if not every:  # the files themselves hold none: no flag to blame
             named = ", ".join(str(c) for c in args.cases)
             raise UserError("CASES", f"{named} has no cases; add items to its cases: list")
         flags = [f for f, on in (("--filter", args.filter), ("--quick", args.quick)) if on]
-        raise UserError(flags[0], f"no case left after {' and '.join(flags)}; drop or change it")
+        # a filter matches a case's name or family: name the families it could have matched
+        families = sorted({c.family for c in every})
+        hint = did_you_mean(str(args.filter), families) if args.filter else ""
+        listed = f"; families: {', '.join(families)}" if args.filter else ""
+        raise UserError(flags[0], f"no case left after {' and '.join(flags)}{hint}; drop or change it{listed}")
     if args.out:
         from simcluster.output.atomic import check_writable
 
