@@ -67,8 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
+
+
+def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:
+    """The one-line error for arguments the command does not take, with the nearest of its
+    options for a misspelt one (``sweep --tpp 2``: did you mean '--tp'?)."""
+    prog = command.prog if command else "simcluster"
+    hint = ""
+    flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
+    if flag and command:
+        options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
+        hint = did_you_mean(flag, options)
+    return f"error: {prog}: unrecognized arguments: {' '.join(extra)}{hint}"
 
 
 def _no_command(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" not in words and (message := _set_without_value(words)):
         print(message, file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        print(_unrecognized(extra, getattr(args, "_parser", None)), file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         _no_command(parser)
         return 2

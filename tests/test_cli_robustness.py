@@ -406,6 +406,18 @@ def test_set_with_its_value_as_another_word_names_the_key_and_the_fix(cli, argv)
     assert_one_line_error(cli(*argv), "--set: 'parallel.tp' has no '=VALUE'", "--set parallel.tp=VALUE")
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [(["sweep", "llama3-8b-8xh100", "--tpp", "2"], "simcluster sweep: unrecognized arguments: --tpp 2 (did you mean '--tp'?)"),
+     (["memory", "llama3-8b-8xh100", "--jsn"], "simcluster memory: unrecognized arguments: --jsn (did you mean '--json'?)"),
+     (["run", "llama3-8b-8xh100", "extra"], "simcluster run: unrecognized arguments: extra")],
+)  # fmt: skip
+def test_a_misspelt_option_names_the_command_and_its_nearest_option(cli, argv, needle):
+    """argparse said 'simcluster: unrecognized arguments: --tpp 2', naming neither the command
+    nor the option meant."""
+    assert_one_line_error(cli(*argv), needle)
+
+
 def test_section_of_the_wrong_type(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
     assert_one_line_error(res, "parallel:", "must be a mapping")
