@@ -38,7 +38,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports bad arguments in one line with exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {self.prog}: {message}{_close_choice(message)}\n")
+        extra = message.removeprefix("unrecognized arguments: ").split() if message.startswith("unrecognized") else []
+        hint = _close_choice(message) or _close_option(extra, self)
+        self.exit(2, f"error: {self.prog}: {message}{hint}\n")
 
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)")
@@ -71,16 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:
-    """The one-line error for arguments the command does not take, with the nearest of its
-    options for a misspelt one (``sweep --tpp 2``: did you mean '--tp'?)."""
-    prog = command.prog if command else "simcluster"
-    hint = ""
+def _close_option(extra: Sequence[str], parser: argparse.ArgumentParser | None) -> str:
+    """' (did you mean --X?)' for the first misspelt option among ``extra`` (``sweep --tpp 2``:
+    '--tp'), from the options ``parser`` takes; else ''."""
     flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
-    if flag and command:
-        options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
-        hint = did_you_mean(flag, options)
-    return f"error: {prog}: unrecognized arguments: {' '.join(extra)}{hint}"
+    if not flag or parser is None:
+        return ""
+    return did_you_mean(flag, [o for action in parser._actions for o in action.option_strings if o.startswith("--")])
+
+
+def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:
+    """The one-line error for arguments a command does not take, naming the command (argparse
+    names only the top parser, which reports its subcommands' leftovers)."""
+    prog = command.prog if command else "simcluster"
+    return f"error: {prog}: unrecognized arguments: {' '.join(extra)}{_close_option(extra, command)}"
 
 
 def _no_command(parser: argparse.ArgumentParser) -> None:

@@ -418,6 +418,11 @@ def test_a_misspelt_option_names_the_command_and_its_nearest_option(cli, argv, n
     assert_one_line_error(cli(*argv), needle)
 
 
+def test_a_misspelt_calibrate_option_gets_its_nearest_option(calibrate, tmp_path):
+    res = calibrate("import-nccl-tests", str(tmp_path / "a.log"), "--basee", "x", "--out", str(tmp_path / "y.yaml"))
+    assert_one_line_error(res, "calibrate import-nccl-tests: unrecognized arguments: --basee x (did you mean '--base'?)")
+
+
 def test_section_of_the_wrong_type(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "parallel=1")
     assert_one_line_error(res, "parallel:", "must be a mapping")
