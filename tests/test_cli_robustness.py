@@ -111,6 +111,16 @@ def test_fsdp_as_a_framework_names_the_setting_and_the_frameworks_that_run_it(cl
     assert_one_line_error(res, "framework:", f"unknown framework '{name}'", "parallel.fsdp: true", "torchtitan or automodel")
 
 
+@pytest.mark.parametrize("command", ["memory", "run"])
+def test_run_and_memory_say_what_set_changed_in_the_scenario_they_name(cli, command):
+    """The table's title names the scenario (llama3-8b-8xh100), and no row names the model:
+    with --set model=qwen2.5-7b the output said Llama 3 8B's scenario and ran Qwen 2.5 7B."""
+    res = cli(command, "llama3-8b-8xh100", "--set", "model=qwen2.5-7b", "--set", "training.global_batch=32")
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[0] == "with --set model=qwen2.5-7b training.global_batch=32"
+    assert not cli(command, "llama3-8b-8xh100").out.startswith("with --set")
+
+
 def test_cases_file_not_utf8_or_directory(cli, tmp_path):
     assert_one_line_error(cli("validate", not_utf8(tmp_path)), "CASES", "not UTF-8")
     assert_one_line_error(cli("validate", str(tmp_path)), "CASES", "is a directory")

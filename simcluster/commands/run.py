@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
+    if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
+        stdout_console().print(f"with --set {' '.join(args.overrides)}")
     node = ctx.profile.node
     _print(
         result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
