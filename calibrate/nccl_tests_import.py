@@ -18,7 +18,8 @@ is skipped. A run of several data types, reductions or roots (``-d all``, ``-o a
 keeps nccl-tests' defaults, float and sum, with a note naming the rest.
 
 The op comes from ``# Collective test starting: X_perf``, the binary name in ``args`` or in the
-file name, or ``--op``, which may not contradict them; the GPU count from the ``#  Rank`` lines
+file name (or a file name stating one op, ``all_gather.log``), or ``--op``, which may not
+contradict them; the GPU count from the ``#  Rank`` lines
 (or ``--gpus`` without them). Each row's busbw is recomputed with the nccl-tests formula and must
 agree with the log's, and the redop column must be a reduction exactly for all_reduce and
 reduce_scatter (sendrecv_perf prints the ``-o`` reduction it does not run, ``sum`` by
@@ -55,6 +56,20 @@ BINARY_OPS: dict[str, str] = {
     "sendrecv": "send_recv",
 }
 _BINARY_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv)_perf")
+# An op named by a file the user saved the output under ('all_gather.log', 'allreduce-2nodes.txt',
+# 'all-to-all.out', as the README's own example names them), not only a binary's '*_perf' stem:
+# the name with '_', '-' or nothing between its words, not inside a longer word.
+_FILE_OP_RE = {
+    op: re.compile(rf"(?<![a-z]){pattern}(?![a-z])")
+    for op, pattern in (
+        ("all_reduce", "all[_-]?reduce"),
+        ("all_gather", "all[_-]?gather"),
+        ("reduce_scatter", "reduce[_-]?scatter"),
+        ("all_to_all", "all[_-]?to[_-]?all"),
+        ("broadcast", "broadcast"),
+        ("send_recv", "send[_-]?recv"),
+    )
+}
 _RANK_RE = re.compile(
     r"^#\s+Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$"
 )
@@ -382,27 +397,44 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> lis
     return [run for run in runs if run.rows or run.opened]
 
 
+def _op_of_file_name(name: str) -> tuple[str, str] | None:
+    """(the words that say it, the op) when a file name states one collective: a binary's
+    ``all_gather_perf`` first, else a single op's name (``all_gather.log``); two ops named, or
+    none, tell nothing."""
+    if m := _BINARY_RE.search(name):
+        return m.group(0), BINARY_OPS[m.group(1)]
+    found = {op: m.group(0) for op, rx in _FILE_OP_RE.items() if (m := rx.search(name.lower()))}
+    if len(found) != 1:
+        return None
+    [(op, words)] = found.items()
+    return words, op
+
+
 def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
     """Settle the run's op and rank count, refusing an ``--op``/``--gpus`` the log contradicts,
     and check each row's busbw against the nccl-tests formula."""
-    named = _BINARY_RE.search(path.name)
+    named = _op_of_file_name(path.name)
     if op and log.op and op != log.op:
         raise UserError(
             f"{log.path}:{log.op_line}" if log.op_line else log.path,
             f"the log is {_a(log.op)} run ({log.op_from}); --op {op} contradicts it: drop --op",
         )
-    if op and log.op is None and named and BINARY_OPS[named.group(1)] != op:
+    if op and log.op is None and named and named[1] != op:
         raise UserError(
             log.path,
-            f"the file name says {named.group(0)} ({BINARY_OPS[named.group(1)]}); --op {op} "
+            f"the file name says {named[0]} ({named[1]}); --op {op} "
             "contradicts it: drop --op, or rename the file if its name is wrong",
         )
     if log.op is None and named:
-        log.op, log.op_from = BINARY_OPS[named.group(1)], "its file name"
+        log.op, log.op_from = named[1], "its file name"
     if log.op is None and op:
         log.op, log.op_from = op, "--op"
     if log.op is None:
-        raise UserError(log.where, "cannot tell the collective (no '*_perf' name); pass --op")
+        raise UserError(
+            log.where,
+            "cannot tell the collective (the log names no '*_perf' binary and the file name no "
+            "single op such as all_gather); pass --op, or import this file on its own with it",
+        )
     fix = _fix(log, gpus)
     if log.redop is not None:
         redop, line = log.redop

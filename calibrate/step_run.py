@@ -187,9 +187,9 @@ def _loop(ctx: Any) -> str:
 
 
 def _print(r: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from simcluster.commands.console import stdout_console
     from simcluster.units import format_time
 
     table = Table(title=f"{r['scenario']}: {r['ranks']} x {r['device']} (torch {r['torch']})")
@@ -198,8 +198,10 @@ def _print(r: dict[str, Any]) -> None:
     spread = f"  ({format_time(min(r['steps_s']))}–{format_time(max(r['steps_s']))})"
     table.add_row("step time", format_time(r["measured_step_s"]) + spread, format_time(r["simulated_step_s"]))
     table.add_row("tokens/s", f"{r['measured_tokens_per_s']:,.0f}", f"{r['simulated_tokens_per_s']:,.0f}")
-    Console().print(table)
-    Console().print(
+    # under torchrun stdout is a pipe, where Rich's own 80 columns broke the step-time cell
+    console = stdout_console()
+    console.print(table)
+    console.print(
         f"error {r['error_pct']:+.1f}% (simulated - measured, in step time); median of "
         f"{len(r['steps_s'])} steps of {r['microbatches']} microbatches, {r['params']:,} parameters, "
         f"under {r['loop']}"

@@ -38,7 +38,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports bad arguments in one line with exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {self.prog}: {message}{_close_choice(message)}\n")
+        extra = message.removeprefix("unrecognized arguments: ").split() if message.startswith("unrecognized") else []
+        hint = _close_choice(message) or _close_option(extra, self)
+        self.exit(2, f"error: {self.prog}: {message}{hint}\n")
 
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)")
@@ -67,8 +69,24 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
+
+
+def _close_option(extra: Sequence[str], parser: argparse.ArgumentParser | None) -> str:
+    """' (did you mean --X?)' for the first misspelt option among ``extra`` (``sweep --tpp 2``:
+    '--tp'), from the options ``parser`` takes; else ''."""
+    flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
+    if not flag or parser is None:
+        return ""
+    return did_you_mean(flag, [o for action in parser._actions for o in action.option_strings if o.startswith("--")])
+
+
+def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:
+    """The one-line error for arguments a command does not take, naming the command (argparse
+    names only the top parser, which reports its subcommands' leftovers)."""
+    prog = command.prog if command else "simcluster"
+    return f"error: {prog}: unrecognized arguments: {' '.join(extra)}{_close_option(extra, command)}"
 
 
 def _no_command(parser: argparse.ArgumentParser) -> None:
@@ -79,10 +97,26 @@ def _no_command(parser: argparse.ArgumentParser) -> None:
     print(f"error: choose a command ({', '.join(COMMANDS)}); e.g. simcluster list", file=sys.stderr)
 
 
+def _set_without_value(argv: Sequence[str]) -> str | None:
+    """The one-line error for ``--set KEY VALUE`` (a space for the '='): argparse would take
+    KEY as the override and refuse VALUE as an 'unrecognized argument', naming neither."""
+    for flag, key in zip(argv, argv[1:], strict=False):
+        if flag == "--set" and "=" not in key and not key.startswith("-"):
+            return f"error: --set: '{key}' has no '=VALUE'; write the override as one word: --set {key}=VALUE"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in words and (message := _set_without_value(words)):
+        print(message, file=sys.stderr)
+        return 2
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        print(_unrecognized(extra, getattr(args, "_parser", None)), file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         _no_command(parser)
         return 2

@@ -15,6 +15,7 @@ from simcluster.placement import Chunk, stage_chunks
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
+from simcluster.stragglers import resolve as resolve_stragglers
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
     _check_tp_async(scenario, layout, schedule)
+    # stragglers outside the job are refused here, with the other layout checks, so memory,
+    # compare and sweep refuse them before anything is simulated (not only run, at its start)
+    resolve_stragglers(scenario.simulation.stragglers, layout.world, -(-layout.world // layout.gpus_per_node))
     userbuffers.check_sms(userbuffers.resolve(scenario.overlap.tp_comm_cfg), profile.gpu.sm_count, profile.gpu.name)
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition

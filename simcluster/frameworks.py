@@ -797,11 +797,20 @@ def framework_and_release(name: Any) -> tuple[Framework, str | None]:
                     check_release(key, rel)
                 return FRAMEWORKS[key], rel
     text = str(name)
+    setting = loose_lookup(text, SETTINGS_NOT_FRAMEWORKS) if isinstance(name, str) else None
+    hint = f" ({SETTINGS_NOT_FRAMEWORKS[setting]})" if setting else did_you_mean(text, FRAMEWORKS)
     raise UserError(
         "framework",
-        f"unknown framework '{text}'{did_you_mean(text, FRAMEWORKS)}; "
-        f"known: {', '.join(framework_names())}",
+        f"unknown framework '{text}'{hint}; known: {', '.join(framework_names())}",
     )
+
+
+#: names users give as a framework that are a parallelism setting: what to write instead
+SETTINGS_NOT_FRAMEWORKS = {
+    name: "FSDP is a sharding, not a framework: parallel.fsdp: true (ZeRO-3), and framework: "
+    "torchtitan or automodel for PyTorch FSDP2 as those run it"
+    for name in ("fsdp", "fsdp2", "pytorch-fsdp", "torch-fsdp", "hsdp")
+}
 
 
 def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:

@@ -35,6 +35,7 @@ from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.paths import anchor_path
+from simcluster.profile_keys import unknown_key_message
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -434,8 +435,16 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     if path.suffix in (".yaml", ".yml") or path.exists():
         if path.is_dir():
             raise UserError(field, f"'{text}' is a directory; give a hardware profile YAML file")
+        if not path.is_file() and path.parent == Path(".") and (_data_dir() / path.name).is_file():
+            # a shipped profile by its file name (dgx-h100.yaml), as a shipped scenario resolves
+            return _data_dir() / path.name
         if not path.is_file():
-            raise UserError(field, f"hardware profile file '{text}' not found")
+            raise UserError(
+                field,
+                f"hardware profile file '{text}' not found{did_you_mean(path.stem, shipped_profiles())}; "
+                "check the path (in a scenario a relative "
+                "path is read from the scenario's folder) or name a shipped profile (simcluster list hardware)",
+            )
         return path
     candidate = _data_dir() / f"{text}.yaml"
     if candidate.is_file():
@@ -528,8 +537,12 @@ def profile_from_dict(
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
+            if err["type"] == "extra_forbidden":
+                raise UserError(f"cluster.profile.{loc}", unknown_key_message(HardwareProfile, err["loc"])) from None
             raise UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml") from None
-        if err["type"] == "missing":
+        if err["type"] == "extra_forbidden":
+            msg = f"profile {origin} {unknown_key_message(HardwareProfile, err['loc'])}"
+        elif err["type"] == "missing":
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:
             hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))

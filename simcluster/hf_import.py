@@ -33,6 +33,7 @@ eager code's ``torch.cat`` of the rotated and passed-through parts rewrites all 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,10 +169,17 @@ def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
-    """The JSON object of a config.json; a missing or malformed file is a one-line error."""
+    """The JSON object of a config.json; a missing or malformed file is a one-line error.
+
+    A model's folder (a checkpoint or a ``huggingface-cli download`` target) means its
+    config.json, as ``from_pretrained`` reads a folder."""
     p = Path(path)
-    if not p.is_file():
-        raise UserError(field_name, f"file '{path}' not found")
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
+    elif p.is_dir():
+        raise UserError(field_name, f"'{path}' is a folder without a config.json; give the model's config.json")
+    elif not p.is_file():
+        raise UserError(field_name, f"file '{path}' not found; {_where_to_get(str(path))}")
     try:
         cfg = json.loads(read_text(p, field_name, "config"))
     except json.JSONDecodeError as exc:
@@ -179,6 +187,27 @@ def read_config(path: str | Path, field_name: str) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise UserError(field_name, f"'{path}' is not a config object")
     return cfg
+
+
+# 'org/name' as the Hub writes a repository (its names may hold dots: Qwen/Qwen2.5-7B)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _where_to_get(text: str) -> str:
+    """The fix for an hf_config that is not a file: a Hub id is downloaded first (simcluster
+    reads files, it never fetches), a path is checked."""
+    if _HUB_ID.fullmatch(text) and not text.endswith(".json"):
+        from simcluster.model import preset_names, resolve_preset_name  # model imports this module
+
+        preset = resolve_preset_name(text)
+        if preset in preset_names():
+            return f"that repository's model is shipped: write model.preset: {preset} (or model: {text})"
+        return (
+            f"a Hugging Face repository id is not read from the Hub: download its config.json "
+            f"(huggingface-cli download {text} config.json --local-dir DIR) and give DIR/config.json, "
+            "or name a shipped model as model.preset (simcluster list)"
+        )
+    return "check the path (in a scenario a relative path is read from the scenario's folder)"
 
 
 def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:

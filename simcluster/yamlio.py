@@ -112,6 +112,10 @@ def load_user_file(path: str | Path, field: str, what: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
+        lines = text.splitlines()
+        if mark and mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1] and "tab" not in problem:
+            # the parser says only 'found character that cannot start any token'
+            problem += "; YAML indents with spaces, not tabs: replace the tab with spaces"
         raise UserError(
             field, f"{what} {path}{where}: not valid YAML ({problem}); fix the syntax"
         ) from None

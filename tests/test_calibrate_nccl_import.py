@@ -55,6 +55,29 @@ def test_2021_layout_without_root_column_and_op_from_file_name():
     assert log.rows[-1][1] == pytest.approx(11890e-6)
 
 
+@pytest.mark.parametrize(
+    "name, op",
+    [("all_gather.log", "all_gather"), ("allgather-2nodes.txt", "all_gather"), ("All-Gather.out", "all_gather")],
+)
+def test_op_from_a_file_named_as_the_readme_names_it(tmp_path, name, op):
+    """The README's ``import-nccl-tests all_reduce.log all_gather.log``: a log that does not
+    name its binary (nccl-tests before its 'Collective test starting' line) takes its op from
+    a file name stating one collective, not only from an ``all_gather_perf`` stem."""
+    path = tmp_path / name
+    path.write_text(OLD.read_text())
+    [log] = parse_log(path)
+    assert (log.op, log.op_from) == (op, "its file name")
+
+
+@pytest.mark.parametrize("name", ["run.log", "all_gather_vs_all_reduce.log", "install_gather.log"])
+def test_a_file_name_naming_no_single_op_still_needs_op(tmp_path, name):
+    """Two ops in the name, or an op's words inside a longer word (inst-all_gather), tell nothing: --op is asked for."""
+    path = tmp_path / name
+    path.write_text(OLD.read_text())
+    with pytest.raises(UserError, match=r"cannot tell the collective .*; pass --op"):
+        parse_log(path)
+
+
 def test_json_report():
     [log] = parse_log(JSON)
     assert (log.op, log.gpus, log.nodes, log.nccl) == ("reduce_scatter", 8, 1, "2.26.3")

@@ -331,3 +331,20 @@ def test_a_case_reads_its_profile_from_any_folder(tmp_path, monkeypatch, capsys)
         assert simcluster_main(["validate", str(tmp_path / case), "--json", "--jobs", "1"]) == 0
         assert json.loads(capsys.readouterr().out)["cases"][0]["predicted"] > 0
         monkeypatch.chdir(tmp_path)
+
+
+def test_the_report_keeps_each_cell_on_one_line_when_piped(capsys, monkeypatch):
+    """Under torchrun stdout is a pipe, where Rich's own default is 80 columns: the step time's
+    cell with its spread broke over two lines. The report prints on the subcommands' console
+    (200 columns on a pipe), so each cell reads whole."""
+    from calibrate.step_run import _print
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    _print({"scenario": "tiny-ddp", "ranks": 2, "device": "AMD EPYC", "torch": "2.13.0+cpu",
+            "hardware": "calibrated-amd-epyc", "framework": "pytorch-ddp", "steps_s": [0.37108, 0.68988, 0.78165],
+            "measured_step_s": 0.68988, "simulated_step_s": 0.17217, "measured_tokens_per_s": 742.0,
+            "simulated_tokens_per_s": 2974.0, "error_pct": -75.0, "microbatches": 4, "params": 2032896,
+            "loop": "DTensor tensor parallelism over 2 (sequence parallel)"})  # fmt: skip
+    out = capsys.readouterr().out
+    assert "689.88 ms  (371.08 ms–781.65 ms)" in out
+    assert "under DTensor tensor parallelism over 2 (sequence parallel)" in out

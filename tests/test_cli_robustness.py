@@ -62,6 +62,65 @@ def test_hf_config_not_utf8(cli, tmp_path):
     assert_one_line_error(cli("memory", write(tmp_path, data)), "model.hf_config", "not UTF-8")
 
 
+def test_hf_config_as_the_model_folder_reads_its_config_json(cli, tmp_path):
+    """``from_pretrained`` takes a model's folder; hf_config naming one reads its config.json
+    (the same model as naming the file), and a folder without one is a one-line error."""
+    folder = tmp_path / "Qwen2.5-7B"
+    folder.mkdir()
+    config = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+              "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    by_folder, by_file = make_scenario(), make_scenario()
+    by_folder["model"] = {"hf_config": str(folder)}
+    by_file["model"] = {"hf_config": str(folder / "config.json")}
+    runs = [cli("memory", write(tmp_path, data, name), "--json") for name, data in (("a.yaml", by_folder), ("b.yaml", by_file))]
+    assert runs[0].code == runs[1].code == 0, runs[0].err
+    counts = [json.loads(r.out)["params_total"] for r in runs]
+    assert counts[0] == counts[1] and counts[0] > 7.6e9  # Qwen2.5-7B's model card: 7.61B
+    empty = make_scenario()
+    empty["model"] = {"hf_config": str(tmp_path)}
+    res = cli("memory", write(tmp_path, empty, "c.yaml"))
+    assert_one_line_error(res, "model.hf_config", "is a folder without a config.json; give the model's config.json")
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [("Qwen/Qwen2-7B", "huggingface-cli download Qwen/Qwen2-7B config.json"),
+     ("meta-llama/Meta-Llama-3-8B", "that repository's model is shipped: write model.preset: llama3-8b"),
+     ("configs/missing.json", "check the path (in a scenario a relative path is read from the scenario's folder)")],
+)  # fmt: skip
+def test_hf_config_not_a_file_says_how_to_get_one(cli, value, needle):
+    """A Hub repository id is not fetched (simcluster reads files): the fix is the download, or
+    the shipped preset the id names; a missing path says where a relative one is read from."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", "model.preset=null", "--set", f"model.hf_config={value}")
+    assert_one_line_error(res, "model.hf_config", "not found", needle)
+
+
+def test_missing_hardware_file_says_where_relative_paths_are_read(cli, tmp_path):
+    data = make_scenario(cluster={"hardware": "my-cluster.yaml"})
+    res = cli("memory", write(tmp_path, data))
+    assert_one_line_error(res, "cluster.hardware", "'my-cluster.yaml' not found", "scenario's folder", "simcluster list hardware")
+
+
+@pytest.mark.parametrize("name", ["fsdp", "FSDP2", "pytorch-fsdp"])
+def test_fsdp_as_a_framework_names_the_setting_and_the_frameworks_that_run_it(cli, name):
+    """'framework: fsdp' is a sharding named where a framework goes: the fix is parallel.fsdp
+    (README: 'fsdp: true or a degree = zero 3') or a framework that runs FSDP2 (torchtitan,
+    automodel), not the list of names alone."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", f"framework={name}")
+    assert_one_line_error(res, "framework:", f"unknown framework '{name}'", "parallel.fsdp: true", "torchtitan or automodel")
+
+
+@pytest.mark.parametrize("command", ["memory", "run"])
+def test_run_and_memory_say_what_set_changed_in_the_scenario_they_name(cli, command):
+    """The table's title names the scenario (llama3-8b-8xh100), and no row names the model:
+    with --set model=qwen2.5-7b the output said Llama 3 8B's scenario and ran Qwen 2.5 7B."""
+    res = cli(command, "llama3-8b-8xh100", "--set", "model=qwen2.5-7b", "--set", "training.global_batch=32")
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[0] == "with --set model=qwen2.5-7b training.global_batch=32"
+    assert not cli(command, "llama3-8b-8xh100").out.startswith("with --set")
+
+
 def test_cases_file_not_utf8_or_directory(cli, tmp_path):
     assert_one_line_error(cli("validate", not_utf8(tmp_path)), "CASES", "not UTF-8")
     assert_one_line_error(cli("validate", str(tmp_path)), "CASES", "is a directory")
@@ -344,6 +403,34 @@ def test_profile_of_a_future_schema(cli, tmp_path):
 @pytest.mark.parametrize("setting", [".=1", "parallel..tp=1", "parallel.=2"])
 def test_set_key_with_an_empty_part(cli, setting):
     assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--set", setting), "--set", "empty part")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "llama3-8b-8xh100", "--set", "parallel.tp", "2"],  # a space where the '=' goes
+     ["compare", "llama3-8b-8xh100", "--set", "parallel.tp", "2", "llama3-8b-8xh100@parallel.tp=4"],
+     ["memory", "llama3-8b-8xh100", "--set", "parallel.tp"]],
+)  # fmt: skip
+def test_set_with_its_value_as_another_word_names_the_key_and_the_fix(cli, argv):
+    """argparse alone said 'unrecognized arguments: 2', naming neither --set nor the key."""
+    assert_one_line_error(cli(*argv), "--set: 'parallel.tp' has no '=VALUE'", "--set parallel.tp=VALUE")
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [(["sweep", "llama3-8b-8xh100", "--tpp", "2"], "simcluster sweep: unrecognized arguments: --tpp 2 (did you mean '--tp'?)"),
+     (["memory", "llama3-8b-8xh100", "--jsn"], "simcluster memory: unrecognized arguments: --jsn (did you mean '--json'?)"),
+     (["run", "llama3-8b-8xh100", "extra"], "simcluster run: unrecognized arguments: extra")],
+)  # fmt: skip
+def test_a_misspelt_option_names_the_command_and_its_nearest_option(cli, argv, needle):
+    """argparse said 'simcluster: unrecognized arguments: --tpp 2', naming neither the command
+    nor the option meant."""
+    assert_one_line_error(cli(*argv), needle)
+
+
+def test_a_misspelt_calibrate_option_gets_its_nearest_option(calibrate, tmp_path):
+    res = calibrate("import-nccl-tests", str(tmp_path / "a.log"), "--basee", "x", "--out", str(tmp_path / "y.yaml"))
+    assert_one_line_error(res, "calibrate import-nccl-tests: unrecognized arguments: --basee x (did you mean '--base'?)")
 
 
 def test_section_of_the_wrong_type(cli):

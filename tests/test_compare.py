@@ -65,6 +65,14 @@ def test_out_writes_the_three_files(cli, pipe_file, tmp_path):
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_out_with_a_trailing_slash_names_the_files_once(cli, pipe_file, tmp_path):
+    """README writes `--out val/`: the 'wrote' line names DIR/compare.csv, not DIR//compare.csv."""
+    r = cli("compare", pipe_file, f"{pipe_file}@training.micro_batch=2", "--out", f"{tmp_path / 'cmp'}/")
+    assert r.code == 0, r.err
+    assert f"wrote {tmp_path / 'cmp'}/compare.csv, compare.json, compare.png" in r.out
+    assert "//" not in r.out
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -110,6 +118,18 @@ def test_the_error_of_one_of_several_variants_names_it(cli, pipe_file):
 def test_a_key_set_in_two_variants_is_no_repetition(cli, pipe_file):
     r = cli("compare", f"{pipe_file}@training.micro_batch=2", f"{pipe_file}@training.micro_batch=4", "--json")
     assert r.code == 0, r.err
+
+
+def test_set_overrides_are_said_once_above_the_table(cli, pipe_file):
+    """--set changes every scenario, as an @override they all share does; the table's columns
+    do not show it (the README's context-parallel example sets cp and the sequence so), so the
+    line above the table and the JSON name it as they name the shared @override."""
+    r = cli("compare", f"{pipe_file}@parallel.schedule=1f1b", f"{pipe_file}@parallel.schedule=zb-h1",
+            "--set", "training.micro_batch=2")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "every scenario: training.micro_batch=2" in r.out.splitlines()
+    doc = json.loads(cli("compare", pipe_file, f"{pipe_file}@parallel.schedule=zb-h1", "--set", "training.micro_batch=2", "--json").out)
+    assert doc["shared_overrides"] == ["training.micro_batch=2"]
 
 
 def _bar_texts(figure) -> list[list[str]]:

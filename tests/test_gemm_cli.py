@@ -34,6 +34,19 @@ def test_the_rows_are_the_kernel_models_times(cli):
         assert r["dtype"] == "bf16" and not r["timed"]
 
 
+def test_the_table_says_how_its_columns_make_the_time(cli):
+    """The line under the table is the formula the rows satisfy: time = 2MNK / (peak x
+    min(curve x shape, cap)) + the launch gap (dgx-h100: efficiency.kernel_launch_us 4.0), so a
+    user can redo a row; the datasheet peak is H100 SXM's dense BF16 989.4 TFLOP/s."""
+    res = cli("gemm", "16384,4096,1024", "1024,4096,16384", "--hardware", "dgx-h100")
+    assert res.code == 0, res.err
+    assert "time = 2MNK / (peak x min(size curve x shape, cap)) + the 4.0 us launch gap" in " ".join(res.out.split())
+    for r in _rows(cli, "16384,4096,1024", "1024,4096,16384", "--hardware", "dgx-h100"):
+        eff = min(r["curve"] * r["shape_factor"], r["cap"])
+        assert r["time_s"] == pytest.approx(2 * r["m"] * r["n"] * r["k"] / (989.4e12 * eff) + 4.0e-6, rel=1e-9)
+        assert r["of_peak"] == pytest.approx(r["flops"] / r["time_s"] / 989.4e12, rel=1e-9)
+
+
 def test_a_short_k_shows_its_shape_factor_and_runs_below_a_long_one(cli):
     short, long_k = _rows(cli, "4096,4096,1024", "1024,4096,4096")
     assert short["flops"] == long_k["flops"] and short["curve"] == long_k["curve"]

@@ -75,6 +75,43 @@ def test_a_misspelt_choice_gets_the_nearest_as_a_hint():
         profile_from_dict(raw)
 
 
+@pytest.mark.parametrize(
+    "section, key, hint",
+    [("efficiency", "sustaned", "did you mean 'sustained'?"), ("gpu", "memory_gb", "did you mean 'memory_gib'?")],
+)
+def test_a_misspelt_profile_key_gets_the_nearest_field(section, key, hint):
+    """An edited copy of a shipped profile with a typo: the field's dotted name and the nearest
+    field of its section, not pydantic's bare 'Extra inputs are not permitted'."""
+    raw = load_profile("dgx-h100").model_dump()
+    raw[section][key] = 1.0
+    with pytest.raises(UserError, match=rf"field '{section}.{key}' is unknown \({re.escape(hint)}\); fix the spelling or delete it"):
+        profile_from_dict(raw)
+
+
+def test_a_profile_written_by_an_older_release_says_what_replaced_its_key(cli, tmp_path):
+    """Profiles before commit 4dc80a1 carried efficiency.tp_overlap_sms (now the scenario's
+    overlap.tp_comm_cfg): one line naming the replacement, exit 2, no traceback."""
+    from tests.test_scenario_errors import assert_one_line_error
+
+    raw = yaml.safe_load((_data_dir() / "dgx-h100.yaml").read_text())
+    raw["efficiency"]["tp_overlap_sms"] = 24
+    old = tmp_path / "old-h100.yaml"
+    old.write_text(yaml.safe_dump(raw))
+    res = cli("memory", "llama3-8b-8xh100", "--hardware", str(old))
+    assert_one_line_error(res, "--hardware", "'efficiency.tp_overlap_sms' is no longer read", "overlap.tp_comm_cfg")
+
+
+def test_a_shipped_profile_by_its_file_name_resolves_from_any_folder(tmp_path, monkeypatch):
+    """'--hardware dgx-h100.yaml' means the shipped profile where no such file is here (as a
+    shipped scenario resolves by its file name); a file of that name here is the user's own."""
+    monkeypatch.chdir(tmp_path)
+    assert resolve_profile_path("dgx-h100.yaml") == _data_dir() / "dgx-h100.yaml"
+    with pytest.raises(UserError, match=r"'dgx-h1000.yaml' not found \(did you mean 'dgx-h100'\?\)"):
+        resolve_profile_path("dgx-h1000.yaml")
+    (tmp_path / "dgx-h100.yaml").write_text("name: mine\n")
+    assert resolve_profile_path("dgx-h100.yaml").resolve() == (tmp_path / "dgx-h100.yaml").resolve()
+
+
 def test_nvls_without_its_measured_rate_is_refused_at_load():
     """The NVLS algorithms time the switch by efficiency.nvls (nccl-tests' NVLS algbw over
     NVLink): a profile that turns NVLS on without it is refused when it loads, naming the

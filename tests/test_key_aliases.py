@@ -138,6 +138,28 @@ def test_set_model_to_a_name_replaces_the_model_and_can_be_refined(cli):
     assert per_layer == pytest.approx(4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 12288 + 2 * 4096 + 2 * 128, rel=1e-6)
 
 
+def test_set_preset_or_hf_config_replaces_the_other_source_of_the_shape(cli, tmp_path):
+    """The model's shape comes from a preset or a config.json, never both: --set of one over a
+    scenario that names the other replaces it (as --set nodes replaces gpus), instead of the
+    'give either preset or hf_config, not both' error, which a --set could not mend."""
+    import json
+
+    from simcluster.model import load_preset
+
+    config = tmp_path / "config.json"  # Llama 3 8B's config.json (meta-llama/Meta-Llama-3-8B)
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+                                  "vocab_size": 128256, "tie_word_embeddings": False}))  # fmt: skip
+    by_config = cli("memory", "llama3-8b-8xh100", "--set", f"model.hf_config={config}", "--json")
+    assert by_config.code == 0, by_config.err
+    assert json.loads(by_config.out)["params_total"] == load_preset("llama3-8b").params_total()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"model: {{hf_config: {config}}}\ncluster: {{gpus: 8}}\ntraining: {{seq_len: 2048, global_batch: 8}}\n")
+    by_preset = cli("memory", str(scenario), "--set", "model.preset=qwen3-8b", "--json")
+    assert by_preset.code == 0, by_preset.err
+    assert json.loads(by_preset.out)["params_total"] == load_preset("qwen3-8b").params_total()
+
+
 def test_a_tables_headings_read_as_keys():
     # NeMo's performance summary heads its columns "TP", "PP", "CP", "VP", "GBS", "MBS",
     # "Sequence Length": the same scenario as the schema's names

@@ -132,6 +132,17 @@ def test_a_window_reaching_past_the_step_marks_only_the_simulated_steps_end(tmp_
     assert _step_marks(fig) == ["end of step 1"]
 
 
+def test_a_windowed_chart_says_which_seconds_it_shows():
+    """--window draws part of the step under the whole step's subtitle (step time, shares): the
+    heading names the window, and a chart of the whole step names none."""
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    fig, _ = draw_gantt(t.events, {}, "t", "step", step, (0.25 * step, 0.5 * step))
+    assert f"window {0.25 * step:.4g}–{0.5 * step:.4g} s of the step" in fig.axes[0].get_title()
+    fig, _ = draw_gantt(t.events, {}, "t", "step", step)
+    assert "window" not in fig.axes[0].get_title()
+
+
 def _step_marks(fig) -> list[str]:
     return [a.get_text() for ax in fig.axes for a in ax.texts if a.get_text().startswith("end of step")]
 
@@ -194,6 +205,27 @@ def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
     assert layout.labels == 2  # the forward's number, and the backward's across its slivers
     assert np.abs(mean_color(1.01, 1.09) - to_rgb(KIND_STYLES["backward"].color)).max() < 0.1
     assert np.abs(mean_color(0.1, 0.9) - to_rgb(KIND_STYLES["forward"].color)).max() < 0.02
+
+
+def test_a_forward_broken_by_host_syncs_keeps_its_number():
+    """A dropless MoE dispatcher syncs with the host once per layer's forward (moe.host_sync):
+    a host-wait sliver between the layers broke the forward into per-layer groups too thin for
+    their number, so mixtral-8x7b-32xh100's forwards went unnumbered. Joined across the
+    slivers, as the backward is across recomputation's, each forward gets one number."""
+    from simcluster.output.gantt import draw_gantt
+
+    rows, t = [], 0.0
+    for mb in range(2):
+        for layer in range(40):  # 40 layers of 5 ms with a 0.1 ms host wait each: ~1 px pieces
+            rows.append({"kind": "forward", "microbatch": mb, "layer": layer, "start_s": t, "end_s": t + 0.005})
+            rows.append({"kind": "host", "microbatch": mb, "layer": layer, "start_s": t + 0.005, "end_s": t + 0.0051})
+            t += 0.0051
+    events = pd.DataFrame(
+        [{"rank": 0, "stage": 0, "stream": "compute", "group": "", "name": r["kind"], "chunk": 0, "bytes": 0.0, **r}
+         for r in rows]  # fmt: skip
+    )
+    _, layout = draw_gantt(events)
+    assert layout.labels == 2  # one number per microbatch's forward
 
 
 def test_a_run_joined_over_sub_pixel_gaps_is_drawn_as_tall_as_it_is_busy():

@@ -68,3 +68,61 @@ def test_the_quoted_commands_are_in_the_code_blocks():
     shipped = set(shipped_scenarios())
     for name in re.findall(r"`simcluster (?:run|memory|sweep|compare) ([a-z0-9.-]+)", README.read_text()):
         assert name in shipped, f"README names '{name}', which is not a shipped scenario"
+
+
+def _inline_commands() -> list[str]:
+    """The ``simcluster run|memory|compare ...`` commands quoted in the README's prose."""
+    return re.findall(r"`(simcluster (?:run|memory|compare) [^`]+)`", README.read_text())
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS + _inline_commands() if c.split()[1] in ("run", "memory", "compare")])
+def test_a_readme_example_layout_fits_in_gpu_memory(command):
+    """An example a user copies runs a layout that fits, by the memory walk ``simcluster
+    memory`` prints (no simulation): the README's context-parallel compare once ran cp 2 at 64K
+    tokens, 191 GiB on an 80 GiB GPU, 'simulated anyway'."""
+    from simcluster.memory_report import memory_summary
+
+    argv = shlex.split(command)[1:]
+    if any(p in " ".join(argv) + " " for p in PLACEHOLDERS):
+        pytest.skip("a placeholder of the user's own file")
+    args = build_parser().parse_args(argv)
+    texts = args.scenarios if args.command == "compare" else [args.scenario]
+    for text in texts:
+        name, _ = split_variant(text)
+        ctx = build_context(load_scenario(name, parse_set(args.overrides) + variant_overrides(text)), args.hardware)
+        doc = memory_summary(ctx)
+        assert doc["fits"], f"{text}: peak {doc['total_bytes'] / 2**30:.1f} GiB does not fit"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.split()[1] == "sweep"])
+def test_a_readme_sweep_has_a_layout_that_fits(command):
+    """A README sweep shows a trade-off among layouts that can run: at least one of its layouts
+    fits by the memory walk (its GPipe example once swept only layouts of 119 to 395 GiB)."""
+    from simcluster.sweep import AXES, candidates, check, parse_axis
+
+    argv = shlex.split(command)[1:]
+    args = build_parser().parse_args(argv)
+    scenario = load_scenario(args.scenario, parse_set(args.overrides))
+    base = scenario.model_dump(exclude_unset=True)
+    base["name"] = scenario.name
+    texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
+    hardware = args.hardware
+    if hardware and "," in hardware:
+        texts["hardware"], hardware = hardware, None
+    gpus = max(parse_axis("gpus", texts["gpus"], 1)) if texts["gpus"] else scenario.cluster.gpus
+    axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
+    assert any(check(cand, hardware, fitting_only=True) is None for cand in candidates(base, axes)), command
+
+
+def test_every_subcommand_the_docs_name_exists():
+    """`simcluster WORD` quoted in README.md or docs/*.md names a command of the CLI (and
+    `python -m calibrate SUB` a calibrate subcommand): docs/accuracy.md once sent users to
+    `simcluster calibrate`, which is `python -m calibrate`."""
+    from calibrate.cli import SUBCOMMANDS
+    from simcluster.cli import COMMANDS
+
+    texts = [README.read_text(), *(p.read_text() for p in sorted((README.parent / "docs").glob("*.md")))]
+    named = {m for text in texts for m in re.findall(r"`simcluster ([a-z][a-z-]*)", text)}
+    assert named and named <= set(COMMANDS), named - set(COMMANDS)
+    subs = {m for text in texts for m in re.findall(r"python -m calibrate ([a-z][a-z-]*)", text)}
+    assert subs <= set(SUBCOMMANDS), subs - set(SUBCOMMANDS)

@@ -160,7 +160,7 @@ def test_any_profile_field_can_be_overridden(cli):
 def test_unknown_profile_override_names_the_field(cli):
     assert_one_line_error(
         cli("memory", "llama3-8b-8xh100", "--set", "cluster.profile.efficiency.nicc=0.3"),
-        "cluster.profile.efficiency.nicc",
+        "cluster.profile.efficiency.nicc", "(did you mean 'nic'?)",
     )
 
 

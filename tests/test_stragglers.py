@@ -140,6 +140,19 @@ def test_node_outside_the_cluster_and_duplicates_are_refused():
         simulate(scenario_from_dict(raw))
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["memory", "llama3-8b-8xh100", "--set", "simulation.stragglers=[{gpu: 99, compute: 2}]"],
+     ["compare", "llama3-8b-8xh100", "llama3-8b-8xh100@simulation.stragglers=[{gpu: 99, compute: 2}]"]],
+)  # fmt: skip
+def test_a_straggler_outside_the_job_is_refused_by_every_command(cli, argv):
+    """memory printed 'fits' for a straggler on GPU 99 of an 8-GPU job, and compare found it
+    only once the scenarios before it were simulated: the check runs with the layout's."""
+    from tests.test_scenario_errors import assert_one_line_error
+
+    assert_one_line_error(cli(*argv), "simulation.stragglers.0.gpu", "GPU 99 is outside the job (0..7)")
+
+
 def test_schema_bounds(cli):
     result = cli("run", "llama3-8b-8xh100", "--set", "simulation.stragglers=[{gpu: 1, compute: 0}]")
     assert result.code == 2 and "simulation.stragglers.0.compute" in result.err

@@ -179,6 +179,22 @@ def test_cli_says_how_many_combinations_were_folded(scenario_file, capsys):
     assert "1 combination(s) folded into others" in capsys.readouterr().out
 
 
+def test_cli_names_the_set_overrides_every_layout_shares(scenario_file, capsys, tmp_path, monkeypatch):
+    """The table's title names the swept scenario, which --set may have changed past
+    recognition (the README's 405B sweep sets model=llama3.1-405b on llama3-70b-64xh100): the
+    overrides are said once above the table and under sweep.png's title."""
+    import simcluster.output.sweep_output as sweep_output
+
+    titles = []
+    real = sweep_output.write_sweep
+    monkeypatch.setattr(sweep_output, "write_sweep", lambda *a, **kw: titles.append(kw["title"]) or real(*a, **kw))
+    argv = ["sweep", str(scenario_file), "--pp", "1,2", "--set", "training.micro_batch=2", "-j", "1"]
+    assert main([*argv, "--out", str(tmp_path / "sw")]) == 0
+    assert "every layout: training.micro_batch=2" in capsys.readouterr().out.splitlines()
+    assert len(titles) == 1 and titles[0].endswith(": layout sweep\nevery layout: training.micro_batch=2")
+    assert (tmp_path / "sw" / "sweep.png").is_file()
+
+
 def test_worker_processes_give_the_same_rows(pp_rows):
     parallel = run_sweep(candidates(_base(), {"pp": [1, 2, 4], "tp": [1, 3]}), jobs=2)
     assert [r.to_dict() for r in parallel] == [r.to_dict() for r in pp_rows]

@@ -1091,6 +1091,15 @@ def test_an_empty_cases_file_says_so_without_blaming_a_flag(cli, tmp_path):
     good = {"name": "good", "source": "t", "scenario": make_scenario(), "measured": {"tokens_per_s": 1e5}}
     res = cli("validate", _cases_file(tmp_path, [good]), "--filter", "zzz")
     assert res.code == 2 and res.err.startswith("error: --filter: no case left after --filter;")
+    # the filter matches a case's name or family: the families it could have meant are named
+    assert res.err.strip().endswith("; families: cases")  # a file's family is its stem
+
+
+def test_a_misspelt_family_filter_gets_the_nearest_family(cli):
+    res = cli("validate", "--quick", "--filter", "nanotorn")
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1
+    assert "no case left after --filter and --quick (did you mean 'nanotron-h100'?)" in res.err
+    assert "families: bigscience-a100, " in res.err
 
 
 def test_cases_whose_profile_does_not_load_are_not_a_gpu_row(tmp_path):

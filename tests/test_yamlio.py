@@ -93,3 +93,14 @@ def test_no_shipped_yaml_file_gives_a_key_twice():
     assert len(files) > 50
     for path in files:
         yamlio.safe_load(path.read_text())  # raises DuplicateKeyError naming the key
+
+
+def test_a_tab_indent_says_yaml_indents_with_spaces(cli, tmp_path):
+    """A tab where YAML wants spaces (an editor's indent): libyaml says only 'found character
+    that cannot start any token'; the line says what the character is and the fix."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: x\nmodel: llama3-8b\ncluster: {gpus: 8}\nparallel:\n\ttp: 1\ntraining: {seq_len: 2048, global_batch: 8}\n")
+    res = cli("memory", str(path))
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1
+    assert "at line 5, column 1: not valid YAML (" in res.err
+    assert "YAML indents with spaces, not tabs: replace the tab with spaces" in res.err

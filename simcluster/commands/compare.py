@@ -13,6 +13,7 @@ stacked bar per scenario on a common axis).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
     }
     doc["inert_settings"] = {label: [n.text for n in notes] for label, notes in inert.items() if notes}
-    shared = shared_overrides(args.scenarios)
+    # --set applies to every scenario as a shared @override does: said once, above the table
+    shared = shared_overrides(args.scenarios) + list(args.overrides or [])
     if shared:
         doc["shared_overrides"] = shared
     if args.out:
@@ -192,7 +194,7 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
     console.print(verdict(summaries, basis))
     if out:
-        console.print(f"wrote {out}/compare.csv, compare.json, compare.png")
+        console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png")
 
 
 def _hfu(s: dict[str, Any]) -> float:

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    _print_table(rows, profile.name, km.gemm_dtype)
+    _print_table(rows, profile.name, km.gemm_dtype, km.launch_s)
     return 0
 
 
@@ -97,7 +97,7 @@ def _shape_texts(tokens: list[str]) -> list[str]:
     return tokens
 
 
-def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:
+def _print_table(rows: list[dict[str, object]], hw: str, dtype: str, launch_s: float) -> None:
     from rich.table import Table
 
     from simcluster.commands.console import stdout_console
@@ -118,4 +118,13 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str) -> None:
             "-" if r["cap"] is None else f"{float(r['cap']):.3f}",  # type: ignore[arg-type]
             ", ".join(notes),
         )
-    stdout_console(110).print(table)
+    console = stdout_console(110)
+    console.print(table)
+    # the columns' relation, so a user can reproduce a row (KernelModel.gemm_breakdown)
+    console.print(
+        f"time = 2MNK / (peak x min(size curve x shape, cap)) + the {launch_s * 1e6:.1f} us launch gap, "
+        "of peak its rate over the datasheet peak: size curve, the profile's GEMM efficiency at the "
+        "shape's FLOPs; shape, the shape table's factor for M x N x K; cap, the curve's plateau x "
+        "tile/wave quantisation on the SMs"
+        + ("; a timed shape runs at its calibrated time" if any(r["timed"] for r in rows) else "")
+    )

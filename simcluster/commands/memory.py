@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(doc)
         return 0
     console = stdout_console()
+    if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
+        console.print(f"with --set {' '.join(args.overrides)}")
     table = Table(title=f"{doc['scenario']} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
     table.add_column("stage", justify="right")
     for col in _COLUMNS:

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.table import Table
 
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.summary)
         return 0
+    if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
+        stdout_console().print(f"with --set {' '.join(args.overrides)}")
     node = ctx.profile.node
     _print(
         result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
@@ -250,7 +253,7 @@ def _print(
     if tight:
         console.print(tight)
     if out:
-        console.print(f"wrote {out}/{', '.join(written)}")
+        console.print(f"wrote {Path(out)}/{', '.join(written)}")
 
 
 def _share_of_step(s: dict, seconds: float) -> float:

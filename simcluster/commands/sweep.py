@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -150,13 +151,17 @@ def run(args: argparse.Namespace) -> int:
     document["inert_settings"] = [n.text for n in inert]
     print_notes(note_lines(inert))
     text = to_json(document)
+    shared = f"every layout: {' '.join(args.overrides)}" if args.overrides else ""
     if args.out:
         from simcluster.output.sweep_output import write_sweep
 
-        write_sweep(args.out, rows, text + "\n", title=f"{scenario.name}: layout sweep", prices=prices)
+        title = f"{scenario.name}: layout sweep" + (f"\n{shared}" if shared else "")
+        write_sweep(args.out, rows, text + "\n", title=title, prices=prices)
     if args.json:
         print_json(document)
     else:
+        if shared:  # the title names the scenario, whose model or batch --set may have replaced
+            stdout_console().print(shared)
         _print(scenario.name, rows, args.top, args.out, prices)
         folded = math.prod(len(v) for v in axes.values()) - len(cands)
         if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
@@ -271,6 +276,6 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
     if ran and not any(r.fits for r in ran):
         console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
     if out:
-        console.print(f"wrote {out}/sweep.csv, sweep.json, sweep.png")
+        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -12,7 +13,7 @@ from rich.table import Table
 from simcluster.commands.common import print_json, to_json
 from simcluster.commands.console import stdout_console
 from simcluster.cost_hint import cost_hint
-from simcluster.errors import UserError
+from simcluster.errors import UserError, did_you_mean
 from simcluster.executors import Executor
 from simcluster.progress import progress_bar
 from simcluster.validate import CaseResult, load_cases, run_cases
@@ -75,11 +76,16 @@ def run(args: argparse.Namespace) -> int:
     max_error = percent("--max-error", args.max_error) if args.max_error is not None else None
     cases = load_cases(args.cases, args.filter, quick=args.quick)
     if not cases:
-        if not load_cases(args.cases):  # the files themselves hold none: no flag to blame
+        every = load_cases(args.cases)
+        if not every:  # the files themselves hold none: no flag to blame
             named = ", ".join(str(c) for c in args.cases)
             raise UserError("CASES", f"{named} has no cases; add items to its cases: list")
         flags = [f for f, on in (("--filter", args.filter), ("--quick", args.quick)) if on]
-        raise UserError(flags[0], f"no case left after {' and '.join(flags)}; drop or change it")
+        # a filter matches a case's name or family: name the families it could have matched
+        families = sorted({c.family for c in every})
+        hint = did_you_mean(str(args.filter), families) if args.filter else ""
+        listed = f"; families: {', '.join(families)}" if args.filter else ""
+        raise UserError(flags[0], f"no case left after {' and '.join(flags)}{hint}; drop or change it{listed}")
     if args.out:
         from simcluster.output.atomic import check_writable
 
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(results)
         if args.out:
-            stdout_console().print(f"wrote {args.out}/validate.csv, validate.json, validate.png")
+            stdout_console().print(f"wrote {Path(args.out)}/validate.csv, validate.json, validate.png")
     broken = broken_gates(results, max_mape, max_error)
     for line in broken:
         print(f"simcluster validate: {line}", file=sys.stderr)

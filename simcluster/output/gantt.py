@@ -188,11 +188,13 @@ def merge_blocks(events: pd.DataFrame, min_gap_s: float, collapse_layers: bool) 
 def _label_groups(blocks: pd.DataFrame, min_gap_s: float) -> pd.DataFrame:
     """One block per (lane, kind, microbatch, chunk) run for the microbatch numbers.
 
-    Selective or per-layer full recomputation reruns a sliver before each layer's backward:
-    the backward's layers are joined across those slivers (a group broken at every layer would
-    be too thin for its number anywhere), the slivers among themselves as before."""
-    recompute = blocks["kind"] == "recompute"
-    joined = merge_blocks(blocks[~recompute], min_gap_s, collapse_layers=True)
+    Selective or per-layer full recomputation reruns a sliver before each layer's backward,
+    and a MoE dispatcher's host sync (``moe.host_sync``) leaves a host-wait sliver in each
+    layer's forward: the layers are joined across those slivers (a group broken at every layer
+    would be too thin for its number anywhere; Mixtral's forwards went unnumbered), the
+    slivers among themselves as before."""
+    sliver = blocks["kind"].isin(("recompute", "host"))
+    joined = merge_blocks(blocks[~sliver], min_gap_s, collapse_layers=True)
     slivers = merge_blocks(blocks, min_gap_s, collapse_layers=True)
     return pd.concat([joined, slivers[slivers["kind"] == "recompute"]], ignore_index=True)
 
@@ -475,7 +477,9 @@ def draw_gantt(
         if any(r.stream != "compute" for r in rows) and len({r.rank for r in rows if r.stream != "compute"}) < ranks
         else ""
     )
-    heading = "\n".join(part for part in (title, subtitle, note) if part)
+    # a zoomed chart says so: its subtitle's step time and shares are the whole step's
+    zoom = f"window {t0:.4g}–{t1:.4g} s of the step (--window; the trace has every event)" if window is not None else ""
+    heading = "\n".join(part for part in (title, subtitle, zoom, note) if part)
     if heading:
         ax.set_title(heading, fontsize=10)
     chunks = {int(c) for c in blocks.loc[blocks["stream"] == "compute", "chunk"]}

@@ -125,6 +125,8 @@ _SAME_QUANTITY = {
     "training.global_batch": ("global_batch_tokens", "grad_accum"),
     "training.grad_accum": ("global_batch", "global_batch_tokens"),
     "parallel.fsdp": ("zero", "zero_shard"), "parallel.zero": ("fsdp",),
+    # where the model's shape comes from: --set model.preset=... on an hf_config scenario
+    "model.preset": ("hf_config",), "model.hf_config": ("preset",),
 }  # fmt: skip
 
 
