@@ -31,6 +31,7 @@ dimension 128, above).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 _DEFAULT = (128, 128)
 
@@ -46,6 +47,7 @@ def tile(kernel: str | None, head_dim: float) -> tuple[int, int]:
     return _DEFAULT
 
 
+@lru_cache(maxsize=256)  # one loop over query blocks per shape, not per layer and phase
 def band_scores(seq: int, window: int, rows: int, keys: int) -> float:
     """Scores (query x key pairs) the kernel computes for a causal sliding window of ``window``
     keys over ``seq`` tokens, every touched tile whole (the module docstring)."""
