@@ -28,10 +28,11 @@ layer): a fused kernel adds one term to each query row's softmax normaliser, onc
 it finalises the row (flash-attn's CuTe kernels, ``Softmax.finalize`` with ``sink_val``: forward
 on SM90/SM100, backward since Dao-AILab/flash-attention#2706; cuDNN's learnable softmax), at
 most 1/128 of the exponentials of a 128-token window layer and no matmul; no published
-measurement of a sink's cost exists (the flash-attn 2 package has no sinks, PR #1819 is open). GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed
-as full rotary: a fused rotary kernel reads and writes all of Q and K either way
-(TransformerEngine's fused RoPE writes a whole output, copying the unrotated part), and the
-eager code's ``torch.cat`` of the rotated and passed-through parts rewrites all of them.
+measurement of a sink's cost exists (the flash-attn 2 package has no sinks, PR #1819 is open).
+GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
+a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
+RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
+the rotated and passed-through parts rewrites all of them.
 """
 
 from __future__ import annotations
