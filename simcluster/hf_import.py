@@ -10,8 +10,10 @@ registry of the ``model_type`` values simcluster reads; any other ``model_type``
 refused with the list, not guessed. Fields a config class defaults and its published files
 leave out (Gemma 2 and 3, Llama 4, MPT) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
 attention (linear attention, Mamba) are refused with the field that says so, and so is tanh
-soft-capping of the attention scores or the output logits (Gemma 2), which changes the kernels
-simcluster times.
+soft-capping of the attention scores (Gemma 2's ``attn_logit_softcapping``), which changes the
+fused attention kernel by an amount no published measurement gives (:func:`_refuse_softcapping`);
+the soft-capping of the output logits (``final_logit_softcapping``) is read as
+``model.logit_softcap``, a memory-bound pass over the logits.
 
 The parallel attention + MLP block (``model.parallel_block`` and ``parallel_norms``) comes
 from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it; local
@@ -22,12 +24,15 @@ Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of
 ``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
 LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), and gpt-oss's
 attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per head and
-layer): a fused kernel (cuDNN's learnable softmax, flash-attn 3's sinks) adds one term to each
-query row's softmax normaliser, at most 1/128 of the exponentials of a 128-token window layer
-and no matmul. GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed
-as full rotary: a fused rotary kernel reads and writes all of Q and K either way
-(TransformerEngine's fused RoPE writes a whole output, copying the unrotated part), and the
-eager code's ``torch.cat`` of the rotated and passed-through parts rewrites all of them.
+layer): a fused kernel adds one term to each query row's softmax normaliser, once per row when
+it finalises the row (flash-attn's CuTe kernels, ``Softmax.finalize`` with ``sink_val``: forward
+on SM90/SM100, backward since Dao-AILab/flash-attention#2706; cuDNN's learnable softmax), at
+most 1/128 of the exponentials of a 128-token window layer and no matmul; no published
+measurement of a sink's cost exists (the flash-attn 2 package has no sinks, PR #1819 is open).
+GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
+a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
+RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
+the rotated and passed-through parts rewrites all of them.
 """
 
 from __future__ import annotations
@@ -151,9 +156,6 @@ _KEYS: dict[str, tuple[str, ...]] = {
 # sequence, a sliding window or an aligned chunk (Llama 4)
 _ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 _LOCAL_KINDS = frozenset({"sliding_attention", "chunked_attention"})
-# tanh soft-capping (Gemma 2's Gemma2Attention and Gemma2ForCausalLM): a tanh on every attention
-# score inside the kernel (flash-attn's softcap, or an unfused path) and on every output logit
-_SOFTCAPS = {"attn_logit_softcapping": "attention scores", "final_logit_softcapping": "output logits"}
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout", "attention_dropout", "dropout")
 
 
@@ -270,6 +272,11 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["qkv_bias"] = True
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
         data["post_norms"] = True
+    cap = cfg.get("final_logit_softcapping")
+    if cap:  # Gemma2ForCausalLM: logits = c * tanh(logits / c)
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)):
+            raise Unsupported(f"final_logit_softcapping {cap!r} is not a number")
+        data["logit_softcap"] = float(cap)
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
@@ -335,15 +342,21 @@ def _unknown_type(model_type: str) -> str:
 
 
 def _refuse_softcapping(cfg: dict[str, Any]) -> None:
-    """tanh soft-capping changes the kernels simcluster times (a tanh per attention score, which
-    flash-attn runs inside its kernel and NeMo's Gemma 2 in an unfused attention; a pass per
-    output logit) by amounts no shipped measurement gives: refused, not dropped."""
-    for key, what in _SOFTCAPS.items():
-        if cfg.get(key):
-            raise Unsupported(
-                f"{key} {cfg[key]}: tanh soft-capping of the {what} is not modelled; set it to "
-                "null in a copy of the file to cost the model without it (an underestimate)"
-            )
+    """tanh soft-capping of the attention scores (Gemma2Attention's ``attn_logit_softcapping``)
+    runs inside the fused kernel: flash-attn 2 since 2.6 (``softcap``, one tanh per score
+    before the mask, Dao-AILab/flash-attention#1025), FlexAttention's ``score_mod``; not cuDNN's
+    fused attention (TransformerEngine's ``get_attention_backend`` disqualifies FusedAttention
+    with a softcap and steers to FA2, NVIDIA/TransformerEngine#3391, Megatron-LM#6590). No
+    published measurement gives the kernel's rate with the cap against without it (the
+    flash-attn PR and release notes give none; attention-gym#22 compares FlexAttention's softcap
+    with eager PyTorch only), so there is no rate factor to apply: refused, not dropped."""
+    cap = cfg.get("attn_logit_softcapping")
+    if cap:
+        raise Unsupported(
+            f"attn_logit_softcapping {cap}: tanh soft-capping of the attention scores changes the "
+            "fused attention kernel by an unmeasured amount; set it to null in a copy of the file "
+            "to cost the model without it (an underestimate)"
+        )
 
 
 def _refuse_other_mixers(cfg: dict[str, Any]) -> None:

@@ -43,6 +43,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "qk_layernorm": "qk_norm",
         # Megatron's --add-qkv-bias and ChatGLM's config.json; Llama 4's config.json
         "add_qkv_bias": "qkv_bias", "attention_chunk_size": "attention_chunk",
+        # Gemma 2's config.json (Gemma2Config) and llm-foundry's model config
+        "final_logit_softcapping": "logit_softcap",
         # the parallel attention + MLP block: GPT-NeoX's and StableLM's config.json, GPT-NeoX's
         # own config (gpt_j_residual), Falcon's config.json, NeMo's Falcon (parallel_attention)
         "use_parallel_residual": "parallel_block", "gpt_j_residual": "parallel_block",

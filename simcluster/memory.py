@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
+from simcluster.parallelism import logit_softcap
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
@@ -328,12 +329,17 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     ``report_theoretical_memory`` adds the same term): the final norm's input and the LM head's
     input (the norm's output, a 16-bit GEMM input: Megatron's output layer is not an FP8 TE
     linear), each sbh/t with SP and sbh without, and the fp32 vocab-parallel logits the loss
-    keeps, 4sbv/t."""
+    keeps, 4sbv/t; with a soft-capped output (``model.logit_softcap``) outside a fused loss, the
+    16-bit copy of the logits its tanh keeps (parallelism/logit_softcap.py)."""
     s = training.seq_len / layout.cp
     rep = layout.tp if layout.sequence_parallel else 1
     inputs = 2 * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
+    logits = logit_elements(model, layout, training)
+    cap = logit_softcap.kept_bytes(
+        model.logit_softcap, training.fused_cross_entropy, logits, act_bytes(training.precision)
+    )
     cast = autocast_weight_bytes(model, layout, training, HEAD_LAYER)
-    return inputs + 4.0 * logit_elements(model, layout, training) + cast
+    return inputs + 4.0 * logits + cap + cast
 
 
 def embedding_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:

@@ -7,6 +7,7 @@ published totals: GPT-3 175B (174.6B), Llama-3-8B (8.03B), Llama-3-70B (70.6B), 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -100,6 +101,12 @@ class ModelSpec:
     # (Gemma 2 and 3: transformers' Gemma2DecoderLayer post_attention_layernorm and
     # post_feedforward_layernorm): two more norms' weights, passes and kept inputs a layer
     post_norms: bool = False
+    # tanh soft-capping of the output logits, logits = c * tanh(logits / c) after the LM head
+    # (Gemma 2's final_logit_softcapping 30: transformers' Gemma2ForCausalLM.forward): a
+    # memory-bound pass over the b*s*V logits each way and a 16-bit tensor kept for the
+    # backward, none inside a fused loss (Liger-Kernel's cross-entropy takes ``softcap``);
+    # no matmul, so no model FLOPs. 0 = no cap
+    logit_softcap: float = 0.0
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -285,6 +292,9 @@ def _check_types(data: dict[str, Any], prefix: str) -> None:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserError(f"{prefix}.{key}", f"must be a whole number, got {value!r}")
+    cap = data.get("logit_softcap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))):
+        raise UserError(f"{prefix}.logit_softcap", f"must be a number (Gemma 2: 30), got {cap!r}")
 
 
 def _mla_spec(raw: Any, prefix: str, base: MLASpec | None = None) -> MLASpec:
@@ -416,6 +426,11 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.nope_global",
             "takes the rotary embedding off the global layers of global_every among rotary local ones; "
             "set global_every (with sliding_window or attention_chunk) and position: rope, or drop it",
+        )
+    if not (math.isfinite(spec.logit_softcap) and spec.logit_softcap >= 0):
+        raise UserError(
+            f"{prefix}.logit_softcap",
+            f"must be a positive cap c of c * tanh(logits / c) (Gemma 2: 30), or 0 for none; got {spec.logit_softcap}",
         )
     if spec.sliding_window and spec.attention_chunk:
         raise UserError(

@@ -7,7 +7,8 @@ Each scenario draws a preset (dense or mixture of experts), a profile, the paral
 precision and recomputation, and now and then pipeline flushes, an offloaded optimizer, overlaps,
 a slower NIC, a CP algorithm, attention kernel, elementwise style, FP8 recipe, ZeRO-3 shard,
 partial recomputation or activation offload, hierarchical CP, hybrid sharding below ZeRO-3,
-a parallel attention + MLP block; ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
+a parallel attention + MLP block, the Gemma 3 presets and the config.json architecture fields
+(chunked attention, NoPE global layers, output norms, Q/K/V biases, final-logit soft-capping); ``--pairs`` makes every draw run F&B pairs. A scenario passes when it is refused with a
 one-line ``UserError`` or simulates within ``--timeout`` seconds to a finite step, an MFU in
 (0, 1), a bubble in [0, 1), a valid timeline (one event at a time per stream) and a sound memory
 timeline (no stash below zero or left at the end, the peak `simcluster memory` walks). The others
@@ -134,6 +135,37 @@ def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         parallel["parallel_block_comm"] = rng.choice(["separate", "gpt-neox", "fused"])
     if rng.random() < 0.2:  # when each 16-bit gradient is freed: its transient on the stash
         doc["training"]["grad_16bit_freed"] = rng.choice(["add", "backward", "step"])
+    _draw_model_variants(rng, doc)
+
+
+#: the dense presets with sliding-window local layers among global ones (Gemma 3)
+WINDOWED = ["gemma3-12b", "gemma3-27b"]
+
+
+def _draw_model_variants(rng: random.Random, doc: dict[str, Any]) -> None:
+    """The architecture fields a Hugging Face config.json brings: the Gemma 3 presets (a
+    1024-token window, one global layer in six, output norms, q/k norms), Llama 4's chunked
+    local attention with NoPE global layers (``attention_chunk``, ``nope_global``), output
+    norms (``post_norms``), Q/K/V biases (``qkv_bias``) and Gemma 2's final-logit soft-capping
+    (``logit_softcap``), on any preset; the combinations the model refuses are drawn too."""
+    if doc["model"] in DENSE and rng.random() < 0.15:
+        doc["model"] = rng.choice(WINDOWED)
+    extra: dict[str, Any] = {}
+    if rng.random() < 0.1:
+        extra.update(attention_chunk=rng.choice([1024, 2048, 8192]), sliding_window=0)
+        if rng.random() < 0.6:
+            extra.update(global_every=4, nope_global=True)
+    if rng.random() < 0.1:
+        extra["post_norms"] = True
+    if rng.random() < 0.1:
+        extra["qkv_bias"] = True
+    if rng.random() < 0.15:
+        extra["logit_softcap"] = rng.choice([30.0, 50.0])
+        if rng.random() < 0.5:
+            doc["training"]["fused_cross_entropy"] = True
+    if extra:
+        model = doc["model"] if isinstance(doc["model"], dict) else {"preset": doc["model"]}
+        doc["model"] = {**model, **extra}
 
 
 def paired(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:

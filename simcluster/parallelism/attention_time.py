@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simcluster.parallelism import context
+from simcluster.parallelism import context, window_tiles
 from simcluster.parallelism.builder_base import BuilderBase
 
 
@@ -34,9 +34,12 @@ class AttentionTimes(BuilderBase):
                 return self._chunked_attention(b, s, w, m.heads / lay.tp, d_qk, d_v, backward) / lay.cp
             if w < s:
                 # a sliding window: each query attends to the w keys before it, a band of
-                # s*w - w^2/2 scores that the kernel tiles like unmasked attention over w keys
+                # s*w - w^2/2 scores that the kernel computes in whole tiles (window_tiles.py)
+                # at the rate of unmasked attention over w keys
                 t = self.km.attention(b, s, w, m.heads / lay.tp, d_qk, d_v, causal=False, backward=backward)
-                return t * (1.0 - w / (2.0 * s)) / lay.cp
+                kernel = self.km.profile.attention_kernel_in_use(self.scenario.training.attention_kernel)
+                rows, keys = window_tiles.tile(kernel, (d_qk + d_v) / 2)
+                return t * window_tiles.band_scores(int(s), int(w), rows, keys) / (s * w) / lay.cp
             # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simcluster.parallelism import tp_async, wgrad
+from simcluster.parallelism import logit_softcap, tp_async, wgrad
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
@@ -53,7 +53,7 @@ class HeadBuilder(BuilderBase):
         m, lay = self.shapes.model, self.shapes.layout
         g = [Gemm(m.hidden, m.vocab / lay.tp)]
         dtype = self.km.act_dtype
-        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase))) if phase != "W" else Work()
+        ce = Work.of(loss=self.km.memory(self._cross_entropy_bytes(phase))) + self._softcap(phase) if phase != "W" else Work()
         if self.tp_async:
             return self._async_head(g, ce, phase, dtype) + self._loss_reductions(phase)
         if phase == "W":
@@ -133,6 +133,18 @@ class HeadBuilder(BuilderBase):
         if phase == "F":
             return [entry, *self.layer(index, "F"), *self.head("F")]
         return [*self.head(phase), *self.layer(index, phase), entry]
+
+    def _softcap(self, phase: str) -> Work:
+        """The output logits' tanh soft-capping (``model.logit_softcap``, logit_softcap.py): its
+        memory-bound passes, one kernel each, or nothing inside a fused loss."""
+        tr = self.scenario.training
+        per_op = self.ops.style.kernel_per_op
+        elements = self.shapes.tokens * self.shapes.model.vocab / self.shapes.layout.tp
+        nbytes = logit_softcap.traffic_bytes(
+            self.shapes.model.logit_softcap, tr.fused_cross_entropy, per_op, elements, self.shapes.elt, phase == "B"
+        )
+        kernels = 3 if per_op else 1
+        return Work.of(memory=kernels * self.km.memory(nbytes / kernels)) if nbytes else Work()
 
     def _cross_entropy_bytes(self, phase: str) -> float:
         """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits.

@@ -85,6 +85,12 @@ class ModelSection(SectionBase):
         description="a norm on each block's output before the residual add, beside the pre-block "
         "norms (Gemma 2 and 3's post_attention_layernorm and post_feedforward_layernorm)",
     )
+    logit_softcap: float | None = Field(
+        default=None,
+        ge=0,
+        description="tanh soft-capping of the output logits, c * tanh(logits / c) (Gemma 2's "
+        "final_logit_softcapping: 30); 0 = none",
+    )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
