@@ -807,9 +807,9 @@ def framework_and_release(name: Any) -> tuple[Framework, str | None]:
 
 #: names users give as a framework that are a parallelism setting: what to write instead
 SETTINGS_NOT_FRAMEWORKS = {
-    name: "FSDP is a sharding, not a framework: parallel.fsdp: true (ZeRO-3), and framework: "
-    "torchtitan or automodel for PyTorch FSDP2 as those run it"
-    for name in ("fsdp", "fsdp2", "pytorch-fsdp", "torch-fsdp", "hsdp")
+    name: "FSDP2 is a sharding, not a framework: parallel.fsdp: true (ZeRO-3), and framework: "
+    "torchtitan or automodel for PyTorch FSDP2 as those run it (pytorch-fsdp is FSDP1)"
+    for name in ("fsdp2", "pytorch-fsdp2", "torch-fsdp2", "hsdp")  # fsdp, fsdp1: pytorch-fsdp
 }
 
 

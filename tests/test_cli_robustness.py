@@ -102,11 +102,12 @@ def test_missing_hardware_file_says_where_relative_paths_are_read(cli, tmp_path)
     assert_one_line_error(res, "cluster.hardware", "'my-cluster.yaml' not found", "scenario's folder", "simcluster list hardware")
 
 
-@pytest.mark.parametrize("name", ["fsdp", "FSDP2", "pytorch-fsdp"])
+@pytest.mark.parametrize("name", ["FSDP2", "hsdp", "pytorch-fsdp2"])
 def test_fsdp_as_a_framework_names_the_setting_and_the_frameworks_that_run_it(cli, name):
-    """'framework: fsdp' is a sharding named where a framework goes: the fix is parallel.fsdp
+    """'framework: fsdp2' is a sharding named where a framework goes: the fix is parallel.fsdp
     (README: 'fsdp: true or a degree = zero 3') or a framework that runs FSDP2 (torchtitan,
-    automodel), not the list of names alone."""
+    automodel), not the list of names alone ('fsdp' and 'fsdp1' name framework pytorch-fsdp,
+    PyTorch's FSDP1, tested in test_fsdp1)."""
     res = cli("memory", "llama3-8b-8xh100", "--set", f"framework={name}")
     assert_one_line_error(res, "framework:", f"unknown framework '{name}'", "parallel.fsdp: true", "torchtitan or automodel")
 
@@ -627,3 +628,12 @@ def test_list_hardware_shows_a_calibrated_profile_beside_the_shipped_ones(cli, t
     assert res.code == 0, res.err
     assert "my-h100 (mine.yaml)" in res.out and "dgx-a100" in res.out and "kernel_launch_s" in res.out
     assert_one_line_error(cli("list", "presets", str(path)), "PROFILE:", "list hardware")
+
+
+@pytest.mark.parametrize("name", ["fsdp", "FSDP1", "torch-fsdp", "pytorch-fsdp"])
+def test_fsdp_and_fsdp1_as_a_framework_name_pytorchs_fsdp1(name):
+    """FullyShardedDataParallel (FSDP1) is a framework preset of its own (frameworks.py
+    pytorch-fsdp), so its usual names resolve to it instead of the FSDP2 hint above."""
+    from simcluster.frameworks import get_framework
+
+    assert get_framework(name).name == "pytorch-fsdp"

@@ -194,7 +194,7 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
     console.print(verdict(summaries, basis))
     if out:
-        console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png")
+        console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png", soft_wrap=True, markup=False)
 
 
 def _hfu(s: dict[str, Any]) -> float:

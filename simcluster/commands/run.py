@@ -253,7 +253,7 @@ def _print(
     if tight:
         console.print(tight)
     if out:
-        console.print(f"wrote {Path(out)}/{', '.join(written)}")
+        console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
 
 
 def _share_of_step(s: dict, seconds: float) -> float:

@@ -276,6 +276,6 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
     if ran and not any(r.fits for r in ran):
         console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
     if out:
-        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png")
+        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png", soft_wrap=True, markup=False)
 
 

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(results)
         if args.out:
-            stdout_console().print(f"wrote {Path(args.out)}/validate.csv, validate.json, validate.png")
+            stdout_console().print(f"wrote {Path(args.out)}/validate.csv, validate.json, validate.png", soft_wrap=True, markup=False)
     broken = broken_gates(results, max_mape, max_error)
     for line in broken:
         print(f"simcluster validate: {line}", file=sys.stderr)
