@@ -324,15 +324,18 @@ class DataParallelOps:
             shard = self._sharding(group)
             if group == "dp" and self._secondary(op):
                 shard = "dph"
-            quantized = group == "dp" and sc.zero3.quantized_weights
+            ranks = len(self.shared.comms.group_of(GROUP_DIM[shard], self.rank))
+            # one rank gathers nothing (partition_parameters.py: num_partitions == 1)
+            quantized = group == "dp" and sc.zero3.quantized_weights and ranks > 1
             for size in sizes:
                 share = size / total
                 nbytes = gather_bytes(sc, params * share, layer_params * share)
-                names = [("zero3_param_all_gather", nbytes)]
+                label = "hpz_param_all_gather" if shard == "dph" else "zero3_param_all_gather"
+                names = [(label, nbytes)]
                 if quantized:
-                    q = WeightGather(params * share, len(self.shared.comms.group_of(GROUP_DIM[shard], self.rank)))
+                    q = WeightGather(params * share, ranks)
                     yield from self._side_pass(q.quantize_bytes(param_bytes(sc)))
-                    names = [("zero3_param_all_gather", q.data_bytes), ("zero3_param_scales_all_gather", q.scale_bytes)]
+                    names = [(label, q.data_bytes), (label.replace("param", "param_scales"), q.scale_bytes)]
                 for name, size_bytes in names:
                     yield from self.shared.comms.collective(
                         self.rank, self.stage, shard, "all_gather", size_bytes, name, op.microbatch, op.chunk,
@@ -357,7 +360,10 @@ class DataParallelOps:
         if dense <= 0:
             return
         group = "dph" if self._secondary(op) else self._sharding("dp")
-        q = WeightGather(dense, len(self.shared.comms.group_of(GROUP_DIM[group], self.rank)))
+        ranks = len(self.shared.comms.group_of(GROUP_DIM[group], self.rank))
+        if ranks <= 1:
+            return
+        q = WeightGather(dense, ranks)
         seconds = self.shared.memory_seconds(q.dequantize_bytes(param_bytes(sc)))
         kind = PHASE_KIND[op.kind]
         yield from self._memory_pass(seconds, lane, kind, "qwz_dequantize", op.microbatch, op.chunk, unit.layers[0])
@@ -432,7 +438,7 @@ class DataParallelOps:
         # the experts' own FSDP group first: their backward ends before the rest of the layer's
         parts = sorted(unit.shards(), key=lambda part: part[0] == "dp")
         for n, (group, params, _) in enumerate(parts):
-            if group == "dp" and sc.zero3.quantized_gradients:
+            if group == "dp" and sc.zero3.quantized_gradients and self.shared.ctx.layout.zero_group > 1:
                 yield from self._quantized_reduce(params, op, unit.layers[0])
                 if n == len(parts) - 1 and scattered is not None:
                     scattered.succeed()
