@@ -457,7 +457,6 @@ class DataParallelOps:
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce
 
-
     def _quantized_reduce(self, params: float, op: PipeOp, layer: int) -> Generator:
         """ZeRO++ qgZ in place of a reduce-scatter (``all_to_all_quant_reduce``): int4 data and
         fp32 scales all-to-all'd inside the node, then across nodes, with the kernels between
@@ -466,13 +465,15 @@ class DataParallelOps:
         local = len(self.shared.comms.group_of("dpl", self.rank))
         q = GradientAllToAll(params, local, lay.zero_group // local, float(self.shared.ctx.model.hidden))
         width = param_bytes(sc)
-        steps = (("dpl", q.intra_bytes, "qgz_intra_all_to_all"), ("dpx", q.inter_bytes, "qgz_inter_all_to_all"))
-        yield from self._side_pass(q.pass_bytes(width))
-        for group, (data, scales), name in steps:
+        quantize, reduce, finish = q.pass_bytes(width)
+        steps = (("dpl", q.intra_bytes, "qgz_intra_all_to_all", quantize), ("dpx", q.inter_bytes, "qgz_inter_all_to_all", reduce))
+        for group, (data, scales), name, before in steps:
+            yield from self._side_pass(before)
             for nbytes, suffix in ((data, ""), (scales, "_scales")):
                 yield from self.shared.comms.collective(
                     self.rank, self.stage, group, "all_to_all", nbytes, name + suffix, op.microbatch, op.chunk, layer
                 )
+        yield from self._side_pass(finish)
 
 
 def _merged(units: list[Unit]) -> Unit:

@@ -107,17 +107,17 @@ class GradientAllToAll:
         data, scales = self.intra_bytes
         return data / self.local, scales / self.local
 
-    def pass_bytes(self, width: float) -> float:
-        """HBM bytes of its kernels: int4 quantization of the gradient (read at ``width``), the
-        reduction and requantization of what the node's ranks sent, the dequantization and the
-        sum of the nodes' chunks."""
+    def pass_bytes(self, width: float) -> tuple[float, float, float]:
+        """HBM bytes of its kernels, in the order they run around the two all-to-alls: the int4
+        quantization of the gradient (read at ``width``, ``swizzle_quant``); the reduction and
+        requantization of what the node's ranks sent (``quantized_reduction``: 1/local
+        written); the dequantization and the sum of the nodes' chunks (1/world written)."""
         n, part = self.elements, self.elements / self.local
         data, scales = self.intra_bytes
         quantize = n * width + data + scales
         reduce = data + scales + part * INT4 + scales / self.local
-        dequantize = part * INT4 + scales / self.local + part * width
-        node_sum = part * width + part / self.nodes * width
-        return quantize + reduce + dequantize + node_sum
+        finish = part * INT4 + scales / self.local + part * width + part * width + part / self.nodes * width
+        return quantize, reduce, finish
 
 
 def secondary_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk], persistent: float) -> float:
