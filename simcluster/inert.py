@@ -92,6 +92,16 @@ def _coordinator(ctx: Context) -> Verdict:
     return None
 
 
+def _zeropp_quantized(ctx: Context) -> Verdict:
+    # ZeRO++'s qwZ and qgZ act on the ZeRO group's gathers and reductions, which one rank does
+    # not run (partition_parameters.py all_gather_coalesced: num_partitions == 1; dp_ops.py)
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero_group == 1:
+        return ("with one ZeRO rank", "there is no parameter gather or gradient reduction to quantize")
+    return None
+
+
 def _replica_all_reduce(ctx: Context) -> Verdict:
     # HSDP's replica all-reduce exists only with more than one replica (dp_ops: zero_replicas);
     # FSDPModule.set_requires_all_reduce is FSDP2's, i.e. ZeRO-3's
@@ -338,6 +348,9 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.max_live_parameters", _coordinator),
     InertRule("zero3.max_reuse_distance", _coordinator),
     InertRule("zero3.reduce_bucket_size", _reduce_bucket),
+    InertRule("zero3.hpz_partition_size", _zero_below_3),
+    InertRule("zero3.quantized_weights", _zeropp_quantized),
+    InertRule("zero3.quantized_gradients", _zeropp_quantized),
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),

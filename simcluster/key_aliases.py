@@ -115,6 +115,10 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "stage3_param_persistence_threshold": "param_persistence_threshold",
         "stage3_max_live_parameters": "max_live_parameters",
         "stage3_max_reuse_distance": "max_reuse_distance",
+        # ZeRO++ (zero_optimization.zero_hpz_partition_size, zero_quantized_*)
+        "zero_hpz_partition_size": "hpz_partition_size",
+        "zero_quantized_weights": "quantized_weights",
+        "zero_quantized_gradients": "quantized_gradients",
     },
     "cluster": {
         "num_gpus": "gpus", "n_gpus": "gpus", "gpu_count": "gpus", "world_size": "gpus",

@@ -78,6 +78,8 @@ class Layout:
     microbatch_group: int = 0  # interleaved: contiguous microbatches per chunk (0: pp)
     # ZeRO-3: a layer's gathered parameters are kept from its forward to its backward
     zero3_keep_for_backward: bool = False
+    # ZeRO++ hpZ: ranks of the secondary weight partition (zero3.hpz_partition_size; 1: none)
+    hpz: int = 1
 
     @property
     def zero3_pipelined(self) -> bool:
@@ -164,7 +166,7 @@ class Layout:
 
     def group(self, dim: str, rank: int) -> list[int]:
         """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, cpa, cpr,
-        dps, dpr, edp, edps, edpr, embd)."""
+        dps, dpr, edp, edps, edpr, embd, and ZeRO++'s dph, dpl, dpx)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
@@ -183,6 +185,16 @@ class Layout:
             # ranks that shard the state (dps); the ranks at the same place in every run hold
             # the same shard and all-reduce it (dpr)
             return _run_or_stride(self.group("dpcp", rank), rank, self.zero_group, dim == "dps")
+        if dim == "dph":
+            # ZeRO++ hpZ: runs of hpz consecutive ranks of the ZeRO group (DeepSpeed's
+            # _create_zero_param_parallel_group: consecutive ranks, inside a node)
+            return _run_or_stride(self.group("dps", rank), rank, self.hpz, True)
+        if dim in ("dpl", "dpx"):
+            # ZeRO++ qgZ: the ZeRO group's ranks in rank's node (dpl) and those at the same place
+            # in every node (dpx), all_to_all_quant_reduce's local_ and global_ groups
+            full = self.group("dps", rank)
+            local = sum(1 for r in full if r // self.gpus_per_node == rank // self.gpus_per_node)
+            return _run_or_stride(full, rank, local, dim == "dpl")
         if dim in ("ep", "edp", "etp"):
             return self._expert_group(dim, c["pp"], rank)
         if dim in ("edps", "edpr"):
@@ -478,6 +490,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         cp_a2a=par.cp_a2a or 1,
         cp_a2a_impl=par.cp_a2a_impl,
         microbatch_group=par.microbatch_group or 0,
+        hpz=scenario.zero3.hpz_partition_size if par.zero == 3 else 1,
     )
     if layout.zero_replicas > 1 and model.is_moe:
         _check_expert_replicas(layout)

@@ -96,6 +96,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "limit_all_gathers": False}}),
     ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat"}, "training": {"autocast": True}},
      {"training": {"autocast": True}}),
+    # ZeRO++ (DeepSpeed's coordinator: prefetch_bucket_size set): nothing below ZeRO-3, and
+    # nothing to quantize with one ZeRO rank (tp 8 leaves dp 1)
+    ("zero3.hpz_partition_size", {"parallel": {"zero": 2}, "zero3": {"hpz_partition_size": 2}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "hpz_partition_size": 2}}),
+    ("zero3.quantized_weights",
+     {"parallel": {"zero": 3, "tp": 8}, "zero3": {"prefetch_bucket_size": 1000, "quantized_weights": True}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "quantized_weights": True}}),
+    ("zero3.quantized_gradients", {"parallel": {"zero": 1}, "zero3": {"quantized_gradients": True}},
+     {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "quantized_gradients": True}}),
     ("dp.bucket_stages", {"dp": {"bucket_stages": "first"}}, {"parallel": {"pp": 2}, "dp": {"bucket_stages": "first"}}),
     ("dp.wait_reduction", {"parallel": {"zero": 1}, "overlap": {"dp_grad_reduce": False}, "dp": {"wait_reduction": True}},
      {"parallel": {"zero": 1}, "dp": {"wait_reduction": True}}),
@@ -131,6 +140,8 @@ def _outcome(sections: dict[str, Any]) -> tuple[Any, ...]:
 #: or nanotron's async linears
 SMALL_MOE = {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}
 MORE_INERT = [
+    ("zero3.quantized_gradients", {"cluster": {"gpus": 1}, "parallel": {"zero": 3},
+                                   "zero3": {"prefetch_bucket_size": 1000, "quantized_gradients": True}}),
     ("moe.dispatcher", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatcher": "deepep"}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),

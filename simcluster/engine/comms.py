@@ -32,6 +32,9 @@ GROUP_DIM = {
     "edp": "edp",
     "edps": "edps",  # hybrid sharding of the routed experts: their shard group in the replica
     "edpr": "edpr",  # and the replicas of one expert shard
+    "dph": "dph",  # ZeRO++ hpZ: the secondary weight partition's ranks (inside a node)
+    "dpl": "dpl",  # ZeRO++ qgZ: the ZeRO group's ranks in one node
+    "dpx": "dpx",  # and those at the same place in every node
     "pp": "pp",
     # the receiving stage's all-gather of the slices a scatter/gather pipeline transfer sends
     # (overlap.pp_scatter_gather): a TP-group collective that belongs to the pipeline transfer
@@ -42,7 +45,7 @@ GROUP_DIM = {
 # simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
 CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
-DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr"})
+DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
 SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp"}
 

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simcluster.engine.comms import GROUP_DIM
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
-from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes
+from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes, param_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Work
 from simcluster.parallelism.zero3_coordinator import coordinated, knob, prefetch_window
+from simcluster.parallelism.zeropp import GradientAllToAll, WeightGather
 from simcluster.schedules import PipeOp
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ class DataParallelOps:
     buckets_started: set[tuple[int, int]]
     gathers: dict[tuple, simpy.Event]
     copied_out: set[tuple]
+    dequantized: set[tuple]
     _last_dp: simpy.Process | None
     scattered: simpy.Event | None
     z3_bucket: list[Unit]
@@ -327,6 +330,7 @@ class DataParallelOps:
             return
         if not ev.triggered:
             yield ev
+        yield from self._dequantize(units[i], op, gkey, lane)
         copies = self.shared.fsdp2_copy_seconds
         if copies is not None and gkey not in self.copied_out:
             # the gathered buffer copied into per-parameter tensors, once per gather (none for
@@ -346,27 +350,68 @@ class DataParallelOps:
         if zero3.prefetch and zero3.backward_prefetch == "post":
             self._zero3_issue_gather(units, i + 1, op, skip=0)
 
+    def _secondary(self, op: PipeOp) -> bool:
+        """ZeRO++ hpZ: whether a gather for ``op`` reads the secondary partition, which exists
+        for every gather of the step after a unit's first (the first microbatch's forward)."""
+        return self.shared.ctx.layout.hpz > 1 and not (op.kind == "F" and op.microbatch == 0)
+
     def _zero3_all_gather(self, unit: Unit, op: PipeOp) -> Generator:
         """All-gather a unit's parameters: one collective per group that shards them
         (:meth:`Unit.shards`), the layer's dense parameters first, as its pre-forward hook
-        gathers them before the experts' does."""
+        gathers them before the experts' does. ZeRO++ (dense parameters): over the hpZ group
+        from the secondary partition, and with qwZ each call quantized on this stream and
+        gathered as int8 data and fp32 scales (``parallelism/zeropp.py``)."""
+        sc = self.shared.ctx.scenario
         for group, params, layer_params in unit.gathered_shards():
             # DeepSpeed's coordinator gathers the dense part in its prefetch calls, in order
             sizes = unit.gather_calls if group == "dp" and unit.gather_calls else (params,)
             total = sum(sizes)
+            shard = self._sharding(group)
+            if group == "dp" and self._secondary(op):
+                shard = "dph"
+            ranks = len(self.shared.comms.group_of(GROUP_DIM[shard], self.rank))
+            # one rank gathers nothing (partition_parameters.py: num_partitions == 1)
+            quantized = group == "dp" and sc.zero3.quantized_weights and ranks > 1
             for size in sizes:
                 share = size / total
-                yield from self.shared.comms.collective(
-                    self.rank,
-                    self.stage,
-                    self._sharding(group),
-                    "all_gather",
-                    gather_bytes(self.shared.ctx.scenario, params * share, layer_params * share),
-                    "zero3_param_all_gather",
-                    op.microbatch,
-                    op.chunk,
-                    unit.layers[0],
-                )
+                nbytes = gather_bytes(sc, params * share, layer_params * share)
+                label = "hpz_param_all_gather" if shard == "dph" else "zero3_param_all_gather"
+                names = [(label, nbytes)]
+                if quantized:
+                    q = WeightGather(params * share, ranks)
+                    yield from self._side_pass(q.quantize_bytes(param_bytes(sc)))
+                    names = [(label, q.data_bytes), (label.replace("param", "param_scales"), q.scale_bytes)]
+                for name, size_bytes in names:
+                    yield from self.shared.comms.collective(
+                        self.rank, self.stage, shard, "all_gather", size_bytes, name, op.microbatch, op.chunk,
+                        unit.layers[0],
+                    )
+
+    def _side_pass(self, nbytes: float) -> Generator:
+        """A memory-bound kernel on a communication stream (ZeRO++'s quantization): its time on
+        the stream, before the collective it feeds."""
+        seconds = self.shared.memory_seconds(nbytes) if self.shared.memory_seconds else 0.0
+        if seconds > 0:
+            yield self.shared.env.timeout(seconds * self.shared.stragglers.compute_factor(self.rank))
+
+    def _dequantize(self, unit: Unit, op: PipeOp, gkey: tuple, lane: Lane | None) -> Generator:
+        """qwZ: the gathered int8 buffer dequantized on the compute stream when the module waits
+        for it (``AllGatherCoalescedHandle.wait``), once per gather."""
+        sc = self.shared.ctx.scenario
+        if not sc.zero3.quantized_weights or gkey in self.dequantized or self.shared.memory_seconds is None:
+            return
+        self.dequantized.add(gkey)
+        dense = next((p for g, p, _ in unit.gathered_shards() if g == "dp"), 0.0)
+        if dense <= 0:
+            return
+        group = "dph" if self._secondary(op) else self._sharding("dp")
+        ranks = len(self.shared.comms.group_of(GROUP_DIM[group], self.rank))
+        if ranks <= 1:
+            return
+        q = WeightGather(dense, ranks)
+        seconds = self.shared.memory_seconds(q.dequantize_bytes(param_bytes(sc)))
+        kind = PHASE_KIND[op.kind]
+        yield from self._memory_pass(seconds, lane, kind, "qwz_dequantize", op.microbatch, op.chunk, unit.layers[0])
 
     def _zero3_bucketed(self, unit: Unit, op: PipeOp, cap: int, last: bool) -> None:
         """DeepSpeed's ZeRO-3 gradient bucket (``zero3.reduce_bucket_size``): a unit's gradients
@@ -450,6 +495,11 @@ class DataParallelOps:
         # the experts' own FSDP group first: their backward ends before the rest of the layer's
         parts = sorted(unit.shards(), key=lambda part: part[0] == "dp")
         for n, (group, params, _) in enumerate(parts):
+            if group == "dp" and sc.zero3.quantized_gradients and self.shared.ctx.layout.zero_group > 1:
+                yield from self._quantized_reduce(params, op, unit.layers[0])
+                if n == len(parts) - 1 and scattered is not None:
+                    scattered.succeed()
+                continue
             yield from self._dp_reduce(
                 group,
                 "reduce_scatter",
@@ -464,6 +514,24 @@ class DataParallelOps:
             )
         if not parts and scattered is not None:
             scattered.succeed()  # nothing to reduce
+
+    def _quantized_reduce(self, params: float, op: PipeOp, layer: int) -> Generator:
+        """ZeRO++ qgZ in place of a reduce-scatter (``all_to_all_quant_reduce``): int4 data and
+        fp32 scales all-to-all'd inside the node, then across nodes, with the kernels between
+        on this stream (``parallelism/zeropp.py``)."""
+        sc, lay = self.shared.ctx.scenario, self.shared.ctx.layout
+        local = len(self.shared.comms.group_of("dpl", self.rank))
+        q = GradientAllToAll(params, local, lay.zero_group // local, float(self.shared.ctx.model.hidden))
+        width = param_bytes(sc)
+        quantize, reduce, finish = q.pass_bytes(width)
+        steps = (("dpl", q.intra_bytes, "qgz_intra_all_to_all", quantize), ("dpx", q.inter_bytes, "qgz_inter_all_to_all", reduce))
+        for group, (data, scales), name, before in steps:
+            yield from self._side_pass(before)
+            for nbytes, suffix in ((data, ""), (scales, "_scales")):
+                yield from self.shared.comms.collective(
+                    self.rank, self.stage, group, "all_to_all", nbytes, name + suffix, op.microbatch, op.chunk, layer
+                )
+        yield from self._side_pass(finish)
 
 
 def _merged(units: list[Unit]) -> Unit:

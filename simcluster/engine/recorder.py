@@ -25,6 +25,9 @@ STREAM_OF_GROUP = {
     "dpr": "comm_dp",
     "edps": "comm_dp",
     "edpr": "comm_dp",
+    "dph": "comm_dp",
+    "dpl": "comm_dp",
+    "dpx": "comm_dp",
     "pp": "comm_pp",
     # a scatter/gather pipeline transfer's all-gather runs in the receive's blocking call
     "ppg": "comm_pp_recv",

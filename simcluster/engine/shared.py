@@ -52,6 +52,8 @@ class Shared:
     # bytes of the receiving stage's TP all-gather after a scatter/gather pipeline transfer
     # (overlap.pp_scatter_gather; 0: the whole tensor is sent)
     p2p_gather_bytes: float = 0.0
+    # seconds of a memory-bound pass over so many HBM bytes (ZeRO++'s quantization kernels)
+    memory_seconds: Callable[[float], float] | None = None
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)

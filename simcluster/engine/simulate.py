@@ -163,6 +163,7 @@ def simulate(
         grad_zero_seconds=_grad_zero_seconds(ctx, km, plans),
         host_op_s=ctx.profile.efficiency.host_op_us * 1e-6,
         p2p_gather_bytes=p2p_gather_bytes,
+        memory_seconds=km.memory,
     )
     ranks = (
         range(ctx.layout.world)

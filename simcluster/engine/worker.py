@@ -109,6 +109,7 @@ class Worker(PipelineIO, DataParallelOps):
     gathers: dict[tuple, simpy.Event] = field(default_factory=dict)
     # ZeRO-3 gathers already copied out into per-parameter tensors (zero3.buffers: copies)
     copied_out: set[tuple] = field(default_factory=set)
+    dequantized: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
     # the last ZeRO-3 reduce-scatter done (FSDP2 waits for it before issuing the next)
     scattered: simpy.Event | None = None

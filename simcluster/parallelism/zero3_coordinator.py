@@ -31,6 +31,7 @@ from simcluster.errors import UserError
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.parallelism.data import param_bytes, unit_params, unit_tensors
+from simcluster.parallelism.zeropp import secondary_bytes
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
 
@@ -167,7 +168,8 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
 
     Parameters: the persistent tensors whole; the largest tensor being computed and the
     prefetch window beside it (:func:`prefetch_window`); at the turn from forward to backward
-    the units kept for their backward (``kept_units``) instead of the one computed.
+    the units kept for their backward (``kept_units``) instead of the one computed; ZeRO++
+    hpZ's secondary partition (``zeropp.secondary_bytes``).
     Gradients: the contiguous bucket (``reduce_bucket_size`` elements in the compute dtype, or
     the largest unit without one) and the largest tensor's gradient as autograd writes it,
     before its copy into the bucket."""
@@ -191,7 +193,8 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
         kept = max(kept, sum(sizes[len(sizes) - n :]))
     window = prefetch_window(scenario, largest_tensor)
     gathered = max(largest_tensor, kept) + window
-    params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
+    persistent = persistent_bytes(scenario, model, layout, chunks)
+    params = persistent + gathered * width + secondary_bytes(scenario, model, layout, chunks, persistent)
     cap = knob(sc.reduce_bucket_size)
     bucket = largest_unit if cap is None else float(cap)
     grads = (bucket + largest_tensor) * width

@@ -130,6 +130,35 @@ class Zero3Section(SectionBase):
     )
     # (prefetch_bucket_size, param_persistence_threshold and reduce_bucket_size also take
     # 'auto', Hugging Face Trainer's: resolved with the model by context.build_context)
+    # ZeRO++ (Wang et al. 2023, arXiv 2306.10209; DeepSpeed's zero_hpz_partition_size,
+    # zero_quantized_weights and zero_quantized_gradients, key aliases): modelled in
+    # parallelism/zeropp.py under DeepSpeed's coordinator
+    hpz_partition_size: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "ZeRO++ hpZ (DeepSpeed's zero_hpz_partition_size): after a unit's first gather of the "
+            "step each rank keeps a secondary 16-bit partition over this many consecutive ranks of "
+            "its ZeRO group (inside one node), and every later gather of the step (backward, later "
+            "microbatches) runs over them; 1: off"
+        ),
+    )
+    quantized_weights: bool = Field(
+        default=False,
+        description=(
+            "ZeRO++ qwZ (DeepSpeed's zero_quantized_weights): parameter all-gathers carry int8 with "
+            "one fp32 scale per group of at most 8000 elements, quantized before and dequantized "
+            "after on the GPU"
+        ),
+    )
+    quantized_gradients: bool = Field(
+        default=False,
+        description=(
+            "ZeRO++ qgZ (DeepSpeed's zero_quantized_gradients): each gradient reduce-scatter becomes "
+            "an int4 all-to-all inside each node, a reduction, and an int4 all-to-all across nodes "
+            "(coalesced_collectives.all_to_all_quant_reduce); needs pure data parallelism"
+        ),
+    )
 
     @field_validator(
         "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters", "max_reuse_distance",
