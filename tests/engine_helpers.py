@@ -80,3 +80,26 @@ def layer_builder(data: dict) -> LayerBuilder:
 def compute_seconds(segments: Iterable[Segment]) -> float:
     """Total compute time of some segments (communication excluded)."""
     return sum(s.seconds for s in segments if isinstance(s, Compute))
+
+
+def local_attention_model(layers: int, **extra: Any) -> dict:
+    """A small model for sliding-window and chunked-attention tests (hidden 2048, 16 heads)."""
+    return {"layers": layers, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 32000, **extra}
+
+
+def local_attention_scenario(name: str, model: dict, seq: int, cp: int = 1, cp_comm: str = "p2p") -> dict:
+    """``model`` on one DGX H100 node at ``seq`` tokens, one sequence per data-parallel rank."""
+    return {
+        "name": name,
+        "model": model,
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"cp": cp, "cp_comm": cp_comm},
+        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 8 // cp, "precision": "bf16"},
+    }
+
+
+def attention_core_seconds(res: Any, layer: int) -> float:
+    """Rank 0's forward attention-core time on ``layer`` (the fused kernel's event)."""
+    ev = res.events
+    core = ev[(ev["rank"] == 0) & (ev["name"] == "attn_core") & (ev["layer"] == layer) & (ev["kind"] == "forward")]
+    return float((core["end_s"] - core["start_s"]).iloc[0])

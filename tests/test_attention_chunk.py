@@ -7,7 +7,12 @@ every ``global_every``-th layer (Llama 4's NoPE layers) attends to the whole seq
 from __future__ import annotations
 
 import pytest
-from engine_helpers import run
+from engine_helpers import (
+    attention_core_seconds,
+    local_attention_model,
+    local_attention_scenario,
+    run,
+)
 
 from simcluster.compute import KernelModel
 from simcluster.context import build_context
@@ -20,23 +25,14 @@ S, C = 32768, 8192
 
 
 def _model(**extra: int) -> dict:
-    return {"layers": 8, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 32000, **extra}
+    return local_attention_model(8, **extra)
 
 
 def _scenario(seq: int = S, cp: int = 1, cp_comm: str = "p2p", **model: int) -> dict:
-    return {
-        "name": "chunk",
-        "model": _model(**model),
-        "cluster": {"hardware": "dgx-h100", "gpus": 8},
-        "parallel": {"cp": cp, "cp_comm": cp_comm},
-        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 8 // cp, "precision": "bf16"},
-    }
+    return local_attention_scenario("chunk", _model(**model), seq, cp, cp_comm)
 
 
-def _core_seconds(res, layer: int) -> float:
-    ev = res.events
-    core = ev[(ev["rank"] == 0) & (ev["name"] == "attn_core") & (ev["layer"] == layer) & (ev["kind"] == "forward")]
-    return float((core["end_s"] - core["start_s"]).iloc[0])
+_core_seconds = attention_core_seconds
 
 
 def test_every_fourth_layer_attends_globally():

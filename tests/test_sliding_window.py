@@ -13,7 +13,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine_helpers import run
+from engine_helpers import (
+    attention_core_seconds,
+    local_attention_model,
+    local_attention_scenario,
+    run,
+)
 
 from simcluster.compute import KernelModel
 from simcluster.context import build_context
@@ -27,23 +32,14 @@ S, W = 32768, 4096
 
 
 def _model(**extra: int) -> dict:
-    return {"layers": 12, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 32000, **extra}
+    return local_attention_model(12, **extra)
 
 
 def _scenario(seq: int = S, cp: int = 1, cp_comm: str = "p2p", **model: int) -> dict:
-    return {
-        "name": "window",
-        "model": _model(**model),
-        "cluster": {"hardware": "dgx-h100", "gpus": 8},
-        "parallel": {"cp": cp, "cp_comm": cp_comm},
-        "training": {"seq_len": seq, "micro_batch": 1, "global_batch": 8 // cp, "precision": "bf16"},
-    }
+    return local_attention_scenario("window", _model(**model), seq, cp, cp_comm)
 
 
-def _core_seconds(res, layer: int) -> float:
-    ev = res.events
-    core = ev[(ev["rank"] == 0) & (ev["name"] == "attn_core") & (ev["layer"] == layer) & (ev["kind"] == "forward")]
-    return float((core["end_s"] - core["start_s"]).iloc[0])
+_core_seconds = attention_core_seconds
 
 
 def test_gemma3_pattern_makes_every_sixth_layer_global():

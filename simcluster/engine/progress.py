@@ -36,12 +36,7 @@ def run_with_progress(
     progress: Progress | None = None
     task = None
     try:
-        while True:
-            try:
-                for _ in range(_BATCH):
-                    env.step()
-            except simpy.core.EmptySchedule:
-                break
+        while _step_batch(env):
             if progress is None and time.perf_counter() - start > 1.0:
                 progress = Progress(
                     TextColumn("simulating"),
@@ -76,13 +71,18 @@ def _run_with_lines(env: simpy.Environment, done: Callable[[], int], total: int)
             tracker.advance(float(ops), True, ops)
             lines.on_advance()
 
-    while True:
-        try:
-            for _ in range(_BATCH):
-                env.step()
-        except simpy.core.EmptySchedule:
-            break
+    while _step_batch(env):
         count()
         lines.on_tick()
     count()
     lines.finish()
+
+
+def _step_batch(env: simpy.Environment) -> bool:
+    """Run up to ``_BATCH`` events; False once the schedule is empty (the run is over)."""
+    try:
+        for _ in range(_BATCH):
+            env.step()
+    except simpy.core.EmptySchedule:
+        return False
+    return True
