@@ -224,3 +224,22 @@ def test_gathers_are_the_coordinators_prefetch_calls():
     layer = 1  # a unit with no embedding or head in it
     assert [len(ev[ev["layer"] == layer]) for ev in events] == [4, 3, 2, 1]
     assert len({ev[ev["layer"] == layer]["bytes"].sum() for ev in events}) == 1
+
+
+def test_zero3_prefetch_false_is_a_window_of_zero():
+    """zero3.prefetch false under DeepSpeed's coordinator fetches nothing ahead, which is
+    DeepSpeed's stage3_prefetch_bucket_size 0 (fetch_sub_module: ``if prefetch_bucket_sz > 0``):
+    the same gathers (one call per submodule), step time and working memory. The memory once
+    still counted the default 5e7-element window the engine never gathered."""
+    off = _doc({"prefetch": False})
+    zero = _doc({"prefetch_bucket_size": 0})
+    held = []
+    for doc in (off, zero):
+        ctx = build_context(scenario_from_dict(doc))
+        held.append(zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0]))
+    assert held[0] == held[1]
+    a, b = run(off), run(zero)
+    assert a.summary["step_time_s"] == b.summary["step_time_s"]
+    assert a.summary["peak_memory_bytes"] == b.summary["peak_memory_bytes"]
+    gathers = [r.events[r.events["name"] == "zero3_param_all_gather"] for r in (a, b)]
+    assert len(gathers[0]) == len(gathers[1])

@@ -189,7 +189,8 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
             largest_unit = max(largest_unit, size)
         n = kept_units(sizes, sc.max_reuse_distance)
         kept = max(kept, sum(sizes[len(sizes) - n :]))
-    window = prefetch_window(scenario, largest_tensor)
+    # zero3.prefetch false fetches nothing ahead (the engine's _zero3_gather), as a window of 0
+    window = prefetch_window(scenario, largest_tensor) if scenario.zero3.prefetch else 0.0
     gathered = max(largest_tensor, kept) + window
     params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
     cap = knob(sc.reduce_bucket_size)
