@@ -144,3 +144,18 @@ def test_nanotron_ddp_copies_only_on_its_torch_ddp_path():
     assert zero0["dp"]["bucket_copies"] is True
     zero1 = apply_framework({**plain, "framework": "nanotron", "parallel": {"zero": 1}})
     assert "bucket_copies" not in zero1["dp"]
+
+
+def test_autocast_copies_fp32_gradients_as_fp32_training_does():
+    """Under torch.autocast (framework pytorch-ddp: the model built in fp32) .grad is fp32, as
+    the buckets' memory counts it (data.bucket_buffer_bytes): DDP's copy in and back moves
+    4 B elements, 16 B per parameter, the same pass as fp32 training's, not a 16-bit model's 8 B."""
+    cast = _scenario(bucket_copies=True)
+    cast["training"] = {**cast["training"], "autocast": True}
+    fp32 = _scenario(bucket_copies=True)
+    fp32["training"] = {**fp32["training"], "precision": "fp32"}
+    got, ref = _passes(run(cast)), _passes(run(fp32))
+    assert _bucket_params(cast) == _bucket_params(fp32)
+    first = _bucket_params(cast)[0]
+    assert got.iloc[0]["end_s"] - got.iloc[0]["start_s"] == pytest.approx(_bytes_seconds(cast, first * 16.0))
+    assert list(got["end_s"] - got["start_s"]) == pytest.approx(list(ref["end_s"] - ref["start_s"]))
