@@ -119,6 +119,35 @@ def test_small_tensors_of_a_layer_and_the_threshold():
     assert small_tensors(ctx.model, lay, -1) == []
 
 
+@pytest.mark.parametrize("experts", [0, 4])
+def test_small_tensors_are_the_layer_less_its_matrices(experts):
+    """The small tensors of a layer with today's HF families are every parameter but its
+    matrices: Gemma 2's four norms a layer (Gemma2DecoderLayer: input, post-attention,
+    pre-feedforward and post-feedforward RMSNorms, model.post_norms), Qwen2's Q/K/V biases
+    (Qwen2Attention: q_proj, k_proj, v_proj with bias=True, model.qkv_bias), per-head q/k
+    norms; in an MoE layer with linear biases the router's weight and its bias (gpt-oss's
+    GptOssTopKRouter). Before, the output norms, the Q/K/V biases and the router bias were
+    left out, so DeepSpeed gathered them every time instead of keeping them whole."""
+    h, heads, kv, d, ffn = H, 16, 4, H // 16, 2816
+    model = {"layers": 2, "hidden": h, "heads": heads, "kv_heads": kv, "ffn": ffn, "vocab": 512,
+             "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "qk_norm": True, "post_norms": True}  # fmt: skip
+    if experts:
+        model = {**model, "bias": True, "experts": experts, "top_k": 2, "expert_ffn": 512}
+    else:
+        model = {**model, "qkv_bias": True}
+    ctx = build_context(scenario_from_dict({**_doc(), "model": model}))
+    m = ctx.model
+    matrices = h * heads * d + 2 * h * kv * d + heads * d * h
+    if experts:
+        matrices += experts * m.expert_params()  # routed experts: their own group, not small
+    else:
+        matrices += 3 * h * ffn
+    assert sum(small_tensors(m, ctx.layout, 0)) == m.layer_params(0) - matrices
+    # four norms, the q/k norms, the Q/K/V biases; with experts the output bias and the router
+    router = h + experts * h + experts if experts else 0
+    assert sum(small_tensors(m, ctx.layout, 0)) == 4 * h + 2 * d + (heads + 2 * kv) * d + router
+
+
 def test_persistent_tensors_are_not_gathered():
     """The gathered bytes of each layer drop by its persistent tensors (13h: 2 LayerNorms of 2h,
     biases 3h + h + 4h + h), 2 bytes each."""
