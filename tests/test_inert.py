@@ -136,6 +136,9 @@ MORE_INERT = [
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_async": True, "tp_grad_async": False}}),
+    # FSDP1's SHARD_GRAD_OP: the backward reuses the forward's gathers (no note before)
+    ("zero3.backward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "reshard_after_forward": False,
+                                                                    "backward_prefetch": "post"}}),
 ]  # fmt: skip
 
 
