@@ -272,3 +272,17 @@ def test_zero3_prefetch_false_is_a_window_of_zero():
     assert a.summary["peak_memory_bytes"] == b.summary["peak_memory_bytes"]
     gathers = [r.events[r.events["name"] == "zero3_param_all_gather"] for r in (a, b)]
     assert len(gathers[0]) == len(gathers[1])
+
+
+@pytest.mark.parametrize("prefetch", ["post", "none"])
+def test_units_kept_for_the_backward_are_not_prefetched_again(prefetch):
+    """Units the reuse distance keeps gathered (the 1e9 default keeps all of this small model)
+    are never gathered in the backward, whichever moment the backward's prefetch goes out
+    (zero3.backward_prefetch, which plays FSDP1's BACKWARD_POST after a unit's computation):
+    the same gathers, bytes and step as with the default BACKWARD_PRE. The post-compute
+    prefetch once ignored the kept units and gathered every one of them again."""
+    pre, other = run(_doc()), run(_doc({"backward_prefetch": prefetch}))
+    gathers = [r.events[(r.events["name"] == "zero3_param_all_gather") & (r.events["rank"] == 0)] for r in (pre, other)]
+    assert len(gathers[0]) == LAYERS  # one microbatch: each unit gathered once, for its forward
+    assert len(gathers[1]) == len(gathers[0]) and gathers[1]["bytes"].sum() == gathers[0]["bytes"].sum()
+    assert other.summary["step_time_s"] == pre.summary["step_time_s"]
