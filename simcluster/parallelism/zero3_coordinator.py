@@ -202,7 +202,9 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
     window = prefetch_window(scenario, largest_tensor) if scenario.zero3.prefetch else 0.0
     gathered = max(largest_tensor, kept) + window
     params = persistent_bytes(scenario, model, layout, chunks) + gathered * width
-    cap = knob(sc.reduce_bucket_size)
+    # beside FSDP2's one reduction in flight (dp.wait_reduction) the engine reduces each unit
+    # on its own and the bucket is never filled (dp_ops._zero3_post_backward, the inert note)
+    cap = None if scenario.wait_reduction else knob(sc.reduce_bucket_size)
     bucket = largest_unit if cap is None else float(cap)
     grads = (bucket + largest_tensor) * width
     return params, grads
