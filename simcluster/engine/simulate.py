@@ -27,7 +27,6 @@ from simcluster.parallelism.data import (
     Bucket,
     clip_bytes_per_local_param,
     fsdp2_copy_bytes,
-    grad_bytes,
     grad_reduce_bytes,
     optimizer_bytes_per_param,
     param_bytes,
@@ -90,7 +89,7 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
     # .grad is in the parameters' dtype (fp32 under autocast, as the buckets' memory counts
     # it): copied in (read, write) and back (read, write)
-    copies = 4 * grad_bytes(ctx.scenario) if dp.bucket_copies else 0.0
+    copies = 4 * param_bytes(ctx.scenario) if dp.bucket_copies else 0.0
     if not passes and not copies:
         return None
     bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes + copies

@@ -53,17 +53,13 @@ def grad_reduce_bytes(scenario: Scenario) -> float:
     return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or autocast else 2.0
 
 
-def grad_bytes(scenario: Scenario) -> float:
-    """Bytes per element of a parameter's ``.grad``, the dtype DDP's bucket copies move: the
-    parameters' own, fp32 under autocast (fp32 parameters get fp32 gradients) except in PyTorch
-    FSDP's MixedPrecision, which reduces its 16-bit gathers' gradients itself."""
-    autocast = scenario.training.autocast and not scenario.torch_fsdp
-    return 4.0 if autocast else param_bytes(scenario)
-
-
 def param_bytes(scenario: Scenario) -> float:
-    """Bytes per gathered parameter element (the compute copy)."""
-    return 4.0 if scenario.training.precision == "fp32" else 2.0
+    """Bytes per gathered parameter element (the compute copy), which is also the dtype of
+    its ``.grad``: fp32 in fp32 training and under autocast, whose fp32 parameters are
+    gathered whole and cast op by op (as the static memory keeps them, 4 B), except in PyTorch
+    FSDP, whose MixedPrecision gathers 16-bit copies of its fp32 shards."""
+    tr = scenario.training
+    return 4.0 if tr.precision == "fp32" or (tr.autocast and not scenario.torch_fsdp) else 2.0
 
 
 #: an FP8 parameter on the wire: 1 B, plus MXFP8's E8M0 scale per 32 elements with block scaling
@@ -151,7 +147,7 @@ def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> fl
     if not scenario.dp.bucket_copies or params <= 0 or layout.dp * layout.cp <= 1:
         return 0.0
     # the buckets take the gradients' dtype: the parameters' (fp32 under autocast)
-    whole = params * grad_bytes(scenario)
+    whole = params * param_bytes(scenario)
     if layout.zero < 2:
         return whole
     buffers = 2 if scenario.overlap.dp_grad_reduce else 1
