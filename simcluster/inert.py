@@ -285,6 +285,9 @@ def _backward_prefetch(ctx: Context) -> Verdict:
         return ("with zero3.prefetch false", "no unit is gathered ahead")
     if ctx.layout.zero3_pipelined:
         return (f"at parallel.pp={ctx.layout.pp}", "a pipelined stage keeps its parameters gathered all step")
+    if ctx.layout.zero3_keep_for_backward:
+        # dp_ops._gather_key: the backward looks up the forward's gather, so it issues none
+        return ("with zero3.reshard_after_forward false", "the backward uses the forward's gathers and gathers nothing")
     return None
 
 

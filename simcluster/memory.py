@@ -515,10 +515,14 @@ def static_memory(
         # its gradients accumulate unsharded (each microbatch's 16-bit gradient freed once
         # added) for the whole step; only the optimizer's state, with the master, is sharded
         zero, fused = 1, True
+    # PyTorch FSDP's MixedPrecision gathers 16-bit parameters and keeps its own fp32 state,
+    # autocast or not (as autocast_weight_bytes and the inert note have it): its kept gathers
+    # (reshard_after_forward false, a pipelined stage) are 16-bit
+    autocast = training.autocast and not (layout.zero == 3 and layout.torch_fsdp)
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
-        autocast=training.autocast,
+        autocast=autocast,
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.torch_fsdp:

@@ -144,3 +144,37 @@ def test_nanotron_ddp_copies_only_on_its_torch_ddp_path():
     assert zero0["dp"]["bucket_copies"] is True
     zero1 = apply_framework({**plain, "framework": "nanotron", "parallel": {"zero": 1}})
     assert "bucket_copies" not in zero1["dp"]
+
+
+def test_autocast_copies_fp32_gradients_as_fp32_training_does():
+    """Under torch.autocast (framework pytorch-ddp: the model built in fp32) .grad is fp32, as
+    the buckets' memory counts it (data.bucket_buffer_bytes): DDP's copy in and back moves
+    4 B elements, 16 B per parameter, the same pass as fp32 training's, not a 16-bit model's 8 B."""
+    cast = _scenario(bucket_copies=True)
+    cast["training"] = {**cast["training"], "autocast": True}
+    fp32 = _scenario(bucket_copies=True)
+    fp32["training"] = {**fp32["training"], "precision": "fp32"}
+    got, ref = _passes(run(cast)), _passes(run(fp32))
+    assert _bucket_params(cast) == _bucket_params(fp32)
+    first = _bucket_params(cast)[0]
+    assert got.iloc[0]["end_s"] - got.iloc[0]["start_s"] == pytest.approx(_bytes_seconds(cast, first * 16.0))
+    assert list(got["end_s"] - got["start_s"]) == pytest.approx(list(ref["end_s"] - ref["start_s"]))
+
+
+@pytest.mark.parametrize("zero", [1, 3])
+def test_autocast_gathers_its_fp32_parameters_as_fp32_training_does(zero):
+    """Under torch.autocast the parameters are fp32 (the static memory keeps 4 B of each) and
+    autocast casts them op by op after they are gathered, so ZeRO-1's parameter all-gather
+    after the step and ZeRO-3's per-layer gathers (buffers views: DeepSpeed, Megatron-FSDP)
+    move fp32 elements, the bytes of fp32 training (they once moved 16-bit ones). PyTorch
+    FSDP's MixedPrecision gathers 16-bit copies either way (test_inert: autocast's note)."""
+
+    def gathered(**training):
+        data = _scenario(overlap=False)
+        data["parallel"] = {"zero": zero}
+        data["training"] = {**data["training"], **training}
+        ev = run(data).events
+        return ev[(ev["rank"] == 0) & ev["name"].str.contains("param_all_gather")]["bytes"].sum()
+
+    cast, fp32, bf16 = gathered(autocast=True), gathered(precision="fp32"), gathered()
+    assert cast == fp32 == 2 * bf16 > 0

@@ -119,6 +119,35 @@ def test_small_tensors_of_a_layer_and_the_threshold():
     assert small_tensors(ctx.model, lay, -1) == []
 
 
+@pytest.mark.parametrize("experts", [0, 4])
+def test_small_tensors_are_the_layer_less_its_matrices(experts):
+    """The small tensors of a layer with today's HF families are every parameter but its
+    matrices: Gemma 2's four norms a layer (Gemma2DecoderLayer: input, post-attention,
+    pre-feedforward and post-feedforward RMSNorms, model.post_norms), Qwen2's Q/K/V biases
+    (Qwen2Attention: q_proj, k_proj, v_proj with bias=True, model.qkv_bias), per-head q/k
+    norms; in an MoE layer with linear biases the router's weight and its bias (gpt-oss's
+    GptOssTopKRouter). Before, the output norms, the Q/K/V biases and the router bias were
+    left out, so DeepSpeed gathered them every time instead of keeping them whole."""
+    h, heads, kv, d, ffn = H, 16, 4, H // 16, 2816
+    model = {"layers": 2, "hidden": h, "heads": heads, "kv_heads": kv, "ffn": ffn, "vocab": 512,
+             "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "qk_norm": True, "post_norms": True}  # fmt: skip
+    if experts:
+        model = {**model, "bias": True, "experts": experts, "top_k": 2, "expert_ffn": 512}
+    else:
+        model = {**model, "qkv_bias": True}
+    ctx = build_context(scenario_from_dict({**_doc(), "model": model}))
+    m = ctx.model
+    matrices = h * heads * d + 2 * h * kv * d + heads * d * h
+    if experts:
+        matrices += experts * m.expert_params()  # routed experts: their own group, not small
+    else:
+        matrices += 3 * h * ffn
+    assert sum(small_tensors(m, ctx.layout, 0)) == m.layer_params(0) - matrices
+    # four norms, the q/k norms, the Q/K/V biases; with experts the output bias and the router
+    router = h + experts * h + experts if experts else 0
+    assert sum(small_tensors(m, ctx.layout, 0)) == 4 * h + 2 * d + (heads + 2 * kv) * d + router
+
+
 def test_persistent_tensors_are_not_gathered():
     """The gathered bytes of each layer drop by its persistent tensors (13h: 2 LayerNorms of 2h,
     biases 3h + h + 4h + h), 2 bytes each."""
@@ -224,3 +253,60 @@ def test_gathers_are_the_coordinators_prefetch_calls():
     layer = 1  # a unit with no embedding or head in it
     assert [len(ev[ev["layer"] == layer]) for ev in events] == [4, 3, 2, 1]
     assert len({ev[ev["layer"] == layer]["bytes"].sum() for ev in events}) == 1
+
+
+def test_zero3_prefetch_false_is_a_window_of_zero():
+    """zero3.prefetch false under DeepSpeed's coordinator fetches nothing ahead, which is
+    DeepSpeed's stage3_prefetch_bucket_size 0 (fetch_sub_module: ``if prefetch_bucket_sz > 0``):
+    the same gathers (one call per submodule), step time and working memory. The memory once
+    still counted the default 5e7-element window the engine never gathered."""
+    off = _doc({"prefetch": False})
+    zero = _doc({"prefetch_bucket_size": 0})
+    held = []
+    for doc in (off, zero):
+        ctx = build_context(scenario_from_dict(doc))
+        held.append(zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0]))
+    assert held[0] == held[1]
+    a, b = run(off), run(zero)
+    assert a.summary["step_time_s"] == b.summary["step_time_s"]
+    assert a.summary["peak_memory_bytes"] == b.summary["peak_memory_bytes"]
+    gathers = [r.events[r.events["name"] == "zero3_param_all_gather"] for r in (a, b)]
+    assert len(gathers[0]) == len(gathers[1])
+
+
+@pytest.mark.parametrize("prefetch", ["post", "none"])
+def test_units_kept_for_the_backward_are_not_prefetched_again(prefetch):
+    """Units the reuse distance keeps gathered (the 1e9 default keeps all of this small model)
+    are never gathered in the backward, whichever moment the backward's prefetch goes out
+    (zero3.backward_prefetch, which plays FSDP1's BACKWARD_POST after a unit's computation):
+    the same gathers, bytes and step as with the default BACKWARD_PRE. The post-compute
+    prefetch once ignored the kept units and gathered every one of them again."""
+    pre, other = run(_doc()), run(_doc({"backward_prefetch": prefetch}))
+    gathers = [r.events[(r.events["name"] == "zero3_param_all_gather") & (r.events["rank"] == 0)] for r in (pre, other)]
+    assert len(gathers[0]) == LAYERS  # one microbatch: each unit gathered once, for its forward
+    assert len(gathers[1]) == len(gathers[0]) and gathers[1]["bytes"].sum() == gathers[0]["bytes"].sum()
+    assert other.summary["step_time_s"] == pre.summary["step_time_s"]
+
+
+@pytest.mark.parametrize("parallel", [{"ep": 2}, {"ep": 2, "zero_shard": 8}, {"ep": 2, "tp": 2}])
+def test_the_coordinator_moves_the_same_bytes_with_experts_and_hybrid_sharding(parallel):
+    """Conservation: DeepSpeed's coordinator only regroups a microbatch's collectives (its
+    all_gather_coalesced calls, the contiguous gradient bucket), so with routed experts on
+    their own expert-data-parallel group (Unit.shards) and with hybrid sharding's replica
+    all-reduce, the gathered, reduce-scattered and replica-reduced bytes equal FSDP's one
+    collective per unit and group (the persistent tensors left out of both's gathers)."""
+    moe = gpt_model(4, H, 512, mlp="swiglu", norm="rmsnorm", ffn=2816, experts=8, top_k=2, expert_ffn=512)
+    names = ("zero3_param_all_gather", "zero3_grad_reduce_scatter", "zero3_grad_reduce_scatter_replicas")
+
+    def moved(zero3):
+        doc = _doc(zero3, cluster={"gpus": 16}, parallel=parallel, training={"global_batch": 16})
+        ev = run({**doc, "model": moe}).events
+        ev = ev[(ev["rank"] == 0) & (ev["microbatch"] == 0)]
+        return [(len(ev[ev["name"] == n]), ev[ev["name"] == n]["bytes"].sum()) for n in names]
+
+    # persistent norms and routers (1e5, DeepSpeed's default) left out of the gathers alike
+    plain = moved({**NO_COORDINATOR, "param_persistence_threshold": 100_000})
+    coordinated = moved({"max_reuse_distance": None, "param_persistence_threshold": 100_000, "reduce_bucket_size": 10**7})
+    assert [b for _, b in coordinated] == pytest.approx([b for _, b in plain], rel=1e-12)
+    assert plain[0][1] > 0 and plain[1][1] > 0
+    assert (plain[2][1] > 0) == ("zero_shard" in parallel)

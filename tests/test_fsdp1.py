@@ -201,6 +201,26 @@ def test_the_rate_limiter_holds_two_gathers_and_the_root_stays_gathered():
     assert zero3_working_bytes(kept, kept_ctx.model, kept_ctx.layout, [chunk])[0] == 0
 
 
+def test_the_roots_wider_reduce_cast_counts_when_it_is_the_largest():
+    """FSDP1's _post_backward_hook casts each unit's unsharded gradient to the reduce dtype
+    (``flat_param.grad.to(handle._reduce_dtype)``) while the 16-bit one stays alive for the
+    post-backward stream (``_no_dispatch_record_stream``); the root's is cast last, after the
+    embedding's backward. With a vocabulary far larger than a block (untied, 32K x 1024 twice
+    against a block's 12.6M) its fp32 cast is the working gradients' largest: 2 (block + root)
+    + 4 root bytes, not 4 block (the cast was once sized by the largest block only)."""
+    data = _fsdp1()
+    data["model"] = {**data["model"], "vocab": 32768, "tied_embeddings": False}
+    data["training"] = {**data["training"], "fp32_grad_accum": True}  # reduce_dtype fp32
+    ctx = build_context(scenario_from_dict(data))
+    chunk = ctx.chunks[0][0]
+    assert grad_reduce_bytes(ctx.scenario) == 4.0
+    block = ctx.model.layer_params(0)
+    root = sum(sum(unit_params(ctx.model, ctx.layout, chunk, layer)) for layer in (-1, -2))
+    assert root > block
+    _, grads = zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, [chunk])
+    assert grads == pytest.approx(2 * (block + root) + 4 * root)
+
+
 def test_sharding_strategies_map_to_zero3_settings():
     """api.py ShardingStrategy: SHARD_GRAD_OP keeps the gathered parameters from the forward to
     the backward (not in RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES), HYBRID_SHARD shards inside a

@@ -147,6 +147,21 @@ MORE_INERT = [
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_async": True, "tp_grad_async": False}}),
+    # FSDP's kept gathers are its MixedPrecision's 16-bit ones, autocast or not (the static
+    # memory once counted them fp32 under autocast)
+    ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "reshard_after_forward": False},
+                           "training": {"autocast": True}}),
+    ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "reshard_after_forward": False},
+                           "training": {"autocast": True}}),
+    ("training.autocast", {"parallel": {"zero": 3, "pp": 2}, "zero3": {"buffers": "copies"},
+                           "training": {"autocast": True}}),
+    # beside FSDP2's one reduction in flight the coordinator's gradient bucket is not used,
+    # in memory either
+    ("zero3.reduce_bucket_size", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "prefetch_bucket_size": 1000,
+                                                                     "reduce_bucket_size": 10**6}}),
+    # FSDP1's SHARD_GRAD_OP: the backward reuses the forward's gathers (no note before)
+    ("zero3.backward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "reshard_after_forward": False,
+                                                                    "backward_prefetch": "post"}}),
 ]  # fmt: skip
 
 

@@ -341,14 +341,15 @@ class DataParallelOps:
             if seconds > 0:
                 yield from self._memory_pass(seconds, lane, kind, "fsdp2_copy_out", op.microbatch, op.chunk, units[i].layers[0])
 
-    def _zero3_post_compute(self, units: list[Unit], i: int, op: PipeOp) -> None:
+    def _zero3_post_compute(self, units: list[Unit], i: int, op: PipeOp, skip: int = 0) -> None:
         """After unit i's gradient computation, before its reduce-scatter: FSDP1's
         BACKWARD_POST prefetch of unit i+1 (``_post_backward_reshard`` ->
-        ``_prefetch_handle``). With BACKWARD_PRE it went out before the computation; with
-        None it goes out at unit i+1's own pre-backward hook, behind this reduce-scatter."""
+        ``_prefetch_handle``), unless it is among the first ``skip`` units, still gathered
+        from the forward. With BACKWARD_PRE it went out before the computation; with None it
+        goes out at unit i+1's own pre-backward hook, behind this reduce-scatter."""
         zero3 = self.shared.ctx.scenario.zero3
         if zero3.prefetch and zero3.backward_prefetch == "post":
-            self._zero3_issue_gather(units, i + 1, op, skip=0)
+            self._zero3_issue_gather(units, i + 1, op, skip)
 
     def _secondary(self, op: PipeOp) -> bool:
         """ZeRO++ hpZ: whether a gather for ``op`` reads the secondary partition, which exists

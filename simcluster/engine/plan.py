@@ -208,6 +208,8 @@ def _gather_calls(ctx: Context, chunk: Chunk, covered: list[int], phase: str) ->
     window = knob(ctx.scenario.zero3.prefetch_bucket_size)
     if not coordinated(ctx.scenario) or window is None or ctx.layout.zero3_pipelined:
         return ()
+    if not ctx.scenario.zero3.prefetch:
+        window = 0  # nothing fetched ahead: each submodule's parameters in a call of their own
     return gather_calls(ctx.model, ctx.layout, chunk, covered, window, forward=phase == "F")
 
 

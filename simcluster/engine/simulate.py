@@ -87,7 +87,8 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     dp, lay = ctx.scenario.dp, ctx.layout
     scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
-    # .grad is in the parameters' dtype: copied in (read, write) and back (read, write)
+    # .grad is in the parameters' dtype (fp32 under autocast, as the buckets' memory counts
+    # it): copied in (read, write) and back (read, write)
     copies = 4 * param_bytes(ctx.scenario) if dp.bucket_copies else 0.0
     if not passes and not copies:
         return None

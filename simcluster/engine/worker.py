@@ -459,8 +459,7 @@ class Worker(PipelineIO, DataParallelOps):
                     # FSDP's pre-forward/-backward hook issues the gather as the host reaches the
                     # unit, in the pair's issue order
                     yield from lane.wait_turn()
-                skip = cplan.zero3_kept if resident and op.kind != "F" else 0
-                yield from self._zero3_gather(units, i, op, skip=skip, lane=lane)
+                yield from self._zero3_gather(units, i, op, skip=self._zero3_skip(cplan, op, resident), lane=lane)
             elif op.kind == "F":
                 yield from self._wait_param_gather(op.chunk, unit)
             if per_unit and op.kind == "F":
@@ -490,7 +489,7 @@ class Worker(PipelineIO, DataParallelOps):
                     if layer in offloaded:
                         self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
             if zero3 and op.kind in ("B", "BW") and not pipelined:
-                self._zero3_post_compute(units, i, op)
+                self._zero3_post_compute(units, i, op, self._zero3_skip(cplan, op, resident))
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
                     yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)
@@ -513,6 +512,12 @@ class Worker(PipelineIO, DataParallelOps):
             self._memory()
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[1])
+
+    @staticmethod
+    def _zero3_skip(cplan: ChunkPlan, op: PipeOp, resident: bool) -> int:
+        """How many of a backward's first units are still gathered from the same microbatch's
+        forward just before it (``ChunkPlan.zero3_kept``): neither gathered nor prefetched."""
+        return cplan.zero3_kept if resident and op.kind != "F" else 0
 
     def _stash(self, start: float, delta: float, share: float) -> None:
         """Set the stash to ``share`` of an op's change since ``start`` (exactly ``start +

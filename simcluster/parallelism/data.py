@@ -54,8 +54,12 @@ def grad_reduce_bytes(scenario: Scenario) -> float:
 
 
 def param_bytes(scenario: Scenario) -> float:
-    """Bytes per gathered parameter element (the compute copy)."""
-    return 4.0 if scenario.training.precision == "fp32" else 2.0
+    """Bytes per gathered parameter element (the compute copy), which is also the dtype of
+    its ``.grad``: fp32 in fp32 training and under autocast, whose fp32 parameters are
+    gathered whole and cast op by op (as the static memory keeps them, 4 B), except in PyTorch
+    FSDP, whose MixedPrecision gathers 16-bit copies of its fp32 shards."""
+    tr = scenario.training
+    return 4.0 if tr.precision == "fp32" or (tr.autocast and not scenario.torch_fsdp) else 2.0
 
 
 #: an FP8 parameter on the wire: 1 B, plus MXFP8's E8M0 scale per 32 elements with block scaling
@@ -124,7 +128,9 @@ def zero3_working_bytes(
     if scenario.wait_reduction or widened:
         # the reduce-scatter's input in the reduce dtype: FSDP2's copy-in buffer, or FSDP1's
         # cast of the unsharded gradient (_post_backward_hook), kept until the collective ends
-        grads += largest * grad_reduce_bytes(scenario)
+        # beside the 16-bit one (record_stream); the root's is cast last, and with a large
+        # vocabulary it is the largest (Llama 3 8B untied: 1.05e9 parameters to a block's 2.2e8)
+        grads += max(largest, root) * grad_reduce_bytes(scenario)
     return params, grads
 
 
@@ -141,7 +147,7 @@ def bucket_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> fl
     if not scenario.dp.bucket_copies or params <= 0 or layout.dp * layout.cp <= 1:
         return 0.0
     # the buckets take the gradients' dtype: the parameters' (fp32 under autocast)
-    whole = params * (4.0 if scenario.training.autocast else param_bytes(scenario))
+    whole = params * param_bytes(scenario)
     if layout.zero < 2:
         return whole
     buffers = 2 if scenario.overlap.dp_grad_reduce else 1

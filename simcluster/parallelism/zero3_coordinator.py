@@ -55,7 +55,10 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
     the norms' weights and biases (each ``hidden`` wide, whole on every TP rank), per-head query
     and key norms, MLA's latent norms, the linears' biases (column-parallel ones split over tp,
     the row-parallel output biases whole: Megatron's ``RowParallelLinear`` adds its bias after
-    the reduction) and a router. Everything else is a matrix far above any threshold."""
+    the reduction), a router and its bias, and the layer's ``model.qkv_bias`` (Qwen2's Q/K/V
+    biases, counted as one fused tensor as Megatron's ``linear_qkv`` holds them) and
+    ``model.post_norms`` (Gemma 2's output norm after each block). Everything else is a matrix
+    far above any threshold; the parts add up to the layer's parameters less its matrices."""
     h, t = model.hidden, layout.tp
     norm = [float(h)] * (2 if model.norm == "layernorm" else 1)
     if layer == -1:
@@ -63,16 +66,22 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
     if layer == -2:
         return list(norm)
     out = list(norm)  # the attention's input norm
+    if model.post_norms:
+        out += norm  # its output norm (model.post_norm_params)
     if model.mla is not None:
         out += [float(model.mla.kv_lora_rank)] + ([float(model.mla.q_lora_rank)] if model.mla.q_lora_rank else [])
     if model.qk_norm:
         out += [float(model.d_head)] * 2
     if not model.shared_norm:
-        out += norm  # the MLP's
+        out += norm + (norm if model.post_norms else [])  # the MLP's, and its output norm
     if model.bias and model.mla is None:
         out += [(model.heads + 2 * model.kv_heads) * model.d_head / t, float(h)]  # fused QKV, output
+    elif model.qkv_bias:
+        out.append((model.heads + 2 * model.kv_heads) * model.d_head / t)  # Q/K/V alone
     if model.is_moe_layer(layer):
         out.append(float(h * model.experts))  # the router's weight
+        if model.bias:
+            out.append(float(model.experts))  # and its bias (gpt-oss's GptOssTopKRouter.bias)
     elif model.bias:
         out += [model.up_width(model.ffn) / t, float(h)]  # fc1 (gate and up), fc2
     return out
@@ -191,11 +200,14 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
             largest_unit = max(largest_unit, size)
         n = kept_units(sizes, sc.max_reuse_distance)
         kept = max(kept, sum(sizes[len(sizes) - n :]))
-    window = prefetch_window(scenario, largest_tensor)
+    # zero3.prefetch false fetches nothing ahead (the engine's _zero3_gather), as a window of 0
+    window = prefetch_window(scenario, largest_tensor) if scenario.zero3.prefetch else 0.0
     gathered = max(largest_tensor, kept) + window
     persistent = persistent_bytes(scenario, model, layout, chunks)
     params = persistent + gathered * width + secondary_bytes(scenario, model, layout, chunks, persistent)
-    cap = knob(sc.reduce_bucket_size)
+    # beside FSDP2's one reduction in flight (dp.wait_reduction) the engine reduces each unit
+    # on its own and the bucket is never filled (dp_ops._zero3_post_backward, the inert note)
+    cap = None if scenario.wait_reduction else knob(sc.reduce_bucket_size)
     bucket = largest_unit if cap is None else float(cap)
     grads = (bucket + largest_tensor) * width
     return params, grads
