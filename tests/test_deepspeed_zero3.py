@@ -310,3 +310,24 @@ def test_the_coordinator_moves_the_same_bytes_with_experts_and_hybrid_sharding(p
     assert [b for _, b in coordinated] == pytest.approx([b for _, b in plain], rel=1e-12)
     assert plain[0][1] > 0 and plain[1][1] > 0
     assert (plain[2][1] > 0) == ("zero_shard" in parallel)
+
+
+def test_deepspeeds_coordinator_and_pytorch_fsdps_buffers_are_not_written_together(cli):
+    """DeepSpeed's ZeRO-3 (framework deepspeed sets its coordinator's prefetch window) keeps
+    parameters as views of its own flat partitions; PyTorch FSDP's copy-out (FSDP2) and
+    FlatParameter root (FSDP1) are another engine: one line naming zero3.buffers."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", "framework=deepspeed", "--set", "parallel.zero=3",
+              "--set", "zero3.buffers=flat")  # fmt: skip
+    assert res.code == 2 and "zero3.buffers" in res.err and "DeepSpeed" in res.err
+    assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_fsdp1_has_no_deferred_replica_all_reduce(cli):
+    """FSDP1's HYBRID_SHARD all-reduces replicas at every synchronised microbatch: PyTorch's
+    set_requires_all_reduce exists on FSDP2's FSDPModule only (torch/distributed/fsdp/
+    _fully_shard/_fully_shard.py), so last_microbatch under zero3.buffers: flat is refused."""
+    res = cli("memory", "llama3-8b-8xh100", "--set", "framework=pytorch-fsdp", "--set", "parallel.zero=3",
+              "--set", "parallel.zero_shard=4",
+              "--set", "zero3.replica_all_reduce=last_microbatch")  # fmt: skip
+    assert res.code == 2 and "zero3.replica_all_reduce" in res.err and "FSDP2" in res.err
+    assert len(res.err.strip().splitlines()) == 1

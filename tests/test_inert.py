@@ -155,10 +155,12 @@ MORE_INERT = [
                            "training": {"autocast": True}}),
     ("training.autocast", {"parallel": {"zero": 3, "pp": 2}, "zero3": {"buffers": "copies"},
                            "training": {"autocast": True}}),
-    # beside FSDP2's one reduction in flight the coordinator's gradient bucket is not used,
-    # in memory either
-    ("zero3.reduce_bucket_size", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "prefetch_bucket_size": 1000,
-                                                                     "reduce_bucket_size": 10**6}}),
+    # with one reduction in flight (FSDP2's rule, dp.wait_reduction) the coordinator's gradient
+    # bucket is not used, in memory either (its pairing with FSDP2's copies is refused:
+    # zero3_coordinator.check)
+    ("zero3.reduce_bucket_size", {"parallel": {"zero": 3}, "dp": {"wait_reduction": True},
+                                  "zero3": {"prefetch_bucket_size": 1000, "reduce_bucket_size": 10**6}}),
+    ("zero3.reduce_bucket_size", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "reduce_bucket_size": 10**6}}),
     # FSDP1's SHARD_GRAD_OP: the backward reuses the forward's gathers (no note before)
     ("zero3.backward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "reshard_after_forward": False,
                                                                     "backward_prefetch": "post"}}),

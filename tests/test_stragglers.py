@@ -214,13 +214,16 @@ def test_a_slow_gpu_under_zero3_keeps_every_ranks_gathers_and_reductions_in_orde
     """ZeRO-3's parameter gathers and gradient reduce-scatters share the data-parallel stream;
     with a slower GPU one rank reached the stream with them in another order than its peers
     and the ranks deadlocked (this layout, found by a random-layout search). They are now
-    issued in program order on every rank, and the step waits for the slow GPU."""
+    issued in program order on every rank, and the step waits for the slow GPU. The layout was
+    found with FSDP2's copies under framework deepspeed, a pair now refused (DeepSpeed's ZeRO-3
+    runs its own coordinator, zero3_coordinator.check); it runs DeepSpeed's coordinator here,
+    whose gathers and bucketed reduce-scatters share the same stream."""
     data = {
         "model": {"preset": "deepseek-v3", "layers": 4},
         "cluster": {"hardware": "dgx-h200", "gpus": 8},
         "parallel": {"tp": 4, "zero": 3},
         "training": {"seq_len": 2048, "global_batch": 2, "precision": "fp16"},
-        "zero3": {"prefetch": False, "buffers": "copies"},
+        "zero3": {"prefetch": False},
         "framework": "deepspeed",
     }
     healthy = simulate(scenario_from_dict({**data, "simulation": {"all_ranks": True}}))

@@ -11,8 +11,8 @@ from the moment the rank enters it (its stream is free, so the kernel is residen
 ends, including the time it waits for its peers -- that rank's compute progresses at rate
 ``(sm_count - collective_sms) / sm_count`` of its standalone speed. Interfering collectives
 are those of the groups in :data:`INTERFERING_GROUPS`: data parallel (dp, edp, and hybrid
-sharding's shard and replica groups dps/dpr, edps/edpr; ZeRO-1/2/3 gathers and reduce-scatters
-run there), context parallel (cp, and hierarchical CP's all-to-all and ring groups cpa/cpr:
+sharding's shard and replica groups dps/dpr, edps/edpr, ZeRO++'s hpZ and qgZ groups dph, dpl,
+dpx; ZeRO-1/2/3 gathers and reduce-scatters run there), context parallel (cp, and hierarchical CP's all-to-all and ring groups cpa/cpr:
 the same kernels on smaller groups) and expert parallel (ep, etp).
 Not interfering:
 
@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 
 import simpy
 
-INTERFERING_GROUPS = frozenset({"dp", "edp", "dps", "dpr", "edps", "edpr", "cp", "cpa", "cpr", "ep", "etp"})
+INTERFERING_GROUPS = frozenset(
+    {"dp", "edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx", "cp", "cpa", "cpr", "ep", "etp"}
+)
 
 
 @dataclass

@@ -50,6 +50,29 @@ def coordinated(scenario: Scenario) -> bool:
     return scenario.parallel.zero == 3 and scenario.zero3.prefetch_bucket_size is not None
 
 
+def check(scenario: Scenario) -> None:
+    """One-line errors for ZeRO-3 settings of two different engines written together:
+    DeepSpeed's coordinator (``zero3.prefetch_bucket_size`` set, as ``framework: deepspeed``
+    does) keeps its parameters as views of its own flat buffers, so PyTorch FSDP's buffer modes
+    (``zero3.buffers`` copies or flat) do not exist beside it; and FSDP1's HYBRID_SHARD has no
+    ``set_requires_all_reduce`` (FSDP2's ``FSDPModule`` API): its ``no_sync`` skips the
+    reduce-scatter too, so its replicas all-reduce at every synchronised microbatch."""
+    z = scenario.zero3
+    if coordinated(scenario) and z.buffers != "views":
+        raise UserError(
+            "zero3.buffers",
+            f"'{z.buffers}' is PyTorch FSDP's, but DeepSpeed's ZeRO-3 coordinator is set "
+            "(zero3.prefetch_bucket_size, framework: deepspeed); drop zero3.buffers, or the "
+            "coordinator's settings for FSDP",
+        )
+    if scenario.parallel.zero == 3 and z.buffers == "flat" and z.replica_all_reduce == "last_microbatch":
+        raise UserError(
+            "zero3.replica_all_reduce",
+            "last_microbatch is FSDP2's set_requires_all_reduce(False), which FSDP1 (zero3.buffers: "
+            "flat) does not have; drop it (every_microbatch) or use FSDP2 (zero3.buffers: copies)",
+        )
+
+
 def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
     """Elements on one GPU of each small parameter tensor of a unit (-1 embedding, -2 LM head):
     the norms' weights and biases (each ``hidden`` wide, whole on every TP rank), per-head query
