@@ -98,9 +98,13 @@ class GpuSpec(_Strict):
 
 # GPU name -> compute capability (NVIDIA's CUDA GPUs table), for profiles that do not state it;
 # longest names first so 'gb200' is not read as 'b200' (a GH200's GPU is an H100: 9.0)
+# NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus): data-centre parts a training or
+# calibration run names; a name it cannot tell apart (RTX 6000 is Turing, Ada or Blackwell) is
+# left out, and such a profile writes gpu.compute_capability itself
 _COMPUTE_CAPABILITY = {
-    "gb300": 10.3, "b300": 10.3, "gb200": 10.0, "b200": 10.0, "gh200": 9.0, "h100": 9.0,
-    "h200": 9.0, "h800": 9.0, "h20": 9.0, "a100": 8.0, "a800": 8.0, "v100": 7.0,
+    "gb300": 10.3, "b300": 10.3, "gb200": 10.0, "b200": 10.0, "b100": 10.0, "gh200": 9.0,
+    "h100": 9.0, "h200": 9.0, "h800": 9.0, "h20": 9.0, "l40s": 8.9, "l40": 8.9, "l4": 8.9,
+    "a100": 8.0, "a800": 8.0, "a30": 8.0, "a40": 8.6, "a10g": 8.6, "a10": 8.6, "t4": 7.5, "v100": 7.0,
 }  # fmt: skip
 _CC_NAME = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(_COMPUTE_CAPABILITY, key=len, reverse=True)) + r")(?!\d)")
 

@@ -157,6 +157,25 @@ def test_compute_capability_read_from_the_gpu_name_when_not_given():
     assert compute_capability_of("NVIDIA GB200 (Blackwell, 186GB)") == 10.0
     assert compute_capability_of("NVIDIA B300 SXM6") == 10.3
     assert compute_capability_of("AMD Instinct MI300X 192GB") is None
+
+
+@pytest.mark.parametrize(
+    "name,cc",
+    [
+        # NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus), as torch.cuda names them
+        ("NVIDIA L40S", 8.9), ("NVIDIA L40", 8.9), ("NVIDIA L4", 8.9), ("NVIDIA A10G", 8.6),
+        ("NVIDIA A10", 8.6), ("NVIDIA A40", 8.6), ("NVIDIA A30", 8.0), ("Tesla T4", 7.5),
+        ("NVIDIA A100-SXM4-80GB", 8.0), ("NVIDIA H100 80GB HBM3", 9.0), ("NVIDIA H20", 9.0),
+        ("Tesla V100-SXM2-32GB", 7.0), ("NVIDIA RTX 6000 Ada Generation", None),
+    ],
+)  # fmt: skip
+def test_calibrated_gpu_names_give_their_compute_capability(name, cc):
+    """A profile calibrated on one of these keeps NCCL's current protocol caps (nccl_caps.py) by
+    its generation; an ambiguous name (RTX 6000: Turing, Ada or Blackwell) gives None."""
+    assert compute_capability_of(name) == cc
+
+
+def test_the_gpu_name_gives_the_capability_when_the_profile_omits_it():
     raw = _raw()
     del raw["gpu"]["compute_capability"]
     assert profile_from_dict(raw).gpu.compute_capability == 9.0
