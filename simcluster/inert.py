@@ -92,6 +92,15 @@ def _coordinator(ctx: Context) -> Verdict:
     return None
 
 
+def _max_live(ctx: Context) -> Verdict:
+    # read only by zero3_coordinator.prefetch_window, which runs only when the coordinator
+    # fetches ahead (dp_ops._zero3_gather, working_bytes): nothing is with zero3.prefetch false
+    verdict = _coordinator(ctx)
+    if verdict is None and not ctx.scenario.zero3.prefetch:
+        return ("with zero3.prefetch false", "it caps what is fetched ahead, and nothing is")
+    return verdict
+
+
 def _zeropp_quantized(ctx: Context) -> Verdict:
     # ZeRO++'s qwZ and qgZ act on the ZeRO group's gathers and reductions, which one rank does
     # not run (partition_parameters.py all_gather_coalesced: num_partitions == 1; dp_ops.py)
@@ -348,7 +357,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
     InertRule("zero3.prefetch_bucket_size", _zero3_per_layer),
     InertRule("zero3.param_persistence_threshold", _zero3_per_layer),
-    InertRule("zero3.max_live_parameters", _coordinator),
+    InertRule("zero3.max_live_parameters", _max_live),
     InertRule("zero3.max_reuse_distance", _coordinator),
     InertRule("zero3.reduce_bucket_size", _reduce_bucket),
     InertRule("zero3.hpz_partition_size", _zero_below_3),

@@ -155,6 +155,9 @@ MORE_INERT = [
                            "training": {"autocast": True}}),
     ("training.autocast", {"parallel": {"zero": 3, "pp": 2}, "zero3": {"buffers": "copies"},
                            "training": {"autocast": True}}),
+    # the live-parameter cap limits only what is fetched ahead (zero3_coordinator.prefetch_window)
+    ("zero3.max_live_parameters", {"parallel": {"zero": 3},
+                                   "zero3": {"prefetch_bucket_size": 1000, "prefetch": False, "max_live_parameters": 10**6}}),
     # with one reduction in flight (FSDP2's rule, dp.wait_reduction) the coordinator's gradient
     # bucket is not used, in memory either (its pairing with FSDP2's copies is refused:
     # zero3_coordinator.check)
