@@ -430,10 +430,10 @@ def run_cases(
     """Simulate every case (``jobs`` > 1: in worker processes; ``executor``: wherever it runs
     them); results in case order."""
     results: dict[int, CaseResult] = {}
-    # longest first so the slow cases do not end up alone at the tail
-    order = sorted(range(len(cases)), key=lambda i: -_cost_hint(cases[i]))
-    if (executor is None or executor.kind == "processes") and min(jobs, len(cases)) <= 1:
-        order = list(range(len(cases)))  # one at a time: in the files' order
+    order = list(range(len(cases)))  # one at a time: in the files' order
+    if not ((executor is None or executor.kind == "processes") and min(jobs, len(cases)) <= 1):
+        # longest first so the slow cases do not end up alone at the tail
+        order.sort(key=lambda i: -cost_hint(cases[i].scenario))
     work = [(i, cases[i]) for i in order]
     for i, result in (executor or Executor("processes", jobs)).map_unordered(_run_indexed, work):
         results[i] = result
@@ -445,7 +445,3 @@ def run_cases(
 def _run_indexed(job: tuple[int, Case]) -> tuple[int, CaseResult]:
     return job[0], run_case(job[1])
 
-
-def _cost_hint(case: Case) -> float:
-    """The case's rough simulation cost (:func:`simcluster.cost_hint.cost_hint`)."""
-    return cost_hint(case.scenario)

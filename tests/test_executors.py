@@ -79,9 +79,10 @@ def test_sweep_cli_runs_on_a_local_dask_cluster(cli):
 
 def test_validate_cases_on_dask_match_the_serial_run():
     pytest.importorskip("distributed")
-    from simcluster.validate import _cost_hint, load_cases, run_cases
+    from simcluster.cost_hint import cost_hint
+    from simcluster.validate import load_cases, run_cases
 
-    cases = sorted(load_cases(quick=True), key=_cost_hint)[:3]  # the three cheapest shipped cases
+    cases = sorted(load_cases(quick=True), key=lambda c: cost_hint(c.scenario))[:3]  # the three cheapest shipped cases
     serial = run_cases(cases, jobs=1)
     on_dask = run_cases(cases, executor=Executor("dask", 2, "local"))
     assert [r.case.name for r in on_dask] == [c.name for c in cases]  # in case order
