@@ -120,10 +120,25 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"vocab_size": 256000, "head_dim": 256, "sliding_window": 4096,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
     # Llama4TextConfig: chunks of 8192 tokens on the rotary layers, every fourth layer NoPE
-    # and global (no_rope_layers, when empty, built from no_rope_layer_interval)
-    "llama4_text": {"attention_chunk_size": 8192, "no_rope_layer_interval": 4},
+    # and global (no_rope_layers, when empty, built from no_rope_layer_interval); one expert a
+    # token
+    "llama4_text": {"attention_chunk_size": 8192, "no_rope_layer_interval": 4, "num_experts_per_tok": 1},
     # MptConfig: expansion_ratio 4, no_bias true
     "mpt": {"expansion_ratio": 4, "no_bias": True},
+    # GptOssConfig: 4 experts a token, a 128-token window, layer_types (when absent) sliding on
+    # the even layers and full on the odd ones: one global layer in two
+    "gpt_oss": {"num_experts_per_tok": 4, "head_dim": 64, "sliding_window": 128, "sliding_window_pattern": 2},
+    # MistralConfig: sliding_window 4096 unless the file sets it (Mistral 7B v0.2 on: null)
+    "mistral": {"sliding_window": 4096},
+    # Cohere2Config and Olmo3Config: a 4096-token window, layer_types (when absent) with every
+    # fourth layer full ((i + 1) % 4 == 0; Cohere2's older files: sliding_window_pattern 4)
+    "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    "olmo3": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    # FalconConfig and GPTBigCodeConfig: multi_query true (one K/V head) unless the file says not
+    "falcon": {"multi_query": True},
+    "gpt_bigcode": {"multi_query": True},
+    # Qwen2MoeConfig: 4 of 60 experts of 1408, a shared expert of 5632
+    "qwen2_moe": {"num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632},
 }  # fmt: skip
 
 # a multimodal config's language model, when its text_config leaves its own model_type out
@@ -237,10 +252,10 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
             data[ours] = value
     if model_type == "chatglm" and not cfg.get("multi_query_attention"):
         data.pop("kv_heads", None)  # ChatGLM's multi_query_group_num counts only with it
-    if cfg.get("multi_query") and "kv_heads" not in data:  # Falcon-7B, StarCoder
+    if model_type in _FALCON_TYPES:
+        data.update(_falcon_kv_heads(cfg, model_type))
+    elif cfg.get("multi_query"):  # GPTBigCodeConfig: num_key_value_heads = 1 if multi_query
         data["kv_heads"] = 1
-    if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B
-        data["kv_heads"] = cfg["num_kv_heads"]
     if model_type in ("falcon", "RefinedWebModel", "RefinedWeb") and cfg.get("alibi"):  # Falcon-RW
         family = replace(family, position="alibi")
     if model_type == "mpt" and "hidden" in data:
@@ -267,7 +282,9 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["bias"] = True
     # Qwen2Attention's q/k/v_proj always carry a bias (bias=True in its code); ChatGLM's and
     # StableLM's when their config says so; attention_bias alone, with o_proj's h more a layer
-    qkv = model_type in ("qwen2", "qwen2_moe") or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
+    # (Qwen2MoeAttention's bias is config.qkv_bias where its config has one, true by default)
+    qwen2 = model_type == "qwen2" or (model_type == "qwen2_moe" and cfg.get("qkv_bias", True))
+    qkv = qwen2 or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
     if not data["bias"] and qkv:
         data["qkv_bias"] = True
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
@@ -277,6 +294,9 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(cap, bool) or not isinstance(cap, (int, float)):
             raise Unsupported(f"final_logit_softcapping {cap!r} is not a number")
         data["logit_softcap"] = float(cap)
+    # GptOssAttention always holds sinks (one logit per head); Olmo3Attention with use_sinks
+    if model_type == "gpt_oss" or cfg.get("use_sinks"):
+        data["attention_sinks"] = True
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
@@ -323,6 +343,18 @@ def _parallel_block_fields(cfg: dict[str, Any], model_type: str) -> dict[str, An
 
 def _parallel(block: bool, norms: int) -> dict[str, Any]:
     return {"parallel_block": True, "parallel_norms": norms} if block else {}
+
+
+def _falcon_kv_heads(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Falcon's K/V heads as FalconAttention takes them: ``num_kv_heads`` (``n_head_kv`` in
+    newer files; FalconConfig defaults it to the query heads) with the new decoder architecture
+    or without ``multi_query``, else one (FalconConfig's multi_query defaults to true). The
+    checkpoints' own RefinedWeb code (40B/180B) is the new architecture."""
+    new = bool(cfg.get("new_decoder_architecture")) or model_type == "RefinedWeb"
+    if new or not cfg.get("multi_query"):
+        kv = cfg.get("num_kv_heads") or cfg.get("n_head_kv")
+        return {"kv_heads": kv} if kv else {}
+    return {"kv_heads": 1}
 
 
 def supported_types() -> list[str]:
@@ -447,6 +479,15 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
         data["expert_ffn"] = cfg.get("intermediate_size") or 0
         data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
         data["shared_experts"] = 1
+        # Llama4TextConfig.moe_layers, when given, replaces interleave_moe_layer_step's
+        # range(step - 1, layers, step): only that pattern is model.moe_every
+        listed, step = cfg.get("moe_layers"), int(cfg.get("interleave_moe_layer_step") or 1)
+        layers = int(data.get("layers") or 0)
+        if isinstance(listed, list) and sorted(listed) != list(range(step - 1, layers, step)):
+            raise Unsupported(
+                f"moe_layers {listed}: only every interleave_moe_layer_step-th layer ({step}) can be "
+                "expressed (model.moe_every)"
+            )
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
         # Qwen2MoeSparseMoeBlock: one shared expert of shared_expert_intermediate_size, costed
         # as that many routed-expert widths (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408)
