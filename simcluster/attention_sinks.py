@@ -11,7 +11,10 @@ of a query row's two products it is two exponentials, so the kernel's time is ta
 unchanged. No published benchmark times a kernel with and without sinks (TransformerEngine
 #2148, flash-attention #2706 and vLLM's flash-attention #75 give support and correctness only).
 
-Not every kernel takes the sink, and one that does not cannot train the model (the sink's
+PyTorch's FlexAttention has no denominator term of its own but runs the same sum two ways: a
+zero key/value column whose score ``score_mod`` replaces with the sink logit, or its returned
+log-sum-exp rescaling the output by sigmoid(lse - sink), as gpt-oss ports on it do; no profile has
+curves for it. Not every kernel takes the sink, and one that does not cannot train the model (the sink's
 gradient is needed), so a scenario that names such a kernel is refused with the ones that can.
 """
 

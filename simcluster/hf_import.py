@@ -19,16 +19,20 @@ The parallel attention + MLP block (``model.parallel_block`` and ``parallel_norm
 from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it; local
 attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
+gpt-oss's attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per
+head and layer; the same per-head sinks where a config sets ``use_sinks``, as an OLMo 3 draft's
+Olmo3Attention reads it) are ``model.attention_sinks``: their weights,
+no modelled time, and a kernel that cannot train them is refused (:mod:`simcluster.attention_sinks`).
+
 Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
 Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
 ``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
-LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), and gpt-oss's
-attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per head and
-layer): a fused kernel adds one term to each query row's softmax normaliser, once per row when
-it finalises the row (flash-attn's CuTe kernels, ``Softmax.finalize`` with ``sink_val``: forward
-on SM90/SM100, backward since Dao-AILab/flash-attention#2706; cuDNN's learnable softmax), at
-most 1/128 of the exponentials of a 128-token window layer and no matmul; no published
-measurement of a sink's cost exists (the flash-attn 2 package has no sinks, PR #1819 is open).
+LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs); GPT-J's and
+CodeGen's attention projections, which have no bias though their MLP does (``bias`` is every
+linear's: 4h a layer too many) and their LM head's bias (vocab, left out); Cohere's LayerNorm,
+which has a weight and no bias (counted with one: h a norm too many); Llama 4's query/key norm,
+an L2 norm without weights (``use_qk_norm``; 2 head_dim a layer too many) and Cohere's and
+StableLM's per-head ones (a weight per head, counted once).
 GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
 a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
 RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
@@ -294,7 +298,7 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(cap, bool) or not isinstance(cap, (int, float)):
             raise Unsupported(f"final_logit_softcapping {cap!r} is not a number")
         data["logit_softcap"] = float(cap)
-    # GptOssAttention always holds sinks (one logit per head); Olmo3Attention with use_sinks
+    # GptOssAttention always holds sinks (one logit per head); a config's use_sinks the same
     if model_type == "gpt_oss" or cfg.get("use_sinks"):
         data["attention_sinks"] = True
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))

@@ -13,10 +13,10 @@ from test_scenario_errors import assert_one_line_error, write
 
 from simcluster import attention_sinks
 from simcluster.context import build_context
+from simcluster.errors import UserError
 from simcluster.flops import matmul_weights_per_token
 from simcluster.hardware import load_profile
 from simcluster.model import build_model, from_hf_config, load_preset
-from simcluster.errors import UserError
 from simcluster.scenario import scenario_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -40,7 +40,7 @@ def test_other_types_have_none_and_use_sinks_turns_them_on(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert not from_hf_config(path).attention_sinks
-    path.write_text(json.dumps({**cfg, "use_sinks": True}))  # Olmo3Attention's use_sinks
+    path.write_text(json.dumps({**cfg, "use_sinks": True}))  # an OLMo 3 draft's Olmo3Config.use_sinks
     assert from_hf_config(path).attention_sinks
 
 
