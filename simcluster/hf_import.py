@@ -143,6 +143,8 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_bigcode": {"multi_query": True},
     # Qwen2MoeConfig: 4 of 60 experts of 1408, a shared expert of 5632
     "qwen2_moe": {"num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632},
+    # OlmoeConfig: 8 of 64 experts a token
+    "olmoe": {"num_experts_per_tok": 8},
 }  # fmt: skip
 
 # a multimodal config's language model, when its text_config leaves its own model_type out
@@ -256,6 +258,12 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
             data[ours] = value
     if model_type == "chatglm" and not cfg.get("multi_query_attention"):
         data.pop("kv_heads", None)  # ChatGLM's multi_query_group_num counts only with it
+    if model_type == "opt" and cfg.get("word_embed_proj_dim") not in (None, data.get("hidden")):
+        # OPTDecoder's project_in / project_out between a narrower embedding and the layers
+        raise Unsupported(
+            f"word_embed_proj_dim {cfg['word_embed_proj_dim']}: OPT's projections between an embedding "
+            "narrower than hidden_size and the layers are not modelled"
+        )
     if model_type in _FALCON_TYPES:
         data.update(_falcon_kv_heads(cfg, model_type))
     elif cfg.get("multi_query"):  # GPTBigCodeConfig: num_key_value_heads = 1 if multi_query
@@ -270,6 +278,11 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
     data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
+    if model_type == "chatglm":
+        # ChatGLMConfig (THUDM/chatglm3-6b): rmsnorm true, else LayerNorm; add_bias_linear on
+        # every linear (false in the released models)
+        data["norm"] = "rmsnorm" if cfg.get("rmsnorm", True) else "layernorm"
+        data["bias"] = bool(cfg.get("add_bias_linear"))
     if model_type == "mpt":
         data["bias"] = not cfg["no_bias"]
     data["position"] = family.position

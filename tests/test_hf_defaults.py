@@ -122,3 +122,27 @@ def test_qwen2_moe_shared_expert_and_qkv_bias_defaults(tmp_path):
     m = read(tmp_path, without(cfg, "shared_expert_intermediate_size", "num_experts_per_tok"))
     assert (m.shared_experts, m.top_k, m.qkv_bias) == (4, 4, True)
     assert not read(tmp_path, {**cfg, "qkv_bias": False}).qkv_bias
+
+
+def test_chatglm_norm_and_linear_biases_follow_its_config():
+    """ChatGLMConfig (THUDM/chatglm3-6b's configuration_chatglm.py): rmsnorm (default true) picks
+    RMSNorm over LayerNorm, add_bias_linear puts a bias on every linear."""
+    from simcluster.hf_import import fields_from_config
+
+    cfg = {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096, "num_attention_heads": 32,
+           "ffn_hidden_size": 13696, "padded_vocab_size": 65024, "add_qkv_bias": True}  # fmt: skip
+    assert (fields_from_config(cfg)["norm"], fields_from_config(cfg)["bias"]) == ("rmsnorm", False)
+    both = fields_from_config({**cfg, "rmsnorm": False, "add_bias_linear": True})
+    assert (both["norm"], both["bias"]) == ("layernorm", True) and "qkv_bias" not in both
+
+
+def test_opt_350m_embedding_projection_is_refused(tmp_path):
+    """facebook/opt-350m: word_embed_proj_dim 512 under hidden_size 1024, so OPTDecoder adds
+    project_in and project_out; the others (word_embed_proj_dim = hidden_size) read as before."""
+    cfg = {"model_type": "opt", "hidden_size": 1024, "word_embed_proj_dim": 512, "ffn_dim": 4096,
+           "num_hidden_layers": 24, "num_attention_heads": 16, "vocab_size": 50272,
+           "max_position_embeddings": 2048}  # fmt: skip
+    with pytest.raises(UserError) as err:
+        read(tmp_path, cfg)
+    assert "word_embed_proj_dim 512" in str(err.value)
+    assert read(tmp_path, {**cfg, "word_embed_proj_dim": 1024}).max_positions == 2050
