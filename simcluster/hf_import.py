@@ -142,9 +142,20 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"multi_query": True},
     "gpt_bigcode": {"multi_query": True},
     # Qwen2MoeConfig: 4 of 60 experts of 1408, a shared expert of 5632
-    "qwen2_moe": {"num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632},
+    "qwen2_moe": {"num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632, "max_window_layers": 28},
     # OlmoeConfig: 8 of 64 experts a token
     "olmoe": {"num_experts_per_tok": 8},
+    # Qwen3MoeConfig: 8 of 128 experts a token; Qwen3Config: head_dim 128 (not hidden / heads);
+    # Qwen2Config, Qwen2MoeConfig, Qwen3Config: with use_sliding_window, layers from 28 on local
+    "qwen3_moe": {"num_experts_per_tok": 8},
+    "qwen3": {"head_dim": 128, "max_window_layers": 28},
+    "qwen2": {"max_window_layers": 28},
+    # DeepseekV3Config and DeepseekV2Config: their MLA ranks and dimensions, shared experts,
+    # leading dense layers (V3: 8 of 256 experts a token; V2's num_experts_per_tok has no default)
+    "deepseek_v3": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_shared_experts": 1, "first_k_dense_replace": 3, "num_experts_per_tok": 8},
+    "deepseek_v2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_shared_experts": 2},
 }  # fmt: skip
 
 # a multimodal config's language model, when its text_config leaves its own model_type out

@@ -146,3 +146,26 @@ def test_opt_350m_embedding_projection_is_refused(tmp_path):
         read(tmp_path, cfg)
     assert "word_embed_proj_dim 512" in str(err.value)
     assert read(tmp_path, {**cfg, "word_embed_proj_dim": 1024}).max_positions == 2050
+
+
+def test_deepseek_configs_take_their_classes_defaults(tmp_path):
+    """DeepseekV3Config: q_lora_rank 1536, kv_lora_rank 512, qk_nope/rope 128/64, v_head 128, one
+    shared expert, 3 leading dense layers, 8 experts a token; DeepseekV2Config: the same MLA
+    dimensions and 2 shared experts. A file leaving them out is the same model."""
+    v3 = published("deepseek-v3")
+    keys = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+            "n_shared_experts", "first_k_dense_replace", "num_experts_per_tok")  # fmt: skip
+    assert read(tmp_path, without(v3, *keys)).params_total() == from_hf_config(FIXTURES / "deepseek-v3.json").params_total()
+    v2 = published("deepseek-v2")
+    assert read(tmp_path, without(v2, *keys[:6])).params_total() == from_hf_config(FIXTURES / "deepseek-v2.json").params_total()
+
+
+def test_qwen_window_layers_and_head_dim_defaults(tmp_path):
+    """Qwen2Config and Qwen3Config: with use_sliding_window the layers from max_window_layers
+    (default 28) on are local, which simcluster cannot place below the layer count; Qwen3Config's
+    head_dim is 128 whatever hidden / heads is (Qwen3-4B: 2560 / 32)."""
+    cfg = published("qwen3-8b")
+    with pytest.raises(UserError, match="max_window_layers 28"):
+        read(tmp_path, {**without(cfg, "max_window_layers"), "use_sliding_window": True, "sliding_window": 4096})
+    small = {**without(cfg, "head_dim"), "hidden_size": 2560, "num_hidden_layers": 36}
+    assert read(tmp_path, small).d_head == 128
