@@ -7,8 +7,10 @@ the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeG
 too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below, the
 registry of the ``model_type`` values simcluster reads; any other ``model_type`` (or none) is
-refused with the list, not guessed. Fields a config class defaults and its published files
-leave out (Gemma 2 and 3, Llama 4, MPT) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
+refused with the list, not guessed. Fields a config class defaults and a file may leave out
+(Gemma 2 and 3, Llama 4, MPT, gpt-oss, Mistral, Cohere2, OLMo 3, OLMoE, Falcon, GPTBigCode,
+Qwen2/3 and their MoEs, DeepSeek-V2/V3) come from ``CONFIG_DEFAULTS``, each as its transformers
+configuration class sets it. Layers that are not softmax
 attention (linear attention, Mamba) are refused with the field that says so, and so is tanh
 soft-capping of the attention scores (Gemma 2's ``attn_logit_softcapping``), which changes the
 fused attention kernel by an amount no published measurement gives (:func:`_refuse_softcapping`);
@@ -29,7 +31,7 @@ Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of
 ``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
 LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs); GPT-J's and
 CodeGen's attention projections, which have no bias though their MLP does (``bias`` is every
-linear's: 4h a layer too many) and their LM head's bias (vocab, left out); Cohere's LayerNorm,
+linear's: 4h a layer too many) and their LM head's bias, as Phi's (vocab, left out); Cohere's LayerNorm,
 which has a weight and no bias (counted with one: h a norm too many); Llama 4's query/key norm,
 an L2 norm without weights (``use_qk_norm``; 2 head_dim a layer too many) and Cohere's and
 StableLM's per-head ones (a weight per head, counted once).
@@ -174,7 +176,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
-    "head_dim": ("head_dim",),
+    "head_dim": ("head_dim", "kv_channels"),  # kv_channels: ChatGLM's per-head width
     "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "top_k": ("num_experts_per_tok",),
     "expert_ffn": ("moe_intermediate_size",),
@@ -288,7 +290,9 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
-    data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
+    # StarCoder2's use_bias, Falcon's bias, OPT's enable_bias: every linear's
+    said = _first(cfg, ("use_bias", "bias", "enable_bias"))
+    data["bias"] = family.bias if said is None else bool(said)
     if model_type == "chatglm":
         # ChatGLMConfig (THUDM/chatglm3-6b): rmsnorm true, else LayerNorm; add_bias_linear on
         # every linear (false in the released models)

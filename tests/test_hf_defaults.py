@@ -169,3 +169,16 @@ def test_qwen_window_layers_and_head_dim_defaults(tmp_path):
         read(tmp_path, {**without(cfg, "max_window_layers"), "use_sliding_window": True, "sliding_window": 4096})
     small = {**without(cfg, "head_dim"), "hidden_size": 2560, "num_hidden_layers": 36}
     assert read(tmp_path, small).d_head == 128
+
+
+def test_opt_enable_bias_and_chatglm_kv_channels():
+    """OPTConfig.enable_bias (default true) is every linear's bias; ChatGLM's attention heads
+    are kv_channels wide (its SelfAttention's hidden_size_per_attention_head)."""
+    from simcluster.hf_import import fields_from_config
+
+    opt = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048}  # fmt: skip
+    assert fields_from_config(opt)["bias"] and not fields_from_config({**opt, "enable_bias": False})["bias"]
+    glm = {"model_type": "chatglm", "num_layers": 40, "hidden_size": 4096, "num_attention_heads": 32,
+           "kv_channels": 160, "ffn_hidden_size": 13696, "padded_vocab_size": 151552}  # fmt: skip
+    assert fields_from_config(glm)["head_dim"] == 160
