@@ -122,6 +122,8 @@ FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "sliding_window": 4096, "sliding_window_pattern": 6},
+    # GemmaConfig: head_dim 256 whatever hidden / heads is (gemma-7b: 3072 / 16)
+    "gemma": {"head_dim": 256},
     # Gemma2Config: both soft-caps on unless the file sets them to null
     "gemma2": {"vocab_size": 256000, "head_dim": 256, "sliding_window": 4096,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},

@@ -182,3 +182,14 @@ def test_opt_enable_bias_and_chatglm_kv_channels():
     glm = {"model_type": "chatglm", "num_layers": 40, "hidden_size": 4096, "num_attention_heads": 32,
            "kv_channels": 160, "ffn_hidden_size": 13696, "padded_vocab_size": 151552}  # fmt: skip
     assert fields_from_config(glm)["head_dim"] == 160
+
+
+def test_gemma_head_dim_defaults_to_256(tmp_path):
+    """GemmaConfig: head_dim 256, not hidden / heads (google/gemma-7b: 3072 / 16 = 192)."""
+    cfg = {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 256000}  # fmt: skip
+    m = read(tmp_path, cfg)
+    assert m.d_head == 256 and m.tied_embeddings
+    # Gemma report (arXiv 2403.08295) Table 2, 7B: 7,751,248,896 non-embedding parameters (its
+    # embedding count, 786,825,216, is of 256,128 rows; the config's vocab is 256,000)
+    assert m.params_total() - m.vocab * m.hidden == 7_751_248_896
