@@ -8,8 +8,10 @@ query row's softmax normaliser, added once when the row is finalised (flash-attn
 the sink's gradient, a per-head sum over the rows of what the kernel already holds (the
 log-sum-exp and rowsum(dO * O)). No matmul, no tile more: against the 4 * keys * head_dim FLOPs
 of a query row's two products it is two exponentials, so the kernel's time is taken as
-unchanged. No published benchmark times a kernel with and without sinks (TransformerEngine
-#2148, flash-attention #2706 and vLLM's flash-attention #75 give support and correctness only).
+unchanged. The one published timing with and without sinks agrees: AMD's Triton attention
+backward (ROCm/aiter#1576, gpt-oss shapes, BSHD and THD) runs 0.99x to 1.01x as fast with them;
+NVIDIA's (TransformerEngine#2148, flash-attention#2706, vLLM's flash-attention#75) give support
+and correctness only.
 
 PyTorch's FlexAttention has no denominator term of its own but runs the same sum two ways: a
 zero key/value column whose score ``score_mod`` replaces with the sink logit, or its returned
