@@ -9,7 +9,7 @@ the sink's gradient, a per-head sum over the rows of what the kernel already hol
 log-sum-exp and rowsum(dO * O)). No matmul, no tile more: against the 4 * keys * head_dim FLOPs
 of a query row's two products it is two exponentials, so the kernel's time is taken as
 unchanged. The one published timing with and without sinks agrees: AMD's Triton attention
-backward (ROCm/aiter#1576, gpt-oss shapes, BSHD and THD) runs 0.99x to 1.01x as fast with them;
+backward (ROCm/aiter#1576, BSHD and THD batches) runs 0.99x to 1.01x as fast with them;
 NVIDIA's (TransformerEngine#2148, flash-attention#2706, vLLM's flash-attention#75) give support
 and correctness only.
 
