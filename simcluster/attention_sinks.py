@@ -16,13 +16,14 @@ and correctness only.
 PyTorch's FlexAttention has no denominator term of its own but runs the same sum two ways: a
 zero key/value column whose score ``score_mod`` replaces with the sink logit, or its returned
 log-sum-exp rescaling the output by sigmoid(lse - sink), as gpt-oss ports on it do; no profile has
-curves for it. A kernel without a sink input can still be wrapped so (PaddleFormers#2461 on
-flash-attn 2 and 3: the output rescaled by that sigmoid, the backward re-entered with the rescaled
-output and log-sum-exp, which gives the sink softmax's gradients), but none of TransformerEngine,
-Megatron-Core or transformers does: TE's get_attention_backend drops FlashAttention for any
-softmax_type but vanilla. A user of such a wrapper sets ``attention_sinks: false`` (elementwise
-passes over the output only). Otherwise not every kernel takes the sink, and one that does not cannot train the model (the sink's
-gradient is needed), so a scenario that names such a kernel is refused with the ones that can.
+curves for it. A kernel without a sink input can be wrapped to run them (PaddleFormers#2461
+post-processes flash-attn 2's and 3's forward and backward: the output rescaled by that sigmoid,
+and a backward given the rescaled output and log-sum-exp yields the sink softmax's gradients),
+but TransformerEngine does not (its get_attention_backend drops FlashAttention for any
+softmax_type but vanilla); a user of such a wrapper sets ``attention_sinks: false``, its extra
+work being elementwise passes over the output. Otherwise a kernel that does not take the sink
+cannot train the model (the sink's gradient is needed), so a scenario that names one is refused
+with the kernels that can.
 """
 
 from __future__ import annotations
