@@ -31,13 +31,17 @@ def without(cfg: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 def test_falcon_7b_is_multi_query_whatever_else_the_file_holds(tmp_path):
-    """tiiuae/falcon-7b: 6,921,720,704 parameters (safetensors metadata; 71 query heads, one
-    K/V head, LayerNorm, a 4h GeLU MLP, tied embeddings). FalconAttention takes
+    """tiiuae/falcon-7b: 6,921,720,704 parameters from FalconForCausalLM's modules (71 query
+    heads of 64, one K/V head, one LayerNorm a layer, a 4h GeLU MLP, no biases, tied
+    embeddings). FalconAttention takes
     config.num_kv_heads only with new_decoder_architecture or without multi_query, else one head;
     FalconConfig's multi_query defaults to true. A file saved with n_head_kv 71 beside
     multi_query true (FalconConfig fills n_head_kv with the query heads) was read as 71 K/V
     heads, and one without multi_query as multi-head."""
     cfg = published("falcon-7b")
+    h, d, v, layers = 4544, 64, 65024, 32
+    per_layer = h * (h + 2 * d) + h * h + 2 * h * 4 * h + 2 * h  # query_key_value, dense, MLP, ln
+    assert v * h + layers * per_layer + 2 * h == 6_921_720_704  # word_embeddings, blocks, ln_f
     for variant in (cfg, {**cfg, "n_head_kv": 71}, {**cfg, "num_kv_heads": 71}, without(cfg, "multi_query")):
         m = read(tmp_path, variant)
         assert m.kv_heads == 1 and m.params_total() == 6_921_720_704
