@@ -54,6 +54,10 @@ def test_starcoder_is_multi_query_by_default(tmp_path):
     GPTBigCodeConfig: num_key_value_heads = 1 if multi_query else n_head, multi_query true by
     default."""
     cfg = published("starcoder")
+    h, d, ffn, v, layers, positions = 6144, 128, 24576, 49152, 40, 8192
+    attn = h * (h + 2 * d) + (h + 2 * d) + h * h + h  # c_attn (fused Q and one K/V head), c_proj
+    per_layer = 2 * 2 * h + attn + (h * ffn + ffn) + (ffn * h + h)  # ln_1, ln_2, attention, MLP
+    assert v * h + positions * h + layers * per_layer + 2 * h == 15_517_456_384  # wte, wpe, h, ln_f
     for variant in (cfg, without(cfg, "multi_query")):
         m = read(tmp_path, variant)
         assert (m.kv_heads, m.position, m.tied_embeddings) == (1, "learned", True)
