@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simcluster import userbuffers
+from simcluster import attention_sinks, userbuffers
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
@@ -74,6 +74,8 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         )
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
+    kernel = profile.attention_kernel_in_use(scenario.training.attention_kernel)
+    attention_sinks.check(model, scenario.training.flash_attention, kernel, profile)
     _check_precision(scenario.training, profile)
     _check_recompute(scenario.training, model)
     _check_cuda_graphs(scenario.training, model)

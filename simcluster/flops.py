@@ -52,9 +52,9 @@ def layer_matmul_weights(model: ModelSpec, index: int) -> float:
 
 
 def _attention_weights(model: ModelSpec) -> float:
-    # attention_params() includes its input norm (and output norm) and biases; strip to the
-    # weight matrices
-    return model.attention_params() - model.norm_params() - model.post_norm_params()
+    # attention_params() includes its input norm (and output norm), biases and sinks; strip to
+    # the weight matrices (a sink is added to a softmax denominator, not multiplied by a token)
+    return model.attention_params() - model.norm_params() - model.post_norm_params() - model.sink_params()
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:

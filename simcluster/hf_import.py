@@ -7,8 +7,10 @@ the MLP is gated (Llama-style gate/up/down, whatever the activation: Gemma's GeG
 too), LayerNorm or RMSNorm, linear biases, learned positions, ALiBi, and the default of
 ``tie_word_embeddings`` when the file leaves it out. Those come from ``FAMILIES`` below, the
 registry of the ``model_type`` values simcluster reads; any other ``model_type`` (or none) is
-refused with the list, not guessed. Fields a config class defaults and its published files
-leave out (Gemma 2 and 3, Llama 4, MPT) come from ``CONFIG_DEFAULTS``. Layers that are not softmax
+refused with the list, not guessed. Fields a config class defaults and a file may leave out
+(Gemma 2 and 3, Llama 4, MPT, gpt-oss, Mistral, Cohere2, OLMo 3, OLMoE, Falcon, GPTBigCode,
+Qwen2/3 and their MoEs, DeepSeek-V2/V3) come from ``CONFIG_DEFAULTS``, each as its transformers
+configuration class sets it. Layers that are not softmax
 attention (linear attention, Mamba) are refused with the field that says so, and so is tanh
 soft-capping of the attention scores (Gemma 2's ``attn_logit_softcapping``), which changes the
 fused attention kernel by an amount no published measurement gives (:func:`_refuse_softcapping`);
@@ -19,16 +21,20 @@ The parallel attention + MLP block (``model.parallel_block`` and ``parallel_norm
 from :func:`_parallel_block_fields`, as each ``model_type``'s modelling code decides it; local
 attention (a sliding window, or Llama 4's chunks) from :func:`_window_fields`.
 
+gpt-oss's attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per
+head and layer; the same per-head sinks where a config sets ``use_sinks``, as an OLMo 3 draft's
+Olmo3Attention reads it) are ``model.attention_sinks``: their weights,
+no modelled time, and a kernel that cannot train them is refused (:mod:`simcluster.attention_sinks`).
+
 Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
 Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
 ``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
-LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs), and gpt-oss's
-attention sinks (``sinks`` in transformers' GptOssAttention, one learned logit per head and
-layer): a fused kernel adds one term to each query row's softmax normaliser, once per row when
-it finalises the row (flash-attn's CuTe kernels, ``Softmax.finalize`` with ``sink_val``: forward
-on SM90/SM100, backward since Dao-AILab/flash-attention#2706; cuDNN's learnable softmax), at
-most 1/128 of the exponentials of a 128-token window layer and no matmul; no published
-measurement of a sink's cost exists (the flash-attn 2 package has no sinks, PR #1819 is open).
+LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs); GPT-J's and
+CodeGen's attention projections, which have no bias though their MLP does (``bias`` is every
+linear's: 4h a layer too many) and their LM head's bias, as Phi's (vocab, left out); Cohere's LayerNorm,
+which has a weight and no bias (counted with one: h a norm too many); Llama 4's query/key norm,
+an L2 norm without weights (``use_qk_norm``; 2 head_dim a layer too many) and Cohere's and
+StableLM's per-head ones (a weight per head, counted once).
 GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
 a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
 RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
@@ -116,14 +122,44 @@ FAMILIES["RefinedWeb"] = FAMILIES["RefinedWebModel"] = FAMILIES["falcon"]
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "sliding_window": 4096, "sliding_window_pattern": 6},
+    # GemmaConfig: head_dim 256 whatever hidden / heads is (gemma-7b: 3072 / 16)
+    "gemma": {"head_dim": 256},
     # Gemma2Config: both soft-caps on unless the file sets them to null
     "gemma2": {"vocab_size": 256000, "head_dim": 256, "sliding_window": 4096,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
     # Llama4TextConfig: chunks of 8192 tokens on the rotary layers, every fourth layer NoPE
-    # and global (no_rope_layers, when empty, built from no_rope_layer_interval)
-    "llama4_text": {"attention_chunk_size": 8192, "no_rope_layer_interval": 4},
+    # and global (no_rope_layers, when empty, built from no_rope_layer_interval); one expert a
+    # token
+    "llama4_text": {"attention_chunk_size": 8192, "no_rope_layer_interval": 4, "num_experts_per_tok": 1},
     # MptConfig: expansion_ratio 4, no_bias true
     "mpt": {"expansion_ratio": 4, "no_bias": True},
+    # GptOssConfig: 4 experts a token, a 128-token window, layer_types (when absent) sliding on
+    # the even layers and full on the odd ones: one global layer in two
+    "gpt_oss": {"num_experts_per_tok": 4, "head_dim": 64, "sliding_window": 128, "sliding_window_pattern": 2},
+    # MistralConfig: sliding_window 4096 unless the file sets it (Mistral 7B v0.2 on: null)
+    "mistral": {"sliding_window": 4096},
+    # Cohere2Config and Olmo3Config: a 4096-token window, layer_types (when absent) with every
+    # fourth layer full ((i + 1) % 4 == 0; Cohere2's older files: sliding_window_pattern 4)
+    "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    "olmo3": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    # FalconConfig and GPTBigCodeConfig: multi_query true (one K/V head) unless the file says not
+    "falcon": {"multi_query": True},
+    "gpt_bigcode": {"multi_query": True},
+    # Qwen2MoeConfig: 4 of 60 experts of 1408, a shared expert of 5632
+    "qwen2_moe": {"num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632, "max_window_layers": 28},
+    # OlmoeConfig: 8 of 64 experts a token
+    "olmoe": {"num_experts_per_tok": 8},
+    # Qwen3MoeConfig: 8 of 128 experts a token; Qwen3Config: head_dim 128 (not hidden / heads);
+    # Qwen2Config, Qwen2MoeConfig, Qwen3Config: with use_sliding_window, layers from 28 on local
+    "qwen3_moe": {"num_experts_per_tok": 8},
+    "qwen3": {"head_dim": 128, "max_window_layers": 28},
+    "qwen2": {"max_window_layers": 28},
+    # DeepseekV3Config and DeepseekV2Config: their MLA ranks and dimensions, shared experts,
+    # leading dense layers (V3: 8 of 256 experts a token; V2's num_experts_per_tok has no default)
+    "deepseek_v3": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_shared_experts": 1, "first_k_dense_replace": 3, "num_experts_per_tok": 8},
+    "deepseek_v2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_shared_experts": 2},
 }  # fmt: skip
 
 # a multimodal config's language model, when its text_config leaves its own model_type out
@@ -142,7 +178,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
-    "head_dim": ("head_dim",),
+    "head_dim": ("head_dim", "kv_channels"),  # kv_channels: ChatGLM's per-head width
     "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "top_k": ("num_experts_per_tok",),
     "expert_ffn": ("moe_intermediate_size",),
@@ -237,10 +273,16 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
             data[ours] = value
     if model_type == "chatglm" and not cfg.get("multi_query_attention"):
         data.pop("kv_heads", None)  # ChatGLM's multi_query_group_num counts only with it
-    if cfg.get("multi_query") and "kv_heads" not in data:  # Falcon-7B, StarCoder
+    if model_type == "opt" and cfg.get("word_embed_proj_dim") not in (None, data.get("hidden")):
+        # OPTDecoder's project_in / project_out between a narrower embedding and the layers
+        raise Unsupported(
+            f"word_embed_proj_dim {cfg['word_embed_proj_dim']}: OPT's projections between an embedding "
+            "narrower than hidden_size and the layers are not modelled"
+        )
+    if model_type in _FALCON_TYPES:
+        data.update(_falcon_kv_heads(cfg, model_type))
+    elif cfg.get("multi_query"):  # GPTBigCodeConfig: num_key_value_heads = 1 if multi_query
         data["kv_heads"] = 1
-    if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):  # Falcon-40B/180B
-        data["kv_heads"] = cfg["num_kv_heads"]
     if model_type in ("falcon", "RefinedWebModel", "RefinedWeb") and cfg.get("alibi"):  # Falcon-RW
         family = replace(family, position="alibi")
     if model_type == "mpt" and "hidden" in data:
@@ -250,7 +292,14 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
-    data["bias"] = bool(cfg.get("use_bias", cfg.get("bias", family.bias)))
+    # StarCoder2's use_bias, Falcon's bias, OPT's enable_bias: every linear's
+    said = _first(cfg, ("use_bias", "bias", "enable_bias"))
+    data["bias"] = family.bias if said is None else bool(said)
+    if model_type == "chatglm":
+        # ChatGLMConfig (THUDM/chatglm3-6b): rmsnorm true, else LayerNorm; add_bias_linear on
+        # every linear (false in the released models)
+        data["norm"] = "rmsnorm" if cfg.get("rmsnorm", True) else "layernorm"
+        data["bias"] = bool(cfg.get("add_bias_linear"))
     if model_type == "mpt":
         data["bias"] = not cfg["no_bias"]
     data["position"] = family.position
@@ -267,7 +316,9 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["bias"] = True
     # Qwen2Attention's q/k/v_proj always carry a bias (bias=True in its code); ChatGLM's and
     # StableLM's when their config says so; attention_bias alone, with o_proj's h more a layer
-    qkv = model_type in ("qwen2", "qwen2_moe") or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
+    # (Qwen2MoeAttention's bias is config.qkv_bias where its config has one, true by default)
+    qwen2 = model_type == "qwen2" or (model_type == "qwen2_moe" and cfg.get("qkv_bias", True))
+    qkv = qwen2 or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
     if not data["bias"] and qkv:
         data["qkv_bias"] = True
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
@@ -277,6 +328,9 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(cap, bool) or not isinstance(cap, (int, float)):
             raise Unsupported(f"final_logit_softcapping {cap!r} is not a number")
         data["logit_softcap"] = float(cap)
+    # GptOssAttention always holds sinks (one logit per head); a config's use_sinks the same
+    if model_type == "gpt_oss" or cfg.get("use_sinks"):
+        data["attention_sinks"] = True
     data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
@@ -323,6 +377,18 @@ def _parallel_block_fields(cfg: dict[str, Any], model_type: str) -> dict[str, An
 
 def _parallel(block: bool, norms: int) -> dict[str, Any]:
     return {"parallel_block": True, "parallel_norms": norms} if block else {}
+
+
+def _falcon_kv_heads(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Falcon's K/V heads as FalconAttention takes them: ``num_kv_heads`` (``n_head_kv`` in
+    newer files; FalconConfig defaults it to the query heads) with the new decoder architecture
+    or without ``multi_query``, else one (FalconConfig's multi_query defaults to true). The
+    checkpoints' own RefinedWeb code (40B/180B) is the new architecture."""
+    new = bool(cfg.get("new_decoder_architecture")) or model_type == "RefinedWeb"
+    if new or not cfg.get("multi_query"):
+        kv = cfg.get("num_kv_heads") or cfg.get("n_head_kv")
+        return {"kv_heads": kv} if kv else {}
+    return {"kv_heads": 1}
 
 
 def supported_types() -> list[str]:
@@ -447,6 +513,15 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
         data["expert_ffn"] = cfg.get("intermediate_size") or 0
         data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
         data["shared_experts"] = 1
+        # Llama4TextConfig.moe_layers, when given, replaces interleave_moe_layer_step's
+        # range(step - 1, layers, step): only that pattern is model.moe_every
+        listed, step = cfg.get("moe_layers"), int(cfg.get("interleave_moe_layer_step") or 1)
+        layers = int(data.get("layers") or 0)
+        if isinstance(listed, list) and sorted(listed) != list(range(step - 1, layers, step)):
+            raise Unsupported(
+                f"moe_layers {listed}: only every interleave_moe_layer_step-th layer ({step}) can be "
+                "expressed (model.moe_every)"
+            )
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
         # Qwen2MoeSparseMoeBlock: one shared expert of shared_expert_intermediate_size, costed
         # as that many routed-expert widths (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408)

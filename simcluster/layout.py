@@ -592,6 +592,14 @@ def check_cp_comm(
             "flash_attention: false turns off; set training.flash_attention: true, or use "
             "parallel.cp_comm: a2a, or cp=1",
         )
+    if model.attention_sinks and fused and name != "a2a":
+        # TransformerEngine runs softmax_type learnable under cp only through the all-to-all
+        # (NVIDIA/TransformerEngine#2148; its tests skip the rest, and #2541: p2p refuses it)
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{name}' does not run attention sinks (model.attention_sinks: TransformerEngine takes "
+            "them under context parallelism only with a2a); use a2a, or cp=1",
+        )
     if model.mla is not None and "p2p" not in name:
         raise UserError(
             "parallel.cp_comm",

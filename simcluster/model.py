@@ -107,6 +107,11 @@ class ModelSpec:
     # backward, none inside a fused loss (Liger-Kernel's cross-entropy takes ``softcap``);
     # no matmul, so no model FLOPs. 0 = no cap
     logit_softcap: float = 0.0
+    # learned attention sinks (gpt-oss: transformers' GptOssAttention ``sinks``, one logit per
+    # query head and layer): each head's logit joins every query row's softmax denominator and
+    # takes no probability mass to a value, so the scores and the value product are unchanged
+    # (attention_sinks.py: which fused kernels run it, and why it costs no modelled time)
+    attention_sinks: bool = False
 
     # --- shape helpers ------------------------------------------------------------------
     @property
@@ -169,14 +174,18 @@ class ModelSpec:
             )
             kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
             kv_b = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-            return norm + q + kv_a + kv_b + a * m.v_head_dim * h + self.post_norm_params()
+            return norm + q + kv_a + kv_b + a * m.v_head_dim * h + self.post_norm_params() + self.sink_params()
         weights = h * a * d + 2 * h * kv * d + a * d * h
         qkv_biases = a * d + 2 * kv * d
         biases = (qkv_biases + h) if self.bias else (qkv_biases if self.qkv_bias else 0)
         # per-head norm weights (Qwen3, Gemma 3; OLMo 2's span the whole width, a few
         # thousand more per layer)
         qk = 2 * d if self.qk_norm else 0
-        return norm + weights + biases + qk + self.post_norm_params()
+        return norm + weights + biases + qk + self.post_norm_params() + self.sink_params()
+
+    def sink_params(self) -> int:
+        """One layer's attention sinks (``attention_sinks``: a logit per query head), else none."""
+        return self.heads if self.attention_sinks else 0
 
     def post_norm_params(self) -> int:
         """One block's output norm (``post_norms``), else nothing."""

@@ -80,7 +80,8 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
     the row-parallel output biases whole: Megatron's ``RowParallelLinear`` adds its bias after
     the reduction), a router and its bias, and the layer's ``model.qkv_bias`` (Qwen2's Q/K/V
     biases, counted as one fused tensor as Megatron's ``linear_qkv`` holds them) and
-    ``model.post_norms`` (Gemma 2's output norm after each block). Everything else is a matrix
+    ``model.post_norms`` (Gemma 2's output norm after each block) and ``model.attention_sinks``
+    (gpt-oss's per-head logits). Everything else is a matrix
     far above any threshold; the parts add up to the layer's parameters less its matrices."""
     h, t = model.hidden, layout.tp
     norm = [float(h)] * (2 if model.norm == "layernorm" else 1)
@@ -95,6 +96,8 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
         out += [float(model.mla.kv_lora_rank)] + ([float(model.mla.q_lora_rank)] if model.mla.q_lora_rank else [])
     if model.qk_norm:
         out += [float(model.d_head)] * 2
+    if model.attention_sinks:
+        out.append(model.heads / t)  # gpt-oss's sinks, one per query head, split with the heads
     if not model.shared_norm:
         out += norm + (norm if model.post_norms else [])  # the MLP's, and its output norm
     if model.bias and model.mla is None:

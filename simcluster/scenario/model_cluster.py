@@ -91,6 +91,11 @@ class ModelSection(SectionBase):
         description="tanh soft-capping of the output logits, c * tanh(logits / c) (Gemma 2's "
         "final_logit_softcapping: 30); 0 = none",
     )
+    attention_sinks: bool | None = Field(
+        default=None,
+        description="a learned logit per query head and layer in each softmax denominator (gpt-oss's "
+        "sinks); needs a kernel that runs them (cudnn) or flash_attention: false",
+    )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
