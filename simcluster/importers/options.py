@@ -47,6 +47,17 @@ class ImportOptions:
             section["gpus_per_node"] = self.gpus_per_node
         return section
 
+    def world(self) -> int:
+        """GPUs in the job: ``--gpus``, or ``--nodes`` x the GPUs per node (``--gpus-per-node``
+        or the profile's)."""
+        self.cluster_section()  # the same one-line errors when the size is missing
+        if self.gpus is not None:
+            return self.gpus
+        from simcluster.hardware import load_profile  # hardware imports the scenario schema
+
+        assert self.cluster is not None and self.nodes is not None  # checked by cluster_section
+        return self.nodes * (self.gpus_per_node or load_profile(self.cluster, field="--cluster").gpus_per_node)
+
     def model_section(self, field_name: str) -> dict[str, Any]:
         """``model:`` from ``--model PRESET`` or ``--hf-config PATH``, for configs without one."""
         if self.model and self.hf_config:
