@@ -9,7 +9,7 @@ from pathlib import Path
 from simcluster.commands.common import print_notes
 from simcluster.context import build_context
 from simcluster.errors import UserError
-from simcluster.importers import IMPORTERS, ImportOptions, Imported, import_config
+from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
 from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
@@ -21,17 +21,36 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kind", metavar="KIND", choices=list(IMPORTERS), help=f"one of {', '.join(IMPORTERS)}")
+    parser.add_argument(
+        "kind", metavar="KIND", choices=list(IMPORTERS), help=f"one of {', '.join(IMPORTERS)}"
+    )
     parser.add_argument("file", metavar="FILE", help="the launch script, TOML or JSON config")
-    parser.add_argument("--cluster", metavar="PROFILE", help="hardware profile (simcluster list hardware)")
+    parser.add_argument(
+        "--cluster", metavar="PROFILE", help="hardware profile (simcluster list hardware)"
+    )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--nodes", type=int, metavar="N", help="nodes in the job")
     size.add_argument("--gpus", type=int, metavar="N", help="GPUs in the job")
-    parser.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node, when not the profile's")
-    parser.add_argument("--model", metavar="PRESET", help="the model, for configs that do not shape one (deepspeed)")
-    parser.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json as the model (deepspeed)")
-    parser.add_argument("--seq-len", type=int, metavar="N", help="tokens per sequence, for configs without it (deepspeed)")
-    parser.add_argument("--framework", metavar="NAME", help="the framework preset, instead of the one the config implies")
+    parser.add_argument(
+        "--gpus-per-node", type=int, metavar="N", help="GPUs per node, when not the profile's"
+    )
+    parser.add_argument(
+        "--model", metavar="PRESET", help="the model, for configs that do not shape one (deepspeed)"
+    )
+    parser.add_argument(
+        "--hf-config", metavar="PATH", help="a Hugging Face config.json as the model (deepspeed)"
+    )
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        metavar="N",
+        help="tokens per sequence, for configs without it (deepspeed)",
+    )
+    parser.add_argument(
+        "--framework",
+        metavar="NAME",
+        help="the framework preset, instead of the one the config implies",
+    )
     parser.add_argument(
         "--var", action="append", metavar="NAME=VALUE",
         help="a shell variable set before a launch script runs, e.g. --var MODEL_SIZE=39B (repeatable)",
@@ -40,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", metavar="KEY=VALUE",
         help="a scenario field set after the import, e.g. --set model.vocab=32000 (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--out", metavar="PATH", default="-", help="scenario YAML to write; - (default) prints it")
+    parser.add_argument(
+        "--out", metavar="PATH", default="-", help="scenario YAML to write; - (default) prints it"
+    )
 
 
 def _variables(items: list[str] | None) -> dict[str, str]:
@@ -73,7 +94,9 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
 
 def run(args: argparse.Namespace) -> int:
     result = imported_scenario(args)
-    print_notes([f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped])
+    print_notes(
+        [f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped]
+    )
     text = result.yaml_text()
     if args.out == "-":
         sys.stdout.write(text)
@@ -81,5 +104,8 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.output.atomic import atomic_write_text
 
     atomic_write_text(args.out, text, "--out")
-    print(f"wrote {args.out} ({len(result.skipped)} setting(s) not imported, listed in it)", file=sys.stderr)
+    print(
+        f"wrote {args.out} ({len(result.skipped)} setting(s) not imported, listed in it)",
+        file=sys.stderr,
+    )
     return 0

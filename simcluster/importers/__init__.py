@@ -28,7 +28,10 @@ __all__ = ["IMPORTERS", "ImportOptions", "Imported", "import_config"]
 def import_config(kind: str, path: str | Path, options: ImportOptions) -> Imported:
     """The scenario the launch config at ``path`` of ``kind`` describes (not yet validated)."""
     if kind not in IMPORTERS:
-        raise UserError("KIND", f"'{kind}' is not a launch config kind{did_you_mean(kind, list(IMPORTERS))}; known: {', '.join(IMPORTERS)}")
+        raise UserError(
+            "KIND",
+            f"'{kind}' is not a launch config kind{did_you_mean(kind, list(IMPORTERS))}; known: {', '.join(IMPORTERS)}",
+        )
     file = Path(path)
     if not file.is_file():
         raise UserError("FILE", f"'{path}' is not a file")

@@ -51,7 +51,9 @@ _ZERO_OUTSIDE = {
 
 def _number(value: Any, key: str) -> int:
     if value == "auto":
-        raise UserError(key, "'auto' is filled in by Hugging Face's Trainer; give the number it would use")
+        raise UserError(
+            key, "'auto' is filled in by Hugging Face's Trainer; give the number it would use"
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         raise UserError(key, f"'{value}' is not a whole number")
     return int(value)
@@ -63,7 +65,9 @@ def _enabled(doc: dict[str, Any], key: str) -> bool:
         return False
     value = section.get("enabled", False)
     if value == "auto":
-        raise UserError(f"{key}.enabled", "'auto' is filled in by Hugging Face's Trainer; give true or false")
+        raise UserError(
+            f"{key}.enabled", "'auto' is filled in by Hugging Face's Trainer; give true or false"
+        )
     return bool(value)
 
 
@@ -77,18 +81,25 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         raise UserError("FILE", f"{path.name} must hold a JSON object")
     out = Imported({}, path.name)
     if options.seq_len is None:
-        raise UserError("--seq-len", "a DeepSpeed config does not give the sequence length; pass --seq-len N")
+        raise UserError(
+            "--seq-len", "a DeepSpeed config does not give the sequence length; pass --seq-len N"
+        )
     training: dict[str, Any] = {"seq_len": options.seq_len}
     for key, field in _BATCH.items():
         if key in doc:
             training[field] = _number(doc[key], key)
     if "micro_batch" not in training:
-        raise UserError("train_micro_batch_size_per_gpu", "the config does not give it; add it (DeepSpeed derives it from the other two)")
+        raise UserError(
+            "train_micro_batch_size_per_gpu",
+            "the config does not give it; add it (DeepSpeed derives it from the other two)",
+        )
     if "global_batch" not in training and "grad_accum" not in training:
         training["grad_accum"] = 1  # DeepSpeed's default gradient_accumulation_steps
     bf16, fp16 = _enabled(doc, "bf16") or _enabled(doc, "bfloat16"), _enabled(doc, "fp16")
     if bf16 and fp16:
-        raise UserError("fp16.enabled", "bf16 and fp16 are both enabled; DeepSpeed refuses that, keep one")
+        raise UserError(
+            "fp16.enabled", "bf16 and fp16 are both enabled; DeepSpeed refuses that, keep one"
+        )
     training["precision"] = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     sc: dict[str, Any] = {
         "framework": options.framework or "deepspeed", "model": options.model_section("--model"),
@@ -98,10 +109,17 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     accum = (doc.get("data_types") or {}).get("grad_accum_dtype")
     if accum is not None:
         if accum not in ("fp32", "fp16", "bf16"):
-            raise UserError("data_types.grad_accum_dtype", f"'{accum}' cannot be imported; known: fp32, fp16, bf16")
+            raise UserError(
+                "data_types.grad_accum_dtype",
+                f"'{accum}' cannot be imported; known: fp32, fp16, bf16",
+            )
         training["fp32_grad_accum"] = accum == "fp32"
     for key in doc:
-        if key in _BATCH or key in ("bf16", "bfloat16", "fp16", "zero_optimization") or (key == "data_types" and accum is not None):
+        if (
+            key in _BATCH
+            or key in ("bf16", "bfloat16", "fp16", "zero_optimization")
+            or (key == "data_types" and accum is not None)
+        ):
             continue
         out.skip(key, _OUTSIDE.get(key, "no scenario field for it"))
     out.scenario = {k: v for k, v in sc.items() if v != {}}
@@ -133,12 +151,23 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
             if device == "cpu":
                 sc["training"]["optimizer_offload"] = 1.0
             elif device not in ("none", None):
-                raise UserError(f"{where}.device", f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled")
+                raise UserError(
+                    f"{where}.device",
+                    f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled",
+                )
         elif key == "offload_param":
             device = (value or {}).get("device", "none")
             if device not in ("none", None):
-                raise UserError(f"{where}.device", f"'{device}': parameter offload is not modelled; import without it")
+                raise UserError(
+                    f"{where}.device",
+                    f"'{device}': parameter offload is not modelled; import without it",
+                )
         else:
-            out.skip(where, "no scenario field for it" if key not in _ZERO_OUTSIDE else "its effect is not modelled separately")
+            out.skip(
+                where,
+                "no scenario field for it"
+                if key not in _ZERO_OUTSIDE
+                else "its effect is not modelled separately",
+            )
     if zero3:
         sc["zero3"] = zero3

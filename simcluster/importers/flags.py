@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from simcluster.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -70,13 +74,15 @@ class Flags:
         except ValueError:
             raise UserError(f"--{name}", f"'{value}' is not a number") from None
 
-    def choice(self, name: str, mapping: dict[str, object]) -> object | None:
+    def choice(self, name: str, mapping: Mapping[str, T]) -> T | None:
         """``--name``'s value through ``mapping``; a value it lacks is an error listing them."""
         value = self.text(name)
         if value is None:
             return None
         if value not in mapping:
-            raise UserError(f"--{name}", f"'{value}' cannot be imported; known: {', '.join(mapping)}")
+            raise UserError(
+                f"--{name}", f"'{value}' cannot be imported; known: {', '.join(mapping)}"
+            )
         return mapping[value]
 
     def left(self) -> list[str]:
@@ -87,21 +93,69 @@ class Flags:
 #: flags that change nothing a step's simulation reads, by why (prefixes end in '-')
 NOT_STEP = {
     "a training hyperparameter: a step's work and memory do not depend on it": (
-        "lr", "min-lr", "lr-", "weight-decay", "start-weight-decay", "end-weight-decay", "adam-",
-        "sgd-momentum", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
-        "loss-scale-window", "hysteresis", "init-method-std", "seed", "warmup", "override-opt-param-scheduler",
-        "use-checkpoint-opt-param-scheduler", "rampup-batch-size",
+        "lr",
+        "min-lr",
+        "lr-",
+        "weight-decay",
+        "start-weight-decay",
+        "end-weight-decay",
+        "adam-",
+        "sgd-momentum",
+        "clip-grad",
+        "loss-scale",
+        "initial-loss-scale",
+        "min-loss-scale",
+        "loss-scale-window",
+        "hysteresis",
+        "init-method-std",
+        "seed",
+        "warmup",
+        "override-opt-param-scheduler",
+        "use-checkpoint-opt-param-scheduler",
+        "rampup-batch-size",
     ),
     "data, tokenizer or checkpoint input/output: not part of a training step": (
-        "data-path", "train-data-path", "valid-data-path", "test-data-path", "split", "vocab-file",
-        "merge-file", "tokenizer-", "data-", "save", "save-", "load", "load-", "no-save-", "no-load-",
-        "finetune", "dataloader-type", "num-workers", "mock-data", "ckpt-", "use-dist-ckpt",
-        "auto-detect-ckpt-format", "async-save", "dist-ckpt-", "pretrained-checkpoint",
+        "data-path",
+        "train-data-path",
+        "valid-data-path",
+        "test-data-path",
+        "split",
+        "vocab-file",
+        "merge-file",
+        "tokenizer-",
+        "data-",
+        "save",
+        "save-",
+        "load",
+        "load-",
+        "no-save-",
+        "no-load-",
+        "finetune",
+        "dataloader-type",
+        "num-workers",
+        "mock-data",
+        "ckpt-",
+        "use-dist-ckpt",
+        "auto-detect-ckpt-format",
+        "async-save",
+        "dist-ckpt-",
+        "pretrained-checkpoint",
     ),
     "logging, evaluation or run length: outside the step": (
-        "log-", "tensorboard-", "wandb-", "eval-", "train-iters", "train-samples", "exit-",
-        "timing-log-", "profile", "profile-", "distributed-timeout-minutes", "use-checkpoint-args",
-        "no-log-", "logging-",
+        "log-",
+        "tensorboard-",
+        "wandb-",
+        "eval-",
+        "train-iters",
+        "train-samples",
+        "exit-",
+        "timing-log-",
+        "profile",
+        "profile-",
+        "distributed-timeout-minutes",
+        "use-checkpoint-args",
+        "no-log-",
+        "logging-",
     ),
 }
 

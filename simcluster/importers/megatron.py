@@ -41,7 +41,12 @@ from simcluster.importers.result import Imported
 from simcluster.importers.shell import read_script
 
 #: Megatron-LM's flags removed in 2023 that only its older code (the SC'21 scripts) takes
-OLD_FLAGS = ("DDP-impl", "checkpoint-activations", "activations-checkpoint-method", "activations-checkpoint-num-layers")
+OLD_FLAGS = (
+    "DDP-impl",
+    "checkpoint-activations",
+    "activations-checkpoint-method",
+    "activations-checkpoint-num-layers",
+)
 #: GPT-2's BPE vocabulary (gpt2-vocab.json), Megatron's GPT2BPETokenizer
 GPT2_VOCAB = 50257
 
@@ -68,7 +73,12 @@ _FLAGS_SET = {
     "moe-pad-expert-input-to-capacity": ("moe", "pad_to_capacity"),
 }
 #: --fp8-recipe (Megatron-LM arguments.py choices) -> training.fp8_recipe
-_FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "blockwise": "block", "mxfp8": "block"}
+_FP8_RECIPES = {
+    "delayed": "delayed",
+    "tensorwise": "current",
+    "blockwise": "block",
+    "mxfp8": "block",
+}
 _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 
 
@@ -78,11 +88,23 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     out = Imported({}, f"{path.name} ({args.origin})")
     out.notes.extend(args.notes)
     flags = Flags.parse(args.words)
-    framework = options.framework or ("megatron-lm-2021" if any(f in flags.values for f in OLD_FLAGS) else "megatron-core")
+    framework = options.framework or (
+        "megatron-lm-2021" if any(f in flags.values for f in OLD_FLAGS) else "megatron-core"
+    )
     if not options.framework:
-        why = "its flags are Megatron-LM's before 2023 (--DDP-impl, --activations-checkpoint-*)" if framework == "megatron-lm-2021" else "Megatron-LM's current flags"
+        why = (
+            "its flags are Megatron-LM's before 2023 (--DDP-impl, --activations-checkpoint-*)"
+            if framework == "megatron-lm-2021"
+            else "Megatron-LM's current flags"
+        )
         out.notes.append(f"framework {framework}: {why}; --framework NAME to choose another")
-    sc: dict[str, Any] = {"framework": framework, "model": {}, "cluster": options.cluster_section(), "parallel": {}, "training": {}}
+    sc: dict[str, Any] = {
+        "framework": framework,
+        "model": {},
+        "cluster": options.cluster_section(),
+        "parallel": {},
+        "training": {},
+    }
     for flag, (section, key) in _INTS.items():
         value = flags.integer(flag)
         if value is not None:
@@ -104,8 +126,15 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
     model = sc["model"]
     for needed in ("layers", "hidden", "heads"):
         if needed not in model:
-            flag = {"layers": "num-layers", "hidden": "hidden-size", "heads": "num-attention-heads"}[needed]
-            raise UserError(f"--{flag}", "the launch line does not give it (Megatron requires it); set it with --var")
+            flag = {
+                "layers": "num-layers",
+                "hidden": "hidden-size",
+                "heads": "num-attention-heads",
+            }[needed]
+            raise UserError(
+                f"--{flag}",
+                "the launch line does not give it (Megatron requires it); set it with --var",
+            )
     if flags.has("swiglu"):
         model["mlp"] = "swiglu"
     elif flags.has("squared-relu"):
@@ -114,17 +143,26 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
         model["mlp"] = "gelu"
     ffn = flags.integer("ffn-hidden-size")
     if ffn is None:  # arguments.py validate_args
-        ffn = int(4 * model["hidden"] * 2 / 3 / 64) * 64 if model["mlp"] == "swiglu" else 4 * model["hidden"]
+        ffn = (
+            int(4 * model["hidden"] * 2 / 3 / 64) * 64
+            if model["mlp"] == "swiglu"
+            else 4 * model["hidden"]
+        )
     model["ffn"] = ffn
     if flags.has("group-query-attention"):
         groups = flags.integer("num-query-groups")
         if groups is None:
-            raise UserError("--num-query-groups", "--group-query-attention needs it (Megatron's default is 1 group)")
+            raise UserError(
+                "--num-query-groups",
+                "--group-query-attention needs it (Megatron's default is 1 group)",
+            )
         model["kv_heads"] = groups
     norm = flags.choice("normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"})
     model["norm"] = norm or "layernorm"
     model["bias"] = not flags.has("disable-bias-linear")
-    position = flags.choice("position-embedding-type", {"learned_absolute": "learned", "rope": "rope"})
+    position = flags.choice(
+        "position-embedding-type", {"learned_absolute": "learned", "rope": "rope"}
+    )
     if flags.has("use-rotary-position-embeddings"):
         position = "rope"
     model["position"] = position or "learned"
@@ -140,13 +178,18 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
     if vocab is not None:
         model["vocab"] = vocab
     else:
-        out.notes.append("model.vocab: the tokenizer's size is in its files; give it with --set model.vocab=N")
+        out.notes.append(
+            "model.vocab: the tokenizer's size is in its files; give it with --set model.vocab=N"
+        )
 
 
 def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
     size = flags.integer("vocab-size")
     tokenizer = flags.text("tokenizer-type")
-    if size is None and (tokenizer == "GPT2BPETokenizer" or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))):
+    if size is None and (
+        tokenizer == "GPT2BPETokenizer"
+        or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))
+    ):
         size = GPT2_VOCAB
     if size is None:
         return None
@@ -174,9 +217,16 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         # of fp16 gradients reduced at the model's fp32 width, each gradient copied into its
         # bucket scaled by 1/dp and back (gradient_as_bucket_view off), grads freed, not zeroed
         overlap["dp_grad_reduce"] = True
-        sc["dp"] = {"prescale": False, "bucket_copies": True, "zero_grad_buffer": False, "bucket_mb": 52.4288}
+        sc["dp"] = {
+            "prescale": False,
+            "bucket_copies": True,
+            "zero_grad_buffer": False,
+            "bucket_mb": 52.4288,
+        }
     if ddp is not None and framework != "megatron-lm-2021":
-        out.notes.append(f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}")
+        out.notes.append(
+            f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
+        )
 
 
 def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
@@ -197,13 +247,18 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if flags.has("grad-reduce-in-bf16"):
         training["fp32_grad_accum"] = False
     else:
-        training["fp32_grad_accum"] = flags.has("accumulate-allreduce-grads-in-fp32") or precision != "fp16"
+        training["fp32_grad_accum"] = (
+            flags.has("accumulate-allreduce-grads-in-fp32") or precision != "fp16"
+        )
     if flags.has("no-gradient-accumulation-fusion"):
         training["grad_accum_fusion"] = False
     _recompute(flags, training, out)
     if flags.has("use-flash-attn"):
         training["flash_attention"] = True
-    backend = flags.choice("attention-backend", {"flash": True, "fused": True, "unfused": False, "local": False, "auto": None})
+    backend = flags.choice(
+        "attention-backend",
+        {"flash": True, "fused": True, "unfused": False, "local": False, "auto": None},
+    )
     if backend is not None:
         training["flash_attention"] = backend
 
@@ -227,18 +282,25 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     if granularity == "full" and method == "block" and layers is not None:
         training["recompute_num_layers"] = layers
     elif granularity == "full" and layers is not None and layers > 1:
-        out.notes.append(f"recompute uniform in groups of {layers} layers: every layer reruns (recompute full)")
+        out.notes.append(
+            f"recompute uniform in groups of {layers} layers: every layer reruns (recompute full)"
+        )
     modules = flags.values.get("recompute-modules") if flags.has("recompute-modules") else None
     if modules:
         bad = [m for m in modules if m not in _RECOMPUTE_MODULES]
         if bad:
-            raise UserError("--recompute-modules", f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}")
+            raise UserError(
+                "--recompute-modules",
+                f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
+            )
         training["recompute_modules"] = modules
 
 
 def _moe(flags: Flags, sc: dict[str, Any]) -> None:
     moe: dict[str, Any] = {}
-    dispatcher = flags.choice("moe-token-dispatcher-type", {"alltoall": "alltoall", "flex": "deepep"})
+    dispatcher = flags.choice(
+        "moe-token-dispatcher-type", {"alltoall": "alltoall", "flex": "deepep"}
+    )
     if dispatcher is not None:
         moe["dispatcher"] = dispatcher
     capacity = flags.number("moe-expert-capacity-factor")
@@ -250,7 +312,10 @@ def _moe(flags: Flags, sc: dict[str, Any]) -> None:
     if shared is not None:
         expert_ffn = sc["model"].get("expert_ffn") or sc["model"]["ffn"]
         if shared % expert_ffn:
-            raise UserError("--moe-shared-expert-intermediate-size", f"{shared} is not a whole number of experts of {expert_ffn}")
+            raise UserError(
+                "--moe-shared-expert-intermediate-size",
+                f"{shared} is not a whole number of experts of {expert_ffn}",
+            )
         sc["model"]["shared_experts"] = shared // expert_ffn
     every = flags.integer("moe-layer-freq")
     if every is not None:

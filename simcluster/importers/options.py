@@ -56,7 +56,9 @@ class ImportOptions:
         from simcluster.hardware import load_profile  # hardware imports the scenario schema
 
         assert self.cluster is not None and self.nodes is not None  # checked by cluster_section
-        return self.nodes * (self.gpus_per_node or load_profile(self.cluster, field="--cluster").gpus_per_node)
+        return self.nodes * (
+            self.gpus_per_node or load_profile(self.cluster, field="--cluster").gpus_per_node
+        )
 
     def model_section(self, field_name: str) -> dict[str, Any]:
         """``model:`` from ``--model PRESET`` or ``--hf-config PATH``, for configs without one."""

@@ -134,6 +134,7 @@ def _statements(text: str) -> list[list[str]]:
 
 def _arith(expr: str, state: _State) -> str:
     """``$((expr))``: integers, variables (with or without ``$``), + - * / % and brackets."""
+
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
         state.used.add(name)
@@ -236,7 +237,14 @@ def _test(words: list[str]) -> bool | None:
         return left == right
     if op == "!=":
         return left != right
-    ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__, "-ge": int.__ge__}
+    ints = {
+        "-eq": int.__eq__,
+        "-ne": int.__ne__,
+        "-lt": int.__lt__,
+        "-le": int.__le__,
+        "-gt": int.__gt__,
+        "-ge": int.__ge__,
+    }
     if op in ints and re.fullmatch(r"-?\d+", left) and re.fullmatch(r"-?\d+", right):
         return bool(ints[op](int(left), int(right)))
     return None
@@ -330,7 +338,9 @@ def _source(target: str, state: _State, where: str, depth: int) -> None:
     if not path.is_absolute():
         path = state.folder / path
     if depth >= _MAX_DEPTH:
-        raise UserError(state.field_name, f"{where}: sources files {_MAX_DEPTH} deep; is it sourcing itself?")
+        raise UserError(
+            state.field_name, f"{where}: sources files {_MAX_DEPTH} deep; is it sourcing itself?"
+        )
     if not path.is_file():
         state.notes.append(f"{where}: not read: source {target} (no such file beside the script)")
         return
@@ -362,5 +372,9 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
             words.extend(value)
             names.append(f"${name}")
     if not words:
-        raise UserError(field_name, f"{path.name} runs no Python program and sets no variable of --flags")
-    return ScriptArgs(words, f"the flags it sets in {', '.join(names)} (it runs no Python program)", state.notes)
+        raise UserError(
+            field_name, f"{path.name} runs no Python program and sets no variable of --flags"
+        )
+    return ScriptArgs(
+        words, f"the flags it sets in {', '.join(names)} (it runs no Python program)", state.notes
+    )

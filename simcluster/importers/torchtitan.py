@@ -20,16 +20,18 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   compute dtype (bfloat16 by default);
 - ``[activation_checkpoint] mode`` full or selective, ``selective_ac_option`` ``op`` (its
   op-level policy, ``recompute: op``) or N (every N-th block whole: full recomputation of
-  layers / N of them, as validation/torchtitan-a100.yaml models 'selective layer');
+  1/N of each pipeline chunk's layers, as validation/torchtitan-a100.yaml models 'selective
+  layer');
 - ``[compile] enable`` (older ``[training] compile``) fuses norms and rotary (``elementwise``).
 """
 
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from simcluster.errors import UserError
 from simcluster.importers.options import ImportOptions
@@ -103,18 +105,39 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     model, layers = _model(doc, options)
     world = options.world()
     par = "parallelism", "training", "experimental"
-    degree = {k: _int(_get(doc, f"{k}_degree", *par) or 1, f"parallelism.{k}_degree") for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")}
+    degree = {
+        k: _int(_get(doc, f"{k}_degree", *par) or 1, f"parallelism.{k}_degree")
+        for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")
+    }
     tp, pp, cp, ep = degree.values()
-    replicate = _int(_get(doc, "data_parallel_replicate_degree", *par) or 1, "parallelism.data_parallel_replicate_degree")
-    shard = _int(_get(doc, "data_parallel_shard_degree", *par) or -1, "parallelism.data_parallel_shard_degree")
+    replicate = _int(
+        _get(doc, "data_parallel_replicate_degree", *par) or 1,
+        "parallelism.data_parallel_replicate_degree",
+    )
+    shard = _int(
+        _get(doc, "data_parallel_shard_degree", *par) or -1,
+        "parallelism.data_parallel_shard_degree",
+    )
     if world % (tp * pp * cp):
-        raise UserError("--nodes", f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups")
+        raise UserError(
+            "--nodes",
+            f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups",
+        )
     dp = world // (tp * pp * cp)
     if shard == -1:
         shard = dp // replicate
     if shard * replicate != dp:
-        raise UserError("parallelism.data_parallel_shard_degree", f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes")
-    parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "zero": 3 if shard > 1 else 0}
+        raise UserError(
+            "parallelism.data_parallel_shard_degree",
+            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
+        )
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
+        "zero": 3 if shard > 1 else 0,
+    }
     if ep > 1:
         parallel["ep"] = ep
     etp = _get(doc, "expert_tensor_parallel_degree", *par)
@@ -131,10 +154,17 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _pipeline(doc, parallel, training, layers, out)
     _batch(doc, parallel, training, dp)
     _precision(doc, training)
-    _recompute(doc, training, layers)
+    # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
+    _recompute(doc, training, layers // (parallel["pp"] * parallel.get("vpp", 1)))
     if _get(doc, "enable", "compile") or _get(doc, "compile", "training") is True:
         training["elementwise"] = "fused"
-    out.scenario = {"framework": options.framework or "torchtitan", "model": model, "cluster": options.cluster_section(), "parallel": parallel, "training": training}
+    out.scenario = {
+        "framework": options.framework or "torchtitan",
+        "model": model,
+        "cluster": options.cluster_section(),
+        "parallel": parallel,
+        "training": training,
+    }
     if overlap:
         out.scenario["overlap"] = overlap
     _unread(doc, out)
@@ -149,13 +179,18 @@ def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any],
     else:
         name, flavor = _get(doc, "name", "model"), _get(doc, "flavor", "model")
         if not isinstance(name, str) or not isinstance(flavor, str):
-            raise UserError("model.name", "the config names no model and flavor; pass --model PRESET")
+            raise UserError(
+                "model.name", "the config names no model and flavor; pass --model PRESET"
+            )
         preset = _PRESETS.get((name, flavor), f"{name}-{flavor}".lower().replace("_", "-"))
         resolved = resolve_preset_name(preset)
         from simcluster.model import preset_names
 
         if resolved not in preset_names():
-            raise UserError("model.flavor", f"torchtitan's {name} {flavor} is not a shipped preset; pass --model PRESET or --hf-config PATH")
+            raise UserError(
+                "model.flavor",
+                f"torchtitan's {name} {flavor} is not a shipped preset; pass --model PRESET or --hf-config PATH",
+            )
         section = {"preset": resolved}
     if "preset" in section:
         layers = load_preset(section["preset"], "--model").layers
@@ -166,46 +201,77 @@ def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any],
     return section, layers
 
 
-def _pipeline(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], layers: int, out: Imported) -> None:
+def _pipeline(
+    doc: dict[str, Any],
+    parallel: dict[str, Any],
+    training: dict[str, Any],
+    layers: int,
+    out: Imported,
+) -> None:
     par = "parallelism", "training", "experimental"
     pp = parallel["pp"]
     if pp <= 1:
         return
     name = _get(doc, "pipeline_parallel_schedule", *par) or "1F1B"
     if name not in SCHEDULES:
-        raise UserError("parallelism.pipeline_parallel_schedule", f"'{name}' cannot be imported; known: {', '.join(SCHEDULES)}")
+        raise UserError(
+            "parallelism.pipeline_parallel_schedule",
+            f"'{name}' cannot be imported; known: {', '.join(SCHEDULES)}",
+        )
     parallel["schedule"] = SCHEDULES[name]
     per_stage = _get(doc, "pipeline_parallel_layers_per_stage", *par)
     if name not in _SINGLE_STAGE:
-        stages = math.ceil(layers / _int(per_stage, "parallelism.pipeline_parallel_layers_per_stage")) if per_stage else 2 * pp
+        stages = (
+            math.ceil(layers / _int(per_stage, "parallelism.pipeline_parallel_layers_per_stage"))
+            if per_stage
+            else 2 * pp
+        )
         if stages % pp:
-            raise UserError("parallelism.pipeline_parallel_layers_per_stage", f"{stages} stages are not a whole number per rank of {pp}")
+            raise UserError(
+                "parallelism.pipeline_parallel_layers_per_stage",
+                f"{stages} stages are not a whole number per rank of {pp}",
+            )
         parallel["vpp"] = stages // pp
         if per_stage:
-            out.notes.append("pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only")
+            out.notes.append(
+                "pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only"
+            )
     size = _get(doc, "pipeline_parallel_microbatch_size", *par)
     count = _get(doc, "pipeline_parallel_microbatches", *par)
     if size is not None:
         training["micro_batch"] = _int(size, "parallelism.pipeline_parallel_microbatch_size")
     elif count is not None:
-        training["pipeline_microbatches"] = _int(count, "experimental.pipeline_parallel_microbatches")
+        training["pipeline_microbatches"] = _int(
+            count, "experimental.pipeline_parallel_microbatches"
+        )
     elif _get(doc, "local_batch_size", "training") is not None:
         training["micro_batch"] = 1  # pipeline_parallel_microbatch_size's default
 
 
-def _batch(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], dp: int) -> None:
+def _batch(
+    doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], dp: int
+) -> None:
     local = _get(doc, "local_batch_size", "training")
     if local is None:
         local = _get(doc, "batch_size", "training")
-    local = _int(local if local is not None else 8, "training.local_batch_size")  # job_config default 8
+    local = _int(
+        local if local is not None else 8, "training.local_batch_size"
+    )  # job_config default 8
     seq = _get(doc, "seq_len", "training")
     training["seq_len"] = _int(seq if seq is not None else 2048, "training.seq_len")  # default 2048
     global_batch = _get(doc, "global_batch_size", "training")
-    global_batch = local * dp if global_batch in (None, -1) else _int(global_batch, "training.global_batch_size")
+    global_batch = (
+        local * dp
+        if global_batch in (None, -1)
+        else _int(global_batch, "training.global_batch_size")
+    )
     count = training.pop("pipeline_microbatches", None)
     if count is not None:
         if local % count:
-            raise UserError("experimental.pipeline_parallel_microbatches", f"{count} does not divide the local batch {local}")
+            raise UserError(
+                "experimental.pipeline_parallel_microbatches",
+                f"{count} does not divide the local batch {local}",
+            )
         training["micro_batch"] = local // count
     elif parallel["pp"] <= 1:
         training["micro_batch"] = local
@@ -215,13 +281,19 @@ def _batch(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, An
 def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
     param = _get(doc, "mixed_precision_param", "training") or "bfloat16"
     if param not in _PRECISIONS:
-        raise UserError("training.mixed_precision_param", f"'{param}' cannot be imported; known: {', '.join(_PRECISIONS)}")
+        raise UserError(
+            "training.mixed_precision_param",
+            f"'{param}' cannot be imported; known: {', '.join(_PRECISIONS)}",
+        )
     training["precision"] = _PRECISIONS[param]
     converters = _get(doc, "converters", "model") or []
     if "float8" in converters:
         recipe = _get(doc, "recipe_name", "float8") or "tensorwise"
         if recipe not in _FLOAT8_RECIPES:
-            raise UserError("float8.recipe_name", f"'{recipe}' cannot be imported; known: {', '.join(_FLOAT8_RECIPES)}")
+            raise UserError(
+                "float8.recipe_name",
+                f"'{recipe}' cannot be imported; known: {', '.join(_FLOAT8_RECIPES)}",
+            )
         training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
         if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
             training["fp8_param_gather"] = True
@@ -242,9 +314,15 @@ def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> No
             if int(option) > 1:
                 training["recompute_num_layers"] = layers // int(option)
         else:
-            raise UserError("activation_checkpoint.selective_ac_option", f"'{option}' is neither 'op' nor a whole number")
+            raise UserError(
+                "activation_checkpoint.selective_ac_option",
+                f"'{option}' is neither 'op' nor a whole number",
+            )
     else:
-        raise UserError("activation_checkpoint.mode", f"'{mode}' cannot be imported; known: none, selective, full")
+        raise UserError(
+            "activation_checkpoint.mode",
+            f"'{mode}' cannot be imported; known: none, selective, full",
+        )
 
 
 def _unread(doc: dict[str, Any], out: Imported) -> None:
@@ -259,4 +337,7 @@ def _unread(doc: dict[str, Any], out: Imported) -> None:
         keys = table.items() if isinstance(table, dict) else [("", table)]
         for key, _ in keys:
             if key not in _READ.get(section, set()):
-                out.skip(f"{section}.{key}" if key else section, _KEY_REASONS.get(key, "no scenario field for it"))
+                out.skip(
+                    f"{section}.{key}" if key else section,
+                    _KEY_REASONS.get(key, "no scenario field for it"),
+                )
