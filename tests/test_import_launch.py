@@ -398,3 +398,30 @@ def test_deepspeed_config_maps_its_zero_keys(tmp_path):
             auto,
             ImportOptions(cluster="dgx-h100", nodes=4, model="llama3-8b", seq_len=2048),
         )
+
+
+def test_megatron_example_script_with_bash_arrays():
+    # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh: flags in bash arrays expanded as
+    # ${ARGS[@]} on the torchrun line (one array holds a comment with brackets in it)
+    out = import_config(
+        "megatron",
+        LAUNCH / "train_gpt3_175b_distributed.sh",
+        ImportOptions(cluster="dgx-a100", nodes=128),
+    )
+    s = out.scenario
+    assert (s["model"]["layers"], s["model"]["hidden"], s["model"]["heads"], s["model"]["ffn"]) == (
+        96,
+        12288,
+        96,
+        49152,
+    )
+    # GPT-2 BPE (--vocab-file/--merge-file) padded to a multiple of 128 x tp 8: 51,200
+    assert s["model"]["vocab"] == 51200
+    assert s["parallel"] == {"tp": 8, "pp": 16, "zero": 0, "sequence_parallel": False}
+    assert s["training"] == {
+        "micro_batch": 1, "global_batch": 1536, "seq_len": 2048, "precision": "fp16", "fp32_grad_accum": False,
+        "recompute": "none",
+    }  # fmt: skip
+    # torchrun's own flags come before the .py file and are not the program's
+    assert not any(x.startswith("--nproc_per_node") for x in out.skipped)
+    build_context(scenario_from_dict(s))

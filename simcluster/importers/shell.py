@@ -68,6 +68,11 @@ class _State:
     notes: list[str] = field(default_factory=list)
 
 
+def _words(text: str) -> list[str]:
+    """The raw words of ``text`` (statements run together)."""
+    return [w for statement in _statements(text) for w in statement]
+
+
 def _statements(text: str) -> list[list[str]]:
     """``text`` cut into statements of raw words (quotes kept, so expansion can honour them)."""
     statements: list[list[str]] = []
@@ -105,6 +110,9 @@ def _statements(text: str) -> list[list[str]]:
         if ch in "'\"`":
             quote = ch
             word.append(ch)
+        elif ch == "(" and word and word[-1].endswith("="):
+            i = _array(text, i + 1, word)  # NAME=( words... ): an array, comments inside
+            continue
         elif ch == "$" and text.startswith("$(", i):
             depth, j = 0, i + 1
             while j < len(text):  # $( ... ) and $(( ... )) kept whole
@@ -130,6 +138,28 @@ def _statements(text: str) -> list[list[str]]:
         i += 1
     end_statement()
     return statements
+
+
+def _array(text: str, i: int, word: list[str]) -> int:
+    """Append ``( ... )`` from ``text[i:]`` (just after the opening bracket) to ``word``, its
+    comments dropped and its lines joined; return the index after the closing bracket."""
+    out, quote = ["("], ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (not out or out[-1] in " \t\n("):
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        elif ch == ")":
+            word.append("".join(out).replace("\\\n", " ").replace("\n", " ") + ")")
+            return i + 1
+        out.append(ch)
+        i += 1
+    raise UserError("FILE", "an array '( ...' has no closing bracket")
 
 
 def _arith(expr: str, state: _State) -> str:
@@ -198,7 +228,10 @@ def _dollar(raw: str, i: int, state: _State, out: list[str]) -> int:
     if raw.startswith("${", i):
         end = raw.find("}", i)
         inner = raw[i + 2 : end]
-        name, op, default = re.match(rf"({_NAME})(:?[-=?+]?)(.*)", inner, re.S).groups()  # type: ignore[union-attr]
+        # ${NAME}, ${NAME:-default}, ${ARRAY[@]} (an array's words, joined)
+        name, op, default = re.match(
+            rf"({_NAME})(?:\[[@*0]\])?(:?[-=?+]?)(.*)", inner, re.S
+        ).groups()  # type: ignore[union-attr]
         state.used.add(name)
         value = state.variables.get(name, "")
         if op in (":-", "-", ":=", "=") and not value:
@@ -328,7 +361,11 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
 def _assign(name: str, raw_value: str, state: _State) -> None:
     if name in state.variables and name in state.given:
         return  # --var NAME=VALUE wins over the script's own value
-    state.variables[name] = _expand(raw_value, state)
+    if raw_value.startswith("(") and raw_value.endswith(")"):
+        # an array: its words, expanded one by one ("${ARRAY[@]}" gives them back joined)
+        state.variables[name] = " ".join(_expand(w, state) for w in _words(raw_value[1:-1]))
+    else:
+        state.variables[name] = _expand(raw_value, state)
     if name not in state.defined:
         state.defined.append(name)
 
