@@ -425,3 +425,24 @@ def test_megatron_example_script_with_bash_arrays():
     # torchrun's own flags come before the .py file and are not the program's
     assert not any(x.startswith("--nproc_per_node") for x in out.skipped)
     build_context(scenario_from_dict(s))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("A=$((1/0))\n", r"\$\(\(1/0\)\) cannot be evaluated"),
+        ("A=$(pwd\n", "opens an expansion it does not close"),
+        ("A=${B\n", "opens an expansion it does not close"),
+        ("A=$((X + 1))\n", None),  # X unset: 0, as bash counts it
+        ("B=${10}\n", None),  # a script argument: empty here
+        ("source self.sh\n", "sources files 8 deep"),
+    ],
+)
+def test_shell_reader_refuses_in_one_line(tmp_path, text, message):
+    script = tmp_path / "self.sh"
+    script.write_text(text + "python train.py --bf16\n")
+    if message is None:
+        assert read_script(script, {}).words == ["--bf16"]
+    else:
+        with pytest.raises(UserError, match=message):
+            read_script(script, {})

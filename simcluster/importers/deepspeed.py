@@ -59,6 +59,16 @@ def _number(value: Any, key: str) -> int:
     return int(value)
 
 
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    """``doc[key]`` as a mapping (absent or null: empty); anything else is an error."""
+    value = doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(key, f"must be a JSON object, not {value!r}")
+    return value
+
+
 def _enabled(doc: dict[str, Any], key: str) -> bool:
     section = doc.get(key)
     if not isinstance(section, dict):
@@ -105,8 +115,8 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         "framework": options.framework or "deepspeed", "model": options.model_section("--model"),
         "cluster": options.cluster_section(), "parallel": {}, "training": training,
     }  # fmt: skip
-    _zero(doc.get("zero_optimization") or {}, sc, out)
-    accum = (doc.get("data_types") or {}).get("grad_accum_dtype")
+    _zero(_section(doc, "zero_optimization"), sc, out)
+    accum = _section(doc, "data_types").get("grad_accum_dtype")
     if accum is not None:
         if accum not in ("fp32", "fp16", "bf16"):
             raise UserError(
@@ -147,7 +157,7 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
         elif key == "overlap_comm":
             sc.setdefault("overlap", {})["dp_grad_reduce"] = bool(value)
         elif key == "offload_optimizer":
-            device = (value or {}).get("device", "none")
+            device = _section(zero, key).get("device", "none")
             if device == "cpu":
                 sc["training"]["optimizer_offload"] = 1.0
             elif device not in ("none", None):
@@ -156,7 +166,7 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
                     f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled",
                 )
         elif key == "offload_param":
-            device = (value or {}).get("device", "none")
+            device = _section(zero, key).get("device", "none")
             if device not in ("none", None):
                 raise UserError(
                     f"{where}.device",

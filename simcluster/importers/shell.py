@@ -178,7 +178,10 @@ def _arith(expr: str, state: _State) -> str:
         raise UserError(state.field_name, f"$(({expr})) is not integer arithmetic")
     # bash's integer division truncates towards zero, as int() of a true quotient of integers
     text = re.sub(r"(\d+)\s*/\s*(\d+)", r"int(\1 / \2)", text)
-    return str(int(eval(text, {"__builtins__": {}, "int": int})))  # noqa: S307 - digits and operators only
+    try:
+        return str(int(eval(text, {"__builtins__": {}, "int": int})))  # noqa: S307 - digits and operators only
+    except (ZeroDivisionError, SyntaxError):
+        raise UserError(state.field_name, f"$(({expr})) cannot be evaluated ({text})") from None
 
 
 def _expand(raw: str, state: _State) -> str:
@@ -216,22 +219,33 @@ def _expand(raw: str, state: _State) -> str:
     return "".join(out)
 
 
+def _closing(raw: str, start: int, token: str, state: _State) -> int:
+    """Where ``token`` closes the expansion opened at ``start``; unclosed is an error."""
+    end = raw.rfind(token) if token == "))" else raw.find(token, start)
+    if end < start:
+        raise UserError(
+            state.field_name, f"'{raw}' opens an expansion it does not close ({token!r})"
+        )
+    return end
+
+
 def _dollar(raw: str, i: int, state: _State, out: list[str]) -> int:
     if raw.startswith("$((", i):
-        end = raw.rfind("))")
+        end = _closing(raw, i + 3, "))", state)
         out.append(_arith(raw[i + 3 : end], state))
         return end + 2
     if raw.startswith("$(", i):
-        end = raw.find(")", i)
+        end = _closing(raw, i + 2, ")", state)
         out.append(_substitute(raw[i + 2 : end], state))
         return end + 1
     if raw.startswith("${", i):
-        end = raw.find("}", i)
-        inner = raw[i + 2 : end]
-        # ${NAME}, ${NAME:-default}, ${ARRAY[@]} (an array's words, joined)
-        name, op, default = re.match(
-            rf"({_NAME})(?:\[[@*0]\])?(:?[-=?+]?)(.*)", inner, re.S
-        ).groups()  # type: ignore[union-attr]
+        end = _closing(raw, i + 2, "}", state)
+        # ${NAME}, ${NAME:-default}, ${ARRAY[@]} (an array's words, joined); ${1}, a script
+        # argument, is not known here: empty, as an unset variable
+        found = re.match(rf"({_NAME})(?:\[[@*0]\])?(:?[-=?+]?)(.*)", raw[i + 2 : end], re.S)
+        if found is None:
+            return end + 1
+        name, op, default = found.groups()
         state.used.add(name)
         value = state.variables.get(name, "")
         if op in (":-", "-", ":=", "=") and not value:
