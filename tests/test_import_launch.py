@@ -446,3 +446,43 @@ def test_shell_reader_refuses_in_one_line(tmp_path, text, message):
     else:
         with pytest.raises(UserError, match=message):
             read_script(script, {})
+
+
+def test_megatron_mirrors_its_argument_checks(tmp_path, capsys):
+    base = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 --bf16 "
+    # arguments.py: --overlap-param-gather needs the distributed optimizer, --tp-comm-overlap
+    # sequence parallelism; sequence parallelism is turned off at tp 1
+    with pytest.raises(
+        UserError, match="--overlap-param-gather: Megatron requires --use-distributed-optimizer"
+    ):
+        import_config(
+            "megatron",
+            _args_file(tmp_path, base + "--vocab-size 32000 --overlap-param-gather"),
+            ImportOptions(cluster="dgx-h100", nodes=1),
+        )
+    with pytest.raises(UserError, match="--tp-comm-overlap: Megatron requires --sequence-parallel"):
+        import_config(
+            "megatron",
+            _args_file(
+                tmp_path,
+                base + "--vocab-size 32000 --tensor-model-parallel-size 2 --tp-comm-overlap",
+            ),
+            ImportOptions(cluster="dgx-h100", nodes=1),
+        )
+    out = import_config(
+        "megatron",
+        _args_file(tmp_path, base + "--vocab-size 32000 --sequence-parallel"),
+        ImportOptions(cluster="dgx-h100", nodes=1),
+    )
+    assert out.scenario["parallel"]["sequence_parallel"] is False
+    # a tokenizer that keeps its size in its files: a one-line error naming --set, unless given
+    path = _args_file(tmp_path, base + "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x")
+    argv = ["import", "megatron", str(path), "--cluster", "dgx-h100", "--nodes", "1"]
+    assert main(argv) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .startswith("error: model.vocab: HuggingFaceTokenizer keeps its vocabulary size")
+    )
+    assert main([*argv, "--set", "model.vocab=128256"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["model"]["vocab"] == 128256

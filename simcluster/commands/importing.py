@@ -88,6 +88,7 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
     if overrides:
         result.scenario = apply_overrides(result.scenario, overrides)
         result.notes.append(f"with --set {' '.join(args.overrides)}")
+    result.check_needs()
     build_context(scenario_from_dict(result.scenario))
     return result
 

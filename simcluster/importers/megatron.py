@@ -178,8 +178,10 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
     if vocab is not None:
         model["vocab"] = vocab
     else:
-        out.notes.append(
-            "model.vocab: the tokenizer's size is in its files; give it with --set model.vocab=N"
+        tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
+        out.needs["model.vocab"] = (
+            f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
+            "Megatron pads it (a multiple of 128 x tp): --set model.vocab=N"
         )
 
 
@@ -201,7 +203,23 @@ def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
 def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
     parallel = sc["parallel"]
     parallel["zero"] = 1 if flags.has("use-distributed-optimizer") else 0
+    if parallel.get("tp", 1) == 1:
+        if parallel.get("sequence_parallel"):
+            out.notes.append(
+                "--sequence-parallel at tp 1: off, as Megatron's arguments.py turns it off"
+            )
+        parallel["sequence_parallel"] = False
     parallel.setdefault("sequence_parallel", False)
+    # arguments.py's assertions: these overlaps need the distributed optimizer / SP
+    given = sc.get("overlap", {})
+    if given.get("param_gather") is True and not parallel["zero"]:
+        raise UserError(
+            "--overlap-param-gather", "Megatron requires --use-distributed-optimizer with it"
+        )
+    if given.get("tp_comm") is True and not parallel["sequence_parallel"]:
+        raise UserError(
+            "--tp-comm-overlap", "Megatron requires --sequence-parallel (and tp > 1) with it"
+        )
     if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
         parallel["schedule"] = "interleaved"
     overlap = sc.setdefault("overlap", {})

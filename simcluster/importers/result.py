@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from simcluster.errors import UserError
+
 
 @dataclass
 class Imported:
@@ -21,10 +23,21 @@ class Imported:
     source: str
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: dotted fields the config cannot give, each with how to give it (``--set``)
+    needs: dict[str, str] = field(default_factory=dict)
 
     def skip(self, setting: str, reason: str) -> None:
         """Record a setting not imported."""
         self.skipped.append(f"{setting} ({reason})")
+
+    def check_needs(self) -> None:
+        """A one-line error for the first needed field still missing (after ``--set``)."""
+        for dotted, fix in self.needs.items():
+            node: Any = self.scenario
+            for part in dotted.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                raise UserError(dotted, fix)
 
     def yaml_text(self) -> str:
         """The scenario as YAML, headed by comments: its source, the notes and every setting
