@@ -418,6 +418,8 @@ def test_megatron_example_script_with_bash_arrays():
     # GPT-2 BPE (--vocab-file/--merge-file) padded to a multiple of 128 x tp 8: 51,200
     assert s["model"]["vocab"] == 51200
     assert s["parallel"] == {"tp": 8, "pp": 16, "zero": 0, "sequence_parallel": False}
+    # no distributed optimizer: no parameter all-gather to overlap (overlap.param_gather unwritten)
+    assert s["overlap"] == {"dp_grad_reduce": False, "tp_comm": False}
     assert s["training"] == {
         "micro_batch": 1, "global_batch": 1536, "seq_len": 2048, "precision": "fp16", "fp32_grad_accum": False,
         "recompute": "none",

@@ -224,7 +224,13 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         parallel["schedule"] = "interleaved"
     overlap = sc.setdefault("overlap", {})
     if framework != "megatron-lm-2021":
-        for key in ("dp_grad_reduce", "param_gather", "tp_comm"):
+        # the parameter all-gather exists only with the distributed optimizer (not written
+        # otherwise: it would be an inert setting)
+        for key in (
+            ("dp_grad_reduce", "param_gather", "tp_comm")
+            if parallel["zero"]
+            else ("dp_grad_reduce", "tp_comm")
+        ):
             overlap.setdefault(key, False)
     if flags.has("no-overlap-p2p-communication"):
         overlap["pp_comm"] = False
