@@ -488,3 +488,30 @@ def test_megatron_mirrors_its_argument_checks(tmp_path, capsys):
     )
     assert main([*argv, "--set", "model.vocab=128256"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["model"]["vocab"] == 128256
+
+
+def test_torchtitan_older_releases_spellings(tmp_path):
+    # degrees under [training] (data_parallel_degree: FSDP's), batch_size, [float8]
+    # enable_float8_linear, [training] compile
+    toml = tmp_path / "old.toml"
+    toml.write_text(
+        '[model]\nname = "llama2"\nflavor = "13B"\n'
+        "[training]\nbatch_size = 2\nseq_len = 4096\ntensor_parallel_degree = 2\ndata_parallel_degree = -1\ncompile = true\n"
+        "[float8]\nenable_float8_linear = true\n"
+        '[activation_checkpoint]\nmode = "none"\n'
+    )
+    out = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=2))
+    assert out.scenario["model"] == {"preset": "llama2-13b"}
+    assert out.scenario["parallel"] == {
+        "tp": 2,
+        "pp": 1,
+        "cp": 1,
+        "dp": 8,
+        "zero": 3,
+        "sequence_parallel": True,
+    }
+    assert out.scenario["training"] == {
+        "seq_len": 4096, "micro_batch": 2, "global_batch": 16, "precision": "fp8", "fp8_recipe": "current",
+        "recompute": "none", "elementwise": "fused",
+    }  # fmt: skip
+    assert out.skipped == []

@@ -56,11 +56,12 @@ _READ = {
         "pipeline_parallel_degree", "pipeline_parallel_schedule", "context_parallel_degree",
         "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
+        "mixed_precision_param", "data_parallel_degree",
     },
     "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "compile": {"enable"},
-    "float8": {"recipe_name", "enable_fsdp_float8_all_gather"},
+    "float8": {"recipe_name", "enable_fsdp_float8_all_gather", "enable_float8_linear"},
 }  # fmt: skip
 _READ["training"] |= _READ["parallelism"]  # older releases kept the degrees under [training]
 _READ["experimental"] = set(_READ["parallelism"])
@@ -114,8 +115,11 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         _get(doc, "data_parallel_replicate_degree", *par) or 1,
         "parallelism.data_parallel_replicate_degree",
     )
+    # the first releases' data_parallel_degree was the FSDP degree
     shard = _int(
-        _get(doc, "data_parallel_shard_degree", *par) or -1,
+        _get(doc, "data_parallel_shard_degree", *par)
+        or _get(doc, "data_parallel_degree", *par)
+        or -1,
         "parallelism.data_parallel_shard_degree",
     )
     if world % (tp * pp * cp):
@@ -279,7 +283,7 @@ def _batch(
 
 
 def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
-    param = _get(doc, "mixed_precision_param", "training") or "bfloat16"
+    param = _get(doc, "mixed_precision_param", "training", "parallelism") or "bfloat16"
     if param not in _PRECISIONS:
         raise UserError(
             "training.mixed_precision_param",
@@ -287,7 +291,8 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
         )
     training["precision"] = _PRECISIONS[param]
     converters = _get(doc, "converters", "model") or []
-    if "float8" in converters:
+    # releases before model.converters switched FP8 on with [float8] enable_float8_linear
+    if "float8" in converters or _get(doc, "enable_float8_linear", "float8") is True:
         recipe = _get(doc, "recipe_name", "float8") or "tensorwise"
         if recipe not in _FLOAT8_RECIPES:
             raise UserError(
@@ -326,7 +331,10 @@ def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> No
 
 
 def _unread(doc: dict[str, Any], out: Imported) -> None:
-    float8_on = "float8" in (_get(doc, "converters", "model") or [])
+    float8_on = (
+        "float8" in (_get(doc, "converters", "model") or [])
+        or _get(doc, "enable_float8_linear", "float8") is True
+    )
     for section, table in doc.items():
         if section in _OUTSIDE:
             out.skip(f"[{section}]", _OUTSIDE[section])
