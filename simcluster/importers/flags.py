@@ -32,6 +32,10 @@ class Flags:
                 if eq:
                     current = None  # --flag=value takes no further words
             elif current is not None:
+                # quotes a script kept literal ('a|b' inside "..."), which the shell that runs
+                # the command (bash -c, srun) removes
+                if len(word) > 1 and word[0] == word[-1] and word[0] in "'\"":
+                    word = word[1:-1]
                 current.append(word)
         return cls(values)
 
@@ -112,7 +116,6 @@ NOT_STEP = {
         "warmup",
         "override-opt-param-scheduler",
         "use-checkpoint-opt-param-scheduler",
-        "rampup-batch-size",
     ),
     "data, tokenizer or checkpoint input/output: not part of a training step": (
         "data-path",

@@ -21,9 +21,11 @@ the scenario says what the launch line runs, not simcluster's defaults:
   bf16 (unless ``--grad-reduce-in-bf16``): an fp16 run without it keeps fp16 main gradients;
 - the global batch is micro-batch x dp without ``--global-batch-size``.
 
-Flags of Megatron-LM before 2023 (``--DDP-impl``, ``--checkpoint-activations``,
-``--activations-checkpoint-*``) select ``framework: megatron-lm-2021``; otherwise
-``megatron-core``. ``--DDP-impl torch`` (PyTorch DDP, default 25 MiB buckets, overlapped with
+Megatron-DeepSpeed's ``--deepspeed`` selects ``framework: deepspeed`` (``--zero-stage``; bf16
+at stage 0 is DeepSpeed's BF16_Optimizer, sharded as ZeRO-1; ``--pad-vocab-size-to``;
+``--pp-partition-method 'type:transformer|embedding'`` as DeepSpeed's PipelineModule splits
+it); flags of Megatron-LM before 2023 (``--DDP-impl``, ``--checkpoint-activations``,
+``--activations-checkpoint-*``) ``framework: megatron-lm-2021``; otherwise ``megatron-core``. ``--DDP-impl torch`` (PyTorch DDP, default 25 MiB buckets, overlapped with
 the backward, gradients copied into its buckets and back) is written out over that
 framework's 'local' DDP, as validation/narayanan2021-a100.yaml's torch-DDP rows are.
 """
@@ -79,6 +81,13 @@ _FP8_RECIPES = {
     "blockwise": "block",
     "mxfp8": "block",
 }
+#: why some flags with effects are still not imported
+_REASONS = {
+    "deepspeed_config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
+    "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
+    "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
+    "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
+}
 _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 
 
@@ -88,15 +97,12 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     out = Imported({}, f"{path.name} ({args.origin})")
     out.notes.extend(args.notes)
     flags = Flags.parse(args.words)
-    framework = options.framework or (
-        "megatron-lm-2021" if any(f in flags.values for f in OLD_FLAGS) else "megatron-core"
-    )
+    framework = options.framework or _framework(flags)
     if not options.framework:
-        why = (
-            "its flags are Megatron-LM's before 2023 (--DDP-impl, --activations-checkpoint-*)"
-            if framework == "megatron-lm-2021"
-            else "Megatron-LM's current flags"
-        )
+        why = {
+            "deepspeed": "--deepspeed: Megatron-DeepSpeed, DeepSpeed's engine",
+            "megatron-lm-2021": "its flags are Megatron-LM's before 2023 (--DDP-impl, --activations-checkpoint-*)",
+        }.get(framework, "Megatron-LM's current flags")
         out.notes.append(f"framework {framework}: {why}; --framework NAME to choose another")
     sc: dict[str, Any] = {
         "framework": framework,
@@ -117,9 +123,21 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _training(flags, sc, framework, out)
     _moe(flags, sc)
     for name in flags.left():
-        out.skip(f"--{name}", not_step_reason(name) or "no scenario field for it")
+        out.skip(
+            f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
+        )
     out.scenario = {k: v for k, v in sc.items() if v != {}}
     return out
+
+
+def _framework(flags: Flags) -> str:
+    """The framework preset the flags imply: Megatron-DeepSpeed (``--deepspeed``), Megatron-LM
+    before 2023 (its removed flags), or Megatron-Core."""
+    if "deepspeed" in flags.values:
+        return "deepspeed"
+    if any(f in flags.values for f in OLD_FLAGS):
+        return "megatron-lm-2021"
+    return "megatron-core"
 
 
 def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptions) -> None:
@@ -161,7 +179,7 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
     model["norm"] = norm or "layernorm"
     model["bias"] = not flags.has("disable-bias-linear")
     position = flags.choice(
-        "position-embedding-type", {"learned_absolute": "learned", "rope": "rope"}
+        "position-embedding-type", {"learned_absolute": "learned", "rope": "rope", "alibi": "alibi"}
     )
     if flags.has("use-rotary-position-embeddings"):
         position = "rope"
@@ -186,6 +204,9 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptio
 
 
 def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
+    exact = flags.integer("pad-vocab-size-to")  # Megatron-DeepSpeed: padded to this size
+    if exact is not None:
+        return exact
     size = flags.integer("vocab-size")
     tokenizer = flags.text("tokenizer-type")
     if size is None and (
@@ -203,6 +224,16 @@ def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
 def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
     parallel = sc["parallel"]
     parallel["zero"] = 1 if flags.has("use-distributed-optimizer") else 0
+    stage = flags.integer("zero-stage")  # Megatron-DeepSpeed's, mirrored into its DeepSpeed config
+    if framework == "deepspeed":
+        flags.has("deepspeed")
+        parallel["zero"] = stage or 0
+        if parallel["zero"] == 0 and flags.has("bf16"):
+            # DeepSpeed's BF16_Optimizer (bf16 at stage 0) shards the fp32 optimizer state over
+            # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
+            parallel["zero"] = 1
+            out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
+    _partition(flags, sc)
     if parallel.get("tp", 1) == 1:
         if parallel.get("sequence_parallel"):
             out.notes.append(
@@ -223,7 +254,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
         parallel["schedule"] = "interleaved"
     overlap = sc.setdefault("overlap", {})
-    if framework != "megatron-lm-2021":
+    if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
         # the parameter all-gather exists only with the distributed optimizer (not written
         # otherwise: it would be an inert setting)
         for key in (
@@ -253,6 +284,24 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         )
 
 
+def _partition(flags: Flags, sc: dict[str, Any]) -> None:
+    """Megatron-DeepSpeed's ``--pp-partition-method 'type:transformer|embedding'``: DeepSpeed's
+    PipelineModule balances the count of layers of those types over the stages
+    (pipe/module.py _partition_layers: partition_balanced of binary weights); with tied
+    embeddings both ends hold an EmbeddingPipe, so a whole split gives the first and last stage
+    one transformer block fewer. Uneven splits are listed (the balancing's tie-breaks)."""
+    method = flags.text("pp-partition-method")
+    pp, model = sc["parallel"].get("pp", 1), sc["model"]
+    if method is None or pp <= 1:
+        return
+    items = model["layers"] + 2
+    if method != "type:transformer|embedding" or not model["tied_embeddings"] or items % pp:
+        flags.taken.discard("pp-partition-method")  # listed with its reason
+        return
+    per = items // pp
+    sc["parallel"]["layers_per_stage"] = [per - 1, *[per] * (pp - 2), per - 1]
+
+
 def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
     training = sc["training"]
     for flag in ("micro-batch-size", "seq-length"):
@@ -267,8 +316,11 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if flags.choice("fp4-format", {"e2m1": "nvfp4"}):
         precision = "nvfp4"
     training["precision"] = precision
-    # arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32 (unless --grad-reduce-in-bf16)
-    if flags.has("grad-reduce-in-bf16"):
+    # arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32 (unless --grad-reduce-in-bf16);
+    # under DeepSpeed its optimizer decides (the deepspeed preset, by ZeRO stage)
+    if framework == "deepspeed":
+        pass
+    elif flags.has("grad-reduce-in-bf16"):
         training["fp32_grad_accum"] = False
     else:
         training["fp32_grad_accum"] = (
@@ -277,7 +329,18 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if flags.has("no-gradient-accumulation-fusion"):
         training["grad_accum_fusion"] = False
     _recompute(flags, training, out)
-    if flags.has("use-flash-attn"):
+    # Megatron-DeepSpeed's --use-flash-attn-v1/-v2/-triton, Megatron-LM's --use-flash-attn
+    if any(
+        [
+            flags.has(f)
+            for f in (
+                "use-flash-attn",
+                "use-flash-attn-v1",
+                "use-flash-attn-v2",
+                "use-flash-attn-triton",
+            )
+        ]
+    ):
         training["flash_attention"] = True
     backend = flags.choice(
         "attention-backend",

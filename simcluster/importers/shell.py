@@ -365,11 +365,30 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
     if head.startswith("--"):
         state.arg_lines.extend(w for raw_word in words for w in _expand(raw_word, state).split())
         return
-    expanded = [w for raw_word in words for w in _expand(raw_word, state).split()]
+    expanded = _without_redirections(
+        [w for raw_word in words for w in _expand(raw_word, state).split()]
+    )
     for k, word in enumerate(expanded):
         if word.endswith(".py"):
             state.command = expanded[k + 1 :]
             break
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """``words`` without output redirections (``2>&1``, ``> log``, ``>>log``): the shell's,
+    not the program's."""
+    out: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        match = re.fullmatch(r"\d*(>>?|<)(&?\S*)", word)
+        if match:
+            skip = not match.group(2)  # '>' alone: the file is the next word
+            continue
+        out.append(word)
+    return out
 
 
 def _assign(name: str, raw_value: str, state: _State) -> None:
