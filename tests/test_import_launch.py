@@ -535,3 +535,13 @@ def test_bloom_slurm_script_simulates_the_transcribed_case_bit_for_bit():
     mine, theirs = _dump(raw), _dump(transcribed)
     assert mine == theirs
     assert _step(raw) == _step(transcribed)
+
+
+def test_flags_outside_a_step_are_told_apart_from_unknown_ones():
+    from simcluster.importers.flags import not_step_reason
+
+    assert not_step_reason("lr-warmup-iters").startswith("a training hyperparameter")
+    assert not_step_reason("data-cache-path").startswith("data, tokenizer or checkpoint")
+    assert not_step_reason("eval-interval").startswith("logging")
+    # Megatron-FSDP's sharding strategy is not data input/output: it stays "no scenario field"
+    assert not_step_reason("data-parallel-sharding-strategy") is None
