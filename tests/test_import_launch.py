@@ -545,3 +545,19 @@ def test_flags_outside_a_step_are_told_apart_from_unknown_ones():
     assert not_step_reason("eval-interval").startswith("logging")
     # Megatron-FSDP's sharding strategy is not data input/output: it stays "no scenario field"
     assert not_step_reason("data-parallel-sharding-strategy") is None
+
+
+def test_megatron_optimizer_and_bucket_flags(tmp_path):
+    # the flags scenarios/apertus-70b-4096xgh200.yaml transcribes from Swiss AI's script:
+    # --ddp-bucket-size 1e10 parameters of fp32 main gradients is bucket_mb 40000
+    text = MODERN + (
+        "--no-check-for-nan-in-loss-and-grad --ddp-bucket-size 1e10 --optimizer ademamix "
+        "--cross-entropy-loss-fusion --optimizer-cpu-offload --optimizer-offload-fraction 0.5\n"
+    )
+    s = import_config(
+        "megatron", _args_file(tmp_path, text), ImportOptions(cluster="dgx-h100", nodes=4)
+    ).scenario
+    assert s["dp"] == {"nan_check": False, "bucket_mb": 40000.0}
+    assert (s["training"]["optimizer"], s["training"]["fused_cross_entropy"], s["training"]["optimizer_offload"]) == (
+        "ademamix", True, 0.5,
+    )  # fmt: skip

@@ -329,6 +329,7 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if flags.has("no-gradient-accumulation-fusion"):
         training["grad_accum_fusion"] = False
     _recompute(flags, training, out)
+    _optimizer_and_buckets(flags, sc)
     # Megatron-DeepSpeed's --use-flash-attn-v1/-v2/-triton, Megatron-LM's --use-flash-attn
     if any(
         [
@@ -348,6 +349,34 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     )
     if backend is not None:
         training["flash_attention"] = backend
+
+
+def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
+    """The optimizer, its CPU offload and the gradient buckets' flags (Megatron-LM arguments.py;
+    scenarios/apertus-70b-4096xgh200.yaml writes the same)."""
+    training = sc["training"]
+    if flags.has("cross-entropy-loss-fusion"):
+        training["fused_cross_entropy"] = True
+    if flags.has("fp8-param-gather"):
+        training["fp8_param_gather"] = True
+    optimizer = flags.choice("optimizer", {"adam": "adam", "sgd": "sgd", "ademamix": "ademamix"})
+    if optimizer is not None:
+        training["optimizer"] = optimizer
+    if flags.has("optimizer-cpu-offload"):
+        fraction = flags.number("optimizer-offload-fraction")
+        training["optimizer_offload"] = 1.0 if fraction is None else fraction
+    dp: dict[str, Any] = sc.setdefault("dp", {})
+    if flags.has("no-check-for-nan-in-loss-and-grad"):
+        dp["nan_check"] = False
+    if flags.has("ddp-average-in-collective"):
+        dp["prescale"] = False  # the 1/dp scaling done by the collective, no pass of its own
+    size = flags.number("ddp-bucket-size")
+    if size is not None:
+        # parameters per bucket, of the main gradients' width
+        width = 4 if training.get("fp32_grad_accum", True) else 2
+        dp["bucket_mb"] = size * width / 1e6
+    if not dp:
+        sc.pop("dp")
 
 
 def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
