@@ -561,3 +561,16 @@ def test_megatron_optimizer_and_bucket_flags(tmp_path):
     assert (s["training"]["optimizer"], s["training"]["fused_cross_entropy"], s["training"]["optimizer_offload"]) == (
         "ademamix", True, 0.5,
     )  # fmt: skip
+
+
+def test_options_a_kind_has_no_use_for_are_refused():
+    with pytest.raises(UserError, match="--model: not used with a megatron config"):
+        import_config(
+            "megatron", SC21, ImportOptions(cluster="dgx-a100", nodes=4, model="llama3-8b")
+        )
+    with pytest.raises(UserError, match="--var: not used with a torchtitan config"):
+        import_config(
+            "torchtitan",
+            LAUNCH / "torchtitan" / "llama3_8b.toml",
+            ImportOptions(cluster="dgx-a100", nodes=8, variables={"A": "1"}),
+        )

@@ -83,6 +83,7 @@ def _enabled(doc: dict[str, Any], key: str) -> bool:
 
 def import_file(path: Path, options: ImportOptions) -> Imported:
     """The scenario the DeepSpeed config at ``path`` describes, with ``options``' model."""
+    options.refuse("DeepSpeed", "variables")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

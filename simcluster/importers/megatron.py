@@ -93,6 +93,7 @@ _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 
 def import_file(path: Path, options: ImportOptions) -> Imported:
     """The scenario a Megatron launch script (or arguments file) at ``path`` describes."""
+    options.refuse("megatron", "model", "hf-config", "seq-len")
     args = read_script(path, options.variables)
     out = Imported({}, f"{path.name} ({args.origin})")
     out.notes.extend(args.notes)
@@ -118,7 +119,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     for flag, (section, key) in _FLAGS_SET.items():
         if flags.has(flag):
             sc.setdefault(section, {})[key] = True
-    _model(flags, sc, out, options)
+    _model(flags, sc, out)
     _parallel(flags, sc, framework, out)
     _training(flags, sc, framework, out)
     _moe(flags, sc)
@@ -140,7 +141,7 @@ def _framework(flags: Flags) -> str:
     return "megatron-core"
 
 
-def _model(flags: Flags, sc: dict[str, Any], out: Imported, options: ImportOptions) -> None:
+def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     model = sc["model"]
     for needed in ("layers", "hidden", "heads"):
         if needed not in model:

@@ -47,6 +47,17 @@ class ImportOptions:
             section["gpus_per_node"] = self.gpus_per_node
         return section
 
+    def refuse(self, kind: str, *names: str) -> None:
+        """A one-line error for an option a ``kind`` config has no use for (``--model`` beside a
+        Megatron launch line, which shapes the model itself), rather than ignoring it."""
+        for name in names:
+            if getattr(self, name.replace("-", "_")) not in (None, {}):
+                flag = {"variables": "var"}.get(name, name)
+                raise UserError(
+                    f"--{flag}",
+                    f"not used with a {kind} config; leave it out (change the imported scenario with --set)",
+                )
+
     def world(self) -> int:
         """GPUs in the job: ``--gpus``, or ``--nodes`` x the GPUs per node (``--gpus-per-node``
         or the profile's)."""

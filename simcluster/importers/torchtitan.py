@@ -98,6 +98,7 @@ def _int(value: Any, where: str) -> int:
 
 def import_file(path: Path, options: ImportOptions) -> Imported:
     """The scenario the torchtitan TOML at ``path`` describes."""
+    options.refuse("torchtitan", "seq-len", "variables")
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
