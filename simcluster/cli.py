@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "gemm": "simcluster.commands.gemm",
     "sweep": "simcluster.commands.sweep",
     "compare": "simcluster.commands.compare",
+    "import": "simcluster.commands.importing",
     "validate": "simcluster.commands.validate",
     "list": "simcluster.commands.listing",
 }

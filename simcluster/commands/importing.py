@@ -1,0 +1,112 @@
+"""``simcluster import KIND FILE``: a scenario from a launch config the user already has."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simcluster.commands.common import print_notes
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
+from simcluster.scenario import parse_set, scenario_from_dict
+from simcluster.scenario.loading import apply_overrides
+
+NAME = "import"
+HELP = (
+    "write a scenario from a launch config: a Megatron-LM launch script or args file, a "
+    "torchtitan TOML, a DeepSpeed JSON (with --model); the cluster from --cluster and --nodes"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "kind", metavar="KIND", choices=list(IMPORTERS), help=f"one of {', '.join(IMPORTERS)}"
+    )
+    parser.add_argument("file", metavar="FILE", help="the launch script, TOML or JSON config")
+    parser.add_argument(
+        "--cluster", metavar="PROFILE", help="hardware profile (simcluster list hardware)"
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--nodes", type=int, metavar="N", help="nodes in the job")
+    size.add_argument("--gpus", type=int, metavar="N", help="GPUs in the job")
+    parser.add_argument(
+        "--gpus-per-node", type=int, metavar="N", help="GPUs per node, when not the profile's"
+    )
+    parser.add_argument(
+        "--model", metavar="PRESET", help="the model, for configs that do not shape one (deepspeed)"
+    )
+    parser.add_argument(
+        "--hf-config", metavar="PATH", help="a Hugging Face config.json as the model (deepspeed)"
+    )
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        metavar="N",
+        help="tokens per sequence, for configs without it (deepspeed)",
+    )
+    parser.add_argument(
+        "--framework",
+        metavar="NAME",
+        help="the framework preset, instead of the one the config implies",
+    )
+    parser.add_argument(
+        "--var", action="append", metavar="NAME=VALUE",
+        help="a shell variable set before a launch script runs, e.g. --var MODEL_SIZE=39B (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", metavar="KEY=VALUE",
+        help="a scenario field set after the import, e.g. --set model.vocab=32000 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", metavar="PATH", default="-", help="scenario YAML to write; - (default) prints it"
+    )
+
+
+def _variables(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise UserError("--var", f"'{item}' must look like NAME=VALUE")
+        out[name.strip()] = value
+    return out
+
+
+def imported_scenario(args: argparse.Namespace) -> Imported:
+    """The import ``args`` ask for, with ``--set`` applied and the result validated (schema,
+    model, hardware and layout: what ``simcluster run`` checks before simulating)."""
+    hf_config = str(Path(args.hf_config).resolve()) if args.hf_config else None
+    options = ImportOptions(
+        cluster=args.cluster, nodes=args.nodes, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+        model=args.model, hf_config=hf_config, seq_len=args.seq_len, framework=args.framework,
+        variables=_variables(args.var),
+    )  # fmt: skip
+    result = import_config(args.kind, args.file, options)
+    overrides = parse_set(args.overrides)
+    if overrides:
+        result.scenario = apply_overrides(result.scenario, overrides)
+        result.notes.append(f"with --set {' '.join(args.overrides)}")
+    result.check_needs()
+    build_context(scenario_from_dict(result.scenario))
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    result = imported_scenario(args)
+    print_notes(
+        [f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped]
+    )
+    text = result.yaml_text()
+    if args.out == "-":
+        sys.stdout.write(text)
+        return 0
+    from simcluster.output.atomic import atomic_write_text
+
+    atomic_write_text(args.out, text, "--out")
+    print(
+        f"wrote {args.out} ({len(result.skipped)} setting(s) not imported, listed in it)",
+        file=sys.stderr,
+    )
+    return 0

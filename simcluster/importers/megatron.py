@@ -1,0 +1,440 @@
+"""``simcluster import megatron``: a Megatron-LM / Megatron-DeepSpeed launch script or args file.
+
+Each flag becomes the scenario field that means it; where a flag is absent the field gets what
+Megatron-LM's ``arguments.py`` does without it (``validate_args`` and the argument defaults), so
+the scenario says what the launch line runs, not simcluster's defaults:
+
+- shape: ``--ffn-hidden-size`` defaults to 4h, or int(4h * 2/3 / 64) * 64 with ``--swiglu``; GeLU
+  MLP, LayerNorm, linear biases, learned absolute positions, tied embeddings and dropout 0.1
+  unless ``--swiglu``/``--squared-relu``, ``--normalization``, ``--disable-bias-linear``,
+  ``--position-embedding-type``, ``--untie-embeddings-and-output-weights`` and the dropout flags
+  say otherwise; ``--num-query-groups`` counts only with ``--group-query-attention``;
+- vocabulary: the tokenizer's size padded up to a multiple of
+  ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``); GPT-2's BPE
+  (``--vocab-file``/``--merge-file``, ``GPT2BPETokenizer``) has 50,257 entries, others say
+  theirs only in their files (``--set model.vocab=N``);
+- optimizer and overlaps: ZeRO-1 only with ``--use-distributed-optimizer``, sequence
+  parallelism only with ``--sequence-parallel``, and no DP or TP overlap without
+  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (all off by
+  default), written out so the framework preset does not fill in its recipes' choices;
+- main gradients in fp32 with ``--accumulate-allreduce-grads-in-fp32``, which Megatron forces for
+  bf16 (unless ``--grad-reduce-in-bf16``): an fp16 run without it keeps fp16 main gradients;
+- the global batch is micro-batch x dp without ``--global-batch-size``.
+
+Megatron-DeepSpeed's ``--deepspeed`` selects ``framework: deepspeed`` (``--zero-stage``; bf16
+at stage 0 is DeepSpeed's BF16_Optimizer, sharded as ZeRO-1; ``--pad-vocab-size-to``;
+``--pp-partition-method 'type:transformer|embedding'`` as DeepSpeed's PipelineModule splits
+it); flags of Megatron-LM before 2023 (``--DDP-impl``, ``--checkpoint-activations``,
+``--activations-checkpoint-*``) ``framework: megatron-lm-2021``; otherwise ``megatron-core``. ``--DDP-impl torch`` (PyTorch DDP, default 25 MiB buckets, overlapped with
+the backward, gradients copied into its buckets and back) is written out over that
+framework's 'local' DDP, as validation/narayanan2021-a100.yaml's torch-DDP rows are.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from simcluster.errors import UserError
+from simcluster.importers.flags import Flags, not_step_reason
+from simcluster.importers.options import ImportOptions
+from simcluster.importers.result import Imported
+from simcluster.importers.shell import read_script
+
+#: Megatron-LM's flags removed in 2023 that only its older code (the SC'21 scripts) takes
+OLD_FLAGS = (
+    "DDP-impl",
+    "checkpoint-activations",
+    "activations-checkpoint-method",
+    "activations-checkpoint-num-layers",
+)
+#: GPT-2's BPE vocabulary (gpt2-vocab.json), Megatron's GPT2BPETokenizer
+GPT2_VOCAB = 50257
+
+_INTS = {
+    "num-layers": ("model", "layers"), "hidden-size": ("model", "hidden"),
+    "num-attention-heads": ("model", "heads"), "kv-channels": ("model", "head_dim"),
+    "tensor-model-parallel-size": ("parallel", "tp"), "pipeline-model-parallel-size": ("parallel", "pp"),
+    "context-parallel-size": ("parallel", "cp"), "expert-model-parallel-size": ("parallel", "ep"),
+    "expert-tensor-parallel-size": ("parallel", "etp"),
+    "num-layers-per-virtual-pipeline-stage": ("parallel", "layers_per_virtual_stage"),
+    "num-virtual-stages-per-pipeline-rank": ("parallel", "vpp"),
+    "micro-batch-size": ("training", "micro_batch"), "global-batch-size": ("training", "global_batch"),
+    "seq-length": ("training", "seq_len"),
+    "num-experts": ("model", "experts"), "moe-router-topk": ("model", "top_k"),
+    "moe-ffn-hidden-size": ("model", "expert_ffn"),
+}  # fmt: skip
+_FLAGS_SET = {
+    "sequence-parallel": ("parallel", "sequence_parallel"),
+    "overlap-grad-reduce": ("overlap", "dp_grad_reduce"),
+    "overlap-param-gather": ("overlap", "param_gather"),
+    "tp-comm-overlap": ("overlap", "tp_comm"),
+    "qk-layernorm": ("model", "qk_norm"),
+    "add-qkv-bias": ("model", "qkv_bias"),
+    "moe-pad-expert-input-to-capacity": ("moe", "pad_to_capacity"),
+}
+#: --fp8-recipe (Megatron-LM arguments.py choices) -> training.fp8_recipe
+_FP8_RECIPES = {
+    "delayed": "delayed",
+    "tensorwise": "current",
+    "blockwise": "block",
+    "mxfp8": "block",
+}
+#: why some flags with effects are still not imported
+_REASONS = {
+    "deepspeed_config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
+    "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
+    "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
+    "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
+}
+_RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
+
+
+def import_file(path: Path, options: ImportOptions) -> Imported:
+    """The scenario a Megatron launch script (or arguments file) at ``path`` describes."""
+    options.refuse("megatron", "model", "hf-config", "seq-len")
+    args = read_script(path, options.variables)
+    out = Imported({}, f"{path.name} ({args.origin})")
+    out.notes.extend(args.notes)
+    flags = Flags.parse(args.words)
+    framework = options.framework or _framework(flags)
+    if not options.framework:
+        why = {
+            "deepspeed": "--deepspeed: Megatron-DeepSpeed, DeepSpeed's engine",
+            "megatron-lm-2021": "its flags are Megatron-LM's before 2023 (--DDP-impl, --activations-checkpoint-*)",
+        }.get(framework, "Megatron-LM's current flags")
+        out.notes.append(f"framework {framework}: {why}; --framework NAME to choose another")
+    sc: dict[str, Any] = {
+        "framework": framework,
+        "model": {},
+        "cluster": options.cluster_section(),
+        "parallel": {},
+        "training": {},
+    }
+    for flag, (section, key) in _INTS.items():
+        value = flags.integer(flag)
+        if value is not None:
+            sc[section][key] = value
+    for flag, (section, key) in _FLAGS_SET.items():
+        if flags.has(flag):
+            sc.setdefault(section, {})[key] = True
+    _model(flags, sc, out)
+    _parallel(flags, sc, framework, out)
+    _training(flags, sc, framework, out)
+    _moe(flags, sc)
+    for name in flags.left():
+        out.skip(
+            f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
+        )
+    out.scenario = {k: v for k, v in sc.items() if v != {}}
+    return out
+
+
+def _framework(flags: Flags) -> str:
+    """The framework preset the flags imply: Megatron-DeepSpeed (``--deepspeed``), Megatron-LM
+    before 2023 (its removed flags), or Megatron-Core."""
+    if "deepspeed" in flags.values:
+        return "deepspeed"
+    if any(f in flags.values for f in OLD_FLAGS):
+        return "megatron-lm-2021"
+    return "megatron-core"
+
+
+def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    model = sc["model"]
+    for needed in ("layers", "hidden", "heads"):
+        if needed not in model:
+            flag = {
+                "layers": "num-layers",
+                "hidden": "hidden-size",
+                "heads": "num-attention-heads",
+            }[needed]
+            raise UserError(
+                f"--{flag}",
+                "the launch line does not give it (Megatron requires it); set it with --var",
+            )
+    if flags.has("swiglu"):
+        model["mlp"] = "swiglu"
+    elif flags.has("squared-relu"):
+        model["mlp"] = "relu2"
+    else:
+        model["mlp"] = "gelu"
+    ffn = flags.integer("ffn-hidden-size")
+    if ffn is None:  # arguments.py validate_args
+        ffn = (
+            int(4 * model["hidden"] * 2 / 3 / 64) * 64
+            if model["mlp"] == "swiglu"
+            else 4 * model["hidden"]
+        )
+    model["ffn"] = ffn
+    if flags.has("group-query-attention"):
+        groups = flags.integer("num-query-groups")
+        if groups is None:
+            raise UserError(
+                "--num-query-groups",
+                "--group-query-attention needs it (Megatron's default is 1 group)",
+            )
+        model["kv_heads"] = groups
+    norm = flags.choice("normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"})
+    model["norm"] = norm or "layernorm"
+    model["bias"] = not flags.has("disable-bias-linear")
+    position = flags.choice(
+        "position-embedding-type", {"learned_absolute": "learned", "rope": "rope", "alibi": "alibi"}
+    )
+    if flags.has("use-rotary-position-embeddings"):
+        position = "rope"
+    model["position"] = position or "learned"
+    max_positions = flags.integer("max-position-embeddings")
+    if max_positions is not None and model["position"] == "learned":
+        model["max_positions"] = max_positions
+    elif max_positions is not None:
+        out.skip("--max-position-embeddings", "sizes the rotary table only, which is not costed")
+    model["tied_embeddings"] = not flags.has("untie-embeddings-and-output-weights")
+    dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
+    model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
+    vocab = _vocab(flags, sc)
+    if vocab is not None:
+        model["vocab"] = vocab
+    else:
+        tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
+        out.needs["model.vocab"] = (
+            f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
+            "Megatron pads it (a multiple of 128 x tp): --set model.vocab=N"
+        )
+
+
+def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
+    exact = flags.integer("pad-vocab-size-to")  # Megatron-DeepSpeed: padded to this size
+    if exact is not None:
+        return exact
+    size = flags.integer("vocab-size")
+    tokenizer = flags.text("tokenizer-type")
+    if size is None and (
+        tokenizer == "GPT2BPETokenizer"
+        or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))
+    ):
+        size = GPT2_VOCAB
+    if size is None:
+        return None
+    # tokenizer.py _vocab_size_with_padding: up to a multiple of divisible-by x tp
+    multiple = (flags.integer("make-vocab-size-divisible-by") or 128) * sc["parallel"].get("tp", 1)
+    return math.ceil(size / multiple) * multiple
+
+
+def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
+    parallel = sc["parallel"]
+    parallel["zero"] = 1 if flags.has("use-distributed-optimizer") else 0
+    stage = flags.integer("zero-stage")  # Megatron-DeepSpeed's, mirrored into its DeepSpeed config
+    if framework == "deepspeed":
+        flags.has("deepspeed")
+        parallel["zero"] = stage or 0
+        if parallel["zero"] == 0 and flags.has("bf16"):
+            # DeepSpeed's BF16_Optimizer (bf16 at stage 0) shards the fp32 optimizer state over
+            # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
+            parallel["zero"] = 1
+            out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
+    _partition(flags, sc)
+    if parallel.get("tp", 1) == 1:
+        if parallel.get("sequence_parallel"):
+            out.notes.append(
+                "--sequence-parallel at tp 1: off, as Megatron's arguments.py turns it off"
+            )
+        parallel["sequence_parallel"] = False
+    parallel.setdefault("sequence_parallel", False)
+    # arguments.py's assertions: these overlaps need the distributed optimizer / SP
+    given = sc.get("overlap", {})
+    if given.get("param_gather") is True and not parallel["zero"]:
+        raise UserError(
+            "--overlap-param-gather", "Megatron requires --use-distributed-optimizer with it"
+        )
+    if given.get("tp_comm") is True and not parallel["sequence_parallel"]:
+        raise UserError(
+            "--tp-comm-overlap", "Megatron requires --sequence-parallel (and tp > 1) with it"
+        )
+    if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
+        parallel["schedule"] = "interleaved"
+    overlap = sc.setdefault("overlap", {})
+    if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
+        # the parameter all-gather exists only with the distributed optimizer (not written
+        # otherwise: it would be an inert setting)
+        for key in (
+            ("dp_grad_reduce", "param_gather", "tp_comm")
+            if parallel["zero"]
+            else ("dp_grad_reduce", "tp_comm")
+        ):
+            overlap.setdefault(key, False)
+    if flags.has("no-overlap-p2p-communication"):
+        overlap["pp_comm"] = False
+    ddp = flags.choice("DDP-impl", {"local": "local", "torch": "torch"})
+    if ddp == "torch":
+        # PyTorch DDP under Megatron-LM 2021 (validation/narayanan2021-a100.yaml's torch-DDP
+        # rows): bucketed all-reduce overlapped with the backward, 25 MiB buckets (bucket_cap_mb)
+        # of fp16 gradients reduced at the model's fp32 width, each gradient copied into its
+        # bucket scaled by 1/dp and back (gradient_as_bucket_view off), grads freed, not zeroed
+        overlap["dp_grad_reduce"] = True
+        sc["dp"] = {
+            "prescale": False,
+            "bucket_copies": True,
+            "zero_grad_buffer": False,
+            "bucket_mb": 52.4288,
+        }
+    if ddp is not None and framework != "megatron-lm-2021":
+        out.notes.append(
+            f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
+        )
+
+
+def _partition(flags: Flags, sc: dict[str, Any]) -> None:
+    """Megatron-DeepSpeed's ``--pp-partition-method 'type:transformer|embedding'``: DeepSpeed's
+    PipelineModule balances the count of layers of those types over the stages
+    (pipe/module.py _partition_layers: partition_balanced of binary weights); with tied
+    embeddings both ends hold an EmbeddingPipe, so a whole split gives the first and last stage
+    one transformer block fewer. Uneven splits are listed (the balancing's tie-breaks)."""
+    method = flags.text("pp-partition-method")
+    pp, model = sc["parallel"].get("pp", 1), sc["model"]
+    if method is None or pp <= 1:
+        return
+    items = model["layers"] + 2
+    if method != "type:transformer|embedding" or not model["tied_embeddings"] or items % pp:
+        flags.taken.discard("pp-partition-method")  # listed with its reason
+        return
+    per = items // pp
+    sc["parallel"]["layers_per_stage"] = [per - 1, *[per] * (pp - 2), per - 1]
+
+
+def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
+    training = sc["training"]
+    for flag in ("micro-batch-size", "seq-length"):
+        if flag not in flags.values:
+            raise UserError(f"--{flag}", "the launch line does not give it (Megatron requires it)")
+    if "global_batch" not in training:
+        training["grad_accum"] = 1  # arguments.py: global_batch_size = micro_batch_size x dp
+    precision = "bf16" if flags.has("bf16") else "fp16" if flags.has("fp16") else "fp32"
+    if flags.choice("fp8-format", {"e4m3": "fp8", "hybrid": "fp8"}):
+        precision = "fp8"
+        training["fp8_recipe"] = flags.choice("fp8-recipe", _FP8_RECIPES) or "delayed"
+    if flags.choice("fp4-format", {"e2m1": "nvfp4"}):
+        precision = "nvfp4"
+    training["precision"] = precision
+    # arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32 (unless --grad-reduce-in-bf16);
+    # under DeepSpeed its optimizer decides (the deepspeed preset, by ZeRO stage)
+    if framework == "deepspeed":
+        pass
+    elif flags.has("grad-reduce-in-bf16"):
+        training["fp32_grad_accum"] = False
+    else:
+        training["fp32_grad_accum"] = (
+            flags.has("accumulate-allreduce-grads-in-fp32") or precision != "fp16"
+        )
+    if flags.has("no-gradient-accumulation-fusion"):
+        training["grad_accum_fusion"] = False
+    _recompute(flags, training, out)
+    _optimizer_and_buckets(flags, sc)
+    # Megatron-DeepSpeed's --use-flash-attn-v1/-v2/-triton, Megatron-LM's --use-flash-attn
+    if any(
+        [
+            flags.has(f)
+            for f in (
+                "use-flash-attn",
+                "use-flash-attn-v1",
+                "use-flash-attn-v2",
+                "use-flash-attn-triton",
+            )
+        ]
+    ):
+        training["flash_attention"] = True
+    backend = flags.choice(
+        "attention-backend",
+        {"flash": True, "fused": True, "unfused": False, "local": False, "auto": None},
+    )
+    if backend is not None:
+        training["flash_attention"] = backend
+
+
+def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
+    """The optimizer, its CPU offload and the gradient buckets' flags (Megatron-LM arguments.py;
+    scenarios/apertus-70b-4096xgh200.yaml writes the same)."""
+    training = sc["training"]
+    if flags.has("cross-entropy-loss-fusion"):
+        training["fused_cross_entropy"] = True
+    if flags.has("fp8-param-gather"):
+        training["fp8_param_gather"] = True
+    optimizer = flags.choice("optimizer", {"adam": "adam", "sgd": "sgd", "ademamix": "ademamix"})
+    if optimizer is not None:
+        training["optimizer"] = optimizer
+    if flags.has("optimizer-cpu-offload"):
+        fraction = flags.number("optimizer-offload-fraction")
+        training["optimizer_offload"] = 1.0 if fraction is None else fraction
+    dp: dict[str, Any] = sc.setdefault("dp", {})
+    if flags.has("no-check-for-nan-in-loss-and-grad"):
+        dp["nan_check"] = False
+    if flags.has("ddp-average-in-collective"):
+        dp["prescale"] = False  # the 1/dp scaling done by the collective, no pass of its own
+    size = flags.number("ddp-bucket-size")
+    if size is not None:
+        # parameters per bucket, of the main gradients' width
+        width = 4 if training.get("fp32_grad_accum", True) else 2
+        dp["bucket_mb"] = size * width / 1e6
+    if not dp:
+        sc.pop("dp")
+
+
+def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
+    granularity = flags.choice("recompute-granularity", {"full": "full", "selective": "selective"})
+    if flags.has("recompute-activations"):  # Megatron 2022: selective recomputation
+        granularity = "selective"
+    method = flags.choice("recompute-method", {"uniform": "uniform", "block": "block"})
+    layers = flags.integer("recompute-num-layers")
+    old = flags.choice("activations-checkpoint-method", {"uniform": "uniform", "block": "block"})
+    if old is not None or flags.has("checkpoint-activations"):
+        # Megatron-LM 2021: a checkpoint method (uniform for --checkpoint-activations) reruns
+        # every layer's forward
+        granularity, method = "full", old or "uniform"
+        layers = flags.integer("activations-checkpoint-num-layers")
+    if granularity is None:
+        training["recompute"] = "none"
+        return
+    training["recompute"] = granularity
+    if granularity == "full" and method == "block" and layers is not None:
+        training["recompute_num_layers"] = layers
+    elif granularity == "full" and layers is not None and layers > 1:
+        out.notes.append(
+            f"recompute uniform in groups of {layers} layers: every layer reruns (recompute full)"
+        )
+    modules = flags.values.get("recompute-modules") if flags.has("recompute-modules") else None
+    if modules:
+        bad = [m for m in modules if m not in _RECOMPUTE_MODULES]
+        if bad:
+            raise UserError(
+                "--recompute-modules",
+                f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
+            )
+        training["recompute_modules"] = modules
+
+
+def _moe(flags: Flags, sc: dict[str, Any]) -> None:
+    moe: dict[str, Any] = {}
+    dispatcher = flags.choice(
+        "moe-token-dispatcher-type", {"alltoall": "alltoall", "flex": "deepep"}
+    )
+    if dispatcher is not None:
+        moe["dispatcher"] = dispatcher
+    capacity = flags.number("moe-expert-capacity-factor")
+    if capacity is not None:
+        moe["capacity_factor"] = capacity
+    if sc.get("moe", {}).get("pad_to_capacity"):
+        moe["pad_to_capacity"] = True
+    shared = flags.integer("moe-shared-expert-intermediate-size")
+    if shared is not None:
+        expert_ffn = sc["model"].get("expert_ffn") or sc["model"]["ffn"]
+        if shared % expert_ffn:
+            raise UserError(
+                "--moe-shared-expert-intermediate-size",
+                f"{shared} is not a whole number of experts of {expert_ffn}",
+            )
+        sc["model"]["shared_experts"] = shared // expert_ffn
+    every = flags.integer("moe-layer-freq")
+    if every is not None:
+        sc["model"]["moe_every"] = every
+    sc["moe"] = moe

@@ -1,0 +1,352 @@
+"""``simcluster import torchtitan``: a torchtitan TOML job config.
+
+What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``[training]`` /
+``[experimental]`` where older releases kept the parallel degrees):
+
+- ``[model] name`` + ``flavor`` name the shipped preset (``llama3`` ``8B`` is ``llama3-8b``; its
+  ``405B`` flavour is Llama 3.1's); ``converters = ["float8"]`` trains the linears in FP8
+  (torchao Float8Linear, ``[float8] recipe_name`` tensorwise by default: current scaling);
+- ``data_parallel_shard_degree`` > 1 is FSDP2 (ZeRO-3; -1: the GPUs left over), with
+  ``data_parallel_replicate_degree`` > 1 HSDP (``parallel.zero_shard``); shard degree 1 with
+  replicas is DDP (ZeRO-0). Its TP plan shards the norms' sequence (sequence parallelism), and
+  ``enable_async_tensor_parallel`` overlaps its collectives (``overlap.tp_comm``, as
+  scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it);
+- a multi-stage ``pipeline_parallel_schedule`` runs two stages per rank unless
+  ``pipeline_parallel_layers_per_stage`` says otherwise (``pipeline_module_split``);
+  ``pipeline_parallel_microbatch_size`` (default 1) is the micro-batch under a pipeline, older
+  releases' ``pipeline_parallel_microbatches`` the count (the framework preset's default);
+- ``local_batch_size`` (older ``batch_size``) per data-parallel rank, ``global_batch_size``
+  (-1: local x dp) with gradient accumulation, ``seq_len``; ``mixed_precision_param`` the
+  compute dtype (bfloat16 by default);
+- ``[activation_checkpoint] mode`` full or selective, ``selective_ac_option`` ``op`` (its
+  op-level policy, ``recompute: op``) or N (every N-th block whole: full recomputation of
+  1/N of each pipeline chunk's layers, as validation/torchtitan-a100.yaml models 'selective
+  layer');
+- ``[compile] enable`` (older ``[training] compile``) fuses norms and rotary (``elementwise``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from simcluster.errors import UserError
+from simcluster.importers.options import ImportOptions
+from simcluster.importers.result import Imported
+
+#: torchtitan's schedule names (torch.distributed.pipelining) -> simcluster's
+SCHEDULES = {
+    "1F1B": "1f1b", "GPipe": "afab", "Interleaved1F1B": "interleaved", "LoopedBFS": "looped-bfs",
+    "InterleavedZeroBubble": "interleaved-zb", "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev",
+}  # fmt: skip
+_SINGLE_STAGE = {"1F1B", "GPipe"}
+_PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+#: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
+_FLOAT8_RECIPES = {"tensorwise": "current"}
+#: (name, flavor) whose preset is not name-flavor
+_PRESETS = {("llama3", "405B"): "llama3.1-405b"}
+#: sections (and keys) read here; any other key is listed as not imported
+_READ = {
+    "model": {"name", "flavor", "converters"},
+    "parallelism": {
+        "data_parallel_shard_degree", "data_parallel_replicate_degree", "tensor_parallel_degree",
+        "pipeline_parallel_degree", "pipeline_parallel_schedule", "context_parallel_degree",
+        "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
+        "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
+        "mixed_precision_param", "data_parallel_degree",
+    },
+    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+    "compile": {"enable"},
+    "float8": {"recipe_name", "enable_fsdp_float8_all_gather", "enable_float8_linear"},
+}  # fmt: skip
+_READ["training"] |= _READ["parallelism"]  # older releases kept the degrees under [training]
+_READ["experimental"] = set(_READ["parallelism"])
+#: keys outside a step, by why
+_KEY_REASONS = {
+    "tokenizer_path": "tokenizer files", "hf_assets_path": "tokenizer and checkpoint files",
+    "steps": "run length", "dataset": "training data", "dataset_path": "training data",
+    "max_norm": "the clipping threshold: the clipping pass is costed whatever it is",
+    "seed": "a training hyperparameter", "deterministic": "reproducibility switch",
+}  # fmt: skip
+_OUTSIDE = {
+    "job": "the run's name and folders", "profiling": "profiler settings", "metrics": "logging",
+    "optimizer": "optimizer hyperparameters: AdamW's step is costed whatever they are",
+    "lr_scheduler": "learning-rate schedule", "checkpoint": "checkpoint input/output",
+    "validation": "evaluation outside the step", "comm": "process-group timeouts and tracing",
+    "memory_estimation": "a tool outside training",
+}  # fmt: skip
+
+
+def _get(doc: dict[str, Any], key: str, *sections: str) -> Any:
+    """``key`` from the first of ``sections`` that has it (releases moved keys between them)."""
+    for section in sections:
+        table = doc.get(section)
+        if isinstance(table, dict) and key in table:
+            return table[key]
+    return None
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(where, f"'{value}' is not a whole number")
+    return value
+
+
+def import_file(path: Path, options: ImportOptions) -> Imported:
+    """The scenario the torchtitan TOML at ``path`` describes."""
+    options.refuse("torchtitan", "seq-len", "variables")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError("FILE", f"{path.name} is not TOML: {exc}") from None
+    out = Imported({}, path.name)
+    model, layers = _model(doc, options)
+    world = options.world()
+    par = "parallelism", "training", "experimental"
+    degree = {
+        k: _int(_get(doc, f"{k}_degree", *par) or 1, f"parallelism.{k}_degree")
+        for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")
+    }
+    tp, pp, cp, ep = degree.values()
+    replicate = _int(
+        _get(doc, "data_parallel_replicate_degree", *par) or 1,
+        "parallelism.data_parallel_replicate_degree",
+    )
+    # the first releases' data_parallel_degree was the FSDP degree
+    shard = _int(
+        _get(doc, "data_parallel_shard_degree", *par)
+        or _get(doc, "data_parallel_degree", *par)
+        or -1,
+        "parallelism.data_parallel_shard_degree",
+    )
+    if world % (tp * pp * cp):
+        raise UserError(
+            "--nodes",
+            f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups",
+        )
+    dp = world // (tp * pp * cp)
+    if shard == -1:
+        shard = dp // replicate
+    if shard * replicate != dp:
+        raise UserError(
+            "parallelism.data_parallel_shard_degree",
+            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
+        )
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
+        "zero": 3 if shard > 1 else 0,
+    }
+    if ep > 1:
+        parallel["ep"] = ep
+    etp = _get(doc, "expert_tensor_parallel_degree", *par)
+    if etp is not None and ep > 1:
+        parallel["etp"] = _int(etp, "parallelism.expert_tensor_parallel_degree")
+    if shard > 1 and replicate > 1:
+        parallel["zero_shard"] = shard
+    if tp > 1:
+        parallel["sequence_parallel"] = True  # its TP plan: SequenceParallel on the norms
+    training: dict[str, Any] = {}
+    overlap: dict[str, Any] = {}
+    if _get(doc, "enable_async_tensor_parallel", *par):
+        overlap["tp_comm"] = True
+    _pipeline(doc, parallel, training, layers, out)
+    _batch(doc, parallel, training, dp)
+    _precision(doc, training)
+    # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
+    _recompute(doc, training, layers // (parallel["pp"] * parallel.get("vpp", 1)))
+    if _get(doc, "enable", "compile") or _get(doc, "compile", "training") is True:
+        training["elementwise"] = "fused"
+    out.scenario = {
+        "framework": options.framework or "torchtitan",
+        "model": model,
+        "cluster": options.cluster_section(),
+        "parallel": parallel,
+        "training": training,
+    }
+    if overlap:
+        out.scenario["overlap"] = overlap
+    _unread(doc, out)
+    return out
+
+
+def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any], int]:
+    from simcluster.model import load_preset, resolve_preset_name
+
+    if options.model or options.hf_config:
+        section = options.model_section("model")
+    else:
+        name, flavor = _get(doc, "name", "model"), _get(doc, "flavor", "model")
+        if not isinstance(name, str) or not isinstance(flavor, str):
+            raise UserError(
+                "model.name", "the config names no model and flavor; pass --model PRESET"
+            )
+        preset = _PRESETS.get((name, flavor), f"{name}-{flavor}".lower().replace("_", "-"))
+        resolved = resolve_preset_name(preset)
+        from simcluster.model import preset_names
+
+        if resolved not in preset_names():
+            raise UserError(
+                "model.flavor",
+                f"torchtitan's {name} {flavor} is not a shipped preset; pass --model PRESET or --hf-config PATH",
+            )
+        section = {"preset": resolved}
+    if "preset" in section:
+        layers = load_preset(section["preset"], "--model").layers
+    else:
+        from simcluster.model import build_model
+
+        layers = build_model(dict(section)).layers
+    return section, layers
+
+
+def _pipeline(
+    doc: dict[str, Any],
+    parallel: dict[str, Any],
+    training: dict[str, Any],
+    layers: int,
+    out: Imported,
+) -> None:
+    par = "parallelism", "training", "experimental"
+    pp = parallel["pp"]
+    if pp <= 1:
+        return
+    name = _get(doc, "pipeline_parallel_schedule", *par) or "1F1B"
+    if name not in SCHEDULES:
+        raise UserError(
+            "parallelism.pipeline_parallel_schedule",
+            f"'{name}' cannot be imported; known: {', '.join(SCHEDULES)}",
+        )
+    parallel["schedule"] = SCHEDULES[name]
+    per_stage = _get(doc, "pipeline_parallel_layers_per_stage", *par)
+    if name not in _SINGLE_STAGE:
+        stages = (
+            math.ceil(layers / _int(per_stage, "parallelism.pipeline_parallel_layers_per_stage"))
+            if per_stage
+            else 2 * pp
+        )
+        if stages % pp:
+            raise UserError(
+                "parallelism.pipeline_parallel_layers_per_stage",
+                f"{stages} stages are not a whole number per rank of {pp}",
+            )
+        parallel["vpp"] = stages // pp
+        if per_stage:
+            out.notes.append(
+                "pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only"
+            )
+    size = _get(doc, "pipeline_parallel_microbatch_size", *par)
+    count = _get(doc, "pipeline_parallel_microbatches", *par)
+    if size is not None:
+        training["micro_batch"] = _int(size, "parallelism.pipeline_parallel_microbatch_size")
+    elif count is not None:
+        training["pipeline_microbatches"] = _int(
+            count, "experimental.pipeline_parallel_microbatches"
+        )
+    elif _get(doc, "local_batch_size", "training") is not None:
+        training["micro_batch"] = 1  # pipeline_parallel_microbatch_size's default
+
+
+def _batch(
+    doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], dp: int
+) -> None:
+    local = _get(doc, "local_batch_size", "training")
+    if local is None:
+        local = _get(doc, "batch_size", "training")
+    local = _int(
+        local if local is not None else 8, "training.local_batch_size"
+    )  # job_config default 8
+    seq = _get(doc, "seq_len", "training")
+    training["seq_len"] = _int(seq if seq is not None else 2048, "training.seq_len")  # default 2048
+    global_batch = _get(doc, "global_batch_size", "training")
+    global_batch = (
+        local * dp
+        if global_batch in (None, -1)
+        else _int(global_batch, "training.global_batch_size")
+    )
+    count = training.pop("pipeline_microbatches", None)
+    if count is not None:
+        if local % count:
+            raise UserError(
+                "experimental.pipeline_parallel_microbatches",
+                f"{count} does not divide the local batch {local}",
+            )
+        training["micro_batch"] = local // count
+    elif parallel["pp"] <= 1:
+        training["micro_batch"] = local
+    training["global_batch"] = global_batch
+
+
+def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
+    param = _get(doc, "mixed_precision_param", "training", "parallelism") or "bfloat16"
+    if param not in _PRECISIONS:
+        raise UserError(
+            "training.mixed_precision_param",
+            f"'{param}' cannot be imported; known: {', '.join(_PRECISIONS)}",
+        )
+    training["precision"] = _PRECISIONS[param]
+    converters = _get(doc, "converters", "model") or []
+    # releases before model.converters switched FP8 on with [float8] enable_float8_linear
+    if "float8" in converters or _get(doc, "enable_float8_linear", "float8") is True:
+        recipe = _get(doc, "recipe_name", "float8") or "tensorwise"
+        if recipe not in _FLOAT8_RECIPES:
+            raise UserError(
+                "float8.recipe_name",
+                f"'{recipe}' cannot be imported; known: {', '.join(_FLOAT8_RECIPES)}",
+            )
+        training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
+        if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
+            training["fp8_param_gather"] = True
+
+
+def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> None:
+    mode = _get(doc, "mode", "activation_checkpoint") or "selective"  # job_config default
+    if mode == "none":
+        training["recompute"] = "none"
+    elif mode == "full":
+        training["recompute"] = "full"
+    elif mode == "selective":
+        option = str(_get(doc, "selective_ac_option", "activation_checkpoint") or "2")
+        if option == "op":
+            training["recompute"] = "op"
+        elif option.isdigit() and int(option) > 0:
+            training["recompute"] = "full"
+            if int(option) > 1:
+                training["recompute_num_layers"] = layers // int(option)
+        else:
+            raise UserError(
+                "activation_checkpoint.selective_ac_option",
+                f"'{option}' is neither 'op' nor a whole number",
+            )
+    else:
+        raise UserError(
+            "activation_checkpoint.mode",
+            f"'{mode}' cannot be imported; known: none, selective, full",
+        )
+
+
+def _unread(doc: dict[str, Any], out: Imported) -> None:
+    float8_on = (
+        "float8" in (_get(doc, "converters", "model") or [])
+        or _get(doc, "enable_float8_linear", "float8") is True
+    )
+    for section, table in doc.items():
+        if section in _OUTSIDE:
+            out.skip(f"[{section}]", _OUTSIDE[section])
+            continue
+        if section == "float8" and not float8_on:
+            out.skip("[float8]", "float8 is off: model.converters does not list it")
+            continue
+        keys = table.items() if isinstance(table, dict) else [("", table)]
+        for key, _ in keys:
+            if key not in _READ.get(section, set()):
+                out.skip(
+                    f"{section}.{key}" if key else section,
+                    _KEY_REASONS.get(key, "no scenario field for it"),
+                )
