@@ -96,7 +96,7 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
 def run(args: argparse.Namespace) -> int:
     result = imported_scenario(args)
     print_notes(
-        [f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped]
+        [f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped_lines()]
     )
     text = result.yaml_text()
     if args.out == "-":

@@ -25,10 +25,19 @@ class Imported:
     notes: list[str] = field(default_factory=list)
     #: dotted fields the config cannot give, each with how to give it (``--set``)
     needs: dict[str, str] = field(default_factory=dict)
+    #: the settings not imported, by reason, in the order first met
+    by_reason: dict[str, list[str]] = field(default_factory=dict)
 
     def skip(self, setting: str, reason: str) -> None:
         """Record a setting not imported."""
         self.skipped.append(f"{setting} ({reason})")
+        self.by_reason.setdefault(reason, []).append(setting)
+
+    def skipped_lines(self) -> list[str]:
+        """The settings not imported, one line per reason: a launch script sets twenty
+        hyperparameters and I/O paths for every flag that shapes the step, and one line each
+        would bury the few that matter."""
+        return [f"{', '.join(names)} ({reason})" for reason, names in self.by_reason.items()]
 
     def check_needs(self) -> None:
         """A one-line error for the first needed field still missing (after ``--set``)."""
@@ -44,6 +53,6 @@ class Imported:
         not imported."""
         lines = [f"# imported by `simcluster import` from {self.source}"]
         lines += [f"# note: {n}" for n in self.notes]
-        lines += [f"# not imported: {s}" for s in self.skipped]
+        lines += [f"# not imported: {s}" for s in self.skipped_lines()]
         body = yaml.safe_dump(self.scenario, sort_keys=False, default_flow_style=False, width=100)
         return "\n".join(lines) + "\n" + body
