@@ -578,3 +578,21 @@ def test_options_a_kind_has_no_use_for_are_refused():
             LAUNCH / "torchtitan" / "llama3_8b.toml",
             ImportOptions(cluster="dgx-a100", nodes=8, variables={"A": "1"}),
         )
+
+
+@pytest.mark.parametrize(
+    ("value", "sinks", "skipped"),
+    [("learnable", True, False), ("vanilla", None, False), ("off-by-one", None, True)],
+)
+def test_megatron_softmax_type_reads_learned_sinks_only(tmp_path, value, sinks, skipped):
+    # Megatron-LM arguments.py: --softmax-type {vanilla, learnable, off-by-one}; 'learnable' is
+    # gpt-oss's per-head sink logit (model.attention_sinks), 'off-by-one' a fixed one without
+    # a parameter, listed as not imported
+    out = import_config(
+        "megatron",
+        _args_file(tmp_path, MODERN + f"--softmax-type {value}\n"),
+        ImportOptions(cluster="dgx-h100", nodes=4),
+    )
+    assert out.scenario["model"].get("attention_sinks") is sinks
+    assert any(s.startswith("--softmax-type off-by-one") for s in out.skipped) is skipped
+    assert not any(s.startswith("--softmax-type (") for s in out.skipped)

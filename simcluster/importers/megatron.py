@@ -191,6 +191,20 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     elif max_positions is not None:
         out.skip("--max-position-embeddings", "sizes the rotary table only, which is not costed")
     model["tied_embeddings"] = not flags.has("untie-embeddings-and-output-weights")
+    # arguments.py --softmax-type: 'learnable' is gpt-oss's per-head sink logit in the softmax's
+    # denominator (one parameter per head, TransformerEngine's softmax_type); 'off-by-one' is the
+    # same term fixed at logit 0, with no parameter, which model.attention_sinks does not describe
+    softmax = flags.choice(
+        "softmax-type", {"vanilla": "vanilla", "learnable": "learnable", "off-by-one": "off-by-one"}
+    )
+    if softmax == "learnable":
+        model["attention_sinks"] = True
+    elif softmax == "off-by-one":
+        out.skip(
+            "--softmax-type off-by-one",
+            "a fixed sink logit with no parameter: model.attention_sinks (learned sinks) costs "
+            "it the same but counts one parameter per head; --set model.attention_sinks=true",
+        )
     dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
     model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
     vocab = _vocab(flags, sc)
