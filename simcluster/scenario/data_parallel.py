@@ -226,6 +226,20 @@ class DpSection(SectionBase):
         "zero 2 DeepSpeed's default use_multi_rank_bucket_allreduce (each bucket all-reduced "
         "whole every microbatch, the rank keeping its slices)",
     )
+    reduce_dtype: Literal["fp32", "16bit"] | None = Field(
+        default=None,
+        description=(
+            "the dtype ZeRO 0-2's gradient buckets go on the wire in, when it is not the dtype "
+            "they accumulate in (training.fp32_grad_accum): fp32 or 16bit (training.precision's "
+            "bf16 or fp16). Each bucket is cast to it before its reduction and the result "
+            "copied back after, on the compute stream, as DeepSpeed's engine does for its "
+            "communication_data_type (engine.py allreduce_bucket: tensor.to(...), then "
+            "tensor.copy_). Unset: the accumulated dtype, no cast. framework deepspeed sets "
+            "16bit for the BF16_Optimizer's fp32 buffers (bf16 communication_data_type by "
+            "default, except DeepSpeed's fp32 default between its pull requests 2970 and 3370, "
+            "spring 2023)"
+        ),
+    )
     nan_check: bool = Field(
         default=False,
         description=(
