@@ -227,6 +227,14 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # made fp32 the default for bf16 and 3370 (May 2023) restored bf16; the releases
         # between them are not dated here (dp.reduce_dtype fp32 for such a run)
         defaults["dp"]["reduce_dtype"] = "16bit"
+    elif zero <= 1:
+        # ZeRO 0-1 reduce .grad tensors many to a bucket, each bucket flattened into a new
+        # tensor and copied back after (engine.py and stage_1_and_2.py allreduce_bucket:
+        # self.flatten(bucket); allreduce_and_copy: buf.copy_(synced)), through
+        # buffered_allreduce_fallback (ZeRO-0) and buffered_reduce_fallback (ZeRO-1 without
+        # contiguous gradients: under a pipeline, and at stage 1 where the engine turns them
+        # off); the BF16_Optimizer's one-tensor buckets flatten to views
+        defaults["dp"]["flatten_copies"] = True
     if zero <= 2:
         # every ZeRO 0-2 reduction divides by dp in a pass of its own over the bucket:
         # engine.allreduce_bucket (ZeRO-0 and the BF16_Optimizer: all_reduce, then
@@ -612,7 +620,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "training.fp32_grad_accum false, keep and reduce bf16 gradients), gradients "
             "all-reduced (never reduce-scattered below ZeRO-3) only after the last backward, the "
             "BF16_Optimizer's as whole fp32 buffers cast to bf16 for the wire and copied back "
-            "(its communication_data_type; dp.reduce_dtype), others in 5e8-element buckets, each divided "
+            "(its communication_data_type; dp.reduce_dtype), others in 5e8-element buckets flattened "
+            "into a new tensor and copied back after (dp.flatten_copies), each divided "
             "by dp in a pass of its own (ZeRO-2: every "
             "microbatch, each bucket all-reduced whole on the compute stream, then only the "
             "rank's shard accumulated; with overlap.dp_grad_reduce, its overlap_comm, one "

@@ -251,6 +251,13 @@ def _reduce_dtype(ctx: Context) -> Verdict:
     return _no_data_parallel(ctx)
 
 
+def _flatten_copies(ctx: Context) -> Verdict:
+    # engine/dp_ops.py: the pass before a ZeRO 0-2 bucket's reduction; ZeRO-3 reduces per unit
+    if ctx.layout.zero == 3:
+        return ("at parallel.zero=3", "its reduce-scatters take no ZeRO 0-2 bucket pass")
+    return _no_data_parallel(ctx)
+
+
 def _optimizer_offload(ctx: Context) -> Verdict:
     if ctx.scenario.training.optimizer_offload == 0:
         return ("at training.optimizer_offload=0", "no optimizer on the host to pipeline")
@@ -374,6 +381,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.quantized_gradients", _zeropp_quantized),
     InertRule("dp.bucket_stages", _bucket_stages),
     InertRule("dp.reduce_dtype", _reduce_dtype),
+    InertRule("dp.flatten_copies", _flatten_copies),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
     InertRule("moe.dispatcher", _ep_one_node),

@@ -168,8 +168,8 @@ class DataParallelOps:
         if seconds <= 0:
             return
         yield from self._memory_pass(seconds, lane, kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0])
-        # the bucket's cast to dp.reduce_dtype, held on the stash until its reduction is copied
-        # back (recorded at the cast's end)
+        # the bucket's flat copy (dp.flatten_copies) and cast (dp.reduce_dtype), held on the
+        # stash until its reduction is copied back (recorded at the pass's end)
         self._grad_transient(cast_buffer_bytes(self.shared.ctx.scenario, self.shared.ctx.layout, bucket.params))
         if self.shared.ctx.scenario.dp.nan_check:
             # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the

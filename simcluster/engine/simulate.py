@@ -26,6 +26,7 @@ from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
     clip_bytes_per_local_param,
+    flatten_copy_bytes,
     fsdp2_copy_bytes,
     grad_reduce_bytes,
     grad_wire_bytes,
@@ -94,10 +95,11 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     # it): copied in (read, write) and back (read, write)
     copies = 4 * param_bytes(ctx.scenario) if dp.bucket_copies else 0.0
     # a bucket reduced in another dtype than it accumulates in (dp.reduce_dtype) is cast to it
-    # and copied back; the norm and the 1/dp scaling act on the cast (DeepSpeed's
-    # allreduce_bucket scales tensor_to_allreduce). The copy back is charged here with the cast,
-    # the simplification dp.bucket_copies makes
-    casts = reduce_cast_bytes(ctx.scenario) if reduced else 0.0
+    # and copied back, and one of many tensors flattened and copied back (dp.flatten_copies);
+    # the norm and the 1/dp scaling act on the cast (DeepSpeed's allreduce_bucket scales
+    # tensor_to_allreduce). The copies back are charged here with the casts, the simplification
+    # dp.bucket_copies makes
+    casts = reduce_cast_bytes(ctx.scenario) + flatten_copy_bytes(ctx.scenario) if reduced else 0.0
     if not passes and not copies and not casts:
         return None
     bytes_per_param = grad_wire_bytes(ctx.scenario) * passes + copies + casts

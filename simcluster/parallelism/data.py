@@ -73,15 +73,27 @@ def reduce_cast_bytes(scenario: Scenario) -> float:
     return 0.0 if accum == wire else 2.0 * (accum + wire)
 
 
+def flatten_copy_bytes(scenario: Scenario) -> float:
+    """HBM bytes per gradient element of flattening a bucket into a new tensor and copying the
+    reduced result back into the gradients (``dp.flatten_copies``; 0 without): a read and a
+    write of the accumulated dtype each (DeepSpeed ``allreduce_bucket``: ``self.flatten(bucket)``;
+    ``allreduce_and_copy``: ``buf.copy_(synced)``)."""
+    return 4.0 * grad_reduce_bytes(scenario) if scenario.dp.flatten_copies else 0.0
+
+
 def cast_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> float:
-    """Bytes of the cast a bucket of ``params`` gradients is reduced through (``dp.reduce_dtype``
-    other than the accumulated dtype), held from the cast until the copy back: DeepSpeed's
-    ``tensor.to(communication_data_type)`` is a new tensor of the whole bucket, and the
-    BF16_Optimizer's bucket is a whole flat fp32 group (``allreduce_no_retain`` never splits a
-    tensor). 0 without a data-parallel group (no reduction)."""
-    if reduce_cast_bytes(scenario) == 0 or layout.dp * layout.cp <= 1:
+    """Bytes of the copies a bucket of ``params`` gradients is reduced through, held from their
+    making until the copy back: its flat copy (``dp.flatten_copies``, in the accumulated dtype)
+    and its cast (``dp.reduce_dtype`` other than the accumulated dtype): DeepSpeed's
+    ``self.flatten(bucket)`` and ``tensor.to(communication_data_type)`` are new tensors of the
+    whole bucket, and the BF16_Optimizer's bucket is a whole flat fp32 group
+    (``allreduce_no_retain`` never splits a tensor). 0 without a data-parallel group (no
+    reduction)."""
+    if layout.dp * layout.cp <= 1:
         return 0.0
-    return params * grad_wire_bytes(scenario)
+    flat = params * grad_reduce_bytes(scenario) if scenario.dp.flatten_copies else 0.0
+    cast = params * grad_wire_bytes(scenario) if reduce_cast_bytes(scenario) > 0 else 0.0
+    return flat + cast
 
 
 def param_bytes(scenario: Scenario) -> float:

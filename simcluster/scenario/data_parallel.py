@@ -240,6 +240,18 @@ class DpSection(SectionBase):
             "spring 2023)"
         ),
     )
+    flatten_copies: bool = Field(
+        default=False,
+        description=(
+            "each gradient bucket is flattened into a new contiguous tensor before its "
+            "reduction and the result copied back into the gradients after (a read and a write "
+            "each, in the accumulated dtype, on the compute stream), the flat copy held until "
+            "then: DeepSpeed's ZeRO 0-1 reductions of many tensors (engine.py and "
+            "stage_1_and_2.py allreduce_bucket: self.flatten(bucket); allreduce_and_copy: "
+            "buf.copy_(synced)); set by framework deepspeed where it reduces .grad tensors (not "
+            "the BF16_Optimizer's flat buffers, which flatten to a view)"
+        ),
+    )
     nan_check: bool = Field(
         default=False,
         description=(
