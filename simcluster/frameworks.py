@@ -67,7 +67,7 @@ class Framework:
         """What it fills in ``raw``: its settings, with those of ``release`` where that release
         ran differently (simcluster.framework_releases)."""
         out = self.defaults(raw)
-        for section, values in dated_defaults(self.name, release).items():
+        for section, values in dated_defaults(self.name, release, raw).items():
             out[section] = {**out.get(section, {}), **values}
         return out
 
@@ -223,9 +223,8 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # the BF16_Optimizer's fp32 buffers go through engine.allreduce_bucket, which casts them
         # to communication_data_type (bf16 when bf16 is enabled and the config names none:
         # engine.py's property, as in the 2022 engine BLOOM ran and today's), all-reduces and
-        # copies the result back: bf16 on the wire. DeepSpeed's pull request 2970 (March 2023)
-        # made fp32 the default for bf16 and 3370 (May 2023) restored bf16; the releases
-        # between them are not dated here (dp.reduce_dtype fp32 for such a run)
+        # copies the result back: bf16 on the wire (0.6.5's engine as today's). Releases 0.9.0
+        # and 0.9.1 defaulted to fp32 for bf16 (framework_releases.py)
         defaults["dp"]["reduce_dtype"] = "16bit"
     elif zero <= 1:
         # ZeRO 0-1 reduce .grad tensors many to a bucket, each bucket flattened into a new

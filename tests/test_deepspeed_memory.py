@@ -33,8 +33,9 @@ are gone and, at ZeRO-1, after ``free_grad_in_param_list(self.params_not_in_part
 freed the group's 16-bit gradients outside the shard, 2 B for each of the (N_d - 1)/N_d other
 elements: with N_d >= 4 it never raises ZeRO-1's peak, 6/N_d <= 2(N_d - 1)/N_d), and ZeRO-1's ipg buffer without a pipeline in engines that leave
 ``contiguous_gradients`` on at stage 1 (``backward``: ``torch.empty(reduce_bucket_size)``,
-held across the backward; ``_configure_zero_optimizer`` forces it off at stage 1 in some
-releases and not in others).
+held across the backward; ``_configure_zero_optimizer`` forces it off at stage 1 without MoE
+in 0.6.5 to 0.9.2 at least, read in their PyPI sdists, and those releases flatten each bucket
+instead: ``dp.flatten_copies``, tests/test_deepspeed_flatten.py).
 """
 
 from __future__ import annotations

@@ -78,6 +78,27 @@ def test_an_explicit_dtype_wins_over_the_preset():
     assert (grad_reduce_bytes(up), grad_wire_bytes(up), reduce_cast_bytes(up)) == (2.0, 4.0, 12.0)
 
 
+@pytest.mark.parametrize(
+    ("release", "zero", "precision", "wire"),
+    [
+        # DeepSpeed 0.9.0 and 0.9.1's engine.py: float16 under fp16, else float32
+        ("0.9.0", 1, "bf16", "fp32"),  # the BF16_Optimizer's fp32 buffers, reduced as they are
+        ("0.9.1", 2, "bf16", "fp32"),  # ZeRO-2's bf16 buckets cast up to fp32
+        ("0.9.1", 1, "fp16", None),
+        ("0.9.1", 3, "bf16", None),  # ZeRO-3's reduce dtype is not dp.reduce_dtype's
+        # 0.8.3: bfloat16 under bf16 at stage 0; 0.9.2 (pull request 3370): bfloat16 under bf16
+        ("0.8.3", 1, "bf16", "16bit"),
+        ("0.9.2", 1, "bf16", "16bit"),
+        ("0.9.2", 2, "bf16", None),
+    ],
+)
+def test_releases_0_9_0_and_0_9_1_reduced_bf16_runs_in_fp32(release, zero, precision, wire):
+    doc = {**_doc(zero=zero, precision=precision), "framework": f"deepspeed {release}"}
+    sc = scenario_from_dict(doc)
+    assert sc.dp.reduce_dtype == wire
+    build_context(sc)  # and it runs: no dated setting the layout refuses
+
+
 def test_other_frameworks_are_untouched():
     plain = {k: v for k, v in _doc().items() if k != "framework"}
     for name in ("megatron-core", "megatron-lm-2021", "nanotron"):

@@ -236,8 +236,8 @@ class DpSection(SectionBase):
             "communication_data_type (engine.py allreduce_bucket: tensor.to(...), then "
             "tensor.copy_). Unset: the accumulated dtype, no cast. framework deepspeed sets "
             "16bit for the BF16_Optimizer's fp32 buffers (bf16 communication_data_type by "
-            "default, except DeepSpeed's fp32 default between its pull requests 2970 and 3370, "
-            "spring 2023)"
+            "default), and fp32 for bf16 at ZeRO 0-2 when named with release 0.9.0 or 0.9.1, "
+            "whose default was fp32"
         ),
     )
     flatten_copies: bool = Field(
