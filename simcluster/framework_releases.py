@@ -19,6 +19,7 @@ a run, so they are refused with the fix.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +52,30 @@ def release_key(release: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Dated:
-    """Settings a framework's releases before ``until`` ran with (``until`` excluded)."""
+    """Settings a framework's releases before ``until`` (excluded) ran with, from ``since``
+    (included) when it is set, for the scenarios ``when`` accepts (every one when unset)."""
 
     until: str
     defaults: Defaults = field(default_factory=dict)
     #: the attention kernel those releases called (where the profile has curves for it)
     attention_kernel: str | None = None
     source: str = ""
+    since: str | None = None
+    #: which scenarios (the raw document, before any preset) the settings apply to, and its words
+    when: Callable[[Mapping[str, Any]], bool] | None = field(default=None, compare=False)
+    scope: str = ""
+
+
+def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = raw.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _bf16_zero_0_2(raw: Mapping[str, Any]) -> bool:
+    """A bf16 run below ZeRO-3, as a scenario writes it (bf16 and zero 0 by default)."""
+    precision = _section(raw, "training").get("precision", "bf16")
+    zero = _section(raw, "parallel").get("zero", 0)
+    return precision not in ("fp16", "fp32") and isinstance(zero, int) and zero <= 2
 
 
 #: per framework, its dated settings (each applies to every release before its ``until``)
@@ -81,6 +99,23 @@ DATED: dict[str, tuple[Dated, ...]] = {
             source=(
                 "NeMo's software component versions: TransformerEngine 1.6 in 24.05, 1.8 in "
                 "24.07, 1.10 in 24.09 (TE 1.x's userbuffers defaults: no SM margin)"
+            ),
+        ),
+    ),
+    "deepspeed": (
+        Dated(
+            since="0.9.0",
+            until="0.9.2",
+            defaults={"dp": {"reduce_dtype": "fp32"}},
+            when=_bf16_zero_0_2,
+            scope="bf16 at ZeRO 0-2",
+            source=(
+                "the engine's communication_data_type default, read in the PyPI sdists' "
+                "deepspeed/runtime/engine.py: 0.9.0 and 0.9.1 return float16 under fp16, else "
+                "float32 (pull request 2970), so bf16 gradients (and the BF16_Optimizer's fp32 "
+                "buffers) were all-reduced in fp32; 0.8.3 returns float16 under fp16 or any ZeRO "
+                "stage above 0, else bfloat16 under bf16; 0.9.2 float16 under fp16, bfloat16 "
+                "under bf16 (pull request 3370)"
             ),
         ),
     ),
@@ -143,13 +178,18 @@ def dated(framework: str, release: str | None) -> list[Dated]:
     if release is None:
         return []
     key = release_key(release)
-    return [d for d in DATED.get(framework, ()) if key < release_key(d.until)]
+    return [
+        d for d in DATED.get(framework, ())
+        if key < release_key(d.until) and (d.since is None or key >= release_key(d.since))
+    ]  # fmt: skip
 
 
-def dated_defaults(framework: str, release: str | None) -> Defaults:
-    """The section values ``release`` of ``framework`` ran with, where they differ from now."""
+def dated_defaults(framework: str, release: str | None, raw: Mapping[str, Any] | None = None) -> Defaults:
+    """The section values ``release`` of ``framework`` ran with, where they differ from now,
+    for the scenario ``raw`` (an entry with a ``when`` applies only to a scenario it accepts)."""
     out: Defaults = {}
-    for entry in reversed(dated(framework, release)):  # the earliest cut-off wins
+    entries = [d for d in dated(framework, release) if d.when is None or (raw is not None and d.when(raw))]
+    for entry in reversed(entries):  # the earliest cut-off wins
         for section, values in entry.defaults.items():
             out[section] = {**out.get(section, {}), **values}
     return out
@@ -170,7 +210,9 @@ def describe(framework: str) -> str:
         what = [f"{k}={v}" for values in entry.defaults.values() for k, v in values.items()]
         if entry.attention_kernel:
             what.insert(0, f"attention {entry.attention_kernel}")
-        parts.append(f"before {entry.until}: {', '.join(what)}")
+        span = f"{entry.since} to before {entry.until}" if entry.since else f"before {entry.until}"
+        scope = f" ({entry.scope})" if entry.scope else ""
+        parts.append(f"{span}{scope}: {', '.join(what)}")
     return "; releases " + "; ".join(parts)
 
 

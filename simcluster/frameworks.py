@@ -67,7 +67,7 @@ class Framework:
         """What it fills in ``raw``: its settings, with those of ``release`` where that release
         ran differently (simcluster.framework_releases)."""
         out = self.defaults(raw)
-        for section, values in dated_defaults(self.name, release).items():
+        for section, values in dated_defaults(self.name, release, raw).items():
             out[section] = {**out.get(section, {}), **values}
         return out
 
@@ -194,6 +194,8 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
         # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add
         training["grad_accum_cast"] = True
+    precision = training_raw.get("precision", "bf16") if isinstance(training_raw, Mapping) else "bf16"
+    bf16_optimizer = not zero_optimizer and precision != "fp32"
     # Megatron-DeepSpeed's linears reduce the input gradient in a blocking all-reduce
     # (mpu/layers.py copy_to_tensor_model_parallel_region, forked before Megatron's async one)
     # the pipeline engine partitions a stage's output over the model-parallel group and the
@@ -217,6 +219,21 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # and engine.allreduce_no_retain never splits a tensor: each group in one all-reduce
         "dp": {"bucket_mb": 1000.0 if zero_optimizer else 1e6, "zero_grad_buffer": not zero_optimizer},
     }
+    if bf16_optimizer:
+        # the BF16_Optimizer's fp32 buffers go through engine.allreduce_bucket, which casts them
+        # to communication_data_type (bf16 when bf16 is enabled and the config names none:
+        # engine.py's property, as in the 2022 engine BLOOM ran and today's), all-reduces and
+        # copies the result back: bf16 on the wire (0.6.5's engine as today's). Releases 0.9.0
+        # and 0.9.1 defaulted to fp32 for bf16 (framework_releases.py)
+        defaults["dp"]["reduce_dtype"] = "16bit"
+    elif zero <= 1:
+        # ZeRO 0-1 reduce .grad tensors many to a bucket, each bucket flattened into a new
+        # tensor and copied back after (engine.py and stage_1_and_2.py allreduce_bucket:
+        # self.flatten(bucket); allreduce_and_copy: buf.copy_(synced)), through
+        # buffered_allreduce_fallback (ZeRO-0) and buffered_reduce_fallback (ZeRO-1 without
+        # contiguous gradients: under a pipeline, and at stage 1 where the engine turns them
+        # off); the BF16_Optimizer's one-tensor buckets flatten to views
+        defaults["dp"]["flatten_copies"] = True
     if zero <= 2:
         # every ZeRO 0-2 reduction divides by dp in a pass of its own over the bucket:
         # engine.allreduce_bucket (ZeRO-0 and the BF16_Optimizer: all_reduce, then
@@ -601,7 +618,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "to fp32 and then added by the BF16_Optimizer (ZeRO 0/1; ZeRO-2/3, and ZeRO-1 with "
             "training.fp32_grad_accum false, keep and reduce bf16 gradients), gradients "
             "all-reduced (never reduce-scattered below ZeRO-3) only after the last backward, the "
-            "BF16_Optimizer's as whole fp32 buffers, others in 5e8-element buckets, each divided "
+            "BF16_Optimizer's as whole fp32 buffers cast to bf16 for the wire and copied back "
+            "(its communication_data_type; dp.reduce_dtype), others in 5e8-element buckets flattened "
+            "into a new tensor and copied back after (dp.flatten_copies), each divided "
             "by dp in a pass of its own (ZeRO-2: every "
             "microbatch, each bucket all-reduced whole on the compute stream, then only the "
             "rank's shard accumulated; with overlap.dp_grad_reduce, its overlap_comm, one "
@@ -621,7 +640,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "
             "communication'), runtime/engine.py (ZeRO-1 under a pipeline: overlap_comm and "
             "contiguous_gradients off, buffered_reduce_fallback all-reduces each bucket), "
-            "engine.py get_data_types (grad_accum_dtype = the model dtype under ZeRO), "
+            "engine.py get_data_types (grad_accum_dtype = the model dtype under ZeRO), communication_data_type "
+            "(bf16 under bf16 unless configured) and allreduce_bucket (tensor.to it, then copy_ back), "
             "zero/stage_1_and_2.py (average_tensor, use_multi_rank_bucket_allreduce, "
             "independent_gradient_partition_epilogue), zero/config.py (overlap_comm on for stage 3 "
             "only), "

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from simcluster.context import Context
+from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import ep_nodes
 from simcluster.userbuffers import tp_overlaps_run
 
@@ -242,6 +243,21 @@ def _dp_ordering(ctx: Context) -> Verdict:
     return None
 
 
+def _reduce_dtype(ctx: Context) -> Verdict:
+    # parallelism/data.py: a bucket is cast only when the wire dtype differs from the one its
+    # gradients accumulate in, and only where there is a reduction
+    if grad_wire_bytes(ctx.scenario) == grad_reduce_bytes(ctx.scenario):
+        return ("as the accumulated gradients' dtype", "the buckets go on the wire as they are, no cast")
+    return _no_data_parallel(ctx)
+
+
+def _flatten_copies(ctx: Context) -> Verdict:
+    # engine/dp_ops.py: the pass before a ZeRO 0-2 bucket's reduction; ZeRO-3 reduces per unit
+    if ctx.layout.zero == 3:
+        return ("at parallel.zero=3", "its reduce-scatters take no ZeRO 0-2 bucket pass")
+    return _no_data_parallel(ctx)
+
+
 def _optimizer_offload(ctx: Context) -> Verdict:
     if ctx.scenario.training.optimizer_offload == 0:
         return ("at training.optimizer_offload=0", "no optimizer on the host to pipeline")
@@ -364,6 +380,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.quantized_weights", _zeropp_quantized),
     InertRule("zero3.quantized_gradients", _zeropp_quantized),
     InertRule("dp.bucket_stages", _bucket_stages),
+    InertRule("dp.reduce_dtype", _reduce_dtype),
+    InertRule("dp.flatten_copies", _flatten_copies),
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
     InertRule("moe.dispatcher", _ep_one_node),

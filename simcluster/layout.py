@@ -401,6 +401,17 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "dp.grad_collective",
             f"'{grad_collective}' does not fit zero={par.zero}; use {' or '.join(allowed)} (or auto)",
         )
+    if scenario.dp.reduce_dtype is not None and par.zero == 3:
+        raise UserError(
+            "dp.reduce_dtype",
+            "casts ZeRO 0-2's gradient buckets; at zero=3 the reduce-scatter's dtype is the "
+            "accumulated one (set training.fp32_grad_accum instead), or drop dp.reduce_dtype",
+        )
+    if scenario.dp.reduce_dtype == "16bit" and scenario.training.precision == "fp32":
+        raise UserError(
+            "dp.reduce_dtype",
+            "16bit needs a 16-bit training.precision (bf16 or fp16); use fp32 or drop it",
+        )
     if scenario.dp.shard_accumulate and par.zero < 2:
         raise UserError(
             "dp.shard_accumulate",

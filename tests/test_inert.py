@@ -106,6 +106,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("zero3.quantized_gradients", {"parallel": {"zero": 1}, "zero3": {"quantized_gradients": True}},
      {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000, "quantized_gradients": True}}),
     ("dp.bucket_stages", {"dp": {"bucket_stages": "first"}}, {"parallel": {"pp": 2}, "dp": {"bucket_stages": "first"}}),
+    # fp32 accumulation (the default) reduced in fp32: nothing to cast (data.py reduce_cast_bytes)
+    ("dp.reduce_dtype", {"dp": {"reduce_dtype": "fp32"}}, {"dp": {"reduce_dtype": "16bit"}}),
+    ("dp.flatten_copies", {"parallel": {"zero": 3}, "dp": {"flatten_copies": True}},
+     {"parallel": {"zero": 1}, "dp": {"flatten_copies": True}}),
     ("dp.wait_reduction", {"parallel": {"zero": 1}, "overlap": {"dp_grad_reduce": False}, "dp": {"wait_reduction": True}},
      {"parallel": {"zero": 1}, "dp": {"wait_reduction": True}}),
     ("dp.backward_sync", {"parallel": {"zero": 2}, "overlap": {"dp_grad_reduce": False}, "dp": {"backward_sync": "host"}},

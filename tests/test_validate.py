@@ -868,8 +868,9 @@ QUICK_SET_MEMORY_MAPE = 5.5  # 8.1 before Table 6's 27 published memories (2.3%)
 # narayanan2021-a100, korthikanti2022-a100, the NeMo and Megatron-Bridge families,
 # torchtitan-a100 and zero-bubble-a100 meet it, so their max error is held too
 FAMILY_MAPE = {
-    # 5.8 before the partitioned pipeline transfers and the BF16_Optimizer's cast-then-add
-    "bigscience-a100": 11.5,
+    # 5.8 before the partitioned pipeline transfers and the BF16_Optimizer's cast-then-add,
+    # 11.4 before its fp32 buffers were all-reduced in bf16 as DeepSpeed's engine casts them
+    "bigscience-a100": 11.7,
     # 3.2 before the full rows' transfers were sent as 1/tp slices, 2.4 before fp16 gradients
     "korthikanti2022-a100": 1.5,
     # 4.7 before the sustained share of every GEMM size; 3.6 before the unfused bf16 gradient
@@ -924,7 +925,9 @@ FAMILY_MAPE = {
 # 4.4 -> 2.6, Megatron-Core 10.4 -> 8.9, torchtitan 8.9 -> 6.7, quick set 10.3 -> 9.9).
 # NeMo long context's max rose 14.6 -> 14.9 with the TP-overlap GEMM slices (its cp 32 row).
 FAMILY_MAX_APE = {
-    "bigscience-a100": 17.3,  # 12.7 before the partitioned pipeline transfers (physics over score)
+    # 12.7 before the partitioned pipeline transfers, 17.3 before the bf16 gradient all-reduce
+    # (physics over score both)
+    "bigscience-a100": 17.6,
     "korthikanti2022-a100": 3.2,
     "megatron-bridge-fp8-h100": 9.0,
     # 11.0 before the 405B Megatron FSDP row (+17.4%; +17.6% on 64 GPUs of each rack, Slurm segments;

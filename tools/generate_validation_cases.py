@@ -861,7 +861,12 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
             "(exported to avoid hangs; BigScience measured 0-6% from it, chronicles-prequel.md). The pipe engine "
             "sends each stage's output and input gradient as 1/tp partitions and the receiver all-gathers "
             "them over its TP group (runtime/pipe/engine.py is_pipe_partitioned, is_grad_partitioned: "
-            "overlap.pp_scatter_gather, set by framework deepspeed)."
+            "overlap.pp_scatter_gather, set by framework deepspeed). Gradients all-reduced in bf16: the "
+            "config names no communication_data_type, so DeepSpeed's engine casts the BF16_Optimizer's fp32 "
+            "buffers to bf16 for the all-reduce and copies the result back (runtime/engine.py "
+            "communication_data_type: bfloat16 when bf16 is enabled at stage 0, allreduce_bucket; "
+            "dp.reduce_dtype 16bit); the README pins PyTorch 1.11 'for its NCCL version which supports BF16 "
+            "comms'."
         ),
         "published": {"seconds_per_iteration": seconds, "tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": 2048, "seq_len": 2048, "layers": 70, "hidden": 14336, "vocab": 250880},
@@ -875,6 +880,7 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
                          "layers_per_stage": [per - 1] + [per] * (pp - 2) + [per - 1]},
             "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": 2048, "precision": "bf16",
                          "recompute": "full", "flash_attention": False},
+            "dp": {"reduce_dtype": "16bit"},
         },
         "measured": {"step_time_s": seconds},
     })

@@ -13,7 +13,14 @@ import simpy
 from simcluster.engine.comms import GROUP_DIM
 from simcluster.engine.plan import HEAD, StagePlan, Unit
 from simcluster.engine.shared import Shared
-from simcluster.parallelism.data import Bucket, gather_bytes, grad_reduce_bytes, param_bytes
+from simcluster.parallelism.data import (
+    Bucket,
+    cast_buffer_bytes,
+    gather_bytes,
+    grad_reduce_bytes,
+    grad_wire_bytes,
+    param_bytes,
+)
 from simcluster.parallelism.segments import PHASE_KIND, Work
 from simcluster.parallelism.zero3_coordinator import coordinated, knob, prefetch_window
 from simcluster.parallelism.zeropp import GradientAllToAll, WeightGather
@@ -68,6 +75,8 @@ class DataParallelOps:
         ) -> None: ...
 
         def _host_sync(self) -> None: ...
+
+        def _grad_transient(self, nbytes: float) -> None: ...
 
     def _memory_pass(
         self, seconds: float, lane: Lane | None, kind: str, name: str, mb: int, chunk: int, layer: int
@@ -159,6 +168,9 @@ class DataParallelOps:
         if seconds <= 0:
             return
         yield from self._memory_pass(seconds, lane, kind, "grad_bucket_pass", mb, bucket.chunk, bucket.layers[0])
+        # the bucket's flat copy (dp.flatten_copies) and cast (dp.reduce_dtype), held on the
+        # stash until its reduction is copied back (recorded at the pass's end)
+        self._grad_transient(cast_buffer_bytes(self.shared.ctx.scenario, self.shared.ctx.layout, bucket.params))
         if self.shared.ctx.scenario.dp.nan_check:
             # Megatron asserts the norm is not NaN on the host (`assert not norm.isnan()`): the
             # host waits for the pass, so the backward after it is issued from a standstill
@@ -195,7 +207,7 @@ class DataParallelOps:
     def _reduce_bucket(self, bucket: Any) -> Generator:
         sc = self.shared.ctx.scenario
         op = self.shared.ctx.layout.grad_collective
-        nbytes = bucket.params * grad_reduce_bytes(sc)
+        nbytes = bucket.params * grad_wire_bytes(sc)
         yield from self._dp_reduce(bucket.group, op, nbytes, f"grad_{op}", -1, bucket.chunk, bucket.layers[0])
 
     def _sharding(self, group: str) -> str:

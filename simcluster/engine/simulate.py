@@ -26,10 +26,13 @@ from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
     clip_bytes_per_local_param,
+    flatten_copy_bytes,
     fsdp2_copy_bytes,
     grad_reduce_bytes,
+    grad_wire_bytes,
     optimizer_bytes_per_param,
     param_bytes,
+    reduce_cast_bytes,
 )
 from simcluster.parallelism.offload import (
     GPU_BYTES_PER_OFFLOADED_PARAM,
@@ -85,14 +88,21 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     no pass. Megatron scales dense and expert buckets alike by 1/(dp x cp), so there is nothing
     to scale only when that group is one rank."""
     dp, lay = ctx.scenario.dp, ctx.layout
-    scaled = dp.prescale and len(lay.group("dp", lay.representative(0))) > 1
+    reduced = len(lay.group("dp", lay.representative(0))) > 1
+    scaled = dp.prescale and reduced
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
     # .grad is in the parameters' dtype (fp32 under autocast, as the buckets' memory counts
     # it): copied in (read, write) and back (read, write)
     copies = 4 * param_bytes(ctx.scenario) if dp.bucket_copies else 0.0
-    if not passes and not copies:
+    # a bucket reduced in another dtype than it accumulates in (dp.reduce_dtype) is cast to it
+    # and copied back, and one of many tensors flattened and copied back (dp.flatten_copies);
+    # the norm and the 1/dp scaling act on the cast (DeepSpeed's allreduce_bucket scales
+    # tensor_to_allreduce). The copies back are charged here with the casts, the simplification
+    # dp.bucket_copies makes
+    casts = reduce_cast_bytes(ctx.scenario) + flatten_copy_bytes(ctx.scenario) if reduced else 0.0
+    if not passes and not copies and not casts:
         return None
-    bytes_per_param = grad_reduce_bytes(ctx.scenario) * passes + copies
+    bytes_per_param = grad_wire_bytes(ctx.scenario) * passes + copies + casts
     return lambda bucket: km.memory(bucket.params * bytes_per_param)
 
 

@@ -380,7 +380,10 @@ class Worker(PipelineIO, DataParallelOps):
             if not proc.triggered:
                 yield proc
         if self.plan.tied_params > 0:
-            # after the DP reduction, before the optimizer, blocking (see parallelism/tied.py)
+            # after the DP reduction, before the optimizer, blocking (see parallelism/tied.py);
+            # in the accumulated dtype, not dp.reduce_dtype's: DeepSpeed's pipeline engine
+            # all-reduces the tied weight's gradient as it is (_exec_reduce_tied_grads:
+            # dist.all_reduce(weight._hp_grad) under bf16), outside allreduce_bucket's cast
             yield from self.shared.comms.collective(
                 self.rank,
                 self.stage,

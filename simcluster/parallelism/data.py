@@ -53,6 +53,49 @@ def grad_reduce_bytes(scenario: Scenario) -> float:
     return 4.0 if tr.precision == "fp32" or tr.fp32_grad_accum or autocast else 2.0
 
 
+def grad_wire_bytes(scenario: Scenario) -> float:
+    """Bytes per gradient element of a ZeRO 0-2 bucket reduction on the wire: ``dp.reduce_dtype``
+    when set (DeepSpeed's ``communication_data_type``: ``engine.py`` ``allreduce_bucket`` and
+    ``stage_1_and_2.py`` ``gradient_reduction_w_predivide`` cast the bucket to it), else the
+    dtype the gradients accumulate in (:func:`grad_reduce_bytes`)."""
+    wire = scenario.dp.reduce_dtype
+    if wire is None:
+        return grad_reduce_bytes(scenario)
+    return 4.0 if wire == "fp32" else 2.0
+
+
+def reduce_cast_bytes(scenario: Scenario) -> float:
+    """HBM bytes per gradient element of casting a bucket to the wire dtype and copying the
+    reduced result back (0 when they match): ``tensor.to(communication_data_type)`` reads the
+    accumulated gradient and writes the cast, ``tensor.copy_(tensor_to_allreduce)`` reads the
+    cast and writes the gradient (DeepSpeed ``engine.py`` ``allreduce_bucket``)."""
+    accum, wire = grad_reduce_bytes(scenario), grad_wire_bytes(scenario)
+    return 0.0 if accum == wire else 2.0 * (accum + wire)
+
+
+def flatten_copy_bytes(scenario: Scenario) -> float:
+    """HBM bytes per gradient element of flattening a bucket into a new tensor and copying the
+    reduced result back into the gradients (``dp.flatten_copies``; 0 without): a read and a
+    write of the accumulated dtype each (DeepSpeed ``allreduce_bucket``: ``self.flatten(bucket)``;
+    ``allreduce_and_copy``: ``buf.copy_(synced)``)."""
+    return 4.0 * grad_reduce_bytes(scenario) if scenario.dp.flatten_copies else 0.0
+
+
+def cast_buffer_bytes(scenario: Scenario, layout: Layout, params: float) -> float:
+    """Bytes of the copies a bucket of ``params`` gradients is reduced through, held from their
+    making until the copy back: its flat copy (``dp.flatten_copies``, in the accumulated dtype)
+    and its cast (``dp.reduce_dtype`` other than the accumulated dtype): DeepSpeed's
+    ``self.flatten(bucket)`` and ``tensor.to(communication_data_type)`` are new tensors of the
+    whole bucket, and the BF16_Optimizer's bucket is a whole flat fp32 group
+    (``allreduce_no_retain`` never splits a tensor). 0 without a data-parallel group (no
+    reduction)."""
+    if layout.dp * layout.cp <= 1:
+        return 0.0
+    flat = params * grad_reduce_bytes(scenario) if scenario.dp.flatten_copies else 0.0
+    cast = params * grad_wire_bytes(scenario) if reduce_cast_bytes(scenario) > 0 else 0.0
+    return flat + cast
+
+
 def param_bytes(scenario: Scenario) -> float:
     """Bytes per gathered parameter element (the compute copy), which is also the dtype of
     its ``.grad``: fp32 in fp32 training and under autocast, whose fp32 parameters are

@@ -226,6 +226,32 @@ class DpSection(SectionBase):
         "zero 2 DeepSpeed's default use_multi_rank_bucket_allreduce (each bucket all-reduced "
         "whole every microbatch, the rank keeping its slices)",
     )
+    reduce_dtype: Literal["fp32", "16bit"] | None = Field(
+        default=None,
+        description=(
+            "the dtype ZeRO 0-2's gradient buckets go on the wire in, when it is not the dtype "
+            "they accumulate in (training.fp32_grad_accum): fp32 or 16bit (training.precision's "
+            "bf16 or fp16). Each bucket is cast to it before its reduction and the result "
+            "copied back after, on the compute stream, as DeepSpeed's engine does for its "
+            "communication_data_type (engine.py allreduce_bucket: tensor.to(...), then "
+            "tensor.copy_). Unset: the accumulated dtype, no cast. framework deepspeed sets "
+            "16bit for the BF16_Optimizer's fp32 buffers (bf16 communication_data_type by "
+            "default), and fp32 for bf16 at ZeRO 0-2 when named with release 0.9.0 or 0.9.1, "
+            "whose default was fp32"
+        ),
+    )
+    flatten_copies: bool = Field(
+        default=False,
+        description=(
+            "each gradient bucket is flattened into a new contiguous tensor before its "
+            "reduction and the result copied back into the gradients after (a read and a write "
+            "each, in the accumulated dtype, on the compute stream), the flat copy held until "
+            "then: DeepSpeed's ZeRO 0-1 reductions of many tensors (engine.py and "
+            "stage_1_and_2.py allreduce_bucket: self.flatten(bucket); allreduce_and_copy: "
+            "buf.copy_(synced)); set by framework deepspeed where it reduces .grad tensors (not "
+            "the BF16_Optimizer's flat buffers, which flatten to a view)"
+        ),
+    )
     nan_check: bool = Field(
         default=False,
         description=(
