@@ -596,3 +596,41 @@ def test_megatron_softmax_type_reads_learned_sinks_only(tmp_path, value, sinks, 
     assert out.scenario["model"].get("attention_sinks") is sinks
     assert any(s.startswith("--softmax-type off-by-one") for s in out.skipped) is skipped
     assert not any(s.startswith("--softmax-type (") for s in out.skipped)
+
+
+@pytest.mark.parametrize(
+    ("precision", "zero", "wire", "expected"),
+    [
+        ("bf16", 2, "fp32", "fp32"),
+        ("bf16", 1, "bf16", "16bit"),
+        ("fp16", 0, "fp16", "16bit"),
+        ("bf16", 3, "fp32", None),  # listed as not imported: dp.reduce_dtype is ZeRO 0-2's
+    ],
+)
+def test_deepspeed_communication_data_type_is_dp_reduce_dtype(
+    tmp_path, precision, zero, wire, expected
+):
+    # DeepSpeed engine.py / stage_1_and_2.py: each bucket cast to communication_data_type
+    # before its reduction (dp.reduce_dtype's definition)
+    path = tmp_path / "ds.json"
+    path.write_text(
+        f'{{"train_micro_batch_size_per_gpu": 1, "{precision}": {{"enabled": true}}, '
+        f'"zero_optimization": {{"stage": {zero}}}, "communication_data_type": "{wire}"}}'
+    )
+    opts = ImportOptions(cluster="dgx-h100", nodes=1, model="llama3-8b", seq_len=2048)
+    out = import_config("deepspeed", path, opts)
+    assert out.scenario.get("dp", {}).get("reduce_dtype") == expected
+    assert any(s.startswith("communication_data_type (") for s in out.skipped) is (expected is None)
+    build_context(scenario_from_dict(out.scenario))
+
+
+def test_deepspeed_fp16_wire_under_bf16_is_refused(tmp_path):
+    # releases up to 0.8.3 sent bf16 gradients as fp16: a same-width cast dp.reduce_dtype cannot say
+    path = tmp_path / "ds.json"
+    path.write_text(
+        '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
+        '"zero_optimization": {"stage": 1}, "communication_data_type": "fp16"}'
+    )
+    opts = ImportOptions(cluster="dgx-h100", nodes=1, model="llama3-8b", seq_len=2048)
+    with pytest.raises(UserError, match="communication_data_type: fp16 on the wire under bf16"):
+        import_config("deepspeed", path, opts)

@@ -9,7 +9,8 @@ ZeRO++'s ``zero_hpz_partition_size``/``zero_quantized_*`` (the ``zero3:`` fields
 aliases name), ``reduce_bucket_size`` (ZeRO-3: ``zero3.reduce_bucket_size`` in elements;
 below it ``dp.bucket_mb``, elements x the gradient's bytes), ``overlap_comm``
 (``overlap.dp_grad_reduce``), ``offload_optimizer.device: cpu`` (``training.optimizer_offload``
-1.0) and ``data_types.grad_accum_dtype`` (``training.fp32_grad_accum``). DeepSpeed's
+1.0), ``data_types.grad_accum_dtype`` (``training.fp32_grad_accum``) and
+``communication_data_type`` (``dp.reduce_dtype`` at ZeRO 0-2). DeepSpeed's
 ``activation_checkpointing`` section only configures ``deepspeed.checkpointing.checkpoint``
 for models that call it, so whether layers are recomputed is the model code's choice:
 it is listed, and ``--set training.recompute=full`` says it.
@@ -37,7 +38,6 @@ _OUTSIDE = {
     "steps_per_print": "logging", "wall_clock_breakdown": "logging", "tensorboard": "logging",
     "wandb": "logging", "csv_monitor": "logging", "comms_logger": "logging", "flops_profiler": "profiler",
     "zero_allow_untested_optimizer": "a safety switch", "prescale_gradients": "no scenario field for it",
-    "communication_data_type": "no scenario field for it: gradients are reduced in the dtype the framework preset gives",
     "activation_checkpointing": "configures deepspeed.checkpointing.checkpoint only for models that call it; "
     "if yours does, --set training.recompute=full",
 }  # fmt: skip
@@ -125,16 +125,46 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
                 f"'{accum}' cannot be imported; known: fp32, fp16, bf16",
             )
         training["fp32_grad_accum"] = accum == "fp32"
+    wire = _communication_dtype(doc, sc, out)
     for key in doc:
         if (
             key in _BATCH
             or key in ("bf16", "bfloat16", "fp16", "zero_optimization")
             or (key == "data_types" and accum is not None)
+            or (key == "communication_data_type" and wire)
         ):
             continue
         out.skip(key, _OUTSIDE.get(key, "no scenario field for it"))
     out.scenario = {k: v for k, v in sc.items() if v != {}}
     return out
+
+
+def _communication_dtype(doc: dict[str, Any], sc: dict[str, Any], out: Imported) -> bool:
+    """``communication_data_type`` as ``dp.reduce_dtype`` (the dtype ZeRO 0-2's buckets go on
+    the wire in: engine.py and stage_1_and_2.py cast each bucket to it); whether it was taken."""
+    value = doc.get("communication_data_type")
+    if value is None:
+        return False
+    precision = sc["training"]["precision"]
+    if value not in ("fp32", "fp16", "bf16"):
+        raise UserError(
+            "communication_data_type", f"'{value}' cannot be imported; known: fp32, fp16, bf16"
+        )
+    if sc["parallel"]["zero"] == 3 or precision == "fp32":
+        out.skip(
+            "communication_data_type",
+            "read at ZeRO 0-2 with a 16-bit precision only (dp.reduce_dtype); this config's "
+            "reductions keep their own dtype",
+        )
+        return True
+    if value != "fp32" and value != precision:
+        raise UserError(
+            "communication_data_type",
+            f"{value} on the wire under {precision} training is a cast simcluster does not "
+            f"model; use fp32 or {precision}",
+        )
+    sc.setdefault("dp", {})["reduce_dtype"] = "fp32" if value == "fp32" else "16bit"
+    return True
 
 
 def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
