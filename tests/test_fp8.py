@@ -122,15 +122,35 @@ def test_fp8_expert_gemms_pay_the_same_casts():
 
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
     """TE Float8CurrentScaling reduces the tensor's amax before casting: 2 more bytes per
-    element than delayed or block scaling (whose scales come from history or the cast itself)."""
+    element than delayed or block scaling (whose scales come from history or the cast itself),
+    and two more kernels (TE quantizer.cpp, Float8CurrentScalingQuantizer::quantize_impl:
+    nvte_compute_amax, nvte_compute_scale_from_amax, then nvte_quantize_v2)."""
     from simcluster.compute import KernelModel
 
     profile = _builder("fp8").km.profile
     elements = TOKENS * 4096
+    km = KernelModel(profile, "fp8")
     current = KernelModel(profile, "fp8", fp8_recipe="current").quantise(elements)
     for recipe in ("delayed", "block"):
         other = KernelModel(profile, "fp8", fp8_recipe=recipe).quantise(elements)
-        assert current - other == pytest.approx(2 * elements / KernelModel(profile, "fp8").hbm_bytes_per_s)
+        assert current - other == pytest.approx(2 * elements / km.hbm_bytes_per_s + 2 * km.launch_s)
+
+
+@pytest.mark.parametrize(("recipe", "kernels"), [("delayed", 1), ("current", 3 * 16), ("block", 16)])
+def test_a_grouped_operand_is_quantised_per_expert_unless_delayed(recipe, kernels):
+    """TE GroupedLinear quantises its input with tex.split_quantize; cast.cpp's
+    multi_tensor_quantize_impl has one fused kernel for all splits only under delayed scaling
+    (nvte_multi_cast_transpose) and otherwise quantises split by split: 16 local experts under
+    current scaling are 16 x (amax, scale, cast) kernels, each with its launch gap, over the same
+    bytes as one cast of the whole operand."""
+    from simcluster.compute import KernelModel
+
+    km = KernelModel(_builder("fp8").km.profile, "fp8", fp8_recipe=recipe)
+    elements = 16 * 4096 * 2048
+    assert km.cast_kernels(16) == kernels
+    extra = km.quantise(elements, splits=16) - km.quantise(elements)
+    assert extra == pytest.approx((kernels - km.cast_kernels(1)) * km.launch_s)
+    assert KernelModel(km.profile, "bf16").cast_kernels(16) == 0
 
 
 @pytest.mark.parametrize("tp_comm", [False, True])

@@ -96,7 +96,9 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``quantise``): the
     forward casts fc1's and fc2's inputs, the backward their output gradients, counted per
     routed copy (with ``moe.fp8_dispatch`` the sender casts once per token instead: an upper
-    bound there).
+    bound there), split by local expert as ``GroupedLinear`` quantises them
+    (``KernelModel.cast_kernels``: one fused kernel under delayed scaling, the recipe's kernels
+    per expert otherwise).
     """
     m = shapes.model
     per_expert, local_experts = _routed_load(shapes, moe.expert_load)
@@ -107,13 +109,16 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     def gemm(m_: float, n_: float, k_: float) -> float:
         return km.gemm(m_, n_, k_, count=local_experts, role=PHASE_ROLES[phase])
 
+    def cast(elements: float, gradient: bool = False) -> float:
+        return km.quantise(elements, gradient=gradient, splits=local_experts)
+
     if phase == "F":
         t = gemm(per_expert, up, h) + gemm(per_expert, h, ffn)
-        casts = km.quantise(rows * h) + km.quantise(rows * ffn)
+        casts = cast(rows * h) + cast(rows * ffn)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
-        casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
+        casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
     wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
