@@ -111,13 +111,47 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     )
     km, moe = b.km, b.scenario.moe
     rows = TOKENS * 2  # tokens x top_k routed copies arrive at this rank (8 of 8 experts spread)
-    casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048)
-    casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048)
+    # dropless: each phase also pads and unpads the experts' rows (expert.padding_seconds)
+    pad = expert.padding_seconds(b.shapes, km, moe, rows)
+    casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048) + pad
+    casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048) + pad
     act = expert.activation_seconds(b.shapes, km, 1.0)
     gemm_f = km.gemm(rows, 2 * 2048, 4096, count=1) + km.gemm(rows, 4096, 2048, count=1)
     gemm_b = km.gemm(rows, 4096, 2 * 2048, count=1) + km.gemm(rows, 2048, 4096, count=1)
     assert expert.expert_seconds(b.shapes, km, moe, "F") == pytest.approx(gemm_f + casts_f + act)
     assert expert.expert_seconds(b.shapes, km, moe, "B") == pytest.approx(gemm_b + casts_b + 2 * act)
+
+
+def test_dropless_fp8_experts_copy_their_rows_to_align_them():
+    """Megatron-Core TEGroupedMLP pads the experts' input and probabilities (TE Fp8Padding) and
+    unpads fc2's output (Fp8Unpadding) in FP8; Fp8Padding returns its input as it is when every
+    split is aligned (drop-and-pad capacities) and otherwise copies all of it: per phase two
+    hidden-wide copies (read + write, 2 B a value) and one of the fp32 probabilities."""
+    from simcluster.parallelism import expert
+
+    def builder(precision: str, moe: dict) -> object:
+        return layer_builder(
+            {
+                "model": {**LLAMA, "experts": 8, "top_k": 2, "expert_ffn": 2048},
+                "cluster": {"hardware": "dgx-h100", "gpus": 8},
+                "parallel": {"ep": 8},
+                "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": precision},
+                "moe": moe,
+            }
+        )
+
+    rows = TOKENS * 2
+    b = builder("fp8", {})
+    km = b.km
+    want = 2 * (2 * rows * 4096 * 2 / km.hbm_bytes_per_s + km.launch_s) + (2 * rows * 4 / km.hbm_bytes_per_s + km.launch_s)
+    assert expert.padding_seconds(b.shapes, km, b.scenario.moe, rows) == pytest.approx(want)
+    padded = builder("fp8", {"capacity_factor": 1.0, "pad_to_capacity": True})
+    assert expert.padding_seconds(padded.shapes, padded.km, padded.scenario.moe, rows) == 0.0
+    # dropping without padding leaves arbitrary counts: still copied
+    dropped = builder("fp8", {"capacity_factor": 1.0})
+    assert expert.padding_seconds(dropped.shapes, dropped.km, dropped.scenario.moe, rows) == pytest.approx(want)
+    bf16 = builder("bf16", {})
+    assert expert.padding_seconds(bf16.shapes, bf16.km, bf16.scenario.moe, rows) == 0.0
 
 
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():

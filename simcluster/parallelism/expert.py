@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from simcluster.compute import KernelModel
+from simcluster.compute import QUANTISED, KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.layout import Layout
 from simcluster.parallelism import wgrad
@@ -114,14 +114,34 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
 
     if phase == "F":
         t = gemm(per_expert, up, h) + gemm(per_expert, h, ffn)
-        casts = cast(rows * h) + cast(rows * ffn)
+        casts = cast(rows * h) + cast(rows * ffn) + padding_seconds(shapes, km, moe, rows)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
-        casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True)
+        casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True) + padding_seconds(shapes, km, moe, rows)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
     wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
+
+
+def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: float) -> float:
+    """Copies that align each local expert's rows for its quantised GEMMs, one phase's worth.
+
+    Megatron-Core's ``TEGroupedMLP.forward`` (FP8 and FP4) runs the experts' input and their
+    routing probabilities through TransformerEngine's ``Fp8Padding`` before fc1 and the fc2
+    output through ``Fp8Unpadding``: every split is rounded up to the recipe's alignment (16
+    rows, 32 for MXFP8 and NVFP4). ``Fp8Padding`` returns its input untouched when every split
+    is aligned already, which the drop-and-pad capacities are; dropless (and dropping without
+    padding) the per-expert counts are arbitrary, so it copies the whole tensor
+    (``tex.fused_multi_row_padding``, read and write), and the backward runs the conjugate
+    copies (``fused_multi_row_unpadding``). Per phase: the hidden-wide input and output, and
+    the fp32 probabilities. Not counted: Megatron's ``moe_router_padding_for_fp8``, which pads
+    the routing map instead so that no copy is needed.
+    """
+    if shapes.training.precision not in QUANTISED or moe.padded or rows <= 0:
+        return 0.0
+    hidden = rows * shapes.model.hidden * shapes.elt
+    return 2 * km.memory(2 * hidden) + km.memory(2 * rows * 4)
 
 
 def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
