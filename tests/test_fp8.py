@@ -152,6 +152,9 @@ def test_dropless_fp8_experts_copy_their_rows_to_align_them():
     assert expert.padding_seconds(dropped.shapes, dropped.km, dropped.scenario.moe, rows) == pytest.approx(want)
     bf16 = builder("bf16", {})
     assert expert.padding_seconds(bf16.shapes, bf16.km, bf16.scenario.moe, rows) == 0.0
+    # DeepEP can align the counts it delivers (Buffer.dispatch expert_alignment): no copy charged
+    deepep = builder("fp8", {"dispatcher": "deepep"})
+    assert expert.padding_seconds(deepep.shapes, deepep.km, deepep.scenario.moe, rows) == 0.0
 
 
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():

@@ -135,10 +135,11 @@ def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: floa
     padding) the per-expert counts are arbitrary, so it copies the whole tensor
     (``tex.fused_multi_row_padding``, read and write), and the backward runs the conjugate
     copies (``fused_multi_row_unpadding``). Per phase: the hidden-wide input and output, and
-    the fp32 probabilities. Not counted: Megatron's ``moe_router_padding_for_fp8``, which pads
-    the routing map instead so that no copy is needed.
+    the fp32 probabilities. Charged behind the all-to-all dispatcher only: DeepEP's dispatch
+    can align each local expert's count itself (``Buffer.dispatch(..., expert_alignment=)``),
+    and Megatron's ``moe_router_padding_for_fp8`` pads the routing map instead; neither copies.
     """
-    if shapes.training.precision not in QUANTISED or moe.padded or rows <= 0:
+    if shapes.training.precision not in QUANTISED or moe.padded or moe.dispatcher != "alltoall" or rows <= 0:
         return 0.0
     hidden = rows * shapes.model.hidden * shapes.elt
     return 2 * km.memory(2 * hidden) + km.memory(2 * rows * 4)
