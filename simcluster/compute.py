@@ -44,6 +44,13 @@ NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 #: stochastically (its random bits drawn per element)
 NVFP4_SR_SLOWDOWN = 6.4 / 4.5
 
+#: kernels TransformerEngine launches to quantise one tensor to FP8, by recipe
+#: (transformer_engine/pytorch/csrc/quantizer.cpp): Float8CurrentScalingQuantizer::quantize_impl
+#: runs nvte_compute_amax, nvte_compute_scale_from_amax and nvte_quantize_v2 one after the other;
+#: delayed scaling takes its scale from the amax history and block scaling finds each tile's
+#: inside the cast, one kernel each
+FP8_CAST_KERNELS = {"delayed": 1, "current": 3, "block": 1}
+
 
 def median_curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """(FLOPs, efficiency) of timed GEMMs -> one point per FLOP count, in size order: the median
@@ -262,9 +269,12 @@ class KernelModel:
         """Seconds for a memory-bound kernel moving ``nbytes`` through HBM."""
         return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
-    def quantise(self, elements: float, dtype: str | None = None, gradient: bool = False) -> float:
+    def quantise(
+        self, elements: float, dtype: str | None = None, gradient: bool = False, splits: float = 1
+    ) -> float:
         """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 or
-        NVFP4 GEMM; zero unless the GEMM runs in one of them.
+        NVFP4 GEMM; zero unless the GEMM runs in one of them. ``splits``: the operand is a
+        grouped GEMM's, quantised per expert (:meth:`cast_kernels`: a launch gap per kernel).
 
         NVFP4 (TransformerEngine's NVFP4BlockScaling): :data:`NVFP4_QUANTISE_BYTES` per element,
         the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast; weights are
@@ -280,7 +290,8 @@ class KernelModel:
         microbatch) and are not counted here. The scale: delayed scaling (TE's DelayedScaling)
         and block scaling (DeepSeek-V3 1x128 tiles, MXFP8) take it inside the cast kernel;
         current scaling (TE's Float8CurrentScaling) first reduces the tensor's amax, one more
-        16-bit read (2 bytes per element).
+        16-bit read (2 bytes per element), and turns it into the scale in a kernel of its own:
+        three kernels, each with its launch gap (:data:`FP8_CAST_KERNELS`).
         """
         dtype = dtype or self.gemm_dtype
         if dtype not in QUANTISED or elements <= 0:
@@ -289,7 +300,24 @@ class KernelModel:
             slowdown = NVFP4_SR_SLOWDOWN if gradient else 1.0
             return self.memory(NVFP4_QUANTISE_BYTES * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
-        return self.memory((4.0 + amax_pass) * elements)
+        nbytes = (4.0 + amax_pass) * elements
+        return nbytes / self.hbm_bytes_per_s + self.cast_kernels(splits, dtype) * self.launch_s
+
+    def cast_kernels(self, splits: float = 1, dtype: str | None = None) -> float:
+        """Kernels that quantise one FP8 GEMM operand split into ``splits`` parts (a grouped
+        GEMM's per-expert inputs); 0 outside FP8 (NVFP4's cast is costed as one kernel).
+
+        TransformerEngine's ``GroupedLinear`` quantises its input with ``tex.split_quantize``,
+        which has one fused kernel for every split only under delayed scaling
+        (``nvte_multi_cast_transpose``; transformer_engine/pytorch/csrc/extensions/cast.cpp,
+        ``multi_tensor_quantize_impl``: "only have fused kernel for FP8 delayed scaling") and
+        otherwise quantises split by split, each with its recipe's kernels
+        (:data:`FP8_CAST_KERNELS`).
+        """
+        if (dtype or self.gemm_dtype) != "fp8":
+            return 0.0
+        per_split = FP8_CAST_KERNELS[self.fp8_recipe]
+        return float(per_split if self.fp8_recipe == "delayed" else per_split * splits)
 
     def attention(
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,

@@ -111,8 +111,10 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     )
     km, moe = b.km, b.scenario.moe
     rows = TOKENS * 2  # tokens x top_k routed copies arrive at this rank (8 of 8 experts spread)
-    casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048)
-    casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048)
+    # dropless: each phase also pads and unpads the experts' rows (expert.padding_seconds)
+    pad = expert.padding_seconds(b.shapes, km, moe, rows)
+    casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048) + pad
+    casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048) + pad
     act = expert.activation_seconds(b.shapes, km, 1.0)
     gemm_f = km.gemm(rows, 2 * 2048, 4096, count=1) + km.gemm(rows, 4096, 2048, count=1)
     gemm_b = km.gemm(rows, 4096, 2 * 2048, count=1) + km.gemm(rows, 2048, 4096, count=1)
@@ -120,17 +122,72 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     assert expert.expert_seconds(b.shapes, km, moe, "B") == pytest.approx(gemm_b + casts_b + 2 * act)
 
 
+def test_dropless_fp8_experts_copy_their_rows_to_align_them():
+    """Megatron-Core TEGroupedMLP pads the experts' input and probabilities (TE Fp8Padding) and
+    unpads fc2's output (Fp8Unpadding) in FP8; Fp8Padding returns its input as it is when every
+    split is aligned (drop-and-pad capacities) and otherwise copies all of it: per phase two
+    hidden-wide copies (read + write, 2 B a value) and one of the fp32 probabilities."""
+    from simcluster.parallelism import expert
+
+    def builder(precision: str, moe: dict) -> object:
+        return layer_builder(
+            {
+                "model": {**LLAMA, "experts": 8, "top_k": 2, "expert_ffn": 2048},
+                "cluster": {"hardware": "dgx-h100", "gpus": 8},
+                "parallel": {"ep": 8},
+                "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": precision},
+                "moe": moe,
+            }
+        )
+
+    rows = TOKENS * 2
+    b = builder("fp8", {})
+    km = b.km
+    want = 2 * (2 * rows * 4096 * 2 / km.hbm_bytes_per_s + km.launch_s) + (2 * rows * 4 / km.hbm_bytes_per_s + km.launch_s)
+    assert expert.padding_seconds(b.shapes, km, b.scenario.moe, rows) == pytest.approx(want)
+    padded = builder("fp8", {"capacity_factor": 1.0, "pad_to_capacity": True})
+    assert expert.padding_seconds(padded.shapes, padded.km, padded.scenario.moe, rows) == 0.0
+    # dropping without padding leaves arbitrary counts: still copied
+    dropped = builder("fp8", {"capacity_factor": 1.0})
+    assert expert.padding_seconds(dropped.shapes, dropped.km, dropped.scenario.moe, rows) == pytest.approx(want)
+    bf16 = builder("bf16", {})
+    assert expert.padding_seconds(bf16.shapes, bf16.km, bf16.scenario.moe, rows) == 0.0
+    # DeepEP can align the counts it delivers (Buffer.dispatch expert_alignment): no copy charged
+    deepep = builder("fp8", {"dispatcher": "deepep"})
+    assert expert.padding_seconds(deepep.shapes, deepep.km, deepep.scenario.moe, rows) == 0.0
+
+
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
     """TE Float8CurrentScaling reduces the tensor's amax before casting: 2 more bytes per
-    element than delayed or block scaling (whose scales come from history or the cast itself)."""
+    element than delayed or block scaling (whose scales come from history or the cast itself),
+    and two more kernels (TE quantizer.cpp, Float8CurrentScalingQuantizer::quantize_impl:
+    nvte_compute_amax, nvte_compute_scale_from_amax, then nvte_quantize_v2)."""
     from simcluster.compute import KernelModel
 
     profile = _builder("fp8").km.profile
     elements = TOKENS * 4096
+    km = KernelModel(profile, "fp8")
     current = KernelModel(profile, "fp8", fp8_recipe="current").quantise(elements)
     for recipe in ("delayed", "block"):
         other = KernelModel(profile, "fp8", fp8_recipe=recipe).quantise(elements)
-        assert current - other == pytest.approx(2 * elements / KernelModel(profile, "fp8").hbm_bytes_per_s)
+        assert current - other == pytest.approx(2 * elements / km.hbm_bytes_per_s + 2 * km.launch_s)
+
+
+@pytest.mark.parametrize(("recipe", "kernels"), [("delayed", 1), ("current", 3 * 16), ("block", 16)])
+def test_a_grouped_operand_is_quantised_per_expert_unless_delayed(recipe, kernels):
+    """TE GroupedLinear quantises its input with tex.split_quantize; cast.cpp's
+    multi_tensor_quantize_impl has one fused kernel for all splits only under delayed scaling
+    (nvte_multi_cast_transpose) and otherwise quantises split by split: 16 local experts under
+    current scaling are 16 x (amax, scale, cast) kernels, each with its launch gap, over the same
+    bytes as one cast of the whole operand."""
+    from simcluster.compute import KernelModel
+
+    km = KernelModel(_builder("fp8").km.profile, "fp8", fp8_recipe=recipe)
+    elements = 16 * 4096 * 2048
+    assert km.cast_kernels(16) == kernels
+    extra = km.quantise(elements, splits=16) - km.quantise(elements)
+    assert extra == pytest.approx((kernels - km.cast_kernels(1)) * km.launch_s)
+    assert KernelModel(km.profile, "bf16").cast_kernels(16) == 0
 
 
 @pytest.mark.parametrize("tp_comm", [False, True])

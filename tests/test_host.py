@@ -53,6 +53,16 @@ def test_grouped_linear_launches_one_gemm_per_local_expert():
     assert segment_cost("experts", "W", 16).launches == f16.launches
 
 
+def test_per_expert_fp8_casts_are_host_launches():
+    # tex.split_quantize launches each split's cast kernels from C++ (TE cast.cpp): fc1's and
+    # fc2's inputs forward, their output gradients backward; none in the weight-gradient phase
+    for phase in ("F", "B"):
+        plain, cast = segment_cost("experts", phase, 16), segment_cost("experts", phase, 16, expert_casts=48)
+        assert cast.launches - plain.launches == 2 * 48
+        assert cast.python_ops == plain.python_ops
+    assert segment_cost("experts", "W", 16, expert_casts=48) == segment_cost("experts", "W", 16)
+
+
 def test_only_the_forward_router_syncs():
     lb = layer_builder(_moe())
     syncs = {ph: [s.name for s in lb.layer(0, ph) if isinstance(s, Compute) and s.sync] for ph in ("F", "B", "W")}
@@ -73,6 +83,20 @@ def test_host_seconds_follow_the_profile_unit():
     assert router.host == pytest.approx(segment_cost("router", "F", 2).seconds(eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6))
     dispatch = [s for s in lb.layer(0, "F") if isinstance(s, Comm) and s.group == "ep"]
     assert dispatch and all(c.host == pytest.approx(2 * eff.host_op_us * 1e-6) for c in dispatch)
+
+
+def test_the_layer_charges_its_recipes_expert_casts():
+    # 16 experts over ep 8: 2 local experts, each operand 2 x 3 kernels under current scaling
+    eff = load_profile("dgx-h100").efficiency
+
+    def experts_host(training: dict) -> float:
+        data = _moe()
+        data["training"].update(training)
+        (seg,) = [s for s in layer_builder(data).layer(0, "F") if isinstance(s, Compute) and s.name == "experts"]
+        return seg.host
+
+    current = experts_host({"precision": "fp8", "fp8_recipe": "current"})
+    assert current - experts_host({}) == pytest.approx(2 * 2 * 3 * eff.kernel_launch_us * 1e-6)
 
 
 def _step_host_seconds(data: dict, m: int) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from simcluster.compute import KernelModel
+from simcluster.compute import QUANTISED, KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.layout import Layout
 from simcluster.parallelism import wgrad
@@ -96,7 +96,9 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``quantise``): the
     forward casts fc1's and fc2's inputs, the backward their output gradients, counted per
     routed copy (with ``moe.fp8_dispatch`` the sender casts once per token instead: an upper
-    bound there).
+    bound there), split by local expert as ``GroupedLinear`` quantises them
+    (``KernelModel.cast_kernels``: one fused kernel under delayed scaling, the recipe's kernels
+    per expert otherwise).
     """
     m = shapes.model
     per_expert, local_experts = _routed_load(shapes, moe.expert_load)
@@ -107,16 +109,40 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     def gemm(m_: float, n_: float, k_: float) -> float:
         return km.gemm(m_, n_, k_, count=local_experts, role=PHASE_ROLES[phase])
 
+    def cast(elements: float, gradient: bool = False) -> float:
+        return km.quantise(elements, gradient=gradient, splits=local_experts)
+
     if phase == "F":
         t = gemm(per_expert, up, h) + gemm(per_expert, h, ffn)
-        casts = km.quantise(rows * h) + km.quantise(rows * ffn)
+        casts = cast(rows * h) + cast(rows * ffn) + padding_seconds(shapes, km, moe, rows)
         return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
-        casts = km.quantise(rows * h, gradient=True) + km.quantise(rows * up, gradient=True)
+        casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True) + padding_seconds(shapes, km, moe, rows)
         return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
     wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
+
+
+def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: float) -> float:
+    """Copies that align each local expert's rows for its quantised GEMMs, one phase's worth.
+
+    Megatron-Core's ``TEGroupedMLP.forward`` (FP8 and FP4) runs the experts' input and their
+    routing probabilities through TransformerEngine's ``Fp8Padding`` before fc1 and the fc2
+    output through ``Fp8Unpadding``: every split is rounded up to the recipe's alignment (16
+    rows, 32 for MXFP8 and NVFP4). ``Fp8Padding`` returns its input untouched when every split
+    is aligned already, which the drop-and-pad capacities are; dropless (and dropping without
+    padding) the per-expert counts are arbitrary, so it copies the whole tensor
+    (``tex.fused_multi_row_padding``, read and write), and the backward runs the conjugate
+    copies (``fused_multi_row_unpadding``). Per phase: the hidden-wide input and output, and
+    the fp32 probabilities. Charged behind the all-to-all dispatcher only: DeepEP's dispatch
+    can align each local expert's count itself (``Buffer.dispatch(..., expert_alignment=)``),
+    and Megatron's ``moe_router_padding_for_fp8`` pads the routing map instead; neither copies.
+    """
+    if shapes.training.precision not in QUANTISED or moe.padded or moe.dispatcher != "alltoall" or rows <= 0:
+        return 0.0
+    hidden = rows * shapes.model.hidden * shapes.elt
+    return 2 * km.memory(2 * hidden) + km.memory(2 * rows * 4)
 
 
 def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:

@@ -28,7 +28,10 @@ copies; fused permute, chunk sort and unpermute a few Triton launches each; two 
 direction, tokens and probabilities) and TransformerEngine's ``GroupedLinear``, which without
 CUTLASS grouped GEMM (opt-in, Hopper only: ``NVTE_USE_CUTLASS_GROUPED_GEMM``) launches one
 cuBLASLt GEMM per local expert round-robin on its side streams, with an event record and wait per
-stream around them. They are approximate (a few ops either way); the unit costs are measured.
+stream around them; in FP8 its ``tex.split_quantize`` launches the recipe's cast kernels per
+expert from C++ (one fused kernel under delayed scaling: ``KernelModel.cast_kernels``). The
+Python objects it builds per split are not counted, so that part is a lower bound. They are
+approximate (a few ops either way); the unit costs are measured.
 Dense blocks are costed as Megatron-Core's TransformerEngine modules; segments of other shapes
 (nanotron's async TP linears) carry no host cost, which only matters where a sync exposes it.
 """
@@ -71,12 +74,17 @@ ROUTER_OPS = {"moe_router": 25.0, "moe_preprocess": 15.0, "permute": 4.0}
 GRAPH = HostCost(1.0)
 
 
-def segment_cost(name: str, phase: str, local_experts: float, graphs: frozenset[str] = frozenset()) -> HostCost:
+def segment_cost(
+    name: str, phase: str, local_experts: float, graphs: frozenset[str] = frozenset(), expert_casts: float = 0.0
+) -> HostCost:
     """Host cost of the compute segment ``name`` of one layer in phase F, B or W.
 
     Names are the layer builder's (``parallelism/layer.py``, ``expert.py``); a segment not listed
     costs nothing here (its kernels are few and large). ``graphs`` = the parts captured in CUDA
     graphs (``training.cuda_graphs``): their ops become one graph launch per phase.
+    ``expert_casts``: the kernels that quantise one grouped GEMM operand for FP8
+    (``KernelModel.cast_kernels``), launched from C++ by ``tex.split_quantize`` for fc1's and
+    fc2's inputs in the forward and their output gradients in the backward.
     """
     if "attn" in graphs and name in ("attn_qkv", "attn_core", "attn_out") and phase != "W":
         return GRAPH if name == "attn_qkv" else HostCost()
@@ -88,6 +96,7 @@ def segment_cost(name: str, phase: str, local_experts: float, graphs: frozenset[
     if name == "router" and phase == "B" and "moe_router" in graphs:
         return GRAPH
     grouped = 2 * (local_experts + _STREAM_EVENTS)  # fc1 and fc2, one GEMM per expert
+    casts = 2 * expert_casts  # fc1's and fc2's FP8 operands, per expert unless fused
     if phase == "F":
         table = {
             "attn_qkv": _te(1, ops=2),  # LayerNormLinear; rotary on q and k
@@ -96,7 +105,7 @@ def segment_cost(name: str, phase: str, local_experts: float, graphs: frozenset[
             "mlp": _te(1, ops=4),  # LayerNormMLP; bias-dropout-add, glue
             "moe_norm": _te(1),  # pre-MLP RMSNorm
             # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
-            "experts": _te(2, ops=8, launches=grouped),
+            "experts": _te(2, ops=8, launches=grouped + casts),
             "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
         }
     elif phase == "B":
@@ -109,7 +118,7 @@ def segment_cost(name: str, phase: str, local_experts: float, graphs: frozenset[
             # the router's autograd nodes (C++) and the aux-loss scaler / permute Functions
             "router": HostCost(2.0, 20.0),
             # GroupedLinear backward (Python) and the per-expert input-gradient GEMMs
-            "experts": _te(2, ops=4, launches=grouped),
+            "experts": _te(2, ops=4, launches=grouped + casts),
             "unpermute": HostCost(1.0, 4.0),
         }
     else:
@@ -125,6 +134,7 @@ def charge(
     python_op_s: float,
     launch_s: float,
     graphs: frozenset[str] = frozenset(),
+    expert_casts: float = 0.0,
 ) -> list[Segment]:
     """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
     cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
@@ -138,7 +148,7 @@ def charge(
             # the all-to-all's autograd Function: tokens and probabilities forward, one backward
             s = replace(s, host=s.host + (2.0 if phase == "F" else 1.0) * python_op_s)
         elif isinstance(s, Compute):
-            cost = segment_cost(s.name, phase, local_experts, graphs).seconds(python_op_s, launch_s)
+            cost = segment_cost(s.name, phase, local_experts, graphs, expert_casts).seconds(python_op_s, launch_s)
             if cost > 0:
                 s = replace(s, host=s.host + cost / counts[s.name])
         out.append(s)

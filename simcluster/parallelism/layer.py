@@ -319,7 +319,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         m, eff = self.shapes.model, self.km.profile.efficiency
         local = m.experts / self.shapes.layout.ep if m.experts else 0.0
         graphs = frozenset(self.scenario.training.cuda_graphs)
-        return host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs)
+        casts = self.km.cast_kernels(local) if local else 0.0
+        return host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts)
 
     @staticmethod
     def _order(phase: str, attention: list[Segment], mlp: list[Segment]) -> list[Segment]:
