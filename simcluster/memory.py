@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism import logit_softcap
+from simcluster.parallelism import fsdp2_accumulation, logit_softcap
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
@@ -532,12 +532,20 @@ def static_memory(
         bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
     expert = sharded(bpp, zero, layout.expert_zero_group)
-    if zero == 3 and layout.zero3_keep_for_backward:
+    if zero == 3 and (layout.zero3_keep_for_backward or layout.zero3_keep_after_backward):
         # every layer's gathered parameters are held from its forward to its backward: at the
-        # end of the forward all of them are (beside FSDP2's own shards)
+        # end of the forward all of them are (beside FSDP2's own shards); kept from a backward
+        # into the next forward instead (FSDP2's reshard_after_backward false), all of them at
+        # the backward's end: counted all step, an upper bound
         own = layout.torch_fsdp
         dense = replace(dense, params=gathered + (dense.params if own else 0.0))
         expert = replace(expert, params=gathered + (expert.params if own else 0.0))
+    # FSDP2 deferring its gradient sync to the last microbatch: an unsharded accumulator per
+    # parameter in the reduce dtype, alive from the first backward to the last reduce-scatter
+    held = fsdp2_accumulation.unsharded_grad_bytes(training, layout)
+    if held:
+        dense = replace(dense, grads=dense.grads + held)
+        expert = replace(expert, grads=expert.grads + held)
     # the offloaded share of the optimizer (master weights and moments) lives in host memory
     on_gpu = 1.0 - training.optimizer_offload
     return (

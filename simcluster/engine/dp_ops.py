@@ -55,6 +55,9 @@ class DataParallelOps:
     _last_dp: simpy.Process | None
     scattered: simpy.Event | None
     z3_bucket: list[Unit]
+    # (microbatch, chunk) of a forward -> the microbatch whose backward, just before it, kept
+    # its gathers (FSDP2's reshard_after_backward false)
+    kept_gathers: dict[tuple[int, int], int]
 
     if TYPE_CHECKING:
 
@@ -265,11 +268,20 @@ class DataParallelOps:
 
     def _gather_key(self, op: PipeOp) -> tuple:
         """Which gather of a unit's parameters an op uses: its own (freed after the op), its
-        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false), or
-        the step's (kept from the first forward to the last backward under a pipeline)."""
+        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false),
+        the step's (kept from the first forward to the last backward under a pipeline, or
+        with FSDP2's reshard_after_backward false too), or the previous microbatch's backward
+        one (a forward after a backward that kept its gathers: FSDP2's unshard is then a
+        no-op, ``FSDPParamGroup.unshard`` on an unsharded group)."""
         lay = self.shared.ctx.layout
         if lay.zero3_keep_for_backward:
-            return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
+            whole_step = lay.zero3_pipelined or lay.zero3_keep_after_backward
+            return ("step", op.chunk) if whole_step else ("F", op.microbatch, op.chunk)
+        if lay.zero3_keep_after_backward:
+            if op.kind != "F":
+                return ("B", op.microbatch, op.chunk)
+            after = self.kept_gathers.get((op.microbatch, op.chunk))
+            return ("B", after, op.chunk) if after is not None else (op.kind, op.microbatch, op.chunk)
         return (op.kind, op.microbatch, op.chunk)
 
     def _is_root(self, unit: Unit) -> bool:
@@ -296,7 +308,21 @@ class DataParallelOps:
         backward (``_post_forward_reshard`` frees every unit's but the root's)."""
         if self._is_root(units[j]):
             return (("F", op.microbatch, op.chunk), "root")
-        return (self._gather_key(op), _unit_id(units[j]))
+        key = (self._gather_key(op), _unit_id(units[j]))
+        after = self.kept_gathers.get((op.microbatch, op.chunk)) if op.kind == "F" else None
+        if after is not None and key not in self.gathers:
+            # a unit the backward did not gather, its forward's kept for it (ChunkPlan.zero3_kept),
+            # stays gathered into this forward as well
+            kept = (("F", after, op.chunk), _unit_id(units[j]))
+            if kept in self.gathers:
+                # the same gather, under this forward's key for the forwards after it
+                own = (("F", op.microbatch, op.chunk), _unit_id(units[j]))
+                self.gathers[own] = self.gathers[kept]
+                for done in (self.copied_out, self.dequantized):
+                    if kept in done:
+                        done.add(own)
+                return own
+        return key
 
     def _zero3_issue_gather(self, units: list[Unit], j: int, op: PipeOp, skip: int) -> None:
         """Issue unit j's all-gather unless it was issued already or is among the first ``skip``

@@ -74,6 +74,29 @@ class Zero3Section(SectionBase):
         ),
     )
 
+    gradient_sync: Literal["every_microbatch", "last_microbatch"] = Field(
+        default="every_microbatch",
+        description=(
+            "when FSDP2 (zero3.buffers: copies) reduce-scatters gradients without a pipeline: "
+            "every_microbatch (its default) or last_microbatch (FSDPModule."
+            "set_requires_gradient_sync(False) until the last microbatch, as HF accelerate's "
+            "no_sync does for FSDP2: each microbatch's gradients are added into unsharded "
+            "accumulators in the reduce dtype, held across the step, and reduce-scattered once "
+            "in the last backward). Under a pipeline the stage defers it anyway"
+        ),
+    )
+    reshard_after_backward: bool = Field(
+        default=True,
+        description=(
+            "FSDP2 (zero3.buffers: copies) without a pipeline: false keeps each layer's "
+            "gathered parameters after the backward of every microbatch but the last "
+            "(FSDPModule.set_reshard_after_backward(False)), so the next microbatch's forward "
+            "finds them gathered and all-gathers nothing; with zero3.reshard_after_forward "
+            "false too, each layer is gathered once per step. Memory: the gathered parameters "
+            "counted all step (an upper bound with reshard_after_forward true)"
+        ),
+    )
+
 
     # DeepSpeed ZeRO-3's own knobs (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; the
     # stage3_ names are key aliases): unset, ZeRO-3 runs as FSDP does (one whole unit
