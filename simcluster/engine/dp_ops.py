@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from simcluster.engine.pair_stream import Lane
 
 
+#: the stream PyTorch FSDP's HSDP all-reduce across replicas runs on (_replica_all_reduce)
+REPLICA_STREAM = "comm_dp_ar"
+
+
 def _forward_position(layer: int) -> float:
     """Where a unit's layer index runs in a chunk's forward: the embedding (-1) first, the
     LM head (``HEAD``) last."""
@@ -53,6 +57,7 @@ class DataParallelOps:
     copied_out: set[tuple]
     dequantized: set[tuple]
     _last_dp: simpy.Process | None
+    _last_ar: simpy.Process | None
     scattered: simpy.Event | None
     z3_bucket: list[Unit]
     # (microbatch, chunk) of a forward -> the microbatch whose backward, just before it, kept
@@ -226,9 +231,33 @@ class DataParallelOps:
             dense = group == "dp"
             part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
             across = "dpr" if dense else "edpr"
+            if lay.torch_fsdp:
+                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer)
+                return
             yield from comms.collective(
                 self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer
             )
+
+    def _replica_all_reduce(self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int) -> None:
+        """PyTorch FSDP's HSDP all-reduce of a reduce-scattered shard across the replicas, on a
+        stream of its own: FSDP1's ``_all_reduce_stream`` (``_init_streams``: a new stream when
+        any state uses hybrid sharding; ``_reduce_grad`` waits it on the post-backward stream,
+        then all-reduces there) and FSDP2's ``all_reduce_stream`` (``foreach_reduce``:
+        ``all_reduce_stream.wait_stream(reduce_scatter_stream)``), over the replicate process
+        group, whose NCCL stream is not the shard group's. So the next unit's reduce-scatter and
+        gathers do not queue behind it; the all-reduces keep their issue order among themselves,
+        and the backward's end waits for them (``_synchronize_reductions``)."""
+        before, comms = self._last_ar, self.shared.comms
+
+        def in_order() -> Generator:
+            if before is not None and not before.triggered:
+                yield before
+            yield from comms.collective(
+                self.rank, self.stage, group, "all_reduce", nbytes, name, mb, chunk, layer, stream=REPLICA_STREAM
+            )
+
+        self._last_ar = self.shared.env.process(in_order())
+        self.reductions.append(self._last_ar)
 
     def _gather_bucket(self, bucket: Any) -> Generator:
         nbytes = gather_bytes(self.shared.ctx.scenario, bucket.params, bucket.layer_params)

@@ -111,6 +111,7 @@ class Worker(PipelineIO, DataParallelOps):
     copied_out: set[tuple] = field(default_factory=set)
     dequantized: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
+    _last_ar: simpy.Process | None = None  # PyTorch FSDP's last HSDP all-reduce (own stream)
     # the last ZeRO-3 reduce-scatter done (FSDP2 waits for it before issuing the next)
     scattered: simpy.Event | None = None
     # DeepSpeed ZeRO-3: units whose gradients sit in the contiguous bucket, not yet reduced
