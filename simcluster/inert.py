@@ -310,6 +310,18 @@ def _limit_all_gathers(ctx: Context) -> Verdict:
     return None
 
 
+def _forward_prefetch(ctx: Context) -> Verdict:
+    # dp_ops._forward_issue times the next unit's forward gather by the host only for PyTorch
+    # FSDP (layout.torch_fsdp), and only a unit gathered ahead (zero3.prefetch) has one
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if not ctx.layout.torch_fsdp:
+        return ("with zero3.buffers views", "it is PyTorch FSDP's; these gathers are issued as the GPU reaches each unit")
+    if not ctx.scenario.zero3.prefetch:
+        return ("with zero3.prefetch false", "no unit is gathered ahead")
+    return None
+
+
 def _gradient_sync(ctx: Context) -> Verdict:
     # engine/worker.py skips FSDP2's post-backward reduce-scatter before the last microbatch
     # (layout.zero3_deferred_sync: FSDP2 without a pipeline); under one every stage reduces
@@ -380,6 +392,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.reshard_after_forward", _zero_below_3),
     InertRule("zero3.backward_prefetch", _backward_prefetch),
     InertRule("zero3.limit_all_gathers", _limit_all_gathers),
+    InertRule("zero3.forward_prefetch", _forward_prefetch),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
     InertRule("zero3.gradient_sync", _gradient_sync),
     InertRule("zero3.reshard_after_backward", _reshard_after_backward),

@@ -102,6 +102,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"backward_prefetch": "none"}}),
     ("zero3.limit_all_gathers", {"parallel": {"zero": 3}, "zero3": {"limit_all_gathers": False}},
      {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "limit_all_gathers": False}}),
+    ("zero3.forward_prefetch", {"parallel": {"zero": 3}, "zero3": {"forward_prefetch": True}},
+     {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "forward_prefetch": True}}),
     ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat"}, "training": {"autocast": True}},
      {"training": {"autocast": True}}),
     # ZeRO++ (DeepSpeed's coordinator: prefetch_bucket_size set): nothing below ZeRO-3, and
@@ -169,6 +171,8 @@ MORE_INERT = [
                              "zero3": {"buffers": "copies", "gradient_sync": "last_microbatch"}}),
     ("zero3.reshard_after_backward", {"parallel": {"zero": 3, "pp": 2}, "training": {"global_batch": 16},
                                       "zero3": {"buffers": "copies", "reshard_after_backward": False}}),
+    ("zero3.forward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "prefetch": False,
+                                                                   "forward_prefetch": True}}),
     # the live-parameter cap limits only what is fetched ahead (zero3_coordinator.prefetch_window)
     ("zero3.max_live_parameters", {"parallel": {"zero": 3},
                                    "zero3": {"prefetch_bucket_size": 1000, "prefetch": False, "max_live_parameters": 10**6}}),

@@ -63,6 +63,7 @@ class DataParallelOps:
     # (microbatch, chunk) of a forward -> the microbatch whose backward, just before it, kept
     # its gathers (FSDP2's reshard_after_backward false)
     kept_gathers: dict[tuple[int, int], int]
+    host_t: float  # the host clock (engine/worker.py)
 
     if TYPE_CHECKING:
 
@@ -353,16 +354,42 @@ class DataParallelOps:
                 return own
         return key
 
-    def _zero3_issue_gather(self, units: list[Unit], j: int, op: PipeOp, skip: int) -> None:
+    def _zero3_issue_gather(
+        self, units: list[Unit], j: int, op: PipeOp, skip: int, issued: float | None = None
+    ) -> None:
         """Issue unit j's all-gather unless it was issued already or is among the first ``skip``
         units, still gathered from the forward (FSDP1's root: all its units at once, when the
-        forward reaches the first)."""
+        forward reaches the first); ``issued``: the host's time of issuing it, if later than
+        now (the collective cannot start before)."""
         if j >= len(units) or j < skip:
             return
         gkey = self._gather_id(units, j, op)
         if gkey not in self.gathers:
             unit = self._root_unit(op.chunk) if self._is_root(units[j]) else units[j]
-            self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(unit, op))
+            wait = 0.0 if issued is None else max(0.0, issued - self.shared.env.now)
+            self.gathers[gkey] = self._spawn_dp(self._after(wait, self._zero3_all_gather(unit, op)))
+
+    def _after(self, seconds: float, work: Generator) -> Generator:
+        """``work`` once ``seconds`` have passed (a collective the host issues later)."""
+        if seconds > 0:
+            yield self.shared.env.timeout(seconds)
+        yield from work
+
+    def _forward_issue(self, units: list[Unit], i: int, op: PipeOp) -> float | None:
+        """When PyTorch FSDP's host issues the forward all-gather of unit i+1, as the GPU
+        starts unit i (the rate limiter's release, FSDP1 ``_limiter_utils.py``): with
+        ``zero3.forward_prefetch`` at unit i's pre-forward hook, before its kernels
+        (``_runtime_utils.py`` ``_pre_forward_unshard`` -> ``_prefetch_handle``
+        FORWARD); without it at unit i+1's own hook, once the host has issued unit i's kernels
+        (FSDP2's ``pre_forward`` -> ``unshard``, its implicit prefetch). A host running ahead
+        of the GPU issues either before now; None where the engine does not time it (not
+        PyTorch FSDP, or not the forward)."""
+        lay = self.shared.ctx.layout
+        if op.kind != "F" or not lay.torch_fsdp:
+            return None
+        if self.shared.ctx.scenario.zero3.forward_prefetch:
+            return self.host_t
+        return self.host_t + sum(seg.host for seg in units[i].segments)
 
     def _zero3_gather(
         self, units: list[Unit], i: int, op: PipeOp, skip: int, lane: Lane | None = None
@@ -377,8 +404,9 @@ class DataParallelOps:
         ahead = zero3.prefetch and (op.kind == "F" or zero3.backward_prefetch == "pre")
         if ahead and coordinated(sc):
             ahead = prefetch_window(sc, units[i].params - units[i].persistent) > 0
-        for j in [i, i + 1] if ahead else [i]:
-            self._zero3_issue_gather(units, j, op, skip)
+        self._zero3_issue_gather(units, i, op, skip)
+        if ahead:
+            self._zero3_issue_gather(units, i + 1, op, skip, self._forward_issue(units, i, op))
         gkey = self._gather_id(units, i, op)
         ev = self.gathers.get(gkey)
         if ev is None:

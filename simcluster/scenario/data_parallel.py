@@ -51,6 +51,18 @@ class Zero3Section(SectionBase):
             "reduce-scatter on the process group's one NCCL stream). Needs zero3.prefetch"
         ),
     )
+    forward_prefetch: bool = Field(
+        default=False,
+        description=(
+            "PyTorch FSDP (zero3.buffers copies or flat): when the next unit's forward "
+            "all-gather is issued. false (FSDP1's forward_prefetch default, FSDP2's implicit "
+            "prefetch): at that unit's pre-forward hook, once the host has issued this unit's "
+            "kernels; true (FullyShardedDataParallel(forward_prefetch=True), FSDP2's "
+            "set_modules_to_forward_prefetch): before this unit's computation is issued. Only "
+            "a host that does not run ahead of the GPU (host-bound steps) tells them apart. "
+            "Needs zero3.prefetch"
+        ),
+    )
     limit_all_gathers: bool = Field(
         default=True,
         description=(
