@@ -17,6 +17,7 @@ from engine_helpers import gpt_model, run
 
 from simcluster.context import build_context
 from simcluster.engine.plan import kernel_model
+from simcluster.memory import autocast_cache_bytes, autocast_weight_bytes, chunk_activation_bytes
 from simcluster.parallelism import autocast_casts
 from simcluster.parallelism.wgrad import ACCUM_FP32_INPLACE, accumulation_bytes
 from simcluster.scenario import scenario_from_dict
@@ -96,3 +97,23 @@ def test_fsdp_gathers_16bit_weights_so_nothing_is_cast():
     ctx = _ctx(data)
     assert not autocast_casts.casts_weights(ctx.scenario.training, ctx.layout)
     assert accumulation_bytes(ctx.scenario.training, ctx.layout) == 0.0
+
+
+def test_a_pipeline_caches_each_cast_for_the_whole_step():
+    """Under a pipeline the calibrate loop runs schedule.step() inside one autocast region, so
+    the cast cache holds one bf16 copy of each of the stage's linear weights (2 B an element)
+    from its first forward to the step's end, shared by every microbatch: in the stage's
+    static memory once, not in each microbatch's stash."""
+    piped = {**_scenario(True, m=4, gpus=2), "parallel": {"pp": 2}}
+    ctx = _ctx(piped)
+    layers_per_stage = LAYERS // 2
+    linear = H * 3 * H + H * H + H * 4 * H + 4 * H * H
+    first = autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, ctx.chunks[0])
+    last = autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, ctx.chunks[1])
+    assert first == pytest.approx(2.0 * layers_per_stage * linear, rel=1e-3)  # layer norms' h-wide weights beside
+    assert last - first == pytest.approx(2.0 * V * H)  # and the LM head's
+    assert autocast_weight_bytes(ctx.model, ctx.layout, ctx.scenario.training, 0) == 0.0
+    plain = _ctx({**_scenario(False, m=4, gpus=2), "parallel": {"pp": 2}})
+    assert chunk_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, ctx.chunks[0][0]) == (
+        chunk_activation_bytes(plain.model, plain.layout, plain.scenario.training, plain.chunks[0][0])
+    )

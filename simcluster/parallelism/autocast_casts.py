@@ -14,7 +14,9 @@ own (PyTorch eager, one tensor per kernel):
   empty then) and casts once more, which the recomputed forward's segments carry.
   Under a pipeline the calibrate loop wraps the whole schedule step in one region
   (calibrate/step_pipeline.py), so each weight is cast once per step: charged as 1/m of a
-  cast per microbatch (the step's total exact, spread over its forwards).
+  cast per microbatch (the step's total exact, spread over its forwards; a recomputed forward
+  finds the casts still cached and is charged its 1/m again, an upper bound). The cache then
+  holds the casts all step (``memory.autocast_cache_bytes``).
 - the backward's cast (``_to_copy``'s derivative, ``ToCopyBackward0``: the incoming 16-bit
   gradient ``.to(fp32)``): read 2 B, write 4 B, every microbatch.
 - ``AccumulateGrad``: after ``zero_grad(set_to_none=True)`` the first microbatch's fp32
