@@ -11,7 +11,7 @@ from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framew
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
-from simcluster.parallelism import zero3_coordinator, zeropp
+from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.placement import Chunk, stage_chunks
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
@@ -93,6 +93,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     schedule.validate(spec)
     zeropp.check(scenario, layout, coordinated(scenario))
     zero3_coordinator.check(scenario)
+    fsdp2_accumulation.check(scenario)
     _check_ep_overlap(scenario, layout)
     _check_serial_p2p(scenario)
     _check_tp_async(scenario, layout, schedule)

@@ -326,6 +326,44 @@ def _limit_all_gathers(ctx: Context) -> Verdict:
     return None
 
 
+def _forward_prefetch(ctx: Context) -> Verdict:
+    # dp_ops._forward_issue times the next unit's forward gather by the host only for PyTorch
+    # FSDP (layout.torch_fsdp), and only a unit gathered ahead (zero3.prefetch) has one
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if not ctx.layout.torch_fsdp:
+        return ("with zero3.buffers views", "it is PyTorch FSDP's; these gathers are issued as the GPU reaches each unit")
+    if not ctx.scenario.zero3.prefetch:
+        return ("with zero3.prefetch false", "no unit is gathered ahead")
+    return None
+
+
+def _gradient_sync(ctx: Context) -> Verdict:
+    # engine/worker.py skips FSDP2's post-backward reduce-scatter before the last microbatch
+    # (layout.zero3_deferred_sync: FSDP2 without a pipeline); under one every stage reduces
+    # once per step anyway (_zero3_reduce_all); with one microbatch its backward is the last
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero3_pipelined:
+        return (f"at parallel.pp={ctx.layout.pp}", "each stage reduces its gradients once per step, after its last backward")
+    if ctx.layout.microbatches == 1:
+        return ("with one microbatch per step", "its backward is the last, which reduce-scatters")
+    return None
+
+
+def _reshard_after_backward(ctx: Context) -> Verdict:
+    # dp_ops._gather_key reuses a backward's gathers in the next forward only for FSDP2
+    # without a pipeline (layout.zero3_keep_after_backward), and the last microbatch's
+    # backward reshards; torch.distributed.pipelining sets it on its stages itself
+    if ctx.layout.zero != 3:
+        return _zero_below_3(ctx)
+    if ctx.layout.zero3_pipelined:
+        return (f"at parallel.pp={ctx.layout.pp}", "torch.distributed.pipelining sets each stage's resharding itself")
+    if ctx.layout.microbatches == 1:
+        return ("with one microbatch per step", "the last microbatch's backward reshards")
+    return None
+
+
 def _autocast(ctx: Context) -> Verdict:
     # memory.bytes_per_param and autocast_weight_bytes: fp32 training has nothing to cast, and
     # PyTorch FSDP's state and 16-bit gathers are its own (zero3.buffers copies or flat)
@@ -370,7 +408,10 @@ RULES: tuple[InertRule, ...] = (
     InertRule("zero3.reshard_after_forward", _zero_below_3),
     InertRule("zero3.backward_prefetch", _backward_prefetch),
     InertRule("zero3.limit_all_gathers", _limit_all_gathers),
+    InertRule("zero3.forward_prefetch", _forward_prefetch),
     InertRule("zero3.replica_all_reduce", _replica_all_reduce),
+    InertRule("zero3.gradient_sync", _gradient_sync),
+    InertRule("zero3.reshard_after_backward", _reshard_after_backward),
     InertRule("zero3.prefetch_bucket_size", _zero3_per_layer),
     InertRule("zero3.param_persistence_threshold", _zero3_per_layer),
     InertRule("zero3.max_live_parameters", _max_live),

@@ -80,6 +80,11 @@ class Layout:
     zero3_keep_for_backward: bool = False
     # ZeRO++ hpZ: ranks of the secondary weight partition (zero3.hpz_partition_size; 1: none)
     hpz: int = 1
+    # FSDP2 without a pipeline: gradients reduce-scattered only in the last microbatch
+    # (zero3.gradient_sync), and parameters kept gathered from a backward into the next forward
+    # (zero3.reshard_after_backward false); parallelism/fsdp2_accumulation.py
+    zero3_deferred_sync: bool = False
+    zero3_keep_after_backward: bool = False
 
     @property
     def zero3_pipelined(self) -> bool:
@@ -472,6 +477,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "cluster.gpus",
             f"{gpus} is not a multiple of gpus_per_node={gpus_per_node}; use whole nodes",
         )
+    # FSDP2's microbatch controls act without a pipeline and with more than one microbatch
+    # (the last one syncs and reshards as usual)
+    fsdp2_unpiped = par.zero == 3 and scenario.fsdp2 and par.pp == 1 and tr.global_batch > dp * tr.micro_batch
     layout = Layout(
         dp=dp,
         tp=par.tp,
@@ -502,6 +510,8 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         cp_a2a_impl=par.cp_a2a_impl,
         microbatch_group=par.microbatch_group or 0,
         hpz=scenario.zero3.hpz_partition_size if par.zero == 3 else 1,
+        zero3_deferred_sync=fsdp2_unpiped and scenario.zero3.gradient_sync == "last_microbatch",
+        zero3_keep_after_backward=fsdp2_unpiped and not scenario.zero3.reshard_after_backward,
     )
     if layout.zero_replicas > 1 and model.is_moe:
         _check_expert_replicas(layout)

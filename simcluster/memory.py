@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism import logit_softcap
+from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
@@ -267,11 +267,34 @@ def autocast_weight_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     linears' (2h of about 12h^2 per layer; the Llama reference's fp32 RMSNorm multiplies in
     fp32, no cast); the embedding is looked up in fp32 (embedding is not on autocast's list).
     Not under full recomputation (the checkpointed forward saves only the layer's input), nor
-    with a 16-bit model (no casts). Not counted: autocast's cache keeps every cast until the
-    autocast region exits (the model's forward, in calibrate/step_train.py), so under full
-    recomputation the whole model's casts exist for a moment at the forward's end."""
-    if not training.autocast or training.precision == "fp32" or (layout.zero == 3 and layout.torch_fsdp):
+    with a 16-bit model (no casts), nor under a pipeline, whose one autocast region per step
+    caches each cast for the whole step (:func:`autocast_cache_bytes`). Not counted: autocast's
+    cache keeps every cast until the autocast region exits (the model's forward, in
+    calibrate/step_train.py), so under full recomputation the whole model's casts exist for a
+    moment at the forward's end."""
+    if not autocast_casts.casts_weights(training, layout) or layout.pp > 1:
         return 0.0  # PyTorch FSDP gathers 16-bit parameters (MixedPrecision): nothing to cast
+    return _cast_bytes(model, layout, layer)
+
+
+def autocast_cache_bytes(model: ModelSpec, layout: Layout, training: TrainingSection, chunks: list[Chunk]) -> float:
+    """Bytes of a pipeline stage's 16-bit weight casts under ``training.autocast``: the
+    calibrate loop runs the whole schedule step in one autocast region
+    (calibrate/step_pipeline.py), whose cache (``cached_cast``, cleared when the region exits)
+    holds one cast of each of the stage's linear weights from its first forward to the step's
+    end, shared by every microbatch's graph; counted with the parameters."""
+    if not autocast_casts.casts_weights(training, layout) or layout.pp == 1:
+        return 0.0
+    total = 0.0
+    for ch in chunks:
+        total += sum(_cast_bytes(model, layout, i) for i in ch.layer_indices)
+        if ch.head:
+            total += _cast_bytes(model, layout, HEAD_LAYER)
+    return total
+
+
+def _cast_bytes(model: ModelSpec, layout: Layout, layer: int) -> float:
+    """Bytes of one layer's 16-bit weight casts (HEAD_LAYER: the LM head's) on one GPU."""
     if layer == HEAD_LAYER:
         return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
     full = model.layer_params(layer)
@@ -532,12 +555,20 @@ def static_memory(
         bpp = fsdp2_bytes_per_param(training.optimizer, moment_bytes(training))
     dense = sharded(bpp, zero, layout.zero_group)
     expert = sharded(bpp, zero, layout.expert_zero_group)
-    if zero == 3 and layout.zero3_keep_for_backward:
+    if zero == 3 and (layout.zero3_keep_for_backward or layout.zero3_keep_after_backward):
         # every layer's gathered parameters are held from its forward to its backward: at the
-        # end of the forward all of them are (beside FSDP2's own shards)
+        # end of the forward all of them are (beside FSDP2's own shards); kept from a backward
+        # into the next forward instead (FSDP2's reshard_after_backward false), all of them at
+        # the backward's end: counted all step, an upper bound
         own = layout.torch_fsdp
         dense = replace(dense, params=gathered + (dense.params if own else 0.0))
         expert = replace(expert, params=gathered + (expert.params if own else 0.0))
+    # FSDP2 deferring its gradient sync to the last microbatch: an unsharded accumulator per
+    # parameter in the reduce dtype, alive from the first backward to the last reduce-scatter
+    held = fsdp2_accumulation.unsharded_grad_bytes(training, layout)
+    if held:
+        dense = replace(dense, grads=dense.grads + held)
+        expert = replace(expert, grads=expert.grads + held)
     # the offloaded share of the optimizer (master weights and moments) lives in host memory
     on_gpu = 1.0 - training.optimizer_offload
     return (
@@ -558,6 +589,7 @@ def stage_memory(
     """Memory of one stage's GPU given its peak activation stash (bytes)."""
     params = stage_params(model, layout, chunks)
     p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
+    p_bytes += autocast_cache_bytes(model, layout, training, chunks)
     return StageMemory(
         stage=stage,
         params_per_gpu=params.total,

@@ -287,3 +287,42 @@ def test_autocast_keeps_each_weights_16bit_cast_for_the_backward_measured():
     params = stage_params(ctx.model, ctx.layout, ctx.chunks[0])
     p, g, o = static_memory(ctx.model, ctx.layout, tr, params)
     assert (p, g, o) == (4.0 * params.total, 4.0 * params.total, 8.0 * params.total)
+
+
+def _forward_gathers(forward_prefetch: bool, host_op_us: float):
+    from conftest import make_scenario
+    from engine_helpers import run
+
+    raw = make_scenario(
+        parallel={"zero": 3},
+        zero3={"buffers": "flat", "forward_prefetch": forward_prefetch},
+        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"efficiency": {"host_op_us": host_op_us}}},
+        training={"seq_len": 512, "micro_batch": 1, "global_batch": 8},
+    )
+    res = run(raw)
+    ev = res.events
+    ev = ev[(ev["rank"] == 0) & (ev["name"] == "zero3_param_all_gather")].sort_values("start_s")
+    # the forward's gathers come first: the root's, then one per block (GPT_LIKE: 8)
+    return res.summary["step_time_s"], ev.iloc[:9]
+
+
+def test_forward_prefetch_issues_the_next_gather_before_this_units_kernels():
+    """FullyShardedDataParallel(forward_prefetch=True) prefetches unit i+1 in unit i's
+    pre-forward hook (``_pre_forward_unshard`` -> ``_prefetch_handle`` FORWARD), before the
+    host issues unit i's kernels; without it unit i+1's all-gather is issued by its own hook,
+    after them. With a host slower than the GPU (2 ms a Python op) each gather after the
+    second then starts a unit's host time later, one unit later; the step does not get faster
+    without the prefetch."""
+    slow_off, off = _forward_gathers(False, 2000.0)
+    slow_on, on = _forward_gathers(True, 2000.0)
+    assert list(off["layer"]) == list(on["layer"]) == [-1, *range(8)]
+    starts_off, starts_on = off["start_s"].to_numpy(), on["start_s"].to_numpy()
+    assert (starts_off >= starts_on - 1e-12).all()
+    # block k's gather without the prefetch starts where block k + 1's starts with it
+    assert starts_off[2:-1] == pytest.approx(starts_on[3:], rel=1e-9)
+    assert starts_off[-1] > starts_on[-1]
+    assert slow_off >= slow_on
+
+
+def test_forward_prefetch_changes_nothing_when_the_host_runs_ahead():
+    assert _forward_gathers(False, 20.0)[0] == _forward_gathers(True, 20.0)[0]

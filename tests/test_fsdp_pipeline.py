@@ -119,7 +119,12 @@ def test_pipelined_memory_holds_parameters_and_fp32_gradients_unsharded():
 def test_fsdp2_accumulates_in_fp32_only_under_a_pipeline():
     piped = build_context(scenario_from_dict(_scenario()))
     flat = build_context(scenario_from_dict(_scenario(pp=1, dp=4)))
-    assert accumulation_bytes(piped.scenario.training, piped.layout) == ACCUM_FP32_INPLACE  # FSDP2 adds into its unsharded accumulator in place
+    # FSDP2's post_backward without gradient sync: the first microbatch casts its bf16
+    # gradient into the fp32 accumulator (2 + 4 B), the other m - 1 add into it in place
+    # (2 + 4 + 4 B, ACCUM_FP32_INPLACE); m = 4: (6 + 3 x 10) / 4 = 9 B per microbatch
+    m = piped.layout.microbatches
+    assert m == 4
+    assert accumulation_bytes(piped.scenario.training, piped.layout) == pytest.approx((6.0 + (m - 1) * ACCUM_FP32_INPLACE) / m)
     assert accumulation_bytes(flat.scenario.training, flat.layout) == 0.0
 
 

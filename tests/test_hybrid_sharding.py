@@ -224,3 +224,32 @@ def test_expert_hybrid_sharding_agrees_in_all_ranks_mode(zero):
     symmetric run's representative (no rank waits for a collective its peers never issue)."""
     sym = run(_moe_scenario(zero, 8)).summary["step_time_s"]
     assert run(_moe_scenario(zero, 8), all_ranks=True).summary["step_time_s"] == pytest.approx(sym, rel=1e-9)
+
+
+@pytest.mark.parametrize("buffers", ["copies", "flat"])
+def test_pytorch_fsdp_all_reduces_the_replicas_on_a_stream_of_its_own(buffers):
+    """PyTorch FSDP runs HSDP's all-reduce on its own stream over the replicate process group
+    (FSDP1 ``_init_streams``: ``_all_reduce_stream`` is a new stream under hybrid sharding, and
+    ``_reduce_grad`` all-reduces there after waiting on the post-backward stream; FSDP2
+    ``foreach_reduce``: ``all_reduce_stream.wait_stream(reduce_scatter_stream)``), so the next
+    layer's reduce-scatter does not queue behind the previous layer's all-reduce: each
+    all-reduce starts after its own reduce-scatter, the all-reduces keep their order on their
+    stream, and the shard group's next collectives (a gather, a reduce-scatter) run while one
+    is in flight (2 nodes: the all-reduce crosses the network, the shard group is NVLink)."""
+    raw = _scenario(3, 8)
+    raw["zero3"] = {"buffers": buffers}
+    every = run(raw).events
+    every = every[every["rank"] == 0]
+    ev = every[every["name"].str.startswith("zero3_grad_reduce_scatter")]
+    rs = ev[ev["name"] == "zero3_grad_reduce_scatter"].sort_values("start_s")
+    ar = ev[ev["name"] == "zero3_grad_reduce_scatter_replicas"].sort_values("start_s")
+    assert set(ar["stream"]) == {"comm_dp_ar"} and set(rs["stream"]) == {"comm_dp"}
+    assert len(ar) == len(rs) > 1
+    for (_, r), (_, a) in zip(rs.iterrows(), ar.iterrows(), strict=True):
+        assert a["start_s"] >= r["end_s"] - 1e-12  # the all-reduce reduces what it produced
+    assert (ar["start_s"].iloc[1:].to_numpy() >= ar["end_s"].iloc[:-1].to_numpy() - 1e-12).all()
+    shard_group = every[every["stream"] == "comm_dp"]
+    overlapped = [
+        a["start_s"] <= c["start_s"] < a["end_s"] for (_, a) in ar.iterrows() for (_, c) in shard_group.iterrows()
+    ]
+    assert any(overlapped)

@@ -80,6 +80,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"reshard_after_forward": False}}),
     ("zero3.replica_all_reduce", {"parallel": {"zero": 3}, "zero3": {"replica_all_reduce": "last_microbatch"}},
      {"parallel": {"zero": 3, "zero_shard": 4}, "zero3": {"replica_all_reduce": "last_microbatch"}}),
+    # FSDP2's set_requires_gradient_sync / set_reshard_after_backward: nothing to defer with one
+    # microbatch (make_scenario's 8 sequences on dp 8), nor under a pipeline, which does it itself
+    ("zero3.gradient_sync", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "gradient_sync": "last_microbatch"}},
+     {"parallel": {"zero": 3}, "training": {"global_batch": 16},
+      "zero3": {"buffers": "copies", "gradient_sync": "last_microbatch"}}),
+    ("zero3.reshard_after_backward", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "reshard_after_backward": False}},
+     {"parallel": {"zero": 3}, "training": {"global_batch": 16},
+      "zero3": {"buffers": "copies", "reshard_after_backward": False}}),
     ("zero3.prefetch_bucket_size", {"parallel": {"zero": 2}, "zero3": {"prefetch_bucket_size": 1000}},
      {"parallel": {"zero": 3}, "zero3": {"prefetch_bucket_size": 1000}}),
     ("zero3.param_persistence_threshold", {"parallel": {"zero": 1}, "zero3": {"param_persistence_threshold": 10}},
@@ -94,6 +102,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 3}, "zero3": {"backward_prefetch": "none"}}),
     ("zero3.limit_all_gathers", {"parallel": {"zero": 3}, "zero3": {"limit_all_gathers": False}},
      {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "limit_all_gathers": False}}),
+    ("zero3.forward_prefetch", {"parallel": {"zero": 3}, "zero3": {"forward_prefetch": True}},
+     {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "forward_prefetch": True}}),
     ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat"}, "training": {"autocast": True}},
      {"training": {"autocast": True}}),
     # ZeRO++ (DeepSpeed's coordinator: prefetch_bucket_size set): nothing below ZeRO-3, and
@@ -159,6 +169,14 @@ MORE_INERT = [
                            "training": {"autocast": True}}),
     ("training.autocast", {"parallel": {"zero": 3, "pp": 2}, "zero3": {"buffers": "copies"},
                            "training": {"autocast": True}}),
+    # under a pipeline every stage accumulates unsharded and reduces once, after its last
+    # backward (worker._zero3_reduce_all), whatever the setting
+    ("zero3.gradient_sync", {"parallel": {"zero": 3, "pp": 2}, "training": {"global_batch": 16},
+                             "zero3": {"buffers": "copies", "gradient_sync": "last_microbatch"}}),
+    ("zero3.reshard_after_backward", {"parallel": {"zero": 3, "pp": 2}, "training": {"global_batch": 16},
+                                      "zero3": {"buffers": "copies", "reshard_after_backward": False}}),
+    ("zero3.forward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "prefetch": False,
+                                                                   "forward_prefetch": True}}),
     # the live-parameter cap limits only what is fetched ahead (zero3_coordinator.prefetch_window)
     ("zero3.max_live_parameters", {"parallel": {"zero": 3},
                                    "zero3": {"prefetch_bucket_size": 1000, "prefetch": False, "max_live_parameters": 10**6}}),

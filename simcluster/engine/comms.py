@@ -147,6 +147,7 @@ class Comms:
         sms: int = 0,
         ticket: int | None = None,
         lead_s: float = 0.0,
+        stream: str | None = None,
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
@@ -160,11 +161,12 @@ class Comms:
         issue order, not the timing, must decide which one that is. ``lead_s``: seconds the
         stream waits, once it is this collective's turn, for its input to be produced on
         another stream (ProcessGroupNCCL's stream waits on the issuing stream), holding back
-        what was issued after it.
+        what was issued after it. ``stream``: a stream of its own instead of its group's
+        (PyTorch FSDP's HSDP all-reduce stream).
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
-        stream = STREAM_OF_GROUP[group]
+        stream = stream or STREAM_OF_GROUP[group]
         key = (rank, stream)
         if ticket is not None:
             yield from self._await_turn(key, ticket)

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from simcluster.engine.pair_stream import Lane
 
 
+#: the stream PyTorch FSDP's HSDP all-reduce across replicas runs on (_replica_all_reduce)
+REPLICA_STREAM = "comm_dp_ar"
+
+
 def _forward_position(layer: int) -> float:
     """Where a unit's layer index runs in a chunk's forward: the embedding (-1) first, the
     LM head (``HEAD``) last."""
@@ -60,8 +64,13 @@ class DataParallelOps:
     copied_out: set[tuple]
     dequantized: set[tuple]
     _last_dp: simpy.Process | None
+    _last_ar: simpy.Process | None
     scattered: simpy.Event | None
     z3_bucket: list[Unit]
+    # (microbatch, chunk) of a forward -> the microbatch whose backward, just before it, kept
+    # its gathers (FSDP2's reshard_after_backward false)
+    kept_gathers: dict[tuple[int, int], int]
+    host_t: float  # the host clock (engine/worker.py)
 
     if TYPE_CHECKING:
 
@@ -235,9 +244,33 @@ class DataParallelOps:
             dense = group == "dp"
             part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
             across = "dpr" if dense else "edpr"
+            if lay.torch_fsdp:
+                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer)
+                return
             yield from comms.collective(
                 self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer
             )
+
+    def _replica_all_reduce(self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int) -> None:
+        """PyTorch FSDP's HSDP all-reduce of a reduce-scattered shard across the replicas, on a
+        stream of its own: FSDP1's ``_all_reduce_stream`` (``_init_streams``: a new stream when
+        any state uses hybrid sharding; ``_reduce_grad`` waits it on the post-backward stream,
+        then all-reduces there) and FSDP2's ``all_reduce_stream`` (``foreach_reduce``:
+        ``all_reduce_stream.wait_stream(reduce_scatter_stream)``), over the replicate process
+        group, whose NCCL stream is not the shard group's. So the next unit's reduce-scatter and
+        gathers do not queue behind it; the all-reduces keep their issue order among themselves,
+        and the backward's end waits for them (``_synchronize_reductions``)."""
+        before, comms = self._last_ar, self.shared.comms
+
+        def in_order() -> Generator:
+            if before is not None and not before.triggered:
+                yield before
+            yield from comms.collective(
+                self.rank, self.stage, group, "all_reduce", nbytes, name, mb, chunk, layer, stream=REPLICA_STREAM
+            )
+
+        self._last_ar = self.shared.env.process(in_order())
+        self.reductions.append(self._last_ar)
 
     def _gather_bucket(self, bucket: Any) -> Generator:
         nbytes = gather_bytes(self.shared.ctx.scenario, bucket.params, bucket.layer_params)
@@ -277,11 +310,20 @@ class DataParallelOps:
 
     def _gather_key(self, op: PipeOp) -> tuple:
         """Which gather of a unit's parameters an op uses: its own (freed after the op), its
-        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false), or
-        the step's (kept from the first forward to the last backward under a pipeline)."""
+        microbatch's forward one (kept for the backward: zero3.reshard_after_forward false),
+        the step's (kept from the first forward to the last backward under a pipeline, or
+        with FSDP2's reshard_after_backward false too), or the previous microbatch's backward
+        one (a forward after a backward that kept its gathers: FSDP2's unshard is then a
+        no-op, ``FSDPParamGroup.unshard`` on an unsharded group)."""
         lay = self.shared.ctx.layout
         if lay.zero3_keep_for_backward:
-            return ("step", op.chunk) if lay.zero3_pipelined else ("F", op.microbatch, op.chunk)
+            whole_step = lay.zero3_pipelined or lay.zero3_keep_after_backward
+            return ("step", op.chunk) if whole_step else ("F", op.microbatch, op.chunk)
+        if lay.zero3_keep_after_backward:
+            if op.kind != "F":
+                return ("B", op.microbatch, op.chunk)
+            after = self.kept_gathers.get((op.microbatch, op.chunk))
+            return ("B", after, op.chunk) if after is not None else (op.kind, op.microbatch, op.chunk)
         return (op.kind, op.microbatch, op.chunk)
 
     def _is_root(self, unit: Unit) -> bool:
@@ -308,18 +350,58 @@ class DataParallelOps:
         backward (``_post_forward_reshard`` frees every unit's but the root's)."""
         if self._is_root(units[j]):
             return (("F", op.microbatch, op.chunk), "root")
-        return (self._gather_key(op), _unit_id(units[j]))
+        key = (self._gather_key(op), _unit_id(units[j]))
+        after = self.kept_gathers.get((op.microbatch, op.chunk)) if op.kind == "F" else None
+        if after is not None and key not in self.gathers:
+            # a unit the backward did not gather, its forward's kept for it (ChunkPlan.zero3_kept),
+            # stays gathered into this forward as well
+            kept = (("F", after, op.chunk), _unit_id(units[j]))
+            if kept in self.gathers:
+                # the same gather, under this forward's key for the forwards after it
+                own = (("F", op.microbatch, op.chunk), _unit_id(units[j]))
+                self.gathers[own] = self.gathers[kept]
+                for done in (self.copied_out, self.dequantized):
+                    if kept in done:
+                        done.add(own)
+                return own
+        return key
 
-    def _zero3_issue_gather(self, units: list[Unit], j: int, op: PipeOp, skip: int) -> None:
+    def _zero3_issue_gather(
+        self, units: list[Unit], j: int, op: PipeOp, skip: int, issued: float | None = None
+    ) -> None:
         """Issue unit j's all-gather unless it was issued already or is among the first ``skip``
         units, still gathered from the forward (FSDP1's root: all its units at once, when the
-        forward reaches the first)."""
+        forward reaches the first); ``issued``: the host's time of issuing it, if later than
+        now (the collective cannot start before)."""
         if j >= len(units) or j < skip:
             return
         gkey = self._gather_id(units, j, op)
         if gkey not in self.gathers:
             unit = self._root_unit(op.chunk) if self._is_root(units[j]) else units[j]
-            self.gathers[gkey] = self._spawn_dp(self._zero3_all_gather(unit, op))
+            wait = 0.0 if issued is None else max(0.0, issued - self.shared.env.now)
+            self.gathers[gkey] = self._spawn_dp(self._after(wait, self._zero3_all_gather(unit, op)))
+
+    def _after(self, seconds: float, work: Generator) -> Generator:
+        """``work`` once ``seconds`` have passed (a collective the host issues later)."""
+        if seconds > 0:
+            yield self.shared.env.timeout(seconds)
+        yield from work
+
+    def _forward_issue(self, units: list[Unit], i: int, op: PipeOp) -> float | None:
+        """When PyTorch FSDP's host issues the forward all-gather of unit i+1, as the GPU
+        starts unit i (the rate limiter's release, FSDP1 ``_limiter_utils.py``): with
+        ``zero3.forward_prefetch`` at unit i's pre-forward hook, before its kernels
+        (``_runtime_utils.py`` ``_pre_forward_unshard`` -> ``_prefetch_handle``
+        FORWARD); without it at unit i+1's own hook, once the host has issued unit i's kernels
+        (FSDP2's ``pre_forward`` -> ``unshard``, its implicit prefetch). A host running ahead
+        of the GPU issues either before now; None where the engine does not time it (not
+        PyTorch FSDP, or not the forward)."""
+        lay = self.shared.ctx.layout
+        if op.kind != "F" or not lay.torch_fsdp:
+            return None
+        if self.shared.ctx.scenario.zero3.forward_prefetch:
+            return self.host_t
+        return self.host_t + sum(seg.host for seg in units[i].segments)
 
     def _zero3_gather(
         self, units: list[Unit], i: int, op: PipeOp, skip: int, lane: Lane | None = None
@@ -334,8 +416,9 @@ class DataParallelOps:
         ahead = zero3.prefetch and (op.kind == "F" or zero3.backward_prefetch == "pre")
         if ahead and coordinated(sc):
             ahead = prefetch_window(sc, units[i].params - units[i].persistent) > 0
-        for j in [i, i + 1] if ahead else [i]:
-            self._zero3_issue_gather(units, j, op, skip)
+        self._zero3_issue_gather(units, i, op, skip)
+        if ahead:
+            self._zero3_issue_gather(units, i + 1, op, skip, self._forward_issue(units, i, op))
         gkey = self._gather_id(units, i, op)
         ev = self.gathers.get(gkey)
         if ev is None:

@@ -15,6 +15,7 @@ from simcluster.grad_lifetime import grad_transient_bytes
 from simcluster.memory import (
     HEAD_LAYER,
     StageParams,
+    autocast_cache_bytes,
     chunk_activation_bytes,
     loss_transient_bytes,
     offloaded_layer_bytes,
@@ -399,6 +400,7 @@ def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dic
     gradients, and the gradient copies in reduction buckets, counted with the parameters and
     gradients)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
+    p_b += autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks)
     work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}

@@ -111,10 +111,12 @@ class Worker(PipelineIO, DataParallelOps):
     copied_out: set[tuple] = field(default_factory=set)
     dequantized: set[tuple] = field(default_factory=set)
     _last_dp: simpy.Process | None = None
+    _last_ar: simpy.Process | None = None  # PyTorch FSDP's last HSDP all-reduce (own stream)
     # the last ZeRO-3 reduce-scatter done (FSDP2 waits for it before issuing the next)
     scattered: simpy.Event | None = None
     # DeepSpeed ZeRO-3: units whose gradients sit in the contiguous bucket, not yet reduced
     z3_bucket: list[Unit] = field(default_factory=list)
+    kept_gathers: dict[tuple[int, int], int] = field(default_factory=dict)
     # when the host (the rank's Python thread) has issued everything so far; it runs ahead of
     # the GPU until a segment with ``sync`` makes it wait (Compute.host, Compute.sync)
     host_t: float = 0.0
@@ -427,6 +429,8 @@ class Worker(PipelineIO, DataParallelOps):
         units = cplan.phases[op.kind]
         zero3 = self.shared.ctx.layout.zero == 3
         pipelined = self.shared.ctx.layout.zero3_pipelined
+        # FSDP2 accumulates unsharded until the last microbatch, which alone reduce-scatters
+        deferred = self.shared.ctx.layout.zero3_deferred_sync
         # ZeRO-0/1 reduce gradients once per step (last microbatch); ZeRO-2 keeps only a gradient
         # shard, so it reduce-scatters every microbatch (DeepSpeed stage 2 with accumulation)
         last_mb = (
@@ -445,6 +449,15 @@ class Worker(PipelineIO, DataParallelOps):
         if op.kind == "F" and not per_unit:
             self.activations += cplan.activation_bytes
             self._memory()
+        if (
+            self.shared.ctx.layout.zero3_keep_after_backward
+            and op.kind == "F"
+            and previous is not None
+            and previous.kind in ("B", "BW")
+            and previous.chunk == op.chunk
+        ):
+            # the backward just before kept its gathers: this forward all-gathers nothing
+            self.kept_gathers[(op.microbatch, op.chunk)] = previous.microbatch
         resident = (
             previous is not None
             and previous.kind == "F"
@@ -495,7 +508,8 @@ class Worker(PipelineIO, DataParallelOps):
                 self._zero3_post_compute(units, i, op, self._zero3_skip(cplan, op, resident))
             if op.kind in ("W", "BW"):
                 if zero3 and not pipelined:
-                    yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)
+                    if last_mb or not deferred:  # FSDP2's set_requires_gradient_sync(False)
+                        yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)
                 elif last_mb and not zero3:
                     yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
         if op.kind == "F":

@@ -157,7 +157,9 @@ def zero3_working_bytes(
             else:
                 largest = max(largest, size)
                 every += size
-    gathered = 0 if layout.zero3_keep_for_backward else (2 if scenario.zero3.prefetch else 1)
+    # FSDP2's reshard_after_backward false: the static memory holds every gathered layer
+    kept = layout.zero3_keep_for_backward or layout.zero3_keep_after_backward
+    gathered = 0 if kept else (2 if scenario.zero3.prefetch else 1)
     units = gathered * largest
     if layout.fsdp1_root and not scenario.zero3.limit_all_gathers and not layout.zero3_keep_for_backward:
         units = every  # no rate limiter: a GPU-bound forward's every gather in flight

@@ -22,7 +22,7 @@ import math
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.layout import Layout
-from simcluster.parallelism import wgrad
+from simcluster.parallelism import autocast_casts, wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import MoeSection
@@ -153,8 +153,9 @@ def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
     return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
 
 
-def _accumulate(shapes: Shapes, km: KernelModel) -> float:
-    """Adding the local experts', shared experts' and router's gradients into fp32 main grads."""
+def _weights(shapes: Shapes) -> tuple[float, float]:
+    """(routed, dense) weight elements of a MoE block on this GPU: its local experts', and its
+    shared experts' and router's."""
     m = shapes.model
     up = m.up_width(m.expert_ffn)
     per_expert = m.hidden * (up + m.expert_ffn)
@@ -162,6 +163,13 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     routed = per_expert * m.experts / lay.expert_shard
     # shared experts and the router are tensor-parallel like a dense MLP (memory.py's count)
     dense = (per_expert * m.shared_experts + m.hidden * m.experts) / lay.tp
+    return routed, dense
+
+
+def _accumulate(shapes: Shapes, km: KernelModel) -> float:
+    """Adding the local experts', shared experts' and router's gradients into fp32 main grads."""
+    routed, dense = _weights(shapes)
+    lay = shapes.layout
     # routed experts' gradients are sharded over the expert-data-parallel group (its replica's
     # part under hybrid sharding), not dp x cp
     return wgrad.accumulation_seconds(
@@ -191,6 +199,11 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         return [Compute.of("experts", routed + extra, layer)]
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
     router = Work.of(gemm=km.gemm(tokens, m.experts, h, role="fwd"), memory=km.memory(tokens * m.experts * 4 * 3))
+    if phase == "F":
+        # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
+        router += Work.of(
+            memory=autocast_casts.forward_cast_seconds(km, shapes.training, shapes.layout, list(_weights(shapes)))
+        )
     permute = Work.of(memory=km.memory(2 * tokens * m.top_k * h * shapes.elt))
     shared_w = Work.of(gemm=shared)
     ep = shapes.layout.ep

@@ -18,7 +18,7 @@ from functools import cached_property
 
 from simcluster.compute import KernelModel
 from simcluster.frameworks import get_framework
-from simcluster.parallelism import context, expert, host, tensor, wgrad
+from simcluster.parallelism import autocast_casts, context, expert, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.head import HeadBuilder
@@ -88,8 +88,15 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
-            casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms)
+            casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms) + self._weight_casts(gemms)
         return Work.of(gemm=mm, memory=casts)
+
+    def _weight_casts(self, gemms: list[Gemm]) -> float:
+        """torch.autocast's forward casts of these linears' fp32 weights (``training.autocast``,
+        parallelism/autocast_casts.py)."""
+        return autocast_casts.forward_cast_seconds(
+            self.km, self.scenario.training, self.shapes.layout, [g.k * g.n for g in gemms]
+        )
 
     def _gemm_pieces(
         self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
@@ -103,7 +110,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
-            casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms)
+            casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms) + self._weight_casts(gemms)
         return Work.of(gemm=mm, memory=casts)
 
     @property

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from simcluster.compute import KernelModel
 from simcluster.layout import Layout
+from simcluster.parallelism import autocast_casts, fsdp2_accumulation
 from simcluster.scenario import TrainingSection
 
 # bytes per parameter beyond the benchmark's 16-bit output write (module docstring)
@@ -66,14 +67,25 @@ def accumulation_bytes(
     reduce-scatters each microbatch's 16-bit gradients and accumulates only its fp32 shard
     (FSDP1 sets the FlatParameter's ``.grad`` to None before each reduce-scatter, so the next
     microbatch writes a fresh one: ``_runtime_utils.py`` ``_reduce_grad``)
-    (parallelism/data.py), except under a pipeline, where gradient sync waits for the last
-    microbatch and FSDP2 adds each microbatch's 16-bit gradient into an unsharded accumulator
-    in the reduce dtype (``FSDPParam.accumulate_unsharded_grad_if_needed``); fp32 training
+    (parallelism/data.py), except where FSDP2's gradient sync waits for the last microbatch
+    (under a pipeline, or ``zero3.gradient_sync: last_microbatch``) and it accumulates every
+    microbatch unsharded in the reduce dtype (``parallelism/fsdp2_accumulation.py``); under
+    ``training.autocast`` each 16-bit gradient is cast to fp32 and added into ``.grad``
+    (``parallelism/autocast_casts.py``); fp32 training
     writes fp32 gradients the benchmarks already count. ``shard_group`` is the group a
     ``shard_accumulate`` gradient is sharded over (``layout.zero_group`` unless given: routed
     experts' gradients are reduced over, and sharded across, the expert-data-parallel group)."""
-    if training.precision == "fp32" or (layout.torch_fsdp and not layout.zero3_pipelined):
+    if training.precision == "fp32":
         return 0.0
+    if fsdp2_accumulation.accumulates_unsharded(layout):
+        # FSDP2's unsharded accumulator: one cast and m - 1 adds (parallelism/fsdp2_accumulation.py)
+        return fsdp2_accumulation.accumulation_bytes(training, layout)
+    if layout.torch_fsdp and not layout.zero3_pipelined:
+        return 0.0
+    if autocast_casts.casts_weights(training, layout):
+        # fp32 parameters under torch.autocast: the 16-bit gradient cast back to fp32, then
+        # AccumulateGrad's fp32 add (parallelism/autocast_casts.py); nothing to fuse it into
+        return autocast_casts.gradient_bytes(layout, cast=gemm)
     if layout.shard_accumulate and not layout.zero3_pipelined:
         add = ACCUM_FP32_INPLACE if training.fp32_grad_accum else ACCUM_16BIT_UNFUSED
         return add / (shard_group or layout.zero_group)

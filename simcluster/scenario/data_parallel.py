@@ -51,6 +51,18 @@ class Zero3Section(SectionBase):
             "reduce-scatter on the process group's one NCCL stream). Needs zero3.prefetch"
         ),
     )
+    forward_prefetch: bool = Field(
+        default=False,
+        description=(
+            "PyTorch FSDP (zero3.buffers copies or flat): when the next unit's forward "
+            "all-gather is issued. false (FSDP1's forward_prefetch default, FSDP2's implicit "
+            "prefetch): at that unit's pre-forward hook, once the host has issued this unit's "
+            "kernels; true (FullyShardedDataParallel(forward_prefetch=True), FSDP2's "
+            "set_modules_to_forward_prefetch): before this unit's computation is issued. Only "
+            "a host that does not run ahead of the GPU (host-bound steps) tells them apart. "
+            "Needs zero3.prefetch"
+        ),
+    )
     limit_all_gathers: bool = Field(
         default=True,
         description=(
@@ -71,6 +83,29 @@ class Zero3Section(SectionBase):
             "until the last microbatch: each microbatch's shard is accumulated, then all-reduced "
             "once; torchtitan's trainer does so when dp_replicate > 1). Without a pipeline only; "
             "under one the stage reduces once per step anyway"
+        ),
+    )
+
+    gradient_sync: Literal["every_microbatch", "last_microbatch"] = Field(
+        default="every_microbatch",
+        description=(
+            "when FSDP2 (zero3.buffers: copies) reduce-scatters gradients without a pipeline: "
+            "every_microbatch (its default) or last_microbatch (FSDPModule."
+            "set_requires_gradient_sync(False) until the last microbatch, as HF accelerate's "
+            "no_sync does for FSDP2: each microbatch's gradients are added into unsharded "
+            "accumulators in the reduce dtype, held across the step, and reduce-scattered once "
+            "in the last backward). Under a pipeline the stage defers it anyway"
+        ),
+    )
+    reshard_after_backward: bool = Field(
+        default=True,
+        description=(
+            "FSDP2 (zero3.buffers: copies) without a pipeline: false keeps each layer's "
+            "gathered parameters after the backward of every microbatch but the last "
+            "(FSDPModule.set_reshard_after_backward(False)), so the next microbatch's forward "
+            "finds them gathered and all-gathers nothing; with zero3.reshard_after_forward "
+            "false too, each layer is gathered once per step. Memory: the gathered parameters "
+            "counted all step (an upper bound with reshard_after_forward true)"
         ),
     )
 
