@@ -53,7 +53,7 @@ def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
 
 #: routed experts whose two dimensions multiply to less than this (expert_ffn x hidden) are
 #: "small" here: Qwen3-30B-A3B (768 x 2048 = 1.6M), Qwen3-235B-A22B (1536 x 4096 = 6.3M) and
-#: gpt-oss-120b (2880 x 2880 = 8.3M), whose published Megatron-Bridge runs simulate up to 2.7x
+#: gpt-oss-120b (2880 x 2880 = 8.3M), whose published Megatron-Bridge runs simulate up to 4.4x
 #: as fast as measured (docs/accuracy.md, spot checks), while DeepSeek-V3 (2048 x 7168 = 14.7M, -19...+7%),
 #: Mixtral 8x7B (14336 x 4096, +4...+16%) and Grok-1 (shipped, within 12%) are not. The same
 #: Qwen3-30B-A3B under NeMo AutoModel (PyTorch, TransformerEngine, DeepEP) is 3-15% fast, so the
@@ -69,7 +69,7 @@ def small_expert_line(experts: int, expert_ffn: int, hidden: int) -> str | None:
     return (
         f"each of the {experts} routed experts is {expert_ffn} x {hidden}: Megatron-Bridge's published "
         "runs of MoE models with experts this small simulate faster than measured (Qwen3-30B-A3B "
-        "+17...+171%, gpt-oss-120b +30...+114%, Qwen3-235B-A22B -10...+121%), while NeMo AutoModel's "
+        "+17...+344%, gpt-oss-120b +30...+114%, Qwen3-235B-A22B -10...+121%), while NeMo AutoModel's "
         "Qwen3-30B-A3B run on 8 H100 simulates only 3-15% fast; the gap is not understood "
         "(docs/accuracy.md): on a Megatron-Core stack read this step time as a lower bound"
     )
