@@ -24,6 +24,7 @@ from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.errors import UserError
 from simcluster.inert import inert_settings, note_lines
+from simcluster.names import run_heading
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
@@ -101,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.fit_hints import would_fit
 
         result.summary["would_fit"] = would_fit(scenario, args.hardware)
+    if args.overrides:  # the figures and the trace say what was simulated, as the table does
+        result.title += f"\nwith --set {' '.join(args.overrides)}"
+        result.summary["overrides"] = list(args.overrides)
     written: list[str] = []
     if args.out:
         paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace)
@@ -146,7 +150,7 @@ def _print(
     console = stdout_console()
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
-    title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
+    title = f"{run_heading(s['scenario'], s.get('model'))} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
     table = Table(title=title, show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")

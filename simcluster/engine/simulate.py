@@ -22,6 +22,7 @@ from simcluster.engine.shared import Shared
 from simcluster.engine.worker import GRAD_ZERO, Worker
 from simcluster.errors import InternalError, UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
+from simcluster.names import run_heading
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
@@ -195,7 +196,8 @@ def simulate(
     summary["stragglers"] = stragglers.to_dict()
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     gpus = sc.cluster.gpus
-    title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
+    heading = run_heading(sc.name, ctx.model.name)  # the model after --set model=..., not only the file's name
+    title = f"{heading} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
 
 
@@ -271,6 +273,7 @@ def _summary(
     max_peak = max(per_stage_peak)
     return {
         "scenario": sc.name,
+        "model": ctx.model.name,
         "layout": lay.describe(),
         "framework": sc.framework,
         "framework_release": sc.framework_release,
