@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
             doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
             print(f"{name:<{width}}  {doc[0] if doc else ''}")
         return 0
+    if args.what == "scenarios":  # one line each: what the scenario runs (its description)
+        _print_scenarios()
+        return 0
     if args.what == "cp":  # one line each: how the algorithm shares K and V
         width = max(map(len, context.algorithms()))
         for name in context.algorithms():
@@ -92,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _print_scenarios() -> None:
+    """Each shipped scenario with its ``description:``, which says the model, cluster and
+    layout its name abbreviates (``mpt-7b-8xa100-fsdp1``: as llm-foundry trains it)."""
+    from simcluster.scenario.loading import read_scenario_file
+
+    names = shipped_scenarios()
+    width = max(map(len, names))
+    for name in names:
+        data, _ = read_scenario_file(name)
+        description = data.get("description", "") if isinstance(data, dict) else ""
+        print(f"{name:<{width}}  {' '.join(str(description).split())}".rstrip())
 
 
 def _print_precisions() -> None:
