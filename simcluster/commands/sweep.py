@@ -272,9 +272,12 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
     for field, count, first in skip_reasons(rows):
         if field == MEMORY_FIELD:
+            # one capacity for all (a --hardware axis can mix GPUs: then each peak stands alone)
+            sizes = {m.group(1) for r in rows if r.skipped and (m := re.search(r"exceeds (\S+ \S+)", r.skipped))}
             console.print(
-                f"left out {count} layout(s) over the GPU's memory, unsimulated (--fitting-only): "
-                f"{_left_out(rows)}; e.g. {first}"
+                f"left out {count} layout(s) over the GPU's memory"
+                + (f" of {next(iter(sizes))}" if len(sizes) == 1 else "")
+                + f", unsimulated (--fitting-only): {_left_out(rows)}; `simcluster memory` shows where the bytes go"
             )
         else:
             console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
