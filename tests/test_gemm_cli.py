@@ -66,6 +66,16 @@ def test_a_timed_shape_is_marked_and_runs_at_its_time(cli, tmp_path):
     path.write_text(yaml.safe_dump(profile))
     (row,) = _rows(cli, "4096,4096,1024", "--hardware", str(path))
     assert row["timed"] and row["time_s"] == pytest.approx(80e-6 + 4e-6)
+    table = cli("gemm", "4096,4096,1024", "--hardware", str(path))
+    assert "note" in table.out and "timed (calibrated)" in table.out
+
+
+def test_the_note_column_shows_only_when_a_row_has_one(cli):
+    """Datasheet shapes carry no note: the column would be an empty one widening the table."""
+    res = cli("gemm", "16384,4096,1024", "--hardware", "dgx-h100")
+    assert res.code == 0, res.err
+    header = next(line for line in res.out.splitlines() if "M x N x K" in line)
+    assert "cap" in header and "note" not in header
 
 
 @pytest.mark.parametrize(

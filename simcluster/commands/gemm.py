@@ -103,10 +103,13 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str, launch_s: f
     from simcluster.commands.console import stdout_console
 
     table = Table(title=f"{dtype} GEMMs on {hw} (efficiencies are fractions of the datasheet peak)")
-    for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", "note"):
+    notes = [
+        [n for n, on in (("timed (calibrated)", r["timed"]), ("memory-bound", r["memory_bound"])) if on] for r in rows
+    ]
+    noted = any(notes)  # an empty "note" column only widens the table
+    for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", *(("note",) if noted else ())):
         table.add_column(col, justify="left" if col in ("M x N x K", "note") else "right")
-    for r in rows:
-        notes = [n for n, on in (("timed (calibrated)", r["timed"]), ("memory-bound", r["memory_bound"])) if on]
+    for r, row_notes in zip(rows, notes, strict=True):
         count = f" x{r['count']}" if r["count"] != 1 else ""
         table.add_row(
             f"{r['m']} x {r['n']} x {r['k']}{count}",
@@ -116,7 +119,7 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str, launch_s: f
             "-" if r["timed"] else f"{float(r['curve']):.3f}",  # type: ignore[arg-type]
             "-" if r["timed"] else f"{float(r['shape_factor']):.3f}",  # type: ignore[arg-type]
             "-" if r["cap"] is None else f"{float(r['cap']):.3f}",  # type: ignore[arg-type]
-            ", ".join(notes),
+            *((", ".join(row_notes),) if noted else ()),
         )
     console = stdout_console(110)
     console.print(table)
