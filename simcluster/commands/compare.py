@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", metavar="KEY=VALUE",
-        help="override a field in every scenario (repeatable)",
+        help="override a field in every scenario (repeatable; KEY=null unsets it: its default)",
     )  # fmt: skip
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
