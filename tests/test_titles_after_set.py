@@ -74,3 +74,11 @@ def test_memory_png_says_when_the_peak_does_not_fit():
     under = draw_memory(memory_plot_data(frame, 100 * GiB))
     assert over._suptitle is not None and over._suptitle.get_text().endswith(": does not fit")
     assert under._suptitle is not None and "does not fit" not in under._suptitle.get_text()
+
+
+def test_memory_names_the_model_after_set(cli):
+    res = cli("memory", "llama3-8b-8xh100", "--set", "model=llama3.2-1b")
+    assert res.code == 0, res.err
+    assert "llama3-8b-8xh100 (model llama3.2-1b) —" in " ".join(res.out.split())
+    doc = json.loads(cli("memory", "llama3-8b-8xh100", "--set", "model=llama3.2-1b", "--json").out)
+    assert doc["model"] == "llama3.2-1b"
