@@ -76,3 +76,23 @@ def test_null_leaves_a_framework_default_to_the_framework():
 def test_cli_null_without_default_is_one_line(cli):
     res = cli("memory", BASE, "--set", "training.seq_len=null")
     assert_one_line_error(res, "training.seq_len", "has no default", "--set training.seq_len=VALUE")
+
+
+def test_null_on_a_profile_field_is_the_profiles_own_value():
+    """cluster.profile.efficiency.nic=null unsets the scenario's patch of it: the profile as
+    shipped (an empty efficiency mapping left behind patched the whole table away)."""
+    from simcluster.context import build_context
+
+    data, _ = read_scenario_file(BASE)
+    patched = {**data, "cluster": {**data["cluster"], "profile": {"efficiency": {"nic": 0.5}}}}
+    nulled = build_context(scenario_from_dict(patched, [("cluster.profile.efficiency.nic", None)]))
+    assert nulled.profile == build_context(scenario_from_dict(data)).profile
+    plain = build_context(scenario_from_dict(data, [("cluster.profile.efficiency.nic", None)]))
+    assert plain.profile == nulled.profile
+
+
+def test_gemm_and_collective_null_profile_fields_are_the_profiles_own(cli):
+    base = cli("gemm", "4096,4096,4096", "--json")
+    nulled = cli("gemm", "4096,4096,4096", "--json", "--set", "cluster.profile.efficiency.sustained=null")
+    assert nulled.code == 0, nulled.err
+    assert nulled.out == base.out

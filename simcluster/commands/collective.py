@@ -64,11 +64,14 @@ def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, obje
     for item in items:
         key, sep, value = item.partition("=")
         if sep and key.startswith("cluster.profile.") and len(key) > len("cluster.profile."):
+            parsed = yamlio.parse_set_value(value, item)
+            if parsed is None:  # null: the profile's own value, as --set KEY=null on a scenario
+                continue
             node = patch
             *parents, leaf = key.removeprefix("cluster.profile.").split(".")
             for part in parents:
                 node = node.setdefault(part, {})  # type: ignore[assignment]
-            node[leaf] = yamlio.parse_set_value(value, item)
+            node[leaf] = parsed
             continue
         short = key.removeprefix("cluster.")
         if not sep or not key.startswith("cluster.") or short not in CLUSTER_OVERRIDES:

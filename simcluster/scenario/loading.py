@@ -114,6 +114,7 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
             # null is "as if unwritten" for every key (before, a field typed `int | None` took
             # it and an `int` one refused it); the key's twins stay, being other keys
             node.pop(parts[-1], None)
+            _prune_empty(out, parts[:-1])
             unset.append(".".join(parts))
             continue
         node[parts[-1]] = value
@@ -122,6 +123,16 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
         for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
     return out, unset
+
+
+def _prune_empty(data: dict[str, Any], parents: list[str]) -> None:
+    """Drop the mappings below a section that a null override left empty: an empty
+    ``cluster.profile.efficiency`` would patch the profile's whole efficiency table away,
+    where unsetting ``efficiency.nic`` meant the profile's own value."""
+    for depth in range(len(parents), 1, -1):
+        parent = _get_path(data, parents[: depth - 1])
+        if isinstance(parent, dict) and parent.get(parents[depth - 1]) == {}:
+            del parent[parents[depth - 1]]
 
 
 def _get_path(data: dict[str, Any], parts: list[str]) -> Any:
