@@ -59,6 +59,9 @@ def test_the_png_titles_are_that_heading(monkeypatch, tmp_path):
     result.write(tmp_path / "out")
     assert set(seen) == {"timeline", "memory", "breakdown"}
     assert all("(model llama3.2-1b)" in text for text in seen.values()), seen
+    result.title += "\nwith --set model=llama3.2-1b"  # as `run` adds it
+    result.write(tmp_path / "again")
+    assert seen["breakdown"].endswith(": where the step goes\nwith --set model=llama3.2-1b")
 
 
 def test_memory_png_says_when_the_peak_does_not_fit():
