@@ -15,6 +15,7 @@ def test_run_heading_names_the_model_only_when_the_scenario_name_does_not():
     assert run_heading("grok1-314b-128xgb200", "grok-1") == "grok1-314b-128xgb200"  # separators aside
     assert run_heading("llama3-70b-64xh100", "llama3.1-405b") == "llama3-70b-64xh100 (model llama3.1-405b)"
     assert run_heading("my-job", None) == "my-job"
+    assert run_heading("my-job", "custom") == "my-job"  # model.py's name for a shape given by its fields
 
 
 def test_figures_trace_and_table_name_the_model_after_set(cli, tmp_path):
