@@ -237,9 +237,19 @@ def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
 
 
 def _label(ctx: Context, rank: int, slow: float = 1.0) -> str:
-    c = ctx.layout.coords(rank)
+    """A timeline row's name: the rank's coordinates on the parallel dimensions the layout
+    has (a "cp 0" on every row of a job without context parallelism only widens the margin),
+    its place in its expert-parallel group with experts."""
+    lay = ctx.layout
+    c = lay.coords(rank)
+    parts = [f"stage {c['pp']}"]
+    parts += [f"{dim} {c[dim]}" for dim, size in (("tp", lay.tp), ("cp", lay.cp)) if size > 1]
+    if lay.ep > 1:
+        parts.append(f"ep {lay.group('ep', rank).index(rank)}")
+    if lay.dp > 1:
+        parts.append(f"dp {c['dp']}")
     mark = f", straggler x{slow:g}" if slow != 1.0 else ""
-    return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank}{mark})"
+    return f"{' / '.join(parts)} (rank {rank}{mark})"
 
 
 def _summary(
