@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         "userbuffers": list(PRESETS),
         "precisions": list(PRECISIONS),
     }
+    if args.profiles and args.what != "hardware":
+        raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "precisions":  # one line each: what it runs as, and which profiles have its peak
         _print_precisions()
         return 0
@@ -81,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         for name in context.algorithms():
             print(f"{name:<{width}}  {context.describe(name)}")
         return 0
-    if args.profiles and args.what != "hardware":
-        raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "hardware":  # one row each: what a buyer compares
         _print_hardware(args.profiles)
         return 0
