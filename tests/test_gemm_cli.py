@@ -127,3 +127,14 @@ def test_shapes_are_read_as_the_table_prints_them():
     assert parse_gemm_shape("16384,4096,1024", "shapes") == (16384, 4096, 1024)
     with pytest.raises(UserError, match="is not M,N,K"):
         parse_gemm_shape("4096x4096", "shapes")
+
+
+def test_the_help_usage_is_short_names(capsys):
+    """The usage line names values as run's does (H for a profile), not argparse's HARDWARE,
+    PRECISION and COUNT."""
+    from simcluster.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["gemm", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[--hardware H] [--precision P] [--count N]" in text

@@ -40,12 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024 or 16384x4096x1024 "
         "(one shape may also be given as three numbers: 16384 4096 1024)",
     )  # fmt: skip
-    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
+    parser.add_argument("--hardware", default="dgx-h100", metavar="H", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
-        "--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
+        "--precision", default="bf16", metavar="P", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
     )
     parser.add_argument(
-        "--count", type=int, default=1, help="GEMMs of the shape in one grouped kernel (experts)"
+        "--count", type=int, default=1, metavar="N", help="N GEMMs of the shape in one grouped kernel (experts; default 1)"
     )
     parser.add_argument(
         "--role", choices=ROLES,
