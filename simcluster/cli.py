@@ -1,13 +1,15 @@
 """The ``simcluster`` command: a thin dispatcher over ``simcluster/commands/*``.
 
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
-Any :class:`UserError` becomes one line on stderr and exit status 2, never a traceback.
+Any :class:`UserError` becomes one line on stderr and exit status 2, never a traceback; output
+whose reader has gone (``| head``) ends the command quietly with status 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -121,7 +123,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         _no_command(parser)
         return 2
-    return exit_code_of(lambda: args._run(args))
+    try:
+        return exit_code_of(lambda: args._run(args))
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """Status 0, silently, when the reader of the output closed it (``simcluster list | head``):
+    as ripgrep does (crates/core/main.rs: "a broken pipe means graceful termination"), not
+    Rich's status 1 or Python's traceback. The standard streams are pointed at /dev/null so
+    that the interpreter's last flush of the unread output does not fail again at exit
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # a stream replaced in-process (tests) has no descriptor
+            pass
+    return 0
 
 
 if __name__ == "__main__":

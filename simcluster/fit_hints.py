@@ -93,11 +93,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     from simcluster.memory_report import memory_summary
     from simcluster.sweep import show_value
 
-    base = sc.as_written()  # each change gets its framework's preset for the layout it makes
-    base["name"] = sc.name
-    if "parallel" in base:
-        base["parallel"].pop("dp", None)  # re-derived from the GPU count
-        base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
+    base = _rewritable(sc)
     hints: list[tuple[tuple[int, int], FitHint]] = []
     fewest = min(c.layers for stage in build_context(sc, hardware).chunks for c in stage)
     next_zero = False  # a later ZeRO stage was accepted: the ones after it are not offered
@@ -116,3 +112,39 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if doc["fits"]:
             hints.append((_cost_rank(key, value), FitHint(f"{key}={show_value(value)}", doc["total_bytes"])))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
+
+
+def _rewritable(sc: Scenario) -> dict[str, Any]:
+    """The scenario as written, ready for one changed field: each change gets its framework's
+    preset for the layout it makes, dp and a hand-made stage split are derived again."""
+    base = sc.as_written()
+    base["name"] = sc.name
+    if "parallel" in base:
+        base["parallel"].pop("dp", None)  # re-derived from the GPU count
+        base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
+    return base
+
+
+#: for each recomputation, the lighter ones, least recomputed first: none; Megatron's selective
+#: (the attention core only, Korthikanti et al. 2022); torchtitan's op-level (every other
+#: matmul output kept, the rest rerun)
+LIGHTER_RECOMPUTE = {"full": ("none", "selective", "op"), "op": ("none", "selective"), "selective": ("none",)}
+
+
+def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: float = 0.02) -> FitHint | None:
+    """The least recomputation that still fits with ``spare_share`` of the GPU free, by the same
+    memory walk as :func:`fitting_changes`, for a run that recomputes more than its memory
+    needs; None when none does (or nothing is recomputed)."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+
+    base = _rewritable(sc)
+    for value in LIGHTER_RECOMPUTE.get(sc.training.recompute, ()):
+        try:
+            ctx = build_context(scenario_from_dict(base, [("training.recompute", value)]), hardware)
+        except UserError:
+            continue  # op-level recomputation is for dense models only
+        doc = memory_summary(ctx)
+        if doc["total_bytes"] <= (1.0 - spare_share) * ctx.capacity_bytes:
+            return FitHint(f"training.recompute={value}", doc["total_bytes"])
+    return None

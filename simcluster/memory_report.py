@@ -101,6 +101,7 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
     host_activations = _host_activation_bytes(ctx, worst.stage)
     return {
         "scenario": ctx.scenario.name,
+        "model": ctx.model.name,
         "layout": ctx.layout.describe(),
         "hardware": ctx.profile.name,
         "params_total": ctx.model.params_total(),

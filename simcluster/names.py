@@ -18,3 +18,13 @@ def loose_lookup(name: str, names: Iterable[str]) -> str | None:
     """The entry of ``names`` equal to ``name`` up to :func:`loose_key`, or None."""
     key = loose_key(name)
     return next((n for n in names if loose_key(n) == key), None)
+
+
+def run_heading(scenario: str, model: str | None) -> str:
+    """What a run's titles call it: the scenario, and the model simulated when the scenario's
+    name does not already say it (``llama3-70b-64xh100 (model llama3.1-405b)`` after
+    ``--set model=llama3.1-405b``; plain ``llama3-8b-8xh100`` for its own llama3-8b)."""
+    # "custom": a shape given field by field, which has no name to add
+    if not model or model == "custom" or loose_key(model).replace(".", "") in loose_key(scenario).replace(".", ""):
+        return scenario
+    return f"{scenario} (model {model})"

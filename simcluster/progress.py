@@ -1,5 +1,6 @@
-"""Progress of long work on stderr: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s
-scenarios (:func:`progress_bar`) and one simulation's pipeline ops (``engine/progress.py``).
+"""Progress of long work on stderr, the one place that decides between a terminal's bar and
+piped lines: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s scenarios and one
+simulation's pipeline ops (``engine/progress.py`` counts them into :func:`progress_bar`).
 
 On a terminal: a transient bar. Piped (CI, ``nohup``, ``| tee``): plain lines, since a bar is
 not drawn there and an hour-long sweep that prints nothing looks hung. They start only once
@@ -24,7 +25,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 #: seconds before piped progress prints its first line
 QUIET_S = 10.0
@@ -147,41 +152,94 @@ def _ticking(lines: PlainLines) -> Iterator[None]:
         thread.join()
 
 
+class TerminalBar:
+    """Terminal progress: a transient Rich bar on stderr, drawn once the work has run
+    ``delay_s`` (a one-second simulation shows none), with the tracker's time left."""
+
+    def __init__(self, label: str, unit: str, tracker: Tracker, console: Console, delay_s: float) -> None:
+        self.label, self.unit, self.tracker, self.console = label, unit, tracker, console
+        self.delay_s = delay_s
+        self.start = time.monotonic()
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+        self.lock = threading.Lock()
+
+    def _started(self) -> tuple[Progress, TaskID] | None:
+        if self.bar is None and time.monotonic() - self.start >= self.delay_s:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            columns = [TextColumn(self.label), BarColumn(), MofNCompleteColumn()]
+            if self.unit:
+                columns.append(TextColumn(self.unit))
+            columns += [TimeElapsedColumn(), TextColumn("{task.fields[left]}"), TextColumn("{task.description}")]
+            self.bar = Progress(*columns, console=self.console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=self.tracker.total, left="left: estimating")
+        return None if self.bar is None or self.task is None else (self.bar, self.task)
+
+    def on_advance(self, description: str) -> None:
+        with self.lock:
+            started = self._started()
+            if started is None:
+                return
+            bar, task = started
+            left = self.tracker.left_s(time.monotonic() - self.start)
+            text = "left: estimating" if left is None else f"left {clock_text(left)}"
+            bar.update(task, completed=self.tracker.done, description=description, left=text)
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.bar is not None:
+                self.bar.stop()
+
+
 @contextlib.contextmanager
 def progress_bar(
-    label: str, total: int, total_cost: float | None = None, parallel: int = 1
+    label: str,
+    total: int,
+    total_cost: float | None = None,
+    parallel: int = 1,
+    show: bool | None = None,
+    delay_s: float = 0.0,
+    unit: str = "",
 ) -> Iterator[Callable[..., None]]:
     """Progress for ``total`` items of expected cost ``total_cost`` in all (default: 1 each),
-    ``parallel`` at a time; yields ``advance(description, cost=1.0, ran=True)``, called once
-    per finished item (``ran`` False: skipped without work)."""
+    ``parallel`` at a time; yields ``advance(description="", cost=1.0, ran=True, count=1)``,
+    called as items finish (``ran`` False: skipped without work). ``show``: None for a bar on a
+    terminal and plain lines when stderr is piped, True for the bar, False for nothing;
+    ``delay_s`` holds the bar back for work that is usually short; ``unit`` names what is
+    counted ("pipeline ops")."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     tracker = Tracker(total, float(total) if total_cost is None else total_cost, parallel)
+    if show is False:
+        yield lambda description="", cost=1.0, ran=True, count=1: None
+        return
     stderr = Console(stderr=True)
-    if not stderr.is_terminal:
-        lines = PlainLines(label, tracker, sys.stderr)
+    if show is None and not stderr.is_terminal:
+        lines = PlainLines(f"{label} ({unit})" if unit else label, tracker, sys.stderr)
 
-        def advance_plain(description: str, cost: float = 1.0, ran: bool = True) -> None:
-            tracker.advance(cost, ran)
+        def advance_plain(description: str = "", cost: float = 1.0, ran: bool = True, count: int = 1) -> None:
+            tracker.advance(cost, ran, count)
             lines.on_advance()
 
         with _ticking(lines):
             yield advance_plain
         lines.finish()
         return
-    columns = (
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[left]}"), TextColumn("{task.description}"),
-    )  # fmt: skip
-    start = time.monotonic()
-    with Progress(*columns, console=stderr, transient=True) as bar:
-        task = bar.add_task("", total=total, left="left: estimating")
+    bar = TerminalBar(label, unit, tracker, stderr, delay_s)
 
-        def advance_bar(description: str, cost: float = 1.0, ran: bool = True) -> None:
-            tracker.advance(cost, ran)
-            left = tracker.left_s(time.monotonic() - start)
-            text = "left: estimating" if left is None else f"left {clock_text(left)}"
-            bar.update(task, advance=1, description=description, left=text)
+    def advance_bar(description: str = "", cost: float = 1.0, ran: bool = True, count: int = 1) -> None:
+        tracker.advance(cost, ran, count)
+        bar.on_advance(description)
 
+    try:
         yield advance_bar
+    finally:
+        bar.stop()

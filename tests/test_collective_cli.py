@@ -106,3 +106,17 @@ def test_per_node_must_tile_the_group(capsys, per_node):
     assert main(["collective", "all_reduce", "1MiB", "--gpus", "16", "--per-node", per_node]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--per-node" in err and "Traceback" not in err
+
+
+def test_the_help_names_its_values_as_the_texts_refer_to_them(capsys):
+    """--gpus' help says 'GPUs 0..N-1' and --per-node's 'N/K nodes', --sweep's 'up to SIZE':
+    the usage line names them so (argparse's defaults were GPUS, GPUS_PER_NODE, size)."""
+    import pytest
+
+    from simcluster.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["collective", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--gpus N [--gpus-per-node G] [--per-node K] [--hardware H]" in text and "OP SIZE" in text
+    assert "GPUS_PER_NODE" not in text and "N/K nodes" in text and "up to SIZE" in text

@@ -295,3 +295,18 @@ def test_rounding_residue_gets_no_row():
     summaries = [("a", summary(1.1e-13)), ("b", summary(0.0))]
     assert _keys(summaries, Basis.of(summaries)) == ["gemm"]
     assert _keys([("a", summary(0.5)), ("b", summary(0.0))], Basis(False)) == ["gemm", "idle"]
+
+
+def test_the_plot_of_one_scenarios_variants_names_it():
+    """Variants are labelled by their overrides alone ("parallel.schedule=zb-h1"): the title
+    names the scenario they vary; scenarios of their own keep the plain title."""
+    from simcluster.commands.compare import figure_of
+
+    def summary(name: str) -> dict:
+        return {"scenario": name, "step_time_s": 1.0, "fits_in_memory": True, "gpus": 1, "tokens_per_s": 1024.0,
+                "time_breakdown_s": {"stage": 0, "per_stage": [{"gemm": 1.0}]}}  # fmt: skip
+
+    variants = figure_of([("s", summary("s")), ("parallel.tp=2", summary("s"))], []).axes[0].get_title()
+    assert variants == "s: where each variant's step goes (busiest stage)"
+    apart = figure_of([("a", summary("a")), ("b", summary("b"))], []).axes[0].get_title()
+    assert apart == "where each scenario's step goes (busiest stage)"

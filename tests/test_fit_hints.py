@@ -123,3 +123,38 @@ def test_the_next_zero_stage_offered_is_one_the_framework_runs():
     titan = [h.change for h in fitting_changes(scenario_from_dict({**data, "framework": "torchtitan"}), most=10)]
     assert "parallel.zero=1" in plain and "parallel.zero=3" not in plain
     assert "parallel.zero=3" in titan and not any(h.startswith("parallel.zero=1") for h in titan)
+
+
+def test_a_run_with_memory_to_spare_names_the_lighter_recomputation_that_fits(cli):
+    """torchtitan's Llama 3 70B layout recomputes every layer (full activation checkpointing)
+    at 22 GiB of 80: `run` says that no recomputation fits, by the same memory walk as
+    `simcluster memory` of that change, and how to compare the two."""
+    import json
+
+    from simcluster.context import build_context
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.memory_report import memory_summary
+    from simcluster.scenario import load_scenario
+
+    name = "llama3-70b-128xh100-fsdp-tp-pp"
+    hint = lighter_recompute(load_scenario(name))
+    assert hint is not None and hint.change == "training.recompute=none"
+    walk = memory_summary(build_context(load_scenario(name, [("training.recompute", "none")])))
+    assert hint.total_bytes == walk["total_bytes"] and walk["fits"]
+    res = cli("run", name, "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["lighter_recompute"] == {"change": "training.recompute=none", "total_bytes": walk["total_bytes"]}
+
+
+def test_no_lighter_recomputation_without_recomputation_or_room():
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.scenario import load_scenario
+
+    assert lighter_recompute(load_scenario("llama3-70b-128xh100-fsdp-tp-pp", [("training.recompute", "none")])) is None
+    # Llama 3 8B on one node, full recomputation, 8K tokens: at micro-batch 4 (62.9 GiB) every
+    # lighter recomputation is over 80 GiB; at micro-batch 2 (46.9 GiB) selective and none are
+    # (111 GiB) but torchtitan's op-level one fits, the least recomputation that does
+    full = [("training.recompute", "full")]
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 4)])) is None
+    hint = lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 2)]))
+    assert hint is not None and hint.change == "training.recompute=op"

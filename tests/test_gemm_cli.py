@@ -66,6 +66,16 @@ def test_a_timed_shape_is_marked_and_runs_at_its_time(cli, tmp_path):
     path.write_text(yaml.safe_dump(profile))
     (row,) = _rows(cli, "4096,4096,1024", "--hardware", str(path))
     assert row["timed"] and row["time_s"] == pytest.approx(80e-6 + 4e-6)
+    table = cli("gemm", "4096,4096,1024", "--hardware", str(path))
+    assert "note" in table.out and "timed (calibrated)" in table.out
+
+
+def test_the_note_column_shows_only_when_a_row_has_one(cli):
+    """Datasheet shapes carry no note: the column would be an empty one widening the table."""
+    res = cli("gemm", "16384,4096,1024", "--hardware", "dgx-h100")
+    assert res.code == 0, res.err
+    header = next(line for line in res.out.splitlines() if "M x N x K" in line)
+    assert "cap" in header and "note" not in header
 
 
 @pytest.mark.parametrize(
@@ -117,3 +127,14 @@ def test_shapes_are_read_as_the_table_prints_them():
     assert parse_gemm_shape("16384,4096,1024", "shapes") == (16384, 4096, 1024)
     with pytest.raises(UserError, match="is not M,N,K"):
         parse_gemm_shape("4096x4096", "shapes")
+
+
+def test_the_help_usage_is_short_names(capsys):
+    """The usage line names values as run's does (H for a profile), not argparse's HARDWARE,
+    PRECISION and COUNT."""
+    from simcluster.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["gemm", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[--hardware H] [--precision P] [--count N]" in text

@@ -455,3 +455,41 @@ def test_replica_all_reduce_is_inert_under_a_pipeline():
     note = inert_settings(build_context(scenario_from_dict(make_scenario(
         parallel=par, zero3={"replica_all_reduce": "last_microbatch"}))))[0]
     assert note.where == "at parallel.pp=2"
+
+
+def test_validate_says_its_inert_settings_in_one_line_unless_asked():
+    """The shipped quick set wrote nine notes of recipe flags at degree 1 under its table;
+    by default validate names the settings in one line, --notes lists each with its cases."""
+    from simcluster.commands.validate import inert_summary
+    from simcluster.validate import Case
+
+    def result(name: str, inert: tuple[str, ...]) -> CaseResult:
+        case = Case(name=name, source="", family="f", metric="step_time_s", measured=1.0, scenario={})
+        return CaseResult(case, 1.0, None, 0.0, inert=inert)
+
+    tp = "overlap.tp_comm has no effect at parallel.tp=1 (no TP collectives to overlap)"
+    pp = "overlap.pp_comm has no effect at parallel.pp=1 (no pipeline sends or receives to overlap)"
+    lines = inert_summary([result("a", (tp, pp)), result("b", ()), result("c", (tp,))])
+    assert lines == [
+        "note: 2 setting(s) written by 2 case(s) have no effect in their layouts "
+        "(overlap.tp_comm, overlap.pp_comm); --notes says where and why"
+    ]
+    assert inert_summary([result("b", ())]) == []
+
+
+@pytest.mark.parametrize("flag, per_setting", [((), False), (("--notes",), True)])
+def test_validate_prints_the_summary_or_the_notes(cli, tmp_path, flag, per_setting):
+    import yaml
+
+    case = {"name": "c1", "source": "test", "measured": {"step_time_s": 1.0},
+            "scenario": make_scenario(overlap={"tp_comm": True})}  # fmt: skip
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"cases": [case]}))
+    result = cli("validate", str(path), "--jobs", "1", *flag)
+    assert result.code == 0, result.err
+    text = " ".join(result.out.split())
+    detailed = "note: overlap.tp_comm has no effect at parallel.tp=1 (no TP collectives to overlap) in 1 case(s) (c1)"
+    assert (detailed in text) is per_setting
+    assert ("--notes says where and why" in text) is not per_setting
+    as_json = json.loads(cli("validate", str(path), "--jobs", "1", "--json").out)
+    assert as_json["cases"][0]["inert_settings"] == [detailed.split("note: ")[1].split(" in 1 case")[0]]

@@ -113,3 +113,51 @@ def test_a_piped_run_prints_its_simulation_progress_only_when_long(monkeypatch, 
     assert lines and all(ln.startswith("simulating (pipeline ops): ") for ln in lines)
     assert " done in " in lines[-1]
     assert loud.summary["step_time_s"] == quiet.summary["step_time_s"]
+
+
+class _FakeTerminal(io.StringIO):
+    """A text stream that says it is a terminal, as Rich asks (``isatty``)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_run_draws_its_simulation_bar_on_stderr_not_stdout(monkeypatch):
+    """One module decides terminal against piped (simcluster/progress.py): the simulation's bar
+    goes to stderr like sweep's, so `run --json > out.json` on a terminal shows it and leaves
+    stdout to the document (engine/progress.py drew it on Rich's default console, stdout)."""
+    import sys
+
+    import simcluster.engine.progress as engine_progress
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+    from tests.engine_helpers import pipeline_scenario
+
+    scenario = scenario_from_dict(pipeline_scenario(4, 16, "1f1b", layers=8))
+    out, err = io.StringIO(), _FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(engine_progress, "BAR_DELAY_S", 0.0)
+    monkeypatch.setattr(engine_progress, "_BATCH", 500)
+    monkeypatch.setenv("COLUMNS", "150")
+    loud = simulate(scenario, progress=None)
+    assert out.getvalue() == ""
+    assert "simulating" in err.getvalue() and "pipeline ops" in err.getvalue()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert simulate(scenario, progress=False).summary["step_time_s"] == loud.summary["step_time_s"]
+
+
+def test_the_bar_waits_for_its_delay(monkeypatch):
+    """A run shorter than the bar's delay draws nothing, on a terminal too."""
+    import sys
+
+    from simcluster.progress import progress_bar
+
+    err = _FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    with progress_bar("simulating", 10, delay_s=3600.0, unit="pipeline ops") as advance:
+        advance(count=5, cost=5.0)
+    assert err.getvalue() == ""
+    with progress_bar("simulating", 10, delay_s=0.0, unit="pipeline ops") as advance:
+        advance(count=5, cost=5.0)
+    assert "simulating" in err.getvalue()

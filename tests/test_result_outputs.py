@@ -71,3 +71,20 @@ def test_a_steady_state_step_is_split_in_breakdown_png_too(tmp_path):
     assert steady.summary["optimizer_post_validation"] and "time_breakdown_s" in steady.summary
     written = steady.write(tmp_path / "out")
     assert "breakdown.png" in written and written["breakdown.png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_row_labels_name_only_the_dimensions_the_layout_has():
+    """A pure pipeline's rows are its stages; a dp x tp x ep layout's rows carry each of those
+    coordinates (the rank grid of layout.py: tp innermost), and no "cp 0" without context
+    parallelism."""
+    from simcluster.context import build_context
+    from simcluster.engine.simulate import _label
+    from simcluster.scenario import load_scenario
+
+    pipeline = build_context(load_scenario("gpt-28b-zb2p-32xa100"))  # pp 32 alone
+    assert _label(pipeline, 5) == "stage 5 (rank 5)"
+    moe = build_context(load_scenario("mixtral-8x7b-32xh100"))  # tp 2, ep 8, dp 16
+    label = _label(moe, 3)
+    assert label.startswith("stage 0 / tp 1 / ep ") and label.endswith(" / dp 1 (rank 3)")
+    assert "cp" not in label
+    assert _label(moe, 3, slow=1.25).endswith("(rank 3, straggler x1.25)")

@@ -25,25 +25,27 @@ HELP = "time one collective alone on the cluster (nccl-tests style time, algbw, 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """CLI arguments of the command."""
     parser.add_argument(
-        "op",
+        "op", metavar="OP",
         help="all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv (any case; "
         "dashes, no separator and nccl-tests' binary names too: all-reduce, allreduce, all_reduce_perf)",
     )
     parser.add_argument(
-        "size",
+        "size", metavar="SIZE",
         help="nccl-tests size of the op in whole bytes (B, KB, MB, GB, TB, KiB..TiB), e.g. 8, 1MiB, 1GiB: "
         "the buffer for all_reduce, broadcast and send_recv, the gathered output for all_gather, the "
         "input for reduce_scatter, each rank's whole send buffer for all_to_all (nccl-tests' size "
         "column: max of send and receive bytes per rank)",
     )
-    parser.add_argument("--gpus", type=int, required=True, help="ranks in the group (GPUs 0..N-1)")
-    parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the profile's")
+    parser.add_argument("--gpus", type=int, required=True, metavar="N", help="ranks in the group (GPUs 0..N-1)")
+    parser.add_argument(
+        "--gpus-per-node", type=int, default=None, metavar="G", help="GPUs per node of the cluster (default: the profile's)"
+    )
     parser.add_argument(
         "--per-node", type=int, default=None, metavar="K",
-        help="place the group as K GPUs on each of GPUS/K nodes (e.g. 1 = a DP group of a TP-8 "
+        help="place the group as K GPUs on each of N/K nodes (e.g. 1 = a DP group of a TP-8 "
         "layout); default: GPUs 0..N-1",
     )  # fmt: skip
-    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
+    parser.add_argument("--hardware", default="dgx-h100", metavar="H", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
         "--algo", default=None,
         help="ring, tree, nvls, nvls_tree, hierarchical, direct (default: as NCCL)",
@@ -64,11 +66,14 @@ def parse_overrides(items: list[str]) -> tuple[dict[str, object], dict[str, obje
     for item in items:
         key, sep, value = item.partition("=")
         if sep and key.startswith("cluster.profile.") and len(key) > len("cluster.profile."):
+            parsed = yamlio.parse_set_value(value, item)
+            if parsed is None:  # null: the profile's own value, as --set KEY=null on a scenario
+                continue
             node = patch
             *parents, leaf = key.removeprefix("cluster.profile.").split(".")
             for part in parents:
                 node = node.setdefault(part, {})  # type: ignore[assignment]
-            node[leaf] = yamlio.parse_set_value(value, item)
+            node[leaf] = parsed
             continue
         short = key.removeprefix("cluster.")
         if not sep or not key.startswith("cluster.") or short not in CLUSTER_OVERRIDES:

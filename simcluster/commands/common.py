@@ -25,7 +25,7 @@ def add_scenario_arguments(
         action="append",
         metavar="KEY=VALUE",
         help="override a scenario field, e.g. --set parallel.tp=4 (repeatable; a mapping such as "
-        "'parallel={tp: 4, pp: 2}' merges into its section)",
+        "'parallel={tp: 4, pp: 2}' merges into its section; KEY=null unsets it: its default)",
     )
     parser.add_argument("--hardware", metavar="H", help=hardware_help)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

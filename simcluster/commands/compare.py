@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--set", dest="overrides", action="append", metavar="KEY=VALUE",
-        help="override a field in every scenario (repeatable)",
+        help="override a field in every scenario (repeatable; KEY=null unsets it: its default)",
     )  # fmt: skip
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -245,6 +245,9 @@ def figure_of(summaries: Summaries, shared: list[str]) -> Figure:
         title, xlabel = "where each scenario's GPU time per million tokens goes (busiest stage)", "GPU time per 1M tokens"
     else:
         title, xlabel = "where each scenario's step goes (busiest stage)", "time in the step"
+    names = {str(s.get("scenario", "")) for _, s in summaries}
+    if len(names) == 1 and "" not in names:  # variants of one scenario, labelled by their overrides alone
+        title = f"{names.pop()}: {title.replace('each scenario', 'each variant')}"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)
     return draw_bars(bars, title, xlabel)

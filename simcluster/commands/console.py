@@ -1,4 +1,4 @@
-"""The console the subcommands print their tables on."""
+"""The console the subcommands print their tables on, and what a closed pipe does to it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,20 @@ from rich.console import Console
 PIPE_WIDTH = 200
 
 
+class PipeSafeConsole(Console):
+    """A Rich console that lets a closed pipe (``simcluster run X | head``) end the command
+    through :func:`simcluster.cli.main`'s quiet exit: Rich's own handler exits with status 1,
+    which fails a ``set -o pipefail`` script for output its reader chose not to read."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def stdout_console(min_width: int = 0) -> Console:
     """A console on stdout: a terminal's own width (at least ``min_width``, the widest tables
     wrap rather than truncate), or :data:`PIPE_WIDTH` when the output is redirected."""
-    console = Console()
+    console = PipeSafeConsole()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        return Console(width=max(PIPE_WIDTH, min_width))
-    return Console(width=max(console.width, min_width)) if min_width else console
+        return PipeSafeConsole(width=max(PIPE_WIDTH, min_width))
+    return PipeSafeConsole(width=max(console.width, min_width)) if min_width else console

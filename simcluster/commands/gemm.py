@@ -40,12 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GEMM shapes, C[M,N] = A[M,K] @ B[K,N], e.g. 16384,4096,1024 or 16384x4096x1024 "
         "(one shape may also be given as three numbers: 16384 4096 1024)",
     )  # fmt: skip
-    parser.add_argument("--hardware", default="dgx-h100", help="profile name or YAML path (default dgx-h100)")
+    parser.add_argument("--hardware", default="dgx-h100", metavar="H", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
-        "--precision", default="bf16", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
+        "--precision", default="bf16", metavar="P", help=f"one of {', '.join(PRECISIONS)} (default bf16)"
     )
     parser.add_argument(
-        "--count", type=int, default=1, help="GEMMs of the shape in one grouped kernel (experts)"
+        "--count", type=int, default=1, metavar="N", help="N GEMMs of the shape in one grouped kernel (experts; default 1)"
     )
     parser.add_argument(
         "--role", choices=ROLES,
@@ -103,10 +103,13 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str, launch_s: f
     from simcluster.commands.console import stdout_console
 
     table = Table(title=f"{dtype} GEMMs on {hw} (efficiencies are fractions of the datasheet peak)")
-    for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", "note"):
+    notes = [
+        [n for n, on in (("timed (calibrated)", r["timed"]), ("memory-bound", r["memory_bound"])) if on] for r in rows
+    ]
+    noted = any(notes)  # an empty "note" column only widens the table
+    for col in ("M x N x K", "time (us)", "TFLOP/s", "of peak", "size curve", "shape", "cap", *(("note",) if noted else ())):
         table.add_column(col, justify="left" if col in ("M x N x K", "note") else "right")
-    for r in rows:
-        notes = [n for n, on in (("timed (calibrated)", r["timed"]), ("memory-bound", r["memory_bound"])) if on]
+    for r, row_notes in zip(rows, notes, strict=True):
         count = f" x{r['count']}" if r["count"] != 1 else ""
         table.add_row(
             f"{r['m']} x {r['n']} x {r['k']}{count}",
@@ -116,7 +119,7 @@ def _print_table(rows: list[dict[str, object]], hw: str, dtype: str, launch_s: f
             "-" if r["timed"] else f"{float(r['curve']):.3f}",  # type: ignore[arg-type]
             "-" if r["timed"] else f"{float(r['shape_factor']):.3f}",  # type: ignore[arg-type]
             "-" if r["cap"] is None else f"{float(r['cap']):.3f}",  # type: ignore[arg-type]
-            ", ".join(notes),
+            *((", ".join(row_notes),) if noted else ()),
         )
     console = stdout_console(110)
     console.print(table)

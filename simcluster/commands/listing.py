@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         "userbuffers": list(PRESETS),
         "precisions": list(PRECISIONS),
     }
+    if args.profiles and args.what != "hardware":
+        raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "precisions":  # one line each: what it runs as, and which profiles have its peak
         _print_precisions()
         return 0
@@ -70,13 +72,17 @@ def run(args: argparse.Namespace) -> int:
             doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
             print(f"{name:<{width}}  {doc[0] if doc else ''}")
         return 0
+    if args.what == "presets":  # one line each: the model's size and shape
+        _print_presets()
+        return 0
+    if args.what == "scenarios":  # one line each: what the scenario runs (its description)
+        _print_scenarios()
+        return 0
     if args.what == "cp":  # one line each: how the algorithm shares K and V
         width = max(map(len, context.algorithms()))
         for name in context.algorithms():
             print(f"{name:<{width}}  {context.describe(name)}")
         return 0
-    if args.profiles and args.what != "hardware":
-        raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "hardware":  # one row each: what a buyer compares
         _print_hardware(args.profiles)
         return 0
@@ -92,6 +98,41 @@ def run(args: argparse.Namespace) -> int:
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _print_scenarios() -> None:
+    """Each shipped scenario with its ``description:``, which says the model, cluster and
+    layout its name abbreviates (``mpt-7b-8xa100-fsdp1``: as llm-foundry trains it)."""
+    from simcluster.scenario.loading import read_scenario_file
+
+    names = shipped_scenarios()
+    width = max(map(len, names))
+    for name in names:
+        data, _ = read_scenario_file(name)
+        description = data.get("description", "") if isinstance(data, dict) else ""
+        print(f"{name:<{width}}  {' '.join(str(description).split())}".rstrip())
+
+
+def _billions(count: float) -> str:
+    """A parameter count as model cards write it: 8.03B, 70.6B, 1,026B."""
+    billions = count / 1e9
+    return f"{billions:.2f}B" if billions < 10 else f"{billions:.1f}B" if billions < 1000 else f"{billions:,.0f}B"
+
+
+def _print_presets() -> None:
+    """Each model preset with its parameters (active ones for a mixture of experts: what a
+    token's FLOPs scale with) and shape, so a name can be checked against its model card."""
+    from simcluster.model import load_preset
+
+    names = preset_names()
+    width = max(map(len, names))
+    for name in names:
+        m = load_preset(name)
+        total, active = m.params_total(), m.params_active()
+        size = _billions(total) + (f" ({_billions(active)} active)" if active != total else "")
+        experts = f", {m.experts} experts top-{m.top_k}" if m.experts else ""
+        kv = f" ({m.kv_heads} KV)" if m.kv_heads != m.heads else ""
+        print(f"{name:<{width}}  {size}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads{kv}{experts}")
 
 
 def _print_precisions() -> None:

@@ -17,6 +17,7 @@ from simcluster.context import build_context
 from simcluster.fit_hints import would_fit
 from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
+from simcluster.names import run_heading
 from simcluster.units import format_bytes
 
 NAME = "memory"
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     console = stdout_console()
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         console.print(f"with --set {' '.join(args.overrides)}")
-    table = Table(title=f"{doc['scenario']} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
+    heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
+    table = Table(title=f"{heading} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
     table.add_column("stage", justify="right")
     for col in _COLUMNS:
         table.add_column(col, justify="right")

@@ -24,6 +24,7 @@ from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.errors import UserError
 from simcluster.inert import inert_settings, note_lines
+from simcluster.names import run_heading
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
 from simcluster.stragglers import Stragglers
@@ -35,6 +36,8 @@ HOST_HINT = 0.05
 TP_HINT = 0.05
 # exposed EP share of the step above which a defaulted expert TP is pointed out
 EP_HINT = 0.05
+#: a recompute share of the step from which `run` says what lighter recomputation fits
+RECOMPUTE_HINT = 0.05
 
 NAME = "run"
 HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
@@ -101,6 +104,16 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.fit_hints import would_fit
 
         result.summary["would_fit"] = would_fit(scenario, args.hardware)
+    elif _share_of_step(result.summary, busiest(result.summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
+        from simcluster.commands.memory import TIGHT_SHARE
+        from simcluster.fit_hints import lighter_recompute
+
+        lighter = lighter_recompute(scenario, args.hardware, TIGHT_SHARE)
+        if lighter is not None:
+            result.summary["lighter_recompute"] = {"change": lighter.change, "total_bytes": lighter.total_bytes}
+    if args.overrides:  # the figures and the trace say what was simulated, as the table does
+        result.title += f"\nwith --set {' '.join(args.overrides)}"
+        result.summary["overrides"] = list(args.overrides)
     written: list[str] = []
     if args.out:
         paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace)
@@ -146,7 +159,7 @@ def _print(
     console = stdout_console()
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
-    title = f"{s['scenario']} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
+    title = f"{run_heading(s['scenario'], s.get('model'))} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
     table = Table(title=title, show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -252,6 +265,15 @@ def _print(
     tight = tight_fit_line(peak["max"], s["capacity_bytes"])
     if tight:
         console.print(tight)
+    if "lighter_recompute" in s:  # memory to spare, spent on rerunning the forward
+        lighter = s["lighter_recompute"]
+        share = _share_of_step(s, busiest(s).get("recompute", 0.0))
+        console.print(
+            f"recomputation is {100 * share:.0f}% of the step with {format_bytes(s['capacity_bytes'] - peak['max'])} "
+            f"of GPU memory to spare: --set {lighter['change']} fits ({format_bytes(lighter['total_bytes'])} by "
+            f"the memory walk; compare: simcluster compare {s['scenario']} {s['scenario']}@{lighter['change']})",
+            markup=False,
+        )
     if out:
         console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
 

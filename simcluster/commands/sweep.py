@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +272,13 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
     for field, count, first in skip_reasons(rows):
         if field == MEMORY_FIELD:
-            console.print(f"left out {count} layout(s) over the GPU's memory, unsimulated (--fitting-only), e.g. {first}")
+            # one capacity for all (a --hardware axis can mix GPUs: then each peak stands alone)
+            sizes = {m.group(1) for r in rows if r.skipped and (m := re.search(r"exceeds (\S+ \S+)", r.skipped))}
+            console.print(
+                f"left out {count} layout(s) over the GPU's memory"
+                + (f" of {next(iter(sizes))}" if len(sizes) == 1 else "")
+                + f", unsimulated (--fitting-only): {_left_out(rows)}; `simcluster memory` shows where the bytes go"
+            )
         else:
             console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
     if ran and not any(r.fits for r in ran):
@@ -279,3 +287,12 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png", soft_wrap=True, markup=False)
 
 
+def _left_out(rows: Sequence[SweepRow], most: int = 6) -> str:
+    """The layouts ``--fitting-only`` left out, each with its peak: which ones, not only how many
+    (a grid's corner that does not fit is often the one the user meant to see)."""
+    over = [r for r in rows if r.skipped and r.skipped.startswith(f"{MEMORY_FIELD}:")]
+    items = []
+    for r in over[:most]:
+        peak = re.search(r"peak (\S+ \S+)", r.skipped or "")
+        items.append(f"{r.candidate.label}" + (f" (peak {peak.group(1)})" if peak else ""))
+    return ", ".join(items) + (f" and {len(over) - most} more" if len(over) > most else "")

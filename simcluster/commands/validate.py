@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="write validate.csv, validate.json and validate.png (errors by family)"
     )
     parser.add_argument(
+        "--notes", action="store_true",
+        help="list each setting a case wrote that has no effect in its layout, with the cases "
+        "(default: one line naming them; --json has them per case as inert_settings)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-mape", metavar="PCT",
         help="exit with status 1 when the cases' MAPE is above PCT (a CI gate on your own cases)",
     )  # fmt: skip
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(document)
     else:
-        _print(results)
+        _print(results, notes=args.notes)
         if args.out:
             stdout_console().print(f"wrote {Path(args.out)}/validate.csv, validate.json, validate.png", soft_wrap=True, markup=False)
     broken = broken_gates(results, max_mape, max_error)
@@ -159,6 +164,21 @@ def inert_lines(results: list[CaseResult]) -> list[str]:
     return [f"note: {text} in {len(rs)} case(s) ({_names(rs)})" for text, rs in cases.items()]
 
 
+def inert_summary(results: list[CaseResult], most: int = 4) -> list[str]:
+    """The inert settings in one line: the shipped cases transcribe their recipes' flags as
+    written, and at degree 1 (pp 1, tp 1) several do nothing, which said case by case buried
+    the table under notes that call for no action; ``--notes`` lists them (:func:`inert_lines`)."""
+    settings = list(dict.fromkeys(text.split()[0] for r in results for text in r.inert))
+    if not settings:
+        return []
+    cases = sum(bool(r.inert) for r in results)
+    named = ", ".join(settings[:most]) + (f" and {len(settings) - most} more" if len(settings) > most else "")
+    return [
+        f"note: {len(settings)} setting(s) written by {cases} case(s) have no effect in their layouts "
+        f"({named}); --notes says where and why"
+    ]
+
+
 def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
     """What a case's scenario leaves to simcluster, where it matters for the error."""
     ran = [r for r in results if r.error is None]
@@ -189,7 +209,7 @@ def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
         )
 
 
-def _print(results: list[CaseResult]) -> None:
+def _print(results: list[CaseResult], notes: bool = False) -> None:
     console = stdout_console(120)
     table = Table(title="validation cases (error: (predicted - measured) / measured of the metric; a step time's - is a faster simulated step)")
     with_memory = any(r.case.peak_memory_gib is not None for r in results)
@@ -211,7 +231,7 @@ def _print(results: list[CaseResult]) -> None:
     for r in results:
         if r.case.note:
             console.print(f"{r.case.name}: {r.case.note}")
-    for line in inert_lines(results):
+    for line in inert_lines(results) if notes else inert_summary(results):
         console.print(line, markup=False, highlight=False)
     _print_setting_notes(console, results)
 

@@ -22,6 +22,7 @@ from simcluster.engine.shared import Shared
 from simcluster.engine.worker import GRAD_ZERO, Worker
 from simcluster.errors import InternalError, UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
+from simcluster.names import run_heading
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
@@ -205,7 +206,8 @@ def simulate(
     summary["stragglers"] = stragglers.to_dict()
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     gpus = sc.cluster.gpus
-    title = f"{sc.name} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
+    heading = run_heading(sc.name, ctx.model.name)  # the model after --set model=..., not only the file's name
+    title = f"{heading} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
 
 
@@ -245,9 +247,19 @@ def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:
 
 
 def _label(ctx: Context, rank: int, slow: float = 1.0) -> str:
-    c = ctx.layout.coords(rank)
+    """A timeline row's name: the rank's coordinates on the parallel dimensions the layout
+    has (a "cp 0" on every row of a job without context parallelism only widens the margin),
+    its place in its expert-parallel group with experts."""
+    lay = ctx.layout
+    c = lay.coords(rank)
+    parts = [f"stage {c['pp']}"]
+    parts += [f"{dim} {c[dim]}" for dim, size in (("tp", lay.tp), ("cp", lay.cp)) if size > 1]
+    if lay.ep > 1:
+        parts.append(f"ep {lay.group('ep', rank).index(rank)}")
+    if lay.dp > 1:
+        parts.append(f"dp {c['dp']}")
     mark = f", straggler x{slow:g}" if slow != 1.0 else ""
-    return f"stage {c['pp']} / tp {c['tp']} / cp {c['cp']} / dp {c['dp']} (rank {rank}{mark})"
+    return f"{' / '.join(parts)} (rank {rank}{mark})"
 
 
 def _summary(
@@ -281,6 +293,7 @@ def _summary(
     max_peak = max(per_stage_peak)
     return {
         "scenario": sc.name,
+        "model": ctx.model.name,
         "layout": lay.describe(),
         "framework": sc.framework,
         "framework_release": sc.framework_release,

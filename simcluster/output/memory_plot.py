@@ -169,6 +169,7 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
     headline = (
         f"peak {format_bytes(data.peak_bytes)} on stage {data.peak_stage} of "
         f"{format_bytes(data.capacity_bytes)}"
+        + (": does not fit" if data.peak_bytes > data.capacity_bytes else "")  # as `run` says it
         if data.stages
         else "no memory data"
     )

@@ -121,7 +121,10 @@ def write_all(
         # with the optimizer's post-validation the stages' parts add up to the steady-state
         # period: no step boundary to mark on the timeline, but a step to split all the same
         period = " (steady state)" if summary.get("optimizer_post_validation") else ""
-        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, f"{heading}: where the step{period} goes"), "png")
+        # on the heading's first line: a second one ("with --set ...") ends the title
+        first, newline, rest = heading.partition("\n")
+        what = f"{first}: where the step{period} goes{newline}{rest}"
+        files[BREAKDOWN_PNG] = figure_bytes(draw_breakdown(summary, what), "png")
     text = trace_text(frame, labels, memory, {"title": heading, **recorded})
     if gzip_trace:
         files[TRACE_JSON_GZ] = trace_gzip(text)

@@ -77,8 +77,18 @@ def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
-    """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation)."""
+    """Apply dotted overrides to a raw scenario dict (unknown keys are caught by validation).
+
+    A null value (``--set parallel.etp=null``) removes the key, whatever its section: the
+    scenario then runs as if it had not written it, on the field's default or its framework's
+    (a key with no default is then reported as required by :func:`scenario_from_dict`)."""
+    return _apply_overrides(data, overrides)[0]
+
+
+def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """:func:`apply_overrides`, and the dotted paths that a null override removed."""
     out = copy.deepcopy(data)
+    unset: list[str] = []
     pending = list(overrides)
     while pending:
         key, value = pending.pop(0)
@@ -100,12 +110,29 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
             if not isinstance(child, dict):
                 raise UserError(key, f"cannot set inside '{part}', which is not a section")
             node = child
+        if value is None:
+            # null is "as if unwritten" for every key (before, a field typed `int | None` took
+            # it and an `int` one refused it); the key's twins stay, being other keys
+            node.pop(parts[-1], None)
+            _prune_empty(out, parts[:-1])
+            unset.append(".".join(parts))
+            continue
         node[parts[-1]] = value
         # an override of a size given another way replaces it: --set cluster.nodes=16 on a
         # scenario that states gpus, --set training.global_batch_tokens=4M over global_batch
         for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
-    return out
+    return out, unset
+
+
+def _prune_empty(data: dict[str, Any], parents: list[str]) -> None:
+    """Drop the mappings below a section that a null override left empty: an empty
+    ``cluster.profile.efficiency`` would patch the profile's whole efficiency table away,
+    where unsetting ``efficiency.nic`` meant the profile's own value."""
+    for depth in range(len(parents), 1, -1):
+        parent = _get_path(data, parents[: depth - 1])
+        if isinstance(parent, dict) and parent.get(parents[depth - 1]) == {}:
+            del parent[parents[depth - 1]]
 
 
 def _get_path(data: dict[str, Any], parts: list[str]) -> Any:
@@ -142,7 +169,7 @@ def _unknown_for_missing(errors: list[Any]) -> tuple[Any, str] | None:
     return None
 
 
-def _format_error(exc: ValidationError) -> UserError:
+def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserError:
     errors = exc.errors()
     err = errors[0]
     paired = _unknown_for_missing(errors) if err["type"] == "missing" else None
@@ -175,6 +202,8 @@ def _format_error(exc: ValidationError) -> UserError:
             return UserError(field, f"belongs in {home.split('.')[0]}, not {loc[0]}; write it as {home}")
         return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
     if kind == "missing":
+        if field in (unset or ()):
+            return UserError(field, f"has no default, so null cannot unset it; give it a value: --set {field}=VALUE")
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -222,7 +251,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data = apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
+    data, unset = _apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = normalise_spellings(data)
@@ -233,7 +262,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise _format_error(exc) from None
+        raise _format_error(exc, unset) from None
     return scenario.with_written(written)
 
 
