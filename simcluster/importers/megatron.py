@@ -10,7 +10,8 @@ the scenario says what the launch line runs, not simcluster's defaults:
   ``--position-embedding-type``, ``--untie-embeddings-and-output-weights`` and the dropout flags
   say otherwise; ``--num-query-groups`` counts only with ``--group-query-attention``;
 - vocabulary: the tokenizer's size padded up to a multiple of
-  ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``); GPT-2's BPE
+  ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``);
+  ``NullTokenizer`` (``--mock-data`` runs) has ``--vocab-size`` + 1 entries (its EOD); GPT-2's BPE
   (``--vocab-file``/``--merge-file``, ``GPT2BPETokenizer``) has 50,257 entries, others say
   theirs only in their files (``--set model.vocab=N``);
 - optimizer and overlaps: ZeRO-1 only with ``--use-distributed-optimizer``, sequence
@@ -38,6 +39,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
+from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.shell import read_script
@@ -122,7 +124,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _model(flags, sc, out)
     _parallel(flags, sc, framework, out)
     _training(flags, sc, framework, out)
-    _moe(flags, sc)
+    moe(flags, sc, out)
     for name in flags.left():
         out.skip(
             f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
@@ -168,6 +170,11 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
             else 4 * model["hidden"]
         )
     model["ffn"] = ffn
+    if "experts" in model and "expert_ffn" not in model:
+        model["expert_ffn"] = ffn  # arguments.py: --moe-ffn-hidden-size defaults to ffn_hidden_size
+    if "experts" in model and "top_k" not in model:
+        model["top_k"] = 2  # arguments.py: --moe-router-topk defaults to 2
+    mla(flags, model)
     if flags.has("group-query-attention"):
         groups = flags.integer("num-query-groups")
         if groups is None:
@@ -224,6 +231,9 @@ def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
         return exact
     size = flags.integer("vocab-size")
     tokenizer = flags.text("tokenizer-type")
+    if size is not None and tokenizer == "NullTokenizer":
+        # tokenizer.py _NullTokenizer: vocab_size is --vocab-size + 1 (its EOD token comes after)
+        size += 1
     if size is None and (
         tokenizer == "GPT2BPETokenizer"
         or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))
@@ -249,6 +259,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             parallel["zero"] = 1
             out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
     _partition(flags, sc)
+    _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:
         if parallel.get("sequence_parallel"):
             out.notes.append(
@@ -262,6 +273,8 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         raise UserError(
             "--overlap-param-gather", "Megatron requires --use-distributed-optimizer with it"
         )
+    if given.get("param_gather") is True and not given.get("dp_grad_reduce"):
+        raise UserError("--overlap-param-gather", "Megatron requires --overlap-grad-reduce with it")
     if given.get("tp_comm") is True and not parallel["sequence_parallel"]:
         raise UserError(
             "--tp-comm-overlap", "Megatron requires --sequence-parallel (and tp > 1) with it"
@@ -297,6 +310,65 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         out.notes.append(
             f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
         )
+
+
+def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
+    """Megatron-Core's uneven pipeline splits as ``parallel.layers_per_stage``:
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` give the
+    first / last stage's layers and the rest split evenly over the others; with
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` the
+    embedding / loss counts as one layer of the first / last stage (arguments.py validate_args
+    and transformer_block.get_num_layers_to_build). Under virtual stages they are listed."""
+    first, last = (
+        flags.integer("decoder-first-pipeline-num-layers"),
+        flags.integer("decoder-last-pipeline-num-layers"),
+    )
+    embedding = flags.has("account-for-embedding-in-pipeline-split")
+    loss = flags.has("account-for-loss-in-pipeline-split")
+    if first is None and last is None and not embedding and not loss:
+        return
+    parallel, layers = sc["parallel"], sc["model"]["layers"]
+    pp = parallel.get("pp", 1)
+    if "vpp" in parallel or "layers_per_virtual_stage" in parallel or pp <= 1:
+        for name in (
+            "decoder-first-pipeline-num-layers",
+            "decoder-last-pipeline-num-layers",
+            "account-for-embedding-in-pipeline-split",
+            "account-for-loss-in-pipeline-split",
+        ):
+            flags.taken.discard(name)  # listed: layers_per_stage counts whole ranks' layers
+        return
+    if first is not None or last is not None:
+        if embedding or loss:
+            raise UserError(
+                "--account-for-embedding-in-pipeline-split",
+                "Megatron refuses it beside --decoder-first/last-pipeline-num-layers",
+            )
+        middle = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        if middle <= 0 and rest or middle > 0 and rest % middle:
+            raise UserError(
+                "--decoder-first-pipeline-num-layers",
+                f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)",
+            )
+        per = rest // middle if middle > 0 else 0
+        stages = [per] * pp
+        if first is not None:
+            stages[0] = first
+        if last is not None:
+            stages[-1] = last
+    else:
+        total = layers + embedding + loss
+        if total % pp:
+            raise UserError(
+                "--account-for-embedding-in-pipeline-split",
+                f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp} "
+                "(Megatron asserts it)",
+            )
+        stages = [total // pp] * pp
+        stages[0] -= embedding
+        stages[-1] -= loss
+    parallel["layers_per_stage"] = stages
 
 
 def _partition(flags: Flags, sc: dict[str, Any]) -> None:
@@ -364,6 +436,24 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     )
     if backend is not None:
         training["flash_attention"] = backend
+    if flags.text("attention-backend") == "fused":
+        _cudnn_attention(sc, out)
+
+
+def _cudnn_attention(sc: dict[str, Any], out: Imported) -> None:
+    """``--attention-backend fused``: TransformerEngine's FusedAttention, cuDNN's fused kernel
+    (Megatron-Core's AttnBackend.fused runs TE with NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0), its
+    curves where the profile has them."""
+    from simcluster.hardware import load_profile  # hardware imports the scenario schema
+
+    profile = load_profile(sc["cluster"]["hardware"], field="--cluster")
+    if "cudnn" in profile.attention_kernels:
+        sc["training"]["attention_kernel"] = "cudnn"
+    else:
+        out.notes.append(
+            f"--attention-backend fused is cuDNN's fused attention; {sc['cluster']['hardware']} has no "
+            "cudnn curves, so the profile's default kernel is used"
+        )
 
 
 def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
@@ -425,30 +515,3 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
                 f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
             )
         training["recompute_modules"] = modules
-
-
-def _moe(flags: Flags, sc: dict[str, Any]) -> None:
-    moe: dict[str, Any] = {}
-    dispatcher = flags.choice(
-        "moe-token-dispatcher-type", {"alltoall": "alltoall", "flex": "deepep"}
-    )
-    if dispatcher is not None:
-        moe["dispatcher"] = dispatcher
-    capacity = flags.number("moe-expert-capacity-factor")
-    if capacity is not None:
-        moe["capacity_factor"] = capacity
-    if sc.get("moe", {}).get("pad_to_capacity"):
-        moe["pad_to_capacity"] = True
-    shared = flags.integer("moe-shared-expert-intermediate-size")
-    if shared is not None:
-        expert_ffn = sc["model"].get("expert_ffn") or sc["model"]["ffn"]
-        if shared % expert_ffn:
-            raise UserError(
-                "--moe-shared-expert-intermediate-size",
-                f"{shared} is not a whole number of experts of {expert_ffn}",
-            )
-        sc["model"]["shared_experts"] = shared // expert_ffn
-    every = flags.integer("moe-layer-freq")
-    if every is not None:
-        sc["model"]["moe_every"] = every
-    sc["moe"] = moe

@@ -251,9 +251,7 @@ def _dollar(raw: str, i: int, state: _State, out: list[str]) -> int:
         end = _closing(raw, i + 2, "}", state)
         # ${NAME}, ${NAME:-default}, ${ARRAY[@]} (an array's words, joined); ${1}, a script
         # argument, is not known here: empty, as an unset variable
-        found = re.match(
-            rf"({_NAME}|\d+)(?:\[[@*0]\])?(:?[-=?+]?)(.*)", raw[i + 2 : end], re.S
-        )
+        found = re.match(rf"({_NAME}|\d+)(?:\[[@*0]\])?(:?[-=?+]?)(.*)", raw[i + 2 : end], re.S)
         if found is None:
             return end + 1
         name, op, default = found.groups()
