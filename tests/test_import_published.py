@@ -1,0 +1,117 @@
+"""`simcluster import` on more published launch scripts, each a fixture under
+tests/fixtures/launch/megatron with its source URL and commit in its header: each must load and
+simulate, and where a validation case describes the same run, differ from it only where the
+test says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from simcluster.context import build_context
+from simcluster.engine import simulate
+from simcluster.importers import ImportOptions, import_config
+from simcluster.model import load_preset
+from simcluster.scenario import scenario_from_dict
+from simcluster.scenario.loading import apply_overrides
+from simcluster.validate import load_cases_file
+
+ROOT = Path(__file__).resolve().parent.parent
+MEGATRON = Path(__file__).parent / "fixtures" / "launch" / "megatron"
+
+
+def _resolved(raw: dict[str, Any]) -> dict[str, Any]:
+    return build_context(scenario_from_dict(dict(raw))).scenario.model_dump()
+
+
+def _differences(a: Any, b: Any, path: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted field -> (a's value, b's value) wherever the two resolved scenarios differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(a) | set(b)):
+            out |= _differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+        return out
+    return {} if a == b else {path: (a, b)}
+
+
+def _step(raw: dict[str, Any]) -> float:
+    return float(simulate(build_context(scenario_from_dict(dict(raw)))).summary["step_time_s"])
+
+
+def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
+    imported = import_config(
+        "megatron",
+        MEGATRON / "train_llama3_8b_h100_fp8.sh",
+        ImportOptions(cluster="dgx-h100", nodes=1),
+    )
+    s = imported.scenario
+    # the script's flags as Megatron-LM's arguments.py reads them: --fp8-format hybrid with the
+    # default --fp8-recipe delayed; --grad-reduce-in-bf16 keeps bf16 main gradients; the MOCK
+    # branch's NullTokenizer has --vocab-size + 1 = 128,257 entries (tokenizer.py
+    # _NullTokenizer.vocab_size), padded to a multiple of 128: 128,384
+    assert s["training"]["precision"] == "fp8" and s["training"]["fp8_recipe"] == "delayed"
+    assert s["training"]["fp32_grad_accum"] is False and s["training"]["fp8_param_gather"]
+    assert s["training"]["attention_kernel"] == "cudnn"  # --attention-backend fused
+    assert s["model"]["vocab"] == 128384
+    assert s["parallel"] == {"tp": 1, "cp": 1, "sequence_parallel": False, "zero": 1}
+    assert s["overlap"] == {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    case = {c.name: c for c in load_cases_file(ROOT / "validation" / "nvidia-dgxc-h100.yaml")}[
+        "dgxc/llama3-8b-fp8-8gpu"
+    ].scenario
+    assert _differences(_resolved(s), _resolved(case)) == {
+        # names only: the case spells its settings out rather than naming a framework
+        "name": ("train_llama3_8b_h100_fp8", "scenario"),
+        "framework": ("megatron-core", None),
+        "model.name": (None, "llama3-8b"),
+        # the case leaves them to the model's defaults: no biases, no dropout, hidden / heads
+        "model.bias": (False, None),
+        "model.dropout": (False, None),
+        "model.head_dim": (128, None),
+        # NullTokenizer's padded vocabulary (above) vs Llama 3's tokenizer (NeMo)
+        "model.vocab": (128384, 128256),
+        # the NeMo run the case transcribes used context parallelism 2; the script uses 1
+        "parallel.cp": (1, 2),
+        # Megatron-LM's defaults (--check-for-nan-in-loss-and-grad on, no
+        # --ddp-average-in-collective) vs NeMo's performance recipe, which turns both off
+        "dp.nan_check": (True, False),
+        "dp.prescale": (True, False),
+        # the script's --cross-entropy-loss-fusion; NeMo 25.02's recipe does not fuse it
+        "training.fused_cross_entropy": (True, False),
+    }
+    # with those fields as the case has them, the two simulate the same step, bit for bit
+    aligned = apply_overrides(
+        s,
+        [
+            ("model.vocab", 128256), ("parallel.cp", 2), ("dp.nan_check", False), ("dp.prescale", False),
+            ("training.fused_cross_entropy", False),
+        ],
+    )  # fmt: skip
+    assert _step(aligned) == _step(case)
+
+
+def test_mixtral_8x7b_script_is_the_mixtral_preset_shape():
+    imported = import_config(
+        "megatron",
+        MEGATRON / "train_mixtral_8x7b_distributed.sh",
+        ImportOptions(cluster="dgx-h100", nodes=4),
+    )
+    s = imported.scenario
+    # Llama2Tokenizer keeps its size in its tokenizer.model: asked for, not guessed
+    assert "model.vocab" in imported.needs
+    s = apply_overrides(s, [("model.vocab", 32000)])
+    # arguments.py: --moe-ffn-hidden-size defaults to --ffn-hidden-size (Mixtral's experts are
+    # whole 14,336-wide SwiGLU MLPs); the preset is mistralai/Mixtral-8x7B-v0.1's config.json
+    preset = load_preset("mixtral-8x7b")
+    for key in ("layers", "hidden", "heads", "kv_heads", "ffn", "experts", "top_k", "expert_ffn"):
+        assert s["model"][key] == getattr(preset, key), key
+    assert s["parallel"] == {"tp": 1, "pp": 4, "ep": 8, "sequence_parallel": False, "zero": 1}
+    assert s["moe"] == {"dispatcher": "alltoall"}
+    assert s["training"] == {
+        "micro_batch": 1, "global_batch": 256, "seq_len": 4096, "precision": "bf16",
+        "fp32_grad_accum": True, "recompute": "none",
+    }  # fmt: skip
+    lines = " ".join(imported.skipped_lines())
+    for flag in ("--moe-grouped-gemm", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff"):
+        assert flag in lines
+    assert _step(s) > 0
