@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from simcluster.context import build_context
 from simcluster.engine import simulate
+from simcluster.errors import UserError
 from simcluster.importers import ImportOptions, import_config
 from simcluster.model import load_preset
 from simcluster.scenario import scenario_from_dict
@@ -115,3 +118,52 @@ def test_mixtral_8x7b_script_is_the_mixtral_preset_shape():
     for flag in ("--moe-grouped-gemm", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff"):
         assert flag in lines
     assert _step(s) > 0
+
+
+DEEPSPEED = Path(__file__).parent / "fixtures" / "launch" / "deepspeed"  # sources: SOURCES.md
+
+
+def _deepspeed(name: str, nodes: int = 2) -> Any:
+    return import_config(
+        "deepspeed",
+        DEEPSPEED / name,
+        ImportOptions(cluster="dgx-a100", nodes=nodes, model="gpt3-1.3b", seq_len=1024),
+    )
+
+
+def test_deepspeed_examples_zero3_config_loads_and_simulates():
+    imported = _deepspeed("ds_zero_stage_3_config.json")
+    s = imported.scenario
+    assert s["parallel"] == {"zero": 3}
+    assert s["training"] == {
+        "seq_len": 1024,
+        "micro_batch": 8,
+        "grad_accum": 1,
+        "precision": "fp16",
+    }
+    # 1.000000e+09 in the JSON is the count DeepSpeed's pydantic config reads (an int field)
+    assert s["zero3"] == {
+        "max_live_parameters": 1_000_000_000, "max_reuse_distance": 1_000_000_000,
+        "prefetch_bucket_size": 60_397_980, "reduce_bucket_size": 67_108_860,
+    }  # fmt: skip
+    # the example's misspelt key is not read by DeepSpeed either: listed, not guessed at
+    assert any("stage3_param_persitence_threshold" in x for x in imported.skipped)
+    assert _step(s) > 0
+
+
+def test_deepspeed_batch_derivation_and_legacy_cpu_offload():
+    # runtime/config.py _set_batch_related_parameters: train_batch_size 16 with accumulation 1
+    # on 16 GPUs: micro-batch 16 // 16 // 1 = 1; zero/config.py: cpu_offload: true is the
+    # deprecated spelling of offload_optimizer {device: cpu}
+    s = _deepspeed("ds_zero2_cpu_offload_config.json").scenario
+    assert (s["training"]["micro_batch"], s["training"]["global_batch"]) == (1, 16)
+    assert s["training"]["optimizer_offload"] == 1.0 and s["parallel"] == {"zero": 2}
+    assert _step(s) > 0
+    # on 3 nodes (24 GPUs) 16 is no whole micro-batch: DeepSpeed's _batch_assertion fails
+    with pytest.raises(UserError, match="train_batch_size: 16 is not micro-batch x 1"):
+        _deepspeed("ds_zero2_cpu_offload_config.json", nodes=3)
+
+
+def test_deepspeed_parameter_offload_is_refused_in_one_line():
+    with pytest.raises(UserError, match="offload_param.device: 'cpu': parameter offload"):
+        _deepspeed("alpaca_lora_zero3_ds_config.json")
