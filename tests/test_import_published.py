@@ -167,3 +167,26 @@ def test_deepspeed_batch_derivation_and_legacy_cpu_offload():
 def test_deepspeed_parameter_offload_is_refused_in_one_line():
     with pytest.raises(UserError, match="offload_param.device: 'cpu': parameter offload"):
         _deepspeed("alpaca_lora_zero3_ds_config.json")
+
+
+def test_torchtitan_llama3_405b_toml_loads_and_simulates():
+    imported = import_config(
+        "torchtitan",
+        Path(__file__).parent / "fixtures" / "launch" / "torchtitan" / "llama3_405b.toml",
+        ImportOptions(cluster="dgx-h100", nodes=16),
+    )
+    s = imported.scenario
+    # 128 GPUs / tp 8 = 16-way FSDP (shard degree -1); converters = "float8" as a string (the
+    # shipped TOML's spelling) turns on torchao's tensorwise FP8 (current scaling), with the
+    # FSDP all-gather in FP8; filter_fqns = "output" keeps the LM head 16-bit, as fp8 costs it
+    assert s["model"] == {"preset": "llama3.1-405b"}
+    assert s["parallel"] == {
+        "tp": 8, "pp": 1, "cp": 1, "dp": 16, "zero": 3, "sequence_parallel": True,
+    }  # fmt: skip
+    assert s["training"] == {
+        "seq_len": 8192, "micro_batch": 2, "global_batch": 32, "precision": "fp8", "fp8_recipe": "current",
+        "fp8_param_gather": True, "recompute": "full", "elementwise": "fused",
+    }  # fmt: skip
+    assert s["overlap"] == {"tp_comm": True}  # enable_async_tensor_parallel
+    assert not any("filter_fqns" in x for x in imported.skipped)
+    assert _step(s) > 0
