@@ -193,3 +193,32 @@ def test_cli_kind_file_and_cluster_errors_are_one_line(argv, message, capsys):
     assert status == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and err.startswith("error:")
+
+
+def test_distributed_optimizer_instances_shard_within_each_instance(tmp_path):
+    # Megatron-Core's --num-distributed-optimizer-instances: the optimizer is sharded over
+    # dp x cp / N ranks; 32 GPUs / tp 2 = 16 data-parallel ranks in 2 instances: shards of 8
+    s, _, _ = _import(
+        tmp_path,
+        "--tensor-model-parallel-size 2 --use-distributed-optimizer "
+        "--num-distributed-optimizer-instances 2",
+    )
+    assert (s["parallel"]["zero"], s["parallel"]["zero_shard"]) == (1, 8)
+    build_context(scenario_from_dict(s))
+    with pytest.raises(UserError, match="requires --use-distributed-optimizer"):
+        _import(tmp_path, "--num-distributed-optimizer-instances 2")
+    with pytest.raises(UserError, match="3 does not divide the 32"):
+        _import(tmp_path, "--use-distributed-optimizer --num-distributed-optimizer-instances 3")
+
+
+def test_flags_without_a_field_say_what_to_set(tmp_path):
+    _, skipped, _ = _import(
+        tmp_path,
+        "--use-mcore-models --calculate-per-token-loss --use-torch-fsdp2 --use-megatron-fsdp "
+        "--data-parallel-sharding-strategy optim_grads_params",
+    )
+    text = " ".join(skipped)
+    assert "--use-torch-fsdp2 (Megatron's PyTorch FSDP2" in text and "parallel.zero=3" in text
+    assert "--data-parallel-sharding-strategy (Megatron-FSDP's sharding" in text
+    assert "--use-mcore-models (a no-op today" in text
+    assert "no scenario field for it" not in text

@@ -89,6 +89,14 @@ _REASONS = {
     "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
     "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
     "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
+    "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
+    "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
+    "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
+    "--set parallel.zero=3 for its sharding (the preset's DDP buckets do not describe FSDP2)",
+    "use-megatron-fsdp": "Megatron-FSDP is not modelled; --set parallel.zero=N for its "
+    "--data-parallel-sharding-strategy (optim 1, optim_grads 2, optim_grads_params 3)",
+    "data-parallel-sharding-strategy": "Megatron-FSDP's sharding: --set parallel.zero=N "
+    "(no_shard 0, optim 1, optim_grads 2, optim_grads_params 3)",
 }
 _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 
@@ -123,6 +131,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
             sc.setdefault(section, {})[key] = True
     _model(flags, sc, out)
     _parallel(flags, sc, framework, out)
+    _optimizer_instances(flags, sc, options)
     _training(flags, sc, framework, out)
     moe(flags, sc, out)
     for name in flags.left():
@@ -310,6 +319,29 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         out.notes.append(
             f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
         )
+
+
+def _optimizer_instances(flags: Flags, sc: dict[str, Any], options: ImportOptions) -> None:
+    """``--num-distributed-optimizer-instances N``: the distributed optimizer shards over
+    dp x cp / N ranks and the N instances all-reduce their gradients (Megatron-Core's
+    intra / inter distributed-optimizer groups): ``parallel.zero_shard``."""
+    instances = flags.integer("num-distributed-optimizer-instances")
+    if instances is None or instances == 1:
+        return
+    if not sc["parallel"]["zero"]:
+        raise UserError(
+            "--num-distributed-optimizer-instances",
+            "Megatron requires --use-distributed-optimizer with it",
+        )
+    parallel = sc["parallel"]
+    model_parallel = parallel.get("tp", 1) * parallel.get("pp", 1)
+    ranks = options.world() // model_parallel  # dp x cp
+    if instances < 1 or ranks % instances:
+        raise UserError(
+            "--num-distributed-optimizer-instances",
+            f"{instances} does not divide the {ranks} data-parallel x context-parallel ranks",
+        )
+    parallel["zero_shard"] = ranks // instances
 
 
 def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
