@@ -59,8 +59,8 @@ def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
         raise UserError("--moe-layer-freq", f"gives {len(pattern)} layers, --num-layers {layers}")
     dense = next((i for i, v in enumerate(pattern) if v), layers)
     rest = pattern[dense:]
-    every = next((k for k in range(1, len(rest) + 1) if _periodic(pattern, dense, k)), None)
-    if every is None or dense == layers:
+    period = next((k for k in range(1, len(rest) + 1) if _periodic(pattern, dense, k)), None)
+    if period is None or dense == layers:
         raise UserError(
             "--moe-layer-freq",
             f"'{text}' is not leading dense layers then every N-th layer MoE; give the layout "
@@ -68,8 +68,8 @@ def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
         )
     if dense:
         model["dense_layers"] = dense
-    if every > 1:
-        model["moe_every"] = every
+    if period > 1:
+        model["moe_every"] = period
 
 
 def _periodic(pattern: list[int], dense: int, every: int) -> bool:
