@@ -37,8 +37,14 @@ def test_null_tokenizer_counts_its_eod_before_padding(tmp_path):
     assert s["model"]["vocab"] == 32128
     s, _, _ = _import(tmp_path, "--tokenizer-type NullTokenizer --tensor-model-parallel-size 2")
     assert s["model"]["vocab"] == 32256
-    s, _, _ = _import(tmp_path, "--tokenizer-type HuggingFaceTokenizer")  # no +1: its own size
-    assert s["model"]["vocab"] == 32000
+    # build_tokenizer: the others count their files' entries and ignore --vocab-size: asked for
+    args = tmp_path / "hf.args"
+    args.write_text(BASE + "--tokenizer-type HuggingFaceTokenizer\n")
+    out = import_config("megatron", args, ImportOptions(cluster="dgx-h100", nodes=4))
+    assert "vocab" not in out.scenario["model"] and "model.vocab" in out.needs
+    assert any(
+        x.startswith("--vocab-size (HuggingFaceTokenizer takes its size") for x in out.skipped
+    )
 
 
 def test_moe_defaults_follow_arguments_py(tmp_path):

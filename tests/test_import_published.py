@@ -190,3 +190,29 @@ def test_torchtitan_llama3_405b_toml_loads_and_simulates():
     assert s["overlap"] == {"tp_comm": True}  # enable_async_tensor_parallel
     assert not any("filter_fqns" in x for x in imported.skipped)
     assert _step(s) > 0
+
+
+def test_deepseek2_lite_script_has_the_v2_lite_mla_and_moe_shape():
+    imported = import_config(
+        "megatron",
+        MEGATRON / "train_deepseek2_lite_h100_fp8.sh",
+        ImportOptions(cluster="dgx-h100", nodes=1),
+    )
+    # HuggingFaceTokenizer sizes itself from deepseek-ai/DeepSeek-V2-Lite's files (Megatron
+    # ignores the script's --vocab-size 128256 for it): asked for, with the padding to use
+    assert "a multiple of 3200 x tp 8 = 25600" in imported.needs["model.vocab"]
+    s = apply_overrides(imported.scenario, [("model.vocab", 102400)])
+    m = s["model"]
+    # deepseek-ai/DeepSeek-V2-Lite config.json: kv_lora_rank 512, q_lora_rank null (0 here),
+    # qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, 64 routed experts of 1408,
+    # top-6, 2 shared (--moe-shared-expert-intermediate-size 2816 = 2 x 1408), first_k_dense 1
+    assert m["mla"] == {
+        "q_lora_rank": 0, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }  # fmt: skip
+    assert (m["experts"], m["expert_ffn"], m["top_k"], m["shared_experts"]) == (64, 1408, 6, 2)
+    assert (m["dense_layers"], m["layers"], m["ffn"]) == (1, 16, 10944)  # the script's 16 layers
+    assert "qk_norm" not in m  # --qk-layernorm under MLA: the latents' own norms
+    # --transformer-impl local: Megatron-Core's unfused DotProductAttention
+    assert s["training"]["flash_attention"] is False
+    assert _step(s) > 0

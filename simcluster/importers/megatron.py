@@ -183,7 +183,7 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         model["expert_ffn"] = ffn  # arguments.py: --moe-ffn-hidden-size defaults to ffn_hidden_size
     if "experts" in model and "top_k" not in model:
         model["top_k"] = 2  # arguments.py: --moe-router-topk defaults to 2
-    mla(flags, model)
+    mla(flags, model, out)
     if flags.has("group-query-attention"):
         groups = flags.integer("num-query-groups")
         if groups is None:
@@ -223,18 +223,25 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         )
     dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
     model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
-    vocab = _vocab(flags, sc)
+    vocab = _vocab(flags, sc, out)
     if vocab is not None:
         model["vocab"] = vocab
     else:
         tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
+        divisor = flags.integer("make-vocab-size-divisible-by") or 128
+        tp = sc["parallel"].get("tp", 1)
         out.needs["model.vocab"] = (
             f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
-            "Megatron pads it (a multiple of 128 x tp): --set model.vocab=N"
+            f"Megatron pads it (a multiple of {divisor} x tp {tp} = {divisor * tp}): "
+            "--set model.vocab=N"
         )
+    # arguments.py --transformer-impl local: Megatron-Core's own DotProductAttention, which
+    # materialises the scores (no fused kernel); transformer_engine (the default) fuses them
+    if flags.choice("transformer-impl", {"local": "local", "transformer_engine": "te"}) == "local":
+        sc["training"]["flash_attention"] = False
 
 
-def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
+def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
     exact = flags.integer("pad-vocab-size-to")  # Megatron-DeepSpeed: padded to this size
     if exact is not None:
         return exact
@@ -243,6 +250,15 @@ def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
     if size is not None and tokenizer == "NullTokenizer":
         # tokenizer.py _NullTokenizer: vocab_size is --vocab-size + 1 (its EOD token comes after)
         size += 1
+    elif size is not None and tokenizer is not None:
+        # tokenizer.py build_tokenizer: only NullTokenizer is sized by --vocab-size; the others
+        # (HuggingFaceTokenizer, SentencePiece, tiktoken) count the entries of their files
+        out.skip(
+            "--vocab-size",
+            f"{tokenizer} takes its size from its files; Megatron reads --vocab-size only for "
+            "NullTokenizer",
+        )
+        size = None
     if size is None and (
         tokenizer == "GPT2BPETokenizer"
         or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))

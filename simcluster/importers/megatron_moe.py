@@ -23,8 +23,11 @@ MLA_FLAGS = {
 }
 
 
-def mla(flags: Flags, model: dict[str, Any]) -> None:
-    """``--multi-latent-attention``: ``model.mla`` from the rank and head-dimension flags."""
+def mla(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """``--multi-latent-attention``: ``model.mla`` from the rank and head-dimension flags. Its
+    ``--qk-layernorm`` is MLASelfAttention's norms of the compressed query and key-value latents
+    (Megatron-Core multi_latent_attention.py q_layernorm / kv_layernorm), which model.mla costs
+    already: not model.qk_norm."""
     if not flags.has("multi-latent-attention"):
         return
     dims = {}
@@ -33,6 +36,10 @@ def mla(flags: Flags, model: dict[str, Any]) -> None:
         dims[key] = default if value is None else value
     model["mla"] = dims
     model.pop("head_dim", None)  # --kv-channels: MLA's heads are sized by the flags above
+    if model.pop("qk_norm", None):
+        out.notes.append(
+            "--qk-layernorm with --multi-latent-attention: the latents' norms model.mla costs"
+        )
 
 
 def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
