@@ -228,3 +228,36 @@ def test_flags_without_a_field_say_what_to_set(tmp_path):
     assert "--data-parallel-sharding-strategy (Megatron-FSDP's sharding" in text
     assert "--use-mcore-models (a no-op today" in text
     assert "no scenario field for it" not in text
+
+
+def test_recompute_flags_checked_as_megatron_checks_them(tmp_path):
+    # megatron/core/transformer/transformer_config.py: "Using recompute_granularity: full so
+    # recompute_method must be "block" or "uniform"", and recompute_num_layers must be given
+    with pytest.raises(UserError, match="--recompute-method: Megatron requires"):
+        _import(tmp_path, "--recompute-granularity full --recompute-num-layers 1")
+    with pytest.raises(UserError, match="--recompute-num-layers: Megatron requires"):
+        _import(tmp_path, "--recompute-granularity full --recompute-method uniform")
+    with pytest.raises(UserError, match="refuses a recompute method with selective"):
+        _import(tmp_path, "--recompute-granularity selective --recompute-method block")
+    s, _, _ = _import(
+        tmp_path, "--recompute-granularity full --recompute-method block --recompute-num-layers 4"
+    )
+    assert (s["training"]["recompute"], s["training"]["recompute_num_layers"]) == ("full", 4)
+
+
+def test_virtual_stage_flags_are_one_or_the_other(tmp_path):
+    # arguments.py validate_args: --num-layers-per-virtual-pipeline-stage and
+    # --num-virtual-stages-per-pipeline-rank cannot be set at the same time
+    s, _, _ = _import(
+        tmp_path, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"
+    )
+    assert (s["parallel"]["layers_per_virtual_stage"], s["parallel"]["schedule"]) == (
+        2,
+        "interleaved",
+    )
+    with pytest.raises(UserError, match="refuses it beside --num-layers-per-virtual"):
+        _import(
+            tmp_path,
+            "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+            "--num-virtual-stages-per-pipeline-rank 4",
+        )

@@ -304,6 +304,11 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         raise UserError(
             "--tp-comm-overlap", "Megatron requires --sequence-parallel (and tp > 1) with it"
         )
+    if "vpp" in parallel and "layers_per_virtual_stage" in parallel:
+        raise UserError(  # arguments.py validate_args: the two cannot be set at the same time
+            "--num-virtual-stages-per-pipeline-rank",
+            "Megatron refuses it beside --num-layers-per-virtual-pipeline-stage; keep one",
+        )
     if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
         parallel["schedule"] = "interleaved"
     overlap = sc.setdefault("overlap", {})
@@ -544,6 +549,20 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
         # every layer's forward
         granularity, method = "full", old or "uniform"
         layers = flags.integer("activations-checkpoint-num-layers")
+    if old is None and not flags.has("checkpoint-activations"):
+        # transformer_config.py __post_init__: full needs a method and a layer count;
+        # arguments.py validate_args: a method is not supported with selective
+        if granularity == "full" and (method is None or layers is None):
+            raise UserError(
+                "--recompute-method" if method is None else "--recompute-num-layers",
+                "Megatron requires --recompute-method (uniform or block) and "
+                "--recompute-num-layers with --recompute-granularity full",
+            )
+        if granularity == "selective" and method is not None:
+            raise UserError(
+                "--recompute-method",
+                "Megatron refuses a recompute method with selective recomputation",
+            )
     if granularity is None:
         training["recompute"] = "none"
         return
