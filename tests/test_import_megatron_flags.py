@@ -165,6 +165,7 @@ def test_shell_appends_chains_and_script_arguments(tmp_path):
         'ARGS+=("${MORE[@]}")\n'
         'V=""; [ -z "$V" ] && V=7\n'
         "cd /nowhere || exit 1\n"  # taken to succeed: the exit does not run
+        '[ -f "$OUT" ] || exit 1\n'  # a test not read here: neither side runs
         'if [[ "$X" == "a" ]] || [[ "$DTYPE" == "fp8" ]]; then EXTRA=--tp-comm-overlap; fi\n'
         "python pretrain_gpt.py ${ARGS[@]} --save $OUT --micro-batch-size $V $EXTRA $2\n"
     )

@@ -1,18 +1,19 @@
 """The arguments a shell launch script passes to its training program.
 
 Launch scripts are shell, not a format: this reads the part of bash that launch scripts use to
-build a command line, and no more. Statements are split on unquoted newlines, ``;`` and ``|`` (a backslash before a newline
-continues the line, inside double quotes too); ``#`` starts a comment. ``a && b`` and ``a || b``
-run as bash runs them: a ``[ ]`` test decides, any other command is taken to succeed (so
-``cd dir || exit 1`` does not exit). Assignments (``A=1``, ``A+=more``, arrays ``A=( ... )`` and
+build a command line, and no more. Statements are split on unquoted newlines, ``;`` and ``|`` (a
+backslash before a newline continues the line, inside double quotes too); ``#`` starts a
+comment. ``a && b`` and ``a || b`` run as bash runs them: a ``[ ]`` test decides, any other
+command is taken to succeed (so ``cd dir || exit 1`` does not exit), and a test not read here
+(``[ -f x ]``) runs neither side. Assignments (``A=1``, ``A+=more``, arrays ``A=( ... )`` and
 ``A+=( ... )``, ``export A="..."``, ``local``/``declare``) set variables, ``$A``, ``${A}``,
 ``${A:-default}``, ``${A:=default}`` and ``$((arithmetic))`` expand as bash expands them (an
 unset variable is empty; so is a script argument ``$1``, whose ``${1:-default}`` is the
-default), `` `pwd` `` and ``$(pwd)`` are the
-script's folder (scripts such as Megatron-LM's sc21 ones source their neighbours from it);
-``if``/``elif``/``else``/``fi`` with ``[ ]``/``[[ ]]`` string and integer tests pick a branch;
-``.``/``source`` read another file; ``exit`` stops (a non-zero status in the branch taken is an
-error: the script refused the case). Any other command is not run.
+default), `` `pwd` `` and ``$(pwd)`` are the script's folder (scripts such as Megatron-LM's sc21
+ones source their neighbours from it); ``if``/``elif``/``else``/``fi`` with ``[ ]``/``[[ ]]``
+string and integer tests pick a branch; ``.``/``source`` read another file; ``exit`` stops (a
+non-zero status in the branch taken is an error: the script refused the case). Any other command
+is not run.
 
 The arguments are those of the last command that runs a ``.py`` file (``python``, ``torchrun``,
 ``deepspeed`` or ``srun`` in front), or of lines that are only ``--flags`` (an arguments file);
@@ -344,7 +345,13 @@ def _chain(raw: list[str], state: _State, where: str, depth: int) -> None:
         if (op == "&&" and not ok) or (op == "||" and ok):
             continue
         if words[0] in ("[", "[[", "test"):
-            ok = _test([_expand(w, state) for w in words if w != "test"]) is True
+            result = _test([_expand(w, state) for w in words if w != "test"])
+            if result is None:  # neither branch: a guard's `|| exit 1` must not stop the read
+                state.notes.append(
+                    f"{where}: test '{' '.join(words)}' not evaluated; what it chains to not run"
+                )
+                return
+            ok = result
         else:
             _statement(words, state, where, depth)
             ok = True
