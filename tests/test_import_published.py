@@ -216,3 +216,24 @@ def test_deepseek2_lite_script_has_the_v2_lite_mla_and_moe_shape():
     # --transformer-impl local: Megatron-Core's unfused DotProductAttention
     assert s["training"]["flash_attention"] is False
     assert _step(s) > 0
+
+
+def test_torchtitan_llama4_scout_toml_names_the_scout_preset():
+    # torchtitan/experiments/llama4 llama4_configs["17bx16e"]: Scout (48 layers, 16 experts);
+    # this release's TOML sets no expert parallelism, so the experts are FSDP-sharded (ep 1)
+    imported = import_config(
+        "torchtitan",
+        Path(__file__).parent / "fixtures" / "launch" / "torchtitan" / "llama4_17bx16e.toml",
+        ImportOptions(cluster="dgx-h100", nodes=8),
+    )
+    s = imported.scenario
+    assert s["model"] == {"preset": "llama4-scout"}
+    assert s["parallel"] == {
+        "tp": 8, "pp": 1, "cp": 1, "dp": 8, "zero": 3, "sequence_parallel": True,
+    }  # fmt: skip
+    assert s["training"] == {
+        "seq_len": 8192, "micro_batch": 8, "global_batch": 64, "precision": "bf16", "recompute": "full",
+    }  # fmt: skip
+    # its [float8] section is inert: converters (commented out) does not list float8
+    assert "[float8] (float8 is off: model.converters does not list it)" in imported.skipped
+    assert _step(s) > 0

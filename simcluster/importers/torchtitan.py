@@ -47,7 +47,14 @@ _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
 _FLOAT8_RECIPES = {"tensorwise": "current"}
 #: (name, flavor) whose preset is not name-flavor
-_PRESETS = {("llama3", "405B"): "llama3.1-405b"}
+_PRESETS = {
+    ("llama3", "405B"): "llama3.1-405b",
+    # torchtitan/experiments/llama4 llama4_configs: 17bx16e is Scout (16 experts), 17bx128e
+    # Maverick (128, MoE every second layer); models/deepseek_v3 deepseekv3_configs["671B"]
+    ("llama4", "17bx16e"): "llama4-scout",
+    ("llama4", "17bx128e"): "llama4-maverick",
+    ("deepseek_v3", "671B"): "deepseek-v3",
+}
 #: sections (and keys) read here; any other key is listed as not imported
 _READ = {
     "model": {"name", "flavor", "converters"},
