@@ -262,3 +262,16 @@ def test_virtual_stage_flags_are_one_or_the_other(tmp_path):
             "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
             "--num-virtual-stages-per-pipeline-rank 4",
         )
+
+
+def test_shell_skips_here_documents(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "cat <<EOF > args.txt\n--num-layers 2\nexit 1\nEOF\n"
+        "cat <<-'END' > x\n\t--fp16\n\tEND\n"
+        "python pretrain_gpt.py --bf16\n"
+    )
+    assert read_script(script, {}).words == ["--bf16"]
+    script.write_text("cat <<EOF > x\n--bf16\n")
+    with pytest.raises(UserError, match="here-document '<<EOF' has no closing 'EOF' line"):
+        read_script(script, {})

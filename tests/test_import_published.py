@@ -237,3 +237,31 @@ def test_torchtitan_llama4_scout_toml_names_the_scout_preset():
     # its [float8] section is inert: converters (commented out) does not list float8
     assert "[float8] (float8 is off: model.converters does not list it)" in imported.skipped
     assert _step(s) > 0
+
+
+def test_megatron_deepspeed_llama2_example_script():
+    # microsoft/Megatron-DeepSpeed examples_deepspeed: its DeepSpeed JSON is written by a
+    # here-document (skipped: a command's input, not statements); --deepspeed selects DeepSpeed's
+    # engine, where bf16 at ZeRO stage 0 is its BF16_Optimizer (sharded as ZeRO-1);
+    # Megatron-DeepSpeed's own spellings: --normalization rmsnorm, --num-key-value-heads 4
+    imported = import_config(
+        "megatron",
+        Path(__file__).parent
+        / "fixtures"
+        / "launch"
+        / "megatron-deepspeed"
+        / "pretrain_llama2_distributed.sh",
+        ImportOptions(cluster="dgx-a100", nodes=1),
+    )
+    assert "model.vocab" in imported.needs  # GPTSentencePieceTokenizer: its tokenizer.model
+    s = apply_overrides(imported.scenario, [("model.vocab", 32000)])
+    assert s["framework"] == "deepspeed"
+    assert (s["model"]["norm"], s["model"]["kv_heads"], s["model"]["position"]) == (
+        "rmsnorm",
+        4,
+        "rope",
+    )
+    assert s["parallel"] == {"tp": 2, "pp": 2, "zero": 1, "sequence_parallel": False}
+    assert (s["training"]["micro_batch"], s["training"]["global_batch"]) == (4, 32)
+    assert not any("train_batch_size" in x for x in imported.skipped)  # the heredoc's lines
+    assert _step(s) > 0

@@ -184,6 +184,9 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     if "experts" in model and "top_k" not in model:
         model["top_k"] = 2  # arguments.py: --moe-router-topk defaults to 2
     mla(flags, model, out)
+    kv_heads = flags.integer("num-key-value-heads")  # Megatron-DeepSpeed's GQA flag
+    if kv_heads is not None:
+        model["kv_heads"] = kv_heads
     if flags.has("group-query-attention"):
         groups = flags.integer("num-query-groups")
         if groups is None:
@@ -192,7 +195,16 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
                 "--group-query-attention needs it (Megatron's default is 1 group)",
             )
         model["kv_heads"] = groups
-    norm = flags.choice("normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"})
+    # Megatron-LM spells the choices LayerNorm / RMSNorm, Megatron-DeepSpeed layernorm / rmsnorm
+    norm = flags.choice(
+        "normalization",
+        {
+            "LayerNorm": "layernorm",
+            "RMSNorm": "rmsnorm",
+            "layernorm": "layernorm",
+            "rmsnorm": "rmsnorm",
+        },
+    )
     model["norm"] = norm or "layernorm"
     model["bias"] = not flags.has("disable-bias-linear")
     position = flags.choice(

@@ -2,18 +2,18 @@
 
 Launch scripts are shell, not a format: this reads the part of bash that launch scripts use to
 build a command line, and no more. Statements are split on unquoted newlines, ``;`` and ``|`` (a
-backslash before a newline continues the line, inside double quotes too); ``#`` starts a
-comment. ``a && b`` and ``a || b`` run as bash runs them: a ``[ ]`` test decides, any other
-command is taken to succeed (so ``cd dir || exit 1`` does not exit), and a test not read here
-(``[ -f x ]``) runs neither side. Assignments (``A=1``, ``A+=more``, arrays ``A=( ... )`` and
-``A+=( ... )``, ``export A="..."``, ``local``/``declare``) set variables, ``$A``, ``${A}``,
-``${A:-default}``, ``${A:=default}`` and ``$((arithmetic))`` expand as bash expands them (an
-unset variable is empty; so is a script argument ``$1``, whose ``${1:-default}`` is the
-default), `` `pwd` `` and ``$(pwd)`` are the script's folder (scripts such as Megatron-LM's sc21
-ones source their neighbours from it); ``if``/``elif``/``else``/``fi`` with ``[ ]``/``[[ ]]``
-string and integer tests pick a branch; ``.``/``source`` read another file; ``exit`` stops (a
-non-zero status in the branch taken is an error: the script refused the case). Any other command
-is not run.
+backslash before a newline continues the line, inside double quotes too); ``#`` starts a comment
+and a here-document's body is skipped. ``a && b`` and ``a || b`` run as bash runs them:
+a ``[ ]`` test decides, any other command is taken to succeed (so ``cd dir || exit 1`` does not exit),
+and a test not read here (``[ -f x ]``) runs neither side. Assignments (``A=1``, ``A+=more``,
+arrays ``A=( ... )`` and ``A+=( ... )``, ``export A="..."``, ``local``/``declare``) set
+variables, ``$A``, ``${A}``, ``${A:-default}``, ``${A:=default}`` and ``$((arithmetic))`` expand
+as bash expands them (an unset variable is empty; so is a script argument ``$1``, whose
+``${1:-default}`` is the default), `` `pwd` `` and ``$(pwd)`` are the script's folder (scripts
+such as Megatron-LM's sc21 ones source their neighbours from it);
+``if``/``elif``/``else``/``fi`` with ``[ ]``/``[[ ]]`` string and integer tests pick a branch;
+``.``/``source`` read another file; ``exit`` stops (a non-zero status in the branch taken is an
+error: the script refused the case). Any other command is not run.
 
 The arguments are those of the last command that runs a ``.py`` file (``python``, ``torchrun``,
 ``deepspeed`` or ``srun`` in front), or of lines that are only ``--flags`` (an arguments file);
@@ -81,6 +81,7 @@ def _words(text: str) -> list[str]:
 
 def _statements(text: str) -> list[list[str]]:
     """``text`` cut into statements of raw words (quotes kept, so expansion can honour them)."""
+    text = _without_heredocs(text)
     statements: list[list[str]] = []
     words: list[str] = []
     word: list[str] = []
@@ -148,6 +149,28 @@ def _statements(text: str) -> list[list[str]]:
         i += 1
     end_statement()
     return statements
+
+
+def _without_heredocs(text: str) -> str:
+    """``text`` without the bodies of its here-documents (``cat <<EOF > ds_config.json``, up to
+    the line that is ``EOF``; ``<<-`` allows tabs before it): their lines are a command's input,
+    not statements, and a body of ``--flags`` must not read as an arguments file."""
+    out: list[str] = []
+    delimiter, strip = "", False
+    for line in text.split("\n"):
+        if delimiter:
+            if (line.lstrip("\t") if strip else line) == delimiter:
+                delimiter = ""
+            continue
+        out.append(line)
+        found = re.search(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2", line)
+        if found and "<<<" not in line[found.start() : found.start() + 3]:
+            delimiter, strip = found.group(3), bool(found.group(1))
+    if delimiter:
+        raise UserError(
+            "FILE", f"a here-document '<<{delimiter}' has no closing '{delimiter}' line"
+        )
+    return "\n".join(out)
 
 
 def _array(text: str, i: int, word: list[str]) -> int:
