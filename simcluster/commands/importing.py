@@ -22,7 +22,11 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "kind", metavar="KIND", choices=list(IMPORTERS), help=f"one of {', '.join(IMPORTERS)}"
+        "kind",
+        metavar="KIND",
+        choices=list(IMPORTERS),
+        help="megatron (a Megatron-LM or Megatron-DeepSpeed launch script or args file), "
+        "torchtitan (a TOML job config) or deepspeed (a DeepSpeed JSON config)",
     )
     parser.add_argument("file", metavar="FILE", help="the launch script, TOML or JSON config")
     parser.add_argument(
@@ -35,10 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpus-per-node", type=int, metavar="N", help="GPUs per node, when not the profile's"
     )
     parser.add_argument(
-        "--model", metavar="PRESET", help="the model, for configs that do not shape one (deepspeed)"
+        "--model",
+        metavar="PRESET",
+        help="the model, for configs that do not shape one (deepspeed; torchtitan instead of "
+        "its [model] name and flavor)",
     )
     parser.add_argument(
-        "--hf-config", metavar="PATH", help="a Hugging Face config.json as the model (deepspeed)"
+        "--hf-config",
+        metavar="PATH",
+        help="a Hugging Face config.json as the model (deepspeed; torchtitan instead of its [model])",
     )
     parser.add_argument(
         "--seq-len",
@@ -96,7 +105,8 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
 def run(args: argparse.Namespace) -> int:
     result = imported_scenario(args)
     print_notes(
-        [f"note: {n}" for n in result.notes] + [f"not imported: {s}" for s in result.skipped_lines()]
+        [f"note: {n}" for n in result.notes]
+        + [f"not imported: {s}" for s in result.skipped_lines()]
     )
     text = result.yaml_text()
     if args.out == "-":

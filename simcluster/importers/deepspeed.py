@@ -3,13 +3,15 @@
 
 Keys as DeepSpeed reads them (``deepspeed/runtime/config.py``, ``zero/config.py``):
 ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps`` and ``train_batch_size``
-(any two fix the third; the layout check holds them to agree), ``bf16``/``bfloat16`` and
+(any two fix the third, as ``_set_batch_related_parameters`` derives it, accumulation 1 when
+only one is given; the layout check holds them to agree), ``bf16``/``bfloat16`` and
 ``fp16`` ``enabled`` (neither: fp32), ``zero_optimization.stage``, its ``stage3_*`` keys and
 ZeRO++'s ``zero_hpz_partition_size``/``zero_quantized_*`` (the ``zero3:`` fields their key
 aliases name), ``reduce_bucket_size`` (ZeRO-3: ``zero3.reduce_bucket_size`` in elements;
 below it ``dp.bucket_mb``, elements x the gradient's bytes), ``overlap_comm``
-(``overlap.dp_grad_reduce``), ``offload_optimizer.device: cpu`` (``training.optimizer_offload``
-1.0), ``data_types.grad_accum_dtype`` (``training.fp32_grad_accum``) and
+(``overlap.dp_grad_reduce``), ``offload_optimizer.device: cpu`` or the deprecated
+``cpu_offload: true`` (``training.optimizer_offload`` 1.0; parameter offload is refused),
+``data_types.grad_accum_dtype`` (``training.fp32_grad_accum``) and
 ``communication_data_type`` (``dp.reduce_dtype`` at ZeRO 0-2). DeepSpeed's
 ``activation_checkpointing`` section only configures ``deepspeed.checkpointing.checkpoint``
 for models that call it, so whether layers are recomputed is the model code's choice:
@@ -99,13 +101,15 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     for key, field in _BATCH.items():
         if key in doc:
             training[field] = _number(doc[key], key)
-    if "micro_batch" not in training:
+    if "micro_batch" not in training and "global_batch" not in training:
         raise UserError(
             "train_micro_batch_size_per_gpu",
-            "the config does not give it; add it (DeepSpeed derives it from the other two)",
+            "the config gives neither it nor train_batch_size; add one (DeepSpeed needs one)",
         )
     if "global_batch" not in training and "grad_accum" not in training:
         training["grad_accum"] = 1  # DeepSpeed's default gradient_accumulation_steps
+    if "micro_batch" not in training:
+        _derive_micro_batch(training, options.world())
     bf16, fp16 = _enabled(doc, "bf16") or _enabled(doc, "bfloat16"), _enabled(doc, "fp16")
     if bf16 and fp16:
         raise UserError(
@@ -167,6 +171,22 @@ def _communication_dtype(doc: dict[str, Any], sc: dict[str, Any], out: Imported)
     return True
 
 
+def _derive_micro_batch(training: dict[str, Any], world: int) -> None:
+    """``train_micro_batch_size_per_gpu`` as DeepSpeed derives it (runtime/config.py
+    _set_batch_related_parameters: train_batch_size // world_size // gradient_accumulation_steps,
+    accumulation 1 when not given), refused where its _batch_assertion would fail; world_size is
+    the data-parallel size, all the job's GPUs for a config without model parallelism."""
+    accum = training.get("grad_accum", 1)
+    if training["global_batch"] % (world * accum):
+        raise UserError(
+            "train_batch_size",
+            f"{training['global_batch']} is not micro-batch x {accum} accumulation steps x {world} "
+            "GPUs (DeepSpeed asserts it); check --nodes or give train_micro_batch_size_per_gpu",
+        )
+    training["micro_batch"] = training["global_batch"] // (world * accum)
+    training.setdefault("grad_accum", accum)
+
+
 def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
     stage = _number(zero.get("stage", 0), "zero_optimization.stage")
     sc["parallel"]["zero"] = stage
@@ -177,7 +197,9 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
         if key == "stage":
             continue
         if key in aliases:
-            zero3[aliases[key]] = value
+            # JSON configs often write counts as 1e9: a whole float is the count it names
+            whole = isinstance(value, float) and value.is_integer()
+            zero3[aliases[key]] = int(value) if whole else value
         elif key == "reduce_bucket_size":
             if stage == 3:
                 zero3["reduce_bucket_size"] = value if value == "auto" else _number(value, where)
@@ -196,6 +218,13 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
                     f"{where}.device",
                     f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled",
                 )
+        elif key == "cpu_offload":
+            # zero/config.py: the deprecated cpu_offload: true is offload_optimizer {device: cpu}
+            if value is True:
+                sc["training"]["optimizer_offload"] = 1.0
+        elif key in ("cpu_offload_params", "cpu_offload_param"):
+            if value is True:  # deprecated for offload_param {device: cpu}
+                raise UserError(where, "parameter offload is not modelled; import without it")
         elif key == "offload_param":
             device = _section(zero, key).get("device", "none")
             if device not in ("none", None):

@@ -10,7 +10,8 @@ the scenario says what the launch line runs, not simcluster's defaults:
   ``--position-embedding-type``, ``--untie-embeddings-and-output-weights`` and the dropout flags
   say otherwise; ``--num-query-groups`` counts only with ``--group-query-attention``;
 - vocabulary: the tokenizer's size padded up to a multiple of
-  ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``); GPT-2's BPE
+  ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``);
+  ``NullTokenizer`` (``--mock-data`` runs) has ``--vocab-size`` + 1 entries (its EOD); GPT-2's BPE
   (``--vocab-file``/``--merge-file``, ``GPT2BPETokenizer``) has 50,257 entries, others say
   theirs only in their files (``--set model.vocab=N``);
 - optimizer and overlaps: ZeRO-1 only with ``--use-distributed-optimizer``, sequence
@@ -38,6 +39,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
+from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.shell import read_script
@@ -87,6 +89,14 @@ _REASONS = {
     "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
     "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
     "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
+    "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
+    "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
+    "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
+    "--set parallel.zero=3 for its sharding (the preset's DDP buckets do not describe FSDP2)",
+    "use-megatron-fsdp": "Megatron-FSDP is not modelled; --set parallel.zero=N for its "
+    "--data-parallel-sharding-strategy (optim 1, optim_grads 2, optim_grads_params 3)",
+    "data-parallel-sharding-strategy": "Megatron-FSDP's sharding: --set parallel.zero=N "
+    "(no_shard 0, optim 1, optim_grads 2, optim_grads_params 3)",
 }
 _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 
@@ -121,8 +131,9 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
             sc.setdefault(section, {})[key] = True
     _model(flags, sc, out)
     _parallel(flags, sc, framework, out)
+    _optimizer_instances(flags, sc, options)
     _training(flags, sc, framework, out)
-    _moe(flags, sc)
+    moe(flags, sc, out)
     for name in flags.left():
         out.skip(
             f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
@@ -168,6 +179,14 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
             else 4 * model["hidden"]
         )
     model["ffn"] = ffn
+    if "experts" in model and "expert_ffn" not in model:
+        model["expert_ffn"] = ffn  # arguments.py: --moe-ffn-hidden-size defaults to ffn_hidden_size
+    if "experts" in model and "top_k" not in model:
+        model["top_k"] = 2  # arguments.py: --moe-router-topk defaults to 2
+    mla(flags, model, out)
+    kv_heads = flags.integer("num-key-value-heads")  # Megatron-DeepSpeed's GQA flag
+    if kv_heads is not None:
+        model["kv_heads"] = kv_heads
     if flags.has("group-query-attention"):
         groups = flags.integer("num-query-groups")
         if groups is None:
@@ -176,7 +195,16 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
                 "--group-query-attention needs it (Megatron's default is 1 group)",
             )
         model["kv_heads"] = groups
-    norm = flags.choice("normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"})
+    # Megatron-LM spells the choices LayerNorm / RMSNorm, Megatron-DeepSpeed layernorm / rmsnorm
+    norm = flags.choice(
+        "normalization",
+        {
+            "LayerNorm": "layernorm",
+            "RMSNorm": "rmsnorm",
+            "layernorm": "layernorm",
+            "rmsnorm": "rmsnorm",
+        },
+    )
     model["norm"] = norm or "layernorm"
     model["bias"] = not flags.has("disable-bias-linear")
     position = flags.choice(
@@ -207,23 +235,42 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         )
     dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
     model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
-    vocab = _vocab(flags, sc)
+    vocab = _vocab(flags, sc, out)
     if vocab is not None:
         model["vocab"] = vocab
     else:
         tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
+        divisor = flags.integer("make-vocab-size-divisible-by") or 128
+        tp = sc["parallel"].get("tp", 1)
         out.needs["model.vocab"] = (
             f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
-            "Megatron pads it (a multiple of 128 x tp): --set model.vocab=N"
+            f"Megatron pads it (a multiple of {divisor} x tp {tp} = {divisor * tp}): "
+            "--set model.vocab=N"
         )
+    # arguments.py --transformer-impl local: Megatron-Core's own DotProductAttention, which
+    # materialises the scores (no fused kernel); transformer_engine (the default) fuses them
+    if flags.choice("transformer-impl", {"local": "local", "transformer_engine": "te"}) == "local":
+        sc["training"]["flash_attention"] = False
 
 
-def _vocab(flags: Flags, sc: dict[str, Any]) -> int | None:
+def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
     exact = flags.integer("pad-vocab-size-to")  # Megatron-DeepSpeed: padded to this size
     if exact is not None:
         return exact
     size = flags.integer("vocab-size")
     tokenizer = flags.text("tokenizer-type")
+    if size is not None and tokenizer == "NullTokenizer":
+        # tokenizer.py _NullTokenizer: vocab_size is --vocab-size + 1 (its EOD token comes after)
+        size += 1
+    elif size is not None and tokenizer is not None:
+        # tokenizer.py build_tokenizer: only NullTokenizer is sized by --vocab-size; the others
+        # (HuggingFaceTokenizer, SentencePiece, tiktoken) count the entries of their files
+        out.skip(
+            "--vocab-size",
+            f"{tokenizer} takes its size from its files; Megatron reads --vocab-size only for "
+            "NullTokenizer",
+        )
+        size = None
     if size is None and (
         tokenizer == "GPT2BPETokenizer"
         or (tokenizer is None and ("merge-file" in flags.values or "vocab-file" in flags.values))
@@ -249,6 +296,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             parallel["zero"] = 1
             out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
     _partition(flags, sc)
+    _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:
         if parallel.get("sequence_parallel"):
             out.notes.append(
@@ -262,9 +310,16 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         raise UserError(
             "--overlap-param-gather", "Megatron requires --use-distributed-optimizer with it"
         )
+    if given.get("param_gather") is True and not given.get("dp_grad_reduce"):
+        raise UserError("--overlap-param-gather", "Megatron requires --overlap-grad-reduce with it")
     if given.get("tp_comm") is True and not parallel["sequence_parallel"]:
         raise UserError(
             "--tp-comm-overlap", "Megatron requires --sequence-parallel (and tp > 1) with it"
+        )
+    if "vpp" in parallel and "layers_per_virtual_stage" in parallel:
+        raise UserError(  # arguments.py validate_args: the two cannot be set at the same time
+            "--num-virtual-stages-per-pipeline-rank",
+            "Megatron refuses it beside --num-layers-per-virtual-pipeline-stage; keep one",
         )
     if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
         parallel["schedule"] = "interleaved"
@@ -297,6 +352,88 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         out.notes.append(
             f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
         )
+
+
+def _optimizer_instances(flags: Flags, sc: dict[str, Any], options: ImportOptions) -> None:
+    """``--num-distributed-optimizer-instances N``: the distributed optimizer shards over
+    dp x cp / N ranks and the N instances all-reduce their gradients (Megatron-Core's
+    intra / inter distributed-optimizer groups): ``parallel.zero_shard``."""
+    instances = flags.integer("num-distributed-optimizer-instances")
+    if instances is None or instances == 1:
+        return
+    if not sc["parallel"]["zero"]:
+        raise UserError(
+            "--num-distributed-optimizer-instances",
+            "Megatron requires --use-distributed-optimizer with it",
+        )
+    parallel = sc["parallel"]
+    model_parallel = parallel.get("tp", 1) * parallel.get("pp", 1)
+    ranks = options.world() // model_parallel  # dp x cp
+    if instances < 1 or ranks % instances:
+        raise UserError(
+            "--num-distributed-optimizer-instances",
+            f"{instances} does not divide the {ranks} data-parallel x context-parallel ranks",
+        )
+    parallel["zero_shard"] = ranks // instances
+
+
+def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
+    """Megatron-Core's uneven pipeline splits as ``parallel.layers_per_stage``:
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` give the
+    first / last stage's layers and the rest split evenly over the others; with
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` the
+    embedding / loss counts as one layer of the first / last stage (arguments.py validate_args
+    and transformer_block.get_num_layers_to_build). Under virtual stages they are listed."""
+    first, last = (
+        flags.integer("decoder-first-pipeline-num-layers"),
+        flags.integer("decoder-last-pipeline-num-layers"),
+    )
+    embedding = flags.has("account-for-embedding-in-pipeline-split")
+    loss = flags.has("account-for-loss-in-pipeline-split")
+    if first is None and last is None and not embedding and not loss:
+        return
+    parallel, layers = sc["parallel"], sc["model"]["layers"]
+    pp = parallel.get("pp", 1)
+    if "vpp" in parallel or "layers_per_virtual_stage" in parallel or pp <= 1:
+        for name in (
+            "decoder-first-pipeline-num-layers",
+            "decoder-last-pipeline-num-layers",
+            "account-for-embedding-in-pipeline-split",
+            "account-for-loss-in-pipeline-split",
+        ):
+            flags.taken.discard(name)  # listed: layers_per_stage counts whole ranks' layers
+        return
+    if first is not None or last is not None:
+        if embedding or loss:
+            raise UserError(
+                "--account-for-embedding-in-pipeline-split",
+                "Megatron refuses it beside --decoder-first/last-pipeline-num-layers",
+            )
+        middle = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        if middle <= 0 and rest or middle > 0 and rest % middle:
+            raise UserError(
+                "--decoder-first-pipeline-num-layers",
+                f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)",
+            )
+        per = rest // middle if middle > 0 else 0
+        stages = [per] * pp
+        if first is not None:
+            stages[0] = first
+        if last is not None:
+            stages[-1] = last
+    else:
+        total = layers + embedding + loss
+        if total % pp:
+            raise UserError(
+                "--account-for-embedding-in-pipeline-split",
+                f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp} "
+                "(Megatron asserts it)",
+            )
+        stages = [total // pp] * pp
+        stages[0] -= embedding
+        stages[-1] -= loss
+    parallel["layers_per_stage"] = stages
 
 
 def _partition(flags: Flags, sc: dict[str, Any]) -> None:
@@ -364,6 +501,24 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     )
     if backend is not None:
         training["flash_attention"] = backend
+    if flags.text("attention-backend") == "fused":
+        _cudnn_attention(sc, out)
+
+
+def _cudnn_attention(sc: dict[str, Any], out: Imported) -> None:
+    """``--attention-backend fused``: TransformerEngine's FusedAttention, cuDNN's fused kernel
+    (Megatron-Core's AttnBackend.fused runs TE with NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0), its
+    curves where the profile has them."""
+    from simcluster.hardware import load_profile  # hardware imports the scenario schema
+
+    profile = load_profile(sc["cluster"]["hardware"], field="--cluster")
+    if "cudnn" in profile.attention_kernels:
+        sc["training"]["attention_kernel"] = "cudnn"
+    else:
+        out.notes.append(
+            f"--attention-backend fused is cuDNN's fused attention; {sc['cluster']['hardware']} has no "
+            "cudnn curves, so the profile's default kernel is used"
+        )
 
 
 def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
@@ -406,6 +561,20 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
         # every layer's forward
         granularity, method = "full", old or "uniform"
         layers = flags.integer("activations-checkpoint-num-layers")
+    if old is None and not flags.has("checkpoint-activations"):
+        # transformer_config.py __post_init__: full needs a method and a layer count;
+        # arguments.py validate_args: a method is not supported with selective
+        if granularity == "full" and (method is None or layers is None):
+            raise UserError(
+                "--recompute-method" if method is None else "--recompute-num-layers",
+                "Megatron requires --recompute-method (uniform or block) and "
+                "--recompute-num-layers with --recompute-granularity full",
+            )
+        if granularity == "selective" and method is not None:
+            raise UserError(
+                "--recompute-method",
+                "Megatron refuses a recompute method with selective recomputation",
+            )
     if granularity is None:
         training["recompute"] = "none"
         return
@@ -425,30 +594,3 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
                 f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
             )
         training["recompute_modules"] = modules
-
-
-def _moe(flags: Flags, sc: dict[str, Any]) -> None:
-    moe: dict[str, Any] = {}
-    dispatcher = flags.choice(
-        "moe-token-dispatcher-type", {"alltoall": "alltoall", "flex": "deepep"}
-    )
-    if dispatcher is not None:
-        moe["dispatcher"] = dispatcher
-    capacity = flags.number("moe-expert-capacity-factor")
-    if capacity is not None:
-        moe["capacity_factor"] = capacity
-    if sc.get("moe", {}).get("pad_to_capacity"):
-        moe["pad_to_capacity"] = True
-    shared = flags.integer("moe-shared-expert-intermediate-size")
-    if shared is not None:
-        expert_ffn = sc["model"].get("expert_ffn") or sc["model"]["ffn"]
-        if shared % expert_ffn:
-            raise UserError(
-                "--moe-shared-expert-intermediate-size",
-                f"{shared} is not a whole number of experts of {expert_ffn}",
-            )
-        sc["model"]["shared_experts"] = shared // expert_ffn
-    every = flags.integer("moe-layer-freq")
-    if every is not None:
-        sc["model"]["moe_every"] = every
-    sc["moe"] = moe

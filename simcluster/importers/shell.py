@@ -1,12 +1,16 @@
 """The arguments a shell launch script passes to its training program.
 
 Launch scripts are shell, not a format: this reads the part of bash that launch scripts use to
-build a command line, and no more. Statements are split on unquoted newlines, ``;``, ``&&``,
-``||`` and ``|`` (a backslash before a newline continues the line, inside double quotes too);
-``#`` starts a comment. Assignments (``A=1``, ``export A="..."``, ``local``/``declare``) set
-variables, ``$A``, ``${A}``, ``${A:-default}``, ``${A:=default}`` and ``$((arithmetic))``
-expand as bash expands them (an unset variable is empty), `` `pwd` `` and ``$(pwd)`` are the
-script's folder (scripts such as Megatron-LM's sc21 ones source their neighbours from it);
+build a command line, and no more. Statements are split on unquoted newlines, ``;`` and ``|`` (a
+backslash before a newline continues the line, inside double quotes too); ``#`` starts a comment
+and a here-document's body is skipped. ``a && b`` and ``a || b`` run as bash runs them:
+a ``[ ]`` test decides, any other command is taken to succeed (so ``cd dir || exit 1`` does not exit),
+and a test not read here (``[ -f x ]``) runs neither side. Assignments (``A=1``, ``A+=more``,
+arrays ``A=( ... )`` and ``A+=( ... )``, ``export A="..."``, ``local``/``declare``) set
+variables, ``$A``, ``${A}``, ``${A:-default}``, ``${A:=default}`` and ``$((arithmetic))`` expand
+as bash expands them (an unset variable is empty; so is a script argument ``$1``, whose
+``${1:-default}`` is the default), `` `pwd` `` and ``$(pwd)`` are the script's folder (scripts
+such as Megatron-LM's sc21 ones source their neighbours from it);
 ``if``/``elif``/``else``/``fi`` with ``[ ]``/``[[ ]]`` string and integer tests pick a branch;
 ``.``/``source`` read another file; ``exit`` stops (a non-zero status in the branch taken is an
 error: the script refused the case). Any other command is not run.
@@ -26,8 +30,10 @@ from pathlib import Path
 from simcluster.errors import UserError
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_ASSIGN = re.compile(rf"^({_NAME})=(.*)$", re.S)
+_ASSIGN = re.compile(rf"^({_NAME})(\+?)=(.*)$", re.S)
 _SEPARATORS = ("&&", "||", ";", "|", "\n")
+#: separators kept inside a statement as words of their own: a chain run with short circuits
+_CHAIN = ("&&", "||")
 _DECLARE = {"export", "local", "declare", "readonly", "typeset"}
 #: at most this many nested ``source``s (a script sourcing itself would never end)
 _MAX_DEPTH = 8
@@ -75,6 +81,7 @@ def _words(text: str) -> list[str]:
 
 def _statements(text: str) -> list[list[str]]:
     """``text`` cut into statements of raw words (quotes kept, so expansion can honour them)."""
+    text = _without_heredocs(text)
     statements: list[list[str]] = []
     words: list[str] = []
     word: list[str] = []
@@ -130,7 +137,11 @@ def _statements(text: str) -> list[list[str]]:
             end_word()
         elif any(text.startswith(sep, i) for sep in _SEPARATORS):
             sep = next(s for s in _SEPARATORS if text.startswith(s, i))
-            end_statement()
+            if sep in _CHAIN and (words or word):
+                end_word()
+                words.append(sep)
+            else:
+                end_statement()
             i += len(sep)
             continue
         else:
@@ -138,6 +149,28 @@ def _statements(text: str) -> list[list[str]]:
         i += 1
     end_statement()
     return statements
+
+
+def _without_heredocs(text: str) -> str:
+    """``text`` without the bodies of its here-documents (``cat <<EOF > ds_config.json``, up to
+    the line that is ``EOF``; ``<<-`` allows tabs before it): their lines are a command's input,
+    not statements, and a body of ``--flags`` must not read as an arguments file."""
+    out: list[str] = []
+    delimiter, strip = "", False
+    for line in text.split("\n"):
+        if delimiter:
+            if (line.lstrip("\t") if strip else line) == delimiter:
+                delimiter = ""
+            continue
+        out.append(line)
+        found = re.search(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2", line)
+        if found and "<<<" not in line[found.start() : found.start() + 3]:
+            delimiter, strip = found.group(3), bool(found.group(1))
+    if delimiter:
+        raise UserError(
+            "FILE", f"a here-document '<<{delimiter}' has no closing '{delimiter}' line"
+        )
+    return "\n".join(out)
 
 
 def _array(text: str, i: int, word: list[str]) -> int:
@@ -242,7 +275,7 @@ def _dollar(raw: str, i: int, state: _State, out: list[str]) -> int:
         end = _closing(raw, i + 2, "}", state)
         # ${NAME}, ${NAME:-default}, ${ARRAY[@]} (an array's words, joined); ${1}, a script
         # argument, is not known here: empty, as an unset variable
-        found = re.match(rf"({_NAME})(?:\[[@*0]\])?(:?[-=?+]?)(.*)", raw[i + 2 : end], re.S)
+        found = re.match(rf"({_NAME}|\d+)(?:\[[@*0]\])?(:?[-=?+]?)(.*)", raw[i + 2 : end], re.S)
         if found is None:
             return end + 1
         name, op, default = found.groups()
@@ -254,6 +287,8 @@ def _dollar(raw: str, i: int, state: _State, out: list[str]) -> int:
                 state.variables[name] = value
         out.append(value)
         return end + 1
+    if raw[i + 1 : i + 2].isdigit():
+        return i + 2  # $1: a script argument, not known here (empty, as an unset variable)
     match = re.match(_NAME, raw[i + 1 :])
     if not match:
         out.append("$")
@@ -297,13 +332,52 @@ def _test(words: list[str]) -> bool | None:
     return None
 
 
+def _links(raw: list[str]) -> list[tuple[str, list[str]]]:
+    """``a && b || c`` as ``[("", a), ("&&", b), ("||", c)]``."""
+    links: list[tuple[str, list[str]]] = [("", [])]
+    for word in raw:
+        if word in _CHAIN:
+            links.append((word, []))
+        else:
+            links[-1][1].append(word)
+    return [(op, words) for op, words in links if words]
+
+
 def _condition(raw: list[str], state: _State, where: str) -> bool:
-    words = [_expand(w, state) for w in raw if w != "then"]
-    result = _test(words)
-    if result is None:
-        state.notes.append(f"{where}: condition '{' '.join(raw)}' not evaluated; taken as false")
-        return False
-    return result
+    """An ``if``'s condition: tests joined by ``&&``/``||`` (left to right, as bash groups
+    them); a condition with a part that is not a test read here is taken as false, said in a
+    note."""
+    result: bool | None = None
+    for op, words in _links([w for w in raw if w != "then"]):
+        if (op == "&&" and result is False) or (op == "||" and result is True):
+            continue
+        result = _test([_expand(w, state) for w in words])
+        if result is None:
+            state.notes.append(
+                f"{where}: condition '{' '.join(raw)}' not evaluated; taken as false"
+            )
+            return False
+    return bool(result)
+
+
+def _chain(raw: list[str], state: _State, where: str, depth: int) -> None:
+    """A statement that is not an ``if``: its commands joined by ``&&``/``||``, a test's outcome
+    deciding the next, any other command taken to succeed."""
+    ok = True
+    for op, words in _links(raw):
+        if (op == "&&" and not ok) or (op == "||" and ok):
+            continue
+        if words[0] in ("[", "[[", "test"):
+            result = _test([_expand(w, state) for w in words if w != "test"])
+            if result is None:  # neither branch: a guard's `|| exit 1` must not stop the read
+                state.notes.append(
+                    f"{where}: test '{' '.join(words)}' not evaluated; what it chains to not run"
+                )
+                return
+            ok = result
+        else:
+            _statement(words, state, where, depth)
+            ok = True
 
 
 def _run(text: str, state: _State, where: str, depth: int) -> None:
@@ -326,7 +400,7 @@ def _run(text: str, state: _State, where: str, depth: int) -> None:
             b.taken = True
             rest = raw[1:]
             if rest and b.active:
-                _statement(rest, state, where, depth)
+                _chain(rest, state, where, depth)
             continue
         if head == "fi" and branches:
             branches.pop()
@@ -336,7 +410,7 @@ def _run(text: str, state: _State, where: str, depth: int) -> None:
             if not raw:
                 continue
         if active:
-            _statement(raw, state, where, depth)
+            _chain(raw, state, where, depth)
 
 
 def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
@@ -346,12 +420,12 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
         for word in words:
             match = _ASSIGN.match(word)
             if match:
-                _assign(match.group(1), match.group(2), state)
+                _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
         return
     while words and (match := _ASSIGN.match(words[0])):
         words.pop(0)
         if not words:
-            _assign(match.group(1), match.group(2), state)
+            _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
     if not words:
         return
     head = _expand(words[0], state)
@@ -391,14 +465,18 @@ def _without_redirections(words: list[str]) -> list[str]:
     return out
 
 
-def _assign(name: str, raw_value: str, state: _State) -> None:
+def _assign(name: str, raw_value: str, state: _State, append: bool = False) -> None:
     if name in state.variables and name in state.given:
         return  # --var NAME=VALUE wins over the script's own value
     if raw_value.startswith("(") and raw_value.endswith(")"):
         # an array: its words, expanded one by one ("${ARRAY[@]}" gives them back joined)
-        state.variables[name] = " ".join(_expand(w, state) for w in _words(raw_value[1:-1]))
+        value = " ".join(_expand(w, state) for w in _words(raw_value[1:-1]))
+        # A+=( ... ) adds elements: joined by a space, as "${A[@]}" gives them back
+        before = state.variables.get(name, "") if append else ""
+        state.variables[name] = f"{before} {value}".strip() if before else value
     else:
-        state.variables[name] = _expand(raw_value, state)
+        value = _expand(raw_value, state)
+        state.variables[name] = (state.variables.get(name, "") if append else "") + value
     if name not in state.defined:
         state.defined.append(name)
 

@@ -47,7 +47,14 @@ _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
 _FLOAT8_RECIPES = {"tensorwise": "current"}
 #: (name, flavor) whose preset is not name-flavor
-_PRESETS = {("llama3", "405B"): "llama3.1-405b"}
+_PRESETS = {
+    ("llama3", "405B"): "llama3.1-405b",
+    # torchtitan/experiments/llama4 llama4_configs: 17bx16e is Scout (16 experts), 17bx128e
+    # Maverick (128, MoE every second layer); models/deepseek_v3 deepseekv3_configs["671B"]
+    ("llama4", "17bx16e"): "llama4-scout",
+    ("llama4", "17bx128e"): "llama4-maverick",
+    ("deepseek_v3", "671B"): "deepseek-v3",
+}
 #: sections (and keys) read here; any other key is listed as not imported
 _READ = {
     "model": {"name", "flavor", "converters"},
@@ -291,7 +298,7 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
             f"'{param}' cannot be imported; known: {', '.join(_PRECISIONS)}",
         )
     training["precision"] = _PRECISIONS[param]
-    converters = _get(doc, "converters", "model") or []
+    converters = _converters(doc)
     # releases before model.converters switched FP8 on with [float8] enable_float8_linear
     if "float8" in converters or _get(doc, "enable_float8_linear", "float8") is True:
         recipe = _get(doc, "recipe_name", "float8") or "tensorwise"
@@ -303,6 +310,15 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
         training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
         if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
             training["fp8_param_gather"] = True
+
+
+def _converters(doc: dict[str, Any]) -> list[str]:
+    """``[model] converters``: a list, or a comma-separated string as the shipped 405B TOML
+    writes it (``converters = "float8"``; config_manager's string_list splits it)."""
+    value = _get(doc, "converters", "model") or []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return [str(v) for v in value]
 
 
 def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> None:
@@ -332,10 +348,7 @@ def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> No
 
 
 def _unread(doc: dict[str, Any], out: Imported) -> None:
-    float8_on = (
-        "float8" in (_get(doc, "converters", "model") or [])
-        or _get(doc, "enable_float8_linear", "float8") is True
-    )
+    float8_on = "float8" in _converters(doc) or _get(doc, "enable_float8_linear", "float8") is True
     for section, table in doc.items():
         if section in _OUTSIDE:
             out.skip(f"[{section}]", _OUTSIDE[section])
@@ -344,7 +357,9 @@ def _unread(doc: dict[str, Any], out: Imported) -> None:
             out.skip("[float8]", "float8 is off: model.converters does not list it")
             continue
         keys = table.items() if isinstance(table, dict) else [("", table)]
-        for key, _ in keys:
+        for key, value in keys:
+            if section == "float8" and key == "filter_fqns" and value in ("output", ["output"]):
+                continue  # the LM head left in 16-bit: what training.precision fp8 costs
             if key not in _READ.get(section, set()):
                 out.skip(
                     f"{section}.{key}" if key else section,

@@ -1,0 +1,134 @@
+"""Megatron-LM's mixture-of-experts and multi-head latent attention flags, as its
+``arguments.py`` and Megatron-Core read them, mapped to ``model:`` and ``moe:`` fields."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from simcluster.errors import UserError
+from simcluster.importers.flags import Flags
+from simcluster.importers.result import Imported
+
+#: --moe-token-dispatcher-type (arguments.py choices; allgather is its default) -> moe.dispatcher
+DISPATCHERS = {"alltoall": "alltoall", "flex": "deepep", "allgather": None}
+#: MLA flags -> model.mla keys, with arguments.py's defaults (_add_mla_args / MLATransformerConfig
+#: via core_transformer_config_from_args); --q-lora-rank absent: queries not compressed (0)
+MLA_FLAGS = {
+    "q-lora-rank": ("q_lora_rank", 0),
+    "kv-lora-rank": ("kv_lora_rank", 32),
+    "qk-head-dim": ("qk_nope_head_dim", 128),
+    "qk-pos-emb-head-dim": ("qk_rope_head_dim", 64),
+    "v-head-dim": ("v_head_dim", 128),
+}
+
+
+def mla(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """``--multi-latent-attention``: ``model.mla`` from the rank and head-dimension flags. Its
+    ``--qk-layernorm`` is MLASelfAttention's norms of the compressed query and key-value latents
+    (Megatron-Core multi_latent_attention.py q_layernorm / kv_layernorm), which model.mla costs
+    already: not model.qk_norm."""
+    if not flags.has("multi-latent-attention"):
+        return
+    dims = {}
+    for flag, (key, default) in MLA_FLAGS.items():
+        value = flags.integer(flag)
+        dims[key] = default if value is None else value
+    model["mla"] = dims
+    model.pop("head_dim", None)  # --kv-channels: MLA's heads are sized by the flags above
+    if model.pop("qk_norm", None):
+        out.notes.append(
+            "--qk-layernorm with --multi-latent-attention: the latents' norms model.mla costs"
+        )
+
+
+def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """``--moe-layer-freq``: an integer N puts experts on layers 0, N, 2N, ... (Megatron-Core
+    gpt_layer_specs ``i % moe_layer_freq == 0``); a Python list expression (``'([0]*3+[1]*58)'``)
+    gives each layer (1 = MoE). Read as ``model.dense_layers`` (leading dense layers) and
+    ``model.moe_every`` (MoE on layers i with (i + 1) % moe_every == 0)."""
+    text = flags.text("moe-layer-freq")
+    if text is None:
+        return
+    if re.fullmatch(r"\d+", text):
+        every = int(text)
+        if every > 1:
+            model["moe_every"] = every
+            out.notes.append(
+                f"--moe-layer-freq {every}: Megatron puts experts on layers 0, {every}, "
+                f"{2 * every}, ...; model.moe_every {every} on layers {every - 1}, "
+                f"{2 * every - 1}, ... (the same count when {every} divides the layers)"
+            )
+        return
+    pattern = _pattern(text)
+    layers = model["layers"]
+    if len(pattern) != layers:
+        raise UserError("--moe-layer-freq", f"gives {len(pattern)} layers, --num-layers {layers}")
+    dense = next((i for i, v in enumerate(pattern) if v), layers)
+    rest = pattern[dense:]
+    period = next((k for k in range(1, len(rest) + 1) if _periodic(pattern, dense, k)), None)
+    if period is None or dense == layers:
+        raise UserError(
+            "--moe-layer-freq",
+            f"'{text}' is not leading dense layers then every N-th layer MoE; give the layout "
+            "with --set model.dense_layers=N --set model.moe_every=M",
+        )
+    if dense:
+        model["dense_layers"] = dense
+    if period > 1:
+        model["moe_every"] = period
+
+
+def _periodic(pattern: list[int], dense: int, every: int) -> bool:
+    """Whether layers from ``dense`` on are MoE exactly when (i + 1) % every == 0 (simcluster's
+    model.moe_every, counted from layer 0)."""
+    return all(v == int((i + 1) % every == 0) for i, v in enumerate(pattern) if i >= dense)
+
+
+def _pattern(text: str) -> list[int]:
+    """A list expression of 0s and 1s as arguments.py's moe_freq_type evaluates it: lists of
+    digits, ``*`` repeats and ``+`` joins, nothing else."""
+    if not re.fullmatch(r"[\[\]()0-9*+, ]+", text):
+        raise UserError(
+            "--moe-layer-freq",
+            f"'{text}' is neither a whole number nor a list such as [0]*3+[1]*58",
+        )
+    try:
+        value = eval(text, {"__builtins__": {}})  # noqa: S307 - brackets, digits, * + only
+    except SyntaxError:
+        raise UserError("--moe-layer-freq", f"'{text}' is not a list expression") from None
+    if not isinstance(value, list) or any(v not in (0, 1) for v in value):
+        raise UserError("--moe-layer-freq", f"'{text}' must give a list of 0s and 1s")
+    return [int(v) for v in value]
+
+
+def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    """The MoE flags: dispatcher, capacity, shared experts and the layer pattern."""
+    model = sc["model"]
+    section: dict[str, Any] = {}
+    given = flags.text("moe-token-dispatcher-type")
+    dispatcher = flags.choice("moe-token-dispatcher-type", DISPATCHERS)
+    if dispatcher is not None:
+        section["dispatcher"] = dispatcher
+    elif "experts" in model:
+        out.skip(
+            f"--moe-token-dispatcher-type {given or 'allgather (its default)'}",
+            "Megatron's allgather dispatcher is not modelled: simulated as alltoall "
+            "(moe.dispatcher), --set moe.dispatcher=deepep for the flex one",
+        )
+    capacity = flags.number("moe-expert-capacity-factor")
+    if capacity is not None:
+        section["capacity_factor"] = capacity
+    if sc.get("moe", {}).get("pad_to_capacity"):
+        section["pad_to_capacity"] = True
+    shared = flags.integer("moe-shared-expert-intermediate-size")
+    if shared is not None:
+        expert_ffn = model.get("expert_ffn") or model["ffn"]
+        if shared % expert_ffn:
+            raise UserError(
+                "--moe-shared-expert-intermediate-size",
+                f"{shared} is not a whole number of experts of {expert_ffn}",
+            )
+        model["shared_experts"] = shared // expert_ffn
+    layer_pattern(flags, model, out)
+    sc["moe"] = section

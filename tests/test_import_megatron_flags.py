@@ -1,0 +1,277 @@
+"""`simcluster import megatron`: flags read as Megatron-LM's ``megatron/training/arguments.py``
+and Megatron-Core read them (defaults, ``validate_args``' checks), and the shell reader's bash.
+Each test names the code it follows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simcluster.cli import main
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.importers import ImportOptions, import_config
+from simcluster.importers.shell import read_script
+from simcluster.scenario import load_scenario, scenario_from_dict
+
+BASE = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+    "--micro-batch-size 1 --bf16 --vocab-size 32000 "
+)
+MOE = "--num-experts 8 --pipeline-model-parallel-size 4 "
+LLAMA3 = Path(__file__).parent / "fixtures" / "launch" / "megatron" / "train_llama3_8b_h100_fp8.sh"
+
+
+def _import(tmp_path: Path, flags: str, nodes: int = 4) -> tuple[dict, list[str], list[str]]:
+    args = tmp_path / "train.args"
+    args.write_text(BASE + flags + "\n")
+    out = import_config("megatron", args, ImportOptions(cluster="dgx-h100", nodes=nodes))
+    return out.scenario, out.skipped, out.notes
+
+
+def test_null_tokenizer_counts_its_eod_before_padding(tmp_path):
+    # megatron/training/tokenizer/tokenizer.py _NullTokenizer.vocab_size = vocab_size + 1;
+    # _vocab_size_with_padding then rounds up to 128 x tp: 32,001 -> 32,128 at tp 1, 32,256 at tp 2
+    s, _, _ = _import(tmp_path, "--tokenizer-type NullTokenizer")
+    assert s["model"]["vocab"] == 32128
+    s, _, _ = _import(tmp_path, "--tokenizer-type NullTokenizer --tensor-model-parallel-size 2")
+    assert s["model"]["vocab"] == 32256
+    # build_tokenizer: the others count their files' entries and ignore --vocab-size: asked for
+    args = tmp_path / "hf.args"
+    args.write_text(BASE + "--tokenizer-type HuggingFaceTokenizer\n")
+    out = import_config("megatron", args, ImportOptions(cluster="dgx-h100", nodes=4))
+    assert "vocab" not in out.scenario["model"] and "model.vocab" in out.needs
+    assert any(
+        x.startswith("--vocab-size (HuggingFaceTokenizer takes its size") for x in out.skipped
+    )
+
+
+def test_moe_defaults_follow_arguments_py(tmp_path):
+    # arguments.py: --moe-router-topk defaults to 2; validate_args sets moe_ffn_hidden_size to
+    # ffn_hidden_size when it is not given; --moe-token-dispatcher-type defaults to allgather,
+    # which simcluster does not model: listed, not silently swapped
+    s, skipped, _ = _import(tmp_path, MOE + "--ffn-hidden-size 14336")
+    assert (s["model"]["top_k"], s["model"]["expert_ffn"]) == (2, 14336)
+    assert any(x.startswith("--moe-token-dispatcher-type allgather (its default)") for x in skipped)
+    build_context(scenario_from_dict(s))
+    s, _, _ = _import(tmp_path, MOE + "--moe-token-dispatcher-type flex --moe-ffn-hidden-size 2048")
+    assert (s["moe"]["dispatcher"], s["model"]["expert_ffn"]) == ("deepep", 2048)
+
+
+@pytest.mark.parametrize(
+    ("value", "fields"),
+    [
+        # DeepSeek-V3's Megatron scripts: '([0]*3+[1]*58)', three dense layers then all MoE
+        ("([0]*3+[1]*29)", {"dense_layers": 3}),
+        ("[0]+[1]*31", {"dense_layers": 1}),
+        # every second layer MoE from layer 1 on: simcluster's moe_every 2 ((i + 1) % 2 == 0)
+        ("[0,1]*16", {"dense_layers": 1, "moe_every": 2}),
+        # an integer N: Megatron-Core's i % N == 0 (layers 0, 2, ...): moe_every with a note
+        ("2", {"moe_every": 2}),
+        ("1", {}),
+    ],
+)
+def test_moe_layer_freq_patterns(tmp_path, value, fields):
+    s, _, notes = _import(tmp_path, MOE + f"--moe-layer-freq {value}")
+    got = {k: s["model"][k] for k in ("dense_layers", "moe_every") if k in s["model"]}
+    assert got == fields
+    assert any("Megatron puts experts on layers 0, 2, 4" in n for n in notes) == (value == "2")
+    build_context(scenario_from_dict(s))
+
+
+def test_moe_layer_freq_refusals(tmp_path):
+    with pytest.raises(UserError, match="gives 4 layers, --num-layers 32"):
+        _import(tmp_path, MOE + "--moe-layer-freq [0]+[1]*3")
+    with pytest.raises(UserError, match="is not leading dense layers then every N-th"):
+        _import(tmp_path, MOE + "--moe-layer-freq [1,0]*16")
+    with pytest.raises(UserError, match="neither a whole number nor a list"):
+        _import(tmp_path, MOE + "--moe-layer-freq __import__('os')")
+
+
+def test_mla_flags_with_arguments_py_defaults(tmp_path):
+    # _add_mla_args: --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
+    # --v-head-dim 128 by default; --q-lora-rank absent: queries not compressed (0)
+    s, _, _ = _import(tmp_path, "--multi-latent-attention --kv-channels 128")
+    assert s["model"]["mla"] == {
+        "q_lora_rank": 0, "kv_lora_rank": 32, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }  # fmt: skip
+    assert "head_dim" not in s["model"]
+    s, _, _ = _import(
+        tmp_path,
+        "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-pos-emb-head-dim 64",
+    )
+    assert (s["model"]["mla"]["q_lora_rank"], s["model"]["mla"]["kv_lora_rank"]) == (1536, 512)
+    build_context(scenario_from_dict(s))
+
+
+@pytest.mark.parametrize(
+    ("flags", "stages"),
+    [
+        # validate_args: the layers the first and last stage do not take split evenly: 18 / 2
+        ("--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7", [7, 9, 9, 7]),
+        ("--decoder-last-pipeline-num-layers 5", [9, 9, 9, 5]),
+        # the embedding and the loss count as a layer each: (30 + 2) / 4 = 8 a stage
+        ("--num-layers 30 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", [7, 8, 8, 7]),
+    ],
+)  # fmt: skip
+def test_uneven_pipeline_splits(tmp_path, flags, stages):
+    s, _, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 " + flags)
+    assert s["parallel"]["layers_per_stage"] == stages
+    build_context(scenario_from_dict(s))
+
+
+def test_uneven_pipeline_refusals_and_virtual_stages(tmp_path):
+    with pytest.raises(UserError, match="the other 26 layers do not split evenly over 3 stages"):
+        _import(tmp_path, "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 6")
+    with pytest.raises(UserError, match="34 do not split evenly over pp 4"):
+        _import(
+            tmp_path,
+            "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split "
+            "--account-for-loss-in-pipeline-split",
+        )
+    s, skipped, _ = _import(
+        tmp_path,
+        "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+        "--decoder-first-pipeline-num-layers 2",
+    )
+    assert "layers_per_stage" not in s["parallel"]
+    assert any(x.startswith("--decoder-first-pipeline-num-layers") for x in skipped)
+
+
+def test_overlap_param_gather_needs_the_grad_reduce_overlap(tmp_path):
+    # validate_args: '--overlap-grad-reduce should be turned on when using --overlap-param-gather'
+    with pytest.raises(UserError, match="requires --overlap-grad-reduce"):
+        _import(tmp_path, "--use-distributed-optimizer --overlap-param-gather")
+
+
+def test_attention_backend_fused_is_cudnn_where_the_profile_has_it(tmp_path):
+    s, _, _ = _import(tmp_path, "--attention-backend fused")
+    assert s["training"]["attention_kernel"] == "cudnn"
+    s, _, _ = _import(tmp_path, "--attention-backend flash")
+    assert "attention_kernel" not in s["training"] and s["training"]["flash_attention"] is True
+
+
+def test_shell_appends_chains_and_script_arguments(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        'OUT=${1:-"ckpt"}\n'  # a script argument: unknown, so its default
+        "ARGS=(\n  --bf16\n)\n"
+        'DTYPE="fp8"\n'
+        'if [[ "$DTYPE" == "fp8" ]]; then\n  ARGS+=(\n    "--fp8-format hybrid"\n  )\nfi\n'
+        "MORE=(--use-distributed-optimizer)\n"
+        'ARGS+=("${MORE[@]}")\n'
+        'V=""; [ -z "$V" ] && V=7\n'
+        "cd /nowhere || exit 1\n"  # taken to succeed: the exit does not run
+        '[ -f "$OUT" ] || exit 1\n'  # a test not read here: neither side runs
+        'if [[ "$X" == "a" ]] || [[ "$DTYPE" == "fp8" ]]; then EXTRA=--tp-comm-overlap; fi\n'
+        "python pretrain_gpt.py ${ARGS[@]} --save $OUT --micro-batch-size $V $EXTRA $2\n"
+    )
+    assert read_script(script, {}).words == [
+        "--bf16", "--fp8-format", "hybrid", "--use-distributed-optimizer", "--save", "ckpt",
+        "--micro-batch-size", "7", "--tp-comm-overlap",
+    ]  # fmt: skip
+
+
+def test_cli_import_then_run_end_to_end(tmp_path, capsys):
+    out = tmp_path / "llama3.yaml"
+    argv = ["import", "megatron", str(LLAMA3), "--cluster", "dgx-h100", "--nodes", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert load_scenario(str(out)).training.precision == "fp8"
+    assert main(["run", str(out), "--out", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run").is_dir() and any((tmp_path / "run").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["import", "megatorn", str(LLAMA3)], "did you mean 'megatron'?"),
+        (["import", "megatron", "/no/such.sh", "--cluster", "dgx-h100", "--nodes", "1"], "is not a file"),
+        (["import", "megatron", str(LLAMA3), "--cluster", "dgx-h10", "--nodes", "1"], "dgx-h100"),
+    ],
+)  # fmt: skip
+def test_cli_kind_file_and_cluster_errors_are_one_line(argv, message, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as stop:  # argparse's own refusal of a KIND outside its choices
+        status = stop.code
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and err.startswith("error:")
+
+
+def test_distributed_optimizer_instances_shard_within_each_instance(tmp_path):
+    # Megatron-Core's --num-distributed-optimizer-instances: the optimizer is sharded over
+    # dp x cp / N ranks; 32 GPUs / tp 2 = 16 data-parallel ranks in 2 instances: shards of 8
+    s, _, _ = _import(
+        tmp_path,
+        "--tensor-model-parallel-size 2 --use-distributed-optimizer "
+        "--num-distributed-optimizer-instances 2",
+    )
+    assert (s["parallel"]["zero"], s["parallel"]["zero_shard"]) == (1, 8)
+    build_context(scenario_from_dict(s))
+    with pytest.raises(UserError, match="requires --use-distributed-optimizer"):
+        _import(tmp_path, "--num-distributed-optimizer-instances 2")
+    with pytest.raises(UserError, match="3 does not divide the 32"):
+        _import(tmp_path, "--use-distributed-optimizer --num-distributed-optimizer-instances 3")
+
+
+def test_flags_without_a_field_say_what_to_set(tmp_path):
+    _, skipped, _ = _import(
+        tmp_path,
+        "--use-mcore-models --calculate-per-token-loss --use-torch-fsdp2 --use-megatron-fsdp "
+        "--data-parallel-sharding-strategy optim_grads_params",
+    )
+    text = " ".join(skipped)
+    assert "--use-torch-fsdp2 (Megatron's PyTorch FSDP2" in text and "parallel.zero=3" in text
+    assert "--data-parallel-sharding-strategy (Megatron-FSDP's sharding" in text
+    assert "--use-mcore-models (a no-op today" in text
+    assert "no scenario field for it" not in text
+
+
+def test_recompute_flags_checked_as_megatron_checks_them(tmp_path):
+    # megatron/core/transformer/transformer_config.py: "Using recompute_granularity: full so
+    # recompute_method must be "block" or "uniform"", and recompute_num_layers must be given
+    with pytest.raises(UserError, match="--recompute-method: Megatron requires"):
+        _import(tmp_path, "--recompute-granularity full --recompute-num-layers 1")
+    with pytest.raises(UserError, match="--recompute-num-layers: Megatron requires"):
+        _import(tmp_path, "--recompute-granularity full --recompute-method uniform")
+    with pytest.raises(UserError, match="refuses a recompute method with selective"):
+        _import(tmp_path, "--recompute-granularity selective --recompute-method block")
+    s, _, _ = _import(
+        tmp_path, "--recompute-granularity full --recompute-method block --recompute-num-layers 4"
+    )
+    assert (s["training"]["recompute"], s["training"]["recompute_num_layers"]) == ("full", 4)
+
+
+def test_virtual_stage_flags_are_one_or_the_other(tmp_path):
+    # arguments.py validate_args: --num-layers-per-virtual-pipeline-stage and
+    # --num-virtual-stages-per-pipeline-rank cannot be set at the same time
+    s, _, _ = _import(
+        tmp_path, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"
+    )
+    assert (s["parallel"]["layers_per_virtual_stage"], s["parallel"]["schedule"]) == (
+        2,
+        "interleaved",
+    )
+    with pytest.raises(UserError, match="refuses it beside --num-layers-per-virtual"):
+        _import(
+            tmp_path,
+            "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+            "--num-virtual-stages-per-pipeline-rank 4",
+        )
+
+
+def test_shell_skips_here_documents(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "cat <<EOF > args.txt\n--num-layers 2\nexit 1\nEOF\n"
+        "cat <<-'END' > x\n\t--fp16\n\tEND\n"
+        "python pretrain_gpt.py --bf16\n"
+    )
+    assert read_script(script, {}).words == ["--bf16"]
+    script.write_text("cat <<EOF > x\n--bf16\n")
+    with pytest.raises(UserError, match="here-document '<<EOF' has no closing 'EOF' line"):
+        read_script(script, {})
