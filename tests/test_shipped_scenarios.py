@@ -11,6 +11,10 @@ from simcluster.memory_report import memory_summary
 from simcluster.scenario import load_scenario, shipped_scenarios
 
 NAMES = shipped_scenarios()
+#: lower MFU bounds of kinds of run that publish less than 20%: a fine-grained MoE (128 experts
+#: 768 wide, 8 chosen) runs GEMMs of a few GFLOP each; Megatron-Bridge's published Qwen3-30B-A3B
+#: row on 16 H100 is 121 model TFLOP/s, 12% of the H100's dense BF16 peak (docs/accuracy.md)
+MFU_FLOOR = {"qwen3-30b-a3b-16xh100": 0.1}
 
 
 def test_there_are_examples_for_dense_moe_and_both_gpu_generations():
@@ -31,7 +35,7 @@ def test_simulates_within_memory_and_a_plausible_mfu(name, tmp_path):
     result = simulate(load_scenario(name))
     summary = result.summary
     assert summary["fits_in_memory"]
-    assert 0.2 < summary["mfu"] < 0.7, (name, summary["mfu"])
+    assert MFU_FLOOR.get(name, 0.2) < summary["mfu"] < 0.7, (name, summary["mfu"])
     assert summary["step_time_s"] > 0 and summary["events"] > 0
     # what `simcluster run NAME --out DIR` writes: its events must be a valid timeline (one
     # event at a time per stream); DeepSeek-V3's host waits inside DualPipe's F&B pairs once
