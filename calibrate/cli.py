@@ -77,7 +77,7 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 
 def _measure(argv: Sequence[str]) -> int:
-    from calibrate.moe_shapes import default_moe_shapes, scenario_moe_shapes
+    from calibrate.moe_shapes import check_moe_fits, default_moe_shapes, scenario_moe_shapes
     from calibrate.profile_writer import partial_path
     from calibrate.shapes import (
         check_fits,
@@ -115,6 +115,7 @@ def _measure(argv: Sequence[str]) -> int:
         limit = f"the {format_bytes(capacity)} of this {device} device"
         check_fits(given, capacity, limit, "--shapes")
         check_fits(of_scenario, capacity, limit, "--scenario")
+        check_moe_fits(moe, capacity, limit)
     extra = given + of_scenario
     grid = default_grid(device, args.quick)
     shapes = tuple(grid + [s for s in dict.fromkeys(extra) if s not in grid])

@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from calibrate.shapes import FP32_BYTES
 from simcluster.errors import UserError
+from simcluster.units import format_bytes
 
 
 @dataclass(frozen=True, order=True)
@@ -32,6 +34,16 @@ class MoeShape:
     def routed_rows(self) -> int:
         """Token copies the permutation moves: one per routed expert."""
         return self.tokens * self.top_k
+
+    @property
+    def operand_bytes(self) -> int:
+        """What timing it holds at once, in fp32 (the widest dtype a run times it in): the
+        grouped GEMM's tokens, weights and output, or the permute's tokens, routed copies and
+        scattered-back tokens, whichever is larger."""
+        rows = self.local_experts * self.tokens_per_expert
+        grouped = rows * self.k + self.local_experts * self.n * self.k + rows * self.n
+        permute = 2 * self.tokens * self.k + self.routed_rows * self.k
+        return FP32_BYTES * max(grouped, permute)
 
     def text(self) -> str:
         """How a progress line names it."""
@@ -74,3 +86,15 @@ def scenario_moe_shapes(scenario: str) -> list[MoeShape]:
         if min(s.local_experts, s.tokens_per_expert, s.n, s.k, s.tokens) <= 0:
             raise UserError("--scenario", f"its MoE layer has an empty dimension ({s.text()})")
     return shapes
+
+
+def check_moe_fits(shapes: list[MoeShape], capacity_bytes: int, limit: str) -> None:
+    """Each MoE shape's operands fit in ``capacity_bytes`` (``limit`` says what that is): one
+    that cannot would fail deep in the run (out of memory, or a hang until --timeout)."""
+    for shape in shapes:
+        if shape.operand_bytes > capacity_bytes:
+            raise UserError(
+                "--scenario",
+                f"its MoE layer ({shape.text()}) takes {format_bytes(shape.operand_bytes)} in fp32, "
+                f"more than {limit}; calibrate a scenario with a smaller micro_batch or seq_len",
+            )

@@ -18,8 +18,9 @@ torch = pytest.importorskip("torch")
 
 from calibrate.moe import grouped_mm_missing, routed_counts  # noqa: E402
 from calibrate.moe_alltoall import split_matrix  # noqa: E402
-from calibrate.moe_shapes import MoeShape, default_moe_shapes  # noqa: E402
+from calibrate.moe_shapes import MoeShape, check_moe_fits, default_moe_shapes  # noqa: E402
 from simcluster.compute import KernelModel  # noqa: E402
+from simcluster.errors import UserError  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
 from simcluster.moe_kernels import scenario_moe_shapes  # noqa: E402
 from tests.test_calibrate_run import CAL, TORCHRUN, _env  # noqa: E402
@@ -137,3 +138,15 @@ def test_routing_draws_are_seeded_and_complete():
     assert routed_counts(1000, 8) == routed_counts(1000, 8) and sum(routed_counts(1000, 8)) == 1000
     m = split_matrix(4, 512)
     assert m == split_matrix(4, 512) and all(sum(row) == 512 for row in m)
+
+
+def test_a_moe_layer_too_large_for_the_device_is_refused_before_measuring():
+    """Qwen3-30B-A3B's layer at 4K tokens, micro-batch 2, ep 8 (the GPU grid's largest): the
+    grouped GEMM holds 16 x 4096 tokens x 2048 in, 16 x 1536 x 2048 weights, 16 x 4096 x 1536
+    out, in fp32 = 1.0625 GiB."""
+    shape = MoeShape(16, 4096, 1536, 2048, 128, 8, 8192)
+    assert shape.operand_bytes == 4 * (16 * 4096 * 2048 + 16 * 1536 * 2048 + 16 * 4096 * 1536) == 1.0625 * 2**30
+    check_moe_fits([shape], 2**31, "2 GiB")
+    with pytest.raises(UserError, match=r"^--scenario: its MoE layer \(16 experts x 4096 tokens") as err:
+        check_moe_fits([shape], 2**30, "the 1 GiB of this cpu device")
+    assert "\n" not in str(err.value)
