@@ -79,9 +79,11 @@ def _calls(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> dict[str, Cal
 
 def measure_grouped(
     shape: MoeShape, dtype: str, device: torch.device, timer: Timer, budget_s: float, impls: tuple[str, ...]
-) -> list[dict[str, object]]:
+) -> tuple[list[dict[str, object]], list[str]]:
     """Rows of ``measured.moe.grouped_gemm`` for one shape: each implementation's grouped call,
-    beside the sum of the same per-expert GEMMs timed one at a time."""
+    beside the sum of the same per-expert GEMMs timed one at a time; and notes on the
+    implementations that refused this shape (``torch._grouped_mm`` wants 16-byte aligned
+    strides on a GPU), which are not timed."""
     x, w, counts = _operands(shape, dtype, device)
     wt = w.transpose(-2, -1)
     singles = 0.0
@@ -101,10 +103,15 @@ def measure_grouped(
         singles += by_rows[t]
     calls = _calls(x, w, counts)
     flops = 2.0 * sum(counts) * shape.n * shape.k
-    rows_out = []
+    rows_out, notes = [], []
     for impl in impls:
         call = calls[impl]
-        once = timer(call, iters=1, warmup=1)
+        try:
+            once = timer(call, iters=1, warmup=1)
+        except (RuntimeError, NotImplementedError) as exc:
+            reason = " ".join(str(exc).split())[:160]
+            notes.append(f"{impl} not timed at {shape.text()}: {reason}")
+            continue
         grouped = robust_time(timer, call, iterations_for(once, budget_s))
         rows_out.append(
             {
@@ -114,7 +121,7 @@ def measure_grouped(
                 "ratio": grouped / singles, "tflops": flops / grouped / 1e12,
             }
         )  # fmt: skip
-    return rows_out
+    return rows_out, notes
 
 
 def measure_permute(shape: MoeShape, dtype: str, device: torch.device, timer: Timer, budget_s: float) -> dict[str, object]:

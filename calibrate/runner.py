@@ -209,7 +209,9 @@ def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> 
     steps = [Step("moe notes", lambda m: m.moe_notes.extend(notes))] if notes else []
 
     def grouped(shape: MoeShape, m: Measurements) -> None:
-        m.moe_grouped_gemm.extend(moe.measure_grouped(shape, dtype, dev, timer, budget, impls))
+        rows, refused = moe.measure_grouped(shape, dtype, dev, timer, budget, impls)
+        m.moe_grouped_gemm.extend(rows)
+        m.moe_notes.extend(refused)
 
     steps += [Step(f"moe grouped gemm {s.text()}", partial(grouped, s)) for s in cfg.moe_shapes]
     permutes = {(s.tokens, s.top_k, s.k, s.experts): s for s in cfg.moe_shapes}

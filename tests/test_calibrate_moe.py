@@ -16,9 +16,10 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from calibrate.moe import grouped_mm_missing, routed_counts  # noqa: E402
+from calibrate.moe import grouped_mm_missing, measure_grouped, routed_counts  # noqa: E402
 from calibrate.moe_alltoall import split_matrix  # noqa: E402
 from calibrate.moe_shapes import MoeShape, check_moe_fits, default_moe_shapes  # noqa: E402
+from calibrate.timers import PerfCounterTimer  # noqa: E402
 from simcluster.compute import KernelModel  # noqa: E402
 from simcluster.errors import UserError  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
@@ -150,3 +151,17 @@ def test_a_moe_layer_too_large_for_the_device_is_refused_before_measuring():
     with pytest.raises(UserError, match=r"^--scenario: its MoE layer \(16 experts x 4096 tokens") as err:
         check_moe_fits([shape], 2**30, "the 1 GiB of this cpu device")
     assert "\n" not in str(err.value)
+
+
+def test_an_implementation_refusing_a_shape_is_noted_not_timed(monkeypatch):
+    """A GPU's torch._grouped_mm refuses strides that are not 16-byte aligned: the shape is
+    timed by the loop alone and the profile's notes say why the other is missing."""
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("strides should be multiples of 16 bytes")
+
+    monkeypatch.setattr(torch, "_grouped_mm", refuse)
+    shape = MoeShape(2, 8, 16, 16, 4, 2, 8)
+    rows, notes = measure_grouped(shape, "fp32", torch.device("cpu"), PerfCounterTimer(), 0.001, ("loop", "grouped_mm"))
+    assert [r["impl"] for r in rows] == ["loop"] and rows[0]["time_s"] > 0
+    assert notes == [f"grouped_mm not timed at {shape.text()}: strides should be multiples of 16 bytes"]
