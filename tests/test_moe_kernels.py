@@ -134,3 +134,18 @@ def test_a_scenarios_moe_layer_as_calibrate_times_it(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_scenario()))
     assert scenario_moe_shapes(path) == [(1, 4096, 512, 1024, 8, 2, 2048)]
+
+
+def test_a_patched_hbm_carries_the_measured_rates(tmp_path):
+    """As the measured memory table (compute.py): the rates are the measured machine's, so a
+    scenario that doubles ``gpu.hbm_tbps`` halves the permute's and router's times; the grouped
+    ratio, of two times on one machine, stays."""
+    path = _profile(tmp_path, TABLES)
+    hbm = load_profile(path).gpu.hbm_tbps
+    patched = _scenario(path) | {"cluster": {"hardware": path, "gpus": 8, "profile": {"gpu": {"hbm_tbps": 2 * hbm}}}}
+    stock, fast = _segments(_scenario(path)), _segments(patched)
+    assert _part(fast["unpermute"].work, "memory") == pytest.approx(_part(stock["unpermute"].work, "memory") / 2, rel=1e-12)
+    km = layer_builder(patched).km
+    assert km.moe is not None and km.moe.hbm_scale == 2.0
+    sh = layer_builder(patched).shapes
+    assert km.moe.router_seconds(sh.moe_tokens, 8, 2) == pytest.approx(sh.moe_tokens * 8 / 1e9 / 2, rel=1e-12)
