@@ -134,6 +134,9 @@ def test_a_scenarios_moe_layer_as_calibrate_times_it(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_scenario()))
     assert scenario_moe_shapes(path) == [(1, 4096, 512, 1024, 8, 2, 2048)]
+    dense = tmp_path / "dense.yaml"
+    dense.write_text(yaml.safe_dump(make_scenario()))
+    assert scenario_moe_shapes(dense) == []  # calibrate --scenario then times the grid alone
 
 
 def test_a_patched_hbm_carries_the_measured_rates(tmp_path):
