@@ -12,10 +12,14 @@ expert layer (parallelism/expert.py) takes:
   measured bytes per second, interpolated in bytes moved (log);
 - the router's softmax and top-k at the measured logits per second, interpolated in
   tokens x experts (log) at the nearest top_k;
-- the dropless dispatcher's read-back of the per-expert counts at its measured host time.
+- the dropless dispatcher's read-back of the per-expert counts at its measured host time;
+- the expert-parallel all-to-alls at the measured ratio of an uneven all-to-all (a uniform
+  routing draw's splits) to an even one of the same bytes, interpolated in bytes (log) at the
+  nearest rank count, applied as that many times the bytes: exact where the exchange is
+  bandwidth-bound, as a dispatch of megabytes is (an ASSUMPTION for small ones); never below 1,
+  since the busiest rank of an uneven exchange sets its end and an even one has none busier.
 
-Rates carry to a scenario's patched HBM as the measured memory table does (compute.py). The
-uneven all-to-all rows are recorded for the user; the model does not read them yet.
+Rates carry to a scenario's patched HBM as the measured memory table does (compute.py).
 """
 
 from __future__ import annotations
@@ -171,6 +175,16 @@ class MoeKernels:
         rates = _curve([(r.tokens * r.experts, r.tokens * r.experts / r.time_s) for r in rows if r.top_k == nearest])
         logits = tokens * experts
         return logits / (interp(rates, logits, log_x=True) * self.hbm_scale)
+
+    def all_to_all_ratio(self, nbytes: float, gpus: int) -> float | None:
+        """The uneven all-to-all's time over an even one's of ``nbytes`` per rank, at the
+        table's rank count nearest ``gpus`` (at least 1; None without rows)."""
+        rows = self.tables.all_to_all
+        if not rows or nbytes <= 0:
+            return None
+        nearest = min({r.gpus for r in rows}, key=lambda g: (_distance(g, gpus), g))
+        curve = _curve([(r.bytes, r.ratio) for r in rows if r.gpus == nearest])
+        return max(1.0, interp(curve, nbytes, log_x=True))
 
     @property
     def count_read_s(self) -> float | None:

@@ -18,7 +18,7 @@ from simcluster.errors import UserError
 from simcluster.hardware import load_profile, resolve_profile_path
 from simcluster.moe_kernels import GROUPED_BY_FRAMEWORK, scenario_moe_shapes
 from simcluster.parallelism import expert
-from simcluster.parallelism.segments import Compute
+from simcluster.parallelism.segments import Comm, Compute
 
 MOE = {
     "name": "small-moe", "layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 2816,
@@ -152,3 +152,30 @@ def test_a_patched_hbm_carries_the_measured_rates(tmp_path):
     assert km.moe is not None and km.moe.hbm_scale == 2.0
     sh = layer_builder(patched).shapes
     assert km.moe.router_seconds(sh.moe_tokens, 8, 2) == pytest.approx(sh.moe_tokens * 8 / 1e9 / 2, rel=1e-12)
+
+
+def test_the_expert_all_to_alls_carry_the_measured_unevenness(tmp_path):
+    """1.5 times an even all-to-all's time at 8 ranks in the table: the dispatch and combine
+    carry 1.5 times their bytes; a ratio below 1 (timing noise: an uneven exchange cannot beat
+    an even one of the same bytes, its busiest rank sets the end) leaves them as they are."""
+    rows = [{"bytes": b, "gpus": 8, "uneven_s": 1.5 * b / 1e11, "even_s": b / 1e11, "ratio": 1.5} for b in (1e5, 1e9)]
+    data = _scenario(_profile(tmp_path, TABLES | {"all_to_all": rows}))
+    b = layer_builder(data)
+    comms = {s.name: s for s in expert.moe_block(b.shapes, b.km, b.scenario.moe, "F", 0) if isinstance(s, Comm)}
+    even = expert.a2a_bytes(b.shapes, b.scenario.moe)
+    assert comms["ep_dispatch"].nbytes == comms["ep_combine"].nbytes == even  # what is sent
+    assert comms["ep_dispatch"].uneven == comms["ep_combine"].uneven == 1.5  # what the network moves
+    # the engine times the exchange at 1.5 times the bytes, and records the bytes sent
+    def dispatch(res):
+        ev = res.events[res.events["name"] == "ep_dispatch"]
+        return set(ev["bytes"]), float((ev["end_s"] - ev["start_s"]).iloc[0])
+
+    shown, seconds = dispatch(run(data))
+    plain_shown, plain_seconds = dispatch(run(_scenario()))
+    assert shown == plain_shown == {even}
+    # 8 MiB a rank inside one NVLink node: bandwidth-bound, so about 1.5 times as long
+    assert seconds == pytest.approx(1.5 * plain_seconds, rel=0.1)
+    faster = [r | {"uneven_s": 0.9 * r["even_s"], "ratio": 0.9} for r in rows]
+    b = layer_builder(_scenario(_profile(tmp_path, TABLES | {"all_to_all": faster})))
+    comms = {s.name: s for s in expert.moe_block(b.shapes, b.km, b.scenario.moe, "F", 0) if isinstance(s, Comm)}
+    assert comms["ep_dispatch"].uneven == 1.0

@@ -198,7 +198,8 @@ def moe_block(
     A profile's measured MoE kernels (``measured.moe``, simcluster/moe_kernels.py) time the
     router's softmax and top-k, the permute (a gather: forward before the dispatch, backward
     the unpermute's gradient) and the unpermute (a scatter-add: forward after the combine,
-    backward the permute's gradient), and the counts' read-back; the router's backward is
+    backward the permute's gradient), the counts' read-back, and the all-to-alls' unevenness
+    (:meth:`~simcluster.moe_kernels.MoeKernels.all_to_all_ratio`); the router's backward is
     charged as its forward (an ASSUMPTION: softmax backward reads and writes as much).
     """
     m = shapes.model
@@ -258,8 +259,11 @@ def moe_block(
             Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
             Compute.of("experts", unpermute + routed + shared_w, layer),
         ]
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer)] if ep > 1 else []
+    # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
+    uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
+    uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=uneven_in or 1.0)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=uneven_out or 1.0)] if ep > 1 else []
     return [
         Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,

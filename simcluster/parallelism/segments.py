@@ -95,6 +95,10 @@ class Comm:
     holds_sms: bool = False
     sms: int = 0
     host: float = 0.0  # seconds the CPU spends issuing it (see ``Compute.host``)
+    #: an uneven exchange's time over an even one's of the same bytes (a calibrated MoE
+    #: all-to-all, simcluster/moe_kernels.py): the network moves ``nbytes`` times it, the
+    #: events record ``nbytes``
+    uneven: float = 1.0
 
 
 Segment = Compute | Comm
