@@ -48,7 +48,11 @@ def _measure_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
     p.add_argument("--quick", action="store_true", help="small grids (a CPU run in seconds)")
-    p.add_argument("--scenario", help="also time this scenario's per-layer GEMM shapes")
+    p.add_argument(
+        "--scenario",
+        help="also time this scenario's per-layer GEMM shapes, and its MoE layer's grouped "
+        "expert GEMMs, permutes, router and dispatch",
+    )
     p.add_argument(
         "--shapes",
         help="extra GEMM shapes 'M,N,K;M,N,K' (positive integers; A, B and C in fp32 must fit "
@@ -73,6 +77,7 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 
 def _measure(argv: Sequence[str]) -> int:
+    from calibrate.moe_shapes import check_moe_fits, default_moe_shapes, scenario_moe_shapes
     from calibrate.profile_writer import partial_path
     from calibrate.shapes import (
         check_fits,
@@ -99,6 +104,7 @@ def _measure(argv: Sequence[str]) -> int:
         load_profile(args.base, field="--base")  # a malformed base fails before measuring
     given = parse_shapes(args.shapes) if args.shapes else []
     of_scenario = scenario_shapes(args.scenario) if args.scenario else []
+    moe = scenario_moe_shapes(args.scenario) if args.scenario else []
     import torch  # the optional extra; only the measuring run needs it
 
     from calibrate.runner import RunConfig, run
@@ -109,11 +115,14 @@ def _measure(argv: Sequence[str]) -> int:
         limit = f"the {format_bytes(capacity)} of this {device} device"
         check_fits(given, capacity, limit, "--shapes")
         check_fits(of_scenario, capacity, limit, "--scenario")
+        check_moe_fits(moe, capacity, limit)
     extra = given + of_scenario
     grid = default_grid(device, args.quick)
     shapes = tuple(grid + [s for s in dict.fromkeys(extra) if s not in grid])
     cube = tuple(cube_shapes(device, args.quick))
-    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube)
+    moe_grid = default_moe_shapes(device, args.quick)
+    moe_shapes = tuple(moe_grid + [s for s in dict.fromkeys(moe) if s not in moe_grid])
+    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube, moe_shapes)
     return run(cfg)
 
 

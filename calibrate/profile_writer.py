@@ -57,6 +57,33 @@ class Measurements:
     # device <-> pinned host copies and one rank's CPU AdamW step (calibrate/hostlink.py)
     host_link: Row | None = None
     host_update: Row | None = None
+    # the MoE kernels (calibrate/moe.py, moe_alltoall.py): ``measured.moe``
+    moe_grouped_gemm: list[Row] = field(default_factory=list)
+    moe_permute: list[Row] = field(default_factory=list)
+    moe_router: list[Row] = field(default_factory=list)
+    moe_all_to_all: list[Row] = field(default_factory=list)
+    moe_count_read_s: float | None = None
+    #: what the run could not time, and why (no torch._grouped_mm, one process)
+    moe_notes: list[str] = field(default_factory=list)
+
+    def moe(self) -> dict[str, Any]:
+        """The ``measured.moe`` map (simcluster/moe_kernels.py reads it); empty when the run
+        timed no MoE kernel."""
+        out: dict[str, Any] = {
+            name: rows
+            for name, rows in (
+                ("grouped_gemm", self.moe_grouped_gemm),
+                ("permute", self.moe_permute),
+                ("router", self.moe_router),
+                ("all_to_all", self.moe_all_to_all),
+            )
+            if rows
+        }
+        if self.moe_count_read_s is not None:
+            out["count_read_s"] = self.moe_count_read_s
+        if out and self.moe_notes:
+            out["notes"] = list(self.moe_notes)
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """The ``measured:`` map (empty tables left out)."""
@@ -82,6 +109,8 @@ class Measurements:
             out["host_link"] = self.host_link
         if self.host_update is not None:
             out["host_update"] = self.host_update
+        if self.moe():
+            out["moe"] = self.moe()
         return out
 
 
@@ -613,6 +642,14 @@ def build_profile(
     _apply_compute(data, m, base_name)
     _apply_network(data, m, described, origin)
     data["measured"] = _merged_measured(data, m, base, origin)
+    if m.moe():
+        _note(
+            data,
+            "measured.moe",
+            "measured: grouped expert GEMMs (per-expert torch.mm loop and torch._grouped_mm, each "
+            "over the sum of its GEMMs timed singly), token permute/unpermute, router softmax + "
+            "top-k, the counts' read-back and the uneven all-to-all (calibrate)",
+        )
     _settle_sources(data)
     # a calibrated or imported base keeps its own record: its kernels and tables stay in the
     # profile, and so does what measured them

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from calibrate import attention, collectives, gemm, hostlink, interference, membw, soak, spread
+from calibrate import attention, collectives, gemm, hostlink, interference, membw, moe, soak, spread
 from calibrate.dist import DistContext, init, shutdown
+from calibrate.moe_alltoall import measure_all_to_all
+from calibrate.moe_shapes import MoeShape
 from calibrate.profile_writer import (
     Machine,
     Measurements,
@@ -37,7 +39,7 @@ from calibrate.provenance import (
     provenance,
 )
 from calibrate.shapes import GemmShape
-from calibrate.timers import timer_for
+from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
 
@@ -54,6 +56,8 @@ class RunConfig:
     gemm_shapes: tuple[GemmShape, ...]
     #: the shape table's cube, timed in its dtype only (calibrate/shapes.py)
     cube_shapes: tuple[GemmShape, ...] = ()
+    #: MoE layers whose grouped GEMMs, permutes, router and dispatch are timed (moe_shapes.py)
+    moe_shapes: tuple[MoeShape, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         for k in membw.KERNELS.values()
         for n in membw.default_sizes(cfg.device, cfg.quick)
     ]
+    steps += moe_steps(cfg, ctx, timer, budget)
     steps.append(
         Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer)))
     )
@@ -185,6 +190,63 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
                 ),
             )
         )
+    return steps
+
+
+def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> list[Step]:
+    """The MoE measurements (calibrate/moe.py): grouped GEMMs by every implementation this
+    torch runs, permutes, router, the counts' read-back and, with >= 2 ranks, the uneven
+    all-to-all; what cannot run here is said in ``measured.moe.notes``."""
+    if not cfg.moe_shapes:
+        return []
+    dev = ctx.device
+    dtype = "bf16" if cfg.device == "cuda" else "fp32"  # CPUs run bf16 matmul through slow paths
+    missing = moe.grouped_mm_missing(dev, dtype)
+    impls = tuple(i for i in moe.IMPLS if i != "grouped_mm" or missing is None)
+    notes = [f"grouped_mm not timed: {missing}"] if missing else []
+    if not (ctx.distributed and ctx.world >= 2):
+        notes.append("all_to_all not timed: one process; launch >= 2 ranks with torchrun to time it")
+    steps = [Step("moe notes", lambda m: m.moe_notes.extend(notes))] if notes else []
+
+    def grouped(shape: MoeShape, m: Measurements) -> None:
+        rows, refused = moe.measure_grouped(shape, dtype, dev, timer, budget, impls)
+        m.moe_grouped_gemm.extend(rows)
+        m.moe_notes.extend(refused)
+
+    steps += [Step(f"moe grouped gemm {s.text()}", partial(grouped, s)) for s in cfg.moe_shapes]
+    permutes = {(s.tokens, s.top_k, s.k, s.experts): s for s in cfg.moe_shapes}
+    steps += [
+        Step(
+            f"moe permute {s.routed_rows} rows x {s.k}",
+            _appends("moe_permute", partial(moe.measure_permute, s, dtype, dev, timer, budget)),
+        )
+        for s in permutes.values()
+    ]
+    routers = {(s.tokens, s.experts, s.top_k): s for s in cfg.moe_shapes}
+    steps += [
+        Step(
+            f"moe router {s.tokens} tokens over {s.experts} experts",
+            _appends("moe_router", partial(moe.measure_router, s, dev, timer, budget)),
+        )
+        for s in routers.values()
+    ]
+    experts = max(s.experts for s in cfg.moe_shapes)
+    steps.append(
+        Step("moe counts read-back", lambda m: setattr(m, "moe_count_read_s", moe.measure_count_read(experts, dev)))
+    )
+    if ctx.distributed and ctx.world >= 2:
+        group, _ = ctx.groups["world"]
+        sizes = sorted({(s.routed_rows, s.k) for s in cfg.moe_shapes})
+        steps += [
+            Step(
+                f"moe uneven all_to_all {rows} rows x {k}",
+                _appends(
+                    "moe_all_to_all",
+                    partial(measure_all_to_all, rows, k, gemm.DTYPES[dtype], group, dev, timer, budget),
+                ),
+            )
+            for rows, k in sizes
+        ]
     return steps
 
 

@@ -23,6 +23,7 @@ from simcluster.gemm_shape_table import shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
 from simcluster.memory_rate import streaming_rate
+from simcluster.moe_kernels import MoeKernels, of_profile
 
 #: bytes per GEMM operand element; NVFP4 is 4 bits plus an E4M3 scale per 16 values
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5 + 1 / 16}
@@ -102,8 +103,11 @@ class KernelModel:
     _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # seconds of the calibrated profile's timed shapes, by role (simcluster/gemm_roles.py)
     _timed: TimedGemms = field(default_factory=TimedGemms)
+    #: the profile's measured MoE kernels (simcluster/moe_kernels.py), None without them
+    moe: MoeKernels | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        self.moe = of_profile(self.profile)
         self._attention_curves = self.profile.attention_curves(self.attention_kernel)
         # the curves are the stock GPU's TFLOP/s: a scenario's patched peak scales them
         act = self.act_dtype

@@ -554,6 +554,7 @@ def profile_from_dict(
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
+    _check_moe_tables(profile, field, origin)
     _check_nvls_rate(profile, field, origin, _flatten(patch or {}), overrides or {})
     if changes and not any(p.split(".")[0] == "measured" for p in changes):
         # a patch that brings its own measurements describes the changed machine itself
@@ -576,6 +577,17 @@ def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
     name = eff.get("gemm_shapes")
     if isinstance(name, str) and name.endswith((".yaml", ".yml")):  # a table's name is not a path
         eff["gemm_shapes"] = anchor_path(name, Path(origin).parent)
+
+
+def _check_moe_tables(profile: HardwareProfile, field: str, origin: str) -> None:
+    """The profile's ``measured.moe`` tables read (simcluster/moe_kernels.py): a malformed row
+    is a one-line error at load, not mid-simulation."""
+    from simcluster.moe_kernels import moe_tables
+
+    try:
+        moe_tables(profile.measured)
+    except UserError as exc:
+        raise UserError(field, f"profile {origin} field '{exc.field}': {exc.message}") from None
 
 
 def _check_shape_table(profile: HardwareProfile, field: str, origin: str, patched: dict[str, Any]) -> None:

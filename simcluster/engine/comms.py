@@ -148,6 +148,7 @@ class Comms:
         ticket: int | None = None,
         lead_s: float = 0.0,
         stream: str | None = None,
+        shown_bytes: float | None = None,
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
@@ -162,7 +163,8 @@ class Comms:
         stream waits, once it is this collective's turn, for its input to be produced on
         another stream (ProcessGroupNCCL's stream waits on the issuing stream), holding back
         what was issued after it. ``stream``: a stream of its own instead of its group's
-        (PyTorch FSDP's HSDP all-reduce stream).
+        (PyTorch FSDP's HSDP all-reduce stream). ``shown_bytes``: what the event records, when
+        the network is given more (``Comm.uneven``).
         """
         dim = GROUP_DIM[group]
         members = self.group_of(dim, rank)
@@ -212,7 +214,7 @@ class Comms:
                 layer,
                 start,
                 self.env.now,
-                nbytes,
+                nbytes if shown_bytes is None else shown_bytes,
             )
 
     def _ring_step(

@@ -203,8 +203,8 @@ class Worker(PipelineIO, DataParallelOps):
 
     def _comm(self, seg: Comm, mb: int, chunk: int, ticket: int | None = None) -> Generator:
         yield from self.shared.comms.collective(
-            self.rank, self.stage, seg.group, seg.op, seg.nbytes, seg.name, mb, chunk, seg.layer,
-            holds_sms=seg.holds_sms, sms=seg.sms, ticket=ticket,
+            self.rank, self.stage, seg.group, seg.op, seg.nbytes * seg.uneven, seg.name, mb, chunk, seg.layer,
+            holds_sms=seg.holds_sms, sms=seg.sms, ticket=ticket, shown_bytes=seg.nbytes,
         )
 
     def run_segments(
@@ -264,7 +264,7 @@ class Worker(PipelineIO, DataParallelOps):
                 else:
                     yield from self._host_compute(seg, kind, mb, chunk, issued)
             if seg.sync:
-                self._host_sync()
+                self._host_sync(seg.sync_s)
             for p in pending:
                 yield p
             pending = []
@@ -277,10 +277,11 @@ class Worker(PipelineIO, DataParallelOps):
         self.host_t += host
         return self.host_t
 
-    def _host_sync(self) -> None:
+    def _host_sync(self, read_s: float | None = None) -> None:
         """A device-to-host read the next ops depend on: the host waits for the GPU to get
-        here, then spends one Python op reading the value back."""
-        self.host_t = max(self.host_t, self.shared.env.now) + self.shared.host_op_s
+        here, then spends ``read_s`` reading the value back (where measured), else one
+        Python op."""
+        self.host_t = max(self.host_t, self.shared.env.now) + (self.shared.host_op_s if read_s is None else read_s)
 
     def _host_wait(self, until: float, mb: int, chunk: int, layer: int, record: bool = True) -> Generator:
         """The compute stream idles until the host has issued its next kernel (``record``:

@@ -22,6 +22,7 @@ import math
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.layout import Layout
+from simcluster.moe_kernels import DEFAULT_GROUPED
 from simcluster.parallelism import autocast_casts, wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
@@ -85,13 +86,19 @@ def _widths(shapes: Shapes) -> tuple[float, float]:
     return m.up_width(ffn), ffn
 
 
-def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+def expert_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, grouped: str = DEFAULT_GROUPED) -> float:
     """Seconds of :func:`expert_work`."""
-    return expert_work(shapes, km, moe, phase).total
+    return expert_work(shapes, km, moe, phase, grouped).total
 
 
-def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> Work:
+def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, grouped: str = DEFAULT_GROUPED) -> Work:
     """Grouped expert GEMMs of this rank for one microbatch (forward, dgrad or wgrad).
+
+    ``grouped`` names the grouped-GEMM implementation the framework runs (``loop`` or
+    ``grouped_mm``, :data:`~simcluster.moe_kernels.GROUPED_BY_FRAMEWORK`): where the profile
+    measured it (``measured.moe.grouped_gemm``), the local experts' GEMMs take the per-GEMM
+    model's time of each, times the measured ratio of a grouped call to its GEMMs timed singly
+    at the mean tokens per expert (the busiest expert still sets each GEMM's rows).
 
     In FP8 each GEMM's 16-bit operand is quantised as for dense layers (``quantise``): the
     forward casts fc1's and fc2's inputs, the backward their output gradients, counted per
@@ -106,8 +113,14 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) ->
     h = m.hidden
     rows = per_expert * local_experts
 
+    mean_tokens = _routed_load(shapes, 1.0)[0]
+    ratio = km.moe.grouped_ratio(grouped, mean_tokens, local_experts, up, h, km.gemm_dtype) if km.moe else None
+
     def gemm(m_: float, n_: float, k_: float) -> float:
-        return km.gemm(m_, n_, k_, count=local_experts, role=PHASE_ROLES[phase])
+        role = PHASE_ROLES[phase]
+        if ratio is not None and m_ > 0 and n_ > 0 and k_ > 0:
+            return ratio * local_experts * km.gemm(m_, n_, k_, role=role)
+        return km.gemm(m_, n_, k_, count=local_experts, role=role)
 
     def cast(elements: float, gradient: bool = False) -> float:
         return km.quantise(elements, gradient=gradient, splits=local_experts)
@@ -177,12 +190,22 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     ) + wgrad.accumulation_seconds(km, shapes.training, lay, dense)
 
 
-def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int) -> list[Segment]:
-    """Segments of one MoE MLP (after the attention block) for phase F, B or W."""
+def moe_block(
+    shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int, grouped: str = DEFAULT_GROUPED
+) -> list[Segment]:
+    """Segments of one MoE MLP (after the attention block) for phase F, B or W.
+
+    A profile's measured MoE kernels (``measured.moe``, simcluster/moe_kernels.py) time the
+    router's softmax and top-k, the permute (a gather: forward before the dispatch, backward
+    the unpermute's gradient) and the unpermute (a scatter-add: forward after the combine,
+    backward the permute's gradient), the counts' read-back, and the all-to-alls' unevenness
+    (:meth:`~simcluster.moe_kernels.MoeKernels.all_to_all_ratio`); the router's backward is
+    charged as its forward (an ASSUMPTION: softmax backward reads and writes as much).
+    """
     m = shapes.model
     tokens = shapes.moe_tokens
     h = m.hidden
-    routed = expert_work(shapes, km, moe, phase)
+    routed = expert_work(shapes, km, moe, phase, grouped)
     shared = 0.0
     if m.shared_experts:
         width = m.expert_ffn * m.shared_experts
@@ -198,19 +221,27 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         extra = Work.of(gemm=shared + router_w, grad_accum=_accumulate(shapes, km))
         return [Compute.of("experts", routed + extra, layer)]
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
-    router = Work.of(gemm=km.gemm(tokens, m.experts, h, role="fwd"), memory=km.memory(tokens * m.experts * 4 * 3))
+    timed_router = km.moe.router_seconds(tokens, m.experts, m.top_k) if km.moe else None
+    scores = km.memory(tokens * m.experts * 4 * 3) if timed_router is None else timed_router
+    router = Work.of(gemm=km.gemm(tokens, m.experts, h, role="fwd"), memory=scores)
     if phase == "F":
         # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
         router += Work.of(
             memory=autocast_casts.forward_cast_seconds(km, shapes.training, shapes.layout, list(_weights(shapes)))
         )
-    permute = Work.of(memory=km.memory(2 * tokens * m.top_k * h * shapes.elt))
+    moved = 2 * tokens * m.top_k * h * shapes.elt
+    permute = unpermute = Work.of(memory=km.memory(moved))
+    if km.moe:
+        gather_s, scatter_s = km.moe.permute_seconds(moved, False), km.moe.permute_seconds(moved, True)
+        permute = Work.of(memory=gather_s) if gather_s is not None else permute
+        unpermute = Work.of(memory=scatter_s) if scatter_s is not None else unpermute
     shared_w = Work.of(gemm=shared)
     ep = shapes.layout.ep
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
     # a dropless dispatcher reads the per-expert token counts back to the host once per forward
     # (before the all-to-all; without expert parallelism before the experts): parallelism/host.py
     sync = phase == "F" and moe.reads_counts
+    read_s = km.moe.count_read_s if km.moe else None
     # the first all-to-all of each phase carries what the expert GEMMs read first (tokens
     # forward, output gradients backward): the FP8-quantised ones; the second stays 16-bit
     size_in = a2a_bytes(shapes, moe, fp8=moe.fp8_dispatch and ep > 1)
@@ -225,17 +256,20 @@ def moe_block(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, laye
         scatter = [Comm(f"etp_{name_out}_rs", "etp", "reduce_scatter", etp * size_out, False, layer)]
     if ep == 1 and not gather:
         return [
-            Compute.of("router", router + permute, layer, sync=sync),
-            Compute.of("experts", permute + routed + shared_w, layer),
+            Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
+            Compute.of("experts", unpermute + routed + shared_w, layer),
         ]
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer)] if ep > 1 else []
+    # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
+    uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
+    uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=uneven_in or 1.0)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=uneven_out or 1.0)] if ep > 1 else []
     return [
-        Compute.of("router", router + permute + shared_w, layer, sync=sync),
+        Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,
         *gather,
         Compute.of("experts", routed, layer),
         *scatter,
         *combine,
-        Compute.of("unpermute", permute, layer),
+        Compute.of("unpermute", unpermute, layer),
     ]

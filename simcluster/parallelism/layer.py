@@ -18,6 +18,7 @@ from functools import cached_property
 
 from simcluster.compute import KernelModel
 from simcluster.frameworks import get_framework
+from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
 from simcluster.parallelism import autocast_casts, context, expert, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
@@ -337,7 +338,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
     def _mlp_segments(self, index: int, phase: str) -> list[Segment]:
         m = self.shapes.model
         if m.is_moe_layer(index):
-            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index)
+            grouped = GROUPED_BY_FRAMEWORK.get(self.scenario.framework or "", DEFAULT_GROUPED)
+            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index, grouped)
             if phase == "W":
                 return self._host(moe, phase)
             norm = Compute.of("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)

@@ -60,11 +60,17 @@ class Compute:
     work: Work = field(default_factory=Work)
     host: float = 0.0
     sync: bool = False
+    #: the read-back's host seconds where measured (calibrate's ``measured.moe.count_read_s``);
+    #: None: one Python op (``efficiency.host_op_us``)
+    sync_s: float | None = None
 
     @staticmethod
-    def of(name: str, work: Work, layer: int = -1, kind: str = "", host: float = 0.0, sync: bool = False) -> Compute:
+    def of(
+        name: str, work: Work, layer: int = -1, kind: str = "", host: float = 0.0, sync: bool = False,
+        sync_s: float | None = None,
+    ) -> Compute:
         """A compute block whose seconds are ``work``'s total."""
-        return Compute(name, work.total, layer, kind, work, host, sync)
+        return Compute(name, work.total, layer, kind, work, host, sync, sync_s)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class Comm:
     holds_sms: bool = False
     sms: int = 0
     host: float = 0.0  # seconds the CPU spends issuing it (see ``Compute.host``)
+    #: an uneven exchange's time over an even one's of the same bytes (a calibrated MoE
+    #: all-to-all, simcluster/moe_kernels.py): the network moves ``nbytes`` times it, the
+    #: events record ``nbytes``
+    uneven: float = 1.0
 
 
 Segment = Compute | Comm
