@@ -252,14 +252,6 @@ def _check_recompute(training: TrainingSection, model: ModelSpec) -> None:
             "op (torchtitan's op-level checkpointing) is modelled for dense layers; use "
             "selective or full for a mixture-of-experts model",
         )
-    if training.recompute_partitioned and training.recompute != "full":
-        # Megatron's validate_args asserts recompute_granularity == 'full' with it; DeepSpeed
-        # splits only what deepspeed.checkpointing.checkpoint saves
-        raise UserError(
-            "training.recompute_partitioned",
-            f"splits the inputs full recomputation keeps; set training.recompute: full "
-            f"(it is '{training.recompute}') or drop it",
-        )
     if training.recompute_num_layers is not None and training.recompute != "full":
         raise UserError(
             "training.recompute_num_layers",
