@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from simcluster.context import build_context
+from simcluster.errors import UserError
 from simcluster.importers import ImportOptions, import_config
 from simcluster.memory import layer_activation_bytes
 from simcluster.network import collective_time
@@ -119,9 +120,14 @@ def test_megatron_flags_import_as_the_field(tmp_path: Path):
         assert out.scenario["training"]["recompute_partitioned"] is True
         assert not any("distribute" in s for s in out.skipped)
         build_context(scenario_from_dict(out.scenario))
-    # arguments.py validate_args: distributing needs full recomputation
+    # arguments.py validate_args: distributing needs full recomputation and a TP group
     path.write_text(base + "--distribute-saved-activations\n")
-    with pytest.raises(Exception, match="--distribute-saved-activations: Megatron requires full"):
+    with pytest.raises(UserError, match="--distribute-saved-activations: Megatron requires full"):
+        import_config("megatron", path, opts)
+    one = base.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 1")
+    path.write_text(one + "--recompute-granularity full --recompute-method uniform "
+                    "--recompute-num-layers 1 --distribute-saved-activations\n")  # fmt: skip
+    with pytest.raises(UserError, match="only over a tensor-parallel group"):
         import_config("megatron", path, opts)
 
 
@@ -133,3 +139,35 @@ def test_deepspeed_partition_activations_imports_as_the_field(tmp_path: Path):
     out = import_config("deepspeed", path, opts)
     assert out.scenario["training"]["recompute_partitioned"] is True
     build_context(scenario_from_dict(out.scenario))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb-h1", "zbv"])
+def test_every_schedule_gathers_once_per_recomputed_layer_and_microbatch(schedule):
+    # a pipeline stage reruns its own layers: 8 layers over pp 2 leave 4 per GPU, each
+    # gathered once per microbatch before its rerun, also where B and W are split
+    data = _sections(2, True)
+    data["cluster"]["gpus"] = 4
+    data["parallel"].update({"pp": 2, "schedule": schedule})
+    if schedule == "interleaved":
+        data["parallel"]["vpp"] = 2
+    data["training"]["global_batch"] = B * 4
+    ev = run(data).events
+    gathers = ev[(ev["rank"] == 0) & (ev["name"] == "checkpoint_tp_ag")]
+    assert len(gathers) == (LAYERS // 2) * 4
+    assert (gathers["bytes"] == 2 * S * B * H).all()
+
+
+def test_megatron_deepspeed_partition_activations_needs_deepspeeds_checkpointing(tmp_path: Path):
+    # Megatron-DeepSpeed passes --partition-activations to deepspeed.checkpointing.configure,
+    # which is called only with --deepspeed-activation-checkpointing
+    base = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --bf16 --vocab-size 32000 --tensor-model-parallel-size 2 "
+            "--checkpoint-activations --partition-activations ")  # fmt: skip
+    opts = ImportOptions(cluster="dgx-h100", nodes=1)
+    path = tmp_path / "train.args"
+    path.write_text(base + "--deepspeed-activation-checkpointing\n")
+    assert import_config("megatron", path, opts).scenario["training"]["recompute_partitioned"] is True
+    path.write_text(base + "\n")
+    out = import_config("megatron", path, opts)
+    assert "recompute_partitioned" not in out.scenario["training"]
+    assert any(s.startswith("--partition-activations") for s in out.skipped)

@@ -552,7 +552,7 @@ def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
 def _partitioned(flags: Flags, granularity: str | None, training: dict[str, Any]) -> None:
     """Checkpointed inputs split over the TP ranks: Megatron-LM's --distribute-saved-activations
     (--distribute-checkpointed-activations before 2022), whose validate_args asserts full
-    recomputation with it; Megatron-DeepSpeed's --partition-activations, passed to
+    recomputation with it (and tp > 1 for the newer flag); Megatron-DeepSpeed's --partition-activations, passed to
     deepspeed.checkpointing.configure when --deepspeed-activation-checkpointing routes the
     checkpoints through DeepSpeed (otherwise it does nothing and stays listed)."""
     names = ("distribute-saved-activations", "distribute-checkpointed-activations")
@@ -566,6 +566,11 @@ def _partitioned(flags: Flags, granularity: str | None, training: dict[str, Any]
         raise UserError(
             f"--{given[0]}", "Megatron requires full recomputation with it (--recompute-granularity "
             "full, or --checkpoint-activations); add it or drop the flag",
+        )  # fmt: skip
+    if given[0] == names[0] and (flags.integer("tensor-model-parallel-size") or 1) <= 1:
+        raise UserError(
+            f"--{given[0]}", "Megatron distributes the inputs only over a tensor-parallel group; "
+            "set --tensor-model-parallel-size above 1 or drop the flag",
         )  # fmt: skip
     training["recompute_partitioned"] = True
 

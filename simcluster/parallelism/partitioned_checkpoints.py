@@ -16,12 +16,17 @@ frameworks store it split:
   ``numel/mp_size`` of each floating-point input, ``gather_partitioned_activations`` all-gathers
   it over the model-parallel group at the start of the backward, on the default stream: its
   ``transport_stream`` use is commented out). GPT-NeoX passes its ``partition-activations``.
+- metaseq (OPT-175B's ``--distribute-checkpointed-activations``):
+  ``modules/checkpoint_activation_wrapper/checkpoint_activations.py`` splits a checkpointed
+  layer's first input with Megatron's ``split_tensor_into_1d_equal_chunks`` and gathers it with
+  ``gather_split_1d_tensor`` at the start of the backward, as Megatron does.
 
 Not costed: the forward's copy of the 1/tp slice into its own buffer and DeepSpeed's zeroing
 of the gather's output, each one memory pass over at most 2sbh bytes beside a layer's
 recomputed forward. DeepSpeed's ``contiguous_memory_optimization`` (preallocated buffers
 against fragmentation) and ``cpu_checkpointing`` (the slices kept in host memory) are not
-modelled.
+modelled, nor Megatron-LM 2021's preallocated buffer for the slices
+(``init_checkpointed_activations_memory_buffer``, one microbatch's worth, held all step).
 """
 
 from __future__ import annotations
