@@ -17,8 +17,10 @@ import pytest
 
 from simcluster.context import build_context
 from simcluster.errors import UserError
+from simcluster.fit_hints import fitting_changes
 from simcluster.importers import ImportOptions, import_config
 from simcluster.memory import layer_activation_bytes
+from simcluster.memory_report import memory_summary
 from simcluster.network import collective_time
 from simcluster.scenario import scenario_from_dict
 from simcluster.topology import build_cluster
@@ -171,3 +173,23 @@ def test_megatron_deepspeed_partition_activations_needs_deepspeeds_checkpointing
     out = import_config("megatron", path, opts)
     assert "recompute_partitioned" not in out.scenario["training"]
     assert any(s.startswith("--partition-activations") for s in out.skipped)
+
+
+def test_opt_175b_fits_only_with_its_checkpoints_split():
+    # metaseq's OPT-175B (Zhang et al. 2022; opt_baselines.py: model-parallel 8, FSDP without
+    # resharding after forward, full checkpointing with --distribute-checkpointed-activations,
+    # 8 sequences of 2,048 per rank) on 992 A100 80GB: 96 whole checkpoints of
+    # 2 x 2048 x 8 x 12288 B = 403 MB are 38.7 GB; split 8 ways, 4.8 GB
+    data = {
+        "name": "opt-175b", "framework": "pytorch-fsdp", "model": "opt-175b",
+        "cluster": {"hardware": "dgx-a100", "gpus": 992},
+        "parallel": {"tp": 8, "zero": 3}, "zero3": {"reshard_after_forward": False},
+        "training": {"seq_len": 2048, "micro_batch": 8, "global_batch": 992, "precision": "fp16",
+                     "recompute": "full", "flash_attention": False},
+    }  # fmt: skip
+    sc = scenario_from_dict(data)
+    whole = memory_summary(build_context(sc))
+    split = memory_summary(build_context(scenario_from_dict(data, [("training.recompute_partitioned", True)])))
+    assert not whole["fits"] and split["fits"]
+    assert whole["total_bytes"] - split["total_bytes"] == pytest.approx(96 * 2 * 2048 * 8 * 12288 * 7 / 8, rel=1e-9)
+    assert "training.recompute_partitioned=true" in [h.change for h in fitting_changes(sc)]
