@@ -1,7 +1,7 @@
 """When a layout does not fit in GPU memory: which one-field changes would make it fit.
 
 Each candidate is one setting a user would try first, applied alone to the scenario: full
-recomputation, the next ZeRO stage, half the micro-batch, a fused cross-entropy, twice the
+recomputation (or, under it, its checkpoints split over the TP ranks), the next ZeRO stage, half the micro-batch, a fused cross-entropy, twice the
 tensor- or pipeline-parallel degree (dp shrinks), BF16 optimizer moments, the optimizer on
 the host CPU, and every layer's activations but the last's in host memory (the last two where
 the hardware profile gives its host link and memory). Candidates the
@@ -24,7 +24,8 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: the candidates' keys, cheapest in step time first. A fused cross-entropy only saves the
 #: logits' copies; ZeRO-1/2 shard state at DDP's traffic (reduce-scatter + all-gather = one
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
-#: (a numerics choice); half the micro-batch runs smaller GEMMs; twice the tp adds TP
+#: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
+#: input before each rerun (a sixth of the all-reduces a layer already runs without SP); half the micro-batch runs smaller GEMMs; twice the tp adds TP
 #: collectives, twice the pp the bubble; activation offload copies that mostly hide; full
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
 #: on the CPU and copies every gradient and parameter over the host link
@@ -32,6 +33,7 @@ COST_ORDER = (
     "training.fused_cross_entropy",
     "parallel.zero",
     "training.optimizer_moments",
+    "training.recompute_partitioned",
     "training.micro_batch",
     "parallel.tp",
     "parallel.pp",
@@ -65,6 +67,8 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     # every later ZeRO stage; only the first the layout accepts is tried (fitting_changes):
     # torchtitan has no ZeRO-1/2, and pipelines run no ZeRO-2
     out.extend(("parallel.zero", stage) for stage in range(par.zero + 1, 4))
+    if tr.recompute == "full" and not tr.recompute_partitioned and par.tp > 1 and not par.sequence_parallel:
+        out.append(("training.recompute_partitioned", True))
     if tr.micro_batch > 1 and tr.micro_batch % 2 == 0:
         out.append(("training.micro_batch", tr.micro_batch // 2))
     if not tr.fused_cross_entropy:

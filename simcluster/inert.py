@@ -379,6 +379,22 @@ def _sequence_parallel(ctx: Context) -> Verdict:
     return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
 
 
+def _recompute_partitioned(ctx: Context) -> Verdict:
+    # parallelism/partitioned_checkpoints.partitions: the input is split over a TP group, and
+    # Megatron's transformer block skips it under sequence parallelism
+    # (distribute_saved_activations and not sequence_parallel), whose input is already a shard
+    recompute = ctx.scenario.training.recompute
+    if recompute != "full":
+        # DeepSpeed's partition_activations acts inside deepspeed.checkpointing.checkpoint only;
+        # Megatron asserts full granularity with it (the launch importer refuses it there)
+        return (f"at training.recompute={recompute}", "only full recomputation keeps checkpointed layer inputs")
+    if ctx.layout.tp == 1:
+        return ("at parallel.tp=1", "there is no TP group to split the checkpointed inputs over")
+    if ctx.layout.sequence_parallel:
+        return ("with parallel.sequence_parallel", "each checkpointed input is already a 1/tp sequence shard")
+    return None
+
+
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
 #: overlap, zero3, dp, moe)
 RULES: tuple[InertRule, ...] = (
@@ -393,6 +409,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),
+    InertRule("training.recompute_partitioned", _recompute_partitioned),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),

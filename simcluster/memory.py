@@ -11,7 +11,8 @@ gradients, ZeRO-3 also the weights, over the data-parallel group.
 Activations per layer follow Korthikanti et al. 2022 (Table 2), generalised to GQA, SwiGLU,
 no-dropout models, context parallelism and MoE: for GPT-style layers without parallelism
 sbh(34 + 5as/h) bytes; TP+SP divides everything by t; selective recompute (or fused
-flash attention) drops the 5as^2b score terms; full recompute keeps only the layer input 2sbh.
+flash attention) drops the 5as^2b score terms; full recompute keeps only the layer input 2sbh
+(2sbh/t when it is stored split over the TP ranks: training.recompute_partitioned).
 FP8 training keeps the linear layers' inputs as the 1-byte FP8 copies TransformerEngine cast.
 """
 
@@ -25,6 +26,7 @@ from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap
 from simcluster.parallelism.elementwise import STYLES
+from simcluster.parallelism.partitioned_checkpoints import partitions
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 
@@ -194,7 +196,8 @@ def layer_activation_bytes(
     sp = layout.sequence_parallel
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
     if training.fully_recomputed(position):
-        return e * sbh / rep
+        # the layer's input; kept as a 1/tp slice when partitioned (parallelism/partitioned_checkpoints.py)
+        return e * sbh / (t if partitions(training, layout) else rep)
     if training.recompute == "op":
         return _op_checkpoint_bytes(model, layout, training)
     redo = training.recomputed

@@ -373,6 +373,7 @@ def test_deepspeed_config_maps_its_zero_keys(tmp_path):
         "micro_batch": 2,
         "grad_accum": 4,
         "precision": "bf16",
+        "recompute_partitioned": True,  # its activation_checkpointing.partition_activations
     }
     assert s["zero3"] == {
         "reduce_bucket_size": 500000000, "prefetch_bucket_size": 50000000, "param_persistence_threshold": 100000,

@@ -52,6 +52,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
     ("training.grad_16bit_freed", {"parallel": {"zero": 3}, "training": {"grad_16bit_freed": "step"}},
      {"parallel": {"zero": 1}, "training": {"grad_16bit_freed": "step"}}),
+    ("training.recompute_partitioned", {"training": {"recompute": "full", "recompute_partitioned": True}},
+     {"parallel": {"tp": 2}, "training": {"recompute": "full", "recompute_partitioned": True}}),
     ("overlap.tp_comm", {"overlap": {"tp_comm": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}, "overlap": {"tp_comm": True}}),
     ("overlap.tp_comm_cfg", {"parallel": {"tp": 2, "sequence_parallel": True}, "overlap": {"tp_comm_cfg": "te-2"}},
@@ -161,6 +163,12 @@ MORE_INERT = [
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_async": True, "tp_grad_async": False}}),
+    # DeepSpeed's partition_activations splits only what deepspeed.checkpointing saves
+    ("training.recompute_partitioned", {"parallel": {"tp": 2}, "training": {"recompute": "selective",
+                                                                          "recompute_partitioned": True}}),
+    # Megatron's block turns --distribute-saved-activations off under sequence parallelism
+    ("training.recompute_partitioned", {"parallel": {"tp": 2, "sequence_parallel": True},
+                                        "training": {"recompute": "full", "recompute_partitioned": True}}),
     # FSDP's kept gathers are its MixedPrecision's 16-bit ones, autocast or not (the static
     # memory once counted them fp32 under autocast)
     ("training.autocast", {"parallel": {"zero": 3}, "zero3": {"buffers": "flat", "reshard_after_forward": False},

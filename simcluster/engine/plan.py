@@ -35,6 +35,7 @@ from simcluster.parallelism.data import (
     unit_params,
 )
 from simcluster.parallelism.layer import LayerBuilder
+from simcluster.parallelism.partitioned_checkpoints import input_gather, partitions
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.tied import tied_sync_params
@@ -245,14 +246,18 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
     """Full recomputation: a recomputed layer's forward reruns right before its backward
     (every layer, or the chunk's first ``training.recompute_num_layers``). Only the
     transformer layers are checkpointed (Megatron's ``recompute_granularity full`` wraps the
-    decoder block): the embedding, LM head and loss run once."""
+    decoder block): the embedding, LM head and loss run once. With
+    ``training.recompute_partitioned`` each rerun waits for its input's TP all-gather."""
     redone = {x for pos, x in enumerate(chunk.layer_indices) if training.fully_recomputed(pos)}
+    # a partitioned checkpoint is all-gathered over the TP group before its layer reruns
+    gather = partitions(training, builder.shapes.layout)
     out = []
     for u in units_b:
         redo: tuple[Segment, ...] = ()
         for layer in u.layers:
             if layer in redone:
-                redo += as_recompute(builder.layer(layer, "F"))
+                first = (input_gather(builder.shapes, layer),) if gather else ()
+                redo += first + as_recompute(builder.layer(layer, "F"))
         out.append(replace(u, segments=redo + u.segments))
     return out
 

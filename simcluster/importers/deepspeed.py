@@ -15,7 +15,8 @@ below it ``dp.bucket_mb``, elements x the gradient's bytes), ``overlap_comm``
 ``communication_data_type`` (``dp.reduce_dtype`` at ZeRO 0-2). DeepSpeed's
 ``activation_checkpointing`` section only configures ``deepspeed.checkpointing.checkpoint``
 for models that call it, so whether layers are recomputed is the model code's choice:
-it is listed, and ``--set training.recompute=full`` says it.
+it is listed, and ``--set training.recompute=full`` says it; its ``partition_activations``
+is ``training.recompute_partitioned`` (a note says so while nothing is recomputed).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _OUTSIDE = {
     "wandb": "logging", "csv_monitor": "logging", "comms_logger": "logging", "flops_profiler": "profiler",
     "zero_allow_untested_optimizer": "a safety switch", "prescale_gradients": "no scenario field for it",
     "activation_checkpointing": "configures deepspeed.checkpointing.checkpoint only for models that call it; "
-    "if yours does, --set training.recompute=full",
+    "if yours does, --set training.recompute=full (partition_activations is read: training.recompute_partitioned)",
 }  # fmt: skip
 _ZERO_OUTSIDE = {
     "contiguous_gradients", "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
@@ -130,6 +131,8 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
             )
         training["fp32_grad_accum"] = accum == "fp32"
     wire = _communication_dtype(doc, sc, out)
+    if _section(doc, "activation_checkpointing").get("partition_activations") is True:
+        training["recompute_partitioned"] = True
     for key in doc:
         if (
             key in _BATCH

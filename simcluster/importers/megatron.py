@@ -549,6 +549,32 @@ def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
         sc.pop("dp")
 
 
+def _partitioned(flags: Flags, granularity: str | None, training: dict[str, Any]) -> None:
+    """Checkpointed inputs split over the TP ranks: Megatron-LM's --distribute-saved-activations
+    (--distribute-checkpointed-activations before 2022), whose validate_args asserts full
+    recomputation with it (and tp > 1 for the newer flag); Megatron-DeepSpeed's --partition-activations, passed to
+    deepspeed.checkpointing.configure when --deepspeed-activation-checkpointing routes the
+    checkpoints through DeepSpeed (otherwise it does nothing and stays listed)."""
+    names = ("distribute-saved-activations", "distribute-checkpointed-activations")
+    given = [n for n in names if flags.has(n)]
+    deepspeed = ("deepspeed-activation-checkpointing", "partition-activations")
+    if all(n in flags.values for n in deepspeed):
+        given += [n for n in deepspeed if flags.has(n)][1:]
+    if not given:
+        return
+    if granularity != "full":
+        raise UserError(
+            f"--{given[0]}", "Megatron requires full recomputation with it (--recompute-granularity "
+            "full, or --checkpoint-activations); add it or drop the flag",
+        )  # fmt: skip
+    if given[0] == names[0] and (flags.integer("tensor-model-parallel-size") or 1) <= 1:
+        raise UserError(
+            f"--{given[0]}", "Megatron distributes the inputs only over a tensor-parallel group; "
+            "set --tensor-model-parallel-size above 1 or drop the flag",
+        )  # fmt: skip
+    training["recompute_partitioned"] = True
+
+
 def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     granularity = flags.choice("recompute-granularity", {"full": "full", "selective": "selective"})
     if flags.has("recompute-activations"):  # Megatron 2022: selective recomputation
@@ -575,6 +601,7 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
                 "--recompute-method",
                 "Megatron refuses a recompute method with selective recomputation",
             )
+    _partitioned(flags, granularity, training)
     if granularity is None:
         training["recompute"] = "none"
         return

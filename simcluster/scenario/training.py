@@ -116,6 +116,16 @@ class TrainingSection(SectionBase):
             "their activations; at most the layers of a chunk. Default: all"
         ),
     )
+    recompute_partitioned: bool = Field(
+        default=False,
+        description=(
+            "with recompute: full and tp > 1, each recomputed layer keeps its input as a 1/tp "
+            "slice and all-gathers it over the TP group before its recompute (Megatron-LM "
+            "--distribute-saved-activations, DeepSpeed activation_checkpointing."
+            "partition_activations); no effect with sequence parallelism, whose input is "
+            "already split"
+        ),
+    )
     optimizer: Literal["adam", "ademamix", "sgd"] = Field(
         default="adam",
         description=(
