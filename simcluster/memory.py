@@ -206,7 +206,7 @@ def layer_activation_bytes(
     # the output projection reads the attention's output, heads x the value head width wide
     # (Korthikanti's 2sbh where that is h)
     qkv = e * s * b * (q_dim + k_dim + v_dim) / t
-    if model.qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
+    if model.has_qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
         qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs (none on a NoPE layer)
     if model.mla is not None:
         # the compressed latents, inputs of the up-projections (after their norms)
