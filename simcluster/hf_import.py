@@ -26,15 +26,15 @@ head and layer; the same per-head sinks where a config sets ``use_sinks``, as an
 Olmo3Attention reads it) are ``model.attention_sinks``: their weights,
 no modelled time, and a kernel that cannot train them is refused (:mod:`simcluster.attention_sinks`).
 
-Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
-Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
-``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
-LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs); GPT-J's and
-CodeGen's attention projections, which have no bias though their MLP does (``bias`` is every
-linear's: 4h a layer too many) and their LM head's bias, as Phi's (vocab, left out); Cohere's LayerNorm,
-which has a weight and no bias (counted with one: h a norm too many); Llama 4's query/key norm,
-an L2 norm without weights (``use_qk_norm``; 2 head_dim a layer too many) and Cohere's and
-StableLM's per-head ones (a weight per head, counted once).
+Parameter shapes follow each ``model_type``'s modelling code part by part: which linears carry
+a bias (``model.bias``: GPT-J's and CodeGen's MLP and LM head only, Phi's every linear and its LM
+head, a Llama-style ``attention_bias`` on q, k, v and o_proj, GPT-NeoX's ``attention_bias``
+false leaving the MLP's; :func:`_bias_fields`), Cohere's LayerNorm without a bias
+(``norm_bias``), the query/key norm's weights (``qk_norm``: shared, per head, over the whole
+projection as OLMo 2's and OLMoE's, or none at all as Llama 4's L2 norm; :data:`QK_NORM_TYPES`),
+BLOOM's embedding LayerNorm (``embedding_norm``) and Qwen2-MoE's shared-expert gate
+(``shared_expert_gate``). Not modelled: DeepSeek-V3's ``e_score_correction_bias`` (a routing
+buffer of one value per expert and layer, no FLOPs).
 GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
 a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
 RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of

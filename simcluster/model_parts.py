@@ -22,5 +22,6 @@ def bias_parts(value: Any) -> tuple[str, ...]:
         return ()
     if value is True:
         return _LAYER_BIASES
-    names = [value] if isinstance(value, str) else [str(v) for v in value]
+    many = isinstance(value, (list, tuple, set, frozenset))
+    names = [str(v) for v in value] if many else [str(value)]
     return tuple(p for p in BIAS_PARTS if p in names) + tuple(sorted({n for n in names if n not in BIAS_PARTS}))
