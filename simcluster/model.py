@@ -68,7 +68,8 @@ class ModelSpec:
     # linears, ``lm_head`` the output head. Given as true (every linear of the layers: GPT-2,
     # OPT, BLOOM, Falcon's bias, StarCoder2's use_bias), false, or a list (GPT-J and CodeGen:
     # [mlp, lm_head]; Qwen2: [qkv]); ``qkv_bias: true`` is the older spelling of [qkv]. A bias
-    # add runs in its GEMM's epilogue (no time of its own), so it is weights only
+    # add runs in its GEMM's epilogue (no time of its own), so it is weights only. Multi-head
+    # latent attention's projections are counted without biases (DeepSeek's have none)
     bias: tuple[str, ...] = ()
     dropout: bool = False
     mla: MLASpec | None = None
@@ -477,11 +478,6 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.parallel_norms",
             "counts a parallel attention + MLP block's norms, but the model's layers are sequential; "
             "drop it, or set parallel_block: true",
-        )
-    if spec.mla is not None and (spec.has_bias("qkv") or spec.has_bias("attn_out")):
-        raise UserError(
-            f"{prefix}.bias",
-            "multi-head latent attention's projections are modelled without biases; give bias: [mlp] or drop it",
         )
     if spec.shared_expert_gate and not spec.shared_experts:
         raise UserError(

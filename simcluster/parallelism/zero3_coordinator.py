@@ -104,9 +104,9 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
         out.append(model.heads / t)  # gpt-oss's sinks, one per query head, split with the heads
     if not model.shared_norm:
         out += norm + (norm if model.post_norms else [])  # the MLP's, and its output norm
-    if model.has_bias("qkv"):
+    if model.has_bias("qkv") and model.mla is None:
         out.append((model.heads + 2 * model.kv_heads) * model.d_head / t)  # the fused QKV's
-    if model.has_bias("attn_out"):
+    if model.has_bias("attn_out") and model.mla is None:
         out.append(float(h))  # the output projection's, whole after its reduction
     if model.is_moe_layer(layer):
         out.append(float(h * model.experts))  # the router's weight
