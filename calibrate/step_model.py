@@ -64,7 +64,7 @@ class RMSNorm(nn.Module):
 
 
 def _norm(model: ModelSpec, dim: int) -> nn.Module:
-    return RMSNorm(dim) if model.norm == "rmsnorm" else nn.LayerNorm(dim)
+    return RMSNorm(dim) if model.norm == "rmsnorm" else nn.LayerNorm(dim, bias=model.norm_bias)
 
 
 def rotary_table(head_dim: int, seq_len: int) -> torch.Tensor:
@@ -86,10 +86,11 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = model.heads, model.kv_heads, model.d_head
         width = (model.heads + 2 * model.kv_heads) * model.d_head
-        self.qkv = nn.Linear(model.hidden, width, bias=model.bias)
-        self.out = nn.Linear(model.heads * model.d_head, model.hidden, bias=model.bias)
-        self.q_norm = RMSNorm(model.d_head) if model.qk_norm else None
-        self.k_norm = RMSNorm(model.d_head) if model.qk_norm else None
+        self.qkv = nn.Linear(model.hidden, width, bias=model.has_bias("qkv"))
+        self.out = nn.Linear(model.heads * model.d_head, model.hidden, bias=model.has_bias("attn_out"))
+        # a head_dim norm stands for every kind of model.qk_norm: the same pass over Q and K
+        self.q_norm = RMSNorm(model.d_head) if model.has_qk_norm else None
+        self.k_norm = RMSNorm(model.d_head) if model.has_qk_norm else None
 
     def forward(self, x: torch.Tensor, rotary: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
@@ -119,8 +120,8 @@ class MLP(nn.Module):
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         self.kind = model.mlp
-        self.up = nn.Linear(model.hidden, int(model.up_width(model.ffn)), bias=model.bias)
-        self.down = nn.Linear(model.ffn, model.hidden, bias=model.bias)
+        self.up = nn.Linear(model.hidden, int(model.up_width(model.ffn)), bias=model.has_bias("mlp"))
+        self.down = nn.Linear(model.ffn, model.hidden, bias=model.has_bias("mlp"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "swiglu":
@@ -166,7 +167,7 @@ class ModelChunk(nn.Module):
         self.positions = nn.Embedding(model.max_positions, model.hidden) if learned else None
         self.blocks = nn.ModuleList(Block(model) for _ in layers)
         self.norm = _norm(model, model.hidden) if head else None
-        self.head = nn.Linear(model.hidden, model.vocab, bias=False) if head else None
+        self.head = nn.Linear(model.hidden, model.vocab, bias=model.has_bias("lm_head")) if head else None
         if model.tied_embeddings and self.head is not None:
             if self.embed is None:
                 raise UserError(

@@ -33,7 +33,7 @@ def check_tensor_parallel(ctx: Any) -> None:
     if not layout.sequence_parallel:
         raise UserError("parallel.sequence_parallel", "measure-step runs torchtitan's TP plan, which is sequence parallel; set it true")
     refusals = (
-        (model.qk_norm, "model.qk_norm", "query/key norms"),
+        (model.has_qk_norm, "model.qk_norm", "query/key norms"),
         (model.dropout, "model.dropout", "dropout"),
         (model.position == "learned", "model.position", "learned positions"),
         (model.tied_embeddings, "model.tied_embeddings", "tied embeddings"),

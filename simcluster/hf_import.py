@@ -26,15 +26,15 @@ head and layer; the same per-head sinks where a config sets ``use_sinks``, as an
 Olmo3Attention reads it) are ``model.attention_sinks``: their weights,
 no modelled time, and a kernel that cannot train them is refused (:mod:`simcluster.attention_sinks`).
 
-Not modelled, each a few parameters per layer (under 0.01% of the model) and no measurable time:
-Qwen2-MoE's shared-expert gate (one h-wide row), the output projection's bias of a Llama-style
-``attention_bias`` (read as ``qkv_bias``) and an ``mlp_bias`` without it, BLOOM's embedding
-LayerNorm, DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer, no FLOPs); GPT-J's and
-CodeGen's attention projections, which have no bias though their MLP does (``bias`` is every
-linear's: 4h a layer too many) and their LM head's bias, as Phi's (vocab, left out); Cohere's LayerNorm,
-which has a weight and no bias (counted with one: h a norm too many); Llama 4's query/key norm,
-an L2 norm without weights (``use_qk_norm``; 2 head_dim a layer too many) and Cohere's and
-StableLM's per-head ones (a weight per head, counted once).
+Parameter shapes follow each ``model_type``'s modelling code part by part: which linears carry
+a bias (``model.bias``: GPT-J's and CodeGen's MLP and LM head only, Phi's every linear and its LM
+head, a Llama-style ``attention_bias`` on q, k, v and o_proj, GPT-NeoX's ``attention_bias``
+false leaving the MLP's; :func:`_bias_fields`), Cohere's LayerNorm without a bias
+(``norm_bias``), the query/key norm's weights (``qk_norm``: shared, per head, over the whole
+projection as OLMo 2's and OLMoE's, or none at all as Llama 4's L2 norm; :data:`QK_NORM_TYPES`),
+BLOOM's embedding LayerNorm (``embedding_norm``) and Qwen2-MoE's shared-expert gate
+(``shared_expert_gate``). Not modelled: DeepSeek-V3's ``e_score_correction_bias`` (a routing
+buffer of one value per expert and layer, no FLOPs).
 GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
 a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
 RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from simcluster.errors import UserError, did_you_mean, read_text
+from simcluster.model_parts import bias_parts
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,11 @@ class Family:
 
     gated: bool
     norm: str  # layernorm | rmsnorm
-    bias: bool
+    bias: bool | tuple[str, ...]  # true: every linear of the layers; or model.bias's parts
     position: str  # rope | learned | alibi
     tied_default: bool
     position_offset: int = 0  # extra learned position rows (OPT keeps 2)
+    norm_bias: bool = True  # a LayerNorm's bias (CohereLayerNorm has none)
 
 
 _LLAMA = Family(gated=True, norm="rmsnorm", bias=False, position="rope", tied_default=False)
@@ -84,21 +86,30 @@ FAMILIES: dict[str, Family] = {
     "apertus": Family(False, "rmsnorm", False, "rope", False),
     # StableLM (StableLmDecoderLayer): nn.LayerNorm, gated SiLU MLP
     "stablelm": Family(True, "layernorm", False, "rope", False),
-    # Cohere (CohereDecoderLayer): gated SiLU MLP, a mean-subtracting LayerNorm, tied by default
-    "cohere": Family(True, "layernorm", False, "rope", True),
-    "cohere2": Family(True, "layernorm", False, "rope", True),
-    # CodeGen (CodeGenBlock): fc_in/fc_out with biases and gelu_new, LayerNorm, rotary_dim
-    "codegen": Family(False, "layernorm", True, "rope", False),
+    # Cohere (CohereDecoderLayer): gated SiLU MLP, a mean-subtracting LayerNorm with a weight
+    # and no bias (CohereLayerNorm; Cohere2LayerNorm the same), tied by default
+    "cohere": Family(True, "layernorm", False, "rope", True, norm_bias=False),
+    "cohere2": Family(True, "layernorm", False, "rope", True, norm_bias=False),
+    # CodeGen (modeling_codegen.py): CodeGenAttention's qkv_proj and out_proj have bias=False,
+    # CodeGenMLP's fc_in/fc_out (gelu_new) and CodeGenForCausalLM's lm_head the nn.Linear
+    # default bias; LayerNorm, rotary_dim
+    "codegen": Family(False, "layernorm", ("mlp", "lm_head"), "rope", False),
     "gpt2": Family(False, "layernorm", True, "learned", True),
     "gpt_bigcode": Family(False, "layernorm", True, "learned", True),
     "opt": Family(False, "layernorm", True, "learned", True, position_offset=2),
     "bloom": Family(False, "layernorm", True, "alibi", True),
     "mpt": Family(False, "layernorm", False, "alibi", True),
+    # GPT-NeoX (GPTNeoXAttention): query_key_value and dense biased as config.attention_bias
+    # says (GPTNeoXConfig default true), GPTNeoXMLP always; embed_out without a bias
     "gpt_neox": Family(False, "layernorm", True, "rope", False),
-    "gptj": Family(False, "layernorm", True, "rope", False),
+    # GPT-J (modeling_gptj.py): GPTJAttention's q/k/v/out_proj bias=False, GPTJMLP's
+    # fc_in/fc_out and GPTJForCausalLM's lm_head with the nn.Linear default bias
+    "gptj": Family(False, "layernorm", ("mlp", "lm_head"), "rope", False),
     "falcon": Family(False, "layernorm", False, "rope", True),
     "starcoder2": Family(False, "layernorm", True, "rope", True),
-    "phi": Family(False, "layernorm", True, "rope", False),
+    # Phi (modeling_phi.py): PhiAttention's q/k/v_proj and dense, PhiMLP's fc1/fc2 and
+    # PhiForCausalLM's lm_head (bias=True) all biased
+    "phi": Family(False, "layernorm", ("qkv", "attn_out", "mlp", "lm_head"), "rope", False),
     # Nemotron-4 / Minitron (transformers' NemotronForCausalLM): up and down projections only,
     # squared ReLU, LayerNorm1P
     "nemotron": Family(False, "layernorm", False, "rope", False),
@@ -165,10 +176,20 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
 # a multimodal config's language model, when its text_config leaves its own model_type out
 _TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
 
-# model types whose attention normalises queries and keys (their modelling code does it
-# unconditionally: transformers' Qwen3Attention q_norm/k_norm, Olmo2Attention, OlmoeAttention,
-# Gemma3Attention)
-QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "olmo2", "olmo3", "olmoe", "gemma3_text", "apertus"})
+# model types whose attention normalises queries and keys unconditionally, and the kind
+# (model.qk_norm): Qwen3Attention's, Gemma3Attention's and ApertusAttention's q_norm/k_norm are
+# RMSNorm(head_dim), shared by the heads; Olmo2Attention's (Olmo3Attention's the same) are
+# Olmo2RMSNorm(heads * head_dim) and (kv_heads * head_dim), OlmoeAttention's RMSNorm(hidden)
+# and (hidden / heads * kv_heads): over the whole projection
+QK_NORM_TYPES: dict[str, str] = {
+    "qwen3": "shared", "qwen3_moe": "shared", "qwen3_next": "shared", "gemma3_text": "shared", "apertus": "shared",
+    "olmo2": "whole", "olmo3": "whole", "olmoe": "whole",
+}  # fmt: skip
+# the kind where a config turns it on (qk_layernorm, use_qk_norm), when not shared (Phi's
+# nn.LayerNorm(head_dim)): StableLmAttention's StableLmLayerNormPerHead (a LayerNorm of
+# head_dim, bias=False, per head), CohereAttention's CohereLayerNorm((heads, head_dim)),
+# Llama4TextAttention's Llama4TextL2Norm (no weights)
+_QK_NORM_WHEN_SET = {"stablelm": "per_head", "cohere": "per_head", "llama4_text": "weightless"}
 
 # config.json key -> ModelSpec field; the first key present wins
 _KEYS: dict[str, tuple[str, ...]] = {
@@ -292,16 +313,14 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
-    # StarCoder2's use_bias, Falcon's bias, OPT's enable_bias: every linear's
-    said = _first(cfg, ("use_bias", "bias", "enable_bias"))
-    data["bias"] = family.bias if said is None else bool(said)
+    if not family.norm_bias:
+        data["norm_bias"] = False
+    data["bias"] = _bias_fields(cfg, model_type, family)
     if model_type == "chatglm":
-        # ChatGLMConfig (THUDM/chatglm3-6b): rmsnorm true, else LayerNorm; add_bias_linear on
-        # every linear (false in the released models)
+        # ChatGLMConfig (THUDM/chatglm3-6b): rmsnorm true, else LayerNorm
         data["norm"] = "rmsnorm" if cfg.get("rmsnorm", True) else "layernorm"
-        data["bias"] = bool(cfg.get("add_bias_linear"))
-    if model_type == "mpt":
-        data["bias"] = not cfg["no_bias"]
+    if model_type == "bloom":  # BloomModel's word_embeddings_layernorm
+        data["embedding_norm"] = True
     data["position"] = family.position
     if family.position == "learned":
         data["max_positions"] = int(data.get("max_positions", 0)) + family.position_offset
@@ -310,17 +329,6 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     tied = cfg.get("tie_word_embeddings")
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
-    # LlamaConfig's (and Qwen3's, OLMo 2's) attention_bias puts biases on q, k, v and o_proj,
-    # mlp_bias on the MLP's: both are every linear's bias
-    if not data["bias"] and cfg.get("attention_bias") and cfg.get("mlp_bias"):
-        data["bias"] = True
-    # Qwen2Attention's q/k/v_proj always carry a bias (bias=True in its code); ChatGLM's and
-    # StableLM's when their config says so; attention_bias alone, with o_proj's h more a layer
-    # (Qwen2MoeAttention's bias is config.qkv_bias where its config has one, true by default)
-    qwen2 = model_type == "qwen2" or (model_type == "qwen2_moe" and cfg.get("qkv_bias", True))
-    qkv = qwen2 or any(cfg.get(k) for k in ("add_qkv_bias", "use_qkv_bias", "attention_bias"))
-    if not data["bias"] and qkv:
-        data["qkv_bias"] = True
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
         data["post_norms"] = True
     cap = cfg.get("final_logit_softcapping")
@@ -331,7 +339,10 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # GptOssAttention always holds sinks (one logit per head); a config's use_sinks the same
     if model_type == "gpt_oss" or cfg.get("use_sinks"):
         data["attention_sinks"] = True
-    data["qk_norm"] = model_type in QK_NORM_TYPES or bool(cfg.get("qk_layernorm") or cfg.get("use_qk_norm"))
+    if model_type in QK_NORM_TYPES:
+        data["qk_norm"] = QK_NORM_TYPES[model_type]
+    elif cfg.get("qk_layernorm") or cfg.get("use_qk_norm"):
+        data["qk_norm"] = _QK_NORM_WHEN_SET.get(model_type, "shared")
     _moe_fields(cfg, model_type, data)
     data.update(_window_fields(cfg, model_type))
     # Llama4TextAttention rotates (and, with use_qk_norm, normalises) only on its chunked
@@ -340,6 +351,30 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["nope_global"] = True
     data.update(_parallel_block_fields(cfg, model_type))
     return data
+
+
+def _bias_fields(cfg: dict[str, Any], model_type: str, family: Family) -> tuple[str, ...]:
+    """``model.bias`` as the ``model_type``'s modelling code reads its config: StarCoder2's
+    ``use_bias``, Falcon's ``bias``, OPT's ``enable_bias``, ChatGLM's ``add_bias_linear`` and
+    MPT's ``no_bias`` (negated) on every linear of the layers; LlamaAttention's ``attention_bias``
+    (Qwen3's, OLMo 2's, Cohere's, Gemma's, gpt-oss's the same) on q, k, v and o_proj, GPT-NeoX's
+    on query_key_value and dense; LlamaMLP's ``mlp_bias`` on the MLP's; Qwen2Attention's q/k/v_proj
+    always (bias=True in its code; Qwen2MoeAttention's as config.qkv_bias, true by default),
+    ChatGLM's ``add_qkv_bias`` and StableLM's ``use_qkv_bias`` on them alone."""
+    said = _first(cfg, ("use_bias", "bias", "enable_bias", "add_bias_linear"))
+    if model_type == "mpt":
+        said = not cfg["no_bias"]
+    parts = set(bias_parts(family.bias if said is None else bool(said)))
+    if model_type == "gpt_neox" and cfg.get("attention_bias") is False:
+        parts -= {"qkv", "attn_out"}
+    elif cfg.get("attention_bias"):
+        parts |= {"qkv", "attn_out"}
+    if cfg.get("mlp_bias"):
+        parts.add("mlp")
+    qwen2 = model_type == "qwen2" or (model_type == "qwen2_moe" and cfg.get("qkv_bias", True))
+    if qwen2 or cfg.get("add_qkv_bias") or cfg.get("use_qkv_bias"):
+        parts.add("qkv")
+    return bias_parts(sorted(parts))
 
 
 #: model types whose decoder layer always runs attention and MLP in parallel off one norm:
@@ -532,6 +567,8 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
                 f"{data['expert_ffn']}; model.shared_experts counts experts of that width"
             )
         data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+        # its shared_expert_gate: nn.Linear(hidden, 1, bias=False), sigmoid-scaling the output
+        data["shared_expert_gate"] = model_type == "qwen2_moe" and data["shared_experts"] > 0
     freq = cfg.get("moe_layer_freq")
     if model_type.startswith("deepseek") and data.get("experts") and freq not in (None, 1):
         # DeepseekV3DecoderLayer: MoE when layer_idx % moe_layer_freq == 0, a phase

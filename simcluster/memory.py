@@ -209,7 +209,7 @@ def layer_activation_bytes(
     # the output projection reads the attention's output, heads x the value head width wide
     # (Korthikanti's 2sbh where that is h)
     qkv = e * s * b * (q_dim + k_dim + v_dim) / t
-    if model.qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
+    if model.has_qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
         qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs (none on a NoPE layer)
     if model.mla is not None:
         # the compressed latents, inputs of the up-projections (after their norms)
@@ -372,12 +372,14 @@ def embedding_activation_bytes(model: ModelSpec, layout: Layout, training: Train
     """The embedding's stash for one microbatch on the first stage: the dropout mask on its
     output, 1 byte per element, sharded over tp with sequence parallelism (Korthikanti et al.
     2022, Sec. 4.3: sbhp/t for the p microbatches in flight; Megatron-LM's
-    ``report_theoretical_memory``: "Dropout in embedding layer"). The embedding's output is
-    the first layer's input, counted there; models without dropout keep nothing."""
-    if not model.dropout:
-        return 0.0
+    ``report_theoretical_memory``: "Dropout in embedding layer"), and with BLOOM's embedding
+    norm (``model.embedding_norm``) the norm's input, kept for its backward at the activation
+    width. The embedding's output is the first layer's input, counted there; models without
+    dropout or the norm keep nothing."""
     rep = layout.tp if layout.sequence_parallel else 1
-    return training.seq_len / layout.cp * training.micro_batch * model.hidden / rep
+    sbh = training.seq_len / layout.cp * training.micro_batch * model.hidden / rep
+    norm = act_bytes(training.precision) * sbh if model.embedding_norm else 0.0
+    return (sbh if model.dropout else 0.0) + norm
 
 
 def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
 from simcluster.limits import MAX_LAYERS
+from simcluster.model_parts import BIAS_PARTS, QK_NORMS, bias_parts
 from simcluster.names import loose_lookup
 from simcluster.stated_params import check_stated_params
 
@@ -59,11 +60,17 @@ class ModelSpec:
     position: Literal["rope", "learned", "alibi"] = "rope"
     max_positions: int = 0
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    bias: bool = False
-    # biases on the Q, K and V projections only (Qwen2's and Qwen2-MoE's Qwen2Attention,
-    # ChatGLM's add_qkv_bias, StableLM's use_qkv_bias); a bias add runs in the GEMM's epilogue
-    # (no time of its own), so it is weights only
-    qkv_bias: bool = False
+    # whether a LayerNorm has a bias beside its weight (torch's nn.LayerNorm does; Cohere's
+    # CohereLayerNorm, transformers' modeling_cohere.py, has a weight only); RMSNorm has none
+    norm_bias: bool = True
+    # which linears carry a bias (:data:`BIAS_PARTS`): ``qkv`` the Q/K/V projections,
+    # ``attn_out`` the attention's output projection, ``mlp`` the MLP's (and a router's)
+    # linears, ``lm_head`` the output head. Given as true (every linear of the layers: GPT-2,
+    # OPT, BLOOM, Falcon's bias, StarCoder2's use_bias), false, or a list (GPT-J and CodeGen:
+    # [mlp, lm_head]; Qwen2: [qkv]); ``qkv_bias: true`` is the older spelling of [qkv]. A bias
+    # add runs in its GEMM's epilogue (no time of its own), so it is weights only. Multi-head
+    # latent attention's projections are counted without biases (DeepSeek's have none)
+    bias: tuple[str, ...] = ()
     dropout: bool = False
     mla: MLASpec | None = None
     # DeepSeek-V3's multi-token prediction modules (report Sec. 2.2): each adds two input
@@ -85,10 +92,16 @@ class ModelSpec:
     # (Llama 4's NoPE layers: Llama4TextAttention's use_rope false, its qk_norm only with rope;
     # Cohere2's global layers, rotary only on its sliding ones)
     nope_global: bool = False
-    # an RMSNorm on the queries and on the keys before the rotary embedding (Qwen3, Gemma 3,
-    # OLMo 2, Apertus; Megatron-Core's --qk-layernorm): one more memory-bound pass over Q and K
-    # each way, and their pre-norm values kept for the backward
-    qk_norm: bool = False
+    # a norm on the queries and on the keys before the rotary embedding (:data:`QK_NORMS`):
+    # one more memory-bound pass over Q and K each way, and their pre-norm values kept for
+    # the backward, whatever its weights. ``shared``: each head normalised with one head_dim
+    # weight all heads share (Qwen3, Gemma 3, Apertus, Phi's qk_layernorm; Megatron-Core's
+    # --qk-layernorm; ``true`` is this); ``per_head``: each head with weights of its own
+    # (Cohere's CohereLayerNorm((heads, head_dim)), StableLM's StableLmLayerNormPerHead);
+    # ``whole``: the whole projection normalised at once, a weight per channel (OLMo 2's and
+    # OLMo 3's Olmo2RMSNorm(heads * head_dim), OLMoE's); ``weightless``: an L2 norm without
+    # weights (Llama 4's Llama4TextL2Norm); ``none`` (or false)
+    qk_norm: Literal["none", "shared", "per_head", "whole", "weightless"] = "none"
     # the parallel attention + MLP block, y = x + Attn(LN1(x)) + MLP(LN2(x)) (GPT-J, GPT-NeoX's
     # use_parallel_residual, Falcon's parallel_attn, PaLM, Cohere, Phi-2): both branches read
     # the layer input; ``parallel_norms`` 1 = one norm feeds both (GPT-J, Falcon-7B, PaLM,
@@ -112,8 +125,43 @@ class ModelSpec:
     # takes no probability mass to a value, so the scores and the value product are unchanged
     # (attention_sinks.py: which fused kernels run it, and why it costs no modelled time)
     attention_sinks: bool = False
+    # a norm on the token embeddings before the first layer (BLOOM's word_embeddings_layernorm,
+    # transformers' BloomModel): its weights (and bias) and one norm pass over the hidden state
+    embedding_norm: bool = False
+    # Qwen2-MoE's shared-expert gate (transformers' Qwen2MoeSparseMoeBlock.shared_expert_gate,
+    # nn.Linear(hidden, 1, bias=False)): a sigmoid of one h-wide row scales the shared expert's
+    # output, h weights and a matmul of h a token on every MoE layer
+    shared_expert_gate: bool = False
+
+    def __post_init__(self) -> None:
+        # the older spellings, read as the sets they mean: bias true/false, qk_norm true/false
+        object.__setattr__(self, "bias", bias_parts(self.bias))
+        if isinstance(self.qk_norm, bool) or self.qk_norm is None:
+            object.__setattr__(self, "qk_norm", "shared" if self.qk_norm else "none")
 
     # --- shape helpers ------------------------------------------------------------------
+    def has_bias(self, part: str) -> bool:
+        """Whether the ``part`` linears (one of :data:`BIAS_PARTS`) carry a bias."""
+        return part in self.bias
+
+    @property
+    def has_qk_norm(self) -> bool:
+        """Whether queries and keys are normalised (a memory-bound pass, weights or not)."""
+        return self.qk_norm != "none"
+
+    def qk_norm_params(self) -> int:
+        """One layer's query and key norm weights (``qk_norm``): a head_dim-wide weight each
+        when shared (and a bias with a biased LayerNorm: Phi's nn.LayerNorm(head_dim)); a
+        weight per channel of Q and of K when per head or whole (no bias: StableLM's per-head
+        norms are built with bias=False, Cohere's and OLMo's norms have none); none when
+        weightless."""
+        d = self.d_head
+        if self.qk_norm == "shared":
+            return 2 * d * (2 if self.norm == "layernorm" and self.norm_bias else 1)
+        if self.qk_norm in ("per_head", "whole"):
+            return (self.heads + self.kv_heads) * d
+        return 0
+
     @property
     def d_head(self) -> int:
         """Per-head dimension of Q/K/V."""
@@ -163,7 +211,7 @@ class ModelSpec:
         """Weights (+biases) of one attention block including its input norm (and its output
         norm, ``post_norms``)."""
         h, a, kv, d = self.hidden, self.heads, self.kv_heads, self.d_head
-        norm = 2 * h if self.norm == "layernorm" else h
+        norm = self.norm_params()
         if self.mla is not None:
             m = self.mla
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -176,12 +224,8 @@ class ModelSpec:
             kv_b = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
             return norm + q + kv_a + kv_b + a * m.v_head_dim * h + self.post_norm_params() + self.sink_params()
         weights = h * a * d + 2 * h * kv * d + a * d * h
-        qkv_biases = a * d + 2 * kv * d
-        biases = (qkv_biases + h) if self.bias else (qkv_biases if self.qkv_bias else 0)
-        # per-head norm weights (Qwen3, Gemma 3; OLMo 2's span the whole width, a few
-        # thousand more per layer)
-        qk = 2 * d if self.qk_norm else 0
-        return norm + weights + biases + qk + self.post_norm_params() + self.sink_params()
+        biases = (a * d + 2 * kv * d if self.has_bias("qkv") else 0) + (h if self.has_bias("attn_out") else 0)
+        return norm + weights + biases + self.qk_norm_params() + self.post_norm_params() + self.sink_params()
 
     def sink_params(self) -> int:
         """One layer's attention sinks (``attention_sinks``: a logit per query head), else none."""
@@ -193,10 +237,10 @@ class ModelSpec:
 
     def mlp_params(self, ffn: int) -> int:
         """One dense MLP of inner width ``ffn`` (no norm)."""
-        h = self.hidden
+        h, biased = self.hidden, self.has_bias("mlp")
         if self.mlp == "swiglu":
-            return 3 * h * ffn + ((2 * ffn + h) if self.bias else 0)
-        return 2 * h * ffn + ((ffn + h) if self.bias else 0)
+            return 3 * h * ffn + ((2 * ffn + h) if biased else 0)
+        return 2 * h * ffn + ((ffn + h) if biased else 0)
 
     @property
     def shared_norm(self) -> bool:
@@ -222,23 +266,31 @@ class ModelSpec:
             total += routed * self.expert_params()
             total += self.shared_experts * self.expert_params()
             # router; with linear biases it has one too (gpt-oss's GptOssTopKRouter.bias)
-            total += self.hidden * self.experts + (self.experts if self.bias else 0)
+            total += self.hidden * self.experts + (self.experts if self.has_bias("mlp") else 0)
+            total += self.hidden if self.shared_expert_gate else 0
         else:
             total += self.mlp_params(self.ffn)
         return total
 
     def embedding_params(self) -> int:
         pos = self.max_positions * self.hidden if self.position == "learned" else 0
-        return self.vocab * self.hidden + pos
+        norm = self.norm_params() if self.embedding_norm else 0
+        return self.vocab * self.hidden + pos + norm
 
     def head_params(self) -> int:
-        """Final norm + LM head (0 weights when tied to the embedding)."""
-        norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
-        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+        """Final norm + LM head (0 weights when tied to the embedding; its bias, ``lm_head`` in
+        ``bias``, is the head's own either way: GPT-J's, CodeGen's and Phi's lm_head)."""
+        bias = self.vocab if self.has_bias("lm_head") else 0
+        return self.norm_params() + (0 if self.tied_embeddings else self.vocab * self.hidden) + bias
+
+    @property
+    def norm_tensors(self) -> int:
+        """Parameter tensors of one norm: a weight, and a bias for a biased LayerNorm."""
+        return 2 if self.norm == "layernorm" and self.norm_bias else 1
 
     def norm_params(self) -> int:
-        """One norm's weights (+ bias for LayerNorm)."""
-        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        """One norm's weights (+ bias for a biased LayerNorm)."""
+        return self.norm_tensors * self.hidden
 
     def mtp_layer_index(self, depth: int) -> int:
         """Layer index of the transformer layer of MTP module ``depth`` (0-based): after the
@@ -275,7 +327,10 @@ class ModelSpec:
 
 
 _FIELDS = {f for f in ModelSpec.__dataclass_fields__}  # noqa: C416
-MODEL_KEYS = sorted(_FIELDS - {"name"}) + ["preset", "hf_config"]
+#: the older spelling of a bias on the Q/K/V projections alone (``bias: [qkv]``): Megatron's
+#: --add-qkv-bias, ChatGLM's add_qkv_bias, the presets written before ``bias`` took a list
+LEGACY_KEYS = frozenset({"qkv_bias"})
+MODEL_KEYS = sorted((_FIELDS | LEGACY_KEYS) - {"name"}) + ["preset", "hf_config"]
 
 
 def _presets_dir() -> Path:
@@ -342,8 +397,25 @@ def default_ffn(hidden: int, mlp: str) -> int:
     return 4 * hidden
 
 
+def _read_legacy(data: dict[str, Any], base: tuple[str, ...], prefix: str) -> None:
+    """``qkv_bias`` (the older spelling) folded into ``bias``: true adds ``qkv`` to the parts
+    ``bias`` gives (or the base model has), false takes it off."""
+    if "qkv_bias" not in data:
+        return
+    qkv = data.pop("qkv_bias")
+    if qkv is None:
+        return
+    if not isinstance(qkv, bool):
+        raise UserError(f"{prefix}.qkv_bias", f"must be true or false, got {qkv!r}")
+    parts = bias_parts(data["bias"]) if data.get("bias") is not None else base
+    if "bias" in data and data["bias"] is True and qkv:
+        raise UserError(f"{prefix}.qkv_bias", "is implied by bias: true (every linear has one); drop qkv_bias")
+    data["bias"] = tuple(p for p in parts if p != "qkv") + (("qkv",) if qkv else ())
+
+
 def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -> ModelSpec:
     data = dict(data)
+    _read_legacy(data, (), field_prefix)
     mla = data.pop("mla", None)
     unknown = set(data) - _FIELDS
     if unknown:
@@ -377,7 +449,20 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 "attention_chunk"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
-    if spec.qk_norm and spec.mla is not None:
+    unknown = [p for p in spec.bias if p not in BIAS_PARTS]
+    if unknown:
+        raise UserError(
+            f"{prefix}.bias",
+            f"unknown part '{unknown[0]}'{did_you_mean(unknown[0], BIAS_PARTS)}; give true, false or a list of "
+            f"{', '.join(BIAS_PARTS)}",
+        )
+    if spec.qk_norm not in QK_NORMS:
+        raise UserError(
+            f"{prefix}.qk_norm",
+            f"'{spec.qk_norm}' is not a query/key norm{did_you_mean(str(spec.qk_norm), QK_NORMS)}; give one of "
+            f"{', '.join(QK_NORMS)} (true: shared)",
+        )
+    if spec.has_qk_norm and spec.mla is not None:
         raise UserError(
             f"{prefix}.qk_norm",
             "multi-head latent attention normalises its compressed latents itself (model.mla); drop qk_norm",
@@ -394,11 +479,10 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             "counts a parallel attention + MLP block's norms, but the model's layers are sequential; "
             "drop it, or set parallel_block: true",
         )
-    if spec.qkv_bias and (spec.bias or spec.mla is not None):
+    if spec.shared_expert_gate and not spec.shared_experts:
         raise UserError(
-            f"{prefix}.qkv_bias",
-            "is implied by bias: true (every linear has one)" if spec.bias
-            else "multi-head latent attention has no Q/K/V projections of that kind; drop qkv_bias",
+            f"{prefix}.shared_expert_gate",
+            "gates a shared expert's output, but the model has none; set shared_experts or drop it",
         )
     if spec.parallel_block and spec.post_norms:
         raise UserError(
@@ -626,11 +710,12 @@ def _build_model(section: dict[str, Any]) -> ModelSpec:
     overrides = {k: v for k, v in section.items() if v is not None}
     if not overrides:
         return base
-    unknown = set(overrides) - _FIELDS
+    unknown = set(overrides) - _FIELDS - LEGACY_KEYS
     if unknown:
         key = sorted(unknown)[0]
         raise UserError(f"model.{key}", f"unknown model field{did_you_mean(key, MODEL_KEYS)}")
     _check_types(overrides, "model")
+    _read_legacy(overrides, base.bias, "model")
     if "mla" in overrides:
         overrides["mla"] = _mla_spec(overrides["mla"], "model", base.mla)
     spec = replace(base, **overrides)

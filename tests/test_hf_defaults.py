@@ -66,17 +66,16 @@ def test_starcoder_is_multi_query_by_default(tmp_path):
     assert read(tmp_path, {**cfg, "multi_query": False}).kv_heads == 48
 
 
-def test_gpt_j_attention_biases_are_counted_that_it_does_not_have():
-    """GPTJAttention's q/k/v/out_proj have bias=False, its fc_in/fc_out and lm_head biases:
-    module by module 6,050,882,784 for EleutherAI/gpt-j-6b. ModelSpec's bias is every linear's,
-    so it counts 4h a layer more and leaves the head's vocab-wide bias out (hf_import docstring:
-    not modelled, 0.007%)."""
+def test_gpt_j_biases_are_on_its_mlp_and_lm_head_only():
+    """GPTJAttention's q/k/v/out_proj have bias=False, its fc_in/fc_out and lm_head biases
+    (transformers' modeling_gptj.py): module by module 6,050,882,784 for EleutherAI/gpt-j-6b,
+    model.bias [mlp, lm_head]."""
     m = from_hf_config(FIXTURES / "gpt-j-6b.json")
     h, v, layers, ffn = 4096, 50400, 28, 4 * 4096
     per_layer = 2 * h + 4 * h * h + (h * ffn + ffn) + (ffn * h + h)  # ln_1, attention, fc_in, fc_out
     modules = v * h + layers * per_layer + 2 * h + (v * h + v)  # wte, blocks, ln_f, lm_head
     assert modules == 6_050_882_784
-    assert m.params_total() - modules == layers * 4 * h - v
+    assert m.params_total() == modules and m.bias == ("mlp", "lm_head")
     assert m.parallel_block and m.parallel_norms == 1
 
 
@@ -128,8 +127,8 @@ def test_qwen2_moe_shared_expert_and_qkv_bias_defaults(tmp_path):
     config.qkv_bias where a config has one."""
     cfg = published("qwen1.5-moe-a2.7b")
     m = read(tmp_path, without(cfg, "shared_expert_intermediate_size", "num_experts_per_tok"))
-    assert (m.shared_experts, m.top_k, m.qkv_bias) == (4, 4, True)
-    assert not read(tmp_path, {**cfg, "qkv_bias": False}).qkv_bias
+    assert (m.shared_experts, m.top_k, m.bias, m.shared_expert_gate) == (4, 4, ("qkv",), True)
+    assert read(tmp_path, {**cfg, "qkv_bias": False}).bias == ()
 
 
 def test_chatglm_norm_and_linear_biases_follow_its_config():
@@ -139,9 +138,9 @@ def test_chatglm_norm_and_linear_biases_follow_its_config():
 
     cfg = {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096, "num_attention_heads": 32,
            "ffn_hidden_size": 13696, "padded_vocab_size": 65024, "add_qkv_bias": True}  # fmt: skip
-    assert (fields_from_config(cfg)["norm"], fields_from_config(cfg)["bias"]) == ("rmsnorm", False)
+    assert (fields_from_config(cfg)["norm"], fields_from_config(cfg)["bias"]) == ("rmsnorm", ("qkv",))
     both = fields_from_config({**cfg, "rmsnorm": False, "add_bias_linear": True})
-    assert (both["norm"], both["bias"]) == ("layernorm", True) and "qkv_bias" not in both
+    assert (both["norm"], both["bias"]) == ("layernorm", ("qkv", "attn_out", "mlp"))
 
 
 def test_opt_350m_embedding_projection_is_refused(tmp_path):
@@ -186,7 +185,8 @@ def test_opt_enable_bias_and_chatglm_kv_channels():
 
     opt = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
            "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048}  # fmt: skip
-    assert fields_from_config(opt)["bias"] and not fields_from_config({**opt, "enable_bias": False})["bias"]
+    assert fields_from_config(opt)["bias"] == ("qkv", "attn_out", "mlp")
+    assert fields_from_config({**opt, "enable_bias": False})["bias"] == ()
     glm = {"model_type": "chatglm", "num_layers": 40, "hidden_size": 4096, "num_attention_heads": 32,
            "kv_channels": 160, "ffn_hidden_size": 13696, "padded_vocab_size": 151552}  # fmt: skip
     assert fields_from_config(glm)["head_dim"] == 160

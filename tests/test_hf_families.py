@@ -2,7 +2,8 @@
 holds the architecture fields of the published config.json named in its row, other keys left
 out), read by simcluster/hf_import.py and checked against the parameter counts their authors
 publish. Where a published count includes a part simcluster does not model (listed in
-hf_import's docstring) the row names it and its exact size."""
+hf_import's docstring) the row names it and its exact size; tests/test_hf_shapes.py counts the
+families whose parts differ from layer to layer (biases, norms) module by module."""
 
 from __future__ import annotations
 
@@ -90,8 +91,14 @@ EXACT = {
     # layers x (3584 + 2 x 4 x 128)) included
     "qwen2.5-7b": (7_615_616_512, 0),
     # allenai/OLMo-2-1124-7B safetensors metadata: 7,298,617,344; Olmo2Attention's q_norm and
-    # k_norm span the whole projection (2 x 4096 weights a layer), simcluster's per-head ones 2 x 128
-    "olmo-2-7b": (7_298_617_344, 32 * (2 * 4096 - 2 * 128)),
+    # k_norm span the whole projection (model.qk_norm: whole, 2 x 4096 weights a layer)
+    "olmo-2-7b": (7_298_617_344, 0),
+    # allenai/OLMoE-1B-7B-0924 safetensors metadata: 6,919,161,856 (OlmoeAttention's q_norm of
+    # hidden_size and k_norm of kv_heads x head_dim: model.qk_norm whole)
+    "olmoe-1b-7b": (6_919_161_856, 0),
+    # Qwen/Qwen1.5-MoE-A2.7B safetensors metadata: 14,315,784,192, with Qwen2MoeSparseMoeBlock's
+    # shared_expert_gate (one 2048-wide row a layer, model.shared_expert_gate)
+    "qwen1.5-moe-a2.7b": (14_315_784_192, 0),
 }
 
 
@@ -168,7 +175,7 @@ def test_gemma2_without_soft_caps_counts_the_papers_parameters(
 ):
     m = fixture_without_softcaps(tmp_path, name)
     assert (m.sliding_window, m.global_every, m.tied_embeddings, m.mlp) == (4096, 2, True, "swiglu")
-    assert m.post_norms and not m.qk_norm
+    assert m.post_norms and not m.has_qk_norm
     assert m.params_total() - m.vocab * m.hidden == non_embedding_published
     assert m.params_total() == total_published
 
@@ -199,7 +206,7 @@ def test_llama4_layer_types_and_no_rope_layers_give_the_same_pattern(tmp_path):
 
 def test_gpt_oss_alternates_a_128_token_window_with_global_layers():
     m = fixture("gpt-oss-120b")
-    assert (m.sliding_window, m.global_every, m.bias, m.top_k) == (128, 2, True, 4)
+    assert (m.sliding_window, m.global_every, m.bias, m.top_k) == (128, 2, ("qkv", "attn_out", "mlp"), 4)
     assert m.params_total() == load_preset("gpt-oss-120b").params_total()
 
 
@@ -245,7 +252,7 @@ def test_mistral_7b_window_is_the_presets():
 def test_mpt_reads_its_own_key_names():
     """MPT's config.json: d_model, n_heads, n_layers, expansion_ratio, no_bias, ALiBi."""
     m = fixture("mpt-7b")
-    assert (m.layers, m.hidden, m.heads, m.ffn, m.bias, m.position) == (32, 4096, 32, 16384, False, "alibi")
+    assert (m.layers, m.hidden, m.heads, m.ffn, m.bias, m.position) == (32, 4096, 32, 16384, (), "alibi")
 
 
 def test_mixtral_8x22b_preset_has_the_v3_tokenizers_vocabulary():
@@ -291,7 +298,7 @@ def test_a_scenario_names_the_fixture_as_its_model():
 def test_gemma3_presets_are_the_reports_language_models(preset, non_embedding):
     """Gemma 3 technical report, Table 1, non-embedding parameters (rounded to the million)."""
     m = load_preset(preset)
-    assert (m.post_norms, m.qk_norm, m.sliding_window, m.global_every) == (True, True, 1024, 6)
+    assert (m.post_norms, m.qk_norm, m.sliding_window, m.global_every) == (True, "shared", 1024, 6)
     assert m.params_total() - m.vocab * m.hidden == pytest.approx(non_embedding, abs=0.5e6)
     if preset == "gemma3-27b":
         assert m.params_total() == fixture("gemma-3-27b").params_total()
@@ -300,12 +307,16 @@ def test_gemma3_presets_are_the_reports_language_models(preset, non_embedding):
 def test_qwen2_bias_is_on_the_qkv_projections_only():
     """Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj and the MLP without."""
     m = fixture("qwen2.5-7b")
-    assert m.qkv_bias and not m.bias
-    without = build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "qkv_bias": False})
+    assert m.bias == ("qkv",)
+    fields = {k: v for k, v in m.to_dict().items() if k != "mla"}
+    without = build_model({**fields, "bias": False})
     assert m.params_total() - without.params_total() == 28 * (3584 + 2 * 4 * 128)
-    assert not fixture("qwen3-8b").qkv_bias  # Qwen3Attention: attention_bias, false
+    # the older spelling: qkv_bias false takes the Q/K/V biases off, true puts them back
+    assert build_model({**fields, "qkv_bias": False}).params_total() == without.params_total()
+    assert build_model({**fields, "bias": False, "qkv_bias": True}).params_total() == m.params_total()
+    assert fixture("qwen3-8b").bias == ()  # Qwen3Attention: attention_bias, false
     with pytest.raises(UserError) as err:
-        build_model({**{k: v for k, v in m.to_dict().items() if k != "mla"}, "bias": True})
+        build_model({**fields, "bias": True, "qkv_bias": True})
     assert err.value.field == "model.qkv_bias"
 
 
@@ -314,9 +325,13 @@ def test_llama_style_attention_and_mlp_bias():
     from simcluster.hf_import import fields_from_config
 
     cfg = json.loads((FIXTURES / "llama-3-8b.json").read_text())
-    assert fields_from_config({**cfg, "attention_bias": True}).get("qkv_bias") is True
+    assert fields_from_config({**cfg, "attention_bias": True})["bias"] == ("qkv", "attn_out")
+    assert fields_from_config({**cfg, "mlp_bias": True})["bias"] == ("mlp",)
     both = fields_from_config({**cfg, "attention_bias": True, "mlp_bias": True})
-    assert both["bias"] and "qkv_bias" not in both
+    assert both["bias"] == ("qkv", "attn_out", "mlp")
+    # LlamaAttention's o_proj carries attention_bias too: h a layer beyond the Q/K/V biases
+    m, plain = build_model({"hf_config": str(FIXTURES / "llama-3-8b.json"), "bias": ["qkv", "attn_out"]}), fixture("llama-3-8b")
+    assert m.params_total() - plain.params_total() == 32 * ((32 + 2 * 8) * 128 + 4096)
 
 
 def test_chatglm_groups_count_only_with_multi_query_attention():
@@ -327,5 +342,5 @@ def test_chatglm_groups_count_only_with_multi_query_attention():
     cfg = {"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096, "num_attention_heads": 32,
            "multi_query_attention": True, "multi_query_group_num": 2, "ffn_hidden_size": 13696,
            "padded_vocab_size": 65024, "add_qkv_bias": True, "add_bias_linear": False}  # fmt: skip
-    assert fields_from_config(cfg)["kv_heads"] == 2 and fields_from_config(cfg)["qkv_bias"]
+    assert fields_from_config(cfg)["kv_heads"] == 2 and fields_from_config(cfg)["bias"] == ("qkv",)
     assert "kv_heads" not in fields_from_config({**cfg, "multi_query_attention": False})

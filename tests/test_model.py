@@ -181,9 +181,10 @@ HF_FAMILIES = {
     "gpt_neox": ({"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
                   "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432,
                   "hidden_act": "gelu", "tie_word_embeddings": False}, 20_554_567_680, 0),
-    # BLOOM-560m: ALiBi (no position weights), tied; its embedding LayerNorm (2h) not modelled
+    # BLOOM-560m: ALiBi (no position weights), tied, BloomModel's word_embeddings_layernorm
+    # (2h, model.embedding_norm)
     "bloom": ({"model_type": "bloom", "n_layer": 24, "hidden_size": 1024, "n_head": 16,
-               "vocab_size": 250880}, 559_214_592, 2 * 1024),
+               "vocab_size": 250880}, 559_214_592, 0),
     # Falcon-7B: multi-query (one KV head), no biases, tied; one norm per layer in its parallel
     # block (FalconDecoderLayer's input_layernorm feeds attention and MLP)
     "falcon": ({"model_type": "falcon", "num_hidden_layers": 32, "hidden_size": 4544,
@@ -216,7 +217,9 @@ def test_hf_config_family_traits(tmp_path):
         return from_hf_config(path)
 
     gpt2 = load(HF_FAMILIES["gpt2"][0])
-    assert (gpt2.mlp, gpt2.norm, gpt2.bias, gpt2.position, gpt2.max_positions) == ("gelu", "layernorm", True, "learned", 1024)
+    assert (gpt2.mlp, gpt2.norm, gpt2.bias, gpt2.position, gpt2.max_positions) == (
+        "gelu", "layernorm", ("qkv", "attn_out", "mlp"), "learned", 1024
+    )
     assert gpt2.tied_embeddings and gpt2.dropout and gpt2.ffn == 4 * 768
     assert load(HF_FAMILIES["opt"][0]).max_positions == 2050  # OPT's two offset rows
     assert load(HF_FAMILIES["bloom"][0]).position == "alibi"

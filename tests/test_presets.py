@@ -85,11 +85,13 @@ def test_exact_checkpoint_counts_with_the_parts_not_modelled():
         assert load_preset(preset).params_total() == PUBLISHED[preset][0]
     # Qwen2.5-7B: bias on the Q/K/V projections only (qkv_bias): 28 layers x (3584 + 2 x 4 x 128)
     assert load_preset("qwen2.5-7b").params_total() == 7_615_616_512
-    # BLOOM: the LayerNorm after the word embedding (weight + bias)
+    # BLOOM: with BloomModel's word_embeddings_layernorm after the word embedding (weight and
+    # bias, model.embedding_norm)
     bloom = load_preset("bloom-176b")
-    assert bloom.params_total() + 2 * 14336 == PUBLISHED["bloom-176b"][0]
-    # its model card: 3,596,615,680 embedding parameters (tied with the output head)
-    assert bloom.embedding_params() == 3_596_615_680
+    assert bloom.embedding_norm and bloom.params_total() == PUBLISHED["bloom-176b"][0]
+    # its model card: 3,596,615,680 embedding parameters (the word embeddings, tied with the
+    # output head), beside which the first stage holds that LayerNorm
+    assert bloom.embedding_params() == 3_596_615_680 + 2 * 14336
 
 
 def test_mixtral_8x22b_active_is_two_of_eight_experts():
@@ -105,7 +107,7 @@ def test_architecture_traits():
     assert load_preset("llama2-7b").kv_heads == 32  # multi-head attention below 70B
     for name in ("qwen2.5-7b", "qwen2.5-72b"):
         q = load_preset(name)
-        assert (q.vocab, q.tied_embeddings, q.bias) == (152064, False, False)
+        assert (q.vocab, q.tied_embeddings, q.bias) == (152064, False, ("qkv",))
     gpt = load_preset("gpt3-13b")
     # Table 2.1: d_model 5140 but 40 heads x 128 = 5120
     assert (gpt.hidden, gpt.d_head, gpt.heads * gpt.d_head, gpt.ffn) == (5140, 128, 5120, 4 * 5140)

@@ -150,8 +150,8 @@ class Elementwise:
         write of the hidden state (``bias_dropout_fn(attention_output, bias=..., residual=None)``
         in megatron/model/transformer.py, gpt_j_residual), then the MLP's output and bias onto
         it and the residual onto their sum: one pass more than the sequential block's two
-        bias-dropout-adds. Nothing for a model without linear biases."""
-        if not self.model.bias:
+        bias-dropout-adds. Nothing for a model without that bias (GPT-NeoX's attention_bias false)."""
+        if not self.model.has_bias("attn_out"):
             return Traffic(0.0, kernels=0)
         return Traffic(2 * self.elt * self.model.hidden / self._sp)
 
@@ -187,7 +187,7 @@ class Elementwise:
         each, two kernels (Megatron's q_layernorm / k_layernorm modules, the two calls of the
         Hugging Face and OLMo code)."""
         m, t = self.model, self.layout.tp
-        if not m.qk_norm:
+        if not m.has_qk_norm:  # weights or not (Llama 4's L2 norm), the same pass
             return Traffic(0.0, kernels=0)
         return self._rmsnorm(m.heads * m.d_head / t) + self._rmsnorm(m.kv_heads * m.d_head / t)
 

@@ -174,8 +174,10 @@ def _weights(shapes: Shapes) -> tuple[float, float]:
     per_expert = m.hidden * (up + m.expert_ffn)
     lay = shapes.layout
     routed = per_expert * m.experts / lay.expert_shard
-    # shared experts and the router are tensor-parallel like a dense MLP (memory.py's count)
-    dense = (per_expert * m.shared_experts + m.hidden * m.experts) / lay.tp
+    # shared experts and the router (and Qwen2-MoE's shared-expert gate) are tensor-parallel
+    # like a dense MLP (memory.py's count)
+    gate = m.hidden if m.shared_expert_gate else 0
+    dense = (per_expert * m.shared_experts + m.hidden * m.experts + gate) / lay.tp
     return routed, dense
 
 
@@ -188,6 +190,19 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     return wgrad.accumulation_seconds(
         km, shapes.training, lay, routed, shard_group=lay.expert_zero_group
     ) + wgrad.accumulation_seconds(km, shapes.training, lay, dense)
+
+
+def _shared_gate_seconds(shapes: Shapes, km: KernelModel, phase: str) -> float:
+    """Qwen2-MoE's shared-expert gate (``model.shared_expert_gate``: transformers'
+    Qwen2MoeSparseMoeBlock, ``sigmoid(shared_expert_gate(x)) * shared_expert(x)``): a dot
+    product of one h-wide row per token, memory-bound (it reads the block's input once), and
+    the scaling of the shared experts' output (a read and a write); the backward twice the
+    forward's bytes, as the other memory-bound work (elementwise.py)."""
+    m = shapes.model
+    if not m.shared_expert_gate or phase == "W":
+        return 0.0
+    forward = 3 * shapes.moe_tokens * m.hidden * shapes.elt
+    return km.memory(forward * (2 if phase == "B" else 1))
 
 
 def moe_block(
@@ -235,7 +250,7 @@ def moe_block(
         gather_s, scatter_s = km.moe.permute_seconds(moved, False), km.moe.permute_seconds(moved, True)
         permute = Work.of(memory=gather_s) if gather_s is not None else permute
         unpermute = Work.of(memory=scatter_s) if scatter_s is not None else unpermute
-    shared_w = Work.of(gemm=shared)
+    shared_w = Work.of(gemm=shared, memory=_shared_gate_seconds(shapes, km, phase))
     ep = shapes.layout.ep
     name_in, name_out = ("dispatch", "combine") if phase == "F" else ("combine_grad", "dispatch_grad")
     # a dropless dispatcher reads the per-expert token counts back to the host once per forward

@@ -23,9 +23,13 @@ class HeadBuilder(BuilderBase):
         def layer(self, index: int, phase: str) -> list[Segment]: ...
 
     def embedding(self, phase: str) -> list[Segment]:
-        """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP)."""
+        """Token embedding lookup (vocab-parallel: an all-reduce over tp, or RS with SP), and
+        BLOOM's norm of the looked-up embeddings after it (``model.embedding_norm``:
+        BloomModel's word_embeddings_layernorm; Megatron-DeepSpeed's ``--embed-layernorm``
+        applies it to the reduced embedding), a pre-block norm's passes."""
+        norm = self._embedding_norm(phase)
         if phase == "B":
-            return []
+            return norm
         nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
         if phase == "W":
             # gather the token gradients into a dense (vocab/tp x hidden) gradient (zero-filled
@@ -42,7 +46,12 @@ class HeadBuilder(BuilderBase):
         if lay.tp > 1:
             op = "reduce_scatter" if lay.sequence_parallel else "all_reduce"
             segs.append(Comm("embedding_tp", "tp", op, self.shapes.tp_collective_bytes, False, -1))
-        return segs
+        return segs + norm
+
+    def _embedding_norm(self, phase: str) -> list[Segment]:
+        if not self.shapes.model.embedding_norm or phase == "W":
+            return []
+        return [Compute.of("embedding_norm", self._elementwise(self.ops.norm(), phase), -1)]
 
     def head(self, phase: str) -> list[Segment]:
         """Final norm + vocab-parallel LM head + cross-entropy.

@@ -33,18 +33,20 @@ def layer_tensors(model: ModelSpec, index: int) -> int:
     gated MLP's gate/up fused into one weight each, as nanotron, Megatron and HF Llama-style
     fused implementations do; a LayerNorm is a weight and a bias; Gemma's output norms,
     ``post_norms``, two more)."""
-    norm = (2 if model.norm == "layernorm" else 1) * (2 if model.post_norms else 1)
-    bias = 1 if model.bias else 0
+    norm = model.norm_tensors * (2 if model.post_norms else 1)
     if model.mla is not None:
         # q (or q_a, its norm, q_b), kv_a, its norm, kv_b, output projection
         attention = (3 if model.mla.q_lora_rank else 1) + 4
     else:
-        # fused QKV, output projection (and their biases; Qwen2's on the QKV alone)
-        attention = 2 * (1 + bias) + (1 if model.qkv_bias else 0)
-    mlp = 2 * (1 + bias)  # fc1 (gate and up fused for SwiGLU), fc2
+        # fused QKV, output projection, and their biases (Qwen2's on the QKV alone)
+        attention = 2 + sum(1 for part in ("qkv", "attn_out") if model.has_bias(part))
+    # q_norm and k_norm (a weight each; and a bias each with a biased LayerNorm, shared)
+    attention += model.qk_norm_params() // model.d_head if model.qk_norm == "shared" else (2 if model.qk_norm_params() else 0)
+    mlp = 2 * (2 if model.has_bias("mlp") else 1)  # fc1 (gate and up fused for SwiGLU), fc2
     if model.is_moe_layer(index):
-        # router, shared experts, routed experts as grouped fc1/fc2 weights (Megatron GroupedMLP)
-        mlp = 1 + model.shared_experts * mlp + mlp
+        # router, shared experts (and Qwen2-MoE's gate), routed experts as grouped fc1/fc2
+        # weights (Megatron GroupedMLP)
+        mlp = 1 + model.shared_experts * mlp + mlp + (1 if model.shared_expert_gate else 0)
     return 2 * norm + attention + mlp
 
 
@@ -53,9 +55,9 @@ def chunk_tensors(model: ModelSpec, chunk: Chunk, embedding_on_stage: bool) -> i
     embedding sits on the same stage, its separate copy otherwise."""
     count = sum(layer_tensors(model, i) for i in chunk.layer_indices)
     if chunk.embedding:
-        count += 1 + (1 if model.position == "learned" else 0)
+        count += 1 + (1 if model.position == "learned" else 0) + (model.norm_tensors if model.embedding_norm else 0)
     if chunk.head:
-        count += 2 if model.norm == "layernorm" else 1  # final norm
+        count += model.norm_tensors + (1 if model.has_bias("lm_head") else 0)  # final norm, head bias
         if not (model.tied_embeddings and embedding_on_stage):
             count += 1
     return count

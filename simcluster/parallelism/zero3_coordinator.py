@@ -78,37 +78,43 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
     the norms' weights and biases (each ``hidden`` wide, whole on every TP rank), per-head query
     and key norms, MLA's latent norms, the linears' biases (column-parallel ones split over tp,
     the row-parallel output biases whole: Megatron's ``RowParallelLinear`` adds its bias after
-    the reduction), a router and its bias, and the layer's ``model.qkv_bias`` (Qwen2's Q/K/V
-    biases, counted as one fused tensor as Megatron's ``linear_qkv`` holds them) and
-    ``model.post_norms`` (Gemma 2's output norm after each block) and ``model.attention_sinks``
-    (gpt-oss's per-head logits). Everything else is a matrix
-    far above any threshold; the parts add up to the layer's parameters less its matrices."""
+    the reduction), a router and its bias, Qwen2-MoE's shared-expert gate (one h-wide row), the
+    layer's ``model.bias`` parts (Qwen2's Q/K/V biases alone counted as one fused tensor, as
+    Megatron's ``linear_qkv`` holds them), ``model.post_norms`` (Gemma 2's output norm after
+    each block) and ``model.attention_sinks`` (gpt-oss's per-head logits); BLOOM's embedding
+    norm and an LM head's bias (vocab-parallel) with the embedding and the head. Everything
+    else is a matrix far above any threshold; the parts add up to the layer's parameters less
+    its matrices."""
     h, t = model.hidden, layout.tp
-    norm = [float(h)] * (2 if model.norm == "layernorm" else 1)
+    norm = [float(h)] * model.norm_tensors
     if layer == -1:
-        return []
+        return list(norm) if model.embedding_norm else []
     if layer == -2:
-        return list(norm)
+        return list(norm) + ([model.vocab / t] if model.has_bias("lm_head") else [])
     out = list(norm)  # the attention's input norm
     if model.post_norms:
         out += norm  # its output norm (model.post_norm_params)
     if model.mla is not None:
         out += [float(model.mla.kv_lora_rank)] + ([float(model.mla.q_lora_rank)] if model.mla.q_lora_rank else [])
-    if model.qk_norm:
-        out += [float(model.d_head)] * 2
+    if model.qk_norm == "shared":  # q_norm's and k_norm's head_dim weights (and biases)
+        out += [float(model.d_head)] * (model.qk_norm_params() // model.d_head)
+    elif model.qk_norm_params():  # a weight per channel of Q and of K, split with the heads
+        out += [model.heads * model.d_head / t, model.kv_heads * model.d_head / t]
     if model.attention_sinks:
         out.append(model.heads / t)  # gpt-oss's sinks, one per query head, split with the heads
     if not model.shared_norm:
         out += norm + (norm if model.post_norms else [])  # the MLP's, and its output norm
-    if model.bias and model.mla is None:
-        out += [(model.heads + 2 * model.kv_heads) * model.d_head / t, float(h)]  # fused QKV, output
-    elif model.qkv_bias:
-        out.append((model.heads + 2 * model.kv_heads) * model.d_head / t)  # Q/K/V alone
+    if model.has_bias("qkv") and model.mla is None:
+        out.append((model.heads + 2 * model.kv_heads) * model.d_head / t)  # the fused QKV's
+    if model.has_bias("attn_out") and model.mla is None:
+        out.append(float(h))  # the output projection's, whole after its reduction
     if model.is_moe_layer(layer):
         out.append(float(h * model.experts))  # the router's weight
-        if model.bias:
+        if model.has_bias("mlp"):
             out.append(float(model.experts))  # and its bias (gpt-oss's GptOssTopKRouter.bias)
-    elif model.bias:
+        if model.shared_expert_gate:
+            out.append(float(h))  # Qwen2-MoE's shared_expert_gate
+    elif model.has_bias("mlp"):
         out += [model.up_width(model.ffn) / t, float(h)]  # fc1 (gate and up), fc2
     return out
 

@@ -53,17 +53,26 @@ class ModelSection(SectionBase):
         "not exceed it",
     )
     norm: Literal["rmsnorm", "layernorm"] | None = None
-    bias: bool | None = None
+    norm_bias: bool | None = Field(
+        default=None,
+        description="whether a LayerNorm has a bias beside its weight (default true; Cohere's has none)",
+    )
+    bias: bool | str | list[str] | None = Field(
+        default=None,
+        description="which linears carry a bias: true (every linear of the layers), false, or a list "
+        "of qkv, attn_out, mlp, lm_head (GPT-J: [mlp, lm_head]; Qwen2: [qkv])",
+    )
     qkv_bias: bool | None = Field(
         default=None,
-        description="biases on the Q, K and V projections only (Qwen2, ChatGLM's add_qkv_bias); "
-        "bias: true puts them on every linear",
+        description="the older spelling of bias: [qkv] (Qwen2, ChatGLM's add_qkv_bias): true adds "
+        "the Q/K/V biases, false takes them off",
     )
     dropout: bool | None = None
-    qk_norm: bool | None = Field(
+    qk_norm: bool | Literal["none", "shared", "per_head", "whole", "weightless"] | None = Field(
         default=None,
-        description="an RMSNorm on queries and keys before the rotary embedding (Qwen3, Gemma 3, "
-        "OLMo 2, Apertus; Megatron's --qk-layernorm)",
+        description="a norm on queries and keys before the rotary embedding: shared (one head_dim "
+        "weight: Qwen3, Gemma 3, Apertus, Megatron's --qk-layernorm; true), per_head (Cohere, "
+        "StableLM), whole (over the projection: OLMo 2, OLMoE), weightless (Llama 4), none (false)",
     )
     parallel_block: bool | None = Field(
         default=None,
@@ -95,6 +104,13 @@ class ModelSection(SectionBase):
         default=None,
         description="a learned logit per query head and layer in each softmax denominator (gpt-oss's "
         "sinks); needs a kernel that runs them (cudnn) or flash_attention: false",
+    )
+    embedding_norm: bool | None = Field(
+        default=None, description="a norm on the token embeddings before the first layer (BLOOM)"
+    )
+    shared_expert_gate: bool | None = Field(
+        default=None,
+        description="a sigmoid gate of one h-wide row on the shared experts' output (Qwen2-MoE)",
     )
     mla: dict[str, int] | None = None
     mtp_layers: int | None = Field(
