@@ -2,7 +2,12 @@
 (``model.bias`` as a list, ``model.norm_bias``, ``model.qk_norm``'s kinds,
 ``model.embedding_norm``, ``model.shared_expert_gate``): each published config.json
 (tests/fixtures/hf/) is counted module by module as its transformers modelling code builds it,
-and simcluster's count must equal that sum; the model card's figure is cited beside it."""
+and simcluster's count must equal that sum; the model card's figure is cited beside it.
+
+Provenance: the phi-2, codegen-350m-mono, command-r, command-r-plus and stablelm-2 fixtures hold
+the shape fields of those published config.json files as transcribed without Hub access
+(2026-11-30), trimmed to what the import reads; the module-by-module sums here agree with the
+model cards' totals, which is the check that the transcription is right."""
 
 from __future__ import annotations
 
