@@ -225,6 +225,14 @@ def _no_data_parallel(ctx: Context) -> Verdict:
     return None
 
 
+def _dp_grad_reduce(ctx: Context) -> Verdict:
+    # engine/dp_ops.py _overlapped_reductions: ZeRO-3's reduce-scatters run beside the backward
+    # whatever the setting; engine/worker.py reduces buckets after the backward at ZeRO 0-1 only
+    if ctx.layout.zero == 3:
+        return ("at parallel.zero=3", "its per-layer reduce-scatters always run beside the backward here")
+    return _no_data_parallel(ctx)
+
+
 def _param_gather(ctx: Context) -> Verdict:
     # engine/worker.py: the overlapped all-gather after the optimizer is ZeRO-1/2's; ZeRO-3
     # gathers per layer (zero3.prefetch) and ZeRO-0 gathers nothing
@@ -417,7 +425,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("overlap.pp_comm", _pp_one("no pipeline sends or receives to overlap")),
     InertRule("overlap.pp_p2p", _pp_one("no pipeline sends or receives")),
     InertRule("overlap.pp_scatter_gather", _pp_scatter_gather),
-    InertRule("overlap.dp_grad_reduce", _no_data_parallel),
+    InertRule("overlap.dp_grad_reduce", _dp_grad_reduce),
     InertRule("overlap.param_gather", _param_gather),
     InertRule("overlap.optimizer_offload", _optimizer_offload),
     InertRule("zero3.prefetch", _zero_below_3),

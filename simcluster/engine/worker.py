@@ -374,7 +374,9 @@ class Worker(PipelineIO, DataParallelOps):
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         if serial and previous is not None:
             yield from self._blocking_send(previous)
-        if not sc.overlap.dp_grad_reduce and zero != 2:  # ZeRO-2 reduced every microbatch
+        # ZeRO-2 reduced every microbatch, ZeRO-3 each unit as its backward ended
+        # (_zero3_post_backward): neither has buckets left to reduce here
+        if not sc.overlap.dp_grad_reduce and zero < 2:
             for b in self.plan.buckets:
                 yield from self._bucket_pass(b, "optimizer", -1)
                 # in program order behind the reduce-scatters still queued (_spawn_dp)
