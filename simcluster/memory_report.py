@@ -13,7 +13,13 @@ from dataclasses import replace
 from typing import Any
 
 from simcluster.context import Context
-from simcluster.engine.plan import chunk_grad_transient, cp_working, planned_orders
+from simcluster.engine.plan import (
+    chunk_grad_transient,
+    chunk_reduction_copies,
+    cp_working,
+    planned_orders,
+    reduction_copies_at,
+)
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
@@ -34,6 +40,8 @@ def activation_walk(
     transient: Sequence[float] | None = None,
     working: Sequence[tuple[float, float]] | None = None,
     grads: Sequence[tuple[float, float]] | None = None,
+    copies: Sequence[float] | None = None,
+    copies_at: str = "end",
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
@@ -44,12 +52,20 @@ def activation_walk(
     copies); ``working[c]`` (forward, backward) by its context-parallel attention, counted on
     the stash at F's end and at B's (or BW's) start; ``grads[c]`` (start, end) by the 16-bit
     weight gradients of its W or BW (simcluster.grad_lifetime), on the stash at that op's start
-    and at its end. The engine tracks the same stash along the simulated timeline.
+    and at its end; ``copies[c]`` by chunk c's largest gradient bucket's flat copy and cast
+    (``engine.plan.chunk_reduction_copies``) on the stash at the start of each W or BW
+    (``copies_at`` ``every``), of its last one (``last``), or after the last op (``end``;
+    ``engine.plan.reduction_copies_at``): the engine holds them from a bucket's pass, in that
+    op or after it, where the stash is no larger. The engine tracks the same stash along the
+    simulated timeline.
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
     peak = 0.0
-    for op in ops:
+    last = {op.chunk: i for i, op in enumerate(ops) if op.kind in ("W", "BW")}
+    for i, op in enumerate(ops):
+        if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
+            peak = max(peak, live + copies[op.chunk])
         size = chunk_bytes[op.chunk]
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
@@ -69,6 +85,8 @@ def activation_walk(
             live -= size
         if op.kind in ("W", "BW"):
             peak = max(peak, live + g_end)
+    if copies and copies_at == "end":
+        peak = max(peak, live + max(copies))
     return peak
 
 
@@ -85,7 +103,8 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         kept = [wgrad_retained_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
         working = [cp_working(ctx, ch) for ch in chunks]
         grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
-        peak = activation_walk(orders[stage], cb, kept, loss, working, grads)
+        copies = chunk_reduction_copies(ctx, stage, chunks)
+        peak = activation_walk(orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx))
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))

@@ -40,3 +40,67 @@ def test_zero3_reduces_each_gradient_once_whatever_overlap_dp_grad_reduce_says(f
         per_mb[overlap] = ev.groupby("microbatch")["bytes"].sum().to_dict()
     assert per_mb[False] == per_mb[True]
     assert len(per_mb[True]) == 2  # 16 sequences on 8 GPUs at micro-batch 1: two microbatches
+
+
+def _params_heavy(framework: str, zero: int, **sections: dict) -> dict:
+    """Short sequences on a wide model: the step's end (gradients and a bucket's copies) is
+    the memory peak, not the forward's stash."""
+    doc = _doc(framework, zero, **sections)
+    doc["model"] = gpt_model(8, 2048, 32000)
+    doc["training"]["seq_len"] = 128
+    return doc
+
+
+def _walk_and_engine(doc: dict) -> tuple[float, float, object]:
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+    from simcluster.scenario import scenario_from_dict
+
+    ctx = build_context(scenario_from_dict(doc))
+    walk = memory_summary(ctx)["total_bytes"]
+    return walk, run(doc).summary["peak_memory_bytes"]["max"], ctx
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_memory_walk_counts_deepspeeds_bucket_copies_as_the_engine_does(precision):
+    """DeepSpeed ZeRO-1 reduces after the backward (overlap_comm false), each bucket through a
+    new tensor held until the reduction is copied back: under bf16 the BF16_Optimizer's fp32
+    group cast to bf16 (engine.py allreduce_bucket: ``tensor.to(communication_data_type)``, 2 B
+    an element), under fp16 the flattened .grad tensors (``self.flatten(bucket)``, 2 B an
+    element). ``simcluster memory`` (and the fit hints and sweep --fitting-only built on it)
+    walks to the same peak as the simulated timeline, which is the static memory plus the
+    largest bucket's copy at the step's end; the walk once left the copy out (up to a whole
+    stage's parameters x 2 B: BLOOM 176B's stage 0 walked 0.2 GiB under its timeline)."""
+    from simcluster.engine.plan import chunk_reduction_copies
+    from simcluster.memory import static_memory, stage_params
+    from simcluster.parallelism.data import reduction_working_bytes
+
+    walk, engine, ctx = _walk_and_engine(_params_heavy("deepspeed", 1, training={"precision": precision}))
+    assert walk == pytest.approx(engine, rel=1e-12)
+    chunks = ctx.chunks[0]
+    params = stage_params(ctx.model, ctx.layout, chunks)
+    static = sum(static_memory(ctx.model, ctx.layout, ctx.scenario.training, params))
+    static += sum(reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total))
+    static += ctx.scenario.training.memory_overhead_gib * 2**30
+    largest = max(chunk_reduction_copies(ctx, 0, chunks))
+    if precision == "bf16":
+        # the BF16_Optimizer's one flat fp32 group (allreduce_no_retain never splits a tensor)
+        assert largest == pytest.approx(2.0 * params.total, rel=1e-12)
+    else:
+        # DeepSpeedZeroOptimizer's buckets close once they reach reduce_bucket_size (5e8
+        # elements) at a tensor's end: the first holds 5e8 elements or more (here the embedding,
+        # last in backward order, closes it with every parameter in)
+        assert 2.0 * 5e8 <= largest <= 2.0 * params.total
+    assert walk == pytest.approx(static + largest, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("zero", "sections"),
+    [(1, {"overlap": {"dp_grad_reduce": True}}), (2, {"dp": {"reduce_dtype": "fp32"}})],
+)
+def test_the_memory_walk_bounds_bucket_copies_held_during_the_backward(zero, sections):
+    """Reduced during the backward (overlapped ZeRO-1, or ZeRO-2's every microbatch) a bucket's
+    copy sits beside a stash that its backward is freeing: the walk counts it on the stash at
+    the op's start, at least the engine's peak and within that op's freed activations of it."""
+    walk, engine, _ = _walk_and_engine(_params_heavy("deepspeed", zero, **sections))
+    assert engine <= walk <= engine * 1.02

@@ -31,6 +31,7 @@ from simcluster.parallelism.data import (
     Bucket,
     bucket_cap_params,
     build_buckets,
+    cast_buffer_bytes,
     reduction_working_bytes,
     unit_params,
 )
@@ -316,6 +317,36 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     return cp
 
 
+def stage_buckets(ctx: Context, stage: int, chunks: list[Chunk]) -> list[Bucket]:
+    """The gradient buckets of one pipeline stage's chunks (``build_buckets``)."""
+    sc = ctx.scenario
+    # Megatron-Core buckets only pipeline rank 0's first model chunk
+    whole = [sc.dp.bucket_stages == "first" and (stage > 0 or c > 0) for c in range(len(chunks))]
+    return build_buckets(ctx.model, ctx.layout, chunks, bucket_cap_params(sc, ctx.layout), whole)
+
+
+def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> list[float]:
+    """Per chunk, the bytes of its largest bucket's flat copy and cast (``cast_buffer_bytes``:
+    dp.flatten_copies, dp.reduce_dtype), which the engine holds on the stash from the bucket's
+    pass until its reduction (engine/dp_ops.py ``_bucket_pass``); 0 at ZeRO-3, which has no
+    ZeRO 0-2 bucket pass."""
+    out = [0.0] * len(chunks)
+    if ctx.layout.zero == 3:
+        return out
+    for b in stage_buckets(ctx, stage, chunks):
+        out[b.chunk] = max(out[b.chunk], cast_buffer_bytes(ctx.scenario, ctx.layout, b.params))
+    return out
+
+
+def reduction_copies_at(ctx: Context) -> str:
+    """When a stage's bucket passes run (engine/worker.py): ``every`` backward (ZeRO-2 reduces
+    each microbatch), the ``last`` backward of each chunk (overlapped ZeRO 0-1), or at the
+    ``end``, after the last backward (ZeRO 0-1 without overlap.dp_grad_reduce)."""
+    if ctx.layout.zero == 2:
+        return "every"
+    return "last" if ctx.scenario.overlap.dp_grad_reduce else "end"
+
+
 def chunk_grad_transient(ctx: Context, chunk: Chunk) -> tuple[float, float]:
     """(start, end) 16-bit gradient bytes of ``chunk``'s weight-gradient op beyond the static
     memory (``grad_lifetime.grad_transient_bytes`` for the chunk's parameters on one GPU)."""
@@ -438,14 +469,7 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                 stage=stage,
                 ops=ops,
                 chunks=cplans,
-                buckets=build_buckets(
-                    ctx.model,
-                    ctx.layout,
-                    chunks,
-                    bucket_cap_params(sc, ctx.layout),
-                    # Megatron-Core buckets only pipeline rank 0's first model chunk
-                    [sc.dp.bucket_stages == "first" and (stage > 0 or c > 0) for c in range(len(chunks))],
-                ),
+                buckets=stage_buckets(ctx, stage, chunks),
                 last_backward=last,
                 params_dense=params[stage].dense,
                 params_expert=params[stage].expert,
