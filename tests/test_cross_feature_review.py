@@ -72,7 +72,7 @@ def test_the_memory_walk_counts_deepspeeds_bucket_copies_as_the_engine_does(prec
     largest bucket's copy at the step's end; the walk once left the copy out (up to a whole
     stage's parameters x 2 B: BLOOM 176B's stage 0 walked 0.2 GiB under its timeline)."""
     from simcluster.engine.plan import chunk_reduction_copies
-    from simcluster.memory import static_memory, stage_params
+    from simcluster.memory import stage_params, static_memory
     from simcluster.parallelism.data import reduction_working_bytes
 
     walk, engine, ctx = _walk_and_engine(_params_heavy("deepspeed", 1, training={"precision": precision}))
