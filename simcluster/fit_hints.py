@@ -53,10 +53,42 @@ def _cost_rank(key: str, value: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class FitHint:
-    """One change (``key=value``) and the peak memory per GPU it leads to."""
+    """One change (``key=value``) and the peak memory per GPU it leads to; ``unset``: keys the
+    scenario wrote that the change refuses beside it, unset with it (``--set KEY=null``)."""
 
     change: str
     total_bytes: float
+    unset: tuple[str, ...] = ()
+
+    @property
+    def sets(self) -> list[str]:
+        """The ``--set`` items that make the change: it, then each unset key's null."""
+        return [self.change, *(f"{key}=null" for key in self.unset)]
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record (``unset`` only where there is one)."""
+        doc: dict[str, Any] = {"change": self.change, "total_bytes": self.total_bytes}
+        if self.unset:
+            doc["unset"] = list(self.unset)
+        return doc
+
+
+#: recomputation settings that name what one recomputation does, refused beside the others
+#: (context.py _check_recompute): Megatron's --recompute-modules with selective only, its
+#: --recompute-num-layers with full only
+_RECOMPUTE_COMPANIONS = {"recompute_modules": "selective", "recompute_num_layers": "full"}
+
+
+def _unset_beside(base: dict[str, Any], key: str, value: Any) -> tuple[str, ...]:
+    """The keys the scenario wrote that a change of ``key`` to ``value`` leaves refused: a
+    changed recomputation drops the companion of the one it replaces (a DeepSeek-V3 layout's
+    recompute_modules under recompute none)."""
+    if key != "training.recompute":
+        return ()
+    written = base.get("training") or {}
+    return tuple(
+        f"training.{name}" for name, needs in _RECOMPUTE_COMPANIONS.items() if name in written and value != needs
+    )
 
 
 def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
@@ -87,7 +119,7 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
 
 def would_fit(sc: Scenario, hardware: str | None = None) -> list[dict[str, Any]]:
     """:func:`fitting_changes` as the ``would_fit`` records of run's and memory's JSON."""
-    return [{"change": h.change, "total_bytes": h.total_bytes} for h in fitting_changes(sc, hardware)]
+    return [h.record() for h in fitting_changes(sc, hardware)]
 
 
 def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) -> list[FitHint]:
@@ -104,8 +136,9 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     for key, value in _candidates(sc, fewest):
         if key == "parallel.zero" and next_zero:
             continue
+        unset = _unset_beside(base, key, value)
         try:
-            ctx = build_context(scenario_from_dict(base, [(key, value)]), hardware)
+            ctx = build_context(scenario_from_dict(base, [(key, value), *((k, None) for k in unset)]), hardware)
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
         next_zero = next_zero or key == "parallel.zero"
@@ -114,7 +147,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
             continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
         if doc["fits"]:
-            hints.append((_cost_rank(key, value), FitHint(f"{key}={show_value(value)}", doc["total_bytes"])))
+            hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset)
+            hints.append((_cost_rank(key, value), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
 
@@ -144,11 +178,13 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
 
     base = _rewritable(sc)
     for value in LIGHTER_RECOMPUTE.get(sc.training.recompute, ()):
+        unset = _unset_beside(base, "training.recompute", value)
         try:
-            ctx = build_context(scenario_from_dict(base, [("training.recompute", value)]), hardware)
+            overrides = [("training.recompute", value), *((k, None) for k in unset)]
+            ctx = build_context(scenario_from_dict(base, overrides), hardware)
         except UserError:
             continue  # op-level recomputation is for dense models only
         doc = memory_summary(ctx)
         if doc["total_bytes"] <= (1.0 - spare_share) * ctx.capacity_bytes:
-            return FitHint(f"training.recompute={value}", doc["total_bytes"])
+            return FitHint(f"training.recompute={value}", doc["total_bytes"], unset)
     return None

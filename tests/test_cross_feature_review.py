@@ -104,3 +104,67 @@ def test_the_memory_walk_bounds_bucket_copies_held_during_the_backward(zero, sec
     the op's start, at least the engine's peak and within that op's freed activations of it."""
     walk, engine, _ = _walk_and_engine(_params_heavy("deepspeed", zero, **sections))
     assert engine <= walk <= engine * 1.02
+
+
+@pytest.mark.parametrize(
+    ("written", "unset"),
+    [
+        ([("training.recompute_modules", ["core_attn", "layernorm", "mlp"])], "training.recompute_modules"),
+        ([("training.recompute", "full"), ("training.recompute_num_layers", 16)], "training.recompute_num_layers"),
+    ],
+)
+def test_the_lighter_recompute_hint_unsets_what_the_lighter_one_refuses_and_its_layout_fits(cli, written, unset):
+    """Megatron's recompute_modules belong to selective recomputation and recompute_num_layers
+    to full (the layout checks refuse either beside another, as arguments.py does), so a
+    scenario that writes them (DeepSeek-V3's layernorm / mla_up_proj / moe_act) got no hint at
+    all: `--set training.recompute=none` alone is refused. The hint now unsets the companion
+    (today's `--set KEY=null`), its printed compare command parses, and the layout it names
+    simulates within the GPU's memory at the walk's peak."""
+    import json
+
+    from simcluster.engine import simulate
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.scenario import load_scenario
+
+    name = "llama3-8b-8xh100"
+    hint = lighter_recompute(load_scenario(name, written))
+    assert hint is not None and hint.change == "training.recompute=none" and hint.unset == (unset,)
+    changed = load_scenario(name, [*written, ("training.recompute", "none"), (unset, None)])
+    summary = simulate(changed).summary
+    assert summary["fits_in_memory"]
+    assert summary["peak_memory_bytes"]["max"] == pytest.approx(hint.total_bytes, rel=1e-9)
+    args = [f"--set={key}={json.dumps(value).replace(' ', '')}" for key, value in written]
+    res = cli("run", name, *args)
+    assert res.code == 0, res.err
+    said = " ".join(res.out.split())
+    assert f"--set training.recompute=none --set {unset}=null fits" in said
+    assert f"{name}@training.recompute=none@{unset}=null" in said
+
+
+def test_the_would_fit_hints_offer_full_recomputation_beside_written_recompute_modules():
+    """A layout too big under Megatron's selective recomputation with its modules listed is
+    offered full recomputation with the list unset (refused beside it, context.py), priced by
+    the walk of exactly that change; the memory table prints both --set items."""
+    from conftest import make_scenario
+
+    from simcluster.commands.memory import hint_line
+    from simcluster.context import build_context
+    from simcluster.fit_hints import fitting_changes
+    from simcluster.memory_report import memory_summary
+    from simcluster.scenario import scenario_from_dict
+
+    raw = make_scenario(
+        model={"name": "m", "layers": 4, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 32000,
+               "max_positions": 8192},
+        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"gpu": {"memory_gib": 32}}},
+        parallel={"tp": 1, "pp": 1, "zero": 0},
+        training={"seq_len": 8192, "micro_batch": 4, "global_batch": 32, "recompute": "selective",
+                  "recompute_modules": ["core_attn"]},
+    )  # fmt: skip
+    # the cheaper changes come first (zero 1, micro-batch 2, tp 2, pp 2): all of them asked for
+    hints = [h.record() for h in fitting_changes(scenario_from_dict(raw), most=10)]
+    full = [h for h in hints if h["change"] == "training.recompute=full"]
+    assert full and full[0]["unset"] == ["training.recompute_modules"]
+    changed = scenario_from_dict(raw, [("training.recompute", "full"), ("training.recompute_modules", None)])
+    assert full[0]["total_bytes"] == memory_summary(build_context(changed))["total_bytes"]
+    assert "--set training.recompute=full --set training.recompute_modules=null (" in hint_line(full)

@@ -113,11 +113,18 @@ def tight_fit_line(peak: float, capacity: float) -> str | None:
     )
 
 
+def set_items(hint: dict, flag: str = "--set ", between: str = " ") -> str:
+    """A fit hint record's change as ``--set`` items, with the nulls of the keys it unsets
+    (``flag="@", between=""``: a compare variant's suffix)."""
+    items = [hint["change"], *(f"{key}=null" for key in hint.get("unset", ()))]
+    return between.join(flag + item for item in items)
+
+
 def hint_line(hints: list[dict]) -> str:
     """'would fit with: --set a=b (61.2 GiB), ...' or why no single change does."""
     if not hints:
         return "  no single change of recompute, zero, micro-batch, loss, tp, pp, moments or offloading fits; try simcluster sweep"
-    listed = ", ".join(f"--set {h['change']} ({format_bytes(h['total_bytes'])})" for h in hints)
+    listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])})" for h in hints)
     return f"  would fit with: {listed}"
 
 

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
         lighter = lighter_recompute(scenario, args.hardware, TIGHT_SHARE)
         if lighter is not None:
-            result.summary["lighter_recompute"] = {"change": lighter.change, "total_bytes": lighter.total_bytes}
+            result.summary["lighter_recompute"] = lighter.record()
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
         result.title += f"\nwith --set {' '.join(args.overrides)}"
         result.summary["overrides"] = list(args.overrides)
@@ -266,12 +266,17 @@ def _print(
     if tight:
         console.print(tight)
     if "lighter_recompute" in s:  # memory to spare, spent on rerunning the forward
+        from simcluster.commands.memory import set_items
+
         lighter = s["lighter_recompute"]
         share = _share_of_step(s, busiest(s).get("recompute", 0.0))
+        # the compare runs what this run ran: its own --set overrides apply to both sides
+        shared = "".join(f" --set {o}" for o in s.get("overrides", ()))
         console.print(
             f"recomputation is {100 * share:.0f}% of the step with {format_bytes(s['capacity_bytes'] - peak['max'])} "
-            f"of GPU memory to spare: --set {lighter['change']} fits ({format_bytes(lighter['total_bytes'])} by "
-            f"the memory walk; compare: simcluster compare {s['scenario']} {s['scenario']}@{lighter['change']})",
+            f"of GPU memory to spare: {set_items(lighter)} fits ({format_bytes(lighter['total_bytes'])} by "
+            f"the memory walk; compare: simcluster compare {s['scenario']} "
+            f"{s['scenario']}{set_items(lighter, '@', '')}{shared})",
             markup=False,
         )
     if out:
