@@ -168,3 +168,26 @@ def test_the_would_fit_hints_offer_full_recomputation_beside_written_recompute_m
     changed = scenario_from_dict(raw, [("training.recompute", "full"), ("training.recompute_modules", None)])
     assert full[0]["total_bytes"] == memory_summary(build_context(changed))["total_bytes"]
     assert "--set training.recompute=full --set training.recompute_modules=null (" in hint_line(full)
+
+
+def test_the_lighter_recompute_hints_compare_command_reruns_a_scenario_file(cli, tmp_path, monkeypatch):
+    """A scenario given as a file is compared as that file (`compare` finds only shipped names,
+    so the scenario's own name failed), with the run's --set on both sides and the variant's
+    change after them: the command `run` prints runs as printed."""
+    import shlex
+
+    from simcluster.scenario.loading import resolve_scenario_path
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line: the command is read back whole
+    path = tmp_path / "mine.yaml"
+    text = resolve_scenario_path("llama3-8b-8xh100").read_text()
+    path.write_text(text.replace("name: llama3-8b-8xh100", "name: my-llama"))
+    res = cli("run", str(path), "--set", "training.recompute=full")
+    assert res.code == 0, res.err
+    line = next(x for x in res.out.splitlines() if "compare: simcluster compare " in x)
+    command = line.split("compare: simcluster compare ", 1)[1].rstrip(")")
+    argv = shlex.split(command)
+    assert argv[:2] == [str(path), f"{path}@training.recompute=none"]
+    assert argv[2:] == ["--set", "training.recompute=full"]
+    again = cli("compare", *argv, "--json")
+    assert again.code == 0, again.err

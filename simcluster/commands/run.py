@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,8 +135,18 @@ def run(args: argparse.Namespace) -> int:
         scale_up=node.nvlink_domain or node.gpus_per_node,
         caveat=caveat,
         written=written,
+        rerun=_rerun_arguments(args),
     )
     return 0
+
+
+def _rerun_arguments(args: argparse.Namespace) -> tuple[str, str]:
+    """What a command comparing this run needs: the SCENARIO as given (a file's path, not its
+    name: `compare` finds only shipped names), then ``--hardware`` and every ``--set``, quoted
+    for a shell."""
+    options = [f"--hardware {shlex.quote(args.hardware)}"] if args.hardware else []
+    options += [f"--set {shlex.quote(o)}" for o in args.overrides or ()]
+    return args.scenario, " ".join(options)
 
 
 def _tp_overlap_off(scenario: Scenario) -> bool:
@@ -155,7 +166,10 @@ def _print(
     scale_up: int = 0,
     caveat: str | None = None,
     written: Sequence[str] = (),
+    rerun: tuple[str, str] = ("", ""),
 ) -> None:
+    """The run's table and hints; ``rerun``: the SCENARIO argument and options a command that
+    reruns this scenario needs (the hints' compare command)."""
     console = stdout_console()
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
@@ -270,13 +284,15 @@ def _print(
 
         lighter = s["lighter_recompute"]
         share = _share_of_step(s, busiest(s).get("recompute", 0.0))
-        # the compare runs what this run ran: its own --set overrides apply to both sides
-        shared = "".join(f" --set {o}" for o in s.get("overrides", ()))
+        # the compare runs what this run ran (its file, hardware and --set on both sides; a
+        # variant's @ overrides apply after --set)
+        scenario, options = rerun if rerun[0] else (s["scenario"], "")
+        variant = shlex.quote(scenario + set_items(lighter, "@", ""))
         console.print(
             f"recomputation is {100 * share:.0f}% of the step with {format_bytes(s['capacity_bytes'] - peak['max'])} "
             f"of GPU memory to spare: {set_items(lighter)} fits ({format_bytes(lighter['total_bytes'])} by "
-            f"the memory walk; compare: simcluster compare {s['scenario']} "
-            f"{s['scenario']}{set_items(lighter, '@', '')}{shared})",
+            f"the memory walk; compare: simcluster compare {shlex.quote(scenario)} {variant}"
+            f"{' ' + options if options else ''})",
             markup=False,
         )
     if out:
