@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcluster.errors import UserError
+from simcluster.frameworks import get_framework
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
@@ -172,12 +173,16 @@ LIGHTER_RECOMPUTE = {"full": ("none", "selective", "op"), "op": ("none", "select
 def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: float = 0.02) -> FitHint | None:
     """The least recomputation that still fits with ``spare_share`` of the GPU free, by the same
     memory walk as :func:`fitting_changes`, for a run that recomputes more than its memory
-    needs; None when none does (or nothing is recomputed)."""
+    needs; None when none does (or nothing is recomputed). Only the modes the scenario's
+    framework offers (``Framework.recompute``) are suggested."""
     from simcluster.context import build_context
     from simcluster.memory_report import memory_summary
 
     base = _rewritable(sc)
+    offered = get_framework(sc.framework).recompute if sc.framework else None
     for value in LIGHTER_RECOMPUTE.get(sc.training.recompute, ()):
+        if offered is not None and value not in offered:
+            continue  # e.g. op-level checkpointing is PyTorch's, not Megatron-DeepSpeed's
         unset = _unset_beside(base, "training.recompute", value)
         try:
             overrides = [("training.recompute", value), *((k, None) for k in unset)]

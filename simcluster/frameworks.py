@@ -62,6 +62,11 @@ class Framework:
     #: Shard(1) in as Replicate, Partial out as Shard(1)); Megatron-Core's MoE layer routes the
     #: sequence shard it is given, with no TP collective around it (token_dispatcher.py)
     moe_tp_gather: bool = False
+    #: the recomputation modes its code offers (training.recompute): Megatron's selective
+    #: (--recompute-granularity selective) in the Megatron family, PyTorch's op-level selective
+    #: activation checkpointing (torch.utils.checkpoint's context_fn policy, torchtitan's
+    #: "selective op") in the PyTorch ones; what the fit hints may suggest
+    recompute: tuple[str, ...] = ("none", "selective", "op", "full")
 
     def preset(self, raw: Mapping[str, Any], release: str | None = None) -> Defaults:
         """What it fills in ``raw``: its settings, with those of ``release`` where that release
@@ -570,6 +575,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "DistributedDataParallel.__init__ (bucket_size default, None when pp_rank > 0 or "
             "disable_bucketing, which get_model sets for model chunks after the first)",
             _megatron_core,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "nemo",
@@ -581,6 +587,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "recipes (DistributedDataParallelConfig average_in_collective=True); NeMo 2's "
             "scripts/performance likewise",
             _nemo,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "megatron-bridge",
@@ -593,6 +600,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "bf16_with_fp8_current_scaling_mixed / bf16_with_mxfp8_mixed recipes: fp8_param_gather "
             "True)",
             _megatron_bridge,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "megatron-lm-2021",
@@ -609,6 +617,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "(--scatter-gather-tensors-in-pipeline on by default); FlashAttention (arXiv "
             "2205.14135) postdates it",
             _megatron_lm_2021,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "deepspeed",
@@ -653,6 +662,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce_bucket_size default 5e8; Megatron-DeepSpeed megatron/arguments.py "
             "(--use-flash-attn-v1, --use-flash-attn-v2, --use-flash-attn-triton: store_true)",
             _deepspeed,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "nanotron",
@@ -673,6 +683,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "scripts/scaling_benchmarks.py (tp_mode REDUCE_SCATTER, tp_linear_async_communication)",
             _nanotron,
             attention_kernel="fa2",
+            recompute=("none", "full"),
         ),
         Framework(
             "pytorch-ddp",
@@ -690,6 +701,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "meta-llama/llama model.py; calibrate/step_model.py",
             _pytorch_ddp,
             attention_kernel="fa2",
+            recompute=("none", "op", "full"),
         ),
         Framework(
             "pytorch-fsdp",
@@ -704,9 +716,10 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce_dtype defaults to param_dtype). Sharding strategies through parallel.fsdp "
             "(FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, _HYBRID_SHARD_ZERO2); backward_prefetch and "
             "limit_all_gathers as zero3.backward_prefetch and zero3.limit_all_gathers; "
-            "forward_prefetch, use_orig_params and MixedPrecision's buffer_dtype change nothing "
-            "modelled (the host issues the next gather while the GPU computes either way; "
-            "use_orig_params only aligns each tensor in the flat parameter to 16 bytes, and the "
+            "forward_prefetch as zero3.forward_prefetch (the next block's gather issued before "
+            "this block's kernels, which matters only when the host falls behind the GPU); "
+            "use_orig_params and MixedPrecision's buffer_dtype change nothing modelled "
+            "(use_orig_params only aligns each tensor in the flat parameter to 16 bytes, and the "
             "flat parameter is padded to a multiple of the shard group, fewer elements than it has ranks; "
             "buffers are a rotary table at most)",
             "pytorch/pytorch torch/distributed/fsdp/_runtime_utils.py (_post_forward_reshard: "
@@ -720,6 +733,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "FullyShardedDataParallelPlugin (bf16 MixedPrecision for param, reduce and buffer dtype)",
             _pytorch_fsdp,
             attention_kernel="fa2",
+            recompute=("none", "op", "full"),
         ),
         Framework(
             "torchtitan",
@@ -747,6 +761,7 @@ FRAMEWORKS: dict[str, Framework] = {
             _torchtitan,
             attention_kernel="fa2",
             moe_tp_gather=True,
+            recompute=("none", "op", "full"),
         ),
         Framework(
             "zero-bubble",
@@ -759,6 +774,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "with zero bubble on; no --no-gradient-accumulation-fusion); the paper's Table 4 peak memory matches stored attention "
             "scores in all 16 rows (docs/accuracy.md)",
             _zero_bubble,
+            recompute=("none", "selective", "full"),
         ),
         Framework(
             "automodel",
@@ -771,6 +787,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "(fully_shard) and pipelining as in torchtitan",
             _automodel,
             moe_tp_gather=True,
+            recompute=("none", "op", "full"),
         ),
     )
 }

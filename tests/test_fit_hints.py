@@ -158,3 +158,19 @@ def test_no_lighter_recomputation_without_recomputation_or_room():
     assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 4)])) is None
     hint = lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 2)]))
     assert hint is not None and hint.change == "training.recompute=op"
+
+
+def test_the_lighter_recomputation_is_one_the_framework_offers():
+    """The micro-batch 2 layout above fits only with op-level recomputation, PyTorch's
+    selective activation checkpointing (torch.utils.checkpoint's policy, torchtitan's "selective
+    op"): Megatron-Core offers full and selective (--recompute-granularity) but not that, so
+    under framework megatron-core no lighter recomputation is named."""
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.frameworks import FRAMEWORKS
+    from simcluster.scenario import load_scenario
+
+    layout = [("training.recompute", "full"), ("training.micro_batch", 2)]
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", layout)).change == "training.recompute=op"
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*layout, ("framework", "megatron-core")])) is None
+    assert "op" not in FRAMEWORKS["deepspeed"].recompute and "selective" not in FRAMEWORKS["torchtitan"].recompute
+    assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
