@@ -103,3 +103,21 @@ def attention_core_seconds(res: Any, layer: int) -> float:
     ev = res.events
     core = ev[(ev["rank"] == 0) & (ev["name"] == "attn_core") & (ev["layer"] == layer) & (ev["kind"] == "forward")]
     return float((core["end_s"] - core["start_s"]).iloc[0])
+
+
+def deepspeed_bucket_doc(name: str, zero: int, precision: str, gpus: int, **dp: Any) -> dict:
+    """A small DeepSpeed data-parallel layout whose bucket passes last exactly their bytes (no
+    SM sharing, no slowest-GPU factor), for the tests of its gradient buckets' copies and casts."""
+    return {
+        "name": name,
+        "framework": "deepspeed",
+        "model": gpt_model(4, 2048, 32000),
+        "cluster": {
+            "hardware": "dgx-h100",
+            "gpus": gpus,
+            "profile": {"efficiency": {"collective_sms": 0}, "gpu": {"speed_spread": 0.0}},
+        },
+        "parallel": {"zero": zero},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * gpus, "precision": precision},
+        **({"dp": dp} if dp else {}),
+    }

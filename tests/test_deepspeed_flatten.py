@@ -16,7 +16,7 @@ parameter group, which flattens to a view: no copy.
 from __future__ import annotations
 
 import pytest
-from engine_helpers import gpt_model, run
+from engine_helpers import deepspeed_bucket_doc, run
 
 from simcluster.context import build_context
 from simcluster.engine.plan import kernel_model
@@ -25,20 +25,7 @@ from simcluster.scenario import scenario_from_dict
 
 
 def _doc(zero: int = 1, precision: str = "fp16", gpus: int = 4, **dp: object) -> dict:
-    return {
-        "name": "flatten",
-        "framework": "deepspeed",
-        "model": gpt_model(4, 2048, 32000),
-        "cluster": {
-            "hardware": "dgx-h100",
-            "gpus": gpus,
-            # no SM sharing and no slowest-GPU factor: a pass lasts exactly its bytes
-            "profile": {"efficiency": {"collective_sms": 0}, "gpu": {"speed_spread": 0.0}},
-        },
-        "parallel": {"zero": zero},
-        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * gpus, "precision": precision},
-        **({"dp": dp} if dp else {}),
-    }
+    return deepspeed_bucket_doc("flatten", zero, precision, gpus, **dp)
 
 
 @pytest.mark.parametrize(
