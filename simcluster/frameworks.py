@@ -662,6 +662,15 @@ FRAMEWORKS: dict[str, Framework] = {
             "reduce_bucket_size default 5e8; Megatron-DeepSpeed megatron/arguments.py "
             "(--use-flash-attn-v1, --use-flash-attn-v2, --use-flash-attn-triton: store_true)",
             _deepspeed,
+            # Megatron-DeepSpeed's options changed with its 2023 sync with upstream Megatron: the
+            # 2022 fork that trained BLOOM (bigscience-workshop's and microsoft's megatron/
+            # arguments.py then) had --checkpoint-activations (every layer, in chunks of
+            # --checkpoint-num-layers) and nothing finer; microsoft/Megatron-DeepSpeed since has
+            # --recompute-granularity selective, which checkpoints the core attention only on the
+            # unfused path (transformer.py ParallelAttention: checkpoint_core_attention is set
+            # only where no --use-flash-attn-* kernel and no DeepSpeed sequence parallelism runs;
+            # with flash attention the model's selective keeps what none keeps, so it is never
+            # the lighter mode that fits there)
             recompute=("none", "selective", "full"),
         ),
         Framework(

@@ -174,3 +174,23 @@ def test_the_lighter_recomputation_is_one_the_framework_offers():
     assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*layout, ("framework", "megatron-core")])) is None
     assert "op" not in FRAMEWORKS["deepspeed"].recompute and "selective" not in FRAMEWORKS["torchtitan"].recompute
     assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
+
+
+def test_megatron_deepspeeds_selective_recompute_only_beside_its_unfused_attention():
+    """Megatron-DeepSpeed (framework deepspeed; microsoft/Megatron-DeepSpeed since its 2023
+    upstream sync: megatron/arguments.py --recompute-granularity {full, selective}) checkpoints
+    the core attention under selective only on its unfused path: transformer.py
+    ParallelAttention sets checkpoint_core_attention in the branch without a
+    --use-flash-attn-* kernel, the framework's default (its preset: flash_attention false).
+    So llama3-8b on 8 H100 at micro-batch 1 with full recomputation is told selective fits
+    (no recomputation does not: the unfused scores). The 2022 fork that trained BLOOM had only
+    --checkpoint-activations. nanotron's only switch is ParallelismArgs.recompute_layer, a
+    bool over whole decoder layers."""
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.frameworks import FRAMEWORKS
+    from simcluster.scenario import load_scenario
+
+    layout = [("training.recompute", "full"), ("training.micro_batch", 1), ("framework", "deepspeed")]
+    hint = lighter_recompute(load_scenario("llama3-8b-8xh100", layout))
+    assert hint is not None and hint.change == "training.recompute=selective"
+    assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
