@@ -152,9 +152,16 @@ def test_dropless_fp8_experts_copy_their_rows_to_align_them():
     assert expert.padding_seconds(dropped.shapes, dropped.km, dropped.scenario.moe, rows) == pytest.approx(want)
     bf16 = builder("bf16", {})
     assert expert.padding_seconds(bf16.shapes, bf16.km, bf16.scenario.moe, rows) == 0.0
-    # DeepEP can align the counts it delivers (Buffer.dispatch expert_alignment): no copy charged
+    # Megatron-Core's flex dispatcher copies too: core_r0.12.0-0.16.1 fused_a2a.py
+    # FusedDispatch.forward calls DeepEP's Buffer.dispatch without expert_alignment (default 1),
+    # and experts.py TEGroupedMLP.forward pads whenever config.fp8 whatever the dispatcher
     deepep = builder("fp8", {"dispatcher": "deepep"})
-    assert expert.padding_seconds(deepep.shapes, deepep.km, deepep.scenario.moe, rows) == 0.0
+    assert expert.padding_seconds(deepep.shapes, deepep.km, deepep.scenario.moe, rows) == pytest.approx(want)
+    # counts aligned by the dispatch (DeepEP's expert_alignment, Megatron-Core 0.16's hybridep
+    # pad_multiple) or the routing map (moe_router_padding_for_fp8): Fp8Padding copies nothing
+    for moe in ({"aligned_dispatch": True}, {"dispatcher": "deepep", "aligned_dispatch": True}):
+        aligned = builder("fp8", moe)
+        assert expert.padding_seconds(aligned.shapes, aligned.km, aligned.scenario.moe, rows) == 0.0
 
 
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():

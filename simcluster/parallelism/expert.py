@@ -148,11 +148,22 @@ def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: floa
     padding) the per-expert counts are arbitrary, so it copies the whole tensor
     (``tex.fused_multi_row_padding``, read and write), and the backward runs the conjugate
     copies (``fused_multi_row_unpadding``). Per phase: the hidden-wide input and output, and
-    the fp32 probabilities. Charged behind the all-to-all dispatcher only: DeepEP's dispatch
-    can align each local expert's count itself (``Buffer.dispatch(..., expert_alignment=)``),
-    and Megatron's ``moe_router_padding_for_fp8`` pads the routing map instead; neither copies.
+    the fp32 probabilities.
+
+    Whichever dispatcher runs: in every Megatron-Core release from core_r0.12.0 to 0.16.1
+    (the NeMo 25.04 to 26.02 containers) ``TEGroupedMLP.forward`` pads whenever
+    ``config.fp8`` (0.16: or ``config.fp4``) is set (0.12 pads the input only, from 0.13 the
+    probabilities too), and the flex dispatcher's DeepEP
+    backend calls ``Buffer.dispatch`` without ``expert_alignment`` (fused_a2a.py
+    ``FusedDispatch.forward``), whose default of 1 leaves the received counts unaligned;
+    NeMo AutoModel's TE experts pad behind DeepEP the same way. Nothing is copied where the
+    counts arrive aligned (``moe.aligned_dispatch``): DeepEP asked for ``expert_alignment``
+    (DeepSeek's stack, whose DeepGEMM grouped GEMM wants aligned segments), Megatron-Core
+    0.16's hybridep backend (``pad_multiple``) or ``moe_router_padding_for_fp8`` (0.13+,
+    padding the routing map). ASSUMPTION there: the at most alignment - 1 extra rows per
+    expert those run are not timed.
     """
-    if shapes.training.precision not in QUANTISED or moe.padded or moe.dispatcher != "alltoall" or rows <= 0:
+    if shapes.training.precision not in QUANTISED or moe.padded or moe.aligned_dispatch or rows <= 0:
         return 0.0
     hidden = rows * shapes.model.hidden * shapes.elt
     return 2 * km.memory(2 * hidden) + km.memory(2 * rows * 4)

@@ -104,3 +104,14 @@ class MoeSection(SectionBase):
         default=False,
         description="send the dispatch (and its backward, the gradient before the down-projection) in FP8",
     )
+    aligned_dispatch: bool = Field(
+        default=False,
+        description=(
+            "FP8/FP4 dropless: the dispatch (or the routing) already delivers each local "
+            "expert's rows in multiples of the GEMMs' alignment, so the experts copy nothing to "
+            "align them (DeepEP's Buffer.dispatch expert_alignment, Megatron-Core's hybridep "
+            "backend or moe_router_padding_for_fp8); false: TransformerEngine's Fp8Padding "
+            "copies them, as Megatron-Core's TEGroupedMLP does behind its alltoall and flex "
+            "(DeepEP) dispatchers"
+        ),
+    )
