@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import ep_nodes
@@ -194,6 +195,17 @@ def _ep_one_node(ctx: Context) -> Verdict:
         return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")
     if ep_nodes(lay) == 1:
         return ("with the EP group inside one node", "DeepEP sends one copy per node only across nodes")
+    return None
+
+
+def _aligned_dispatch(ctx: Context) -> Verdict:
+    # parallelism/expert.py padding_seconds, its one reader: the alignment copies exist only
+    # for quantised grouped GEMMs fed arbitrary per-expert counts
+    precision = ctx.scenario.training.precision
+    if precision not in QUANTISED:
+        return (f"at training.precision={precision}", "only FP8/FP4 grouped GEMMs need aligned splits")
+    if ctx.scenario.moe.padded:
+        return ("with moe.pad_to_capacity", "every expert runs its fixed capacity, which Fp8Padding leaves as it is")
     return None
 
 
@@ -451,6 +463,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
     InertRule("moe.dispatcher", _ep_one_node),
+    InertRule("moe.aligned_dispatch", _aligned_dispatch),
 )
 
 

@@ -159,6 +159,10 @@ MORE_INERT = [
     ("zero3.quantized_gradients", {"cluster": {"gpus": 1}, "parallel": {"zero": 3},
                                    "zero3": {"prefetch_bucket_size": 1000, "quantized_gradients": True}}),
     ("moe.dispatcher", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatcher": "deepep"}}),
+    # parallelism/expert.py padding_seconds: no alignment copies in BF16, nor when padded to capacity
+    ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"aligned_dispatch": True}}),
+    ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"},
+                              "moe": {"aligned_dispatch": True, "capacity_factor": 1.0, "pad_to_capacity": True}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
@@ -216,7 +220,7 @@ def test_a_note_is_true_the_setting_changes_nothing_there(setting, inert):
 
 def test_every_rule_has_a_case():
     """A rule added to the registry gets its pair of scenarios here (or among the MoE ones)."""
-    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher"}
+    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher", "moe.aligned_dispatch"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 
@@ -505,3 +509,12 @@ def test_validate_prints_the_summary_or_the_notes(cli, tmp_path, flag, per_setti
     assert ("--notes says where and why" in text) is not per_setting
     as_json = json.loads(cli("validate", str(path), "--jobs", "1", "--json").out)
     assert as_json["cases"][0]["inert_settings"] == [detailed.split("note: ")[1].split(" in 1 case")[0]]
+
+
+def test_aligned_dispatch_acts_for_dropless_fp8_experts():
+    """Dropless FP8 experts copy their rows unless the dispatch aligns them (Megatron-Core's
+    TEGroupedMLP Fp8Padding, parallelism/expert.py padding_seconds): no note there, and the
+    step differs with and without the setting."""
+    fp8 = {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"}, "moe": {"aligned_dispatch": True}}
+    assert "moe.aligned_dispatch" not in _settings(**fp8)
+    assert _outcome(fp8) != _outcome(_without(fp8, "moe.aligned_dispatch"))
