@@ -275,3 +275,23 @@ def test_shell_skips_here_documents(tmp_path):
     script.write_text("cat <<EOF > x\n--bf16\n")
     with pytest.raises(UserError, match="here-document '<<EOF' has no closing 'EOF' line"):
         read_script(script, {})
+
+
+@pytest.mark.parametrize(
+    ("flags", "aligned"),
+    [
+        # TEGroupedMLP's Fp8Padding copies unless the splits arrive aligned: the router pads its
+        # routing map (--moe-router-padding-for-fp8; core 0.16: _for_quantization) or the flex
+        # dispatcher's hybridep backend aligns inside its dispatch
+        ("--moe-token-dispatcher-type alltoall --moe-router-padding-for-fp8", True),
+        ("--moe-token-dispatcher-type flex --moe-router-padding-for-quantization", True),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", True),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", False),
+        ("--moe-token-dispatcher-type alltoall", False),
+    ],
+)
+def test_router_padding_and_hybridep_are_aligned_dispatch(tmp_path, flags, aligned):
+    s, skipped, _ = _import(tmp_path, MOE + "--fp8-format hybrid " + flags)
+    assert s["moe"].get("aligned_dispatch", False) is aligned
+    assert not any(x.startswith(("--moe-router-padding", "--moe-flex-dispatcher-backend")) for x in skipped)
+    build_context(scenario_from_dict(s))

@@ -116,6 +116,14 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
             "Megatron's allgather dispatcher is not modelled: simulated as alltoall "
             "(moe.dispatcher), --set moe.dispatcher=deepep for the flex one",
         )
+    # rows already aligned for FP8 (moe.aligned_dispatch): the router pads its routing map
+    # (--moe-router-padding-for-fp8, renamed _for_quantization in core 0.16) or the flex
+    # dispatcher's hybridep backend aligns inside its dispatch (pad_multiple), so
+    # TEGroupedMLP's Fp8Padding has nothing to copy
+    padded = flags.has("moe-router-padding-for-fp8") | flags.has("moe-router-padding-for-quantization")
+    backend = flags.choice("moe-flex-dispatcher-backend", {"deepep": "deepep", "hybridep": "hybridep"})
+    if padded or (dispatcher == "deepep" and backend == "hybridep"):
+        section["aligned_dispatch"] = True
     capacity = flags.number("moe-expert-capacity-factor")
     if capacity is not None:
         section["capacity_factor"] = capacity
