@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from simcluster.compute import KernelModel
 from simcluster.layout import Layout
+from simcluster.parallelism.grad_passes import ADD_32_INTO_32, CAST_16_TO_32
 from simcluster.scenario import TrainingSection
 
 FORWARD_CAST_BYTES = 4.0 + 2.0  # _to_copy fp32 -> bf16: read the fp32 weight, write its cast
-BACKWARD_CAST_BYTES = 2.0 + 4.0  # ToCopyBackward0: read the 16-bit gradient, write it in fp32
-FP32_ADD_BYTES = 4.0 + 4.0 + 4.0  # AccumulateGrad's in-place add: read both, write .grad
 
 
 def casts_weights(training: TrainingSection, layout: Layout) -> bool:
@@ -61,4 +60,5 @@ def gradient_bytes(layout: Layout, cast: bool = True) -> float:
     gradient reaching fp32 ``.grad``: the backward's cast (``cast``: the gradient came out of
     a 16-bit matmul; the embedding's is fp32 already) and the add of all but the first."""
     m = layout.microbatches
-    return (BACKWARD_CAST_BYTES if cast else 0.0) + FP32_ADD_BYTES * (m - 1) / m
+    # ToCopyBackward0's cast, then AccumulateGrad's fp32 add into .grad
+    return (CAST_16_TO_32 if cast else 0.0) + ADD_32_INTO_32 * (m - 1) / m

@@ -31,11 +31,8 @@ from __future__ import annotations
 
 from simcluster.errors import UserError
 from simcluster.layout import Layout
+from simcluster.parallelism.grad_passes import ADD_16_INTO_16, ADD_16_INTO_32, CAST_16_TO_32
 from simcluster.scenario import Scenario, TrainingSection
-
-CAST_TO_FP32 = 2.0 + 4.0  # to_accumulated_grad_if_needed: bf16 read, fp32 written
-ADD_16BIT_INTO_FP32 = 2.0 + 4.0 + 4.0  # accumulate_unsharded_grad_if_needed: both read, fp32 written
-ADD_16BIT = 2.0 + 2.0 + 2.0  # AccumulateGrad into a bf16 .grad: both read, one written
 
 
 def reduce_width(training: TrainingSection) -> float:
@@ -58,8 +55,9 @@ def accumulation_bytes(training: TrainingSection, layout: Layout) -> float:
     16-bit adds when the reduce dtype is the parameters'."""
     m = layout.microbatches
     if reduce_width(training) > 2.0:
-        return (CAST_TO_FP32 + ADD_16BIT_INTO_FP32 * (m - 1)) / m
-    return ADD_16BIT * (m - 1) / m
+        # to_accumulated_grad_if_needed's cast, then accumulate_unsharded_grad_if_needed's adds
+        return (CAST_16_TO_32 + ADD_16_INTO_32 * (m - 1)) / m
+    return ADD_16_INTO_16 * (m - 1) / m  # AccumulateGrad into the bf16 .grad
 
 
 def unsharded_grad_bytes(training: TrainingSection, layout: Layout) -> float:

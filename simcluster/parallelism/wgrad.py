@@ -45,14 +45,20 @@ from __future__ import annotations
 from simcluster.compute import KernelModel
 from simcluster.layout import Layout
 from simcluster.parallelism import autocast_casts, fsdp2_accumulation
+from simcluster.parallelism.grad_passes import (
+    ADD_16_INTO_16,
+    ADD_16_INTO_32,
+    ADD_32_INTO_32,
+    CAST_16_TO_32,
+)
 from simcluster.scenario import TrainingSection
 
 # bytes per parameter beyond the benchmark's 16-bit output write (module docstring)
 ACCUM_FP32_FUSED = 6.0  # the epilogue reads and writes the fp32 gradient (8) instead of a 16-bit write (2)
-ACCUM_FP32_INPLACE = 10.0  # main_grad.add_(grad): 16-bit and fp32 read (2 + 4), fp32 written (4)
-ACCUM_FP32_CAST_ADD = 18.0  # grad.to(fp32) (2 read, 4 written), then the add (4 + 4 read, 4 written)
+ACCUM_FP32_INPLACE = ADD_16_INTO_32  # main_grad.add_(grad): 16-bit and fp32 read (2 + 4), fp32 written (4)
+ACCUM_FP32_CAST_ADD = CAST_16_TO_32 + ADD_32_INTO_32  # grad.to(fp32), then the fp32 add: 18
 ACCUM_16BIT_FUSED = 2.0  # the epilogue's read of the 16-bit gradient it accumulates into
-ACCUM_16BIT_UNFUSED = 6.0  # autograd's add: both 16-bit gradients read, one written
+ACCUM_16BIT_UNFUSED = ADD_16_INTO_16  # autograd's add: both 16-bit gradients read, one written
 
 
 def accumulation_bytes(
