@@ -528,8 +528,10 @@ def _pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
 def _zero_bubble(raw: Mapping[str, Any]) -> Defaults:
     # sail-sg's fork as examples/pretrain_zero_bubble.sh runs it: no --use-flash-attn,
     # --no-overlap-p2p-communication, and --enable-optimizer-post-validation whenever a
-    # zero-bubble schedule is on (its ZB-1p / ZB-2p / ZB-V); Megatron's weight-gradient
-    # accumulation fusion stays on (the script does not pass --no-gradient-accumulation-fusion)
+    # zero-bubble schedule is on (its ZB-1p / ZB-2p / ZB-V) unless SYNC_OPTIMIZER is set, which
+    # examples/test_all_schedules.sh exports for zbv-half and zbv-min (V-Half, V-Min: no
+    # post-validation); Megatron's weight-gradient accumulation fusion stays on (the script
+    # does not pass --no-gradient-accumulation-fusion)
     training: dict[str, Any] = {"flash_attention": False, "grad_accum_fusion": True}
     parallel = raw.get("parallel")
     schedule = parallel.get("schedule") if isinstance(parallel, Mapping) else None
