@@ -1,5 +1,8 @@
 """V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS'24,
-arXiv 2405.15362; sail-sg's ``--zero-bubble-v-schedule-mem-setup half|min``).
+arXiv 2405.15362; sail-sg's ``--zero-bubble-v-schedule-mem-setup half|min``, built by the fork's
+``megatron/core/pipeline_parallel/zerobubble/scheduler/zbv_greedy.py``, whose steps these
+functions follow one for one: ``stable_pattern_v_half``/``_v_min``, ``put_w``,
+``mem_of_stage``, ``reorder`` (twice) and the unit-time ``eager_execution_time``).
 
 V-shaped like ZB-V (stage s holds model chunk s and chunk 2p-1-s), but built from a *building
 block*: one microbatch's four passes F (chunk 0), f (chunk 1), B (backward of chunk 1, the
@@ -9,9 +12,10 @@ slots. The block's lifespan sets the activation memory: about 1/2 (V-Half) or 1/
 earliest free slot their inputs allow, never above the block's peak memory), and the weight
 passes W fill the free slots after their backward (first in one pool, then per chunk).
 
-The order is independent of the op times: the blocks fix it in unit slots, so unequal passes
-open bubbles the slots did not plan (V-Min most: 4 stages, 64 microbatches, F:B:W = 60:77:56
-gives 18% idle against 3% at equal times; V-Half 2%). Memory is counted
+The order is independent of the op times (the fork's runtime plans it with F = B = W = 1000
+and a communication cost of 1 whatever it profiled): the blocks fix it in unit slots, so
+unequal passes open bubbles the slots did not plan (V-Min most: 4 stages, 64 microbatches,
+F:B:W = 60:77:56 gives 18% idle against 3% at equal times; V-Half 2%). Memory is counted
 in slots as the paper does (F and f stash one unit, B and b free nothing, W frees one). The
 result keeps (p+2)//2 (V-Half) and (p+4)//3 (V-Min) microbatches' activations against 1F1B's p,
 the counts of the authors' summary table (tests/test_v_controllable.py).
