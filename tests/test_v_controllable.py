@@ -165,3 +165,29 @@ def test_the_papers_orderings_on_its_96b_model():
     act = {name: r.memory["activations"].max() for name, r in runs.items()}
     assert act["V-Half"] / act["1F1B"] == pytest.approx(18 / 30, rel=0.02)
     assert act["V-Min"] / act["1F1B"] == pytest.approx(12 / 30, rel=0.02)
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_only_v_min_loses_time_every_microbatch_when_passes_differ(p):
+    """The fork's README: "V-Min (and only V-Min) suffers a performance degradation when F/B/W
+    are not balanced", its bubble "2B/3 + O(n) overhead" against V-Half's B/2 and ZB-V's 0. At
+    equal op times every idle time here is independent of m; with the 9.6B model's modelled
+    F, B, W (6.85, 8.16, 7.68 ms, A100) V-Half's and ZB-V's stay so, V-Min's grows by the same
+    amount with every microbatch (its order is fixed in unit slots, the others' steady state
+    has no slot where a stage waits)."""
+    from simcluster.schedules.check import bubble_time
+
+    def idle(name, m, times):
+        sched, spec = get_schedule(name), ScheduleSpec(p, m)
+        return bubble_time(replay(sched, spec, sched.build(spec), *times))
+
+    ms = (2 * p, 4 * p, 8 * p)
+    for name in ("v-half", "v-min", "zbv"):
+        equal = [idle(name, m, (1.0, 1.0, 1.0)) for m in ms]
+        assert equal == pytest.approx([equal[0]] * 3)
+    for name in ("v-half", "zbv"):
+        unequal = [idle(name, m, (6.85, 8.16, 7.68)) for m in ms]
+        assert unequal == pytest.approx([unequal[0]] * 3)
+    a, b, c = (idle("v-min", m, (6.85, 8.16, 7.68)) for m in ms)
+    assert b - a > 2 * p  # ms: more than one ms of waiting per added microbatch
+    assert c - b == pytest.approx(2 * (b - a))  # linear in m
