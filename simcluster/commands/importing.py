@@ -14,10 +14,6 @@ from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
 NAME = "import"
-HELP = (
-    "write a scenario from a launch config: a Megatron-LM launch script or args file, a "
-    "torchtitan TOML, a DeepSpeed JSON (with --model); the cluster from --cluster and --nodes"
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
