@@ -125,6 +125,19 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
     return out, unset
 
 
+def null_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys that a raw scenario mapping writes as null, in any mapping below its
+    top (not inside lists): read as unwritten, the one meaning null has in a scenario."""
+    keys: list[str] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if value is None:
+            keys.append(path)
+        elif isinstance(value, dict):
+            keys += null_keys(value, f"{path}.")
+    return keys
+
+
 def _prune_empty(data: dict[str, Any], parents: list[str]) -> None:
     """Drop the mappings below a section that a null override left empty: an empty
     ``cluster.profile.efficiency`` would patch the profile's whole efficiency table away,
@@ -203,7 +216,9 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
         return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
     if kind == "missing":
         if field in (unset or ()):
-            return UserError(field, f"has no default, so null cannot unset it; give it a value: --set {field}=VALUE")
+            return UserError(
+                field, f"has no default, so null cannot unset it; give it a value in the scenario or --set {field}=VALUE"
+            )
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -251,7 +266,9 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
-    data, unset = _apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
+    data = relocate(normalise_keys(_expand_model_shorthand(data)))
+    # a key the scenario writes as null ('tp: null', 'tp:') is unset as `--set tp=null` unsets it
+    data, unset = _apply_overrides(data, [*((key, None) for key in null_keys(data)), *(overrides or [])])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
     data = normalise_spellings(data)
