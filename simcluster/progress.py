@@ -1,6 +1,7 @@
 """Progress of long work on stderr, the one place that decides between a terminal's bar and
-piped lines: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s scenarios and one
-simulation's pipeline ops (``engine/progress.py`` counts them into :func:`progress_bar`).
+piped lines: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s scenarios, one
+simulation's pipeline ops (``engine/progress.py`` counts them into :func:`progress_bar`) and
+``calibrate``'s measurements and ``measure-step``'s training steps (rank 0's).
 
 On a terminal: a transient bar. Piped (CI, ``nohup``, ``| tee``): plain lines, since a bar is
 not drawn there and an hour-long sweep that prints nothing looks hung. They start only once
@@ -211,7 +212,8 @@ def progress_bar(
 ) -> Iterator[Callable[..., None]]:
     """Progress for ``total`` items of expected cost ``total_cost`` in all (default: 1 each),
     ``parallel`` at a time; yields ``advance(description="", cost=1.0, ran=True, count=1)``,
-    called as items finish (``ran`` False: skipped without work). ``show``: None for a bar on a
+    called as items finish (``ran`` False: skipped without work; ``cost=0.0, count=0`` names
+    the item now under way without counting it, for items long enough to watch). ``show``: None for a bar on a
     terminal and plain lines when stderr is piped, True for the bar, False for nothing;
     ``delay_s`` holds the bar back for work that is usually short; ``unit`` names what is
     counted ("pipeline ops")."""

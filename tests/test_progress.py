@@ -161,3 +161,48 @@ def test_the_bar_waits_for_its_delay(monkeypatch):
     with progress_bar("simulating", 10, delay_s=0.0, unit="pipeline ops") as advance:
         advance(count=5, cost=5.0)
     assert "simulating" in err.getvalue()
+
+
+def test_naming_the_item_under_way_does_not_count_it(monkeypatch):
+    """``advance(label, cost=0.0, count=0)`` shows what runs now (calibrate's measurement, a
+    measure-step step) without counting it or moving the time left."""
+    import sys
+
+    from simcluster.progress import progress_bar
+
+    err = _FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("COLUMNS", "150")
+    with progress_bar("calibrate", 4, unit="measurements") as advance:
+        advance("gemm 4096^3 bf16", cost=0.0, count=0)
+    frames = [f for f in err.getvalue().split("\r") if "gemm 4096^3 bf16" in f]  # drawn as it stops
+    assert frames and all("0/4" in f for f in frames)
+    tracker = Tracker(4, 4.0)
+    tracker.advance(0.0, True, 0)
+    assert (tracker.done, tracker.ran, tracker.left_cost, tracker.ran_cost) == (0, 0, 4.0, 0.0)
+
+
+def test_calibrate_reports_progress_through_the_one_progress_module(monkeypatch, tmp_path, capsys):
+    """calibrate's measuring run counts its measurements into simcluster/progress.py, so piped
+    (torchrun's logs, a batch job) it prints the same plain lines as a sweep, not a Rich bar's
+    last frame; a failed measurement stops the lines and is reported once."""
+    pytest.importorskip("torch")
+    import simcluster.progress as progress
+    from calibrate import runner
+
+    ran: list[str] = []
+
+    def steps(cfg, ctx):
+        def fails(m):
+            raise RuntimeError("device lost")
+
+        return [runner.Step(label, ran.append) for label in ("gemm a", "gemm b")] + [runner.Step("gemm c", fails)]
+
+    monkeypatch.setattr(runner, "plan_steps", steps)
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    cfg = runner.RunConfig("cpu", True, tmp_path / "p.yaml", None, 60.0, ())
+    assert runner.run(cfg) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(",")[0] for ln in lines[:2]] == ["calibrate (measurements): 1/3", "calibrate (measurements): 2/3"]
+    assert lines[2].startswith("error: rank 0: during 'gemm c': RuntimeError: device lost") and len(lines) == 3
+    assert len(ran) == 2
