@@ -41,6 +41,16 @@ def test_scenario_is_a_directory(cli, tmp_path):
     assert_one_line_error(cli("memory", str(tmp_path / "d.yaml")), "scenario", "is a directory")
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "# parallel: {tp: 2}\n"])
+def test_empty_files_say_they_are_empty(cli, tmp_path, text):
+    """A scenario, profile or cases file with no YAML in it (a truncated copy, a file saved
+    before its content) is named empty, not 'must be a mapping' or 'needs a cases: list'."""
+    path = write(tmp_path, text, "e.yaml")
+    assert_one_line_error(cli("memory", path), "scenario", "e.yaml is empty")
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--hardware", path), "--hardware", "is empty")
+    assert_one_line_error(cli("validate", path), "CASES", "is empty")
+
+
 def test_hardware_profile_not_utf8(cli, tmp_path):
     path = not_utf8(tmp_path)
     assert_one_line_error(
