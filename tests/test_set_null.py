@@ -135,13 +135,36 @@ def test_null_in_the_file_leaves_a_framework_default_to_the_framework():
 
 
 def test_null_in_the_file_under_another_name_or_one_level_off():
-    """A null under a launch-flag name or written one level off is unset where it belongs."""
+    """A null under a launch-flag name or written one level off is unset where it belongs,
+    and, being unwritten, does not clash with the same key written with a value (before, the
+    pair was 'given twice; keep one')."""
     data, _ = read_scenario_file(BASE)
     aliased = {**data, "parallel": {**data["parallel"], "tensor-model-parallel-size": None}}
     aliased["parallel"].pop("tp")
     assert scenario_from_dict(aliased).parallel.tp == 1
     top = {**_without(data, "parallel.zero"), "zero": None}
     assert scenario_from_dict(top) == scenario_from_dict(_without(data, "parallel.zero"))
+    written = scenario_from_dict(data)
+    for twin in (
+        {**data, "parallel": {**data["parallel"], "tensor-model-parallel-size": None}},
+        {**data, "zero": None},
+        {**data, "model": {**data["model"], "seq_len": None}},
+    ):
+        assert scenario_from_dict(twin) == written
+    without_seq_len = {**_without(data, "training.seq_len"), "model": {**data["model"], "seq_len": None}}
+    with pytest.raises(UserError) as got:
+        scenario_from_dict(without_seq_len)
+    assert got.value.field == "training.seq_len" and "has no default" in got.value.message
+
+
+def test_null_in_a_profile_patch_is_the_profiles_own_value():
+    """cluster.profile.efficiency: {nic: null} is the shipped profile (the emptied patch
+    mappings are dropped with it, not left to replace the profile's efficiency table)."""
+    from simcluster.context import build_context
+
+    data, _ = read_scenario_file(BASE)
+    patched = {**data, "cluster": {**data["cluster"], "profile": {"efficiency": {"nic": None}}}}
+    assert build_context(scenario_from_dict(patched)).profile == build_context(scenario_from_dict(data)).profile
 
 
 def test_then_set_gives_the_nulled_key_a_value():

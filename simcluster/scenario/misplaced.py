@@ -73,9 +73,7 @@ def _put(out: dict[str, Any], home: tuple[str, ...], value: Any, written: str) -
     if len(home) == 1:
         node = out
     else:
-        if out.get(home[0]) is None:  # a section written null is one not written
-            out[home[0]] = {}
-        node = out[home[0]]
+        node = out.setdefault(home[0], {})
         if not isinstance(node, dict):
             raise UserError(
                 written, f"belongs in {home[0]}, which is not a section here; move it there"
