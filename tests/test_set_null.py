@@ -9,6 +9,7 @@ import copy
 import json
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from simcluster.errors import UserError
@@ -188,3 +189,18 @@ def test_cli_file_with_bare_keys(cli, tmp_path):
     assert json.loads(res.out)["layout"] == "dp4 tp2 pp1 1f1b"  # micro_batch and the overlap: defaults
     missing = write(tmp_path, text.replace("seq_len: 4096", "seq_len:"), "m.yaml")
     assert_one_line_error(cli("memory", missing), "training.seq_len", "has no default", "in the scenario")
+
+
+def test_null_in_a_validate_case_scenario_is_unwritten_too(tmp_path):
+    """validate reads a case's inline scenario before scenario_from_dict does (the sequence
+    length of a samples/s figure): a null beside its twin is unwritten there as well."""
+    from simcluster.validate import load_cases
+
+    scenario = {"model": "llama3-8b", "cluster": {"gpus": 8}, "training": {"seq_len": 4096, "global_batch": 8}}
+    nulled = copy.deepcopy(scenario) | {"parallel": {"tp": 2, "tensor-model-parallel-size": None}}
+    plain = copy.deepcopy(scenario) | {"parallel": {"tp": 2}}
+    cases = [{"name": n, "scenario": s, "measured": {"tokens_per_s": 1000}} for n, s in (("a", nulled), ("b", plain))]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"cases": cases}))
+    a, b = load_cases([path])
+    assert a.problem == "" and scenario_from_dict(dict(a.scenario)) == scenario_from_dict(dict(b.scenario))
