@@ -654,3 +654,18 @@ def test_a_file_given_to_another_kind_names_the_kind_that_reads_it(kind, file, r
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: FILE: ") and "\n" not in err
     assert err.endswith(f"; a {file.suffix} file is read by: simcluster import {reader}")
+
+
+def test_a_bad_out_path_is_the_one_line_printed(tmp_path, capsys):
+    """--out is checked before the import, whose 'not imported' notes would otherwise come
+    first; a folder for --out is named as one, with a file name to give instead."""
+    argv = ["import", "deepspeed", str(LAUNCH / "ds_zero3.json"), "--model", "llama3-8b", "--seq-len", "4096",
+            "--cluster", "dgx-h100", "--nodes", "4", "--out"]  # fmt: skip
+    assert main(argv + [str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --out: '{tmp_path}' is a directory; name a file")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(argv + [str(blocker / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --out: cannot make folder")
