@@ -100,6 +100,7 @@ class PlainLines:
         self.last_line: float | None = None  # when the last line was printed
         self.last_text = ""
         self.last_tenth = 0
+        self.said_done = False  # the last line printed is the closing one
         self.print_lock = threading.Lock()
 
     def _print(self, now: float) -> None:
@@ -108,6 +109,7 @@ class PlainLines:
             self.stream.write(text + "\n")
             self.stream.flush()
         self.last_line, self.last_text = now, text
+        self.said_done = self.tracker.done >= self.tracker.total
 
     def on_advance(self) -> None:
         """After an item: a line when a new tenth is done (once past the quiet start)."""
@@ -125,13 +127,14 @@ class PlainLines:
             now = self.clock()
             elapsed = now - self.start
             since = now - (self.start if self.last_line is None else self.last_line)
-            if elapsed >= QUIET_S and since >= max(HEARTBEAT_S, elapsed / 4):
+            if elapsed >= QUIET_S and since >= max(HEARTBEAT_S, elapsed / 4) and not self.said_done:
                 self._print(now)
 
     def finish(self) -> None:
-        """The closing line, when any line came before (a short run stays silent)."""
+        """The closing line, when any line came before (a short run stays silent) and it was
+        not the last: a Dask cluster's shutdown after the last item had printed 'done' twice."""
         with self.print_lock:
-            if self.last_line is not None:
+            if self.last_line is not None and not self.said_done:
                 self._print(self.clock())
 
 

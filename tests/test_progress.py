@@ -43,8 +43,9 @@ def test_estimating_until_one_item_per_worker_has_run():
     assert "estimating" in Tracker(5, 5.0).line("sweep", 1.0)
 
 
-def _run(total: int, seconds_each: float, ticks: bool = True) -> list[str]:
-    """A serial run of ``total`` items taking ``seconds_each``, the clock ticking every second."""
+def _run(total: int, seconds_each: float, ticks: bool = True, after_s: int = 0) -> list[str]:
+    """A serial run of ``total`` items taking ``seconds_each``, the clock ticking every second,
+    and ``after_s`` seconds more before the work's context ends (a Dask cluster shutting down)."""
     now = [0.0]
     out = io.StringIO()
     tracker = Tracker(total, float(total))
@@ -56,6 +57,9 @@ def _run(total: int, seconds_each: float, ticks: bool = True) -> list[str]:
                 lines.on_tick()
         tracker.advance(1.0, ran=True)
         lines.on_advance()
+    for _ in range(after_s):
+        now[0] += 1.0
+        lines.on_tick()
     lines.finish()
     return out.getvalue().splitlines()
 
@@ -71,6 +75,13 @@ def test_lines_at_each_tenth_then_the_end():
     assert got[1] == "sweep: 6/20, 0:12 elapsed, about 0:28 left"
     assert got[-1] == "sweep: 20/20 done in 0:40"
     assert len(got) == 9  # 25% (the first past 10 s), 30%, 40%, ... 100%, the last also the end
+
+
+def test_the_closing_line_comes_once_whatever_follows_the_last_item():
+    """`sweep --dask local` printed 'done in 0:11' and then 'done in 0:13': the last item's
+    line closes the run, and the cluster's shutdown after it adds no line, nor do heartbeats."""
+    got = _run(20, 2.0, after_s=120)
+    assert got[-1] == "sweep: 20/20 done in 0:40" and sum(" done in " in ln for ln in got) == 1
 
 
 def test_a_slow_item_still_shows_the_command_alive_with_bounded_lines():
