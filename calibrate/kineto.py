@@ -143,7 +143,11 @@ def load_trace(path: Path) -> Breakdown:
     try:
         doc = json.loads(_trace_text(path))
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
+        raise UserError(
+            f"{path}:{exc.lineno}",
+            f"invalid JSON: {exc.msg}; give a PyTorch profiler trace (export_chrome_trace's .json, "
+            "or tensorboard_trace_handler's .json.gz)",
+        ) from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise UserError(str(path), "no 'traceEvents' list; is this a PyTorch profiler trace?")

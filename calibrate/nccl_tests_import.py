@@ -388,7 +388,11 @@ def parse_log(path: Path, op: str | None = None, gpus: int | None = None) -> lis
     else:
         runs = parse_text(str(path), text)
     if not any(run.rows for run in runs):
-        raise UserError(str(path), "no result rows found")
+        raise UserError(
+            str(path),
+            "no result rows found; give the output of an nccl-tests binary (all_reduce_perf -b 8 -e 8G "
+            "-f 2 ...), its table of size, count, type, time, algbw and busbw per row",
+        )
     for run in runs:
         _one_variant(run)
     for run in runs:

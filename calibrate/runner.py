@@ -28,7 +28,6 @@ from calibrate.profile_writer import (
     partial_path,
     write_yaml_atomic,
 )
-from calibrate.progress import RankProgress
 from calibrate.provenance import (
     device_compute_capability,
     device_memory_bytes,
@@ -42,6 +41,7 @@ from calibrate.shapes import GemmShape
 from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
+from simcluster.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -292,14 +292,14 @@ def run(cfg: RunConfig) -> int:
     signal.signal(signal.SIGTERM, on_term)
     steps = plan_steps(cfg, ctx)
     try:
-        with RankProgress(len(steps), ctx.is_main) as bar:
+        with progress_bar("calibrate", len(steps), show=None if ctx.is_main else False, unit="measurements") as advance:
             for step in steps:
                 current = step.label
-                bar.describe(step.label)
+                advance(step.label, cost=0.0, count=0)  # names the measurement under way
                 with watchdog.guard(step.label):
                     step.run(measured)
                 save_partial()
-                bar.advance()
+                advance(step.label)
         current = "barrier before writing"
         with watchdog.guard(current):
             ctx.barrier()

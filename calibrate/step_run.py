@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from simcluster.errors import UserError
+from simcluster.progress import progress_bar
 
 HELP = "run real training steps of a scenario here (PyTorch DDP or FSDP2, DTensor TP, pipelining) and compare them with its simulation"
 #: the framework entry that describes the loop run, by ZeRO stage: DistributedDataParallel,
@@ -315,7 +316,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from calibrate.dist import init, shutdown
-    from calibrate.progress import RankProgress
     from calibrate.step_train import train
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -323,7 +323,8 @@ def run(args: argparse.Namespace) -> int:
     dctx = init(device, args.timeout)
     try:
         check_launch(ctx, dctx.world, dctx.local_world)
-        with RankProgress(args.warmup + args.steps, dctx.is_main) as progress:
+        show = None if dctx.is_main else False
+        with progress_bar("measure-step", args.warmup + args.steps, show=show, unit="steps") as progress:
             times = train(ctx, dctx, args.steps, args.warmup, progress, args.trace_out)
     finally:
         shutdown(dctx)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
 def train(
-    ctx: Any, dctx: Any, steps: int, warmup: int, progress: Any, trace: Path | None = None
+    ctx: Any, dctx: Any, steps: int, warmup: int, progress: Callable[..., None], trace: Path | None = None
 ) -> list[float]:
     """Seconds of each timed step on this rank (warm-up steps run first, untimed); with
-    ``trace``, one more step runs under the profiler and rank 0 writes its chrome trace."""
+    ``trace``, one more step runs under the profiler and rank 0 writes its chrome trace;
+    ``progress`` is :func:`simcluster.progress.progress_bar`'s ``advance``."""
     import torch
     import torch.distributed as dist
 
@@ -55,7 +57,8 @@ def train(
 
     times = []
     for k in range(warmup + steps):
-        progress.describe(f"measure-step: {'warm-up' if k < warmup else 'timed'} step {k + 1}")
+        label = f"{'warm-up' if k < warmup else 'timed'} step {k + 1}"
+        progress(label, cost=0.0, count=0)  # names the step under way
         dctx.barrier()
         synchronize(dctx.device.type)
         start = time.perf_counter()
@@ -68,9 +71,9 @@ def train(
             elapsed = float(probe.item())
         if k >= warmup:
             times.append(elapsed)
-        progress.advance()
+        progress(label)
     if trace is not None:  # after the timed steps: the profiler's own cost is not in them
-        progress.describe("measure-step: profiled step")
+        progress("profiled step", cost=0.0, count=0)
         _profiled(step, dctx, trace)
     return times
 

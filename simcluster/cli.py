@@ -1,6 +1,8 @@
 """The ``simcluster`` command: a thin dispatcher over ``simcluster/commands/*``.
 
-Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Each command module exposes ``NAME``, ``add_arguments(parser)`` and ``run(args) -> int``; its
+one-line help lives in the registry here, so that ``simcluster --help`` imports no command and a
+command imports only its own module (``simcluster list`` does not load the engine).
 Any :class:`UserError` becomes one line on stderr and exit status 2, never a traceback; output
 whose reader has gone (``| head``) ends the command quietly with status 0.
 """
@@ -36,6 +38,28 @@ COMMANDS: dict[str, str] = {
     "list": "simcluster.commands.listing",
 }
 
+# Each subcommand's one line for --help (and its own description).
+HELP: dict[str, str] = {
+    "run": "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)",
+    "memory": "per-GPU memory of a scenario: params, grads, optimizer state, activations",
+    "collective": "time one collective alone on the cluster (nccl-tests style time, algbw, busbw)",
+    "gemm": "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)",
+    "sweep": (
+        "simulate every combination of layout axes (tp, pp, vpp, zero, micro-batch, ...; also GPU "
+        "count and hardware) and rank them"
+    ),
+    "compare": "simulate two or more scenarios (or variants: NAME@key=value) and put them side by side",
+    "import": (
+        "write a scenario from a launch config: a Megatron-LM launch script or args file, a "
+        "torchtitan TOML, a DeepSpeed JSON (with --model); the cluster from --cluster and --nodes"
+    ),
+    "validate": "simulate published measurements (shipped or given cases) and report the error per case and overall",
+    "list": (
+        "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks, "
+        "elementwise styles, context-parallel algorithms, userbuffers presets and precisions"
+    ),
+}
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports bad arguments in one line with exit status 2."""
@@ -58,21 +82,19 @@ def _close_choice(message: str) -> str:
     return did_you_mean(found.group(1), choices)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every available subcommand."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; with ``only``, the arguments of that one
+    command alone, the others named with their help (their modules, and what they import,
+    are not loaded)."""
     parser = _Parser(prog="simcluster", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"simcluster {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_path in COMMANDS.items():
-        try:
+        cmd = sub.add_parser(name, help=HELP[name], description=HELP[name])
+        if only is None or name == only:
             module = importlib.import_module(module_path)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_path:
-                continue  # command not built yet
-            raise
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run, _parser=cmd)
+            module.add_arguments(cmd)
+            cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
 
 
@@ -111,8 +133,9 @@ def _set_without_value(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
+    # the command is the first word: the top level takes no option but --help and --version
+    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else "")
     if "--" not in words and (message := _set_without_value(words)):
         print(message, file=sys.stderr)
         return 2

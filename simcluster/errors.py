@@ -102,8 +102,12 @@ def read_text(path: str | Path, field: str, what: str = "file") -> str:
             f"{what} '{path}' is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
             f"{exc.start}); give a text file saved as UTF-8",
         ) from None
+    except IsADirectoryError:
+        raise UserError(field, f"{what} '{path}' is a directory; give the {what} file in it") from None
+    except FileNotFoundError:
+        raise UserError(field, f"{what} '{path}' not found; check the path") from None
     except OSError as exc:
-        raise UserError(field, f"cannot read {what} '{path}': {exc.strerror or exc}") from None
+        raise UserError(field, f"cannot read {what} '{path}': {exc.strerror or exc}; give a file you can read") from None
 
 
 def exit_code_of(action: Callable[[], int | None]) -> int:

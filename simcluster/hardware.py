@@ -550,6 +550,9 @@ def profile_from_dict(
             msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
         else:
             hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
+            if not hint and err["type"] != BOOLEAN_NUMBER:  # the value given and the fix
+                shown = "null" if err.get("input") is None else repr(err.get("input"))
+                hint = f" (got {shown}); fix it (hardware/dgx-h100.yaml shows every field)"
             msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
         raise UserError(field, msg) from None
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))

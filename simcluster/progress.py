@@ -1,6 +1,7 @@
 """Progress of long work on stderr, the one place that decides between a terminal's bar and
-piped lines: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s scenarios and one
-simulation's pipeline ops (``engine/progress.py`` counts them into :func:`progress_bar`).
+piped lines: ``sweep``'s layouts, ``validate``'s cases, ``compare``'s scenarios, one
+simulation's pipeline ops (``engine/progress.py`` counts them into :func:`progress_bar`) and
+``calibrate``'s measurements and ``measure-step``'s training steps (rank 0's).
 
 On a terminal: a transient bar. Piped (CI, ``nohup``, ``| tee``): plain lines, since a bar is
 not drawn there and an hour-long sweep that prints nothing looks hung. They start only once
@@ -99,6 +100,7 @@ class PlainLines:
         self.last_line: float | None = None  # when the last line was printed
         self.last_text = ""
         self.last_tenth = 0
+        self.said_done = False  # the last line printed is the closing one
         self.print_lock = threading.Lock()
 
     def _print(self, now: float) -> None:
@@ -107,6 +109,7 @@ class PlainLines:
             self.stream.write(text + "\n")
             self.stream.flush()
         self.last_line, self.last_text = now, text
+        self.said_done = self.tracker.done >= self.tracker.total
 
     def on_advance(self) -> None:
         """After an item: a line when a new tenth is done (once past the quiet start)."""
@@ -124,13 +127,14 @@ class PlainLines:
             now = self.clock()
             elapsed = now - self.start
             since = now - (self.start if self.last_line is None else self.last_line)
-            if elapsed >= QUIET_S and since >= max(HEARTBEAT_S, elapsed / 4):
+            if elapsed >= QUIET_S and since >= max(HEARTBEAT_S, elapsed / 4) and not self.said_done:
                 self._print(now)
 
     def finish(self) -> None:
-        """The closing line, when any line came before (a short run stays silent)."""
+        """The closing line, when any line came before (a short run stays silent) and it was
+        not the last: a Dask cluster's shutdown after the last item had printed 'done' twice."""
         with self.print_lock:
-            if self.last_line is not None:
+            if self.last_line is not None and not self.said_done:
                 self._print(self.clock())
 
 
@@ -211,7 +215,8 @@ def progress_bar(
 ) -> Iterator[Callable[..., None]]:
     """Progress for ``total`` items of expected cost ``total_cost`` in all (default: 1 each),
     ``parallel`` at a time; yields ``advance(description="", cost=1.0, ran=True, count=1)``,
-    called as items finish (``ran`` False: skipped without work). ``show``: None for a bar on a
+    called as items finish (``ran`` False: skipped without work; ``cost=0.0, count=0`` names
+    the item now under way without counting it, for items long enough to watch). ``show``: None for a bar on a
     terminal and plain lines when stderr is piped, True for the bar, False for nothing;
     ``delay_s`` holds the bar back for work that is usually short; ``unit`` names what is
     counted ("pipeline ops")."""

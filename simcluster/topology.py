@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import networkx
+from typing import TYPE_CHECKING
 
 from simcluster.errors import UserError
 from simcluster.hardware import HardwareProfile
+
+if TYPE_CHECKING:  # imported where a cluster is built: loading a scenario stays free of networkx
+    import networkx
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,8 @@ def build_cluster(
             f"a mesh scale-up (node.scale_up: mesh) joins the GPUs of one node; drop "
             f"node.nvlink_domain ({domain}) or set it to gpus_per_node ({gpn})",
         )
+    import networkx
+
     g = networkx.DiGraph(topology=spec.name)
     nvl_bw, nic_bw = profile.nvlink_bytes_per_s, profile.nic_bytes_per_s
     for gpu in range(num_gpus):

@@ -37,6 +37,7 @@ from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
+from simcluster.scenario.loading import drop_nulls
 from simcluster.scenario.misplaced import relocate
 from simcluster.token_counts import expand_seq_len
 
@@ -174,7 +175,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         )
     # canonical keys and cluster.gpus before anything reads them (tokens per GPU needs the count)
     # (a key written one level off too: model.seq_len is the seq_len samples/s are read by)
-    scenario = expand_nodes(relocate(normalise_keys(raw["scenario"])))
+    # (a null is dropped first, as scenario_from_dict reads it: as if unwritten)
+    scenario = expand_nodes(relocate(normalise_keys(drop_nulls(raw["scenario"])[0])))
     overrides = raw.get("set")
     if overrides is not None:
         if not isinstance(overrides, dict) or not overrides:

@@ -102,10 +102,11 @@ def load_user_file(path: str | Path, field: str, what: str) -> Any:
     """Parse a user-given YAML file (a scenario, profile or cases file). Unreadable bytes,
     syntax errors and repeated keys are one-line :class:`UserError` s naming ``field``; a
     syntax error says where (line and column, 1-based, as editors count) and what the parser
-    expected, a repeated key its line and dotted path."""
+    expected, a repeated key its line and dotted path; a file with no document in it (empty,
+    or comments only: every caller needs a mapping or a list) says so."""
     text = read_text(path, field, what)
     try:
-        return safe_load(text)
+        doc = safe_load(text)
     except DuplicateKeyError as exc:
         raise UserError(field, f"{what} {path} line {exc.line}: {exc.describe()}") from None
     except yaml.YAMLError as exc:
@@ -119,6 +120,9 @@ def load_user_file(path: str | Path, field: str, what: str) -> Any:
         raise UserError(
             field, f"{what} {path}{where}: not valid YAML ({problem}); fix the syntax"
         ) from None
+    if doc is None:
+        raise UserError(field, f"{what} {path} is empty (blank lines or comments only); give the file that holds it")
+    return doc
 
 
 def parse_set_value(raw: str, item: str) -> Any:

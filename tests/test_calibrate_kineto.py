@@ -199,6 +199,7 @@ def test_malformed_trace_is_a_one_line_error(tmp_path, capsys):
     assert main(["compare-trace", str(bad), "s.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}:2: invalid JSON" in err
+    assert "give a PyTorch profiler trace" in err  # the fix, not only the parser's complaint
 
 
 def test_simulated_seconds_of_one_rank():

@@ -515,6 +515,15 @@ def _one_line_error(res, *needles):
     assert_one_line_error(res, *needles)
 
 
+def test_a_file_without_result_rows_says_what_to_give(tmp_path, calibrate):
+    """An empty file, or another program's output, has no nccl-tests rows: one line naming the
+    file and the output that has them."""
+    log = tmp_path / "empty.log"
+    log.write_text("# nothing measured\n")
+    res = calibrate("import-nccl-tests", str(log), "--out", str(tmp_path / "p.yaml"))
+    _one_line_error(res, str(log), "no result rows found", "all_reduce_perf", "busbw")
+
+
 def test_an_a100_log_is_imported_into_the_a100_profile(tmp_path, calibrate):
     """'#   Rank  0 Pid 5200 on node-a device 0 [0x07] NVIDIA A100-SXM4-80GB': without --base the
     base is the shipped DGX A100 (8x ConnectX-6 HDR 200 Gb/s), not the DGX H100. Two-node

@@ -41,6 +41,28 @@ def test_scenario_is_a_directory(cli, tmp_path):
     assert_one_line_error(cli("memory", str(tmp_path / "d.yaml")), "scenario", "is a directory")
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "# parallel: {tp: 2}\n"])
+def test_empty_files_say_they_are_empty(cli, tmp_path, text):
+    """A scenario, profile or cases file with no YAML in it (a truncated copy, a file saved
+    before its content) is named empty, not 'must be a mapping' or 'needs a cases: list'."""
+    path = write(tmp_path, text, "e.yaml")
+    assert_one_line_error(cli("memory", path), "scenario", "e.yaml is empty")
+    assert_one_line_error(cli("memory", "llama3-8b-8xh100", "--hardware", path), "--hardware", "is empty")
+    assert_one_line_error(cli("validate", path), "CASES", "is empty")
+
+
+def test_calibrate_inputs_that_are_folders_or_missing(calibrate, tmp_path):
+    """The trace and log readers (errors.read_text) say what the path is and what to give,
+    not only the OS's 'Is a directory' / 'No such file or directory'."""
+    out = str(tmp_path / "p.yaml")
+    assert_one_line_error(calibrate("compare-trace", str(tmp_path), "llama3-8b-8xh100"), "KINETO_TRACE",
+                          f"trace '{tmp_path}' is a directory; give the trace file in it")  # fmt: skip
+    assert_one_line_error(calibrate("import-nccl-tests", str(tmp_path), "--out", out), "LOG",
+                          "is a directory; give the log file in it")  # fmt: skip
+    missing = str(tmp_path / "nope.log")
+    assert_one_line_error(calibrate("import-nccl-tests", missing, "--out", out), "LOG", f"log '{missing}' not found")
+
+
 def test_hardware_profile_not_utf8(cli, tmp_path):
     path = not_utf8(tmp_path)
     assert_one_line_error(

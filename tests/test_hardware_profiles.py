@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -276,3 +277,17 @@ def test_a_calibrated_gemm_table_is_used_as_timed():
     # the datasheet curve at the same size: XLA's 4096^3 burst point (0.79) at the sustained share
     burst = KernelModel(h100, "bf16").gemm_efficiency(2.0 * m * n * k)
     assert burst == pytest.approx(0.79 * h100.efficiency.sustained, rel=1e-3)
+
+
+@pytest.mark.parametrize(("line", "written", "shown"), [("  nvls: true", "  nvls: null", "null"), ("  nic_gbps: 400", "  nic_gbps:", "null"),
+                                                       ("  nic_gbps: 400", "  nic_gbps: fast", "'fast'")])  # fmt: skip
+def test_a_wrong_value_in_a_profile_file_is_shown_with_the_fix(tmp_path, line, written, shown):
+    """A null or a wrong type in a profile (every field of which is required) is one line with
+    the value as written and where every field's form is shown, not pydantic's message alone."""
+    text = (Path(__file__).parents[1] / "hardware" / "dgx-h100.yaml").read_text()
+    assert line + "\n" in text
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace(line + "\n", written + "\n", 1))
+    with pytest.raises(UserError) as got:
+        load_profile(path, field="--hardware")
+    assert f"(got {shown}); fix it (hardware/dgx-h100.yaml shows every field)" in got.value.message

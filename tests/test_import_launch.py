@@ -635,3 +635,37 @@ def test_deepspeed_fp16_wire_under_bf16_is_refused(tmp_path):
     opts = ImportOptions(cluster="dgx-h100", nodes=1, model="llama3-8b", seq_len=2048)
     with pytest.raises(UserError, match="communication_data_type: fp16 on the wire under bf16"):
         import_config("deepspeed", path, opts)
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "reader"),
+    [
+        ("torchtitan", LAUNCH / "ds_zero3.json", "deepspeed"),
+        ("megatron", LAUNCH / "ds_zero3.json", "deepspeed"),
+        ("deepspeed", LAUNCH / "torchtitan" / "llama3_8b.toml", "torchtitan"),
+        ("torchtitan", SC21, "megatron"),
+    ],
+)
+def test_a_file_given_to_another_kind_names_the_kind_that_reads_it(kind, file, reader, capsys):
+    """A DeepSpeed JSON given to `import torchtitan` fails to parse as TOML; the one line says
+    so and which kind reads a file of its suffix."""
+    argv = ["import", kind, str(file), "--cluster", "dgx-h100", "--nodes", "1"]
+    assert main(argv + (["--model", "llama3-8b", "--seq-len", "4096"] if kind == "deepspeed" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: FILE: ") and "\n" not in err
+    assert err.endswith(f"; a {file.suffix} file is read by: simcluster import {reader}")
+
+
+def test_a_bad_out_path_is_the_one_line_printed(tmp_path, capsys):
+    """--out is checked before the import, whose 'not imported' notes would otherwise come
+    first; a folder for --out is named as one, with a file name to give instead."""
+    argv = ["import", "deepspeed", str(LAUNCH / "ds_zero3.json"), "--model", "llama3-8b", "--seq-len", "4096",
+            "--cluster", "dgx-h100", "--nodes", "4", "--out"]  # fmt: skip
+    assert main(argv + [str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --out: '{tmp_path}' is a directory; name a file")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(argv + [str(blocker / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --out: cannot make folder")

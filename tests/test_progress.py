@@ -43,8 +43,9 @@ def test_estimating_until_one_item_per_worker_has_run():
     assert "estimating" in Tracker(5, 5.0).line("sweep", 1.0)
 
 
-def _run(total: int, seconds_each: float, ticks: bool = True) -> list[str]:
-    """A serial run of ``total`` items taking ``seconds_each``, the clock ticking every second."""
+def _run(total: int, seconds_each: float, ticks: bool = True, after_s: int = 0) -> list[str]:
+    """A serial run of ``total`` items taking ``seconds_each``, the clock ticking every second,
+    and ``after_s`` seconds more before the work's context ends (a Dask cluster shutting down)."""
     now = [0.0]
     out = io.StringIO()
     tracker = Tracker(total, float(total))
@@ -56,6 +57,9 @@ def _run(total: int, seconds_each: float, ticks: bool = True) -> list[str]:
                 lines.on_tick()
         tracker.advance(1.0, ran=True)
         lines.on_advance()
+    for _ in range(after_s):
+        now[0] += 1.0
+        lines.on_tick()
     lines.finish()
     return out.getvalue().splitlines()
 
@@ -71,6 +75,13 @@ def test_lines_at_each_tenth_then_the_end():
     assert got[1] == "sweep: 6/20, 0:12 elapsed, about 0:28 left"
     assert got[-1] == "sweep: 20/20 done in 0:40"
     assert len(got) == 9  # 25% (the first past 10 s), 30%, 40%, ... 100%, the last also the end
+
+
+def test_the_closing_line_comes_once_whatever_follows_the_last_item():
+    """`sweep --dask local` printed 'done in 0:11' and then 'done in 0:13': the last item's
+    line closes the run, and the cluster's shutdown after it adds no line, nor do heartbeats."""
+    got = _run(20, 2.0, after_s=120)
+    assert got[-1] == "sweep: 20/20 done in 0:40" and sum(" done in " in ln for ln in got) == 1
 
 
 def test_a_slow_item_still_shows_the_command_alive_with_bounded_lines():
@@ -161,3 +172,48 @@ def test_the_bar_waits_for_its_delay(monkeypatch):
     with progress_bar("simulating", 10, delay_s=0.0, unit="pipeline ops") as advance:
         advance(count=5, cost=5.0)
     assert "simulating" in err.getvalue()
+
+
+def test_naming_the_item_under_way_does_not_count_it(monkeypatch):
+    """``advance(label, cost=0.0, count=0)`` shows what runs now (calibrate's measurement, a
+    measure-step step) without counting it or moving the time left."""
+    import sys
+
+    from simcluster.progress import progress_bar
+
+    err = _FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("COLUMNS", "150")
+    with progress_bar("calibrate", 4, unit="measurements") as advance:
+        advance("gemm 4096^3 bf16", cost=0.0, count=0)
+    frames = [f for f in err.getvalue().split("\r") if "gemm 4096^3 bf16" in f]  # drawn as it stops
+    assert frames and all("0/4" in f for f in frames)
+    tracker = Tracker(4, 4.0)
+    tracker.advance(0.0, True, 0)
+    assert (tracker.done, tracker.ran, tracker.left_cost, tracker.ran_cost) == (0, 0, 4.0, 0.0)
+
+
+def test_calibrate_reports_progress_through_the_one_progress_module(monkeypatch, tmp_path, capsys):
+    """calibrate's measuring run counts its measurements into simcluster/progress.py, so piped
+    (torchrun's logs, a batch job) it prints the same plain lines as a sweep, not a Rich bar's
+    last frame; a failed measurement stops the lines and is reported once."""
+    pytest.importorskip("torch")
+    import simcluster.progress as progress
+    from calibrate import runner
+
+    ran: list[str] = []
+
+    def steps(cfg, ctx):
+        def fails(m):
+            raise RuntimeError("device lost")
+
+        return [runner.Step(label, ran.append) for label in ("gemm a", "gemm b")] + [runner.Step("gemm c", fails)]
+
+    monkeypatch.setattr(runner, "plan_steps", steps)
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    cfg = runner.RunConfig("cpu", True, tmp_path / "p.yaml", None, 60.0, ())
+    assert runner.run(cfg) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(",")[0] for ln in lines[:2]] == ["calibrate (measurements): 1/3", "calibrate (measurements): 2/3"]
+    assert lines[2].startswith("error: rank 0: during 'gemm c': RuntimeError: device lost") and len(lines) == 3
+    assert len(ran) == 2

@@ -6,8 +6,10 @@ one-line error naming it. Before, a field typed ``int | None`` took the null and
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from simcluster.errors import UserError
@@ -96,3 +98,109 @@ def test_gemm_and_collective_null_profile_fields_are_the_profiles_own(cli):
     nulled = cli("gemm", "4096,4096,4096", "--json", "--set", "cluster.profile.efficiency.sustained=null")
     assert nulled.code == 0, nulled.err
     assert nulled.out == base.out
+
+
+# --- null written in the scenario file: the same rule as --set KEY=null -------------------------
+def _with_null(data: dict, key: str) -> dict:
+    """The raw scenario with ``key`` written as null (``tp: null``, or YAML's bare ``tp:``)."""
+    out = copy.deepcopy(data)
+    *parents, leaf = key.split(".")
+    node = out
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = None
+    return out
+
+
+@pytest.mark.parametrize("key", _settable_keys())
+def test_null_in_the_file_is_the_key_unwritten_or_a_one_line_error(key):
+    """What --set KEY=null means (above), a null the scenario itself writes means too: before,
+    ``tp: null`` in a file was 'input should be a valid integer (got None)'."""
+    data, _ = read_scenario_file(BASE)
+    try:
+        expected = scenario_from_dict(_without(data, key))
+    except UserError as exc:
+        with pytest.raises(UserError) as got:
+            scenario_from_dict(_with_null(data, key))
+        assert got.value.field == exc.field == key, (got.value, exc)
+        assert "has no default" in got.value.message and "give it a value in the scenario" in got.value.message
+        return
+    got = scenario_from_dict(_with_null(data, key))
+    assert got == expected and got.written == expected.written
+
+
+def test_null_in_the_file_leaves_a_framework_default_to_the_framework():
+    data, _ = read_scenario_file(BASE)
+    data = {**data, "framework": "megatron-core", "overlap": {"tp_comm": None}}
+    assert scenario_from_dict(data).overlap == scenario_from_dict(_without(data, "overlap.tp_comm")).overlap
+
+
+def test_null_in_the_file_under_another_name_or_one_level_off():
+    """A null under a launch-flag name or written one level off is unset where it belongs,
+    and, being unwritten, does not clash with the same key written with a value (before, the
+    pair was 'given twice; keep one')."""
+    data, _ = read_scenario_file(BASE)
+    aliased = {**data, "parallel": {**data["parallel"], "tensor-model-parallel-size": None}}
+    aliased["parallel"].pop("tp")
+    assert scenario_from_dict(aliased).parallel.tp == 1
+    top = {**_without(data, "parallel.zero"), "zero": None}
+    assert scenario_from_dict(top) == scenario_from_dict(_without(data, "parallel.zero"))
+    written = scenario_from_dict(data)
+    for twin in (
+        {**data, "parallel": {**data["parallel"], "tensor-model-parallel-size": None}},
+        {**data, "zero": None},
+        {**data, "model": {**data["model"], "seq_len": None}},
+    ):
+        assert scenario_from_dict(twin) == written
+    without_seq_len = {**_without(data, "training.seq_len"), "model": {**data["model"], "seq_len": None}}
+    with pytest.raises(UserError) as got:
+        scenario_from_dict(without_seq_len)
+    assert got.value.field == "training.seq_len" and "has no default" in got.value.message
+
+
+def test_null_in_a_profile_patch_is_the_profiles_own_value():
+    """cluster.profile.efficiency: {nic: null} is the shipped profile (the emptied patch
+    mappings are dropped with it, not left to replace the profile's efficiency table)."""
+    from simcluster.context import build_context
+
+    data, _ = read_scenario_file(BASE)
+    patched = {**data, "cluster": {**data["cluster"], "profile": {"efficiency": {"nic": None}}}}
+    assert build_context(scenario_from_dict(patched)).profile == build_context(scenario_from_dict(data)).profile
+
+
+def test_then_set_gives_the_nulled_key_a_value():
+    data, _ = read_scenario_file(BASE)
+    nulled = _with_null(data, "training.seq_len")
+    assert scenario_from_dict(nulled, [("training.seq_len", 4096)]).training.seq_len == 4096
+
+
+def test_cli_file_with_bare_keys(cli, tmp_path):
+    """YAML's bare ``tp:`` and an emptied section (every key commented out) run on the
+    defaults; a bare key with no default is one line naming it, exit status 2."""
+    from tests.test_scenario_errors import write
+
+    text = (
+        "model: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 8}\ntp: 2\n"
+        "parallel:\n  # tp: 4\noverlap:\n  tp_comm:\ntraining:\n  seq_len: 4096\n  global_batch: 8\n"
+        "  micro_batch:\n"
+    )
+    res = cli("memory", write(tmp_path, text), "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["layout"] == "dp4 tp2 pp1 1f1b"  # micro_batch and the overlap: defaults
+    missing = write(tmp_path, text.replace("seq_len: 4096", "seq_len:"), "m.yaml")
+    assert_one_line_error(cli("memory", missing), "training.seq_len", "has no default", "in the scenario")
+
+
+def test_null_in_a_validate_case_scenario_is_unwritten_too(tmp_path):
+    """validate reads a case's inline scenario before scenario_from_dict does (the sequence
+    length of a samples/s figure): a null beside its twin is unwritten there as well."""
+    from simcluster.validate import load_cases
+
+    scenario = {"model": "llama3-8b", "cluster": {"gpus": 8}, "training": {"seq_len": 4096, "global_batch": 8}}
+    nulled = copy.deepcopy(scenario) | {"parallel": {"tp": 2, "tensor-model-parallel-size": None}}
+    plain = copy.deepcopy(scenario) | {"parallel": {"tp": 2}}
+    cases = [{"name": n, "scenario": s, "measured": {"tokens_per_s": 1000}} for n, s in (("a", nulled), ("b", plain))]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"cases": cases}))
+    a, b = load_cases([path])
+    assert a.problem == "" and scenario_from_dict(dict(a.scenario)) == scenario_from_dict(dict(b.scenario))

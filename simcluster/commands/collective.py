@@ -19,7 +19,6 @@ from simcluster.topology import build_cluster
 from simcluster.units import parse_size
 
 NAME = "collective"
-HELP = "time one collective alone on the cluster (nccl-tests style time, algbw, busbw)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

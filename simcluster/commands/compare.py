@@ -43,7 +43,6 @@ from simcluster.units import format_bytes, format_time
 if TYPE_CHECKING:  # matplotlib is imported only when --out draws
     from matplotlib.figure import Figure
 
-HELP = "simulate two or more scenarios (or variants: NAME@key=value) and put them side by side"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,6 @@ from simcluster.hardware import load_profile
 from simcluster.units import parse_gemm_shape
 
 NAME = "gemm"
-HELP = "time GEMMs of given shapes on a hardware profile (rate, size curve, shape factor)"
 
 
 # A shape with a minus sign ('-4096,4096,1024', '-4096x4096x1024') is a shape to be refused,

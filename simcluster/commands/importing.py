@@ -14,10 +14,6 @@ from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
 NAME = "import"
-HELP = (
-    "write a scenario from a launch config: a Megatron-LM launch script or args file, a "
-    "torchtitan TOML, a DeepSpeed JSON (with --model); the cluster from --cluster and --nodes"
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +99,10 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcluster.output.atomic import atomic_write_text, check_file_writable
+
+    if args.out != "-":  # before the import's notes, so that a bad path is the one line printed
+        check_file_writable(args.out, "--out", "scenario.yaml")
     result = imported_scenario(args)
     print_notes(
         [f"note: {n}" for n in result.notes]
@@ -112,8 +112,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
         return 0
-    from simcluster.output.atomic import atomic_write_text
-
     atomic_write_text(args.out, text, "--out")
     print(
         f"wrote {args.out} ({len(result.skipped)} setting(s) not imported, listed in it)",

@@ -14,10 +14,6 @@ from simcluster.model import preset_names
 from simcluster.scenario import shipped_scenarios
 
 NAME = "list"
-HELP = (
-    "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks, "
-    "elementwise styles, context-parallel algorithms, userbuffers presets and precisions"
-)
 
 #: training.precision -> what its GEMMs run as (the profile's peak_tflops key is PEAK_KEYS')
 PRECISIONS = {

@@ -21,7 +21,6 @@ from simcluster.names import run_heading
 from simcluster.units import format_bytes
 
 NAME = "memory"
-HELP = "per-GPU memory of a scenario: params, grads, optimizer state, activations"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

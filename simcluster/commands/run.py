@@ -41,7 +41,6 @@ EP_HINT = 0.05
 RECOMPUTE_HINT = 0.05
 
 NAME = "run"
-HELP = "simulate one training step of a scenario (step time, tokens/s, MFU, bubble, exposed comm, memory)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

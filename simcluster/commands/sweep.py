@@ -43,10 +43,6 @@ from simcluster.sweep import (
 from simcluster.units import format_bytes, format_time
 
 NAME = "sweep"
-HELP = (
-    "simulate every combination of layout axes (tp, pp, vpp, zero, micro-batch, ...; also GPU "
-    "count and hardware) and rank them"
-)
 
 _AXIS_HELP = {
     "gpus": "GPU counts (cluster sizes), e.g. 64,128,256; dp follows, the global batch stays",

@@ -29,7 +29,6 @@ from simcluster.validate_report import (
 )
 
 NAME = "validate"
-HELP = "simulate published measurements (shipped or given cases) and report the error per case and overall"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

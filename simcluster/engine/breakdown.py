@@ -15,8 +15,12 @@ For one GPU of each stage the step's wall time [0, step] is split without double
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only: the CLI's parser and error paths stay free of pandas
+    import pandas as pd
 
 from simcluster.engine.metrics import EXPOSED_GROUPS, uncovered
 from simcluster.parallelism.segments import CATEGORIES

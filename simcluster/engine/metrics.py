@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only: the CLI's parser and error paths stay free of pandas
+    import pandas as pd
 
 PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
 # embd: the tied-embedding gradient all-reduce between the first and last pipeline stage;

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simcluster.output.events import EVENT_COLUMNS, FLOW_COLUMN
 from simcluster.parallelism.segments import Work
+
+if TYPE_CHECKING:  # imported where the frames are built: the CLI's parser stays free of pandas
+    import pandas as pd
 
 COLUMNS = [*EVENT_COLUMNS, FLOW_COLUMN]
 
@@ -117,12 +119,16 @@ class Recorder:
         )
 
     def events(self) -> pd.DataFrame:
+        import pandas as pd
+
         df = pd.DataFrame(self.rows, columns=COLUMNS)
         return df.sort_values(["rank", "stream", "start_s", "end_s"], kind="stable").reset_index(
             drop=True
         )
 
     def memory_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         cols = ["stage", "time_s", "params", "grads", "optimizer", "activations", "other", "total", "loss"]
         return (
             pd.DataFrame(self.memory_rows, columns=cols)

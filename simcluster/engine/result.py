@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only: the CLI's parser and error paths stay free of pandas
+    import pandas as pd
 
 
 @dataclass

@@ -22,6 +22,11 @@ IMPORTERS: dict[str, str] = {
     "deepspeed": "simcluster.importers.deepspeed",
 }
 
+#: file suffix -> the kind that reads such files, for a file given to another kind
+KIND_OF_SUFFIX: dict[str, str] = {
+    ".json": "deepspeed", ".toml": "torchtitan", ".sh": "megatron", ".slurm": "megatron", ".bash": "megatron",
+}  # fmt: skip
+
 __all__ = ["IMPORTERS", "ImportOptions", "Imported", "import_config"]
 
 
@@ -36,7 +41,14 @@ def import_config(kind: str, path: str | Path, options: ImportOptions) -> Import
     if not file.is_file():
         raise UserError("FILE", f"'{path}' is not a file")
     module = importlib.import_module(IMPORTERS[kind])
-    result: Imported = module.import_file(file, options)
+    try:
+        result: Imported = module.import_file(file, options)
+    except UserError as exc:
+        other = KIND_OF_SUFFIX.get(file.suffix.lower())
+        if exc.field != "FILE" or other in (None, kind):
+            raise
+        # a DeepSpeed JSON given to `import torchtitan`: the parse error, and which kind reads it
+        raise UserError("FILE", f"{exc.message}; a {file.suffix} file is read by: simcluster import {other}") from None
     # the file's name, and the case a script's --var picks, name the scenario
     picked = "-".join(options.variables.values())
     result.scenario = {"name": f"{file.stem}-{picked}" if picked else file.stem, **result.scenario}

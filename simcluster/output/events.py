@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import io
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import atomic_write_bytes
+
+if TYPE_CHECKING:  # imported where frames are read: the recorder's column names stay free of pandas
+    import pandas as pd
 
 EVENT_COLUMNS: tuple[str, ...] = (
     "rank",
@@ -98,6 +101,8 @@ def validate_events(events: pd.DataFrame) -> pd.DataFrame:
     Raises :class:`UserError` naming the column for missing columns, unknown kinds, groups or
     streams, non-finite or reversed times, and overlapping events on one (rank, stream).
     """
+    import pandas as pd
+
     if not isinstance(events, pd.DataFrame):
         raise UserError("events", f"expected a pandas DataFrame, got {type(events).__name__}")
     missing = [c for c in EVENT_COLUMNS if c not in events.columns]
@@ -150,6 +155,8 @@ def write_events_csv(events: pd.DataFrame, path: str | os.PathLike[str]) -> None
 
 def read_events_csv(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read an ``events.csv`` back with the schema's dtypes (empty group stays "")."""
+    import pandas as pd
+
     dtypes = {c: str for c in _STR_COLUMNS}
     frame = pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values={})
     return validate_events(frame)

@@ -81,7 +81,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
 
     A null value (``--set parallel.etp=null``) removes the key, whatever its section: the
     scenario then runs as if it had not written it, on the field's default or its framework's
-    (a key with no default is then reported as required by :func:`scenario_from_dict`)."""
+    (a key with no default is then reported as required by :func:`scenario_from_dict`), as a
+    null the scenario writes itself means (:func:`drop_nulls`)."""
     return _apply_overrides(data, overrides)[0]
 
 
@@ -93,10 +94,7 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
     while pending:
         key, value = pending.pop(0)
         out = _expand_model_shorthand(out)  # an earlier `--set model=NAME`, then model.layers=4
-        parts = canonical_path(key).split(".")
-        if len(parts) <= 2:  # a key written one level off ('training.tp', 'tp') set where it belongs
-            home = home_of(parts[-1], parts[0] if len(parts) == 2 else None)
-            parts = list(home) if home is not None else parts
+        parts = _schema_path(key)
         if isinstance(value, dict) and value and isinstance(_get_path(out, parts), dict):
             # a mapping over a section merges into it key by key ('parallel={tp: 2}' keeps the
             # scenario's zero); each key is then an override of its own, twins included
@@ -123,6 +121,39 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
         for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
     return out, unset
+
+
+def _schema_path(key: str) -> list[str]:
+    """A dotted key as the schema names it: its canonical spelling, and a key written one level
+    off ('training.tp', 'tp') where it belongs."""
+    parts = canonical_path(key).split(".")
+    if len(parts) <= 2:
+        home = home_of(parts[-1], parts[0] if len(parts) == 2 else None)
+        parts = list(home) if home is not None else parts
+    return parts
+
+
+def drop_nulls(data: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """A raw scenario mapping without the keys it writes as null (``tp: null``, a bare ``tp:``,
+    a section whose keys are all commented out), in any mapping but not inside lists, and
+    those keys as the schema names them. Null means "as if unwritten" here as in
+    ``--set KEY=null``: dropped before the keys' other names are read, a null does not clash
+    with its twin written with a value; a mapping below a section left empty goes too (an
+    empty ``cluster.profile.efficiency`` would patch the profile's whole table away)."""
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            value, below = drop_nulls(value, f"{path}.")
+            dropped += below
+            if not value and prefix:  # a section stays, as an empty one (as --set leaves it)
+                continue
+        if value is None:
+            dropped.append(".".join(_schema_path(path)))
+            continue
+        out[key] = value
+    return out, dropped
 
 
 def _prune_empty(data: dict[str, Any], parents: list[str]) -> None:
@@ -203,7 +234,9 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
         return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
     if kind == "missing":
         if field in (unset or ()):
-            return UserError(field, f"has no default, so null cannot unset it; give it a value: --set {field}=VALUE")
+            return UserError(
+                field, f"has no default, so null cannot unset it; give it a value in the scenario or --set {field}=VALUE"
+            )
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -251,6 +284,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
         raise UserError(
             "scenario", "must be a YAML mapping with model, cluster, parallel, training"
         )
+    data, nulled = drop_nulls(data)
     data, unset = _apply_overrides(relocate(normalise_keys(_expand_model_shorthand(data))), overrides or [])
     data = _expand_model_shorthand(data)  # a last `--set model=qwen3-8b` replaces the section by a name
     data = expand_global_batch(expand_seq_len(expand_nodes(expand_stated_params(expand_fsdp(data)))))
@@ -262,7 +296,7 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise _format_error(exc, unset) from None
+        raise _format_error(exc, [*nulled, *unset]) from None
     return scenario.with_written(written)
 
 
