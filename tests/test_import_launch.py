@@ -635,3 +635,27 @@ def test_deepspeed_fp16_wire_under_bf16_is_refused(tmp_path):
     opts = ImportOptions(cluster="dgx-h100", nodes=1, model="llama3-8b", seq_len=2048)
     with pytest.raises(UserError, match="communication_data_type: fp16 on the wire under bf16"):
         import_config("deepspeed", path, opts)
+
+
+@pytest.mark.parametrize(
+    "extra, style",
+    [
+        # [training] compile: the loss compiled too since pytorch/torchtitan#1033 (not between
+        # #755 and it, which a TOML does not say: the import notes it)
+        ("compile = true\n", "fused"),
+        ("[compile]\nenable = true\n", "fused"),  # components default ["model", "loss"]
+        ('[compile]\nenable = true\ncomponents = ["model"]\n', "compiled-blocks"),
+        ('[compile]\nenable = true\ncomponents = ["loss"]\n', None),  # the blocks stay eager
+        ("[compile]\nenable = false\n", None),
+    ],
+)
+def test_torchtitan_compile_switches_name_what_they_compile(tmp_path, extra, style):
+    # torchtitan job_config.Compile (components "model" and "loss", both by default) and
+    # BaseLoss._maybe_compile ("loss" in components); a blocks-only compile (apply_compile) is
+    # compiled-blocks, its loss eager
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n' + extra
+    )
+    s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
+    assert s["training"].get("elementwise") == style
