@@ -435,7 +435,13 @@ def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
 
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     _fsdp2_stages_only(raw, "torchtitan")
-    return _torchtitan_defaults(raw)
+    defaults = _torchtitan_defaults(raw)
+    overlap_raw = raw.get("overlap")
+    if isinstance(overlap_raw, Mapping) and overlap_raw.get("tp_comm"):
+        # its enable_async_tensor_parallel is PyTorch's micro-pipelined TP, not TransformerEngine's
+        # userbuffers (userbuffers.PYTORCH_ASYNC_TP)
+        defaults["overlap"]["tp_comm_cfg"] = "pytorch-async-tp"
+    return defaults
 
 
 def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
