@@ -119,8 +119,8 @@ def test_the_last_copy_in_reads_the_fp32_accumulator():
     parameter's gradient into the reduce-scatter buffer in the reduce dtype; after deferred
     sync that gradient is ``unsharded_accumulated_grad`` (fp32, _fsdp_param.py), so the copy-in
     reads 4 B and writes 4 B a parameter where a bf16 ``.grad`` is read at 2 B: 8 / 6 of the time."""
-    from simcluster.engine.simulate import _fsdp2_copies
     from simcluster.engine.plan import kernel_model
+    from simcluster.engine.simulate import _fsdp2_copies
 
     every = build_context(scenario_from_dict(_scenario()))
     deferred = build_context(scenario_from_dict(_scenario(gradient_sync="last_microbatch")))
