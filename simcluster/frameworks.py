@@ -441,6 +441,10 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
         # its enable_async_tensor_parallel is PyTorch's micro-pipelined TP, not TransformerEngine's
         # userbuffers (userbuffers.PYTORCH_ASYNC_TP)
         defaults["overlap"]["tp_comm_cfg"] = "pytorch-async-tp"
+    if _parallel(raw, "cp", 1) > 1:
+        # job_config's context_parallel_rotate_method defaults to "allgather": PyTorch's
+        # context_parallel all-gathers every K/V shard after the first sub-SDPA
+        defaults.setdefault("parallel", {})["cp_comm"] = "all_gather"
     return defaults
 
 

@@ -659,3 +659,23 @@ def test_torchtitan_compile_switches_name_what_they_compile(tmp_path, extra, sty
     )
     s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
     assert s["training"].get("elementwise") == style
+
+
+@pytest.mark.parametrize("rotate, cp_comm", [(None, None), ("allgather", "all_gather"), ("alltoall", "p2p")])
+def test_torchtitan_context_parallel_rotate_method(tmp_path, rotate, cp_comm):
+    # torchtitan job_config: context_parallel_rotate_method "allgather" (the default: every K/V
+    # shard gathered after the first sub-SDPA) or "alltoall" (passed on step by step, a ring);
+    # unset, framework torchtitan's own default (all_gather) applies
+    toml = tmp_path / "cp.toml"
+    extra = "" if rotate is None else f'context_parallel_rotate_method = "{rotate}"\n'
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 65536\n'
+        "[parallelism]\ncontext_parallel_degree = 2\n" + extra
+    )
+    s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
+    assert s["parallel"].get("cp_comm") == cp_comm
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml.read_text() + ('context_parallel_rotate_method = "ring"\n' if rotate is None else ""))
+    if rotate is None:
+        with pytest.raises(UserError, match="context_parallel_rotate_method: 'ring' cannot be imported"):
+            import_config("torchtitan", bad, ImportOptions(cluster="dgx-h100", nodes=1))

@@ -46,6 +46,10 @@ SCHEDULES = {
     "InterleavedZeroBubble": "interleaved-zb", "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev",
 }  # fmt: skip
 _SINGLE_STAGE = {"1F1B", "GPipe"}
+#: context_parallel_rotate_method -> parallel.cp_comm: "allgather" gathers every K/V shard at
+#: once (the framework preset's default, as torchtitan's), "alltoall" passes them on step by
+#: step, a ring
+_ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
 _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
 _FLOAT8_RECIPES = {"tensorwise": "current"}
@@ -65,6 +69,7 @@ _READ = {
         "data_parallel_shard_degree", "data_parallel_replicate_degree", "tensor_parallel_degree",
         "pipeline_parallel_degree", "pipeline_parallel_schedule", "context_parallel_degree",
         "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
+        "context_parallel_rotate_method",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
         "mixed_precision_param", "data_parallel_degree",
     },
@@ -162,6 +167,14 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         parallel["zero_shard"] = shard
     if tp > 1:
         parallel["sequence_parallel"] = True  # its TP plan: SequenceParallel on the norms
+    rotate = _get(doc, "context_parallel_rotate_method", *par)
+    if cp > 1 and rotate is not None:
+        if rotate not in _ROTATE:
+            raise UserError(
+                "parallelism.context_parallel_rotate_method",
+                f"'{rotate}' cannot be imported; known: {', '.join(_ROTATE)}",
+            )
+        parallel["cp_comm"] = _ROTATE[rotate]
     training: dict[str, Any] = {}
     overlap: dict[str, Any] = {}
     if _get(doc, "enable_async_tensor_parallel", *par):
