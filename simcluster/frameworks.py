@@ -767,7 +767,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does; "
             "interleaved 1F1B in PyTorch's rounds (m microbatches in max(1, m // pp) rounds, "
             "parallel.microbatch_group = m / rounds when pp does not divide m); under hybrid "
-            "sharding the replicas all-reduce only the last microbatch's gradient shard",
+            "sharding the replicas all-reduce only the last microbatch's gradient shard; "
+            "overlap.tp_comm as PyTorch's async TP (tp_comm_cfg pytorch-async-tp) and cp > 1 with "
+            "K and V all-gathered (cp_comm all_gather)",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
@@ -777,7 +779,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "when dp_replicate > 1 (pytorch/torchtitan#4505); PyTorch SDPA's flash backend (FlashAttention-2 "
             "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
-            "9.15 gate",
+            "9.15 gate; job_config context_parallel_rotate_method 'allgather' by default; "
+            "torch/_inductor/fx_passes/micro_pipeline_tp.py for enable_async_tensor_parallel",
             _torchtitan,
             attention_kernel="fa2",
             moe_tp_gather=True,
