@@ -10,7 +10,9 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   ``data_parallel_replicate_degree`` > 1 HSDP (``parallel.zero_shard``); shard degree 1 with
   replicas is DDP (ZeRO-0). Its TP plan shards the norms' sequence (sequence parallelism), and
   ``enable_async_tensor_parallel`` overlaps its collectives (``overlap.tp_comm``, as
-  scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it);
+  scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it; the framework preset makes it
+  PyTorch's async TP); ``context_parallel_rotate_method`` is ``parallel.cp_comm`` (allgather
+  ``all_gather``, the default; alltoall the ring ``p2p``);
 - a multi-stage ``pipeline_parallel_schedule`` runs two stages per rank unless
   ``pipeline_parallel_layers_per_stage`` says otherwise (``pipeline_module_split``);
   ``pipeline_parallel_microbatch_size`` (default 1) is the micro-batch under a pipeline, older
