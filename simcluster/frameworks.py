@@ -435,7 +435,17 @@ def _fsdp2_stages_only(raw: Mapping[str, Any], name: str) -> None:
 
 def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
     _fsdp2_stages_only(raw, "torchtitan")
-    return _torchtitan_defaults(raw)
+    defaults = _torchtitan_defaults(raw)
+    overlap_raw = raw.get("overlap")
+    if isinstance(overlap_raw, Mapping) and overlap_raw.get("tp_comm"):
+        # its enable_async_tensor_parallel is PyTorch's micro-pipelined TP, not TransformerEngine's
+        # userbuffers (userbuffers.PYTORCH_ASYNC_TP)
+        defaults["overlap"]["tp_comm_cfg"] = "pytorch-async-tp"
+    if _parallel(raw, "cp", 1) > 1:
+        # job_config's context_parallel_rotate_method defaults to "allgather": PyTorch's
+        # context_parallel all-gathers every K/V shard after the first sub-SDPA
+        defaults.setdefault("parallel", {})["cp_comm"] = "all_gather"
+    return defaults
 
 
 def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
@@ -752,13 +762,16 @@ FRAMEWORKS: dict[str, Framework] = {
             "eager mode: gathers copied out per parameter, "
             "gradients copy-cast into the reduce-scatter buffer on the compute stream once the "
             "previous reduce-scatter is done (one in flight), unfused norms and rotary (set "
-            "training.elementwise fused when torch.compile is on); with pp > 1 FSDP2 under "
+            "training.elementwise fused with torch.compile, compiled-blocks when only the blocks "
+            "are compiled); with pp > 1 FSDP2 under "
             "torch.distributed.pipelining (parameters gathered once per step, gradients "
             "reduce-scattered after each stage's last backward) and, unless training.micro_batch "
             "is set, each data-parallel rank's batch split into pp microbatches as torchtitan does; "
             "interleaved 1F1B in PyTorch's rounds (m microbatches in max(1, m // pp) rounds, "
             "parallel.microbatch_group = m / rounds when pp does not divide m); under hybrid "
-            "sharding the replicas all-reduce only the last microbatch's gradient shard",
+            "sharding the replicas all-reduce only the last microbatch's gradient shard; "
+            "overlap.tp_comm as PyTorch's async TP (tp_comm_cfg pytorch-async-tp) and cp > 1 with "
+            "K and V all-gathered (cp_comm all_gather)",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
@@ -768,7 +781,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "when dp_replicate > 1 (pytorch/torchtitan#4505); PyTorch SDPA's flash backend (FlashAttention-2 "
             "kernels) is its default on Hopper: pytorch/pytorch#138522 made the cuDNN backend opt-in "
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
-            "9.15 gate",
+            "9.15 gate; job_config context_parallel_rotate_method 'allgather' by default; "
+            "torch/_inductor/fx_passes/micro_pipeline_tp.py for enable_async_tensor_parallel",
             _torchtitan,
             attention_kernel="fa2",
             moe_tp_gather=True,

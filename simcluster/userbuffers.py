@@ -14,6 +14,17 @@ TransformerEngine's comm+GEMM overlaps (``te.initialize_ub``), one per linear an
   qkv_wgrad, fc1_wgrad: the reduce-scatter of the input gradient): one whole collective of
   ``num_sm`` CTAs beside one whole GEMM.
 
+PyTorch's async TP (``torch.compile``'s micro-pipelining pass, torchtitan's
+``enable_async_tensor_parallel``) is the preset ``pytorch-async-tp``: its fused ops pull or push
+the slices with the copy engine (``torch/distributed/_symmetric_memory``:
+``_pipelined_all_gather_and_consume``, ``_pipelined_produce_and_all2all``), so every fused gather
+and reduce-scatter is a ring exchange in ``tp`` slices; but ``fuse_matmul_reduce_scatter``
+(``torch/_inductor/fx_passes/micro_pipeline_tp.py``) only fuses a reduce-scatter whose input is
+one matmul with no other user, and the backward's reduce-scatter of a column-parallel input
+gradient reduces the sum of the q/k/v (w1/w3) input gradients (one all-gather feeds those
+linears: torchtitan's ``PrepareModuleInput`` on the attention and feed-forward modules), so it
+stays a blocking NCCL call (``nccl``).
+
 ``set_sm_margin`` launches the GEMM on ``sm_count - num_sm`` SMs for its whole length
 (TransformerEngine ``comm_gemm_overlap.cpp``: ``_math_sms``); without it the GEMM has every SM
 and the communication kernels take ``num_sm`` of them while they run (the engine's
@@ -34,7 +45,7 @@ if TYPE_CHECKING:
     from simcluster.layout import Layout
     from simcluster.scenario import OverlapSection
 
-Method = Literal["ring_exchange", "pipeline", "bulk"]
+Method = Literal["ring_exchange", "pipeline", "bulk", "nccl"]
 
 #: the overlaps whose GEMM consumes a gathered input (only a ring exchange)
 RING_ONLY = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")
@@ -71,8 +82,13 @@ class UbOverlap:
 
     def slices(self, tp: int) -> int:
         """Kernels the GEMM is cut into: ``tp`` for a ring exchange, ``num_splits`` for a
-        pipeline, one for a bulk overlap."""
-        return {"ring_exchange": tp, "pipeline": self.num_splits, "bulk": 1}[self.method]
+        pipeline, one for a bulk overlap or a blocking NCCL call."""
+        return {"ring_exchange": tp, "pipeline": self.num_splits, "bulk": 1, "nccl": 1}[self.method]
+
+    @property
+    def blocking(self) -> bool:
+        """Not overlapped at all: a blocking NCCL collective after its GEMMs (``nccl``)."""
+        return self.method == "nccl"
 
 
 def _ring(margin: bool = False) -> UbOverlap:
@@ -107,6 +123,14 @@ TE1 = {name: _ring() for name in RING_ONLY} | {name: _pipe(16, margin=False) for
     name: _bulk(16) for name in BULK
 }
 
+#: PyTorch's async TP (see the module docstring): copy-engine rings for every fused
+#: collective, the input-gradient reduce-scatters blocking; the input re-gather for the weight
+#: gradient takes no SMs (DTensor saves the gathered input instead of gathering it again)
+PYTORCH_ASYNC_TP = {name: _ring() for name in RING_ONLY + FORWARD_RS} | {
+    "qkv_dgrad": UbOverlap("bulk", 0, False), "fc1_dgrad": UbOverlap("bulk", 0, False),
+    "qkv_wgrad": UbOverlap("nccl", 0, False), "fc1_wgrad": UbOverlap("nccl", 0, False),
+}  # fmt: skip
+
 _NEMO = "NeMo nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py"
 _BRIDGE = "Megatron-Bridge src/megatron/bridge/training/comm_overlap.py"
 
@@ -118,6 +142,8 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
              "initialize_ub get_default_config)", TE2),
     "te-1": ("TransformerEngine 1.x defaults (initialize_ub add_ub: num_sm 16, set_sm_margin 0; "
              "TE 2.0 made the margin the default for pipeline and bulk)", TE1),
+    "pytorch-async-tp": ("PyTorch's async TP (torch/_inductor/fx_passes/micro_pipeline_tp.py, "
+                         "torch/distributed/_symmetric_memory), as torchtitan turns it on", PYTORCH_ASYNC_TP),
     "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192": (
         f"{_NEMO}; {_BRIDGE} (Llama 3 70B on H100)", _preset(4, 24, 2, 4, _pipe(24), _pipe(16))),
     "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192": (

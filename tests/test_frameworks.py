@@ -421,3 +421,24 @@ def test_megatron_bridge_is_nemo_with_bf16_main_grads_and_fp8_weights() -> None:
     assert bridge.model_copy(update=same) == nemo
     bf16 = scenario_from_dict(_small(framework="megatron-bridge"))
     assert bf16.training.fp32_grad_accum is False and bf16.training.fp8_param_gather is False
+
+
+def test_torchtitan_context_parallel_all_gathers_k_and_v():
+    """torchtitan's job_config ``context_parallel_rotate_method`` defaults to "allgather" (PyTorch's
+    context_parallel all-gathers every K/V shard after the first sub-SDPA): framework torchtitan
+    with cp > 1 runs ``cp_comm: all_gather`` unless the scenario says otherwise."""
+    from simcluster.scenario import scenario_from_dict
+
+    data = {
+        "framework": "torchtitan",
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"dp": 4, "cp": 2, "zero": 3},
+        "training": {"seq_len": 16384, "micro_batch": 1, "global_batch": 4},
+    }
+    assert scenario_from_dict(data).parallel.cp_comm == "all_gather"
+    data["parallel"]["cp_comm"] = "p2p"
+    assert scenario_from_dict(data).parallel.cp_comm == "p2p"
+    data["parallel"] = {"dp": 8, "zero": 3}
+    data["training"]["global_batch"] = 8
+    assert scenario_from_dict(data).parallel.cp_comm == "p2p"  # the field's default: no CP

@@ -112,3 +112,20 @@ def test_other_zero3_engines_refuse_fsdp2s_methods(buffers, setting, value):
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(_scenario(buffers=buffers, **{setting: value})))
     assert err.value.field == f"zero3.{setting}"
+
+
+def test_the_last_copy_in_reads_the_fp32_accumulator():
+    """``foreach_reduce`` (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies each
+    parameter's gradient into the reduce-scatter buffer in the reduce dtype; after deferred
+    sync that gradient is ``unsharded_accumulated_grad`` (fp32, _fsdp_param.py), so the copy-in
+    reads 4 B and writes 4 B a parameter where a bf16 ``.grad`` is read at 2 B: 8 / 6 of the time."""
+    from simcluster.engine.plan import kernel_model
+    from simcluster.engine.simulate import _fsdp2_copies
+
+    every = build_context(scenario_from_dict(_scenario()))
+    deferred = build_context(scenario_from_dict(_scenario(gradient_sync="last_microbatch")))
+    km = kernel_model(every)
+    params = 1e9
+    per_microbatch = _fsdp2_copies(every, km)[1](params)
+    last = _fsdp2_copies(deferred, km)[1](params)
+    assert last == pytest.approx(km.memory(params * 8.0)) and per_microbatch == pytest.approx(km.memory(params * 6.0))

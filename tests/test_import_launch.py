@@ -669,3 +669,47 @@ def test_a_bad_out_path_is_the_one_line_printed(tmp_path, capsys):
     assert main(argv + [str(blocker / "s.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --out: cannot make folder")
+
+
+@pytest.mark.parametrize(
+    "extra, style",
+    [
+        # [training] compile: the loss compiled too since pytorch/torchtitan#1033 (not between
+        # #755 and it, which a TOML does not say: the import notes it)
+        ("compile = true\n", "fused"),
+        ("[compile]\nenable = true\n", "fused"),  # components default ["model", "loss"]
+        ('[compile]\nenable = true\ncomponents = ["model"]\n', "compiled-blocks"),
+        ('[compile]\nenable = true\ncomponents = ["loss"]\n', None),  # the blocks stay eager
+        ("[compile]\nenable = false\n", None),
+    ],
+)
+def test_torchtitan_compile_switches_name_what_they_compile(tmp_path, extra, style):
+    # torchtitan job_config.Compile (components "model" and "loss", both by default) and
+    # BaseLoss._maybe_compile ("loss" in components); a blocks-only compile (apply_compile) is
+    # compiled-blocks, its loss eager
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n' + extra
+    )
+    s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
+    assert s["training"].get("elementwise") == style
+
+
+@pytest.mark.parametrize("rotate, cp_comm", [(None, None), ("allgather", "all_gather"), ("alltoall", "p2p")])
+def test_torchtitan_context_parallel_rotate_method(tmp_path, rotate, cp_comm):
+    # torchtitan job_config: context_parallel_rotate_method "allgather" (the default: every K/V
+    # shard gathered after the first sub-SDPA) or "alltoall" (passed on step by step, a ring);
+    # unset, framework torchtitan's own default (all_gather) applies
+    toml = tmp_path / "cp.toml"
+    extra = "" if rotate is None else f'context_parallel_rotate_method = "{rotate}"\n'
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 65536\n'
+        "[parallelism]\ncontext_parallel_degree = 2\n" + extra
+    )
+    s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
+    assert s["parallel"].get("cp_comm") == cp_comm
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml.read_text() + ('context_parallel_rotate_method = "ring"\n' if rotate is None else ""))
+    if rotate is None:
+        with pytest.raises(UserError, match="context_parallel_rotate_method: 'ring' cannot be imported"):
+            import_config("torchtitan", bad, ImportOptions(cluster="dgx-h100", nodes=1))

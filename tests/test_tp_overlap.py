@@ -336,3 +336,47 @@ def test_a_tp_group_across_nodes_is_not_pointed_at_userbuffers(cli):
     text = " ".join(res.out.split())
     assert res.code == 0 and "tp 8 spans 2 scale-up domains of 4 GPUs" in text
     assert "overlap.tp_comm: true" not in text
+
+
+def test_pytorch_async_tp_leaves_the_input_gradient_reduce_scatter_blocking():
+    """PyTorch's micro-pipelining pass (torch/_inductor/fx_passes/micro_pipeline_tp.py,
+    ``fuse_matmul_reduce_scatter``) fuses ``reduce_scatter_tensor(A @ B)`` only when the
+    reduce-scatter's input is one matmul with no other user. In the backward, the
+    column-parallel input gradient is the sum of the q, k, v (w1, w3) input gradients, since one
+    all-gather feeds them (torchtitan's PrepareModuleInput on attention and feed_forward), so
+    its reduce-scatter stays a plain NCCL call: after the block's input-gradient GEMMs, before
+    its weight gradients, not under them. The forward's fused ops (copy-engine rings) are
+    TransformerEngine's ring exchanges' shape."""
+    from simcluster.parallelism.segments import Comm
+
+    b = _builder(True, "pytorch-async-tp")
+    fused = b.layer(0, "BW")
+    names = [s.name for s in fused]
+    for block in ("mlp", "attn"):
+        rs = fused[names.index(f"{block}_tp_rs")]
+        assert isinstance(rs, Comm) and not rs.overlap
+        assert names[names.index(f"{block}_tp_rs") + 1] == f"{block}_wgrad"
+    forward = [s for s in b.layer(0, "F") if isinstance(s, Comm)]
+    assert forward and all(s.overlap for s in forward if not s.name.endswith("_tail"))
+    # slower than TransformerEngine's bulk overlap of the same reduce-scatter, faster than none
+    steps = {
+        cfg: run(_tp_scenario(on, cfg)).summary["step_time_s"]
+        for on, cfg in ((True, "pytorch-async-tp"), (True, "te-2"), (False, None))
+    }
+    assert steps["te-2"] < steps["pytorch-async-tp"] < steps[None]
+
+
+def test_torchtitan_async_tp_is_pytorchs():
+    """``framework: torchtitan`` with ``overlap.tp_comm`` (its enable_async_tensor_parallel) runs
+    PyTorch's async TP, not TransformerEngine's userbuffers; a scenario's own preset wins."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    data = _tp_scenario(True)
+    data["framework"] = "torchtitan"
+    data["parallel"]["zero"] = 3
+    assert build_context(scenario_from_dict(data)).scenario.overlap.tp_comm_cfg == "pytorch-async-tp"
+    data["overlap"]["tp_comm_cfg"] = "te-2"
+    assert build_context(scenario_from_dict(data)).scenario.overlap.tp_comm_cfg == "te-2"
+    data["overlap"] = {"tp_comm": False}
+    assert build_context(scenario_from_dict(data)).scenario.overlap.tp_comm_cfg is None

@@ -216,7 +216,7 @@ def _print_userbuffers() -> None:
     from simcluster.userbuffers import PRESETS, UbOverlap
 
     def cell(o: UbOverlap) -> str:
-        kind = {"ring_exchange": "ring", "pipeline": "pipe", "bulk": "bulk"}[o.method]
+        kind = {"ring_exchange": "ring", "pipeline": "pipe", "bulk": "bulk", "nccl": "nccl"}[o.method]
         return f"{kind} {o.num_sm}{'m' if o.set_sm_margin else ''}"
 
     names = ("proj_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")

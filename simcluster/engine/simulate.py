@@ -35,6 +35,7 @@ from simcluster.parallelism.data import (
     param_bytes,
     reduce_cast_bytes,
 )
+from simcluster.parallelism.fsdp2_accumulation import accumulates_unsharded, reduce_width
 from simcluster.parallelism.offload import (
     GPU_BYTES_PER_OFFLOADED_PARAM,
     missing_host_figures,
@@ -77,6 +78,10 @@ def _fsdp2_copies(
     if not ctx.layout.fsdp2_copies:
         return None
     out_b, in_b = fsdp2_copy_bytes(ctx.scenario)
+    if accumulates_unsharded(ctx.layout):
+        # the synchronising post-backward copies the reduce-dtype accumulator in, not the
+        # 16-bit gradient (fsdp2_accumulation.py; foreach_reduce reads unsharded_accumulated_grad)
+        in_b += reduce_width(ctx.scenario.training) - param_bytes(ctx.scenario)
     return (lambda params: km.memory(params * out_b), lambda params: km.memory(params * in_b))
 
 

@@ -10,7 +10,9 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   ``data_parallel_replicate_degree`` > 1 HSDP (``parallel.zero_shard``); shard degree 1 with
   replicas is DDP (ZeRO-0). Its TP plan shards the norms' sequence (sequence parallelism), and
   ``enable_async_tensor_parallel`` overlaps its collectives (``overlap.tp_comm``, as
-  scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it);
+  scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it; the framework preset makes it
+  PyTorch's async TP); ``context_parallel_rotate_method`` is ``parallel.cp_comm`` (allgather
+  ``all_gather``, the default; alltoall the ring ``p2p``);
 - a multi-stage ``pipeline_parallel_schedule`` runs two stages per rank unless
   ``pipeline_parallel_layers_per_stage`` says otherwise (``pipeline_module_split``);
   ``pipeline_parallel_microbatch_size`` (default 1) is the micro-batch under a pipeline, older
@@ -22,7 +24,10 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   op-level policy, ``recompute: op``) or N (every N-th block whole: full recomputation of
   1/N of each pipeline chunk's layers, as validation/torchtitan-a100.yaml models 'selective
   layer');
-- ``[compile] enable`` (older ``[training] compile``) fuses norms and rotary (``elementwise``).
+- ``[compile] enable`` (older ``[training] compile``) fuses norms and rotary (``elementwise``
+  ``fused``, the loss compiled too); ``[compile] components`` without ``"loss"`` compiles the
+  blocks only (``compiled-blocks``), as ``[training] compile`` did between pytorch/torchtitan#755
+  (2024-12-19) and #1033 (2025-04-01), which a TOML does not tell apart (a note says so).
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ SCHEDULES = {
     "InterleavedZeroBubble": "interleaved-zb", "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev",
 }  # fmt: skip
 _SINGLE_STAGE = {"1F1B", "GPipe"}
+#: context_parallel_rotate_method -> parallel.cp_comm: "allgather" gathers every K/V shard at
+#: once (the framework preset's default, as torchtitan's), "alltoall" passes them on step by
+#: step, a ring
+_ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
 _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
 _FLOAT8_RECIPES = {"tensorwise": "current"}
@@ -62,12 +71,13 @@ _READ = {
         "data_parallel_shard_degree", "data_parallel_replicate_degree", "tensor_parallel_degree",
         "pipeline_parallel_degree", "pipeline_parallel_schedule", "context_parallel_degree",
         "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
+        "context_parallel_rotate_method",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
         "mixed_precision_param", "data_parallel_degree",
     },
     "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
-    "compile": {"enable"},
+    "compile": {"enable", "components"},
     "float8": {"recipe_name", "enable_fsdp_float8_all_gather", "enable_float8_linear"},
 }  # fmt: skip
 _READ["training"] |= _READ["parallelism"]  # older releases kept the degrees under [training]
@@ -159,6 +169,14 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         parallel["zero_shard"] = shard
     if tp > 1:
         parallel["sequence_parallel"] = True  # its TP plan: SequenceParallel on the norms
+    rotate = _get(doc, "context_parallel_rotate_method", *par)
+    if cp > 1 and rotate is not None:
+        if rotate not in _ROTATE:
+            raise UserError(
+                "parallelism.context_parallel_rotate_method",
+                f"'{rotate}' cannot be imported; known: {', '.join(_ROTATE)}",
+            )
+        parallel["cp_comm"] = _ROTATE[rotate]
     training: dict[str, Any] = {}
     overlap: dict[str, Any] = {}
     if _get(doc, "enable_async_tensor_parallel", *par):
@@ -168,8 +186,14 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _precision(doc, training)
     # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
     _recompute(doc, training, layers // (parallel["pp"] * parallel.get("vpp", 1)))
-    if _get(doc, "enable", "compile") or _get(doc, "compile", "training") is True:
-        training["elementwise"] = "fused"
+    style = _compiled_style(doc)
+    if style is not None:
+        training["elementwise"] = style
+    if _get(doc, "compile", "training") is True:
+        out.notes.append(
+            "[training] compile: the loss compiled too (fused); releases from pytorch/torchtitan#755 "
+            "(2024-12-19) to #1033 (2025-04-01) left it uncompiled: training.elementwise compiled-blocks"
+        )
     out.scenario = {
         "framework": options.framework or "torchtitan",
         "model": model,
@@ -310,6 +334,28 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
         training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
         if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
             training["fp8_param_gather"] = True
+
+
+def _compiled_style(doc: dict[str, Any]) -> str | None:
+    """``training.elementwise`` for torchtitan's torch.compile switch, None when it is off.
+
+    ``[compile] enable`` compiles what ``components`` lists, each transformer block
+    (``apply_compile``) and the loss by default (``job_config.Compile``,
+    ``BaseLoss._maybe_compile``); ``[training] compile`` compiled both from
+    pytorch/torchtitan#1033 (``build_cross_entropy_loss``) on, and before #755 turned the
+    loss's compile off ("TODO: compiling loss function causes CUDA errors")."""
+    if _get(doc, "compile", "training") is True:
+        return "fused"
+    if not _get(doc, "enable", "compile"):
+        return None
+    components = _get(doc, "components", "compile")
+    if components is None:
+        components = ["model", "loss"]
+    if isinstance(components, str):
+        components = [part.strip() for part in components.split(",")]
+    if "model" not in components:
+        return None  # a compiled loss alone: the blocks stay eager (the loss's own kernels not modelled)
+    return "fused" if "loss" in components else "compiled-blocks"
 
 
 def _converters(doc: dict[str, Any]) -> list[str]:

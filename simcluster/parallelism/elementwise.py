@@ -8,6 +8,13 @@ How a framework runs it is a *style* (``training.elementwise``, registry :data:`
   16-bit; learned or ALiBi positions have no rotary pass. With the flash-attn 2 kernel (``training.attention_kernel: fa2``)
   TransformerEngine copies Q, K and V to batch-first first; cuDNN's fused attention reads
   Megatron's sequence-first layout in place.
+- ``compiled-blocks`` (``torch.compile`` on each transformer block only): the blocks cost
+  what ``fused`` costs; the loss is left to PyTorch eager, whose ``cross_entropy(pred.float())``
+  keeps the out-of-place fp32 tensors ``eager`` counts for it (``memory.loss_transient_bytes``).
+  torchtitan ran so from pytorch/torchtitan#755 (2024-12-19, "TODO: compiling loss function
+  causes CUDA errors, turning off for now"; pytorch/pytorch#143774) to #1033 (2025-04-01),
+  which covers its ``docs/performance.md`` H100 runs (torchtitan 9dec370, 2024-12-26), and
+  does with ``[compile] components = ["model"]``; with the loss compiled too it is ``fused``.
 - ``eager`` (PyTorch eager mode: torchtitan without ``torch.compile``, Hugging Face
   Transformers models): every tensor operation of the model code is its own kernel, and the
   Llama-style RMSNorm and rotary embedding upcast to fp32 first. Per element:
@@ -85,6 +92,9 @@ class ElementwiseStyle:
 
 STYLES: dict[str, ElementwiseStyle] = {
     "fused": ElementwiseStyle("fused", fa2_qkv_copy=True),
+    "compiled-blocks": ElementwiseStyle(
+        "compiled-blocks", fa2_qkv_copy=True, loss_out_of_place=True, loss_backward_out_of_place=True
+    ),
     "eager": ElementwiseStyle(
         "eager",
         norm_fp32_ops=True,

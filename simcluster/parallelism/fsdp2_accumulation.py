@@ -22,9 +22,11 @@ weight-gradient segments carry as their average per microbatch; the accumulators
 local parameter in the reduce dtype, live from the first backward to the last microbatch's
 reduce-scatter, which the static memory counts (the step's peak is in a later microbatch's
 backward, when they are all alive beside its activations). torch.distributed.pipelining runs
-every stage this way (``layout.zero3_pipelined``). Not modelled: the last microbatch's
-copy-in reads the fp32 accumulator (4 B) where FSDP2's ordinary copy-in reads the 16-bit
-gradient (2 B), 2 B per parameter once per step.
+every stage this way (``layout.zero3_pipelined``). The synchronising post-backward's copy-in
+(``foreach_reduce``'s ``chunk_cat`` into the reduce-scatter buffer) then reads the accumulator
+at its reduce width (4 B with fp32 reduction) where FSDP2's ordinary copy-in reads the 16-bit
+gradient (2 B): 2 B per parameter more, once per step (``engine/simulate.py``
+``_fsdp2_copies``).
 """
 
 from __future__ import annotations

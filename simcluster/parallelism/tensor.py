@@ -54,6 +54,9 @@ def wrap_block(
         return body + after
     size = shapes.tp_collective_bytes
     overlap = ub is not None
+    # PyTorch's async TP leaves the input gradient's reduce-scatter a blocking NCCL call
+    # (userbuffers.PYTORCH_ASYNC_TP): after the block's GEMMs, exposed
+    blocking_rs = backward and ub is not None and ub.grad_scatter.blocking
     if lay.sequence_parallel:
         gather = shapes.tp_gather_bytes  # FP8 when the linears run in FP8
         first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer)
@@ -63,10 +66,12 @@ def wrap_block(
         tail = size / ub.scatter.slices(lay.tp) if ub is not None and not backward else 0.0
         scatter_sms = 0 if ub is None else (ub.grad_scatter if backward else ub.scatter).comm_sms
         last = Comm(
-            f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, overlap or under_wgrad, layer,
-            holds_sms=under_wgrad and not overlap, sms=scatter_sms,
+            f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, (overlap or under_wgrad) and not blocking_rs,
+            layer, holds_sms=under_wgrad and not overlap, sms=scatter_sms,
         )  # fmt: skip
-        out = _place(first, body, None if under_wgrad else last, overlap)
+        out = _place(first, body, None if under_wgrad or blocking_rs else last, overlap)
+        if blocking_rs and not under_wgrad:
+            out.append(last)
         if tail:
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
         if backward:

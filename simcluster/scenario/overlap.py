@@ -29,7 +29,8 @@ class OverlapSection(SectionBase):
         description=(
             "TransformerEngine userbuffers settings of overlap.tp_comm: a preset name (NeMo's / "
             "Megatron-Bridge's, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192, or te-1 / "
-            "te-2 for TransformerEngine's defaults) or a mapping from overlap name (qkv_fprop ... "
+            "te-2 for TransformerEngine's defaults, pytorch-async-tp for PyTorch's async TP, "
+            "torchtitan's) or a mapping from overlap name (qkv_fprop ... "
             "fc2_dgrad) to {method, num_sm, set_sm_margin, num_splits}; unset: TransformerEngine "
             "2.x's defaults (simcluster/userbuffers.py)"
         ),

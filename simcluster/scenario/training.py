@@ -197,11 +197,13 @@ class TrainingSection(SectionBase):
             "TransformerEngine on Hopper); default: the profile's"
         ),
     )
-    elementwise: Literal["fused", "eager", "nanotron"] = Field(
+    elementwise: Literal["fused", "compiled-blocks", "eager", "nanotron"] = Field(
         default="fused",
         description=(
             "how norms, rotary embedding, activation and residual adds run: fused kernels "
-            "(Megatron/TransformerEngine, torch.compile), PyTorch eager, one kernel per "
+            "(Megatron/TransformerEngine, torch.compile), torch.compile on each block with "
+            "the loss in PyTorch eager (compiled-blocks: torchtitan from December 2024 to "
+            "April 2025), PyTorch eager, one kernel per "
             "operation with fp32 upcasts (torchtitan without compile, HF Transformers), or "
             "nanotron's mix (Triton norm and rotary, PyTorch re-layout copies around them, "
             "unfused SwiGLU)"
