@@ -10,8 +10,23 @@ from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
-    "zbv-fixed", "v-half", "v-min", "dualpipe", "dualpipev",
+    "afab",
+    "1f1b",
+    "interleaved",
+    "interleaved-zb",
+    "looped-bfs",
+    "zb-h1",
+    "zb-h2",
+    "zb-1p",
+    "zb-2p",
+    "zb-auto",
+    "zbv",
+    "zbv-fixed",
+    "v-half",
+    "v-min",
+    "v-auto",
+    "dualpipe",
+    "dualpipev",
 ]
 
 
@@ -81,6 +96,15 @@ class ParallelSection(SectionBase):
         description="pipeline schedule; when not given, 1f1b, or interleaved when vpp > 1 "
         "(virtual stages are what Megatron's interleaved 1F1B runs)",
     )
+    activation_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="schedule v-auto: each stage's activation memory at most this fraction of "
+        "1F1B's (p microbatches of a stage), e.g. 0.5; the V schedule with the shortest step "
+        "within it (Qi et al.'s controllable memory: V-Min's blocks need about 1/3, V-Half's "
+        "1/2, ZB-V's 1)",
+    )
     layers_per_stage: list[int] | None = None
     microbatch_group: int | None = Field(
         default=None,
@@ -97,7 +121,8 @@ class ParallelSection(SectionBase):
     )
     order: str = "tp,cp,dp,pp"
     ep_placement: Literal["packed", "spread"] = Field(
-        default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
+        default="packed",
+        description="EP groups of consecutive ranks (inside nodes) or strided across nodes",
     )
 
     @model_validator(mode="before")
@@ -108,7 +133,11 @@ class ParallelSection(SectionBase):
         if not isinstance(data, dict):
             return data
         # a table's empty cell: no virtual stages
-        data = {k: v for k, v in data.items() if not (k in ("vpp", "layers_per_virtual_stage") and v is None)}
+        data = {
+            k: v
+            for k, v in data.items()
+            if not (k in ("vpp", "layers_per_virtual_stage") and v is None)
+        }
         if "schedule" not in data and (whole(data.get("vpp")) or 0) > 1:
             return {**data, "schedule": "interleaved"}
         return data

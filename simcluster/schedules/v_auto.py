@@ -35,6 +35,7 @@ Its ``keep_stable_phase`` variant is off in ``schedule()`` and not implemented.
 from __future__ import annotations
 
 import functools
+import math
 
 from simcluster.errors import UserError
 from simcluster.schedules.base import OpCosts, PipeOp, ScheduleSpec, VShapeSchedule
@@ -159,7 +160,7 @@ def v_auto_orders(p: int, m: int, limit: int, costs: OpCosts) -> list[list[PipeO
         if best is None or length < best[0]:
             best = (length, grid)
     if best is None:
-        raise UserError(FIELD_LIMIT, f"{_no_fit(p, m, limit)}")
+        raise UserError(FIELD_LIMIT, _no_fit(p, m, limit))
     orders = []
     for row in best[1]:
         seen: dict[str, int] = {}
@@ -173,12 +174,16 @@ def v_auto_orders(p: int, m: int, limit: int, costs: OpCosts) -> list[list[PipeO
 
 
 def _no_fit(p: int, m: int, limit: int) -> str:
-    """Why no V schedule fits, with the smallest limit that does."""
+    """Why no V schedule fits, with the smallest limit that does (rounded up to 3 decimals, so
+    that it converts back to at least that many chunk activations)."""
     need = next((units for units in range(limit + 1, 2 * p + 1) if candidates(p, m, units)), None)
-    have = f"{limit} chunk activations ({limit / (2 * p):.3g} of 1F1B's) per stage at pp={p}"
     if need is None:
-        return f"no V schedule of the paper's blocks fits even 1F1B's memory at pp={p}, m={m}; use schedule zbv"
-    return f"no V schedule fits {have}; raise it to at least {need / (2 * p):.3g} (V-Min's blocks need about 1/3)"
+        return f"no V schedule of the paper's blocks fits at pp={p} with {m} microbatches; use schedule zbv"
+    share = math.ceil(need / (2 * p) * 1000) / 1000
+    return (
+        f"no V schedule fits {limit / (2 * p):.3g} of 1F1B's activations ({limit} chunk activations per "
+        f"stage at pp={p}); raise it to at least {share:g}"
+    )
 
 
 @register

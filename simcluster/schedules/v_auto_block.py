@@ -20,9 +20,12 @@ B and b free nothing; 1F1B's p microbatches of a whole stage are 2p units.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 PERIOD = 6  # slots of the building block (four passes and two weight passes)
 PASSES = "FfBbWw"
 IDLE = " "
+_STASH = {"F": 1, "f": 1, "W": -1, "w": -1, "B": 0, "b": 0, IDLE: 0}  # chunk activations
 Grid = list[list[str]]  # per stage, the pass in each slot
 Block = tuple[tuple[int, ...], ...]  # per stage, the slot (mod PERIOD) of F, f, B, b, W, w
 
@@ -108,14 +111,7 @@ def _keep_m(row: list[str], first: int, m: int) -> None:
 
 def stage_peaks(grid: Grid) -> list[int]:
     """Each stage's largest stash over its slots, in chunk activations."""
-    peaks = []
-    for row in grid:
-        cur = peak = 0
-        for kind in row:
-            cur += 1 if kind in "Ff" else -1 if kind in "Ww" else 0
-            peak = max(peak, cur)
-        peaks.append(peak)
-    return peaks
+    return [max(0, *accumulate(_STASH[kind] for kind in row)) for row in grid]
 
 
 def peak(grid: Grid) -> int:

@@ -31,6 +31,18 @@ def upstream(p: int, s: int, kind: str) -> tuple[int, str] | None:
 
 
 _LOCAL = {"f": "F", "B": "f", "b": "B", "W": "B", "w": "b"}  # the pass each waits for on a turn
+_DOWN, _UP = frozenset("FBW"), frozenset("fbw")  # passes visited down, then up, the stages
+_STASH = {"F": 1, "f": 1, "W": -1, "w": -1, "B": 0, "b": 0, IDLE: 0}  # chunk activations
+
+
+def _upstreams(p: int) -> list[dict[str, tuple[int, str] | None]]:
+    """:func:`upstream` of every stage and pass."""
+    return [{kind: upstream(p, s, kind) for kind in PASSES} for s in range(p)]
+
+
+def _slots(p: int) -> list[dict[str, list[int]]]:
+    """Per stage and pass, the slot of each microbatch placed so far."""
+    return [{kind: [] for kind in PASSES} for _ in range(p)]
 
 
 def squeeze(grid: Grid, m: int) -> Grid:
@@ -38,29 +50,31 @@ def squeeze(grid: Grid, m: int) -> Grid:
     slots are visited in order, F, B and W down the stages before f, b and w up them)."""
     p = len(grid)
     width = max(len(row) for row in grid)
+    visits: list[list[tuple[int, str]]] = [[] for _ in range(width)]
+    for down, stages in ((True, range(p)), (False, range(p - 1, -1, -1))):
+        for s in stages:
+            for j, kind in enumerate(grid[s]):
+                if kind in _DOWN if down else kind in _UP:
+                    visits[j].append((s, kind))
     out = [[IDLE] * width for _ in grid]
-    seen = [dict.fromkeys(PASSES, 0) for _ in grid]
-    slot_of: dict[tuple[int, str, int], int] = {}
+    deps = _upstreams(p)
+    slots = _slots(p)
     free = [0] * p
-    for j in range(width):
-        for upper in (True, False):
-            for s in range(p) if upper else range(p - 1, -1, -1):
-                kind = grid[s][j] if j < len(grid[s]) else IDLE
-                if kind == IDLE or kind.isupper() != upper:
-                    continue
-                mb = seen[s][kind]
-                if mb >= m:
-                    raise Infeasible
-                start = free[s]
-                dep = upstream(p, s, kind)
-                if dep is not None:
-                    if (dep[0], dep[1], mb) not in slot_of:
-                        raise Infeasible
-                    start = max(start, slot_of[(dep[0], dep[1], mb)] + 1)
-                out[s][start] = kind
-                seen[s][kind] = mb + 1
-                slot_of[(s, kind, mb)] = start
-                free[s] = start + 1
+    for s, kind in (visit for column in visits for visit in column):
+        mine = slots[s][kind]
+        mb = len(mine)
+        if mb >= m:
+            raise Infeasible
+        start = free[s]
+        dep = deps[s][kind]
+        if dep is not None:
+            theirs = slots[dep[0]][dep[1]]
+            if len(theirs) <= mb:
+                raise Infeasible
+            start = max(start, theirs[mb] + 1)
+        out[s][start] = kind
+        mine.append(start)
+        free[s] = start + 1
     return [row[: max(free)] for row in out]
 
 
@@ -80,19 +94,6 @@ def drop_surplus(grid: Grid, m: int) -> Grid:
     return out
 
 
-def _needs(
-    p: int, s: int, kind: str, mb: int, seen: list[dict[str, int]], slot_of: dict, j: int
-) -> bool:
-    """Whether pass ``kind`` of microbatch mb may run at slot j of stage s, its input ready."""
-    dep = upstream(p, s, kind)
-    if dep is not None:
-        at = slot_of.get((dep[0], dep[1], mb), -1)
-        return 0 <= at < j
-    if kind == "F":
-        return True
-    return seen[s][_LOCAL[kind]] > mb
-
-
 def fill_idle_slots(grid: Grid) -> None:
     """``reorder_greedily_without_increasing_peak_mem``: visiting the slots in order (stages
     in order within a slot), an idle slot takes the first later pass of some kind on its stage
@@ -100,24 +101,21 @@ def fill_idle_slots(grid: Grid) -> None:
     not lift the stage above the schedule's peak until its old slot. In place."""
     p, budget = len(grid), peak(grid)
     width = len(grid[0])
-    last = [
-        {kind: max((j for j, k in enumerate(row) if k == kind), default=-1) for kind in PASSES}
-        for row in grid
-    ]
+    last: list[dict[str, int]] = []
+    for row in grid:
+        at = dict.fromkeys(PASSES, -1)
+        for j, kind in enumerate(row):
+            at[kind] = j
+        last.append(at)
+    deps = _upstreams(p)
+    slots = _slots(p)
     mem = [0] * p
-    seen = [dict.fromkeys(PASSES, 0) for _ in grid]
-    slot_of: dict[tuple[int, str, int], int] = {}
-
-    def record(s: int, kind: str, j: int) -> None:
-        slot_of[(s, kind, seen[s][kind])] = j
-        seen[s][kind] += 1
-        mem[s] += 1 if kind in "Ff" else -1 if kind in "Ww" else 0
-
     for j in range(width):
         for s in range(p):
             row = grid[s]
             if row[j] != IDLE:
-                record(s, row[j], j)
+                slots[s][row[j]].append(j)
+                mem[s] += _STASH[row[j]]
                 continue
             wanted = {kind for kind in PASSES if last[s][kind] > j}
             delta = rise = 0
@@ -125,17 +123,24 @@ def fill_idle_slots(grid: Grid) -> None:
                 if not wanted:
                     break
                 kind = row[k]
-                delta += 1 if kind in "Ff" else -1 if kind in "Ww" else 0
+                delta += _STASH[kind]
                 rise_before, rise = rise, max(rise, delta)
                 if kind not in wanted:
                     continue
                 wanted.discard(kind)
                 if kind in "Ff" and mem[s] + rise_before >= budget:
                     continue  # its stash from slot j on would exceed the peak
-                if not _needs(p, s, kind, seen[s][kind], seen, slot_of, j):
+                mb = len(slots[s][kind])
+                dep = deps[s][kind]
+                if dep is not None:
+                    theirs = slots[dep[0]][dep[1]]
+                    if len(theirs) <= mb or theirs[mb] >= j:  # its input is not done before j
+                        continue
+                elif kind != "F" and len(slots[s][_LOCAL[kind]]) <= mb:
                     continue
                 row[j], row[k] = kind, IDLE
-                record(s, kind, j)
+                slots[s][kind].append(j)
+                mem[s] += _STASH[kind]
                 break
 
 
