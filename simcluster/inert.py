@@ -61,11 +61,7 @@ def _zero_below_3(ctx: Context) -> Verdict:
     # the zero3: section is read only by ZeRO-3's per-layer gathers and reduce-scatters
     # (engine/dp_ops.py, parallelism/data.py; Scenario.fsdp2 needs zero == 3)
     zero = ctx.layout.zero
-    return (
-        (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer")
-        if zero != 3
-        else None
-    )
+    return (f"at parallel.zero={zero}", "only ZeRO-3 gathers parameters per layer") if zero != 3 else None
 
 
 def _zero3_per_layer(ctx: Context) -> Verdict:
@@ -74,10 +70,7 @@ def _zero3_per_layer(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if ctx.layout.zero3_pipelined:
-        return (
-            f"at parallel.pp={ctx.layout.pp}",
-            "under a pipeline ZeRO-3 gathers each stage once per step",
-        )
+        return (f"at parallel.pp={ctx.layout.pp}", "under a pipeline ZeRO-3 gathers each stage once per step")
     return None
 
 
@@ -97,10 +90,7 @@ def _coordinator(ctx: Context) -> Verdict:
     if verdict is not None:
         return verdict
     if ctx.scenario.zero3.prefetch_bucket_size is None:
-        return (
-            "without zero3.prefetch_bucket_size",
-            "it sizes DeepSpeed's prefetch window, which these limit; set it",
-        )
+        return ("without zero3.prefetch_bucket_size", "it sizes DeepSpeed's prefetch window, which these limit; set it")
     return None
 
 
@@ -119,10 +109,7 @@ def _zeropp_quantized(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if ctx.layout.zero_group == 1:
-        return (
-            "with one ZeRO rank",
-            "there is no parameter gather or gradient reduction to quantize",
-        )
+        return ("with one ZeRO rank", "there is no parameter gather or gradient reduction to quantize")
     return None
 
 
@@ -132,10 +119,7 @@ def _replica_all_reduce(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if ctx.layout.zero_shard == 0:
-        return (
-            "without hybrid sharding",
-            "one replica has no shard to all-reduce; set parallel.zero_shard to use it",
-        )
+        return ("without hybrid sharding", "one replica has no shard to all-reduce; set parallel.zero_shard to use it")
     if ctx.layout.zero3_pipelined:
         # engine/worker.py reduces a pipelined stage once, after its last backward
         # (_zero3_reduce_all), the all-reduce included, as torch.distributed.pipelining does:
@@ -151,11 +135,7 @@ def _replica_all_reduce(ctx: Context) -> Verdict:
 
 def _cp_one(ctx: Context) -> Verdict:
     # parallelism/context.py adds CP collectives only for cp > 1 (layout.check_cp_comm returns at cp 1)
-    return (
-        ("at parallel.cp=1", "no context-parallel attention to communicate")
-        if ctx.layout.cp == 1
-        else None
-    )
+    return ("at parallel.cp=1", "no context-parallel attention to communicate") if ctx.layout.cp == 1 else None
 
 
 def _a2a_impl(ctx: Context) -> Verdict:
@@ -163,10 +143,7 @@ def _a2a_impl(ctx: Context) -> Verdict:
     if ctx.layout.cp == 1:
         return _cp_one(ctx)
     if ctx.layout.cp_comm != "a2a":
-        return (
-            f"with parallel.cp_comm={ctx.layout.cp_comm}",
-            "only the a2a algorithm has two implementations",
-        )
+        return (f"with parallel.cp_comm={ctx.layout.cp_comm}", "only the a2a algorithm has two implementations")
     return None
 
 
@@ -191,10 +168,7 @@ def _tp_comm(ctx: Context) -> Verdict:
     if ctx.layout.tp == 1:
         return ("at parallel.tp=1", "no TP collectives to overlap")
     if not tp_overlaps_run(ctx.scenario.overlap, ctx.layout)[0]:
-        return (
-            "without parallel.sequence_parallel",
-            "TransformerEngine's userbuffers overlap the sequence-parallel collectives",
-        )
+        return ("without parallel.sequence_parallel", "TransformerEngine's userbuffers overlap the sequence-parallel collectives")
     return None
 
 
@@ -207,15 +181,9 @@ def _tp_grad_async(ctx: Context) -> Verdict:
         return ("at parallel.tp=1", "no input-gradient TP collective to overlap")
     userbuffers, async_linears = tp_overlaps_run(ctx.scenario.overlap, ctx.layout)
     if userbuffers:
-        return (
-            "with overlap.tp_comm",
-            "its userbuffers overlap the input-gradient collective already",
-        )
+        return ("with overlap.tp_comm", "its userbuffers overlap the input-gradient collective already")
     if async_linears:
-        return (
-            "with overlap.tp_async",
-            "nanotron's async linears schedule the input-gradient collective themselves",
-        )
+        return ("with overlap.tp_async", "nanotron's async linears schedule the input-gradient collective themselves")
     return None
 
 
@@ -226,10 +194,7 @@ def _ep_one_node(ctx: Context) -> Verdict:
     if lay.ep == 1:
         return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")
     if ep_nodes(lay) == 1:
-        return (
-            "with the EP group inside one node",
-            "DeepEP sends one copy per node only across nodes",
-        )
+        return ("with the EP group inside one node", "DeepEP sends one copy per node only across nodes")
     return None
 
 
@@ -238,15 +203,9 @@ def _aligned_dispatch(ctx: Context) -> Verdict:
     # for quantised grouped GEMMs fed arbitrary per-expert counts
     precision = ctx.scenario.training.precision
     if precision not in QUANTISED:
-        return (
-            f"at training.precision={precision}",
-            "only FP8/FP4 grouped GEMMs need aligned splits",
-        )
+        return (f"at training.precision={precision}", "only FP8/FP4 grouped GEMMs need aligned splits")
     if ctx.scenario.moe.padded:
-        return (
-            "with moe.pad_to_capacity",
-            "every expert runs its fixed capacity, which Fp8Padding leaves as it is",
-        )
+        return ("with moe.pad_to_capacity", "every expert runs its fixed capacity, which Fp8Padding leaves as it is")
     return None
 
 
@@ -265,10 +224,7 @@ def _pp_scatter_gather(ctx: Context) -> Verdict:
     if lay.tp == 1:
         return ("at parallel.tp=1", "no TP replicas to split the transfer over")
     if lay.sequence_parallel:
-        return (
-            "with parallel.sequence_parallel",
-            "each rank already sends only its sequence shard",
-        )
+        return ("with parallel.sequence_parallel", "each rank already sends only its sequence shard")
     return None
 
 
@@ -285,10 +241,7 @@ def _dp_grad_reduce(ctx: Context) -> Verdict:
     # engine/dp_ops.py _overlapped_reductions: ZeRO-3's reduce-scatters run beside the backward
     # whatever the setting; engine/worker.py reduces buckets after the backward at ZeRO 0-1 only
     if ctx.layout.zero == 3:
-        return (
-            "at parallel.zero=3",
-            "its per-layer reduce-scatters always run beside the backward here",
-        )
+        return ("at parallel.zero=3", "its per-layer reduce-scatters always run beside the backward here")
     return _no_data_parallel(ctx)
 
 
@@ -297,10 +250,7 @@ def _param_gather(ctx: Context) -> Verdict:
     # gathers per layer (zero3.prefetch) and ZeRO-0 gathers nothing
     zero = ctx.layout.zero
     if zero not in (1, 2):
-        return (
-            f"at parallel.zero={zero}",
-            "only ZeRO-1/2 all-gather the updated parameters after the optimizer",
-        )
+        return (f"at parallel.zero={zero}", "only ZeRO-1/2 all-gather the updated parameters after the optimizer")
     return _no_data_parallel(ctx)
 
 
@@ -309,10 +259,7 @@ def _dp_ordering(ctx: Context) -> Verdict:
     # reductions block the backward anyway)
     sc = ctx.scenario
     if ctx.layout.zero < 3 and not sc.overlap.dp_grad_reduce:
-        return (
-            "with overlap.dp_grad_reduce false",
-            "the gradient reductions already block the backward",
-        )
+        return ("with overlap.dp_grad_reduce false", "the gradient reductions already block the backward")
     return None
 
 
@@ -320,10 +267,7 @@ def _reduce_dtype(ctx: Context) -> Verdict:
     # parallelism/data.py: a bucket is cast only when the wire dtype differs from the one its
     # gradients accumulate in, and only where there is a reduction
     if grad_wire_bytes(ctx.scenario) == grad_reduce_bytes(ctx.scenario):
-        return (
-            "as the accumulated gradients' dtype",
-            "the buckets go on the wire as they are, no cast",
-        )
+        return ("as the accumulated gradients' dtype", "the buckets go on the wire as they are, no cast")
     return _no_data_parallel(ctx)
 
 
@@ -352,36 +296,22 @@ def _not_v_auto(ctx: Context) -> Verdict:
     # read only by schedules/v_auto.py (ScheduleSpec.activation_limit): no other schedule
     # searches for an order within a limit given by the user
     name = ctx.scenario.parallel.schedule
-    return (
-        (f"with schedule '{name}'", "only v-auto searches for a V order within it")
-        if name != "v-auto"
-        else None
-    )
+    return (f"with schedule '{name}'", "only v-auto searches for a V order within it") if name != "v-auto" else None
 
 
 def _ep_one(ctx: Context) -> Verdict:
-    return (
-        ("at parallel.ep=1", "no expert-parallel groups to place") if ctx.layout.ep == 1 else None
-    )
+    return ("at parallel.ep=1", "no expert-parallel groups to place") if ctx.layout.ep == 1 else None
 
 
 def _dense_etp(ctx: Context) -> Verdict:
     # layout._expert_tp: a dense model has no routed experts to split (etp > 1 is refused there)
-    return (
-        ("on a dense model", "model.experts is 0: no routed experts to split")
-        if not ctx.model.is_moe
-        else None
-    )
+    return ("on a dense model", "model.experts is 0: no routed experts to split") if not ctx.model.is_moe else None
 
 
 def _fp8_recipe(ctx: Context) -> Verdict:
     # compute.py quantise(): the recipe sets FP8 scaling only; NVFP4 has its own block scaling
     precision = ctx.scenario.training.precision
-    return (
-        (f"at training.precision={precision}", "it is how FP8 scales are found")
-        if precision != "fp8"
-        else None
-    )
+    return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
 
 
 def _grad_lifetime(ctx: Context) -> Verdict:
@@ -392,10 +322,7 @@ def _grad_lifetime(ctx: Context) -> Verdict:
     # itself the accumulator (none)
     tr = ctx.scenario.training
     if ctx.layout.zero == 3:
-        return (
-            "at parallel.zero=3",
-            "ZeRO-3's unsharded gradients live until their reduce-scatter",
-        )
+        return ("at parallel.zero=3", "ZeRO-3's unsharded gradients live until their reduce-scatter")
     if tr.precision == "fp32":
         return ("at training.precision=fp32", "there is no 16-bit gradient")
     return None
@@ -409,16 +336,10 @@ def _backward_prefetch(ctx: Context) -> Verdict:
     if not ctx.scenario.zero3.prefetch:
         return ("with zero3.prefetch false", "no unit is gathered ahead")
     if ctx.layout.zero3_pipelined:
-        return (
-            f"at parallel.pp={ctx.layout.pp}",
-            "a pipelined stage keeps its parameters gathered all step",
-        )
+        return (f"at parallel.pp={ctx.layout.pp}", "a pipelined stage keeps its parameters gathered all step")
     if ctx.layout.zero3_keep_for_backward:
         # dp_ops._gather_key: the backward looks up the forward's gather, so it issues none
-        return (
-            "with zero3.reshard_after_forward false",
-            "the backward uses the forward's gathers and gathers nothing",
-        )
+        return ("with zero3.reshard_after_forward false", "the backward uses the forward's gathers and gathers nothing")
     return None
 
 
@@ -428,10 +349,7 @@ def _limit_all_gathers(ctx: Context) -> Verdict:
     if not ctx.scenario.fsdp1:
         return ("without zero3.buffers flat", "the rate limiter is PyTorch FSDP1's")
     if ctx.layout.zero3_keep_for_backward:
-        return (
-            "with zero3.reshard_after_forward false",
-            "every unit stays gathered from its forward to its backward",
-        )
+        return ("with zero3.reshard_after_forward false", "every unit stays gathered from its forward to its backward")
     return None
 
 
@@ -441,10 +359,7 @@ def _forward_prefetch(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if not ctx.layout.torch_fsdp:
-        return (
-            "with zero3.buffers views",
-            "it is PyTorch FSDP's; these gathers are issued as the GPU reaches each unit",
-        )
+        return ("with zero3.buffers views", "it is PyTorch FSDP's; these gathers are issued as the GPU reaches each unit")
     if not ctx.scenario.zero3.prefetch:
         return ("with zero3.prefetch false", "no unit is gathered ahead")
     return None
@@ -457,10 +372,7 @@ def _gradient_sync(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if ctx.layout.zero3_pipelined:
-        return (
-            f"at parallel.pp={ctx.layout.pp}",
-            "each stage reduces its gradients once per step, after its last backward",
-        )
+        return (f"at parallel.pp={ctx.layout.pp}", "each stage reduces its gradients once per step, after its last backward")
     if ctx.layout.microbatches == 1:
         return ("with one microbatch per step", "its backward is the last, which reduce-scatters")
     return None
@@ -473,10 +385,7 @@ def _reshard_after_backward(ctx: Context) -> Verdict:
     if ctx.layout.zero != 3:
         return _zero_below_3(ctx)
     if ctx.layout.zero3_pipelined:
-        return (
-            f"at parallel.pp={ctx.layout.pp}",
-            "torch.distributed.pipelining sets each stage's resharding itself",
-        )
+        return (f"at parallel.pp={ctx.layout.pp}", "torch.distributed.pipelining sets each stage's resharding itself")
     if ctx.layout.microbatches == 1:
         return ("with one microbatch per step", "the last microbatch's backward reshards")
     return None
@@ -488,20 +397,13 @@ def _autocast(ctx: Context) -> Verdict:
     if ctx.scenario.training.precision == "fp32":
         return ("at training.precision=fp32", "nothing is cast to 16 bits")
     if ctx.layout.zero == 3 and ctx.layout.torch_fsdp:
-        return (
-            "under PyTorch FSDP (zero 3)",
-            "its MixedPrecision gathers 16-bit parameters and keeps fp32 shards itself",
-        )
+        return ("under PyTorch FSDP (zero 3)", "its MixedPrecision gathers 16-bit parameters and keeps fp32 shards itself")
     return None
 
 
 def _sequence_parallel(ctx: Context) -> Verdict:
     # layout.py: Layout.sequence_parallel = par.sequence_parallel and tp > 1
-    return (
-        ("at parallel.tp=1", "there is no TP group to split the sequence over")
-        if ctx.layout.tp == 1
-        else None
-    )
+    return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
 
 
 def _recompute_partitioned(ctx: Context) -> Verdict:
@@ -512,17 +414,11 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
     if recompute != "full":
         # DeepSpeed's partition_activations acts inside deepspeed.checkpointing.checkpoint only;
         # Megatron asserts full granularity with it (the launch importer refuses it there)
-        return (
-            f"at training.recompute={recompute}",
-            "only full recomputation keeps checkpointed layer inputs",
-        )
+        return (f"at training.recompute={recompute}", "only full recomputation keeps checkpointed layer inputs")
     if ctx.layout.tp == 1:
         return ("at parallel.tp=1", "there is no TP group to split the checkpointed inputs over")
     if ctx.layout.sequence_parallel:
-        return (
-            "with parallel.sequence_parallel",
-            "each checkpointed input is already a 1/tp sequence shard",
-        )
+        return ("with parallel.sequence_parallel", "each checkpointed input is already a 1/tp sequence shard")
     return None
 
 
@@ -533,10 +429,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.cp_comm", _cp_one),
     InertRule("parallel.cp_a2a", _cp_one),
     InertRule("parallel.cp_a2a_impl", _a2a_impl),
-    InertRule(
-        "parallel.parallel_block_comm",
-        _tp_one("each branch's TP collectives exist only with tp > 1"),
-    ),
+    InertRule("parallel.parallel_block_comm", _tp_one("each branch's TP collectives exist only with tp > 1")),
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),

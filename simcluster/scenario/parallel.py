@@ -10,23 +10,8 @@ from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
-    "afab",
-    "1f1b",
-    "interleaved",
-    "interleaved-zb",
-    "looped-bfs",
-    "zb-h1",
-    "zb-h2",
-    "zb-1p",
-    "zb-2p",
-    "zb-auto",
-    "zbv",
-    "zbv-fixed",
-    "v-half",
-    "v-min",
-    "v-auto",
-    "dualpipe",
-    "dualpipev",
+    "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
+    "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipe", "dualpipev",
 ]
 
 
@@ -121,8 +106,7 @@ class ParallelSection(SectionBase):
     )
     order: str = "tp,cp,dp,pp"
     ep_placement: Literal["packed", "spread"] = Field(
-        default="packed",
-        description="EP groups of consecutive ranks (inside nodes) or strided across nodes",
+        default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
     )
 
     @model_validator(mode="before")
@@ -133,11 +117,7 @@ class ParallelSection(SectionBase):
         if not isinstance(data, dict):
             return data
         # a table's empty cell: no virtual stages
-        data = {
-            k: v
-            for k, v in data.items()
-            if not (k in ("vpp", "layers_per_virtual_stage") and v is None)
-        }
+        data = {k: v for k, v in data.items() if not (k in ("vpp", "layers_per_virtual_stage") and v is None)}
         if "schedule" not in data and (whole(data.get("vpp")) or 0) > 1:
             return {**data, "schedule": "interleaved"}
         return data
