@@ -205,7 +205,7 @@ class VAuto(VShapeSchedule):
             raise UserError(
                 FIELD_LIMIT,
                 "schedule 'v-auto' needs a limit: a fraction of 1F1B's activation memory, e.g. 0.5 "
-                "(V-Half's), 0.34 (V-Min's) or 1 (ZB-V's)",
+                "(at large pp V-Min's blocks need about 1/3, V-Half's 1/2, ZB-V's 1)",
             )
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
