@@ -175,3 +175,21 @@ def test_scenario_field_bounds():
     for bad in (0, 1.5, -0.2):
         with pytest.raises(UserError, match="activation_limit"):
             scenario_from_dict(make_scenario(parallel={"pp": 2, "schedule": "v-auto", "activation_limit": bad}))
+
+
+def test_the_limit_is_a_sweep_axis():
+    """``simcluster sweep --activation-limit 0.5,1``: one row per limit, each a valid layout."""
+    from simcluster.sweep import candidates as sweep_rows
+    from simcluster.sweep import check, parse_axis
+
+    assert parse_axis("activation_limit", "0.5, 0.75,1", 8) == [0.5, 0.75, 1.0]
+    with pytest.raises(UserError) as err:
+        parse_axis("activation_limit", "1.5", 8)
+    assert err.value.field == "--activation-limit"
+    base = pipeline_scenario(4, 16, "v-auto", layers=16)
+    rows = sweep_rows(base, {"schedule": ["v-auto", "v-half"], "activation_limit": [0.5, 1.0]})
+    assert [(r.scenario["parallel"]["schedule"], r.scenario["parallel"]["activation_limit"]) for r in rows] == [
+        ("v-auto", 0.5), ("v-auto", 1.0), ("v-half", 0.5), ("v-half", 1.0),
+    ]  # fmt: skip
+    # v-half ignores the limit (an inert-setting note, not a skipped row)
+    assert all(check(row, None) is None for row in rows)
