@@ -1,12 +1,11 @@
 """The warm-up and cool-down reorders of the adaptive V scheduler (sail-sg's
 ``v_auto_schedule.py``: ``process_warmup_without_increasing_peak_mem``,
-``release_w_in_warmup_if_under_memory``, ``process_cooldown``; the "reordering" of Qi et al.,
-"Pipeline Parallelism with Controllable Memory", §2, whose Figure 3 draws both phases).
+``release_w_in_warmup_if_under_memory``, ``process_cooldown``, whose docstrings draw both
+phases; the "reordering" of Qi et al., "Pipeline Parallelism with Controllable Memory").
 
 The repeated block's warm-up and cool-down leave idle slots the steady state does not have. With
-the schedule's peak P (chunk activations), stage i's warm-up is rewritten as: F in every other
-slot of its first 2(p-1-i) slots from slot i (the forwards of chunk 0 while the later stages
-fill), then i+1 pairs F f, then B W f (or B W F once its f are done) until the passes it had
+the schedule's peak P (chunk activations), stage i's warm-up is rewritten as: F in each of its
+first 2(p-1-i) slots from slot i (the forwards of chunk 0 while the later stages fill), then i+1 pairs F f, then B W f (or B W F once its f are done) until the passes it had
 before its first b are back, with at most min(i+1, P//2) f and P minus those F (the fork's
 ``#f = min(i+1, peak_mem//2)``, ``#F = peak_mem - #f``). The cool-down puts (P+1)//2 of the
 last b and min(i+1, P - those) of the last B of stage i two slots apart from fixed slots after
@@ -21,7 +20,8 @@ from simcluster.schedules.v_auto_squeeze import Infeasible, squeeze
 
 
 def _put(row: list[str], slot: int, kind: str) -> None:
-    """Write into an idle slot (the fork writes over nothing here; anything else skips the block)."""
+    """Write into an idle slot. Where the fork would write over a pass (losing it, so that its
+    later assertions stop the search) or past the end, the block is skipped instead."""
     if not 0 <= slot < len(row) or row[slot] != IDLE:
         raise Infeasible
     row[slot] = kind
