@@ -193,3 +193,20 @@ def test_the_limit_is_a_sweep_axis():
     ]  # fmt: skip
     # v-half ignores the limit (an inert-setting note, not a skipped row)
     assert all(check(row, None) is None for row in rows)
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
+def test_v_min_and_v_half_blocks_are_in_the_searched_family(p):
+    """The paper's uniform offsets (§3.1, the fork's ``available_offsets``): V-Min's building
+    block steps F and B one slot per stage, V-Half's two, f and b one back; their stage-0
+    blocks (the fork's zbv_greedy.py ones, tests/test_v_controllable.py) are among the 60
+    the search starts from, so both blocks are searched (modulo the period of 6)."""
+    from simcluster.schedules.v_auto_block import first_stage_blocks, stage_blocks
+    from simcluster.schedules.v_controllable import v_half_block, v_min_block
+
+    starts = {block[:4]: block for block in first_stage_blocks()}
+    assert len(starts) == 60
+    for block, step in ((v_min_block(p), 1), (v_half_block(p), 2)):
+        slots = [tuple(x % 6 for x in stage) for stage in block]
+        searched = stage_blocks(starts[slots[0]], step, step, p - 1, p)
+        assert searched is not None and [s[:4] for s in searched] == slots
