@@ -89,6 +89,7 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
         v=layout.vpp,
         group=layout.microbatch_group,
         rounds=scenario.framework in PYTORCH_PIPELINING,
+        activation_limit=scenario.parallel.activation_limit,
     )
     schedule.validate(spec)
     zeropp.check(scenario, layout, coordinated(scenario))

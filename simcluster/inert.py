@@ -292,6 +292,13 @@ def _bucket_stages(ctx: Context) -> Verdict:
     return None
 
 
+def _not_v_auto(ctx: Context) -> Verdict:
+    # read only by schedules/v_auto.py (ScheduleSpec.activation_limit): no other schedule
+    # searches for an order within a limit given by the user
+    name = ctx.scenario.parallel.schedule
+    return (f"with schedule '{name}'", "only v-auto searches for a V order within it") if name != "v-auto" else None
+
+
 def _ep_one(ctx: Context) -> Verdict:
     return ("at parallel.ep=1", "no expert-parallel groups to place") if ctx.layout.ep == 1 else None
 
@@ -426,6 +433,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),
+    InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),

@@ -1,9 +1,10 @@
 """Layout sweeps: simulate every combination of a few layout axes and rank the results.
 
 A sweep starts from one scenario and varies *axes* (``hardware``, ``gpus``, ``tp``, ``pp``,
-``cp``, ``ep``, ``vpp``, ``zero``, ``schedule``, ``micro_batch``, ``recompute``, ``precision``,
-``sequence_parallel``); every other field keeps the scenario's value. The data-parallel degree
-is derived from the GPU count (dp = gpus / (tp x pp x cp)), so a swept scenario's
+``cp``, ``ep``, ``vpp``, ``zero``, ``schedule``, ``activation_limit`` (v-auto's),
+``micro_batch``, ``recompute``, ``precision``, ``sequence_parallel``); every other field keeps
+the scenario's value. The data-parallel degree is derived from the GPU count (dp = gpus / (tp x
+pp x cp)), so a swept scenario's
 ``parallel.dp`` is dropped, and so is ``parallel.layers_per_stage`` when ``pp`` or ``vpp`` is
 swept (a split written for one pipeline depth does not fit another). Sweeping ``hardware`` and
 ``gpus`` compares clusters one might buy: the global batch stays, so more GPUs mean more data
@@ -48,6 +49,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "zero": ("parallel", "zero", int),
     "zero_shard": ("parallel", "zero_shard", int),
     "schedule": ("parallel", "schedule", str),
+    "activation_limit": ("parallel", "activation_limit", float),
     "sequence_parallel": ("parallel", "sequence_parallel", bool),
     "micro_batch": ("training", "micro_batch", int),
     "recompute": ("training", "recompute", str),

@@ -19,7 +19,7 @@ def pipeline_scenario(
     p: int, m: int, schedule: str, v: int = 1, layers: int | None = None, **extra: Any
 ) -> dict:
     """A pure-pipeline GPT-style scenario with a tiny vocabulary (balanced stages)."""
-    chunks = 2 if schedule in ("zbv", "zbv-fixed", "v-half", "v-min", "dualpipev") else v
+    chunks = 2 if schedule in ("zbv", "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipev") else v
     layers = layers or 2 * p * chunks
     data = {
         "name": f"pipe-{schedule}",

@@ -48,6 +48,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.parallel_block_comm", {"model": PARALLEL_BLOCK, "parallel": {"parallel_block_comm": "fused"}},
      {"model": PARALLEL_BLOCK, "parallel": {"tp": 2, "parallel_block_comm": "fused"}}),
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
+    ("parallel.activation_limit", {"parallel": {"pp": 2, "schedule": "zbv", "activation_limit": 0.75}},
+     {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
     ("training.grad_16bit_freed", {"parallel": {"zero": 3}, "training": {"grad_16bit_freed": "step"}},

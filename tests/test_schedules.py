@@ -41,7 +41,7 @@ def test_all_names_registered():
     assert sorted(SCHEDULES) == sorted(
         [
             "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto",
-            "zbv", "zbv-fixed", "v-half", "v-min", "dualpipe", "dualpipev",
+            "zbv", "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipe", "dualpipev",
         ]
     )  # fmt: skip
 

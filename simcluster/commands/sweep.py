@@ -55,6 +55,7 @@ _AXIS_HELP = {
     "zero": "ZeRO stages, e.g. 0,1,3",
     "zero_shard": "ranks sharding the ZeRO state (hybrid sharding, HSDP), e.g. 8,64",
     "schedule": "pipeline schedules, e.g. 1f1b,interleaved,zb-h1",
+    "activation_limit": "schedule v-auto's activation limits, fractions of 1F1B's, e.g. 0.4,0.5,0.75,1",
     "sequence_parallel": "sequence parallelism with TP: true,false",
     "micro_batch": "micro-batch sizes, e.g. 1,2,4",
     "recompute": "activation recomputation: none,selective,full",
@@ -224,7 +225,7 @@ def _document(
     }
 
 
-_SHORT = {"sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
+_SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
 def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:

@@ -11,7 +11,7 @@ from simcluster.scenario.base import SectionBase
 
 ScheduleName = Literal[
     "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
-    "zbv-fixed", "v-half", "v-min", "dualpipe", "dualpipev",
+    "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipe", "dualpipev",
 ]
 
 
@@ -80,6 +80,15 @@ class ParallelSection(SectionBase):
         default="1f1b",
         description="pipeline schedule; when not given, 1f1b, or interleaved when vpp > 1 "
         "(virtual stages are what Megatron's interleaved 1F1B runs)",
+    )
+    activation_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="schedule v-auto: each stage's activation memory at most this fraction of "
+        "1F1B's (p microbatches of a stage), e.g. 0.5; the V schedule with the shortest step "
+        "within it (Qi et al.'s controllable memory: V-Min's blocks need about 1/3, V-Half's "
+        "1/2, ZB-V's 1)",
     )
     layers_per_stage: list[int] | None = None
     microbatch_group: int | None = Field(

@@ -11,6 +11,7 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     interleaved_zb,
     looped_bfs,
     one_f_one_b,
+    v_auto,
     v_controllable,
     zb_auto,
     zb_h1,

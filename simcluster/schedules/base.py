@@ -86,6 +86,8 @@ class ScheduleSpec:
     ``ScheduleInterleaved1F1B`` (frameworks on PyTorch's schedules): max(1, m // p) rounds of
     m / rounds microbatches, under PyTorch's rule (m a multiple of the rounds, fewer than p
     allowed) instead of Megatron-Core's (group in [p, m]).
+    ``activation_limit``: v-auto's limit on each stage's activations, a fraction of 1F1B's
+    (p microbatches of a whole stage); None: not given.
     """
 
     p: int
@@ -94,6 +96,7 @@ class ScheduleSpec:
     costs: OpCosts | None = None
     group: int = 0
     rounds: bool = False
+    activation_limit: float | None = None
 
     def __post_init__(self) -> None:
         for value, field, what in (
