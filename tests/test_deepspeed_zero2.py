@@ -190,3 +190,36 @@ def test_reduction_buckets_hold_gradient_copies_in_memory():
     assert bucket_buffer_bytes(ddp.scenario, ddp.layout, params) == pytest.approx(2.0e9)  # every bf16 gradient
     single = build_context(scenario_from_dict(_scenario(cluster={"gpus": 1}, training={"global_batch": 4})))
     assert bucket_buffer_bytes(single.scenario, single.layout, params) == 0.0
+
+
+@pytest.mark.parametrize(("release", "op"), [("0.2.0", "reduce_scatter"), ("0.12.3", "reduce_scatter"),
+                                             ("0.12.4", "all_reduce"), (None, "all_reduce")])  # fmt: skip
+def test_releases_before_0_12_4_reduce_each_slice_to_its_owner(release, op):
+    """DeepSpeed's ZeRO-2 up to 0.12.3 (``stage_1_and_2.py`` ``average_tensor`` in the 0.10.0 and
+    0.12.3 PyPI sdists, and the 2020 ``deepspeed/pt/deepspeed_zero_optimizer.py`` the ZeRO paper
+    ran) divides the bucket by dp and sends each partition's slice to its owner with
+    ``dist.reduce``: every rank sends each element once, a reduce-scatter's traffic, half an
+    all-reduce's. 0.12.4 added ``use_multi_rank_bucket_allreduce`` (``zero/config.py``, default
+    true): the bucket all-reduced whole. Dated in ``framework_releases.py`` for ZeRO-2 only."""
+    name = "deepspeed" if release is None else f"deepspeed {release}"
+    doc = {**_scenario(), "framework": name}
+    ctx = build_context(scenario_from_dict(doc))
+    assert ctx.layout.grad_collective == op
+    ev = run(doc).events
+    ev = ev[ev["rank"] == 0]
+    wire = ev[ev["name"] == f"grad_{op}"]
+    plan = build_plans(ctx, kernel_model(ctx))[0]
+    # every microbatch, each 16-bit gradient once (nccl-tests' size: the whole bucket)
+    assert wire["bytes"].sum() == pytest.approx(MICROBATCHES * 2 * (plan.params_dense + plan.params_expert), rel=0.01)
+    # the other ZeRO stages keep the preset's collective whatever the release
+    one = build_context(scenario_from_dict({**_scenario(parallel={"zero": 1}), "framework": name}))
+    assert one.layout.grad_collective == "all_reduce"
+
+
+def test_the_owner_reduction_is_cheaper_on_the_wire():
+    """Same bytes in nccl-tests' terms, but a reduce-scatter moves (n-1)/n of them per rank where
+    the ring all-reduce moves 2(n-1)/n: the blocking reductions of the old releases are shorter."""
+    old = run({**_scenario(), "framework": "deepspeed 0.12.3"})
+    new = run({**_scenario(), "framework": "deepspeed 0.12.4"})
+    assert old.summary["exposed_comm_s"]["dp"] < new.summary["exposed_comm_s"]["dp"]
+    assert old.summary["step_time_s"] < new.summary["step_time_s"]
