@@ -195,6 +195,10 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # fp32 only at the step. The BF16_Optimizer, by contrast, adds every microbatch into an
         # fp32 buffer (ZeRO 0/1 in bf16: the default)
         training["fp32_grad_accum"] = False
+        if zero in (1, 2):
+            # DeepSpeedZeroOptimizer.step (stage_1_and_2.py): the norm through fp64 copies, the
+            # shard flattened and cast, one fp32 multiply every step (data.deepspeed_step_bytes)
+            training["grad_clip"] = "deepspeed"
     else:
         # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
         # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add

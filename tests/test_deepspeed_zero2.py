@@ -223,3 +223,29 @@ def test_the_owner_reduction_is_cheaper_on_the_wire():
     new = run({**_scenario(), "framework": "deepspeed 0.12.4"})
     assert old.summary["exposed_comm_s"]["dp"] < new.summary["exposed_comm_s"]["dp"]
     assert old.summary["step_time_s"] < new.summary["step_time_s"]
+
+
+@pytest.mark.parametrize(("zero", "precision", "extra"), [(2, "bf16", 26.0), (2, "fp16", 28.0), (1, "fp16", 28.0)])
+def test_the_zero_optimizers_step_passes(zero, precision, extra):
+    """DeepSpeedZeroOptimizer.step (``runtime/zero/stage_1_and_2.py``, the 0.12.4 PyPI sdist),
+    per element of the rank's shard, beside what every framework's update is charged:
+    ``get_grad_norm_direct``'s ``g.data.double().norm(2)`` writes and reads an fp64 copy of
+    each 16-bit gradient (2 + 8 + 8 = 18 where Megatron's norm reads 4), ``step`` flattens the
+    gradients into one 16-bit tensor before ``.to(fp32)`` (2 + 2) and ``unscale_and_clip_grads``
+    multiplies the fp32 shard every step (4 + 4), bf16 too; fp16's ``_has_inf_or_nan``
+    (``x.float().sum()``: 2 + 4 + 4) replaces the fused unscale-and-check (4 + 4)."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    doc = _scenario(parallel={"zero": zero}, training={"precision": precision})
+    ds = scenario_from_dict(doc)
+    assert ds.training.grad_clip == "deepspeed" and not ds.training.fp32_grad_accum
+    megatron = scenario_from_dict({**doc, "training": {**doc["training"], "grad_clip": "shard"}})
+    assert optimizer_bytes_per_param(ds) - optimizer_bytes_per_param(megatron) == extra
+
+
+def test_the_bf16_optimizer_and_zero3_keep_their_own_step():
+    """The BF16_Optimizer (bf16 at ZeRO 0/1 with fp32 accumulation, BLOOM's) and ZeRO-3's
+    stage3.py are other classes: the preset leaves their clipping alone."""
+    bf16_zero1 = scenario_from_dict(_scenario(parallel={"zero": 1}))
+    zero3 = scenario_from_dict(_scenario(parallel={"zero": 3}))
+    assert bf16_zero1.training.grad_clip == zero3.training.grad_clip == "shard"
