@@ -356,7 +356,7 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
     # in place (PyTorch FSDP, autocast)
     low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast else 4 + 2
-    unscale = 8 if tr.precision == "fp16" else 0
+    unscale = 8.0 if tr.precision == "fp16" else 0.0
     widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
