@@ -78,6 +78,11 @@ def _bf16_zero_0_2(raw: Mapping[str, Any]) -> bool:
     return precision not in ("fp16", "fp32") and isinstance(zero, int) and zero <= 2
 
 
+def _zero_2(raw: Mapping[str, Any]) -> bool:
+    """A ZeRO-2 run, as a scenario writes it (the parallel section's zero stage)."""
+    return _section(raw, "parallel").get("zero") == 2
+
+
 #: per framework, its dated settings (each applies to every release before its ``until``)
 DATED: dict[str, tuple[Dated, ...]] = {
     "nemo": (
@@ -103,6 +108,21 @@ DATED: dict[str, tuple[Dated, ...]] = {
         ),
     ),
     "deepspeed": (
+        Dated(
+            until="0.12.4",
+            defaults={"dp": {"grad_collective": "reduce_scatter"}},
+            when=_zero_2,
+            scope="ZeRO-2",
+            source=(
+                "ZeRO-2's bucket reduction, read in the PyPI sdists' "
+                "deepspeed/runtime/zero/stage_1_and_2.py (and the 2020 "
+                "deepspeed/pt/deepspeed_zero_optimizer.py): up to 0.12.3 average_tensor divides "
+                "the contiguous ipg bucket by dp and reduces each partition's slice to its owner "
+                "(dist.reduce per owner rank, the traffic of a reduce-scatter); 0.12.4 added "
+                "use_multi_rank_bucket_allreduce (zero/config.py, default true), which "
+                "all-reduces the bucket whole (allreduce_and_scatter)"
+            ),
+        ),
         Dated(
             since="0.9.0",
             until="0.9.2",

@@ -195,6 +195,10 @@ def _deepspeed(raw: Mapping[str, Any]) -> Defaults:
         # fp32 only at the step. The BF16_Optimizer, by contrast, adds every microbatch into an
         # fp32 buffer (ZeRO 0/1 in bf16: the default)
         training["fp32_grad_accum"] = False
+        if zero in (1, 2):
+            # DeepSpeedZeroOptimizer.step (stage_1_and_2.py): the norm through fp64 copies, the
+            # shard flattened and cast, one fp32 multiply every step (data.deepspeed_step_bytes)
+            training["grad_clip"] = "deepspeed"
     else:
         # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
         # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add
@@ -652,10 +656,11 @@ FRAMEWORKS: dict[str, Framework] = {
             "a 5e8-element bucket), attention on "
             "materialised scores (set training.flash_attention true for a run that passes "
             "--use-flash-attn-v1/-v2/-triton); with cp > 1 DeepSpeed-Ulysses' all-to-all "
-            "attention, whose backward moves only the output's gradient in",
+            "attention, one exchange per tensor (Q, K, V, then the output) each with a contiguous "
+            "copy on the compute stream, whose backward moves only the output's gradient in",
             "microsoft/DeepSpeed deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig defaults), "
             "partitioned_param_coordinator.py, parameter_offload.py (mark_persistent_parameters), "
-            "stage3.py (__add_grad_to_ipg_bucket); deepspeed/sequence/layer.py (DistributedAttention, "
+            "stage3.py (__add_grad_to_ipg_bucket); deepspeed/sequence/layer.py (DistributedAttention, single_all_to_all, "
             "_SeqAllToAll.backward), deepspeed/runtime/pipe/engine.py (is_pipe_partitioned, "
             "is_grad_partitioned), schedule.py, p2p.py "
             "(enable_backward_allreduce False; 'Pipeline parallelism does not support overlapped "

@@ -30,6 +30,7 @@ from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import ep_nodes
+from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.userbuffers import tp_overlaps_run
 
 #: where the setting does nothing and why, or None where it acts
@@ -238,10 +239,15 @@ def _no_data_parallel(ctx: Context) -> Verdict:
 
 
 def _dp_grad_reduce(ctx: Context) -> Verdict:
-    # engine/dp_ops.py _overlapped_reductions: ZeRO-3's reduce-scatters run beside the backward
-    # whatever the setting; engine/worker.py reduces buckets after the backward at ZeRO 0-1 only
-    if ctx.layout.zero == 3:
-        return ("at parallel.zero=3", "its per-layer reduce-scatters always run beside the backward here")
+    # engine/dp_ops.py: PyTorch FSDP's reduce-scatters run beside the backward whatever the
+    # setting; DeepSpeed's coordinator (_zero3_default_stream) runs its gathers and
+    # reduce-scatters on the compute stream without it; engine/worker.py reduces buckets after
+    # the backward at ZeRO 0-1 only
+    if ctx.layout.zero == 3 and not coordinated(ctx.scenario):
+        return (
+            "at parallel.zero=3 outside DeepSpeed's coordinator",
+            "PyTorch FSDP's per-layer reduce-scatters always run beside the backward",
+        )
     return _no_data_parallel(ctx)
 
 

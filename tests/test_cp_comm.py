@@ -70,7 +70,46 @@ def test_deepspeed_ulysses_backward_moves_only_the_output_gradient_in():
     all-to-alls ``dout`` alone before the kernel (Nh/P) and dQ, dK, dV after it (3Nh/P)."""
     ev = cp_events("a2a", parallel={"cp_a2a_impl": "deepspeed"}).sort_values("start_s")
     local = (S // CP) * H * BF16
-    assert list(ev["bytes"]) == [3 * local, local, local, 3 * local]
+    # one all-to-all per tensor (DistributedAttention.forward: Q, K, V, then the output)
+    assert list(ev["name"]) == ["cp_a2a_q", "cp_a2a_k", "cp_a2a_v", "cp_a2a_o",
+                                "cp_a2a_do", "cp_a2a_dq", "cp_a2a_dk", "cp_a2a_dv"]  # fmt: skip
+    assert list(ev["bytes"]) == [local] * 8
+    forward, backward = ev["bytes"].iloc[:3].sum(), ev["bytes"].iloc[5:].sum()
+    assert (forward, backward) == (3 * local, 3 * local)
+
+
+def test_deepspeed_ulysses_copies_each_tensor_once_on_the_compute_stream():
+    """DeepSpeed ``single_all_to_all`` (``deepspeed/sequence/layer.py``, 0.12.4): a tensor whose
+    heads are scattered is made contiguous in its send layout before the exchange
+    (``reshape(...).transpose(0, 1).contiguous()``: Q, K, V forward, the output's gradient
+    backward); one whose sequence is scattered after it (``output.transpose(0, 1).contiguous()``:
+    the output forward, dQ, dK, dV backward). Each copy reads and writes the rank's tensor once,
+    a memory-bound kernel the compute stream runs between the exchanges."""
+    from simcluster.context import build_context
+    from simcluster.engine.plan import kernel_model
+    from simcluster.scenario import scenario_from_dict
+
+    # no SMs lent to NCCL (engine/interference.py), so each copy lasts exactly its bytes
+    data = scenario("a2a", parallel={"cp_a2a_impl": "deepspeed"},
+                    cluster={"profile": {"efficiency": {"collective_sms": 0}}})  # fmt: skip
+    ev = run(data).events
+    ev = ev[(ev["rank"] == 0) & (ev["layer"] == 0) & (ev["microbatch"] == 0)].sort_values("start_s")
+    names = [n for n in ev["name"] if n.startswith(("cp_a2a", "cp_relayout", "attn_core"))]
+    assert names == [
+        "cp_relayout_q", "cp_a2a_q", "cp_relayout_k", "cp_a2a_k", "cp_relayout_v", "cp_a2a_v",
+        "attn_core", "cp_a2a_o", "cp_relayout_o",
+        "cp_relayout_do", "cp_a2a_do", "attn_core", "cp_a2a_dq", "cp_relayout_dq",
+        "cp_a2a_dk", "cp_relayout_dk", "cp_a2a_dv", "cp_relayout_dv",
+    ]  # fmt: skip
+    km = kernel_model(build_context(scenario_from_dict(data)))
+    local = (S // CP) * H * BF16  # one tensor of the rank's tokens, all heads
+    copies = ev[ev["name"].str.startswith("cp_relayout")]
+    assert (copies["stream"] == "compute").all()
+    for dur in copies["end_s"] - copies["start_s"]:
+        assert dur == pytest.approx(km.memory(2 * local), rel=1e-9)
+    # TransformerEngine's all-to-all keeps its one call each way and no copy is timed
+    te = run(scenario("a2a")).events
+    assert not te["name"].str.startswith("cp_relayout").any()
 
 
 def test_framework_deepspeed_runs_its_own_ulysses():

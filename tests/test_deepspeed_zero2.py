@@ -190,3 +190,62 @@ def test_reduction_buckets_hold_gradient_copies_in_memory():
     assert bucket_buffer_bytes(ddp.scenario, ddp.layout, params) == pytest.approx(2.0e9)  # every bf16 gradient
     single = build_context(scenario_from_dict(_scenario(cluster={"gpus": 1}, training={"global_batch": 4})))
     assert bucket_buffer_bytes(single.scenario, single.layout, params) == 0.0
+
+
+@pytest.mark.parametrize(("release", "op"), [("0.2.0", "reduce_scatter"), ("0.12.3", "reduce_scatter"),
+                                             ("0.12.4", "all_reduce"), (None, "all_reduce")])  # fmt: skip
+def test_releases_before_0_12_4_reduce_each_slice_to_its_owner(release, op):
+    """DeepSpeed's ZeRO-2 up to 0.12.3 (``stage_1_and_2.py`` ``average_tensor`` in the 0.10.0 and
+    0.12.3 PyPI sdists, and the 2020 ``deepspeed/pt/deepspeed_zero_optimizer.py`` the ZeRO paper
+    ran) divides the bucket by dp and sends each partition's slice to its owner with
+    ``dist.reduce``: every rank sends each element once, a reduce-scatter's traffic, half an
+    all-reduce's. 0.12.4 added ``use_multi_rank_bucket_allreduce`` (``zero/config.py``, default
+    true): the bucket all-reduced whole. Dated in ``framework_releases.py`` for ZeRO-2 only."""
+    name = "deepspeed" if release is None else f"deepspeed {release}"
+    doc = {**_scenario(), "framework": name}
+    ctx = build_context(scenario_from_dict(doc))
+    assert ctx.layout.grad_collective == op
+    ev = run(doc).events
+    ev = ev[ev["rank"] == 0]
+    wire = ev[ev["name"] == f"grad_{op}"]
+    plan = build_plans(ctx, kernel_model(ctx))[0]
+    # every microbatch, each 16-bit gradient once (nccl-tests' size: the whole bucket)
+    assert wire["bytes"].sum() == pytest.approx(MICROBATCHES * 2 * (plan.params_dense + plan.params_expert), rel=0.01)
+    # the other ZeRO stages keep the preset's collective whatever the release
+    one = build_context(scenario_from_dict({**_scenario(parallel={"zero": 1}), "framework": name}))
+    assert one.layout.grad_collective == "all_reduce"
+
+
+def test_the_owner_reduction_is_cheaper_on_the_wire():
+    """Same bytes in nccl-tests' terms, but a reduce-scatter moves (n-1)/n of them per rank where
+    the ring all-reduce moves 2(n-1)/n: the blocking reductions of the old releases are shorter."""
+    old = run({**_scenario(), "framework": "deepspeed 0.12.3"})
+    new = run({**_scenario(), "framework": "deepspeed 0.12.4"})
+    assert old.summary["exposed_comm_s"]["dp"] < new.summary["exposed_comm_s"]["dp"]
+    assert old.summary["step_time_s"] < new.summary["step_time_s"]
+
+
+@pytest.mark.parametrize(("zero", "precision", "extra"), [(2, "bf16", 26.0), (2, "fp16", 28.0), (1, "fp16", 28.0)])
+def test_the_zero_optimizers_step_passes(zero, precision, extra):
+    """DeepSpeedZeroOptimizer.step (``runtime/zero/stage_1_and_2.py``, the 0.12.4 PyPI sdist),
+    per element of the rank's shard, beside what every framework's update is charged:
+    ``get_grad_norm_direct``'s ``g.data.double().norm(2)`` writes and reads an fp64 copy of
+    each 16-bit gradient (2 + 8 + 8 = 18 where Megatron's norm reads 4), ``step`` flattens the
+    gradients into one 16-bit tensor before ``.to(fp32)`` (2 + 2) and ``unscale_and_clip_grads``
+    multiplies the fp32 shard every step (4 + 4), bf16 too; fp16's ``_has_inf_or_nan``
+    (``x.float().sum()``: 2 + 4 + 4) replaces the fused unscale-and-check (4 + 4)."""
+    from simcluster.parallelism.data import optimizer_bytes_per_param
+
+    doc = _scenario(parallel={"zero": zero}, training={"precision": precision})
+    ds = scenario_from_dict(doc)
+    assert ds.training.grad_clip == "deepspeed" and not ds.training.fp32_grad_accum
+    megatron = scenario_from_dict({**doc, "training": {**doc["training"], "grad_clip": "shard"}})
+    assert optimizer_bytes_per_param(ds) - optimizer_bytes_per_param(megatron) == extra
+
+
+def test_the_bf16_optimizer_and_zero3_keep_their_own_step():
+    """The BF16_Optimizer (bf16 at ZeRO 0/1 with fp32 accumulation, BLOOM's) and ZeRO-3's
+    stage3.py are other classes: the preset leaves their clipping alone."""
+    bf16_zero1 = scenario_from_dict(_scenario(parallel={"zero": 1}))
+    zero3 = scenario_from_dict(_scenario(parallel={"zero": 3}))
+    assert bf16_zero1.training.grad_clip == zero3.training.grad_clip == "shard"

@@ -189,9 +189,10 @@ MORE_INERT = [
                              "zero3": {"buffers": "copies", "gradient_sync": "last_microbatch"}}),
     ("zero3.reshard_after_backward", {"parallel": {"zero": 3, "pp": 2}, "training": {"global_batch": 16},
                                       "zero3": {"buffers": "copies", "reshard_after_backward": False}}),
-    # ZeRO-3 reduce-scatters each unit beside the backward whatever the setting (DeepSpeed's
-    # overlap_comm false at stage 3, as an imported config writes it): no ZeRO 0-1 bucket
-    # reduction after the backward on top of them (the engine once reduced the gradients twice)
+    # PyTorch FSDP reduce-scatters each unit beside the backward whatever the setting: no ZeRO
+    # 0-1 bucket reduction after the backward on top of them (the engine once reduced the
+    # gradients twice); DeepSpeed's coordinator runs them on the compute stream without it
+    # (tests/test_deepspeed_zero3_stream.py), so there it is not inert
     ("overlap.dp_grad_reduce", {"parallel": {"zero": 3}, "overlap": {"dp_grad_reduce": False}}),
     ("zero3.forward_prefetch", {"parallel": {"zero": 3}, "zero3": {"buffers": "copies", "prefetch": False,
                                                                    "forward_prefetch": True}}),

@@ -143,6 +143,14 @@ class DataParallelOps:
         sc = self.shared.ctx.scenario
         return sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce
 
+    def _zero3_default_stream(self) -> bool:
+        """DeepSpeed's ZeRO-3 with ``overlap_comm`` false (``overlap.dp_grad_reduce: false``
+        under its coordinator): stage3.py's ``reduce_and_partition_stream`` and
+        parameter_offload.py's ``__allgather_stream`` are then the default stream, so every
+        parameter gather and gradient reduce-scatter runs in order with the compute kernels."""
+        sc = self.shared.ctx.scenario
+        return coordinated(sc) and not sc.overlap.dp_grad_reduce
+
     def _waits_for_reductions(self) -> bool:
         """The framework keeps one overlapped gradient reduction in flight
         (``dp.wait_reduction``; by default FSDP2's)."""
@@ -416,6 +424,10 @@ class DataParallelOps:
         ahead = zero3.prefetch and (op.kind == "F" or zero3.backward_prefetch == "pre")
         if ahead and coordinated(sc):
             ahead = prefetch_window(sc, units[i].params - units[i].persistent) > 0
+        if self._zero3_default_stream():
+            # a prefetch queued on the compute stream runs before this unit's kernels anyway:
+            # the same serial time as gathering each unit when it is needed
+            ahead = False
         self._zero3_issue_gather(units, i, op, skip)
         if ahead:
             self._zero3_issue_gather(units, i + 1, op, skip, self._forward_issue(units, i, op))
@@ -509,20 +521,23 @@ class DataParallelOps:
         kind = PHASE_KIND[op.kind]
         yield from self._memory_pass(seconds, lane, kind, "qwz_dequantize", op.microbatch, op.chunk, unit.layers[0])
 
-    def _zero3_bucketed(self, unit: Unit, op: PipeOp, cap: int, last: bool) -> None:
+    def _zero3_bucketed(self, unit: Unit, op: PipeOp, cap: int, last: bool) -> list[simpy.Process]:
         """DeepSpeed's ZeRO-3 gradient bucket (``zero3.reduce_bucket_size``): a unit's gradients
         join the bucket, which is first reduce-scattered if they would overflow it (stage3.py
         ``__add_grad_to_ipg_bucket``: ``elements_in_ipg_bucket + numel > reduce_bucket_size``
         with a non-empty bucket), and what is left goes out at the backward's end
         (``independent_gradient_partition_epilogue``); one collective per bucket and group."""
-        pending = self.z3_bucket
+        pending, started = self.z3_bucket, []
         if pending and sum(u.params for u in pending) + unit.params > cap:
             self._spawn_reduction(self._zero3_reduce(_merged(pending), op))
+            started.append(self.reductions[-1])
             pending.clear()
         pending.append(unit)
         if last:
             self._spawn_reduction(self._zero3_reduce(_merged(pending), op))
+            started.append(self.reductions[-1])
             pending.clear()
+        return started
 
     def _zero3_post_backward(
         self, unit: Unit, op: PipeOp, lane: Lane | None = None, last: bool = False
@@ -544,8 +559,10 @@ class DataParallelOps:
             cap = knob(self.shared.ctx.scenario.zero3.reduce_bucket_size)
             if cap is None:
                 self._spawn_reduction(self._zero3_reduce(unit, op))
-            else:
-                self._zero3_bucketed(unit, op, cap, last)
+                return
+            for reduction in self._zero3_bucketed(unit, op, cap, last):
+                if self._zero3_default_stream() and not reduction.triggered:
+                    yield reduction  # on the default stream: the backward waits for it
             return
         if self.scattered is not None and not self.scattered.triggered:
             yield self.scattered

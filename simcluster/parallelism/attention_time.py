@@ -73,6 +73,10 @@ class AttentionTimes(BuilderBase):
         total = self.attention_core(phase, index)
         lay = self.shapes.layout
         fused = self.scenario.training.flash_attention
+        if phase != "W" and lay.cp > 1 and lay.cp_comm == "a2a" and lay.cp_a2a_impl == "deepspeed":
+            # DeepSpeed's single_all_to_all: one contiguous copy (read + write) of each tensor
+            q, k, v, o = context.qkvo_bytes(self.shapes)
+            return context.CoreTimes(total, relayout=tuple(self.km.memory(2 * x) for x in (q, k, v, o)))  # type: ignore[arg-type]
         if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather", "a2a+p2p") or not fused:
             return context.CoreTimes(total)
         d_qk, d_v = self._head_dims()

@@ -62,6 +62,9 @@ class CoreTimes:
     #: the all-gather algorithm's kernels: each local chunk against the gathered keys up to its
     #: own end, averaged over the ranks; zero where not costed by its own kernels
     prefix: float = 0.0
+    #: DeepSpeed-Ulysses' layout copies around its all-to-alls: seconds of one copy (a read and a
+    #: write through HBM) of Q, K, V and the output (or their gradients); zeros elsewhere
+    relayout: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 CpAttention = Callable[["Shapes", CoreTimes, bool, int], list[Segment]]
@@ -119,6 +122,12 @@ def kv_bytes(shapes: Shapes) -> float:
     so the exchange carries heads x (qk_nope + qk_rope + v_head) per token, not the latent)."""
     _, k_dim, v_dim, _ = shapes.attention_widths
     return shapes.tokens * (k_dim + v_dim) * shapes.elt / shapes.layout.tp
+
+
+def qkvo_bytes(shapes: Shapes) -> tuple[float, float, float, float]:
+    """Q, K, V and the attention output of this rank's tokens, each on its own, sharded by tp."""
+    widths = shapes.attention_widths
+    return tuple(shapes.tokens * w * shapes.elt / shapes.layout.tp for w in widths)  # type: ignore[return-value]
 
 
 def q_bytes(shapes: Shapes) -> float:
@@ -238,6 +247,8 @@ def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: in
     Forward: Q, K, V in, attention on heads/cp heads of the whole sequence, the output out.
     Backward, :func:`ulysses_backward_in` in, then dQ, dK, dV out. Sizes are each rank's send
     buffer (nccl-tests' all-to-all size)."""
+    if shapes.layout.cp_a2a_impl == "deepspeed":
+        return deepspeed_ulysses(shapes, core, backward, layer)
     qkv, o = q_bytes(shapes) + kv_bytes(shapes), o_bytes(shapes)
     before, after = (ulysses_backward_in(shapes), qkv) if backward else (qkv, o)
     return [
@@ -245,6 +256,47 @@ def ulysses_attention(shapes: Shapes, core: CoreTimes, backward: bool, layer: in
         Compute.of("attn_core", Work.of(attention=core.total), layer),
         Comm("cp_a2a_out", "cp", "all_to_all", after, False, layer),
     ]
+
+
+def deepspeed_ulysses(shapes: Shapes, core: CoreTimes, backward: bool, layer: int) -> list[Segment]:
+    """DeepSpeed's ``DistributedAttention`` (``deepspeed/sequence/layer.py``): one
+    ``_SeqAllToAll`` per tensor, Q, K and V one after another ("TODO Merge three alltoall calls
+    into one"), the local attention, then the output's; the backward runs each one's backward,
+    the output gradient's before the kernel and dQ, dK, dV's after it. Each all-to-all goes
+    through ``single_all_to_all``, which makes one contiguous copy on the compute stream:
+    before the exchange when it scatters heads (Q, K, V forward, the output's gradient
+    backward: ``reshape(...).transpose(0, 1).contiguous()``), after it when it scatters the
+    sequence (the output forward, dQ, dK, dV backward: ``output.transpose(0, 1).contiguous()``);
+    ``core.relayout`` holds each copy's seconds. As read in DeepSpeed 0.12.4; 0.10's
+    ``tensor_split``/``torch.cat`` path copied head-scattered tensors twice (not modelled)."""
+    q, k, v, o = qkvo_bytes(shapes)
+    cq, ck, cv, co = core.relayout
+    if backward:
+        out: list[Segment] = [
+            _relayout("cp_relayout_do", co, layer),
+            Comm("cp_a2a_do", "cp", "all_to_all", o, False, layer),
+            Compute.of("attn_core", Work.of(attention=core.total), layer),
+        ]
+        for name, size, copy in (("dq", q, cq), ("dk", k, ck), ("dv", v, cv)):
+            out += [Comm(f"cp_a2a_{name}", "cp", "all_to_all", size, False, layer),
+                    _relayout(f"cp_relayout_{name}", copy, layer)]  # fmt: skip
+    else:
+        out = []
+        for name, size, copy in (("q", q, cq), ("k", k, ck), ("v", v, cv)):
+            out += [_relayout(f"cp_relayout_{name}", copy, layer),
+                    Comm(f"cp_a2a_{name}", "cp", "all_to_all", size, False, layer)]  # fmt: skip
+        out += [
+            Compute.of("attn_core", Work.of(attention=core.total), layer),
+            Comm("cp_a2a_o", "cp", "all_to_all", o, False, layer),
+            _relayout("cp_relayout_o", co, layer),
+        ]
+    # a copy of zero seconds (no kernel model gave its rate) is left out
+    return [seg for seg in out if isinstance(seg, Comm) or seg.seconds > 0]
+
+
+def _relayout(name: str, seconds: float, layer: int) -> Compute:
+    """A memory-bound contiguous copy on the compute stream."""
+    return Compute.of(name, Work.of(memory=seconds), layer)
 
 
 def ulysses_backward_in(shapes: Shapes) -> float:

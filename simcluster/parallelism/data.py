@@ -356,13 +356,30 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
     # in place (PyTorch FSDP, autocast)
     low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast else 4 + 2
-    unscale = 8 if tr.precision == "fp16" else 0
+    unscale = 8.0 if tr.precision == "fp16" else 0.0
     widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
     # nanotron's runs over every local gradient, clip_bytes_per_local_param)
     norm = CLIP_NORM_BYTES if tr.grad_clip == "shard" else 0.0
+    if tr.grad_clip == "deepspeed":
+        norm, unscale = deepspeed_step_bytes(tr.precision)
     common = 8 + 4 + norm + low + unscale + widen
     return common + OPTIMIZER_MOMENTS[tr.optimizer] * moment
+
+
+def deepspeed_step_bytes(precision: str) -> tuple[float, float]:
+    """(norm, unscale) bytes per shard element of DeepSpeed's ZeRO-1/2 step beside the update
+    (``training.grad_clip: deepspeed``; ``runtime/zero/stage_1_and_2.py``, read in the 0.12.4
+    PyPI sdist). The norm: ``get_grad_norm_direct`` runs ``g.data.double().norm(2)`` on each
+    16-bit gradient of the shard, an fp64 copy written and read (2 + 8 + 8). Then ``step``
+    flattens the shard's gradients into one new 16-bit tensor before ``.to(fp32)`` (2 + 2; the
+    cast is the 16-bit widening) and ``unscale_and_clip_grads`` multiplies the fp32 shard by
+    one combined factor every step, whatever the precision (``grad.data.mul_``: 4 + 4). fp16
+    first checks the shard for inf/NaN (``_has_inf_or_nan``: ``x.float().sum()``, 2 + 4 + 4).
+    The per-tensor ``.item()`` host syncs of the norm and the check are not timed."""
+    norm = 2 + 8 + 8
+    unscale = (2 + 2) + (4 + 4) + ((2 + 4 + 4) if precision == "fp16" else 0)
+    return float(norm), float(unscale)
 
 
 #: the gradient norm's read of an fp32 gradient

@@ -134,7 +134,7 @@ class TrainingSection(SectionBase):
             "second moment, three; Apertus's optimizer), sgd (momentum: one)"
         ),
     )
-    grad_clip: Literal["shard", "local_scale"] = Field(
+    grad_clip: Literal["shard", "local_scale", "deepspeed"] = Field(
         default="shard",
         description=(
             "the gradient-norm clipping pass of the optimizer step: shard (Megatron's "
@@ -142,7 +142,11 @@ class TrainingSection(SectionBase):
             "its ZeRO shard; it scales them only when the norm exceeds the limit, not charged); "
             "local_scale (nanotron's clip_grad_norm: the norm reads every local fp32 gradient, "
             "ZeRO-1 too, and every one is multiplied by the clamped coefficient, a read and a "
-            "write, every step)"
+            "write, every step); deepspeed (DeepSpeed's ZeRO-1/2 optimizer, set by framework "
+            "deepspeed where it runs: the norm of each 16-bit gradient through an fp64 copy, the "
+            "shard flattened before its fp32 cast, and one multiply of the fp32 shard every "
+            "step, unscaling and clipping together; fp16 first checks it for inf/NaN through an "
+            "fp32 copy)"
         ),
     )
     optimizer_post_validation: bool = Field(
