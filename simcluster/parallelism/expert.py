@@ -211,6 +211,25 @@ def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
     return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
 
 
+def chunk_sort_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+    """Megatron-Core's "Permutation 2" and its inverse, one phase's worth: the alltoall
+    dispatcher receives its tokens ordered by source rank (and, after the expert-TP all-gather,
+    by ETP rank), then expert, so with more than one local expert it copies them into expert
+    order before the grouped GEMM and back into rank order after it
+    (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``: ``sort_chunks_by_idxs`` dropless,
+    ``.view(tp*ep, local_experts, capacity, h).transpose(0, 1).contiguous()`` with drop-and-pad;
+    ``combine_preprocess``: the unsort). Each is a read and a write of every received row; the
+    backward runs the two conjugate copies. None with one local expert (the README's "if EP
+    size increased to the number of expert, the local token permutation ... are omitted"), nor
+    behind DeepEP here (its own post-dispatch permute is not timed)."""
+    m = shapes.model
+    lay = shapes.layout
+    if phase == "W" or moe.dispatcher != "alltoall" or m.experts // lay.ep <= 1 or lay.expert_shard <= 1:
+        return 0.0
+    rows = shapes.moe_tokens * m.top_k * moe.wire_share * lay.etp
+    return 2 * km.memory(2 * rows * m.hidden * shapes.elt)
+
+
 def _weights(shapes: Shapes) -> tuple[float, float]:
     """(routed, dense) weight elements of a MoE block on this GPU: its local experts', and its
     shared experts' and router's."""
@@ -328,7 +347,7 @@ def moe_block(
         Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,
         *gather,
-        Compute.of("experts", routed, layer),
+        Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer),
         *scatter,
         *combine,
         Compute.of("unpermute", unpermute, layer),
