@@ -76,3 +76,15 @@ def test_padded_capacity_sorts_the_padding_too():
     km = b.km
     want = 2 * km.memory(2 * 4096 * 2 * 1.25 * 2048 * 2)
     assert expert.chunk_sort_seconds(b.shapes, km, b.scenario.moe, "F") == pytest.approx(want)
+
+
+def test_the_experts_block_carries_the_copies():
+    """moe_block's experts segment is the grouped GEMMs plus the sort and unsort: with 2 local
+    experts its forward is longer than the GEMM work by exactly the two copies."""
+    b = _builder(ep=4)
+    km, moe = b.km, b.scenario.moe
+    segments = expert.moe_block(b.shapes, km, moe, "F", 0)
+    experts = next(s for s in segments if getattr(s, "name", "") == "experts")
+    routed = expert.expert_work(b.shapes, km, moe, "F").total
+    assert experts.seconds == pytest.approx(routed + expert.chunk_sort_seconds(b.shapes, km, moe, "F"))
+    assert expert.chunk_sort_seconds(b.shapes, km, moe, "F") > 0
