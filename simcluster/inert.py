@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
-from simcluster.parallelism.expert import ep_nodes
+from simcluster.parallelism.expert import ep_nodes, padded_expert_rows, quantisation_alignment
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.userbuffers import tp_overlaps_run
 
@@ -205,8 +205,12 @@ def _aligned_dispatch(ctx: Context) -> Verdict:
     precision = ctx.scenario.training.precision
     if precision not in QUANTISED:
         return (f"at training.precision={precision}", "only FP8/FP4 grouped GEMMs need aligned splits")
-    if ctx.scenario.moe.padded:
-        return ("with moe.pad_to_capacity", "every expert runs its fixed capacity, which Fp8Padding leaves as it is")
+    moe, training, lay = ctx.scenario.moe, ctx.scenario.training, ctx.layout
+    if moe.padded:
+        moe_tokens = training.micro_batch * training.seq_len / lay.cp / lay.tp  # Shapes.moe_tokens
+        rows = padded_expert_rows(moe_tokens, ctx.model, lay, moe)
+        if rows % quantisation_alignment(training, ctx.profile) == 0:
+            return ("with moe.pad_to_capacity", "every expert runs its fixed, aligned capacity, which Fp8Padding leaves as it is")
     return None
 
 

@@ -164,6 +164,57 @@ def test_dropless_fp8_experts_copy_their_rows_to_align_them():
         assert expert.padding_seconds(aligned.shapes, aligned.km, aligned.scenario.moe, rows) == 0.0
 
 
+def test_drop_and_pad_copies_unless_the_capacity_is_aligned():
+    """Megatron-Core's capacity is ceil(tokens x top_k / experts x capacity_factor) per source
+    rank (moe_utils.get_capacity, called by topk_softmax_with_capacity with num_tokens * topk),
+    not rounded to the FP8 alignment; each local expert then runs capacity x ep x etp rows (the
+    alltoall dispatcher's drop-and-pad num_tokens_per_local_expert) and TEGroupedMLP's
+    Fp8Padding copies them whenever that is not a multiple of 16 (Megatron-Core
+    get_fp8_align_size: 16 outside MXFP8). 4,096 tokens x top-2 / 8 experts = 1,024 per source
+    rank: capacity factor 1.0 -> 1,024 x 8 = 8,192 rows (aligned), 1.25 -> 1,280 x 8 (aligned),
+    1.1 -> ceil(1,126.4) = 1,127 x 8 = 9,016 = 8 mod 16 (copied)."""
+    from simcluster.parallelism import expert
+
+    def builder(cf: float, precision: str = "fp8") -> object:
+        return layer_builder(
+            {
+                "model": {**LLAMA, "experts": 8, "top_k": 2, "expert_ffn": 2048},
+                "cluster": {"hardware": "dgx-h100", "gpus": 8},
+                "parallel": {"ep": 8},
+                "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": precision},
+                "moe": {"capacity_factor": cf, "pad_to_capacity": True},
+            }
+        )
+
+    rows = TOKENS * 2
+    for cf, want_rows, copied in ((1.0, 8192, False), (1.25, 10240, False), (1.1, 9016, True)):
+        b = builder(cf)
+        moe = b.scenario.moe
+        assert expert.padded_expert_rows(b.shapes.moe_tokens, b.shapes.model, b.shapes.layout, moe) == want_rows
+        assert expert.quantisation_alignment(b.shapes.training, b.km.profile) == 16
+        km = b.km
+        want = 2 * (2 * rows * 4096 * 2 / km.hbm_bytes_per_s + km.launch_s) + (2 * rows * 4 / km.hbm_bytes_per_s + km.launch_s)
+        assert expert.padding_seconds(b.shapes, km, moe, rows) == (pytest.approx(want) if copied else 0.0)
+    # bf16 never pads
+    bf16 = builder(1.1, "bf16")
+    assert expert.padding_seconds(bf16.shapes, bf16.km, bf16.scenario.moe, rows) == 0.0
+    # MXFP8 (the block recipe on Blackwell) aligns to 32 (get_fp8_align_size), DeepSeek's
+    # blockwise FP8 on Hopper to 16, NVFP4 to 128 (Megatron-LM main's get_fp4_align_size)
+    for hardware, precision, recipe, want_align in (
+        ("dgx-b200", "fp8", "block", 32), ("dgx-h100", "fp8", "block", 16), ("dgx-b200", "nvfp4", "delayed", 128)
+    ):
+        aligned = layer_builder(
+            {
+                "model": {**LLAMA, "experts": 8, "top_k": 2, "expert_ffn": 2048},
+                "cluster": {"hardware": hardware, "gpus": 8},
+                "parallel": {"ep": 8},
+                "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": 8, "precision": precision,
+                             "fp8_recipe": recipe},
+            }
+        )
+        assert expert.quantisation_alignment(aligned.shapes.training, aligned.km.profile) == want_align
+
+
 def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
     """TE Float8CurrentScaling reduces the tensor's amax before casting: 2 more bytes per
     element than delayed or block scaling (whose scales come from history or the cast itself),

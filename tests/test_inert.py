@@ -514,6 +514,19 @@ def test_validate_prints_the_summary_or_the_notes(cli, tmp_path, flag, per_setti
     assert as_json["cases"][0]["inert_settings"] == [detailed.split("note: ")[1].split(" in 1 case")[0]]
 
 
+def test_aligned_dispatch_acts_where_a_padded_capacity_is_unaligned():
+    """Megatron-Core rounds a drop-and-pad capacity up to a whole row (moe_utils.get_capacity),
+    not to the FP8 alignment: 2,048 tokens x top-2 / 8 experts at capacity factor 1.2 is
+    ceil(614.4) = 615 rows from each of 8 ranks, 4,920 = 8 mod 16, which Fp8Padding copies, so
+    moe.aligned_dispatch acts there and gets no note; at 1.0 (8 x 512 rows) it is inert."""
+    base = {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"},
+            "moe": {"aligned_dispatch": True, "capacity_factor": 1.2, "pad_to_capacity": True}}
+    assert "moe.aligned_dispatch" not in _settings(**base)
+    assert _outcome(base) != _outcome(_without(base, "moe.aligned_dispatch"))
+    even = {**base, "moe": {**base["moe"], "capacity_factor": 1.0}}
+    assert "moe.aligned_dispatch" in _settings(**even)
+
+
 def test_aligned_dispatch_acts_for_dropless_fp8_experts():
     """Dropless FP8 experts copy their rows unless the dispatch aligns them (Megatron-Core's
     TEGroupedMLP Fp8Padding, parallelism/expert.py padding_seconds): no note there, and the

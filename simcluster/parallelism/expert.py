@@ -21,12 +21,14 @@ import math
 
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.gemm_roles import PHASE_ROLES
+from simcluster.hardware import HardwareProfile
 from simcluster.layout import Layout
+from simcluster.model import ModelSpec
 from simcluster.moe_kernels import DEFAULT_GROUPED
 from simcluster.parallelism import autocast_casts, wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
-from simcluster.scenario import MoeSection
+from simcluster.scenario import MoeSection, TrainingSection
 
 # FP8 dispatch sends 1 byte per element plus one fp32 scale per 128 (DeepSeek-V3 Sec 3.3.2:
 # fine-grained 1x128 tile quantisation of activations)
@@ -137,15 +139,43 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, gr
     return Work.of(gemm=wgrad_t)
 
 
+def quantisation_alignment(training: TrainingSection, profile: HardwareProfile) -> int:
+    """Rows TransformerEngine's ``Fp8Padding`` rounds each local expert's split up to, as
+    Megatron-Core sizes it (``moe_utils.get_align_size_for_quantization``): 16 under FP8
+    (``fp8_utils.get_fp8_align_size``; 32 for MXFP8, the block recipe on Blackwell and later)
+    and 128 under NVFP4 (``fp4_utils.get_fp4_align_size`` on Megatron-LM main; its docstring
+    derives 32 from TMA's 16-byte rule and pads to 128 for the grouped Hadamard quantise)."""
+    if training.precision == "nvfp4":
+        return 128
+    block = training.fp8_recipe == "block"
+    blackwell = (profile.gpu.compute_capability or 0.0) >= 10.0
+    return 32 if block and blackwell else 16
+
+
+def padded_expert_rows(moe_tokens: float, model: ModelSpec, layout: Layout, moe: MoeSection) -> int:
+    """Rows each local expert runs when its input is padded to capacity, as Megatron-Core
+    counts them: ``moe_utils.get_capacity`` ceil(tokens x top_k / experts x capacity_factor)
+    per source rank (``topk_softmax_with_capacity`` passes its tokens times topk), received
+    from each of the EP group's ranks and gathered over the expert-TP group (the alltoall
+    dispatcher's drop-and-pad ``num_tokens_per_local_expert``: capacity x tp_size x ep_size).
+    ``moe_tokens``: the tokens one rank routes (``Shapes.moe_tokens``)."""
+    assert moe.capacity_factor is not None  # padded implies a capacity factor
+    capacity = math.ceil(round(moe_tokens) * model.top_k / model.experts * moe.capacity_factor)
+    return capacity * layout.ep * layout.etp
+
+
 def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: float) -> float:
     """Copies that align each local expert's rows for its quantised GEMMs, one phase's worth.
 
     Megatron-Core's ``TEGroupedMLP.forward`` (FP8 and FP4) runs the experts' input and their
     routing probabilities through TransformerEngine's ``Fp8Padding`` before fc1 and the fc2
     output through ``Fp8Unpadding``: every split is rounded up to the recipe's alignment (16
-    rows, 32 for MXFP8 and NVFP4). ``Fp8Padding`` returns its input untouched when every split
-    is aligned already, which the drop-and-pad capacities are; dropless (and dropping without
-    padding) the per-expert counts are arbitrary, so it copies the whole tensor
+    rows, 32 for MXFP8, 128 for NVFP4: :func:`quantisation_alignment`). ``Fp8Padding`` returns
+    its input untouched when every split is aligned already, which a drop-and-pad capacity is
+    when it is a multiple of that (:func:`padded_expert_rows`: Megatron-Core rounds the capacity
+    up to a whole row, not to the alignment, so a capacity factor of 1.1 on 1,024 rows leaves
+    1,127 per source rank and the copy runs); dropless (and dropping without padding) the
+    per-expert counts are arbitrary, so it copies the whole tensor
     (``tex.fused_multi_row_padding``, read and write), and the backward runs the conjugate
     copies (``fused_multi_row_unpadding``). Per phase: the hidden-wide input and output, and
     the fp32 probabilities.
@@ -163,8 +193,12 @@ def padding_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, rows: floa
     padding the routing map). ASSUMPTION there: the at most alignment - 1 extra rows per
     expert those run are not timed.
     """
-    if shapes.training.precision not in QUANTISED or moe.padded or moe.aligned_dispatch or rows <= 0:
+    if shapes.training.precision not in QUANTISED or moe.aligned_dispatch or rows <= 0:
         return 0.0
+    if moe.padded:
+        rows_per_expert = padded_expert_rows(shapes.moe_tokens, shapes.model, shapes.layout, moe)
+        if rows_per_expert % quantisation_alignment(shapes.training, km.profile) == 0:
+            return 0.0
     hidden = rows * shapes.model.hidden * shapes.elt
     return 2 * km.memory(2 * hidden) + km.memory(2 * rows * 4)
 
@@ -175,6 +209,25 @@ def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
     per_expert, local_experts = _routed_load(shapes, load)
     up, ffn = _widths(shapes)
     return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
+
+
+def chunk_sort_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+    """Megatron-Core's "Permutation 2" and its inverse, one phase's worth: the alltoall
+    dispatcher receives its tokens ordered by source rank (and, after the expert-TP all-gather,
+    by ETP rank), then expert, so with more than one local expert it copies them into expert
+    order before the grouped GEMM and back into rank order after it
+    (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``: ``sort_chunks_by_idxs`` dropless,
+    ``.view(tp*ep, local_experts, capacity, h).transpose(0, 1).contiguous()`` with drop-and-pad;
+    ``combine_preprocess``: the unsort). Each is a read and a write of every received row; the
+    backward runs the two conjugate copies. None with one local expert (the README's "if EP
+    size increased to the number of expert, the local token permutation ... are omitted"), nor
+    behind DeepEP here (its own post-dispatch permute is not timed)."""
+    m = shapes.model
+    lay = shapes.layout
+    if phase == "W" or moe.dispatcher != "alltoall" or m.experts // lay.ep <= 1 or lay.expert_shard <= 1:
+        return 0.0
+    rows = shapes.moe_tokens * m.top_k * moe.wire_share * lay.etp
+    return 2 * km.memory(2 * rows * m.hidden * shapes.elt)
 
 
 def _weights(shapes: Shapes) -> tuple[float, float]:
@@ -294,7 +347,7 @@ def moe_block(
         Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,
         *gather,
-        Compute.of("experts", routed, layer),
+        Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer),
         *scatter,
         *combine,
         Compute.of("unpermute", unpermute, layer),
