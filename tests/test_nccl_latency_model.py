@@ -71,6 +71,11 @@ def test_a_ring_of_one_rank_per_node_pays_the_trees_network_latency():
     # LL128 pays Tree's 8.5 us a network step (Ring's 4.0 before); Simple 14 us either way
     ll128 = {p.name: p for p in protocols_for("ring", True, "tree")}["LL128"]
     assert _us(ll128.inter_extra_s) == pytest.approx(8.5 - 2.7)
+    # broadcast: ring.cc's Reduce/Broadcast branch never reads interLat, so no Tree latency
+    # (6.6 base + 3 chain steps across nodes at the ring's 2.7 us LL hop)
+    b = describe("broadcast", 8, c, one_per_node, algo="ring")
+    assert b.proto == "LL"
+    assert _us(b.latency) == pytest.approx(6.6 + 3 * 2.7)
     # two ranks per node: each channel leaves a node from the GPU before the one it enters the
     # next at, so its network hop starts with a PXN relay over NVLink (0.6 us); an intra-node
     # step of a multi-node ring takes at least getNetOverhead, 1 us on the DGX H100's Intel

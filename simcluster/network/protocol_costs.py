@@ -102,7 +102,9 @@ def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> 
     # exposed, use the Tree network latency") and again 2.32's src/tuning/ring.cc
     # (maxLocalRanks == 1: "Preserve the pre-refactor model"); only the releases between read
     # the ring's own. LL 5.0 / LL128 8.5 us a step instead of 2.7 / 4.0; Simple 14 either way.
-    for p in protocols_for(plan.family, multi, plan.net_family):
+    # Broadcast and reduce take another branch of ring.cc, which never reads interLat.
+    net_family = plan.net_family if op != "broadcast" else None
+    for p in protocols_for(plan.family, multi, net_family):
         frac = p.bw_fraction
         if plan.family in ("ring", "tree"):
             link = _link_GBps(cluster, op, plan, n)
