@@ -3,9 +3,9 @@
 Sources: ``src/tuning/cost_model.cc`` (``ncclTunerConstantsDefaults``: baseLatencies Ring
 {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS/NVLS_TREE 0; hwLatencies NVLink Ring LL 0.6,
 NVLS 25, NVLS_TREE 25; NET Ring LL 2.7, Tree LL 5.0, NVLS_TREE Simple 20.9),
-``src/tuning/ring.cc`` (nInterSteps = 2 (nNodes - 1) for all-reduce; the ring's own network
-latency whatever the ranks per node; intra-node steps of a multi-node ring floored at the host's
-network overhead), ``src/tuning/tree.cc`` and ``nvls.cc``
+``src/tuning/ring.cc`` (nInterSteps = 2 (nNodes - 1) for all-reduce; with one rank per node
+the tree's network latency, NCCL 2.32.3 as NCCL <= 2.2x's ``src/graph/tuning.cc``; intra-node
+steps of a multi-node ring floored at the host's network overhead), ``src/tuning/tree.cc`` and ``nvls.cc``
 (tree: 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat); NVLS: intraLat; NVLS_TREE:
 intraLat + 2 log2i(nNodes) interLat, log2i the floor).
 
@@ -57,15 +57,25 @@ def test_ring_all_reduce_across_two_nodes_has_two_network_steps():
     assert (plan.intra_steps, plan.inter_steps) == (14, 1)
 
 
-def test_a_ring_of_one_rank_per_node_pays_the_rings_own_network_latency():
-    # src/tuning/ring.cc (master, 2026) reads hwLatencies[NET][Ring][LL] = 2.7 us whatever the
-    # ranks per node; only its comment still says "ppn=1 ... use the Tree network latency",
-    # which src/graph/tuning.cc of NCCL <= 2.2x did (5.0 us). 2 (4 - 1) network steps:
+def test_a_ring_of_one_rank_per_node_pays_the_trees_network_latency():
+    # NVIDIA/nccl 2.32.3 src/tuning/ring.cc (commit 12df1a1): maxLocalRanks == 1 -> interLat =
+    # hwLatencies[NET][Tree][proto] ("Preserve the pre-refactor model: with one rank per node,
+    # Ring inter-node steps use the exposed Tree NET latency"), as src/graph/tuning.cc of NCCL
+    # <= 2.2x did ("With ppn=1 latencies are fully exposed"); Tree LL 5.0 us, not Ring LL 2.7.
+    # 2 (4 - 1) network steps:
     c = h100(32)
     one_per_node = [0, 8, 16, 24]
     r = describe("all_reduce", 8, c, one_per_node, algo="ring")
     assert r.proto == "LL"
-    assert _us(r.latency) == pytest.approx(6.6 + 6 * 2.7)
+    assert _us(r.latency) == pytest.approx(6.6 + 6 * 5.0)
+    # LL128 pays Tree's 8.5 us a network step (Ring's 4.0 before); Simple 14 us either way
+    ll128 = {p.name: p for p in protocols_for("ring", True, "tree")}["LL128"]
+    assert _us(ll128.inter_extra_s) == pytest.approx(8.5 - 2.7)
+    # broadcast: ring.cc's Reduce/Broadcast branch never reads interLat, so no Tree latency
+    # (6.6 base + 3 chain steps across nodes at the ring's 2.7 us LL hop)
+    b = describe("broadcast", 8, c, one_per_node, algo="ring")
+    assert b.proto == "LL"
+    assert _us(b.latency) == pytest.approx(6.6 + 3 * 2.7)
     # two ranks per node: each channel leaves a node from the GPU before the one it enters the
     # next at, so its network hop starts with a PXN relay over NVLink (0.6 us); an intra-node
     # step of a multi-node ring takes at least getNetOverhead, 1 us on the DGX H100's Intel

@@ -97,9 +97,14 @@ def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> 
     multi = plan.domains > 1
     channels = profile.efficiency.collective_sms
     out = []
-    # current NCCL: every family pays its own network latency (ring.cc reads
-    # hwLatencies[NET][Ring]; the "ppn=1 uses the Tree latency" rule of <= 2.2x is gone)
-    for p in protocols_for(plan.family, multi):
+    # A ring with one rank per node pays the tree's network latency per inter-node step
+    # (plan.net_family): NCCL <= 2.2x's src/graph/tuning.cc ("With ppn=1 latencies are fully
+    # exposed, use the Tree network latency") and again 2.32's src/tuning/ring.cc
+    # (maxLocalRanks == 1: "Preserve the pre-refactor model"); only the releases between read
+    # the ring's own. LL 5.0 / LL128 8.5 us a step instead of 2.7 / 4.0; Simple 14 either way.
+    # Broadcast and reduce take another branch of ring.cc, which never reads interLat.
+    net_family = plan.net_family if op != "broadcast" else None
+    for p in protocols_for(plan.family, multi, net_family):
         frac = p.bw_fraction
         if plan.family in ("ring", "tree"):
             link = _link_GBps(cluster, op, plan, n)

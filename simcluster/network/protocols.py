@@ -11,8 +11,9 @@ and the protocol's extra per-step cost is NCCL's ``hwLat[p] - hwLat[LL]``.
 
 Which network latency a step pays: NVLS_TREE has one of its own (20.9 us for Simple, NVLS 18);
 NCCL <= 2.2x's ``src/graph/tuning.cc`` gave a ring whose nodes hold one rank each the *tree*'s
-(``ppn == 1``), which the current ``src/tuning/ring.cc`` no longer does (its comment remains):
-``net_family`` keeps the old rule for GPUs outside NCCL's tables only (:mod:`protocol_costs`).
+(``ppn == 1``); the refactored ``src/tuning/ring.cc`` dropped it for a few releases and 2.32
+restored it (``maxLocalRanks == 1``, "Preserve the pre-refactor model"): ``net_family`` carries
+it for every GPU (:mod:`protocol_costs`).
 
 The fractions below are NCCL <= 2.19's (ring LL 1/4 of the link). On an NVIDIA GPU the current
 tuner's rates replace them - LL half the link capped by ``llMaxBws`` by GPU generation and host
