@@ -121,3 +121,25 @@ def deepspeed_bucket_doc(name: str, zero: int, precision: str, gpus: int, **dp: 
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * gpus, "precision": precision},
         **({"dp": dp} if dp else {}),
     }
+
+
+def checked_unit_build(name: str, spec: Any) -> tuple[list, Any]:
+    """A schedule's order for ``spec``, checked, and its replay at unit F, B and W times."""
+    from simcluster.schedules import get_schedule
+    from simcluster.schedules.check import check_order, check_timeline, replay
+
+    sched = get_schedule(name)
+    ops = sched.build(spec)
+    check_order(sched, spec, ops)
+    timeline = replay(sched, spec, ops, 1.0, 1.0, 1.0)
+    check_timeline(sched, spec, timeline)
+    return ops, timeline
+
+
+def peak_chunk_stash(ops: list) -> float:
+    """The largest stash over a V schedule's stages in stage microbatches, the Controllable
+    Memory paper's accounting: each chunk's F stashes half a stage's activations, its W frees
+    them."""
+    from simcluster.memory_report import activation_walk
+
+    return max(activation_walk(stage, [0.5, 0.5]) for stage in ops)

@@ -9,27 +9,20 @@ table gives V-Min (p+4)//3 and V-Half (p+2)//2 microbatches (tests/test_v_contro
 import pytest
 
 from simcluster.errors import UserError
-from simcluster.memory_report import activation_walk
 from simcluster.schedules import ScheduleSpec, get_schedule
-from simcluster.schedules.check import bubble_time, check_order, check_timeline, replay, span
+from simcluster.schedules.check import bubble_time, replay, span
 from simcluster.schedules.v_auto import candidates
-from tests.engine_helpers import pipeline_scenario, run
+from tests.engine_helpers import checked_unit_build, peak_chunk_stash, pipeline_scenario, run
 
 
 def _build(p, m, units):
     """v-auto at a limit of ``units`` chunk activations, checked, with its unit-time replay."""
-    sched, spec = get_schedule("v-auto"), ScheduleSpec(p, m, activation_limit=units / (2 * p))
-    ops = sched.build(spec)
-    check_order(sched, spec, ops)
-    timeline = replay(sched, spec, ops, 1.0, 1.0, 1.0)
-    check_timeline(sched, spec, timeline)
-    return ops, timeline
+    return checked_unit_build("v-auto", ScheduleSpec(p, m, activation_limit=units / (2 * p)))
 
 
 def _units(ops):
-    """The largest stash over the stages in chunk activations (a chunk's F stashes half a
-    stage's microbatch; its W frees it)."""
-    return round(2 * max(activation_walk(stage, [0.5, 0.5]) for stage in ops))
+    """The largest stash over the stages in chunk activations."""
+    return round(2 * peak_chunk_stash(ops))
 
 
 def _expected_bubble(p, peak):

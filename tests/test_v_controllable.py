@@ -7,25 +7,25 @@ import pytest
 
 from simcluster.memory_report import activation_walk
 from simcluster.schedules import ScheduleSpec, get_schedule
-from simcluster.schedules.check import bubble_fraction, check_order, check_timeline, replay
+from simcluster.schedules.check import bubble_fraction, replay
 from simcluster.schedules.v_controllable import v_half_block, v_min_block
-from tests.engine_helpers import gpt_model, pipeline_scenario, run
+from tests.engine_helpers import (
+    checked_unit_build,
+    gpt_model,
+    peak_chunk_stash,
+    pipeline_scenario,
+    run,
+)
 
 SHAPES = [(4, 8), (4, 16), (6, 24), (8, 32), (8, 64), (16, 64)]
 
 
 def _build(name, p, m):
-    sched, spec = get_schedule(name), ScheduleSpec(p, m)
-    ops = sched.build(spec)
-    check_order(sched, spec, ops)
-    timeline = replay(sched, spec, ops, 1.0, 1.0, 1.0)
-    check_timeline(sched, spec, timeline)
-    return ops, timeline
+    return checked_unit_build(name, ScheduleSpec(p, m))
 
 
 def _peak_stage_units(ops):
-    # the paper's accounting: each chunk's F stashes half a stage's activations, W frees them
-    return max(activation_walk(stage, [0.5, 0.5]) for stage in ops)
+    return peak_chunk_stash(ops)
 
 
 SHAPES_MORE = [*SHAPES, (5, 20), (12, 48)]
