@@ -9,7 +9,8 @@ TransformerEngine's comm+GEMM overlaps (``te.initialize_ub``), one per linear an
 * ``pipeline`` (proj_fprop, fc2_fprop: the forward reduce-scatters): the GEMM runs in
   ``num_splits`` slices and userbuffers kernels of ``num_sm`` CTAs reduce slice i while
   slice i + 1 computes; the forward reduce-scatters may instead run as a ring exchange
-  (the FP8 presets' ``RingExchangeOverlapCfg``), in ``tp`` slices;
+  (the FP8 presets' ``RingExchangeOverlapCfg``), in ``tp`` slices, which ends with a kernel
+  summing the partials it moved (:func:`ring_rs_reduce_bytes`);
 * ``bulk`` (qkv_dgrad, fc1_dgrad: the all-gather of the input the weight gradient needs;
   qkv_wgrad, fc1_wgrad: the reduce-scatter of the input gradient): one whole collective of
   ``num_sm`` CTAs beside one whole GEMM.
