@@ -9,7 +9,8 @@ TransformerEngine's comm+GEMM overlaps (``te.initialize_ub``), one per linear an
 * ``pipeline`` (proj_fprop, fc2_fprop: the forward reduce-scatters): the GEMM runs in
   ``num_splits`` slices and userbuffers kernels of ``num_sm`` CTAs reduce slice i while
   slice i + 1 computes; the forward reduce-scatters may instead run as a ring exchange
-  (the FP8 presets' ``RingExchangeOverlapCfg``), in ``tp`` slices;
+  (the FP8 presets' ``RingExchangeOverlapCfg``), in ``tp`` slices, which ends with a kernel
+  summing the partials it moved (:func:`ring_rs_reduce_bytes`);
 * ``bulk`` (qkv_dgrad, fc1_dgrad: the all-gather of the input the weight gradient needs;
   qkv_wgrad, fc1_wgrad: the reduce-scatter of the input gradient): one whole collective of
   ``num_sm`` CTAs beside one whole GEMM.
@@ -251,6 +252,36 @@ class BlockOverlaps:
     grad_gather: UbOverlap  # backward all-gather of the output gradient (proj_dgrad, fc2_dgrad)
     input_gather: UbOverlap  # backward re-gather of the input for the wgrad (qkv_dgrad, fc1_dgrad)
     grad_scatter: UbOverlap  # backward reduce-scatter of the input gradient (qkv_wgrad, fc1_wgrad)
+
+
+def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> float:
+    """HBM bytes of the reduction kernel that ends a forward reduce-scatter run as a ring
+    exchange (``scatter``: proj_fprop or fc2_fprop; ``shard_bytes``: one rank's share of the
+    output, 16-bit); zero for the other methods.
+
+    A ring exchange only moves the GEMM's partial outputs: each rank computes, slice by slice,
+    its partial of every rank's shard and passes it on, so it ends holding ``tp`` partials of
+    its own shard, which one memory-bound kernel sums. TransformerEngine's
+    ``CommOverlapP2PBase::split_overlap_rs`` (``comm_gemm_overlap.cpp``) waits for the last
+    GEMM slice and the last send/recv, then runs ``reduce_bf16`` on the main stream: it reads
+    the ``tp`` contiguous chunks of the buffer (``_ubufs[tp - 1]`` onwards: the local partial
+    and the ``tp - 1`` received) and writes one shard (``userbuffers.cu``
+    ``reduce_bf16_cuda``, fp32 accumulation). The buffer is 16-bit: ``initialize_ub`` gives an
+    FP8 buffer only to the all-gathers and to a *pipelined* reduce-scatter that asks for one
+    (``fp8_buf``), so ``reduce_fp8_in_bf16_out`` does not run here. PyTorch's
+    ``_fused_matmul_reduce_scatter_impl`` (``torch/distributed/_symmetric_memory``) does the
+    same: ``_pipelined_produce_and_all2all`` fills ``stacked_partials`` (tp shards in the
+    output dtype), then one ``torch.sum`` over the first dimension on the current stream.
+    Nothing overlaps it: it waits for the exchange and the next op waits for it.
+
+    A pipelined reduce-scatter sums inside its userbuffers kernel
+    (``userbuffers_fp16_sum_inplace_gpu_rr_rs_oop`` reads every peer's slice over NVLink and
+    writes the sum), as a bulk one does (``reducescatter2_userbuff_inplace``), and a blocking
+    NCCL call reduces inside NCCL's kernels: none runs a separate kernel.
+    """
+    if scatter.method != "ring_exchange" or tp <= 1:
+        return 0.0
+    return (tp + 1) * shard_bytes  # tp partials read, one shard written
 
 
 def block_overlaps(cfg: Mapping[str, UbOverlap], block: str) -> BlockOverlaps:

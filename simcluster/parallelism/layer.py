@@ -34,6 +34,7 @@ from simcluster.userbuffers import (
     UbOverlap,
     block_overlaps,
     resolve,
+    ring_rs_reduce_bytes,
     tp_overlaps_run,
 )
 
@@ -191,7 +192,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             return self._with_wgrad(self._attention_body(index, "B"), "attn", index, self._attention_segments(index, "W"))
         return tensor.wrap_block(
             self.shapes, "attn", self._attention_body(index, phase), self._block_ub("attn"), index,
-            backward=phase == "B",
+            backward=phase == "B", rs_reduce=self._rs_reduce("attn", phase),
         )  # fmt: skip
 
     def _attention_body(self, index: int, phase: str) -> list[Segment]:
@@ -254,6 +255,17 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
     def _block_ub(self, block: str) -> BlockOverlaps | None:
         cfg = self.userbuffers
         return None if cfg is None else block_overlaps(cfg, block)
+
+    def _rs_reduce(self, block: str, phase: str) -> Work | None:
+        """The forward reduce-scatter's local reduction kernel when it runs as a ring exchange
+        (``userbuffers.ring_rs_reduce_bytes``): a memory-bound pass at the profile's HBM rate
+        over the ``tp`` partials of this rank's output shard; None otherwise."""
+        ub = self._block_ub(block)
+        if ub is None or phase != "F":
+            return None
+        tp = self.shapes.layout.tp
+        nbytes = ring_rs_reduce_bytes(ub.scatter, tp, self.shapes.tp_collective_bytes / tp)
+        return Work.of(memory=self.km.memory(nbytes)) if nbytes else None
 
     def _overlap_of(self, phase: str, column: bool, block: str) -> UbOverlap | None:
         """The overlap beside this block's column- or row-parallel GEMMs in ``phase`` (the
@@ -349,7 +361,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             if self._moe_routes_shard():
                 return body
             return tensor.wrap_block(
-                self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B", regather_first=True
+                self.shapes, "moe", body, self._block_ub("mlp"), index, backward=phase == "B", regather_first=True,
+                rs_reduce=self._rs_reduce("mlp", phase),
             )
         if self.tp_async:
             return self._async_mlp(index, phase)
@@ -359,7 +372,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         if phase == "BW":
             return self._with_wgrad(self._mlp_body(index, "B"), "mlp", index, self._mlp_segments(index, "W"))
         return tensor.wrap_block(self.shapes, "mlp", self._mlp_body(index, phase), self._block_ub("mlp"), index,
-                                 backward=phase == "B")  # fmt: skip
+                                 backward=phase == "B", rs_reduce=self._rs_reduce("mlp", phase))  # fmt: skip
 
     def _moe_routes_shard(self) -> bool:
         """Whether a MoE block under sequence parallelism routes the token shard it is given,

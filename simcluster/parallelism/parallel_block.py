@@ -69,6 +69,8 @@ class ParallelBlocks(BuilderBase):
 
         def _block_ub(self, block: str) -> BlockOverlaps | None: ...
 
+        def _rs_reduce(self, block: str, phase: str) -> Work | None: ...
+
         def _op_recompute(self, index: int) -> Compute: ...
 
     @property
@@ -98,7 +100,7 @@ class ParallelBlocks(BuilderBase):
             if neox:
                 attention = _add_to(attention, self._elementwise(self.ops.branch_bias_add(), "F"), last=True)
             body = attention + self._mlp_body(index, "F")
-            return tensor.wrap_block(self.shapes, "block", body, ub, index)
+            return tensor.wrap_block(self.shapes, "block", body, ub, index, rs_reduce=self._rs_reduce("attn", "F"))
         if neox:
             # each column-parallel linear all-reduces its own input gradient, as in the
             # sequential block (B, or BW with the weight gradients under it); the attention's

@@ -13,7 +13,7 @@ Megatron's --tp-comm-overlap does with chunked GEMMs.
 
 from __future__ import annotations
 
-from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 from simcluster.userbuffers import BlockOverlaps
 
@@ -27,6 +27,7 @@ def wrap_block(
     backward: bool = False,
     regather_first: bool = False,
     wgrad: list[Segment] | None = None,
+    rs_reduce: Work | None = None,
 ) -> list[Segment]:
     """Surround a block's compute with its TP collectives (none when tp == 1).
 
@@ -43,7 +44,9 @@ def wrap_block(
     compute instead, for an MoE block whose experts follow its norm). ``wgrad``: the block's
     weight-gradient segments, run right after it (a fused backward); the input gradient's
     reduce-scatter (with sequence parallelism) or all-reduce (without) is then issued before
-    them and runs under them.
+    them and runs under them. ``rs_reduce``: the kernel that sums the partials a forward
+    reduce-scatter run as a ring exchange leaves (``userbuffers.ring_rs_reduce_bytes``), on
+    the compute stream after the exchange's last slice.
     """
     lay = shapes.layout
     after = list(wgrad or [])
@@ -74,6 +77,8 @@ def wrap_block(
             out.append(last)
         if tail:
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
+            if rs_reduce is not None and rs_reduce.total > 0:
+                out.append(Compute.of(f"{block}_tp_rs_reduce", rs_reduce, layer))
         if backward:
             # without userbuffers the gather is an async NCCL call whose CTAs take SMs from the
             # GEMMs it runs under; with them, a bulk overlap of its own SM count
