@@ -112,15 +112,22 @@ class FlowSolver:
         horizon = max(1e-12, 4 * math.ulp(now))
         done: list[Flow] = []
         keep: list[Flow] = []
+        # runs at every network event (a million times in a big step): locals, not attributes
         for f in self.flows:
-            f.remaining -= f.rate * dt
-            (done if f.remaining <= f.rate * horizon + 1e-6 else keep).append(f)
+            rate = f.rate
+            left = f.remaining - rate * dt
+            f.remaining = left
+            if left <= rate * horizon + 1e-6:
+                done.append(f)
+            else:
+                keep.append(f)
         self.flows = keep
-        for f in done:
-            for link in f.links:
-                users = self._by_link[link]
-                users.remove(f)
-                self._dirty.add(link)
+        if done:
+            by_link, dirty = self._by_link, self._dirty
+            for f in done:
+                for link in f.links:
+                    by_link[link].remove(f)
+                    dirty.add(link)
         return done
 
     def add(self, flow: Flow) -> None:
@@ -133,20 +140,24 @@ class FlowSolver:
 
     def _component(self) -> list[Flow]:
         """Flows connected (through shared links) to the links touched since the last reshare."""
-        seen_links = set(self._dirty)
-        stack = list(self._dirty)
+        by_link, dirty = self._by_link, self._dirty
+        seen_links = set(dirty)
+        stack = list(dirty)
         seen: dict[int, Flow] = {}
         while stack:
-            link = stack.pop()
-            for f in self._by_link.get(link, ()):
-                if id(f) in seen:
+            users = by_link.get(stack.pop())
+            if not users:
+                continue
+            for f in users:
+                key = id(f)
+                if key in seen:
                     continue
-                seen[id(f)] = f
+                seen[key] = f
                 for other in f.links:
                     if other not in seen_links:
                         seen_links.add(other)
                         stack.append(other)
-        self._dirty.clear()
+        dirty.clear()
         return list(seen.values())
 
     def reshare(self) -> float:
@@ -157,4 +168,4 @@ class FlowSolver:
         component = self._component()
         if component:
             max_min_rates(component, self.capacity)
-        return min(f.remaining / f.rate for f in self.flows)
+        return min([f.remaining / f.rate for f in self.flows])

@@ -82,39 +82,48 @@ def _metadata(rank_labels: Mapping[int, str], lanes: list[tuple[int, str]]) -> l
     return out
 
 
-def _args(row: Any) -> dict[str, Any]:
+def _args(
+    kind: str, stage: int, rank: int, stream: str, group: str, mb: int, chunk: int, layer: int, nbytes: float
+) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "op": row.kind,
-        "stage": int(row.stage),
-        "device": int(row.rank),
-        "stream": STREAM_TID[row.stream],
+        "op": kind,
+        "stage": int(stage),
+        "device": int(rank),
+        "stream": STREAM_TID[stream],
     }
-    if row.group:
-        args["group"] = row.group
-    for key in ("microbatch", "chunk", "layer"):
-        value = int(getattr(row, key))
+    if group:
+        args["group"] = group
+    for key, value in (("microbatch", int(mb)), ("chunk", int(chunk)), ("layer", int(layer))):
         if value >= 0:
             args[key] = value
-    if row.bytes > 0:
-        args["bytes"] = int(row.bytes)
+    if nbytes > 0:
+        args["bytes"] = int(nbytes)
     return args
+
+
+_SLICE_COLUMNS = ("kind", "stage", "rank", "stream", "group", "microbatch", "chunk", "layer", "bytes")
 
 
 def _slices(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> Iterator[dict]:
     """One complete event per row, made as they are asked for: an all-ranks trace has millions,
     and their dicts took several times the JSON text's memory held all at once."""
-    # plain Python strings: iterating pandas' Arrow-backed string columns is ~10x slower
-    plain = frame.astype({c: object for c in ("stream", "kind", "group", "name")})
-    for row, t0, t1 in zip(plain.itertuples(index=False), start_ns, end_ns, strict=True):
+    # plain Python values, column by column: iterating pandas' Arrow-backed string columns is
+    # ~10x slower, and a named tuple per row (itertuples) cost as much as the rest together
+    columns = [frame[c].tolist() for c in _SLICE_COLUMNS]
+    names = frame["name"].tolist()
+    for values, name, t0, t1 in zip(
+        zip(*columns, strict=True), names, start_ns.tolist(), end_ns.tolist(), strict=True
+    ):
+        kind, _, rank, stream = values[:4]
         yield {
             "ph": "X",
             "cat": "kernel",
-            "name": row.name or row.kind,
-            "pid": int(row.rank),
-            "tid": STREAM_TID[row.stream],
-            "ts": _us(int(t0)),
-            "dur": _us(int(t1 - t0)),
-            "args": _args(row),
+            "name": name or kind,
+            "pid": int(rank),
+            "tid": STREAM_TID[stream],
+            "ts": _us(t0),
+            "dur": _us(t1 - t0),
+            "args": _args(*values),
         }
 
 
@@ -130,16 +139,18 @@ def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> lis
                 raise UserError("events.flow_id", f"flow_id {flow} is used by two {kind} events")
             ends[kind][int(flow)] = index
     out = []
+    # whole columns once: a row looked up through .iloc per arrow end took most of a big
+    # trace's time (two per pipeline transfer: 200,000 in a 405B step)
+    ranks, streams = frame["rank"].tolist(), frame["stream"].tolist()
     for flow in sorted(ends["send"].keys() & ends["recv"].keys()):
         for phase, index in (("s", ends["send"][flow]), ("f", ends["recv"][flow])):
-            row = frame.iloc[index]
             event = {
                 "ph": phase,
                 "id": flow,
                 "cat": FLOW_CATEGORY,
                 "name": "p2p",
-                "pid": int(row["rank"]),
-                "tid": STREAM_TID[row["stream"]],
+                "pid": int(ranks[index]),
+                "tid": STREAM_TID[streams[index]],
                 "ts": _us(int(mid[index])),
             }
             if phase == "f":
