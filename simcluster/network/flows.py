@@ -25,7 +25,7 @@ class Flow:
     coeffs: tuple[float, ...]
     remaining: float
     rate: float = 0.0
-    on_done: Callable[[], None] | None = field(default=None, repr=False)
+    on_done: Callable[[], object] | None = field(default=None, repr=False)
 
 
 def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
