@@ -132,33 +132,41 @@ class FlowSolver:
 
     def add(self, flow: Flow) -> None:
         self.flows.append(flow)
+        by_link = self._by_link
         for link in flow.links:
-            self._by_link.setdefault(link, []).append(flow)
-            self._dirty.add(link)
+            users = by_link.get(link)
+            if users is None:
+                by_link[link] = [flow]
+            else:
+                users.append(flow)
+        self._dirty.update(flow.links)
         if not flow.links:
             flow.rate = float("inf")
 
     def _component(self) -> list[Flow]:
         """Flows connected (through shared links) to the links touched since the last reshare."""
-        by_link, dirty = self._by_link, self._dirty
+        dirty = self._dirty
+        if not dirty:
+            return []
+        by_link = self._by_link
         seen_links = set(dirty)
         stack = list(dirty)
-        seen: dict[int, Flow] = {}
+        # flows compare by identity (eq=False): a dict of them keeps the order they were met in
+        seen: dict[Flow, None] = {}
         while stack:
             users = by_link.get(stack.pop())
             if not users:
                 continue
             for f in users:
-                key = id(f)
-                if key in seen:
+                if f in seen:
                     continue
-                seen[key] = f
+                seen[f] = None
                 for other in f.links:
                     if other not in seen_links:
                         seen_links.add(other)
                         stack.append(other)
         dirty.clear()
-        return list(seen.values())
+        return list(seen)
 
     def reshare(self) -> float:
         """Recompute rates; the time until the next flow finishes (inf if none)."""
