@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: the CLI's parser and error paths stay free of pandas
     import pandas as pd
 
-from simcluster.engine.metrics import EXPOSED_GROUPS, uncovered
+from simcluster.engine.metrics import EXPOSED_GROUPS, by_rank, uncovered
 from simcluster.parallelism.segments import CATEGORIES
 
 COMPUTE_KEYS = (*CATEGORIES, "recompute", "other")
@@ -47,8 +47,9 @@ LABELS = {
 }
 
 
-def _exposed_by_group(events: pd.DataFrame, rank: int) -> dict[str, float]:
-    mine = events[events["rank"] == rank]
+def _exposed_by_group(events: pd.DataFrame, rank: int, mine: pd.DataFrame | None = None) -> dict[str, float]:
+    if mine is None:
+        mine = events[events["rank"] == rank]
     cover = mine[mine["stream"] == "compute"][["start_s", "end_s"]].to_numpy()
     comm = mine[(mine["group"] != "") & (mine["kind"] != "recv")]
     out: dict[str, float] = {}
@@ -61,12 +62,17 @@ def _exposed_by_group(events: pd.DataFrame, rank: int) -> dict[str, float]:
 
 
 def stage_breakdown(
-    events: pd.DataFrame, compute_time: dict[int, dict[str, float]], rank: int, step: float
+    events: pd.DataFrame,
+    compute_time: dict[int, dict[str, float]],
+    rank: int,
+    step: float,
+    rows: pd.DataFrame | None = None,
 ) -> dict[str, float]:
-    """Seconds of ``step`` on ``rank`` by category; the values add up to ``step``."""
+    """Seconds of ``step`` on ``rank`` by category; the values add up to ``step``
+    (``rows``: the rank's events when the caller has them, ``metrics.by_rank``)."""
     spent = compute_time.get(rank, {})
     out = {k: float(spent.get(k, 0.0)) for k in COMPUTE_KEYS}
-    out.update(_exposed_by_group(events, rank))
+    out.update(_exposed_by_group(events, rank, rows))
     out["idle"] = max(0.0, step - sum(out.values()))
     return out
 
@@ -76,12 +82,15 @@ def step_breakdown(
 ) -> dict:
     """Per stage (its lowest simulated rank) and the stage with the most compute."""
     per_stage: list[dict[str, float]] = []
+    # each stage's lowest rank, and its rows, found in one pass over the events
+    lowest = events.groupby("stage")["rank"].min()
+    rows = by_rank(events)
     for stage in range(pp):
-        ranks = events.loc[events["stage"] == stage, "rank"]
-        if ranks.empty:
+        if stage not in lowest.index:
             per_stage.append({k: 0.0 for k in (*COMPUTE_KEYS, "idle")})
             continue
-        per_stage.append(stage_breakdown(events, compute_time, int(ranks.min()), step))
+        rank = int(lowest[stage])
+        per_stage.append(stage_breakdown(events, compute_time, rank, step, rows[rank]))
     busiest = max(range(pp), key=lambda s: sum(per_stage[s][k] for k in COMPUTE_KEYS))
     return {"stage": busiest, "per_stage": per_stage}
 

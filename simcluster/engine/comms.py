@@ -49,6 +49,10 @@ DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx"}
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
 SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp"}
 
+# a collective's route (Comms._route): dimension, members, stream name, issue-order key,
+# recorded group, stream
+_Route = tuple[str, list[int], str, tuple[int, str], str, simpy.Resource]
+
 
 @dataclass
 class Comms:
@@ -69,6 +73,8 @@ class Comms:
     _tickets: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     _served: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     _ticket_waits: dict[tuple[int, str], simpy.Event] = field(default_factory=dict)
+    # (rank, group, stream) -> _route's answer: a step runs hundreds of thousands of collectives
+    _routes: dict[tuple, _Route] = field(default_factory=dict)
 
     def stream(self, rank: int, name: str) -> simpy.Resource:
         key = (rank, name)
@@ -89,6 +95,17 @@ class Comms:
         if key not in self._groups:
             self._groups[key] = tuple(map(tuple, self.layout.groups(dim, stage)))
         return self._groups[key]
+
+    def _route(self, rank: int, group: str, stream: str | None) -> _Route:
+        """What a collective of ``rank``'s ``group`` (on ``stream``, else the group's) needs
+        before it starts, looked up once: the grid dimension, the members, the stream's name,
+        the issue-order key, the group it is recorded as and the stream itself."""
+        dim = GROUP_DIM[group]
+        name = stream or STREAM_OF_GROUP[group]
+        members = self.group_of(dim, rank)
+        route = (dim, members, name, (rank, name), SHOWN_AS.get(group, group), self.stream(rank, name))
+        self._routes[(rank, group, stream)] = route
+        return route
 
     def ticket(self, rank: int, group: str) -> int:
         """A place in ``rank``'s issue order on ``group``'s stream, taken when the host issues
@@ -166,17 +183,17 @@ class Comms:
         (PyTorch FSDP's HSDP all-reduce stream). ``shown_bytes``: what the event records, when
         the network is given more (``Comm.uneven``).
         """
-        dim = GROUP_DIM[group]
-        members = self.group_of(dim, rank)
-        stream = stream or STREAM_OF_GROUP[group]
-        key = (rank, stream)
-        if ticket is not None:
+        route = self._routes.get((rank, group, stream))
+        if route is None:
+            route = self._route(rank, group, stream)
+        dim, members, stream, key, shown, resource = route
+        if ticket is not None and self._served[key] != ticket:
             yield from self._await_turn(key, ticket)
         if len(members) == 1 or nbytes <= 0:
             if ticket is not None:
                 self._serve(key)
             return
-        with self.stream(rank, stream).request() as req:
+        with resource.request() as req:
             yield req
             if ticket is not None:
                 self._serve(key)
@@ -201,7 +218,6 @@ class Comms:
                 assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.leave(rank, held)
             kind = "send" if op == "send_recv" else op
-            shown = SHOWN_AS.get(group, group)
             self.recorder.add(
                 rank,
                 stage,

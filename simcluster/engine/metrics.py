@@ -57,6 +57,13 @@ def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
     return float(np.sum(np.maximum(free, 0.0)))
 
 
+def by_rank(events: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Each rank's rows, in the frame's order (the rows ``events[events["rank"] == rank]``
+    selects): split once, where a mask per rank and group scanned every row of a step's
+    million events each time."""
+    return {int(rank): rows for rank, rows in events.groupby("rank", sort=True)}
+
+
 def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
     """Per group (tp, cp, ep, dp, pp, embd): communication time with the compute stream idle,
     worst rank."""
@@ -64,13 +71,16 @@ def exposed_comm(events: pd.DataFrame) -> dict[str, float]:
     comm = events[events["group"] != ""]
     if comm.empty:
         return {g: 0.0 for g in EXPOSED_GROUPS}
+    compute = by_rank(events[events["stream"] == "compute"])
+    none = np.empty((0, 2))
     for group in EXPOSED_GROUPS:
         worst = 0.0
         sel = comm[(comm["group"] == group) & (comm["kind"] != "recv")]
         for rank, rows in sel.groupby("rank", sort=True):
-            compute = events[(events["rank"] == rank) & (events["stream"] == "compute")]
+            mine = compute.get(int(rank))
             value = uncovered(
-                rows[["start_s", "end_s"]].to_numpy(), compute[["start_s", "end_s"]].to_numpy()
+                rows[["start_s", "end_s"]].to_numpy(),
+                mine[["start_s", "end_s"]].to_numpy() if mine is not None else none,
             )
             worst = max(worst, value)
         out[group] = worst
@@ -95,12 +105,12 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
         return 0.0, []
     spans: list[float] = []
     busies: list[float] = []
+    ranks = by_rank(events)
     for _stage, rows in pipe.groupby("stage", sort=True):
         rank = rows["rank"].min()
         lo, hi = float(rows["start_s"].min()), float(rows["end_s"].max())
-        mine = events[
-            (events["rank"] == rank) & (events["start_s"] >= lo) & (events["end_s"] <= hi)
-        ]
+        own = ranks[int(rank)]
+        mine = own[(own["start_s"] >= lo) & (own["end_s"] <= hi)]
         # a wait for the host to issue kernels is host-bound time (the breakdown's), not bubble
         compute = mine[mine["kind"].isin((*PIPELINE_KINDS, "host"))][["start_s", "end_s"]].to_numpy()
         comm = mine[mine["group"].isin(NON_PIPELINE_GROUPS)][["start_s", "end_s"]].to_numpy()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from simcluster.engine.shared import Shared
-from simcluster.schedules import PipeOp, locate
+from simcluster.schedules import PipeOp
 
 if TYPE_CHECKING:
     from simcluster.engine.pair_stream import Lane
@@ -35,7 +35,7 @@ class PipelineIO:
         k = sched.virtual_stage(spec, self.stage, op.chunk, op.microbatch)
         if op.kind == "F" and k > 0:
             return (self.rank, "F", op.microbatch, k)
-        if op.kind in ("B", "BW") and k < sched.virtual_stages(spec) - 1:
+        if op.kind in ("B", "BW") and k < sh.routes.virtual_stages - 1:
             return (self.rank, "B", op.microbatch, k)
         return None
 
@@ -80,13 +80,12 @@ class PipelineIO:
             return None
         k = sched.virtual_stage(spec, self.stage, op.chunk, op.microbatch)
         target = k + 1 if op.kind == "F" else k - 1
-        if target < 0 or target >= sched.virtual_stages(spec):
+        routes = sh.routes
+        if target < 0 or target >= routes.virtual_stages:
             return None
-        dst_stage, _ = locate(sched, spec, target, op.microbatch)
+        dst_stage, _ = routes.locate(target, op.microbatch)
         direction = "F" if op.kind == "F" else "B"
-        lay = sh.ctx.layout
-        coords = lay.coords(self.rank)
-        dst = lay.rank(tp=coords["tp"], cp=coords["cp"], dp=coords["dp"], pp=dst_stage)
+        dst = routes.peer(self.rank, dst_stage)
         event = sh.arrival((dst, direction, op.microbatch, target))
         if dst_stage == self.stage:
             event.succeed()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import simpy
@@ -12,6 +13,7 @@ import simpy
 from simcluster.engine.comms import Comms
 from simcluster.engine.plan import StagePlan
 from simcluster.engine.recorder import Recorder
+from simcluster.engine.routes import PipelineRoutes
 from simcluster.parallelism.data import Bucket
 from simcluster.stragglers import Stragglers
 
@@ -57,6 +59,11 @@ class Shared:
     arrivals: dict[tuple, simpy.Event] = field(default_factory=dict)
     # serial p2p: a receiver has entered its blocking receive for this input
     receives: dict[tuple, simpy.Event] = field(default_factory=dict)
+
+    @cached_property
+    def routes(self) -> PipelineRoutes:
+        """The run's pipeline lookups (receiving stage and rank of an op's output), cached."""
+        return PipelineRoutes(self.ctx.schedule, self.ctx.spec, self.ctx.layout)
 
     def arrival(self, key: tuple) -> simpy.Event:
         ev = self.arrivals.get(key)

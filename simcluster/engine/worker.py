@@ -298,12 +298,16 @@ class Worker(PipelineIO, DataParallelOps):
         issued, so the block cannot start before the host issued its first kernel (one Python
         op's time) nor end before the host issued its last."""
         env = self.shared.env
-        yield from self._host_wait(issued - seg.host + min(seg.host, self.shared.host_op_s), mb, chunk, seg.layer)
+        # the host is usually ahead: test before entering _host_wait (a generator per call)
+        first = issued - seg.host + min(seg.host, self.shared.host_op_s)
+        if first > env.now:
+            yield from self._host_wait(first, mb, chunk, seg.layer)
         if seg.seconds > 0:
             start = env.now
             yield from self._compute(seg.seconds)
             self._record(seg.kind or kind, seg.name, mb, chunk, seg.layer, start, seg.work)
-        yield from self._host_wait(issued, mb, chunk, seg.layer)
+        if issued > env.now:
+            yield from self._host_wait(issued, mb, chunk, seg.layer)
 
     def _issued_comm(self, seg: Comm, mb: int, chunk: int, issued: float, ticket: int) -> Generator:
         """An overlapped collective starts once the host has issued it."""

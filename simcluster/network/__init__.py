@@ -9,7 +9,7 @@ loading the links of its path with the number of peer flows on them (see ``symme
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import simpy
 
@@ -32,7 +32,12 @@ class Network:
         self.symmetric = symmetric
         self._solver = FlowSolver(cluster.capacity)
         self._gen = 0
-        self._send_groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        # (src, dst, pairs) -> the call's groups; (src, dst, id(pairs)) -> (pairs, groups)
+        self._send_groups: dict[tuple, tuple] = {}
+        # (op, id of the groups tuple, bytes, algo) -> (that tuple, its recipe): the engine
+        # passes one cached tuple per stage and group for every call, so a repeated call skips
+        # the planner's checks and key building (the tuple is held, so its id is not reused)
+        self._recipes: dict[tuple, tuple[Sequence[Sequence[int]], Recipe]] = {}
 
     def collective(self, op: str, groups: Sequence[Sequence[int]], nbytes: float,
                    algo: str | None = None) -> simpy.Event:  # fmt: skip
@@ -45,7 +50,7 @@ class Network:
             check_op(op)
             done.succeed()
             return done
-        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
+        recipe = self._recipe(op, groups, nbytes, algo)
         # callbacks, not a SimPy process: a step runs hundreds of thousands of collectives and
         # a process costs two extra events each
         if recipe.latency > 0:
@@ -56,14 +61,35 @@ class Network:
             self._start(recipe, done)
         return done
 
+    def _recipe(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, algo: str | None) -> Recipe:
+        """:func:`make_recipe`'s recipe for the call, remembered by the groups tuple's identity."""
+        if type(groups) is not tuple:
+            return make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
+        key = (op, id(groups), nbytes, algo)
+        hit = self._recipes.get(key)
+        if hit is not None and hit[0] is groups:
+            return hit[1]
+        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
+        self._recipes[key] = (groups, recipe)
+        return recipe
+
     def send(self, src: int, dst: int, nbytes: float,
              pairs: Sequence[tuple[int, int]] | None = None) -> simpy.Event:  # fmt: skip
         """Point-to-point; ``pairs`` = all symmetric concurrent (src, dst) pairs incl. (src, dst)."""
+        # the engine passes a stage pair's cached tuple of pairs: remembered by identity (and
+        # held), it is not rebuilt and hashed pair by pair for every pipeline transfer
+        by_id = (src, dst, id(pairs)) if type(pairs) is tuple else None
+        if by_id is not None:
+            hit = self._send_groups.get(by_id)
+            if hit is not None and hit[0] is pairs:
+                return self.collective("send_recv", hit[1], nbytes)
         key = (src, dst, tuple(map(tuple, pairs or ())))
         groups = self._send_groups.get(key)
         if groups is None:
             others = tuple(p for p in key[2] if p != (src, dst))
             groups = self._send_groups[key] = ((src, dst), *others)
+        if by_id is not None:
+            self._send_groups[by_id] = (pairs, groups)
         return self.collective("send_recv", groups, nbytes)
 
     # --- SimPy driver -----------------------------------------------------------------------
@@ -73,12 +99,16 @@ class Network:
         if not rep:
             done.succeed()
             return
-        pending = [len(rep)]
+        if len(rep) == 1:
+            # one flow (a collective in lockstep, symmetry.lockstep): its end is the call's
+            finished: Callable[[], object] = done.succeed
+        else:
+            pending = [len(rep)]
 
-        def finished() -> None:
-            pending[0] -= 1
-            if pending[0] == 0:
-                done.succeed()
+            def finished() -> None:
+                pending[0] -= 1
+                if pending[0] == 0:
+                    done.succeed()
 
         self._sync()
         for i, specs in enumerate(recipe.specs):

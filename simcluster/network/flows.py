@@ -25,7 +25,7 @@ class Flow:
     coeffs: tuple[float, ...]
     remaining: float
     rate: float = 0.0
-    on_done: Callable[[], None] | None = field(default=None, repr=False)
+    on_done: Callable[[], object] | None = field(default=None, repr=False)
 
 
 def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
@@ -112,42 +112,61 @@ class FlowSolver:
         horizon = max(1e-12, 4 * math.ulp(now))
         done: list[Flow] = []
         keep: list[Flow] = []
+        # runs at every network event (a million times in a big step): locals, not attributes
         for f in self.flows:
-            f.remaining -= f.rate * dt
-            (done if f.remaining <= f.rate * horizon + 1e-6 else keep).append(f)
+            rate = f.rate
+            left = f.remaining - rate * dt
+            f.remaining = left
+            if left <= rate * horizon + 1e-6:
+                done.append(f)
+            else:
+                keep.append(f)
         self.flows = keep
-        for f in done:
-            for link in f.links:
-                users = self._by_link[link]
-                users.remove(f)
-                self._dirty.add(link)
+        if done:
+            by_link, dirty = self._by_link, self._dirty
+            for f in done:
+                for link in f.links:
+                    by_link[link].remove(f)
+                    dirty.add(link)
         return done
 
     def add(self, flow: Flow) -> None:
         self.flows.append(flow)
+        by_link = self._by_link
         for link in flow.links:
-            self._by_link.setdefault(link, []).append(flow)
-            self._dirty.add(link)
+            users = by_link.get(link)
+            if users is None:
+                by_link[link] = [flow]
+            else:
+                users.append(flow)
+        self._dirty.update(flow.links)
         if not flow.links:
             flow.rate = float("inf")
 
     def _component(self) -> list[Flow]:
         """Flows connected (through shared links) to the links touched since the last reshare."""
-        seen_links = set(self._dirty)
-        stack = list(self._dirty)
-        seen: dict[int, Flow] = {}
+        dirty = self._dirty
+        if not dirty:
+            return []
+        by_link = self._by_link
+        seen_links = set(dirty)
+        stack = list(dirty)
+        # flows compare by identity (eq=False): a dict of them keeps the order they were met in
+        seen: dict[Flow, None] = {}
         while stack:
-            link = stack.pop()
-            for f in self._by_link.get(link, ()):
-                if id(f) in seen:
+            users = by_link.get(stack.pop())
+            if not users:
+                continue
+            for f in users:
+                if f in seen:
                     continue
-                seen[id(f)] = f
+                seen[f] = None
                 for other in f.links:
                     if other not in seen_links:
                         seen_links.add(other)
                         stack.append(other)
-        self._dirty.clear()
-        return list(seen.values())
+        dirty.clear()
+        return list(seen)
 
     def reshare(self) -> float:
         """Recompute rates; the time until the next flow finishes (inf if none)."""
@@ -157,4 +176,4 @@ class FlowSolver:
         component = self._component()
         if component:
             max_min_rates(component, self.capacity)
-        return min(f.remaining / f.rate for f in self.flows)
+        return min([f.remaining / f.rate for f in self.flows])

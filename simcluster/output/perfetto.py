@@ -18,7 +18,8 @@ import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from json.encoder import encode_basestring_ascii
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from simcluster.units import GiB
 # tid per stream; 1-based because some viewers treat tid 0 as "no thread".
 STREAM_TID: dict[str, int] = {stream: index + 1 for index, stream in enumerate(STREAMS)}
 FLOW_CATEGORY = "p2p"
+T = TypeVar("T")
 
 
 def _us(ns: int) -> float:
@@ -82,40 +84,83 @@ def _metadata(rank_labels: Mapping[int, str], lanes: list[tuple[int, str]]) -> l
     return out
 
 
-def _args(row: Any) -> dict[str, Any]:
+def _args(
+    kind: str, stage: int, rank: int, stream: str, group: str, mb: int, chunk: int, layer: int, nbytes: float
+) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "op": row.kind,
-        "stage": int(row.stage),
-        "device": int(row.rank),
-        "stream": STREAM_TID[row.stream],
+        "op": kind,
+        "stage": int(stage),
+        "device": int(rank),
+        "stream": STREAM_TID[stream],
     }
-    if row.group:
-        args["group"] = row.group
-    for key in ("microbatch", "chunk", "layer"):
-        value = int(getattr(row, key))
+    if group:
+        args["group"] = group
+    for key, value in (("microbatch", int(mb)), ("chunk", int(chunk)), ("layer", int(layer))):
         if value >= 0:
             args[key] = value
-    if row.bytes > 0:
-        args["bytes"] = int(row.bytes)
+    if nbytes > 0:
+        args["bytes"] = int(nbytes)
     return args
+
+
+_SLICE_COLUMNS = ("kind", "stage", "rank", "stream", "group", "microbatch", "chunk", "layer", "bytes")
 
 
 def _slices(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> Iterator[dict]:
     """One complete event per row, made as they are asked for: an all-ranks trace has millions,
     and their dicts took several times the JSON text's memory held all at once."""
-    # plain Python strings: iterating pandas' Arrow-backed string columns is ~10x slower
-    plain = frame.astype({c: object for c in ("stream", "kind", "group", "name")})
-    for row, t0, t1 in zip(plain.itertuples(index=False), start_ns, end_ns, strict=True):
+    # plain Python values, column by column: iterating pandas' Arrow-backed string columns is
+    # ~10x slower, and a named tuple per row (itertuples) cost as much as the rest together
+    columns = [frame[c].tolist() for c in _SLICE_COLUMNS]
+    names = frame["name"].tolist()
+    for values, name, t0, t1 in zip(
+        zip(*columns, strict=True), names, start_ns.tolist(), end_ns.tolist(), strict=True
+    ):
+        kind, _, rank, stream = values[:4]
         yield {
             "ph": "X",
             "cat": "kernel",
-            "name": row.name or row.kind,
-            "pid": int(row.rank),
-            "tid": STREAM_TID[row.stream],
-            "ts": _us(int(t0)),
-            "dur": _us(int(t1 - t0)),
-            "args": _args(row),
+            "name": name or kind,
+            "pid": int(rank),
+            "tid": STREAM_TID[stream],
+            "ts": _us(t0),
+            "dur": _us(t1 - t0),
+            "args": _args(*values),
         }
+
+
+def _slice_texts(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> Iterator[str]:
+    """:func:`_slices`' events as their compact JSON text, written directly: the same bytes
+    ``json.dumps`` makes of each dict (keys in the same order, strings through its own ASCII
+    escaping, numbers through ``repr``), without a dict and an encoder pass per event, which
+    were most of a big trace's time. ``test_output_perfetto`` holds the two equal."""
+    quoted: dict[str, str] = {}
+
+    def q(text: str) -> str:
+        hit = quoted.get(text)
+        if hit is None:
+            hit = quoted[text] = encode_basestring_ascii(text)
+        return hit
+
+    columns = [frame[c].tolist() for c in _SLICE_COLUMNS]
+    names = frame["name"].tolist()
+    for values, name, t0, t1 in zip(
+        zip(*columns, strict=True), names, start_ns.tolist(), end_ns.tolist(), strict=True
+    ):
+        kind, stage, rank, stream, group, mb, chunk, layer, nbytes = values
+        tid = STREAM_TID[stream]
+        args = f'{{"op":{q(kind)},"stage":{int(stage)!r},"device":{int(rank)!r},"stream":{tid!r}'
+        if group:
+            args += f',"group":{q(group)}'
+        for key, value in (("microbatch", int(mb)), ("chunk", int(chunk)), ("layer", int(layer))):
+            if value >= 0:
+                args += f',"{key}":{value!r}'
+        if nbytes > 0:
+            args += f',"bytes":{int(nbytes)!r}'
+        yield (
+            f'{{"ph":"X","cat":"kernel","name":{q(name or kind)},"pid":{int(rank)!r},"tid":{tid!r},'
+            f'"ts":{_us(t0)!r},"dur":{_us(t1 - t0)!r},"args":{args}}}}}'
+        )
 
 
 def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> list[dict]:
@@ -130,16 +175,18 @@ def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> lis
                 raise UserError("events.flow_id", f"flow_id {flow} is used by two {kind} events")
             ends[kind][int(flow)] = index
     out = []
+    # whole columns once: a row looked up through .iloc per arrow end took most of a big
+    # trace's time (two per pipeline transfer: 200,000 in a 405B step)
+    ranks, streams = frame["rank"].tolist(), frame["stream"].tolist()
     for flow in sorted(ends["send"].keys() & ends["recv"].keys()):
         for phase, index in (("s", ends["send"][flow]), ("f", ends["recv"][flow])):
-            row = frame.iloc[index]
             event = {
                 "ph": phase,
                 "id": flow,
                 "cat": FLOW_CATEGORY,
                 "name": "p2p",
-                "pid": int(row["rank"]),
-                "tid": STREAM_TID[row["stream"]],
+                "pid": int(ranks[index]),
+                "tid": STREAM_TID[streams[index]],
                 "ts": _us(int(mid[index])),
             }
             if phase == "f":
@@ -189,19 +236,20 @@ def trace_text(
 ) -> str:
     """``trace_json(build_trace(...))``, the same text, without holding every event's dict at
     once: the events are encoded :data:`_ENCODE_BATCH` at a time (a compact JSON list's items
-    are the items' own compact texts joined by commas)."""
-    trace_events, other = _trace_parts(events, rank_labels, memory, metadata)
-    pieces = []
-    for batch in _batches(trace_events, _ENCODE_BATCH):
-        pieces.append(trace_json(batch)[1:-1])
+    are the items' own compact texts joined by commas), the complete events written as text
+    directly (:func:`_slice_texts`)."""
+    head, (frame, start_ns, end_ns), tail, other = _sections(events, rank_labels, memory, metadata)
+    pieces = [trace_json(batch)[1:-1] for batch in _batches(head, _ENCODE_BATCH)]
+    pieces += [",".join(texts) for texts in _batches(_slice_texts(frame, start_ns, end_ns), _ENCODE_BATCH)]
+    pieces += [trace_json(batch)[1:-1] for batch in _batches(tail, _ENCODE_BATCH)]
     return '{"traceEvents":[' + ",".join(pieces) + '],"otherData":' + trace_json(other) + "}"
 
 
 _ENCODE_BATCH = 10_000  # events per json.dumps call in trace_text
 
 
-def _batches(items: Iterable[dict], size: int) -> Iterator[list[dict]]:
-    batch: list[dict] = []
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -219,6 +267,19 @@ def _trace_parts(
 ) -> tuple[Iterable[dict], dict[str, Any]]:
     """The trace's events, in order (the complete events made as they are read), and its
     ``otherData``."""
+    head, slices, tail, other = _sections(events, rank_labels, memory, metadata)
+    return itertools.chain(head, _slices(*slices), tail), other
+
+
+def _sections(
+    events: pd.DataFrame,
+    rank_labels: Mapping[int, str] | None,
+    memory: pd.DataFrame | None,
+    metadata: Mapping[str, Any] | None,
+) -> tuple[list[dict], tuple[pd.DataFrame, np.ndarray, np.ndarray], list[dict], dict[str, Any]]:
+    """The trace in its order: the metadata events, what the complete events are made of (the
+    frame and its nanosecond starts and ends), the flow arrows and memory counters, and the
+    ``otherData``."""
     frame = validate_events(events)
     labels = dict(rank_labels or {})
     lanes = sorted(
@@ -232,11 +293,10 @@ def _trace_parts(
     if memory is not None:
         stage_pid = frame.groupby("stage")["rank"].min().astype(int).to_dict()
         counters = _counters(memory, stage_pid)
-    trace_events = itertools.chain(_metadata(labels, lanes), _slices(frame, start_ns, end_ns), flows, counters)
     other = {"generator": "simcluster", "compute_kinds": list(COMPUTE_KINDS)}
     other.update(metadata or {})
     # No "displayTimeUnit": some Perfetto versions read it as the unit of ts itself.
-    return trace_events, other
+    return _metadata(labels, lanes), (frame, start_ns, end_ns), flows + counters, other
 
 
 def write_trace(
