@@ -181,11 +181,27 @@ def test_the_limit_is_a_sweep_axis():
     assert err.value.field == "--activation-limit"
     base = pipeline_scenario(4, 16, "v-auto", layers=16)
     rows = sweep_rows(base, {"schedule": ["v-auto", "v-half"], "activation_limit": [0.5, 1.0]})
-    assert [(r.scenario["parallel"]["schedule"], r.scenario["parallel"]["activation_limit"]) for r in rows] == [
-        ("v-auto", 0.5), ("v-auto", 1.0), ("v-half", 0.5), ("v-half", 1.0),
+    assert [(r.scenario["parallel"]["schedule"], r.scenario["parallel"].get("activation_limit")) for r in rows] == [
+        ("v-auto", 0.5), ("v-auto", 1.0), ("v-half", None),
     ]  # fmt: skip
-    # v-half ignores the limit (an inert-setting note, not a skipped row)
     assert all(check(row, None) is None for row in rows)
+
+
+def test_a_schedule_without_the_limit_is_swept_once():
+    """Only v-auto reads parallel.activation_limit (inert.py's rule for it): with both axes
+    swept, another schedule is one row without the limit, not one identical simulation per
+    limit labelled as if the limit applied (as 1F1B runs once beside a swept vpp)."""
+    from simcluster.sweep import candidates as sweep_rows
+
+    base = pipeline_scenario(4, 16, "v-auto", layers=16)
+    base["parallel"]["activation_limit"] = 0.75
+    rows = sweep_rows(base, {"schedule": ["1f1b", "V-Auto"], "activation_limit": [0.5, 1.0]})
+    assert [r.label for r in rows] == [
+        "schedule=1f1b activation_limit=-", "schedule=V-Auto activation_limit=0.5",
+        "schedule=V-Auto activation_limit=1.0",
+    ]  # fmt: skip
+    assert "activation_limit" not in rows[0].scenario["parallel"]  # the base's 0.75 too
+    assert [r.scenario["parallel"]["activation_limit"] for r in rows[1:]] == [0.5, 1.0]
 
 
 @pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
