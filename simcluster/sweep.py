@@ -155,7 +155,10 @@ class Candidate:
 
 
 def show_value(value: Any) -> str:
-    """An axis value as typed on the command line (booleans lower-case)."""
+    """An axis value as typed on the command line (booleans lower-case; '-' for a setting the
+    row's schedule does not take)."""
+    if value is None:
+        return "-"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -170,10 +173,13 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
         raise UserError("sweep", "no axis to sweep; give at least one, e.g. --tp 1,2,4,8")
     out, seen = [], set()
     for values in itertools.product(*(axes[a] for a in names)):
-        if "vpp" in names and "schedule" in names:
-            values = _one_chunk_where_no_vpp(names, values)
+        if "schedule" in names and ("vpp" in names or "activation_limit" in names):
+            if "vpp" in names:
+                values = _one_chunk_where_no_vpp(names, values)
+            if "activation_limit" in names:
+                values = _no_limit_but_v_auto(names, values)
             if values in seen:
-                continue  # 1F1B at vpp 1 once, not once per swept vpp
+                continue  # 1F1B at vpp 1 (and without a limit) once, not once per swept value
             seen.add(values)
         data = copy.deepcopy(base)
         # the global batch stays; gradient accumulation steps follow from it per layout
@@ -185,6 +191,9 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
             parallel.pop("layers_per_stage", None)
         for axis, value in zip(names, values, strict=True):
             section, key, _ = AXES[axis]
+            if value is None:  # not a setting of this row's schedule (_no_limit_but_v_auto)
+                data.get(section, {}).pop(key, None)
+                continue
             data.setdefault(section, {})[key] = value
         if "vpp" in names and "schedule" not in names:
             _schedule_for_vpp(data["parallel"])
@@ -210,6 +219,18 @@ def _one_chunk_where_no_vpp(names: list[str], values: tuple[Any, ...]) -> tuple[
     except UserError:
         return values  # an unknown schedule is the candidate's own error
     return values if uses_vpp else tuple(1 if a == "vpp" else v for a, v in row.items())
+
+
+def _no_limit_but_v_auto(names: list[str], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """With both swept, activation_limit is a setting of v-auto alone (the only schedule that
+    reads it: inert.py's rule): another schedule's row carries none (None: the key unwritten,
+    the base scenario's too), so ``--schedule 1f1b,v-auto --activation-limit 0.5,1`` runs 1F1B
+    once instead of once per limit."""
+    from simcluster.spellings import normalise_spellings
+
+    row = dict(zip(names, values, strict=True))
+    name = normalise_spellings({"parallel": {"schedule": row["schedule"]}})["parallel"]["schedule"]
+    return values if name == "v-auto" else tuple(None if a == "activation_limit" else v for a, v in row.items())
 
 
 def _schedule_for_vpp(parallel: dict[str, Any]) -> None:

@@ -164,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
         _print(scenario.name, rows, args.top, args.out, prices)
         folded = math.prod(len(v) for v in axes.values()) - len(cands)
         if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
-            stdout_console().print(
-                f"{folded} combination(s) folded into others: a schedule that takes no virtual "
-                "stages runs once, at vpp 1"
-            )
+            why = [
+                *(["a schedule that takes no virtual stages runs once, at vpp 1"] if "vpp" in axes else []),
+                *(["a schedule other than v-auto runs once, without a limit"] if "activation_limit" in axes else []),
+            ]
+            stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
     if not any(r.ran for r in rows):
         field, _, first = skip_reasons(rows)[0]
         raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
