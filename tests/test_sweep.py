@@ -179,6 +179,15 @@ def test_cli_says_how_many_combinations_were_folded(scenario_file, capsys):
     assert "1 combination(s) folded into others" in capsys.readouterr().out
 
 
+def test_cli_says_why_a_limit_was_folded(scenario_file, capsys):
+    # only v-auto reads parallel.activation_limit: 1f1b runs once, v-auto at each limit
+    assert main(["sweep", str(scenario_file), "--pp", "2", "--schedule", "1f1b,v-auto",
+                 "--activation-limit", "0.75,1", "-j", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1 combination(s) folded into others: a schedule other than v-auto runs once, without a limit" in out
+    assert "virtual stages" not in out
+
+
 def test_cli_names_the_set_overrides_every_layout_shares(scenario_file, capsys, tmp_path, monkeypatch):
     """The table's title names the swept scenario, which --set may have changed past
     recognition (the README's 405B sweep sets model=llama3.1-405b on llama3-70b-64xh100): the
