@@ -149,3 +149,19 @@ def test_a_release_read_as_a_number_is_taken_when_unambiguous() -> None:
     core = _scenario("megatron-core", framework_release=0.8)
     assert scenario_from_dict(core).framework_release == "0.8"
     assert scenario_from_dict(_scenario("nemo", framework_release=24.07)).framework_release == "24.07"
+
+
+def test_the_earliest_cut_off_wins_whatever_order_the_table_lists_them(monkeypatch) -> None:
+    """``dated_defaults``: of two dated entries that both apply and set one field, the one that
+    ended first describes the older release (DeepSpeed 0.9.1 is inside both its 0.9.0-0.9.2
+    communication dtype and its before-0.12.4 ZeRO-2 reduce); ``dated`` lists them earliest
+    cut-off first, as its docstring says, even when DATED does not."""
+    from simcluster import framework_releases as fr
+
+    assert [d.until for d in fr.dated("deepspeed", "0.9.1")] == ["0.9.2", "0.12.4"]
+    later, earlier = fr.Dated(until="2.0", defaults={"dp": {"bucket_mb": 2.0}}), fr.Dated(
+        until="1.0", defaults={"dp": {"bucket_mb": 1.0}}
+    )
+    monkeypatch.setitem(fr.DATED, "deepspeed", (later, earlier))
+    assert fr.dated_defaults("deepspeed", "0.5") == {"dp": {"bucket_mb": 1.0}}
+    assert fr.dated_defaults("deepspeed", "1.5") == {"dp": {"bucket_mb": 2.0}}
