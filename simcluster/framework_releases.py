@@ -198,10 +198,12 @@ def dated(framework: str, release: str | None) -> list[Dated]:
     if release is None:
         return []
     key = release_key(release)
-    return [
-        d for d in DATED.get(framework, ())
-        if key < release_key(d.until) and (d.since is None or key >= release_key(d.since))
-    ]  # fmt: skip
+    # sorted, not the table's order: dated_defaults lets the earliest cut-off win
+    return sorted(
+        (d for d in DATED.get(framework, ())
+         if key < release_key(d.until) and (d.since is None or key >= release_key(d.since))),
+        key=lambda d: release_key(d.until),
+    )  # fmt: skip
 
 
 def dated_defaults(framework: str, release: str | None, raw: Mapping[str, Any] | None = None) -> Defaults:
