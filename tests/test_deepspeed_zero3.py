@@ -37,15 +37,14 @@ H = 1024
 LAYERS = 4
 #: one GPT layer's parameters: 12h^2 weights, 13h biases and norms (4h MLP, LayerNorm)
 LAYER = 12 * H * H + 13 * H
-NO_COORDINATOR = {
-    "prefetch_bucket_size": None, "param_persistence_threshold": 0, "max_live_parameters": None,
-    "max_reuse_distance": None, "reduce_bucket_size": None,
-}  # fmt: skip
+#: ZeRO-3 without DeepSpeed's coordinator: no framework, so none of its knobs is set (a null
+#: knob under framework deepspeed would mean "as if unwritten", its default)
+NO_COORDINATOR = {"param_persistence_threshold": 0}
 
 
-def _doc(zero3=None, **sections):
+def _doc(zero3=None, framework="deepspeed", **sections):
     doc = {
-        "framework": "deepspeed",
+        "framework": framework,
         "model": gpt_model(LAYERS, H, 512, bias=True),
         "cluster": {"hardware": "dgx-h100", "gpus": 8},
         "parallel": {"zero": 3},
@@ -54,11 +53,13 @@ def _doc(zero3=None, **sections):
     }
     for key, value in sections.items():
         doc[key] = {**doc.get(key, {}), **value}
+    if framework is None:
+        del doc["framework"]
     return doc
 
 
-def _events(zero3=None, name="zero3_param_all_gather", **sections):
-    ev = run(_doc(zero3, **sections)).events
+def _events(zero3=None, name="zero3_param_all_gather", framework="deepspeed", **sections):
+    ev = run(_doc(zero3, framework, **sections)).events
     return ev[(ev["name"] == name) & (ev["rank"] == 0)]
 
 
@@ -210,7 +211,8 @@ def test_gradients_are_reduce_scattered_in_buckets():
     """A bucket of 2.5 layers holds two: the LM head's unit (last layer + head) and the next
     layer, then the next two; one reduce-scatter per bucket instead of per unit."""
     cap = int(2.5 * LAYER)
-    per_unit = _events({"reduce_bucket_size": None}, name="zero3_grad_reduce_scatter")
+    per_unit = _events(NO_COORDINATOR, name="zero3_grad_reduce_scatter", framework=None,
+                       training={"fp32_grad_accum": False})  # fmt: skip
     bucketed = _events({"reduce_bucket_size": cap}, name="zero3_grad_reduce_scatter")
     assert len(per_unit) == LAYERS
     assert len(bucketed) == 2
@@ -232,10 +234,10 @@ def test_the_contiguous_bucket_is_held_whole_whatever_the_model():
 def test_persistent_tensors_are_held_whole(coordinator):
     """Each layer's 13h of norms and biases and the final LayerNorm's 2h stay gathered beside
     their shards, 2 bytes each, under DeepSpeed's coordinator or with the threshold alone."""
-    base = {} if coordinator else NO_COORDINATOR
+    framework = "deepspeed" if coordinator else None
     held = []
     for threshold in (0, 100_000):
-        ctx = build_context(scenario_from_dict(_doc({**base, "param_persistence_threshold": threshold})))
+        ctx = build_context(scenario_from_dict(_doc({"param_persistence_threshold": threshold}, framework)))
         held.append(zero3_working_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.chunks[0])[0])
     assert held[1] - held[0] == (LAYERS * 13 * H + 2 * H) * 2
 
@@ -305,8 +307,11 @@ def test_the_coordinator_moves_the_same_bytes_with_experts_and_hybrid_sharding(p
         return [(len(ev[ev["name"] == n]), ev[ev["name"] == n]["bytes"].sum()) for n in names]
 
     # persistent norms and routers (1e5, DeepSpeed's default) left out of the gathers alike
-    plain = moved({**NO_COORDINATOR, "param_persistence_threshold": 100_000})
-    coordinated = moved({"max_reuse_distance": None, "param_persistence_threshold": 100_000, "reduce_bucket_size": 10**7})
+    # FSDP's grouping as near as the coordinator's knobs come: nothing prefetched, only the last
+    # unit kept for its backward, every gradient tensor reduced on its own
+    plain = moved({"prefetch_bucket_size": 0, "max_reuse_distance": 1, "param_persistence_threshold": 100_000,
+                   "reduce_bucket_size": 1})  # fmt: skip
+    coordinated = moved({"max_reuse_distance": 1, "param_persistence_threshold": 100_000, "reduce_bucket_size": 10**7})
     assert [b for _, b in coordinated] == pytest.approx([b for _, b in plain], rel=1e-12)
     assert plain[0][1] > 0 and plain[1][1] > 0
     assert (plain[2][1] > 0) == ("zero_shard" in parallel)
