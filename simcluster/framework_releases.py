@@ -224,7 +224,8 @@ def dated_kernel(framework: str, release: str | None) -> str | None:
 
 def describe(framework: str) -> str:
     """One clause for ``simcluster list frameworks``: which releases run differently."""
-    entries = DATED.get(framework, ())
+    # in release order, as dated() applies them, whatever the table's order
+    entries = sorted(DATED.get(framework, ()), key=lambda d: release_key(d.until))
     if not entries:
         return ""
     parts = []

@@ -165,3 +165,13 @@ def test_the_earliest_cut_off_wins_whatever_order_the_table_lists_them(monkeypat
     monkeypatch.setitem(fr.DATED, "deepspeed", (later, earlier))
     assert fr.dated_defaults("deepspeed", "0.5") == {"dp": {"bucket_mb": 1.0}}
     assert fr.dated_defaults("deepspeed", "1.5") == {"dp": {"bucket_mb": 2.0}}
+
+
+def test_list_frameworks_names_dated_entries_in_release_order():
+    """`simcluster list frameworks` reads the dated entries as dated() applies them, earliest
+    cut-off first: DeepSpeed's 0.9.0-0.9.2 fp32 wire (PR 2970, reverted by 3370) before its
+    pre-0.12.4 per-owner ZeRO-2 reduce, whatever DATED's order."""
+    from simcluster.framework_releases import describe
+
+    text = describe("deepspeed")
+    assert text.index("0.9.0 to before 0.9.2") < text.index("before 0.12.4")
