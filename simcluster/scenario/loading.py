@@ -108,19 +108,18 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
             if not isinstance(child, dict):
                 raise UserError(key, f"cannot set inside '{part}', which is not a section")
             node = child
+        node[parts[-1]] = value
         if value is None:
-            # null is "as if unwritten" for every key (before, a field typed `int | None` took
-            # it and an `int` one refused it); the key's twins stay, being other keys
-            node.pop(parts[-1], None)
-            _prune_empty(out, parts[:-1])
+            # null is "as if unwritten" for every key, as a null the file writes: kept until
+            # the overrides are done, then dropped with those (drop_nulls); the key's twins
+            # stay, being other keys
             unset.append(".".join(parts))
             continue
-        node[parts[-1]] = value
         # an override of a size given another way replaces it: --set cluster.nodes=16 on a
         # scenario that states gpus, --set training.global_batch_tokens=4M over global_batch
         for twin in _SAME_QUANTITY.get(".".join(parts), ()):
             node.pop(twin, None)
-    return out, unset
+    return drop_nulls(out)[0], unset
 
 
 def _schema_path(key: str) -> list[str]:
@@ -154,16 +153,6 @@ def drop_nulls(data: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], 
             continue
         out[key] = value
     return out, dropped
-
-
-def _prune_empty(data: dict[str, Any], parents: list[str]) -> None:
-    """Drop the mappings below a section that a null override left empty: an empty
-    ``cluster.profile.efficiency`` would patch the profile's whole efficiency table away,
-    where unsetting ``efficiency.nic`` meant the profile's own value."""
-    for depth in range(len(parents), 1, -1):
-        parent = _get_path(data, parents[: depth - 1])
-        if isinstance(parent, dict) and parent.get(parents[depth - 1]) == {}:
-            del parent[parents[depth - 1]]
 
 
 def _get_path(data: dict[str, Any], parts: list[str]) -> Any:
