@@ -75,6 +75,9 @@ class Case:
     flops: str = "megatron"
     note: str = ""  # how ``measured:`` was read when it was not one canonical figure
     problem: str = ""  # why a malformed case cannot run (it fails alone)
+    #: keys its scenario (or set:) writes as null and nothing sets again: unwritten, as
+    #: scenario_from_dict reads a null, and named as nulled if one of them has no default
+    unset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     # canonical keys and cluster.gpus before anything reads them (tokens per GPU needs the count)
     # (a key written one level off too: model.seq_len is the seq_len samples/s are read by)
     # (a null is dropped first, as scenario_from_dict reads it: as if unwritten)
-    scenario = expand_nodes(relocate(normalise_keys(drop_nulls(raw["scenario"])[0])))
+    unwritten, nulled = drop_nulls(raw["scenario"])
+    scenario = expand_nodes(relocate(normalise_keys(unwritten)))
     overrides = raw.get("set")
     if overrides is not None:
         if not isinstance(overrides, dict) or not overrides:
@@ -184,6 +188,10 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         from simcluster.scenario import apply_overrides
 
         scenario = apply_overrides(scenario, [(str(k), v) for k, v in overrides.items()])
+        nulled += drop_nulls({str(k): v for k, v in overrides.items() if v is None})[1]
+    # the nulls still unwritten once set: is applied go to run_case, so that a key without a
+    # default says it was nulled, as a scenario's null does (not a bare 'is required')
+    unset = tuple(dict.fromkeys(k for k in nulled if _value_at(scenario, k) is None))
     figures, memory_figure = split_memory(raw["measured"])
     # samples per second become tokens by the sequence length, which may be written '8K'
     measured = read_measured(figures, f"{where}.measured", expand_seq_len(scenario))
@@ -249,7 +257,16 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         slow=bool(raw.get("slow", False)),
         peak_memory_gib=memory,
         flops=flops,
+        unset=unset,
     )
+
+
+def _value_at(data: dict[str, Any], dotted: str) -> Any:
+    """The value at a dotted path of a raw scenario mapping, or None where the path stops."""
+    node: Any = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 #: FLOP counts a case may name: the model-FLOP conventions, and ``hardware`` (also ``hfu``):
@@ -404,7 +421,7 @@ def run_case(case: Case) -> CaseResult:
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
-        scenario = scenario_from_dict(data)
+        scenario = scenario_from_dict(data, [(key, None) for key in case.unset])
         ctx = build_context(scenario)
         inert = tuple(n.text for n in inert_settings(ctx))
         summary = simulate(ctx).summary

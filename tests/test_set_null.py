@@ -204,3 +204,26 @@ def test_null_in_a_validate_case_scenario_is_unwritten_too(tmp_path):
     path.write_text(yaml.safe_dump({"cases": cases}))
     a, b = load_cases([path])
     assert a.problem == "" and scenario_from_dict(dict(a.scenario)) == scenario_from_dict(dict(b.scenario))
+
+
+def test_null_without_default_in_a_validate_case_says_it_was_nulled(tmp_path):
+    """A case whose scenario (or set:) writes a key with no default as null fails naming the
+    null, as `run` does, not with a bare 'is required'; a set: value after the null wins."""
+    from simcluster.validate import load_cases, run_case
+
+    scenario = {"model": "llama3-8b", "cluster": {"gpus": 8}, "training": {"seq_len": None, "global_batch": 8}}
+    given = copy.deepcopy(scenario) | {"training": {"seq_len": 4096, "global_batch": 8}}
+    cases = [
+        {"name": "file-null", "scenario": scenario, "measured": {"step_time_s": 1}},
+        {"name": "set-null", "scenario": given, "set": {"training.global_batch": None}, "measured": {"step_time_s": 1}},
+        {"name": "set-again", "scenario": scenario, "set": {"seq-length": 4096}, "measured": {"step_time_s": 1}},
+    ]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"cases": cases}))
+    file_null, set_null, set_again = load_cases([path])
+    for case, key in ((file_null, "training.seq_len"), (set_null, "training.global_batch")):
+        error = run_case(case).error or ""
+        assert error.startswith(f"{key}: is null, which means unwritten, and it has no default"), error
+        assert "\n" not in error
+    assert set_again.unset == ()  # the set: value stands; nothing is passed as null
+    assert scenario_from_dict(dict(set_again.scenario)).training.seq_len == 4096

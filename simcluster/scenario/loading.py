@@ -224,7 +224,9 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
     if kind == "missing":
         if field in (unset or ()):
             return UserError(
-                field, f"has no default, so null cannot unset it; give it a value in the scenario or --set {field}=VALUE"
+                field,
+                "is null, which means unwritten, and it has no default; give it a value in the "
+                f"scenario or --set {field}=VALUE",
             )
         return UserError(field, "is required; add it to the scenario")
     got = err.get("input")
