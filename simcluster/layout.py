@@ -24,6 +24,7 @@ from simcluster.parallelism.context import check_algorithm
 from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 from simcluster.schedules.base import VShapeSchedule
+from simcluster.size_bounds import check_sizes
 
 DIMS = ("tp", "cp", "dp", "pp")
 
@@ -515,6 +516,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     )
     if layout.zero_replicas > 1 and model.is_moe:
         _check_expert_replicas(layout)
+    check_sizes(model, layout)
     return layout
 
 

@@ -3,10 +3,21 @@
 The event engine, the memory model and the topology scale with the layer count, the microbatches
 per step and the GPU count; inputs past these bounds (typos such as an extra zero run together,
 or a value meant for another field) are refused with a one-line error instead of hanging.
-Each bound is far above any published training run.
+Each bound is far above any published training run; :mod:`simcluster.size_bounds` applies the
+ones that need the model and the layout together.
 """
 
 MAX_GPUS = 131_072  # 2**17; the largest published clusters are ~100k GPUs
 MAX_LAYERS = 10_000  # transformer layers (the largest published models have < 200)
 MAX_MICROBATCHES = 1_000_000  # microbatches per pipeline per optimizer step
 MAX_COLLECTIVE_BYTES = 2**50  # 1 PiB for one collective; a GPU holds its buffers in < 1 TiB
+
+#: microbatches per pipeline x layers: each such layer pass is about 16 engine events, and the
+#: engine runs about 5,000 events a second on one core (llama3-8b-8xh100 at 1,024 layers:
+#: 127,035 events in 31 s), so 2M passes take well over an hour; the largest published run in
+#: validation/ has 71,680 (BLOOM 176B at pp 24: 1,024 microbatches x 70 layers)
+MAX_LAYER_PASSES = 2_000_000
+#: the largest m, n or k of a GEMM: PyTorch hands cuBLAS 32-bit dimensions and refuses larger
+#: ones (aten/src/ATen/cuda/CUDABlas.cpp, CUDABLAS_POSINT_CHECK: "must be positive and less
+#: than INT_MAX"); a linear layer's GEMM has the microbatch's tokens as m and its widths as n, k
+MAX_GEMM_DIM = 2**31 - 1
