@@ -21,6 +21,7 @@ least one per parallel worker) it says "estimating".
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import sys
 import threading
@@ -38,6 +39,14 @@ QUIET_S = 10.0
 HEARTBEAT_S = 30.0
 #: items that must have run before the time left is estimated
 MIN_KNOWN = 3
+#: seconds before a terminal shows the bar of work inside a simulation's set-up (a schedule's
+#: planning), most of which is short
+INNER_DELAY_S = 1.0
+
+#: whether work deep inside a computation, which takes no ``show`` argument of its own (v-auto's
+#: search, called from the schedule's ``build``), shows progress: :func:`showing` sets it
+#: around the call, as the caller's own ``show``; nothing unless a caller asks
+_INNER_SHOW: contextvars.ContextVar[bool | None] = contextvars.ContextVar("simcluster_inner_show", default=False)
 
 
 def clock_text(seconds: float) -> str:
@@ -248,3 +257,20 @@ def progress_bar(
         yield advance_bar
     finally:
         bar.stop()
+
+
+@contextlib.contextmanager
+def showing(show: bool | None) -> Iterator[None]:
+    """Within the block, :func:`inner_progress` shows as ``show`` says (None: a bar on a
+    terminal, lines when piped; False: nothing)."""
+    token = _INNER_SHOW.set(show)
+    try:
+        yield
+    finally:
+        _INNER_SHOW.reset(token)
+
+
+def inner_progress(label: str, total: int, unit: str) -> contextlib.AbstractContextManager[Callable[..., None]]:
+    """:func:`progress_bar` for work inside a simulation's set-up, shown as the enclosing
+    :func:`showing` says (nothing outside one)."""
+    return progress_bar(label, total, show=_INNER_SHOW.get(), delay_s=INNER_DELAY_S, unit=unit)

@@ -217,3 +217,40 @@ def test_calibrate_reports_progress_through_the_one_progress_module(monkeypatch,
     assert [ln.split(",")[0] for ln in lines[:2]] == ["calibrate (measurements): 1/3", "calibrate (measurements): 2/3"]
     assert lines[2].startswith("error: rank 0: during 'gemm c': RuntimeError: device lost") and len(lines) == 3
     assert len(ran) == 2
+
+
+def test_v_auto_planning_shows_progress_only_inside_a_showing_run(monkeypatch, capsys):
+    """v-auto's search (tens of seconds at pp 8-16) counts its 60 stage-0 blocks x 15 offset
+    pairs (sail-sg's v_auto_schedule.py loops) into the progress of the run around it: piped,
+    lines once past QUIET_S (0 here), ending in the total; outside `showing` (sweep,
+    validate, memory) nothing, and the plan is the same either way."""
+    import simcluster.progress as progress
+    from simcluster.schedules.v_auto import candidates
+
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    candidates.cache_clear()
+    silent = candidates(4, 8, 6)
+    assert capsys.readouterr().err == ""
+    candidates.cache_clear()
+    with progress.showing(None):
+        shown = candidates(4, 8, 6)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(ln.startswith("planning v-auto (block offsets): ") for ln in lines)
+    assert lines[-1].startswith("planning v-auto (block offsets): 900/900 done in ")
+    assert shown == silent
+
+
+def test_a_run_shows_its_v_auto_planning(monkeypatch, capsys):
+    """simulate(progress=None), as `run` calls it, plans v-auto inside `showing`."""
+    import simcluster.progress as progress
+    from simcluster.engine import simulate
+    from simcluster.scenario import scenario_from_dict
+    from simcluster.schedules.v_auto import candidates
+    from tests.engine_helpers import pipeline_scenario
+
+    data = pipeline_scenario(4, 8, "v-auto", layers=8)
+    data["parallel"]["activation_limit"] = 0.75
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    candidates.cache_clear()
+    simulate(scenario_from_dict(data), progress=None)
+    assert "planning v-auto (block offsets): 900/900 done in " in capsys.readouterr().err

@@ -5,7 +5,8 @@ Each layout draws a small model (dense, GQA, a learned-position GPT, two mixture
 sliding-window model), a shipped profile, a framework, the parallel degrees, a schedule, ZeRO,
 precision and recomputation, and now and then two pipeline flushes or an offloaded optimizer
 (serial pipeline p2p across flushes deadlocked until 2026-11-29: found by a wider fuzz), and at
-ZeRO-3 without a pipeline now and then PyTorch FSDP1 (framework pytorch-fsdp). A run that simulates must report a finite positive step, tokens/s
+ZeRO-3 without a pipeline now and then PyTorch FSDP1 (framework pytorch-fsdp). With a pipeline, now and then the adaptive V
+schedule (v-auto) with a drawn activation limit. A run that simulates must report a finite positive step, tokens/s
 equal to the global batch's tokens over that step (the definition), a bubble in [0, 1) and a
 positive peak memory; a run that cannot must say why in one line naming a field.
 """
@@ -74,6 +75,11 @@ def _layout(rng: random.Random) -> dict:
         # PyTorch FSDP1 where it runs: its root unit, a backward prefetch mode, the rate limiter
         data["framework"], par["zero"] = "pytorch-fsdp", 3
         data["zero3"] = {"backward_prefetch": rng.choice(["pre", "post", "none"]), "limit_all_gathers": rng.random() < 0.5}
+    if pp > 1 and rng.random() < 0.3:
+        # the adaptive V schedule with a drawn limit (a fraction of 1F1B's activations; 0.3 is
+        # below what its blocks need at pp 2, a one-line refusal naming the smallest that fits)
+        par.pop("vpp", None)
+        par["schedule"], par["activation_limit"] = "v-auto", rng.choice([0.3, 0.75, 1.0])
     return data
 
 

@@ -44,6 +44,7 @@ from simcluster.parallelism.offload import (
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
+from simcluster.progress import showing
 from simcluster.scenario import Scenario
 from simcluster.stragglers import degrade_nics, resolve
 from simcluster.topology import build_cluster
@@ -141,7 +142,8 @@ def simulate(
     degrade_nics(cluster, stragglers.nic)
     # known stragglers break the symmetry the one-rank-per-stage shortcut relies on
     every = bool(stragglers) or (sc.simulation.all_ranks if all_ranks is None else all_ranks)
-    plans = build_plans(ctx, km, pipeline_p2p_seconds(ctx, cluster))
+    with showing(progress):  # a long schedule search (v-auto) shows its progress as the run does
+        plans = build_plans(ctx, km, pipeline_p2p_seconds(ctx, cluster))
     env = simpy.Environment()
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()

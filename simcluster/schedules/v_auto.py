@@ -38,6 +38,7 @@ import functools
 import math
 
 from simcluster.errors import UserError
+from simcluster.progress import inner_progress
 from simcluster.schedules.base import OpCosts, PipeOp, ScheduleSpec, VShapeSchedule
 from simcluster.schedules.registry import register
 from simcluster.schedules.v_auto_block import (
@@ -108,9 +109,12 @@ def candidates(p: int, m: int, limit: int) -> tuple[tuple[Frozen, ...], ...]:
     found wins a tie, so repeats never change the choice)."""
     kept: dict[tuple[Frozen, ...], None] = {}
     done: dict[Block, tuple[Grid | None, int]] = {}  # k0 = k1 repeats a block for every n0
-    for first in first_stage_blocks():
-        for i0, k0 in enumerate(STEPS):
-            for k1 in STEPS[: i0 + 1]:
+    firsts = first_stage_blocks()
+    steps = [(k0, k1) for i0, k0 in enumerate(STEPS) for k1 in STEPS[: i0 + 1]]
+    # tens of seconds at pp 8-16 near 1F1B's limit: `run` shows it on stderr as the simulation
+    with inner_progress("planning v-auto", len(firsts) * len(steps), unit="block offsets") as advance:
+        for first in firsts:
+            for k0, k1 in steps:
                 for n0 in range(1, p):
                     block = stage_blocks(first, k0, k1, n0, p)
                     if block is None:
@@ -122,6 +126,7 @@ def candidates(p: int, m: int, limit: int) -> tuple[tuple[Frozen, ...], ...]:
                         break  # a larger n0 only lengthens the lifespans
                     if grid is not None:
                         kept.setdefault(tuple(tuple(row) for row in grid), None)
+                advance()
     return tuple(kept)
 
 
