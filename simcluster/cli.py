@@ -100,11 +100,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def _close_option(extra: Sequence[str], parser: argparse.ArgumentParser | None) -> str:
     """' (did you mean --X?)' for the first misspelt option among ``extra`` (``sweep --tpp 2``:
-    '--tp'), from the options ``parser`` takes; else ''."""
-    flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
-    if not flag or parser is None:
+    '--tp'), from the options ``parser`` takes; else ''. A ``KEY=VALUE`` word the command
+    could take is named as it would: an option of its own (``sweep --axis tp=1,2``: '--tp
+    1,2'; the spelling of a misspelt flag is no guide then) or an override without its
+    ``--set`` (``memory NAME parallel.tp=2``)."""
+    if parser is None:
         return ""
-    return did_you_mean(flag, [o for action in parser._actions for o in action.option_strings if o.startswith("--")])
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    for word in extra:
+        key, sep, value = word.partition("=")
+        if not sep or word.startswith("-") or not key:
+            continue
+        option = "--" + key.split(".")[-1].replace("_", "-")
+        if option in options and option != "--set":
+            return f" (did you mean {option} {value}?)"
+        if "--set" in options and "." in key:
+            return f" (an override takes --set: --set {word})"
+    flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
+    return did_you_mean(flag, options) if flag else ""
 
 
 def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:

@@ -383,7 +383,7 @@ def test_too_many_microbatches(cli):
 
 def test_too_many_gpus(cli):
     res = cli("memory", "llama3-8b-8xh100", "--set", "cluster.gpus=1000000000")
-    assert_one_line_error(res, "cluster.gpus", "131072")
+    assert_one_line_error(res, "cluster.gpus", "131,072 GPUs", "largest published", "lower it")
     res = cli("collective", "all_reduce", "1MiB", "--gpus", "100000000")
     assert_one_line_error(res, "--gpus", "131,072")
     res = cli("collective", "all_reduce", "1MiB", "--gpus", "131072", "--per-node", "1")
@@ -448,6 +448,18 @@ def test_set_with_its_value_as_another_word_names_the_key_and_the_fix(cli, argv)
 def test_a_misspelt_option_names_the_command_and_its_nearest_option(cli, argv, needle):
     """argparse said 'simcluster: unrecognized arguments: --tpp 2', naming neither the command
     nor the option meant."""
+    assert_one_line_error(cli(*argv), needle)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [(["sweep", "llama3-8b-8xh100", "--axis", "tp=1,2"], "unrecognized arguments: --axis tp=1,2 (did you mean --tp 1,2?)"),
+     (["sweep", "llama3-8b-8xh100", "--axes", "training.micro_batch=1,2"], "(did you mean --micro-batch 1,2?)"),
+     (["memory", "llama3-8b-8xh100", "parallel.tp=2"], "parallel.tp=2 (an override takes --set: --set parallel.tp=2)")],
+)  # fmt: skip
+def test_a_key_value_word_is_named_as_the_command_takes_it(cli, argv, needle):
+    """`sweep --axis tp=1,2` was 'did you mean --dask?' (the nearest spelling of --axis), and
+    an override written without its --set named nothing: the word itself says what was meant."""
     assert_one_line_error(cli(*argv), needle)
 
 

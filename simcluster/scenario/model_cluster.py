@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from simcluster.limits import MAX_GPUS
 from simcluster.scenario.base import SectionBase
@@ -139,8 +139,18 @@ class ClusterSection(SectionBase):
     """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
 
     hardware: str = "dgx-h100"
-    gpus: int = Field(gt=0, le=MAX_GPUS, description=f"GPUs in the job (at most {MAX_GPUS:,})")
+    gpus: int = Field(gt=0, description=f"GPUs in the job (at most {MAX_GPUS:,})")
     gpus_per_node: int | None = Field(default=None, gt=0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_within_bound(cls, gpus: int) -> int:
+        if gpus > MAX_GPUS:  # the bound's reason with it, not pydantic's bare 'less than or equal'
+            raise ValueError(
+                f"more than the {MAX_GPUS:,} GPUs simcluster builds a cluster for (the largest published "
+                "clusters have about 100,000); lower it"
+            )
+        return gpus
     network: Literal["simulated", "ideal"] = "simulated"
     # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
     nic_gbps: float | None = Field(default=None, gt=0)
