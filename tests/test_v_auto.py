@@ -168,6 +168,11 @@ def test_scenario_field_bounds():
     for bad in (0, 1.5, -0.2):
         with pytest.raises(UserError, match="activation_limit"):
             scenario_from_dict(make_scenario(parallel={"pp": 2, "schedule": "v-auto", "activation_limit": bad}))
+    # above 1 the error says why (1F1B's memory is the search's ceiling: the fork's schedule()
+    # skips a block above 2p chunk activations) and what to write, not pydantic's bare bound
+    with pytest.raises(UserError) as got:
+        scenario_from_dict(make_scenario(parallel={"pp": 2, "schedule": "v-auto", "activation_limit": 5}))
+    assert "fraction of 1F1B's activation memory, at most 1" in got.value.message and "e.g. 0.5" in got.value.message
 
 
 def test_the_limit_is_a_sweep_axis():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
@@ -84,12 +84,21 @@ class ParallelSection(SectionBase):
     activation_limit: float | None = Field(
         default=None,
         gt=0,
-        le=1,
         description="schedule v-auto: each stage's activation memory at most this fraction of "
         "1F1B's (p microbatches of a stage), e.g. 0.5; the V schedule with the shortest step "
         "within it (Qi et al.'s controllable memory: V-Min's blocks need about 1/3, V-Half's "
         "1/2, ZB-V's 1)",
     )
+
+    @field_validator("activation_limit")
+    @classmethod
+    def _limit_within_1f1b(cls, limit: float | None) -> float | None:
+        if limit is not None and limit > 1:  # the search keeps no block above 1F1B's 2p (v_auto.py)
+            raise ValueError(
+                "is a fraction of 1F1B's activation memory, at most 1 (the V schedules search within "
+                "1F1B's; ZB-V's blocks need 1, V-Min's about 1/3); write e.g. 0.5"
+            )
+        return limit
     layers_per_stage: list[int] | None = None
     microbatch_group: int | None = Field(
         default=None,
