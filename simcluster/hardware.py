@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -34,6 +35,7 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
+from simcluster.limits import addressable_gib
 from simcluster.paths import anchor_path
 from simcluster.profile_keys import unknown_key_message
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
@@ -57,7 +59,7 @@ class GpuSpec(_Strict):
     """One GPU's datasheet figures."""
 
     name: str
-    memory_gib: float = Field(gt=0)
+    memory_gib: Annotated[float, AfterValidator(addressable_gib)] = Field(gt=0)
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
     peak_tflops: dict[str, PositiveFloat] = Field(
         min_length=1, description="dense peak per precision, TFLOP/s"
@@ -539,6 +541,7 @@ def profile_from_dict(
         profile = HardwareProfile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        err["msg"] = err["msg"].removeprefix("Value error, ")  # a validator's own message
         loc = ".".join(str(p) for p in err["loc"])
         if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
             if err["type"] == "extra_forbidden":

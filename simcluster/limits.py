@@ -21,3 +21,19 @@ MAX_LAYER_PASSES = 2_000_000
 #: ones (aten/src/ATen/cuda/CUDABlas.cpp, CUDABLAS_POSINT_CHECK: "must be positive and less
 #: than INT_MAX"); a linear layer's GEMM has the microbatch's tokens as m and its widths as n, k
 MAX_GEMM_DIM = 2**31 - 1
+#: GiB of memory one GPU can address: 2**49 bytes (512 TiB), the 49-bit virtual addresses of
+#: NVIDIA's GPUs since Pascal (Tesla P100 whitepaper, Unified Memory: 49-bit virtual addressing,
+#: enough for a CPU's 48 bits and the GPU's own memory); a GPU's memory or a reserve within it
+#: beyond that is a typo, and as bytes it overflowed the memory figures to infinity
+MAX_GPU_MEMORY_GIB = 2**19
+
+
+def addressable_gib(gib: float) -> float:
+    """``gib`` if one GPU could address that much memory, else ValueError saying why (for a
+    pydantic ``AfterValidator``: the field is named by the scenario's or profile's loader)."""
+    if gib > MAX_GPU_MEMORY_GIB:
+        raise ValueError(
+            f"is more than the {MAX_GPU_MEMORY_GIB:,} GiB (2^49 bytes) a GPU can address (49-bit "
+            "virtual addresses, NVIDIA's since Pascal); lower it"
+        )
+    return gib

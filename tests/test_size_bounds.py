@@ -97,3 +97,40 @@ def test_the_largest_published_case_is_far_inside():
     bloom = build_context(scenario_from_dict({**case.scenario, "name": "bloom"}))
     assert bloom.layout.microbatches * bloom.model.layers == 71_680
     check_sizes(bloom.model, bloom.layout)
+
+
+@pytest.mark.parametrize(
+    "setting, field",
+    [("training.memory_overhead_gib=1e300", "training.memory_overhead_gib"),
+     ("cluster.memory_gib=1e300", "cluster.memory_gib"),
+     ("cluster.profile.gpu.memory_gib=1e300", "cluster.profile.gpu.memory_gib")],
+)  # fmt: skip
+def test_gpu_memory_beyond_its_address_space_is_refused(cli, setting, field):
+    """A GPU addresses 2^49 bytes (49-bit virtual addresses, NVIDIA's since Pascal: the Tesla
+    P100 whitepaper): 1e300 GiB was 'summary: cannot be written as JSON: inf' from `run --json`
+    and 'fits: 70.94 GiB of inf TiB' from `memory`."""
+    res = cli("memory", BASE, "--set", setting)
+    assert_one_line_error(res, field, "524,288 GiB (2^49 bytes)", "lower it")
+    assert "Value error" not in res.err
+
+
+def test_gpu_memory_bound_is_exact(cli):
+    from simcluster.limits import MAX_GPU_MEMORY_GIB
+
+    assert MAX_GPU_MEMORY_GIB * 2**30 == 2**49
+    assert cli("memory", BASE, "--set", f"cluster.memory_gib={MAX_GPU_MEMORY_GIB}").code == 0
+    res = cli("memory", BASE, "--set", f"training.memory_overhead_gib={MAX_GPU_MEMORY_GIB + 1}")
+    assert_one_line_error(res, "training.memory_overhead_gib", "2^49")
+
+
+def test_a_profile_file_beyond_the_address_space_names_its_field(cli, tmp_path):
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "hardware" / "dgx-h100.yaml"
+    text = shipped.read_text()
+    assert "memory_gib: 80\n" in text
+    profile = tmp_path / "big.yaml"
+    profile.write_text(text.replace("memory_gib: 80\n", "memory_gib: 1.0e+300\n", 1))
+    res = cli("memory", BASE, "--hardware", str(profile))
+    assert_one_line_error(res, "--hardware", "field 'gpu.memory_gib'", "2^49 bytes")
+    assert "Value error" not in res.err

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from simcluster.limits import MAX_GPUS
+from simcluster.limits import MAX_GPUS, addressable_gib
 from simcluster.scenario.base import SectionBase
 
 
@@ -166,7 +166,7 @@ class ClusterSection(SectionBase):
     oversubscription: float | None = Field(default=None, ge=1)
     nodes_per_leaf: int | None = Field(default=None, gt=0)
     topology: str | None = None
-    memory_gib: float | None = Field(default=None, gt=0)
+    memory_gib: Annotated[float, AfterValidator(addressable_gib)] | None = Field(default=None, gt=0)
     hbm_tbps: float | None = Field(default=None, gt=0)
     speed_spread: float | None = Field(
         default=None, ge=0, le=0.2, description="per-GPU throughput spread; 0 = identical GPUs"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
+from simcluster.limits import addressable_gib
 from simcluster.scenario.base import SectionBase
 
 RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp"]
@@ -226,7 +227,7 @@ class TrainingSection(SectionBase):
         default=False,
         description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",
     )
-    memory_overhead_gib: float = Field(
+    memory_overhead_gib: Annotated[float, AfterValidator(addressable_gib)] = Field(
         default=1.0, ge=0, description="CUDA context, cuBLAS workspace, NCCL buffers"
     )
     pipeline_flushes: int = Field(
