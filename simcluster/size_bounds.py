@@ -24,7 +24,7 @@ _GEMM_WHY = (
 
 def check_sizes(model: ModelSpec, layout: Layout, prefix: str = "model") -> None:
     """Refuse a layout whose GEMMs exceed cuBLAS's 32-bit dimensions or whose step has more
-    layer passes than simcluster simulates in about an hour."""
+    layer passes than simcluster simulates in reasonable time (hours beyond the bound)."""
     # a linear layer's GEMM takes the microbatch's tokens on this rank as rows: with sequence
     # parallelism they are gathered back to the whole (context-parallel) sequence first
     rows = layout.micro_batch * (layout.seq_len // layout.cp)
@@ -55,7 +55,8 @@ def check_sizes(model: ModelSpec, layout: Layout, prefix: str = "model") -> None
         raise UserError(
             field,
             f"{layout.microbatches:,} microbatches per pipeline x {model.layers:,} layers = {passes:,} "
-            f"layer passes a step, more than the {MAX_LAYER_PASSES:,} simcluster simulates within about "
-            "an hour (the largest published run in validation/ has 71,680); lower training.global_batch or "
+            f"layer passes a step, more than the {MAX_LAYER_PASSES:,} simcluster simulates (about 16 "
+            "events each: hours of simulation; the largest published run in validation/ has 71,680); "
+            "lower training.global_batch or "
             f"{prefix}.layers, or raise training.micro_batch",
         )

@@ -84,7 +84,7 @@ def test_layer_passes_bound(ctx):
 
 def test_layer_passes_cli(cli):
     res = cli("memory", BASE, "--set", "training.global_batch=2000000", "--set", "model.layers=9000")
-    assert_one_line_error(res, "training.global_batch", "250,000 microbatches", "9,000 layers", "within about an hour")
+    assert_one_line_error(res, "training.global_batch", "250,000 microbatches", "9,000 layers", "hours of simulation")
 
 
 def test_the_largest_published_case_is_far_inside():
