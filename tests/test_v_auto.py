@@ -140,8 +140,12 @@ def test_refusals_name_the_field_and_the_fix():
     with pytest.raises(UserError, match="pp >= 2"):
         sched.validate(ScheduleSpec(1, 8, activation_limit=0.5))
     # V-Min's blocks at pp=6 need 3 microbatches of 6 (6 chunk activations of 12)
-    with pytest.raises(UserError, match=r"raise it to at least 0\.5\b"):
+    with pytest.raises(UserError, match=r"raise it to at least 0\.5\b") as err:
         sched.build(ScheduleSpec(6, 12, activation_limit=0.4))
+    # the limit as written, and what it became: floor(0.4 x 12) = 4 chunk activations, 1/3
+    # (the fork's max_mem); it said 'fits 0.333 of 1F1B's' to a scenario that wrote 0.4
+    assert "fits 0.4 of 1F1B's activations (0.4 x 2pp rounded down to 4 chunk activations" in err.value.message
+    assert "pp=6, 0.333)" in err.value.message
     with pytest.raises(UserError, match="parallel.vpp"):
         sched.validate(ScheduleSpec(4, 8, v=3, activation_limit=0.5))
 

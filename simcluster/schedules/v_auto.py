@@ -157,15 +157,16 @@ def span(grid: tuple[Frozen, ...], costs: OpCosts) -> float:
 _OPS = {"F": ("F", 0), "f": ("F", 1), "B": ("B", 1), "b": ("B", 0), "W": ("W", 1), "w": ("W", 0)}
 
 
-def v_auto_orders(p: int, m: int, limit: int, costs: OpCosts) -> list[list[PipeOp]]:
-    """The shortest schedule the search keeps within ``limit`` chunk activations per stage."""
+def v_auto_orders(p: int, m: int, limit: int, costs: OpCosts, written: float | None = None) -> list[list[PipeOp]]:
+    """The shortest schedule the search keeps within ``limit`` chunk activations per stage
+    (``written``: the fraction of 1F1B's the scenario gave, which an error quotes)."""
     best: tuple[float, tuple[Frozen, ...]] | None = None
     for grid in candidates(p, m, limit):
         length = span(grid, costs)
         if best is None or length < best[0]:
             best = (length, grid)
     if best is None:
-        raise UserError(FIELD_LIMIT, _no_fit(p, m, limit))
+        raise UserError(FIELD_LIMIT, _no_fit(p, m, limit, written))
     orders = []
     for row in best[1]:
         seen: dict[str, int] = {}
@@ -178,17 +179,19 @@ def v_auto_orders(p: int, m: int, limit: int, costs: OpCosts) -> list[list[PipeO
     return orders
 
 
-def _no_fit(p: int, m: int, limit: int) -> str:
+def _no_fit(p: int, m: int, limit: int, written: float | None = None) -> str:
     """Why no V schedule fits, with the smallest limit that does (rounded up to 3 decimals, so
-    that it converts back to at least that many chunk activations)."""
+    that it converts back to at least that many chunk activations); the limit as written
+    when it was rounded down to whole chunk activations (0.3 at pp 2 is 1 of 4, 0.25)."""
     need = next((units for units in range(limit + 1, 2 * p + 1) if candidates(p, m, units)), None)
     if need is None:
         return f"no V schedule of the paper's blocks fits at pp={p} with {m} microbatches; use schedule zbv"
     share = math.ceil(need / (2 * p) * 1000) / 1000
-    return (
-        f"no V schedule fits {limit / (2 * p):.3g} of 1F1B's activations ({limit} chunk activations per "
-        f"stage at pp={p}); raise it to at least {share:g}"
-    )
+    units = f"{limit} chunk activations per stage at pp={p}"
+    if written is not None and abs(written - limit / (2 * p)) > 1e-9:
+        units = f"{written:g} x 2pp rounded down to {units}, {limit / (2 * p):.3g}"
+    shown = limit / (2 * p) if written is None else written
+    return f"no V schedule fits {shown:.3g} of 1F1B's activations ({units}); raise it to at least {share:g}"
 
 
 @register
@@ -216,4 +219,4 @@ class VAuto(VShapeSchedule):
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
         limit = limit_units(spec.activation_limit or 1.0, spec.p)
-        return v_auto_orders(spec.p, spec.m, limit, spec.costs or OpCosts())
+        return v_auto_orders(spec.p, spec.m, limit, spec.costs or OpCosts(), spec.activation_limit)
