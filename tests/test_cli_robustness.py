@@ -463,6 +463,18 @@ def test_a_key_value_word_is_named_as_the_command_takes_it(cli, argv, needle):
     assert_one_line_error(cli(*argv), needle)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "llama3-8b-8xh100"], ["sweep", "llama3-8b-8xh100"], ["validate"],
+     ["compare", "llama3-8b-8xh100", "llama3-8b-8xh100@parallel.tp=2"], ["import", "megatron", "x.sh"]],
+)  # fmt: skip
+def test_an_empty_out_is_refused(cli, argv):
+    """`--out "$DIR"` with DIR unset: argparse passed '' and the command read it as no --out,
+    simulating without writing anything or saying so."""
+    res = cli(*argv, "--out", " ")
+    assert_one_line_error(res, f"simcluster {argv[0]}: argument --out: is empty", "drop --out")
+
+
 def test_a_misspelt_calibrate_option_gets_its_nearest_option(calibrate, tmp_path):
     res = calibrate("import-nccl-tests", str(tmp_path / "a.log"), "--basee", "x", "--out", str(tmp_path / "y.yaml"))
     assert_one_line_error(res, "calibrate import-nccl-tests: unrecognized arguments: --basee x (did you mean '--base'?)")

@@ -31,6 +31,14 @@ def add_scenario_arguments(
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def out_path(text: str) -> str:
+    """An ``--out`` value (argparse ``type``): an empty one (``--out "$DIR"`` with DIR unset)
+    read as no --out at all and wrote nothing, without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give the path to write to, or drop --out")
+    return text
+
+
 def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
     """``--price``: dollars per GPU-hour, one for all or per hardware profile (``cost.py``)."""
     parser.add_argument(

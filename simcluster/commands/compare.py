@@ -20,6 +20,7 @@ from rich.table import Table
 
 from simcluster.commands.common import (
     add_price_argument,
+    out_path,
     print_json,
     print_notes,
     to_json,
@@ -57,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--out", metavar="DIR", help="write compare.csv, compare.json and compare.png")
+    parser.add_argument("--out", metavar="DIR", type=out_path, help="write compare.csv, compare.json and compare.png")
     parser.epilog = (
         "The breakdown rows are each scenario's busiest stage, seconds per step; when the "
         "scenarios' steps process different token counts (global batch x sequence length) or run "

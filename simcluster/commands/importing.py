@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from simcluster.commands.common import print_notes
+from simcluster.commands.common import out_path, print_notes
 from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a scenario field set after the import, e.g. --set model.vocab=32000 (repeatable)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", metavar="PATH", default="-", help="scenario YAML to write; - (default) prints it"
+        "--out", metavar="PATH", default="-", type=out_path, help="scenario YAML to write; - (default) prints it"
     )
 
 

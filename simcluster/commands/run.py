@@ -14,6 +14,7 @@ from rich.table import Table
 from simcluster.accuracy_table import accuracy_line, small_expert_line
 from simcluster.commands.common import (
     add_scenario_arguments,
+    out_path,
     print_json,
     print_notes,
     scenario_from_args,
@@ -46,7 +47,7 @@ NAME = "run"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument(
-        "--out", metavar="DIR",
+        "--out", metavar="DIR", type=out_path,
         help="write summary.json, events.csv (and events.parquet with pyarrow), trace.json (Perfetto), "
         "timeline.png, memory.png and breakdown.png",
     )  # fmt: skip

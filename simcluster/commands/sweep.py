@@ -15,6 +15,7 @@ from rich.table import Table
 from simcluster.commands.common import (
     add_price_argument,
     add_scenario_arguments,
+    out_path,
     print_json,
     print_notes,
     scenario_from_args,
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip, without simulating, the layouts whose peak memory (simcluster memory) exceeds the GPU's: "
         "at thousands of GPUs each simulation takes a while",
     )  # fmt: skip
-    parser.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json and sweep.png")
+    parser.add_argument("--out", metavar="DIR", type=out_path, help="write sweep.csv, sweep.json and sweep.png")
     add_price_argument(
         parser,
         "adds what a million tokens cost and ranks by it; with prices per profile, every "

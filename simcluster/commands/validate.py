@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import print_json, to_json
+from simcluster.commands.common import out_path, print_json, to_json
 from simcluster.commands.console import stdout_console
 from simcluster.cost_hint import cost_hint
 from simcluster.errors import UserError, did_you_mean
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tcp://host:8786 joins a running scheduler (pip install 'simcluster[dask]')",
     )  # fmt: skip
     parser.add_argument(
-        "--out", metavar="DIR", help="write validate.csv, validate.json and validate.png (errors by family)"
+        "--out", metavar="DIR", type=out_path, help="write validate.csv, validate.json and validate.png (errors by family)"
     )
     parser.add_argument(
         "--notes", action="store_true",
