@@ -14,8 +14,9 @@ MAX_COLLECTIVE_BYTES = 2**50  # 1 PiB for one collective; a GPU holds its buffer
 
 #: microbatches per pipeline x layers: each such layer pass is about 16 engine events, and the
 #: engine runs about 5,000 events a second on one core (llama3-8b-8xh100 at 1,024 layers:
-#: 127,035 events in 31 s; fewer a second on larger stages), so 2M passes take hours; the largest published run in
-#: validation/ has 71,680 (BLOOM 176B at pp 24: 1,024 microbatches x 70 layers)
+#: 127,035 events in 31 s; fewer a second on larger stages), so 2M passes take hours; the
+#: largest published run in validation/ has 71,680 (BLOOM 176B at pp 24: 1,024 microbatches x
+#: 70 layers)
 MAX_LAYER_PASSES = 2_000_000
 #: the largest m, n or k of a GEMM: PyTorch hands cuBLAS 32-bit dimensions and refuses larger
 #: ones (aten/src/ATen/cuda/CUDABlas.cpp, CUDABLAS_POSINT_CHECK: "must be positive and less
