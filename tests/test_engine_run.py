@@ -59,6 +59,9 @@ def test_does_not_fit_still_simulates(cli):
               "--set", "training.global_batch=128")
     assert res.code == 0, res.err
     assert "DOES NOT FIT" in res.out
+    # the table's own memory row says it too, not only the line under the table
+    row = next(line for line in res.out.splitlines() if "peak memory per GPU" in line)
+    assert "does not fit" in row
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,8 @@ def _print(
     memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"
     if peak.get("loss_transient"):
         memory_text += f" (loss logits {format_bytes(peak['loss_transient'])})"
+    if not s["fits_in_memory"]:  # in the row itself: the table is what a reader looks at first
+        memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
     table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
     console.print(table)
