@@ -3,8 +3,8 @@
 Steps run in the same order on every rank (collectives need all members). After each step
 rank 0 rewrites ``PROFILE.partial.yaml``; on success it writes ``PROFILE.yaml`` and removes the
 partial file. Kernels are timed on every rank at once (as GPUs in training run together) and
-rank 0's numbers are recorded, with every rank's rate of the largest GEMM (the spread between
-GPUs, ``gpu.speed_spread``).
+rank 0's numbers are recorded, with every rank's rate of the reference GEMM (the default grid's
+largest; the spread between GPUs, ``gpu.speed_spread``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +39,7 @@ from calibrate.provenance import (
     provenance,
 )
 from calibrate.shapes import GemmShape
+from calibrate.summary import summary_lines
 from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
@@ -58,6 +60,12 @@ class RunConfig:
     cube_shapes: tuple[GemmShape, ...] = ()
     #: MoE layers whose grouped GEMMs, permutes, router and dispatch are timed (moe_shapes.py)
     moe_shapes: tuple[MoeShape, ...] = ()
+    #: the reference GEMM of the heat soak, the per-rank spread and the interference run: the
+    #: default grid's largest (cli.py), never a --scenario or --shapes extra, whose LM head at
+    #: full sequence takes minutes a call on a CPU (the soak then ran for minutes, not its 2 s);
+    #: one fixed shape also keeps those figures alike with and without --scenario. None: the
+    #: largest of ``gemm_shapes``
+    reference: GemmShape | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,15 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     """Every measurement of the run, in the order all ranks execute them."""
     dev, timer = ctx.device, timer_for(cfg.device)
     budget = 0.02 if cfg.quick else 0.3  # seconds of timed calls per measurement
-    largest = max(cfg.gemm_shapes, key=lambda s: s.flops)
+    largest = cfg.reference or max(cfg.gemm_shapes, key=lambda s: s.flops)
+
+    def reference_rows(m: Measurements) -> list[dict[str, object]]:
+        """The timed rows of the reference shape (one per dtype), for the spread's rerun."""
+        return [
+            r for r in m.gemm
+            if (r["m"], r["n"], r["k"]) == (largest.m, largest.n, largest.k) and not r.get("role")
+        ]  # fmt: skip
+
     soak_dtype = "bf16" if cfg.device == "cuda" else "fp32"  # CPUs run bf16 matmul slowly
     seconds = soak.soak_seconds(cfg.quick)
     steps = [
@@ -113,7 +129,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
             Step(
                 "gemm rate on every rank",
                 lambda m: setattr(
-                    m, "gemm_ranks", spread.time_together(m.gemm, ctx.world, dev, timer, budget)
+                    m, "gemm_ranks", spread.time_together(reference_rows(m), ctx.world, dev, timer, budget)
                 ),
             )
         )
@@ -291,6 +307,7 @@ def run(cfg: RunConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     steps = plan_steps(cfg, ctx)
+    started = time.monotonic()
     try:
         with progress_bar("calibrate", len(steps), show=None if ctx.is_main else False, unit="measurements") as advance:
             for step in steps:
@@ -314,7 +331,8 @@ def run(cfg: RunConfig) -> int:
                 host_cpu=host_cpu(),
                 host_memory_bytes=host_memory_bytes(),
             )
-            _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))
+            profile = build_profile(measured, prov, cfg.base, machine)
+            _write_profile(cfg.out, partial, profile)
             print(f"wrote {cfg.out}", file=sys.stderr)
             if not ctx.groups:
                 print(
@@ -323,6 +341,9 @@ def run(cfg: RunConfig) -> int:
                     "per GPU: torchrun --nproc-per-node N -m calibrate ...",
                     file=sys.stderr,
                 )
+            elapsed = time.monotonic() - started
+            for line in summary_lines(profile, measured, cfg.out, elapsed, len(steps), cfg.base):
+                print(line, file=sys.stderr)
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as
         # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
         # teardown (calibrate/__main__.py), which had stopped rank 0 while it wrote: the

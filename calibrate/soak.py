@@ -4,7 +4,7 @@ A GPU that idles between calls boosts its clock; one kept busy falls to what its
 allows within tens of milliseconds (a B200 from 1,965 to about 1,580 MHz, FlashAttention-4 from
 1,450 to 1,237 TFLOP/s: flashinfer-ai/flashinfer pull request 2899). A training step never
 idles, so the rates a profile carries should be the sustained ones. The run therefore opens
-with back-to-back GEMMs of its largest shape for a fixed time, untimed; the measurements that
+with back-to-back GEMMs of the default grid's largest shape for a fixed time, untimed; the measurements that
 follow run back to back too, so the device stays at that clock. On a CPU the same loop runs
 (the code path is the same on every device) and changes nothing.
 """

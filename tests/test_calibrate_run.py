@@ -61,6 +61,7 @@ def two_rank_profile(tmp_path_factory):
             timeout=180,
         )
         if proc.returncode == 0:
+            out.with_name("p.stderr").write_text(proc.stderr)  # the run's closing summary
             return out
         errors.append(proc.stderr[-3000:])
     pytest.fail("two-rank calibrate run failed twice:\n" + "\n---\n".join(errors))
@@ -147,6 +148,36 @@ def _check_sources(path: Path, measured: set[str], base: str = "dgx-h100") -> di
                 continue
             assert any(s == path_ or s.startswith(path_ + ".") for s in sources), f"{path_} has no source"
     return sources
+
+
+def test_the_run_ends_with_a_summary_of_what_it_measured(two_rank_profile):
+    """After `wrote P`, rank 0 says what it timed, each kind's best rate as the profile's rows
+    hold it (collectives as nccl-tests' busbw), what it kept from the fallback profile instead of
+    measuring (one node: the NICs), and the command that simulates with the profile."""
+    from calibrate.summary import kept_fields
+
+    lines = two_rank_profile.with_name("p.stderr").read_text().splitlines()
+    summary = lines[lines.index(f"wrote {two_rank_profile}") + 1 :]
+    prof = yaml.safe_load(two_rank_profile.read_text())
+    measured = prof["measured"]
+    assert summary[0].startswith("calibrate: ") and "2 ranks on 1 node (gloo)" in summary[0]
+
+    def line(kind: str) -> str:
+        return next(ln for ln in summary if ln.split() and ln.split()[0] == kind)
+
+    bf16 = max((r for r in measured["gemm"] if r["dtype"] == "bf16"), key=lambda r: r["tflops"])
+    assert f"bf16 {bf16['tflops']:.3g} TFLOP/s ({bf16['m']}x{bf16['n']}x{bf16['k']})" in line("GEMMs")
+    rows = measured["collectives"]
+    for op in OPS:
+        best = max(r["busbw_GBps"] for r in rows if r["op"] == op)
+        assert f"{op} {best:.3g}" in line("collectives")
+    assert f"{len(rows)} timed, world (2 ranks on 1 node)" in line("collectives")
+    spread_pct = 100 * prof["gpu"]["speed_spread"]
+    assert f"spread between ranks {spread_pct:.1f}%" in line("ranks")
+    kept = kept_fields(prof, None)
+    assert "node.nic_gbps" in kept and "node.nvlink_GBps" not in kept  # one node: no NIC timed
+    assert summary[-2].startswith("not measured, kept from dgx-h100: ")
+    assert summary[-1] == f"simulate with it: simcluster run SCENARIO --hardware {two_rank_profile}"
 
 
 def test_every_source_of_a_two_rank_profile_is_true(two_rank_profile):
@@ -323,6 +354,12 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     # ... and says so, with how to time them
     assert "one process times no collectives" in proc.stderr
     assert "torchrun --nproc-per-node N -m calibrate" in proc.stderr
+    # the closing summary: one process, and the base's NVLink rate among what it kept
+    from calibrate.summary import kept_fields
+
+    assert ", one process (gloo), " in proc.stderr
+    kept = kept_fields(yaml.safe_load(out.read_text()), "dgx-h100")
+    assert "node.nvlink_GBps" in kept and "gpu.peak_tflops" in kept and "efficiency.gemm" not in kept
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
@@ -554,3 +591,36 @@ def test_an_out_unwritable_after_measuring_names_the_partial_file(tmp_path):
         _write_profile(taken, partial, {"name": "x"})
     assert err.value.field == "--out" and err.value.message.endswith(f"the measurements are in {partial}")
     assert partial.is_file()
+
+
+def test_the_reference_gemm_is_the_default_grids_not_a_scenarios(monkeypatch, tmp_path):
+    """`--scenario llama3-8b-8xh100` adds the LM head's 8192 x 128256 x 4096 GEMMs (8.6 TFLOP a
+    call, minutes on a CPU core); the heat soak, the per-rank spread and the interference run
+    time the default grid's largest shape instead (CPU: 2048^3), so a 2 s soak lasts 2 s and
+    those figures do not depend on whether a scenario was given."""
+    import torch
+
+    from calibrate import cli, runner, soak
+    from calibrate.dist import DistContext
+    from calibrate.shapes import GemmShape, default_grid
+
+    seen: dict[str, runner.RunConfig] = {}
+
+    def capture(cfg: runner.RunConfig) -> int:
+        seen["cfg"] = cfg
+        return 0
+
+    monkeypatch.setattr(runner, "run", capture)
+    out = tmp_path / "p.yaml"
+    assert cli.main(["--device", "cpu", "--scenario", "llama3-8b-8xh100", "--out", str(out)]) == 0
+    cfg = seen["cfg"]
+    lm_head = GemmShape(8192, 128256, 4096, "fwd")
+    assert lm_head in cfg.gemm_shapes and lm_head.flops == pytest.approx(8.6e12, rel=0.01)
+    assert cfg.reference == GemmShape(2048, 2048, 2048) == max(default_grid("cpu", False), key=lambda s: s.flops)
+    soaked: list[GemmShape] = []
+    monkeypatch.setattr(soak, "heat_soak", lambda shape, *args: soaked.append(shape))
+    ctx = DistContext(0, 1, 0, 1, torch.device("cpu"), "gloo", False)
+    steps = runner.plan_steps(cfg, ctx)
+    assert steps[0].label.startswith("heat soak")
+    steps[0].run(runner.Measurements())
+    assert soaked == [GemmShape(2048, 2048, 2048)]
