@@ -254,7 +254,8 @@ def _print(
         console.print(
             f"tp {tp_size} spans {-(-tp_size // scale_up)} scale-up domains of {scale_up} GPUs, so its "
             f"collectives cross the network: exposed TP communication is {100 * tp:.0f}% of the step; "
-            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})"
+            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})",
+            soft_wrap=True,  # a command to copy: the terminal wraps it, Rich would break it with newlines
         )
     etp = s["parallel"].get("etp", 1)
     ep = _share_of_step(s, busiest(s).get("comm_ep", 0.0))
@@ -262,7 +263,8 @@ def _print(
         console.print(
             f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
             f"etp={etp} GPUs, Megatron-Core's default (etp = tp); parallel.etp: 1 keeps whole experts "
-            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})"
+            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})",
+            soft_wrap=True,
         )
     if not s["fits_in_memory"]:
         console.print(
@@ -276,7 +278,7 @@ def _print(
                 "cross-entropy (training.fused_cross_entropy: true) or a smaller micro-batch would fit"
             )
         if "would_fit" in s:
-            console.print(hint_line(s["would_fit"]))
+            console.print(hint_line(s["would_fit"]), soft_wrap=True)
     tight = tight_fit_line(peak["max"], s["capacity_bytes"])
     if tight:
         console.print(tight)
@@ -295,6 +297,7 @@ def _print(
             f"the memory walk; compare: simcluster compare {shlex.quote(scenario)} {variant}"
             f"{' ' + options if options else ''})",
             markup=False,
+            soft_wrap=True,
         )
     if out:
         console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
