@@ -38,7 +38,7 @@ from calibrate.provenance import (
     host_memory_bytes,
     provenance,
 )
-from calibrate.shapes import GemmShape
+from calibrate.shapes import GemmShape, default_grid
 from calibrate.summary import summary_lines
 from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
@@ -75,6 +75,10 @@ class Step:
     label: str
     #: its return value is ignored (a measurement appends to, or sets on, the Measurements)
     run: Callable[[Measurements], object]
+    #: its expected time in units of the rest's, for the progress's time left: a GEMM larger
+    #: than the reference takes longer in proportion to its FLOPs (an 8B model's LM head is 500
+    #: reference GEMMs on a CPU, whose 1-a-step estimate said 18 minutes left of 1.5 hours)
+    cost: float = 1.0
 
 
 def _appends(rows: str, measure: Callable[[], object]) -> Callable[[Measurements], None]:
@@ -102,18 +106,25 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
 
     soak_dtype = "bf16" if cfg.device == "cuda" else "fp32"  # CPUs run bf16 matmul slowly
     seconds = soak.soak_seconds(cfg.quick)
-    steps = [
-        Step(
-            f"heat soak {seconds:g} s",
-            lambda m: soak.heat_soak(largest, soak_dtype, dev, seconds),
-        )
-    ]
+    grid = set(default_grid(cfg.device, cfg.quick))
+    extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
+    dtypes = gemm.default_dtypes(cfg.device)
+
+    def soak_and_estimate(m: Measurements) -> None:
+        start = time.perf_counter()
+        calls = soak.heat_soak(largest, soak_dtype, dev, seconds)
+        note = soak.extra_gemm_note(extra, len(dtypes), calls * largest.flops / (time.perf_counter() - start))
+        if note and ctx.is_main:
+            print(note, file=sys.stderr, flush=True)
+
+    steps = [Step(f"heat soak {seconds:g} s", soak_and_estimate)]
     steps += [
         Step(
             f"gemm {d} {s.m}x{s.n}x{s.k}" + (f" {s.role}" if s.role else ""),
             _appends("gemm", partial(gemm.measure_gemm, s, d, dev, timer, budget)),
+            max(1.0, s.flops / largest.flops),
         )
-        for d in gemm.default_dtypes(cfg.device)
+        for d in dtypes
         for s in cfg.gemm_shapes
     ]
     steps += [
@@ -309,14 +320,16 @@ def run(cfg: RunConfig) -> int:
     steps = plan_steps(cfg, ctx)
     started = time.monotonic()
     try:
-        with progress_bar("calibrate", len(steps), show=None if ctx.is_main else False, unit="measurements") as advance:
+        total = sum(step.cost for step in steps)
+        show = None if ctx.is_main else False
+        with progress_bar("calibrate", len(steps), total, show=show, unit="measurements") as advance:
             for step in steps:
                 current = step.label
                 advance(step.label, cost=0.0, count=0)  # names the measurement under way
                 with watchdog.guard(step.label):
                     step.run(measured)
                 save_partial()
-                advance(step.label)
+                advance(step.label, cost=step.cost)
         current = "barrier before writing"
         with watchdog.guard(current):
             ctx.barrier()

@@ -618,9 +618,34 @@ def test_the_reference_gemm_is_the_default_grids_not_a_scenarios(monkeypatch, tm
     assert lm_head in cfg.gemm_shapes and lm_head.flops == pytest.approx(8.6e12, rel=0.01)
     assert cfg.reference == GemmShape(2048, 2048, 2048) == max(default_grid("cpu", False), key=lambda s: s.flops)
     soaked: list[GemmShape] = []
-    monkeypatch.setattr(soak, "heat_soak", lambda shape, *args: soaked.append(shape))
+    monkeypatch.setattr(soak, "heat_soak", lambda shape, *args: soaked.append(shape) or 1)
     ctx = DistContext(0, 1, 0, 1, torch.device("cpu"), "gloo", False)
     steps = runner.plan_steps(cfg, ctx)
     assert steps[0].label.startswith("heat soak")
     steps[0].run(runner.Measurements())
     assert soaked == [GemmShape(2048, 2048, 2048)]
+    # the progress's time left weighs each GEMM by its FLOPs against the reference's: the LM
+    # head is 8.6e12 / 1.7e10 = 501 reference GEMMs, every other measurement one
+    head = next(st for st in steps if st.label == "gemm bf16 8192x128256x4096 fwd")
+    assert head.cost == pytest.approx(lm_head.flops / cfg.reference.flops) == pytest.approx(501.1, rel=1e-3)
+    assert all(st.cost == 1.0 for st in steps if not st.label.startswith("gemm"))
+
+
+def test_a_long_scenario_gemm_list_is_announced_with_its_least_time():
+    """Llama 3 8B's --scenario shapes on a CPU rank at 0.1 TFLOP/s (fp32 with one thread, as
+    torchrun's OMP_NUM_THREADS=1 leaves it): the three LM-head GEMMs alone are 3 x 8.6 TFLOP,
+    each measured at least 5 times (a warm-up and a first timing, then a warm-up and 2 timed
+    calls) in bf16 and fp32: 5 x 2 x 25.8e12 / 1e11 = 2,580 s. The run says so after the soak
+    instead of sitting on '0/196' for hours; a short list on a GPU says nothing."""
+    from calibrate.shapes import scenario_shapes
+    from calibrate.soak import MIN_CALLS_PER_GEMM, extra_gemm_note, extra_gemm_seconds
+
+    shapes = scenario_shapes("llama3-8b-8xh100")
+    heads = [s for s in shapes if 128256 in (s.m, s.n, s.k)]
+    assert len(heads) == 3 and MIN_CALLS_PER_GEMM == 5
+    assert extra_gemm_seconds(heads, 2, 1e11) == pytest.approx(5 * 2 * 3 * 8192 * 128256 * 4096 * 2 / 1e11)
+    note = extra_gemm_note(shapes, 2, 1e11)
+    assert note is not None and note.startswith(f"note: the {len(shapes)} GEMM shapes of --scenario/--shapes")
+    assert "the largest 8.61 TFLOP a call" in note and "0.1 TFLOP/s of the heat soak" in note
+    assert extra_gemm_note(shapes, 3, 700e12) is None  # an H100's bf16 rate: under a minute
+    assert extra_gemm_note([], 2, 1e11) is None
