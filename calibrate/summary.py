@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.profile_writer import FALLBACK_BASE, Measurements, raw_profile
+from calibrate.spread import spread
 from simcluster.progress import clock_text
 
 Row = Mapping[str, Any]
@@ -84,10 +85,11 @@ def _host_line(m: Measurements) -> str | None:
     return "host          " + ", ".join(parts) if parts else None
 
 
-def _ranks_line(profile: Mapping[str, Any], m: Measurements) -> str | None:
+def _ranks_line(m: Measurements) -> str | None:
     parts = []
-    if m.gemm_ranks:
-        parts.append(f"GEMM rate spread between ranks {100 * float(profile['gpu']['speed_spread']):.1f}%")
+    if m.gemm_ranks:  # as measured (the profile's gpu.speed_spread may be capped to the schema's range)
+        rates = [float(r) for r in m.gemm_ranks["tflops_per_rank"]]
+        parts.append(f"GEMM rate spread between ranks {100 * spread(rates):.1f}%")
     if m.interference:
         parts.append(f"a GEMM under all-reduces ran at {100 * float(m.interference['rate']):.0f}% of its rate alone")
     return "ranks         " + "; ".join(parts) if parts else None
@@ -141,7 +143,7 @@ def summary_lines(
     if m.memory:
         body.append(_memory_line(m.memory))
     body += _collective_lines(m.collectives)
-    body += [_host_line(m), _ranks_line(profile, m), _moe_line(m)]
+    body += [_host_line(m), _ranks_line(m), _moe_line(m)]
     lines += [f"  {line}" for line in body if line]
     kept = kept_fields(profile, base)
     if kept:

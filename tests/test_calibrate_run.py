@@ -172,7 +172,9 @@ def test_the_run_ends_with_a_summary_of_what_it_measured(two_rank_profile):
         best = max(r["busbw_GBps"] for r in rows if r["op"] == op)
         assert f"{op} {best:.3g}" in line("collectives")
     assert f"{len(rows)} timed, world (2 ranks on 1 node)" in line("collectives")
-    spread_pct = 100 * prof["gpu"]["speed_spread"]
+    # the measured spread of two ranks' rates, |a - b| / (a + b), before any cap to the schema's range
+    a, b = measured["gemm_ranks"]["tflops_per_rank"]
+    spread_pct = 100 * abs(a - b) / (a + b)
     assert f"spread between ranks {spread_pct:.1f}%" in line("ranks")
     kept = kept_fields(prof, None)
     assert "node.nic_gbps" in kept and "node.nvlink_GBps" not in kept  # one node: no NIC timed
