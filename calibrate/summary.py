@@ -32,12 +32,16 @@ def _best(rows: Sequence[Row], key: str) -> Row:
     return max(rows, key=lambda r: float(r[key]))
 
 
-def _gemm_line(rows: Sequence[Row]) -> str:
+def _gemm_line(rows: Sequence[Row], peaks: Mapping[str, float]) -> str:
+    """Each dtype's best rate, with its share of the profile's peak where that peak is not the
+    best rate itself (a datasheet peak kept for a GPU a shipped profile describes, or --base's)."""
     dtypes = list(dict.fromkeys(str(r["dtype"]) for r in rows))
     best = []
     for d in dtypes:
         r = _best([r for r in rows if r["dtype"] == d], "tflops")
-        best.append(f"{d} {_g(r['tflops'])} TFLOP/s ({r['m']}x{r['n']}x{r['k']})")
+        tflops, peak = float(r["tflops"]), float(peaks.get(d) or 0.0)
+        share = f", {_g(100 * tflops / peak)}% of the profile's {_g(peak)} peak" if peak > tflops * 1.001 else ""
+        best.append(f"{d} {_g(tflops)} TFLOP/s ({r['m']}x{r['n']}x{r['k']}{share})")
     return f"GEMMs         {len(rows)} timed; best {', '.join(best)}"
 
 
@@ -137,7 +141,7 @@ def summary_lines(
     ]
     body: list[str | None] = []
     if m.gemm:
-        body.append(_gemm_line(m.gemm))
+        body.append(_gemm_line(m.gemm, (profile.get("gpu") or {}).get("peak_tflops") or {}))
     if m.attention:
         body.append(_attention_line(m.attention))
     if m.memory:

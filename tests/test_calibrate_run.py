@@ -360,6 +360,9 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     from calibrate.summary import kept_fields
 
     assert ", one process (gloo), " in proc.stderr
+    # its best bf16 GEMM as a share of the H100 datasheet peak the profile keeps (989.4 TFLOP/s)
+    best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
+    assert f"{100 * best / 989.4:.3g}% of the profile's 989 peak)" in proc.stderr
     kept = kept_fields(yaml.safe_load(out.read_text()), "dgx-h100")
     assert "node.nvlink_GBps" in kept and "gpu.peak_tflops" in kept and "efficiency.gemm" not in kept
 
