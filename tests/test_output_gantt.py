@@ -180,6 +180,7 @@ def test_a_backward_split_into_pixel_wide_pieces_keeps_its_color():
     from matplotlib.colors import to_rgb
 
     from simcluster.output.gantt import draw_gantt
+    from simcluster.output.style import KIND_STYLES
 
     rows = [{"kind": "forward", "layer": -1, "start_s": 0.0, "end_s": 1.0}]
     t, sliver, piece = 1.0, 1e-4, 9e-4  # 100 layers of 1 ms after a 1 s forward: ~1 px each
@@ -294,7 +295,13 @@ def test_a_long_legend_keeps_to_the_figures_width():
     keeps every entry."""
     from matplotlib.figure import Figure
 
-    from simcluster.output.gantt import DPI, FIG_WIDTH_IN, MAX_LEGEND_COLUMNS, _legend, legend_entries
+    from simcluster.output.gantt import (
+        DPI,
+        FIG_WIDTH_IN,
+        MAX_LEGEND_COLUMNS,
+        _legend,
+        legend_entries,
+    )
 
     kinds = {"forward", "backward_input", "backward_weight", "backward", "recompute", "optimizer", "host",
              "all_gather", "reduce_scatter", "all_to_all", "send", "recv"}  # fmt: skip
