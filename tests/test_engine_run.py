@@ -62,6 +62,9 @@ def test_does_not_fit_still_simulates(cli):
     # the table's own memory row says it too, not only the line under the table
     row = next(line for line in res.out.splitlines() if "peak memory per GPU" in line)
     assert "does not fit" in row
+    # the bubble row counts the microbatches in words: 128 sequences over dp 8 at 2 each = 8
+    bubble = next(line for line in res.out.splitlines() if "pipeline bubble" in line)
+    assert "(8 microbatches)" in bubble
 
 
 @pytest.mark.parametrize(

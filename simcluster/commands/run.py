@@ -189,7 +189,10 @@ def _print(
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
     flushes = s.get("pipeline_flushes", 1)
     in_flushes = f" in {flushes} flushes" if flushes > 1 else ""
-    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']}{in_flushes})")
+    # the count in words: "m" is the pipeline papers' symbol, not every reader's
+    count = s["microbatches"]
+    word = "microbatch" if count == 1 else "microbatches"
+    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  ({count} {word}{in_flushes})")
     named = {"host": "host copies"}  # activation copies to and from host memory
     exposed = (
         ", ".join(f"{named.get(k, k)} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
