@@ -65,6 +65,9 @@ def test_does_not_fit_still_simulates(cli):
     # the bubble row counts the microbatches in words: 128 sequences over dp 8 at 2 each = 8
     bubble = next(line for line in res.out.splitlines() if "pipeline bubble" in line)
     assert "(8 microbatches)" in bubble
+    # the per-microbatch compute in the timeline legend's words, each figure as the summary has it
+    per = next(line for line in res.out.splitlines() if "compute per microbatch" in line)
+    assert "forward (F) " in per and "backward input (B) " in per and "backward weight (W) " in per
 
 
 @pytest.mark.parametrize(

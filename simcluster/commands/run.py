@@ -201,7 +201,9 @@ def _print(
     per = s["compute_per_microbatch_s"]
     table.add_row(
         "compute per microbatch",
-        f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
+        # named as the timeline's legend names them: F/B/W alone are the Zero Bubble paper's letters
+        f"forward (F) {format_time(per['forward'])}, backward input (B) {format_time(per['backward_input'])}, "
+        f"backward weight (W) {format_time(per['backward_weight'])}",
     )
     slow = s["slowest_gpu"]
     if slow["tensor_core_slowdown"] > 1.0:
