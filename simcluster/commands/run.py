@@ -223,7 +223,8 @@ def _print(
     if not s["fits_in_memory"]:  # in the row itself: the table is what a reader looks at first
         memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
-    table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
+    # the simulator's own cost, apart from the simulated step's figures above
+    table.add_row("simulation", f"{s['events']:,} events in {s['sim_wall_s']:.2f} s")
     console.print(table)
     host = _share_of_step(s, busiest(s).get("host", 0.0))
     if host >= HOST_HINT:
