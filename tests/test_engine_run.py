@@ -1,6 +1,7 @@
 """`simcluster run`: JSON fields, symmetry shortcut vs every rank, bad input, fit warnings (issue 4)."""
 
 import json
+import re
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_does_not_fit_still_simulates(cli):
     # the per-microbatch compute in the timeline legend's words, each figure as the summary has it
     per = next(line for line in res.out.splitlines() if "compute per microbatch" in line)
     assert "forward (F) " in per and "backward input (B) " in per and "backward weight (W) " in per
+    # the simulator's own cost is labelled as such, not as a figure of the step
+    sim = next(line for line in res.out.splitlines() if line.startswith("│ simulation "))
+    assert re.search(r"[\d,]+ events in [\d.]+ s", sim)
 
 
 @pytest.mark.parametrize(
