@@ -122,7 +122,8 @@ def _measure(argv: Sequence[str]) -> int:
     cube = tuple(cube_shapes(device, args.quick))
     moe_grid = default_moe_shapes(device, args.quick)
     moe_shapes = tuple(moe_grid + [s for s in dict.fromkeys(moe) if s not in moe_grid])
-    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube, moe_shapes)
+    reference = max(grid, key=lambda s: s.flops)
+    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube, moe_shapes, reference)
     return run(cfg)
 
 

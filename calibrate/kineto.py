@@ -3,7 +3,11 @@
 GPU traces: the ``kernel``/``gpu_memcpy``/``gpu_memset`` events, one lane per CUDA stream.
 CPU-only traces: the ``cpu_op`` events, one lane per thread, where ops nest (``aten::linear`` →
 ``aten::matmul`` → ``aten::mm``): the outermost classified op owns its whole duration, so nothing
-is counted twice. ``other`` is busy lane time no classified op owns; ``idle`` is the span during
+is counted twice. Gloo runs a collective on its own worker threads, which the profiler records
+only as a ``gloo:<op>`` ``user_annotation`` there (the training thread's ``c10d::allreduce_`` is
+just the call that queues it, a fraction of a millisecond); those annotations are lanes too, the
+CPU's counterpart of the NCCL kernels' stream, so ``comm`` is the collectives' time as the
+simulator counts it and the training thread's wait for them is not ``idle``. ``other`` is busy lane time no classified op owns; ``idle`` is the span during
 which no lane is busy. Pure Python: no torch.
 """
 
@@ -38,6 +42,17 @@ CLASSIFIERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+#: the name prefix of the profiling title ProcessGroupGloo's AsyncWork records on the worker
+#: thread that runs it ("gloo:all_reduce", "gloo:broadcast", ...: the titles each Async*Work
+#: passes in torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp)
+_GLOO_WORK = "gloo:"
+
+
+def _cpu_lane_event(e: dict[str, Any]) -> bool:
+    """A CPU trace's timed work: an op, or a gloo collective on its worker thread."""
+    if e.get("cat") == "cpu_op":
+        return True
+    return e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(_GLOO_WORK)
 
 
 def classify(name: str) -> str | None:
@@ -81,7 +96,7 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
     complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
     gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
     level = "kernel" if gpu else "cpu_op"
-    chosen = gpu or [e for e in complete if e.get("cat") == "cpu_op"]
+    chosen = gpu or [e for e in complete if _cpu_lane_event(e)]
     if not chosen:
         raise UserError("KINETO_TRACE", "no GPU kernel or cpu_op events; is this a profiler trace?")
     seconds = dict.fromkeys(KINDS, 0.0)

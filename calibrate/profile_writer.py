@@ -130,7 +130,7 @@ class Machine:
     host_memory_bytes: int | None = None
 
 
-def _raw_profile(name_or_path: str) -> dict[str, Any]:
+def raw_profile(name_or_path: str) -> dict[str, Any]:
     """The base profile's YAML mapping; a malformed one is a one-line error naming --base."""
     path = resolve_profile_path(name_or_path, field="--base")
     load_profile(path, field="--base")  # unreadable, not YAML, not a mapping, a bad field
@@ -248,7 +248,7 @@ def _datasheet(name: str) -> tuple[str, dict[str, float]]:
         shipped = None
     if shipped is None:
         return "", {}
-    return shipped, dict(_raw_profile(shipped)["gpu"]["peak_tflops"])
+    return shipped, dict(raw_profile(shipped)["gpu"]["peak_tflops"])
 
 
 def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
@@ -628,7 +628,7 @@ def build_profile(
     ``origin`` names what took the measurements in the ``sources:`` notes."""
     described = base is None
     base_name = base or FALLBACK_BASE
-    data = copy.deepcopy(_raw_profile(base_name))
+    data = copy.deepcopy(raw_profile(base_name))
     _write_defaults(data)
     if described:
         if machine is None:

@@ -3,8 +3,8 @@
 Steps run in the same order on every rank (collectives need all members). After each step
 rank 0 rewrites ``PROFILE.partial.yaml``; on success it writes ``PROFILE.yaml`` and removes the
 partial file. Kernels are timed on every rank at once (as GPUs in training run together) and
-rank 0's numbers are recorded, with every rank's rate of the largest GEMM (the spread between
-GPUs, ``gpu.speed_spread``).
+rank 0's numbers are recorded, with every rank's rate of the reference GEMM (the default grid's
+largest; the spread between GPUs, ``gpu.speed_spread``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -37,7 +38,8 @@ from calibrate.provenance import (
     host_memory_bytes,
     provenance,
 )
-from calibrate.shapes import GemmShape
+from calibrate.shapes import GemmShape, default_grid
+from calibrate.summary import summary_lines
 from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
@@ -58,6 +60,12 @@ class RunConfig:
     cube_shapes: tuple[GemmShape, ...] = ()
     #: MoE layers whose grouped GEMMs, permutes, router and dispatch are timed (moe_shapes.py)
     moe_shapes: tuple[MoeShape, ...] = ()
+    #: the reference GEMM of the heat soak, the per-rank spread and the interference run: the
+    #: default grid's largest (cli.py), never a --scenario or --shapes extra, whose LM head at
+    #: full sequence takes minutes a call on a CPU (the soak then ran for minutes, not its 2 s);
+    #: one fixed shape also keeps those figures alike with and without --scenario. None: the
+    #: largest of ``gemm_shapes``
+    reference: GemmShape | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,10 @@ class Step:
     label: str
     #: its return value is ignored (a measurement appends to, or sets on, the Measurements)
     run: Callable[[Measurements], object]
+    #: its expected time in units of the rest's, for the progress's time left: a GEMM larger
+    #: than the reference takes longer in proportion to its FLOPs (an 8B model's LM head is 500
+    #: reference GEMMs on a CPU, whose 1-a-step estimate said 18 minutes left of 1.5 hours)
+    cost: float = 1.0
 
 
 def _appends(rows: str, measure: Callable[[], object]) -> Callable[[Measurements], None]:
@@ -83,21 +95,36 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     """Every measurement of the run, in the order all ranks execute them."""
     dev, timer = ctx.device, timer_for(cfg.device)
     budget = 0.02 if cfg.quick else 0.3  # seconds of timed calls per measurement
-    largest = max(cfg.gemm_shapes, key=lambda s: s.flops)
+    largest = cfg.reference or max(cfg.gemm_shapes, key=lambda s: s.flops)
+
+    def reference_rows(m: Measurements) -> list[dict[str, object]]:
+        """The timed rows of the reference shape (one per dtype), for the spread's rerun."""
+        return [
+            r for r in m.gemm
+            if (r["m"], r["n"], r["k"]) == (largest.m, largest.n, largest.k) and not r.get("role")
+        ]  # fmt: skip
+
     soak_dtype = "bf16" if cfg.device == "cuda" else "fp32"  # CPUs run bf16 matmul slowly
     seconds = soak.soak_seconds(cfg.quick)
-    steps = [
-        Step(
-            f"heat soak {seconds:g} s",
-            lambda m: soak.heat_soak(largest, soak_dtype, dev, seconds),
-        )
-    ]
+    grid = set(default_grid(cfg.device, cfg.quick))
+    extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
+    dtypes = gemm.default_dtypes(cfg.device)
+
+    def soak_and_estimate(m: Measurements) -> None:
+        start = time.perf_counter()
+        calls = soak.heat_soak(largest, soak_dtype, dev, seconds)
+        note = soak.extra_gemm_note(extra, len(dtypes), calls * largest.flops / (time.perf_counter() - start))
+        if note and ctx.is_main:
+            print(note, file=sys.stderr, flush=True)
+
+    steps = [Step(f"heat soak {seconds:g} s", soak_and_estimate)]
     steps += [
         Step(
             f"gemm {d} {s.m}x{s.n}x{s.k}" + (f" {s.role}" if s.role else ""),
             _appends("gemm", partial(gemm.measure_gemm, s, d, dev, timer, budget)),
+            max(1.0, s.flops / largest.flops),
         )
-        for d in gemm.default_dtypes(cfg.device)
+        for d in dtypes
         for s in cfg.gemm_shapes
     ]
     steps += [
@@ -113,7 +140,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
             Step(
                 "gemm rate on every rank",
                 lambda m: setattr(
-                    m, "gemm_ranks", spread.time_together(m.gemm, ctx.world, dev, timer, budget)
+                    m, "gemm_ranks", spread.time_together(reference_rows(m), ctx.world, dev, timer, budget)
                 ),
             )
         )
@@ -291,15 +318,18 @@ def run(cfg: RunConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     steps = plan_steps(cfg, ctx)
+    started = time.monotonic()
     try:
-        with progress_bar("calibrate", len(steps), show=None if ctx.is_main else False, unit="measurements") as advance:
+        total = sum(step.cost for step in steps)
+        show = None if ctx.is_main else False
+        with progress_bar("calibrate", len(steps), total, show=show, unit="measurements") as advance:
             for step in steps:
                 current = step.label
                 advance(step.label, cost=0.0, count=0)  # names the measurement under way
                 with watchdog.guard(step.label):
                     step.run(measured)
                 save_partial()
-                advance(step.label)
+                advance(step.label, cost=step.cost)
         current = "barrier before writing"
         with watchdog.guard(current):
             ctx.barrier()
@@ -314,7 +344,8 @@ def run(cfg: RunConfig) -> int:
                 host_cpu=host_cpu(),
                 host_memory_bytes=host_memory_bytes(),
             )
-            _write_profile(cfg.out, partial, build_profile(measured, prov, cfg.base, machine))
+            profile = build_profile(measured, prov, cfg.base, machine)
+            _write_profile(cfg.out, partial, profile)
             print(f"wrote {cfg.out}", file=sys.stderr)
             if not ctx.groups:
                 print(
@@ -323,6 +354,14 @@ def run(cfg: RunConfig) -> int:
                     "per GPU: torchrun --nproc-per-node N -m calibrate ...",
                     file=sys.stderr,
                 )
+            elapsed = time.monotonic() - started
+            try:
+                lines = summary_lines(profile, measured, cfg.out, elapsed, len(steps), cfg.base)
+            except (KeyError, TypeError, ValueError) as exc:  # the profile is on disk: a gap in
+                # its digest must not turn the finished run into a failure
+                lines = [f"note: no summary ({type(exc).__name__}: {exc}); the profile's sources: says what was measured"]
+            for line in lines:
+                print(line, file=sys.stderr)
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as
         # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
         # teardown (calibrate/__main__.py), which had stopped rank 0 while it wrote: the

@@ -1,7 +1,7 @@
 """How far GEMM throughput differs between the GPUs of a calibration run (``gpu.speed_spread``).
 
-The largest GEMM of the reference dtype (bf16 where timed) is timed once more by every rank at
-once, after a barrier, and the rates gathered. The spread is the population standard deviation of those
+The reference GEMM (the default grid's largest shape, ``RunConfig.reference``) in the reference
+dtype (bf16 where timed) is timed once more by every rank at once, after a barrier, and the rates gathered. The spread is the population standard deviation of those
 rates over their mean, the sigma the simulator's slowest-GPU factor uses
 (``simcluster/variability.py``). With few ranks it is a rough estimate; a single process has none.
 """

@@ -8,7 +8,9 @@ not drawn there and an hour-long sweep that prints nothing looks hung. They star
 the work has run :data:`QUIET_S` (short runs print nothing), then come at each tenth of the
 items done, or after a silence of :data:`HEARTBEAT_S` or a quarter of the time elapsed,
 whichever is longer (one slow layout still shows the command alive; a two-hour sweep prints a
-few dozen lines, not hundreds), and one at the end.
+few dozen lines, not hundreds), and one at the end. A line printed while a named item runs
+(``advance(label, cost=0.0, count=0)``: calibrate's measurement) ends with it, so a measurement
+that takes minutes on a CPU says which one it is.
 
 The time left is the time so far scaled by the expected cost still to run over the cost done
 (each item's cost from :func:`simcluster.cost_hint.cost_hint`: items differ by their
@@ -110,10 +112,20 @@ class PlainLines:
         self.last_text = ""
         self.last_tenth = 0
         self.said_done = False  # the last line printed is the closing one
+        #: the item named as under way and not finished yet (the terminal bar's description)
+        self.under_way: str | None = None
         self.print_lock = threading.Lock()
+
+    def name(self, description: str, count: int) -> None:
+        """Record the item under way: named by a call that counts nothing, cleared when an
+        item finishes (the next one is named before it starts)."""
+        with self.print_lock:
+            self.under_way = description if count == 0 and description else None
 
     def _print(self, now: float) -> None:
         text = self.tracker.line(self.label, now - self.start)
+        if self.under_way and self.tracker.done < self.tracker.total:
+            text += f"; now: {self.under_way}"
         if text != self.last_text:  # the closing line right after the last tenth's, once
             self.stream.write(text + "\n")
             self.stream.flush()
@@ -241,6 +253,7 @@ def progress_bar(
 
         def advance_plain(description: str = "", cost: float = 1.0, ran: bool = True, count: int = 1) -> None:
             tracker.advance(cost, ran, count)
+            lines.name(description, count)
             lines.on_advance()
 
         with _ticking(lines):

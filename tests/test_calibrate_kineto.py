@@ -121,6 +121,28 @@ def test_gpu_streams_overlap_and_idle():
     assert got.seconds == pytest.approx(expect)
 
 
+def test_a_cpu_traces_gloo_collectives_are_comm_on_their_worker_threads():
+    """A gloo all-reduce as PyTorch 2.13's profiler records it under DDP on CPU: the training
+    thread's c10d::allreduce_ only queues it (2 us); the work is a 'gloo:all_reduce'
+    user_annotation on gloo's worker thread (its AsyncWork profiling title), 200 us, beside the
+    next matmul. comm is the collective's time (2 + 200 us), not the queueing alone, and the
+    training thread's wait for it (250-302 us) is not idle; other annotations (ProfilerStep#,
+    DistributedDataParallel.forward) stay out of the lanes."""
+    main, worker = {"pid": 1, "tid": 10}, {"pid": 1, "tid": 12}
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "DistributedDataParallel.forward", **main, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", **main, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", **main, "ts": 100, "dur": 2},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", **worker, "ts": 102, "dur": 200},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", **main, "ts": 150, "dur": 100},
+    ]  # fmt: skip
+    got = breakdown(ev)
+    assert got.level == "cpu_op"
+    expect = {"gemm": 200e-6, "attention": 0.0, "comm": 202e-6, "other": 0.0, "idle": 0.0}
+    assert got.seconds == pytest.approx(expect)
+    assert got.span_s == pytest.approx(302e-6)
+
+
 def test_profiler_steps_divide_the_totals():
     gemm = {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "dur": 40}
     steps = [

@@ -61,6 +61,7 @@ def two_rank_profile(tmp_path_factory):
             timeout=180,
         )
         if proc.returncode == 0:
+            out.with_name("p.stderr").write_text(proc.stderr)  # the run's closing summary
             return out
         errors.append(proc.stderr[-3000:])
     pytest.fail("two-rank calibrate run failed twice:\n" + "\n---\n".join(errors))
@@ -147,6 +148,38 @@ def _check_sources(path: Path, measured: set[str], base: str = "dgx-h100") -> di
                 continue
             assert any(s == path_ or s.startswith(path_ + ".") for s in sources), f"{path_} has no source"
     return sources
+
+
+def test_the_run_ends_with_a_summary_of_what_it_measured(two_rank_profile):
+    """After `wrote P`, rank 0 says what it timed, each kind's best rate as the profile's rows
+    hold it (collectives as nccl-tests' busbw), what it kept from the fallback profile instead of
+    measuring (one node: the NICs), and the command that simulates with the profile."""
+    from calibrate.summary import kept_fields
+
+    lines = two_rank_profile.with_name("p.stderr").read_text().splitlines()
+    summary = lines[lines.index(f"wrote {two_rank_profile}") + 1 :]
+    prof = yaml.safe_load(two_rank_profile.read_text())
+    measured = prof["measured"]
+    assert summary[0].startswith("calibrate: ") and "2 ranks on 1 node (gloo)" in summary[0]
+
+    def line(kind: str) -> str:
+        return next(ln for ln in summary if ln.split() and ln.split()[0] == kind)
+
+    bf16 = max((r for r in measured["gemm"] if r["dtype"] == "bf16"), key=lambda r: r["tflops"])
+    assert f"bf16 {bf16['tflops']:.3g} TFLOP/s ({bf16['m']}x{bf16['n']}x{bf16['k']})" in line("GEMMs")
+    rows = measured["collectives"]
+    for op in OPS:
+        best = max(r["busbw_GBps"] for r in rows if r["op"] == op)
+        assert f"{op} {best:.3g}" in line("collectives")
+    assert f"{len(rows)} timed, world (2 ranks on 1 node)" in line("collectives")
+    # the measured spread of two ranks' rates, |a - b| / (a + b), before any cap to the schema's range
+    a, b = measured["gemm_ranks"]["tflops_per_rank"]
+    spread_pct = 100 * abs(a - b) / (a + b)
+    assert f"spread between ranks {spread_pct:.1f}%" in line("ranks")
+    kept = kept_fields(prof, None)
+    assert "node.nic_gbps" in kept and "node.nvlink_GBps" not in kept  # one node: no NIC timed
+    assert summary[-2].startswith("not measured, kept from dgx-h100: ")
+    assert summary[-1] == f"simulate with it: simcluster run SCENARIO --hardware {two_rank_profile}"
 
 
 def test_every_source_of_a_two_rank_profile_is_true(two_rank_profile):
@@ -323,6 +356,15 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     # ... and says so, with how to time them
     assert "one process times no collectives" in proc.stderr
     assert "torchrun --nproc-per-node N -m calibrate" in proc.stderr
+    # the closing summary: one process, and the base's NVLink rate among what it kept
+    from calibrate.summary import kept_fields
+
+    assert ", one process (gloo), " in proc.stderr
+    # its best bf16 GEMM as a share of the H100 datasheet peak the profile keeps (989.4 TFLOP/s)
+    best = max(r["tflops"] for r in prof.measured["gemm"] if r["dtype"] == "bf16")
+    assert f"{100 * best / 989.4:.3g}% of the profile's 989 peak)" in proc.stderr
+    kept = kept_fields(yaml.safe_load(out.read_text()), "dgx-h100")
+    assert "node.nvlink_GBps" in kept and "gpu.peak_tflops" in kept and "efficiency.gemm" not in kept
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
@@ -554,3 +596,85 @@ def test_an_out_unwritable_after_measuring_names_the_partial_file(tmp_path):
         _write_profile(taken, partial, {"name": "x"})
     assert err.value.field == "--out" and err.value.message.endswith(f"the measurements are in {partial}")
     assert partial.is_file()
+
+
+def test_the_reference_gemm_is_the_default_grids_not_a_scenarios(monkeypatch, tmp_path):
+    """`--scenario llama3-8b-8xh100` adds the LM head's 8192 x 128256 x 4096 GEMMs (8.6 TFLOP a
+    call, minutes on a CPU core); the heat soak, the per-rank spread and the interference run
+    time the default grid's largest shape instead (CPU: 2048^3), so a 2 s soak lasts 2 s and
+    those figures do not depend on whether a scenario was given."""
+    import torch
+
+    from calibrate import cli, runner, soak
+    from calibrate.dist import DistContext
+    from calibrate.shapes import GemmShape, default_grid
+
+    seen: dict[str, runner.RunConfig] = {}
+
+    def capture(cfg: runner.RunConfig) -> int:
+        seen["cfg"] = cfg
+        return 0
+
+    monkeypatch.setattr(runner, "run", capture)
+    out = tmp_path / "p.yaml"
+    assert cli.main(["--device", "cpu", "--scenario", "llama3-8b-8xh100", "--out", str(out)]) == 0
+    cfg = seen["cfg"]
+    lm_head = GemmShape(8192, 128256, 4096, "fwd")
+    assert lm_head in cfg.gemm_shapes and lm_head.flops == pytest.approx(8.6e12, rel=0.01)
+    assert cfg.reference == GemmShape(2048, 2048, 2048) == max(default_grid("cpu", False), key=lambda s: s.flops)
+    soaked: list[GemmShape] = []
+    monkeypatch.setattr(soak, "heat_soak", lambda shape, *args: soaked.append(shape) or 1)
+    ctx = DistContext(0, 1, 0, 1, torch.device("cpu"), "gloo", False)
+    steps = runner.plan_steps(cfg, ctx)
+    assert steps[0].label.startswith("heat soak")
+    steps[0].run(runner.Measurements())
+    assert soaked == [GemmShape(2048, 2048, 2048)]
+    # the progress's time left weighs each GEMM by its FLOPs against the reference's: the LM
+    # head is 8.6e12 / 1.7e10 = 501 reference GEMMs, every other measurement one
+    head = next(st for st in steps if st.label == "gemm bf16 8192x128256x4096 fwd")
+    assert head.cost == pytest.approx(lm_head.flops / cfg.reference.flops) == pytest.approx(501.1, rel=1e-3)
+    assert all(st.cost == 1.0 for st in steps if not st.label.startswith("gemm"))
+
+
+def test_a_long_scenario_gemm_list_is_announced_with_its_least_time():
+    """Llama 3 8B's --scenario shapes on a CPU rank at 0.1 TFLOP/s (fp32 with one thread, as
+    torchrun's OMP_NUM_THREADS=1 leaves it): the three LM-head GEMMs alone are 3 x 8.6 TFLOP,
+    each measured at least 5 times (a warm-up and a first timing, then a warm-up and 2 timed
+    calls) in bf16 and fp32: 5 x 2 x 25.8e12 / 1e11 = 2,580 s. The run says so after the soak
+    instead of sitting on '0/196' for hours; a short list on a GPU says nothing."""
+    from calibrate.shapes import scenario_shapes
+    from calibrate.soak import MIN_CALLS_PER_GEMM, extra_gemm_note, extra_gemm_seconds
+
+    shapes = scenario_shapes("llama3-8b-8xh100")
+    heads = [s for s in shapes if 128256 in (s.m, s.n, s.k)]
+    assert len(heads) == 3 and MIN_CALLS_PER_GEMM == 5
+    assert extra_gemm_seconds(heads, 2, 1e11) == pytest.approx(5 * 2 * 3 * 8192 * 128256 * 4096 * 2 / 1e11)
+    note = extra_gemm_note(shapes, 2, 1e11)
+    assert note is not None and note.startswith(f"note: the {len(shapes)} GEMM shapes of --scenario/--shapes")
+    assert "the largest 8.61 TFLOP a call" in note and "0.1 TFLOP/s of the heat soak" in note
+    assert extra_gemm_note(shapes, 3, 700e12) is None  # an H100's bf16 rate: under a minute
+    assert extra_gemm_note([], 2, 1e11) is None
+
+
+def test_a_summary_that_fails_leaves_the_written_profile_a_success(monkeypatch, tmp_path, capsys):
+    """The digest comes after the profile is on disk: a gap in it prints one note and the run
+    still exits 0 with its profile, instead of reporting the finished run as failed."""
+    from calibrate import runner
+    from calibrate.shapes import default_grid
+
+    real = runner.plan_steps
+
+    def kernels_only(cfg, ctx):  # the GEMMs and memory-bound kernels: enough for a profile, quick
+        return [s for s in real(cfg, ctx) if s.label.split()[0] in ("gemm", "memory")]
+
+    def broken(*args, **kwargs):
+        raise KeyError("gpu")
+
+    monkeypatch.setattr(runner, "plan_steps", kernels_only)
+    monkeypatch.setattr(runner, "summary_lines", broken)
+    out = tmp_path / "p.yaml"
+    cfg = runner.RunConfig("cpu", True, out, None, 60.0, tuple(default_grid("cpu", True)))
+    assert runner.run(cfg) == 0
+    assert load_profile(out).measured["gemm"]
+    err = capsys.readouterr().err
+    assert f"wrote {out}" in err and "note: no summary (KeyError: 'gpu')" in err

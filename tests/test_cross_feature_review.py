@@ -170,6 +170,23 @@ def test_the_would_fit_hints_offer_full_recomputation_beside_written_recompute_m
     assert "--set training.recompute=full --set training.recompute_modules=null (" in hint_line(full)
 
 
+def test_a_hints_command_is_not_broken_across_lines_on_a_narrow_console(cli, monkeypatch):
+    """On an 80-column terminal Rich wrapped the hint with newlines inside the compare command,
+    so a copied command ran as two shell lines; printed soft-wrapped, the terminal folds it for
+    display and the text stays one line, as `wrote ...` already was."""
+    import shlex
+
+    monkeypatch.setenv("COLUMNS", "80")
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.recompute=full")
+    assert res.code == 0, res.err
+    line = next(x for x in res.out.splitlines() if "compare: simcluster compare " in x)
+    command = line.split("compare: simcluster compare ", 1)[1]
+    assert command.endswith("--set training.recompute=full)"), line
+    assert shlex.split(command.rstrip(")"))[:2] == ["llama3-8b-8xh100", "llama3-8b-8xh100@training.recompute=none"]
+    fits = next(x for x in res.out.splitlines() if x.startswith("recomputation is "))
+    assert fits == line and len(line) > 80
+
+
 def test_the_lighter_recompute_hints_compare_command_reruns_a_scenario_file(cli, tmp_path, monkeypatch):
     """A scenario given as a file is compared as that file (`compare` finds only shipped names,
     so the scenario's own name failed), with the run's --set on both sides and the variant's

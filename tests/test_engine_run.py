@@ -1,6 +1,7 @@
 """`simcluster run`: JSON fields, symmetry shortcut vs every rank, bad input, fit warnings (issue 4)."""
 
 import json
+import re
 
 import pytest
 
@@ -59,6 +60,18 @@ def test_does_not_fit_still_simulates(cli):
               "--set", "training.global_batch=128")
     assert res.code == 0, res.err
     assert "DOES NOT FIT" in res.out
+    # the table's own memory row says it too, not only the line under the table
+    row = next(line for line in res.out.splitlines() if "peak memory per GPU" in line)
+    assert "does not fit" in row
+    # the bubble row counts the microbatches in words: 128 sequences over dp 8 at 2 each = 8
+    bubble = next(line for line in res.out.splitlines() if "pipeline bubble" in line)
+    assert "(8 microbatches)" in bubble
+    # the per-microbatch compute in the timeline legend's words, each figure as the summary has it
+    per = next(line for line in res.out.splitlines() if "compute per microbatch" in line)
+    assert "forward (F) " in per and "backward input (B) " in per and "backward weight (W) " in per
+    # the simulator's own cost is labelled as such, not as a figure of the step
+    sim = next(line for line in res.out.splitlines() if line.startswith("│ simulation "))
+    assert re.search(r"[\d,]+ events in [\d.]+ s", sim)
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,30 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     assert "72 GPUs" in rows["gb200-nvl72"]
 
 
+def test_list_hardware_shows_a_calibrated_cpus_figures_to_four_digits(cli, monkeypatch, tmp_path):
+    """A CPU calibration writes measured floats (11.770288467407227 GiB, MemTotal over two
+    ranks; 0.030075597594632193 TB/s): listed to four significant figures, and its large-GEMM
+    rate, a fraction of a TFLOP/s, to three instead of a rounded '(0)'. The datasheet figures of
+    the shipped rows stay as written (989.4, 1978.9)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    data = yaml.safe_load((Path(__file__).parent.parent / "hardware" / "dgx-h100.yaml").read_text())
+    data["name"] = "calibrated-cpu"
+    data["gpu"].update(memory_gib=11.770288467407227, hbm_tbps=0.030075597594632193)
+    data["gpu"]["peak_tflops"] = {"bf16": 0.20821548927312894, "fp32": 0.10118070877490914}
+    data["node"]["nvlink_GBps"] = 0.7262854216912763
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = cli("list", "hardware", str(path))
+    assert res.code == 0, res.err
+    row = next(line for line in res.out.splitlines() if "calibrated-cpu" in line).split("│")
+    assert row[3].strip() == "11.77" and row[4].strip() == "0.03008"
+    bf16 = re.fullmatch(r"0\.2082 \(([\d.]+)\)", row[5].strip())
+    assert bf16 and 0.1 < float(bf16.group(1)) < 0.21 and len(bf16.group(1).replace("0.", "")) <= 3, row[5]
+    assert "switch 0.7263 GB/s" in row[8]
+    h100 = next(line for line in res.out.splitlines() if line.startswith("│ dgx-h100 "))
+    assert "989.4 (746)" in h100 and "1978.9 (1287)" in h100
+
+
 @pytest.mark.parametrize(
     ("profile", "low", "high"),
     [

@@ -285,3 +285,35 @@ def test_an_isolated_event_finer_than_a_pixel_still_shows():
         top = int(image.shape[0] - y)  # display y runs up, image rows down
         column = image[top - 3 : top + 3, int(x) - 1 : int(x) + 2].reshape(-1, 3)
         assert np.abs(column - send).sum(axis=1).min() < 0.3, t  # a pixel near the send's color
+
+
+def test_a_long_legend_keeps_to_the_figures_width():
+    """DeepSeek-V3's DualPipe timeline drew 15 legend entries (F, B, W, B+W, recompute,
+    optimizer, host waits, all-gather, reduce-scatter, all-to-all, p2p send and recv, virtual
+    chunk 1, the lowered-bar key, idle) in seven columns, wider than the 14-inch figure, so the
+    first and last columns were cut at its edges. The legend takes as many columns as fit, and
+    keeps every entry."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.gantt import (
+        DPI,
+        FIG_WIDTH_IN,
+        MAX_LEGEND_COLUMNS,
+        _legend,
+        legend_entries,
+    )
+
+    kinds = {"forward", "backward_input", "backward_weight", "backward", "recompute", "optimizer", "host",
+             "all_gather", "reduce_scatter", "all_to_all", "send", "recv"}  # fmt: skip
+    entries = legend_entries(kinds, {0, 1}, lowered=True)
+    assert len(entries) == 15
+    fig = Figure(figsize=(FIG_WIDTH_IN, 8.0), dpi=DPI, layout="constrained")
+    fig.add_subplot()
+    _legend(fig, kinds, {0, 1}, lowered=True)
+    (legend,) = fig.legends
+    assert legend.get_window_extent().width <= fig.bbox.width
+    assert [t.get_text() for t in legend.get_texts()] == [label for _, _, label in entries]
+    # the seven columns it had would not have fit (the failure this guards against)
+    wide = fig.legend(handles=legend.legend_handles, labels=[t.get_text() for t in legend.get_texts()],
+                      ncols=MAX_LEGEND_COLUMNS, fontsize=8, frameon=False, loc="outside lower center")  # fmt: skip
+    assert wide.get_window_extent().width > fig.bbox.width

@@ -94,6 +94,26 @@ def test_a_slow_item_still_shows_the_command_alive_with_bounded_lines():
     assert HEARTBEAT_S == 30.0
 
 
+def test_a_heartbeat_names_the_item_under_way():
+    """calibrate names each measurement before it runs (``count=0``); piped, a heartbeat during
+    a measurement that takes minutes (a scenario's LM-head GEMM on a CPU) says which one, and
+    lines printed between items name none."""
+    now = [0.0]
+    out = io.StringIO()
+    tracker = Tracker(3, 3.0)
+    lines = PlainLines("calibrate (measurements)", tracker, out, clock=lambda: now[0])
+    lines.name("heat soak 2 s", 0)
+    for _ in range(31):  # 31 s of silence: past QUIET_S and HEARTBEAT_S
+        now[0] += 1.0
+        lines.on_tick()
+    tracker.advance(1.0, ran=True)
+    lines.name("heat soak 2 s", 1)  # the item finished
+    lines.on_advance()
+    got = out.getvalue().splitlines()
+    assert got[0] == "calibrate (measurements): 0/3, 0:30 elapsed, time left: estimating; now: heat soak 2 s"
+    assert got[1] == "calibrate (measurements): 1/3, 0:31 elapsed, time left: estimating"
+
+
 def test_clock_text():
     assert clock_text(65) == "1:05" and clock_text(3725) == "1:02:05" and clock_text(-1) == "0:00"
 

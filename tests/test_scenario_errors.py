@@ -26,6 +26,19 @@ def test_missing_file(cli):
     assert_one_line_error(cli("memory", "no/such/file.yaml"), "not found")
 
 
+def test_a_model_preset_given_as_the_scenario_names_a_scenario_to_run_it(cli):
+    """`simcluster run llama3-8b` (the model the README's set-up runs) is a preset, not a job:
+    the error says so and gives a command that runs, a shipped scenario of that model or the
+    set-up job with the model swapped in; a misspelt scenario keeps its did-you-mean."""
+    assert_one_line_error(cli("run", "llama3-8b"), "'llama3-8b' is a model preset, not a scenario",
+                          "e.g. simcluster run llama3-8b-8xh100;")  # fmt: skip
+    res = cli("memory", "Llama-2-70B")
+    assert_one_line_error(res, "e.g. simcluster run llama3-8b-8xh100 --set model=llama2-70b;")
+    assert cli("memory", "llama3-8b-8xh100", "--set", "model=llama2-70b").code == 0  # the hint runs
+    assert_one_line_error(cli("run", "llama3-8b-8xh10"), "neither a file nor a shipped scenario",
+                          "did you mean 'llama3-8b-8xh100'?")  # fmt: skip
+
+
 def test_unknown_shipped_name(cli):
     assert_one_line_error(cli("memory", "llama3-8b-8xh10"), "did you mean 'llama3-8b-8xh100'")
 

@@ -144,14 +144,27 @@ def _print_precisions() -> None:
         print(f"{name:<{width}}  {what}; {where}")
 
 
+def _num(x: float) -> str:
+    """A profile's figure as its datasheet writes it (989.4, 3.35, 1978.9), and a measured one
+    to four significant figures: a calibrated CPU's 11.7703 GiB and 0.0139924 TB/s are
+    measurements, not more digits of precision."""
+    return f"{x:g}" if x >= 100 else f"{x:.4g}"
+
+
+def _rate(tflops: float) -> str:
+    """A sustained GEMM rate: whole TFLOP/s on a GPU, three significant figures below 10 (a
+    calibrated CPU's 0.153 read '0')."""
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.3g}"
+
+
 def _scale_up(p: HardwareProfile) -> str:
     node = p.node
     if node.scale_up == "mesh":
         links = node.gpus_per_node - 1
-        return f"mesh {links}x{node.nvlink_GBps / links:g} GB/s"
+        return f"mesh {links}x{_num(node.nvlink_GBps / links)} GB/s"
     domain = node.nvlink_domain or node.gpus_per_node
     nvls = " NVLS" if node.nvls else ""
-    return f"switch {node.nvlink_GBps:g} GB/s{nvls}, {domain} GPUs"
+    return f"switch {_num(node.nvlink_GBps)} GB/s{nvls}, {domain} GPUs"
 
 
 #: a GEMM large enough to sit at a profile's plateau (tile quantisation exact on every GPU here)
@@ -165,10 +178,10 @@ def _peak_and_gemm(p: HardwareProfile, precision: str, key: str) -> str:
 
     peak = p.gpu.peak_tflops.get(key)
     if peak is None or p.gemm_rate_missing(precision):
-        return "-" if peak is None else f"{peak:g}"
+        return "-" if peak is None else _num(peak)
     km = KernelModel(p, precision)
     flops = 2.0 * _LARGE_GEMM**3
-    return f"{peak:g} ({flops / km.gemm(_LARGE_GEMM, _LARGE_GEMM, _LARGE_GEMM) / 1e12:.0f})"
+    return f"{_num(peak)} ({_rate(flops / km.gemm(_LARGE_GEMM, _LARGE_GEMM, _LARGE_GEMM) / 1e12)})"
 
 
 def _16bit(p: HardwareProfile) -> str:
@@ -196,14 +209,14 @@ def _print_hardware(extra: list[str] | None = None) -> None:
     for name in [*shipped_profiles(), *(extra or [])]:
         p = load_profile(name, field="PROFILE")
         name = f"{p.name} ({Path(name).name})" if name in (extra or []) else name
-        nics = f"{p.node.nics_per_node}x{p.node.nic_gbps:g} Gb/s per {p.node.gpus_per_node} GPUs"
+        nics = f"{p.node.nics_per_node}x{_num(p.node.nic_gbps)} Gb/s per {p.node.gpus_per_node} GPUs"
         # a table counts its rows; a calibrated profile's scalars (launch and host op times)
         # and host figures are named alone
         measured = ", ".join(
             f"{k} {len(v)}" if isinstance(v, list) else k for k, v in sorted(p.measured.items()) if v
         )
         table.add_row(
-            name, p.gpu.name, f"{p.gpu.memory_gib:g}", f"{p.gpu.hbm_tbps:g}",
+            name, p.gpu.name, _num(p.gpu.memory_gib), _num(p.gpu.hbm_tbps),
             _16bit(p),
             *(_peak_and_gemm(p, prec, key) for prec, key in (("fp8", "fp8"), ("nvfp4", "fp4"))),
             _scale_up(p), nics, measured or "-",

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         f"[{style}]{verdict}[/]: {format_bytes(doc['total_bytes'])} of {format_bytes(doc['capacity_bytes'])}"
     )
     if not doc["fits"]:
-        console.print(hint_line(doc["would_fit"]))
+        console.print(hint_line(doc["would_fit"]), soft_wrap=True)  # commands to copy, unbroken
     tight = tight_fit_line(doc["total_bytes"], doc["capacity_bytes"])
     if tight:
         console.print(tight)

@@ -190,7 +190,10 @@ def _print(
     table.add_row("MFU", f"{100 * s['mfu']:.1f}%{recomputed}")
     flushes = s.get("pipeline_flushes", 1)
     in_flushes = f" in {flushes} flushes" if flushes > 1 else ""
-    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  (m = {s['microbatches']}{in_flushes})")
+    # the count in words: "m" is the pipeline papers' symbol, not every reader's
+    count = s["microbatches"]
+    word = "microbatch" if count == 1 else "microbatches"
+    table.add_row("pipeline bubble", f"{100 * s['bubble_fraction']:.1f}%  ({count} {word}{in_flushes})")
     named = {"host": "host copies"}  # activation copies to and from host memory
     exposed = (
         ", ".join(f"{named.get(k, k)} {format_time(v)}" for k, v in s["exposed_comm_s"].items() if v > 0) or "none"
@@ -199,7 +202,9 @@ def _print(
     per = s["compute_per_microbatch_s"]
     table.add_row(
         "compute per microbatch",
-        f"F {format_time(per['forward'])}, B {format_time(per['backward_input'])}, W {format_time(per['backward_weight'])}",
+        # named as the timeline's legend names them: F/B/W alone are the Zero Bubble paper's letters
+        f"forward (F) {format_time(per['forward'])}, backward input (B) {format_time(per['backward_input'])}, "
+        f"backward weight (W) {format_time(per['backward_weight'])}",
     )
     slow = s["slowest_gpu"]
     if slow["tensor_core_slowdown"] > 1.0:
@@ -216,8 +221,11 @@ def _print(
     memory_text = f"{format_bytes(peak['max'])} of {format_bytes(s['capacity_bytes'])}"
     if peak.get("loss_transient"):
         memory_text += f" (loss logits {format_bytes(peak['loss_transient'])})"
+    if not s["fits_in_memory"]:  # in the row itself: the table is what a reader looks at first
+        memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
-    table.add_row("events", f"{s['events']:,} in {s['sim_wall_s']:.2f} s")
+    # the simulator's own cost, apart from the simulated step's figures above
+    table.add_row("simulation", f"{s['events']:,} events in {s['sim_wall_s']:.2f} s")
     console.print(table)
     host = _share_of_step(s, busiest(s).get("host", 0.0))
     if host >= HOST_HINT:
@@ -253,7 +261,8 @@ def _print(
         console.print(
             f"tp {tp_size} spans {-(-tp_size // scale_up)} scale-up domains of {scale_up} GPUs, so its "
             f"collectives cross the network: exposed TP communication is {100 * tp:.0f}% of the step; "
-            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})"
+            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})",
+            soft_wrap=True,  # a command to copy: the terminal wraps it, Rich would break it with newlines
         )
     etp = s["parallel"].get("etp", 1)
     ep = _share_of_step(s, busiest(s).get("comm_ep", 0.0))
@@ -261,7 +270,8 @@ def _print(
         console.print(
             f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
             f"etp={etp} GPUs, Megatron-Core's default (etp = tp); parallel.etp: 1 keeps whole experts "
-            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})"
+            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})",
+            soft_wrap=True,
         )
     if not s["fits_in_memory"]:
         console.print(
@@ -275,7 +285,7 @@ def _print(
                 "cross-entropy (training.fused_cross_entropy: true) or a smaller micro-batch would fit"
             )
         if "would_fit" in s:
-            console.print(hint_line(s["would_fit"]))
+            console.print(hint_line(s["would_fit"]), soft_wrap=True)
     tight = tight_fit_line(peak["max"], s["capacity_bytes"])
     if tight:
         console.print(tight)
@@ -294,6 +304,7 @@ def _print(
             f"the memory walk; compare: simcluster compare {shlex.quote(scenario)} {variant}"
             f"{' ' + options if options else ''})",
             markup=False,
+            soft_wrap=True,
         )
     if out:
         console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)

@@ -56,6 +56,7 @@ _CAP = 0.14  # the cap's thickness as a fraction of the full bar (at most 30% of
 #: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
 MIN_BUSY_HEIGHT = 0.2
 LOWERED_LEGEND_BELOW = 0.9  # the legend explains lowered bars once a block is this idle
+MAX_LEGEND_COLUMNS = 7  # the legend's columns when they fit the figure's width (fewer if not)
 _AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
 
 
@@ -428,15 +429,22 @@ def _legend(fig: Figure, kinds: set[str], chunks: set[int], lowered: bool) -> No
             continue
         handles.append(Patch(facecolor=face, edgecolor="#999999" if face == "white" else face, label=label))
     labels = [label for _, _, label in legend_entries(kinds, chunks, lowered)]
-    fig.legend(
-        handles=handles,
-        labels=labels,
-        handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
-        loc="outside lower center",
-        ncols=min(len(handles), 7),
-        fontsize=8,
-        frameon=False,
-    )
+    # As many columns as fit the figure's width: with a pipeline's p2p, MoE's all-to-all, host
+    # waits, virtual chunks and the lowered-bar key (DeepSeek-V3's 15 entries) seven columns ran
+    # past both edges of the 14-inch figure and the outer entries were cut off.
+    for ncols in range(min(len(handles), MAX_LEGEND_COLUMNS), 0, -1):
+        legend = fig.legend(
+            handles=handles,
+            labels=labels,
+            handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
+            loc="outside lower center",
+            ncols=ncols,
+            fontsize=8,
+            frameon=False,
+        )
+        if ncols == 1 or legend.get_window_extent().width <= fig.bbox.width:
+            return
+        legend.remove()
 
 
 def draw_gantt(

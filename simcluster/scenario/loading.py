@@ -35,6 +35,10 @@ def shipped_scenarios() -> list[str]:
     return sorted(p.stem for p in _scenarios_dir().glob("*.yaml"))
 
 
+#: the README's set-up job, the example a model preset given as a scenario is pointed to
+MAIN_SCENARIO = "llama3-8b-8xh100"
+
+
 def resolve_scenario_path(name_or_path: str | Path) -> Path:
     """A scenario name ('llama3-8b-8xh100') or a path -> an existing file."""
     text = str(name_or_path)
@@ -51,6 +55,22 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
         raise UserError("scenario", f"file '{text}' not found{hint}")
     if stem in names:
         return _scenarios_dir() / f"{stem}.yaml"
+    from simcluster.model import preset_names, resolve_preset_name
+
+    preset = resolve_preset_name(text)
+    if preset in preset_names():  # a model, as the README's headings name them, not a job
+        # a scenario of that model as it ships, else the README's one-node job (dp 8 and no
+        # model parallelism: any preset's layers divide, a large model says it does not fit)
+        with_it = [n for n in names if n.startswith(f"{preset}-")]
+        if with_it:
+            example = f"simcluster run {MAIN_SCENARIO if MAIN_SCENARIO in with_it else with_it[0]}"
+        else:
+            example = f"simcluster run {MAIN_SCENARIO} --set model={preset}"
+        raise UserError(
+            "scenario",
+            f"'{text}' is a model preset, not a scenario (a scenario adds the cluster and the "
+            f"layout): run one with it, e.g. {example}; simcluster list scenarios shows them",
+        )
     raise UserError(
         "scenario",
         f"'{text}' is neither a file nor a shipped scenario{did_you_mean(stem, names)}; "
