@@ -1399,7 +1399,7 @@ def mlperf_ub(version, cuda_graph):
     ring = {name: {"method": "ring_exchange"} for name in ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad")}
     bulk = (4, 8, 2, 4) if version == "v3.1" else (4, 4, 4, 4)
     cfg = {name: {"method": "bulk", "num_sm": n, "set_sm_margin": False}
-           for name, n in zip(("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"), bulk)}
+           for name, n in zip(("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"), bulk, strict=True)}
     cfg.update(ring)
     cfg["proj_fprop"] = {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True}
     if version == "v4.0" and not cuda_graph:
