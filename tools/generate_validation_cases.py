@@ -1363,8 +1363,9 @@ MLPERF_V31_SETTINGS = (
     "sets no INTERLEAVED_PIPELINE, ACT_CKPT_*, BUCKET_CAP_MB or FP8_PARAMS, so: vpp 12, no recompute, "
     "conf/optim/distributed_fused_adam.yaml's 100 MiB buckets (ASSUMED: v4.0's copy of that file; "
     "v3.1's is not stored), bf16 weights gathered. ASSUMED: attention by the flash-attn 2 package "
-    "(TransformerEngine 1.x on the 23.09 container preferred it to cuDNN's fused attention on "
-    "Hopper). Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4pp8mbs1.yaml (bulk "
+    "(the implementation's Dockerfile installs flash-attn 2.0.8 beside TransformerEngine at 09ba842, "
+    "a development revision of the 23.09 period; whether it already preferred cuDNN on Hopper, as TE "
+    "1.2 does, was not checked: with cuDNN's rates the 4096-GPU row reads -5.0% for -2.5%). Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4pp8mbs1.yaml (bulk "
     "4/8/2/4 SMs, the all-gathers as ring exchanges, proj_fprop / fc2_fprop pipelines of 24 / 4 SMs "
     "in 4 splits with a margin).")
 MLPERF_V40_SETTINGS = (
@@ -1374,8 +1375,9 @@ MLPERF_V40_SETTINGS = (
     "c7a8e8f, and a partner's) agree on USE_DIST_OPTIMIZER=True, BUCKET_CAP_MB=200 (bucket_mb "
     "209.7152), FP8_PARAMS=True (the weights kept in FP8 and gathered at 1 B: "
     "training.fp8_param_gather), NCCL_NVLS_ENABLE=0, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink "
-    "multicast, no counterpart). ASSUMED: cuDNN fused attention (config_common.sh's own comment names "
-    "cuDNN's flash attention as the running kernel).")
+    "multicast, no counterpart). ASSUMED: cuDNN fused attention (the Dockerfile pins TransformerEngine "
+    "v1.6rc1, which prefers it on Hopper; config_common.sh's own comment names cuDNN's flash "
+    "attention as the running kernel).")
 MLPERF_H100 = [  # version, nodes, config's MINIBS, tp, pp, vp, mbs, global batch, [block ms], block tokens, cuda graph
     ("v3.1", 512, 16, 4, 8, 12, 1, 2048, [19498, 19529], 50331648, False),
     ("v3.1", 1024, 16, 4, 8, 12, 1, 4096, [9868, 9875], 50331648, False),
