@@ -54,7 +54,8 @@ def test_shipped_case_counts_and_unique_names():
     # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts;
     # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest),
     # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
-    # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs.
+    # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs; MLPerf Training
+    # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -73,6 +74,7 @@ def test_shipped_case_counts_and_unique_names():
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
+        "mlperf-training-h100": 5,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -216,6 +218,32 @@ def test_swissai_rows_are_the_pull_requests_tokens_at_two_million_tokens_a_step(
         assert c.measured == tokens_per_gpu * gpus, c.name
         assert tr["global_batch"] * tr["seq_len"] == 2 * 1024 * 1024, c.name
         assert tr["global_batch"] == (gpus // par["tp"]) * tr["micro_batch"], c.name
+
+
+def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
+    """MLPerf Training GPT-3 175B result logs (mlcommons/training_results_v3.1, _v4.0): a
+    block_start/block_stop pair brackets one evaluation interval whose epoch_count is its tokens,
+    so the step is (the two blocks' ms) / (2 x epoch_count / (global batch x 2048)); the global batch
+    is MINIBS x dp (the configs' README: miniBS = GBS // DP), e.g. v3.1 at 512 nodes: 16 x 4096 / 32
+    = 2048, 12 steps a block of 50331648 tokens, (19498 + 19529) / 24 = 1626.1 ms. Every case is
+    marked slow, so validate --quick (and its ratchet) leaves the family out."""
+    minibs = {"mlperf-v3.1/gpt3-175b-4096xh100": 16, "mlperf-v3.1/gpt3-175b-8192xh100": 16,
+              "mlperf-v3.1/gpt3-175b-10752xh100": 8, "mlperf-v4.0/gpt3-175b-512xh100": 144,
+              "mlperf-v4.0/gpt3-175b-10752xh100": 6}
+    cases = {c.name: c for c in _family("mlperf-training-h100")}
+    assert set(cases) == set(minibs)
+    for name, c in cases.items():
+        sc, pub = c.scenario, c.published
+        par, tr = sc["parallel"], sc["training"]
+        dp = sc["cluster"]["gpus"] // (par["tp"] * par["pp"])
+        assert tr["global_batch"] == pub["global_batch"] == minibs[name] * dp, name
+        steps = pub["block_tokens"] / (tr["global_batch"] * tr["seq_len"])
+        assert steps == int(steps), name  # an evaluation interval is whole steps
+        step = sum(pub["blocks_ms"]) / 1000 / (len(pub["blocks_ms"]) * steps)
+        assert c.measured == pytest.approx(step, rel=1e-5), name  # six digits as written
+        assert c.slow, name
+    assert cases["mlperf-v3.1/gpt3-175b-4096xh100"].measured == pytest.approx(1.62613, abs=1e-5)
+    assert not any(c.family == "mlperf-training-h100" for c in load_cases(quick=True))
 
 
 def test_dgxc_cases_are_the_published_step_times_and_layouts():
