@@ -106,3 +106,14 @@ def test_kept_gather_moves_fewer_bytes_and_is_faster():
     assert len(per_rank["regather"]) - len(per_rank["kept"]) == 4
     assert float(per_rank["regather"]["bytes"].sum() - per_rank["kept"]["bytes"].sum()) == pytest.approx(4 * size)
     assert b.summary["step_time_s"] < a.summary["step_time_s"]
+
+
+def test_sp_regather_is_inert_without_sequence_parallelism():
+    from simcluster.inert import inert_settings
+
+    data = _tp_data()
+    data["parallel"].update({"sequence_parallel": False, "sp_regather": False})
+    notes = [n.text for n in inert_settings(build_context(scenario_from_dict(data)))]
+    assert any(t.startswith("parallel.sp_regather has no effect without parallel.sequence_parallel") for t in notes)
+    data["parallel"]["sequence_parallel"] = True
+    assert not any("sp_regather" in n.text for n in inert_settings(build_context(scenario_from_dict(data))))
