@@ -17,8 +17,10 @@ run, shared by every layer:
   fc2_dgrad) and for a forward reduce-scatter whose settings ask for ``fp8_buf`` (only honoured
   for proj_fprop and fc2_fprop, the names TE lists as ``pipeline``); else the activation dtype
   (bf16). NeMo's and Megatron-Bridge's ``PipelineOverlapCfg`` default ``fp8_buf = (False,)``,
-  a one-element tuple, which is truthy: their pipelined forward reduce-scatters get FP8 buffers
-  in an FP8 run (:attr:`UbOverlap.fp8_buf`); NVFP4 runs set no ``fp8`` and get 16-bit buffers;
+  a one-element tuple, which is truthy and reaches TransformerEngine as it is
+  (Megatron-Bridge ``CommOverlapConfig.setup``: ``asdict(tp_comm_overlap_cfg)``): their
+  pipelined forward reduce-scatters get FP8 buffers in an FP8 run (:attr:`UbOverlap.fp8_buf`);
+  NVFP4 runs set no ``fp8`` and get 16-bit buffers;
 * a ring-exchange reduce-scatter holds ``2 tp - 1`` chunks of ``shape / tp`` for the partial
   products it receives (``CommOverlapP2PBase``: ``buffer_bytes / tp_size * (tp_size * 2 - 1)``,
   comm_gemm_overlap.cpp); every other communicator (ring-exchange all-gather, pipeline, bulk)
