@@ -131,8 +131,9 @@ TE1 = {name: _ring() for name in RING_ONLY} | {name: _pipe(16, margin=False) for
 }
 
 #: PyTorch's async TP (see the module docstring): copy-engine rings for every fused
-#: collective, the input-gradient reduce-scatters blocking; the input re-gather for the weight
-#: gradient takes no SMs (DTensor saves the gathered input instead of gathering it again)
+#: collective, the input-gradient reduce-scatters blocking; its backward gathers no input again
+#: (the fused op's gathered A is saved: parallel.sp_regather, parallelism/saved_gather.py), so
+#: the bulk entries only act under an explicit ``sp_regather: true``, then without SMs
 PYTORCH_ASYNC_TP = {name: _ring() for name in RING_ONLY + FORWARD_RS} | {
     "qkv_dgrad": UbOverlap("bulk", 0, False), "fc1_dgrad": UbOverlap("bulk", 0, False),
     "qkv_wgrad": UbOverlap("nccl", 0, False), "fc1_wgrad": UbOverlap("nccl", 0, False),
