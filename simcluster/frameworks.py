@@ -467,7 +467,7 @@ def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
         # under HSDP its trainer defers the replicas' all-reduce to the last microbatch
         # (trainer.py: set_requires_all_reduce(is_last) when dp_replicate is enabled)
         defaults["zero3"]["replica_all_reduce"] = "last_microbatch"
-    parallel: dict[str, Any] = {}
+    parallel: dict[str, Any] = _dtensor_sp(raw)
     if _parallel(raw, "ep", 1) > 1:
         # with expert parallelism its experts are split over EP only unless
         # expert_tensor_parallel_degree says otherwise (default 1)
@@ -478,6 +478,13 @@ def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
     if parallel:
         defaults["parallel"] = parallel
     return defaults
+
+
+def _dtensor_sp(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """DTensor's sequence parallelism keeps the all-gathered input its linears save for the
+    backward, gathering nothing again (parallelism/saved_gather.py): set with tp > 1 only, as
+    there is nothing to gather without."""
+    return {"sp_regather": False} if _parallel(raw, "tp", 1) > 1 else {}
 
 
 def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
@@ -502,9 +509,12 @@ def _pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
         # DTensor's tensor-parallel collectives are eager and blocking
         "overlap": {"dp_grad_reduce": True, "tp_grad_async": False},
     }
+    parallel = _dtensor_sp(raw)
     group = _pipeline_rounds(raw, None)  # its pipeline stages run PyTorch's schedules
     if group is not None:
-        defaults["parallel"] = {"microbatch_group": group}
+        parallel["microbatch_group"] = group
+    if parallel:
+        defaults["parallel"] = parallel
     return defaults
 
 
@@ -532,7 +542,7 @@ def _pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
     # reduce-scattered in bf16 (OLMo's amp_bf16 reduces in fp32: set training.fp32_grad_accum
     # true); an eager model (unfused norms and rotary), SDPA's flash backend
     return {
-        "parallel": {"zero": 3},
+        "parallel": {"zero": 3, **_dtensor_sp(raw)},
         "training": {"elementwise": "eager", "fp32_grad_accum": False},
         "zero3": {"buffers": "flat"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block

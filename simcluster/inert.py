@@ -416,6 +416,17 @@ def _sequence_parallel(ctx: Context) -> Verdict:
     return ("at parallel.tp=1", "there is no TP group to split the sequence over") if ctx.layout.tp == 1 else None
 
 
+def _sp_regather(ctx: Context) -> Verdict:
+    # parallelism/saved_gather.keeps_gather: only sequence parallelism gathers a linear's input,
+    # and op-level checkpointing reruns that gather whatever the linear kept
+    if not ctx.layout.sequence_parallel:
+        where = "at parallel.tp=1" if ctx.layout.tp == 1 else "without parallel.sequence_parallel"
+        return (where, "only sequence parallelism all-gathers a column-parallel linear's input")
+    if ctx.scenario.training.recompute == "op":
+        return ("at training.recompute=op", "op-level checkpointing reruns the all-gather before the backward")
+    return None
+
+
 def _recompute_partitioned(ctx: Context) -> Verdict:
     # parallelism/partitioned_checkpoints.partitions: the input is split over a TP group, and
     # Megatron's transformer block skips it under sequence parallelism
@@ -436,6 +447,7 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
 #: overlap, zero3, dp, moe)
 RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
+    InertRule("parallel.sp_regather", _sp_regather),
     InertRule("parallel.cp_comm", _cp_one),
     InertRule("parallel.cp_a2a", _cp_one),
     InertRule("parallel.cp_a2a_impl", _a2a_impl),

@@ -21,6 +21,7 @@ from simcluster.errors import UserError
 from simcluster.limits import MAX_MICROBATCHES
 from simcluster.model import ModelSpec
 from simcluster.parallelism.context import check_algorithm
+from simcluster.parallelism.saved_gather import keeps_gather
 from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 from simcluster.schedules.base import VShapeSchedule
@@ -86,6 +87,10 @@ class Layout:
     # (zero3.reshard_after_backward false); parallelism/fsdp2_accumulation.py
     zero3_deferred_sync: bool = False
     zero3_keep_after_backward: bool = False
+    # sequence parallelism whose column-parallel linears keep the all-gathered input from the
+    # forward for their weight gradients (parallel.sp_regather false): no backward re-gather,
+    # the gathered bytes in the stash (simcluster.parallelism.saved_gather)
+    sp_keeps_gather: bool = False
 
     @property
     def zero3_pipelined(self) -> bool:
@@ -513,6 +518,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         hpz=scenario.zero3.hpz_partition_size if par.zero == 3 else 1,
         zero3_deferred_sync=fsdp2_unpiped and scenario.zero3.gradient_sync == "last_microbatch",
         zero3_keep_after_backward=fsdp2_unpiped and not scenario.zero3.reshard_after_backward,
+        sp_keeps_gather=keeps_gather(scenario, par.tp),
     )
     if layout.zero_replicas > 1 and model.is_moe:
         _check_expert_replicas(layout)

@@ -14,6 +14,8 @@ sbh(34 + 5as/h) bytes; TP+SP divides everything by t; selective recompute (or fu
 flash attention) drops the 5as^2b score terms; full recompute keeps only the layer input 2sbh
 (2sbh/t when it is stored split over the TP ranks: training.recompute_partitioned).
 FP8 training keeps the linear layers' inputs as the 1-byte FP8 copies TransformerEngine cast.
+Where the column-parallel linears keep the all-gathered sequence instead of their 1/t shard
+(PyTorch's DTensor and async TP: parallelism/saved_gather.py), those inputs count t times.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from simcluster.model import ModelSpec
 from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
+from simcluster.parallelism.saved_gather import gathered_factor
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 
@@ -195,6 +198,7 @@ def layer_activation_bytes(
     sbh = s * b * h
     sp = layout.sequence_parallel
     rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
+    kg = gathered_factor(layout)  # the column linears' kept input: tp shards when gathered
     if training.fully_recomputed(position):
         # the layer's input; kept as a 1/tp slice when partitioned (parallelism/partitioned_checkpoints.py)
         return e * sbh / (t if partitions(training, layout) else rep)
@@ -218,7 +222,7 @@ def layer_activation_bytes(
         qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
     # an output norm (model.post_norms) keeps its input, the block's output, for its backward
     post = e * sbh / rep if model.post_norms else 0.0
-    att = e * sbh / rep + norm_out * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep + post
+    att = e * sbh / rep + norm_out * kg * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep + post
     # softmax out (e), dropout mask (1), dropout out (e) of the scores the rank computes: its
     # s/cp queries against all seq_len keys (with cp > 1 only Ulysses runs unfused attention,
     # on heads/cp heads of the whole sequence: the same count)
@@ -252,12 +256,12 @@ def layer_activation_bytes(
         act_out = 0.0 if "moe_act" in redo else g
         rows = s * model.top_k * routed_rows
         routed = mlp(model.expert_ffn, rows, g * layout.etp, act_out) + e * s * b * model.experts * 2 / t
-        shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out, g) if model.shared_experts else 0.0
+        shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out * kg, g) if model.shared_experts else 0.0
         ffn = norm_mask + routed + shared
     elif "mlp" in redo:
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
-        ffn = norm_mask + mlp(model.ffn, s, mlp_in, g)
+        ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
 
 
@@ -354,12 +358,14 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     layer": 4sbh/t (1 + v/h) with sequence parallelism; Megatron-LM's
     ``report_theoretical_memory`` adds the same term): the final norm's input and the LM head's
     input (the norm's output, a 16-bit GEMM input: Megatron's output layer is not an FP8 TE
-    linear), each sbh/t with SP and sbh without, and the fp32 vocab-parallel logits the loss
+    linear), each sbh/t with SP and sbh without (the head's sbh where it keeps the gathered
+    input: parallelism/saved_gather.py), and the fp32 vocab-parallel logits the loss
     keeps, 4sbv/t; with a soft-capped output (``model.logit_softcap``) outside a fused loss, the
     16-bit copy of the logits its tanh keeps (parallelism/logit_softcap.py)."""
     s = training.seq_len / layout.cp
     rep = layout.tp if layout.sequence_parallel else 1
-    inputs = 2 * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
+    # the norm's input, and the head's (all-gathered when its linear keeps it: saved_gather.py)
+    inputs = (1 + gathered_factor(layout)) * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
     logits = logit_elements(model, layout, training)
     cap = logit_softcap.kept_bytes(
         model.logit_softcap, training.fused_cross_entropy, logits, act_bytes(training.precision)
@@ -515,6 +521,8 @@ class StageMemory:
     optimizer_bytes: float
     activations_bytes: float
     other_bytes: float
+    #: the TP comm+GEMM overlaps' persistent buffers (simcluster.tp_overlap_buffers)
+    comm_buffers_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -524,6 +532,7 @@ class StageMemory:
             + self.optimizer_bytes
             + self.activations_bytes
             + self.other_bytes
+            + self.comm_buffers_bytes
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -590,8 +599,10 @@ def stage_memory(
     stage: int,
     chunks: list[Chunk],
     activations: float,
+    comm_buffers: float = 0.0,
 ) -> StageMemory:
-    """Memory of one stage's GPU given its peak activation stash (bytes)."""
+    """Memory of one stage's GPU given its peak activation stash and the TP overlaps'
+    persistent buffers (bytes)."""
     params = stage_params(model, layout, chunks)
     p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
     p_bytes += autocast_cache_bytes(model, layout, training, chunks)
@@ -603,6 +614,7 @@ def stage_memory(
         optimizer_bytes=o_bytes,
         activations_bytes=activations,
         other_bytes=training.memory_overhead_gib * 2**30,
+        comm_buffers_bytes=comm_buffers,
     )
 
 
@@ -623,16 +635,17 @@ def wgrad_retained_fraction(model: ModelSpec, layout: Layout, training: Training
     b = training.micro_batch
     h = model.hidden
     out_dim = attention_widths(model)[3]
-    gemm_inputs = g * s * b * (h / rep + out_dim / t)
+    kg = gathered_factor(layout)  # the column linears' inputs, gathered when kept so
+    gemm_inputs = g * s * b * (kg * h / rep + out_dim / t)
     if moe:
         # the routed experts' fc1 reads the ETP group's gathered tokens (etp times the rows, as
         # layer_activation_bytes keeps them), fc2 its 1/etp of the width; a shared expert is a
         # tensor-parallel MLP on the layer's tokens
         gemm_inputs += g * s * model.top_k * b * (layout.etp * h / rep + model.expert_ffn / t)
         if model.shared_experts:
-            gemm_inputs += g * s * b * (h / rep + model.expert_ffn * model.shared_experts / t)
+            gemm_inputs += g * s * b * (kg * h / rep + model.expert_ffn * model.shared_experts / t)
     else:
-        gemm_inputs += g * s * b * (h / rep + model.ffn / t)
+        gemm_inputs += g * s * b * (kg * h / rep + model.ffn / t)
     return min(1.0, gemm_inputs / total) if total > 0 else 1.0
 
 

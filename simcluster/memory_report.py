@@ -31,6 +31,7 @@ from simcluster.memory import (
     wgrad_retained_bytes,
 )
 from simcluster.parallelism.data import reduction_working_bytes
+from simcluster.tp_overlap_buffers import run_buffer_bytes
 
 
 def activation_walk(
@@ -96,6 +97,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
     training = ctx.scenario.training
     orders = planned_orders(ctx)
     rows = ctx.scenario.moe.padded_rows
+    buffers = sum(run_buffer_bytes(ctx.scenario, ctx.model, lay, ctx.profile.gpu.compute_capability).values())
     out = []
     for stage, chunks in enumerate(ctx.chunks):
         cb = [chunk_activation_bytes(ctx.model, lay, training, ch, rows) for ch in chunks]
@@ -105,7 +107,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
         copies = chunk_reduction_copies(ctx, stage, chunks)
         peak = activation_walk(orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx))
-        mem = stage_memory(ctx.model, lay, training, stage, chunks, peak)
+        mem = stage_memory(ctx.model, lay, training, stage, chunks, peak, buffers)
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))
     return out
@@ -131,6 +133,8 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "optimizer_bytes": worst.optimizer_bytes,
         "activations_bytes": worst.activations_bytes,
         "other_bytes": worst.other_bytes,
+        "comm_buffers_bytes": worst.comm_buffers_bytes,
+        "comm_buffers": run_buffer_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.profile.gpu.compute_capability),
         "total_bytes": worst.total_bytes,
         "capacity_bytes": cap,
         "fits": worst.total_bytes <= cap,

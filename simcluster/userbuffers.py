@@ -37,7 +37,7 @@ defaults, as ``initialize_ub`` does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from simcluster.errors import UserError, did_you_mean
@@ -65,6 +65,9 @@ class UbOverlap:
     num_sm: int
     set_sm_margin: bool
     num_splits: int = 4  # pipeline only (a ring exchange runs in tp slices)
+    #: an FP8 buffer for a forward reduce-scatter in an FP8 run (``ub_cfgs`` ``fp8_buf``; its
+    #: bytes only: simcluster.tp_overlap_buffers)
+    fp8_buf: bool = False
 
     def gemm_factor(self, sm_count: int | None) -> float:
         """Time factor of the overlapped GEMM: launched on ``sm_count - num_sm`` SMs under
@@ -110,6 +113,9 @@ def _preset(dgrad_qkv: int, wgrad_qkv: int, dgrad_fc1: int, wgrad_fc1: int,
     and the two forward reduce-scatters as given."""
     out = {name: _ring() for name in RING_ONLY}
     out.update(qkv_dgrad=_bulk(dgrad_qkv), qkv_wgrad=_bulk(wgrad_qkv), fc1_dgrad=_bulk(dgrad_fc1))
+    # their PipelineOverlapCfg's fp8_buf defaults to (False,), a truthy tuple that
+    # initialize_ub reads as true: a pipelined forward reduce-scatter gets an FP8 buffer
+    proj, fc2 = (replace(o, fp8_buf=o.method == "pipeline") for o in (proj, fc2))
     out.update(fc1_wgrad=_bulk(wgrad_fc1), proj_fprop=proj, fc2_fprop=fc2)
     return out
 
@@ -125,8 +131,9 @@ TE1 = {name: _ring() for name in RING_ONLY} | {name: _pipe(16, margin=False) for
 }
 
 #: PyTorch's async TP (see the module docstring): copy-engine rings for every fused
-#: collective, the input-gradient reduce-scatters blocking; the input re-gather for the weight
-#: gradient takes no SMs (DTensor saves the gathered input instead of gathering it again)
+#: collective, the input-gradient reduce-scatters blocking; its backward gathers no input again
+#: (the fused op's gathered A is saved: parallel.sp_regather, parallelism/saved_gather.py), so
+#: the bulk entries only act under an explicit ``sp_regather: true``, then without SMs
 PYTORCH_ASYNC_TP = {name: _ring() for name in RING_ONLY + FORWARD_RS} | {
     "qkv_dgrad": UbOverlap("bulk", 0, False), "fc1_dgrad": UbOverlap("bulk", 0, False),
     "qkv_wgrad": UbOverlap("nccl", 0, False), "fc1_wgrad": UbOverlap("nccl", 0, False),
@@ -188,7 +195,7 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
 }
 
 FIELD = "overlap.tp_comm_cfg"
-_KEYS = {"method", "num_sm", "set_sm_margin", "num_splits"}
+_KEYS = {"method", "num_sm", "set_sm_margin", "num_splits", "fp8_buf"}
 
 
 def tp_overlaps_run(overlap: OverlapSection, layout: Layout) -> tuple[bool, bool]:
@@ -236,9 +243,12 @@ def _entry(name: str, entry: Any) -> UbOverlap:
     for key, value in (("num_sm", num_sm), ("num_splits", splits)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "num_sm" else 1):
             raise UserError(f"{where}.{key}", f"must be a whole number >= {0 if key == 'num_sm' else 1}, got {value!r}")
-    if not isinstance(margin, bool):
-        raise UserError(f"{where}.set_sm_margin", f"must be true or false, got {margin!r}")
-    return UbOverlap(method, num_sm, margin, splits)
+    fp8_buf = entry.get("fp8_buf", False)
+    for key, flag in (("set_sm_margin", margin), ("fp8_buf", fp8_buf)):
+        if not isinstance(flag, bool):
+            raise UserError(f"{where}.{key}", f"must be true or false, got {flag!r}")
+    # initialize_ub honours fp8_buf only for the names it lists as pipeline (proj/fc2_fprop)
+    return UbOverlap(method, num_sm, margin, splits, fp8_buf and name in FORWARD_RS)
 
 
 @dataclass(frozen=True)

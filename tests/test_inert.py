@@ -40,6 +40,9 @@ PARALLEL_BLOCK = {**GPT_LIKE, "parallel_block": True}
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.sequence_parallel", {"parallel": {"sequence_parallel": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}}),
+    # the column linears keep or re-gather a sequence-parallel input only (saved_gather.py)
+    ("parallel.sp_regather", {"parallel": {"tp": 2, "sp_regather": False}},
+     {"parallel": {"tp": 2, "sequence_parallel": True, "sp_regather": False}}),
     ("parallel.cp_comm", {"parallel": {"cp_comm": "a2a"}}, {"parallel": {"cp": 2, "cp_comm": "a2a"}}),
     ("parallel.cp_a2a", {"parallel": {"cp_comm": "a2a+p2p", "cp_a2a": 2}},
      {"parallel": {"cp": 4, "cp_comm": "a2a+p2p", "cp_a2a": 2}}),

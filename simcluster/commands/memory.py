@@ -45,15 +45,18 @@ def run(args: argparse.Namespace) -> int:
     heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
     table = Table(title=f"{heading} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
     table.add_column("stage", justify="right")
-    for col in _COLUMNS:
-        table.add_column(col, justify="right")
-    for first, last, cells in _stage_runs(doc["per_stage"]):
+    columns = _columns(doc)
+    for col in columns:
+        table.add_column(col.replace("_", " "), justify="right")
+    for first, last, cells in _stage_runs(doc["per_stage"], columns):
         table.add_row(str(first) if first == last else f"{first}-{last}", *cells)
     console.print(table)
     console.print(
         "[dim]other: training.memory_overhead_gib (CUDA context, cuBLAS workspace, NCCL buffers); "
         f"per parameter the GPU computes with: {_bytes_per_param(doc)}[/]"
     )
+    if doc["comm_buffers_bytes"] > 0:
+        console.print(f"[dim]comm buffers: {_buffer_line(doc['comm_buffers'])}[/]")
     console.print(
         f"model parameters: {doc['params_total'] / 1e9:.2f} B total"
         + (
@@ -141,12 +144,34 @@ def _params_held(doc: dict, ctx) -> str:
 _COLUMNS = ("params", "grads", "optimizer", "activations", "other", "total")
 
 
-def _stage_runs(stages: list[dict]) -> list[tuple[int, int, tuple[str, ...]]]:
+def _columns(doc: dict) -> tuple[str, ...]:
+    """The table's columns: the TP overlaps' buffers before the total when the run holds any."""
+    if doc["comm_buffers_bytes"] <= 0:
+        return _COLUMNS
+    return (*_COLUMNS[:-1], "comm_buffers", _COLUMNS[-1])
+
+
+def _buffer_line(buffers: dict[str, float]) -> str:
+    """The TP overlaps' persistent buffers by holder: TransformerEngine's userbuffers (one per
+    overlap, qkv_fprop ...) and the extra cuBLAS workspace copies, or PyTorch's symmetric-memory
+    workspace (simcluster.tp_overlap_buffers)."""
+    ub = {k: v for k, v in buffers.items() if k not in ("cublas_workspace", "symmetric_memory")}
+    parts = []
+    if ub:
+        parts.append(f"TransformerEngine userbuffers {format_bytes(sum(ub.values()))} ({len(ub)} overlaps)")
+    if buffers.get("cublas_workspace"):
+        parts.append(f"cuBLAS workspace copies {format_bytes(buffers['cublas_workspace'])}")
+    if buffers.get("symmetric_memory"):
+        parts.append(f"PyTorch async-TP symmetric memory {format_bytes(buffers['symmetric_memory'])}")
+    return ", ".join(parts)
+
+
+def _stage_runs(stages: list[dict], columns: tuple[str, ...] = _COLUMNS) -> list[tuple[int, int, tuple[str, ...]]]:
     """Consecutive stages whose cells read the same, as (first, last, cells): DeepSeek-V3's 16
     stages print as a handful of rows, not 14 copies of one."""
     runs: list[tuple[int, int, tuple[str, ...]]] = []
     for st in stages:
-        cells = tuple(format_bytes(st[f"{c}_bytes"]) for c in _COLUMNS)
+        cells = tuple(format_bytes(st[f"{c}_bytes"]) for c in columns)
         if runs and runs[-1][2] == cells and runs[-1][1] == st["stage"] - 1:
             runs[-1] = (runs[-1][0], st["stage"], cells)
         else:

@@ -51,6 +51,7 @@ from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
 from simcluster.topology import Cluster, build_cluster
+from simcluster.tp_overlap_buffers import run_buffer_bytes
 from simcluster.variability import slowest_gpu_slowdown
 
 HEAD = HEAD_LAYER  # the layer index a unit uses for the LM head and loss (-1: the embedding)
@@ -434,11 +435,13 @@ def activation_room(
 def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dict[str, float]:
     """A stage's memory besides its activations, by kind (ZeRO-3's gathered unit and its
     gradients, and the gradient copies in reduction buckets, counted with the parameters and
-    gradients)."""
+    gradients; the TP overlaps' buffers with the fixed overhead)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
     p_b += autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks)
     work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
+    # the TP overlaps' persistent buffers go with the fixed overhead on the memory timeline
+    other += sum(run_buffer_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.profile.gpu.compute_capability).values())
     return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}
 
 

@@ -41,7 +41,8 @@ def wrap_block(
     the gathered output gradient), the column-parallel one last. The backward's re-gather of
     the block's input goes under that last GEMM, as Megatron and TransformerEngine launch it
     right before the column-parallel input-gradient GEMM (``regather_first``: under the first
-    compute instead, for an MoE block whose experts follow its norm). ``wgrad``: the block's
+    compute instead, for an MoE block whose experts follow its norm); there is none where the
+    linears kept the gathered input (``Layout.sp_keeps_gather``, parallelism/saved_gather.py). ``wgrad``: the block's
     weight-gradient segments, run right after it (a fused backward); the input gradient's
     reduce-scatter (with sequence parallelism) or all-reduce (without) is then issued before
     them and runs under them. ``rs_reduce``: the kernel that sums the partials a forward
@@ -79,7 +80,8 @@ def wrap_block(
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
             if rs_reduce is not None and rs_reduce.total > 0:
                 out.append(Compute.of(f"{block}_tp_rs_reduce", rs_reduce, layer))
-        if backward:
+        if backward and not lay.sp_keeps_gather:
+            # (a linear that kept the gathered input gathers nothing again: saved_gather.py)
             # without userbuffers the gather is an async NCCL call whose CTAs take SMs from the
             # GEMMs it runs under; with them, a bulk overlap of its own SM count
             regather = Comm(

@@ -77,8 +77,10 @@ def forward(block: str, layer: int, nbytes: float, parts: ForwardParts) -> list[
     ])
 
 
-def backward(block: str, layer: int, nbytes: float, parts: BackwardParts) -> list[Segment]:
-    """Segments of one block's backward, weight gradients included (see the module docstring)."""
+def backward(block: str, layer: int, nbytes: float, parts: BackwardParts, regather: bool = True) -> list[Segment]:
+    """Segments of one block's backward, weight gradients included (see the module docstring);
+    without ``regather`` (``tp_recompute_allgather`` false: the gathered input was kept,
+    parallelism/saved_gather.py) the column linear's input is not gathered again."""
     return _nonempty([
         *parts.redo,
         Comm(f"{block}_tp_ag", "tp", "all_gather", nbytes, True, layer, holds_sms=True),
@@ -86,7 +88,7 @@ def backward(block: str, layer: int, nbytes: float, parts: BackwardParts) -> lis
         Compute.of(f"{block}_row", parts.row_rest, layer),
         Compute.of(f"{block}_row_wgrad", parts.row_wgrad, layer),
         *parts.middle,
-        Comm(f"{block}_tp_ag_input", "tp", "all_gather", nbytes, True, layer, holds_sms=True),
+        *([Comm(f"{block}_tp_ag_input", "tp", "all_gather", nbytes, True, layer, holds_sms=True)] if regather else []),
         Compute.of(f"{block}_column", parts.column, layer),
         Comm(f"{block}_tp_rs", "tp", "reduce_scatter", nbytes, True, layer, holds_sms=True),
         Compute.of(f"{block}_column_wgrad", parts.column_wgrad, layer),

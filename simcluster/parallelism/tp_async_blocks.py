@@ -102,4 +102,4 @@ class AsyncTpBlocks(BuilderBase):
             column=self._gemms(column, "B") + beside,
             column_wgrad=self._gemms(column, "W"),
             norm=self._elementwise(norm, "B"),
-        ))  # fmt: skip
+        ), regather=not self.shapes.layout.sp_keeps_gather)  # fmt: skip

@@ -145,6 +145,15 @@ class Scenario(SectionBase):
         return self.fsdp2 or self.fsdp1
 
     @property
+    def sp_regather(self) -> bool:
+        """``parallel.sp_regather`` resolved: PyTorch's async TP keeps the all-gathered input
+        (its ``fused_all_gather_matmul`` returns the gathered A, which the backward's weight
+        gradient reads), every other stack re-gathers unless its framework says otherwise."""
+        if self.parallel.sp_regather is not None:
+            return self.parallel.sp_regather
+        return not (self.overlap.tp_comm and self.overlap.tp_comm_cfg == "pytorch-async-tp")
+
+    @property
     def wait_reduction(self) -> bool:
         """``dp.wait_reduction`` resolved: one gradient reduction in flight (FSDP2's default)."""
         return self.fsdp2 if self.dp.wait_reduction is None else self.dp.wait_reduction

@@ -76,6 +76,16 @@ class ParallelSection(SectionBase):
         "default: intra-node sharding, inter-node replicas); None = shard over all dp*cp ranks",
     )
     sequence_parallel: bool = False
+    sp_regather: bool | None = Field(
+        default=None,
+        description="with sequence parallelism: true, a column-parallel linear keeps its 1/tp "
+        "shard of the input and all-gathers it again in the backward for its weight gradient "
+        "(Korthikanti et al. 2022; Megatron-LM/Core, TransformerEngine, nanotron's "
+        "tp_recompute_allgather); false, it keeps the gathered input from the forward, tp times "
+        "the bytes and no second all-gather (PyTorch DTensor tensor parallelism: torchtitan, "
+        "pytorch-ddp, pytorch-fsdp, AutoModel; PyTorch's async TP); unset: false with "
+        "overlap.tp_comm_cfg pytorch-async-tp, true otherwise",
+    )
     schedule: str = Field(
         default="1f1b",
         description="pipeline schedule; when not given, 1f1b, or interleaved when vpp > 1 "
