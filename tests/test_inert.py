@@ -258,14 +258,18 @@ def test_a_16bit_gradient_lifetime_acts_without_fp32_accumulation_and_not_at_zer
     assert len(peaks) == 1
 
 
-def test_the_dispatcher_acts_only_where_the_ep_group_crosses_nodes():
-    """parallelism/expert.py copies_per_token, moe.dispatcher's one reader, sends top_k copies
-    of a token whichever dispatcher runs unless its EP group spans nodes (DeepEP's normal
-    kernels send one copy per destination node: DeepSeek-V3 Sec. 3.2.2). Mixtral's file packs
-    ep 8 into one 8-GPU node; spread, the group strides over the 4 nodes."""
+def test_the_dispatcher_acts_only_where_deepep_sends_fewer_than_top_k_copies():
+    """parallelism/expert.py copies_per_token, moe.dispatcher's one reader: DeepEP sends a token
+    once per destination holding its experts (per node across nodes, DeepSeek-V3 Sec. 3.2.2; per
+    GPU inside one, DeepEP's ``is_token_in_rank``), the alltoall dispatcher all top_k copies.
+    Mixtral's file packs ep 8 of its 8 experts into one 8-GPU node: one expert per GPU, so a
+    token's two copies go to two GPUs either way; with ep 4 each GPU holds two experts and
+    DeepEP sends 4 (1 - C(6, 2) / C(8, 2)) = 1.857 copies; spread, the group strides over the 4
+    nodes."""
     deepep = ("moe.dispatcher", "deepep")
     assert _moe([deepep]) == ["moe.dispatcher"]
     assert _moe([("parallel.ep", 1), deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep", 4), deepep]) == []
     assert _moe([("parallel.ep_placement", "spread"), deepep]) == []
 
 
