@@ -76,6 +76,23 @@ def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     return distinct_holders(model.experts, model.top_k, layout.ep)
 
 
+def deepep_own_share(layout: Layout, moe: MoeSection) -> float:
+    """How much longer DeepEP's normal kernels take inside one node than an all-to-all that
+    copies a rank's own share locally: ep / (ep - 1), as if the own share crossed NVLink too.
+
+    DeepEP's README (H800, NVLink "~160 GB/s maximum", EP 8, the DeepSeek-V3 pretraining
+    setting) measures its intranode dispatch at 153 GB/s and its combine at 158 GB/s of
+    received bytes, a rank's own tokens included (``tests/test_intranode.py``:
+    ``recv_x.numel()``): the SMs that copy each destination's rows copy the own rows the same
+    way. An all-to-all that moves only the other ranks' share over links running at 160 GB/s
+    would reach 183 GB/s by that measure; charging the own share at the link rate gives 160,
+    within 4% of both. Across nodes the RDMA transfer sets the pace (1.0 there), as does NCCL's
+    all-to-all everywhere (nccl-tests' bus bandwidth excludes the own share)."""
+    if moe.dispatcher != "deepep" or layout.ep <= 1 or ep_nodes(layout) > 1:
+        return 1.0
+    return layout.ep / (layout.ep - 1)
+
+
 def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
     """Copies of a token one all-to-all sends: ``alltoall`` one per routed expert (top_k, as
     Megatron-Core's alltoall dispatcher permutes every copy before it), ``deepep`` one per
@@ -381,8 +398,10 @@ def moe_block(
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=uneven_in or 1.0)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=uneven_out or 1.0)] if ep > 1 else []
+    # DeepEP's intranode kernels copy a rank's own rows as they copy the others' (deepep_own_share)
+    own = deepep_own_share(shapes.layout, moe)
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
     return [
         Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,
