@@ -61,8 +61,8 @@ def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
 #: caveat is about the Megatron-Core recipes' runs, whose missing cost is not found. Megatron-Core's
 #: own model-zoo runs (MoE Parallel Folding) bound it from both sides: Qwen2-57B-A14B (2560 x 3584
 #: = 9.2M, but a shared expert as wide as its eight routed ones) is within -2...+6%, and
-#: Mixtral-8x22B-G8T8 (2048 x 6144 = 12.6M, no shared expert) 10-18% fast, as fast as the coarse
-#: Mixtral layer is at the same layouts, so size alone does not mark the far rows
+#: Mixtral-8x22B-G8T8 (2048 x 6144 = 12.6M, no shared expert) 10-18% fast, some 10 points more
+#: than the coarse Mixtral layer at the same layouts (optimistic, not far)
 SMALL_EXPERT = 1.2e7
 
 
