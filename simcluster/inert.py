@@ -29,7 +29,12 @@ from pydantic import BaseModel
 from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
-from simcluster.parallelism.expert import ep_nodes, padded_expert_rows, quantisation_alignment
+from simcluster.parallelism.expert import (
+    deepep_copies,
+    ep_nodes,
+    padded_expert_rows,
+    quantisation_alignment,
+)
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.userbuffers import tp_overlaps_run
 
@@ -189,13 +194,15 @@ def _tp_grad_async(ctx: Context) -> Verdict:
 
 
 def _ep_one_node(ctx: Context) -> Verdict:
-    # parallelism/expert.py copies_per_token, the one reader of moe.dispatcher: DeepEP's one
-    # copy per node differs from all-to-all's top_k copies only across nodes (ep_nodes > 1)
+    # parallelism/expert.py copies_per_token and deepep_own_share, the readers of
+    # moe.dispatcher: inside a node DeepEP's copy kernels spend link time on a rank's own share
+    # too, so it always acts there; across nodes it sends a token once per node holding its
+    # experts, which is all-to-all's top_k copies only when each lies on a node of its own
     lay = ctx.layout
     if lay.ep == 1:
         return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")
-    if ep_nodes(lay) == 1:
-        return ("with the EP group inside one node", "DeepEP sends one copy per node only across nodes")
+    if ep_nodes(lay) > 1 and deepep_copies(ctx.model, lay, ctx.scenario.moe) == ctx.model.top_k:
+        return ("with each routed expert of a token on its own node", "DeepEP sends top_k copies across nodes there too")
     return None
 
 

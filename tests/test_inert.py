@@ -163,7 +163,9 @@ SMALL_MOE = {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}
 MORE_INERT = [
     ("zero3.quantized_gradients", {"cluster": {"gpus": 1}, "parallel": {"zero": 3},
                                    "zero3": {"prefetch_bucket_size": 1000, "quantized_gradients": True}}),
-    ("moe.dispatcher", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatcher": "deepep"}}),
+    # top-1 across two nodes: DeepEP's one copy per node is the one copy the all-to-all sends
+    ("moe.dispatcher", {"model": {**SMALL_MOE, "experts": 16, "top_k": 1}, "cluster": {"gpus": 16}, "parallel": {"ep": 16},
+                        "training": {"global_batch": 16}, "moe": {"dispatcher": "deepep"}}),
     # parallelism/expert.py padding_seconds: no alignment copies in BF16, nor when padded to capacity
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"aligned_dispatch": True}}),
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"},
@@ -261,14 +263,18 @@ def test_a_16bit_gradient_lifetime_acts_without_fp32_accumulation_and_not_at_zer
     assert len(peaks) == 1
 
 
-def test_the_dispatcher_acts_only_where_the_ep_group_crosses_nodes():
-    """parallelism/expert.py copies_per_token, moe.dispatcher's one reader, sends top_k copies
-    of a token whichever dispatcher runs unless its EP group spans nodes (DeepEP's normal
-    kernels send one copy per destination node: DeepSeek-V3 Sec. 3.2.2). Mixtral's file packs
-    ep 8 into one 8-GPU node; spread, the group strides over the 4 nodes."""
+def test_the_dispatcher_acts_wherever_deepep_moves_other_bytes():
+    """parallelism/expert.py copies_per_token and deepep_own_share, moe.dispatcher's readers:
+    DeepEP sends a token once per destination holding its experts (per node across nodes,
+    DeepSeek-V3 Sec. 3.2.2; per GPU inside one, DeepEP's ``is_token_in_rank``), the alltoall
+    dispatcher all top_k copies; inside a node DeepEP's kernels also spend link time on a rank's
+    own share (its README's intranode rates). Mixtral's file packs ep 8 of its 8 experts into
+    one 8-GPU node: the same two copies either way, but DeepEP's own share acts; at ep 1
+    nothing is dispatched."""
     deepep = ("moe.dispatcher", "deepep")
-    assert _moe([deepep]) == ["moe.dispatcher"]
+    assert _moe([deepep]) == []
     assert _moe([("parallel.ep", 1), deepep]) == ["moe.dispatcher"]
+    assert _moe([("parallel.ep", 4), deepep]) == []
     assert _moe([("parallel.ep_placement", "spread"), deepep]) == []
 
 

@@ -262,12 +262,26 @@ def test_deepep_sends_a_token_once_per_node():
     assert limited == pytest.approx(S * 1 * H * 2)
 
 
-def test_deepep_inside_one_node_is_the_plain_all_to_all():
-    data = scenario(
+def test_deepep_inside_one_node_sends_a_token_once_per_gpu():
+    """DeepEP's intranode dispatch sends a token to each rank flagged in ``is_token_in_rank``
+    (``Buffer.get_dispatch_layout``: "whether a token be sent to a rank"), not once per expert:
+    with one expert per GPU (8 of 8, top-2) that is the two copies the alltoall dispatcher sends;
+    with 32 experts on 8 GPUs (4 each), uniform top-2 routing reaches
+    8 (1 - C(28, 2) / C(32, 2)) = 8 (1 - 378 / 496) = 1.903 GPUs per token."""
+    one_each = scenario(
         model={"experts": 8, "top_k": 2, "expert_ffn": 2 * H}, parallel={"ep": 8}, moe={"dispatcher": "deepep"}
     )
-    ev = run(data).events
+    ev = run(one_each).events
     assert set(ev[(ev["kind"] == "all_to_all") & (ev["layer"] == 0)]["bytes"]) == {S * 2 * H * 2}
+    four_each = scenario(
+        model={"experts": 32, "top_k": 2, "expert_ffn": 2 * H}, parallel={"ep": 8}, moe={"dispatcher": "deepep"}
+    )
+    (sent,) = _a2a_bytes(four_each, "ep_dispatch")
+    assert sent == pytest.approx(S * 8 * (1 - 378 / 496) * H * 2)
+    (returned,) = _a2a_bytes(four_each, "ep_combine")
+    assert returned == pytest.approx(sent)
+    (alltoall,) = _a2a_bytes({**four_each, "moe": {}}, "ep_dispatch")
+    assert alltoall == S * 2 * H * 2
 
 
 def test_fp8_dispatch_quantises_what_the_expert_gemms_read_first():

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         if ahead:
             print(f"simcluster run: {ahead}", file=sys.stderr)
     result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
-    caveat = small_expert_line(ctx.model.experts, ctx.model.expert_ffn, ctx.model.hidden)
+    caveat = small_expert_line(ctx.model)
     if caveat:
         result.summary["accuracy_caveat"] = caveat
     result.summary["inert_settings"] = [n.text for n in inert]

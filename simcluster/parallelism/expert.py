@@ -40,26 +40,66 @@ def ep_nodes(lay: Layout) -> int:
     return len({r // lay.gpus_per_node for r in lay.group("ep", 0)})
 
 
-def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
-    """Copies of a token one all-to-all sends.
+def distinct_holders(experts: int, top_k: int, holders: int) -> float:
+    """Expected number of the ``holders`` (GPUs or nodes, each with experts / holders of the
+    experts) that hold at least one of a token's top_k experts, for uniform routing:
+    N (1 - C(E - E/N, k) / C(E, k)), the complement of every one of its k experts lying
+    elsewhere."""
+    per_holder = experts // holders
+    absent = math.comb(experts - per_holder, top_k) / math.comb(experts, top_k)
+    return holders * (1.0 - absent)
 
-    ``alltoall``: one per routed expert (top_k). ``deepep`` across nodes: one per distinct node
-    holding the token's experts (DeepEP's normal kernels, DeepSeek-V3 Sec 3.2.2), which then
-    forwards it to the experts' GPUs over NVLink: that forwarding runs concurrently with the
-    inter-node transfer and is not timed separately (an ASSUMPTION: NVLink is 3-4x the NIC). The
-    distinct nodes are ``max_nodes_per_token`` when routing is node-limited (the gate fills its
-    M nodes), else the expectation for uniform routing of top_k among the experts:
-    N (1 - C(E - E/N, k) / C(E, k)).
+
+def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
+    """Copies of a token DeepEP's normal dispatch sends, one per destination holding any of its
+    experts (the receiver expands it to its local experts; the combine returns one row per
+    destination likewise).
+
+    Across nodes: one per distinct node (RDMA), which then forwards it to the experts' GPUs over
+    NVLink (DeepSeek-V3 Sec 3.2.2, ``internode::dispatch``); that forwarding runs concurrently
+    with the inter-node transfer and is not timed separately (an ASSUMPTION: NVLink is 3-4x the
+    NIC). The distinct nodes are ``max_nodes_per_token`` when routing is node-limited (the gate
+    fills its M nodes), else :func:`distinct_holders` over the nodes. Inside one node: one per
+    distinct GPU (``Buffer.get_dispatch_layout`` returns ``num_tokens_per_rank`` and
+    ``is_token_in_rank``, "whether a token be sent to a rank", which ``intranode::dispatch``
+    sends each token by), :func:`distinct_holders` over the EP group's GPUs; top_k only when
+    each GPU holds one expert. DeepSeek-V3's group-limited gating, which can also bound the GPUs
+    inside a node, is not modelled there.
     """
-    m = shapes.model
-    nodes = ep_nodes(shapes.layout)
-    if moe.dispatcher == "alltoall" or nodes <= 1:
-        return float(m.top_k)
-    if moe.max_nodes_per_token:
-        return float(min(moe.max_nodes_per_token, m.top_k, nodes))
-    per_node = m.experts // nodes
-    absent = math.comb(m.experts - per_node, m.top_k) / math.comb(m.experts, m.top_k)
-    return nodes * (1.0 - absent)
+    nodes = ep_nodes(layout)
+    if layout.ep <= 1:
+        return float(model.top_k)
+    if nodes > 1:
+        if moe.max_nodes_per_token:
+            return float(min(moe.max_nodes_per_token, model.top_k, nodes))
+        return distinct_holders(model.experts, model.top_k, nodes)
+    return distinct_holders(model.experts, model.top_k, layout.ep)
+
+
+def deepep_own_share(layout: Layout, moe: MoeSection) -> float:
+    """How much longer DeepEP's normal kernels take inside one node than an all-to-all that
+    copies a rank's own share locally: ep / (ep - 1), as if the own share crossed NVLink too.
+
+    DeepEP's README (H800, NVLink "~160 GB/s maximum", EP 8, the DeepSeek-V3 pretraining
+    setting) measures its intranode dispatch at 153 GB/s and its combine at 158 GB/s of
+    received bytes, a rank's own tokens included (``tests/test_intranode.py``:
+    ``recv_x.numel()``): the SMs that copy each destination's rows copy the own rows the same
+    way. An all-to-all that moves only the other ranks' share over links running at 160 GB/s
+    would reach 183 GB/s by that measure; charging the own share at the link rate gives 160,
+    within 4% of both. Across nodes the RDMA transfer sets the pace (1.0 there), as does NCCL's
+    all-to-all everywhere (nccl-tests' bus bandwidth excludes the own share)."""
+    if moe.dispatcher != "deepep" or layout.ep <= 1 or ep_nodes(layout) > 1:
+        return 1.0
+    return layout.ep / (layout.ep - 1)
+
+
+def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
+    """Copies of a token one all-to-all sends: ``alltoall`` one per routed expert (top_k, as
+    Megatron-Core's alltoall dispatcher permutes every copy before it), ``deepep`` one per
+    destination (:func:`deepep_copies`)."""
+    if moe.dispatcher == "alltoall":
+        return float(shapes.model.top_k)
+    return deepep_copies(shapes.model, shapes.layout, moe)
 
 
 def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
@@ -256,6 +296,21 @@ def _accumulate(shapes: Shapes, km: KernelModel) -> float:
     ) + wgrad.accumulation_seconds(km, shapes.training, lay, dense)
 
 
+def router_gemm_dtype(km: KernelModel) -> str:
+    """The dtype the router's gating GEMM (tokens x hidden @ hidden x experts) runs in: the
+    16-bit activation dtype even where the experts' and the dense layers' GEMMs are FP8 or
+    NVFP4, since no framework quantises it. Megatron-Core's ``TopKRouter.gating`` is a plain
+    matmul (``moe_utils.router_gating_linear``), not a TransformerEngine module, so
+    ``fp8_autocast`` does not reach it; torchtitan's float8 configs for DeepSeek-V3 leave
+    ``router.gate`` out (``filter_fqns``); DeepSeek-V3 (arXiv 2412.19437 Sec. 3.3.1) keeps "MoE
+    gating modules" in BF16 or FP32 under its FP8 framework. Not modelled: Megatron-Core's
+    ``moe_router_dtype: fp32``, which recent releases run through TransformerEngine's FP32
+    GEMM (TF32 tensor cores: "Use TF32 only for pure FP32 GEMM", ``cublaslt_gemm.cu``; half
+    the BF16 rate) and older ones through ``torch.mm`` in FP32 (TF32 only where PyTorch
+    allows it)."""
+    return km.act_dtype
+
+
 def _shared_gate_seconds(shapes: Shapes, km: KernelModel, phase: str) -> float:
     """Qwen2-MoE's shared-expert gate (``model.shared_expert_gate``: transformers'
     Qwen2MoeSparseMoeBlock, ``sigmoid(shared_expert_gate(x)) * shared_expert(x)``): a dot
@@ -295,14 +350,16 @@ def moe_block(
             shared = km.gemm(tokens, h, up, role="dgrad") + km.gemm(tokens, width, h, role="dgrad")
         else:
             shared = km.gemm(tokens, up, h, role="fwd") + km.gemm(tokens, h, width, role="fwd")
+    # the router's gating GEMM stays 16-bit under FP8/NVFP4 training (router_gemm_dtype)
+    router_dtype = router_gemm_dtype(km)
     if phase == "W":
-        router_w = km.gemm(h, m.experts, tokens, role="wgrad")
+        router_w = km.gemm(h, m.experts, tokens, dtype=router_dtype, role="wgrad")
         extra = Work.of(gemm=shared + router_w, grad_accum=_accumulate(shapes, km))
         return [Compute.of("experts", routed + extra, layer)]
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
     timed_router = km.moe.router_seconds(tokens, m.experts, m.top_k) if km.moe else None
     scores = km.memory(tokens * m.experts * 4 * 3) if timed_router is None else timed_router
-    router = Work.of(gemm=km.gemm(tokens, m.experts, h, role="fwd"), memory=scores)
+    router = Work.of(gemm=km.gemm(tokens, m.experts, h, dtype=router_dtype, role="fwd"), memory=scores)
     if phase == "F":
         # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
         router += Work.of(
@@ -341,8 +398,10 @@ def moe_block(
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=uneven_in or 1.0)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=uneven_out or 1.0)] if ep > 1 else []
+    # DeepEP's intranode kernels copy a rank's own rows as they copy the others' (deepep_own_share)
+    own = deepep_own_share(shapes.layout, moe)
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
     return [
         Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
         *dispatch,

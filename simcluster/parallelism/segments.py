@@ -96,7 +96,8 @@ class Comm:
     sms: int = 0
     host: float = 0.0  # seconds the CPU spends issuing it (see ``Compute.host``)
     #: an uneven exchange's time over an even one's of the same bytes (a calibrated MoE
-    #: all-to-all, simcluster/moe_kernels.py): the network moves ``nbytes`` times it, the
+    #: all-to-all, simcluster/moe_kernels.py), times DeepEP's own share inside a node
+    #: (parallelism/expert.py ``deepep_own_share``): the network moves ``nbytes`` times it, the
     #: events record ``nbytes``
     uneven: float = 1.0
 

@@ -63,7 +63,8 @@ class MoeSection(SectionBase):
         description=(
             "alltoall: each of a token's top_k copies goes straight to its expert's GPU "
             "(Megatron's alltoall dispatcher); deepep: a token crosses to each node holding "
-            "its experts once and is forwarded inside the node over NVLink (DeepEP, DeepSeek-V3)"
+            "its experts once and is forwarded inside the node over NVLink, and inside one node "
+            "goes once to each GPU holding its experts (DeepEP, DeepSeek-V3)"
         ),
     )
     max_nodes_per_token: int | None = Field(
