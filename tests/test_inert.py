@@ -543,3 +543,20 @@ def test_aligned_dispatch_acts_for_dropless_fp8_experts():
     fp8 = {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"}, "moe": {"aligned_dispatch": True}}
     assert "moe.aligned_dispatch" not in _settings(**fp8)
     assert _outcome(fp8) != _outcome(_without(fp8, "moe.aligned_dispatch"))
+
+
+def test_the_dispatcher_is_inert_where_each_node_holds_one_expert_whatever_the_rounding():
+    """With one expert per node DeepEP sends a token's top_k copies across nodes as the alltoall
+    dispatcher does: the expected distinct nodes is exactly top_k, not 0.9999999999999998 (6
+    experts, top-1: the float complement missed it and the note with it)."""
+    from simcluster.parallelism.expert import distinct_holders
+
+    assert all(distinct_holders(e, k, e) == k for e in range(2, 300) for k in range(1, min(e, 9)))
+    six = make_scenario(
+        model={**GPT_LIKE, "experts": 6, "top_k": 1, "expert_ffn": 1024},
+        cluster={"hardware": "dgx-h100", "gpus": 6, "gpus_per_node": 1},
+        parallel={"tp": 1, "pp": 1, "ep": 6},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 12},
+        moe={"dispatcher": "deepep"},
+    )
+    assert "moe.dispatcher" in [n.setting for n in inert_settings(build_context(scenario_from_dict(six)))]

@@ -44,10 +44,12 @@ def distinct_holders(experts: int, top_k: int, holders: int) -> float:
     """Expected number of the ``holders`` (GPUs or nodes, each with experts / holders of the
     experts) that hold at least one of a token's top_k experts, for uniform routing:
     N (1 - C(E - E/N, k) / C(E, k)), the complement of every one of its k experts lying
-    elsewhere."""
+    elsewhere. In whole numbers until one division, correctly rounded: the float complement
+    gave 0.9999999999999998 for one holder's worth of a top-1 token (6 experts on 6 nodes), and
+    the dispatcher's inert note, which compares with top_k, missed it."""
     per_holder = experts // holders
-    absent = math.comb(experts - per_holder, top_k) / math.comb(experts, top_k)
-    return holders * (1.0 - absent)
+    every = math.comb(experts, top_k)
+    return holders * (every - math.comb(experts - per_holder, top_k)) / every
 
 
 def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
