@@ -37,7 +37,7 @@ from simcluster.key_aliases import normalise_keys
 from simcluster.measured import METRICS, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
-from simcluster.scenario.loading import drop_nulls
+from simcluster.scenario.loading import drop_nulls, value_at
 from simcluster.scenario.misplaced import relocate
 from simcluster.token_counts import expand_seq_len
 
@@ -191,7 +191,7 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         nulled += drop_nulls({str(k): v for k, v in overrides.items() if v is None})[1]
     # the nulls still unwritten once set: is applied go to run_case, so that a key without a
     # default says it was nulled, as a scenario's null does (not a bare 'is required')
-    unset = tuple(dict.fromkeys(k for k in nulled if _value_at(scenario, k) is None))
+    unset = tuple(dict.fromkeys(k for k in nulled if value_at(scenario, k.split(".")) is None))
     figures, memory_figure = split_memory(raw["measured"])
     # samples per second become tokens by the sequence length, which may be written '8K'
     measured = read_measured(figures, f"{where}.measured", expand_seq_len(scenario))
@@ -259,14 +259,6 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
         flops=flops,
         unset=unset,
     )
-
-
-def _value_at(data: dict[str, Any], dotted: str) -> Any:
-    """The value at a dotted path of a raw scenario mapping, or None where the path stops."""
-    node: Any = data
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 #: FLOP counts a case may name: the model-FLOP conventions, and ``hardware`` (also ``hfu``):

@@ -1169,3 +1169,14 @@ def test_a_case_without_a_micro_batch_is_told_what_was_assumed(cli, tmp_path):
              {"name": "with-mbs", "scenario": make_scenario(), "measured": {"step_time_s": 1.0}}]  # fmt: skip
     out = " ".join(cli("validate", _cases_file(tmp_path, cases), "--jobs", "1").out.split())
     assert "1 case(s) state no micro-batch (no-mbs)" in out
+
+
+def test_a_cases_unset_keys_are_read_by_the_loaders_own_path_helper():
+    """The nulls still unwritten once set: is applied are looked up with scenario/loading.py's
+    value_at, the helper the loader reads a raw mapping's dotted keys by, not a twin of it."""
+    import simcluster.validate as validate
+    from simcluster.scenario.loading import value_at
+
+    assert not hasattr(validate, "_value_at")
+    assert value_at({"training": {"seq_len": 8}}, "training.seq_len".split(".")) == 8
+    assert value_at({"training": 3}, ["training", "seq_len"]) is None

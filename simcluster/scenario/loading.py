@@ -115,7 +115,7 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
         key, value = pending.pop(0)
         out = _expand_model_shorthand(out)  # an earlier `--set model=NAME`, then model.layers=4
         parts = _schema_path(key)
-        if isinstance(value, dict) and value and isinstance(_get_path(out, parts), dict):
+        if isinstance(value, dict) and value and isinstance(value_at(out, parts), dict):
             # a mapping over a section merges into it key by key ('parallel={tp: 2}' keeps the
             # scenario's zero); each key is then an override of its own, twins included
             pending[:0] = [(f"{key}.{k}", v) for k, v in value.items()]
@@ -175,7 +175,7 @@ def drop_nulls(data: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], 
     return out, dropped
 
 
-def _get_path(data: dict[str, Any], parts: list[str]) -> Any:
+def value_at(data: dict[str, Any], parts: list[str]) -> Any:
     """The value at ``parts`` in nested mappings, or None where the path stops."""
     node: Any = data
     for part in parts:
