@@ -115,3 +115,12 @@ def test_the_memory_breakdown_counts_them(cli):
     assert run_buffer_bytes(ctx.scenario, ctx.model, ctx.layout, 9.0) == {}
     table = cli("memory", "llama3-70b-64xh100", *args[:-1]).out
     assert "comm buffers" in table and "TransformerEngine userbuffers 896.00 MiB" in table
+
+
+def test_the_buffer_line_counts_only_the_overlaps_that_hold_a_buffer():
+    """An overlap set to nccl (PyTorch's blocking collective) holds no userbuffer: the line
+    counts the communicators that do, not every overlap name."""
+    from simcluster.commands.memory import _buffer_line
+
+    line = _buffer_line({"qkv_fprop": 2.0**20, "qkv_wgrad": 0.0, "fc1_wgrad": 0.0, "cublas_workspace": 2.0**26})
+    assert "(1 overlap)" in line and "(3 overlaps)" not in line

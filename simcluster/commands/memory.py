@@ -155,10 +155,12 @@ def _buffer_line(buffers: dict[str, float]) -> str:
     """The TP overlaps' persistent buffers by holder: TransformerEngine's userbuffers (one per
     overlap, qkv_fprop ...) and the extra cuBLAS workspace copies, or PyTorch's symmetric-memory
     workspace (simcluster.tp_overlap_buffers)."""
-    ub = {k: v for k, v in buffers.items() if k not in ("cublas_workspace", "symmetric_memory")}
+    # an overlap run through NCCL (method nccl) holds no userbuffer: 0 bytes, not counted
+    ub = {k: v for k, v in buffers.items() if k not in ("cublas_workspace", "symmetric_memory") and v > 0}
     parts = []
     if ub:
-        parts.append(f"TransformerEngine userbuffers {format_bytes(sum(ub.values()))} ({len(ub)} overlaps)")
+        count = f"{len(ub)} overlap" + ("s" if len(ub) > 1 else "")
+        parts.append(f"TransformerEngine userbuffers {format_bytes(sum(ub.values()))} ({count})")
     if buffers.get("cublas_workspace"):
         parts.append(f"cuBLAS workspace copies {format_bytes(buffers['cublas_workspace'])}")
     if buffers.get("symmetric_memory"):
