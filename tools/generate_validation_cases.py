@@ -208,6 +208,17 @@ for r in e["rows"]:
     with_userbuffers(cases[-1], "te-1", "Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg "
                      "passes ub_cfgs={} (megatron/training/initialize.py _initialize_tp_communicators): "
                      + TE1_NOTE + "; r0.8 ran in NGC PyTorch 24.0x containers with TE 1.x.")
+    if tp == 8 and pp == 1:
+        # the one row whose assumed settings the measurement itself rules out (docs/accuracy.md)
+        cases[-1]["source"] += (
+            " KNOWN GAP: with micro-batch 1 and fp32 gradients each GPU reduce-scatters 15.7 GB and "
+            "gathers 7.9 GB over its own 400 Gb/s rail (DP 48, one GPU per node), at least 0.28 s "
+            "beyond what one microbatch's backward and forward can hide even at line rate, so the "
+            "measured step would need 664 TFLOP/s of compute; micro-batch 4 or bf16 gradients would "
+            "reach it, but neither is stated (README, model_table.png; NVIDIA/Megatron-LM issue 1571 "
+            "asks for the launch parameters, unanswered) and each moves the other unpipelined rows "
+            "further off, so neither is assumed."
+        )
 dump(str(ROOT / "validation" / "megatron-core-h100.yaml"),
      "# Megatron-Core r0.8 weak scaling on H100 (NVIDIA/Megatron-LM README, model_table.png).\n"
      "# Generated from /work/shared/validation/published.yaml; unstated settings are assumptions,\n"
