@@ -107,6 +107,9 @@ def segment_cost(
             # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
             "experts": _te(2, ops=8, launches=grouped + casts),
             "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
+            # moe.shared_expert_overlap's side stream (both halves together): fc1 and fc2
+            # Linear modules, the activation, the input copy, stream switches and the output's wait
+            "shared_experts": _te(2, ops=4),
         }
     elif phase == "B":
         table = {
@@ -120,6 +123,7 @@ def segment_cost(
             # GroupedLinear backward (Python) and the per-expert input-gradient GEMMs
             "experts": _te(2, ops=4, launches=grouped + casts),
             "unpermute": HostCost(1.0, 4.0),
+            "shared_experts": _te(2, launches=4),  # the two Linear backwards on the side stream
         }
     else:
         # split weight gradients: the per-expert wgrad GEMMs
