@@ -83,7 +83,8 @@ def test_shared_overlap_puts_the_shared_experts_under_each_all_to_all():
     """Forward: router, dispatch (overlapped), shared fc1, experts, combine (overlapped),
     shared fc2, unpermute; the two halves are fc1's and fc2's GEMMs (4,096 x 2,048 x 2,048
     and 4,096 x 2,048 x 1,024 for one SwiGLU shared expert of 1,024). Without the setting the
-    all-to-alls block and the shared experts ride in the router block."""
+    all-to-alls block and the shared experts run in one block before the router (Megatron-Core's
+    ``MoELayer.shared_experts_compute`` before ``route`` and ``dispatch``)."""
     b = layer_builder(_raw(shared=1, moe={"shared_expert_overlap": True}))
     km = b.km
     segs = expert.moe_block(b.shapes, km, b.scenario.moe, "F", 0)
@@ -98,7 +99,8 @@ def test_shared_overlap_puts_the_shared_experts_under_each_all_to_all():
     assert back == ["router", "ep_combine_grad", "shared_experts", "experts", "ep_dispatch_grad", "shared_experts", "unpermute"]
     plain = layer_builder(_raw(shared=1))
     segs = expert.moe_block(plain.shapes, plain.km, plain.scenario.moe, "F", 0)
-    assert "shared_experts" not in [s.name for s in segs]
+    assert [s.name for s in segs] == ["shared_experts", "router", "ep_dispatch", "experts", "ep_combine", "unpermute"]
+    assert segs[0].seconds == pytest.approx(fc1.seconds + fc2.seconds)
     assert not any(s.overlap for s in segs if isinstance(s, Comm))
 
 

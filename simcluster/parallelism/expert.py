@@ -465,10 +465,15 @@ def moe_block(
         # expert GEMMs and reduce-scatters their partial sums (total input) after them
         gather = [Comm(f"etp_{name_in}_ag", "etp", "all_gather", etp * size_in, False, layer)]
         scatter = [Comm(f"etp_{name_out}_rs", "etp", "reduce_scatter", etp * size_out, False, layer)]
+    # the shared experts in a block of their own before the router (Megatron-Core's
+    # MoELayer.shared_experts_compute runs before route and dispatch), so the host's issue of
+    # their two TE Linear modules is charged (parallelism/host.py)
+    first = [Compute.of("shared_experts", shared_w, layer)] if m.shared_experts else []
     if ep == 1 and not gather:
         return [
+            *first,
             Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
-            Compute.of("experts", unpermute + routed + shared_w, layer),
+            Compute.of("experts", unpermute + routed, layer),
         ]
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
@@ -497,7 +502,8 @@ def moe_block(
             Compute.of("unpermute", unpermute, layer),
         ]
     return [
-        Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
+        *first,
+        Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
         *dispatch,
         *gather,
         sorted_experts,

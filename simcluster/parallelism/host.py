@@ -107,8 +107,9 @@ def segment_cost(
             # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
             "experts": _te(2, ops=8, launches=grouped + casts),
             "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
-            # moe.shared_expert_overlap's side stream (both halves together): fc1 and fc2
-            # Linear modules, the activation, the input copy, stream switches and the output's wait
+            # the shared experts (both halves together under moe.shared_expert_overlap): the fc1
+            # and fc2 Linear modules, the activation and glue (the overlap's input copy, stream
+            # switches and output wait)
             "shared_experts": _te(2, ops=4),
         }
     elif phase == "B":
@@ -123,7 +124,7 @@ def segment_cost(
             # GroupedLinear backward (Python) and the per-expert input-gradient GEMMs
             "experts": _te(2, ops=4, launches=grouped + casts),
             "unpermute": HostCost(1.0, 4.0),
-            "shared_experts": _te(2, launches=4),  # the two Linear backwards on the side stream
+            "shared_experts": _te(2, launches=4),  # the two Linear modules' backward
         }
     else:
         # split weight gradients: the per-expert wgrad GEMMs
