@@ -121,3 +121,20 @@ def test_shared_overlap_only_behind_the_alltoall_dispatcher():
     """Megatron-Core's TransformerConfig refuses the overlap with the flex (DeepEP) dispatcher."""
     with pytest.raises(UserError, match="moe.shared_expert_overlap"):
         build_context(scenario_from_dict(_raw(shared=1, moe={"shared_expert_overlap": True, "dispatcher": "deepep"})))
+
+
+def test_the_shared_experts_host_issue_is_charged_in_both_modes():
+    """The shared experts' two TransformerEngine Linear modules are issued by the host whether
+    they run before the router or on the side stream: per layer and phase the same host seconds
+    (parallelism/host.py ``shared_experts``: two TE module calls and four ops forward at
+    ``efficiency.host_op_us``), split over the overlap's two blocks."""
+    from simcluster.parallelism.host import segment_cost
+
+    for moe in ({}, {"shared_expert_overlap": True}):
+        b = layer_builder(_raw(shared=1, moe=moe))
+        eff = b.km.profile.efficiency
+        want = segment_cost("shared_experts", "F", 1).seconds(eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6)
+        assert want == pytest.approx((2 * 2.7 + 4) * eff.host_op_us * 1e-6)
+        blocks = [s for s in b.layer(0, "F") if isinstance(s, Compute) and s.name == "shared_experts"]
+        assert len(blocks) == (2 if moe else 1)
+        assert sum(s.host for s in blocks) == pytest.approx(want)
