@@ -329,7 +329,10 @@ def router_gemm_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase:
     saved input) to FP32 and multiplies them with the FP32 logit gradient in two FP32 GEMMs
     (:func:`fp32_gemm_dtype`: TF32), then casts the input gradient back to 16 bits. The casts
     are memory-bound passes (read one width, write the other). Without TransformerEngine
-    (and in FP64) Megatron-Core runs ``torch.mm`` on FP32 copies instead: not modelled."""
+    (and in FP64) Megatron-Core runs ``torch.mm`` on FP32 copies instead: not modelled; nor
+    core 0.12's unpermute in the router dtype (its CHANGELOG: "FP32/FP64 routing and
+    unpermutation"; from 0.13 the probabilities multiply in the experts' activation and the
+    unpermute stays 16-bit)."""
     m = shapes.model
     tokens, h, experts = shapes.moe_tokens, m.hidden, m.experts
     act = router_gemm_dtype(km)
