@@ -285,6 +285,14 @@ def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:
                 "moe.pad_to_capacity",
                 "pads each expert's input to its capacity; set moe.capacity_factor (e.g. 1.0) or drop it",
             )
+        if moe.shared_expert_overlap and moe.dispatcher != "alltoall":
+            # Megatron-Core TransformerConfig.__post_init__: "moe_shared_expert_overlap only
+            # works with alltoall token dispatcher" (the flex/DeepEP one has no such hooks)
+            raise UserError(
+                "moe.shared_expert_overlap",
+                f"runs only with moe.dispatcher alltoall (Megatron-Core refuses it with the flex "
+                f"dispatcher), not {moe.dispatcher}; set moe.dispatcher=alltoall or drop it",
+            )
         return
     for key, spec in MoeSection.model_fields.items():
         if getattr(moe, key) != spec.default:

@@ -221,6 +221,17 @@ def _aligned_dispatch(ctx: Context) -> Verdict:
     return None
 
 
+def _shared_expert_overlap(ctx: Context) -> Verdict:
+    # parallelism/expert.py overlaps_shared_experts, its one reader
+    if not ctx.model.shared_experts:
+        return ("without model.shared_experts", "there are no shared experts to run on the side stream")
+    if ctx.layout.ep == 1:
+        return ("at parallel.ep=1", "no expert-parallel all-to-all to hide the shared experts under")
+    if ctx.scenario.overlap.ep_comm:
+        return ("with overlap.ep_comm", "the paired op's compute fills the all-to-alls; the shared experts stay in the op")
+    return None
+
+
 def _tp_comm_cfg(ctx: Context) -> Verdict:
     if not ctx.scenario.overlap.tp_comm:
         return ("with overlap.tp_comm false", "it configures the userbuffers overlap that is off")
@@ -501,6 +512,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("dp.backward_sync", _dp_ordering),
     InertRule("moe.dispatcher", _ep_one_node),
     InertRule("moe.aligned_dispatch", _aligned_dispatch),
+    InertRule("moe.shared_expert_overlap", _shared_expert_overlap),
 )
 
 

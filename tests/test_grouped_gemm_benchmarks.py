@@ -97,8 +97,8 @@ def test_router_gemm_stays_bf16_under_fp8():
     """Megatron-Core's router is a plain matmul (``moe_utils.router_gating_linear``), not a
     TransformerEngine module, so FP8 training runs it in BF16 (DeepSeek-V3 Sec. 3.3.1 keeps the
     gating in BF16/FP32 too): the router segment's GEMM time is the BF16 time of
-    tokens x hidden @ hidden x experts, forward and (as its input gradient) backward, and the
-    weight gradient's hidden x experts over the tokens."""
+    tokens x hidden @ hidden x experts forward, the input gradient's tokens x experts @
+    experts x hidden backward, and the weight gradient's hidden x experts over the tokens."""
     b = layer_builder(
         {
             "model": MOE,
@@ -110,11 +110,11 @@ def test_router_gemm_stays_bf16_under_fp8():
     km = b.km
     assert expert.router_gemm_dtype(km) == "bf16"
     tokens = 4096
-    for phase in ("F", "B"):
+    for phase, shape, role in (("F", (tokens, 128, 2048), "fwd"), ("B", (tokens, 2048, 128), "dgrad")):
         (router,) = [s for s in expert.moe_block(b.shapes, km, b.scenario.moe, phase, 0) if s.name == "router"]
         gemm = dict(router.work.parts)["gemm"]
-        assert gemm == pytest.approx(km.gemm(tokens, 128, 2048, dtype="bf16", role="fwd"))
-        assert gemm != pytest.approx(km.gemm(tokens, 128, 2048, dtype="fp8", role="fwd"))
+        assert gemm == pytest.approx(km.gemm(*shape, dtype="bf16", role=role))
+        assert gemm != pytest.approx(km.gemm(*shape, dtype="fp8", role=role))
     (experts,) = expert.moe_block(b.shapes, km, b.scenario.moe, "W", 0)
     routed = dict(expert.expert_work(b.shapes, km, b.scenario.moe, "W").parts)["gemm"]
     router_w = km.gemm(2048, 128, tokens, dtype="bf16", role="wgrad")

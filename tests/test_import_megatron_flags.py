@@ -59,6 +59,18 @@ def test_moe_defaults_follow_arguments_py(tmp_path):
     assert (s["moe"]["dispatcher"], s["model"]["expert_ffn"]) == ("deepep", 2048)
 
 
+def test_moe_router_dtype_and_shared_expert_overlap(tmp_path):
+    # arguments.py: --moe-router-dtype {fp32, fp64}, --moe-shared-expert-overlap store_true;
+    # fp64 (torch.mm in FP64 in moe_utils.RouterGatingLinearFunction) is listed, not modelled
+    flags = MOE + "--moe-token-dispatcher-type alltoall --moe-shared-expert-intermediate-size 4096 "
+    s, _, _ = _import(tmp_path, flags + "--ffn-hidden-size 4096 --moe-router-dtype fp32 --moe-shared-expert-overlap")
+    assert s["moe"] == {"dispatcher": "alltoall", "router_dtype": "fp32", "shared_expert_overlap": True}
+    build_context(scenario_from_dict(s))
+    s, skipped, _ = _import(tmp_path, flags + "--ffn-hidden-size 4096 --moe-router-dtype fp64")
+    assert "router_dtype" not in s["moe"]
+    assert any(x.startswith("--moe-router-dtype fp64 (only fp32 is modelled") for x in skipped)
+
+
 @pytest.mark.parametrize(
     ("value", "fields"),
     [

@@ -170,6 +170,9 @@ MORE_INERT = [
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"aligned_dispatch": True}}),
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"},
                               "moe": {"aligned_dispatch": True, "capacity_factor": 1.0, "pad_to_capacity": True}}),
+    # parallelism/expert.py overlaps_shared_experts: no shared experts, or no all-to-all (ep 1)
+    ("moe.shared_expert_overlap", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"shared_expert_overlap": True}}),
+    ("moe.shared_expert_overlap", {"model": {**SMALL_MOE, "shared_experts": 1}, "moe": {"shared_expert_overlap": True}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
                                "overlap": {"tp_comm": True, "tp_grad_async": False}}),
     ("overlap.tp_grad_async", {"parallel": {"tp": 2, "sequence_parallel": True},
@@ -228,7 +231,8 @@ def test_a_note_is_true_the_setting_changes_nothing_there(setting, inert):
 
 def test_every_rule_has_a_case():
     """A rule added to the registry gets its pair of scenarios here (or among the MoE ones)."""
-    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher", "moe.aligned_dispatch"}
+    covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher", "moe.aligned_dispatch",
+                                     "moe.shared_expert_overlap"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 

@@ -35,7 +35,7 @@ __all__ = ["GRAD_ZERO", "Worker"]
 #: the event name of clearing the gradient buffer at a step's start (dp.zero_grad_buffer)
 GRAD_ZERO = "zero_grad_buffer"
 # compute segments of a layer's MLP (dense or MoE): their weight gradients precede attention's
-_MLP_SEGMENTS = ("mlp", "moe", "experts", "router", "unpermute")
+_MLP_SEGMENTS = ("mlp", "moe", "experts", "router", "unpermute", "shared_experts")
 
 
 def _mlp_cut(unit: Unit) -> int | None:

@@ -124,6 +124,20 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     backend = flags.choice("moe-flex-dispatcher-backend", {"deepep": "deepep", "hybridep": "hybridep"})
     if padded or (dispatcher == "deepep" and backend == "hybridep"):
         section["aligned_dispatch"] = True
+    # --moe-router-dtype (arguments.py choices fp32, fp64): fp32 runs the gating GEMM's
+    # gradients in FP32 (parallelism/expert.py router_gemm_seconds); fp64 is torch.mm in FP64
+    router_dtype = flags.text("moe-router-dtype")
+    if router_dtype == "fp32":
+        section["router_dtype"] = "fp32"
+    elif router_dtype is not None:
+        out.skip(
+            f"--moe-router-dtype {router_dtype}",
+            "only fp32 is modelled (moe.router_dtype); simulated with the 16-bit router",
+        )
+    # --moe-shared-expert-overlap: the shared experts on a side stream under the all-to-alls
+    # (moe.shared_expert_overlap; Megatron-Core refuses it with a dispatcher other than alltoall)
+    if flags.has("moe-shared-expert-overlap"):
+        section["shared_expert_overlap"] = True
     capacity = flags.number("moe-expert-capacity-factor")
     if capacity is not None:
         section["capacity_factor"] = capacity

@@ -305,12 +305,52 @@ def router_gemm_dtype(km: KernelModel) -> str:
     matmul (``moe_utils.router_gating_linear``), not a TransformerEngine module, so
     ``fp8_autocast`` does not reach it; torchtitan's float8 configs for DeepSeek-V3 leave
     ``router.gate`` out (``filter_fqns``); DeepSeek-V3 (arXiv 2412.19437 Sec. 3.3.1) keeps "MoE
-    gating modules" in BF16 or FP32 under its FP8 framework. Not modelled: Megatron-Core's
-    ``moe_router_dtype: fp32``, which recent releases run through TransformerEngine's FP32
-    GEMM (TF32 tensor cores: "Use TF32 only for pure FP32 GEMM", ``cublaslt_gemm.cu``; half
-    the BF16 rate) and older ones through ``torch.mm`` in FP32 (TF32 only where PyTorch
-    allows it)."""
+    gating modules" in BF16 or FP32 under its FP8 framework. ``moe.router_dtype: fp32`` keeps
+    this forward dtype and changes the backward (:func:`router_gemm_seconds`)."""
     return km.act_dtype
+
+
+def fp32_gemm_dtype(km: KernelModel) -> str:
+    """The dtype an FP32 x FP32 GEMM issued through TransformerEngine runs at: TF32 tensor
+    cores (``cublaslt_gemm.cu``: "Use TF32 only for pure FP32 GEMM",
+    ``CUBLAS_COMPUTE_32F_FAST_TF32``), FP32 on a profile without a TF32 peak."""
+    return "tf32" if "tf32" in km.profile.gpu.peak_tflops else "fp32"
+
+
+def router_gemm_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:
+    """The router's gating GEMM in ``phase``: the logits forward, the input gradient in B,
+    the weight gradient in W.
+
+    Unset ``moe.router_dtype``: all three in the 16-bit activation dtype
+    (:func:`router_gemm_dtype`). ``fp32`` (Megatron-Core's ``--moe-router-dtype fp32``, read
+    from ``moe_utils.RouterGatingLinearFunction``): the forward calls TransformerEngine's
+    ``general_gemm(weight, inp, float32)`` on the 16-bit input and weight, a 16-bit GEMM that
+    writes FP32 logits; the backward casts the weight (and, for the weight gradient, the
+    saved input) to FP32 and multiplies them with the FP32 logit gradient in two FP32 GEMMs
+    (:func:`fp32_gemm_dtype`: TF32), then casts the input gradient back to 16 bits. The casts
+    are memory-bound passes (read one width, write the other). Without TransformerEngine
+    (and in FP64) Megatron-Core runs ``torch.mm`` on FP32 copies instead: not modelled; nor
+    core 0.12's unpermute in the router dtype (its CHANGELOG: "FP32/FP64 routing and
+    unpermutation"; from 0.13 the probabilities multiply in the experts' activation and the
+    unpermute stays 16-bit)."""
+    m = shapes.model
+    tokens, h, experts = shapes.moe_tokens, m.hidden, m.experts
+    act = router_gemm_dtype(km)
+    fp32 = moe.router_dtype == "fp32"
+    if phase == "F":
+        return km.gemm(tokens, experts, h, dtype=act, role="fwd")
+    if not fp32:
+        if phase == "W":
+            return km.gemm(h, experts, tokens, dtype=act, role="wgrad")
+        return km.gemm(tokens, h, experts, dtype=act, role="dgrad")
+    wide = fp32_gemm_dtype(km)
+    elt = shapes.elt
+    weight_cast = km.memory(experts * h * (elt + 4))  # weight.to(float32)
+    if phase == "W":
+        input_cast = km.memory(tokens * h * (elt + 4))  # the saved input .to(float32)
+        return weight_cast + input_cast + km.gemm(h, experts, tokens, dtype=wide, role="wgrad")
+    grad_cast = km.memory(tokens * h * (4 + elt))  # the input gradient back to 16 bits
+    return weight_cast + km.gemm(tokens, h, experts, dtype=wide, role="dgrad") + grad_cast
 
 
 def _shared_gate_seconds(shapes: Shapes, km: KernelModel, phase: str) -> float:
@@ -326,8 +366,43 @@ def _shared_gate_seconds(shapes: Shapes, km: KernelModel, phase: str) -> float:
     return km.memory(forward * (2 if phase == "B" else 1))
 
 
+def shared_expert_gemms(shapes: Shapes, km: KernelModel, phase: str) -> tuple[float, float]:
+    """The shared experts' GEMMs in ``phase`` as (under the phase's first all-to-all, under
+    its second), the order Megatron-Core's overlap issues them: forward fc1 then fc2, the
+    input gradients fc2's then fc1's; W (both weight gradients) all first. (0, 0) without
+    shared experts."""
+    m = shapes.model
+    if not m.shared_experts:
+        return 0.0, 0.0
+    tokens, h = shapes.moe_tokens, m.hidden
+    width = m.expert_ffn * m.shared_experts
+    up = m.up_width(width)
+    if phase == "W":
+        return km.gemm(h, up, tokens, role="wgrad") + km.gemm(width, h, tokens, role="wgrad"), 0.0
+    if phase == "B":
+        return km.gemm(tokens, width, h, role="dgrad"), km.gemm(tokens, h, up, role="dgrad")
+    return km.gemm(tokens, up, h, role="fwd"), km.gemm(tokens, h, width, role="fwd")
+
+
+def overlaps_shared_experts(shapes: Shapes, moe: MoeSection, ep_pairs: bool = False) -> bool:
+    """Whether the shared experts run under the expert-parallel all-to-alls
+    (``moe.shared_expert_overlap``): Megatron-Core's ``SharedExpertMLP`` puts them on a side
+    stream (``shared_experts.py``: ``pre_forward_comm``, ``linear_fc1_forward_and_act``,
+    ``linear_fc2_forward``, ``post_forward_comm``, ``get_output``), which the alltoall
+    dispatcher calls after issuing each all-to-all (``token_dispatcher.py``
+    ``dispatch_postprocess`` and ``combine_postprocess``). Needs shared experts and an
+    all-to-all to hide under (ep > 1); not under ``overlap.ep_comm``'s F&B pairs
+    (``ep_pairs``), whose other op fills the all-to-alls already and whose turns pass at the
+    blocking all-to-alls (engine/worker.py ``_turn_points``): there the shared experts stay
+    in the op's own compute."""
+    return (
+        moe.shared_expert_overlap and bool(shapes.model.shared_experts) and shapes.layout.ep > 1 and not ep_pairs
+    )
+
+
 def moe_block(
-    shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int, grouped: str = DEFAULT_GROUPED
+    shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int, grouped: str = DEFAULT_GROUPED,
+    ep_pairs: bool = False,
 ) -> list[Segment]:
     """Segments of one MoE MLP (after the attention block) for phase F, B or W.
 
@@ -335,33 +410,34 @@ def moe_block(
     router's softmax and top-k, the permute (a gather: forward before the dispatch, backward
     the unpermute's gradient) and the unpermute (a scatter-add: forward after the combine,
     backward the permute's gradient), the counts' read-back, and the all-to-alls' unevenness
-    (:meth:`~simcluster.moe_kernels.MoeKernels.all_to_all_ratio`); the router's backward is
-    charged as its forward (an ASSUMPTION: softmax backward reads and writes as much).
+    (:meth:`~simcluster.moe_kernels.MoeKernels.all_to_all_ratio`); the router's softmax and
+    top-k backward is charged as its forward (an ASSUMPTION: softmax backward reads and writes
+    as much), its gating GEMM's gradients by :func:`router_gemm_seconds`.
+
+    With ``moe.shared_expert_overlap`` (:func:`overlaps_shared_experts`) each all-to-all is
+    issued as an overlapped collective with the shared experts' GEMMs of
+    :func:`shared_expert_gemms` as the compute under it (forward: fc1 and the gate under the
+    dispatch, fc2 under the combine; backward: the input gradients, fc2's under the combine's
+    gradient, fc1's under the dispatch's, as autograd runs a backward op on its forward op's
+    stream and ``set_tensor_grad_fn_sequence_sr`` schedules them first); the expert GEMMs
+    wait for the all-to-all as before. The weight gradients stay where they were.
     """
     m = shapes.model
     tokens = shapes.moe_tokens
     h = m.hidden
     routed = expert_work(shapes, km, moe, phase, grouped)
-    shared = 0.0
-    if m.shared_experts:
-        width = m.expert_ffn * m.shared_experts
-        up = m.up_width(width)
-        if phase == "W":
-            shared = km.gemm(h, up, tokens, role="wgrad") + km.gemm(width, h, tokens, role="wgrad")
-        elif phase == "B":
-            shared = km.gemm(tokens, h, up, role="dgrad") + km.gemm(tokens, width, h, role="dgrad")
-        else:
-            shared = km.gemm(tokens, up, h, role="fwd") + km.gemm(tokens, h, width, role="fwd")
-    # the router's gating GEMM stays 16-bit under FP8/NVFP4 training (router_gemm_dtype)
-    router_dtype = router_gemm_dtype(km)
+    shared_first, shared_second = shared_expert_gemms(shapes, km, phase)
+    shared = shared_first + shared_second
+    # the router's gating GEMM stays 16-bit under FP8/NVFP4 training (router_gemm_dtype); its
+    # gradients run in FP32 with moe.router_dtype fp32 (router_gemm_seconds)
+    gating = router_gemm_seconds(shapes, km, moe, phase)
     if phase == "W":
-        router_w = km.gemm(h, m.experts, tokens, dtype=router_dtype, role="wgrad")
-        extra = Work.of(gemm=shared + router_w, grad_accum=_accumulate(shapes, km))
+        extra = Work.of(gemm=shared + gating, grad_accum=_accumulate(shapes, km))
         return [Compute.of("experts", routed + extra, layer)]
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
     timed_router = km.moe.router_seconds(tokens, m.experts, m.top_k) if km.moe else None
     scores = km.memory(tokens * m.experts * 4 * 3) if timed_router is None else timed_router
-    router = Work.of(gemm=km.gemm(tokens, m.experts, h, dtype=router_dtype, role="fwd"), memory=scores)
+    router = Work.of(gemm=gating, memory=scores)
     if phase == "F":
         # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
         router += Work.of(
@@ -392,23 +468,48 @@ def moe_block(
         # expert GEMMs and reduce-scatters their partial sums (total input) after them
         gather = [Comm(f"etp_{name_in}_ag", "etp", "all_gather", etp * size_in, False, layer)]
         scatter = [Comm(f"etp_{name_out}_rs", "etp", "reduce_scatter", etp * size_out, False, layer)]
+    # the shared experts in a block of their own before the router (Megatron-Core's
+    # MoELayer.shared_experts_compute runs before route and dispatch), so the host's issue of
+    # their two TE Linear modules is charged (parallelism/host.py)
+    first = [Compute.of("shared_experts", shared_w, layer)] if m.shared_experts else []
     if ep == 1 and not gather:
         return [
+            *first,
             Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
-            Compute.of("experts", unpermute + routed + shared_w, layer),
+            Compute.of("experts", unpermute + routed, layer),
         ]
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
     # DeepEP's intranode kernels copy a rank's own rows as they copy the others' (deepep_own_share)
     own = deepep_own_share(shapes.layout, moe)
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, False, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, False, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
+    side = overlaps_shared_experts(shapes, moe, ep_pairs)
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
+    sorted_experts = Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer)
+    if side:
+        # the shared experts' side stream under each all-to-all (overlaps_shared_experts); the
+        # gate's scaling comes with the output, after fc2 (get_output)
+        gate = _shared_gate_seconds(shapes, km, phase)
+        under_in = Work.of(gemm=shared_first, memory=gate if phase == "B" else 0.0)
+        under_out = Work.of(gemm=shared_second, memory=gate if phase == "F" else 0.0)
+        return [
+            Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
+            *dispatch,
+            Compute.of("shared_experts", under_in, layer),
+            *gather,
+            sorted_experts,
+            *scatter,
+            *combine,
+            Compute.of("shared_experts", under_out, layer),
+            Compute.of("unpermute", unpermute, layer),
+        ]
     return [
-        Compute.of("router", router + permute + shared_w, layer, sync=sync, sync_s=read_s),
+        *first,
+        Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
         *dispatch,
         *gather,
-        Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer),
+        sorted_experts,
         *scatter,
         *combine,
         Compute.of("unpermute", unpermute, layer),

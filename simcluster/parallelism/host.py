@@ -107,6 +107,10 @@ def segment_cost(
             # chunk sort, fc1 and fc2 GroupedLinear, activation, chunk unsort
             "experts": _te(2, ops=8, launches=grouped + casts),
             "unpermute": HostCost(7.0),  # fused unpermute, probability scaling, glue
+            # the shared experts (both halves together under moe.shared_expert_overlap): the fc1
+            # and fc2 Linear modules, the activation and glue (the overlap's input copy, stream
+            # switches and output wait)
+            "shared_experts": _te(2, ops=4),
         }
     elif phase == "B":
         table = {
@@ -120,6 +124,7 @@ def segment_cost(
             # GroupedLinear backward (Python) and the per-expert input-gradient GEMMs
             "experts": _te(2, ops=4, launches=grouped + casts),
             "unpermute": HostCost(1.0, 4.0),
+            "shared_experts": _te(2, launches=4),  # the two Linear modules' backward
         }
     else:
         # split weight gradients: the per-expert wgrad GEMMs

@@ -351,7 +351,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         m = self.shapes.model
         if m.is_moe_layer(index):
             grouped = GROUPED_BY_FRAMEWORK.get(self.scenario.framework or "", DEFAULT_GROUPED)
-            moe = expert.moe_block(self.shapes, self.km, self.scenario.moe, phase, index, grouped)
+            moe = expert.moe_block(
+                self.shapes, self.km, self.scenario.moe, phase, index, grouped, ep_pairs=self.scenario.overlap.ep_comm
+            )
             if phase == "W":
                 return self._host(moe, phase)
             norm = Compute.of("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)

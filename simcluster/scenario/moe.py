@@ -101,6 +101,26 @@ class MoeSection(SectionBase):
             "skips the sync)"
         ),
     )
+    router_dtype: Literal["fp32"] | None = Field(
+        default=None,
+        description=(
+            "Megatron-Core's --moe-router-dtype: fp32 returns the gating GEMM's logits in FP32 "
+            "(TransformerEngine's general GEMM on the 16-bit input and weight) and runs its "
+            "input and weight gradients as FP32 GEMMs, which cuBLAS computes on TF32 tensor "
+            "cores, with the casts around them (moe_utils.RouterGatingLinearFunction); unset: "
+            "the activations' 16-bit dtype. Megatron-Bridge's DeepSeek and Qwen3-Next "
+            "providers set fp32, its Qwen3-MoE ones leave it unset"
+        ),
+    )
+    shared_expert_overlap: bool = Field(
+        default=False,
+        description=(
+            "Megatron-Core's --moe-shared-expert-overlap: the shared experts run on a side "
+            "stream, fc1 and its activation under the dispatch all-to-all, fc2 under the "
+            "combine (and their input gradients under the backward's all-to-alls); only with "
+            "the alltoall dispatcher, as Megatron-Core's TransformerConfig requires"
+        ),
+    )
     fp8_dispatch: bool = Field(
         default=False,
         description="send the dispatch (and its backward, the gradient before the down-projection) in FP8",
