@@ -89,6 +89,15 @@ def test_a_misspelt_profile_key_gets_the_nearest_field(section, key, hint):
         profile_from_dict(raw)
 
 
+def test_a_required_key_misspelt_is_named_as_the_typo_not_as_missing():
+    # before: a copy of dgx-h100.yaml with 'memory_gib' typed 'memry_gib' said only "is missing
+    # field 'gpu.memory_gib'", leaving the user to find the line; the typo is both errors
+    raw = load_profile("dgx-h100").model_dump()
+    raw["gpu"]["memry_gib"] = raw["gpu"].pop("memory_gib")
+    with pytest.raises(UserError, match=r"field 'gpu.memry_gib' is unknown \(did you mean 'memory_gib'\?\)"):
+        profile_from_dict(raw)
+
+
 def test_a_profile_written_by_an_older_release_says_what_replaced_its_key(cli, tmp_path):
     """Profiles before commit 4dc80a1 carried efficiency.tp_overlap_sms (now the scenario's
     overlap.tp_comm_cfg): one line naming the replacement, exit 2, no traceback."""
