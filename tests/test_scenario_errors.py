@@ -240,3 +240,16 @@ def test_an_unknown_key_where_a_required_one_is_missing_is_named(cli, tmp_path):
         "training.block_size: unknown key, and training.seq_len is required",
         "write it as seq_len",
     )
+
+
+@pytest.mark.parametrize(("typo", "section"), [("trainig", "training"), ("modle", "model"), ("clustr", "cluster")])
+def test_a_misspelt_required_section_is_named_as_the_typo(cli, tmp_path, typo, section):
+    # before: 'trainig:' said "training: is required; add it to the scenario" of a file that has
+    # it, one letter off, and never named the misspelt line
+    text = (
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 8}\n"
+        "training: {seq_len: 4096, global_batch: 8}\n"
+    ).replace(f"{section}:", f"{typo}:")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert_one_line_error(cli("run", str(path)), f"error: {typo}: unknown key (did you mean '{section}'?)")
