@@ -120,7 +120,12 @@ def run(args: argparse.Namespace) -> int:
         result.summary["overrides"] = list(args.overrides)
     written: list[str] = []
     if args.out:
-        paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace)
+        from simcluster.output.writer import WRITE_STEPS
+        from simcluster.progress import progress_bar
+
+        # a large run's figures, trace and events take a while (DeepSeek-V3 on 2,048 GPUs: 20 s)
+        with progress_bar(f"writing {args.out}", WRITE_STEPS, delay_s=1.0, unit="parts") as advance:
+            paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace, progress=advance)
         written = sorted(paths)
         trace = paths.get("trace.json.gz" if args.gzip_trace else "trace.json")
         note = trace_size_note(trace, len(result.events)) if trace else None
