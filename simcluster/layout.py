@@ -460,10 +460,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             zero_shard = 0  # one replica: plain ZeRO
     per_step = dp * tr.micro_batch
     if tr.global_batch % per_step:
+        # a smaller micro-batch that divides is often the fix a user means: an imported launch
+        # script's case run on more nodes than its own (512 sequences over dp 512 at MBS 16)
+        smaller = next((m for m in range(tr.micro_batch - 1, 0, -1) if tr.global_batch % (dp * m) == 0), None)
+        also = f", or training.micro_batch={smaller}" if smaller else ""
         raise UserError(
             "training.global_batch",
             f"{tr.global_batch} is not divisible by dp*micro_batch = {dp}*{tr.micro_batch} = {per_step}; "
-            f"use a multiple of {per_step}",
+            f"use a multiple of {per_step}{also}",
         )
     if tr.grad_accum is not None and tr.grad_accum != tr.global_batch // per_step:
         raise UserError(

@@ -253,3 +253,24 @@ def test_a_misspelt_required_section_is_named_as_the_typo(cli, tmp_path, typo, s
     path = tmp_path / "s.yaml"
     path.write_text(text)
     assert_one_line_error(cli("run", str(path)), f"error: {typo}: unknown key (did you mean '{section}'?)")
+
+
+def test_a_batch_a_smaller_micro_batch_would_divide_names_it(cli, tmp_path):
+    # before: 'use a multiple of 256' only, for 64 sequences on 64 data-parallel ranks at
+    # micro-batch 4 (as an imported launch script's case run on more nodes than its own: the
+    # SC'21 1.7B case, GBS 512 at MBS 16, on 64 nodes asked for a global batch of 8192)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 64}\nparallel: {tp: 1}\n"
+        "training: {seq_len: 4096, global_batch: 64, micro_batch: 4}\n"
+    )
+    assert_one_line_error(
+        cli("run", str(path)),
+        "training.global_batch: 64 is not divisible by dp*micro_batch = 64*4 = 256; use a multiple of 256, "
+        "or training.micro_batch=1",
+    )
+    # none divides: 12 over dp 8 at micro-batch 1, the batch or the GPUs must change
+    path.write_text(path.read_text().replace("gpus: 64", "gpus: 8").replace("global_batch: 64, micro_batch: 4", "global_batch: 12"))
+    res = cli("run", str(path))
+    assert_one_line_error(res, "8*1 = 8; use a multiple of 8")
+    assert res.err.rstrip().endswith("use a multiple of 8")
