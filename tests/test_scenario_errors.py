@@ -274,3 +274,12 @@ def test_a_batch_a_smaller_micro_batch_would_divide_names_it(cli, tmp_path):
     res = cli("run", str(path))
     assert_one_line_error(res, "8*1 = 8; use a multiple of 8")
     assert res.err.rstrip().endswith("use a multiple of 8")
+
+
+def test_a_global_batch_written_in_tokens_points_to_global_batch_tokens(cli):
+    # 'global batch 1M' is how Llama 3 (and GPT-3's 3.2M) state it; before, the error was
+    # pydantic's 'unable to parse string as an integer (got '1M')'
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=1M")
+    assert_one_line_error(res, "training.global_batch: counts sequences", "write training.global_batch_tokens=1M")
+    assert cli("memory", "llama3-8b-8xh100", "--set", "training.global_batch_tokens=1M").code == 0  # the fix runs
+    assert_one_line_error(cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=abc"), "(got 'abc')")

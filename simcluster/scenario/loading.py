@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,13 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
         return UserError(field, err["msg"])
     if kind == "value_error":  # a validator's own message
         return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
+    if field == "training.global_batch" and isinstance(got, str) and re.fullmatch(r"\s*[\d.]+\s*[kKmMgG]\s*", got):
+        # '1M', '4M': a batch in tokens, as the Llama 3 and GPT-3 papers give it
+        return UserError(
+            field,
+            f"counts sequences, and {got!r} reads as a token count; write training.global_batch_tokens={got.strip()} "
+            "(tokens per step, 1M = 2^20) or a whole number of sequences",
+        )
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
 
 
