@@ -463,7 +463,8 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     raise UserError(
         field,
         f"unknown hardware '{text}'{did_you_mean(text, names)}; "
-        f"shipped profiles: {', '.join(names)}, or give a path to a profile YAML",
+        f"shipped profiles: {', '.join(names)}, or give a path to a profile YAML (`calibrate` "
+        "writes one for your GPUs: README, 'Calibrating on your cluster')",
     )
 
 

@@ -276,6 +276,8 @@ def test_reference_nodes_carry_the_gpu_they_are_named_for():
         ("V100-SXM2-16GB", "no shipped profile for a 16 GB V100"),
         ("h1000", "did you mean 'dgx-h100'"),
         ("p3.16xlarge", "unknown hardware"),
+        # a GPU no profile ships (a workstation card): the way to one, not only the list
+        ("rtx4090", "unknown hardware 'rtx4090'.*`calibrate` writes one for your GPUs"),
         # export variants: the A800 is an A100 with NVLink at 400 GB/s bidirectional (its
         # datasheet), so the nearest shipped node with its NVLink overridden
         ("NVIDIA A800-SXM4-80GB", "use hardware dgx-a100 .or dgx-a100-40gb. with cluster.nvlink_GBps: 200"),
