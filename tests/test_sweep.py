@@ -618,6 +618,8 @@ def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, caps
     captured = capsys.readouterr()
     assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
     assert captured.err.startswith("error: parallel: no layout of the sweep can run")
+    assert captured.err.count("parallel:") == 1  # the reason without its field again
+    assert "first reason: tp*pp*cp = 12 does not divide cluster.gpus=4" in captured.err
 
 
 def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():

@@ -172,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
             stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
     if not any(r.ran for r in rows):
         field, _, first = skip_reasons(rows)[0]
-        raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
+        # the field leads the line once ('error: parallel: ...; first reason: parallel: ...' before)
+        raise UserError(field, f"no layout of the sweep can run; first reason: {first.removeprefix(field + ': ')}")
     return 0
 
 
