@@ -283,3 +283,17 @@ def test_a_global_batch_written_in_tokens_points_to_global_batch_tokens(cli):
     assert_one_line_error(res, "training.global_batch: counts sequences", "write training.global_batch_tokens=1M")
     assert cli("memory", "llama3-8b-8xh100", "--set", "training.global_batch_tokens=1M").code == 0  # the fix runs
     assert_one_line_error(cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=abc"), "(got 'abc')")
+
+
+def test_a_tp_that_splits_no_heads_evenly_names_the_degrees_that_do(cli, tmp_path):
+    # Llama 3 8B: 32 query heads in 8 KV groups (its config.json), so tp 1, 2, 4 or 8; before,
+    # the error named the rule only and the user searched for a degree
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 24}\nparallel: {tp: 3}\n"
+        "training: {seq_len: 4096, global_batch: 8}\n"
+    )
+    assert_one_line_error(cli("run", str(path)), "parallel.tp: tp=3 must divide the model's heads=32; tp 1, 2, 4 or 8 divide both")
+    # past the query groups: Mixtral 8x7B's 32 heads in 8 groups
+    res = cli("memory", "mixtral-8x7b-32xh100", "--set", "parallel.tp=32", "--set", "parallel.ep=1")
+    assert_one_line_error(res, "tp=32 must divide kv_heads=8 (Megatron's query groups); tp 1, 2, 4 or 8 divide both")
