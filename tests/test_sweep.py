@@ -611,6 +611,8 @@ def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
     # which layout it left out, with its peak, not only how many
     text = " ".join(out.split())
     assert "left out 1 layout(s) over the GPU's memory of 20.00 GiB, unsimulated (--fitting-only): pp=1 (peak " in text
+    # the 'after GEMMs' column is said in words under the table (its heading alone was cryptic)
+    assert "after GEMMs: the largest part of the busiest stage's step besides its GEMMs" in text
 
 
 def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):

@@ -266,6 +266,8 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         )
     if ran:  # an empty table says nothing the skip lines below do not
         console.print(table)
+        # the column's heading alone read as 'what runs after the GEMMs'
+        console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
     if any(not r.fits for r in ran[:top]):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:
