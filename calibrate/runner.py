@@ -359,7 +359,7 @@ def run(cfg: RunConfig) -> int:
                 lines = summary_lines(profile, measured, cfg.out, elapsed, len(steps), cfg.base)
             except (KeyError, TypeError, ValueError) as exc:  # the profile is on disk: a gap in
                 # its digest must not turn the finished run into a failure
-                lines = [f"note: no summary ({type(exc).__name__}: {exc}); the profile's sources: says what was measured"]
+                lines = [f"note: no summary ({type(exc).__name__}: {exc}); the profile's sources: section says what was measured"]
             for line in lines:
                 print(line, file=sys.stderr)
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as

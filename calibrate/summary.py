@@ -89,13 +89,16 @@ def _host_line(m: Measurements) -> str | None:
     return "host          " + ", ".join(parts) if parts else None
 
 
-def _ranks_line(m: Measurements) -> str | None:
+def _ranks_line(m: Measurements, on_gpu: bool) -> str | None:
     parts = []
     if m.gemm_ranks:  # as measured (the profile's gpu.speed_spread may be capped to the schema's range)
         rates = [float(r) for r in m.gemm_ranks["tflops_per_rank"]]
         parts.append(f"GEMM rate spread between ranks {100 * spread(rates):.1f}%")
     if m.interference:
-        parts.append(f"a GEMM under all-reduces ran at {100 * float(m.interference['rate']):.0f}% of its rate alone")
+        ran = f"a GEMM under all-reduces ran at {100 * float(m.interference['rate']):.0f}% of its rate alone"
+        # on a CPU the two share cores, not SMs: the profile writes efficiency.collective_sms 0
+        # whatever this was (a shared machine's noise read 154% on 2026-12-01)
+        parts.append(ran if on_gpu else f"{ran} (not used: a CPU has no SMs to lend, collective_sms 0)")
     return "ranks         " + "; ".join(parts) if parts else None
 
 
@@ -147,14 +150,15 @@ def summary_lines(
     if m.memory:
         body.append(_memory_line(m.memory))
     body += _collective_lines(m.collectives)
-    body += [_host_line(m), _ranks_line(m), _moe_line(m)]
+    on_gpu = prov.get("backend") == "nccl"  # dist.py: NCCL on CUDA, gloo on CPU
+    body += [_host_line(m), _ranks_line(m, on_gpu), _moe_line(m)]
     lines += [f"  {line}" for line in body if line]
     kept = kept_fields(profile, base)
     if kept:
         shown = ", ".join(kept[:KEPT_SHOWN]) + (f" and {len(kept) - KEPT_SHOWN} more" if len(kept) > KEPT_SHOWN else "")
         lines.append(
-            f"not measured, kept from {base or FALLBACK_BASE}: {shown} (the profile's sources: "
-            "says where each field came from)"
+            f"not measured, kept from {base or FALLBACK_BASE}: {shown} (the profile's "
+            "sources: section says where each field came from)"
         )
     lines.append(f"simulate with it: simcluster run SCENARIO --hardware {out}")
     return lines

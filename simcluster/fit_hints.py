@@ -55,20 +55,25 @@ def _cost_rank(key: str, value: Any) -> tuple[int, int]:
 @dataclass(frozen=True)
 class FitHint:
     """One change (``key=value``) and the peak memory per GPU it leads to; ``unset``: keys the
-    scenario wrote that the change refuses beside it, unset with it (``--set KEY=null``)."""
+    scenario wrote that the change refuses beside it, unset with it (``--set KEY=null``);
+    ``also``: the changes made together with it (:func:`fitting_combination`)."""
 
     change: str
     total_bytes: float
     unset: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
 
     @property
     def sets(self) -> list[str]:
-        """The ``--set`` items that make the change: it, then each unset key's null."""
-        return [self.change, *(f"{key}=null" for key in self.unset)]
+        """The ``--set`` items that make the change: it and those made with it, then each unset
+        key's null."""
+        return [self.change, *self.also, *(f"{key}=null" for key in self.unset)]
 
     def record(self) -> dict[str, Any]:
-        """The JSON record (``unset`` only where there is one)."""
+        """The JSON record (``unset`` and ``also`` only where there are some)."""
         doc: dict[str, Any] = {"change": self.change, "total_bytes": self.total_bytes}
+        if self.also:
+            doc["also"] = list(self.also)
         if self.unset:
             doc["unset"] = list(self.unset)
         return doc
@@ -118,6 +123,14 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     return out
 
 
+def host_fits(doc: dict[str, Any]) -> bool:
+    """Whether a memory document's offloaded state fits its node's host memory (true where the
+    profile does not give the host's): an offload hint must not trade the GPU's shortage for
+    the host's."""
+    capacity = doc.get("host_capacity_bytes")
+    return not capacity or doc["host_bytes_per_node"] <= capacity
+
+
 def would_fit(sc: Scenario, hardware: str | None = None) -> list[dict[str, Any]]:
     """:func:`fitting_changes` as the ``would_fit`` records of run's and memory's JSON."""
     return [h.record() for h in fitting_changes(sc, hardware)]
@@ -147,7 +160,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
             continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
-        if doc["fits"]:
+        if doc["fits"] and host_fits(doc):
             hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset)
             hints.append((_cost_rank(key, value), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
@@ -193,3 +206,53 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
         if doc["total_bytes"] <= (1.0 - spare_share) * ctx.capacity_bytes:
             return FitHint(f"training.recompute={value}", doc["total_bytes"], unset)
     return None
+
+
+#: how many of the least-memory changes of a round the search goes on from when none fits:
+#: the least alone can lead nowhere (activations offloaded to the host, where the optimizer
+#: then has no room, instead of full recomputation)
+BRANCHES = 3
+
+
+def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3) -> FitHint | None:
+    """When no single change fits: up to ``most`` of the same candidates together, by the same
+    memory walk (GPU and host). A round that has candidates that fit takes the cheapest in step
+    time (:data:`COST_ORDER`); otherwise the search goes on from each of its :data:`BRANCHES`
+    least-memory candidates in turn (at most 1 + 3 + 9 rounds of about ten walks, ~25 ms each).
+    None when no such combination fits: the model needs more GPUs or more memory per GPU."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+    from simcluster.sweep import show_value
+
+    base = _rewritable(sc)
+
+    def search(taken: dict[str, Any], unset: tuple[str, ...], left: int) -> FitHint | None:
+        current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
+        fewest = min(c.layers for stage in current.chunks for c in stage)
+        tried: list[tuple[float, str, Any, tuple[str, ...]]] = []
+        for key, value in _candidates(current.scenario, fewest):
+            drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
+            try:
+                ctx = build_context(scenario_from_dict(base, [*taken.items(), (key, value), *((k, None) for k in drop)]), hardware)
+            except UserError:
+                continue  # the layout checks refuse it
+            offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
+            if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
+                continue
+            doc = memory_summary(ctx)
+            if host_fits(doc):  # an offload past the host's memory is no way out
+                tried.append((doc["total_bytes"], key, value, drop))
+        fitting = [t for t in tried if t[0] <= current.capacity_bytes]
+        if fitting:
+            total, key, value, drop = min(fitting, key=lambda t: _cost_rank(t[1], t[2]))
+            first, *rest = (f"{k}={show_value(v)}" for k, v in {**taken, key: value}.items())
+            return FitHint(first, total, drop, tuple(rest))
+        if left <= 1:
+            return None
+        for _, key, value, drop in sorted(tried, key=lambda t: t[0])[:BRANCHES]:
+            found = search({**taken, key: value}, drop, left - 1)
+            if found is not None:
+                return found
+        return None
+
+    return search({}, (), most)

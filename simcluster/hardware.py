@@ -463,7 +463,8 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
     raise UserError(
         field,
         f"unknown hardware '{text}'{did_you_mean(text, names)}; "
-        f"shipped profiles: {', '.join(names)}, or give a path to a profile YAML",
+        f"shipped profiles: {', '.join(names)}, or give a path to a profile YAML (`calibrate` "
+        "writes one for your GPUs: README, 'Calibrating on your cluster')",
     )
 
 
@@ -540,7 +541,7 @@ def profile_from_dict(
     try:
         profile = HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = _first_error(exc.errors())
         err["msg"] = err["msg"].removeprefix("Value error, ")  # a validator's own message
         loc = ".".join(str(p) for p in err["loc"])
         if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
@@ -567,6 +568,18 @@ def profile_from_dict(
         with contextlib.suppress(UserError):  # a profile completed by its patch is its own
             profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
     return profile
+
+
+def _first_error(errors: list[Any]) -> Any:
+    """The error to report: a key the schema does not know before a required field missing
+    from the same section, since a misspelt key is both (``gpu.memry_gib`` was reported as
+    'missing field gpu.memory_gib', the typo itself unnamed)."""
+    first = errors[0]
+    if first["type"] == "missing":
+        for err in errors:
+            if err["type"] == "extra_forbidden" and tuple(err["loc"][:-1]) == tuple(first["loc"][:-1]):
+                return err
+    return first
 
 
 def _patched_boolean(err: Any, loc: str, path: str, value: Any) -> bool:

@@ -12,6 +12,7 @@ instead.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -322,11 +323,13 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             "parallel.order", f"must list each of {', '.join(DIMS)} once, e.g. 'tp,cp,dp,pp'"
         )
     if model.heads % par.tp:
-        raise UserError("parallel.tp", f"tp={par.tp} must divide the model's heads={model.heads}")
+        raise UserError(
+            "parallel.tp", f"tp={par.tp} must divide the model's heads={model.heads}{_tp_choices(model, gpus)}"
+        )
     if model.mla is None and model.kv_heads % par.tp:
         raise UserError(
             "parallel.tp",
-            f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups)",
+            f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups){_tp_choices(model, gpus)}",
         )
     if par.pp * par.vpp > model.layers + 2:
         raise UserError(
@@ -460,10 +463,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             zero_shard = 0  # one replica: plain ZeRO
     per_step = dp * tr.micro_batch
     if tr.global_batch % per_step:
+        # a smaller micro-batch that divides is often the fix a user means: an imported launch
+        # script's case run on more nodes than its own (512 sequences over dp 512 at MBS 16)
+        smaller = next((m for m in range(tr.micro_batch - 1, 0, -1) if tr.global_batch % (dp * m) == 0), None)
+        also = f", or training.micro_batch={smaller}" if smaller else ""
         raise UserError(
             "training.global_batch",
             f"{tr.global_batch} is not divisible by dp*micro_batch = {dp}*{tr.micro_batch} = {per_step}; "
-            f"use a multiple of {per_step}",
+            f"use a multiple of {per_step}{also}",
         )
     if tr.grad_accum is not None and tr.grad_accum != tr.global_batch // per_step:
         raise UserError(
@@ -688,6 +695,15 @@ def check_parallel_block_comm(scenario: Scenario, model: ModelSpec) -> None:
             field, f"nanotron's async TP linears (overlap.tp_async) keep each branch's collectives; "
             f"{comm} needs overlap.tp_async: false, or use separate",
         )  # fmt: skip
+
+
+def _tp_choices(model: ModelSpec, gpus: int) -> str:
+    """'; tp 1, 2, 4 or 8 divide both': the degrees up to the GPU count that split the heads
+    (and, without MLA, Megatron's query groups) evenly, so the error names the fix."""
+    heads = model.heads if model.mla is not None else math.gcd(model.heads, model.kv_heads)
+    fits = [d for d in range(1, min(heads, gpus) + 1) if heads % d == 0]
+    both = "" if model.mla is not None or model.kv_heads == model.heads else " both"
+    return f"; tp {', '.join(map(str, fits[:-1]))} or {fits[-1]} divide{both}" if len(fits) > 1 else ""
 
 
 def _vpp_refusal(schedule: str, vpp: int) -> str:

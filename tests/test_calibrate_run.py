@@ -176,9 +176,14 @@ def test_the_run_ends_with_a_summary_of_what_it_measured(two_rank_profile):
     a, b = measured["gemm_ranks"]["tflops_per_rank"]
     spread_pct = 100 * abs(a - b) / (a + b)
     assert f"spread between ranks {spread_pct:.1f}%" in line("ranks")
+    # gloo on a CPU: the interference rate is shown but not used (collective_sms 0), which a
+    # shared machine's 154% 'under all-reduces' left unsaid before
+    assert line("ranks").endswith("of its rate alone (not used: a CPU has no SMs to lend, collective_sms 0)")
+    assert prof["efficiency"]["collective_sms"] == 0
     kept = kept_fields(prof, None)
     assert "node.nic_gbps" in kept and "node.nvlink_GBps" not in kept  # one node: no NIC timed
     assert summary[-2].startswith("not measured, kept from dgx-h100: ")
+    assert summary[-2].endswith("(the profile's sources: section says where each field came from)")
     assert summary[-1] == f"simulate with it: simcluster run SCENARIO --hardware {two_rank_profile}"
 
 

@@ -610,6 +610,8 @@ def test_collective_group_not_whole_nodes_names_gpus_and_per_node(cli):
 def test_collective_title_counts_one_node_in_the_singular(cli):
     out = cli("collective", "all_reduce", "1MiB", "--gpus", "4").out
     assert "(1 node)" in out and "measured/model: the profile's measured nccl-tests time" in " ".join(out.split())
+    # before: '... the time shown is the model's times it', a sentence cut short to the eye
+    assert "the time shown is the measured one (the model's times this ratio)" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("name", ["llama3-8b-8xh100.yaml", "LLAMA3-8B-8XH100", "Llama3-8B-8xH100.YAML"])

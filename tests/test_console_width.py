@@ -21,3 +21,22 @@ def test_hardware_list_in_a_log_shows_whole_headers(monkeypatch, capsys):
     assert main(["list", "hardware"]) == 0
     out = capsys.readouterr().out
     assert "profile" in out and "memory GiB" in out and "…" not in out
+
+
+def test_hardware_list_on_a_narrow_terminal_lists_each_profile_whole(monkeypatch, capsys):
+    # before: at 80 or 100 columns the table cut the names a user copies into cluster.hardware
+    # to 'alps-g…' and 'dgx-a1…', and H100's FP8 peak to '1978…'; below the table's width each
+    # profile is now a block of lines (NVIDIA H100 datasheet: 989.4 BF16, 1978.9 FP8 TFLOP/s)
+    from simcluster.hardware import shipped_profiles
+
+    for columns in ("60", "80", "100"):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["list", "hardware"]) == 0
+        out = capsys.readouterr().out
+        assert "…" not in out and "┃" not in out, columns
+        heads = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
+        assert set(shipped_profiles()) <= heads, columns
+        h100 = out[out.index("\ndgx-h100 ") :]
+        assert "BF16 989.4 (746), FP8 1978.9 (1287)" in " ".join(h100.split()[:20]), columns
+    v100 = out[out.index("\ndgx-2-v100 ") :].splitlines()
+    assert v100[3].strip() == "TFLOP/s: FP16 125 (83)"  # no BF16 on a V100: its FP16 tensor cores

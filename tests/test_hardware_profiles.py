@@ -89,6 +89,15 @@ def test_a_misspelt_profile_key_gets_the_nearest_field(section, key, hint):
         profile_from_dict(raw)
 
 
+def test_a_required_key_misspelt_is_named_as_the_typo_not_as_missing():
+    # before: a copy of dgx-h100.yaml with 'memory_gib' typed 'memry_gib' said only "is missing
+    # field 'gpu.memory_gib'", leaving the user to find the line; the typo is both errors
+    raw = load_profile("dgx-h100").model_dump()
+    raw["gpu"]["memry_gib"] = raw["gpu"].pop("memory_gib")
+    with pytest.raises(UserError, match=r"field 'gpu.memry_gib' is unknown \(did you mean 'memory_gib'\?\)"):
+        profile_from_dict(raw)
+
+
 def test_a_profile_written_by_an_older_release_says_what_replaced_its_key(cli, tmp_path):
     """Profiles before commit 4dc80a1 carried efficiency.tp_overlap_sms (now the scenario's
     overlap.tp_comm_cfg): one line naming the replacement, exit 2, no traceback."""
@@ -267,6 +276,8 @@ def test_reference_nodes_carry_the_gpu_they_are_named_for():
         ("V100-SXM2-16GB", "no shipped profile for a 16 GB V100"),
         ("h1000", "did you mean 'dgx-h100'"),
         ("p3.16xlarge", "unknown hardware"),
+        # a GPU no profile ships (a workstation card): the way to one, not only the list
+        ("rtx4090", "unknown hardware 'rtx4090'.*`calibrate` writes one for your GPUs"),
         # export variants: the A800 is an A100 with NVLink at 400 GB/s bidirectional (its
         # datasheet), so the nearest shipped node with its NVLink overridden
         ("NVIDIA A800-SXM4-80GB", "use hardware dgx-a100 .or dgx-a100-40gb. with cluster.nvlink_GBps: 200"),

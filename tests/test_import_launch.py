@@ -713,3 +713,15 @@ def test_torchtitan_context_parallel_rotate_method(tmp_path, rotate, cp_comm):
     if rotate is None:
         with pytest.raises(UserError, match="context_parallel_rotate_method: 'ring' cannot be imported"):
             import_config("torchtitan", bad, ImportOptions(cluster="dgx-h100", nodes=1))
+
+
+def test_an_imported_scenario_that_does_not_check_says_it_was_imported(capsys):
+    # SC'21's run_table_1.sh runs its 1.7B case (GBS 512, MBS 16) on 4 nodes; on --nodes 64 its
+    # dp is 512 and the batch no longer divides. Before, the error named only
+    # training.global_batch, a key the user never wrote, and asked for a 8192-sequence batch
+    assert main(["import", "megatron", str(SC21), "--cluster", "dgx-a100", "--nodes", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: training.global_batch: 512 is not divisible by dp*micro_batch = 512*16 = 8192")
+    assert "or training.micro_batch=1" in err
+    assert err.endswith("(in the scenario imported from run_table_1.sh on --nodes 64; --var, --nodes/--gpus or --set change it)")
+    assert main(["import", "megatron", str(SC21), "--cluster", "dgx-a100", "--nodes", "4"]) == 0  # its own size

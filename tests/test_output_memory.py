@@ -87,3 +87,30 @@ def test_the_peak_label_stays_in_its_panel_on_a_ground_of_its_own():
     assert label.get_zorder() > max(line.get_zorder() for line in ax.lines)
     box, panel = label.get_window_extent(renderer), ax.get_window_extent(renderer)
     assert panel.x0 <= box.x0 and box.x1 <= panel.x1, (box, panel)
+
+
+def test_the_capacity_line_shows_across_a_peak_that_does_not_fit():
+    """Llama 3 70B on 8 H100 at tp 1 peaks at 1.33 TiB: the 80 GiB capacity line ran through
+    the parameters' dark blue band under it and could not be seen. It is drawn over the bands,
+    in red on a white casing: red and white pixels lie on its rows inside the filled area."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from simcluster.output.memory_plot import draw_memory
+    from simcluster.units import GiB
+
+    rows = [(0, t, 130 * GiB, 260 * GiB, 790 * GiB, a * GiB, GiB) for t, a in ((0.0, 0.0), (2.0, 170.0), (7.0, 0.0))]
+    frame = pd.DataFrame(rows, columns=["stage", "time_s", "params", "grads", "optimizer", "activations", "other"])
+    frame["total"] = frame[["params", "grads", "optimizer", "activations", "other"]].sum(axis=1)
+    fig = draw_memory(memory_plot_data(frame, 80 * GiB, end_s=7.0), "does not fit")
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    pixels = np.asarray(canvas.buffer_rgba())
+    height = pixels.shape[0]
+    left, right = (ax.transData.transform((x, 80))[0] for x in (0.5, 6.5))
+    y = height - ax.transData.transform((0.5, 80))[1]  # Agg rows count from the top
+    rows = pixels[int(round(y)) - 2 : int(round(y)) + 3, int(left) : int(right), :3].reshape(-1, 3).astype(int)
+    red = (rows[:, 0] > 170) & (rows[:, 1] < 90) & (rows[:, 2] < 90)
+    white = (rows > 230).all(axis=1)  # the casing: the band itself is dark blue there
+    assert red.sum() > 0.2 * (right - left) and white.sum() > 0.2 * (right - left), (red.sum(), white.sum())

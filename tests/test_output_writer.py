@@ -201,3 +201,16 @@ def test_all_ranks_note_from_256_gpus():
 
     assert all_ranks_note(NOTE_GPUS - 1) is None
     assert all_ranks_note(2048).startswith("simulating all 2,048 GPUs one by one")
+
+
+def test_progress_names_each_part_under_way_and_counts_it_done(tmp_path, timeline):
+    # DeepSeek-V3 on 2,048 GPUs wrote its 171k events for 20 s with nothing on screen after the
+    # simulation's own progress; run now shows these steps (a bar after 1 s, piped lines after 10)
+    from simcluster.output.writer import WRITE_STEPS
+
+    calls = []
+    _write(timeline, tmp_path / "out", progress=lambda name="", cost=1.0, count=1: calls.append((name, count)))
+    named = [name for name, count in calls if count == 0]
+    assert named == ["timeline.png", "memory.png and breakdown.png", "trace.json", "events.csv and .parquet",
+                     "the files, atomically"]  # fmt: skip
+    assert sum(count for _, count in calls) == WRITE_STEPS == len(named)

@@ -240,3 +240,60 @@ def test_an_unknown_key_where_a_required_one_is_missing_is_named(cli, tmp_path):
         "training.block_size: unknown key, and training.seq_len is required",
         "write it as seq_len",
     )
+
+
+@pytest.mark.parametrize(("typo", "section"), [("trainig", "training"), ("modle", "model"), ("clustr", "cluster")])
+def test_a_misspelt_required_section_is_named_as_the_typo(cli, tmp_path, typo, section):
+    # before: 'trainig:' said "training: is required; add it to the scenario" of a file that has
+    # it, one letter off, and never named the misspelt line
+    text = (
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 8}\n"
+        "training: {seq_len: 4096, global_batch: 8}\n"
+    ).replace(f"{section}:", f"{typo}:")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert_one_line_error(cli("run", str(path)), f"error: {typo}: unknown key (did you mean '{section}'?)")
+
+
+def test_a_batch_a_smaller_micro_batch_would_divide_names_it(cli, tmp_path):
+    # before: 'use a multiple of 256' only, for 64 sequences on 64 data-parallel ranks at
+    # micro-batch 4 (as an imported launch script's case run on more nodes than its own: the
+    # SC'21 1.7B case, GBS 512 at MBS 16, on 64 nodes asked for a global batch of 8192)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 64}\nparallel: {tp: 1}\n"
+        "training: {seq_len: 4096, global_batch: 64, micro_batch: 4}\n"
+    )
+    assert_one_line_error(
+        cli("run", str(path)),
+        "training.global_batch: 64 is not divisible by dp*micro_batch = 64*4 = 256; use a multiple of 256, "
+        "or training.micro_batch=1",
+    )
+    # none divides: 12 over dp 8 at micro-batch 1, the batch or the GPUs must change
+    path.write_text(path.read_text().replace("gpus: 64", "gpus: 8").replace("global_batch: 64, micro_batch: 4", "global_batch: 12"))
+    res = cli("run", str(path))
+    assert_one_line_error(res, "8*1 = 8; use a multiple of 8")
+    assert res.err.rstrip().endswith("use a multiple of 8")
+
+
+def test_a_global_batch_written_in_tokens_points_to_global_batch_tokens(cli):
+    # 'global batch 1M' is how Llama 3 (and GPT-3's 3.2M) state it; before, the error was
+    # pydantic's 'unable to parse string as an integer (got '1M')'
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=1M")
+    assert_one_line_error(res, "training.global_batch: counts sequences", "write training.global_batch_tokens=1M")
+    assert cli("memory", "llama3-8b-8xh100", "--set", "training.global_batch_tokens=1M").code == 0  # the fix runs
+    assert_one_line_error(cli("run", "llama3-8b-8xh100", "--set", "training.global_batch=abc"), "(got 'abc')")
+
+
+def test_a_tp_that_splits_no_heads_evenly_names_the_degrees_that_do(cli, tmp_path):
+    # Llama 3 8B: 32 query heads in 8 KV groups (its config.json), so tp 1, 2, 4 or 8; before,
+    # the error named the rule only and the user searched for a degree
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: x\nmodel: llama3-8b\ncluster: {hardware: dgx-h100, gpus: 24}\nparallel: {tp: 3}\n"
+        "training: {seq_len: 4096, global_batch: 8}\n"
+    )
+    assert_one_line_error(cli("run", str(path)), "parallel.tp: tp=3 must divide the model's heads=32; tp 1, 2, 4 or 8 divide both")
+    # past the query groups: Mixtral 8x7B's 32 heads in 8 groups
+    res = cli("memory", "mixtral-8x7b-32xh100", "--set", "parallel.tp=32", "--set", "parallel.ep=1")
+    assert_one_line_error(res, "tp=32 must divide kv_heads=8 (Megatron's query groups); tp 1, 2, 4 or 8 divide both")

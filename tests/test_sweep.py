@@ -611,6 +611,8 @@ def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
     # which layout it left out, with its peak, not only how many
     text = " ".join(out.split())
     assert "left out 1 layout(s) over the GPU's memory of 20.00 GiB, unsimulated (--fitting-only): pp=1 (peak " in text
+    # the 'after GEMMs' column is said in words under the table (its heading alone was cryptic)
+    assert "after GEMMs: the largest part of the busiest stage's step besides its GEMMs" in text
 
 
 def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):
@@ -618,6 +620,8 @@ def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, caps
     captured = capsys.readouterr()
     assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
     assert captured.err.startswith("error: parallel: no layout of the sweep can run")
+    assert captured.err.count("parallel:") == 1  # the reason without its field again
+    assert "first reason: tp*pp*cp = 12 does not divide cluster.gpus=4" in captured.err
 
 
 def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():

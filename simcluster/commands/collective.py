@@ -200,5 +200,5 @@ def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
     if measured:
         console.print(
             "measured/model: the profile's measured nccl-tests time over the model's at this size "
-            "and group shape; the time shown is the model's times it"
+            "and group shape; the time shown is the measured one (the model's times this ratio)"
         )

@@ -94,7 +94,18 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
         result.scenario = apply_overrides(result.scenario, overrides)
         result.notes.append(f"with --set {' '.join(args.overrides)}")
     result.check_needs()
-    build_context(scenario_from_dict(result.scenario))
+    try:
+        build_context(scenario_from_dict(result.scenario))
+    except UserError as exc:
+        # the error is about a scenario the user never wrote: say where it came from, since the
+        # fix is often the import's own options (SC'21's 1.7B case of run_table_1.sh is written
+        # for 4 nodes: on --nodes 64 its batch no longer divides)
+        size = f"--nodes {args.nodes}" if args.nodes else f"--gpus {args.gpus}"
+        raise UserError(
+            exc.field,
+            f"{exc.message} (in the scenario imported from {Path(args.file).name} on {size}; "
+            "--var, --nodes/--gpus or --set change it)",
+        ) from None
     return result
 
 

@@ -191,37 +191,73 @@ def _16bit(p: HardwareProfile) -> str:
     return _peak_and_gemm(p, "fp16", "fp16") + " fp16"
 
 
-def _print_hardware(extra: list[str] | None = None) -> None:
-    """The shipped profiles side by side (per GPU; bandwidths per direction), then ``extra``
-    (paths of the user's profiles: a calibrated one beside the reference it was measured for)."""
-    from rich.table import Table
+#: the hardware table's columns; a terminal narrower than the table lists each profile as a block
+_HW_COLUMNS = ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s",
+               "scale-up", "scale-out", "measured")  # fmt: skip
 
-    from simcluster.commands.console import stdout_console
+
+def _hardware_row(name: str, extra: list[str]) -> tuple[str, ...]:
+    """One profile's cells in :data:`_HW_COLUMNS` order."""
     from simcluster.hardware import load_profile
 
-    table = Table(
-        title="hardware profiles (per GPU, bandwidth per direction; TFLOP/s: datasheet peak "
+    p = load_profile(name, field="PROFILE")
+    shown = f"{p.name} ({Path(name).name})" if name in extra else name
+    nics = f"{p.node.nics_per_node}x{_num(p.node.nic_gbps)} Gb/s per {p.node.gpus_per_node} GPUs"
+    # a table counts its rows; a calibrated profile's scalars (launch and host op times)
+    # and host figures are named alone
+    measured = ", ".join(f"{k} {len(v)}" if isinstance(v, list) else k for k, v in sorted(p.measured.items()) if v)
+    return (
+        shown, p.gpu.name, _num(p.gpu.memory_gib), _num(p.gpu.hbm_tbps), _16bit(p),
+        *(_peak_and_gemm(p, prec, key) for prec, key in (("fp8", "fp8"), ("nvfp4", "fp4"))),
+        _scale_up(p), nics, measured or "-",
+    )  # fmt: skip
+
+
+def _hardware_block(row: tuple[str, ...]) -> str:
+    """A profile as a few lines, for a terminal too narrow for the table: the table cut its
+    profile names to 'alps-g…' and its figures to '1978…' below about 170 columns."""
+    name, gpu, mem, hbm, bf16, fp8, fp4, up, out, measured = row
+    # a GPU without BF16 (V100) shows its FP16 tensor cores in the BF16 column, marked ' fp16'
+    first = ("FP16", bf16.removesuffix(" fp16")) if bf16.endswith(" fp16") else ("BF16", bf16)
+    rates = ", ".join(f"{label} {v}" for label, v in (first, ("FP8", fp8), ("FP4", fp4)) if v != "-")
+    return (
+        f"[bold]{name}[/]  {gpu}\n  memory {mem} GiB, HBM {hbm} TB/s\n  TFLOP/s: {rates}\n"
+        f"  scale-up: {up}; scale-out: {out}\n  measured: {measured}"
+    )
+
+
+def _print_hardware(extra: list[str] | None = None) -> None:
+    """The shipped profiles side by side (per GPU; bandwidths per direction), then ``extra``
+    (paths of the user's profiles: a calibrated one beside the reference it was measured for);
+    one block per profile where the terminal is narrower than the table."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from simcluster.commands.console import stdout_console
+
+    title = (
+        "hardware profiles (per GPU, bandwidth per direction; TFLOP/s: datasheet peak "
         f"(a {_LARGE_GEMM}^3 GEMM as the profile runs it, at the rate it sustains))"
     )
-    for col in ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s",
-                "FP4 TFLOP/s", "scale-up", "scale-out", "measured"):  # fmt: skip
+    rows = [_hardware_row(name, extra or []) for name in [*shipped_profiles(), *(extra or [])]]
+    table = Table(title=title)
+    for col in _HW_COLUMNS:
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
-    for name in [*shipped_profiles(), *(extra or [])]:
-        p = load_profile(name, field="PROFILE")
-        name = f"{p.name} ({Path(name).name})" if name in (extra or []) else name
-        nics = f"{p.node.nics_per_node}x{_num(p.node.nic_gbps)} Gb/s per {p.node.gpus_per_node} GPUs"
-        # a table counts its rows; a calibrated profile's scalars (launch and host op times)
-        # and host figures are named alone
-        measured = ", ".join(
-            f"{k} {len(v)}" if isinstance(v, list) else k for k, v in sorted(p.measured.items()) if v
-        )
-        table.add_row(
-            name, p.gpu.name, _num(p.gpu.memory_gib), _num(p.gpu.hbm_tbps),
-            _16bit(p),
-            *(_peak_and_gemm(p, prec, key) for prec, key in (("fp8", "fp8"), ("nvfp4", "fp4"))),
-            _scale_up(p), nics, measured or "-",
-        )  # fmt: skip
-    stdout_console().print(table)
+    for row in rows:
+        table.add_row(*row)
+    console = stdout_console()
+    with console.capture() as drawn:
+        console.print(table)
+    text = drawn.get()
+    # Rich shrinks a table wider than the terminal by wrapping cells and then by cutting words
+    # ('alps-g…', '1978…'), which no measurement of it predicts: drawn with a cut, it gives way
+    if "…" not in text and max(Text.from_ansi(line).cell_len for line in text.splitlines()) <= console.width:
+        console.out(text, end="", highlight=False)
+        return
+    console.print(escape(title), highlight=False)
+    for row in rows:
+        console.print(_hardware_block(tuple(escape(cell) for cell in row)), highlight=False)
 
 
 def _print_userbuffers() -> None:

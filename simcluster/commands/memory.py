@@ -14,7 +14,7 @@ from simcluster.commands.common import (
 )
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
-from simcluster.fit_hints import would_fit
+from simcluster.fit_hints import fitting_combination, would_fit
 from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     doc["inert_settings"] = [n.text for n in inert]
     if not doc["fits"]:
         doc["would_fit"] = would_fit(scenario, args.hardware)
+        if not doc["would_fit"]:
+            together = fitting_combination(scenario, args.hardware)
+            doc["would_fit_together"] = together.record() if together else None
     if args.json:
         print_json(doc)
         return 0
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         f"[{style}]{verdict}[/]: {format_bytes(doc['total_bytes'])} of {format_bytes(doc['capacity_bytes'])}"
     )
     if not doc["fits"]:
-        console.print(hint_line(doc["would_fit"]), soft_wrap=True)  # commands to copy, unbroken
+        console.print(hint_line(doc["would_fit"], doc.get("would_fit_together")), soft_wrap=True)  # commands to copy, unbroken
     tight = tight_fit_line(doc["total_bytes"], doc["capacity_bytes"])
     if tight:
         console.print(tight)
@@ -116,18 +119,32 @@ def tight_fit_line(peak: float, capacity: float) -> str | None:
 
 
 def set_items(hint: dict, flag: str = "--set ", between: str = " ") -> str:
-    """A fit hint record's change as ``--set`` items, with the nulls of the keys it unsets
-    (``flag="@", between=""``: a compare variant's suffix)."""
-    items = [hint["change"], *(f"{key}=null" for key in hint.get("unset", ()))]
+    """A fit hint record's change (and those made with it) as ``--set`` items, with the nulls
+    of the keys it unsets (``flag="@", between=""``: a compare variant's suffix)."""
+    items = [hint["change"], *hint.get("also", ()), *(f"{key}=null" for key in hint.get("unset", ()))]
     return between.join(flag + item for item in items)
 
 
-def hint_line(hints: list[dict]) -> str:
-    """'would fit with: --set a=b (61.2 GiB), ...' or why no single change does."""
-    if not hints:
-        return "  no single change of recompute, zero, micro-batch, loss, tp, pp, moments or offloading fits; try simcluster sweep"
-    listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])})" for h in hints)
-    return f"  would fit with: {listed}"
+#: what the fit hints try, as the no-fit line names them
+_TRIED = "recompute, zero, micro-batch, loss, tp, pp, moments or offloading"
+
+
+def hint_line(hints: list[dict], together: dict | None = None) -> str:
+    """'would fit with: --set a=b (61.2 GiB), ...'; with no single change, the changes that fit
+    together (``together``: :func:`simcluster.fit_hints.fitting_combination`'s record), or
+    that not even those do."""
+    if hints:
+        listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])})" for h in hints)
+        return f"  would fit with: {listed}"
+    if together:
+        return (
+            f"  no single change of {_TRIED} fits; together these do: {set_items(together)} "
+            f"({format_bytes(together['total_bytes'])} by the memory walk)"
+        )
+    return (
+        f"  no change of {_TRIED} fits, alone or up to three together: try more GPUs (cluster.gpus), "
+        "GPUs with more memory (cluster.hardware) or simcluster sweep --fitting-only over several axes"
+    )
 
 
 def _params_held(doc: dict, ctx) -> str:

@@ -172,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
             stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
     if not any(r.ran for r in rows):
         field, _, first = skip_reasons(rows)[0]
-        raise UserError(field, f"no layout of the sweep can run; first reason: {first}")
+        # the field leads the line once ('error: parallel: ...; first reason: parallel: ...' before)
+        raise UserError(field, f"no layout of the sweep can run; first reason: {first.removeprefix(field + ': ')}")
     return 0
 
 
@@ -265,6 +266,8 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         )
     if ran:  # an empty table says nothing the skip lines below do not
         console.print(table)
+        # the column's heading alone read as 'what runs after the GEMMs'
+        console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
     if any(not r.fits for r in ran[:top]):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:

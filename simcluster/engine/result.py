@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,9 +69,11 @@ class SimResult:
         svg: bool = False,
         window: tuple[float, float] | None = None,
         gzip_trace: bool = False,
+        progress: Callable[..., None] | None = None,
     ) -> dict[str, Path]:
         """Write every output file atomically into ``out_dir`` (``window``, in seconds, zooms
-        the timeline; ``gzip_trace`` writes trace.json.gz instead of trace.json)."""
+        the timeline; ``gzip_trace`` writes trace.json.gz instead of trace.json; ``progress``:
+        a progress bar's ``advance``, told each of ``writer.WRITE_STEPS``)."""
         from simcluster.output.writer import write_all
 
         return write_all(
@@ -84,4 +87,5 @@ class SimResult:
             svg=svg,
             window=window,
             gzip_trace=gzip_trace,
+            progress=progress,
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from simcluster.errors import UserError
@@ -122,7 +123,12 @@ def _draw_stage(ax, data: StageMemory, capacity: float, factor: float) -> None:
         )
         bottom = upper
     ax.step(x, data.top / GiB, where="post", color="black", linewidth=0.8)
-    ax.axhline(capacity / GiB, color="#C62828", linestyle="--", linewidth=1.0, label="capacity")
+    # over a peak that does not fit the line crosses the filled bands (1.33 TiB against 80 GiB:
+    # it ran through the parameters' dark blue, unseen): a white casing keeps it visible there
+    ax.axhline(
+        capacity / GiB, color="#C62828", linestyle="--", linewidth=1.2, label="capacity", zorder=3,
+        path_effects=[patheffects.withStroke(linewidth=3.0, foreground="white")],
+    )  # fmt: skip
     peak_x = data.peak_time_s * factor
     ax.plot([peak_x], [data.peak_bytes / GiB], marker="v", color="black", markersize=5)
     # the label on a white ground (a peak just under the capacity puts it across the dashed

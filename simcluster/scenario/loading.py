@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +201,9 @@ _SAME_QUANTITY = {
 def _unknown_for_missing(errors: list[Any]) -> tuple[Any, str] | None:
     """An unknown key in the section where a required one is missing, and that required key:
     ``training: {context_length: 4096}`` is reported on context_length, which is likely the
-    missing seq_len written another way, not only as 'seq_len is required'."""
-    missing = [e for e in errors if e["type"] == "missing" and len(e["loc"]) == 2]
+    missing seq_len written another way, not only as 'seq_len is required'; a section's name
+    misspelt (``trainig:``) likewise, not as 'training: is required'."""
+    missing = [e for e in errors if e["type"] == "missing" and len(e["loc"]) in (1, 2)]
     for err in missing:
         extra = [e for e in errors if e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) == err["loc"][:-1]]
         if extra:
@@ -215,8 +217,8 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
     paired = _unknown_for_missing(errors) if err["type"] == "missing" else None
     if paired is not None:
         extra, required = paired
-        section, key = (str(p) for p in extra["loc"])
-        if sum(e["type"] == "extra_forbidden" and str(e["loc"][0]) == section for e in errors) == 1:
+        section, key = (str(p) for p in ("", *extra["loc"])[-2:])
+        if len(extra["loc"]) == 2 and sum(e["type"] == "extra_forbidden" and str(e["loc"][0]) == section for e in errors) == 1:
             return UserError(
                 f"{section}.{key}",
                 f"unknown key, and {section}.{required} is required: if '{key}' is that, write it as "
@@ -259,6 +261,13 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
         return UserError(field, err["msg"])
     if kind == "value_error":  # a validator's own message
         return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
+    if field == "training.global_batch" and isinstance(got, str) and re.fullmatch(r"\s*[\d.]+\s*[kKmMgG]\s*", got):
+        # '1M', '4M': a batch in tokens, as the Llama 3 and GPT-3 papers give it
+        return UserError(
+            field,
+            f"counts sequences, and {got!r} reads as a token count; write training.global_batch_tokens={got.strip()} "
+            "(tokens per step, 1M = 2^20) or a whole number of sequences",
+        )
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
 
 
