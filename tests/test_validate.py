@@ -55,7 +55,8 @@ def test_shipped_case_counts_and_unique_names():
     # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest),
     # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
     # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs; MLPerf Training
-    # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344.
+    # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344,
+    # v4.1 at 32/64/1452, Llama 3.1 405B v5.0 at 64/256/304 nodes; and v4.1's 8-node B200 preview.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
