@@ -55,7 +55,8 @@ def test_shipped_case_counts_and_unique_names():
     # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest),
     # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
     # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs; MLPerf Training
-    # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344.
+    # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344,
+    # v4.1 at 32/64/1452, Llama 3.1 405B v5.0 at 64/256/304 nodes; and v4.1's 8-node B200 preview.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -74,7 +75,8 @@ def test_shipped_case_counts_and_unique_names():
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
-        "mlperf-training-h100": 5,
+        "mlperf-training-h100": 11,
+        "mlperf-training-blackwell": 1,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -221,21 +223,27 @@ def test_swissai_rows_are_the_pull_requests_tokens_at_two_million_tokens_a_step(
 
 
 def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
-    """MLPerf Training GPT-3 175B result logs (mlcommons/training_results_v3.1, _v4.0): a
-    block_start/block_stop pair brackets one evaluation interval whose epoch_count is its tokens,
-    so the step is (the two blocks' ms) / (2 x epoch_count / (global batch x 2048)); the global batch
-    is MINIBS x dp (the configs' README: miniBS = GBS // DP), e.g. v3.1 at 512 nodes: 16 x 4096 / 32
-    = 2048, 12 steps a block of 50331648 tokens, (19498 + 19529) / 24 = 1626.1 ms. Every case is
-    marked slow, so validate --quick (and its ratchet) leaves the family out."""
+    """MLPerf Training result logs (mlcommons/training_results_v3.1, _v4.0; forks of _v4.1 and
+    _v5.0): a block_start/block_stop pair brackets one evaluation interval whose epoch_count is its
+    tokens (GPT-3; Llama 3.1 405B: samples_count grows by its samples), so the step is (the two
+    blocks' ms) / (2 x block tokens / (global batch x sequence)); the global batch is MINIBS x dp
+    (the configs' README: miniBS = GBS // DP; the 405B configs: DGXNNODES x MINIBS / 16), e.g. v3.1
+    at 512 nodes: 16 x 4096 / 32 = 2048, 12 steps a block of 50331648 tokens, (19498 + 19529) / 24 =
+    1626.1 ms; v5.0 405B at 64 nodes: 288 x 4 = 1152, 40 steps a block of 46080 samples, (2207989 +
+    2209515) / 80 = 55219 ms. Every case is marked slow, so validate --quick (and its ratchet)
+    leaves both families out."""
     minibs = {"mlperf-v3.1/gpt3-175b-4096xh100": 16, "mlperf-v3.1/gpt3-175b-8192xh100": 16,
               "mlperf-v3.1/gpt3-175b-10752xh100": 8, "mlperf-v4.0/gpt3-175b-512xh100": 144,
-              "mlperf-v4.0/gpt3-175b-10752xh100": 6}
-    cases = {c.name: c for c in _family("mlperf-training-h100")}
+              "mlperf-v4.0/gpt3-175b-10752xh100": 6, "mlperf-v4.1/gpt3-175b-11616xh100": 6,
+              "mlperf-v4.1/gpt3-175b-256xh100": 256, "mlperf-v4.1/gpt3-175b-512xh100": 128,
+              "mlperf-v4.1/gpt3-175b-64xb200": 1024, "mlperf-v5.0/llama31-405b-512xh100": 288,
+              "mlperf-v5.0/llama31-405b-2048xh100": 72, "mlperf-v5.0/llama31-405b-2432xh100": 64}
+    cases = {c.name: c for c in _family("mlperf-training-h100") + _family("mlperf-training-blackwell")}
     assert set(cases) == set(minibs)
     for name, c in cases.items():
         sc, pub = c.scenario, c.published
         par, tr = sc["parallel"], sc["training"]
-        dp = sc["cluster"]["gpus"] // (par["tp"] * par["pp"])
+        dp = sc["cluster"]["gpus"] // (par["tp"] * par["pp"] * par.get("cp", 1))
         assert tr["global_batch"] == pub["global_batch"] == minibs[name] * dp, name
         steps = pub["block_tokens"] / (tr["global_batch"] * tr["seq_len"])
         assert steps == int(steps), name  # an evaluation interval is whole steps
@@ -243,7 +251,9 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
         assert c.measured == pytest.approx(step, rel=1e-5), name  # six digits as written
         assert c.slow, name
     assert cases["mlperf-v3.1/gpt3-175b-4096xh100"].measured == pytest.approx(1.62613, abs=1e-5)
-    assert not any(c.family == "mlperf-training-h100" for c in load_cases(quick=True))
+    assert cases["mlperf-v5.0/llama31-405b-512xh100"].measured == pytest.approx(55.2188, abs=1e-4)
+    assert cases["mlperf-v4.1/gpt3-175b-64xb200"].scenario["cluster"]["hardware"] == "dgx-b200"
+    assert not any(c.family.startswith("mlperf-training") for c in load_cases(quick=True))
 
 
 def test_dgxc_cases_are_the_published_step_times_and_layouts():

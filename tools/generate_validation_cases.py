@@ -1402,13 +1402,21 @@ MLPERF_H100 = [  # version, nodes, config's MINIBS, tp, pp, vp, mbs, global batc
     ("v3.1", 1344, 8, 4, 8, 12, 1, 2688, [9495, 9719], 55050240, False),
     ("v4.0", 64, 128, 4, 8, 4, 2, 2304, [119937, 119859], 51904512, False),
     ("v4.0", 1344, 6, 4, 6, 8, 1, 2688, [9203, 9207], 55050240, True),
+    ("v4.0", 1452, 6, 4, 6, 8, 1, 2904, [8302, 8308], 53526528, True),
 ]
+# the 1452-node run's config is in the v4.0 tree (mlcommons, as above) but its result log only in a
+# fork of v4.1's (the log's timestamps are of May 2024, the v4.0 software: NGC 24.04)
+MLPERF_LOG_ELSEWHERE = {
+    ("v4.0", 1452): ("v4.1", "swsok/training_results_v4.1 (commit 8821c70, a fork of "
+                             "mlcommons/training_results_v4.1)"),
+}
 MLPERF_GBS_EVIDENCE = {
     ("v3.1", 512): "global_batch_size 2048 in the log",
     ("v3.1", 1024): "8388608 = 4096 x 2048 tokens between consecutive train_step_timing lines",
     ("v3.1", 1344): "5505024 = 2688 x 2048 tokens between consecutive train_step_timing lines",
     ("v4.0", 64): "global_batch_size 2304 in the log (MINIBS 144 over the config's default 128)",
     ("v4.0", 1344): "MINIBS 6 x dp 448; the block of 55050240 tokens is 10 steps of it",
+    ("v4.0", 1452): "MINIBS 6 x dp 484; the block of 53526528 tokens is 9 steps of it",
 }
 
 
@@ -1449,9 +1457,11 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
               else f"eos{'-dfw' if nodes > 64 else ''}_n{nodes}_ngc24.04_nemo")
     impl = "pytorch" if version == "v3.1" else "nemo"
     config = f"config_DGXH100_{nodes}x8x{minibs}x{tp}x{pp}_mbs{mbs}{'_cg' if cuda_graph else ''}.sh"
+    log_version, log_repo = MLPERF_LOG_ELSEWHERE.get((version, nodes), (version, repo))
+    log_repo = "" if log_repo == repo else f"{log_repo} "
     source = (
-        f"{repo} NVIDIA/benchmarks/gpt3/implementations/{impl}/{config} and NVIDIA/results/{system}/gpt3/"
-        f"result_0.txt: MLPerf Training {version} GPT-3 175B on {nodes} DGX H100 ({gpus} GPUs), tp {tp} pp {pp} "
+        f"{repo} NVIDIA/benchmarks/gpt3/implementations/{impl}/{config} and {log_repo}NVIDIA/results/{system}/gpt3/"
+        f"result_0.txt: MLPerf Training {log_version} GPT-3 175B on {nodes} DGX H100 ({gpus} GPUs), tp {tp} pp {pp} "
         f"vp {vp}, MBS {mbs}, global batch {gbs} ({MLPERF_GBS_EVIDENCE[(version, nodes)]}). Step "
         f"{step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and {blocks_ms[1]} ms, "
         f"each {block_tokens} tokens = {steps:g} steps of {gbs} x 2048."
@@ -1469,7 +1479,7 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
         else:
             source += "."
     cases.append({
-        "name": f"mlperf-{version}/gpt3-175b-{gpus}xh100",
+        "name": f"mlperf-{log_version}/gpt3-175b-{gpus}xh100",
         "family": "mlperf-training-h100",
         "source": source,
         # every case slow: keeps the family out of the quick set until the lead decides (the
@@ -1480,8 +1490,170 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
         "scenario": scenario,
         "measured": {"step_time_s": round(step_s, 5)},
     })
+# --- MLPerf Training v4.1 GPT-3 175B and v5.0 Llama 3.1 405B (NVIDIA, NeMo) ------------------------
+# Not in the stored mlcommons copies: read from forks that carry NVIDIA's submission tree unchanged
+# (swsok/training_results_v4.1 at 8821c70; prishajain1/training_results_v5.0 at 0fdc28f). The index
+# the files were read from deduplicates identical files, so an implementation folder may lack a
+# file that a sibling folder of the same release holds (config_common.sh, conf/*); each case says
+# which folder's copy it read. The step is the last two blocks of result_0.txt, as above.
+MLPERF_V41 = "swsok/training_results_v4.1 (commit 8821c70, a fork of mlcommons/training_results_v4.1)"
+MLPERF_V41_SETTINGS = (
+    " v4.1 settings (NeMo 24.09): the config sets MINIBS, TP 4, PP 8, INTERLEAVED_PIPELINE=6, "
+    "MICRO_BATCH_SIZE=2 and TP_COMM_OVERLAP; config_common.sh (the copy stored under "
+    "b200_n8_preview_nemo/, which all v4.1 GPT-3 configs source) sets USE_DIST_OPTIMIZER=True, "
+    "BUCKET_CAP_MB=200, FP8_PARAMS=True (training.fp8_param_gather), NCCL_NVLS_ENABLE=0, "
+    "MC_TP_OVERLAP_AG/RS and TE_UB_ATOMIC_GEMM_RS=1, NVTE_RS_STRIDED_ATOMIC=1 (no counterpart). "
+    "ASSUMED: apex DistributedFusedAdam with bf16 gradient sync and buckets of every stage as in "
+    "v4.0 (conf/optim is not stored for v4.1). defer_embedding_wgrad_compute "
+    "(DEFER_EMBEDDING_WGRAD_COMPUTE=True, WGRAD_DEFERRAL_LIMIT=65: the output layer's weight "
+    "gradients deferred into the pipeline flush) has no counterpart.")
+MLPERF_V41_RUNS = [  # folder, nodes, hardware, config, MINIBS, gbs, [block ms], block tokens, bucket MiB
+    ("eos_n32_ngc24.09_nemo", 32, "dgx-h100", "config_DGXH100_32x8x256x4x8_mbs2.sh", 256, 2048,
+     [220891, 220840], 50331648, 125),
+    ("eos_n64_ngc24.09_nemo", 64, "dgx-h100", "config_DGXH100_64x8x128x4x8_mbs2.sh", 128, 2048,
+     [114449, 114430], 50331648, 200),
+    ("b200_n8_preview_nemo", 8, "dgx-b200", "config_DGXB200_8x8x1024x4x8_mbs2_cg.sh", 1024, 2048,
+     [432723, 432758], 50331648, 200),
+]
+# the tp_overlap file custom.yaml picks: ${GPU_ARCH,h}100tp<TP>mbs<MBS> -> h100tp4mbs2.yaml (bulk
+# 2/4/2/2 SMs; proj_dgrad and fc1_fprop ring exchanges with a margin; proj_fprop a 24-SM pipeline in
+# 4 splits with a margin; fc2_fprop a ring exchange with a margin: FC2_FPROP_METHOD is unset)
+MLPERF_V41_UB = {
+    "qkv_dgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False},
+    "qkv_wgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
+    "fc1_dgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False},
+    "fc1_wgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False},
+    "qkv_fprop": {"method": "ring_exchange"},
+    "proj_dgrad": {"method": "ring_exchange", "set_sm_margin": True},
+    "fc1_fprop": {"method": "ring_exchange", "set_sm_margin": True},
+    "fc2_dgrad": {"method": "ring_exchange"},
+    "proj_fprop": {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True},
+    "fc2_fprop": {"method": "ring_exchange", "set_sm_margin": True},
+}
+blackwell_cases = []
+for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib in MLPERF_V41_RUNS:
+    gpus, b200 = nodes * 8, hw == "dgx-b200"
+    steps = block_tokens / (gbs * 2048)
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    model = gpt3_model("175B", 2048, vocab=50688, tied_embeddings=True, dropout=False)
+    scenario = megatron_h100_scenario(model, gpus, megatron_parallel(4, 8, 1, 6), 2048, 2, gbs, "fp8", "cudnn",
+                                      hardware=hw, fp32_grads=False, dfa=True, fp8_params=True)
+    scenario["cluster"]["nvls"] = False
+    scenario["dp"]["bucket_mb"] = bucket_mib * 1.048576
+    ub = copy.deepcopy(MLPERF_V41_UB)
+    if b200:
+        ub["proj_fprop"]["fp8_buf"] = True  # NVTE_UB_FP8_RS=1 in the config
+        scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
+    scenario["overlap"]["tp_comm_cfg"] = ub
+    gpu_name = "B200" if b200 else "H100"
+    source = (
+        f"{MLPERF_V41} NVIDIA/benchmarks/gpt3/implementations/{folder}/{config} and "
+        f"NVIDIA/results/{folder}/gpt3/result_0.txt: MLPerf Training v4.1 GPT-3 175B on {nodes} DGX "
+        f"{gpu_name} ({gpus} GPUs), tp 4 pp 8 vp 6, MBS 2, global batch {gbs} (MINIBS {minibs} x dp "
+        f"{gpus // 32}; 4194304 = {gbs} x 2048 tokens between consecutive train_step_timing lines). Step "
+        f"{step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and {blocks_ms[1]} ms, "
+        f"each {block_tokens} tokens = {steps:g} steps of {gbs} x 2048."
+        + MLPERF_GPT3 + MLPERF_V41_SETTINGS)
+    if bucket_mib != 200:
+        source += f" The config overrides BUCKET_CAP_MB={bucket_mib} ('Fix OOM')."
+    if minibs == 128:
+        source += " VBOOST_VALUE=1 (MINIBS 128: the GPU clock boost slider) has no counterpart."
+    if b200:
+        source += (
+            " B200: config_common_blackwell.sh, which the config sources after config_common.sh, is not "
+            "stored (its settings are unknown). The config sets NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0 "
+            "(cuDNN fused attention), LAYER_CUDA_GRAPH=1 (training.cuda_graphs attn and mlp), "
+            "NVTE_UB_FP8_RS=1 (proj_fprop's FP8 buffer: fp8_buf), TE_UB_ATOMIC_GEMM_RS_PROJ/FC2=0 and "
+            "NVTE_RS_STRIDED_ATOMIC=0 (no atomic GEMMs). Userbuffers (overlap.tp_comm_cfg): ASSUMED "
+            "conf/tp_overlap/h100tp4mbs2.yaml of this folder (custom.yaml's ${GPU_ARCH,h}100tp4mbs2 with "
+            "GPU_ARCH unset; it is the file that reads the config's TE_UB_ATOMIC_GEMM_RS_PROJ and "
+            "NVTE_UB_FP8_RS; b100tp4mbs2.yaml, picked by GPU_ARCH=b, would make proj_fprop a ring "
+            "exchange), the same settings as below.")
+    else:
+        source += " ASSUMED: cuDNN fused attention (TransformerEngine's default on Hopper, as in v4.0)."
+        if folder == "eos_n64_ngc24.09_nemo":
+            source += (" conf/ is not stored in this folder: ASSUMED eos_n32_ngc24.09_nemo's (the same "
+                       "release).")
+    source += (" Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4mbs2.yaml (bulk 2/4/2/2 SMs, "
+               "proj_dgrad and fc1_fprop ring exchanges with a margin, proj_fprop a 24-SM pipeline in 4 "
+               "splits with a margin, fc2_fprop a ring exchange with a margin; its atomic_gemm and "
+               "cga_size keys have no counterpart).")
+    case = {
+        "name": f"mlperf-v4.1/gpt3-175b-{gpus}x{gpu_name.lower()}",
+        "family": "mlperf-training-blackwell" if b200 else "mlperf-training-h100",
+        "source": source,
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_tokens, "global_batch": gbs, "seq_len": 2048,
+                      "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    }
+    (blackwell_cases if b200 else cases).append(case)
+
+MLPERF_V50 = "prishajain1/training_results_v5.0 (commit 0fdc28f, a fork of mlcommons/training_results_v5.0)"
+MLPERF_405B_SETTINGS = (
+    " Llama 3.1 405B (126 layers, h 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, RMSNorm, "
+    "RoPE, untied embeddings), sequence 8192. v5.0 settings (NeMo 25.01): the config sets MINIBS, TP 8, "
+    "PP 8, INTERLEAVED_PIPELINE=8, CONTEXT_PARALLEL=2, MICRO_BATCH_SIZE=1, TP_COMM_OVERLAP; "
+    "config_common.sh (the copy stored under eos-dfw_n304_ngc25.01_nemo/) sets FP8=True, "
+    "FP8_PARAMS=True (training.fp8_param_gather), USE_DIST_OPTIMIZER=True with OVERLAP_GRAD_REDUCE "
+    "and OVERLAP_PARAM_GATHER (Megatron-Core's distributed optimizer: zero 1, its buckets), "
+    "NCCL_NVLS_ENABLE=0 (cluster.nvls false). ASSUMED: bf16 gradient reduction "
+    "(training.fp32_grad_accum false, as NeMo's FP8 recipes set it), cuDNN fused attention, delayed "
+    "FP8 scaling, and NeMo's userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (the run's "
+    "tp_overlap settings are not stored). No counterpart: ASYM_PP_EMBED / ASYM_PP_LOSS (the "
+    "embedding and the loss counted as pipeline layers, 128 over 64 virtual stages; "
+    "parallel.partition megatron, the default, gives the first and last stage one layer fewer, the "
+    "nearest), DEFER_EMBEDDING_WGRAD_COMPUTE with WGRAD_DEFERRAL_LIMIT=50, ALIGN_PARAM_GATHER, "
+    "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4 and the per-communicator CTA limits, "
+    "NCCL_P2P_NET_CHUNKSIZE.")
+# folder, nodes, config, MINIBS, [block ms], block samples, the log's own train_step_time of the last
+# block (mlperf_common), its slow steps. The 1024-node run is left out (8192 GPUs), and so is the
+# 320-node one: five of its last block's 42 steps take 12.2-26.5 s against 11.2 (12.07 s a step).
+MLPERF_V50_RUNS = [
+    ("eos-dfw_n64_ngc25.01_nemo", 64, "config_DGXH100_64x8x288xtp8pp8cp2.sh", 288, [2207989, 2209515], 46080,
+     55.238, ""),
+    ("eos-dfw_n256_ngc25.01_nemo", 256, "config_DGXH100_256x8x72xtp8pp8cp2.sh", 72, [570559, 585459], 46080,
+     14.636, " One step of the last block takes 28.0 s (the others 14.2-14.4 s); it is kept, as every block is."),
+    ("eos-dfw_n304_ngc25.01_nemo", 304, "config_DGXH100_304x8x64xtp8pp8cp2.sh", 64, [484542, 499425], 46208,
+     13.143, " One step of the last block takes 26.5 s (the others 12.7-13.3 s); it is kept, as every block is."),
+]
+for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_steps in MLPERF_V50_RUNS:
+    gpus, seq = nodes * 8, 8192
+    dp = gpus // (8 * 8 * 2)
+    gbs = minibs * dp
+    steps = block_samples / gbs
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(8, 8, 2, 8), seq, 1,
+                                      gbs, "fp8", "cudnn", fp32_grads=False, fp8_params=True)
+    scenario["cluster"]["nvls"] = False
+    scenario["overlap"]["tp_comm_cfg"] = "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"
+    cases.append({
+        "name": f"mlperf-v5.0/llama31-405b-{gpus}xh100",
+        "family": "mlperf-training-h100",
+        "source": (
+            f"{MLPERF_V50} NVIDIA/benchmarks/llama31_405b/implementations/{folder}/{config} and "
+            f"NVIDIA/results/{folder}/llama31_405b/result_0.txt: MLPerf Training v5.0 Llama 3.1 405B on "
+            f"{nodes} DGX H100 ({gpus} GPUs), tp 8 pp 8 vp 8 cp 2, MBS 1, global batch {gbs} (MINIBS "
+            f"{minibs} x dp {dp}: the config's DGXNNODES x MINIBS / 16; the step lines' samples grow by "
+            f"{gbs}). Step {step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and "
+            f"{blocks_ms[1]} ms, each {block_samples} samples = {steps:g} steps (the log's own "
+            f"train_step_time for the last block: {log_step} s).{slow_steps}" + MLPERF_405B_SETTINGS),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_samples * seq, "global_batch": gbs,
+                      "seq_len": seq, "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    })
+dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
+     "# MLPerf Training GPT-3 175B, NVIDIA's v4.1 preview submission on DGX B200 (NeMo, FP8, 64 GPUs), the\n"
+     "# step time read off the result log's training blocks. Generated by tools/generate_validation_cases.py\n"
+     "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
+     blackwell_cases)
 dump(str(ROOT / "validation" / "mlperf-training-h100.yaml"),
-     "# MLPerf Training GPT-3 175B, NVIDIA's DGX H100 submissions of v3.1 and v4.0 (NeMo, FP8, 512 to\n"
-     "# 10752 GPUs), the step time read off each result log's training blocks. Generated by\n"
+     "# MLPerf Training, NVIDIA's DGX H100 submissions: GPT-3 175B of v3.1, v4.0 and v4.1 (NeMo, FP8, 256\n"
+     "# to 10752 GPUs) and Llama 3.1 405B of v5.0 (512 GPUs), the step time read off each result log's\n"
+     "# training blocks. Generated by\n"
      "# tools/generate_validation_cases.py from the table in that script (source in each case); every\n"
      "# case is marked slow, so the family stays out of validate --quick.\n", cases)
