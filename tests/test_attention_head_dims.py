@@ -1,0 +1,92 @@
+"""A fused-attention kernel is costed only for head dimensions it trains (simcluster/
+attention_head_dims.py): flash-attn 2 and FlashAttention-3 stop at 256 (flash_api.cpp's "only
+supports head dimension at most 256"), cuDNN's fused attention at 128 except 256 on Hopper and
+192/128 or 256/256 on Blackwell (TransformerEngine fused_attn.cpp, nvte_get_fused_attn_backend).
+A kernel the scenario names is refused beyond; a default one falls back as TransformerEngine's
+get_attention_backend does, to its other fused backend or to unfused attention, with a note."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simcluster.attention_head_dims import choose, runs
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.model import build_model
+from simcluster.scenario import load_scenario
+from tests.test_scenario_errors import assert_one_line_error
+
+BASE = "llama3-8b-8xh100"  # hidden 4096: 8 heads are 512 wide
+WIDE = ("--set", "model.heads=8", "--set", "model.kv_heads=8", "--set", "model.layers=2")
+
+
+def _model(heads: int, hidden: int = 4096):
+    return build_model({"layers": 2, "hidden": hidden, "heads": heads, "ffn": 4 * hidden, "vocab": 32000})
+
+
+@pytest.mark.parametrize(
+    "kernel, d_qk, d_v, cc, ok",
+    [("fa2", 256, 256, 9.0, True), ("fa2", 264, 264, 9.0, False),
+     ("fa2", 224, 224, 8.6, False),  # above 192 only on sm80/90/100/120 (TE's filter)
+     ("fa2", 192, 192, 8.6, True),
+     ("fa3", 256, 256, 9.0, True), ("fa3", 320, 320, 9.0, False),
+     ("cudnn", 128, 128, 8.0, True), ("cudnn", 256, 256, 8.0, False),
+     ("cudnn", 256, 256, 9.0, True), ("cudnn", 320, 320, 9.0, False),
+     ("cudnn", 192, 128, 9.0, True), ("cudnn", 256, 128, 9.0, False),  # TE's cuDNN >= 9.11 MLA fence
+     ("cudnn", 192, 192, 10.0, False), ("cudnn", 192, 128, 10.0, True), ("cudnn", 256, 256, 10.0, True),
+     ("cudnn", 100, 100, 9.0, False),  # not a multiple of 8
+     ("measured", 1024, 1024, 9.0, True)],  # a calibrated profile's own timings are not judged
+)  # fmt: skip
+def test_kernel_limits(kernel, d_qk, d_v, cc, ok):
+    assert runs(kernel, d_qk, d_v, cc) is ok
+
+
+def test_no_fused_kernel_falls_back_to_unfused_with_a_note():
+    choice = choose(_model(8), "cudnn", False, ["cudnn", "fa2", "fa3"], 9.0, cp_ring=False)
+    assert (choice.kernel, choice.fused) == (None, False)
+    assert choice.note is not None and "head dim 512" in choice.note and "UnfusedDotProductAttention" in choice.note
+
+
+def test_the_other_fused_backend_takes_over_where_it_can():
+    # head dim 192 on a B200: cuDNN trains only 192/128 and 256/256 above 128; flash-attn 2 runs it on sm100
+    choice = choose(_model(21, 4032), "cudnn", False, ["cudnn", "fa2"], 10.0, cp_ring=False)
+    assert (choice.kernel, choice.fused) == ("fa2", True)
+    # on an A100 TransformerEngine prefers flash-attn 2 anyway; cuDNN stops at 128 there
+    assert choose(_model(16), "cudnn", False, ["cudnn", "fa2"], 8.0, cp_ring=False).kernel == "fa2"
+
+
+def test_a_shape_every_kernel_runs_is_left_alone():
+    choice = choose(_model(32), "cudnn", False, ["cudnn"], 9.0, cp_ring=True)
+    assert (choice.kernel, choice.fused, choice.note) == ("cudnn", True, None)
+
+
+def test_context_parallel_ring_needs_a_fused_kernel():
+    with pytest.raises(UserError) as got:
+        choose(_model(8), "cudnn", False, ["cudnn", "fa2"], 9.0, cp_ring=True)
+    assert got.value.field == "parallel.cp_comm"
+
+
+def test_unfused_fallback_costs_what_flash_attention_false_costs():
+    """The fallback is the unfused path itself: same step as asking for it."""
+    from simcluster.engine import simulate
+
+    sets: list[tuple[str, object]] = [("model.heads", 8), ("model.kv_heads", 8), ("model.layers", 2)]
+    fallback = build_context(load_scenario(BASE, list(sets)))
+    assert fallback.scenario.training.flash_attention is False and len(fallback.notes) == 1
+    asked = build_context(load_scenario(BASE, [*sets, ("training.flash_attention", False)]))
+    assert asked.notes == ()
+    assert simulate(fallback).summary["step_time_s"] == simulate(asked).summary["step_time_s"]
+
+
+def test_run_says_so_on_stderr_and_in_the_summary(cli):
+    res = cli("run", BASE, *WIDE, "--json")
+    assert res.code == 0, res.err
+    assert "note: attention: no fused kernel trains head dim 512" in res.err
+    assert any("UnfusedDotProductAttention" in n for n in json.loads(res.out)["notes"])
+
+
+def test_a_pinned_kernel_that_cannot_run_the_heads_is_refused(cli):
+    res = cli("run", BASE, *WIDE, "--set", "training.attention_kernel=fa3")
+    assert_one_line_error(res, "training.attention_kernel", "'fa3' cannot train head dim 512", "up to 256")
