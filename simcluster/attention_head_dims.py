@@ -21,13 +21,22 @@ backward) on 16-bit Q/K/V:
   192/128 (MLA, cuDNN >= 9.11) and 256/256 (cuDNN >= 9.23).
 
 A kernel the scenario names itself (``training.attention_kernel``) is a demand: a shape it cannot
-run is refused with the kernels that can. The profile's default kernel or the framework's is what
-TransformerEngine's dispatch would try first, and it falls back as that dispatch does
-(``get_attention_backend``): to its other backend (cuDNN's FusedAttention or flash-attn 2's
-FlashAttention) where the profile has its curves and the shape fits, else to its
-``UnfusedDotProductAttention`` (batched GEMMs over the full scores, simcluster's unfused path),
-said in a note. Context parallelism's ring and all-gather run only inside the fused backends
-(TE's unfused attention takes no cp group), so that fallback is refused there. A calibrated
+run is refused with the kernels that can. Otherwise the framework's attention decides
+(:data:`DISPATCH`):
+
+- TransformerEngine's ``DotProductAttention`` (the Megatron family, AutoModel, and a scenario
+  naming no framework) falls back as its ``get_attention_backend`` does: to its other backend
+  (cuDNN's FusedAttention or flash-attn 2's FlashAttention) where the profile has its curves and
+  the shape fits, else to ``UnfusedDotProductAttention`` (batched GEMMs over the full scores,
+  simcluster's unfused path), said in a note. Context parallelism's ring and all-gather run only
+  inside the fused backends (TE's unfused attention takes no cp group), so that fallback is
+  refused there;
+- PyTorch's ``scaled_dot_product_attention`` (torchtitan, plain PyTorch loops) skips its flash
+  backend above head dim 256 (aten sdp_utils, ``check_head_dim_size_flash``) for the
+  memory-efficient or math one; no curves exist for the memory-efficient kernel, so it is costed
+  as the math backend's unfused GEMMs, an upper bound, said in the note;
+- a framework that calls the flash-attn package itself (nanotron's CoreAttention, Megatron-
+  DeepSpeed's FlashSelfAttention) has no other path and stops with flash-attn's error: refused. A calibrated
 profile's own kernel (``measured``) timed whatever the user's GPUs ran and a kernel name this
 table does not know is not checked.
 """
@@ -92,6 +101,12 @@ KERNELS: dict[str, KernelHeadDims] = {
     ),
 }
 
+#: how each framework's attention picks a kernel (see above); any other: TransformerEngine's
+DISPATCH: dict[str, str] = {
+    "nanotron": "flash-attn", "deepspeed": "flash-attn",
+    "torchtitan": "sdpa", "pytorch-ddp": "sdpa", "pytorch-fsdp": "sdpa",
+}  # fmt: skip
+
 #: TransformerEngine's two fused backends in the order its dispatch prefers them: FusedAttention
 #: (cuDNN) on Hopper and later ("Disabling FlashAttention to give FusedAttention preference on
 #: Hopper+"), flash-attn 2's FlashAttention before it
@@ -133,12 +148,14 @@ def choose(
     available: list[str],
     cc: float | None,
     cp_ring: bool,
+    framework: str | None = None,
 ) -> KernelChoice:
     """The kernel that trains ``model``'s heads, starting from ``kernel`` (the one in use).
 
     ``pinned``: the scenario named ``kernel`` itself; ``available``: the kernels the profile has
     curves for; ``cc``: the GPU's compute capability; ``cp_ring``: context parallelism runs
-    inside the fused backend (cp > 1 with a ring or all-gather)."""
+    inside the fused backend (cp > 1 with a ring or all-gather); ``framework``: whose attention
+    falls back (:data:`DISPATCH`)."""
     d_qk, d_v = head_dims(model)
     if kernel is None or kernel == MEASURED or runs(kernel, d_qk, d_v, cc):
         return KernelChoice(kernel, True)
@@ -152,20 +169,38 @@ def choose(
             f"'{kernel}' cannot train {shape} on this GPU: {why}; {pick}drop the key to fall back as "
             "TransformerEngine does, or set training.flash_attention: false (unfused attention)",
         )
-    order = _TE_ORDER_HOPPER if cc is not None and cc >= 9.0 else _TE_ORDER_OLDER
-    other = next((k for k in order if k != kernel and k in able), None)
-    if other is not None:
-        return KernelChoice(
-            other, True, f"attention: '{kernel}' cannot train {shape} ({why}); costed as '{other}', "
-            "TransformerEngine's other fused backend, as its get_attention_backend falls back",
-        )  # fmt: skip
+    dispatch = DISPATCH.get(framework or "", "te")
+    if dispatch == "flash-attn":
+        if runs("fa2", d_qk, d_v, cc):  # its own kernel runs the shape: costed on the profile's curves
+            return KernelChoice(kernel, True)
+        raise UserError(
+            "framework",
+            f"{framework} calls the flash-attn package itself, which cannot train {shape} "
+            f"({KERNELS['fa2'].why}) and has "
+            "no other attention path; use a model with narrower heads, or a framework on TransformerEngine "
+            "(megatron-core) or PyTorch SDPA (torchtitan)",
+        )
+    if dispatch == "te":
+        order = _TE_ORDER_HOPPER if cc is not None and cc >= 9.0 else _TE_ORDER_OLDER
+        other = next((k for k in order if k != kernel and k in able), None)
+        if other is not None:
+            return KernelChoice(
+                other, True, f"attention: '{kernel}' cannot train {shape} ({why}); costed as '{other}', "
+                "TransformerEngine's other fused backend, as its get_attention_backend falls back",
+            )  # fmt: skip
     if cp_ring:
         raise UserError(
             "parallel.cp_comm",
             f"no fused attention kernel trains {shape} ('{kernel}': {why}), and context parallelism's "
-            "ring and all-gather run only inside TransformerEngine's fused attention; use parallel.cp_comm: "
-            "a2a, or cp=1",
+            "ring and all-gather are modelled only around a fused kernel (TransformerEngine's unfused "
+            "attention takes no cp group); use parallel.cp_comm: a2a, or cp=1",
         )
+    if dispatch == "sdpa":
+        return KernelChoice(
+            None, False, f"attention: PyTorch SDPA's flash backend cannot train {shape} ({why}); it falls "
+            "back to its memory-efficient or math backend, costed as the math backend's unfused GEMMs over "
+            "the full scores (no curves for the memory-efficient kernel: an upper bound)",
+        )  # fmt: skip
     return KernelChoice(
         None, False, f"attention: no fused kernel trains {shape} ('{kernel}': {why}); costed as "
         "TransformerEngine's UnfusedDotProductAttention (batched GEMMs over the full scores), where its "

@@ -134,6 +134,7 @@ def _with_head_dim_kernel(
         list(profile.attention_kernels),
         profile.gpu.compute_capability,
         cp_ring=par.cp > 1 and par.cp_comm != "a2a",
+        framework=scenario.framework,
     )
     if choice.note is None:
         return scenario, ()

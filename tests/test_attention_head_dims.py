@@ -90,3 +90,21 @@ def test_run_says_so_on_stderr_and_in_the_summary(cli):
 def test_a_pinned_kernel_that_cannot_run_the_heads_is_refused(cli):
     res = cli("run", BASE, *WIDE, "--set", "training.attention_kernel=fa3")
     assert_one_line_error(res, "training.attention_kernel", "'fa3' cannot train head dim 512", "up to 256")
+
+
+def test_a_framework_calling_flash_attn_itself_is_refused():
+    """nanotron's CoreAttention calls flash_attn_varlen_func: no other path past 256."""
+    with pytest.raises(UserError) as got:
+        choose(_model(8), "fa2", False, ["cudnn", "fa2"], 9.0, cp_ring=False, framework="nanotron")
+    assert got.value.field == "framework" and "flash-attn package itself" in got.value.message
+    # within flash-attn 2's limits it runs whatever the profile's default kernel was
+    assert choose(_model(21, 4032), "cudnn", False, ["cudnn"], 10.0, cp_ring=False, framework="nanotron").fused
+
+
+def test_pytorch_sdpa_falls_back_to_its_math_backend():
+    choice = choose(_model(8), "fa2", False, ["cudnn", "fa2"], 9.0, cp_ring=False, framework="torchtitan")
+    assert (choice.kernel, choice.fused) == (None, False)
+    assert choice.note is not None and "SDPA" in choice.note and "upper bound" in choice.note
+    with pytest.raises(UserError) as got:
+        choose(_model(8), "fa2", False, ["fa2"], 9.0, cp_ring=True, framework="torchtitan")
+    assert got.value.field == "parallel.cp_comm"
