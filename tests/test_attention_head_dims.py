@@ -108,3 +108,28 @@ def test_pytorch_sdpa_falls_back_to_its_math_backend():
     with pytest.raises(UserError) as got:
         choose(_model(8), "fa2", False, ["fa2"], 9.0, cp_ring=True, framework="torchtitan")
     assert got.value.field == "parallel.cp_comm"
+
+
+@pytest.mark.parametrize("hardware", ["dgx-h100", "dgx-a100", "dgx-b200", "dgx-b300", "amd-mi300x", "dgx-2-v100"])
+def test_every_head_dim_builds_or_is_refused_in_one_line(hardware):
+    """Head dims around each limit, under the frameworks of each dispatch and with cp rings:
+    a context (its kernel able to train the heads, or the unfused path) or a one-line refusal."""
+    from simcluster.attention_head_dims import head_dims
+    from simcluster.scenario import scenario_from_dict
+
+    for d in (128, 192, 200, 256, 264, 512):
+        for framework in (None, "megatron-core", "torchtitan", "nanotron"):
+            for cp in (1, 2):
+                doc = {"name": "grid", "model": {"layers": 2, "hidden": 8 * d, "heads": 8, "ffn": 32 * d, "vocab": 32000},
+                       "cluster": {"hardware": hardware, "gpus": 8}, "parallel": {"cp": cp},
+                       "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 16, "precision": "fp16"}}  # fmt: skip
+                if framework:
+                    doc["framework"] = framework
+                try:
+                    ctx = build_context(scenario_from_dict(doc))
+                except UserError as exc:
+                    assert "\n" not in exc.one_line()
+                    continue
+                kernel = ctx.profile.attention_kernel_in_use(ctx.scenario.training.attention_kernel)
+                if ctx.scenario.training.flash_attention and kernel and framework != "nanotron":
+                    assert runs(kernel, *head_dims(ctx.model), ctx.profile.gpu.compute_capability), (d, framework)
