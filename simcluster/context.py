@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simcluster import attention_sinks, userbuffers
+from simcluster import attention_head_dims, attention_sinks, userbuffers
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
@@ -31,6 +31,9 @@ class Context:
     chunks: list[list[Chunk]]
     schedule: Schedule
     spec: ScheduleSpec
+    #: what the run should say about choices made for the user (an attention kernel that cannot
+    #: train the model's heads, replaced as TransformerEngine replaces it)
+    notes: tuple[str, ...] = ()
 
     @property
     def capacity_bytes(self) -> float:
@@ -72,8 +75,10 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
             "cluster.gpus_per_node",
             f"{gpn} exceeds the {profile.node.gpus_per_node} GPUs per node of '{profile.name}'",
         )
+    pinned = scenario.training.attention_kernel is not None  # named by the scenario, not defaulted
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
+    scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)
     kernel = profile.attention_kernel_in_use(scenario.training.attention_kernel)
     attention_sinks.check(model, scenario.training.flash_attention, kernel, profile)
     _check_precision(scenario.training, profile)
@@ -108,8 +113,33 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     _check_recompute_layers(scenario.training, model, chunks)
     _check_activation_offload(scenario, chunks)
     return Context(
-        scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec
+        scenario=scenario, model=model, layout=layout, profile=profile, chunks=chunks, schedule=schedule, spec=spec,
+        notes=notes,
+    )  # fmt: skip
+
+
+def _with_head_dim_kernel(
+    scenario: Scenario, model: ModelSpec, profile: HardwareProfile, pinned: bool
+) -> tuple[Scenario, tuple[str, ...]]:
+    """``scenario`` with an attention kernel that trains the model's head dimensions
+    (``attention_head_dims.choose``: the kernel in use, else TransformerEngine's fallback), and
+    the note saying so when it changed."""
+    training, par = scenario.training, scenario.parallel
+    if not training.flash_attention:
+        return scenario, ()
+    choice = attention_head_dims.choose(
+        model,
+        profile.attention_kernel_in_use(training.attention_kernel),
+        pinned,
+        list(profile.attention_kernels),
+        profile.gpu.compute_capability,
+        cp_ring=par.cp > 1 and par.cp_comm != "a2a",
+        framework=scenario.framework,
     )
+    if choice.note is None:
+        return scenario, ()
+    update = {"attention_kernel": choice.kernel} if choice.fused else {"flash_attention": False}
+    return scenario.model_copy(update={"training": training.model_copy(update=update)}), (choice.note,)
 
 
 def _with_hf_auto(scenario: Scenario, model: ModelSpec) -> Scenario:

@@ -38,6 +38,7 @@ from simcluster.gpu_names import reference_node
 from simcluster.limits import addressable_gib
 from simcluster.paths import anchor_path
 from simcluster.profile_keys import unknown_key_message
+from simcluster.rate_bounds import HBM, HOST_MEMORY, LATENCY, LINK, NIC, PEAK, SHARE
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
@@ -60,8 +61,8 @@ class GpuSpec(_Strict):
 
     name: str
     memory_gib: Annotated[float, AfterValidator(addressable_gib)] = Field(gt=0)
-    hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
-    peak_tflops: dict[str, PositiveFloat] = Field(
+    hbm_tbps: Annotated[float, HBM] = Field(gt=0, description="HBM bandwidth, TB/s (1e12 B/s)")
+    peak_tflops: dict[str, Annotated[float, Field(gt=0), PEAK]] = Field(
         min_length=1, description="dense peak per precision, TFLOP/s"
     )
     sm_count: int | None = Field(default=None, gt=0, description="streaming multiprocessors (wave quantisation)")
@@ -122,7 +123,7 @@ class NodeSpec(_Strict):
     NICs."""
 
     gpus_per_node: int = Field(gt=0)
-    nvlink_GBps: float = Field(
+    nvlink_GBps: Annotated[float, LINK] = Field(
         gt=0,
         description="scale-up (NVLink, xGMI) bandwidth per GPU per direction, GB/s; on a mesh the "
         "sum over the GPU's links, each link carrying an equal part",
@@ -132,27 +133,27 @@ class NodeSpec(_Strict):
         description="how a node's GPUs are joined: 'switch' (NVSwitch: every GPU one port of "
         "nvlink_GBps) or 'mesh' (AMD Infinity Fabric: a direct link between every pair)",
     )
-    nvlink_latency_us: float = Field(ge=0)
+    nvlink_latency_us: Annotated[float, LATENCY] = Field(ge=0)
     nvlink_domain: int | None = Field(
         default=None, description="GPUs sharing one NVLink switch domain (NVL72: 72); None = a node"
     )
     nvls: bool = Field(default=False, description="NVSwitch in-network reduction (NVLink SHARP)")
     nics_per_node: int = Field(gt=0)
-    nic_gbps: float = Field(gt=0, description="per NIC per direction, Gbit/s")
-    nic_latency_us: float = Field(ge=0)
+    nic_gbps: Annotated[float, NIC] = Field(gt=0, description="per NIC per direction, Gbit/s")
+    nic_latency_us: Annotated[float, LATENCY] = Field(ge=0)
     host_cpu: Literal["intel", "amd", "arm"] | None = Field(
         default=None,
         description="host CPU vendor/architecture (Grace is arm): NCCL's multi-node LL cap "
         "(AMD hosts get their own row of llMaxBws) and network overhead floor (2 us on AMD x86, "
         "1 us otherwise); none: unknown, which NCCL treats as a non-AMD host",
     )
-    host_link_GBps: float | None = Field(
+    host_link_GBps: Annotated[float, LINK] | None = Field(
         default=None,
         gt=0,
         description="GPU <-> host memory bandwidth per GPU per direction (PCIe or NVLink-C2C), "
         "achievable GB/s; used by training.optimizer_offload",
     )
-    host_memory_GBps: float | None = Field(
+    host_memory_GBps: Annotated[float, HOST_MEMORY] | None = Field(
         default=None,
         gt=0,
         description="host DRAM bandwidth per node that a CPU optimizer streams through, "
@@ -171,7 +172,7 @@ class FabricSpec(_Strict):
     topology: str = "rail_fat_tree"
     oversubscription: float = Field(default=1.0, ge=1.0)
     nodes_per_leaf: int = Field(default=32, gt=0)
-    switch_latency_us: float = Field(default=0.6, ge=0)
+    switch_latency_us: Annotated[float, LATENCY] = Field(default=0.6, ge=0)
     segment_nodes: int | None = Field(
         default=None,
         gt=0,
@@ -216,18 +217,18 @@ class EfficiencySpec(_Strict):
             "FLOPs (simcluster/gemm_shape_table.py); none: the size curve alone"
         ),
     )
-    attention_fwd: float = Field(gt=0, le=1)
-    attention_bwd: float = Field(gt=0, le=1)
-    hbm: float = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")
-    nvlink: float = Field(gt=0, le=1, description="achievable fraction of NVLink bandwidth")
-    nic: float = Field(gt=0, le=1, description="achievable fraction of NIC bandwidth")
-    nvls: float | None = Field(
+    attention_fwd: Annotated[float, SHARE] = Field(gt=0, le=1)
+    attention_bwd: Annotated[float, SHARE] = Field(gt=0, le=1)
+    hbm: Annotated[float, SHARE] = Field(gt=0, le=1, description="achievable fraction of HBM bandwidth")
+    nvlink: Annotated[float, SHARE] = Field(gt=0, le=1, description="achievable fraction of NVLink bandwidth")
+    nic: Annotated[float, SHARE] = Field(gt=0, le=1, description="achievable fraction of NIC bandwidth")
+    nvls: Annotated[float, SHARE] | None = Field(
         default=None,
         gt=0,
         le=1,
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
-    kernel_launch_us: float = Field(
+    kernel_launch_us: Annotated[float, LATENCY] = Field(
         default=4.0,
         ge=0,
         description=(
@@ -236,7 +237,7 @@ class EfficiencySpec(_Strict):
             "ops nanotron's per-tensor unpack issues (dp.param_unpack)"
         ),
     )
-    host_op_us: float = Field(
+    host_op_us: Annotated[float, LATENCY] = Field(
         default=13.48,
         ge=0,
         description=(

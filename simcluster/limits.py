@@ -22,6 +22,10 @@ MAX_LAYER_PASSES = 2_000_000
 #: ones (aten/src/ATen/cuda/CUDABlas.cpp, CUDABLAS_POSINT_CHECK: "must be positive and less
 #: than INT_MAX"); a linear layer's GEMM has the microbatch's tokens as m and its widths as n, k
 MAX_GEMM_DIM = 2**31 - 1
+#: routed experts of one MoE layer: 2**24, sixteen times the most any published model has (PEER,
+#: He, 'Mixture of A Million Experts', arXiv 2407.04202: 1,048,576 single-neuron experts; the
+#: largest trained LLMs route over 256 to 512)
+MAX_EXPERTS = 2**24
 #: GiB of memory one GPU can address: 2**49 bytes (512 TiB), the 49-bit virtual addresses of
 #: NVIDIA's GPUs since Pascal (Tesla P100 whitepaper, Unified Memory: 49-bit virtual addressing,
 #: enough for a CPU's 48 bits and the GPU's own memory); a GPU's memory or a reserve within it

@@ -134,3 +134,41 @@ def test_a_profile_file_beyond_the_address_space_names_its_field(cli, tmp_path):
     res = cli("memory", BASE, "--hardware", str(profile))
     assert_one_line_error(res, "--hardware", "field 'gpu.memory_gib'", "2^49 bytes")
     assert "Value error" not in res.err
+
+
+def test_attention_width_is_bounded_per_gpu(ctx):
+    """The fused QKV projection's width ((heads + 2 kv_heads) x head_dim, Megatron's linear_qkv)
+    is a GEMM dimension too: split over tp it may reach INT_MAX, one column more is refused,
+    naming the head dim where it is the factor further above published models (<= 256)."""
+    m = ctx.model  # llama3-8b: 32 query and 8 key/value heads
+    per_column = m.heads + 2 * m.kv_heads  # 48
+    at = dataclasses.replace(m, head_dim=MAX_GEMM_DIM // per_column)
+    check_sizes(at, ctx.layout)
+    over = dataclasses.replace(m, head_dim=MAX_GEMM_DIM // per_column + 1)
+    with pytest.raises(UserError) as got:
+        check_sizes(over, ctx.layout)
+    assert got.value.field == "model.head_dim" and "QKV projection" in got.value.message
+    check_sizes(over, dataclasses.replace(ctx.layout, tp=2))
+
+
+def test_attention_width_names_heads_when_they_are_off(cli):
+    res = cli("memory", BASE, "--set", "model.heads=100000000", "--set", "model.kv_heads=100000000",
+              "--set", "model.head_dim=64")  # fmt: skip
+    assert_one_line_error(res, "error: model.heads:", "19,200,000,000", "QKV projection")
+
+
+def test_routed_experts_are_bounded(cli):
+    """More than 2^24 routed experts (16x PEER's 1,048,576, arXiv 2407.04202) is a typo."""
+    from simcluster.limits import MAX_EXPERTS
+
+    assert MAX_EXPERTS == 16 * 1_048_576
+    res = cli("memory", "mixtral-8x7b-32xh100", "--set", f"model.experts={MAX_EXPERTS + 8}")  # ep 8 divides it
+    assert_one_line_error(res, "error: model.experts:", "16,777,224 routed experts", "PEER")
+
+
+def test_routed_expert_rows_are_bounded(cli):
+    """A routed expert's GEMM takes on average rows x ep x top_k / experts tokens: Mixtral at
+    ep 8, top_k 8 of 8 experts gives each expert 8x the microbatch's tokens, so a 2^30-token
+    sequence (within the dense GEMMs' INT_MAX) is refused there, naming the sequence."""
+    res = cli("memory", "mixtral-8x7b-32xh100", "--set", "training.seq_len=1073741824", "--set", "model.top_k=8")
+    assert_one_line_error(res, "error: training.seq_len:", "8,589,934,592 rows of each routed expert's GEMM")

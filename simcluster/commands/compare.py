@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     inert = {label: inert_settings(ctx) for label, ctx in contexts}
     for label, notes in inert.items():
         print_notes(note_lines(notes, prefix=f"{label}: "))
+    for label, ctx in contexts:
+        print_notes([f"note: {label}: {n}" for n in ctx.notes])
     used: dict[str, str] = {}
     for label, ctx in contexts:
         used.setdefault(ctx.profile.name, label)

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = build_context(scenario, args.hardware)
     inert = inert_settings(ctx)
     print_notes(note_lines(inert))
+    print_notes([f"note: {n}" for n in ctx.notes])
     doc = memory_summary(ctx)
     doc["inert_settings"] = [n.text for n in inert]
     if not doc["fits"]:

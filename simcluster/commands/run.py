@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     inert = inert_settings(ctx)
     print_notes(note_lines(inert))  # before minutes of simulating a setting that does nothing
+    print_notes([f"note: {n}" for n in ctx.notes])
     sim = ctx.scenario.simulation
     if args.all_ranks or sim.all_ranks or sim.stragglers:
         ahead = all_ranks_note(ctx.scenario.cluster.gpus)
@@ -101,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if caveat:
         result.summary["accuracy_caveat"] = caveat
     result.summary["inert_settings"] = [n.text for n in inert]
+    if ctx.notes:
+        result.summary["notes"] = list(ctx.notes)
     if not result.summary["fits_in_memory"]:
         from simcluster.fit_hints import fitting_combination, would_fit
 

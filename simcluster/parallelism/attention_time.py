@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simcluster.attention_head_dims import head_dims
 from simcluster.parallelism import context, window_tiles
 from simcluster.parallelism.builder_base import BuilderBase
 
@@ -15,10 +16,7 @@ class AttentionTimes(BuilderBase):
 
     def _head_dims(self) -> tuple[int, int]:
         """(query/key, value) head dimensions; MLA's differ."""
-        m = self.shapes.model
-        if m.mla is not None:
-            return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
-        return m.d_head, m.d_head
+        return head_dims(self.shapes.model)
 
     def attention_core(self, phase: str, index: int = 0) -> float:
         m, lay = self.shapes.model, self.shapes.layout

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from simcluster.rate_bounds import DEGRADED
 from simcluster.scenario.base import SectionBase
 from simcluster.scenario.data_parallel import DpSection, Zero3Section
 from simcluster.scenario.model_cluster import ClusterSection, ModelSection
@@ -27,7 +28,7 @@ class Straggler(SectionBase):
         description="with gpu: how many times longer its kernels take (1.25 = a GPU 20% slow)",
     )
     node: int | None = Field(default=None, ge=0, description="a node whose NICs are degraded")
-    nic: float = Field(
+    nic: Annotated[float, DEGRADED] = Field(
         default=1.0,
         gt=0,
         le=1,

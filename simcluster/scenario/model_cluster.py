@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from simcluster.limits import MAX_GPUS, addressable_gib
+from simcluster.rate_bounds import HBM, LATENCY, LINK, NIC
 from simcluster.scenario.base import SectionBase
 
 
@@ -153,11 +154,11 @@ class ClusterSection(SectionBase):
         return gpus
     network: Literal["simulated", "ideal"] = "simulated"
     # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
-    nic_gbps: float | None = Field(default=None, gt=0)
+    nic_gbps: Annotated[float, NIC] | None = Field(default=None, gt=0)
     nics_per_node: int | None = Field(default=None, gt=0)
-    nic_latency_us: float | None = Field(default=None, ge=0)
-    nvlink_GBps: float | None = Field(default=None, gt=0)
-    nvlink_latency_us: float | None = Field(default=None, ge=0)
+    nic_latency_us: Annotated[float, LATENCY] | None = Field(default=None, ge=0)
+    nvlink_GBps: Annotated[float, LINK] | None = Field(default=None, gt=0)
+    nvlink_latency_us: Annotated[float, LATENCY] | None = Field(default=None, ge=0)
     nvlink_domain: int | None = Field(default=None, gt=0)
     segment_nodes: int | None = Field(
         default=None, gt=0, description="nodes of each NVLink domain a multi-domain job takes (Slurm --segment)"
@@ -167,7 +168,7 @@ class ClusterSection(SectionBase):
     nodes_per_leaf: int | None = Field(default=None, gt=0)
     topology: str | None = None
     memory_gib: Annotated[float, AfterValidator(addressable_gib)] | None = Field(default=None, gt=0)
-    hbm_tbps: float | None = Field(default=None, gt=0)
+    hbm_tbps: Annotated[float, HBM] | None = Field(default=None, gt=0)
     speed_spread: float | None = Field(
         default=None, ge=0, le=0.2, description="per-GPU throughput spread; 0 = identical GPUs"
     )
