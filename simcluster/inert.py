@@ -167,6 +167,13 @@ def _pp_one(what: str) -> Callable[[Context], Verdict]:
     return rule
 
 
+def _deferral_limit(ctx: Context) -> Verdict:
+    # parallelism/head_wgrad_deferral.deferred_microbatches: the limit counts deferred ones
+    if not ctx.scenario.parallel.defer_head_wgrad:
+        return ("without parallel.defer_head_wgrad", "no LM-head weight gradient is deferred")
+    return _pp_one("no pipeline flush to run the LM head's weight gradients in")(ctx)
+
+
 def _tp_comm(ctx: Context) -> Verdict:
     # userbuffers.tp_overlaps_run, which parallelism/layer.py asks: userbuffers overlaps only
     # with tp > 1 and sequence parallelism (TransformerEngine's ub overlap wraps the SP
@@ -473,6 +480,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),
+    InertRule("parallel.defer_head_wgrad", _pp_one("no pipeline flush to run the LM head's weight gradients in")),
+    InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.grad_16bit_freed", _grad_lifetime),

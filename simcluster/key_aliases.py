@@ -82,6 +82,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # PyTorch FSDP1's ShardingStrategy (OLMo's fsdp.sharding_strategy, accelerate's
         # fsdp_sharding_strategy), read by fsdp_column.py
         "sharding_strategy": "fsdp", "fsdp_sharding_strategy": "fsdp",
+        # Megatron-Core's ModelParallelConfig (NeMo's and Megatron-Bridge's CommOverlapConfig)
+        "defer_embedding_wgrad_compute": "defer_head_wgrad",
+        "wgrad_deferral_limit": "head_wgrad_deferral_limit",
     },
     "training": {
         "global_batch_size": "global_batch", "gbs": "global_batch", "train_batch_size": "global_batch",

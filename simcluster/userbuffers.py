@@ -294,6 +294,48 @@ def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> flo
     return (tp + 1) * shard_bytes  # tp partials read, one shard written
 
 
+def writes_in_place(cfg: str | Mapping[str, Any] | None) -> bool:
+    """Whether ``overlap.tp_comm_cfg`` names a TransformerEngine that writes a forward gather's
+    input, and an FP8 output gradient, straight into the buffer's local chunk: the TE 1.x defaults
+    (``te-1``) and the NeMo 2.0-2.2 presets (``@nemo-2.0``, the TE 1.x / 2.0 containers of
+    late 2024 and early 2025). Every other preset, a mapping (over TE 2.x's defaults, as
+    :func:`resolve` reads it) and the default are the current TE 2.x path."""
+    return isinstance(cfg, str) and (cfg == "te-1" or cfg.endswith("@nemo-2.0"))
+
+
+def gather_copy_bytes(role: str, shard_bytes: float, quantised: bool, in_place: bool) -> float:
+    """HBM bytes (read and written) of TransformerEngine's copy of this rank's shard into the
+    userbuffer before an all-gather it overlaps (``role``: a :class:`BlockOverlaps` gather field;
+    ``shard_bytes``: one rank's share of the gathered operand, FP8 when the GEMMs are).
+
+    The buffer's local chunk must hold the shard before the ring exchange or bulk gather starts,
+    and TE copies it there on the compute stream (a device-to-device ``cudaMemcpyAsync`` on the
+    current stream), ahead of the GEMM:
+
+    * ``input_gather`` (qkv_dgrad, fc1_dgrad: the backward re-gather of the saved input), in
+      every version: TE 1.x ``copy_input_to_ubuf(ln_out, 1)`` (``layernorm_linear.py``,
+      ``layernorm_mlp.py`` backward), TE 2.x ``ub_obj_dgrad.copy_into_buffer(ln_out, ...,
+      local_chunk=True)``;
+    * ``grad_gather`` (proj_dgrad, fc2_dgrad: the output gradient), in TE 1.x for a 16-bit
+      gradient only (``grad_output_preprocess``: ``copy_input_to_ubuf(grad_output, True)``; an
+      FP8 one is cast straight into ``get_ubuf_output(0)``), in TE 2.x always (quantised first,
+      then ``copy_into_buffer``, later ``fill_userbuffers_buffer_for_all_gather``);
+    * ``gather`` (qkv_fprop, fc1_fprop: the norm's output), only since TransformerEngine's
+      pull request 1711 (2025, "MXFP8 support in Userbuffers": the norm writes its own tensor,
+      then ``fill_userbuffers_buffer_for_all_gather`` copies it); TE 1.x and the 2.x before it
+      let the norm write into the buffer (``ln_out = ub_obj.get_ubuf_output(0)``, later
+      ``get_buffer(..., local_chunk=True)``).
+
+    ``in_place``: the older path (:func:`writes_in_place`). A blocking NCCL call and PyTorch's
+    async TP gather from the tensor itself: no copy (callers pass userbuffers roles only).
+    """
+    if role == "gather" and in_place:
+        return 0.0
+    if role == "grad_gather" and in_place and quantised:
+        return 0.0
+    return 2 * shard_bytes
+
+
 def block_overlaps(cfg: Mapping[str, UbOverlap], block: str) -> BlockOverlaps:
     """``block`` = attn or mlp (an MoE block's TP collectives take the MLP's)."""
     col, row = ("qkv", "proj") if block == "attn" else ("fc1", "fc2")

@@ -51,6 +51,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.parallel_block_comm", {"model": PARALLEL_BLOCK, "parallel": {"parallel_block_comm": "fused"}},
      {"model": PARALLEL_BLOCK, "parallel": {"tp": 2, "parallel_block_comm": "fused"}}),
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
+    # Megatron-Core's schedule without a pipeline never drains the kept head GEMMs
+    ("parallel.defer_head_wgrad", {"parallel": {"defer_head_wgrad": True}},
+     {"parallel": {"pp": 2, "defer_head_wgrad": True}}),
+    ("parallel.head_wgrad_deferral_limit", {"parallel": {"pp": 2, "head_wgrad_deferral_limit": 1}},
+     {"parallel": {"pp": 2, "defer_head_wgrad": True, "head_wgrad_deferral_limit": 1}}),
     ("parallel.activation_limit", {"parallel": {"pp": 2, "schedule": "zbv", "activation_limit": 0.75}},
      {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},

@@ -987,6 +987,16 @@ DGXC_UB = {
         "SMs, proj_fprop / fc2_fprop pipelines of 24 / 20 SMs with a margin), for BF16 and FP8 alike.")
        for prec in ("bf16", "fp8")},
 }
+# NeMo's performance recipes defer the LM head's weight gradients to the pipeline flush
+# (MegatronCommOverlapCallback defer_embedding_wgrad_compute=True): llama3_70b.py with
+# wgrad_deferral_limit=22 (read at NVIDIA/NeMo@0189a3b), llama31_405b.py with 50 (NVIDIA/NeMo@00aa2e1)
+DGXC_DEFER = {"LLAMA3-70B": 22, "LLAMA3.1-405B": 50}
+DGXC_DEFER_NOTE = (
+    " The performance recipe's MegatronCommOverlapCallback sets defer_embedding_wgrad_compute=True, "
+    "wgrad_deferral_limit={limit} (parallel.defer_head_wgrad; NeMo's {recipe}, read at NVIDIA/NeMo@{commit}; "
+    "ASSUMED the same in the 25.02.01 container's NeMo 2.2)."
+)
+DGXC_DEFER_SRC = {"LLAMA3-70B": ("llama3_70b.py", "0189a3b"), "LLAMA3.1-405B": ("llama31_405b.py", "00aa2e1")}
 cases = []
 for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     if name.startswith("GPT3"):
@@ -1002,13 +1012,18 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
         scenario["overlap"]["tp_comm"] = False  # tp 1: no TP overlap callback in the 8B script
+    defer = ""
+    if name in DGXC_DEFER:
+        scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=DGXC_DEFER[name])
+        recipe, commit = DGXC_DEFER_SRC[name]
+        defer = DGXC_DEFER_NOTE.format(limit=DGXC_DEFER[name], recipe=recipe, commit=commit)
     cases.append({
         "name": f"dgxc/{name.lower()}-{prec}-{gpus}gpu",
         "family": "nvidia-dgxc-h100",
         "source": (
             f"{DGXC_SRC[src]}, DGX H100 reference: {name} {prec.upper()} on {gpus} GPUs, sequence {s}, "
             f"tp {tp} pp {pp} cp {cp} vp {vp}, MBS {mbs}, GBS {gbs}: training step {step} s (the last "
-            f"of 50 steps, as the README measures it). {DGXC_SETTINGS[src]}"
+            f"of 50 steps, as the README measures it). {DGXC_SETTINGS[src]}{defer}"
         ),
         "published": {"step_time_s": step, "gpus": gpus, "global_batch": gbs, "seq_len": s,
                       "precision": prec},
@@ -1474,8 +1489,11 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
             source += (", ASSUMED for this MBS 1 run (its h100tp4mbs1.yaml is not stored) with the config's "
                        "FC2_FPROP_METHOD=pipeline and FC2_FPROP_SM=4; LAYER_CUDA_GRAPH=1 (each transformer "
                        "layer in a CUDA graph: training.cuda_graphs attn and mlp); "
-                       "defer_embedding_wgrad_compute (custom.yaml: on with PP > 1, MINIBS <= 256 and MBS 1) "
-                       "has no counterpart; NVTE_UB_FP8_RS=1 (an FP8 reduce-scatter buffer) neither.")
+                       "defer_embedding_wgrad_compute (custom.yaml: on with PP > 1, MINIBS <= 256 and MBS 1): "
+                       "parallel.defer_head_wgrad, every one of the 6 microbatches of a pipeline (ASSUMED: no "
+                       "wgrad_deferral_limit below 6); NVTE_UB_FP8_RS=1 (an FP8 reduce-scatter buffer) has no "
+                       "counterpart.")
+            scenario["parallel"]["defer_head_wgrad"] = True
         else:
             source += "."
     cases.append({

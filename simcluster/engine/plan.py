@@ -35,6 +35,11 @@ from simcluster.parallelism.data import (
     reduction_working_bytes,
     unit_params,
 )
+from simcluster.parallelism.head_wgrad_deferral import (
+    deferred_microbatches,
+    flush_segments,
+    split_head_wgrad,
+)
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.partitioned_checkpoints import input_gather, partitions
 from simcluster.parallelism.segments import Compute, Segment, as_recompute
@@ -130,6 +135,10 @@ class ChunkPlan:
     # ZeRO-3: the forward's last units still gathered when the same microbatch's backward
     # follows at once (FSDP: the last one; DeepSpeed: those within its reuse distance)
     zero3_kept: int = 1
+    # parallel.defer_head_wgrad: the W and BW units of a deferred microbatch (the LM head's
+    # weight-gradient GEMMs left out: parallelism/head_wgrad_deferral.py); empty: none deferred
+    deferred: dict[str, list[Unit]] = field(default_factory=dict)
+    deferred_gemms: tuple[Compute, ...] = ()  # the GEMMs left out, one microbatch's
 
     def seconds(self, phase: str) -> float:
         return sum(
@@ -150,6 +159,10 @@ class StagePlan:
     params_expert: float
     static_bytes: dict[str, float]
     tied_params: float = 0.0  # tied embedding gradient elements all-reduced with the partner stage
+    #: parallel.defer_head_wgrad: how many microbatches' LM-head weight gradients the head's
+    #: chunk leaves out (the first ones), and the drain that runs them after the last op
+    deferred_microbatches: int = 0
+    head_flush: tuple[Segment, ...] = ()
 
 
 def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> list[Unit]:
@@ -315,7 +328,28 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     cp.grad_transient_bytes = chunk_grad_transient(ctx, chunk)
     if coordinated(sc):
         cp.zero3_kept = kept_units([u.params for u in f], sc.zero3.max_reuse_distance)
+    if chunk.head and _deferred_count(ctx):
+        _defer_head_wgrad(cp)
     return cp
+
+
+def _deferred_count(ctx: Context) -> int:
+    """Microbatches whose LM-head weight gradient waits for the flush (parallel.defer_head_wgrad)."""
+    par = ctx.scenario.parallel
+    return deferred_microbatches(par.defer_head_wgrad, par.head_wgrad_deferral_limit, ctx.layout.pp, ctx.layout.microbatches)
+
+
+def _defer_head_wgrad(cp: ChunkPlan) -> None:
+    """The head chunk's W and BW units without the LM head's weight-gradient GEMMs, which a
+    deferred microbatch leaves to the flush."""
+    for phase in ("W", "BW"):
+        units = []
+        for u in cp.phases[phase]:
+            kept, removed = split_head_wgrad(u.segments)
+            if removed:
+                cp.deferred_gemms = removed
+            units.append(replace(u, segments=kept))
+        cp.deferred[phase] = units
 
 
 def stage_buckets(ctx: Context, stage: int, chunks: list[Chunk]) -> list[Bucket]:
@@ -467,6 +501,11 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
         for op in ops:
             if op.kind in ("W", "BW"):
                 last[op.chunk] = op.microbatch
+        deferred = _deferred_count(ctx) if any(p.deferred_gemms for p in cplans) else 0
+        gemms = next((p.deferred_gemms for p in cplans if p.deferred_gemms), ())
+        # the drain all-gathers each kept input shard with sequence parallelism (16-bit: the
+        # head runs at the activation precision)
+        gather = shapes.tp_collective_bytes if ctx.layout.tp > 1 and ctx.layout.sequence_parallel else 0.0
         plans.append(
             StagePlan(
                 stage=stage,
@@ -478,6 +517,8 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                 params_expert=params[stage].expert,
                 static_bytes=static[stage],
                 tied_params=tied[stage],
+                deferred_microbatches=deferred,
+                head_flush=tuple(flush_segments(gemms, deferred, gather)),
             )
         )
     return plans

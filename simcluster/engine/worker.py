@@ -378,6 +378,11 @@ class Worker(PipelineIO, DataParallelOps):
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         if serial and previous is not None:
             yield from self._blocking_send(previous)
+        if self.plan.head_flush:
+            # Megatron-Core's finish_embedding_wgrad_compute: after the schedule's last op,
+            # before finalize_model_grads waits for (or starts) the gradient reductions
+            head_chunk = next(c for c, p in enumerate(self.plan.chunks) if p.deferred_gemms)
+            yield from self.run_segments(self.plan.head_flush, PHASE_KIND["W"], -1, head_chunk)
         # ZeRO-2 reduced every microbatch, ZeRO-3 each unit as its backward ended
         # (_zero3_post_backward): neither has buckets left to reduce here
         if not sc.overlap.dp_grad_reduce and zero < 2:
@@ -434,6 +439,8 @@ class Worker(PipelineIO, DataParallelOps):
         cplan = self.plan.chunks[op.chunk]
         kind = PHASE_KIND[op.kind]
         units = cplan.phases[op.kind]
+        if op.kind in cplan.deferred and op.microbatch < self.plan.deferred_microbatches:
+            units = cplan.deferred[op.kind]  # its LM-head weight gradient waits for the flush
         zero3 = self.shared.ctx.layout.zero == 3
         pipelined = self.shared.ctx.layout.zero3_pipelined
         # FSDP2 accumulates unsharded until the last microbatch, which alone reduce-scatters

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from simcluster.compute import KernelModel
+from simcluster.compute import QUANTISED, KernelModel
 from simcluster.frameworks import get_framework
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
 from simcluster.parallelism import autocast_casts, context, expert, host, tensor, wgrad
@@ -33,9 +33,11 @@ from simcluster.userbuffers import (
     BlockOverlaps,
     UbOverlap,
     block_overlaps,
+    gather_copy_bytes,
     resolve,
     ring_rs_reduce_bytes,
     tp_overlaps_run,
+    writes_in_place,
 )
 
 __all__ = ["Gemm", "LayerBuilder"]
@@ -294,7 +296,24 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         if over is None:
             return self._gemms(gemms, phase)
         work = self._gemms(gemms, phase, splits=over.slices(self.shapes.layout.tp))
-        return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count))
+        return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count)) + self._gather_copy(phase, column)
+
+    def _gather_copy(self, phase: str, column: bool) -> Work:
+        """TransformerEngine's copy of this rank's shard into the userbuffer before the
+        all-gather beside these GEMMs (``userbuffers.gather_copy_bytes``): a memory-bound pass
+        at the profile's HBM rate on the compute stream, ahead of the GEMM; none beside a
+        reduce-scatter, under PyTorch's async TP (not userbuffers) or where the backward
+        gathers no input again (``Layout.sp_keeps_gather``)."""
+        role = {("F", True): "gather", ("B", False): "grad_gather", ("B", True): "input_gather"}.get((phase, column))
+        cfg = self.scenario.overlap.tp_comm_cfg
+        if role is None or cfg == "pytorch-async-tp":
+            return Work()
+        if role == "input_gather" and self.shapes.layout.sp_keeps_gather:
+            return Work()
+        shard = self.shapes.tp_gather_bytes / self.shapes.layout.tp
+        quantised = self.shapes.training.precision in QUANTISED
+        nbytes = gather_copy_bytes(role, shard, quantised, writes_in_place(cfg))
+        return Work.of(memory=self.km.memory(nbytes)) if nbytes else Work()
 
     def _norm_work(self) -> Work:
         """One norm's forward (tokens x h, SP-sharded)."""

@@ -123,6 +123,21 @@ class ParallelSection(SectionBase):
         "megatron (even; the first and last stage one fewer when that evens out the embedding "
         "and head) or nanotron (balanced by nanotron's per-block cost, the LM head included)",
     )
+    defer_head_wgrad: bool = Field(
+        default=False,
+        description="Megatron-Core's --defer-embedding-wgrad-compute: with pp > 1 the last "
+        "stage keeps each microbatch's LM-head input and output gradient and runs the head's "
+        "weight-gradient GEMMs after its last backward, in the pipeline flush "
+        "(schedules.py finish_embedding_wgrad_compute; with sequence parallelism each input "
+        "all-gathered again under the previous GEMM: utils.py drain_embedding_wgrad_compute)",
+    )
+    head_wgrad_deferral_limit: int = Field(
+        default=0,
+        ge=0,
+        description="Megatron-Core's --wgrad-deferral-limit: with defer_head_wgrad, only the "
+        "first this many microbatches' LM-head weight gradients wait for the flush, the rest "
+        "run in their backward (0: every microbatch's)",
+    )
     order: str = "tp,cp,dp,pp"
     ep_placement: Literal["packed", "spread"] = Field(
         default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
