@@ -17,7 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from simcluster.attention_kernels import BWD_FLOPS_FACTOR, kernel_tflops
+from simcluster.attention_kernels import BWD_FLOPS_FACTOR, MEASURED, kernel_tflops
 from simcluster.gemm_roles import TimedGemms
 from simcluster.gemm_shape_table import shape_table
 from simcluster.hardware import PEAK_KEYS, HardwareProfile
@@ -103,6 +103,8 @@ class KernelModel:
     _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # seconds of the calibrated profile's timed shapes, by role (simcluster/gemm_roles.py)
     _timed: TimedGemms = field(default_factory=TimedGemms)
+    # attention_spread's shares by (units, sequence, head dim): the plan asks for the same few
+    _spread: dict[tuple[float, float, float], float] = field(default_factory=dict)
     #: the profile's measured MoE kernels (simcluster/moe_kernels.py), None without them
     moe: MoeKernels | None = field(default=None, init=False)
 
@@ -323,6 +325,27 @@ class KernelModel:
         per_split = FP8_CAST_KERNELS[self.fp8_recipe]
         return float(per_split if self.fp8_recipe == "delayed" else per_split * splits)
 
+    def attention_spread(self, units: float, seq: float, head_dim: float) -> float:
+        """The published curves' rate share a call over ``units`` (batch x heads per GPU) pairs
+        of ``seq`` query tokens keeps (``efficiency.attention_grid``,
+        :mod:`simcluster.attention_grid`); 1 without the table or for a calibrated profile's own
+        kernel, whose curves were timed at the user's shapes. The forward table's share is
+        applied to the backward too (ASSUMPTION: its CTAs are (batch x head, 128-row key
+        tile) pairs, as many as the forward's). :meth:`attention` asks only for calls whose
+        queries attend over as many keys, the table's: a context-parallel ring's blocks or a
+        sliding window give each CTA a different amount of work (cudnn-frontend's chunked
+        prefill rows: 8 heads of 256 queries over 128K keys, 16 CTAs, run at 80 TFLOP/s, but
+        of 2,048 queries, 128 CTAs, at 632, the full rate), which a share measured at equal
+        lengths does not describe; they keep the curve."""
+        grid = self.profile.efficiency.attention_grid
+        if grid is None or self.profile.attention_kernel_in_use(self.attention_kernel) == MEASURED:
+            return 1.0
+        key = (units, seq, head_dim)
+        share = self._spread.get(key)
+        if share is None:
+            share = self._spread[key] = grid.factor(units, seq, head_dim)
+        return share
+
     def attention(
         self, batch: float, seq_q: float, seq_kv: float, heads: float, head_dim: float, v_dim: float,
         causal: bool, backward: bool,
@@ -331,7 +354,8 @@ class KernelModel:
 
         Rate: the curve of the kernel in use at this head dimension and sequence length (the
         scenario's kernel, else a calibrated profile's measured one, else the profile's
-        default), else the scalar efficiency.
+        default), times the share :meth:`attention_spread` keeps for this call's (batch x
+        heads) pairs; else the scalar efficiency.
         """
         flops = 2.0 * batch * heads * seq_q * seq_kv * (head_dim + v_dim)
         if causal:
@@ -342,6 +366,8 @@ class KernelModel:
             d = (head_dim + v_dim) / 2
             rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
             rate *= self._attention_scale
+            if seq_q == seq_kv:  # the table's calls; other key ranges keep the curve (attention_spread)
+                rate *= self.attention_spread(batch * heads, seq_q, d)
         else:
             eff = self.profile.efficiency.attention_bwd if backward else self.profile.efficiency.attention_fwd
             rate = self._peak(self.act_dtype) * eff

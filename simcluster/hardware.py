@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from simcluster import yamlio
+from simcluster.attention_grid import AttentionGrid
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
@@ -264,6 +265,15 @@ class EfficiencySpec(_Strict):
         description=(
             "published fused-attention benchmark curves per kernel (e.g. fa2, cudnn, fa3) by head "
             "dimension and sequence length; replace attention_fwd/bwd for the kernel in use"
+        ),
+    )
+    attention_grid: AttentionGrid | None = Field(
+        default=None,
+        description=(
+            "fused attention's measured rate at batch 1 by sequence length and query heads, and "
+            "the tokens and width the published attention_kernels curves were measured at: a "
+            "call spread over fewer (batch x head) pairs than the curves' runs slower "
+            "(simcluster/attention_grid.py); none: the curves as published"
         ),
     )
     attention_kernel: str | None = Field(
