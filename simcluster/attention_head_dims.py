@@ -7,7 +7,9 @@ FlashAttention kernel that refuses to launch. The limits, for a training step (f
 backward) on 16-bit Q/K/V:
 
 - ``fa2``, the flash-attn 2 package: head dims up to 256 (csrc/flash_attn/flash_api.cpp:
-  "FlashAttention forward only supports head dimension at most 256", the backward likewise);
+  "FlashAttention forward only supports head dimension at most 256", the backward likewise),
+  one for query, key and value alike (``CHECK_SHAPE(v, ..., head_size_og)``; TransformerEngine
+  drops it for MLA's unequal ones, "Disabling FlashAttention as it does not support MLA.");
   TransformerEngine's ``get_attention_backend`` also drops it above 192 except on sm80, sm90,
   sm100 and sm120 ("head_dim_qk <= 256 (>192 requires sm80/90/100+)"), the GPUs whose shared
   memory holds the 224/256 backward tiles;
@@ -66,8 +68,11 @@ class KernelHeadDims:
 
 
 def _fa2(d_qk: int, d_v: int, cc: float | None) -> bool:
-    d = max(d_qk, d_v)
-    return d <= 256 and (d <= 192 or cc is None or cc in _FA2_WIDE)
+    # one head size for q, k and v (flash_api.cpp: CHECK_SHAPE(v, ..., head_size_og)); TE drops
+    # it for MLA ("Disabling FlashAttention as it does not support MLA.")
+    if d_qk != d_v:
+        return False
+    return d_qk <= 256 and (d_qk <= 192 or cc is None or cc in _FA2_WIDE)
 
 
 def _fa3(d_qk: int, d_v: int, cc: float | None) -> bool:
@@ -92,7 +97,9 @@ def _cudnn(d_qk: int, d_v: int, cc: float | None) -> bool:
 
 #: kernel name (a profile's ``efficiency.attention_kernels`` key) -> its head-dimension limits
 KERNELS: dict[str, KernelHeadDims] = {
-    "fa2": KernelHeadDims("flash-attn 2 runs head dims up to 256, above 192 only on sm80/90/100/120", _fa2),
+    "fa2": KernelHeadDims(
+        "flash-attn 2 runs equal query-key and value head dims up to 256, above 192 only on sm80/90/100/120", _fa2
+    ),
     "fa3": KernelHeadDims("FlashAttention-3 runs head dims up to 256", _fa3),
     "cudnn": KernelHeadDims(
         "cuDNN's fused attention trains head dims up to 128 (multiples of 8), up to 256 on Hopper, "

@@ -133,3 +133,27 @@ def test_every_head_dim_builds_or_is_refused_in_one_line(hardware):
                 kernel = ctx.profile.attention_kernel_in_use(ctx.scenario.training.attention_kernel)
                 if ctx.scenario.training.flash_attention and kernel and framework != "nanotron":
                     assert runs(kernel, *head_dims(ctx.model), ctx.profile.gpu.compute_capability), (d, framework)
+
+
+def _mla(qk_nope: int = 128, qk_rope: int = 64, v: int = 128):
+    """DeepSeek-V2/V3's multi-latent attention shape: query-key head dim 128 + 64 = 192, value 128."""
+    mla = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": qk_nope, "qk_rope_head_dim": qk_rope,
+           "v_head_dim": v}  # fmt: skip
+    return build_model({"layers": 2, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 32000, "head_dim": v,
+                        "mla": mla})  # fmt: skip
+
+
+def test_flash_attn_2_needs_equal_query_key_and_value_head_dims():
+    """flash-attn 2 takes one head size for q, k and v (csrc/flash_attn/flash_api.cpp mha_fwd:
+    CHECK_SHAPE(v, batch_size, seqlen_k, num_heads_k, head_size_og)), and TransformerEngine's
+    get_attention_backend drops it for MLA ("Disabling FlashAttention as it does not support
+    MLA." where head_dim_qk != head_dim_v). Before, max(192, 128) = 192 passed as within its
+    limit, so DeepSeek's 192/128 heads were costed on flash-attn 2 on an A100."""
+    assert runs("fa2", 192, 128, 9.0) is False
+    assert runs("fa2", 192, 128, 8.0) is False
+    # on an A100 cuDNN stops at 128 too: TransformerEngine's unfused attention runs MLA there
+    choice = choose(_mla(), "fa2", False, ["cudnn", "fa2"], 8.0, cp_ring=False)
+    assert (choice.kernel, choice.fused) == (None, False)
+    assert choice.note is not None and "head dims 192/128" in choice.note
+    # on an H100 cuDNN trains 192/128 (cuDNN >= 9.11's MLA shape): TE's other fused backend
+    assert choose(_mla(), "fa2", False, ["cudnn", "fa2"], 9.0, cp_ring=False).kernel == "cudnn"
