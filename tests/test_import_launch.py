@@ -725,3 +725,12 @@ def test_an_imported_scenario_that_does_not_check_says_it_was_imported(capsys):
     assert "or training.micro_batch=1" in err
     assert err.endswith("(in the scenario imported from run_table_1.sh on --nodes 64; --var, --nodes/--gpus or --set change it)")
     assert main(["import", "megatron", str(SC21), "--cluster", "dgx-a100", "--nodes", "4"]) == 0  # its own size
+
+
+def test_an_imported_scenario_error_names_the_size_given_even_when_it_is_zero(capsys):
+    # '--nodes 0' is refused by the scenario's cluster.nodes check; the import's note read
+    # 'on --gpus None' (a truthiness test took nodes=0 for no --nodes at all)
+    assert main(["import", "megatron", str(SC21), "--cluster", "dgx-a100", "--nodes", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cluster.nodes:") and "--gpus None" not in err
+    assert "(in the scenario imported from run_table_1.sh on --nodes 0;" in err

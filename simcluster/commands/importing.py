@@ -100,7 +100,7 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
         # the error is about a scenario the user never wrote: say where it came from, since the
         # fix is often the import's own options (SC'21's 1.7B case of run_table_1.sh is written
         # for 4 nodes: on --nodes 64 its batch no longer divides)
-        size = f"--nodes {args.nodes}" if args.nodes else f"--gpus {args.gpus}"
+        size = f"--nodes {args.nodes}" if args.nodes is not None else f"--gpus {args.gpus}"
         raise UserError(
             exc.field,
             f"{exc.message} (in the scenario imported from {Path(args.file).name} on {size}; "
