@@ -131,3 +131,118 @@ def test_an_offload_hint_must_fit_the_hosts_memory_too():
     assert roomy is not None and "training.optimizer_offload=1.0" in roomy.sets
     data["cluster"]["profile"] = {"node": {"host_memory_gib": 500}}
     assert fitting_combination(scenario_from_dict(data)) is None
+
+
+def test_memory_says_a_zero3_gpu_keeps_a_shard_of_the_params_it_computes_with(cli):
+    # before: 'holds 8.030 B params' beside a 3.8 GiB params column (8.03 B bf16 is 15 GiB)
+    out = " ".join(cli("memory", "llama3-8b-8xh100", "--set", "parallel.zero=3").out.split())
+    assert "computes with 8.030 B params, 1.004 B of them resident (ZeRO-3 shards them over 8 ranks)" in out
+
+
+def test_a_fit_with_under_two_percent_to_spare_is_called_tight():
+    from simcluster.commands.memory import tight_fit_line
+
+    gib = 2**30
+    assert "tight" in tight_fit_line(79.92 * gib, 80 * gib)  # Mixtral 8x7B on 32 H100, as shipped
+    assert tight_fit_line(78.0 * gib, 80 * gib) is None  # 2.5% to spare
+    assert tight_fit_line(81.0 * gib, 80 * gib) is None  # does not fit: the DOES NOT FIT line says so
+
+
+def test_memory_table_folds_equal_stages_and_explains_its_columns(cli):
+    # DeepSeek-V3's 16 DualPipe stages: the two ends differ (embedding, head), the 14 inside agree
+    from simcluster.commands.memory import _stage_runs
+
+    row = {"params_bytes": 1.0, "grads_bytes": 2.0, "optimizer_bytes": 3.0, "activations_bytes": 4.0,
+           "other_bytes": 5.0, "total_bytes": 15.0}  # fmt: skip
+    end = {**row, "params_bytes": 9.0}
+    stages = [{"stage": 0, **end}, *({"stage": i, **row} for i in range(1, 15)), {"stage": 15, **end}]
+    assert [(a, b) for a, b, _ in _stage_runs(stages)] == [(0, 0), (1, 14), (15, 15)]
+    out = " ".join(cli("memory", "llama3-8b-8xh100").out.split())
+    # bf16 weights, fp32 main gradients with fusion, Adam's 12 B sharded over 8 ZeRO-2 ranks
+    assert "per parameter the GPU computes with: weights 2.00 B" in out and "other: training.memory_overhead_gib" in out
+
+
+def test_the_next_zero_stage_offered_is_one_the_framework_runs():
+    """torchtitan replicates (DDP) or fully shards (FSDP2), with no ZeRO-1/2: from zero 0 the
+    stage a hint offers is 3, the first one its layout accepts."""
+    data = make_scenario(
+        model={"name": "m", "layers": 4, "hidden": 4096, "heads": 32, "ffn": 16384, "vocab": 32000},
+        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"gpu": {"memory_gib": 16}}},
+        parallel={"tp": 1, "pp": 1, "zero": 0},
+        training={"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "recompute": "full"},
+    )  # fmt: skip
+    plain = [h.change for h in fitting_changes(scenario_from_dict(data))]
+    titan = [h.change for h in fitting_changes(scenario_from_dict({**data, "framework": "torchtitan"}), most=10)]
+    assert "parallel.zero=1" in plain and "parallel.zero=3" not in plain
+    assert "parallel.zero=3" in titan and not any(h.startswith("parallel.zero=1") for h in titan)
+
+
+def test_a_run_with_memory_to_spare_names_the_lighter_recomputation_that_fits(cli):
+    """torchtitan's Llama 3 70B layout recomputes every layer (full activation checkpointing)
+    at 22 GiB of 80: `run` says that no recomputation fits, by the same memory walk as
+    `simcluster memory` of that change, and how to compare the two."""
+    import json
+
+    from simcluster.context import build_context
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.memory_report import memory_summary
+    from simcluster.scenario import load_scenario
+
+    name = "llama3-70b-128xh100-fsdp-tp-pp"
+    hint = lighter_recompute(load_scenario(name))
+    assert hint is not None and hint.change == "training.recompute=none"
+    walk = memory_summary(build_context(load_scenario(name, [("training.recompute", "none")])))
+    assert hint.total_bytes == walk["total_bytes"] and walk["fits"]
+    res = cli("run", name, "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["lighter_recompute"] == {"change": "training.recompute=none", "total_bytes": walk["total_bytes"]}
+
+
+def test_no_lighter_recomputation_without_recomputation_or_room():
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.scenario import load_scenario
+
+    assert lighter_recompute(load_scenario("llama3-70b-128xh100-fsdp-tp-pp", [("training.recompute", "none")])) is None
+    # Llama 3 8B on one node, full recomputation, 8K tokens: at micro-batch 4 (62.9 GiB) every
+    # lighter recomputation is over 80 GiB; at micro-batch 2 (46.9 GiB) selective and none are
+    # (111 GiB) but torchtitan's op-level one fits, the least recomputation that does
+    full = [("training.recompute", "full")]
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 4)])) is None
+    hint = lighter_recompute(load_scenario("llama3-8b-8xh100", [*full, ("training.micro_batch", 2)]))
+    assert hint is not None and hint.change == "training.recompute=op"
+
+
+def test_the_lighter_recomputation_is_one_the_framework_offers():
+    """The micro-batch 2 layout above fits only with op-level recomputation, PyTorch's
+    selective activation checkpointing (torch.utils.checkpoint's policy, torchtitan's "selective
+    op"): Megatron-Core offers full and selective (--recompute-granularity) but not that, so
+    under framework megatron-core no lighter recomputation is named."""
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.frameworks import FRAMEWORKS
+    from simcluster.scenario import load_scenario
+
+    layout = [("training.recompute", "full"), ("training.micro_batch", 2)]
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", layout)).change == "training.recompute=op"
+    assert lighter_recompute(load_scenario("llama3-8b-8xh100", [*layout, ("framework", "megatron-core")])) is None
+    assert "op" not in FRAMEWORKS["deepspeed"].recompute and "selective" not in FRAMEWORKS["torchtitan"].recompute
+    assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
+
+
+def test_megatron_deepspeeds_selective_recompute_only_beside_its_unfused_attention():
+    """Megatron-DeepSpeed (framework deepspeed; microsoft/Megatron-DeepSpeed since its 2023
+    upstream sync: megatron/arguments.py --recompute-granularity {full, selective}) checkpoints
+    the core attention under selective only on its unfused path: transformer.py
+    ParallelAttention sets checkpoint_core_attention in the branch without a
+    --use-flash-attn-* kernel, the framework's default (its preset: flash_attention false).
+    So llama3-8b on 8 H100 at micro-batch 1 with full recomputation is told selective fits
+    (no recomputation does not: the unfused scores). The 2022 fork that trained BLOOM had only
+    --checkpoint-activations. nanotron's only switch is ParallelismArgs.recompute_layer, a
+    bool over whole decoder layers."""
+    from simcluster.fit_hints import lighter_recompute
+    from simcluster.frameworks import FRAMEWORKS
+    from simcluster.scenario import load_scenario
+
+    layout = [("training.recompute", "full"), ("training.micro_batch", 1), ("framework", "deepspeed")]
+    hint = lighter_recompute(load_scenario("llama3-8b-8xh100", layout))
+    assert hint is not None and hint.change == "training.recompute=selective"
+    assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
