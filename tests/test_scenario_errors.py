@@ -276,6 +276,22 @@ def test_a_batch_a_smaller_micro_batch_would_divide_names_it(cli, tmp_path):
     assert res.err.rstrip().endswith("use a multiple of 8")
 
 
+def test_the_smaller_micro_batch_search_is_bounded_by_the_microbatch_count(cli):
+    """The hint's search tried every micro-batch below the given one: a micro-batch typed with
+    extra zeros (300,000,000 for 3) over 7 sequences took 22 s to say 'not divisible'. It now
+    counts microbatches instead, up to limits.MAX_MICROBATCHES, as a layout with more is
+    refused anyway; the answer is the same largest micro-batch below the given one."""
+    import time
+
+    start = time.perf_counter()
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.micro_batch=300000000", "--set", "training.global_batch=7")
+    assert time.perf_counter() - start < 5.0
+    assert_one_line_error(res, "training.global_batch: 7 is not divisible by dp*micro_batch = 8*300000000")
+    # 112 sequences over dp 8 at micro-batch 16: 14 each, so 14 (the largest below 16 dividing 14)
+    res = cli("run", "llama3-8b-8xh100", "--set", "training.micro_batch=16", "--set", "training.global_batch=112")
+    assert_one_line_error(res, "use a multiple of 128, or training.micro_batch=14")
+
+
 def test_a_global_batch_written_in_tokens_points_to_global_batch_tokens(cli):
     # 'global batch 1M' is how Llama 3 (and GPT-3's 3.2M) state it; before, the error was
     # pydantic's 'unable to parse string as an integer (got '1M')'
