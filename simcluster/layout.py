@@ -324,12 +324,12 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         )
     if model.heads % par.tp:
         raise UserError(
-            "parallel.tp", f"tp={par.tp} must divide the model's heads={model.heads}{_tp_choices(model, gpus)}"
+            "parallel.tp", f"tp={par.tp} must divide the model's heads={model.heads}{_tp_choices(model, gpus, par.pp * par.cp)}"
         )
     if model.mla is None and model.kv_heads % par.tp:
         raise UserError(
             "parallel.tp",
-            f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups){_tp_choices(model, gpus)}",
+            f"tp={par.tp} must divide kv_heads={model.kv_heads} (Megatron's query groups){_tp_choices(model, gpus, par.pp * par.cp)}",
         )
     if par.pp * par.vpp > model.layers + 2:
         raise UserError(
@@ -712,11 +712,13 @@ def _smaller_micro_batch(global_batch: int, dp: int, micro_batch: int) -> int | 
     return None
 
 
-def _tp_choices(model: ModelSpec, gpus: int) -> str:
-    """'; tp 1, 2, 4 or 8 divide both': the degrees up to the GPU count that split the heads
-    (and, without MLA, Megatron's query groups) evenly, so the error names the fix."""
+def _tp_choices(model: ModelSpec, gpus: int, others: int) -> str:
+    """'; tp 1, 2, 4 or 8 divide both': the degrees that split the heads (and, without MLA,
+    Megatron's query groups) evenly and fit the GPUs beside the layout's other model-parallel
+    degrees (``others`` = pp x cp: tp x pp x cp must divide the GPUs), so the error names a fix
+    that is not refused next."""
     heads = model.heads if model.mla is not None else math.gcd(model.heads, model.kv_heads)
-    fits = [d for d in range(1, min(heads, gpus) + 1) if heads % d == 0]
+    fits = [d for d in range(1, min(heads, gpus) + 1) if heads % d == 0 and gpus % (d * others) == 0]
     both = "" if model.mla is not None or model.kv_heads == model.heads else " both"
     return f"; tp {', '.join(map(str, fits[:-1]))} or {fits[-1]} divide{both}" if len(fits) > 1 else ""
 

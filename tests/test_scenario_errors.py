@@ -313,3 +313,8 @@ def test_a_tp_that_splits_no_heads_evenly_names_the_degrees_that_do(cli, tmp_pat
     # past the query groups: Mixtral 8x7B's 32 heads in 8 groups
     res = cli("memory", "mixtral-8x7b-32xh100", "--set", "parallel.tp=32", "--set", "parallel.ep=1")
     assert_one_line_error(res, "tp=32 must divide kv_heads=8 (Megatron's query groups); tp 1, 2, 4 or 8 divide both")
+    # a degree named must also fit the GPUs (tp x pp x cp divides cluster.gpus): on 12 GPUs tp 8
+    # is refused next ('tp*pp*cp = 8 does not divide cluster.gpus=12'), so only 1, 2 and 4 are named
+    path.write_text(path.read_text().replace("gpus: 24", "gpus: 12").replace("global_batch: 8", "global_batch: 12"))
+    res = cli("run", str(path))
+    assert_one_line_error(res, "parallel.tp: tp=3 must divide the model's heads=32; tp 1, 2 or 4 divide both")
