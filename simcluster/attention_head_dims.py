@@ -14,7 +14,9 @@ backward) on 16-bit Q/K/V:
   sm100 and sm120 ("head_dim_qk <= 256 (>192 requires sm80/90/100+)"), the GPUs whose shared
   memory holds the 224/256 backward tiles;
 - ``fa3``, FlashAttention-3 (hopper/flash_api.cpp): kernels for head dims 64, 96, 128, 192 and
-  256, "FlashAttention forward only supports head dimension at most 256";
+  256, "FlashAttention forward only supports head dimension at most 256"; a value head dim
+  unlike the query-key one only for query-key in (128, 192] with value in (96, 128] (MLA's
+  192/128), or query-key up to 64 with value up to 512, and only on Hopper;
 - ``cudnn``, cuDNN's fused attention as TransformerEngine's FusedAttention dispatches it
   (transformer_engine/common/fused_attn/fused_attn.cpp, ``nvte_get_fused_attn_backend``,
   training): both head dims multiples of 8 and at most 128 on any GPU from sm80; up to 256 on
@@ -76,7 +78,13 @@ def _fa2(d_qk: int, d_v: int, cc: float | None) -> bool:
 
 
 def _fa3(d_qk: int, d_v: int, cc: float | None) -> bool:
-    return max(d_qk, d_v) <= 256
+    if d_qk != d_v:
+        # hopper/flash_api.cpp: "If V headdim is different from Q/K dim, we only support Q/K
+        # headdim in (128, 192] and V headdim in (96, 128], or (Q/K <= 64 and V <= 512)" and
+        # "Only Hopper supports different V headdim"
+        mla = 128 < d_qk <= 192 and 96 < d_v <= 128
+        return (mla or (d_qk <= 64 and d_v <= 512)) and (cc is None or 9.0 <= cc < 10.0)
+    return d_qk <= 256
 
 
 def _cudnn(d_qk: int, d_v: int, cc: float | None) -> bool:
@@ -100,7 +108,11 @@ KERNELS: dict[str, KernelHeadDims] = {
     "fa2": KernelHeadDims(
         "flash-attn 2 runs equal query-key and value head dims up to 256, above 192 only on sm80/90/100/120", _fa2
     ),
-    "fa3": KernelHeadDims("FlashAttention-3 runs head dims up to 256", _fa3),
+    "fa3": KernelHeadDims(
+        "FlashAttention-3 runs head dims up to 256, unequal query-key and value ones only as 129-192/97-128 "
+        "or up to 64/512, on Hopper",
+        _fa3,
+    ),
     "cudnn": KernelHeadDims(
         "cuDNN's fused attention trains head dims up to 128 (multiples of 8), up to 256 on Hopper, "
         "and only 192/128 or 256/256 beyond 128 on Blackwell",

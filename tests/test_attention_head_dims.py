@@ -157,3 +157,16 @@ def test_flash_attn_2_needs_equal_query_key_and_value_head_dims():
     assert choice.note is not None and "head dims 192/128" in choice.note
     # on an H100 cuDNN trains 192/128 (cuDNN >= 9.11's MLA shape): TE's other fused backend
     assert choose(_mla(), "fa2", False, ["cudnn", "fa2"], 9.0, cp_ring=False).kernel == "cudnn"
+
+
+def test_flash_attention_3_takes_unequal_head_dims_only_in_its_mla_ranges():
+    """FlashAttention-3 (hopper/flash_api.cpp): "If V headdim is different from Q/K dim, we only
+    support Q/K headdim in (128, 192] and V headdim in (96, 128], or (Q/K <= 64 and V <= 512)",
+    and "Only Hopper supports different V headdim". Before, any pair up to 256 passed."""
+    assert runs("fa3", 192, 128, 9.0) is True  # DeepSeek-V3's MLA
+    assert runs("fa3", 64, 512, 9.0) is True
+    assert runs("fa3", 256, 128, 9.0) is False
+    assert runs("fa3", 192, 64, 9.0) is False
+    assert runs("fa3", 128, 64, 9.0) is False
+    assert runs("fa3", 192, 128, 10.0) is False  # not Hopper
+    assert runs("fa3", 256, 256, 9.0) is True  # equal dims: up to 256 as before
