@@ -46,7 +46,8 @@ class AttentionGrid(NumbersNotBooleans):
             raise ValueError("fwd_tflops needs [sequence length, heads, TFLOP/s] rows, all positive")
         seqs = sorted({s for s, _, _ in self.fwd_tflops})
         heads = sorted({h for _, h, _ in self.fwd_tflops})
-        if len(seqs) < 2 or len(heads) < 2 or len(self.fwd_tflops) != len(seqs) * len(heads):
+        cells = {(s, h) for s, h, _ in self.fwd_tflops}  # a repeated row must not stand in for a hole
+        if len(seqs) < 2 or len(heads) < 2 or len(cells) != len(self.fwd_tflops) or len(cells) != len(seqs) * len(heads):
             raise ValueError(
                 "fwd_tflops needs one row for every sequence length x head count, at least two of each"
             )

@@ -80,6 +80,14 @@ def test_a_grid_with_a_hole_is_a_one_line_error():
     with pytest.raises(UserError, match="attention_grid") as err:
         profile_from_dict(bad)
     assert "\n" not in str(err.value)
+    # a hole filled by a repeated row keeps the count of a full grid: before, it loaded and the
+    # hole's cell read log(rate) 0, i.e. 1 TFLOP/s, as a measurement
+    rows = copy.deepcopy(data)["efficiency"]["attention_grid"]["fwd_tflops"]
+    rows[-1] = list(rows[0])
+    dup = copy.deepcopy(data)
+    dup["efficiency"]["attention_grid"]["fwd_tflops"] = rows
+    with pytest.raises(UserError, match="attention_grid"):
+        profile_from_dict(dup)
 
 
 def test_unequal_key_ranges_keep_the_curve(h100):
