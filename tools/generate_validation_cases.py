@@ -25,6 +25,18 @@ def dump(path, header, cases):
 def fmt_b(x):
     return f"{x:g}"
 
+def mlperf_gpt3_case(name, family, source, blocks_ms, block_tokens, gbs, gpus, scenario, step_s):
+    """One MLPerf GPT-3 175B case (FP8, sequence 2048). Every case is slow: keeps the families out
+    of the quick set (the 10752-GPU v3.1 row takes ~130 s; the others 5-90 s)."""
+    return {
+        "name": name, "family": family, "source": source, "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_tokens, "global_batch": gbs, "seq_len": 2048,
+                      "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    }
+
+
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
                            fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False,
@@ -1496,18 +1508,8 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
             scenario["parallel"]["defer_head_wgrad"] = True
         else:
             source += "."
-    cases.append({
-        "name": f"mlperf-{log_version}/gpt3-175b-{gpus}xh100",
-        "family": "mlperf-training-h100",
-        "source": source,
-        # every case slow: keeps the family out of the quick set until the lead decides (the
-        # 10752-GPU v3.1 row takes ~130 s; the others 5-20 s)
-        "slow": True,
-        "published": {"blocks_ms": blocks_ms, "block_tokens": block_tokens, "global_batch": gbs, "seq_len": 2048,
-                      "gpus": gpus, "precision": "fp8"},
-        "scenario": scenario,
-        "measured": {"step_time_s": round(step_s, 5)},
-    })
+    cases.append(mlperf_gpt3_case(f"mlperf-{log_version}/gpt3-175b-{gpus}xh100", "mlperf-training-h100", source,
+                                  blocks_ms, block_tokens, gbs, gpus, scenario, step_s))
 # --- MLPerf Training v4.1 GPT-3 175B and v5.0 Llama 3.1 405B (NVIDIA, NeMo) ------------------------
 # Not in the stored mlcommons copies: read from forks that carry NVIDIA's submission tree unchanged
 # (swsok/training_results_v4.1 at 8821c70; prishajain1/training_results_v5.0 at 0fdc28f). The index
@@ -1596,16 +1598,9 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
                "proj_dgrad and fc1_fprop ring exchanges with a margin, proj_fprop a 24-SM pipeline in 4 "
                "splits with a margin, fc2_fprop a ring exchange with a margin; its atomic_gemm and "
                "cga_size keys have no counterpart).")
-    case = {
-        "name": f"mlperf-v4.1/gpt3-175b-{gpus}x{gpu_name.lower()}",
-        "family": "mlperf-training-blackwell" if b200 else "mlperf-training-h100",
-        "source": source,
-        "slow": True,
-        "published": {"blocks_ms": blocks_ms, "block_tokens": block_tokens, "global_batch": gbs, "seq_len": 2048,
-                      "gpus": gpus, "precision": "fp8"},
-        "scenario": scenario,
-        "measured": {"step_time_s": round(step_s, 5)},
-    }
+    case = mlperf_gpt3_case(f"mlperf-v4.1/gpt3-175b-{gpus}x{gpu_name.lower()}",
+                            "mlperf-training-blackwell" if b200 else "mlperf-training-h100", source,
+                            blocks_ms, block_tokens, gbs, gpus, scenario, step_s)
     (blackwell_cases if b200 else cases).append(case)
 
 MLPERF_V50 = "prishajain1/training_results_v5.0 (commit 0fdc28f, a fork of mlcommons/training_results_v5.0)"
