@@ -133,13 +133,6 @@ _TE_ORDER_HOPPER = ("cudnn", "fa2")
 _TE_ORDER_OLDER = ("fa2", "cudnn")
 
 
-def head_dims(model: ModelSpec) -> tuple[int, int]:
-    """(query/key, value) head dimensions; multi-latent attention's differ."""
-    if model.mla is not None:
-        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
-    return model.d_head, model.d_head
-
-
 def _shape(d_qk: int, d_v: int) -> str:
     return f"head dim {d_qk}" if d_qk == d_v else f"head dims {d_qk}/{d_v} (query-key/value)"
 
@@ -175,7 +168,7 @@ def choose(
     curves for; ``cc``: the GPU's compute capability; ``cp_ring``: context parallelism runs
     inside the fused backend (cp > 1 with a ring or all-gather); ``framework``: whose attention
     falls back (:data:`DISPATCH`)."""
-    d_qk, d_v = head_dims(model)
+    d_qk, d_v = model.qk_v_head_dims
     if kernel is None or kernel == MEASURED or runs(kernel, d_qk, d_v, cc):
         return KernelChoice(kernel, True)
     shape = _shape(d_qk, d_v)

@@ -67,11 +67,7 @@ def attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 
 def layer_attention_flops_per_token(model: ModelSpec, seq_len: int, index: int) -> float:
     """Score and value matmuls per token of layer ``index``, no causal discount."""
-    if model.mla is not None:
-        d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-        d_v = model.mla.v_head_dim
-    else:
-        d_qk = d_v = model.d_head
+    d_qk, d_v = model.qk_v_head_dims
     return 2.0 * model.attention_span(index, seq_len) * model.heads * (d_qk + d_v)
 
 

@@ -168,6 +168,14 @@ class ModelSpec:
         return self.head_dim or self.hidden // self.heads
 
     @property
+    def qk_v_head_dims(self) -> tuple[int, int]:
+        """(query/key, value) head dimensions of the attention core; multi-latent attention's
+        differ (its no-position and rotary parts together against its value dim)."""
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim, self.mla.v_head_dim
+        return self.d_head, self.d_head
+
+    @property
     def is_moe(self) -> bool:
         return self.experts > 0
 

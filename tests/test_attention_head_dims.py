@@ -114,7 +114,6 @@ def test_pytorch_sdpa_falls_back_to_its_math_backend():
 def test_every_head_dim_builds_or_is_refused_in_one_line(hardware):
     """Head dims around each limit, under the frameworks of each dispatch and with cp rings:
     a context (its kernel able to train the heads, or the unfused path) or a one-line refusal."""
-    from simcluster.attention_head_dims import head_dims
     from simcluster.scenario import scenario_from_dict
 
     for d in (128, 192, 200, 256, 264, 512):
@@ -132,7 +131,7 @@ def test_every_head_dim_builds_or_is_refused_in_one_line(hardware):
                     continue
                 kernel = ctx.profile.attention_kernel_in_use(ctx.scenario.training.attention_kernel)
                 if ctx.scenario.training.flash_attention and kernel and framework != "nanotron":
-                    assert runs(kernel, *head_dims(ctx.model), ctx.profile.gpu.compute_capability), (d, framework)
+                    assert runs(kernel, *ctx.model.qk_v_head_dims, ctx.profile.gpu.compute_capability), (d, framework)
 
 
 def _mla(qk_nope: int = 128, qk_rope: int = 64, v: int = 128):

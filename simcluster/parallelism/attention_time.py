@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simcluster.attention_head_dims import head_dims
 from simcluster.parallelism import context, window_tiles
 from simcluster.parallelism.builder_base import BuilderBase
 
@@ -14,15 +13,11 @@ from simcluster.parallelism.builder_base import BuilderBase
 class AttentionTimes(BuilderBase):
     """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: attention core seconds."""
 
-    def _head_dims(self) -> tuple[int, int]:
-        """(query/key, value) head dimensions; MLA's differ."""
-        return head_dims(self.shapes.model)
-
     def attention_core(self, phase: str, index: int = 0) -> float:
         m, lay = self.shapes.model, self.shapes.layout
         if phase == "W":
             return 0.0
-        d_qk, d_v = self._head_dims()
+        d_qk, d_v = self.shapes.model.qk_v_head_dims
         s = self.scenario.training.seq_len
         b = self.scenario.training.micro_batch
         backward = phase == "B"
@@ -77,7 +72,7 @@ class AttentionTimes(BuilderBase):
             return context.CoreTimes(total, relayout=tuple(self.km.memory(2 * x) for x in (q, k, v, o)))  # type: ignore[arg-type]
         if phase == "W" or lay.cp == 1 or lay.cp_comm not in ("p2p", "all_gather", "a2a+p2p") or not fused:
             return context.CoreTimes(total)
-        d_qk, d_v = self._head_dims()
+        d_qk, d_v = self.shapes.model.qk_v_head_dims
         # a2a+p2p: the ring runs over cp/cp_a2a ranks on cp_a2a times the tokens, 1/cp_a2a of the heads
         group = lay.cp_a2a if lay.cp_comm == "a2a+p2p" else 1
         b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / (lay.tp * group)
