@@ -3,7 +3,11 @@
 import pytest
 
 from simcluster.errors import UserError
-from simcluster.schedules.partition import cost_balanced, layers_per_stage
+from simcluster.schedules.partition import (
+    check_megatron_virtual_split,
+    cost_balanced,
+    layers_per_stage,
+)
 
 
 def test_llama3_405b_126_layers_on_16_stages():
@@ -88,3 +92,33 @@ def test_framework_nanotron_moves_layers_off_the_head_stage():
     assert counts == [4] * 8
     nano = build_context(scenario_from_dict({**data, "framework": "nanotron"})).chunks
     assert [c.layers for stage in nano for c in stage] == [5, 4, 4, 5, 4, 4, 4, 2]
+
+
+@pytest.mark.parametrize(
+    "layers, pp, vpp, framework, fix",
+    [
+        # 32 (33, 34) layers over 24 virtual stages; 32 = 16 x 2 = 32 x 1
+        (32, 8, 3, "megatron-core", "use vpp 2 or 4, or list the 24 stages' layers"),
+        (32, 8, 2, "megatron-core", None),  # 32 / 16
+        (32, 8, 4, "nemo", None),  # 32 / 32
+        (126, 8, 8, "megatron-bridge", None),  # Llama 3.1 405B: 126 + embedding + loss = 128 / 64
+        (47, 8, 3, None, None),  # 47 + loss = 48 / 24
+        # 2021's Megatron-LM had no embedding/loss terms: 47 is prime, no vpp divides it
+        (47, 8, 3, "megatron-lm-2021", "requires; or list the 24 stages' layers"),
+        (40, 8, 3, "megatron-lm-2021", "use vpp 5, or list"),  # 40 = 8 x 5
+        (32, 8, 3, "torchtitan", None),  # torchtitan splits the remainder itself
+        (32, 8, 1, "megatron-core", None),  # no virtual stages: not the interleaved split
+    ],
+)
+def test_megatron_interleaved_split_needs_layers_divisible_by_pp_times_vpp(layers, pp, vpp, framework, fix):
+    """Megatron-Core's get_num_layers_to_build (transformer_block.py) asserts num_layers (+1 for
+    each of --account-for-embedding/loss-in-pipeline-split) % pp == 0 and then the rank's layers
+    % vpp == 0: layers + k divisible by pp*vpp for some k in 0..2 (k = 0 for Megatron-LM 2021)."""
+    if fix is None:
+        check_megatron_virtual_split(layers, pp, vpp, framework)
+        return
+    with pytest.raises(UserError) as err:
+        check_megatron_virtual_split(layers, pp, vpp, framework)
+    assert err.value.field == "parallel.vpp"
+    assert f"{pp}*{vpp} = {pp * vpp} virtual stages" in str(err.value)
+    assert fix in str(err.value)

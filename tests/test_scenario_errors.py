@@ -318,3 +318,19 @@ def test_a_tp_that_splits_no_heads_evenly_names_the_degrees_that_do(cli, tmp_pat
     path.write_text(path.read_text().replace("gpus: 24", "gpus: 12").replace("global_batch: 8", "global_batch: 12"))
     res = cli("run", str(path))
     assert_one_line_error(res, "parallel.tp: tp=3 must divide the model's heads=32; tp 1, 2 or 4 divide both")
+
+
+def test_virtual_stages_megatron_cannot_build(cli, tmp_path):
+    """pp 8 x vpp 3 = 24 virtual stages for a 32-layer model: Megatron-Core's interleaved schedule
+    asserts (layers [+ embedding + loss]) % (pp * vpp) == 0 (transformer_block.py
+    get_num_layers_to_build), so the scenario is refused with the vpp values that divide and the
+    explicit split; an explicit layers_per_stage runs."""
+    model = {**make_scenario()["model"], "layers": 32}
+    data = make_scenario(model=model, framework="megatron-core", cluster={"hardware": "dgx-h100", "gpus": 8},
+                         parallel={"tp": 1, "pp": 8, "vpp": 3}, training={"seq_len": 2048, "micro_batch": 1, "global_batch": 16})  # fmt: skip
+    path = write(tmp_path, data)
+    assert_one_line_error(cli("memory", path), "parallel.vpp", "32 layers", "pp*vpp = 8*3 = 24", "use vpp 2 or 4",
+                          "parallel.layers_per_stage")  # fmt: skip
+    assert cli("memory", path, "--set", "parallel.vpp=4").code == 0
+    split = "parallel.layers_per_stage=[" + ",".join(["1"] + ["2"] * 8 + ["1"] * 15) + "]"
+    assert cli("memory", path, "--set", split).code == 0

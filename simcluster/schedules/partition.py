@@ -57,6 +57,41 @@ def layers_per_stage(
     return counts
 
 
+#: frameworks whose interleaved schedule is Megatron's, with the layers each may add to the split:
+#: Megatron-Core (and NeMo and Megatron-Bridge, which run it) counts the embedding and the loss
+#: as a layer each under --account-for-embedding/loss-in-pipeline-split; Megatron-LM of 2021
+#: had neither flag. None: no framework named, the interleaved schedule is Megatron's.
+MEGATRON_INTERLEAVED: dict[str | None, tuple[int, ...]] = {
+    None: (0, 1, 2), "megatron-core": (0, 1, 2), "nemo": (0, 1, 2), "megatron-bridge": (0, 1, 2),
+    "megatron-lm-2021": (0,),
+}
+
+
+def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str | None) -> None:
+    """Refuse virtual stages that Megatron cannot build: its interleaved schedule needs the layers
+    (plus the embedding and/or loss when accounted for) to divide over pp ranks and then over vpp
+    chunks per rank, i.e. by pp*vpp (Megatron-Core ``transformer_block.get_num_layers_to_build``:
+    ``num_layers % pipeline_model_parallel_size == 0`` and ``num_layers_per_pipeline_rank %
+    vp_size == 0``; ``training/arguments.py`` asserts the same for
+    --num-layers-per-virtual-pipeline-stage, and Megatron-LM 2021's ``validate_args`` without the
+    embedding/loss terms). What ``layers_per_stage`` leaves to the middle stages is not what
+    Megatron does; an uneven split is written out as ``parallel.layers_per_stage`` (its
+    ``pipeline_model_parallel_layout``)."""
+    extras = MEGATRON_INTERLEAVED.get(framework)
+    n = pp * vpp
+    if extras is None or vpp <= 1 or any((layers + k) % n == 0 for k in extras):
+        return
+    fits = [v for v in range(2, (layers + max(extras)) // pp + 1) if any((layers + k) % (pp * v) == 0 for k in extras)]
+    counted = " (also with the embedding and loss counted as layers)" if max(extras) else ""
+    fix = f"use vpp {' or '.join(map(str, fits[:4]))}, " if fits else ""
+    raise UserError(
+        "parallel.vpp",
+        f"the model's {layers} layers do not divide over pp*vpp = {pp}*{vpp} = {n} virtual stages{counted}, "
+        f"which Megatron's interleaved schedule requires; {fix}or list the {n} stages' layers in "
+        "parallel.layers_per_stage (Megatron-Core's pipeline_model_parallel_layout)",
+    )
+
+
 def cost_balanced(layers: int, n: int, layer_cost: int, head_cost: int) -> list[int]:
     """Layers of each of ``n`` stages as nanotron assigns its pipeline blocks (``build_model`` in
     ``models/base.py``): walking the blocks in model order with their cumulative cost, each block
