@@ -9,7 +9,9 @@ layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. The ones that fit are
 offered in the order of what they usually cost in step time (:data:`COST_ORDER`), cheapest
 first, not by the memory they leave: a user short of 2 GiB wants ZeRO-1, not full
-recomputation. How fast each is, ``simcluster sweep`` answers.
+recomputation. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
+batch; one that changes the accumulation steps (a smaller micro-batch or dp) says so, with the
+new ``training.grad_accum`` where the scenario wrote one (:func:`_batch_effect`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.frameworks import get_framework
+from simcluster.layout import Layout
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
@@ -62,6 +65,9 @@ class FitHint:
     total_bytes: float
     unset: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
+    #: what the change does to the batch: the global batch kept and the accumulation steps it
+    #: now takes (a smaller micro-batch, or dp shrunk by twice the tp or pp), or ""
+    batch: str = ""
 
     @property
     def sets(self) -> list[str]:
@@ -76,6 +82,8 @@ class FitHint:
             doc["also"] = list(self.also)
         if self.unset:
             doc["unset"] = list(self.unset)
+        if self.batch:
+            doc["batch"] = self.batch
         return doc
 
 
@@ -94,6 +102,22 @@ def _unset_beside(base: dict[str, Any], key: str, value: Any) -> tuple[str, ...]
     written = base.get("training") or {}
     return tuple(
         f"training.{name}" for name, needs in _RECOMPUTE_COMPANIONS.items() if name in written and value != needs
+    )
+
+
+def _batch_effect(sc: Scenario, before: Layout, after: Layout) -> tuple[tuple[str, ...], str]:
+    """What a change does to the step's batch: the global batch stays (micro_batch x dp x
+    accumulation steps, layout.py), so a smaller micro-batch or a smaller dp (twice the tp or pp
+    on the same GPUs) takes more accumulation steps. Returns the ``training.grad_accum`` a
+    scenario that wrote it must set with the change (else its GA x micro-batch x dp would change
+    the global batch, or the layout check refuse the two), and the sentence saying so; nothing
+    when the steps stay."""
+    if after.microbatches == before.microbatches:
+        return (), ""
+    also = (f"training.grad_accum={after.microbatches}",) if "training.grad_accum" in sc.written else ()
+    return also, (
+        f"global batch {after.global_batch} kept: micro-batch {after.micro_batch} x dp {after.dp} "
+        f"x {after.microbatches} accumulation steps, was {before.microbatches}"
     )
 
 
@@ -145,7 +169,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
 
     base = _rewritable(sc)
     hints: list[tuple[tuple[int, int], FitHint]] = []
-    fewest = min(c.layers for stage in build_context(sc, hardware).chunks for c in stage)
+    before = build_context(sc, hardware)
+    fewest = min(c.layers for stage in before.chunks for c in stage)
     next_zero = False  # a later ZeRO stage was accepted: the ones after it are not offered
     for key, value in _candidates(sc, fewest):
         if key == "parallel.zero" and next_zero:
@@ -161,7 +186,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
             continue  # the profile cannot price the host side, so the run would be refused
         doc = memory_summary(ctx)
         if doc["fits"] and host_fits(doc):
-            hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset)
+            also, batch = _batch_effect(sc, before.layout, ctx.layout)
+            hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset, also, batch)
             hints.append((_cost_rank(key, value), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
@@ -174,6 +200,9 @@ def _rewritable(sc: Scenario) -> dict[str, Any]:
     if "parallel" in base:
         base["parallel"].pop("dp", None)  # re-derived from the GPU count
         base["parallel"].pop("layers_per_stage", None)  # a split for one depth only
+    # the global batch (which a written grad_accum set, global_batch.py) is kept; the
+    # accumulation steps follow from it for the changed micro-batch or dp (_batch_effect)
+    base["training"].pop("grad_accum", None)
     return base
 
 
@@ -225,11 +254,12 @@ def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3
     from simcluster.sweep import show_value
 
     base = _rewritable(sc)
+    before = build_context(sc, hardware).layout
 
     def search(taken: dict[str, Any], unset: tuple[str, ...], left: int) -> FitHint | None:
         current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
         fewest = min(c.layers for stage in current.chunks for c in stage)
-        tried: list[tuple[float, str, Any, tuple[str, ...]]] = []
+        tried: list[tuple[float, str, Any, tuple[str, ...], Layout]] = []
         for key, value in _candidates(current.scenario, fewest):
             drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
             try:
@@ -241,15 +271,16 @@ def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3
                 continue
             doc = memory_summary(ctx)
             if host_fits(doc):  # an offload past the host's memory is no way out
-                tried.append((doc["total_bytes"], key, value, drop))
+                tried.append((doc["total_bytes"], key, value, drop, ctx.layout))
         fitting = [t for t in tried if t[0] <= current.capacity_bytes]
         if fitting:
-            total, key, value, drop = min(fitting, key=lambda t: _cost_rank(t[1], t[2]))
+            total, key, value, drop, layout = min(fitting, key=lambda t: _cost_rank(t[1], t[2]))
             first, *rest = (f"{k}={show_value(v)}" for k, v in {**taken, key: value}.items())
-            return FitHint(first, total, drop, tuple(rest))
+            accum, batch = _batch_effect(sc, before, layout)
+            return FitHint(first, total, drop, (*rest, *accum), batch)
         if left <= 1:
             return None
-        for _, key, value, drop in sorted(tried, key=lambda t: t[0])[:BRANCHES]:
+        for _, key, value, drop, _ in sorted(tried, key=lambda t: t[0])[:BRANCHES]:
             found = search({**taken, key: value}, drop, left - 1)
             if found is not None:
                 return found

@@ -246,3 +246,45 @@ def test_megatron_deepspeeds_selective_recompute_only_beside_its_unfused_attenti
     hint = lighter_recompute(load_scenario("llama3-8b-8xh100", layout))
     assert hint is not None and hint.change == "training.recompute=selective"
     assert FRAMEWORKS["nanotron"].recompute == ("none", "full")
+
+
+def _accumulating(**training) -> dict:
+    """Llama 3 8B under ZeRO-3 on one DGX H100 node at 8K tokens, micro-batch 2 with selective
+    recomputation: 100.8 GiB of 80; micro-batch 1 (60.8 GiB) and tp 2 (67.5 GiB) fit."""
+    return {
+        "name": "llama3-8b-accumulating", "model": "llama3-8b", "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"tp": 1, "zero": 3},
+        "training": {"seq_len": 8192, "micro_batch": 2, "precision": "bf16", "recompute": "selective", **training},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("batch", [{"global_batch": 128}, {"grad_accum": 8}])
+def test_micro_batch_and_tp_hints_keep_the_global_batch_and_say_so(batch, cli, tmp_path):
+    """global batch = micro_batch x dp x accumulation steps (Megatron's
+    num_microbatches = global_batch_size / (micro_batch_size x data_parallel_size)): halving the
+    micro-batch doubles the steps, twice the tp on 8 GPUs halves dp and doubles them, 128 =
+    1 x 8 x 16 = 2 x 4 x 16. A scenario that wrote grad_accum (GA x micro-batch x dp = 8 x 2 x
+    8 = 128) gets the new GA with the change; before, its micro-batch and tp hints were dropped
+    (the layout check refused the old GA beside them), and micro-batch 1 with GA 8 alone would
+    have halved the global batch."""
+    import yaml
+
+    data = _accumulating(**batch)
+    sc = scenario_from_dict(data)
+    hints = {h.change: h for h in fitting_changes(sc)}
+    assert set(hints) >= {"training.micro_batch=1", "parallel.tp=2"}
+    written = "grad_accum" in batch
+    for change, (micro, dp) in {"training.micro_batch=1": (1, 8), "parallel.tp=2": (2, 4)}.items():
+        hint = hints[change]
+        assert hint.also == (("training.grad_accum=16",) if written else ())
+        assert hint.batch == f"global batch 128 kept: micro-batch {micro} x dp {dp} x 16 accumulation steps, was 8"
+        ctx = build_context(scenario_from_dict(data, parse_set(hint.sets)))
+        assert ctx.layout.global_batch == 128 and ctx.layout.microbatches == 16
+        assert memory_summary(ctx)["total_bytes"] == pytest.approx(hint.total_bytes)
+    assert hints["training.activation_offload_layers=31"].batch == ""  # same steps: nothing to say
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = " ".join(cli("memory", str(path)).out.split())
+    grad_accum = " --set training.grad_accum=16" if written else ""
+    assert (f"--set training.micro_batch=1{grad_accum} (60.79 GiB; global batch 128 kept: micro-batch 1 x dp 8 "
+            "x 16 accumulation steps, was 8)") in out  # fmt: skip

@@ -135,17 +135,22 @@ def hint_line(hints: list[dict], together: dict | None = None) -> str:
     together (``together``: :func:`simcluster.fit_hints.fitting_combination`'s record), or
     that not even those do."""
     if hints:
-        listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])})" for h in hints)
+        listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])}{_batch(h)})" for h in hints)
         return f"  would fit with: {listed}"
     if together:
         return (
             f"  no single change of {_TRIED} fits; together these do: {set_items(together)} "
-            f"({format_bytes(together['total_bytes'])} by the memory walk)"
+            f"({format_bytes(together['total_bytes'])} by the memory walk{_batch(together)})"
         )
     return (
         f"  no change of {_TRIED} fits, alone or up to three together: try more GPUs (cluster.gpus), "
         "GPUs with more memory (cluster.hardware) or simcluster sweep --fitting-only over several axes"
     )
+
+
+def _batch(hint: dict) -> str:
+    """A hint's effect on the batch after its memory ('; global batch 128 kept: ...'), if any."""
+    return f"; {hint['batch']}" if hint.get("batch") else ""
 
 
 def _params_held(doc: dict, ctx) -> str:
