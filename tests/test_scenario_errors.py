@@ -334,3 +334,29 @@ def test_virtual_stages_megatron_cannot_build(cli, tmp_path):
     assert cli("memory", path, "--set", "parallel.vpp=4").code == 0
     split = "parallel.layers_per_stage=[" + ",".join(["1"] + ["2"] * 8 + ["1"] * 15) + "]"
     assert cli("memory", path, "--set", split).code == 0
+
+
+@pytest.mark.parametrize(
+    "drop, section, unknown, hint",
+    [
+        ("training", "parallel", "tpp", "did you mean 'tp'"),  # the unknown key's section comes first
+        ("cluster", "training", "micro_batchh", "did you mean 'micro_batch'"),  # the missing one does
+    ],
+)
+def test_a_missing_section_comes_first_with_an_unknown_key_in_the_same_line(cli, tmp_path, drop, section, unknown, hint):
+    """Before, pydantic's section order decided: parallel.tpp was reported alone and only once
+    fixed did 'training: is required' appear. Now the missing section leads, whichever order
+    the sections have, and the unknown key is named after it, so one edit fixes both."""
+    data = make_scenario()
+    del data[drop]
+    data[section][unknown] = 2
+    res = cli("memory", write(tmp_path, data))
+    assert_one_line_error(res, f"error: {drop}: is required; add it to the scenario; also {section}.{unknown}: unknown key", hint)
+
+
+def test_a_missing_key_comes_before_an_unknown_key_of_an_earlier_section(cli, tmp_path):
+    data = make_scenario()
+    del data["training"]["seq_len"]
+    data["parallel"]["tpp"] = 2
+    assert_one_line_error(cli("memory", write(tmp_path, data)),
+                          "error: training.seq_len: is required", "also parallel.tpp: unknown key (did you mean 'tp'?)")  # fmt: skip

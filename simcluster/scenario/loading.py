@@ -212,8 +212,12 @@ def _unknown_for_missing(errors: list[Any]) -> tuple[Any, str] | None:
 
 
 def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserError:
+    """The first problem pydantic found as one line; a missing required key or section goes
+    first, whatever the order of the sections (a user fixing one thing at a time adds what
+    the scenario cannot run without first), with an unknown key elsewhere named in the same
+    line, so neither hides behind the other."""
     errors = exc.errors()
-    err = errors[0]
+    err = next((e for e in errors if e["type"] == "missing"), errors[0])
     paired = _unknown_for_missing(errors) if err["type"] == "missing" else None
     if paired is not None:
         extra, required = paired
@@ -224,7 +228,17 @@ def _format_error(exc: ValidationError, unset: list[str] | None = None) -> UserE
                 f"unknown key, and {section}.{required} is required: if '{key}' is that, write it as "
                 f"{required}; otherwise remove it and add {required}",
             )
-        err = extra  # several unknown keys: the first, with its own hint
+        return _format_one(extra, unset)  # several unknown keys: the first, with its own hint
+    first = _format_one(err, unset)
+    unknown = next((e for e in errors if e["type"] == "extra_forbidden"), None)
+    if err["type"] != "missing" or unknown is None:
+        return first
+    also = _format_one(unknown, unset)
+    return UserError(first.field, f"{first.message}; also {also.field}: {also.message}")
+
+
+def _format_one(err: Any, unset: list[str] | None) -> UserError:
+    """One pydantic error as the one-line error naming its field and the fix."""
     loc = [str(p) for p in err["loc"]]
     field = ".".join(loc)
     kind = err["type"]
