@@ -133,10 +133,15 @@ def test_set_overrides_are_said_once_above_the_table(cli, pipe_file):
 
 
 def _bar_texts(figure) -> list[list[str]]:
-    """The share labels drawn on each bar of a draw_bars figure, top bar first."""
+    """The share labels drawn on each bar of a draw_bars figure, top bar first (not the text
+    after a bar's end, _bar_ends)."""
+    from matplotlib.text import Annotation
+
     ax = figure.axes[0]
     rows: dict[int, list[tuple[float, str]]] = {}
     for text in ax.texts:
+        if isinstance(text, Annotation):
+            continue
         x, y = text.get_position()
         rows.setdefault(round(y), []).append((x, text.get_text()))
     return [[t for _, t in sorted(rows.get(i, []))] for i in range(len(ax.get_yticklabels()))]
@@ -310,3 +315,32 @@ def test_the_plot_of_one_scenarios_variants_names_it():
     assert variants == "s: where each variant's step goes (busiest stage)"
     apart = figure_of([("a", summary("a")), ("b", summary("b"))], []).axes[0].get_title()
     assert apart == "where each scenario's step goes (busiest stage)"
+
+
+def test_compare_png_names_each_layout_and_writes_each_bars_total_inside_the_figure(cli, pipe_file):
+    """Each bar's label has a second line with the layout it ran and its GPUs, as the table's
+    header and compare.json's layout give it, and after the bar its length on the axis and its
+    tokens/s per GPU (the table's step time and throughput), inside the figure; the axis says
+    what it measures and its unit."""
+    from matplotlib.text import Annotation
+
+    from simcluster.commands.compare import figure_of
+
+    r = cli("compare", pipe_file, f"{pipe_file}@parallel.schedule=zb-h1", "--json")
+    assert r.code == 0, r.err
+    recs = json.loads(r.out)["scenarios"]
+    summaries = [(rec["label"], {**rec, "time_breakdown_s": {"stage": 0, "per_stage": [rec["breakdown_s"]]}})
+                 for rec in recs]  # fmt: skip
+    figure = figure_of(summaries, [])
+    ax = figure.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert ticks == [f"{rec['label']}\n{rec['layout']}, {rec['gpus']} x {rec['hardware']}" for rec in recs]
+    assert "zb-h1" in ticks[1].splitlines()[1]
+    ends = [t for t in ax.texts if isinstance(t, Annotation)]
+    assert [t.get_text() for t in ends] == [
+        f"{format_time(rec['step_time_s'])}, {rec['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU" for rec in recs
+    ]
+    assert ax.get_xlabel() == "time per training step (ms)"  # steps of tens of ms
+    figure.canvas.draw()
+    width = figure.bbox.width
+    assert all(0 < t.get_window_extent().x1 <= width for t in ends)  # not cut at the figure's edge

@@ -240,16 +240,33 @@ def figure_of(summaries: Summaries, shared: list[str]) -> Figure:
     basis = Basis.of(summaries)
     bars = [
         Bar(label if s["fits_in_memory"] else f"{label} ✗ does not fit", basis.parts(s), basis.total(s),
-            flagged=not s["fits_in_memory"])
+            flagged=not s["fits_in_memory"], detail=_layout_line(s), end=_end_text(basis, s))
         for label, s in summaries
     ]  # fmt: skip
     if basis.per_token:
-        title, xlabel = "where each scenario's GPU time per million tokens goes (busiest stage)", "GPU time per 1M tokens"
+        title = "where each scenario's GPU time per million tokens goes (busiest stage)"
+        xlabel = "GPU time per 1M tokens"
     else:
-        title, xlabel = "where each scenario's step goes (busiest stage)", "time in the step"
+        title, xlabel = "where each scenario's step goes (busiest stage)", "time per training step"
     names = {str(s.get("scenario", "")) for _, s in summaries}
     if len(names) == 1 and "" not in names:  # variants of one scenario, labelled by their overrides alone
         title = f"{names.pop()}: {title.replace('each scenario', 'each variant')}"
     if shared:
         title += "\nevery scenario: " + " ".join(shared)
     return draw_bars(bars, title, xlabel)
+
+
+def _layout_line(s: dict[str, Any]) -> str:
+    """A bar's second line: the layout it ran and on what ('dp8 tp1 pp1 zero2 1f1b, 8 x dgx-h100')."""
+    layout = s.get("layout")
+    if not layout:
+        return ""
+    return f"{layout}, {s['gpus']} x {s['hardware']}" if "gpus" in s and "hardware" in s else str(layout)
+
+
+def _end_text(basis: Basis, s: dict[str, Any]) -> str:
+    """What a bar adds up to, written after it: its length on the axis (the table's basis)
+    and the throughput the verdict compares ('6.380 s, 10,272 tokens/s/GPU')."""
+    rate = s.get("tokens_per_s_per_gpu")
+    return format_time(basis.total(s)) + (f", {rate:,.0f} tokens/s/GPU" if rate else "")
+

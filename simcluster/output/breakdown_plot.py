@@ -32,6 +32,8 @@ class Bar:
     parts: Mapping[str, float]
     total: float
     flagged: bool = False  # its label in FLAG_COLOR (compare: a layout that does not fit)
+    detail: str = ""  # a second line under the label (compare: the layout and its GPUs)
+    end: str = ""  # written after the bar's end (compare: its total and throughput)
 
 
 def draw_breakdown(summary: Mapping[str, Any], title: str = "") -> Figure:
@@ -51,7 +53,8 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     scale = time_scale(span)
     drawn = [{k: v for k, v in bar.parts.items() if not negligible(v, bar.total)} for bar in bars]
     shown = [k for k in ORDER if any(k in parts for parts in drawn)]
-    fig = Figure(figsize=(10, 1.6 + 0.45 * len(bars)))
+    two_lines = any(bar.detail for bar in bars)
+    fig = Figure(figsize=(10, 1.6 + (0.6 if two_lines else 0.45) * len(bars)))
     ax = fig.add_subplot(1, 1, 1)
     labels: list[tuple[float, float, int, str, str]] = []  # left, width, y, text, key
     for y, (bar, parts) in enumerate(zip(bars, drawn, strict=True)):
@@ -65,7 +68,7 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
             if share >= 0.06:
                 labels.append((left, width, y, f"{100 * share:.0f}%", key))
             left += width
-    ax.set_yticks(range(len(bars)), [bar.label for bar in bars])
+    ax.set_yticks(range(len(bars)), [f"{bar.label}\n{bar.detail}" if bar.detail else bar.label for bar in bars])
     for tick, bar in zip(ax.get_yticklabels(), bars, strict=True):
         if bar.flagged:
             tick.set_color(FLAG_COLOR)
@@ -78,6 +81,15 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     # leave room under the axes for the legend's rows
     rows = -(-len(shown) // 5)
     fig.tight_layout(rect=(0, (0.08 + 0.2 * rows) / fig.get_figheight(), 1, 1))
+    ends = [(y, bar) for y, bar in enumerate(bars) if bar.end]
+    if ends:  # room right of the longest bar for its end text, then each bar's written there
+        room = max(label_px(bar.end) for _, bar in ends) + 8.0
+        axes_px = ax.get_window_extent().width
+        ax.set_xlim(0, span * scale.factor / max(0.35, 1.0 - room / axes_px))
+        for y, bar in ends:
+            end = max(bar.total, sum(bar.parts.values())) * scale.factor
+            ax.annotate(bar.end, (end, y), xytext=(4, 0), textcoords="offset points", ha="left", va="center",
+                        fontsize=LABEL_PT, color=FLAG_COLOR if bar.flagged else "#333333")  # fmt: skip
     # a share is written on its part only where the part is wide enough on paper for it: a short
     # bar beside a long one (compare: 8B beside 70B) has 6% parts a few pixels wide, whose
     # labels would run into each other
