@@ -317,3 +317,24 @@ def test_a_long_legend_keeps_to_the_figures_width():
     wide = fig.legend(handles=legend.legend_handles, labels=[t.get_text() for t in legend.get_texts()],
                       ncols=MAX_LEGEND_COLUMNS, fontsize=8, frameon=False, loc="outside lower center")  # fmt: skip
     assert wide.get_window_extent().width > fig.bbox.width
+
+
+def test_the_legend_names_only_kinds_inside_the_window():
+    """A --window that starts where the last forward ends has no forward in it: before, the
+    forward touching its start was kept (end >= start of the window), so the legend named
+    'forward (F)' over a chart of backwards. Events that only touch the window are left out;
+    those inside it, and their kinds, stay."""
+    from simcluster.output.style import KIND_STYLES
+
+    t = make_1f1b(p=2, m=2)
+    step = t.summary["step_time_s"]
+    forwards = t.events[t.events["kind"] == "forward"]
+    start = float(forwards["end_s"].max())
+    fig, layout = draw_gantt(t.events, {}, "t", "", step, (start, step))
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert KIND_STYLES["forward"].label not in legend and "forward" not in set(layout.blocks["kind"])
+    assert KIND_STYLES["backward"].label in legend
+    inside = t.events[(t.events["end_s"] > start) & (t.events["start_s"] < step)]
+    assert set(layout.blocks["kind"]) == set(inside["kind"])
+    fig, layout = draw_gantt(t.events, {}, "t", "", step, (start - 1e-9, step))  # a sliver of it: named
+    assert KIND_STYLES["forward"].label in [text.get_text() for text in fig.legends[0].get_texts()]
