@@ -73,6 +73,12 @@ def test_h100_capacity_is_the_cuda_total_not_the_datasheet_gb(name):
     assert p.gpu.memory_gib == pytest.approx(79.647, abs=5e-4)
 
 
+def test_mi300x_capacity_is_the_device_total_rocm_reports():
+    """rocminfo's GPU global pool on a bare-metal MI300X, 201310208 KB (ROCm/legacy-rocm-build
+    issue 4414), and rocm-smi's VRAM total, 206141652992 B (issue 4750): 191.984 GiB, not 192."""
+    assert load_profile("amd-mi300x").memory_bytes == 201_310_208 * 1024 == 206_141_652_992
+
+
 def test_a_peak_between_the_cuda_total_and_80_gib_no_longer_fits():
     """dgx-h100's fit check: a run whose peak lands between 79.65 and 80 GiB is out of memory on a
     real H100 (the allocator sees 81559 MiB); with the datasheet's 80 GiB it was said to fit."""
