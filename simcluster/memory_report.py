@@ -17,6 +17,8 @@ from simcluster.engine.plan import (
     chunk_grad_transient,
     chunk_reduction_copies,
     cp_working,
+    drain_buffers,
+    head_deferral,
     planned_orders,
     reduction_copies_at,
 )
@@ -43,6 +45,7 @@ def activation_walk(
     grads: Sequence[tuple[float, float]] | None = None,
     copies: Sequence[float] | None = None,
     copies_at: str = "end",
+    deferred: tuple[int, int, float] = (-1, 0, 0.0),
 ) -> float:
     """Peak stashed activation bytes over one stage's op order.
 
@@ -58,7 +61,9 @@ def activation_walk(
     (``copies_at`` ``every``), of its last one (``last``), or after the last op (``end``;
     ``engine.plan.reduction_copies_at``): the engine holds them from a bucket's pass, in that
     op or after it, where the stash is no larger. The engine tracks the same stash along the
-    simulated timeline.
+    simulated timeline. ``deferred`` (chunk, count, bytes: ``engine.plan.head_deferral``) adds
+    the bytes at the end of each W or BW of that chunk for microbatches below count, Megatron's
+    deferred LM-head weight-gradient buffers, freed by the drain after the last op.
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
@@ -86,6 +91,10 @@ def activation_walk(
             live -= size
         if op.kind in ("W", "BW"):
             peak = max(peak, live + g_end)
+            if op.chunk == deferred[0] and op.microbatch < deferred[1]:
+                live += deferred[2]
+                peak = max(peak, live)
+    live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
         peak = max(peak, live + max(copies))
     return peak
@@ -106,8 +115,11 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         working = [cp_working(ctx, ch) for ch in chunks]
         grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
         copies = chunk_reduction_copies(ctx, stage, chunks)
-        peak = activation_walk(orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx))
+        peak = activation_walk(
+            orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks)
+        )
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak, buffers)
+        mem = replace(mem, other_bytes=mem.other_bytes + drain_buffers(ctx, chunks))
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))
     return out

@@ -62,6 +62,48 @@ def test_datasheet_identities():
         assert p.node.nvls and p.efficiency.nvls is not None
 
 
+@pytest.mark.parametrize("name", ["dgx-h100", "aws-p5", "hgx-h800"])
+def test_h100_capacity_is_the_cuda_total_not_the_datasheet_gb(name):
+    """An H100 SXM5 80GB exposes 81559 MiB (nvidia-smi's total; torch's total_memory
+    85,520,809,984 B: modal-labs/modal-client pull request 2797, NVIDIA/nccl issue 1264), not
+    80 GiB = 81920 MiB. The fit check compares against it; the CUDA context and library buffers
+    inside it stay training.memory_overhead_gib's (1 GiB), added to the peak, not taken off."""
+    p = load_profile(name)
+    assert p.memory_bytes == 81559 * 2**20 == 85_520_809_984
+    assert p.gpu.memory_gib == pytest.approx(79.647, abs=5e-4)
+
+
+def test_mi300x_capacity_is_the_device_total_rocm_reports():
+    """rocminfo's GPU global pool on a bare-metal MI300X, 201310208 KB (ROCm/legacy-rocm-build
+    issue 4414), and rocm-smi's VRAM total, 206141652992 B (issue 4750): 191.984 GiB, not 192."""
+    assert load_profile("amd-mi300x").memory_bytes == 201_310_208 * 1024 == 206_141_652_992
+
+
+def test_a_peak_between_the_cuda_total_and_80_gib_no_longer_fits():
+    """dgx-h100's fit check: a run whose peak lands between 79.65 and 80 GiB is out of memory on a
+    real H100 (the allocator sees 81559 MiB); with the datasheet's 80 GiB it was said to fit."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_by_stage
+    from simcluster.scenario import scenario_from_dict
+
+    data = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"tp": 1, "pp": 1, "zero": 1},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16",
+                     "recompute": "selective"},
+    }  # fmt: skip
+    ctx = build_context(scenario_from_dict(data))
+    peak = max(m.total_bytes for m in memory_by_stage(ctx))
+    # the fixed overhead chosen to put the peak 0.2 GiB under 80 GiB, over the CUDA total
+    over = (80 * 2**30 - 0.2 * 2**30 - peak) / 2**30 + ctx.scenario.training.memory_overhead_gib
+    data["training"]["memory_overhead_gib"] = over
+    ctx = build_context(scenario_from_dict(data))
+    peak = max(m.total_bytes for m in memory_by_stage(ctx))
+    assert peak == pytest.approx(79.8 * 2**30, rel=1e-9)
+    assert ctx.capacity_bytes < peak < 80 * 2**30
+
+
 def test_missing_field_is_a_user_error():
     raw = load_profile("dgx-h100").model_dump()
     del raw["node"]["nic_gbps"]

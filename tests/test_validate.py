@@ -254,6 +254,18 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
     assert cases["mlperf-v5.0/llama31-405b-512xh100"].measured == pytest.approx(55.2188, abs=1e-4)
     assert cases["mlperf-v4.1/gpt3-175b-64xb200"].scenario["cluster"]["hardware"] == "dgx-b200"
     assert not any(c.family.startswith("mlperf-training") for c in load_cases(quick=True))
+    # defer_embedding_wgrad_compute as each run set it: the v4.1 H100 configs'
+    # WGRAD_DEFERRAL_LIMIT=65, v5.0 config_common.sh's 50, and custom.yaml's default (on with
+    # PP > 1, MINIBS <= 256 and MBS 1, limit 0) for the MINIBS 6 runs; the B200 config (MINIBS
+    # 1024, MBS 2), v4.0's MBS 2 run and v3.1 defer nothing
+    deferral = {name: (c.scenario["parallel"].get("defer_head_wgrad", False),
+                       c.scenario["parallel"].get("head_wgrad_deferral_limit", 0)) for name, c in cases.items()}
+    assert {name: limit for name, (on, limit) in deferral.items() if on} == {
+        "mlperf-v4.0/gpt3-175b-10752xh100": 0, "mlperf-v4.1/gpt3-175b-11616xh100": 0,
+        "mlperf-v4.1/gpt3-175b-256xh100": 65, "mlperf-v4.1/gpt3-175b-512xh100": 65,
+        "mlperf-v5.0/llama31-405b-512xh100": 50, "mlperf-v5.0/llama31-405b-2048xh100": 50,
+        "mlperf-v5.0/llama31-405b-2432xh100": 50,
+    }  # fmt: skip
 
 
 def test_dgxc_cases_are_the_published_step_times_and_layouts():

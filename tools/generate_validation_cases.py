@@ -1524,9 +1524,20 @@ MLPERF_V41_SETTINGS = (
     "BUCKET_CAP_MB=200, FP8_PARAMS=True (training.fp8_param_gather), NCCL_NVLS_ENABLE=0, "
     "MC_TP_OVERLAP_AG/RS and TE_UB_ATOMIC_GEMM_RS=1, NVTE_RS_STRIDED_ATOMIC=1 (no counterpart). "
     "ASSUMED: apex DistributedFusedAdam with bf16 gradient sync and buckets of every stage as in "
-    "v4.0 (conf/optim is not stored for v4.1). defer_embedding_wgrad_compute "
-    "(DEFER_EMBEDDING_WGRAD_COMPUTE=True, WGRAD_DEFERRAL_LIMIT=65: the output layer's weight "
-    "gradients deferred into the pipeline flush) has no counterpart.")
+    "v4.0 (conf/optim is not stored for v4.1).")
+# the H100 configs set DEFER_EMBEDDING_WGRAD_COMPUTE=True and WGRAD_DEFERRAL_LIMIT=65; the B200
+# config sets neither, and custom.yaml's default (defer_embedding_wgrad_compute off unless PP > 1,
+# MINIBS <= 256 and MBS 1; wgrad_deferral_limit 0) is off at its MINIBS 1024 and MBS 2
+MLPERF_V41_DEFER = (
+    " DEFER_EMBEDDING_WGRAD_COMPUTE=True and WGRAD_DEFERRAL_LIMIT=65 in the config: "
+    "parallel.defer_head_wgrad with head_wgrad_deferral_limit 65 (the output layer's weight "
+    "gradients of the first 65 microbatches of a step deferred into the pipeline flush; "
+    "custom.yaml passes both to NeMo's model config as defer_embedding_wgrad_compute and "
+    "wgrad_deferral_limit).")
+MLPERF_V41_NO_DEFER = (
+    " The config sets no DEFER_EMBEDDING_WGRAD_COMPUTE: custom.yaml's default is off with MINIBS "
+    "above 256 or MBS other than 1 (this run: 1024 and 2), so no parallel.defer_head_wgrad "
+    "(ASSUMED: config_common_blackwell.sh, not stored, does not set it).")
 MLPERF_V41_RUNS = [  # folder, nodes, hardware, config, MINIBS, gbs, [block ms], block tokens, bucket MiB
     ("eos_n32_ngc24.09_nemo", 32, "dgx-h100", "config_DGXH100_32x8x256x4x8_mbs2.sh", 256, 2048,
      [220891, 220840], 50331648, 125),
@@ -1574,6 +1585,11 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
         f"{step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and {blocks_ms[1]} ms, "
         f"each {block_tokens} tokens = {steps:g} steps of {gbs} x 2048."
         + MLPERF_GPT3 + MLPERF_V41_SETTINGS)
+    if b200:
+        source += MLPERF_V41_NO_DEFER
+    else:
+        source += MLPERF_V41_DEFER
+        scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=65)
     if bucket_mib != 200:
         source += f" The config overrides BUCKET_CAP_MB={bucket_mib} ('Fix OOM')."
     if minibs == 128:
@@ -1617,10 +1633,14 @@ MLPERF_405B_SETTINGS = (
     "tp_overlap settings are not stored). No counterpart: ASYM_PP_EMBED / ASYM_PP_LOSS (the "
     "embedding and the loss counted as pipeline layers, 128 over 64 virtual stages; "
     "parallel.partition megatron, the default, gives the first and last stage one layer fewer, the "
-    "nearest), DEFER_EMBEDDING_WGRAD_COMPUTE with WGRAD_DEFERRAL_LIMIT=50, ALIGN_PARAM_GATHER, "
+    "nearest), ALIGN_PARAM_GATHER, "
     "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4 and the per-communicator CTA limits, "
-    "NCCL_P2P_NET_CHUNKSIZE.")
+    "NCCL_P2P_NET_CHUNKSIZE. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
+    "WGRAD_DEFERRAL_LIMIT=50, which pretrain.py hands to NeMo's MegatronCommOverlapCallback "
+    "(defer_embedding_wgrad_compute, wgrad_deferral_limit): parallel.defer_head_wgrad with "
+    "head_wgrad_deferral_limit 50 (the output layer's weight gradients of the first 50 microbatches "
+    "of a step deferred into the pipeline flush; pretrain.py read in eos-dfw_n64_ngc25.01_nemo/).")
 # folder, nodes, config, MINIBS, [block ms], block samples, the log's own train_step_time of the last
 # block (mlperf_common), its slow steps. The 1024-node run is left out (8192 GPUs), and so is the
 # 320-node one: five of its last block's 42 steps take 12.2-26.5 s against 11.2 (12.07 s a step).
@@ -1642,6 +1662,7 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
                                       gbs, "fp8", "cudnn", fp32_grads=False, fp8_params=True)
     scenario["cluster"]["nvls"] = False
     scenario["overlap"]["tp_comm_cfg"] = "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50)
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh100",
         "family": "mlperf-training-h100",

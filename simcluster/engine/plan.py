@@ -37,7 +37,9 @@ from simcluster.parallelism.data import (
 )
 from simcluster.parallelism.head_wgrad_deferral import (
     deferred_microbatches,
+    drain_buffer_bytes,
     flush_segments,
+    kept_bytes,
     split_head_wgrad,
 )
 from simcluster.parallelism.layer import LayerBuilder
@@ -163,6 +165,9 @@ class StagePlan:
     #: chunk leaves out (the first ones), and the drain that runs them after the last op
     deferred_microbatches: int = 0
     head_flush: tuple[Segment, ...] = ()
+    #: the bytes each deferred microbatch's input and output gradient keep from its W (or BW)
+    #: of the head's chunk to the drain (head_wgrad_deferral.kept_bytes)
+    deferred_kept_bytes: float = 0.0
 
 
 def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> list[Unit]:
@@ -339,6 +344,23 @@ def _deferred_count(ctx: Context) -> int:
     return deferred_microbatches(par.defer_head_wgrad, par.head_wgrad_deferral_limit, ctx.layout.pp, ctx.layout.microbatches)
 
 
+def head_deferral(ctx: Context, chunks: list[Chunk]) -> tuple[int, int, float]:
+    """A stage's deferred LM-head weight gradients (parallel.defer_head_wgrad): the index of its
+    chunk with the head, how many microbatches defer, and the bytes each keeps until the drain;
+    (-1, 0, 0.0) on a stage without the head or without deferral."""
+    head = next((c for c, ch in enumerate(chunks) if ch.head), -1)
+    count = _deferred_count(ctx) if head >= 0 else 0
+    if not count:
+        return -1, 0, 0.0
+    return head, count, kept_bytes(ctx.model, ctx.layout, ctx.scenario.training)
+
+
+def drain_buffers(ctx: Context, chunks: list[Chunk]) -> float:
+    """The drain's all-gather buffers a stage keeps all run (head_wgrad_deferral.drain_buffer_bytes)."""
+    _, count, _ = head_deferral(ctx, chunks)
+    return drain_buffer_bytes(ctx.model, ctx.layout, ctx.scenario.training, count)
+
+
 def _defer_head_wgrad(cp: ChunkPlan) -> None:
     """The head chunk's W and BW units without the LM head's weight-gradient GEMMs, which a
     deferred microbatch leaves to the flush."""
@@ -476,6 +498,7 @@ def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dic
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     # the TP overlaps' persistent buffers go with the fixed overhead on the memory timeline
     other += sum(run_buffer_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.profile.gpu.compute_capability).values())
+    other += drain_buffers(ctx, chunks)  # the deferred head wgrad's gather buffers, kept all run
     return {"params": p_b + work_p, "grads": g_b + work_g, "optimizer": o_b, "other": other}
 
 
@@ -519,6 +542,7 @@ def build_plans(ctx: Context, km: KernelModel, p2p_s: float = 0.0) -> list[Stage
                 tied_params=tied[stage],
                 deferred_microbatches=deferred,
                 head_flush=tuple(flush_segments(gemms, deferred, gather)),
+                deferred_kept_bytes=head_deferral(ctx, chunks)[2] if deferred else 0.0,
             )
         )
     return plans

@@ -383,6 +383,9 @@ class Worker(PipelineIO, DataParallelOps):
             # before finalize_model_grads waits for (or starts) the gradient reductions
             head_chunk = next(c for c, p in enumerate(self.plan.chunks) if p.deferred_gemms)
             yield from self.run_segments(self.plan.head_flush, PHASE_KIND["W"], -1, head_chunk)
+            # the drain popped every kept input and output gradient (head_wgrad_deferral.kept_bytes)
+            self.activations -= self.plan.deferred_microbatches * self.plan.deferred_kept_bytes
+            self._memory()
         # ZeRO-2 reduced every microbatch, ZeRO-3 each unit as its backward ended
         # (_zero3_post_backward): neither has buckets left to reduce here
         if not sc.overlap.dp_grad_reduce and zero < 2:
@@ -439,7 +442,8 @@ class Worker(PipelineIO, DataParallelOps):
         cplan = self.plan.chunks[op.chunk]
         kind = PHASE_KIND[op.kind]
         units = cplan.phases[op.kind]
-        if op.kind in cplan.deferred and op.microbatch < self.plan.deferred_microbatches:
+        head_deferred = op.kind in cplan.deferred and op.microbatch < self.plan.deferred_microbatches
+        if head_deferred:
             units = cplan.deferred[op.kind]  # its LM-head weight gradient waits for the flush
         zero3 = self.shared.ctx.layout.zero == 3
         pipelined = self.shared.ctx.layout.zero3_pipelined
@@ -543,6 +547,11 @@ class Worker(PipelineIO, DataParallelOps):
             self._memory()
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[1])
+        if head_deferred:  # a W or BW (cplan.deferred has no other phase)
+            # a deferred microbatch: Megatron's buffers keep the head's input and output gradient,
+            # which the stash just freed, until the drain (head_wgrad_deferral.kept_bytes)
+            self.activations += self.plan.deferred_kept_bytes
+            self._memory()
 
     @staticmethod
     def _zero3_skip(cplan: ChunkPlan, op: PipeOp, resident: bool) -> int:

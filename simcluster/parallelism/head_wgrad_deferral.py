@@ -16,13 +16,26 @@ asynchronously under the previous GEMM (two buffers, ``mpu_0`` / ``mpu_1``).
 The last stage's backward in the steady state gets shorter by the head's weight-gradient GEMM;
 the GEMMs run in the flush, where the last stage otherwise waits for the earlier stages'
 cool-down backwards. The deferred microbatches are the first ones the stage runs backward
-(the buffer's order), microbatch 0 onwards. Not modelled: the kept tensors' memory (the input
-shard and the vocab-wide output gradient of each deferred microbatch).
+(the buffer's order), microbatch 0 onwards.
+
+Memory (:func:`kept_bytes`, :func:`drain_buffer_bytes`): ``ColumnParallelLinear.forward``
+appends each deferred call's ``input_parallel`` to ``embedding_activation_buffer`` and the
+backward its ``grad_output`` to ``grad_output_buffer``; both lists hold them until the drain pops
+them. Between a microbatch's forward and backward the input is the stash's own (the autograd
+saved tensor, counted in ``memory.head_activation_bytes``); from its backward on, when the stash
+would free it, the lists keep the input and the output gradient, so the last stage's memory
+grows by :func:`kept_bytes` with each deferred backward until the drain. The drain's all-gathers
+write into ``get_global_memory_buffer()`` tensors ``mpu_0`` and ``mpu_1`` (sequence parallelism),
+which that buffer keeps allocated for the rest of the run: :func:`drain_buffer_bytes`.
 """
 
 from __future__ import annotations
 
+from simcluster.layout import Layout
+from simcluster.memory import act_bytes, logit_elements
+from simcluster.model import ModelSpec
 from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.scenario import TrainingSection
 
 #: the segment the LM head's weight gradient is (parallelism/head.py ``HeadBuilder.head``)
 HEAD_WGRAD = "lm_head_wgrad"
@@ -60,3 +73,37 @@ def flush_segments(gemms: tuple[Compute, ...], count: int, gather_bytes: float) 
                 out.append(Comm("lm_head_wgrad_ag", "tp", "all_gather", gather_bytes, True, -1, holds_sms=True))
         out.extend(gemms)
     return out
+
+
+def output_layer_calls(model: ModelSpec) -> int:
+    """Calls of the output layer per microbatch: the head's and each multi-token-prediction
+    module's (each appends to the deferral buffers)."""
+    return 1 + model.mtp_layers
+
+
+def kept_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+    """Bytes one deferred microbatch keeps on the last stage from its backward to the drain,
+    over its calls of the output layer: per call the input Megatron's
+    ``ColumnParallelLinear.forward`` appends to ``embedding_activation_buffer``
+    (``input_parallel``: the sequence-parallel shard s/cp x b x h/tp, or s/cp x b x h without
+    sequence parallelism) and the output gradient ``LinearWithGradAccumulationAndAsyncCommunication
+    .backward`` appends to ``grad_output_buffer`` (the vocab-parallel logits' gradient, s/cp x b
+    x V/tp), both 16-bit (the output layer is not an FP8 linear and returns logits in the
+    parameters' dtype; 4 bytes in fp32 training). megatron/core/tensor_parallel/layers.py."""
+    e = act_bytes(training.precision)
+    rep = layout.tp if layout.sequence_parallel else 1
+    inputs = e * training.seq_len / layout.cp * training.micro_batch * model.hidden / rep
+    grads = e * logit_elements(model, layout, training)
+    return output_layer_calls(model) * (inputs + grads)
+
+
+def drain_buffer_bytes(model: ModelSpec, layout: Layout, training: TrainingSection, count: int) -> float:
+    """The drain's all-gather buffers, allocated at the first drain and kept by Megatron-Core's
+    ``GlobalMemoryBuffer`` for the rest of the run (megatron/core/utils.py
+    ``drain_embedding_wgrad_compute``: ``mpu_0`` for the first gathered input and ``mpu_1`` for
+    the next, double-buffered; none without sequence parallelism, where the kept input is
+    already whole): each one gathered input, s/cp x b x h, 16-bit."""
+    if count < 1 or layout.tp < 2 or not layout.sequence_parallel:
+        return 0.0
+    buffers = min(2, count * output_layer_calls(model))
+    return buffers * act_bytes(training.precision) * training.seq_len / layout.cp * training.micro_batch * model.hidden
