@@ -151,6 +151,34 @@ def test_nemo_long_context_rows_by_hand():
     assert b8k.measured == pytest.approx(72.682, abs=1e-3)
 
 
+def test_b200_llama3_8b_at_8k_in_two_tables():
+    """The same run shape in two published tables: Llama 3 8B FP8, 8K tokens, tp 1 pp 1 cp 1 on
+    DGX B200. NeMo 25.04.rc2's long-sequence row, 1671 TFLOP/s by the undiscounted formula, is
+    1671e12 / (32*4096^2*(12 + 3 + 63 + 24 + 6*128256/(32*4096))) = 28,854 tokens/s/GPU;
+    Megatron-Bridge's summary has 29,994 (NeMo 25.09) and 30,624 (25.11) on 8 GPUs, so the
+    later software runs the same shape 4.0% and 6.1% faster (FP8-CS and micro-batch 2 there,
+    delayed scaling and micro-batch 1 here). Read with the causal half instead, the NeMo row
+    would be 32,465 tokens/s/GPU, faster than both later containers: one more piece of evidence
+    for the undiscounted reading (docs/accuracy.md, NeMo long sequence on B200)."""
+    (nemo,) = [c for c in _family("nemo-long-context-b200") if c.published["seq_len"] == 8192]
+    bridge = {c.published["container"]: c for c in _family("megatron-bridge-fp8-blackwell")
+              if c.name.endswith("llama3-8b-b200-8gpu")}
+    m = nemo.scenario["model"]
+    assert (nemo.scenario["parallel"]["tp"], nemo.scenario["parallel"]["cp"]) == (1, 1)
+    tokens = nemo.published["tflops_per_gpu"] * 1e12 / _nemo_llama_flops_per_token(m, 8192)
+    assert tokens == pytest.approx(28854, abs=1)
+    assert nemo.published["global_batch"] * 8192 / (nemo.measured * nemo.published["gpus"]) == pytest.approx(tokens)
+    later = {k: c.published["tokens_per_s_per_gpu"] for k, c in bridge.items()}
+    assert later == {"25.09": 29994, "25.11": 30624}
+    assert later["25.09"] / tokens == pytest.approx(1.040, abs=5e-4)
+    assert later["25.11"] / tokens == pytest.approx(1.061, abs=5e-4)
+    for c in bridge.values():
+        assert c.scenario["model"]["hidden"] == m["hidden"] and c.scenario["training"]["seq_len"] == 8192
+        assert (c.scenario["parallel"]["tp"], c.scenario["parallel"]["cp"]) == (1, 1)
+    halved = nemo.published["tflops_per_gpu"] * 1e12 / _nemo_llama_flops_per_token(m, 8192, causal_half=True)
+    assert halved == pytest.approx(32465, abs=1) and halved > max(later.values())
+
+
 def test_nemo_summary_tokens_are_tokens_per_gpu_times_gpus():
     # NeMo 24.07 performance summary publishes tokens/s/GPU; e.g. LLAMA3-70B on 64 GPUs: 1533
     rows = {c.name: c for c in _family("nemo-fp8-h100")}
