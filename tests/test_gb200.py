@@ -226,7 +226,9 @@ def test_one_call_with_groups_inside_and_across_racks_waits_for_the_widest():
     profile = load_profile(NAME)
     whole_racks = profile.model_copy(update={"fabric": profile.fabric.model_copy(update={"segment_nodes": 18})})
     cluster = build_cluster(whole_racks, 128)
-    inside, across = [0, 1, 2, 3], [70, 71, 72, 73]
+    # six GPUs each: three of the straddling group in each rack, enough for NCCL's NVLS
+    # (ncclNvlsInit turns it off at <= 2 of a communicator's GPUs in a domain)
+    inside, across = [0, 1, 2, 3, 4, 5], [69, 70, 71, 72, 73, 74]
     size = 256 * 2**20
     make_recipe(cluster, "all_reduce", [inside], size, algo="nvls")  # one rack: allowed
     with pytest.raises(UserError, match="one NVLink domain"):

@@ -336,6 +336,27 @@ def test_nvls_tree_needs_several_gpus_in_several_domains():
         collective_time("all_reduce", GiB, no_nvls, list(range(16)), algo="nvls_tree")
 
 
+def test_nccl_runs_no_nvls_with_two_or_fewer_gpus_of_the_group_per_domain():
+    """NVIDIA/nccl src/transport/nvls.cc ``ncclNvlsInit`` (NCCL 2.18, the release PyTorch 2.1
+    ships, through current ones): ``if (!ncclParamNvlsEnable() || gpuCount <= 2) return
+    ncclSuccess;`` before NVLS is enabled, ``gpuCount`` being the communicator's GPUs in the
+    node's topology. So a TP-2 pair, or the DP group of a TP-4 layout on 8-GPU nodes (two of
+    its GPUs per node), runs neither NVLS nor NVLS_TREE; three or more per node may."""
+    c = h100(16)
+    pair = [0, 1]
+    with pytest.raises(UserError, match="gpuCount <= 2"):
+        collective_time("all_reduce", GiB, c, pair, algo="nvls")
+    assert describe("all_reduce", GiB, c, pair).algo not in ("nvls", "nvls_tree")
+    assert collective_time("all_reduce", GiB, c, pair) == collective_time("all_reduce", GiB, c, pair, algo="ring")
+    collective_time("all_reduce", GiB, c, [0, 1, 2], algo="nvls")  # three: NVLS allowed
+    two_per_node = [0, 4, 8, 12]  # the DP group of tp 4 on two 8-GPU nodes
+    with pytest.raises(UserError, match="gpuCount <= 2"):
+        collective_time("all_reduce", GiB, c, two_per_node, algo="nvls_tree")
+    assert describe("all_reduce", GiB, c, two_per_node).algo not in ("nvls", "nvls_tree")
+    four_per_node = [0, 2, 4, 6, 8, 10, 12, 14]  # tp 2: four per node
+    collective_time("all_reduce", GiB, c, four_per_node, algo="nvls_tree")  # allowed
+
+
 def test_between_two_rows_the_time_is_affine_in_size():
     # a latency row and a bandwidth row: alpha + beta * size through both (the alpha-beta cost of
     # a collective), so 16 B costs the 8 B row's time and half-way in bytes half-way in time

@@ -974,7 +974,8 @@ FAMILY_MAPE = {
     "megatron-core-h100": 11.5,  # 10.5 before the attention grid (cuDNN batch-1 sweep: 16 heads per GPU at 0.79 of the curve; 1.7B/7.1B -15/-11 -> -12/-8%, 32B-462B 1-3 points slower: physics over score), 11.0 before the fused accumulation's 6 B (not 8)
     # 21.7 before its in-place fp32 add's 10 B (not 8), 21.1 before torch DDP's bucket copies,
     # 21.0 before its clipping of every local gradient
-    "nanotron-h100": 19.7,  # 20.6 before the attention grid
+    # 19.7 before NCCL's NVLS GPU-count rule (no NVLS_TREE for the tp 4 rows' DP groups)
+    "nanotron-h100": 19.6,  # 20.6 before the attention grid
     # 2.3 before the scatter/gather pipeline transfers, 3.2 before fp16 gradients (physics over
     # score: the 2021 code keeps an fp16 run's gradients in fp16)
     "narayanan2021-a100": 4.7,  # 4.8 before torch DDP's bucket copies (its rows below 39B)

@@ -90,6 +90,28 @@ def by_domain(cluster: Cluster, group: list[int]) -> list[list[int]]:
     return [out[d] for d in sorted(out)]
 
 
+#: NCCL turns NVLS off for a communicator with at most this many of its GPUs on a node (in an
+#: NVLink domain): ``ncclNvlsInit`` (NVIDIA/nccl ``src/transport/nvls.cc``, NCCL 2.18 on, the
+#: same in current releases) returns before enabling it when ``ncclTopoGetGpuCount`` -- the
+#: communicator's GPUs in the local topology -- is ``<= 2``, so neither NVLS nor NVLS_TREE runs
+NVLS_MIN_GPUS = 3
+
+
+def nvls_unsupported(name: str, cluster: Cluster, group: list[int]) -> str | None:
+    """Why NCCL would not run algorithm ``name`` (NVLS or NVLS_TREE) for ``group``: the profile
+    has no NVLS, or some NVLink domain holds fewer than :data:`NVLS_MIN_GPUS` of its GPUs; None
+    otherwise."""
+    if not cluster.profile.node.nvls:
+        return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
+    fewest = min(len(d) for d in by_domain(cluster, group))
+    if fewest < NVLS_MIN_GPUS:
+        return (
+            f"'{name}' needs >= {NVLS_MIN_GPUS} of the group's GPUs in each NVLink domain (NCCL's "
+            f"ncclNvlsInit turns NVLS off at gpuCount <= 2); this group has {fewest} in one"
+        )
+    return None
+
+
 def hop_latencies(
     cluster: Cluster, transfers: list[Transfer], group: list[int]
 ) -> tuple[float, float]:

@@ -15,6 +15,7 @@ from simcluster.network.algorithms import (
     Transfer,
     by_domain,
     hop_latencies,
+    nvls_unsupported,
     register_algorithm,
 )
 from simcluster.topology import Cluster
@@ -45,11 +46,9 @@ class Nvls(Algorithm):
         why = super().unsupported(op, cluster, group)
         if why:
             return why
-        if not cluster.profile.node.nvls:
-            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
         if len(by_domain(cluster, group)) != 1:
             return "'nvls' needs the whole group inside one NVLink domain"
-        return None
+        return nvls_unsupported(self.name, cluster, group)
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
         transfers = switch_reduce_transfers(cluster, sorted(group))

@@ -23,6 +23,7 @@ from simcluster.network.algorithms import (
     Transfer,
     by_domain,
     hop_latencies,
+    nvls_unsupported,
     register_algorithm,
 )
 from simcluster.network.direct import switch_reduce_transfers
@@ -107,12 +108,10 @@ class NvlsTree(Algorithm):
         why = super().unsupported(op, cluster, group)
         if why:
             return why
-        if not cluster.profile.node.nvls:
-            return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
         domains = by_domain(cluster, group)
-        if len(domains) < 2 or len({len(d) for d in domains}) != 1 or len(domains[0]) < 2:
-            return "'nvls_tree' needs >= 2 NVLink domains with the same number (>= 2) of GPUs each"
-        return None
+        if len(domains) < 2 or len({len(d) for d in domains}) != 1:
+            return "'nvls_tree' needs >= 2 NVLink domains with the same number of GPUs each"
+        return nvls_unsupported(self.name, cluster, group)
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
         domains = by_domain(cluster, group)
