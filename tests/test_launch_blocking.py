@@ -123,3 +123,15 @@ python pretrain_gpt.py $ARGS
     path.write_text(script.replace("export CUDA_LAUNCH_BLOCKING=1\n", ""))
     out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
     assert "launch_blocking" not in out.scenario["training"]
+
+
+def test_run_names_launch_blocking_as_what_exposes_the_host(cli, tmp_path):
+    # a 1024-wide block's kernels are short: the blocking host time is well over 5% of its step
+    import yaml
+
+    path = tmp_path / "blocking.yaml"
+    path.write_text(yaml.safe_dump(_deepspeed(True)))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    assert "host-bound" in res.out and "training.launch_blocking" in res.out
+    assert "training.cuda_graphs" not in res.out
