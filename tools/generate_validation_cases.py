@@ -876,7 +876,7 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
             "global batch 2048 x 2048 tokens, bf16 with DeepSpeed's BF16_Optimizer (ZeRO stage 0 in the config; "
             "it shards the fp32 optimizer state over data parallel like ZeRO-1 and accumulates gradients in "
             "fp32), full activation checkpointing, Megatron's fused softmax on materialised scores (no "
-            "FlashAttention), --pp-partition-method 'type:transformer|embedding' (each embedding counts as one "
+            "FlashAttention; ALiBi's bias copied into the scores by torch.baddbmm with beta 1), --pp-partition-method 'type:transformer|embedding' (each embedding counts as one "
             "layer: the first and last stages hold one block fewer). Framework: DeepSpeed's pipeline engine "
             "(framework deepspeed). Hardware (README.md): 8 A100 80GB per node, NVLink, 4 Omni-Path links per "
             "node (OPA 100 Gb/s per port) on a dedicated NCCL subnet, 'non-blocking fat tree' (HF blog "
