@@ -85,6 +85,40 @@ def test_unfused_attention_computes_the_full_square_of_scores():
     assert b.attention_core("W") == 0.0
 
 
+def test_alibi_adds_the_bias_copy_and_its_read_to_the_unfused_forward():
+    """Megatron-DeepSpeed's ALiBi (bigscience-workshop/Megatron-DeepSpeed transformer.py:
+    ``torch.baddbmm(alibi[...], q, k^T, beta=1.0, ...)`` on the [b*np, 1, sk] bias): PyTorch
+    copies the broadcast bias into the [b*np, sq, sk] scores before the GEMM (ATen
+    ``common_checks_baddbmm_bmm``: ``result.copy_(self)`` when beta != 0) and the GEMM reads
+    them as C: 2 + 2 bytes per fp16 score, here 32 x 2048^2 x 4 B = 536.9 MB, one more kernel;
+    the backward is unchanged (the bias takes no gradient)."""
+    from simcluster.parallelism.attention_time import ALIBI_BIAS_PASSES
+
+    assert ALIBI_BIAS_PASSES == 2
+    learned = _builder(flash_attention=False)
+    alibi = layer_builder(
+        {
+            "model": {**GPT, "position": "alibi", "max_positions": None},
+            "cluster": {"hardware": "dgx-a100", "gpus": 1},
+            "training": {"seq_len": 2048, "micro_batch": 2, "global_batch": 2, "precision": "fp16", "flash_attention": False},
+        }
+    )
+    n, s = 2 * 16, 2048
+    assert n * s * s * 4 == 536_870_912
+    added = alibi.attention_core("F") - learned.attention_core("F")
+    assert added == pytest.approx(learned.km.memory(536_870_912))
+    assert alibi.attention_core("B") == pytest.approx(learned.attention_core("B"))
+    # a fused kernel takes the bias inside: nothing added
+    flash = layer_builder(
+        {
+            "model": {**GPT, "position": "alibi", "max_positions": None},
+            "cluster": {"hardware": "dgx-a100", "gpus": 1},
+            "training": {"seq_len": 2048, "micro_batch": 2, "global_batch": 2, "precision": "fp16"},
+        }
+    )
+    assert flash.attention_core("F") == pytest.approx(_builder().attention_core("F"))
+
+
 def test_unfused_attention_is_slower_than_flash():
     assert _builder(flash_attention=False).attention_core("F") > _builder().attention_core("F")
 

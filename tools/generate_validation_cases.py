@@ -876,12 +876,13 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
             "global batch 2048 x 2048 tokens, bf16 with DeepSpeed's BF16_Optimizer (ZeRO stage 0 in the config; "
             "it shards the fp32 optimizer state over data parallel like ZeRO-1 and accumulates gradients in "
             "fp32), full activation checkpointing, Megatron's fused softmax on materialised scores (no "
-            "FlashAttention), --pp-partition-method 'type:transformer|embedding' (each embedding counts as one "
+            "FlashAttention; ALiBi's bias copied into the scores by torch.baddbmm with beta 1), --pp-partition-method 'type:transformer|embedding' (each embedding counts as one "
             "layer: the first and last stages hold one block fewer). Framework: DeepSpeed's pipeline engine "
             "(framework deepspeed). Hardware (README.md): 8 A100 80GB per node, NVLink, 4 Omni-Path links per "
             "node (OPA 100 Gb/s per port) on a dedicated NCCL subnet, 'non-blocking fat tree' (HF blog "
-            "bloom-megatron-deepspeed): dgx-a100 with 4 NICs of 100 Gb/s. NOT MODELLED: CUDA_LAUNCH_BLOCKING=1 "
-            "(exported to avoid hangs; BigScience measured 0-6% from it, chronicles-prequel.md). The pipe engine "
+            "bloom-megatron-deepspeed): dgx-a100 with 4 NICs of 100 Gb/s. CUDA_LAUNCH_BLOCKING=1, exported by "
+            "tr11-176B-ml.slurm to avoid hangs (BigScience measured 0-6% from it, chronicles-prequel.md): "
+            "training.launch_blocking, the host's time to issue each op added to the GPU's. The pipe engine "
             "sends each stage's output and input gradient as 1/tp partitions and the receiver all-gathers "
             "them over its TP group (runtime/pipe/engine.py is_pipe_partitioned, is_grad_partitioned: "
             "overlap.pp_scatter_gather, set by framework deepspeed). Gradients all-reduced in bf16: the "
@@ -902,7 +903,7 @@ for nodes, tp, pp, mbs, seconds, tflops, where in BLOOM_ROWS:
             "parallel": {"tp": tp, "pp": pp, "zero": 1,
                          "layers_per_stage": [per - 1] + [per] * (pp - 2) + [per - 1]},
             "training": {"seq_len": 2048, "micro_batch": mbs, "global_batch": 2048, "precision": "bf16",
-                         "recompute": "full", "flash_attention": False},
+                         "recompute": "full", "flash_attention": False, "launch_blocking": True},
             "dp": {"reduce_dtype": "16bit"},
         },
         "measured": {"step_time_s": seconds},

@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         caveat=caveat,
         written=written,
         rerun=_rerun_arguments(args),
+        launch_blocking=ctx.scenario.training.launch_blocking,
     )
     return 0
 
@@ -178,9 +179,11 @@ def _print(
     caveat: str | None = None,
     written: Sequence[str] = (),
     rerun: tuple[str, str] = ("", ""),
+    launch_blocking: bool = False,
 ) -> None:
     """The run's table and hints; ``rerun``: the SCENARIO argument and options a command that
-    reruns this scenario needs (the hints' compare command)."""
+    reruns this scenario needs (the hints' compare command); ``launch_blocking``: the host time
+    comes from ``training.launch_blocking``, which the host-bound hint names instead."""
     console = stdout_console()
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
@@ -239,7 +242,13 @@ def _print(
     table.add_row("simulation", f"{s['events']:,} events in {s['sim_wall_s']:.2f} s")
     console.print(table)
     host = _share_of_step(s, busiest(s).get("host", 0.0))
-    if host >= HOST_HINT:
+    if host >= HOST_HINT and launch_blocking:
+        console.print(
+            f"host-bound {100 * host:.0f}% of the step: training.launch_blocking "
+            "(CUDA_LAUNCH_BLOCKING=1) makes every kernel wait for Python to issue it; without it "
+            "the host would run ahead"
+        )
+    elif host >= HOST_HINT:
         console.print(
             f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
             "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "

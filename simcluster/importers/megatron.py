@@ -133,6 +133,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _parallel(flags, sc, framework, out)
     _optimizer_instances(flags, sc, options)
     _training(flags, sc, framework, out)
+    _launch_blocking(args.variables, sc, out)
     moe(flags, sc, out)
     for name in flags.left():
         out.skip(
@@ -140,6 +141,16 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         )
     out.scenario = {k: v for k, v in sc.items() if v != {}}
     return out
+
+
+def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:
+    """``CUDA_LAUNCH_BLOCKING=1`` set by the script (BigScience's tr11-176B-ml.slurm exports it
+    against hangs): ``training.launch_blocking``."""
+    if variables.get("CUDA_LAUNCH_BLOCKING", "").strip() == "1":
+        sc["training"]["launch_blocking"] = True
+        out.notes.append(
+            "CUDA_LAUNCH_BLOCKING=1: training.launch_blocking (each layer op's host time adds to the GPU's)"
+        )
 
 
 def _framework(flags: Flags) -> str:

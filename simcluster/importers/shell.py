@@ -46,6 +46,9 @@ class ScriptArgs:
     words: list[str]
     origin: str
     notes: list[str] = field(default_factory=list)
+    #: the script's shell variables when it ends (``export``ed or not), for the environment
+    #: variables that change a run (``CUDA_LAUNCH_BLOCKING``)
+    variables: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -509,9 +512,9 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
                 "choose its case with --var NAME=VALUE",
             ) from None
     if state.command is not None:
-        return ScriptArgs(state.command, "the Python command it runs", state.notes)
+        return ScriptArgs(state.command, "the Python command it runs", state.notes, state.variables)
     if state.arg_lines:
-        return ScriptArgs(state.arg_lines, "its lines of flags", state.notes)
+        return ScriptArgs(state.arg_lines, "its lines of flags", state.notes, state.variables)
     words: list[str] = []
     names: list[str] = []
     for name in state.defined:
@@ -524,5 +527,6 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
             field_name, f"{path.name} runs no Python program and sets no variable of --flags"
         )
     return ScriptArgs(
-        words, f"the flags it sets in {', '.join(names)} (it runs no Python program)", state.notes
+        words, f"the flags it sets in {', '.join(names)} (it runs no Python program)", state.notes,
+        state.variables,
     )

@@ -9,6 +9,17 @@ from collections.abc import Callable
 from simcluster.parallelism import context, window_tiles
 from simcluster.parallelism.builder_base import BuilderBase
 
+#: score-sized passes an unfused attention forward adds for ALiBi's bias: the bias is the input
+#: of a ``torch.baddbmm`` with ``beta=1.0`` (bigscience-workshop/Megatron-DeepSpeed
+#: ``megatron/model/transformer.py`` ParallelAttention: ``matmul_result = alibi[...]`` of shape
+#: [b * np, 1, sk], ``beta=0.0 if alibi is None else 1.0``; transformers' BloomAttention
+#: ``alibi.baddbmm(..., beta=self.beta)``), so PyTorch first copies the broadcast bias into the
+#: [b * np, sq, sk] output (ATen ``LinearAlgebra.cpp``: ``TORCH_META_FUNC(baddbmm)`` expands it,
+#: then ``common_checks_baddbmm_bmm`` runs ``if (beta != 0.0) result.copy_(self)``), one write,
+#: and the batched GEMM then reads it as C with beta = 1, one read; MPT's torch path
+#: (``attn_weight + attn_bias`` after the QK^T matmul) reads and writes the scores once too
+ALIBI_BIAS_PASSES = 2
+
 
 class AttentionTimes(BuilderBase):
     """Mixin of :class:`~simcluster.parallelism.layer.LayerBuilder`: attention core seconds."""
@@ -111,7 +122,9 @@ class AttentionTimes(BuilderBase):
         Backward: dP = dO V^T, dV = P^T dO, dS through softmax/dropout, dQ = dS K, dK = dS^T Q.
         Batched GEMMs of small matrices run at the size curve's small-GEMM efficiency, as
         measured for such BMMs (EleutherAI cookbook transformer sweep on A100: QK^T 92, AV 135
-        TFLOP/s at head dim 128).
+        TFLOP/s at head dim 128). With ALiBi (``model.position: alibi``) the forward adds the
+        bias's copy into the scores and the GEMM's read of it (:data:`ALIBI_BIAS_PASSES`); its
+        backward has no gradient to give the bias (a buffer).
         """
         n = b * heads
         km = self.km
@@ -126,4 +139,6 @@ class AttentionTimes(BuilderBase):
             mm = km.gemm(sq, skv, d_qk, count=n) + km.gemm(sq, d_v, skv, count=n)
         # scores: softmax writes, dropout reads/writes (+ mask), the P V GEMM reads; x2 backward
         scores = km.memory(5 * n * sq * skv * self.shapes.elt * (2 if backward else 1))
+        if self.shapes.model.position == "alibi" and not backward:
+            scores += km.memory(ALIBI_BIAS_PASSES * n * sq * skv * self.shapes.elt)
         return mm + scores

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.parallelism.segments import Comm, Compute, Segment
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 
 #: a TransformerEngine module call (Linear, LayerNormLinear, DotProductAttention, GroupedLinear,
 #: RMSNorm) in Python ops: TE issue 2053's te.Linear / torch.nn.Linear CPU-time ratio
@@ -66,6 +66,11 @@ def _te(modules: float, ops: float = 0.0, launches: float = 0.0) -> HostCost:
     return HostCost(modules * TE_MODULE_OPS + ops, launches)
 
 
+#: Python ops per parameter tensor per microbatch of DeepSpeed's BF16_Optimizer.update_hp_grads
+#: (runtime/bf16_optimizer.py, 0.6.5: ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype)
+#: .view(hp_grad.shape))`` in a Python loop over the stage's parameters after each backward):
+#: the cast and the add, each one kernel
+HP_GRAD_OPS = 2.0
 #: forward Python ops of the MoE router segment by part: the router (gating GEMM, top-k,
 #: scores, auxiliary loss), the dispatcher's preprocess (token counts, their all-gather, five
 #: device-to-host copies) and the fused permute
@@ -156,5 +161,28 @@ def charge(
             cost = segment_cost(s.name, phase, local_experts, graphs, expert_casts).seconds(python_op_s, launch_s)
             if cost > 0:
                 s = replace(s, host=s.host + cost / counts[s.name])
+        out.append(s)
+    return out
+
+
+def blocking(segments: list[Segment], extra_host: float = 0.0) -> list[Segment]:
+    """``segments`` as they run under ``CUDA_LAUNCH_BLOCKING=1`` (``training.launch_blocking``).
+
+    The CUDA Programming Guide (Asynchronous Concurrent Execution): kernel launches return to
+    the host before the kernel completes, unless "the CUDA_LAUNCH_BLOCKING environment variable
+    [is set] to 1", which makes every launch synchronous. The host then issues a layer's next op
+    only after the previous kernel has finished, so the time it spends issuing each op (the
+    compute segment's ``host`` seconds, :func:`charge`) is no longer hidden under the GPU's work
+    but added to it: each compute segment takes its GPU seconds plus its host seconds, the
+    latter recorded as ``host`` work. ``extra_host`` (seconds) goes to the first compute segment
+    (the BF16_Optimizer's per-parameter ops, :data:`HP_GRAD_OPS`, on a weight-gradient segment).
+    A collective's issue is already serial in a framework whose collectives block the host, so
+    its ``host`` is left on the host clock."""
+    out: list[Segment] = []
+    for s in segments:
+        if isinstance(s, Compute):
+            host, extra_host = s.host + extra_host, 0.0
+            if host > 0:
+                s = replace(s, seconds=s.seconds + host, work=s.work + Work.of(host=host), host=0.0)
         out.append(s)
     return out

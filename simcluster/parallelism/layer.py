@@ -189,7 +189,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         residual, inside its TP collectives (none in W)."""
         gemms = self.attention_gemms()
         if phase == "W":
-            return [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
+            wgrad: list[Segment] = [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
+            return self._wgrad_host(wgrad, self._block_tensors("attn", len(gemms)))
         if phase == "BW":
             return self._with_wgrad(self._attention_body(index, "B"), "attn", index, self._attention_segments(index, "W"))
         return tensor.wrap_block(
@@ -359,7 +360,26 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         local = m.experts / self.shapes.layout.ep if m.experts else 0.0
         graphs = frozenset(self.scenario.training.cuda_graphs)
         casts = self.km.cast_kernels(local) if local else 0.0
-        return host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts)
+        charged = host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts)
+        return host.blocking(charged) if self.scenario.training.launch_blocking else charged
+
+    def _wgrad_host(self, segments: list[Segment], tensors: int) -> list[Segment]:
+        """A block's weight-gradient segments under ``training.launch_blocking`` with DeepSpeed's
+        BF16_Optimizer (``training.grad_accum_cast``): its ``tensors`` parameter tensors' casts
+        and adds into the fp32 gradient, :data:`host.HP_GRAD_OPS` Python ops each, no longer
+        hidden under the GPU's work (``parallelism/host.py`` :func:`host.blocking`)."""
+        training = self.scenario.training
+        if not (training.launch_blocking and training.grad_accum_cast):
+            return segments
+        ops = host.HP_GRAD_OPS * tensors
+        return host.blocking(segments, ops * self.km.profile.efficiency.host_op_us * 1e-6)
+
+    def _block_tensors(self, part: str, linears: int) -> int:
+        """Parameter tensors of a dense block: its norm's, then ``linears`` weights and the
+        biases of model part ``part`` (``attn``: the QKV and output projections' own)."""
+        m = self.shapes.model
+        biases = (m.has_bias("qkv") + m.has_bias("attn_out")) if part == "attn" else linears * m.has_bias("mlp")
+        return m.norm_tensors + linears + biases
 
     @staticmethod
     def _order(phase: str, attention: list[Segment], mlp: list[Segment]) -> list[Segment]:
@@ -389,7 +409,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             return self._async_mlp(index, phase)
         gemms = self.mlp_gemms(m.ffn)
         if phase == "W":
-            return [Compute.of("mlp_wgrad", self._linear(gemms, "W", "mlp"), index)]
+            wgrad: list[Segment] = [Compute.of("mlp_wgrad", self._linear(gemms, "W", "mlp"), index)]
+            return self._wgrad_host(wgrad, self._block_tensors("mlp", len(gemms)))
         if phase == "BW":
             return self._with_wgrad(self._mlp_body(index, "B"), "mlp", index, self._mlp_segments(index, "W"))
         return tensor.wrap_block(self.shapes, "mlp", self._mlp_body(index, phase), self._block_ub("mlp"), index,

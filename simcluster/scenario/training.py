@@ -223,6 +223,17 @@ class TrainingSection(SectionBase):
             "and dispatch cannot be captured (their sizes come from the host sync)"
         ),
     )
+    launch_blocking: bool = Field(
+        default=False,
+        description=(
+            "CUDA_LAUNCH_BLOCKING=1: each kernel launch returns only once the kernel has run, so "
+            "the host cannot run ahead and its time to issue each op of a layer (efficiency."
+            "host_op_us per Python op, kernel_launch_us per C++ launch, as parallelism/host.py "
+            "counts them) adds to the GPU's instead of hiding under it, and so do the "
+            "BF16_Optimizer's two ops per parameter tensor per microbatch (grad_accum_cast); "
+            "BigScience's BLOOM-176B runs exported it against hangs"
+        ),
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="one fused loss kernel; false = Megatron's unfused fp32 vocab-parallel cross-entropy",
