@@ -187,3 +187,30 @@ python pretrain_gpt.py $ARGS
     path.write_text(script.replace("export CUDA_LAUNCH_BLOCKING=1\n", ""))
     out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
     assert out.scenario["overlap"]["dp_grad_reduce"] is True
+
+
+@pytest.mark.parametrize(
+    ("setting", "blocking"),
+    [
+        ("export CUDA_LAUNCH_BLOCKING=1\n", True),
+        ("CUDA_LAUNCH_BLOCKING=1\nexport CUDA_LAUNCH_BLOCKING\n", True),
+        ("declare -x CUDA_LAUNCH_BLOCKING=1\n", True),
+        ("CUDA_LAUNCH_BLOCKING=1 ", True),  # an assignment before the command: its environment
+        ("CUDA_LAUNCH_BLOCKING=1\n", False),  # a shell variable, not exported: Python never sees it
+        ("export CUDA_LAUNCH_BLOCKING=0\n", False),
+    ],
+)
+def test_only_the_programs_environment_sets_launch_blocking(tmp_path, setting, blocking):
+    """CUDA reads CUDA_LAUNCH_BLOCKING from the process's environment: a variable the script
+    exports, or one assigned on the command line that runs the program (bash: "the environment
+    for any simple command ... may be augmented temporarily by prefixing it with parameter
+    assignments"); a plain assignment stays the shell's."""
+    args = (
+        'ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
+        '--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16"\n'
+    )
+    script = f"#!/bin/bash\n{args}{setting}python pretrain_gpt.py $ARGS\n"
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    assert out.scenario["training"].get("launch_blocking", False) is blocking
