@@ -135,3 +135,82 @@ def test_run_names_launch_blocking_as_what_exposes_the_host(cli, tmp_path):
     assert res.code == 0, res.err
     assert "host-bound" in res.out and "training.launch_blocking" in res.out
     assert "training.cuda_graphs" not in res.out
+
+
+def test_no_collective_overlaps_compute_under_launch_blocking():
+    """CUDA_LAUNCH_BLOCKING=1 makes an NCCL collective's kernel launch wait until it has run, so
+    the thread that issues a gradient bucket's reduction issues no compute beside it: the
+    overlaps a preset turns on are off (Megatron-Core's DP gradient reduce-scatter no longer
+    hides under the backward), and one the scenario writes true is refused."""
+    from simcluster.errors import UserError
+    from simcluster.scenario import scenario_from_dict
+
+    def megatron(blocking: bool) -> dict:
+        data = _deepspeed(blocking)
+        data["framework"] = "megatron-core"
+        data["model"].update(hidden=4096, heads=32, ffn=16384, layers=8)
+        data["cluster"]["gpus"] = 16  # dp 16 over two nodes: the reduction is worth hiding
+        data["training"]["global_batch"] = 32
+        return data
+
+    assert scenario_from_dict(megatron(False)).overlap.dp_grad_reduce  # the preset's
+    sc = scenario_from_dict(megatron(True)).overlap
+    assert not (sc.dp_grad_reduce or sc.param_gather or sc.tp_comm or sc.tp_grad_async or sc.pp_comm)
+    # the blocking step pays the DP reduction the asynchronous one hides
+    hidden = megatron(False)
+    exposed = {**hidden, "overlap": {"dp_grad_reduce": False}}
+    hide = run(exposed).summary["step_time_s"] - run(hidden).summary["step_time_s"]
+    assert hide > 0.01
+    blocked = megatron(True)
+    blocked_exposed = {**blocked, "overlap": {"dp_grad_reduce": False}}
+    assert run(blocked).summary["step_time_s"] == pytest.approx(run(blocked_exposed).summary["step_time_s"])
+    with pytest.raises(UserError, match="launch_blocking") as err:
+        scenario_from_dict({**blocked, "overlap": {"dp_grad_reduce": True}})
+    assert err.value.field == "overlap.dp_grad_reduce"
+    assert "\n" not in str(err.value)
+
+
+def test_importing_launch_blocking_drops_the_scripts_overlaps(tmp_path):
+    script = """#!/bin/bash
+ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 \\
+  --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16 \\
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+export CUDA_LAUNCH_BLOCKING=1
+python pretrain_gpt.py $ARGS
+"""
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    assert out.scenario["overlap"]["dp_grad_reduce"] is False
+    assert out.scenario["overlap"]["param_gather"] is False
+    assert any("overlap.dp_grad_reduce, overlap.param_gather false" in n for n in out.notes)
+    path.write_text(script.replace("export CUDA_LAUNCH_BLOCKING=1\n", ""))
+    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    assert out.scenario["overlap"]["dp_grad_reduce"] is True
+
+
+@pytest.mark.parametrize(
+    ("setting", "blocking"),
+    [
+        ("export CUDA_LAUNCH_BLOCKING=1\n", True),
+        ("CUDA_LAUNCH_BLOCKING=1\nexport CUDA_LAUNCH_BLOCKING\n", True),
+        ("declare -x CUDA_LAUNCH_BLOCKING=1\n", True),
+        ("CUDA_LAUNCH_BLOCKING=1 ", True),  # an assignment before the command: its environment
+        ("CUDA_LAUNCH_BLOCKING=1\n", False),  # a shell variable, not exported: Python never sees it
+        ("export CUDA_LAUNCH_BLOCKING=0\n", False),
+    ],
+)
+def test_only_the_programs_environment_sets_launch_blocking(tmp_path, setting, blocking):
+    """CUDA reads CUDA_LAUNCH_BLOCKING from the process's environment: a variable the script
+    exports, or one assigned on the command line that runs the program (bash: "the environment
+    for any simple command ... may be augmented temporarily by prefixing it with parameter
+    assignments"); a plain assignment stays the shell's."""
+    args = (
+        'ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
+        '--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16"\n'
+    )
+    script = f"#!/bin/bash\n{args}{setting}python pretrain_gpt.py $ARGS\n"
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    assert out.scenario["training"].get("launch_blocking", False) is blocking

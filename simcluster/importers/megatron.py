@@ -43,6 +43,7 @@ from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.shell import read_script
+from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
 
 #: Megatron-LM's flags removed in 2023 that only its older code (the SC'21 scripts) takes
 OLD_FLAGS = (
@@ -151,6 +152,17 @@ def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Importe
         out.notes.append(
             "CUDA_LAUNCH_BLOCKING=1: training.launch_blocking (each layer op's host time adds to the GPU's)"
         )
+        # each collective's launch then waits for it to finish: none runs beside compute
+        # (scenario.loading.blocking_overlaps refuses an overlap written true)
+        overlap = sc.get("overlap", {})
+        dropped = [key for key in ASYNC_COMM_OVERLAPS if overlap.get(key) is True]
+        for key in dropped:
+            overlap[key] = False
+        if dropped:
+            out.notes.append(
+                f"CUDA_LAUNCH_BLOCKING=1: {', '.join(f'overlap.{k}' for k in dropped)} false "
+                "(each collective's launch waits until it has run, so nothing runs beside it)"
+            )
 
 
 def _framework(flags: Flags) -> str:

@@ -46,8 +46,10 @@ class ScriptArgs:
     words: list[str]
     origin: str
     notes: list[str] = field(default_factory=list)
-    #: the script's shell variables when it ends (``export``ed or not), for the environment
-    #: variables that change a run (``CUDA_LAUNCH_BLOCKING``)
+    #: the environment the program runs with, for the variables that change a run
+    #: (``CUDA_LAUNCH_BLOCKING``): the script's exported variables and the ``--var`` ones, as
+    #: they are when it runs the program, and the assignments written before its command
+    #: (``NAME=VALUE python ...``); an assignment not exported stays the shell's
     variables: dict[str, str] = field(default_factory=dict)
 
 
@@ -75,6 +77,16 @@ class _State:
     command: list[str] | None = None
     arg_lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the variables the script exports (``export``, ``declare -x``)
+    exported: set[str] = field(default_factory=set)
+    #: the environment its Python command runs with (ScriptArgs.variables), once found
+    environment: dict[str, str] | None = None
+
+    def environ(self, prefix: dict[str, str] | None = None) -> dict[str, str]:
+        """The exported and ``--var`` variables as they are now, with a command's own
+        ``prefix`` assignments."""
+        names = self.exported | self.given
+        return {**{n: v for n, v in self.variables.items() if n in names}, **(prefix or {})}
 
 
 def _words(text: str) -> list[str]:
@@ -419,16 +431,22 @@ def _run(text: str, state: _State, where: str, depth: int) -> None:
 def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
     words = list(raw)
     if words[0] in _DECLARE:
+        exports = words[0] == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
         words = [w for w in words[1:] if not w.startswith("-")]
         for word in words:
             match = _ASSIGN.match(word)
             if match:
                 _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
+            if exports:
+                state.exported.add(match.group(1) if match else word)
         return
+    prefix: dict[str, str] = {}  # NAME=VALUE before a command: that command's environment only
     while words and (match := _ASSIGN.match(words[0])):
         words.pop(0)
         if not words:
             _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
+        else:
+            prefix[match.group(1)] = _expand(match.group(3), state)
     if not words:
         return
     head = _expand(words[0], state)
@@ -448,6 +466,7 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
     for k, word in enumerate(expanded):
         if word.endswith(".py"):
             state.command = expanded[k + 1 :]
+            state.environment = state.environ(prefix)
             break
 
 
@@ -512,9 +531,9 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
                 "choose its case with --var NAME=VALUE",
             ) from None
     if state.command is not None:
-        return ScriptArgs(state.command, "the Python command it runs", state.notes, state.variables)
+        return ScriptArgs(state.command, "the Python command it runs", state.notes, state.environment or {})
     if state.arg_lines:
-        return ScriptArgs(state.arg_lines, "its lines of flags", state.notes, state.variables)
+        return ScriptArgs(state.arg_lines, "its lines of flags", state.notes, state.environ())
     words: list[str] = []
     names: list[str] = []
     for name in state.defined:
@@ -528,5 +547,5 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
         )
     return ScriptArgs(
         words, f"the flags it sets in {', '.join(names)} (it runs no Python program)", state.notes,
-        state.variables,
+        state.environ(),
     )

@@ -326,12 +326,44 @@ def scenario_from_dict(data: Any, overrides: list[tuple[str, Any]] | None = None
     # the keys the scenario states, in the schema's names (nodes as cluster.gpus, fsdp as
     # parallel.zero), before its framework's preset fills in others
     written = written_keys(data)
-    data = apply_framework(data)
+    data = blocking_overlaps(apply_framework(data), written)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _format_error(exc, [*nulled, *unset]) from None
     return scenario.with_written(written)
+
+
+#: the overlaps that hide a collective under compute by launching its NCCL kernel (or
+#: TransformerEngine's userbuffers kernels) from the issuing thread and moving on
+ASYNC_COMM_OVERLAPS = ("dp_grad_reduce", "param_gather", "tp_comm", "tp_grad_async", "tp_async", "pp_comm", "ep_comm")
+
+
+def blocking_overlaps(data: dict[str, Any], written: frozenset[str]) -> dict[str, Any]:
+    """``data`` with no collective overlapped under ``training.launch_blocking``.
+
+    ``CUDA_LAUNCH_BLOCKING=1`` makes every kernel launch return only once the kernel has run
+    (CUDA Programming Guide, Asynchronous Concurrent Execution), an NCCL collective's too: the
+    thread that launches a gradient bucket's reduce-scatter, a parameter all-gather, a TP or
+    pipeline transfer waits for it to finish before it issues the next compute kernel, so
+    nothing runs beside it. The overlaps a framework preset (or the schema's default) turns on
+    are turned off; one the scenario itself wrote true is refused, as it cannot happen."""
+    training, overlap = data.get("training"), data.get("overlap")
+    if not isinstance(training, dict) or training.get("launch_blocking") is not True:
+        return data
+    if overlap is not None and not isinstance(overlap, dict):
+        return data  # the schema names the malformed section
+    overlap = dict(overlap or {})
+    for key in ASYNC_COMM_OVERLAPS:
+        if f"overlap.{key}" in written and overlap.get(key) is True:
+            raise UserError(
+                f"overlap.{key}",
+                "cannot hide its collective under compute with training.launch_blocking: "
+                "CUDA_LAUNCH_BLOCKING=1 makes the collective's kernel launch wait until it has run, "
+                f"so nothing is issued beside it; set overlap.{key} false or drop training.launch_blocking",
+            )
+        overlap[key] = False
+    return {**data, "overlap": overlap}
 
 
 def written_keys(data: dict[str, Any]) -> frozenset[str]:

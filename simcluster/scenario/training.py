@@ -231,6 +231,8 @@ class TrainingSection(SectionBase):
             "host_op_us per Python op, kernel_launch_us per C++ launch, as parallelism/host.py "
             "counts them) adds to the GPU's instead of hiding under it, and so do the "
             "BF16_Optimizer's two ops per parameter tensor per microbatch (grad_accum_cast); "
+            "a collective's launch waits for it too, so no overlap.* collective runs beside "
+            "compute (a preset's are off, one written true is refused); "
             "BigScience's BLOOM-176B runs exported it against hangs"
         ),
     )
