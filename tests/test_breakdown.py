@@ -173,3 +173,20 @@ def test_share_labels_sit_inside_their_parts_and_never_overlap():
     for text, box in boxes:  # each label within the part under its centre
         (part,) = [p for p in parts if p.x0 <= (box.x0 + box.x1) / 2 <= p.x1 and p.y0 <= (box.y0 + box.y1) / 2 <= p.y1]
         assert part.x0 <= box.x0 and box.x1 <= part.x1, (text, box, part)
+
+
+def test_a_category_too_thin_to_see_gives_its_share_in_the_legend():
+    """compare.png of llama3-8b-8xh100 against its full-recompute variant (2026-12-01) listed
+    "optimizer" and "exposed dp" in its legend over parts of 13 ms and 10 ms in 6.4 s and 7.8 s
+    steps: under a pixel each, no colour to find. A category thinner than THIN_PX in every bar
+    names its largest share of a bar (13.4 ms of 6.380 s is 0.21%); one that shows keeps its
+    plain label."""
+    from simcluster.engine.breakdown import LABELS
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    base = {"gemm": 4.194, "attention": 1.058, "memory": 0.446, "recompute": 0.271, "optimizer": 0.0134}
+    full = {**base, "gemm": 4.146, "memory": 0.437, "recompute": 1.733}
+    fig = draw_bars([Bar("selective", base, sum(base.values())), Bar("full", full, sum(full.values()))], "t")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"{LABELS['optimizer']} (0.2%, too thin to see)" in legend
+    assert LABELS["gemm"] in legend and LABELS["recompute"] in legend

@@ -338,3 +338,35 @@ def test_the_legend_names_only_kinds_inside_the_window():
     assert set(layout.blocks["kind"]) == set(inside["kind"])
     fig, layout = draw_gantt(t.events, {}, "t", "", step, (start - 1e-9, step))  # a sliver of it: named
     assert KIND_STYLES["forward"].label in [text.get_text() for text in fig.legends[0].get_texts()]
+
+
+def test_a_kind_drawn_only_under_a_pixel_says_so_in_the_legend():
+    """llama3-8b-8xh100 (selective recomputation, a 6.4 s step) draws its 256 recompute
+    slivers of 1.06 ms at 0.19 px each between the backward's pieces: snapped to the pixel grid
+    about one in five shows, as a pale line, yet the legend offered "recompute" as a colour to
+    find (2026-12-01). A kind whose every block is under a pixel, and not drawn with a hairline
+    of its own, is named with a note to zoom in; a kind with a block a pixel wide or more (the
+    13 ms optimizer step, 2.3 px) or an isolated sliver drawn with its hairline keeps its plain
+    label."""
+    from simcluster.output.gantt import SUB_PIXEL_NOTE
+    from simcluster.output.style import KIND_STYLES
+
+    rows = [{"stream": "compute", "kind": "forward", "layer": -1, "start_s": 0.0, "end_s": 1.0}]
+    t, sliver, piece = 1.0, 1e-4, 9e-4  # 100 layers of 1 ms on ~1 px each: slivers of 0.1 px
+    for layer in range(100):
+        rows.append({"stream": "compute", "kind": "recompute", "layer": layer, "start_s": t, "end_s": t + sliver})
+        rows.append({"stream": "compute", "kind": "backward", "layer": layer, "start_s": t + sliver,
+                     "end_s": t + sliver + piece})  # fmt: skip
+        t += sliver + piece
+    rows.append({"stream": "compute", "kind": "optimizer", "layer": -1, "start_s": t, "end_s": t + 3e-3})  # ~3 px
+    rows.append({"stream": "comm_pp", "kind": "send", "layer": -1, "start_s": 0.5, "end_s": 0.5 + 1e-4})  # alone
+    events = pd.DataFrame(
+        [{"rank": 0, "stage": 0, "group": "", "name": r["kind"], "microbatch": 0, "chunk": 0, "bytes": 0.0, **r}
+         for r in rows]  # fmt: skip
+    )
+    fig, layout = draw_gantt(events)
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert "recompute" in set(layout.blocks["kind"])  # drawn, but thinner than a pixel
+    assert KIND_STYLES["recompute"].label + SUB_PIXEL_NOTE in legend
+    for kind in ("forward", "backward", "optimizer", "send"):
+        assert KIND_STYLES[kind].label in legend, kind

@@ -57,6 +57,8 @@ _CAP = 0.14  # the cap's thickness as a fraction of the full bar (at most 30% of
 #: the lowest bar of a block joined over sub-pixel gaps, however little of it is busy
 MIN_BUSY_HEIGHT = 0.2
 LOWERED_LEGEND_BELOW = 0.9  # the legend explains lowered bars once a block is this idle
+#: the note on the legend entry of a kind whose every block is narrower than a pixel
+SUB_PIXEL_NOTE = " (under 1 px: zoom in)"
 MAX_LEGEND_COLUMNS = 7  # the legend's columns when they fit the figure's width (fewer if not)
 _AXES_WIDTH_FRACTION = 0.8  # rough share of the figure width the time axis gets
 
@@ -433,11 +435,38 @@ def chunk_legend(chunks: set[int]) -> list[tuple[str, str]]:
     return entries
 
 
-def legend_entries(kinds: set[str], chunks: set[int], lowered: bool) -> list[tuple[str, str, str]]:
-    """The timeline's legend as (facecolor, hatch, label): the kinds drawn (each colour one kind),
-    the hatches of the virtual chunks drawn, the lowered-bar key and idle. The lowered-bar key's
-    facecolor is ``"lowered"``."""
-    entries = [(s.color, "", s.label) for k, s in KIND_STYLES.items() if k in kinds]
+def sub_pixel_kinds(blocks: pd.DataFrame, px_per_s: float, origin_s: float = 0.0) -> set[str]:
+    """The kinds none of whose blocks fills half a pixel anywhere (each is narrower than a pixel
+    and no more than half of it lies in any one pixel column) and none of whose blocks is drawn
+    with a hairline of its own (see :func:`_rules`). Snapped to the pixel grid such a block
+    shows as a 1 px line or not at all, by where it falls: selective recomputation's 1 ms
+    slivers between a 6.4 s step's backward pieces (0.19 px each) showed about one in five, as
+    pale lines the eye reads as gaps, while the legend offered "recompute" as a colour to look
+    for. A run of pieces each just under a pixel (a backward between those slivers at a finer
+    scale) fills most of its pixels and stays a plain entry. The pixel grid is counted from
+    ``origin_s``, the window's start (the axes' own offset moves it by a fraction of a pixel)."""
+    if blocks.empty:
+        return set()
+    ordered = blocks.sort_values(["rank", "stream", "start_s"], kind="stable")
+    x0 = (ordered["start_s"].to_numpy(dtype=float) - origin_s) * px_per_s
+    x1 = (ordered["end_s"].to_numpy(dtype=float) - origin_s) * px_per_s
+    # the larger of the parts in the first and the last pixel column the block touches
+    most = np.maximum(np.minimum(x1, np.floor(x0) + 1) - x0, x1 - np.maximum(x0, np.floor(x1)))
+    shows = (x1 - x0 >= 1.0) | (most >= 0.5) | (np.array(_rules(ordered, px_per_s)) == "own")
+    kinds = ordered["kind"].to_numpy()
+    return set(kinds.tolist()) - set(kinds[shows].tolist())
+
+
+def legend_entries(
+    kinds: set[str], chunks: set[int], lowered: bool, sub_pixel: frozenset[str] | set[str] = frozenset()
+) -> list[tuple[str, str, str]]:
+    """The timeline's legend as (facecolor, hatch, label): the kinds drawn (each colour one kind;
+    a kind in ``sub_pixel``, drawn only narrower than a pixel, says so: zoomed in with --window
+    it shows), the hatches of the virtual chunks drawn, the lowered-bar key and idle. The
+    lowered-bar key's facecolor is ``"lowered"``."""
+    entries = [
+        (s.color, "", s.label + (SUB_PIXEL_NOTE if k in sub_pixel else "")) for k, s in KIND_STYLES.items() if k in kinds
+    ]
     entries += [("white", hatch, label) for hatch, label in chunk_legend(chunks)]
     if lowered:
         entries.append(("lowered", "", "lower = busy part of the time (zoom in)"))
@@ -445,9 +474,12 @@ def legend_entries(kinds: set[str], chunks: set[int], lowered: bool) -> list[tup
     return entries
 
 
-def _legend(fig: Figure, kinds: set[str], chunks: set[int], lowered: bool) -> None:
+def _legend(
+    fig: Figure, kinds: set[str], chunks: set[int], lowered: bool, sub_pixel: frozenset[str] | set[str] = frozenset()
+) -> None:
+    entries = legend_entries(kinds, chunks, lowered, sub_pixel)
     handles: list[object] = []
-    for face, hatch, label in legend_entries(kinds, chunks, lowered):
+    for face, hatch, label in entries:
         if face == "lowered":
             handles.append(LoweredBar())
             continue
@@ -455,7 +487,7 @@ def _legend(fig: Figure, kinds: set[str], chunks: set[int], lowered: bool) -> No
             handles.append(ChunkKey(hatch))
             continue
         handles.append(Patch(facecolor=face, edgecolor="#999999" if face == "white" else face, label=label))
-    labels = [label for _, _, label in legend_entries(kinds, chunks, lowered)]
+    labels = [label for _, _, label in entries]
     # As many columns as fit the figure's width: with a pipeline's p2p, MoE's all-to-all, host
     # waits, virtual chunks and the lowered-bar key (DeepSeek-V3's 15 entries) seven columns ran
     # past both edges of the 14-inch figure and the outer entries were cut off.
@@ -533,7 +565,8 @@ def draw_gantt(
     if heading:
         ax.set_title(heading, fontsize=10)
     chunks = {int(c) for c in blocks.loc[blocks["stream"] == "compute", "chunk"]}
-    _legend(fig, set(blocks["kind"]), chunks, bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any()))
+    lowered = bool((_busy_share(blocks) < LOWERED_LEGEND_BELOW).any())
+    _legend(fig, set(blocks["kind"]), chunks, lowered, sub_pixel_kinds(blocks, px_per_s, t0))
     layout = GanttLayout(
         tuple(rows),
         (t0, t1),
