@@ -26,7 +26,7 @@ from simcluster.parallelism.saved_gather import keeps_gather
 from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 from simcluster.schedules.base import VShapeSchedule
-from simcluster.schedules.partition import check_megatron_virtual_split
+from simcluster.schedules.partition import check_megatron_pipeline_split, check_megatron_virtual_split
 from simcluster.size_bounds import check_sizes
 
 DIMS = ("tp", "cp", "dp", "pp")
@@ -346,6 +346,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
     if par.schedule == "interleaved" and par.layers_per_stage is None and par.partition == "megatron":
         check_megatron_virtual_split(model.layers, par.pp, par.vpp, scenario.framework)
+    one_chunk = par.vpp == 1 and not isinstance(get_schedule(par.schedule), VShapeSchedule)
+    if one_chunk and par.layers_per_stage is None and par.partition == "megatron":
+        check_megatron_pipeline_split(model.layers, par.pp, scenario.framework, gpus // (par.tp * par.cp))
     check_cp_comm(par.cp_comm, par.cp, par.tp, model, tr.flash_attention, par.cp_a2a)
     check_parallel_block_comm(scenario, model)
     windowed = any(model.attention_span(i, tr.seq_len) < tr.seq_len for i in range(model.layers))

@@ -4,6 +4,7 @@ import pytest
 
 from simcluster.errors import UserError
 from simcluster.schedules.partition import (
+    check_megatron_pipeline_split,
     check_megatron_virtual_split,
     cost_balanced,
     layers_per_stage,
@@ -122,3 +123,50 @@ def test_megatron_interleaved_split_needs_layers_divisible_by_pp_times_vpp(layer
     assert err.value.field == "parallel.vpp"
     assert f"{pp}*{vpp} = {pp * vpp} virtual stages" in str(err.value)
     assert fix in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "layers, pp, framework, room, fix",
+    [
+        (32, 4, "megatron-core", 0, None),  # 32 / 4
+        (32, 3, "megatron-core", 0, None),  # 32 + embedding = 33 / 3 (--account-for-embedding-...)
+        (32, 5, "megatron-core", 40, "use pp 2 or 4 or 8,"),  # 32, 33, 34: none divides by 5
+        (32, 5, "nemo", 0, "over pp=5 stages (also with the embedding and loss counted as layers)"),
+        (126, 16, "megatron-bridge", 0, None),  # Llama 3.1 405B: 126 + 2 = 128 / 16
+        (32, 3, "megatron-lm-2021", 24, "use pp 2 or 4 or 8,"),  # 2021: no embedding/loss terms
+        (96, 3, "megatron-lm-2021", 0, None),
+        (32, 5, None, 0, None),  # no framework named: simcluster's split, not refused
+        (32, 5, "torchtitan", 0, None),  # torch.distributed.pipelining splits the remainder itself
+        (32, 5, "deepspeed", 0, None),  # PipelineModule's partition_method splits any count
+    ],
+)
+def test_megatron_pipeline_needs_layers_divisible_by_pp(layers, pp, framework, room, fix):
+    """Without virtual stages Megatron builds num_layers / pp layers a stage and asserts they
+    divide: Megatron-Core transformer_block.get_num_layers_to_build ("num_layers should be
+    divisible by pipeline_model_parallel_size", num_layers + 1 for each of
+    --account-for-embedding/loss-in-pipeline-split), Megatron-LM 2021 model/transformer.py
+    ParallelTransformer.__init__ ("num_layers must be divisible by
+    pipeline_model_parallel_size"). simcluster spread the remainder over middle stages."""
+    if fix is None:
+        check_megatron_pipeline_split(layers, pp, framework, room)
+        return
+    with pytest.raises(UserError) as err:
+        check_megatron_pipeline_split(layers, pp, framework, room)
+    assert err.value.field == "parallel.pp"
+    assert fix in str(err.value) and "parallel.layers_per_stage" in str(err.value)
+
+
+def test_a_megatron_scenario_with_an_uneven_pipeline_is_refused_unless_it_lists_the_split(cli):
+    """The check runs on a scenario: exit 2 with one line naming parallel.pp; an explicit
+    parallel.layers_per_stage (Megatron's --decoder-first/last-pipeline-num-layers) runs."""
+    base = ["llama3-8b-8xh100", "--set", "framework=megatron-lm-2021", "--set", "cluster.gpus=24",
+            "--set", "parallel.pp=3", "--set", "parallel.zero=1"]  # fmt: skip
+    res = cli("memory", *base)
+    assert res.code == 2, (res.code, res.out, res.err)
+    assert [ln for ln in res.err.splitlines() if ln.strip()] == [
+        "error: parallel.pp: megatron-lm-2021 needs the model's 32 layers to divide over pp=3 stages; "
+        "use pp 2 or 4 or 8, or list the 3 stages' layers in parallel.layers_per_stage (Megatron's "
+        "--decoder-first/last-pipeline-num-layers)"
+    ]
+    assert cli("memory", *base, "--set", "parallel.layers_per_stage=[10,11,11]").code == 0
+    assert cli("memory", *base, "--set", "framework=megatron-core").code == 0  # 33 / 3

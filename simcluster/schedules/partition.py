@@ -92,6 +92,42 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
     )
 
 
+#: frameworks that build their pipeline stages with Megatron's layer split (no framework named
+#: is not one of them: it claims no framework's checks), with the layers each may add to it
+MEGATRON_PIPELINE: dict[str, tuple[int, ...]] = {k: v for k, v in MEGATRON_INTERLEAVED.items() if k is not None}
+
+
+def check_megatron_pipeline_split(layers: int, pp: int, framework: str | None, pp_room: int = 0) -> None:
+    """Refuse a pipeline of one chunk per stage that a Megatron-family framework cannot build:
+    without an uneven split (``parallel.layers_per_stage``: Megatron-Core's
+    --decoder-first/last-pipeline-num-layers or --pipeline-model-parallel-layout) it asserts
+    ``num_layers % pipeline_model_parallel_size == 0``, with the embedding and/or the loss
+    counted as a layer each under --account-for-embedding/loss-in-pipeline-split
+    (Megatron-Core ``transformer_block.get_num_layers_to_build``: "num_layers should be
+    divisible by pipeline_model_parallel_size"; Megatron-LM 2021 ``model/transformer.py``
+    ``ParallelTransformer.__init__``: "num_layers must be divisible by
+    pipeline_model_parallel_size", no such flags). ``layers_per_stage`` would otherwise give
+    the remainder to middle stages, a split Megatron never runs. The pp degrees suggested
+    divide ``pp_room`` (the GPUs over tp*cp, so that dp stays whole) when it is given."""
+    extras = MEGATRON_PIPELINE.get(framework or "")
+    if extras is None or pp <= 1 or any((layers + k) % pp == 0 for k in extras):
+        return
+    fits = [
+        q
+        for q in range(2, layers + max(extras) + 1)
+        if any((layers + k) % q == 0 for k in extras) and (pp_room <= 0 or pp_room % q == 0)
+    ]
+    near = sorted(fits, key=lambda q: (abs(q - pp), q))[:3]
+    counted = " (also with the embedding and loss counted as layers)" if max(extras) else ""
+    fix = f"use pp {' or '.join(map(str, sorted(near)))}, " if near else ""
+    raise UserError(
+        "parallel.pp",
+        f"{framework} needs the model's {layers} layers to divide over pp={pp} stages{counted}; "
+        f"{fix}or list the {pp} stages' layers in parallel.layers_per_stage (Megatron's "
+        "--decoder-first/last-pipeline-num-layers)",
+    )
+
+
 def cost_balanced(layers: int, n: int, layer_cost: int, head_cost: int) -> list[int]:
     """Layers of each of ``n`` stages as nanotron assigns its pipeline blocks (``build_model`` in
     ``models/base.py``): walking the blocks in model order with their cumulative cost, each block
