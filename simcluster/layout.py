@@ -26,7 +26,10 @@ from simcluster.parallelism.saved_gather import keeps_gather
 from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 from simcluster.schedules.base import VShapeSchedule
-from simcluster.schedules.partition import check_megatron_pipeline_split, check_megatron_virtual_split
+from simcluster.schedules.partition import (
+    check_megatron_pipeline_split,
+    check_megatron_virtual_split,
+)
 from simcluster.size_bounds import check_sizes
 
 DIMS = ("tp", "cp", "dp", "pp")
