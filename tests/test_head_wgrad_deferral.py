@@ -26,13 +26,19 @@ from simcluster.scenario import scenario_from_dict
 M = 8
 
 
-def _run(defer: bool, limit: int = 0):
-    data = pipeline_scenario(
+def _data(defer: bool, limit: int = 0, **parallel) -> dict:
+    """Two 1F1B stages of M microbatches, 3 layers on the first and 1 with the 256K-vocabulary
+    LM head on the last; ``parallel`` adds settings (tp, sequence parallelism)."""
+    return pipeline_scenario(
         2, M, "1f1b", layers=4,
         model={"vocab": 262144, "hidden": 2048, "heads": 16, "ffn": 8192},
-        parallel={"layers_per_stage": [3, 1], "defer_head_wgrad": defer, "head_wgrad_deferral_limit": limit},
+        parallel={"layers_per_stage": [3, 1], "defer_head_wgrad": defer, "head_wgrad_deferral_limit": limit,
+                  **parallel},
     )  # fmt: skip
-    return simulate(scenario_from_dict(data)).events
+
+
+def _run(defer: bool, limit: int = 0):
+    return simulate(scenario_from_dict(_data(defer, limit))).events
 
 
 def _ends(events):
@@ -89,12 +95,7 @@ KEPT = 2 * 1024 * 2048 + 2 * 1024 * 262144  # 541,065,216 bytes (516 MiB)
 
 
 def _context(defer: bool, limit: int = 0):
-    data = pipeline_scenario(
-        2, M, "1f1b", layers=4,
-        model={"vocab": 262144, "hidden": 2048, "heads": 16, "ffn": 8192},
-        parallel={"layers_per_stage": [3, 1], "defer_head_wgrad": defer, "head_wgrad_deferral_limit": limit},
-    )  # fmt: skip
-    return build_context(scenario_from_dict(data))
+    return build_context(scenario_from_dict(_data(defer, limit)))
 
 
 def test_kept_bytes_by_hand():
@@ -129,11 +130,7 @@ def test_sequence_parallel_keeps_the_input_shard_and_two_gather_buffers():
     """tp 2 with sequence parallelism: the kept input is the 1/tp shard (s/tp x b x h), the output
     gradient the vocab-parallel s x b x V/tp, and the drain's mpu_0 / mpu_1 each hold a gathered
     input (s x b x h), 2 bytes each."""
-    data = pipeline_scenario(
-        2, M, "1f1b", layers=4,
-        model={"vocab": 262144, "hidden": 2048, "heads": 16, "ffn": 8192},
-        parallel={"tp": 2, "sequence_parallel": True, "layers_per_stage": [3, 1], "defer_head_wgrad": True},
-    )  # fmt: skip
+    data = _data(True, tp=2, sequence_parallel=True)
     data["cluster"]["gpus"] = 4
     data["cluster"]["gpus_per_node"] = 4
     ctx = build_context(scenario_from_dict(data))

@@ -108,20 +108,30 @@ def test_default_is_asynchronous():
     assert _computes(data, "F")["mlp"].host > 0  # the host cost stays on the host clock
 
 
-def test_a_launch_script_exporting_it_imports_as_launch_blocking(tmp_path):
-    script = """#!/bin/bash
-ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 \\
-  --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16"
-export CUDA_LAUNCH_BLOCKING=1
-python pretrain_gpt.py $ARGS
-"""
-    path = tmp_path / "run.sh"
+BLOCKING = "export CUDA_LAUNCH_BLOCKING=1\n"
+
+
+def _script(setting: str, flags: str = "") -> str:
+    """A Megatron launch script of a 2-layer GPT: ``setting`` on the lines before its python
+    command, ``flags`` appended to its arguments."""
+    args = (
+        'ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
+        f'--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16{flags}"\n'
+    )
+    return f"#!/bin/bash\n{args}{setting}python pretrain_gpt.py $ARGS\n"
+
+
+def _imported(path, script: str):
+    """What ``simcluster import megatron`` makes of ``script`` written to ``path``."""
     path.write_text(script)
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    return import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+
+
+def test_a_launch_script_exporting_it_imports_as_launch_blocking(tmp_path):
+    out = _imported(tmp_path / "run.sh", _script(BLOCKING))
     assert out.scenario["training"]["launch_blocking"] is True
     assert any("CUDA_LAUNCH_BLOCKING=1" in n for n in out.notes)
-    path.write_text(script.replace("export CUDA_LAUNCH_BLOCKING=1\n", ""))
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    out = _imported(tmp_path / "run.sh", _script(""))
     assert "launch_blocking" not in out.scenario["training"]
 
 
@@ -171,21 +181,12 @@ def test_no_collective_overlaps_compute_under_launch_blocking():
 
 
 def test_importing_launch_blocking_drops_the_scripts_overlaps(tmp_path):
-    script = """#!/bin/bash
-ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 \\
-  --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16 \\
-  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
-export CUDA_LAUNCH_BLOCKING=1
-python pretrain_gpt.py $ARGS
-"""
-    path = tmp_path / "run.sh"
-    path.write_text(script)
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    overlaps = " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+    out = _imported(tmp_path / "run.sh", _script(BLOCKING, overlaps))
     assert out.scenario["overlap"]["dp_grad_reduce"] is False
     assert out.scenario["overlap"]["param_gather"] is False
     assert any("overlap.dp_grad_reduce, overlap.param_gather false" in n for n in out.notes)
-    path.write_text(script.replace("export CUDA_LAUNCH_BLOCKING=1\n", ""))
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    out = _imported(tmp_path / "run.sh", _script("", overlaps))
     assert out.scenario["overlap"]["dp_grad_reduce"] is True
 
 
@@ -205,12 +206,5 @@ def test_only_the_programs_environment_sets_launch_blocking(tmp_path, setting, b
     exports, or one assigned on the command line that runs the program (bash: "the environment
     for any simple command ... may be augmented temporarily by prefixing it with parameter
     assignments"); a plain assignment stays the shell's."""
-    args = (
-        'ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
-        '--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16"\n'
-    )
-    script = f"#!/bin/bash\n{args}{setting}python pretrain_gpt.py $ARGS\n"
-    path = tmp_path / "run.sh"
-    path.write_text(script)
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-a100", nodes=1))
+    out = _imported(tmp_path / "run.sh", _script(setting))
     assert out.scenario["training"].get("launch_blocking", False) is blocking
