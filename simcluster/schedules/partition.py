@@ -67,6 +67,21 @@ MEGATRON_INTERLEAVED: dict[str | None, tuple[int, ...]] = {
 }
 
 
+def _divides(layers: int, extras: tuple[int, ...], stages: int) -> bool:
+    """Whether the layers, plus one of ``extras`` (the embedding and/or loss counted), divide
+    over ``stages``."""
+    return any((layers + k) % stages == 0 for k in extras)
+
+
+def _counted(extras: tuple[int, ...]) -> str:
+    return " (also with the embedding and loss counted as layers)" if max(extras) else ""
+
+
+def _use(option: str, values: list[int]) -> str:
+    """The fix naming the values of ``option`` that would do ('use vpp 2 or 4, '), if any."""
+    return f"use {option} {' or '.join(map(str, values))}, " if values else ""
+
+
 def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str | None) -> None:
     """Refuse virtual stages that Megatron cannot build: its interleaved schedule needs the layers
     (plus the embedding and/or loss when accounted for) to divide over pp ranks and then over vpp
@@ -79,15 +94,14 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
     ``pipeline_model_parallel_layout``)."""
     extras = MEGATRON_INTERLEAVED.get(framework)
     n = pp * vpp
-    if extras is None or vpp <= 1 or any((layers + k) % n == 0 for k in extras):
+    if extras is None or vpp <= 1 or _divides(layers, extras, n):
         return
-    fits = [v for v in range(2, (layers + max(extras)) // pp + 1) if any((layers + k) % (pp * v) == 0 for k in extras)]
-    counted = " (also with the embedding and loss counted as layers)" if max(extras) else ""
-    fix = f"use vpp {' or '.join(map(str, fits[:4]))}, " if fits else ""
+    fits = [v for v in range(2, (layers + max(extras)) // pp + 1) if _divides(layers, extras, pp * v)]
     raise UserError(
         "parallel.vpp",
-        f"the model's {layers} layers do not divide over pp*vpp = {pp}*{vpp} = {n} virtual stages{counted}, "
-        f"which Megatron's interleaved schedule requires; {fix}or list the {n} stages' layers in "
+        f"the model's {layers} layers do not divide over pp*vpp = {pp}*{vpp} = {n} virtual stages"
+        f"{_counted(extras)}, which Megatron's interleaved schedule requires; {_use('vpp', fits[:4])}"
+        f"or list the {n} stages' layers in "
         "parallel.layers_per_stage (Megatron-Core's pipeline_model_parallel_layout)",
     )
 
@@ -110,20 +124,15 @@ def check_megatron_pipeline_split(layers: int, pp: int, framework: str | None, p
     the remainder to middle stages, a split Megatron never runs. The pp degrees suggested
     divide ``pp_room`` (the GPUs over tp*cp, so that dp stays whole) when it is given."""
     extras = MEGATRON_PIPELINE.get(framework or "")
-    if extras is None or pp <= 1 or any((layers + k) % pp == 0 for k in extras):
+    if extras is None or pp <= 1 or _divides(layers, extras, pp):
         return
-    fits = [
-        q
-        for q in range(2, layers + max(extras) + 1)
-        if any((layers + k) % q == 0 for k in extras) and (pp_room <= 0 or pp_room % q == 0)
-    ]
-    near = sorted(fits, key=lambda q: (abs(q - pp), q))[:3]
-    counted = " (also with the embedding and loss counted as layers)" if max(extras) else ""
-    fix = f"use pp {' or '.join(map(str, sorted(near)))}, " if near else ""
+    room = range(2, layers + max(extras) + 1)
+    fits = [q for q in room if _divides(layers, extras, q) and (pp_room <= 0 or pp_room % q == 0)]
+    near = sorted(sorted(fits, key=lambda q: (abs(q - pp), q))[:3])
     raise UserError(
         "parallel.pp",
-        f"{framework} needs the model's {layers} layers to divide over pp={pp} stages{counted}; "
-        f"{fix}or list the {pp} stages' layers in parallel.layers_per_stage (Megatron's "
+        f"{framework} needs the model's {layers} layers to divide over pp={pp} stages{_counted(extras)}; "
+        f"{_use('pp', near)}or list the {pp} stages' layers in parallel.layers_per_stage (Megatron's "
         "--decoder-first/last-pipeline-num-layers)",
     )
 
