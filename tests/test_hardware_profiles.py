@@ -56,7 +56,7 @@ def test_datasheet_identities():
     assert load_profile("dgx-b200").nvlink_bytes_per_s == 900e9  # 1.8 TB/s bidirectional
     assert load_profile("dgx-a100").node.nvls is False
     a100_40 = load_profile("dgx-a100-40gb")  # A100 datasheet: 40 GB HBM2 at 1,555 GB/s
-    assert (a100_40.gpu.memory_gib, a100_40.gpu.hbm_tbps) == (40, 1.555)
+    assert a100_40.gpu.hbm_tbps == 1.555  # its capacity, CUDA's 39.59 GiB: see below
     for name in ("dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200"):
         p = load_profile(name)
         assert p.node.nvls and p.efficiency.nvls is not None
@@ -368,3 +368,25 @@ def test_a_wrong_value_in_a_profile_file_is_shown_with_the_fix(tmp_path, line, w
     with pytest.raises(UserError) as got:
         load_profile(path, field="--hardware")
     assert f"(got {shown}); fix it (hardware/dgx-h100.yaml shows every field)" in got.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "datasheet_gb"),
+    [
+        # hkust-adsl/kubernetes-scheduler-simulator pkg/type/open-gpu-share/utils/const.go:
+        # A100-SXM4-80GB 85198045184 B (nvidia-smi under drivers up to R535: 81251MiB)
+        ("dgx-a100", 85_198_045_184, 80),
+        # PaddlePaddle/Paddle get_device_properties docstring: A100-SXM4-40GB total_memory=40536MB;
+        # CUDA samples' deviceQuery on an A100 40GB: 42505273344 bytes
+        ("dgx-a100-40gb", 42_505_273_344, 40),
+        # rapidsai/dask-cuda parse_device_memory_limit docstring (a 32GB device) and deviceQuery
+        # on a V100-PCIE-32GB: 34089730048 bytes (the DGX-2's SXM3 board assumed the same)
+        ("dgx-2-v100", 34_089_730_048, 32),
+    ],
+)
+def test_a100_and_v100_capacity_is_the_cuda_total_not_the_datasheet_gb(name, total, datasheet_gb):
+    """As for the H100: the fit check compares against what CUDA lets a process allocate, a
+    little under the datasheet's 80, 40 and 32 GB read as GiB."""
+    p = load_profile(name)
+    assert p.memory_bytes == total
+    assert p.memory_bytes < datasheet_gb * 2**30
