@@ -460,6 +460,12 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
+    # dp.reduce_op stays sum: FSDP2's foreach_reduce asks for ReduceOp.AVG with an fp32 or bf16
+    # reduce dtype when the divide factor is the data-parallel size (_fsdp_collectives.py
+    # _get_gradient_divide_factors), but current torchtitan sets set_gradient_divide_factor(1.0)
+    # and scales by the global token count, which turns the reduce-scatter into a PREMUL_SUM
+    # and the HSDP all-reduce into a SUM; which one a dated run used is not known here. Only
+    # the all-reduce's algorithm depends on it (simcluster runs no NVLS reduce-scatter)
     training: dict[str, Any] = {"elementwise": "eager"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
