@@ -157,3 +157,24 @@ def test_the_engine_reduces_gradients_with_dp_reduce_op() -> None:
             collective_time("all_reduce", nbytes, c, group, redop="avg"), rel=1e-6
         )
         assert t_avg > t_sum
+
+
+def test_collective_cli_takes_nccl_tests_reduction(capsys) -> None:
+    # nccl-tests' -o sum|avg|mulsum: the command answers for the reduction it is given
+    import json
+
+    from simcluster.cli import main
+
+    def row(*extra: str) -> dict:
+        assert main(["collective", "all_reduce", "8GiB", "--gpus", "8", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert row()["algo"] == "nvls"
+    assert row("--reduce-op", "avg")["algo"] not in NVLS_ALGOS
+    assert (
+        row("--reduce-op", "mulsum")
+        == row("--reduce-op", "premul_sum")
+        == row("--reduce-op", "avg")
+    )
+    assert main(["collective", "all_reduce", "8GiB", "--gpus", "8", "--reduce-op", "agv"]) == 2
+    assert "--reduce-op" in capsys.readouterr().err
