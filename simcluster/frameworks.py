@@ -126,9 +126,10 @@ def _megatron_core(raw: Mapping[str, Any]) -> Defaults:
 def _nemo(raw: Mapping[str, Any]) -> Defaults:
     # Megatron-Core under NeMo 2 / Megatron-Bridge's performance recipes: their scripts turn the
     # bucket NaN check off ("Disable local gradient checker at non-debugging mode") and the
-    # recipes average in the collective (average_in_collective=True: no 1/dp pass)
+    # recipes average in the collective (average_in_collective=True: no 1/dp pass, and
+    # _ParamAndGradBucketGroup.start_grad_sync then asks for torch.distributed.ReduceOp.AVG)
     defaults = _megatron_core(raw)
-    defaults["dp"].update(nan_check=False, prescale=False)
+    defaults["dp"].update(nan_check=False, prescale=False, reduce_op="avg")
     return defaults
 
 
@@ -324,11 +325,14 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         )
     if _zero_stage(raw) >= 1:
         # the non-DDP path: one blocking all-reduce of the whole fp32 gradient buffer after the
-        # backward, then a blocking all-gather of the bf16 parameters
+        # backward, then a blocking all-gather of the bf16 parameters; trainer.py's
+        # training_step calls sync_gradients_across_dp(reduce_op=dist.ReduceOp.AVG), an
+        # all_reduce(op=reduce_op) of the contiguous fp32 buffer (FP32GradientAccumulator)
         return {
             "training": training,
             "parallel": parallel,
             "dp": {
+                "reduce_op": "avg",
                 "grad_collective": "all_reduce",
                 "bucket_mb": 1.0e6,
                 "param_unpack": "per_tensor",
@@ -348,8 +352,11 @@ def _nanotron(raw: Mapping[str, Any]) -> Defaults:
         "training": training,
         "parallel": parallel,
         # torch DDP, bucket_cap_mb 25 MiB of bf16 gradients, all-reduced as their fp32 copies;
-        # the fp32 accumulator's buffer is zeroed each step on both paths
-        "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True},
+        # the fp32 accumulator's buffer is zeroed each step on both paths. The copies go through
+        # the comm hook helpers.py registers, get_fp32_accum_hook(reduce_op=dist.ReduceOp.AVG)
+        # (optim/gradient_accumulator.py fp32_accum_hook: all_reduce_coalesced(op=reduce_op)),
+        # not DDP's own divide-then-SUM
+        "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True, "reduce_op": "avg"},
         "overlap": {
             "dp_grad_reduce": True,
             "tp_comm": False,
@@ -453,6 +460,12 @@ def _torchtitan(raw: Mapping[str, Any]) -> Defaults:
 
 
 def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
+    # dp.reduce_op stays sum: FSDP2's foreach_reduce asks for ReduceOp.AVG with an fp32 or bf16
+    # reduce dtype when the divide factor is the data-parallel size (_fsdp_collectives.py
+    # _get_gradient_divide_factors), but current torchtitan sets set_gradient_divide_factor(1.0)
+    # and scales by the global token count, which turns the reduce-scatter into a PREMUL_SUM
+    # and the HSDP all-reduce into a SUM; which one a dated run used is not known here. Only
+    # the all-reduce's algorithm depends on it (simcluster runs no NVLS reduce-scatter)
     training: dict[str, Any] = {"elementwise": "eager"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:

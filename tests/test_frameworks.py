@@ -310,10 +310,12 @@ def test_framework_aliases_read_as_the_entry(written: str, name: str) -> None:
 
 def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
     # NeMo 2 / Megatron-Bridge performance recipes: check_for_nan_in_grad False and
-    # average_in_collective True; everything else as Megatron-Core
+    # average_in_collective True (no 1/dp pass; start_grad_sync's reduce_op ReduceOp.AVG);
+    # everything else as Megatron-Core
     raw = {"parallel": {"pp": 2}}
     core, nemo = FRAMEWORKS["megatron-core"].defaults(raw), FRAMEWORKS["nemo"].defaults(raw)
     assert nemo["dp"]["nan_check"] is False and nemo["dp"]["prescale"] is False
+    assert nemo["dp"].pop("reduce_op") == "avg" and "reduce_op" not in core["dp"]
     nemo["dp"].update(nan_check=True, prescale=True)
     assert nemo == core
 

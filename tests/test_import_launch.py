@@ -568,6 +568,20 @@ def test_megatron_optimizer_and_bucket_flags(tmp_path):
     )  # fmt: skip
 
 
+def test_megatron_average_in_collective_asks_nccl_for_avg(tmp_path):
+    # Megatron-Core start_grad_sync: with ddp_config.average_in_collective (the flag
+    # --ddp-average-in-collective) no 1/dp pass, and reduce_op = torch.distributed.ReduceOp.AVG
+    text = MODERN + "--ddp-average-in-collective\n"
+    s = import_config(
+        "megatron", _args_file(tmp_path, text), ImportOptions(cluster="dgx-h100", nodes=4)
+    ).scenario
+    assert s["dp"]["prescale"] is False and s["dp"]["reduce_op"] == "avg"
+    plain = import_config(
+        "megatron", _args_file(tmp_path, MODERN), ImportOptions(cluster="dgx-h100", nodes=4)
+    ).scenario
+    assert "reduce_op" not in plain.get("dp", {})  # ReduceOp.SUM, the schema's default
+
+
 def test_options_a_kind_has_no_use_for_are_refused():
     with pytest.raises(UserError, match="--model: not used with a megatron config"):
         import_config(

@@ -79,6 +79,8 @@ def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
         # --ddp-average-in-collective) vs NeMo's performance recipe, which turns both off
         "dp.nan_check": (True, False),
         "dp.prescale": (True, False),
+        # and averaging in the collective asks NCCL for ReduceOp.AVG instead of SUM
+        "dp.reduce_op": ("sum", "avg"),
         # the script's --cross-entropy-loss-fusion; NeMo 25.02's recipe does not fuse it
         "training.fused_cross_entropy": (True, False),
     }
@@ -87,7 +89,7 @@ def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
         s,
         [
             ("model.vocab", 128256), ("parallel.cp", 2), ("dp.nan_check", False), ("dp.prescale", False),
-            ("training.fused_cross_entropy", False),
+            ("dp.reduce_op", "avg"), ("training.fused_cross_entropy", False),
         ],
     )  # fmt: skip
     assert _step(aligned) == _step(case)

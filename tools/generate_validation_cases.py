@@ -69,8 +69,10 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         # the gradient buffer is zeroed at each step's start: Megatron-Core's DDP (train_step ->
         # zero_grad_buffer -> _ParamAndGradBuffer.reset: grad_data.zero_()) in Megatron-LM, NeMo 2
         # and Bridge; apex's DistributedFusedAdam in NeMo 1.x (zero_grad: _grad_buffer.zero_(),
-        # with NeMo's default contiguous_grad_buffer=True)
-        "dp": {"nan_check": False, "prescale": False, "zero_grad_buffer": True,
+        # with NeMo's default contiguous_grad_buffer=True). Averaging in the collective is
+        # ReduceOp.AVG (Megatron-Core start_grad_sync; apex DistributedFusedAdam's
+        # average_grad_sync, NeMo's default): dp.reduce_op avg
+        "dp": {"nan_check": False, "prescale": False, "reduce_op": "avg", "zero_grad_buffer": True,
                # Megatron-Core's DistributedDataParallel: buckets of max(40M, 1M x dp) parameters,
                # only on pipeline rank 0's first model chunk (bucket_size None elsewhere)
                **({"bucket_mb": 104.8576, "bucket_stages": "all"} if dfa
@@ -209,6 +211,7 @@ for r in e["rows"]:
     # Megatron-LM's own DDP buckets (pretrain_gpt.py defaults): each bucket's norm is checked
     # for NaN and the bucket scaled by 1/dp in place before its reduce-scatter
     cases[-1]["scenario"]["dp"].update(nan_check=True, prescale=True)
+    cases[-1]["scenario"]["dp"].pop("reduce_op")  # ReduceOp.SUM without average_in_collective
     cases[-1]["source"] += (
         " Gradient buckets as Megatron-Core's Bucket.start_grad_sync runs them with Megatron-LM's defaults "
         "(--check-for-nan-in-loss-and-grad on, no --ddp-average-in-collective): grad_data.norm() checked "
@@ -252,7 +255,9 @@ NANOTRON_ZERO0 = (
     "dp.bucket_mb 52.4288); DDP syncs only in the last micro-batch's backward, so the bucket "
     "all-reduces overlap that backward only; nanotron builds DDP without gradient_as_bucket_view "
     "(trainer.py), so torch's reducer copies each bf16 gradient into its bucket and the bucket "
-    "back into .grad after the backward (dp.bucket_copies)"
+    "back into .grad after the backward (dp.bucket_copies). The hook reduces with ReduceOp.AVG "
+    "(helpers.py init_optimizer_and_grad_accumulator: get_fp32_accum_hook(reduce_op=dist.ReduceOp.AVG); "
+    "all_reduce_coalesced(op=reduce_op)): dp.reduce_op avg"
 )
 NANOTRON_ZERO1 = (
     "ZeRO-1: no DDP; after the last backward one blocking all-reduce of the whole fp32 gradient "
@@ -261,16 +266,17 @@ NANOTRON_ZERO1 = (
     "all_reduce, one bucket per stage (dp.bucket_mb 1e6), no overlap of either; the gather is "
     "unpacked in Python, every parameter tensor sliced for every DP rank and each gathered piece "
     "copied back with its own copy_ (optim/zero.py _all_gather_params, distributed.py "
-    "all_gather_coalesced): dp.param_unpack per_tensor"
+    "all_gather_coalesced): dp.param_unpack per_tensor. The all-reduce is ReduceOp.AVG (trainer.py "
+    "training_step: sync_gradients_across_dp(reduce_op=dist.ReduceOp.AVG)): dp.reduce_op avg"
 )
 NANOTRON_ZERO0_SCENARIO = {
-    "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True},
+    "dp": {"bucket_mb": 52.4288, "zero_grad_buffer": True, "bucket_copies": True, "reduce_op": "avg"},
     "overlap": {"dp_grad_reduce": True, "tp_comm": False, "tp_grad_async": False, "pp_comm": False,
                 "pp_p2p": "serial"},
 }
 NANOTRON_ZERO1_SCENARIO = {
     "dp": {"grad_collective": "all_reduce", "bucket_mb": 1.0e6, "param_unpack": "per_tensor",
-           "zero_grad_buffer": True},
+           "zero_grad_buffer": True, "reduce_op": "avg"},
     "overlap": {"dp_grad_reduce": False, "param_gather": False, "tp_comm": False, "tp_grad_async": False,
                 "pp_comm": False,
                 "pp_p2p": "serial"},
@@ -1352,6 +1358,7 @@ for pr, gpus, tp, mbs, s, gbs, tps_gpu, memory in SWISS_GH200:
     scenario["overlap"]["tp_comm"] = False
     scenario["training"]["fused_cross_entropy"] = True
     scenario["dp"]["prescale"] = True
+    scenario["dp"].pop("reduce_op")  # ReduceOp.SUM without average_in_collective
     case = {
         "name": f"swissai/llama3-8b-{gpus}xgh200-tp{tp}-mbs{mbs}-s{s}",
         "family": "swissai-gh200",

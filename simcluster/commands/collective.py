@@ -15,6 +15,7 @@ from simcluster.errors import UserError, did_you_mean
 from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
 from simcluster.limits import MAX_GPUS
 from simcluster.network import bandwidths, check_op, collective_time, describe
+from simcluster.network.algorithms import check_redop
 from simcluster.topology import build_cluster
 from simcluster.units import parse_size
 
@@ -49,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--algo", default=None,
         help="ring, tree, nvls, nvls_tree, hierarchical, direct (default: as NCCL)",
     )
+    parser.add_argument(
+        "--reduce-op", default="sum", metavar="OP",
+        help="the reduction, as nccl-tests' -o: sum (their default), avg, or premul_sum (mulsum); NCCL "
+        "runs NVLS and NVLS_TREE for sum only",
+    )  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
                         help="override a hardware field, e.g. cluster.nic_gbps=200")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -99,11 +105,11 @@ def _group(gpus: int, per_node: int | None, gpus_per_node: int) -> tuple[list[in
     return group, nodes * gpus_per_node
 
 
-def _row(op: str, nbytes: int, group: list[int], cluster, algo: str | None) -> dict[str, object]:
+def _row(op: str, nbytes: int, group: list[int], cluster, algo: str | None, redop: str = "sum") -> dict[str, object]:
     n = len(group)
-    t = collective_time(op, nbytes, cluster, group, algo)
+    t = collective_time(op, nbytes, cluster, group, algo, redop)
     algbw, busbw = bandwidths(op, nbytes, n, t) if t > 0 else (0.0, 0.0)
-    recipe = describe(op, nbytes, cluster, group, algo) if nbytes > 0 and n > 1 else None
+    recipe = describe(op, nbytes, cluster, group, algo, redop) if nbytes > 0 and n > 1 else None
     return {
         "op": op,
         "bytes": nbytes,
@@ -132,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; UserError for bad input."""
     op = op_name(args.op)
     size = parse_size(args.size, "size")
+    spelled = args.reduce_op.strip().lower()
+    redop = check_redop("premul_sum" if spelled == "mulsum" else spelled, "--reduce-op")
     if args.gpus < 1:
         raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
     if args.gpus > MAX_GPUS:
@@ -166,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         while s <= max(size, 8):
             sizes.append(s)
             s *= 2
-    rows = [_row(op, s, group, cluster, args.algo) for s in sizes]
+    rows = [_row(op, s, group, cluster, args.algo, redop) for s in sizes]
     if args.json:
         print(json.dumps(rows if args.sweep else rows[0], indent=2))
         return 0

@@ -166,6 +166,7 @@ class Comms:
         lead_s: float = 0.0,
         stream: str | None = None,
         shown_bytes: float | None = None,
+        redop: str = "sum",
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
@@ -181,7 +182,9 @@ class Comms:
         another stream (ProcessGroupNCCL's stream waits on the issuing stream), holding back
         what was issued after it. ``stream``: a stream of its own instead of its group's
         (PyTorch FSDP's HSDP all-reduce stream). ``shown_bytes``: what the event records, when
-        the network is given more (``Comm.uneven``).
+        the network is given more (``Comm.uneven``). ``redop``: the reduction NCCL is asked
+        for (sum, avg, premul_sum: a data-parallel gradient's ``dp.reduce_op``), which decides
+        whether NVLS may run.
         """
         route = self._routes.get((rank, group, stream))
         if route is None:
@@ -211,9 +214,9 @@ class Comms:
                 # imbalance (the last stage finishes its backward first), not communication
                 start = yield self._join(rank, group, op, members, nbytes, stage)
             elif self.all_ranks:
-                yield self._join(rank, group, op, members, nbytes, stage)
+                yield self._join(rank, group, op, members, nbytes, stage, redop)
             else:
-                yield self.network.collective(op, self.stage_groups(dim, stage), nbytes)
+                yield self.network.collective(op, self.stage_groups(dim, stage), nbytes, redop=redop)
             if held:
                 assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.leave(rank, held)
@@ -244,7 +247,8 @@ class Comms:
         yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage))
 
     def _join(
-        self, rank: int, group: str, op: str, members: list[int], nbytes: float, stage: int
+        self, rank: int, group: str, op: str, members: list[int], nbytes: float, stage: int,
+        redop: str = "sum",
     ) -> simpy.Event:
         """Rendezvous of a group's members; the last arrival starts the network operation
         (in symmetric mode for every symmetric group of ``stage`` at once). The event's value
@@ -267,7 +271,7 @@ class Comms:
                 ev = self.network.send(members[0], members[1], nbytes, pairs=pairs)
             else:
                 groups = [members] if self.all_ranks else self.stage_groups(GROUP_DIM[group], stage)
-                ev = self.network.collective(op, groups, nbytes)
+                ev = self.network.collective(op, groups, nbytes, redop=redop)
             ev.callbacks.append(lambda _e, d=done, t=self.env.now: d.succeed(t))
         return entry[1]
 

@@ -242,9 +242,15 @@ class DataParallelOps:
         replica and the replicas then all-reduce their shard (PyTorch HSDP, Megatron's
         distributed-optimizer instances) unless ``replicas`` is false (a microbatch whose shard
         is only accumulated). ``sharded`` succeeds after the first collective; ``lead_s``: its
-        input's production the stream waits for (:meth:`Comms.collective`)."""
+        input's production the stream waits for (:meth:`Comms.collective`). Both collectives
+        reduce with the framework's ``dp.reduce_op`` (Megatron-Core's start_grad_sync uses one
+        reduce_op for the reduce-scatter and the all-reduce across instances; FSDP2's
+        foreach_reduce one op for both)."""
         comms, shard = self.shared.comms, self._sharding(group)
-        yield from comms.collective(self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer, lead_s=lead_s)
+        redop = self.shared.ctx.scenario.dp.reduce_op
+        yield from comms.collective(
+            self.rank, self.stage, shard, op, nbytes, name, mb, chunk, layer, lead_s=lead_s, redop=redop
+        )
         if sharded is not None:
             sharded.succeed()
         if shard != group and replicas:
@@ -253,13 +259,15 @@ class DataParallelOps:
             part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
             across = "dpr" if dense else "edpr"
             if lay.torch_fsdp:
-                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer)
+                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer, redop)
                 return
             yield from comms.collective(
-                self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer
+                self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer, redop=redop
             )
 
-    def _replica_all_reduce(self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int) -> None:
+    def _replica_all_reduce(
+        self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int, redop: str = "sum"
+    ) -> None:
         """PyTorch FSDP's HSDP all-reduce of a reduce-scattered shard across the replicas, on a
         stream of its own: FSDP1's ``_all_reduce_stream`` (``_init_streams``: a new stream when
         any state uses hybrid sharding; ``_reduce_grad`` waits it on the post-backward stream,
@@ -274,7 +282,8 @@ class DataParallelOps:
             if before is not None and not before.triggered:
                 yield before
             yield from comms.collective(
-                self.rank, self.stage, group, "all_reduce", nbytes, name, mb, chunk, layer, stream=REPLICA_STREAM
+                self.rank, self.stage, group, "all_reduce", nbytes, name, mb, chunk, layer, stream=REPLICA_STREAM,
+                redop=redop,
             )
 
         self._last_ar = self.shared.env.process(in_order())

@@ -562,7 +562,8 @@ def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
     if flags.has("no-check-for-nan-in-loss-and-grad"):
         dp["nan_check"] = False
     if flags.has("ddp-average-in-collective"):
-        dp["prescale"] = False  # the 1/dp scaling done by the collective, no pass of its own
+        # the 1/dp scaling done by the collective (ReduceOp.AVG), no pass of its own
+        dp.update(prescale=False, reduce_op="avg")
     size = flags.number("ddp-bucket-size")
     if size is not None:
         # parameters per bucket, of the main gradients' width

@@ -40,17 +40,18 @@ class Network:
         self._recipes: dict[tuple, tuple[Sequence[Sequence[int]], Recipe]] = {}
 
     def collective(self, op: str, groups: Sequence[Sequence[int]], nbytes: float,
-                   algo: str | None = None) -> simpy.Event:  # fmt: skip
+                   algo: str | None = None, redop: str = "sum") -> simpy.Event:  # fmt: skip
         """Start ``op`` on every group in ``groups`` at once; the event fires when groups[0]
         has finished. nbytes = the nccl-tests 'size' of the op (all_reduce/broadcast: buffer;
         all_gather: total output; reduce_scatter: total input; all_to_all: total send buffer
-        per rank)."""
+        per rank). ``redop``: the reduction applied (sum, avg, premul_sum), which decides
+        whether NVLS may run."""
         done = self.env.event()
         if self.ideal or nbytes <= 0 or len(groups[0]) < 2:
             check_op(op)
             done.succeed()
             return done
-        recipe = self._recipe(op, groups, nbytes, algo)
+        recipe = self._recipe(op, groups, nbytes, algo, redop)
         # callbacks, not a SimPy process: a step runs hundreds of thousands of collectives and
         # a process costs two extra events each
         if recipe.latency > 0:
@@ -61,15 +62,16 @@ class Network:
             self._start(recipe, done)
         return done
 
-    def _recipe(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, algo: str | None) -> Recipe:
+    def _recipe(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, algo: str | None,
+                redop: str = "sum") -> Recipe:  # fmt: skip
         """:func:`make_recipe`'s recipe for the call, remembered by the groups tuple's identity."""
         if type(groups) is not tuple:
-            return make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
-        key = (op, id(groups), nbytes, algo)
+            return make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop)
+        key = (op, id(groups), nbytes, algo, redop)
         hit = self._recipes.get(key)
         if hit is not None and hit[0] is groups:
             return hit[1]
-        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric)
+        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop)
         self._recipes[key] = (groups, recipe)
         return recipe
 
@@ -142,16 +144,18 @@ class Network:
 
 
 def collective_time(op: str, nbytes: float, cluster: Cluster, group: list[int],
-                    algo: str | None = None) -> float:  # fmt: skip
-    """Seconds for ``op`` of ``nbytes`` on ``group`` alone on an idle network."""
+                    algo: str | None = None, redop: str = "sum") -> float:  # fmt: skip
+    """Seconds for ``op`` of ``nbytes`` on ``group`` alone on an idle network, reducing with
+    ``redop``."""
     if nbytes <= 0 or len(group) < 2:
         check_op(op)
         return 0.0
-    return recipe_time_alone(cluster, make_recipe(cluster, op, [group], nbytes, algo))
+    return recipe_time_alone(cluster, make_recipe(cluster, op, [group], nbytes, algo, redop=redop))
 
 
 def describe(
-    op: str, nbytes: float, cluster: Cluster, group: list[int], algo: str | None = None
+    op: str, nbytes: float, cluster: Cluster, group: list[int], algo: str | None = None,
+    redop: str = "sum",
 ) -> Recipe:
     """The recipe (chosen algorithm, protocol, latency) for an op alone; for reports."""
-    return make_recipe(cluster, op, [group], nbytes, algo)
+    return make_recipe(cluster, op, [group], nbytes, algo, redop=redop)

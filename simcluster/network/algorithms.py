@@ -50,8 +50,9 @@ class Algorithm:
     ops: frozenset[str] = frozenset()
     auto: bool = True
 
-    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
-        """Why this algorithm cannot run (op, group), or None when it can."""
+    def unsupported(self, op: str, cluster: Cluster, group: list[int], redop: str = "sum") -> str | None:
+        """Why this algorithm cannot run (op, group) reducing with ``redop`` (see
+        :data:`REDUCE_OPS`), or None when it can."""
         if op not in self.ops:
             return f"'{self.name}' does not implement {op} (it does {', '.join(sorted(self.ops))})"
         return None
@@ -96,11 +97,53 @@ def by_domain(cluster: Cluster, group: list[int]) -> list[list[int]]:
 #: communicator's GPUs in the local topology -- is ``<= 2``, so neither NVLS nor NVLS_TREE runs
 NVLS_MIN_GPUS = 3
 
+#: The reduction a collective applies, as the frameworks ask NCCL for it: ``sum`` (ncclSum),
+#: ``avg`` (ncclAvg: torch ReduceOp.AVG) or ``premul_sum`` (a user op from
+#: ncclRedOpCreatePreMulSum: torch's _make_nccl_premul_sum). nccl-tests measure ``sum``.
+REDUCE_OPS: tuple[str, ...] = ("sum", "avg", "premul_sum")
 
-def nvls_unsupported(name: str, cluster: Cluster, group: list[int]) -> str | None:
-    """Why NCCL would not run algorithm ``name`` (NVLS or NVLS_TREE) for ``group``: the profile
-    has no NVLS, or some NVLink domain holds fewer than :data:`NVLS_MIN_GPUS` of its GPUs; None
-    otherwise."""
+#: The reductions NCCL runs NVLS and NVLS_TREE for, of those in :data:`REDUCE_OPS`. NVIDIA/nccl
+#: ``src/enqueue.cc`` ``hostToDevRedOp`` turns ncclAvg into ncclDevPreMulSum (x 1/nRanks before
+#: the sum) for fp16, bf16, fp32 and fp64 and into ncclDevSumPostDiv for integers, and a
+#: ncclRedOpCreatePreMulSum op is ncclDevPreMulSum too; ``ncclNvlsSupported(devRedOp, type)``
+#: (``src/include/device.h``, called where ``ncclPrepareTasks`` sets ``nvlsSupport``) accepts
+#: ncclDevSum for int32/uint32/int64/uint64/fp16/bf16/fp32/fp64 (and ncclDevMinMax for all but
+#: fp32/fp64), nothing else. NCCL 2.17-2.18 had the same rule as the macro
+#: ``NCCL_NVLS_SUPPORTS(type, red)`` (``src/include/collectives.h``, red 0 = Sum, 2/3 = Max/Min;
+#: PreMulSum = 4 and SumPostDiv = 5 absent) checked in ``getAlgoInfo`` for NCCL_ALGO_NVLS and
+#: NCCL_ALGO_NVLS_TREE. Every dtype a gradient is reduced in (fp32, bf16, fp16) takes Sum.
+NVLS_REDUCE_OPS = frozenset({"sum"})
+
+
+def check_redop(redop: str, field: str = "redop") -> str:
+    """The reduction's name, or a UserError naming the choices."""
+    if redop not in REDUCE_OPS:
+        raise UserError(
+            field,
+            f"unknown reduction '{redop}'{did_you_mean(redop, REDUCE_OPS)}; one of {', '.join(REDUCE_OPS)}",
+        )
+    return redop
+
+
+def nvls_reduction_unsupported(name: str, redop: str) -> str | None:
+    """Why NCCL would not run ``name`` (NVLS or NVLS_TREE) for a ``redop`` reduction (see
+    :data:`NVLS_REDUCE_OPS`), or None."""
+    if redop in NVLS_REDUCE_OPS:
+        return None
+    return (
+        f"'{name}' does not reduce with {redop}: NCCL runs it for sum only (ncclNvlsSupported: "
+        f"ncclAvg becomes ncclDevPreMulSum, which NVLS has no kernel for)"
+    )
+
+
+def nvls_unsupported(name: str, cluster: Cluster, group: list[int], redop: str = "sum") -> str | None:
+    """Why NCCL would not run algorithm ``name`` (NVLS or NVLS_TREE) for ``group`` reducing
+    with ``redop``: the reduction is not one NVLS runs (:func:`nvls_reduction_unsupported`), the
+    profile has no NVLS, or some NVLink domain holds fewer than :data:`NVLS_MIN_GPUS` of its
+    GPUs; None otherwise."""
+    why = nvls_reduction_unsupported(name, redop)
+    if why:
+        return why
     if not cluster.profile.node.nvls:
         return f"hardware '{cluster.profile.name}' has no NVLS (node.nvls is false)"
     fewest = min(len(d) for d in by_domain(cluster, group))

@@ -42,13 +42,13 @@ class Nvls(Algorithm):
     family = "nvls"
     ops = frozenset({"all_reduce"})
 
-    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
-        why = super().unsupported(op, cluster, group)
+    def unsupported(self, op: str, cluster: Cluster, group: list[int], redop: str = "sum") -> str | None:
+        why = super().unsupported(op, cluster, group, redop)
         if why:
             return why
         if len(by_domain(cluster, group)) != 1:
             return "'nvls' needs the whole group inside one NVLink domain"
-        return nvls_unsupported(self.name, cluster, group)
+        return nvls_unsupported(self.name, cluster, group, redop)
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
         transfers = switch_reduce_transfers(cluster, sorted(group))

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 from simcluster.errors import UserError
 from simcluster.network import direct, ring, tree  # noqa: F401  (register algorithms)
-from simcluster.network.algorithms import ALGORITHMS, Algorithm, Plan, by_domain, get_algorithm
+from simcluster.network.algorithms import (
+    ALGORITHMS,
+    Algorithm,
+    Plan,
+    by_domain,
+    check_redop,
+    get_algorithm,
+)
 from simcluster.network.calibrated import Geometry, measured_ratio
 from simcluster.network.flows import Flow, isolated_time
 from simcluster.network.ops import check_op
@@ -137,13 +144,14 @@ def _alone(cluster: Cluster, latency: float, specs: tuple[FlowSpec, ...], scale:
 
 
 def _candidates(
-    cluster: Cluster, op: str, algo: str | None, shapes: list[tuple[int, ...]]
+    cluster: Cluster, op: str, algo: str | None, shapes: list[tuple[int, ...]], redop: str = "sum"
 ) -> list[Algorithm]:
-    """The algorithms every group shape of the call can run (or the one asked for)."""
+    """The algorithms every group shape of the call can run reducing with ``redop`` (or the
+    one asked for)."""
 
     def why_not(a: Algorithm) -> str | None:
         return next(
-            (why for grp in shapes if (why := a.unsupported(op, cluster, list(grp)))), None
+            (why for grp in shapes if (why := a.unsupported(op, cluster, list(grp), redop))), None
         )
 
     if algo is not None:
@@ -164,11 +172,11 @@ def _geometry(cluster: Cluster, group: tuple[int, ...]) -> Geometry:
 
 
 def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
-          algo: str | None) -> tuple[float, Algorithm, Protocol, float]:  # fmt: skip
-    """The fastest (algorithm, protocol) for the representative group alone: (time, algorithm,
-    protocol, latency) by the uncalibrated model."""
+          algo: str | None, redop: str = "sum") -> tuple[float, Algorithm, Protocol, float]:  # fmt: skip
+    """The fastest (algorithm, protocol) for the representative group alone reducing with
+    ``redop``: (time, algorithm, protocol, latency) by the uncalibrated model."""
     best: tuple[float, Algorithm, Protocol, float] | None = None
-    for a in _candidates(cluster, op, algo, _shapes(cluster, key)):
+    for a in _candidates(cluster, op, algo, _shapes(cluster, key), redop):
         plan = _plans(cluster, op, a, key)[0]
         specs = _specs(cluster, op, a, key, True)[0]
         for c in candidates(cluster, op, plan, len(key[0]), nbytes):
@@ -182,7 +190,8 @@ def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
 def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float) -> float:
     """Model time of ``op`` on whole nodes laid out as a measured table's geometry: the first
     ``per_node`` GPUs of ``nodes`` nodes of a cluster of exactly that many nodes (cached), built
-    from the profile the table was measured on (``HardwareProfile.as_measured``)."""
+    from the profile the table was measured on (``HardwareProfile.as_measured``), reducing with
+    sum as nccl-tests do (``-o sum``, their default), so NVLS stays in the reference."""
     refs = cluster.cache.setdefault("reference_clusters", {})
     nodes = geometry.nodes
     # the table's nodes as measured, even when the scenario packs fewer GPUs per node
@@ -191,21 +200,24 @@ def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float
         refs[(nodes, gpn)] = build_cluster(cluster.profile.as_measured, nodes * gpn, gpn)
     ref = refs[(nodes, gpn)]
     group = tuple(n * gpn + i for n in range(nodes) for i in range(geometry.per_node))
-    return _best(ref, op, (group,), nbytes, None)[0]
+    return _best(ref, op, (group,), nbytes, None, "sum")[0]
 
 
 def make_recipe(cluster: Cluster, op: str, groups: Sequence[Sequence[int]], nbytes: float,
-                algo: str | None = None, symmetric: bool = True) -> Recipe:  # fmt: skip
-    """Choose algorithm and protocol and build the flows for one collective call (cached)."""
+                algo: str | None = None, symmetric: bool = True, redop: str = "sum") -> Recipe:  # fmt: skip
+    """Choose algorithm and protocol and build the flows for one collective call (cached).
+    ``redop``: the reduction it applies (algorithms.REDUCE_OPS; only NVLS and NVLS_TREE depend
+    on it). A calibrated table's ratio is taken against the sum model it was measured with."""
     check_op(op)
+    check_redop(redop)
     key = check_groups(cluster, groups)
     memo = cluster.cache.setdefault("recipes", {})
-    mkey = (op, key, float(nbytes), algo, symmetric)
+    mkey = (op, key, float(nbytes), algo, symmetric, redop)
     hit = memo.get(mkey)
     if hit is not None:
         return hit
     key = _widest_first(cluster, key)
-    t_model, a, p, latency = _best(cluster, op, key, nbytes, algo)
+    t_model, a, p, latency = _best(cluster, op, key, nbytes, algo, redop)
     scale = nbytes / p.bw_fraction
     specs = _specs(cluster, op, a, key, symmetric)
     ratio = None

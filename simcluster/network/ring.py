@@ -127,8 +127,8 @@ class Hierarchical(Algorithm):
     ops = frozenset({"all_reduce"})
     auto = False
 
-    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
-        why = super().unsupported(op, cluster, group)
+    def unsupported(self, op: str, cluster: Cluster, group: list[int], redop: str = "sum") -> str | None:
+        why = super().unsupported(op, cluster, group, redop)
         if why:
             return why
         domains = by_domain(cluster, group)

@@ -104,14 +104,14 @@ class NvlsTree(Algorithm):
     family = "nvls_tree"
     ops = frozenset({"all_reduce"})
 
-    def unsupported(self, op: str, cluster: Cluster, group: list[int]) -> str | None:
-        why = super().unsupported(op, cluster, group)
+    def unsupported(self, op: str, cluster: Cluster, group: list[int], redop: str = "sum") -> str | None:
+        why = super().unsupported(op, cluster, group, redop)
         if why:
             return why
         domains = by_domain(cluster, group)
         if len(domains) < 2 or len({len(d) for d in domains}) != 1:
             return "'nvls_tree' needs >= 2 NVLink domains with the same number of GPUs each"
-        return nvls_unsupported(self.name, cluster, group)
+        return nvls_unsupported(self.name, cluster, group, redop)
 
     def expand(self, op: str, cluster: Cluster, group: list[int]) -> Plan:
         domains = by_domain(cluster, group)

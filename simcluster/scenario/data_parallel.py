@@ -261,6 +261,20 @@ class DpSection(SectionBase):
         "zero 2 DeepSpeed's default use_multi_rank_bucket_allreduce (each bucket all-reduced "
         "whole every microbatch, the rank keeping its slices)",
     )
+    reduce_op: Literal["sum", "avg", "premul_sum"] = Field(
+        default="sum",
+        description=(
+            "the reduction the data-parallel gradient collectives ask NCCL for (every bucket's "
+            "all-reduce or reduce-scatter, and under hybrid sharding the all-reduce across the "
+            "replicas): sum (torch ReduceOp.SUM: DDP's reducer, DeepSpeed, FSDP1, Megatron-Core's "
+            "default), avg (ReduceOp.AVG: nanotron, Megatron-Core with average_in_collective as "
+            "NeMo and Megatron-Bridge set it, FSDP2's default with an fp32 or bf16 reduce dtype) "
+            "or premul_sum (torch's _make_nccl_premul_sum: FSDP2's reduce-scatter after "
+            "set_gradient_divide_factor). NCCL runs NVLS and NVLS_TREE for sum only "
+            "(ncclNvlsSupported: avg becomes ncclDevPreMulSum), so avg and premul_sum "
+            "all-reduces take ring or tree. Set by framework nanotron, nemo and megatron-bridge"
+        ),
+    )
     reduce_dtype: Literal["fp32", "16bit"] | None = Field(
         default=None,
         description=(
