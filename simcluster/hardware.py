@@ -610,11 +610,14 @@ def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
 
 
 def _check_moe_tables(profile: HardwareProfile, field: str, origin: str) -> None:
-    """The profile's ``measured.moe`` tables read (simcluster/moe_kernels.py): a malformed row
-    is a one-line error at load, not mid-simulation."""
+    """The profile's ``measured`` tables read (simcluster/moe_kernels.py for ``measured.moe``,
+    simcluster/measured_tables.py for the others): a malformed row is a one-line error at
+    load, not a traceback or a nonsense time mid-simulation."""
+    from simcluster.measured_tables import check_measured_tables
     from simcluster.moe_kernels import moe_tables
 
     try:
+        check_measured_tables(profile.measured)
         moe_tables(profile.measured)
     except UserError as exc:
         raise UserError(field, f"profile {origin} field '{exc.field}': {exc.message}") from None
