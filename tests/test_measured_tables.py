@@ -1,4 +1,5 @@
-"""A profile's measured tables are checked at load (simcluster/measured_tables.py).
+"""A profile's measured tables and its sources are checked at load (simcluster/measured_tables.py,
+simcluster/profile_keys.py unknown_source).
 
 Found by hand while fuzzing (session 40): a profile whose ``measured.gemm`` row had a negative
 ``time_s`` simulated Llama 3 70B on 64 H100 to a 77,197-second step with exit code 0 (every GEMM
@@ -101,3 +102,26 @@ def test_cli_exit_code_and_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["memory", "llama3-70b-64xh100", "--set", f"cluster.hardware={profile}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "measured.gemm[0].time_s" in err
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [("gpu.hbm_tbpz", "did you mean 'gpu.hbm_tbps'?"), ("node.nic_gbp", "did you mean 'node.nic_gbps'?")],
+)
+def test_a_source_for_no_field_is_refused(key: str, hint: str) -> None:
+    """A misspelt ``sources:`` key cites a source for nothing and leaves the number it was
+    meant for unsourced (found by hand, session 40: it loaded silently)."""
+    raw = _raw()
+    raw["sources"][key] = raw["sources"].pop({"gpu.hbm_tbpz": "gpu.hbm_tbps", "node.nic_gbp": "node.nic_gbps"}[key])
+    with pytest.raises(UserError) as err:
+        profile_from_dict(raw, origin="p.yaml")
+    assert f"field 'sources.{key}' names no field" in err.value.message and hint in err.value.message
+
+
+@pytest.mark.parametrize("key", ["gpu", "gpu.peak_tflops.bf16", "efficiency.gemm_tile", "measured.collectives"])
+def test_sources_of_sections_defaults_and_table_rows_are_fields(key: str) -> None:
+    # a whole section, a key inside a mapping, a field left at its schema default (every
+    # shipped Hopper profile sources efficiency.gemm_tile), a measured table
+    raw = _raw()
+    raw["sources"][key] = "a source of at least ten characters"
+    profile_from_dict(raw)
