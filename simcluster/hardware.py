@@ -38,7 +38,7 @@ from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.limits import addressable_gib
 from simcluster.paths import anchor_path
-from simcluster.profile_keys import unknown_key_message
+from simcluster.profile_keys import unknown_key_message, unknown_source
 from simcluster.rate_bounds import HBM, HOST_MEMORY, LATENCY, LINK, NIC, PEAK, SHARE
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
@@ -570,6 +570,8 @@ def profile_from_dict(
                 hint = f" (got {shown}); fix it (hardware/dgx-h100.yaml shows every field)"
             msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
         raise UserError(field, msg) from None
+    if bad := unknown_source(HardwareProfile, profile.sources):
+        raise UserError(field, f"profile {origin} field 'sources.{bad[0]}' {bad[1]}")
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
     _check_moe_tables(profile, field, origin)
@@ -610,11 +612,14 @@ def _anchor_shape_table(data: dict[str, Any], origin: str) -> None:
 
 
 def _check_moe_tables(profile: HardwareProfile, field: str, origin: str) -> None:
-    """The profile's ``measured.moe`` tables read (simcluster/moe_kernels.py): a malformed row
-    is a one-line error at load, not mid-simulation."""
+    """The profile's ``measured`` tables read (simcluster/moe_kernels.py for ``measured.moe``,
+    simcluster/measured_tables.py for the others): a malformed row is a one-line error at
+    load, not a traceback or a nonsense time mid-simulation."""
+    from simcluster.measured_tables import check_measured_tables
     from simcluster.moe_kernels import moe_tables
 
     try:
+        check_measured_tables(profile.measured)
         moe_tables(profile.measured)
     except UserError as exc:
         raise UserError(field, f"profile {origin} field '{exc.field}': {exc.message}") from None

@@ -366,7 +366,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     if par.cp > 1 and tr.seq_len % (2 * par.cp):
         raise UserError(
             "training.seq_len",
-            f"seq_len={tr.seq_len} must be divisible by 2*cp={2 * par.cp} (load-balanced causal chunks)",
+            f"seq_len={tr.seq_len} must be divisible by 2*cp={2 * par.cp} (load-balanced causal chunks: "
+            f"each rank takes 2 of the 2*cp chunks); use seq_len {_multiples(tr.seq_len, 2 * par.cp)} or a cp "
+            "that fits",
         )
     if par.sequence_parallel and par.tp > 1 and (tr.seq_len // par.cp) % par.tp:
         # Megatron-Core's _split_along_first_dim scatters each rank's s/cp tokens over tp:
@@ -384,7 +386,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             )
         if model.experts % par.ep:
             raise UserError(
-                "parallel.ep", f"ep={par.ep} must divide the model's experts={model.experts}"
+                "parallel.ep",
+                f"ep={par.ep} must divide the model's experts={model.experts}; use ep in "
+                f"{', '.join(str(d) for d in range(1, model.experts + 1) if model.experts % d == 0)}",
             )
         if (dp * par.cp * par.tp) % par.ep:
             raise UserError(
@@ -747,3 +751,9 @@ def _vpp_refusal(schedule: str, vpp: int) -> str:
         f"vpp={vpp} needs a schedule that loops over chunks: {takers} (got '{schedule}', one "
         "chunk per stage); drop parallel.vpp or change parallel.schedule"
     )
+
+
+def _multiples(value: int, step: int) -> str:
+    """The multiples of ``step`` on either side of ``value`` ('4096 or 4104'), for a fix."""
+    below = value // step * step
+    return f"{below} or {below + step}" if below > 0 else str(step)

@@ -114,9 +114,9 @@ class Measured:
 def positive_number(value: Any, where: str) -> float:
     """``value`` as a float, or a one-line error naming ``where`` unless it is finite and above 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise UserError(where, f"must be a positive number, got {value!r}")
+        raise UserError(where, f"must be a positive number, got {value!r}; give the figure as published, a number above 0")
     if value == float("inf"):
-        raise UserError(where, f"must be a finite number, got {value!r}")
+        raise UserError(where, f"must be a finite number, got {value!r}; give the figure as published, a number above 0")
     return float(value)
 
 
@@ -182,7 +182,7 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
     if not isinstance(measured, dict) or not measured:
-        raise UserError(where, f"must be a mapping with one of {names}")
+        raise UserError(where, f"must be a mapping with one of {names}; e.g. measured: {{step_time_s: 1.25}}")
     measured = {_known_spelling(str(k)): v for k, v in measured.items()}
     for key in measured:
         if key not in METRICS and key not in ALIASES:

@@ -54,3 +54,26 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
             if found := _model_of(arg):
                 return found
     return None
+
+
+def unknown_source(model: type[BaseModel], sources: dict[str, Any]) -> tuple[str, str] | None:
+    """The first ``sources:`` key that names no field of the profile schema, and what to say
+    of it; None when each names one. A misspelt key (``gpu.hbm_tbpz``) leaves the number it
+    was written for without a source and cites one for nothing. The path is followed as far
+    as the schema has sections: ``gpu.peak_tflops.bf16`` and ``measured.collectives`` name
+    fields, since below a field the schema does not name keys (a precision, a table)."""
+    for key in sources:
+        parts = str(key).split(".")
+        current: type[BaseModel] | None = model
+        for depth, part in enumerate(parts):
+            if current is None:
+                break
+            if part not in current.model_fields:
+                known = [".".join([*parts[:depth], f]) for f in current.model_fields]
+                hint = did_you_mean(".".join(parts[: depth + 1]), known)
+                return str(key), (
+                    f"names no field of the profile{hint}; a source goes under the dotted path of "
+                    "the number it is for (docs/hardware.md lists every field)"
+                )
+            current = _model_of(current.model_fields[part].annotation)
+    return None

@@ -315,6 +315,8 @@ def load_cases_file(path: str | Path) -> list[Case]:
         doc = {"cases": doc}
     elif isinstance(doc, dict) and "cases" not in doc and {"scenario", "measured"} <= set(doc):
         doc = {"cases": [doc]}  # one case on its own
+    if isinstance(doc, dict) and "cases" in doc and doc["cases"] is None:  # 'cases:' and nothing under it
+        raise UserError("CASES", f"{path} has no cases; add items to its cases: list")
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise UserError("CASES", f"{path} needs a top-level 'cases:' list (or a bare list of cases, or one case)")
     cases = [

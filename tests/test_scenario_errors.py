@@ -360,3 +360,25 @@ def test_a_missing_key_comes_before_an_unknown_key_of_an_earlier_section(cli, tm
     data["parallel"]["tpp"] = 2
     assert_one_line_error(cli("memory", write(tmp_path, data)),
                           "error: training.seq_len: is required", "also parallel.tpp: unknown key (did you mean 'tp'?)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("parallel", "seq_len", "needles"),
+    [
+        # 4100 = 8 x 512.5: TransformerEngine's load-balanced causal split cuts each sequence
+        # into 2*cp chunks, rank i keeping chunks i and 2cp-1-i; the multiples of 8 around it
+        ({"cp": 4}, 4100, ("training.seq_len", "2*cp=8", "use seq_len 4096 or 4104")),
+        ({"cp": 8}, 4100, ("training.seq_len", "2*cp=16", "use seq_len 4096 or 4112")),
+    ],
+)
+def test_cp_sequence_not_divisible_names_the_lengths_that_are(cli, tmp_path, parallel, seq_len, needles):
+    doc = make_scenario(parallel={"tp": 1, "pp": 1, **parallel}, training={"seq_len": seq_len})
+    doc["model"], doc["cluster"]["gpus"] = {"preset": "llama3-8b"}, 16
+    assert_one_line_error(cli("memory", str(write(tmp_path, doc))), *needles)
+
+
+def test_ep_above_the_experts_names_the_degrees_that_divide_them(cli, tmp_path):
+    # Mixtral 8x7B has 8 experts (its config.json num_local_experts): ep in 1, 2, 4, 8
+    doc = make_scenario(parallel={"tp": 1, "pp": 1, "ep": 16})
+    doc["model"], doc["cluster"]["gpus"] = {"preset": "mixtral-8x7b"}, 16
+    assert_one_line_error(cli("memory", str(write(tmp_path, doc))), "parallel.ep", "experts=8", "use ep in 1, 2, 4, 8")

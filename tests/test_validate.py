@@ -1180,9 +1180,10 @@ def test_a_misspelt_case_key_fails_the_case_instead_of_scoring_another_scenario(
 
 def test_an_empty_cases_file_says_so_without_blaming_a_flag(cli, tmp_path):
     path = tmp_path / "empty.yaml"
-    path.write_text("cases: []\n")
-    res = cli("validate", str(path))
-    assert res.code == 2 and res.err.strip() == f"error: CASES: {path} has no cases; add items to its cases: list"
+    for text in ("cases: []\n", "cases:\n"):  # the key with nothing under it (was: 'needs a top-level cases: list')
+        path.write_text(text)
+        res = cli("validate", str(path))
+        assert res.code == 2 and res.err.strip() == f"error: CASES: {path} has no cases; add items to its cases: list"
     good = {"name": "good", "source": "t", "scenario": make_scenario(), "measured": {"tokens_per_s": 1e5}}
     res = cli("validate", _cases_file(tmp_path, [good]), "--filter", "zzz")
     assert res.code == 2 and res.err.startswith("error: --filter: no case left after --filter;")
