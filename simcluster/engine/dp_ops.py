@@ -259,14 +259,14 @@ class DataParallelOps:
             part = nbytes / (lay.zero_group if dense else lay.expert_zero_group)
             across = "dpr" if dense else "edpr"
             if lay.torch_fsdp:
-                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer, redop)
+                self._replica_all_reduce(across, part, f"{name}_replicas", mb, chunk, layer)
                 return
             yield from comms.collective(
                 self.rank, self.stage, across, "all_reduce", part, f"{name}_replicas", mb, chunk, layer, redop=redop
             )
 
     def _replica_all_reduce(
-        self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int, redop: str = "sum"
+        self, group: str, nbytes: float, name: str, mb: int, chunk: int, layer: int
     ) -> None:
         """PyTorch FSDP's HSDP all-reduce of a reduce-scattered shard across the replicas, on a
         stream of its own: FSDP1's ``_all_reduce_stream`` (``_init_streams``: a new stream when
@@ -275,8 +275,10 @@ class DataParallelOps:
         ``all_reduce_stream.wait_stream(reduce_scatter_stream)``), over the replicate process
         group, whose NCCL stream is not the shard group's. So the next unit's reduce-scatter and
         gathers do not queue behind it; the all-reduces keep their issue order among themselves,
-        and the backward's end waits for them (``_synchronize_reductions``)."""
+        and the backward's end waits for them (``_synchronize_reductions``). It reduces with
+        ``dp.reduce_op``, as the reduce-scatter before it."""
         before, comms = self._last_ar, self.shared.comms
+        redop = self.shared.ctx.scenario.dp.reduce_op
 
         def in_order() -> Generator:
             if before is not None and not before.triggered:
