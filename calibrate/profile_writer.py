@@ -598,6 +598,14 @@ def _merged_measured(
     base_note = sources.pop("measured.collectives", None)
     old: dict[str, Any] = dict(data.get("measured") or {}) if base else {}
     out = m.as_dict()
+    how = "measured by this run (provenance)" if origin == "calibrate" else f"from {origin} (provenance.source)"
+    for key in out:
+        if key != "collectives":
+            # this run's table replaces the base's, and so does its source (a table is a number
+            # like any other: simcluster notes one without a source, profile_sources.py)
+            for stale in [s for s in sources if s.startswith(f"measured.{key}.")]:
+                del sources[stale]
+            sources[f"measured.{key}"] = f"{key} {how}"
     for key, value in old.items():
         if key != "collectives":
             out.setdefault(key, value)
@@ -605,7 +613,6 @@ def _merged_measured(
     kept = [r for r in old.get("collectives") or [] if (_fabric(r), r["op"]) not in measured]
     notes = []
     if m.collectives:
-        how = "measured by this run (provenance)" if origin == "calibrate" else f"from {origin} (provenance.source)"
         notes.append(f"{_which(measured)} rows {how}")
     if kept:
         which = _which({(_fabric(r), r["op"]) for r in kept})

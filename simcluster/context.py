@@ -14,6 +14,7 @@ from simcluster.model import ModelSpec, build_model
 from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.placement import Chunk, stage_chunks
+from simcluster.profile_sources import unsourced_note
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
@@ -79,6 +80,8 @@ def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)
+    if sourceless := unsourced_note(profile.name, profile.unsourced):
+        notes = (*notes, sourceless)  # a number taken on trust is said, not refused
     kernel = profile.attention_kernel_in_use(scenario.training.attention_kernel)
     attention_sinks.check(model, scenario.training.flash_attention, kernel, profile)
     _check_precision(scenario.training, profile)

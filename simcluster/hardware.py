@@ -39,6 +39,7 @@ from simcluster.gpu_names import reference_node
 from simcluster.limits import addressable_gib
 from simcluster.paths import anchor_path
 from simcluster.profile_keys import unknown_key_message, unknown_source
+from simcluster.profile_sources import unsourced
 from simcluster.rate_bounds import HBM, HOST_MEMORY, LATENCY, LINK, NIC, PEAK, SHARE
 from simcluster.strict_numbers import BOOLEAN_NUMBER, NumbersNotBooleans
 
@@ -311,6 +312,14 @@ class HardwareProfile(_Strict):
     sources: dict[str, str] = Field(default_factory=dict)
     # the profile before a scenario's overrides and patch: the machine ``measured`` was taken on
     _as_measured: HardwareProfile | None = PrivateAttr(default=None)
+    # numeric fields the file wrote without a sources: entry (simcluster.profile_sources)
+    _unsourced: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def unsourced(self) -> tuple[str, ...]:
+        """The numeric fields this profile's file (and the scenario's changes to it) wrote
+        without a ``sources:`` entry, in file order; () for every shipped profile."""
+        return self._unsourced
 
     @property
     def as_measured(self) -> HardwareProfile:
@@ -572,6 +581,7 @@ def profile_from_dict(
         raise UserError(field, msg) from None
     if bad := unknown_source(HardwareProfile, profile.sources):
         raise UserError(field, f"profile {origin} field 'sources.{bad[0]}' {bad[1]}")
+    profile._unsourced = tuple(unsourced(data))
     _check_sms_taken(profile, "collective_sms", field, origin, _flatten(patch or {}))
     _check_shape_table(profile, field, origin, _flatten(patch or {}))
     _check_moe_tables(profile, field, origin)

@@ -27,6 +27,7 @@ from simcluster.scenario import ParallelSection, Scenario
 from simcluster.schedules import get_schedule
 from simcluster.schedules.base import VShapeSchedule
 from simcluster.schedules.partition import (
+    check_interleaved_ranks,
     check_megatron_pipeline_split,
     check_megatron_virtual_split,
 )
@@ -347,6 +348,8 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         )
     if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
+    if get_schedule(par.schedule).uses_vpp:
+        check_interleaved_ranks(par.pp, par.vpp, scenario.framework, scenario.overlap.pp_comm)
     if par.schedule == "interleaved" and par.layers_per_stage is None and par.partition == "megatron":
         check_megatron_virtual_split(model.layers, par.pp, par.vpp, scenario.framework)
     one_chunk = par.vpp == 1 and not isinstance(get_schedule(par.schedule), VShapeSchedule)

@@ -25,6 +25,7 @@ from simcluster.cli import main as simcluster_main  # noqa: E402
 from simcluster.compute import median_curve  # noqa: E402
 from simcluster.errors import UserError  # noqa: E402
 from simcluster.hardware import load_profile  # noqa: E402
+from simcluster.profile_sources import unsourced  # noqa: E402
 from tests.conftest import in_process  # noqa: E402
 from tests.test_scenario_errors import assert_one_line_error  # noqa: E402
 
@@ -154,6 +155,9 @@ def _check_sources(path: Path, measured: set[str], base: str = "dgx-h100") -> di
             if isinstance(value, str):  # a name, not a number (a shipped profile's gpu.name)
                 continue
             assert any(s == path_ or s.startswith(path_ + ".") for s in sources), f"{path_} has no source"
+    # ... down to each number inside a section, as a run's note checks (profile_sources.py)
+    assert unsourced(data) == [], unsourced(data)
+    assert load_profile(path).unsourced == ()
     return sources
 
 

@@ -16,6 +16,7 @@ from simcluster.hardware import (
     resolve_profile_path,
     shipped_profiles,
 )
+from simcluster.profile_sources import unsourced, unsourced_note
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
@@ -37,12 +38,12 @@ def test_required_profiles_shipped_and_load():
         assert load_profile(name).name == name
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("name", sorted(REQUIRED | set(shipped_profiles())))
 def test_every_number_has_a_source(name):
     raw = yaml.safe_load((_data_dir() / f"{name}.yaml").read_text())
     sources = raw["sources"]
-    for section in ("gpu", "node", "fabric", "efficiency"):
-        for path in _numeric_paths(raw[section], section):
+    for section in ("gpu", "node", "fabric", "efficiency", "measured"):
+        for path in _numeric_paths(raw.get(section, {}), section):
             covered = any(path == s or path.startswith(s + ".") for s in sources)
             assert covered, f"{name}: {path} has no sources entry"
     assert all(isinstance(v, str) and len(v) > 10 for v in sources.values())
@@ -390,3 +391,40 @@ def test_a100_and_v100_capacity_is_the_cuda_total_not_the_datasheet_gb(name, tot
     p = load_profile(name)
     assert p.memory_bytes == total
     assert p.memory_bytes < datasheet_gb * 2**30
+
+
+def test_no_shipped_profile_has_an_unsourced_number():
+    """What the loader finds unsourced (and a run notes) is nothing for a shipped profile."""
+    for name in shipped_profiles():
+        assert load_profile(name).unsourced == (), name
+
+
+def test_a_source_covers_its_field_and_what_lies_under_it():
+    raw = {
+        "gpu": {"memory_gib": 80, "peak_tflops": {"bf16": 989, "fp8": 1979}, "name": "H100"},
+        "efficiency": {"gemm": [[1e9, 0.5]], "nvls": True},  # a flag is not a number
+        "sources": {"gpu.peak_tflops": "datasheet", "efficiency.gemm": "a sweep"},
+    }
+    assert unsourced(raw) == ["gpu.memory_gib"]
+    assert unsourced({**raw, "sources": {"gpu": "datasheet"}}) == ["efficiency.gemm"]
+    assert unsourced_note("x", ["a", "b", "c", "d", "e"]) == (
+        "hardware profile x has no source for a, b, c and 2 more; add a sources: entry for each "
+        "(docs/hardware.md)"
+    )
+    assert unsourced_note("x", []) is None
+
+
+def test_a_profile_copy_missing_a_source_simulates_with_a_one_line_note(cli, tmp_path):
+    """A number without a source is said, not refused: one note line on stderr naming it."""
+    raw = yaml.safe_load((_data_dir() / "dgx-h100.yaml").read_text())
+    del raw["sources"]["gpu.hbm_tbps"]
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    res = cli("memory", "llama3-8b-8xh100", "--hardware", str(copy))
+    assert res.code == 0, res.err
+    notes = [ln for ln in res.err.splitlines() if "no source" in ln]
+    assert notes == [
+        "note: hardware profile dgx-h100 has no source for gpu.hbm_tbps; add a sources: entry for "
+        "each (docs/hardware.md)"
+    ]
+    assert "no source" not in cli("memory", "llama3-8b-8xh100").err  # the shipped one: none

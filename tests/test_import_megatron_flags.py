@@ -126,6 +126,11 @@ def test_mla_flags_with_arguments_py_defaults(tmp_path):
         ("--decoder-last-pipeline-num-layers 5", [9, 9, 9, 5]),
         # the embedding and the loss count as a layer each: (30 + 2) / 4 = 8 a stage
         ("--num-layers 30 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", [7, 8, 8, 7]),
+        # one of them: (31 + 1) / 4 = 8, and the stage one short is the one holding it --
+        # get_num_layers_to_build builds one fewer on the first stage for the embedding
+        # (is_first_pp_stage), on the last for the loss (is_last_pp_stage)
+        ("--num-layers 31 --account-for-embedding-in-pipeline-split", [7, 8, 8, 8]),
+        ("--num-layers 31 --account-for-loss-in-pipeline-split", [8, 8, 8, 7]),
     ],
 )  # fmt: skip
 def test_uneven_pipeline_splits(tmp_path, flags, stages):
@@ -150,6 +155,34 @@ def test_uneven_pipeline_refusals_and_virtual_stages(tmp_path):
     )
     assert "layers_per_stage" not in s["parallel"]
     assert any(x.startswith("--decoder-first-pipeline-num-layers") for x in skipped)
+
+
+@pytest.mark.parametrize(
+    ("flags", "stages"),
+    [
+        # 31 + embedding = 32 over 4 ranks x 2 chunks: 4 a virtual stage, and the embedding's
+        # slot is on the first virtual stage in model order, rank 0's first chunk
+        # (transformer_block.get_num_layers_to_build: is_vp_first_stage and is_first_pp_stage;
+        # transformer_layer.get_transformer_layer_offset moves every later chunk back one)
+        ("--num-layers 31 --account-for-embedding-in-pipeline-split --num-virtual-stages-per-pipeline-rank 2",
+         [3] + [4] * 7),
+        # the loss's on the last: the last rank's last chunk (is_vp_last_stage, is_last_pp_stage)
+        ("--num-layers 31 --account-for-loss-in-pipeline-split --num-virtual-stages-per-pipeline-rank 2",
+         [4] * 7 + [3]),
+        # validate_args derives vpp from the layers a rank holds with the embedding counted:
+        # (31 + 1) / 4 / 4 = 2, not (31 // 4) // 4 = 1
+        ("--num-layers 31 --account-for-embedding-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4",
+         [3] + [4] * 7),
+        ("--num-layers 30 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+         "--num-virtual-stages-per-pipeline-rank 2", [3] + [4] * 6 + [3]),
+    ],
+)  # fmt: skip
+def test_accounted_embedding_or_loss_under_virtual_stages(tmp_path, flags, stages):
+    s, skipped, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --global-batch-size 64 " + flags)
+    assert s["parallel"]["layers_per_stage"] == stages and s["parallel"]["vpp"] == 2
+    assert not any("account-for" in x for x in skipped)
+    ctx = build_context(scenario_from_dict(s))
+    assert [c.layers for c in sorted((c for st in ctx.chunks for c in st), key=lambda c: c.first_layer)] == stages
 
 
 def test_overlap_param_gather_needs_the_grad_reduce_overlap(tmp_path):

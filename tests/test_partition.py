@@ -4,6 +4,7 @@ import pytest
 
 from simcluster.errors import UserError
 from simcluster.schedules.partition import (
+    check_interleaved_ranks,
     check_megatron_pipeline_split,
     check_megatron_virtual_split,
     cost_balanced,
@@ -177,3 +178,51 @@ def test_a_megatron_scenario_with_an_uneven_pipeline_is_refused_unless_it_lists_
     ]
     assert cli("memory", *base, "--set", "parallel.layers_per_stage=[10,11,11]").code == 0
     assert cli("memory", *base, "--set", "framework=megatron-core").code == 0  # 33 / 3
+
+
+@pytest.mark.parametrize(
+    "pp, vpp, framework, pp_comm, fix",
+    [
+        # one rank: nothing to interleave, whatever the framework (Megatron-Core parallel_state.py
+        # initialize_model_parallel, commit 00caa53: "pipeline-model-parallel size should be
+        # greater than 1 with interleaved schedule")
+        (1, 2, "megatron-core", True, "set parallel.vpp: 1, or pp >= 2"),
+        (1, 2, None, True, "pp=1 is a single rank"),
+        (1, 4, "torchtitan", True, "pp=1 is a single rank"),
+        # Megatron-LM 2021 megatron/arguments.py validate_args: assert pipeline_model_parallel_size
+        # > 2 with --num-layers-per-virtual-pipeline-stage
+        (2, 2, "megatron-lm-2021", False, "megatron-lm-2021 needs pp > 2"),
+        (3, 2, "megatron-lm-2021", False, None),
+        # megatron/training/arguments.py validate_args (commit 000c4ac): pp > 1 with
+        # overlap_p2p_comm, pp > 2 without (--no-overlap-p2p-communication)
+        (2, 2, "megatron-core", True, None),
+        (2, 12, "megatron-bridge", True, None),  # scenarios/qwen3-30b-a3b-16xh100.yaml
+        (2, 2, "nemo", False, "set overlap.pp_comm: true, parallel.vpp: 1, or pp >= 3"),
+        (2, 2, "megatron-core", False, "unless pipeline sends and receives overlap"),
+        (3, 2, "megatron-core", False, None),
+        (2, 2, "torchtitan", False, None),  # not Megatron's rule
+        (2, 2, None, False, None),  # no framework named: held to pp > 1 only
+        (1, 1, "megatron-lm-2021", False, None),  # no virtual stages
+    ],
+)
+def test_interleaving_needs_enough_pipeline_ranks(pp, vpp, framework, pp_comm, fix):
+    err = _refusal(check_interleaved_ranks, pp, vpp, framework, pp_comm)
+    if fix is None:
+        assert err is None, err
+        return
+    assert err is not None and err.field == "parallel.vpp"
+    assert fix in str(err) and f"pp={pp}" in str(err)
+
+
+def test_an_interleaved_scenario_on_one_pipeline_rank_is_refused_in_one_line(cli):
+    """On a scenario: exit 2, one line naming parallel.vpp and the fix."""
+    base = ["llama3-8b-8xh100", "--set", "parallel.pp=1", "--set", "parallel.vpp=2", "--set", "parallel.zero=1",
+            "--set", "parallel.schedule=interleaved"]  # fmt: skip
+    res = cli("memory", *base)
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: parallel.vpp: vpp=2 interleaves") and "set parallel.vpp: 1" in lines[0]
+    two = ["--set", "parallel.pp=2", "--set", "framework=megatron-lm-2021"]
+    res = cli("memory", *base, *two)
+    assert res.code == 2 and "megatron-lm-2021 needs pp > 2" in res.err, (res.code, res.err)
+    assert cli("memory", *base, "--set", "parallel.pp=2").code == 0

@@ -406,7 +406,11 @@ def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
     first / last stage's layers and the rest split evenly over the others; with
     ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` the
     embedding / loss counts as one layer of the first / last stage (arguments.py validate_args
-    and transformer_block.get_num_layers_to_build). Under virtual stages they are listed."""
+    and transformer_block.get_num_layers_to_build). Under virtual stages the embedding / loss
+    takes its layer slot on the first / last virtual stage in model order (pipeline rank 0's
+    first chunk / the last rank's last chunk: get_num_layers_to_build's is_vp_first_stage and
+    is_first_pp_stage), written as the pp*vpp virtual stages' layers; the first/last stage's
+    own layer counts under virtual stages are listed, not read."""
     first, last = (
         flags.integer("decoder-first-pipeline-num-layers"),
         flags.integer("decoder-last-pipeline-num-layers"),
@@ -417,7 +421,11 @@ def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
         return
     parallel, layers = sc["parallel"], sc["model"]["layers"]
     pp = parallel.get("pp", 1)
-    if "vpp" in parallel or "layers_per_virtual_stage" in parallel or pp <= 1:
+    virtual = "vpp" in parallel or "layers_per_virtual_stage" in parallel
+    if virtual and pp > 1 and first is None and last is None:
+        _accounted_virtual_stages(parallel, layers, pp, embedding, loss)
+        return
+    if virtual or pp <= 1:
         for name in (
             "decoder-first-pipeline-num-layers",
             "decoder-last-pipeline-num-layers",
@@ -456,6 +464,44 @@ def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
         stages = [total // pp] * pp
         stages[0] -= embedding
         stages[-1] -= loss
+    parallel["layers_per_stage"] = stages
+
+
+def _accounted_virtual_stages(parallel: dict[str, Any], layers: int, pp: int, embedding: bool, loss: bool) -> None:
+    """``parallel.layers_per_stage`` (virtual stages, model order) for virtual stages with the
+    embedding and/or the loss counted as a layer: Megatron adds one layer for each to the count
+    it splits over pp ranks and vpp chunks per rank (training/arguments.py validate_args derives
+    vpp from --num-layers-per-virtual-pipeline-stage after adding them), then builds one fewer
+    on the first virtual stage for the embedding and on the last for the loss
+    (transformer_block.get_num_layers_to_build)."""
+    total = layers + embedding + loss
+    per_rank, rest = divmod(total, pp)
+    if rest:
+        raise UserError(
+            "--account-for-embedding-in-pipeline-split" if embedding else "--account-for-loss-in-pipeline-split",
+            f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp} (Megatron asserts it)",
+        )
+    vpp = parallel.get("vpp")
+    if vpp is None:
+        chunk = parallel["layers_per_virtual_stage"]
+        if per_rank % chunk:
+            raise UserError(
+                "--num-layers-per-virtual-pipeline-stage",
+                f"{per_rank} layers a pipeline rank (the embedding/loss counted) do not divide by {chunk} "
+                "(Megatron asserts it)",
+            )
+        vpp = per_rank // chunk
+        parallel.pop("layers_per_virtual_stage")
+        parallel["vpp"] = vpp
+    if per_rank % vpp:
+        raise UserError(
+            "--num-virtual-stages-per-pipeline-rank",
+            f"{per_rank} layers a pipeline rank (the embedding/loss counted) do not divide over {vpp} "
+            "virtual stages (Megatron asserts it)",
+        )
+    stages = [per_rank // vpp] * (pp * vpp)
+    stages[0] -= embedding
+    stages[-1] -= loss
     parallel["layers_per_stage"] = stages
 
 

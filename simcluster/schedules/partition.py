@@ -50,7 +50,11 @@ def layers_per_stage(
     base, extra = divmod(layers, n)
     counts = [base] * n
     middle = list(range(1, n - 1))
-    if extra > len(middle):  # only when extra == n - 1: the LM-head stage keeps one fewer
+    if extra > len(middle):
+        # only when extra == n - 1, i.e. layers + 1 divide: the LM-head stage keeps one fewer,
+        # Megatron's --account-for-loss-in-pipeline-split alone. With the embedding's flag alone
+        # Megatron shorts the first stage instead (get_num_layers_to_build); which flag a run
+        # set is not in the scenario, so that split is written out (simcluster import does)
         middle = list(range(0, n - 1))
     for k in range(extra):
         counts[middle[(2 * k + 1) * len(middle) // (2 * extra)]] += 1
@@ -104,6 +108,64 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
         f"or list the {n} stages' layers in "
         "parallel.layers_per_stage (Megatron-Core's pipeline_model_parallel_layout)",
     )
+
+
+#: Megatron-family frameworks whose interleaved schedule asserts a pipeline of more than two
+#: ranks unless pipeline sends and receives overlap (Megatron-LM 2021 had no such overlap)
+MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021")
+
+
+def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: bool) -> None:
+    """Refuse virtual stages on a pipeline too short for them.
+
+    One rank (pp = 1) has no pipeline to interleave chunks over, in any framework: Megatron-Core
+    ``parallel_state.initialize_model_parallel`` raises "pipeline-model-parallel size should be
+    greater than 1 with interleaved schedule" (NVIDIA/Megatron-LM commit 00caa53) and
+    ``training/arguments.py`` ``validate_args`` asserts pp > 1 at the least; torchtitan pipelines
+    only when pp > 1 (``ParallelDims.pp_enabled``), leaving its schedule unused.
+
+    Two ranks (pp = 2) by release, for the Megatron family:
+
+    - Megatron-LM 2021 (``megatron/arguments.py`` ``validate_args`` with
+      --num-layers-per-virtual-pipeline-stage): pp > 2, "pipeline-model-parallel size should be
+      greater than 2 with interleaved schedule". Refused.
+    - Megatron-Core's ``training/arguments.py`` ``validate_args`` since --overlap-p2p-communication
+      came (NVIDIA/Megatron-LM commit 000c4ac): pp > 1 with ``overlap_p2p_comm``, pp > 2
+      without ("to avoid having multiple p2p sends and recvs between same 2 ranks per
+      communication batch"); the overlap is on by default since the flag became
+      --no-overlap-p2p-communication. simcluster's ``overlap.pp_comm`` is that flag (the
+      megatron-core, nemo and megatron-bridge presets set it): refused when it is false.
+    - Megatron-Core releases whose ``parallel_state.initialize_model_parallel`` still raised for
+      pp <= 2 whatever the overlap (core v0.7.0's copy; relaxed to pp > 1 by commit 152c562,
+      NVIDIA/Megatron-LM issue #750, June 2024) refused pp = 2 too. The first release carrying
+      the fix is not dated here, so a scenario naming an older ``framework_release`` is not
+      refused for it.
+
+    Frameworks outside the family (and a scenario naming none) are held to pp > 1 only.
+    """
+    if vpp <= 1:
+        return
+    if pp <= 1:
+        raise UserError(
+            "parallel.vpp",
+            f"vpp={vpp} interleaves chunks over pipeline ranks, but pp={pp} is a single rank with nothing "
+            "to interleave (Megatron asserts pp > 1); set parallel.vpp: 1, or pp >= 2",
+        )
+    if pp > 2 or framework not in MEGATRON_RANKS:
+        return
+    if framework == "megatron-lm-2021":
+        raise UserError(
+            "parallel.vpp",
+            f"megatron-lm-2021 needs pp > 2 with an interleaved schedule (validate_args: \"pipeline-model-"
+            f"parallel size should be greater than 2\"), got pp={pp}; set parallel.vpp: 1, or pp >= 3",
+        )
+    if not pp_comm:
+        raise UserError(
+            "parallel.vpp",
+            f"{framework} needs pp > 2 with an interleaved schedule unless pipeline sends and receives "
+            f"overlap (validate_args without --overlap-p2p-communication), got pp={pp}; set "
+            "overlap.pp_comm: true, parallel.vpp: 1, or pp >= 3",
+        )
 
 
 #: frameworks that build their pipeline stages with Megatron's layer split (no framework named
