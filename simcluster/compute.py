@@ -114,6 +114,11 @@ class KernelModel:
         # the curves are the stock GPU's TFLOP/s: a scenario's patched peak scales them
         act = self.act_dtype
         self._attention_scale = self._peak(act) / self._peak(act, self.profile.as_measured)
+        # published curves timed at the boost clock run at the power-limited one in a step; a
+        # calibrated profile's own kernel was timed on the user's GPUs as they run
+        in_use = self.profile.attention_kernel_in_use(self.attention_kernel)
+        measured = self._attention_curves is not None and in_use == MEASURED
+        self._attention_sustained = 1.0 if measured else self.profile.efficiency.attention_sustained
         self._shapes = shape_table(self.profile.efficiency.gemm_shapes)
         rows = self.profile.measured.get("gemm", []) or []
         for row in rows:
@@ -365,7 +370,7 @@ class KernelModel:
         if self._attention_curves is not None:
             d = (head_dim + v_dim) / 2
             rate = kernel_tflops(self._attention_curves, d, seq_kv, causal, backward) * 1e12
-            rate *= self._attention_scale
+            rate *= self._attention_scale * self._attention_sustained
             if seq_q == seq_kv:  # the table's calls; other key ranges keep the curve (attention_spread)
                 rate *= self.attention_spread(batch * heads, seq_q, d)
         else:

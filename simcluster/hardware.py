@@ -268,6 +268,17 @@ class EfficiencySpec(_Strict):
             "dimension and sequence length; replace attention_fwd/bwd for the kernel in use"
         ),
     )
+    attention_sustained: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description=(
+            "share of the attention_kernels curves' rates a GPU keeps over a training step at its "
+            "power limit: 1 when the curves were timed at that clock, below 1 when the benchmark "
+            "let the GPU cool to its boost clock before each timed call; a calibrated profile's "
+            "own (measured) kernel is used as timed"
+        ),
+    )
     attention_grid: AttentionGrid | None = Field(
         default=None,
         description=(

@@ -934,8 +934,12 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # 6.6 (6.665 -> 6.622) with nanotron's clipping of every local gradient (training.grad_clip
 # local_scale): nanotron 21.0 -> 20.6. 6.6 (6.668 -> 6.624) with FSDP2 keeping one reduce-scatter
 # in flight (post_backward waits on the previous one's event, then copy-casts on the compute
-# stream; dp.wait_reduction): torchtitan 4.7 -> 3.5.
-QUICK_SET_MAPE = 6.6
+# stream; dp.wait_reduction): torchtitan 4.7 -> 3.5. 6.1 (6.494 -> 6.080) with B200's cuDNN
+# attention curves at the share of their rate a B200 sustains at its power limit
+# (efficiency.attention_sustained 0.853: cudnn-frontend's benchmark lets the GPU idle 10x each
+# call before the next): NeMo long context on B200 13.3 -> 3.3, the four Bridge B200 rows
+# +3.3...+6.0 -> -0.8...+3.5%.
+QUICK_SET_MAPE = 6.1
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
 QUICK_SET_MEMORY_MAPE = 5.5  # 8.1 before Table 6's 27 published memories (2.3%), 6.0 before
@@ -963,7 +967,8 @@ FAMILY_MAPE = {
     # 7.8 before the FP8 parameter gathers, 8.0 before GB200's BF16 GEMMs at its sustained rate
     # 7.6 before FP8 current scaling's amax and scale kernels had their launch gaps
     # 7.4 before the ring-exchange reduce-scatter's local reduction
-    "megatron-bridge-fp8-blackwell": 7.3,
+    # 7.3 before B200's attention curves at its sustained share (its four B200 rows)
+    "megatron-bridge-fp8-blackwell": 6.7,
     # 31.9 with NVFP4 GEMMs at square-GEMM cuBLASLt rates (docs/accuracy.md, modelling changes)
     # 8.7 before the ring-exchange reduce-scatter's local reduction
     "megatron-bridge-nvfp4-blackwell": 8.5,
@@ -985,7 +990,7 @@ FAMILY_MAPE = {
     "nemo-fp8-h100": 4.5,  # 3.9 before the attention grid (Llama 3 70B -2.6 -> -5.4%), 4.0 before the ring-exchange reduce-scatter's local reduction
     # 2.6 before the sustained share of every GEMM size, 3.0 before the fused accumulation's 6 B
     "nemo-long-context-h100": 3.0,  # 2.7 before the attention grid and the userbuffers shard copy
-    "nemo-long-context-b200": 13.4,
+    "nemo-long-context-b200": 3.4,  # 13.4 before B200's attention curves at its sustained share
     # 4.3 before the GEMM shape factor, 4.2 before the fused accumulation's 6 B (not 8); 4.6
     # before the Llama BF16 rows' bf16 main gradients, which NeMo 2.2.0's performance recipes set
     # (grad_reduce_in_fp32 False; tests/test_dgxc_memory.py): physics over score, those six rows
@@ -1030,7 +1035,7 @@ FAMILY_MAX_APE = {
     "narayanan2021-a100": 8.5,  # 5.0 before the scatter/gather transfers, 5.4 before fp16 gradients
     "nemo-fp8-h100": 10.4,
     "nemo-long-context-h100": 6.5,  # 6.0 before the attention grid (llama2-7b 4k 4.2 -> 6.4%)
-    "nemo-long-context-b200": 16.9,
+    "nemo-long-context-b200": 5.8,  # 16.9 before B200's attention curves at its sustained share
     "nvidia-dgxc-h100": 8.1,  # 9.5 before the attention grid and deferred LM-head wgrad, 8.7 before its Llama BF16 rows' bf16 main gradients (70B -6.5 -> -9.5%)
     "nvidia-dgxc-grok1": 16.0,  # 12.0 before the MoE block's TP collectives went (H100 FP8 -12 -> -16%)
     "torchtitan-a100": 8.3,  # 10.7 before FSDP2's one reduce-scatter in flight
@@ -1052,14 +1057,15 @@ def test_ratchet_fast_subset():
 
 def test_ratchet_blackwell_fast_rows():
     """The two 8-GPU Llama 3 8B Bridge rows (NeMo 25.11, FP8-CS) guard the B200 and GB200
-    profiles between full ratchet runs: B200 +3.8% (GEMMs at the sustained cap, cuDNN 9.13
-    attention), GB200 +9.3% (docs/accuracy.md; +2.3 / +8.5 before the benchmark configs' bf16
-    main gradients, GB200 +10.3 before its BF16 GEMMs at its sustained rate); +1 point each."""
-    names = {"bridge-25.11/llama3-8b-b200-8gpu": 3.8, "bridge-25.11/llama3-8b-gb200-8gpu": 9.3}
+    profiles between full ratchet runs: B200 -0.8% (GEMMs and cuDNN 9.13 attention at the
+    sustained share; +3.3 with the attention curves as timed, burst), GB200 +9.3%
+    (docs/accuracy.md; +2.3 / +8.5 before the benchmark configs' bf16 main gradients, GB200
+    +10.3 before its BF16 GEMMs at its sustained rate); within 1 point more, either sign."""
+    names = {"bridge-25.11/llama3-8b-b200-8gpu": 0.8, "bridge-25.11/llama3-8b-gb200-8gpu": 9.3}
     results = run_cases([c for c in load_cases() if c.name in names], jobs=1)
     assert len(results) == 2
     for r in results:
-        assert r.error_pct is not None and 0 < r.error_pct <= names[r.case.name] + 1.0, (r.case.name, r.error_pct)
+        assert r.error_pct is not None and abs(r.error_pct) <= names[r.case.name] + 1.0, (r.case.name, r.error_pct)
 
 
 @pytest.mark.slow
