@@ -22,7 +22,16 @@ from simcluster.errors import did_you_mean, exit_code_of
 DESCRIPTION = (
     "Simulate a distributed LLM training step on a GPU cluster (DP/ZeRO, TP+SP, CP, PP "
     "schedules, EP) from a scenario YAML: step time, tokens/s, MFU, bubble, exposed "
-    "communication, memory, and why. Start with: simcluster list; simcluster run NAME --out DIR"
+    "communication, memory, and why. Start with: simcluster list; simcluster run NAME --out DIR. "
+    "Measure your own GPUs into a profile with `python -m calibrate --help`"
+)
+
+# Words a user types for the calibration, which is its own program (calibrate/__main__.py) and
+# not a subcommand: argparse's nearest choice for them is 'validate', which runs something else.
+CALIBRATE_WORDS = frozenset({"calibrate", "calibration", "calibrate-profile"})
+CALIBRATE_HINT = (
+    "error: calibrate is its own program, not a simcluster command: run `python -m calibrate --help` "
+    "(pip install '.[calibrate]'; README, 'Calibrating on your cluster')"
 )
 
 # Registry of subcommands: name -> module path. Order is the order shown in --help.
@@ -147,6 +156,9 @@ def _set_without_value(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0].lower() in CALIBRATE_WORDS:
+        print(CALIBRATE_HINT, file=sys.stderr)
+        return 2
     # the command is the first word: the top level takes no option but --help and --version
     parser = build_parser(only=words[0] if words and words[0] in COMMANDS else "")
     if "--" not in words and (message := _set_without_value(words)):

@@ -62,8 +62,12 @@ _UNSHIPPED_GPUS = {
 }
 _UNSHIPPED_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(_UNSHIPPED_GPUS) + r")(?![0-9])")
 
-# longest names first, so 'gb200' is not read as 'b200'
-_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?!\d)")
+# longest names first, so 'gb200' is not read as 'b200'; the name ends at a separator or a board
+# suffix run on ('H100SXM5', 'GB200NVL72', 'h100nvl', read below), not at other letters: 'A100X'
+# is another card (a PCIe converged accelerator) and 'h200x' a typo, neither the shipped node
+_GPU = re.compile(
+    r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?=sxm|nvl|pcie|[^a-z0-9]|$)"
+)
 _MEMORY = re.compile(r"(\d+)\s*gi?b(?![a-z])")
 _INSTANCE = re.compile(r"^(p\d+[a-z]*)(?:\.\d*x?large)?$")
 # a PCIe card or an NVL (two-card NVLink bridge) board, not the NVL72 rack

@@ -639,6 +639,40 @@ def test_a_misspelt_command_gets_a_close_spelling(cli):
     assert res.code == 2 and res.err.count("\n") == 1 and "(did you mean 'run'?)" in res.err
 
 
+@pytest.mark.parametrize("word", ["calibrate", "Calibrate", "calibration"])
+def test_calibrate_as_a_command_points_to_its_own_program(cli, word):
+    """`simcluster calibrate --help` (README: "calibrate/ writes a profile measured on your GPUs";
+    the unknown-hardware error says "`calibrate` writes one") got argparse's nearest command,
+    "did you mean 'validate'?", which runs something else. calibrate is its own program
+    (calibrate/__main__.py, `python -m calibrate`), so the one line names that command."""
+    for argv in ([word, "--help"], [word, "--out", "p.yaml"]):
+        res = cli(*argv)
+        assert_one_line_error(res, "python -m calibrate --help", "Calibrating on your cluster")
+        assert "validate" not in res.err
+    assert "python -m calibrate" in cli("--help").out  # the top-level help says where it is
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "llama3-8b-8xh100", "--hardware", "dgx-h200", "--set", "cluster.hardware=dgx-b200"],
+        ["run", "llama3-8b-8xh100", "--hardware", "dgx-h200", "--set", "cluster={hardware: dgx-b200}"],
+        # the variant labelled dgx-b200 ran on dgx-h200 and compare said "no difference"
+        ["compare", "llama3-8b-8xh100", "llama3-8b-8xh100@cluster.hardware=dgx-b200", "--hardware", "dgx-h200"],
+        ["sweep", "llama3-8b-8xh100", "--hardware", "dgx-h100,dgx-h200", "--set", "cluster.hardware=dgx-b200"],
+    ],
+)
+def test_hardware_given_twice_differently_is_refused(cli, argv):
+    assert_one_line_error(cli(*argv), "--hardware", "cluster.hardware=dgx-b200", "give the hardware once")
+
+
+def test_hardware_given_twice_as_the_same_profile_runs(cli):
+    # 'h200' is dgx-h200's GPU name (gpu_names.REFERENCE_NODES): one machine, named twice
+    res = cli("memory", "llama3-8b-8xh100", "--hardware", "dgx-h200", "--set", "cluster.hardware=h200", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["hardware"] == "dgx-h200"
+
+
 def test_close_choice_reads_both_argparse_quotings():
     # Python 3.12.7+ prints the choices without quotes
     from simcluster.cli import _close_choice

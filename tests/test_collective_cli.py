@@ -120,3 +120,22 @@ def test_the_help_names_its_values_as_the_texts_refer_to_them(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--gpus N [--gpus-per-node G] [--per-node K] [--hardware H]" in text and "OP SIZE" in text
     assert "GPUS_PER_NODE" not in text and "N/K nodes" in text and "up to SIZE" in text
+
+
+@pytest.mark.parametrize(("spelled", "algo", "gpus"), [("Ring", "ring", "8"), ("NVLS", "nvls", "8"), ("TREE", "tree", "16"),
+                                                       ("NVLSTree", "nvls_tree", "16"), ("nvls-tree", "nvls_tree", "16")])  # fmt: skip
+def test_algo_takes_nccl_algos_spellings(capsys, spelled, algo, gpus):
+    """NCCL_ALGO's names (NCCL docs, env.html: Tree, Ring, NVLS, NVLSTree) pick the algorithm
+    they name, as OP takes any case; they were refused as unknown before."""
+    same = run_json(capsys, "all_reduce", "1GiB", "--gpus", gpus, "--algo", algo)
+    row = run_json(capsys, "all_reduce", "1GiB", "--gpus", gpus, "--algo", spelled)
+    assert row["time_s"] == same["time_s"] and row["algo"] == same["algo"]
+
+
+def test_an_unknown_algo_names_the_option(capsys):
+    assert main(["collective", "all_reduce", "1GiB", "--gpus", "8", "--algo", "foo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --algo: unknown algorithm 'foo'"), err
+    # an algorithm the group cannot run is about --algo too (NVLS_TREE needs two NVLink domains)
+    assert main(["collective", "all_reduce", "1GiB", "--gpus", "8", "--algo", "nvls_tree"]) == 2
+    assert capsys.readouterr().err.startswith("error: --algo: 'nvls_tree' needs >= 2 NVLink domains")

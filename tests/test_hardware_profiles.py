@@ -335,6 +335,29 @@ def test_gpu_names_no_profile_describes_are_refused(spelling, message):
         resolve_profile_path(spelling)
 
 
+@pytest.mark.parametrize("spelling", ["h200x", "A100X", "h100l", "mi300xx", "B200A", "a100foo"])
+def test_letters_glued_to_a_gpu_name_are_not_that_gpu(spelling):
+    """A GPU name with letters run on is another part or a typo, not the shipped SXM board:
+    NVIDIA's A100X is a PCIe converged card (A100 with a BlueField-2 DPU), and 'h200x' ran as
+    dgx-h200 without a word. Refused as unknown (with the nearest profile as a hint), like 'h1000'."""
+    with pytest.raises(UserError, match="unknown hardware"):
+        resolve_profile_path(spelling)
+
+
+@pytest.mark.parametrize(
+    ("spelling", "profile"), [("H100SXM5", "dgx-h100"), ("a100sxm4-40gb", "dgx-a100-40gb"), ("GB200NVL72", "gb200-nvl72")]
+)
+def test_a_board_suffix_glued_to_the_gpu_name_still_reads(spelling, profile):
+    assert resolve_profile_path(spelling).stem == profile
+
+
+def test_a_glued_nvl_or_pcie_suffix_is_still_the_card_refused():
+    with pytest.raises(UserError, match="PCIe/NVL card"):
+        resolve_profile_path("h100nvl")
+    with pytest.raises(UserError, match="PCIe/NVL card"):
+        resolve_profile_path("A100PCIE-40GB")
+
+
 def test_a_named_profile_is_not_reparsed():
     assert resolve_profile_path("DGX-A100").stem == "dgx-a100"
     assert resolve_profile_path("dgx-a100-40gb").stem == "dgx-a100-40gb"

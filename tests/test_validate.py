@@ -471,6 +471,24 @@ def test_ordering_violation_is_reported():
     assert not check.predicted_ok and check.violations == ("ZB-2p < ZB-1p",)
 
 
+@pytest.mark.parametrize(
+    "values, violations",
+    [
+        # Table 6's groups hold ZB-1p and 1F1B only: ZB-1p 20% below 1F1B breaks
+        # ZB-1p >~ 1F1B-I > 1F1B, which the check passed for want of a direct ZB-1p/1F1B link
+        ({"ZB-1p": 8.0, "1F1B": 10.0}, ("ZB-1p < 1F1B",)),
+        # within the 5% that ">~" allows over the skipped 1F1B-I
+        ({"ZB-1p": 9.6, "1F1B": 10.0}, ()),
+        ({"ZB-2p": 9.0, "1F1B": 10.0}, ("ZB-2p < 1F1B",)),
+        ({"ZB-2p": 9.0, "1F1B-I": 10.0, "1F1B": 8.0}, ("ZB-2p < 1F1B-I",)),
+    ],
+)
+def test_ordering_holds_across_labels_a_group_does_not_have(values, violations):
+    results = [CaseResult(_case(k, 1.0, "g", k), v, None, 0.0) for k, v in values.items()]
+    (check,) = ordering_checks(results)
+    assert check.violations == violations and check.predicted_ok == (not violations)
+
+
 # --- CLI ----------------------------------------------------------------------------------
 def _cases_file(tmp_path, cases):
     path = tmp_path / "cases.yaml"

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", default="dgx-h100", metavar="H", help="profile name or YAML path (default dgx-h100)")
     parser.add_argument(
         "--algo", default=None,
-        help="ring, tree, nvls, nvls_tree, hierarchical, direct (default: as NCCL)",
+        help="ring, tree, nvls, nvls_tree, hierarchical, direct (any case, NCCL_ALGO's names too: Ring, "
+        "NVLS, NVLSTree; default: as NCCL)",
     )
     parser.add_argument(
         "--reduce-op", default="sum", metavar="OP",
@@ -134,9 +135,28 @@ def op_name(text: str) -> str:
     return check_op(bare.get(spelled.replace("_", ""), spelled), "op")
 
 
+def algo_name(text: str | None) -> str | None:
+    """``--algo`` as the model names it, from NCCL_ALGO's spellings too (``Ring``, ``NVLS``,
+    ``NVLSTree``, ``nvls-tree``), as OP takes any case; a UserError naming --algo otherwise."""
+    if text is None:
+        return None
+    from simcluster.network.algorithms import ALGORITHMS
+
+    spelled = text.strip().lower().replace("-", "_")
+    bare = {name.replace("_", ""): name for name in ALGORITHMS}
+    name = bare.get(spelled.replace("_", ""), spelled)
+    if name not in ALGORITHMS:
+        names = sorted(ALGORITHMS)
+        raise UserError(
+            "--algo", f"unknown algorithm '{text}'{did_you_mean(spelled, names)}; one of {', '.join(names)}"
+        )
+    return name
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command; UserError for bad input."""
     op = op_name(args.op)
+    args.algo = algo_name(args.algo)
     size = parse_size(args.size, "size")
     spelled = args.reduce_op.strip().lower()
     redop = check_redop("premul_sum" if spelled == "mulsum" else spelled, "--reduce-op")
@@ -174,7 +194,12 @@ def run(args: argparse.Namespace) -> int:
         while s <= max(size, 8):
             sizes.append(s)
             s *= 2
-    rows = [_row(op, s, group, cluster, args.algo, redop) for s in sizes]
+    try:
+        rows = [_row(op, s, group, cluster, args.algo, redop) for s in sizes]
+    except UserError as exc:  # the planner names the model's 'algo'; here the user gave --algo
+        if exc.field != "algo":
+            raise
+        raise UserError("--algo", exc.message) from None
     if args.json:
         print(json.dumps(rows if args.sweep else rows[0], indent=2))
         return 0

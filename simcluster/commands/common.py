@@ -13,7 +13,7 @@ from simcluster.scenario import Scenario, load_scenario, parse_set
 
 def add_scenario_arguments(
     parser: argparse.ArgumentParser,
-    hardware_help: str = "hardware profile name or path (overrides cluster.hardware)",
+    hardware_help: str = "hardware profile name or path (overrides the scenario's cluster.hardware)",
 ) -> None:
     """SCENARIO, --set, --hardware, --json."""
     parser.add_argument(
@@ -48,7 +48,35 @@ def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    return load_scenario(args.scenario, parse_set(args.overrides))
+    overrides = parse_set(args.overrides)
+    check_hardware_given_once(getattr(args, "hardware", None), overrides)
+    return load_scenario(args.scenario, overrides)
+
+
+def check_hardware_given_once(hardware: str | None, overrides: list[tuple[str, Any]]) -> None:
+    """Refuse ``--hardware H`` beside an override that sets ``cluster.hardware`` to another
+    profile (``--set cluster.hardware=X``, ``NAME@cluster.hardware=X``, ``--set 'cluster={hardware:
+    X}'``): --hardware wins, so the override was dropped without a word, and a compare variant
+    labelled with the other hardware ran on --hardware's ("no difference"). The same profile
+    twice, by any of its names, is fine."""
+    if hardware is None:
+        return
+    from simcluster.errors import UserError
+    from simcluster.hardware import resolve_profile_path
+
+    for key, value in overrides:
+        given = value.get("hardware") if key == "cluster" and isinstance(value, dict) else value
+        if key not in ("cluster", "cluster.hardware") or given is None:
+            continue
+        if "," not in hardware:
+            same = resolve_profile_path(str(given)).resolve() == resolve_profile_path(hardware, "--hardware").resolve()
+            if same:
+                continue
+        raise UserError(
+            "--hardware",
+            f"'{hardware}' and the override cluster.hardware={given} name different hardware, and "
+            "--hardware replaces it; give the hardware once (drop one of them)",
+        )
 
 
 def print_notes(lines: list[str]) -> None:

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from simcluster.commands.common import (
     add_price_argument,
+    check_hardware_given_once,
     out_path,
     print_json,
     print_notes,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     scenarios = []
     for text, label, mine in zip(args.scenarios, short_labels(args.scenarios), own, strict=True):
         with naming(text):
+            check_hardware_given_once(args.hardware, common + mine)
             scenarios.append((label, load_scenario(split_variant(text)[0], common + mine)))
     if args.out:
         from simcluster.output.atomic import check_writable
