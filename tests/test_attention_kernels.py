@@ -197,3 +197,33 @@ def test_b200_attention_runs_at_the_sustained_share_of_its_burst_benchmark():
     km = KernelModel(calibrated, "bf16")
     seconds = km.attention(1, 131072, 131072, 128, 128, 128, causal=True, backward=False) - km.launch_s
     assert 4.0 * 131072**2 * 128 * 128 * 0.5 / seconds / 1e12 == pytest.approx(1200.0, rel=1e-3)
+
+
+def test_gb200_and_b300_attention_run_at_their_profiles_sustained_gemm_share():
+    """gb200-nvl72's and dgx-b300's cuDNN curves are burst rates from the same
+    NVIDIA/cudnn-frontend benchmark as B200's (one call at a time from a GPU that has idled), so
+    a training step runs them at the share of their rate the profile's GEMM curves already take
+    at the power limit. GB200: 0.853 (B200's, flashinfer-ai/flashinfer pull request 2899) times
+    the ratio of the sustained FP8 plateaus, GB200 2906.9 TFLOP/s (Azure/AI-benchmarking-guide
+    ND_GB200_v6_results.md, 10,000 warm-up iterations) over B200 0.729 x 0.853 x 4500, the
+    factor that takes XLA's 1670 TFLOP/s burst plateau to gb200's 0.5919 x 2500. It lies between
+    GB200's own sustained / burst FP8 ratio (2906.9 over stas00/ml-engineering's MAMF 3615.6) and
+    1. B300: dgx-b300's efficiency.sustained 0.853, no lower than the drop a B300 shows in
+    stas00/ml-engineering's table (BF16 MSMF 1519 against MAMF 1892). GB300 keeps 1: no GB300
+    sustained figure is published."""
+    gb200 = load_profile("gb200-nvl72")
+    share = 0.853 * 2906.9 / (0.729 * 0.853 * 4500)
+    assert gb200.efficiency.attention_sustained == pytest.approx(share, abs=5e-4)
+    assert gb200.efficiency.gemm[-1][1] * 2500 == pytest.approx(1670 * share, rel=1e-3)
+    assert 2906.9 / 3615.6 < gb200.efficiency.attention_sustained < 1
+    km = KernelModel(gb200, "bf16", attention_kernel="cudnn")
+    flops = 4.0 * 32768**2 * 128 * 128 * 0.5
+    seconds = km.attention(1, 32768, 32768, 128, 128, 128, causal=True, backward=False) - km.launch_s
+    # cuDNN 9.17's 32K causal forward on a GB200: 1681 TFLOP/s as timed
+    # (cudnn-frontend sdpa_bf16_benchmark_results_NVIDIA_GB200.csv)
+    assert flops / seconds / 1e12 == pytest.approx(1681 * 0.8861, rel=1e-3)
+
+    b300 = load_profile("dgx-b300")
+    assert b300.efficiency.attention_sustained == b300.efficiency.sustained == 0.853
+    assert 1519 / 1892 < b300.efficiency.attention_sustained
+    assert load_profile("gb300-nvl72").efficiency.attention_sustained == 1.0
