@@ -9,6 +9,7 @@ from pathlib import Path
 from simcluster.commands.common import out_path, print_notes
 from simcluster.context import build_context
 from simcluster.errors import UserError
+from simcluster.hf_import import read_config
 from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
 from simcluster.importers.result import IMPORTED_MARK
 from simcluster.scenario import parse_set, scenario_from_dict
@@ -117,6 +118,16 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
         variables=_variables(args.var),
     )  # fmt: skip
     result = import_config(args.kind, args.file, options)
+    if args.hf_config:
+        # read now, so that a bad one is --hf-config's error, not the scenario field's (whose
+        # fix speaks of a path relative to a scenario's folder, or of model.preset)
+        if not Path(args.hf_config).exists():
+            raise UserError(
+                "--hf-config",
+                f"file '{args.hf_config}' not found; give the path of a Hugging Face config.json (a Hub "
+                "id is not fetched: download its config.json first), or a shipped model as --model",
+            )
+        read_config(args.hf_config, "--hf-config")
     overrides = parse_set(args.overrides)
     if overrides:
         result.scenario = apply_overrides(result.scenario, overrides)
