@@ -636,12 +636,27 @@ def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
 
 
 def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):
+    """Nor the reason twice: the error gives the first reason and how many layouts it stands
+    for; a 'skipped' line said the same above it. Other reasons keep their lines."""
     assert main(["sweep", str(scenario_file), "--tp", "3,5", "-j", "1"]) == 2
     captured = capsys.readouterr()
-    assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
-    assert captured.err.startswith("error: parallel: no layout of the sweep can run")
-    assert captured.err.count("parallel:") == 1  # the reason without its field again
-    assert "first reason: tp*pp*cp = 12 does not divide cluster.gpus=4" in captured.err
+    assert "layouts simulated" not in captured.out and "skipped" not in captured.out
+    assert captured.err == (
+        "error: parallel: no layout of the sweep can run: 2 skipped, e.g. tp*pp*cp = 12 does not divide "
+        "cluster.gpus=4; change the degrees or the GPU count\n"
+    )
+    assert main(["sweep", str(scenario_file), "--tp", "3", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "error: parallel: no layout of the sweep can run: tp*pp*cp = 12 does not divide cluster.gpus=4; "
+        "change the degrees or the GPU count\n"
+    )
+    # two reasons: the one the error does not give keeps its line
+    assert main(["sweep", str(scenario_file), "--tp", "3,1", "--micro-batch", "64", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert out.count("skipped") == 1 and "skipped 1 layout(s) that cannot run (training.global_batch)" in out
+    assert captured.err.startswith("error: parallel: no layout of the sweep can run: 1 of 2 skipped as tp*pp*cp = 12")
 
 
 def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():
