@@ -5,7 +5,7 @@ an AWS instance type (``p5.48xlarge``) or one of NVIDIA's clusters (``Selene``, 
 name a GPU; ``cluster.hardware`` takes them and means NVIDIA's (or AMD's) reference node for
 it: the 8-GPU DGX/HGX board with NVSwitch and a NIC per GPU, or the NVL72 rack for Grace-Blackwell. A memory size picks between parts (A100 40 GB
 or 80 GB; no size means the larger). A board the shipped profiles do not describe (a PCIe or
-NVL card, a memory size no shipped part has) is refused with what to use instead, rather than
+NVL card, a CNX converged accelerator, a memory size no shipped part has) is refused with what to use instead, rather than
 silently read as the SXM part, whose power, clocks and NVLink differ.
 """
 
@@ -66,12 +66,15 @@ _UNSHIPPED_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(_UNSHIPPED_GPUS) + r")(
 # suffix run on ('H100SXM5', 'GB200NVL72', 'h100nvl', read below), not at other letters: 'A100X'
 # is another card (a PCIe converged accelerator) and 'h200x' a typo, neither the shipped node
 _GPU = re.compile(
-    r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?=sxm|nvl|pcie|[^a-z0-9]|$)"
+    r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?=sxm|nvl|pcie|cnx|[^a-z0-9]|$)"
 )
 _MEMORY = re.compile(r"(\d+)\s*gi?b(?![a-z])")
 _INSTANCE = re.compile(r"^(p\d+[a-z]*)(?:\.\d*x?large)?$")
 # a PCIe card or an NVL (two-card NVLink bridge) board, not the NVL72 rack
 _OTHER_BOARD = re.compile(r"pcie|nvl(?!\d)")
+# a converged accelerator: the GPU and a ConnectX-7 on one PCIe card (NVIDIA H100 CNX product
+# brief), not the SXM part of a DGX
+_CONVERGED = re.compile(r"cnx")
 
 
 def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
@@ -112,6 +115,13 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
         return None
     gpu = match.group(1)
     rest = key[match.end() :]
+    if _CONVERGED.search(rest):
+        raise UserError(
+            field,
+            f"no shipped profile for the {gpu.upper()} CNX, a PCIe converged accelerator (the GPU and a "
+            f"ConnectX-7 on one card; the shipped {gpu.upper()} is the SXM part of {REFERENCE_NODES[gpu][None]}, "
+            "with other power, clocks and NVLink); give a profile YAML for that card, e.g. from simcluster's calibrate",
+        )
     if _OTHER_BOARD.search(rest):
         raise UserError(
             field,

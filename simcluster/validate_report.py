@@ -122,10 +122,13 @@ class OrderCheck:
     predicted_ok: bool
     measured_ok: bool
     violations: tuple[str, ...]
+    #: the chain between the labels the group has, as checked (:func:`checked_rule`)
+    rule: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "group": self.group,
+            "rule": self.rule,
             "predicted_ok": self.predicted_ok,
             "measured_ok": self.measured_ok,
             "violations": list(self.violations),
@@ -159,6 +162,35 @@ def _order_violations(
     return out
 
 
+def checked_rule(labels: Iterable[str], order: Sequence[tuple[str, str, float]] = ZB_ORDER) -> str:
+    """The chain ``order`` as :func:`_order_violations` holds a group with ``labels`` to: its
+    labels in the chain, each link ``>`` or, where a tolerance lies between them, ``>~`` (a
+    Table 6 group of ZB-V, ZB-1p and 1F1B: 'ZB-1p >~ 1F1B'; ZB-V is not in the chain)."""
+    present = set(labels)
+    text = ""
+    allowed = 1.0
+    for link_fast, slow, tol in order:
+        if not text and link_fast in present:
+            text, allowed = link_fast, 1.0
+        allowed *= 1.0 - tol
+        if text and slow in present:
+            text += f" {'>~' if allowed < 1.0 else '>'} {slow}"
+            allowed = 1.0
+    return text
+
+
+def ordering_line(checks: Sequence[OrderCheck]) -> str:
+    """The one line validate prints: the reproduced rows, and each rule as checked with its
+    rows (a group holding only some labels is held to the chain between those it has)."""
+    ok = sum(c.predicted_ok for c in checks)
+    rules: dict[str, list[OrderCheck]] = {}
+    for c in checks:
+        rules.setdefault(c.rule, []).append(c)
+    longest_first = sorted(rules.items(), key=lambda item: -item[0].count(">"))
+    parts = [f"{rule} in {sum(c.predicted_ok for c in cs)}/{len(cs)}" for rule, cs in longest_first]
+    return f"schedule ordering reproduced in {ok}/{len(checks)} rows: " + ", ".join(parts)
+
+
 def ordering_checks(
     results: Iterable[CaseResult], order: Sequence[tuple[str, str, float]] = ZB_ORDER
 ) -> list[OrderCheck]:
@@ -183,7 +215,8 @@ def ordering_checks(
         if len(pred) < len(rs):
             bad.append("failed case")
         checks.append(
-            OrderCheck(group, pred, meas, not bad, not _order_violations(meas, order), tuple(bad))
+            OrderCheck(group, pred, meas, not bad, not _order_violations(meas, order), tuple(bad),
+                       checked_rule(meas, order))  # fmt: skip
         )
     return checks
 

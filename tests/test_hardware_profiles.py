@@ -358,6 +358,15 @@ def test_a_glued_nvl_or_pcie_suffix_is_still_the_card_refused():
         resolve_profile_path("A100PCIE-40GB")
 
 
+@pytest.mark.parametrize("spelling", ["H100 CNX", "h100-cnx", "H100CNX", "NVIDIA H100 CNX 80GB"])
+def test_the_h100_cnx_converged_accelerator_is_refused_not_read_as_dgx_h100(spelling):
+    """NVIDIA's H100 CNX is a PCIe card carrying the H100 and a ConnectX-7 (NVIDIA H100 CNX
+    product brief: PCIe Gen5 form factor); 'H100 CNX' and 'h100-cnx' ran as the SXM dgx-h100,
+    'H100CNX' was an unknown name. Refused as the PCIe/NVL boards are, with what to give."""
+    with pytest.raises(UserError, match="no shipped profile for the H100 CNX, a PCIe converged accelerator"):
+        resolve_profile_path(spelling)
+
+
 def test_a_named_profile_is_not_reparsed():
     assert resolve_profile_path("DGX-A100").stem == "dgx-a100"
     assert resolve_profile_path("dgx-a100-40gb").stem == "dgx-a100-40gb"

@@ -686,6 +686,62 @@ def test_a_bad_out_path_is_the_one_line_printed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    "kind, name, reads",
+    [
+        ("megatron", "nosuch.sh", "a Megatron launch script (.sh) or arguments file"),
+        ("torchtitan", "nosuch.toml", "a torchtitan TOML job config (.toml)"),
+        ("deepspeed", "nosuch.json", "a DeepSpeed JSON config (.json)"),
+    ],
+)
+def test_a_missing_file_says_so_and_what_to_give(tmp_path, capsys, kind, name, reads):
+    """'FILE: 'nosuch.sh' is not a file' gave no fix; as a missing scenario or CASES file is
+    told, the line says the file is not found and what the kind reads."""
+    argv = ["import", kind, "FILE", "--cluster", "dgx-h100", "--nodes", "1"]
+    for path, wrong in ((name, f"file '{name}' not found"), (str(tmp_path), f"'{tmp_path}' is a folder")):
+        assert main([*argv[:2], path, *argv[3:]]) == 2
+        assert capsys.readouterr().err == f"error: FILE: {wrong}; give the path of {reads}\n"
+
+
+def test_a_missing_hf_config_is_the_options_error(capsys):
+    """It was model.hf_config's, whose fix speaks of a scenario's folder the user never wrote."""
+    argv = ["import", "deepspeed", str(LAUNCH / "ds_zero3.json"), "--seq-len", "4096", "--cluster", "dgx-h100",
+            "--nodes", "4", "--hf-config", "nosuch.json"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --hf-config: file 'nosuch.json' not found; give the path")
+    assert "scenario" not in err
+
+
+def test_out_does_not_replace_a_file_the_importer_did_not_write(tmp_path, capsys):
+    """--out overwrote any file, a hand-edited scenario too; it replaces only what the importer
+    wrote (its first line IMPORTED_MARK: a re-import) or an empty file, and --force anything.
+    The refused file is left as it was."""
+    argv = ["import", "deepspeed", str(LAUNCH / "ds_zero3.json"), "--model", "llama3-8b", "--seq-len", "4096",
+            "--cluster", "dgx-h100", "--nodes", "4", "--out"]  # fmt: skip
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine  # tuned by hand\n")
+    assert main(argv + [str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --out: '{mine}' exists and was not written by simcluster import; "
+        "give another path, or --force to overwrite it\n"
+    )
+    assert mine.read_text() == "name: mine  # tuned by hand\n"
+    # a new path, then the same path again: the importer's own file is replaced
+    out = tmp_path / "s.yaml"
+    assert main(argv + [str(out)]) == 0
+    assert out.read_text().startswith("# imported by `simcluster import` from ")
+    assert main(argv[:-1] + ["--set", "training.global_batch=64", "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["training"]["global_batch"] == 64
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(argv + [str(empty)]) == 0
+    assert main(argv + [str(mine), "--force"]) == 0
+    assert load_scenario(str(mine)).name == "ds_zero3"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
     "extra, style",
     [
         # [training] compile: the loss compiled too since pytorch/torchtitan#1033 (not between

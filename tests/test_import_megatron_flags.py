@@ -233,7 +233,7 @@ def test_cli_import_then_run_end_to_end(tmp_path, capsys):
     ("argv", "message"),
     [
         (["import", "megatorn", str(LLAMA3)], "did you mean 'megatron'?"),
-        (["import", "megatron", "/no/such.sh", "--cluster", "dgx-h100", "--nodes", "1"], "is not a file"),
+        (["import", "megatron", "/no/such.sh", "--cluster", "dgx-h100", "--nodes", "1"], "FILE: file '/no/such.sh' not found;"),
         (["import", "megatron", str(LLAMA3), "--cluster", "dgx-h10", "--nodes", "1"], "dgx-h100"),
     ],
 )  # fmt: skip

@@ -1,6 +1,8 @@
 """Per-GPU memory formulas: Ultra-Scale Playbook / ZeRO paper bytes per parameter and
 Korthikanti et al. 2022 (Table 2) activation bytes per layer."""
 
+import re
+
 import pytest
 
 from simcluster.context import build_context
@@ -187,6 +189,17 @@ def test_pipeline_memory_per_stage(cli):
     # 1F1B: stage 0 stashes p microbatches, the last stage one (Narayanan et al. 2021)
     acts = [s["activations_bytes"] for s in doc["per_stage"]]
     assert acts[0] > acts[1] > acts[2]
+
+
+def test_the_memory_table_title_names_the_units_its_cells_are_in(cli):
+    """The cells are simcluster.units.format_bytes's binary units ('4.48 GiB', '287.00 MiB'),
+    not bytes: the title said '(bytes per GPU)' above cells in GiB."""
+    res = cli("memory", "llama3-8b-8xh100")
+    assert res.code == 0, res.err
+    text = " ".join(res.out.split())  # the title wraps on a narrow terminal
+    assert "bytes per GPU" not in text
+    assert "(per GPU, binary units: 1 GiB = 2^30 bytes)" in text
+    assert re.search(r"\d+\.\d\d GiB", res.out)  # the cells the title describes
 
 
 def test_fp8_keeps_linear_inputs_as_one_byte_copies():

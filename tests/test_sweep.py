@@ -493,11 +493,11 @@ def test_hardware_sweep_plot_gives_each_profile_a_colour_its_capacity_and_its_fr
     colours, markers = {}, {}
     for name, capacity in (("dgx-h200", 140), ("dgx-a100-40gb", 40)):
         (entry,) = [t for t in texts if t.startswith(name + " ")]  # one entry per profile
-        assert f"{capacity} GiB" in entry
+        assert f"{capacity}.00 GiB" in entry
         (dots,) = [c for c in ax.collections if c.get_label() == name]
         colours[name] = to_hex(dots.get_facecolor()[0])
         markers[name] = dots.get_paths()[0].vertices.shape
-        (line,) = [ln for ln in ax.lines if ln.get_label() == f"{name}: GPU memory ({capacity} GiB)"]
+        (line,) = [ln for ln in ax.lines if ln.get_label() == f"{name}: GPU memory ({capacity}.00 GiB)"]
         assert to_hex(line.get_color()) == colours[name] and list(line.get_xdata()) == [capacity] * 2
         (front,) = [ln for ln in ax.lines if ln.get_label() == f"{name}: fastest for its memory"]
         assert to_hex(front.get_color()) == colours[name]
@@ -553,12 +553,32 @@ def test_one_profile_plot_keeps_its_look_and_zooms_only_a_narrow_spread():
     ax = draw_sweep(rank(near)).axes[0]
     assert ax.get_ylim()[0] > 0 and "does not start at 0" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "fits in memory", "does not fit", "GPU memory (80 GiB)", "fastest for its memory",
+        "fits in memory", "does not fit", "GPU memory (80.00 GiB)", "fastest for its memory",
     ]  # fmt: skip
     (over,) = [c for c in ax.collections if c.get_label() == "does not fit"]
     assert to_hex(over.get_edgecolor()[0]) == "#c62828"
     apart = draw_sweep(rank([_laid("a", "h100", 67, 976, 80), _laid("b", "h100", 52, 400, 80)])).axes[0]
     assert apart.get_ylim()[0] == 0 and apart.get_ylabel() == "tokens/s per GPU"
+
+
+def test_the_capacity_line_is_labelled_with_the_profiles_usable_memory_as_the_tables_print_it():
+    """dgx-h100 holds CUDA's device total, 81559 MiB = 79.65 GiB (hardware/dgx-h100.yaml,
+    docs/accuracy.md); the line said 'GPU memory (80 GiB)', rounded to the datasheet's figure,
+    beside tables (memory, run) that print format_bytes's 79.65 GiB."""
+    from simcluster.hardware import load_profile
+    from simcluster.output.sweep_output import draw_sweep
+    from simcluster.units import GiB, format_bytes
+
+    capacity = load_profile("dgx-h100").memory_bytes
+    assert format_bytes(capacity) == "79.65 GiB"
+    one = draw_sweep(rank([_laid("a", "dgx-h100", 60, 900, capacity / GiB)])).axes[0]
+    assert "GPU memory (79.65 GiB)" in [t.get_text() for t in one.get_legend().get_texts()]
+    two = draw_sweep(rank([_laid("a", "dgx-h100", 60, 900, capacity / GiB),
+                           _laid("b", "dgx-a100", 60, 500, 80)])).axes[0]  # fmt: skip
+    assert [ln.get_label() for ln in two.lines if "GPU memory" in ln.get_label()] == [
+        "dgx-h100: GPU memory (79.65 GiB)", "dgx-a100: GPU memory (80.00 GiB)",
+    ]  # fmt: skip
+    assert "dgx-h100 (79.65 GiB GPU memory)" in [t.get_text() for t in two.get_legend().get_texts()]
 
 
 @pytest.mark.parametrize("count", [1, 5])
@@ -616,12 +636,27 @@ def test_cli_fitting_only_says_what_it_left_out(scenario_file, capsys):
 
 
 def test_cli_without_a_runnable_layout_prints_no_empty_table(scenario_file, capsys):
+    """Nor the reason twice: the error gives the first reason and how many layouts it stands
+    for; a 'skipped' line said the same above it. Other reasons keep their lines."""
     assert main(["sweep", str(scenario_file), "--tp", "3,5", "-j", "1"]) == 2
     captured = capsys.readouterr()
-    assert "layouts simulated" not in captured.out and "skipped 2 layout(s)" in captured.out
-    assert captured.err.startswith("error: parallel: no layout of the sweep can run")
-    assert captured.err.count("parallel:") == 1  # the reason without its field again
-    assert "first reason: tp*pp*cp = 12 does not divide cluster.gpus=4" in captured.err
+    assert "layouts simulated" not in captured.out and "skipped" not in captured.out
+    assert captured.err == (
+        "error: parallel: no layout of the sweep can run: 2 skipped, e.g. tp*pp*cp = 12 does not divide "
+        "cluster.gpus=4; change the degrees or the GPU count\n"
+    )
+    assert main(["sweep", str(scenario_file), "--tp", "3", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "error: parallel: no layout of the sweep can run: tp*pp*cp = 12 does not divide cluster.gpus=4; "
+        "change the degrees or the GPU count\n"
+    )
+    # two reasons: the one the error does not give keeps its line
+    assert main(["sweep", str(scenario_file), "--tp", "3,1", "--micro-batch", "64", "-j", "1"]) == 2
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert out.count("skipped") == 1 and "skipped 1 layout(s) that cannot run (training.global_batch)" in out
+    assert captured.err.startswith("error: parallel: no layout of the sweep can run: 1 of 2 skipped as tp*pp*cp = 12")
 
 
 def test_plot_tells_cluster_sizes_apart_and_counts_what_fitting_only_left_out():

@@ -23,8 +23,11 @@ from simcluster.validate_report import (
     by_family,
     by_gpu,
     by_gpu_precision,
+    checked_rule,
     memory_summary,
     ordering_checks,
+    ordering_line,
+    report,
     summarize,
 )
 from tests.conftest import GPT_LIKE, make_scenario
@@ -487,6 +490,29 @@ def test_ordering_holds_across_labels_a_group_does_not_have(values, violations):
     results = [CaseResult(_case(k, 1.0, "g", k), v, None, 0.0) for k, v in values.items()]
     (check,) = ordering_checks(results)
     assert check.violations == violations and check.predicted_ok == (not violations)
+
+
+def test_the_ordering_line_prints_each_rule_as_checked():
+    """validate printed 'ZB-2p > ZB-1p >~ 1F1B-I > 1F1B' for every group, though Table 6's
+    (ZB-V, ZB-1p, 1F1B) are held to ZB-1p >~ 1F1B only (_order_violations: each label a group
+    has against the next one it has, 5% over the skipped 1F1B-I). The line names the chains as
+    checked, each with its rows; the JSON keeps 'rule' and adds each check's own."""
+    fake = [CaseResult(c, c.measured, None, 0.0) for c in _family("zero-bubble-a100") + _family("zero-bubble-v-a100")]
+    checks = ordering_checks(fake)
+    assert ordering_line(checks) == (
+        "schedule ordering reproduced in 21/21 rows: ZB-2p > ZB-1p >~ 1F1B-I > 1F1B in 12/12, ZB-1p >~ 1F1B in 9/9"
+    )
+    doc = report(fake)["ordering"]
+    assert doc["rule"] == "ZB-2p > ZB-1p >~ 1F1B-I > 1F1B (throughput; >~ allows 5%)"  # as before
+    assert {c["group"].split("/")[0]: c["rule"] for c in doc["checks"]} == {
+        "zb": "ZB-2p > ZB-1p >~ 1F1B-I > 1F1B", "zb-v": "ZB-1p >~ 1F1B",
+    }  # fmt: skip
+    # a link with no tolerance between the labels a group has stays '>'
+    assert checked_rule(["ZB-2p", "1F1B-I", "ZB-V"]) == "ZB-2p >~ 1F1B-I"
+    assert checked_rule(["1F1B-I", "1F1B"]) == "1F1B-I > 1F1B"
+    assert checked_rule(["ZB-2p", "ZB-1p"]) == "ZB-2p > ZB-1p"
+    results = [CaseResult(_case(k, 1.0, "g", k), v, None, 0.0) for k, v in {"ZB-1p": 8.0, "1F1B": 10.0}.items()]
+    assert ordering_line(ordering_checks(results)) == "schedule ordering reproduced in 0/1 rows: ZB-1p >~ 1F1B in 0/1"
 
 
 # --- CLI ----------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from pathlib import Path
 from simcluster.commands.common import out_path, print_notes
 from simcluster.context import build_context
 from simcluster.errors import UserError
+from simcluster.hf_import import read_config
 from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
+from simcluster.importers.result import IMPORTED_MARK
 from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
@@ -67,6 +69,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="PATH", default="-", type=out_path, help="scenario YAML to write; - (default) prints it"
     )
+    parser.add_argument(
+        "--force", action="store_true",
+        help="overwrite --out's file though the importer did not write it (a scenario of one's own)",
+    )  # fmt: skip
+
+
+def written_by_import(path: Path) -> bool:
+    """Whether the file at ``path`` starts as every scenario the importer writes does: one it
+    may replace (a re-import), unlike a scenario written or edited by hand."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.readline().startswith(IMPORTED_MARK)
+    except OSError:
+        return False
+
+
+def check_out_free(out: str, force: bool) -> None:
+    """Refuse to replace a file at ``out`` that the importer did not write, unless ``force``:
+    ``--out`` overwrote a hand-made scenario without a word. An empty file (``mktemp``'s)
+    holds nothing to lose."""
+    target = Path(out)
+    if force or not target.is_file() or target.stat().st_size == 0 or written_by_import(target):
+        return
+    raise UserError(
+        "--out",
+        f"'{out}' exists and was not written by simcluster import; give another path, or --force to overwrite it",
+    )
 
 
 def _variables(items: list[str] | None) -> dict[str, str]:
@@ -89,6 +118,16 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
         variables=_variables(args.var),
     )  # fmt: skip
     result = import_config(args.kind, args.file, options)
+    if args.hf_config:
+        # read now, so that a bad one is --hf-config's error, not the scenario field's (whose
+        # fix speaks of a path relative to a scenario's folder, or of model.preset)
+        if not Path(args.hf_config).exists():
+            raise UserError(
+                "--hf-config",
+                f"file '{args.hf_config}' not found; give the path of a Hugging Face config.json (a Hub "
+                "id is not fetched: download its config.json first), or a shipped model as --model",
+            )
+        read_config(args.hf_config, "--hf-config")
     overrides = parse_set(args.overrides)
     if overrides:
         result.scenario = apply_overrides(result.scenario, overrides)
@@ -114,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out != "-":  # before the import's notes, so that a bad path is the one line printed
         check_file_writable(args.out, "--out", "scenario.yaml")
+        check_out_free(args.out, args.force)
     result = imported_scenario(args)
     print_notes(
         [f"note: {n}" for n in result.notes]

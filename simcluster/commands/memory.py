@@ -22,6 +22,9 @@ from simcluster.units import format_bytes
 
 NAME = "memory"
 
+#: what the table's cells are, for its title: each cell names its binary unit (format_bytes)
+UNITS_PER_GPU = "per GPU, binary units: 1 GiB = 2^30 bytes"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
@@ -47,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         console.print(f"with --set {' '.join(args.overrides)}")
     heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
-    table = Table(title=f"{heading} — {doc['layout']} on {doc['hardware']} (bytes per GPU)")
+    # the cells are format_bytes's binary units (GiB, MiB), not a count of bytes
+    table = Table(title=f"{heading} — {doc['layout']} on {doc['hardware']} ({UNITS_PER_GPU})")
     table.add_column("stage", justify="right")
     columns = _columns(doc)
     for col in columns:

@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if shared:  # the title names the scenario, whose model or batch --set may have replaced
             stdout_console().print(shared)
-        _print(scenario.name, rows, args.top, args.out, prices)
+        # with none run, the error below gives the first reason: not a skip line as well
+        _print(scenario.name, rows, args.top, args.out, prices, reason_in_error=not any(r.ran for r in rows))
         folded = math.prod(len(v) for v in axes.values()) - len(cands)
         if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
             why = [
@@ -171,9 +172,12 @@ def run(args: argparse.Namespace) -> int:
             ]
             stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
     if not any(r.ran for r in rows):
-        field, _, first = skip_reasons(rows)[0]
-        # the field leads the line once ('error: parallel: ...; first reason: parallel: ...' before)
-        raise UserError(field, f"no layout of the sweep can run; first reason: {first.removeprefix(field + ': ')}")
+        field, count, first = skip_reasons(rows)[0]
+        reason = first.removeprefix(field + ": ")  # the field leads the line once
+        if len(rows) > 1:  # how many layouts the reason stands for ('e.g.': their numbers differ)
+            share = f"{count}" if count == len(rows) else f"{count} of {len(rows)}"
+            reason = f"{share} skipped, e.g. {reason}" if count > 1 else f"{share} skipped as {reason}"
+        raise UserError(field, f"no layout of the sweep can run: {reason}")
     return 0
 
 
@@ -231,7 +235,13 @@ def _document(
 _SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
-def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
+def _print(
+    name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None,
+    reason_in_error: bool = False,
+) -> None:
+    """The table of the layouts run, and a line per reason others were skipped; with
+    ``reason_in_error`` (none ran) the first reason is left to the error that follows, unless it
+    is memory's, whose line lists the layouts left out and their peaks."""
     console = stdout_console(120)
     ran = [r for r in rows if r.ran]
     axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
@@ -272,7 +282,9 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:
         console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
-    for field, count, first in skip_reasons(rows):
+    for index, (field, count, first) in enumerate(skip_reasons(rows)):
+        if reason_in_error and index == 0 and field != MEMORY_FIELD:
+            continue
         if field == MEMORY_FIELD:
             # one capacity for all (a --hardware axis can mix GPUs: then each peak stands alone)
             sizes = {m.group(1) for r in rows if r.skipped and (m := re.search(r"exceeds (\S+ \S+)", r.skipped))}

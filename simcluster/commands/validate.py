@@ -24,6 +24,7 @@ from simcluster.validate_report import (
     by_gpu,
     memory_summary,
     ordering_checks,
+    ordering_line,
     report,
     summarize,
 )
@@ -262,10 +263,7 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
         )
     checks = ordering_checks(results)
     if checks:
-        ok = sum(c.predicted_ok for c in checks)
-        console.print(
-            f"schedule ordering ZB-2p > ZB-1p >~ 1F1B-I > 1F1B reproduced in {ok}/{len(checks)} rows"
-        )
+        console.print(ordering_line(checks), markup=False, highlight=False)
         for c in checks:
             if not c.predicted_ok:
                 console.print(f"  {c.group}: {', '.join(c.violations)}")

@@ -22,6 +22,13 @@ IMPORTERS: dict[str, str] = {
     "deepspeed": "simcluster.importers.deepspeed",
 }
 
+#: kind -> what FILE must be, for the fix of a FILE that is not one
+READS: dict[str, str] = {
+    "megatron": "a Megatron launch script (.sh) or arguments file",
+    "torchtitan": "a torchtitan TOML job config (.toml)",
+    "deepspeed": "a DeepSpeed JSON config (.json)",
+}
+
 #: file suffix -> the kind that reads such files, for a file given to another kind
 KIND_OF_SUFFIX: dict[str, str] = {
     ".json": "deepspeed", ".toml": "torchtitan", ".sh": "megatron", ".slurm": "megatron", ".bash": "megatron",
@@ -39,7 +46,10 @@ def import_config(kind: str, path: str | Path, options: ImportOptions) -> Import
         )
     file = Path(path)
     if not file.is_file():
-        raise UserError("FILE", f"'{path}' is not a file")
+        # as a missing scenario or CASES file is told: what is wrong with it, and what to give
+        wrong = f"file '{path}' not found" if not file.exists() else (
+            f"'{path}' is a folder" if file.is_dir() else f"'{path}' is not a regular file")  # fmt: skip
+        raise UserError("FILE", f"{wrong}; give the path of {READS[kind]}")
     module = importlib.import_module(IMPORTERS[kind])
     try:
         result: Imported = module.import_file(file, options)

@@ -9,6 +9,10 @@ import yaml
 
 from simcluster.errors import UserError
 
+#: the first line's start of every scenario the importer writes: what marks a file it may
+#: overwrite without --force (commands/importing.py)
+IMPORTED_MARK = "# imported by `simcluster import`"
+
 
 @dataclass
 class Imported:
@@ -51,7 +55,7 @@ class Imported:
     def yaml_text(self) -> str:
         """The scenario as YAML, headed by comments: its source, the notes and every setting
         not imported."""
-        lines = [f"# imported by `simcluster import` from {self.source}"]
+        lines = [f"{IMPORTED_MARK} from {self.source}"]
         lines += [f"# note: {n}" for n in self.notes]
         lines += [f"# not imported: {s}" for s in self.skipped_lines()]
         body = yaml.safe_dump(self.scenario, sort_keys=False, default_flow_style=False, width=100)

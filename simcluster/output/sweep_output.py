@@ -35,7 +35,7 @@ from matplotlib.ticker import Formatter
 from simcluster.cost import Prices, usd_decimals, usd_per_million_tokens
 from simcluster.output.report_files import write_report_files
 from simcluster.sweep import MEMORY_FIELD, SweepRow
-from simcluster.units import GiB
+from simcluster.units import GiB, format_bytes
 
 _LABELLED = 5  # best layouts named on the plot
 _SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per cluster size of a --gpus sweep
@@ -327,7 +327,10 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     for size, names in sharing.items():
         for index, profile in enumerate(names):
             colour, marker = styles[profile] if several else (_OVER_COLOUR, "o")
-            label = f"{profile}: GPU memory ({size:.0f} GiB)" if several else f"GPU memory ({size:.0f} GiB)"
+            # the profile's usable capacity as the tables print it (79.65 GiB on an H100, CUDA's
+            # device total), not rounded to the datasheet's 80
+            shown = format_bytes(size * GiB)
+            label = f"{profile}: GPU memory ({shown})" if several else f"GPU memory ({shown})"
             ax.axvline(size, color=colour, linestyle=_dashes(index, len(names)), linewidth=1.0, label=label)
             if several:
                 # the key shows the profile's marker on a dashed line of its colour, whatever
@@ -336,7 +339,7 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
                 dot = Line2D([], [], color=colour, marker=marker, markeredgecolor="black",
                              markeredgewidth=0.5, linestyle="none")  # fmt: skip
                 handles.append((dash, dot))
-                labels.append(f"{profile} ({size:.0f} GiB GPU memory)")
+                labels.append(f"{profile} ({shown} GPU memory)")
     for front_x, front_y, colour, label in fronts:
         ax.plot(front_x, front_y, drawstyle="steps-post", color=colour, linewidth=1.0, alpha=0.6, zorder=2,
                 label=label)  # fmt: skip
