@@ -346,13 +346,14 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             f"sets how many microbatches go through a chunk in a row in schedule 'interleaved' "
             f"(got schedule '{par.schedule}'); drop it or use schedule: interleaved",
         )
-    if par.vpp > 1 and not get_schedule(par.schedule).uses_vpp:
+    schedule = get_schedule(par.schedule)
+    if par.vpp > 1 and not schedule.uses_vpp:
         raise UserError("parallel.vpp", _vpp_refusal(par.schedule, par.vpp))
-    if get_schedule(par.schedule).uses_vpp:
+    if schedule.uses_vpp:
         check_interleaved_ranks(par.pp, par.vpp, scenario.framework, scenario.overlap.pp_comm)
     if par.schedule == "interleaved" and par.layers_per_stage is None and par.partition == "megatron":
         check_megatron_virtual_split(model.layers, par.pp, par.vpp, scenario.framework)
-    one_chunk = par.vpp == 1 and not isinstance(get_schedule(par.schedule), VShapeSchedule)
+    one_chunk = par.vpp == 1 and not isinstance(schedule, VShapeSchedule)
     if one_chunk and par.layers_per_stage is None and par.partition == "megatron":
         check_megatron_pipeline_split(model.layers, par.pp, scenario.framework, gpus // (par.tp * par.cp))
     check_cp_comm(par.cp_comm, par.cp, par.tp, model, tr.flash_attention, par.cp_a2a)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable
 
 from simcluster import yamlio
 from simcluster.errors import UserError, did_you_mean
@@ -131,8 +132,14 @@ def op_name(text: str) -> str:
     from simcluster.network.ops import OPS
 
     spelled = text.strip().lower().replace("-", "_").removesuffix("_perf")
-    bare = {op.replace("_", ""): op for op in OPS}
-    return check_op(bare.get(spelled.replace("_", ""), spelled), "op")
+    return check_op(_named(spelled, OPS), "op")
+
+
+def _named(spelled: str, names: Iterable[str]) -> str:
+    """The one of ``names`` that ``spelled`` (lower case, '_' for '-') writes with or without
+    its underscores ('allreduce', 'nvlstree'); ``spelled`` itself when none does."""
+    bare = {name.replace("_", ""): name for name in names}
+    return bare.get(spelled.replace("_", ""), spelled)
 
 
 def algo_name(text: str | None) -> str | None:
@@ -143,8 +150,7 @@ def algo_name(text: str | None) -> str | None:
     from simcluster.network.algorithms import ALGORITHMS
 
     spelled = text.strip().lower().replace("-", "_")
-    bare = {name.replace("_", ""): name for name in ALGORITHMS}
-    name = bare.get(spelled.replace("_", ""), spelled)
+    name = _named(spelled, ALGORITHMS)
     if name not in ALGORITHMS:
         names = sorted(ALGORITHMS)
         raise UserError(

@@ -162,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if shared:  # the title names the scenario, whose model or batch --set may have replaced
             stdout_console().print(shared)
-        # with none run, the error below gives the first reason: not a skip line as well
-        _print(scenario.name, rows, args.top, args.out, prices, reason_in_error=not any(r.ran for r in rows))
+        _print(scenario.name, rows, args.top, args.out, prices)
         folded = math.prod(len(v) for v in axes.values()) - len(cands)
         if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
             why = [
@@ -235,13 +234,10 @@ def _document(
 _SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
-def _print(
-    name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None,
-    reason_in_error: bool = False,
-) -> None:
-    """The table of the layouts run, and a line per reason others were skipped; with
-    ``reason_in_error`` (none ran) the first reason is left to the error that follows, unless it
-    is memory's, whose line lists the layouts left out and their peaks."""
+def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
+    """The table of the layouts run, and a line per reason others were skipped; when none ran
+    the first reason is left to the error that follows (``run``), unless it is memory's, whose
+    line lists the layouts left out and their peaks."""
     console = stdout_console(120)
     ran = [r for r in rows if r.ran]
     axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
@@ -283,7 +279,7 @@ def _print(
     if len(ran) > top:
         console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
     for index, (field, count, first) in enumerate(skip_reasons(rows)):
-        if reason_in_error and index == 0 and field != MEMORY_FIELD:
+        if not ran and index == 0 and field != MEMORY_FIELD:
             continue
         if field == MEMORY_FIELD:
             # one capacity for all (a --hardware axis can mix GPUs: then each peak stands alone)
