@@ -5,7 +5,7 @@ errors, the Zero Bubble schedule ordering per compare group, and the ``--json`` 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -141,25 +141,28 @@ def _throughput(metric: str, value: float) -> float:
     return 1.0 / value if metric == "step_time_s" else value
 
 
+def _links(present: Container[str], order: Sequence[tuple[str, str, float]]) -> Iterator[tuple[str, str, float]]:
+    """The links of the chain ``order`` a group with the labels ``present`` is held to, as
+    (faster, slower, share): each present label against the next one present, so a group
+    without the middle labels (Table 6 has ZB-1p and 1F1B, no 1F1B-I) is still held to what
+    the chain implies, the share the faster may fall to compounded over the labels skipped
+    (ZB-1p >~ 1F1B-I > 1F1B: ZB-1p at least 0.95 x 1F1B), not passed for want of a direct link."""
+    fast: str | None = None
+    allowed = 1.0
+    for link_fast, slow, tol in order:
+        if fast is None and link_fast in present:
+            fast, allowed = link_fast, 1.0
+        allowed *= 1.0 - tol
+        if fast is not None and slow in present:
+            yield fast, slow, allowed
+            fast, allowed = slow, 1.0
+
+
 def _order_violations(
     values: dict[str, float], order: Sequence[tuple[str, str, float]]
 ) -> list[str]:
-    """The links of the chain ``order`` that ``values`` break, each present label against the
-    next one present: a group without the middle labels (Table 6 has ZB-1p and 1F1B, no 1F1B-I)
-    is still held to what the chain implies, its tolerances compounded over the labels skipped
-    (ZB-1p >~ 1F1B-I > 1F1B: ZB-1p at least 0.95 x 1F1B), not passed for want of a direct link."""
-    out = []
-    fast: str | None = None
-    allowed = 1.0  # the share of the slower label's value the faster one may fall to
-    for link_fast, slow, tol in order:
-        if fast is None and link_fast in values:
-            fast, allowed = link_fast, 1.0
-        allowed *= 1.0 - tol
-        if fast is not None and slow in values:
-            if values[fast] < allowed * values[slow]:
-                out.append(f"{fast} < {slow}")
-            fast, allowed = slow, 1.0
-    return out
+    """The links of the chain ``order`` (:func:`_links`) that ``values`` break."""
+    return [f"{fast} < {slow}" for fast, slow, allowed in _links(values, order) if values[fast] < allowed * values[slow]]
 
 
 def checked_rule(labels: Iterable[str], order: Sequence[tuple[str, str, float]] = ZB_ORDER) -> str:
@@ -167,16 +170,8 @@ def checked_rule(labels: Iterable[str], order: Sequence[tuple[str, str, float]] 
     labels in the chain, each link ``>`` or, where a tolerance lies between them, ``>~`` (a
     Table 6 group of ZB-V, ZB-1p and 1F1B: 'ZB-1p >~ 1F1B'; ZB-V is not in the chain)."""
     present = set(labels)
-    text = ""
-    allowed = 1.0
-    for link_fast, slow, tol in order:
-        if not text and link_fast in present:
-            text, allowed = link_fast, 1.0
-        allowed *= 1.0 - tol
-        if text and slow in present:
-            text += f" {'>~' if allowed < 1.0 else '>'} {slow}"
-            allowed = 1.0
-    return text
+    first = next((fast for fast, _, _ in order if fast in present), "")
+    return first + "".join(f" {'>~' if allowed < 1.0 else '>'} {slow}" for _, slow, allowed in _links(present, order))
 
 
 def ordering_line(checks: Sequence[OrderCheck]) -> str:
