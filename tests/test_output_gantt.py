@@ -370,3 +370,21 @@ def test_a_kind_drawn_only_under_a_pixel_says_so_in_the_legend():
     assert KIND_STYLES["recompute"].label + SUB_PIXEL_NOTE in legend
     for kind in ("forward", "backward", "optimizer", "send"):
         assert KIND_STYLES[kind].label in legend, kind
+
+
+def test_a_number_sits_once_at_the_centre_of_the_visible_part_of_its_block():
+    """Stage 0 of a 2-stage, 2-microbatch 1F1B step of 4-layer F (1 ms) and B (2 ms): F0 runs
+    0-1 ms, F1 1-2 ms, B0 4.2-6.2 ms (output_timeline's layout). A --window of 0.5-4.5 ms
+    cuts F0 and B0: their numbers sat at the middle of the whole block (B0's at 5.2 ms, past
+    the window's end) or on its first layer event (1/8 of the way along). Each visible block
+    carries its number once, at the centre of its part inside the window."""
+    t = make_1f1b(p=2, m=2, layers=4)
+    events = t.events[t.events["rank"] == 0]
+    _, layout = draw_gantt(events, t.rank_labels, step_time_s=t.summary["step_time_s"], window=(5e-4, 4.5e-3))
+    spots = sorted((s.text, s.kind, s.x_s) for s in layout.label_spots)
+    expected = [("0", "backward", (4.2e-3 + 4.5e-3) / 2), ("0", "forward", (5e-4 + 1e-3) / 2), ("1", "forward", 1.5e-3)]
+    assert [s[:2] for s in spots] == [e[:2] for e in expected]
+    assert [s[2] for s in spots] == pytest.approx([e[2] for e in expected])
+    # uncut, a 4-layer forward's number sits at its middle, not on its first layer's
+    _, whole = draw_gantt(events, t.rank_labels, step_time_s=t.summary["step_time_s"])
+    assert sorted(s.x_s for s in whole.label_spots if s.kind == "forward") == pytest.approx([5e-4, 1.5e-3])

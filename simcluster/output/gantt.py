@@ -73,18 +73,36 @@ class GanttRow:
 
 
 @dataclass(frozen=True)
+class LabelSpot:
+    """A microbatch number as drawn: ``x_s`` in seconds (the centre of the visible part of the
+    piece it sits on), its row, its text, and whether it sits on a white tag (the pieces being
+    too thin for it, it is placed over the whole group instead)."""
+
+    x_s: float
+    row: int
+    text: str
+    kind: str
+    tagged: bool
+
+
+@dataclass(frozen=True)
 class GanttLayout:
     """What the chart shows: rows top to bottom, the time window, the drawn blocks (events
     joined where the gap is under a pixel), the per-microbatch blocks that carry the labels,
-    the number of labels, and the image size in pixels."""
+    the microbatch numbers drawn, and the image size in pixels."""
 
     rows: tuple[GanttRow, ...]
     window_s: tuple[float, float]
     blocks: pd.DataFrame
     microbatch_blocks: pd.DataFrame
-    labels: int
+    label_spots: tuple[LabelSpot, ...]
     width_px: int
     height_px: int
+
+    @property
+    def labels(self) -> int:
+        """The number of microbatch numbers drawn."""
+        return len(self.label_spots)
 
 
 def detailed_ranks(events: pd.DataFrame, rank_labels: Mapping[int, str]) -> set[int]:
@@ -334,56 +352,57 @@ def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s
         )
 
 
-def _draw_labels(
-    ax,
-    groups: pd.DataFrame,
-    row_of: dict,
-    factor: float,
-    px_per_s: float,
-    font_pt: float,
-) -> int:
-    """Microbatch numbers, one per microbatch block, on its longest piece; returns the count."""
+def visible_pieces(blocks: pd.DataFrame, window_s: tuple[float, float]) -> pd.DataFrame:
+    """The drawn blocks cut to the window, each its own widest piece: a label goes on what is
+    visible. Uncut, a block crossing a --window edge had its number at the centre of its whole
+    extent (off-centre, or past the edge and clipped away), and a block joined from per-layer
+    events put it on its longest event, not on the block drawn (1/8 of the way along a
+    4-layer forward)."""
+    t0, t1 = window_s
+    pieces = blocks.copy()
+    pieces["start_s"] = pieces["start_s"].clip(lower=t0, upper=t1)
+    pieces["end_s"] = pieces["end_s"].clip(lower=t0, upper=t1)
+    pieces["widest_start_s"], pieces["widest_end_s"] = pieces["start_s"], pieces["end_s"]
+    return pieces
+
+
+def label_spots(groups: pd.DataFrame, row_of: dict, px_per_s: float, font_pt: float) -> list[LabelSpot]:
+    """Microbatch numbers, one per microbatch group: at the centre of its widest piece when
+    that has room, else on a tag at the centre of the group when the group has."""
     char_px = 0.62 * font_pt * DPI / 72
-    drawn = 0
     # only the blocks with room for a one-digit number at least, picked with whole columns:
     # reading every group row by row (Arrow strings and all) took as long as drawing the
     # labels of a 185k-event timeline, which are few or none at that density
     microbatch = groups["microbatch"].to_numpy()
     room = (groups["end_s"] - groups["start_s"]).to_numpy(dtype=float) * px_per_s
     candidates = groups["kind"].isin(LABELED_KINDS).to_numpy() & (microbatch >= 0) & (room >= char_px + 3)
+    spots = []
     for g in groups[candidates].itertuples(index=False):
         text = str(g.microbatch)
         need_px = len(text) * char_px + 3
-        y = row_of[(g.rank, g.stream)]
+        row = row_of[(g.rank, g.stream)]
         if (g.widest_end_s - g.widest_start_s) * px_per_s >= need_px:
-            x = (g.widest_start_s + g.widest_end_s) / 2 * factor
-            color = text_color(_fill(g.kind))
-            ax.text(
-                x, y, text, ha="center", va="center", fontsize=font_pt, color=color, clip_on=True
-            )
+            spots.append(LabelSpot((g.widest_start_s + g.widest_end_s) / 2, row, text, str(g.kind), False))
         elif (g.end_s - g.start_s) * px_per_s >= need_px + 4:
             # Pieces too thin for the number: put it on a small white tag over the block.
-            x = (g.start_s + g.end_s) / 2 * factor
-            ax.text(
-                x,
-                y,
-                text,
-                ha="center",
-                va="center",
-                fontsize=font_pt,
-                color="black",
-                clip_on=True,
-                bbox={
-                    "boxstyle": "round,pad=0.1",
-                    "facecolor": "white",
-                    "edgecolor": "none",
-                    "alpha": 0.85,
-                },
-            )
-        else:
-            continue
-        drawn += 1
-    return drawn
+            spots.append(LabelSpot((g.start_s + g.end_s) / 2, row, text, str(g.kind), True))
+    return spots
+
+
+def _draw_labels(ax, spots: list[LabelSpot], factor: float, font_pt: float) -> None:
+    for spot in spots:
+        tag = {"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
+        ax.text(
+            spot.x_s * factor,
+            spot.row,
+            spot.text,
+            ha="center",
+            va="center",
+            fontsize=font_pt,
+            color="black" if spot.tagged else text_color(_fill(spot.kind)),
+            clip_on=True,
+            bbox=tag if spot.tagged else None,
+        )
 
 
 class LoweredBar:
@@ -530,7 +549,7 @@ def draw_gantt(
     height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
     blocks = merge_blocks(visible, min_gap_s=1.0 / px_per_s, collapse_layers=False)
-    groups = _label_groups(blocks, 1.0 / px_per_s)
+    groups = _label_groups(visible_pieces(blocks, (t0, t1)), 1.0 / px_per_s)
 
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
@@ -538,7 +557,8 @@ def draw_gantt(
     font_pt = min(8.0, pitch * 72 * _BAR * 0.62)
     scale = time_scale(t1 - t0)
     _draw_blocks(ax, blocks, row_of, scale.factor, px_per_s)
-    labels = _draw_labels(ax, groups, row_of, scale.factor, px_per_s, font_pt)
+    spots = label_spots(groups, row_of, px_per_s, font_pt)
+    _draw_labels(ax, spots, scale.factor, font_pt)
     for i in range(1, len(rows)):
         if rows[i].rank != rows[i - 1].rank:  # separate GPUs with a thin rule
             ax.axhline(i - 0.5, color="#BBBBBB", linewidth=0.6)
@@ -572,7 +592,7 @@ def draw_gantt(
         (t0, t1),
         blocks,
         groups,
-        labels,
+        tuple(spots),
         int(FIG_WIDTH_IN * DPI),
         int(round(height_in * DPI)),
     )
