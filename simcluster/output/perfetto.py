@@ -4,7 +4,8 @@ Laid out like a PyTorch profiler (Kineto) GPU trace so simulated and measured tr
 same way: one process per simulated GPU (``pid`` = rank), one thread per stream (``tid``),
 complete events ``ph: "X"`` with ``cat: "kernel"`` for compute and communication alike
 (Kineto shows NCCL kernels as ``kernel`` too). p2p transfers get flow arrows (``ph: s`` on
-the send, ``ph: f`` with ``bp: e`` on the recv) and memory per stage is a counter track.
+the send, ``ph: f`` with ``bp: e`` on the recv) and memory per stage is a counter
+track by category beside one of its total.
 
 Timestamps are microseconds. They are put on an integer-nanosecond grid first: Perfetto
 converts ``ts``/``dur`` to integer ns, so events that touch in seconds still touch (not
@@ -196,7 +197,11 @@ def _flows(frame: pd.DataFrame, start_ns: np.ndarray, end_ns: np.ndarray) -> lis
 
 
 def _counters(memory: pd.DataFrame, stage_pid: Mapping[int, int]) -> list[dict]:
-    """One counter track per stage, in the process of the stage's first simulated GPU."""
+    """Two counter tracks per stage, in the process of the stage's first simulated GPU: its
+    memory by category, and its total on a track of its own. The legacy chrome://tracing
+    viewer stacks the series of one counter event, so a ``total`` beside its parts was drawn
+    on top of them at twice the height; Perfetto draws each series as its own track either way.
+    """
     out = []
     frame = validate_memory(memory)
     times = _to_ns(frame["time_s"].to_numpy())
@@ -204,16 +209,12 @@ def _counters(memory: pd.DataFrame, stage_pid: Mapping[int, int]) -> list[dict]:
         pid = stage_pid.get(int(row.stage))
         if pid is None:
             continue
-        values = {cat: getattr(row, cat) / GiB for cat in (*MEMORY_CATEGORIES, "total")}
-        out.append(
-            {
-                "ph": "C",
-                "name": f"memory stage {row.stage} (GiB)",
-                "pid": pid,
-                "ts": _us(int(t)),
-                "args": values,
-            }
-        )
+        parts = {cat: getattr(row, cat) / GiB for cat in MEMORY_CATEGORIES}
+        for name, values in (
+            (f"memory stage {row.stage} (GiB)", parts),
+            (f"memory stage {row.stage} total (GiB)", {"total": row.total / GiB}),
+        ):
+            out.append({"ph": "C", "name": name, "pid": pid, "ts": _us(int(t)), "args": values})
     return out
 
 
