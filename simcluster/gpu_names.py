@@ -5,7 +5,7 @@ an AWS instance type (``p5.48xlarge``) or one of NVIDIA's clusters (``Selene``, 
 name a GPU; ``cluster.hardware`` takes them and means NVIDIA's (or AMD's) reference node for
 it: the 8-GPU DGX/HGX board with NVSwitch and a NIC per GPU, or the NVL72 rack for Grace-Blackwell. A memory size picks between parts (A100 40 GB
 or 80 GB; no size means the larger). A board the shipped profiles do not describe (a PCIe or
-NVL card, a CNX converged accelerator, a memory size no shipped part has) is refused with what to use instead, rather than
+NVL card, a converged accelerator (CNX, A100X), a memory size no shipped part has) is refused with what to use instead, rather than
 silently read as the SXM part, whose power, clocks and NVLink differ.
 """
 
@@ -64,7 +64,8 @@ _UNSHIPPED_GPU = re.compile(r"(?<![a-z0-9])(" + "|".join(_UNSHIPPED_GPUS) + r")(
 
 # longest names first, so 'gb200' is not read as 'b200'; the name ends at a separator or a board
 # suffix run on ('H100SXM5', 'GB200NVL72', 'h100nvl', read below), not at other letters: 'A100X'
-# is another card (a PCIe converged accelerator) and 'h200x' a typo, neither the shipped node
+# is another card (a PCIe converged accelerator, refused by name) and 'h200x' a typo, neither the
+# shipped node
 _GPU = re.compile(
     r"(?<![a-z0-9])(" + "|".join(sorted(REFERENCE_NODES, key=len, reverse=True)) + r")(?=sxm|nvl|pcie|cnx|[^a-z0-9]|$)"
 )
@@ -75,6 +76,21 @@ _OTHER_BOARD = re.compile(r"pcie|nvl(?!\d)")
 # a converged accelerator: the GPU and a ConnectX-7 on one PCIe card (NVIDIA H100 CNX product
 # brief), not the SXM part of a DGX
 _CONVERGED = re.compile(r"cnx")
+#: converged accelerators named by a letter glued to the GPU's name -> (the GPU, what shares its
+#: PCIe card): the A100X carries an A100 and a BlueField-2 DPU (NVIDIA A100X product brief)
+_CONVERGED_CARDS = {"a100x": ("a100", "a BlueField-2 DPU")}
+_CONVERGED_CARD = re.compile(r"(?<![a-z0-9])(" + "|".join(_CONVERGED_CARDS) + r")(?![a-z])")
+
+
+def _converged_refusal(field: str, card: str, gpu: str, partner: str) -> UserError:
+    """The refusal of a converged accelerator ``card`` (the ``gpu`` and ``partner`` on one PCIe
+    card): not the SXM part the shipped profile of ``gpu`` describes."""
+    return UserError(
+        field,
+        f"no shipped profile for the {card}, a PCIe converged accelerator (the GPU and {partner} on one "
+        f"card; the shipped {gpu.upper()} is the SXM part of {REFERENCE_NODES[gpu][None]}, with other power, "
+        "clocks and NVLink); give a profile YAML for that card, e.g. from simcluster's calibrate",
+    )
 
 
 def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
@@ -108,6 +124,10 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
     if not match and system:
         return SYSTEMS[system.group(1)]
     if not match:
+        converged = _CONVERGED_CARD.search(key)
+        if converged:
+            gpu, partner = _CONVERGED_CARDS[converged.group(1)]
+            raise _converged_refusal(field, converged.group(1).upper(), gpu, partner)
         unshipped = _UNSHIPPED_GPU.search(key)
         if unshipped:
             gpu = unshipped.group(1)
@@ -116,12 +136,7 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
     gpu = match.group(1)
     rest = key[match.end() :]
     if _CONVERGED.search(rest):
-        raise UserError(
-            field,
-            f"no shipped profile for the {gpu.upper()} CNX, a PCIe converged accelerator (the GPU and a "
-            f"ConnectX-7 on one card; the shipped {gpu.upper()} is the SXM part of {REFERENCE_NODES[gpu][None]}, "
-            "with other power, clocks and NVLink); give a profile YAML for that card, e.g. from simcluster's calibrate",
-        )
+        raise _converged_refusal(field, f"{gpu.upper()} CNX", gpu, "a ConnectX-7")
     if _OTHER_BOARD.search(rest):
         raise UserError(
             field,

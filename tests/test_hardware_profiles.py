@@ -335,11 +335,11 @@ def test_gpu_names_no_profile_describes_are_refused(spelling, message):
         resolve_profile_path(spelling)
 
 
-@pytest.mark.parametrize("spelling", ["h200x", "A100X", "h100l", "mi300xx", "B200A", "a100foo"])
+@pytest.mark.parametrize("spelling", ["h200x", "A100XL", "h100l", "mi300xx", "B200A", "a100foo"])
 def test_letters_glued_to_a_gpu_name_are_not_that_gpu(spelling):
     """A GPU name with letters run on is another part or a typo, not the shipped SXM board:
-    NVIDIA's A100X is a PCIe converged card (A100 with a BlueField-2 DPU), and 'h200x' ran as
-    dgx-h200 without a word. Refused as unknown (with the nearest profile as a hint), like 'h1000'."""
+    'h200x' ran as dgx-h200 without a word. Refused as unknown (with the nearest profile as a
+    hint), like 'h1000'."""
     with pytest.raises(UserError, match="unknown hardware"):
         resolve_profile_path(spelling)
 
@@ -364,6 +364,16 @@ def test_the_h100_cnx_converged_accelerator_is_refused_not_read_as_dgx_h100(spel
     product brief: PCIe Gen5 form factor); 'H100 CNX' and 'h100-cnx' ran as the SXM dgx-h100,
     'H100CNX' was an unknown name. Refused as the PCIe/NVL boards are, with what to give."""
     with pytest.raises(UserError, match="no shipped profile for the H100 CNX, a PCIe converged accelerator"):
+        resolve_profile_path(spelling)
+
+
+@pytest.mark.parametrize("spelling", ["A100X", "nvidia-a100x", "A100X 80GB"])
+def test_the_a100x_converged_accelerator_is_refused_by_name(spelling):
+    """NVIDIA's A100X is a PCIe card carrying an A100 and a BlueField-2 DPU (NVIDIA A100X
+    product brief), as the H100 CNX carries an H100 and a ConnectX-7: refused the same way,
+    naming the card, rather than as unknown hardware."""
+    with pytest.raises(UserError, match="no shipped profile for the A100X, a PCIe converged accelerator .the GPU "
+                       "and a BlueField-2 DPU on one card; the shipped A100 is the SXM part of dgx-a100"):  # fmt: skip
         resolve_profile_path(spelling)
 
 
