@@ -804,3 +804,28 @@ def test_an_imported_scenario_error_names_the_size_given_even_when_it_is_zero(ca
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cluster.nodes:") and "--gpus None" not in err
     assert "(in the scenario imported from run_table_1.sh on --nodes 0;" in err
+
+
+def test_out_does_not_replace_an_imported_file_edited_by_hand(tmp_path):
+    """The mark line records a SHA-256 of the lines below it: the importer's own file is
+    replaced, the same file tuned by hand afterwards is refused as a hand-made one is (--force
+    overwrites it), and a mark line recording no digest cannot vouch for the file."""
+    import hashlib
+
+    from simcluster.commands.importing import check_out_free
+    from simcluster.importers import Imported
+
+    text = Imported({"name": "s", "training": {"global_batch": 64}}, "job.json", notes=["n"]).yaml_text()
+    first, body = text.split("\n", 1)
+    assert first.endswith(f"(sha256 of the lines below: {hashlib.sha256(body.encode()).hexdigest()[:16]})")
+    out = tmp_path / "s.yaml"
+    out.write_text(text)
+    check_out_free(str(out), force=False)  # a re-import
+    out.write_text(text.replace("global_batch: 64", "global_batch: 128"))
+    with pytest.raises(UserError, match=r"^--out: '.*s\.yaml' exists and was edited after simcluster import wrote "
+                       r"it; give another path, or --force to overwrite it$"):  # fmt: skip
+        check_out_free(str(out), force=False)
+    check_out_free(str(out), force=True)
+    out.write_text(first.split(" (sha256")[0] + "\n" + body)
+    with pytest.raises(UserError, match="by an older simcluster import, whose first line records no digest"):
+        check_out_free(str(out), force=False)

@@ -11,7 +11,7 @@ from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.hf_import import read_config
 from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
-from simcluster.importers.result import IMPORTED_MARK
+from simcluster.importers.result import IMPORTED_MARK, body_digest, recorded_digest
 from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
@@ -75,27 +75,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def written_by_import(path: Path) -> bool:
-    """Whether the file at ``path`` starts as every scenario the importer writes does: one it
-    may replace (a re-import), unlike a scenario written or edited by hand."""
+def import_state(path: Path) -> str:
+    """What the file at ``path`` is to the importer: ``"intact"``, a scenario it wrote and
+    nobody changed since (one it may replace: a re-import); ``"edited"``, one it wrote whose
+    lines below the first no longer match the digest the first records; ``"undigested"``, one
+    an importer wrote before the digest (an edit cannot be ruled out); ``"other"``, a file it
+    did not write."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return f.readline().startswith(IMPORTED_MARK)
+        data = path.read_bytes()
     except OSError:
-        return False
+        return "other"
+    first, _, body = data.partition(b"\n")
+    line = first.decode("utf-8", errors="replace")
+    if not line.startswith(IMPORTED_MARK):
+        return "other"
+    recorded = recorded_digest(line)
+    if recorded is None:
+        return "undigested"
+    return "intact" if recorded == body_digest(body) else "edited"
 
 
 def check_out_free(out: str, force: bool) -> None:
-    """Refuse to replace a file at ``out`` that the importer did not write, unless ``force``:
-    ``--out`` overwrote a hand-made scenario without a word. An empty file (``mktemp``'s)
-    holds nothing to lose."""
+    """Refuse to replace a file at ``out`` that the importer did not write, or wrote and the user
+    then edited, unless ``force``: ``--out`` overwrote a hand-made scenario without a word, and
+    a hand-tuned import too. An empty file (``mktemp``'s) holds nothing to lose."""
     target = Path(out)
-    if force or not target.is_file() or target.stat().st_size == 0 or written_by_import(target):
+    if force or not target.is_file() or target.stat().st_size == 0:
         return
-    raise UserError(
-        "--out",
-        f"'{out}' exists and was not written by simcluster import; give another path, or --force to overwrite it",
-    )
+    state = import_state(target)
+    if state == "intact":
+        return
+    what = {
+        "other": "was not written by simcluster import",
+        "edited": "was edited after simcluster import wrote it",
+        "undigested": "was written by an older simcluster import, whose first line records no digest to tell "
+        "an edit by hand",
+    }[state]
+    raise UserError("--out", f"'{out}' exists and {what}; give another path, or --force to overwrite it")
 
 
 def _variables(items: list[str] | None) -> dict[str, str]:

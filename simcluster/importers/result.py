@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +14,26 @@ from simcluster.errors import UserError
 #: the first line's start of every scenario the importer writes: what marks a file it may
 #: overwrite without --force (commands/importing.py)
 IMPORTED_MARK = "# imported by `simcluster import`"
+#: the end of that first line: a digest of every line after it, so that a file the importer
+#: wrote and the user then edited by hand is told from one it may replace
+_DIGEST = re.compile(r" \(sha256 of the lines below: ([0-9a-f]{16})\)\r?$")
+
+
+def body_digest(body: bytes) -> str:
+    """The digest the mark line records of ``body`` (the file after its first line): the first
+    16 hex digits of its SHA-256, enough to tell an edit from chance."""
+    return hashlib.sha256(body).hexdigest()[:16]
+
+
+def mark_line(source: str, body: str) -> str:
+    """The first line of a scenario the importer writes from ``source`` with ``body`` below."""
+    return f"{IMPORTED_MARK} from {source} (sha256 of the lines below: {body_digest(body.encode('utf-8'))})"
+
+
+def recorded_digest(first_line: str) -> str | None:
+    """The digest an importer-written first line records, None if it records none."""
+    found = _DIGEST.search(first_line)
+    return found.group(1) if found else None
 
 
 @dataclass
@@ -53,10 +75,10 @@ class Imported:
                 raise UserError(dotted, fix)
 
     def yaml_text(self) -> str:
-        """The scenario as YAML, headed by comments: its source, the notes and every setting
-        not imported."""
-        lines = [f"{IMPORTED_MARK} from {self.source}"]
-        lines += [f"# note: {n}" for n in self.notes]
+        """The scenario as YAML, headed by comments: its source (with a digest of the rest of
+        the file), the notes and every setting not imported."""
+        lines = [f"# note: {n}" for n in self.notes]
         lines += [f"# not imported: {s}" for s in self.skipped_lines()]
         body = yaml.safe_dump(self.scenario, sort_keys=False, default_flow_style=False, width=100)
-        return "\n".join(lines) + "\n" + body
+        rest = "".join(f"{line}\n" for line in lines) + body
+        return mark_line(self.source, rest) + "\n" + rest
