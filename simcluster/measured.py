@@ -16,6 +16,7 @@ the first one it lists; the others are kept in the note, not silently dropped.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -111,12 +112,22 @@ class Measured:
     bare_tflops: bool = False
 
 
-def positive_number(value: Any, where: str) -> float:
-    """``value`` as a float, or a one-line error naming ``where`` unless it is finite and above 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise UserError(where, f"must be a positive number, got {value!r}; give the figure as published, a number above 0")
-    if value == float("inf"):
-        raise UserError(where, f"must be a finite number, got {value!r}; give the figure as published, a number above 0")
+#: what to do about a measured figure that is not a finite number above 0 (validation cases)
+PUBLISHED_FIX = "give the figure as published, a number above 0"
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message quotes it: YAML's ``null`` for None, long ones cut at 60."""
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def positive_number(value: Any, where: str, fix: str = PUBLISHED_FIX) -> float:
+    """``value`` as a float, or a one-line error naming ``where`` (and ``fix``, what to do) unless
+    it is a finite number above 0: a measured figure of a validation case, a profile's measured
+    table row (measured_tables.py), one wording for both."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise UserError(where, f"must be a finite number above 0, got {shown(value)}; {fix}")
     return float(value)
 
 

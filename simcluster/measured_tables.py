@@ -12,11 +12,12 @@ misspelt ``op`` a row silently unused. ``measured.moe`` has its own schema (moe_
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 from simcluster.errors import UserError, did_you_mean
+from simcluster.measured import positive_number
+from simcluster.measured import shown as _shown
 from simcluster.network.ops import OPS
 
 #: the ``scope`` of a collectives row (calibrate/busbw.py): one node, across nodes, or both
@@ -74,15 +75,7 @@ def _check_numbers(
         value = row.get(key)
         if value is None and key not in needed:
             continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise UserError(
-                f"{where}.{key}", f"must be a finite number above 0, got {_shown(value)}; {_FIX}"
-            )
+        positive_number(value, f"{where}.{key}", _FIX)
 
 
 def _check_collective(row: dict[str, Any], where: str) -> None:
@@ -100,8 +93,3 @@ def _check_collective(row: dict[str, Any], where: str) -> None:
         raise UserError(
             where, f"needs time_s or busbw_GBps (the nccl-tests time or bus bandwidth); {_FIX}"
         )
-
-
-def _shown(value: Any) -> str:
-    text = "null" if value is None else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -77,6 +77,23 @@ def test_bad_collective_rows(edit: dict, field: str) -> None:
     assert f"field 'measured.collectives[3].{field}'" in err.value.message
 
 
+@pytest.mark.parametrize("bad", [-0.002, float("inf"), float("nan"), "fast", True])
+def test_a_table_row_and_a_validation_figure_say_the_same_of_a_bad_number(bad: object) -> None:
+    """One check (measured.positive_number) and one wording for a number that must be finite and
+    above 0, whether a profile's measured table or a validation case's measured figure holds it;
+    only the fix differs (re-run calibrate / give the published figure)."""
+    from simcluster.measured import positive_number
+
+    with pytest.raises(UserError) as table:
+        profile_from_dict(_with("gemm", [{**GEMM, "time_s": bad}]), origin="p.yaml")
+    with pytest.raises(UserError) as figure:
+        positive_number(bad, "c.measured.step_time_s")
+    said = f"must be a finite number above 0, got {bad!r}; "
+    assert table.value.one_line().endswith(said + "fix the row or re-run calibrate (docs/architecture.md, "
+                                           "'measured:', lists each table's fields)")  # fmt: skip
+    assert figure.value.one_line().endswith(said + "give the figure as published, a number above 0")
+
+
 def test_a_row_needs_a_time_or_a_bandwidth() -> None:
     raw = _raw()
     row = raw["measured"]["collectives"][3]
