@@ -58,9 +58,13 @@ class Context:
         return orders
 
 
-def build_context(scenario: Scenario, hardware: str | None = None) -> Context:
-    """Resolve model, hardware profile (``hardware`` overrides cluster.hardware) and layout."""
-    model = build_model(scenario.model.model_dump(exclude_none=True))
+def build_context(
+    scenario: Scenario, hardware: str | None = None, hf_parsed: dict[str, Any] | None = None
+) -> Context:
+    """Resolve model, hardware profile (``hardware`` overrides cluster.hardware) and layout.
+    ``hf_parsed``: the JSON object of the scenario's model.hf_config, when the caller has read
+    the file already (the importer: it is read once)."""
+    model = build_model(scenario.model.model_dump(exclude_none=True), hf_parsed)
     profile = load_profile(
         hardware or scenario.cluster.hardware,
         scenario.cluster.overrides(),

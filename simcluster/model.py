@@ -635,15 +635,19 @@ def load_preset(name: str, field_name: str = "model.preset") -> ModelSpec:
 
 
 def from_hf_config(
-    path: str | Path, field_name: str = "model.hf_config", fill: dict[str, Any] | None = None
+    path: str | Path,
+    field_name: str = "model.hf_config",
+    fill: dict[str, Any] | None = None,
+    parsed: dict[str, Any] | None = None,
 ) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (Llama/Mistral/Qwen/Gemma-style, MoE
     Mixtral/Qwen-MoE/DeepSeek-V3, and GPT-2, OPT, BLOOM, GPT-NeoX, Falcon, ...; see
     :mod:`simcluster.hf_import`). ``fill``: the scenario's own shape fields, which stand in for
-    ones the file leaves out."""
+    ones the file leaves out. ``parsed``: the file's JSON object when the caller has read it
+    already (``simcluster import --hf-config`` reads it once, for its own error)."""
     from simcluster.hf_import import _KEYS, Unsupported, fields_from_config, read_config
 
-    cfg = read_config(path, field_name)
+    cfg = parsed if parsed is not None else read_config(path, field_name)
     p = Path(path)
     name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
     try:
@@ -675,11 +679,12 @@ def _names_preset_without_shape(section: dict[str, Any]) -> bool:
     return any(section.get(key) is None for key in ("layers", "hidden", "heads", "vocab"))
 
 
-def build_model(section: dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from a scenario's ``model:`` section (preset / hf_config / fields, + overrides)."""
+def build_model(section: dict[str, Any], hf_parsed: dict[str, Any] | None = None) -> ModelSpec:
+    """A ModelSpec from a scenario's ``model:`` section (preset / hf_config / fields, + overrides);
+    ``hf_parsed``: its hf_config's JSON object, when the caller has read the file already."""
     section = dict(section)
     stated = section.pop("params", None)
-    spec = _build_model(section)
+    spec = _build_model(section, hf_parsed)
     if stated is not None:
         check_stated_params(float(stated), spec.params_total(), spec.params_active())
     return spec
@@ -699,7 +704,7 @@ def _check_unknown_name(section: dict[str, Any]) -> None:
     )
 
 
-def _build_model(section: dict[str, Any]) -> ModelSpec:
+def _build_model(section: dict[str, Any], hf_parsed: dict[str, Any] | None = None) -> ModelSpec:
     preset = section.pop("preset", None)
     hf = section.pop("hf_config", None)
     if preset and hf:
@@ -707,7 +712,8 @@ def _build_model(section: dict[str, Any]) -> ModelSpec:
     if preset:
         base = load_preset(str(preset))
     elif hf:
-        base = from_hf_config(hf, fill={k: section.get(k) for k in ("layers", "hidden", "heads", "vocab")})
+        fill = {k: section.get(k) for k in ("layers", "hidden", "heads", "vocab")}
+        base = from_hf_config(hf, fill=fill, parsed=hf_parsed)
     elif _names_preset_without_shape(section):
         # `model: {name: llama3-8b}` reads as the preset: the fields alone could not build a
         # model, so a name that is a preset can only mean it (given shapes still override)

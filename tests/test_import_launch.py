@@ -829,3 +829,27 @@ def test_out_does_not_replace_an_imported_file_edited_by_hand(tmp_path):
     out.write_text(first.split(" (sha256")[0] + "\n" + body)
     with pytest.raises(UserError, match="by an older simcluster import, whose first line records no digest"):
         check_out_free(str(out), force=False)
+
+
+def test_the_hf_config_is_read_once(monkeypatch, tmp_path):
+    """`import --hf-config` read the file for its own error, again for torchtitan's layer count
+    (its pipeline split) and again to check the scenario: three reads of one file, which could
+    change between them. It is read once and what was read is passed on."""
+    import simcluster.hf_import as hf_import
+
+    reads: list[str] = []
+    real = hf_import.read_text
+
+    def counted(path, *rest):
+        reads.append(str(path))
+        return real(path, *rest)
+
+    monkeypatch.setattr(hf_import, "read_text", counted)
+    hf = Path(__file__).parent / "fixtures" / "hf" / "olmo-2-7b.json"
+    argv = ["import", "torchtitan", str(LAUNCH / "torchtitan" / "llama3_8b.toml"), "--cluster", "dgx-h100",
+            "--nodes", "4", "--hf-config", str(hf), "--out", str(tmp_path / "s.yaml")]  # fmt: skip
+    assert main(argv) == 0
+    assert reads == [str(hf)]
+    assert yaml.safe_load((tmp_path / "s.yaml").read_text(encoding="utf-8"))["model"] == {
+        "hf_config": str(hf.resolve())
+    }

@@ -128,29 +128,34 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
     """The import ``args`` ask for, with ``--set`` applied and the result validated (schema,
     model, hardware and layout: what ``simcluster run`` checks before simulating)."""
     hf_config = str(Path(args.hf_config).resolve()) if args.hf_config else None
-    options = ImportOptions(
-        cluster=args.cluster, nodes=args.nodes, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
-        model=args.model, hf_config=hf_config, seq_len=args.seq_len, framework=args.framework,
-        variables=_variables(args.var),
-    )  # fmt: skip
-    result = import_config(args.kind, args.file, options)
+    hf_parsed = None
     if args.hf_config:
-        # read now, so that a bad one is --hf-config's error, not the scenario field's (whose
-        # fix speaks of a path relative to a scenario's folder, or of model.preset)
+        # read first, so that a bad one is --hf-config's error, not the scenario field's (whose
+        # fix speaks of a path relative to a scenario's folder, or of model.preset); and once:
+        # the importer and the check below take what was read
         if not Path(args.hf_config).exists():
             raise UserError(
                 "--hf-config",
                 f"file '{args.hf_config}' not found; give the path of a Hugging Face config.json (a Hub "
                 "id is not fetched: download its config.json first), or a shipped model as --model",
             )
-        read_config(args.hf_config, "--hf-config")
+        hf_parsed = read_config(args.hf_config, "--hf-config")
+    options = ImportOptions(
+        cluster=args.cluster, nodes=args.nodes, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+        model=args.model, hf_config=hf_config, seq_len=args.seq_len, framework=args.framework,
+        variables=_variables(args.var), hf_parsed=hf_parsed,
+    )  # fmt: skip
+    result = import_config(args.kind, args.file, options)
     overrides = parse_set(args.overrides)
     if overrides:
         result.scenario = apply_overrides(result.scenario, overrides)
         result.notes.append(f"with --set {' '.join(args.overrides)}")
     result.check_needs()
+    model = result.scenario.get("model")
+    # what was read is the scenario's model only while --set has not pointed it elsewhere
+    same = isinstance(model, dict) and hf_config is not None and model.get("hf_config") == hf_config
     try:
-        build_context(scenario_from_dict(result.scenario))
+        build_context(scenario_from_dict(result.scenario), hf_parsed=hf_parsed if same else None)
     except UserError as exc:
         # the error is about a scenario the user never wrote: say where it came from, since the
         # fix is often the import's own options (SC'21's 1.7B case of run_table_1.sh is written

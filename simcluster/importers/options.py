@@ -23,6 +23,8 @@ class ImportOptions:
     framework: str | None = None
     #: shell variables set before a launch script runs (``--var MODEL_SIZE=39B``)
     variables: dict[str, str] = field(default_factory=dict)
+    #: the JSON object of ``hf_config``, read once by the command (commands/importing.py)
+    hf_parsed: dict[str, Any] | None = None
 
     def cluster_section(self) -> dict[str, Any]:
         """``cluster:`` from ``--cluster`` and ``--nodes``/``--gpus`` (``--gpus-per-node``)."""

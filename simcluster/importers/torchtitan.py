@@ -233,7 +233,7 @@ def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any],
     else:
         from simcluster.model import build_model
 
-        layers = build_model(dict(section)).layers
+        layers = build_model(dict(section), options.hf_parsed).layers
     return section, layers
 
 
