@@ -61,6 +61,73 @@ def layers_per_stage(
     return counts
 
 
+def megatron_vpp(layers: int, pp: int, per_virtual: int, extra: int, field: str) -> int:
+    """Virtual stages per pipeline rank from the layers each holds (Megatron's
+    --num-layers-per-virtual-pipeline-stage) as ``training/arguments.py`` ``validate_args``
+    derives it: the layers plus ``extra`` (one each for --account-for-embedding/loss-in-pipeline-
+    split) must divide by pp ("number of layers of the model must be divisible pipeline model
+    parallel size") and a rank's share by ``per_virtual``; vpp = rank's share / ``per_virtual``.
+    ``field`` is the name the error gives (the scenario's field or the importer's flag)."""
+    total = layers + extra
+    counted = f" (+{extra} for the embedding/loss) = {total}" if extra else ""
+    if total % pp:
+        raise UserError(field, f"the model's {layers} layers{counted} do not divide over pp={pp} stages (Megatron asserts it)")
+    per_rank = total // pp
+    if per_rank % per_virtual:
+        raise UserError(
+            field, f"{per_virtual} does not divide the {per_rank} layers of each of pp={pp} stages{counted and ' (counted)'}"
+        )
+    return per_rank // per_virtual
+
+
+def megatron_accounted(layers: int, pp: int, vpp: int, embedding: bool, loss: bool, field: str) -> list[int]:
+    """Layers of the pp*vpp virtual stages (model order) with the embedding and/or the loss
+    counted as a layer (Megatron-Core's --account-for-embedding/loss-in-pipeline-split):
+    ``transformer_block.get_num_layers_to_build`` gives each rank (layers + embedding + loss) / pp
+    and each of its chunks that / vpp, asserting both divide, then builds one fewer on the first
+    virtual stage in model order for the embedding (pipeline rank 0's first chunk) and on the
+    last for the loss (the last rank's last chunk); ``transformer_layer
+    .get_transformer_layer_offset`` moves every later chunk's first layer back by one."""
+    total = layers + embedding + loss
+    if total % pp or (total // pp) % vpp:
+        raise UserError(
+            field,
+            f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp}"
+            f"{f' x vpp {vpp}' if vpp > 1 else ''} (Megatron asserts it)",
+        )
+    stages = [total // (pp * vpp)] * (pp * vpp)
+    stages[0] -= embedding
+    stages[-1] -= loss
+    return stages
+
+
+def megatron_first_last(layers: int, pp: int, vpp: int, first: int | None, last: int | None, field: str) -> list[int]:
+    """Layers of the pp*vpp virtual stages (model order) under Megatron-Core's
+    --decoder-first/last-pipeline-num-layers: the first / last rank holds the given layers, the
+    middle ranks split the rest evenly, and each rank's layers split evenly over its vpp chunks
+    (``transformer_block.get_num_layers_to_build``; ``TransformerConfig.__post_init__`` raises
+    unless the first's, the last's and each middle rank's layers divide by vpp). Chunk c of rank
+    r is virtual stage c*pp + r: ``transformer_layer.get_transformer_layer_offset`` puts it at
+    c*(first + middle + last per chunk) + the chunks of the ranks before it."""
+    middle = pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if middle <= 0 and rest or middle > 0 and rest % middle:
+        raise UserError(field, f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)")
+    per = rest // middle if middle > 0 else 0
+    ranks = [per] * pp
+    if first is not None:
+        ranks[0] = first
+    if last is not None:
+        ranks[-1] = last
+    if vpp > 1 and any(n % vpp for n in ranks):
+        raise UserError(
+            field,
+            f"the pipeline ranks' layers {ranks} do not each divide over vpp {vpp} chunks "
+            "(Megatron-Core's TransformerConfig raises it)",
+        )
+    return [ranks[r] // vpp for _ in range(vpp) for r in range(pp)]
+
+
 #: frameworks whose interleaved schedule is Megatron's, with the layers each may add to the split:
 #: Megatron-Core (and NeMo and Megatron-Bridge, which run it) counts the embedding and the loss
 #: as a layer each under --account-for-embedding/loss-in-pipeline-split; Megatron-LM of 2021
