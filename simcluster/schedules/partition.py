@@ -178,8 +178,13 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
 
 
 #: Megatron-family frameworks whose interleaved schedule asserts a pipeline of more than two
-#: ranks unless pipeline sends and receives overlap (Megatron-LM 2021 had no such overlap)
-MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021")
+#: ranks unless pipeline sends and receives overlap (Megatron-LM 2021 had no such overlap). The
+#: Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism megatron/training/arguments.py
+#: validate_args) asserts the same for --num-layers-per-virtual-pipeline-stage (its interleaved
+#: and interleaved zero-bubble schedules); its ZB-V sets its two chunks itself after that check
+#: (megatron/core/zbpp_utils.py validate_arguments: virtual_pipeline_model_parallel_size = 2,
+#: pp > 1 only), and the V schedules take no parallel.vpp, so pp = 2 stays open to them
+MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021", "zero-bubble")
 
 
 def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: bool) -> None:
@@ -201,7 +206,10 @@ def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: b
       without ("to avoid having multiple p2p sends and recvs between same 2 ranks per
       communication batch"); the overlap is on by default since the flag became
       --no-overlap-p2p-communication. simcluster's ``overlap.pp_comm`` is that flag (the
-      megatron-core, nemo and megatron-bridge presets set it): refused when it is false.
+      megatron-core, nemo and megatron-bridge presets set it): refused when it is false. The Zero Bubble fork's
+      ``validate_args`` keeps this rule and its preset turns the overlap off (its example
+      script's --no-overlap-p2p-communication): interleaving on two ranks is refused there
+      unless ``overlap.pp_comm`` is set.
     - Megatron-Core releases whose ``parallel_state.initialize_model_parallel`` still raised for
       pp <= 2 whatever the overlap (core v0.7.0's copy; relaxed to pp > 1 by commit 152c562,
       NVIDIA/Megatron-LM issue #750, June 2024) refused pp = 2 too. The first release carrying
