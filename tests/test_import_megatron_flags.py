@@ -373,3 +373,26 @@ def test_router_padding_and_hybridep_are_aligned_dispatch(tmp_path, flags, align
     assert s["moe"].get("aligned_dispatch", False) is aligned
     assert not any(x.startswith(("--moe-router-padding", "--moe-flex-dispatcher-backend")) for x in skipped)
     build_context(scenario_from_dict(s))
+
+
+@pytest.mark.parametrize(
+    ("flags", "parallel"),
+    [
+        ("--num-layers 31 --account-for-embedding-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4",
+         {"layers_per_virtual_stage": 4, "embedding_in_split": True}),
+        ("--num-layers 30 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+         "--num-virtual-stages-per-pipeline-rank 2", {"vpp": 2, "embedding_in_split": True, "loss_in_split": True}),
+        ("--num-layers 31 --account-for-loss-in-pipeline-split", {"loss_in_split": True}),
+    ],
+)  # fmt: skip
+def test_the_scenarios_accounted_split_is_the_importers(tmp_path, flags, parallel):
+    """parallel.embedding_in_split / loss_in_split (with layers_per_virtual_stage) resolve through
+    the importer's functions (partition.megatron_vpp, megatron_accounted): the same vpp and the
+    same virtual stages as the imported launch line's explicit layers_per_stage."""
+    s, _, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --global-batch-size 64 " + flags)
+    mine = {**s, "parallel": {k: v for k, v in s["parallel"].items() if k not in ("layers_per_stage", "vpp")} | parallel}
+
+    def split(ctx):
+        return ctx.scenario.parallel.vpp, [c.layers for c in sorted((c for st in ctx.chunks for c in st), key=lambda c: c.first_layer)]
+
+    assert split(build_context(scenario_from_dict(mine))) == split(build_context(scenario_from_dict(s)))
