@@ -53,8 +53,8 @@ def layers_per_stage(
     if extra > len(middle):
         # only when extra == n - 1, i.e. layers + 1 divide: the LM-head stage keeps one fewer,
         # Megatron's --account-for-loss-in-pipeline-split alone. With the embedding's flag alone
-        # Megatron shorts the first stage instead (get_num_layers_to_build); which flag a run
-        # set is not in the scenario, so that split is written out (simcluster import does)
+        # Megatron shorts the first stage instead (get_num_layers_to_build): a scenario says so
+        # with parallel.embedding_in_split (megatron_accounted), or writes the split out
         middle = list(range(0, n - 1))
     for k in range(extra):
         counts[middle[(2 * k + 1) * len(middle) // (2 * extra)]] += 1
