@@ -17,7 +17,9 @@ from simcluster.placement import Chunk, stage_chunks
 from simcluster.profile_sources import unsourced_note
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
+from simcluster.schedules.base import VShapeSchedule
 from simcluster.schedules.ep_overlap import pair_orders
+from simcluster.schedules.partition import MEGATRON_INTERLEAVED, megatron_accounted, megatron_vpp
 from simcluster.stragglers import resolve as resolve_stragglers
 
 
@@ -166,29 +168,58 @@ def _with_hf_auto(scenario: Scenario, model: ModelSpec) -> Scenario:
 
 def _with_virtual_stages(scenario: Scenario, model: ModelSpec) -> Scenario:
     """``scenario`` with ``parallel.layers_per_virtual_stage`` turned into ``vpp`` as Megatron
-    does ((layers // pp) // it, arguments.py), and the interleaved schedule for vpp > 1 when
-    the scenario names none."""
+    does (the layers, plus one each for ``embedding_in_split`` / ``loss_in_split``, over pp, then
+    over it: ``partition.megatron_vpp``), the interleaved schedule for vpp > 1 when the scenario
+    names none, and with ``embedding_in_split`` / ``loss_in_split`` on a pipeline the pp*vpp
+    virtual stages' layers as Megatron-Core builds them (``partition.megatron_accounted``): the
+    rules ``simcluster import megatron`` applies to the same flags."""
     par = scenario.parallel
     per_virtual = par.layers_per_virtual_stage
-    if per_virtual is None:
+    accounted = par.embedding_in_split or par.loss_in_split
+    if per_virtual is None and not (accounted and par.pp > 1):
         return scenario
-    per_stage = model.layers // par.pp
-    if per_stage % per_virtual:
-        raise UserError(
-            "parallel.layers_per_virtual_stage",
-            f"{per_virtual} does not divide the {per_stage} layers of each of pp={par.pp} stages",
+    written = scenario.written  # the user's, not a preset's (none of which sets these)
+    update: dict[str, Any] = {}
+    if per_virtual is not None:
+        extra = par.embedding_in_split + par.loss_in_split
+        vpp = megatron_vpp(model.layers, par.pp, per_virtual, extra, "parallel.layers_per_virtual_stage")
+        if "parallel.vpp" in written and par.vpp != vpp:
+            raise UserError(
+                "parallel.layers_per_virtual_stage",
+                f"{per_virtual} layers per virtual stage make vpp = {vpp}, but parallel.vpp is {par.vpp}; give one of them",
+            )
+        update["vpp"] = vpp
+        if vpp > 1 and "parallel.schedule" not in written:
+            update["schedule"] = "interleaved"
+    if accounted and par.pp > 1:
+        field = "parallel.embedding_in_split" if par.embedding_in_split else "parallel.loss_in_split"
+        _check_accounted(scenario, update.get("schedule", par.schedule), field)
+        vpp = update.get("vpp", par.vpp)
+        update["layers_per_stage"] = megatron_accounted(
+            model.layers, par.pp, vpp, par.embedding_in_split, par.loss_in_split, field
         )
-    vpp = per_stage // per_virtual
-    written = scenario.written  # the user's, not a preset's (none of which sets these two)
-    if "parallel.vpp" in written and par.vpp != vpp:
-        raise UserError(
-            "parallel.layers_per_virtual_stage",
-            f"{per_virtual} layers per virtual stage make vpp = {vpp}, but parallel.vpp is {par.vpp}; give one of them",
-        )
-    update: dict[str, Any] = {"vpp": vpp}
-    if vpp > 1 and "parallel.schedule" not in written:
-        update["schedule"] = "interleaved"
     return scenario.model_copy(update={"parallel": par.model_copy(update=update)})
+
+
+def _check_accounted(scenario: Scenario, schedule: str, field: str) -> None:
+    """Refuse ``embedding_in_split`` / ``loss_in_split`` where Megatron's accounted split is not
+    the one that runs: beside an explicit split or nanotron's, under a V schedule (its 2p
+    virtual stages are not Megatron's pp*vpp loop), or in a framework without the flags
+    (Megatron-LM 2021, the Zero Bubble fork, non-Megatron frameworks:
+    ``partition.MEGATRON_INTERLEAVED``)."""
+    par = scenario.parallel
+    if par.layers_per_stage is not None:
+        raise UserError(field, "counts the embedding/loss in Megatron's split, but parallel.layers_per_stage lists the split; drop one")
+    if par.partition != "megatron":
+        raise UserError(field, f"is Megatron's split, but parallel.partition is {par.partition}; drop one")
+    if isinstance(get_schedule(schedule), VShapeSchedule):
+        raise UserError(field, f"is Megatron's split of looped stages; schedule '{schedule}' places its stages in a V: drop it")
+    if max(MEGATRON_INTERLEAVED.get(scenario.framework, (0,))) == 0:
+        raise UserError(
+            field,
+            f"is Megatron-Core's --account-for-embedding/loss-in-pipeline-split, which framework "
+            f"{scenario.framework} does not have; drop it, or list the split in parallel.layers_per_stage",
+        )
 
 
 def _flush_microbatches(scenario: Scenario, layout: Layout) -> int:

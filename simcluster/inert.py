@@ -480,6 +480,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.etp", _dense_etp),
     InertRule("parallel.ep_placement", _ep_one),
     InertRule("parallel.partition", _pp_one("one stage holds every layer")),
+    InertRule("parallel.embedding_in_split", _pp_one("one stage holds the embedding and every layer")),
+    InertRule("parallel.loss_in_split", _pp_one("one stage holds every layer and the loss")),
     InertRule("parallel.defer_head_wgrad", _pp_one("no pipeline flush to run the LM head's weight gradients in")),
     InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),

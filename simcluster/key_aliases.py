@@ -69,6 +69,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "num_layers_per_virtual_pipeline_stage": "layers_per_virtual_stage",
         "vpp_layers_per_stage": "layers_per_virtual_stage",
         "layers_per_virtual_pipeline_stage": "layers_per_virtual_stage",
+        "account_for_embedding_in_pipeline_split": "embedding_in_split",
+        "account_for_loss_in_pipeline_split": "loss_in_split",
         "zero_stage": "zero",
         # the optimizer state sharded or not: ZeRO-1 (Megatron's distributed optimizer) or 0;
         # read through zero's spellings ('none', 'distributed optimizer'; true is 1)

@@ -148,13 +148,46 @@ def test_uneven_pipeline_refusals_and_virtual_stages(tmp_path):
             "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split "
             "--account-for-loss-in-pipeline-split",
         )
+
+
+@pytest.mark.parametrize(
+    ("flags", "stages"),
+    [
+        # 32 layers, pp 4, vpp 2: rank 0 holds 2, the three others (32 - 2) / 3 = 10, each rank's
+        # layers split over its 2 chunks, chunk c of rank r is virtual stage c*4 + r
+        # (transformer_block.get_num_layers_to_build; transformer_layer.get_transformer_layer_offset:
+        # offsets 0, 1, 6, 11 | 16, 17, 22, 27 = c*(1 + 30//2) + 1 + (r-1)*(15//3))
+        ("--decoder-first-pipeline-num-layers 2", [1, 5, 5, 5] * 2),
+        # first 2, last 6: the middle two ranks (32 - 8) / 2 = 12; offsets 0, 1, 7, 13 | 16, ...
+        ("--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6", [1, 6, 6, 3] * 2),
+    ],
+)  # fmt: skip
+def test_uneven_first_last_stages_under_virtual_stages(tmp_path, flags, stages):
     s, skipped, _ = _import(
-        tmp_path,
-        "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
-        "--decoder-first-pipeline-num-layers 2",
+        tmp_path, "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 64 " + flags
     )
-    assert "layers_per_stage" not in s["parallel"]
-    assert any(x.startswith("--decoder-first-pipeline-num-layers") for x in skipped)
+    assert s["parallel"]["layers_per_stage"] == stages and s["parallel"]["vpp"] == 2
+    assert not any(x.startswith("--decoder-") for x in skipped)
+    ctx = build_context(scenario_from_dict(s))
+    assert [c.layers for c in sorted((c for st in ctx.chunks for c in st), key=lambda c: c.first_layer)] == stages
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "needle"),
+    [
+        # TransformerConfig.__post_init__: "number of layers at first stage: 5 must be divisible
+        # by virtual pipeline parallel degree 2" (the middle ranks' (32 - 5) / 3 = 9 neither)
+        ("--num-virtual-stages-per-pipeline-rank 2 --decoder-first-pipeline-num-layers 5",
+         "--decoder-first-pipeline-num-layers", "[5, 9, 9, 9] do not each divide over vpp 2"),
+        # validate_args: with first/last, vpp only as --num-virtual-stages-per-pipeline-rank
+        ("--num-layers-per-virtual-pipeline-stage 4 --decoder-last-pipeline-num-layers 2",
+         "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank"),
+    ],
+)  # fmt: skip
+def test_uneven_first_last_stages_refused_as_megatron_refuses_them(tmp_path, flags, field, needle):
+    with pytest.raises(UserError) as err:
+        _import(tmp_path, "--pipeline-model-parallel-size 4 " + flags)
+    assert err.value.field == field and needle in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -340,3 +373,26 @@ def test_router_padding_and_hybridep_are_aligned_dispatch(tmp_path, flags, align
     assert s["moe"].get("aligned_dispatch", False) is aligned
     assert not any(x.startswith(("--moe-router-padding", "--moe-flex-dispatcher-backend")) for x in skipped)
     build_context(scenario_from_dict(s))
+
+
+@pytest.mark.parametrize(
+    ("flags", "parallel"),
+    [
+        ("--num-layers 31 --account-for-embedding-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4",
+         {"layers_per_virtual_stage": 4, "embedding_in_split": True}),
+        ("--num-layers 30 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+         "--num-virtual-stages-per-pipeline-rank 2", {"vpp": 2, "embedding_in_split": True, "loss_in_split": True}),
+        ("--num-layers 31 --account-for-loss-in-pipeline-split", {"loss_in_split": True}),
+    ],
+)  # fmt: skip
+def test_the_scenarios_accounted_split_is_the_importers(tmp_path, flags, parallel):
+    """parallel.embedding_in_split / loss_in_split (with layers_per_virtual_stage) resolve through
+    the importer's functions (partition.megatron_vpp, megatron_accounted): the same vpp and the
+    same virtual stages as the imported launch line's explicit layers_per_stage."""
+    s, _, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --global-batch-size 64 " + flags)
+    mine = {**s, "parallel": {k: v for k, v in s["parallel"].items() if k not in ("layers_per_stage", "vpp")} | parallel}
+
+    def split(ctx):
+        return ctx.scenario.parallel.vpp, [c.layers for c in sorted((c for st in ctx.chunks for c in st), key=lambda c: c.first_layer)]
+
+    assert split(build_context(scenario_from_dict(mine))) == split(build_context(scenario_from_dict(s)))

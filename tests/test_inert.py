@@ -51,6 +51,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.parallel_block_comm", {"model": PARALLEL_BLOCK, "parallel": {"parallel_block_comm": "fused"}},
      {"model": PARALLEL_BLOCK, "parallel": {"tp": 2, "parallel_block_comm": "fused"}}),
     ("parallel.partition", {"parallel": {"partition": "nanotron"}}, {"parallel": {"pp": 2, "partition": "nanotron"}}),
+    # Megatron's --account-for-embedding/loss-in-pipeline-split move layers between stages only
+    ("parallel.embedding_in_split", {"parallel": {"embedding_in_split": True}},
+     {"cluster": {"gpus": 3}, "parallel": {"pp": 3, "embedding_in_split": True}, "training": {"global_batch": 6}}),
+    ("parallel.loss_in_split", {"parallel": {"loss_in_split": True}},
+     {"cluster": {"gpus": 3}, "parallel": {"pp": 3, "loss_in_split": True}, "training": {"global_batch": 6}}),
     # Megatron-Core's schedule without a pipeline never drains the kept head GEMMs
     ("parallel.defer_head_wgrad", {"parallel": {"defer_head_wgrad": True}},
      {"parallel": {"pp": 2, "defer_head_wgrad": True}}),

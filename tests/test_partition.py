@@ -200,6 +200,11 @@ def test_a_megatron_scenario_with_an_uneven_pipeline_is_refused_unless_it_lists_
         (2, 2, "nemo", False, "set overlap.pp_comm: true, parallel.vpp: 1, or pp >= 3"),
         (2, 2, "megatron-core", False, "unless pipeline sends and receives overlap"),
         (3, 2, "megatron-core", False, None),
+        # the Zero Bubble fork's megatron/training/arguments.py validate_args: the same two
+        # asserts for --num-layers-per-virtual-pipeline-stage (its preset: no p2p overlap)
+        (2, 2, "zero-bubble", False, "zero-bubble needs pp > 2 with an interleaved schedule unless"),
+        (2, 2, "zero-bubble", True, None),
+        (3, 2, "zero-bubble", False, None),
         (2, 2, "torchtitan", False, None),  # not Megatron's rule
         (2, 2, None, False, None),  # no framework named: held to pp > 1 only
         (1, 1, "megatron-lm-2021", False, None),  # no virtual stages
@@ -226,3 +231,22 @@ def test_an_interleaved_scenario_on_one_pipeline_rank_is_refused_in_one_line(cli
     res = cli("memory", *base, *two)
     assert res.code == 2 and "megatron-lm-2021 needs pp > 2" in res.err, (res.code, res.err)
     assert cli("memory", *base, "--set", "parallel.pp=2").code == 0
+
+
+def test_zero_bubble_preset_refuses_interleaving_on_two_ranks_but_not_zbv():
+    """framework zero-bubble sets overlap.pp_comm false (examples/pretrain_zero_bubble.sh's
+    --no-overlap-p2p-communication), so its validate_args refuses interleaved stages on pp = 2
+    (megatron/training/arguments.py); ZB-V's two chunks come from zbpp_utils.validate_arguments
+    after that check, pp > 1 only."""
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    def ctx(**parallel):
+        raw = make_scenario(framework="zero-bubble", parallel={"pp": 2, **parallel}, training={"global_batch": 8})
+        return build_context(scenario_from_dict(raw))
+
+    with pytest.raises(UserError, match="zero-bubble needs pp > 2 with an interleaved schedule") as err:
+        ctx(vpp=2, schedule="interleaved")
+    assert err.value.field == "parallel.vpp"
+    assert ctx(schedule="zbv").layout.pp == 2

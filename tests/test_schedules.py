@@ -307,3 +307,42 @@ def test_layers_per_virtual_stage_sets_vpp_as_megatron_does():
     assert ctx(num_layers_per_virtual_pipeline_stage=8).scenario.parallel.vpp == 1
     with pytest.raises(UserError, match="give one of them"):
         ctx(vpp_layers_per_stage=2, vpp=2)
+
+
+def test_layers_per_virtual_stage_counts_the_accounted_embedding_and_loss():
+    # Megatron's validate_args adds one layer for each of --account-for-embedding/loss-in-
+    # pipeline-split before deriving vpp: Llama 3.1 405B's 126 layers + 2 = 128 over pp 16 is 8
+    # a rank, one a virtual stage: vpp 8, the first virtual stage only the embedding and the last
+    # only the loss (get_num_layers_to_build builds 0 there), not (126 // 16) // 1 = 7
+    from simcluster.context import _with_virtual_stages
+    from simcluster.model import build_model
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    raw = make_scenario(model="llama3.1-405b", cluster={"gpus": 128}, parallel={"tp": 8, "pp": 16,
+                        "layers_per_virtual_stage": 1, "embedding_in_split": True, "loss_in_split": True})  # fmt: skip
+    scenario = scenario_from_dict(raw)
+    par = _with_virtual_stages(scenario, build_model(scenario.model)).parallel
+    assert (par.vpp, par.schedule) == (8, "interleaved")
+    assert par.layers_per_stage == [0] + [1] * 126 + [0]
+
+
+@pytest.mark.parametrize(
+    ("parallel", "framework", "needle"),
+    [
+        ({"layers_per_stage": [5, 3]}, "megatron-core", "parallel.layers_per_stage lists the split"),
+        ({}, "megatron-lm-2021", "which framework megatron-lm-2021 does not have"),  # its validate_args has no such flag
+        ({"schedule": "zbv"}, None, "places its stages in a V"),
+    ],
+)
+def test_an_accounted_split_is_refused_where_megatrons_split_does_not_run(parallel, framework, needle):
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+    from tests.conftest import make_scenario
+
+    raw = make_scenario(cluster={"gpus": 2}, parallel={"pp": 2, "embedding_in_split": True, "loss_in_split": True, **parallel})
+    if framework:
+        raw["framework"] = framework
+    with pytest.raises(UserError, match=needle) as err:
+        build_context(scenario_from_dict(raw))
+    assert err.value.field == "parallel.embedding_in_split"

@@ -44,6 +44,7 @@ from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.shell import read_script
 from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
+from simcluster.schedules.partition import megatron_accounted, megatron_first_last, megatron_vpp
 
 #: Megatron-LM's flags removed in 2023 that only its older code (the SC'21 scripts) takes
 OLD_FLAGS = (
@@ -401,16 +402,19 @@ def _optimizer_instances(flags: Flags, sc: dict[str, Any], options: ImportOption
 
 
 def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
-    """Megatron-Core's uneven pipeline splits as ``parallel.layers_per_stage``:
-    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` give the
-    first / last stage's layers and the rest split evenly over the others; with
-    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` the
-    embedding / loss counts as one layer of the first / last stage (arguments.py validate_args
-    and transformer_block.get_num_layers_to_build). Under virtual stages the embedding / loss
-    takes its layer slot on the first / last virtual stage in model order (pipeline rank 0's
-    first chunk / the last rank's last chunk: get_num_layers_to_build's is_vp_first_stage and
-    is_first_pp_stage), written as the pp*vpp virtual stages' layers; the first/last stage's
-    own layer counts under virtual stages are listed, not read."""
+    """Megatron-Core's uneven pipeline splits as ``parallel.layers_per_stage`` (the pp*vpp
+    virtual stages' layers, model order): ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` give the first / last rank's layers, the rest split
+    evenly over the others, each rank's over its virtual stages
+    (``partition.megatron_first_last``); with ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` the embedding / loss counts as one layer of the
+    first / last virtual stage (``partition.megatron_accounted``), and vpp from
+    ``--num-layers-per-virtual-pipeline-stage`` counts it too (``partition.megatron_vpp``). The
+    scenario's ``parallel.embedding_in_split`` / ``loss_in_split`` resolve through the same
+    functions. Megatron refuses the first/last flags beside the accounting flags and beside
+    --num-layers-per-virtual-pipeline-stage (training/arguments.py validate_args: "please use
+    --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when
+    enable uneven pipeline parallelism")."""
     first, last = (
         flags.integer("decoder-first-pipeline-num-layers"),
         flags.integer("decoder-last-pipeline-num-layers"),
@@ -421,88 +425,35 @@ def _uneven_stages(flags: Flags, sc: dict[str, Any]) -> None:
         return
     parallel, layers = sc["parallel"], sc["model"]["layers"]
     pp = parallel.get("pp", 1)
-    virtual = "vpp" in parallel or "layers_per_virtual_stage" in parallel
-    if virtual and pp > 1 and first is None and last is None:
-        _accounted_virtual_stages(parallel, layers, pp, embedding, loss)
-        return
-    if virtual or pp <= 1:
+    if pp <= 1:
         for name in (
             "decoder-first-pipeline-num-layers",
             "decoder-last-pipeline-num-layers",
             "account-for-embedding-in-pipeline-split",
             "account-for-loss-in-pipeline-split",
         ):
-            flags.taken.discard(name)  # listed: layers_per_stage counts whole ranks' layers
+            flags.taken.discard(name)  # listed: no pipeline to split
         return
     if first is not None or last is not None:
+        edge = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
         if embedding or loss:
             raise UserError(
                 "--account-for-embedding-in-pipeline-split",
                 "Megatron refuses it beside --decoder-first/last-pipeline-num-layers",
             )
-        middle = pp - (first is not None) - (last is not None)
-        rest = layers - (first or 0) - (last or 0)
-        if middle <= 0 and rest or middle > 0 and rest % middle:
+        if "layers_per_virtual_stage" in parallel:
             raise UserError(
-                "--decoder-first-pipeline-num-layers",
-                f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)",
+                edge,
+                "Megatron refuses it beside --num-layers-per-virtual-pipeline-stage; give the virtual "
+                "stages as --num-virtual-stages-per-pipeline-rank",
             )
-        per = rest // middle if middle > 0 else 0
-        stages = [per] * pp
-        if first is not None:
-            stages[0] = first
-        if last is not None:
-            stages[-1] = last
-    else:
-        total = layers + embedding + loss
-        if total % pp:
-            raise UserError(
-                "--account-for-embedding-in-pipeline-split",
-                f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp} "
-                "(Megatron asserts it)",
-            )
-        stages = [total // pp] * pp
-        stages[0] -= embedding
-        stages[-1] -= loss
-    parallel["layers_per_stage"] = stages
-
-
-def _accounted_virtual_stages(parallel: dict[str, Any], layers: int, pp: int, embedding: bool, loss: bool) -> None:
-    """``parallel.layers_per_stage`` (virtual stages, model order) for virtual stages with the
-    embedding and/or the loss counted as a layer: Megatron adds one layer for each to the count
-    it splits over pp ranks and vpp chunks per rank (training/arguments.py validate_args derives
-    vpp from --num-layers-per-virtual-pipeline-stage after adding them), then builds one fewer
-    on the first virtual stage for the embedding and on the last for the loss
-    (transformer_block.get_num_layers_to_build)."""
-    total = layers + embedding + loss
-    per_rank, rest = divmod(total, pp)
-    if rest:
-        raise UserError(
-            "--account-for-embedding-in-pipeline-split" if embedding else "--account-for-loss-in-pipeline-split",
-            f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp} (Megatron asserts it)",
-        )
-    vpp = parallel.get("vpp")
-    if vpp is None:
-        chunk = parallel["layers_per_virtual_stage"]
-        if per_rank % chunk:
-            raise UserError(
-                "--num-layers-per-virtual-pipeline-stage",
-                f"{per_rank} layers a pipeline rank (the embedding/loss counted) do not divide by {chunk} "
-                "(Megatron asserts it)",
-            )
-        vpp = per_rank // chunk
-        parallel.pop("layers_per_virtual_stage")
-        parallel["vpp"] = vpp
-    if per_rank % vpp:
-        raise UserError(
-            "--num-virtual-stages-per-pipeline-rank",
-            f"{per_rank} layers a pipeline rank (the embedding/loss counted) do not divide over {vpp} "
-            "virtual stages (Megatron asserts it)",
-        )
-    stages = [per_rank // vpp] * (pp * vpp)
-    stages[0] -= embedding
-    stages[-1] -= loss
-    parallel["layers_per_stage"] = stages
+        parallel["layers_per_stage"] = megatron_first_last(layers, pp, parallel.get("vpp", 1), first, last, edge)
+        return
+    field = "--account-for-embedding-in-pipeline-split" if embedding else "--account-for-loss-in-pipeline-split"
+    if "layers_per_virtual_stage" in parallel:
+        chunk = parallel.pop("layers_per_virtual_stage")
+        parallel["vpp"] = megatron_vpp(layers, pp, chunk, embedding + loss, "--num-layers-per-virtual-pipeline-stage")
+    parallel["layers_per_stage"] = megatron_accounted(layers, pp, parallel.get("vpp", 1), embedding, loss, field)
 
 
 def _partition(flags: Flags, sc: dict[str, Any]) -> None:

@@ -67,6 +67,18 @@ class ParallelSection(SectionBase):
         "tables): vpp = (layers // pp) // this, resolved with the model; the interleaved "
         "schedule when that is above 1 and no schedule is named",
     )
+    embedding_in_split: bool = Field(
+        default=False,
+        description="Megatron-Core's --account-for-embedding-in-pipeline-split: the embedding counts "
+        "as one layer of the split, (layers + 1 (+ 1 for loss_in_split)) / pp a rank and that / vpp "
+        "a virtual stage, the first virtual stage one layer short; layers_per_virtual_stage counts "
+        "it too (schedules/partition.py megatron_accounted / megatron_vpp, the importer's rule)",
+    )
+    loss_in_split: bool = Field(
+        default=False,
+        description="Megatron-Core's --account-for-loss-in-pipeline-split: the LM head and loss "
+        "count as one layer of the split, the last virtual stage one layer short (as embedding_in_split)",
+    )
     zero: int = Field(default=0, ge=0, le=3)
     zero_shard: Annotated[int, Field(gt=0)] | Literal["node"] | None = Field(
         default=None,

@@ -53,12 +53,79 @@ def layers_per_stage(
     if extra > len(middle):
         # only when extra == n - 1, i.e. layers + 1 divide: the LM-head stage keeps one fewer,
         # Megatron's --account-for-loss-in-pipeline-split alone. With the embedding's flag alone
-        # Megatron shorts the first stage instead (get_num_layers_to_build); which flag a run
-        # set is not in the scenario, so that split is written out (simcluster import does)
+        # Megatron shorts the first stage instead (get_num_layers_to_build): a scenario says so
+        # with parallel.embedding_in_split (megatron_accounted), or writes the split out
         middle = list(range(0, n - 1))
     for k in range(extra):
         counts[middle[(2 * k + 1) * len(middle) // (2 * extra)]] += 1
     return counts
+
+
+def megatron_vpp(layers: int, pp: int, per_virtual: int, extra: int, field: str) -> int:
+    """Virtual stages per pipeline rank from the layers each holds (Megatron's
+    --num-layers-per-virtual-pipeline-stage) as ``training/arguments.py`` ``validate_args``
+    derives it: the layers plus ``extra`` (one each for --account-for-embedding/loss-in-pipeline-
+    split) must divide by pp ("number of layers of the model must be divisible pipeline model
+    parallel size") and a rank's share by ``per_virtual``; vpp = rank's share / ``per_virtual``.
+    ``field`` is the name the error gives (the scenario's field or the importer's flag)."""
+    total = layers + extra
+    counted = f" (+{extra} for the embedding/loss) = {total}" if extra else ""
+    if total % pp:
+        raise UserError(field, f"the model's {layers} layers{counted} do not divide over pp={pp} stages (Megatron asserts it)")
+    per_rank = total // pp
+    if per_rank % per_virtual:
+        raise UserError(
+            field, f"{per_virtual} does not divide the {per_rank} layers of each of pp={pp} stages{counted and ' (counted)'}"
+        )
+    return per_rank // per_virtual
+
+
+def megatron_accounted(layers: int, pp: int, vpp: int, embedding: bool, loss: bool, field: str) -> list[int]:
+    """Layers of the pp*vpp virtual stages (model order) with the embedding and/or the loss
+    counted as a layer (Megatron-Core's --account-for-embedding/loss-in-pipeline-split):
+    ``transformer_block.get_num_layers_to_build`` gives each rank (layers + embedding + loss) / pp
+    and each of its chunks that / vpp, asserting both divide, then builds one fewer on the first
+    virtual stage in model order for the embedding (pipeline rank 0's first chunk) and on the
+    last for the loss (the last rank's last chunk); ``transformer_layer
+    .get_transformer_layer_offset`` moves every later chunk's first layer back by one."""
+    total = layers + embedding + loss
+    if total % pp or (total // pp) % vpp:
+        raise UserError(
+            field,
+            f"{layers} layers + embedding/loss = {total} do not split evenly over pp {pp}"
+            f"{f' x vpp {vpp}' if vpp > 1 else ''} (Megatron asserts it)",
+        )
+    stages = [total // (pp * vpp)] * (pp * vpp)
+    stages[0] -= embedding
+    stages[-1] -= loss
+    return stages
+
+
+def megatron_first_last(layers: int, pp: int, vpp: int, first: int | None, last: int | None, field: str) -> list[int]:
+    """Layers of the pp*vpp virtual stages (model order) under Megatron-Core's
+    --decoder-first/last-pipeline-num-layers: the first / last rank holds the given layers, the
+    middle ranks split the rest evenly, and each rank's layers split evenly over its vpp chunks
+    (``transformer_block.get_num_layers_to_build``; ``TransformerConfig.__post_init__`` raises
+    unless the first's, the last's and each middle rank's layers divide by vpp). Chunk c of rank
+    r is virtual stage c*pp + r: ``transformer_layer.get_transformer_layer_offset`` puts it at
+    c*(first + middle + last per chunk) + the chunks of the ranks before it."""
+    middle = pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if middle <= 0 and rest or middle > 0 and rest % middle:
+        raise UserError(field, f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)")
+    per = rest // middle if middle > 0 else 0
+    ranks = [per] * pp
+    if first is not None:
+        ranks[0] = first
+    if last is not None:
+        ranks[-1] = last
+    if vpp > 1 and any(n % vpp for n in ranks):
+        raise UserError(
+            field,
+            f"the pipeline ranks' layers {ranks} do not each divide over vpp {vpp} chunks "
+            "(Megatron-Core's TransformerConfig raises it)",
+        )
+    return [ranks[r] // vpp for _ in range(vpp) for r in range(pp)]
 
 
 #: frameworks whose interleaved schedule is Megatron's, with the layers each may add to the split:
@@ -111,8 +178,13 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
 
 
 #: Megatron-family frameworks whose interleaved schedule asserts a pipeline of more than two
-#: ranks unless pipeline sends and receives overlap (Megatron-LM 2021 had no such overlap)
-MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021")
+#: ranks unless pipeline sends and receives overlap (Megatron-LM 2021 had no such overlap). The
+#: Zero Bubble fork (sail-sg/zero-bubble-pipeline-parallelism megatron/training/arguments.py
+#: validate_args) asserts the same for --num-layers-per-virtual-pipeline-stage (its interleaved
+#: and interleaved zero-bubble schedules); its ZB-V sets its two chunks itself after that check
+#: (megatron/core/zbpp_utils.py validate_arguments: virtual_pipeline_model_parallel_size = 2,
+#: pp > 1 only), and the V schedules take no parallel.vpp, so pp = 2 stays open to them
+MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021", "zero-bubble")
 
 
 def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: bool) -> None:
@@ -134,7 +206,10 @@ def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: b
       without ("to avoid having multiple p2p sends and recvs between same 2 ranks per
       communication batch"); the overlap is on by default since the flag became
       --no-overlap-p2p-communication. simcluster's ``overlap.pp_comm`` is that flag (the
-      megatron-core, nemo and megatron-bridge presets set it): refused when it is false.
+      megatron-core, nemo and megatron-bridge presets set it): refused when it is false. The Zero Bubble fork's
+      ``validate_args`` keeps this rule and its preset turns the overlap off (its example
+      script's --no-overlap-p2p-communication): interleaving on two ranks is refused there
+      unless ``overlap.pp_comm`` is set.
     - Megatron-Core releases whose ``parallel_state.initialize_model_parallel`` still raised for
       pp <= 2 whatever the overlap (core v0.7.0's copy; relaxed to pp > 1 by commit 152c562,
       NVIDIA/Megatron-LM issue #750, June 2024) refused pp = 2 too. The first release carrying
