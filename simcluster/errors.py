@@ -28,7 +28,13 @@ class UserError(Exception):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
+        # args are the constructor's own, so the error rebuilds from them: SimPy re-raises a
+        # process's exception as ``type(exc)(*exc.args)`` and pickle (sweep's worker
+        # processes) does the same; one formatted string there made either a TypeError
+        super().__init__(field, message)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
 
     def one_line(self) -> str:
         """The message as printed by the CLI (newlines folded)."""

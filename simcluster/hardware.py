@@ -475,7 +475,7 @@ def resolve_profile_path(name_or_path: str | Path, field: str = "cluster.hardwar
         if not path.is_file() and path.parent == Path(".") and (_data_dir() / path.name).is_file():
             # a shipped profile by its file name (dgx-h100.yaml), as a shipped scenario resolves
             return _data_dir() / path.name
-        if not path.is_file():
+        if not path.exists():  # a pipe (`--hardware <(sed ... mine.yaml)`) exists: read it
             raise UserError(
                 field,
                 f"hardware profile file '{text}' not found{did_you_mean(path.stem, shipped_profiles())}; "

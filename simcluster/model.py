@@ -554,11 +554,21 @@ def _check(spec: ModelSpec, prefix: str) -> None:
         )
     if spec.is_moe:
         if not (0 < spec.top_k <= spec.experts):
-            raise UserError(f"{prefix}.top_k", f"must be in 1..experts={spec.experts}")
+            raise UserError(
+                f"{prefix}.top_k",
+                f"{spec.top_k} must be in 1..experts={spec.experts} (the experts each token is routed to)",
+            )
         if spec.expert_ffn <= 0:
             raise UserError(f"{prefix}.expert_ffn", "MoE models need expert_ffn > 0")
         if not 0 <= spec.dense_layers < spec.layers:
-            raise UserError(f"{prefix}.dense_layers", f"must be in 0..{spec.layers - 1}")
+            # the message names the value and the fix: a bare "must be in 0..0" (a preset's
+            # dense_layers over a model cut to one layer) read as a riddle
+            raise UserError(
+                f"{prefix}.dense_layers",
+                f"{spec.dense_layers} must be in 0..{spec.layers - 1}, fewer than the model's "
+                f"{spec.layers} layers (a mixture of experts keeps at least one MoE layer); "
+                f"lower dense_layers or raise {prefix}.layers",
+            )
 
 
 #: names of the same architecture as a shipped preset (Llama 3.1 8B/70B keep Llama 3's shapes;

@@ -91,6 +91,10 @@ def parse_axis(axis: str, text: str, gpus: int) -> list[Any]:
 
 def _convert(flag: str, item: str, kind: type) -> Any:
     if kind is int:
+        if flag == "--zero-shard" and item.lower() == "node":
+            # parallel.zero_shard's other value (PyTorch FSDP1's HYBRID_SHARD default: the
+            # data-parallel ranks of one node), which the scenario field takes
+            return "node"
         try:
             value = int(item)
         except ValueError:

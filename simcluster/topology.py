@@ -216,7 +216,18 @@ def build_cluster(
             f"{num_gpus} GPUs is not a whole number of {gpn}-GPU nodes; use a multiple of {gpn}",
         )
     domain = _job_domain(spec.domain_size(profile, gpn), profile, num_gpus, gpn)
-    if domain % gpn and gpn % domain:
+    if domain < gpn:
+        # two GPUs of one node in different domains have no route here: the scale-out path
+        # (and its PXN relay, _route) starts from another node, and the PCIe or shared-memory
+        # path NCCL would take inside the node is not modelled; the routing once failed
+        # mid-simulation ("no PXN relay for GPU 0 -> 2") with a domain of 2 on 4-GPU trays
+        raise UserError(
+            "cluster.nvlink_domain",
+            f"an NVLink domain of {domain} GPUs is smaller than one node ({gpn} GPUs), whose GPUs "
+            f"would reach each other over PCIe (not modelled); use a multiple of {gpn}, or "
+            "leave it unset for a domain of one node",
+        )
+    if domain % gpn:
         raise UserError(
             "cluster.nvlink_domain",
             f"NVLink domain of {domain} GPUs does not tile {gpn}-GPU nodes; use a multiple of {gpn}",

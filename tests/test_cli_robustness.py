@@ -41,6 +41,23 @@ def test_scenario_is_a_directory(cli, tmp_path):
     assert_one_line_error(cli("memory", str(tmp_path / "d.yaml")), "scenario", "is a directory")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_scenario_given_through_a_pipe_is_read(cli, tmp_path):
+    """`simcluster memory <(sed ... my.yaml)`: the shell passes a named pipe (/dev/fd/63),
+    which exists but is no regular file; it is read, where it was once 'not found'."""
+    import threading
+
+    fifo = tmp_path / "fd63"
+    os.mkfifo(fifo)
+    text = yaml.safe_dump(make_scenario())
+    writer = threading.Thread(target=lambda: fifo.write_text(text), daemon=True)
+    writer.start()
+    res = cli("memory", str(fifo), "--json")
+    writer.join(timeout=5)
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["scenario"] == "test"
+
+
 @pytest.mark.parametrize("text", ["", "\n\n", "# parallel: {tp: 2}\n"])
 def test_empty_files_say_they_are_empty(cli, tmp_path, text):
     """A scenario, profile or cases file with no YAML in it (a truncated copy, a file saved

@@ -470,3 +470,17 @@ def test_a_profile_copy_missing_a_source_simulates_with_a_one_line_note(cli, tmp
         "each (docs/hardware.md)"
     ]
     assert "no source" not in cli("memory", "llama3-8b-8xh100").err  # the shipped one: none
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX")
+def test_a_profile_given_through_a_pipe_is_read(tmp_path):
+    """`--hardware <(sed ... mine.yaml)`: the shell passes a named pipe, which exists but is
+    no regular file; it loads as the file would, where it was once 'not found'."""
+    import os
+    import threading
+
+    fifo = tmp_path / "fd63"
+    os.mkfifo(fifo)
+    text = (_data_dir() / "dgx-b200.yaml").read_text()
+    threading.Thread(target=lambda: fifo.write_text(text), daemon=True).start()
+    assert load_profile(fifo).name == load_profile("dgx-b200").name

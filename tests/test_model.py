@@ -347,3 +347,10 @@ def test_a_name_that_is_no_preset_still_asks_for_the_shapes():
     # error is on model.name and asks for the shapes
     with pytest.raises(UserError, match=r"model.name: 'my-model' is not a shipped preset; give its shape \(layers"):
         build_model({"name": "my-model"})
+
+
+def test_dense_layers_that_leave_no_moe_layer_are_refused_naming_the_value_and_the_fix():
+    # DeepSeek-V3's preset has dense_layers 3 (config.json first_k_dense_replace); cut to one
+    # layer with dense_layers 1 no MoE layer is left: the message once read "must be in 0..0"
+    with pytest.raises(UserError, match=r"^model\.dense_layers: 1 must be in 0\.\.0, .*raise model\.layers$"):
+        build_model({"preset": "deepseek-v3", "layers": 1, "dense_layers": 1})

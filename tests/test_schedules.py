@@ -162,6 +162,15 @@ def test_bad_specs(name, p, m, v, field):
     assert err.value.field == field and "\n" not in str(err.value)
 
 
+def test_dualpipes_odd_microbatch_count_is_named_per_data_parallel_rank():
+    # DualPipe feeds half the microbatches from each end of the pipeline (DeepSeek-V3
+    # technical report, Sec 3.2.1), so their count must be even; it is a count per
+    # data-parallel rank, which a bare "got 13; use an even number" beside a global batch of
+    # 26 did not say
+    with pytest.raises(UserError, match=r"each data-parallel rank .* got 9 \(global_batch / \(micro_batch x dp\)\)"):
+        get_schedule("dualpipe").build(ScheduleSpec(4, 9))
+
+
 def test_unknown_schedule_suggests():
     with pytest.raises(UserError, match="did you mean '1f1b'"):
         get_schedule("1f1f")

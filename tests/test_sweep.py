@@ -35,6 +35,14 @@ def test_parse_axis_lists_keep_order_and_drop_duplicates():
     assert parse_axis("activation_offload_layers", "0,8,16", 8) == [0, 8, 16]
 
 
+def test_zero_shard_axis_takes_node_as_the_scenario_field_does():
+    # parallel.zero_shard accepts 'node' (FSDP1 HYBRID_SHARD: a node's data-parallel ranks);
+    # --zero-shard once refused it as "not a whole number"
+    assert parse_axis("zero_shard", "8, node,Node,64", 64) == [8, "node", 64]
+    cands = candidates(_base(), {"zero_shard": [2, "node"]})
+    assert [c.scenario["parallel"]["zero_shard"] for c in cands] == [2, "node"]
+
+
 def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():
     assert parse_axis("ep_comm", "true,false", 8) == [True, False]
     cands = candidates(_base(), {"ep_comm": [True, False]})

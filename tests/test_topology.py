@@ -71,6 +71,18 @@ def test_topology_errors():
         cluster(12)
 
 
+def test_an_nvlink_domain_smaller_than_a_node_is_refused_before_routing():
+    """Two GPUs of one node in different NVLink domains would talk over PCIe, which is not
+    modelled: a domain of 2 on GB300's 4-GPU trays once built, then failed mid-simulation
+    routing GPU 0 -> 2 ("no PXN relay", raised inside a SimPy process). Refused at build time,
+    naming the field and a size that works; a domain of whole trays still builds."""
+    with pytest.raises(UserError, match=r"^cluster\.nvlink_domain: .*smaller than one node \(4 GPUs\).*multiple of 4"):
+        build_cluster(load_profile("gb300-nvl72", {"nvlink_domain": 2}), 8)
+    with pytest.raises(UserError, match=r"smaller than one node \(8 GPUs\)"):
+        cluster(8, nvlink_domain=4)
+    assert build_cluster(load_profile("gb300-nvl72", {"nvlink_domain": 4}), 8).path(0, 2)
+
+
 def test_rank_grid_keeps_tp_in_a_node():
     grid = rank_to_gpu({"tp": 8, "dp": 2, "pp": 2})
     assert grid.groups("tp")[1] == list(range(8, 16))

@@ -54,7 +54,7 @@ _AXIS_HELP = {
     "etp": "expert tensor-parallel sizes (each routed expert split over etp ranks), e.g. 1,4",
     "vpp": "virtual stages per GPU (interleaved schedules)",
     "zero": "ZeRO stages, e.g. 0,1,3",
-    "zero_shard": "ranks sharding the ZeRO state (hybrid sharding, HSDP), e.g. 8,64",
+    "zero_shard": "ranks sharding the ZeRO state (hybrid sharding, HSDP), e.g. 8,64,node (a node's data-parallel ranks)",
     "schedule": "pipeline schedules, e.g. 1f1b,interleaved,zb-h1",
     "activation_limit": "schedule v-auto's activation limits, fractions of 1F1B's, e.g. 0.4,0.5,0.75,1",
     "sequence_parallel": "sequence parallelism with TP: true,false",

@@ -44,10 +44,13 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
     """A scenario name ('llama3-8b-8xh100') or a path -> an existing file."""
     text = str(name_or_path)
     path = Path(text)
-    if path.is_file():
-        return path
     if path.is_dir():
         raise UserError("scenario", f"'{text}' is a directory; give a scenario YAML file")
+    if path.exists():
+        # any other file that exists is read, not only a regular one: a shell's process
+        # substitution (`simcluster run <(sed ... my.yaml)`) passes a pipe, /dev/fd/63, which
+        # was reported "not found"
+        return path
     names = shipped_scenarios()
     # a shipped name as people type it: any case, with its .yaml (the file names in scenarios/)
     stem = path.name.lower().removesuffix(".yaml").removesuffix(".yml")

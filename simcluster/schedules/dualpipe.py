@@ -59,7 +59,10 @@ class DualPipe(BaseSchedule):
         if spec.m % 2 != 0:
             raise UserError(
                 FIELD_MICROBATCHES,
-                f"dualpipe splits microbatches in two halves, got {spec.m}; use an even number",
+                # the count is per data-parallel rank: "got 13; use an even number" beside a
+                # global batch of 26 named neither the count nor what to change
+                f"dualpipe splits the microbatches of each data-parallel rank in two halves, got "
+                f"{spec.m} (global_batch / (micro_batch x dp)); change the batch for an even count",
             )
         require_m_at_least(spec, self.name, 2 * spec.p, "DualPipe needs m >= 2*pp")
 
