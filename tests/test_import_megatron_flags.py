@@ -396,3 +396,35 @@ def test_the_scenarios_accounted_split_is_the_importers(tmp_path, flags, paralle
         return ctx.scenario.parallel.vpp, [c.layers for c in sorted((c for st in ctx.chunks for c in st), key=lambda c: c.first_layer)]
 
     assert split(build_context(scenario_from_dict(mine))) == split(build_context(scenario_from_dict(s)))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        "--num-virtual-stages-per-pipeline-rank 1",
+        # 32 layers / pp 4 = 8 a rank: one chunk of 8
+        "--num-layers-per-virtual-pipeline-stage 8",
+        # (31 + the embedding) / pp 4 = 8 a rank: one chunk, the first stage one layer short
+        "--num-layers 31 --account-for-embedding-in-pipeline-split --num-layers-per-virtual-pipeline-stage 8",
+    ],
+)
+def test_one_virtual_stage_per_rank_is_megatrons_1f1b(tmp_path, flags):
+    # megatron/training/arguments.py validate_args: "if args.virtual_pipeline_model_parallel_size
+    # == 1: args.virtual_pipeline_model_parallel_size = None", so get_forward_backward_func picks
+    # the non-interleaved 1F1B; the import once wrote vpp 1 with the interleaved schedule
+    s, _, notes = _import(tmp_path, "--pipeline-model-parallel-size 4 --global-batch-size 64 " + flags)
+    written = s["parallel"]
+    assert not {"vpp", "layers_per_virtual_stage", "schedule"} & set(written)
+    assert any("one virtual stage per pipeline rank" in n and "1f1b" in n for n in notes)
+    par = build_context(scenario_from_dict(s)).scenario.parallel
+    assert (par.schedule, par.vpp) == ("1f1b", 1)
+
+
+def test_one_virtual_stage_stays_interleaved_under_megatron_lm_2021(tmp_path):
+    # Megatron-LM 2021's megatron/arguments.py parse_args kept the derived vpp of 1 (no None),
+    # and its training.py then ran forward_backward_pipelining_with_interleaving
+    args = tmp_path / "train.args"
+    args.write_text(BASE + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 8\n")
+    options = ImportOptions(cluster="dgx-h100", nodes=4, framework="megatron-lm-2021")
+    parallel = import_config("megatron", args, options).scenario["parallel"]
+    assert (parallel["layers_per_virtual_stage"], parallel["schedule"]) == (8, "interleaved")

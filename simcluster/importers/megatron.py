@@ -20,7 +20,10 @@ the scenario says what the launch line runs, not simcluster's defaults:
   default), written out so the framework preset does not fill in its recipes' choices;
 - main gradients in fp32 with ``--accumulate-allreduce-grads-in-fp32``, which Megatron forces for
   bf16 (unless ``--grad-reduce-in-bf16``): an fp16 run without it keeps fp16 main gradients;
-- the global batch is micro-batch x dp without ``--global-batch-size``.
+- the global batch is micro-batch x dp without ``--global-batch-size``;
+- one virtual stage per pipeline rank (``--num-virtual-stages-per-pipeline-rank 1``, or
+  ``--num-layers-per-virtual-pipeline-stage`` of a rank's layers) is no virtual pipeline at all:
+  ``validate_args`` sets its size to None and the run is the non-interleaved 1F1B.
 
 Megatron-DeepSpeed's ``--deepspeed`` selects ``framework: deepspeed`` (``--zero-stage``; bf16
 at stage 0 is DeepSpeed's BF16_Optimizer, sharded as ZeRO-1; ``--pad-vocab-size-to``;
@@ -345,8 +348,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             "--num-virtual-stages-per-pipeline-rank",
             "Megatron refuses it beside --num-layers-per-virtual-pipeline-stage; keep one",
         )
-    if "vpp" in parallel or "layers_per_virtual_stage" in parallel:
-        parallel["schedule"] = "interleaved"
+    _virtual_stages(flags, sc, framework, out)
     overlap = sc.setdefault("overlap", {})
     if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
         # the parameter all-gather exists only with the distributed optimizer (not written
@@ -376,6 +378,40 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         out.notes.append(
             f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
         )
+
+
+def _virtual_stages(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
+    """The interleaved schedule for more than one virtual stage per pipeline rank, and none for
+    one: Megatron-LM's ``megatron/training/arguments.py`` ``validate_args`` (NVIDIA/Megatron-LM
+    000c4ac) derives virtual_pipeline_model_parallel_size from
+    --num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage
+    (``partition.megatron_vpp``) and sets it to None when that is 1, so the run takes the
+    non-interleaved 1F1B schedule (``get_forward_backward_func``), not the interleaved one at one
+    chunk. Megatron-LM 2021's ``megatron/arguments.py`` ``parse_args`` kept the derived 1 (its
+    interleaved schedule, one chunk), so its imports keep it; DeepSpeed's engine has no vpp."""
+    parallel = sc["parallel"]
+    if "vpp" not in parallel and "layers_per_virtual_stage" not in parallel:
+        return
+    if framework in ("megatron-lm-2021", "deepspeed"):
+        parallel["schedule"] = "interleaved"
+        return
+    per_virtual = flags.integer("num-layers-per-virtual-pipeline-stage")
+    name = "--num-layers-per-virtual-pipeline-stage"
+    vpp = parallel.get("vpp")  # given, or resolved by _uneven_stages with the accounting flags
+    if vpp is None:
+        pp, layers = parallel.get("pp", 1), sc["model"]["layers"]
+        vpp = megatron_vpp(layers, pp, parallel["layers_per_virtual_stage"], 0, name)
+    if per_virtual is None:
+        name, per_virtual = "--num-virtual-stages-per-pipeline-rank", vpp
+    if vpp > 1:
+        parallel["schedule"] = "interleaved"
+        return
+    parallel.pop("vpp", None)
+    parallel.pop("layers_per_virtual_stage", None)
+    out.notes.append(
+        f"{name} {per_virtual}: one virtual stage per pipeline rank, so Megatron runs its "
+        "non-interleaved 1F1B (validate_args sets no virtual pipeline size): schedule 1f1b, no vpp"
+    )
 
 
 def _optimizer_instances(flags: Flags, sc: dict[str, Any], options: ImportOptions) -> None:
