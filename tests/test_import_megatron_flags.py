@@ -428,3 +428,37 @@ def test_one_virtual_stage_stays_interleaved_under_megatron_lm_2021(tmp_path):
     options = ImportOptions(cluster="dgx-h100", nodes=4, framework="megatron-lm-2021")
     parallel = import_config("megatron", args, options).scenario["parallel"]
     assert (parallel["layers_per_virtual_stage"], parallel["schedule"]) == (8, "interleaved")
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "needle"),
+    [
+        # megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__
+        # (NVIDIA/Megatron-LM 002526d): "Ensure you either have middle pp stages and layers or
+        # none of them" -- 32 - 16 - 16 = 0 layers for the two middle ranks
+        ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 16 --decoder-last-pipeline-num-layers 16",
+         "--decoder-first-pipeline-num-layers", '"Mismatch: 0 middle layers remaining but 2 middle PP stages available"'),
+        # and 32 - 10 - 10 = 12 layers with no middle rank (Megatron-Bridge #5581's pp 2 override)
+        ("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 10 --decoder-last-pipeline-num-layers 10",
+         "--decoder-first-pipeline-num-layers", "make first + last = 32"),
+        # "num_layers_in_last_pipeline_stage must be larger than 0"
+        ("--pipeline-model-parallel-size 4 --decoder-last-pipeline-num-layers 0",
+         "--decoder-last-pipeline-num-layers", "must be larger than 0"),
+        ("--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 40",
+         "--decoder-first-pipeline-num-layers", "40 layers, more than the model's 32"),
+    ],
+)  # fmt: skip
+def test_uneven_split_leaving_a_rank_empty_is_refused_up_front(tmp_path, flags, field, needle):
+    # the import once wrote layers_per_stage [16, 0, 0, 16], refused later under that field
+    with pytest.raises(UserError) as err:
+        _import(tmp_path, flags)
+    assert err.value.field == field and needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_uneven_split_leaving_a_rank_empty_exits_2_on_one_line(tmp_path, capsys):
+    args = tmp_path / "train.args"
+    args.write_text(BASE + "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 16 --decoder-last-pipeline-num-layers 16\n")
+    assert main(["import", "megatron", str(args), "--cluster", "dgx-h100", "--nodes", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --decoder-first-pipeline-num-layers:") and "\n" not in err
+    assert "make first + last at most 30" in err

@@ -108,10 +108,36 @@ def megatron_first_last(layers: int, pp: int, vpp: int, first: int | None, last:
     (``transformer_block.get_num_layers_to_build``; ``TransformerConfig.__post_init__`` raises
     unless the first's, the last's and each middle rank's layers divide by vpp). Chunk c of rank
     r is virtual stage c*pp + r: ``transformer_layer.get_transformer_layer_offset`` puts it at
-    c*(first + middle + last per chunk) + the chunks of the ranks before it."""
+    c*(first + middle + last per chunk) + the chunks of the ranks before it.
+
+    Refused as Megatron-Core's ``TransformerConfig.__post_init__`` refuses them (NVIDIA/Megatron-LM
+    002526d, megatron/core/transformer/transformer_config.py; older copies of that block lack
+    the middle-rank check): a first or last rank of no layers ("num_layers_in_first_pipeline_stage
+    must be larger than 0") and middle ranks left without layers, or layers left without middle
+    ranks ("Mismatch: {num_layers} middle layers remaining but {pipeline_parallel_size} middle
+    PP stages available"); ``layers_per_stage`` would refuse the empty middle stage only later,
+    naming the scenario's field instead of the flags."""
+    flags = "--decoder-first/last-pipeline-num-layers"
+    for edge, given in (("first", first), ("last", last)):
+        if given is not None and given <= 0:
+            raise UserError(
+                f"--decoder-{edge}-pipeline-num-layers",
+                f"{given} layers: Megatron-Core requires more than 0 (TransformerConfig: "
+                f"\"num_layers_in_{edge}_pipeline_stage must be larger than 0\"); give at least 1",
+            )
     middle = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
-    if middle <= 0 and rest or middle > 0 and rest % middle:
+    fix = f"make first + last at most {layers - middle}" if middle else f"make first + last = {layers}"
+    if rest < 0:
+        raise UserError(field, f"{flags} give {layers - rest} layers, more than the model's {layers}; {fix}")
+    if bool(rest) != bool(middle):
+        raise UserError(
+            field,
+            f"{flags} leave {rest} of the {layers} layers for {middle} middle pipeline ranks, which "
+            f"Megatron-Core refuses (TransformerConfig: \"Mismatch: {rest} middle layers remaining but "
+            f"{middle} middle PP stages available\"); {fix}, or change --pipeline-model-parallel-size",
+        )
+    if middle > 0 and rest % middle:
         raise UserError(field, f"the other {rest} layers do not split evenly over {middle} stages (Megatron asserts it)")
     per = rest // middle if middle > 0 else 0
     ranks = [per] * pp
