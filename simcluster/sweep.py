@@ -81,7 +81,8 @@ def parse_axis(axis: str, text: str, gpus: int) -> list[Any]:
     for item in (t.strip() for t in text.split(",")):
         if not item:
             raise UserError(flag, f"'{text}' has an empty item; give a list like 1,2,4")
-        value = _convert(flag, item, kind)
+        words = WORDS.get(axis, ())
+        value = item.lower() if item.lower() in words else _convert(flag, item, kind, words)
         if axis in _CHOICE_AXES:
             _check_choice(flag, axis, item)
         if value not in values:
@@ -89,16 +90,22 @@ def parse_axis(axis: str, text: str, gpus: int) -> list[Any]:
     return values
 
 
-def _convert(flag: str, item: str, kind: type) -> Any:
+#: the words a numeric axis takes besides its numbers, as its scenario field does (written as
+#: given, lower-case): parallel.zero_shard's node, PyTorch FSDP1's HYBRID_SHARD default (the
+#: data-parallel ranks of one node). tests/test_sweep.py holds this to the scenario schema.
+WORDS: dict[str, tuple[str, ...]] = {"zero_shard": ("node",)}
+
+
+def _convert(flag: str, item: str, kind: type, words: tuple[str, ...] = ()) -> Any:
+    """``item`` as the axis's number (``words``: the words the axis also takes, named when an
+    item is neither)."""
+    alike = "".join(f" or {w}" for w in words)
     if kind is int:
-        if flag == "--zero-shard" and item.lower() == "node":
-            # parallel.zero_shard's other value (PyTorch FSDP1's HYBRID_SHARD default: the
-            # data-parallel ranks of one node), which the scenario field takes
-            return "node"
         try:
             value = int(item)
         except ValueError:
-            raise UserError(flag, f"'{item}' is not a whole number; give a list like 1,2,4") from None
+            like = ",".join(["1", "2", "4", *words])
+            raise UserError(flag, f"'{item}' is not a whole number{alike}; give a list like {like}") from None
         if value < 0 or (value == 0 and flag not in ("--zero", "--activation-offload-layers")):
             raise UserError(flag, f"{value} is out of range; give positive values")
         return value
@@ -106,7 +113,8 @@ def _convert(flag: str, item: str, kind: type) -> Any:
         try:
             share = float(item)
         except ValueError:
-            raise UserError(flag, f"'{item}' is not a number; give a list like 0,0.5,1") from None
+            like = ",".join(["0", "0.5", "1", *words])
+            raise UserError(flag, f"'{item}' is not a number{alike}; give a list like {like}") from None
         if not 0.0 <= share <= 1.0:
             raise UserError(flag, f"{share} is out of range; give shares from 0 to 1")
         return share

@@ -43,6 +43,35 @@ def test_zero_shard_axis_takes_node_as_the_scenario_field_does():
     assert [c.scenario["parallel"]["zero_shard"] for c in cands] == [2, "node"]
 
 
+def test_word_values_of_numeric_axes_are_the_scenario_fields_words():
+    # sweep.WORDS is the schema's: every Literal word of a numeric axis's scenario field (the
+    # int | Literal["node"] of parallel.zero_shard), so a word added to a field reaches its axis
+    from typing import Literal, get_args, get_origin
+
+    from simcluster.scenario.document import Scenario
+    from simcluster.sweep import AXES, WORDS
+
+    def literals(annotation):
+        if get_origin(annotation) is Literal:
+            return [a for a in get_args(annotation) if isinstance(a, str)]
+        return [w for arg in get_args(annotation) for w in literals(arg)]
+
+    schema = {}
+    for axis, (section, field, kind) in AXES.items():
+        words = literals(Scenario.model_fields[section].annotation.model_fields[field].annotation)
+        if kind in (int, float) and words:
+            schema[axis] = tuple(words)
+    assert WORDS == schema == {"zero_shard": ("node",)}
+
+
+def test_a_word_an_axis_does_not_take_names_the_axis_and_its_values():
+    with pytest.raises(UserError) as err:
+        parse_axis("zero_shard", "8,nodes", 64)
+    assert err.value.one_line() == "--zero-shard: 'nodes' is not a whole number or node; give a list like 1,2,4,node"
+    with pytest.raises(UserError, match="'node' is not a whole number; give a list like 1,2,4$"):
+        parse_axis("tp", "node", 64)
+
+
 def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():
     assert parse_axis("ep_comm", "true,false", 8) == [True, False]
     cands = candidates(_base(), {"ep_comm": [True, False]})
