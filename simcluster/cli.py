@@ -153,6 +153,36 @@ def _set_without_value(argv: Sequence[str]) -> str | None:
     return None
 
 
+#: a value that starts with a minus and a digit or point ('-1,0.5', '-.5'): argparse takes a
+#: negative number alone ('-1') as a value but a list of them as an unknown option, so
+#: ``--window -1,0.5`` failed with "expected one argument" while ``--window=-1,0.5`` reached
+#: the option's own check
+_DASH_VALUE = re.compile(r"-\.?\d")
+
+
+def _joined_dash_values(words: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``words`` with ``--OPT -1,0.5`` written ``--OPT=-1,0.5`` where ``--OPT`` takes one value
+    of the command parsed: the value reaches the command's check (which names the option and
+    its range) instead of argparse's 'expected one argument'. Words after ``--`` are left as
+    they are."""
+    command = next(
+        (a.choices.get(words[0]) for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+    ) if words else None
+    if command is None:
+        return words
+    takes_one = {o for a in command._actions if a.nargs is None for o in a.option_strings if o.startswith("--")}
+    out: list[str] = []
+    for word in words:
+        if word == "--" and "--" not in out:
+            out.append(word)
+            continue
+        if "--" not in out and out and out[-1] in takes_one and _DASH_VALUE.match(word):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -164,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" not in words and (message := _set_without_value(words)):
         print(message, file=sys.stderr)
         return 2
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_joined_dash_values(words, parser))
     if extra:
         print(_unrecognized(extra, getattr(args, "_parser", None)), file=sys.stderr)
         return 2

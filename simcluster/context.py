@@ -21,6 +21,7 @@ from simcluster.schedules.base import VShapeSchedule
 from simcluster.schedules.ep_overlap import pair_orders
 from simcluster.schedules.partition import MEGATRON_INTERLEAVED, megatron_accounted, megatron_vpp
 from simcluster.stragglers import resolve as resolve_stragglers
+from simcluster.topology import job_domain
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ def build_context(
     _check_moe_settings(scenario.moe, model)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
+    # the NVLink domain build_cluster refuses, refused here too: memory and sweep's prefilter
+    # build no cluster, and accepted a domain smaller than a node that run then refused
+    job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
     spec = ScheduleSpec(
         p=layout.pp,
         m=_flush_microbatches(scenario, layout),

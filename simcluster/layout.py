@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.limits import MAX_MICROBATCHES
 from simcluster.model import ModelSpec
@@ -388,17 +389,18 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
             raise UserError(
                 "parallel.ep", "ep>1 needs a mixture-of-experts model (model.experts > 0)"
             )
+        stage = dp * par.cp * par.tp
+        # the degrees both checks pass: a fix named for one is not refused by the other
+        fixes = one_of(divisors(model.experts, lambda d: stage % d == 0))
         if model.experts % par.ep:
             raise UserError(
-                "parallel.ep",
-                f"ep={par.ep} must divide the model's experts={model.experts}; use ep in "
-                f"{', '.join(str(d) for d in range(1, model.experts + 1) if model.experts % d == 0)}",
+                "parallel.ep", f"ep={par.ep} must divide the model's experts={model.experts}; use ep {fixes}"
             )
-        if (dp * par.cp * par.tp) % par.ep:
+        if stage % par.ep:
             raise UserError(
                 "parallel.ep",
-                f"ep={par.ep} must divide dp*cp*tp={dp * par.cp * par.tp}, the ranks of one pipeline stage "
-                "(EP groups are carved from them)",
+                f"ep={par.ep} must divide dp*cp*tp={stage}, the ranks of one pipeline stage "
+                f"(EP groups are carved from them); use ep {fixes}",
             )
     etp = _expert_tp(par, model, dp)
     if par.zero == 3 and par.pp > 1 and scenario.framework in ("deepspeed", "megatron-core", "megatron-lm-2021", "nanotron"):
@@ -579,17 +581,19 @@ def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
         return 1
     etp = par.tp if par.etp is None else par.etp
     stage = dp * par.cp * par.tp
+    # the etp values both checks pass (ep divides the stage's ranks: checked before), so 1 is one
+    fixes = one_of(divisors(stage // par.ep, lambda d: model.expert_ffn % d == 0))
     if stage % (par.ep * etp):
         default = " (etp defaults to tp, as Megatron-Core's expert_tensor_parallel_size)" if par.etp is None else ""
         raise UserError(
             "parallel.etp",
             f"ep*etp = {par.ep}*{etp} must divide dp*cp*tp={stage}, the ranks of one pipeline stage "
-            f"(expert groups are carved from them){default}; lower etp (e.g. etp: 1)",
+            f"(expert groups are carved from them){default}; use etp {fixes}",
         )
     if model.expert_ffn % etp:
         raise UserError(
             "parallel.etp",
-            f"etp={etp} must divide the experts' hidden width expert_ffn={model.expert_ffn}",
+            f"etp={etp} must divide the experts' hidden width expert_ffn={model.expert_ffn}; use etp {fixes}",
         )
     return etp
 
@@ -735,9 +739,9 @@ def _tp_choices(model: ModelSpec, gpus: int, others: int) -> str:
     degrees (``others`` = pp x cp: tp x pp x cp must divide the GPUs), so the error names a fix
     that is not refused next."""
     heads = model.heads if model.mla is not None else math.gcd(model.heads, model.kv_heads)
-    fits = [d for d in range(1, min(heads, gpus) + 1) if heads % d == 0 and gpus % (d * others) == 0]
+    fits = divisors(heads, lambda d: gpus % (d * others) == 0)
     both = "" if model.mla is not None or model.kv_heads == model.heads else " both"
-    return f"; tp {', '.join(map(str, fits[:-1]))} or {fits[-1]} divide{both}" if len(fits) > 1 else ""
+    return f"; tp {one_of(fits)} divide{both}" if len(fits) > 1 else ""
 
 
 def _vpp_refusal(schedule: str, vpp: int) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from simcluster import yamlio
+from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError, did_you_mean
 from simcluster.limits import MAX_LAYERS
 from simcluster.model_parts import BIAS_PARTS, QK_NORMS, bias_parts
@@ -545,7 +546,9 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{spec.mtp_layers} prediction modules for {spec.layers} layers; use at most layers (DeepSeek-V3: 1)",
         )
     if spec.heads % spec.kv_heads:
-        raise UserError(f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}")
+        raise UserError(
+            f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}; use {one_of(divisors(spec.heads))}"
+        )
     if spec.mtp_layers < 0:
         raise UserError(f"{prefix}.mtp_layers", f"must be 0 or more, got {spec.mtp_layers}")
     if spec.mla is None and spec.head_dim == 0 and spec.hidden % spec.heads:

@@ -191,10 +191,8 @@ def _add_link(g: networkx.DiGraph, u: str, v: str, bw: float, eff: float, lat: f
         g.add_edge(a, b, bandwidth=bw, capacity=bw * eff, latency=lat, kind=kind)
 
 
-def build_cluster(
-    profile: HardwareProfile, num_gpus: int, gpus_per_node: int | None = None
-) -> Cluster:
-    """Build the graph for ``num_gpus`` GPUs of ``profile`` (builder from fabric.topology)."""
+def _topology(profile: HardwareProfile) -> TopologySpec:
+    """The registered fabric family of ``profile`` (fabric.topology); an unknown name is refused."""
     spec = TOPOLOGIES.get(profile.fabric.topology)
     if spec is None:
         from simcluster.errors import did_you_mean
@@ -205,16 +203,19 @@ def build_cluster(
             f"unknown topology '{profile.fabric.topology}'"
             f"{did_you_mean(profile.fabric.topology, names)}; choose one of {', '.join(names)}",
         )
-    gpn = gpus_per_node or profile.node.gpus_per_node
-    if gpn <= 0:
-        raise UserError("cluster.gpus_per_node", f"must be positive, got {gpn}")
-    if num_gpus <= 0:
-        raise UserError("cluster.gpus", f"must be positive, got {num_gpus}")
-    if num_gpus > gpn and num_gpus % gpn:
-        raise UserError(
-            "cluster.gpus",
-            f"{num_gpus} GPUs is not a whole number of {gpn}-GPU nodes; use a multiple of {gpn}",
-        )
+    return spec
+
+
+def job_domain(profile: HardwareProfile, num_gpus: int, gpus_per_node: int) -> int:
+    """The job's GPUs per NVLink domain, refused (cluster.nvlink_domain) where the cluster
+    could not be built: the check :func:`build_cluster` makes, for the commands that stop
+    before a cluster is built (memory, sweep's prefilter, compare) so that they refuse what
+    ``run`` refuses, with the same message."""
+    return _checked_domain(_topology(profile), profile, num_gpus, gpus_per_node)
+
+
+def _checked_domain(spec: TopologySpec, profile: HardwareProfile, num_gpus: int, gpn: int) -> int:
+    """The job's NVLink domain under ``spec``, refused when it does not tile ``gpn``-GPU nodes."""
     domain = _job_domain(spec.domain_size(profile, gpn), profile, num_gpus, gpn)
     if domain < gpn:
         # two GPUs of one node in different domains have no route here: the scale-out path
@@ -232,14 +233,33 @@ def build_cluster(
             "cluster.nvlink_domain",
             f"NVLink domain of {domain} GPUs does not tile {gpn}-GPU nodes; use a multiple of {gpn}",
         )
-    node, eff = profile.node, profile.efficiency
-    mesh = node.scale_up == "mesh"
-    if mesh and domain != gpn:
+    if profile.node.scale_up == "mesh" and domain != gpn:
         raise UserError(
             "cluster.nvlink_domain",
             f"a mesh scale-up (node.scale_up: mesh) joins the GPUs of one node; drop "
             f"node.nvlink_domain ({domain}) or set it to gpus_per_node ({gpn})",
         )
+    return domain
+
+
+def build_cluster(
+    profile: HardwareProfile, num_gpus: int, gpus_per_node: int | None = None
+) -> Cluster:
+    """Build the graph for ``num_gpus`` GPUs of ``profile`` (builder from fabric.topology)."""
+    spec = _topology(profile)
+    gpn = gpus_per_node or profile.node.gpus_per_node
+    if gpn <= 0:
+        raise UserError("cluster.gpus_per_node", f"must be positive, got {gpn}")
+    if num_gpus <= 0:
+        raise UserError("cluster.gpus", f"must be positive, got {num_gpus}")
+    if num_gpus > gpn and num_gpus % gpn:
+        raise UserError(
+            "cluster.gpus",
+            f"{num_gpus} GPUs is not a whole number of {gpn}-GPU nodes; use a multiple of {gpn}",
+        )
+    domain = _checked_domain(spec, profile, num_gpus, gpn)
+    node, eff = profile.node, profile.efficiency
+    mesh = node.scale_up == "mesh"
     import networkx
 
     g = networkx.DiGraph(topology=spec.name)

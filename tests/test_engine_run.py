@@ -181,6 +181,28 @@ def test_a_bad_timeline_window_is_one_line_before_simulating(cli, tmp_path, wind
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("words", [("--window", "-1,0.5"), ("--window=-1,0.5",)])
+def test_a_window_before_the_step_is_refused_alike_in_both_spellings(cli, tmp_path, words):
+    # argparse took '-1,0.5' after a space for an unknown option ("expected one argument");
+    # cli._joined_dash_values hands it to run's own check, which names the field and the range
+    res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"), *words)
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert res.err.startswith("error: --window: '-1,0.5' starts before the step (0 s)") and "0 <= START < END" in res.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_negative_value_after_a_space_reaches_the_option_and_nothing_else():
+    from simcluster.cli import _joined_dash_values, build_parser
+
+    parser = build_parser(only="run")
+    words = ["run", "x.yaml", "--window", "-1,0.5", "--svg", "--out", "o", "--", "--window", "-2,1"]
+    assert _joined_dash_values(words, parser) == [
+        "run", "x.yaml", "--window=-1,0.5", "--svg", "--out", "o", "--", "--window", "-2,1"
+    ]
+    # a flag (no value) and a word that is not a number are left for argparse to refuse
+    assert _joined_dash_values(["run", "--svg", "-1,2", "--window", "-x"], parser) == ["run", "--svg", "-1,2", "--window", "-x"]
+
+
 def test_a_window_after_the_step_is_one_line_and_writes_nothing(cli, tmp_path):
     # the step is 6.4 s: a window from 100 s would draw an empty chart
     res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"), "--window", "100,200")

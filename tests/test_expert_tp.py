@@ -74,8 +74,10 @@ def test_etp_defaults_to_tp_for_moe_and_one_otherwise():
     "model,parallel,needle",
     [
         (None, {"tp": 2, "etp": 2}, "needs a mixture-of-experts model"),
-        (MOE, {"tp": 4, "ep": 8, "etp": 4}, "ep*etp = 8*4 must divide dp*cp*tp=16"),
-        ({**MOE, "expert_ffn": 4098}, {"tp": 4, "ep": 2, "etp": 4}, "must divide the experts' hidden width"),
+        # the etp values named divide both dp*cp*tp / ep and expert_ffn: 16/8 = 2 -> 1 or 2
+        (MOE, {"tp": 4, "ep": 8, "etp": 4}, "ep*etp = 8*4 must divide dp*cp*tp=16, the ranks of one pipeline stage (expert groups are carved from them); use etp 1 or 2"),
+        # 4098 = 2 * 3 * 683 and 16/2 = 8: etp 1 or 2
+        ({**MOE, "expert_ffn": 4098}, {"tp": 4, "ep": 2, "etp": 4}, "must divide the experts' hidden width expert_ffn=4098; use etp 1 or 2"),
     ],
 )
 def test_impossible_expert_tp_names_the_field(model, parallel, needle):

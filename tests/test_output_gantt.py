@@ -324,6 +324,7 @@ def test_the_legend_names_only_kinds_inside_the_window():
     forward touching its start was kept (end >= start of the window), so the legend named
     'forward (F)' over a chart of backwards. Events that only touch the window are left out;
     those inside it, and their kinds, stay."""
+    from simcluster.output.gantt import SUB_PIXEL_NOTE
     from simcluster.output.style import KIND_STYLES
 
     t = make_1f1b(p=2, m=2)
@@ -337,7 +338,8 @@ def test_the_legend_names_only_kinds_inside_the_window():
     inside = t.events[(t.events["end_s"] > start) & (t.events["start_s"] < step)]
     assert set(layout.blocks["kind"]) == set(inside["kind"])
     fig, layout = draw_gantt(t.events, {}, "t", "", step, (start - 1e-9, step))  # a sliver of it: named
-    assert KIND_STYLES["forward"].label in [text.get_text() for text in fig.legends[0].get_texts()]
+    # as what is drawn of it: the last forward cut at the window's start, 1 ns, under a pixel
+    assert KIND_STYLES["forward"].label + SUB_PIXEL_NOTE in [text.get_text() for text in fig.legends[0].get_texts()]
 
 
 def test_a_kind_drawn_only_under_a_pixel_says_so_in_the_legend():
@@ -388,3 +390,22 @@ def test_a_number_sits_once_at_the_centre_of_the_visible_part_of_its_block():
     # uncut, a 4-layer forward's number sits at its middle, not on its first layer's
     _, whole = draw_gantt(events, t.rank_labels, step_time_s=t.summary["step_time_s"])
     assert sorted(s.x_s for s in whole.label_spots if s.kind == "forward") == pytest.approx([5e-4, 1.5e-3])
+
+
+def test_bars_crossing_the_window_edges_are_cut_at_them():
+    """The 1F1B step above, stage 0, window 0.6-4.5 ms: F0 (0-1 ms, layers of 0.25 ms) and B0
+    (4.2-6.2 ms, layers of 0.5 ms) cross its edges in their layers 0.5-0.75 ms and 4.2-4.7 ms.
+    Their numbers sat on the visible part, but those layers were drawn whole, into the margin
+    past both edges. Every rectangle the axes hold now lies inside the window, and F0 and B0
+    end at its edges."""
+    from simcluster.output.style import time_scale
+
+    t = make_1f1b(p=2, m=2, layers=4)
+    events = t.events[t.events["rank"] == 0]
+    t0, t1 = 6e-4, 4.5e-3
+    fig, layout = draw_gantt(events, t.rank_labels, step_time_s=t.summary["step_time_s"], window=(t0, t1))
+    factor = time_scale(t1 - t0).factor  # seconds -> the axis unit (ms here)
+    xs = np.concatenate([p.vertices[:, 0] for c in fig.axes[0].collections for p in c.get_paths()]) / factor
+    assert xs.min() == pytest.approx(t0) and xs.max() == pytest.approx(t1)  # F0 from t0, B0 to t1
+    compute = layout.blocks[layout.blocks["stream"] == "compute"]
+    assert compute["start_s"].min() == pytest.approx(t0) and compute["end_s"].max() == pytest.approx(t1)

@@ -3,6 +3,9 @@
 import pytest
 import yaml
 
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.scenario import scenario_from_dict
 from tests.conftest import make_scenario
 
 
@@ -381,4 +384,23 @@ def test_ep_above_the_experts_names_the_degrees_that_divide_them(cli, tmp_path):
     # Mixtral 8x7B has 8 experts (its config.json num_local_experts): ep in 1, 2, 4, 8
     doc = make_scenario(parallel={"tp": 1, "pp": 1, "ep": 16})
     doc["model"], doc["cluster"]["gpus"] = {"preset": "mixtral-8x7b"}, 16
-    assert_one_line_error(cli("memory", str(write(tmp_path, doc))), "parallel.ep", "experts=8", "use ep in 1, 2, 4, 8")
+    assert_one_line_error(cli("memory", str(write(tmp_path, doc))), "parallel.ep", "experts=8", "use ep 1, 2, 4 or 8")
+
+
+def test_ep_that_splits_no_stage_evenly_names_the_degrees_that_divide_both():
+    # 8 experts on a stage of dp*cp*tp = 12 ranks: ep 8 divides the experts, not the ranks;
+    # the degrees named divide both (1, 2, 4), so the fix is not refused by the other check
+    doc = make_scenario(parallel={"tp": 1, "pp": 1, "ep": 8})
+    doc["model"], doc["cluster"]["gpus"] = {"preset": "mixtral-8x7b"}, 12
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc))
+    assert str(err.value) == (
+        "parallel.ep: ep=8 must divide dp*cp*tp=12, the ranks of one pipeline stage (EP groups are "
+        "carved from them); use ep 1, 2 or 4"
+    )
+
+
+def test_kv_heads_that_split_no_heads_evenly_names_the_counts_that_do(cli):
+    # Llama 3 8B's 32 query heads (config.json num_attention_heads) in 5 groups: 32 = 2^5
+    res = cli("memory", "llama3-8b-8xh100", "--set", "model.kv_heads=5")
+    assert_one_line_error(res, "model.kv_heads: 5 must divide heads=32; use 1, 2, 4, 8, 16 or 32")

@@ -83,6 +83,16 @@ def test_an_nvlink_domain_smaller_than_a_node_is_refused_before_routing():
     assert build_cluster(load_profile("gb300-nvl72", {"nvlink_domain": 4}), 8).path(0, 2)
 
 
+def test_memory_refuses_the_nvlink_domain_run_refuses_with_its_message(cli):
+    """``memory`` builds no cluster: it accepted a domain of 4 GPUs on DGX H100's 8-GPU nodes
+    and printed a table for a layout ``run`` refuses at build_cluster. build_context now makes
+    the same check (topology.job_domain), so the one line is build_cluster's, exit code 2."""
+    with pytest.raises(UserError) as refused:
+        cluster(8, nvlink_domain=4)
+    res = cli("memory", "llama3-8b-8xh100", "--set", "cluster.nvlink_domain=4")
+    assert (res.code, res.err.strip().splitlines()) == (2, [f"error: {refused.value}"]), res.err
+
+
 def test_rank_grid_keeps_tp_in_a_node():
     grid = rank_to_gpu({"tp": 8, "dp": 2, "pp": 2})
     assert grid.groups("tp")[1] == list(range(8, 16))

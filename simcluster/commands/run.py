@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--svg", action="store_true", help="also write timeline.svg (with --out)")
     parser.add_argument(
         "--window", metavar="START,END",
-        help="draw the timeline from START to END seconds, e.g. 2.5,2.8 (with --out; default: the step)",
+        help="draw the timeline from START to END seconds after the step starts, e.g. 2.5,2.8 (with --out; default: the step)",
     )  # fmt: skip
     parser.add_argument(
         "--gzip-trace", action="store_true",
@@ -70,6 +70,12 @@ def _window(text: str) -> tuple[float, float]:
         start, end = (float(p) for p in parts) if len(parts) == 2 else (None, None)
     except ValueError:
         start = end = None
+    if start is not None and end is not None and math.isfinite(end) and start < 0 < end:
+        # the timeline's seconds count from the step's start (output/gantt.py's x axis)
+        raise UserError(
+            "--window", f"'{text}' starts before the step (0 s); START and END are seconds from the step's "
+            f"start, 0 <= START < END: write e.g. 0,{end:g}"
+        )
     if start is None or end is None or not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
         raise UserError("--window", f"'{text}' is not START,END in seconds with 0 <= START < END; write e.g. 2.5,2.8")
     return start, end

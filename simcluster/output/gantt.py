@@ -545,6 +545,11 @@ def draw_gantt(
     instant = frame["end_s"] == frame["start_s"]
     inside = (frame["end_s"] > t0) & (frame["start_s"] < t1)
     visible = frame[drawn & (inside | (instant & (frame["start_s"] >= t0) & (frame["start_s"] <= t1)))]
+    # cut at the window's edges before the blocks are joined: uncut, a block crossing a
+    # --window edge was drawn whole, into the margin past the edge (the labels were already
+    # placed on the visible part), and a joined block's busy share, its bar's height, counts
+    # only the time inside the window
+    visible = visible.assign(start_s=visible["start_s"].clip(t0, t1), end_s=visible["end_s"].clip(t0, t1))
     pitch = _row_pitch_in(len(rows))
     height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
