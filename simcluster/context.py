@@ -13,6 +13,7 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
 from simcluster.parallelism.zero3_coordinator import coordinated
+from simcluster.pipeline_p2p_overlap import with_pipeline_p2p_overlap
 from simcluster.placement import Chunk, stage_chunks
 from simcluster.profile_sources import unsourced_note
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
@@ -85,6 +86,7 @@ def build_context(
         )
     pinned = scenario.training.attention_kernel is not None  # named by the scenario, not defaulted
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
+    scenario = with_pipeline_p2p_overlap(scenario)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)
     if sourceless := unsourced_note(profile.name, profile.unsourced):
