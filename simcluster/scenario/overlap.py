@@ -66,7 +66,14 @@ class OverlapSection(SectionBase):
             "Weight gradients run inside the backward (a schedule that keeps it whole)"
         ),
     )
-    pp_comm: bool = True
+    pp_comm: bool = Field(
+        default=True,
+        description=(
+            "pipeline sends and receives overlap the next op (Megatron's overlap_p2p_comm); "
+            "turned off unless written for a 1F1B without virtual stages of megatron-core, nemo, "
+            "megatron-bridge or a scenario without a framework, as Megatron's validate_args does"
+        ),
+    )
     pp_p2p: Literal["batched", "serial"] = Field(
         default="batched",
         description=(
