@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster import attention_head_dims, attention_sinks, userbuffers
+from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framework_kernel
 from simcluster.hardware import HardwareProfile, load_profile
@@ -244,7 +245,8 @@ def _flush_microbatches(scenario: Scenario, layout: Layout) -> int:
         raise UserError(
             "training.pipeline_flushes",
             f"{flushes} must divide the {layout.microbatches} microbatches of each data-parallel "
-            "rank (global_batch / (micro_batch x dp)); pick a divisor or change the batch",
+            f"rank (global_batch / (micro_batch x dp)); use {one_of(divisors(layout.microbatches))} "
+            "or change the batch",
         )
     return layout.microbatches // flushes
 

@@ -470,7 +470,8 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         if (dp * par.cp) % zero_shard:
             raise UserError(
                 "parallel.zero_shard",
-                f"{zero_shard} must divide dp*cp = {dp * par.cp} (the replicas split the group evenly)",
+                f"{zero_shard} must divide dp*cp = {dp * par.cp} (the replicas split the group evenly); "
+                f"use {one_of(divisors(dp * par.cp))}",
             )
         if grad_collective != "reduce_scatter":
             raise UserError(

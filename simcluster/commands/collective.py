@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 
 from simcluster import yamlio
+from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError, did_you_mean
 from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
 from simcluster.limits import MAX_GPUS
@@ -100,7 +101,8 @@ def _group(gpus: int, per_node: int | None, gpus_per_node: int) -> tuple[list[in
     if per_node < 1 or per_node > gpus_per_node or gpus % per_node:
         raise UserError(
             "--per-node",
-            f"must divide --gpus {gpus} and be 1..{gpus_per_node} (GPUs per node), got {per_node}",
+            f"must divide --gpus {gpus} and be 1..{gpus_per_node} (GPUs per node), got {per_node}; "
+            f"use {one_of(divisors(gpus, lambda d: d <= gpus_per_node))}",
         )
     nodes = gpus // per_node
     group = [node * gpus_per_node + i for node in range(nodes) for i in range(per_node)]
