@@ -116,8 +116,10 @@ def _dp_scenario(collective_sms: int, **parallel) -> dict:
         "parallel": {"tp": 2, "pp": pp, "zero": 1, "schedule": "1f1b", **parallel},
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 16, "precision": "bf16"},
         # the backward's TP all-reduce blocking (as before Megatron's async one): interference
-        # here comes from the DP collectives alone, which the assertions below account
-        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_grad_async": False},
+        # here comes from the DP collectives alone, which the assertions below account. Pipeline
+        # sends overlapped, written: a 1F1B without a framework blocks on them by default
+        # (pipeline_p2p_overlap.py), and sends beside compute are part of what is checked here
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_grad_async": False, "pp_comm": True},
     }
 
 
