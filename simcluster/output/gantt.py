@@ -352,16 +352,13 @@ def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s
         )
 
 
-def visible_pieces(blocks: pd.DataFrame, window_s: tuple[float, float]) -> pd.DataFrame:
-    """The drawn blocks cut to the window, each its own widest piece: a label goes on what is
-    visible. Uncut, a block crossing a --window edge had its number at the centre of its whole
-    extent (off-centre, or past the edge and clipped away), and a block joined from per-layer
-    events put it on its longest event, not on the block drawn (1/8 of the way along a
-    4-layer forward)."""
-    t0, t1 = window_s
+def visible_pieces(blocks: pd.DataFrame) -> pd.DataFrame:
+    """The drawn blocks, each its own widest piece: a label goes on what is visible. The blocks
+    are joined from events already cut at the window's edges (:func:`draw_gantt`), so a block
+    crossing a --window edge has its number at the centre of its visible part, and a block
+    joined from per-layer events has it on the block drawn, not on its longest event (1/8 of
+    the way along a 4-layer forward)."""
     pieces = blocks.copy()
-    pieces["start_s"] = pieces["start_s"].clip(lower=t0, upper=t1)
-    pieces["end_s"] = pieces["end_s"].clip(lower=t0, upper=t1)
     pieces["widest_start_s"], pieces["widest_end_s"] = pieces["start_s"], pieces["end_s"]
     return pieces
 
@@ -554,7 +551,7 @@ def draw_gantt(
     height_in = max(3.0, 1.5 + 0.5 + pitch * len(rows))
     px_per_s = FIG_WIDTH_IN * _AXES_WIDTH_FRACTION * DPI / (t1 - t0)
     blocks = merge_blocks(visible, min_gap_s=1.0 / px_per_s, collapse_layers=False)
-    groups = _label_groups(visible_pieces(blocks, (t0, t1)), 1.0 / px_per_s)
+    groups = _label_groups(visible_pieces(blocks), 1.0 / px_per_s)
 
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
