@@ -10,12 +10,23 @@ p2p communication"), whatever ``--overlap-p2p-communication`` said; its
 Megatron's flag default) therefore holds for the interleaved schedule only: a 1F1B run of
 Megatron-Core, NeMo or Megatron-Bridge, or of a scenario that names no framework (simcluster's
 generic pipeline is Megatron's), blocks on its transfers unless the scenario says otherwise.
+
+PyTorch's ``torch.distributed.pipelining`` ``Schedule1F1B`` (frameworks pytorch-ddp, torchtitan,
+automodel) has no such flag and blocks where the stage turns: in ``_step_microbatches`` a
+forward's send is fused with the next backward's receive (``fwd_send_bwd_recv``) and a
+backward's with the next forward's receive, each batch waited on before the op runs; in the
+warm-up (forwards) and cool-down (backwards) a send is fired after its op and waited on only
+after the next op of the same kind has computed ("Clear previous chunk's forward sends"), and
+the last one before the gradients are reduced. Its GPipe and multi-stage schedules wait on
+their sends only at the end of a phase or step, which ``pp_comm: true`` models.
 """
 
 from __future__ import annotations
 
 from simcluster.errors import UserError
+from simcluster.frameworks import PYTORCH_PIPELINING
 from simcluster.scenario import Scenario
+from simcluster.schedules import PipeOp
 
 #: frameworks whose 1F1B is Megatron-Core's forward_backward_pipelining_without_interleaving
 #: (None: a scenario without a framework runs the generic, Megatron-like pipeline)
@@ -29,11 +40,18 @@ def with_pipeline_p2p_overlap(scenario: Scenario) -> Scenario:
     par = scenario.parallel
     if par.pp == 1 or par.schedule != "1f1b" or not scenario.overlap.pp_comm:
         return scenario
-    if scenario.framework not in MEGATRON_1F1B:
+    if scenario.framework not in MEGATRON_1F1B and scenario.framework not in PYTORCH_PIPELINING:
         return scenario
     if "overlap.pp_comm" in scenario.written:
         if scenario.framework is None:
             return scenario  # a generic pipeline that overlaps its sends: the user's model
+        if scenario.framework in PYTORCH_PIPELINING:
+            raise UserError(
+                "overlap.pp_comm",
+                f"{scenario.framework}'s 1F1B (torch.distributed.pipelining Schedule1F1B) waits "
+                "on each send where the stage turns between forwards and backwards; drop "
+                "overlap.pp_comm, or use parallel.schedule: afab or interleaved, whose sends overlap",
+            )
         raise UserError(
             "overlap.pp_comm",
             f"{scenario.framework} overlaps pipeline sends only in the interleaved schedule "
@@ -41,3 +59,16 @@ def with_pipeline_p2p_overlap(scenario: Scenario) -> Scenario:
             "drop overlap.pp_comm or set parallel.vpp > 1",
         )
     return scenario.model_copy(update={"overlap": scenario.overlap.model_copy(update={"pp_comm": False})})
+
+
+def waits_at_turns(scenario: Scenario) -> bool:
+    """Whether a stage that does not overlap its sends waits on them only where it turns
+    (torch's ``Schedule1F1B``) rather than after every op (Megatron's 1F1B)."""
+    return scenario.framework in PYTORCH_PIPELINING and scenario.parallel.schedule == "1f1b"
+
+
+def send_blocks(op: PipeOp, following: PipeOp | None) -> bool:
+    """Under torch's ``Schedule1F1B``: ``op``'s send is waited on before ``following`` runs
+    (the stage turns, or the step ends); otherwise it stays in flight until ``following`` has
+    computed."""
+    return following is None or (following.kind == "F") != (op.kind == "F")

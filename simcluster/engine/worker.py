@@ -28,6 +28,7 @@ from simcluster.engine.shared import Shared
 from simcluster.parallelism import tied
 from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
+from simcluster.pipeline_p2p_overlap import send_blocks, waits_at_turns
 from simcluster.schedules import PipeOp
 
 __all__ = ["GRAD_ZERO", "Worker"]
@@ -333,6 +334,8 @@ class Worker(PipelineIO, DataParallelOps):
             self._record("optimizer", GRAD_ZERO, -1, -1, -1, start, Work.of(optimizer=seconds))
         previous: PipeOp | None = None
         serial = sc.overlap.pp_p2p == "serial"
+        turns = not sc.overlap.pp_comm and waits_at_turns(sc)
+        in_flight: simpy.Process | None = None  # torch's Schedule1F1B: one send between turns
         ops = self.plan.ops
         i = 0
         while i < len(ops):
@@ -369,7 +372,13 @@ class Worker(PipelineIO, DataParallelOps):
             else:
                 yield from self._wait_inputs(op)
                 yield from self._execute(op, previous)
-                sends = [self._send_outputs(op)]
+                if in_flight is not None:
+                    yield in_flight  # the previous op's send, waited once this op has computed
+                    in_flight = None
+                send = self._send_outputs(op)
+                if turns and not send_blocks(op, ops[i + 1] if i + 1 < len(ops) else None):
+                    in_flight, send = send, None
+                sends = [send]
                 previous = op
                 i += 1
                 self.ops_done += 1
