@@ -58,6 +58,12 @@ def _measure_parser() -> argparse.ArgumentParser:
         help="extra GEMM shapes 'M,N,K;M,N,K' (positive integers; A, B and C in fp32 must fit "
         "in the device's memory)",
     )
+    p.add_argument(
+        "--dtypes",
+        help="GEMM precisions to time, comma-separated (default bf16,fp16,fp32 on a GPU, "
+        "bf16,fp32 on a CPU); a CPU without native bf16 (AVX2 only: torch's bf16 matmul ~10x "
+        "slower than fp32) takes hours over the bf16 grid, so time fp32 there",
+    )
     p.add_argument("--base", help="profile to start from (name or YAML); default: this machine")
     p.add_argument(
         "--timeout",
@@ -78,6 +84,7 @@ def _measure_parser() -> argparse.ArgumentParser:
 
 def _measure(argv: Sequence[str]) -> int:
     from calibrate.moe_shapes import check_moe_fits, default_moe_shapes, scenario_moe_shapes
+    from calibrate.precisions import parse_dtypes
     from calibrate.profile_writer import partial_path
     from calibrate.shapes import (
         check_fits,
@@ -102,6 +109,7 @@ def _measure(argv: Sequence[str]) -> int:
             )
     if args.base:
         load_profile(args.base, field="--base")  # a malformed base fails before measuring
+    dtypes = tuple(parse_dtypes(args.dtypes)) if args.dtypes is not None else ()
     given = parse_shapes(args.shapes) if args.shapes else []
     of_scenario = scenario_shapes(args.scenario) if args.scenario else []
     moe = scenario_moe_shapes(args.scenario) if args.scenario else []
@@ -123,7 +131,9 @@ def _measure(argv: Sequence[str]) -> int:
     moe_grid = default_moe_shapes(device, args.quick)
     moe_shapes = tuple(moe_grid + [s for s in dict.fromkeys(moe) if s not in moe_grid])
     reference = max(grid, key=lambda s: s.flops)
-    cfg = RunConfig(device, args.quick, args.out, args.base, args.timeout, shapes, cube, moe_shapes, reference)
+    cfg = RunConfig(
+        device, args.quick, args.out, args.base, args.timeout, shapes, cube, moe_shapes, reference, dtypes
+    )
     return run(cfg)
 
 

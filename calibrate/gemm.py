@@ -14,15 +14,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
-#: the dtype of the shape table's cube (the precision LLM training runs its GEMMs in)
-CUBE_DTYPE = "bf16"
-
-
-def default_dtypes(device: str) -> list[str]:
-    """Precisions worth timing: CPUs run fp16 matmul through slow paths, so skip it there."""
-    return ["bf16", "fp16", "fp32"] if device == "cuda" else ["bf16", "fp32"]
-
-
 def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -> int:
     """How many timed calls fit in ``budget_s`` given one call's time."""
     return max(lo, min(hi, int(budget_s / max(once_s, 1e-9))))

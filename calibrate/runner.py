@@ -22,6 +22,7 @@ from calibrate import attention, collectives, gemm, hostlink, interference, memb
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.moe_alltoall import measure_all_to_all
 from calibrate.moe_shapes import MoeShape
+from calibrate.precisions import cube_dtype, default_dtypes
 from calibrate.profile_writer import (
     Machine,
     Measurements,
@@ -66,6 +67,8 @@ class RunConfig:
     #: one fixed shape also keeps those figures alike with and without --scenario. None: the
     #: largest of ``gemm_shapes``
     reference: GemmShape | None = None
+    #: the GEMM precisions to time (--dtypes); empty: the device's default (precisions.py)
+    dtypes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,8 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     seconds = soak.soak_seconds(cfg.quick)
     grid = set(default_grid(cfg.device, cfg.quick))
     extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
-    dtypes = gemm.default_dtypes(cfg.device)
+    dtypes = list(cfg.dtypes) or default_dtypes(cfg.device)
+    cube = cube_dtype(dtypes)
 
     def soak_and_estimate(m: Measurements) -> None:
         start = time.perf_counter()
@@ -129,8 +133,8 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     ]
     steps += [
         Step(
-            f"gemm {gemm.CUBE_DTYPE} {s.m}x{s.n}x{s.k} (shape cube)",
-            _appends("gemm", partial(gemm.measure_gemm, s, gemm.CUBE_DTYPE, dev, timer, budget)),
+            f"gemm {cube} {s.m}x{s.n}x{s.k} (shape cube)",
+            _appends("gemm", partial(gemm.measure_gemm, s, cube, dev, timer, budget)),
         )
         for s in cfg.cube_shapes
         if s not in cfg.gemm_shapes
