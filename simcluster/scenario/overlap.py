@@ -71,7 +71,9 @@ class OverlapSection(SectionBase):
         description=(
             "pipeline sends and receives overlap the next op (Megatron's overlap_p2p_comm); "
             "turned off unless written for a 1F1B without virtual stages of megatron-core, nemo, "
-            "megatron-bridge or a scenario without a framework, as Megatron's validate_args does"
+            "megatron-bridge or a scenario without a framework, as Megatron's validate_args does, "
+            "and for the 1F1B of pytorch-ddp, torchtitan and automodel (torch's Schedule1F1B "
+            "waits on its sends where the stage turns between forwards and backwards)"
         ),
     )
     pp_p2p: Literal["batched", "serial"] = Field(
