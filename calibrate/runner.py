@@ -120,6 +120,15 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         note = soak.extra_gemm_note(extra, len(dtypes), calls * largest.flops / (time.perf_counter() - start))
         if note and ctx.is_main:
             print(note, file=sys.stderr, flush=True)
+        if cfg.device == "cuda":
+            return  # a GPU runs every precision it is asked for on its own units
+        others = [d for d in dtypes if d != soak_dtype]
+        base = soak.probe_rate(soak_dtype, dev) if others else 0.0
+        for d in others:
+            shapes = list(cfg.gemm_shapes) + [s for s in cfg.cube_shapes if d == cube and s not in cfg.gemm_shapes]
+            slow = soak.slow_dtype_note(d, soak.probe_rate(d, dev), soak_dtype, base, shapes)
+            if slow and ctx.is_main:
+                print(slow, file=sys.stderr, flush=True)
 
     steps = [Step(f"heat soak {seconds:g} s", soak_and_estimate)]
     steps += [

@@ -74,3 +74,46 @@ def extra_gemm_note(shapes: Sequence[GemmShape], dtypes: int, flops_per_s: float
         f"TFLOP a call, each timed at least {MIN_CALLS_PER_GEMM} times in {dtypes} precisions) take "
         f"at least {clock_text(seconds)} at the {flops_per_s / 1e12:.3g} TFLOP/s of the heat soak"
     )
+
+
+#: the probe shape of :func:`slow_dtype_note`: small enough for an emulated precision (a
+#: 512^3 bf16 GEMM takes ~0.2 s on two AVX2 cores, whose emulated rate falls with size: 1.9,
+#: 1.4 and 0.7 GFLOP/s at 256, 512 and 1024)
+PROBE = GemmShape(512, 512, 512)
+#: a precision this many times slower than the soak's at the same shape runs without units of
+#: its own (a CPU without native bf16 converts to fp32 and back)
+SLOW_RATIO = 3.0
+#: a slow precision's least time worth a line: a minute, the whole of a CPU run's fp32 grid
+SLOW_NOTE_S = 60.0
+
+
+def probe_rate(dtype: str, device: torch.device) -> float:
+    """FLOP/s of :data:`PROBE` GEMMs in ``dtype``: one warm-up call, then two timed."""
+    a = torch.ones(PROBE.m, PROBE.k, device=device, dtype=DTYPES[dtype])
+    b = torch.ones(PROBE.k, PROBE.n, device=device, dtype=DTYPES[dtype])
+    torch.matmul(a, b)
+    start = time.perf_counter()
+    for _ in range(2):
+        torch.matmul(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return 2 * PROBE.flops / max(time.perf_counter() - start, 1e-9)
+
+
+def slow_dtype_note(
+    dtype: str, rate: float, soak_dtype: str, soak_rate: float, shapes: Sequence[GemmShape]
+) -> str | None:
+    """A line saying that ``dtype`` runs far slower than ``soak_dtype`` here (``rate`` and
+    ``soak_rate``: their :func:`probe_rate`) and how long its GEMMs of ``shapes`` will take,
+    when that is long, with the flag that skips them."""
+    if rate <= 0 or rate * SLOW_RATIO > soak_rate:
+        return None
+    seconds = extra_gemm_seconds(shapes, 1, rate)
+    if seconds < SLOW_NOTE_S:
+        return None
+    return (
+        f"note: {dtype} matmul runs {soak_rate / rate:.0f}x slower than {soak_dtype} here at "
+        f"{PROBE.m}^3 (no native {dtype}): its {len(shapes)} GEMM measurements take at least "
+        f"{clock_text(seconds)}, longer if its rate falls with size; --dtypes {soak_dtype} times "
+        f"{soak_dtype} alone"
+    )
