@@ -120,8 +120,8 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         note = soak.extra_gemm_note(extra, len(dtypes), calls * largest.flops / (time.perf_counter() - start))
         if note and ctx.is_main:
             print(note, file=sys.stderr, flush=True)
-        if cfg.device == "cuda":
-            return  # a GPU runs every precision it is asked for on its own units
+        if cfg.device == "cuda" or cfg.quick:
+            return  # a GPU runs every precision on its own units; a quick grid takes seconds
         others = [d for d in dtypes if d != soak_dtype]
         base = soak.probe_rate(soak_dtype, dev) if others else 0.0
         for d in others:
