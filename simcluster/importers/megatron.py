@@ -398,7 +398,7 @@ def _virtual_stages(flags: Flags, sc: dict[str, Any], framework: str, out: Impor
     per_virtual = flags.integer("num-layers-per-virtual-pipeline-stage")
     name = "--num-layers-per-virtual-pipeline-stage"
     vpp = parallel.get("vpp")  # given, or resolved by _uneven_stages with the accounting flags
-    if vpp is None:
+    if vpp is None:  # no accounting flag (_uneven_stages resolves vpp under one): no slot counted
         pp, layers = parallel.get("pp", 1), sc["model"]["layers"]
         vpp = megatron_vpp(layers, pp, parallel["layers_per_virtual_stage"], 0, name)
     if per_virtual is None:
