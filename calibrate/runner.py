@@ -113,6 +113,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
     dtypes = list(cfg.dtypes) or default_dtypes(cfg.device)
     cube = cube_dtype(dtypes)
+    cube_only = [s for s in cfg.cube_shapes if s not in cfg.gemm_shapes]  # the rest are timed in the grid
 
     def soak_and_estimate(m: Measurements) -> None:
         start = time.perf_counter()
@@ -125,7 +126,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         others = [d for d in dtypes if d != soak_dtype]
         base = soak.probe_rate(soak_dtype, dev) if others else 0.0
         for d in others:
-            shapes = list(cfg.gemm_shapes) + [s for s in cfg.cube_shapes if d == cube and s not in cfg.gemm_shapes]
+            shapes = list(cfg.gemm_shapes) + (cube_only if d == cube else [])
             slow = soak.slow_dtype_note(d, soak.probe_rate(d, dev), soak_dtype, base, shapes)
             if slow and ctx.is_main:
                 print(slow, file=sys.stderr, flush=True)
@@ -145,8 +146,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
             f"gemm {cube} {s.m}x{s.n}x{s.k} (shape cube)",
             _appends("gemm", partial(gemm.measure_gemm, s, cube, dev, timer, budget)),
         )
-        for s in cfg.cube_shapes
-        if s not in cfg.gemm_shapes
+        for s in cube_only
     ]
     if ctx.distributed and ctx.world >= 2:
         steps.append(
