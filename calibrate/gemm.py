@@ -1,6 +1,9 @@
-"""GEMM throughput over (M, N, K, dtype): ``torch.matmul`` timed on the device."""
+"""GEMM throughput over (M, N, K, dtype): ``torch.matmul`` timed on the device; FP8 as
+``torch._scaled_mm`` (E4M3 operands, per-tensor scales, a bf16 result)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -11,7 +14,12 @@ DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
+    "fp8": torch.float8_e4m3fn,
 }
+#: what an FP8 GEMM writes: TransformerEngine's linears return their activation dtype
+FP8_OUT = torch.bfloat16
+#: the multiple every dimension of an FP8 GEMM must be (cuBLASLt; torch._scaled_mm checks it)
+FP8_ALIGN = 16
 
 
 def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -> int:
@@ -29,6 +37,12 @@ def operands(shape: GemmShape, dtype: str, device: torch.device) -> tuple[torch.
     def stored(rows: int, cols: int) -> torch.Tensor:
         return torch.randn(rows, cols, generator=gen).to(device=device, dtype=DTYPES[dtype])
 
+    if dtype == "fp8":
+        # cuBLASLt's FP8 GEMMs take only the TN layout (A row-major, B column-major), and
+        # TransformerEngine's cast-transpose hands every role its operands so: one layout for
+        # all; and dimensions in multiples of 16, to which TransformerEngine pads (Fp8Padding)
+        m, n, k = (-(-d // FP8_ALIGN) * FP8_ALIGN for d in (m, n, k))
+        return stored(m, k), stored(n, k).t(), torch.empty(m, n, device=device, dtype=FP8_OUT)
     if shape.role == "fwd":  # y = x @ W.t(), the weight stored [out, in] = [n, k]
         a, b, out_shape = stored(m, k), stored(n, k).t(), (m, n)
     elif shape.role == "wgrad":  # dW[out, in] = dy.t() @ x, dy stored [tokens, out] = [k, n]
@@ -38,15 +52,30 @@ def operands(shape: GemmShape, dtype: str, device: torch.device) -> tuple[torch.
     return a, b, torch.empty(*out_shape, device=device, dtype=DTYPES[dtype])
 
 
+def gemm_call(shape: GemmShape, dtype: str, device: torch.device) -> Callable[[], object]:
+    """One call of the shape's GEMM in ``dtype`` (operands made once, outside the call)."""
+    a, b, out = operands(shape, dtype, device)
+    if dtype == "fp8":
+        one = torch.ones((), device=device, dtype=torch.float32)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=FP8_OUT)
+    return lambda: torch.matmul(a, b, out=out)
+
+
+def fp8_missing(device: torch.device) -> str | None:
+    """Why this device cannot run FP8 GEMMs (a GPU before compute capability 8.9, a torch build
+    without them), or None: tried on a 16 x 16 x 16 GEMM."""
+    try:
+        gemm_call(GemmShape(16, 16, 16), "fp8", device)()
+    except (RuntimeError, NotImplementedError) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
 def measure_gemm(
     shape: GemmShape, dtype: str, device: torch.device, timer: Timer, budget_s: float
 ) -> dict[str, object]:
     """Time one GEMM shape (in its role's layout); returns a ``measured.gemm`` row."""
-    a, b, out = operands(shape, dtype, device)
-
-    def call() -> None:
-        torch.matmul(a, b, out=out)
-
+    call = gemm_call(shape, dtype, device)
     once = timer(call, iters=1, warmup=1)
     t = robust_time(timer, call, iterations_for(once, budget_s))
     row: dict[str, object] = {"m": shape.m, "n": shape.n, "k": shape.k, "dtype": dtype}

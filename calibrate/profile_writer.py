@@ -261,21 +261,28 @@ def _set_peaks(data: dict[str, Any], best: dict[str, float], name: str) -> None:
     single out)."""
     shipped, sheet = _datasheet(name)
     peaks = {d: sheet[d] if sheet.get(d, 0.0) >= rate else rate for d, rate in best.items()}
-    data["gpu"]["peak_tflops"] = dict(sorted(peaks.items()))
+    # the precisions not timed keep the datasheet's peak: without it an FP8 run would fall
+    # back to BF16's peak and a TF32 one to FP32's (simcluster/compute.py gemm_dtype)
+    untimed = sorted(set(sheet) - set(best))
+    data["gpu"]["peak_tflops"] = dict(sorted({**{d: sheet[d] for d in untimed}, **peaks}.items()))
     kept = sorted(d for d in peaks if peaks[d] != best[d])
-    if not kept:
+    if not kept and not untimed:
         _note(data, "gpu.peak_tflops", "measured: the best GEMM throughput per dtype (calibrate)")
         return
     measured = sorted(set(peaks) - set(kept))
-    _note(
-        data,
-        "gpu.peak_tflops",
-        f"{', '.join(kept)}: the datasheet's, from {shipped} (the shipped profile of '{name}'), "
-        "so that MFU is a fraction of it; the best GEMMs timed: "
-        + ", ".join(f"{d} {best[d]:.4g}" for d in kept)
-        + " TFLOP/s"
-        + (f"; {', '.join(measured)}: the best GEMM throughput timed (calibrate)" if measured else ""),
-    )
+    said = []
+    if kept:
+        said.append(
+            f"{', '.join(kept)}: the datasheet's, from {shipped} (the shipped profile of '{name}'), "
+            "so that MFU is a fraction of it; the best GEMMs timed: "
+            + ", ".join(f"{d} {best[d]:.4g}" for d in kept)
+            + " TFLOP/s"
+        )
+    if untimed:
+        said.append(f"{', '.join(untimed)}: the datasheet's, from {shipped} (not timed)")
+    if measured:
+        said.append(f"{', '.join(measured)}: the best GEMM throughput timed (calibrate)")
+    _note(data, "gpu.peak_tflops", "; ".join(said))
 
 
 def _lift_peaks(data: dict[str, Any], m: Measurements, origin: str) -> None:
@@ -298,12 +305,20 @@ def _lift_peaks(data: dict[str, Any], m: Measurements, origin: str) -> None:
 
 
 def _gemm_curve(m: Measurements, peaks: dict[str, float]) -> tuple[str, list[list[float]]] | None:
-    dtypes = sorted({r["dtype"] for r in m.gemm if r["dtype"] in peaks})
+    """(dtype, curve) of ``efficiency.gemm``: bf16's where timed, else another precision's but
+    fp8, whose curve is ``efficiency.gemm_fp8`` (:func:`_dtype_curve`)."""
+    dtypes = sorted({r["dtype"] for r in m.gemm if r["dtype"] in peaks and r["dtype"] != "fp8"})
     if not dtypes:
         return None
     ref = "bf16" if "bf16" in dtypes else dtypes[0]
-    points = [(2.0 * r["m"] * r["n"] * r["k"], r["tflops"] / peaks[ref]) for r in m.gemm if r["dtype"] == ref]
-    return ref, [[f, e] for f, e in median_curve(points)]
+    return ref, _dtype_curve(m, peaks, ref)
+
+
+def _dtype_curve(m: Measurements, peaks: dict[str, float], dtype: str) -> list[list[float]]:
+    """The size curve of the GEMMs timed in ``dtype``: per FLOP count the median rate over
+    ``gpu.peak_tflops[dtype]``."""
+    points = [(2.0 * r["m"] * r["n"] * r["k"], r["tflops"] / peaks[dtype]) for r in m.gemm if r["dtype"] == dtype]
+    return [[f, e] for f, e in median_curve(points)]
 
 
 def _shape_cube(m: Measurements, ref: str) -> dict[str, Any] | None:
@@ -363,7 +378,8 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
         # rate already; the base's sustained share stays only on the curves still copied
         share = float(eff.pop("sustained", 1.0))
         _forget(data, "efficiency.sustained")
-        if share != 1.0 and eff.get("gemm_fp8"):
+        timed_fp8 = "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm)
+        if share != 1.0 and eff.get("gemm_fp8") and not timed_fp8:
             eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
             _note(
                 data,
@@ -383,6 +399,14 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
                 "efficiency.gemm_shapes",
                 f"measured {curve[0]} GEMMs on every M x N x K of {cube['grid']}, TFLOP/s (calibrate)",
             )
+    if "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm):
+        eff["gemm_fp8"] = _dtype_curve(m, peaks, "fp8")
+        _note(
+            data,
+            "efficiency.gemm_fp8",
+            "measured fp8 GEMMs (torch._scaled_mm: E4M3 operands, per-tensor scales, a bf16 "
+            "result) / gpu.peak_tflops (calibrate)",
+        )
     att = [r for r in m.attention if r["dtype"] in peaks]
     if att:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):

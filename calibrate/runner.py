@@ -111,7 +111,11 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     seconds = soak.soak_seconds(cfg.quick)
     grid = set(default_grid(cfg.device, cfg.quick))
     extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
-    dtypes = list(cfg.dtypes) or default_dtypes(cfg.device)
+    dtypes = list(cfg.dtypes)
+    if not dtypes:  # a GPU's default times fp8 where its tensor cores run it
+        dtypes = default_dtypes(cfg.device, fp8=cfg.device == "cuda" and gemm.fp8_missing(dev) is None)
+    elif "fp8" in dtypes and (why := gemm.fp8_missing(dev)):
+        raise UserError("--dtypes", f"fp8 GEMMs do not run on this device ({why}); leave fp8 out")
     cube = cube_dtype(dtypes)
     cube_only = [s for s in cfg.cube_shapes if s not in cfg.gemm_shapes]  # the rest are timed in the grid
 
@@ -141,13 +145,14 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         for d in dtypes
         for s in cfg.gemm_shapes
     ]
-    steps += [
-        Step(
-            f"gemm {cube} {s.m}x{s.n}x{s.k} (shape cube)",
-            _appends("gemm", partial(gemm.measure_gemm, s, cube, dev, timer, budget)),
-        )
-        for s in cube_only
-    ]
+    if cube is not None:  # None: fp8 alone, whose curve takes no cube
+        steps += [
+            Step(
+                f"gemm {cube} {s.m}x{s.n}x{s.k} (shape cube)",
+                _appends("gemm", partial(gemm.measure_gemm, s, cube, dev, timer, budget)),
+            )
+            for s in cube_only
+        ]
     if ctx.distributed and ctx.world >= 2:
         steps.append(
             Step(

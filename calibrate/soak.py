@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from calibrate.gemm import DTYPES, operands
+from calibrate.gemm import DTYPES, gemm_call
 from calibrate.shapes import GemmShape
 from simcluster.progress import clock_text
 
@@ -89,11 +89,11 @@ SLOW_NOTE_S = 60.0
 
 def probe_rate(dtype: str, device: torch.device) -> float:
     """FLOP/s of :data:`PROBE` GEMMs in ``dtype``: one warm-up call, then two timed."""
-    a, b, out = operands(PROBE, dtype, device)
-    torch.matmul(a, b, out=out)
+    call = gemm_call(PROBE, dtype, device)
+    call()
     start = time.perf_counter()
     for _ in range(2):
-        torch.matmul(a, b, out=out)
+        call()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return 2 * PROBE.flops / max(time.perf_counter() - start, 1e-9)

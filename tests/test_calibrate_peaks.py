@@ -19,7 +19,8 @@ from simcluster.hardware import profile_from_dict
 from simcluster.scenario import scenario_from_dict
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name on a DGX H100
-SHEET = {"bf16": 989.4, "fp32": 66.9}  # NVIDIA H100 SXM5 datasheet, dense
+# NVIDIA H100 SXM5 datasheet, dense (hardware/dgx-h100.yaml)
+SHEET = {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
 
 
 def _gemm(dtype: str, size: int, tflops: float) -> dict:
@@ -38,6 +39,9 @@ def test_a_shipped_gpu_keeps_its_datasheet_peak_and_measured_fractions_of_it():
     assert data["gpu"]["peak_tflops"] == SHEET
     assert max(e for _, e in data["efficiency"]["gemm"]) == pytest.approx(700.0 / 989.4)
     assert "the datasheet's, from dgx-h100" in data["sources"]["gpu.peak_tflops"]
+    # the precisions not timed keep the datasheet's peak: an FP8 run is simulated at FP8's
+    # (compute.KernelModel.gemm_dtype falls back to bf16 without one), a TF32 one at TF32's
+    assert "fp16, fp8, tf32: the datasheet's, from dgx-h100 (not timed)" in data["sources"]["gpu.peak_tflops"]
 
 
 def test_a_device_no_profile_describes_keeps_its_best_timed_rate():

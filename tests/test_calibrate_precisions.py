@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from calibrate.precisions import cube_dtype, parse_dtypes
+from calibrate.precisions import cube_dtype, default_dtypes, parse_dtypes
 
 torch = pytest.importorskip("torch")
 from calibrate.cli import main  # noqa: E402
@@ -13,10 +13,16 @@ from calibrate.cli import main  # noqa: E402
 
 def test_dtypes_parse_in_order_once_each_and_the_cube_takes_bf16_if_timed():
     assert parse_dtypes("fp32, bf16,fp32") == ["fp32", "bf16"]
+    # the scenario's spellings of training.precision (simcluster/spellings.py), without case
+    assert parse_dtypes("BF16,float32,Half,bfloat16") == ["bf16", "fp32", "fp16"]
+    assert default_dtypes("cuda", fp8=True) == ["bf16", "fp16", "fp32", "fp8"]
+    assert default_dtypes("cuda") == ["bf16", "fp16", "fp32"] and default_dtypes("cpu", fp8=True) == ["bf16", "fp32"]
     assert cube_dtype(["fp32", "bf16"]) == "bf16" and cube_dtype(["fp32"]) == "fp32"
+    # the cube describes efficiency.gemm's curve, which fp8's is not: no cube from fp8 alone
+    assert cube_dtype(["fp8", "fp32"]) == "fp32" and cube_dtype(["fp8"]) is None
 
 
-@pytest.mark.parametrize(("text", "says"), [("fp8", "unknown precision 'fp8'"), (",", "no precision given")])
+@pytest.mark.parametrize(("text", "says"), [("int8", "unknown precision 'int8'"), (",", "no precision given")])
 def test_a_bad_dtypes_is_a_one_line_error_before_measuring(tmp_path, capsys, text, says):
     assert main(["--dtypes", text, "--quick", "--device", "cpu", "--out", str(tmp_path / "p.yaml")]) == 2
     err = capsys.readouterr().err.strip()
@@ -34,6 +40,46 @@ def test_an_fp32_run_times_fp32_only_and_its_cube_in_fp32(tmp_path):
     assert profile["sources"]["efficiency.gemm"].startswith("measured fp32 GEMMs")
     assert set(eff["gemm_shapes"]["tflops"]) == {"fp32"}
     assert eff["gemm_shapes"]["grid"] == [32, 64, 128]  # calibrate/shapes.py _CUBE_QUICK
+
+
+def test_an_fp8_run_times_scaled_mm_gemms_and_the_simulator_runs_fp8_at_their_rates(tmp_path):
+    """--dtypes fp32,fp8 on gloo's CPU: FP8 GEMMs timed for real through torch._scaled_mm
+    (E4M3, per-tensor scales, bf16 out) give efficiency.gemm_fp8 beside the fp32
+    efficiency.gemm, and an fp8 scenario's GEMMs run at the timed rates: the efficiency at a
+    timed FLOP count is the median rate timed there over the fp8 peak (the best timed)."""
+    import statistics
+
+    from simcluster.compute import KernelModel
+    from simcluster.hardware import load_profile
+
+    out = tmp_path / "p.yaml"
+    assert main(["--dtypes", "fp32,fp8", "--quick", "--device", "cpu", "--out", str(out)]) == 0
+    profile = yaml.safe_load(out.read_text())
+    rows = [r for r in profile["measured"]["gemm"] if r["dtype"] == "fp8"]
+    assert rows and {r["dtype"] for r in profile["measured"]["gemm"]} == {"fp32", "fp8"}
+    assert profile["sources"]["efficiency.gemm"].startswith("measured fp32 GEMMs")
+    assert profile["sources"]["efficiency.gemm_fp8"].startswith("measured fp8 GEMMs")
+    peak = profile["gpu"]["peak_tflops"]["fp8"]
+    assert peak == max(r["tflops"] for r in rows)
+    km = KernelModel(load_profile(str(out)), "fp8")
+    assert km.gemm_dtype == "fp8"
+    flops = 2.0 * rows[-1]["m"] * rows[-1]["n"] * rows[-1]["k"]
+    timed = statistics.median(r["tflops"] for r in rows if 2.0 * r["m"] * r["n"] * r["k"] == flops)
+    assert km.gemm_efficiency(flops) == pytest.approx(timed / peak, rel=1e-9)
+
+
+def test_fp8_gemm_operands_are_tn_and_padded_to_16():
+    """cuBLASLt's FP8 GEMM layout (A row-major, B column-major) for every role, each dimension
+    rounded up to 16 as TransformerEngine pads it; the result is bf16."""
+    import torch
+
+    from calibrate.gemm import operands
+    from calibrate.shapes import GemmShape
+
+    for role in ("", "fwd", "dgrad", "wgrad"):
+        a, b, out = operands(GemmShape(20, 33, 48, role), "fp8", torch.device("cpu"))
+        assert a.shape == (32, 48) and a.is_contiguous() and b.shape == (48, 48) and b.t().is_contiguous()
+        assert a.dtype == b.dtype == torch.float8_e4m3fn and out.dtype == torch.bfloat16 and out.shape == (32, 48)
 
 
 def test_a_precision_far_slower_than_the_soaks_is_named_with_the_flag_that_skips_it():
