@@ -66,7 +66,7 @@ def fp8_missing(device: torch.device) -> str | None:
     without them), or None: tried on a 16 x 16 x 16 GEMM."""
     try:
         gemm_call(GemmShape(16, 16, 16), "fp8", device)()
-    except (RuntimeError, NotImplementedError) as exc:
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return None
 

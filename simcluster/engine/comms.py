@@ -17,6 +17,7 @@ import simpy
 
 from simcluster.engine.interference import SmShare
 from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
+from simcluster.engine.stream_slot import StreamSlot
 from simcluster.layout import Layout
 
 GROUP_DIM = {
@@ -51,7 +52,7 @@ SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "
 
 # a collective's route (Comms._route): dimension, members, stream name, issue-order key,
 # recorded group, stream
-_Route = tuple[str, list[int], str, tuple[int, str], str, simpy.Resource]
+_Route = tuple[str, list[int], str, tuple[int, str], str, StreamSlot]
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Comms:
     all_ranks: bool
     recorder: Recorder
     sm_share: SmShare | None = None
-    _streams: dict[tuple[int, str], simpy.Resource] = field(default_factory=dict)
+    _streams: dict[tuple[int, str], StreamSlot] = field(default_factory=dict)
     _groups: dict[tuple, tuple] = field(default_factory=dict)
     _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     _rendezvous: dict[tuple, list] = field(default_factory=dict)
@@ -76,10 +77,11 @@ class Comms:
     # (rank, group, stream) -> _route's answer: a step runs hundreds of thousands of collectives
     _routes: dict[tuple, _Route] = field(default_factory=dict)
 
-    def stream(self, rank: int, name: str) -> simpy.Resource:
+    def stream(self, rank: int, name: str) -> StreamSlot:
+        """``rank``'s stream ``name`` (made on first use)."""
         key = (rank, name)
         if key not in self._streams:
-            self._streams[key] = simpy.Resource(self.env, capacity=1)
+            self._streams[key] = StreamSlot(self.env)
         return self._streams[key]
 
     def group_of(self, dim: str, rank: int) -> list[int]:
@@ -196,8 +198,8 @@ class Comms:
             if ticket is not None:
                 self._serve(key)
             return
-        with resource.request() as req:
-            yield req
+        yield from resource.take()
+        try:
             if ticket is not None:
                 self._serve(key)
             if lead_s > 0:
@@ -235,6 +237,8 @@ class Comms:
                 self.env.now,
                 nbytes if shown_bytes is None else shown_bytes,
             )
+        finally:
+            resource.give()
 
     def _ring_step(
         self, rank: int, stage: int, group: str, members: list[int], nbytes: float
@@ -292,12 +296,12 @@ class Comms:
         The transfer holds the sender's p2p stream and the receiver's recv stream (NCCL runs a
         send kernel on one and a recv kernel on the other), so neither lane overlaps itself.
         """
-        with (
-            self.stream(src, "comm_pp").request() as req,
-            self.stream(dst, "comm_pp_recv").request() as rreq,
-        ):
-            yield req
-            yield rreq
+        send, recv = self.stream(src, "comm_pp"), self.stream(dst, "comm_pp_recv")
+        turns = (send.ask(), recv.ask())
+        for turn in turns:
+            if turn is not None:
+                yield turn
+        try:
             start = self.env.now
             yield self.network.send(
                 src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)]
@@ -311,3 +315,6 @@ class Comms:
                 self.recorder.add(
                     rank, stage, stream, kind, "pp", name, mb, chunk, -1, start, end, nbytes, flow
                 )
+        finally:
+            send.give()
+            recv.give()

@@ -254,7 +254,7 @@ class Worker(PipelineIO, DataParallelOps):
                 # this one waits to issue its collective: the wait is the collective's, not the
                 # stream's, so it is not recorded there (nor counted as host-bound time twice)
                 yield from self._host_wait(issued, mb, chunk, seg.layer, record=lane is None)
-                yield env.process(self._comm(seg, mb, chunk, ticket))
+                yield from self._comm(seg, mb, chunk, ticket)
                 continue
             issued = self._issue(seg.host)
             if seg.seconds > 0 or seg.host > 0:
