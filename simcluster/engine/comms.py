@@ -191,14 +191,14 @@ class Comms:
         route = self._routes.get((rank, group, stream))
         if route is None:
             route = self._route(rank, group, stream)
-        dim, members, stream, key, shown, resource = route
+        dim, members, stream, key, shown, slot = route
         if ticket is not None and self._served[key] != ticket:
             yield from self._await_turn(key, ticket)
         if len(members) == 1 or nbytes <= 0:
             if ticket is not None:
                 self._serve(key)
             return
-        yield from resource.take()
+        yield from slot.take()
         try:
             if ticket is not None:
                 self._serve(key)
@@ -238,7 +238,7 @@ class Comms:
                 nbytes if shown_bytes is None else shown_bytes,
             )
         finally:
-            resource.give()
+            slot.give()
 
     def _ring_step(
         self, rank: int, stage: int, group: str, members: list[int], nbytes: float
