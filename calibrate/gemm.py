@@ -67,7 +67,8 @@ def fp8_missing(device: torch.device) -> str | None:
     try:
         gemm_call(GemmShape(16, 16, 16), "fp8", device)()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
     return None
 
 

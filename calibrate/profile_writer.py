@@ -370,6 +370,7 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
     were copied from (--base, or the fallback)."""
     eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
     _lift_peaks(data, m, origin)
+    timed_fp8 = "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm)
     curve = _gemm_curve(m, peaks)
     if curve:
         eff["gemm"] = curve[1]
@@ -378,7 +379,6 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
         # rate already; the base's sustained share stays only on the curves still copied
         share = float(eff.pop("sustained", 1.0))
         _forget(data, "efficiency.sustained")
-        timed_fp8 = "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm)
         if share != 1.0 and eff.get("gemm_fp8") and not timed_fp8:
             eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
             _note(
@@ -399,7 +399,7 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
                 "efficiency.gemm_shapes",
                 f"measured {curve[0]} GEMMs on every M x N x K of {cube['grid']}, TFLOP/s (calibrate)",
             )
-    if "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm):
+    if timed_fp8:
         eff["gemm_fp8"] = _dtype_curve(m, peaks, "fp8")
         _note(
             data,
