@@ -382,6 +382,40 @@ def test_rank_labels_of_nearby_points_do_not_overlap():
     assert label_offsets(ax, [(10.0, 100.0), (300.0, 1000.0)]) == [(5, 3), (5, 3)]
 
 
+def test_a_rank_label_keeps_off_the_markers_of_other_layouts():
+    """A label's default place (up and right) over a neighbour's marker hides the point it is
+    read against: the label moves to a place clear of it (llama3-70b-64xh100's sweep put "#2"
+    on #1's marker); with nothing near, the default stays."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.sweep_output import _LABEL_BOX, _MARKER_PT, _OFFSETS, label_offsets
+
+    fig = Figure(figsize=(8, 6))
+    ax = fig.subplots()
+    ax.set_xlim(0, 230)
+    ax.set_ylim(820, 1240)
+    to_points = 72.0 / fig.dpi
+
+    def paper(p):
+        return ax.transData.transform(p)[0] * to_points, ax.transData.transform(p)[1] * to_points
+
+    label, neighbour = (64.27, 968.0), (69.98, 972.0)
+    (lx, ly), (nx, ny) = paper(label), paper(neighbour)
+    dx, dy = _OFFSETS[0]
+    # the default place does cover the neighbour's marker here
+    assert lx + dx < nx + _MARKER_PT / 2 and nx - _MARKER_PT / 2 < lx + dx + _LABEL_BOX[0]
+    assert ly + dy < ny + _MARKER_PT / 2 and ny - _MARKER_PT / 2 < ly + dy + _LABEL_BOX[1]
+    (mx, my), = label_offsets(ax, [label], markers=[label, neighbour])
+    left, bottom = lx + mx, ly + my
+    assert (mx, my) != (dx, dy)
+    assert (
+        left + _LABEL_BOX[0] <= nx - _MARKER_PT / 2 or nx + _MARKER_PT / 2 <= left
+        or bottom + _LABEL_BOX[1] <= ny - _MARKER_PT / 2 or ny + _MARKER_PT / 2 <= bottom
+    )
+    # its own marker is never in the way of a place round it, and a far marker changes nothing
+    assert label_offsets(ax, [label], markers=[label, (200.0, 1200.0)]) == [_OFFSETS[0]]
+
+
 def test_layouts_drawn_on_one_spot_share_one_label_naming_their_ranks():
     """Schedules swept at pp = 1 give identical (memory, tokens/s) points: one marker, one label
     "#1–3" instead of three labels crowded round it; a label with a gap lists its ranks."""

@@ -55,6 +55,7 @@ _OFFSETS = ((5, 3), (5, -11), (-14, 3), (-14, -11), (5, 12), (-14, 12), (5, -20)
 _LABEL_BOX = (12.0, 9.0)  # a two-character bold 8 pt label, in points (width, height)
 _CHAR_PT = 6.0  # width of one more character of a bold 8 pt label
 _SAME_POINT_PT = 2.0  # markers closer than this on paper are one point to the eye
+_MARKER_PT = 6.0  # a marker's width on paper: scatter's s=36 is its area in points squared
 
 
 def rank_label(ranks: Sequence[int]) -> str:
@@ -87,39 +88,51 @@ def coincident_groups(ax, anchors: Sequence[tuple[float, float]]) -> list[list[i
 
 
 def label_offsets(
-    ax, anchors: Sequence[tuple[float, float]], texts: Sequence[str] | None = None
+    ax,
+    anchors: Sequence[tuple[float, float]],
+    texts: Sequence[str] | None = None,
+    markers: Sequence[tuple[float, float]] = (),
 ) -> list[tuple[int, int]]:
     """Text offsets (points) for labels at ``anchors`` (data coordinates) that do not overlap.
 
     Greedy: each label tries the places of ``_OFFSETS`` in turn and keeps the first whose box
-    misses every box placed before; when none does it keeps the first (labels never vanish).
-    A label longer than two characters (``texts``) is that much wider, and its places left of
-    the marker move left by as much so it still ends before the marker.
+    misses every label placed before and every marker drawn (``markers``, data coordinates:
+    a label over a neighbour's marker hides the point it is read against); failing that the
+    first that misses the labels; failing that the first (labels never vanish). A label longer
+    than two characters (``texts``) is that much wider, and its places left of the marker move
+    left by as much so it still ends before the marker.
     """
     to_points = 72.0 / ax.figure.dpi
-    placed: list[tuple[float, float, float]] = []  # left, bottom, width
+
+    def on_paper(point: tuple[float, float]) -> tuple[float, float]:
+        px, py = ax.transData.transform(point)
+        return px * to_points, py * to_points
+
+    half = _MARKER_PT / 2
+    dots = [(x - half, y - half, _MARKER_PT, _MARKER_PT) for x, y in map(on_paper, markers)]
+    placed: list[_Box] = []
     chosen: list[tuple[int, int]] = []
     base_width, height = _LABEL_BOX
     for index, anchor in enumerate(anchors):
         extra = _CHAR_PT * max(0, len(texts[index]) - 2) if texts else 0.0
         width = base_width + extra
-        px, py = (v * to_points for v in ax.transData.transform(anchor))
+        px, py = on_paper(anchor)
         places = [(dx - round(extra) if dx < 0 else dx, dy) for dx, dy in _OFFSETS]
-        pick = places[0]
-        for dx, dy in places:
-            x, y = px + dx, py + dy
-            if all(_apart(x, y, width, box, height) for box in placed):
-                pick = (dx, dy)
-                break
-        placed.append((px + pick[0], py + pick[1], width))
-        chosen.append(pick)
+        boxes = [(px + dx, py + dy, width, height) for dx, dy in places]
+        clear_of_labels = [i for i, box in enumerate(boxes) if not any(_overlap(box, o) for o in placed)]
+        clear = [i for i in clear_of_labels if not any(_overlap(boxes[i], o) for o in dots)]
+        pick = (clear or clear_of_labels or [0])[0]
+        placed.append(boxes[pick])
+        chosen.append(places[pick])
     return chosen
 
 
-def _apart(x: float, y: float, width: float, box: tuple[float, float, float], height: float) -> bool:
-    """Whether a label box at (x, y) of ``width`` misses ``box`` (left, bottom, width)."""
-    ox, oy, owidth = box
-    return x + width <= ox or ox + owidth <= x or abs(y - oy) >= height
+_Box = tuple[float, float, float, float]  # left, bottom, width, height (points)
+
+
+def _overlap(a: _Box, b: _Box) -> bool:
+    """Whether two boxes share more than an edge."""
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -377,7 +390,7 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     groups = coincident_groups(ax, anchors)
     spots = [anchors[group[0]] for group in groups]
     texts = [rank_label([rank_of[id(best[i])] for i in group]) for group in groups]
-    offsets = label_offsets(ax, spots, texts)
+    offsets = label_offsets(ax, spots, texts, markers=list(zip(*xy(drawn), strict=True)))
     for text, spot, offset in zip(texts, spots, offsets, strict=True):
         ax.annotate(text, spot, xytext=offset, textcoords="offset points",
                     fontsize=8, fontweight="bold")  # fmt: skip
