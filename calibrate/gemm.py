@@ -22,6 +22,24 @@ FP8_OUT = torch.bfloat16
 FP8_ALIGN = 16
 
 
+def e4m3_for(arch: str | None) -> torch.dtype:
+    """The E4M3 format a GPU's FP8 units take, by its ROCm architecture name (None: not ROCm).
+
+    gfx940-gfx942 (MI300, CDNA 3) have only the FNUZ variant (no infinities, no negative zero,
+    exponent bias 8; ROCm's HIP reference, "FP8 Numbers"); MI350 (gfx950, CDNA 4) and NVIDIA's
+    Ada and Hopper take OCP's E4M3FN. A GEMM given the other format fails rather than run."""
+    if arch is not None and arch.split(":")[0].startswith("gfx94"):
+        return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+def fp8_format(device: torch.device) -> torch.dtype:
+    """The E4M3 format of ``device`` (e4m3_for of its ROCm architecture; E4M3FN elsewhere)."""
+    if device.type == "cuda" and torch.version.hip:
+        return e4m3_for(torch.cuda.get_device_properties(device).gcnArchName)
+    return e4m3_for(None)
+
+
 def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -> int:
     """How many timed calls fit in ``budget_s`` given one call's time."""
     return max(lo, min(hi, int(budget_s / max(once_s, 1e-9))))
@@ -34,8 +52,10 @@ def operands(shape: GemmShape, dtype: str, device: torch.device) -> tuple[torch.
     gen = torch.Generator(device="cpu").manual_seed(0)
     m, n, k = shape.m, shape.n, shape.k
 
+    kind = fp8_format(device) if dtype == "fp8" else DTYPES[dtype]
+
     def stored(rows: int, cols: int) -> torch.Tensor:
-        return torch.randn(rows, cols, generator=gen).to(device=device, dtype=DTYPES[dtype])
+        return torch.randn(rows, cols, generator=gen).to(device=device, dtype=kind)
 
     if dtype == "fp8":
         # cuBLASLt's FP8 GEMMs take only the TN layout (A row-major, B column-major), and

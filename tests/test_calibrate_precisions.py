@@ -82,6 +82,24 @@ def test_fp8_gemm_operands_are_tn_and_padded_to_16():
         assert a.dtype == b.dtype == torch.float8_e4m3fn and out.dtype == torch.bfloat16 and out.shape == (32, 48)
 
 
+def test_fp8_takes_the_e4m3_format_of_the_gpus_units():
+    """MI300 (gfx942, CDNA 3) does FP8 in E4M3FNUZ only (ROCm HIP reference, "FP8 Numbers":
+    gfx940/gfx941/gfx942 FNUZ yes, OCP no); MI350 (gfx950), Hopper and Ada in OCP's E4M3FN.
+    A _scaled_mm on FNUZ operands runs (here on the CPU), so an MI300 is timed, not refused."""
+    import torch
+
+    from calibrate.gemm import e4m3_for, fp8_format
+
+    assert e4m3_for("gfx942:sramecc+:xnack-") == e4m3_for("gfx942") == torch.float8_e4m3fnuz
+    assert e4m3_for("gfx950") == e4m3_for("gfx90a") == e4m3_for(None) == torch.float8_e4m3fn
+    assert fp8_format(torch.device("cpu")) == torch.float8_e4m3fn
+    a = torch.randn(32, 16).to(torch.float8_e4m3fnuz)
+    b = torch.randn(16, 16).to(torch.float8_e4m3fnuz).t()
+    one = torch.ones(())
+    out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    assert out.shape == (32, 16) and out.dtype == torch.bfloat16
+
+
 def test_a_precision_far_slower_than_the_soaks_is_named_with_the_flag_that_skips_it():
     """soak.slow_dtype_note: at 20x the fp32 time (an AVX2 core's emulated bf16), the bf16
     grid's least time (5 calls a measurement at the probe's rate: soak.MIN_CALLS_PER_GEMM) is
