@@ -430,7 +430,9 @@ def test_a_rank_that_aborts_as_it_exits_cannot_cost_the_profile(tmp_path):
     )
     out = tmp_path / "p.yaml"
     env = dict(_env(), PYTHONPATH=f"{hook}{os.pathsep}{ROOT}")
-    proc = subprocess.run(TORCHRUN + CAL + ["--out", str(out)], env=env, capture_output=True, text=True, timeout=180)
+    # fp32 only: what is tested is the teardown, and the bf16 grid would triple the run
+    args = TORCHRUN + CAL + ["--dtypes", "fp32", "--out", str(out)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode != 0 and "exitcode  : -6" in proc.stderr  # torchrun reports the abort
     assert load_profile(out).measured["gemm"], proc.stderr[-2000:]  # written whole before it
     assert not out.with_name("p.partial.yaml").exists()
