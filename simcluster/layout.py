@@ -339,7 +339,9 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         )
     if par.pp * par.vpp > model.layers + 2:
         raise UserError(
-            "parallel.pp", f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers + embedding + head"
+            "parallel.pp",
+            f"pp*vpp={par.pp * par.vpp} exceeds the model's {model.layers} layers + embedding + head; "
+            f"use pp*vpp <= {model.layers + 2}",
         )
     if par.microbatch_group is not None and par.schedule != "interleaved":
         raise UserError(

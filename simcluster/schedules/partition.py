@@ -30,7 +30,8 @@ def layers_per_stage(
             raise UserError(
                 FIELD,
                 f"needs {n} layer counts (one per virtual stage, pp*vpp), positive except the "
-                f"first and last (0 = only the embedding / only the head), got {explicit}",
+                f"first and last (0 = only the embedding / only the head), got {explicit}; "
+                f"give {n} counts, or drop it for the default split",
             )
         if sum(explicit) != layers:
             raise UserError(
