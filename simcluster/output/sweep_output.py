@@ -87,6 +87,9 @@ def coincident_groups(ax, anchors: Sequence[tuple[float, float]]) -> list[list[i
     return groups
 
 
+_Box = tuple[float, float, float, float]  # left, bottom, width, height (points)
+
+
 def label_offsets(
     ax,
     anchors: Sequence[tuple[float, float]],
@@ -125,9 +128,6 @@ def label_offsets(
         placed.append(boxes[pick])
         chosen.append(places[pick])
     return chosen
-
-
-_Box = tuple[float, float, float, float]  # left, bottom, width, height (points)
 
 
 def _overlap(a: _Box, b: _Box) -> bool:
