@@ -14,8 +14,7 @@ DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
-    "fp8": torch.float8_e4m3fn,
-}
+}  # fp8's format depends on the device: fp8_format
 #: what an FP8 GEMM writes: TransformerEngine's linears return their activation dtype
 FP8_OUT = torch.bfloat16
 #: the multiple every dimension of an FP8 GEMM must be (cuBLASLt; torch._scaled_mm checks it)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from simcluster.errors import UserError
 from simcluster.spellings import SYNONYMS
 
-#: the precisions calibrate can time (calibrate/gemm.py DTYPES holds their torch dtypes); fp8
+#: the precisions calibrate can time (calibrate/gemm.py: DTYPES, fp8_format for fp8); fp8
 #: where the device runs it (a GPU before compute capability 8.9 has no FP8 tensor cores)
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 
