@@ -98,6 +98,9 @@ class CaseResult:
     framework: str | None = None
     #: settings the case's scenario wrote that do nothing in its layout (``inert.py``)
     inert: tuple[str, ...] = ()
+    #: microbatch counts whose steps the prediction was extrapolated from (``steady_state.py``;
+    #: empty: the whole step was simulated)
+    extrapolated_from: tuple[int, ...] = ()
 
     @property
     def error_pct(self) -> float | None:
@@ -139,6 +142,7 @@ class CaseResult:
             "fits_in_memory": self.fits_in_memory,
             "framework": self.framework,
             **({"inert_settings": list(self.inert)} if self.inert else {}),
+            **({"extrapolated_from_microbatches": list(self.extrapolated_from)} if self.extrapolated_from else {}),
             "peak_memory_gib": {
                 "predicted": self.predicted_memory_gib,
                 "published": self.case.peak_memory_gib,
@@ -399,39 +403,42 @@ def _convention_factor(scenario: Any, convention: str) -> float:
     return convention_factor(model, scenario.training.seq_len, convention)
 
 
-def run_case(case: Case) -> CaseResult:
-    """Simulate one case; any failure is captured in the result, never raised."""
+def run_case(case: Case, extrapolate: bool = True) -> CaseResult:
+    """Simulate one case; any failure is captured in the result, never raised.
+    ``extrapolate``: a long step may come from three shorter ones (``steady_state.py``)."""
     from simcluster.context import build_context
-    from simcluster.engine import simulate
-    from simcluster.engine.breakdown import largest_besides_gemm
     from simcluster.inert import inert_settings
     from simcluster.scenario import scenario_from_dict
+    from simcluster.steady_state import step_figures
 
     if case.problem:
         return CaseResult(case, None, case.problem, 0.0, None, None)
     wall = time.perf_counter()
     memory = largest = fits = framework = None
     inert: tuple[str, ...] = ()
+    folded: tuple[int, ...] = ()
     try:
         data = dict(case.scenario)
         data.setdefault("name", case.name.replace("/", "_"))
         scenario = scenario_from_dict(data, [(key, None) for key in case.unset])
         ctx = build_context(scenario)
         inert = tuple(n.text for n in inert_settings(ctx))
-        summary = simulate(ctx).summary
-        predicted, error = float(summary[case.metric]), None
+        figures = step_figures(scenario, ctx, extrapolate)
+        predicted, error = float(figures.metrics[case.metric]), None
         if case.flops == "hardware" and case.metric in _FLOP_METRICS:
-            predicted *= summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
+            predicted *= figures.hardware_per_model_flops
         elif case.flops != "megatron" and case.metric in _FLOP_METRICS:
             predicted *= _convention_factor(scenario, case.flops)
-        memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
-        largest = largest_besides_gemm(summary)
-        fits, framework = bool(summary["fits_in_memory"]), summary.get("framework")
+        memory = float(figures.peak_memory_bytes) / 2**30
+        largest, fits, framework = figures.largest_after_gemm, figures.fits_in_memory, figures.framework
+        folded = figures.extrapolated_from
     except UserError as exc:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others
         predicted, error = None, f"{type(exc).__name__}: {exc}"
-    return CaseResult(case, predicted, error, time.perf_counter() - wall, memory, largest, fits, framework, inert)
+    return CaseResult(
+        case, predicted, error, time.perf_counter() - wall, memory, largest, fits, framework, inert, folded
+    )
 
 
 def run_cases(
@@ -439,15 +446,16 @@ def run_cases(
     jobs: int = 1,
     progress: Callable[[CaseResult], None] | None = None,
     executor: Executor | None = None,
+    extrapolate: bool = True,
 ) -> list[CaseResult]:
     """Simulate every case (``jobs`` > 1: in worker processes; ``executor``: wherever it runs
-    them); results in case order."""
+    them); results in case order. ``extrapolate``: as :func:`run_case`."""
     results: dict[int, CaseResult] = {}
     order = list(range(len(cases)))  # one at a time: in the files' order
     if not ((executor is None or executor.kind == "processes") and min(jobs, len(cases)) <= 1):
         # longest first so the slow cases do not end up alone at the tail
         order.sort(key=lambda i: -cost_hint(cases[i].scenario))
-    work = [(i, cases[i]) for i in order]
+    work = [(i, cases[i], extrapolate) for i in order]
     for i, result in (executor or Executor("processes", jobs)).map_unordered(_run_indexed, work):
         results[i] = result
         if progress:
@@ -455,6 +463,6 @@ def run_cases(
     return [results[i] for i in range(len(cases))]
 
 
-def _run_indexed(job: tuple[int, Case]) -> tuple[int, CaseResult]:
-    return job[0], run_case(job[1])
+def _run_indexed(job: tuple[int, Case, bool]) -> tuple[int, CaseResult]:
+    return job[0], run_case(job[1], job[2])
 

@@ -63,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: one line naming them; --json has them per case as inert_settings)",
     )  # fmt: skip
     parser.add_argument(
+        "--every-microbatch", action="store_true",
+        help="simulate each step whole; by default a step of many microbatches is extrapolated "
+        "from steps of 2, 3 and 4 microbatch groups where those lie on one line (exact to 1e-9)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-mape", metavar="PCT",
         help="exit with status 1 when the cases' MAPE is above PCT (a CI gate on your own cases)",
     )  # fmt: skip
@@ -96,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
-    results = _run_with_progress(cases, executor)
+    results = _run_with_progress(cases, executor, extrapolate=not args.every_microbatch)
     document = report(results)
     if args.out:
         from simcluster.output.validate_output import write_validation
@@ -114,10 +119,15 @@ def run(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
-def _run_with_progress(cases: list, executor: Executor) -> list[CaseResult]:
+def _run_with_progress(cases: list, executor: Executor, extrapolate: bool) -> list[CaseResult]:
     total = sum(cost_hint(case.scenario) for case in cases)  # the time left weighs each case
     with progress_bar("validate", len(cases), total, executor.workers) as advance:
-        return run_cases(cases, progress=lambda r: advance(r.case.name, cost_hint(r.case.scenario)), executor=executor)
+        return run_cases(
+            cases,
+            progress=lambda r: advance(r.case.name, cost_hint(r.case.scenario)),
+            executor=executor,
+            extrapolate=extrapolate,
+        )
 
 
 def _pct(x: float | None) -> str:
