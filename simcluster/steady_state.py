@@ -13,7 +13,7 @@ instead of 102 s).
 
 :func:`step_figures` uses this where it saves at least half the work: it simulates 2q, 3q and
 4q microbatches (plus M mod q, so that M is a whole number of groups further on), and extrapolates from the last two only if all three lie on one line (to
-:data:`REL_TOL` of the step) and agree on the peak memory and the busiest stage; otherwise,
+:data:`REL_TOL` of the step) and the last two agree on the peak memory; otherwise,
 and wherever M is small, it simulates the whole step. The throughput figures follow from the
 step time: tokens and model FLOPs per step are proportional to M.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster.context import Context, build_context
-from simcluster.engine.breakdown import largest_besides_gemm
+from simcluster.engine.breakdown import busiest_stage, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.scenario import Scenario
 
@@ -94,20 +94,13 @@ def _shorter(scenario: Scenario, ctx: Context, microbatches: int) -> Context:
     return build_context(scenario.model_copy(update={"training": training}))
 
 
-def _busiest(summary: dict[str, Any]) -> tuple[int, dict[str, float]]:
-    b = summary["time_breakdown_s"]
-    return b["stage"], b["per_stage"][b["stage"]]
-
-
 def _extrapolated(summaries: list[dict[str, Any]], counts: tuple[int, ...], m: int) -> StepFigures | None:
     """The step of ``m`` microbatches on the line through the last two summaries (None when the
     summaries do not make one line)."""
     steps = [s["step_time_s"] for s in summaries]
     if not on_one_line(list(zip(counts, steps, strict=True))):
         return None
-    peaks = {s["peak_memory_bytes"]["max"] for s in summaries[1:]}
-    stages = {_busiest(s)[0] for s in summaries[1:]}
-    if len(peaks) > 1 or len(stages) > 1:
+    if len({s["peak_memory_bytes"]["max"] for s in summaries[1:]}) > 1:
         return None
     (m2, a), (m3, b) = zip(counts[-2:], summaries[-2:], strict=True)
 
@@ -117,12 +110,16 @@ def _extrapolated(summaries: list[dict[str, Any]], counts: tuple[int, ...], m: i
     step = at_m(a["step_time_s"], b["step_time_s"])
     # tokens and FLOPs per step grow with m: a rate at m is the rate at m3 scaled so
     scale = (m / m3) * (b["step_time_s"] / step)
-    parts = {k: at_m(_busiest(a)[1].get(k, 0.0), v) for k, v in _busiest(b)[1].items()}
-    busiest = {"step_time_s": step, "time_breakdown_s": {"stage": 0, "per_stage": [parts]}}
+    # every stage's parts, as the busiest stage at m need not be the busiest at m3
+    per_stage = [
+        {k: at_m(x.get(k, 0.0), v) for k, v in y.items()}
+        for x, y in zip(a["time_breakdown_s"]["per_stage"], b["time_breakdown_s"]["per_stage"], strict=True)
+    ]
+    breakdown = {"stage": busiest_stage(per_stage), "per_stage": per_stage}
     return replace(
         _figures(b),
         metrics={"step_time_s": step, **{k: b[k] * scale for k in _RATES}},
-        largest_after_gemm=largest_besides_gemm(busiest),
+        largest_after_gemm=largest_besides_gemm({"step_time_s": step, "time_breakdown_s": breakdown}),
         extrapolated_from=counts,
     )
 

@@ -91,8 +91,12 @@ def step_breakdown(
             continue
         rank = int(lowest[stage])
         per_stage.append(stage_breakdown(events, compute_time, rank, step, rows[rank]))
-    busiest = max(range(pp), key=lambda s: sum(per_stage[s][k] for k in COMPUTE_KEYS))
-    return {"stage": busiest, "per_stage": per_stage}
+    return {"stage": busiest_stage(per_stage), "per_stage": per_stage}
+
+
+def busiest_stage(per_stage: list[dict[str, float]]) -> int:
+    """The stage whose breakdown has the most compute."""
+    return max(range(len(per_stage)), key=lambda s: sum(per_stage[s].get(k, 0.0) for k in COMPUTE_KEYS))
 
 
 # idle is the step less the other parts, so float rounding leaves ~1e-13 s of it where a GPU
