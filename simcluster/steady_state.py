@@ -1,4 +1,4 @@
-"""A long step's figures from three shorter ones: a pipeline's steady state repeats.
+"""A long step's figures from a few shorter ones: a pipeline's steady state repeats.
 
 A step of M microbatches per pipeline is a warm-up, a steady state and a cool-down. Once the
 schedule has filled the pipeline, each further group of q microbatches (q: the schedule's
@@ -11,11 +11,14 @@ warm-up: the Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simula
 line's value at 384 is the full simulation's 57.8208 s to 2e-13 (for 45 s of simulation
 instead of 102 s).
 
-:func:`step_figures` uses this where it saves at least half the work: it simulates 2q, 3q and
-4q microbatches (plus M mod q, so that M is a whole number of groups further on), and extrapolates from the last two only if all three lie on one line (to
-:data:`REL_TOL` of the step) and the last two agree on the peak memory; otherwise,
-and wherever M is small, it simulates the whole step. The throughput figures follow from the
-step time: tokens and model FLOPs per step are proportional to M.
+:func:`step_figures` uses this where it pays: it simulates q, 2q, 3q ... microbatches (plus
+M mod q, so that M is a whole number of groups further on) until the last three lie on one
+line (to :data:`REL_TOL` of the step) with one peak memory, and extrapolates from the last
+two. The warm-up decides how many it takes: the Llama 3.1 405B row on 1,024 H100s (pp 8,
+vpp 8) holds more activations at 8 microbatches than at 16, and its slope settles from 16 on.
+When the shorter steps would add up to more than half the step's microbatches before that,
+or the step is short (:data:`MIN_MICROBATCHES`), the whole step is simulated. The throughput
+figures follow from the step time: tokens and model FLOPs per step are proportional to M.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from simcluster.engine.breakdown import busiest_stage, largest_besides_gemm
 from simcluster.errors import UserError
 from simcluster.scenario import Scenario
 
-#: multiples of the microbatch group simulated (the first one only checks the line)
-POINTS = (2, 3, 4)
 #: how far the third point may be off the line of the first two, relative to the step
 REL_TOL = 1e-9
+#: below this many microbatches a step is simulated whole: building and summarising three
+#: steps costs more than it saves (dgxc/llama3-8b-bf16-128gpu, 8 microbatches at pp 1: 1.0 s
+#: whole, 1.3 s from 2, 3 and 4)
+MIN_MICROBATCHES = 64
 
 
 @dataclass(frozen=True)
@@ -65,18 +70,18 @@ def _figures(summary: dict[str, Any]) -> StepFigures:
     )
 
 
-def fold_counts(ctx: Context) -> tuple[int, ...] | None:
-    """The microbatch counts to simulate instead of the whole step (whole microbatch groups
-    plus the step's remainder, so that the step is on their line), or None where that does not
-    halve the work."""
+def first_counts(ctx: Context) -> tuple[int, int] | None:
+    """The microbatch group and the step's remainder over it, for the shorter steps ``k *
+    group + remainder``; None where even three of them would not halve the work."""
     lay = ctx.layout
-    if ctx.scenario.training.pipeline_flushes > 1:
+    m = lay.microbatches
+    if ctx.scenario.training.pipeline_flushes > 1 or m < MIN_MICROBATCHES:
         return None
     group = ctx.spec.group or lay.pp
-    counts = tuple(k * group + lay.microbatches % group for k in POINTS)
-    if 2 * sum(counts) > lay.microbatches:
+    rest = m % group
+    if 2 * (6 * group + 3 * rest) > m:  # k = 1, 2, 3
         return None
-    return counts
+    return group, rest
 
 
 def on_one_line(points: list[tuple[int, float]]) -> bool:
@@ -94,15 +99,10 @@ def _shorter(scenario: Scenario, ctx: Context, microbatches: int) -> Context:
     return build_context(scenario.model_copy(update={"training": training}))
 
 
-def _extrapolated(summaries: list[dict[str, Any]], counts: tuple[int, ...], m: int) -> StepFigures | None:
-    """The step of ``m`` microbatches on the line through the last two summaries (None when the
-    summaries do not make one line)."""
-    steps = [s["step_time_s"] for s in summaries]
-    if not on_one_line(list(zip(counts, steps, strict=True))):
-        return None
-    if len({s["peak_memory_bytes"]["max"] for s in summaries[1:]}) > 1:
-        return None
-    (m2, a), (m3, b) = zip(counts[-2:], summaries[-2:], strict=True)
+def _extrapolated(points: list[tuple[int, dict[str, Any]]], m: int) -> StepFigures:
+    """The step of ``m`` microbatches on the line through the last two (count, summary)
+    points."""
+    (m2, a), (m3, b) = points[-2:]
 
     def at_m(x2: float, x3: float) -> float:
         return x3 + (m - m3) * (x3 - x2) / (m3 - m2)
@@ -120,25 +120,50 @@ def _extrapolated(summaries: list[dict[str, Any]], counts: tuple[int, ...], m: i
         _figures(b),
         metrics={"step_time_s": step, **{k: b[k] * scale for k in _RATES}},
         largest_after_gemm=largest_besides_gemm({"step_time_s": step, "time_breakdown_s": breakdown}),
-        extrapolated_from=counts,
+        extrapolated_from=tuple(count for count, _ in points),
     )
 
 
-def step_figures(scenario: Scenario, ctx: Context, extrapolate: bool = True) -> StepFigures:
-    """The step's figures: extrapolated from three shorter steps where that is exact and
-    saves work (``extrapolate``), else from simulating the whole step. ``scenario`` is the one
-    ``ctx`` was built from."""
+def _steady(points: list[tuple[int, dict[str, Any]]]) -> bool:
+    """Whether the last three points are past the warm-up: one line, one peak memory."""
+    last = points[-3:]
+    return (
+        len(last) == 3
+        and on_one_line([(count, s["step_time_s"]) for count, s in last])
+        and len({s["peak_memory_bytes"]["max"] for _, s in last}) == 1
+    )
+
+
+def _from_shorter_steps(scenario: Scenario, ctx: Context) -> StepFigures | None:
+    """The step extrapolated from shorter ones once they are steady (None: not worth it, or not
+    steady within half the step's microbatches)."""
     from simcluster.engine import simulate
 
-    counts = fold_counts(ctx) if extrapolate else None
-    if counts is not None:
+    first = first_counts(ctx)
+    if first is None:
+        return None
+    group, rest = first
+    m = ctx.layout.microbatches
+    points: list[tuple[int, dict[str, Any]]] = []
+    k = 1
+    while not _steady(points):
+        count = k * group + rest
+        if 2 * (sum(c for c, _ in points) + count) > m:
+            return None
         try:
-            shorter = [_shorter(scenario, ctx, m) for m in counts]
-        except UserError:  # a schedule that takes the step's count but not these
-            shorter = []
-        if shorter:
-            summaries = [simulate(c).summary for c in shorter]
-            figures = _extrapolated(summaries, counts, ctx.layout.microbatches)
-            if figures is not None:
-                return figures
-    return _figures(simulate(ctx).summary)
+            shorter = _shorter(scenario, ctx, count)
+        except UserError:  # a schedule that takes the step's count but not this one
+            return None
+        points.append((count, simulate(shorter).summary))
+        k += 1
+    return _extrapolated(points, m)
+
+
+def step_figures(scenario: Scenario, ctx: Context, extrapolate: bool = True) -> StepFigures:
+    """The step's figures: extrapolated from shorter steps where that is exact and saves work
+    (``extrapolate``), else from simulating the whole step. ``scenario`` is the one ``ctx`` was
+    built from."""
+    from simcluster.engine import simulate
+
+    figures = _from_shorter_steps(scenario, ctx) if extrapolate else None
+    return figures if figures is not None else _figures(simulate(ctx).summary)

@@ -12,7 +12,7 @@ import yaml
 from simcluster import steady_state
 from simcluster.context import build_context
 from simcluster.scenario import scenario_from_dict
-from simcluster.steady_state import fold_counts, on_one_line, step_figures
+from simcluster.steady_state import first_counts, on_one_line, step_figures
 from tests.conftest import make_scenario
 
 # dp 2 x pp 4 on 8 GPUs, ZeRO-1 with the gradient reduce and parameter gather overlapped: the
@@ -24,11 +24,11 @@ PIPELINED = make_scenario(
 )
 INTERLEAVED = make_scenario(
     parallel={"tp": 2, "pp": 2, "vpp": 2, "schedule": "interleaved"},
-    training={"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * 40},
+    training={"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * 64},
 )
 DATA_PARALLEL = make_scenario(
     parallel={"tp": 1, "pp": 1},
-    training={"seq_len": 2048, "micro_batch": 2, "global_batch": 8 * 2 * 24},
+    training={"seq_len": 2048, "micro_batch": 2, "global_batch": 8 * 2 * 64},
 )
 
 
@@ -38,20 +38,22 @@ def _built(raw):
 
 
 @pytest.mark.parametrize(
-    ("raw", "counts"),
+    ("raw", "group", "rest"),
     [
-        # 93 microbatches over groups of pp = 4: 2, 3 and 4 groups plus 93 mod 4
-        (PIPELINED, (9, 13, 17)),
-        (INTERLEAVED, (4, 6, 8)),
-        (DATA_PARALLEL, (2, 3, 4)),
+        # 93 microbatches over groups of pp = 4: k groups plus 93 mod 4
+        (PIPELINED, 4, 1),
+        (INTERLEAVED, 2, 0),
+        (DATA_PARALLEL, 1, 0),
     ],
 )
-def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, counts):
+def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
     scenario, ctx = _built(raw)
-    assert fold_counts(ctx) == counts
+    assert first_counts(ctx) == (group, rest)
     folded = step_figures(scenario, ctx)
     whole = step_figures(scenario, ctx, extrapolate=False)
-    assert folded.extrapolated_from == counts and whole.extrapolated_from == ()
+    counts = folded.extrapolated_from
+    assert len(counts) >= 3 and counts == tuple(k * group + rest for k in range(1, len(counts) + 1))
+    assert whole.extrapolated_from == ()
     for metric, value in whole.metrics.items():
         assert folded.metrics[metric] == pytest.approx(value, rel=1e-9), metric
     assert folded.peak_memory_bytes == whole.peak_memory_bytes
@@ -61,11 +63,18 @@ def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, counts):
     assert folded.largest_after_gemm[1] == pytest.approx(whole.largest_after_gemm[1], rel=1e-9)
 
 
-def test_a_short_step_is_simulated_whole():
-    # 2 + 3 + 4 groups of pp = 4 are 36 microbatches: more than half of 40
-    raw = make_scenario(parallel={"tp": 1, "pp": 4}, training={"seq_len": 2048, "global_batch": 2 * 40})
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # steps of 8, 16 and 24 microbatches (pp 8) are more than half of 64
+        make_scenario(parallel={"tp": 1, "pp": 8}, training={"seq_len": 2048, "global_batch": 64}),
+        # fewer than MIN_MICROBATCHES
+        make_scenario(training={"seq_len": 2048, "global_batch": 8 * 32}),
+    ],
+)
+def test_a_short_step_is_simulated_whole(raw):
     scenario, ctx = _built(raw)
-    assert fold_counts(ctx) is None
+    assert first_counts(ctx) is None
     assert step_figures(scenario, ctx).extrapolated_from == ()
 
 
@@ -91,6 +100,6 @@ def test_validate_says_which_steps_it_extrapolated_from(cli, tmp_path):
     path.write_text(yaml.safe_dump({"cases": [case]}))
     folded = json.loads(cli("validate", str(path), "--json", "--jobs", "1").out)["cases"][0]
     whole = json.loads(cli("validate", str(path), "--json", "--jobs", "1", "--every-microbatch").out)["cases"][0]
-    assert folded["extrapolated_from_microbatches"] == [2, 3, 4]
+    assert folded["extrapolated_from_microbatches"][:3] == [1, 2, 3]
     assert "extrapolated_from_microbatches" not in whole
     assert folded["predicted"] == pytest.approx(whole["predicted"], rel=1e-9)
