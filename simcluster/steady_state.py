@@ -11,23 +11,27 @@ warm-up: the Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simula
 line's value at 384 is the full simulation's 57.8208 s to 2e-13 (for 45 s of simulation
 instead of 102 s).
 
-:func:`step_figures` uses this where it pays: it simulates q, 2q, 3q ... microbatches (plus
+:func:`step_summary` uses this where it pays (``validate`` and ``sweep``; ``run`` draws every
+microbatch on its timeline): it simulates q, 2q, 3q ... microbatches (plus
 M mod q, so that M is a whole number of groups further on) until the last three lie on one
 line (to :data:`REL_TOL` of the step) with one peak memory, and extrapolates from the last
 two. The warm-up decides how many it takes: the Llama 3.1 405B row on 1,024 H100s (pp 8,
 vpp 8) holds more activations at 8 microbatches than at 16, and its slope settles from 16 on.
 When the shorter steps would add up to more than half the step's microbatches before that,
-or the step is short (:data:`MIN_MICROBATCHES`), the whole step is simulated. The throughput
-figures follow from the step time: tokens and model FLOPs per step are proportional to M.
+or the step is short (:data:`MIN_MICROBATCHES`), the whole step is simulated. The summary at M
+is the run summary's: the step time, each stage's time breakdown and pipeline span and busy
+time, the exposed communication and the event count on the line; tokens and FLOPs per step in
+proportion to M, the rates and the bubble worked out from those; the memory and the rest as at
+the last point.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster.context import Context, build_context
-from simcluster.engine.breakdown import busiest_stage, largest_besides_gemm
+from simcluster.engine.breakdown import busiest_stage
+from simcluster.engine.metrics import bubble_of
 from simcluster.errors import UserError
 from simcluster.scenario import Scenario
 
@@ -38,36 +42,8 @@ REL_TOL = 1e-9
 #: whole, 1.3 s from 2, 3 and 4)
 MIN_MICROBATCHES = 64
 
-
-@dataclass(frozen=True)
-class StepFigures:
-    """What a comparison with a published run reads of one simulated step."""
-
-    #: step_time_s, tokens_per_s, tokens_per_s_per_gpu, model_tflops_per_gpu, mfu, hfu
-    metrics: dict[str, float]
-    #: hardware FLOPs over model FLOPs (recomputation's extra forward)
-    hardware_per_model_flops: float
-    peak_memory_bytes: float
-    fits_in_memory: bool
-    framework: str | None
-    #: the busiest stage's largest part after the GEMMs and its share of the step
-    largest_after_gemm: tuple[str, float]
-    #: the microbatch counts simulated when the step was extrapolated (empty: simulated whole)
-    extrapolated_from: tuple[int, ...] = ()
-
-
+#: summary rates: per-step tokens or FLOPs (in proportion to M) over the step time
 _RATES = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
-
-
-def _figures(summary: dict[str, Any]) -> StepFigures:
-    return StepFigures(
-        metrics={"step_time_s": summary["step_time_s"], **{k: summary[k] for k in _RATES}},
-        hardware_per_model_flops=summary["hardware_flops_per_step"] / summary["model_flops_per_step"],
-        peak_memory_bytes=summary["peak_memory_bytes"]["max"],
-        fits_in_memory=bool(summary["fits_in_memory"]),
-        framework=summary.get("framework"),
-        largest_after_gemm=largest_besides_gemm(summary),
-    )
 
 
 def first_counts(ctx: Context) -> tuple[int, int] | None:
@@ -91,37 +67,52 @@ def on_one_line(points: list[tuple[int, float]]) -> bool:
     return all(abs(s - (s2 + slope * (m - m2))) <= REL_TOL * abs(s) for m, s in points[2:])
 
 
-def _shorter(scenario: Scenario, ctx: Context, microbatches: int) -> Context:
+def _shorter(scenario: Scenario, ctx: Context, microbatches: int, hardware: str | None) -> Context:
     lay = ctx.layout
     training = scenario.training.model_copy(
         update={"global_batch": microbatches * lay.dp * lay.micro_batch, "grad_accum": None}
     )
-    return build_context(scenario.model_copy(update={"training": training}))
+    return build_context(scenario.model_copy(update={"training": training}), hardware)
 
 
-def _extrapolated(points: list[tuple[int, dict[str, Any]]], m: int) -> StepFigures:
-    """The step of ``m`` microbatches on the line through the last two (count, summary)
+def _extrapolated(points: list[tuple[int, dict[str, Any]]], m: int) -> dict[str, Any]:
+    """The run summary of ``m`` microbatches on the line through the last two (count, summary)
     points."""
     (m2, a), (m3, b) = points[-2:]
 
     def at_m(x2: float, x3: float) -> float:
         return x3 + (m - m3) * (x3 - x2) / (m3 - m2)
 
+    def each(x2: list[float], x3: list[float]) -> list[float]:
+        return [at_m(u, v) for u, v in zip(x2, x3, strict=True)]
+
     step = at_m(a["step_time_s"], b["step_time_s"])
-    # tokens and FLOPs per step grow with m: a rate at m is the rate at m3 scaled so
-    scale = (m / m3) * (b["step_time_s"] / step)
+    grow = m / m3
+    # a rate at m: the rate at m3 with its tokens or FLOPs grown and its step lengthened
+    scale = grow * b["step_time_s"] / step
+    spans = {k: each(a["pipeline_spans_s"][k], v) for k, v in b["pipeline_spans_s"].items()}
+    bubble, per_stage_bubble = bubble_of(spans["span"], spans["busy"])
     # every stage's parts, as the busiest stage at m need not be the busiest at m3
     per_stage = [
         {k: at_m(x.get(k, 0.0), v) for k, v in y.items()}
         for x, y in zip(a["time_breakdown_s"]["per_stage"], b["time_breakdown_s"]["per_stage"], strict=True)
     ]
-    breakdown = {"stage": busiest_stage(per_stage), "per_stage": per_stage}
-    return replace(
-        _figures(b),
-        metrics={"step_time_s": step, **{k: b[k] * scale for k in _RATES}},
-        largest_after_gemm=largest_besides_gemm({"step_time_s": step, "time_breakdown_s": breakdown}),
-        extrapolated_from=tuple(count for count, _ in points),
-    )
+    return {
+        **b,
+        "microbatches": m,
+        "step_time_s": step,
+        **{k: b[k] * scale for k in _RATES},
+        "model_flops_per_step": b["model_flops_per_step"] * grow,
+        "hardware_flops_per_step": b["hardware_flops_per_step"] * grow,
+        "bubble_fraction": bubble,
+        "bubble_fraction_per_stage": per_stage_bubble,
+        "pipeline_spans_s": spans,
+        "exposed_comm_s": {k: at_m(a["exposed_comm_s"].get(k, 0.0), v) for k, v in b["exposed_comm_s"].items()},
+        "time_breakdown_s": {"stage": busiest_stage(per_stage), "per_stage": per_stage},
+        "events": round(at_m(a["events"], b["events"])),
+        "sim_wall_s": sum(s["sim_wall_s"] for _, s in points),
+        "extrapolated_from_microbatches": [count for count, _ in points],
+    }
 
 
 def _steady(points: list[tuple[int, dict[str, Any]]]) -> bool:
@@ -134,9 +125,9 @@ def _steady(points: list[tuple[int, dict[str, Any]]]) -> bool:
     )
 
 
-def _from_shorter_steps(scenario: Scenario, ctx: Context) -> StepFigures | None:
-    """The step extrapolated from shorter ones once they are steady (None: not worth it, or not
-    steady within half the step's microbatches)."""
+def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) -> dict[str, Any] | None:
+    """The summary extrapolated from shorter steps once they are steady (None: not worth it, or
+    not steady within half the step's microbatches)."""
     from simcluster.engine import simulate
 
     first = first_counts(ctx)
@@ -151,7 +142,7 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context) -> StepFigures | None:
         if 2 * (sum(c for c, _ in points) + count) > m:
             return None
         try:
-            shorter = _shorter(scenario, ctx, count)
+            shorter = _shorter(scenario, ctx, count, hardware)
         except UserError:  # a schedule that takes the step's count but not this one
             return None
         points.append((count, simulate(shorter).summary))
@@ -159,11 +150,16 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context) -> StepFigures | None:
     return _extrapolated(points, m)
 
 
-def step_figures(scenario: Scenario, ctx: Context, extrapolate: bool = True) -> StepFigures:
-    """The step's figures: extrapolated from shorter steps where that is exact and saves work
-    (``extrapolate``), else from simulating the whole step. ``scenario`` is the one ``ctx`` was
-    built from."""
+def step_summary(
+    scenario: Scenario, ctx: Context | None = None, hardware: str | None = None, extrapolate: bool = True
+) -> dict[str, Any]:
+    """The step's run summary (:func:`simcluster.engine.simulate`'s): extrapolated from shorter
+    steps where that is exact and saves work (``extrapolate``; the summary then lists them as
+    ``extrapolated_from_microbatches``), else from simulating the whole step. ``ctx``: the
+    scenario's context, when the caller built it (with ``hardware`` overriding
+    cluster.hardware)."""
     from simcluster.engine import simulate
 
-    figures = _from_shorter_steps(scenario, ctx) if extrapolate else None
-    return figures if figures is not None else _figures(simulate(ctx).summary)
+    ctx = ctx if ctx is not None else build_context(scenario, hardware)
+    summary = _from_shorter_steps(scenario, ctx, hardware) if extrapolate else None
+    return summary if summary is not None else simulate(ctx).summary

@@ -348,15 +348,16 @@ def _over_memory(ctx: Any) -> str | None:
     )
 
 
-def simulate_candidate(job: tuple[Candidate, str | None]) -> SweepRow:
-    """Simulate one (already checked) candidate; a worker-process entry point."""
-    from simcluster.engine import simulate
+def simulate_candidate(job: tuple[Candidate, str | None, bool]) -> SweepRow:
+    """Simulate one (already checked) candidate; a worker-process entry point. A step of many
+    microbatches comes from a few shorter ones where that is exact (``steady_state.py``)."""
     from simcluster.scenario import scenario_from_dict
+    from simcluster.steady_state import step_summary
 
-    cand, hardware = job
+    cand, hardware, extrapolate = job
     wall = time.perf_counter()
     try:
-        summary = simulate(scenario_from_dict(cand.scenario), hardware).summary
+        summary = step_summary(scenario_from_dict(cand.scenario), hardware=hardware, extrapolate=extrapolate)
     except UserError as exc:  # a check that only the engine makes
         return SweepRow(cand, None, exc.one_line(), time.perf_counter() - wall)
     except InternalError as exc:  # one layout's engine fault must not end the sweep
@@ -372,11 +373,13 @@ def run_sweep(
     prices: Prices | None = None,
     executor: Executor | None = None,
     fitting_only: bool = False,
+    extrapolate: bool = True,
 ) -> list[SweepRow]:
     """Check every candidate, simulate the runnable ones (``jobs`` > 1: in worker processes;
     ``executor``: wherever it runs them, a Dask cluster say) and return all rows ranked by
     :func:`rank` (by cost per token with ``prices``). ``fitting_only`` skips, unsimulated, the
-    layouts the memory walk puts over the GPU's memory (:func:`check`)."""
+    layouts the memory walk puts over the GPU's memory (:func:`check`). ``extrapolate``: a long
+    step may come from shorter ones (``steady_state.py``)."""
     rows: list[SweepRow] = []
     runnable = []
     for cand in cands:
@@ -392,7 +395,7 @@ def run_sweep(
         # longest first (as validate runs its cases), so a slow layout does not end up alone at
         # the tail and the first estimates of the time left err long, not short
         runnable.sort(key=lambda c: -cost_hint(c.scenario))
-    work = [(c, hardware) for c in runnable]
+    work = [(c, hardware, extrapolate) for c in runnable]
     for row in executor.map_unordered(simulate_candidate, work):
         rows.append(row)
         if progress:

@@ -407,9 +407,10 @@ def run_case(case: Case, extrapolate: bool = True) -> CaseResult:
     """Simulate one case; any failure is captured in the result, never raised.
     ``extrapolate``: a long step may come from three shorter ones (``steady_state.py``)."""
     from simcluster.context import build_context
+    from simcluster.engine.breakdown import largest_besides_gemm
     from simcluster.inert import inert_settings
     from simcluster.scenario import scenario_from_dict
-    from simcluster.steady_state import step_figures
+    from simcluster.steady_state import step_summary
 
     if case.problem:
         return CaseResult(case, None, case.problem, 0.0, None, None)
@@ -423,15 +424,16 @@ def run_case(case: Case, extrapolate: bool = True) -> CaseResult:
         scenario = scenario_from_dict(data, [(key, None) for key in case.unset])
         ctx = build_context(scenario)
         inert = tuple(n.text for n in inert_settings(ctx))
-        figures = step_figures(scenario, ctx, extrapolate)
-        predicted, error = float(figures.metrics[case.metric]), None
+        summary = step_summary(scenario, ctx, extrapolate=extrapolate)
+        predicted, error = float(summary[case.metric]), None
         if case.flops == "hardware" and case.metric in _FLOP_METRICS:
-            predicted *= figures.hardware_per_model_flops
+            predicted *= summary["hardware_flops_per_step"] / summary["model_flops_per_step"]
         elif case.flops != "megatron" and case.metric in _FLOP_METRICS:
             predicted *= _convention_factor(scenario, case.flops)
-        memory = float(figures.peak_memory_bytes) / 2**30
-        largest, fits, framework = figures.largest_after_gemm, figures.fits_in_memory, figures.framework
-        folded = figures.extrapolated_from
+        memory = float(summary["peak_memory_bytes"]["max"]) / 2**30
+        largest = largest_besides_gemm(summary)
+        fits, framework = bool(summary["fits_in_memory"]), summary.get("framework")
+        folded = tuple(summary.get("extrapolated_from_microbatches", ()))
     except UserError as exc:
         predicted, error = None, exc.one_line()
     except Exception as exc:  # noqa: BLE001 - a broken case must not stop the others

@@ -12,7 +12,7 @@ import yaml
 from simcluster import steady_state
 from simcluster.context import build_context
 from simcluster.scenario import scenario_from_dict
-from simcluster.steady_state import first_counts, on_one_line, step_figures
+from simcluster.steady_state import first_counts, on_one_line, step_summary
 from tests.conftest import make_scenario
 
 # dp 2 x pp 4 on 8 GPUs, ZeRO-1 with the gradient reduce and parameter gather overlapped: the
@@ -37,6 +37,18 @@ def _built(raw):
     return scenario, build_context(scenario)
 
 
+def _leaves(value, path=""):
+    """(path, value) of every number, string and flag in a summary."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
 @pytest.mark.parametrize(
     ("raw", "group", "rest"),
     [
@@ -49,18 +61,22 @@ def _built(raw):
 def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
     scenario, ctx = _built(raw)
     assert first_counts(ctx) == (group, rest)
-    folded = step_figures(scenario, ctx)
-    whole = step_figures(scenario, ctx, extrapolate=False)
-    counts = folded.extrapolated_from
-    assert len(counts) >= 3 and counts == tuple(k * group + rest for k in range(1, len(counts) + 1))
-    assert whole.extrapolated_from == ()
-    for metric, value in whole.metrics.items():
-        assert folded.metrics[metric] == pytest.approx(value, rel=1e-9), metric
-    assert folded.peak_memory_bytes == whole.peak_memory_bytes
-    assert folded.fits_in_memory == whole.fits_in_memory
-    assert folded.hardware_per_model_flops == pytest.approx(whole.hardware_per_model_flops, rel=1e-12)
-    assert folded.largest_after_gemm[0] == whole.largest_after_gemm[0]
-    assert folded.largest_after_gemm[1] == pytest.approx(whole.largest_after_gemm[1], rel=1e-9)
+    folded = step_summary(scenario, ctx)
+    whole = step_summary(scenario, ctx, extrapolate=False)
+    counts = folded.pop("extrapolated_from_microbatches")
+    assert len(counts) >= 3 and counts == [k * group + rest for k in range(1, len(counts) + 1)]
+    assert "extrapolated_from_microbatches" not in whole
+    mine = dict(_leaves(folded))
+    assert mine.keys() == dict(_leaves(whole)).keys()
+    step = whole["step_time_s"]
+    for path, value in _leaves(whole):
+        if path == ".sim_wall_s":
+            continue
+        if isinstance(value, float):
+            # a part that is 0 whole may come out as float residue of the step
+            assert mine[path] == pytest.approx(value, rel=1e-9, abs=1e-12 * step), path
+        else:
+            assert mine[path] == value, path
 
 
 @pytest.mark.parametrize(
@@ -75,16 +91,16 @@ def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
 def test_a_short_step_is_simulated_whole(raw):
     scenario, ctx = _built(raw)
     assert first_counts(ctx) is None
-    assert step_figures(scenario, ctx).extrapolated_from == ()
+    assert "extrapolated_from_microbatches" not in step_summary(scenario, ctx)
 
 
 def test_points_off_one_line_fall_back_to_the_whole_step(monkeypatch):
     scenario, ctx = _built(DATA_PARALLEL)
-    whole = step_figures(scenario, ctx, extrapolate=False)
+    whole = step_summary(scenario, ctx, extrapolate=False)
     monkeypatch.setattr(steady_state, "REL_TOL", -1.0)  # no three points are on one line now
-    figures = step_figures(scenario, ctx)
-    assert figures.extrapolated_from == ()
-    assert figures.metrics == whole.metrics
+    summary = step_summary(scenario, ctx)
+    assert "extrapolated_from_microbatches" not in summary
+    assert summary["step_time_s"] == whole["step_time_s"]
 
 
 def test_on_one_line_allows_rounding_not_curvature():
@@ -103,3 +119,17 @@ def test_validate_says_which_steps_it_extrapolated_from(cli, tmp_path):
     assert folded["extrapolated_from_microbatches"][:3] == [1, 2, 3]
     assert "extrapolated_from_microbatches" not in whole
     assert folded["predicted"] == pytest.approx(whole["predicted"], rel=1e-9)
+
+
+def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
+    from simcluster.sweep import candidates, run_sweep
+
+    # 384 sequences on 8 GPUs: 96 microbatches at dp 4 x pp 2, 192 at dp 2 x pp 4
+    base = {**PIPELINED, "training": {**PIPELINED["training"], "global_batch": 384}}
+    cands = candidates(base, {"pp": [2, 4]})
+    folded = {r.candidate.label: r.summary for r in run_sweep(cands, jobs=1)}
+    whole = {r.candidate.label: r.summary for r in run_sweep(cands, jobs=1, extrapolate=False)}
+    assert all("extrapolated_from_microbatches" in s for s in folded.values())
+    for label, summary in whole.items():
+        for key in ("tokens_per_s_per_gpu", "mfu", "bubble_fraction"):
+            assert folded[label][key] == pytest.approx(summary[key], rel=1e-9), (label, key)

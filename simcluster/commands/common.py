@@ -39,6 +39,15 @@ def out_path(text: str) -> str:
     return text
 
 
+def add_every_microbatch_argument(parser: argparse.ArgumentParser) -> None:
+    """``--every-microbatch``: no step extrapolated from shorter ones (``steady_state.py``)."""
+    parser.add_argument(
+        "--every-microbatch", action="store_true",
+        help="simulate each step whole; by default a step of 64 or more microbatches comes from "
+        "steps of 1, 2, 3 ... microbatch groups once three lie on one line (exact to 1e-9)",
+    )  # fmt: skip
+
+
 def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
     """``--price``: dollars per GPU-hour, one for all or per hardware profile (``cost.py``)."""
     parser.add_argument(

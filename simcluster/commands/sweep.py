@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from simcluster.commands.common import (
+    add_every_microbatch_argument,
     add_price_argument,
     add_scenario_arguments,
     out_path,
@@ -102,6 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip, without simulating, the layouts whose peak memory (simcluster memory) exceeds the GPU's: "
         "at thousands of GPUs each simulation takes a while",
     )  # fmt: skip
+    add_every_microbatch_argument(parser)
     parser.add_argument("--out", metavar="DIR", type=out_path, help="write sweep.csv, sweep.json and sweep.png")
     add_price_argument(
         parser,
@@ -145,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
-    rows = _run_with_progress(cands, hardware, executor, prices, args.fitting_only)
+    rows = _run_with_progress(cands, hardware, executor, prices, args.fitting_only, not args.every_microbatch)
     document = _document(scenario.name, axes, rows, prices)
     inert = _inert_notes(rows, scenario.written, hardware)
     document["inert_settings"] = [n.text for n in inert]
@@ -200,6 +202,7 @@ def _run_with_progress(
     executor: Executor,
     prices: Prices | None = None,
     fitting_only: bool = False,
+    extrapolate: bool = True,
 ) -> list[SweepRow]:
     def advance(row: SweepRow) -> None:
         # a layout the checks skipped took no simulation (wall_s 0): its cost never comes
@@ -209,6 +212,7 @@ def _run_with_progress(
     with progress_bar("sweep", len(cands), total, executor.workers) as step:
         return run_sweep(
             cands, hardware, progress=advance, prices=prices, executor=executor, fitting_only=fitting_only,
+            extrapolate=extrapolate,
         )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import out_path, print_json, to_json
+from simcluster.commands.common import add_every_microbatch_argument, out_path, print_json, to_json
 from simcluster.commands.console import stdout_console
 from simcluster.cost_hint import cost_hint
 from simcluster.errors import UserError, did_you_mean
@@ -62,11 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="list each setting a case wrote that has no effect in its layout, with the cases "
         "(default: one line naming them; --json has them per case as inert_settings)",
     )  # fmt: skip
-    parser.add_argument(
-        "--every-microbatch", action="store_true",
-        help="simulate each step whole; by default a step of many microbatches is extrapolated "
-        "from steps of 2, 3 and 4 microbatch groups where those lie on one line (exact to 1e-9)",
-    )  # fmt: skip
+    add_every_microbatch_argument(parser)
     parser.add_argument(
         "--max-mape", metavar="PCT",
         help="exit with status 1 when the cases' MAPE is above PCT (a CI gate on your own cases)",

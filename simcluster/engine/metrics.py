@@ -100,9 +100,15 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
     with a layer fewer, say) waits for the others by that difference whatever the schedule, so
     each stage's idle is counted against the busiest stage's work, span - max busy.
     """
+    return bubble_of(*pipeline_spans(events))
+
+
+def pipeline_spans(events: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """Per stage (its lowest simulated rank): the span from its first pipeline op's start to
+    its last one's end, and the time in it the stage was busy (:func:`bubble_fraction`)."""
     pipe = events[events["kind"].isin(PIPELINE_KINDS)]
     if pipe.empty:
-        return 0.0, []
+        return [], []
     spans: list[float] = []
     busies: list[float] = []
     ranks = by_rank(events)
@@ -117,6 +123,14 @@ def bubble_fraction(events: pd.DataFrame) -> tuple[float, list[float]]:
         busy = union_length(compute) + uncovered(comm, compute)
         spans.append(hi - lo)
         busies.append(busy)
+    return spans, busies
+
+
+def bubble_of(spans: list[float], busies: list[float]) -> tuple[float, list[float]]:
+    """:func:`bubble_fraction` of the stages' spans and busy times: the largest share and each
+    stage's."""
+    if not spans:
+        return 0.0, []
     longest, busiest = max(spans), max(busies)
     idle = [max(0.0, s - busiest) for s in spans]
     per_stage = [i / longest if longest > 0 else 0.0 for i in idle]

@@ -13,7 +13,7 @@ from simcluster.context import Context, build_context
 from simcluster.engine.breakdown import step_breakdown
 from simcluster.engine.comms import Comms
 from simcluster.engine.interference import SmShare
-from simcluster.engine.metrics import PIPELINE_KINDS, bubble_fraction, exposed_comm
+from simcluster.engine.metrics import PIPELINE_KINDS, bubble_of, exposed_comm, pipeline_spans
 from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipeline_p2p_seconds
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import Recorder
@@ -283,7 +283,8 @@ def _summary(
     hardware_flops = model_flops + tokens * recompute_flops_per_token(ctx.model, lay.seq_len, sc.training, full)
     gpus = sc.cluster.gpus
     peak = ctx.profile.training_peak_flops(sc.training.precision)
-    bubble, per_stage_bubble = bubble_fraction(events)
+    spans, busies = pipeline_spans(events)
+    bubble, per_stage_bubble = bubble_of(spans, busies)
     peaks = memory.groupby("stage", sort=True)["total"].max()
     per_stage_peak = [float(peaks.get(s, 0.0)) for s in range(lay.pp)]
     # how much of the highest point is the loss's transient logit copies (0 if none)
@@ -323,6 +324,8 @@ def _summary(
         "hfu": hardware_flops / (step * gpus * peak),
         "bubble_fraction": bubble,
         "bubble_fraction_per_stage": per_stage_bubble,
+        # what the bubble is worked out from: each stage's span of pipeline ops and busy time in it
+        "pipeline_spans_s": {"span": spans, "busy": busies},
         "exposed_comm_s": exposed_comm(events),
         "peak_memory_bytes": {"per_stage": per_stage_peak, "max": max_peak, "loss_transient": loss_at_peak},
         "capacity_bytes": ctx.capacity_bytes,
