@@ -60,7 +60,7 @@ def _leaves(value, path=""):
 )
 def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
     scenario, ctx = _built(raw)
-    assert first_counts(ctx) == (group, rest)
+    assert first_counts(ctx) == (group, rest, 1)
     folded = step_summary(scenario, ctx)
     whole = step_summary(scenario, ctx, extrapolate=False)
     counts = folded.pop("extrapolated_from_microbatches")
@@ -86,9 +86,11 @@ def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
         make_scenario(parallel={"tp": 1, "pp": 8}, training={"seq_len": 2048, "global_batch": 64}),
         # fewer than MIN_MICROBATCHES
         make_scenario(training={"seq_len": 2048, "global_batch": 8 * 32}),
+        # GPipe holds all 64 microbatches' activations: its memory grows with the step
+        make_scenario(parallel={"tp": 1, "pp": 2, "schedule": "afab"}, training={"seq_len": 2048, "global_batch": 4 * 64}),
     ],
 )
-def test_a_short_step_is_simulated_whole(raw):
+def test_a_short_step_or_one_holding_every_microbatch_is_simulated_whole(raw):
     scenario, ctx = _built(raw)
     assert first_counts(ctx) is None
     assert "extrapolated_from_microbatches" not in step_summary(scenario, ctx)
@@ -133,3 +135,28 @@ def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
     for label, summary in whole.items():
         for key in ("tokens_per_s_per_gpu", "mfu", "bubble_fraction"):
             assert folded[label][key] == pytest.approx(summary[key], rel=1e-9), (label, key)
+
+
+def _point(count, step, idle, peak=1.0):
+    stages = [{"gemm": 0.1 * count, "idle": idle}, {"gemm": 0.1 * count, "idle": step - 0.1 * count}]
+    return count, {"step_time_s": step, "peak_memory_bytes": {"max": peak}, "time_breakdown_s": {"per_stage": stages}}
+
+
+def test_steady_wants_one_line_one_peak_and_no_part_shrinking():
+    """A part that shrinks as the step grows is slack the warm-up left (the host's lead, a
+    stage's wait) that runs out at a longer step, where the slope changes: not steady."""
+    steady = [_point(m, 1.0 + 0.2 * m, 0.5) for m in (8, 12, 16)]
+    assert steady_state._steady(steady)
+    assert not steady_state._steady(steady[1:])  # two points make any line
+    assert not steady_state._steady([*steady[:2], _point(16, 1.0 + 0.2 * 16 + 1e-6, 0.5)])
+    assert not steady_state._steady([*steady[:2], _point(16, 1.0 + 0.2 * 16, 0.5, peak=2.0)])
+    # the step on its line, stage 0's idle falling by 1 ms a microbatch
+    assert not steady_state._steady([_point(m, 1.0 + 0.2 * m, 0.5 - 1e-3 * m) for m in (8, 12, 16)])
+
+
+def test_an_interleaved_step_starts_at_half_its_chunks_in_groups():
+    raw = make_scenario(
+        parallel={"tp": 1, "pp": 2, "vpp": 4, "schedule": "interleaved"},
+        training={"seq_len": 2048, "global_batch": 4 * 64},
+    )
+    assert first_counts(_built(raw)[1]) == (2, 0, 2)  # steps of 4, 6, 8 ... microbatches

@@ -11,6 +11,7 @@ class AllForwardAllBackward(BaseSchedule):
     """GPipe: peak activation stash is all m microbatches on every stage."""
 
     name = "afab"
+    holds_every_microbatch = True
     splits_backward = False
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:

@@ -115,6 +115,7 @@ class Schedule(Protocol):
     splits_backward: bool
     uses_vpp: bool
     cost_aware: bool
+    holds_every_microbatch: bool
 
     def chunks(self, spec: ScheduleSpec) -> int:
         """Model chunks held by each stage."""
@@ -144,6 +145,9 @@ class BaseSchedule:
     splits_backward: bool = False
     uses_vpp: bool = False  # True: parallel.vpp sets the chunks per stage
     cost_aware: bool = False  # True: the order depends on ScheduleSpec.costs
+    # True: every microbatch's activations are held at once, so memory grows with m and a long
+    # step has no steady state to extrapolate from (steady_state.py)
+    holds_every_microbatch: bool = False
 
     def chunks(self, spec: ScheduleSpec) -> int:
         return 1

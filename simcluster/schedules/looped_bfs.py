@@ -21,6 +21,7 @@ class LoopedBFS(LoopedSchedule):
     """Breadth-first over v looped chunks: all forwards chunk by chunk, then all backwards."""
 
     name = "looped-bfs"
+    holds_every_microbatch = True
 
     def validate(self, spec: ScheduleSpec) -> None:
         return None  # any p, m and v: PyTorch's schedule has no divisibility rule
