@@ -6,21 +6,22 @@ microbatch group, pp unless an interleaved schedule is told otherwise) runs the 
 of forwards, backwards and transfers on every stage, while the step's ends (parameter gathers
 before the first forward, the gradient reduction and optimizer after the last backward) do not
 grow with M. A deterministic simulation of such a step is therefore affine in M once it has
-settled (unless slack left by the warm-up is still being used up, :func:`_steady`): the Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simulates to
+settled (unless slack left by the warm-up is still being used up, :func:`_settled`): the Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simulates to
 5.3728, 7.7568 and 10.1408 s at 32, 48 and 64 microbatches, slopes equal to 1e-13, and the
 line's value at 384 is the full simulation's 57.8208 s to 2e-13 (for 45 s of simulation
 instead of 102 s).
 
 :func:`step_summary` uses this where it pays (``validate`` and ``sweep``; ``run`` draws every
-microbatch on its timeline): it simulates k, k+1, k+2 ... groups of q microbatches (plus M mod
-q, so that M is a whole number of groups further on; k from vpp/2, :func:`first_counts`) until
-the last three lie on one line (to :data:`REL_TOL` of the step) with one peak memory and no
-part of a stage's time shrinking (:func:`_steady`), and extrapolates from the last two. The
-warm-up decides how many it takes: the Llama 3.1 405B row on 1,024 H100s (pp 8, vpp 8) holds
-more activations at 8 microbatches than at 16, and its slope settles from 24 on. When the
-shorter steps would add up to more than half the step's microbatches before that, the step is
-short (:data:`MIN_MICROBATCHES`), or its schedule holds every microbatch's activations at once
-(GPipe's, looped BFS: memory grows with M), the whole step is simulated. The summary at M
+microbatch on its timeline): it simulates 1, 2, 3 ... groups of q microbatches (plus M mod q,
+so that M is a whole number of groups further on) until the last three lie on one line (to
+:data:`REL_TOL` of the step) with one peak memory, and extrapolates from the last two, unless
+a part of a stage's time shrinks along them (:func:`_settled`). The warm-up decides how many
+it takes: the Llama 3.1 405B row on 256 GB200s (pp 16, vpp 4) settles from 32 microbatches,
+the one on 1,024 H100s (pp 8, vpp 8) holds more activations at 8 microbatches than at 16 and
+settles from 24. When the shorter steps would add up to more than half the step's
+microbatches before that, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
+every microbatch's activations at once (GPipe's, looped BFS: memory grows with M), the whole
+step is simulated. The summary at M
 is the run summary's: the step time, each stage's time breakdown and pipeline span and busy
 time, the exposed communication and the event count on the line; tokens and FLOPs per step in
 proportion to M, the rates and the bubble worked out from those; the memory and the rest as at
@@ -48,25 +49,18 @@ MIN_MICROBATCHES = 64
 _RATES = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
 
 
-def first_counts(ctx: Context) -> tuple[int, int, int] | None:
-    """The microbatch group, the step's remainder over it and the first multiple k of the
-    group to simulate (steps of ``k * group + remainder`` microbatches); None where the first
-    three of them would not halve the work.
-
-    An interleaved step settles later the more chunks a stage holds (the Llama 3.1 405B rows:
-    vpp 4 on 256 GB200s from 2 groups on, vpp 8 on 1,024 H100s from 3), so the shorter steps
-    start at vpp / 2 groups: earlier ones would be simulated only to be passed over.
-    """
+def first_counts(ctx: Context) -> tuple[int, int] | None:
+    """The microbatch group and the step's remainder over it, for the shorter steps ``k *
+    group + remainder`` (k = 1, 2, 3 ...); None where the first three would not halve the work."""
     lay = ctx.layout
     m = lay.microbatches
     if ctx.scenario.training.pipeline_flushes > 1 or m < MIN_MICROBATCHES or ctx.schedule.holds_every_microbatch:
         return None
     group = ctx.spec.group or lay.pp
     rest = m % group
-    k = max(1, -(-lay.vpp // 2))
-    if 2 * sum(j * group + rest for j in range(k, k + 3)) > m:
+    if 2 * (6 * group + 3 * rest) > m:  # k = 1, 2, 3
         return None
-    return group, rest, k
+    return group, rest
 
 
 def on_one_line(points: list[tuple[int, float]]) -> bool:
@@ -124,18 +118,19 @@ def _extrapolated(points: list[tuple[int, dict[str, Any]]], m: int) -> dict[str,
     }
 
 
-def _steady(points: list[tuple[int, dict[str, Any]]]) -> bool:
-    """Whether the last three points are past the warm-up: one line, one peak memory, and no
-    part of any stage's time shrinking as the step grows. A shrinking part is slack being used
-    up (a stage's lead on the next, the host's lead on the GPU built in the warm-up) that runs
-    out at some longer step, where the slope changes: Nanotron's 80B row on 8 nodes (pp 16, 256
-    microbatches) has stage 0's idle fall by 0.6 ms a microbatch, on one line from 16 to 224
-    microbatches, and the step's slope rises by 7e-5 after that."""
+def _settled(points: list[tuple[int, dict[str, Any]]]) -> bool | None:
+    """Whether the last three points are past the warm-up: True when they lie on one line with
+    one peak memory; None while they do not (yet); False when they do but some part of a
+    stage's time shrinks as the step grows. Such a part is slack the warm-up left (a stage's
+    lead on the next, the host's lead on the GPU) being used up at a steady rate: it runs out
+    at some longer step, where the slope changes, and the line would miss the step. Nanotron's
+    80B row on 8 nodes (pp 16, 256 microbatches) has stage 0's idle fall by 0.6 ms a
+    microbatch, on one line from 16 to 224 microbatches; after that the slope rises by 7e-5."""
     last = points[-3:]
     if len(last) < 3 or not on_one_line([(count, s["step_time_s"]) for count, s in last]):
-        return False
+        return None
     if len({s["peak_memory_bytes"]["max"] for _, s in last}) > 1:
-        return False
+        return None
     for (_, a), (_, b) in zip(last[:-1], last[1:], strict=True):
         least = -REL_TOL * b["step_time_s"]
         for x, y in zip(a["time_breakdown_s"]["per_stage"], b["time_breakdown_s"]["per_stage"], strict=True):
@@ -145,17 +140,18 @@ def _steady(points: list[tuple[int, dict[str, Any]]]) -> bool:
 
 
 def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) -> dict[str, Any] | None:
-    """The summary extrapolated from shorter steps once they are steady (None: not worth it, or
-    not steady within half the step's microbatches)."""
+    """The summary extrapolated from shorter steps once they have settled (None: not worth it,
+    a drift, or not settled within half the step's microbatches)."""
     from simcluster.engine import simulate
 
     first = first_counts(ctx)
     if first is None:
         return None
-    group, rest, k = first
+    group, rest = first
     m = ctx.layout.microbatches
     points: list[tuple[int, dict[str, Any]]] = []
-    while not _steady(points):
+    k = 1
+    while (settled := _settled(points)) is None:
         count = k * group + rest
         if 2 * (sum(c for c, _ in points) + count) > m:
             return None
@@ -165,7 +161,7 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) 
             return None
         points.append((count, simulate(shorter).summary))
         k += 1
-    return _extrapolated(points, m)
+    return _extrapolated(points, m) if settled else None
 
 
 def step_summary(
