@@ -41,8 +41,8 @@ from simcluster.scenario import Scenario
 #: how far the third point may be off the line of the first two, relative to the step
 REL_TOL = 1e-9
 #: below this many microbatches a step is simulated whole: building and summarising three
-#: steps costs more than it saves (dgxc/llama3-8b-bf16-128gpu, 8 microbatches at pp 1: 1.0 s
-#: whole, 1.3 s from 2, 3 and 4)
+#: steps costs more than it saves (dgxc/llama3-8b-bf16-128gpu, 32 microbatches at pp 1: 1.0 s
+#: whole, 1.3 s from steps of 2, 3 and 4)
 MIN_MICROBATCHES = 64
 
 #: summary rates: per-step tokens or FLOPs (in proportion to M) over the step time

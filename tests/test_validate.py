@@ -1118,7 +1118,8 @@ def test_ratchet_blackwell_fast_rows():
 
 @pytest.mark.slow
 def test_ratchet_all_quick_cases():
-    """Every shipped case not marked slow (about 29 CPU-minutes; run first, see conftest)."""
+    """Every shipped case not marked slow (about 23 CPU-minutes, long steps read off shorter
+    ones by steady_state.py; run first, see conftest)."""
     results = run_cases(load_cases(quick=True), jobs=2)
     s = summarize(results)
     assert s["failed"] == 0
