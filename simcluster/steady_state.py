@@ -21,7 +21,8 @@ the one on 1,024 H100s (pp 8, vpp 8) holds more activations at 8 microbatches th
 settles from 24. When the shorter steps would add up to more than half the step's
 microbatches before that, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
 every microbatch's activations at once (GPipe's, looped BFS: memory grows with M), the whole
-step is simulated. The summary at M
+step is simulated. Settings whose effect depends on M up to a horizon move the first shorter
+step past it (:func:`first_counts`). The summary at M
 is the run summary's: the step time, each stage's time breakdown and pipeline span and busy
 time, the exposed communication and the event count on the line; tokens and FLOPs per step in
 proportion to M, the rates and the bubble worked out from those; the memory and the rest as at
@@ -49,18 +50,33 @@ MIN_MICROBATCHES = 64
 _RATES = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
 
 
-def first_counts(ctx: Context) -> tuple[int, int] | None:
-    """The microbatch group and the step's remainder over it, for the shorter steps ``k *
-    group + remainder`` (k = 1, 2, 3 ...); None where the first three would not halve the work."""
+def first_counts(ctx: Context) -> tuple[int, int, int] | None:
+    """The microbatch group, the step's remainder over it and the first multiple k of the
+    group to simulate (steps of ``k * group + remainder`` microbatches, k, k+1, k+2 ...); None
+    where the first three would not halve the work.
+
+    Past Megatron's wgrad deferral limit (``parallel.head_wgrad_deferral_limit``: the first L
+    microbatches' LM-head weight gradients wait for the flush, and their inputs stay in memory)
+    a step is another step than below it, so the shorter steps start beyond L; with no limit
+    every microbatch's inputs stay, and memory grows with the step. MLPerf v5.0's Llama 3.1
+    405B on 512 H100s (L = 50, pp 8, vpp 8) is on one line from 8 to 40 microbatches, and its
+    peak memory and slope change from there on.
+    """
     lay = ctx.layout
     m = lay.microbatches
+    par = ctx.scenario.parallel
+    deferred = par.defer_head_wgrad and lay.pp > 1
     if ctx.scenario.training.pipeline_flushes > 1 or m < MIN_MICROBATCHES or ctx.schedule.holds_every_microbatch:
+        return None
+    if deferred and par.head_wgrad_deferral_limit == 0:
         return None
     group = ctx.spec.group or lay.pp
     rest = m % group
-    if 2 * (6 * group + 3 * rest) > m:  # k = 1, 2, 3
+    beyond = par.head_wgrad_deferral_limit if deferred else 0
+    k = max(1, (beyond - rest) // group + 1)
+    if 2 * sum(j * group + rest for j in range(k, k + 3)) > m:
         return None
-    return group, rest
+    return group, rest, k
 
 
 def on_one_line(points: list[tuple[int, float]]) -> bool:
@@ -147,10 +163,9 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) 
     first = first_counts(ctx)
     if first is None:
         return None
-    group, rest = first
+    group, rest, k = first
     m = ctx.layout.microbatches
     points: list[tuple[int, dict[str, Any]]] = []
-    k = 1
     while (settled := _settled(points)) is None:
         count = k * group + rest
         if 2 * (sum(c for c, _ in points) + count) > m:

@@ -60,7 +60,7 @@ def _leaves(value, path=""):
 )
 def test_a_long_step_extrapolated_is_the_step_simulated_whole(raw, group, rest):
     scenario, ctx = _built(raw)
-    assert first_counts(ctx) == (group, rest)
+    assert first_counts(ctx) == (group, rest, 1)
     folded = step_summary(scenario, ctx)
     whole = step_summary(scenario, ctx, extrapolate=False)
     counts = folded.pop("extrapolated_from_microbatches")
@@ -152,3 +152,21 @@ def test_settled_wants_one_line_one_peak_and_no_part_shrinking():
     assert steady_state._settled([*steady[:2], _point(16, 1.0 + 0.2 * 16, 0.5, peak=2.0)]) is None
     # the step on its line, stage 0's idle falling by 1 ms a microbatch
     assert steady_state._settled([_point(m, 1.0 + 0.2 * m, 0.5 - 1e-3 * m) for m in (8, 12, 16)]) is False
+
+
+def test_shorter_steps_start_past_the_wgrad_deferral_limit():
+    """Megatron's --wgrad-deferral-limit L: the first L microbatches' LM-head weight gradients
+    wait for the flush, so a step of fewer than L is another step (MLPerf v5.0 405B, L = 50)."""
+    raw = make_scenario(
+        parallel={"tp": 1, "pp": 4, "defer_head_wgrad": True, "head_wgrad_deferral_limit": 10},
+        training={"seq_len": 2048, "global_batch": 2 * 96},
+    )
+    scenario, ctx = _built(raw)
+    assert first_counts(ctx) == (4, 0, 3)  # steps of 12, 16, 20 ... microbatches
+    folded = step_summary(scenario, ctx)
+    assert folded["extrapolated_from_microbatches"][0] == 12
+    whole = step_summary(scenario, ctx, extrapolate=False)
+    assert folded["step_time_s"] == pytest.approx(whole["step_time_s"], rel=1e-9)
+    assert folded["peak_memory_bytes"] == whole["peak_memory_bytes"]
+    unlimited = make_scenario(parallel={"tp": 1, "pp": 4, "defer_head_wgrad": True}, training=raw["training"])
+    assert first_counts(_built(unlimited)[1]) is None  # every microbatch's head inputs kept
