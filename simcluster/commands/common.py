@@ -43,8 +43,8 @@ def add_every_microbatch_argument(parser: argparse.ArgumentParser) -> None:
     """``--every-microbatch``: no step extrapolated from shorter ones (``steady_state.py``)."""
     parser.add_argument(
         "--every-microbatch", action="store_true",
-        help="simulate each step whole; by default a step of 64 or more microbatches comes from "
-        "steps of 1, 2, 3 ... microbatch groups once three lie on one line (exact to 1e-9)",
+        help="simulate each step whole; by default a step of 64 or more microbatches is read off "
+        "the line through shorter steps of 1, 2, 3 ... microbatch groups once three lie on it to 1e-9",
     )  # fmt: skip
 
 
