@@ -405,7 +405,7 @@ def _convention_factor(scenario: Any, convention: str) -> float:
 
 def run_case(case: Case, extrapolate: bool = True) -> CaseResult:
     """Simulate one case; any failure is captured in the result, never raised.
-    ``extrapolate``: a long step may come from three shorter ones (``steady_state.py``)."""
+    ``extrapolate``: a long step may come from shorter ones (``steady_state.py``)."""
     from simcluster.context import build_context
     from simcluster.engine.breakdown import largest_besides_gemm
     from simcluster.inert import inert_settings
