@@ -303,6 +303,9 @@ class SweepRow:
             peak_memory_bytes=s["peak_memory_bytes"]["max"],
             capacity_bytes=s["capacity_bytes"],
             fits_in_memory=s["fits_in_memory"],
+            # the shorter steps the figures were read off (steady_state.py); None: simulated whole.
+            # A string, so that the CSV cell and the JSON value read the same
+            extrapolated_from_microbatches=" ".join(map(str, s.get("extrapolated_from_microbatches", ()))) or None,
         )
         for kind, seconds in sorted(s["exposed_comm_s"].items()):
             rec[f"exposed_{kind}_s"] = seconds

@@ -129,9 +129,16 @@ def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
     # 384 sequences on 8 GPUs: 96 microbatches at dp 4 x pp 2, 192 at dp 2 x pp 4
     base = {**PIPELINED, "training": {**PIPELINED["training"], "global_batch": 384}}
     cands = candidates(base, {"pp": [2, 4]})
-    folded = {r.candidate.label: r.summary for r in run_sweep(cands, jobs=1)}
-    whole = {r.candidate.label: r.summary for r in run_sweep(cands, jobs=1, extrapolate=False)}
+    folded_rows = run_sweep(cands, jobs=1)
+    whole_rows = run_sweep(cands, jobs=1, extrapolate=False)
+    folded = {r.candidate.label: r.summary for r in folded_rows}
+    whole = {r.candidate.label: r.summary for r in whole_rows}
     assert all("extrapolated_from_microbatches" in s for s in folded.values())
+    # the CSV/JSON row says which steps it was read off, and that the others were simulated whole
+    for row in folded_rows:
+        counts = row.summary["extrapolated_from_microbatches"]
+        assert row.to_dict()["extrapolated_from_microbatches"] == " ".join(map(str, counts))
+    assert all(r.to_dict()["extrapolated_from_microbatches"] is None for r in whole_rows)
     for label, summary in whole.items():
         for key in ("tokens_per_s_per_gpu", "mfu", "bubble_fraction"):
             assert folded[label][key] == pytest.approx(summary[key], rel=1e-9), (label, key)
