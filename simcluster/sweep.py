@@ -397,7 +397,7 @@ def run_sweep(
     if executor.kind != "processes" or executor.workers > 1:
         # longest first (as validate runs its cases), so a slow layout does not end up alone at
         # the tail and the first estimates of the time left err long, not short
-        runnable.sort(key=lambda c: -cost_hint(c.scenario))
+        runnable.sort(key=lambda c: -cost_hint(c.scenario, extrapolate))
     work = [(c, hardware, extrapolate) for c in runnable]
     for row in executor.map_unordered(simulate_candidate, work):
         rows.append(row)

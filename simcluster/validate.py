@@ -456,7 +456,7 @@ def run_cases(
     order = list(range(len(cases)))  # one at a time: in the files' order
     if not ((executor is None or executor.kind == "processes") and min(jobs, len(cases)) <= 1):
         # longest first so the slow cases do not end up alone at the tail
-        order.sort(key=lambda i: -cost_hint(cases[i].scenario))
+        order.sort(key=lambda i: -cost_hint(cases[i].scenario, extrapolate))
     work = [(i, cases[i], extrapolate) for i in order]
     for i, result in (executor or Executor("processes", jobs)).map_unordered(_run_indexed, work):
         results[i] = result

@@ -122,8 +122,20 @@ def test_cost_hint_is_microbatches_times_layers():
     # 64 GPUs at tp 8, pp 2: dp 4; 512 sequences in micro-batches of 2: 64 microbatches x 80 layers
     raw = {"cluster": {"gpus": 64}, "parallel": {"tp": 8, "pp": 2},
            "training": {"global_batch": 512, "micro_batch": 2}, "model": {"layers": 80}}  # fmt: skip
-    assert cost_hint(raw) == 64 * 80
+    assert cost_hint(raw, extrapolate=False) == 64 * 80
     assert cost_hint({"model": "llama3-8b"}) == 1.0  # unreadable: 1
+
+
+def test_cost_hint_counts_the_shorter_steps_a_long_step_is_read_off():
+    """steady_state.py simulates steps of 1, 2, 3 ... groups of pp microbatches (about 10 groups
+    in all) for a step of at least 64 where 1 + 2 + 3 groups are at most half of it."""
+    raw = {"cluster": {"gpus": 64}, "parallel": {"tp": 8, "pp": 4},
+           "training": {"global_batch": 512, "micro_batch": 1}, "model": {"layers": 80}}  # fmt: skip
+    # dp 2: 256 microbatches, of which 10 groups of 4 are simulated
+    assert cost_hint(raw) == 40 * 80 and cost_hint(raw, extrapolate=False) == 256 * 80
+    assert cost_hint({**raw, "parallel": {**raw["parallel"], "schedule": "gpipe"}}) == 256 * 80  # held whole
+    few = {**raw, "training": {"global_batch": 96, "micro_batch": 1}}  # 48 microbatches: under 64
+    assert cost_hint(few) == 48 * 80
 
 
 def test_a_piped_run_prints_its_simulation_progress_only_when_long(monkeypatch, capsys):

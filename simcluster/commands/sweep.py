@@ -206,9 +206,9 @@ def _run_with_progress(
 ) -> list[SweepRow]:
     def advance(row: SweepRow) -> None:
         # a layout the checks skipped took no simulation (wall_s 0): its cost never comes
-        step(row.candidate.label, cost_hint(row.candidate.scenario), ran=row.wall_s > 0)
+        step(row.candidate.label, cost_hint(row.candidate.scenario, extrapolate), ran=row.wall_s > 0)
 
-    total = sum(cost_hint(c.scenario) for c in cands)
+    total = sum(cost_hint(c.scenario, extrapolate) for c in cands)
     with progress_bar("sweep", len(cands), total, executor.workers) as step:
         return run_sweep(
             cands, hardware, progress=advance, prices=prices, executor=executor, fitting_only=fitting_only,

@@ -116,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(cases: list, executor: Executor, extrapolate: bool) -> list[CaseResult]:
-    total = sum(cost_hint(case.scenario) for case in cases)  # the time left weighs each case
+    total = sum(cost_hint(case.scenario, extrapolate) for case in cases)  # the time left weighs each case
     with progress_bar("validate", len(cases), total, executor.workers) as advance:
         return run_cases(
             cases,
-            progress=lambda r: advance(r.case.name, cost_hint(r.case.scenario)),
+            progress=lambda r: advance(r.case.name, cost_hint(r.case.scenario, extrapolate)),
             executor=executor,
             extrapolate=extrapolate,
         )
