@@ -177,3 +177,22 @@ def test_shorter_steps_start_past_the_wgrad_deferral_limit():
     assert folded["peak_memory_bytes"] == whole["peak_memory_bytes"]
     unlimited = make_scenario(parallel={"tp": 1, "pp": 4, "defer_head_wgrad": True}, training=raw["training"])
     assert first_counts(_built(unlimited)[1]) is None  # every microbatch's head inputs kept
+
+
+def test_compare_reads_long_steps_off_shorter_ones(cli, tmp_path):
+    """compare's rows (busiest stage's breakdown included) are the whole steps' to 1e-9 and say
+    which shorter steps they came from."""
+    paths = []
+    for name, raw in (("pipelined", PIPELINED), ("interleaved", INTERLEAVED)):
+        paths.append(str(tmp_path / f"{name}.yaml"))
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw))
+    folded = json.loads(cli("compare", *paths, "--json").out)["scenarios"]
+    whole = json.loads(cli("compare", *paths, "--json", "--every-microbatch").out)["scenarios"]
+    assert all(row["extrapolated_from_microbatches"] for row in folded)
+    assert all(row["extrapolated_from_microbatches"] is None for row in whole)
+    for mine, theirs in zip(folded, whole, strict=True):
+        for key in ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-9), key
+        assert mine["busiest_stage"] == theirs["busiest_stage"]
+        for part, seconds in theirs["breakdown_s"].items():
+            assert mine["breakdown_s"][part] == pytest.approx(seconds, rel=1e-9, abs=1e-12), part

@@ -6,7 +6,8 @@ applies to all of them. The table puts the headline figures and, for each scenar
 stage, where its time goes by category, so the row that differs most says why one layout is
 faster: seconds per step when every step does the same work (tokens) on as many GPUs, else GPU
 time per million tokens, the one measure whose parts add up to the inverse of tokens/s per GPU
-(compare_parts.py). ``--out DIR`` writes compare.csv, compare.json and compare.png (one
+(compare_parts.py). A long step is read off shorter ones as in ``sweep`` (``steady_state.py``;
+``--every-microbatch``: simulated whole). ``--out DIR`` writes compare.csv, compare.json and compare.png (one
 stacked bar per scenario on a common axis).
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from simcluster.commands.common import (
+    add_every_microbatch_argument,
     add_price_argument,
     check_hardware_given_once,
     out_path,
@@ -60,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="H", help="hardware profile for every scenario")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="DIR", type=out_path, help="write compare.csv, compare.json and compare.png")
+    add_every_microbatch_argument(parser)
     parser.epilog = (
         "The breakdown rows are each scenario's busiest stage, seconds per step; when the "
         "scenarios' steps process different token counts (global batch x sequence length) or run "
@@ -92,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.out)
     from simcluster.context import build_context
-    from simcluster.engine import simulate
     from simcluster.inert import inert_settings, note_lines
+    from simcluster.steady_state import step_summary
 
     contexts = []  # all checked before any is simulated
     for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
@@ -110,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     check_priced(prices, used)  # before minutes of simulating, not a blank cost column after
     summaries = []
     with progress_bar("simulating", len(contexts)) as advance:
-        for label, ctx in contexts:
-            summaries.append((label, simulate(ctx).summary))
+        for (label, ctx), (_, sc) in zip(contexts, scenarios, strict=True):
+            summaries.append((label, step_summary(sc, ctx, args.hardware, extrapolate=not args.every_microbatch)))
             advance(label)
     doc: dict[str, Any] = {
         "scenarios": [_record(label, s, prices) for label, s in summaries],
@@ -155,6 +158,8 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "fits_in_memory": s["fits_in_memory"],
         "busiest_stage": s["time_breakdown_s"]["stage"],
         "breakdown_s": busiest(s),
+        # the shorter steps the figures were read off (steady_state.py); None: simulated whole
+        "extrapolated_from_microbatches": " ".join(map(str, s.get("extrapolated_from_microbatches", ()))) or None,
     }
 
 
