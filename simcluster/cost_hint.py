@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from simcluster.errors import UserError
-from simcluster.steady_state import MIN_MICROBATCHES
 
 #: microbatch groups (of pp) that steady_state.py typically simulates for a long step: steps of
 #: 1, 2, 3 and 4 groups (the Llama 3.1 405B row on 256 GB200s, pp 16, settles on 16-64 of 384)
@@ -44,6 +43,9 @@ def cost_hint(scenario: Any, extrapolate: bool = True) -> float:
                         number(par, "tp"), number(par, "cp"))  # fmt: skip
     dp = number(par, "dp") if "dp" in par else max(gpus / (pp * tp * cp), 1.0)
     m = number(tr, "global_batch") / max(dp * number(tr, "micro_batch"), 1.0)
+    # imported here, not with the module: steady_state loads the engine's context
+    from simcluster.steady_state import MIN_MICROBATCHES
+
     # steady_state.first_counts: worth it when the first three shorter steps (1 + 2 + 3 groups)
     # are at most half the step
     if extrapolate and m >= MIN_MICROBATCHES and 12 * pp <= m and number(tr, "pipeline_flushes") == 1:

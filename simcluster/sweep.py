@@ -283,6 +283,7 @@ class SweepRow:
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
         """One flat record (the CSV/JSON row); with ``prices``, also dollars per 1M tokens."""
+        from simcluster.steady_state import shorter_steps_text
         rec: dict[str, Any] = {axis: value for axis, value in self.candidate.settings}
         rec["label"] = self.candidate.label
         rec["skipped"] = self.skipped
@@ -305,7 +306,7 @@ class SweepRow:
             fits_in_memory=s["fits_in_memory"],
             # the shorter steps the figures were read off (steady_state.py); None: simulated whole.
             # A string, so that the CSV cell and the JSON value read the same
-            extrapolated_from_microbatches=" ".join(map(str, s.get("extrapolated_from_microbatches", ()))) or None,
+            extrapolated_from_microbatches=shorter_steps_text(s),
         )
         for kind, seconds in sorted(s["exposed_comm_s"].items()):
             rec[f"exposed_{kind}_s"] = seconds

@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
     """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step
     (``breakdown_s``: seconds per step, whatever the table's basis)."""
+    from simcluster.steady_state import shorter_steps_text
     priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
     return {
         **priced,
@@ -159,7 +160,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "busiest_stage": s["time_breakdown_s"]["stage"],
         "breakdown_s": busiest(s),
         # the shorter steps the figures were read off (steady_state.py); None: simulated whole
-        "extrapolated_from_microbatches": " ".join(map(str, s.get("extrapolated_from_microbatches", ()))) or None,
+        "extrapolated_from_microbatches": shorter_steps_text(s),
     }
 
 
