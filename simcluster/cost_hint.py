@@ -62,6 +62,7 @@ def _holds_every_microbatch(name: Any) -> bool:
     if not isinstance(name, str):
         return False  # the default, 1F1B, or a value validation will report
     try:
-        return get_schedule(normalise_spellings({"parallel": {"schedule": name}})["parallel"]["schedule"]).holds_every_microbatch
+        canonical = normalise_spellings({"parallel": {"schedule": name}})["parallel"]["schedule"]
+        return get_schedule(canonical).holds_every_microbatch
     except UserError:
         return False

@@ -179,12 +179,6 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) 
     return _extrapolated(points, m) if settled else None
 
 
-def shorter_steps_text(summary: dict[str, Any]) -> str | None:
-    """The microbatch counts a summary was read off, as one CSV-friendly cell ("8 16 24");
-    None for a step simulated whole."""
-    return " ".join(map(str, summary.get("extrapolated_from_microbatches", ()))) or None
-
-
 def step_summary(
     scenario: Scenario, ctx: Context | None = None, hardware: str | None = None, extrapolate: bool = True
 ) -> dict[str, Any]:

@@ -283,7 +283,6 @@ class SweepRow:
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
         """One flat record (the CSV/JSON row); with ``prices``, also dollars per 1M tokens."""
-        from simcluster.steady_state import shorter_steps_text
         rec: dict[str, Any] = {axis: value for axis, value in self.candidate.settings}
         rec["label"] = self.candidate.label
         rec["skipped"] = self.skipped
@@ -304,9 +303,9 @@ class SweepRow:
             peak_memory_bytes=s["peak_memory_bytes"]["max"],
             capacity_bytes=s["capacity_bytes"],
             fits_in_memory=s["fits_in_memory"],
-            # the shorter steps the figures were read off (steady_state.py); None: simulated whole.
-            # A string, so that the CSV cell and the JSON value read the same
-            extrapolated_from_microbatches=shorter_steps_text(s),
+            # the shorter steps the figures were read off (steady_state.py), as validate's JSON
+            # lists them; None: simulated whole
+            extrapolated_from_microbatches=s.get("extrapolated_from_microbatches"),
         )
         for kind, seconds in sorted(s["exposed_comm_s"].items()):
             rec[f"exposed_{kind}_s"] = seconds

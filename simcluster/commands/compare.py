@@ -7,8 +7,8 @@ stage, where its time goes by category, so the row that differs most says why on
 faster: seconds per step when every step does the same work (tokens) on as many GPUs, else GPU
 time per million tokens, the one measure whose parts add up to the inverse of tokens/s per GPU
 (compare_parts.py). A long step is read off shorter ones as in ``sweep`` (``steady_state.py``;
-``--every-microbatch``: simulated whole). ``--out DIR`` writes compare.csv, compare.json and compare.png (one
-stacked bar per scenario on a common axis).
+``--every-microbatch``: simulated whole). ``--out DIR`` writes compare.csv, compare.json and
+compare.png (one stacked bar per scenario on a common axis).
 """
 
 from __future__ import annotations
@@ -139,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
     """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step
     (``breakdown_s``: seconds per step, whatever the table's basis)."""
-    from simcluster.steady_state import shorter_steps_text
     priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
     return {
         **priced,
@@ -160,7 +159,7 @@ def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict
         "busiest_stage": s["time_breakdown_s"]["stage"],
         "breakdown_s": busiest(s),
         # the shorter steps the figures were read off (steady_state.py); None: simulated whole
-        "extrapolated_from_microbatches": shorter_steps_text(s),
+        "extrapolated_from_microbatches": s.get("extrapolated_from_microbatches"),
     }
 
 
