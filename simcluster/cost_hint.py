@@ -44,11 +44,10 @@ def cost_hint(scenario: Any, extrapolate: bool = True) -> float:
     dp = number(par, "dp") if "dp" in par else max(gpus / (pp * tp * cp), 1.0)
     m = number(tr, "global_batch") / max(dp * number(tr, "micro_batch"), 1.0)
     # imported here, not with the module: steady_state loads the engine's context
-    from simcluster.steady_state import MIN_MICROBATCHES
+    from simcluster.steady_state import MIN_MICROBATCHES, halves_the_work
 
-    # steady_state.first_counts: worth it when the first three shorter steps (1 + 2 + 3 groups)
-    # are at most half the step
-    if extrapolate and m >= MIN_MICROBATCHES and 12 * pp <= m and number(tr, "pipeline_flushes") == 1:
+    # steady_state.first_counts' rule, on the raw mapping (the group taken as pp)
+    if extrapolate and m >= MIN_MICROBATCHES and halves_the_work(m, pp) and number(tr, "pipeline_flushes") == 1:
         if not _holds_every_microbatch(par.get("schedule")):
             m = min(STEADY_GROUPS * pp, m / 2)
     return m * number(section("model"), "layers")
@@ -57,12 +56,11 @@ def cost_hint(scenario: Any, extrapolate: bool = True) -> float:
 def _holds_every_microbatch(name: Any) -> bool:
     """Whether the raw schedule name is one steady_state.py simulates whole (GPipe's)."""
     from simcluster.schedules import get_schedule
-    from simcluster.spellings import normalise_spellings
+    from simcluster.spellings import schedule_spelled
 
     if not isinstance(name, str):
         return False  # the default, 1F1B, or a value validation will report
     try:
-        canonical = normalise_spellings({"parallel": {"schedule": name}})["parallel"]["schedule"]
-        return get_schedule(canonical).holds_every_microbatch
+        return get_schedule(schedule_spelled(name)).holds_every_microbatch
     except UserError:
         return False

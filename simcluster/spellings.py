@@ -127,6 +127,12 @@ def _dp_written_as_zero(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "parallel": {**rest, "zero": stage}}
 
 
+def schedule_spelled(name: Any) -> Any:
+    """A raw ``parallel.schedule`` value in the schema's spelling (a value it cannot read as it
+    is: validation reports it)."""
+    return normalise_spellings({"parallel": {"schedule": name}})["parallel"]["schedule"]
+
+
 def normalise_spellings(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the choice fields of :data:`SYNONYMS` in the schema's spelling."""
     out = _dp_written_as_zero(dict(data))

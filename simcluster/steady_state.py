@@ -6,13 +6,14 @@ microbatch group, pp unless an interleaved schedule is told otherwise) runs the 
 of forwards, backwards and transfers on every stage, while the step's ends (parameter gathers
 before the first forward, the gradient reduction and optimizer after the last backward) do not
 grow with M. A deterministic simulation of such a step is therefore affine in M once it has
-settled (unless slack left by the warm-up is still being used up, :func:`_settled`): the Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simulates to
+settled (unless slack left by the warm-up is still being used up, :func:`_settled`): the
+Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simulates to
 5.3728, 7.7568 and 10.1408 s at 32, 48 and 64 microbatches, slopes equal to 1e-13, and the
 line's value at 384 is the full simulation's 57.8208 s to 2e-13 (for 45 s of simulation
 instead of 102 s).
 
-:func:`step_summary` uses this where it pays (``validate`` and ``sweep``; ``run`` draws every
-microbatch on its timeline): it simulates 1, 2, 3 ... groups of q microbatches (plus M mod q,
+:func:`step_summary` uses this where it pays (``validate``, ``sweep``, ``compare``; ``run``
+draws every microbatch on its timeline): it simulates 1, 2, 3 ... groups of q microbatches (plus M mod q,
 so that M is a whole number of groups further on) until the last three lie on one line (to
 :data:`REL_TOL` of the step) with one peak memory, and extrapolates from the last two, unless
 a part of a stage's time shrinks along them (:func:`_settled`). The warm-up decides how many
@@ -22,11 +23,10 @@ settles from 24. When the shorter steps would add up to more than half the step'
 microbatches before that, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
 every microbatch's activations at once (GPipe's, looped BFS: memory grows with M), the whole
 step is simulated. Settings whose effect depends on M up to a horizon move the first shorter
-step past it (:func:`first_counts`). The summary at M
-is the run summary's: the step time, each stage's time breakdown and pipeline span and busy
-time, the exposed communication and the event count on the line; tokens and FLOPs per step in
-proportion to M, the rates and the bubble worked out from those; the memory and the rest as at
-the last point.
+step past it (:func:`first_counts`). The summary at M is the run summary's: the step time,
+each stage's time breakdown and pipeline span and busy time, the exposed communication and
+the event count on the line; tokens and FLOPs per step in proportion to M, the rates and the
+bubble worked out from those; the memory and the rest as at the last point.
 """
 
 from __future__ import annotations
@@ -74,9 +74,13 @@ def first_counts(ctx: Context) -> tuple[int, int, int] | None:
     rest = m % group
     beyond = par.head_wgrad_deferral_limit if deferred else 0
     k = max(1, (beyond - rest) // group + 1)
-    if 2 * sum(j * group + rest for j in range(k, k + 3)) > m:
-        return None
-    return group, rest, k
+    return (group, rest, k) if halves_the_work(m, group, rest, k) else None
+
+
+def halves_the_work(m: float, group: float, rest: float = 0, k: int = 1) -> bool:
+    """Whether the first three shorter steps (``k``, ``k + 1``, ``k + 2`` groups, each plus the
+    remainder) take at most half the microbatches of a step of ``m``."""
+    return 2 * sum(j * group + rest for j in range(k, k + 3)) <= m
 
 
 def on_one_line(points: list[tuple[int, float]]) -> bool:

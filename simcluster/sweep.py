@@ -222,10 +222,10 @@ def _one_chunk_where_no_vpp(names: list[str], values: tuple[Any, ...]) -> tuple[
     ``--schedule 1f1b,interleaved --vpp 2,4`` gives 1F1B once beside interleaved at 2 and 4
     instead of skipping 1F1B as 'vpp > 1 needs interleaved'."""
     from simcluster.schedules import get_schedule
-    from simcluster.spellings import normalise_spellings
+    from simcluster.spellings import schedule_spelled
 
     row = dict(zip(names, values, strict=True))
-    name = normalise_spellings({"parallel": {"schedule": row["schedule"]}})["parallel"]["schedule"]
+    name = schedule_spelled(row["schedule"])
     try:
         uses_vpp = get_schedule(name).uses_vpp
     except UserError:
@@ -238,10 +238,10 @@ def _no_limit_but_v_auto(names: list[str], values: tuple[Any, ...]) -> tuple[Any
     reads it: inert.py's rule): another schedule's row carries none (None: the key unwritten,
     the base scenario's too), so ``--schedule 1f1b,v-auto --activation-limit 0.5,1`` runs 1F1B
     once instead of once per limit."""
-    from simcluster.spellings import normalise_spellings
+    from simcluster.spellings import schedule_spelled
 
     row = dict(zip(names, values, strict=True))
-    name = normalise_spellings({"parallel": {"schedule": row["schedule"]}})["parallel"]["schedule"]
+    name = schedule_spelled(row["schedule"])
     return values if name == "v-auto" else tuple(None if a == "activation_limit" else v for a, v in row.items())
 
 
@@ -250,9 +250,9 @@ def _schedule_for_vpp(parallel: dict[str, Any]) -> None:
     chunk over the interleaved schedule runs 1F1B (what each vpp means there); a schedule that
     takes vpp as it is (looped-bfs, the V schedules' fixed two) is left alone."""
     from simcluster.schedules import get_schedule
-    from simcluster.spellings import normalise_spellings
+    from simcluster.spellings import schedule_spelled
 
-    name = normalise_spellings({"parallel": parallel})["parallel"].get("schedule", "1f1b")
+    name = schedule_spelled(parallel.get("schedule", "1f1b"))
     try:
         uses_vpp = get_schedule(name).uses_vpp
     except UserError:
