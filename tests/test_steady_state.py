@@ -143,6 +143,19 @@ def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
             assert folded[label][key] == pytest.approx(summary[key], rel=1e-9), (label, key)
 
 
+def test_the_sweep_table_marks_the_steps_read_off_shorter_ones(cli, tmp_path):
+    # 192 microbatches at pp 4 (read off shorter steps), 24 at pp 2 (too short: simulated whole)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({**PIPELINED, "training": {**PIPELINED["training"], "global_batch": 384}}))
+    res = cli("sweep", str(path), "--pp", "4", "--jobs", "1")
+    assert res.code == 0, res.err
+    (row,) = [line for line in res.out.splitlines() if line.startswith("│") and " 4 │" in line]
+    assert "ms*" in row or " s*" in row, row
+    assert "*: read off shorter steps" in res.out
+    whole = cli("sweep", str(path), "--pp", "4", "--jobs", "1", "--every-microbatch").out
+    assert "*: read off" not in whole and "*" not in next(x for x in whole.splitlines() if " 4 │" in x)
+
+
 def _point(count, step, idle, peak=1.0):
     stages = [{"gemm": 0.1 * count, "idle": idle}, {"gemm": 0.1 * count, "idle": step - 0.1 * count}]
     return count, {"step_time_s": step, "peak_memory_bytes": {"max": peak}, "time_breakdown_s": {"per_stage": stages}}
@@ -195,3 +208,11 @@ def test_compare_reads_long_steps_off_shorter_ones(cli, tmp_path):
         assert mine["busiest_stage"] == theirs["busiest_stage"]
         for part, seconds in theirs["breakdown_s"].items():
             assert mine["breakdown_s"][part] == pytest.approx(seconds, rel=1e-9, abs=1e-12), part
+    # the table says so too: the shorter steps of each scenario, of its own step's microbatches
+    table = cli("compare", *paths).out
+    row = next(line for line in table.splitlines() if "microbatches simulated" in line)
+    for rec in folded:
+        counts = ", ".join(map(str, rec["extrapolated_from_microbatches"]))
+        assert counts in row, (counts, row)
+    assert "--every-microbatch simulates it whole" in " ".join(table.split())
+    assert "microbatches simulated" not in cli("compare", *paths, "--every-microbatch").out

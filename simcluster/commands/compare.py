@@ -70,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "every part), so the rows, the plot and the largest change are given in GPU time per "
         "million tokens (seconds x GPUs / tokens per step x 1e6), which add up to "
         "1e6 / (tokens/s per GPU). A percentage is of the scenario's own step. ✗: does not fit "
-        "in GPU memory (simulated anyway)."
+        "in GPU memory (simulated anyway). 'microbatches simulated' (shown when a step was "
+        "read off shorter ones): the steps, in microbatches per pipeline, whose line gives the "
+        "figures; --every-microbatch simulates every step whole."
     )
     add_price_argument(
         parser,
@@ -192,6 +194,8 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
         *([("$ per 1M tokens", [format_usd(s, prices) for _, s in summaries])] if prices else []),
+        # which figures were read off shorter steps (steady_state.py), as the JSON/CSV say
+        *([("microbatches simulated", [_simulated(s) for _, s in summaries])] if _any_read_off(summaries) else []),
     ]  # fmt: skip
     for label, cells in rows:
         table.add_row(label, *cells)
@@ -201,9 +205,27 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
     console.print(table)
     if not all(s["fits_in_memory"] for _, s in summaries):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")  # as sweep's legend
+    if _any_read_off(summaries):
+        console.print(
+            "microbatches simulated: a long step's figures are read off the line through shorter "
+            "steps (exact once its steady state repeats); --every-microbatch simulates it whole"
+        )
     console.print(verdict(summaries, basis))
     if out:
         console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png", soft_wrap=True, markup=False)
+
+
+def _any_read_off(summaries: Summaries) -> bool:
+    return any(s.get("extrapolated_from_microbatches") for _, s in summaries)
+
+
+def _simulated(s: dict[str, Any]) -> str:
+    """The steps a scenario's figures come from: its own (every microbatch), or the shorter
+    ones its step was read off (``steady_state.py``)."""
+    counts = s.get("extrapolated_from_microbatches")
+    if not counts:
+        return f"all {s['microbatches']}"
+    return f"{', '.join(map(str, counts))} (of {s['microbatches']})"
 
 
 def _hfu(s: dict[str, Any]) -> float:

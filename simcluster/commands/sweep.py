@@ -264,7 +264,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
             str(index),
             *(show_value(value) for _, value in row.candidate.settings),
             str(s["parallel"]["dp"]),
-            format_time(s["step_time_s"]),
+            format_time(s["step_time_s"]) + ("*" if s.get("extrapolated_from_microbatches") else ""),
             *((f"{s['tokens_per_s']:,.0f}",) if total else ()),
             f"{s['tokens_per_s_per_gpu']:,.0f}",
             f"{100 * s['mfu']:.1f}%",
@@ -278,6 +278,11 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         console.print(table)
         # the column's heading alone read as 'what runs after the GEMMs'
         console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
+    if any(r.summary and r.summary.get("extrapolated_from_microbatches") for r in ran[:top]):
+        console.print(
+            "*: read off shorter steps (exact once the steady state repeats; which ones: "
+            "extrapolated_from_microbatches in --out's files); --every-microbatch simulates every step whole"
+        )
     if any(not r.fits for r in ran[:top]):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:
