@@ -16,7 +16,7 @@ from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.pipeline_p2p_overlap import with_pipeline_p2p_overlap
 from simcluster.placement import Chunk, stage_chunks
-from simcluster.profile_sources import unsourced_note
+from simcluster.profile_sources import quick_run_note, unsourced_note
 from simcluster.scenario import MoeSection, Scenario, TrainingSection
 from simcluster.schedules import OpCosts, PipeOp, Schedule, ScheduleSpec, get_schedule
 from simcluster.schedules.base import VShapeSchedule
@@ -92,6 +92,8 @@ def build_context(
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)
     if sourceless := unsourced_note(profile.name, profile.unsourced):
         notes = (*notes, sourceless)  # a number taken on trust is said, not refused
+    if quick := quick_run_note(profile.name, profile.provenance):
+        notes = (*notes, quick)
     kernel = profile.attention_kernel_in_use(scenario.training.attention_kernel)
     attention_sinks.check(model, scenario.training.flash_attention, kernel, profile)
     _check_precision(scenario.training, profile)

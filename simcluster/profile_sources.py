@@ -52,3 +52,17 @@ def unsourced_note(name: str, paths: list[str] | tuple[str, ...]) -> str | None:
         f"hardware profile {name} has no source for {shown}{more}; add a sources: entry for each "
         "(docs/hardware.md)"
     )
+
+
+def quick_run_note(name: str, provenance: Mapping[str, Any]) -> str | None:
+    """One line when profile ``name`` was written by ``calibrate --quick`` (its provenance says
+    so): the run's small grids and 20 ms timings check that calibration works on a machine;
+    every GEMM past the grid's largest (512^3) takes that one's rate, so a large model's
+    step comes out far too slow. None for any other profile."""
+    if not provenance.get("quick"):
+        return None
+    return (
+        f"hardware profile {name} was measured by calibrate --quick, a check that calibration "
+        "runs, not a calibration: its GEMMs stop at 512^3 and larger ones take that rate; "
+        "measure without --quick for predictions"
+    )

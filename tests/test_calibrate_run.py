@@ -302,8 +302,12 @@ def test_the_run_table_shows_a_cpus_rate_not_zero(two_rank_profile, tmp_path, ca
     tflops = json.loads(capsys.readouterr().out)["model_tflops_per_gpu"]
     assert 0 < tflops < 1
     assert simcluster_main(["run", str(scenario)]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "model TFLOP/s" in line)
+    printed = capsys.readouterr()
+    row = next(line for line in printed.out.splitlines() if "model TFLOP/s" in line)
     assert f"{tflops:.3g}" in row
+    # the profile came from calibrate --quick (its provenance says so): a smoke test, said as such
+    assert load_profile(two_rank_profile).provenance["quick"] is True
+    assert "measured by calibrate --quick, a check that calibration runs, not a calibration" in printed.err
 
 
 def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):
