@@ -121,6 +121,11 @@ def test_validate_says_which_steps_it_extrapolated_from(cli, tmp_path):
     assert folded["extrapolated_from_microbatches"][:3] == [1, 2, 3]
     assert "extrapolated_from_microbatches" not in whole
     assert folded["predicted"] == pytest.approx(whole["predicted"], rel=1e-9)
+    # the table marks the prediction read off shorter steps, as sweep's does
+    table = cli("validate", str(path), "--jobs", "1").out
+    assert next(line for line in table.splitlines() if "│ long" in line).count("*") == 1
+    assert "*: read off shorter steps" in table
+    assert "*: read off" not in cli("validate", str(path), "--jobs", "1", "--every-microbatch").out
 
 
 def test_a_sweep_ranks_long_steps_as_if_simulated_whole():

@@ -229,11 +229,18 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in results:
         err = _pct(r.error_pct) if r.error is None else f"[red]failed[/]: {r.error}"
-        row = [r.case.name, r.case.metric, _num(r.predicted), _num(r.case.measured), err]
+        # as in sweep's table: a * marks a step read off shorter ones (steady_state.py)
+        predicted = _num(r.predicted) + ("*" if r.extrapolated_from else "")
+        row = [r.case.name, r.case.metric, predicted, _num(r.case.measured), err]
         if with_memory:
             row.append(_memory_cell(r))
         table.add_row(*row)
     console.print(table)
+    if any(r.extrapolated_from for r in results):
+        console.print(
+            "*: read off shorter steps (exact once the steady state repeats; which ones: "
+            "extrapolated_from_microbatches in --json); --every-microbatch simulates every step whole"
+        )
     for r in results:
         if r.case.note:
             console.print(f"{r.case.name}: {r.case.note}")
