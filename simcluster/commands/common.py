@@ -48,6 +48,15 @@ def add_every_microbatch_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def read_off_legend(where: str) -> str:
+    """The line under a table whose ``*`` marks a figure read off shorter steps; ``where``:
+    the output that lists those steps."""
+    return (
+        f"*: read off shorter steps (exact once the steady state repeats; which ones: {where}); "
+        "--every-microbatch simulates every step whole"
+    )
+
+
 def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
     """``--price``: dollars per GPU-hour, one for all or per hardware profile (``cost.py``)."""
     parser.add_argument(

@@ -19,6 +19,7 @@ from simcluster.commands.common import (
     out_path,
     print_json,
     print_notes,
+    read_off_legend,
     scenario_from_args,
     to_json,
 )
@@ -279,10 +280,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
         # the column's heading alone read as 'what runs after the GEMMs'
         console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
     if any(r.summary and r.summary.get("extrapolated_from_microbatches") for r in ran[:top]):
-        console.print(
-            "*: read off shorter steps (exact once the steady state repeats; which ones: "
-            "extrapolated_from_microbatches in --out's files); --every-microbatch simulates every step whole"
-        )
+        console.print(read_off_legend("extrapolated_from_microbatches in --out's files"))
     if any(not r.fits for r in ran[:top]):
         console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
     if len(ran) > top:

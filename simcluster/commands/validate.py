@@ -10,7 +10,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from simcluster.commands.common import add_every_microbatch_argument, out_path, print_json, to_json
+from simcluster.commands.common import (
+    add_every_microbatch_argument,
+    out_path,
+    print_json,
+    read_off_legend,
+    to_json,
+)
 from simcluster.commands.console import stdout_console
 from simcluster.cost_hint import cost_hint
 from simcluster.errors import UserError, did_you_mean
@@ -237,10 +243,7 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
         table.add_row(*row)
     console.print(table)
     if any(r.extrapolated_from for r in results):
-        console.print(
-            "*: read off shorter steps (exact once the steady state repeats; which ones: "
-            "extrapolated_from_microbatches in --json); --every-microbatch simulates every step whole"
-        )
+        console.print(read_off_legend("extrapolated_from_microbatches in --json"))
     for r in results:
         if r.case.note:
             console.print(f"{r.case.name}: {r.case.note}")
