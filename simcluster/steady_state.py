@@ -12,8 +12,8 @@ Llama 3.1 405B GB200 case of 384 microbatches (pp 16, vpp 4) simulates to
 line's value at 384 is the full simulation's 57.8208 s to 2e-13 (for 45 s of simulation
 instead of 102 s).
 
-:func:`step_summary` uses this where it pays (``validate``, ``sweep``, ``compare``; ``run``
-draws every microbatch on its timeline): it simulates 1, 2, 3 ... groups of q microbatches (plus M mod q,
+:func:`step_summary` uses this where it pays (``validate``, ``sweep``, ``compare``, and ``run``
+without ``--out``: a timeline draws every microbatch): it simulates 1, 2, 3 ... groups of q microbatches (plus M mod q,
 so that M is a whole number of groups further on) until the last three lie on one line (to
 :data:`REL_TOL` of the step) with one peak memory, and extrapolates from the last two, unless
 a part of a stage's time shrinks along them (:func:`_settled`). The warm-up decides how many
@@ -159,9 +159,12 @@ def _settled(points: list[tuple[int, dict[str, Any]]]) -> bool | None:
     return True
 
 
-def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) -> dict[str, Any] | None:
+def from_shorter_steps(
+    scenario: Scenario, ctx: Context, hardware: str | None = None, progress: bool | None = False
+) -> dict[str, Any] | None:
     """The summary extrapolated from shorter steps once they have settled (None: not worth it,
-    a drift, or not settled within half the step's microbatches)."""
+    a drift, or not settled within half the step's microbatches). ``progress``: each shorter
+    step's bar, as :func:`simcluster.engine.simulate` shows it."""
     from simcluster.engine import simulate
 
     first = first_counts(ctx)
@@ -178,7 +181,7 @@ def _from_shorter_steps(scenario: Scenario, ctx: Context, hardware: str | None) 
             shorter = _shorter(scenario, ctx, count, hardware)
         except UserError:  # a schedule that takes the step's count but not this one
             return None
-        points.append((count, simulate(shorter).summary))
+        points.append((count, simulate(shorter, progress=progress).summary))
         k += 1
     return _extrapolated(points, m) if settled else None
 
@@ -194,5 +197,5 @@ def step_summary(
     from simcluster.engine import simulate
 
     ctx = ctx if ctx is not None else build_context(scenario, hardware)
-    summary = _from_shorter_steps(scenario, ctx, hardware) if extrapolate else None
+    summary = from_shorter_steps(scenario, ctx, hardware) if extrapolate else None
     return summary if summary is not None else simulate(ctx).summary

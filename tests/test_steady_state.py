@@ -128,6 +128,30 @@ def test_validate_says_which_steps_it_extrapolated_from(cli, tmp_path):
     assert "*: read off" not in cli("validate", str(path), "--jobs", "1", "--every-microbatch").out
 
 
+def test_run_reads_a_long_step_off_shorter_ones_unless_it_draws_it(cli, tmp_path):
+    """``run`` without ``--out`` (no timeline to draw) reads a long step off shorter ones: its
+    whole summary agrees with the whole step's to 1e-9, and the table's simulation row says
+    which steps were simulated; ``--out`` and ``--every-microbatch`` simulate every microbatch."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(PIPELINED))
+    folded = json.loads(cli("run", str(path), "--json").out)
+    whole = json.loads(cli("run", str(path), "--json", "--every-microbatch").out)
+    assert folded["extrapolated_from_microbatches"] == [5, 9, 13] and "extrapolated_from_microbatches" not in whole
+    for key in ("step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction"):
+        assert folded[key] == pytest.approx(whole[key], rel=1e-9), key
+    assert folded["peak_memory_bytes"] == whole["peak_memory_bytes"]
+    for mine, theirs in zip(folded["time_breakdown_s"]["per_stage"], whole["time_breakdown_s"]["per_stage"], strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    row = [line for line in cli("run", str(path)).out.splitlines() if "│" in line]
+    row = row[next(i for i, line in enumerate(row) if "simulation" in line) :]  # and its wrapped lines
+    text = " ".join(" ".join(line.strip("│ ").split("│")[-1].split()) for line in row)
+    assert "read off steps of 5, 9 and 13 of its 93 microbatches" in text, text
+    out = tmp_path / "out"
+    assert cli("run", str(path), "--out", str(out)).code == 0
+    drawn = json.loads((out / "summary.json").read_text())
+    assert "extrapolated_from_microbatches" not in drawn and drawn["step_time_s"] == whole["step_time_s"]
+
+
 def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
     from simcluster.sweep import candidates, run_sweep
 

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
 from simcluster.commands.common import (
+    add_every_microbatch_argument,
     add_scenario_arguments,
     out_path,
     print_json,
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write trace.json.gz instead of trace.json (with --out): about 15x smaller, and ui.perfetto.dev opens it as it is",
     )  # fmt: skip
     parser.add_argument("--all-ranks", action="store_true", help="simulate every GPU instead of one per pipeline stage")
+    add_every_microbatch_argument(parser)  # --out, which draws every microbatch, implies it
 
 
 def _window(text: str) -> tuple[float, float]:
@@ -103,32 +105,43 @@ def run(args: argparse.Namespace) -> int:
         ahead = all_ranks_note(ctx.scenario.cluster.gpus)
         if ahead:
             print(f"simcluster run: {ahead}", file=sys.stderr)
-    result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+    summary = None
+    if not (args.out or args.every_microbatch or args.all_ranks):
+        # no timeline to draw: a long step is read off shorter ones, as sweep and validate do
+        from simcluster.steady_state import from_shorter_steps
+
+        summary = from_shorter_steps(scenario, ctx, args.hardware, progress=None)
+    result = None
+    if summary is None:
+        result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+        summary = result.summary
     caveat = small_expert_line(ctx.model)
     if caveat:
-        result.summary["accuracy_caveat"] = caveat
-    result.summary["inert_settings"] = [n.text for n in inert]
+        summary["accuracy_caveat"] = caveat
+    summary["inert_settings"] = [n.text for n in inert]
     if ctx.notes:
-        result.summary["notes"] = list(ctx.notes)
-    if not result.summary["fits_in_memory"]:
+        summary["notes"] = list(ctx.notes)
+    if not summary["fits_in_memory"]:
         from simcluster.fit_hints import fitting_combination, would_fit
 
-        result.summary["would_fit"] = would_fit(scenario, args.hardware)
-        if not result.summary["would_fit"]:
+        summary["would_fit"] = would_fit(scenario, args.hardware)
+        if not summary["would_fit"]:
             together = fitting_combination(scenario, args.hardware)
-            result.summary["would_fit_together"] = together.record() if together else None
-    elif _share_of_step(result.summary, busiest(result.summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
+            summary["would_fit_together"] = together.record() if together else None
+    elif _share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
         from simcluster.commands.memory import TIGHT_SHARE
         from simcluster.fit_hints import lighter_recompute
 
         lighter = lighter_recompute(scenario, args.hardware, TIGHT_SHARE)
         if lighter is not None:
-            result.summary["lighter_recompute"] = lighter.record()
+            summary["lighter_recompute"] = lighter.record()
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
-        result.title += f"\nwith --set {' '.join(args.overrides)}"
-        result.summary["overrides"] = list(args.overrides)
+        summary["overrides"] = list(args.overrides)
     written: list[str] = []
     if args.out:
+        assert result is not None  # --out simulates the whole step, for its timeline
+        if args.overrides:
+            result.title += f"\nwith --set {' '.join(args.overrides)}"
         from simcluster.output.writer import WRITE_STEPS
         from simcluster.progress import progress_bar
 
@@ -141,13 +154,13 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"simcluster run: {note}", file=sys.stderr)
     if args.json:
-        print_json(result.summary)
+        print_json(summary)
         return 0
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         stdout_console().print(f"with --set {' '.join(args.overrides)}")
     node = ctx.profile.node
     _print(
-        result.summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
+        summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
         precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
         scale_up=node.nvlink_domain or node.gpus_per_node,
         caveat=caveat,
@@ -172,6 +185,20 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
     parallelism, and nanotron's async linears are their own overlap)."""
     par, ov = scenario.parallel, scenario.overlap
     return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
+
+
+def _simulation_text(s: dict) -> str:
+    """The simulation row: its events and wall time, and the shorter steps a long step was read
+    off where it was (``steady_state.py``)."""
+    counts = s.get("extrapolated_from_microbatches")
+    if not counts:
+        return f"{s['events']:,} events in {s['sim_wall_s']:.2f} s"
+    steps = ", ".join(map(str, counts[:-1])) + f" and {counts[-1]}"
+    return (
+        f"{s['events']:,} events, read off steps of {steps} of its {s['microbatches']} microbatches "
+        f"simulated in {s['sim_wall_s']:.2f} s (exact once the steady state repeats; "
+        "--every-microbatch or --out: every one)"
+    )
 
 
 def _print(
@@ -245,7 +272,7 @@ def _print(
         memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
     # the simulator's own cost, apart from the simulated step's figures above
-    table.add_row("simulation", f"{s['events']:,} events in {s['sim_wall_s']:.2f} s")
+    table.add_row("simulation", _simulation_text(s))
     console.print(table)
     host = _share_of_step(s, busiest(s).get("host", 0.0))
     if host >= HOST_HINT and launch_blocking:
