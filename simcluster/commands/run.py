@@ -22,9 +22,10 @@ from simcluster.commands.common import (
 )
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
-from simcluster.context import build_context
+from simcluster.context import Context, build_context
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
+from simcluster.engine.result import SimResult
 from simcluster.errors import UserError
 from simcluster.inert import inert_settings, note_lines
 from simcluster.names import run_heading
@@ -105,16 +106,7 @@ def run(args: argparse.Namespace) -> int:
         ahead = all_ranks_note(ctx.scenario.cluster.gpus)
         if ahead:
             print(f"simcluster run: {ahead}", file=sys.stderr)
-    summary = None
-    if not (args.out or args.every_microbatch or args.all_ranks):
-        # no timeline to draw: a long step is read off shorter ones, as sweep and validate do
-        from simcluster.steady_state import from_shorter_steps
-
-        summary = from_shorter_steps(scenario, ctx, args.hardware, progress=None)
-    result = None
-    if summary is None:
-        result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
-        summary = result.summary
+    summary, result = _simulated(args, scenario, ctx)
     caveat = small_expert_line(ctx.model)
     if caveat:
         summary["accuracy_caveat"] = caveat
@@ -185,6 +177,19 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
     parallelism, and nanotron's async linears are their own overlap)."""
     par, ov = scenario.parallel, scenario.overlap
     return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
+
+
+def _simulated(args: argparse.Namespace, scenario: Scenario, ctx: Context) -> tuple[dict, SimResult | None]:
+    """The step's summary, and its whole simulation where it ran one: without a timeline to draw
+    (no ``--out``) a long step is read off shorter ones, as sweep and validate do."""
+    if not (args.out or args.every_microbatch or args.all_ranks):
+        from simcluster.steady_state import from_shorter_steps
+
+        summary = from_shorter_steps(scenario, ctx, args.hardware, progress=None)
+        if summary is not None:
+            return summary, None
+    result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+    return result.summary, result
 
 
 def _simulation_text(s: dict) -> str:
