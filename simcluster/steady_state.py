@@ -19,8 +19,8 @@ so that M is a whole number of groups further on) until the last three lie on on
 a part of a stage's time shrinks along them (:func:`_settled`). The warm-up decides how many
 it takes: the Llama 3.1 405B row on 256 GB200s (pp 16, vpp 4) settles from 32 microbatches,
 the one on 1,024 H100s (pp 8, vpp 8) holds more activations at 8 microbatches than at 16 and
-settles from 24. When the shorter steps would add up to more than half the step's
-microbatches before that, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
+settles from 24. When the first three shorter steps would add up to more than half the step's
+microbatches, or all of them to more than :data:`MAX_SHARE` of it before they settle, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
 every microbatch's activations at once (GPipe's, looped BFS: memory grows with M), the whole
 step is simulated. Settings whose effect depends on M up to a horizon move the first shorter
 step past it (:func:`first_counts`). The summary at M is the run summary's: the step time,
@@ -31,6 +31,7 @@ bubble worked out from those; the memory and the rest as at the last point.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from simcluster.context import Context, build_context
@@ -45,6 +46,12 @@ REL_TOL = 1e-9
 #: steps costs more than it saves (dgxc/llama3-8b-bf16-128gpu, 32 microbatches at pp 1: 1.0 s
 #: whole, 1.3 s from steps of 2, 3 and 4)
 MIN_MICROBATCHES = 64
+#: the shorter steps may add up to this share of the step's microbatches before the whole step
+#: is simulated instead (their worst case then costs 5/3 of the step). Half was too little for
+#: warm-ups of three groups: Megatron-Bridge's Llama 3.1 405B on 1,024 H100 (pp 8, vpp 8, 192
+#: microbatches), NVIDIA's Grok-1 rows on 512 H100 and Llama 3 70B on 64 (128 and 64) settle
+#: at the fifth or fourth step, 5/8 of theirs, and were simulated whole after the shorter ones
+MAX_SHARE = Fraction(2, 3)  # exact: a step at the bound is not decided by rounding
 
 #: summary rates: per-step tokens or FLOPs (in proportion to M) over the step time
 _RATES = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
@@ -163,7 +170,7 @@ def from_shorter_steps(
     scenario: Scenario, ctx: Context, hardware: str | None = None, progress: bool | None = False
 ) -> dict[str, Any] | None:
     """The summary extrapolated from shorter steps once they have settled (None: not worth it,
-    a drift, or not settled within half the step's microbatches). ``progress``: each shorter
+    a drift, or not settled within :data:`MAX_SHARE` of the step's microbatches). ``progress``: each shorter
     step's bar, as :func:`simcluster.engine.simulate` shows it."""
     from simcluster.engine import simulate
 
@@ -175,7 +182,7 @@ def from_shorter_steps(
     points: list[tuple[int, dict[str, Any]]] = []
     while (settled := _settled(points)) is None:
         count = k * group + rest
-        if 2 * (sum(c for c, _ in points) + count) > m:
+        if sum(c for c, _ in points) + count > MAX_SHARE * m:
             return None
         try:
             shorter = _shorter(scenario, ctx, count, hardware)

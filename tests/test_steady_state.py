@@ -26,6 +26,13 @@ INTERLEAVED = make_scenario(
     parallel={"tp": 2, "pp": 2, "vpp": 2, "schedule": "interleaved"},
     training={"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * 64},
 )
+# its data-parallel ends still shrink from 8 to 12 microbatches: it settles at the fourth shorter
+# step, 4 + 8 + 12 + 16 = 40 of its 64 microbatches (more than half, within MAX_SHARE)
+LATE = make_scenario(
+    parallel={"tp": 1, "pp": 4, "vpp": 2, "schedule": "interleaved", "zero": 1},
+    training={"seq_len": 2048, "micro_batch": 1, "global_batch": 2 * 64},
+    overlap={"dp_grad_reduce": True, "param_gather": True},
+)
 DATA_PARALLEL = make_scenario(
     parallel={"tp": 1, "pp": 1},
     training={"seq_len": 2048, "micro_batch": 2, "global_batch": 8 * 2 * 64},
@@ -55,6 +62,7 @@ def _leaves(value, path=""):
         # 93 microbatches over groups of pp = 4: k groups plus 93 mod 4
         (PIPELINED, 4, 1),
         (INTERLEAVED, 2, 0),
+        (LATE, 4, 0),
         (DATA_PARALLEL, 1, 0),
     ],
 )
@@ -103,6 +111,30 @@ def test_points_off_one_line_fall_back_to_the_whole_step(monkeypatch):
     summary = step_summary(scenario, ctx)
     assert "extrapolated_from_microbatches" not in summary
     assert summary["step_time_s"] == whole["step_time_s"]
+
+
+def test_the_shorter_steps_stop_at_two_thirds_of_the_step(monkeypatch):
+    """Never settled: steps of 1, 2, ... 8 microbatches (36 of 64) are simulated, a ninth would
+    pass 2/3 of the step (45 > 42.7), and the step is simulated whole."""
+    scenario, ctx = _built(DATA_PARALLEL)
+    counts = []
+    real = steady_state._shorter
+
+    def shorter(scenario, ctx, microbatches, hardware):
+        counts.append(microbatches)
+        return real(scenario, ctx, microbatches, hardware)
+
+    monkeypatch.setattr(steady_state, "_shorter", shorter)
+    monkeypatch.setattr(steady_state, "_settled", lambda points: None)
+    assert steady_state.from_shorter_steps(scenario, ctx) is None
+    assert counts == list(range(1, 9))
+    assert steady_state.MAX_SHARE * 64 < sum(counts) + 9
+
+
+def test_late_settling_is_past_half_the_step():
+    scenario, ctx = _built(LATE)
+    counts = steady_state.from_shorter_steps(scenario, ctx)["extrapolated_from_microbatches"]
+    assert counts == [4, 8, 12, 16] and 2 * sum(counts) > 64
 
 
 def test_on_one_line_allows_rounding_not_curvature():
