@@ -184,6 +184,19 @@ def test_run_reads_a_long_step_off_shorter_ones_unless_it_draws_it(cli, tmp_path
     assert "extrapolated_from_microbatches" not in drawn and drawn["step_time_s"] == whole["step_time_s"]
 
 
+def test_run_all_ranks_reads_a_long_step_off_shorter_ones_too(cli, tmp_path):
+    """``--all-ranks`` is ``simulation.all_ranks``: every GPU of the shorter steps simulated,
+    the step on their line as for one GPU per stage."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(PIPELINED))
+    folded = json.loads(cli("run", str(path), "--json", "--all-ranks").out)
+    whole = json.loads(cli("run", str(path), "--json", "--all-ranks", "--every-microbatch").out)
+    assert folded["extrapolated_from_microbatches"] == [5, 9, 13] and folded["all_ranks"] and whole["all_ranks"]
+    for key in ("step_time_s", "tokens_per_s", "bubble_fraction"):
+        assert folded[key] == pytest.approx(whole[key], rel=1e-9), key
+    assert folded["peak_memory_bytes"] == whole["peak_memory_bytes"]
+
+
 def test_a_sweep_ranks_long_steps_as_if_simulated_whole():
     from simcluster.sweep import candidates, run_sweep
 

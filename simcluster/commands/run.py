@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if args.gzip_trace and not args.out:
         raise UserError("--gzip-trace", "compresses the trace that --out writes; add --out DIR")
     scenario = scenario_from_args(args)
+    if args.all_ranks:  # as simulation.all_ranks: a long step is still read off shorter ones
+        simulation = scenario.simulation.model_copy(update={"all_ranks": True})
+        scenario = scenario.model_copy(update={"simulation": simulation})
     ctx = build_context(scenario, args.hardware)
     if args.out:
         from simcluster.output.atomic import check_writable
@@ -102,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print_notes(note_lines(inert))  # before minutes of simulating a setting that does nothing
     print_notes([f"note: {n}" for n in ctx.notes])
     sim = ctx.scenario.simulation
-    if args.all_ranks or sim.all_ranks or sim.stragglers:
+    if sim.all_ranks or sim.stragglers:
         ahead = all_ranks_note(ctx.scenario.cluster.gpus)
         if ahead:
             print(f"simcluster run: {ahead}", file=sys.stderr)
@@ -182,13 +185,13 @@ def _tp_overlap_off(scenario: Scenario) -> bool:
 def _simulated(args: argparse.Namespace, scenario: Scenario, ctx: Context) -> tuple[dict, SimResult | None]:
     """The step's summary, and its whole simulation where it ran one: without a timeline to draw
     (no ``--out``) a long step is read off shorter ones, as sweep and validate do."""
-    if not (args.out or args.every_microbatch or args.all_ranks):
+    if not (args.out or args.every_microbatch):
         from simcluster.steady_state import from_shorter_steps
 
         summary = from_shorter_steps(scenario, ctx, args.hardware, progress=None)
         if summary is not None:
             return summary, None
-    result = simulate(ctx, all_ranks=True if args.all_ranks else None, progress=None)
+    result = simulate(ctx, progress=None)
     return result.summary, result
 
 
