@@ -4,7 +4,9 @@
   ``loop`` issues one ``torch.mm`` per expert (PyTorch eager; TransformerEngine's
   ``GroupedLinear`` issues one cuBLAS GEMM per split, over several streams), ``grouped_mm``
   one ``torch._grouped_mm`` over all of them (torchtitan's ``_run_experts_grouped_mm``).
-  Each row also holds the same GEMMs timed one at a time and summed: the ratio of the grouped
+  In FP8 (when the run times fp8) the loop's GEMMs are ``torch._scaled_mm`` on E4M3 operands in
+  cuBLASLt's TN layout, each expert's rows padded to 16 as TransformerEngine's ``Fp8Padding``
+  pads them before ``GroupedLinear``. Each row also holds the same GEMMs timed one at a time and summed: the ratio of the grouped
   call to that sum is what the simulator applies to its per-GEMM model.
 - The token permutation: ``index_select`` of the routed copies' rows (Megatron-Core's
   ``permute``) and its inverse, a ``scatter_add_`` back onto the tokens (``unpermute``).
@@ -24,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from calibrate.gemm import DTYPES, iterations_for
+from calibrate.gemm import DTYPES, FP8_ALIGN, FP8_OUT, fp8_format, iterations_for
 from calibrate.moe_shapes import MoeShape
 from calibrate.timers import Timer, robust_time, synchronize
 
@@ -40,12 +42,30 @@ def routed_counts(total: int, bins: int, seed: int = 0) -> list[int]:
 
 
 def _operands(shape: MoeShape, dtype: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """(tokens [sum t_i, k], weights [E, n, k] as stored by nn.Linear-style experts, counts)."""
+    """(tokens [sum t_i, k], weights [E, n, k] as stored by nn.Linear-style experts, counts:
+    each expert's rows, padded to FP8_ALIGN in fp8)."""
     counts = routed_counts(shape.local_experts * shape.tokens_per_expert, shape.local_experts)
+    kind = DTYPES[dtype] if dtype != "fp8" else fp8_format(device)
+    if dtype == "fp8":
+        counts = [-(-c // FP8_ALIGN) * FP8_ALIGN for c in counts]
     gen = torch.Generator(device="cpu").manual_seed(1)
-    x = torch.randn(sum(counts), shape.k, generator=gen).to(device=device, dtype=DTYPES[dtype])
-    w = torch.randn(shape.local_experts, shape.n, shape.k, generator=gen).to(device=device, dtype=DTYPES[dtype])
+    x = torch.randn(sum(counts), shape.k, generator=gen).to(device=device, dtype=kind)
+    w = torch.randn(shape.local_experts, shape.n, shape.k, generator=gen).to(device=device, dtype=kind)
     return x, w, counts
+
+
+def _expert_mm(dtype: str, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]:
+    """One expert's GEMM ``rows @ b`` into ``out``: ``torch.mm``, or in fp8 ``torch._scaled_mm``
+    (per-tensor scales of one, a bf16 result; ``b`` the transposed view of the stored weight,
+    column-major as cuBLASLt's FP8 GEMMs take it)."""
+    if dtype != "fp8":
+        return lambda rows, b, out: torch.mm(rows, b, out=out)
+    one = torch.ones((), device=device, dtype=torch.float32)
+    return lambda rows, b, out: torch._scaled_mm(rows, b, scale_a=one, scale_b=one, out_dtype=FP8_OUT, out=out)
+
+
+def _out_dtype(dtype: str) -> torch.dtype:
+    return FP8_OUT if dtype == "fp8" else DTYPES[dtype]
 
 
 def grouped_mm_missing(device: torch.device, dtype: str) -> str | None:
@@ -62,17 +82,18 @@ def grouped_mm_missing(device: torch.device, dtype: str) -> str | None:
     return None
 
 
-def _calls(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> dict[str, Callable[[], object]]:
+def _calls(x: torch.Tensor, w: torch.Tensor, counts: list[int], dtype: str) -> dict[str, Callable[[], object]]:
     """The grouped call of each implementation, writing into one output."""
-    out = torch.empty(x.shape[0], w.shape[1], device=x.device, dtype=x.dtype)
+    out = torch.empty(x.shape[0], w.shape[1], device=x.device, dtype=_out_dtype(dtype))
     xs, outs = torch.split(x, counts), torch.split(out, counts)
     wt = w.transpose(-2, -1)  # [E, k, n]: a view, read through the transpose as torchtitan does
     offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
+    mm = _expert_mm(dtype, x.device)
 
     def loop() -> None:
         for i, rows in enumerate(xs):
             if rows.shape[0]:
-                torch.mm(rows, wt[i], out=outs[i])
+                mm(rows, wt[i], outs[i])
 
     return {"loop": loop, "grouped_mm": lambda: torch._grouped_mm(x, wt, offs=offs)}
 
@@ -83,9 +104,13 @@ def measure_grouped(
     """Rows of ``measured.moe.grouped_gemm`` for one shape: each implementation's grouped call,
     beside the sum of the same per-expert GEMMs timed one at a time; and notes on the
     implementations that refused this shape (``torch._grouped_mm`` wants 16-byte aligned
-    strides on a GPU), which are not timed."""
+    strides on a GPU), which are not timed. In fp8 the counts (``max_tokens``, the rate) are
+    the padded ones the GEMMs run."""
+    if dtype == "fp8" and (shape.n % FP8_ALIGN or shape.k % FP8_ALIGN):
+        return [], [f"fp8 not timed at {shape.text()}: n and k must be multiples of {FP8_ALIGN} for an FP8 GEMM"]
     x, w, counts = _operands(shape, dtype, device)
     wt = w.transpose(-2, -1)
+    mm = _expert_mm(dtype, device)
     singles = 0.0
     by_rows: dict[int, float] = {}  # experts with the same count run the same GEMM
     for i, rows in enumerate(torch.split(x, counts)):
@@ -93,15 +118,15 @@ def measure_grouped(
         if t == 0:
             continue
         if t not in by_rows:
-            out = torch.empty(t, shape.n, device=device, dtype=x.dtype)
+            out = torch.empty(t, shape.n, device=device, dtype=_out_dtype(dtype))
 
             def one(rows: torch.Tensor = rows, b: torch.Tensor = wt[i], out: torch.Tensor = out) -> None:
-                torch.mm(rows, b, out=out)
+                mm(rows, b, out)
 
             once = timer(one, iters=1, warmup=1)
             by_rows[t] = robust_time(timer, one, iterations_for(once, budget_s / len(counts)))
         singles += by_rows[t]
-    calls = _calls(x, w, counts)
+    calls = _calls(x, w, counts, dtype)
     flops = 2.0 * sum(counts) * shape.n * shape.k
     rows_out, notes = [], []
     for impl in impls:

@@ -674,11 +674,13 @@ def build_profile(
     _apply_network(data, m, described, origin)
     data["measured"] = _merged_measured(data, m, base, origin)
     if m.moe():
+        fp8 = any(r["dtype"] == "fp8" for r in m.moe_grouped_gemm)
         _note(
             data,
             "measured.moe",
-            "measured: grouped expert GEMMs (per-expert torch.mm loop and torch._grouped_mm, each "
-            "over the sum of its GEMMs timed singly), token permute/unpermute, router softmax + "
+            "measured: grouped expert GEMMs (per-expert torch.mm loop and torch._grouped_mm"
+            + (", and in fp8 a loop of torch._scaled_mm over rows padded to 16" if fp8 else "")
+            + ", each over the sum of its GEMMs timed singly), token permute/unpermute, router softmax + "
             "top-k, the counts' read-back and the uneven all-to-all (calibrate)",
         )
     _settle_sources(data)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from calibrate import attention, collectives, gemm, hostlink, interference, membw, moe, soak, spread
 from calibrate.dist import DistContext, init, shutdown
@@ -45,6 +46,9 @@ from calibrate.timers import Timer, timer_for
 from calibrate.watchdog import FailureReport, Watchdog
 from simcluster.errors import UserError
 from simcluster.progress import progress_bar
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     seconds = soak.soak_seconds(cfg.quick)
     grid = set(default_grid(cfg.device, cfg.quick))
     extra = [s for s in cfg.gemm_shapes if s not in grid]  # --scenario and --shapes
-    dtypes = list(cfg.dtypes)
-    if not dtypes:  # a GPU's default times fp8 where its tensor cores run it
-        dtypes = default_dtypes(cfg.device, fp8=cfg.device == "cuda" and gemm.fp8_missing(dev) is None)
-    elif "fp8" in dtypes and (why := gemm.fp8_missing(dev)):
-        raise UserError("--dtypes", f"fp8 GEMMs do not run on this device ({why}); leave fp8 out")
+    dtypes = run_dtypes(cfg, dev)
     cube = cube_dtype(dtypes)
     cube_only = [s for s in cfg.cube_shapes if s not in cfg.gemm_shapes]  # the rest are timed in the grid
 
@@ -238,6 +238,17 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
     return steps
 
 
+def run_dtypes(cfg: RunConfig, dev: torch.device) -> list[str]:
+    """The GEMM precisions the run times: ``--dtypes``, else the device's default (a GPU's
+    with fp8 where its tensor cores run it); fp8 asked of a device without it is an error."""
+    dtypes = list(cfg.dtypes)
+    if not dtypes:
+        return default_dtypes(cfg.device, fp8=cfg.device == "cuda" and gemm.fp8_missing(dev) is None)
+    if "fp8" in dtypes and (why := gemm.fp8_missing(dev)):
+        raise UserError("--dtypes", f"fp8 GEMMs do not run on this device ({why}); leave fp8 out")
+    return dtypes
+
+
 def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> list[Step]:
     """The MoE measurements (calibrate/moe.py): grouped GEMMs by every implementation this
     torch runs, permutes, router, the counts' read-back and, with >= 2 ranks, the uneven
@@ -249,16 +260,24 @@ def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> 
     missing = moe.grouped_mm_missing(dev, dtype)
     impls = tuple(i for i in moe.IMPLS if i != "grouped_mm" or missing is None)
     notes = [f"grouped_mm not timed: {missing}"] if missing else []
+    # an FP8 layer's experts run TransformerEngine's GroupedLinear: an FP8 GEMM per expert
+    fp8 = "fp8" in run_dtypes(cfg, dev)
+    if fp8:
+        notes.append("grouped_mm not timed in fp8: torch._grouped_mm takes 16-bit operands; the loop is")
     if not (ctx.distributed and ctx.world >= 2):
         notes.append("all_to_all not timed: one process; launch >= 2 ranks with torchrun to time it")
     steps = [Step("moe notes", lambda m: m.moe_notes.extend(notes))] if notes else []
 
-    def grouped(shape: MoeShape, m: Measurements) -> None:
+    def grouped(shape: MoeShape, dtype: str, impls: tuple[str, ...], m: Measurements) -> None:
         rows, refused = moe.measure_grouped(shape, dtype, dev, timer, budget, impls)
         m.moe_grouped_gemm.extend(rows)
         m.moe_notes.extend(refused)
 
-    steps += [Step(f"moe grouped gemm {s.text()}", partial(grouped, s)) for s in cfg.moe_shapes]
+    steps += [Step(f"moe grouped gemm {s.text()}", partial(grouped, s, dtype, impls)) for s in cfg.moe_shapes]
+    if fp8:
+        steps += [
+            Step(f"moe grouped gemm {s.text()} fp8", partial(grouped, s, "fp8", ("loop",))) for s in cfg.moe_shapes
+        ]
     permutes = {(s.tokens, s.top_k, s.k, s.experts): s for s in cfg.moe_shapes}
     steps += [
         Step(

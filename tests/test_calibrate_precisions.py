@@ -66,6 +66,20 @@ def test_an_fp8_run_times_scaled_mm_gemms_and_the_simulator_runs_fp8_at_their_ra
     flops = 2.0 * rows[-1]["m"] * rows[-1]["n"] * rows[-1]["k"]
     timed = statistics.median(r["tflops"] for r in rows if 2.0 * r["m"] * r["n"] * r["k"] == flops)
     assert km.gemm_efficiency(flops) == pytest.approx(timed / peak, rel=1e-9)
+    # the MoE grid's grouped expert GEMMs in FP8 too: the per-expert loop of _scaled_mm calls
+    # (TransformerEngine's GroupedLinear), each expert's rows padded to 16 (its Fp8Padding),
+    # and an fp8 layer's experts take the fp8 rows' ratio, not the fp32 ones'
+    moe = profile["measured"]["moe"]
+    fp8_rows = [r for r in moe["grouped_gemm"] if r["dtype"] == "fp8"]
+    assert fp8_rows and {r["impl"] for r in fp8_rows} == {"loop"}
+    assert all(r["max_tokens"] % 16 == 0 and r["time_s"] > 0 and r["singles_s"] > 0 for r in fp8_rows)
+    assert any("grouped_mm not timed in fp8" in n for n in moe["notes"])
+    assert "in fp8 a loop of torch._scaled_mm" in profile["sources"]["measured.moe"]
+    row = fp8_rows[0]
+    same = [r for r in fp8_rows if (r["experts"], r["n"], r["k"], r["tokens_per_expert"]) ==
+            (row["experts"], row["n"], row["k"], row["tokens_per_expert"])]  # fmt: skip
+    ratio = km.moe.grouped_ratio("loop", row["tokens_per_expert"], row["experts"], row["n"], row["k"], "fp8")
+    assert ratio == pytest.approx(statistics.median(r["ratio"] for r in same), rel=1e-9)
 
 
 def test_fp8_gemm_operands_are_tn_and_padded_to_16():
