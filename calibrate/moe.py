@@ -6,8 +6,9 @@
   one ``torch._grouped_mm`` over all of them (torchtitan's ``_run_experts_grouped_mm``).
   In FP8 (when the run times fp8) the loop's GEMMs are ``torch._scaled_mm`` on E4M3 operands in
   cuBLASLt's TN layout, each expert's rows padded to 16 as TransformerEngine's ``Fp8Padding``
-  pads them before ``GroupedLinear``. Each row also holds the same GEMMs timed one at a time and summed: the ratio of the grouped
-  call to that sum is what the simulator applies to its per-GEMM model.
+  pads them before ``GroupedLinear``. Each row also holds the same GEMMs timed one at a time
+  and summed: the ratio of the grouped call to that sum is what the simulator applies to its
+  per-GEMM model.
 - The token permutation: ``index_select`` of the routed copies' rows (Megatron-Core's
   ``permute``) and its inverse, a ``scatter_add_`` back onto the tokens (``unpermute``).
 - The router's softmax and top-k over fp32 logits.
