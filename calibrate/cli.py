@@ -62,7 +62,7 @@ def _measure_parser() -> argparse.ArgumentParser:
         "--dtypes",
         help="GEMM precisions to time, comma-separated, of bf16, fp16, fp32 and fp8 (default "
         "bf16,fp16,fp32 on a GPU, and fp8 where it runs: Ada, Hopper and later, through "
-        "torch._scaled_mm; bf16,fp32 on a CPU); a CPU without native bf16 (AVX2 only: torch's bf16 matmul 20-90x "
+        "torch._scaled_mm, the MoE layers' grouped expert GEMMs too; bf16,fp32 on a CPU); a CPU without native bf16 (AVX2 only: torch's bf16 matmul 20-90x "
         "slower than fp32) takes over an hour on the bf16 grid, so time fp32 there",
     )
     p.add_argument("--base", help="profile to start from (name or YAML); default: this machine")
