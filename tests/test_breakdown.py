@@ -190,3 +190,25 @@ def test_a_category_too_thin_to_see_gives_its_share_in_the_legend():
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert f"{LABELS['optimizer']} (0.2%, too thin to see)" in legend
     assert LABELS["gemm"] in legend and LABELS["recompute"] in legend
+
+
+def test_the_legend_fits_the_figure_when_thin_parts_lengthen_its_entries():
+    """breakdown.png of nanotron's 1.34B on one node (2026-12-02) cut its legend at both edges:
+    three thin categories' '(0.1%, too thin to see)' were written into five columns after the
+    legend was laid out. The entries are now final before it is, in as many columns as fit the
+    10-inch width, and the figure grows by the rows that adds; the axes keep their width."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from simcluster.output.breakdown_plot import Bar, draw_bars
+
+    parts = {"gemm": 1.62, "attention": 0.67, "memory": 0.65, "loss": 0.0, "grad_accum": 0.05, "optimizer": 0.03,
+             "host": 0.003, "comm_dp": 0.02, "comm_embd": 0.003, "comm_pp": 0.003, "idle": 0.14}  # fmt: skip
+    roomy = draw_bars([Bar("stage 0", {"gemm": 1.0, "idle": 0.5}, 1.5)], "t")
+    fig = draw_bars([Bar("stage 0", parts, sum(parts.values()))], "t")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert sum("too thin to see" in t.get_text() for t in legend.get_texts()) == 3
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    assert fig.get_figheight() > roomy.get_figheight()
+    assert fig.axes[0].get_window_extent(renderer).y0 > box.y1  # the axes above the legend

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simcluster.engine.breakdown import LABELS, negligible
-from simcluster.output.style import BREAKDOWN_COLORS, text_color, time_scale
+from simcluster.output.style import BREAKDOWN_COLORS, fitting_legend, text_color, time_scale
 
 # compute by category and exposed communication by group: colours of their own, none shared
 # with the timeline's event kinds except where the meaning is one (see style.SAME_MEANING)
@@ -77,11 +77,9 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     ax.set_xlim(0, span * scale.factor)
     ax.set_xlabel(f"{xlabel} ({scale.unit})")
     ax.set_title(title, fontsize=10)
-    handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
-    legend = fig.legend(handles=handles, loc="lower center", ncol=min(5, len(shown)), fontsize=8, frameon=False)
-    # leave room under the axes for the legend's rows
-    rows = -(-len(shown) // 5)
-    fig.tight_layout(rect=(0, (0.08 + 0.2 * rows) / fig.get_figheight(), 1, 1))
+    # room under the axes for the legend's rows at five columns (more below if it needs them)
+    rows = -(-len(shown) // LEGEND_COLUMNS)
+    fig.tight_layout(rect=(0, _legend_room(rows) / fig.get_figheight(), 1, 1))
     ends = [(y, bar) for y, bar in enumerate(bars) if bar.end]
     if ends:  # room right of the longest bar for its end text, then each bar's written there
         room = max(label_px(bar.end) for _, bar in ends) + 8.0
@@ -95,11 +93,23 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     # bar beside a long one (compare: 8B beside 70B) has 6% parts a few pixels wide, whose
     # labels would run into each other
     px_per_unit = ax.transData.transform((1.0, 0.0))[0] - ax.transData.transform((0.0, 0.0))[0]
-    for entry, key in zip(legend.get_texts(), shown, strict=True):
+    entries = []
+    for key in shown:
         widest_px = max(parts.get(key, 0.0) * scale.factor * px_per_unit for parts in drawn)
+        entries.append(LABELS[key])
         if widest_px < THIN_PX:
             top = max(parts.get(key, 0.0) / bar.total for bar, parts in zip(bars, drawn, strict=True) if bar.total > 0)
-            entry.set_text(f"{LABELS[key]} ({share_text(top)}, too thin to see)")
+            entries[-1] += f" ({share_text(top)}, too thin to see)"
+    handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
+    # the notes lengthen entries: as many columns as fit the width, the figure taller by the rows
+    # that adds (the axes keep their width, so the thin parts measured above stay as measured)
+    more = 0
+    if shown:
+        _, columns = fitting_legend(fig, handles, entries, LEGEND_COLUMNS, loc="lower center", fontsize=8, frameon=False)
+        more = -(-len(shown) // columns) - rows
+    if more > 0:
+        fig.set_figheight(fig.get_figheight() + _legend_room(rows + more) - _legend_room(rows))
+        fig.tight_layout(rect=(0, _legend_room(rows + more) / fig.get_figheight(), 1, 1))
     for left, width, y, text, key in labels:
         if width * px_per_unit >= label_px(text):
             ax.text(left + width / 2, y, text, ha="center", va="center", fontsize=LABEL_PT,
@@ -108,6 +118,12 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
 
 
 LABEL_PT = 8.0
+LEGEND_COLUMNS = 5
+
+
+def _legend_room(rows: int) -> float:
+    """Inches under the axes for a legend of ``rows`` rows at 8 pt."""
+    return 0.08 + 0.2 * rows
 #: a category none of whose parts is this wide is named in the legend with its share: under
 #: its 0.5 pt white edges (~0.7 px each side) a part this narrow shows no colour of its own
 #: (llama3-8b-8xh100's 13 ms optimizer step, 0.2% of the step, 0.8 px in compare.png)

@@ -34,6 +34,7 @@ from simcluster.output.style import (
     KIND_STYLES,
     chunk_hatch,
     figure_bytes,
+    fitting_legend,
     format_of,
     text_color,
     time_scale,
@@ -507,19 +508,11 @@ def _legend(
     # As many columns as fit the figure's width: with a pipeline's p2p, MoE's all-to-all, host
     # waits, virtual chunks and the lowered-bar key (DeepSeek-V3's 15 entries) seven columns ran
     # past both edges of the 14-inch figure and the outer entries were cut off.
-    for ncols in range(min(len(handles), MAX_LEGEND_COLUMNS), 0, -1):
-        legend = fig.legend(
-            handles=handles,
-            labels=labels,
-            handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
-            loc="outside lower center",
-            ncols=ncols,
-            fontsize=8,
-            frameon=False,
-        )
-        if ncols == 1 or legend.get_window_extent().width <= fig.bbox.width:
-            return
-        legend.remove()
+    fitting_legend(
+        fig, handles, labels, MAX_LEGEND_COLUMNS,
+        handler_map={LoweredBar: _LoweredBarHandler(), ChunkKey: _ChunkKeyHandler()},
+        loc="outside lower center", fontsize=8, frameon=False,
+    )  # fmt: skip
 
 
 def draw_gantt(

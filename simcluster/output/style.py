@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 
 from simcluster.errors import UserError
 
@@ -124,6 +127,20 @@ def text_color(fill: str) -> str:
 
     luminance = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
     return "black" if luminance > 0.18 else "white"
+
+
+def fitting_legend(
+    fig: Figure, handles: Sequence[Any], labels: Sequence[str], max_columns: int, **kwargs: Any
+) -> tuple[Legend, int]:
+    """``fig``'s legend in as many columns (at most ``max_columns``) as fit the figure's width,
+    and that count: entries past its edges are cut off in the saved image. ``kwargs`` go to
+    ``fig.legend``."""
+    for ncols in range(min(len(handles), max_columns), 0, -1):
+        legend = fig.legend(handles=list(handles), labels=list(labels), ncols=ncols, **kwargs)
+        if ncols == 1 or legend.get_window_extent().width <= fig.bbox.width:
+            return legend, ncols
+        legend.remove()
+    raise ValueError("a legend needs at least one entry")
 
 
 # Metadata keys matplotlib would otherwise fill with a version or a date.
