@@ -39,6 +39,22 @@ def fp8_format(device: torch.device) -> torch.dtype:
     return e4m3_for(None)
 
 
+def operand_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype a GEMM's operands are stored in: ``dtype``'s, or in fp8 the device's
+    E4M3 format."""
+    return fp8_format(device) if dtype == "fp8" else DTYPES[dtype]
+
+
+def result_dtype(dtype: str) -> torch.dtype:
+    """The dtype a GEMM in ``dtype`` writes: its own, bf16 for an FP8 GEMM."""
+    return FP8_OUT if dtype == "fp8" else DTYPES[dtype]
+
+
+def fp8_padded(size: int) -> int:
+    """``size`` rounded up to the multiple of FP8_ALIGN TransformerEngine pads FP8 GEMMs to."""
+    return -(-size // FP8_ALIGN) * FP8_ALIGN
+
+
 def iterations_for(once_s: float, budget_s: float, lo: int = 2, hi: int = 200) -> int:
     """How many timed calls fit in ``budget_s`` given one call's time."""
     return max(lo, min(hi, int(budget_s / max(once_s, 1e-9))))
@@ -51,7 +67,7 @@ def operands(shape: GemmShape, dtype: str, device: torch.device) -> tuple[torch.
     gen = torch.Generator(device="cpu").manual_seed(0)
     m, n, k = shape.m, shape.n, shape.k
 
-    kind = fp8_format(device) if dtype == "fp8" else DTYPES[dtype]
+    kind = operand_dtype(dtype, device)
 
     def stored(rows: int, cols: int) -> torch.Tensor:
         return torch.randn(rows, cols, generator=gen).to(device=device, dtype=kind)
@@ -60,15 +76,15 @@ def operands(shape: GemmShape, dtype: str, device: torch.device) -> tuple[torch.
         # cuBLASLt's FP8 GEMMs take only the TN layout (A row-major, B column-major), and
         # TransformerEngine's cast-transpose hands every role its operands so: one layout for
         # all; and dimensions in multiples of 16, to which TransformerEngine pads (Fp8Padding)
-        m, n, k = (-(-d // FP8_ALIGN) * FP8_ALIGN for d in (m, n, k))
-        return stored(m, k), stored(n, k).t(), torch.empty(m, n, device=device, dtype=FP8_OUT)
+        m, n, k = (fp8_padded(d) for d in (m, n, k))
+        return stored(m, k), stored(n, k).t(), torch.empty(m, n, device=device, dtype=result_dtype(dtype))
     if shape.role == "fwd":  # y = x @ W.t(), the weight stored [out, in] = [n, k]
         a, b, out_shape = stored(m, k), stored(n, k).t(), (m, n)
     elif shape.role == "wgrad":  # dW[out, in] = dy.t() @ x, dy stored [tokens, out] = [k, n]
         a, b, out_shape = stored(k, n).t(), stored(k, m), (n, m)
     else:  # dgrad (dx = dy @ W, W stored [out, in] = [k, n]) and a plain A @ B
         a, b, out_shape = stored(m, k), stored(k, n), (m, n)
-    return a, b, torch.empty(*out_shape, device=device, dtype=DTYPES[dtype])
+    return a, b, torch.empty(*out_shape, device=device, dtype=result_dtype(dtype))
 
 
 def gemm_call(shape: GemmShape, dtype: str, device: torch.device) -> Callable[[], object]:

@@ -27,7 +27,15 @@ from collections.abc import Callable
 
 import torch
 
-from calibrate.gemm import DTYPES, FP8_ALIGN, FP8_OUT, fp8_format, iterations_for
+from calibrate.gemm import (
+    DTYPES,
+    FP8_ALIGN,
+    FP8_OUT,
+    fp8_padded,
+    iterations_for,
+    operand_dtype,
+    result_dtype,
+)
 from calibrate.moe_shapes import MoeShape
 from calibrate.timers import Timer, robust_time, synchronize
 
@@ -46,9 +54,9 @@ def _operands(shape: MoeShape, dtype: str, device: torch.device) -> tuple[torch.
     """(tokens [sum t_i, k], weights [E, n, k] as stored by nn.Linear-style experts, counts:
     each expert's rows, padded to FP8_ALIGN in fp8)."""
     counts = routed_counts(shape.local_experts * shape.tokens_per_expert, shape.local_experts)
-    kind = DTYPES[dtype] if dtype != "fp8" else fp8_format(device)
+    kind = operand_dtype(dtype, device)
     if dtype == "fp8":
-        counts = [-(-c // FP8_ALIGN) * FP8_ALIGN for c in counts]
+        counts = [fp8_padded(c) for c in counts]
     gen = torch.Generator(device="cpu").manual_seed(1)
     x = torch.randn(sum(counts), shape.k, generator=gen).to(device=device, dtype=kind)
     w = torch.randn(shape.local_experts, shape.n, shape.k, generator=gen).to(device=device, dtype=kind)
@@ -63,10 +71,6 @@ def _expert_mm(dtype: str, device: torch.device) -> Callable[[torch.Tensor, torc
         return lambda rows, b, out: torch.mm(rows, b, out=out)
     one = torch.ones((), device=device, dtype=torch.float32)
     return lambda rows, b, out: torch._scaled_mm(rows, b, scale_a=one, scale_b=one, out_dtype=FP8_OUT, out=out)
-
-
-def _out_dtype(dtype: str) -> torch.dtype:
-    return FP8_OUT if dtype == "fp8" else DTYPES[dtype]
 
 
 def grouped_mm_missing(device: torch.device, dtype: str) -> str | None:
@@ -85,7 +89,7 @@ def grouped_mm_missing(device: torch.device, dtype: str) -> str | None:
 
 def _calls(x: torch.Tensor, w: torch.Tensor, counts: list[int], dtype: str) -> dict[str, Callable[[], object]]:
     """The grouped call of each implementation, writing into one output."""
-    out = torch.empty(x.shape[0], w.shape[1], device=x.device, dtype=_out_dtype(dtype))
+    out = torch.empty(x.shape[0], w.shape[1], device=x.device, dtype=result_dtype(dtype))
     xs, outs = torch.split(x, counts), torch.split(out, counts)
     wt = w.transpose(-2, -1)  # [E, k, n]: a view, read through the transpose as torchtitan does
     offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
@@ -119,7 +123,7 @@ def measure_grouped(
         if t == 0:
             continue
         if t not in by_rows:
-            out = torch.empty(t, shape.n, device=device, dtype=_out_dtype(dtype))
+            out = torch.empty(t, shape.n, device=device, dtype=result_dtype(dtype))
 
             def one(rows: torch.Tensor = rows, b: torch.Tensor = wt[i], out: torch.Tensor = out) -> None:
                 mm(rows, b, out)

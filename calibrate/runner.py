@@ -180,7 +180,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
         for k in membw.KERNELS.values()
         for n in membw.default_sizes(cfg.device, cfg.quick)
     ]
-    steps += moe_steps(cfg, ctx, timer, budget)
+    steps += moe_steps(cfg, ctx, timer, budget, dtypes)
     steps.append(
         Step("kernel launch", lambda m: setattr(m, "launch_s", membw.measure_launch(dev, timer)))
     )
@@ -249,10 +249,11 @@ def run_dtypes(cfg: RunConfig, dev: torch.device) -> list[str]:
     return dtypes
 
 
-def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> list[Step]:
+def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float, dtypes: list[str]) -> list[Step]:
     """The MoE measurements (calibrate/moe.py): grouped GEMMs by every implementation this
     torch runs, permutes, router, the counts' read-back and, with >= 2 ranks, the uneven
-    all-to-all; what cannot run here is said in ``measured.moe.notes``."""
+    all-to-all; what cannot run here is said in ``measured.moe.notes``. ``dtypes``: the run's
+    GEMM precisions (:func:`run_dtypes`); with fp8 among them the grouped GEMMs in fp8 too."""
     if not cfg.moe_shapes:
         return []
     dev = ctx.device
@@ -261,7 +262,7 @@ def moe_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> 
     impls = tuple(i for i in moe.IMPLS if i != "grouped_mm" or missing is None)
     notes = [f"grouped_mm not timed: {missing}"] if missing else []
     # an FP8 layer's experts run TransformerEngine's GroupedLinear: an FP8 GEMM per expert
-    fp8 = "fp8" in run_dtypes(cfg, dev)
+    fp8 = "fp8" in dtypes
     if fp8:
         notes.append("grouped_mm not timed in fp8: torch._grouped_mm takes 16-bit operands; the loop is")
     if not (ctx.distributed and ctx.world >= 2):

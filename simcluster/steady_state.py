@@ -20,9 +20,9 @@ a part of a stage's time shrinks along them (:func:`_settled`). The warm-up deci
 it takes: the Llama 3.1 405B row on 256 GB200s (pp 16, vpp 4) settles from 32 microbatches,
 the one on 1,024 H100s (pp 8, vpp 8) holds more activations at 8 microbatches than at 16 and
 settles from 24. When the first three shorter steps would add up to more than half the step's
-microbatches, or all of them to more than :data:`MAX_SHARE` of it before they settle, the step is short (:data:`MIN_MICROBATCHES`), or its schedule holds
-every microbatch's activations at once (GPipe's, looped BFS: memory grows with M), the whole
-step is simulated. Settings whose effect depends on M up to a horizon move the first shorter
+microbatches, or all of them to more than :data:`MAX_SHARE` of it before they settle, the step
+is short (:data:`MIN_MICROBATCHES`), or its schedule holds every microbatch's activations at
+once (GPipe's, looped BFS: memory grows with M), the whole step is simulated. Settings whose effect depends on M up to a horizon move the first shorter
 step past it (:func:`first_counts`). The summary at M is the run summary's: the step time,
 each stage's time breakdown and pipeline span and busy time, the exposed communication and
 the event count on the line; tokens and FLOPs per step in proportion to M, the rates and the
@@ -170,8 +170,8 @@ def from_shorter_steps(
     scenario: Scenario, ctx: Context, hardware: str | None = None, progress: bool | None = False
 ) -> dict[str, Any] | None:
     """The summary extrapolated from shorter steps once they have settled (None: not worth it,
-    a drift, or not settled within :data:`MAX_SHARE` of the step's microbatches). ``progress``: each shorter
-    step's bar, as :func:`simcluster.engine.simulate` shows it."""
+    a drift, or not settled within :data:`MAX_SHARE` of the step's microbatches). ``progress``:
+    each shorter step's bar, as :func:`simcluster.engine.simulate` shows it."""
     from simcluster.engine import simulate
 
     first = first_counts(ctx)

@@ -118,16 +118,16 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
 
 
 LABEL_PT = 8.0
-LEGEND_COLUMNS = 5
+#: a category none of whose parts is this wide is named in the legend with its share: under
+#: its 0.5 pt white edges (~0.7 px each side) a part this narrow shows no colour of its own
+#: (llama3-8b-8xh100's 13 ms optimizer step, 0.2% of the step, 0.8 px in compare.png)
+THIN_PX = 2.0
+LEGEND_COLUMNS = 5  # at most; fewer where the entries do not fit the width
 
 
 def _legend_room(rows: int) -> float:
     """Inches under the axes for a legend of ``rows`` rows at 8 pt."""
     return 0.08 + 0.2 * rows
-#: a category none of whose parts is this wide is named in the legend with its share: under
-#: its 0.5 pt white edges (~0.7 px each side) a part this narrow shows no colour of its own
-#: (llama3-8b-8xh100's 13 ms optimizer step, 0.2% of the step, 0.8 px in compare.png)
-THIN_PX = 2.0
 
 
 def share_text(share: float) -> str:
