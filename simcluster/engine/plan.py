@@ -285,11 +285,12 @@ def _recompute(builder: LayerBuilder, units_b: list[Unit], chunk: Chunk, trainin
 def _fuse(builder: LayerBuilder, units_b: list[Unit], units_w: list[Unit]) -> list[Unit]:
     """BW: each unit's input- and weight-gradient work back to back (as Megatron's autograd);
     a transformer layer's own part is the builder's fused backward (``LayerBuilder.layer``
-    phase BW: each block's weight gradients right after its input gradients)."""
+    phase BW: each block's weight gradients right after its input gradients, a MoE block's
+    before its dispatch's gradient)."""
     out = []
     for b, w in zip(units_b, units_w, strict=True):
         layers = [u for u in b.layers if u >= 0]
-        if not layers or not builder.fuses_wgrad:  # the layer's BW is its B then its W
+        if not layers or not builder.fuses_backward(layers[0]):  # the layer's BW is its B then its W
             out.append(replace(b, segments=b.segments + w.segments))
             continue
         own_b, own_w = builder.layer(layers[0], "B"), builder.layer(layers[0], "W")

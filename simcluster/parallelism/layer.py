@@ -154,8 +154,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             return self._parallel_block(index, phase)
         if phase == "BW":
             return self._fused_backward(index)
-        attention = self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase)
-        segments = self._order(phase, attention, self._mlp_segments(index, phase))
+        segments = self._order(phase, self._attention(index, phase), self._mlp_segments(index, phase))
         if phase == "B" and self.scenario.training.recompute == "op":
             segments = [self._op_recompute(index), *segments]
         return segments
@@ -171,18 +170,39 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         overlaps). The model runs the whole block's wgrad after its input gradient, where
         autograd runs the row-parallel one earlier, so the collective may hide under a little
         more GEMM than it does. Elsewhere (no TP, synchronous linears: ``overlap.tp_grad_async``
-        false, nanotron's async linears; MoE blocks) the layer's input gradients come first,
-        then its weight gradients."""
+        false, nanotron's async linears) the layer's input gradients come first, then its
+        weight gradients. A MoE block's, with or without TP, come right after the experts'
+        input gradients, before the gradient goes back to the tokens' ranks
+        (:meth:`_moe_backward`)."""
+        moe = self.shapes.model.is_moe_layer(index)
         if not self.fuses_wgrad:
-            return self.layer(index, "B") + self.layer(index, "W")
-        if self.shapes.model.is_moe_layer(index):
-            mlp = self._mlp_segments(index, "B") + self._mlp_segments(index, "W")
+            if not moe:
+                return self.layer(index, "B") + self.layer(index, "W")
+            return self._moe_backward(self.layer(index, "B"), index) + self._attention(index, "W")
+        if moe:
+            mlp = self._moe_backward(self._mlp_segments(index, "B"), index)
         else:
             mlp = self._mlp_segments(index, "BW")
         segments = mlp + self._attention_segments(index, "BW")
         if self.scenario.training.recompute == "op":
             segments = [self._op_recompute(index), *segments]
         return segments
+
+    def _attention(self, index: int, phase: str) -> list[Segment]:
+        """The attention block in ``phase``, with asynchronous TP collectives where they run."""
+        return self._async_attention(index, phase) if self.tp_async else self._attention_segments(index, phase)
+
+    def _moe_backward(self, backward: list[Segment], index: int) -> list[Segment]:
+        """A MoE block's ``backward`` (or its layer's) with the block's weight gradients right
+        after the experts' input gradients: before the expert-TP reduce-scatter and the
+        dispatch's gradient all-to-all, as autograd reaches them (each expert linear's wgrad
+        beside its dgrad) and as Megatron-Core's combined 1F1B issues a layer pair
+        (``TransformerLayerSchedulePlan.run``: ``b_layer.mlp.backward_dw()`` before
+        ``b_layer.moe_dispatch.backward``; DeepSeek-V3 Fig. 4: MLP(B), MLP(W), then the
+        forward's MLP). In an F&B pair they thus run in the MLP's turn, under the forward's
+        dispatch, not after the backward's attention."""
+        at = max(i for i, seg in enumerate(backward) if isinstance(seg, Compute) and seg.name == "experts") + 1
+        return [*backward[:at], *self._mlp_segments(index, "W"), *backward[at:]]
 
     def _attention_segments(self, index: int, phase: str) -> list[Segment]:
         """The attention block: norm (sharded by SP), QKV, rotary, core, output projection,
@@ -237,6 +257,12 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         )  # fmt: skip
         work = self._gemms(gemms, "F").scaled(0.5) + self._elementwise(memory_bound, "F")
         return Compute.of("recompute_ops", work, index, kind="recompute")
+
+    def fuses_backward(self, index: int) -> bool:
+        """Whether layer ``index``'s BW is more than its B followed by its W: the TP collective
+        under the weight gradients (:attr:`fuses_wgrad`), or a MoE block's expert weight
+        gradients before its dispatch's gradient (:meth:`_moe_backward`)."""
+        return self.fuses_wgrad or (not self.merged_block and self.shapes.model.is_moe_layer(index))
 
     @cached_property
     def fuses_wgrad(self) -> bool:
