@@ -96,10 +96,13 @@ def test_shared_overlap_puts_the_shared_experts_under_each_all_to_all():
     assert fc1.seconds == pytest.approx(km.gemm(4096, 2048, 2048, role="fwd"))
     assert fc2.seconds == pytest.approx(km.gemm(4096, 2048, 1024, role="fwd"))
     back = [s.name for s in expert.moe_block(b.shapes, km, b.scenario.moe, "B", 0)]
-    assert back == ["router", "ep_combine_grad", "shared_experts", "experts", "ep_dispatch_grad", "shared_experts", "unpermute"]
+    # backward in reverse: the unpermute's gradient first, the router's (with the permute's) last
+    assert back == ["unpermute", "ep_combine_grad", "shared_experts", "experts", "ep_dispatch_grad", "shared_experts", "router"]
     plain = layer_builder(_raw(shared=1))
     segs = expert.moe_block(plain.shapes, plain.km, plain.scenario.moe, "F", 0)
     assert [s.name for s in segs] == ["shared_experts", "router", "ep_dispatch", "experts", "ep_combine", "unpermute"]
+    back = [s.name for s in expert.moe_block(plain.shapes, plain.km, plain.scenario.moe, "B", 0)]
+    assert back == ["unpermute", "ep_combine_grad", "experts", "ep_dispatch_grad", "router", "shared_experts"]
     assert segs[0].seconds == pytest.approx(fc1.seconds + fc2.seconds)
     assert not any(s.overlap for s in segs if isinstance(s, Comm))
 

@@ -58,8 +58,9 @@ def test_pair_alternates_attention_and_mlp_parts_as_megatron_issues_them():
         b_layer = 3 - f_layer
         expected += [(0, "experts", b_layer), (1, "experts", f_layer)]  # B's MLP, then F's
         if f_layer < 3:
-            # B's attention (and router of the layer below), then F's combine tail and attention
-            expected += [(0, "unpermute", b_layer), (1, "unpermute", f_layer)]
+            # B's router (with the permute's gradient) and attention, then F's combine tail and
+            # attention
+            expected += [(0, "router", b_layer), (1, "unpermute", f_layer)]
     assert runs[: len(expected)] == expected
     # every all-to-all of one op runs under the other's compute: none of MB1's dispatches is
     # exposed on its own stream while MB0's backward still has kernels to run

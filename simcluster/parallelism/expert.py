@@ -471,13 +471,25 @@ def moe_block(
     # the shared experts in a block of their own before the router (Megatron-Core's
     # MoELayer.shared_experts_compute runs before route and dispatch), so the host's issue of
     # their two TE Linear modules is charged (parallelism/host.py)
-    first = [Compute.of("shared_experts", shared_w, layer)] if m.shared_experts else []
+    shared_block = [Compute.of("shared_experts", shared_w, layer)] if m.shared_experts else []
+    # forward: the router and the permute (a gather) before the dispatch, the unpermute (a
+    # scatter-add) after the combine, the shared experts first. The backward runs them in
+    # reverse: the unpermute's gradient (a gather) first; the permute's (a scatter-add), the
+    # router's and the shared experts' last, as autograd reaches the block's oldest nodes last
+    # and as Megatron-Core's combined 1F1B runs the router in its attention node (after
+    # moe_dispatch.backward)
+    if phase == "F":
+        head = Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s)
+        tail = Compute.of("unpermute", unpermute, layer)
+        first, last = shared_block, []
+    else:
+        head = Compute.of("unpermute", permute, layer)
+        tail = Compute.of("router", router + unpermute, layer)
+        first, last = [], shared_block
     if ep == 1 and not gather:
-        return [
-            *first,
-            Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
-            Compute.of("experts", unpermute + routed, layer),
-        ]
+        if phase == "F":
+            return [*first, head, Compute.of("experts", unpermute + routed, layer)]
+        return [Compute.of("experts", permute + routed, layer), tail, *last]
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
@@ -494,7 +506,7 @@ def moe_block(
         under_in = Work.of(gemm=shared_first, memory=gate if phase == "B" else 0.0)
         under_out = Work.of(gemm=shared_second, memory=gate if phase == "F" else 0.0)
         return [
-            Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
+            head,
             *dispatch,
             Compute.of("shared_experts", under_in, layer),
             *gather,
@@ -502,15 +514,6 @@ def moe_block(
             *scatter,
             *combine,
             Compute.of("shared_experts", under_out, layer),
-            Compute.of("unpermute", unpermute, layer),
+            tail,
         ]
-    return [
-        *first,
-        Compute.of("router", router + permute, layer, sync=sync, sync_s=read_s),
-        *dispatch,
-        *gather,
-        sorted_experts,
-        *scatter,
-        *combine,
-        Compute.of("unpermute", unpermute, layer),
-    ]
+    return [*first, head, *dispatch, *gather, sorted_experts, *scatter, *combine, tail, *last]
