@@ -87,3 +87,21 @@ def test_the_plans_bw_units_carry_the_order() -> None:
     experts = [i for i, n in enumerate(names) if n == "experts"]
     assert len(experts) == 2 and experts[1] < names.index("ep_dispatch_grad")
     assert all(isinstance(s, (Comm, Compute)) for s in unit.segments)
+
+
+@pytest.mark.parametrize(("tp", "ep", "etp"), LAYOUTS)
+def test_the_backward_runs_the_block_in_reverse(tp: int, ep: int, etp: int) -> None:
+    """Forward: pre-MLP norm, router (and permute), dispatch ... combine, unpermute. Backward:
+    the unpermute's gradient first, then the all-to-alls and experts, the router's gradient
+    (with the permute's), the norm's last: autograd reaches the block's oldest nodes last, and
+    Megatron-Core's plan runs the router and the norm in its attention node, after
+    ``moe_dispatch.backward``."""
+    b = layer_builder(_raw(tp, ep, etp))
+    forward = _names(b.layer(0, "F"))
+    assert forward.index("moe_norm") < forward.index("router") < forward.index("ep_dispatch")
+    assert forward.index("ep_combine") < forward.index("unpermute")
+    backward = _names(b.layer(0, "B"))
+    assert backward.index("unpermute") < backward.index("ep_combine_grad")
+    assert backward.index("ep_dispatch_grad") < backward.index("router") < backward.index("moe_norm")
+    # the attention's backward after the whole MoE block's
+    assert backward.index("moe_norm") < backward.index("attn_out")

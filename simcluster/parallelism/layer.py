@@ -422,7 +422,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             if phase == "W":
                 return self._host(moe, phase)
             norm = Compute.of("moe_norm", self._elementwise(self.ops.norm() + self.ops.residual(), phase), index)
-            body = self._host([norm, *moe], phase)
+            # the pre-MLP norm's backward after the block's (it ran first)
+            body = self._host([norm, *moe] if phase == "F" else [*moe, norm], phase)
             if phase == "B":
                 body = [*self._mlp_recompute(index, Work()), *body]
             if self._moe_routes_shard():
