@@ -125,8 +125,43 @@ def _close_option(extra: Sequence[str], parser: argparse.ArgumentParser | None) 
             return f" (did you mean {option} {value}?)"
         if "--set" in options and "." in key:
             return f" (an override takes --set: --set {word})"
-    flag = next((w.split("=")[0] for w in extra if w.startswith("--")), None)
-    return did_you_mean(flag, options) if flag else ""
+    at = next((i for i, w in enumerate(extra) if w.startswith("--")), None)
+    if at is None:
+        return ""
+    flag, sep, value = extra[at].partition("=")
+    if not sep and at + 1 < len(extra) and not extra[at + 1].startswith("-"):
+        value = extra[at + 1]
+    if "--set" in options and (path := _scenario_path(flag)):
+        return f" (a scenario setting: --set {path}={value or _bare_value(path)})"
+    return did_you_mean(flag, options)
+
+
+#: top-level scenario settings that take one value ('model' takes a preset's name in place of
+#: the section); the others are sections
+_TOP_SETTINGS = ("framework", "framework_release", "model")
+
+
+def _bare_value(path: str) -> str:
+    """What a flag given without a value means for ``path``: 'true' for a switch (``--sp``)."""
+    from simcluster.scenario.document import _SECTIONS
+
+    section, _, key = path.partition(".")
+    field = _SECTIONS[section].model_fields.get(key) if section in _SECTIONS else None
+    return "true" if field is not None and field.annotation is bool else "VALUE"
+
+
+def _scenario_path(flag: str) -> str | None:
+    """The ``--set`` path of a scenario key written as an option (``--tp``: 'parallel.tp',
+    ``--micro-batch-size``: 'training.micro_batch', ``--framework``: 'framework'), or None
+    when ``flag`` names no key of exactly one section: layout flags are what a user types
+    first on a command that changes the scenario only through ``--set``."""
+    from simcluster.scenario.misplaced import home_of  # the schema, only on this error path
+
+    key = flag.lstrip("-").replace("-", "_").lower()
+    if key in _TOP_SETTINGS:
+        return key
+    home = home_of(key, None) if key else None
+    return ".".join(home) if home else None
 
 
 def _unrecognized(extra: Sequence[str], command: argparse.ArgumentParser | None) -> str:

@@ -480,6 +480,23 @@ def test_a_key_value_word_is_named_as_the_command_takes_it(cli, argv, needle):
     assert_one_line_error(cli(*argv), needle)
 
 
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [(["run", "llama3-8b-8xh100", "--tp", "2"], "unrecognized arguments: --tp 2 (a scenario setting: --set parallel.tp=2)"),
+     (["run", "llama3-8b-8xh100", "--pp=4"], "(a scenario setting: --set parallel.pp=4)"),
+     (["memory", "llama3-8b-8xh100", "--micro-batch-size", "2"], "(a scenario setting: --set training.micro_batch=2)"),
+     (["compare", "llama3-8b-8xh100", "--gpus", "16"], "(a scenario setting: --set cluster.gpus=16)"),
+     (["run", "llama3-8b-8xh100", "--sp"], "(a scenario setting: --set parallel.sequence_parallel=true)"),
+     (["run", "llama3-8b-8xh100", "--framework", "nanotron"], "(a scenario setting: --set framework=nanotron)"),
+     (["run", "llama3-8b-8xh100", "--model", "llama3-70b"], "(a scenario setting: --set model=llama3-70b)")],
+)  # fmt: skip
+def test_a_layout_flag_is_named_as_its_set_override(cli, argv, needle):
+    """`run NAME --tp 2` said 'did you mean '--set'?' and `--pp 4` 'did you mean '--help'?':
+    a scenario key typed as an option is named with the --set path that changes it (the
+    path the scenario loader reads the same key at: --set tp=2 reaches parallel.tp)."""
+    assert_one_line_error(cli(*argv), needle)
+
 @pytest.mark.parametrize(
     "argv",
     [["run", "llama3-8b-8xh100"], ["sweep", "llama3-8b-8xh100"], ["validate"],
