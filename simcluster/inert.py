@@ -140,7 +140,7 @@ def _replica_all_reduce(ctx: Context) -> Verdict:
 
 
 def _cp_one(ctx: Context) -> Verdict:
-    # parallelism/context.py adds CP collectives only for cp > 1 (layout.check_cp_comm returns at cp 1)
+    # parallelism/context.py adds CP collectives only for cp > 1 (layout_checks.check_cp_comm returns at cp 1)
     return ("at parallel.cp=1", "no context-parallel attention to communicate") if ctx.layout.cp == 1 else None
 
 
@@ -339,7 +339,7 @@ def _ep_one(ctx: Context) -> Verdict:
 
 
 def _dense_etp(ctx: Context) -> Verdict:
-    # layout._expert_tp: a dense model has no routed experts to split (etp > 1 is refused there)
+    # layout_checks._expert_tp: a dense model has no routed experts to split (etp > 1 is refused there)
     return ("on a dense model", "model.experts is 0: no routed experts to split") if not ctx.model.is_moe else None
 
 

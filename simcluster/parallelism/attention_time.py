@@ -48,7 +48,7 @@ class AttentionTimes(BuilderBase):
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
         # Megatron's unfused path computes every score and masks them: no saving from a window.
-        # With cp only Ulysses runs it (layout.check_cp_comm): heads/cp of the whole sequence
+        # With cp only Ulysses runs it (layout_checks.check_cp_comm): heads/cp of the whole sequence
         return self._unfused_attention(b, s, s, m.heads / (lay.tp * lay.cp), d_qk, d_v, backward)
 
     def _chunked_attention(
