@@ -136,11 +136,6 @@ def _close_option(extra: Sequence[str], parser: argparse.ArgumentParser | None) 
     return did_you_mean(flag, options)
 
 
-#: top-level scenario settings that take one value ('model' takes a preset's name in place of
-#: the section); the others are sections
-_TOP_SETTINGS = ("framework", "framework_release", "model")
-
-
 def _bare_value(path: str) -> str:
     """What a flag given without a value means for ``path``: 'true' for a switch (``--sp``)."""
     from simcluster.scenario.document import _SECTIONS
@@ -155,10 +150,12 @@ def _scenario_path(flag: str) -> str | None:
     ``--micro-batch-size``: 'training.micro_batch', ``--framework``: 'framework'), or None
     when ``flag`` names no key of exactly one section: layout flags are what a user types
     first on a command that changes the scenario only through ``--set``."""
-    from simcluster.scenario.misplaced import home_of  # the schema, only on this error path
+    from simcluster.scenario.misplaced import TOP_SCALARS, home_of  # the schema, only here
 
     key = flag.lstrip("-").replace("-", "_").lower()
-    if key in _TOP_SETTINGS:
+    # the top-level settings that take one value ('model' takes a preset's name in place of
+    # the section); the others are sections
+    if key in (*TOP_SCALARS, "model"):
         return key
     home = home_of(key, None) if key else None
     return ".".join(home) if home else None

@@ -21,7 +21,7 @@ from simcluster.scenario.document import _SECTIONS, Scenario
 
 #: top-level settings read at the top when written inside a section (a section's 'name' or
 #: 'description' is its own or a mistake, so those two are not moved)
-_TOP_SCALARS = ("framework", "framework_release")
+TOP_SCALARS = ("framework", "framework_release")
 
 
 def _knows(section: str, key: str) -> bool:
@@ -37,7 +37,7 @@ def home_of(key: str, written_in: str | None) -> tuple[str, ...] | None:
         return None
     if written_in is None and key in Scenario.model_fields and key not in ("dp",):
         return None  # a section or top-level key at the top ('dp' is also parallel's degree)
-    if written_in is not None and key in _TOP_SCALARS:
+    if written_in is not None and key in TOP_SCALARS:
         return (key,)
     homes = [name for name in _SECTIONS if name != written_in and _knows(name, key)]
     if len(homes) != 1:
