@@ -448,6 +448,19 @@ def _from_fields(name: str, data: dict[str, Any], field_prefix: str = "model") -
 
 
 def _check(spec: ModelSpec, prefix: str) -> None:
+    """The model's fields, checked one concern at a time; each error names the field under
+    ``prefix`` (``model`` or a preset's name) and the fix."""
+    _check_signs(spec, prefix)
+    _check_blocks(spec, prefix)
+    _check_mlp_kind(spec, prefix)
+    _check_attention_pattern(spec, prefix)
+    _check_shapes(spec, prefix)
+    if spec.is_moe:
+        _check_routing(spec, prefix)
+
+
+def _check_signs(spec: ModelSpec, prefix: str) -> None:
+    """The counts: the sizes every model has are positive, the optional ones 0 or more."""
     for key in ("layers", "hidden", "heads", "kv_heads", "vocab"):
         if getattr(spec, key) <= 0:
             raise UserError(
@@ -455,9 +468,13 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             )
     for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
                 "dense_layers", "moe_every", "max_positions", "sliding_window", "global_every",
-                "attention_chunk"):  # fmt: skip
+                "attention_chunk", "mtp_layers"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
+
+
+def _check_blocks(spec: ModelSpec, prefix: str) -> None:
+    """The layer's parts: biases, norms, and a parallel attention + MLP block's limits."""
     unknown = [p for p in spec.bias if p not in BIAS_PARTS]
     if unknown:
         raise UserError(
@@ -503,6 +520,10 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             f"{prefix}.parallel_block",
             "parallel attention + MLP blocks are modelled for dense models only; drop parallel_block or experts",
         )
+
+
+def _check_mlp_kind(spec: ModelSpec, prefix: str) -> None:
+    """The expert fields need experts, and a dense MLP its width."""
     if not spec.is_moe:
         for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every"):
             if getattr(spec, key) > 0:
@@ -513,6 +534,10 @@ def _check(spec: ModelSpec, prefix: str) -> None:
                 )
     if spec.ffn == 0 and (not spec.is_moe or spec.dense_layers > 0 or spec.moe_every > 1):
         raise UserError(f"{prefix}.ffn", "the dense MLP needs ffn > 0; give its inner width")
+
+
+def _check_attention_pattern(spec: ModelSpec, prefix: str) -> None:
+    """The layer count's bound and the attention pattern: local and global layers, soft-capping."""
     if spec.layers > MAX_LAYERS:
         raise UserError(
             f"{prefix}.layers", f"{spec.layers} layers is more than the {MAX_LAYERS:,} simcluster can simulate"
@@ -540,6 +565,10 @@ def _check(spec: ModelSpec, prefix: str) -> None:
             "local layers attend either within a sliding window or within chunks; drop "
             "attention_chunk or sliding_window",
         )
+
+
+def _check_shapes(spec: ModelSpec, prefix: str) -> None:
+    """The heads: query groups and head width, and the prediction modules against the layers."""
     if spec.mtp_layers > spec.layers:
         raise UserError(
             f"{prefix}.mtp_layers",
@@ -549,29 +578,30 @@ def _check(spec: ModelSpec, prefix: str) -> None:
         raise UserError(
             f"{prefix}.kv_heads", f"{spec.kv_heads} must divide heads={spec.heads}; use {one_of(divisors(spec.heads))}"
         )
-    if spec.mtp_layers < 0:
-        raise UserError(f"{prefix}.mtp_layers", f"must be 0 or more, got {spec.mtp_layers}")
     if spec.mla is None and spec.head_dim == 0 and spec.hidden % spec.heads:
         raise UserError(
             f"{prefix}.heads", f"{spec.heads} must divide hidden={spec.hidden} (or set head_dim)"
         )
-    if spec.is_moe:
-        if not (0 < spec.top_k <= spec.experts):
-            raise UserError(
-                f"{prefix}.top_k",
-                f"{spec.top_k} must be in 1..experts={spec.experts} (the experts each token is routed to)",
-            )
-        if spec.expert_ffn <= 0:
-            raise UserError(f"{prefix}.expert_ffn", "MoE models need expert_ffn > 0")
-        if not 0 <= spec.dense_layers < spec.layers:
-            # the message names the value and the fix: a bare "must be in 0..0" (a preset's
-            # dense_layers over a model cut to one layer) read as a riddle
-            raise UserError(
-                f"{prefix}.dense_layers",
-                f"{spec.dense_layers} must be in 0..{spec.layers - 1}, fewer than the model's "
-                f"{spec.layers} layers (a mixture of experts keeps at least one MoE layer); "
-                f"lower dense_layers or raise {prefix}.layers",
-            )
+
+
+def _check_routing(spec: ModelSpec, prefix: str) -> None:
+    """A mixture of experts' routing: top-k among the experts, the experts' width, its dense layers."""
+    if not (0 < spec.top_k <= spec.experts):
+        raise UserError(
+            f"{prefix}.top_k",
+            f"{spec.top_k} must be in 1..experts={spec.experts} (the experts each token is routed to)",
+        )
+    if spec.expert_ffn <= 0:
+        raise UserError(f"{prefix}.expert_ffn", "MoE models need expert_ffn > 0")
+    if not 0 <= spec.dense_layers < spec.layers:
+        # the message names the value and the fix: a bare "must be in 0..0" (a preset's
+        # dense_layers over a model cut to one layer) read as a riddle
+        raise UserError(
+            f"{prefix}.dense_layers",
+            f"{spec.dense_layers} must be in 0..{spec.layers - 1}, fewer than the model's "
+            f"{spec.layers} layers (a mixture of experts keeps at least one MoE layer); "
+            f"lower dense_layers or raise {prefix}.layers",
+        )
 
 
 #: names of the same architecture as a shipped preset (Llama 3.1 8B/70B keep Llama 3's shapes;
