@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -256,144 +257,77 @@ def _break_mark(ax: Axes) -> None:
                 linewidth=0.8, clip_on=False, zorder=5)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """Where the plot puts a simulated layout: peak memory per GPU (GiB) across, tokens/s per
+    GPU up, or with ``prices`` dollars per million tokens (None: a layout without a price)."""
+
+    prices: Prices | None
+
+    def y(self, row: SweepRow) -> float | None:
+        if self.prices is not None:
+            return usd_per_million_tokens(_summary(row), self.prices)
+        return float(_summary(row)["tokens_per_s_per_gpu"])
+
+    @staticmethod
+    def x(row: SweepRow) -> float:
+        return float(_summary(row)["peak_memory_bytes"]["max"]) / GiB
+
+    def xy(self, group: Sequence[SweepRow]) -> tuple[list[float], list[float]]:
+        return [self.x(r) for r in group], [cast(float, self.y(r)) for r in group]
+
+
+def _summary(row: SweepRow) -> dict[str, Any]:
+    assert row.summary is not None  # only simulated rows are drawn
+    return row.summary
+
+
+def _hardware(row: SweepRow) -> str:
+    return str(_summary(row)["hardware"])
+
+
+def _capacity(row: SweepRow) -> float:
+    return float(_summary(row)["capacity_bytes"]) / GiB
+
+
+#: a Pareto front to draw: memory, y, colour, legend label
+_Front = tuple[list[float], list[float], str, str]
+
+
 def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None = None) -> Figure:
     """Tokens/s per GPU against peak memory per GPU for every simulated layout; with ``prices``,
     dollars per million tokens (the sweep's ranking then) against memory. Several hardware
     profiles get a colour and marker each, with their own capacity line and front."""
-    priced = prices is not None
-
-    def y_of(row: SweepRow) -> float | None:
-        assert row.summary is not None
-        if prices is not None:
-            return usd_per_million_tokens(row.summary, prices)
-        return float(row.summary["tokens_per_s_per_gpu"])
-
-    def x_of(row: SweepRow) -> float:
-        assert row.summary is not None
-        return float(row.summary["peak_memory_bytes"]["max"]) / GiB
-
-    def hardware(row: SweepRow) -> str:
-        assert row.summary is not None
-        return str(row.summary["hardware"])
-
-    def gpus(row: SweepRow) -> int:
-        assert row.summary is not None
-        return int(row.summary["gpus"])
-
-    def capacity(row: SweepRow) -> float:
-        assert row.summary is not None
-        return float(row.summary["capacity_bytes"]) / GiB
-
-    def xy(group: Sequence[SweepRow]) -> tuple[list[float], list[float]]:
-        return [x_of(r) for r in group], [cast(float, y_of(r)) for r in group]
-
-    rank_of = {id(row): i for i, row in enumerate(rows, start=1)}  # the table's rank
+    read, priced = _Reading(prices), prices is not None
     ran = [r for r in rows if r.summary is not None]
-    drawn = [r for r in ran if y_of(r) is not None]  # a layout without a price has no cost to draw
+    drawn = [r for r in ran if read.y(r) is not None]  # a layout without a price has no cost to draw
     fig = Figure(figsize=(8.0, 6.4), layout="constrained")
     ax = fig.subplots()
-    profiles = list(dict.fromkeys(hardware(r) for r in ran))  # in the order of their best layout
-    several = len(profiles) > 1
-    styles = profile_styles(profiles)
+    profiles = list(dict.fromkeys(_hardware(r) for r in ran))  # in the order of their best layout
+    styles = profile_styles(profiles) if len(profiles) > 1 else {}  # empty: one profile
     front_label = "cheapest for its memory" if priced else "fastest for its memory"
+    any_over, fronts = _draw_layouts(ax, read, drawn, styles, front_label)
     sharing: dict[float, list[str]] = {}  # memory size -> the profiles with that much
     for profile in profiles:
-        for size in sorted({capacity(r) for r in ran if hardware(r) == profile}):
+        for size in sorted({_capacity(r) for r in ran if _hardware(r) == profile}):
             sharing.setdefault(size, []).append(profile)
-    handles: list[Any] = []  # several profiles: the legend, one entry per profile and memory size
-    labels: list[str] = []
-    any_over = False
-    fronts: list[tuple[list[float], list[float], str, str]] = []  # drawn after the capacities
-    per_profile: list[str | None] = list(profiles) if several else [None]  # None: one for all
-    # one profile over several cluster sizes: a marker per size (with several profiles the
-    # markers tell the profiles apart, and the key under the plot names the sizes)
-    sizes = sorted({gpus(r) for r in drawn}) if not several else []
-    size_marker = {g: _SIZE_MARKERS[i % len(_SIZE_MARKERS)] for i, g in enumerate(sizes)} if len(sizes) > 1 else {}
-    for name in per_profile:
-        mine = [r for r in drawn if name is None or hardware(r) == name]
-        colour, marker = (_FIT_COLOUR, "o") if name is None else styles[name]
-        counts: list[int | None] = list(size_marker) or [None]
-        for count in counts:
-            group = [r for r in mine if count is None or gpus(r) == count]
-            fits = [r for r in group if r.fits]
-            over = [r for r in group if not r.fits]
-            shape = size_marker[count] if count is not None else marker
-            what = f"{count:,} GPUs" if count is not None else None
-            if fits:
-                ax.scatter(*xy(fits), s=36, color=colour, marker=shape, edgecolor="black", linewidth=0.5,
-                           label=name or (f"{what}: fit" if what else "fits in memory"), zorder=3)  # fmt: skip
-            if over:
-                any_over = True
-                ax.scatter(*xy(over), s=36, marker=shape, facecolor="none",
-                           edgecolor=_OVER_COLOUR if name is None else colour, linewidth=1.0,
-                           label=(f"{what}: does not fit" if what else "does not fit") if name is None
-                           else f"{name}: does not fit", zorder=3)  # fmt: skip
-        fits = [r for r in mine if r.fits]
-        if len(fits) > 1:
-            mem, ys = xy(fits)
-            # less memory and a higher speed, or less memory and a lower cost
-            front = pareto_front(list(zip(mem, [-y if priced else y for y in ys], strict=True)))
-            if len(front) > 1:
-                fronts.append(([mem[i] for i in front], [ys[i] for i in front], colour,
-                               front_label if name is None else f"{name}: {front_label}"))  # fmt: skip
-    # one line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs)
-    for size, names in sharing.items():
-        for index, profile in enumerate(names):
-            colour, marker = styles[profile] if several else (_OVER_COLOUR, "o")
-            # the profile's usable capacity as the tables print it (79.65 GiB on an H100, CUDA's
-            # device total), not rounded to the datasheet's 80
-            shown = format_bytes(size * GiB)
-            label = f"{profile}: GPU memory ({shown})" if several else f"GPU memory ({shown})"
-            ax.axvline(size, color=colour, linestyle=_dashes(index, len(names)), linewidth=1.0, label=label)
-            if several:
-                # the key shows the profile's marker on a dashed line of its colour, whatever
-                # turn its dashes take on a line it shares
-                dash = Line2D([], [], color=colour, linestyle="--", linewidth=1.0)
-                dot = Line2D([], [], color=colour, marker=marker, markeredgecolor="black",
-                             markeredgewidth=0.5, linestyle="none")  # fmt: skip
-                handles.append((dash, dot))
-                labels.append(f"{profile} ({shown} GPU memory)")
+    handles, labels = _draw_capacities(ax, sharing, styles)
     for front_x, front_y, colour, label in fronts:
         ax.plot(front_x, front_y, drawstyle="steps-post", color=colour, linewidth=1.0, alpha=0.6, zorder=2,
                 label=label)  # fmt: skip
     best = [r for r in ran if r.fits][:_LABELLED]  # the table's first (those that fit lead it)
-    best = [r for r in best if y_of(r) is not None]
-    key: Text | None = None
-    if best:
-        width = max(len(r.candidate.label) for r in best)
-        digits = dollar_digits([cast(float, y_of(r)) for r in best])
-        lines = [
-            f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}"
-            + (f"  ${y_of(r):,.{digits}f} per 1M tokens" if priced else "")
-            for r in best
-        ]
-        heading = "cheapest that fit:" if priced else "best that fit:"
-        key = fig.text(0.01, 0.005, "\n".join([heading, *lines]), fontsize=8, va="bottom", ha="left",
-                       family="monospace")  # fmt: skip
-    # layout="constrained" above makes the engine a ConstrainedLayoutEngine, which takes rect
-    engine = cast(ConstrainedLayoutEngine, fig.get_layout_engine())
-    if key is not None:
-        # room below the axes for the key: as tall as its lines, no taller
-        fig.draw_without_rendering()
-        share = key.get_window_extent().height / fig.bbox.height + 0.02
-        engine.set(rect=(0, share, 1, 1 - share))
+    best = [r for r in best if read.y(r) is not None]
+    rank_of = {id(row): i for i, row in enumerate(rows, start=1)}  # the table's rank
+    _draw_best_key(fig, read, best, rank_of, priced)
     # x from zero, with headroom: autoscaling pads the data's own range, which leaves the
     # rightmost markers on the frame once the axes are stretched down to zero; y by y_limits
-    xs, ys = xy(drawn)
+    xs, ys = read.xy(drawn)
     ax.set_xlim(0, 1.05 * max(xs + list(sharing)) if ran else 1.0)
     low, high, zoomed = y_limits(ys)
     ax.set_ylim(low, high)
     if zoomed:
         _break_mark(ax)
-    anchors = [(x_of(r), cast(float, y_of(r))) for r in best]
-    fig.draw_without_rendering()  # settle the constrained layout: label distances are on paper
-    groups = coincident_groups(ax, anchors)
-    spots = [anchors[group[0]] for group in groups]
-    texts = [rank_label([rank_of[id(best[i])] for i in group]) for group in groups]
-    offsets = label_offsets(ax, spots, texts, markers=list(zip(*xy(drawn), strict=True)))
-    for text, spot, offset in zip(texts, spots, offsets, strict=True):
-        ax.annotate(text, spot, xytext=offset, textcoords="offset points",
-                    fontsize=8, fontweight="bold")  # fmt: skip
+    _number_best(fig, ax, read, best, [rank_of[id(r)] for r in best], drawn)
     ax.set_xlabel("peak memory per GPU (GiB)")
     notes = (["lower is better"] if priced else []) + ([_NOT_ZERO] if zoomed else [])
     ylabel = "$ per 1M tokens" if priced else "tokens/s per GPU"
@@ -402,13 +336,9 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
         ax.yaxis.set_major_formatter(_Dollars())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
-    over_memory = sum(1 for r in rows if r.skipped and r.skipped.startswith(f"{MEMORY_FIELD}:"))
-    skipped = sum(1 for r in rows if r.summary is None) - over_memory
-    headline = f"{len(ran)} layouts simulated, {sum(1 for r in ran if r.fits)} fit" + (
-        f", {skipped} skipped (cannot run)" if skipped else ""
-    ) + (f", {over_memory} left out (over memory)" if over_memory else "")
+    headline = _headline(rows, ran)
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
-    if several:
+    if styles:
         # a colour per profile; hollow and the step line read the same in every colour
         if any_over:
             handles.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="none", linestyle="none"))
@@ -420,6 +350,126 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     elif ran:
         ax.legend(fontsize=8, loc="best" if priced else "lower right")
     return fig
+
+
+def _draw_layouts(
+    ax: Axes, read: _Reading, drawn: Sequence[SweepRow], styles: dict[str, tuple[str, str]], front_label: str
+) -> tuple[bool, list[_Front]]:
+    """Each profile's layouts (``styles``: its colour and marker; empty: one profile, whose
+    layouts over several cluster sizes get a marker per size), filled where they fit and hollow
+    where they do not, and its Pareto front, to draw after the capacity lines. Returns whether
+    any layout does not fit, and the fronts."""
+    per_profile: list[str | None] = list(styles) or [None]  # None: one for all
+    # one profile over several cluster sizes: a marker per size (with several profiles the
+    # markers tell the profiles apart, and the key under the plot names the sizes)
+    sizes = sorted({int(_summary(r)["gpus"]) for r in drawn}) if not styles else []
+    size_marker = {g: _SIZE_MARKERS[i % len(_SIZE_MARKERS)] for i, g in enumerate(sizes)} if len(sizes) > 1 else {}
+    any_over = False
+    fronts: list[_Front] = []
+    for name in per_profile:
+        mine = [r for r in drawn if name is None or _hardware(r) == name]
+        colour, marker = (_FIT_COLOUR, "o") if name is None else styles[name]
+        counts: list[int | None] = list(size_marker) or [None]
+        for count in counts:
+            group = [r for r in mine if count is None or int(_summary(r)["gpus"]) == count]
+            fits = [r for r in group if r.fits]
+            over = [r for r in group if not r.fits]
+            shape = size_marker[count] if count is not None else marker
+            what = f"{count:,} GPUs" if count is not None else None
+            if fits:
+                ax.scatter(*read.xy(fits), s=36, color=colour, marker=shape, edgecolor="black", linewidth=0.5,
+                           label=name or (f"{what}: fit" if what else "fits in memory"), zorder=3)  # fmt: skip
+            if over:
+                any_over = True
+                ax.scatter(*read.xy(over), s=36, marker=shape, facecolor="none",
+                           edgecolor=_OVER_COLOUR if name is None else colour, linewidth=1.0,
+                           label=(f"{what}: does not fit" if what else "does not fit") if name is None
+                           else f"{name}: does not fit", zorder=3)  # fmt: skip
+        fits = [r for r in mine if r.fits]
+        if len(fits) > 1:
+            mem, ys = read.xy(fits)
+            # less memory and a higher speed, or less memory and a lower cost
+            front = pareto_front(list(zip(mem, [-y if read.prices is not None else y for y in ys], strict=True)))
+            if len(front) > 1:
+                fronts.append(([mem[i] for i in front], [ys[i] for i in front], colour,
+                               front_label if name is None else f"{name}: {front_label}"))  # fmt: skip
+    return any_over, fronts
+
+
+def _draw_capacities(
+    ax: Axes, sharing: dict[float, list[str]], styles: dict[str, tuple[str, str]]
+) -> tuple[list[Any], list[str]]:
+    """One line per GPU memory size (a sweep over hardware may compare 80 and 141 GiB GPUs),
+    dashed in turns where profiles share it; with several profiles (``styles``), the legend's
+    entries for them: each profile's marker on a dashed line of its colour."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for size, names in sharing.items():
+        for index, profile in enumerate(names):
+            colour, marker = styles[profile] if styles else (_OVER_COLOUR, "o")
+            # the profile's usable capacity as the tables print it (79.65 GiB on an H100, CUDA's
+            # device total), not rounded to the datasheet's 80
+            shown = format_bytes(size * GiB)
+            label = f"{profile}: GPU memory ({shown})" if styles else f"GPU memory ({shown})"
+            ax.axvline(size, color=colour, linestyle=_dashes(index, len(names)), linewidth=1.0, label=label)
+            if styles:
+                # the key shows the profile's marker on a dashed line of its colour, whatever
+                # turn its dashes take on a line it shares
+                dash = Line2D([], [], color=colour, linestyle="--", linewidth=1.0)
+                dot = Line2D([], [], color=colour, marker=marker, markeredgecolor="black",
+                             markeredgewidth=0.5, linestyle="none")  # fmt: skip
+                handles.append((dash, dot))
+                labels.append(f"{profile} ({shown} GPU memory)")
+    return handles, labels
+
+
+def _draw_best_key(
+    fig: Figure, read: _Reading, best: Sequence[SweepRow], rank_of: dict[int, int], priced: bool
+) -> None:
+    """The key under the plot: the best layouts that fit, with their ranks and settings (and
+    cost), and room made for it below the axes, as tall as its lines."""
+    if not best:
+        return
+    width = max(len(r.candidate.label) for r in best)
+    digits = dollar_digits([cast(float, read.y(r)) for r in best])
+    lines = [
+        f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}"
+        + (f"  ${read.y(r):,.{digits}f} per 1M tokens" if priced else "")
+        for r in best
+    ]
+    heading = "cheapest that fit:" if priced else "best that fit:"
+    key: Text = fig.text(0.01, 0.005, "\n".join([heading, *lines]), fontsize=8, va="bottom", ha="left",
+                         family="monospace")  # fmt: skip
+    # layout="constrained" makes the engine a ConstrainedLayoutEngine, which takes rect
+    engine = cast(ConstrainedLayoutEngine, fig.get_layout_engine())
+    fig.draw_without_rendering()
+    share = key.get_window_extent().height / fig.bbox.height + 0.02
+    engine.set(rect=(0, share, 1, 1 - share))
+
+
+def _number_best(
+    fig: Figure, ax: Axes, read: _Reading, best: Sequence[SweepRow], ranks: Sequence[int], drawn: Sequence[SweepRow]
+) -> None:
+    """The best layouts' table ranks beside their points, one label per point that coincides
+    on paper, placed clear of each other and of the markers."""
+    anchors = [(read.x(r), cast(float, read.y(r))) for r in best]
+    fig.draw_without_rendering()  # settle the constrained layout: label distances are on paper
+    groups = coincident_groups(ax, anchors)
+    spots = [anchors[group[0]] for group in groups]
+    texts = [rank_label([ranks[i] for i in group]) for group in groups]
+    offsets = label_offsets(ax, spots, texts, markers=list(zip(*read.xy(drawn), strict=True)))
+    for text, spot, offset in zip(texts, spots, offsets, strict=True):
+        ax.annotate(text, spot, xytext=offset, textcoords="offset points",
+                    fontsize=8, fontweight="bold")  # fmt: skip
+
+
+def _headline(rows: Sequence[SweepRow], ran: Sequence[SweepRow]) -> str:
+    """'12 layouts simulated, 8 fit, 1 skipped (cannot run), 3 left out (over memory)'."""
+    over_memory = sum(1 for r in rows if r.skipped and r.skipped.startswith(f"{MEMORY_FIELD}:"))
+    skipped = sum(1 for r in rows if r.summary is None) - over_memory
+    return f"{len(ran)} layouts simulated, {sum(1 for r in ran if r.fits)} fit" + (
+        f", {skipped} skipped (cannot run)" if skipped else ""
+    ) + (f", {over_memory} left out (over memory)" if over_memory else "")
 
 
 def write_sweep(
