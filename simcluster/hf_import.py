@@ -272,6 +272,28 @@ def _where_to_get(text: str) -> str:
 def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """ModelSpec fields (as ``model:`` keys) of a config.json's contents (a multimodal
     config's language model: its ``text_config``, as Llama 4's and Gemma 3's nest it)."""
+    cfg, model_type, family = _resolved(cfg)
+    data: dict[str, Any] = {}
+    for ours, keys in _KEYS.items():
+        value = _first(cfg, keys)
+        if value is not None:
+            data[ours] = value
+    family = _shape_fields(cfg, model_type, family, data)
+    _layer_fields(cfg, model_type, family, data)
+    _attention_fields(cfg, model_type, data)
+    _moe_fields(cfg, model_type, data)
+    data.update(_window_fields(cfg, model_type))
+    # Llama4TextAttention rotates (and, with use_qk_norm, normalises) only on its chunked
+    # layers; Cohere2Attention applies its rotary embedding only with a sliding window
+    if model_type in ("llama4_text", "cohere2") and data.get("global_every"):
+        data["nope_global"] = True
+    data.update(_parallel_block_fields(cfg, model_type))
+    return data
+
+
+def _resolved(cfg: dict[str, Any]) -> tuple[dict[str, Any], str, Family]:
+    """The language model's config with its class's defaults filled in, its ``model_type`` and
+    family; a config that is not softmax attention, or not a family read here, is refused."""
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         outer = str(cfg.get("model_type", ""))
         cfg = {"model_type": _TEXT_TYPES.get(outer, outer), **cfg["text_config"]}
@@ -285,13 +307,13 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         defaults = {**defaults, "sliding_window_pattern": cfg["_sliding_window_pattern"]}
     # a default fills a key the file leaves out; a key the file sets to null stays unset
     cfg = {**{k: v for k, v in defaults.items() if k not in cfg}, **{k: v for k, v in cfg.items() if v is not None}}
-    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
     _refuse_softcapping(cfg)
-    data: dict[str, Any] = {}
-    for ours, keys in _KEYS.items():
-        value = _first(cfg, keys)
-        if value is not None:
-            data[ours] = value
+    return cfg, model_type, family
+
+
+def _shape_fields(cfg: dict[str, Any], model_type: str, family: Family, data: dict[str, Any]) -> Family:
+    """Key/value heads and the MLP's width where an architecture's code fixes them; returns
+    the family with Falcon-RW's ALiBi positions."""
     if model_type == "chatglm" and not cfg.get("multi_query_attention"):
         data.pop("kv_heads", None)  # ChatGLM's multi_query_group_num counts only with it
     if model_type == "opt" and cfg.get("word_embed_proj_dim") not in (None, data.get("hidden")):
@@ -310,6 +332,12 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["ffn"] = int(cfg["expansion_ratio"] * data["hidden"])
     if "hidden" in data and "ffn" not in data and not family.gated:
         data["ffn"] = 4 * data["hidden"]  # GPT-2's n_inner null, Falcon, BLOOM
+    return family
+
+
+def _layer_fields(cfg: dict[str, Any], model_type: str, family: Family, data: dict[str, Any]) -> None:
+    """The layer's kinds: MLP, norms, biases, positions, tied embeddings, dropout."""
+    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "silu")
     # "swiglu" = any gated MLP (3 matrices); squared ReLU costs what GeLU does but is named
     data["mlp"] = "swiglu" if family.gated else ("relu2" if act == "relu2" else "gelu")
     data["norm"] = family.norm
@@ -329,6 +357,10 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
     tied = cfg.get("tie_word_embeddings")
     data["tied_embeddings"] = family.tied_default if tied is None else bool(tied)
     data["dropout"] = any((cfg.get(k) or 0) > 0 for k in _DROPOUT_KEYS)
+
+
+def _attention_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
+    """Output norms, final-logit soft-capping, attention sinks and the query/key norm."""
     if model_type in ("gemma2", "gemma3_text"):  # Gemma2DecoderLayer, Gemma3DecoderLayer
         data["post_norms"] = True
     cap = cfg.get("final_logit_softcapping")
@@ -343,14 +375,6 @@ def fields_from_config(cfg: dict[str, Any]) -> dict[str, Any]:
         data["qk_norm"] = QK_NORM_TYPES[model_type]
     elif cfg.get("qk_layernorm") or cfg.get("use_qk_norm"):
         data["qk_norm"] = _QK_NORM_WHEN_SET.get(model_type, "shared")
-    _moe_fields(cfg, model_type, data)
-    data.update(_window_fields(cfg, model_type))
-    # Llama4TextAttention rotates (and, with use_qk_norm, normalises) only on its chunked
-    # layers; Cohere2Attention applies its rotary embedding only with a sliding window
-    if model_type in ("llama4_text", "cohere2") and data.get("global_every"):
-        data["nope_global"] = True
-    data.update(_parallel_block_fields(cfg, model_type))
-    return data
 
 
 def _bias_fields(cfg: dict[str, Any], model_type: str, family: Family) -> tuple[str, ...]:
