@@ -1,4 +1,5 @@
-"""The parallel layout: degrees, validation against model and cluster, and the rank grid.
+"""The parallel layout: degrees, the rank grid, and ``build_layout``, which checks them against
+the model and cluster (the checks themselves are in ``layout_checks.py``).
 
 Ranks are laid out on one explicit grid (as picotron does with ``arange(world).view(...)``):
 ``parallel.order`` lists the dimensions innermost first (default ``tp,cp,dp,pp``, Megatron's
