@@ -319,9 +319,21 @@ class Worker(PipelineIO, DataParallelOps):
 
     # --- the step -----------------------------------------------------------------------
     def run(self) -> Generator:
+        """One training step of this rank: the gradient buffer's clearing, the schedule's ops,
+        the gradient reductions, the optimizer, and the outstanding transfers."""
+        env = self.shared.env
+        self._memory()
+        yield from self._before_schedule()
+        yield from self._run_schedule()
+        yield from self._finish_gradients()
+        yield from self._optimizer_step()
+        yield from self._drain()
+        self.end_time = env.now
+
+    def _before_schedule(self) -> Generator:
+        """ZeRO-1/2's overlapped parameter gathers are started and the gradient buffer cleared."""
         env = self.shared.env
         sc = self.shared.ctx.scenario
-        self._memory()
         zero = self.shared.ctx.layout.zero
         if zero in (1, 2) and sc.overlap.param_gather:
             self._start_param_gathers()
@@ -332,6 +344,12 @@ class Worker(PipelineIO, DataParallelOps):
             seconds = self.shared.grad_zero_seconds[self.stage]
             yield from self._compute(seconds)
             self._record("optimizer", GRAD_ZERO, -1, -1, -1, start, Work.of(optimizer=seconds))
+
+    def _run_schedule(self) -> Generator:
+        """The schedule's ops in order: one at a time, F&B pairs taking turns, or a pipeline
+        engine's serial steps, with their pipeline sends."""
+        env = self.shared.env
+        sc = self.shared.ctx.scenario
         previous: PipeOp | None = None
         serial = sc.overlap.pp_p2p == "serial"
         turns = not sc.overlap.pp_comm and waits_at_turns(sc)
@@ -387,6 +405,12 @@ class Worker(PipelineIO, DataParallelOps):
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         if serial and previous is not None:
             yield from self._blocking_send(previous)
+
+    def _finish_gradients(self) -> Generator:
+        """After the last op: the deferred LM-head weight gradients, the buckets not reduced
+        during the backward, the reductions still running, and the tied weights' all-reduce."""
+        sc = self.shared.ctx.scenario
+        zero = self.shared.ctx.layout.zero
         if self.plan.head_flush:
             # Megatron-Core's finish_embedding_wgrad_compute: after the schedule's last op,
             # before finalize_model_grads waits for (or starts) the gradient reductions
@@ -418,6 +442,13 @@ class Worker(PipelineIO, DataParallelOps):
                 self.plan.tied_params * grad_reduce_bytes(sc),
                 tied.NAME,
             )
+
+    def _optimizer_step(self) -> Generator:
+        """The optimizer (and its offloaded host part), then ZeRO-1/2's blocking parameter
+        gathers and a per-tensor unpack."""
+        env = self.shared.env
+        sc = self.shared.ctx.scenario
+        zero = self.shared.ctx.layout.zero
         start = env.now
         seconds = self.shared.optimizer_seconds[self.stage]
         yield from self._compute(seconds)
@@ -436,8 +467,6 @@ class Worker(PipelineIO, DataParallelOps):
             seconds = self.shared.unpack_seconds[self.stage]
             yield env.timeout(seconds)  # host time: neither a slow GPU nor NCCL's SMs stretch it
             self._record("host", "param_unpack", -1, -1, -1, start, Work.of(host=seconds))
-        yield from self._drain()
-        self.end_time = env.now
 
     def _drain(self) -> Generator:
         # the step ends when this rank's outstanding gathers and sends are done
