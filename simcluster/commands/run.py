@@ -85,13 +85,7 @@ def _window(text: str) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    window = _window(args.window) if args.window else None  # checked before minutes of simulating
-    if window and not args.out:
-        raise UserError("--window", "zooms the timeline that --out writes; add --out DIR")
-    if args.svg and not args.out:
-        raise UserError("--svg", "writes timeline.svg beside the files --out writes; add --out DIR")
-    if args.gzip_trace and not args.out:
-        raise UserError("--gzip-trace", "compresses the trace that --out writes; add --out DIR")
+    window = _output_options(args)  # checked before minutes of simulating
     scenario = scenario_from_args(args)
     if args.all_ranks:  # as simulation.all_ranks: a long step is still read off shorter ones
         simulation = scenario.simulation.model_copy(update={"all_ranks": True})
@@ -116,38 +110,13 @@ def run(args: argparse.Namespace) -> int:
     summary["inert_settings"] = [n.text for n in inert]
     if ctx.notes:
         summary["notes"] = list(ctx.notes)
-    if not summary["fits_in_memory"]:
-        from simcluster.fit_hints import fitting_combination, would_fit
-
-        summary["would_fit"] = would_fit(scenario, args.hardware)
-        if not summary["would_fit"]:
-            together = fitting_combination(scenario, args.hardware)
-            summary["would_fit_together"] = together.record() if together else None
-    elif _share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
-        from simcluster.commands.memory import TIGHT_SHARE
-        from simcluster.fit_hints import lighter_recompute
-
-        lighter = lighter_recompute(scenario, args.hardware, TIGHT_SHARE)
-        if lighter is not None:
-            summary["lighter_recompute"] = lighter.record()
+    _add_memory_advice(summary, scenario, args.hardware)
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
         summary["overrides"] = list(args.overrides)
     written: list[str] = []
     if args.out:
         assert result is not None  # --out simulates the whole step, for its timeline
-        if args.overrides:
-            result.title += f"\nwith --set {' '.join(args.overrides)}"
-        from simcluster.output.writer import WRITE_STEPS
-        from simcluster.progress import progress_bar
-
-        # a large run's figures, trace and events take a while (DeepSeek-V3 on 2,048 GPUs: 20 s)
-        with progress_bar(f"writing {args.out}", WRITE_STEPS, delay_s=1.0, unit="parts") as advance:
-            paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace, progress=advance)
-        written = sorted(paths)
-        trace = paths.get("trace.json.gz" if args.gzip_trace else "trace.json")
-        note = trace_size_note(trace, len(result.events)) if trace else None
-        if note:
-            print(f"simcluster run: {note}", file=sys.stderr)
+        written = _write_outputs(args, result, window)
     if args.json:
         print_json(summary)
         return 0
@@ -164,6 +133,55 @@ def run(args: argparse.Namespace) -> int:
         launch_blocking=ctx.scenario.training.launch_blocking,
     )
     return 0
+
+
+def _output_options(args: argparse.Namespace) -> tuple[float, float] | None:
+    """The options that shape what ``--out`` writes, refused without it; returns the window."""
+    window = _window(args.window) if args.window else None
+    if window and not args.out:
+        raise UserError("--window", "zooms the timeline that --out writes; add --out DIR")
+    if args.svg and not args.out:
+        raise UserError("--svg", "writes timeline.svg beside the files --out writes; add --out DIR")
+    if args.gzip_trace and not args.out:
+        raise UserError("--gzip-trace", "compresses the trace that --out writes; add --out DIR")
+    return window
+
+
+def _add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) -> None:
+    """What a layout that does not fit could change (one field, else several together), and
+    for one that fits while recomputing a good share of its step, the least recomputation
+    that still fits."""
+    if not summary["fits_in_memory"]:
+        from simcluster.fit_hints import fitting_combination, would_fit
+
+        summary["would_fit"] = would_fit(scenario, hardware)
+        if not summary["would_fit"]:
+            together = fitting_combination(scenario, hardware)
+            summary["would_fit_together"] = together.record() if together else None
+    elif _share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
+        from simcluster.commands.memory import TIGHT_SHARE
+        from simcluster.fit_hints import lighter_recompute
+
+        lighter = lighter_recompute(scenario, hardware, TIGHT_SHARE)
+        if lighter is not None:
+            summary["lighter_recompute"] = lighter.record()
+
+
+def _write_outputs(args: argparse.Namespace, result: SimResult, window: tuple[float, float] | None) -> list[str]:
+    """``--out``'s files, written atomically under a progress bar; returns their names."""
+    if args.overrides:
+        result.title += f"\nwith --set {' '.join(args.overrides)}"
+    from simcluster.output.writer import WRITE_STEPS
+    from simcluster.progress import progress_bar
+
+    # a large run's figures, trace and events take a while (DeepSeek-V3 on 2,048 GPUs: 20 s)
+    with progress_bar(f"writing {args.out}", WRITE_STEPS, delay_s=1.0, unit="parts") as advance:
+        paths = result.write(args.out, svg=args.svg, window=window, gzip_trace=args.gzip_trace, progress=advance)
+    trace = paths.get("trace.json.gz" if args.gzip_trace else "trace.json")
+    note = trace_size_note(trace, len(result.events)) if trace else None
+    if note:
+        print(f"simcluster run: {note}", file=sys.stderr)
+    return sorted(paths)
 
 
 def _rerun_arguments(args: argparse.Namespace) -> tuple[str, str]:
