@@ -227,23 +227,8 @@ def _simulation_text(s: dict) -> str:
     )
 
 
-def _print(
-    s: dict,
-    out: str | None,
-    tp_overlap_off: bool = False,
-    gpu: str | None = None,
-    precision: str | None = None,
-    etp_defaulted: bool = False,
-    scale_up: int = 0,
-    caveat: str | None = None,
-    written: Sequence[str] = (),
-    rerun: tuple[str, str] = ("", ""),
-    launch_blocking: bool = False,
-) -> None:
-    """The run's table and hints; ``rerun``: the SCENARIO argument and options a command that
-    reruns this scenario needs (the hints' compare command); ``launch_blocking``: the host time
-    comes from ``training.launch_blocking``, which the host-bound hint names instead."""
-    console = stdout_console()
+def _summary_table(s: dict) -> Table:
+    """The run's table: the step's figures, where its time goes, its memory, the simulation."""
     release = f" {s['framework_release']}" if s.get("framework_release") else ""
     under = f" under {s['framework']}{release}" if s.get("framework") else ""
     title = f"{run_heading(s['scenario'], s.get('model'))} — {s['layout']} on {s['gpus']} x {s['hardware']}{under}"
@@ -299,7 +284,28 @@ def _print(
     table.add_row("peak memory per GPU", memory_text)
     # the simulator's own cost, apart from the simulated step's figures above
     table.add_row("simulation", _simulation_text(s))
-    console.print(table)
+    return table
+
+
+def _print(
+    s: dict,
+    out: str | None,
+    tp_overlap_off: bool = False,
+    gpu: str | None = None,
+    precision: str | None = None,
+    etp_defaulted: bool = False,
+    scale_up: int = 0,
+    caveat: str | None = None,
+    written: Sequence[str] = (),
+    rerun: tuple[str, str] = ("", ""),
+    launch_blocking: bool = False,
+) -> None:
+    """The run's table and hints; ``rerun``: the SCENARIO argument and options a command that
+    reruns this scenario needs (the hints' compare command); ``launch_blocking``: the host time
+    comes from ``training.launch_blocking``, which the host-bound hint names instead."""
+    console = stdout_console()
+    console.print(_summary_table(s))
+    peak = s["peak_memory_bytes"]
     host = _share_of_step(s, busiest(s).get("host", 0.0))
     if host >= HOST_HINT and launch_blocking:
         console.print(
