@@ -34,7 +34,7 @@ from simcluster.data import data_dir
 from simcluster.errors import UserError
 from simcluster.executors import Executor
 from simcluster.key_aliases import normalise_keys
-from simcluster.measured import METRICS, positive_number, read_measured, split_memory
+from simcluster.measured import METRICS, Measured, positive_number, read_measured, split_memory
 from simcluster.nodes import expand_nodes
 from simcluster.paths import anchor_paths
 from simcluster.scenario.loading import drop_nulls, value_at
@@ -168,6 +168,8 @@ def shipped_case_files() -> list[Path]:
 
 
 def _parse_case(raw: Any, where: str, family: str) -> Case:
+    """One item of a cases file (``where`` names it in errors; ``family`` is the file's
+    unless the case gives its own)."""
     if not isinstance(raw, dict):
         raise UserError(where, "must be a mapping with name, source, scenario, measured")
     for key in ("scenario", "measured"):
@@ -175,6 +177,42 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             near = difflib.get_close_matches(key, [str(k) for k in raw if k not in _CASE_KEYS], n=1)
             hint = f" ('{near[0]}' looks like a misspelling of it)" if near else ""
             raise UserError(f"{where}.{key}", f"is required; add it to the case{hint}")
+    scenario, unset = _case_scenario(raw, where)
+    figures, memory_figure = split_memory(raw["measured"])
+    # samples per second become tokens by the sequence length, which may be written '8K'
+    measured = read_measured(figures, f"{where}.measured", expand_seq_len(scenario))
+    memory = raw.get("peak_memory_gib")
+    if memory is not None:
+        memory = positive_number(memory, f"{where}.peak_memory_gib")
+    elif memory_figure is not None:
+        memory = positive_number(memory_figure[1], f"{where}.measured.{memory_figure[0]}")
+    compare = raw.get("compare") or {}
+    if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
+        raise UserError(f"{where}.compare", "must be a mapping with group and label")
+    notes = [measured.note] if measured.note else []
+    flops = _case_flops(raw, where, measured, scenario, notes)
+    notes += _unknown_keys(raw, where)
+    return Case(
+        name=str(raw.get("name") or where),
+        source=str(raw.get("source") or ""),
+        family=str(raw.get("family") or family),
+        metric=measured.metric,
+        measured=measured.value,
+        note="; ".join(notes),
+        scenario=scenario,
+        published=dict(raw.get("published") or {}),
+        group=str(compare.get("group", "")),
+        label=str(compare.get("label", "")),
+        slow=bool(raw.get("slow", False)),
+        peak_memory_gib=memory,
+        flops=flops,
+        unset=unset,
+    )
+
+
+def _case_scenario(raw: dict[str, Any], where: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The case's scenario as the simulator reads it (canonical keys, nodes expanded, its
+    ``set:`` applied), and the keys a null left unset."""
     if not isinstance(raw["scenario"], dict):
         raise UserError(
             f"{where}.scenario",
@@ -196,18 +234,14 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
     # the nulls still unwritten once set: is applied go to run_case, so that a key without a
     # default says it was nulled, as a scenario's null does (not a bare 'is required')
     unset = tuple(dict.fromkeys(k for k in nulled if value_at(scenario, k.split(".")) is None))
-    figures, memory_figure = split_memory(raw["measured"])
-    # samples per second become tokens by the sequence length, which may be written '8K'
-    measured = read_measured(figures, f"{where}.measured", expand_seq_len(scenario))
-    memory = raw.get("peak_memory_gib")
-    if memory is not None:
-        memory = positive_number(memory, f"{where}.peak_memory_gib")
-    elif memory_figure is not None:
-        memory = positive_number(memory_figure[1], f"{where}.measured.{memory_figure[0]}")
-    compare = raw.get("compare") or {}
-    if not isinstance(compare, dict) or (compare and not {"group", "label"} <= set(compare)):
-        raise UserError(f"{where}.compare", "must be a mapping with group and label")
-    notes = [measured.note] if measured.note else []
+    return scenario, unset
+
+
+def _case_flops(
+    raw: dict[str, Any], where: str, measured: Measured, scenario: dict[str, Any], notes: list[str]
+) -> str:
+    """The FLOP count a TFLOP/s or MFU figure is compared in (``flops:``, else what the source
+    and the figure imply); the choices a reader should know of are added to ``notes``."""
     flops = _flop_convention(raw.get("flops", "megatron"), f"{where}.flops")
     if "flops" not in raw and measured.metric in _FLOP_METRICS and _names_megatron_bridge(scenario):
         # Megatron-Bridge's performance summaries print model TFLOP/s with attention's causal
@@ -237,32 +271,22 @@ def _parse_case(raw: Any, where: str, family: str) -> Case:
             "Megatron-DeepSpeed's printed TFLOPs) needs flops: hardware, a key of the case beside "
             "measured: (or the figure written as hardware_tflops_per_gpu / hfu)"
         )
+    return flops
+
+
+def _unknown_keys(raw: dict[str, Any], where: str) -> list[str]:
+    """A key the case format does not have: an error where it looks like a misspelt scoring
+    key, else a note (metadata such as a URL must not stop a run)."""
     unknown = sorted(str(k) for k in set(raw) - _CASE_KEYS)
     nearest = {k: difflib.get_close_matches(k, sorted(_CASE_KEYS - set(raw)), n=1, cutoff=0.8) for k in unknown}
     for key, close in nearest.items():  # a misspelt set: or flops: would score another comparison
         if close and close[0] in _SCORING_KEYS:
             raise UserError(f"{where}.{key}", f"unknown key (did you mean '{close[0]}'?); fix its spelling")
-    if unknown:  # metadata such as notes or a URL must not stop a run; it is shown
-        hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k, c in nearest.items() if c)
-        notes.append(
-            f"unknown key {', '.join(unknown)} ignored{hints} (a case has {', '.join(sorted(_CASE_KEYS))})"
-        )
-    return Case(
-        name=str(raw.get("name") or where),
-        source=str(raw.get("source") or ""),
-        family=str(raw.get("family") or family),
-        metric=measured.metric,
-        measured=measured.value,
-        note="; ".join(notes),
-        scenario=scenario,
-        published=dict(raw.get("published") or {}),
-        group=str(compare.get("group", "")),
-        label=str(compare.get("label", "")),
-        slow=bool(raw.get("slow", False)),
-        peak_memory_gib=memory,
-        flops=flops,
-        unset=unset,
-    )
+    if not unknown:
+        return []
+    # metadata such as notes or a URL must not stop a run; it is shown
+    hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k, c in nearest.items() if c)
+    return [f"unknown key {', '.join(unknown)} ignored{hints} (a case has {', '.join(sorted(_CASE_KEYS))})"]
 
 
 #: FLOP counts a case may name: the model-FLOP conventions, and ``hardware`` (also ``hfu``):
