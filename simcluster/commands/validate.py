@@ -221,8 +221,9 @@ def _print_setting_notes(console: Console, results: list[CaseResult]) -> None:
         )
 
 
-def _print(results: list[CaseResult], notes: bool = False) -> None:
-    console = stdout_console(120)
+def _cases_table(results: list[CaseResult]) -> Table:
+    """One row per case: its metric, the prediction, the measurement, the error (and the peak
+    memory beside the published one, where a case gives it)."""
     table = Table(title="validation cases (error: (predicted - measured) / measured of the metric; a step time's - is a faster simulated step)")
     with_memory = any(r.case.peak_memory_gib is not None for r in results)
     columns = [
@@ -241,16 +242,11 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
         if with_memory:
             row.append(_memory_cell(r))
         table.add_row(*row)
-    console.print(table)
-    if any(r.extrapolated_from for r in results):
-        console.print(read_off_legend("extrapolated_from_microbatches in --json"))
-    for r in results:
-        if r.case.note:
-            console.print(f"{r.case.name}: {r.case.note}")
-    for line in inert_lines(results) if notes else inert_summary(results):
-        console.print(line, markup=False, highlight=False)
-    _print_setting_notes(console, results)
+    return table
 
+
+def _family_table(results: list[CaseResult]) -> Table:
+    """The error by family, by GPU (when there are several) and over all cases."""
     fam = Table(title="error by family and by GPU (absolute %; bias: mean speed error, + = simulated faster)")
     for col in ("family", "n", "MAPE", "median", "max", "bias", "failed"):
         fam.add_column(col, justify="left" if col == "family" else "right")
@@ -265,7 +261,22 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
             ]
             cells.append(f"{s['speed_bias_pct']:+.1f}" if s["speed_bias_pct"] is not None else "—")
             fam.add_row(name, str(s["n"]), *cells, str(s["failed"]), end_section=i == len(section) - 1)
-    console.print(fam)
+    return fam
+
+
+def _print(results: list[CaseResult], notes: bool = False) -> None:
+    console = stdout_console(120)
+    console.print(_cases_table(results))
+    if any(r.extrapolated_from for r in results):
+        console.print(read_off_legend("extrapolated_from_microbatches in --json"))
+    for r in results:
+        if r.case.note:
+            console.print(f"{r.case.name}: {r.case.note}")
+    for line in inert_lines(results) if notes else inert_summary(results):
+        console.print(line, markup=False, highlight=False)
+    _print_setting_notes(console, results)
+
+    console.print(_family_table(results))
     worst = beyond(results, 25.0)
     if worst:
         names = ", ".join(f"{r.case.name} ({r.error_pct:+.0f}%)" for r in worst)
