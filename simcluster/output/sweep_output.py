@@ -264,6 +264,10 @@ class _Reading:
 
     prices: Prices | None
 
+    @property
+    def priced(self) -> bool:
+        return self.prices is not None
+
     def y(self, row: SweepRow) -> float | None:
         if self.prices is not None:
             return usd_per_million_tokens(_summary(row), self.prices)
@@ -286,6 +290,10 @@ def _hardware(row: SweepRow) -> str:
     return str(_summary(row)["hardware"])
 
 
+def _gpus(row: SweepRow) -> int:
+    return int(_summary(row)["gpus"])
+
+
 def _capacity(row: SweepRow) -> float:
     return float(_summary(row)["capacity_bytes"]) / GiB
 
@@ -298,7 +306,8 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     """Tokens/s per GPU against peak memory per GPU for every simulated layout; with ``prices``,
     dollars per million tokens (the sweep's ranking then) against memory. Several hardware
     profiles get a colour and marker each, with their own capacity line and front."""
-    read, priced = _Reading(prices), prices is not None
+    read = _Reading(prices)
+    priced = read.priced
     ran = [r for r in rows if r.summary is not None]
     drawn = [r for r in ran if read.y(r) is not None]  # a layout without a price has no cost to draw
     fig = Figure(figsize=(8.0, 6.4), layout="constrained")
@@ -318,7 +327,7 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     best = [r for r in ran if r.fits][:_LABELLED]  # the table's first (those that fit lead it)
     best = [r for r in best if read.y(r) is not None]
     rank_of = {id(row): i for i, row in enumerate(rows, start=1)}  # the table's rank
-    _draw_best_key(fig, read, best, rank_of, priced)
+    _draw_best_key(fig, read, best, rank_of)
     # x from zero, with headroom: autoscaling pads the data's own range, which leaves the
     # rightmost markers on the frame once the axes are stretched down to zero; y by y_limits
     xs, ys = read.xy(drawn)
@@ -362,7 +371,7 @@ def _draw_layouts(
     per_profile: list[str | None] = list(styles) or [None]  # None: one for all
     # one profile over several cluster sizes: a marker per size (with several profiles the
     # markers tell the profiles apart, and the key under the plot names the sizes)
-    sizes = sorted({int(_summary(r)["gpus"]) for r in drawn}) if not styles else []
+    sizes = sorted({_gpus(r) for r in drawn}) if not styles else []
     size_marker = {g: _SIZE_MARKERS[i % len(_SIZE_MARKERS)] for i, g in enumerate(sizes)} if len(sizes) > 1 else {}
     any_over = False
     fronts: list[_Front] = []
@@ -371,7 +380,7 @@ def _draw_layouts(
         colour, marker = (_FIT_COLOUR, "o") if name is None else styles[name]
         counts: list[int | None] = list(size_marker) or [None]
         for count in counts:
-            group = [r for r in mine if count is None or int(_summary(r)["gpus"]) == count]
+            group = [r for r in mine if count is None or _gpus(r) == count]
             fits = [r for r in group if r.fits]
             over = [r for r in group if not r.fits]
             shape = size_marker[count] if count is not None else marker
@@ -389,7 +398,7 @@ def _draw_layouts(
         if len(fits) > 1:
             mem, ys = read.xy(fits)
             # less memory and a higher speed, or less memory and a lower cost
-            front = pareto_front(list(zip(mem, [-y if read.prices is not None else y for y in ys], strict=True)))
+            front = pareto_front(list(zip(mem, [-y if read.priced else y for y in ys], strict=True)))
             if len(front) > 1:
                 fronts.append(([mem[i] for i in front], [ys[i] for i in front], colour,
                                front_label if name is None else f"{name}: {front_label}"))  # fmt: skip
@@ -423,9 +432,7 @@ def _draw_capacities(
     return handles, labels
 
 
-def _draw_best_key(
-    fig: Figure, read: _Reading, best: Sequence[SweepRow], rank_of: dict[int, int], priced: bool
-) -> None:
+def _draw_best_key(fig: Figure, read: _Reading, best: Sequence[SweepRow], rank_of: dict[int, int]) -> None:
     """The key under the plot: the best layouts that fit, with their ranks and settings (and
     cost), and room made for it below the axes, as tall as its lines."""
     if not best:
@@ -434,10 +441,10 @@ def _draw_best_key(
     digits = dollar_digits([cast(float, read.y(r)) for r in best])
     lines = [
         f"#{rank_of[id(r)]}  {r.candidate.label:<{width}}"
-        + (f"  ${read.y(r):,.{digits}f} per 1M tokens" if priced else "")
+        + (f"  ${read.y(r):,.{digits}f} per 1M tokens" if read.priced else "")
         for r in best
     ]
-    heading = "cheapest that fit:" if priced else "best that fit:"
+    heading = "cheapest that fit:" if read.priced else "best that fit:"
     key: Text = fig.text(0.01, 0.005, "\n".join([heading, *lines]), fontsize=8, va="bottom", ha="left",
                          family="monospace")  # fmt: skip
     # layout="constrained" makes the engine a ConstrainedLayoutEngine, which takes rect
