@@ -229,83 +229,99 @@ def parse_text(path: str, text: str) -> list[NcclLog]:
     """
     runs = [NcclLog(path)]
     for lineno, line in _content(path, text):
-        run = runs[-1]
         if line.startswith("#"):
-            body = line.lstrip("#").strip()
-            rank = _RANK_RE.match(line)
-            tokens = ["time" if t in _TIME_WORDS else t for t in body.split()]
-            table = tokens[:2] == ["size", "count"] and "time" in tokens
-            if (
-                (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
-                or (rank and (run.trailing or run.closed or int(rank.group(1)) in run.ranks))
-                or (table and (run.rows or run.closed))
-            ):
-                run = NcclLog(path, start=lineno)
-                runs.append(run)
-            if not run.opened:
-                run.start, run.opened = lineno, True
-            if rank:
-                run.ranks.add(int(rank.group(1)))
-                run.hosts.append(rank.group(3))
-                run.groups.add(rank.group(2) or "0")
-                if len(run.groups) > 1:
-                    raise _bad(
-                        path,
-                        lineno,
-                        "the ranks form several groups (NCCL_TESTS_SPLIT_MASK), each its own "
-                        "communicator of fewer ranks; import a run without the split",
-                    )
-                device = rank.group(4).strip()
-                if device and run.device and device != run.device:
-                    raise _bad(
-                        path,
-                        lineno,
-                        f"rank {rank.group(1)} runs on '{device}', the run's first rank on "
-                        f"'{run.device}'; a profile describes one GPU: import a run of one kind",
-                    )
-                run.device = device or run.device
-            elif m := _BINARY_RE.search(line):
-                if run.op is None:
-                    run.op, run.op_line = BINARY_OPS[m.group(1)], lineno
-                    run.op_from = f"line {lineno} ('{line}')"
-            if m := _VERSION_RE.search(line):
-                run.nccl = _nccl_version(int(m.group(1)))
-            if table:
-                run.stamped = tokens[-1] == "timestamp"
-                columns = tokens[:-1] if run.stamped else tokens
-                run.trailing, run.columns = len(columns) - columns.index("time"), columns
-            if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
-                run.closed = run.closed or lineno
-            continue
-        tokens = line.split()
-        if run.closed or not run.trailing:
-            # outside a run's table: a job script's own text (echo, srun, module messages) is
-            # skipped, but not a table row without its run's header
-            if not (tokens[0].isdigit() and len(tokens) >= 4):
-                continue
-            if run.closed:
-                raise _bad(
-                    path,
-                    lineno,
-                    f"a table row after its run ended (line {run.closed}); is the header of the "
-                    "run it belongs to missing?",
-                )
-            raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
-        if run.stamped and len(tokens) > 2 and _STAMP_RE.match(tokens[-2]):
-            tokens = tokens[:-2]  # the row's timestamp, date and time
-        if len(tokens) < 2 + run.trailing:
-            raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
-        size = _num(tokens[0], path, lineno, "size")
-        oop = tokens[-run.trailing :]
-        time_us = _num(oop[0], path, lineno, "time")
-        bus = _num(oop[2], path, lineno, "busbw")
-        if time_us <= 0:
-            continue  # nccl-tests prints 0-byte rows with no time
-        run.rows.append((int(size), time_us * 1e-6, bus, lineno))
-        run.variants.append(tuple(tokens[2 : -run.trailing]))
-        if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
-            run.redop = (redop, lineno)
+            _header_line(runs, lineno, line)
+        else:
+            _table_row(runs[-1], lineno, line)
     return runs
+
+
+def _header_line(runs: list[NcclLog], lineno: int, line: str) -> None:
+    """Read one '#' line into the last run, or into a new run it starts (appended to ``runs``)."""
+    run = runs[-1]
+    body = line.lstrip("#").strip()
+    rank = _RANK_RE.match(line)
+    tokens = ["time" if t in _TIME_WORDS else t for t in body.split()]
+    table = tokens[:2] == ["size", "count"] and "time" in tokens
+    if (
+        (body.startswith(_RUN_OPENERS) and (run.has_body() or run.closed))
+        or (rank and (run.trailing or run.closed or int(rank.group(1)) in run.ranks))
+        or (table and (run.rows or run.closed))
+    ):
+        run = NcclLog(run.path, start=lineno)
+        runs.append(run)
+    if not run.opened:
+        run.start, run.opened = lineno, True
+    if rank:
+        _rank_line(run, lineno, rank)
+    elif m := _BINARY_RE.search(line):
+        if run.op is None:
+            run.op, run.op_line = BINARY_OPS[m.group(1)], lineno
+            run.op_from = f"line {lineno} ('{line}')"
+    if m := _VERSION_RE.search(line):
+        run.nccl = _nccl_version(int(m.group(1)))
+    if table:
+        run.stamped = tokens[-1] == "timestamp"
+        columns = tokens[:-1] if run.stamped else tokens
+        run.trailing, run.columns = len(columns) - columns.index("time"), columns
+    if body.startswith(("Avg bus bandwidth", "Collective test concluded")) and run.trailing:
+        run.closed = run.closed or lineno
+
+
+def _rank_line(run: NcclLog, lineno: int, rank: re.Match[str]) -> None:
+    """Record a ``#  Rank`` line's rank, host, group and device; refuse split or mixed runs."""
+    run.ranks.add(int(rank.group(1)))
+    run.hosts.append(rank.group(3))
+    run.groups.add(rank.group(2) or "0")
+    if len(run.groups) > 1:
+        raise _bad(
+            run.path,
+            lineno,
+            "the ranks form several groups (NCCL_TESTS_SPLIT_MASK), each its own "
+            "communicator of fewer ranks; import a run without the split",
+        )
+    device = rank.group(4).strip()
+    if device and run.device and device != run.device:
+        raise _bad(
+            run.path,
+            lineno,
+            f"rank {rank.group(1)} runs on '{device}', the run's first rank on "
+            f"'{run.device}'; a profile describes one GPU: import a run of one kind",
+        )
+    run.device = device or run.device
+
+
+def _table_row(run: NcclLog, lineno: int, line: str) -> None:
+    """Read a line that is not a '#' line: a row of the run's table, or text outside it."""
+    path = run.path
+    tokens = line.split()
+    if run.closed or not run.trailing:
+        # outside a run's table: a job script's own text (echo, srun, module messages) is
+        # skipped, but not a table row without its run's header
+        if not (tokens[0].isdigit() and len(tokens) >= 4):
+            return
+        if run.closed:
+            raise _bad(
+                path,
+                lineno,
+                f"a table row after its run ended (line {run.closed}); is the header of the "
+                "run it belongs to missing?",
+            )
+        raise _bad(path, lineno, "data before the '# size count ... time algbw busbw' header")
+    if run.stamped and len(tokens) > 2 and _STAMP_RE.match(tokens[-2]):
+        tokens = tokens[:-2]  # the row's timestamp, date and time
+    if len(tokens) < 2 + run.trailing:
+        raise _bad(path, lineno, f"expected at least {2 + run.trailing} columns, got {len(tokens)}")
+    size = _num(tokens[0], path, lineno, "size")
+    oop = tokens[-run.trailing :]
+    time_us = _num(oop[0], path, lineno, "time")
+    bus = _num(oop[2], path, lineno, "busbw")
+    if time_us <= 0:
+        return  # nccl-tests prints 0-byte rows with no time
+    run.rows.append((int(size), time_us * 1e-6, bus, lineno))
+    run.variants.append(tuple(tokens[2 : -run.trailing]))
+    if run.redop is None and (redop := _redop(run.columns, tokens[: -run.trailing])) is not None:
+        run.redop = (redop, lineno)
 
 
 def parse_json(path: str, text: str) -> NcclLog:
