@@ -96,74 +96,80 @@ def _words(text: str) -> list[str]:
 
 def _statements(text: str) -> list[list[str]]:
     """``text`` cut into statements of raw words (quotes kept, so expansion can honour them)."""
-    text = _without_heredocs(text)
-    statements: list[list[str]] = []
-    words: list[str] = []
-    word: list[str] = []
-    quote = ""
+    splitter = _Splitter(_without_heredocs(text))
     i = 0
+    while i < len(splitter.text):
+        i = splitter.step(i)
+    splitter.end_statement()
+    return splitter.statements
 
-    def end_word() -> None:
-        if word:
-            words.append("".join(word))
-            word.clear()
 
-    def end_statement() -> None:
-        end_word()
-        if words:
-            statements.append(list(words))
-            words.clear()
+@dataclass
+class _Splitter:
+    """The statements and words read so far from ``text``, and the word being read."""
 
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text) and quote != "'":
-            if text[i + 1] == "\n":  # a continued line
-                i += 2
-                continue
-            word.append(text[i : i + 2])
-            i += 2
-            continue
-        if quote:
-            word.append(ch)
-            if ch == quote:
-                quote = ""
-            i += 1
-            continue
+    text: str
+    statements: list[list[str]] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)
+    word: list[str] = field(default_factory=list)
+    quote: str = ""  # the quote the word is inside ("": none)
+
+    def end_word(self) -> None:
+        if self.word:
+            self.words.append("".join(self.word))
+            self.word.clear()
+
+    def end_statement(self) -> None:
+        self.end_word()
+        if self.words:
+            self.statements.append(list(self.words))
+            self.words.clear()
+
+    def step(self, i: int) -> int:
+        """Read the character at ``i`` (with what it opens); return the index to read next."""
+        text, ch = self.text, self.text[i]
+        if ch == "\\" and i + 1 < len(text) and self.quote != "'":
+            if text[i + 1] != "\n":  # a backslash-newline continues the line: both dropped
+                self.word.append(text[i : i + 2])
+            return i + 2
+        if self.quote:
+            self.word.append(ch)
+            if ch == self.quote:
+                self.quote = ""
+            return i + 1
         if ch in "'\"`":
-            quote = ch
-            word.append(ch)
-        elif ch == "(" and word and word[-1].endswith("="):
-            i = _array(text, i + 1, word)  # NAME=( words... ): an array, comments inside
-            continue
+            self.quote = ch
+            self.word.append(ch)
+        elif ch == "(" and self.word and self.word[-1].endswith("="):
+            return _array(text, i + 1, self.word)  # NAME=( words... ): an array, comments inside
         elif ch == "$" and text.startswith("$(", i):
-            depth, j = 0, i + 1
-            while j < len(text):  # $( ... ) and $(( ... )) kept whole
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                if depth == 0:
-                    break
-                j += 1
-            word.append(text[i : j + 1])
-            i = j
-        elif ch == "#" and not word:
-            while i < len(text) and text[i] != "\n":
-                i += 1
-            continue
+            return self._substitution(i)
+        elif ch == "#" and not self.word:
+            end = text.find("\n", i)
+            return len(text) if end < 0 else end
         elif ch in " \t":
-            end_word()
-        elif any(text.startswith(sep, i) for sep in _SEPARATORS):
-            sep = next(s for s in _SEPARATORS if text.startswith(s, i))
-            if sep in _CHAIN and (words or word):
-                end_word()
-                words.append(sep)
+            self.end_word()
+        elif sep := next((s for s in _SEPARATORS if text.startswith(s, i)), None):
+            if sep in _CHAIN and (self.words or self.word):
+                self.end_word()
+                self.words.append(sep)
             else:
-                end_statement()
-            i += len(sep)
-            continue
+                self.end_statement()
+            return i + len(sep)
         else:
-            word.append(ch)
-        i += 1
-    end_statement()
-    return statements
+            self.word.append(ch)
+        return i + 1
+
+    def _substitution(self, i: int) -> int:
+        """Keep ``$( ... )`` or ``$(( ... ))`` from ``i`` whole in the word."""
+        text, depth, j = self.text, 0, i + 1
+        while j < len(text):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        self.word.append(text[i : j + 1])
+        return j + 1
 
 
 def _without_heredocs(text: str) -> str:
