@@ -180,18 +180,39 @@ def _framework(flags: Flags) -> str:
 
 
 def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    """Fill ``model`` from the flags that describe the network (shape, MLP, attention, norm,
+    positions, vocabulary)."""
     model = sc["model"]
-    for needed in ("layers", "hidden", "heads"):
+    _require_shape(model)
+    _mlp(flags, model)
+    mla(flags, model, out)
+    _kv_heads(flags, model)
+    _norm_and_positions(flags, model, out)
+    _softmax(flags, model, out)
+    dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
+    model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
+    _model_vocab(flags, sc, out)
+    # arguments.py --transformer-impl local: Megatron-Core's own DotProductAttention, which
+    # materialises the scores (no fused kernel); transformer_engine (the default) fuses them
+    if flags.choice("transformer-impl", {"local": "local", "transformer_engine": "te"}) == "local":
+        sc["training"]["flash_attention"] = False
+
+
+_SHAPE_FLAGS = {"layers": "num-layers", "hidden": "hidden-size", "heads": "num-attention-heads"}
+
+
+def _require_shape(model: dict[str, Any]) -> None:
+    """Refuse a launch line without the layers, hidden size or heads (Megatron requires them)."""
+    for needed, flag in _SHAPE_FLAGS.items():
         if needed not in model:
-            flag = {
-                "layers": "num-layers",
-                "hidden": "hidden-size",
-                "heads": "num-attention-heads",
-            }[needed]
             raise UserError(
                 f"--{flag}",
                 "the launch line does not give it (Megatron requires it); set it with --var",
             )
+
+
+def _mlp(flags: Flags, model: dict[str, Any]) -> None:
+    """The MLP's activation and width, and the experts' defaults (Megatron's arguments.py)."""
     if flags.has("swiglu"):
         model["mlp"] = "swiglu"
     elif flags.has("squared-relu"):
@@ -210,7 +231,10 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         model["expert_ffn"] = ffn  # arguments.py: --moe-ffn-hidden-size defaults to ffn_hidden_size
     if "experts" in model and "top_k" not in model:
         model["top_k"] = 2  # arguments.py: --moe-router-topk defaults to 2
-    mla(flags, model, out)
+
+
+def _kv_heads(flags: Flags, model: dict[str, Any]) -> None:
+    """Grouped-query attention's key/value heads, in either framework's spelling."""
     kv_heads = flags.integer("num-key-value-heads")  # Megatron-DeepSpeed's GQA flag
     if kv_heads is not None:
         model["kv_heads"] = kv_heads
@@ -222,6 +246,10 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
                 "--group-query-attention needs it (Megatron's default is 1 group)",
             )
         model["kv_heads"] = groups
+
+
+def _norm_and_positions(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """The norm, the linear layers' bias, the position embedding and the tied embeddings."""
     # Megatron-LM spells the choices LayerNorm / RMSNorm, Megatron-DeepSpeed layernorm / rmsnorm
     norm = flags.choice(
         "normalization",
@@ -246,6 +274,10 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     elif max_positions is not None:
         out.skip("--max-position-embeddings", "sizes the rotary table only, which is not costed")
     model["tied_embeddings"] = not flags.has("untie-embeddings-and-output-weights")
+
+
+def _softmax(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """``--softmax-type``: learned attention sinks, or a note for the fixed one."""
     # arguments.py --softmax-type: 'learnable' is gpt-oss's per-head sink logit in the softmax's
     # denominator (one parameter per head, TransformerEngine's softmax_type); 'off-by-one' is the
     # same term fixed at logit 0, with no parameter, which model.attention_sinks does not describe
@@ -260,24 +292,22 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
             "a fixed sink logit with no parameter: model.attention_sinks (learned sinks) costs "
             "it the same but counts one parameter per head; --set model.attention_sinks=true",
         )
-    dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
-    model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
+
+
+def _model_vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    """``model.vocab`` where the flags give it, else what the user must give (and why)."""
     vocab = _vocab(flags, sc, out)
     if vocab is not None:
-        model["vocab"] = vocab
-    else:
-        tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
-        divisor = flags.integer("make-vocab-size-divisible-by") or 128
-        tp = sc["parallel"].get("tp", 1)
-        out.needs["model.vocab"] = (
-            f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
-            f"Megatron pads it (a multiple of {divisor} x tp {tp} = {divisor * tp}): "
-            "--set model.vocab=N"
-        )
-    # arguments.py --transformer-impl local: Megatron-Core's own DotProductAttention, which
-    # materialises the scores (no fused kernel); transformer_engine (the default) fuses them
-    if flags.choice("transformer-impl", {"local": "local", "transformer_engine": "te"}) == "local":
-        sc["training"]["flash_attention"] = False
+        sc["model"]["vocab"] = vocab
+        return
+    tokenizer = flags.values.get("tokenizer-type") or ["the script's tokenizer"]
+    divisor = flags.integer("make-vocab-size-divisible-by") or 128
+    tp = sc["parallel"].get("tp", 1)
+    out.needs["model.vocab"] = (
+        f"{' '.join(tokenizer)} keeps its vocabulary size in its files; give it padded as "
+        f"Megatron pads it (a multiple of {divisor} x tp {tp} = {divisor * tp}): "
+        "--set model.vocab=N"
+    )
 
 
 def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
