@@ -22,6 +22,7 @@ is ``training.recompute_partitioned`` (a note says so while nothing is recompute
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,7 @@ def _derive_micro_batch(training: dict[str, Any], world: int) -> None:
 
 
 def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
+    """``zero_optimization``: the stage, the ZeRO-3 settings, buckets, overlap and offload."""
     stage = _number(zero.get("stage", 0), "zero_optimization.stage")
     sc["parallel"]["zero"] = stage
     aliases = KEY_ALIASES["zero3"]
@@ -210,31 +212,8 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
                 # elements of the gradients DeepSpeed reduces, in the model's 16-bit dtype (fp32 at fp32)
                 width = 4 if sc["training"]["precision"] == "fp32" else 2
                 sc["dp"] = {"bucket_mb": _number(value, where) * width / 1e6}
-        elif key == "overlap_comm":
-            sc.setdefault("overlap", {})["dp_grad_reduce"] = bool(value)
-        elif key == "offload_optimizer":
-            device = _section(zero, key).get("device", "none")
-            if device == "cpu":
-                sc["training"]["optimizer_offload"] = 1.0
-            elif device not in ("none", None):
-                raise UserError(
-                    f"{where}.device",
-                    f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled",
-                )
-        elif key == "cpu_offload":
-            # zero/config.py: the deprecated cpu_offload: true is offload_optimizer {device: cpu}
-            if value is True:
-                sc["training"]["optimizer_offload"] = 1.0
-        elif key in ("cpu_offload_params", "cpu_offload_param"):
-            if value is True:  # deprecated for offload_param {device: cpu}
-                raise UserError(where, "parameter offload is not modelled; import without it")
-        elif key == "offload_param":
-            device = _section(zero, key).get("device", "none")
-            if device not in ("none", None):
-                raise UserError(
-                    f"{where}.device",
-                    f"'{device}': parameter offload is not modelled; import without it",
-                )
+        elif key in _ZERO_KEYS:
+            _ZERO_KEYS[key](zero, key, sc)
         else:
             out.skip(
                 where,
@@ -244,3 +223,51 @@ def _zero(zero: dict[str, Any], sc: dict[str, Any], out: Imported) -> None:
             )
     if zero3:
         sc["zero3"] = zero3
+
+
+def _overlap_comm(zero: dict[str, Any], key: str, sc: dict[str, Any]) -> None:
+    sc.setdefault("overlap", {})["dp_grad_reduce"] = bool(zero[key])
+
+
+def _offload_optimizer(zero: dict[str, Any], key: str, sc: dict[str, Any]) -> None:
+    device = _section(zero, key).get("device", "none")
+    if device == "cpu":
+        sc["training"]["optimizer_offload"] = 1.0
+    elif device not in ("none", None):
+        raise UserError(
+            f"zero_optimization.{key}.device",
+            f"'{device}' cannot be imported; the host CPU's offload (cpu) is modelled",
+        )
+
+
+def _cpu_offload(zero: dict[str, Any], key: str, sc: dict[str, Any]) -> None:
+    # zero/config.py: the deprecated cpu_offload: true is offload_optimizer {device: cpu}
+    if zero[key] is True:
+        sc["training"]["optimizer_offload"] = 1.0
+
+
+def _cpu_offload_params(zero: dict[str, Any], key: str, sc: dict[str, Any]) -> None:
+    if zero[key] is True:  # deprecated for offload_param {device: cpu}
+        raise UserError(
+            f"zero_optimization.{key}", "parameter offload is not modelled; import without it"
+        )
+
+
+def _offload_param(zero: dict[str, Any], key: str, sc: dict[str, Any]) -> None:
+    device = _section(zero, key).get("device", "none")
+    if device not in ("none", None):
+        raise UserError(
+            f"zero_optimization.{key}.device",
+            f"'{device}': parameter offload is not modelled; import without it",
+        )
+
+
+#: the zero_optimization keys read into the scenario beside the ZeRO-3 ones, each by its reader
+_ZERO_KEYS: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], None]] = {
+    "overlap_comm": _overlap_comm,
+    "offload_optimizer": _offload_optimizer,
+    "cpu_offload": _cpu_offload,
+    "cpu_offload_params": _cpu_offload_params,
+    "cpu_offload_param": _cpu_offload_params,
+    "offload_param": _offload_param,
+}
