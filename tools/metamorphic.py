@@ -3,7 +3,8 @@
     python tools/metamorphic.py --seed 1 --count 100 --out /tmp/meta
 
 Each scenario is drawn as tools/fuzz_scenarios.py draws one (``--pairs``: made to run F&B
-pairs, DualPipe or Megatron-Core's EP overlap); those that simulate are simulated again as
+pairs, DualPipe or Megatron-Core's EP overlap; ``--simulable``: drawn again until its layout is
+accepted, where most draws would be refused); those that simulate are simulated again as
 variants whose result can only move one way:
 
 - faster hardware, through the scenario's ``cluster.profile`` patch (every tensor-core peak,
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fuzz_scenarios import Timeout, draw, paired, time_limit
+from fuzz_scenarios import Timeout, draw_scenario, time_limit
 
 from simcluster.context import build_context
 from simcluster.engine import simulate
@@ -326,6 +327,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", help="comma-separated: run only the relations whose name contains one")
     parser.add_argument("--out", type=Path, default=Path("metamorphic-findings"))
     parser.add_argument("--pairs", action="store_true", help="only layouts with F&B pairs (DualPipe, overlap.ep_comm)")
+    parser.add_argument("--simulable", action="store_true", help="draw again until a layout is accepted (as fuzz_scenarios)")
     args = parser.parse_args(argv)
     wanted = args.only.split(",") if args.only else [""]
     relations = [r for r in RELATIONS if any(w in r.name for w in wanted)]
@@ -340,9 +342,7 @@ def main(argv: list[str]) -> int:
 
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
-            doc = draw(rng)
-            if args.pairs:
-                doc = paired(rng, doc)
+            doc = draw_scenario(rng, args.pairs, args.simulable)
             try:
                 baseline = _simulate(doc, args.timeout)
             except InvalidTimeline as err:
