@@ -477,32 +477,64 @@ class Worker(PipelineIO, DataParallelOps):
     def _execute(
         self, op: PipeOp, previous: PipeOp | None, lane: Lane | None = None
     ) -> Generator:
+        """Run one pipeline op: its chunk's units in order, each with its gathers, stash moves,
+        offload copies and gradient hooks around its compute."""
+        run = self._op_run(op, previous, lane)
+        self._before_units(op, previous, run)
+        units = run.units
+        for i, unit in enumerate(units):
+            if lane is not None and i > 0 and not (_exchanges(unit) and _exchanges(units[i - 1])):
+                lane.hand_over()  # a layer without expert all-to-alls is a part of its own
+            yield from self._unit_inputs(op, run, i, lane)
+            yield from self._unit_compute(op, run, unit, lane)
+            yield from self._unit_outputs(op, run, i, lane)
+        yield from self._after_units(op, run, lane)
+
+    def _op_run(self, op: PipeOp, previous: PipeOp | None, lane: Lane | None) -> _OpRun:
+        """What the op's units read: its chunk plan and units, and how the layout treats them."""
         cplan = self.plan.chunks[op.chunk]
-        kind = PHASE_KIND[op.kind]
+        layout = self.shared.ctx.layout
         units = cplan.phases[op.kind]
         head_deferred = op.kind in cplan.deferred and op.microbatch < self.plan.deferred_microbatches
         if head_deferred:
             units = cplan.deferred[op.kind]  # its LM-head weight gradient waits for the flush
-        zero3 = self.shared.ctx.layout.zero == 3
-        pipelined = self.shared.ctx.layout.zero3_pipelined
-        # FSDP2 accumulates unsharded until the last microbatch, which alone reduce-scatters
-        deferred = self.shared.ctx.layout.zero3_deferred_sync
         # ZeRO-0/1 reduce gradients once per step (last microbatch); ZeRO-2 keeps only a gradient
         # shard, so it reduce-scatters every microbatch (DeepSpeed stage 2 with accumulation)
-        last_mb = (
-            self.plan.last_backward.get(op.chunk) == op.microbatch
-            or self.shared.ctx.layout.zero == 2
+        last_mb = self.plan.last_backward.get(op.chunk) == op.microbatch or layout.zero == 2
+        resident = (
+            previous is not None
+            and previous.kind == "F"
+            and previous.microbatch == op.microbatch
+            and previous.chunk == op.chunk
         )
-        # a layer's activations are saved as its forward runs and freed as its backward does;
-        # a pair's F and B interleave, so their stash moves whole at the op's edges (as the
-        # memory walk counts it, an upper bound)
-        per_unit = lane is None
-        stash_from, stash_delta = self.activations, _stash_delta(op.kind, cplan)
+        return _OpRun(
+            cplan=cplan,
+            kind=PHASE_KIND[op.kind],
+            units=units,
+            head_deferred=head_deferred,
+            zero3=layout.zero == 3,
+            pipelined=layout.zero3_pipelined,
+            # FSDP2 accumulates unsharded until the last microbatch, which alone reduce-scatters
+            deferred=layout.zero3_deferred_sync,
+            last_mb=last_mb,
+            # a layer's activations are saved as its forward runs and freed as its backward
+            # does; a pair's F and B interleave, so their stash moves whole at the op's edges
+            # (as the memory walk counts it, an upper bound)
+            per_unit=lane is None,
+            stash_from=self.activations,
+            stash_delta=_stash_delta(op.kind, cplan),
+            skip=self._zero3_skip(cplan, op, resident),
+            offloaded=cplan.offload_bytes if op.kind in ("F", "B", "BW") else {},
+        )
+
+    def _before_units(self, op: PipeOp, previous: PipeOp | None, run: _OpRun) -> None:
+        """The op's memory at its start, and the gathers a forward finds kept."""
+        cplan = run.cplan
         if op.kind in ("B", "BW"):
             self._cp_working(cplan, op.kind)
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[0])
-        if op.kind == "F" and not per_unit:
+        if op.kind == "F" and not run.per_unit:
             self.activations += cplan.activation_bytes
             self._memory()
         if (
@@ -514,78 +546,89 @@ class Worker(PipelineIO, DataParallelOps):
         ):
             # the backward just before kept its gathers: this forward all-gathers nothing
             self.kept_gathers[(op.microbatch, op.chunk)] = previous.microbatch
-        resident = (
-            previous is not None
-            and previous.kind == "F"
-            and previous.microbatch == op.microbatch
-            and previous.chunk == op.chunk
-        )
-        offloaded = cplan.offload_bytes if op.kind in ("F", "B", "BW") else {}
-        for i, unit in enumerate(units):
-            if lane is not None and i > 0 and not (_exchanges(unit) and _exchanges(units[i - 1])):
-                lane.hand_over()  # a layer without expert all-to-alls is a part of its own
-            if offloaded:
-                yield from self._offload_before(op, units, i, offloaded)
-            if zero3 and op.kind != "W":
-                if lane is not None:
-                    # FSDP's pre-forward/-backward hook issues the gather as the host reaches the
-                    # unit, in the pair's issue order
-                    yield from lane.wait_turn()
-                yield from self._zero3_gather(units, i, op, skip=self._zero3_skip(cplan, op, resident), lane=lane)
-            elif op.kind == "F":
-                yield from self._wait_param_gather(op.chunk, unit)
-            if per_unit and op.kind == "F":
-                self._stash(stash_from, stash_delta, cplan.stash_shares[i])
-            # the loss's logit copies live only while the LM head and the loss run
-            loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
-            if loss:
-                self._memory(loss=cplan.loss_transient_bytes)
-            hooks = op.kind in ("W", "BW") and not zero3 and last_mb
-            cut = _mlp_cut(unit) if hooks else None
-            if cut is None:
-                yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lane)
-            else:
-                # buckets that close on this layer's MLP weights go out before its attention
-                yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lane)
-                # with every bucket ahead of them (buckets are in gradient order, and the
-                # frameworks launch them in that order: the LM head's, deferred into this unit
-                # ahead of the MLP's weight gradients, goes first)
-                yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True, lane=lane)
-                yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lane)
-            if loss:
-                self._memory()
-            if per_unit and op.kind != "F":
-                self._stash(stash_from, stash_delta, _freed_share(cplan.stash_shares, i))
-            if offloaded and op.kind == "F":
-                for layer in unit.layers:
-                    if layer in offloaded:
-                        self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
-            if zero3 and op.kind in ("B", "BW") and not pipelined:
-                self._zero3_post_compute(units, i, op, self._zero3_skip(cplan, op, resident))
-            if op.kind in ("W", "BW"):
-                if zero3 and not pipelined:
-                    if last_mb or not deferred:  # FSDP2's set_requires_gradient_sync(False)
-                        yield from self._zero3_post_backward(unit, op, lane, last=i == len(units) - 1)
-                elif last_mb and not zero3:
-                    yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, lane=lane)
+
+    def _unit_inputs(self, op: PipeOp, run: _OpRun, i: int, lane: Lane | None) -> Generator:
+        """Before unit ``i`` computes: its offloaded copies, its parameters' gathers, and the
+        stash its forward saves."""
+        if run.offloaded:
+            yield from self._offload_before(op, run.units, i, run.offloaded)
+        if run.zero3 and op.kind != "W":
+            if lane is not None:
+                # FSDP's pre-forward/-backward hook issues the gather as the host reaches the
+                # unit, in the pair's issue order
+                yield from lane.wait_turn()
+            yield from self._zero3_gather(run.units, i, op, skip=run.skip, lane=lane)
+        elif op.kind == "F":
+            yield from self._wait_param_gather(op.chunk, run.units[i])
+        if run.per_unit and op.kind == "F":
+            self._stash(run.stash_from, run.stash_delta, run.cplan.stash_shares[i])
+
+    def _unit_compute(self, op: PipeOp, run: _OpRun, unit: Unit, lane: Lane | None) -> Generator:
+        """The unit's segments, with the loss's transient memory and, where buckets close on
+        its MLP weights, their hooks before its attention's."""
+        cplan, kind = run.cplan, run.kind
+        # the loss's logit copies live only while the LM head and the loss run
+        loss = op.kind == "F" and HEAD in unit.layers and cplan.loss_transient_bytes > 0
+        if loss:
+            self._memory(loss=cplan.loss_transient_bytes)
+        hooks = op.kind in ("W", "BW") and not run.zero3 and run.last_mb
+        cut = _mlp_cut(unit) if hooks else None
+        if cut is None:
+            yield from self.run_segments(unit.segments, kind, op.microbatch, op.chunk, lane)
+        else:
+            # buckets that close on this layer's MLP weights go out before its attention
+            yield from self.run_segments(unit.segments[:cut], kind, op.microbatch, op.chunk, lane)
+            # with every bucket ahead of them (buckets are in gradient order, and the
+            # frameworks launch them in that order: the LM head's, deferred into this unit
+            # ahead of the MLP's weight gradients, goes first)
+            yield from self._bucket_hooks(op.chunk, unit, kind, op.microbatch, early=True, lane=lane)
+            yield from self.run_segments(unit.segments[cut:], kind, op.microbatch, op.chunk, lane)
+        if loss:
+            self._memory()
+
+    def _unit_outputs(self, op: PipeOp, run: _OpRun, i: int, lane: Lane | None) -> Generator:
+        """After unit ``i`` computes: the stash its backward frees, its activations' copy out,
+        and its gradients' reductions."""
+        unit = run.units[i]
+        if run.per_unit and op.kind != "F":
+            self._stash(run.stash_from, run.stash_delta, _freed_share(run.cplan.stash_shares, i))
+        if run.offloaded and op.kind == "F":
+            for layer in unit.layers:
+                if layer in run.offloaded:
+                    self.offload.save((op.microbatch, op.chunk, layer), run.offloaded[layer])
+        zero3, pipelined = run.zero3, run.pipelined
+        if zero3 and op.kind in ("B", "BW") and not pipelined:
+            self._zero3_post_compute(run.units, i, op, run.skip)
+        if op.kind in ("W", "BW"):
+            if zero3 and not pipelined:
+                if run.last_mb or not run.deferred:  # FSDP2's set_requires_gradient_sync(False)
+                    last = i == len(run.units) - 1
+                    yield from self._zero3_post_backward(unit, op, lane, last=last)
+            elif run.last_mb and not zero3:
+                yield from self._bucket_hooks(op.chunk, unit, run.kind, op.microbatch, lane=lane)
+
+    def _after_units(self, op: PipeOp, run: _OpRun, lane: Lane | None) -> Generator:
+        """The op's end: the stage's reductions it closes, and its memory after it."""
+        cplan = run.cplan
         if op.kind == "F":
             self._cp_working(cplan, "F")
-        if pipelined and op.kind in ("W", "BW") and last_mb:
+        backward_last = op.kind in ("W", "BW") and run.last_mb
+        if run.pipelined and backward_last:
             # torch.distributed.pipelining runs FSDP's post-backward for the whole stage after
             # its last backward: every layer's reduce-scatter issued then, in forward order
-            self._spawn_reduction(self._zero3_reduce_all(list(reversed(units)), op))
-        if op.kind in ("W", "BW") and (last_mb or zero3) and not pipelined:
+            self._spawn_reduction(self._zero3_reduce_all(list(reversed(run.units)), op))
+        if op.kind in ("W", "BW") and (run.last_mb or run.zero3) and not run.pipelined:
             sync = self._backward_sync()
             if sync != "none":
                 yield from self._synchronize_reductions(host=sync == "host")
         if lane is not None:
             lane.finish()
-        if op.kind != "F" and not per_unit:
-            self.activations += stash_delta  # the partner's F may have moved it meanwhile
+        if op.kind != "F" and not run.per_unit:
+            self.activations += run.stash_delta  # the partner's F may have moved it meanwhile
             self._memory()
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[1])
-        if head_deferred:  # a W or BW (cplan.deferred has no other phase)
+        if run.head_deferred:  # a W or BW (cplan.deferred has no other phase)
             # a deferred microbatch: Megatron's buffers keep the head's input and output gradient,
             # which the stash just freed, until the drain (head_wgrad_deferral.kept_bytes)
             self.activations += self.plan.deferred_kept_bytes
@@ -620,6 +663,26 @@ class Worker(PipelineIO, DataParallelOps):
             for k in keys(units[i + 1]):
                 self.offload.load(k, offloaded[k[2]])
         yield from self.offload.wait(self.offload.loaded.get(k) for k in keys(units[i]))
+
+
+@dataclass(slots=True)
+class _OpRun:
+    """What every unit of one pipeline op reads: its chunk plan, phase kind and units, and the
+    layout's choices that shape them, worked out once at the op's start."""
+
+    cplan: ChunkPlan
+    kind: str  # the phase's kind of work (PHASE_KIND)
+    units: list[Unit]
+    head_deferred: bool  # its LM-head weight gradient waits for the pipeline flush
+    zero3: bool
+    pipelined: bool  # ZeRO-3 under torch.distributed.pipelining (post-backward per stage)
+    deferred: bool  # FSDP2: only the last microbatch reduce-scatters
+    last_mb: bool  # the op's gradients are reduced now (its chunk's last backward, or ZeRO-2)
+    per_unit: bool  # the stash moves unit by unit (not a paired op's, which moves whole)
+    stash_from: float  # the stash at the op's start
+    stash_delta: float  # how the whole op changes it
+    skip: int  # a backward's first units still gathered from its forward (_zero3_skip)
+    offloaded: dict[int, float]  # layer -> bytes of its activations copied to the host
 
 
 def _stash_delta(kind: str, cplan: ChunkPlan) -> float:
