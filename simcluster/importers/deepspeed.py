@@ -95,6 +95,32 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     if not isinstance(doc, dict):
         raise UserError("FILE", f"{path.name} must hold a JSON object")
     out = Imported({}, path.name)
+    training = _training(doc, options)
+    sc: dict[str, Any] = {
+        "framework": options.framework or "deepspeed", "model": options.model_section("--model"),
+        "cluster": options.cluster_section(), "parallel": {}, "training": training,
+    }  # fmt: skip
+    _zero(_section(doc, "zero_optimization"), sc, out)
+    accum = _grad_accum_dtype(doc, training)
+    wire = _communication_dtype(doc, sc, out)
+    if _section(doc, "activation_checkpointing").get("partition_activations") is True:
+        training["recompute_partitioned"] = True
+    for key in doc:
+        if (
+            key in _BATCH
+            or key in ("bf16", "bfloat16", "fp16", "zero_optimization")
+            or (key == "data_types" and accum is not None)
+            or (key == "communication_data_type" and wire)
+        ):
+            continue
+        out.skip(key, _OUTSIDE.get(key, "no scenario field for it"))
+    out.scenario = {k: v for k, v in sc.items() if v != {}}
+    return out
+
+
+def _training(doc: dict[str, Any], options: ImportOptions) -> dict[str, Any]:
+    """``training:``: the sequence length given, the batch sizes as DeepSpeed completes them,
+    and the precision."""
     if options.seq_len is None:
         raise UserError(
             "--seq-len", "a DeepSpeed config does not give the sequence length; pass --seq-len N"
@@ -118,11 +144,11 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
             "fp16.enabled", "bf16 and fp16 are both enabled; DeepSpeed refuses that, keep one"
         )
     training["precision"] = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-    sc: dict[str, Any] = {
-        "framework": options.framework or "deepspeed", "model": options.model_section("--model"),
-        "cluster": options.cluster_section(), "parallel": {}, "training": training,
-    }  # fmt: skip
-    _zero(_section(doc, "zero_optimization"), sc, out)
+    return training
+
+
+def _grad_accum_dtype(doc: dict[str, Any], training: dict[str, Any]) -> str | None:
+    """``data_types.grad_accum_dtype`` as ``training.fp32_grad_accum``; the dtype, if given."""
     accum = _section(doc, "data_types").get("grad_accum_dtype")
     if accum is not None:
         if accum not in ("fp32", "fp16", "bf16"):
@@ -131,20 +157,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
                 f"'{accum}' cannot be imported; known: fp32, fp16, bf16",
             )
         training["fp32_grad_accum"] = accum == "fp32"
-    wire = _communication_dtype(doc, sc, out)
-    if _section(doc, "activation_checkpointing").get("partition_activations") is True:
-        training["recompute_partitioned"] = True
-    for key in doc:
-        if (
-            key in _BATCH
-            or key in ("bf16", "bfloat16", "fp16", "zero_optimization")
-            or (key == "data_types" and accum is not None)
-            or (key == "communication_data_type" and wire)
-        ):
-            continue
-        out.skip(key, _OUTSIDE.get(key, "no scenario field for it"))
-    out.scenario = {k: v for k, v in sc.items() if v != {}}
-    return out
+    return accum
 
 
 def _communication_dtype(doc: dict[str, Any], sc: dict[str, Any], out: Imported) -> bool:

@@ -107,6 +107,10 @@ def _get(doc: dict[str, Any], key: str, *sections: str) -> Any:
     return None
 
 
+#: the tables a parallelism key may sit in (releases moved them between these)
+_PAR = ("parallelism", "training", "experimental")
+
+
 def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UserError(where, f"'{value}' is not a whole number")
@@ -122,64 +126,10 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         raise UserError("FILE", f"{path.name} is not TOML: {exc}") from None
     out = Imported({}, path.name)
     model, layers = _model(doc, options)
-    world = options.world()
-    par = "parallelism", "training", "experimental"
-    degree = {
-        k: _int(_get(doc, f"{k}_degree", *par) or 1, f"parallelism.{k}_degree")
-        for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")
-    }
-    tp, pp, cp, ep = degree.values()
-    replicate = _int(
-        _get(doc, "data_parallel_replicate_degree", *par) or 1,
-        "parallelism.data_parallel_replicate_degree",
-    )
-    # the first releases' data_parallel_degree was the FSDP degree
-    shard = _int(
-        _get(doc, "data_parallel_shard_degree", *par)
-        or _get(doc, "data_parallel_degree", *par)
-        or -1,
-        "parallelism.data_parallel_shard_degree",
-    )
-    if world % (tp * pp * cp):
-        raise UserError(
-            "--nodes",
-            f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups",
-        )
-    dp = world // (tp * pp * cp)
-    if shard == -1:
-        shard = dp // replicate
-    if shard * replicate != dp:
-        raise UserError(
-            "parallelism.data_parallel_shard_degree",
-            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
-        )
-    parallel: dict[str, Any] = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "dp": dp,
-        "zero": 3 if shard > 1 else 0,
-    }
-    if ep > 1:
-        parallel["ep"] = ep
-    etp = _get(doc, "expert_tensor_parallel_degree", *par)
-    if etp is not None and ep > 1:
-        parallel["etp"] = _int(etp, "parallelism.expert_tensor_parallel_degree")
-    if shard > 1 and replicate > 1:
-        parallel["zero_shard"] = shard
-    if tp > 1:
-        parallel["sequence_parallel"] = True  # its TP plan: SequenceParallel on the norms
-    rotate = _get(doc, "context_parallel_rotate_method", *par)
-    if cp > 1 and rotate is not None:
-        if rotate not in _ROTATE:
-            raise UserError(
-                "parallelism.context_parallel_rotate_method",
-                f"'{rotate}' cannot be imported; known: {', '.join(_ROTATE)}",
-            )
-        parallel["cp_comm"] = _ROTATE[rotate]
+    parallel, dp = _parallel(doc, options.world())
     training: dict[str, Any] = {}
     overlap: dict[str, Any] = {}
-    if _get(doc, "enable_async_tensor_parallel", *par):
+    if _get(doc, "enable_async_tensor_parallel", *_PAR):
         overlap["tp_comm"] = True
     _pipeline(doc, parallel, training, layers, out)
     _batch(doc, parallel, training, dp)
@@ -205,6 +155,64 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         out.scenario["overlap"] = overlap
     _unread(doc, out)
     return out
+
+
+def _parallel(doc: dict[str, Any], world: int) -> tuple[dict[str, Any], int]:
+    """``parallel:`` from the degrees on ``world`` GPUs, and the data-parallel degree."""
+    degree = {
+        k: _int(_get(doc, f"{k}_degree", *_PAR) or 1, f"parallelism.{k}_degree")
+        for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel")
+    }
+    tp, pp, cp, ep = degree.values()
+    replicate = _int(
+        _get(doc, "data_parallel_replicate_degree", *_PAR) or 1,
+        "parallelism.data_parallel_replicate_degree",
+    )
+    # the first releases' data_parallel_degree was the FSDP degree
+    shard = _int(
+        _get(doc, "data_parallel_shard_degree", *_PAR)
+        or _get(doc, "data_parallel_degree", *_PAR)
+        or -1,
+        "parallelism.data_parallel_shard_degree",
+    )
+    if world % (tp * pp * cp):
+        raise UserError(
+            "--nodes",
+            f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups",
+        )
+    dp = world // (tp * pp * cp)
+    if shard == -1:
+        shard = dp // replicate
+    if shard * replicate != dp:
+        raise UserError(
+            "parallelism.data_parallel_shard_degree",
+            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
+        )
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
+        "zero": 3 if shard > 1 else 0,
+    }
+    if ep > 1:
+        parallel["ep"] = ep
+    etp = _get(doc, "expert_tensor_parallel_degree", *_PAR)
+    if etp is not None and ep > 1:
+        parallel["etp"] = _int(etp, "parallelism.expert_tensor_parallel_degree")
+    if shard > 1 and replicate > 1:
+        parallel["zero_shard"] = shard
+    if tp > 1:
+        parallel["sequence_parallel"] = True  # its TP plan: SequenceParallel on the norms
+    rotate = _get(doc, "context_parallel_rotate_method", *_PAR)
+    if cp > 1 and rotate is not None:
+        if rotate not in _ROTATE:
+            raise UserError(
+                "parallelism.context_parallel_rotate_method",
+                f"'{rotate}' cannot be imported; known: {', '.join(_ROTATE)}",
+            )
+        parallel["cp_comm"] = _ROTATE[rotate]
+    return parallel, dp
 
 
 def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any], int]:
@@ -244,18 +252,17 @@ def _pipeline(
     layers: int,
     out: Imported,
 ) -> None:
-    par = "parallelism", "training", "experimental"
     pp = parallel["pp"]
     if pp <= 1:
         return
-    name = _get(doc, "pipeline_parallel_schedule", *par) or "1F1B"
+    name = _get(doc, "pipeline_parallel_schedule", *_PAR) or "1F1B"
     if name not in SCHEDULES:
         raise UserError(
             "parallelism.pipeline_parallel_schedule",
             f"'{name}' cannot be imported; known: {', '.join(SCHEDULES)}",
         )
     parallel["schedule"] = SCHEDULES[name]
-    per_stage = _get(doc, "pipeline_parallel_layers_per_stage", *par)
+    per_stage = _get(doc, "pipeline_parallel_layers_per_stage", *_PAR)
     if name not in _SINGLE_STAGE:
         stages = (
             math.ceil(layers / _int(per_stage, "parallelism.pipeline_parallel_layers_per_stage"))
@@ -272,8 +279,8 @@ def _pipeline(
             out.notes.append(
                 "pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only"
             )
-    size = _get(doc, "pipeline_parallel_microbatch_size", *par)
-    count = _get(doc, "pipeline_parallel_microbatches", *par)
+    size = _get(doc, "pipeline_parallel_microbatch_size", *_PAR)
+    count = _get(doc, "pipeline_parallel_microbatches", *_PAR)
     if size is not None:
         training["micro_batch"] = _int(size, "parallelism.pipeline_parallel_microbatch_size")
     elif count is not None:
