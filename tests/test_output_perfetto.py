@@ -172,55 +172,76 @@ def trace_problems(text: str) -> list[str]:
         return [str(exc)]
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         return ["not a JSON object with a traceEvents list"]
-    problems: list[str] = []
-    named_pids, named_threads, used_pids, used_threads = set(), set(), set(), set()
-    slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
-    flows: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for i, e in enumerate(trace["traceEvents"]):
+    seen = _Seen()
+    problems = [p for i, e in enumerate(trace["traceEvents"]) for p in seen.event(i, e)]
+    problems += [f"process {p} has no process_name" for p in sorted(seen.used_pids - seen.named_pids)]
+    problems += [f"thread {t} has no thread_name" for t in sorted(seen.used_threads - seen.named_threads)]
+    for (cat, flow), ends in seen.flows.items():
+        problems += _flow_problems(f"flow {cat}/{flow}", ends, seen.slices)
+    return problems
+
+
+class _Seen:
+    """What trace_problems has read so far: named and used processes and threads, each
+    thread's slices, and the flow events by (category, id)."""
+
+    def __init__(self):
+        self.named_pids, self.named_threads, self.used_pids, self.used_threads = set(), set(), set(), set()
+        self.slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+        self.flows: dict[tuple[str, int], list[dict]] = defaultdict(list)
+
+    def event(self, i: int, e: dict) -> list[str]:
+        """Read event ``i``; what breaks the format in it alone."""
         ph = e.get("ph")
         if ph not in _PHASES:
-            problems.append(f"[{i}] phase {ph!r}")
-            continue
-        if not isinstance(e.get("pid"), int):
-            problems.append(f"[{i}] pid {e.get('pid')!r}")
+            return [f"[{i}] phase {ph!r}"]
+        problems = [] if isinstance(e.get("pid"), int) else [f"[{i}] pid {e.get('pid')!r}"]
         if ph == "M":
-            if e.get("name") not in _METADATA or not isinstance(e.get("args"), dict):
-                problems.append(f"[{i}] metadata {e.get('name')!r}")
-            elif e["name"] == "process_name":
-                named_pids.add(e["pid"])
-            elif e["name"] == "thread_name":
-                named_threads.add((e["pid"], e["tid"]))
-            continue
+            return problems + self._metadata(i, e)
         if not _number(e.get("ts")):
-            problems.append(f"[{i}] ts {e.get('ts')!r}")
-            continue
-        used_pids.add(e["pid"])
+            return problems + [f"[{i}] ts {e.get('ts')!r}"]
+        self.used_pids.add(e["pid"])
         if ph == "X":
-            if not _number(e.get("dur")) or e["dur"] < 0:
-                problems.append(f"[{i}] dur {e.get('dur')!r}")
-                continue
-            if not isinstance(e.get("tid"), int) or not e.get("name"):
-                problems.append(f"[{i}] tid or name missing")
-                continue
-            used_threads.add((e["pid"], e["tid"]))
-            slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
-        elif ph in ("s", "f"):
-            flows[(e.get("cat"), e.get("id"))].append(e)
+            return problems + self._slice(i, e)
+        if ph in ("s", "f"):
+            self.flows[(e.get("cat"), e.get("id"))].append(e)
         elif not isinstance(e.get("args"), dict) or not all(_number(v) for v in e["args"].values()):
             problems.append(f"[{i}] counter values {e.get('args')!r}")
-    problems += [f"process {p} has no process_name" for p in sorted(used_pids - named_pids)]
-    problems += [f"thread {t} has no thread_name" for t in sorted(used_threads - named_threads)]
-    for (cat, flow), ends in flows.items():
-        if sorted(e["ph"] for e in ends) != ["f", "s"]:
-            problems.append(f"flow {cat}/{flow}: {sorted(e['ph'] for e in ends)}, not one s and one f")
-            continue
-        for e in ends:
-            inside = any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e.get("tid"))])
-            if not inside:
-                problems.append(f"flow {cat}/{flow}: its {e['ph']} is in no slice of its thread")
-        (finish,) = [e for e in ends if e["ph"] == "f"]
-        if finish.get("bp") != "e":
-            problems.append(f"flow {cat}/{flow}: the finish does not bind to its enclosing slice")
+        return problems
+
+    def _metadata(self, i: int, e: dict) -> list[str]:
+        if e.get("name") not in _METADATA or not isinstance(e.get("args"), dict):
+            return [f"[{i}] metadata {e.get('name')!r}"]
+        if e["name"] == "process_name":
+            self.named_pids.add(e["pid"])
+        elif e["name"] == "thread_name":
+            self.named_threads.add((e["pid"], e["tid"]))
+        return []
+
+    def _slice(self, i: int, e: dict) -> list[str]:
+        if not _number(e.get("dur")) or e["dur"] < 0:
+            return [f"[{i}] dur {e.get('dur')!r}"]
+        if not isinstance(e.get("tid"), int) or not e.get("name"):
+            return [f"[{i}] tid or name missing"]
+        self.used_threads.add((e["pid"], e["tid"]))
+        self.slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        return []
+
+
+def _flow_problems(where: str, ends: list[dict], slices) -> list[str]:
+    """A flow's problems: not one s and one f, an end outside every slice of its thread, a
+    finish not bound to its enclosing slice."""
+    phases = sorted(e["ph"] for e in ends)
+    if phases != ["f", "s"]:
+        return [f"{where}: {phases}, not one s and one f"]
+    problems = [
+        f"{where}: its {e['ph']} is in no slice of its thread"
+        for e in ends
+        if not any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e.get("tid"))])
+    ]
+    (finish,) = [e for e in ends if e["ph"] == "f"]
+    if finish.get("bp") != "e":
+        problems.append(f"{where}: the finish does not bind to its enclosing slice")
     return problems
 
 
