@@ -9,7 +9,8 @@ layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. The ones that fit are
 offered in the order of what they usually cost in step time (:data:`COST_ORDER`), cheapest
 first, not by the memory they leave: a user short of 2 GiB wants ZeRO-1, not full
-recomputation. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
+recomputation; activation offload whose copies outlast the forward they run beside
+(:func:`activation_copies_hide`, priced by the kernel model) ranks after full recomputation. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
 batch; one that changes the accumulation steps (a smaller micro-batch or dp) says so, with the
 new ``training.grad_accum`` where the scenario wrote one (:func:`_batch_effect`).
 """
@@ -19,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster.context import Context
 from simcluster.errors import UserError
 from simcluster.frameworks import get_framework
 from simcluster.layout import Layout
+from simcluster.memory import offloaded_layer_bytes
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
@@ -30,7 +33,8 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
 #: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
 #: input before each rerun (a sixth of the all-reduces a layer already runs without SP); half the micro-batch runs smaller GEMMs; twice the tp adds TP
-#: collectives, twice the pp the bubble; activation offload copies that mostly hide; full
+#: collectives, twice the pp the bubble; activation offload copies that mostly hide (where they cannot, it
+#: ranks beside the optimizer's offload: :func:`_cost_rank`); full
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
 #: on the CPU and copies every gradient and parameter over the host link
 COST_ORDER = (
@@ -47,12 +51,43 @@ COST_ORDER = (
 )
 
 
-def _cost_rank(key: str, value: Any) -> tuple[int, int]:
+def _cost_rank(key: str, value: Any, copies_hide: bool = True) -> tuple[int, int]:
     """Where a change sits in :data:`COST_ORDER`; ZeRO-3 after the TP and PP changes (its gathers
-    are a step's worth of parameters more traffic, where ZeRO-1/2 add none)."""
+    are a step's worth of parameters more traffic, where ZeRO-1/2 add none); activation offload
+    whose copies cannot hide (:func:`activation_copies_hide`) beside the optimizer's offload,
+    after full recomputation: each layer's copy then outlasts the compute it runs beside."""
     if key == "parallel.zero" and value == 3:
         return COST_ORDER.index("parallel.pp"), 1
+    if key == "training.activation_offload_layers" and not copies_hide:
+        return COST_ORDER.index("training.optimizer_offload"), 1
     return COST_ORDER.index(key), 0
+
+
+def activation_copies_hide(ctx: Context) -> bool:
+    """Whether offloaded activations can copy beside the compute: the bytes of the first
+    chunk's offloaded layers, one microbatch, over the host link (``host_link_GBps``) take no
+    longer than the chunk's forward compute by the kernel model (the copies stream out beside
+    the forward; the copies back have the backward, twice the work). Where they take longer the
+    step waits on the link: Llama 3 8B at 8K tokens on H100 PCIe moves 31 layers in 670 ms
+    beside a 210 ms forward (simulated: 4.9 s of host copies exposed in an 11.2 s step), where
+    Llama 3 70B's 40 layers on GB200's C2C take 840 ms beside 1,064 ms (0.45 s exposed in
+    7.6 s). True without offloaded layers or the host figure (the hint is not offered then)."""
+    from simcluster.engine.plan import kernel_model
+    from simcluster.parallelism.layer import LayerBuilder
+    from simcluster.parallelism.segments import Compute
+    from simcluster.parallelism.shapes import Shapes
+
+    sc = ctx.scenario
+    chunk = ctx.chunks[0][0]
+    moved = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk, sc.moe.padded_rows)
+    link = ctx.profile.node.host_link_GBps
+    if not moved or not link:
+        return True
+    builder = LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), kernel_model(ctx), sc)
+    forward = sum(
+        s.seconds for i in chunk.layer_indices for s in builder.layer(i, "F") if isinstance(s, Compute)
+    )
+    return sum(moved.values()) / (link * 1e9) <= forward
 
 
 @dataclass(frozen=True)
@@ -188,7 +223,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if doc["fits"] and host_fits(doc):
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
             hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset, also, batch)
-            hints.append((_cost_rank(key, value), hint))
+            hides = key != "training.activation_offload_layers" or activation_copies_hide(ctx)
+            hints.append((_cost_rank(key, value, hides), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
 
@@ -243,47 +279,89 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
 BRANCHES = 3
 
 
+@dataclass(frozen=True)
+class _Combination:
+    """Changes made together (key -> value, in the order taken), the keys unset beside them,
+    and what the memory walk gives for them."""
+
+    taken: dict[str, Any]
+    unset: tuple[str, ...]
+    total_bytes: float
+    layout: Layout
+    copies_hide: bool  # activation_copies_hide of its scenario
+
+    def cost(self) -> tuple[tuple[int, int], ...]:
+        """Its changes' places in :data:`COST_ORDER`, the dearest first: of two combinations,
+        the one whose dearest change is cheaper costs less (then the next dearest, ...)."""
+        ranks = (_cost_rank(k, v, self.copies_hide) for k, v in self.taken.items())
+        return tuple(sorted(ranks, reverse=True))
+
+
 def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3) -> FitHint | None:
     """When no single change fits: up to ``most`` of the same candidates together, by the same
-    memory walk (GPU and host). A round that has candidates that fit takes the cheapest in step
-    time (:data:`COST_ORDER`); otherwise the search goes on from each of its :data:`BRANCHES`
-    least-memory candidates in turn (at most 1 + 3 + 9 rounds of about ten walks, ~25 ms each).
-    None when no such combination fits: the model needs more GPUs or more memory per GPU."""
+    memory walk (GPU and host), the fewest changes that fit and among those the cheapest in step
+    time (:meth:`_Combination.cost`). The search goes breadth first: each round tries every
+    candidate on each combination of the round before, and goes on from each one's
+    :data:`BRANCHES` least-memory results (at most 1 + 3 + 9 combinations tried, about ten
+    walks each, ~25 ms a walk). Breadth first, since the first combination found depth first
+    can be a dear one: tp 2 with activations offloaded and ZeRO-1 (13.7 s simulated) where full
+    recomputation with ZeRO-2 fits too (7.5 s; Llama 3 8B at micro-batch 4 on 8 H100). None
+    when no such combination fits: the model needs more GPUs or more memory per GPU."""
     from simcluster.context import build_context
-    from simcluster.memory_report import memory_summary
     from simcluster.sweep import show_value
 
     base = _rewritable(sc)
-    before = build_context(sc, hardware).layout
-
-    def search(taken: dict[str, Any], unset: tuple[str, ...], left: int) -> FitHint | None:
-        current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
-        fewest = min(c.layers for stage in current.chunks for c in stage)
-        tried: list[tuple[float, str, Any, tuple[str, ...], Layout]] = []
-        for key, value in _candidates(current.scenario, fewest):
-            drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
-            try:
-                ctx = build_context(scenario_from_dict(base, [*taken.items(), (key, value), *((k, None) for k in drop)]), hardware)
-            except UserError:
-                continue  # the layout checks refuse it
-            offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
-            if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
-                continue
-            doc = memory_summary(ctx)
-            if host_fits(doc):  # an offload past the host's memory is no way out
-                tried.append((doc["total_bytes"], key, value, drop, ctx.layout))
-        fitting = [t for t in tried if t[0] <= current.capacity_bytes]
+    start = build_context(sc, hardware)
+    before = start.layout
+    frontier = [_Combination({}, (), 0.0, before, True)]
+    for _ in range(most):
+        grown = [_extended(base, combination, hardware) for combination in frontier]
+        fitting = [c for round_ in grown for c in round_ if c.total_bytes <= start.capacity_bytes]
         if fitting:
-            total, key, value, drop, layout = min(fitting, key=lambda t: _cost_rank(t[1], t[2]))
-            first, *rest = (f"{k}={show_value(v)}" for k, v in {**taken, key: value}.items())
-            accum, batch = _batch_effect(sc, before, layout)
-            return FitHint(first, total, drop, (*rest, *accum), batch)
-        if left <= 1:
-            return None
-        for _, key, value, drop, _ in sorted(tried, key=lambda t: t[0])[:BRANCHES]:
-            found = search({**taken, key: value}, drop, left - 1)
-            if found is not None:
-                return found
-        return None
+            best = min(fitting, key=lambda c: (c.cost(), c.total_bytes))
+            first, *rest = (f"{k}={show_value(v)}" for k, v in best.taken.items())
+            accum, batch = _batch_effect(sc, before, best.layout)
+            return FitHint(first, best.total_bytes, best.unset, (*rest, *accum), batch)
+        frontier = _next_frontier(grown)
+    return None
 
-    return search({}, (), most)
+
+def _extended(base: dict[str, Any], combination: _Combination, hardware: str | None) -> list[_Combination]:
+    """Each candidate change on top of ``combination`` that the layout checks accept and the
+    host's memory holds (an offload past the host's memory is no way out)."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+
+    taken, unset = combination.taken, combination.unset
+    current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
+    fewest = min(c.layers for stage in current.chunks for c in stage)
+    out = []
+    for key, value in _candidates(current.scenario, fewest):
+        drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
+        try:
+            ctx = build_context(scenario_from_dict(base, [*taken.items(), (key, value), *((k, None) for k in drop)]), hardware)
+        except UserError:
+            continue  # the layout checks refuse it
+        offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
+        if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
+            continue
+        doc = memory_summary(ctx)
+        if host_fits(doc):
+            changes = {**taken, key: value}
+            hides = "training.activation_offload_layers" not in changes or activation_copies_hide(ctx)
+            out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, hides))
+    return out
+
+
+def _next_frontier(grown: list[list[_Combination]]) -> list[_Combination]:
+    """The next round's combinations: from each of this round's, its :data:`BRANCHES`
+    least-memory extensions, each set of changes once (tp then ZeRO is ZeRO then tp)."""
+    out: list[_Combination] = []
+    seen: set[frozenset[tuple[str, str]]] = set()
+    for extensions in grown:
+        for c in sorted(extensions, key=lambda c: c.total_bytes)[:BRANCHES]:
+            changes = frozenset((k, repr(v)) for k, v in c.taken.items())
+            if changes not in seen:
+                seen.add(changes)
+                out.append(c)
+    return out
