@@ -9,8 +9,9 @@ layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. The ones that fit are
 offered in the order of what they usually cost in step time (:data:`COST_ORDER`), cheapest
 first, not by the memory they leave: a user short of 2 GiB wants ZeRO-1, not full
-recomputation; activation offload whose copies outlast the forward they run beside
-(:func:`activation_copies_hide`, priced by the kernel model) ranks after full recomputation. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
+recomputation; activation offload whose copies would keep the step waiting longer than full
+recomputation takes (:func:`offload_beats_recompute`, priced by the kernel model) ranks after
+it. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
 batch; one that changes the accumulation steps (a smaller micro-batch or dp) says so, with the
 new ``training.grad_accum`` where the scenario wrote one (:func:`_batch_effect`).
 """
@@ -33,8 +34,9 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
 #: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
 #: input before each rerun (a sixth of the all-reduces a layer already runs without SP); half the micro-batch runs smaller GEMMs; twice the tp adds TP
-#: collectives, twice the pp the bubble; activation offload copies that mostly hide (where they cannot, it
-#: ranks beside the optimizer's offload: :func:`_cost_rank`); full
+#: collectives, twice the pp the bubble; activation offload copies that mostly hide (where the
+#: step would wait on them longer than recomputing, it ranks after recomputation:
+#: :func:`_cost_rank`); full
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
 #: on the CPU and copies every gradient and parameter over the host link
 COST_ORDER = (
@@ -51,27 +53,30 @@ COST_ORDER = (
 )
 
 
-def _cost_rank(key: str, value: Any, copies_hide: bool = True) -> tuple[int, int]:
+def _cost_rank(key: str, value: Any, beats_recompute: bool = True) -> tuple[int, int]:
     """Where a change sits in :data:`COST_ORDER`; ZeRO-3 after the TP and PP changes (its gathers
     are a step's worth of parameters more traffic, where ZeRO-1/2 add none); activation offload
-    whose copies cannot hide (:func:`activation_copies_hide`) beside the optimizer's offload,
-    after full recomputation: each layer's copy then outlasts the compute it runs beside."""
+    that waits longer on its copies than full recomputation would recompute
+    (:func:`offload_beats_recompute`) beside the optimizer's offload, after full recomputation."""
     if key == "parallel.zero" and value == 3:
         return COST_ORDER.index("parallel.pp"), 1
-    if key == "training.activation_offload_layers" and not copies_hide:
+    if key == "training.activation_offload_layers" and not beats_recompute:
         return COST_ORDER.index("training.optimizer_offload"), 1
     return COST_ORDER.index(key), 0
 
 
-def activation_copies_hide(ctx: Context) -> bool:
-    """Whether offloaded activations can copy beside the compute: the bytes of the first
-    chunk's offloaded layers, one microbatch, over the host link (``host_link_GBps``) take no
-    longer than the chunk's forward compute by the kernel model (the copies stream out beside
-    the forward; the copies back have the backward, twice the work). Where they take longer the
-    step waits on the link: Llama 3 8B at 8K tokens on H100 PCIe moves 31 layers in 670 ms
-    beside a 210 ms forward (simulated: 4.9 s of host copies exposed in an 11.2 s step), where
-    Llama 3 70B's 40 layers on GB200's C2C take 840 ms beside 1,064 ms (0.45 s exposed in
-    7.6 s). True without offloaded layers or the host figure (the hint is not offered then)."""
+def offload_beats_recompute(ctx: Context) -> bool:
+    """Whether offloaded activations cost a microbatch less than full recomputation would: the
+    copies out of the first chunk's offloaded layers stream over the host link
+    (``host_link_GBps``) beside the chunk's forward, the copies back beside its backward, and
+    what outlasts them waits (Megatron-Core's offload: the next layers' compute runs while a
+    layer's activations move); full recomputation adds the chunk's forward once more. Times by
+    the kernel model, no simulation. Llama 3 8B at 8K tokens on H100's PCIe: 670 ms of copies
+    beside a 210 ms forward and a 509 ms backward, 622 ms waiting against 210 ms recomputed
+    (simulated: 0.61 s a microbatch waits on the copies); Llama 3 70B on 64 H100 under ZeRO-3
+    with 79 layers offloaded: 1,556 ms waiting against a 1,811 ms forward (simulated: 15.8 s a
+    step against 16.1 s recomputing). True without offloaded layers or the host figure (the
+    hint is not offered then)."""
     from simcluster.engine.plan import kernel_model
     from simcluster.parallelism.layer import LayerBuilder
     from simcluster.parallelism.segments import Compute
@@ -84,10 +89,20 @@ def activation_copies_hide(ctx: Context) -> bool:
     if not moved or not link:
         return True
     builder = LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), kernel_model(ctx), sc)
-    forward = sum(
-        s.seconds for i in chunk.layer_indices for s in builder.layer(i, "F") if isinstance(s, Compute)
-    )
-    return sum(moved.values()) / (link * 1e9) <= forward
+
+    def compute(*phases: str) -> float:
+        return sum(
+            s.seconds
+            for i in chunk.layer_indices
+            for phase in phases
+            for s in builder.layer(i, phase)
+            if isinstance(s, Compute)
+        )
+
+    copies = sum(moved.values()) / (link * 1e9)
+    forward = compute("F")
+    waiting = max(0.0, copies - forward) + max(0.0, copies - compute("B", "W"))
+    return waiting < forward
 
 
 @dataclass(frozen=True)
@@ -223,8 +238,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if doc["fits"] and host_fits(doc):
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
             hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset, also, batch)
-            hides = key != "training.activation_offload_layers" or activation_copies_hide(ctx)
-            hints.append((_cost_rank(key, value, hides), hint))
+            cheaper = key != "training.activation_offload_layers" or offload_beats_recompute(ctx)
+            hints.append((_cost_rank(key, value, cheaper), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
 
@@ -288,12 +303,12 @@ class _Combination:
     unset: tuple[str, ...]
     total_bytes: float
     layout: Layout
-    copies_hide: bool  # activation_copies_hide of its scenario
+    beats_recompute: bool  # offload_beats_recompute of its scenario
 
     def cost(self) -> tuple[tuple[int, int], ...]:
         """Its changes' places in :data:`COST_ORDER`, the dearest first: of two combinations,
         the one whose dearest change is cheaper costs less (then the next dearest, ...)."""
-        ranks = (_cost_rank(k, v, self.copies_hide) for k, v in self.taken.items())
+        ranks = (_cost_rank(k, v, self.beats_recompute) for k, v in self.taken.items())
         return tuple(sorted(ranks, reverse=True))
 
 
@@ -348,8 +363,8 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
         doc = memory_summary(ctx)
         if host_fits(doc):
             changes = {**taken, key: value}
-            hides = "training.activation_offload_layers" not in changes or activation_copies_hide(ctx)
-            out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, hides))
+            cheaper = "training.activation_offload_layers" not in changes or offload_beats_recompute(ctx)
+            out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, cheaper))
     return out
 
 

@@ -290,19 +290,23 @@ def test_micro_batch_and_tp_hints_keep_the_global_batch_and_say_so(batch, cli, t
             "x 16 accumulation steps, was 8)") in out  # fmt: skip
 
 
-def test_offloaded_activations_that_outlast_the_forward_rank_after_full_recomputation():
-    """The host link carries the chunk's offloaded activations beside its forward. Llama 3 8B
-    at 8K tokens on H100 (PCIe Gen5, 52.8 GB/s a direction): 31 layers of one microbatch are
-    670 ms over the link beside a 210 ms forward, so the copies cannot hide (simulated: 4.9 s
-    of an 11.2 s step waits on them) and full recomputation, a third more compute, is the
-    cheaper hint; Llama 3 70B's 40 layers on GB200's NVLink-C2C take 840 ms beside a 1,064 ms
-    forward and hide (0.45 s exposed in 7.6 s): there offload stays ahead of recomputation."""
-    from simcluster.fit_hints import activation_copies_hide
+def test_offloaded_activations_that_wait_longer_than_recomputation_rank_after_it():
+    """The host link carries the chunk's offloaded activations out beside its forward and back
+    beside its backward; what outlasts them, the step waits for. Llama 3 8B at 8K tokens on
+    H100 (PCIe Gen5, 52.8 GB/s a direction): 31 layers of one microbatch are 670 ms over the
+    link beside a 210 ms forward and a 509 ms backward, 622 ms of waiting (the simulation waits
+    0.61 s a microbatch) against the 210 ms full recomputation adds: it is the cheaper hint.
+    Llama 3 70B on 64 H100 under ZeRO-3, 79 layers offloaded: 1,556 ms of waiting against a
+    1,811 ms forward, so offload stays ahead (simulated 15.8 s a step against 16.1 s); on
+    GB200's NVLink-C2C its 40 layers' copies hide entirely."""
+    from simcluster.fit_hints import offload_beats_recompute
     from simcluster.scenario import load_scenario
 
     h100 = load_scenario("llama3-8b-8xh100", [("training.micro_batch", 1), ("training.activation_offload_layers", 31)])
-    assert not activation_copies_hide(build_context(h100))
-    assert activation_copies_hide(build_context(load_scenario("llama3-70b-64xgb200-fsdp-offload", [])))
+    assert not offload_beats_recompute(build_context(h100))
+    zero3 = [("parallel.tp", 1), ("parallel.pp", 1), ("parallel.zero", 3), ("training.activation_offload_layers", 79)]
+    assert offload_beats_recompute(build_context(load_scenario("llama3-70b-64xh100", zero3)))
+    assert offload_beats_recompute(build_context(load_scenario("llama3-70b-64xgb200-fsdp-offload", [])))
     order = [h.change for h in fitting_changes(scenario_from_dict(_accumulating(global_batch=128)), most=10)]
     assert order.index("training.recompute=full") < order.index("training.activation_offload_layers=31")
 
