@@ -231,9 +231,8 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         except UserError:
             continue  # the layout checks refuse it (tp not dividing heads, say)
         next_zero = next_zero or key == "parallel.zero"
-        offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
-        if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
-            continue  # the profile cannot price the host side, so the run would be refused
+        if _host_unpriced(ctx, key):
+            continue
         doc = memory_summary(ctx)
         if doc["fits"] and host_fits(doc):
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
@@ -241,6 +240,12 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
             cheaper = key != "training.activation_offload_layers" or offload_beats_recompute(ctx)
             hints.append((_cost_rank(key, value, cheaper), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
+
+
+def _host_unpriced(ctx: Context, key: str) -> bool:
+    """Whether ``key`` offloads to a host the profile cannot price (its run would be refused)."""
+    offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
+    return offload and bool(missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"))
 
 
 def _rewritable(sc: Scenario) -> dict[str, Any]:
@@ -357,8 +362,7 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
             ctx = build_context(scenario_from_dict(base, [*taken.items(), (key, value), *((k, None) for k in drop)]), hardware)
         except UserError:
             continue  # the layout checks refuse it
-        offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
-        if offload and missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"):
+        if _host_unpriced(ctx, key):
             continue
         doc = memory_summary(ctx)
         if host_fits(doc):
