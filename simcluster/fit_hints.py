@@ -9,23 +9,27 @@ layout checks refuse are skipped; the rest are priced by the static memory walk
 (``memory_report``, no simulation), so the hints cost milliseconds. The ones that fit are
 offered in the order of what they usually cost in step time (:data:`COST_ORDER`), cheapest
 first, not by the memory they leave: a user short of 2 GiB wants ZeRO-1, not full
-recomputation; activation offload whose copies would keep the step waiting longer than full
-recomputation takes (:func:`offload_beats_recompute`, priced by the kernel model) ranks after
-it. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
+recomputation. The two host offloads are priced against full recomputation by the kernel model
+(:mod:`simcluster.fit_prices`): each ranks before it where it costs the step less, after it
+where not. How fast each is, ``simcluster sweep`` answers. Every change keeps the global
 batch; one that changes the accumulation steps (a smaller micro-batch or dp) says so, with the
 new ``training.grad_accum`` where the scenario wrote one (:func:`_batch_effect`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from simcluster.context import Context
 from simcluster.errors import UserError
+from simcluster.fit_prices import (
+    activation_offload_beats_recompute,
+    optimizer_offload_beats_recompute,
+)
 from simcluster.frameworks import get_framework
 from simcluster.layout import Layout
-from simcluster.memory import offloaded_layer_bytes
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
@@ -34,11 +38,10 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
 #: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
 #: input before each rerun (a sixth of the all-reduces a layer already runs without SP); half the micro-batch runs smaller GEMMs; twice the tp adds TP
-#: collectives, twice the pp the bubble; activation offload copies that mostly hide (where the
-#: step would wait on them longer than recomputing, it ranks after recomputation:
-#: :func:`_cost_rank`); full
+#: collectives, twice the pp the bubble; activation offload copies that mostly hide; full
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
-#: on the CPU and copies every gradient and parameter over the host link
+#: on the CPU and copies every gradient and parameter over the host link. Each offload moves
+#: to the other side of full recomputation where its price says so (:func:`_cost_rank`)
 COST_ORDER = (
     "training.fused_cross_entropy",
     "parallel.zero",
@@ -53,56 +56,32 @@ COST_ORDER = (
 )
 
 
-def _cost_rank(key: str, value: Any, beats_recompute: bool = True) -> tuple[int, int]:
+#: the host offloads, each priced against full recomputation (:mod:`simcluster.fit_prices`)
+PRICED = {
+    "training.activation_offload_layers": activation_offload_beats_recompute,
+    "training.optimizer_offload": optimizer_offload_beats_recompute,
+}
+
+
+def cheap_offloads(ctx: Context, keys: Iterable[str]) -> frozenset[str]:
+    """Which of ``keys`` are host offloads that cost ``ctx``'s step less than full
+    recomputation would."""
+    return frozenset(k for k in keys if k in PRICED and PRICED[k](ctx))
+
+
+def _cost_rank(key: str, value: Any, cheap: frozenset[str] = frozenset()) -> tuple[int, int]:
     """Where a change sits in :data:`COST_ORDER`; ZeRO-3 after the TP and PP changes (its gathers
-    are a step's worth of parameters more traffic, where ZeRO-1/2 add none); activation offload
-    that waits longer on its copies than full recomputation would recompute
-    (:func:`offload_beats_recompute`) beside the optimizer's offload, after full recomputation."""
+    are a step's worth of parameters more traffic, where ZeRO-1/2 add none); a host offload
+    by its price (``cheap``: :func:`cheap_offloads`): before full recomputation where it costs
+    less, after it where not (activations first among the cheap, the optimizer first among the
+    dear)."""
     if key == "parallel.zero" and value == 3:
         return COST_ORDER.index("parallel.pp"), 1
-    if key == "training.activation_offload_layers" and not beats_recompute:
+    if key == "training.activation_offload_layers" and key not in cheap:
         return COST_ORDER.index("training.optimizer_offload"), 1
+    if key == "training.optimizer_offload" and key in cheap:
+        return COST_ORDER.index("training.activation_offload_layers"), 1
     return COST_ORDER.index(key), 0
-
-
-def offload_beats_recompute(ctx: Context) -> bool:
-    """Whether offloaded activations cost a microbatch less than full recomputation would: the
-    copies out of the first chunk's offloaded layers stream over the host link
-    (``host_link_GBps``) beside the chunk's forward, the copies back beside its backward, and
-    what outlasts them waits (Megatron-Core's offload: the next layers' compute runs while a
-    layer's activations move); full recomputation adds the chunk's forward once more. Times by
-    the kernel model, no simulation. Llama 3 8B at 8K tokens on H100's PCIe: 670 ms of copies
-    beside a 210 ms forward and a 509 ms backward, 622 ms waiting against 210 ms recomputed
-    (simulated: 0.61 s a microbatch waits on the copies); Llama 3 70B on 64 H100 under ZeRO-3
-    with 79 layers offloaded: 1,556 ms waiting against a 1,811 ms forward (simulated: 15.8 s a
-    step against 16.1 s recomputing). True without offloaded layers or the host figure (the
-    hint is not offered then)."""
-    from simcluster.engine.plan import kernel_model
-    from simcluster.parallelism.layer import LayerBuilder
-    from simcluster.parallelism.segments import Compute
-    from simcluster.parallelism.shapes import Shapes
-
-    sc = ctx.scenario
-    chunk = ctx.chunks[0][0]
-    moved = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, chunk, sc.moe.padded_rows)
-    link = ctx.profile.node.host_link_GBps
-    if not moved or not link:
-        return True
-    builder = LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), kernel_model(ctx), sc)
-
-    def compute(*phases: str) -> float:
-        return sum(
-            s.seconds
-            for i in chunk.layer_indices
-            for phase in phases
-            for s in builder.layer(i, phase)
-            if isinstance(s, Compute)
-        )
-
-    copies = sum(moved.values()) / (link * 1e9)
-    forward = compute("F")
-    waiting = max(0.0, copies - forward) + max(0.0, copies - compute("B", "W"))
-    return waiting < forward
 
 
 @dataclass(frozen=True)
@@ -237,8 +216,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if doc["fits"] and host_fits(doc):
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
             hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset, also, batch)
-            cheaper = key != "training.activation_offload_layers" or offload_beats_recompute(ctx)
-            hints.append((_cost_rank(key, value, cheaper), hint))
+            hints.append((_cost_rank(key, value, cheap_offloads(ctx, [key])), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
 
@@ -308,12 +286,12 @@ class _Combination:
     unset: tuple[str, ...]
     total_bytes: float
     layout: Layout
-    beats_recompute: bool  # offload_beats_recompute of its scenario
+    cheap: frozenset[str]  # cheap_offloads of its scenario
 
     def cost(self) -> tuple[tuple[int, int], ...]:
         """Its changes' places in :data:`COST_ORDER`, the dearest first: of two combinations,
         the one whose dearest change is cheaper costs less (then the next dearest, ...)."""
-        ranks = (_cost_rank(k, v, self.beats_recompute) for k, v in self.taken.items())
+        ranks = (_cost_rank(k, v, self.cheap) for k, v in self.taken.items())
         return tuple(sorted(ranks, reverse=True))
 
 
@@ -333,7 +311,7 @@ def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3
     base = _rewritable(sc)
     start = build_context(sc, hardware)
     before = start.layout
-    frontier = [_Combination({}, (), 0.0, before, True)]
+    frontier = [_Combination({}, (), 0.0, before, frozenset())]
     for _ in range(most):
         grown = [_extended(base, combination, hardware) for combination in frontier]
         fitting = [c for round_ in grown for c in round_ if c.total_bytes <= start.capacity_bytes]
@@ -367,8 +345,7 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
         doc = memory_summary(ctx)
         if host_fits(doc):
             changes = {**taken, key: value}
-            cheaper = "training.activation_offload_layers" not in changes or offload_beats_recompute(ctx)
-            out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, cheaper))
+            out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, cheap_offloads(ctx, changes)))
     return out
 
 

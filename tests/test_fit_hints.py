@@ -299,16 +299,51 @@ def test_offloaded_activations_that_wait_longer_than_recomputation_rank_after_it
     Llama 3 70B on 64 H100 under ZeRO-3, 79 layers offloaded: 1,556 ms of waiting against a
     1,811 ms forward, so offload stays ahead (simulated 15.8 s a step against 16.1 s); on
     GB200's NVLink-C2C its 40 layers' copies hide entirely."""
-    from simcluster.fit_hints import offload_beats_recompute
+    from simcluster.fit_prices import activation_offload_beats_recompute
     from simcluster.scenario import load_scenario
 
     h100 = load_scenario("llama3-8b-8xh100", [("training.micro_batch", 1), ("training.activation_offload_layers", 31)])
-    assert not offload_beats_recompute(build_context(h100))
+    assert not activation_offload_beats_recompute(build_context(h100))
     zero3 = [("parallel.tp", 1), ("parallel.pp", 1), ("parallel.zero", 3), ("training.activation_offload_layers", 79)]
-    assert offload_beats_recompute(build_context(load_scenario("llama3-70b-64xh100", zero3)))
-    assert offload_beats_recompute(build_context(load_scenario("llama3-70b-64xgb200-fsdp-offload", [])))
+    assert activation_offload_beats_recompute(build_context(load_scenario("llama3-70b-64xh100", zero3)))
+    assert activation_offload_beats_recompute(build_context(load_scenario("llama3-70b-64xgb200-fsdp-offload", [])))
     order = [h.change for h in fitting_changes(scenario_from_dict(_accumulating(global_batch=128)), most=10)]
     assert order.index("training.recompute=full") < order.index("training.activation_offload_layers=31")
+
+
+def test_the_optimizer_on_the_host_is_priced_against_full_recomputation():
+    """ZeRO-Offload's host side (Ren et al. 2021): each step the gradients go out over the host
+    link, the CPU's Adam streams gradient, master and two moments through host DRAM (4 + 8 + 16
+    bytes per parameter read and written), the 16-bit weights come back. Llama 3 8B (8.03 B
+    parameters) replicated on each of 8 B200s (PCIe Gen5 at 52.8 GB/s, two 8-channel DDR5-5600
+    sockets at 716.8 GB/s shared by 8 GPUs), 16-bit gradients: 0.304 + 2.509 + 0.304 = 3.118 s,
+    less the GPU update it replaces. Full recomputation adds a forward per microbatch: 1.19 s.
+    The simulation agrees with both prices, and the hint ranks the optimizer after recomputing.
+    Mixtral 8x7B on 32 H100 under ZeRO-1 over dp 16 steps a sixteenth on the host (0.68 s)
+    against 1.51 s of recomputation: there it ranks first."""
+    from simcluster.engine import simulate
+    from simcluster.fit_prices import optimizer_offload_seconds, recompute_seconds
+    from simcluster.scenario import load_scenario
+
+    b200 = [("parallel.tp", 1), ("parallel.zero", 0), ("training.micro_batch", 2), ("training.recompute", "none")]
+    ctx = build_context(load_scenario("llama3-8b-8xb200", [*b200, ("training.optimizer_offload", 1.0)]))
+    params = 8.03e9
+    host = params * 2 / 52.8e9 + params * (4 + 8 + 16) / (716.8e9 / 8) + params * 2 / 52.8e9
+    assert host == pytest.approx(3.118, abs=0.002)
+    assert 0.97 * host < optimizer_offload_seconds(ctx) < host
+    step = {
+        change: simulate(load_scenario("llama3-8b-8xb200", [*b200, *change])).summary["step_time_s"]
+        for change in ((), (("training.optimizer_offload", 1.0),), (("training.recompute", "full"),))
+    }
+    base, offload, recompute = step.values()
+    assert offload - base == pytest.approx(optimizer_offload_seconds(ctx), rel=0.03)
+    assert recompute - base == pytest.approx(recompute_seconds(ctx), rel=0.05)
+    order = [h.change for h in fitting_changes(load_scenario("llama3-8b-8xb200", b200), most=10)]
+    assert order.index("training.recompute=full") < order.index("training.optimizer_offload=1.0")
+
+    mixtral = load_scenario("mixtral-8x7b-32xh100", [("training.micro_batch", 2), ("training.recompute", "none")])
+    order = [h.change for h in fitting_changes(mixtral, most=10)]
+    assert order.index("training.optimizer_offload=1.0") < order.index("training.recompute=full")
 
 
 def test_the_fewest_changes_that_fit_together_are_offered_the_cheapest_first():

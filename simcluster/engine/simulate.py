@@ -38,6 +38,7 @@ from simcluster.parallelism.data import (
 from simcluster.parallelism.fsdp2_accumulation import accumulates_unsharded, reduce_width
 from simcluster.parallelism.offload import (
     GPU_BYTES_PER_OFFLOADED_PARAM,
+    local_optimizer_params,
     missing_host_figures,
     offload_seconds,
 )
@@ -155,9 +156,7 @@ def simulate(
     host_share = sc.training.optimizer_offload
     optimizer_seconds, offloaded_seconds = [], []
     for plan in plans:
-        dense_shard = ctx.layout.zero_group if ctx.layout.zero >= 1 else 1
-        expert_shard = ctx.layout.expert_zero_group if ctx.layout.zero >= 1 else 1
-        local = plan.params_dense / dense_shard + plan.params_expert / expert_shard
+        local = local_optimizer_params(ctx.layout, plan.params_dense, plan.params_expert)
         on_gpu = local * (opt_bpp * (1.0 - host_share) + GPU_BYTES_PER_OFFLOADED_PARAM * host_share)
         on_gpu += (plan.params_dense + plan.params_expert) * clip_bpp
         optimizer_seconds.append(km.memory(on_gpu))

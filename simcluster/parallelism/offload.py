@@ -26,6 +26,7 @@ from simcluster.memory import OPTIMIZER_MOMENTS, moment_bytes
 if TYPE_CHECKING:
     from simcluster.context import Context
     from simcluster.hardware import NodeSpec
+    from simcluster.layout import Layout
     from simcluster.scenario import TrainingSection
 
 #: GPU-side HBM traffic per offloaded parameter: the gradient-norm read before the copy (fp32)
@@ -38,6 +39,14 @@ def missing_host_figures(node: NodeSpec, optimizer: bool) -> list[str]:
     kind, the host DRAM bandwidth for the optimizer's CPU update as well."""
     need = ("host_link_GBps", "host_memory_GBps") if optimizer else ("host_link_GBps",)
     return [f"node.{key}" for key in need if getattr(node, key) is None]
+
+
+def local_optimizer_params(layout: Layout, dense: float, expert: float) -> float:
+    """Parameters whose optimizer state one GPU steps: its dense and expert parameters, each
+    divided over its ZeRO group from ZeRO-1 up."""
+    if layout.zero < 1:
+        return dense + expert
+    return dense / layout.zero_group + expert / layout.expert_zero_group
 
 
 def host_update_bytes_per_param(training: TrainingSection) -> float:
