@@ -748,7 +748,7 @@ def test_list_hardware_shows_a_calibrated_profile_beside_the_shipped_ones(cli, t
 
 @pytest.mark.parametrize("name", ["fsdp", "FSDP1", "torch-fsdp", "pytorch-fsdp"])
 def test_fsdp_and_fsdp1_as_a_framework_name_pytorchs_fsdp1(name):
-    """FullyShardedDataParallel (FSDP1) is a framework preset of its own (frameworks.py
+    """FullyShardedDataParallel (FSDP1) is a framework preset of its own (frameworks/
     pytorch-fsdp), so its usual names resolve to it instead of the FSDP2 hint above."""
     from simcluster.frameworks import get_framework
 

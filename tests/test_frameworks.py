@@ -1,4 +1,4 @@
-"""``framework:`` presets (simcluster/frameworks.py).
+"""``framework:`` presets (simcluster/frameworks/).
 
 The presets are checked against the shipped validation cases: every family whose runs used one
 framework spells that framework's settings out field by field (each with its source in the

@@ -763,7 +763,7 @@ def test_fitting_only_still_simulates_layouts_with_fb_pairs():
 def test_each_layout_runs_with_its_frameworks_preset_for_that_layout(tmp_path, capsys):
     """A framework's defaults depend on the layout (nanotron: torch DDP's overlapped 25 MiB
     buckets at ZeRO-0, one blocking all-reduce of the fp32 buffer on its ZeRO-1 path,
-    frameworks._nanotron). The sweep's template holds only what the scenario wrote
+    frameworks/nanotron.py). The sweep's template holds only what the scenario wrote
     (Scenario.as_written), so its ZeRO-1 row is what `run` of that layout gives, not ZeRO-1
     with the ZeRO-0 preset's buckets carried over."""
     from tests.conftest import make_scenario

@@ -1,0 +1,104 @@
+"""Megatron's family as frameworks: Megatron-Core, NeMo, Megatron-Bridge, the Megatron-LM of
+the 2021/2023 papers, and sail-sg's Zero Bubble fork."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from simcluster.frameworks.base import Defaults, parallel_degree, parallel_flag
+
+
+def megatron_core(raw: Mapping[str, Any]) -> Defaults:
+    """Megatron-Core's defaults for a raw scenario, as NVIDIA's performance recipes run it."""
+    # the distributed optimizer (ZeRO-1) and sequence parallelism with TP: the overlaps below
+    # need them (Megatron refuses --overlap-param-gather without --use-distributed-optimizer and
+    # --tp-comm-overlap without --sequence-parallel), and every NeMo / Megatron-Bridge recipe
+    # and README benchmark sets both
+    parallel: dict[str, Any] = {"zero": 1}
+    if parallel_degree(raw, "tp", 1) > 1:
+        parallel["sequence_parallel"] = True
+    return {
+        "parallel": parallel,
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "pp_comm": True},
+        "training": {"grad_accum_fusion": True, "elementwise": "fused"},
+        # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
+        # averaging is a 1/dp scaling before the collective (no --ddp-average-in-collective);
+        # NeMo's and Megatron-Bridge's performance recipes turn both off
+        # buckets as its DistributedDataParallel sizes them (bucket_size None: max(40M, 1M x dp)
+        # parameters) and only on pipeline rank 0's first model chunk
+        "dp": {
+            "nan_check": True,
+            "prescale": True,
+            "zero_grad_buffer": True,
+            "bucket_mb": "megatron-core",
+            "bucket_stages": "first",
+        },
+    }
+
+
+def nemo(raw: Mapping[str, Any]) -> Defaults:
+    """NeMo 2's and Megatron-Bridge's: Megatron-Core's without the bucket NaN check and 1/dp pass."""
+    # Megatron-Core under NeMo 2 / Megatron-Bridge's performance recipes: their scripts turn the
+    # bucket NaN check off ("Disable local gradient checker at non-debugging mode") and the
+    # recipes average in the collective (average_in_collective=True: no 1/dp pass, and
+    # _ParamAndGradBucketGroup.start_grad_sync then asks for torch.distributed.ReduceOp.AVG)
+    defaults = megatron_core(raw)
+    defaults["dp"].update(nan_check=False, prescale=False, reduce_op="avg")
+    return defaults
+
+
+def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
+    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients (and FP8 weights at FP8)."""
+    # Megatron-Bridge's performance configs on top of NeMo's recipe settings: main gradients kept
+    # and reduced in bf16 (grad_reduce_in_fp32 False), and its FP8 mixed-precision recipes keep
+    # the layers' weights in FP8 and gather them so (fp8_param_gather)
+    defaults = nemo(raw)
+    training: dict[str, Any] = {"fp32_grad_accum": False}
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8":
+        training["fp8_param_gather"] = True
+    defaults["training"] = {**defaults.get("training", {}), **training}
+    return defaults
+
+
+def megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
+    """The Megatron-LM of the SC'21 and MLSys'23 papers."""
+    # the backward's TP collective: blocking in the SC'21 code; asynchronous under the weight
+    # gradient in the 2022 code that brought sequence parallelism (its asynchronous all-reduce
+    # came with it), so a run with SP is taken to be the 2022 code
+    sp = parallel_flag(raw, "sequence_parallel")
+    training: dict[str, Any] = {"flash_attention": False, "elementwise": "fused"}
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16":
+        # arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16 only; an fp16 run
+        # without the flag keeps its main_grad buffer in fp16 and all-reduces it so
+        training["fp32_grad_accum"] = False
+    return {
+        # pipeline transfers as 1/tp slices, all-gathered by the receiving stage
+        # (--scatter-gather-tensors-in-pipeline, default on; p2p_communication.py _communicate)
+        "overlap": {
+            "dp_grad_reduce": False, "tp_comm": False, "tp_grad_async": sp, "pp_comm": False,
+            "pp_scatter_gather": True,
+        },
+        "training": training,
+        # the local DDP's buffer_.data /= dp, then one all-reduce of the whole buffer; the buffer
+        # zeroed each step
+        "dp": {"prescale": True, "zero_grad_buffer": True, "bucket_mb": 1.0e6},
+    }
+
+
+def zero_bubble(raw: Mapping[str, Any]) -> Defaults:
+    """sail-sg's Zero Bubble fork as its example scripts run it."""
+    # sail-sg's fork as examples/pretrain_zero_bubble.sh runs it: no --use-flash-attn,
+    # --no-overlap-p2p-communication, and --enable-optimizer-post-validation whenever a
+    # zero-bubble schedule is on (its ZB-1p / ZB-2p / ZB-V) unless SYNC_OPTIMIZER is set, which
+    # examples/test_all_schedules.sh exports for zbv-half and zbv-min (V-Half, V-Min: no
+    # post-validation); Megatron's weight-gradient accumulation fusion stays on (the script
+    # does not pass --no-gradient-accumulation-fusion)
+    training: dict[str, Any] = {"flash_attention": False, "grad_accum_fusion": True}
+    parallel = raw.get("parallel")
+    schedule = parallel.get("schedule") if isinstance(parallel, Mapping) else None
+    if schedule in ("zb-1p", "zb-2p", "zbv"):
+        training["optimizer_post_validation"] = True
+    return {"overlap": {"pp_comm": False}, "training": training}
