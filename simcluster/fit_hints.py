@@ -196,7 +196,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     from simcluster.memory_report import memory_summary
     from simcluster.sweep import show_value
 
-    base = _rewritable(sc)
+    base = rewritable(sc)
     hints: list[tuple[tuple[int, int], FitHint]] = []
     before = build_context(sc, hardware)
     fewest = min(c.layers for stage in before.chunks for c in stage)
@@ -226,7 +226,7 @@ def _host_unpriced(ctx: Context, key: str) -> bool:
     return offload and bool(missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"))
 
 
-def _rewritable(sc: Scenario) -> dict[str, Any]:
+def rewritable(sc: Scenario) -> dict[str, Any]:
     """The scenario as written, ready for one changed field: each change gets its framework's
     preset for the layout it makes, dp and a hand-made stage split are derived again."""
     base = sc.as_written()
@@ -254,7 +254,7 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
     from simcluster.context import build_context
     from simcluster.memory_report import memory_summary
 
-    base = _rewritable(sc)
+    base = rewritable(sc)
     offered = get_framework(sc.framework).recompute if sc.framework else None
     for value in LIGHTER_RECOMPUTE.get(sc.training.recompute, ()):
         if offered is not None and value not in offered:
@@ -308,7 +308,7 @@ def fitting_combination(sc: Scenario, hardware: str | None = None, most: int = 3
     from simcluster.context import build_context
     from simcluster.sweep import show_value
 
-    base = _rewritable(sc)
+    base = rewritable(sc)
     start = build_context(sc, hardware)
     before = start.layout
     frontier = [_Combination({}, (), 0.0, before, frozenset())]

@@ -31,15 +31,10 @@ from simcluster.inert import inert_settings, note_lines
 from simcluster.names import run_heading
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
+from simcluster.speed_hints import Rerun, share_of_step, speed_hints
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
 
-#: a host-bound share of the step from which `run` says what would hide it
-HOST_HINT = 0.05
-#: an exposed-TP share of the step from which `run` names TransformerEngine's TP overlap
-TP_HINT = 0.05
-# exposed EP share of the step above which a defaulted expert TP is pointed out
-EP_HINT = 0.05
 #: a recompute share of the step from which `run` says what lighter recomputation fits
 RECOMPUTE_HINT = 0.05
 
@@ -122,16 +117,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         stdout_console().print(f"with --set {' '.join(args.overrides)}")
-    node = ctx.profile.node
+    rerun = _rerun_arguments(args)
     _print(
-        summary, args.out, tp_overlap_off=_tp_overlap_off(ctx.scenario), gpu=ctx.profile.gpu.name,
-        precision=ctx.scenario.training.precision, etp_defaulted=ctx.scenario.parallel.etp is None,
-        scale_up=node.nvlink_domain or node.gpus_per_node,
-        caveat=caveat,
-        written=written,
-        rerun=_rerun_arguments(args),
-        launch_blocking=ctx.scenario.training.launch_blocking,
-    )
+        summary, args.out, gpu=ctx.profile.gpu.name, precision=ctx.scenario.training.precision,
+        caveat=caveat, written=written, rerun=rerun, hints=speed_hints(summary, ctx, rerun),
+    )  # fmt: skip
     return 0
 
 
@@ -158,7 +148,7 @@ def _add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) 
         if not summary["would_fit"]:
             together = fitting_combination(scenario, hardware)
             summary["would_fit_together"] = together.record() if together else None
-    elif _share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
+    elif share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
         from simcluster.commands.memory import TIGHT_SHARE
         from simcluster.fit_hints import lighter_recompute
 
@@ -184,20 +174,13 @@ def _write_outputs(args: argparse.Namespace, result: SimResult, window: tuple[fl
     return sorted(paths)
 
 
-def _rerun_arguments(args: argparse.Namespace) -> tuple[str, str]:
+def _rerun_arguments(args: argparse.Namespace) -> Rerun:
     """What a command comparing this run needs: the SCENARIO as given (a file's path, not its
     name: `compare` finds only shipped names), then ``--hardware`` and every ``--set``, quoted
     for a shell."""
     options = [f"--hardware {shlex.quote(args.hardware)}"] if args.hardware else []
     options += [f"--set {shlex.quote(o)}" for o in args.overrides or ()]
-    return args.scenario, " ".join(options)
-
-
-def _tp_overlap_off(scenario: Scenario) -> bool:
-    """Whether TransformerEngine's TP overlap could apply but is off (it needs sequence
-    parallelism, and nanotron's async linears are their own overlap)."""
-    par, ov = scenario.parallel, scenario.overlap
-    return par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
+    return Rerun(args.scenario, " ".join(options), args.hardware)
 
 
 def _simulated(args: argparse.Namespace, scenario: Scenario, ctx: Context) -> tuple[dict, SimResult | None]:
@@ -290,35 +273,18 @@ def _summary_table(s: dict) -> Table:
 def _print(
     s: dict,
     out: str | None,
-    tp_overlap_off: bool = False,
     gpu: str | None = None,
     precision: str | None = None,
-    etp_defaulted: bool = False,
-    scale_up: int = 0,
     caveat: str | None = None,
     written: Sequence[str] = (),
-    rerun: tuple[str, str] = ("", ""),
-    launch_blocking: bool = False,
+    rerun: Rerun | None = None,
+    hints: Sequence[str] = (),
 ) -> None:
-    """The run's table and hints; ``rerun``: the SCENARIO argument and options a command that
-    reruns this scenario needs (the hints' compare command); ``launch_blocking``: the host time
-    comes from ``training.launch_blocking``, which the host-bound hint names instead."""
+    """The run's table and hints (``hints``: :func:`speed_hints`'); ``rerun``: what a command
+    re-running this scenario needs (the lighter-recomputation hint's compare command)."""
     console = stdout_console()
     console.print(_summary_table(s))
     peak = s["peak_memory_bytes"]
-    host = _share_of_step(s, busiest(s).get("host", 0.0))
-    if host >= HOST_HINT and launch_blocking:
-        console.print(
-            f"host-bound {100 * host:.0f}% of the step: training.launch_blocking "
-            "(CUDA_LAUNCH_BLOCKING=1) makes every kernel wait for Python to issue it; without it "
-            "the host would run ahead"
-        )
-    elif host >= HOST_HINT:
-        console.print(
-            f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
-            "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "
-            "(efficiency.host_op_us, which calibrate measures) would hide it"
-        )
     if not s.get("framework"):
         console.print(
             "[dim]the scenario names no framework: unset overlaps, buckets and kernels are simcluster's defaults "
@@ -328,36 +294,9 @@ def _print(
         console.print(f"[dim]{accuracy_line(gpu, precision)}[/]")
     if caveat:
         console.print(f"[yellow]{caveat}[/]")
-    # the hints quote the breakdown's stage (the table above), not exposed_comm_s's worst rank:
-    # with a straggler, its TP peers' wait for it is exposed TP that no overlap would hide
-    tp = _share_of_step(s, busiest(s).get("comm_tp", 0.0))
-    tp_size = s["parallel"].get("tp", 1)
-    tp_leaves_domain = 0 < scale_up < tp_size
-    # userbuffers' overlap runs inside an NVLink domain; a wider group needs a smaller tp first
-    if tp_overlap_off and tp >= TP_HINT and not tp_leaves_domain:
-        console.print(
-            f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
-            "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
-            "leaves it off by default) would hide part of it"
-        )
-    if tp_leaves_domain and tp >= TP_HINT:
-        # TP is innermost in the rank grid, so a group wider than the NVLink domain leaves it
-        inside = ",".join(str(1 << k) for k in range(scale_up.bit_length()) if 1 << k <= scale_up)
-        console.print(
-            f"tp {tp_size} spans {-(-tp_size // scale_up)} scale-up domains of {scale_up} GPUs, so its "
-            f"collectives cross the network: exposed TP communication is {100 * tp:.0f}% of the step; "
-            f"tp <= {scale_up} keeps them on NVLink (compare: simcluster sweep {s['scenario']} --tp {inside})",
-            soft_wrap=True,  # a command to copy: the terminal wraps it, Rich would break it with newlines
-        )
-    etp = s["parallel"].get("etp", 1)
-    ep = _share_of_step(s, busiest(s).get("comm_ep", 0.0))
-    if etp_defaulted and etp > 1 and ep >= EP_HINT:
-        console.print(
-            f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
-            f"etp={etp} GPUs, Megatron-Core's default (etp = tp); parallel.etp: 1 keeps whole experts "
-            f"per GPU and smaller expert groups (compare: simcluster sweep SCENARIO --etp 1,{etp})",
-            soft_wrap=True,
-        )
+    for hint in hints:
+        # a command to copy: the terminal wraps it, Rich would break it with newlines
+        console.print(hint, markup=False, soft_wrap=True)
     if not s["fits_in_memory"]:
         console.print(
             f"[bold red]DOES NOT FIT[/]: peak {format_bytes(peak['max'])} exceeds the "
@@ -378,10 +317,10 @@ def _print(
         from simcluster.commands.memory import set_items
 
         lighter = s["lighter_recompute"]
-        share = _share_of_step(s, busiest(s).get("recompute", 0.0))
+        share = share_of_step(s, busiest(s).get("recompute", 0.0))
         # the compare runs what this run ran (its file, hardware and --set on both sides; a
         # variant's @ overrides apply after --set)
-        scenario, options = rerun if rerun[0] else (s["scenario"], "")
+        scenario, options = (rerun.scenario, rerun.options) if rerun else (s["scenario"], "")
         variant = shlex.quote(scenario + set_items(lighter, "@", ""))
         console.print(
             f"recomputation is {100 * share:.0f}% of the step with {format_bytes(s['capacity_bytes'] - peak['max'])} "
@@ -393,11 +332,6 @@ def _print(
         )
     if out:
         console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
-
-
-def _share_of_step(s: dict, seconds: float) -> float:
-    """``seconds`` as a share of the step (0 for an empty step)."""
-    return seconds / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
 
 
 def _breakdown_label(s: dict) -> str:

@@ -1,0 +1,172 @@
+"""What `run` says under its table about where a step loses time and what would win it back.
+
+Each hint is a rule over the step's summary and its context (:data:`SPEED_HINTS`), silent
+below its threshold: a Python-bound host, exposed TP communication that TransformerEngine's
+overlap or an NVLink domain would hide, expert TP defaulted to tp under exposed all-to-alls,
+and a pipeline bubble that interleaved stages would shrink (Narayanan et al. 2021's analytic
+bubbles, with a `sweep` command to check it). Each names the field to change and, where a
+layout change is the fix, the `simcluster sweep` that compares it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simcluster.context import Context
+from simcluster.engine.breakdown import busiest
+
+#: a host-bound share of the step from which the host hint speaks
+HOST_HINT = 0.05
+#: an exposed-TP share of the step from which TransformerEngine's TP overlap is named
+TP_HINT = 0.05
+#: an exposed-EP share of the step above which a defaulted expert TP is pointed out
+EP_HINT = 0.05
+#: a pipeline bubble (share of the step) from which interleaving is offered
+BUBBLE_HINT = 0.10
+#: the interleaving degrees the bubble hint tries
+VPP_TRIED = (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What a command re-running this scenario needs: the SCENARIO argument as given and its
+    options (``--hardware``, every ``--set``, quoted for a shell)."""
+
+    scenario: str
+    options: str = ""
+    hardware: str | None = None  # --hardware as given, for the layouts a hint checks
+
+    def sweep(self, axes: str) -> str:
+        """A ``simcluster sweep`` of this scenario over ``axes``."""
+        return f"simcluster sweep {shlex.quote(self.scenario)} {axes}" + (f" {self.options}" if self.options else "")
+
+
+SpeedHint = Callable[[dict, Context, Rerun], "str | None"]
+
+
+def share_of_step(s: dict, seconds: float) -> float:
+    """``seconds`` as a share of the step (0 for an empty step)."""
+    return seconds / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
+
+
+def _host(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    host = share_of_step(s, busiest(s).get("host", 0.0))
+    if host < HOST_HINT:
+        return None
+    if ctx.scenario.training.launch_blocking:
+        return (
+            f"host-bound {100 * host:.0f}% of the step: training.launch_blocking "
+            "(CUDA_LAUNCH_BLOCKING=1) makes every kernel wait for Python to issue it; without it "
+            "the host would run ahead"
+        )
+    return (
+        f"host-bound {100 * host:.0f}% of the step: the GPU waits for Python to issue its "
+        "kernels; CUDA graphs (training.cuda_graphs), a larger micro-batch or a faster host "
+        "(efficiency.host_op_us, which calibrate measures) would hide it"
+    )
+
+
+def _scale_up(ctx: Context) -> int:
+    node = ctx.profile.node
+    return node.nvlink_domain or node.gpus_per_node
+
+
+def _tp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    # the hints quote the breakdown's stage (the table above), not exposed_comm_s's worst rank:
+    # with a straggler, its TP peers' wait for it is exposed TP that no overlap would hide
+    tp = share_of_step(s, busiest(s).get("comm_tp", 0.0))
+    par, ov = ctx.scenario.parallel, ctx.scenario.overlap
+    # TransformerEngine's overlap needs sequence parallelism; nanotron's async linears are their
+    # own; userbuffers run inside an NVLink domain (a wider group needs a smaller tp first)
+    off = par.tp > 1 and par.sequence_parallel and not ov.tp_comm and not ov.tp_async
+    if tp < TP_HINT or not off or par.tp > _scale_up(ctx):
+        return None
+    return (
+        f"exposed TP communication is {100 * tp:.0f}% of the step: overlap.tp_comm: true "
+        "(TransformerEngine's userbuffers overlap, which NVIDIA's recipes turn on; Megatron-LM "
+        "leaves it off by default) would hide part of it"
+    )
+
+
+def _tp_domain(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    tp = share_of_step(s, busiest(s).get("comm_tp", 0.0))
+    size, scale_up = ctx.scenario.parallel.tp, _scale_up(ctx)
+    if tp < TP_HINT or size <= scale_up:
+        return None
+    # TP is innermost in the rank grid, so a group wider than the NVLink domain leaves it
+    inside = ",".join(str(1 << k) for k in range(scale_up.bit_length()) if 1 << k <= scale_up)
+    return (
+        f"tp {size} spans {-(-size // scale_up)} scale-up domains of {scale_up} GPUs, so its "
+        f"collectives cross the network: exposed TP communication is {100 * tp:.0f}% of the step; "
+        f"tp <= {scale_up} keeps them on NVLink (compare: {rerun.sweep('--tp ' + inside)})"
+    )
+
+
+def _etp(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    etp = s["parallel"].get("etp", 1)
+    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    if ctx.scenario.parallel.etp is not None or etp <= 1 or ep < EP_HINT:
+        return None
+    return (
+        f"exposed EP communication is {100 * ep:.0f}% of the step with each expert split over "
+        f"etp={etp} GPUs, Megatron-Core's default (etp = tp); parallel.etp: 1 keeps whole experts "
+        f"per GPU and smaller expert groups (compare: {rerun.sweep(f'--etp 1,{etp}')})"
+    )
+
+
+def analytic_bubble(pp: int, microbatches: int, vpp: int = 1) -> float:
+    """The bubble's share of a step of equal stages (Narayanan et al. 2021, sec. 2.2): 1F1B
+    idles (p - 1) forward-backward slots beside m, interleaving v chunks per stage cuts them to
+    (p - 1) / v, so (p - 1) / (v m + p - 1)."""
+    return (pp - 1) / (vpp * microbatches + pp - 1)
+
+
+def interleavings(ctx: Context, hardware: str | None = None) -> list[int]:
+    """The interleaving degrees of :data:`VPP_TRIED` the layout checks accept for this
+    scenario (its layers split evenly over pp x vpp chunks, its microbatches grouped as the
+    schedule needs)."""
+    from simcluster.context import build_context
+    from simcluster.errors import UserError
+    from simcluster.fit_hints import rewritable
+    from simcluster.scenario import scenario_from_dict
+
+    base = rewritable(ctx.scenario)
+    out = []
+    for vpp in VPP_TRIED:
+        overrides = [("parallel.vpp", vpp), ("parallel.schedule", "interleaved")]
+        try:
+            build_context(scenario_from_dict(base, overrides), hardware)
+        except UserError:
+            continue
+        out.append(vpp)
+    return out
+
+
+def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    lay = ctx.layout
+    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in ("1f1b", "afab"):
+        return None
+    p, m = lay.pp, lay.microbatches
+    text = (
+        f"pipeline bubble {100 * s['bubble_fraction']:.0f}% of the step ({m} microbatches over {p} "
+        f"stages; analytic (p-1)/(m+p-1) = {100 * analytic_bubble(p, m):.0f}%)"
+    )
+    vpps = interleavings(ctx, rerun.hardware)
+    if not vpps:
+        return text + ": more microbatches a step (a smaller micro-batch or a larger global batch) shrink it"
+    shares = ", ".join(f"vpp {v} {100 * analytic_bubble(p, m, v):.0f}%" for v in vpps)
+    return (
+        f"{text}: interleaved stages (parallel.vpp) cut it to (p-1)/(v*m+p-1): {shares} "
+        f"(compare: {rerun.sweep('--vpp 1,' + ','.join(map(str, vpps)))})"
+    )
+
+
+#: the rules, in the order `run` prints them
+SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _bubble)
+
+
+def speed_hints(s: dict, ctx: Context, rerun: Rerun) -> list[str]:
+    """What each rule of :data:`SPEED_HINTS` says about this step (the silent ones left out)."""
+    return [text for rule in SPEED_HINTS if (text := rule(s, ctx, rerun))]

@@ -1,0 +1,91 @@
+"""What `run` says about where a step loses time (``simcluster/speed_hints.py``): the pipeline
+bubble hint against Narayanan et al. 2021's analytic bubbles, and the commands the hints give."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from simcluster.speed_hints import BUBBLE_HINT, analytic_bubble
+
+
+@pytest.mark.parametrize(
+    ("pp", "m", "vpp", "expected"),
+    [
+        (4, 8, 1, 3 / 11),  # 1F1B: (p - 1) / (m + p - 1)
+        (4, 8, 2, 3 / 19),  # interleaved: (p - 1) / (v m + p - 1), sec. 2.2.2
+        (8, 8, 1, 7 / 15),
+        (8, 64, 4, 7 / 263),
+        (2, 1, 1, 1 / 2),
+    ],
+)
+def test_analytic_bubble_is_narayanan_2021s(pp, m, vpp, expected):
+    assert analytic_bubble(pp, m, vpp) == pytest.approx(expected)
+
+
+def _hint(out: str, start: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(start))
+
+
+def test_a_pipeline_bubble_names_interleaving_with_its_analytic_shares(cli):
+    """Llama 3 70B, tp 8 x pp 4 1F1B on 64 H100, a global batch of 16 (8 microbatches a
+    pipeline): 3/11 of a step idles, as the simulation finds; 80 layers split into 2 or 4 chunks
+    per stage (vpp 3 does not divide 20 layers a stage), 3/19 and 3/35."""
+    res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16")
+    assert res.code == 0, res.err
+    line = _hint(res.out, "pipeline bubble")
+    simulated = float(line.split()[2].rstrip("%")) / 100
+    assert simulated == pytest.approx(3 / 11, abs=0.02)
+    assert "8 microbatches over 4 stages; analytic (p-1)/(m+p-1) = 27%" in line
+    assert "vpp 2 16%, vpp 4 9%" in line and "vpp 3" not in line
+    command = line.split("(compare: ")[1].rstrip(")")
+    assert shlex.split(command) == [
+        "simcluster", "sweep", "llama3-70b-64xh100", "--vpp", "1,2,4", "--set", "training.global_batch=16",
+    ]  # fmt: skip
+
+
+def test_the_bubble_hint_names_the_scenario_file_and_its_options(cli, tmp_path):
+    """The compare command re-runs what was run: a file by its path, with --hardware and --set."""
+    import yaml
+
+    from simcluster.scenario.loading import resolve_scenario_path
+
+    path = tmp_path / "my 70b.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(resolve_scenario_path("llama3-70b-64xh100").read_text())))
+    res = cli("run", str(path), "--hardware", "dgx-h100", "--set", "training.global_batch=16")
+    assert res.code == 0, res.err
+    command = _hint(res.out, "pipeline bubble").split("(compare: ")[1].rstrip(")")
+    assert shlex.split(command) == [
+        "simcluster", "sweep", str(path), "--vpp", "1,2,4", "--hardware", "dgx-h100", "--set", "training.global_batch=16",
+    ]  # fmt: skip
+
+
+def test_no_bubble_hint_without_a_pipeline_or_below_the_threshold(cli):
+    """The shipped 70B layout runs 64 microbatches a pipeline: 3/67 = 4.5% idle, under
+    BUBBLE_HINT; without pp there is no bubble at all."""
+    assert analytic_bubble(4, 64) < BUBBLE_HINT
+    for extra in ((), ("--set", "parallel.pp=1", "--set", "parallel.tp=8", "--set", "parallel.zero=3")):
+        res = cli("run", "llama3-70b-64xh100", *extra)
+        assert res.code == 0, res.err
+        assert "pipeline bubble" not in " ".join(line for line in res.out.splitlines() if not line.startswith("│"))
+
+
+def test_interleavings_are_the_degrees_that_divide_a_stages_layers():
+    """GPT-3 175B's 96 layers over pp 16 are 6 a stage: 2 or 3 chunks of them, not 4."""
+    from simcluster.context import build_context
+    from simcluster.scenario import load_scenario
+    from simcluster.speed_hints import interleavings
+
+    one_chunk = [("parallel.pp", 16), ("parallel.vpp", 1), ("parallel.schedule", "1f1b")]
+    assert interleavings(build_context(load_scenario("gpt3-175b-1024xa100", one_chunk))) == [2, 3]
+
+
+def test_without_an_interleaving_that_divides_the_layers_more_microbatches_are_named(cli):
+    """Llama 3 70B's 80 layers over pp 16 are 5 a stage, which no vpp of 2-4 divides; 32
+    microbatches over 16 stages idle 15/47 of an even pipeline."""
+    res = cli("run", "llama3-70b-64xh100", "--set", "parallel.pp=16", "--set", "parallel.tp=4", "--set", "training.global_batch=32")
+    assert res.code == 0, res.err
+    line = _hint(res.out, "pipeline bubble")
+    assert "32 microbatches over 16 stages; analytic (p-1)/(m+p-1) = 32%" in line
+    assert "more microbatches a step" in line and "vpp" not in line
