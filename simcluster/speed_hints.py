@@ -3,7 +3,7 @@
 Each hint is a rule over the step's summary and its context (:data:`SPEED_HINTS`), silent
 below its threshold: a Python-bound host, exposed TP communication that TransformerEngine's
 overlap or an NVLink domain would hide, expert TP defaulted to tp under exposed all-to-alls,
-and a pipeline bubble that interleaved stages would shrink (Narayanan et al. 2021's analytic
+exposed DP communication with Megatron's gradient or parameter overlap off, and a pipeline bubble that interleaved stages would shrink (Narayanan et al. 2021's analytic
 bubbles, with a `sweep` command to check it). Each names the field to change and, where a
 layout change is the fix, the `simcluster sweep` that compares it.
 """
@@ -23,6 +23,11 @@ HOST_HINT = 0.05
 TP_HINT = 0.05
 #: an exposed-EP share of the step above which a defaulted expert TP is pointed out
 EP_HINT = 0.05
+#: an exposed-DP share of the step from which the gradient/parameter overlap is named
+DP_HINT = 0.05
+#: the frameworks whose code offers Megatron's --overlap-grad-reduce / --overlap-param-gather
+#: (None: a scenario without one, which runs simcluster's Megatron-like defaults)
+DP_OVERLAP_FRAMEWORKS = (None, "megatron-core", "nemo", "megatron-bridge")
 #: a pipeline bubble (share of the step) from which interleaving is offered
 BUBBLE_HINT = 0.10
 #: the interleaving degrees the bubble hint tries
@@ -116,6 +121,27 @@ def _etp(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
+def _dp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    dp = share_of_step(s, busiest(s).get("comm_dp", 0.0))
+    sc = ctx.scenario
+    if dp < DP_HINT or sc.framework not in DP_OVERLAP_FRAMEWORKS:
+        return None
+    lay, ov = ctx.layout, sc.overlap
+    if not ov.dp_grad_reduce:
+        what = (
+            "overlap.dp_grad_reduce: true (each gradient bucket reduced as the last microbatch's "
+            "backward fills it, Megatron's --overlap-grad-reduce)"
+        )
+    elif lay.zero >= 1 and not ov.param_gather:
+        what = (
+            "overlap.param_gather: true (each bucket's updated parameters gathered under the next "
+            "step's forward, Megatron's --overlap-param-gather)"
+        )
+    else:
+        return None
+    return f"exposed DP communication is {100 * dp:.0f}% of the step: {what} would hide most of it"
+
+
 def analytic_bubble(pp: int, microbatches: int, vpp: int = 1) -> float:
     """The bubble's share of a step of equal stages (Narayanan et al. 2021, sec. 2.2): 1F1B
     idles (p - 1) forward-backward slots beside m, interleaving v chunks per stage cuts them to
@@ -164,7 +190,7 @@ def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 
 #: the rules, in the order `run` prints them
-SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _bubble)
+SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _dp_overlap, _bubble)
 
 
 def speed_hints(s: dict, ctx: Context, rerun: Rerun) -> list[str]:
