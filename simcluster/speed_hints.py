@@ -31,7 +31,10 @@ DP_OVERLAP_FRAMEWORKS = (None, "megatron-core", "nemo", "megatron-bridge")
 #: a pipeline bubble (share of the step) from which interleaving is offered
 BUBBLE_HINT = 0.10
 #: the interleaving degrees the bubble hint tries
-VPP_TRIED = (2, 3, 4)
+VPP_TRIED = (2, 3, 4, 6, 8)
+#: the schedules whose bubble is Narayanan et al.'s (p - 1) / (v m + p - 1): 1F1B, GPipe
+#: (all forwards, all backwards) and Megatron's interleaved 1F1B
+BUBBLE_SCHEDULES = ("1f1b", "afab", "interleaved")
 
 
 @dataclass(frozen=True)
@@ -172,20 +175,22 @@ def interleavings(ctx: Context, hardware: str | None = None) -> list[int]:
 
 def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     lay = ctx.layout
-    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in ("1f1b", "afab"):
+    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in BUBBLE_SCHEDULES:
         return None
-    p, m = lay.pp, lay.microbatches
+    p, m, v = lay.pp, lay.microbatches, lay.vpp
+    chunks = f", {v} chunks each" if v > 1 else ""
     text = (
         f"pipeline bubble {100 * s['bubble_fraction']:.0f}% of the step ({m} microbatches over {p} "
-        f"stages; analytic (p-1)/(m+p-1) = {100 * analytic_bubble(p, m):.0f}%)"
+        f"stages{chunks}; analytic (p-1)/(v*m+p-1) = {100 * analytic_bubble(p, m, v):.0f}%)"
     )
-    vpps = interleavings(ctx, rerun.hardware)
+    vpps = [more for more in interleavings(ctx, rerun.hardware) if more > v]
     if not vpps:
         return text + ": more microbatches a step (a smaller micro-batch or a larger global batch) shrink it"
-    shares = ", ".join(f"vpp {v} {100 * analytic_bubble(p, m, v):.0f}%" for v in vpps)
+    shares = ", ".join(f"vpp {more} {100 * analytic_bubble(p, m, more):.0f}%" for more in vpps)
+    what = "more interleaved chunks" if v > 1 else "interleaved stages"
     return (
-        f"{text}: interleaved stages (parallel.vpp) cut it to (p-1)/(v*m+p-1): {shares} "
-        f"(compare: {rerun.sweep('--vpp 1,' + ','.join(map(str, vpps)))})"
+        f"{text}: {what} (parallel.vpp) cut it: {shares} "
+        f"(compare: {rerun.sweep(f'--vpp {v},' + ','.join(map(str, vpps)))})"
     )
 
 

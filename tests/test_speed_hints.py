@@ -37,7 +37,7 @@ def test_a_pipeline_bubble_names_interleaving_with_its_analytic_shares(cli):
     line = _hint(res.out, "pipeline bubble")
     simulated = float(line.split()[2].rstrip("%")) / 100
     assert simulated == pytest.approx(3 / 11, abs=0.02)
-    assert "8 microbatches over 4 stages; analytic (p-1)/(m+p-1) = 27%" in line
+    assert "8 microbatches over 4 stages; analytic (p-1)/(v*m+p-1) = 27%" in line
     assert "vpp 2 16%, vpp 4 9%" in line and "vpp 3" not in line
     command = line.split("(compare: ")[1].rstrip(")")
     assert shlex.split(command) == [
@@ -72,13 +72,13 @@ def test_no_bubble_hint_without_a_pipeline_or_below_the_threshold(cli):
 
 
 def test_interleavings_are_the_degrees_that_divide_a_stages_layers():
-    """GPT-3 175B's 96 layers over pp 16 are 6 a stage: 2 or 3 chunks of them, not 4."""
+    """GPT-3 175B's 96 layers over pp 16 are 6 a stage: 2, 3 or 6 chunks of them, not 4 or 8."""
     from simcluster.context import build_context
     from simcluster.scenario import load_scenario
     from simcluster.speed_hints import interleavings
 
     one_chunk = [("parallel.pp", 16), ("parallel.vpp", 1), ("parallel.schedule", "1f1b")]
-    assert interleavings(build_context(load_scenario("gpt3-175b-1024xa100", one_chunk))) == [2, 3]
+    assert interleavings(build_context(load_scenario("gpt3-175b-1024xa100", one_chunk))) == [2, 3, 6]
 
 
 def test_without_an_interleaving_that_divides_the_layers_more_microbatches_are_named(cli):
@@ -87,7 +87,7 @@ def test_without_an_interleaving_that_divides_the_layers_more_microbatches_are_n
     res = cli("run", "llama3-70b-64xh100", "--set", "parallel.pp=16", "--set", "parallel.tp=4", "--set", "training.global_batch=32")
     assert res.code == 0, res.err
     line = _hint(res.out, "pipeline bubble")
-    assert "32 microbatches over 16 stages; analytic (p-1)/(m+p-1) = 32%" in line
+    assert "32 microbatches over 16 stages; analytic (p-1)/(v*m+p-1) = 32%" in line
     assert "more microbatches a step" in line and "vpp" not in line
 
 
@@ -105,3 +105,13 @@ def test_exposed_dp_with_megatrons_gradient_overlap_off_names_it(cli):
     assert res.code == 0, res.err
     assert "exposed DP communication" not in res.out
     assert "exposed DP communication" not in cli("run", "llama3-8b-8xh100").out
+
+
+def test_an_interleaved_pipelines_bubble_names_more_chunks(cli):
+    """GPT-3 175B, pp 8 with 2 chunks a stage, at 8 microbatches: 7/23 = 30% analytic; its 12
+    layers a stage also split into 3, 4 or 6 chunks: 7/31, 7/39, 7/55."""
+    res = cli("run", "gpt3-175b-1024xa100", "--set", "training.global_batch=128")
+    assert res.code == 0, res.err
+    line = _hint(res.out, "pipeline bubble")
+    assert "8 microbatches over 8 stages, 2 chunks each; analytic (p-1)/(v*m+p-1) = 30%" in line
+    assert "vpp 3 23%, vpp 4 18%, vpp 6 13%" in line and "--vpp 2,3,4,6" in line
