@@ -2,7 +2,7 @@
 
 Each hint is a rule over the step's summary and its context (:data:`SPEED_HINTS`), silent
 below its threshold: a Python-bound host, exposed TP communication that TransformerEngine's
-overlap or an NVLink domain would hide, expert TP defaulted to tp under exposed all-to-alls,
+overlap or an NVLink domain would hide, expert TP defaulted to tp or Megatron-Core's all-to-all overlap off under exposed all-to-alls,
 exposed DP communication with Megatron's gradient or parameter overlap off, and a pipeline bubble that interleaved stages would shrink (Narayanan et al. 2021's analytic
 bubbles, with a `sweep` command to check it). Each names the field to change and, where a
 layout change is the fix, the `simcluster sweep` that compares it.
@@ -26,7 +26,8 @@ EP_HINT = 0.05
 #: an exposed-DP share of the step from which the gradient/parameter overlap is named
 DP_HINT = 0.05
 #: the frameworks whose code offers Megatron's --overlap-grad-reduce / --overlap-param-gather
-#: (None: a scenario without one, which runs simcluster's Megatron-like defaults)
+#: and Megatron-Core's --overlap-moe-expert-parallel-comm (None: a scenario without one, which
+#: runs simcluster's Megatron-like defaults)
 DP_OVERLAP_FRAMEWORKS = (None, "megatron-core", "nemo", "megatron-bridge")
 #: a pipeline bubble (share of the step) from which interleaving is offered
 BUBBLE_HINT = 0.10
@@ -124,6 +125,36 @@ def _etp(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
+def _accepts(ctx: Context, hardware: str | None, overrides: list[tuple[str, object]]) -> bool:
+    """Whether the layout checks accept this scenario with ``overrides`` (a hint offers only
+    what runs)."""
+    from simcluster.context import build_context
+    from simcluster.errors import UserError
+    from simcluster.fit_hints import rewritable
+    from simcluster.scenario import scenario_from_dict
+
+    try:
+        build_context(scenario_from_dict(rewritable(ctx.scenario), overrides), hardware)
+    except UserError:
+        return False
+    return True
+
+
+def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    sc = ctx.scenario
+    if ep < EP_HINT or sc.overlap.ep_comm or sc.framework not in DP_OVERLAP_FRAMEWORKS:
+        return None
+    if not _accepts(ctx, rerun.hardware, [("overlap.ep_comm", True)]):
+        return None  # with pp > 1 it needs the interleaved schedule, say
+    return (
+        f"exposed EP communication is {100 * ep:.0f}% of the step: overlap.ep_comm: true "
+        "(Megatron-Core's --overlap-moe-expert-parallel-comm: one microbatch's forward runs beside "
+        "another's backward, each hiding the other's all-to-alls) would hide part of it "
+        f"(compare: {rerun.sweep('--ep-comm false,true')})"
+    )
+
+
 def _dp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     dp = share_of_step(s, busiest(s).get("comm_dp", 0.0))
     sc = ctx.scenario
@@ -156,21 +187,8 @@ def interleavings(ctx: Context, hardware: str | None = None) -> list[int]:
     """The interleaving degrees of :data:`VPP_TRIED` the layout checks accept for this
     scenario (its layers split evenly over pp x vpp chunks, its microbatches grouped as the
     schedule needs)."""
-    from simcluster.context import build_context
-    from simcluster.errors import UserError
-    from simcluster.fit_hints import rewritable
-    from simcluster.scenario import scenario_from_dict
-
-    base = rewritable(ctx.scenario)
-    out = []
-    for vpp in VPP_TRIED:
-        overrides = [("parallel.vpp", vpp), ("parallel.schedule", "interleaved")]
-        try:
-            build_context(scenario_from_dict(base, overrides), hardware)
-        except UserError:
-            continue
-        out.append(vpp)
-    return out
+    interleaved = ("parallel.schedule", "interleaved")
+    return [vpp for vpp in VPP_TRIED if _accepts(ctx, hardware, [("parallel.vpp", vpp), interleaved])]
 
 
 def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
@@ -195,7 +213,7 @@ def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 
 #: the rules, in the order `run` prints them
-SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _dp_overlap, _bubble)
+SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble)
 
 
 def speed_hints(s: dict, ctx: Context, rerun: Rerun) -> list[str]:
