@@ -6,6 +6,7 @@ presets (``overlap.tp_comm_cfg``) and the training precisions with the profiles 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from simcluster.errors import UserError
@@ -38,15 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> int:
-    from simcluster.framework_releases import describe as describe_releases
+def _names() -> dict[str, list[str]]:
+    """Every kind's names, for the bare ``simcluster list``."""
     from simcluster.frameworks import FRAMEWORKS
     from simcluster.parallelism import context
     from simcluster.parallelism.elementwise import STYLES
     from simcluster.schedules import SCHEDULES
     from simcluster.userbuffers import PRESETS
 
-    tables = {
+    return {
         "scenarios": shipped_scenarios(),
         "hardware": shipped_profiles(),
         "presets": preset_names(),
@@ -57,43 +58,51 @@ def run(args: argparse.Namespace) -> int:
         "userbuffers": list(PRESETS),
         "precisions": list(PRECISIONS),
     }
+
+
+def run(args: argparse.Namespace) -> int:
     if args.profiles and args.what != "hardware":
         raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
-    if args.what == "precisions":  # one line each: what it runs as, and which profiles have its peak
-        _print_precisions()
-        return 0
-    if args.what == "schedules":  # one line each: what the schedule is (its class docstring)
-        width = max(map(len, SCHEDULES))
-        for name in sorted(SCHEDULES):
-            doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
-            print(f"{name:<{width}}  {doc[0] if doc else ''}")
-        return 0
-    if args.what == "presets":  # one line each: the model's size and shape
-        _print_presets()
-        return 0
-    if args.what == "scenarios":  # one line each: what the scenario runs (its description)
-        _print_scenarios()
-        return 0
-    if args.what == "cp":  # one line each: how the algorithm shares K and V
-        width = max(map(len, context.algorithms()))
-        for name in context.algorithms():
-            print(f"{name:<{width}}  {context.describe(name)}")
-        return 0
     if args.what == "hardware":  # one row each: what a buyer compares
         _print_hardware(args.profiles)
         return 0
-    if args.what == "userbuffers":  # one line each: the SMs each overlap takes, and the source
-        _print_userbuffers()
+    detailed = _DETAILED.get(args.what)
+    if detailed is not None:
+        detailed()
         return 0
-    if args.what == "frameworks":  # one line each: what the framework does
-        width = max(map(len, FRAMEWORKS))
-        for name in sorted(FRAMEWORKS):
-            print(f"{name:<{width}}  {FRAMEWORKS[name].summary}{describe_releases(name)}")
-        return 0
-    for what, names in tables.items():
+    for what, names in _names().items():
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _print_schedules() -> None:
+    """One line each: what the schedule is (its class docstring's first line)."""
+    from simcluster.schedules import SCHEDULES
+
+    width = max(map(len, SCHEDULES))
+    for name in sorted(SCHEDULES):
+        doc = (type(SCHEDULES[name]).__doc__ or "").strip().splitlines()
+        print(f"{name:<{width}}  {doc[0] if doc else ''}")
+
+
+def _print_cp() -> None:
+    """One line each: how the context-parallel algorithm shares K and V."""
+    from simcluster.parallelism import context
+
+    width = max(map(len, context.algorithms()))
+    for name in context.algorithms():
+        print(f"{name:<{width}}  {context.describe(name)}")
+
+
+def _print_frameworks() -> None:
+    """One line each: what the framework does, and its releases that ran differently."""
+    from simcluster.framework_releases import describe as describe_releases
+    from simcluster.frameworks import FRAMEWORKS
+
+    width = max(map(len, FRAMEWORKS))
+    for name in sorted(FRAMEWORKS):
+        print(f"{name:<{width}}  {FRAMEWORKS[name].summary}{describe_releases(name)}")
 
 
 def _print_scenarios() -> None:
@@ -273,3 +282,16 @@ def _print_userbuffers() -> None:
     print(f"{'preset':<{width}}  " + "  ".join(f"{n:<10}" for n in names) + "  (ring exchanges elsewhere; m: set_sm_margin)")
     for name, (source, cfg) in PRESETS.items():
         print(f"{name:<{width}}  " + "  ".join(f"{cell(cfg[n]):<10}" for n in names) + f"  {source}")
+
+
+#: the kinds listed one line each with what they are (the others are listed by name); hardware
+#: takes the extra profiles and is listed apart
+_DETAILED: dict[str | None, Callable[[], None]] = {
+    "precisions": _print_precisions,  # what it runs as, and which profiles have its peak
+    "schedules": _print_schedules,
+    "presets": _print_presets,  # the model's size and shape
+    "scenarios": _print_scenarios,  # what the scenario runs (its description)
+    "cp": _print_cp,
+    "userbuffers": _print_userbuffers,  # the SMs each overlap takes, and the source
+    "frameworks": _print_frameworks,
+}

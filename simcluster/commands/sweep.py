@@ -122,16 +122,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     base = scenario.as_written()  # each layout gets its framework's preset for that layout
     base["name"] = scenario.name
-    texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
-    hardware = args.hardware
-    if hardware is not None and "," in hardware:
-        texts["hardware"], hardware = hardware, None
-    gpus = scenario.cluster.gpus
-    if texts["gpus"] is not None:
-        gpus = max(parse_axis("gpus", texts["gpus"], gpus))  # 'auto' tp/pp/... up to the largest
-    axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
-    for name in axes.get("hardware", []):
-        resolve_profile_path(name, field="--hardware")  # a typo is an error, not a skipped row
+    axes, hardware = _axes(args, scenario.cluster.gpus)
     # as compare: a mistyped or missing per-profile price is an error, not rows ranked last;
     # prices are keyed by the profile's own name (a YAML path's `name:`), as the rows are
     if prices is not None:
@@ -166,21 +157,48 @@ def run(args: argparse.Namespace) -> int:
         if shared:  # the title names the scenario, whose model or batch --set may have replaced
             stdout_console().print(shared)
         _print(scenario.name, rows, args.top, args.out, prices)
-        folded = math.prod(len(v) for v in axes.values()) - len(cands)
-        if folded:  # --schedule 1f1b,interleaved --vpp 1,3: 1F1B runs once, at vpp 1
-            why = [
-                *(["a schedule that takes no virtual stages runs once, at vpp 1"] if "vpp" in axes else []),
-                *(["a schedule other than v-auto runs once, without a limit"] if "activation_limit" in axes else []),
-            ]
-            stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
+        _print_folded(axes, len(cands))
     if not any(r.ran for r in rows):
-        field, count, first = skip_reasons(rows)[0]
-        reason = first.removeprefix(field + ": ")  # the field leads the line once
-        if len(rows) > 1:  # how many layouts the reason stands for ('e.g.': their numbers differ)
-            share = f"{count}" if count == len(rows) else f"{count} of {len(rows)}"
-            reason = f"{share} skipped, e.g. {reason}" if count > 1 else f"{share} skipped as {reason}"
-        raise UserError(field, f"no layout of the sweep can run: {reason}")
+        raise _none_ran(rows)
     return 0
+
+
+def _axes(args: argparse.Namespace, gpus: int) -> tuple[dict[str, list], str | None]:
+    """The swept axes' values, and the one hardware profile when it is not an axis (a comma
+    list in ``--hardware`` makes it one); every profile named is checked before anything runs."""
+    texts = {axis: getattr(args, f"axis_{axis}", None) for axis in AXES}
+    hardware = args.hardware
+    if hardware is not None and "," in hardware:
+        texts["hardware"], hardware = hardware, None
+    if texts["gpus"] is not None:
+        gpus = max(parse_axis("gpus", texts["gpus"], gpus))  # 'auto' tp/pp/... up to the largest
+    axes = {axis: parse_axis(axis, text, gpus) for axis, text in texts.items() if text is not None}
+    for name in axes.get("hardware", []):
+        resolve_profile_path(name, field="--hardware")  # a typo is an error, not a skipped row
+    return axes, hardware
+
+
+def _print_folded(axes: dict[str, list], candidates: int) -> None:
+    """How many combinations ran as others (--schedule 1f1b,interleaved --vpp 1,3: 1F1B runs
+    once, at vpp 1), and why."""
+    folded = math.prod(len(v) for v in axes.values()) - candidates
+    if folded:
+        why = [
+            *(["a schedule that takes no virtual stages runs once, at vpp 1"] if "vpp" in axes else []),
+            *(["a schedule other than v-auto runs once, without a limit"] if "activation_limit" in axes else []),
+        ]
+        stdout_console().print(f"{folded} combination(s) folded into others: {'; '.join(why)}")
+
+
+def _none_ran(rows: list[SweepRow]) -> UserError:
+    """The error of a sweep none of whose layouts could run: the commonest reason, with how many
+    layouts it stands for ('e.g.': their numbers differ)."""
+    field, count, first = skip_reasons(rows)[0]
+    reason = first.removeprefix(field + ": ")  # the field leads the line once
+    if len(rows) > 1:
+        share = f"{count}" if count == len(rows) else f"{count} of {len(rows)}"
+        reason = f"{share} skipped, e.g. {reason}" if count > 1 else f"{share} skipped as {reason}"
+    return UserError(field, f"no layout of the sweep can run: {reason}")
 
 
 def _inert_notes(rows: list[SweepRow], written: frozenset[str], hardware: str | None) -> list[InertNote]:
