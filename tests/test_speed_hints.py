@@ -129,3 +129,15 @@ def test_exposed_all_to_alls_name_megatron_cores_ep_overlap(cli):
     res = cli("run", "qwen3-30b-a3b-16xh100", "--set", "overlap.ep_comm=true")
     assert res.code == 0, res.err
     assert "overlap.ep_comm: true" not in res.out
+
+
+def test_the_hints_are_in_the_json_and_summary_json(cli, tmp_path):
+    import json
+
+    res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16", "--json")
+    assert res.code == 0, res.err
+    hints = json.loads(res.out)["speed_hints"]
+    assert any(h.startswith("pipeline bubble 27% of the step") for h in hints)
+    res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"))
+    assert res.code == 0, res.err
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["speed_hints"] == []

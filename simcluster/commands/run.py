@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if ctx.notes:
         summary["notes"] = list(ctx.notes)
     _add_memory_advice(summary, scenario, args.hardware)
+    rerun = _rerun_arguments(args)
+    summary["speed_hints"] = speed_hints(summary, ctx, rerun)
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
         summary["overrides"] = list(args.overrides)
     written: list[str] = []
@@ -117,10 +119,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         stdout_console().print(f"with --set {' '.join(args.overrides)}")
-    rerun = _rerun_arguments(args)
     _print(
         summary, args.out, gpu=ctx.profile.gpu.name, precision=ctx.scenario.training.precision,
-        caveat=caveat, written=written, rerun=rerun, hints=speed_hints(summary, ctx, rerun),
+        caveat=caveat, written=written, rerun=rerun, hints=summary["speed_hints"],
     )  # fmt: skip
     return 0
 
