@@ -266,7 +266,24 @@ def check(doc: dict[str, Any], timeout_s: int) -> str:
     step, mfu, bubble = summary["step_time_s"], summary["mfu"], summary["bubble_fraction"]
     if not (math.isfinite(step) and step > 0 and 0 < mfu < 1 and 0 <= bubble < 1):
         return f"absurd: step {step} s, MFU {mfu}, bubble {bubble}"
-    return memory_verdict(doc, result)
+    verdict = memory_verdict(doc, result)
+    return verdict if verdict != SIMULATED else advice_verdict(doc, summary)
+
+
+def advice_verdict(doc: dict[str, Any], summary: dict[str, Any]) -> str:
+    """:data:`SIMULATED` when what `run` says under its table can be worked out: the memory
+    advice (one change that fits, several together, a lighter recomputation) and the speed
+    hints, each rebuilding changed scenarios of its own."""
+    from simcluster.commands.run import add_memory_advice
+    from simcluster.speed_hints import Rerun, speed_hints
+
+    scenario = scenario_from_dict(doc)
+    try:
+        add_memory_advice(dict(summary), scenario, None)
+        speed_hints(summary, build_context(scenario), Rerun("fuzz.yaml"))
+    except Exception:  # noqa: BLE001 - a refusal here would be a traceback under `run`, too
+        return "advice: " + traceback.format_exc(limit=6)
+    return SIMULATED
 
 
 def memory_verdict(doc: dict[str, Any], result: Any) -> str:

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     summary["inert_settings"] = [n.text for n in inert]
     if ctx.notes:
         summary["notes"] = list(ctx.notes)
-    _add_memory_advice(summary, scenario, args.hardware)
+    add_memory_advice(summary, scenario, args.hardware)
     rerun = _rerun_arguments(args)
     summary["speed_hints"] = speed_hints(summary, ctx, rerun)
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
@@ -138,7 +138,7 @@ def _output_options(args: argparse.Namespace) -> tuple[float, float] | None:
     return window
 
 
-def _add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) -> None:
+def add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) -> None:
     """What a layout that does not fit could change (one field, else several together), and
     for one that fits while recomputing a good share of its step, the least recomputation
     that still fits."""
