@@ -155,7 +155,7 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if tr.recompute != "full":
         out.append(("training.recompute", "full"))
-    # every later ZeRO stage; only the first the layout accepts is tried (fitting_changes):
+    # every later ZeRO stage; only the first that fits is offered (fitting_changes):
     # torchtitan has no ZeRO-1/2, and pipelines run no ZeRO-2
     out.extend(("parallel.zero", stage) for stage in range(par.zero + 1, 4))
     if tr.recompute == "full" and not tr.recompute_partitioned and par.tp > 1 and not par.sequence_parallel:
@@ -193,31 +193,45 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     """Up to ``most`` one-field changes that fit, the cheapest in step time first
     (:data:`COST_ORDER`)."""
     from simcluster.context import build_context
-    from simcluster.memory_report import memory_summary
     from simcluster.sweep import show_value
 
     base = rewritable(sc)
     hints: list[tuple[tuple[int, int], FitHint]] = []
     before = build_context(sc, hardware)
     fewest = min(c.layers for stage in before.chunks for c in stage)
-    next_zero = False  # a later ZeRO stage was accepted: the ones after it are not offered
+    # a ZeRO stage that fits was offered: the later, dearer ones are not (one that the layout
+    # accepts but that does not fit does not stop them: ZeRO-3 may fit where ZeRO-1 does not)
+    next_zero = False
     for key, value in _candidates(sc, fewest):
         if key == "parallel.zero" and next_zero:
             continue
         unset = _unset_beside(base, key, value)
-        try:
-            ctx = build_context(scenario_from_dict(base, [(key, value), *((k, None) for k in unset)]), hardware)
-        except UserError:
-            continue  # the layout checks refuse it (tp not dividing heads, say)
-        next_zero = next_zero or key == "parallel.zero"
+        walked = _walked(base, [(key, value), *((k, None) for k in unset)], hardware)
+        if walked is None:
+            continue  # refused (tp not dividing heads, say)
+        ctx, doc = walked
         if _host_unpriced(ctx, key):
             continue
-        doc = memory_summary(ctx)
         if doc["fits"] and host_fits(doc):
+            next_zero = next_zero or key == "parallel.zero"
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
             hint = FitHint(f"{key}={show_value(value)}", doc["total_bytes"], unset, also, batch)
             hints.append((_cost_rank(key, value, cheap_offloads(ctx, [key])), hint))
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
+
+
+def _walked(base: dict[str, Any], overrides: list[tuple[str, Any]], hardware: str | None) -> tuple[Context, dict] | None:
+    """The changed scenario's context and static memory walk; None where the layout checks or
+    the schedule's planner refuse it (a zero-bubble order that no longer fits its activation
+    limit under full recomputation, say), as its run would be refused."""
+    from simcluster.context import build_context
+    from simcluster.memory_report import memory_summary
+
+    try:
+        ctx = build_context(scenario_from_dict(base, overrides), hardware)
+        return ctx, memory_summary(ctx)
+    except UserError:
+        return None
 
 
 def _host_unpriced(ctx: Context, key: str) -> bool:
@@ -251,8 +265,6 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
     memory walk as :func:`fitting_changes`, for a run that recomputes more than its memory
     needs; None when none does (or nothing is recomputed). Only the modes the scenario's
     framework offers (``Framework.recompute``) are suggested."""
-    from simcluster.context import build_context
-    from simcluster.memory_report import memory_summary
 
     base = rewritable(sc)
     offered = get_framework(sc.framework).recompute if sc.framework else None
@@ -260,12 +272,10 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
         if offered is not None and value not in offered:
             continue  # e.g. op-level checkpointing is PyTorch's, not Megatron-DeepSpeed's
         unset = _unset_beside(base, "training.recompute", value)
-        try:
-            overrides = [("training.recompute", value), *((k, None) for k in unset)]
-            ctx = build_context(scenario_from_dict(base, overrides), hardware)
-        except UserError:
+        walked = _walked(base, [("training.recompute", value), *((k, None) for k in unset)], hardware)
+        if walked is None:
             continue  # op-level recomputation is for dense models only
-        doc = memory_summary(ctx)
+        ctx, doc = walked
         if doc["total_bytes"] <= (1.0 - spare_share) * ctx.capacity_bytes:
             return FitHint(f"training.recompute={value}", doc["total_bytes"], unset)
     return None
@@ -328,7 +338,6 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
     """Each candidate change on top of ``combination`` that the layout checks accept and the
     host's memory holds (an offload past the host's memory is no way out)."""
     from simcluster.context import build_context
-    from simcluster.memory_report import memory_summary
 
     taken, unset = combination.taken, combination.unset
     current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
@@ -336,14 +345,11 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
     out = []
     for key, value in _candidates(current.scenario, fewest):
         drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
-        try:
-            ctx = build_context(scenario_from_dict(base, [*taken.items(), (key, value), *((k, None) for k in drop)]), hardware)
-        except UserError:
-            continue  # the layout checks refuse it
-        if _host_unpriced(ctx, key):
+        walked = _walked(base, [*taken.items(), (key, value), *((k, None) for k in drop)], hardware)
+        if walked is None:
             continue
-        doc = memory_summary(ctx)
-        if host_fits(doc):
+        ctx, doc = walked
+        if not _host_unpriced(ctx, key) and host_fits(doc):
             changes = {**taken, key: value}
             out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, cheap_offloads(ctx, changes)))
     return out

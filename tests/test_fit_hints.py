@@ -360,3 +360,39 @@ def test_the_fewest_changes_that_fit_together_are_offered_the_cheapest_first():
     hint = fitting_combination(sc)
     assert hint is not None and hint.sets == ["training.recompute=full", "parallel.zero=2"]
     assert hint.total_bytes < build_context(sc).capacity_bytes
+
+
+def test_a_change_the_schedule_planner_refuses_is_skipped_not_raised(cli):
+    """Llama 3 8B at 16K tokens on 4 stages of ZB-1p (94 GiB, over the H100's 80): full
+    recomputation would make a backward keep 6.5 microbatches' stash until its weight gradients,
+    past ZB-1p's limit of pp = 4, so its planner refuses that layout; the hints skip it as they
+    skip a layout the checks refuse (found by fuzz seed 5458, draw 25, where `run` simulated the
+    step and then failed on the hint with the candidate's error)."""
+    from simcluster.scenario import load_scenario
+
+    sets = [("parallel.pp", 4), ("parallel.tp", 1), ("parallel.schedule", "zb-1p"), ("parallel.zero", 1),
+            ("training.recompute", "none"), ("training.seq_len", 16384)]  # fmt: skip
+    sc = load_scenario("llama3-8b-8xh100", sets)
+    assert not memory_summary(build_context(sc))["fits"]
+    changes = [h.change for h in fitting_changes(sc, most=10)]
+    assert changes and "training.recompute=full" not in changes
+    res = cli("memory", "llama3-8b-8xh100", *(f"--set={k}={v}" for k, v in sets))
+    assert res.code == 0, res.err
+    assert "would fit with" in res.out
+
+
+def test_the_first_zero_stage_that_fits_is_offered_alone():
+    """Llama 3 8B without ZeRO on 8 H100 (8.03 B x 16 B of state): ZeRO-1 shards the 12 B of
+    optimizer state and still does not fit, ZeRO-2 also shards the 4 B of fp32 gradients and
+    does. The single change offered is ZeRO-2 (before, ZeRO-1's acceptance stopped the search
+    and ZeRO-2 came back as a 'combination' of one change); ZeRO-3, dearer, is not offered."""
+    from simcluster.fit_hints import fitting_combination
+    from simcluster.scenario import load_scenario
+
+    sc = load_scenario("llama3-8b-8xh100", [("parallel.zero", 0)])
+    assert not memory_summary(build_context(sc))["fits"]
+    one = load_scenario("llama3-8b-8xh100", [("parallel.zero", 1)])
+    assert not memory_summary(build_context(one))["fits"]
+    changes = [h.change for h in fitting_changes(sc, most=10)]
+    assert changes == ["parallel.zero=2"]
+    assert fitting_combination(sc).change == "parallel.zero=2"
