@@ -184,6 +184,17 @@ def host_fits(doc: dict[str, Any]) -> bool:
     return not capacity or doc["host_bytes_per_node"] <= capacity
 
 
+def fit_advice(sc: Scenario, hardware: str | None = None) -> dict[str, Any]:
+    """What run's and memory's JSON say of a layout that does not fit: ``would_fit`` (the
+    one-field changes), and where there is none ``would_fit_together`` (the fewest changes
+    that fit together, or None: more GPUs or more memory per GPU)."""
+    out: dict[str, Any] = {"would_fit": would_fit(sc, hardware)}
+    if not out["would_fit"]:
+        together = fitting_combination(sc, hardware)
+        out["would_fit_together"] = together.record() if together else None
+    return out
+
+
 def would_fit(sc: Scenario, hardware: str | None = None) -> list[dict[str, Any]]:
     """:func:`fitting_changes` as the ``would_fit`` records of run's and memory's JSON."""
     return [h.record() for h in fitting_changes(sc, hardware)]

@@ -14,7 +14,7 @@ from simcluster.commands.common import (
 )
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
-from simcluster.fit_hints import fitting_combination, would_fit
+from simcluster.fit_hints import fit_advice
 from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
@@ -39,10 +39,7 @@ def run(args: argparse.Namespace) -> int:
     doc = memory_summary(ctx)
     doc["inert_settings"] = [n.text for n in inert]
     if not doc["fits"]:
-        doc["would_fit"] = would_fit(scenario, args.hardware)
-        if not doc["would_fit"]:
-            together = fitting_combination(scenario, args.hardware)
-            doc["would_fit_together"] = together.record() if together else None
+        doc.update(fit_advice(scenario, args.hardware))
     if args.json:
         print_json(doc)
         return 0

@@ -143,12 +143,9 @@ def add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) -
     for one that fits while recomputing a good share of its step, the least recomputation
     that still fits."""
     if not summary["fits_in_memory"]:
-        from simcluster.fit_hints import fitting_combination, would_fit
+        from simcluster.fit_hints import fit_advice
 
-        summary["would_fit"] = would_fit(scenario, hardware)
-        if not summary["would_fit"]:
-            together = fitting_combination(scenario, hardware)
-            summary["would_fit_together"] = together.record() if together else None
+        summary.update(fit_advice(scenario, hardware))
     elif share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
         from simcluster.commands.memory import TIGHT_SHARE
         from simcluster.fit_hints import lighter_recompute
