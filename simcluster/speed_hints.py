@@ -1,11 +1,13 @@
 """What `run` says under its table about where a step loses time and what would win it back.
 
 Each hint is a rule over the step's summary and its context (:data:`SPEED_HINTS`), silent
-below its threshold: a Python-bound host, exposed TP communication that TransformerEngine's
-overlap or an NVLink domain would hide, expert TP defaulted to tp or Megatron-Core's all-to-all overlap off under exposed all-to-alls,
-exposed DP communication with Megatron's gradient or parameter overlap off, and a pipeline bubble that interleaved stages would shrink (Narayanan et al. 2021's analytic
-bubbles, with a `sweep` command to check it). Each names the field to change and, where a
-layout change is the fix, the `simcluster sweep` that compares it.
+below its threshold: a Python-bound host; exposed TP communication that TransformerEngine's
+overlap or an NVLink domain would hide; exposed all-to-alls with expert TP defaulted to tp or
+with Megatron-Core's EP overlap off; exposed DP communication with Megatron's gradient or
+parameter overlap off; a pipeline bubble that more interleaved chunks would shrink
+(Narayanan et al. 2021's analytic bubbles). Each names the field to change and, where a
+layout change is the fix, the `simcluster sweep` that compares it. A change is offered only
+where the layout checks accept it for this scenario.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ DP_HINT = 0.05
 #: the frameworks whose code offers Megatron's --overlap-grad-reduce / --overlap-param-gather
 #: and Megatron-Core's --overlap-moe-expert-parallel-comm (None: a scenario without one, which
 #: runs simcluster's Megatron-like defaults)
-DP_OVERLAP_FRAMEWORKS = (None, "megatron-core", "nemo", "megatron-bridge")
+MEGATRON_OVERLAPS = (None, "megatron-core", "nemo", "megatron-bridge")
 #: a pipeline bubble (share of the step) from which interleaving is offered
 BUBBLE_HINT = 0.10
 #: the interleaving degrees the bubble hint tries
@@ -143,7 +145,7 @@ def _accepts(ctx: Context, hardware: str | None, overrides: list[tuple[str, obje
 def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
     sc = ctx.scenario
-    if ep < EP_HINT or sc.overlap.ep_comm or sc.framework not in DP_OVERLAP_FRAMEWORKS:
+    if ep < EP_HINT or sc.overlap.ep_comm or sc.framework not in MEGATRON_OVERLAPS:
         return None
     if not _accepts(ctx, rerun.hardware, [("overlap.ep_comm", True)]):
         return None  # with pp > 1 it needs the interleaved schedule, say
@@ -158,7 +160,7 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 def _dp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     dp = share_of_step(s, busiest(s).get("comm_dp", 0.0))
     sc = ctx.scenario
-    if dp < DP_HINT or sc.framework not in DP_OVERLAP_FRAMEWORKS:
+    if dp < DP_HINT or sc.framework not in MEGATRON_OVERLAPS:
         return None
     lay, ov = ctx.layout, sc.overlap
     if not ov.dp_grad_reduce:
