@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from simcluster.placement import Chunk
 
 
-def _chunk_seconds(ctx: Context, chunks: list[Chunk], phases: tuple[str, ...] = ("F",)) -> list[float]:
-    """Each chunk's time in ``phases``: its layers' kernels and the collectives among them the
-    compute waits for (recomputation reruns those too: the TP all-reduces or all-gathers, the
-    expert all-to-alls), each alone on an idle network."""
+def _part_seconds(ctx: Context, parts: list[tuple[Chunk, tuple[str, ...]]]) -> list[float]:
+    """Each (chunk, phases) part's time: its layers' kernels in those phases and the
+    collectives among them the compute waits for (recomputation reruns those too: the TP
+    all-reduces or all-gathers, the expert all-to-alls), each alone on an idle network. One
+    layer builder and one cluster for all the parts."""
     from simcluster.engine.plan import kernel_model
     from simcluster.parallelism.layer import LayerBuilder
     from simcluster.parallelism.segments import Comm, Compute
@@ -36,12 +37,12 @@ def _chunk_seconds(ctx: Context, chunks: list[Chunk], phases: tuple[str, ...] = 
 
     sc = ctx.scenario
     builder = LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), kernel_model(ctx), sc)
-    segments = [[s for i in c.layer_indices for p in phases for s in builder.layer(i, p)] for c in chunks]
-    waited = [s for chunk in segments for s in chunk if isinstance(s, Comm) and s.group in _LAYER_GROUPS and not s.overlap]
+    segments = [[s for i in c.layer_indices for p in phases for s in builder.layer(i, p)] for c, phases in parts]
+    waited = [s for part in segments for s in part if isinstance(s, Comm) and s.group in _LAYER_GROUPS and not s.overlap]
     comm = _comm_seconds(ctx, waited)
     return [
-        sum(s.seconds for s in chunk if isinstance(s, Compute)) + sum(comm.get(id(s), 0.0) for s in chunk)
-        for chunk in segments
+        sum(s.seconds for s in part if isinstance(s, Compute)) + sum(comm.get(id(s), 0.0) for s in part)
+        for part in segments
     ]
 
 
@@ -86,8 +87,7 @@ def activation_offload_beats_recompute(ctx: Context) -> bool:
     if not moved or not link:
         return True
     copies = sum(moved.values()) / (link * 1e9)
-    [forward] = _chunk_seconds(ctx, [chunk])
-    [backward] = _chunk_seconds(ctx, [chunk], ("B", "W"))
+    forward, backward = _part_seconds(ctx, [(chunk, ("F",)), (chunk, ("B", "W"))])
     waiting = max(0.0, copies - forward) + max(0.0, copies - backward)
     return waiting < forward
 
@@ -97,7 +97,7 @@ def recompute_seconds(ctx: Context) -> float:
     for every microbatch, and the first chunk's once more for each of the pp - 1 warm-up slots
     a pipeline's critical path runs (1F1B's (m + p - 1) slots, Narayanan et al. 2021)."""
     chunks = ctx.chunks[0]
-    forwards = _chunk_seconds(ctx, chunks)
+    forwards = _part_seconds(ctx, [(c, ("F",)) for c in chunks])
     return ctx.layout.microbatches * sum(forwards) + (ctx.layout.pp - 1) * forwards[0]
 
 
