@@ -231,15 +231,27 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     return [hint for _, hint in sorted(hints, key=lambda pair: pair[0])[:most]]
 
 
+def changed_context(base: dict[str, Any], overrides: list[tuple[str, Any]], hardware: str | None) -> Context | None:
+    """The context of ``base`` (:func:`rewritable`) with ``overrides``; None where the layout
+    checks refuse it."""
+    from simcluster.context import build_context
+
+    try:
+        return build_context(scenario_from_dict(base, overrides), hardware)
+    except UserError:
+        return None
+
+
 def _walked(base: dict[str, Any], overrides: list[tuple[str, Any]], hardware: str | None) -> tuple[Context, dict] | None:
     """The changed scenario's context and static memory walk; None where the layout checks or
     the schedule's planner refuse it (a zero-bubble order that no longer fits its activation
     limit under full recomputation, say), as its run would be refused."""
-    from simcluster.context import build_context
     from simcluster.memory_report import memory_summary
 
+    ctx = changed_context(base, overrides, hardware)
+    if ctx is None:
+        return None
     try:
-        ctx = build_context(scenario_from_dict(base, overrides), hardware)
         return ctx, memory_summary(ctx)
     except UserError:
         return None

@@ -130,16 +130,9 @@ def _etp(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 def _accepts(ctx: Context, hardware: str | None, overrides: list[tuple[str, object]]) -> bool:
     """Whether the layout checks accept this scenario with ``overrides`` (a hint offers only
     what runs)."""
-    from simcluster.context import build_context
-    from simcluster.errors import UserError
-    from simcluster.fit_hints import rewritable
-    from simcluster.scenario import scenario_from_dict
+    from simcluster.fit_hints import changed_context, rewritable
 
-    try:
-        build_context(scenario_from_dict(rewritable(ctx.scenario), overrides), hardware)
-    except UserError:
-        return False
-    return True
+    return changed_context(rewritable(ctx.scenario), overrides, hardware) is not None
 
 
 def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
