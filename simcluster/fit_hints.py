@@ -217,7 +217,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
         if key == "parallel.zero" and next_zero:
             continue
         unset = _unset_beside(base, key, value)
-        walked = _walked(base, [(key, value), *((k, None) for k in unset)], hardware)
+        walked = walk_changed(base, [(key, value), *((k, None) for k in unset)], hardware)
         if walked is None:
             continue  # refused (tp not dividing heads, say)
         ctx, doc = walked
@@ -242,7 +242,7 @@ def changed_context(base: dict[str, Any], overrides: list[tuple[str, Any]], hard
         return None
 
 
-def _walked(base: dict[str, Any], overrides: list[tuple[str, Any]], hardware: str | None) -> tuple[Context, dict] | None:
+def walk_changed(base: dict[str, Any], overrides: list[tuple[str, Any]], hardware: str | None) -> tuple[Context, dict] | None:
     """The changed scenario's context and static memory walk; None where the layout checks or
     the schedule's planner refuse it (a zero-bubble order that no longer fits its activation
     limit under full recomputation, say), as its run would be refused."""
@@ -295,7 +295,7 @@ def lighter_recompute(sc: Scenario, hardware: str | None = None, spare_share: fl
         if offered is not None and value not in offered:
             continue  # e.g. op-level checkpointing is PyTorch's, not Megatron-DeepSpeed's
         unset = _unset_beside(base, "training.recompute", value)
-        walked = _walked(base, [("training.recompute", value), *((k, None) for k in unset)], hardware)
+        walked = walk_changed(base, [("training.recompute", value), *((k, None) for k in unset)], hardware)
         if walked is None:
             continue  # op-level recomputation is for dense models only
         ctx, doc = walked
@@ -368,7 +368,7 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
     out = []
     for key, value in _candidates(current.scenario, fewest):
         drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
-        walked = _walked(base, [*taken.items(), (key, value), *((k, None) for k in drop)], hardware)
+        walked = walk_changed(base, [*taken.items(), (key, value), *((k, None) for k in drop)], hardware)
         if walked is None:
             continue
         ctx, doc = walked

@@ -5,7 +5,8 @@ below its threshold: a Python-bound host; exposed TP communication that Transfor
 overlap or an NVLink domain would hide; exposed all-to-alls with expert TP defaulted to tp or
 with Megatron-Core's EP overlap off; exposed DP communication with Megatron's gradient or
 parameter overlap off; a pipeline bubble that more interleaved chunks would shrink
-(Narayanan et al. 2021's analytic bubbles). Each names the field to change and, where a
+(Narayanan et al. 2021's analytic bubbles) or that the framework's zero-bubble schedules would
+fill (Qi et al. 2024). Each names the field to change and, where a
 layout change is the fix, the `simcluster sweep` that compares it. A change is offered only
 where the layout checks accept it for this scenario.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
+from simcluster.frameworks.pytorch import PYTORCH_PIPELINING
+from simcluster.units import format_bytes
 
 #: a host-bound share of the step from which the host hint speaks
 HOST_HINT = 0.05
@@ -38,6 +41,17 @@ VPP_TRIED = (2, 3, 4, 6, 8)
 #: the schedules whose bubble is Narayanan et al.'s (p - 1) / (v m + p - 1): 1F1B, GPipe
 #: (all forwards, all backwards) and Megatron's interleaved 1F1B
 BUBBLE_SCHEDULES = ("1f1b", "afab", "interleaved")
+#: the zero-bubble schedules each framework's code runs, offered in this order (cheapest in
+#: memory first): sail-sg's fork of Megatron-LM (``--enable-zero-bubble`` with its automatic
+#: ZB-1p and ZB-2p orders, ``--zero-bubble-v-schedule`` for ZB-V) and a scenario without a
+#: framework (simcluster's own); torch.distributed.pipelining's ``ScheduleZBVZeroBubble`` for the
+#: frameworks built on PyTorch's pipelining. Megatron-Core, DeepSpeed's pipeline engine and
+#: nanotron run none.
+ZERO_BUBBLE_SCHEDULES: dict[str | None, tuple[str, ...]] = {
+    None: ("zb-1p", "zbv", "zb-2p"),
+    "zero-bubble": ("zb-1p", "zbv", "zb-2p"),
+    **{name: ("zbv-fixed",) for name in PYTORCH_PIPELINING},
+}
 
 
 @dataclass(frozen=True)
@@ -207,8 +221,63 @@ def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
+def zb_h1_bubble(pp: int, microbatches: int, f: float, b: float, w: float) -> float:
+    """The bubble's share of a ZB-H1 step (Qi et al. 2024, sec. 2.1): with each backward split
+    into its input-gradient pass B and its weight-gradient pass W, and the W passes moved into
+    the cool-down, a stage idles (p - 1)(F + B - W) beside m (F + B + W) of work, against
+    1F1B's (p - 1)(F + B + W); a third of 1F1B's at equal F, B and W. ZB-1p's automatic order
+    is at least as short."""
+    idle = (pp - 1) * max(f + b - w, 0.0)
+    return idle / (microbatches * (f + b + w) + idle)
+
+
+def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple[str, float]]:
+    """The zero-bubble schedules of :data:`ZERO_BUBBLE_SCHEDULES` this scenario's framework
+    runs that the layout checks and the schedule's planner accept and that fit the GPU, each
+    with its peak memory per GPU (static walk, bytes)."""
+    from simcluster.fit_hints import rewritable, walk_changed
+
+    out = []
+    for name in ZERO_BUBBLE_SCHEDULES.get(ctx.scenario.framework, ()):
+        # each of them runs one chunk a stage or its own fixed two: the interleaving goes
+        overrides = [("parallel.schedule", name), ("parallel.vpp", None), ("parallel.microbatch_group", None)]
+        changed = walk_changed(rewritable(ctx.scenario), overrides, hardware)
+        if changed is not None and changed[1]["fits"]:
+            out.append((name, changed[1]["total_bytes"]))
+    return out
+
+
+def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    lay = ctx.layout
+    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in BUBBLE_SCHEDULES:
+        return None
+    options = zero_bubble_options(ctx, rerun.hardware)
+    if not options:
+        return None
+    per = s["compute_per_microbatch_s"]
+    f, b, w = per["forward"], per["backward_input"], per["backward_weight"]
+    named = []
+    for name, peak in options:
+        # the memory walk's peak says what each holds (ZB-2p up to twice 1F1B's activations)
+        said = f"peak {format_bytes(peak)}"
+        if name == "zb-1p":
+            said += f"; ZB-H1's (p-1)(F+B-W) idle {100 * zb_h1_bubble(lay.pp, lay.microbatches, f, b, w):.0f}%"
+        named.append(f"{name} ({said})")
+    schedules = ",".join([lay.schedule, *(name for name, _ in options)])
+    # swept with the schedules, vpp holds for interleaved only (the others run at theirs)
+    vpps = f" --vpp {lay.vpp}" if lay.vpp > 1 else ""
+    return (
+        f"zero-bubble schedules (Qi et al. 2024) would fill the {100 * s['bubble_fraction']:.0f}% "
+        "pipeline bubble with each backward's weight-gradient passes (W): "
+        f"{', '.join(named)}; this step's F, B, W per microbatch {1e3 * f:.0f}, {1e3 * b:.0f}, "
+        f"{1e3 * w:.0f} ms (compare: {rerun.sweep(f'--schedule {schedules}{vpps}')})"
+    )
+
+
 #: the rules, in the order `run` prints them
-SPEED_HINTS: tuple[SpeedHint, ...] = (_host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble)
+SPEED_HINTS: tuple[SpeedHint, ...] = (
+    _host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble, _zero_bubble,
+)
 
 
 def speed_hints(s: dict, ctx: Context, rerun: Rerun) -> list[str]:

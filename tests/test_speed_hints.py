@@ -141,3 +141,88 @@ def test_the_hints_are_in_the_json_and_summary_json(cli, tmp_path):
     res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"))
     assert res.code == 0, res.err
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["speed_hints"] == []
+
+
+@pytest.mark.parametrize(("pp", "m"), [(4, 8), (8, 8), (8, 64), (2, 1)])
+def test_zb_h1s_bubble_is_a_third_of_1f1bs_at_equal_passes(pp, m):
+    """Qi et al. 2024 (sec. 2.1; sail-sg's schedule table): at T_F = T_B = T_W, 1F1B idles
+    (p - 1)/m of the work and ZB-H1 (p - 1)/3m."""
+    from simcluster.speed_hints import zb_h1_bubble
+
+    share = zb_h1_bubble(pp, m, 1.0, 1.0, 1.0)
+    assert share / (1 - share) == pytest.approx((pp - 1) / (3 * m))
+    one_f_one_b = analytic_bubble(pp, m)
+    assert one_f_one_b / (1 - one_f_one_b) == pytest.approx((pp - 1) / m)
+    # a weight pass as long as the forward and backward together leaves nothing idle
+    assert zb_h1_bubble(pp, m, 1.0, 1.0, 2.0) == 0.0
+
+
+def test_a_1f1b_bubble_names_the_zero_bubble_schedules_that_fit(cli):
+    """Llama 3 70B, pp 4 1F1B at 8 microbatches, no framework: ZB-1p, ZB-V and ZB-2p each fit
+    and each simulates a shorter step with a smaller bubble than 1F1B's 27% (ZB-1p's near
+    ZB-H1's (p - 1)(F + B - W) from the step's own pass times)."""
+    res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16")
+    assert res.code == 0, res.err
+    line = _hint(res.out, "zero-bubble schedules")
+    assert "would fill the 27% pipeline bubble" in line
+    assert [part.split(" (")[0] for part in line.split(": ", 1)[1].split("; this step")[0].split("), ")] == [
+        "zb-1p", "zbv", "zb-2p",
+    ]  # fmt: skip
+    zb_h1 = float(line.split("idle ")[1].split("%")[0]) / 100
+    command = line.split("(compare: ")[1].rstrip(")")
+    assert shlex.split(command) == [
+        "simcluster", "sweep", "llama3-70b-64xh100", "--schedule", "1f1b,zb-1p,zbv,zb-2p",
+        "--set", "training.global_batch=16",
+    ]  # fmt: skip
+    import json
+
+    runs = {}
+    for schedule in ("1f1b", "zb-1p", "zbv", "zb-2p"):
+        out = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16", "--set", f"parallel.schedule={schedule}", "--json")
+        assert out.code == 0, out.err
+        runs[schedule] = json.loads(out.out)
+    for schedule in ("zb-1p", "zbv", "zb-2p"):
+        assert runs[schedule]["step_time_s"] < runs["1f1b"]["step_time_s"]
+        assert runs[schedule]["bubble_fraction"] < runs["1f1b"]["bubble_fraction"]
+    assert runs["zb-1p"]["bubble_fraction"] == pytest.approx(zb_h1, abs=0.05)
+    per = runs["1f1b"]["compute_per_microbatch_s"]
+    from simcluster.speed_hints import zb_h1_bubble
+
+    assert zb_h1 == pytest.approx(zb_h1_bubble(4, 8, per["forward"], per["backward_input"], per["backward_weight"]), abs=0.005)
+
+
+def test_a_zero_bubble_schedule_that_does_not_fit_is_left_out():
+    """At micro-batch 2 the same layout holds 68 GiB under 1F1B: ZB-2p's twice as many
+    microbatches in flight need 110 GiB of an H100's 80, ZB-1p and ZB-V stay near 1F1B's."""
+    from simcluster.context import build_context
+    from simcluster.scenario import load_scenario
+    from simcluster.speed_hints import zero_bubble_options
+
+    sc = load_scenario("llama3-70b-64xh100", [("training.global_batch", 32), ("training.micro_batch", 2)])
+    options = dict(zero_bubble_options(build_context(sc)))
+    assert list(options) == ["zb-1p", "zbv"]
+    assert all(peak < 72 * 2**30 for peak in options.values())
+
+
+@pytest.mark.parametrize(
+    ("framework", "offered"),
+    [("megatron-core", None), ("nanotron", None), ("deepspeed", None), ("zero-bubble", "zb-1p")],
+)
+def test_zero_bubble_schedules_are_offered_where_the_framework_runs_them(cli, framework, offered):
+    """Megatron-Core, nanotron and DeepSpeed's pipeline engine run no zero-bubble schedule;
+    sail-sg's fork of Megatron-LM runs ZB-1p, ZB-2p and ZB-V."""
+    res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16", "--set", f"framework={framework}")
+    assert res.code == 0, res.err
+    hints = [line for line in res.out.splitlines() if line.startswith("zero-bubble schedules")]
+    assert (hints[0].split(": ", 1)[1].split(" (")[0] if hints else None) == offered
+
+
+def test_torchtitans_interleaved_pipeline_is_offered_pytorchs_zbv(cli):
+    """torchtitan's pipelines run torch.distributed.pipelining's schedules, whose zero-bubble V
+    is ScheduleZBVZeroBubble (zbv-fixed); swept beside interleaved at the scenario's vpp 2,
+    which the V schedule does not take, and simulated shorter (17.5% bubble against 11.1%)."""
+    res = cli("run", "llama3-70b-128xh100-fsdp-tp-pp", "--set", "training.global_batch=32")
+    assert res.code == 0, res.err
+    line = _hint(res.out, "zero-bubble schedules")
+    assert ": zbv-fixed (peak " in line and "zb-1p" not in line
+    assert "--schedule interleaved,zbv-fixed --vpp 2 " in line
