@@ -8,7 +8,8 @@ from typing import Any
 from simcluster import attention_head_dims, attention_sinks, userbuffers
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
-from simcluster.frameworks import PYTORCH_PIPELINING, get_framework, with_framework_kernel
+from simcluster.frameworks import PYTORCH_PIPELINING, with_framework_kernel
+from simcluster.frameworks.schedules import check_framework_schedule
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
@@ -101,6 +102,7 @@ def build_context(
     _check_cuda_graphs(scenario.training, model)
     _check_positions(scenario.training, model)
     _check_moe_settings(scenario.moe, model)
+    check_framework_schedule(scenario.framework, scenario.parallel.schedule, scenario.parallel.pp)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     # the NVLink domain build_cluster refuses, refused here too: memory and sweep's prefilter
@@ -410,27 +412,19 @@ def _check_recompute_layers(
 #: OneForwardOneBackward engine (1f1b), nanotron's AllForwardAllBackward engine (afab: each
 #: op's output sent right after it, before the next op's receive)
 SERIAL_SCHEDULES = ("1f1b", "afab")
-#: the frameworks whose presets set overlap.pp_p2p: serial
-SERIAL_ENGINES = ("deepspeed", "nanotron")
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:
     """The one-at-a-time pipeline p2p of DeepSpeed's and nanotron's engines is modelled for
-    the schedules those engines run."""
+    the schedules those engines run (a scenario naming either framework is held to them
+    before, by frameworks.schedules)."""
     if scenario.overlap.pp_p2p != "serial":
         return
     if scenario.parallel.schedule not in SERIAL_SCHEDULES:
-        # name the framework when its preset, not the scenario, chose serial
-        engine = get_framework(scenario.framework).name if scenario.framework else ""
-        what = (
-            f"serial, the one-at-a-time p2p of framework {engine}'s pipeline engine,"
-            if engine in SERIAL_ENGINES
-            else "serial (DeepSpeed's and nanotron's pipeline engines)"
-        )
         raise UserError(
             "overlap.pp_p2p",
-            f"{what} is modelled for {' and '.join(SERIAL_SCHEDULES)} only "
-            f"(schedule is '{scenario.parallel.schedule}'); "
+            f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for "
+            f"{' and '.join(SERIAL_SCHEDULES)} only (schedule is '{scenario.parallel.schedule}'); "
             "use parallel.schedule: 1f1b, or overlap.pp_p2p: batched to run that schedule",
         )
     if scenario.overlap.pp_comm:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
-from simcluster.frameworks.pytorch import PYTORCH_PIPELINING
+from simcluster.frameworks import get_framework
 from simcluster.units import format_bytes
 
 #: a host-bound share of the step from which the host hint speaks
@@ -41,17 +41,11 @@ VPP_TRIED = (2, 3, 4, 6, 8)
 #: the schedules whose bubble is Narayanan et al.'s (p - 1) / (v m + p - 1): 1F1B, GPipe
 #: (all forwards, all backwards) and Megatron's interleaved 1F1B
 BUBBLE_SCHEDULES = ("1f1b", "afab", "interleaved")
-#: the zero-bubble schedules each framework's code runs, offered in this order (cheapest in
-#: memory first): sail-sg's fork of Megatron-LM (``--enable-zero-bubble`` with its automatic
-#: ZB-1p and ZB-2p orders, ``--zero-bubble-v-schedule`` for ZB-V) and a scenario without a
-#: framework (simcluster's own); torch.distributed.pipelining's ``ScheduleZBVZeroBubble`` for the
-#: frameworks built on PyTorch's pipelining. Megatron-Core, DeepSpeed's pipeline engine and
-#: nanotron run none.
-ZERO_BUBBLE_SCHEDULES: dict[str | None, tuple[str, ...]] = {
-    None: ("zb-1p", "zbv", "zb-2p"),
-    "zero-bubble": ("zb-1p", "zbv", "zb-2p"),
-    **{name: ("zbv-fixed",) for name in PYTORCH_PIPELINING},
-}
+#: the zero-bubble schedules offered, cheapest in memory first, where the scenario's framework
+#: runs them (frameworks.FRAMEWORKS' ``schedules``): sail-sg's fork and a scenario without a
+#: framework run ZB-1p, ZB-V and ZB-2p; torch.distributed.pipelining its fixed ZB-V
+#: (``ScheduleZBVZeroBubble``), offered where the cost-aware ZB-V is not
+ZERO_BUBBLE_TRIED = ("zb-1p", "zbv", "zb-2p", "zbv-fixed")
 
 
 @dataclass(frozen=True)
@@ -232,13 +226,17 @@ def zb_h1_bubble(pp: int, microbatches: int, f: float, b: float, w: float) -> fl
 
 
 def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple[str, float]]:
-    """The zero-bubble schedules of :data:`ZERO_BUBBLE_SCHEDULES` this scenario's framework
+    """The zero-bubble schedules of :data:`ZERO_BUBBLE_TRIED` this scenario's framework
     runs that the layout checks and the schedule's planner accept and that fit the GPU, each
     with its peak memory per GPU (static walk, bytes)."""
     from simcluster.fit_hints import rewritable, walk_changed
 
+    framework = ctx.scenario.framework
+    runs = [s for s in ZERO_BUBBLE_TRIED if framework is None or get_framework(framework).runs_schedule(s)]
+    if "zbv" in runs:
+        runs = [s for s in runs if s != "zbv-fixed"]
     out = []
-    for name in ZERO_BUBBLE_SCHEDULES.get(ctx.scenario.framework, ()):
+    for name in runs:
         # each of them runs one chunk a stage or its own fixed two: the interleaving goes
         overrides = [("parallel.schedule", name), ("parallel.vpp", None), ("parallel.microbatch_group", None)]
         changed = walk_changed(rewritable(ctx.scenario), overrides, hardware)

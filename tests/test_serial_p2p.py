@@ -79,7 +79,10 @@ def test_serial_p2p_outside_deepspeeds_engine_is_a_one_line_error(override, need
     assert needle in str(err.value)
 
 
-def test_the_error_names_the_framework_that_chose_serial():
+def test_a_schedule_the_serial_engine_does_not_run_is_refused_by_the_framework():
+    """nanotron's engines are OneForwardOneBackward and AllForwardAllBackward
+    (parallel/pipeline_parallel/engine.py): a ZB-H1 under it is refused by the framework's
+    schedules, naming the framework that runs it, before the serial p2p is looked at."""
     sc = scenario_from_dict({
         "framework": "nanotron",
         "model": {"preset": "llama3-8b"},
@@ -89,8 +92,9 @@ def test_the_error_names_the_framework_that_chose_serial():
     })  # fmt: skip
     with pytest.raises(UserError) as err:
         build_context(sc)
-    assert "framework nanotron's pipeline engine" in str(err.value)
-    assert "overlap.pp_p2p: batched" in str(err.value)
+    assert err.value.field == "parallel.schedule"
+    assert "framework nanotron does not run schedule 'zb-h1' (its pipelines run 1f1b, afab)" in str(err.value)
+    assert "framework zero-bubble" in str(err.value)
 
 
 # nanotron's AllForwardAllBackwardPipelineEngine (parallel/pipeline_parallel/engine.py): after

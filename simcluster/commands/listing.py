@@ -102,7 +102,9 @@ def _print_frameworks() -> None:
 
     width = max(map(len, FRAMEWORKS))
     for name in sorted(FRAMEWORKS):
-        print(f"{name:<{width}}  {FRAMEWORKS[name].summary}{describe_releases(name)}")
+        entry = FRAMEWORKS[name]
+        runs = f"; pipeline schedules: {', '.join(entry.schedules)}" if entry.schedules else ""
+        print(f"{name:<{width}}  {entry.summary}{describe_releases(name)}{runs}")
 
 
 def _print_scenarios() -> None:

@@ -34,6 +34,13 @@ class Framework:
     #: activation checkpointing (torch.utils.checkpoint's context_fn policy, torchtitan's
     #: "selective op") in the PyTorch ones; what the fit hints may suggest
     recompute: tuple[str, ...] = ("none", "selective", "op", "full")
+    #: the pipeline schedules its code runs (parallel.schedule); None: every one modelled here
+    #: (sail-sg's fork runs 1F1B, interleaved 1F1B and its zero-bubble and V schedules)
+    schedules: tuple[str, ...] | None = None
+
+    def runs_schedule(self, schedule: str) -> bool:
+        """Whether its code runs the pipeline schedule ``schedule``."""
+        return self.schedules is None or schedule in self.schedules
 
     def preset(self, raw: Mapping[str, Any], release: str | None = None) -> Defaults:
         """What it fills in ``raw``: its settings, with those of ``release`` where that release

@@ -15,6 +15,27 @@ from simcluster.frameworks.megatron import (
 from simcluster.frameworks.nanotron import nanotron
 from simcluster.frameworks.pytorch import automodel, pytorch_ddp, pytorch_fsdp, torchtitan
 
+#: the pipeline schedules each codebase runs (``parallel.schedule``). Megatron-Core's ``get_forward_backward_func``:
+#: forward_backward_pipelining_without_interleaving (1F1B) or _with_interleaving (its combined
+#: 1F1B for the EP overlap runs inside them); Megatron-LM 2021's schedules.py likewise
+MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+#: deepspeed/runtime/pipe/schedule.py TrainSchedule (Megatron-DeepSpeed's ZB-H1,
+#: --enable-zbh1-pipeline, replaces its instructions and is not modelled under the engine's
+#: one-at-a-time p2p)
+DEEPSPEED_SCHEDULES = ("1f1b",)
+#: nanotron parallel/pipeline_parallel/engine.py: OneForwardOneBackwardPipelineEngine,
+#: AllForwardAllBackwardPipelineEngine
+NANOTRON_SCHEDULES = ("1f1b", "afab")
+#: torch.distributed.pipelining.schedules: Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+#: ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV
+#: sail-sg's fork (examples/test_all_schedules.sh: 1f1b, interleaved, zb with its pending-backward
+#: limit, zbv, zbv-half, zbv-min; examples/pretrain_zbh1.sh) and its papers' handcrafted and
+#: adaptive schedules
+ZERO_BUBBLE_SCHEDULES = (
+    "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv", "v-half", "v-min", "v-auto",
+)  # fmt: skip
+PYTORCH_SCHEDULES = ("1f1b", "afab", "interleaved", "looped-bfs", "interleaved-zb", "zbv-fixed", "dualpipev")
+
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
@@ -40,6 +61,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "disable_bucketing, which get_model sets for model chunks after the first)",
             megatron_core,
             recompute=("none", "selective", "full"),
+            schedules=MEGATRON_SCHEDULES,
         ),
         Framework(
             "nemo",
@@ -52,6 +74,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "scripts/performance likewise",
             nemo,
             recompute=("none", "selective", "full"),
+            schedules=MEGATRON_SCHEDULES,
         ),
         Framework(
             "megatron-bridge",
@@ -65,6 +88,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "True)",
             megatron_bridge,
             recompute=("none", "selective", "full"),
+            schedules=MEGATRON_SCHEDULES,
         ),
         Framework(
             "megatron-lm-2021",
@@ -82,6 +106,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "2205.14135) postdates it",
             megatron_lm_2021,
             recompute=("none", "selective", "full"),
+            schedules=MEGATRON_SCHEDULES,
         ),
         Framework(
             "deepspeed",
@@ -137,6 +162,7 @@ FRAMEWORKS: dict[str, Framework] = {
             # with flash attention the model's selective keeps what none keeps, so it is never
             # the lighter mode that fits there)
             recompute=("none", "selective", "full"),
+            schedules=DEEPSPEED_SCHEDULES,
         ),
         Framework(
             "nanotron",
@@ -158,6 +184,7 @@ FRAMEWORKS: dict[str, Framework] = {
             nanotron,
             attention_kernel="fa2",
             recompute=("none", "full"),
+            schedules=NANOTRON_SCHEDULES,
         ),
         Framework(
             "pytorch-ddp",
@@ -176,6 +203,7 @@ FRAMEWORKS: dict[str, Framework] = {
             pytorch_ddp,
             attention_kernel="fa2",
             recompute=("none", "op", "full"),
+            schedules=PYTORCH_SCHEDULES,
         ),
         Framework(
             "pytorch-fsdp",
@@ -240,6 +268,7 @@ FRAMEWORKS: dict[str, Framework] = {
             attention_kernel="fa2",
             moe_tp_gather=True,
             recompute=("none", "op", "full"),
+            schedules=PYTORCH_SCHEDULES,
         ),
         Framework(
             "zero-bubble",
@@ -253,6 +282,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "scores in all 16 rows (docs/accuracy.md)",
             zero_bubble,
             recompute=("none", "selective", "full"),
+            schedules=ZERO_BUBBLE_SCHEDULES,
         ),
         Framework(
             "automodel",
@@ -266,6 +296,7 @@ FRAMEWORKS: dict[str, Framework] = {
             automodel,
             moe_tp_gather=True,
             recompute=("none", "op", "full"),
+            schedules=PYTORCH_SCHEDULES,
         ),
     )
 }

@@ -1,0 +1,30 @@
+"""Which pipeline schedules a framework's code runs: a scenario naming a framework and a
+schedule its code does not have is refused (Megatron-Core has no zero-bubble schedule,
+DeepSpeed's engine no interleaving), with the frameworks that do run it."""
+
+from __future__ import annotations
+
+from simcluster.errors import UserError
+from simcluster.frameworks.lookup import get_framework
+from simcluster.frameworks.registry import FRAMEWORKS
+
+
+def runners(schedule: str) -> list[str]:
+    """The frameworks whose code runs ``schedule``."""
+    return [f.name for f in FRAMEWORKS.values() if f.schedules is not None and schedule in f.schedules]
+
+
+def check_framework_schedule(framework: str | None, schedule: str, pp: int) -> None:
+    """Refuse a pipeline (pp > 1) in a schedule the named framework does not run."""
+    if framework is None or pp <= 1:
+        return
+    entry = get_framework(framework)
+    if entry.runs_schedule(schedule):
+        return
+    others = runners(schedule)
+    elsewhere = f"framework {' or '.join(others)}, or no framework" if others else "no framework (simcluster's own loop)"
+    raise UserError(
+        "parallel.schedule",
+        f"framework {entry.name} does not run schedule '{schedule}' (its pipelines run "
+        f"{', '.join(entry.schedules or ())}); use one of those, or {elsewhere}",
+    )
