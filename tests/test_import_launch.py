@@ -853,3 +853,27 @@ def test_the_hf_config_is_read_once(monkeypatch, tmp_path):
     assert yaml.safe_load((tmp_path / "s.yaml").read_text(encoding="utf-8"))["model"] == {
         "hf_config": str(hf.resolve())
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "schedule"),
+    [
+        ("1F1B", "1f1b"), ("GPipe", "afab"), ("Interleaved1F1B", "interleaved"), ("LoopedBFS", "looped-bfs"),
+        ("InterleavedZeroBubble", "interleaved-zb"), ("ZBVZeroBubble", "zbv-fixed"), ("DualPipeV", "dualpipev"),
+    ],
+)  # fmt: skip
+def test_each_torchtitan_schedule_imports_to_one_torchtitan_runs(tmp_path, name, schedule):
+    """torchtitan's pipeline_parallel_schedule names torch.distributed.pipelining's classes;
+    ZBVZeroBubble is PyTorch's fixed V order (zbv-fixed), not sail-sg's cost-aware ZB-V."""
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n'
+        f'[parallelism]\ndata_parallel_shard_degree = -1\npipeline_parallel_degree = 4\npipeline_parallel_schedule = "{name}"\n'
+        "[training]\nlocal_batch_size = 8\nglobal_batch_size = 64\nseq_len = 4096\n"
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n'
+    )
+    s = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1)).scenario
+    assert s["parallel"]["schedule"] == schedule
+    # every 2nd of a chunk's blocks checkpointed: 32 layers in 4 one-chunk stages, or 8 chunks
+    assert s["training"]["recompute_num_layers"] == (4 if schedule in ("1f1b", "afab") else 2)
+    build_context(scenario_from_dict(s))

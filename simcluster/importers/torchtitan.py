@@ -45,9 +45,11 @@ from simcluster.importers.result import Imported
 #: torchtitan's schedule names (torch.distributed.pipelining) -> simcluster's
 SCHEDULES = {
     "1F1B": "1f1b", "GPipe": "afab", "Interleaved1F1B": "interleaved", "LoopedBFS": "looped-bfs",
-    "InterleavedZeroBubble": "interleaved-zb", "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev",
+    "InterleavedZeroBubble": "interleaved-zb", "ZBVZeroBubble": "zbv-fixed", "DualPipeV": "dualpipev",
 }  # fmt: skip
 _SINGLE_STAGE = {"1F1B", "GPipe"}
+#: the V schedules: two stages per rank, folded as a V (simcluster's V schedules take no vpp)
+_V_SHAPED = {"ZBVZeroBubble", "DualPipeV"}
 #: context_parallel_rotate_method -> parallel.cp_comm: "allgather" gathers every K/V shard at
 #: once (the framework preset's default, as torchtitan's), "alltoall" passes them on step by
 #: step, a ring
@@ -135,7 +137,9 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _batch(doc, parallel, training, dp)
     _precision(doc, training)
     # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
-    _recompute(doc, training, layers // (parallel["pp"] * parallel.get("vpp", 1)))
+    # (a V schedule's two stages a rank are two chunks)
+    chunks = 2 if parallel.get("schedule") in ("zbv-fixed", "dualpipev") else parallel.get("vpp", 1)
+    _recompute(doc, training, layers // (parallel["pp"] * chunks))
     style = _compiled_style(doc)
     if style is not None:
         training["elementwise"] = style
@@ -274,7 +278,13 @@ def _pipeline(
                 "parallelism.pipeline_parallel_layers_per_stage",
                 f"{stages} stages are not a whole number per rank of {pp}",
             )
-        parallel["vpp"] = stages // pp
+        if name in _V_SHAPED and stages != 2 * pp:
+            raise UserError(
+                "parallelism.pipeline_parallel_layers_per_stage",
+                f"{name} runs 2 stages per rank, a V ({stages} stages over {pp} ranks given)",
+            )
+        if name not in _V_SHAPED:
+            parallel["vpp"] = stages // pp
         if per_stage:
             out.notes.append(
                 "pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only"
