@@ -194,9 +194,15 @@ def interleavings(ctx: Context, hardware: str | None = None) -> list[int]:
     return [vpp for vpp in VPP_TRIED if _accepts(ctx, hardware, [("parallel.vpp", vpp), interleaved])]
 
 
+def _large_bubble(s: dict, ctx: Context) -> bool:
+    """A pipeline of a 1F1B-family schedule idling :data:`BUBBLE_HINT` of its step or more."""
+    lay = ctx.layout
+    return lay.pp >= 2 and s["bubble_fraction"] >= BUBBLE_HINT and lay.schedule in BUBBLE_SCHEDULES
+
+
 def _bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     lay = ctx.layout
-    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in BUBBLE_SCHEDULES:
+    if not _large_bubble(s, ctx):
         return None
     p, m, v = lay.pp, lay.microbatches, lay.vpp
     chunks = f", {v} chunks each" if v > 1 else ""
@@ -219,8 +225,7 @@ def zb_h1_bubble(pp: int, microbatches: int, f: float, b: float, w: float) -> fl
     """The bubble's share of a ZB-H1 step (Qi et al. 2024, sec. 2.1): with each backward split
     into its input-gradient pass B and its weight-gradient pass W, and the W passes moved into
     the cool-down, a stage idles (p - 1)(F + B - W) beside m (F + B + W) of work, against
-    1F1B's (p - 1)(F + B + W); a third of 1F1B's at equal F, B and W. ZB-1p's automatic order
-    is at least as short."""
+    1F1B's (p - 1)(F + B + W); a third of 1F1B's at equal F, B and W (communication aside)."""
     idle = (pp - 1) * max(f + b - w, 0.0)
     return idle / (microbatches * (f + b + w) + idle)
 
@@ -247,7 +252,7 @@ def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple
 
 def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     lay = ctx.layout
-    if lay.pp < 2 or s["bubble_fraction"] < BUBBLE_HINT or lay.schedule not in BUBBLE_SCHEDULES:
+    if not _large_bubble(s, ctx):
         return None
     options = zero_bubble_options(ctx, rerun.hardware)
     if not options:
