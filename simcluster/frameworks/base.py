@@ -34,8 +34,8 @@ class Framework:
     #: activation checkpointing (torch.utils.checkpoint's context_fn policy, torchtitan's
     #: "selective op") in the PyTorch ones; what the fit hints may suggest
     recompute: tuple[str, ...] = ("none", "selective", "op", "full")
-    #: the pipeline schedules its code runs (parallel.schedule); None: every one modelled here
-    #: (sail-sg's fork runs 1F1B, interleaved 1F1B and its zero-bubble and V schedules)
+    #: the pipeline schedules its code runs (parallel.schedule); None: not bounded (an entry
+    #: whose layouts have no pipeline, PyTorch FSDP1's)
     schedules: tuple[str, ...] | None = None
 
     def runs_schedule(self, schedule: str) -> bool:

@@ -15,9 +15,10 @@ from simcluster.frameworks.megatron import (
 from simcluster.frameworks.nanotron import nanotron
 from simcluster.frameworks.pytorch import automodel, pytorch_ddp, pytorch_fsdp, torchtitan
 
-#: the pipeline schedules each codebase runs (``parallel.schedule``). Megatron-Core's ``get_forward_backward_func``:
-#: forward_backward_pipelining_without_interleaving (1F1B) or _with_interleaving (its combined
-#: 1F1B for the EP overlap runs inside them); Megatron-LM 2021's schedules.py likewise
+#: the pipeline schedules each codebase runs (``parallel.schedule``). Megatron-Core's
+#: ``get_forward_backward_func``: forward_backward_pipelining_without_interleaving (1F1B) or
+#: _with_interleaving (its combined 1F1B for the EP overlap runs inside them); Megatron-LM
+#: 2021's schedules.py likewise
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 #: deepspeed/runtime/pipe/schedule.py TrainSchedule (Megatron-DeepSpeed's ZB-H1,
 #: --enable-zbh1-pipeline, replaces its instructions and is not modelled under the engine's
@@ -26,14 +27,14 @@ DEEPSPEED_SCHEDULES = ("1f1b",)
 #: nanotron parallel/pipeline_parallel/engine.py: OneForwardOneBackwardPipelineEngine,
 #: AllForwardAllBackwardPipelineEngine
 NANOTRON_SCHEDULES = ("1f1b", "afab")
-#: torch.distributed.pipelining.schedules: Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-#: ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV
 #: sail-sg's fork (examples/test_all_schedules.sh: 1f1b, interleaved, zb with its pending-backward
 #: limit, zbv, zbv-half, zbv-min; examples/pretrain_zbh1.sh) and its papers' handcrafted and
 #: adaptive schedules
 ZERO_BUBBLE_SCHEDULES = (
     "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv", "v-half", "v-min", "v-auto",
 )  # fmt: skip
+#: torch.distributed.pipelining.schedules: Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+#: ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV
 PYTORCH_SCHEDULES = ("1f1b", "afab", "interleaved", "looped-bfs", "interleaved-zb", "zbv-fixed", "dualpipev")
 
 FRAMEWORKS: dict[str, Framework] = {

@@ -138,7 +138,8 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _precision(doc, training)
     # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
     # (a V schedule's two stages a rank are two chunks)
-    chunks = 2 if parallel.get("schedule") in ("zbv-fixed", "dualpipev") else parallel.get("vpp", 1)
+    v_shaped = parallel.get("schedule") in {SCHEDULES[name] for name in _V_SHAPED}
+    chunks = 2 if v_shaped else parallel.get("vpp", 1)
     _recompute(doc, training, layers // (parallel["pp"] * chunks))
     style = _compiled_style(doc)
     if style is not None:
