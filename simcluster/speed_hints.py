@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
-from simcluster.frameworks import get_framework
+from simcluster.frameworks.schedules import framework_runs
 from simcluster.units import format_bytes
 
 #: a host-bound share of the step from which the host hint speaks
@@ -236,8 +236,7 @@ def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple
     with its peak memory per GPU (static walk, bytes)."""
     from simcluster.fit_hints import rewritable, walk_changed
 
-    framework = ctx.scenario.framework
-    runs = [s for s in ZERO_BUBBLE_TRIED if framework is None or get_framework(framework).runs_schedule(s)]
+    runs = [s for s in ZERO_BUBBLE_TRIED if framework_runs(ctx.scenario.framework, s)]
     if "zbv" in runs:
         runs = [s for s in runs if s != "zbv-fixed"]
     out = []

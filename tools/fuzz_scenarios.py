@@ -40,7 +40,7 @@ import yaml
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
-from simcluster.frameworks import get_framework
+from simcluster.frameworks.schedules import framework_runs
 from simcluster.memory_report import timeline_fault
 from simcluster.output.events import validate_events
 from simcluster.progress import progress_bar
@@ -190,8 +190,7 @@ def paired(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:
             parallel["schedule"], parallel["vpp"] = "interleaved", 2
     else:
         parallel["schedule"] = rng.choice(["dualpipe", "dualpipev"])
-        framework = doc.get("framework")
-        if framework and not get_framework(framework).runs_schedule(parallel["schedule"]):
+        if not framework_runs(doc.get("framework"), parallel["schedule"]):
             del doc["framework"]  # Megatron-Core, say, runs no DualPipe: its draw would be refused
     return doc
 

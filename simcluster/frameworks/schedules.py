@@ -14,13 +14,17 @@ def runners(schedule: str) -> list[str]:
     return [f.name for f in FRAMEWORKS.values() if f.schedules is not None and schedule in f.schedules]
 
 
+def framework_runs(framework: str | None, schedule: str) -> bool:
+    """Whether a scenario with ``framework`` (None: simcluster's own loop, which runs every
+    schedule) may run ``schedule``."""
+    return framework is None or get_framework(framework).runs_schedule(schedule)
+
+
 def check_framework_schedule(framework: str | None, schedule: str, pp: int) -> None:
     """Refuse a pipeline (pp > 1) in a schedule the named framework does not run."""
-    if framework is None or pp <= 1:
+    if pp <= 1 or framework_runs(framework, schedule):
         return
     entry = get_framework(framework)
-    if entry.runs_schedule(schedule):
-        return
     others = runners(schedule)
     elsewhere = f"framework {' or '.join(others)}, or no framework" if others else "no framework (simcluster's own loop)"
     raise UserError(
