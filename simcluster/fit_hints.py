@@ -216,13 +216,13 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     for key, value in _candidates(sc, fewest):
         if key == "parallel.zero" and next_zero:
             continue
+        if _host_unpriced(before, key):
+            continue  # before walking it: no candidate changes the hardware
         unset = _unset_beside(base, key, value)
         walked = walk_changed(base, [(key, value), *((k, None) for k in unset)], hardware)
         if walked is None:
             continue  # refused (tp not dividing heads, say)
         ctx, doc = walked
-        if _host_unpriced(ctx, key):
-            continue
         if doc["fits"] and host_fits(doc):
             next_zero = next_zero or key == "parallel.zero"
             also, batch = _batch_effect(sc, before.layout, ctx.layout)
@@ -258,7 +258,8 @@ def walk_changed(base: dict[str, Any], overrides: list[tuple[str, Any]], hardwar
 
 
 def _host_unpriced(ctx: Context, key: str) -> bool:
-    """Whether ``key`` offloads to a host the profile cannot price (its run would be refused)."""
+    """Whether ``key`` offloads to a host the profile cannot price (its run would be refused);
+    asked of the unchanged scenario's context, as no candidate changes the hardware."""
     offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
     return offload and bool(missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"))
 
@@ -367,12 +368,14 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
     fewest = min(c.layers for stage in current.chunks for c in stage)
     out = []
     for key, value in _candidates(current.scenario, fewest):
+        if _host_unpriced(current, key):
+            continue
         drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))
         walked = walk_changed(base, [*taken.items(), (key, value), *((k, None) for k in drop)], hardware)
         if walked is None:
             continue
         ctx, doc = walked
-        if not _host_unpriced(ctx, key) and host_fits(doc):
+        if host_fits(doc):
             changes = {**taken, key: value}
             out.append(_Combination(changes, drop, doc["total_bytes"], ctx.layout, cheap_offloads(ctx, changes)))
     return out

@@ -133,6 +133,19 @@ def test_an_offload_hint_must_fit_the_hosts_memory_too():
     assert fitting_combination(scenario_from_dict(data)) is None
 
 
+def test_no_offload_is_offered_on_a_profile_that_cannot_price_the_host():
+    # the same model on MI300X cut to 80 GiB: amd-mi300x.yaml gives no host link nor host memory
+    # bandwidth (offload runs are refused there), so the H100 answer above, which needs the
+    # optimizer on the host, is no answer here; nothing else fits at 8 GPUs
+    from simcluster.fit_hints import fitting_combination
+
+    data = _llama70b_on_8()
+    data["cluster"] = {"hardware": "amd-mi300x", "gpus": 8, "profile": {"gpu": {"memory_gib": 80}}}
+    sc = scenario_from_dict(data)
+    assert fitting_changes(sc) == []
+    assert fitting_combination(sc) is None
+
+
 def test_memory_says_a_zero3_gpu_keeps_a_shard_of_the_params_it_computes_with(cli):
     # before: 'holds 8.030 B params' beside a 3.8 GiB params column (8.03 B bf16 is 15 GiB)
     out = " ".join(cli("memory", "llama3-8b-8xh100", "--set", "parallel.zero=3").out.split())
