@@ -9,7 +9,10 @@ from simcluster import attention_head_dims, attention_sinks, userbuffers
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING, with_framework_kernel
-from simcluster.frameworks.schedules import check_framework_schedule
+from simcluster.frameworks.schedules import (
+    check_framework_schedule,
+    check_framework_sequence_parallel,
+)
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
@@ -103,6 +106,7 @@ def build_context(
     _check_positions(scenario.training, model)
     _check_moe_settings(scenario.moe, model)
     check_framework_schedule(scenario.framework, scenario.parallel.schedule, scenario.parallel.pp)
+    check_framework_sequence_parallel(scenario.framework, scenario.parallel.schedule, scenario.parallel.sequence_parallel)
     schedule = get_schedule(scenario.parallel.schedule)
     layout = build_layout(scenario, model, gpn)
     # the NVLink domain build_cluster refuses, refused here too: memory and sweep's prefilter
@@ -410,8 +414,9 @@ def _check_recompute_layers(
 
 #: schedules whose one-at-a-time p2p is modelled: DeepSpeed's TrainSchedule and nanotron's
 #: OneForwardOneBackward engine (1f1b), nanotron's AllForwardAllBackward engine (afab: each
-#: op's output sent right after it, before the next op's receive)
-SERIAL_SCHEDULES = ("1f1b", "afab")
+#: op's output sent right after it, before the next op's receive), Megatron-DeepSpeed's
+#: ZeroBubbleH1Pipeline on DeepSpeed's engine (zb-h1-ds)
+SERIAL_SCHEDULES = ("1f1b", "afab", "zb-h1-ds")
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:
@@ -424,7 +429,7 @@ def _check_serial_p2p(scenario: Scenario) -> None:
         raise UserError(
             "overlap.pp_p2p",
             f"serial (DeepSpeed's and nanotron's pipeline engines) is modelled for "
-            f"{' and '.join(SERIAL_SCHEDULES)} only (schedule is '{scenario.parallel.schedule}'); "
+            f"{', '.join(SERIAL_SCHEDULES)} only (schedule is '{scenario.parallel.schedule}'); "
             "use parallel.schedule: 1f1b, or overlap.pp_p2p: batched to run that schedule",
         )
     if scenario.overlap.pp_comm:

@@ -44,8 +44,12 @@ BUBBLE_SCHEDULES = ("1f1b", "afab", "interleaved")
 #: the zero-bubble schedules offered, cheapest in memory first, where the scenario's framework
 #: runs them (frameworks.FRAMEWORKS' ``schedules``): sail-sg's fork and a scenario without a
 #: framework run ZB-1p, ZB-V and ZB-2p; torch.distributed.pipelining its fixed ZB-V
-#: (``ScheduleZBVZeroBubble``), offered where the cost-aware ZB-V is not
-ZERO_BUBBLE_TRIED = ("zb-1p", "zbv", "zb-2p", "zbv-fixed")
+#: (``ScheduleZBVZeroBubble``), offered where the cost-aware ZB-V is not; Megatron-DeepSpeed
+#: its ZB-H1 (``ZeroBubbleH1Pipeline``), offered where ZB-1p is not
+ZERO_BUBBLE_TRIED = ("zb-1p", "zbv", "zb-2p", "zbv-fixed", "zb-h1-ds")
+#: a framework's own variant, offered only where the schedule it stands in for is not run:
+#: PyTorch's fixed ZB-V for the cost-aware one, Megatron-DeepSpeed's ZB-H1 for ZB-1p
+STANDS_IN_FOR = {"zbv-fixed": "zbv", "zb-h1-ds": "zb-1p"}
 
 
 @dataclass(frozen=True)
@@ -237,8 +241,7 @@ def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple
     from simcluster.fit_hints import rewritable, walk_changed
 
     runs = [s for s in ZERO_BUBBLE_TRIED if framework_runs(ctx.scenario.framework, s)]
-    if "zbv" in runs:
-        runs = [s for s in runs if s != "zbv-fixed"]
+    runs = [s for s in runs if STANDS_IN_FOR.get(s) not in runs]
     out = []
     for name in runs:
         # each of them runs one chunk a stage or its own fixed two: the interleaving goes
@@ -262,7 +265,7 @@ def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     for name, peak in options:
         # the memory walk's peak says what each holds (ZB-2p up to twice 1F1B's activations)
         said = f"peak {format_bytes(peak)}"
-        if name == "zb-1p":
+        if name in ("zb-1p", "zb-h1-ds"):
             said += f"; ZB-H1's (p-1)(F+B-W) idle {100 * zb_h1_bubble(lay.pp, lay.microbatches, f, b, w):.0f}%"
         named.append(f"{name} ({said})")
     schedules = ",".join([lay.schedule, *(name for name, _ in options)])

@@ -209,8 +209,10 @@ def test_a_zero_bubble_schedule_that_does_not_fit_is_left_out():
     [("megatron-core", None), ("nanotron", None), ("deepspeed", None), ("zero-bubble", "zb-1p")],
 )
 def test_zero_bubble_schedules_are_offered_where_the_framework_runs_them(cli, framework, offered):
-    """Megatron-Core, nanotron and DeepSpeed's pipeline engine run no zero-bubble schedule;
-    sail-sg's fork of Megatron-LM runs ZB-1p, ZB-2p and ZB-V."""
+    """Megatron-Core and nanotron run no zero-bubble schedule; DeepSpeed's engine runs
+    Megatron-DeepSpeed's ZB-H1 without sequence parallelism only, which this layout has
+    (tests/test_zb_h1_ds.py offers it where it runs); sail-sg's fork of Megatron-LM runs ZB-1p,
+    ZB-2p and ZB-V."""
     res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16", "--set", f"framework={framework}")
     assert res.code == 0, res.err
     hints = [line for line in res.out.splitlines() if line.startswith("zero-bubble schedules")]

@@ -54,7 +54,7 @@ DENSE = ["llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "gpt3-1.3b", "llam
 MOE = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "grok-1", "llama4-scout", "mixtral-8x22b"]
 HARDWARE = ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "aws-p5", "amd-mi300x", "dgx-h200", "hgx-h800",
             "gb300-nvl72", "alps-gh200", "dgx-2-v100"]  # fmt: skip
-SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
+SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h1-ds", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
              "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-fixed", "v-auto"]  # fmt: skip
 #: v-auto's parallel.activation_limit, fractions of 1F1B's activations: from below what V-Min's
 #: blocks need at large pp (about 1/3: a one-line refusal naming the smallest that fits) to 1

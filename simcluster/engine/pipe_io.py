@@ -49,8 +49,10 @@ class PipelineIO:
         instructions run one after another, every send and receive blocking. A forward step
         receives its activation, then sends the previous backward's gradient; a backward step
         sends the previous forward's activation, then receives its gradient (warm-up and
-        cool-down steps keep the same order around their empty slot)."""
-        receive_first = previous is not None and previous.kind in ("B", "BW") and op.kind == "F"
+        cool-down steps keep the same order around their empty slot). Megatron-DeepSpeed's
+        ZB-H1 steps the other way round (``Schedule.serial_receives_first``)."""
+        first = self.shared.ctx.schedule.serial_receives_first
+        receive_first = previous is not None and _pass(op) == first != _pass(previous)
         if previous is not None and not receive_first:
             yield from self._blocking_send(previous)
         key = self._input_key(op)
@@ -117,3 +119,8 @@ class PipelineIO:
             event.succeed()
 
         return sh.env.process(transfer())
+
+
+def _pass(op: PipeOp) -> str:
+    """"F", "B" (an input gradient, with or without its weight gradients) or "W"."""
+    return "B" if op.kind == "BW" else op.kind

@@ -20,10 +20,9 @@ from simcluster.frameworks.pytorch import automodel, pytorch_ddp, pytorch_fsdp, 
 #: _with_interleaving (its combined 1F1B for the EP overlap runs inside them); Megatron-LM
 #: 2021's schedules.py likewise
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
-#: deepspeed/runtime/pipe/schedule.py TrainSchedule (Megatron-DeepSpeed's ZB-H1,
-#: --enable-zbh1-pipeline, replaces its instructions and is not modelled under the engine's
-#: one-at-a-time p2p)
-DEEPSPEED_SCHEDULES = ("1f1b",)
+#: deepspeed/runtime/pipe/schedule.py TrainSchedule, and Megatron-DeepSpeed's
+#: ZeroBubbleH1Pipeline in its place (--enable-zbh1-pipeline)
+DEEPSPEED_SCHEDULES = ("1f1b", "zb-h1-ds")
 #: nanotron parallel/pipeline_parallel/engine.py: OneForwardOneBackwardPipelineEngine,
 #: AllForwardAllBackwardPipelineEngine
 NANOTRON_SCHEDULES = ("1f1b", "afab")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from simcluster.errors import UserError
 from simcluster.frameworks.lookup import get_framework
 from simcluster.frameworks.registry import FRAMEWORKS
+from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 
 
 def runners(schedule: str) -> list[str]:
@@ -32,3 +33,14 @@ def check_framework_schedule(framework: str | None, schedule: str, pp: int) -> N
         f"framework {entry.name} does not run schedule '{schedule}' (its pipelines run "
         f"{', '.join(entry.schedules or ())}); use one of those, or {elsewhere}",
     )
+
+
+def check_framework_sequence_parallel(framework: str | None, schedule: str, sequence_parallel: bool) -> None:
+    """Refuse Megatron-DeepSpeed's ZB-H1 with sequence parallelism, which its arguments.py
+    asserts against (``--enable-zbh1-pipeline``: "Sequence Parallel not tested")."""
+    if framework == "deepspeed" and schedule == ZBH1_DS and sequence_parallel:
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-DeepSpeed runs its ZB-H1 ('{ZBH1_DS}') without sequence parallelism "
+            "(arguments.py asserts it); set parallel.sequence_parallel: false, or schedule 1f1b",
+        )

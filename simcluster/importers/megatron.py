@@ -94,6 +94,8 @@ _REASONS = {
     "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
     "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
     "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
+    "enable-zbh1-exact-semantics": "ZB-H1's exact order (every steady backward split too) is not "
+    "modelled: imported as its default order, schedule zb-h1-ds",
     "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
@@ -352,6 +354,12 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
             parallel["zero"] = 1
             out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
+    if flags.has("enable-zbh1-pipeline"):
+        # Megatron-DeepSpeed's initialize.py swaps DeepSpeed's TrainSchedule for its
+        # ZeroBubbleH1Pipeline; arguments.py asserts --deepspeed with it
+        if framework != "deepspeed":
+            raise UserError("--enable-zbh1-pipeline", "Megatron-DeepSpeed runs it on DeepSpeed's engine; add --deepspeed")
+        parallel["schedule"] = "zb-h1-ds"
     _partition(flags, sc)
     _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:

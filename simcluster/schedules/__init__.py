@@ -15,6 +15,7 @@ from simcluster.schedules import (  # noqa: F401  (imported to register)
     v_controllable,
     zb_auto,
     zb_h1,
+    zb_h1_ds,
     zb_h2,
     zbv,
     zbv_fixed,

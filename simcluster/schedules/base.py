@@ -116,6 +116,7 @@ class Schedule(Protocol):
     uses_vpp: bool
     cost_aware: bool
     holds_every_microbatch: bool
+    serial_receives_first: str
 
     def chunks(self, spec: ScheduleSpec) -> int:
         """Model chunks held by each stage."""
@@ -148,6 +149,11 @@ class BaseSchedule:
     # True: every microbatch's activations are held at once, so memory grows with m and a long
     # step has no steady state to extrapolate from (steady_state.py)
     holds_every_microbatch: bool = False
+    # under a pipeline engine's blocking p2p (overlap.pp_p2p: serial), the pass ("F" or "B")
+    # whose receive comes before the send of the previous op when that was the other pass:
+    # DeepSpeed's TrainSchedule receives a forward's activation before it sends the previous
+    # backward's gradient
+    serial_receives_first: str = "F"
 
     def chunks(self, spec: ScheduleSpec) -> int:
         return 1
