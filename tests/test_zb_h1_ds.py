@@ -142,3 +142,7 @@ def test_the_megatron_importer_reads_enable_zbh1_pipeline(tmp_path):
     with pytest.raises(UserError) as err:
         import_config("megatron", _args_file(tmp_path, "--enable-zbh1-pipeline"), ImportOptions(cluster="dgx-a100", nodes=1))
     assert err.value.field == "--enable-zbh1-pipeline" and "add --deepspeed" in str(err.value)
+    sp = "--deepspeed --enable-zbh1-pipeline --tensor-model-parallel-size 2 --sequence-parallel"
+    with pytest.raises(UserError) as err:
+        import_config("megatron", _args_file(tmp_path, sp), ImportOptions(cluster="dgx-a100", nodes=1))
+    assert "without --sequence-parallel" in str(err.value)

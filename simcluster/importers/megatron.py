@@ -354,12 +354,6 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
             parallel["zero"] = 1
             out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
-    if flags.has("enable-zbh1-pipeline"):
-        # Megatron-DeepSpeed's initialize.py swaps DeepSpeed's TrainSchedule for its
-        # ZeroBubbleH1Pipeline; arguments.py asserts --deepspeed with it
-        if framework != "deepspeed":
-            raise UserError("--enable-zbh1-pipeline", "Megatron-DeepSpeed runs it on DeepSpeed's engine; add --deepspeed")
-        parallel["schedule"] = "zb-h1-ds"
     _partition(flags, sc)
     _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:
@@ -369,6 +363,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             )
         parallel["sequence_parallel"] = False
     parallel.setdefault("sequence_parallel", False)
+    _zbh1(flags, parallel, framework)
     # arguments.py's assertions: these overlaps need the distributed optimizer / SP
     given = sc.get("overlap", {})
     if given.get("param_gather") is True and not parallel["zero"]:
@@ -416,6 +411,20 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         out.notes.append(
             f"--DDP-impl {ddp} is Megatron-LM's before 2023; read under framework {framework}"
         )
+
+
+def _zbh1(flags: Flags, parallel: dict[str, Any], framework: str) -> None:
+    """``--enable-zbh1-pipeline``: Megatron-DeepSpeed's initialize.py swaps DeepSpeed's
+    TrainSchedule for its ZeroBubbleH1Pipeline (``zb-h1-ds``); its arguments.py asserts
+    --deepspeed and no sequence parallelism with it."""
+    if not flags.has("enable-zbh1-pipeline"):
+        return
+    name = "--enable-zbh1-pipeline"
+    if framework != "deepspeed":
+        raise UserError(name, "Megatron-DeepSpeed runs it on DeepSpeed's engine; add --deepspeed")
+    if parallel["sequence_parallel"]:
+        raise UserError(name, "Megatron-DeepSpeed runs it without --sequence-parallel; drop one of them")
+    parallel["schedule"] = "zb-h1-ds"
 
 
 def _virtual_stages(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
