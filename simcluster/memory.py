@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from simcluster.grad_lifetime import separate_16bit_grad_kept
+from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap
@@ -523,6 +525,8 @@ class StageMemory:
     other_bytes: float
     #: the TP comm+GEMM overlaps' persistent buffers (simcluster.tp_overlap_buffers)
     comm_buffers_bytes: float = 0.0
+    #: the chunk passes whose activations the stage holds at its peak (memory_report's walk)
+    held: Held = Held()
 
     @property
     def total_bytes(self) -> float:
@@ -535,7 +539,7 @@ class StageMemory:
             + self.comm_buffers_bytes
         )
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["total_bytes"] = self.total_bytes
         return d

@@ -22,6 +22,7 @@ from simcluster.engine.plan import (
     planned_orders,
     reduction_copies_at,
 )
+from simcluster.held_microbatches import held_at_peak
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
@@ -118,10 +119,11 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         peak = activation_walk(
             orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks)
         )
+        held = held_at_peak(orders[stage], cb, kept)
         mem = stage_memory(ctx.model, lay, training, stage, chunks, peak, buffers)
         mem = replace(mem, other_bytes=mem.other_bytes + drain_buffers(ctx, chunks))
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
-        out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g))
+        out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g, held=held))
     return out
 
 

@@ -15,6 +15,7 @@ from simcluster.commands.common import (
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
 from simcluster.fit_hints import fit_advice
+from simcluster.held_microbatches import Held, held_line
 from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
@@ -62,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if doc["comm_buffers_bytes"] > 0:
         console.print(f"[dim]comm buffers: {_buffer_line(doc['comm_buffers'])}[/]")
+    if ctx.layout.pp > 1:
+        unit = "chunk passes" if ctx.schedule.chunks(ctx.spec) > 1 else "microbatches"
+        held = [Held(**st["held"]) for st in doc["per_stage"]]
+        console.print(f"[dim]{held_line(held, unit)}[/]")
     console.print(
         f"model parameters: {doc['params_total'] / 1e9:.2f} B total"
         + (

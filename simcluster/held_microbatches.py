@@ -1,0 +1,66 @@
+"""How many microbatches a stage holds activations for where its stash peaks: why a schedule's
+memory differs from 1F1B's.
+
+A forward stashes its activations until the microbatch's backward; a split backward (B) keeps
+what the weight gradients read until its W. 1F1B's stage s holds p - s forward stashes at its
+peak (Narayanan et al. 2021, sec. 2.2: p on the first stage); GPipe holds all m; a zero-bubble
+schedule that defers weight passes holds their inputs as well, which under full recomputation
+outweigh a forward's stash (only each layer's input). Counted per chunk pass (a microbatch
+through one of a stage's chunks), over the order ``memory_report.activation_walk`` walks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simcluster.schedules import PipeOp
+
+
+@dataclass(frozen=True)
+class Held:
+    """Chunk passes whose activations a stage holds at its peak: stashed by their forward
+    (backward not run yet), and kept by a backward-input pass for their W."""
+
+    forward: int = 0
+    for_weights: int = 0
+
+
+def held_at_peak(ops: Sequence[PipeOp], chunk_bytes: Sequence[float], kept: Sequence[float]) -> Held:
+    """What ``ops`` hold where their stash first reaches its largest (``chunk_bytes[c]`` stashed
+    by chunk c's forward, ``kept[c]`` of it left by a B until its W; as activation_walk counts
+    them, without transients)."""
+    live = best = 0.0
+    forward = for_weights = 0
+    held = Held()
+    for op in ops:
+        size = chunk_bytes[op.chunk]
+        if op.kind == "F":
+            live, forward = live + size, forward + 1
+        elif op.kind == "B":
+            live, forward, for_weights = live - size + kept[op.chunk], forward - 1, for_weights + 1
+        elif op.kind == "W":
+            live, for_weights = live - kept[op.chunk], for_weights - 1
+        else:  # BW
+            live, forward = live - size, forward - 1
+        if live > best:
+            best, held = live, Held(forward, for_weights)
+    return held
+
+
+def held_line(held: Sequence[Held], unit: str) -> str:
+    """The stages' holdings as one line, consecutive stages that hold alike together:
+    ``0: 4, 1: 3`` or, with weight passes deferred, ``1-2: 1 + 2``."""
+    runs: list[tuple[int, int, Held]] = []
+    for stage, h in enumerate(held):
+        if runs and runs[-1][2] == h:
+            runs[-1] = (runs[-1][0], stage, h)
+        else:
+            runs.append((stage, stage, h))
+    parts = []
+    for first, last, h in runs:
+        stages = str(first) if first == last else f"{first}-{last}"
+        count = f"{h.forward} + {h.for_weights}" if h.for_weights else str(h.forward)
+        parts.append(f"{stages}: {count}")
+    weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
+    return f"activations held at each stage's peak (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
