@@ -7,8 +7,10 @@ run. Stage s runs p-s-1 warm-up forwards, then s steps of a forward and a backwa
 whose weight gradients wait in the ``WeightGradStore`` queue, then the steady steps with a
 whole backward (weight gradients at once) - except the step of the last forward, which splits
 it and runs one queued weight pass - then the cool-down's backward-only passes each followed by
-one queued weight pass, then the queue's rest. The queue is first in, first out
-(``WeightGradStore.pop``). The first stage never splits (a 1F1B). Both place s weight passes in
+one queued weight pass, then the queue's rest (pull request 396, deepspeedai/Megatron-DeepSpeed:
+"when the backward pass is followed by a weight pass, the custom schedule does not split
+them"). The queue is first in, first out (``WeightGradStore.pop``). The first stage never
+splits (a 1F1B). Both place s weight passes in
 the cool-down bubble of stage s, so the idle time is ZB-H1's (p-1)(F+B-W) (Qi et al. 2024).
 
 Each step's sends and receives are blocking, in its own order: a step with a forward and a
