@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simcluster.schedules import PipeOp
+from simcluster.stash import stash_change
+
+#: how each op kind moves the count of forward stashes, and of inputs kept for a W
+_FORWARD = {"F": 1, "B": -1, "W": 0, "BW": -1}
+_FOR_WEIGHTS = {"F": 0, "B": 1, "W": -1, "BW": 0}
 
 
 @dataclass(frozen=True)
@@ -34,15 +39,9 @@ def held_at_peak(ops: Sequence[PipeOp], chunk_bytes: Sequence[float], kept: Sequ
     forward = for_weights = 0
     held = Held()
     for op in ops:
-        size = chunk_bytes[op.chunk]
-        if op.kind == "F":
-            live, forward = live + size, forward + 1
-        elif op.kind == "B":
-            live, forward, for_weights = live - size + kept[op.chunk], forward - 1, for_weights + 1
-        elif op.kind == "W":
-            live, for_weights = live - kept[op.chunk], for_weights - 1
-        else:  # BW
-            live, forward = live - size, forward - 1
+        live += stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
+        forward += _FORWARD[op.kind]
+        for_weights += _FOR_WEIGHTS[op.kind]
         if live > best:
             best, held = live, Held(forward, for_weights)
     return held

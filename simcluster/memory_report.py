@@ -34,6 +34,7 @@ from simcluster.memory import (
     wgrad_retained_bytes,
 )
 from simcluster.parallelism.data import reduction_working_bytes
+from simcluster.stash import stash_change
 from simcluster.tp_overlap_buffers import run_buffer_bytes
 
 
@@ -73,23 +74,20 @@ def activation_walk(
     for i, op in enumerate(ops):
         if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
             peak = max(peak, live + copies[op.chunk])
-        size = chunk_bytes[op.chunk]
+        change = stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
-            live += size
+            live += change
             peak = max(peak, live + max(transient[op.chunk] if transient else 0.0, fwd))
-        elif op.kind in ("B", "BW"):
+            continue
+        if op.kind in ("B", "BW"):
             peak = max(peak, live + bwd)
         if op.kind in ("W", "BW"):
             peak = max(peak, live + g_start)
+        live += change
         if op.kind == "B":
-            live -= size - kept[op.chunk]
             peak = max(peak, live)
-        elif op.kind == "W":
-            live -= kept[op.chunk]
-        elif op.kind == "BW":
-            live -= size
         if op.kind in ("W", "BW"):
             peak = max(peak, live + g_end)
             if op.chunk == deferred[0] and op.microbatch < deferred[1]:

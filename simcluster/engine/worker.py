@@ -30,6 +30,7 @@ from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.pipeline_p2p_overlap import send_blocks, waits_at_turns
 from simcluster.schedules import PipeOp
+from simcluster.stash import stash_change
 
 __all__ = ["GRAD_ZERO", "Worker"]
 
@@ -686,15 +687,8 @@ class _OpRun:
 
 
 def _stash_delta(kind: str, cplan: ChunkPlan) -> float:
-    """How one op changes its stage's stash: F saves the chunk's activations; B frees what the
-    weight gradients do not read (under full recomputation it adds the linear inputs it
-    recomputed, more than F kept); W frees the rest; a fused BW frees everything."""
-    return {
-        "F": cplan.activation_bytes,
-        "B": cplan.wgrad_bytes - cplan.activation_bytes,
-        "W": -cplan.wgrad_bytes,
-        "BW": -cplan.activation_bytes,
-    }[kind]
+    """How one op changes its stage's stash (:func:`simcluster.stash.stash_change`)."""
+    return stash_change(kind, cplan.activation_bytes, cplan.wgrad_bytes)
 
 
 def _freed_share(shares: tuple[float, ...], i: int) -> float:
