@@ -46,20 +46,3 @@ def held_at_peak(ops: Sequence[PipeOp], chunk_bytes: Sequence[float], kept: Sequ
             best, held = live, Held(forward, for_weights)
     return held
 
-
-def held_line(held: Sequence[Held], unit: str) -> str:
-    """The stages' holdings as one line, consecutive stages that hold alike together:
-    ``0: 4, 1: 3`` or, with weight passes deferred, ``1-2: 1 + 2``."""
-    runs: list[tuple[int, int, Held]] = []
-    for stage, h in enumerate(held):
-        if runs and runs[-1][2] == h:
-            runs[-1] = (runs[-1][0], stage, h)
-        else:
-            runs.append((stage, stage, h))
-    parts = []
-    for first, last, h in runs:
-        stages = str(first) if first == last else f"{first}-{last}"
-        count = f"{h.forward} + {h.for_weights}" if h.for_weights else str(h.forward)
-        parts.append(f"{stages}: {count}")
-    weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
-    return f"activations held at each stage's peak (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"

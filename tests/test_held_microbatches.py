@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from simcluster.held_microbatches import Held, held_at_peak, held_line
+from simcluster.commands.memory import held_line
+from simcluster.held_microbatches import Held, held_at_peak
 from simcluster.schedules import ScheduleSpec, get_schedule
 
 

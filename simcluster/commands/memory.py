@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import TypeVar
 
 from rich.table import Table
 
@@ -15,7 +17,7 @@ from simcluster.commands.common import (
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
 from simcluster.fit_hints import fit_advice
-from simcluster.held_microbatches import Held, held_line
+from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
 from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for col in columns:
         table.add_column(col.replace("_", " "), justify="right")
     for first, last, cells in _stage_runs(doc["per_stage"], columns):
-        table.add_row(str(first) if first == last else f"{first}-{last}", *cells)
+        table.add_row(_stages(first, last), *cells)
     console.print(table)
     console.print(
         "[dim]other: training.memory_overhead_gib (CUDA context, cuBLAS workspace, NCCL buffers); "
@@ -170,6 +172,8 @@ def _params_held(doc: dict, ctx) -> str:
     return text
 
 
+T = TypeVar("T")
+
 _COLUMNS = ("params", "grads", "optimizer", "activations", "other", "total")
 
 
@@ -197,17 +201,37 @@ def _buffer_line(buffers: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
+def _runs(values: Sequence[T]) -> list[tuple[int, int, T]]:
+    """Consecutive stages (0, 1, ...) whose values are equal, as (first, last, value)."""
+    runs: list[tuple[int, int, T]] = []
+    for stage, value in enumerate(values):
+        if runs and runs[-1][2] == value:
+            runs[-1] = (runs[-1][0], stage, value)
+        else:
+            runs.append((stage, stage, value))
+    return runs
+
+
+def _stages(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
 def _stage_runs(stages: list[dict], columns: tuple[str, ...] = _COLUMNS) -> list[tuple[int, int, tuple[str, ...]]]:
     """Consecutive stages whose cells read the same, as (first, last, cells): DeepSeek-V3's 16
     stages print as a handful of rows, not 14 copies of one."""
-    runs: list[tuple[int, int, tuple[str, ...]]] = []
-    for st in stages:
-        cells = tuple(format_bytes(st[f"{c}_bytes"]) for c in columns)
-        if runs and runs[-1][2] == cells and runs[-1][1] == st["stage"] - 1:
-            runs[-1] = (runs[-1][0], st["stage"], cells)
-        else:
-            runs.append((st["stage"], st["stage"], cells))
-    return runs
+    return _runs([tuple(format_bytes(st[f"{c}_bytes"]) for c in columns) for st in stages])
+
+
+def held_line(held: Sequence[Held], unit: str) -> str:
+    """The stages' holdings (``held_microbatches.held_at_peak``) as one line, consecutive
+    stages that hold alike together: ``0: 4, 1: 3`` or, with weight passes deferred,
+    ``1-2: 1 + 2``."""
+    parts = []
+    for first, last, h in _runs(held):
+        count = f"{h.forward} + {h.for_weights}" if h.for_weights else str(h.forward)
+        parts.append(f"{_stages(first, last)}: {count}")
+    weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
+    return f"activations held at each stage's peak (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
 
 
 def _bytes_per_param(doc: dict) -> str:
