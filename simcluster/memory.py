@@ -32,11 +32,8 @@ from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_sof
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
 from simcluster.parallelism.saved_gather import gathered_factor
-from simcluster.placement import Chunk
+from simcluster.placement import EMBEDDING_LAYER, HEAD_LAYER, Chunk
 from simcluster.scenario import TrainingSection
-
-HEAD_LAYER = -2  # the layer index a unit of work uses for the LM head and loss
-EMBEDDING_LAYER = -1  # the layer index a unit of work uses for the embedding
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def activation_walk(
     transient: Sequence[float] | None = None,
     working: Sequence[tuple[float, float]] | None = None,
     grads: Sequence[tuple[float, float]] | None = None,
-    copies: Sequence[float] | None = None,
+    copies: Sequence[Sequence[tuple[float, float]]] | None = None,
     copies_at: str = "end",
     deferred: tuple[int, int, float] = (-1, 0, 0.0),
 ) -> float:
@@ -58,11 +58,11 @@ def activation_walk(
     copies); ``working[c]`` (forward, backward) by its context-parallel attention, counted on
     the stash at F's end and at B's (or BW's) start; ``grads[c]`` (start, end) by the 16-bit
     weight gradients of its W or BW (simcluster.grad_lifetime), on the stash at that op's start
-    and at its end; ``copies[c]`` by chunk c's largest gradient bucket's flat copy and cast
-    (``engine.plan.chunk_reduction_copies``) on the stash at the start of each W or BW
-    (``copies_at`` ``every``), of its last one (``last``), or after the last op (``end``;
-    ``engine.plan.reduction_copies_at``): the engine holds them from a bucket's pass, in that
-    op or after it, where the stash is no larger. The engine tracks the same stash along the
+    and at its end; ``copies[c]`` by chunk c's gradient buckets' flat copies and casts, each
+    (share, bytes) (``engine.plan.chunk_reduction_copies``), made in each W or BW (``copies_at``
+    ``every``) or its last one (``last``) when ``share`` of the op's stash change is made (at
+    the op's start in an F&B pair, whose stash moves whole at its edges), or after the last op
+    (``end``; ``engine.plan.reduction_copies_at``). The engine tracks the same stash along the
     simulated timeline. ``deferred`` (chunk, count, bytes: ``engine.plan.head_deferral``) adds
     the bytes at the end of each W or BW of that chunk for microbatches below count, Megatron's
     deferred LM-head weight-gradient buffers, freed by the drain after the last op.
@@ -72,9 +72,11 @@ def activation_walk(
     peak = 0.0
     last = {op.chunk: i for i, op in enumerate(ops) if op.kind in ("W", "BW")}
     for i, op in enumerate(ops):
-        if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
-            peak = max(peak, live + copies[op.chunk])
         change = stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
+        if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
+            paired = op.overlap or (i + 1 < len(ops) and ops[i + 1].overlap)
+            for share, size in copies[op.chunk]:
+                peak = max(peak, live + (0.0 if paired else change * share) + size)
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
@@ -95,7 +97,7 @@ def activation_walk(
                 peak = max(peak, live)
     live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
-        peak = max(peak, live + max(copies))
+        peak = max(peak, live + max((size for chunk in copies for _, size in chunk), default=0.0))
     return peak
 
 

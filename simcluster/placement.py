@@ -9,6 +9,9 @@ from simcluster.model import ModelSpec
 from simcluster.schedules import Schedule, ScheduleSpec
 from simcluster.schedules.partition import cost_balanced, layers_per_stage
 
+HEAD_LAYER = -2  # the layer index a unit of work uses for the LM head and loss
+EMBEDDING_LAYER = -1  # the layer index a unit of work uses for the embedding
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -23,6 +26,20 @@ class Chunk:
     @property
     def layer_indices(self) -> range:
         return range(self.first_layer, self.first_layer + self.layers)
+
+    def unit_layers(self) -> list[list[int]]:
+        """Each unit's layer indices in forward order, as the engine's plan groups them
+        (engine/plan.py ``_units``): one layer a unit, the embedding with the first layer and
+        the LM head with the last; one unit of the two alone on a stage without layers."""
+        layers = list(self.layer_indices)
+        if not layers:
+            return [[u for present, u in ((self.embedding, EMBEDDING_LAYER), (self.head, HEAD_LAYER)) if present]]
+        units = [[x] for x in layers]
+        if self.embedding:
+            units[0].insert(0, EMBEDDING_LAYER)
+        if self.head:
+            units[-1].append(HEAD_LAYER)
+        return units
 
 
 def stage_chunks(

@@ -57,6 +57,7 @@ from simcluster.parallelism.zero3_coordinator import (
 from simcluster.placement import Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
+from simcluster.stash import freed_share
 from simcluster.topology import Cluster, build_cluster
 from simcluster.tp_overlap_buffers import run_buffer_bytes
 from simcluster.variability import slowest_gpu_slowdown
@@ -383,16 +384,30 @@ def stage_buckets(ctx: Context, stage: int, chunks: list[Chunk]) -> list[Bucket]
     return build_buckets(ctx.model, ctx.layout, chunks, bucket_cap_params(sc, ctx.layout), whole)
 
 
-def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> list[float]:
-    """Per chunk, the bytes of its largest bucket's flat copy and cast (``cast_buffer_bytes``:
-    dp.flatten_copies, dp.reduce_dtype), which the engine holds on the stash from the bucket's
-    pass until its reduction (engine/dp_ops.py ``_bucket_pass``); 0 at ZeRO-3, which has no
+def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> list[list[tuple[float, float]]]:
+    """Per chunk, each bucket's flat copy and cast (``cast_buffer_bytes``: dp.flatten_copies,
+    dp.reduce_dtype) as (share, bytes), which the engine holds on the stash from the bucket's
+    pass until its reduction (engine/dp_ops.py ``_bucket_pass``): ``share`` is how much of its
+    weight-gradient op's stash change is made when the pass runs (``stash.freed_share``):
+    after the unit the bucket closes on frees its stash, or before, where the bucket closes on
+    its layer's MLP weights and goes out ahead of the attention's backward (engine/worker.py
+    ``_unit_compute``), with the buckets before it in that unit. None at ZeRO-3, which has no
     ZeRO 0-2 bucket pass."""
-    out = [0.0] * len(chunks)
+    out: list[list[tuple[float, float]]] = [[] for _ in chunks]
     if ctx.layout.zero == 3:
         return out
-    for b in stage_buckets(ctx, stage, chunks):
-        out[b.chunk] = max(out[b.chunk], cast_buffer_bytes(ctx.scenario, ctx.layout, b.params))
+    buckets = stage_buckets(ctx, stage, chunks)
+    training, rows = ctx.scenario.training, ctx.scenario.moe.padded_rows
+    for c, chunk in enumerate(chunks):
+        units = chunk.unit_layers()
+        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, units, rows)
+        mine = [b for b in buckets if b.chunk == c]
+        for i, layers in enumerate(reversed(units)):  # in backward order
+            closing = [b for b in mine if b.ready_layer in layers]
+            ahead = max((k for k, b in enumerate(closing) if b.early), default=-1)
+            for k, b in enumerate(closing):
+                share = freed_share(shares, i - 1 if k <= ahead else i)
+                out[c].append((share, cast_buffer_bytes(ctx.scenario, ctx.layout, b.params)))
     return out
 
 

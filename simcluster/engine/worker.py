@@ -30,7 +30,7 @@ from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.pipeline_p2p_overlap import send_blocks, waits_at_turns
 from simcluster.schedules import PipeOp
-from simcluster.stash import stash_change
+from simcluster.stash import freed_share, stash_change
 
 __all__ = ["GRAD_ZERO", "Worker"]
 
@@ -592,7 +592,7 @@ class Worker(PipelineIO, DataParallelOps):
         and its gradients' reductions."""
         unit = run.units[i]
         if run.per_unit and op.kind != "F":
-            self._stash(run.stash_from, run.stash_delta, _freed_share(run.cplan.stash_shares, i))
+            self._stash(run.stash_from, run.stash_delta, freed_share(run.cplan.stash_shares, i))
         if run.offloaded and op.kind == "F":
             for layer in unit.layers:
                 if layer in run.offloaded:
@@ -689,10 +689,3 @@ class _OpRun:
 def _stash_delta(kind: str, cplan: ChunkPlan) -> float:
     """How one op changes its stage's stash (:func:`simcluster.stash.stash_change`)."""
     return stash_change(kind, cplan.activation_bytes, cplan.wgrad_bytes)
-
-
-def _freed_share(shares: tuple[float, ...], i: int) -> float:
-    """The share of a chunk's stash a backward phase has changed after its unit ``i``: units run
-    in reverse, so unit i undoes forward units n - 1 - i … n - 1 (exactly 1.0 after the last)."""
-    n = len(shares)
-    return 1.0 if i >= n - 1 else 1.0 - shares[n - 2 - i]

@@ -155,7 +155,7 @@ def persistent_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunk
     if layout.zero != 3 or layout.zero3_pipelined or threshold <= 0:
         return 0.0
     total = sum(
-        persistent_params(model, layout, layer, threshold) for ch in chunks for unit in _unit_layers(ch) for layer in unit
+        persistent_params(model, layout, layer, threshold) for ch in chunks for unit in ch.unit_layers() for layer in unit
     )
     return total * param_bytes(scenario)
 
@@ -190,20 +190,6 @@ def prefetch_window(scenario: Scenario, current: float) -> float:
     return limit + current if limit > 0 else 0.0
 
 
-def _unit_layers(chunk: Chunk) -> list[list[int]]:
-    """Each unit's layer indices in forward order, as the plan groups them (the embedding with
-    the first layer, the LM head with the last)."""
-    layers = list(chunk.layer_indices)
-    if not layers:
-        return [[u for present, u in ((chunk.embedding, -1), (chunk.head, -2)) if present]]
-    units = [[x] for x in layers]
-    if chunk.embedding:
-        units[0].insert(0, -1)
-    if chunk.head:
-        units[-1].append(-2)
-    return units
-
-
 def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> tuple[float, float]:
     """(parameter, gradient) bytes DeepSpeed's ZeRO-3 holds on a GPU beyond its shards.
 
@@ -221,7 +207,7 @@ def working_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks: 
     largest_unit = 0.0
     for ch in chunks:
         sizes = []
-        for unit in _unit_layers(ch):
+        for unit in ch.unit_layers():
             size = 0.0
             for layer in unit:
                 size += sum(unit_params(model, layout, ch, layer))
