@@ -524,6 +524,10 @@ class StageMemory:
     comm_buffers_bytes: float = 0.0
     #: the chunk passes whose activations the stage holds at its peak (memory_report's walk)
     held: Held = Held()
+    #: what sets the activations' peak: the stash alone or a transient on it (memory_report.WalkPeak)
+    peak_part: str = "stash"
+    #: the stash under that peak (bytes)
+    peak_stash_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:

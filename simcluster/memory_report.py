@@ -9,7 +9,7 @@ times, to choose that order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster.context import Context
@@ -37,8 +37,24 @@ from simcluster.parallelism.data import reduction_working_bytes
 from simcluster.stash import stash_change
 from simcluster.tp_overlap_buffers import run_buffer_bytes
 
+#: what sets a stage's activation peak (``WalkPeak.part``): its stash alone, or a transient on
+#: top of it
+STASH, LOSS_LOGITS, CP_ATTENTION, WEIGHT_GRADS, BUCKET_COPY = (
+    "stash", "loss_logits", "cp_attention", "weight_grads", "bucket_copy",
+)
 
-def activation_walk(
+
+@dataclass(frozen=True)
+class WalkPeak:
+    """A stage's activation peak (bytes), what sets it (``part``: :data:`STASH` or the
+    transient on top of it) and the stash under it then (``stash``, bytes)."""
+
+    bytes: float
+    part: str
+    stash: float
+
+
+def walk_peak(
     ops: Sequence[Any],
     chunk_bytes: Sequence[float],
     wgrad_bytes: Sequence[float] | None = None,
@@ -48,8 +64,8 @@ def activation_walk(
     copies: Sequence[Sequence[tuple[float, float]]] | None = None,
     copies_at: str = "end",
     deferred: tuple[int, int, float] = (-1, 0, 0.0),
-) -> float:
-    """Peak stashed activation bytes over one stage's op order.
+) -> WalkPeak:
+    """Peak stashed activation bytes over one stage's op order, with what sets it.
 
     F stashes a chunk's activations; B leaves what the weight gradients still need,
     ``wgrad_bytes[c]`` of chunk c (default: its whole stash; under full recomputation more than
@@ -69,36 +85,49 @@ def activation_walk(
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
     live = 0.0
-    peak = 0.0
+    top = WalkPeak(0.0, STASH, 0.0)
+
+    def over(extra: float, part: str, stash: float | None = None) -> None:
+        nonlocal top
+        under = live if stash is None else stash
+        if under + extra > top.bytes:
+            top = WalkPeak(under + extra, part if extra > 0 else STASH, under)
+
     last = {op.chunk: i for i, op in enumerate(ops) if op.kind in ("W", "BW")}
     for i, op in enumerate(ops):
         change = stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
         if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
             paired = op.overlap or (i + 1 < len(ops) and ops[i + 1].overlap)
             for share, size in copies[op.chunk]:
-                peak = max(peak, live + (0.0 if paired else change * share) + size)
+                over(size, BUCKET_COPY, live + (0.0 if paired else change * share))
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
             live += change
-            peak = max(peak, live + max(transient[op.chunk] if transient else 0.0, fwd))
+            loss = transient[op.chunk] if transient else 0.0
+            over(max(loss, fwd), LOSS_LOGITS if loss >= fwd else CP_ATTENTION)
             continue
         if op.kind in ("B", "BW"):
-            peak = max(peak, live + bwd)
+            over(bwd, CP_ATTENTION)
         if op.kind in ("W", "BW"):
-            peak = max(peak, live + g_start)
+            over(g_start, WEIGHT_GRADS)
         live += change
         if op.kind == "B":
-            peak = max(peak, live)
+            over(0.0, STASH)
         if op.kind in ("W", "BW"):
-            peak = max(peak, live + g_end)
+            over(g_end, WEIGHT_GRADS)
             if op.chunk == deferred[0] and op.microbatch < deferred[1]:
                 live += deferred[2]
-                peak = max(peak, live)
+                over(0.0, STASH)
     live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
-        peak = max(peak, live + max((size for chunk in copies for _, size in chunk), default=0.0))
-    return peak
+        over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
+    return top
+
+
+def activation_walk(*args: Any, **kwargs: Any) -> float:
+    """The peak bytes of :func:`walk_peak` (same arguments)."""
+    return walk_peak(*args, **kwargs).bytes
 
 
 def memory_by_stage(ctx: Context) -> list[StageMemory]:
@@ -116,14 +145,19 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         working = [cp_working(ctx, ch) for ch in chunks]
         grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
         copies = chunk_reduction_copies(ctx, stage, chunks)
-        peak = activation_walk(
+        top = walk_peak(
             orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks)
         )
         held = held_at_peak(orders[stage], cb, kept)
-        mem = stage_memory(ctx.model, lay, training, stage, chunks, peak, buffers)
+        mem = stage_memory(ctx.model, lay, training, stage, chunks, top.bytes, buffers)
         mem = replace(mem, other_bytes=mem.other_bytes + drain_buffers(ctx, chunks))
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
-        out.append(replace(mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g, held=held))
+        out.append(
+            replace(
+                mem, params_bytes=mem.params_bytes + work_p, grads_bytes=mem.grads_bytes + work_g,
+                held=held, peak_part=top.part, peak_stash_bytes=top.stash,
+            )
+        )
     return out
 
 

@@ -19,7 +19,14 @@ from simcluster.context import build_context
 from simcluster.fit_hints import fit_advice
 from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
-from simcluster.memory_report import memory_summary
+from simcluster.memory_report import (
+    BUCKET_COPY,
+    CP_ATTENTION,
+    LOSS_LOGITS,
+    STASH,
+    WEIGHT_GRADS,
+    memory_summary,
+)
 from simcluster.names import run_heading
 from simcluster.units import format_bytes
 
@@ -69,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         unit = "chunk passes" if ctx.schedule.chunks(ctx.spec) > 1 else "microbatches"
         held = [Held(**st["held"]) for st in doc["per_stage"]]
         console.print(f"[dim]{held_line(held, unit)}[/]")
+    beyond = transient_line(doc["per_stage"])
+    if beyond:
+        console.print(f"[dim]{beyond}[/]")
     console.print(
         f"model parameters: {doc['params_total'] / 1e9:.2f} B total"
         + (
@@ -232,6 +242,29 @@ def held_line(held: Sequence[Held], unit: str) -> str:
         parts.append(f"{_stages(first, last)}: {count}")
     weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
     return f"activations held at each stage's peak (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
+
+
+#: how the memory command names what sets an activation peak beside the stash (WalkPeak.part)
+PEAK_PARTS = {
+    BUCKET_COPY: "a gradient bucket's flat copy or cast",
+    WEIGHT_GRADS: "a weight pass's 16-bit gradients",
+    LOSS_LOGITS: "the loss's logit copies",
+    CP_ATTENTION: "the context-parallel attention's buffers",
+}
+
+
+def transient_line(stages: list[dict]) -> str | None:
+    """Where the activations column peaks on something held beside the stash (``walk_peak``),
+    one entry per run of stages alike: ``stages 2-10: a gradient bucket's flat copy or cast
+    (6.89 GiB) on 0 B stashed``; None where every stage peaks on its stash alone."""
+    peaks = [(st["peak_part"], st["activations_bytes"] - st["peak_stash_bytes"], st["peak_stash_bytes"]) for st in stages]
+    shown = [(part, format_bytes(extra), format_bytes(stash)) for part, extra, stash in peaks]
+    parts = [
+        f"{'stage' if first == last else 'stages'} {_stages(first, last)}: {PEAK_PARTS[part]} ({extra}) on {stash} stashed"
+        for first, last, (part, extra, stash) in _runs(shown)
+        if part != STASH
+    ]
+    return f"activations peak with more than the stash — {'; '.join(parts)}" if parts else None
 
 
 def _bytes_per_param(doc: dict) -> str:
