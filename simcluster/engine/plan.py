@@ -394,18 +394,21 @@ def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> lis
     ``_unit_compute``), with the buckets before it in that unit. None at ZeRO-3, which has no
     ZeRO 0-2 bucket pass."""
     out: list[list[tuple[float, float]]] = [[] for _ in chunks]
-    if ctx.layout.zero == 3:
+    if ctx.layout.zero == 3 or cast_buffer_bytes(ctx.scenario, ctx.layout, 1.0) == 0:
         return out
-    buckets = stage_buckets(ctx, stage, chunks)
     training, rows = ctx.scenario.training, ctx.scenario.moe.padded_rows
+    closing: dict[tuple[int, int], list[Bucket]] = {}  # (chunk, backward unit) -> its buckets
+    backward_unit = [
+        {layer: i for i, layers in enumerate(reversed(chunk.unit_layers())) for layer in layers} for chunk in chunks
+    ]
+    for b in stage_buckets(ctx, stage, chunks):
+        closing.setdefault((b.chunk, backward_unit[b.chunk][b.ready_layer]), []).append(b)
     for c, chunk in enumerate(chunks):
-        units = chunk.unit_layers()
-        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, units, rows)
-        mine = [b for b in buckets if b.chunk == c]
-        for i, layers in enumerate(reversed(units)):  # in backward order
-            closing = [b for b in mine if b.ready_layer in layers]
-            ahead = max((k for k, b in enumerate(closing) if b.early), default=-1)
-            for k, b in enumerate(closing):
+        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, chunk.unit_layers(), rows)
+        for i in range(len(shares)):
+            mine = closing.get((c, i), [])
+            ahead = max((k for k, b in enumerate(mine) if b.early), default=-1)
+            for k, b in enumerate(mine):
                 share = freed_share(shares, i - 1 if k <= ahead else i)
                 out[c].append((share, cast_buffer_bytes(ctx.scenario, ctx.layout, b.params)))
     return out
