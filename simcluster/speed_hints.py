@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
-from simcluster.frameworks.schedules import framework_runs
+from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
 from simcluster.units import format_bytes
 
 #: a host-bound share of the step from which the host hint speaks
@@ -234,21 +234,36 @@ def zb_h1_bubble(pp: int, microbatches: int, f: float, b: float, w: float) -> fl
     return idle / (microbatches * (f + b + w) + idle)
 
 
-def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[tuple[str, float]]:
+@dataclass(frozen=True)
+class ZeroBubbleOption:
+    """A zero-bubble schedule the hint offers: its peak memory per GPU (static walk, bytes)
+    and whether it runs only with sequence parallelism off (``without_sp``: Megatron-DeepSpeed's
+    ZB-H1, ``frameworks.schedules.check_framework_sequence_parallel``)."""
+
+    name: str
+    peak_bytes: float
+    without_sp: bool = False
+
+
+def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[ZeroBubbleOption]:
     """The zero-bubble schedules of :data:`ZERO_BUBBLE_TRIED` this scenario's framework
-    runs that the layout checks and the schedule's planner accept and that fit the GPU, each
-    with its peak memory per GPU (static walk, bytes)."""
+    runs that the layout checks and the schedule's planner accept and that fit the GPU; one
+    its framework runs only without sequence parallelism is tried with it off."""
     from simcluster.fit_hints import rewritable, walk_changed
 
-    runs = [s for s in ZERO_BUBBLE_TRIED if framework_runs(ctx.scenario.framework, s)]
+    sc = ctx.scenario
+    runs = [s for s in ZERO_BUBBLE_TRIED if framework_runs(sc.framework, s)]
     runs = [s for s in runs if STANDS_IN_FOR.get(s) not in runs]
     out = []
     for name in runs:
         # each of them runs one chunk a stage or its own fixed two: the interleaving goes
         overrides = [("parallel.schedule", name), ("parallel.vpp", None), ("parallel.microbatch_group", None)]
-        changed = walk_changed(rewritable(ctx.scenario), overrides, hardware)
+        without_sp = sc.parallel.sequence_parallel and not runs_with_sequence_parallel(sc.framework, name)
+        if without_sp:
+            overrides.append(("parallel.sequence_parallel", False))
+        changed = walk_changed(rewritable(sc), overrides, hardware)
         if changed is not None and changed[1]["fits"]:
-            out.append((name, changed[1]["total_bytes"]))
+            out.append(ZeroBubbleOption(name, changed[1]["total_bytes"], without_sp))
     return out
 
 
@@ -262,20 +277,24 @@ def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     per = s["compute_per_microbatch_s"]
     f, b, w = per["forward"], per["backward_input"], per["backward_weight"]
     named = []
-    for name, peak in options:
+    for option in options:
         # the memory walk's peak says what each holds (ZB-2p up to twice 1F1B's activations)
-        said = f"peak {format_bytes(peak)}"
-        if name in ("zb-1p", "zb-h1-ds"):
+        said = f"peak {format_bytes(option.peak_bytes)}"
+        if option.name in ("zb-1p", "zb-h1-ds"):
             said += f"; ZB-H1's (p-1)(F+B-W) idle {100 * zb_h1_bubble(lay.pp, lay.microbatches, f, b, w):.0f}%"
-        named.append(f"{name} ({said})")
-    schedules = ",".join([lay.schedule, *(name for name, _ in options)])
+        if option.without_sp:
+            said = f"sequence parallelism off, as {ctx.scenario.framework} runs it; {said}"
+        named.append(f"{option.name} ({said})")
+    schedules = ",".join([lay.schedule, *(option.name for option in options)])
     # swept with the schedules, vpp holds for interleaved only (the others run at theirs)
     vpps = f" --vpp {lay.vpp}" if lay.vpp > 1 else ""
+    # the sweep skips each schedule the other way round (with the reason), so both are seen
+    sp = " --sequence-parallel true,false" if any(option.without_sp for option in options) else ""
     return (
         f"zero-bubble schedules (Qi et al. 2024) would fill the {100 * s['bubble_fraction']:.0f}% "
         "pipeline bubble with each backward's weight-gradient passes (W): "
         f"{', '.join(named)}; this step's F, B, W per microbatch {1e3 * f:.0f}, {1e3 * b:.0f}, "
-        f"{1e3 * w:.0f} ms (compare: {rerun.sweep(f'--schedule {schedules}{vpps}')})"
+        f"{1e3 * w:.0f} ms (compare: {rerun.sweep(f'--schedule {schedules}{vpps}{sp}')})"
     )
 
 

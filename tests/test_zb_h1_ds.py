@@ -117,10 +117,36 @@ def test_the_zero_bubble_hint_offers_it_under_deepspeed():
     scenario without a framework are offered ZB-1p, for which it stands in."""
     from simcluster.speed_hints import zero_bubble_options
 
-    names = [name for name, _ in zero_bubble_options(build_context(_scenario(4, 8, "1f1b", framework="deepspeed")))]
+    names = [option.name for option in zero_bubble_options(build_context(_scenario(4, 8, "1f1b", framework="deepspeed")))]
     assert names == ["zb-h1-ds"]
     batched = _scenario(4, 8, "1f1b", p2p="batched")
-    assert "zb-h1-ds" not in [name for name, _ in zero_bubble_options(build_context(batched))]
+    assert "zb-h1-ds" not in [option.name for option in zero_bubble_options(build_context(batched))]
+
+
+def test_with_sequence_parallelism_the_hint_offers_it_with_sp_off(cli, tmp_path):
+    """Megatron-DeepSpeed runs ZB-H1 only without sequence parallelism (arguments.py asserts
+    it): under SP the hint offers it with SP off, priced so, and sweeps both settings."""
+    import yaml
+
+    from simcluster.speed_hints import zero_bubble_options
+
+    data = {
+        "model": {"name": "t", "layers": 8, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 1024},
+        "cluster": {"hardware": "dgx-a100", "gpus": 8, "gpus_per_node": 2},
+        "parallel": {"tp": 2, "pp": 4, "schedule": "1f1b", "sequence_parallel": True},
+        "overlap": {"pp_comm": False, "pp_p2p": "serial", "dp_grad_reduce": False},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16", "recompute": "none"},
+        "framework": "deepspeed",
+    }
+    options = zero_bubble_options(build_context(scenario_from_dict(data)))
+    assert [(o.name, o.without_sp) for o in options] == [("zb-h1-ds", True)]
+    path = tmp_path / "sp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    said = " ".join(res.out.split())
+    assert "zb-h1-ds (sequence parallelism off, as deepspeed runs it; peak" in said
+    assert "--schedule 1f1b,zb-h1-ds --sequence-parallel true,false" in said
 
 
 def _args_file(tmp_path, flags: str):

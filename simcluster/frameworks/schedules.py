@@ -35,10 +35,17 @@ def check_framework_schedule(framework: str | None, schedule: str, pp: int) -> N
     )
 
 
+def runs_with_sequence_parallel(framework: str | None, schedule: str) -> bool:
+    """Whether ``framework`` runs ``schedule`` with sequence parallelism: not Megatron-DeepSpeed's
+    ZB-H1, which its arguments.py asserts against (``--enable-zbh1-pipeline``: "Sequence
+    Parallel not tested")."""
+    return not (framework == "deepspeed" and schedule == ZBH1_DS)
+
+
 def check_framework_sequence_parallel(framework: str | None, schedule: str, sequence_parallel: bool) -> None:
-    """Refuse Megatron-DeepSpeed's ZB-H1 with sequence parallelism, which its arguments.py
-    asserts against (``--enable-zbh1-pipeline``: "Sequence Parallel not tested")."""
-    if framework == "deepspeed" and schedule == ZBH1_DS and sequence_parallel:
+    """Refuse a schedule with sequence parallelism where the framework runs it without
+    (:func:`runs_with_sequence_parallel`)."""
+    if sequence_parallel and not runs_with_sequence_parallel(framework, schedule):
         raise UserError(
             "parallel.sequence_parallel",
             f"Megatron-DeepSpeed runs its ZB-H1 ('{ZBH1_DS}') without sequence parallelism "
