@@ -241,7 +241,7 @@ def held_line(held: Sequence[Held], unit: str) -> str:
         count = f"{h.forward} + {h.for_weights}" if h.for_weights else str(h.forward)
         parts.append(f"{_stages(first, last)}: {count}")
     weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
-    return f"activations held at each stage's peak (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
+    return f"activations held where each stage's stash peaks (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
 
 
 #: how the memory command names what sets an activation peak beside the stash (WalkPeak.part)
