@@ -10,9 +10,11 @@ from rich.table import Table
 
 from simcluster.commands.common import (
     add_scenario_arguments,
+    out_path,
     print_json,
     print_notes,
     scenario_from_args,
+    to_json,
 )
 from simcluster.commands.console import stdout_console
 from simcluster.context import build_context
@@ -38,6 +40,10 @@ UNITS_PER_GPU = "per GPU, binary units: 1 GiB = 2^30 bytes"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
+    parser.add_argument(
+        "--out", metavar="DIR", type=out_path,
+        help="write memory_stages.png (each stage's memory at its peak, stacked), .csv and .json",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     doc["inert_settings"] = [n.text for n in inert]
     if not doc["fits"]:
         doc.update(fit_advice(scenario, args.hardware))
+    if args.out:
+        written = _write_out(args.out, doc, run_heading(doc["scenario"], doc["model"]), args.overrides)
     if args.json:
         print_json(doc)
         return 0
@@ -116,7 +124,21 @@ def run(args: argparse.Namespace) -> int:
     tight = tight_fit_line(doc["total_bytes"], doc["capacity_bytes"])
     if tight:
         console.print(tight)
+    if args.out:
+        console.print(f"wrote {', '.join(str(path) for path in written.values())}", soft_wrap=True, markup=False)
     return 0
+
+
+def _write_out(out: str, doc: dict, heading: str, overrides: Sequence[str]) -> dict:
+    """memory_stages.png/.csv/.json into ``out`` (atomically), titled as the table is."""
+    from simcluster.output.atomic import check_writable
+    from simcluster.output.memory_stages import write_memory_stages
+
+    check_writable(out)
+    title = f"{heading} — {doc['layout']} on {doc['hardware']}"
+    if overrides:
+        title += f"\nwith --set {' '.join(overrides)}"
+    return write_memory_stages(out, doc, to_json(doc) + "\n", title)
 
 
 #: headroom below which a layout that fits is called tight: CUDA shows a little less than the

@@ -1,0 +1,108 @@
+"""``simcluster memory --out``: each pipeline stage's memory at its peak as a stacked bar, with
+the GPU's capacity, from the static walk (no simulation), and the same numbers as a table.
+
+The bars stack the `memory` table's columns (parameters, gradients, optimizer states,
+activations, other, comm buffers); the activations are split into the stash and, hatched, the
+transient that sets the stage's peak on top of it (a gradient bucket's copy, a weight pass's
+gradients, the loss's logits: ``memory_report.walk_peak``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib import patheffects
+from matplotlib.figure import Figure
+
+from simcluster.output.report_files import write_report_files
+from simcluster.output.style import MEMORY_STYLES
+from simcluster.units import GiB, format_bytes
+
+#: the stem of the files ``memory --out`` writes (``run --out`` writes memory.png, the timeline)
+STEM = "memory_stages"
+#: the bars' layers bottom to top: (column of the per-stage document, label, colour)
+LAYERS: tuple[tuple[str, str, str], ...] = (
+    ("params_bytes", MEMORY_STYLES["params"].label, MEMORY_STYLES["params"].color),
+    ("grads_bytes", MEMORY_STYLES["grads"].label, MEMORY_STYLES["grads"].color),
+    ("optimizer_bytes", MEMORY_STYLES["optimizer"].label, MEMORY_STYLES["optimizer"].color),
+    ("stash_bytes", "activations (stash)", MEMORY_STYLES["activations"].color),
+    ("transient_bytes", "activations (transient at the peak)", MEMORY_STYLES["activations"].color),
+    ("other_bytes", MEMORY_STYLES["other"].label, MEMORY_STYLES["other"].color),
+    ("comm_buffers_bytes", "comm buffers", "#BDBDBD"),
+)
+#: the hatched layers: held for a moment, not all step
+HATCHED = frozenset({"transient_bytes"})
+
+
+def stage_frame(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per stage of the ``memory --json`` document: the bars' layers (bytes), what
+    sets the activations' peak and the total."""
+    rows = []
+    for st in doc["per_stage"]:
+        stash = st["peak_stash_bytes"]
+        rows.append({
+            "stage": st["stage"],
+            "params_bytes": st["params_bytes"],
+            "grads_bytes": st["grads_bytes"],
+            "optimizer_bytes": st["optimizer_bytes"],
+            "stash_bytes": stash,
+            "transient_bytes": st["activations_bytes"] - stash,
+            "peak_part": st["peak_part"],
+            "other_bytes": st["other_bytes"],
+            "comm_buffers_bytes": st["comm_buffers_bytes"],
+            "total_bytes": st["total_bytes"],
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def draw_memory_stages(frame: pd.DataFrame, capacity_bytes: float, title: str = "") -> Figure:
+    """The stacked bars, one per stage, and the capacity as a dashed line."""
+    n = len(frame)
+    fig = Figure(figsize=(min(max(6.0, 0.45 * n + 2.5), 18.0), 4.6), layout="constrained")
+    ax = fig.subplots()
+    x = frame["stage"].to_numpy()
+    bottom = pd.Series(0.0, index=frame.index)
+    for column, label, color in LAYERS:
+        height = frame[column] / GiB
+        if not (height > 0).any():
+            continue  # a layer no stage holds stays out of the legend
+        hatched = column in HATCHED
+        ax.bar(
+            x, height, bottom=bottom, width=0.8, color="white" if hatched else color, label=label,
+            edgecolor=color if hatched else "none", hatch="////" if hatched else None, linewidth=0.0,
+        )  # fmt: skip
+        bottom = bottom + height
+    ax.axhline(
+        capacity_bytes / GiB, color="#C62828", linestyle="--", linewidth=1.2, label="capacity", zorder=3,
+        path_effects=[patheffects.withStroke(linewidth=3.0, foreground="white")],
+    )  # fmt: skip
+    worst = int(frame["total_bytes"].idxmax())
+    peak = float(frame["total_bytes"].iloc[worst])
+    ax.annotate(
+        format_bytes(peak), (x[worst], peak / GiB), xytext=(0, 3), textcoords="offset points",
+        ha="center", fontsize=8, zorder=4,
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+    )  # fmt: skip
+    ax.set_ylim(0, max(peak, capacity_bytes) / GiB * 1.12)
+    ax.set_xticks(x if n <= 32 else x[:: max(1, n // 16)])
+    ax.set_xlabel("pipeline stage", fontsize=9)
+    ax.set_ylabel("memory per GPU at the stage's peak (GiB)", fontsize=9)
+    ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    verdict = "fits" if peak <= capacity_bytes else "does not fit"
+    headline = f"peak {format_bytes(peak)} on stage {int(x[worst])} of {format_bytes(capacity_bytes)}: {verdict}"
+    fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8, frameon=False)
+    return fig
+
+
+def write_memory_stages(out_dir: str | os.PathLike[str], doc: dict[str, Any], json_text: str, title: str) -> dict[str, Path]:
+    """Write memory_stages.csv, .json (``json_text``, the ``--json`` document) and .png into
+    ``out_dir`` atomically; returns file name -> final path."""
+    frame = stage_frame(doc)
+    figure = draw_memory_stages(frame, doc["capacity_bytes"], title)
+    return write_report_files(out_dir, STEM, frame, json_text, figure)
