@@ -29,8 +29,9 @@ class Chunk:
 
     def unit_layers(self) -> list[list[int]]:
         """Each unit's layer indices in forward order, as the engine's plan groups them
-        (engine/plan.py ``_units``): one layer a unit, the embedding with the first layer and
-        the LM head with the last; one unit of the two alone on a stage without layers."""
+        (engine/plan.py ``_units``, FSDP1's root units aside): one layer a unit, the embedding
+        with the first layer and the LM head with the last; one unit of the two alone on a
+        stage without layers."""
         layers = list(self.layer_indices)
         if not layers:
             return [[u for present, u in ((self.embedding, EMBEDDING_LAYER), (self.head, HEAD_LAYER)) if present]]

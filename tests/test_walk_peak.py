@@ -62,3 +62,27 @@ def test_blooms_stages_peak_on_the_bf16_cast_of_their_gradients(cli):
     assert first["activations_bytes"] == pytest.approx(2.0 * first["params_per_gpu"], rel=1e-12)
     out = " ".join(cli("memory", "bloom-176b-384xa100").out.split())
     assert "activations peak with more than the stash — stage 0: a gradient bucket's flat copy or cast" in out
+
+
+@pytest.mark.parametrize(
+    "layers_per_stage", [None, [0, 4, 4, 0]],  # the last two: stages of the embedding / the head alone
+)
+def test_chunk_unit_layers_are_the_engines_forward_units(layers_per_stage):
+    """The memory walk places a bucket's copy by ``Chunk.unit_layers``; the engine runs the
+    forward units its plan builds (engine/plan.py ``_units``): the same grouping, the embedding
+    with the first layer, the LM head with the last."""
+    from simcluster.context import build_context
+    from simcluster.engine.plan import build_plans, kernel_model
+    from simcluster.scenario import scenario_from_dict
+
+    parallel = {"pp": 4, "schedule": "1f1b"}
+    if layers_per_stage:
+        parallel["layers_per_stage"] = layers_per_stage
+    ctx = build_context(scenario_from_dict({
+        "name": "u", "model": {"layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8}, "parallel": parallel,
+        "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 8, "precision": "bf16"},
+    }))  # fmt: skip
+    for plan, chunks in zip(build_plans(ctx, kernel_model(ctx)), ctx.chunks, strict=True):
+        for cplan, chunk in zip(plan.chunks, chunks, strict=True):
+            assert [list(u.layers) for u in cplan.phases["F"]] == chunk.unit_layers()

@@ -391,8 +391,8 @@ def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> lis
     weight-gradient op's stash change is made when the pass runs (``stash.freed_share``):
     after the unit the bucket closes on frees its stash, or before, where the bucket closes on
     its layer's MLP weights and goes out ahead of the attention's backward (engine/worker.py
-    ``_unit_compute``), with the buckets before it in that unit. None at ZeRO-3, which has no
-    ZeRO 0-2 bucket pass."""
+    ``_unit_compute``), with the buckets before it in that unit. None (empty lists) at ZeRO-3,
+    which has no ZeRO 0-2 bucket pass, and where the layout makes no copies."""
     out: list[list[tuple[float, float]]] = [[] for _ in chunks]
     if ctx.layout.zero == 3 or cast_buffer_bytes(ctx.scenario, ctx.layout, 1.0) == 0:
         return out
