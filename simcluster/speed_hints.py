@@ -257,7 +257,9 @@ def zero_bubble_options(ctx: Context, hardware: str | None = None) -> list[ZeroB
     out = []
     for name in runs:
         # each of them runs one chunk a stage or its own fixed two: the interleaving goes
-        overrides = [("parallel.schedule", name), ("parallel.vpp", None), ("parallel.microbatch_group", None)]
+        overrides: list[tuple[str, object]] = [
+            ("parallel.schedule", name), ("parallel.vpp", None), ("parallel.microbatch_group", None),
+        ]  # fmt: skip
         without_sp = sc.parallel.sequence_parallel and not runs_with_sequence_parallel(sc.framework, name)
         if without_sp:
             overrides.append(("parallel.sequence_parallel", False))
