@@ -21,14 +21,7 @@ from simcluster.context import build_context
 from simcluster.fit_hints import fit_advice
 from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
-from simcluster.memory_report import (
-    BUCKET_COPY,
-    CP_ATTENTION,
-    LOSS_LOGITS,
-    STASH,
-    WEIGHT_GRADS,
-    memory_summary,
-)
+from simcluster.memory_report import PEAK_PARTS, STASH, memory_summary
 from simcluster.names import run_heading
 from simcluster.units import format_bytes
 
@@ -264,15 +257,6 @@ def held_line(held: Sequence[Held], unit: str) -> str:
         parts.append(f"{_stages(first, last)}: {count}")
     weights = " + held for their weight gradients" if any(h.for_weights for h in held) else ""
     return f"activations held where each stage's stash peaks (stage: {unit} stashed by their forward{weights}): {', '.join(parts)}"
-
-
-#: how the memory command names what sets an activation peak beside the stash (WalkPeak.part)
-PEAK_PARTS = {
-    BUCKET_COPY: "a gradient bucket's flat copy or cast",
-    WEIGHT_GRADS: "a weight pass's 16-bit gradients",
-    LOSS_LOGITS: "the loss's logit copies",
-    CP_ATTENTION: "the context-parallel attention's buffers",
-}
 
 
 def transient_line(stages: list[dict]) -> str | None:

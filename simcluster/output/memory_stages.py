@@ -3,8 +3,8 @@ the GPU's capacity, from the static walk (no simulation), and the same numbers a
 
 The bars stack the `memory` table's columns (parameters, gradients, optimizer states,
 activations, other, comm buffers); the activations are split into the stash and, hatched, the
-transient that sets the stage's peak on top of it (a gradient bucket's copy, a weight pass's
-gradients, the loss's logits: ``memory_report.walk_peak``).
+transient that sets the stage's peak on top of it, one hatch and legend entry per kind (a gradient
+bucket's copy, a weight pass's gradients, the loss's logits: ``memory_report.walk_peak``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 
+from simcluster.memory_report import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, WEIGHT_GRADS
 from simcluster.output.report_files import write_report_files
 from simcluster.output.style import MEMORY_STYLES
 from simcluster.units import GiB, format_bytes
@@ -29,12 +30,21 @@ LAYERS: tuple[tuple[str, str, str], ...] = (
     ("grads_bytes", MEMORY_STYLES["grads"].label, MEMORY_STYLES["grads"].color),
     ("optimizer_bytes", MEMORY_STYLES["optimizer"].label, MEMORY_STYLES["optimizer"].color),
     ("stash_bytes", "activations (stash)", MEMORY_STYLES["activations"].color),
-    ("transient_bytes", "activations (transient at the peak)", MEMORY_STYLES["activations"].color),
+    ("transient_bytes", "transient", MEMORY_STYLES["activations"].color),
     ("other_bytes", MEMORY_STYLES["other"].label, MEMORY_STYLES["other"].color),
     ("comm_buffers_bytes", "comm buffers", "#BDBDBD"),
 )
-#: the hatched layers: held for a moment, not all step
-HATCHED = frozenset({"transient_bytes"})
+#: the transient layer is drawn once per kind of transient, each with its hatch and a legend
+#: name short enough for two legend columns on a narrow figure (the CLI line says it in full,
+#: ``memory_report.PEAK_PARTS``)
+TRANSIENTS = {
+    BUCKET_COPY: ("////", "gradient bucket copy or cast"),
+    WEIGHT_GRADS: ("\\\\\\\\", "weight pass's 16-bit grads"),
+    LOSS_LOGITS: ("xxxx", "loss's logit copies"),
+    CP_ATTENTION: ("....", "CP attention buffers"),
+}
+#: a legend entry's width on the figure: inches per character at font size 8, and the handle
+_LEGEND_IN_PER_CHAR, _LEGEND_HANDLE_IN = 0.062, 0.55
 
 
 def stage_frame(doc: dict[str, Any]) -> pd.DataFrame:
@@ -61,19 +71,19 @@ def stage_frame(doc: dict[str, Any]) -> pd.DataFrame:
 def draw_memory_stages(frame: pd.DataFrame, capacity_bytes: float, title: str = "") -> Figure:
     """The stacked bars, one per stage, and the capacity as a dashed line."""
     n = len(frame)
-    fig = Figure(figsize=(min(max(6.0, 0.45 * n + 2.5), 18.0), 4.6), layout="constrained")
+    width = min(max(6.5, 0.45 * n + 2.5), 18.0)
+    fig = Figure(figsize=(width, 4.6), layout="constrained")
     ax = fig.subplots()
     x = frame["stage"].to_numpy()
     bottom = pd.Series(0.0, index=frame.index)
     for column, label, color in LAYERS:
+        if column == "transient_bytes":
+            bottom = _draw_transients(ax, x, frame, bottom, label, color)
+            continue
         height = frame[column] / GiB
         if not (height > 0).any():
             continue  # a layer no stage holds stays out of the legend
-        hatched = column in HATCHED
-        ax.bar(
-            x, height, bottom=bottom, width=0.8, color="white" if hatched else color, label=label,
-            edgecolor=color if hatched else "none", hatch="////" if hatched else None, linewidth=0.0,
-        )  # fmt: skip
+        ax.bar(x, height, bottom=bottom, width=0.8, color=color, label=label, linewidth=0.0)
         bottom = bottom + height
     ax.axhline(
         capacity_bytes / GiB, color="#C62828", linestyle="--", linewidth=1.2, label="capacity", zorder=3,
@@ -96,8 +106,24 @@ def draw_memory_stages(frame: pd.DataFrame, capacity_bytes: float, title: str = 
     headline = f"peak {format_bytes(peak)} on stage {int(x[worst])} of {format_bytes(capacity_bytes)}: {verdict}"
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8, frameon=False)
+    column = _LEGEND_IN_PER_CHAR * max(map(len, labels)) + _LEGEND_HANDLE_IN
+    ncols = max(1, min(len(labels), 4, int(width // column)))
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8, frameon=False)
     return fig
+
+
+def _draw_transients(ax: Any, x: Any, frame: pd.DataFrame, bottom: pd.Series, label: str, color: str) -> pd.Series:
+    """The transients on the stashes, hatched, one legend entry per kind present (each stage
+    peaks on one kind, so the kinds' bars never stack on one stage); returns the new bottom."""
+    height = frame["transient_bytes"] / GiB
+    for part, (hatch, name) in TRANSIENTS.items():
+        mine = height.where(frame["peak_part"] == part, 0.0)
+        if (mine > 0).any():
+            ax.bar(
+                x, mine, bottom=bottom, width=0.8, color="white", edgecolor=color, hatch=hatch, linewidth=0.0,
+                label=f"{label}: {name}",
+            )  # fmt: skip
+    return bottom + height
 
 
 def write_memory_stages(out_dir: str | os.PathLike[str], doc: dict[str, Any], json_text: str, title: str) -> dict[str, Path]:
