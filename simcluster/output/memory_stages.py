@@ -106,8 +106,8 @@ def draw_memory_stages(frame: pd.DataFrame, capacity_bytes: float, title: str = 
     headline = f"peak {format_bytes(peak)} on stage {int(x[worst])} of {format_bytes(capacity_bytes)}: {verdict}"
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
-    column = _LEGEND_IN_PER_CHAR * max(map(len, labels)) + _LEGEND_HANDLE_IN
-    ncols = max(1, min(len(labels), 4, int(width // column)))
+    entry_in = _LEGEND_IN_PER_CHAR * max(map(len, labels)) + _LEGEND_HANDLE_IN
+    ncols = max(1, min(len(labels), 4, int(width // entry_in)))
     fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8, frameon=False)
     return fig
 
