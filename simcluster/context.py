@@ -415,8 +415,8 @@ def _check_recompute_layers(
 #: schedules whose one-at-a-time p2p is modelled: DeepSpeed's TrainSchedule and nanotron's
 #: OneForwardOneBackward engine (1f1b), nanotron's AllForwardAllBackward engine (afab: each
 #: op's output sent right after it, before the next op's receive), Megatron-DeepSpeed's
-#: ZeroBubbleH1Pipeline on DeepSpeed's engine (zb-h1-ds)
-SERIAL_SCHEDULES = ("1f1b", "afab", "zb-h1-ds")
+#: ZeroBubbleH1Pipeline on DeepSpeed's engine (zb-h1-ds, and zb-h1-ds-exact with its exact semantics)
+SERIAL_SCHEDULES = ("1f1b", "afab", "zb-h1-ds", "zb-h1-ds-exact")
 
 
 def _check_serial_p2p(scenario: Scenario) -> None:

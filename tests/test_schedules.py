@@ -40,7 +40,7 @@ def test_every_schedule_is_valid_and_deadlock_free(name, p, m, v):
 def test_all_names_registered():
     assert sorted(SCHEDULES) == sorted(
         [
-            "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h1-ds", "zb-h2", "zb-1p", "zb-2p", "zb-auto",
+            "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h1-ds", "zb-h1-ds-exact", "zb-h2", "zb-1p", "zb-2p", "zb-auto",
             "zbv", "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipe", "dualpipev",
         ]
     )  # fmt: skip

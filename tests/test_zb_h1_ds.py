@@ -34,12 +34,27 @@ def test_each_stage_runs_the_steps_zero_bubble_h1_pipeline_issues():
     ]
 
 
+def test_with_exact_semantics_every_steady_backward_after_the_first_stage_is_split():
+    # steps() at p 4, m 8 with enable_zbh1_exact_semantics, by hand: the FBW section runs
+    # BackwardOnlyPass, SendGrad, WeightPass on every stage but the first, so the weight pass
+    # of microbatch i - s follows the backward of microbatch i (the paper's ZB-H1); stage 0 as
+    # without it
+    ops, _ = run("zb-h1-ds-exact", 4, 8)
+    assert [_names(stage) for stage in ops] == [
+        "F0 F1 F2 F3 BW0 F4 BW1 F5 BW2 F6 BW3 F7 BW4 BW5 BW6 BW7",
+        "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7",
+        "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7",
+        "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7",
+    ]
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1-ds", "zb-h1-ds-exact"])
 @pytest.mark.parametrize(("p", "m"), [(4, 8), (6, 12), (8, 16), (4, 13)])
 @pytest.mark.parametrize(("f", "b", "w"), [(1.0, 1.0, 1.0), (1.0, 1.3, 0.7)])
-def test_it_idles_as_zb_h1(p, m, f, b, w):
+def test_it_idles_as_zb_h1(schedule, p, m, f, b, w):
     """Qi et al. 2024 sec. 2.1: ZB-H1 idles (p-1)(F+B-W) beside m(F+B+W) of work, a third of
     1F1B's (p-1)(F+B+W) at equal passes; DeepSpeed's order reaches it with fewer splits."""
-    _, timeline = run("zb-h1-ds", p, m, t_f=f, t_b=b, t_w=w)
+    _, timeline = run(schedule, p, m, t_f=f, t_b=b, t_w=w)
     idle = (p - 1) * (f + b - w)
     assert bubble_fraction(timeline) == pytest.approx(idle / (m * (f + b + w) + idle), rel=1e-9)
 
@@ -172,3 +187,39 @@ def test_the_megatron_importer_reads_enable_zbh1_pipeline(tmp_path):
     with pytest.raises(UserError) as err:
         import_config("megatron", _args_file(tmp_path, sp), ImportOptions(cluster="dgx-a100", nodes=1))
     assert "without --sequence-parallel" in str(err.value)
+
+
+def test_the_importer_reads_exact_semantics_and_arguments_py_s_assertion(tmp_path):
+    """Megatron-DeepSpeed's arguments.py: ``--enable-zbh1-exact-semantics`` asserts
+    ``--enable-zbh1-pipeline`` ("Exact semantics require ZBH1 pipeline enabled")."""
+    options = ImportOptions(cluster="dgx-a100", nodes=1)
+    out = import_config("megatron", _args_file(tmp_path, "--deepspeed --enable-zbh1-pipeline --enable-zbh1-exact-semantics"), options)
+    assert out.scenario["parallel"]["schedule"] == "zb-h1-ds-exact"
+    assert not any("exact-semantics" in line for line in out.skipped)
+    with pytest.raises(UserError) as err:
+        import_config("megatron", _args_file(tmp_path, "--deepspeed --enable-zbh1-exact-semantics"), options)
+    assert err.value.field == "--enable-zbh1-exact-semantics" and "add --enable-zbh1-pipeline" in str(err.value)
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 2), (2, 5), (3, 3), (3, 7), (4, 4), (4, 9)])
+def test_exact_semantics_on_blocking_p2p_put_a_weight_pass_on_every_steady_exchange(p, m):
+    """A steady step of stage s > 0 is [RecvActivation, F, BackwardOnlyPass, SendGrad,
+    WeightPass] with exact semantics. Its blocking gradient send completes when stage s - 1
+    posts the receive, after that stage's forward; the weight pass then runs while stage s - 1
+    waits in its blocking activation send. Each steady exchange so carries one W more than the
+    default order's [F, BackwardPass, SendGrad], and with more microbatches than stages the step
+    is slower than the default order's; at m = p there is no such step and the orders are one.
+    With batched (non-blocking) transfers the weight pass no longer sits between the two and
+    the orders come within 1%. Every blocking send meets its receive."""
+    exact = simulate(build_context(_scenario(p, m, "zb-h1-ds-exact"))).summary["step_time_s"]
+    default = simulate(build_context(_scenario(p, m, "zb-h1-ds"))).summary["step_time_s"]
+    if m == p:
+        assert exact == pytest.approx(default, rel=1e-12)
+    else:
+        assert exact > default * 1.05
+    batched = [
+        simulate(build_context(_scenario(p, m, name, p2p="batched"))).summary["step_time_s"]
+        for name in ("zb-h1-ds", "zb-h1-ds-exact")
+    ]  # fmt: skip
+    assert batched[1] == pytest.approx(batched[0], rel=0.01)
+    assert batched[1] <= exact

@@ -21,8 +21,8 @@ from simcluster.frameworks.pytorch import automodel, pytorch_ddp, pytorch_fsdp, 
 #: 2021's schedules.py likewise
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 #: deepspeed/runtime/pipe/schedule.py TrainSchedule, and Megatron-DeepSpeed's
-#: ZeroBubbleH1Pipeline in its place (--enable-zbh1-pipeline)
-DEEPSPEED_SCHEDULES = ("1f1b", "zb-h1-ds")
+#: ZeroBubbleH1Pipeline in its place (--enable-zbh1-pipeline, --enable-zbh1-exact-semantics)
+DEEPSPEED_SCHEDULES = ("1f1b", "zb-h1-ds", "zb-h1-ds-exact")
 #: nanotron parallel/pipeline_parallel/engine.py: OneForwardOneBackwardPipelineEngine,
 #: AllForwardAllBackwardPipelineEngine
 NANOTRON_SCHEDULES = ("1f1b", "afab")

@@ -94,8 +94,6 @@ _REASONS = {
     "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
     "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
     "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
-    "enable-zbh1-exact-semantics": "ZB-H1's exact order (every steady backward split too) is not "
-    "modelled: imported as its default order, schedule zb-h1-ds",
     "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
@@ -415,16 +413,20 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
 
 def _zbh1(flags: Flags, parallel: dict[str, Any], framework: str) -> None:
     """``--enable-zbh1-pipeline``: Megatron-DeepSpeed's initialize.py swaps DeepSpeed's
-    TrainSchedule for its ZeroBubbleH1Pipeline (``zb-h1-ds``); its arguments.py asserts
-    --deepspeed and no sequence parallelism with it."""
+    TrainSchedule for its ZeroBubbleH1Pipeline (``zb-h1-ds``, ``zb-h1-ds-exact`` with
+    ``--enable-zbh1-exact-semantics``); its arguments.py asserts --deepspeed and no sequence
+    parallelism with it, and the pipeline with exact semantics."""
+    exact = flags.has("enable-zbh1-exact-semantics")
     if not flags.has("enable-zbh1-pipeline"):
+        if exact:
+            raise UserError("--enable-zbh1-exact-semantics", "exact semantics require the ZB-H1 pipeline; add --enable-zbh1-pipeline")
         return
     name = "--enable-zbh1-pipeline"
     if framework != "deepspeed":
         raise UserError(name, "Megatron-DeepSpeed runs it on DeepSpeed's engine; add --deepspeed")
     if parallel["sequence_parallel"]:
         raise UserError(name, "Megatron-DeepSpeed runs it without --sequence-parallel; drop one of them")
-    parallel["schedule"] = "zb-h1-ds"
+    parallel["schedule"] = "zb-h1-ds-exact" if exact else "zb-h1-ds"
 
 
 def _virtual_stages(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:

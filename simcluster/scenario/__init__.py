@@ -19,12 +19,12 @@ from simcluster.scenario.loading import (
 from simcluster.scenario.model_cluster import ClusterSection, ModelSection
 from simcluster.scenario.moe import MoeSection
 from simcluster.scenario.overlap import OverlapSection
-from simcluster.scenario.parallel import ParallelSection, ScheduleName
+from simcluster.scenario.parallel import ParallelSection
 from simcluster.scenario.training import RecomputeModule, TrainingSection
 
 __all__ = [
     "ClusterSection", "DpSection", "ModelSection", "MoeSection", "OverlapSection", "ParallelSection",
-    "RecomputeModule", "Scenario", "ScheduleName", "SimulationSection", "Straggler", "TrainingSection",
+    "RecomputeModule", "Scenario", "SimulationSection", "Straggler", "TrainingSection",
     "Zero3Section", "apply_overrides", "load_scenario", "parse_set", "resolve_scenario_path",
     "scenario_from_dict", "shipped_scenarios",
 ]  # fmt: skip

@@ -9,11 +9,6 @@ from pydantic import Field, field_validator, model_validator
 from simcluster.raw_sections import whole
 from simcluster.scenario.base import SectionBase
 
-ScheduleName = Literal[
-    "afab", "1f1b", "interleaved", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-auto", "zbv",
-    "zbv-fixed", "v-half", "v-min", "v-auto", "dualpipe", "dualpipev",
-]
-
 
 class ParallelSection(SectionBase):
     """``parallel:`` — the layout. dp is derived from the GPU count when omitted."""

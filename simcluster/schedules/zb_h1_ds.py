@@ -13,6 +13,11 @@ them"). The queue is first in, first out (``WeightGradStore.pop``). The first st
 splits (a 1F1B). Both place s weight passes in
 the cool-down bubble of stage s, so the idle time is ZB-H1's (p-1)(F+B-W) (Qi et al. 2024).
 
+``--enable-zbh1-exact-semantics`` (``zb-h1-ds-exact``) splits every steady backward of the
+stages after the first as well, each followed by the oldest queued weight pass: the paper's
+ZB-H1, the weight pass of microbatch i - s after the backward of microbatch i on stage s, and
+each gradient sent before its weight pass rather than after the whole backward.
+
 Each step's sends and receives are blocking, in its own order: a step with a forward and a
 backward receives the gradient before it sends the forward's activation, and sends the
 gradient right after the backward (:attr:`serial_receives_first`, ``overlap.pp_p2p: serial``).
@@ -26,10 +31,13 @@ from simcluster.schedules.base import BaseSchedule, PipeOp, ScheduleSpec, requir
 from simcluster.schedules.registry import register
 
 NAME = "zb-h1-ds"
+#: the same schedule under ``--enable-zbh1-exact-semantics``
+EXACT_NAME = "zb-h1-ds-exact"
 
 
-def stage_order(p: int, m: int, stage: int) -> list[PipeOp]:
-    """Stage ``stage``'s ops as ``ZeroBubbleH1Pipeline.steps`` issues them (m >= p)."""
+def stage_order(p: int, m: int, stage: int, exact: bool = False) -> list[PipeOp]:
+    """Stage ``stage``'s ops as ``ZeroBubbleH1Pipeline.steps`` issues them (m >= p), with
+    ``get_args().enable_zbh1_exact_semantics`` as ``exact``."""
     first = stage == 0
     ops = [PipeOp("F", mb) for mb in range(p - stage - 1)]  # F section
     queued: deque[int] = deque()  # backward-only passes whose weight pass waits
@@ -50,7 +58,7 @@ def stage_order(p: int, m: int, stage: int) -> list[PipeOp]:
     while forward < m:  # FBW section
         ops.append(PipeOp("F", forward))
         forward += 1
-        if first or forward < m:
+        if first or (forward < m and not exact):
             ops.append(PipeOp("BW", backward))
         else:
             split(backward)
@@ -82,6 +90,17 @@ class ZeroBubbleH1DeepSpeed(BaseSchedule):
         # blocking order this model does not follow
         require_m_at_least(spec, self.name, spec.p, "its steady section runs at least once")
 
+    #: whether every steady backward after the first stage is split (exact semantics)
+    exact = False
+
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
-        return [stage_order(spec.p, spec.m, s) for s in range(spec.p)]
+        return [stage_order(spec.p, spec.m, s, self.exact) for s in range(spec.p)]
+
+
+@register
+class ZeroBubbleH1DeepSpeedExact(ZeroBubbleH1DeepSpeed):
+    """Megatron-DeepSpeed's ZB-H1 with exact semantics: every steady backward after stage 0 split, W lagging B by s."""
+
+    name = EXACT_NAME
+    exact = True
