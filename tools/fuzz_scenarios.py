@@ -55,7 +55,8 @@ MOE = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "grok-1", 
 HARDWARE = ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "aws-p5", "amd-mi300x", "dgx-h200", "hgx-h800",
             "gb300-nvl72", "alps-gh200", "dgx-2-v100"]  # fmt: skip
 SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h1-ds", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
-             "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-fixed", "v-auto"]  # fmt: skip
+             "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-fixed", "v-auto",
+             "zb-h1-ds-exact"]  # fmt: skip
 #: v-auto's parallel.activation_limit, fractions of 1F1B's activations: from below what V-Min's
 #: blocks need at large pp (about 1/3: a one-line refusal naming the smallest that fits) to 1
 ACTIVATION_LIMITS = [0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
