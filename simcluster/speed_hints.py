@@ -6,7 +6,8 @@ overlap or an NVLink domain would hide; exposed all-to-alls with expert TP defau
 with Megatron-Core's EP overlap off; exposed DP communication with Megatron's gradient or
 parameter overlap off; a pipeline bubble that more interleaved chunks would shrink
 (Narayanan et al. 2021's analytic bubbles) or that the framework's zero-bubble schedules would
-fill (Qi et al. 2024). Each names the field to change and, where a
+fill (Qi et al. 2024), or that Megatron-DeepSpeed's ZB-H1 would idle less without its exact
+semantics under DeepSpeed's blocking transfers. Each names the field to change and, where a
 layout change is the fix, the `simcluster sweep` that compares it. A change is offered only
 where the layout checks accept it for this scenario.
 """
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
 from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
+from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
+from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 from simcluster.units import format_bytes
 
 #: a host-bound share of the step from which the host hint speaks
@@ -300,9 +303,31 @@ def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
+def _exact_semantics(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    """Megatron-DeepSpeed's ZB-H1 with exact semantics on blocking transfers: each steady
+    exchange waits for a weight pass (``schedules/zb_h1_ds.py``), which the default order,
+    splitting only the last forward's and the cool-down's backwards, does not."""
+    lay = ctx.layout
+    steady = lay.microbatches > lay.pp
+    if lay.schedule != ZBH1_DS_EXACT or ctx.scenario.overlap.pp_p2p != "serial" or not steady:
+        return None
+    if s["bubble_fraction"] < BUBBLE_HINT:
+        return None
+    per = s["compute_per_microbatch_s"]
+    ideal = zb_h1_bubble(lay.pp, lay.microbatches, per["forward"], per["backward_input"], per["backward_weight"])
+    return (
+        f"pipeline bubble {100 * s['bubble_fraction']:.0f}% of the step, against ZB-H1's (p-1)(F+B-W) "
+        f"{100 * ideal:.0f}%: with exact semantics (--enable-zbh1-exact-semantics) each steady "
+        "gradient send under DeepSpeed's blocking transfers waits for the previous stage's forward, "
+        "and that stage then waits a weight pass to send its next activation; without the flag "
+        f"(schedule {ZBH1_DS}) the steady backwards run whole and send after them "
+        f"(compare: {rerun.sweep(f'--schedule {ZBH1_DS_EXACT},{ZBH1_DS}')})"
+    )
+
+
 #: the rules, in the order `run` prints them
 SPEED_HINTS: tuple[SpeedHint, ...] = (
-    _host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble, _zero_bubble,
+    _host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble, _zero_bubble, _exact_semantics,
 )
 
 

@@ -223,3 +223,30 @@ def test_exact_semantics_on_blocking_p2p_put_a_weight_pass_on_every_steady_excha
     ]  # fmt: skip
     assert batched[1] == pytest.approx(batched[0], rel=0.01)
     assert batched[1] <= exact
+
+
+def test_run_says_what_exact_semantics_cost_under_blocking_transfers(cli, tmp_path):
+    """The hint names the bubble against ZB-H1's analytic (p-1)(F+B-W) share and the sweep
+    that compares the two orders; the default order's run says nothing of it."""
+    import yaml
+
+    doc = {
+        "model": {"name": "t", "layers": 8, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 1024},
+        "cluster": {"hardware": "dgx-a100", "gpus": 4, "gpus_per_node": 1},
+        "parallel": {"tp": 1, "pp": 4, "schedule": "zb-h1-ds-exact"},
+        "overlap": {"pp_comm": False, "pp_p2p": "serial", "dp_grad_reduce": False},
+        "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16", "recompute": "none"},
+        "framework": "deepspeed",
+    }
+    path = tmp_path / "exact.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    said = " ".join(res.out.split())
+    assert "with exact semantics (--enable-zbh1-exact-semantics)" in said
+    assert "--schedule zb-h1-ds-exact,zb-h1-ds" in said
+    doc["parallel"]["schedule"] = "zb-h1-ds"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli("run", str(path))
+    assert res.code == 0, res.err
+    assert "exact semantics" not in res.out
