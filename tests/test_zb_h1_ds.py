@@ -48,6 +48,15 @@ def test_each_stage_runs_the_steps_zero_bubble_h1_pipeline_issues(schedule):
     assert [_names(stage) for stage in ops] == BY_HAND[schedule]
 
 
+def test_the_last_stage_applies_weight_gradients_in_the_order_the_tutorial_gives():
+    """Megatron-DeepSpeed examples_deepspeed/zero_bubble_pp/README.md: the default variation
+    "changes the ordering of applying weight update of different microbatches (E.g. for
+    Device 4 [...] 4->5->6->7->1->2->3->8)" (p 4, m 8); exact semantics keep 1F1B's order."""
+    for schedule, order in (("zb-h1-ds", [4, 5, 6, 7, 1, 2, 3, 8]), ("zb-h1-ds-exact", list(range(1, 9)))):
+        ops, _ = run(schedule, 4, 8)
+        assert [op.microbatch + 1 for op in ops[3] if op.kind in ("W", "BW")] == order
+
+
 @pytest.mark.parametrize("schedule", ["zb-h1-ds", "zb-h1-ds-exact"])
 @pytest.mark.parametrize(("p", "m"), [(4, 8), (6, 12), (8, 16), (4, 13)])
 @pytest.mark.parametrize(("f", "b", "w"), [(1.0, 1.0, 1.0), (1.0, 1.3, 0.7)])

@@ -16,7 +16,15 @@ the cool-down bubble of stage s, so the idle time is ZB-H1's (p-1)(F+B-W) (Qi et
 ``--enable-zbh1-exact-semantics`` (``zb-h1-ds-exact``) splits every steady backward of the
 stages after the first as well, each followed by the oldest queued weight pass: the paper's
 ZB-H1, the weight pass of microbatch i - s after the backward of microbatch i on stage s, and
-each gradient sent before its weight pass rather than after the whole backward.
+each gradient sent before its weight pass rather than after the whole backward. Its tutorial
+(examples_deepspeed/zero_bubble_pp/README.md) calls the default "more friendly to a synchronized
+communication implementation" and exact semantics "a bit slower": under the blocking transfers a
+steady exchange then waits a weight pass. A gradient's ``dist.send`` completes only once the
+previous stage's receive runs, which PyTorch's NCCL process group orders after that stage's
+forward (each op's NCCL stream first waits for the work issued before it), and the sender's
+weight pass waits for the send (``work.wait()`` on the compute stream); its next activation
+receive, issued after the weight pass, waits for it too, and the previous stage's blocking
+activation send with it.
 
 Each step's sends and receives are blocking, in its own order: a step with a forward and a
 backward receives the gradient before it sends the forward's activation, and sends the
