@@ -150,8 +150,6 @@ def test_the_zero_bubble_hint_offers_it_under_deepspeed():
 def test_with_sequence_parallelism_the_hint_offers_it_with_sp_off(cli, tmp_path):
     """Megatron-DeepSpeed runs ZB-H1 only without sequence parallelism (arguments.py asserts
     it): under SP the hint offers it with SP off, priced so, and sweeps both settings."""
-    import yaml
-
     from simcluster.speed_hints import zero_bubble_options
 
     data = {
@@ -164,11 +162,7 @@ def test_with_sequence_parallelism_the_hint_offers_it_with_sp_off(cli, tmp_path)
     }
     options = zero_bubble_options(build_context(scenario_from_dict(data)))
     assert [(o.name, o.without_sp) for o in options] == [("zb-h1-ds", True)]
-    path = tmp_path / "sp.yaml"
-    path.write_text(yaml.safe_dump(data))
-    res = cli("run", str(path))
-    assert res.code == 0, res.err
-    said = " ".join(res.out.split())
+    said = _run_said(cli, tmp_path, data)
     assert "zb-h1-ds (sequence parallelism off, as deepspeed runs it; peak" in said
     assert "--schedule 1f1b,zb-h1-ds --sequence-parallel true,false" in said
 
@@ -237,7 +231,6 @@ def test_exact_semantics_on_blocking_p2p_put_a_weight_pass_on_every_steady_excha
 def test_run_says_what_exact_semantics_cost_under_blocking_transfers(cli, tmp_path):
     """The hint names the bubble against ZB-H1's analytic (p-1)(F+B-W) share and the sweep
     that compares the two orders; the default order's run says nothing of it."""
-    import yaml
 
     doc = {
         "model": {"name": "t", "layers": 8, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 1024},
@@ -247,15 +240,19 @@ def test_run_says_what_exact_semantics_cost_under_blocking_transfers(cli, tmp_pa
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8, "precision": "bf16", "recompute": "none"},
         "framework": "deepspeed",
     }
-    path = tmp_path / "exact.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    res = cli("run", str(path))
-    assert res.code == 0, res.err
-    said = " ".join(res.out.split())
+    said = _run_said(cli, tmp_path, doc)
     assert "with exact semantics (--enable-zbh1-exact-semantics)" in said
     assert "--schedule zb-h1-ds-exact,zb-h1-ds" in said
     doc["parallel"]["schedule"] = "zb-h1-ds"
+    assert "exact semantics" not in _run_said(cli, tmp_path, doc)
+
+
+def _run_said(cli, tmp_path, doc: dict) -> str:
+    """What `simcluster run` prints for the scenario ``doc``, on one line."""
+    import yaml
+
+    path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc))
     res = cli("run", str(path))
     assert res.code == 0, res.err
-    assert "exact semantics" not in res.out
+    return " ".join(res.out.split())
