@@ -67,7 +67,7 @@ def test_deepspeed_framework_selects_serial_p2p():
 
 @pytest.mark.parametrize(
     ("override", "needle"),
-    [({"schedule": "interleaved", "vpp": 2}, "1f1b, afab, zb-h1-ds only"), ({}, "pp_comm: false")],
+    [({"schedule": "interleaved", "vpp": 2}, "1f1b, afab, zb-h1-ds, zb-h1-ds-exact only"), ({}, "pp_comm: false")],
 )
 def test_serial_p2p_outside_deepspeeds_engine_is_a_one_line_error(override, needle):
     sc = _scenario(16, "serial", **override)
