@@ -237,6 +237,12 @@ def zb_h1_bubble(pp: int, microbatches: int, f: float, b: float, w: float) -> fl
     return idle / (microbatches * (f + b + w) + idle)
 
 
+def _passes(s: dict) -> tuple[float, float, float]:
+    """The step's F, B and W per microbatch (seconds), as ZB-H1's idle share takes them."""
+    per = s["compute_per_microbatch_s"]
+    return per["forward"], per["backward_input"], per["backward_weight"]
+
+
 @dataclass(frozen=True)
 class ZeroBubbleOption:
     """A zero-bubble schedule the hint offers: its peak memory per GPU (static walk, bytes)
@@ -279,13 +285,12 @@ def _zero_bubble(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     options = zero_bubble_options(ctx, rerun.hardware)
     if not options:
         return None
-    per = s["compute_per_microbatch_s"]
-    f, b, w = per["forward"], per["backward_input"], per["backward_weight"]
+    f, b, w = _passes(s)
     named = []
     for option in options:
         # the memory walk's peak says what each holds (ZB-2p up to twice 1F1B's activations)
         said = f"peak {format_bytes(option.peak_bytes)}"
-        if option.name in ("zb-1p", "zb-h1-ds"):
+        if option.name in ("zb-1p", ZBH1_DS):
             said += f"; ZB-H1's (p-1)(F+B-W) idle {100 * zb_h1_bubble(lay.pp, lay.microbatches, f, b, w):.0f}%"
         if option.without_sp:
             said = f"sequence parallelism off, as {ctx.scenario.framework} runs it; {said}"
@@ -313,8 +318,7 @@ def _exact_semantics(s: dict, ctx: Context, rerun: Rerun) -> str | None:
         return None
     if s["bubble_fraction"] < BUBBLE_HINT:
         return None
-    per = s["compute_per_microbatch_s"]
-    ideal = zb_h1_bubble(lay.pp, lay.microbatches, per["forward"], per["backward_input"], per["backward_weight"])
+    ideal = zb_h1_bubble(lay.pp, lay.microbatches, *_passes(s))
     return (
         f"pipeline bubble {100 * s['bubble_fraction']:.0f}% of the step, against ZB-H1's (p-1)(F+B-W) "
         f"{100 * ideal:.0f}%: with exact semantics (--enable-zbh1-exact-semantics) each steady "

@@ -398,13 +398,12 @@ def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> lis
         return out
     training, rows = ctx.scenario.training, ctx.scenario.moe.padded_rows
     closing: dict[tuple[int, int], list[Bucket]] = {}  # (chunk, backward unit) -> its buckets
-    backward_unit = [
-        {layer: i for i, layers in enumerate(reversed(chunk.unit_layers())) for layer in layers} for chunk in chunks
-    ]
+    units = [chunk.unit_layers() for chunk in chunks]
+    backward_unit = [{layer: i for i, layers in enumerate(reversed(mine)) for layer in layers} for mine in units]
     for b in stage_buckets(ctx, stage, chunks):
         closing.setdefault((b.chunk, backward_unit[b.chunk][b.ready_layer]), []).append(b)
     for c, chunk in enumerate(chunks):
-        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, chunk.unit_layers(), rows)
+        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, units[c], rows)
         for i in range(len(shares)):
             mine = closing.get((c, i), [])
             ahead = max((k for k, b in enumerate(mine) if b.early), default=-1)
