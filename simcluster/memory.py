@@ -32,6 +32,7 @@ from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_sof
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
 from simcluster.parallelism.saved_gather import gathered_factor
+from simcluster.peak_parts import STASH
 from simcluster.placement import EMBEDDING_LAYER, HEAD_LAYER, Chunk
 from simcluster.scenario import TrainingSection
 
@@ -525,7 +526,7 @@ class StageMemory:
     #: the chunk passes whose activations the stage holds at its peak (memory_report's walk)
     held: Held = Held()
     #: what sets the activations' peak: the stash alone or a transient on it (memory_report.WalkPeak)
-    peak_part: str = "stash"
+    peak_part: str = STASH
     #: the stash under that peak (bytes)
     peak_stash_bytes: float = 0.0
 

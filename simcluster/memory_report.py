@@ -34,21 +34,9 @@ from simcluster.memory import (
     wgrad_retained_bytes,
 )
 from simcluster.parallelism.data import reduction_working_bytes
+from simcluster.peak_parts import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, STASH, WEIGHT_GRADS
 from simcluster.stash import stash_change
 from simcluster.tp_overlap_buffers import run_buffer_bytes
-
-#: what sets a stage's activation peak (``WalkPeak.part``): its stash alone, or a transient on
-#: top of it
-STASH, LOSS_LOGITS, CP_ATTENTION, WEIGHT_GRADS, BUCKET_COPY = (
-    "stash", "loss_logits", "cp_attention", "weight_grads", "bucket_copy",
-)
-#: how the memory command names what sets an activation peak beside the stash, in full
-PEAK_PARTS = {
-    BUCKET_COPY: "a gradient bucket's flat copy or cast",
-    WEIGHT_GRADS: "a weight pass's 16-bit gradients",
-    LOSS_LOGITS: "the loss's logit copies",
-    CP_ATTENTION: "the context-parallel attention's buffers",
-}
 
 
 @dataclass(frozen=True)

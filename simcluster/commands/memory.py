@@ -21,8 +21,9 @@ from simcluster.context import build_context
 from simcluster.fit_hints import fit_advice
 from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
-from simcluster.memory_report import PEAK_PARTS, STASH, memory_summary
+from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
+from simcluster.peak_parts import PEAK_PARTS, STASH
 from simcluster.units import format_bytes
 
 NAME = "memory"

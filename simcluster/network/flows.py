@@ -36,6 +36,17 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
         f = flows[0]
         f.rate = min(map(truediv, map(capacity.__getitem__, f.links), f.coeffs))
         return
+    residual, load, users = _link_usage(flows, capacity)
+    _fill({id(f): f for f in flows if f.links}, residual, load, users, capacity)
+    for f in flows:
+        if not f.links:
+            f.rate = float("inf")
+
+
+def _link_usage(
+    flows: list[Flow], capacity: list[float]
+) -> tuple[dict[int, float], dict[int, float], dict[int, list[Flow]]]:
+    """Zero every flow's rate; per link its capacity left, its summed coefficient and its flows."""
     residual: dict[int, float] = {}
     load: dict[int, float] = {}
     users: dict[int, list[Flow]] = {}
@@ -48,7 +59,18 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
                 users[link] = []
             load[link] += c
             users[link].append(f)
-    active = {id(f): f for f in flows if f.links}
+    return residual, load, users
+
+
+def _fill(
+    active: dict[int, Flow],
+    residual: dict[int, float],
+    load: dict[int, float],
+    users: dict[int, list[Flow]],
+    capacity: list[float],
+) -> None:
+    """Progressive filling: raise every active flow's rate together until a link fills, freeze
+    that link's flows at the level reached, and go on with the rest."""
     level = 0.0
     while active:
         step = min(residual[lk] / load[lk] for lk in load if load[lk] > 0)
@@ -68,9 +90,6 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
                         load[link] -= c
         for lk in full:
             load[lk] = 0.0
-    for f in flows:
-        if not f.links:
-            f.rate = float("inf")
 
 
 def isolated_time(flows: list[Flow], capacity: list[float]) -> float:

@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 
-from simcluster.memory_report import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, WEIGHT_GRADS
 from simcluster.output.report_files import write_report_files
 from simcluster.output.style import MEMORY_STYLES
+from simcluster.peak_parts import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, WEIGHT_GRADS
 from simcluster.units import GiB, format_bytes
 
 #: the stem of the files ``memory --out`` writes (``run --out`` writes memory.png, the timeline)
@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, str, str], ...] = (
 )
 #: the transient layer is drawn once per kind of transient, each with its hatch and a legend
 #: name short enough for two legend columns on a narrow figure (the CLI line says it in full,
-#: ``memory_report.PEAK_PARTS``)
+#: ``peak_parts.PEAK_PARTS``)
 TRANSIENTS = {
     BUCKET_COPY: ("////", "gradient bucket copy or cast"),
     WEIGHT_GRADS: ("\\\\\\\\", "weight pass's 16-bit grads"),
