@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TypeVar
 
+from rich.console import Console
 from rich.table import Table
 
 from simcluster.commands.common import (
@@ -17,7 +18,7 @@ from simcluster.commands.common import (
     to_json,
 )
 from simcluster.commands.console import stdout_console
-from simcluster.context import build_context
+from simcluster.context import Context, build_context
 from simcluster.fit_hints import fit_advice
 from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
@@ -58,6 +59,17 @@ def run(args: argparse.Namespace) -> int:
     console = stdout_console()
     if args.overrides:  # the title names the scenario, whose model or batch --set may have replaced
         console.print(f"with --set {' '.join(args.overrides)}")
+    console.print(_table(doc))
+    _print_parts(console, doc, ctx)
+    _print_host(console, doc, ctx)
+    _print_verdict(console, doc)
+    if args.out:
+        console.print(f"wrote {', '.join(str(path) for path in written.values())}", soft_wrap=True, markup=False)
+    return 0
+
+
+def _table(doc: dict) -> Table:
+    """The per-stage table: one row per run of stages with equal cells."""
     heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
     # the cells are format_bytes's binary units (GiB, MiB), not a count of bytes
     table = Table(title=f"{heading} — {doc['layout']} on {doc['hardware']} ({UNITS_PER_GPU})")
@@ -67,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col.replace("_", " "), justify="right")
     for first, last, cells in _stage_runs(doc["per_stage"], columns):
         table.add_row(_stages(first, last), *cells)
-    console.print(table)
+    return table
+
+
+def _print_parts(console: Console, doc: dict, ctx: Context) -> None:
+    """The lines under the table: what "other" is, the buffers, the held microbatches, the
+    transients beyond the stash and the parameters."""
     console.print(
         "[dim]other: training.memory_overhead_gib (CUDA context, cuBLAS workspace, NCCL buffers); "
         f"per parameter the GPU computes with: {_bytes_per_param(doc)}[/]"
@@ -90,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         )
         + f"; most loaded GPU (stage {doc['worst_stage']}) {_params_held(doc, ctx)}"
     )
+
+
+def _print_host(console: Console, doc: dict, ctx: Context) -> None:
+    """What is offloaded to the host's memory, and whether the host holds it."""
     if doc["host_optimizer_bytes"] > 0:
         per_node = doc["host_optimizer_bytes"] * ctx.profile.node.gpus_per_node
         console.print(
@@ -108,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
             f"{'[bold red]HOST MEMORY SHORT[/]: ' if over else ''}offloaded state per node up to "
             f"{format_bytes(host)} of the host's {format_bytes(cap)}"
         )
+
+
+def _print_verdict(console: Console, doc: dict) -> None:
+    """Fits or not, with the layouts that would fit and a warning when the fit is tight."""
     verdict = "fits" if doc["fits"] else "DOES NOT FIT"
     style = "green" if doc["fits"] else "bold red"
     console.print(
@@ -118,9 +143,6 @@ def run(args: argparse.Namespace) -> int:
     tight = tight_fit_line(doc["total_bytes"], doc["capacity_bytes"])
     if tight:
         console.print(tight)
-    if args.out:
-        console.print(f"wrote {', '.join(str(path) for path in written.values())}", soft_wrap=True, markup=False)
-    return 0
 
 
 def _write_out(out: str, doc: dict, heading: str, overrides: Sequence[str]) -> dict:

@@ -57,18 +57,7 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     two_lines = any(bar.detail for bar in bars)
     fig = Figure(figsize=(10, 1.6 + (0.6 if two_lines else 0.45) * len(bars)))
     ax = fig.add_subplot(1, 1, 1)
-    labels: list[tuple[float, float, int, str, str]] = []  # left, width, y, text, key
-    for y, (bar, parts) in enumerate(zip(bars, drawn, strict=True)):
-        left = 0.0
-        for key in shown:
-            width = parts.get(key, 0.0) * scale.factor
-            if width <= 0:
-                continue
-            ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
-            share = parts[key] / bar.total if bar.total > 0 else 0.0
-            if share >= 0.06:
-                labels.append((left, width, y, f"{100 * share:.0f}%", key))
-            left += width
+    labels = _stack(ax, bars, drawn, shown, scale.factor)
     ax.set_yticks(range(len(bars)), [f"{bar.label}\n{bar.detail}" if bar.detail else bar.label for bar in bars])
     for tick, bar in zip(ax.get_yticklabels(), bars, strict=True):
         if bar.flagged:
@@ -80,26 +69,12 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
     # room under the axes for the legend's rows at five columns (more below if it needs them)
     rows = -(-len(shown) // LEGEND_COLUMNS)
     fig.tight_layout(rect=(0, _legend_room(rows) / fig.get_figheight(), 1, 1))
-    ends = [(y, bar) for y, bar in enumerate(bars) if bar.end]
-    if ends:  # room right of the longest bar for its end text, then each bar's written there
-        room = max(label_px(bar.end) for _, bar in ends) + 8.0
-        axes_px = ax.get_window_extent().width
-        ax.set_xlim(0, span * scale.factor / max(0.35, 1.0 - room / axes_px))
-        for y, bar in ends:
-            end = max(bar.total, sum(bar.parts.values())) * scale.factor
-            ax.annotate(bar.end, (end, y), xytext=(4, 0), textcoords="offset points", ha="left", va="center",
-                        fontsize=LABEL_PT, color=FLAG_COLOR if bar.flagged else "#333333")  # fmt: skip
+    _write_ends(ax, bars, span, scale.factor)
     # a share is written on its part only where the part is wide enough on paper for it: a short
     # bar beside a long one (compare: 8B beside 70B) has 6% parts a few pixels wide, whose
     # labels would run into each other
     px_per_unit = ax.transData.transform((1.0, 0.0))[0] - ax.transData.transform((0.0, 0.0))[0]
-    entries = []
-    for key in shown:
-        widest_px = max(parts.get(key, 0.0) * scale.factor * px_per_unit for parts in drawn)
-        entries.append(LABELS[key])
-        if widest_px < THIN_PX:
-            top = max(parts.get(key, 0.0) / bar.total for bar, parts in zip(bars, drawn, strict=True) if bar.total > 0)
-            entries[-1] += f" ({share_text(top)}, too thin to see)"
+    entries = _legend_entries(bars, drawn, shown, scale.factor, px_per_unit)
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in shown]
     # the notes lengthen entries: as many columns as fit the width, the figure taller by the rows
     # that adds (the axes keep their width, so the thin parts measured above stay as measured)
@@ -115,6 +90,55 @@ def draw_bars(bars: Sequence[Bar], title: str, xlabel: str = "time in the step")
             ax.text(left + width / 2, y, text, ha="center", va="center", fontsize=LABEL_PT,
                     color=text_color(COLORS[key]))  # fmt: skip
     return fig
+
+
+def _stack(
+    ax: Any, bars: Sequence[Bar], drawn: Sequence[Mapping[str, float]], shown: Sequence[str], factor: float
+) -> list[tuple[float, float, int, str, str]]:
+    """Draw each bar's parts left to right in ``shown``'s order; return the share labels wide
+    enough in share to be written (left, width, y, text, key), placed once the axes are sized."""
+    labels: list[tuple[float, float, int, str, str]] = []
+    for y, (bar, parts) in enumerate(zip(bars, drawn, strict=True)):
+        left = 0.0
+        for key in shown:
+            width = parts.get(key, 0.0) * factor
+            if width <= 0:
+                continue
+            ax.barh(y, width, left=left, color=COLORS[key], edgecolor="white", linewidth=0.5)
+            share = parts[key] / bar.total if bar.total > 0 else 0.0
+            if share >= 0.06:
+                labels.append((left, width, y, f"{100 * share:.0f}%", key))
+            left += width
+    return labels
+
+
+def _write_ends(ax: Any, bars: Sequence[Bar], span: float, factor: float) -> None:
+    """Room right of the longest bar for its end text, then each bar's end text written there."""
+    ends = [(y, bar) for y, bar in enumerate(bars) if bar.end]
+    if not ends:
+        return
+    room = max(label_px(bar.end) for _, bar in ends) + 8.0
+    axes_px = ax.get_window_extent().width
+    ax.set_xlim(0, span * factor / max(0.35, 1.0 - room / axes_px))
+    for y, bar in ends:
+        end = max(bar.total, sum(bar.parts.values())) * factor
+        ax.annotate(bar.end, (end, y), xytext=(4, 0), textcoords="offset points", ha="left", va="center",
+                    fontsize=LABEL_PT, color=FLAG_COLOR if bar.flagged else "#333333")  # fmt: skip
+
+
+def _legend_entries(
+    bars: Sequence[Bar], drawn: Sequence[Mapping[str, float]], shown: Sequence[str], factor: float, px_per_unit: float
+) -> list[str]:
+    """The legend's text per shown category: its label, with its largest share where none of
+    its parts is :data:`THIN_PX` wide."""
+    entries = []
+    for key in shown:
+        widest_px = max(parts.get(key, 0.0) * factor * px_per_unit for parts in drawn)
+        entries.append(LABELS[key])
+        if widest_px < THIN_PX:
+            top = max(parts.get(key, 0.0) / bar.total for bar, parts in zip(bars, drawn, strict=True) if bar.total > 0)
+            entries[-1] += f" ({share_text(top)}, too thin to see)"
+    return entries
 
 
 LABEL_PT = 8.0
