@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster.budget import training_budget
 from simcluster.cost import Prices, usd_per_million_tokens
 from simcluster.cost_hint import cost_hint
 from simcluster.engine.breakdown import largest_besides_gemm
@@ -281,8 +282,9 @@ class SweepRow:
     def fits(self) -> bool:
         return bool(self.summary and self.summary["fits_in_memory"])
 
-    def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
-        """One flat record (the CSV/JSON row); with ``prices``, also dollars per 1M tokens."""
+    def to_dict(self, prices: Prices | None = None, tokens: float | None = None) -> dict[str, Any]:
+        """One flat record (the CSV/JSON row); with ``prices``, also dollars per 1M tokens, and
+        with ``tokens`` the training run's days, GPU-hours (and dollars), ``run_*``."""
         rec: dict[str, Any] = {axis: value for axis, value in self.candidate.settings}
         rec["label"] = self.candidate.label
         rec["skipped"] = self.skipped
@@ -313,6 +315,8 @@ class SweepRow:
         if prices is not None:
             rec["usd_per_gpu_hour"] = prices.of(s["hardware"])  # the price the cost was taken at
             rec["usd_per_million_tokens"] = usd_per_million_tokens(s, prices)
+        if tokens is not None:
+            rec.update({f"run_{k}": v for k, v in training_budget(s, tokens, prices).record().items()})
         return rec
 
 

@@ -65,6 +65,15 @@ def add_price_argument(parser: argparse.ArgumentParser, effect: str) -> None:
     )  # fmt: skip
 
 
+def add_tokens_argument(parser: argparse.ArgumentParser, effect: str) -> None:
+    """``--tokens``: a training run's token budget (``budget.py``)."""
+    parser.add_argument(
+        "--tokens", metavar="N",
+        help=f"a training run's tokens, e.g. 15T, 300B or 2e12: {effect} (the simulated step alone: "
+        "no evaluation, checkpoints or restarts)",
+    )  # fmt: skip
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     overrides = parse_set(args.overrides)
     check_hardware_given_once(getattr(args, "hardware", None), overrides)

@@ -19,16 +19,25 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from simcluster.budget import (
+    format_count,
+    format_duration,
+    format_usd_total,
+    parse_tokens,
+    tokens_per_step,
+    training_budget,
+)
 from simcluster.commands.common import (
     add_every_microbatch_argument,
     add_price_argument,
+    add_tokens_argument,
     check_hardware_given_once,
     out_path,
     print_json,
     print_notes,
     to_json,
 )
-from simcluster.commands.compare_parts import Basis, Summaries, tokens_per_step, verdict
+from simcluster.commands.compare_parts import Basis, Summaries, verdict
 from simcluster.commands.compare_variants import (
     naming,
     shared_overrides,
@@ -79,12 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "adds what a million tokens cost; with prices per profile, every profile the scenarios "
         "run on needs one (an unpriced or unknown profile is an error)",
     )
+    add_tokens_argument(parser, "adds how long a run of that many tokens takes on each (and with --price, its cost)")
 
 
 def run(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise UserError("SCENARIO", "give at least two scenarios (or one and a variant NAME@key=value)")
-    prices = parse_prices(args.price)
+    prices, tokens = parse_prices(args.price), parse_tokens(args.tokens)
     common = parse_set(args.overrides)
     own = [variant_overrides(text) for text in args.scenarios]  # syntax first, then each file
     scenarios = []
@@ -119,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             summaries.append((label, step_summary(sc, ctx, args.hardware, extrapolate=not args.every_microbatch)))
             advance(label)
     doc: dict[str, Any] = {
-        "scenarios": [_record(label, s, prices) for label, s in summaries],
+        "scenarios": [_record(label, s, prices, tokens) for label, s in summaries],
         "compared_per": Basis.of(summaries).name,  # the table's and the plot's basis
     }
     doc["inert_settings"] = {label: [n.text for n in notes] for label, notes in inert.items() if notes}
@@ -134,14 +144,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if shared:  # left out of the column labels
         print(f"every scenario: {' '.join(shared)}")
-    _print(summaries, args.out, prices)
+    _print(summaries, args.out, prices, tokens)
     return 0
 
 
-def _record(label: str, s: dict[str, Any], prices: Prices | None = None) -> dict[str, Any]:
+def _record(label: str, s: dict[str, Any], prices: Prices | None = None, tokens: float | None = None) -> dict[str, Any]:
     """One scenario's row of the JSON/CSV: headline figures and its busiest stage's step
-    (``breakdown_s``: seconds per step, whatever the table's basis)."""
-    priced = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
+    (``breakdown_s``: seconds per step, whatever the table's basis), and with ``tokens`` the
+    training run's (``training_run``, :mod:`simcluster.budget`)."""
+    priced: dict[str, Any] = {"usd_per_million_tokens": usd_per_million_tokens(s, prices)} if prices else {}
+    if tokens is not None:
+        priced["training_run"] = training_budget(s, tokens, prices).record()
     return {
         **priced,
         "label": label,
@@ -172,8 +185,9 @@ def _keys(summaries: Summaries, basis: Basis) -> list[str]:
     return [k for k in LABELS if k in present]
 
 
-def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) -> None:
+def _print(summaries: Summaries, out: str | None, prices: Prices | None = None, tokens: float | None = None) -> None:
     basis = Basis.of(summaries)
+    runs = [training_budget(s, tokens, prices) for _, s in summaries] if tokens is not None else []
     console = stdout_console(100)
     per = "GPU time per million tokens, as the steps differ in tokens or GPUs" if basis.per_token else "per step"
     table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
@@ -194,6 +208,8 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None) 
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
         *([("$ per 1M tokens", [format_usd(s, prices) for _, s in summaries])] if prices else []),
+        *([(f"{format_count(tokens or 0)} tokens take", [format_duration(b.wall_s) for b in runs])] if runs else []),
+        *([(f"{format_count(tokens or 0)} tokens cost", [format_usd_total(b.usd or 0) for b in runs])] if runs and prices else []),
         # which figures were read off shorter steps (steady_state.py), as the JSON/CSV say
         *([("microbatches simulated", [_simulated(s) for _, s in summaries])] if _any_read_off(summaries) else []),
     ]  # fmt: skip
@@ -253,8 +269,9 @@ def _write(out: str, doc: dict[str, Any], summaries: Summaries, shared: list[str
 
     flat = []
     for rec in doc["scenarios"]:
-        row = {k: v for k, v in rec.items() if k != "breakdown_s"}
+        row = {k: v for k, v in rec.items() if k not in ("breakdown_s", "training_run")}
         row.update({f"{k}_s": v for k, v in rec["breakdown_s"].items()})
+        row.update({f"run_{k}": v for k, v in rec.get("training_run", {}).items()})
         flat.append(row)
     figure = figure_of(summaries, shared)
     write_report_files(out, "compare", pd.DataFrame(flat), to_json(doc) + "\n", figure)

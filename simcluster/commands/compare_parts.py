@@ -15,15 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster.budget import tokens_per_step
 from simcluster.engine.breakdown import LABELS, RESIDUE, busiest, negligible
 from simcluster.units import format_bytes, format_time
 
 Summaries = list[tuple[str, dict[str, Any]]]
-
-
-def tokens_per_step(s: dict[str, Any]) -> int:
-    """Tokens one step of a run processes (global batch x sequence length)."""
-    return round(s["tokens_per_s"] * s["step_time_s"])
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ from pathlib import Path
 from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
+from simcluster.budget import Budget, budget_text, parse_tokens, training_budget
 from simcluster.commands.common import (
     add_every_microbatch_argument,
+    add_price_argument,
     add_scenario_arguments,
+    add_tokens_argument,
     out_path,
     print_json,
     print_notes,
@@ -23,6 +26,7 @@ from simcluster.commands.common import (
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import Context, build_context
+from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.engine.result import SimResult
@@ -59,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--all-ranks", action="store_true", help="simulate every GPU instead of one per pipeline stage")
     add_every_microbatch_argument(parser)  # --out, which draws every microbatch, implies it
+    add_tokens_argument(parser, "adds how long a run of that many tokens takes on this layout and its GPU-hours")
+    add_price_argument(parser, "adds what a million tokens cost (and with --tokens, the run)")
 
 
 def _window(text: str) -> tuple[float, float]:
@@ -81,11 +87,13 @@ def _window(text: str) -> tuple[float, float]:
 
 def run(args: argparse.Namespace) -> int:
     window = _output_options(args)  # checked before minutes of simulating
+    tokens, prices = parse_tokens(args.tokens), parse_prices(args.price)
     scenario = scenario_from_args(args)
     if args.all_ranks:  # as simulation.all_ranks: a long step is still read off shorter ones
         simulation = scenario.simulation.model_copy(update={"all_ranks": True})
         scenario = scenario.model_copy(update={"simulation": simulation})
     ctx = build_context(scenario, args.hardware)
+    check_priced(prices, {ctx.profile.name: scenario.name})
     if args.out:
         from simcluster.output.atomic import check_writable
 
@@ -108,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     add_memory_advice(summary, scenario, args.hardware)
     rerun = _rerun_arguments(args)
     summary["speed_hints"] = speed_hints(summary, ctx, rerun)
+    if prices is not None:
+        summary["usd_per_gpu_hour"] = prices.of(ctx.profile.name)
+        summary["usd_per_million_tokens"] = usd_per_million_tokens(summary, prices)
+    if tokens is not None:
+        summary["training_run"] = training_budget(summary, tokens, prices).record()
     if args.overrides:  # the figures and the trace say what was simulated, as the table does
         summary["overrides"] = list(args.overrides)
     written: list[str] = []
@@ -263,6 +276,11 @@ def _summary_table(s: dict) -> Table:
     if not s["fits_in_memory"]:  # in the row itself: the table is what a reader looks at first
         memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
+    if "usd_per_gpu_hour" in s:
+        price = s["usd_per_gpu_hour"]
+        table.add_row("cost per 1M tokens", f"{format_usd(s, Prices(default=price))}  (at ${price:g} per GPU-hour)")
+    if "training_run" in s:
+        table.add_row("training run", budget_text(Budget.from_record(s["training_run"]), s["gpus"]))
     # the simulator's own cost, apart from the simulated step's figures above
     table.add_row("simulation", _simulation_text(s))
     return table

@@ -12,10 +12,18 @@ from typing import Any
 
 from rich.table import Table
 
+from simcluster.budget import (
+    format_count,
+    format_duration,
+    format_usd_total,
+    parse_tokens,
+    training_budget,
+)
 from simcluster.commands.common import (
     add_every_microbatch_argument,
     add_price_argument,
     add_scenario_arguments,
+    add_tokens_argument,
     out_path,
     print_json,
     print_notes,
@@ -111,6 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "adds what a million tokens cost and ranks by it; with prices per profile, every "
         "profile of the sweep needs one (an unpriced or unknown profile is an error)",
     )
+    add_tokens_argument(parser, "adds how long a run of that many tokens takes on each layout (and with --price, its cost)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UserError(flag, f"must be at least 1, got {value}")
     jobs = args.jobs or max(os.cpu_count() or 1, 1)
-    prices = parse_prices(args.price)
+    prices, tokens = parse_prices(args.price), parse_tokens(args.tokens)
     scenario = scenario_from_args(args)
     base = scenario.as_written()  # each layout gets its framework's preset for that layout
     base["name"] = scenario.name
@@ -140,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     executor = Executor("dask", jobs, args.dask) if args.dask else Executor("processes", jobs)
     rows = _run_with_progress(cands, hardware, executor, prices, args.fitting_only, not args.every_microbatch)
-    document = _document(scenario.name, axes, rows, prices)
+    document = _document(scenario.name, axes, rows, prices, tokens)
     inert = _inert_notes(rows, scenario.written, hardware)
     document["inert_settings"] = [n.text for n in inert]
     print_notes(note_lines(inert))
@@ -150,13 +159,13 @@ def run(args: argparse.Namespace) -> int:
         from simcluster.output.sweep_output import write_sweep
 
         title = f"{scenario.name}: layout sweep" + (f"\n{shared}" if shared else "")
-        write_sweep(args.out, rows, text + "\n", title=title, prices=prices)
+        write_sweep(args.out, rows, text + "\n", title=title, prices=prices, tokens=tokens)
     if args.json:
         print_json(document)
     else:
         if shared:  # the title names the scenario, whose model or batch --set may have replaced
             stdout_console().print(shared)
-        _print(scenario.name, rows, args.top, args.out, prices)
+        _print(scenario.name, rows, args.top, args.out, prices, tokens)
         _print_folded(axes, len(cands))
     if not any(r.ran for r in rows):
         raise _none_ran(rows)
@@ -236,14 +245,15 @@ def _run_with_progress(
 
 
 def _document(
-    name: str, axes: dict[str, list[Any]], rows: list[SweepRow], prices: Prices | None = None
+    name: str, axes: dict[str, list[Any]], rows: list[SweepRow], prices: Prices | None = None,
+    tokens: float | None = None,
 ) -> dict[str, Any]:
     ran = [r for r in rows if r.ran]
     best = next((r for r in ran if r.fits), None)
     return {
         "scenario": name,
         "axes": axes,
-        "rows": [r.to_dict(prices) for r in rows],
+        "rows": [r.to_dict(prices, tokens) for r in rows],
         "summary": {
             "combinations": len(rows),
             "simulated": len(ran),
@@ -254,10 +264,20 @@ def _document(
     }
 
 
+def _run_cell(s: dict[str, Any], tokens: float, prices: Prices | None) -> str:
+    """A training run of ``tokens`` on a layout: its wall-clock time, and its cost where priced."""
+    budget = training_budget(s, tokens, prices)
+    cost = f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
+    return format_duration(budget.wall_s) + cost
+
+
 _SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
-def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None) -> None:
+def _print(
+    name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None,
+    tokens: float | None = None,
+) -> None:
     """The table of the layouts run, and a line per reason others were skipped; when none ran
     the first reason is left to the error that follows (``run``), unless it is memory's, whose
     line lists the layouts left out and their peaks."""
@@ -271,7 +291,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
     total = "gpus" in axes  # cluster sizes differ: show what the whole job does as well
     for col in ("dp", "step", *(("tokens/s",) if total else ()), "tokens/s/GPU", "MFU", "bubble",
                 "exposed comm", "after GEMMs", *(("$/1M tok",) if prices else ()),
-                "peak memory"):  # fmt: skip
+                *((f"{format_count(tokens)} tok",) if tokens is not None else ()), "peak memory"):  # fmt: skip
         table.add_column(col, justify="right")
     for index, row in enumerate(ran[:top], start=1):
         s = row.summary
@@ -291,6 +311,7 @@ def _print(name: str, rows: list[SweepRow], top: int, out: str | None, prices: P
             format_time(exposed) if exposed > 0 else "—",
             f"{SHORT.get(key, key)} {100 * share:.0f}%" if key else "—",
             *((format_usd(s, prices),) if prices else ()),
+            *((_run_cell(s, tokens, prices),) if tokens is not None else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
     if ran:  # an empty table says nothing the skip lines below do not

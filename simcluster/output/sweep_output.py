@@ -42,9 +42,9 @@ _LABELLED = 5  # best layouts named on the plot
 _SIZE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per cluster size of a --gpus sweep
 
 
-def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None) -> pd.DataFrame:
+def sweep_frame(rows: Sequence[SweepRow], prices: Prices | None = None, tokens: float | None = None) -> pd.DataFrame:
     """One row per candidate in ranked order (skipped ones with their reason)."""
-    frame = pd.DataFrame([r.to_dict(prices) for r in rows])
+    frame = pd.DataFrame([r.to_dict(prices, tokens) for r in rows])
     frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame
 
@@ -485,8 +485,9 @@ def write_sweep(
     json_text: str,
     title: str = "",
     prices: Prices | None = None,
+    tokens: float | None = None,
 ) -> dict[str, Path]:
     """Write sweep.csv, sweep.json (``json_text``, the ``--json`` document) and sweep.png
     into ``out_dir`` atomically; returns file name -> final path."""
-    frame = sweep_frame(rows, prices)
+    frame = sweep_frame(rows, prices, tokens)
     return write_report_files(out_dir, "sweep", frame, json_text, draw_sweep(rows, title, prices))
