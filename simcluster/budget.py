@@ -95,20 +95,28 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} minutes"
 
 
-def format_gpu_hours(hours: float) -> str:
-    """GPU-hours to three significant figures: 1.01M, 45.2k, 312."""
+def _short(value: float, unit: str = "") -> str:
+    """Three significant figures with a k or M suffix: 1.01M, 45.2k, 312 (``unit`` before it, "$")."""
     for suffix, scale in (("M", 1e6), ("k", 1e3)):
-        if hours >= scale:
-            return f"{hours / scale:.3g}{suffix}"
-    return f"{hours:.3g}"
+        if value >= scale:
+            return f"{unit}{value / scale:.3g}{suffix}"
+    return f"{unit}{value:.3g}"
+
+
+def format_gpu_hours(hours: float) -> str:
+    """GPU-hours: 1.01M, 45.2k, 312."""
+    return _short(hours)
 
 
 def format_usd_total(usd: float) -> str:
     """A run's cost: $2.54M, $45.2k, $312."""
-    for suffix, scale in (("M", 1e6), ("k", 1e3)):
-        if usd >= scale:
-            return f"${usd / scale:.3g}{suffix}"
-    return f"${usd:,.0f}"
+    return _short(usd, "$")
+
+
+def budget_cell(budget: Budget) -> str:
+    """A table cell: '41.3 days', with ', $2.54M' where priced."""
+    cost = f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
+    return format_duration(budget.wall_s) + cost
 
 
 def budget_text(budget: Budget, gpus: int) -> str:

@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any
 
+from simcluster.budget import ASSUMPTION
 from simcluster.scenario import Scenario, load_scenario, parse_set
 
 
@@ -69,8 +70,7 @@ def add_tokens_argument(parser: argparse.ArgumentParser, effect: str) -> None:
     """``--tokens``: a training run's token budget (``budget.py``)."""
     parser.add_argument(
         "--tokens", metavar="N",
-        help=f"a training run's tokens, e.g. 15T, 300B or 2e12: {effect} (the simulated step alone: "
-        "no evaluation, checkpoints or restarts)",
+        help=f"a training run's tokens, e.g. 15T, 300B or 2e12: {effect} ({ASSUMPTION})",
     )  # fmt: skip
 
 

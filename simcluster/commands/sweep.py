@@ -12,13 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from simcluster.budget import (
-    format_count,
-    format_duration,
-    format_usd_total,
-    parse_tokens,
-    training_budget,
-)
+from simcluster.budget import budget_cell, format_count, parse_tokens, training_budget
 from simcluster.commands.common import (
     add_every_microbatch_argument,
     add_price_argument,
@@ -264,13 +258,6 @@ def _document(
     }
 
 
-def _run_cell(s: dict[str, Any], tokens: float, prices: Prices | None) -> str:
-    """A training run of ``tokens`` on a layout: its wall-clock time, and its cost where priced."""
-    budget = training_budget(s, tokens, prices)
-    cost = f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
-    return format_duration(budget.wall_s) + cost
-
-
 _SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
@@ -311,7 +298,7 @@ def _print(
             format_time(exposed) if exposed > 0 else "—",
             f"{SHORT.get(key, key)} {100 * share:.0f}%" if key else "—",
             *((format_usd(s, prices),) if prices else ()),
-            *((_run_cell(s, tokens, prices),) if tokens is not None else ()),
+            *((budget_cell(training_budget(s, tokens, prices)),) if tokens is not None else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
     if ran:  # an empty table says nothing the skip lines below do not
