@@ -78,12 +78,23 @@ def training_budget(summary: dict[str, Any], tokens: float, prices: Prices | Non
     return Budget(tokens, steps, wall, gpu_hours, None if price is None else gpu_hours * price)
 
 
-def format_count(value: float) -> str:
-    """A token count the way it was likely written: 15T, 300B, 2.5M, 1,234."""
+def format_count(value: float, digits: int = 4) -> str:
+    """A token count the way it was likely written: 15T, 300B, 2.5M, 1,234 (to ``digits``
+    significant digits)."""
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
         if value >= scale:
-            return f"{value / scale:.4g}{suffix}"
+            return f"{value / scale:.{digits}g}{suffix}"
     return f"{value:,.0f}"
+
+
+def tokens_argument(tokens: int) -> str:
+    """``tokens`` as ``--tokens`` takes it: the shortest suffixed form that reads back exactly
+    (16.384B), else the whole number."""
+    for digits in range(4, 10):
+        short = format_count(tokens, digits)
+        if parse_tokens(short) == tokens:
+            return short
+    return str(tokens)
 
 
 def format_duration(seconds: float) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from simcluster.budget import format_count, tokens_argument
 from simcluster.commands.common import out_path, print_notes
 from simcluster.context import build_context
 from simcluster.errors import UserError
@@ -176,6 +177,13 @@ def run(args: argparse.Namespace) -> int:
         check_file_writable(args.out, "--out", "scenario.yaml")
         check_out_free(args.out, args.force)
     result = imported_scenario(args)
+    if result.run_tokens is not None:  # in the file's notes too: the scenario is one step
+        tokens, how = result.run_tokens
+        scenario = "SCENARIO.yaml" if args.out == "-" else args.out
+        result.notes.append(
+            f"the run trains {format_count(tokens)} tokens ({how}): simcluster run {scenario} "
+            f"--tokens {tokens_argument(tokens)} says how long it takes on this layout"
+        )
     print_notes(
         [f"note: {n}" for n in result.notes]
         + [f"not imported: {s}" for s in result.skipped_lines()]

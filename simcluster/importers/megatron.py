@@ -45,6 +45,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
+from simcluster.importers.run_length import run_tokens
 from simcluster.importers.shell import read_script
 from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
 from simcluster.schedules.partition import megatron_accounted, megatron_first_last, megatron_vpp
@@ -140,6 +141,13 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _training(flags, sc, framework, out)
     _launch_blocking(args.variables, sc, out)
     moe(flags, sc, out)
+    if "rampup-batch-size" not in flags.values:  # a ramp makes the early steps smaller
+        # peeked, not taken: the flags stay listed as not imported (the scenario is one step)
+        samples, iters = (" ".join(flags.values.get(name, [])) for name in ("train-samples", "train-iters"))
+        out.run_tokens = run_tokens(
+            sc["training"].get("seq_len"), sc["training"].get("global_batch"), samples, iters,
+            ("--train-samples", "--train-iters"),
+        )  # fmt: skip
     for name in flags.left():
         out.skip(
             f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")

@@ -53,6 +53,10 @@ class Imported:
     needs: dict[str, str] = field(default_factory=dict)
     #: the settings not imported, by reason, in the order first met
     by_reason: dict[str, list[str]] = field(default_factory=dict)
+    #: the tokens the config's run trains, where it states its length, and how that was read
+    #: (``--train-iters 1000 x global batch 512 x 4,096``); the length stays outside the
+    #: scenario, which is one step: ``simcluster run --tokens`` takes it
+    run_tokens: tuple[int, str] | None = None
 
     def skip(self, setting: str, reason: str) -> None:
         """Record a setting not imported."""

@@ -41,6 +41,7 @@ import tomllib
 from simcluster.errors import UserError
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
+from simcluster.importers.run_length import run_tokens
 
 #: torchtitan's schedule names (torch.distributed.pipelining) -> simcluster's
 SCHEDULES = {
@@ -158,6 +159,10 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     }
     if overlap:
         out.scenario["overlap"] = overlap
+    out.run_tokens = run_tokens(
+        training.get("seq_len"), training.get("global_batch"), iters=_get(doc, "steps", "training"),
+        names=("", "[training] steps"),
+    )
     _unread(doc, out)
     return out
 

@@ -1,0 +1,40 @@
+"""A launch config's run length as tokens, for ``simcluster run --tokens`` (``budget.py``).
+
+A scenario is one step; how many steps a run takes is outside it. Where the config states it
+(Megatron-LM's ``--train-samples`` or ``--train-iters``, torchtitan's ``training.steps``), the
+import says how many tokens that is, so the run's days are one command away.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def whole(value: Any) -> int | None:
+    """``value`` as a positive whole number, None for anything else (an unset shell variable:
+    the run length is a note, never a reason to refuse the import)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and re.fullmatch(r"\d+", value.strip()):
+        return int(value) or None
+    return None
+
+
+def run_tokens(
+    seq_len: Any, global_batch: Any, samples: Any = None, iters: Any = None, names: tuple[str, str] = ("samples", "steps")
+) -> tuple[int, str] | None:
+    """The run's tokens and how they were read: ``samples`` x ``seq_len`` where samples are given,
+    else ``iters`` x ``global_batch`` x ``seq_len`` (``names``: what the config calls them)."""
+    seq, batch = whole(seq_len), whole(global_batch)
+    if seq is None:
+        return None
+    count = whole(samples)
+    if count is not None:
+        return count * seq, f"{names[0]} {count:,} x sequence {seq:,}"
+    count = whole(iters)
+    if count is not None and batch is not None:
+        return count * batch * seq, f"{names[1]} {count:,} x global batch {batch:,} x sequence {seq:,}"
+    return None
