@@ -20,7 +20,7 @@ LLAMA2_DS = LAUNCH / "megatron-deepspeed" / "pretrain_llama2_distributed.sh"
 
 def test_tokens_from_samples_or_iterations():
     assert run_tokens(2048, 32, iters=250_000) == (16_384_000_000, "steps 250,000 x global batch 32 x sequence 2,048")
-    # samples win: Megatron-LM takes --train-samples as the run length when both are given
+    # samples-based runs: Megatron-LM's arguments.py accepts one of the two, never both
     assert run_tokens("4096", 1536, samples="1000", iters="9") == (4_096_000, "samples 1,000 x sequence 4,096")
     for unresolved in ("${TRAIN_STEPS}", "", None, "0", True):
         assert run_tokens(2048, 32, iters=unresolved) is None  # a note, never a refusal
