@@ -141,19 +141,24 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _training(flags, sc, framework, out)
     _launch_blocking(args.variables, sc, out)
     moe(flags, sc, out)
-    if "rampup-batch-size" not in flags.values:  # a ramp makes the early steps smaller
-        # peeked, not taken: the flags stay listed as not imported (the scenario is one step)
-        samples, iters = (" ".join(flags.values.get(name, [])) for name in ("train-samples", "train-iters"))
-        out.run_tokens = run_tokens(
-            sc["training"].get("seq_len"), sc["training"].get("global_batch"), samples, iters,
-            ("--train-samples", "--train-iters"),
-        )  # fmt: skip
+    out.run_tokens = _run_length(flags, sc["training"])
     for name in flags.left():
         out.skip(
             f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
         )
     out.scenario = {k: v for k, v in sc.items() if v != {}}
     return out
+
+
+def _run_length(flags: Flags, training: dict[str, Any]) -> tuple[int, str] | None:
+    """The run's tokens from ``--train-samples`` or ``--train-iters`` (``run_length.py``), peeked,
+    not taken: the flags stay listed as not imported, since the scenario is one step. None under
+    a batch ramp-up, whose early steps are smaller than the global batch."""
+    if "rampup-batch-size" in flags.values:
+        return None
+    samples, iters = (" ".join(flags.values.get(name, [])) for name in ("train-samples", "train-iters"))
+    names = ("--train-samples", "--train-iters")
+    return run_tokens(training.get("seq_len"), training.get("global_batch"), samples, iters, names)
 
 
 def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:
