@@ -88,7 +88,11 @@ def check_priced(prices: Prices | None, used: dict[str, str]) -> None:
 def format_usd(summary: dict[str, Any], prices: Prices | None) -> str:
     """Dollars per million tokens as a table cell ("—" when unpriced), to three significant
     digits at least: cents alone showed $0.06 for rows the ranking tells apart."""
-    value = usd_per_million_tokens(summary, prices)
+    return usd_text(usd_per_million_tokens(summary, prices))
+
+
+def usd_text(value: float | None) -> str:
+    """Dollars as a table cell ("—" for None), to three significant digits at least."""
     return "—" if value is None else f"${value:,.{usd_decimals(value)}f}"
 
 

@@ -188,6 +188,7 @@ def _keys(summaries: Summaries, basis: Basis) -> list[str]:
 def _print(summaries: Summaries, out: str | None, prices: Prices | None = None, tokens: float | None = None) -> None:
     basis = Basis.of(summaries)
     runs = [training_budget(s, tokens, prices) for _, s in summaries] if tokens is not None else []
+    budget = f"{format_count(tokens)} tokens" if tokens is not None else ""
     console = stdout_console(100)
     per = "GPU time per million tokens, as the steps differ in tokens or GPUs" if basis.per_token else "per step"
     table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
@@ -208,8 +209,8 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None, 
         ("pipeline bubble", [f"{100 * s['bubble_fraction']:.1f}%" for _, s in summaries]),
         ("peak memory", [_memory(s) for _, s in summaries]),
         *([("$ per 1M tokens", [format_usd(s, prices) for _, s in summaries])] if prices else []),
-        *([(f"{format_count(tokens or 0)} tokens take", [format_duration(b.wall_s) for b in runs])] if runs else []),
-        *([(f"{format_count(tokens or 0)} tokens cost", [format_usd_total(b.usd or 0) for b in runs])] if runs and prices else []),
+        *([(f"{budget} take", [format_duration(b.wall_s) for b in runs])] if runs else []),
+        *([(f"{budget} cost", [format_usd_total(b.usd) if b.usd is not None else "—" for b in runs])] if runs and prices else []),
         # which figures were read off shorter steps (steady_state.py), as the JSON/CSV say
         *([("microbatches simulated", [_simulated(s) for _, s in summaries])] if _any_read_off(summaries) else []),
     ]  # fmt: skip

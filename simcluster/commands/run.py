@@ -26,7 +26,7 @@ from simcluster.commands.common import (
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import Context, build_context
-from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_per_million_tokens
+from simcluster.cost import check_priced, parse_prices, usd_per_million_tokens, usd_text
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.engine.result import SimResult
@@ -277,8 +277,8 @@ def _summary_table(s: dict) -> Table:
         memory_text += "  [bold red]does not fit[/]"
     table.add_row("peak memory per GPU", memory_text)
     if "usd_per_gpu_hour" in s:
-        price = s["usd_per_gpu_hour"]
-        table.add_row("cost per 1M tokens", f"{format_usd(s, Prices(default=price))}  (at ${price:g} per GPU-hour)")
+        cost = usd_text(s["usd_per_million_tokens"])
+        table.add_row("cost per 1M tokens", f"{cost}  (at ${s['usd_per_gpu_hour']:g} per GPU-hour)")
     if "training_run" in s:
         table.add_row("training run", budget_text(Budget.from_record(s["training_run"]), s["gpus"]))
     # the simulator's own cost, apart from the simulated step's figures above
