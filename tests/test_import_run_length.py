@@ -12,7 +12,7 @@ import pytest
 from simcluster.budget import parse_tokens, tokens_argument
 from simcluster.cli import main
 from simcluster.importers import ImportOptions, import_config
-from simcluster.importers.run_length import run_tokens
+from simcluster.importers.run_length import ramp_clause, run_tokens, whole
 
 LAUNCH = Path(__file__).parent / "fixtures" / "launch"
 LLAMA2_DS = LAUNCH / "megatron-deepspeed" / "pretrain_llama2_distributed.sh"
@@ -48,11 +48,25 @@ def test_megatron_script_notes_its_run_and_keeps_the_flag_unimported(tmp_path, c
     assert "the run trains" not in capsys.readouterr().err
 
 
-def test_a_batch_ramp_leaves_the_run_length_out():
-    # GPT-3 175B's script ramps the batch from 16 (--rampup-batch-size): iterations x the final
-    # batch would overstate the run
+def test_a_batch_ramp_over_iterations_leaves_the_run_length_out():
+    # GPT-3 175B's script ramps the batch from 16 with --train-iters: iterations x the final batch
+    # would overstate the run, and Megatron-LM's arguments.py refuses the pair ("expected no
+    # batch-size rampup for iteration-based training")
     result = import_config("megatron", str(LAUNCH / "train_gpt3_175b_distributed.sh"), ImportOptions(cluster="dgx-h100", nodes=16))
     assert result.run_tokens is None
+
+
+def test_a_batch_ramp_over_samples_keeps_the_tokens_and_says_so():
+    # BigScience tr11-176B-ml.slurm: TRAIN_SAMPLES=220_000_000 ("450B tokens" in its comment) at
+    # SEQ_LEN=2048, --rampup-batch-size 192 16 9_765_625; underscores read as Python's int() does
+    assert whole("220_000_000") == 220_000_000 and whole("220__000") is None and whole("_1") is None
+    result = import_config("megatron", str(LAUNCH / "tr11-176B-ml.slurm"), ImportOptions(cluster="dgx-a100", nodes=48))
+    assert result.run_tokens is not None
+    tokens, how = result.run_tokens
+    assert tokens == 220_000_000 * 2048 == 450_560_000_000
+    # 9,765,625 / 220,000,000 = 4.44%
+    assert how.endswith("the first 9,765,625 samples, 4.4%, ramp the batch up from 192: counted here at the full batch's step")
+    assert ramp_clause(["192", "16"], 1000) is None and ramp_clause(["a", "16", "10"], 1000) is None
 
 
 @pytest.mark.parametrize(

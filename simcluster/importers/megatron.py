@@ -45,7 +45,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
-from simcluster.importers.run_length import run_tokens
+from simcluster.importers.run_length import ramp_clause, run_tokens
 from simcluster.importers.shell import read_script
 from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
 from simcluster.schedules.partition import megatron_accounted, megatron_first_last, megatron_vpp
@@ -152,13 +152,19 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
 
 def _run_length(flags: Flags, training: dict[str, Any]) -> tuple[int, str] | None:
     """The run's tokens from ``--train-samples`` or ``--train-iters`` (``run_length.py``), peeked,
-    not taken: the flags stay listed as not imported, since the scenario is one step. None under
-    a batch ramp-up, whose early steps are smaller than the global batch."""
-    if "rampup-batch-size" in flags.values:
-        return None
+    not taken: the flags stay listed as not imported, since the scenario is one step."""
     samples, iters = (" ".join(flags.values.get(name, [])) for name in ("train-samples", "train-iters"))
+    ramp = flags.values.get("rampup-batch-size")
+    if ramp is not None:
+        # arguments.py refuses a ramp-up with --train-iters ("expected no batch-size rampup for
+        # iteration-based training"); with --train-samples the tokens are still samples x seq
+        iters = ""
     names = ("--train-samples", "--train-iters")
-    return run_tokens(training.get("seq_len"), training.get("global_batch"), samples, iters, names)
+    found = run_tokens(training.get("seq_len"), training.get("global_batch"), samples, iters, names)
+    if found is None or ramp is None:
+        return found
+    clause = ramp_clause(ramp, samples)
+    return found if clause is None else (found[0], f"{found[1]}; {clause}")
 
 
 def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:

@@ -18,7 +18,9 @@ def whole(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value if value > 0 else None
-    if isinstance(value, str) and re.fullmatch(r"\d+", value.strip()):
+    # underscores as Python's int() reads them: Megatron's int-typed flags take BigScience's
+    # TRAIN_SAMPLES=220_000_000
+    if isinstance(value, str) and re.fullmatch(r"\d+(_\d+)*", value.strip()):
         return int(value) or None
     return None
 
@@ -38,3 +40,21 @@ def run_tokens(
     if count is not None and batch is not None:
         return count * batch * seq, f"{names[1]} {count:,} x global batch {batch:,} x sequence {seq:,}"
     return None
+
+
+def ramp_clause(words: list[str], samples: Any) -> str | None:
+    """What a Megatron batch ramp-up (``--rampup-batch-size START INCREMENT SAMPLES``) does to a
+    run of ``samples``: its first SAMPLES train at batches from START up, which ``--tokens``
+    counts at the full batch's step (a little fast: a smaller batch has more bubble and
+    optimizer time per sample). None when the words are not three whole numbers."""
+    values = [whole(word) for word in words]
+    total = whole(samples)
+    if len(values) != 3 or total is None:
+        return None
+    start, _, ramp = values
+    if start is None or ramp is None:
+        return None
+    return (
+        f"the first {ramp:,} samples, {100 * ramp / total:.1f}%, ramp the batch up from {start:,}: "
+        "counted here at the full batch's step"
+    )
