@@ -91,6 +91,11 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
         return list(norm) if model.embedding_norm else []
     if layer == -2:
         return list(norm) + ([model.vocab / t] if model.has_bias("lm_head") else [])
+    return _layer_norms(model, t, norm) + _layer_biases(model, t, layer)
+
+
+def _layer_norms(model: ModelSpec, t: int, norm: list[float]) -> list[float]:
+    """A layer's norm weights (and biases), its attention sinks among them, in module order."""
     out = list(norm)  # the attention's input norm
     if model.post_norms:
         out += norm  # its output norm (model.post_norm_params)
@@ -104,6 +109,13 @@ def small_tensors(model: ModelSpec, layout: Layout, layer: int) -> list[float]:
         out.append(model.heads / t)  # gpt-oss's sinks, one per query head, split with the heads
     if not model.shared_norm:
         out += norm + (norm if model.post_norms else [])  # the MLP's, and its output norm
+    return out
+
+
+def _layer_biases(model: ModelSpec, t: int, layer: int) -> list[float]:
+    """A layer's linear biases and its router (``small_tensors``), in module order."""
+    h = model.hidden
+    out: list[float] = []
     if model.has_bias("qkv") and model.mla is None:
         out.append((model.heads + 2 * model.kv_heads) * model.d_head / t)  # the fused QKV's
     if model.has_bias("attn_out") and model.mla is None:
