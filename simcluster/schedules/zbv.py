@@ -44,35 +44,48 @@ class ZeroBubbleV(VShapeSchedule):
 
 def unit_greedy_orders(p: int, m: int) -> list[list[PipeOp]]:
     """The unit-time greedy V order (the module docstring's fallback)."""
-    cap, last = 4 * p, 2 * p - 1
-    f_end: dict[tuple[int, int], int] = {}  # (virtual stage, microbatch) -> end tick
-    b_end: dict[tuple[int, int], int] = {}
-    stages = [_Stage() for _ in range(p)]
+    return _UnitGreedy(p, m).orders()
 
-    def vs(s: int, c: int) -> int:
-        return s if c == 0 else last - s
 
-    def f_ready(s: int, c: int, t: int) -> bool:
-        mb, k = stages[s].next_f[c], vs(s, c)
-        if mb >= m or stages[s].mem + 2 > cap:
+class _UnitGreedy:
+    """The fallback's state: each stage's progress and the tick each (virtual stage,
+    microbatch) F and B ends at."""
+
+    def __init__(self, p: int, m: int) -> None:
+        self.p, self.m = p, m
+        self.cap, self.last = 4 * p, 2 * p - 1
+        self.f_end: dict[tuple[int, int], int] = {}
+        self.b_end: dict[tuple[int, int], int] = {}
+        self.stages = [_Stage() for _ in range(p)]
+
+    def vs(self, s: int, c: int) -> int:
+        """Virtual stage of stage ``s``'s chunk ``c`` (the V: chunk 1 runs back up)."""
+        return s if c == 0 else self.last - s
+
+    def f_ready(self, s: int, c: int, t: int) -> bool:
+        st = self.stages[s]
+        mb, k = st.next_f[c], self.vs(s, c)
+        if mb >= self.m or st.mem + 2 > self.cap:
             return False
-        dep = 0 if k == 0 else f_end.get((k - 1, mb))
+        dep = 0 if k == 0 else self.f_end.get((k - 1, mb))
         return dep is not None and dep <= t
 
-    def b_ready(s: int, c: int, t: int) -> bool:
-        mb, k = stages[s].next_b[c], vs(s, c)
-        if mb >= stages[s].next_f[c]:
+    def b_ready(self, s: int, c: int, t: int) -> bool:
+        st = self.stages[s]
+        mb, k = st.next_b[c], self.vs(s, c)
+        if mb >= st.next_f[c]:
             return False
-        dep = f_end.get((k, mb)) if k == last else b_end.get((k + 1, mb))
+        dep = self.f_end.get((k, mb)) if k == self.last else self.b_end.get((k + 1, mb))
         return dep is not None and dep <= t
 
-    def pick(s: int, t: int) -> PipeOp | None:
-        st = stages[s]
-        f_cands = [c for c in (1, 0) if f_ready(s, c, t)]
+    def pick(self, s: int, t: int) -> PipeOp | None:
+        """A ready F (deeper chunk first), else a ready B, else the oldest pending W."""
+        st = self.stages[s]
+        f_cands = [c for c in (1, 0) if self.f_ready(s, c, t)]
         if f_cands:
             c = min(f_cands, key=lambda c: (st.next_f[c], -c))
             return PipeOp("F", st.next_f[c], c)
-        b_cands = [c for c in (1, 0) if b_ready(s, c, t)]
+        b_cands = [c for c in (1, 0) if self.b_ready(s, c, t)]
         if b_cands:
             c = min(b_cands, key=lambda c: (st.next_b[c], -c))
             return PipeOp("B", st.next_b[c], c)
@@ -81,26 +94,33 @@ def unit_greedy_orders(p: int, m: int) -> list[list[PipeOp]]:
             return PipeOp("W", mb, c)
         return None
 
-    t, remaining = 0, 6 * m * p
-    while remaining:
-        chosen = [(s, op) for s in range(p) if (op := pick(s, t)) is not None]
-        if not chosen:
-            raise AssertionError(f"zbv builder stalled at tick {t} (p={p}, m={m})")
-        for s, op in chosen:  # all decisions of a tick use the state before it
-            st, k = stages[s], vs(s, op.chunk)
-            if op.kind == "F":
-                st.next_f[op.chunk] += 1
-                st.mem += 2
-                f_end[(k, op.microbatch)] = t + 1
-            elif op.kind == "B":
-                st.next_b[op.chunk] += 1
-                st.mem -= 1
-                st.pending_w.append((op.microbatch, op.chunk))
-                b_end[(k, op.microbatch)] = t + 1
-            else:
-                st.pending_w.popleft()
-                st.mem -= 1
-            st.ops.append(op)
-        remaining -= len(chosen)
-        t += 1
-    return [st.ops for st in stages]
+    def apply(self, s: int, op: PipeOp, t: int) -> None:
+        """Stage ``s`` runs ``op`` in tick ``t``: its memory (F stashes 2 units, B and W free
+        1 each) and the end ticks its successors wait for."""
+        st, k = self.stages[s], self.vs(s, op.chunk)
+        if op.kind == "F":
+            st.next_f[op.chunk] += 1
+            st.mem += 2
+            self.f_end[(k, op.microbatch)] = t + 1
+        elif op.kind == "B":
+            st.next_b[op.chunk] += 1
+            st.mem -= 1
+            st.pending_w.append((op.microbatch, op.chunk))
+            self.b_end[(k, op.microbatch)] = t + 1
+        else:
+            st.pending_w.popleft()
+            st.mem -= 1
+        st.ops.append(op)
+
+    def orders(self) -> list[list[PipeOp]]:
+        """Every stage's op list, tick by tick until all 6pm ops ran."""
+        t, remaining = 0, 6 * self.m * self.p
+        while remaining:
+            chosen = [(s, op) for s in range(self.p) if (op := self.pick(s, t)) is not None]
+            if not chosen:
+                raise AssertionError(f"zbv builder stalled at tick {t} (p={self.p}, m={self.m})")
+            for s, op in chosen:  # all decisions of a tick use the state before it
+                self.apply(s, op, t)
+            remaining -= len(chosen)
+            t += 1
+        return [st.ops for st in self.stages]
