@@ -333,6 +333,14 @@ def parse_json(path: str, text: str) -> NcclLog:
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise _bad(path, 1, "no 'results' list; is this an nccl-tests -J report?")
     log = NcclLog(path)
+    _json_header(doc, log)
+    for i, row in enumerate(doc["results"]):
+        _json_row(path, i, row, log)
+    return log
+
+
+def _json_header(doc: dict[str, Any], log: NcclLog) -> None:
+    """The report's binary (from its ``args``), hosts, device and NCCL version."""
     args = doc.get("args")
     for arg in args if isinstance(args, list) else [args]:
         if m := _BINARY_RE.search(str(arg)):
@@ -341,29 +349,32 @@ def parse_json(path: str, text: str) -> NcclLog:
     config = doc.get("config")
     devices = config.get("devices") if isinstance(config, dict) else None
     if devices is not None and not isinstance(devices, list):
-        raise _bad(path, 1, "config.devices is not a list; is this an nccl-tests -J report?")
+        raise _bad(log.path, 1, "config.devices is not a list; is this an nccl-tests -J report?")
     for i, dev in enumerate(devices or []):
         if not isinstance(dev, dict):
-            raise _bad(path, 1, f"config.devices[{i}] is not an object; is this an nccl-tests -J report?")
+            raise _bad(log.path, 1, f"config.devices[{i}] is not an object; is this an nccl-tests -J report?")
         log.hosts.append(str(dev.get("hostname")))
         log.device = str(dev.get("device_info", "")).strip() or log.device
     if isinstance(doc.get("nccl_version"), int):
         log.nccl = _nccl_version(doc["nccl_version"])
-    for i, row in enumerate(doc["results"]):
-        oop = row.get("out_of_place") if isinstance(row, dict) else None
-        where = f"results[{i}]"
-        if not isinstance(oop, dict) or "size" not in row:
-            raise _bad(path, 1, f"{where} lacks 'size' or 'out_of_place'")
-        size = row["size"]
-        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < 2**63:
-            raise _bad(path, 1, f"{where}.size {size!r} is not a byte count")
-        time_us = oop.get("time", oop.get("cpu_time"))
-        if not isinstance(time_us, (int, float)) or not isinstance(oop.get("bus_bw"), (int, float)):
-            raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
-        if time_us > 0:
-            log.rows.append((int(size), time_us * 1e-6, float(oop["bus_bw"]), i))
-            log.variants.append(tuple(str(row.get(k, "")).strip() for k in ("type", "redop", "root")))
-    return log
+
+
+def _json_row(path: str, i: int, row: Any, log: NcclLog) -> None:
+    """``results[i]``'s out-of-place size, time and busbw (a row with no time is skipped, as
+    nccl-tests times no 0-byte call)."""
+    oop = row.get("out_of_place") if isinstance(row, dict) else None
+    where = f"results[{i}]"
+    if not isinstance(oop, dict) or "size" not in row:
+        raise _bad(path, 1, f"{where} lacks 'size' or 'out_of_place'")
+    size = row["size"]
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < 2**63:
+        raise _bad(path, 1, f"{where}.size {size!r} is not a byte count")
+    time_us = oop.get("time", oop.get("cpu_time"))
+    if not isinstance(time_us, (int, float)) or not isinstance(oop.get("bus_bw"), (int, float)):
+        raise _bad(path, 1, f"{where}.out_of_place time/bus_bw are not numbers")
+    if time_us > 0:
+        log.rows.append((int(size), time_us * 1e-6, float(oop["bus_bw"]), i))
+        log.variants.append(tuple(str(row.get(k, "")).strip() for k in ("type", "redop", "root")))
 
 
 #: the data type kept of a run that timed several: nccl-tests' default (-d float), with its
