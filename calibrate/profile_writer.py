@@ -368,8 +368,49 @@ def _apply_host(data: dict[str, Any], m: Measurements) -> None:
 def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
     """Compute and host fields from the measurements; ``origin`` is the profile the others
     were copied from (--base, or the fallback)."""
-    eff, peaks = data["efficiency"], data["gpu"]["peak_tflops"]
+    peaks = data["gpu"]["peak_tflops"]
     _lift_peaks(data, m, origin)
+    _apply_gemm(data, m, origin, peaks)
+    _apply_attention(data, m, peaks)
+    eff = data["efficiency"]
+    if m.memory:
+        raw = streaming_rate(m.memory) / (data["gpu"]["hbm_tbps"] * 1e12)
+        eff["hbm"] = _fraction(raw)
+        _note(data, "efficiency.hbm", _within(f"measured: {STREAMING} / gpu.hbm_tbps (calibrate)", raw, eff["hbm"]))
+    rates = (m.gemm_ranks or {}).get("tflops_per_rank") or []
+    if len(rates) >= 2:
+        r = m.gemm_ranks or {}
+        raw = spread(rates)
+        data["gpu"]["speed_spread"] = min(raw, SPREAD_CAP)
+        text = (
+            f"measured: std / mean of the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM rate over "
+            f"{len(rates)} ranks timed together (calibrate)"
+        )
+        cap = f"the schema's {SPREAD_CAP}: a GPU that much slower is broken, not slow"
+        _note(data, "gpu.speed_spread", _within(text, raw, data["gpu"]["speed_spread"], cap))
+    if m.launch_s is not None:
+        eff["kernel_launch_us"] = m.launch_s * 1e6
+        _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
+    _apply_host(data, m)
+    if m.host_op_s is not None:
+        eff["host_op_us"] = m.host_op_s * 1e6
+        _note(data, "efficiency.host_op_us", "measured: host time of a small torch.nn.Linear forward issued from Python (calibrate)")
+    sms = data["gpu"].get("sm_count")
+    if m.interference is not None and sms:
+        r = m.interference
+        eff["collective_sms"] = collective_sms(r["rate"], sms)
+        _note(
+            data,
+            "efficiency.collective_sms",
+            f"measured: the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM ran at {r['rate']:.3f} of "
+            f"its speed under {r['bytes']} B all-reduces on {r['gpus']} ranks, read as SMs taken "
+            "from compute (calibrate)",
+        )
+
+
+def _apply_gemm(data: dict[str, Any], m: Measurements, origin: str, peaks: dict[str, float]) -> None:
+    """efficiency.gemm (with its shape cube) and gemm_fp8 from the timed GEMMs."""
+    eff = data["efficiency"]
     timed_fp8 = "fp8" in peaks and any(r["dtype"] == "fp8" for r in m.gemm)
     curve = _gemm_curve(m, peaks)
     if curve:
@@ -407,6 +448,11 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
             "measured fp8 GEMMs (torch._scaled_mm: E4M3 operands, per-tensor scales, a bf16 "
             "result) / gpu.peak_tflops (calibrate)",
         )
+
+
+def _apply_attention(data: dict[str, Any], m: Measurements, peaks: dict[str, float]) -> None:
+    """efficiency.attention_fwd/bwd and the measured attention kernel from the timed SDPA."""
+    eff = data["efficiency"]
     att = [r for r in m.attention if r["dtype"] in peaks]
     if att:
         for key, col in (("attention_fwd", "fwd_tflops"), ("attention_bwd", "bwd_tflops")):
@@ -434,39 +480,6 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
                 "measured SDPA forward/backward TFLOP/s per head dimension and sequence length "
                 "(calibrate; the default kernel of this profile, a scenario may name another)",
             )
-    if m.memory:
-        raw = streaming_rate(m.memory) / (data["gpu"]["hbm_tbps"] * 1e12)
-        eff["hbm"] = _fraction(raw)
-        _note(data, "efficiency.hbm", _within(f"measured: {STREAMING} / gpu.hbm_tbps (calibrate)", raw, eff["hbm"]))
-    rates = (m.gemm_ranks or {}).get("tflops_per_rank") or []
-    if len(rates) >= 2:
-        r = m.gemm_ranks or {}
-        raw = spread(rates)
-        data["gpu"]["speed_spread"] = min(raw, SPREAD_CAP)
-        text = (
-            f"measured: std / mean of the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM rate over "
-            f"{len(rates)} ranks timed together (calibrate)"
-        )
-        cap = f"the schema's {SPREAD_CAP}: a GPU that much slower is broken, not slow"
-        _note(data, "gpu.speed_spread", _within(text, raw, data["gpu"]["speed_spread"], cap))
-    if m.launch_s is not None:
-        eff["kernel_launch_us"] = m.launch_s * 1e6
-        _note(data, "efficiency.kernel_launch_us", "measured one-element add (calibrate)")
-    _apply_host(data, m)
-    if m.host_op_s is not None:
-        eff["host_op_us"] = m.host_op_s * 1e6
-        _note(data, "efficiency.host_op_us", "measured: host time of a small torch.nn.Linear forward issued from Python (calibrate)")
-    sms = data["gpu"].get("sm_count")
-    if m.interference is not None and sms:
-        r = m.interference
-        eff["collective_sms"] = collective_sms(r["rate"], sms)
-        _note(
-            data,
-            "efficiency.collective_sms",
-            f"measured: the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM ran at {r['rate']:.3f} of "
-            f"its speed under {r['bytes']} B all-reduces on {r['gpus']} ranks, read as SMs taken "
-            "from compute (calibrate)",
-        )
 
 
 def collective_sms(rate: float, sm_count: int) -> int:
