@@ -32,48 +32,62 @@ class ZeroBubbleVFixed(VShapeSchedule):
 
 
 def _stage(p: int, m: int, s: int) -> list[PipeOp]:
+    """Stage ``s``'s actions as PyTorch lists them (the module docstring's phases)."""
+    acts = _Actions()
     n = max(2 * p - 1, m)
-    count: dict[tuple[str, int], int] = defaultdict(int)
-    ops: list[PipeOp] = []
+    for _ in range(2 * (p - s) - 1):  # warm-up
+        acts.f(0)
+    for _ in range(s):
+        acts.f(1)
+        acts.f(0)
+    for _ in range(p - s):
+        acts.f(1)
+        acts.b_then_w(1)
+    while acts.count["F", 1] < acts.count["F", 0] or acts.count["F", 0] < n:  # steady
+        if acts.count["F", 0] < n:
+            acts.f(0)
+        acts.b_then_w(0)
+        acts.f(1)
+        acts.b_then_w(1)
+    _cooldown(acts, p, s)
+    return [op for op in acts.ops if op.microbatch < m]
 
-    def run(kind: str, chunk: int, mb: int | None = None) -> None:
+
+class _Actions:
+    """A stage's action list, with how many of each (kind, chunk) it holds."""
+
+    def __init__(self) -> None:
+        self.count: dict[tuple[str, int], int] = defaultdict(int)
+        self.ops: list[PipeOp] = []
+
+    def run(self, kind: str, chunk: int, mb: int | None = None) -> None:
+        """``kind`` of ``chunk`` for ``mb``, by default the next of its kind."""
         if mb is None:
-            mb = count[kind, chunk]
-            count[kind, chunk] = mb + 1
-        ops.append(PipeOp(kind, mb, chunk))  # type: ignore[arg-type]
+            mb = self.count[kind, chunk]
+            self.count[kind, chunk] = mb + 1
+        self.ops.append(PipeOp(kind, mb, chunk))  # type: ignore[arg-type]
 
-    def f(chunk: int) -> None:
-        run("F", chunk)
+    def f(self, chunk: int) -> None:
+        self.run("F", chunk)
 
-    def b_then_w(chunk: int) -> None:
+    def b_then_w(self, chunk: int) -> None:
         # W of the microbatch whose B just ran (PyTorch indexes both by the B counter)
-        run("B", chunk)
-        run("W", chunk, count["B", chunk] - 1)
+        self.run("B", chunk)
+        self.run("W", chunk, self.count["B", chunk] - 1)
 
-    for _ in range(2 * (p - s) - 1):
-        f(0)
+
+def _cooldown(acts: _Actions, p: int, s: int) -> None:
+    """s pairs of B (chunk 0, chunk 1), p - s chunk-0 B each with a deferred chunk-0 W, then
+    the W left over, chunk 1's first."""
+    done_w = {0: acts.count["B", 0], 1: acts.count["B", 1]}
     for _ in range(s):
-        f(1)
-        f(0)
+        acts.run("B", 0)
+        acts.run("B", 1)
     for _ in range(p - s):
-        f(1)
-        b_then_w(1)
-    while count["F", 1] < count["F", 0] or count["F", 0] < n:
-        if count["F", 0] < n:
-            f(0)
-        b_then_w(0)
-        f(1)
-        b_then_w(1)
-    done_w = {0: count["B", 0], 1: count["B", 1]}
-    for _ in range(s):
-        run("B", 0)
-        run("B", 1)
-    for _ in range(p - s):
-        run("B", 0)
-        run("W", 0, done_w[0])
+        acts.run("B", 0)
+        acts.run("W", 0, done_w[0])
         done_w[0] += 1
     for chunk in (1, 0):
-        while done_w[chunk] < count["B", chunk]:
-            run("W", chunk, done_w[chunk])
+        while done_w[chunk] < acts.count["B", chunk]:
+            acts.run("W", chunk, done_w[chunk])
             done_w[chunk] += 1
-    return [op for op in ops if op.microbatch < m]
