@@ -107,29 +107,7 @@ def reorder_cooldown(grid: Grid, m: int) -> Grid:
     n_b1 = min(budget - n_b0, m)
     anchor = -1
     for i, row in enumerate(grid):
-        took = dict.fromkeys("BbWw", 0)
-        last_f1 = -1
-        for j in range(len(row) - 1, -1, -1):
-            kind = row[j]
-            if kind == "f" and last_f1 < 0:
-                last_f1 = j
-            if kind == "B" and took["B"] < min(i + 1, n_b1):
-                row[j] = IDLE
-                took["B"] += 1
-            if kind == "b" and took["b"] < n_b0:
-                row[j] = IDLE
-                took["b"] += 1
-        # free the tail's weight passes: at least one per backward taken, and budget in all
-        for j in range(len(row) - 1, -1, -1):
-            if (
-                took["W"] >= took["B"]
-                and took["w"] >= took["b"]
-                and took["W"] + took["w"] >= budget
-            ):
-                break
-            if row[j] in "Ww":
-                took[row[j]] += 1
-                row[j] = IDLE
+        took, last_f1 = _take_tail(row, min(i + 1, n_b1), n_b0, budget)
         if i == 0:
             anchor = last_f1
         for k in range(took["b"]):
@@ -140,6 +118,31 @@ def reorder_cooldown(grid: Grid, m: int) -> Grid:
                 raise Infeasible
             row[slot] = "B"  # over whatever is there, as the fork (a W lost comes back below)
     return squeeze(_weights_back(grid), m)
+
+
+def _take_tail(row: list[str], max_b1: int, n_b0: int, budget: int) -> tuple[dict[str, int], int]:
+    """Clear a stage's last ``max_b1`` B and ``n_b0`` b, then the weight passes of its tail;
+    how many of each were cleared, and the slot of its last f (-1: none)."""
+    took = dict.fromkeys("BbWw", 0)
+    last_f1 = -1
+    for j in range(len(row) - 1, -1, -1):
+        kind = row[j]
+        if kind == "f" and last_f1 < 0:
+            last_f1 = j
+        if kind == "B" and took["B"] < max_b1:
+            row[j] = IDLE
+            took["B"] += 1
+        if kind == "b" and took["b"] < n_b0:
+            row[j] = IDLE
+            took["b"] += 1
+    # free the tail's weight passes: at least one per backward taken, and budget in all
+    for j in range(len(row) - 1, -1, -1):
+        if took["W"] >= took["B"] and took["w"] >= took["b"] and took["W"] + took["w"] >= budget:
+            break
+        if row[j] in "Ww":
+            took[row[j]] += 1
+            row[j] = IDLE
+    return took, last_f1
 
 
 def _weights_back(grid: Grid) -> Grid:
