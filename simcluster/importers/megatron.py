@@ -361,16 +361,7 @@ def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
 
 def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
     parallel = sc["parallel"]
-    parallel["zero"] = 1 if flags.has("use-distributed-optimizer") else 0
-    stage = flags.integer("zero-stage")  # Megatron-DeepSpeed's, mirrored into its DeepSpeed config
-    if framework == "deepspeed":
-        flags.has("deepspeed")
-        parallel["zero"] = stage or 0
-        if parallel["zero"] == 0 and flags.has("bf16"):
-            # DeepSpeed's BF16_Optimizer (bf16 at stage 0) shards the fp32 optimizer state over
-            # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
-            parallel["zero"] = 1
-            out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
+    _zero(flags, parallel, framework, out)
     _partition(flags, sc)
     _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:
@@ -381,8 +372,42 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         parallel["sequence_parallel"] = False
     parallel.setdefault("sequence_parallel", False)
     _zbh1(flags, parallel, framework)
-    # arguments.py's assertions: these overlaps need the distributed optimizer / SP
-    given = sc.get("overlap", {})
+    _refuse_as_megatron(sc)
+    _virtual_stages(flags, sc, framework, out)
+    overlap = sc.setdefault("overlap", {})
+    if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
+        # the parameter all-gather exists only with the distributed optimizer (not written
+        # otherwise: it would be an inert setting)
+        for key in (
+            ("dp_grad_reduce", "param_gather", "tp_comm")
+            if parallel["zero"]
+            else ("dp_grad_reduce", "tp_comm")
+        ):
+            overlap.setdefault(key, False)
+    if flags.has("no-overlap-p2p-communication"):
+        overlap["pp_comm"] = False
+    _ddp_impl(flags, sc, framework, out)
+
+
+def _zero(flags: Flags, parallel: dict[str, Any], framework: str, out: Imported) -> None:
+    """``parallel.zero``: 1 with ``--use-distributed-optimizer``; under DeepSpeed its
+    ``--zero-stage``, bf16 at stage 0 sharded as ZeRO-1."""
+    parallel["zero"] = 1 if flags.has("use-distributed-optimizer") else 0
+    stage = flags.integer("zero-stage")  # Megatron-DeepSpeed's, mirrored into its DeepSpeed config
+    if framework == "deepspeed":
+        flags.has("deepspeed")
+        parallel["zero"] = stage or 0
+        if parallel["zero"] == 0 and flags.has("bf16"):
+            # DeepSpeed's BF16_Optimizer (bf16 at stage 0) shards the fp32 optimizer state over
+            # data parallelism as ZeRO-1 does (validation/bigscience-a100.yaml, BLOOM's runs)
+            parallel["zero"] = 1
+            out.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, sharded as zero 1")
+
+
+def _refuse_as_megatron(sc: dict[str, Any]) -> None:
+    """arguments.py's assertions: these overlaps need the distributed optimizer / SP, and the
+    two ways of giving virtual stages exclude each other."""
+    parallel, given = sc["parallel"], sc.get("overlap", {})
     if given.get("param_gather") is True and not parallel["zero"]:
         raise UserError(
             "--overlap-param-gather", "Megatron requires --use-distributed-optimizer with it"
@@ -398,26 +423,17 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             "--num-virtual-stages-per-pipeline-rank",
             "Megatron refuses it beside --num-layers-per-virtual-pipeline-stage; keep one",
         )
-    _virtual_stages(flags, sc, framework, out)
-    overlap = sc.setdefault("overlap", {})
-    if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
-        # the parameter all-gather exists only with the distributed optimizer (not written
-        # otherwise: it would be an inert setting)
-        for key in (
-            ("dp_grad_reduce", "param_gather", "tp_comm")
-            if parallel["zero"]
-            else ("dp_grad_reduce", "tp_comm")
-        ):
-            overlap.setdefault(key, False)
-    if flags.has("no-overlap-p2p-communication"):
-        overlap["pp_comm"] = False
+
+
+def _ddp_impl(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
+    """``--DDP-impl`` (Megatron-LM before 2023): torch's is PyTorch DDP's buckets."""
     ddp = flags.choice("DDP-impl", {"local": "local", "torch": "torch"})
     if ddp == "torch":
         # PyTorch DDP under Megatron-LM 2021 (validation/narayanan2021-a100.yaml's torch-DDP
         # rows): bucketed all-reduce overlapped with the backward, 25 MiB buckets (bucket_cap_mb)
         # of fp16 gradients reduced at the model's fp32 width, each gradient copied into its
         # bucket scaled by 1/dp and back (gradient_as_bucket_view off), grads freed, not zeroed
-        overlap["dp_grad_reduce"] = True
+        sc["overlap"]["dp_grad_reduce"] = True
         sc["dp"] = {
             "prescale": False,
             "bucket_copies": True,
