@@ -435,16 +435,11 @@ def _run(text: str, state: _State, where: str, depth: int) -> None:
 
 
 def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
+    """One simple command: a declaration, assignments, ``source``, ``exit``, a line of flags,
+    or the command that runs a ``.py`` (its arguments are the launch's)."""
     words = list(raw)
     if words[0] in _DECLARE:
-        exports = words[0] == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
-        words = [w for w in words[1:] if not w.startswith("-")]
-        for word in words:
-            match = _ASSIGN.match(word)
-            if match:
-                _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
-            if exports:
-                state.exported.add(match.group(1) if match else word)
+        _declare(words, state)
         return
     prefix: dict[str, str] = {}  # NAME=VALUE before a command: that command's environment only
     while words and (match := _ASSIGN.match(words[0])):
@@ -474,6 +469,18 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
             state.command = expanded[k + 1 :]
             state.environment = state.environ(prefix)
             break
+
+
+def _declare(words: list[str], state: _State) -> None:
+    """``export``/``declare``/``local``/...: its assignments, and the names it exports
+    (``export``, or an option with ``x``)."""
+    exports = words[0] == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
+    for word in (w for w in words[1:] if not w.startswith("-")):
+        match = _ASSIGN.match(word)
+        if match:
+            _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
+        if exports:
+            state.exported.add(match.group(1) if match else word)
 
 
 def _without_redirections(words: list[str]) -> list[str]:
