@@ -389,3 +389,32 @@ def test_a_sliver_of_a_flow_below_the_clocks_resolution_still_finishes():
     solver.add(flow)
     solver.reshare()
     assert solver.advance(0.0) == [flow]
+
+
+def test_a_finished_flow_reshares_every_flow_it_reaches_through_shared_links():
+    """Max-min fairness by hand (Bertsekas & Gallager, Data Networks, sec. 6.5.2). Link 0
+    (2 B/s) carries F and Y, link 1 (4 B/s) carries Y and X: Y gets 1 on link 0, X the 3 left
+    on link 1. When F ends, Y can rise to 2 on link 0, and then X, which shares nothing with
+    F and was added before Y, must drop to the fair 2 on link 1 (staying at 3 would load link 1
+    with 5 B/s)."""
+    from simcluster.network.flows import FlowSolver
+
+    solver = FlowSolver([2.0, 4.0])
+    x, f, y = Flow((1,), (1.0,), 100.0), Flow((0,), (1.0,), 1.0), Flow((0, 1), (1.0, 1.0), 100.0)
+    for flow in (x, f, y):
+        solver.add(flow)
+    assert solver.reshare() == pytest.approx(1.0)  # F's 1 B at 1 B/s
+    assert (x.rate, f.rate, y.rate) == pytest.approx((3.0, 1.0, 1.0))
+    assert solver.advance(1.0) == [f]
+    solver.reshare()
+    assert (x.rate, y.rate) == pytest.approx((2.0, 2.0))
+    # a flow on links nobody else uses keeps its rate through others' reshares
+    z = Flow((2,), (1.0,), 1.0)
+    solver = FlowSolver([2.0, 4.0, 8.0])
+    for flow in (z, x, y):
+        solver.add(flow)
+    solver.reshare()
+    z.rate = -1.0  # a marker: a reshare of Z would overwrite it
+    solver.add(Flow((1,), (1.0,), 1.0))
+    solver.reshare()
+    assert z.rate == -1.0
