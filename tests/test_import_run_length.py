@@ -79,3 +79,19 @@ def test_torchtitan_steps_are_the_run(toml, tokens):
     result = import_config("torchtitan", str(LAUNCH / "torchtitan" / toml), ImportOptions(cluster="dgx-h100", nodes=8))
     assert result.run_tokens is not None and result.run_tokens[0] == tokens
     assert any("steps" in line for line in result.skipped)  # still not imported: one step
+
+
+def test_iterations_without_a_global_batch_take_micro_batch_x_dp(tmp_path, capsys):
+    # arguments.py: no --global-batch-size means micro_batch_size x data_parallel_size; on 4
+    # DGX H100 nodes (32 GPUs) at tp 2 and pp 2 dp is 8, so a step is 4 x 8 = 32 sequences of
+    # 2,048 tokens and 1,000 iterations train 65,536,000 tokens
+    args = tmp_path / "train.args"
+    args.write_text(
+        "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --bf16 "
+        "--vocab-size 32000 --micro-batch-size 4 --tensor-model-parallel-size 2 "
+        "--pipeline-model-parallel-size 2 --train-iters 1000\n"
+    )
+    assert main(["import", "megatron", str(args), "--cluster", "dgx-h100", "--nodes", "4", "--out", "-"]) == 0
+    err = capsys.readouterr().err
+    assert "the run trains 65.54M tokens (--train-iters 1,000 x global batch 32 (micro-batch x dp, as no batch is given) x sequence 2,048)" in err
+    assert "--tokens 65.536M" in err

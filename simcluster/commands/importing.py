@@ -156,7 +156,7 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
     # what was read is the scenario's model only while --set has not pointed it elsewhere
     same = isinstance(model, dict) and hf_config is not None and model.get("hf_config") == hf_config
     try:
-        build_context(scenario_from_dict(result.scenario), hf_parsed=hf_parsed if same else None)
+        ctx = build_context(scenario_from_dict(result.scenario), hf_parsed=hf_parsed if same else None)
     except UserError as exc:
         # the error is about a scenario the user never wrote: say where it came from, since the
         # fix is often the import's own options (SC'21's 1.7B case of run_table_1.sh is written
@@ -167,6 +167,13 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
             f"{exc.message} (in the scenario imported from {Path(args.file).name} on {size}; "
             "--var, --nodes/--gpus or --set change it)",
         ) from None
+    if result.run_tokens is None and result.run_steps is not None:
+        steps, flag = result.run_steps
+        batch, seq = ctx.layout.global_batch, ctx.scenario.training.seq_len
+        result.run_tokens = (
+            steps * batch * seq,
+            f"{flag} {steps:,} x global batch {batch:,} (micro-batch x dp, as no batch is given) x sequence {seq:,}",
+        )
     return result
 
 

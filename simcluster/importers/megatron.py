@@ -45,7 +45,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
-from simcluster.importers.run_length import ramp_clause, run_tokens
+from simcluster.importers.run_length import ramp_clause, run_tokens, whole
 from simcluster.importers.shell import read_script
 from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
 from simcluster.schedules.partition import megatron_accounted, megatron_first_last, megatron_vpp
@@ -142,6 +142,8 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _launch_blocking(args.variables, sc, out)
     moe(flags, sc, out)
     out.run_tokens = _run_length(flags, sc["training"])
+    if out.run_tokens is None:
+        out.run_steps = _run_steps(flags, sc["training"])
     for name in flags.left():
         out.skip(
             f"--{name}", not_step_reason(name) or _REASONS.get(name, "no scenario field for it")
@@ -165,6 +167,15 @@ def _run_length(flags: Flags, training: dict[str, Any]) -> tuple[int, str] | Non
         return found
     clause = ramp_clause(ramp, samples)
     return found if clause is None else (found[0], f"{found[1]}; {clause}")
+
+
+def _run_steps(flags: Flags, training: dict[str, Any]) -> tuple[int, str] | None:
+    """``--train-iters`` without ``--global-batch-size``: arguments.py's batch is then
+    micro-batch x dp, which the layout settles (``commands/importing.py`` finishes the count)."""
+    if "global_batch" in training or "rampup-batch-size" in flags.values:
+        return None
+    steps = whole(" ".join(flags.values.get("train-iters", [])))
+    return None if steps is None else (steps, "--train-iters")
 
 
 def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:

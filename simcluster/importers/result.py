@@ -57,6 +57,10 @@ class Imported:
     #: (``--train-iters 1000 x global batch 512 x 4,096``); the length stays outside the
     #: scenario, which is one step: ``simcluster run --tokens`` takes it
     run_tokens: tuple[int, str] | None = None
+    #: a run stated in steps without the batch they take (Megatron's micro-batch x dp default,
+    #: no --global-batch-size): the steps and the flag, for the import to finish with the
+    #: layout's global batch
+    run_steps: tuple[int, str] | None = None
 
     def skip(self, setting: str, reason: str) -> None:
         """Record a setting not imported."""
