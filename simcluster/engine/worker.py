@@ -238,10 +238,7 @@ class Worker(PipelineIO, DataParallelOps):
                     yield from lane.wait_turn()
                 issued = self._issue(seg.host)
                 if i not in tickets:
-                    for j in _enqueued_with(segments, i):
-                        run_seg = segments[j]
-                        assert isinstance(run_seg, Comm)  # _enqueued_with returns collectives
-                        tickets[j] = self.shared.comms.ticket(self.rank, run_seg.group)
+                    self._take_tickets(segments, i, tickets)
                 ticket = tickets[i]
                 if seg.overlap:
                     pending.append(env.process(self._issued_comm(seg, mb, chunk, issued, ticket)))
@@ -272,6 +269,14 @@ class Worker(PipelineIO, DataParallelOps):
             pending = []
         for p in pending:
             yield p
+
+    def _take_tickets(self, segments: tuple[Segment, ...] | list[Segment], i: int, tickets: dict[int, int]) -> None:
+        """Places in the issue order for the run of collectives the host enqueues with
+        ``segments[i]``, taken together."""
+        for j in _enqueued_with(segments, i):
+            run_seg = segments[j]
+            assert isinstance(run_seg, Comm)  # _enqueued_with returns collectives
+            tickets[j] = self.shared.comms.ticket(self.rank, run_seg.group)
 
     # --- the host ------------------------------------------------------------------------
     def _issue(self, host: float) -> float:
