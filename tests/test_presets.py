@@ -64,6 +64,9 @@ PUBLISHED = {
     # Gemma 3 technical report, Table 1 (the language model: embedding + non-embedding)
     "gemma3-12b": (11.771e9, None, "Gemma 3 report Table 1: 1,012M + 10,759M"),
     "gemma3-27b": (27.016e9, None, "Gemma 3 report Table 1: 1,416M + 25,600M"),
+    # deepseek-ai/DeepSeek-V2-Lite model card: 15.7B total, 2.4B activated; the activated count
+    # leaves out the input embedding (102,400 x 2,048, a lookup), as DeepSeek-V3's 37B does
+    "deepseek-v2-lite": (15.7e9, 2.4e9 + 102_400 * 2048, "DeepSeek-V2-Lite model card: 15.7B total, 2.4B activated"),
     # Black et al. 2022 (GPT-NeoX-20B), Sec. 2: 20,554,567,680 parameters
     "gpt-neox-20b": (20_554_567_680, None, "Black et al. 2022: GPT-NeoX-20B, 20,554,567,680"),
 }
