@@ -219,3 +219,23 @@ def test_a_model_named_but_not_shipped_is_refused_on_its_name():
     # a model given by its shape with one field left out is still told which field
     with pytest.raises(UserError, match="model.vocab: missing"):
         build_model({"name": "gpt-22B", "layers": 48, "hidden": 6144, "heads": 64})
+
+
+def test_deepseek_v2_lite_is_nvidias_megatron_example_at_the_cards_depth():
+    """NVIDIA/Megatron-LM examples/deepseek2_lite/train_deepseek2_lite_h100_fp8.sh shapes the
+    model from flags (16 layers by default); at the model card's 27 layers, with the tokenizer's
+    102,400 entries, it is the preset to the parameter."""
+    from pathlib import Path
+
+    from simcluster.context import build_context
+    from simcluster.importers import ImportOptions, import_config
+    from simcluster.scenario import scenario_from_dict
+
+    script = Path(__file__).parent / "fixtures" / "launch" / "megatron" / "train_deepseek2_lite_h100_fp8.sh"
+    options = ImportOptions(cluster="dgx-h100", nodes=1, variables={"NUM_LAYERS": "27"})
+    imported = import_config("megatron", script, options)
+    imported.scenario["model"]["vocab"] = 102_400
+    model = build_context(scenario_from_dict(imported.scenario)).model
+    preset = load_preset("deepseek-v2-lite")
+    assert model.params_total() == preset.params_total() == 15_706_484_224
+    assert model.params_active() == preset.params_active()
