@@ -124,16 +124,19 @@ def format_usd_total(usd: float) -> str:
     return _short(usd, "$")
 
 
+def _cost_suffix(budget: Budget) -> str:
+    """', $2.54M' where the run is priced, else nothing."""
+    return f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
+
+
 def budget_cell(budget: Budget) -> str:
     """A table cell: '41.3 days', with ', $2.54M' where priced."""
-    cost = f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
-    return format_duration(budget.wall_s) + cost
+    return format_duration(budget.wall_s) + _cost_suffix(budget)
 
 
 def budget_text(budget: Budget, gpus: int) -> str:
     """One line: '15T tokens: 41.3 days on 1,024 GPUs (3,662,110 steps), 1.01M GPU-hours, $2.54M'."""
-    cost = f", {format_usd_total(budget.usd)}" if budget.usd is not None else ""
     return (
         f"{format_count(budget.tokens)} tokens: {format_duration(budget.wall_s)} on {gpus:,} GPUs "
-        f"({budget.steps:,} steps), {format_gpu_hours(budget.gpu_hours)} GPU-hours{cost}"
+        f"({budget.steps:,} steps), {format_gpu_hours(budget.gpu_hours)} GPU-hours{_cost_suffix(budget)}"
     )
