@@ -50,11 +50,14 @@ from simcluster.cost import Prices, check_priced, format_usd, parse_prices, usd_
 from simcluster.engine.breakdown import LABELS, busiest
 from simcluster.errors import UserError
 from simcluster.progress import progress_bar
-from simcluster.scenario import load_scenario, parse_set
+from simcluster.scenario import Scenario, load_scenario, parse_set
 from simcluster.units import format_bytes, format_time
 
-if TYPE_CHECKING:  # matplotlib is imported only when --out draws
+if TYPE_CHECKING:  # matplotlib is imported only when --out draws; the others when simulating
     from matplotlib.figure import Figure
+
+    from simcluster.context import Context
+    from simcluster.inert import InertNote
 
 
 
@@ -95,34 +98,14 @@ def run(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise UserError("SCENARIO", "give at least two scenarios (or one and a variant NAME@key=value)")
     prices, tokens = parse_prices(args.price), parse_tokens(args.tokens)
-    common = parse_set(args.overrides)
-    own = [variant_overrides(text) for text in args.scenarios]  # syntax first, then each file
-    scenarios = []
-    for text, label, mine in zip(args.scenarios, short_labels(args.scenarios), own, strict=True):
-        with naming(text):
-            check_hardware_given_once(args.hardware, common + mine)
-            scenarios.append((label, load_scenario(split_variant(text)[0], common + mine)))
+    scenarios = _loaded(args)
     if args.out:
         from simcluster.output.atomic import check_writable
 
         check_writable(args.out)
-    from simcluster.context import build_context
-    from simcluster.inert import inert_settings, note_lines
     from simcluster.steady_state import step_summary
 
-    contexts = []  # all checked before any is simulated
-    for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
-        with naming(text):
-            contexts.append((label, build_context(sc, args.hardware)))
-    inert = {label: inert_settings(ctx) for label, ctx in contexts}
-    for label, notes in inert.items():
-        print_notes(note_lines(notes, prefix=f"{label}: "))
-    for label, ctx in contexts:
-        print_notes([f"note: {label}: {n}" for n in ctx.notes])
-    used: dict[str, str] = {}
-    for label, ctx in contexts:
-        used.setdefault(ctx.profile.name, label)
-    check_priced(prices, used)  # before minutes of simulating, not a blank cost column after
+    contexts, inert = _checked(args, scenarios, prices)
     summaries = []
     with progress_bar("simulating", len(contexts)) as advance:
         for (label, ctx), (_, sc) in zip(contexts, scenarios, strict=True):
@@ -146,6 +129,43 @@ def run(args: argparse.Namespace) -> int:
         print(f"every scenario: {' '.join(shared)}")
     _print(summaries, args.out, prices, tokens)
     return 0
+
+
+def _loaded(args: argparse.Namespace) -> list[tuple[str, Scenario]]:
+    """Each scenario with its column label, the variants' and --set's overrides applied; every
+    variant's syntax is checked before any file is read."""
+    common = parse_set(args.overrides)
+    own = [variant_overrides(text) for text in args.scenarios]
+    scenarios = []
+    for text, label, mine in zip(args.scenarios, short_labels(args.scenarios), own, strict=True):
+        with naming(text):
+            check_hardware_given_once(args.hardware, common + mine)
+            scenarios.append((label, load_scenario(split_variant(text)[0], common + mine)))
+    return scenarios
+
+
+def _checked(
+    args: argparse.Namespace, scenarios: list[tuple[str, Scenario]], prices: Prices | None
+) -> tuple[list[tuple[str, Context]], dict[str, list[InertNote]]]:
+    """Every scenario's context, built (and so checked) before any is simulated, with its
+    settings that do nothing; their notes printed, the prices checked against the hardware."""
+    from simcluster.context import build_context
+    from simcluster.inert import inert_settings, note_lines
+
+    contexts = []
+    for text, (label, sc) in zip(args.scenarios, scenarios, strict=True):
+        with naming(text):
+            contexts.append((label, build_context(sc, args.hardware)))
+    inert = {label: inert_settings(ctx) for label, ctx in contexts}
+    for label, notes in inert.items():
+        print_notes(note_lines(notes, prefix=f"{label}: "))
+    for label, ctx in contexts:
+        print_notes([f"note: {label}: {n}" for n in ctx.notes])
+    used: dict[str, str] = {}
+    for label, ctx in contexts:
+        used.setdefault(ctx.profile.name, label)
+    check_priced(prices, used)  # before minutes of simulating, not a blank cost column after
+    return contexts, inert
 
 
 def _record(label: str, s: dict[str, Any], prices: Prices | None = None, tokens: float | None = None) -> dict[str, Any]:

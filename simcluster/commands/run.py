@@ -26,12 +26,12 @@ from simcluster.commands.common import (
 from simcluster.commands.console import stdout_console
 from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import Context, build_context
-from simcluster.cost import check_priced, parse_prices, usd_per_million_tokens, usd_text
+from simcluster.cost import Prices, check_priced, parse_prices, usd_per_million_tokens, usd_text
 from simcluster.engine import simulate
 from simcluster.engine.breakdown import busiest, busiest_shares
 from simcluster.engine.result import SimResult
 from simcluster.errors import UserError
-from simcluster.inert import inert_settings, note_lines
+from simcluster.inert import InertNote, inert_settings, note_lines
 from simcluster.names import run_heading
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
@@ -88,34 +88,11 @@ def _window(text: str) -> tuple[float, float]:
 def run(args: argparse.Namespace) -> int:
     window = _output_options(args)  # checked before minutes of simulating
     tokens, prices = parse_tokens(args.tokens), parse_prices(args.price)
-    scenario = scenario_from_args(args)
-    if args.all_ranks:  # as simulation.all_ranks: a long step is still read off shorter ones
-        simulation = scenario.simulation.model_copy(update={"all_ranks": True})
-        scenario = scenario.model_copy(update={"simulation": simulation})
-    ctx = build_context(scenario, args.hardware)
-    check_priced(prices, {ctx.profile.name: scenario.name})
-    if args.out:
-        from simcluster.output.atomic import check_writable
-
-        check_writable(args.out)
-    inert = inert_settings(ctx)
-    print_notes(note_lines(inert))  # before minutes of simulating a setting that does nothing
-    print_notes([f"note: {n}" for n in ctx.notes])
-    sim = ctx.scenario.simulation
-    if sim.all_ranks or sim.stragglers:
-        ahead = all_ranks_note(ctx.scenario.cluster.gpus)
-        if ahead:
-            print(f"simcluster run: {ahead}", file=sys.stderr)
+    scenario, ctx, inert = _prepared(args, prices)
     summary, result = _simulated(args, scenario, ctx)
     caveat = small_expert_line(ctx.model)
-    if caveat:
-        summary["accuracy_caveat"] = caveat
-    summary["inert_settings"] = [n.text for n in inert]
-    if ctx.notes:
-        summary["notes"] = list(ctx.notes)
-    add_memory_advice(summary, scenario, args.hardware)
     rerun = _rerun_arguments(args)
-    summary["speed_hints"] = speed_hints(summary, ctx, rerun)
+    _annotate(summary, args, scenario, ctx, caveat=caveat, inert=inert, rerun=rerun)
     if prices is not None:
         summary["usd_per_gpu_hour"] = prices.of(ctx.profile.name)
         summary["usd_per_million_tokens"] = usd_per_million_tokens(summary, prices)
@@ -137,6 +114,44 @@ def run(args: argparse.Namespace) -> int:
         caveat=caveat, written=written, rerun=rerun, hints=summary["speed_hints"],
     )  # fmt: skip
     return 0
+
+
+def _prepared(args: argparse.Namespace, prices: Prices | None) -> tuple[Scenario, Context, list[InertNote]]:
+    """The scenario and its context, every input checked and every note printed before the
+    simulation starts; returns the settings that do nothing too."""
+    scenario = scenario_from_args(args)
+    if args.all_ranks:  # as simulation.all_ranks: a long step is still read off shorter ones
+        simulation = scenario.simulation.model_copy(update={"all_ranks": True})
+        scenario = scenario.model_copy(update={"simulation": simulation})
+    ctx = build_context(scenario, args.hardware)
+    check_priced(prices, {ctx.profile.name: scenario.name})
+    if args.out:
+        from simcluster.output.atomic import check_writable
+
+        check_writable(args.out)
+    inert = inert_settings(ctx)
+    print_notes(note_lines(inert))  # before minutes of simulating a setting that does nothing
+    print_notes([f"note: {n}" for n in ctx.notes])
+    sim = ctx.scenario.simulation
+    if sim.all_ranks or sim.stragglers:
+        ahead = all_ranks_note(ctx.scenario.cluster.gpus)
+        if ahead:
+            print(f"simcluster run: {ahead}", file=sys.stderr)
+    return scenario, ctx, inert
+
+
+def _annotate(
+    summary: dict, args: argparse.Namespace, scenario: Scenario, ctx: Context, *,
+    caveat: str | None, inert: list[InertNote], rerun: Rerun,
+) -> None:  # fmt: skip
+    """The summary's advice beside the figures: caveats, notes, memory advice, speed hints."""
+    if caveat:
+        summary["accuracy_caveat"] = caveat
+    summary["inert_settings"] = [n.text for n in inert]
+    if ctx.notes:
+        summary["notes"] = list(ctx.notes)
+    add_memory_advice(summary, scenario, args.hardware)
+    summary["speed_hints"] = speed_hints(summary, ctx, rerun)
 
 
 def _output_options(args: argparse.Namespace) -> tuple[float, float] | None:
