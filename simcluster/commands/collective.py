@@ -168,16 +168,7 @@ def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size, "size")
     spelled = args.reduce_op.strip().lower()
     redop = check_redop("premul_sum" if spelled == "mulsum" else spelled, "--reduce-op")
-    if args.gpus < 1:
-        raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
-    if args.gpus > MAX_GPUS:
-        raise UserError("--gpus", f"{args.gpus} is more than the {MAX_GPUS:,} GPUs simcluster can simulate")
-    if args.gpus_per_node is not None and args.gpus_per_node < 1:
-        raise UserError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
-    if op == "send_recv" and args.gpus != 2:
-        raise UserError(
-            "--gpus", "send_recv runs between 2 GPUs (0 -> N-1 is not defined); use --gpus 2"
-        )
+    _check_counts(args, op)
     overrides, patch = parse_overrides(args.set)
     profile = load_profile(args.hardware, overrides, field="--hardware", patch=patch)
     gpn = args.gpus_per_node or profile.node.gpus_per_node
@@ -196,12 +187,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             "--gpus", f"{exc.message}, or place the group with --per-node K (K GPUs on each node)"
         ) from None
-    sizes = [size]
-    if args.sweep:
-        sizes, s = [], 8
-        while s <= max(size, 8):
-            sizes.append(s)
-            s *= 2
+    sizes = _sizes(size) if args.sweep else [size]
     try:
         rows = [_row(op, s, group, cluster, args.algo, redop) for s in sizes]
     except UserError as exc:  # the planner names the model's 'algo'; here the user gave --algo
@@ -213,6 +199,29 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(rows, profile.name, args.sweep)
     return 0
+
+
+def _check_counts(args: argparse.Namespace, op: str) -> None:
+    """--gpus and --gpus-per-node in range, and two GPUs for a send/recv."""
+    if args.gpus < 1:
+        raise UserError("--gpus", f"must be >= 1, got {args.gpus}")
+    if args.gpus > MAX_GPUS:
+        raise UserError("--gpus", f"{args.gpus} is more than the {MAX_GPUS:,} GPUs simcluster can simulate")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UserError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
+    if op == "send_recv" and args.gpus != 2:
+        raise UserError(
+            "--gpus", "send_recv runs between 2 GPUs (0 -> N-1 is not defined); use --gpus 2"
+        )
+
+
+def _sizes(largest: int) -> list[int]:
+    """--sweep's sizes: 8 B doubling up to ``largest`` (at least 8 B), as nccl-tests' ``-b 8 -f 2``."""
+    sizes, s = [], 8
+    while s <= max(largest, 8):
+        sizes.append(s)
+        s *= 2
+    return sizes
 
 
 def _print_table(rows: list[dict[str, object]], hw: str, sweep: bool) -> None:
