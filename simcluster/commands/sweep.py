@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from simcluster.budget import budget_cell, format_count, parse_tokens, training_budget
@@ -265,13 +266,34 @@ def _print(
     name: str, rows: list[SweepRow], top: int, out: str | None, prices: Prices | None = None,
     tokens: float | None = None,
 ) -> None:
-    """The table of the layouts run, and a line per reason others were skipped; when none ran
-    the first reason is left to the error that follows (``run``), unless it is memory's, whose
-    line lists the layouts left out and their peaks."""
+    """The table of the layouts run with its legends, and a line per reason others were
+    skipped (:func:`_print_skips`)."""
     console = stdout_console(120)
     ran = [r for r in rows if r.ran]
-    axes = [axis for axis, _ in rows[0].candidate.settings] if rows else []
-    table = Table(title=f"{name}: {len(ran)} layouts simulated, best first (those that fit before the others)")
+    if ran:  # an empty table says nothing the skip lines below do not
+        console.print(_table(name, rows, ran[:top], prices, tokens))
+        # the column's heading alone read as 'what runs after the GEMMs'
+        console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
+    if any(r.summary and r.summary.get("extrapolated_from_microbatches") for r in ran[:top]):
+        console.print(read_off_legend("extrapolated_from_microbatches in --out's files"))
+    if any(not r.fits for r in ran[:top]):
+        console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
+    if len(ran) > top:
+        console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
+    _print_skips(console, rows, any_ran=bool(ran))
+    if ran and not any(r.fits for r in ran):
+        console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
+    if out:
+        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png", soft_wrap=True, markup=False)
+
+
+def _table(
+    name: str, rows: list[SweepRow], shown: list[SweepRow], prices: Prices | None, tokens: float | None
+) -> Table:
+    """The ranked table: a column per swept axis, then the figures of each shown layout."""
+    axes = [axis for axis, _ in rows[0].candidate.settings]
+    ran = sum(1 for r in rows if r.ran)
+    table = Table(title=f"{name}: {ran} layouts simulated, best first (those that fit before the others)")
     table.add_column("#", justify="right")
     for axis in axes:
         table.add_column(_SHORT.get(axis, axis), justify="right")
@@ -280,7 +302,7 @@ def _print(
                 "exposed comm", "after GEMMs", *(("$/1M tok",) if prices else ()),
                 *((f"{format_count(tokens)} tok",) if tokens is not None else ()), "peak memory"):  # fmt: skip
         table.add_column(col, justify="right")
-    for index, row in enumerate(ran[:top], start=1):
+    for index, row in enumerate(shown, start=1):
         s = row.summary
         assert s is not None
         exposed = sum(s["exposed_comm_s"].values())
@@ -301,18 +323,15 @@ def _print(
             *((budget_cell(training_budget(s, tokens, prices)),) if tokens is not None else ()),
             memory if row.fits else f"[red]{memory} ✗[/]",
         )
-    if ran:  # an empty table says nothing the skip lines below do not
-        console.print(table)
-        # the column's heading alone read as 'what runs after the GEMMs'
-        console.print("after GEMMs: the largest part of the busiest stage's step besides its GEMMs, what to look at first")
-    if any(r.summary and r.summary.get("extrapolated_from_microbatches") for r in ran[:top]):
-        console.print(read_off_legend("extrapolated_from_microbatches in --out's files"))
-    if any(not r.fits for r in ran[:top]):
-        console.print("[red]✗[/] does not fit in GPU memory (simulated anyway)")
-    if len(ran) > top:
-        console.print(f"{len(ran) - top} more simulated layout(s) not shown (--top K, or --out for all)")
+    return table
+
+
+def _print_skips(console: Console, rows: list[SweepRow], *, any_ran: bool) -> None:
+    """A line per reason layouts were skipped; when none ran the first reason is left to the
+    error that follows (``run``), unless it is memory's, whose line lists the layouts left out
+    and their peaks."""
     for index, (field, count, first) in enumerate(skip_reasons(rows)):
-        if not ran and index == 0 and field != MEMORY_FIELD:
+        if not any_ran and index == 0 and field != MEMORY_FIELD:
             continue
         if field == MEMORY_FIELD:
             # one capacity for all (a --hardware axis can mix GPUs: then each peak stands alone)
@@ -324,10 +343,6 @@ def _print(
             )
         else:
             console.print(f"skipped {count} layout(s) that cannot run ({field}), e.g. {first}")
-    if ran and not any(r.fits for r in ran):
-        console.print("[bold red]no layout fits in memory[/]: all were simulated anyway")
-    if out:
-        console.print(f"wrote {Path(out)}/sweep.csv, sweep.json, sweep.png", soft_wrap=True, markup=False)
 
 
 def _left_out(rows: Sequence[SweepRow], most: int = 6) -> str:
