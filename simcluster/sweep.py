@@ -194,27 +194,34 @@ def candidates(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[Candida
             if values in seen:
                 continue  # 1F1B at vpp 1 (and without a limit) once, not once per swept value
             seen.add(values)
-        data = copy.deepcopy(base)
-        # the global batch stays; gradient accumulation steps follow from it per layout
-        data.get("training", {}).pop("grad_accum", None)
-        parallel = data.setdefault("parallel", {})
-        if any(a in names for a in _DP_AXES):
-            parallel.pop("dp", None)
-        if any(a in names for a in _STAGE_AXES):
-            parallel.pop("layers_per_stage", None)
-        for axis, value in zip(names, values, strict=True):
-            section, key, _ = AXES[axis]
-            if value is None:  # not a setting of this row's schedule (_no_limit_but_v_auto)
-                data.get(section, {}).pop(key, None)
-                continue
-            data.setdefault(section, {})[key] = value
-        if "vpp" in names and "schedule" not in names:
-            _schedule_for_vpp(data["parallel"])
+        data = _with_settings(base, names, values)
         settings = tuple(zip(names, values, strict=True))
         cand = Candidate(settings, data)
         data["name"] = f"{base.get('name', 'scenario')} [{cand.label}]"
         out.append(cand)
     return out
+
+
+def _with_settings(base: dict[str, Any], names: list[str], values: tuple[Any, ...]) -> dict[str, Any]:
+    """A copy of the scenario mapping ``base`` with one combination of the swept axes written
+    in, and the settings they replace (a fixed dp, a stage split, grad_accum) taken out."""
+    data = copy.deepcopy(base)
+    # the global batch stays; gradient accumulation steps follow from it per layout
+    data.get("training", {}).pop("grad_accum", None)
+    parallel = data.setdefault("parallel", {})
+    if any(a in names for a in _DP_AXES):
+        parallel.pop("dp", None)
+    if any(a in names for a in _STAGE_AXES):
+        parallel.pop("layers_per_stage", None)
+    for axis, value in zip(names, values, strict=True):
+        section, key, _ = AXES[axis]
+        if value is None:  # not a setting of this row's schedule (_no_limit_but_v_auto)
+            data.get(section, {}).pop(key, None)
+            continue
+        data.setdefault(section, {})[key] = value
+    if "vpp" in names and "schedule" not in names:
+        _schedule_for_vpp(data["parallel"])
+    return data
 
 
 def _one_chunk_where_no_vpp(names: list[str], values: tuple[Any, ...]) -> tuple[Any, ...]:
