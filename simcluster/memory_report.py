@@ -9,7 +9,7 @@ times, to choose that order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simcluster.context import Context
@@ -49,6 +49,20 @@ class WalkPeak:
     stash: float
 
 
+@dataclass
+class _Walk:
+    """The stash along :func:`walk_peak`'s op order and the highest point it reached."""
+
+    live: float = 0.0
+    top: WalkPeak = field(default_factory=lambda: WalkPeak(0.0, STASH, 0.0))
+
+    def over(self, extra: float, part: str, stash: float | None = None) -> None:
+        """Count ``extra`` bytes held on the stash (``stash``, by default the live one)."""
+        under = self.live if stash is None else stash
+        if under + extra > self.top.bytes:
+            self.top = WalkPeak(under + extra, part if extra > 0 else STASH, under)
+
+
 def walk_peak(
     ops: Sequence[Any],
     chunk_bytes: Sequence[float],
@@ -79,45 +93,45 @@ def walk_peak(
     deferred LM-head weight-gradient buffers, freed by the drain after the last op.
     """
     kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
-    live = 0.0
-    top = WalkPeak(0.0, STASH, 0.0)
-
-    def over(extra: float, part: str, stash: float | None = None) -> None:
-        nonlocal top
-        under = live if stash is None else stash
-        if under + extra > top.bytes:
-            top = WalkPeak(under + extra, part if extra > 0 else STASH, under)
-
+    w = _Walk()
     last = {op.chunk: i for i, op in enumerate(ops) if op.kind in ("W", "BW")}
     for i, op in enumerate(ops):
         change = stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
-        if copies and op.kind in ("W", "BW") and (copies_at == "every" or (copies_at == "last" and last[op.chunk] == i)):
+        if copies and _copies_made(op, i, copies_at, last):
             paired = op.overlap or (i + 1 < len(ops) and ops[i + 1].overlap)
             for share, size in copies[op.chunk]:
-                over(size, BUCKET_COPY, live + (0.0 if paired else change * share))
+                w.over(size, BUCKET_COPY, w.live + (0.0 if paired else change * share))
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
-            live += change
+            w.live += change
             loss = transient[op.chunk] if transient else 0.0
-            over(max(loss, fwd), LOSS_LOGITS if loss >= fwd else CP_ATTENTION)
+            w.over(max(loss, fwd), LOSS_LOGITS if loss >= fwd else CP_ATTENTION)
             continue
         if op.kind in ("B", "BW"):
-            over(bwd, CP_ATTENTION)
+            w.over(bwd, CP_ATTENTION)
         if op.kind in ("W", "BW"):
-            over(g_start, WEIGHT_GRADS)
-        live += change
+            w.over(g_start, WEIGHT_GRADS)
+        w.live += change
         if op.kind == "B":
-            over(0.0, STASH)
+            w.over(0.0, STASH)
         if op.kind in ("W", "BW"):
-            over(g_end, WEIGHT_GRADS)
+            w.over(g_end, WEIGHT_GRADS)
             if op.chunk == deferred[0] and op.microbatch < deferred[1]:
-                live += deferred[2]
-                over(0.0, STASH)
-    live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
+                w.live += deferred[2]
+                w.over(0.0, STASH)
+    w.live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
-        over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
-    return top
+        w.over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
+    return w.top
+
+
+def _copies_made(op: Any, index: int, copies_at: str, last: dict[int, int]) -> bool:
+    """Whether the op at ``index`` makes its chunk's bucket copies: each W or BW under
+    ``every``, the chunk's last one under ``last``, none under ``end``."""
+    if op.kind not in ("W", "BW"):
+        return False
+    return copies_at == "every" or (copies_at == "last" and last[op.chunk] == index)
 
 
 def activation_walk(*args: Any, **kwargs: Any) -> float:
