@@ -103,14 +103,27 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
     key = re.sub(r"^\d+\s*x\s*", "", text.strip().lower())
     instance = _INSTANCE.match(key)
     if instance:
-        family = instance.group(1)
-        if family in INSTANCE_TYPES:
-            return INSTANCE_TYPES[family]
-        if family in _UNSHIPPED_INSTANCES:
-            raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
-        return None
-    # 'dgx-h100,dgx-b200' read as its first GPU would run the job on one of them silently; a
-    # GPU and the system built of it ('Selene (DGX A100)') are one machine
+        return _instance_profile(instance.group(1), field)
+    _check_one_machine(text, key, field)
+    match = _GPU.search(key)
+    if not match:
+        return _without_gpu(key, field)
+    return _sized_profile(match.group(1), key[match.end() :], field)
+
+
+def _instance_profile(family: str, field: str) -> str | None:
+    """The shipped profile of an AWS instance family; refused for a known unshipped one."""
+    if family in INSTANCE_TYPES:
+        return INSTANCE_TYPES[family]
+    if family in _UNSHIPPED_INSTANCES:
+        raise UserError(field, f"no shipped profile for AWS {family} ({_UNSHIPPED_INSTANCES[family]})")
+    return None
+
+
+def _check_one_machine(text: str, key: str, field: str) -> None:
+    """Refuse a name of several machines: 'dgx-h100,dgx-b200' read as its first GPU would run
+    the job on one of them silently (a GPU and the system built of it, 'Selene (DGX A100)',
+    are one machine)."""
     named = {m.group(1): REFERENCE_NODES[m.group(1)][None] for m in _GPU.finditer(key)}
     named |= {m.group(1): SYSTEMS[m.group(1)] for m in _SYSTEM.finditer(key)}
     if len(set(named.values())) > 1:
@@ -119,22 +132,28 @@ def reference_node(text: str, field: str = "cluster.hardware") -> str | None:
             f"'{text}' names more than one machine ({', '.join(sorted(named))}); give one profile "
             "(a comma list is sweep's --hardware axis)",
         )
-    match = _GPU.search(key)
+
+
+def _without_gpu(key: str, field: str) -> str | None:
+    """A name with no shipped GPU in it: a system's profile, a refusal for a converged card or
+    a known unshipped GPU, else None."""
     system = _SYSTEM.search(key)
-    if not match and system:
+    if system:
         return SYSTEMS[system.group(1)]
-    if not match:
-        converged = _CONVERGED_CARD.search(key)
-        if converged:
-            gpu, partner = _CONVERGED_CARDS[converged.group(1)]
-            raise _converged_refusal(field, converged.group(1).upper(), gpu, partner)
-        unshipped = _UNSHIPPED_GPU.search(key)
-        if unshipped:
-            gpu = unshipped.group(1)
-            raise UserError(field, f"no shipped profile for the {gpu.upper()}, {_UNSHIPPED_GPUS[gpu]}")
-        return None
-    gpu = match.group(1)
-    rest = key[match.end() :]
+    converged = _CONVERGED_CARD.search(key)
+    if converged:
+        gpu, partner = _CONVERGED_CARDS[converged.group(1)]
+        raise _converged_refusal(field, converged.group(1).upper(), gpu, partner)
+    unshipped = _UNSHIPPED_GPU.search(key)
+    if unshipped:
+        gpu = unshipped.group(1)
+        raise UserError(field, f"no shipped profile for the {gpu.upper()}, {_UNSHIPPED_GPUS[gpu]}")
+    return None
+
+
+def _sized_profile(gpu: str, rest: str, field: str) -> str:
+    """The profile of shipped GPU ``gpu`` by what follows its name (``rest``): refused on
+    another board or at a memory size no profile has."""
     if _CONVERGED.search(rest):
         raise _converged_refusal(field, f"{gpu.upper()} CNX", gpu, "a ConnectX-7")
     if _OTHER_BOARD.search(rest):
