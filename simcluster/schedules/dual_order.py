@@ -57,6 +57,17 @@ class _Emitter:
 def dual_order(n: int, r: int, per_phase: int, turning: bool, where: PhaseMap) -> list[PipeOp]:
     """Ops of one rank; ``n`` ranks per half, ``r`` position, ``per_phase`` microbatches."""
     e = _Emitter(where)
+    _warm_up(e, n, r)
+    _steady(e, n, r, per_phase, turning)
+    _cool_down(e, n, r)
+    if e.pending_w or e.n_f != [per_phase, per_phase] or e.n_b != [per_phase, per_phase]:
+        raise AssertionError(f"dual order incomplete: F{e.n_f} B{e.n_b} W left {len(e.pending_w)}")
+    return e.ops
+
+
+def _warm_up(e: _Emitter, n: int, r: int) -> None:
+    """Steps 1-3: the first phase's forwards, both phases' in turn, then the first split
+    backwards of phase 1 between its forwards."""
     for _ in range(2 * (n - r - 1)):
         e.f(0)
     for _ in range(r + 1):
@@ -66,6 +77,10 @@ def dual_order(n: int, r: int, per_phase: int, turning: bool, where: PhaseMap) -
         e.b(1, split=True)
         e.w()
         e.f(1)
+
+
+def _steady(e: _Emitter, n: int, r: int, per_phase: int, turning: bool) -> None:
+    """Steps 4-5: overlapped forward/backward pairs of both phases."""
     for i in range(per_phase - 2 * n + r + 1):
         if i == 0 and turning:
             e.f(0)
@@ -76,6 +91,11 @@ def dual_order(n: int, r: int, per_phase: int, turning: bool, where: PhaseMap) -
     for _ in range(n - r - 1):
         e.b(1)
         e.fb(1, 0)
+
+
+def _cool_down(e: _Emitter, n: int, r: int) -> None:
+    """Steps 6-8: the last backwards, the second half of step 6 split (zero bubble), and the
+    weight gradients they left."""
     split = False
     steps = r + 1
     for i in range(steps):
@@ -90,6 +110,3 @@ def dual_order(n: int, r: int, per_phase: int, turning: bool, where: PhaseMap) -
         e.b(0, split=True)
     for _ in range(r + 1):
         e.w()
-    if e.pending_w or e.n_f != [per_phase, per_phase] or e.n_b != [per_phase, per_phase]:
-        raise AssertionError(f"dual order incomplete: F{e.n_f} B{e.n_b} W left {len(e.pending_w)}")
-    return e.ops
