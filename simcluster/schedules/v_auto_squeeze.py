@@ -100,48 +100,65 @@ def fill_idle_slots(grid: Grid) -> None:
     that may run there (its input done in an earlier slot) and, for F or f, whose stash does
     not lift the stage above the schedule's peak until its old slot. In place."""
     p, budget = len(grid), peak(grid)
-    width = len(grid[0])
-    last: list[dict[str, int]] = []
-    for row in grid:
-        at = dict.fromkeys(PASSES, -1)
-        for j, kind in enumerate(row):
-            at[kind] = j
-        last.append(at)
+    last = [_last_slots(row) for row in grid]
     deps = _upstreams(p)
     slots = _slots(p)
     mem = [0] * p
-    for j in range(width):
+    for j in range(len(grid[0])):
         for s in range(p):
             row = grid[s]
-            if row[j] != IDLE:
-                slots[s][row[j]].append(j)
-                mem[s] += _STASH[row[j]]
-                continue
-            wanted = {kind for kind in PASSES if last[s][kind] > j}
-            delta = rise = 0
-            for k in range(j + 1, width):
-                if not wanted:
-                    break
-                kind = row[k]
-                delta += _STASH[kind]
-                rise_before, rise = rise, max(rise, delta)
-                if kind not in wanted:
+            if row[j] == IDLE:
+                k = _pulled(grid, s, j, last[s], budget - mem[s], slots, deps)
+                if k is None:
                     continue
-                wanted.discard(kind)
-                if kind in "Ff" and mem[s] + rise_before >= budget:
-                    continue  # its stash from slot j on would exceed the peak
-                mb = len(slots[s][kind])
-                dep = deps[s][kind]
-                if dep is not None:
-                    theirs = slots[dep[0]][dep[1]]
-                    if len(theirs) <= mb or theirs[mb] >= j:  # its input is not done before j
-                        continue
-                elif kind != "F" and len(slots[s][_LOCAL[kind]]) <= mb:
-                    continue
-                row[j], row[k] = kind, IDLE
-                slots[s][kind].append(j)
-                mem[s] += _STASH[kind]
-                break
+                row[j], row[k] = row[k], IDLE
+            slots[s][row[j]].append(j)
+            mem[s] += _STASH[row[j]]
+
+
+def _last_slots(row: list[str]) -> dict[str, int]:
+    """The last slot of each pass on a stage's row (-1 for a pass it does not run)."""
+    at = dict.fromkeys(PASSES, -1)
+    for j, kind in enumerate(row):
+        at[kind] = j
+    return at
+
+
+def _pulled(
+    grid: Grid, s: int, j: int, last: dict[str, int], headroom: int,
+    slots: list[dict[str, list[int]]], deps: list[dict[str, tuple[int, str] | None]],
+) -> int | None:  # fmt: skip
+    """The later slot of stage ``s`` whose pass may move into idle slot ``j``: the first of its
+    kind after j, its input done before j, and for F or f its stash within ``headroom`` (the
+    schedule's peak less the stage's stash at j) until its old slot; None if no pass may."""
+    row = grid[s]
+    wanted = {kind for kind in PASSES if last[kind] > j}
+    delta = rise = 0
+    for k in range(j + 1, len(row)):
+        if not wanted:
+            return None
+        kind = row[k]
+        delta += _STASH[kind]
+        rise_before, rise = rise, max(rise, delta)
+        if kind not in wanted:
+            continue
+        wanted.discard(kind)
+        if kind in "Ff" and rise_before >= headroom:
+            continue  # its stash from slot j on would exceed the peak
+        if _input_done(kind, len(slots[s][kind]), j, slots, deps[s][kind], s):
+            return k
+    return None
+
+
+def _input_done(
+    kind: str, mb: int, j: int, slots: list[dict[str, list[int]]], dep: tuple[int, str] | None, s: int
+) -> bool:
+    """Whether the input of stage ``s``'s next ``kind`` pass (its ``mb``-th) is done before slot
+    ``j``: the other stage's pass it waits for, else its own forward of that microbatch."""
+    if dep is not None:
+        theirs = slots[dep[0]][dep[1]]
+        return len(theirs) > mb and theirs[mb] < j
+    return kind == "F" or len(slots[s][_LOCAL[kind]]) > mb
 
 
 def relabel_weights(grid: Grid, m: int) -> None:
