@@ -186,36 +186,45 @@ class _VGreedy:
         return None
 
     def run(self, fill_f: bool, fill_b: bool) -> list[list[tuple[_Kind, int, int]]]:
-        p = self.p
+        """Warm up, then alternate a round of backwards and one of forwards until every pass
+        is placed; the weight passes left drain at the end. Raises _Stuck if none fits."""
         self.warm_up()
         for _ in range(2 * self.m):
-            lanes = [(i, self.backward_lane(i)) for i in range(p)]
-            order = [x for x in reversed(lanes) if x[1] == 1] + [x for x in lanes if x[1] == 0]
-            for i, lane in order:
-                if self.stages[i].count[("B", lane)] >= self.m:
-                    continue
-                self.fill_wait(i, self.arrival("B", lane, i), lane == 1 or fill_b)
-                self.put("B", lane, i)
-            for i in range(p):
-                if self.stages[i].count[F1] >= self.m:
-                    continue
-                f_lane = self.forward_lane(i)
-                if f_lane is None:
-                    continue
-                st = self.stages[i]
-                while st.mem + 1.0 > self.cap + _EPS:
-                    if not st.pending_w:
-                        raise _Stuck
-                    self.put("W", 0, i)
-                self.fill_wait(i, self.arrival("F", f_lane, i), fill_f)
-                self.put("F", f_lane, i)
-        for i in range(p):
+            self._backwards(fill_b)
+            self._forwards(fill_f)
+        for i in range(self.p):
             while self.stages[i].pending_w:
                 self.put("W", 0, i)
         for st in self.stages:
             if st.count != {F0: self.m, F1: self.m, B0: self.m, B1: self.m}:
                 raise _Stuck
         return [s.ops for s in self.stages]
+
+    def _backwards(self, fill_b: bool) -> None:
+        """One backward per stage that has one due: lane 1's up the stages first, then lane 0's."""
+        lanes = [(i, self.backward_lane(i)) for i in range(self.p)]
+        order = [x for x in reversed(lanes) if x[1] == 1] + [x for x in lanes if x[1] == 0]
+        for i, lane in order:
+            if self.stages[i].count[("B", lane)] >= self.m:
+                continue
+            self.fill_wait(i, self.arrival("B", lane, i), lane == 1 or fill_b)
+            self.put("B", lane, i)
+
+    def _forwards(self, fill_f: bool) -> None:
+        """One forward per stage that may run one, weight passes first where its stash is full."""
+        for i in range(self.p):
+            if self.stages[i].count[F1] >= self.m:
+                continue
+            f_lane = self.forward_lane(i)
+            if f_lane is None:
+                continue
+            st = self.stages[i]
+            while st.mem + 1.0 > self.cap + _EPS:
+                if not st.pending_w:
+                    raise _Stuck
+                self.put("W", 0, i)
+            self.fill_wait(i, self.arrival("F", f_lane, i), fill_f)
+            self.put("F", f_lane, i)
 
     def bubble(self) -> float:
         return self.worst_idle
