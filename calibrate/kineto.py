@@ -80,6 +80,31 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 def breakdown(events: list[dict[str, Any]]) -> Breakdown:
     """Per-kind times of a list of chrome-trace events (``ts``/``dur`` in microseconds)."""
+    _check_events(events)
+    complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+    gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
+    level = "kernel" if gpu else "cpu_op"
+    chosen = gpu or [e for e in complete if _cpu_lane_event(e)]
+    if not chosen:
+        raise UserError("KINETO_TRACE", "no GPU kernel or cpu_op events; is this a profiler trace?")
+    seconds = dict.fromkeys(KINDS, 0.0)
+    lanes: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in chosen:
+        lanes.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    busy_all: list[tuple[float, float]] = []
+    for lane in lanes.values():
+        busy_all += _classify_lane(lane, seconds)
+    start = min(s for s, _ in busy_all)
+    span = max(e for _, e in busy_all) - start
+    seconds["idle"] = (span - union_length(busy_all)) * 1e-6
+    steps = len({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+    steps = max(1, steps)
+    return Breakdown({k: v / steps for k, v in seconds.items()}, span * 1e-6 / steps, level, steps)
+
+
+def _check_events(events: list[Any]) -> None:
+    """Refuse, naming the event and field, a trace whose events are not objects or whose
+    complete events' ``ts`` or ``dur`` is not a finite number."""
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             raise UserError(
@@ -93,43 +118,31 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
                         f"KINETO_TRACE traceEvents[{i}].{key}",
                         f"{value!r} is not a number of microseconds; is this a profiler trace?",
                     )
-    complete = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
-    gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
-    level = "kernel" if gpu else "cpu_op"
-    chosen = gpu or [e for e in complete if _cpu_lane_event(e)]
-    if not chosen:
-        raise UserError("KINETO_TRACE", "no GPU kernel or cpu_op events; is this a profiler trace?")
-    seconds = dict.fromkeys(KINDS, 0.0)
-    lanes: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-    for e in chosen:
-        lanes.setdefault((e.get("pid"), e.get("tid")), []).append(e)
-    busy_all: list[tuple[float, float]] = []
-    for lane in lanes.values():
-        lane.sort(key=lambda e: (e["ts"], -e["dur"]))
-        stack: list[tuple[float, bool]] = []  # (end, owned by a classified ancestor or itself)
-        top: list[tuple[float, float]] = []
-        classified = 0.0
-        for e in lane:
-            start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if not stack:
-                top.append((start, end))
-            owned = bool(stack) and stack[-1][1]
-            kind = None if owned else classify(str(e.get("name", "")))
-            if kind:
-                seconds[kind] += e["dur"] * 1e-6
-                classified += e["dur"]
-            stack.append((end, owned or kind is not None))
-        # Owners never overlap within a lane, so the rest of the busy time is unclassified.
-        seconds["other"] += max(0.0, union_length(top) - classified) * 1e-6
-        busy_all += top
-    start = min(s for s, _ in busy_all)
-    span = max(e for _, e in busy_all) - start
-    seconds["idle"] = (span - union_length(busy_all)) * 1e-6
-    steps = len({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
-    steps = max(1, steps)
-    return Breakdown({k: v / steps for k, v in seconds.items()}, span * 1e-6 / steps, level, steps)
+
+
+def _classify_lane(lane: list[dict[str, Any]], seconds: dict[str, float]) -> list[tuple[float, float]]:
+    """Add one lane's (pid, tid) event times to ``seconds`` by kind, an event inside a
+    classified one counted with it and the rest of the busy time as ``other``; returns the
+    lane's top-level (start, end) intervals in microseconds. Sorts ``lane`` in place."""
+    lane.sort(key=lambda e: (e["ts"], -e["dur"]))
+    stack: list[tuple[float, bool]] = []  # (end, owned by a classified ancestor or itself)
+    top: list[tuple[float, float]] = []
+    classified = 0.0
+    for e in lane:
+        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if not stack:
+            top.append((start, end))
+        owned = bool(stack) and stack[-1][1]
+        kind = None if owned else classify(str(e.get("name", "")))
+        if kind:
+            seconds[kind] += e["dur"] * 1e-6
+            classified += e["dur"]
+        stack.append((end, owned or kind is not None))
+    # Owners never overlap within a lane, so the rest of the busy time is unclassified.
+    seconds["other"] += max(0.0, union_length(top) - classified) * 1e-6
+    return top
 
 
 #: the first bytes of a gzip stream (RFC 1952): torch.profiler.tensorboard_trace_handler's
