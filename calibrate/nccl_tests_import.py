@@ -441,9 +441,9 @@ def _op_of_file_name(name: str) -> tuple[str, str] | None:
     return words, op
 
 
-def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
-    """Settle the run's op and rank count, refusing an ``--op``/``--gpus`` the log contradicts,
-    and check each row's busbw against the nccl-tests formula."""
+def _settle_op(log: NcclLog, path: Path, op: str | None) -> str:
+    """The run's collective: the log's own, else its file name's, else ``--op``; an ``--op``
+    either contradicts is refused, as is a run none of them names."""
     named = _op_of_file_name(path.name)
     if op and log.op and op != log.op:
         raise UserError(
@@ -466,16 +466,23 @@ def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> No
             "cannot tell the collective (the log names no '*_perf' binary and the file name no "
             "single op such as all_gather); pass --op, or import this file on its own with it",
         )
+    return log.op
+
+
+def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> None:
+    """Settle the run's op and rank count, refusing an ``--op``/``--gpus`` the log contradicts,
+    and check each row's busbw against the nccl-tests formula."""
+    settled = _settle_op(log, path, op)
     fix = _fix(log, gpus)
     if log.redop is not None:
         redop, line = log.redop
-        if log.op not in _ANY_REDOP_OPS and (redop != "none") != (log.op in _REDUCING_OPS):
+        if settled not in _ANY_REDOP_OPS and (redop != "none") != (settled in _REDUCING_OPS):
             said = (
                 f"a reduction ('{redop}'): an all_reduce or reduce_scatter run"
                 if redop != "none"
                 else "no reduction (redop 'none'): not an all_reduce or reduce_scatter run"
             )
-            raise _bad(log.path, line, f"the rows carry {said}, where the op is {log.op} ({log.op_from}); {fix}")
+            raise _bad(log.path, line, f"the rows carry {said}, where the op is {settled} ({log.op_from}); {fix}")
     if gpus and log.hosts and gpus != len(log.hosts):
         raise UserError(
             log.where,
@@ -487,15 +494,15 @@ def _check_run(log: NcclLog, path: Path, op: str | None, gpus: int | None) -> No
     if log.gpus == 0:
         raise UserError(log.where, "no '#  Rank ...' device lines; pass --gpus N")
     for size, time_s, log_bus, line in log.rows:
-        ours = busbw(log.op, size, time_s, log.gpus) / 1e9
+        ours = busbw(settled, size, time_s, log.gpus) / 1e9
         if abs(ours - log_bus) > _BUSBW_RTOL * max(log_bus, 1e-9) + 0.01:
             ratio = log_bus / (size / time_s / 1e9)
             raise _bad(
                 log.path,
                 line,
-                f"busbw {log_bus} GB/s disagrees with the nccl-tests {log.op} formula for "
+                f"busbw {log_bus} GB/s disagrees with the nccl-tests {settled} formula for "
                 f"{log.gpus} GPUs ({ours:.2f}): the log's busbw/algbw {ratio:.3f} is "
-                f"{_factor_of(ratio, log.op, log.gpus)}; {fix}",
+                f"{_factor_of(ratio, settled, log.gpus)}; {fix}",
             )
 
 
