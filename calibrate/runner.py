@@ -373,33 +373,7 @@ def run(cfg: RunConfig) -> int:
             ctx.barrier()
         current = "writing the profile"
         if ctx.is_main:
-            machine = Machine(
-                name=device_name(ctx.device),
-                memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
-                gpus_per_node=ctx.local_world,
-                sm_count=device_sm_count(ctx.device),
-                compute_capability=device_compute_capability(ctx.device),
-                host_cpu=host_cpu(),
-                host_memory_bytes=host_memory_bytes(),
-            )
-            profile = build_profile(measured, prov, cfg.base, machine)
-            _write_profile(cfg.out, partial, profile)
-            print(f"wrote {cfg.out}", file=sys.stderr)
-            if not ctx.groups:
-                print(
-                    "note: one process times no collectives (the profile's NVLink and NIC "
-                    "figures are not measured: see its sources:); to time them, launch a rank "
-                    "per GPU: torchrun --nproc-per-node N -m calibrate ...",
-                    file=sys.stderr,
-                )
-            elapsed = time.monotonic() - started
-            try:
-                lines = summary_lines(profile, measured, cfg.out, elapsed, len(steps), cfg.base)
-            except (KeyError, TypeError, ValueError) as exc:  # the profile is on disk: a gap in
-                # its digest must not turn the finished run into a failure
-                lines = [f"note: no summary ({type(exc).__name__}: {exc}); the profile's sources: section says what was measured"]
-            for line in lines:
-                print(line, file=sys.stderr)
+            _write_and_summarise(cfg, ctx, measured, prov, len(steps), started)
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as
         # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
         # teardown (calibrate/__main__.py), which had stopped rank 0 while it wrote: the
@@ -419,6 +393,41 @@ def run(cfg: RunConfig) -> int:
         return 1
     finally:
         shutdown(ctx)
+
+
+def _write_and_summarise(
+    cfg: RunConfig, ctx: DistContext, measured: Measurements, prov: dict[str, object], steps: int, started: float
+) -> None:
+    """Rank 0's end of a run: build the profile from the measurements, write it (dropping the
+    partial file) and print what it holds."""
+    partial = partial_path(cfg.out)
+    machine = Machine(
+        name=device_name(ctx.device),
+        memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),
+        gpus_per_node=ctx.local_world,
+        sm_count=device_sm_count(ctx.device),
+        compute_capability=device_compute_capability(ctx.device),
+        host_cpu=host_cpu(),
+        host_memory_bytes=host_memory_bytes(),
+    )
+    profile = build_profile(measured, prov, cfg.base, machine)
+    _write_profile(cfg.out, partial, profile)
+    print(f"wrote {cfg.out}", file=sys.stderr)
+    if not ctx.groups:
+        print(
+            "note: one process times no collectives (the profile's NVLink and NIC "
+            "figures are not measured: see its sources:); to time them, launch a rank "
+            "per GPU: torchrun --nproc-per-node N -m calibrate ...",
+            file=sys.stderr,
+        )
+    elapsed = time.monotonic() - started
+    try:
+        lines = summary_lines(profile, measured, cfg.out, elapsed, steps, cfg.base)
+    except (KeyError, TypeError, ValueError) as exc:  # the profile is on disk: a gap in
+        # its digest must not turn the finished run into a failure
+        lines = [f"note: no summary ({type(exc).__name__}: {exc}); the profile's sources: section says what was measured"]
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _write_profile(out: Path, partial: Path, profile: dict[str, object]) -> None:
