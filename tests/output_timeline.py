@@ -10,6 +10,7 @@ step is (m+p-1)(F+B) and stage 0 stashes p microbatches of activations (same pap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -143,14 +144,18 @@ def make_1f1b(
         if op == "B" and stage > 0:
             transfer(stage, stage - 1, "B", mb, end)
 
-    for s in range(p):
-        if dp_comm > 0:
-            t = max(lanes.at(s, "compute"), lanes.at(s, "comm_dp"))
-            add(s, "comm_dp", "all_reduce", "dp", "dp_grad_ar", -1, -1, t, t + dp_comm, 1e9)
-            t0 = t + dp_comm
-            add(s, "compute", "optimizer", "", "adam", -1, -1, t0, t0 + 0.2)
-
+    if dp_comm > 0:
+        _dp_and_optimizer(add, lanes, p, dp_comm)
     return _assemble(rows, mem_steps, p, m, tp, dp, static_bytes)
+
+
+def _dp_and_optimizer(add: Callable[..., None], lanes: _Lanes, p: int, dp_comm: float) -> None:
+    """Each stage's DP gradient all-reduce after its last backward, then its optimizer step."""
+    for s in range(p):
+        t = max(lanes.at(s, "compute"), lanes.at(s, "comm_dp"))
+        add(s, "comm_dp", "all_reduce", "dp", "dp_grad_ar", -1, -1, t, t + dp_comm, 1e9)
+        t0 = t + dp_comm
+        add(s, "compute", "optimizer", "", "adam", -1, -1, t0, t0 + 0.2)
 
 
 def _assemble(rows, mem_steps, p, m, tp, dp, static_bytes) -> Timeline:

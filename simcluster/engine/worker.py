@@ -254,21 +254,26 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._host_wait(issued, mb, chunk, seg.layer, record=lane is None)
                 yield from self._comm(seg, mb, chunk, ticket)
                 continue
-            issued = self._issue(seg.host)
-            if seg.seconds > 0 or seg.host > 0:
-                if lane is not None:
-                    req = yield from lane.acquire()
-                    with req:
-                        yield from self._host_compute(seg, kind, mb, chunk, issued)
-                else:
-                    yield from self._host_compute(seg, kind, mb, chunk, issued)
-            if seg.sync:
-                self._host_sync(seg.sync_s)
+            yield from self._compute_segment(seg, kind, mb, chunk, lane)
             for p in pending:
                 yield p
             pending = []
         for p in pending:
             yield p
+
+    def _compute_segment(self, seg: Compute, kind: str, mb: int, chunk: int, lane: Lane | None) -> Generator:
+        """One compute block: issued by the host, run on the compute stream (in this op's turn
+        when two ops share it), then the host's sync on its result where it has one."""
+        issued = self._issue(seg.host)
+        if seg.seconds > 0 or seg.host > 0:
+            if lane is not None:
+                req = yield from lane.acquire()
+                with req:
+                    yield from self._host_compute(seg, kind, mb, chunk, issued)
+            else:
+                yield from self._host_compute(seg, kind, mb, chunk, issued)
+        if seg.sync:
+            self._host_sync(seg.sync_s)
 
     def _take_tickets(self, segments: tuple[Segment, ...] | list[Segment], i: int, tickets: dict[int, int]) -> None:
         """Places in the issue order for the run of collectives the host enqueues with
