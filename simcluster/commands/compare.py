@@ -60,7 +60,6 @@ if TYPE_CHECKING:  # matplotlib is imported only when --out draws; the others wh
     from simcluster.inert import InertNote
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenarios", nargs="+", metavar="SCENARIO",

@@ -13,6 +13,7 @@ from simcluster.errors import UserError
 from simcluster.hf_import import read_config
 from simcluster.importers import IMPORTERS, Imported, ImportOptions, import_config
 from simcluster.importers.result import IMPORTED_MARK, body_digest, recorded_digest
+from simcluster.importers.run_length import run_tokens
 from simcluster.scenario import parse_set, scenario_from_dict
 from simcluster.scenario.loading import apply_overrides
 
@@ -169,11 +170,10 @@ def imported_scenario(args: argparse.Namespace) -> Imported:
         ) from None
     if result.run_tokens is None and result.run_steps is not None:
         steps, flag = result.run_steps
-        batch, seq = ctx.layout.global_batch, ctx.scenario.training.seq_len
-        result.run_tokens = (
-            steps * batch * seq,
-            f"{flag} {steps:,} x global batch {batch:,} (micro-batch x dp, as no batch is given) x sequence {seq:,}",
-        )
+        result.run_tokens = run_tokens(
+            ctx.scenario.training.seq_len, ctx.layout.global_batch, iters=steps, names=("samples", flag),
+            batch_note=" (micro-batch x dp, as no batch is given)",
+        )  # fmt: skip
     return result
 
 

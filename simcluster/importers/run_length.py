@@ -26,10 +26,12 @@ def whole(value: Any) -> int | None:
 
 
 def run_tokens(
-    seq_len: Any, global_batch: Any, samples: Any = None, iters: Any = None, names: tuple[str, str] = ("samples", "steps")
-) -> tuple[int, str] | None:
+    seq_len: Any, global_batch: Any, samples: Any = None, iters: Any = None, names: tuple[str, str] = ("samples", "steps"),
+    batch_note: str = "",
+) -> tuple[int, str] | None:  # fmt: skip
     """The run's tokens and how they were read: ``samples`` x ``seq_len`` where samples are given,
-    else ``iters`` x ``global_batch`` x ``seq_len`` (``names``: what the config calls them)."""
+    else ``iters`` x ``global_batch`` x ``seq_len`` (``names``: what the config calls them;
+    ``batch_note``: said after the batch, where it was not read from the config)."""
     seq, batch = whole(seq_len), whole(global_batch)
     if seq is None:
         return None
@@ -38,7 +40,7 @@ def run_tokens(
         return count * seq, f"{names[0]} {count:,} x sequence {seq:,}"
     count = whole(iters)
     if count is not None and batch is not None:
-        return count * batch * seq, f"{names[1]} {count:,} x global batch {batch:,} x sequence {seq:,}"
+        return count * batch * seq, f"{names[1]} {count:,} x global batch {batch:,}{batch_note} x sequence {seq:,}"
     return None
 
 
