@@ -373,7 +373,7 @@ def run(cfg: RunConfig) -> int:
             ctx.barrier()
         current = "writing the profile"
         if ctx.is_main:
-            _write_and_summarise(cfg, ctx, measured, prov, len(steps), started)
+            _write_and_summarise(cfg, ctx, measured, prov, partial, len(steps), started)
         # The other ranks leave only once the profile is on disk: torchrun stops every rank as
         # soon as one exits non-zero, and a gloo rank's exit now and then aborts in its C++
         # teardown (calibrate/__main__.py), which had stopped rank 0 while it wrote: the
@@ -396,11 +396,11 @@ def run(cfg: RunConfig) -> int:
 
 
 def _write_and_summarise(
-    cfg: RunConfig, ctx: DistContext, measured: Measurements, prov: dict[str, object], steps: int, started: float
-) -> None:
+    cfg: RunConfig, ctx: DistContext, measured: Measurements, prov: dict[str, object], partial: Path,
+    steps: int, started: float,
+) -> None:  # fmt: skip
     """Rank 0's end of a run: build the profile from the measurements, write it (dropping the
-    partial file) and print what it holds."""
-    partial = partial_path(cfg.out)
+    ``partial`` file) and print what it holds."""
     machine = Machine(
         name=device_name(ctx.device),
         memory_bytes=device_memory_bytes(ctx.device, ctx.local_world),

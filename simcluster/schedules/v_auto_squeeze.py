@@ -154,7 +154,8 @@ def _input_done(
     kind: str, mb: int, j: int, slots: list[dict[str, list[int]]], dep: tuple[int, str] | None, s: int
 ) -> bool:
     """Whether the input of stage ``s``'s next ``kind`` pass (its ``mb``-th) is done before slot
-    ``j``: the other stage's pass it waits for, else its own forward of that microbatch."""
+    ``j``: the other stage's pass it waits for, else the pass before it on its own stage
+    (``_LOCAL``: f after F, B after f, ...); a first-stage F waits for nothing."""
     if dep is not None:
         theirs = slots[dep[0]][dep[1]]
         return len(theirs) > mb and theirs[mb] < j
