@@ -565,34 +565,44 @@ def _local_pattern(local: list[bool], field: str, size: int) -> dict[str, Any]:
     raise Unsupported("layer_types is not a periodic pattern with the global layer last")
 
 
+def _llama4_moe(cfg: dict[str, Any], data: dict[str, Any]) -> None:
+    """Llama 4's expert widths, shared expert and MoE layer pattern."""
+    # Llama4TextMoe: routed experts and one shared expert of intermediate_size; the dense
+    # layers between them (interleave_moe_layer_step) are intermediate_size_mlp wide
+    data["expert_ffn"] = cfg.get("intermediate_size") or 0
+    data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
+    data["shared_experts"] = 1
+    # Llama4TextConfig.moe_layers, when given, replaces interleave_moe_layer_step's
+    # range(step - 1, layers, step): only that pattern is model.moe_every
+    listed, step = cfg.get("moe_layers"), int(cfg.get("interleave_moe_layer_step") or 1)
+    layers = int(data.get("layers") or 0)
+    if isinstance(listed, list) and sorted(listed) != list(range(step - 1, layers, step)):
+        raise Unsupported(
+            f"moe_layers {listed}: only every interleave_moe_layer_step-th layer ({step}) can be "
+            "expressed (model.moe_every)"
+        )
+
+
+def _qwen_shared_expert(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
+    """Qwen-MoE's shared expert, counted in routed-expert widths, and its gate."""
+    # Qwen2MoeSparseMoeBlock: one shared expert of shared_expert_intermediate_size, costed
+    # as that many routed-expert widths (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408)
+    shared = cfg.get("shared_expert_intermediate_size") or 0
+    if data["expert_ffn"] and shared % data["expert_ffn"]:
+        raise Unsupported(
+            f"shared_expert_intermediate_size {shared} is not a multiple of moe_intermediate_size "
+            f"{data['expert_ffn']}; model.shared_experts counts experts of that width"
+        )
+    data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
+    # its shared_expert_gate: nn.Linear(hidden, 1, bias=False), sigmoid-scaling the output
+    data["shared_expert_gate"] = model_type == "qwen2_moe" and data["shared_experts"] > 0
+
+
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
     if model_type.startswith("llama4") and data.get("experts"):
-        # Llama4TextMoe: routed experts and one shared expert of intermediate_size; the dense
-        # layers between them (interleave_moe_layer_step) are intermediate_size_mlp wide
-        data["expert_ffn"] = cfg.get("intermediate_size") or 0
-        data["ffn"] = cfg.get("intermediate_size_mlp") or data["expert_ffn"]
-        data["shared_experts"] = 1
-        # Llama4TextConfig.moe_layers, when given, replaces interleave_moe_layer_step's
-        # range(step - 1, layers, step): only that pattern is model.moe_every
-        listed, step = cfg.get("moe_layers"), int(cfg.get("interleave_moe_layer_step") or 1)
-        layers = int(data.get("layers") or 0)
-        if isinstance(listed, list) and sorted(listed) != list(range(step - 1, layers, step)):
-            raise Unsupported(
-                f"moe_layers {listed}: only every interleave_moe_layer_step-th layer ({step}) can be "
-                "expressed (model.moe_every)"
-            )
+        _llama4_moe(cfg, data)
     if model_type.startswith("qwen") and "expert_ffn" in data and "shared_expert_intermediate_size" in cfg:
-        # Qwen2MoeSparseMoeBlock: one shared expert of shared_expert_intermediate_size, costed
-        # as that many routed-expert widths (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408)
-        shared = cfg.get("shared_expert_intermediate_size") or 0
-        if data["expert_ffn"] and shared % data["expert_ffn"]:
-            raise Unsupported(
-                f"shared_expert_intermediate_size {shared} is not a multiple of moe_intermediate_size "
-                f"{data['expert_ffn']}; model.shared_experts counts experts of that width"
-            )
-        data["shared_experts"] = shared // data["expert_ffn"] if data["expert_ffn"] else 0
-        # its shared_expert_gate: nn.Linear(hidden, 1, bias=False), sigmoid-scaling the output
-        data["shared_expert_gate"] = model_type == "qwen2_moe" and data["shared_experts"] > 0
+        _qwen_shared_expert(cfg, model_type, data)
     freq = cfg.get("moe_layer_freq")
     if model_type.startswith("deepseek") and data.get("experts") and freq not in (None, 1):
         # DeepseekV3DecoderLayer: MoE when layer_idx % moe_layer_freq == 0, a phase

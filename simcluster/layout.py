@@ -176,6 +176,13 @@ class Layout:
             # the cp group cut into all-to-all runs of cp_a2a consecutive ranks (cpa); the ranks
             # at the same place of every run form the ring (cpr)
             return _run_or_stride(self.group("cp", rank), rank, self.cp_a2a, dim == "cpa")
+        if dim in ("ep", "edp", "etp"):
+            return self._expert_group(dim, c["pp"], rank)
+        return self._sharding_group(dim, rank)
+
+    def _sharding_group(self, dim: str, rank: int) -> list[int]:
+        """``rank``'s group of a sharded data-parallel level: hybrid sharding's (dps, dpr,
+        edps, edpr) and ZeRO++'s (dph, dpl, dpx)."""
         if dim in ("dps", "dpr"):
             # hybrid sharding: the dp x cp group (cp innermost) cut into runs of zero_group
             # ranks that shard the state (dps); the ranks at the same place in every run hold
@@ -191,8 +198,6 @@ class Layout:
             full = self.group("dps", rank)
             local = sum(1 for r in full if r // self.gpus_per_node == rank // self.gpus_per_node)
             return _run_or_stride(full, rank, local, dim == "dpl")
-        if dim in ("ep", "edp", "etp"):
-            return self._expert_group(dim, c["pp"], rank)
         if dim in ("edps", "edpr"):
             # hybrid sharding of the experts: the expert-data-parallel ranks inside rank's
             # dense replica (edps), and those at the same place in every replica (edpr)

@@ -122,12 +122,8 @@ def make_1f1b(
     cursor = dict.fromkeys(range(p), 0)
 
     def ready_time(stage):
-        op, mb = orders[stage][cursor[stage]]
-        if op == "F":
-            dep = 0.0 if stage == 0 else arrived.get(("F", mb, stage))
-        else:
-            dep = done.get(("F", mb, stage)) if stage == p - 1 else arrived.get(("B", mb, stage))
-        return None if dep is None else max(dep, lanes.at(stage, "compute"))
+        op_mb = orders[stage][cursor[stage]]
+        return _ready_time(op_mb, stage, p, done, arrived, lanes)
 
     # List scheduling: always run the runnable op that can start earliest, so lanes fill in
     # time order and no lane ever needs an event inserted before its last one.
@@ -147,6 +143,24 @@ def make_1f1b(
     if dp_comm > 0:
         _dp_and_optimizer(add, lanes, p, dp_comm)
     return _assemble(rows, mem_steps, p, m, tp, dp, static_bytes)
+
+
+def _ready_time(
+    op_mb: tuple[str, int],
+    stage: int,
+    p: int,
+    done: dict[tuple[str, int, int], float],
+    arrived: dict[tuple[str, int, int], float],
+    lanes: _Lanes,
+) -> float | None:
+    """When ``stage`` can start its next op: its input there (the F's activation, the B's
+    gradient, or on the last stage its own F) and its compute lane free; None until then."""
+    op, mb = op_mb
+    if op == "F":
+        dep = 0.0 if stage == 0 else arrived.get(("F", mb, stage))
+    else:
+        dep = done.get(("F", mb, stage)) if stage == p - 1 else arrived.get(("B", mb, stage))
+    return None if dep is None else max(dep, lanes.at(stage, "compute"))
 
 
 def _dp_and_optimizer(add: Callable[..., None], lanes: _Lanes, p: int, dp_comm: float) -> None:

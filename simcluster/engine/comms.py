@@ -209,16 +209,9 @@ class Comms:
             if held:
                 assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.enter(rank, held)
-            if op == "send_recv":  # ring exchange with the next rank of the group (CP)
-                yield from self._ring_step(rank, stage, group, members, nbytes)
-            elif group in CROSS_STAGE:
-                # the event starts when the partner arrives: the wait for it is pipeline
-                # imbalance (the last stage finishes its backward first), not communication
-                start = yield self._join(rank, group, op, members, nbytes, stage)
-            elif self.all_ranks:
-                yield self._join(rank, group, op, members, nbytes, stage, redop)
-            else:
-                yield self.network.collective(op, self.stage_groups(dim, stage), nbytes, redop=redop)
+            joined = yield from self._move(rank, stage, op, group, dim, members, nbytes, redop)
+            if joined is not None:
+                start = joined
             if held:
                 assert self.sm_share is not None  # held is nonzero only with a share (above)
                 self.sm_share.leave(rank, held)
@@ -239,6 +232,24 @@ class Comms:
             )
         finally:
             slot.give()
+
+    def _move(
+        self, rank: int, stage: int, op: str, group: str, dim: str, members: list[int],
+        nbytes: float, redop: str,
+    ) -> Generator[simpy.Event, Any, float | None]:  # fmt: skip
+        """The collective's data movement, once it holds its stream; returns when the event
+        starts instead of now (a cross-stage partner's arrival), else None."""
+        if op == "send_recv":  # ring exchange with the next rank of the group (CP)
+            yield from self._ring_step(rank, stage, group, members, nbytes)
+        elif group in CROSS_STAGE:
+            # the event starts when the partner arrives: the wait for it is pipeline
+            # imbalance (the last stage finishes its backward first), not communication
+            return (yield self._join(rank, group, op, members, nbytes, stage))
+        elif self.all_ranks:
+            yield self._join(rank, group, op, members, nbytes, stage, redop)
+        else:
+            yield self.network.collective(op, self.stage_groups(dim, stage), nbytes, redop=redop)
+        return None
 
     def _ring_step(
         self, rank: int, stage: int, group: str, members: list[int], nbytes: float

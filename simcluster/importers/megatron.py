@@ -612,13 +612,7 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             raise UserError(f"--{flag}", "the launch line does not give it (Megatron requires it)")
     if "global_batch" not in training:
         training["grad_accum"] = 1  # arguments.py: global_batch_size = micro_batch_size x dp
-    precision = "bf16" if flags.has("bf16") else "fp16" if flags.has("fp16") else "fp32"
-    if flags.choice("fp8-format", {"e4m3": "fp8", "hybrid": "fp8"}):
-        precision = "fp8"
-        training["fp8_recipe"] = flags.choice("fp8-recipe", _FP8_RECIPES) or "delayed"
-    if flags.choice("fp4-format", {"e2m1": "nvfp4"}):
-        precision = "nvfp4"
-    training["precision"] = precision
+    precision = training["precision"] = _precision(flags, training)
     # arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32 (unless --grad-reduce-in-bf16);
     # under DeepSpeed its optimizer decides (the deepspeed preset, by ZeRO stage)
     if framework == "deepspeed":
@@ -633,6 +627,24 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         training["grad_accum_fusion"] = False
     _recompute(flags, training, out)
     _optimizer_and_buckets(flags, sc)
+    _attention_backend(flags, sc, out)
+
+
+def _precision(flags: Flags, training: dict[str, Any]) -> str:
+    """``training.precision`` from the dtype flags (FP8's recipe set in ``training`` too)."""
+    precision = "bf16" if flags.has("bf16") else "fp16" if flags.has("fp16") else "fp32"
+    if flags.choice("fp8-format", {"e4m3": "fp8", "hybrid": "fp8"}):
+        precision = "fp8"
+        training["fp8_recipe"] = flags.choice("fp8-recipe", _FP8_RECIPES) or "delayed"
+    if flags.choice("fp4-format", {"e2m1": "nvfp4"}):
+        precision = "nvfp4"
+    return precision
+
+
+def _attention_backend(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    """The flash-attention and ``--attention-backend`` flags as ``training.flash_attention``
+    (and cuDNN's kernel for the fused backend)."""
+    training = sc["training"]
     # Megatron-DeepSpeed's --use-flash-attn-v1/-v2/-triton, Megatron-LM's --use-flash-attn
     if any(
         [

@@ -150,15 +150,20 @@ class _Splitter:
         elif ch in " \t":
             self.end_word()
         elif sep := next((s for s in _SEPARATORS if text.startswith(s, i)), None):
-            if sep in _CHAIN and (self.words or self.word):
-                self.end_word()
-                self.words.append(sep)
-            else:
-                self.end_statement()
-            return i + len(sep)
+            return self._separator(i, sep)
         else:
             self.word.append(ch)
         return i + 1
+
+    def _separator(self, i: int, sep: str) -> int:
+        """``sep`` at ``i``: a chain (``&&``, ``||``) kept as a word of the statement it
+        joins, any other separator ends the statement."""
+        if sep in _CHAIN and (self.words or self.word):
+            self.end_word()
+            self.words.append(sep)
+        else:
+            self.end_statement()
+        return i + len(sep)
 
     def _substitution(self, i: int) -> int:
         """Keep ``$( ... )`` or ``$(( ... ))`` from ``i`` whole in the word."""

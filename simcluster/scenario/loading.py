@@ -246,20 +246,7 @@ def _format_one(err: Any, unset: list[str] | None) -> UserError:
     field = ".".join(loc)
     kind = err["type"]
     if kind == "extra_forbidden":
-        parent = loc[:-1]
-        model: type[BaseModel] = Scenario
-        for part in parent:
-            sub = model.model_fields.get(part)
-            if sub is None or not (
-                isinstance(sub.annotation, type) and issubclass(sub.annotation, BaseModel)
-            ):
-                break
-            model = sub.annotation
-        hint = did_you_mean(loc[-1], model.model_fields)
-        home = _section_of(loc[-1], exclude=loc[0]) if len(loc) == 2 and not hint else None
-        if home is not None:
-            return UserError(field, f"belongs in {home.split('.')[0]}, not {loc[0]}; write it as {home}")
-        return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
+        return _unknown_key(loc)
     if kind == "missing":
         if field in (unset or ()):
             return UserError(
@@ -286,6 +273,23 @@ def _format_one(err: Any, unset: list[str] | None) -> UserError:
             "(tokens per step, 1M = 2^20) or a whole number of sequences",
         )
     return UserError(field, f"{err['msg'].lower()} (got {got!r})")
+
+
+def _unknown_key(loc: list[str]) -> UserError:
+    """An unknown key at ``loc``: the key it was likely meant to be, or the section it belongs
+    in when it is another section's key written one level off."""
+    field = ".".join(loc)
+    model: type[BaseModel] = Scenario
+    for part in loc[:-1]:
+        sub = model.model_fields.get(part)
+        if sub is None or not (isinstance(sub.annotation, type) and issubclass(sub.annotation, BaseModel)):
+            break
+        model = sub.annotation
+    hint = did_you_mean(loc[-1], model.model_fields)
+    home = _section_of(loc[-1], exclude=loc[0]) if len(loc) == 2 and not hint else None
+    if home is not None:
+        return UserError(field, f"belongs in {home.split('.')[0]}, not {loc[0]}; write it as {home}")
+    return UserError(field, f"unknown key{hint}; remove it or fix the spelling")
 
 
 def _section_of(key: str, exclude: str) -> str | None:

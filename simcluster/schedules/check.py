@@ -7,7 +7,7 @@ sharing, to check that the order is deadlock-free and to measure the textbook bu
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simcluster.schedules.base import PipeOp, Schedule, ScheduleSpec, upstream
 
@@ -75,63 +75,83 @@ def replay(
     ``overlap`` starts together with the op before it and the pair lasts ``t_fb`` (default:
     the two durations summed). Raises ValueError naming the stuck ops on deadlock.
     """
-    times = OpTimes(t_f, t_b, t_w, t_fb)
-    done: dict[tuple[int, str, int, int], float] = {}
-    head = [0] * spec.p
-    free = [0.0] * spec.p
-    out: Timeline = [[] for _ in range(spec.p)]
-    deps = [
+    run = _Replay(ops, OpTimes(t_f, t_b, t_w, t_fb), t_comm, deps=[
         [upstream(schedule, spec, s, op) for op in stage_ops] for s, stage_ops in enumerate(ops)
-    ]
-
-    def ready_at(stage: int, i: int) -> float | None:
-        dep = deps[stage][i]
-        if dep is None:
-            return free[stage]
-        end = done.get(dep)
-        if end is None:
-            return None
-        return max(free[stage], end + (t_comm if dep[0] != stage else 0.0))
-
-    def finish(stage: int, op: PipeOp, start: float, end: float) -> None:
-        out[stage].append((op, start, end))
-        phase = "F" if op.kind == "F" else ("B" if op.kind in ("B", "BW") else "W")
-        done[(stage, phase, op.microbatch, op.chunk)] = end
-
+    ])  # fmt: skip
     remaining = sum(len(x) for x in ops)
     while remaining:
-        progress = False
-        for stage, stage_ops in enumerate(ops):
-            while head[stage] < len(stage_ops):
-                i = head[stage]
-                pair = i + 1 < len(stage_ops) and stage_ops[i + 1].overlap
-                start = ready_at(stage, i)
-                if start is None:
-                    break
-                if pair:
-                    second = ready_at(stage, i + 1)
-                    if second is None:
-                        break
-                    start = max(start, second)
-                    a, b = stage_ops[i], stage_ops[i + 1]
-                    length = times.fb if times.fb is not None else times.of(a) + times.of(b)
-                    finish(stage, a, start, start + length)
-                    finish(stage, b, start, start + length)
-                    step = 2
-                else:
-                    length = times.of(stage_ops[i])
-                    finish(stage, stage_ops[i], start, start + length)
-                    step = 1
-                free[stage] = start + length
-                head[stage] += step
-                remaining -= step
-                progress = True
-        if not progress:
+        ran = sum(run.advance(stage) for stage in range(spec.p))
+        if not ran:
             stuck = [
-                f"stage {s}: {ops[s][head[s]]}" for s in range(spec.p) if head[s] < len(ops[s])
+                f"stage {s}: {ops[s][run.head[s]]}" for s in range(spec.p) if run.head[s] < len(ops[s])
             ]
             raise ValueError(f"{schedule.name}: deadlock at " + "; ".join(stuck))
-    return out
+        remaining -= ran
+    return run.out
+
+
+@dataclass
+class _Replay:
+    """:func:`replay`'s state: per stage the next op, when the stage is free and what ran; the
+    end of every (stage, phase, microbatch, chunk) done."""
+
+    ops: list[list[PipeOp]]
+    times: OpTimes
+    t_comm: float
+    deps: list[list[tuple[int, str, int, int] | None]]
+    done: dict[tuple[int, str, int, int], float] = field(default_factory=dict)
+    head: list[int] = field(init=False)
+    free: list[float] = field(init=False)
+    out: Timeline = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.head = [0] * len(self.ops)
+        self.free = [0.0] * len(self.ops)
+        self.out = [[] for _ in self.ops]
+
+    def advance(self, stage: int) -> int:
+        """Run ``stage``'s ops in order while their inputs are there; how many ran."""
+        ran = 0
+        while self.head[stage] < len(self.ops[stage]) and (step := self._place(stage)):
+            self.head[stage] += step
+            ran += step
+        return ran
+
+    def _ready_at(self, stage: int, i: int) -> float | None:
+        dep = self.deps[stage][i]
+        if dep is None:
+            return self.free[stage]
+        end = self.done.get(dep)
+        if end is None:
+            return None
+        return max(self.free[stage], end + (self.t_comm if dep[0] != stage else 0.0))
+
+    def _finish(self, stage: int, op: PipeOp, start: float, end: float) -> None:
+        self.out[stage].append((op, start, end))
+        phase = "F" if op.kind == "F" else ("B" if op.kind in ("B", "BW") else "W")
+        self.done[(stage, phase, op.microbatch, op.chunk)] = end
+        self.free[stage] = end
+
+    def _place(self, stage: int) -> int:
+        """Run the op at ``stage``'s head (with its F&B partner) if its inputs are there;
+        how many ops ran (0: not ready)."""
+        stage_ops, i = self.ops[stage], self.head[stage]
+        start = self._ready_at(stage, i)
+        if start is None:
+            return 0
+        if not (i + 1 < len(stage_ops) and stage_ops[i + 1].overlap):
+            self._finish(stage, stage_ops[i], start, start + self.times.of(stage_ops[i]))
+            return 1
+        second = self._ready_at(stage, i + 1)
+        if second is None:
+            return 0
+        start = max(start, second)
+        a, b = stage_ops[i], stage_ops[i + 1]
+        times = self.times
+        length = times.fb if times.fb is not None else times.of(a) + times.of(b)
+        self._finish(stage, a, start, start + length)
+        self._finish(stage, b, start, start + length)
+        return 2
 
 
 def check_timeline(schedule: Schedule, spec: ScheduleSpec, timeline: Timeline) -> None:

@@ -163,27 +163,39 @@ class _Greedy:
         p = self.p
         self.warm_up(allow_bubble)
         for _ in range(1, self.m):
-            want = [self.wants_f(j, prioritize_b) for j in range(p)]
-            for j in range(p - 2, -1, -1):
-                want[j] = want[j] and want[j + 1]
-            for j in range(p):
-                if want[j]:
-                    self.free_memory_for(j, "F")
-                    if j > 0:
-                        self.fill_wait(j, "F", greedy)
-                    self.put(j, "F")
-            for j in range(p - 1, -1, -1):
-                self.free_memory_for(j, "B")
-                if j + 1 < p:
-                    self.fill_wait(j, "B", greedy)
-                if j == 0 and self.stages[0].done["F"] == self.m:
-                    while self.stages[0].pending_w():
-                        self.put(0, "W")
-                self.put(j, "B")
+            self._forwards(prioritize_b, greedy)
+            self._backwards(greedy)
         for j in range(p):
             while self.stages[j].pending_w():
                 self.put(j, "W")
         return [s.ops for s in self.stages]
+
+    def _forwards(self, prioritize_b: bool, greedy: bool) -> None:
+        """One round's F on every stage that wants one (a stage only when every later one
+        does), first to last."""
+        p = self.p
+        want = [self.wants_f(j, prioritize_b) for j in range(p)]
+        for j in range(p - 2, -1, -1):
+            want[j] = want[j] and want[j + 1]
+        for j in range(p):
+            if want[j]:
+                self.free_memory_for(j, "F")
+                if j > 0:
+                    self.fill_wait(j, "F", greedy)
+                self.put(j, "F")
+
+    def _backwards(self, greedy: bool) -> None:
+        """One round's B on every stage, last to first (stage 0 runs its pending W first once
+        its forwards are all done)."""
+        p = self.p
+        for j in range(p - 1, -1, -1):
+            self.free_memory_for(j, "B")
+            if j + 1 < p:
+                self.fill_wait(j, "B", greedy)
+            if j == 0 and self.stages[0].done["F"] == self.m:
+                while self.stages[0].pending_w():
+                    self.put(0, "W")
+            self.put(j, "B")
 
     def span(self) -> float:
         return max(s.free_at - (s.start or 0.0) for s in self.stages)
