@@ -61,9 +61,17 @@ def test_partly_covered_segment_loses_the_stolen_share_of_the_overlap():
     assert _timeline(10.0, [(2.0, 5.0)]) == pytest.approx(10.0 + 3.0 * 24 / 108, rel=1e-12)
 
 
-def test_overlapping_collectives_take_the_sms_once():
-    # in flight 1..4 and 3..6 = one window 1..6 (the ASSUMPTION in engine/interference.py)
-    assert _timeline(10.0, [(1.0, 4.0), (3.0, 6.0)]) == pytest.approx(10.0 + 5.0 * 24 / 108)
+def test_overlapping_collectives_each_take_their_own_sms():
+    # in flight 1..4 and 3..6: two kernels, each on 24 SMs of its own (an NCCL CTA fills an
+    # SM's registers: 640 threads x 96 registers of 65,536), so 3..4 runs on 60 of 108
+    lost = (2.0 * 24 + 1.0 * 48 + 2.0 * 24) / 108
+    assert _timeline(10.0, [(1.0, 4.0), (3.0, 6.0)]) == pytest.approx(10.0 + lost, rel=1e-12)
+
+
+def test_collectives_cannot_take_every_sm():
+    # six 24-CTA collectives at once would want 144 of 108 SMs: compute keeps one SM
+    end = _timeline(1.0, [(0.0, 1000.0)] * 6)
+    assert end == pytest.approx(108.0, rel=1e-12)
 
 
 def test_collective_starting_mid_segment_and_outlasting_it():
@@ -231,9 +239,11 @@ def test_symmetry_matches_all_ranks_with_interference(parallel):
     assert every["exposed_comm_s"] == pytest.approx(sym["exposed_comm_s"], rel=1e-9, abs=1e-12)
 
 
-def test_collectives_with_their_own_sm_counts_hold_the_largest_in_flight():
+def test_collectives_in_flight_together_hold_the_sum_of_their_sms():
     """A userbuffers bulk overlap holds its own ``num_sm`` (NeMo's H100 preset: qkv_wgrad 24,
-    fc1_wgrad 4 of 132 SMs); two in flight at once leave compute the SMs of the larger."""
+    fc1_wgrad 4 of 132 SMs); two in flight at once are two kernels, each on SMs of its own
+    (NCCL's built for one CTA per SM: ``__launch_bounds__(NCCL_MAX_NTHREADS, 1)``,
+    ``-maxrregcount=96``), so compute keeps 132 - 4 - 24 SMs while both run."""
     env = simpy.Environment()
     share = SmShare(env, 132, 0, userbuffer_sms=24)
     end: list[float] = []
@@ -252,8 +262,8 @@ def test_collectives_with_their_own_sm_counts_hold_the_largest_in_flight():
     env.process(holder(4, 0.0, 20.0))  # 4 SMs throughout
     env.process(holder(24, 2.0, 4.0))  # 24 SMs from 2 s to 4 s
     env.run()
-    # 0-2 s and after 4 s at 128/132, 2-4 s at 108/132
-    done = 2 * 128 / 132 + 2 * 108 / 132
+    # 0-2 s and after 4 s at 128/132, 2-4 s at 104/132
+    done = 2 * 128 / 132 + 2 * 104 / 132
     assert end[0] == pytest.approx(4.0 + (10.0 - done) * 132 / 128, rel=1e-12)
     assert share.held_by("tp", sms=24) == 24 and share.held_by("dp") == 0  # NCCL takes none here
 

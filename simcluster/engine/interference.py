@@ -31,11 +31,16 @@ and holds that many SMs while in flight, whatever the NCCL rule above says. An o
 ``set_sm_margin`` holds none here: its GEMM runs on the SMs left to it instead
 (``simcluster.userbuffers``); ring exchanges move data on copy engines.
 
-Several interfering collectives in flight at once hold the SMs of the largest of them: an
-ASSUMPTION (collectives on different communicators would each hold their own CTAs; on a rank
-they mostly run one after another on their streams anyway). Compute segments are re-timed
-exactly: a sleeping compute segment is interrupted whenever the rank's held SM count changes
-and continues with its remaining work at the new rate.
+Several interfering collectives in flight at once hold the sum of their SMs. They run on
+different streams (one per communicator kind, :data:`~simcluster.engine.recorder.STREAM_OF_GROUP`;
+a stream runs one collective at a time), so each is its own kernel with its own CTAs, and two
+NCCL CTAs cannot share an SM: NCCL's kernels are built for one CTA per SM
+(``__launch_bounds__(NCCL_MAX_NTHREADS, 1)`` in its generated device code) with up to 96
+registers a thread (``-maxrregcount=96``, NVIDIA/nccl makefiles/common.mk), so one 512- or
+640-thread CTA takes 49,152-61,440 of an SM's 65,536 registers and a second cannot join it.
+The compute rate is floored at one SM. Compute segments are re-timed exactly: a sleeping
+compute segment is interrupted whenever the rank's held SM count changes and continues with
+its remaining work at the new rate.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class SmShare:
     #: the most SMs a userbuffers overlap of this run holds (0: none); enables the share on a
     #: profile whose NCCL collectives take none
     userbuffer_sms: int = 0
-    # rank -> {SMs held: collectives in flight holding that many}, and the largest held now
+    # rank -> {SMs held: collectives in flight holding that many}, and their sum now
     _in_flight: dict[int, dict[int, int]] = field(default_factory=dict)
     _held_now: dict[int, int] = field(default_factory=dict)
     # processes sleeping in compute, per rank; a dict keeps insertion order (deterministic)
@@ -86,7 +91,7 @@ class SmShare:
     def _update(self, rank: int) -> bool:
         """Recount the SMs ``rank`` holds; whether that changed."""
         counts = self._in_flight[rank]
-        held = max((sms for sms, n in counts.items() if n), default=0)
+        held = sum(sms * n for sms, n in counts.items())
         changed = held != self._held_now.get(rank, 0)
         self._held_now[rank] = held
         return changed
