@@ -136,8 +136,12 @@ def test_the_hints_are_in_the_json_and_summary_json(cli, tmp_path):
 
     res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16", "--json")
     assert res.code == 0, res.err
-    hints = json.loads(res.out)["speed_hints"]
-    assert any(h.startswith("pipeline bubble 27% of the step") for h in hints)
+    summary = json.loads(res.out)
+    bubble = summary["bubble_fraction"]
+    # 1F1B at p 4, m 8: (p - 1) / (m + p - 1) = 27.3% of the step (Narayanan et al. 2021), a
+    # little more as the data-parallel buckets slow the cool-down's last backwards
+    assert 3 / 11 <= bubble <= 3 / 11 + 0.02
+    assert any(h.startswith(f"pipeline bubble {100 * bubble:.0f}% of the step") for h in summary["speed_hints"])
     res = cli("run", "llama3-8b-8xh100", "--out", str(tmp_path / "o"))
     assert res.code == 0, res.err
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["speed_hints"] == []
@@ -159,12 +163,13 @@ def test_zb_h1s_bubble_is_a_third_of_1f1bs_at_equal_passes(pp, m):
 
 def test_a_1f1b_bubble_names_the_zero_bubble_schedules_that_fit(cli):
     """Llama 3 70B, pp 4 1F1B at 8 microbatches, no framework: ZB-1p, ZB-V and ZB-2p each fit
-    and each simulates a shorter step with a smaller bubble than 1F1B's 27% (ZB-1p's near
-    ZB-H1's (p - 1)(F + B - W) from the step's own pass times)."""
+    and each simulates a shorter step with a smaller bubble than 1F1B's (3/11 = 27% analytic; 28%
+    simulated, the DP buckets slowing the cool-down) (ZB-1p's near ZB-H1's (p - 1)(F + B - W)
+    from the step's own pass times)."""
     res = cli("run", "llama3-70b-64xh100", "--set", "training.global_batch=16")
     assert res.code == 0, res.err
     line = _hint(res.out, "zero-bubble schedules")
-    assert "would fill the 27% pipeline bubble" in line
+    assert "would fill the 28% pipeline bubble" in line
     assert [part.split(" (")[0] for part in line.split(": ", 1)[1].split("; this step")[0].split("), ")] == [
         "zb-1p", "zbv", "zb-2p",
     ]  # fmt: skip
