@@ -121,14 +121,14 @@ def make_1f1b(
     orders = {s: one_f_one_b_order(p, m, s) for s in range(p)}
     cursor = dict.fromkeys(range(p), 0)
 
-    def ready_time(stage):
-        op_mb = orders[stage][cursor[stage]]
-        return _ready_time(op_mb, stage, p, done, arrived, lanes)
-
     # List scheduling: always run the runnable op that can start earliest, so lanes fill in
     # time order and no lane ever needs an event inserted before its last one.
     while any(cursor[s] < len(orders[s]) for s in range(p)):
-        runnable = [(ready_time(s), s) for s in range(p) if cursor[s] < len(orders[s])]
+        runnable = [
+            (_ready_time(orders[s][cursor[s]], s, p, done, arrived, lanes), s)
+            for s in range(p)
+            if cursor[s] < len(orders[s])
+        ]
         start, stage = min((t, s) for t, s in runnable if t is not None)
         op, mb = orders[stage][cursor[stage]]
         cursor[stage] += 1

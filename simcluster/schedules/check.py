@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from simcluster.schedules.base import PipeOp, Schedule, ScheduleSpec, upstream
+from simcluster.schedules.base import PipeOp, Schedule, ScheduleSpec, Upstream, upstream
 
 Timeline = list[list[tuple[PipeOp, float, float]]]
 
@@ -98,7 +98,7 @@ class _Replay:
     ops: list[list[PipeOp]]
     times: OpTimes
     t_comm: float
-    deps: list[list[tuple[int, str, int, int] | None]]
+    deps: list[list[Upstream | None]]  # each op's input (schedules.base.upstream)
     done: dict[tuple[int, str, int, int], float] = field(default_factory=dict)
     head: list[int] = field(init=False)
     free: list[float] = field(init=False)
