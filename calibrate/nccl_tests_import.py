@@ -442,8 +442,9 @@ def _op_of_file_name(name: str) -> tuple[str, str] | None:
 
 
 def _settle_op(log: NcclLog, path: Path, op: str | None) -> str:
-    """The run's collective: the log's own, else its file name's, else ``--op``; an ``--op``
-    either contradicts is refused, as is a run none of them names."""
+    """The run's collective: the log's own, else its file name's, else ``--op`` (recorded on
+    ``log`` with where it came from, and returned); an ``--op`` either contradicts is refused,
+    as is a run none of them names."""
     named = _op_of_file_name(path.name)
     if op and log.op and op != log.op:
         raise UserError(
