@@ -23,6 +23,17 @@ def pytest_collection_modifyitems(config, items):
     the busy one. A stable sort, so the order is the same in every worker, as xdist requires."""
     items.sort(key=lambda item: (item.name != "test_ratchet_all_quick_cases", item.get_closest_marker("slow") is None))
 
+@pytest.fixture(scope="session", autouse=True)
+def _child_tmpdir(tmp_path_factory):
+    """Processes the suite starts (torchrun above all, whose elastic agent makes a
+    ``torchelastic_*`` log directory per launch and leaves it) keep their temporary files under
+    pytest's own base temp, which pytest prunes, not in the machine's /tmp."""
+    path = tmp_path_factory.mktemp("child-tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(path))
+        yield path
+
+
 GPT_LIKE = {
     # A GPT-3-style layer (LayerNorm, GeLU, 4h MLP, MHA, dropout) as in Korthikanti et al. 2022.
     "name": "gpt-like",
