@@ -178,6 +178,23 @@ def _within(text: str, raw: float, value: float, cap: str = "1") -> str:
     return text if raw == value else f"{text}; measured {raw:.4g}, written as {value:.4g} (capped at {cap})"
 
 
+def _describe_sms(data: dict[str, Any], sm_count: int | None) -> None:
+    """The measured device's SM count, or, on a CPU, none and nothing that depends on SMs."""
+    if sm_count:
+        data["gpu"]["sm_count"] = sm_count
+        _note(
+            data, "gpu.sm_count", "measured device's multiprocessor count (torch device properties)"
+        )
+        return
+    # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
+    data["gpu"].pop("sm_count", None)
+    eff = data["efficiency"]
+    eff.pop("gemm_tile", None)  # tiles quantise over SMs: unused without them
+    _forget(data, "gpu.sm_count", "efficiency.gemm_tile")
+    eff["collective_sms"] = 0
+    _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
+
+
 def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -> None:
     for key in ("gpu", "node", "fabric", "efficiency"):
         for sub in data.get(key, {}):
@@ -190,19 +207,7 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         _note(
             data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)"
         )
-    if machine.sm_count:
-        gpu["sm_count"] = machine.sm_count
-        _note(
-            data, "gpu.sm_count", "measured device's multiprocessor count (torch device properties)"
-        )
-    else:
-        # a CPU has no SMs: no wave quantisation, and no SMs for collectives to take from compute
-        gpu.pop("sm_count", None)
-        eff = data["efficiency"]
-        eff.pop("gemm_tile", None)  # tiles quantise over SMs: unused without them
-        _forget(data, "gpu.sm_count", "efficiency.gemm_tile")
-        eff["collective_sms"] = 0
-        _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
+    _describe_sms(data, machine.sm_count)
     # NCCL's protocol caps follow the GPU generation and the host CPU (simcluster/network/
     # nccl_caps.py): the fallback's describe its machine, not this one
     for section, key, value, what in (

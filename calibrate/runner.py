@@ -198,6 +198,17 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
             lambda m: setattr(m, "host_update", hostlink.measure_host_update(link_bytes // 4)),
         )
     )
+    steps += collective_steps(cfg, ctx, timer, budget, largest, soak_dtype)
+    return steps
+
+
+def collective_steps(
+    cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float, largest: GemmShape, gemm_dtype: str
+) -> list[Step]:
+    """Every collective of every group scope at every size, then, with >= 2 ranks, the
+    ``largest`` GEMM in ``gemm_dtype`` timed under an all-reduce (their interference)."""
+    dev = ctx.device
+    steps: list[Step] = []
     for scope, (group, size) in ctx.groups.items():
         steps += [
             Step(
@@ -230,7 +241,7 @@ def plan_steps(cfg: RunConfig, ctx: DistContext) -> list[Step]:
                     m,
                     "interference",
                     interference.measure_interference(
-                        largest, soak_dtype, nbytes, dev, timer, budget
+                        largest, gemm_dtype, nbytes, dev, timer, budget
                     ),
                 ),
             )

@@ -311,6 +311,25 @@ def check_whole_nodes(gpus: int, gpus_per_node: int) -> None:
         )
 
 
+def _check_cp_attention(name: str, model: ModelSpec, fused: bool) -> None:
+    """Attention variants TransformerEngine runs under context parallelism only with one
+    algorithm: learnable sinks with a2a, MLA with the p2p ring."""
+    if model.attention_sinks and fused and name != "a2a":
+        # TransformerEngine runs softmax_type learnable under cp only through the all-to-all
+        # (NVIDIA/TransformerEngine#2148; its tests skip the rest, and #2541: p2p refuses it)
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{name}' does not run attention sinks (model.attention_sinks: TransformerEngine takes "
+            "them under context parallelism only with a2a); use a2a, or cp=1",
+        )
+    if model.mla is not None and "p2p" not in name:
+        raise UserError(
+            "parallel.cp_comm",
+            f"'{name}' does not run MLA attention (TransformerEngine takes its unequal K and V head "
+            "dims only in its p2p ring); use p2p",
+        )
+
+
 def check_cp_comm(
     name: str, cp: int, tp: int, model: ModelSpec, fused: bool = True, cp_a2a: int | None = None
 ) -> None:
@@ -337,20 +356,7 @@ def check_cp_comm(
             "flash_attention: false turns off; set training.flash_attention: true, or use "
             "parallel.cp_comm: a2a, or cp=1",
         )
-    if model.attention_sinks and fused and name != "a2a":
-        # TransformerEngine runs softmax_type learnable under cp only through the all-to-all
-        # (NVIDIA/TransformerEngine#2148; its tests skip the rest, and #2541: p2p refuses it)
-        raise UserError(
-            "parallel.cp_comm",
-            f"'{name}' does not run attention sinks (model.attention_sinks: TransformerEngine takes "
-            "them under context parallelism only with a2a); use a2a, or cp=1",
-        )
-    if model.mla is not None and "p2p" not in name:
-        raise UserError(
-            "parallel.cp_comm",
-            f"'{name}' does not run MLA attention (TransformerEngine takes its unequal K and V head "
-            "dims only in its p2p ring); use p2p",
-        )
+    _check_cp_attention(name, model, fused)
     if name == "a2a+p2p":
         if cp_a2a is None or cp_a2a < 2 or cp_a2a >= cp or cp % cp_a2a:
             raise UserError(

@@ -189,6 +189,23 @@ def _percent(key: str, raw: Any, where: str) -> Any:
     return number if factor == 0.01 else number / 100
 
 
+def _check_metric(key: str, where: str) -> None:
+    """``key`` is a metric or a spelling of one; else the error says which unit to give."""
+    if key in METRICS or key in ALIASES:
+        return
+    unit = (
+        " (give the unit: step_time_s or step_time_ms)" if "time" in key
+        else " (give the unit: tokens_per_s or samples_per_s)" if "throughput" in key
+        else ""
+    )  # fmt: skip
+    hint = unit or did_you_mean(key, (*METRICS, *ALIASES))
+    raise UserError(
+        f"{where}.{key}",
+        f"unknown metric{hint}; use one of {', '.join(METRICS)} or a spelling of them "
+        "(simcluster/measured.py ALIASES: mfu_pct, hfu, tokens_per_s_per_gpu, samples_per_s, ...)",
+    )
+
+
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
@@ -196,18 +213,7 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
         raise UserError(where, f"must be a mapping with one of {names}; e.g. measured: {{step_time_s: 1.25}}")
     measured = {_known_spelling(str(k)): v for k, v in measured.items()}
     for key in measured:
-        if key not in METRICS and key not in ALIASES:
-            unit = (
-                " (give the unit: step_time_s or step_time_ms)" if "time" in str(key)
-                else " (give the unit: tokens_per_s or samples_per_s)" if "throughput" in str(key)
-                else ""
-            )  # fmt: skip
-            hint = unit or did_you_mean(str(key), (*METRICS, *ALIASES))
-            raise UserError(
-                f"{where}.{key}",
-                f"unknown metric{hint}; use one of {names} or a spelling of them "
-                "(simcluster/measured.py ALIASES: mfu_pct, hfu, tokens_per_s_per_gpu, samples_per_s, ...)",
-            )
+        _check_metric(key, where)
     key, raw = next(iter(measured.items()))
     written, raw = raw, _percent(key, raw, f"{where}.{key}")
     value = positive_number(raw, f"{where}.{key}")

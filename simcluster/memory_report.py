@@ -62,6 +62,19 @@ class _Walk:
         if under + extra > self.top.bytes:
             self.top = WalkPeak(under + extra, part if extra > 0 else STASH, under)
 
+    def forward(self, change: float, loss: float, attention: float) -> None:
+        """An F: the stash grows by ``change``, with the loss's logit copies or the context-
+        parallel attention's working set, the larger, on top at its end."""
+        self.live += change
+        self.over(max(loss, attention), LOSS_LOGITS if loss >= attention else CP_ATTENTION)
+
+    def defer(self, op: Any, deferred: tuple[int, int, float]) -> None:
+        """After a W or BW: Megatron's deferred LM-head weight-gradient buffer of ``deferred``
+        (chunk, count, bytes) kept, for that chunk's microbatches below count."""
+        if op.chunk == deferred[0] and op.microbatch < deferred[1]:
+            self.live += deferred[2]
+            self.over(0.0, STASH)
+
 
 def walk_peak(
     ops: Sequence[Any],
@@ -104,9 +117,7 @@ def walk_peak(
         fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
         g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
         if op.kind == "F":
-            w.live += change
-            loss = transient[op.chunk] if transient else 0.0
-            w.over(max(loss, fwd), LOSS_LOGITS if loss >= fwd else CP_ATTENTION)
+            w.forward(change, transient[op.chunk] if transient else 0.0, fwd)
             continue
         if op.kind in ("B", "BW"):
             w.over(bwd, CP_ATTENTION)
@@ -117,9 +128,7 @@ def walk_peak(
             w.over(0.0, STASH)
         if op.kind in ("W", "BW"):
             w.over(g_end, WEIGHT_GRADS)
-            if op.chunk == deferred[0] and op.microbatch < deferred[1]:
-                w.live += deferred[2]
-                w.over(0.0, STASH)
+            w.defer(op, deferred)
     w.live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
         w.over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)

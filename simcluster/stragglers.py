@@ -67,6 +67,30 @@ class Stragglers:
         )
 
 
+def _check_gpu(s: Straggler, where: str, world: int, compute: dict[int, float]) -> None:
+    """A slow GPU: inside the job, listed once, with no NIC factor."""
+    assert s.gpu is not None
+    if s.nic != 1.0:
+        raise UserError(f"{where}.nic", "applies to a node; use {node: N, nic: F}")
+    if s.gpu >= world:
+        raise UserError(f"{where}.gpu", f"GPU {s.gpu} is outside the job (0..{world - 1})")
+    if s.gpu in compute:
+        raise UserError(f"{where}.gpu", f"GPU {s.gpu} is listed twice; give it once")
+
+
+def _check_node(s: Straggler, where: str, num_nodes: int, nic: dict[int, float]) -> None:
+    """A node with degraded NICs: inside a multi-node cluster, listed once, no compute factor."""
+    assert s.node is not None
+    if s.compute != 1.0:
+        raise UserError(f"{where}.compute", "applies to a GPU; use {gpu: R, compute: F}")
+    if s.node >= num_nodes:
+        raise UserError(f"{where}.node", f"node {s.node} is outside the cluster (0..{num_nodes - 1})")
+    if num_nodes < 2:
+        raise UserError(f"{where}.node", "a single-node job sends nothing over its NICs; drop the entry")
+    if s.node in nic:
+        raise UserError(f"{where}.node", f"node {s.node} is listed twice; give it once")
+
+
 def resolve(items: Sequence[Straggler], world: int, num_nodes: int) -> Stragglers:
     """Check ``simulation.stragglers`` against the cluster and index it; UserError naming the
     item's field otherwise."""
@@ -77,27 +101,11 @@ def resolve(items: Sequence[Straggler], world: int, num_nodes: int) -> Straggler
         if (s.gpu is None) == (s.node is None):
             raise UserError(where, "give exactly one of gpu (a slow GPU) or node (degraded NICs)")
         if s.gpu is not None:
-            if s.nic != 1.0:
-                raise UserError(f"{where}.nic", "applies to a node; use {node: N, nic: F}")
-            if s.gpu >= world:
-                raise UserError(f"{where}.gpu", f"GPU {s.gpu} is outside the job (0..{world - 1})")
-            if s.gpu in compute:
-                raise UserError(f"{where}.gpu", f"GPU {s.gpu} is listed twice; give it once")
+            _check_gpu(s, where, world, compute)
             compute[s.gpu] = s.compute
         else:
             assert s.node is not None
-            if s.compute != 1.0:
-                raise UserError(f"{where}.compute", "applies to a GPU; use {gpu: R, compute: F}")
-            if s.node >= num_nodes:
-                raise UserError(
-                    f"{where}.node", f"node {s.node} is outside the cluster (0..{num_nodes - 1})"
-                )
-            if num_nodes < 2:
-                raise UserError(
-                    f"{where}.node", "a single-node job sends nothing over its NICs; drop the entry"
-                )
-            if s.node in nic:
-                raise UserError(f"{where}.node", f"node {s.node} is listed twice; give it once")
+            _check_node(s, where, num_nodes, nic)
             nic[s.node] = s.nic
     return Stragglers(compute, nic)
 

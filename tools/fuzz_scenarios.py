@@ -85,13 +85,7 @@ def draw(rng: random.Random) -> dict[str, Any]:
         parallel["ep"] = rng.choice([1, 2, 4, 8])
         if rng.random() < 0.3:
             parallel["etp"] = rng.choice([1, tp])
-    schedule = rng.choice(SCHEDULES)
-    if schedule:
-        parallel["schedule"] = schedule
-    if schedule in ("interleaved", "looped-bfs", "interleaved-zb"):
-        parallel["vpp"] = rng.choice([2, 4])
-    if schedule == "v-auto":
-        parallel["activation_limit"] = rng.choice(ACTIVATION_LIMITS)
+    _draw_schedule(rng, parallel)
     framework = rng.choice(FRAMEWORKS)
     if framework:
         doc["framework"] = framework
@@ -105,6 +99,17 @@ def draw(rng: random.Random) -> dict[str, Any]:
         doc["cluster"]["nic_gbps"] = rng.choice([100, 200, 800])
     _draw_settings(rng, doc)
     return doc
+
+
+def _draw_schedule(rng: random.Random, parallel: dict[str, Any]) -> None:
+    """A pipeline schedule (or the default), with its virtual stages or activation limit."""
+    schedule = rng.choice(SCHEDULES)
+    if schedule:
+        parallel["schedule"] = schedule
+    if schedule in ("interleaved", "looped-bfs", "interleaved-zb"):
+        parallel["vpp"] = rng.choice([2, 4])
+    if schedule == "v-auto":
+        parallel["activation_limit"] = rng.choice(ACTIVATION_LIMITS)
 
 
 def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:

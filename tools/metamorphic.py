@@ -333,6 +333,17 @@ def broken(relation: Relation, base: Outcome, variant: Outcome, tolerance: float
     return f"{relation.name}: {relation.metric} {before:.6g} -> {after:.6g} ({after / before - 1:+.1%})"
 
 
+def _attempt(doc: Doc, timeout: int) -> tuple[tuple[Outcome, Any] | None, str | None]:
+    """``_simulate(doc)``, or None and what went wrong: an invalid timeline or a crash (a
+    traceback is a finding, not the end of the run)."""
+    try:
+        return _simulate(doc, timeout), None
+    except InvalidTimeline as err:
+        return None, f"invalid timeline: {err}"
+    except Exception as err:  # noqa: BLE001 - a traceback is a finding, not the end
+        return None, f"crashed: {type(err).__name__}: {err}"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -358,32 +369,22 @@ def main(argv: list[str]) -> int:
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
             doc = draw_scenario(rng, args.pairs, args.simulable)
-            try:
-                baseline = _simulate(doc, args.timeout)
-            except InvalidTimeline as err:
+            baseline, problem = _attempt(doc, args.timeout)
+            if problem:
                 findings += 1
-                finding(i, "baseline", f"invalid timeline: {err}", doc, None)
-                baseline = None
-            except Exception as err:  # noqa: BLE001 - a traceback is a finding, not the end
-                findings += 1
-                finding(i, "baseline", f"crashed: {type(err).__name__}: {err}", doc, None)
-                baseline = None
+                finding(i, "baseline", problem, doc, None)
             if baseline is not None:
                 checked += 1
                 base, profile = baseline
                 for relation in relations:
                     variant = relation.variant(doc, profile)
-                    try:
-                        result = _simulate(variant, args.timeout) if variant is not None else None
-                    except InvalidTimeline as err:
-                        findings += 1
-                        finding(i, relation.name, f"{relation.name}: invalid timeline: {err}", doc, variant)
+                    if variant is None:
                         continue
-                    except Exception as err:  # noqa: BLE001 - a traceback is a finding, not the end
+                    result, problem = _attempt(variant, args.timeout)
+                    if problem:
                         findings += 1
-                        finding(i, relation.name, f"{relation.name}: crashed: {type(err).__name__}: {err}", doc, variant)
-                        continue
-                    if result is None:
+                        finding(i, relation.name, f"{relation.name}: {problem}", doc, variant)
+                    if result is None:  # refused, too long, or the problem above
                         continue
                     variants += 1
                     line = broken(relation, base, result[0], args.tolerance)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich.console import Console
 from rich.table import Table
 
 from simcluster.accuracy_table import accuracy_line, small_expert_line
@@ -315,7 +316,6 @@ def _print(
     re-running this scenario needs (the lighter-recomputation hint's compare command)."""
     console = stdout_console()
     console.print(_summary_table(s))
-    peak = s["peak_memory_bytes"]
     if not s.get("framework"):
         console.print(
             "[dim]the scenario names no framework: unset overlaps, buckets and kernels are simcluster's defaults "
@@ -328,6 +328,17 @@ def _print(
     for hint in hints:
         # a command to copy: the terminal wraps it, Rich would break it with newlines
         console.print(hint, markup=False, soft_wrap=True)
+    _print_memory_verdict(console, s)
+    if "lighter_recompute" in s:  # memory to spare, spent on rerunning the forward
+        _print_lighter_recompute(console, s, rerun)
+    if out:
+        console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
+
+
+def _print_memory_verdict(console: Console, s: dict) -> None:
+    """Whether the peak fits: DOES NOT FIT with what would (the loss's copies, a layout), or
+    how close to the capacity it runs."""
+    peak = s["peak_memory_bytes"]
     if not s["fits_in_memory"]:
         console.print(
             f"[bold red]DOES NOT FIT[/]: peak {format_bytes(peak['max'])} exceeds the "
@@ -344,25 +355,27 @@ def _print(
     tight = tight_fit_line(peak["max"], s["capacity_bytes"])
     if tight:
         console.print(tight)
-    if "lighter_recompute" in s:  # memory to spare, spent on rerunning the forward
-        from simcluster.commands.memory import set_items
 
-        lighter = s["lighter_recompute"]
-        share = share_of_step(s, busiest(s).get("recompute", 0.0))
-        # the compare runs what this run ran (its file, hardware and --set on both sides; a
-        # variant's @ overrides apply after --set)
-        scenario, options = (rerun.scenario, rerun.options) if rerun else (s["scenario"], "")
-        variant = shlex.quote(scenario + set_items(lighter, "@", ""))
-        console.print(
-            f"recomputation is {100 * share:.0f}% of the step with {format_bytes(s['capacity_bytes'] - peak['max'])} "
-            f"of GPU memory to spare: {set_items(lighter)} fits ({format_bytes(lighter['total_bytes'])} by "
-            f"the memory walk; compare: simcluster compare {shlex.quote(scenario)} {variant}"
-            f"{' ' + options if options else ''})",
-            markup=False,
-            soft_wrap=True,
-        )
-    if out:
-        console.print(f"wrote {Path(out)}/{', '.join(written)}", soft_wrap=True, markup=False)
+
+def _print_lighter_recompute(console: Console, s: dict, rerun: Rerun | None) -> None:
+    """Memory to spare while recomputation costs time: the lighter setting that fits, with a
+    compare command that runs what this run ran."""
+    from simcluster.commands.memory import set_items
+
+    lighter, spare = s["lighter_recompute"], s["capacity_bytes"] - s["peak_memory_bytes"]["max"]
+    share = share_of_step(s, busiest(s).get("recompute", 0.0))
+    # the compare runs what this run ran (its file, hardware and --set on both sides; a
+    # variant's @ overrides apply after --set)
+    scenario, options = (rerun.scenario, rerun.options) if rerun else (s["scenario"], "")
+    variant = shlex.quote(scenario + set_items(lighter, "@", ""))
+    console.print(
+        f"recomputation is {100 * share:.0f}% of the step with {format_bytes(spare)} "
+        f"of GPU memory to spare: {set_items(lighter)} fits ({format_bytes(lighter['total_bytes'])} by "
+        f"the memory walk; compare: simcluster compare {shlex.quote(scenario)} {variant}"
+        f"{' ' + options if options else ''})",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _breakdown_label(s: dict) -> str:

@@ -264,6 +264,17 @@ def _family_table(results: list[CaseResult]) -> Table:
     return fam
 
 
+def _print_ordering(console: Console, results: list[CaseResult]) -> None:
+    """The schedule-ordering rows (Zero Bubble's tables): how many hold, and each that does not."""
+    checks = ordering_checks(results)
+    if not checks:
+        return
+    console.print(ordering_line(checks), markup=False, highlight=False)
+    for c in checks:
+        if not c.predicted_ok:
+            console.print(f"  {c.group}: {', '.join(c.violations)}")
+
+
 def _print(results: list[CaseResult], notes: bool = False) -> None:
     console = stdout_console(120)
     console.print(_cases_table(results))
@@ -288,12 +299,7 @@ def _print(results: list[CaseResult], notes: bool = False) -> None:
             f"peak memory against the {mem['n']} published figures: MAPE {mem['mape_pct']:.1f}%, "
             f"median {mem['median_ape_pct']:.1f}%, max {mem['max_ape_pct']:.1f}%"
         )
-    checks = ordering_checks(results)
-    if checks:
-        console.print(ordering_line(checks), markup=False, highlight=False)
-        for c in checks:
-            if not c.predicted_ok:
-                console.print(f"  {c.group}: {', '.join(c.violations)}")
+    _print_ordering(console, results)
     s = summarize(results)
     if s["failed"]:
         print(f"{s['failed']} case(s) failed; see the table", file=sys.stderr)

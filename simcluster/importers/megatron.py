@@ -739,6 +739,37 @@ def _partitioned(flags: Flags, granularity: str | None, training: dict[str, Any]
     training["recompute_partitioned"] = True
 
 
+def _check_recompute_method(granularity: str | None, method: str | None, layers: int | None) -> None:
+    """Megatron-Core's own refusals: full recomputation needs a method and a layer count
+    (transformer_config.py ``__post_init__``), selective takes no method (arguments.py
+    ``validate_args``)."""
+    if granularity == "full" and (method is None or layers is None):
+        raise UserError(
+            "--recompute-method" if method is None else "--recompute-num-layers",
+            "Megatron requires --recompute-method (uniform or block) and "
+            "--recompute-num-layers with --recompute-granularity full",
+        )
+    if granularity == "selective" and method is not None:
+        raise UserError(
+            "--recompute-method",
+            "Megatron refuses a recompute method with selective recomputation",
+        )
+
+
+def _recompute_modules(flags: Flags, training: dict[str, Any]) -> None:
+    """``--recompute-modules``: the selective recomputation's parts, each one simcluster costs."""
+    modules = flags.values.get("recompute-modules") if flags.has("recompute-modules") else None
+    if not modules:
+        return
+    bad = [m for m in modules if m not in _RECOMPUTE_MODULES]
+    if bad:
+        raise UserError(
+            "--recompute-modules",
+            f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
+        )
+    training["recompute_modules"] = modules
+
+
 def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     granularity = flags.choice("recompute-granularity", {"full": "full", "selective": "selective"})
     if flags.has("recompute-activations"):  # Megatron 2022: selective recomputation
@@ -752,19 +783,7 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
         granularity, method = "full", old or "uniform"
         layers = flags.integer("activations-checkpoint-num-layers")
     if old is None and not flags.has("checkpoint-activations"):
-        # transformer_config.py __post_init__: full needs a method and a layer count;
-        # arguments.py validate_args: a method is not supported with selective
-        if granularity == "full" and (method is None or layers is None):
-            raise UserError(
-                "--recompute-method" if method is None else "--recompute-num-layers",
-                "Megatron requires --recompute-method (uniform or block) and "
-                "--recompute-num-layers with --recompute-granularity full",
-            )
-        if granularity == "selective" and method is not None:
-            raise UserError(
-                "--recompute-method",
-                "Megatron refuses a recompute method with selective recomputation",
-            )
+        _check_recompute_method(granularity, method, layers)
     _partitioned(flags, granularity, training)
     if granularity is None:
         training["recompute"] = "none"
@@ -776,12 +795,4 @@ def _recompute(flags: Flags, training: dict[str, Any], out: Imported) -> None:
         out.notes.append(
             f"recompute uniform in groups of {layers} layers: every layer reruns (recompute full)"
         )
-    modules = flags.values.get("recompute-modules") if flags.has("recompute-modules") else None
-    if modules:
-        bad = [m for m in modules if m not in _RECOMPUTE_MODULES]
-        if bad:
-            raise UserError(
-                "--recompute-modules",
-                f"'{bad[0]}' cannot be imported; known: {', '.join(_RECOMPUTE_MODULES)}",
-            )
-        training["recompute_modules"] = modules
+    _recompute_modules(flags, training)

@@ -102,6 +102,32 @@ def _pattern(text: str) -> list[int]:
     return [int(v) for v in value]
 
 
+def _router_dtype(flags: Flags, section: dict[str, Any], out: Imported) -> None:
+    """``--moe-router-dtype`` fp32 as ``moe.router_dtype``; fp64 said skipped."""
+    router_dtype = flags.text("moe-router-dtype")
+    if router_dtype == "fp32":
+        section["router_dtype"] = "fp32"
+    elif router_dtype is not None:
+        out.skip(
+            f"--moe-router-dtype {router_dtype}",
+            "only fp32 is modelled (moe.router_dtype); simulated with the 16-bit router",
+        )
+
+
+def _shared_experts(flags: Flags, model: dict[str, Any]) -> None:
+    """``--moe-shared-expert-intermediate-size`` as a whole number of experts' FFN widths."""
+    shared = flags.integer("moe-shared-expert-intermediate-size")
+    if shared is None:
+        return
+    expert_ffn = model.get("expert_ffn") or model["ffn"]
+    if shared % expert_ffn:
+        raise UserError(
+            "--moe-shared-expert-intermediate-size",
+            f"{shared} is not a whole number of experts of {expert_ffn}",
+        )
+    model["shared_experts"] = shared // expert_ffn
+
+
 def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     """The MoE flags: dispatcher, capacity, shared experts and the layer pattern."""
     model = sc["model"]
@@ -126,14 +152,7 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         section["aligned_dispatch"] = True
     # --moe-router-dtype (arguments.py choices fp32, fp64): fp32 runs the gating GEMM's
     # gradients in FP32 (parallelism/expert.py router_gemm_seconds); fp64 is torch.mm in FP64
-    router_dtype = flags.text("moe-router-dtype")
-    if router_dtype == "fp32":
-        section["router_dtype"] = "fp32"
-    elif router_dtype is not None:
-        out.skip(
-            f"--moe-router-dtype {router_dtype}",
-            "only fp32 is modelled (moe.router_dtype); simulated with the 16-bit router",
-        )
+    _router_dtype(flags, section, out)
     # --moe-shared-expert-overlap: the shared experts on a side stream under the all-to-alls
     # (moe.shared_expert_overlap; Megatron-Core refuses it with a dispatcher other than alltoall)
     if flags.has("moe-shared-expert-overlap"):
@@ -143,14 +162,6 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         section["capacity_factor"] = capacity
     if sc.get("moe", {}).get("pad_to_capacity"):
         section["pad_to_capacity"] = True
-    shared = flags.integer("moe-shared-expert-intermediate-size")
-    if shared is not None:
-        expert_ffn = model.get("expert_ffn") or model["ffn"]
-        if shared % expert_ffn:
-            raise UserError(
-                "--moe-shared-expert-intermediate-size",
-                f"{shared} is not a whole number of experts of {expert_ffn}",
-            )
-        model["shared_experts"] = shared // expert_ffn
+    _shared_experts(flags, model)
     layer_pattern(flags, model, out)
     sc["moe"] = section

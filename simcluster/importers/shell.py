@@ -129,14 +129,9 @@ class _Splitter:
         """Read the character at ``i`` (with what it opens); return the index to read next."""
         text, ch = self.text, self.text[i]
         if ch == "\\" and i + 1 < len(text) and self.quote != "'":
-            if text[i + 1] != "\n":  # a backslash-newline continues the line: both dropped
-                self.word.append(text[i : i + 2])
-            return i + 2
+            return self._escape(i)
         if self.quote:
-            self.word.append(ch)
-            if ch == self.quote:
-                self.quote = ""
-            return i + 1
+            return self._quoted(i)
         if ch in "'\"`":
             self.quote = ch
             self.word.append(ch)
@@ -153,6 +148,21 @@ class _Splitter:
             return self._separator(i, sep)
         else:
             self.word.append(ch)
+        return i + 1
+
+    def _escape(self, i: int) -> int:
+        """A backslash at ``i`` and the character it escapes, kept in the word; a
+        backslash-newline continues the line, so both are dropped."""
+        if self.text[i + 1] != "\n":
+            self.word.append(self.text[i : i + 2])
+        return i + 2
+
+    def _quoted(self, i: int) -> int:
+        """The character at ``i`` inside a quote, kept; the quote's own mark closes it."""
+        ch = self.text[i]
+        self.word.append(ch)
+        if ch == self.quote:
+            self.quote = ""
         return i + 1
 
     def _separator(self, i: int, sep: str) -> int:
@@ -446,13 +456,7 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
     if words[0] in _DECLARE:
         _declare(words, state)
         return
-    prefix: dict[str, str] = {}  # NAME=VALUE before a command: that command's environment only
-    while words and (match := _ASSIGN.match(words[0])):
-        words.pop(0)
-        if not words:
-            _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
-        else:
-            prefix[match.group(1)] = _expand(match.group(3), state)
+    prefix = _assignments(words, state)
     if not words:
         return
     head = _expand(words[0], state)
@@ -474,6 +478,19 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
             state.command = expanded[k + 1 :]
             state.environment = state.environ(prefix)
             break
+
+
+def _assignments(words: list[str], state: _State) -> dict[str, str]:
+    """Take the leading NAME=VALUE words off ``words``: alone on the line they set the
+    shell's variables; before a command they are that command's environment only (returned)."""
+    prefix: dict[str, str] = {}
+    while words and (match := _ASSIGN.match(words[0])):
+        words.pop(0)
+        if not words:
+            _assign(match.group(1), match.group(3), state, append=bool(match.group(2)))
+        else:
+            prefix[match.group(1)] = _expand(match.group(3), state)
+    return prefix
 
 
 def _declare(words: list[str], state: _State) -> None:

@@ -295,6 +295,12 @@ def _pipeline(
             out.notes.append(
                 "pipeline_parallel_layers_per_stage: the stages counted over the transformer blocks only"
             )
+    _pipeline_microbatches(doc, training)
+
+
+def _pipeline_microbatches(doc: dict[str, Any], training: dict[str, Any]) -> None:
+    """The pipeline's microbatch: its size, else its count, else size 1 (torchtitan's
+    default) where the config gives a local batch to cut."""
     size = _get(doc, "pipeline_parallel_microbatch_size", *_PAR)
     count = _get(doc, "pipeline_parallel_microbatches", *_PAR)
     if size is not None:

@@ -43,20 +43,26 @@ class _Writer:
         self.slot += 1
 
 
+def _clear_warmup(row: list[str]) -> dict[str, int]:
+    """Empty ``row``'s slots before its first b; return how many of each pass they held."""
+    have = dict.fromkeys("FfBW", 0)
+    for j, kind in enumerate(row):
+        if kind == "b":
+            break
+        if kind != IDLE:
+            if kind not in have:  # a w before the first b: the fork's assertion
+                raise Infeasible
+            have[kind] += 1
+        row[j] = IDLE
+    return have
+
+
 def reorder_warmup(grid: Grid, m: int) -> Grid:
     """The warm-up rewritten as the module docstring says; then squeezed."""
     p = len(grid)
     budget = min(peak(grid), 2 * p)
     for i, row in enumerate(grid):
-        have = dict.fromkeys("FfBW", 0)
-        for j, kind in enumerate(row):
-            if kind == "b":
-                break
-            if kind != IDLE:
-                if kind not in have:  # a w before the first b: the fork's assertion
-                    raise Infeasible
-                have[kind] += 1
-            row[j] = IDLE
+        have = _clear_warmup(row)
         cap_f1 = min(i + 1, budget // 2, m, have["f"])
         cap_f0 = min(budget - min(i + 1, budget // 2, m), m, have["F"])
         out = _Writer(row, i)

@@ -138,20 +138,15 @@ class _VGreedy:
 
     # --- phases -------------------------------------------------------------------------
     def warm_up(self) -> None:
+        """Chunk 0's forwards down the pipeline, chunk 1's back up with as many more chunk-0
+        forwards before each as memory and its input's arrival allow, then forwards on
+        alternate lanes until each stage has run at least its upstream's."""
         p, m = self.p, self.m
         for j in range(p):
             self.put("F", 0, j)
         for i in range(p - 1, -1, -1):
             if i < p - 1:
-                due = self.end[("F", 1, i + 1, 0)] + self.c.comm
-                st = self.stages[i]
-                while (
-                    st.mem + 2 + 2 * i <= self.cap + _EPS
-                    and st.free_at + self.c.f <= due + _EPS
-                    and st.count[F0] < m - i
-                ):
-                    for j in range(i + 1):
-                        self.put("F", 0, j)
+                self._forwards_before_turn(i)
             self.put("F", 1, i)
         lane = 0
         for i in range(1, p):
@@ -165,6 +160,19 @@ class _VGreedy:
                 if not placed and self.stages[i].count[F1] >= m:
                     break
                 lane = 1 - lane
+
+    def _forwards_before_turn(self, i: int) -> None:
+        """Rounds of chunk-0 forwards on stages 0..i while stage i has the memory for them and
+        finishes before stage i+1's first chunk-1 output arrives."""
+        due = self.end[("F", 1, i + 1, 0)] + self.c.comm
+        st = self.stages[i]
+        while (
+            st.mem + 2 + 2 * i <= self.cap + _EPS
+            and st.free_at + self.c.f <= due + _EPS
+            and st.count[F0] < self.m - i
+        ):
+            for j in range(i + 1):
+                self.put("F", 0, j)
 
     def backward_lane(self, i: int) -> int:
         cnt = self.stages[i].count
