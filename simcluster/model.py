@@ -617,6 +617,8 @@ PRESET_ALIASES = {
     # al. 2022 title the 530B "Megatron-Turing NLG" (MT-NLG)
     "gpt3": "gpt3-175b", "gpt3-xl": "gpt3-1.3b", "bloom": "bloom-176b",
     "mt-nlg": "mt-nlg-530b", "megatron-turing-nlg": "mt-nlg-530b",
+    # LLaMA v1's 32.5B is "33B" in its paper and "30B" in Meta's download and huggyllama's repos
+    "llama-30b": "llama-33b",
 }  # fmt: skip
 
 #: what a repository id or a table adds around a model's name: the organisation

@@ -7,6 +7,8 @@ expressed in :class:`ModelSpec` its size is given, and the count must match exac
 added back.
 """
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -69,6 +71,22 @@ PUBLISHED = {
     "deepseek-v2-lite": (15.7e9, 2.4e9 + 102_400 * 2048, "DeepSeek-V2-Lite model card: 15.7B total, 2.4B activated"),
     # Black et al. 2022 (GPT-NeoX-20B), Sec. 2: 20,554,567,680 parameters
     "gpt-neox-20b": (20_554_567_680, None, "Black et al. 2022: GPT-NeoX-20B, 20,554,567,680"),
+    # LLaMA v1: Touvron et al. 2023, Table 2 (6.7B, 13.0B, 32.5B, 65.2B), to the parameter as the
+    # converted Hugging Face checkpoints count them: 7B as KerasNLP's llama_7b_en preset and
+    # meta-llama/Llama-2-7b-hf (the same shape), 13B / 30B / 65B as juncongmoo/pyllama's
+    # docs/quant/README.md prints the converted LLaMAForCausalLM modules
+    "llama-7b": (6_738_415_616, None, "Touvron et al. 2023, Table 2: 6.7B; checkpoint 6,738,415,616"),
+    "llama-13b": (13_015_864_320, None, "Touvron et al. 2023, Table 2: 13.0B; checkpoint 13,015,864,320"),
+    "llama-33b": (32_528_943_616, None, "Touvron et al. 2023, Table 2: 32.5B; checkpoint 32,528,943,616"),
+    "llama-65b": (65_285_660_672, None, "Touvron et al. 2023, Table 2: 65.2B; checkpoint 65,285,660,672"),
+    # Falcon: the checkpoints' safetensors totals (tiiuae/falcon-40b 41.8B, tiiuae/falcon-180B),
+    # which hold the lm_head that FalconForCausalLM ties to the word embeddings a second time:
+    # the presets, tied as the importer reads the configs, are one vocab x hidden matrix short
+    # (test_falcon_checkpoints_store_the_tied_head_twice); 40B and 180B by name
+    "falcon-40b": (41_835_970_560, None, "tiiuae/falcon-40b checkpoint: 41,835,970,560 (41.8B)"),
+    "falcon-180b": (179_522_565_120, None, "tiiuae/falcon-180B checkpoint: 179,522,565,120"),
+    # Databricks' DBRX announcement and databricks/dbrx-base model card: 132B total, 36B active
+    "dbrx": (132e9, 36e9, "Databricks, Introducing DBRX / dbrx-base model card: 132B total, 36B active"),
 }
 
 
@@ -84,6 +102,7 @@ def test_exact_checkpoint_counts_with_the_parts_not_modelled():
     """Where the checkpoint count is published to the parameter, the layer structure reproduces
     it exactly; the only differences are parts ModelSpec cannot express."""
     exact = {"llama2-7b", "llama2-13b", "llama2-70b", "mistral-7b"}
+    exact |= {"llama-7b", "llama-13b", "llama-33b", "llama-65b"}
     for preset in exact:
         assert load_preset(preset).params_total() == PUBLISHED[preset][0]
     # Qwen2.5-7B: bias on the Q/K/V projections only (qkv_bias): 28 layers x (3584 + 2 x 4 x 128)
@@ -95,6 +114,56 @@ def test_exact_checkpoint_counts_with_the_parts_not_modelled():
     # its model card: 3,596,615,680 embedding parameters (the word embeddings, tied with the
     # output head), beside which the first stage holds that LayerNorm
     assert bloom.embedding_params() == 3_596_615_680 + 2 * 14336
+
+
+def test_falcon_checkpoints_store_the_tied_head_twice():
+    """FalconForCausalLM ties lm_head to transformer.word_embeddings (vllm-project/vllm#3590,
+    huggingface/transformers#35715), but the safetensors files keep an lm_head.weight beside
+    the embedding; the checkpoints' totals are the tied model plus that copy."""
+    for preset in ("falcon-40b", "falcon-180b"):
+        m = load_preset(preset)
+        assert m.tied_embeddings
+        assert m.params_total() + m.vocab * m.hidden == PUBLISHED[preset][0]
+
+
+# the architecture fields of tiiuae/falcon-40b's config.json (model_type falcon, as
+# tests/test_hf_configs.py holds it) and of tiiuae/falcon-180B's (the same keys; 80 layers,
+# hidden 14848, 232 heads)
+FALCON_40B = {
+    "alibi": False, "bias": False, "hidden_size": 8192, "model_type": "falcon", "multi_query": True,
+    "new_decoder_architecture": True, "num_attention_heads": 128, "num_hidden_layers": 60, "num_kv_heads": 8,
+    "parallel_attn": True, "vocab_size": 65024,
+}  # fmt: skip
+FALCON_180B = {**FALCON_40B, "hidden_size": 14848, "num_attention_heads": 232, "num_hidden_layers": 80}
+
+
+@pytest.mark.parametrize("preset, config", [("falcon-40b", FALCON_40B), ("falcon-180b", FALCON_180B)])
+def test_falcon_presets_are_what_their_configs_import_as(preset, config):
+    """The shipped Falcon presets and simcluster/hf_import.py read the same model out of the
+    config.json: GeLU MLP of 4h, LayerNorm, 8 KV heads, no biases, tied embeddings, the parallel
+    block with two norms."""
+    from simcluster.model import from_hf_config
+
+    imported = from_hf_config(f"tiiuae/{preset}/config.json", parsed=config)
+    assert replace(imported, name=preset) == load_preset(preset)
+
+
+def test_llama_v1_is_llama_2s_shape_before_grouped_query_attention():
+    """LLaMA v1's SwiGLU width is Meta's FeedForward rule: 2/3 of 4 x dim, rounded up to a
+    multiple of 256; Llama 2 7B and 13B kept the 7B's and 13B's shapes."""
+    for preset in ("llama-7b", "llama-13b", "llama-33b", "llama-65b"):
+        m = load_preset(preset)
+        assert m.ffn == 256 * -(-int(8 * m.hidden / 3) // 256)
+        assert (m.kv_heads, m.vocab, m.tied_embeddings, m.norm) == (m.heads, 32000, False, "rmsnorm")
+    assert load_preset("llama-7b") == replace(load_preset("llama2-7b"), name="llama-7b")
+    assert load_preset("llama-13b") == replace(load_preset("llama2-13b"), name="llama-13b")
+
+
+def test_dbrx_is_fine_grained_and_unbiased():
+    m = load_preset("dbrx")
+    assert (m.experts, m.top_k, m.expert_ffn, m.kv_heads, m.d_head) == (16, 4, 10752, 8, 128)
+    assert (m.norm, m.norm_bias, m.bias, m.tied_embeddings) == ("layernorm", False, (), False)
+    assert m.moe_layers == m.layers == 40
 
 
 def test_mixtral_8x22b_active_is_two_of_eight_experts():
@@ -185,6 +254,15 @@ def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
         ("meta-llama/Llama-2-7b-chat-hf", "llama2-7b"),
         ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
         ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+        # LLaMA v1 as the paper and the huggyllama conversions name it, Falcon, DBRX
+        ("huggyllama/llama-65b", "llama-65b"),
+        ("LLaMA-33B", "llama-33b"),
+        ("huggyllama/llama-30b", "llama-33b"),
+        ("tiiuae/falcon-40b", "falcon-40b"),
+        ("tiiuae/falcon-180B", "falcon-180b"),
+        ("Falcon 40B", "falcon-40b"),
+        ("databricks/dbrx-base", "dbrx"),
+        ("databricks/dbrx-instruct", "dbrx"),
     ],
 )
 def test_a_model_named_as_a_repository_or_a_table_names_it_finds_the_preset(written, preset):
@@ -213,8 +291,8 @@ def test_a_model_named_but_not_shipped_is_refused_on_its_name():
     from simcluster.model import build_model
 
     with pytest.raises(UserError) as err:
-        build_model({"name": "Falcon 40B"})
-    assert str(err.value).startswith("model.name: 'Falcon 40B' is not a shipped preset")
+        build_model({"name": "PaLM 540B"})
+    assert str(err.value).startswith("model.name: 'PaLM 540B' is not a shipped preset")
     assert "hf_config" in str(err.value) and "mt-nlg-530b" in str(err.value)
     # a model given by its shape with one field left out is still told which field
     with pytest.raises(UserError, match="model.vocab: missing"):
