@@ -83,6 +83,8 @@ PUBLISHED = {
     # which hold the lm_head that FalconForCausalLM ties to the word embeddings a second time:
     # the presets, tied as the importer reads the configs, are one vocab x hidden matrix short
     # (test_falcon_checkpoints_store_the_tied_head_twice); 40B and 180B by name
+    # Falcon-7B: 7B by name; FalconForCausalLM's modules count 6,921,720,704 (tests/test_hf_defaults.py)
+    "falcon-7b": (7e9, None, "Almazrouei et al. 2023: Falcon-7B, 7B"),
     "falcon-40b": (41_835_970_560, None, "tiiuae/falcon-40b checkpoint: 41,835,970,560 (41.8B)"),
     "falcon-180b": (179_522_565_120, None, "tiiuae/falcon-180B checkpoint: 179,522,565,120"),
     # Databricks' DBRX announcement and databricks/dbrx-base model card: 132B total, 36B active
@@ -146,6 +148,20 @@ def test_falcon_presets_are_what_their_configs_import_as(preset, config):
 
     imported = from_hf_config(f"tiiuae/{preset}/config.json", parsed=config)
     assert replace(imported, name=preset) == load_preset(preset)
+
+
+def test_falcon_7b_preset_is_its_config_multi_query_with_one_norm():
+    """tiiuae/falcon-7b's config.json (tests/fixtures/hf): the original decoder layer, one
+    LayerNorm feeding both branches and a single K/V head, 6,921,720,704 parameters."""
+    import json
+    from pathlib import Path
+
+    from simcluster.model import from_hf_config
+
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf" / "falcon-7b.json").read_text())
+    preset = load_preset("falcon-7b")
+    assert replace(from_hf_config("tiiuae/falcon-7b/config.json", parsed=config), name="falcon-7b") == preset
+    assert (preset.kv_heads, preset.parallel_norms, preset.params_total()) == (1, 1, 6_921_720_704)
 
 
 def test_llama_v1_is_llama_2s_shape_before_grouped_query_attention():
@@ -258,6 +274,7 @@ def test_kimi_k2_is_deepseek_v3s_architecture_at_its_published_size():
         ("huggyllama/llama-65b", "llama-65b"),
         ("LLaMA-33B", "llama-33b"),
         ("huggyllama/llama-30b", "llama-33b"),
+        ("tiiuae/falcon-7b", "falcon-7b"),
         ("tiiuae/falcon-40b", "falcon-40b"),
         ("tiiuae/falcon-180B", "falcon-180b"),
         ("Falcon 40B", "falcon-40b"),
