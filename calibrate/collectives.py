@@ -25,34 +25,46 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def _all_reduce(nelem, group, ranks, me, device):
+def _all_reduce(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     buf = torch.ones(nelem, device=device)
     return lambda: dist.all_reduce(buf, group=group)
 
 
-def _all_gather_op(nelem, group, ranks, me, device):
+def _all_gather_op(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     out = torch.empty(nelem, device=device)  # size column = gathered buffer
     inp = torch.ones(nelem // len(ranks), device=device)
     return lambda: _all_gather(out, inp, group=group)
 
 
-def _reduce_scatter_op(nelem, group, ranks, me, device):
+def _reduce_scatter_op(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     inp = torch.ones(nelem, device=device)  # size column = input buffer
     out = torch.empty(nelem // len(ranks), device=device)
     return lambda: _reduce_scatter(out, inp, group=group)
 
 
-def _all_to_all(nelem, group, ranks, me, device):
+def _all_to_all(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     inp, out = torch.ones(nelem, device=device), torch.empty(nelem, device=device)
     return lambda: dist.all_to_all_single(out, inp, group=group)
 
 
-def _broadcast(nelem, group, ranks, me, device):
+def _broadcast(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     buf = torch.ones(nelem, device=device)
     return lambda: dist.broadcast(buf, src=ranks[0], group=group)
 
 
-def _send_recv(nelem, group, ranks, me, device):
+def _send_recv(
+    nelem: int, group: Any, ranks: list[int], me: int, device: torch.device
+) -> Callable[[], object]:
     """Every rank sends to the next and receives from the previous (nccl-tests sendrecv)."""
     send, recv = torch.ones(nelem, device=device), torch.empty(nelem, device=device)
     nxt, prev = ranks[(me + 1) % len(ranks)], ranks[(me - 1) % len(ranks)]

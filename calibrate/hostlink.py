@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -28,7 +29,7 @@ def default_bytes(device: str, quick: bool) -> int:
     return 1 << 28 if device == "cuda" else 1 << 26
 
 
-def _rate(copy, nbytes: int, device: torch.device, repeats: int) -> float:
+def _rate(copy: Callable[[], object], nbytes: int, device: torch.device, repeats: int) -> float:
     copy()
     synchronize(device.type)
     best = float("inf")

@@ -185,7 +185,9 @@ class Cluster:
         return hops
 
 
-def _add_link(g: networkx.DiGraph, u: str, v: str, bw: float, eff: float, lat: float, kind: str):
+def _add_link(
+    g: networkx.DiGraph, u: str, v: str, bw: float, eff: float, lat: float, kind: str
+) -> None:
     """A full-duplex link: two directed edges."""
     for a, b in ((u, v), (v, u)):
         g.add_edge(a, b, bandwidth=bw, capacity=bw * eff, latency=lat, kind=kind)

@@ -18,7 +18,7 @@ from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
 from simcluster.limits import MAX_GPUS
 from simcluster.network import bandwidths, check_op, collective_time, describe
 from simcluster.network.algorithms import check_redop
-from simcluster.topology import build_cluster
+from simcluster.topology import Cluster, build_cluster
 from simcluster.units import parse_size
 
 NAME = "collective"
@@ -109,7 +109,9 @@ def _group(gpus: int, per_node: int | None, gpus_per_node: int) -> tuple[list[in
     return group, nodes * gpus_per_node
 
 
-def _row(op: str, nbytes: int, group: list[int], cluster, algo: str | None, redop: str = "sum") -> dict[str, object]:
+def _row(
+    op: str, nbytes: int, group: list[int], cluster: Cluster, algo: str | None, redop: str = "sum"
+) -> dict[str, object]:
     n = len(group)
     t = collective_time(op, nbytes, cluster, group, algo, redop)
     algbw, busbw = bandwidths(op, nbytes, n, t) if t > 0 else (0.0, 0.0)

@@ -209,7 +209,7 @@ def _batch(hint: dict) -> str:
     return f"; {hint['batch']}" if hint.get("batch") else ""
 
 
-def _params_held(doc: dict, ctx) -> str:
+def _params_held(doc: dict, ctx: Context) -> str:
     """What the most loaded GPU's parameters are: its model-parallel share, and under ZeRO-3 the
     shard of it that stays resident between the layers' gathers."""
     share = doc["params_per_gpu"]

@@ -126,7 +126,9 @@ def _plans(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey) -> list[P
     return out
 
 
-def _specs(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey, symmetric: bool):
+def _specs(
+    cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey, symmetric: bool
+) -> tuple[tuple[FlowSpec, ...], ...]:
     memo = cluster.cache.setdefault("specs", {})
     k = (op, algo.name, key, symmetric)
     if k not in memo:

@@ -21,11 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.legend_handler import HandlerBase
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.transforms import Transform
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import atomic_write_bytes
@@ -274,7 +278,7 @@ def _rgba(colors: list[str]) -> np.ndarray:
     return np.array([rgba[c] for c in colors], dtype=float).reshape(len(colors), 4)
 
 
-def _bars(ax, ranges: list[tuple[float, float]], yrange: tuple[float, float], **style) -> PolyCollection:
+def _bars(ax: Axes, ranges: list[tuple[float, float]], yrange: tuple[float, float], **style: object) -> PolyCollection:
     """``ax.broken_barh(ranges, yrange, **style)`` without its per-range work: the same
     rectangles, vertex for vertex ((x0, y0), (x0, y1), (x1, y1), (x1, y0) with x1 = x0 + width,
     y1 = y0 + height), built as one array. broken_barh converts each range's units through
@@ -294,7 +298,7 @@ def _bars(ax, ranges: list[tuple[float, float]], yrange: tuple[float, float], **
     return collection
 
 
-def _draw_blocks(ax, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s: float) -> None:
+def _draw_blocks(ax: Axes, blocks: pd.DataFrame, row_of: dict, factor: float, px_per_s: float) -> None:
     blocks = blocks.sort_values(["rank", "stream", "start_s"], kind="stable")
     # plain lists: iterating pandas' Arrow-backed string columns costs ~1 us an item
     streams = blocks["stream"].tolist()
@@ -387,7 +391,7 @@ def label_spots(groups: pd.DataFrame, row_of: dict, px_per_s: float, font_pt: fl
     return spots
 
 
-def _draw_labels(ax, spots: list[LabelSpot], factor: float, font_pt: float) -> None:
+def _draw_labels(ax: Axes, spots: list[LabelSpot], factor: float, font_pt: float) -> None:
     for spot in spots:
         tag = {"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
         ax.text(
@@ -410,7 +414,10 @@ class LoweredBar:
 class _LoweredBarHandler(HandlerBase):
     """Draws :class:`LoweredBar` as an outlined box filled from its foot to 40% of its height."""
 
-    def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
+    def create_artists(
+        self, legend: Legend, orig_handle: object, xdescent: float, ydescent: float,
+        width: float, height: float, fontsize: float, trans: Transform,
+    ) -> list[Artist]:  # fmt: skip
         box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#999999",
                         linewidth=0.8, transform=trans)  # fmt: skip
         busy = Rectangle((-xdescent, -ydescent), width, 0.4 * height, facecolor="#8F8F8F",
@@ -428,12 +435,20 @@ class ChunkKey:
 class _ChunkKeyHandler(HandlerBase):
     """Draws :class:`ChunkKey` as an outlined white box with the chunk's hatch and the cap."""
 
-    def create_artists(self, legend, orig_handle, xdescent, ydescent, width, height, fontsize, trans):
+    def create_artists(
+        self, legend: Legend, orig_handle: object, xdescent: float, ydescent: float,
+        width: float, height: float, fontsize: float, trans: Transform,
+    ) -> list[Artist]:  # fmt: skip
         box = Rectangle((-xdescent, -ydescent), width, height, facecolor="white", edgecolor="#555555",
-                        hatch=orig_handle.hatch, linewidth=0.8, transform=trans)  # fmt: skip
+                        hatch=_hatch_of(orig_handle), linewidth=0.8, transform=trans)  # fmt: skip
         cap = Rectangle((-xdescent, -ydescent + (1 - _CAP) * height), width, _CAP * height,
                         facecolor=CHUNK_CAP_COLOR, edgecolor="none", transform=trans)  # fmt: skip
         return [box, cap]
+
+
+def _hatch_of(handle: object) -> str | None:
+    """The hatch of a legend handle: a :class:`ChunkKey`'s; none for another handle."""
+    return handle.hatch if isinstance(handle, ChunkKey) else None
 
 
 def chunk_legend(chunks: set[int]) -> list[tuple[str, str]]:
@@ -594,7 +609,9 @@ def draw_gantt(
     return fig, layout
 
 
-def _mark_steps(ax, frame, step_time_s, t0, t1, factor) -> None:
+def _mark_steps(
+    ax: Axes, frame: pd.DataFrame, step_time_s: float | None, t0: float, t1: float, factor: float
+) -> None:
     """Dashed lines at the ends of steps, counted from the first event."""
     if not step_time_s or step_time_s <= 0:
         return

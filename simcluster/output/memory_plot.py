@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from matplotlib import patheffects
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from simcluster.errors import UserError
@@ -113,7 +114,7 @@ def memory_plot_data(
     return MemoryPlotData(tuple(stages), float(capacity_bytes))
 
 
-def _draw_stage(ax, data: StageMemory, capacity: float, factor: float) -> None:
+def _draw_stage(ax: Axes, data: StageMemory, capacity: float, factor: float) -> None:
     x = data.times_s * factor
     bottom = np.zeros_like(x)
     for cat, style in MEMORY_STYLES.items():

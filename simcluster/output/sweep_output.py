@@ -68,7 +68,7 @@ def rank_label(ranks: Sequence[int]) -> str:
     return "#" + ",".join(str(r) for r in ranks)
 
 
-def coincident_groups(ax, anchors: Sequence[tuple[float, float]]) -> list[list[int]]:
+def coincident_groups(ax: Axes, anchors: Sequence[tuple[float, float]]) -> list[list[int]]:
     """Indices of ``anchors`` grouped by the spot they are drawn on, in first-seen order.
 
     Layouts with the same memory and throughput (a schedule swept at pp = 1, say) sit on one
@@ -92,7 +92,7 @@ _Box = tuple[float, float, float, float]  # left, bottom, width, height (points)
 
 
 def label_offsets(
-    ax,
+    ax: Axes,
     anchors: Sequence[tuple[float, float]],
     texts: Sequence[str] | None = None,
     markers: Sequence[tuple[float, float]] = (),

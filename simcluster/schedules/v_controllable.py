@@ -117,7 +117,7 @@ def _upstream(stages: list[Slots], s: int, t: int, mb: int) -> int:
     return dep
 
 
-def _global_order(stages: list[Slots]):
+def _global_order(stages: list[Slots]) -> list[tuple[int, int, int, int]]:
     """Every op as (slot, stage, type, microbatch) in slot order (ties: stage, then type)."""
     ops = [(slot, s, t, mb) for s, st in enumerate(stages) for t, lst in enumerate(st) for mb, slot in enumerate(lst)]
     return sorted(ops)
