@@ -13,10 +13,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from calibrate.busbw import OPS, collective_record
+from calibrate.busbw import collective_record
 from calibrate.dist import agree_max
 from calibrate.gemm import iterations_for
 from calibrate.timers import Timer
+from simcluster.network.ops import OPS
 
 Builder = Callable[[int, Any, list[int], int, torch.device], Callable[[], object]]
 

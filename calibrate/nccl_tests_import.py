@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibrate.busbw import OPS, bus_factor, busbw, collective_record
+from calibrate.busbw import bus_factor, busbw, collective_record
 from calibrate.profile_writer import Measurements, build_profile, write_yaml_atomic
 from simcluster.errors import UserError, read_text
 from simcluster.gpu_names import reference_node
 from simcluster.hardware import load_profile
+from simcluster.network.ops import OPS
 
 HELP = "import nccl-tests logs (text or -J JSON) into a hardware profile"
 

@@ -13,7 +13,6 @@ from simcluster.compute import KernelModel
 from simcluster.context import Context
 from simcluster.grad_lifetime import grad_transient_bytes
 from simcluster.memory import (
-    HEAD_LAYER,
     StageParams,
     autocast_cache_bytes,
     chunk_activation_bytes,
@@ -54,7 +53,7 @@ from simcluster.parallelism.zero3_coordinator import (
     knob,
     persistent_params,
 )
-from simcluster.placement import Chunk
+from simcluster.placement import HEAD_LAYER, Chunk
 from simcluster.scenario import TrainingSection
 from simcluster.schedules import OpCosts, PipeOp
 from simcluster.stash import freed_share
