@@ -37,7 +37,7 @@ def test_a_gpu_with_cases_gets_its_record_and_one_without_says_so():
     line = accuracy_line(h100)
     assert f"{row['n']} published runs" in line and f"MAPE {row['mape_pct']:.1f}%" in line
     assert ("faster" if row["speed_bias_pct"] >= 0 else "slower") in line
-    assert "no accuracy record" in accuracy_line(load_profile("amd-mi300x").gpu.name)
+    assert "no accuracy record" in accuracy_line(load_profile("dgx-h200").gpu.name)
 
 
 def test_the_tool_keeps_the_per_gpu_rows_of_a_validate_document(tmp_path):
@@ -64,7 +64,10 @@ def test_the_tool_keeps_the_per_gpu_rows_of_a_validate_document(tmp_path):
     json.dumps(table)  # written as JSON
 
 
-@pytest.mark.parametrize(("hardware", "words"), [("dgx-h100", "published runs"), ("amd-mi300x", "no accuracy record")])
+@pytest.mark.parametrize(
+    ("hardware", "words"),
+    [("dgx-h100", "published runs"), ("amd-mi300x", "published runs"), ("dgx-h200", "no accuracy record")],
+)
 def test_run_prints_the_record_of_its_gpu(cli, hardware, words):
     res = cli("run", "llama3-8b-8xh100", "--set", f"cluster.hardware={hardware}")
     assert res.code == 0, res.err
