@@ -1729,7 +1729,7 @@ def amd_fsdp_flops_per_token(n_layers, h, heads, kv, ffn, vocab, s):
 cases = []
 for precision, batch, seq, tflops in AMD_FSDP_ROWS:
     model = llama_model("LLAMA3-8B")
-    per_token = amd_fsdp_flops_per_token(*LLAMA["LLAMA3-8B"][:5], LLAMA["LLAMA3-8B"][5], seq)
+    per_token = amd_fsdp_flops_per_token(*LLAMA["LLAMA3-8B"], seq)
     tokens_per_s = tflops * 1e12 * 8 / per_token
     cases.append({
         "name": f"amd-fsdp/llama31-8b-{precision}-s{seq}-b{batch}-8xmi300x",
