@@ -134,7 +134,8 @@ def raw_profile(name_or_path: str) -> dict[str, Any]:
     """The base profile's YAML mapping; a malformed one is a one-line error naming --base."""
     path = resolve_profile_path(name_or_path, field="--base")
     load_profile(path, field="--base")  # unreadable, not YAML, not a mapping, a bad field
-    return yamlio.safe_load(path.read_text())  # the loader load_profile just read it with
+    raw: dict[str, Any] = yamlio.safe_load(path.read_text())  # the loader load_profile just read it with
+    return raw
 
 
 def _note(data: dict[str, Any], path: str, text: str) -> None:

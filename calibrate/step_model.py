@@ -111,7 +111,8 @@ class Attention(nn.Module):
         o = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         )
-        return self.out(o.transpose(1, 2).contiguous().view(b, s, a * d))
+        out: torch.Tensor = self.out(o.transpose(1, 2).contiguous().view(b, s, a * d))
+        return out
 
 
 class MLP(nn.Module):
@@ -124,11 +125,15 @@ class MLP(nn.Module):
         self.down = nn.Linear(model.ffn, model.hidden, bias=model.has_bias("mlp"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # nn.Module's __call__ is typed to return Any
+        out: torch.Tensor
         if self.kind == "swiglu":
             gate, up = self.up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
-        y = self.up(x)
-        return self.down(F.gelu(y) if self.kind == "gelu" else F.relu(y).square())
+            out = self.down(F.silu(gate) * up)
+        else:
+            y = self.up(x)
+            out = self.down(F.gelu(y) if self.kind == "gelu" else F.relu(y).square())
+        return out
 
 
 class Block(nn.Module):
@@ -195,7 +200,8 @@ class ModelChunk(nn.Module):
             else:
                 x = block(x, rotary)
         if self.head is not None and self.norm is not None:
-            return self.head(self.norm(x))
+            logits: torch.Tensor = self.head(self.norm(x))
+            return logits
         return x
 
 

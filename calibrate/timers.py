@@ -63,7 +63,8 @@ class CudaEventTimer:
             fn()
         stop.record()
         stop.synchronize()
-        return start.elapsed_time(stop) / 1e3 / iters  # elapsed_time is in ms
+        seconds: float = start.elapsed_time(stop) / 1e3 / iters  # elapsed_time is in ms
+        return seconds
 
 
 TIMERS: dict[str, Callable[[], Timer]] = {"cpu": PerfCounterTimer, "cuda": CudaEventTimer}

@@ -24,7 +24,8 @@ def load_table() -> dict[str, Any]:
     path = data_dir("validation") / TABLE_NAME
     if not path.is_file():
         return {"by_gpu": {}}
-    return json.loads(path.read_text())
+    table: dict[str, Any] = json.loads(path.read_text())
+    return table
 
 
 def accuracy_line(gpu_name: str, precision: str | None = None) -> str:

@@ -89,7 +89,7 @@ def kernel_tflops(
 
 def row_flops(row: dict, backward: bool) -> float:
     """FLOPs of one ``measured.attention`` row's pass (benchmark convention, as above)."""
-    flops = 4.0 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"]
+    flops: float = 4.0 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"]
     if row.get("causal", True):
         flops *= 0.5
     return flops * BWD_FLOPS_FACTOR if backward else flops

@@ -66,7 +66,8 @@ class Budget:
 def tokens_per_step(summary: dict[str, Any]) -> int:
     """Tokens one step of a run processes (global batch x sequence length: an integer, however
     the summary's rate was divided)."""
-    return round(summary["tokens_per_s"] * summary["step_time_s"])
+    tokens: int = round(summary["tokens_per_s"] * summary["step_time_s"])
+    return tokens
 
 
 def training_budget(summary: dict[str, Any], tokens: float, prices: Prices | None = None) -> Budget:

@@ -106,4 +106,5 @@ def usd_per_million_tokens(summary: dict[str, Any], prices: Prices | None) -> fl
     price = prices.of(summary["hardware"]) if prices else None
     if price is None or summary["tokens_per_s"] <= 0:
         return None
-    return price * summary["gpus"] / 3600.0 / summary["tokens_per_s"] * 1e6
+    usd: float = price * summary["gpus"] / 3600.0 / summary["tokens_per_s"] * 1e6
+    return usd

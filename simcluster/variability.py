@@ -46,7 +46,8 @@ def expected_max_normal(n: int) -> float:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[float])(x)
+    out: np.ndarray = np.vectorize(math.erf, otypes=[float])(x)
+    return out
 
 
 def slowest_gpu_slowdown(spread: float, gpus: int) -> float:

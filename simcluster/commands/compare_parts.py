@@ -49,7 +49,8 @@ class Basis:
 
     def total(self, s: dict[str, Any]) -> float:
         """``s``'s whole step in this basis (what its parts are shares of)."""
-        return s["step_time_s"] * self.factor(s)
+        seconds: float = s["step_time_s"] * self.factor(s)
+        return seconds
 
     def parts(self, s: dict[str, Any]) -> dict[str, float]:
         """``s``'s busiest stage by category in this basis; rounding residue is 0."""

@@ -118,7 +118,8 @@ def shares(seconds: dict[str, float], step: float, floor: float = 0.005) -> list
 def busiest(summary: dict) -> dict[str, float]:
     """The busiest stage's breakdown of a run summary (seconds by part)."""
     b = summary["time_breakdown_s"]
-    return b["per_stage"][b["stage"]]
+    stage: dict[str, float] = b["per_stage"][b["stage"]]
+    return stage
 
 
 def busiest_shares(summary: dict) -> list[tuple[str, float]]:

@@ -244,7 +244,8 @@ class Comms:
         elif group in CROSS_STAGE:
             # the event starts when the partner arrives: the wait for it is pipeline
             # imbalance (the last stage finishes its backward first), not communication
-            return (yield self._join(rank, group, op, members, nbytes, stage))
+            start: float | None = yield self._join(rank, group, op, members, nbytes, stage)
+            return start
         elif self.all_ranks:
             yield self._join(rank, group, op, members, nbytes, stage, redop)
         else:
@@ -288,7 +289,8 @@ class Comms:
                 groups = [members] if self.all_ranks else self.stage_groups(GROUP_DIM[group], stage)
                 ev = self.network.collective(op, groups, nbytes, redop=redop)
             ev.callbacks.append(lambda _e, d=done, t=self.env.now: d.succeed(t))
-        return entry[1]
+        started: simpy.Event = entry[1]
+        return started
 
     def p2p(
         self,

@@ -141,7 +141,8 @@ class DataParallelOps:
     def _overlapped_reductions(self) -> bool:
         """Gradient reductions run beside the backward (ZeRO-3's always do)."""
         sc = self.shared.ctx.scenario
-        return sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce
+        overlapped: bool = sc.parallel.zero == 3 or sc.overlap.dp_grad_reduce
+        return overlapped
 
     def _zero3_default_stream(self) -> bool:
         """DeepSpeed's ZeRO-3 with ``overlap_comm`` false (``overlap.dp_grad_reduce: false``

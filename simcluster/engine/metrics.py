@@ -51,7 +51,8 @@ def uncovered(comm: np.ndarray, compute: np.ndarray) -> float:
         i = np.searchsorted(cs, x, side="right")  # cover intervals starting at or before x
         j = np.maximum(i - 1, 0)
         inside = np.where(i > 0, np.clip(x - cs[j], 0.0, ce[j] - cs[j]), 0.0)
-        return before[j] * (i > 0) + inside
+        covered: np.ndarray = before[j] * (i > 0) + inside
+        return covered
 
     free = (e - s) - (covered_until(e) - covered_until(s))
     return float(np.sum(np.maximum(free, 0.0)))

@@ -68,7 +68,8 @@ class PipelineIO:
     def _flush_of(self, op: PipeOp) -> int:
         """Which of the step's pipeline flushes (``training.pipeline_flushes``) ``op`` is in:
         microbatches are numbered on from one flush to the next (``Context.stage_orders``)."""
-        return op.microbatch // self.shared.ctx.spec.m
+        flush: int = op.microbatch // self.shared.ctx.spec.m
+        return flush
 
     def _blocking_send(self, op: PipeOp) -> Generator:
         send = self._send_outputs(op)

@@ -167,7 +167,8 @@ class Worker(PipelineIO, DataParallelOps):
         """Whether this rank draws its stage's memory timeline: when every rank is simulated,
         the stage's representative does (its ranks hold the same bytes at different times, and
         one timeline per stage is drawn)."""
-        return self.rank == self.shared.ctx.layout.representative(self.stage)
+        drawn: bool = self.rank == self.shared.ctx.layout.representative(self.stage)
+        return drawn
 
     def _memory(self, loss: float = 0.0, working: float = 0.0) -> None:
         """Record this stage's memory now; ``loss`` = the loss's transient logit copies held,

@@ -367,7 +367,8 @@ def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
         return None
     # tokenizer.py _vocab_size_with_padding: up to a multiple of divisible-by x tp
     multiple = (flags.integer("make-vocab-size-divisible-by") or 128) * sc["parallel"].get("tp", 1)
-    return math.ceil(size / multiple) * multiple
+    padded: int = math.ceil(size / multiple) * multiple
+    return padded
 
 
 def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:

@@ -89,4 +89,5 @@ class Imported:
         lines += [f"# not imported: {s}" for s in self.skipped_lines()]
         body = yaml.safe_dump(self.scenario, sort_keys=False, default_flow_style=False, width=100)
         rest = "".join(f"{line}\n" for line in lines) + body
-        return mark_line(self.source, rest) + "\n" + rest
+        text: str = mark_line(self.source, rest) + "\n" + rest
+        return text

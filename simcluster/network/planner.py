@@ -52,7 +52,7 @@ def check_groups(cluster: Cluster, groups: Sequence[Sequence[int]]) -> GroupsKey
     # The engine passes its cached tuple of a stage's groups for every collective (hundreds of
     # groups on a 2,048-GPU cluster): a tuple is remembered by identity, and held, so its id
     # cannot be reused while remembered. Lists (built per call) are checked by value.
-    remembered = cluster.cache.setdefault("checked_tuples", {})
+    remembered: dict[int, tuple[Sequence[Sequence[int]], GroupsKey]] = cluster.cache.setdefault("checked_tuples", {})
     hit = remembered.get(id(groups))
     if hit is not None and hit[0] is groups:
         return hit[1]
@@ -92,7 +92,7 @@ def _shapes(cluster: Cluster, key: GroupsKey) -> list[tuple[int, ...]]:
     spans two for others. Every group must be able to run the chosen algorithm, and the call
     is timed by its widest group, the one the step waits for.
     """
-    memo = cluster.cache.setdefault("shapes", {})
+    memo: dict[GroupsKey, list[tuple[int, ...]]] = cluster.cache.setdefault("shapes", {})
     hit = memo.get(key)
     if hit is None:
         first: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
@@ -129,7 +129,7 @@ def _plans(cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey) -> list[P
 def _specs(
     cluster: Cluster, op: str, algo: Algorithm, key: GroupsKey, symmetric: bool
 ) -> tuple[tuple[FlowSpec, ...], ...]:
-    memo = cluster.cache.setdefault("specs", {})
+    memo: dict[tuple[str, str, GroupsKey, bool], tuple[tuple[FlowSpec, ...], ...]] = cluster.cache.setdefault("specs", {})
     k = (op, algo.name, key, symmetric)
     if k not in memo:
         plans = _plans(cluster, op, algo, key)
@@ -213,7 +213,7 @@ def make_recipe(cluster: Cluster, op: str, groups: Sequence[Sequence[int]], nbyt
     check_op(op)
     check_redop(redop)
     key = check_groups(cluster, groups)
-    memo = cluster.cache.setdefault("recipes", {})
+    memo: dict[tuple[str, GroupsKey, float, str | None, bool, str], Recipe] = cluster.cache.setdefault("recipes", {})
     mkey = (op, key, float(nbytes), algo, symmetric, redop)
     hit = memo.get(mkey)
     if hit is not None:

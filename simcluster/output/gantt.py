@@ -246,7 +246,8 @@ def _busy_share(blocks: pd.DataFrame) -> np.ndarray:
     """The share of each block's extent its events take (1 for an instant)."""
     length = (blocks["end_s"] - blocks["start_s"]).to_numpy(dtype=float)
     busy = blocks["busy_s"].to_numpy(dtype=float)
-    return np.divide(busy, length, out=np.ones(len(blocks)), where=length > 0)
+    share: np.ndarray = np.divide(busy, length, out=np.ones(len(blocks)), where=length > 0)
+    return share
 
 
 def _busy_height(busy_share: float) -> float:
