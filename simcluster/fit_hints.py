@@ -33,7 +33,10 @@ from simcluster.layout import Layout
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
 
-#: the candidates' keys, cheapest in step time first. A fused cross-entropy only saves the
+#: the candidates' keys, cheapest in step time first. Sequence parallelism replaces each TP
+#: all-reduce by a reduce-scatter and an all-gather of the same bytes and runs the norms and
+#: dropouts on 1/tp of the tokens (Korthikanti et al. 2022), so it costs no time and splits
+#: the activations outside the attention and MLP by tp. A fused cross-entropy only saves the
 #: logits' copies; ZeRO-1/2 shard state at DDP's traffic (reduce-scatter + all-gather = one
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
 #: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
@@ -43,6 +46,7 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: on the CPU and copies every gradient and parameter over the host link. Each offload moves
 #: to the other side of full recomputation where its price says so (:func:`_cost_rank`)
 COST_ORDER = (
+    "parallel.sequence_parallel",
     "training.fused_cross_entropy",
     "parallel.zero",
     "training.optimizer_moments",
@@ -153,6 +157,8 @@ def _batch_effect(sc: Scenario, before: Layout, after: Layout) -> tuple[tuple[st
 def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     tr, par = sc.training, sc.parallel
     out: list[tuple[str, Any]] = []
+    if par.tp > 1 and not par.sequence_parallel:
+        out.append(("parallel.sequence_parallel", True))
     if tr.recompute != "full":
         out.append(("training.recompute", "full"))
     # every later ZeRO stage; only the first that fits is offered (fitting_changes):
