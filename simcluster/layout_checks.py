@@ -178,6 +178,24 @@ def check_experts(par: ParallelSection, model: ModelSpec, dp: int) -> int:
     return _expert_tp(par, model, dp)
 
 
+#: the frameworks built on Megatron-Core's ModelParallelConfig, and simcluster's own loop (which
+#: runs Megatron-LM's flags)
+_MEGATRON_CORE_MOE = (None, "megatron-core", "nemo", "megatron-bridge")
+
+
+def check_moe_sequence_parallel(scenario: Scenario) -> None:
+    """Megatron-Core runs expert parallelism beside tensor parallelism only with sequence
+    parallelism: ``ModelParallelConfig.__post_init__`` raises otherwise (each TP rank would
+    route the whole sequence, and the expert-TP gather repeat every token tp times)."""
+    par = scenario.parallel
+    if par.ep > 1 and par.tp > 1 and not par.sequence_parallel and scenario.framework in _MEGATRON_CORE_MOE:
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-Core runs ep={par.ep} beside tp={par.tp} only with sequence parallelism "
+            "(ModelParallelConfig raises without it); set parallel.sequence_parallel: true, or ep 1, or tp 1",
+        )
+
+
 def resolve_grad_collective(scenario: Scenario) -> str:
     """The ZeRO stage must run under the pipeline; returns the gradient collective it admits
     (``dp.grad_collective``, ``auto`` resolved), with the ``dp.*`` settings checked against it."""

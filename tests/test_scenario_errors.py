@@ -400,6 +400,25 @@ def test_ep_that_splits_no_stage_evenly_names_the_degrees_that_divide_both():
     )
 
 
+def test_experts_beside_tp_need_sequence_parallelism_under_megatron_core(cli, tmp_path):
+    """NVIDIA/Megatron-LM megatron/core/model_parallel_config.py, ModelParallelConfig.__post_init__:
+    expert_model_parallel_size > 1 with tensor_model_parallel_size > 1 and sequence_parallel
+    False raises "When using expert parallelism and tensor parallelism, sequence parallelism must
+    be used". Found by metamorphic seed 6702: a Megatron-Bridge gpt-oss layout without SP grew
+    48% in memory at twice the tp (its expert-TP gather repeating each token tp times)."""
+    doc = make_scenario(parallel={"tp": 2, "pp": 1, "ep": 2}, training={"global_batch": 32})
+    doc["model"], doc["cluster"]["gpus"] = {"preset": "mixtral-8x7b"}, 16
+    assert_one_line_error(
+        cli("memory", str(write(tmp_path, doc))),
+        "parallel.sequence_parallel: Megatron-Core runs ep=2 beside tp=2 only with sequence parallelism",
+        "set parallel.sequence_parallel: true, or ep 1, or tp 1",
+    )
+    for fix in ({"sequence_parallel": True}, {"ep": 1}, {"tp": 1}):
+        build_context(scenario_from_dict({**doc, "parallel": {**doc["parallel"], **fix}}))
+    # a stack whose MoE runs without Megatron-Core's config is not refused (DeepSpeed-MoE's TP)
+    build_context(scenario_from_dict({**doc, "framework": "deepspeed"}))
+
+
 def test_kv_heads_that_split_no_heads_evenly_names_the_counts_that_do(cli):
     # Llama 3 8B's 32 query heads (config.json num_attention_heads) in 5 groups: 32 = 2^5
     res = cli("memory", "llama3-8b-8xh100", "--set", "model.kv_heads=5")
