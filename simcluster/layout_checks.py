@@ -178,21 +178,34 @@ def check_experts(par: ParallelSection, model: ModelSpec, dp: int) -> int:
     return _expert_tp(par, model, dp)
 
 
-#: the frameworks built on Megatron-Core's ModelParallelConfig, and simcluster's own loop (which
-#: runs Megatron-LM's flags)
+#: the frameworks built on Megatron-Core's ModelParallelConfig; the first two launch through
+#: Megatron-LM's own arguments (simcluster's loop runs Megatron-LM's flags)
 _MEGATRON_CORE_MOE = (None, "megatron-core", "nemo", "megatron-bridge")
+_MEGATRON_LM_ARGS = (None, "megatron-core")
 
 
-def check_moe_sequence_parallel(scenario: Scenario) -> None:
-    """Megatron-Core runs expert parallelism beside tensor parallelism only with sequence
-    parallelism: ``ModelParallelConfig.__post_init__`` raises otherwise (each TP rank would
-    route the whole sequence, and the expert-TP gather repeat every token tp times)."""
+def check_moe_sequence_parallel(scenario: Scenario, model: ModelSpec) -> None:
+    """Megatron runs a mixture of experts beside tensor parallelism only with sequence
+    parallelism, as the MoE layer routes a sequence shard (each TP rank would route the whole
+    sequence, and the expert-TP gather repeat every token tp times): Megatron-Core's
+    ``ModelParallelConfig.__post_init__`` raises for ep > 1 with tp > 1, and Megatron-LM's
+    ``validate_args`` asserts it for any MoE model with tp > 1."""
     par = scenario.parallel
-    if par.ep > 1 and par.tp > 1 and not par.sequence_parallel and scenario.framework in _MEGATRON_CORE_MOE:
+    if par.tp == 1 or par.sequence_parallel or not model.is_moe:
+        return
+    # ep 1 is a fix only where Megatron-LM's own check does not run
+    fix = "set parallel.sequence_parallel: true" + ("" if scenario.framework in _MEGATRON_LM_ARGS else ", or ep 1")
+    if par.ep > 1 and scenario.framework in _MEGATRON_CORE_MOE:
         raise UserError(
             "parallel.sequence_parallel",
             f"Megatron-Core runs ep={par.ep} beside tp={par.tp} only with sequence parallelism "
-            "(ModelParallelConfig raises without it); set parallel.sequence_parallel: true, or ep 1, or tp 1",
+            f"(ModelParallelConfig raises without it); {fix}, or tp 1",
+        )
+    if scenario.framework in _MEGATRON_LM_ARGS:
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-LM runs a mixture of experts beside tp={par.tp} only with sequence "
+            f"parallelism (validate_args asserts it); {fix}, or tp 1",
         )
 
 

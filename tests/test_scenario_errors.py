@@ -411,12 +411,26 @@ def test_experts_beside_tp_need_sequence_parallelism_under_megatron_core(cli, tm
     assert_one_line_error(
         cli("memory", str(write(tmp_path, doc))),
         "parallel.sequence_parallel: Megatron-Core runs ep=2 beside tp=2 only with sequence parallelism",
-        "set parallel.sequence_parallel: true, or ep 1, or tp 1",
+        "set parallel.sequence_parallel: true, or tp 1",
     )
-    for fix in ({"sequence_parallel": True}, {"ep": 1}, {"tp": 1}):
+    for fix in ({"sequence_parallel": True}, {"tp": 1}):
         build_context(scenario_from_dict({**doc, "parallel": {**doc["parallel"], **fix}}))
     # a stack whose MoE runs without Megatron-Core's config is not refused (DeepSpeed-MoE's TP)
     build_context(scenario_from_dict({**doc, "framework": "deepspeed"}))
+    # without EP: Megatron-LM's validate_args (megatron/training/arguments.py, "MoE Spec check")
+    # asserts sequence parallelism for any MoE model with tp > 1; NeMo and Megatron-Bridge build
+    # their configs without it, and only Megatron-Core's ep > 1 rule applies there
+    one_ep = {**doc, "parallel": {**doc["parallel"], "ep": 1}}
+    with pytest.raises(UserError, match="Megatron-LM runs a mixture of experts beside tp=2 only with sequence"):
+        build_context(scenario_from_dict(one_ep))
+    # (the Megatron presets turn sequence parallelism on with tp; written off, it is refused)
+    no_sp = {"sequence_parallel": False}
+    build_context(scenario_from_dict({**one_ep, "framework": "nemo", "parallel": {**one_ep["parallel"], **no_sp}}))
+    bridge = {**doc, "framework": "megatron-bridge", "parallel": {**doc["parallel"], **no_sp}}
+    with pytest.raises(UserError, match="Megatron-Core runs ep=2 beside tp=2 .*; set parallel.sequence_parallel: true, or ep 1, or tp 1"):
+        build_context(scenario_from_dict(bridge))
+    build_context(scenario_from_dict({**doc, "framework": "megatron-bridge"}))
+    build_context(scenario_from_dict({**one_ep, "model": "llama3-8b"}))  # a dense model runs without
 
 
 def test_kv_heads_that_split_no_heads_evenly_names_the_counts_that_do(cli):
