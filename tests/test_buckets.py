@@ -41,7 +41,7 @@ MOE = {"layers": 2, "hidden": 2048, "heads": 16, "ffn": 8192, "vocab": 32000, "m
        "norm": "rmsnorm", "experts": 8, "top_k": 2, "expert_ffn": 1408, "shared_experts": 1}  # fmt: skip
 
 
-@pytest.mark.parametrize("model, parallel", [(GPT, {"tp": 1}), (GPT, {"tp": 4}), (MOE, {"tp": 2, "ep": 4})])
+@pytest.mark.parametrize("model, parallel", [(GPT, {"tp": 1}), (GPT, {"tp": 4}), (MOE, {"tp": 2, "ep": 4, "sequence_parallel": True})])
 def test_a_units_tensors_add_up_to_its_parameters(model, parallel):
     ctx = _ctx(model, parallel=parallel)
     chunk = ctx.chunks[0][0]

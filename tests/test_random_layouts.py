@@ -71,6 +71,8 @@ def _layout(rng: random.Random) -> dict:
     if rng.random() < 0.15:
         data["training"]["optimizer_offload"] = True
     par = data["parallel"]
+    if "experts" in model and tp > 1:
+        par["sequence_parallel"] = True  # Megatron runs a mixture of experts beside TP only so
     if pp == 1 and par["cp"] == par["ep"] == 1 and rng.random() < 0.3:
         # PyTorch FSDP1 where it runs: its root unit, a backward prefetch mode, the rate limiter
         data["framework"], par["zero"] = "pytorch-fsdp", 3

@@ -13,7 +13,7 @@ NARAYANAN_18B = {"layers": 40, "hidden": 6144, "heads": 48, "vocab": 51200, "mlp
 
 def _build(model):
     raw = {"model": model, "cluster": {"hardware": "dgx-a100", "gpus": 8},
-           "parallel": {"tp": 8}, "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8}}  # fmt: skip
+           "parallel": {"tp": 8, "sequence_parallel": True}, "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 8}}  # fmt: skip
     return build_context(scenario_from_dict(raw))
 
 
