@@ -433,6 +433,20 @@ def test_experts_beside_tp_need_sequence_parallelism_under_megatron_core(cli, tm
     build_context(scenario_from_dict({**one_ep, "model": "llama3-8b"}))  # a dense model runs without
 
 
+def test_torchtitan_tensor_parallelism_is_always_sequence_parallel(cli):
+    """pytorch/torchtitan parallelize.py apply_tp ("Apply tensor + sequence parallelism to every
+    transformer block": SequenceParallel() on attention_norm, ffn_norm and the final norm), so
+    the preset turns SP on with tp and an explicit false is refused, with the fix."""
+    on = build_context(scenario_from_dict(make_scenario(framework="torchtitan", parallel={"tp": 2, "zero": 3})))
+    assert on.layout.sequence_parallel
+    res = cli("memory", "llama3-8b-8xh100", "--set", "framework=torchtitan", "--set", "parallel.tp=2",
+              "--set", "parallel.zero=3", "--set", "parallel.sequence_parallel=false")  # fmt: skip
+    assert_one_line_error(
+        res, "parallel.sequence_parallel: torchtitan's tensor parallelism is always sequence-parallel",
+        "set parallel.sequence_parallel: true, or tp 1",
+    )
+
+
 def test_kv_heads_that_split_no_heads_evenly_names_the_counts_that_do(cli):
     # Llama 3 8B's 32 query heads (config.json num_attention_heads) in 5 groups: 32 = 2^5
     res = cli("memory", "llama3-8b-8xh100", "--set", "model.kv_heads=5")

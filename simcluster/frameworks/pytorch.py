@@ -90,6 +90,10 @@ def torchtitan(raw: Mapping[str, Any]) -> Defaults:
     """torchtitan's trainer defaults for a raw scenario."""
     _fsdp2_stages_only(raw, "torchtitan")
     defaults = _torchtitan_defaults(raw)
+    if parallel_degree(raw, "tp", 1) > 1:
+        # its TP plan shards every norm along the sequence (apply_tp: "tensor + sequence
+        # parallelism to every transformer block"): its TP is always sequence-parallel
+        defaults.setdefault("parallel", {})["sequence_parallel"] = True
     overlap_raw = raw.get("overlap")
     if isinstance(overlap_raw, Mapping) and overlap_raw.get("tp_comm"):
         # its enable_async_tensor_parallel is PyTorch's micro-pipelined TP, not TransformerEngine's
