@@ -21,6 +21,7 @@ import numpy as np
 from simcluster import layout_checks as checks
 from simcluster.errors import UserError
 from simcluster.frameworks.sequence_parallel import check_tp_sequence_parallel
+from simcluster.frameworks.startup_checks import check_framework_startup
 from simcluster.layout_checks import DIMS
 from simcluster.model import ModelSpec
 from simcluster.parallelism.saved_gather import keeps_gather
@@ -293,6 +294,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     checks.check_sequence_split(scenario, model)
     etp = checks.check_experts(par, model, dp)
     check_tp_sequence_parallel(scenario, model)
+    check_framework_startup(scenario, model, dp, etp)
     grad_collective = checks.resolve_grad_collective(scenario)
     zero_shard = checks.resolve_zero_shard(scenario, dp, gpus_per_node, grad_collective)
     checks.check_batch(tr, dp)

@@ -27,7 +27,7 @@ from simcluster.scenario import scenario_from_dict
 
 MOE = {
     "name": "small-moe", "layers": 2, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn": 4096,
-    "vocab": 1024, "experts": 8, "top_k": 2, "expert_ffn": 4096, "position": "rope",
+    "vocab": 1024, "experts": 8, "top_k": 2, "expert_ffn": 4096, "position": "rope", "bias": False,
 }  # fmt: skip
 
 
@@ -65,8 +65,9 @@ def test_etp_defaults_to_tp_for_moe_and_one_otherwise():
     assert build_context(scenario_from_dict(_moe(tp=4, ep=4, etp=1))).layout.etp == 1
     dense = make_scenario(cluster={"hardware": "dgx-h100", "gpus": 8}, parallel={"tp": 4})
     assert build_context(scenario_from_dict(dense)).layout.etp == 1
-    for framework in ("torchtitan", "deepspeed"):
-        data = {**_moe(tp=2, ep=4), "framework": framework}
+    # torchtitan with FSDP2 (its DDP runs alone)
+    for framework, zero in (("torchtitan", 3), ("deepspeed", 0)):
+        data = {**_moe(tp=2, ep=4, zero=zero), "framework": framework}
         assert build_context(scenario_from_dict(data)).layout.etp == 1
 
 
@@ -144,7 +145,8 @@ def test_shared_experts_and_torchtitan_keep_the_moe_blocks_tp_collectives():
     # PrepareModuleInputOutput (Shard(1) -> Replicate in, Partial -> Shard(1) out)
     shared = _moe(tp=4, ep=2, etp=4)
     shared["model"] = {**MOE, "shared_experts": 1}
-    titan = {**_moe(tp=4, ep=2, etp=1), "framework": "torchtitan"}
+    # (torchtitan at etp 1 takes ep a multiple of tp, and its FSDP2: its DDP runs alone)
+    titan = {**_moe(tp=2, ep=4, etp=1, zero=3), "framework": "torchtitan"}
     for data in (shared, titan):
         assert {"moe_tp_ag", "moe_tp_rs"} <= set(_tp_comms(data, "F"))
 

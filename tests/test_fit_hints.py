@@ -294,7 +294,10 @@ def test_micro_batch_and_tp_hints_keep_the_global_batch_and_say_so(batch, cli, t
         ctx = build_context(scenario_from_dict(data, parse_set(hint.sets)))
         assert ctx.layout.global_batch == 128 and ctx.layout.microbatches == 16
         assert memory_summary(ctx)["total_bytes"] == pytest.approx(hint.total_bytes)
-    assert hints["training.activation_offload_layers=31"].batch == ""  # same steps: nothing to say
+    assert hints["training.recompute=full"].batch == ""  # same steps: nothing to say
+    # Megatron-Core's CPU offloading beside recomputation is refused (TransformerConfig), so
+    # selective recomputation gets no offload hint
+    assert not any(change.startswith("training.activation_offload_layers") for change in hints)
     path = tmp_path / "acc.yaml"
     path.write_text(yaml.safe_dump(data))
     out = " ".join(cli("memory", str(path)).out.split())
@@ -315,12 +318,16 @@ def test_offloaded_activations_that_wait_longer_than_recomputation_rank_after_it
     from simcluster.fit_prices import activation_offload_beats_recompute
     from simcluster.scenario import load_scenario
 
-    h100 = load_scenario("llama3-8b-8xh100", [("training.micro_batch", 1), ("training.activation_offload_layers", 31)])
+    h100 = load_scenario("llama3-8b-8xh100", [("training.micro_batch", 1), ("training.recompute", "none"),
+                                             ("training.activation_offload_layers", 31)])  # fmt: skip
     assert not activation_offload_beats_recompute(build_context(h100))
-    zero3 = [("parallel.tp", 1), ("parallel.pp", 1), ("parallel.zero", 3), ("training.activation_offload_layers", 79)]
+    zero3 = [("parallel.tp", 1), ("parallel.pp", 1), ("parallel.zero", 3), ("training.recompute", "none"),
+             ("training.activation_offload_layers", 79)]  # fmt: skip
     assert activation_offload_beats_recompute(build_context(load_scenario("llama3-70b-64xh100", zero3)))
     assert activation_offload_beats_recompute(build_context(load_scenario("llama3-70b-64xgb200-fsdp-offload", [])))
-    order = [h.change for h in fitting_changes(scenario_from_dict(_accumulating(global_batch=128)), most=10)]
+    # without recomputation: Megatron-Core refuses CPU offloading beside it
+    unrecomputed = _accumulating(global_batch=128, recompute="none")
+    order = [h.change for h in fitting_changes(scenario_from_dict(unrecomputed), most=10)]
     assert order.index("training.recompute=full") < order.index("training.activation_offload_layers=31")
 
 

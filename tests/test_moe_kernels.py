@@ -86,8 +86,9 @@ def test_a_frameworks_implementation_picks_its_rows(tmp_path):
     """torchtitan runs torch._grouped_mm: a table holding only loop rows leaves it on the model,
     while Megatron-Core (a loop of GEMMs, TE GroupedLinear) takes them."""
     path = _profile(tmp_path, TABLES)
-    titan = _segments(_scenario(path) | {"framework": "torchtitan"})
-    titan_plain = _segments(_scenario() | {"framework": "torchtitan"})
+    fsdp2 = {"tp": 1, "pp": 1, "ep": 8, "zero": 3}  # torchtitan's EP is carved from FSDP2's shard
+    titan = _segments(_scenario(path) | {"framework": "torchtitan", "parallel": fsdp2})
+    titan_plain = _segments(_scenario() | {"framework": "torchtitan", "parallel": fsdp2})
     assert _part(titan["experts"].work, "gemm") == _part(titan_plain["experts"].work, "gemm")
     mcore = _segments(_scenario(path) | {"framework": "megatron-core"})
     mcore_plain = _segments(_scenario() | {"framework": "megatron-core"})

@@ -375,6 +375,7 @@ def test_torchtitan_async_tp_is_pytorchs():
     data = _tp_scenario(True)
     data["framework"] = "torchtitan"
     data["parallel"]["zero"] = 3
+    data["training"]["elementwise"] = "compiled-blocks"  # its async TP is an Inductor pass
     assert build_context(scenario_from_dict(data)).scenario.overlap.tp_comm_cfg == "pytorch-async-tp"
     data["overlap"]["tp_comm_cfg"] = "te-2"
     assert build_context(scenario_from_dict(data)).scenario.overlap.tp_comm_cfg == "te-2"

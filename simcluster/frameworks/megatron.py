@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simcluster.frameworks.base import Defaults, parallel_degree, parallel_flag
+from simcluster.frameworks.base import Defaults, parallel_degree, parallel_flag, zero_stage
 
 
 def megatron_core(raw: Mapping[str, Any]) -> Defaults:
@@ -20,7 +20,9 @@ def megatron_core(raw: Mapping[str, Any]) -> Defaults:
         parallel["sequence_parallel"] = True
     return {
         "parallel": parallel,
-        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "pp_comm": True},
+        "overlap": {
+            "dp_grad_reduce": True, "param_gather": _param_gather(raw), "tp_comm": True, "pp_comm": True,
+        },  # fmt: skip
         "training": {"grad_accum_fusion": True, "elementwise": "fused"},
         # Megatron-LM's defaults for its DDP buckets: --check-for-nan-in-loss-and-grad is on and
         # averaging is a 1/dp scaling before the collective (no --ddp-average-in-collective);
@@ -35,6 +37,18 @@ def megatron_core(raw: Mapping[str, Any]) -> Defaults:
             "bucket_stages": "first",
         },
     }
+
+
+def _param_gather(raw: Mapping[str, Any]) -> bool:
+    """--overlap-param-gather as the recipes pair it: with the gradient reduce-scatter overlapped
+    and the distributed optimizer, which Megatron-LM's validate_args requires of it ("Must use
+    --overlap-param-gather with --overlap-grad-reduce"; "only supported with distributed
+    optimizer"): off where the scenario writes either one off."""
+    overlap = raw.get("overlap")
+    reduce_off = isinstance(overlap, Mapping) and overlap.get("dp_grad_reduce") is False
+    parallel = raw.get("parallel")
+    zero_0 = isinstance(parallel, Mapping) and "zero" in parallel and zero_stage(raw) == 0
+    return not (reduce_off or zero_0)
 
 
 def nemo(raw: Mapping[str, Any]) -> Defaults:
@@ -56,7 +70,11 @@ def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
     defaults = nemo(raw)
     training: dict[str, Any] = {"fp32_grad_accum": False}
     training_raw = raw.get("training")
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8":
+    parallel_raw = raw.get("parallel")
+    zero_0 = isinstance(parallel_raw, Mapping) and "zero" in parallel_raw and zero_stage(raw) == 0
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not zero_0:
+        # (with the distributed optimizer or FSDP only: Megatron-LM's validate_args refuses
+        # --fp8-param-gather without them)
         training["fp8_param_gather"] = True
     defaults["training"] = {**defaults.get("training", {}), **training}
     return defaults

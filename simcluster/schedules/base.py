@@ -85,7 +85,8 @@ class ScheduleSpec:
     ``rounds``: the interleaved schedule runs as torch.distributed.pipelining's
     ``ScheduleInterleaved1F1B`` (frameworks on PyTorch's schedules): max(1, m // p) rounds of
     m / rounds microbatches, under PyTorch's rule (m a multiple of the rounds, fewer than p
-    allowed) instead of Megatron-Core's (group in [p, m]).
+    allowed) instead of Megatron-Core's (group in [p, m]); and 1F1B as ``Schedule1F1B``, which
+    refuses m < p.
     ``activation_limit``: v-auto's limit on each stage's activations, a fraction of 1F1B's
     (p microbatches of a whole stage); None: not given.
     """

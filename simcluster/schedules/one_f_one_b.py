@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simcluster.schedules.base import BaseSchedule, PipeOp, ScheduleSpec
+from simcluster.schedules.base import BaseSchedule, PipeOp, ScheduleSpec, require_m_at_least
 from simcluster.schedules.registry import register
 
 
@@ -16,6 +16,13 @@ class OneForwardOneBackward(BaseSchedule):
 
     name = "1f1b"
     splits_backward = False
+
+    def validate(self, spec: ScheduleSpec) -> None:
+        super().validate(spec)
+        if spec.rounds:
+            # torch.distributed.pipelining's Schedule1F1B (PyTorch 2.7 on, pytorch/pytorch#144702)
+            # refuses fewer microbatches than stages; Megatron's runs them
+            require_m_at_least(spec, self.name, spec.p, "PyTorch's Schedule1F1B refuses fewer than pp")
 
     def build(self, spec: ScheduleSpec) -> list[list[PipeOp]]:
         self.validate(spec)
