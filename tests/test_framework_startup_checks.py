@@ -13,7 +13,10 @@ framework's own check and a fix, and the fix passes. Each case cites the asserti
   ``utils/groups.py`` (expert groups divide the data-parallel group);
 - Megatron-Core ``TransformerConfig.__post_init__`` (CPU offloading without a pipeline,
   recomputation or CUDA graphs; "Bias in Moe is only supported when ETP==1"; expert all-to-all
-  overlap with a 16-bit model) and Megatron-LM ``validate_args`` (CUDA graphs without full
+  overlap with a 16-bit model and without the mlp graph; the mlp graph on dense layers,
+  moe_preprocess with moe_router; no layernorm / moe_act recompute under FP8 delayed scaling;
+  the flex dispatcher without padding to capacity), ``ModelParallelConfig`` (the deferred
+  embedding wgrad with gradient accumulation fusion) and Megatron-LM ``validate_args`` (CUDA graphs without full
   recomputation; "Expert parallelism is not supported with fp16 training"; --fp8-param-gather and
   --overlap-param-gather with the distributed optimizer; --overlap-param-gather with
   --overlap-grad-reduce).
@@ -126,6 +129,35 @@ REFUSED = {
         DENSE, [("parallel.zero", 0), ("training.precision", "fp8"), ("training.fp8_param_gather", True)],
         "training.fp8_param_gather", "--fp8-param-gather only supported with distributed optimizer",
         [("parallel.zero", 1)],
+    ),
+    "Megatron-Core deferred head wgrad without accumulation fusion": (
+        DENSE, [*PIPE, ("parallel.zero", 1), ("parallel.defer_head_wgrad", True)],
+        "parallel.defer_head_wgrad", "only with gradient accumulation fusion",
+        [("training.grad_accum_fusion", True)],
+    ),
+    "Megatron-Core layernorm recompute under FP8 delayed scaling": (
+        DENSE, [("training.precision", "fp8"), ("training.recompute_modules", ["layernorm"])],
+        "training.recompute_modules", "Delayed scaling does not support moe_act and layernorm recompute",
+        [("training.fp8_recipe", "current")],
+    ),
+    "Megatron-Core mlp graph on a model of MoE layers only": (
+        MOE, [("training.cuda_graphs", ["mlp"])],
+        "training.cuda_graphs", "mlp cuda graph is only supported for dense layers",
+        [("training.cuda_graphs", ["moe_router"])],
+    ),
+    "Megatron-Core moe_preprocess graph without the router's": (
+        MOE, [("training.cuda_graphs", ["moe_preprocess"])],
+        "training.cuda_graphs", "moe_preprocess cuda graph is only supported with moe_router cuda graph",
+        [("training.cuda_graphs", ["moe_router", "moe_preprocess"])],
+    ),
+    "Megatron-Core mlp graph under the expert all-to-all overlap": (
+        MOE, [("model", "deepseek-v2-lite"), ("cluster.gpus", 16), ("parallel.tp", 1), ("parallel.ep", 8),
+              ("framework", "megatron-core"), ("training.cuda_graphs", ["mlp"]), ("overlap.ep_comm", True)],
+        "training.cuda_graphs", "not supported with overlap_moe_expert_parallel_comm", [("overlap.ep_comm", False)],
+    ),
+    "DeepEP dispatch padded to capacity": (
+        MOE, [("moe.dispatcher", "deepep"), ("moe.capacity_factor", 1.0), ("moe.pad_to_capacity", True)],
+        "moe.pad_to_capacity", "refuses it with the flex dispatcher", [("moe.dispatcher", "alltoall")],
     ),
 }  # fmt: skip
 

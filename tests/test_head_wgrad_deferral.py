@@ -34,6 +34,7 @@ def _data(defer: bool, limit: int = 0, **parallel) -> dict:
         model={"vocab": 262144, "hidden": 2048, "heads": 16, "ffn": 8192},
         parallel={"layers_per_stage": [3, 1], "defer_head_wgrad": defer, "head_wgrad_deferral_limit": limit,
                   **parallel},
+        training={"grad_accum_fusion": True},  # Megatron-Core defers only with it (ModelParallelConfig)
     )  # fmt: skip
 
 
@@ -77,7 +78,8 @@ def test_the_deferral_limit_defers_the_first_microbatches_only(plain):
 
 
 def test_megatron_flag_names_are_read_and_inert_without_pipeline():
-    data = pipeline_scenario(1, 2, "1f1b", parallel={"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 4})
+    data = pipeline_scenario(1, 2, "1f1b", parallel={"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 4},
+                             training={"grad_accum_fusion": True})  # fmt: skip
     sc = scenario_from_dict(data)
     assert sc.parallel.defer_head_wgrad and sc.parallel.head_wgrad_deferral_limit == 4
     settings = {n.setting for n in inert_settings(build_context(sc))}

@@ -57,10 +57,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.loss_in_split", {"parallel": {"loss_in_split": True}},
      {"cluster": {"gpus": 3}, "parallel": {"pp": 3, "loss_in_split": True}, "training": {"global_batch": 6}}),
     # Megatron-Core's schedule without a pipeline never drains the kept head GEMMs
-    ("parallel.defer_head_wgrad", {"parallel": {"defer_head_wgrad": True}},
-     {"parallel": {"pp": 2, "defer_head_wgrad": True}}),
+    # (with gradient accumulation fusion, which Megatron-Core's deferral needs)
+    ("parallel.defer_head_wgrad", {"parallel": {"defer_head_wgrad": True}, "training": {"grad_accum_fusion": True}},
+     {"parallel": {"pp": 2, "defer_head_wgrad": True}, "training": {"grad_accum_fusion": True}}),
     ("parallel.head_wgrad_deferral_limit", {"parallel": {"pp": 2, "head_wgrad_deferral_limit": 1}},
-     {"parallel": {"pp": 2, "defer_head_wgrad": True, "head_wgrad_deferral_limit": 1}}),
+     {"parallel": {"pp": 2, "defer_head_wgrad": True, "head_wgrad_deferral_limit": 1},
+      "training": {"grad_accum_fusion": True}}),
     ("parallel.activation_limit", {"parallel": {"pp": 2, "schedule": "zbv", "activation_limit": 0.75}},
      {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},

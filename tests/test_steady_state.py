@@ -252,7 +252,7 @@ def test_shorter_steps_start_past_the_wgrad_deferral_limit():
     wait for the flush, so a step of fewer than L is another step (MLPerf v5.0 405B, L = 50)."""
     raw = make_scenario(
         parallel={"tp": 1, "pp": 4, "defer_head_wgrad": True, "head_wgrad_deferral_limit": 10},
-        training={"seq_len": 2048, "global_batch": 2 * 96},
+        training={"seq_len": 2048, "global_batch": 2 * 96, "grad_accum_fusion": True},
     )
     scenario, ctx = _built(raw)
     assert first_counts(ctx) == (4, 0, 3)  # steps of 12, 16, 20 ... microbatches

@@ -233,6 +233,63 @@ def _megatron_ep_overlap_dtype(scenario: Scenario, facts: LayoutFacts) -> None:
         )
 
 
+def _megatron_defer_head_wgrad(scenario: Scenario, facts: LayoutFacts) -> None:
+    """Megatron-Core defers the LM head's weight gradient into the fp32 main gradient its fused
+    GEMM accumulates into (``ModelParallelConfig``: "Cannot defer embedding wgrad compute when
+    gradient accumulation fusion is not used")."""
+    if scenario.parallel.defer_head_wgrad and not scenario.training.grad_accum_fusion:
+        raise UserError(
+            "parallel.defer_head_wgrad",
+            "Megatron-Core defers the LM head's weight gradient only with gradient accumulation "
+            "fusion (ModelParallelConfig raises without it); set training.grad_accum_fusion: true, "
+            "or defer_head_wgrad: false",
+        )
+
+
+def _megatron_fp8_recompute(scenario: Scenario, facts: LayoutFacts) -> None:
+    """FP8 delayed scaling keeps amax histories a recomputed norm or expert activation would
+    update twice (``TransformerConfig``: "Delayed scaling does not support moe_act and layernorm
+    recompute for fp8"; TransformerEngine before 2.6 refused them under every recipe)."""
+    tr = scenario.training
+    rerun = sorted(tr.recomputed & {"layernorm", "moe_act"})
+    if rerun and tr.precision == "fp8" and tr.fp8_recipe == "delayed":
+        raise UserError(
+            "training.recompute_modules",
+            f"Megatron-Core does not recompute {' or '.join(rerun)} under FP8 delayed scaling "
+            "(TransformerConfig: \"Delayed scaling does not support moe_act and layernorm recompute\"); "
+            "set training.fp8_recipe: current, or drop them",
+        )
+
+
+def _megatron_graph_scopes(scenario: Scenario, facts: LayoutFacts) -> None:
+    """Megatron-Core's partial CUDA graph scopes (``TransformerConfig.__post_init__``): the mlp
+    scope captures dense MLPs ("mlp cuda graph is only supported for dense layers"), the MoE
+    preprocess is captured with its router ("moe_preprocess cuda graph is only supported with
+    moe_router cuda graph"), and the expert all-to-all overlap splits the MLP's forward and
+    backward apart ("CUDA graph scope on moe and mlp is not supported with
+    overlap_moe_expert_parallel_comm")."""
+    graphs, model = scenario.training.cuda_graphs, facts.model
+    if "mlp" in graphs and model.is_moe and all(model.is_moe_layer(i) for i in range(model.layers)):
+        raise UserError(
+            "training.cuda_graphs",
+            "Megatron-Core's mlp graph captures dense MLPs and every layer of this model is a mixture "
+            "of experts (\"mlp cuda graph is only supported for dense layers\"); use moe_router, or drop mlp",
+        )
+    if "moe_preprocess" in graphs and "moe_router" not in graphs:
+        raise UserError(
+            "training.cuda_graphs",
+            "Megatron-Core captures moe_preprocess only with moe_router (\"moe_preprocess cuda graph is "
+            "only supported with moe_router cuda graph\"); add moe_router, or drop moe_preprocess",
+        )
+    if "mlp" in graphs and scenario.overlap.ep_comm:
+        raise UserError(
+            "training.cuda_graphs",
+            "Megatron-Core does not capture the mlp scope under the expert all-to-all overlap "
+            "(\"CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm\"); "
+            "drop mlp, or set overlap.ep_comm: false",
+        )
+
+
 def _megatron_lm_param_gather(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron-LM's ``validate_args`` overlaps the parameter all-gather only beside the
     overlapped gradient reduction ("Must use --overlap-param-gather with --overlap-grad-reduce")
@@ -269,7 +326,10 @@ def _megatron_lm_fp8_params(scenario: Scenario, facts: LayoutFacts) -> None:
 
 
 #: checks from Megatron-Core's TransformerConfig, which NeMo and Megatron-Bridge build on
-_MEGATRON_CORE = (_megatron_cpu_offloading, _megatron_cuda_graphs, _megatron_expert_bias, _megatron_ep_overlap_dtype)
+_MEGATRON_CORE = (
+    _megatron_cpu_offloading, _megatron_cuda_graphs, _megatron_graph_scopes, _megatron_expert_bias,
+    _megatron_ep_overlap_dtype, _megatron_defer_head_wgrad, _megatron_fp8_recompute,
+)  # fmt: skip
 #: with Megatron-LM's own validate_args (no framework: simcluster's loop runs its flags)
 _MEGATRON_LM = (*_MEGATRON_CORE, _megatron_lm_fp16_experts, _megatron_lm_fp8_params)
 
