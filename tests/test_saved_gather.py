@@ -72,8 +72,11 @@ def _regathers(data: dict) -> list[str]:
 def test_megatron_regathers_and_torchtitan_does_not():
     assert _regathers(_tp_data()) == ["mlp_tp_ag_input", "attn_tp_ag_input"] * 2
     assert _regathers(_tp_data("torchtitan")) == []
-    # its async TP (PyTorch's, tp_comm_cfg pytorch-async-tp) keeps the fused op's gathered A too
-    assert _regathers(_tp_data("torchtitan", tp_comm=True)) == []
+    # its async TP (PyTorch's, tp_comm_cfg pytorch-async-tp, on compiled blocks) keeps the fused
+    # op's gathered A too
+    compiled = _tp_data("torchtitan", tp_comm=True)
+    compiled["training"]["elementwise"] = "compiled-blocks"
+    assert _regathers(compiled) == []
 
 
 def test_pytorch_async_tp_keeps_the_gather_without_a_framework_unless_told():
