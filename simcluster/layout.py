@@ -21,7 +21,7 @@ import numpy as np
 from simcluster import layout_checks as checks
 from simcluster.errors import UserError
 from simcluster.frameworks.sequence_parallel import check_tp_sequence_parallel
-from simcluster.frameworks.startup_checks import check_framework_startup
+from simcluster.frameworks.startup import check_framework_startup
 from simcluster.layout_checks import DIMS
 from simcluster.model import ModelSpec
 from simcluster.parallelism.saved_gather import keeps_gather

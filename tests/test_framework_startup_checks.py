@@ -1,4 +1,4 @@
-"""What a framework's code refuses at start-up is refused here too (``frameworks/startup_checks.py``,
+"""What a framework's code refuses at start-up is refused here too (``frameworks/startup/``,
 and PyTorch's Schedule1F1B in ``schedules/one_f_one_b.py``): one line naming the field, the
 framework's own check and a fix, and the fix passes. Each case cites the assertion it mirrors:
 
