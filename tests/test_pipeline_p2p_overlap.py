@@ -60,11 +60,14 @@ TORCH_1F1B = ("pytorch-ddp", "torchtitan", "automodel")
 
 @pytest.mark.parametrize("framework", TORCH_1F1B)
 def test_torch_1f1b_does_not_overlap_its_sends_and_refuses_a_written_true(framework):
-    assert _pp_comm(parallel={"pp": 2}, framework=framework) is False
+    # torchtitan's DDP runs alone, and it ties no embeddings under a pipeline
+    piped = {"pp": 2, "zero": 3} if framework == "torchtitan" else {"pp": 2}
+    untied = {"tied_embeddings": False}
+    assert _pp_comm(parallel=piped, framework=framework, model=untied) is False
     with pytest.raises(UserError) as err:
-        _pp_comm(parallel={"pp": 2}, overlap={"pp_comm": True}, framework=framework)
+        _pp_comm(parallel=piped, overlap={"pp_comm": True}, framework=framework, model=untied)
     assert err.value.field == "overlap.pp_comm" and "Schedule1F1B" in str(err.value)
-    assert _pp_comm(parallel={"pp": 2, "schedule": "afab"}, framework=framework) is True
+    assert _pp_comm(parallel={**piped, "schedule": "afab"}, framework=framework, model=untied) is True
 
 
 def test_torch_1f1b_waits_on_a_send_where_the_stage_turns():
