@@ -46,9 +46,13 @@ def _param_gather(raw: Mapping[str, Any]) -> bool:
     optimizer"): off where the scenario writes either one off."""
     overlap = raw.get("overlap")
     reduce_off = isinstance(overlap, Mapping) and overlap.get("dp_grad_reduce") is False
+    return not (reduce_off or _writes_zero_0(raw))
+
+
+def _writes_zero_0(raw: Mapping[str, Any]) -> bool:
+    """Whether a raw scenario writes zero 0 (no distributed optimizer; unwritten, the preset's 1)."""
     parallel = raw.get("parallel")
-    zero_0 = isinstance(parallel, Mapping) and "zero" in parallel and zero_stage(raw) == 0
-    return not (reduce_off or zero_0)
+    return isinstance(parallel, Mapping) and "zero" in parallel and zero_stage(raw) == 0
 
 
 def nemo(raw: Mapping[str, Any]) -> Defaults:
@@ -70,9 +74,7 @@ def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
     defaults = nemo(raw)
     training: dict[str, Any] = {"fp32_grad_accum": False}
     training_raw = raw.get("training")
-    parallel_raw = raw.get("parallel")
-    zero_0 = isinstance(parallel_raw, Mapping) and "zero" in parallel_raw and zero_stage(raw) == 0
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not zero_0:
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not _writes_zero_0(raw):
         # (with the distributed optimizer or FSDP only: Megatron-LM's validate_args refuses
         # --fp8-param-gather without them)
         training["fp8_param_gather"] = True
