@@ -1,5 +1,5 @@
-"""torchtitan's start-up refusals (its ParallelDims, parallelize and config validation) and
-PyTorch's pipelining schedules' under it."""
+"""torchtitan's start-up refusals (its ParallelDims, parallelize and config validation), with
+those of the torch.distributed.pipelining schedules it runs."""
 
 from __future__ import annotations
 
@@ -104,7 +104,4 @@ def _compiled_stages(scenario: Scenario, facts: LayoutFacts) -> None:
 
 
 #: torchtitan's checks, in the order a user meets them
-CHECKS: tuple[LayoutRule, ...] = (
-    _ddp, _async_tp, _experts, _tied_pipeline,
-    _sequence, _compiled_stages,
-)  # fmt: skip
+CHECKS: tuple[LayoutRule, ...] = (_ddp, _async_tp, _experts, _tied_pipeline, _sequence, _compiled_stages)
