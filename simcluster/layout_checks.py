@@ -412,6 +412,11 @@ def check_parallel_block_comm(scenario: Scenario, model: ModelSpec) -> None:
         )  # fmt: skip
 
 
+def etp_default_note(par: ParallelSection) -> str:
+    """What an expert-TP error adds where the scenario left etp unset: where its value came from."""
+    return " (etp defaults to tp, as Megatron-Core's expert_tensor_parallel_size)" if par.etp is None else ""
+
+
 def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
     """``parallel.etp`` resolved and checked: Megatron-Core's default is the attention's tp
     (``expert_tensor_parallel_size`` None -> ``tensor_model_parallel_size``); a dense model has
@@ -426,7 +431,7 @@ def _expert_tp(par: ParallelSection, model: ModelSpec, dp: int) -> int:
     # the etp values both checks pass (ep divides the stage's ranks: checked before), so 1 is one
     fixes = one_of(divisors(stage // par.ep, lambda d: model.expert_ffn % d == 0))
     if stage % (par.ep * etp):
-        default = " (etp defaults to tp, as Megatron-Core's expert_tensor_parallel_size)" if par.etp is None else ""
+        default = etp_default_note(par)
         raise UserError(
             "parallel.etp",
             f"ep*etp = {par.ep}*{etp} must divide dp*cp*tp={stage}, the ranks of one pipeline stage "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from simcluster.errors import UserError
 from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
+from simcluster.layout_checks import etp_default_note
 from simcluster.scenario import Scenario
 
 
@@ -59,7 +60,7 @@ def _expert_bias(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron-Core splits biased experts over expert TP only at etp 1 (``TransformerConfig``:
     "Bias in Moe is only supported when ETP==1"); its default etp is tp."""
     if facts.model.is_moe and facts.model.has_bias("mlp") and facts.etp > 1:
-        default = " (etp defaults to tp, as Megatron-Core's expert_tensor_parallel_size)" if scenario.parallel.etp is None else ""
+        default = etp_default_note(scenario.parallel)
         raise UserError(
             "parallel.etp",
             f"Megatron-Core runs experts with biases only at etp 1 (TransformerConfig: \"Bias in Moe is "
