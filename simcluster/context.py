@@ -9,8 +9,10 @@ from simcluster import attention_head_dims, attention_sinks, userbuffers
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING, with_framework_kernel
-from simcluster.frameworks.schedules import check_framework_schedule
-from simcluster.frameworks.sequence_parallel import check_framework_sequence_parallel
+from simcluster.frameworks.schedules import (
+    check_framework_schedule,
+    check_framework_sequence_parallel,
+)
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model

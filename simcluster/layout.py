@@ -20,7 +20,6 @@ import numpy as np
 
 from simcluster import layout_checks as checks
 from simcluster.errors import UserError
-from simcluster.frameworks.sequence_parallel import check_tp_sequence_parallel
 from simcluster.frameworks.startup import check_framework_startup
 from simcluster.layout_checks import DIMS
 from simcluster.model import ModelSpec
@@ -293,7 +292,6 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
     checks.check_model_split(scenario, model)
     checks.check_sequence_split(scenario, model)
     etp = checks.check_experts(par, model, dp)
-    check_tp_sequence_parallel(scenario, model)
     check_framework_startup(scenario, model, dp, etp)
     grad_collective = checks.resolve_grad_collective(scenario)
     zero_shard = checks.resolve_zero_shard(scenario, dp, gpus_per_node, grad_collective)

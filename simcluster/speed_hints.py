@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
-from simcluster.frameworks.schedules import framework_runs
-from simcluster.frameworks.sequence_parallel import runs_with_sequence_parallel
+from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
 from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
 from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 from simcluster.units import format_bytes
@@ -248,7 +247,7 @@ def _passes(s: dict) -> tuple[float, float, float]:
 class ZeroBubbleOption:
     """A zero-bubble schedule the hint offers: its peak memory per GPU (static walk, bytes)
     and whether it runs only with sequence parallelism off (``without_sp``: Megatron-DeepSpeed's
-    ZB-H1, ``frameworks.sequence_parallel.check_framework_sequence_parallel``)."""
+    ZB-H1, ``frameworks.schedules.check_framework_sequence_parallel``)."""
 
     name: str
     peak_bytes: float

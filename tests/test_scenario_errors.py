@@ -405,12 +405,14 @@ def test_experts_beside_tp_need_sequence_parallelism_under_megatron_core(cli, tm
     expert_model_parallel_size > 1 with tensor_model_parallel_size > 1 and sequence_parallel
     False raises "When using expert parallelism and tensor parallelism, sequence parallelism must
     be used". Found by metamorphic seed 6702: a Megatron-Bridge gpt-oss layout without SP grew
-    48% in memory at twice the tp (its expert-TP gather repeating each token tp times)."""
+    48% in memory at twice the tp (its expert-TP gather repeating each token tp times).
+    With no framework (Megatron-LM's flags) validate_args' MoE check meets it first, as
+    megatron/training/arguments.py runs before the config is built."""
     doc = make_scenario(parallel={"tp": 2, "pp": 1, "ep": 2}, training={"global_batch": 32})
     doc["model"], doc["cluster"]["gpus"] = {"preset": "mixtral-8x7b"}, 16
     assert_one_line_error(
         cli("memory", str(write(tmp_path, doc))),
-        "parallel.sequence_parallel: Megatron-Core runs ep=2 beside tp=2 only with sequence parallelism",
+        "parallel.sequence_parallel: Megatron-LM runs a mixture of experts beside tp=2 only with sequence parallelism",
         "set parallel.sequence_parallel: true, or tp 1",
     )
     for fix in ({"sequence_parallel": True}, {"tp": 1}):

@@ -1,12 +1,15 @@
 """Which pipeline schedules a framework's code runs: a scenario naming a framework and a
 schedule its code does not have is refused (Megatron-Core has no zero-bubble schedule,
-DeepSpeed's engine no interleaving), with the frameworks that do run it."""
+DeepSpeed's engine no interleaving), with the frameworks that do run it; and a schedule a
+framework runs only without sequence parallelism (Megatron-DeepSpeed's ZB-H1)."""
 
 from __future__ import annotations
 
 from simcluster.errors import UserError
 from simcluster.frameworks.lookup import get_framework
 from simcluster.frameworks.registry import FRAMEWORKS
+from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
+from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 
 
 def runners(schedule: str) -> list[str]:
@@ -32,3 +35,21 @@ def check_framework_schedule(framework: str | None, schedule: str, pp: int) -> N
         f"framework {entry.name} does not run schedule '{schedule}' (its pipelines run "
         f"{', '.join(entry.schedules or ())}); use one of those, or {elsewhere}",
     )
+
+
+def runs_with_sequence_parallel(framework: str | None, schedule: str) -> bool:
+    """Whether ``framework`` runs ``schedule`` with sequence parallelism: not Megatron-DeepSpeed's
+    ZB-H1, which its arguments.py asserts against (``--enable-zbh1-pipeline``: "Sequence
+    Parallel not tested")."""
+    return not (framework == "deepspeed" and schedule in (ZBH1_DS, ZBH1_DS_EXACT))
+
+
+def check_framework_sequence_parallel(framework: str | None, schedule: str, sequence_parallel: bool) -> None:
+    """Refuse a schedule with sequence parallelism where the framework runs it without
+    (:func:`runs_with_sequence_parallel`)."""
+    if sequence_parallel and not runs_with_sequence_parallel(framework, schedule):
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-DeepSpeed runs its ZB-H1 ('{schedule}') without sequence parallelism "
+            "(arguments.py asserts it); set parallel.sequence_parallel: false, or schedule 1f1b",
+        )

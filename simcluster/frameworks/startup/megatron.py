@@ -9,6 +9,33 @@ from simcluster.layout_checks import etp_default_note
 from simcluster.scenario import Scenario
 
 
+def _experts_beside_tp(scenario: Scenario, facts: LayoutFacts) -> None:
+    """Megatron-Core runs expert parallelism beside TP only with sequence parallelism, as its MoE
+    layer routes a sequence shard (each TP rank would route the whole sequence, and the expert-TP
+    gather repeat every token tp times): ``ModelParallelConfig.__post_init__`` raises "When using
+    expert parallelism and tensor parallelism, sequence parallelism must be used"."""
+    par = scenario.parallel
+    if facts.model.is_moe and par.ep > 1 and par.tp > 1 and not par.sequence_parallel:
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-Core runs ep={par.ep} beside tp={par.tp} only with sequence parallelism "
+            "(ModelParallelConfig raises without it); set parallel.sequence_parallel: true, or ep 1, or tp 1",
+        )
+
+
+def _lm_moe_beside_tp(scenario: Scenario, facts: LayoutFacts) -> None:
+    """Megatron-LM asserts sequence parallelism for any mixture of experts beside TP, at any ep
+    (``validate_args``' MoE spec check), before Megatron-Core's config is built; NeMo and
+    Megatron-Bridge build their configs without it, where only the ep > 1 rule applies."""
+    par = scenario.parallel
+    if facts.model.is_moe and par.tp > 1 and not par.sequence_parallel:
+        raise UserError(
+            "parallel.sequence_parallel",
+            f"Megatron-LM runs a mixture of experts beside tp={par.tp} only with sequence "
+            "parallelism (validate_args asserts it); set parallel.sequence_parallel: true, or tp 1",
+        )
+
+
 def _cpu_offloading(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron-Core's activation offload (``--cpu-offloading``, ``training.activation_offload_layers``)
     runs alone: ``TransformerConfig.__post_init__`` raises under a pipeline ("no support for
@@ -183,13 +210,14 @@ def _lm_fp8_params(scenario: Scenario, facts: LayoutFacts) -> None:
         )
 
 
-#: checks from Megatron-Core's TransformerConfig, which NeMo and Megatron-Bridge build on
+#: checks from Megatron-Core's TransformerConfig and ModelParallelConfig, which NeMo and
+#: Megatron-Bridge build on
 CORE_CHECKS: tuple[LayoutRule, ...] = (
-    _cpu_offloading, _cuda_graphs, _graph_scopes, _expert_bias,
+    _experts_beside_tp, _cpu_offloading, _cuda_graphs, _graph_scopes, _expert_bias,
     _ep_overlap_dtype, _defer_head_wgrad, _fp8_recompute,
 )  # fmt: skip
 #: with Megatron-LM's own validate_args (no framework: simcluster's loop runs its flags)
-LM_CHECKS: tuple[LayoutRule, ...] = (*CORE_CHECKS, _lm_fp16_experts, _lm_fp8_params)
+LM_CHECKS: tuple[LayoutRule, ...] = (_lm_moe_beside_tp, *CORE_CHECKS, _lm_fp16_experts, _lm_fp8_params)
 #: megatron-core's: its preset pairs param_gather with the gradient overlap (param_gather defaults
 #: on in simcluster's schema, and framework-less cases spell out other frameworks' DP overlaps)
 MEGATRON_CORE_CHECKS: tuple[LayoutRule, ...] = (*LM_CHECKS, _lm_param_gather)

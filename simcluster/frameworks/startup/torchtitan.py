@@ -8,6 +8,19 @@ from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
 from simcluster.scenario import Scenario
 
 
+def _tensor_parallel(scenario: Scenario, facts: LayoutFacts) -> None:
+    """torchtitan's tensor parallelism has no form without sequence parallelism: ``apply_tp``
+    ("Apply tensor + sequence parallelism to every transformer block") puts SequenceParallel on
+    every norm, so the preset turns it on with tp and an explicit false is refused."""
+    par = scenario.parallel
+    if par.tp > 1 and not par.sequence_parallel:
+        raise UserError(
+            "parallel.sequence_parallel",
+            "torchtitan's tensor parallelism is always sequence-parallel (its TP plan puts "
+            "SequenceParallel on every norm); set parallel.sequence_parallel: true, or tp 1",
+        )
+
+
 def _ddp(scenario: Scenario, facts: LayoutFacts) -> None:
     """torchtitan's zero 0 is DDP over ``data_parallel_replicate_degree``, applied only as 1-D data
     parallelism (``parallelize_llama``: "DDP has not supported > 1D parallelism"); its expert
@@ -104,4 +117,6 @@ def _compiled_stages(scenario: Scenario, facts: LayoutFacts) -> None:
 
 
 #: torchtitan's checks, in the order a user meets them
-CHECKS: tuple[LayoutRule, ...] = (_ddp, _async_tp, _experts, _tied_pipeline, _sequence, _compiled_stages)
+CHECKS: tuple[LayoutRule, ...] = (
+    _tensor_parallel, _ddp, _async_tp, _experts, _tied_pipeline, _sequence, _compiled_stages,
+)  # fmt: skip
