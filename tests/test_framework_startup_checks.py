@@ -11,6 +11,8 @@ framework's own check and a fix, and the fix passes. Each case cites the asserti
   ``_check_torch_compile_compatibility`` (pytorch/pytorch#162511);
 - DeepSpeed ``engine._configure_zero_optimizer`` ("MoE not supported with Stage 3") and
   ``utils/groups.py`` (expert groups divide the data-parallel group);
+- nanotron ``OneForwardOneBackwardPipelineEngine.train_batch_iter`` ("Number of microbatches
+  ... must be at least PP_SIZE-1");
 - Megatron-Core ``TransformerConfig.__post_init__`` (CPU offloading without a pipeline,
   recomputation or CUDA graphs; "Bias in Moe is only supported when ETP==1"; expert all-to-all
   overlap with a 16-bit model and without the mlp graph; the mlp graph on dense layers,
@@ -155,6 +157,11 @@ REFUSED = {
               ("framework", "megatron-core"), ("training.cuda_graphs", ["mlp"]), ("overlap.ep_comm", True)],
         "training.cuda_graphs", "not supported with overlap_moe_expert_parallel_comm", [("overlap.ep_comm", False)],
     ),
+    "nanotron 1F1B with fewer microbatches than pp-1": (
+        DENSE, [("framework", "nanotron"), ("parallel.zero", 1), ("cluster.gpus", 16), ("parallel.pp", 4),
+                ("parallel.tp", 1), ("training.global_batch", 8)],
+        "training.global_batch", "must be at least PP_SIZE-1", [("parallel.schedule", "afab")],
+    ),
     "DeepEP dispatch padded to capacity": (
         MOE, [("moe.dispatcher", "deepep"), ("moe.capacity_factor", 1.0), ("moe.pad_to_capacity", True)],
         "moe.pad_to_capacity", "refuses it with the flex dispatcher", [("moe.dispatcher", "alltoall")],
@@ -180,13 +187,17 @@ def test_the_refusal_is_an_exit_code_2_without_a_traceback(cli):
 
 def test_what_other_frameworks_run_is_not_refused():
     """The same combinations where the code that runs them allows them: Megatron's 1F1B with
-    fewer microbatches than stages (its warm-up is min(p - rank - 1, m)); a Mixtral under
+    fewer microbatches than stages (its warm-up is min(p - rank - 1, m)), nanotron's with pp - 1; a Mixtral under
     DeepSpeed's ZeRO-3 without expert parallelism (Hugging Face's dense expert modules, no
     DeepSpeed-MoE layer); torchtitan's DDP alone; Megatron's seq_len rule (seq_len/cp divisible
     by tp) where torchtitan's would refuse."""
     few = [("cluster.gpus", 16), ("parallel.pp", 4), ("training.global_batch", 8)]
     megatron = [("framework", "megatron-core"), ("parallel.zero", 1)]
     assert build_context(load_scenario(DENSE, [*megatron, *few])).layout.microbatches == 2
+    # nanotron's 1F1B at exactly pp - 1 microbatches (its bound), and its AFAB engine below it
+    nanotron = [("framework", "nanotron"), ("parallel.zero", 1), ("parallel.tp", 1), *few]
+    assert build_context(load_scenario(DENSE, [*nanotron, ("training.global_batch", 12)])).layout.microbatches == 3
+    build_context(load_scenario(DENSE, [*nanotron, ("parallel.schedule", "afab")]))
     build_context(load_scenario(MOE, [("framework", "deepspeed"), ("parallel.zero", 3), ("parallel.ep", 1),
                                       ("parallel.etp", None)]))  # fmt: skip
     build_context(load_scenario(DENSE, [("framework", "torchtitan"), ("parallel.zero", 0)]))

@@ -12,7 +12,7 @@ framework would refuse.
 
 from __future__ import annotations
 
-from simcluster.frameworks.startup import deepspeed, megatron, torchtitan
+from simcluster.frameworks.startup import deepspeed, megatron, nanotron, torchtitan
 from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
 from simcluster.model import ModelSpec
 from simcluster.scenario import Scenario
@@ -25,6 +25,7 @@ STARTUP_CHECKS: dict[str | None, tuple[LayoutRule, ...]] = {
     "megatron-bridge": megatron.CORE_CHECKS,
     "torchtitan": torchtitan.CHECKS,
     "deepspeed": deepspeed.CHECKS,
+    "nanotron": nanotron.CHECKS,
 }
 
 
