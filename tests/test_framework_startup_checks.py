@@ -13,6 +13,12 @@ framework's own check and a fix, and the fix passes. Each case cites the asserti
   ``utils/groups.py`` (expert groups divide the data-parallel group);
 - nanotron ``OneForwardOneBackwardPipelineEngine.train_batch_iter`` ("Number of microbatches
   ... must be at least PP_SIZE-1");
+- sail-sg's Zero Bubble fork ``validate_args`` (both its releases: "zero bubble must be enabled
+  with pipeline parallelism"; its V schedules' even layers a stage; whole layers per virtual
+  stage; ``assert args.fp16, "zero bubble post validation"``, post-validation only under its
+  zero-bubble schedules; the distributed optimizer without Megatron's DP overlaps);
+- NeMo AutoModel's pipelining ``generate_hf_model_fqn_per_model_part`` ("Number of stages ...
+  cannot exceed number of layers");
 - Megatron-Core ``TransformerConfig.__post_init__`` (CPU offloading without a pipeline,
   recomputation or CUDA graphs; "Bias in Moe is only supported when ETP==1"; expert all-to-all
   overlap with a 16-bit model and without the mlp graph; the mlp graph on dense layers,
@@ -34,6 +40,7 @@ from simcluster.scenario import load_scenario
 
 DENSE, MOE, BRIDGE_MOE = "llama3-8b-8xh100", "mixtral-8x7b-32xh100", "qwen3-30b-a3b-16xh100"
 TITAN = [("framework", "torchtitan"), ("parallel.zero", 3)]
+ZB, ZB_FORK = "gpt-28b-zb2p-32xa100", [("framework", "zero-bubble")]
 PIPE = [("cluster.gpus", 16), ("parallel.pp", 2), ("training.global_batch", 16), ("training.recompute", "none")]
 
 # (shipped scenario, overrides, refused field, words of the framework's check, the fix's overrides)
@@ -161,6 +168,38 @@ REFUSED = {
         DENSE, [("framework", "nanotron"), ("parallel.zero", 1), ("cluster.gpus", 16), ("parallel.pp", 4),
                 ("parallel.tp", 1), ("training.global_batch", 8)],
         "training.global_batch", "must be at least PP_SIZE-1", [("parallel.schedule", "afab")],
+    ),
+    "Zero Bubble schedule without a pipeline": (
+        ZB, [*ZB_FORK, ("parallel.pp", 1)],
+        "parallel.schedule", "zero bubble must be enabled with pipeline parallelism", [("parallel.pp", 2)],
+    ),
+    "Zero Bubble V schedule with an odd number of layers a stage": (
+        ZB, [*ZB_FORK, ("parallel.schedule", "zbv"), ("parallel.pp", 2)],
+        "parallel.schedule", "number of layers per pipeline stage to be even", [("parallel.pp", 4)],
+    ),
+    "Zero Bubble interleaving that splits a layer": (
+        ZB, [*ZB_FORK, ("parallel.schedule", "interleaved"), ("parallel.pp", 16), ("parallel.vpp", 3),
+             ("training.optimizer_post_validation", False)],
+        "parallel.vpp", "number of layers per pipeline stage must be divisible", [("parallel.vpp", 2)],
+    ),
+    "Zero Bubble post-validation in bf16": (
+        ZB, [*ZB_FORK, ("training.precision", "bf16")],
+        "training.optimizer_post_validation", "zero bubble post validation", [("training.precision", "fp16")],
+    ),
+    "Zero Bubble post-validation under 1F1B": (
+        ZB, [*ZB_FORK, ("parallel.schedule", "1f1b")],
+        "training.optimizer_post_validation", "turns it off under '1f1b'",
+        [("training.optimizer_post_validation", False)],
+    ),
+    "Zero Bubble distributed optimizer beside Megatron's DP overlap": (
+        ZB, [*ZB_FORK, ("cluster.gpus", 64), ("parallel.zero", 1), ("overlap.dp_grad_reduce", True)],
+        "overlap.dp_grad_reduce", "not supported yet because we didn't verify the correctness",
+        [("overlap.dp_grad_reduce", False)],
+    ),
+    "AutoModel with more stages than layers": (
+        DENSE, [("framework", "automodel"), ("parallel.zero", 3), ("model.layers", 8), *PIPE,
+                ("parallel.schedule", "interleaved"), ("parallel.vpp", 5)],
+        "parallel.vpp", "cannot exceed number of layers (8)", [("parallel.vpp", 4)],
     ),
     "DeepEP dispatch padded to capacity": (
         MOE, [("moe.dispatcher", "deepep"), ("moe.capacity_factor", 1.0), ("moe.pad_to_capacity", True)],

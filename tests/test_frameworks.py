@@ -400,6 +400,11 @@ def test_zero_bubble_is_the_forks_example_script(schedule, post_validation):
     assert sc.framework == "zero-bubble"
     assert (sc.training.flash_attention, sc.overlap.pp_comm) == (False, False)
     assert sc.training.optimizer_post_validation is post_validation
+    # the script trains in fp16 (--fp16 unless FP32) without Megatron's DP overlaps (store_true
+    # flags it does not pass); its validate_args post-validates in fp16 only
+    assert (sc.training.precision, sc.overlap.dp_grad_reduce, sc.overlap.param_gather) == ("fp16", False, False)
+    bf16 = scenario_from_dict({**raw, "training": {**raw["training"], "precision": "bf16"}})
+    assert bf16.training.optimizer_post_validation is False
 
 
 def test_deepspeed_runs_classic_attention_unless_a_flag_turns_flash_on() -> None:

@@ -455,8 +455,9 @@ def zb_scenario(size, m, gpus, par, mbs, nmb):
                      # Megatron's default (the script has no --no-gradient-accumulation-fusion)
                      "grad_accum_fusion": True,
                      **({"optimizer_post_validation": True} if zero_bubble else {})},
-        # the fork's example script runs with --no-overlap-p2p-communication
-        "overlap": {"pp_comm": False},
+        # the fork's example script runs with --no-overlap-p2p-communication, and without
+        # Megatron's DP overlaps (one replica here: nothing to reduce either way)
+        "overlap": {"pp_comm": False, "dp_grad_reduce": False, "param_gather": False},
     }
 
 

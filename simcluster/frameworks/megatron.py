@@ -115,10 +115,17 @@ def zero_bubble(raw: Mapping[str, Any]) -> Defaults:
     # zero-bubble schedule is on (its ZB-1p / ZB-2p / ZB-V) unless SYNC_OPTIMIZER is set, which
     # examples/test_all_schedules.sh exports for zbv-half and zbv-min (V-Half, V-Min: no
     # post-validation); Megatron's weight-gradient accumulation fusion stays on (the script
-    # does not pass --no-gradient-accumulation-fusion)
-    training: dict[str, Any] = {"flash_attention": False, "grad_accum_fusion": True}
+    # does not pass --no-gradient-accumulation-fusion); the script trains in fp16 (--fp16 unless
+    # FP32 is set; it has no bf16 path) and post-validation runs only in fp16 (validate_args:
+    # assert args.fp16); Megatron's DP overlaps stay off (store_true flags of that Megatron,
+    # which the script does not pass; validate_args refuses them beside the distributed
+    # optimizer under zero bubble)
+    training: dict[str, Any] = {"flash_attention": False, "grad_accum_fusion": True, "precision": "fp16"}
     parallel = raw.get("parallel")
     schedule = parallel.get("schedule") if isinstance(parallel, Mapping) else None
-    if schedule in ("zb-1p", "zb-2p", "zbv"):
+    given = raw.get("training")
+    precision = given.get("precision", "fp16") if isinstance(given, Mapping) else "fp16"
+    if schedule in ("zb-1p", "zb-2p", "zbv") and precision == "fp16":
         training["optimizer_post_validation"] = True
-    return {"overlap": {"pp_comm": False}, "training": training}
+    overlap = {"pp_comm": False, "dp_grad_reduce": False, "param_gather": False}
+    return {"overlap": overlap, "training": training}

@@ -274,12 +274,15 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "zero-bubble",
             "sail-sg's Zero Bubble fork of Megatron-LM (Qi et al., ICLR'24) as its example script "
-            "runs it: attention on materialised scores (no FlashAttention), blocking pipeline "
-            "send/recv, Megatron's weight-gradient accumulation fusion, and the optimizer step "
-            "with post-validation under its zero-bubble schedules (zb-1p, zb-2p, zbv)",
-            "sail-sg/zero-bubble-pipeline-parallelism examples/pretrain_zero_bubble.sh (no "
-            "--use-flash-attn; --no-overlap-p2p-communication; --enable-optimizer-post-validation "
-            "with zero bubble on; no --no-gradient-accumulation-fusion); the paper's Table 4 peak memory matches stored attention "
+            "runs it: fp16, attention on materialised scores (no FlashAttention), blocking pipeline "
+            "send/recv, Megatron's weight-gradient accumulation fusion, Megatron's DP overlaps off, "
+            "and the optimizer step with post-validation under its zero-bubble schedules (zb-1p, "
+            "zb-2p, zbv) in fp16",
+            "sail-sg/zero-bubble-pipeline-parallelism examples/pretrain_zero_bubble.sh (--fp16 unless "
+            "FP32; no --use-flash-attn; --no-overlap-p2p-communication; --enable-optimizer-post-validation "
+            "with zero bubble on; no --no-gradient-accumulation-fusion, --overlap-grad-reduce or "
+            "--overlap-param-gather); megatron/arguments.py validate_args (assert args.fp16 for "
+            "post-validation); the paper's Table 4 peak memory matches stored attention "
             "scores in all 16 rows (docs/accuracy.md)",
             zero_bubble,
             recompute=("none", "selective", "full"),

@@ -12,7 +12,14 @@ framework would refuse.
 
 from __future__ import annotations
 
-from simcluster.frameworks.startup import deepspeed, megatron, nanotron, torchtitan
+from simcluster.frameworks.startup import (
+    automodel,
+    deepspeed,
+    megatron,
+    nanotron,
+    torchtitan,
+    zero_bubble,
+)
 from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
 from simcluster.model import ModelSpec
 from simcluster.scenario import Scenario
@@ -24,8 +31,10 @@ STARTUP_CHECKS: dict[str | None, tuple[LayoutRule, ...]] = {
     "nemo": megatron.CORE_CHECKS,
     "megatron-bridge": megatron.CORE_CHECKS,
     "torchtitan": torchtitan.CHECKS,
+    "automodel": automodel.CHECKS,
     "deepspeed": deepspeed.CHECKS,
     "nanotron": nanotron.CHECKS,
+    "zero-bubble": zero_bubble.CHECKS,
 }
 
 
