@@ -89,8 +89,10 @@ DATED: dict[str, tuple[Dated, ...]] = {
         Dated(
             until="24.09",
             attention_kernel="fa2",
-            # NeMo 1.x's apex DistributedFusedAdam: 100 MiB gradient buckets on every stage
-            defaults={"dp": {"bucket_mb": 104.858, "bucket_stages": "all"}},
+            # NeMo 1.x's apex DistributedFusedAdam: 100 MiB gradient buckets on every stage; its
+            # FP8 runs kept 16-bit weights (NeMo 1.x's fp8_params defaulted to False)
+            defaults={"dp": {"bucket_mb": 104.858, "bucket_stages": "all"},
+                      "training": {"fp8_param_gather": False}},
             source=(
                 "NeMo-Framework-Launcher set NVTE_FUSED_ATTN=0 until its pull request 422 'enable "
                 "fused attention' (August 2024), so TransformerEngine ran the flash-attn 2 "

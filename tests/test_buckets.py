@@ -89,6 +89,13 @@ def test_megatron_cores_bucket_size():
     assert bucket_cap_params(wide.scenario, wide.layout) == 64_000_000
     blocking = _ctx(GPT, dp={"bucket_mb": "megatron-core"}, overlap={"dp_grad_reduce": False})
     assert bucket_cap_params(blocking.scenario, blocking.layout) == math.inf
+    # NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's CommOverlapConfig
+    # (_get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 with dp > 1), whatever dp
+    for gpus in (8, 512):
+        nemo = _ctx(GPT, cluster={"gpus": gpus}, training={"global_batch": gpus}, dp={"bucket_mb": "comm-overlap"})
+        assert bucket_cap_params(nemo.scenario, nemo.layout) == 134_217_728
+    blocking = _ctx(GPT, dp={"bucket_mb": "comm-overlap"}, overlap={"dp_grad_reduce": False})
+    assert bucket_cap_params(blocking.scenario, blocking.layout) == math.inf
     # a fixed size is MB of gradients on the wire: 25 MB of fp32 gradients = 6.25M parameters
     fixed = _ctx(GPT, dp={"bucket_mb": 25})
     assert bucket_cap_params(fixed.scenario, fixed.layout) == 6_250_000

@@ -310,14 +310,22 @@ def test_framework_aliases_read_as_the_entry(written: str, name: str) -> None:
 
 def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
     # NeMo 2 / Megatron-Bridge performance recipes: check_for_nan_in_grad False and
-    # average_in_collective True (no 1/dp pass; start_grad_sync's reduce_op ReduceOp.AVG);
+    # average_in_collective True (no 1/dp pass; start_grad_sync's reduce_op ReduceOp.AVG); with
+    # the distributed optimizer, buckets of 128 Mi parameters (NVIDIA/NeMo
+    # lightning/pytorch/callbacks/megatron_comm_overlap.py and NVIDIA-NeMo/Megatron-Bridge
+    # training/comm_overlap.py, _get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024);
     # everything else as Megatron-Core
     raw = {"parallel": {"pp": 2}}
     core, nemo = FRAMEWORKS["megatron-core"].defaults(raw), FRAMEWORKS["nemo"].defaults(raw)
     assert nemo["dp"]["nan_check"] is False and nemo["dp"]["prescale"] is False
     assert nemo["dp"].pop("reduce_op") == "avg" and "reduce_op" not in core["dp"]
-    nemo["dp"].update(nan_check=True, prescale=True)
+    assert (nemo["dp"]["bucket_mb"], core["dp"]["bucket_mb"]) == ("comm-overlap", "megatron-core")
+    nemo["dp"].update(nan_check=True, prescale=True, bucket_mb="megatron-core")
     assert nemo == core
+    # without the distributed optimizer (zero 0) or under Megatron FSDP (zero 3) the callback
+    # leaves bucket_size alone: Megatron-Core's default
+    for zero in (0, 3):
+        assert FRAMEWORKS["nemo"].defaults({"parallel": {"zero": zero}})["dp"]["bucket_mb"] == "megatron-core"
 
 
 @pytest.mark.parametrize("zero", [2, 3])
@@ -417,13 +425,18 @@ def test_deepspeed_runs_classic_attention_unless_a_flag_turns_flash_on() -> None
 
 
 def test_megatron_bridge_is_nemo_with_bf16_main_grads_and_fp8_weights() -> None:
-    # Megatron-Bridge scripts/performance: grad_reduce_in_fp32 False; its FP8 mixed-precision
-    # recipes set fp8_param_gather
+    # Megatron-Bridge scripts/performance: grad_reduce_in_fp32 False; both frameworks' FP8
+    # mixed-precision recipes set fp8_param_gather (NVIDIA/NeMo collections/llm/recipes/precision/
+    # mixed_precision.py bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed; Megatron-Bridge
+    # training/mixed_precision.py bf16_with_fp8_current_scaling_mixed); NeMo 1.x's did not
     fp8 = _small(framework="Megatron-Bridge")
     fp8["training"] = {**fp8["training"], "precision": "fp8"}
     bridge, nemo = scenario_from_dict(fp8), scenario_from_dict({**fp8, "framework": "nemo"})
     assert bridge.training.fp32_grad_accum is False and bridge.training.fp8_param_gather is True
-    assert nemo.training.fp32_grad_accum is True and nemo.training.fp8_param_gather is False
+    assert nemo.training.fp32_grad_accum is True and nemo.training.fp8_param_gather is True
+    assert scenario_from_dict({**fp8, "framework": "nemo 24.07"}).training.fp8_param_gather is False
+    zero_0 = {**fp8, "framework": "nemo", "parallel": {**fp8["parallel"], "zero": 0}}
+    assert scenario_from_dict(zero_0).training.fp8_param_gather is False
     same = {"training": nemo.training, "framework": "nemo"}
     assert bridge.model_copy(update=same) == nemo
     bf16 = scenario_from_dict(_small(framework="megatron-bridge"))

@@ -40,14 +40,17 @@ def mlperf_gpt3_case(name, family, source, blocks_ms, block_tokens, gbs, gpus, s
 
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
                            fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False,
-                           fp8_params=False):
+                           fp8_params=False, comm_overlap=False):
     """A Megatron-Core / NeMo run on DGX H100 (or ``hardware``) as the recipes set it up: no recompute, Megatron's
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
     False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``dfa``: a NeMo 1.x run on
     apex's DistributedFusedAdam, which buckets every stage by bucket_cap_mb (ASSUMED its default,
     100 MiB of gradients, as NeMo's docs list it); otherwise Megatron-Core's DDP buckets.
     ``fp8_params``: the FP8 recipe keeps the weights in FP8 (fp8_param_gather: NeMo 2's and
-    Megatron-Bridge's FP8 mixed-precision configs), so ZeRO gathers them at 1 B per element."""
+    Megatron-Bridge's FP8 mixed-precision configs), so ZeRO gathers them at 1 B per element.
+    ``comm_overlap``: a NeMo 2 or Megatron-Bridge performance run, whose comm-overlap config
+    (MegatronCommOverlapCallback / CommOverlapConfig) gives the distributed optimizer's DDP
+    buckets of 128 Mi parameters (dp.bucket_mb comm-overlap; Megatron FSDP keeps the default)."""
     training = {"seq_len": seq, "micro_batch": mbs, "global_batch": gbs, "precision": precision,
                 "recompute": "none", "attention_kernel": attention_kernel, "grad_accum_fusion": True}
     if not fp32_grads:
@@ -76,7 +79,8 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
                # Megatron-Core's DistributedDataParallel: buckets of max(40M, 1M x dp) parameters,
                # only on pipeline rank 0's first model chunk (bucket_size None elsewhere)
                **({"bucket_mb": 104.8576, "bucket_stages": "all"} if dfa
-                  else {"bucket_mb": "megatron-core", "bucket_stages": "first"})},
+                  else {"bucket_mb": "comm-overlap" if comm_overlap and parallel.get("zero", 1) in (1, 2)
+                        else "megatron-core", "bucket_stages": "first"})},
     }
 
 
@@ -743,7 +747,7 @@ def bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp):
     Llama 3 8B H100 config turns gradient_accumulation_fusion off (configs/llama3/
     llama3_llm_pretrain.py llama3_8b_h100_config: 'Disabled to avoid functional errors')."""
     sc = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current", fp32_grads=False,
-                                fp8_params=True)
+                                fp8_params=True, comm_overlap=True)
     if fsdp:
         sc["training"]["grad_accum_fusion"] = False
     return sc
@@ -1027,7 +1031,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
     scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", dfa=src == "gpt3",
-                                      fp8_params=src == "llama")
+                                      fp8_params=src == "llama", comm_overlap=src == "llama")
     if prec == "fp8" or src in ("gpt3", "llama"):
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
@@ -1104,7 +1108,7 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
         "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(
             model, gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs,
-            "fp8", "cudnn", hardware="dgx-b200", fp8_params=True),
+            "fp8", "cudnn", hardware="dgx-b200", fp8_params=True, comm_overlap=True),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-2", "NeMo has no Llama 3 8B userbuffers preset (the perf scripts pass "
@@ -1212,7 +1216,8 @@ for (container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, 
         "published": {"tokens_per_s_per_gpu": tps_gpu, "model_tflops_per_gpu": tflops, "gpus": gpus,
                       "global_batch": gbs, "seq_len": s, "container": container, "system": system},
         "scenario": megatron_h100_scenario(model, gpus, par, s, mbs, gbs, precision, "cudnn", recipe,
-                                           hardware=BLACKWELL_HW[system], fp32_grads=False, fp8_params=True),
+                                           hardware=BLACKWELL_HW[system], fp32_grads=False, fp8_params=True,
+                                           comm_overlap=True),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
     if fsdp:
@@ -1300,7 +1305,8 @@ cases = []
 for system, prec, gpus, tp, pp, cp, ep, etp, vp, mbs, gbs, step, mfu in GROK:
     par = {**megatron_parallel(tp, pp, cp, vp), "ep": ep, "etp": etp}
     scenario = megatron_h100_scenario(dict(GROK_MODEL), gpus, par, 8192, mbs, gbs, prec, "cudnn",
-                                      hardware=GROK_HW[system], fp32_grads=False, fp8_params=True)
+                                      hardware=GROK_HW[system], fp32_grads=False, fp8_params=True,
+                                      comm_overlap=True)
     scenario["moe"] = {"capacity_factor": 1.0, "pad_to_capacity": True}
     cases.append({
         "name": f"dgxc-grok1/314b-{system.lower()}-{prec}-{gpus}gpu",

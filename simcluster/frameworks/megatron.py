@@ -56,29 +56,37 @@ def _writes_zero_0(raw: Mapping[str, Any]) -> bool:
 
 
 def nemo(raw: Mapping[str, Any]) -> Defaults:
-    """NeMo 2's and Megatron-Bridge's: Megatron-Core's without the bucket NaN check and 1/dp pass."""
+    """NeMo 2's and Megatron-Bridge's: Megatron-Core's without the bucket NaN check and 1/dp pass,
+    with their comm-overlap config's buckets and their FP8 recipes' FP8 weights."""
     # Megatron-Core under NeMo 2 / Megatron-Bridge's performance recipes: their scripts turn the
     # bucket NaN check off ("Disable local gradient checker at non-debugging mode") and the
     # recipes average in the collective (average_in_collective=True: no 1/dp pass, and
     # _ParamAndGradBucketGroup.start_grad_sync then asks for torch.distributed.ReduceOp.AVG)
     defaults = megatron_core(raw)
     defaults["dp"].update(nan_check=False, prescale=False, reduce_op="avg")
+    if parallel_degree(raw, "zero", 1) in (1, 2):  # unwritten: the preset's distributed optimizer
+        # with the distributed optimizer their comm-overlap config gives Megatron-Core's DDP
+        # buckets of 128 Mi parameters (NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's
+        # CommOverlapConfig, _get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 when
+        # dp > 1); Megatron FSDP (zero 3) and the plain DDP (zero 0) keep Megatron-Core's default
+        defaults["dp"]["bucket_mb"] = "comm-overlap"
+    training_raw = raw.get("training")
+    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not _writes_zero_0(raw):
+        # their FP8 mixed-precision recipes keep the layers' weights in FP8 and gather them so
+        # (NeMo 2's bf16_with_fp8_mixed / bf16_with_fp8_current_scaling_mixed, Megatron-Bridge's
+        # bf16_with_fp8_delayed_scaling_mixed / _current_scaling_mixed / bf16_with_mxfp8_mixed:
+        # fp8_param_gather True); with the distributed optimizer or FSDP only, as Megatron-LM's
+        # validate_args refuses --fp8-param-gather without them
+        defaults["training"] = {**defaults.get("training", {}), "fp8_param_gather": True}
     return defaults
 
 
 def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
-    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients (and FP8 weights at FP8)."""
+    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients."""
     # Megatron-Bridge's performance configs on top of NeMo's recipe settings: main gradients kept
-    # and reduced in bf16 (grad_reduce_in_fp32 False), and its FP8 mixed-precision recipes keep
-    # the layers' weights in FP8 and gather them so (fp8_param_gather)
+    # and reduced in bf16 (grad_reduce_in_fp32 False)
     defaults = nemo(raw)
-    training: dict[str, Any] = {"fp32_grad_accum": False}
-    training_raw = raw.get("training")
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not _writes_zero_0(raw):
-        # (with the distributed optimizer or FSDP only: Megatron-LM's validate_args refuses
-        # --fp8-param-gather without them)
-        training["fp8_param_gather"] = True
-    defaults["training"] = {**defaults.get("training", {}), **training}
+    defaults["training"] = {**defaults.get("training", {}), "fp32_grad_accum": False}
     return defaults
 
 

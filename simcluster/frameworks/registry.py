@@ -66,12 +66,17 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "nemo",
             "Megatron-Core as NeMo 2 and Megatron-Bridge's performance recipes run it: megatron-core's "
-            "overlaps, bucketing and zeroed gradient buffer, without the bucket NaN check and with "
-            "the 1/dp averaging done in the collective (their benchmark configs also reduce in bf16 "
+            "overlaps and zeroed gradient buffer, without the bucket NaN check and with "
+            "the 1/dp averaging done in the collective; with the distributed optimizer, gradient "
+            "buckets of 128 Mi parameters (dp.bucket_mb comm-overlap) and, at FP8, the layers' "
+            "weights kept and gathered in FP8 (their benchmark configs also reduce in bf16 "
             "for some models: set training.fp32_grad_accum false there)",
             "NVIDIA-NeMo/Megatron-Bridge scripts/performance (check_for_nan_in_grad False) and "
             "recipes (DistributedDataParallelConfig average_in_collective=True); NeMo 2's "
-            "scripts/performance likewise",
+            "scripts/performance likewise; NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's "
+            "CommOverlapConfig (_get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 with the "
+            "distributed optimizer and dp > 1); NeMo 2's recipes/precision/mixed_precision.py "
+            "(bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed: fp8_param_gather True)",
             nemo,
             recompute=("none", "selective", "full"),
             schedules=MEGATRON_SCHEDULES,
@@ -80,7 +85,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-bridge",
             "NVIDIA's Megatron-Bridge as its performance configs run it (the Megatron-Bridge "
             "summaries, NeMo 25.09 and later containers): nemo's settings, with the main gradients "
-            "kept and reduced in bf16 and, at FP8, the layers' weights kept and gathered in FP8",
+            "kept and reduced in bf16",
             "NVIDIA-NeMo/Megatron-Bridge scripts/performance (utils/helpers.py "
             "set_basic_perf_overrides, configs/llama3/llama3_llm_pretrain.py "
             "set_llama3_common_configs: grad_reduce_in_fp32 False; the "

@@ -323,16 +323,24 @@ def build_buckets(
     return out
 
 
+#: parameters per gradient bucket under NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's
+#: CommOverlapConfig with the distributed optimizer and dp > 1 (``bucket_size = 128 * 1024 * 1024``)
+COMM_OVERLAP_BUCKET = 128 * 1024 * 1024
+
+
 def bucket_cap_params(scenario: Scenario, layout: Layout) -> float:
     """Parameters per gradient bucket: ``dp.bucket_mb`` MB of gradients on the wire, or
-    Megatron-Core's default (``megatron-core``: max(40M, 1M x dp) parameters, and one bucket
-    when the reduction is not overlapped, as its DistributedDataParallel sets bucket_size)."""
-    dp = scenario.dp
-    if dp.bucket_mb == "megatron-core":
-        if not scenario.overlap.dp_grad_reduce:
-            return math.inf
-        return float(max(40_000_000, 1_000_000 * layout.dp))
-    return dp.bucket_mb * 1e6 / grad_reduce_bytes(scenario)
+    Megatron-Core's default (``megatron-core``: max(40M, 1M x dp) parameters) or NeMo 2's and
+    Megatron-Bridge's (``comm-overlap``: 128 Mi parameters), either one bucket when the
+    reduction is not overlapped, as Megatron-Core's DistributedDataParallel sets bucket_size."""
+    bucket_mb = scenario.dp.bucket_mb
+    if isinstance(bucket_mb, float):
+        return bucket_mb * 1e6 / grad_reduce_bytes(scenario)
+    if not scenario.overlap.dp_grad_reduce:
+        return math.inf
+    if bucket_mb == "comm-overlap":
+        return float(COMM_OVERLAP_BUCKET)
+    return float(max(40_000_000, 1_000_000 * layout.dp))
 
 
 def optimizer_bytes_per_param(scenario: Scenario) -> float:

@@ -225,24 +225,27 @@ class Zero3Section(SectionBase):
 class DpSection(SectionBase):
     """``dp:`` — gradient buckets and the collective that reduces them."""
 
-    bucket_mb: float | Literal["megatron-core"] = Field(
+    bucket_mb: float | Literal["megatron-core", "comm-overlap"] = Field(
         default=25.0,
         description=(
             "gradient bucket size, MB (1e6 B) of gradients on the wire; whole parameter tensors "
             "are added in backward order until a bucket holds this much (torch DDP's "
             "bucket_cap_mb). megatron-core: max(40M, 1M x dp) parameters, one bucket when the "
-            "reduction is not overlapped (Megatron-Core's default bucket_size)"
+            "reduction is not overlapped (Megatron-Core's default bucket_size); comm-overlap: "
+            "128 Mi parameters, the bucket_size NeMo 2's MegatronCommOverlapCallback and "
+            "Megatron-Bridge's CommOverlapConfig give Megatron-Core with the distributed optimizer "
+            "(one bucket likewise when the reduction is not overlapped)"
         ),
     )
 
     @field_validator("bucket_mb", mode="before")
     @classmethod
     def _megabytes_or_megatron(cls, value: Any) -> Any:
-        if value == "megatron-core":
+        if value in ("megatron-core", "comm-overlap"):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
             return float(value)
-        raise ValueError("must be a finite number of MB above 0 or 'megatron-core'")
+        raise ValueError("must be a finite number of MB above 0, 'megatron-core' or 'comm-overlap'")
 
     bucket_stages: Literal["all", "first"] = Field(
         default="all",
