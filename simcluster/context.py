@@ -8,7 +8,11 @@ from typing import Any
 from simcluster import attention_head_dims, attention_sinks, userbuffers
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
-from simcluster.frameworks import PYTORCH_PIPELINING, with_framework_kernel
+from simcluster.frameworks import (
+    PYTORCH_PIPELINING,
+    with_framework_fp8_weights,
+    with_framework_kernel,
+)
 from simcluster.frameworks.schedules import (
     check_framework_schedule,
     check_framework_sequence_parallel,
@@ -91,6 +95,7 @@ def build_context(
         )
     pinned = scenario.training.attention_kernel is not None  # named by the scenario, not defaulted
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
+    scenario = with_framework_fp8_weights(scenario, profile)
     scenario = with_pipeline_p2p_overlap(scenario)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)

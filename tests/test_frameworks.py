@@ -443,6 +443,20 @@ def test_megatron_bridge_is_nemo_with_bf16_main_grads_and_fp8_weights() -> None:
     assert bf16.training.fp32_grad_accum is False and bf16.training.fp8_param_gather is False
 
 
+def test_megatron_bridge_blockwise_fp8_on_hopper_keeps_16_bit_weights() -> None:
+    # NVIDIA-NeMo/Megatron-Bridge training/mixed_precision.py bf16_with_fp8_subchannel_scaling_mixed
+    # ("blockwise (for Hopper only)"): fp8_param_gather False; bf16_with_mxfp8_mixed (the block
+    # recipe on Blackwell) keeps FP8 weights; a written value wins
+    def weights(hardware: str, **training) -> bool:
+        raw = _small(framework="megatron-bridge", cluster={"hardware": hardware, "gpus": 16})
+        raw["training"] = {**raw["training"], "precision": "fp8", "fp8_recipe": "block", **training}
+        return build_context(scenario_from_dict(raw)).scenario.training.fp8_param_gather
+
+    assert weights("dgx-h100") is False and weights("dgx-b200") is True
+    assert weights("dgx-h100", fp8_param_gather=True) is True
+    assert weights("dgx-h100", fp8_recipe="current") is True
+
+
 def test_torchtitan_context_parallel_all_gathers_k_and_v():
     """torchtitan's job_config ``context_parallel_rotate_method`` defaults to "allgather" (PyTorch's
     context_parallel all-gathers every K/V shard after the first sub-SDPA): framework torchtitan

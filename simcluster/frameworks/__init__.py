@@ -30,6 +30,7 @@ from simcluster.frameworks.lookup import (
     framework_and_release,
     framework_names,
     get_framework,
+    with_framework_fp8_weights,
     with_framework_kernel,
 )
 from simcluster.frameworks.pytorch import PYTORCH_PIPELINING
@@ -46,5 +47,6 @@ __all__ = [
     "framework_and_release",
     "framework_names",
     "get_framework",
+    "with_framework_fp8_weights",
     "with_framework_kernel",
 ]

@@ -88,6 +88,18 @@ def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scena
     return scenario.model_copy(update={"training": training})
 
 
+def with_framework_fp8_weights(scenario: Scenario, profile: HardwareProfile) -> Scenario:
+    """``scenario`` with Megatron-Bridge's blockwise FP8 on Hopper keeping 16-bit weights where
+    the scenario does not say: its preset keeps FP8 weights for every FP8 recipe, but the
+    blockwise one (``bf16_with_fp8_subchannel_scaling_mixed``, "blockwise (for Hopper only)",
+    training.fp8_recipe block before Blackwell, where block is MXFP8) sets fp8_param_gather False."""
+    tr = scenario.training
+    hopper_block = tr.precision == "fp8" and tr.fp8_recipe == "block" and (profile.gpu.compute_capability or 0.0) < 10.0
+    if scenario.framework != "megatron-bridge" or not hopper_block or "training.fp8_param_gather" in scenario.written:
+        return scenario
+    return scenario.model_copy(update={"training": tr.model_copy(update={"fp8_param_gather": False})})
+
+
 def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with its framework's defaults (those of its release, where they differ) filled
     in wherever the scenario is silent."""
