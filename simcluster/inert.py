@@ -320,9 +320,9 @@ def _optimizer_offload(ctx: Context) -> Verdict:
 
 
 def _bucket_stages(ctx: Context) -> Verdict:
-    # engine/plan.py: 'first' changes only stages > 0 and chunks > 0
+    # engine/plan.py: 'first' changes only stages > 0 and chunks > 0 ('none' every chunk)
     lay = ctx.layout
-    if lay.pp == 1 and lay.vpp == 1:
+    if lay.pp == 1 and lay.vpp == 1 and ctx.scenario.dp.bucket_stages != "none":
         return ("at parallel.pp=1 (vpp=1)", "the first stage's first chunk is the whole model")
     return None
 

@@ -135,6 +135,12 @@ def test_model_chunks_after_the_first_are_one_bucket():
     assert len(per_chunk(plans[0], 0)) > 1
     assert len(per_chunk(plans[0], 1)) == 1
     assert len(per_chunk(plans[1], 0)) == 1 and len(per_chunk(plans[1], 1)) == 1
+    # overlap_param_gather_with_optimizer_step: get_model passes disable_bucketing to every
+    # chunk (Megatron-Core training.py get_model: "disable_bucketing=(model_chunk_idx > 0) or
+    # overlap_param_gather_with_optimizer_step"), so the first stage's first chunk is one too
+    none = build_context(scenario_from_dict(merge_sections(copy.deepcopy(data), dp={"bucket_stages": "none"})))
+    plans = build_plans(none, kernel_model(none))
+    assert all(len(per_chunk(plan, c)) == 1 for plan in plans for c in (0, 1))
 
 
 

@@ -328,6 +328,24 @@ def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
         assert FRAMEWORKS["nemo"].defaults({"parallel": {"zero": zero}})["dp"]["bucket_mb"] == "megatron-core"
 
 
+@pytest.mark.parametrize(
+    ("parallel", "training", "stages"),
+    [({"pp": 2, "vpp": 2}, {}, "none"), ({"pp": 2}, {}, "first"), ({"pp": 2, "vpp": 2, "zero": 0}, {}, "first"),
+     ({"pp": 2, "vpp": 2}, {"precision": "nvfp4"}, "first"),
+     ({"pp": 2, "vpp": 2}, {"precision": "fp8", "fp8_recipe": "block"}, "first"),
+     ({"pp": 2, "vpp": 2}, {"precision": "fp8", "fp8_recipe": "current"}, "none")],
+)
+def test_nemo_interleaved_runs_gather_with_the_optimizer_step(parallel, training, stages) -> None:
+    # NeMo 2's scripts/performance helpers.py set_primary_perf_configs and Megatron-Bridge's
+    # scripts/performance overrides: overlap_param_gather_with_optimizer_step when dp, pp and vp
+    # are all > 1 (Bridge's newest skips fp8_mx and nvfp4); Megatron-Core's get_model then passes
+    # disable_bucketing to every chunk, the first stage's first one too (dp.bucket_stages none)
+    raw = {"parallel": parallel, "training": training}
+    for name in ("nemo", "megatron-bridge"):
+        assert FRAMEWORKS[name].defaults(raw)["dp"]["bucket_stages"] == stages, name
+    assert FRAMEWORKS["megatron-core"].defaults(raw)["dp"]["bucket_stages"] == "first"
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_nanotron_names_the_zero_stages_it_runs(zero: int) -> None:
     # nanotron's ZeroDistributedOptimizer shards optimizer states only (ZeRO-1)

@@ -393,11 +393,12 @@ def test_shipped_scenarios_write_no_inert_setting(name):
 #: its recipe's flags case by case, whatever the case's degrees (NeMo's recipes set
 #: tp_comm_overlap at tp 1, which Megatron-Core then turns off; nanotron's and Megatron-LM
 #: 2021's configs state their p2p mode and scatter-gather at pp 1; DGX Cloud's and NeMo's
-#: cases state Megatron-Core's bucket rule at pp 1). The cases are faithful, the notes true;
-#: a new kind of note on a shipped case is to be looked at (case or rule wrong?)
+#: cases state Megatron-Core's bucket rule at pp 1; the Zero Bubble cases state the fork's
+#: script's DP overlaps, off, on one data-parallel replica). The cases are faithful, the notes
+#: true; a new kind of note on a shipped case is to be looked at (case or rule wrong?)
 TRANSCRIBED = {
     "dp.bucket_stages", "overlap.tp_comm", "overlap.tp_grad_async", "overlap.pp_comm", "overlap.pp_p2p",
-    "overlap.pp_scatter_gather", "parallel.partition",
+    "overlap.pp_scatter_gather", "parallel.partition", "overlap.dp_grad_reduce", "overlap.param_gather",
 }  # fmt: skip
 
 

@@ -38,6 +38,16 @@ def mlperf_gpt3_case(name, family, source, blocks_ms, block_tokens, gbs, gpus, s
 
 
 
+def optimizer_step_gather(parallel, precision, fp8_recipe):
+    """Whether NeMo 2's and Megatron-Bridge's performance scripts set
+    overlap_param_gather_with_optimizer_step (dp, pp and vp all > 1; not for MXFP8 or NVFP4 in
+    Bridge's overrides), under which Megatron-Core's get_model disables bucketing on every chunk
+    (dp.bucket_stages none); at dp 1 there is no reduction for the setting to change."""
+    interleaved = parallel.get("pp", 1) > 1 and parallel.get("vpp", 1) > 1
+    block = precision == "nvfp4" or (precision == "fp8" and fp8_recipe == "block")
+    return interleaved and parallel.get("zero", 1) in (1, 2) and not block
+
+
 def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, attention_kernel,
                            fp8_recipe="delayed", hardware="dgx-h100", fp32_grads=True, dfa=False,
                            fp8_params=False, comm_overlap=False):
@@ -80,7 +90,9 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
                # only on pipeline rank 0's first model chunk (bucket_size None elsewhere)
                **({"bucket_mb": 104.8576, "bucket_stages": "all"} if dfa
                   else {"bucket_mb": "comm-overlap" if comm_overlap and parallel.get("zero", 1) in (1, 2)
-                        else "megatron-core", "bucket_stages": "first"})},
+                        else "megatron-core",
+                        "bucket_stages": "none" if comm_overlap and optimizer_step_gather(parallel, precision, fp8_recipe)
+                        else "first"})},
     }
 
 

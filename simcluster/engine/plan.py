@@ -378,8 +378,10 @@ def _defer_head_wgrad(cp: ChunkPlan) -> None:
 def stage_buckets(ctx: Context, stage: int, chunks: list[Chunk]) -> list[Bucket]:
     """The gradient buckets of one pipeline stage's chunks (``build_buckets``)."""
     sc = ctx.scenario
-    # Megatron-Core buckets only pipeline rank 0's first model chunk
-    whole = [sc.dp.bucket_stages == "first" and (stage > 0 or c > 0) for c in range(len(chunks))]
+    # Megatron-Core buckets only pipeline rank 0's first model chunk, or none of them
+    # (get_model's disable_bucketing under overlap_param_gather_with_optimizer_step)
+    stages = sc.dp.bucket_stages
+    whole = [stages == "none" or (stages == "first" and (stage > 0 or c > 0)) for c in range(len(chunks))]
     return build_buckets(ctx.model, ctx.layout, chunks, bucket_cap_params(sc, ctx.layout), whole)
 
 

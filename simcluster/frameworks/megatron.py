@@ -55,6 +55,20 @@ def _writes_zero_0(raw: Mapping[str, Any]) -> bool:
     return isinstance(parallel, Mapping) and "zero" in parallel and zero_stage(raw) == 0
 
 
+def _gathers_with_optimizer_step(raw: Mapping[str, Any]) -> bool:
+    """Whether NeMo 2's and Megatron-Bridge's performance scripts set
+    overlap_param_gather_with_optimizer_step: with interleaved stages (pp and vpp > 1; with dp > 1,
+    below which there is nothing to reduce), not for MXFP8 or NVFP4 (Bridge's overrides skip
+    them; the block recipe is taken as MXFP8). Megatron-Core's get_model then disables bucketing
+    on every chunk ("disable_bucketing=(model_chunk_idx > 0) or
+    overlap_param_gather_with_optimizer_step")."""
+    training = raw.get("training")
+    training = training if isinstance(training, Mapping) else {}
+    precision, recipe = training.get("precision"), training.get("fp8_recipe")
+    block = precision == "nvfp4" or (precision == "fp8" and recipe == "block")
+    return parallel_degree(raw, "pp", 1) > 1 and parallel_degree(raw, "vpp", 1) > 1 and not block
+
+
 def nemo(raw: Mapping[str, Any]) -> Defaults:
     """NeMo 2's and Megatron-Bridge's: Megatron-Core's without the bucket NaN check and 1/dp pass,
     with their comm-overlap config's buckets and their FP8 recipes' FP8 weights."""
@@ -70,6 +84,8 @@ def nemo(raw: Mapping[str, Any]) -> Defaults:
         # CommOverlapConfig, _get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 when
         # dp > 1); Megatron FSDP (zero 3) and the plain DDP (zero 0) keep Megatron-Core's default
         defaults["dp"]["bucket_mb"] = "comm-overlap"
+        if _gathers_with_optimizer_step(raw):
+            defaults["dp"]["bucket_stages"] = "none"
     training_raw = raw.get("training")
     if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not _writes_zero_0(raw):
         # their FP8 mixed-precision recipes keep the layers' weights in FP8 and gather them so

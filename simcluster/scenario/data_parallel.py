@@ -247,14 +247,16 @@ class DpSection(SectionBase):
             return float(value)
         raise ValueError("must be a finite number of MB above 0, 'megatron-core' or 'comm-overlap'")
 
-    bucket_stages: Literal["all", "first"] = Field(
+    bucket_stages: Literal["all", "first", "none"] = Field(
         default="all",
         description=(
             "all: every pipeline stage and model chunk splits its gradients into buckets; "
             "first: only the first pipeline stage's first model chunk does, every other stage "
             "and chunk reduces its gradients as one bucket after its last backward "
             "(Megatron-Core's DistributedDataParallel: bucket_size None when pp_rank > 0 or "
-            "disable_bucketing)"
+            "disable_bucketing); none: every stage and chunk is one bucket (Megatron-Core's "
+            "get_model under overlap_param_gather_with_optimizer_step disables bucketing on "
+            "every chunk)"
         ),
     )
     grad_collective: Literal["auto", "all_reduce", "reduce_scatter"] = Field(
