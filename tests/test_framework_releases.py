@@ -75,8 +75,8 @@ def test_nemo_1x_releases_bucket_as_apex_distributed_fused_adam() -> None:
     old = scenario_from_dict(_scenario("nemo 24.07"))
     assert old.dp.bucket_mb == pytest.approx(100 * 2**20 / 1e6, rel=1e-5)  # bucket_cap_mb 100 (MiB)
     assert old.dp.bucket_stages == "all"
-    now = scenario_from_dict(_scenario("nemo"))
-    assert now.dp.bucket_mb == "megatron-core" and now.dp.bucket_stages == "first"
+    now = scenario_from_dict(_scenario("nemo"))  # NeMo 2's MegatronCommOverlapCallback buckets
+    assert now.dp.bucket_mb == "comm-overlap" and now.dp.bucket_stages == "first"
 
 
 def test_transformer_engine_1x_userbuffers_until_nemo_24_12() -> None:

@@ -81,6 +81,9 @@ def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
         "dp.prescale": (True, False),
         # and averaging in the collective asks NCCL for ReduceOp.AVG instead of SUM
         "dp.reduce_op": ("sum", "avg"),
+        # Megatron-Core's own bucket size vs NeMo's MegatronCommOverlapCallback's 128 Mi
+        # parameters beside the distributed optimizer
+        "dp.bucket_mb": ("megatron-core", "comm-overlap"),
         # the script's --cross-entropy-loss-fusion; NeMo 25.02's recipe does not fuse it
         "training.fused_cross_entropy": (True, False),
     }
@@ -89,7 +92,7 @@ def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
         s,
         [
             ("model.vocab", 128256), ("parallel.cp", 2), ("dp.nan_check", False), ("dp.prescale", False),
-            ("dp.reduce_op", "avg"), ("training.fused_cross_entropy", False),
+            ("dp.reduce_op", "avg"), ("training.fused_cross_entropy", False), ("dp.bucket_mb", "comm-overlap"),
         ],
     )  # fmt: skip
     assert _step(aligned) == _step(case)
