@@ -188,7 +188,7 @@ def test_bucket_size_is_megabytes_or_megatron_core(cli, tmp_path, value):
 
 def test_bucket_stages_names_its_choices(cli, tmp_path):
     data = make_scenario(dp={"bucket_stages": "last"})
-    assert_one_line_error(cli("memory", write(tmp_path, data)), "dp.bucket_stages", "'all' or 'first'")
+    assert_one_line_error(cli("memory", write(tmp_path, data)), "dp.bucket_stages", "'all', 'first' or 'none'")
 
 
 @pytest.mark.parametrize(
