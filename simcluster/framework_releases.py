@@ -66,21 +66,23 @@ class Dated:
     scope: str = ""
 
 
-def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def raw_section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The section ``name`` of a raw scenario where it is a mapping, empty otherwise (the schema
+    reports a malformed section itself); what every framework preset reads the scenario with."""
     value = raw.get(name)
     return value if isinstance(value, Mapping) else {}
 
 
 def _bf16_zero_0_2(raw: Mapping[str, Any]) -> bool:
     """A bf16 run below ZeRO-3, as a scenario writes it (bf16 and zero 0 by default)."""
-    precision = _section(raw, "training").get("precision", "bf16")
-    zero = _section(raw, "parallel").get("zero", 0)
+    precision = raw_section(raw, "training").get("precision", "bf16")
+    zero = raw_section(raw, "parallel").get("zero", 0)
     return precision not in ("fp16", "fp32") and isinstance(zero, int) and zero <= 2
 
 
 def _zero_2(raw: Mapping[str, Any]) -> bool:
     """A ZeRO-2 run, as a scenario writes it (the parallel section's zero stage)."""
-    return _section(raw, "parallel").get("zero") == 2
+    return raw_section(raw, "parallel").get("zero") == 2
 
 
 #: per framework, its dated settings (each applies to every release before its ``until``)

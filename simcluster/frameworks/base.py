@@ -7,9 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simcluster.framework_releases import dated_defaults, dated_kernel
+from simcluster.framework_releases import dated_defaults, dated_kernel, raw_section
 
 Defaults = dict[str, dict[str, Any]]
+
+__all__ = ["Defaults", "Framework", "parallel_degree", "parallel_flag", "raw_section", "zero_stage"]
 
 
 @dataclass(frozen=True)
@@ -57,15 +59,13 @@ class Framework:
 
 def parallel_degree(raw: Mapping[str, Any], key: str, default: int) -> int:
     """``parallel.<key>`` of a raw scenario where it is an integer, ``default`` otherwise."""
-    parallel = raw.get("parallel")
-    value = parallel.get(key, default) if isinstance(parallel, Mapping) else default
+    value = raw_section(raw, "parallel").get(key, default)
     return value if isinstance(value, int) else default
 
 
 def parallel_flag(raw: Mapping[str, Any], key: str) -> bool:
     """Whether a raw scenario sets ``parallel.<key>`` to true."""
-    parallel = raw.get("parallel")
-    return isinstance(parallel, Mapping) and parallel.get(key) is True
+    return raw_section(raw, "parallel").get(key) is True
 
 
 def zero_stage(raw: Mapping[str, Any]) -> int:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simcluster.frameworks.base import Defaults, parallel_degree, zero_stage
+from simcluster.frameworks.base import Defaults, parallel_degree, raw_section, zero_stage
 
 
 def deepspeed(raw: Mapping[str, Any]) -> Defaults:
     """DeepSpeed's defaults for a raw scenario (its ZeRO stage and precision pick the optimizer path)."""
-    training_raw = raw.get("training")
-    training_raw = training_raw if isinstance(training_raw, Mapping) else {}
+    training_raw = raw_section(raw, "training")
     zero = zero_stage(raw)
     precision = training_raw.get("precision", "bf16")
     # bf16 at ZeRO 0/1 runs the BF16_Optimizer when gradients accumulate in fp32

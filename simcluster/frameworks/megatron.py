@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simcluster.frameworks.base import Defaults, parallel_degree, parallel_flag, zero_stage
+from simcluster.frameworks.base import (
+    Defaults,
+    parallel_degree,
+    parallel_flag,
+    raw_section,
+    zero_stage,
+)
 
 
 def megatron_core(raw: Mapping[str, Any]) -> Defaults:
@@ -44,15 +50,13 @@ def _param_gather(raw: Mapping[str, Any]) -> bool:
     and the distributed optimizer, which Megatron-LM's validate_args requires of it ("Must use
     --overlap-param-gather with --overlap-grad-reduce"; "only supported with distributed
     optimizer"): off where the scenario writes either one off."""
-    overlap = raw.get("overlap")
-    reduce_off = isinstance(overlap, Mapping) and overlap.get("dp_grad_reduce") is False
+    reduce_off = raw_section(raw, "overlap").get("dp_grad_reduce") is False
     return not (reduce_off or _writes_zero_0(raw))
 
 
 def _writes_zero_0(raw: Mapping[str, Any]) -> bool:
     """Whether a raw scenario writes zero 0 (no distributed optimizer; unwritten, the preset's 1)."""
-    parallel = raw.get("parallel")
-    return isinstance(parallel, Mapping) and "zero" in parallel and zero_stage(raw) == 0
+    return "zero" in raw_section(raw, "parallel") and zero_stage(raw) == 0
 
 
 def _gathers_with_optimizer_step(raw: Mapping[str, Any]) -> bool:
@@ -62,8 +66,7 @@ def _gathers_with_optimizer_step(raw: Mapping[str, Any]) -> bool:
     them; the block recipe is taken as MXFP8). Megatron-Core's get_model then disables bucketing
     on every chunk ("disable_bucketing=(model_chunk_idx > 0) or
     overlap_param_gather_with_optimizer_step")."""
-    training = raw.get("training")
-    training = training if isinstance(training, Mapping) else {}
+    training = raw_section(raw, "training")
     precision, recipe = training.get("precision"), training.get("fp8_recipe")
     block = precision == "nvfp4" or (precision == "fp8" and recipe == "block")
     return parallel_degree(raw, "pp", 1) > 1 and parallel_degree(raw, "vpp", 1) > 1 and not block
@@ -86,8 +89,7 @@ def nemo(raw: Mapping[str, Any]) -> Defaults:
         defaults["dp"]["bucket_mb"] = "comm-overlap"
         if _gathers_with_optimizer_step(raw):
             defaults["dp"]["bucket_stages"] = "none"
-    training_raw = raw.get("training")
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp8" and not _writes_zero_0(raw):
+    if raw_section(raw, "training").get("precision") == "fp8" and not _writes_zero_0(raw):
         # their FP8 mixed-precision recipes keep the layers' weights in FP8 and gather them so
         # (NeMo 2's bf16_with_fp8_mixed / bf16_with_fp8_current_scaling_mixed, Megatron-Bridge's
         # bf16_with_fp8_delayed_scaling_mixed / _current_scaling_mixed / bf16_with_mxfp8_mixed:
@@ -113,8 +115,7 @@ def megatron_lm_2021(raw: Mapping[str, Any]) -> Defaults:
     # came with it), so a run with SP is taken to be the 2022 code
     sp = parallel_flag(raw, "sequence_parallel")
     training: dict[str, Any] = {"flash_attention": False, "elementwise": "fused"}
-    training_raw = raw.get("training")
-    if isinstance(training_raw, Mapping) and training_raw.get("precision") == "fp16":
+    if raw_section(raw, "training").get("precision") == "fp16":
         # arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16 only; an fp16 run
         # without the flag keeps its main_grad buffer in fp16 and all-reduces it so
         training["fp32_grad_accum"] = False
@@ -145,10 +146,8 @@ def zero_bubble(raw: Mapping[str, Any]) -> Defaults:
     # which the script does not pass; validate_args refuses them beside the distributed
     # optimizer under zero bubble)
     training: dict[str, Any] = {"flash_attention": False, "grad_accum_fusion": True, "precision": "fp16"}
-    parallel = raw.get("parallel")
-    schedule = parallel.get("schedule") if isinstance(parallel, Mapping) else None
-    given = raw.get("training")
-    precision = given.get("precision", "fp16") if isinstance(given, Mapping) else "fp16"
+    schedule = raw_section(raw, "parallel").get("schedule")
+    precision = raw_section(raw, "training").get("precision", "fp16")
     if schedule in ("zb-1p", "zb-2p", "zbv") and precision == "fp16":
         training["optimizer_post_validation"] = True
     overlap = {"pp_comm": False, "dp_grad_reduce": False, "param_gather": False}
