@@ -7,15 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from simcluster.errors import UserError
-from simcluster.frameworks.base import Defaults, parallel_degree, zero_stage
+from simcluster.frameworks.base import Defaults, parallel_degree, raw_section, zero_stage
 
 
 def _dp_batch(raw: Mapping[str, Any]) -> tuple[int, int] | None:
     """(data-parallel degree, global batch) of a raw scenario, None when not yet known."""
-    training, cluster = raw.get("training"), raw.get("cluster")
-    if not isinstance(training, Mapping) or not isinstance(cluster, Mapping):
-        return None
-    gpus, batch = cluster.get("gpus"), training.get("global_batch")
+    gpus, batch = raw_section(raw, "cluster").get("gpus"), raw_section(raw, "training").get("global_batch")
     if not isinstance(gpus, int) or not isinstance(batch, int):
         return None
     model_parallel = parallel_degree(raw, "tp", 1) * parallel_degree(raw, "pp", 1) * parallel_degree(raw, "cp", 1)
@@ -28,9 +25,8 @@ def _pipeline_microbatch(raw: Mapping[str, Any]) -> int | None:
     many microbatches as there are stages (``pipeline_parallel_microbatches`` defaults to the
     pipeline degree); None when the scenario sets it or the split is not whole."""
     pp = parallel_degree(raw, "pp", 1)
-    training = raw.get("training")
     known = _dp_batch(raw)
-    if pp <= 1 or not isinstance(training, Mapping) or "micro_batch" in training or known is None:
+    if pp <= 1 or "micro_batch" in raw_section(raw, "training") or known is None:
         return None
     dp, batch = known
     if batch % (dp * pp):
@@ -51,15 +47,15 @@ def _pipeline_rounds(raw: Mapping[str, Any], micro_batch: int | None) -> int | N
     when the two agree (m a multiple of pp), the scenario sets the group, or it is not known."""
     from simcluster.spellings import normalise_spellings
 
-    pp, parallel, training = parallel_degree(raw, "pp", 1), raw.get("parallel"), raw.get("training")
-    if pp <= 1 or not isinstance(parallel, Mapping) or "microbatch_group" in parallel:
+    pp, parallel = parallel_degree(raw, "pp", 1), raw_section(raw, "parallel")
+    if pp <= 1 or "microbatch_group" in parallel:
         return None
     name = normalise_spellings({"parallel": dict(parallel)})["parallel"].get("schedule")
     if name != "interleaved" and not (name is None and parallel_degree(raw, "vpp", 1) > 1):
         return None
     known = _dp_batch(raw)
-    if micro_batch is None and isinstance(training, Mapping):
-        micro_batch = training.get("micro_batch", 1)
+    if micro_batch is None:
+        micro_batch = raw_section(raw, "training").get("micro_batch", 1)
     if known is None or not isinstance(micro_batch, int) or micro_batch < 1:
         return None
     dp, batch = known
@@ -94,8 +90,7 @@ def torchtitan(raw: Mapping[str, Any]) -> Defaults:
         # its TP plan shards every norm along the sequence (apply_tp: "tensor + sequence
         # parallelism to every transformer block"): its TP is always sequence-parallel
         defaults.setdefault("parallel", {})["sequence_parallel"] = True
-    overlap_raw = raw.get("overlap")
-    if isinstance(overlap_raw, Mapping) and overlap_raw.get("tp_comm"):
+    if raw_section(raw, "overlap").get("tp_comm"):
         # its enable_async_tensor_parallel is PyTorch's micro-pipelined TP, not TransformerEngine's
         # userbuffers (userbuffers.PYTORCH_ASYNC_TP)
         defaults["overlap"]["tp_comm_cfg"] = "pytorch-async-tp"
@@ -122,8 +117,7 @@ def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
         "zero3": {"buffers": "copies"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }
-    parallel_raw = raw.get("parallel")
-    if isinstance(parallel_raw, Mapping) and parallel_raw.get("zero_shard"):
+    if raw_section(raw, "parallel").get("zero_shard"):
         # under HSDP its trainer defers the replicas' all-reduce to the last microbatch
         # (trainer.py: set_requires_all_reduce(is_last) when dp_replicate is enabled)
         defaults["zero3"]["replica_all_reduce"] = "last_microbatch"
@@ -181,8 +175,7 @@ def pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
 
 def pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
     """PyTorch FullyShardedDataParallel (FSDP1) defaults for a raw scenario."""
-    parallel = raw.get("parallel")
-    given = isinstance(parallel, Mapping) and parallel.get("zero") is not None
+    given = raw_section(raw, "parallel").get("zero") is not None
     zero = zero_stage(raw) if given else 3  # FullyShardedDataParallel's default: FULL_SHARD
     if zero != 3:
         raise UserError(
