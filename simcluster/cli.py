@@ -65,7 +65,8 @@ HELP: dict[str, str] = {
     "validate": "simulate published measurements (shipped or given cases) and report the error per case and overall",
     "list": (
         "list shipped scenarios, hardware profiles, model presets, pipeline schedules, frameworks, "
-        "elementwise styles, context-parallel algorithms, userbuffers presets and precisions"
+        "elementwise styles, context-parallel algorithms, userbuffers presets, precisions and "
+        "every scenario field"
     ),
 }
 

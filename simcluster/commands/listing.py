@@ -1,7 +1,8 @@
 """``simcluster list``: shipped scenarios, hardware profiles, model presets, schedules, training
 frameworks (``framework:``), the styles of memory-bound work (``training.elementwise``), the
 context-parallel attention algorithms (``parallel.cp_comm``), TransformerEngine userbuffers
-presets (``overlap.tp_comm_cfg``) and the training precisions with the profiles that run them."""
+presets (``overlap.tp_comm_cfg``), the training precisions with the profiles that run them, and
+every scenario field (``fields``, from the schema)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "what", nargs="?", choices=[
             "scenarios", "hardware", "presets", "schedules", "frameworks", "elementwise", "cp", "userbuffers",
-            "precisions",
+            "precisions", "fields",
         ],  # fmt: skip
     )
     parser.add_argument(
-        "profiles", nargs="*", metavar="PROFILE",
-        help="with 'hardware': also these profiles (a calibrated YAML's path), beside the shipped ones",
+        "profiles", nargs="*", metavar="PROFILE|SECTION",
+        help="with 'hardware': also these profiles (a calibrated YAML's path), beside the shipped ones; "
+        "with 'fields': only these sections or keys (parallel, dp.bucket_mb)",
     )  # fmt: skip
 
 
@@ -61,6 +63,9 @@ def _names() -> dict[str, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "fields":  # every key a scenario may write, from the schema
+        _print_fields(args.profiles)
+        return 0
     if args.profiles and args.what != "hardware":
         raise UserError("PROFILE", f"profiles are listed with 'simcluster list hardware {' '.join(args.profiles)}'")
     if args.what == "hardware":  # one row each: what a buyer compares
@@ -74,6 +79,28 @@ def run(args: argparse.Namespace) -> int:
         if args.what in (None, what):
             print(f"{what}: {', '.join(names)}")
     return 0
+
+
+def _print_fields(wanted: list[str]) -> None:
+    """Each scenario key with its values and default, its meaning wrapped under it, by section
+    (``simcluster/field_reference.py``; docs/scenario-fields.md is the same as a table)."""
+    import shutil
+    import textwrap
+
+    from simcluster.field_reference import field_docs, select
+
+    docs = select(field_docs(), wanted)
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    section = None
+    for doc in docs:
+        if doc.section != section:
+            section = doc.section
+            print(f"{'' if doc is docs[0] else chr(10)}{section}:")
+        default = "required" if doc.default == "required" else f"default {doc.default}"
+        print(f"  {doc.key}  {doc.kind}, {default}")
+        also = f" (also read as: {', '.join(doc.aliases)})" if doc.aliases else ""
+        for line in textwrap.wrap(doc.description + also, width=width - 6):
+            print(f"      {line}")
 
 
 def _print_schedules() -> None:

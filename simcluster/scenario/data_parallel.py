@@ -13,7 +13,13 @@ from simcluster.scenario.base import SectionBase
 class Zero3Section(SectionBase):
     """``zero3:`` — how ZeRO-3 / FSDP gathers parameters and reduces gradients."""
 
-    prefetch: bool = True
+    prefetch: bool = Field(
+        default=True,
+        description=(
+            "ZeRO-3 gathers the next layer's parameters ahead of its compute; false: each gather "
+            "waits at its layer"
+        ),
+    )
     buffers: Literal["views", "copies", "flat"] = Field(
         default="views",
         description=(

@@ -48,8 +48,14 @@ class SimulationSection(SectionBase):
 class Scenario(SectionBase):
     """A validated scenario."""
 
-    name: str = "scenario"
-    description: str = ""
+    name: str = Field(
+        default="scenario",
+        description="the scenario's name, shown in the result tables and plot titles",
+    )
+    description: str = Field(
+        default="",
+        description="free text on what the scenario runs (simcluster list scenarios shows it)",
+    )
     framework: str | None = Field(
         default=None,
         description=(

@@ -14,9 +14,24 @@ from simcluster.scenario.base import SectionBase
 class ModelSection(SectionBase):
     """``model:`` — a preset, a Hugging Face config.json, or explicit fields (overrides allowed)."""
 
-    preset: str | None = None
-    hf_config: str | None = None
-    name: str | None = None
+    preset: str | None = Field(
+        default=None,
+        description=(
+            "a shipped model (simcluster list presets); fields written beside it override the "
+            "preset's"
+        ),
+    )
+    hf_config: str | None = Field(
+        default=None,
+        description=(
+            "a Hugging Face config.json, or the folder holding it (relative paths from the "
+            "scenario's folder; a Hub id is not fetched); fields written beside it override it"
+        ),
+    )
+    name: str | None = Field(
+        default=None,
+        description="the model's name in outputs; alone (no shape fields) it names a preset",
+    )
     params: float | None = Field(
         default=None,
         gt=0,
@@ -24,36 +39,93 @@ class ModelSection(SectionBase):
         "18.4), as a check: the shape must come within 10% of it (active parameters for a "
         "mixture of experts also count)",
     )
-    layers: int | None = None
-    hidden: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    ffn: int | None = None
-    vocab: int | None = None
+    layers: int | None = Field(
+        default=None,
+        description="transformer layers (required without preset or hf_config)",
+    )
+    hidden: int | None = Field(
+        default=None,
+        description="hidden size h (required without preset or hf_config)",
+    )
+    heads: int | None = Field(
+        default=None,
+        description="attention (query) heads (required without preset or hf_config)",
+    )
+    kv_heads: int | None = Field(
+        default=None,
+        description=(
+            "key/value heads: fewer than heads for grouped-query attention, 1 for multi-query; "
+            "default heads"
+        ),
+    )
+    head_dim: int | None = Field(
+        default=None,
+        description="width of one attention head; default hidden / heads",
+    )
+    ffn: int | None = Field(
+        default=None,
+        description=(
+            "the MLP's inner width (of each branch of a gated MLP); default Megatron-LM's: 4h, or "
+            "for swiglu 8h/3 rounded down to a multiple of 64"
+        ),
+    )
+    vocab: int | None = Field(
+        default=None,
+        description=(
+            "vocabulary size: the embedding's and LM head's rows (required without preset or "
+            "hf_config)"
+        ),
+    )
     mlp: Literal["gelu", "relu2", "swiglu"] | None = Field(
         default=None,
         description="gelu / relu2 (squared ReLU, Nemotron-4): two matrices; swiglu: any gated MLP (three)",
     )
-    experts: int | None = None
-    top_k: int | None = None
-    expert_ffn: int | None = None
-    shared_experts: int | None = None
-    dense_layers: int | None = None
+    experts: int | None = Field(
+        default=None,
+        description="routed experts of a mixture-of-experts layer; unset or 0: a dense model",
+    )
+    top_k: int | None = Field(default=None, description="routed experts each token goes to")
+    expert_ffn: int | None = Field(
+        default=None,
+        description="inner width of each routed expert's MLP",
+    )
+    shared_experts: int | None = Field(
+        default=None,
+        description="experts every token goes to, each expert_ffn wide (DeepSeek's n_shared_experts)",
+    )
+    dense_layers: int | None = Field(
+        default=None,
+        description=(
+            "leading layers with a dense MLP (ffn wide) before the mixture-of-experts layers "
+            "(DeepSeek-V3: 3)"
+        ),
+    )
     moe_every: int | None = Field(
         default=None,
         ge=0,
         description="after dense_layers, every moe_every-th layer is MoE (layer i when (i + 1) % "
         "moe_every == 0; Llama 4 Maverick: 2), the others dense with ffn; 0 or 1 = every layer",
     )
-    tied_embeddings: bool | None = None
-    position: Literal["rope", "learned", "alibi"] | None = None
+    tied_embeddings: bool | None = Field(
+        default=None,
+        description="the LM head shares the input embedding's matrix (default false)",
+    )
+    position: Literal["rope", "learned", "alibi"] | None = Field(
+        default=None,
+        description=(
+            "position encoding: rope (the default), learned (an embedding of max_positions rows) "
+            "or alibi (a bias on the attention scores)"
+        ),
+    )
     max_positions: int | None = Field(
         default=None,
         description="rows of a learned position embedding (position: learned); seq_len may "
         "not exceed it",
     )
-    norm: Literal["rmsnorm", "layernorm"] | None = None
+    norm: Literal["rmsnorm", "layernorm"] | None = Field(
+        default=None,
+        description="rmsnorm (the default) or layernorm",
+    )
     norm_bias: bool | None = Field(
         default=None,
         description="whether a LayerNorm has a bias beside its weight (default true; Cohere's has none)",
@@ -68,7 +140,13 @@ class ModelSection(SectionBase):
         description="the older spelling of bias: [qkv] (Qwen2, ChatGLM's add_qkv_bias): true adds "
         "the Q/K/V biases, false takes them off",
     )
-    dropout: bool | None = None
+    dropout: bool | None = Field(
+        default=None,
+        description=(
+            "dropout layers run (their masks count in memory and their passes in time, by "
+            "training.elementwise); default false"
+        ),
+    )
     qk_norm: bool | Literal["none", "shared", "per_head", "whole", "weightless"] | None = Field(
         default=None,
         description="a norm on queries and keys before the rotary embedding: shared (one head_dim "
@@ -113,7 +191,14 @@ class ModelSection(SectionBase):
         default=None,
         description="a sigmoid gate of one h-wide row on the shared experts' output (Qwen2-MoE)",
     )
-    mla: dict[str, int] | None = None
+    mla: dict[str, int] | None = Field(
+        default=None,
+        description=(
+            "DeepSeek's multi-head latent attention instead of per-head K/V projections: "
+            "{q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim} "
+            "(q_lora_rank 0: queries not compressed)"
+        ),
+    )
     mtp_layers: int | None = Field(
         default=None, ge=0, description="multi-token prediction modules (DeepSeek-V3: 1)"
     )
@@ -139,9 +224,18 @@ class ModelSection(SectionBase):
 class ClusterSection(SectionBase):
     """``cluster:`` — the hardware profile, the GPU count, and overrides of profile fields."""
 
-    hardware: str = "dgx-h100"
+    hardware: str = Field(
+        default="dgx-h100",
+        description=(
+            "a shipped hardware profile (simcluster list hardware) or a profile YAML's path, e.g. "
+            "one calibrate wrote"
+        ),
+    )
     gpus: int = Field(gt=0, description=f"GPUs in the job (at most {MAX_GPUS:,})")
-    gpus_per_node: int | None = Field(default=None, gt=0)
+    gpus_per_node: int | None = Field(
+        default=None, gt=0,
+        description="GPUs used on each node, at most the profile's node.gpus_per_node (its default)",
+    )
 
     @field_validator("gpus")
     @classmethod
@@ -152,25 +246,86 @@ class ClusterSection(SectionBase):
                 "clusters have about 100,000); lower it"
             )
         return gpus
-    network: Literal["simulated", "ideal"] = "simulated"
-    # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
-    nic_gbps: Annotated[float, NIC] | None = Field(default=None, gt=0)
-    nics_per_node: int | None = Field(default=None, gt=0)
-    nic_latency_us: Annotated[float, LATENCY] | None = Field(default=None, ge=0)
-    nvlink_GBps: Annotated[float, LINK] | None = Field(default=None, gt=0)
-    nvlink_latency_us: Annotated[float, LATENCY] | None = Field(default=None, ge=0)
-    nvlink_domain: int | None = Field(default=None, gt=0)
-    segment_nodes: int | None = Field(
-        default=None, gt=0, description="nodes of each NVLink domain a multi-domain job takes (Slurm --segment)"
+    network: Literal["simulated", "ideal"] = Field(
+        default="simulated",
+        description=(
+            "simulated: every collective and pipeline transfer on the modelled links; ideal: "
+            "communication takes no time (the compute-bound limit)"
+        ),
     )
-    nvls: bool | None = None
-    oversubscription: float | None = Field(default=None, ge=1)
-    nodes_per_leaf: int | None = Field(default=None, gt=0)
-    topology: str | None = None
-    memory_gib: Annotated[float, AfterValidator(addressable_gib)] | None = Field(default=None, gt=0)
-    hbm_tbps: Annotated[float, HBM] | None = Field(default=None, gt=0)
+    # overrides of hardware profile fields (see hardware.CLUSTER_OVERRIDES)
+    nic_gbps: Annotated[float, NIC] | None = Field(
+        default=None, gt=0,
+        description="overrides the profile's node.nic_gbps: each NIC's rate, Gbit/s per direction",
+    )
+    nics_per_node: int | None = Field(
+        default=None, gt=0,
+        description="overrides the profile's node.nics_per_node: NICs (rails) per node",
+    )
+    nic_latency_us: Annotated[float, LATENCY] | None = Field(
+        default=None, ge=0,
+        description="overrides the profile's node.nic_latency_us: a network hop's latency, microseconds",
+    )
+    nvlink_GBps: Annotated[float, LINK] | None = Field(
+        default=None, gt=0,
+        description=(
+            "overrides the profile's node.nvlink_GBps: each GPU's NVLink (scale-up) bandwidth, "
+            "GB/s per direction"
+        ),
+    )
+    nvlink_latency_us: Annotated[float, LATENCY] | None = Field(
+        default=None, ge=0,
+        description="overrides the profile's node.nvlink_latency_us: an NVLink hop's latency, microseconds",
+    )
+    nvlink_domain: int | None = Field(
+        default=None, gt=0,
+        description=(
+            "overrides the profile's node.nvlink_domain: GPUs one NVLink domain joins (72 for "
+            "NVL72)"
+        ),
+    )
+    segment_nodes: int | None = Field(
+        default=None,
+        gt=0,
+        description="overrides the profile's fabric.segment_nodes: nodes of each NVLink domain a "
+        "multi-domain job takes (Slurm --segment)",
+    )
+    nvls: bool | None = Field(
+        default=None,
+        description=(
+            "overrides the profile's node.nvls: whether the NVSwitches reduce in the switch "
+            "(NVLink SHARP), which NCCL's NVLS algorithms need"
+        ),
+    )
+    oversubscription: float | None = Field(
+        default=None, ge=1,
+        description=(
+            "overrides the profile's fabric.oversubscription: leaf-to-spine oversubscription (1 = "
+            "a non-blocking fabric)"
+        ),
+    )
+    nodes_per_leaf: int | None = Field(
+        default=None, gt=0,
+        description="overrides the profile's fabric.nodes_per_leaf: nodes under one leaf switch",
+    )
+    topology: str | None = Field(
+        default=None,
+        description="overrides the profile's fabric.topology: rail_fat_tree, fat_tree or nvl_domain",
+    )
+    memory_gib: Annotated[float, AfterValidator(addressable_gib)] | None = Field(
+        default=None, gt=0,
+        description="overrides the profile's gpu.memory_gib: each GPU's memory, GiB",
+    )
+    hbm_tbps: Annotated[float, HBM] | None = Field(
+        default=None, gt=0,
+        description="overrides the profile's gpu.hbm_tbps: each GPU's memory bandwidth, TB/s",
+    )
     speed_spread: float | None = Field(
-        default=None, ge=0, le=0.2, description="per-GPU throughput spread; 0 = identical GPUs"
+        default=None,
+        ge=0,
+        le=0.2,
+        description="overrides the profile's gpu.speed_spread: the per-GPU throughput spread "
+        "(standard deviation over mean); 0 = identical GPUs",
     )
     profile: dict[str, Any] | None = Field(
         default=None,

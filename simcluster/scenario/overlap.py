@@ -12,8 +12,21 @@ from simcluster.scenario.base import SectionBase
 class OverlapSection(SectionBase):
     """``overlap:`` — which communication may hide behind compute (framework options)."""
 
-    dp_grad_reduce: bool = True
-    param_gather: bool = True
+    dp_grad_reduce: bool = Field(
+        default=True,
+        description=(
+            "data-parallel gradient reductions run under the backward as their buckets fill "
+            "(Megatron's overlap_grad_reduce, DDP's hooks); false: after the last backward, "
+            "exposed"
+        ),
+    )
+    param_gather: bool = Field(
+        default=True,
+        description=(
+            "ZeRO's parameter all-gathers run under the forward, layer by layer (Megatron's "
+            "overlap_param_gather); false: blocking, after the optimizer step"
+        ),
+    )
     optimizer_offload: bool = Field(
         default=False,
         description=(
@@ -23,7 +36,14 @@ class OverlapSection(SectionBase):
             "false: one after the other"
         ),
     )
-    tp_comm: bool = False
+    tp_comm: bool = Field(
+        default=False,
+        description=(
+            "tensor-parallel collectives overlapped with their GEMMs (TransformerEngine's "
+            "userbuffers, tp_comm_overlap; PyTorch's async TP under torchtitan); needs sequence "
+            "parallelism"
+        ),
+    )
     tp_comm_cfg: str | dict[str, Any] | None = Field(
         default=None,
         description=(

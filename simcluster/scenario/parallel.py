@@ -13,10 +13,25 @@ from simcluster.scenario.base import SectionBase
 class ParallelSection(SectionBase):
     """``parallel:`` — the layout. dp is derived from the GPU count when omitted."""
 
-    dp: int | None = Field(default=None, gt=0)
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
+    dp: int | None = Field(
+        default=None, gt=0,
+        description="data-parallel degree; default GPUs / (tp x pp x cp)",
+    )
+    tp: int = Field(
+        default=1, gt=0,
+        description=(
+            "tensor-parallel degree (Megatron's column/row-parallel linears); must divide heads "
+            "and kv_heads"
+        ),
+    )
+    pp: int = Field(default=1, gt=0, description="pipeline stages")
+    cp: int = Field(
+        default=1, gt=0,
+        description=(
+            "context-parallel degree: each sequence split over cp ranks (parallel.cp_comm says how "
+            "they share K and V)"
+        ),
+    )
     cp_comm: str = Field(
         default="p2p",
         description="how cp ranks share K and V: p2p (ring attention, Megatron-Core's default), "
@@ -44,7 +59,13 @@ class ParallelSection(SectionBase):
         "gpt-neox (one all-reduce of the summed outputs forward, one per branch backward; no sequence "
         "parallelism) or fused (one set around the whole block, as its shared input allows: PaLM)",
     )
-    ep: int = Field(default=1, gt=0)
+    ep: int = Field(
+        default=1, gt=0,
+        description=(
+            "expert-parallel degree: routed experts split over ep ranks of each pipeline stage; "
+            "must divide experts"
+        ),
+    )
     etp: int | None = Field(
         default=None,
         gt=0,
@@ -54,7 +75,10 @@ class ParallelSection(SectionBase):
             "model, as Megatron-Core defaults it (frameworks that do not shard experts set 1)"
         ),
     )
-    vpp: int = Field(default=1, gt=0)
+    vpp: int = Field(
+        default=1, gt=0,
+        description="virtual stages (model chunks) per pipeline rank, for the interleaved and V schedules",
+    )
     layers_per_virtual_stage: int | None = Field(
         default=None,
         gt=0,
@@ -74,7 +98,13 @@ class ParallelSection(SectionBase):
         description="Megatron-Core's --account-for-loss-in-pipeline-split: the LM head and loss "
         "count as one layer of the split, the last virtual stage one layer short (as embedding_in_split)",
     )
-    zero: int = Field(default=0, ge=0, le=3)
+    zero: int = Field(
+        default=0, ge=0, le=3,
+        description=(
+            "ZeRO stage: 0 replicates the model state, 1 shards the optimizer state (Megatron's "
+            "distributed optimizer), 2 also the gradients, 3 also the parameters (FSDP)"
+        ),
+    )
     zero_shard: Annotated[int, Field(gt=0)] | Literal["node"] | None = Field(
         default=None,
         description="ranks that shard the ZeRO state; the dp*cp group is split into replicas of "
@@ -82,7 +112,14 @@ class ParallelSection(SectionBase):
         "instances); node = the data-parallel ranks of one node (PyTorch FSDP1's HYBRID_SHARD "
         "default: intra-node sharding, inter-node replicas); None = shard over all dp*cp ranks",
     )
-    sequence_parallel: bool = False
+    sequence_parallel: bool = Field(
+        default=False,
+        description=(
+            "with tp > 1, norms and dropout run on a 1/tp shard of the sequence and the TP "
+            "all-reduces become all-gathers and reduce-scatters (Korthikanti et al. 2022); default "
+            "false unless the framework sets it"
+        ),
+    )
     sp_regather: bool | None = Field(
         default=None,
         description="with sequence parallelism: true, a column-parallel linear keeps its 1/tp "
@@ -116,7 +153,13 @@ class ParallelSection(SectionBase):
                 "1F1B's; ZB-V's blocks need 1, V-Min's about 1/3); write e.g. 0.5"
             )
         return limit
-    layers_per_stage: list[int] | None = None
+    layers_per_stage: list[int] | None = Field(
+        default=None,
+        description=(
+            "layers of each pipeline stage, first to last (their sum is model.layers); default an "
+            "even split (parallel.partition)"
+        ),
+    )
     microbatch_group: int | None = Field(
         default=None,
         gt=0,
@@ -145,7 +188,13 @@ class ParallelSection(SectionBase):
         "first this many microbatches' LM-head weight gradients wait for the flush, the rest "
         "run in their backward (0: every microbatch's)",
     )
-    order: str = "tp,cp,dp,pp"
+    order: str = Field(
+        default="tp,cp,dp,pp",
+        description=(
+            "the rank grid's dimensions, innermost first (Megatron's tp-cp-dp-pp): which ranks "
+            "share a node"
+        ),
+    )
     ep_placement: Literal["packed", "spread"] = Field(
         default="packed", description="EP groups of consecutive ranks (inside nodes) or strided across nodes"
     )

@@ -18,7 +18,10 @@ class TrainingSection(SectionBase):
     seq_len: int = Field(
         gt=0, description="tokens per sequence; also written with a binary suffix, 8K = 8192 (token_counts.py)"
     )
-    micro_batch: int = Field(default=1, gt=0)
+    micro_batch: int = Field(
+        default=1, gt=0,
+        description="sequences per microbatch on each data-parallel rank",
+    )
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(
         default=None,
@@ -52,7 +55,13 @@ class TrainingSection(SectionBase):
             "head and norms stay 16-bit"
         ),
     )
-    fp32_grad_accum: bool = True
+    fp32_grad_accum: bool = Field(
+        default=True,
+        description=(
+            "weight gradients accumulated (and reduced) in fp32 main gradients, Megatron's "
+            "accumulate_allreduce_grads_in_fp32; false: in the 16-bit training dtype"
+        ),
+    )
     autocast: bool = Field(
         default=False,
         description=(
