@@ -168,7 +168,7 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
         out.append(("training.recompute_partitioned", True))
     if tr.micro_batch > 1 and tr.micro_batch % 2 == 0:
         out.append(("training.micro_batch", tr.micro_batch // 2))
-    if not tr.fused_cross_entropy:
+    if tr.fused_cross_entropy in (False, "native"):  # those two keep fp32 copies of the logits
         out.append(("training.fused_cross_entropy", True))
     out.append(("parallel.tp", par.tp * 2))
     out.append(("parallel.pp", par.pp * 2))

@@ -28,7 +28,7 @@ from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap
+from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap, loss_kernels
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
 from simcluster.parallelism.saved_gather import gathered_factor
@@ -368,7 +368,8 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     inputs = (1 + gathered_factor(layout)) * act_bytes(training.precision) * s * training.micro_batch * model.hidden / rep
     logits = logit_elements(model, layout, training)
     cap = logit_softcap.kept_bytes(
-        model.logit_softcap, training.fused_cross_entropy, logits, act_bytes(training.precision)
+        model.logit_softcap, loss_kernels.folds_softcap(training.fused_cross_entropy), logits,
+        act_bytes(training.precision),
     )
     cast = autocast_weight_bytes(model, layout, training, HEAD_LAYER)
     return inputs + 4.0 * logits + cap + cast
@@ -396,7 +397,10 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     last stage's peak holds both. Megatron's ``vocab_parallel_cross_entropy`` then subtracts the
     max in place (``vocab_parallel_logits -= logits_max``); nanotron's ``_ShardedCrossEntropy``
     (``sharded_logits - logits_max``) and PyTorch's ``cross_entropy`` (``log_softmax``) write one
-    more fp32 tensor while their fp32 input is alive. A fused loss kernel keeps none of these.
+    more fp32 tensor while their fp32 input is alive. A fused loss kernel keeps none of these;
+    Megatron-Core's compiled native one (``loss_kernels``) keeps the unfused loss's and, while
+    a graph that mutates its logits runs, the fresh fp32 buffer Inductor materialises them in,
+    forward and backward.
 
     PyTorch's loss holds more in its backward: ``nll_loss_backward`` writes a dense fp32
     gradient of the log-probabilities (``zeros_like`` then a scatter) and
@@ -407,8 +411,11 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     the two moments is counted, at the loss's forward: the stash is the same at its backward
     on a last stage that runs a microbatch's B right after its F (1F1B) or every F first (AFAB).
     """
-    if training.fused_cross_entropy:
+    if not loss_kernels.keeps_fp32_copies(training.fused_cross_entropy):
         return 0.0
+    if training.fused_cross_entropy == "native":
+        forward, backward = act_bytes(training.precision) + 4.0, 4.0
+        return logit_elements(model, layout, training) * max(forward, backward)
     style = STYLES[training.elementwise]
     forward = act_bytes(training.precision) + (4.0 if style.loss_out_of_place else 0.0)
     backward = 8.0 if style.loss_backward_out_of_place else 0.0

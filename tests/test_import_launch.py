@@ -564,8 +564,21 @@ def test_megatron_optimizer_and_bucket_flags(tmp_path):
     ).scenario
     assert s["dp"] == {"nan_check": False, "bucket_mb": 40000.0}
     assert (s["training"]["optimizer"], s["training"]["fused_cross_entropy"], s["training"]["optimizer_offload"]) == (
-        "ademamix", True, 0.5,
+        "ademamix", "native", 0.5,
     )  # fmt: skip
+
+
+def test_megatron_cross_entropy_fusion_impl(tmp_path):
+    """--cross-entropy-loss-fusion runs Megatron-Core's native compiled loss unless
+    --cross-entropy-fusion-impl te picks TransformerEngine's (Megatron-LM arguments.py, its
+    default 'native'; language_module.py compute_language_model_loss)."""
+    for extra, expected in (("", "native"), (" --cross-entropy-fusion-impl te", "te"),
+                            (" --cross-entropy-fusion-impl native", "native")):
+        text = MODERN + f"--cross-entropy-loss-fusion{extra}\n"
+        s = import_config(
+            "megatron", _args_file(tmp_path, text), ImportOptions(cluster="dgx-h100", nodes=4)
+        ).scenario
+        assert s["training"]["fused_cross_entropy"] == expected, extra
 
 
 def test_megatron_average_in_collective_asks_nccl_for_avg(tmp_path):

@@ -62,6 +62,33 @@ def test_vocab_parallel_loss_all_reduces_one_fp32_per_token(fused, expected):
     assert names.index("lm_head") < names.index("loss_tp_max")
 
 
+def test_native_and_te_cross_entropy_traffic_and_collectives():
+    """Megatron-Core's native fused loss compiled whole: the fp32 upcast with the max (1.5 L),
+    subtract-exp-sum materialised in a fresh buffer and copied back (4 L), the in-place divide
+    (2 L), backward the scatter and scale materialised and copied back with the 16-bit cast
+    (4.5 L) (megatron/core/fusions/fused_cross_entropy.py; its later rewrite's note: "a full
+    logits-sized transient allocation plus an extra read/write pass"). TransformerEngine's
+    parallel_cross_entropy: the online softmax reads the 16-bit logits, the loss kernel reads
+    them again and writes the gradient over them, backward scales it in place; its all-gather
+    carries each rank's (max, sum, target logit), three fp32 per token."""
+    tokens = 2 * 2048
+    logits_fp32 = tokens * 51200 / 4 * 4
+    native = _builder(tp=4, fused_cross_entropy="native")
+    assert (native._cross_entropy_bytes("F"), native._cross_entropy_bytes("B")) == pytest.approx(
+        (7.5 * logits_fp32, 4.5 * logits_fp32)
+    )
+    te = _builder(tp=4, fused_cross_entropy="te")
+    logits_16 = tokens * 51200 / 4 * 2
+    assert (te._cross_entropy_bytes("F"), te._cross_entropy_bytes("B")) == pytest.approx((3 * logits_16, 2 * logits_16))
+    [gather] = [s for s in te.head("F") if s.name.startswith("loss_tp")]
+    assert (gather.op, gather.nbytes, gather.overlap) == ("all_gather", 3 * 4 * tokens * 4, False)
+    assert [s.name for s in native.head("F") if s.name.startswith("loss_tp")] == ["loss_tp_max", "loss_tp_sums"]
+    # the loss's share of the head: unfused > native > te > one kernel
+    costs = [compute_seconds(_builder(tp=4, fused_cross_entropy=m).head("F") + _builder(tp=4, fused_cross_entropy=m).head("B"))
+             for m in (False, "native", "te", True)]  # fmt: skip
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == 4
+
+
 def test_loss_reduces_nothing_without_tp_or_in_backward():
     assert not [s for s in _builder(tp=1).head("F") if s.name.startswith("loss_tp")]
     tp4 = _builder(tp=4)

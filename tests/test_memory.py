@@ -239,6 +239,23 @@ def test_loss_holds_the_16_bit_logits_and_out_of_place_copies(style, extra):
     assert loss_transient_bytes(fused.model, fused.layout, fused.scenario.training) == 0.0
 
 
+def test_native_fused_loss_holds_its_materialised_buffer_and_te_holds_nothing():
+    """Megatron-Core's native loss compiled whole materialises each in-place update of its fp32
+    logits in a fresh buffer (its rewrite's note: "a full logits-sized transient allocation"):
+    beside the 16-bit logits, 4 more bytes per logit. TransformerEngine's writes the gradient
+    over the 16-bit logits: nothing transient."""
+    from simcluster.memory import loss_transient_bytes
+
+    def transient(mode):
+        ctx = _ctx(parallel={"tp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 16,
+                                                 "fused_cross_entropy": mode})  # fmt: skip
+        return loss_transient_bytes(ctx.model, ctx.layout, ctx.scenario.training), S * B * ctx.model.vocab / 2
+
+    native, elements = transient("native")
+    assert native == elements * (2 + 4)
+    assert transient("te")[0] == 0.0
+
+
 def test_the_loss_transient_is_on_the_simulated_and_the_walked_peak():
     from simcluster.engine import simulate
     from simcluster.memory import loss_transient_bytes

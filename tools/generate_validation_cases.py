@@ -753,13 +753,22 @@ BRIDGE_GRADS = (" From the benchmark configs (scripts/performance/configs/llama3
                 "gradients are kept and reduced in bf16 (training.fp32_grad_accum false); with Megatron "
                 "FSDP the Llama 3 8B H100 config also turns gradient_accumulation_fusion off. The FP8 "
                 "mixed-precision configs (bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed) keep "
-                "the weights in FP8 and gather them so (fp8_param_gather: training.fp8_param_gather).")
+                "the weights in FP8 and gather them so (fp8_param_gather: training.fp8_param_gather). The "
+                "loss is TransformerEngine's parallel cross-entropy (training.fused_cross_entropy te): "
+                "models/gpt_provider.py GPTModelProvider sets cross_entropy_loss_fusion True ('Generally "
+                "beneficial'), and the Llama 3 recipes (recipes/llama/llama3.py _llama3_common) and the "
+                "performance scripts (utils/helpers.py set_common_perf_overrides) set "
+                "cross_entropy_fusion_impl 'te' (read in later revisions than the containers' own).")
+BRIDGE_LOSS = "te"
+
+
 def bridge_h100_scenario(model, gpus, par, s, mbs, gbs, fsdp):
     """A Bridge benchmark run on DGX H100: bf16 main gradients (BRIDGE_GRADS); with Megatron FSDP the
     Llama 3 8B H100 config turns gradient_accumulation_fusion off (configs/llama3/
     llama3_llm_pretrain.py llama3_8b_h100_config: 'Disabled to avoid functional errors')."""
     sc = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, "fp8", "cudnn", "current", fp32_grads=False,
                                 fp8_params=True, comm_overlap=True)
+    sc["training"]["fused_cross_entropy"] = BRIDGE_LOSS
     if fsdp:
         sc["training"]["grad_accum_fusion"] = False
     return sc
@@ -1232,6 +1241,7 @@ for (container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, 
                                            comm_overlap=True),
         "measured": {"tokens_per_s": tps_gpu * gpus},
     })
+    cases[-1]["scenario"]["training"]["fused_cross_entropy"] = BRIDGE_LOSS
     if fsdp:
         layers, constant, config, commit = BRIDGE_OFFLOAD[(system, name)]
         training = cases[-1]["scenario"]["training"]
@@ -1355,7 +1365,9 @@ SWISS_SETTINGS = (
     "untied embeddings, vocab 128256 of the Llama 3.1 tokenizer), bf16, TransformerEngine, the "
     "distributed optimizer with --overlap-grad-reduce and --overlap-param-gather, "
     "--no-check-for-nan-in-loss-and-grad (dp.nan_check false; the 1/dp scaling before each bucket's "
-    "reduction stays: no --ddp-average-in-collective), --cross-entropy-loss-fusion, no "
+    "reduction stays: no --ddp-average-in-collective), --cross-entropy-loss-fusion without "
+    "--cross-entropy-fusion-impl (Megatron-Core's native compiled loss: training.fused_cross_entropy "
+    "native), no "
     "--sequence-parallel and no --tp-comm-overlap, no recompute, CUDA_DEVICE_MAX_CONNECTIONS=1. "
     "ASSUMED: the global batch is the 2M tokens PR 29 states (512 x 4096 or 256 x 8192: one "
     "microbatch per rank on 64 nodes), and fp32 main gradients (Megatron's default for bf16): the "
@@ -1375,7 +1387,9 @@ for pr, gpus, tp, mbs, s, gbs, tps_gpu, memory in SWISS_GH200:
                                       gbs, "bf16", "cudnn", hardware="alps-gh200")
     scenario["parallel"]["sequence_parallel"] = False
     scenario["overlap"]["tp_comm"] = False
-    scenario["training"]["fused_cross_entropy"] = True
+    # --cross-entropy-loss-fusion without --cross-entropy-fusion-impl: Megatron-Core's native
+    # compiled loss (parallelism/loss_kernels.py)
+    scenario["training"]["fused_cross_entropy"] = "native"
     scenario["dp"]["prescale"] = True
     scenario["dp"].pop("reduce_op")  # ReduceOp.SUM without average_in_collective
     case = {

@@ -100,11 +100,15 @@ def nemo(raw: Mapping[str, Any]) -> Defaults:
 
 
 def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
-    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients."""
+    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients and
+    TransformerEngine's cross-entropy."""
     # Megatron-Bridge's performance configs on top of NeMo's recipe settings: main gradients kept
-    # and reduced in bf16 (grad_reduce_in_fp32 False)
+    # and reduced in bf16 (grad_reduce_in_fp32 False); the loss as TransformerEngine's parallel
+    # cross-entropy (GPTModelProvider: cross_entropy_loss_fusion True, "Generally beneficial";
+    # the Llama 3 recipes' _llama3_common and the performance scripts' set_common_perf_overrides:
+    # cross_entropy_fusion_impl = "te")
     defaults = nemo(raw)
-    defaults["training"] = {**defaults.get("training", {}), "fp32_grad_accum": False}
+    defaults["training"] = {**defaults.get("training", {}), "fp32_grad_accum": False, "fused_cross_entropy": "te"}
     return defaults
 
 

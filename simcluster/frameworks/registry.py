@@ -85,11 +85,14 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-bridge",
             "NVIDIA's Megatron-Bridge as its performance configs run it (the Megatron-Bridge "
             "summaries, NeMo 25.09 and later containers): nemo's settings, with the main gradients "
-            "kept and reduced in bf16 (and 16-bit weights under the block FP8 recipe before "
-            "Blackwell, as its blockwise recipe keeps them)",
+            "kept and reduced in bf16, TransformerEngine's parallel cross-entropy "
+            "(training.fused_cross_entropy te), and 16-bit weights under the block FP8 recipe "
+            "before Blackwell, as its blockwise recipe keeps them",
             "NVIDIA-NeMo/Megatron-Bridge scripts/performance (utils/helpers.py "
             "set_basic_perf_overrides, configs/llama3/llama3_llm_pretrain.py "
-            "set_llama3_common_configs: grad_reduce_in_fp32 False; the "
+            "set_llama3_common_configs: grad_reduce_in_fp32 False; set_common_perf_overrides and "
+            "recipes/llama/llama3.py _llama3_common: cross_entropy_fusion_impl 'te', beside "
+            "models/gpt_provider.py's cross_entropy_loss_fusion True; the "
             "bf16_with_fp8_current_scaling_mixed / bf16_with_mxfp8_mixed recipes: fp8_param_gather "
             "True; bf16_with_fp8_subchannel_scaling_mixed, 'blockwise (for Hopper only)': False)",
             megatron_bridge,

@@ -690,7 +690,9 @@ def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
     scenarios/apertus-70b-4096xgh200.yaml writes the same)."""
     training = sc["training"]
     if flags.has("cross-entropy-loss-fusion"):
-        training["fused_cross_entropy"] = True
+        # --cross-entropy-fusion-impl: native (Megatron-Core's compiled loss, the default) or te
+        impl = flags.choice("cross-entropy-fusion-impl", {"native": "native", "te": "te"})
+        training["fused_cross_entropy"] = impl or "native"
     if flags.has("fp8-param-gather"):
         training["fp8_param_gather"] = True
     optimizer = flags.choice("optimizer", {"adam": "adam", "sgd": "sgd", "ademamix": "ademamix"})

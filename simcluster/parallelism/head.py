@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simcluster.parallelism import logit_softcap, tp_async, wgrad
+from simcluster.parallelism import logit_softcap, loss_kernels, tp_async, wgrad
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
@@ -79,19 +79,14 @@ class HeadBuilder(BuilderBase):
         return body
 
     def _loss_reductions(self, phase: str) -> list[Segment]:
-        """The vocab-parallel loss's all-reduces over tp, each of one fp32 value per token, each
-        blocking: the unfused loss (Megatron's and nanotron's ``_VocabParallelCrossEntropy``)
-        reduces the logits' max, the target logit and the sum of exponentials one by one; the
-        fused one (Megatron-Core's ``fused_vocab_parallel_cross_entropy``) the max, then the
-        other two concatenated. Small and latency-bound; forward only."""
-        if phase != "F" or self.shapes.layout.tp == 1:
+        """The vocab-parallel loss's collectives over tp, each blocking, as its kernel runs them
+        (``loss_kernels.loss_collectives``: the unfused loss's three all-reduces, the fused
+        ones' two, TransformerEngine's one all-gather). Small and latency-bound; forward only."""
+        tp = self.shapes.layout.tp
+        if phase != "F" or tp == 1:
             return []
-        per_token = self.shapes.tokens * 4.0
-        if self.scenario.training.fused_cross_entropy:
-            sizes = {"loss_tp_max": per_token, "loss_tp_sums": 2 * per_token}
-        else:
-            sizes = {"loss_tp_max": per_token, "loss_tp_target": per_token, "loss_tp_sum_exp": per_token}
-        return [Comm(name, "tp", "all_reduce", size, False, -1) for name, size in sizes.items()]
+        collectives = loss_kernels.loss_collectives(self.scenario.training.fused_cross_entropy, self.shapes.tokens, tp)
+        return [Comm(name, "tp", op, size, False, -1) for name, op, size in collectives]
 
     def _async_head(self, g: list[Gemm], ce: Work, phase: str, dtype: str) -> list[Segment]:
         """nanotron's LM head is an async column linear too: forward, the input all-gather under
@@ -150,24 +145,16 @@ class HeadBuilder(BuilderBase):
         per_op = self.ops.style.kernel_per_op
         elements = self.shapes.tokens * self.shapes.model.vocab / self.shapes.layout.tp
         nbytes = logit_softcap.traffic_bytes(
-            self.shapes.model.logit_softcap, tr.fused_cross_entropy, per_op, elements, self.shapes.elt, phase == "B"
+            self.shapes.model.logit_softcap, loss_kernels.folds_softcap(tr.fused_cross_entropy), per_op, elements,
+            self.shapes.elt, phase == "B",
         )
         kernels = 3 if per_op else 1
         return Work.of(memory=kernels * self.km.memory(nbytes / kernels)) if nbytes else Work()
 
     def _cross_entropy_bytes(self, phase: str) -> float:
-        """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits.
-
-        Unfused (Megatron's and nanotron's ``vocab_parallel_cross_entropy``), in units of the
-        fp32 logits L: forward casts the 16-bit logits to fp32 (0.5 L read + L write), takes the
-        max (L), subtracts it in place (2 L), exponentiates in place (2 L), sums (L) and divides
-        in place to keep the softmax for backward (2 L): 9.5 L. Backward multiplies the softmax by
-        the loss gradient in place (2 L) and casts it back to 16 bits (1.5 L): 3.5 L.
-        A fused kernel (``training.fused_cross_entropy``) reads the 16-bit logits once forward and
-        writes the 16-bit gradient once backward.
-        """
+        """HBM traffic of the vocab-parallel cross-entropy on this GPU's logits, as the loss
+        kernel of ``training.fused_cross_entropy`` moves it (``loss_kernels``)."""
         elements = self.shapes.tokens * self.shapes.model.vocab / self.shapes.layout.tp
-        if self.scenario.training.fused_cross_entropy:
-            return elements * self.shapes.elt
-        fp32_logits = elements * 4.0
-        return fp32_logits * (9.5 if phase == "F" else 3.5)
+        return loss_kernels.cross_entropy_bytes(
+            self.scenario.training.fused_cross_entropy, elements, self.shapes.elt, phase != "F"
+        )
