@@ -342,6 +342,9 @@ def test_nanotron_clips_every_local_gradient_and_always_scales_it():
     nano, mega = scenario_from_dict(sc("local_scale")), scenario_from_dict(sc("shard"))
     assert optimizer_bytes_per_param(nano) == 34 and clip_bytes_per_local_param(nano) == 12
     assert optimizer_bytes_per_param(mega) == 38 and clip_bytes_per_local_param(mega) == 0
+    # no clipping (NeMo AutoModel's benchmarks: "No gradient clipping applied"): no norm read
+    none = scenario_from_dict(sc("none"))
+    assert optimizer_bytes_per_param(none) == 34 and clip_bytes_per_local_param(none) == 0
 
     def step(data: dict) -> float:
         ev = simulate(scenario_from_dict(data)).events

@@ -144,10 +144,12 @@ class TrainingSection(SectionBase):
             "second moment, three; Apertus's optimizer), sgd (momentum: one)"
         ),
     )
-    grad_clip: Literal["shard", "local_scale", "deepspeed"] = Field(
+    grad_clip: Literal["shard", "local_scale", "deepspeed", "none"] = Field(
         default="shard",
         description=(
-            "the gradient-norm clipping pass of the optimizer step: shard (Megatron's "
+            "the gradient-norm clipping pass of the optimizer step: none (no norm at all: a "
+            "loop that never calls clip_grad_norm_, as NeMo AutoModel's benchmarks state, 'No "
+            "gradient clipping applied'); shard (Megatron's "
             "clip_grad_norm_fp32: the norm reads the fp32 gradients the rank's optimizer steps, "
             "its ZeRO shard; it scales them only when the norm exceeds the limit, not charged); "
             "local_scale (nanotron's clip_grad_norm: the norm reads every local fp32 gradient, "
