@@ -179,8 +179,8 @@ def _draw_model_variants(rng: random.Random, doc: dict[str, Any]) -> None:
         extra["qkv_bias"] = True
     if rng.random() < 0.15:
         extra["logit_softcap"] = rng.choice([30.0, 50.0])
-        if rng.random() < 0.5:
-            doc["training"]["fused_cross_entropy"] = True
+        if rng.random() < 0.5:  # a fused loss folds the cap (true), Megatron's and TE's do not
+            doc["training"]["fused_cross_entropy"] = rng.choice([True, "native", "te"])
     if extra:
         model = doc["model"] if isinstance(doc["model"], dict) else {"preset": doc["model"]}
         doc["model"] = {**model, **extra}
