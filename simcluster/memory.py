@@ -359,8 +359,9 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     ``report_theoretical_memory`` adds the same term): the final norm's input and the LM head's
     input (the norm's output, a 16-bit GEMM input: Megatron's output layer is not an FP8 TE
     linear), each sbh/t with SP and sbh without (the head's sbh where it keeps the gathered
-    input: parallelism/saved_gather.py), and the fp32 vocab-parallel logits the loss
-    keeps, 4sbv/t; with a soft-capped output (``model.logit_softcap``) outside a fused loss, the
+    input: parallelism/saved_gather.py), and what the loss keeps of the logits: the fp32
+    softmax of the unfused and native losses, 4sbv/t, or the 16-bit logits TransformerEngine's
+    and a fused kernel overwrite with the gradient (``loss_kernels.kept_bytes_per_logit``); with a soft-capped output (``model.logit_softcap``) outside a fused loss, the
     16-bit copy of the logits its tanh keeps (parallelism/logit_softcap.py)."""
     s = training.seq_len / layout.cp
     rep = layout.tp if layout.sequence_parallel else 1
@@ -372,7 +373,8 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
         act_bytes(training.precision),
     )
     cast = autocast_weight_bytes(model, layout, training, HEAD_LAYER)
-    return inputs + 4.0 * logits + cap + cast
+    kept = loss_kernels.kept_bytes_per_logit(training.fused_cross_entropy, act_bytes(training.precision))
+    return inputs + kept * logits + cap + cast
 
 
 def embedding_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:

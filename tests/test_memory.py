@@ -255,10 +255,22 @@ def test_native_fused_loss_holds_its_materialised_buffer_and_te_holds_nothing():
     assert native == elements * (2 + 4)
     assert transient("te")[0] == 0.0
 
+    # kept for the backward: the native loss's fp32 softmax, TransformerEngine's gradient
+    # written over the 16-bit logits (cross_entropy_kernel stores it in the input)
+    from simcluster.memory import head_activation_bytes
+
+    def head(mode):
+        ctx = _ctx(parallel={"tp": 2}, training={"seq_len": S, "micro_batch": B, "global_batch": 16,
+                                                 "fused_cross_entropy": mode})  # fmt: skip
+        return head_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training)
+
+    assert head("native") - head("te") == elements * (4 - 2)
+    assert head("native") == head(False) and head("te") == head(True)
+
 
 def test_the_loss_transient_is_on_the_simulated_and_the_walked_peak():
     from simcluster.engine import simulate
-    from simcluster.memory import loss_transient_bytes
+    from simcluster.memory import logit_elements, loss_transient_bytes
     from simcluster.memory_report import memory_summary
 
     # 16-bit gradients kept all step: at 1,024 tokens the LM head's gradient (V x h, 2 B),
@@ -271,7 +283,10 @@ def test_the_loss_transient_is_on_the_simulated_and_the_walked_peak():
     assert transient > 0
     peak = {k: simulate(sc).summary["peak_memory_bytes"]["max"] for k, sc in (("u", unfused), ("f", fused))}
     # one stage, one microbatch in flight: the loss moment is the peak, by exactly the transient
-    assert peak["u"] - peak["f"] == pytest.approx(transient, rel=1e-12)
+    # and what the losses keep for their backward (the fp32 softmax against the 16-bit logits a
+    # fused kernel overwrites with the gradient: 4 - 2 bytes a logit)
+    kept = 2.0 * logit_elements(ctx.model, ctx.layout, unfused.training)
+    assert peak["u"] - peak["f"] == pytest.approx(transient + kept, rel=1e-12)
     assert memory_summary(ctx)["total_bytes"] == pytest.approx(peak["u"], rel=1e-12)
     # the summary says how much of its peak is the loss's copies
     assert simulate(unfused).summary["peak_memory_bytes"]["loss_transient"] == pytest.approx(transient)

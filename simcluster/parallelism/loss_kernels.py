@@ -73,6 +73,13 @@ def keeps_fp32_copies(mode: LossMode) -> bool:
     return mode is False or mode == "native"
 
 
+def kept_bytes_per_logit(mode: LossMode, elt: float) -> float:
+    """Bytes per logit the loss keeps for its backward: the fp32 softmax of the unfused and the
+    native losses (computed in place in their fp32 copy), or the 16-bit logits TransformerEngine's
+    and Liger-Kernel's kernels overwrite with the gradient in their forward (``elt`` each)."""
+    return 4.0 if keeps_fp32_copies(mode) else elt
+
+
 def folds_softcap(mode: LossMode) -> bool:
     """Whether the loss applies the logit soft-cap inside its kernel (Liger-Kernel's ``softcap``);
     Megatron's and TransformerEngine's losses take no cap."""
