@@ -94,12 +94,24 @@ DATED: dict[str, tuple[Dated, ...]] = {
             # NeMo 1.x's apex DistributedFusedAdam: 100 MiB gradient buckets on every stage; its
             # FP8 runs kept 16-bit weights (NeMo 1.x's fp8_params defaulted to False)
             defaults={"dp": {"bucket_mb": 104.858, "bucket_stages": "all"},
-                      "training": {"fp8_param_gather": False}},
+                      "training": {"fp8_param_gather": False, "fused_cross_entropy": False}},
             source=(
                 "NeMo-Framework-Launcher set NVTE_FUSED_ATTN=0 until its pull request 422 'enable "
                 "fused attention' (August 2024), so TransformerEngine ran the flash-attn 2 "
                 "package; NeMo 1.x's optimizer was apex's distributed_fused_adam (bucket_cap_mb "
-                "default 100, NeMo's docs)"
+                "default 100, NeMo's docs); NeMo 1.x's build_transformer_config passes "
+                "cross_entropy_loss_fusion on only where a model's YAML sets it (Megatron-Core's "
+                "default: the unfused loss)"
+            ),
+        ),
+        Dated(
+            until="25.04",
+            defaults={"training": {"fused_cross_entropy": "native"}},
+            source=(
+                "NeMo 2's GPTConfig sets cross_entropy_loss_fusion True (2.0 on); Megatron-Core "
+                "added cross_entropy_fusion_impl, and its 'te' choice, in 0.12.0 (25.02 shipped "
+                "0.11.0), and NeMo's performance scripts first set it to 'te' in 2.3.0, the 25.04 "
+                "container (scripts/performance/utils.py)"
             ),
         ),
         Dated(

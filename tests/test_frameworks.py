@@ -321,6 +321,12 @@ def test_nemo_is_megatron_core_without_the_bucket_passes() -> None:
     assert nemo["dp"].pop("reduce_op") == "avg" and "reduce_op" not in core["dp"]
     assert (nemo["dp"]["bucket_mb"], core["dp"]["bucket_mb"]) == ("comm-overlap", "megatron-core")
     nemo["dp"].update(nan_check=True, prescale=True, bucket_mb="megatron-core")
+    # and TransformerEngine's cross-entropy (GPTConfig's cross_entropy_loss_fusion, the performance
+    # scripts' cross_entropy_fusion_impl "te"); Megatron-LM's default is the unfused loss
+    assert nemo["training"].pop("fused_cross_entropy") == "te"
+    assert "fused_cross_entropy" not in core.get("training", {})
+    if not nemo["training"] and "training" not in core:
+        del nemo["training"]
     assert nemo == core
     # without the distributed optimizer (zero 0) or under Megatron FSDP (zero 3) the callback
     # leaves bucket_size alone: Megatron-Core's default

@@ -84,16 +84,13 @@ def test_llama3_8b_fp8_script_is_the_dgxc_case_but_for_the_listed_differences():
         # Megatron-Core's own bucket size vs NeMo's MegatronCommOverlapCallback's 128 Mi
         # parameters beside the distributed optimizer
         "dp.bucket_mb": ("megatron-core", "comm-overlap"),
-        # the script's --cross-entropy-loss-fusion (Megatron-Core's native compiled loss); the
-        # case keeps the unfused loss
-        "training.fused_cross_entropy": ("native", False),
     }
     # with those fields as the case has them, the two simulate the same step, bit for bit
     aligned = apply_overrides(
         s,
         [
             ("model.vocab", 128256), ("parallel.cp", 2), ("dp.nan_check", False), ("dp.prescale", False),
-            ("dp.reduce_op", "avg"), ("training.fused_cross_entropy", False), ("dp.bucket_mb", "comm-overlap"),
+            ("dp.reduce_op", "avg"), ("dp.bucket_mb", "comm-overlap"),
         ],
     )  # fmt: skip
     assert _step(aligned) == _step(case)

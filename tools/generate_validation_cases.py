@@ -1041,6 +1041,18 @@ DGXC_DEFER_NOTE = (
     "wgrad_deferral_limit={limit} (parallel.defer_head_wgrad; NeMo's {recipe}, read at NVIDIA/NeMo@{commit}; "
     "ASSUMED the same in the 25.02.01 container's NeMo 2.2)."
 )
+# the loss kernel (parallelism/loss_kernels.py): NeMo 2's GPTConfig sets cross_entropy_loss_fusion
+# True (nemo/collections/llm/gpt/model/base.py, 2.2.0) and 25.02 ships Megatron-Core 0.11, which
+# has no cross_entropy_fusion_impl (0.12.0 added it, 'native' by default): the native fused loss;
+# nemotron4-15b-synth.yaml sets cross_entropy_loss_fusion: true (NeMo 1.x's build_transformer_config
+# passes it on); gpt3_175b_hydra.yaml has no such key, so Megatron-Core's default (unfused) stays
+DGXC_LOSS = {
+    "llama": ("native", " The loss: NeMo 2's GPTConfig sets cross_entropy_loss_fusion True and the "
+              "25.02 container's Megatron-Core 0.11 has no cross_entropy_fusion_impl, so Megatron-Core's "
+              "native fused loss ran (training.fused_cross_entropy native)."),
+    "nemotron": ("native", " The loss: nemotron4-15b-synth.yaml sets cross_entropy_loss_fusion: true, "
+                 "Megatron-Core's native fused loss (training.fused_cross_entropy native)."),
+}
 DGXC_DEFER_SRC = {"LLAMA3-70B": ("llama3_70b.py", "0189a3b"), "LLAMA3.1-405B": ("llama31_405b.py", "00aa2e1")}
 cases = []
 for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
@@ -1057,6 +1069,8 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
         scenario["overlap"]["tp_comm"] = False  # tp 1: no TP overlap callback in the 8B script
+    if src in DGXC_LOSS:
+        scenario["training"]["fused_cross_entropy"] = DGXC_LOSS[src][0]
     defer = ""
     if name in DGXC_DEFER:
         scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=DGXC_DEFER[name])
@@ -1069,6 +1083,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
             f"{DGXC_SRC[src]}, DGX H100 reference: {name} {prec.upper()} on {gpus} GPUs, sequence {s}, "
             f"tp {tp} pp {pp} cp {cp} vp {vp}, MBS {mbs}, GBS {gbs}: training step {step} s (the last "
             f"of 50 steps, as the README measures it). {DGXC_SETTINGS[src]}{defer}"
+            + (DGXC_LOSS[src][1] if src in DGXC_LOSS else "")
         ),
         "published": {"step_time_s": step, "gpus": gpus, "global_batch": gbs, "seq_len": s,
                       "precision": prec},
@@ -1132,6 +1147,12 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
             "fp8", "cudnn", hardware="dgx-b200", fp8_params=True, comm_overlap=True),
         "measured": {"step_time_s": round(step, 6)},
     })
+    # ASSUMED: run by NeMo's performance scripts, which from 25.04 (NeMo 2.3.0) pick
+    # TransformerEngine's cross-entropy beside GPTConfig's cross_entropy_loss_fusion
+    cases[-1]["scenario"]["training"]["fused_cross_entropy"] = "te"
+    cases[-1]["source"] += (" ASSUMED: the loss as NeMo's 25.04 performance scripts set it, TransformerEngine's "
+                            "parallel cross-entropy (scripts/performance/utils.py: cross_entropy_fusion_impl "
+                            "\"te\"; training.fused_cross_entropy te); which scripts produced this table is not stated.")
     with_userbuffers(cases[-1], "te-2", "NeMo has no Llama 3 8B userbuffers preset (the perf scripts pass "
                      "none for 8B), so TransformerEngine 2.x's defaults apply (te-2: pipeline and bulk "
                      "overlaps 16 SMs each with an SM margin; get_default_config), ASSUMED: the 25.04 "
@@ -1318,7 +1339,9 @@ GROK_SETTINGS = (
     "distributed optimizer with overlapped grad reduce and param gather, grad_reduce_in_fp32 False "
     "(bf16 main gradients: training.fp32_grad_accum false), FP8 as bf16_with_fp8_mixed (delayed "
     "scaling, with the weights kept and gathered in FP8: training.fp8_param_gather), no recompute, CUDA "
-    "graphs off; NeMo's perf helpers turn the bucket NaN check off. "
+    "graphs off; NeMo's perf helpers turn the bucket NaN check off and, with GPTConfig's "
+    "cross_entropy_loss_fusion, pick TransformerEngine's cross-entropy (scripts/performance/utils.py of "
+    "NeMo 2.3.0, the 25.04 release: cross_entropy_fusion_impl = \"te\"; training.fused_cross_entropy te). "
     "Expert tensor parallelism as the README's ETP column (GB200: experts split over 4 ranks; H100: 1). "
     "ASSUMED: cuDNN fused attention (TransformerEngine's default on Hopper and Blackwell)."
 )
@@ -1330,6 +1353,10 @@ for system, prec, gpus, tp, pp, cp, ep, etp, vp, mbs, gbs, step, mfu in GROK:
                                       hardware=GROK_HW[system], fp32_grads=False, fp8_params=True,
                                       comm_overlap=True)
     scenario["moe"] = {"capacity_factor": 1.0, "pad_to_capacity": True}
+    # set_primary_perf_configs (NeMo 2.3.0 = 25.04, scripts/performance/utils.py: "enable cross
+    # entropy fusion with TE kernel", cross_entropy_fusion_impl = "te"; GPTConfig's
+    # cross_entropy_loss_fusion True): TransformerEngine's parallel cross-entropy
+    scenario["training"]["fused_cross_entropy"] = "te"
     cases.append({
         "name": f"dgxc-grok1/314b-{system.lower()}-{prec}-{gpus}gpu",
         "family": "nvidia-dgxc-grok1",

@@ -81,6 +81,11 @@ def nemo(raw: Mapping[str, Any]) -> Defaults:
     # _ParamAndGradBucketGroup.start_grad_sync then asks for torch.distributed.ReduceOp.AVG)
     defaults = megatron_core(raw)
     defaults["dp"].update(nan_check=False, prescale=False, reduce_op="avg")
+    # the loss as TransformerEngine's parallel cross-entropy: NeMo 2's GPTConfig and Bridge's
+    # GPTModelProvider set cross_entropy_loss_fusion True, and NeMo's performance scripts since
+    # 25.04 (set_primary_perf_configs: "enable cross entropy fusion with TE kernel") and Bridge's
+    # recipes and scripts set cross_entropy_fusion_impl "te" (earlier NeMo releases: dated)
+    defaults["training"] = {**defaults.get("training", {}), "fused_cross_entropy": "te"}
     if parallel_degree(raw, "zero", 1) in (1, 2):  # unwritten: the preset's distributed optimizer
         # with the distributed optimizer their comm-overlap config gives Megatron-Core's DDP
         # buckets of 128 Mi parameters (NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's
@@ -100,15 +105,14 @@ def nemo(raw: Mapping[str, Any]) -> Defaults:
 
 
 def megatron_bridge(raw: Mapping[str, Any]) -> Defaults:
-    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients and
-    TransformerEngine's cross-entropy."""
+    """Megatron-Bridge's performance configs: NeMo's with bf16 main gradients."""
     # Megatron-Bridge's performance configs on top of NeMo's recipe settings: main gradients kept
-    # and reduced in bf16 (grad_reduce_in_fp32 False); the loss as TransformerEngine's parallel
-    # cross-entropy (GPTModelProvider: cross_entropy_loss_fusion True, "Generally beneficial";
-    # the Llama 3 recipes' _llama3_common and the performance scripts' set_common_perf_overrides:
+    # and reduced in bf16 (grad_reduce_in_fp32 False); the loss is nemo's, TransformerEngine's
+    # (GPTModelProvider: cross_entropy_loss_fusion True, "Generally beneficial"; the Llama 3
+    # recipes' _llama3_common and the performance scripts' set_common_perf_overrides:
     # cross_entropy_fusion_impl = "te")
     defaults = nemo(raw)
-    defaults["training"] = {**defaults.get("training", {}), "fp32_grad_accum": False, "fused_cross_entropy": "te"}
+    defaults["training"] = {**defaults.get("training", {}), "fp32_grad_accum": False}
     return defaults
 
 

@@ -68,15 +68,19 @@ FRAMEWORKS: dict[str, Framework] = {
             "Megatron-Core as NeMo 2 and Megatron-Bridge's performance recipes run it: megatron-core's "
             "overlaps and zeroed gradient buffer, without the bucket NaN check and with "
             "the 1/dp averaging done in the collective; with the distributed optimizer, gradient "
-            "buckets of 128 Mi parameters (dp.bucket_mb comm-overlap) and, at FP8, the layers' "
-            "weights kept and gathered in FP8 (their benchmark configs also reduce in bf16 "
+            "buckets of 128 Mi parameters (dp.bucket_mb comm-overlap), at FP8 the layers' "
+            "weights kept and gathered in FP8, and TransformerEngine's cross-entropy "
+            "(training.fused_cross_entropy te; before 25.04 Megatron-Core's native fused loss, "
+            "NeMo 1.x the unfused one) (their benchmark configs also reduce in bf16 "
             "for some models: set training.fp32_grad_accum false there)",
             "NVIDIA-NeMo/Megatron-Bridge scripts/performance (check_for_nan_in_grad False) and "
             "recipes (DistributedDataParallelConfig average_in_collective=True); NeMo 2's "
             "scripts/performance likewise; NeMo 2's MegatronCommOverlapCallback and Megatron-Bridge's "
             "CommOverlapConfig (_get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 with the "
             "distributed optimizer and dp > 1); NeMo 2's recipes/precision/mixed_precision.py "
-            "(bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed: fp8_param_gather True)",
+            "(bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed: fp8_param_gather True); "
+            "GPTConfig's cross_entropy_loss_fusion True and scripts/performance's "
+            "cross_entropy_fusion_impl 'te' (set_primary_perf_configs, NeMo 2.3.0 on)",
             nemo,
             recompute=("none", "selective", "full"),
             schedules=MEGATRON_SCHEDULES,
@@ -85,8 +89,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "megatron-bridge",
             "NVIDIA's Megatron-Bridge as its performance configs run it (the Megatron-Bridge "
             "summaries, NeMo 25.09 and later containers): nemo's settings, with the main gradients "
-            "kept and reduced in bf16, TransformerEngine's parallel cross-entropy "
-            "(training.fused_cross_entropy te), and 16-bit weights under the block FP8 recipe "
+            "kept and reduced in bf16, and 16-bit weights under the block FP8 recipe "
             "before Blackwell, as its blockwise recipe keeps them",
             "NVIDIA-NeMo/Megatron-Bridge scripts/performance (utils/helpers.py "
             "set_basic_perf_overrides, configs/llama3/llama3_llm_pretrain.py "
