@@ -361,8 +361,9 @@ def head_activation_bytes(model: ModelSpec, layout: Layout, training: TrainingSe
     linear), each sbh/t with SP and sbh without (the head's sbh where it keeps the gathered
     input: parallelism/saved_gather.py), and what the loss keeps of the logits: the fp32
     softmax of the unfused and native losses, 4sbv/t, or the 16-bit logits TransformerEngine's
-    and a fused kernel overwrite with the gradient (``loss_kernels.kept_bytes_per_logit``); with a soft-capped output (``model.logit_softcap``) outside a fused loss, the
-    16-bit copy of the logits its tanh keeps (parallelism/logit_softcap.py)."""
+    and a fused kernel overwrite with the gradient (``loss_kernels.kept_bytes_per_logit``);
+    with a soft-capped output (``model.logit_softcap``) outside a fused loss, the 16-bit copy
+    of the logits its tanh keeps (parallelism/logit_softcap.py)."""
     s = training.seq_len / layout.cp
     rep = layout.tp if layout.sequence_parallel else 1
     # the norm's input, and the head's (all-gathered when its linear keeps it: saved_gather.py)
