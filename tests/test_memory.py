@@ -315,6 +315,22 @@ def test_run_says_when_only_the_loss_does_not_fit(cli, tmp_path):
     assert "fused_cross_entropy" in res.out
 
 
+def test_the_loss_fit_hint_names_the_kernel_the_stack_has():
+    """A Megatron-Core stack keeps no fp32 copy of the logits with TransformerEngine's loss
+    (--cross-entropy-fusion-impl te); elsewhere the hint is a fused kernel (true). NeMo before
+    25.04 runs Megatron-Core's native fused loss, which keeps them: its hint is TE's too."""
+    from simcluster.fit_hints import _candidates
+
+    training = {"seq_len": 1024, "micro_batch": 1, "global_batch": 8}
+    for framework, loss, hint in (("megatron-core", False, "te"), ("nemo 25.02", "native", "te"), (None, False, True)):
+        data = make_scenario(training=training)
+        if framework:
+            data["framework"] = framework
+        sc = scenario_from_dict(data)
+        assert sc.training.fused_cross_entropy == loss, framework
+        assert dict(_candidates(sc, 1))["training.fused_cross_entropy"] == hint, framework
+
+
 def test_optimizer_step_traffic_counts_each_pass_the_frameworks_run():
     """Bytes per parameter of one Adam step with fp32 master weights and moments (apex/TE
     FusedAdam: grad read 4, master r/w 8, m r/w 8, v r/w 8), the clipping norm's read of the
