@@ -11,7 +11,6 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -24,7 +23,7 @@ class FieldDoc:
     """One scenario key as the schema defines it."""
 
     key: str  #: dotted, as ``--set`` takes it: ``parallel.tp``
-    kind: str  #: the values it takes: ``int > 0``, ``p2p, all_gather or a2a``
+    kind: str  #: the values it takes: ``int > 0``, ``te | deepspeed``
     default: str  #: ``1``, ``unset`` (derived or the framework's), ``required``
     description: str
     aliases: tuple[str, ...] = ()  #: other names read as this key (launch flags, config.json)
@@ -36,12 +35,13 @@ class FieldDoc:
 
 
 def _bounds(metadata: list[Any]) -> str:
-    """The numeric bounds pydantic enforces (``Field(gt=0, le=3)``) as ``> 0, <= 3``."""
+    """The numeric bounds pydantic enforces (``Field(gt=0, le=3)``: its Gt / Le metadata) as
+    ``> 0, <= 3``; validators and other metadata have no such attribute and are skipped."""
     parts = []
     for item in metadata:
         for attr, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
             value = getattr(item, attr, None)
-            if isinstance(item, annotated_types.BaseMetadata) and value is not None:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 parts.append(f"{sign} {value}")
     return ", ".join(parts)
 

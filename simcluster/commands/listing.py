@@ -94,8 +94,10 @@ def _print_fields(wanted: list[str]) -> None:
     section = None
     for doc in docs:
         if doc.section != section:
+            if section is not None:
+                print()  # a blank line between sections
             section = doc.section
-            print(f"{'' if doc is docs[0] else chr(10)}{section}:")
+            print(f"{section}:")
         default = "required" if doc.default == "required" else f"default {doc.default}"
         print(f"  {doc.key}  {doc.kind}, {default}")
         also = f" (also read as: {', '.join(doc.aliases)})" if doc.aliases else ""
