@@ -29,6 +29,7 @@ from simcluster.fit_prices import (
     optimizer_offload_beats_recompute,
 )
 from simcluster.frameworks import get_framework
+from simcluster.frameworks.stacks import MEGATRON_CORE_STACKS
 from simcluster.layout import Layout
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
@@ -45,8 +46,6 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
 #: on the CPU and copies every gradient and parameter over the host link. Each offload moves
 #: to the other side of full recomputation where its price says so (:func:`_cost_rank`)
-#: the frameworks whose loss can run as TransformerEngine's parallel cross-entropy
-_TE_LOSS_FRAMEWORKS = frozenset({"megatron-core", "nemo", "megatron-bridge"})
 
 COST_ORDER = (
     "parallel.sequence_parallel",
@@ -174,7 +173,7 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     if tr.fused_cross_entropy in (False, "native"):  # those two keep fp32 copies of the logits
         # on a Megatron-Core stack the loss that keeps none is TransformerEngine's
         # (--cross-entropy-fusion-impl te); elsewhere a fused kernel such as Liger-Kernel's
-        out.append(("training.fused_cross_entropy", "te" if sc.framework in _TE_LOSS_FRAMEWORKS else True))
+        out.append(("training.fused_cross_entropy", "te" if sc.framework in MEGATRON_CORE_STACKS else True))
     out.append(("parallel.tp", par.tp * 2))
     out.append(("parallel.pp", par.pp * 2))
     if tr.optimizer_moments == "fp32" and tr.precision != "fp32":

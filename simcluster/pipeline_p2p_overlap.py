@@ -25,12 +25,9 @@ from __future__ import annotations
 
 from simcluster.errors import UserError
 from simcluster.frameworks import PYTORCH_PIPELINING
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.scenario import Scenario
 from simcluster.schedules import PipeOp
-
-#: frameworks whose 1F1B is Megatron-Core's forward_backward_pipelining_without_interleaving
-#: (None: a scenario without a framework runs the generic, Megatron-like pipeline)
-MEGATRON_1F1B = (None, "megatron-core", "nemo", "megatron-bridge")
 
 
 def with_pipeline_p2p_overlap(scenario: Scenario) -> Scenario:
@@ -40,7 +37,7 @@ def with_pipeline_p2p_overlap(scenario: Scenario) -> Scenario:
     par = scenario.parallel
     if par.pp == 1 or par.schedule != "1f1b" or not scenario.overlap.pp_comm:
         return scenario
-    if scenario.framework not in MEGATRON_1F1B and scenario.framework not in PYTORCH_PIPELINING:
+    if not runs_megatron_core(scenario.framework) and scenario.framework not in PYTORCH_PIPELINING:
         return scenario
     if "overlap.pp_comm" in scenario.written:
         if scenario.framework is None:

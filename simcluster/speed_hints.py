@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
 from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
 from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 from simcluster.units import format_bytes
@@ -33,10 +34,6 @@ TP_HINT = 0.05
 EP_HINT = 0.05
 #: an exposed-DP share of the step from which the gradient/parameter overlap is named
 DP_HINT = 0.05
-#: the frameworks whose code offers Megatron's --overlap-grad-reduce / --overlap-param-gather
-#: and Megatron-Core's --overlap-moe-expert-parallel-comm (None: a scenario without one, which
-#: runs simcluster's Megatron-like defaults)
-MEGATRON_OVERLAPS = (None, "megatron-core", "nemo", "megatron-bridge")
 #: a pipeline bubble (share of the step) from which interleaving is offered
 BUBBLE_HINT = 0.10
 #: the interleaving degrees the bubble hint tries
@@ -153,7 +150,7 @@ def _accepts(ctx: Context, hardware: str | None, overrides: list[tuple[str, obje
 def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
     sc = ctx.scenario
-    if ep < EP_HINT or sc.overlap.ep_comm or sc.framework not in MEGATRON_OVERLAPS:
+    if ep < EP_HINT or sc.overlap.ep_comm or not runs_megatron_core(sc.framework):
         return None
     if not _accepts(ctx, rerun.hardware, [("overlap.ep_comm", True)]):
         return None  # with pp > 1 it needs the interleaved schedule, say
@@ -168,7 +165,7 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 def _dp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     dp = share_of_step(s, busiest(s).get("comm_dp", 0.0))
     sc = ctx.scenario
-    if dp < DP_HINT or sc.framework not in MEGATRON_OVERLAPS:
+    if dp < DP_HINT or not runs_megatron_core(sc.framework):
         return None
     lay, ov = ctx.layout, sc.overlap
     if not ov.dp_grad_reduce:

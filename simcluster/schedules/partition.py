@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simcluster.errors import UserError
+from simcluster.frameworks.stacks import MEGATRON_CORE_STACKS
 
 FIELD = "parallel.layers_per_stage"
 
@@ -160,7 +161,7 @@ def megatron_first_last(layers: int, pp: int, vpp: int, first: int | None, last:
 #: as a layer each under --account-for-embedding/loss-in-pipeline-split; Megatron-LM of 2021
 #: had neither flag. None: no framework named, the interleaved schedule is Megatron's.
 MEGATRON_INTERLEAVED: dict[str | None, tuple[int, ...]] = {
-    None: (0, 1, 2), "megatron-core": (0, 1, 2), "nemo": (0, 1, 2), "megatron-bridge": (0, 1, 2),
+    **dict.fromkeys([None, *sorted(MEGATRON_CORE_STACKS)], (0, 1, 2)),
     "megatron-lm-2021": (0,),
 }
 
@@ -211,7 +212,7 @@ def check_megatron_virtual_split(layers: int, pp: int, vpp: int, framework: str 
 #: and interleaved zero-bubble schedules); its ZB-V sets its two chunks itself after that check
 #: (megatron/core/zbpp_utils.py validate_arguments: virtual_pipeline_model_parallel_size = 2,
 #: pp > 1 only), and the V schedules take no parallel.vpp, so pp = 2 stays open to them
-MEGATRON_RANKS = ("megatron-core", "nemo", "megatron-bridge", "megatron-lm-2021", "zero-bubble")
+MEGATRON_RANKS = MEGATRON_CORE_STACKS | {"megatron-lm-2021", "zero-bubble"}
 
 
 def check_interleaved_ranks(pp: int, vpp: int, framework: str | None, pp_comm: bool) -> None:
