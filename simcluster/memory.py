@@ -416,9 +416,9 @@ def loss_transient_bytes(model: ModelSpec, layout: Layout, training: TrainingSec
     """
     if not loss_kernels.keeps_fp32_copies(training.fused_cross_entropy):
         return 0.0
-    if training.fused_cross_entropy == "native":
-        forward, backward = act_bytes(training.precision) + 4.0, 4.0
-        return logit_elements(model, layout, training) * max(forward, backward)
+    compiled = loss_kernels.compiled_transient_per_logit(training.fused_cross_entropy, act_bytes(training.precision))
+    if compiled is not None:
+        return logit_elements(model, layout, training) * compiled
     style = STYLES[training.elementwise]
     forward = act_bytes(training.precision) + (4.0 if style.loss_out_of_place else 0.0)
     backward = 8.0 if style.loss_backward_out_of_place else 0.0

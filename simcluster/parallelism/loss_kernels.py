@@ -80,6 +80,17 @@ def kept_bytes_per_logit(mode: LossMode, elt: float) -> float:
     return 4.0 if keeps_fp32_copies(mode) else elt
 
 
+def compiled_transient_per_logit(mode: LossMode, elt: float) -> float | None:
+    """Bytes per logit alive only while the compiled native loss runs, beyond the fp32 copy it
+    keeps: its forward holds the ``elt``-byte logits and the fresh fp32 buffer Inductor
+    materialises the in-place graph in, its backward that buffer alone; the larger counts.
+    None for the other losses: the fused kernels keep nothing beside their input, and the
+    eager loss's transients are its elementwise style's (``memory.loss_transient_bytes``)."""
+    if mode != "native":
+        return None
+    return max(elt + 4.0, 4.0)
+
+
 def folds_softcap(mode: LossMode) -> bool:
     """Whether the loss applies the logit soft-cap inside its kernel (Liger-Kernel's ``softcap``);
     Megatron's and TransformerEngine's losses take no cap."""
