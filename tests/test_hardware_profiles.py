@@ -80,6 +80,26 @@ def test_mi300x_capacity_is_the_device_total_rocm_reports():
     assert load_profile("amd-mi300x").memory_bytes == 201_310_208 * 1024 == 206_141_652_992
 
 
+@pytest.mark.parametrize(
+    ("name", "mib", "sms"),
+    [
+        # nvidia-smi's memory.total on each part (public host inventories and captures, e.g.
+        # NVIDIA/k8s-test-infra's qx-gb300.xml); device query's multiProcessorCount
+        ("dgx-b200", 183_359, 148),
+        ("gb200-nvl72", 189_471, 152),
+        ("gb300-nvl72", 284_208, 152),
+        ("dgx-b300", 275_040, 148),
+    ],
+)
+def test_blackwell_capacity_and_sms_are_what_the_device_reports(name, mib, sms):
+    """A Blackwell Ultra part reports less than its 288 'GB' (GB300 284208 MiB, B300 SXM6 AC
+    275040 MiB) and enables fewer SMs than the full die's 160 that NVIDIA's Blackwell Ultra blog
+    counts: GB300 152 as GB200, B300 148 as B200."""
+    p = load_profile(name)
+    assert p.gpu.memory_gib == pytest.approx(mib / 1024, abs=0.1)
+    assert p.gpu.sm_count == sms
+
+
 def test_a_peak_between_the_cuda_total_and_80_gib_no_longer_fits():
     """dgx-h100's fit check: a run whose peak lands between 79.65 and 80 GiB is out of memory on a
     real H100 (the allocator sees 81559 MiB); with the datasheet's 80 GiB it was said to fit."""
