@@ -53,6 +53,16 @@ NVFP4_SR_SLOWDOWN = 6.4 / 4.5
 FP8_CAST_KERNELS = {"delayed": 1, "current": 3, "block": 1}
 
 
+def non_tn_fp8_gemms(compute_capability: float | None) -> bool:
+    """Whether cuBLASLt runs per-tensor-scaled FP8 GEMMs in every layout on this GPU, so that
+    TransformerEngine keeps no transposed FP8 copy: datacenter Blackwell (compute capability
+    10.x) and 13.x on, not Hopper, Ada or consumer Blackwell (12.x), whose FP8 tensor cores
+    take only TN operands (``nvte_is_non_tn_fp8_gemm_supported``). Unknown: Hopper's rule."""
+    if compute_capability is None:
+        return False
+    return 10.0 <= compute_capability < 12.0 or compute_capability >= 13.0
+
+
 def median_curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """(FLOPs, efficiency) of timed GEMMs -> one point per FLOP count, in size order: the median
     of the shapes timed at it, the centre a shape table's factors are taken against
@@ -297,8 +307,13 @@ class KernelModel:
         tensor and writes the FP8 copy plus an FP8 transposed copy, because Hopper's FP8 tensor
         cores take only K-major operands and the weight-gradient GEMM needs the transpose
         (TE docs, 'Using FP8 with Transformer Engine'; ``tex.fp8_cast_transpose_fused``):
-        2 + 1 + 1 bytes per element through HBM. Weights are cast once per step (on the first
-        microbatch) and are not counted here. The scale: delayed scaling (TE's DelayedScaling)
+        2 + 1 + 1 bytes per element through HBM. On datacenter Blackwell a per-tensor scale
+        (delayed or current) needs no transpose: the GEMMs read the one FP8 copy in any layout
+        and the quantizer writes only it (``Float8Quantizer`` / ``Float8CurrentScalingQuantizer``
+        ``create_tensor``: a transpose ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``;
+        :func:`non_tn_fp8_gemms`), 2 + 1 bytes; block scaling keeps its two copies everywhere,
+        each scaled along its own direction (MXFP8 on Blackwell, 1 x 128 tiles on Hopper). Weights
+        are cast once per step (on the first microbatch) and are not counted here. The scale: delayed scaling (TE's DelayedScaling)
         and block scaling (DeepSeek-V3 1x128 tiles, MXFP8) take it inside the cast kernel;
         current scaling (TE's Float8CurrentScaling) first reduces the tensor's amax, one more
         16-bit read (2 bytes per element), and turns it into the scale in a kernel of its own:
@@ -311,7 +326,8 @@ class KernelModel:
             slowdown = NVFP4_SR_SLOWDOWN if gradient else 1.0
             return self.memory(NVFP4_QUANTISE_BYTES * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
-        nbytes = (4.0 + amax_pass) * elements
+        transpose = 0.0 if self.fp8_recipe != "block" and non_tn_fp8_gemms(self.profile.gpu.compute_capability) else 1.0
+        nbytes = (3.0 + transpose + amax_pass) * elements
         return nbytes / self.hbm_bytes_per_s + self.cast_kernels(splits, dtype) * self.launch_s
 
     def cast_kernels(self, splits: float = 1, dtype: str | None = None) -> float:
@@ -323,12 +339,15 @@ class KernelModel:
         (``nvte_multi_cast_transpose``; transformer_engine/pytorch/csrc/extensions/cast.cpp,
         ``multi_tensor_quantize_impl``: "only have fused kernel for FP8 delayed scaling") and
         otherwise quantises split by split, each with its recipe's kernels
-        (:data:`FP8_CAST_KERNELS`).
+        (:data:`FP8_CAST_KERNELS`). The fused kernel writes transposes: where the GPU keeps none
+        (:func:`non_tn_fp8_gemms`, datacenter Blackwell) the outputs have no column-wise data
+        and delayed scaling too casts split by split (``fused_multi_quantize``'s fallback).
         """
         if (dtype or self.gemm_dtype) != "fp8":
             return 0.0
         per_split = FP8_CAST_KERNELS[self.fp8_recipe]
-        return float(per_split if self.fp8_recipe == "delayed" else per_split * splits)
+        fused = self.fp8_recipe == "delayed" and not non_tn_fp8_gemms(self.profile.gpu.compute_capability)
+        return float(per_split if fused else per_split * splits)
 
     def attention_spread(self, units: float, seq: float, head_dim: float) -> float:
         """The published curves' rate share a call over ``units`` (batch x heads per GPU) pairs

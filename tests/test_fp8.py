@@ -2,7 +2,8 @@
 transposed) before them, the LM head outside TE at 16 bits.
 
 Byte counts from TE's cast-transpose (``tex.fp8_cast_transpose_fused``): read 2 B, write the
-FP8 value and its transpose, 1 B each, per element.
+FP8 value and its transpose, 1 B each, per element (on datacenter Blackwell, per-tensor scales
+keep no transpose).
 """
 
 from __future__ import annotations
@@ -231,6 +232,44 @@ def test_current_scaling_reads_each_tensor_once_more_for_its_amax():
         assert current - other == pytest.approx(2 * elements / km.hbm_bytes_per_s + 2 * km.launch_s)
 
 
+@pytest.mark.parametrize(
+    ("hardware", "recipe", "nbytes"),
+    [
+        # Hopper's FP8 tensor cores take only TN operands: the cast writes the copy and its transpose
+        ("dgx-h100", "delayed", 2 + 1 + 1),
+        ("dgx-h100", "current", 2 + 2 + 1 + 1),
+        ("dgx-h100", "block", 2 + 1 + 1),
+        # datacenter Blackwell runs per-tensor-scaled FP8 GEMMs in any layout: one FP8 copy
+        ("dgx-b200", "delayed", 2 + 1),
+        ("gb200-nvl72", "current", 2 + 2 + 1),
+        ("gb300-nvl72", "current", 2 + 2 + 1),
+        # MXFP8 keeps a copy scaled along each direction
+        ("gb200-nvl72", "block", 2 + 1 + 1),
+    ],
+)
+def test_blackwell_keeps_no_fp8_transpose_for_per_tensor_scales(hardware, recipe, nbytes):
+    """TransformerEngine's Float8Quantizer and Float8CurrentScalingQuantizer create a transposed
+    copy only where ``nvte_is_non_tn_fp8_gemm_supported()`` is false (compute capability below
+    10.0 or 12.x): on B200, GB200 and GB300 the 16-bit operand is read (2 B, twice under current
+    scaling's amax pass) and one FP8 copy written."""
+    from simcluster.compute import KernelModel
+    from simcluster.hardware import load_profile
+
+    km = KernelModel(load_profile(hardware), "fp8", fp8_recipe=recipe)
+    elements = TOKENS * 4096
+    kernels = km.cast_kernels(1)
+    assert km.quantise(elements) == pytest.approx(nbytes * elements / km.hbm_bytes_per_s + kernels * km.launch_s)
+
+
+def test_only_datacenter_blackwell_and_later_run_non_tn_fp8_gemms():
+    """``nvte_is_non_tn_fp8_gemm_supported``: compute capability in [10.0, 12.0) or from 13.0."""
+    from simcluster.compute import non_tn_fp8_gemms
+
+    assert [non_tn_fp8_gemms(cc) for cc in (8.9, 9.0, 10.0, 10.3, 12.0, 12.1, 13.0, None)] == [
+        False, False, True, True, False, False, True, False,
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(("recipe", "kernels"), [("delayed", 1), ("current", 3 * 16), ("block", 16)])
 def test_a_grouped_operand_is_quantised_per_expert_unless_delayed(recipe, kernels):
     """TE GroupedLinear quantises its input with tex.split_quantize; cast.cpp's
@@ -246,6 +285,17 @@ def test_a_grouped_operand_is_quantised_per_expert_unless_delayed(recipe, kernel
     extra = km.quantise(elements, splits=16) - km.quantise(elements)
     assert extra == pytest.approx((kernels - km.cast_kernels(1)) * km.launch_s)
     assert KernelModel(km.profile, "bf16").cast_kernels(16) == 0
+
+
+def test_blackwell_casts_grouped_operands_per_expert_under_delayed_scaling_too():
+    """The fused multi-cast writes a transposed copy of every split; on datacenter Blackwell the
+    quantizers ask for none (no column-wise data), so TE's fused_multi_quantize falls back to
+    one cast per split: 16 local experts, 16 kernels."""
+    from simcluster.compute import KernelModel
+    from simcluster.hardware import load_profile
+
+    for hardware in ("dgx-b200", "gb200-nvl72", "gb300-nvl72"):
+        assert KernelModel(load_profile(hardware), "fp8", fp8_recipe="delayed").cast_kernels(16) == 16
 
 
 @pytest.mark.parametrize("tp_comm", [False, True])
