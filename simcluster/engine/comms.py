@@ -41,6 +41,8 @@ GROUP_DIM = {
     # (overlap.pp_scatter_gather): a TP-group collective that belongs to the pipeline transfer
     "ppg": "tp",
     "embd": "embd",
+    # FP8 delayed scaling's amax all-reduce over the stage's tp x cp x dp ranks (fp8_amax.py)
+    "amax": "stage",
 }
 # groups whose members sit on different pipeline stages: even in symmetric mode each member is
 # simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
@@ -48,7 +50,7 @@ CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
 DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
-SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp"}
+SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp", "amax": "dp"}
 
 # a collective's route (Comms._route): dimension, members, stream name, issue-order key,
 # recorded group, stream

@@ -34,6 +34,7 @@ from simcluster.parallelism.data import (
     reduction_working_bytes,
     unit_params,
 )
+from simcluster.parallelism.fp8_amax import amax_reduction
 from simcluster.parallelism.head_wgrad_deferral import (
     deferred_microbatches,
     drain_buffer_bytes,
@@ -203,6 +204,9 @@ def _units(builder: LayerBuilder, ctx: Context, chunk: Chunk, phase: str) -> lis
             segs += builder.head_and_mtp(phase)
             covered.insert(0, HEAD)
         segs += builder.layer(layer, phase)
+        if (phase == "F" and last_in_model) or (phase != "F" and first_in_model):
+            # the chunk's FP8 autocast ends here (forward) or its first module's backward runs
+            segs += amax_reduction(ctx.scenario, ctx.model, ctx.layout, layers, phase)
         if phase == "F" and chunk.head and last_in_model:
             segs += builder.head_and_mtp("F")
             covered.append(HEAD)

@@ -34,6 +34,8 @@ STREAM_OF_GROUP = {
     # a scatter/gather pipeline transfer's all-gather runs in the receive's blocking call
     "ppg": "comm_pp_recv",
     "embd": "comm_dp",  # tied-embedding gradient sync: a gradient reduction like DP's
+    # FP8 amax reduction: a process group (and NCCL stream) of its own, spanning the replicas
+    "amax": "comm_amax",
 }
 
 

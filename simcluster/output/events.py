@@ -58,8 +58,8 @@ KINDS: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
 GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "embd", "host", "")
 # Order is the display order of a GPU's lanes (Gantt rows, Perfetto threads).
 STREAMS: tuple[str, ...] = (
-    "compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_dp_ar", "comm_pp", "comm_pp_recv", "copy_d2h",
-    "copy_h2d",
+    "compute", "comm_tp", "comm_cp", "comm_ep", "comm_dp", "comm_dp_ar", "comm_amax", "comm_pp", "comm_pp_recv",
+    "copy_d2h", "copy_h2d",
 )
 
 _INT_COLUMNS = ("rank", "stage", "microbatch", "chunk", "layer")

@@ -1,0 +1,70 @@
+"""FP8 delayed scaling's amax all-reduce (TransformerEngine ``reduce_and_update_fp8_tensors``,
+blocking, over Megatron-Core's amax reduction group: the stage's tp x cp x dp ranks), once at
+the end of each model chunk's forward and once in its backward, per microbatch."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import pipeline_scenario, run
+
+from simcluster.context import build_context
+from simcluster.parallelism.fp8_amax import AMAXES_PER_GEMM
+from simcluster.scenario import scenario_from_dict
+
+M, PP, VPP = 4, 2, 2
+
+
+def _scenario(recipe: str = "delayed", precision: str = "fp8", framework: str | None = None, dp: int = 2) -> dict:
+    data = pipeline_scenario(
+        PP, M * dp, "interleaved", v=VPP,
+        cluster={"gpus": PP * dp, "gpus_per_node": 8},
+        training={"precision": precision, "fp8_recipe": recipe},
+    )  # fmt: skip
+    if framework is not None:
+        data["framework"] = framework
+    return data
+
+
+def _amax_events(data: dict):
+    events = run(data, all_ranks=True).events
+    return events[events["name"].str.startswith("fp8_amax")]
+
+
+def test_each_chunk_reduces_its_amaxes_once_forward_and_once_backward():
+    """2 x microbatches x chunks per rank: M = 4 microbatches per replica, vpp 2 chunks."""
+    events = _amax_events(_scenario())
+    assert set(events["stream"]) == {"comm_amax"} and set(events["kind"]) == {"all_reduce"}
+    per_rank = events.groupby("rank").size()
+    assert len(per_rank) == PP * 2 and set(per_rank) == {2 * M * VPP}
+    fwd = events[events["name"] == "fp8_amax_fwd"]
+    # a chunk of 2 dense layers, 4 TE GEMMs each: 3 forward amaxes per GEMM, fp32
+    assert set(fwd["bytes"]) == {4.0 * AMAXES_PER_GEMM["F"] * 4 * 2}
+    assert set(events[events["name"] == "fp8_amax_bwd"]["bytes"]) == {4.0 * AMAXES_PER_GEMM["B"] * 4 * 2}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "precision", "framework", "dp"),
+    [
+        ("current", "fp8", None, 2),  # current scaling keeps no history to agree on
+        ("block", "fp8", None, 2),
+        ("delayed", "bf16", None, 2),
+        ("delayed", "fp8", "torchtitan", 2),  # torchao's float8, not TE's autocast
+        ("delayed", "fp8", None, 1),  # a stage of one rank has no one to agree with
+    ],
+)
+def test_no_amax_reduction_without_delayed_scaling_in_te_autocast(recipe, precision, framework, dp):
+    data = _scenario(recipe, precision, framework, dp)
+    if framework == "torchtitan":
+        data["parallel"].update(schedule="1f1b", vpp=1, zero=3)
+    assert _amax_events(data).empty
+
+
+def test_the_group_is_every_rank_of_the_stage():
+    """get_amax_reduction_group(with_context_parallel=True): tensor x data parallel with CP."""
+    data = pipeline_scenario(2, 8, "1f1b", cluster={"gpus": 16}, parallel={"tp": 2, "cp": 2})
+    lay = build_context(scenario_from_dict(data)).layout
+    assert (lay.dp, lay.world) == (2, 16)
+    for rank in range(16):
+        stage = lay.coords(rank)["pp"]
+        assert lay.group("stage", rank) == lay.stage_ranks(stage)
+        assert len(lay.stage_ranks(stage)) == 8
