@@ -266,6 +266,9 @@ class KernelModel:
                 plateau = max(e for _, e in self._benchmark_curve(dtype))
                 cap = plateau * self.quantisation(m, n, count)
                 eff = min(eff, cap)
+            if dtype == "fp8" and self.fp8_recipe == "block":
+                # block-scaled kernels against the per-tensor ones the curve holds
+                eff *= self.profile.efficiency.block_fp8_gemm
         # a timed shape takes its measured time, however far below the peak (a CPU's GEMMs)
         one = timed if timed else flops / (self._peak(dtype) * max(eff, 1e-4))
         compute = count * one * self.slowdown

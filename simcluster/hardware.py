@@ -268,6 +268,16 @@ class EfficiencySpec(_Strict):
             "dimension and sequence length; replace attention_fwd/bwd for the kernel in use"
         ),
     )
+    block_fp8_gemm: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description=(
+            "share of the gemm_fp8 curve's rate a block-scaled FP8 GEMM runs at "
+            "(training.fp8_recipe block: MXFP8 on Blackwell, its scale factors read beside each "
+            "tile); 1: as fast as the per-tensor FP8 GEMMs the curve was timed on"
+        ),
+    )
     attention_sustained: float = Field(
         default=1.0,
         gt=0,
