@@ -12,7 +12,7 @@ ends, including the time it waits for its peers -- that rank's compute progresse
 ``(sm_count - collective_sms) / sm_count`` of its standalone speed. Interfering collectives
 are those of the groups in :data:`INTERFERING_GROUPS`: data parallel (dp, edp, and hybrid
 sharding's shard and replica groups dps/dpr, edps/edpr, ZeRO++'s hpZ and qgZ groups dph, dpl,
-dpx; ZeRO-1/2/3 gathers and reduce-scatters run there), context parallel (cp, and hierarchical CP's all-to-all and ring groups cpa/cpr:
+dpx; ZeRO-1/2/3 gathers and reduce-scatters run there; FP8's amax all-reduce over the stage, amax), context parallel (cp, and hierarchical CP's all-to-all and ring groups cpa/cpr:
 the same kernels on smaller groups) and expert parallel (ep, etp).
 Not interfering:
 
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import simpy
 
 INTERFERING_GROUPS = frozenset(
-    {"dp", "edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx", "cp", "cpa", "cpr", "ep", "etp"}
+    {"dp", "edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx", "amax", "cp", "cpa", "cpr", "ep", "etp"}
 )
 
 
