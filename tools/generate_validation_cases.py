@@ -1008,8 +1008,10 @@ DGXC_SETTINGS = {
         "51200, dropout 0.1). Settings from gpt3_175b_hydra.yaml: no recompute, sequence parallel, TP comm "
         "overlap, distributed_fused_adam with overlapped grad and param sync and grad_sync_dtype "
         "bf16 (bf16 main gradients: training.fp32_grad_accum false), gradient accumulation fusion; "
-        "virtual pipeline 6 as the yaml sets it (the README's table says 12). ASSUMED: cuDNN "
-        "fused attention."
+        "virtual pipeline 6 as the yaml sets it (the README's table says 12); fp8_params: true, so "
+        "the FP8 row keeps its weights in FP8 and the optimizer gathers them at 1 B an element "
+        "(training.fp8_param_gather; apex's DistributedFusedAdam gathers FP8 parameters as the "
+        "MLPerf GPT-3 configs' runs do). ASSUMED: cuDNN fused attention."
     ),
 }
 LLAMA["NEMOTRON4-15B"] = (32, 6144, 48, 8, 24576, 256000)
@@ -1064,7 +1066,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
     scenario = megatron_h100_scenario(model, gpus, par, s, mbs, gbs, prec, "cudnn", dfa=src == "gpt3",
-                                      fp8_params=src == "llama", comm_overlap=src == "llama")
+                                      fp8_params=src in ("llama", "gpt3"), comm_overlap=src == "llama")
     if prec == "fp8" or src in ("gpt3", "llama"):
         scenario["training"]["fp32_grad_accum"] = False
     if name.startswith("LLAMA3-8B"):
