@@ -1014,7 +1014,8 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # scales, as TransformerEngine's quantizers do there (GB200 and B200 rows, already fast, 0.3-1.2 points
 # faster; GB300's, slow, as much nearer): physics over score; 6.1 (6.0680 -> 6.0687) with FP8 delayed
 # scaling's blocking amax all-reduce over the stage per chunk and microbatch; 6.1 (6.0687 -> 6.0675)
-# with MXFP8 GEMMs at their measured share of per-tensor FP8 kernels (efficiency.block_fp8_gemm)
+# with MXFP8 GEMMs at their measured share of per-tensor FP8 kernels (efficiency.block_fp8_gemm);
+# 6.1 (6.0675 -> 6.0687) with the DGX Cloud GPT-3 FP8 row's weights gathered in FP8 (its yaml's fp8_params)
 QUICK_SET_MAPE = 6.1
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
