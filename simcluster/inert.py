@@ -35,6 +35,7 @@ from simcluster.parallelism.expert import (
     padded_expert_rows,
     quantisation_alignment,
 )
+from simcluster.parallelism.fp8_amax import delayed_under_te_autocast
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.userbuffers import tp_overlaps_run
 
@@ -349,6 +350,20 @@ def _fp8_recipe(ctx: Context) -> Verdict:
     return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
 
 
+def _tp_only_amax_red(ctx: Context) -> Verdict:
+    # parallelism/fp8_amax.py: the group choice matters only where the amax all-reduce runs
+    if delayed_under_te_autocast(ctx.scenario):
+        return None
+    tr = ctx.scenario.training
+    if tr.precision != "fp8":
+        where = f"at training.precision={tr.precision}"
+    elif tr.fp8_recipe != "delayed":
+        where = f"at training.fp8_recipe={tr.fp8_recipe}"
+    else:
+        where = f"under framework {ctx.scenario.framework}"
+    return (where, "only FP8 delayed scaling under Megatron-Core's TransformerEngine autocast all-reduces amaxes")
+
+
 def _grad_lifetime(ctx: Context) -> Verdict:
     # its two readers, grad_lifetime._transient_applies and separate_16bit_grad_kept, are both
     # false at ZeRO-3 (which counts its unsharded gradients itself) and in fp32 training (no
@@ -486,6 +501,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
+    InertRule("training.tp_only_amax_red", _tp_only_amax_red),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),
     InertRule("training.recompute_partitioned", _recompute_partitioned),

@@ -163,13 +163,15 @@ class Layout:
 
     def group(self, dim: str, rank: int) -> list[int]:
         """The ranks of ``rank``'s group along ``dim`` (tp, cp, dp, pp, ep, etp, dpcp, cpa, cpr,
-        dps, dpr, edp, edps, edpr, embd, stage: every rank of its pipeline stage, and ZeRO++'s
-        dph, dpl, dpx)."""
+        dps, dpr, edp, edps, edpr, embd, stage: every rank of its pipeline stage, tpcp: its
+        tensor- and context-parallel ranks together, and ZeRO++'s dph, dpl, dpx)."""
         c = self.coords(rank)
         if dim == "embd":
             return self.tied_pair(rank)
         if dim == "stage":
             return self.stage_ranks(c["pp"])
+        if dim == "tpcp":
+            return sorted(int(r) for r in self.grid[:, :, c["dp"], c["pp"]].ravel())
         if dim in DIMS:
             sl = [c[d] if d != dim else slice(None) for d in DIMS]
             return [int(r) for r in self.grid[tuple(sl)].ravel()]

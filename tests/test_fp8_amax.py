@@ -68,3 +68,24 @@ def test_the_group_is_every_rank_of_the_stage():
         stage = lay.coords(rank)["pp"]
         assert lay.group("stage", rank) == lay.stage_ranks(stage)
         assert len(lay.stage_ranks(stage)) == 8
+
+
+def test_tp_only_amax_reduction_spans_the_tp_and_cp_ranks():
+    """Megatron-Core's --tp-only-amax-red: get_amax_reduction_group(with_context_parallel=True,
+    tp_only_amax_red=True) is the tp-cp group; each data-parallel replica keeps its own scales.
+    Same count of reductions, over tp x cp ranks; none where that group is one rank."""
+    data = _scenario()
+    data["training"]["tp_only_amax_red"] = True
+    data["parallel"]["tp"] = 2
+    data["cluster"]["gpus"] = PP * 2 * 2
+    events = _amax_events(data)
+    assert set(events["stream"]) == {"comm_amax"} and set(events["group"]) == {"tp"}
+    assert set(events.groupby("rank").size()) == {2 * M * VPP}
+    lay = build_context(scenario_from_dict(data)).layout
+    for rank in range(lay.world):
+        c = lay.coords(rank)
+        assert lay.group("tpcp", rank) == sorted(lay.rank(tp, cp, c["dp"], c["pp"]) for tp in range(2) for cp in range(1))
+    alone = _scenario()
+    alone["training"]["tp_only_amax_red"] = True
+    assert _amax_events(alone).empty  # tp 1, cp 1: every rank its own group
+

@@ -223,6 +223,15 @@ def test_megatron_flags_map_with_megatrons_own_defaults(tmp_path):
     build_context(scenario_from_dict(s))
 
 
+def test_megatron_tp_only_amax_red_imports(tmp_path):
+    """--tp-only-amax-red (Megatron-LM arguments.py, TransformerConfig.tp_only_amax_red): FP8's
+    amax all-reduce over the tp-cp group only (parallelism/fp8_amax.py)."""
+    text = MODERN + "--fp8-format hybrid --tp-only-amax-red\n"
+    out = import_config("megatron", _args_file(tmp_path, text), ImportOptions(cluster="dgx-h100", nodes=4))
+    assert out.scenario["training"]["tp_only_amax_red"] is True
+    assert not any(s.startswith("--tp-only-amax-red") for s in out.skipped)
+
+
 def test_megatron_refuses_values_it_cannot_map(tmp_path):
     with pytest.raises(UserError, match="--fp8-recipe: 'weird' cannot be imported"):
         import_config(

@@ -67,6 +67,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
+    # the amax all-reduce runs only under FP8 delayed scaling (parallelism/fp8_amax.py)
+    ("training.tp_only_amax_red", {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_recipe": "current",
+                                                                      "tp_only_amax_red": True}},
+     {"parallel": {"tp": 2}, "training": {"precision": "fp8", "tp_only_amax_red": True}}),
     ("training.grad_16bit_freed", {"parallel": {"zero": 3}, "training": {"grad_16bit_freed": "step"}},
      {"parallel": {"zero": 1}, "training": {"grad_16bit_freed": "step"}}),
     ("training.recompute_partitioned", {"training": {"recompute": "full", "recompute_partitioned": True}},

@@ -285,4 +285,4 @@ def test_every_group_a_collective_can_run_on_has_a_stream_and_interferes_as_what
             assert group in INTERFERING_GROUPS, group
         # a stream of its own: ppg's all-gather runs in the pipeline receive's blocking call, the
         # FP8 amax all-reduce in a process group (and NCCL stream) apart from the gradients'
-        assert STREAM_OF_GROUP[group] == STREAM_OF_GROUP[shown] or group in ("ppg", "amax"), group
+        assert STREAM_OF_GROUP[group] == STREAM_OF_GROUP[shown] or group in ("ppg", "amax", "amax_tp"), group

@@ -43,6 +43,8 @@ GROUP_DIM = {
     "embd": "embd",
     # FP8 delayed scaling's amax all-reduce over the stage's tp x cp x dp ranks (fp8_amax.py)
     "amax": "stage",
+    # and over the tp x cp ranks only (training.tp_only_amax_red)
+    "amax_tp": "tpcp",
 }
 # groups whose members sit on different pipeline stages: even in symmetric mode each member is
 # simulated (one representative per stage), so they meet in a rendezvous like all-ranks mode
@@ -50,7 +52,7 @@ CROSS_STAGE = frozenset({"embd"})
 # recorded (and reported) as data-parallel communication
 DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx"})
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
-SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp", "amax": "dp"}
+SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp", "amax": "dp", "amax_tp": "tp"}
 
 # a collective's route (Comms._route): dimension, members, stream name, issue-order key,
 # recorded group, stream

@@ -36,6 +36,7 @@ STREAM_OF_GROUP = {
     "embd": "comm_dp",  # tied-embedding gradient sync: a gradient reduction like DP's
     # FP8 amax reduction: a process group (and NCCL stream) of its own, spanning the replicas
     "amax": "comm_amax",
+    "amax_tp": "comm_amax",
 }
 
 

@@ -637,6 +637,8 @@ def _precision(flags: Flags, training: dict[str, Any]) -> str:
     if flags.choice("fp8-format", {"e4m3": "fp8", "hybrid": "fp8"}):
         precision = "fp8"
         training["fp8_recipe"] = flags.choice("fp8-recipe", _FP8_RECIPES) or "delayed"
+        if flags.has("tp-only-amax-red"):
+            training["tp_only_amax_red"] = True
     if flags.choice("fp4-format", {"e2m1": "nvfp4"}):
         precision = "nvfp4"
     return precision

@@ -13,7 +13,8 @@ Megatron-Core wraps each model chunk's transformer layers in one autocast
 (``TransformerBlock.forward``'s fp8 context; ``use_outer_fp8_context`` for delayed scaling in
 later releases) whose group is ``parallel_state.get_amax_reduction_group(with_context_parallel=
 True)``: the tensor-, context- and data-parallel ranks together, every rank of the pipeline
-stage. So each microbatch's forward of a chunk ends with one blocking all-reduce over the whole
+stage (with ``--tp-only-amax-red``, ``training.tp_only_amax_red``, the tensor- and
+context-parallel ranks only: each data-parallel replica keeps its own scales). So each microbatch's forward of a chunk ends with one blocking all-reduce over the whole
 stage, and its backward with another; the LM head runs outside TE's FP8 modules. The message
 is a few floats per GEMM, latency-bound: what costs is the collective's latency over a group
 that spans the data-parallel replicas, and in an all-ranks run the wait for the slowest of them.
@@ -36,13 +37,24 @@ from simcluster.scenario import Scenario
 AMAXES_PER_GEMM = {"F": 3, "B": 2}
 
 
-def reduces_amax(scenario: Scenario, layout: Layout) -> bool:
-    """Whether the run all-reduces FP8 amaxes: FP8 GEMMs with delayed scaling under
-    Megatron-Core's autocast (or no framework named: simcluster's Megatron-like defaults),
-    on a pipeline stage of more than one rank."""
+def delayed_under_te_autocast(scenario: Scenario) -> bool:
+    """FP8 GEMMs with delayed scaling under Megatron-Core's autocast (or no framework named:
+    simcluster's Megatron-like defaults)."""
     tr = scenario.training
-    stage_ranks = layout.world // layout.pp
-    return tr.precision == "fp8" and tr.fp8_recipe == "delayed" and runs_megatron_core(scenario.framework) and stage_ranks > 1
+    return tr.precision == "fp8" and tr.fp8_recipe == "delayed" and runs_megatron_core(scenario.framework)
+
+
+def amax_group(scenario: Scenario) -> str:
+    """The reduction's group: every rank of the stage, or with ``training.tp_only_amax_red``
+    (Megatron-Core's --tp-only-amax-red) its tensor- and context-parallel ranks only."""
+    return "amax_tp" if scenario.training.tp_only_amax_red else "amax"
+
+
+def reduces_amax(scenario: Scenario, layout: Layout) -> bool:
+    """Whether the run all-reduces FP8 amaxes: delayed scaling under TE's autocast over a
+    group of more than one rank."""
+    ranks = layout.tp * layout.cp if scenario.training.tp_only_amax_red else layout.world // layout.pp
+    return delayed_under_te_autocast(scenario) and ranks > 1
 
 
 def layer_gemms(model: ModelSpec, layout: Layout, layer: int) -> int:
@@ -61,4 +73,5 @@ def amax_reduction(scenario: Scenario, model: ModelSpec, layout: Layout, layers:
         return []
     floats = AMAXES_PER_GEMM[key] * sum(layer_gemms(model, layout, layer) for layer in layers)
     edge = layers[-1] if key == "F" else layers[0]
-    return [Comm(f"fp8_amax_{'fwd' if key == 'F' else 'bwd'}", "amax", "all_reduce", 4.0 * floats, False, edge)]
+    name = f"fp8_amax_{'fwd' if key == 'F' else 'bwd'}"
+    return [Comm(name, amax_group(scenario), "all_reduce", 4.0 * floats, False, edge)]

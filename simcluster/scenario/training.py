@@ -46,6 +46,15 @@ class TrainingSection(SectionBase):
             "inside the cast: DeepSeek-V3 1x128, MXFP8)"
         ),
     )
+    tp_only_amax_red: bool = Field(
+        default=False,
+        description=(
+            "FP8 delayed scaling's amax all-reduce over the tensor- and context-parallel ranks "
+            "only, not every rank of the pipeline stage (Megatron-Core's --tp-only-amax-red, "
+            "TransformerConfig.tp_only_amax_red: get_amax_reduction_group's tp-cp group; NeMo 2's "
+            "GPT-3 175B performance script sets it)"
+        ),
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description=(
