@@ -98,6 +98,13 @@ def probe(tmp_path_factory) -> dict:
     script = folder / "probe.py"
     script.write_text(_PROBE)
     proc = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+        # a gloo worker thread still joinable when a rank's process exits aborts it (seen once in
+        # CI on 2 loaded cores, not reproducible): one fresh run, whose result alone is read
+        for old in folder.glob("pg*"):
+            old.unlink()
+        (folder / "out.json").unlink(missing_ok=True)
+        proc = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     labels = {_ROOT: "root", _BLOCK: "block"}  # both even: no padding over two ranks
     result = json.loads((folder / "out.json").read_text())
