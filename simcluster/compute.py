@@ -301,8 +301,8 @@ class KernelModel:
         grouped GEMM's, quantised per expert (:meth:`cast_kernels`: a launch gap per kernel).
 
         NVFP4 (TransformerEngine's NVFP4BlockScaling): :data:`NVFP4_QUANTISE_BYTES` per element,
-        the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast; weights are
-        cast once per step, as below. A ``gradient`` is rounded stochastically, which the
+        the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast (a weight's cast
+        is charged the same: ASSUMPTION, its 2-D 16 x 16 blocks take no Hadamard transform). A ``gradient`` is rounded stochastically, which the
         measured cast kernel runs :data:`NVFP4_SR_SLOWDOWN` times slower.
 
         TransformerEngine casts each activation entering an FP8 GEMM in the forward, and each
@@ -315,8 +315,9 @@ class KernelModel:
         and the quantizer writes only it (``Float8Quantizer`` / ``Float8CurrentScalingQuantizer``
         ``create_tensor``: a transpose ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``;
         :func:`non_tn_fp8_gemms`), 2 + 1 bytes; block scaling keeps its two copies everywhere,
-        each scaled along its own direction (MXFP8 on Blackwell, 1 x 128 tiles on Hopper). Weights
-        are cast once per step (on the first microbatch) and are not counted here. The scale: delayed scaling (TE's DelayedScaling)
+        each scaled along its own direction (MXFP8 on Blackwell, 1 x 128 tiles on Hopper). A
+        weight's cast is this kernel too, charged by ``parallelism/fp8_weights.py`` (once per
+        step where TransformerEngine caches it). The scale: delayed scaling (TE's DelayedScaling)
         and block scaling (DeepSeek-V3 1x128 tiles, MXFP8) take it inside the cast kernel;
         current scaling (TE's Float8CurrentScaling) first reduces the tensor's amax, one more
         16-bit read (2 bytes per element), and turns it into the scale in a kernel of its own:

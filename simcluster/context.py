@@ -12,6 +12,7 @@ from simcluster.frameworks import (
     PYTORCH_PIPELINING,
     with_framework_fp8_weights,
     with_framework_kernel,
+    with_framework_weight_cache,
 )
 from simcluster.frameworks.schedules import (
     check_framework_schedule,
@@ -95,7 +96,7 @@ def build_context(
         )
     pinned = scenario.training.attention_kernel is not None  # named by the scenario, not defaulted
     scenario = with_framework_kernel(_with_virtual_stages(_with_hf_auto(scenario, model), model), profile)
-    scenario = with_framework_fp8_weights(scenario, profile)
+    scenario = with_framework_weight_cache(with_framework_fp8_weights(scenario, profile))
     scenario = with_pipeline_p2p_overlap(scenario)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)

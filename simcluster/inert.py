@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from simcluster.compute import QUANTISED
+from simcluster.compute import QUANTISED, non_tn_fp8_gemms
 from simcluster.context import Context
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import (
     deepep_copies,
@@ -364,6 +365,22 @@ def _tp_only_amax_red(ctx: Context) -> Verdict:
     return (where, "only FP8 delayed scaling under Megatron-Core's TransformerEngine autocast all-reduces amaxes")
 
 
+def _fp8_weight_cache(ctx: Context) -> Verdict:
+    # parallelism/fp8_weights.py: the cache holds a cast the weights need; FP8 parameters need
+    # none on Blackwell under a per-tensor scale, nor with block scales (the optimizer's cast)
+    tr, layout = ctx.scenario.training, ctx.layout
+    if tr.precision not in QUANTISED:
+        return (f"at training.precision={tr.precision}", "only FP8 and NVFP4 linears quantise their weights")
+    if layout.zero == 3:
+        return ("at parallel.zero=3", "ZeRO-3's gathered weights are not cached across microbatches here")
+    if not runs_megatron_core(ctx.scenario.framework):
+        return (f"under framework {ctx.scenario.framework}", "only Megatron-Core's TE layers cache them (is_first_microbatch)")
+    cc = ctx.profile.gpu.compute_capability
+    if tr.precision == "fp8" and tr.fp8_param_gather and (tr.fp8_recipe == "block" or non_tn_fp8_gemms(cc)):
+        return ("with training.fp8_param_gather", "FP8 parameters are used as they are, with no cast to cache")
+    return None
+
+
 def _grad_lifetime(ctx: Context) -> Verdict:
     # its two readers, grad_lifetime._transient_applies and separate_16bit_grad_kept, are both
     # false at ZeRO-3 (which counts its unsharded gradients itself) and in fp32 training (no
@@ -502,6 +519,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.tp_only_amax_red", _tp_only_amax_red),
+    InertRule("training.fp8_weight_cache", _fp8_weight_cache),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),
     InertRule("training.recompute_partitioned", _recompute_partitioned),

@@ -28,7 +28,13 @@ from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism import autocast_casts, fsdp2_accumulation, logit_softcap, loss_kernels
+from simcluster.parallelism import (
+    autocast_casts,
+    fp8_weights,
+    fsdp2_accumulation,
+    logit_softcap,
+    loss_kernels,
+)
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
 from simcluster.parallelism.saved_gather import gathered_factor
@@ -304,9 +310,32 @@ def _cast_bytes(model: ModelSpec, layout: Layout, layer: int) -> float:
     """Bytes of one layer's 16-bit weight casts (HEAD_LAYER: the LM head's) on one GPU."""
     if layer == HEAD_LAYER:
         return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
+    return WEIGHT_CAST_BYTES * _layer_weights(model, layout, layer)
+
+
+def _layer_weights(model: ModelSpec, layout: Layout, layer: int) -> float:
+    """Parameters of one transformer layer on one GPU: the dense ones over tp, the routed
+    experts over ep x etp."""
     full = model.layer_params(layer)
     routed = model.experts * model.expert_params() if model.is_moe_layer(layer) else 0.0
-    return WEIGHT_CAST_BYTES * ((full - routed) / layout.tp + routed / layout.expert_shard)
+    return (full - routed) / layout.tp + routed / layout.expert_shard
+
+
+def fp8_weight_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, chunks: list[Chunk],
+    compute_capability: float | None,
+) -> float:
+    """Bytes of a stage's quantised weight copies beyond its 16-bit weights
+    (``parallelism/fp8_weights.py``): TransformerEngine's cached FP8/NVFP4 copies of the
+    transformer layers' linears, or their FP8 parameters' 1 B (and Hopper's transpose) in
+    place of 2; norms and routers are counted with them (a few thousandths of a layer).
+    Counted with the parameters; zero outside FP8/NVFP4 and under ZeRO-3."""
+    if not fp8_weights.applies(training, layout):
+        return 0.0
+    per = fp8_weights.cached_bytes_per_weight(training, compute_capability)
+    if per == 0.0:
+        return 0.0
+    return per * sum(_layer_weights(model, layout, i) for ch in chunks for i in ch.layer_indices)
 
 
 WEIGHT_CAST_BYTES = 2.0  # bytes of an element of autocast's 16-bit weight cast
@@ -616,12 +645,14 @@ def stage_memory(
     chunks: list[Chunk],
     activations: float,
     comm_buffers: float = 0.0,
+    compute_capability: float | None = None,
 ) -> StageMemory:
     """Memory of one stage's GPU given its peak activation stash and the TP overlaps'
-    persistent buffers (bytes)."""
+    persistent buffers (bytes) on a GPU of ``compute_capability`` (its FP8 weight copies)."""
     params = stage_params(model, layout, chunks)
     p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
     p_bytes += autocast_cache_bytes(model, layout, training, chunks)
+    p_bytes += fp8_weight_bytes(model, layout, training, chunks, compute_capability)
     return StageMemory(
         stage=stage,
         params_per_gpu=params.total,

@@ -167,7 +167,7 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
             orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks)
         )
         held = held_at_peak(orders[stage], cb, kept)
-        mem = stage_memory(ctx.model, lay, training, stage, chunks, top.bytes, buffers)
+        mem = stage_memory(ctx.model, lay, training, stage, chunks, top.bytes, buffers, ctx.profile.gpu.compute_capability)
         mem = replace(mem, other_bytes=mem.other_bytes + drain_buffers(ctx, chunks))
         work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, lay, chunks, mem.params_per_gpu)
         out.append(

@@ -54,6 +54,9 @@ def test_fp8_layer_pays_one_cast_per_gemm_operand(phase, widths):
     uncast = sum(
         km.gemm(TOKENS, g.n, g.k) if phase == "F" else km.gemm(TOKENS, g.k, g.n) for g in gemms
     )
+    if phase == "F":
+        # and each weight's cast-transpose, once a step: one microbatch here (fp8_weights.py)
+        casts += sum(km.quantise(g.k * g.n) for g in gemms)
     work = dict(fp8._gemms(gemms, phase).parts)
     assert work["gemm"] == pytest.approx(uncast)
     assert work["memory"] == pytest.approx(casts)  # the casts are memory-bound kernels
@@ -115,6 +118,8 @@ def test_fp8_expert_gemms_pay_the_same_casts():
     # dropless: each phase also pads and unpads the experts' rows (expert.padding_seconds)
     pad = expert.padding_seconds(b.shapes, km, moe, rows)
     casts_f = km.quantise(rows * 4096) + km.quantise(rows * 2048) + pad
+    # and the local expert's fc1 and fc2 weights, once a step (one microbatch here)
+    casts_f += km.quantise(4096 * 2 * 2048) + km.quantise(2048 * 4096)
     casts_b = km.quantise(rows * 4096) + km.quantise(rows * 2 * 2048) + pad
     act = expert.activation_seconds(b.shapes, km, 1.0)
     gemm_f = km.gemm(rows, 2 * 2048, 4096, count=1) + km.gemm(rows, 4096, 2048, count=1)

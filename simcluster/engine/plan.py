@@ -16,6 +16,7 @@ from simcluster.memory import (
     StageParams,
     autocast_cache_bytes,
     chunk_activation_bytes,
+    fp8_weight_bytes,
     loss_transient_bytes,
     offloaded_layer_bytes,
     stage_params,
@@ -517,6 +518,7 @@ def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dic
     gradients; the TP overlaps' buffers with the fixed overhead)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
     p_b += autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks)
+    p_b += fp8_weight_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks, ctx.profile.gpu.compute_capability)
     work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     # the TP overlaps' persistent buffers go with the fixed overhead on the memory timeline

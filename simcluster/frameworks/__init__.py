@@ -32,6 +32,7 @@ from simcluster.frameworks.lookup import (
     get_framework,
     with_framework_fp8_weights,
     with_framework_kernel,
+    with_framework_weight_cache,
 )
 from simcluster.frameworks.pytorch import PYTORCH_PIPELINING
 from simcluster.frameworks.registry import FRAMEWORKS
@@ -49,4 +50,5 @@ __all__ = [
     "get_framework",
     "with_framework_fp8_weights",
     "with_framework_kernel",
+    "with_framework_weight_cache",
 ]

@@ -11,6 +11,7 @@ from simcluster.errors import UserError, did_you_mean
 from simcluster.framework_releases import check_release, resolve_release, split_release
 from simcluster.frameworks.base import Framework
 from simcluster.frameworks.registry import FRAMEWORKS
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.names import loose_lookup
 
 if TYPE_CHECKING:
@@ -98,6 +99,18 @@ def with_framework_fp8_weights(scenario: Scenario, profile: HardwareProfile) -> 
     if scenario.framework != "megatron-bridge" or not hopper_block or "training.fp8_param_gather" in scenario.written:
         return scenario
     return scenario.model_copy(update={"training": tr.model_copy(update={"fp8_param_gather": False})})
+
+
+def with_framework_weight_cache(scenario: Scenario) -> Scenario:
+    """``scenario`` with FP8 weight copies cast every microbatch under a framework that does
+    not train with Megatron-Core's TE layers, where the scenario does not say: only those pass
+    TransformerEngine ``is_first_microbatch`` (``TELinear.forward``), which caches the cast
+    (``training.fp8_weight_cache``, parallelism/fp8_weights.py); torchao's float8 linears and a
+    TE module called without the flag cast the weight in every forward."""
+    tr = scenario.training
+    if runs_megatron_core(scenario.framework) or not tr.fp8_weight_cache or "training.fp8_weight_cache" in scenario.written:
+        return scenario
+    return scenario.model_copy(update={"training": tr.model_copy(update={"fp8_weight_cache": False})})
 
 
 def apply_framework(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from simcluster.hardware import HardwareProfile
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.moe_kernels import DEFAULT_GROUPED
-from simcluster.parallelism import autocast_casts, wgrad
+from simcluster.parallelism import autocast_casts, fp8_weights, wgrad
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import MoeSection, TrainingSection
@@ -172,7 +172,9 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, gr
     if phase == "F":
         t = gemm(per_expert, up, h) + gemm(per_expert, h, ffn)
         casts = cast(rows * h) + cast(rows * ffn) + padding_seconds(shapes, km, moe, rows)
-        return Work.of(gemm=t, memory=casts + activation_seconds(shapes, km, moe.expert_load))
+        # GroupedLinear quantises each local expert's fc1 and fc2 weight on its own
+        weights = local_experts * fp8_weights.forward_cast_seconds(km, shapes.training, shapes.layout, [h * up, ffn * h])
+        return Work.of(gemm=t, memory=casts + weights + activation_seconds(shapes, km, moe.expert_load))
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
         casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True) + padding_seconds(shapes, km, moe, rows)
@@ -285,6 +287,17 @@ def _weights(shapes: Shapes) -> tuple[float, float]:
     gate = m.hidden if m.shared_expert_gate else 0
     dense = (per_expert * m.shared_experts + m.hidden * m.experts + gate) / lay.tp
     return routed, dense
+
+
+def _shared_weights(shapes: Shapes) -> list[float]:
+    """Elements of the shared experts' fc1 and fc2 weights on this GPU (one MLP of their
+    summed width, tensor-parallel, as :func:`shared_expert_gemms` runs it): the FP8 linears of
+    a MoE block beside the routed experts; none without shared experts."""
+    m = shapes.model
+    if not m.shared_experts:
+        return []
+    width, t = m.expert_ffn * m.shared_experts, shapes.layout.tp
+    return [m.hidden * m.up_width(width) / t, width * m.hidden / t]
 
 
 def _accumulate(shapes: Shapes, km: KernelModel) -> float:
@@ -442,6 +455,7 @@ def moe_block(
         # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
         router += Work.of(
             memory=autocast_casts.forward_cast_seconds(km, shapes.training, shapes.layout, list(_weights(shapes)))
+            + fp8_weights.forward_cast_seconds(km, shapes.training, shapes.layout, _shared_weights(shapes))
         )
     moved = 2 * tokens * m.top_k * h * shapes.elt
     permute = unpermute = Work.of(memory=km.memory(moved))

@@ -19,7 +19,7 @@ from functools import cached_property
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.frameworks import get_framework
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
-from simcluster.parallelism import autocast_casts, context, expert, host, tensor, wgrad
+from simcluster.parallelism import autocast_casts, context, expert, fp8_weights, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.head import HeadBuilder
@@ -92,15 +92,18 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
-            casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms) + self._weight_casts(gemms)
+            casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms) + self._weight_casts(gemms, dtype)
         return Work.of(gemm=mm, memory=casts)
 
-    def _weight_casts(self, gemms: list[Gemm]) -> float:
-        """torch.autocast's forward casts of these linears' fp32 weights (``training.autocast``,
-        parallelism/autocast_casts.py)."""
+    def _weight_casts(self, gemms: list[Gemm], dtype: str | None = None) -> float:
+        """The forward's casts of these linears' weights: torch.autocast's of fp32 weights
+        (``training.autocast``, parallelism/autocast_casts.py) and TransformerEngine's FP8 or
+        NVFP4 quantisation (parallelism/fp8_weights.py)."""
+        training, layout = self.scenario.training, self.shapes.layout
+        weights = [g.k * g.n for g in gemms]
         return autocast_casts.forward_cast_seconds(
-            self.km, self.scenario.training, self.shapes.layout, [g.k * g.n for g in gemms]
-        )
+            self.km, training, layout, weights
+        ) + fp8_weights.forward_cast_seconds(self.km, training, layout, weights, dtype)
 
     def _gemm_pieces(
         self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
@@ -114,7 +117,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
             casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
-            casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms) + self._weight_casts(gemms)
+            casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms) + self._weight_casts(gemms, dtype)
         return Work.of(gemm=mm, memory=casts)
 
     @property

@@ -64,6 +64,16 @@ class TrainingSection(SectionBase):
             "head and norms stay 16-bit"
         ),
     )
+    fp8_weight_cache: bool = Field(
+        default=True,
+        description=(
+            "FP8/NVFP4: TransformerEngine casts each linear's weight on a step's first "
+            "microbatch and keeps the quantised copy (on Hopper with its transpose) for the "
+            "rest, as Megatron-Core's TE layers run (is_first_microbatch); false casts it in "
+            "every microbatch's forward and keeps no copy (Megatron-Core's "
+            "disable_parameter_transpose_cache, a TE model called without the flag)"
+        ),
+    )
     fp32_grad_accum: bool = Field(
         default=True,
         description=(

@@ -1,0 +1,88 @@
+"""TransformerEngine's quantised copies of the linear weights in FP8 and NVFP4 training.
+
+A TE linear quantises its 16-bit weight before its forward GEMM. Called with
+``is_first_microbatch`` (True on a step's first microbatch, False after), it keeps the copy in
+a workspace cache and refreshes it only on the first microbatch (``TransformerEngineBaseModule
+.get_weight_workspace``: ``cache_name="weight"``, ``_fp8_workspaces``); Megatron-Core's TE
+wrappers pass the flag unless ``disable_parameter_transpose_cache`` is set (``TELinear
+.forward``, ``TEGroupedLinear.forward``) and its schedules set it on each model chunk's first
+microbatch (``forward_step`` -> ``set_is_first_microbatch``). So: one cast per weight per step
+and a copy kept in memory for good (``training.fp8_weight_cache``); without the flag the
+weight is cast in every microbatch's forward and the copy goes with that microbatch.
+
+The cast is the activations' kernel (:meth:`KernelModel.quantise`): on Hopper a cast-transpose
+writing the FP8 data and its transpose, which the input-gradient GEMM needs (FP8 tensor cores
+take K-major operands only); on datacenter Blackwell one copy under a per-tensor scale; both
+directions under block scales. With FP8 parameters (``training.fp8_param_gather``) the weight
+is an FP8 tensor already, stored at 1 B where a 16-bit one takes 2 (Megatron-Core's parameter
+buffer is uint8 for them): only Hopper's transpose is made, once per step after the optimizer
+refreshed the data (``Float8Tensor.update_usage`` -> ``_create_transpose``); MXFP8 parameters
+hold both directions.
+
+Not modelled under ZeRO-3 (Megatron FSDP, PyTorch FSDP): the gathered weights are freed after
+each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
+"""
+
+from __future__ import annotations
+
+from simcluster.compute import QUANTISED, KernelModel, non_tn_fp8_gemms
+from simcluster.layout import Layout
+from simcluster.scenario import TrainingSection
+
+#: bytes of an MXFP8 element's scales, one E8M0 byte per 32 values in each direction
+MXFP8_SCALE_BYTES = 2 / 32
+#: bytes of an NVFP4 weight element cached in both directions: two 4-bit values and an E4M3
+#: scale per 16 values each (TE's NVFP4 weights, 2-D 16 x 16 blocks, rowwise and columnwise)
+NVFP4_CACHED_BYTES = 2 * (0.5 + 1 / 16)
+#: bytes per element of Hopper's FP8 transpose of an FP8 weight: read the data, write the copy
+TRANSPOSE_BYTES = 2.0
+
+
+def applies(training: TrainingSection, layout: Layout) -> bool:
+    """Whether the transformer linears run quantised GEMMs on weights this module accounts for:
+    FP8 or NVFP4 outside ZeRO-3."""
+    return training.precision in QUANTISED and layout.zero != 3
+
+
+def _keeps_transpose(training: TrainingSection, compute_capability: float | None) -> bool:
+    """Whether a weight's quantised copy has a second, transposed direction: block scales
+    always, a per-tensor scale only where FP8 GEMMs take K-major operands (Hopper)."""
+    return training.fp8_recipe == "block" or not non_tn_fp8_gemms(compute_capability)
+
+
+def forward_cast_seconds(
+    km: KernelModel, training: TrainingSection, layout: Layout, weights: list[float], dtype: str | None = None
+) -> float:
+    """Seconds one microbatch's forward spends quantising the weights of ``weights``
+    (elements of each tensor on this GPU) for GEMMs in ``dtype``: a cached cast charged as
+    1/m of it per microbatch (m microbatches a step; the kernels run on the first), an uncached
+    one whole. Zero outside FP8/NVFP4 and under ZeRO-3."""
+    dtype = dtype or km.gemm_dtype
+    if not applies(training, layout) or dtype not in QUANTISED:
+        return 0.0
+    if training.fp8_param_gather:
+        if dtype != "fp8" or not _keeps_transpose(training, km.profile.gpu.compute_capability):
+            return 0.0
+        if training.fp8_recipe == "block":
+            return 0.0  # the optimizer's cast wrote both directions
+        seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
+    else:
+        seconds = sum(km.quantise(n, dtype) for n in weights if n > 0)
+    share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
+    return share * seconds
+
+
+def cached_bytes_per_weight(training: TrainingSection, compute_capability: float | None) -> float:
+    """Bytes per transformer-linear weight element held beyond the 16-bit weight the static
+    memory counts (negative where FP8 parameters take less): the cached quantised copy, or
+    with FP8 parameters their 1 B in place of 2 plus Hopper's transpose."""
+    if training.precision == "nvfp4":
+        return NVFP4_CACHED_BYTES if training.fp8_weight_cache else 0.0
+    two_way = _keeps_transpose(training, compute_capability)
+    block = training.fp8_recipe == "block"
+    scales = MXFP8_SCALE_BYTES if block and (compute_capability or 0.0) >= 10.0 else 0.0
+    if training.fp8_param_gather:
+        return (2.0 if two_way else 1.0) + scales - 2.0
+    if not training.fp8_weight_cache:
+        return 0.0
+    return (2.0 if two_way else 1.0) + scales
