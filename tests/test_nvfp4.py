@@ -88,8 +88,9 @@ def test_the_nvfp4_layer_runs_fp4_gemms_and_pays_its_casts():
     # (the forward casts activations, rounded to nearest; FP8's casts do not depend on the phase)
     assert nv_work["gemm"] < 0.6 * fp8_work["gemm"]  # FP4 GEMMs at 1.81x FP8's rate
     # casts per element: NVFP4 7.125 B against MXFP8's cast-transpose 4 B (one kernel per GEMM
-    # input, each with its launch gap)
-    launches = len(gemms) * nv.km.launch_s
+    # input, each with its launch gap), the weights' casts as the inputs', once a step: half of
+    # them in each of its 2 microbatches (global batch 8 over dp 4)
+    launches = len(gemms) * (1 + 1 / 2) * nv.km.launch_s
     assert nv_work["memory"] - launches == pytest.approx((fp8_work["memory"] - launches) * 7.125 / 4, rel=1e-6)
     assert nv.km.act_dtype == "bf16"  # attention and the LM head stay 16-bit
 

@@ -108,7 +108,9 @@ def with_framework_weight_cache(scenario: Scenario) -> Scenario:
     (``training.fp8_weight_cache``, parallelism/fp8_weights.py); torchao's float8 linears and a
     TE module called without the flag cast the weight in every forward."""
     tr = scenario.training
-    if runs_megatron_core(scenario.framework) or not tr.fp8_weight_cache or "training.fp8_weight_cache" in scenario.written:
+    if tr.precision not in ("fp8", "nvfp4") or runs_megatron_core(scenario.framework):
+        return scenario  # (a 16-bit run keeps the field as written: it has no copy to cache)
+    if not tr.fp8_weight_cache or "training.fp8_weight_cache" in scenario.written:
         return scenario
     return scenario.model_copy(update={"training": tr.model_copy(update={"fp8_weight_cache": False})})
 
