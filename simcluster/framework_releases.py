@@ -80,6 +80,12 @@ def _bf16_zero_0_2(raw: Mapping[str, Any]) -> bool:
     return precision not in ("fp16", "fp32") and isinstance(zero, int) and zero <= 2
 
 
+def _bf16_weights(raw: Mapping[str, Any]) -> bool:
+    """A run whose weights are bf16, as a scenario writes it (bf16, FP8 or NVFP4 GEMMs: bf16
+    by default; fp16 and fp32 keep their own weights)."""
+    return raw_section(raw, "training").get("precision", "bf16") not in ("fp16", "fp32")
+
+
 def _zero_2(raw: Mapping[str, Any]) -> bool:
     """A ZeRO-2 run, as a scenario writes it (the parallel section's zero stage)."""
     return raw_section(raw, "parallel").get("zero") == 2
@@ -102,6 +108,18 @@ DATED: dict[str, tuple[Dated, ...]] = {
                 "default 100, NeMo's docs); NeMo 1.x's build_transformer_config passes "
                 "cross_entropy_loss_fusion on only where a model's YAML sets it (Megatron-Core's "
                 "default: the unfused loss)"
+            ),
+        ),
+        Dated(
+            until="24.09",
+            defaults={"training": {"master_weights": "remainder"}},
+            when=_bf16_weights,
+            scope="bf16 weights",
+            source=(
+                "NeMo 1.x's megatron_base_model.py setup_optimization gives apex's "
+                "DistributedFusedAdam store_params=False, store_param_remainders=True for an fp32 "
+                "optimizer over a bf16 model (store_params=True with fp8_params): an int16 "
+                "remainder shard beside the bf16 weight, no fp32 master"
             ),
         ),
         Dated(

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from simcluster.compute import QUANTISED, non_tn_fp8_gemms
 from simcluster.context import Context
 from simcluster.frameworks.stacks import runs_megatron_core
+from simcluster.memory import keeps_remainders
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import (
     deepep_copies,
@@ -381,6 +382,18 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
     return None
 
 
+def _master_weights(ctx: Context) -> Verdict:
+    # memory.keeps_remainders: the remainder completes a bf16 weight the optimizer writes
+    tr = ctx.scenario.training
+    if keeps_remainders(tr):
+        return None
+    if tr.precision not in ("bf16", "fp8", "nvfp4"):
+        return (f"at training.precision={tr.precision}", "only a bf16 weight has an fp32 master's upper half")
+    if tr.autocast:
+        return ("with training.autocast", "the optimizer steps fp32 parameters in place")
+    return ("with training.fp8_param_gather", "FP8 parameters keep a whole fp32 master (NeMo's store_params)")
+
+
 def _grad_lifetime(ctx: Context) -> Verdict:
     # its two readers, grad_lifetime._transient_applies and separate_16bit_grad_kept, are both
     # false at ZeRO-3 (which counts its unsharded gradients itself) and in fp32 training (no
@@ -520,6 +533,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.tp_only_amax_red", _tp_only_amax_red),
     InertRule("training.fp8_weight_cache", _fp8_weight_cache),
+    InertRule("training.master_weights", _master_weights),
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),
     InertRule("training.recompute_partitioned", _recompute_partitioned),

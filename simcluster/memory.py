@@ -65,6 +65,7 @@ def bytes_per_param(
     moment_bytes: float = 4.0,
     keep_16bit_grad: bool = True,
     autocast: bool = False,
+    remainder: bool = False,
 ) -> BytesPerParam:
     """Static bytes per parameter (Ultra-Scale Playbook, 'Memory usage in Transformers').
 
@@ -77,7 +78,8 @@ def bytes_per_param(
     (2 with ``training.optimizer_moments: bf16``). Under ``autocast`` (fp32 parameters, 16-bit
     compute by torch.autocast) the parameters and their ``.grad`` stay fp32 and the optimizer
     steps them in place: fp32 training's bytes, the 16-bit weight casts being activations
-    (:func:`autocast_weight_bytes`).
+    (:func:`autocast_weight_bytes`). With ``remainder`` (:func:`keeps_remainders`) the master
+    copy is the 16 bits the bf16 weight lacks: 2 B, not 4.
     """
     moments = OPTIMIZER_MOMENTS[optimizer] * moment_bytes
     if precision == "fp32" or autocast:
@@ -86,7 +88,27 @@ def bytes_per_param(
         grads = 6.0 if keep_16bit_grad and not grad_accum_fusion else 4.0
     else:
         grads = 2.0
-    return BytesPerParam(params=2.0, grads=grads, optimizer=4.0 + moments)  # + fp32 master copy
+    master = MASTER_REMAINDER_BYTES if remainder else 4.0
+    return BytesPerParam(params=2.0, grads=grads, optimizer=master + moments)  # + the master copy
+
+
+#: bytes of a master weight kept as the remainder of a bf16 one (apex's int16 remainder shard)
+MASTER_REMAINDER_BYTES = 2.0
+
+
+def keeps_remainders(training: TrainingSection) -> bool:
+    """Whether the optimizer keeps only the 16 low bits of each fp32 master weight beside the
+    bf16 weight (``training.master_weights: remainder``): apex DistributedFusedAdam's
+    ``store_param_remainders`` (``StateBucket``: an int16 ``param_remainders_shard``; its step,
+    ``multi_tensor_fused_adam_with_param_remainders``, writes the bf16 weight). Only a bf16
+    weight completes it: not in fp16 or fp32, not under autocast (fp32 parameters), not with
+    FP8 parameters (NeMo's ``setup_optimization`` sets ``store_params`` there instead)."""
+    return (
+        training.master_weights == "remainder"
+        and training.precision in ("bf16", "fp8", "nvfp4")
+        and not training.autocast
+        and not training.fp8_param_gather
+    )
 
 
 def fsdp2_bytes_per_param(optimizer: str, moment_bytes: float = 4.0) -> BytesPerParam:
@@ -604,7 +626,7 @@ def static_memory(
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
-        autocast=autocast,
+        autocast=autocast, remainder=keeps_remainders(training),
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.torch_fsdp:

@@ -74,6 +74,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     # TE's cached FP8 weight copies (parallelism/fp8_weights.py): none in bf16
     ("training.fp8_weight_cache", {"training": {"fp8_weight_cache": False}},
      {"training": {"precision": "fp8", "fp8_weight_cache": False}}),
+    # apex's master remainders complete a bf16 weight (memory.keeps_remainders)
+    ("training.master_weights", {"training": {"precision": "fp16", "master_weights": "remainder"}},
+     {"training": {"master_weights": "remainder"}}),
     ("training.grad_16bit_freed", {"parallel": {"zero": 3}, "training": {"grad_16bit_freed": "step"}},
      {"parallel": {"zero": 1}, "training": {"grad_16bit_freed": "step"}}),
     ("training.recompute_partitioned", {"training": {"recompute": "full", "recompute_partitioned": True}},

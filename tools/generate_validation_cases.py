@@ -55,7 +55,9 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
     gradient_accumulation_fusion (no 16-bit gradient buffer) and its DP / TP overlaps. ``fp32_grads``
     False: main gradients kept and reduced in bf16 (grad_reduce_in_fp32=False). ``dfa``: a NeMo 1.x run on
     apex's DistributedFusedAdam, which buckets every stage by bucket_cap_mb (ASSUMED its default,
-    100 MiB of gradients, as NeMo's docs list it); otherwise Megatron-Core's DDP buckets.
+    100 MiB of gradients, as NeMo's docs list it; the launcher's llama2 configs set 125) and, without
+    FP8 parameters, keeps the master weights as remainders of the bf16 ones (training.master_weights);
+    otherwise Megatron-Core's DDP buckets.
     ``fp8_params``: the FP8 recipe keeps the weights in FP8 (fp8_param_gather: NeMo 2's and
     Megatron-Bridge's FP8 mixed-precision configs), so ZeRO gathers them at 1 B per element.
     ``comm_overlap``: a NeMo 2 or Megatron-Bridge performance run, whose comm-overlap config
@@ -69,6 +71,10 @@ def megatron_h100_scenario(model, gpus, parallel, seq, mbs, gbs, precision, atte
         training["fp8_recipe"] = fp8_recipe
         if fp8_params:
             training["fp8_param_gather"] = True
+    if dfa and not fp8_params and precision != "fp16":
+        # NeMo 1.x's setup_optimization: store_param_remainders for an fp32 optimizer over a
+        # bf16 model (store_params with fp8_params instead)
+        training["master_weights"] = "remainder"
     return {
         "model": model,
         "cluster": {"hardware": hardware, "gpus": gpus},
@@ -599,7 +605,9 @@ for r in e["rows"]:
             "6*V/(l*h)) without a causal discount on the attention term (the formula of that era; a later "
             "NeMo halves it for causal masks). Evidence for the undiscounted form: with the causal half the "
             "1M-token row would need 536 TFLOP/s of causal attention per GPU, above every published H100 "
-            "kernel rate. ASSUMED (not stated): micro-batch 1, no recompute, distributed optimizer, the "
+            "kernel rate. ASSUMED (not stated): micro-batch 1, no recompute, distributed optimizer (apex's "
+            "DistributedFusedAdam, whose master weights NeMo keeps as remainders of the bf16 ones: "
+            "setup_optimization's store_param_remainders, training.master_weights), the "
             "TP/DP overlaps of NeMo's performance recipes, 1F1B at pp 2; attention by the flash-attn 2 "
             "package (ASSUMED: TransformerEngine prefers cuDNN on Hopper since 1.2, but NeMo's runs of "
             "that time disabled TE's fused attention: NeMo-Framework-Launcher PR 422 'enable fused "
@@ -715,7 +723,8 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
             f"{NEMO_SUMMARY_SRC}: {name} on {gpus} GPUs, GBS {gbs}, MBS {mbs}, sequence {s}, tp {tp} pp {pp} "
             f"cp {cp} vp {vp}: {tps_gpu} tokens/s/GPU ({tflops} model TFLOP/s). measured tokens_per_s = "
             f"tokens/s/GPU x gpus. Shape: {shape}. ASSUMED (not stated): no recompute, distributed "
-            "optimizer, the overlaps of NeMo's recipes (TP comm overlap, grad reduce, param gather), "
+            "optimizer (apex's DistributedFusedAdam, master weights as remainders of the bf16 ones: "
+            "NeMo's setup_optimization, training.master_weights), the overlaps of NeMo's recipes (TP comm overlap, grad reduce, param gather), "
             "sequence parallel with tp, Megatron's gradient accumulation fusion; attention by the "
             "flash-attn 2 package (NeMo-Framework-Launcher enabled TE's fused attention only in August "
             "2024, PR 422, after this container)."
@@ -1477,7 +1486,9 @@ MLPERF_V31_SETTINGS = (
     "(3.test_cases/mlperf/gpt3/config_common.sh, commit ad9afb3, NGC 23.09 like the v3.1 runs) "
     "sets no INTERLEAVED_PIPELINE, ACT_CKPT_*, BUCKET_CAP_MB or FP8_PARAMS, so: vpp 12, no recompute, "
     "conf/optim/distributed_fused_adam.yaml's 100 MiB buckets (ASSUMED: v4.0's copy of that file; "
-    "v3.1's is not stored), bf16 weights gathered. ASSUMED: attention by the flash-attn 2 package "
+    "v3.1's is not stored), bf16 weights gathered, so NeMo's setup_optimization keeps apex's master "
+    "weights as remainders of the bf16 ones (training.master_weights; ASSUMED: that rule, read in "
+    "NeMo's 2023 and 2024 megatron_base_model.py, in the implementation's NeMo). ASSUMED: attention by the flash-attn 2 package "
     "(the implementation's Dockerfile installs flash-attn 2.0.8 beside TransformerEngine at 09ba842, "
     "a development revision of the 23.09 period; whether it already preferred cuDNN on Hopper, as TE "
     "1.2 does, was not checked: with cuDNN's rates the 4096-GPU row reads -5.0% for -2.5%). Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4pp8mbs1.yaml (bulk "

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
-from simcluster.memory import OPTIMIZER_MOMENTS, head_unit_params, moment_bytes
+from simcluster.memory import OPTIMIZER_MOMENTS, head_unit_params, keeps_remainders, moment_bytes
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -362,8 +362,9 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     tr = scenario.training
     moment = 2 * moment_bytes(tr)  # read + write of one moment
     # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
-    # in place (PyTorch FSDP, autocast)
-    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast else 4 + 2
+    # in place (PyTorch FSDP, autocast) or its fused step writes the bf16 weight whose
+    # remainder it keeps (apex's, reading and writing both: the 8 B of an fp32 master's r/w)
+    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast or keeps_remainders(tr) else 4 + 2
     unscale = 8.0 if tr.precision == "fp16" else 0.0
     widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;

@@ -197,6 +197,16 @@ class TrainingSection(SectionBase):
             "master weights stay"
         ),
     )
+    master_weights: Literal["fp32", "remainder"] = Field(
+        default="fp32",
+        description=(
+            "the optimizer's fp32 master copy of each bf16 weight: fp32 (4 B a parameter, "
+            "Megatron's distributed optimizer) or remainder, only the 16 low bits beside the "
+            "bf16 weight (2 B; apex DistributedFusedAdam's store_param_remainders, which NeMo 1.x "
+            "sets for a bf16 model without FP8 parameters), whose fused step writes the bf16 "
+            "weight itself, no separate copy"
+        ),
+    )
     optimizer_offload: float = Field(
         default=0.0,
         ge=0.0,
