@@ -124,8 +124,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         training["flash_attention"] = False
     if rng.random() < 0.15:
         training["elementwise"] = rng.choice(["fused", "eager", "nanotron"])
-    if training["precision"] == "fp8" and rng.random() < 0.5:
-        training["fp8_recipe"] = rng.choice(["delayed", "current", "block"])
+    _draw_weight_settings(rng, training, parallel["zero"])
     if parallel["zero"] == 3 and rng.random() < 0.4:
         parallel["zero_shard"] = rng.choice([2, 4, 8])
     if training["recompute"] == "full" and rng.random() < 0.4:
@@ -133,6 +132,21 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     if rng.random() < 0.1:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
     _draw_later_settings(rng, doc)
+
+
+def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:
+    """The FP8 recipe and how the weights are kept: TE's copies cast every microbatch, FP8
+    parameters (Megatron keeps them only beside a sharded optimizer state: zero >= 1), apex's
+    master remainders."""
+    if training["precision"] == "fp8" and rng.random() < 0.5:
+        training["fp8_recipe"] = rng.choice(["delayed", "current", "block"])
+    if training["precision"] == "fp8" and rng.random() < 0.3:
+        if zero >= 1 and rng.random() < 0.5:
+            training["fp8_param_gather"] = True
+        else:
+            training["fp8_weight_cache"] = False
+    if rng.random() < 0.1:
+        training["master_weights"] = "remainder"
 
 
 def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
