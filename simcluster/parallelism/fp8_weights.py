@@ -17,7 +17,8 @@ directions under block scales. With FP8 parameters (``training.fp8_param_gather`
 is an FP8 tensor already, stored at 1 B where a 16-bit one takes 2 (Megatron-Core's parameter
 buffer is uint8 for them): only Hopper's transpose is made, once per step after the optimizer
 refreshed the data (``Float8Tensor.update_usage`` -> ``_create_transpose``); MXFP8 parameters
-hold both directions.
+hold both directions (ASSUMPTION: the optimizer's cast writes both, as an ``MXFP8Tensor`` with
+both usages quantises; how Megatron gathers the column-wise half was not read).
 
 Not modelled under ZeRO-3 (Megatron FSDP, PyTorch FSDP): the gathered weights are freed after
 each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
