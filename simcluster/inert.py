@@ -385,6 +385,8 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
 def _master_weights(ctx: Context) -> Verdict:
     # memory.keeps_remainders: the remainder completes a bf16 weight the optimizer writes
     tr = ctx.scenario.training
+    if ctx.layout.torch_fsdp:
+        return ("under PyTorch FSDP", "it steps fp32 parameter shards in place, with no master copy")
     if keeps_remainders(tr):
         return None
     if tr.precision not in ("bf16", "fp8", "nvfp4"):

@@ -626,7 +626,7 @@ def static_memory(
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
-        autocast=autocast, remainder=keeps_remainders(training),
+        autocast=autocast, remainder=keeps_remainders(training) and not layout.torch_fsdp,
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.torch_fsdp:

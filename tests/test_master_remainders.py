@@ -76,3 +76,19 @@ def test_nemo_1x_keeps_remainders(release, precision, expected):
     data = _data(precision=precision)
     data.update(framework="nemo", framework_release=release)
     assert scenario_from_dict(data).training.master_weights == expected
+
+
+def test_pytorch_fsdp_has_no_master_to_shorten():
+    """FSDP steps its fp32 shards in place (no master copy): the setting changes nothing and
+    says so."""
+    from simcluster.inert import inert_settings
+
+    data = _data()
+    data.update(framework="torchtitan")
+    data["parallel"].update(zero=3, schedule="1f1b")
+    kept = _data(master_weights="remainder")
+    kept.update(framework="torchtitan")
+    kept["parallel"].update(zero=3, schedule="1f1b")
+    plain_ctx, kept_ctx = (build_context(scenario_from_dict(d)) for d in (data, kept))
+    assert memory_by_stage(plain_ctx)[0].total_bytes == memory_by_stage(kept_ctx)[0].total_bytes
+    assert "training.master_weights" in [n.setting for n in inert_settings(kept_ctx)]
