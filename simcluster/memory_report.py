@@ -26,6 +26,7 @@ from simcluster.held_microbatches import held_at_peak
 from simcluster.memory import (
     StageMemory,
     chunk_activation_bytes,
+    fp8_weight_bytes,
     loss_transient_bytes,
     offloaded_layer_bytes,
     stage_memory,
@@ -200,6 +201,11 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "activations_bytes": worst.activations_bytes,
         "other_bytes": worst.other_bytes,
         "comm_buffers_bytes": worst.comm_buffers_bytes,
+        # of params_bytes: TE's quantised weight copies beyond the 16-bit weights (negative:
+        # FP8 parameters taking less), parallelism/fp8_weights.py
+        "fp8_weight_bytes": fp8_weight_bytes(
+            ctx.model, ctx.layout, ctx.scenario.training, ctx.chunks[worst.stage], ctx.profile.gpu.compute_capability
+        ),
         "comm_buffers": run_buffer_bytes(ctx.scenario, ctx.model, ctx.layout, ctx.profile.gpu.compute_capability),
         "total_bytes": worst.total_bytes,
         "capacity_bytes": cap,

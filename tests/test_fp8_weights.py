@@ -110,3 +110,18 @@ def test_frameworks_without_megatron_cores_te_layers_cast_every_microbatch():
     data["training"]["fp8_weight_cache"] = True
     assert build_context(scenario_from_dict(data)).scenario.training.fp8_weight_cache is True
     assert build_context(scenario_from_dict(_data())).scenario.training.fp8_weight_cache is True
+
+
+def test_the_memory_report_names_the_copies(capsys):
+    """``simcluster memory --json`` carries them (of params_bytes); the table says what they are."""
+    from simcluster.cli import main
+    from simcluster.memory_report import memory_summary
+
+    data = _data()
+    ctx = build_context(scenario_from_dict(data))
+    weights = sum(ctx.model.layer_params(i) for i in range(ctx.model.layers))
+    assert memory_summary(ctx)["fp8_weight_bytes"] == pytest.approx(2.0 * weights, rel=1e-12)
+    b200 = build_context(scenario_from_dict(_data("dgx-b200", fp8_recipe="current", fp8_param_gather=True)))
+    assert memory_summary(b200)["fp8_weight_bytes"] == pytest.approx(-weights, rel=1e-12)
+    assert main(["memory", "llama3-8b-8xh100", "--set", "training.precision=fp8"]) == 0
+    assert "quantised weight copies: 13.00 GiB" in capsys.readouterr().out

@@ -68,6 +68,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fp8_weight_line(nbytes: float, ctx: Context) -> str:
+    """What the quantised weights add to (or take from) the parameters column."""
+    if ctx.scenario.training.fp8_param_gather:
+        more, amount = ("more", nbytes) if nbytes > 0 else ("less", -nbytes)
+        return (
+            f"params: FP8 parameters (training.fp8_param_gather), with any transposed copy their GEMMs "
+            f"need, take {format_bytes(amount)} {more} than 16-bit ones"
+        )
+    return (
+        f"params include TransformerEngine's quantised weight copies: {format_bytes(nbytes)}, cast on each "
+        "step's first microbatch and kept (training.fp8_weight_cache: false casts every microbatch instead)"
+    )
+
+
 def _table(doc: dict) -> Table:
     """The per-stage table: one row per run of stages with equal cells."""
     heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
@@ -91,6 +105,8 @@ def _print_parts(console: Console, doc: dict, ctx: Context) -> None:
     )
     if doc["comm_buffers_bytes"] > 0:
         console.print(f"[dim]comm buffers: {_buffer_line(doc['comm_buffers'])}[/]")
+    if doc["fp8_weight_bytes"]:
+        console.print(f"[dim]{_fp8_weight_line(doc['fp8_weight_bytes'], ctx)}[/]")
     if ctx.layout.pp > 1:
         unit = "chunk passes" if ctx.schedule.chunks(ctx.spec) > 1 else "microbatches"
         held = [Held(**st["held"]) for st in doc["per_stage"]]
