@@ -8,7 +8,11 @@ wrappers pass the flag unless ``disable_parameter_transpose_cache`` is set (``TE
 .forward``, ``TEGroupedLinear.forward``) and its schedules set it on each model chunk's first
 microbatch (``forward_step`` -> ``set_is_first_microbatch``). So: one cast per weight per step
 and a copy kept in memory for good (``training.fp8_weight_cache``); without the flag the
-weight is cast in every microbatch's forward and the copy goes with that microbatch.
+weight is cast in every microbatch's forward and the copy goes with that microbatch. TE 1.x
+did the same: 1.4-1.7 in persistent ``weight1_fp8`` / ``weight1_t_fp8`` buffers
+(``set_fp8_weights``, "cache the FP8 values and transposed FP8 values in between
+microbatches"), 1.8-1.10 in ``_fp8_workspaces`` (``get_fp8_workspace``, ``cast_transpose_``);
+1.11-1.13's transpose cache was not read.
 
 The cast is the activations' kernel (:meth:`KernelModel.quantise`): on Hopper a cast-transpose
 writing the FP8 data and its transpose, which the input-gradient GEMM needs (FP8 tensor cores
