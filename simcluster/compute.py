@@ -63,6 +63,13 @@ def non_tn_fp8_gemms(compute_capability: float | None) -> bool:
     return 10.0 <= compute_capability < 12.0 or compute_capability >= 13.0
 
 
+def keeps_fp8_transpose(recipe: str, compute_capability: float | None) -> bool:
+    """Whether TransformerEngine's FP8 copy of a tensor has a second, transposed direction:
+    block scales always (each direction scaled along itself), a per-tensor scale only where FP8
+    GEMMs take K-major operands alone (:func:`non_tn_fp8_gemms` false: Hopper)."""
+    return recipe == "block" or not non_tn_fp8_gemms(compute_capability)
+
+
 def median_curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """(FLOPs, efficiency) of timed GEMMs -> one point per FLOP count, in size order: the median
     of the shapes timed at it, the centre a shape table's factors are taken against
@@ -330,7 +337,7 @@ class KernelModel:
             slowdown = NVFP4_SR_SLOWDOWN if gradient else 1.0
             return self.memory(NVFP4_QUANTISE_BYTES * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
-        transpose = 0.0 if self.fp8_recipe != "block" and non_tn_fp8_gemms(self.profile.gpu.compute_capability) else 1.0
+        transpose = 1.0 if keeps_fp8_transpose(self.fp8_recipe, self.profile.gpu.compute_capability) else 0.0
         nbytes = (3.0 + transpose + amax_pass) * elements
         return nbytes / self.hbm_bytes_per_s + self.cast_kernels(splits, dtype) * self.launch_s
 

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from simcluster.compute import QUANTISED, non_tn_fp8_gemms
+from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.frameworks.stacks import runs_megatron_core
-from simcluster.memory import keeps_remainders
+from simcluster.memory import BF16_WEIGHT_PRECISIONS, keeps_remainders
+from simcluster.parallelism import fp8_weights
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import (
     deepep_copies,
@@ -377,7 +378,7 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
     if not runs_megatron_core(ctx.scenario.framework):
         return (f"under framework {ctx.scenario.framework}", "only Megatron-Core's TE layers cache them (is_first_microbatch)")
     cc = ctx.profile.gpu.compute_capability
-    if tr.precision == "fp8" and tr.fp8_param_gather and (tr.fp8_recipe == "block" or non_tn_fp8_gemms(cc)):
+    if tr.precision == "fp8" and tr.fp8_param_gather and not fp8_weights.transposes_fp8_parameters(tr, cc):
         return ("with training.fp8_param_gather", "FP8 parameters are used as they are, with no cast to cache")
     return None
 
@@ -389,7 +390,7 @@ def _master_weights(ctx: Context) -> Verdict:
         return ("under PyTorch FSDP", "it steps fp32 parameter shards in place, with no master copy")
     if keeps_remainders(tr):
         return None
-    if tr.precision not in ("bf16", "fp8", "nvfp4"):
+    if tr.precision not in BF16_WEIGHT_PRECISIONS:
         return (f"at training.precision={tr.precision}", "only a bf16 weight has an fp32 master's upper half")
     if tr.autocast:
         return ("with training.autocast", "the optimizer steps fp32 parameters in place")

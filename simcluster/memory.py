@@ -92,6 +92,8 @@ def bytes_per_param(
     return BytesPerParam(params=2.0, grads=grads, optimizer=master + moments)  # + the master copy
 
 
+#: the precisions whose weights are bf16 (FP8 and NVFP4 GEMMs quantise bf16 weights)
+BF16_WEIGHT_PRECISIONS = ("bf16", "fp8", "nvfp4")
 #: bytes of a master weight kept as the remainder of a bf16 one (apex's int16 remainder shard)
 MASTER_REMAINDER_BYTES = 2.0
 
@@ -105,7 +107,7 @@ def keeps_remainders(training: TrainingSection) -> bool:
     FP8 parameters (NeMo's ``setup_optimization`` sets ``store_params`` there instead)."""
     return (
         training.master_weights == "remainder"
-        and training.precision in ("bf16", "fp8", "nvfp4")
+        and training.precision in BF16_WEIGHT_PRECISIONS
         and not training.autocast
         and not training.fp8_param_gather
     )
@@ -162,13 +164,9 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
     expert = 0.0
     for ch in chunks:
         for i in ch.layer_indices:
-            full = model.layer_params(i)
-            if model.is_moe_layer(i):
-                routed = model.experts * model.expert_params()
-                expert += routed / layout.expert_shard
-                dense += (full - routed) / t
-            else:
-                dense += full / t
+            layer_dense, layer_expert = layer_split(model, layout, i)
+            dense += layer_dense
+            expert += layer_expert
         if ch.embedding:
             dense += model.embedding_params() / t  # vocab-parallel embedding
         if ch.head:
@@ -176,6 +174,16 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
             dense += head_dense
             expert += head_expert
     return StageParams(dense=dense, expert=expert)
+
+
+def layer_split(model: ModelSpec, layout: Layout, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU of transformer layer ``layer``: the dense ones over
+    tp, a MoE layer's routed experts over ep x etp."""
+    full = model.layer_params(layer)
+    if model.is_moe_layer(layer):
+        routed = model.experts * model.expert_params()
+        return (full - routed) / layout.tp, routed / layout.expert_shard
+    return full / layout.tp, 0.0
 
 
 def head_unit_params(model: ModelSpec, layout: Layout, chunk: Chunk) -> tuple[float, float]:
@@ -332,15 +340,7 @@ def _cast_bytes(model: ModelSpec, layout: Layout, layer: int) -> float:
     """Bytes of one layer's 16-bit weight casts (HEAD_LAYER: the LM head's) on one GPU."""
     if layer == HEAD_LAYER:
         return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
-    return WEIGHT_CAST_BYTES * _layer_weights(model, layout, layer)
-
-
-def _layer_weights(model: ModelSpec, layout: Layout, layer: int) -> float:
-    """Parameters of one transformer layer on one GPU: the dense ones over tp, the routed
-    experts over ep x etp."""
-    full = model.layer_params(layer)
-    routed = model.experts * model.expert_params() if model.is_moe_layer(layer) else 0.0
-    return (full - routed) / layout.tp + routed / layout.expert_shard
+    return WEIGHT_CAST_BYTES * sum(layer_split(model, layout, layer))
 
 
 def fp8_weight_bytes(
@@ -357,7 +357,21 @@ def fp8_weight_bytes(
     per = fp8_weights.cached_bytes_per_weight(training, compute_capability)
     if per == 0.0:
         return 0.0
-    return per * sum(_layer_weights(model, layout, i) for ch in chunks for i in ch.layer_indices)
+    return per * sum(sum(layer_split(model, layout, i)) for ch in chunks for i in ch.layer_indices)
+
+
+def with_weight_copies(
+    params_bytes: float, model: ModelSpec, layout: Layout, training: TrainingSection, chunks: list[Chunk],
+    compute_capability: float | None,
+) -> float:
+    """A stage's parameter bytes with the weight copies counted beside the static memory:
+    autocast's 16-bit casts (:func:`autocast_cache_bytes`), then TransformerEngine's quantised
+    ones (:func:`fp8_weight_bytes`)."""
+    return (
+        params_bytes
+        + autocast_cache_bytes(model, layout, training, chunks)
+        + fp8_weight_bytes(model, layout, training, chunks, compute_capability)
+    )
 
 
 WEIGHT_CAST_BYTES = 2.0  # bytes of an element of autocast's 16-bit weight cast
@@ -673,8 +687,7 @@ def stage_memory(
     persistent buffers (bytes) on a GPU of ``compute_capability`` (its FP8 weight copies)."""
     params = stage_params(model, layout, chunks)
     p_bytes, g_bytes, o_bytes = static_memory(model, layout, training, params)
-    p_bytes += autocast_cache_bytes(model, layout, training, chunks)
-    p_bytes += fp8_weight_bytes(model, layout, training, chunks, compute_capability)
+    p_bytes = with_weight_copies(p_bytes, model, layout, training, chunks, compute_capability)
     return StageMemory(
         stage=stage,
         params_per_gpu=params.total,

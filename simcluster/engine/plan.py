@@ -14,9 +14,7 @@ from simcluster.context import Context
 from simcluster.grad_lifetime import grad_transient_bytes
 from simcluster.memory import (
     StageParams,
-    autocast_cache_bytes,
     chunk_activation_bytes,
-    fp8_weight_bytes,
     loss_transient_bytes,
     offloaded_layer_bytes,
     stage_params,
@@ -24,6 +22,7 @@ from simcluster.memory import (
     static_memory,
     wgrad_retained_bytes,
     wgrad_retained_fraction,
+    with_weight_copies,
 )
 from simcluster.network import collective_time
 from simcluster.parallelism.context import working_bytes
@@ -517,8 +516,7 @@ def _static_bytes(ctx: Context, params: StageParams, chunks: list[Chunk]) -> dic
     gradients, and the gradient copies in reduction buckets, counted with the parameters and
     gradients; the TP overlaps' buffers with the fixed overhead)."""
     p_b, g_b, o_b = static_memory(ctx.model, ctx.layout, ctx.scenario.training, params)
-    p_b += autocast_cache_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks)
-    p_b += fp8_weight_bytes(ctx.model, ctx.layout, ctx.scenario.training, chunks, ctx.profile.gpu.compute_capability)
+    p_b = with_weight_copies(p_b, ctx.model, ctx.layout, ctx.scenario.training, chunks, ctx.profile.gpu.compute_capability)
     work_p, work_g = reduction_working_bytes(ctx.scenario, ctx.model, ctx.layout, chunks, params.total)
     other = ctx.scenario.training.memory_overhead_gib * 2**30
     # the TP overlaps' persistent buffers go with the fixed overhead on the memory timeline

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from simcluster.compute import QUANTISED
 from simcluster.errors import UserError, did_you_mean
 from simcluster.framework_releases import check_release, resolve_release, split_release
 from simcluster.frameworks.base import Framework
@@ -108,7 +109,7 @@ def with_framework_weight_cache(scenario: Scenario) -> Scenario:
     (``training.fp8_weight_cache``, parallelism/fp8_weights.py); torchao's float8 linears and a
     TE module called without the flag cast the weight in every forward."""
     tr = scenario.training
-    if tr.precision not in ("fp8", "nvfp4") or runs_megatron_core(scenario.framework):
+    if tr.precision not in QUANTISED or runs_megatron_core(scenario.framework):
         return scenario  # (a 16-bit run keeps the field as written: it has no copy to cache)
     if not tr.fp8_weight_cache or "training.fp8_weight_cache" in scenario.written:
         return scenario

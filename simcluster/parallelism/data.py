@@ -18,7 +18,13 @@ import math
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
-from simcluster.memory import OPTIMIZER_MOMENTS, head_unit_params, keeps_remainders, moment_bytes
+from simcluster.memory import (
+    OPTIMIZER_MOMENTS,
+    head_unit_params,
+    keeps_remainders,
+    layer_split,
+    moment_bytes,
+)
 from simcluster.model import ModelSpec
 from simcluster.placement import Chunk
 from simcluster.scenario import Scenario
@@ -233,11 +239,7 @@ def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> t
         return model.embedding_params() / t, 0.0
     if layer == -2:  # the LM head, with the MTP modules and the embedding copy they need
         return head_unit_params(model, layout, chunk)
-    full = model.layer_params(layer)
-    if model.is_moe_layer(layer):
-        routed = model.experts * model.expert_params()
-        return (full - routed) / t, routed / layout.expert_shard
-    return full / t, 0.0
+    return layer_split(model, layout, layer)
 
 
 def chunk_units(chunk: Chunk) -> list[int]:

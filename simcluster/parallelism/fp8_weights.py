@@ -30,7 +30,7 @@ each use and the casts' fate there is the sharding's (ASSUMPTION: left out, iner
 
 from __future__ import annotations
 
-from simcluster.compute import QUANTISED, KernelModel, non_tn_fp8_gemms
+from simcluster.compute import QUANTISED, KernelModel, keeps_fp8_transpose
 from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
@@ -49,10 +49,15 @@ def applies(training: TrainingSection, layout: Layout) -> bool:
     return training.precision in QUANTISED and layout.zero != 3
 
 
-def _keeps_transpose(training: TrainingSection, compute_capability: float | None) -> bool:
-    """Whether a weight's quantised copy has a second, transposed direction: block scales
-    always, a per-tensor scale only where FP8 GEMMs take K-major operands (Hopper)."""
-    return training.fp8_recipe == "block" or not non_tn_fp8_gemms(compute_capability)
+def transposes_fp8_parameters(training: TrainingSection, compute_capability: float | None) -> bool:
+    """Whether FP8 parameters (``training.fp8_param_gather``) still need a cast each step: their
+    transpose under a per-tensor scale where FP8 GEMMs take K-major operands only (Hopper);
+    block-scaled ones got both directions from the optimizer's cast."""
+    return (
+        training.fp8_param_gather
+        and training.fp8_recipe != "block"
+        and keeps_fp8_transpose(training.fp8_recipe, compute_capability)
+    )
 
 
 def forward_cast_seconds(
@@ -66,10 +71,8 @@ def forward_cast_seconds(
     if not applies(training, layout) or dtype not in QUANTISED:
         return 0.0
     if training.fp8_param_gather:
-        if dtype != "fp8" or not _keeps_transpose(training, km.profile.gpu.compute_capability):
+        if dtype != "fp8" or not transposes_fp8_parameters(training, km.profile.gpu.compute_capability):
             return 0.0
-        if training.fp8_recipe == "block":
-            return 0.0  # the optimizer's cast wrote both directions
         seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
     else:
         seconds = sum(km.quantise(n, dtype) for n in weights if n > 0)
@@ -83,7 +86,7 @@ def cached_bytes_per_weight(training: TrainingSection, compute_capability: float
     with FP8 parameters their 1 B in place of 2 plus Hopper's transpose."""
     if training.precision == "nvfp4":
         return NVFP4_CACHED_BYTES if training.fp8_weight_cache else 0.0
-    two_way = _keeps_transpose(training, compute_capability)
+    two_way = keeps_fp8_transpose(training.fp8_recipe, compute_capability)
     block = training.fp8_recipe == "block"
     scales = MXFP8_SCALE_BYTES if block and (compute_capability or 0.0) >= 10.0 else 0.0
     if training.fp8_param_gather:
