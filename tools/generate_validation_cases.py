@@ -607,13 +607,7 @@ for r in e["rows"]:
             "1M-token row would need 536 TFLOP/s of causal attention per GPU, above every published H100 "
             "kernel rate. ASSUMED (not stated): micro-batch 1, no recompute, distributed optimizer (apex's "
             "DistributedFusedAdam, whose master weights NeMo keeps as remainders of the bf16 ones: "
-            "setup_optimization's store_param_remainders, training.master_weights), gradient buckets "
-            "kept and reduced in bf16 (ASSUMED from NeMo-Framework-Launcher's Llama 2 FP8 recipe "
-            "examples/training/llama/h100/llama2_7b_fp8.sh, which adds "
-            "+training.model.optim.grad_sync_dtype=bf16 to conf/training/llama/llama2_7b.yaml, as the "
-            "13B FP8 and 70B scripts do; under apex's default, the optimizer's fp32, simcluster puts the 4K row "
-            "above the 80 GB it ran in: training.fp32_grad_accum false; the embedding and "
-            "output layer's fp32 buckets, 0.5 GiB, not modelled), the "
+            "setup_optimization's store_param_remainders, training.master_weights), the "
             "TP/DP overlaps of NeMo's performance recipes, 1F1B at pp 2; attention by the flash-attn 2 "
             "package (ASSUMED: TransformerEngine prefers cuDNN on Hopper since 1.2, but NeMo's runs of "
             "that time disabled TE's fused attention: NeMo-Framework-Launcher PR 422 'enable fused "
@@ -625,7 +619,7 @@ for r in e["rows"]:
             {"name": "llama2-7b", **L2, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
              "tied_embeddings": False},
             gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs, "fp8", "fa2",
-            fp32_grads=False, dfa=True),
+            dfa=True),
         "measured": {"step_time_s": round(step, 6)},
     })
     with_userbuffers(cases[-1], "te-1", "ASSUMED: NeMo-Framework-Launcher has no tp_overlap ub_cfg for "
@@ -1161,7 +1155,7 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
         "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": gbs, "seq_len": s},
         "scenario": megatron_h100_scenario(
             model, gpus, {"tp": tp, "pp": pp, "cp": cp, "zero": 1, "sequence_parallel": tp > 1}, s, 1, gbs,
-            "fp8", "cudnn", hardware="dgx-b200", fp32_grads=False, fp8_params=True, comm_overlap=True),
+            "fp8", "cudnn", hardware="dgx-b200", fp8_params=True, comm_overlap=True),
         "measured": {"step_time_s": round(step, 6)},
     })
     # ASSUMED: run by NeMo's performance scripts, which from 25.04 (NeMo 2.3.0) pick
@@ -1169,11 +1163,7 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
     cases[-1]["scenario"]["training"]["fused_cross_entropy"] = "te"
     cases[-1]["source"] += (" ASSUMED: the loss as NeMo's 25.04 performance scripts set it, TransformerEngine's "
                             "parallel cross-entropy (scripts/performance/utils.py: cross_entropy_fusion_impl "
-                            "\"te\"; training.fused_cross_entropy te); which scripts produced this table is not stated. "
-                            "ASSUMED with them: gradients kept and reduced in bf16, as every stored version of "
-                            "those scripts sets for an FP8 run (recipe.trainer.plugins.grad_reduce_in_fp32 = False "
-                            "after swapping in bf16_with_fp8_mixed, whose bf16_mixed base says True; "
-                            "training.fp32_grad_accum false); NeMo's llama3_8b_16k/64k/128k recipes keep fp32.")
+                            "\"te\"; training.fused_cross_entropy te); which scripts produced this table is not stated.")
     with_userbuffers(cases[-1], "te-2", "NeMo has no Llama 3 8B userbuffers preset (the perf scripts pass "
                      "none for 8B), so TransformerEngine 2.x's defaults apply (te-2: pipeline and bulk "
                      "overlaps 16 SMs each with an SM margin; get_default_config), ASSUMED: the 25.04 "
