@@ -706,11 +706,16 @@ NEMO_2407_UB = {  # the launcher's ub_cfg file each model's training yaml names 
                    "examples/training/llama/h100/llama3_70b_fp8.sh (bulk 4/24/2/4, pipelines 24/16 SMs)."),
 }
 # NeMo-Framework-Launcher examples/training/*/h100/*_fp8*.sh: the scripts that add grad_sync_dtype=bf16
+# (the Llama 2 7B/13B ones from the launcher's renaming, PR 361, NEMO_FRAMEWORK_LAUNCHER_DIR, on)
 _EX = "NeMo-Framework-Launcher examples/training/"
 LAUNCHER_BF16_GRADS = {
     "GPT3-5B": _EX + "gpt/h100/5b_fp8_8node.sh", "GPT3-20B": _EX + "gpt/h100/20b_fp8_8node.sh",
     "GPT3-175B": _EX + "gpt/h100/175b_fp8_16node.sh", "LLAMA2-70B": _EX + "llama/h100/llama2_70b_fp8.sh",
     "LLAMA3-8B": _EX + "llama/h100/llama3_8b_fp8.sh", "LLAMA3-70B": _EX + "llama/h100/llama3_70b_fp8.sh",
+    "LLAMA2-7B": _EX + "llama/h100/llama2_7b_fp8.sh at 7d6e2df (the line came with the launcher's new "
+                 "naming, after 2024-06-18; its spring-2024 version had none)",
+    "LLAMA2-13B": _EX + "llama/h100/llama2_13b_fp8.sh at edc9045 (with the launcher's new naming, before "
+                  "its README's PR 391 of 2024-07-26; the spring-2024 version had none)",
 }
 cases = []
 for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
