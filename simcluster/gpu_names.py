@@ -29,6 +29,7 @@ REFERENCE_NODES: dict[str, dict[int | None, str]] = {
     # a GH200 board of four modules as on CSCS Alps; nvidia-smi names it by its 120 GB of LPDDR5X
     "gh200": {None: "alps-gh200", 96: "alps-gh200", 120: "alps-gh200"},
     "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
+    "mi325x": {None: "amd-mi325x", 256: "amd-mi325x"},
     "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
 }
 

@@ -20,7 +20,7 @@ from simcluster.profile_sources import unsourced, unsourced_note
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
-    "amd-mi300x", "dgx-2-v100", "gb300-nvl72", "dgx-b300", "alps-gh200",
+    "amd-mi300x", "amd-mi325x", "dgx-2-v100", "gb300-nvl72", "dgx-b300", "alps-gh200",
 }
 
 
@@ -78,6 +78,13 @@ def test_mi300x_capacity_is_the_device_total_rocm_reports():
     """rocminfo's GPU global pool on a bare-metal MI300X, 201310208 KB (ROCm/legacy-rocm-build
     issue 4414), and rocm-smi's VRAM total, 206141652992 B (issue 4750): 191.984 GiB, not 192."""
     assert load_profile("amd-mi300x").memory_bytes == 201_310_208 * 1024 == 206_141_652_992
+
+
+def test_mi325x_capacity_is_the_device_total_rocminfo_reports():
+    """rocminfo's GPU global pool on 8x MI325X, 268419072 KB (ROCm/ROCm issue 6023): 16 MiB
+    short of the 256 GiB of HBM3E the ROCm gpu-specs table lists."""
+    p = load_profile("amd-mi325x")
+    assert p.memory_bytes == 268_419_072 * 1024 == 274_861_129_728 == 256 * 2**30 - 16 * 2**20
 
 
 @pytest.mark.parametrize(
@@ -215,6 +222,7 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     rows = {line.split("│")[1].strip(): line for line in res.out.splitlines() if "│" in line}
     assert set(shipped_profiles()) <= set(rows)
     assert "1307.4" in rows["amd-mi300x"] and "mesh 7x64 GB/s" in rows["amd-mi300x"]
+    assert "1307.4" in rows["amd-mi325x"] and "mesh 7x64 GB/s" in rows["amd-mi325x"]
     assert "989.4" in rows["dgx-h100"] and "switch 450 GB/s NVLS, 8 GPUs" in rows["dgx-h100"]
     assert "72 GPUs" in rows["gb200-nvl72"]
 
@@ -297,6 +305,7 @@ GPU_SPELLINGS = {
     "B200 192GB": "dgx-b200", "gb200": "gb200-nvl72", "GB200 NVL72": "gb200-nvl72", "gb300": "gb300-nvl72",
     "b300": "dgx-b300", "DGX B300": "dgx-b300", "NVIDIA B300 SXM6 AC": "dgx-b300", "B300 288GB": "dgx-b300",
     "MI300X": "amd-mi300x", "AMD Instinct MI300X": "amd-mi300x", "v100": "dgx-2-v100",
+    "MI325X": "amd-mi325x", "AMD Instinct MI325X 256GB": "amd-mi325x", "8x mi325x": "amd-mi325x",
     "Tesla V100-SXM3-32GB": "dgx-2-v100", "p5.48xlarge": "aws-p5", "P5": "aws-p5",
     "GH200": "alps-gh200", "NVIDIA GH200 120GB": "alps-gh200",
     # NVIDIA's clusters by name: Selene (DGX A100, Narayanan et al. 2021), Eos (DGX H100)

@@ -49,7 +49,7 @@ def test_a_gemm_between_two_curve_points_is_not_faster_than_the_smaller_one():
     assert mid >= floor
 
 
-@pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "amd-mi300x", "alps-gh200"])
+@pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "amd-mi300x", "amd-mi325x", "alps-gh200"])
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_gemm_time_does_not_fall_as_the_flops_grow(profile, precision):
     # along the size curve (no shape factor, no quantisation) a bigger GEMM never finishes
