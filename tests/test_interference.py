@@ -88,6 +88,20 @@ def test_shipped_profiles_take_24_sms_per_collective_with_a_source():
     assert "ASSUMPTION" in load_profile("dgx-b200").sources["efficiency.collective_sms"]
 
 
+@pytest.mark.parametrize("name", ["amd-mi300x", "amd-mi325x"])
+def test_rccl_holds_56_cus_on_an_8_gpu_mi300_node(name):
+    """RCCL's topology model for 8 fully connected MI300-series GPUs (rome_model_79) has 28
+    rings, doubled to 56 channels of one 256-thread workgroup each; rocm-systems' rccl_common.h
+    names the cap RCCL_MI3XX_MAX_SINGLE_NODE_CHANNELS = 56 (ROCm/rccl pull request 2073: "56 CUs
+    for 8 ranks"). Overlapped compute keeps (304 - 56) / 304 of its speed."""
+    prof = load_profile(name)
+    assert prof.efficiency.collective_sms == 56
+    assert "RCCL_MI3XX_MAX_SINGLE_NODE_CHANNELS" in prof.sources["efficiency.collective_sms"]
+    assert (
+        prof.gpu.sm_count - prof.efficiency.collective_sms
+    ) / prof.gpu.sm_count == pytest.approx(0.8158, abs=1e-4)
+
+
 @pytest.mark.parametrize(
     "patch", [{"efficiency": {"collective_sms": 108}}, {"efficiency": {"collective_sms": -1}}]
 )
@@ -119,7 +133,10 @@ def _dp_scenario(collective_sms: int, **parallel) -> dict:
             "gpus_per_node": 8,
             "network": "simulated",
             # every GPU equally fast (no slowest-GPU factor): the recorded step below predates it
-            "profile": {"efficiency": {"collective_sms": collective_sms}, "gpu": {"speed_spread": 0.0}},
+            "profile": {
+                "efficiency": {"collective_sms": collective_sms},
+                "gpu": {"speed_spread": 0.0},
+            },
         },
         "parallel": {"tp": 2, "pp": pp, "zero": 1, "schedule": "1f1b", **parallel},
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 16, "precision": "bf16"},
@@ -127,7 +144,12 @@ def _dp_scenario(collective_sms: int, **parallel) -> dict:
         # here comes from the DP collectives alone, which the assertions below account. Pipeline
         # sends overlapped, written: a 1F1B without a framework blocks on them by default
         # (pipeline_p2p_overlap.py), and sends beside compute are part of what is checked here
-        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_grad_async": False, "pp_comm": True},
+        "overlap": {
+            "dp_grad_reduce": True,
+            "param_gather": True,
+            "tp_grad_async": False,
+            "pp_comm": True,
+        },
     }
 
 
@@ -285,4 +307,8 @@ def test_every_group_a_collective_can_run_on_has_a_stream_and_interferes_as_what
             assert group in INTERFERING_GROUPS, group
         # a stream of its own: ppg's all-gather runs in the pipeline receive's blocking call, the
         # FP8 amax all-reduce in a process group (and NCCL stream) apart from the gradients'
-        assert STREAM_OF_GROUP[group] == STREAM_OF_GROUP[shown] or group in ("ppg", "amax", "amax_tp"), group
+        assert STREAM_OF_GROUP[group] == STREAM_OF_GROUP[shown] or group in (
+            "ppg",
+            "amax",
+            "amax_tp",
+        ), group
