@@ -640,7 +640,9 @@ dump(str(ROOT / "validation" / "nemo-long-context-h100.yaml"),
 # ---------------- NeMo 24.07 pre-training performance summary (FP8, DGX H100) ----------------
 # Not in published.yaml: NVIDIA/NeMo docs/source/performance/performance_summary.md (commit
 # 070a0bb168d405d653b9734c0017cf5078e77c0d), "Pretraining", container NeMo24.07, DGX-H100, FP8;
-# tokens/s/GPU as published. The Nemotron rows are left out: the page does not give their shapes.
+# tokens/s/GPU as published. The page does not give the Nemotron rows' shapes: the 8B and 22B ones are
+# the launcher's nemotron_8b.yaml / nemotron_22b.yaml (checked against the table's FLOPs per token);
+# Nemotron-340B is left out (apex's DistributedFusedAdam memory, not followed: docs/accuracy.md).
 NEMO_SUMMARY_SRC = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 070a0bb), "
                     "pre-training at FP8 on DGX-H100, container NeMo24.07")
 GPT3 = {"5B": (24, 4096, 32), "20B": (44, 6144, 48), "175B": (96, 12288, 96)}
@@ -668,6 +670,24 @@ def llama_model(name):
             "tied_embeddings": False}
 
 
+NEMOTRON = {  # layers, hidden, heads, ffn: NeMo-Framework-Launcher conf/training/nemotron/nemotron_{8b,22b}.yaml
+    "NEMOTRON-8B": (32, 4096, 32, 16384),
+    "NEMOTRON-22B": (40, 6144, 48, 24576),
+}
+NEMOTRON_YAML = "NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/nemotron_{}.yaml (at 089b90e)"
+
+
+def nemotron_model(name):
+    """A Nemotron(-3) model section of the launcher's configs: squared-ReLU MLP without gating,
+    LayerNorm (layernorm1p: zero-centred gamma, the same kernel), no biases, RoPE (on half of each
+    head, rotary_percentage 0.5: the rotary pass's cost is not split), multi-head attention,
+    untied embeddings, the 256,000-token SentencePiece vocabulary."""
+    n_layers, h, heads, ffn = NEMOTRON[name]
+    return {"name": name.lower(), "layers": n_layers, "hidden": h, "heads": heads, "kv_heads": heads,
+            "ffn": ffn, "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope",
+            "tied_embeddings": False}
+
+
 def megatron_parallel(tp, pp, cp, vp, zero=1):
     """Megatron's layout flags: sequence parallel with tp, interleaved 1F1B when vp > 1."""
     par = {"tp": tp, "pp": pp, "cp": cp, "zero": zero, "sequence_parallel": tp > 1}
@@ -688,6 +708,8 @@ NEMO_SUMMARY = [  # model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens/s/GPU, mo
     ("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1707, 759),
     ("LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12036, 697),
     ("LLAMA3-70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1533, 738),
+    ("NEMOTRON-8B", 64, 256, 4, 4096, 2, 1, 1, 1, 12701, 653),
+    ("NEMOTRON-22B", 64, 256, 2, 4096, 2, 4, 1, 10, 4256, 554),
 ]
 LAUNCHER_UB = "NeMo-Framework-Launcher launcher_scripts/conf/training/tp_overlap/"
 NEMO_2407_UB = {  # the launcher's ub_cfg file each model's training yaml names (ASSUMED: the July 2024 revision)
@@ -704,6 +726,10 @@ NEMO_2407_UB = {  # the launcher's ub_cfg file each model's training yaml names 
     "LLAMA3-70B": ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192@nemo-2.0",
                    f"{LAUNCHER_UB}ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192.yaml, passed by the launcher's "
                    "examples/training/llama/h100/llama3_70b_fp8.sh (bulk 4/24/2/4, pipelines 24/16 SMs)."),
+    **{name: ("te-1", "ASSUMED: the launcher's nemotron yaml names no tp_overlap config (its defaults list "
+                      "leaves 'optional tp_overlap@model.ub_tp_comm_overlap_cfg' empty) and its FP8 example "
+                      "passes none: " + TE1_NOTE + ".")
+       for name in NEMOTRON},
 }
 # NeMo-Framework-Launcher examples/training/*/h100/*_fp8*.sh: the scripts that add grad_sync_dtype=bf16
 # (the Llama 2 7B/13B ones from the launcher's renaming, PR 361, NEMO_FRAMEWORK_LAUNCHER_DIR, on)
@@ -717,12 +743,28 @@ LAUNCHER_BF16_GRADS = {
     "LLAMA2-13B": _EX + "llama/h100/llama2_13b_fp8.sh at edc9045 (with the launcher's new naming, before "
                   "its README's PR 391 of 2024-07-26; the spring-2024 version had none)",
 }
+# the FP8 example scripts that add no grad_sync_dtype, in their spring-2024 and their renamed (edc9045)
+# versions alike: apex's default, gradients kept and reduced in fp32
+LAUNCHER_FP32_GRADS = {
+    "NEMOTRON-8B": _EX + "nemotron/h100/nemotron_8b_fp8.sh", "NEMOTRON-22B": _EX + "nemotron/h100/nemotron_22b_fp8.sh",
+}
 cases = []
 for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
     if name.startswith("GPT3"):
         model = gpt3_model(name.split("-")[1], s, dropout=True)
         shape = ("GPT-3 (GeLU 4h MLP, LayerNorm, biases, learned positions, vocab 51200; dropout 0.1 as the "
                  "launcher's gpt3 configs set hidden_dropout)")
+    elif name.startswith("NEMOTRON"):
+        model = nemotron_model(name)
+        n_layers, h = model["layers"], model["hidden"]
+        flops_token = 6 * (n_layers * (4 * h * h + 2 * h * model["ffn"]) + h * 256000) + 12 * n_layers * h * s
+        shape = (f"{name} not given by the page; the launcher's Nemotron-3 config "
+                 f"({NEMOTRON_YAML.format(name.split('-')[1].lower())}): {n_layers} layers, hidden {h}, "
+                 f"{model['heads']} heads (multi-head), squared-ReLU MLP {model['ffn']}, layernorm1p, no biases, "
+                 "RoPE on half of each head, untied embeddings, vocab 256000 (SentencePiece); no dropout. Check: "
+                 f"6 x (its {n_layers * (4 * h * h + 2 * h * model['ffn']) / 1e9:.2f}B layer and {h * 256000 / 1e9:.2f}B "
+                 f"LM-head weights) + 12 l h s = {flops_token / 1e9:.1f} GFLOP per token, x {tps_gpu} tokens/s = "
+                 f"{flops_token * tps_gpu / 1e12:.0f} TFLOP/s, the table's {tflops}")
     else:
         model = llama_model(name)
         shape = (f"{name} as published (GQA {model['heads']}/{model['kv_heads']}, SwiGLU {model['ffn']}, "
@@ -752,6 +794,11 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
             f" Gradients: the launcher's H100 FP8 example script for this model ({LAUNCHER_BF16_GRADS[name]}) "
             "adds +training.model.optim.grad_sync_dtype=bf16: distributed_fused_adam keeps and reduces the "
             "gradient buckets in bf16 (training.fp32_grad_accum false).")
+    if name in LAUNCHER_FP32_GRADS:
+        cases[-1]["source"] += (
+            f" Gradients: the launcher's H100 FP8 example script for this model ({LAUNCHER_FP32_GRADS[name]}, "
+            "its spring-2024 version and its renamed one at edc9045) sets no grad_sync_dtype: apex's "
+            "DistributedFusedAdam keeps and reduces the gradient buckets in fp32, its default.")
     with_userbuffers(cases[-1], *NEMO_2407_UB.get(name, (None, "")))
 dump(str(ROOT / "validation" / "nemo-fp8-h100.yaml"),
      "# NeMo 24.07 pre-training performance summary: FP8 on DGX H100, tokens/s/GPU as published.\n"
