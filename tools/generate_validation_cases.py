@@ -757,12 +757,13 @@ for name, gpus, gbs, mbs, s, tp, pp, cp, vp, tps_gpu, tflops in NEMO_SUMMARY:
     elif name.startswith("NEMOTRON"):
         model = nemotron_model(name)
         n_layers, h = model["layers"], model["hidden"]
-        flops_token = 6 * (n_layers * (4 * h * h + 2 * h * model["ffn"]) + h * 256000) + 12 * n_layers * h * s
+        layer_w, head_w = n_layers * (4 * h * h + 2 * h * model["ffn"]), h * model["vocab"]
+        flops_token = 6 * (layer_w + head_w) + 12 * n_layers * h * s
         shape = (f"{name} not given by the page; the launcher's Nemotron-3 config "
                  f"({NEMOTRON_YAML.format(name.split('-')[1].lower())}): {n_layers} layers, hidden {h}, "
                  f"{model['heads']} heads (multi-head), squared-ReLU MLP {model['ffn']}, layernorm1p, no biases, "
-                 "RoPE on half of each head, untied embeddings, vocab 256000 (SentencePiece); no dropout. Check: "
-                 f"6 x (its {n_layers * (4 * h * h + 2 * h * model['ffn']) / 1e9:.2f}B layer and {h * 256000 / 1e9:.2f}B "
+                 f"RoPE on half of each head, untied embeddings, vocab {model['vocab']} (SentencePiece); no dropout. Check: "
+                 f"6 x (its {layer_w / 1e9:.2f}B layer and {head_w / 1e9:.2f}B "
                  f"LM-head weights) + 12 l h s = {flops_token / 1e9:.1f} GFLOP per token, x {tps_gpu} tokens/s = "
                  f"{flops_token * tps_gpu / 1e12:.0f} TFLOP/s, the table's {tflops}")
     else:
