@@ -98,15 +98,17 @@ BF16_WEIGHT_PRECISIONS = ("bf16", "fp8", "nvfp4")
 MASTER_REMAINDER_BYTES = 2.0
 
 
-def keeps_remainders(training: TrainingSection) -> bool:
+def keeps_remainders(training: TrainingSection, torch_fsdp: bool = False) -> bool:
     """Whether the optimizer keeps only the 16 low bits of each fp32 master weight beside the
     bf16 weight (``training.master_weights: remainder``): apex DistributedFusedAdam's
     ``store_param_remainders`` (``StateBucket``: an int16 ``param_remainders_shard``; its step,
     ``multi_tensor_fused_adam_with_param_remainders``, writes the bf16 weight). Only a bf16
     weight completes it: not in fp16 or fp32, not under autocast (fp32 parameters), not with
-    FP8 parameters (NeMo's ``setup_optimization`` sets ``store_params`` there instead)."""
+    FP8 parameters (NeMo's ``setup_optimization`` sets ``store_params`` there instead), not under
+    PyTorch FSDP (``torch_fsdp``: it steps fp32 parameter shards in place, with no master copy)."""
     return (
-        training.master_weights == "remainder"
+        not torch_fsdp
+        and training.master_weights == "remainder"
         and training.precision in BF16_WEIGHT_PRECISIONS
         and not training.autocast
         and not training.fp8_param_gather
@@ -640,7 +642,7 @@ def static_memory(
     bpp = bytes_per_param(
         training.precision, training.optimizer, training.fp32_grad_accum, fused,
         moment_bytes(training), keep_16bit_grad=separate_16bit_grad_kept(layout, training),
-        autocast=autocast, remainder=keeps_remainders(training) and not layout.torch_fsdp,
+        autocast=autocast, remainder=keeps_remainders(training, layout.torch_fsdp),
     )
     gathered = bpp.params  # a parameter's bytes once all-gathered (the compute copy)
     if zero == 3 and layout.torch_fsdp:

@@ -366,7 +366,7 @@ def optimizer_bytes_per_param(scenario: Scenario) -> float:
     # fp32 master read, 16-bit param write; none where the optimizer steps fp32 parameters
     # in place (PyTorch FSDP, autocast) or its fused step writes the bf16 weight whose
     # remainder it keeps (apex's, reading and writing both: the 8 B of an fp32 master's r/w)
-    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast or keeps_remainders(tr) else 4 + 2
+    low = 0 if tr.precision == "fp32" or scenario.torch_fsdp or tr.autocast or keeps_remainders(tr, scenario.torch_fsdp) else 4 + 2
     unscale = 8.0 if tr.precision == "fp16" else 0.0
     widen = 2 + 4 if tr.precision != "fp32" and not tr.fp32_grad_accum and not (scenario.torch_fsdp or tr.autocast) else 0
     # fp32 master r/w, fp32 grad read, grad-norm read (over the shard: Megatron's clipping;
