@@ -209,16 +209,11 @@ class Comms:
             if lead_s > 0:
                 yield self.env.timeout(lead_s)
             start = self.env.now
-            held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
-            if held:
-                assert self.sm_share is not None  # held is nonzero only with a share (above)
-                self.sm_share.enter(rank, held)
+            held = self._enter_sms(rank, group, holds_sms, sms)
             joined = yield from self._move(rank, stage, op, group, dim, members, nbytes, redop)
             if joined is not None:
                 start = joined
-            if held:
-                assert self.sm_share is not None  # held is nonzero only with a share (above)
-                self.sm_share.leave(rank, held)
+            self._leave_sms(rank, held)
             kind = "send" if op == "send_recv" else op
             self.recorder.add(
                 rank,
@@ -236,6 +231,21 @@ class Comms:
             )
         finally:
             slot.give()
+
+    def _enter_sms(self, rank: int, group: str, holds_sms: bool, sms: int) -> int:
+        """The SMs an interfering collective of ``group`` takes from ``rank``'s compute while
+        it runs, entered into the share (see :meth:`collective`); 0 when it takes none."""
+        held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
+        if held:
+            assert self.sm_share is not None  # held is nonzero only with a share (above)
+            self.sm_share.enter(rank, held)
+        return held
+
+    def _leave_sms(self, rank: int, held: int) -> None:
+        """Give back the ``held`` SMs :meth:`_enter_sms` took from ``rank``'s compute."""
+        if held:
+            assert self.sm_share is not None  # held is nonzero only with a share (above)
+            self.sm_share.leave(rank, held)
 
     def _move(
         self, rank: int, stage: int, op: str, group: str, dim: str, members: list[int],

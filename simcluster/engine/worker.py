@@ -238,9 +238,7 @@ class Worker(PipelineIO, DataParallelOps):
                     # the host issues an op's collectives in the op's turn, as its kernels
                     yield from lane.wait_turn()
                 issued = self._issue(seg.host)
-                if i not in tickets:
-                    self._take_tickets(segments, i, tickets)
-                ticket = tickets[i]
+                ticket = self._ticket_of(segments, i, tickets)
                 if seg.overlap:
                     pending.append(env.process(self._issued_comm(seg, mb, chunk, issued, ticket)))
                     continue
@@ -275,6 +273,15 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._host_compute(seg, kind, mb, chunk, issued)
         if seg.sync:
             self._host_sync(seg.sync_s)
+
+    def _ticket_of(
+        self, segments: tuple[Segment, ...] | list[Segment], i: int, tickets: dict[int, int]
+    ) -> int:
+        """The place in the issue order of the collective ``segments[i]``, its run's places
+        taken together (:meth:`_take_tickets`) when it is the first of the run."""
+        if i not in tickets:
+            self._take_tickets(segments, i, tickets)
+        return tickets[i]
 
     def _take_tickets(self, segments: tuple[Segment, ...] | list[Segment], i: int, tickets: dict[int, int]) -> None:
         """Places in the issue order for the run of collectives the host enqueues with
@@ -388,13 +395,7 @@ class Worker(PipelineIO, DataParallelOps):
                 i += 2
                 self.ops_done += 2
             elif serial:
-                if previous is not None and self._flush_of(previous) != self._flush_of(op):
-                    # a pipeline engine's step (one flush) ends with its last send done; the
-                    # next flush starts with nothing pending (DeepSpeed's TrainSchedule, the
-                    # cool-down's last slot)
-                    yield from self._blocking_send(previous)
-                    previous = None
-                yield from self._serial_step(op, previous)
+                yield from self._serial_op(op, previous)
                 sends = []
                 previous = op
                 i += 1
@@ -417,6 +418,17 @@ class Worker(PipelineIO, DataParallelOps):
                     yield send  # blocking p2p (Megatron without overlap_p2p_comm)
         if serial and previous is not None:
             yield from self._blocking_send(previous)
+
+    def _serial_op(self, op: PipeOp, previous: PipeOp | None) -> Generator:
+        """One op of a pipeline engine's serial steps (``pp_p2p: serial``), ``previous`` the
+        op before it, after that op's send when a new flush starts here."""
+        if previous is not None and self._flush_of(previous) != self._flush_of(op):
+            # a pipeline engine's step (one flush) ends with its last send done; the
+            # next flush starts with nothing pending (DeepSpeed's TrainSchedule, the
+            # cool-down's last slot)
+            yield from self._blocking_send(previous)
+            previous = None
+        yield from self._serial_step(op, previous)
 
     def _finish_gradients(self) -> Generator:
         """After the last op: the deferred LM-head weight gradients, the buckets not reduced
@@ -605,9 +617,7 @@ class Worker(PipelineIO, DataParallelOps):
         if run.per_unit and op.kind != "F":
             self._stash(run.stash_from, run.stash_delta, freed_share(run.cplan.stash_shares, i))
         if run.offloaded and op.kind == "F":
-            for layer in unit.layers:
-                if layer in run.offloaded:
-                    self.offload.save((op.microbatch, op.chunk, layer), run.offloaded[layer])
+            self._offload_after(op, unit, run.offloaded)
         zero3, pipelined = run.zero3, run.pipelined
         if zero3 and op.kind in ("B", "BW") and not pipelined:
             self._zero3_post_compute(run.units, i, op, run.skip)
@@ -657,6 +667,13 @@ class Worker(PipelineIO, DataParallelOps):
         delta`` at share 1.0, the op's whole change) and record it."""
         self.activations = start + delta * share
         self._memory()
+
+    def _offload_after(self, op: PipeOp, unit: Unit, offloaded: dict[int, float]) -> None:
+        """After a forward's unit computes: the copy out of its offloaded layers' activations
+        is started."""
+        for layer in unit.layers:
+            if layer in offloaded:
+                self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
