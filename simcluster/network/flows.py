@@ -86,15 +86,27 @@ def _fill(
                 residual[lk] -= step * load[lk]
                 if residual[lk] <= _REL_EPS * capacity[lk]:
                     full.append(lk)
-        for lk in full:
-            for f in users[lk]:
-                if id(f) in active:
-                    del active[id(f)]
-                    f.rate = level
-                    for link, c in zip(f.links, f.coeffs, strict=True):
-                        load[link] -= c
-        for lk in full:
-            load[lk] = 0.0
+        _freeze(full, level, active, load, users)
+
+
+def _freeze(
+    full: list[int],
+    level: float,
+    active: dict[int, Flow],
+    load: dict[int, float],
+    users: dict[int, list[Flow]],
+) -> None:
+    """One step of :func:`_fill`: the active flows on the ``full`` links freeze at ``level``
+    (their load leaves every link they cross), and the full links leave the filling."""
+    for lk in full:
+        for f in users[lk]:
+            if id(f) in active:
+                del active[id(f)]
+                f.rate = level
+                for link, c in zip(f.links, f.coeffs, strict=True):
+                    load[link] -= c
+    for lk in full:
+        load[lk] = 0.0
 
 
 def isolated_time(flows: list[Flow], capacity: list[float]) -> float:

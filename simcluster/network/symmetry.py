@@ -37,18 +37,7 @@ def explicit_specs(plan: Plan) -> list[FlowSpec]:
 def symmetric_specs(plans: list[Plan]) -> list[FlowSpec]:
     """Representative flows (plans[0]) loaded with the twins of every plan on their links."""
     rep = plans[0].transfers
-    rep_links = {link for t in rep for link in t.links}
-    counts: list[dict[int, int]] = [{} for _ in rep]
-    for plan in plans:
-        if len(plan.transfers) != len(rep):
-            # a group of another shape (planner._shapes): its transfers do not pair with the
-            # representative's one to one, so its load on shared links is not counted
-            continue
-        for j, t in enumerate(plan.transfers):
-            cj = counts[j]
-            for link in t.links:
-                if link in rep_links:
-                    cj[link] = cj.get(link, 0) + 1
+    counts = _twin_counts(plans)
     # Identical representative transfers are merged; their twins' counts add up.
     merged: dict[tuple[tuple[int, ...], float], dict[int, int]] = {}
     for j, t in enumerate(rep):
@@ -62,6 +51,25 @@ def symmetric_specs(plans: list[Plan]) -> list[FlowSpec]:
         links = tuple(sorted(acc))
         out.append(FlowSpec(frac, links, tuple(float(acc[k]) for k in links)))
     return out
+
+
+def _twin_counts(plans: list[Plan]) -> list[dict[int, int]]:
+    """Per representative transfer j (plans[0]'s), how many twins j of every plan cross each
+    link of the representative's paths."""
+    rep = plans[0].transfers
+    rep_links = {link for t in rep for link in t.links}
+    counts: list[dict[int, int]] = [{} for _ in rep]
+    for plan in plans:
+        if len(plan.transfers) != len(rep):
+            # a group of another shape (planner._shapes): its transfers do not pair with the
+            # representative's one to one, so its load on shared links is not counted
+            continue
+        for j, t in enumerate(plan.transfers):
+            cj = counts[j]
+            for link in t.links:
+                if link in rep_links:
+                    cj[link] = cj.get(link, 0) + 1
+    return counts
 
 
 def lockstep(specs: list[FlowSpec] | tuple[FlowSpec, ...]) -> tuple[FlowSpec, ...]:
