@@ -250,14 +250,7 @@ def layer_activation_bytes(
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask;
     # the output projection reads the attention's output, heads x the value head width wide
     # (Korthikanti's 2sbh where that is h)
-    qkv = e * s * b * (q_dim + k_dim + v_dim) / t
-    if model.has_qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
-        qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs (none on a NoPE layer)
-    if model.mla is not None:
-        # the compressed latents, inputs of the up-projections (after their norms)
-        a = model.mla
-        att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
-        qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
+    qkv = _qkv_bytes(model, layer, redo, s, b, t, e, g, q_dim, k_dim, v_dim)
     # an output norm (model.post_norms) keeps its input, the block's output, for its backward
     post = e * sbh / rep if model.post_norms else 0.0
     att = e * sbh / rep + norm_out * kg * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep + post
@@ -301,6 +294,33 @@ def layer_activation_bytes(
     else:
         ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
+
+
+def _qkv_bytes(
+    model: ModelSpec,
+    layer: int,
+    redo: frozenset[str],
+    s: float,
+    b: int,
+    t: int,
+    e: int,
+    g: float,
+    q_dim: int,
+    k_dim: int,
+    v_dim: int,
+) -> float:
+    """The attention block's kept Q, K and V of one layer and one microbatch (``s`` x ``b``
+    tokens, 1/``t`` of the heads, ``e`` bytes each), with the QK norms' inputs or MLA's
+    compressed latents (``g``: a GEMM input's bytes); part of :func:`layer_activation_bytes`."""
+    qkv = e * s * b * (q_dim + k_dim + v_dim) / t
+    if model.has_qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
+        qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs (none on a NoPE layer)
+    if model.mla is not None:
+        # the compressed latents, inputs of the up-projections (after their norms)
+        a = model.mla
+        att_latent = g * s * b * ((a.q_lora_rank or 0) + a.kv_lora_rank)
+        qkv = att_latent if "mla_up_proj" in redo else qkv + att_latent
+    return qkv
 
 
 def autocast_weight_bytes(model: ModelSpec, layout: Layout, training: TrainingSection, layer: int) -> float:

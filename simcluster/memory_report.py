@@ -69,6 +69,29 @@ class _Walk:
         self.live += change
         self.over(max(loss, attention), LOSS_LOGITS if loss >= attention else CP_ATTENTION)
 
+    def backward(
+        self,
+        op: Any,
+        change: float,
+        attention: float,
+        g_start: float,
+        g_end: float,
+        deferred: tuple[int, int, float],
+    ) -> None:
+        """A B, W or BW: the stash changes by ``change``; the context-parallel attention's
+        working set on the stash at a B's (or BW's) start, the 16-bit weight gradients
+        (``g_start``, ``g_end``) at a W's (or BW's) start and end, then :meth:`defer`."""
+        if op.kind in ("B", "BW"):
+            self.over(attention, CP_ATTENTION)
+        if op.kind in ("W", "BW"):
+            self.over(g_start, WEIGHT_GRADS)
+        self.live += change
+        if op.kind == "B":
+            self.over(0.0, STASH)
+        if op.kind in ("W", "BW"):
+            self.over(g_end, WEIGHT_GRADS)
+            self.defer(op, deferred)
+
     def defer(self, op: Any, deferred: tuple[int, int, float]) -> None:
         """After a W or BW: Megatron's deferred LM-head weight-gradient buffer of ``deferred``
         (chunk, count, bytes) kept, for that chunk's microbatches below count."""
@@ -120,16 +143,7 @@ def walk_peak(
         if op.kind == "F":
             w.forward(change, transient[op.chunk] if transient else 0.0, fwd)
             continue
-        if op.kind in ("B", "BW"):
-            w.over(bwd, CP_ATTENTION)
-        if op.kind in ("W", "BW"):
-            w.over(g_start, WEIGHT_GRADS)
-        w.live += change
-        if op.kind == "B":
-            w.over(0.0, STASH)
-        if op.kind in ("W", "BW"):
-            w.over(g_end, WEIGHT_GRADS)
-            w.defer(op, deferred)
+        w.backward(op, change, bwd, g_start, g_end, deferred)
     w.live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
     if copies and copies_at == "end":
         w.over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
