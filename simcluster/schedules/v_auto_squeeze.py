@@ -179,9 +179,9 @@ def relabel_weights(grid: Grid, m: int) -> None:
                 row[j] = queue.pop(0)
 
 
-def is_valid(grid: Grid, m: int) -> bool:
-    """Every pass m times per stage, each after its input (the other stage's or its own)."""
-    p = len(grid)
+def _slot_of(grid: Grid, m: int) -> dict[tuple[int, str, int], int] | None:
+    """The slot of each (stage, pass, microbatch); None unless every pass is m times on every
+    stage."""
     slot_of: dict[tuple[int, str, int], int] = {}
     for s, row in enumerate(grid):
         seen = dict.fromkeys(PASSES, 0)
@@ -190,7 +190,16 @@ def is_valid(grid: Grid, m: int) -> bool:
                 slot_of[(s, kind, seen[kind])] = j
                 seen[kind] += 1
         if any(n != m for n in seen.values()):
-            return False
+            return None
+    return slot_of
+
+
+def is_valid(grid: Grid, m: int) -> bool:
+    """Every pass m times per stage, each after its input (the other stage's or its own)."""
+    p = len(grid)
+    slot_of = _slot_of(grid, m)
+    if slot_of is None:
+        return False
     for s in range(p):
         for kind in PASSES:
             dep = upstream(p, s, kind)

@@ -117,9 +117,24 @@ class _Greedy:
                 self.put(j, "W")
 
     def warm_up(self, allow_bubble: bool) -> None:
-        p, f, b, comm = self.p, self.c.f, self.c.b, self.c.comm
+        p = self.p
         for j in range(p):
             self.put(j, "F")
+        extra = self._extra_forwards(allow_bubble)
+        for j in range(1, p):
+            while 0 < extra[j] >= extra[j - 1] and self.stages[j].done["F"] + extra[j] < self.m:
+                extra[j] -= 1
+        for j in range(p):
+            for _ in range(extra[j]):
+                self.put(j, "F")
+        for j in range(p - 1, -1, -1):
+            self.put(j, "B", check=False)  # the first B is placed unchecked, as sail-sg's
+
+    def _extra_forwards(self, allow_bubble: bool) -> list[int]:
+        """The extra warm-up forwards each stage fits after its first F (memory, and the time
+        until its first backward can arrive), stages visited last to first, the last stage none;
+        before :meth:`warm_up` keeps earlier stages strictly ahead."""
+        p, f, b, comm = self.p, self.c.f, self.c.b, self.c.comm
         extra = [0] * p
         b_end = self.end[("F", p - 1, 0)] + b  # first B on the last stage
         for j in range(p - 2, -1, -1):
@@ -130,14 +145,7 @@ class _Greedy:
                     break
                 t, mem, extra[j] = t + f, mem + 1.0, extra[j] + 1
             b_end = max(t, b_end + comm) + b
-        for j in range(1, p):
-            while 0 < extra[j] >= extra[j - 1] and self.stages[j].done["F"] + extra[j] < self.m:
-                extra[j] -= 1
-        for j in range(p):
-            for _ in range(extra[j]):
-                self.put(j, "F")
-        for j in range(p - 1, -1, -1):
-            self.put(j, "B", check=False)  # the first B is placed unchecked, as sail-sg's
+        return extra
 
     def wants_f(self, j: int, prioritize_b: bool) -> bool:
         st = self.stages[j]

@@ -100,13 +100,7 @@ class _VGreedy:
             mb = st.count[(kind, lane)]
             if mb >= self.m:
                 raise _Stuck
-        start = st.free_at
-        if kind != "W":
-            dep = self.upstream(kind, lane, j, mb)
-            if dep is not None:
-                if dep not in self.end:
-                    raise _Stuck
-                start = max(start, self.end[dep] + self.c.comm)
+        start = self._start(kind, lane, j, mb)
         if st.count[F0] > 0:
             st.idle += start - st.free_at
             self.worst_idle = max(self.worst_idle, st.idle)
@@ -121,6 +115,18 @@ class _VGreedy:
         st.ops.append((kind, mb, lane if kind == "F" else 1 - lane))
         if kind == "B":
             st.pending_w.append((lane, mb))
+
+    def _start(self, kind: _Kind, lane: int, j: int, mb: int) -> float:
+        """When op (kind, lane, mb) can start on stage j: once the stage is free and, but for a
+        W, its input from the neighbour stage has arrived (:class:`_Stuck` if not yet placed)."""
+        start = self.stages[j].free_at
+        if kind != "W":
+            dep = self.upstream(kind, lane, j, mb)
+            if dep is not None:
+                if dep not in self.end:
+                    raise _Stuck
+                start = max(start, self.end[dep] + self.c.comm)
+        return start
 
     def largest_idle(self, j: int) -> float:
         return max(self.worst_idle, self.max_approved - self.approved[j])
