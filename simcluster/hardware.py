@@ -582,24 +582,7 @@ def profile_from_dict(
     try:
         profile = HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        err = _first_error(exc.errors())
-        err["msg"] = err["msg"].removeprefix("Value error, ")  # a validator's own message
-        loc = ".".join(str(p) for p in err["loc"])
-        if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
-            if err["type"] == "extra_forbidden":
-                raise UserError(f"cluster.profile.{loc}", unknown_key_message(HardwareProfile, err["loc"])) from None
-            raise UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml") from None
-        if err["type"] == "extra_forbidden":
-            msg = f"profile {origin} {unknown_key_message(HardwareProfile, err['loc'])}"
-        elif err["type"] == "missing":
-            msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
-        else:
-            hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
-            if not hint and err["type"] != BOOLEAN_NUMBER:  # the value given and the fix
-                shown = "null" if err.get("input") is None else repr(err.get("input"))
-                hint = f" (got {shown}); fix it (hardware/dgx-h100.yaml shows every field)"
-            msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
-        raise UserError(field, msg) from None
+        raise _validation_error(exc, patched, field, origin) from None
     if bad := unknown_source(HardwareProfile, profile.sources):
         raise UserError(field, f"profile {origin} field 'sources.{bad[0]}' {bad[1]}")
     profile._unsourced = tuple(unsourced(data))
@@ -612,6 +595,31 @@ def profile_from_dict(
         with contextlib.suppress(UserError):  # a profile completed by its patch is its own
             profile._as_measured = profile_from_dict(raw, field=field, origin=origin)
     return profile
+
+
+def _validation_error(
+    exc: ValidationError, patched: dict[str, Any], field: str, origin: str
+) -> UserError:
+    """The one-line error for a profile the schema rejects: named after the patched key
+    (``cluster.profile.<key>``) when a ``patch`` value is what failed, else after ``field``."""
+    err = _first_error(exc.errors())
+    err["msg"] = err["msg"].removeprefix("Value error, ")  # a validator's own message
+    loc = ".".join(str(p) for p in err["loc"])
+    if any(loc == c or loc.startswith(c + ".") or _patched_boolean(err, loc, c, v) for c, v in patched.items()):
+        if err["type"] == "extra_forbidden":
+            return UserError(f"cluster.profile.{loc}", unknown_key_message(HardwareProfile, err["loc"]))
+        return UserError(f"cluster.profile.{loc}", f"{err['msg']}; see the fields of hardware/dgx-h100.yaml")
+    if err["type"] == "extra_forbidden":
+        msg = f"profile {origin} {unknown_key_message(HardwareProfile, err['loc'])}"
+    elif err["type"] == "missing":
+        msg = f"profile {origin} is missing field '{loc}'; add it (see hardware/dgx-h100.yaml)"
+    else:
+        hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
+        if not hint and err["type"] != BOOLEAN_NUMBER:  # the value given and the fix
+            shown = "null" if err.get("input") is None else repr(err.get("input"))
+            hint = f" (got {shown}); fix it (hardware/dgx-h100.yaml shows every field)"
+        msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
+    return UserError(field, msg)
 
 
 def _first_error(errors: list[Any]) -> Any:

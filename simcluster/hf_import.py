@@ -598,6 +598,17 @@ def _qwen_shared_expert(cfg: dict[str, Any], model_type: str, data: dict[str, An
     data["shared_expert_gate"] = model_type == "qwen2_moe" and data["shared_experts"] > 0
 
 
+def _mlp_only_layers(cfg: dict[str, Any], data: dict[str, Any]) -> None:
+    """An MoE model's ``mlp_only_layers`` as model.dense_layers (leading layers only)."""
+    only = cfg.get("mlp_only_layers") or []
+    if only and data.get("experts"):  # Qwen2/3-MoE: these layers keep a dense MLP
+        if sorted(only) != list(range(len(only))):
+            raise Unsupported(
+                f"mlp_only_layers {only}: only leading dense layers can be expressed (model.dense_layers)"
+            )
+        data["dense_layers"] = len(only)
+
+
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
     if model_type.startswith("llama4") and data.get("experts"):
         _llama4_moe(cfg, data)
@@ -608,13 +619,7 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
         # DeepseekV3DecoderLayer: MoE when layer_idx % moe_layer_freq == 0, a phase
         # model.moe_every ((i + 1) % k == 0, Llama 4's and Qwen2-MoE's) does not have
         raise Unsupported(f"moe_layer_freq {freq}: only 1 (every layer after first_k_dense_replace) is modelled")
-    only = cfg.get("mlp_only_layers") or []
-    if only and data.get("experts"):  # Qwen2/3-MoE: these layers keep a dense MLP
-        if sorted(only) != list(range(len(only))):
-            raise Unsupported(
-                f"mlp_only_layers {only}: only leading dense layers can be expressed (model.dense_layers)"
-            )
-        data["dense_layers"] = len(only)
+    _mlp_only_layers(cfg, data)
     if model_type.startswith("mixtral") or ("experts" in data and "expert_ffn" not in data):
         data["expert_ffn"] = data.get("ffn", 0)
     if model_type.startswith("deepseek") and cfg.get("kv_lora_rank"):

@@ -206,6 +206,23 @@ def _check_metric(key: str, where: str) -> None:
     )
 
 
+def _from_alias(
+    key: str, raw: Any, value: float, where: str, scenario: dict[str, Any], notes: list[str]
+) -> tuple[str, float]:
+    """The metric ``key`` names and ``value`` in it: an alias's factor (a number, or scenario
+    fields multiplied in) applied, with a note appended to ``notes``; a metric as given."""
+    if key not in ALIASES:
+        return key, value
+    metric, factor = ALIASES[key]
+    if isinstance(factor, str):
+        for field in factor.split("*"):
+            value *= _scenario_int(scenario, field, f"{where}.{key}", metric)
+    else:
+        value *= factor
+    notes.append(f"{key} {raw:g} read as {metric} {value:.6g}")
+    return metric, value
+
+
 def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measured:
     """The first figure of ``measured`` as a canonical metric (see the module docstring)."""
     names = ", ".join(METRICS)
@@ -218,16 +235,7 @@ def read_measured(measured: Any, where: str, scenario: dict[str, Any]) -> Measur
     written, raw = raw, _percent(key, raw, f"{where}.{key}")
     value = positive_number(raw, f"{where}.{key}")
     notes = [f"{key} {written!r} read as {raw:g}"] if written is not raw else []
-    if key in ALIASES:
-        metric, factor = ALIASES[key]
-        if isinstance(factor, str):
-            for field in factor.split("*"):
-                value *= _scenario_int(scenario, field, f"{where}.{key}", metric)
-        else:
-            value *= factor
-        notes.append(f"{key} {raw:g} read as {metric} {value:.6g}")
-    else:
-        metric = key
+    metric, value = _from_alias(key, raw, value, where, scenario, notes)
     if metric == "mfu" and value > 1:
         if value > 100:
             raise UserError(f"{where}.{key}", f"must be a fraction of peak (0-1) or a percent, got {raw!r}")

@@ -136,6 +136,24 @@ def secondary_bytes(scenario: Scenario, model: ModelSpec, layout: Layout, chunks
     return max(0.0, dense * width - persistent) / layout.hpz
 
 
+def _check_hpz(layout: Layout, hpz: int, group: int) -> None:
+    """One-line errors for an hpZ partition of ``hpz`` ranks (above 1) that does not divide the
+    ZeRO ``group`` or does not stay inside one node."""
+    if group % hpz:
+        raise UserError(
+            "zero3.hpz_partition_size",
+            f"{hpz} does not divide the ZeRO group of {group} ranks; use a divisor of it such as the "
+            "data-parallel ranks in one node",
+        )
+    for members in layout.groups("dph"):
+        if len({r // layout.gpus_per_node for r in members}) > 1:
+            raise UserError(
+                "zero3.hpz_partition_size",
+                f"{hpz} consecutive ZeRO ranks span more than one node ({layout.gpus_per_node} GPUs per "
+                f"node, tp={layout.tp}); use at most the data-parallel ranks of one node",
+            )
+
+
 def check(scenario: Scenario, layout: Layout, coordinated: bool) -> None:
     """One-line errors for ZeRO++ settings DeepSpeed cannot run (``coordinated``: ZeRO-3 runs
     DeepSpeed's coordinator)."""
@@ -150,19 +168,7 @@ def check(scenario: Scenario, layout: Layout, coordinated: bool) -> None:
         )
     hpz, group = z.hpz_partition_size, layout.zero_group
     if hpz > 1:
-        if group % hpz:
-            raise UserError(
-                "zero3.hpz_partition_size",
-                f"{hpz} does not divide the ZeRO group of {group} ranks; use a divisor of it such as the "
-                "data-parallel ranks in one node",
-            )
-        for members in layout.groups("dph"):
-            if len({r // layout.gpus_per_node for r in members}) > 1:
-                raise UserError(
-                    "zero3.hpz_partition_size",
-                    f"{hpz} consecutive ZeRO ranks span more than one node ({layout.gpus_per_node} GPUs per "
-                    f"node, tp={layout.tp}); use at most the data-parallel ranks of one node",
-                )
+        _check_hpz(layout, hpz, group)
     if z.quantized_gradients:
         if group != layout.world or layout.ep > 1:
             raise UserError(
