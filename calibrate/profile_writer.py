@@ -196,19 +196,10 @@ def _describe_sms(data: dict[str, Any], sm_count: int | None) -> None:
     _note(data, "efficiency.collective_sms", "0: a CPU device has no SMs to lend to communication")
 
 
-def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -> None:
-    for key in ("gpu", "node", "fabric", "efficiency"):
-        for sub in data.get(key, {}):
-            _note(data, f"{key}.{sub}", f"not measured; copied from {FALLBACK_BASE}")
+def _describe_generation(data: dict[str, Any], machine: Machine) -> None:
+    """The measured device's compute capability and rank 0's host CPU, each dropped (with its
+    note) where the run could not tell it."""
     gpu, node = data["gpu"], data["node"]
-    gpu["name"] = machine.name
-    _note(data, "gpu.name", "the measured device's name (torch device name / CPU model)")
-    if machine.memory_bytes:
-        gpu["memory_gib"] = machine.memory_bytes / 2**30
-        _note(
-            data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)"
-        )
-    _describe_sms(data, machine.sm_count)
     # NCCL's protocol caps follow the GPU generation and the host CPU (simcluster/network/
     # nccl_caps.py): the fallback's describe its machine, not this one
     for section, key, value, what in (
@@ -222,6 +213,22 @@ def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -
         else:
             section[key] = value
             _note(data, path, f"measured: {what} of rank 0 (calibrate)")
+
+
+def _describe_machine(data: dict[str, Any], m: Measurements, machine: Machine) -> None:
+    for key in ("gpu", "node", "fabric", "efficiency"):
+        for sub in data.get(key, {}):
+            _note(data, f"{key}.{sub}", f"not measured; copied from {FALLBACK_BASE}")
+    gpu, node = data["gpu"], data["node"]
+    gpu["name"] = machine.name
+    _note(data, "gpu.name", "the measured device's name (torch device name / CPU model)")
+    if machine.memory_bytes:
+        gpu["memory_gib"] = machine.memory_bytes / 2**30
+        _note(
+            data, "gpu.memory_gib", "device memory (CPU: /proc/meminfo MemTotal / ranks per node)"
+        )
+    _describe_sms(data, machine.sm_count)
+    _describe_generation(data, machine)
     node["gpus_per_node"] = machine.gpus_per_node
     if machine.host_memory_bytes:
         node["host_memory_gib"] = machine.host_memory_bytes / 2**30

@@ -331,6 +331,22 @@ def _provenance(cfg: RunConfig, ctx: DistContext) -> dict[str, object]:
     return prov | {"heat_soak_s": soak.soak_seconds(cfg.quick)}
 
 
+@dataclass
+class _PartialSaver:
+    """Writes what is measured so far (and ``error``, when a run failed) to the partial file
+    ``path``; on rank 0 only, a no-op on the other ranks."""
+
+    ctx: DistContext
+    path: Path
+    measured: Measurements
+    prov: dict[str, object]
+
+    def __call__(self, error: str | None = None) -> None:
+        if self.ctx.is_main:
+            doc = {"partial": True, "error": error, "measured": self.measured.as_dict()}
+            write_yaml_atomic(self.path, doc | {"provenance": self.prov})
+
+
 #: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
 EXIT_INTERRUPTED = 130
 
@@ -341,11 +357,7 @@ def run(cfg: RunConfig) -> int:
     partial = partial_path(cfg.out)
     prov = _provenance(cfg, ctx)
     measured = Measurements()
-
-    def save_partial(error: str | None = None) -> None:
-        if ctx.is_main:
-            doc = {"partial": True, "error": error, "measured": measured.as_dict()}
-            write_yaml_atomic(partial, doc | {"provenance": prov})
+    save_partial = _PartialSaver(ctx, partial, measured, prov)
 
     # only rank 0 keeps a partial file: another rank's report does not name one
     report = FailureReport(ctx.rank, str(partial) if ctx.is_main else None, save_partial)
