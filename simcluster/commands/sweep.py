@@ -117,10 +117,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tokens_argument(parser, "adds how long a run of that many tokens takes on each layout (and with --price, its cost)")
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_counts(args: argparse.Namespace) -> None:
+    """``--jobs``, ``--top`` and ``--max-layouts``, when given, are at least 1."""
     for flag, value in (("--jobs", args.jobs), ("--top", args.top), ("--max-layouts", args.max_layouts)):
         if value is not None and value < 1:
             raise UserError(flag, f"must be at least 1, got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_counts(args)
     jobs = args.jobs or max(os.cpu_count() or 1, 1)
     prices, tokens = parse_prices(args.price), parse_tokens(args.tokens)
     scenario = scenario_from_args(args)

@@ -416,36 +416,45 @@ def _chain(raw: list[str], state: _State, where: str, depth: int) -> None:
             ok = True
 
 
+def _branch(raw: list[str], branches: list[_Branch], state: _State, where: str, depth: int) -> bool:
+    """An ``if``, ``elif``, ``else`` or ``fi`` statement: opens, turns or closes the innermost of
+    the open ``branches`` (an ``else`` runs the command on its own line when taken); False, and
+    nothing done, for any other statement (a stray ``elif``/``else``/``fi`` included)."""
+    head = raw[0]
+    if head == "if":
+        active = not branches or branches[-1].active
+        cond = active and _condition(raw[1:], state, where)
+        branches.append(_Branch(active, cond, cond))
+        return True
+    if head == "elif" and branches:
+        b = branches[-1]
+        b.active = b.outer_active and not b.taken and _condition(raw[1:], state, where)
+        b.taken = b.taken or b.active
+        return True
+    if head == "else" and branches:
+        b = branches[-1]
+        b.active = b.outer_active and not b.taken
+        b.taken = True
+        rest = raw[1:]
+        if rest and b.active:
+            _chain(rest, state, where, depth)
+        return True
+    if head == "fi" and branches:
+        branches.pop()
+        return True
+    return False
+
+
 def _run(text: str, state: _State, where: str, depth: int) -> None:
     branches: list[_Branch] = []
     for raw in _statements(text):
-        head = raw[0]
-        active = not branches or branches[-1].active
-        if head == "if":
-            cond = active and _condition(raw[1:], state, where)
-            branches.append(_Branch(active, cond, cond))
+        if _branch(raw, branches, state, where, depth):
             continue
-        if head == "elif" and branches:
-            b = branches[-1]
-            b.active = b.outer_active and not b.taken and _condition(raw[1:], state, where)
-            b.taken = b.taken or b.active
-            continue
-        if head == "else" and branches:
-            b = branches[-1]
-            b.active = b.outer_active and not b.taken
-            b.taken = True
-            rest = raw[1:]
-            if rest and b.active:
-                _chain(rest, state, where, depth)
-            continue
-        if head == "fi" and branches:
-            branches.pop()
-            continue
-        if head == "then":
+        if raw[0] == "then":
             raw = raw[1:]
             if not raw:
                 continue
-        if active:
+        if not branches or branches[-1].active:
             _chain(raw, state, where, depth)
 
 

@@ -185,19 +185,7 @@ def _parallel(doc: dict[str, Any], world: int) -> tuple[dict[str, Any], int]:
         or -1,
         "parallelism.data_parallel_shard_degree",
     )
-    if world % (tp * pp * cp):
-        raise UserError(
-            "--nodes",
-            f"{world} GPUs are not a whole number of tp x pp x cp = {tp * pp * cp} groups",
-        )
-    dp = world // (tp * pp * cp)
-    if shard == -1:
-        shard = dp // replicate
-    if shard * replicate != dp:
-        raise UserError(
-            "parallelism.data_parallel_shard_degree",
-            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
-        )
+    dp, shard = _data_parallel(world, tp * pp * cp, shard, replicate)
     parallel: dict[str, Any] = {
         "tp": tp,
         "pp": pp,
@@ -223,6 +211,25 @@ def _parallel(doc: dict[str, Any], world: int) -> tuple[dict[str, Any], int]:
             )
         parallel["cp_comm"] = _ROTATE[rotate]
     return parallel, dp
+
+
+def _data_parallel(world: int, group: int, shard: int, replicate: int) -> tuple[int, int]:
+    """The data-parallel degree ``world`` GPUs leave in tp x pp x cp = ``group`` groups, and
+    the FSDP ``shard`` degree (-1: what ``replicate`` leaves of it), checked against it."""
+    if world % group:
+        raise UserError(
+            "--nodes",
+            f"{world} GPUs are not a whole number of tp x pp x cp = {group} groups",
+        )
+    dp = world // group
+    if shard == -1:
+        shard = dp // replicate
+    if shard * replicate != dp:
+        raise UserError(
+            "parallelism.data_parallel_shard_degree",
+            f"{shard} x replicate {replicate} is not the {dp} data-parallel ranks {world} GPUs leave; check --nodes",
+        )
+    return dp, shard
 
 
 def _model(doc: dict[str, Any], options: ImportOptions) -> tuple[dict[str, Any], int]:

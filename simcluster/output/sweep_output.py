@@ -303,6 +303,16 @@ def _capacity(row: SweepRow) -> float:
 _Front = tuple[list[float], list[float], str, str]
 
 
+def _sharing(profiles: Sequence[str], ran: Sequence[SweepRow]) -> dict[float, list[str]]:
+    """Each GPU memory size of the simulated layouts ``ran``, with the ``profiles`` that have
+    that much (in the order of ``profiles``)."""
+    sharing: dict[float, list[str]] = {}  # memory size -> the profiles with that much
+    for profile in profiles:
+        for size in sorted({_capacity(r) for r in ran if _hardware(r) == profile}):
+            sharing.setdefault(size, []).append(profile)
+    return sharing
+
+
 def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None = None) -> Figure:
     """Tokens/s per GPU against peak memory per GPU for every simulated layout; with ``prices``,
     dollars per million tokens (the sweep's ranking then) against memory. Several hardware
@@ -317,10 +327,7 @@ def draw_sweep(rows: Sequence[SweepRow], title: str = "", prices: Prices | None 
     styles = profile_styles(profiles) if len(profiles) > 1 else {}  # empty: one profile
     front_label = "cheapest for its memory" if priced else "fastest for its memory"
     any_over, fronts = _draw_layouts(ax, read, drawn, styles, front_label)
-    sharing: dict[float, list[str]] = {}  # memory size -> the profiles with that much
-    for profile in profiles:
-        for size in sorted({_capacity(r) for r in ran if _hardware(r) == profile}):
-            sharing.setdefault(size, []).append(profile)
+    sharing = _sharing(profiles, ran)
     handles, labels = _draw_capacities(ax, sharing, styles)
     for front_x, front_y, colour, label in fronts:
         ax.plot(front_x, front_y, drawstyle="steps-post", color=colour, linewidth=1.0, alpha=0.6, zorder=2,
