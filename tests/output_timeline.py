@@ -135,14 +135,20 @@ def make_1f1b(
         end = compute(stage, op, mb, start)
         done[(op, mb, stage)] = end
         mem_steps[stage].append((end, act_bytes if op == "F" else -act_bytes))
-        if op == "F" and stage < p - 1:
-            transfer(stage, stage + 1, "F", mb, end)
-        if op == "B" and stage > 0:
-            transfer(stage, stage - 1, "B", mb, end)
+        dst = _receiver(op, stage, p)
+        if dst is not None:
+            transfer(stage, dst, op, mb, end)
 
     if dp_comm > 0:
         _dp_and_optimizer(add, lanes, p, dp_comm)
     return _assemble(rows, mem_steps, p, m, tp, dp, static_bytes)
+
+
+def _receiver(op: str, stage: int, p: int) -> int | None:
+    """The stage an op's output goes to: an F's activation to the next stage, a B's gradient to
+    the previous one; None from the stage at that end of the pipeline."""
+    dst = stage + 1 if op == "F" else stage - 1
+    return dst if 0 <= dst < p else None
 
 
 def _ready_time(

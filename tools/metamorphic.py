@@ -48,6 +48,7 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +347,18 @@ def _attempt(doc: Doc, timeout: int) -> tuple[tuple[Outcome, Any] | None, str | 
         return None, f"crashed: {type(err).__name__}: {err}"
 
 
+def _write_finding(
+    out: Path, seed: int, i: int, name: str, line: str, doc: Doc, variant: Doc | None
+) -> None:
+    """Write the scenario of a finding (a variant's with its baseline in a comment) into
+    ``out``, named after the seed, the draw ``i`` and ``name``, and print where with ``line``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"seed{seed}-{i}-{name.replace(' ', '_')}.yaml"
+    body = f"# baseline:\n{''.join(f'#   {x}' + chr(10) for x in yaml.safe_dump(doc).splitlines())}" if variant else ""
+    path.write_text(f"# {line}\n{body}{yaml.safe_dump(variant or doc)}")
+    print(f"{path}: {line}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -361,12 +374,7 @@ def main(argv: list[str]) -> int:
     relations = [r for r in RELATIONS if any(w in r.name for w in wanted)]
     rng = random.Random(args.seed)
     checked = variants = findings = 0
-    def finding(i: int, name: str, line: str, doc: Doc, variant: Doc | None) -> None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"seed{args.seed}-{i}-{name.replace(' ', '_')}.yaml"
-        body = f"# baseline:\n{''.join(f'#   {x}' + chr(10) for x in yaml.safe_dump(doc).splitlines())}" if variant else ""
-        path.write_text(f"# {line}\n{body}{yaml.safe_dump(variant or doc)}")
-        print(f"{path}: {line}", flush=True)
+    finding = partial(_write_finding, args.out, args.seed)
 
     with progress_bar("metamorphic", args.count) as advance:
         for i in range(args.count):
