@@ -642,7 +642,9 @@ dump(str(ROOT / "validation" / "nemo-long-context-h100.yaml"),
 # 070a0bb168d405d653b9734c0017cf5078e77c0d), "Pretraining", container NeMo24.07, DGX-H100, FP8;
 # tokens/s/GPU as published. The page does not give the Nemotron rows' shapes: the 8B and 22B ones are
 # the launcher's nemotron_8b.yaml / nemotron_22b.yaml (checked against the table's FLOPs per token);
-# Nemotron-340B is left out (apex's DistributedFusedAdam memory, not followed: docs/accuracy.md).
+# Nemotron-340B is left out: no launcher config of it is dated to 24.07 (of the stored nemotron_340b.yaml
+# versions the June 2024 one has PP 12 / VP 8, the later ones postdate the release); the same layout's
+# DGX Cloud v24.11 rows (NeMo 24.09, 324 against this table's 322 tokens/s/GPU) are cases instead.
 NEMO_SUMMARY_SRC = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (commit 070a0bb), "
                     "pre-training at FP8 on DGX-H100, container NeMo24.07")
 GPT3 = {"5B": (24, 4096, 32), "20B": (44, 6144, 48), "175B": (96, 12288, 96)}
@@ -1023,8 +1025,8 @@ dump(str(ROOT / "validation" / "bigscience-a100.yaml"),
 # nemotron/README_15b.md @0b71cfd and GPT-3 175B from nemo_megatron/README_175b.md @8f5cbb3 (NeMo
 # 24.12 launcher; settings from nemotron4-15b-synth.yaml and gpt3_175b_hydra.yaml @8f5cbb3).
 # Weak scaling: the smallest and the largest GPU count of each table (the step times are flat
-# within 1-3% in between); FP8 at the smallest count. Nemotron-4 340B is left out: its runs use
-# apex's DistributedFusedAdam, whose memory the model does not follow (91 GiB simulated).
+# within 1-3% in between); FP8 at the smallest count. Nemotron-4 340B from nemotron/README_340b.md
+# @35a9aec (NeMo 24.09 container; apex's DistributedFusedAdam, below the loop).
 DGXC_SRC = {
     "llama": "NVIDIA/dgxc-benchmarking llama3.1/README.md (commit 741c886), NeMo 25.02.01",
     "nemotron": "NVIDIA/dgxc-benchmarking nemotron/README_15b.md (commit 0b71cfd), NeMo 24.12",
@@ -1162,6 +1164,61 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
         "measured": {"step_time_s": step},
     })
     with_userbuffers(cases[-1], *DGXC_UB[(src, name, prec)] if (src, name, prec) in DGXC_UB else (None, ""))
+# Nemotron-4 340B: nemotron/README_340b.md at 35a9aec (dgxc-benchmarking v24.11, CHANGELOG 2024-12-13;
+# setup.sh's container nvcr.io/nvidia/nemo:24.09), "24.11" BF16 and FP8 tables (the same numbers at
+# 8f5cbb3, v25.02, whose 340B recipe still runs the 24.09 container). Settings: configure.sh at 35a9aec
+# (the 340b branch) over nemotron4-340b-synth.yaml, stored only at 8f5cbb3 (ASSUMED the v24.11 copy's
+# settings, both on the same container and with the same measured steps). Written before simulating.
+DGXC_340B = [  # precision, gpus, gbs, step s (tp 8, pp 8, vp 12, mbs 1, sequence 4096)
+    ("bf16", 128, 32, 4.61), ("bf16", 2048, 512, 4.84), ("fp8", 128, 32, 3.16),
+]
+DGXC_340B_SETTINGS = (
+    "NVIDIA/dgxc-benchmarking nemotron/README_340b.md (commit 35a9aec, release v24.11, container "
+    "nvcr.io/nvidia/nemo:24.09; the same table at 8f5cbb3), DGX H100 reference: NEMOTRON4-340B {prec} "
+    "on {gpus} GPUs, sequence 4096, tp 8 pp 8 cp 1 vp 12, MBS 1, GBS {gbs} (nodes x 2): training step "
+    "{step} s (the last step, as the README measures it). Shape from nemotron4-340b-synth.yaml: 96 "
+    "layers, h 18432, 96 heads (head dim 192), 8 query groups, FFN 73728 squared-ReLU, layernorm1p, no "
+    "biases, RoPE on half of each head, untied embeddings, vocab 256000. Settings from configure.sh at "
+    "35a9aec (340b branch): megatron_gpt_pretraining.py (NeMo 1.x, Megatron-Core GPT with "
+    "TransformerEngine), NVTE_FUSED_ATTN=0 so TransformerEngine runs flash-attn 2 "
+    "(training.attention_kernel fa2), NCCL_NVLS_ENABLE=0 (cluster.nvls false), ub_tp_comm_overlap True "
+    "with sequence parallel, overlap_p2p_comm True and batch_p2p_comm False (overlap.pp_p2p batched, the "
+    "nearest), fp8_hybrid (delayed scaling) and fp8_params = the FP8 flag (the FP8 row keeps its weights "
+    "in FP8: training.fp8_param_gather, apex's optimizer storing fp32 master copies, store_params). From "
+    "the yaml: activations_checkpoint_granularity selective (Megatron-Core checkpoints the core attention: "
+    "training.recompute selective), apex distributed_fused_adam with bucket_cap_mb 50 (dp.bucket_mb "
+    "52.4288 MB), grad_sync_dtype bf16 (training.fp32_grad_accum false), overlapped grad and param sync, "
+    "contiguous gradient buffer; NeMo 1.x's setup_optimization forces the optimizer state to fp32 (the "
+    "yaml's optim dtype bf16 is overridden) and, for the BF16 row, stores bf16 weights with their fp32 "
+    "remainders (training.master_weights remainder); gradient_accumulation_fusion, "
+    "defer_embedding_wgrad_compute with wgrad_deferral_limit 22 (parallel.defer_head_wgrad), "
+    "cross_entropy_loss_fusion (Megatron-Core's native fused loss). No counterpart here: "
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, NVTE_UB_SPLIT_AG, asynchronous amax reduction, gc_interval 12."
+)
+for prec, gpus, gbs, step in DGXC_340B:
+    model = {"name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
+             "ffn": 73728, "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope",
+             "tied_embeddings": False}
+    scenario = megatron_h100_scenario(model, gpus, megatron_parallel(8, 8, 1, 12), 4096, 1, gbs, prec,
+                                      "fa2", fp32_grads=False, dfa=True, fp8_params=prec == "fp8")
+    scenario["training"]["recompute"] = "selective"
+    scenario["training"]["fused_cross_entropy"] = "native"
+    scenario["cluster"]["nvls"] = False
+    scenario["dp"]["bucket_mb"] = 52.4288
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=22)
+    cases.append({
+        "name": f"dgxc/nemotron4-340b-{prec}-{gpus}gpu",
+        "family": "nvidia-dgxc-h100",
+        "source": DGXC_340B_SETTINGS.format(prec=prec.upper(), gpus=gpus, gbs=gbs, step=step),
+        "published": {"step_time_s": step, "gpus": gpus, "global_batch": gbs, "seq_len": 4096,
+                      "precision": prec},
+        "scenario": scenario,
+        "measured": {"step_time_s": step},
+    })
+    with_userbuffers(cases[-1], "te-1", "nemotron4-340b-synth.yaml and configure.sh turn "
+                     "ub_tp_comm_overlap on without ub_tp_comm_overlap_cfg (no H100 h18432 tp_overlap file "
+                     "exists in the launcher), so NeMo 1.0's initialize_ub_func passes ub_cfgs=None: "
+                     + TE1_NOTE + " (ASSUMED: the 24.09 container's TE is 1.x).")
 dump(str(ROOT / "validation" / "nvidia-dgxc-h100.yaml"),
      "# NVIDIA DGX Cloud benchmarking recipes: measured step times on the DGX H100 reference\n"
      "# architecture (BF16 and FP8). Generated by tools/generate_validation_cases.py from the table\n"
