@@ -1219,6 +1219,64 @@ for prec, gpus, gbs, step in DGXC_340B:
                      "ub_tp_comm_overlap on without ub_tp_comm_overlap_cfg (no H100 h18432 tp_overlap file "
                      "exists in the launcher), so NeMo 1.0's initialize_ub_func passes ub_cfgs=None: "
                      + TE1_NOTE + " (ASSUMED: the 24.09 container's TE is 1.x).")
+# Nemotron-4 340B on NeMo 25.04: nemotron/README.md at commit dc1028f (GSW 25.05,
+# launch.sh FW_VERSION 25.04.00; the same performance section at 1f6d9f4, GSW 25.05.04, whose
+# setup.sh pins NeMo b4148d2), measured step times (the mean of iterations 11-44 of a 50-step run,
+# parse_train_timing.sh), the H100 table (256 GPUs). The run is NeMo 2's
+# scripts/performance/llm/pretrain_nemotron4_340b.py (read at b4148d2) over the nemotron4_340b
+# recipe in performance mode, the release of the Grok-1 rows below. Written before simulating. The
+# same README's GB200 tables (TP 8, PP 4, VP 12: BF16 2.189 / 2.229 s, FP8 1.483 / 1.549 s on 128 /
+# 512 GPUs) are left out: which attention ran at head dim 192 on sm100 is not settled (the
+# scripts set no NVTE_*_ATTN; TransformerEngine before its PR 1797 selected cuDNN's fused
+# attention for any d <= 256 from sm90, but cuDNN 9.8-9.9 may not have had an sm100 backward above
+# 128, and the container's TransformerEngine and cuDNN versions were not found; flash-attn 2 has
+# no Blackwell curve in gb200-nvl72).
+N340_SRC = ("NVIDIA/dgxc-benchmarking nemotron/README.md (commit dc1028f, GSW 25.05, container "
+            "nemo:25.04.00; the same table at 1f6d9f4, NeMo b4148d2 per setup.sh)")
+N340 = [  # system, precision, gpus, tp, pp, vp, gbs, step s, MFU % as published
+    ("H100", "bf16", 256, 8, 8, 12, 64, 4.606, 47.3),
+    ("H100", "fp8", 256, 8, 8, 12, 64, 3.107, 35.0),
+]
+N340_SETTINGS = (
+    "Shape: the nemotron4_340b recipe's Nemotron4Config340B (96 layers, h 18432, 96 heads of 192, 8 "
+    "query groups, FFN 73728 squared-ReLU, layernorm1p, no biases, RoPE, untied embeddings; the script's "
+    "NullTokenizer of 256000). Settings: the recipe's performance mode (MegatronCommOverlapCallback with "
+    "tp_comm_overlap, defer_embedding_wgrad_compute and wgrad_deferral_limit 22: parallel.defer_head_wgrad; "
+    "grad_reduce_in_fp32 False: training.fp32_grad_accum false; read in the recipe at NeMo 01d03c1, "
+    "ASSUMED the same in 2.3.0), Megatron-Core's distributed optimizer with overlapped grad reduce and "
+    "param gather, no recompute, sequence parallel; NeMo 2.3.0's set_primary_perf_configs: "
+    "TransformerEngine's cross-entropy (training.fused_cross_entropy te), the bucket NaN check off, "
+    "overlap_param_gather_with_optimizer_step with dp, pp and vp > 1; FP8 as bf16_with_fp8_mixed (no "
+    "-fr flag in launch.sh: delayed scaling, weights kept and gathered in FP8: training.fp8_param_gather). "
+    "launch.sh passes -fsdp 0 and, on H100, no --cuda_graphs (the scripts' H100 default: off). No "
+    "counterpart here: NVTE_NORM_FWD/BWD_USE_CUDNN (cuDNN's LayerNorm kernels), vboost, the 2 MiB "
+    "pipeline NCCL chunk."
+)
+N340_ATTENTION = ("Attention: no NVTE_FUSED_ATTN is set, so TransformerEngine's default on Hopper, cuDNN's "
+                  "fused attention, which trains head dim 192 there (cuDNN >= 9.5; TransformerEngine issue 1591).")
+for system, prec, gpus, tp, pp, vp, gbs, step, mfu in N340:
+    model = {"name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
+             "ffn": 73728, "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope",
+             "tied_embeddings": False}
+    scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 4096, 1, gbs, prec,
+                                      "cudnn", fp32_grads=False, fp8_params=True, comm_overlap=True)
+    scenario["training"]["fused_cross_entropy"] = "te"
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=22)
+    cases.append({
+        "name": f"dgxc-25.04/nemotron4-340b-{prec}-{gpus}gpu",
+        "family": "nvidia-dgxc-h100",
+        "source": (
+            f"{N340_SRC}: Nemotron4 340B {prec.upper()} on {gpus} {system} GPUs, sequence 4096, tp {tp} pp {pp} "
+            f"cp 1 vp {vp}, MBS 1, GBS {gbs}: training step {step} s. {N340_SETTINGS} {N340_ATTENTION}"
+        ),
+        "published": {"step_time_s": step, "mfu_pct": mfu, "gpus": gpus, "global_batch": gbs,
+                      "seq_len": 4096, "precision": prec, "system": system},
+        "scenario": scenario,
+        "measured": {"step_time_s": step},
+    })
+    with_userbuffers(cases[-1], "te-2", "pretrain_nemotron4_340b.py (b4148d2) sets a TP overlap config only "
+                     "on b200 and gb200, so on H100 the callback initialises userbuffers with TransformerEngine's "
+                     "defaults (te-2; ASSUMED: the 25.04 container's TransformerEngine is 2.x).")
 dump(str(ROOT / "validation" / "nvidia-dgxc-h100.yaml"),
      "# NVIDIA DGX Cloud benchmarking recipes: measured step times on the DGX H100 reference\n"
      "# architecture (BF16 and FP8). Generated by tools/generate_validation_cases.py from the table\n"
@@ -1512,6 +1570,7 @@ dump(str(ROOT / "validation" / "nvidia-dgxc-grok1.yaml"),
      "# NVIDIA DGX Cloud benchmarking: Grok-1 314B mixture-of-experts pre-training on GB200 NVL72 and\n"
      "# DGX H100 (BF16 and FP8), measured step times. Generated by tools/generate_validation_cases.py\n"
      "# from the table in that script (source in each case); unstated settings are assumptions.\n", cases)
+
 
 # --- Swiss AI on CSCS Alps (GH200) ------------------------------------------------------------------
 # swiss-ai/Megatron-LM pull requests 29 and 33 (2025-02-13), Llama 3.1 8B shapes trained with the
