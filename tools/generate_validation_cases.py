@@ -1169,6 +1169,10 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
 # 8f5cbb3, v25.02, whose 340B recipe still runs the 24.09 container). Settings: configure.sh at 35a9aec
 # (the 340b branch) over nemotron4-340b-synth.yaml, stored only at 8f5cbb3 (ASSUMED the v24.11 copy's
 # settings, both on the same container and with the same measured steps). Written before simulating.
+NEMOTRON4_340B = {  # nemotron4-340b-synth.yaml and NeMo 2's Nemotron4Config340B alike (layernorm1p: LayerNorm)
+    "name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8, "ffn": 73728,
+    "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope", "tied_embeddings": False,
+}  # fmt: skip
 DGXC_340B = [  # precision, gpus, gbs, step s (tp 8, pp 8, vp 12, mbs 1, sequence 4096)
     ("bf16", 128, 32, 4.61), ("bf16", 2048, 512, 4.84), ("fp8", 128, 32, 3.16),
 ]
@@ -1196,9 +1200,7 @@ DGXC_340B_SETTINGS = (
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, NVTE_UB_SPLIT_AG, asynchronous amax reduction, gc_interval 12."
 )
 for prec, gpus, gbs, step in DGXC_340B:
-    model = {"name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
-             "ffn": 73728, "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope",
-             "tied_embeddings": False}
+    model = dict(NEMOTRON4_340B)
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(8, 8, 1, 12), 4096, 1, gbs, prec,
                                       "fa2", fp32_grads=False, dfa=True, fp8_params=prec == "fp8")
     scenario["training"]["recompute"] = "selective"
@@ -1255,9 +1257,7 @@ N340_SETTINGS = (
 N340_ATTENTION = ("Attention: no NVTE_FUSED_ATTN is set, so TransformerEngine's default on Hopper, cuDNN's "
                   "fused attention, which trains head dim 192 there (cuDNN >= 9.5; TransformerEngine issue 1591).")
 for system, prec, gpus, tp, pp, vp, gbs, step, mfu in N340:
-    model = {"name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
-             "ffn": 73728, "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope",
-             "tied_embeddings": False}
+    model = dict(NEMOTRON4_340B)
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 4096, 1, gbs, prec,
                                       "cudnn", fp32_grads=False, fp8_params=True, comm_overlap=True)
     scenario["training"]["fused_cross_entropy"] = "te"
