@@ -1221,60 +1221,81 @@ for prec, gpus, gbs, step in DGXC_340B:
                      "ub_tp_comm_overlap on without ub_tp_comm_overlap_cfg (no H100 h18432 tp_overlap file "
                      "exists in the launcher), so NeMo 1.0's initialize_ub_func passes ub_cfgs=None: "
                      + TE1_NOTE + " (ASSUMED: the 24.09 container's TE is 1.x).")
-# Nemotron-4 340B on NeMo 25.04: nemotron/README.md at commit dc1028f (GSW 25.05,
-# launch.sh FW_VERSION 25.04.00; the same performance section at 1f6d9f4, GSW 25.05.04, whose
-# setup.sh pins NeMo b4148d2), measured step times (the mean of iterations 11-44 of a 50-step run,
-# parse_train_timing.sh), the H100 table (256 GPUs). The run is NeMo 2's
-# scripts/performance/llm/pretrain_nemotron4_340b.py (read at b4148d2) over the nemotron4_340b
-# recipe in performance mode, the release of the Grok-1 rows below. Written before simulating. The
-# same README's GB200 tables (TP 8, PP 4, VP 12: BF16 2.189 / 2.229 s, FP8 1.483 / 1.549 s on 128 /
-# 512 GPUs) are left out: which attention ran at head dim 192 on sm100 is not settled (the
+# Nemotron-4 on NeMo 25.04: nemotron/README.md at commit dc1028f (GSW 25.05, launch.sh FW_VERSION
+# 25.04.00; the same performance section at 1f6d9f4, GSW 25.05.04, whose setup.sh pins NeMo
+# b4148d2), measured step times (the mean of iterations 11-44 of a 50-step run,
+# parse_train_timing.sh), the H100 tables (15B on 16 GPUs, 340B on 256). The runs are NeMo 2's
+# scripts/performance/llm/pretrain_nemotron4_{15b,340b}.py (read at b4148d2) over the recipes in
+# performance mode, the release of the Grok-1 rows below. Written before simulating. The same
+# README's GB200 tables for 340B (TP 8, PP 4, VP 12: BF16 2.189 / 2.229 s, FP8 1.483 / 1.549 s on
+# 128 / 512 GPUs) are left out: which attention ran at head dim 192 on sm100 is not settled (the
 # scripts set no NVTE_*_ATTN; TransformerEngine before its PR 1797 selected cuDNN's fused
 # attention for any d <= 256 from sm90, but cuDNN 9.8-9.9 may not have had an sm100 backward above
 # 128, and the container's TransformerEngine and cuDNN versions were not found; flash-attn 2 has
 # no Blackwell curve in gb200-nvl72).
-N340_SRC = ("NVIDIA/dgxc-benchmarking nemotron/README.md (commit dc1028f, GSW 25.05, container "
-            "nemo:25.04.00; the same table at 1f6d9f4, NeMo b4148d2 per setup.sh)")
-N340 = [  # system, precision, gpus, tp, pp, vp, gbs, step s, MFU % as published
-    ("H100", "bf16", 256, 8, 8, 12, 64, 4.606, 47.3),
-    ("H100", "fp8", 256, 8, 8, 12, 64, 3.107, 35.0),
+DGXC_2504_SRC = ("NVIDIA/dgxc-benchmarking nemotron/README.md (commit dc1028f, GSW 25.05, container "
+                 "nemo:25.04.00; the same table at 1f6d9f4, NeMo b4148d2 per setup.sh)")
+DGXC_2504 = [  # size, precision, gpus, tp, pp, vp, mbs, gbs, step s, MFU % as published
+    ("15b", "bf16", 16, 2, 1, 1, 2, 64, 2.746, 56.7),
+    ("15b", "fp8", 16, 2, 1, 1, 2, 64, 1.988, 39.1),
+    ("340b", "bf16", 256, 8, 8, 12, 1, 64, 4.606, 47.3),
+    ("340b", "fp8", 256, 8, 8, 12, 1, 64, 3.107, 35.0),
 ]
-N340_SETTINGS = (
-    "Shape: the nemotron4_340b recipe's Nemotron4Config340B (96 layers, h 18432, 96 heads of 192, 8 "
-    "query groups, FFN 73728 squared-ReLU, layernorm1p, no biases, RoPE, untied embeddings; the script's "
-    "NullTokenizer of 256000). Settings: the recipe's performance mode (MegatronCommOverlapCallback with "
-    "tp_comm_overlap, defer_embedding_wgrad_compute and wgrad_deferral_limit 22: parallel.defer_head_wgrad; "
-    "grad_reduce_in_fp32 False: training.fp32_grad_accum false; read in the recipe at NeMo 01d03c1, "
-    "ASSUMED the same in 2.3.0), Megatron-Core's distributed optimizer with overlapped grad reduce and "
-    "param gather, no recompute, sequence parallel; NeMo 2.3.0's set_primary_perf_configs: "
-    "TransformerEngine's cross-entropy (training.fused_cross_entropy te), the bucket NaN check off, "
+DGXC_2504_SETTINGS = {
+    "340b": (
+        "Shape: the nemotron4_340b recipe's Nemotron4Config340B (96 layers, h 18432, 96 heads of 192, 8 "
+        "query groups, FFN 73728 squared-ReLU, layernorm1p, no biases, RoPE, untied embeddings; the "
+        "script's NullTokenizer of 256000). The recipe's performance mode: MegatronCommOverlapCallback "
+        "with tp_comm_overlap, defer_embedding_wgrad_compute and wgrad_deferral_limit 22 "
+        "(parallel.defer_head_wgrad), grad_reduce_in_fp32 False (training.fp32_grad_accum false); read "
+        "in the recipe at NeMo 01d03c1, ASSUMED the same in 2.3.0."
+    ),
+    "15b": (
+        "Shape: Nemotron4Config15B (32 layers, h 6144, 48 heads, 8 query groups, FFN 24576 squared-ReLU, "
+        "layernorm1p, no biases, RoPE, untied embeddings; vocab 256000). The recipe's performance mode: "
+        "MegatronCommOverlapCallback with tp_comm_overlap only (nemotron4_15b.py, the one stored version, "
+        "023dfbe, undated), so the BF16 row keeps bf16-mixed's fp32 gradient reduction (ASSUMED, the "
+        "framework default) and the FP8 row reduces in bf16 (set_primary_perf_configs: "
+        "grad_reduce_in_fp32 False for every FP8 recipe)."
+    ),
+}
+DGXC_2504_COMMON = (
+    " Megatron-Core's distributed optimizer with overlapped grad reduce and param gather, no "
+    "recompute, sequence parallel; NeMo 2.3.0's set_primary_perf_configs: TransformerEngine's "
+    "cross-entropy (training.fused_cross_entropy te), the bucket NaN check off, "
     "overlap_param_gather_with_optimizer_step with dp, pp and vp > 1; FP8 as bf16_with_fp8_mixed (no "
-    "-fr flag in launch.sh: delayed scaling, weights kept and gathered in FP8: training.fp8_param_gather). "
-    "launch.sh passes -fsdp 0 and, on H100, no --cuda_graphs (the scripts' H100 default: off). No "
-    "counterpart here: NVTE_NORM_FWD/BWD_USE_CUDNN (cuDNN's LayerNorm kernels), vboost, the 2 MiB "
-    "pipeline NCCL chunk."
+    "-fr flag in launch.sh: delayed scaling, weights kept and gathered in FP8: "
+    "training.fp8_param_gather). launch.sh passes -fsdp 0 and, on H100, no --cuda_graphs (the "
+    "scripts' H100 default: off). No counterpart here: the 340B script's NVTE_NORM_FWD/BWD_USE_CUDNN "
+    "(cuDNN's LayerNorm kernels), vboost, the 2 MiB pipeline NCCL chunk. Attention: no "
+    "NVTE_FUSED_ATTN is set, so TransformerEngine's default on Hopper, cuDNN's fused attention (head "
+    "dim 192 included: cuDNN >= 9.5, TransformerEngine issue 1591)."
 )
-N340_ATTENTION = ("Attention: no NVTE_FUSED_ATTN is set, so TransformerEngine's default on Hopper, cuDNN's "
-                  "fused attention, which trains head dim 192 there (cuDNN >= 9.5; TransformerEngine issue 1591).")
-for system, prec, gpus, tp, pp, vp, gbs, step, mfu in N340:
-    model = dict(NEMOTRON4_340B)
-    scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 4096, 1, gbs, prec,
-                                      "cudnn", fp32_grads=False, fp8_params=True, comm_overlap=True)
+for size, prec, gpus, tp, pp, vp, mbs, gbs, step, mfu in DGXC_2504:
+    if size == "340b":
+        model = dict(NEMOTRON4_340B)
+    else:
+        model = dict(llama_model("NEMOTRON4-15B"), mlp="relu2", norm="layernorm")
+    fp32_grads = size == "15b" and prec == "bf16"
+    scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 4096, mbs, gbs, prec,
+                                      "cudnn", fp32_grads=fp32_grads, fp8_params=True, comm_overlap=True)
     scenario["training"]["fused_cross_entropy"] = "te"
-    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=22)
+    if size == "340b":
+        scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=22)
     cases.append({
-        "name": f"dgxc-25.04/nemotron4-340b-{prec}-{gpus}gpu",
+        "name": f"dgxc-25.04/nemotron4-{size}-{prec}-{gpus}gpu",
         "family": "nvidia-dgxc-h100",
         "source": (
-            f"{N340_SRC}: Nemotron4 340B {prec.upper()} on {gpus} {system} GPUs, sequence 4096, tp {tp} pp {pp} "
-            f"cp 1 vp {vp}, MBS 1, GBS {gbs}: training step {step} s. {N340_SETTINGS} {N340_ATTENTION}"
+            f"{DGXC_2504_SRC}: Nemotron4 {size.upper()} {prec.upper()} on {gpus} H100 GPUs, sequence 4096, tp "
+            f"{tp} pp {pp} cp 1 vp {vp}, MBS {mbs}, GBS {gbs}: training step {step} s. "
+            + DGXC_2504_SETTINGS[size] + DGXC_2504_COMMON
         ),
         "published": {"step_time_s": step, "mfu_pct": mfu, "gpus": gpus, "global_batch": gbs,
-                      "seq_len": 4096, "precision": prec, "system": system},
+                      "seq_len": 4096, "precision": prec},
         "scenario": scenario,
         "measured": {"step_time_s": step},
     })
-    with_userbuffers(cases[-1], "te-2", "pretrain_nemotron4_340b.py (b4148d2) sets a TP overlap config only "
+    with_userbuffers(cases[-1], "te-2", f"pretrain_nemotron4_{size}.py (b4148d2) sets a TP overlap config only "
                      "on b200 and gb200, so on H100 the callback initialises userbuffers with TransformerEngine's "
                      "defaults (te-2; ASSUMED: the 25.04 container's TransformerEngine is 2.x).")
 dump(str(ROOT / "validation" / "nvidia-dgxc-h100.yaml"),
