@@ -1085,7 +1085,17 @@ DGXC_SETTINGS = {
         "MLPerf GPT-3 configs' runs do). ASSUMED: cuDNN fused attention."
     ),
 }
+# Nemotron-4 (nemotron4-15b-synth.yaml / nemotron4-340b-synth.yaml and NeMo 2's Nemotron4Config15B /
+# 340B alike): the Llama table's columns, a squared-ReLU MLP and LayerNorm (layernorm1p) instead
 LLAMA["NEMOTRON4-15B"] = (32, 6144, 48, 8, 24576, 256000)
+LLAMA["NEMOTRON4-340B"] = (96, 18432, 96, 8, 73728, 256000)
+
+
+def nemotron4_model(name):
+    """A Nemotron-4 model section (``name`` a key of LLAMA): squared-ReLU MLP, LayerNorm."""
+    return dict(llama_model(name), mlp="relu2", norm="layernorm")
+
+
 _DGXC_LLAMA_UB = ("dgxc-benchmarking llama3.1/pretrain_llama31.py replaces the recipe's tp_comm_overlap_cfg "
                   "with NeMo's H100 preset for the dtype, from the NeMo 2.2 of the 25.02.01 container "
                   "(setup.sh NEMO_COMMIT d2b21556; NeMo 2.0-2.2 FP8 presets pipeline the forward "
@@ -1132,7 +1142,7 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
     if name.startswith("GPT3"):
         model = gpt3_model("175B", s, dropout=True)
     elif name.startswith("NEMOTRON"):
-        model = dict(llama_model(name), mlp="relu2", norm="layernorm")
+        model = nemotron4_model(name)
     else:
         model = llama_model(name)
     par = megatron_parallel(tp, pp, cp, vp)
@@ -1169,10 +1179,6 @@ for src, name, prec, gpus, s, tp, pp, cp, vp, mbs, gbs, step in DGXC:
 # 8f5cbb3, v25.02, whose 340B recipe still runs the 24.09 container). Settings: configure.sh at 35a9aec
 # (the 340b branch) over nemotron4-340b-synth.yaml, stored only at 8f5cbb3 (ASSUMED the v24.11 copy's
 # settings, both on the same container and with the same measured steps). Written before simulating.
-NEMOTRON4_340B = {  # nemotron4-340b-synth.yaml and NeMo 2's Nemotron4Config340B alike (layernorm1p: LayerNorm)
-    "name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8, "ffn": 73728,
-    "vocab": 256000, "mlp": "relu2", "norm": "layernorm", "position": "rope", "tied_embeddings": False,
-}  # fmt: skip
 DGXC_340B = [  # precision, gpus, gbs, step s (tp 8, pp 8, vp 12, mbs 1, sequence 4096)
     ("bf16", 128, 32, 4.61), ("bf16", 2048, 512, 4.84), ("fp8", 128, 32, 3.16),
 ]
@@ -1200,7 +1206,7 @@ DGXC_340B_SETTINGS = (
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, NVTE_UB_SPLIT_AG, asynchronous amax reduction, gc_interval 12."
 )
 for prec, gpus, gbs, step in DGXC_340B:
-    model = dict(NEMOTRON4_340B)
+    model = nemotron4_model("NEMOTRON4-340B")
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(8, 8, 1, 12), 4096, 1, gbs, prec,
                                       "fa2", fp32_grads=False, dfa=True, fp8_params=prec == "fp8")
     scenario["training"]["recompute"] = "selective"
@@ -1272,10 +1278,7 @@ DGXC_2504_COMMON = (
     "dim 192 included: cuDNN >= 9.5, TransformerEngine issue 1591)."
 )
 for size, prec, gpus, tp, pp, vp, mbs, gbs, step, mfu in DGXC_2504:
-    if size == "340b":
-        model = dict(NEMOTRON4_340B)
-    else:
-        model = dict(llama_model("NEMOTRON4-15B"), mlp="relu2", norm="layernorm")
+    model = nemotron4_model(f"NEMOTRON4-{size.upper()}")
     fp32_grads = size == "15b" and prec == "bf16"
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 4096, mbs, gbs, prec,
                                       "cudnn", fp32_grads=fp32_grads, fp8_params=True, comm_overlap=True)
