@@ -80,7 +80,7 @@ def test_shipped_case_counts_and_unique_names():
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
         "mlperf-training-h100": 11,
-        "mlperf-training-blackwell": 1,
+        "mlperf-training-blackwell": 5,
         "amd-fsdp-mi300x": 4,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -266,8 +266,8 @@ def test_swissai_rows_are_the_pull_requests_tokens_at_two_million_tokens_a_step(
 
 
 def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
-    """MLPerf Training result logs (mlcommons/training_results_v3.1, _v4.0; forks of _v4.1 and
-    _v5.0): a block_start/block_stop pair brackets one evaluation interval whose epoch_count is its
+    """MLPerf Training result logs (mlcommons/training_results_v3.1, _v4.0, _v5.1; forks of _v4.1
+    and _v5.0): a block_start/block_stop pair brackets one evaluation interval whose epoch_count is its
     tokens (GPT-3; Llama 3.1 405B: samples_count grows by its samples), so the step is (the two
     blocks' ms) / (2 x block tokens / (global batch x sequence)); the global batch is MINIBS x dp
     (the configs' README: miniBS = GBS // DP; the 405B configs: DGXNNODES x MINIBS / 16), e.g. v3.1
@@ -280,7 +280,9 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
               "mlperf-v4.0/gpt3-175b-10752xh100": 6, "mlperf-v4.1/gpt3-175b-11616xh100": 6,
               "mlperf-v4.1/gpt3-175b-256xh100": 256, "mlperf-v4.1/gpt3-175b-512xh100": 128,
               "mlperf-v4.1/gpt3-175b-64xb200": 1024, "mlperf-v5.0/llama31-405b-512xh100": 288,
-              "mlperf-v5.0/llama31-405b-2048xh100": 72, "mlperf-v5.0/llama31-405b-2432xh100": 64}
+              "mlperf-v5.0/llama31-405b-2048xh100": 72, "mlperf-v5.0/llama31-405b-2432xh100": 64,
+              "mlperf-v5.1/llama31-8b-72xgb300": 1, "mlperf-v5.1/llama31-8b-512xgb300": 1,
+              "mlperf-v5.1/llama31-8b-72xgb200": 1, "mlperf-v5.1/llama31-8b-512xgb200": 1}
     cases = {c.name: c for c in _family("mlperf-training-h100") + _family("mlperf-training-blackwell")}
     assert set(cases) == set(minibs)
     for name, c in cases.items():
@@ -296,6 +298,14 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
     assert cases["mlperf-v3.1/gpt3-175b-4096xh100"].measured == pytest.approx(1.62613, abs=1e-5)
     assert cases["mlperf-v5.0/llama31-405b-512xh100"].measured == pytest.approx(55.2188, abs=1e-4)
     assert cases["mlperf-v4.1/gpt3-175b-64xb200"].scenario["cluster"]["hardware"] == "dgx-b200"
+    # v5.1 Llama 3.1 8B (mlcommons/training_results_v5.1): 342 steps of 36 x 8192 tokens a block at
+    # 72 GPUs, (50589 + 50594) / 684 = 147.928 ms; 192 steps of 64 at 512, (16616 + 16631) / 384
+    assert cases["mlperf-v5.1/llama31-8b-72xgb300"].measured == pytest.approx(0.147928, abs=1e-5)
+    assert cases["mlperf-v5.1/llama31-8b-512xgb300"].measured == pytest.approx(0.0865807, abs=1e-5)
+    for name in ("72xgb300", "512xgb300", "72xgb200", "512xgb200"):
+        sc = cases[f"mlperf-v5.1/llama31-8b-{name}"].scenario
+        assert sc["cluster"]["hardware"] == ("gb300-nvl72" if "gb300" in name else "gb200-nvl72")
+        assert sc["training"]["seq_len"] == 8192 and sc["parallel"]["pp"] == 1, name
     assert not any(c.family.startswith("mlperf-training") for c in load_cases(quick=True))
     # defer_embedding_wgrad_compute as each run set it: the v4.1 H100 configs'
     # WGRAD_DEFERRAL_LIMIT=65, v5.0 config_common.sh's 50, and custom.yaml's default (on with

@@ -1968,9 +1968,88 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
         "scenario": scenario,
         "measured": {"step_time_s": round(step_s, 5)},
     })
+MLPERF_V51 = "mlcommons/training_results_v5.1 (commit 4da2d1c)"
+MLPERF_8B_SETTINGS = (
+    " Llama 3.1 8B (32 layers, h 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 128256, RMSNorm, RoPE, "
+    "untied embeddings: the benchmark's model, Llama31Config8B in the reference implementation, "
+    "mlcommons/training small_llm_pretraining/nemo/pretrain_llama31.py), sequence 8192 (the log's "
+    "max_sequence_length), MBS 1. v5.1 settings (NeMo 25.09): nemo/config_common.sh sets FP8=True with "
+    "FP8_RECIPE=tensorwise (per-tensor current scaling: training.fp8_recipe current), FP8_PARAM_GATHER=True "
+    "(training.fp8_param_gather), USE_DIST_OPTIMIZER=True with OVERLAP_GRAD_REDUCE and OVERLAP_PARAM_GATHER "
+    "(Megatron-Core's distributed optimizer: zero 1, both overlapped), NCCL_NVLS_ENABLE=0 (cluster.nvls "
+    "false), DEFER_EMBEDDING_WGRAD_COMPUTE=True with WGRAD_DEFERRAL_LIMIT=50 (no counterpart at PP 1: "
+    "parallel.defer_head_wgrad defers into a pipeline flush, which a PP 1 run does not have); the config "
+    "sets NVTE_DPA_FP8_RECIPE=F16 (attention in 16 bits) and SEGMENT (cluster.segment_nodes). "
+    "config_common_cg.sh, which the config sources, is not stored: ASSUMED FULL_CUDA_GRAPH=1 and "
+    "MCORE_CUDA_GRAPH=1, as NVIDIA's CUDA graph guide quotes the v5.1 Llama 3.1 405B folder's copy "
+    "(docs.nvidia.com/dl-cuda-graph, example 'Llama 3.1 405B': cuda_graph_scope full_iteration, every "
+    "microbatch's forward and backward one graph), as training.cuda_graphs attn and mlp (each layer's "
+    "kernels issued by graph launches: the nearest). config_common_8b.sh and conf/custom.yaml are not "
+    "stored: ASSUMED no activation recompute, bf16 gradient reduction (training.fp32_grad_accum false, "
+    "as the reference's MegatronMixedPrecision sets grad_reduce_in_fp32=False), cuDNN fused attention "
+    "(TransformerEngine's backend on Blackwell), Megatron-Core's default DDP buckets where the config "
+    "sets no BUCKET_SIZE, and TransformerEngine's default userbuffers settings for the TP overlap. No "
+    "counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), ALIGN_PARAM_GATHER, "
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 / NCCL_MAX_CTAS=32 and "
+    "the per-communicator CTA file, NCCL_P2P_NET_CHUNKSIZE, NCCL_SHARP_GROUP_SIZE_THRESH.")
+# folder, hardware, nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
+# SEGMENT, [block ms], block samples, the log's train_step_time of the last block, whether the
+# folder's own config is stored (the GB200 ones are not: their GB300 twin's settings, same name)
+MLPERF_V51_8B_RUNS = [
+    ("theia_ngpu72_ngc25.09_nemo", "gb300-nvl72", 18, "config_GB300_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
+     18, [50589, 50594], 12312, 0.147934, True),
+    ("theia_ngpu512_ngc25.09_nemo", "gb300-nvl72", 128, "config_GB300_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
+     768000000, 16, [16616, 16631], 12288, 0.0866188, True),
+    ("tyche_ngpu72_ngc25.09_nemo", "gb200-nvl72", 18, "config_GB200_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
+     18, [57998, 57962], 12312, 0.169475, False),
+    ("tyche_ngpu512_ngc25.09_nemo", "gb200-nvl72", 128, "config_GB200_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
+     768000000, 16, [17317, 17314], 12288, 0.0901748, False),
+]
+for (folder, hardware, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms, block_samples, log_step,
+     stored) in MLPERF_V51_8B_RUNS:
+    gpus, seq = nodes * 4, 8192
+    dp = gpus // (tp * cp)
+    gbs = dp  # MINIBS 1
+    steps = block_samples / gbs
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    scenario = megatron_h100_scenario(llama_model("LLAMA3-8B"), gpus, megatron_parallel(tp, 1, cp, 1), seq, 1, gbs,
+                                      "fp8", "cudnn", "current", hardware=hardware, fp32_grads=False, fp8_params=True)
+    scenario["cluster"].update(nvls=False, segment_nodes=segment)
+    scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
+    scenario["overlap"]["tp_comm"] = tp_overlap
+    layout = (f"TENSOR_MODEL_PARALLEL={tp}, SEQ_PARALLEL={tp > 1}, CONTEXT_PARALLEL={cp}, "
+              f"TP_COMM_OVERLAP={tp_overlap}")
+    if bucket:
+        # Megatron-Core's DistributedDataParallelConfig.bucket_size counts parameters (ASSUMED the
+        # env's unit); the wire carries them in bf16
+        scenario["dp"]["bucket_mb"] = bucket * 2 / 1e6
+        layout += f", BUCKET_SIZE={bucket} (ASSUMED parameters: dp.bucket_mb {bucket * 2 / 1e6:g}, bf16 on the wire)"
+    own = (f"the config sets {layout}" if stored else
+           f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
+           f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
+           f"ASSUMED the rest as the GB300 config of the same name sets it ({layout})")
+    system = "GB300 NVL72 (Theia)" if hardware == "gb300-nvl72" else "GB200 NVL72 (Tyche)"
+    blackwell_cases.append({
+        "name": f"mlperf-v5.1/llama31-8b-{gpus}x{'gb300' if hardware == 'gb300-nvl72' else 'gb200'}",
+        "family": "mlperf-training-blackwell",
+        "source": (
+            f"{MLPERF_V51} NVIDIA/benchmarks/llama31_8b/implementations/nemo/{config} and "
+            f"NVIDIA/results/{folder}/llama31_8b/result_0.txt: MLPerf Training v5.1 Llama 3.1 8B on {nodes} "
+            f"{system} trays ({gpus} GPUs), tp {tp} cp {cp}, MBS 1, global batch {gbs} (MINIBS 1 x dp {dp}; the "
+            f"log's global_batch_size). Step {step_s:.4g} s: the last two block_start/block_stop pairs last "
+            f"{blocks_ms[0]} and {blocks_ms[1]} ms, each {block_samples} samples = {steps:g} steps (the log's own "
+            f"train_step_time for the last block: {log_step} s). Of the run's own settings, {own}."
+            + MLPERF_8B_SETTINGS),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_samples * seq, "global_batch": gbs,
+                      "seq_len": seq, "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step_s:.6g}")},  # six digits of a sub-second step
+    })
 dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
-     "# MLPerf Training GPT-3 175B, NVIDIA's v4.1 preview submission on DGX B200 (NeMo, FP8, 64 GPUs), the\n"
-     "# step time read off the result log's training blocks. Generated by tools/generate_validation_cases.py\n"
+     "# MLPerf Training, NVIDIA's Blackwell submissions: GPT-3 175B of v4.1 (preview, DGX B200, NeMo, FP8, 64\n"
+     "# GPUs) and Llama 3.1 8B of v5.1 (GB200 and GB300 NVL72, 72 and 512 GPUs), the step time read off each\n"
+     "# result log's training blocks. Generated by tools/generate_validation_cases.py\n"
      "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
      blackwell_cases)
 dump(str(ROOT / "validation" / "mlperf-training-h100.yaml"),
