@@ -18,6 +18,7 @@ from simcluster.engine import simulate
 from simcluster.flops import megatron_flops_per_step
 from simcluster.hardware import load_profile
 from simcluster.scenario import scenario_from_dict
+from simcluster.schedules.partition import megatron_accounted
 from simcluster.validate import Case, CaseResult, load_cases, run_cases
 from simcluster.validate_report import (
     by_family,
@@ -306,6 +307,17 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
         sc = cases[f"mlperf-v5.1/llama31-8b-{name}"].scenario
         assert sc["cluster"]["hardware"] == ("gb300-nvl72" if "gb300" in name else "gb200-nvl72")
         assert sc["training"]["seq_len"] == 8192 and sc["parallel"]["pp"] == 1, name
+    # v5.0's pretrain.py (prishajain1/training_results_v5.0 @0fdc28f): DistributedDataParallelConfig
+    # (check_for_nan_in_grad=True, grad_reduce_in_fp32=False) and ASYM_PP_EMBED / ASYM_PP_LOSS as
+    # Megatron's account_for_embedding/loss_in_pipeline_split: 126 + 2 layers over pp 8 x vp 8, two
+    # a virtual stage, the first and the last one
+    for name, c in cases.items():
+        if name.startswith("mlperf-v5.0/"):
+            sc = c.scenario
+            assert sc["dp"]["nan_check"] and sc["training"]["fp32_grad_accum"] is False, name
+            assert sc["parallel"]["embedding_in_split"] and sc["parallel"]["loss_in_split"], name
+            split = megatron_accounted(126, sc["parallel"]["pp"], sc["parallel"]["vpp"], True, True, name)
+            assert split[0] == split[-1] == 1 and set(split[1:-1]) == {2}, name
     assert not any(c.family.startswith("mlperf-training") for c in load_cases(quick=True))
     # defer_embedding_wgrad_compute as each run set it: the v4.1 H100 configs'
     # WGRAD_DEFERRAL_LIMIT=65, v5.0 config_common.sh's 50, and custom.yaml's default (on with

@@ -1915,16 +1915,21 @@ MLPERF_405B_SETTINGS = (
     "config_common.sh (the copy stored under eos-dfw_n304_ngc25.01_nemo/) sets FP8=True, "
     "FP8_PARAMS=True (training.fp8_param_gather), USE_DIST_OPTIMIZER=True with OVERLAP_GRAD_REDUCE "
     "and OVERLAP_PARAM_GATHER (Megatron-Core's distributed optimizer: zero 1, its buckets), "
-    "NCCL_NVLS_ENABLE=0 (cluster.nvls false). ASSUMED: bf16 gradient reduction "
-    "(training.fp32_grad_accum false, as NeMo's FP8 recipes set it), cuDNN fused attention, delayed "
-    "FP8 scaling, and NeMo's userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (the run's "
-    "tp_overlap settings are not stored). No counterpart: ASYM_PP_EMBED / ASYM_PP_LOSS (the "
-    "embedding and the loss counted as pipeline layers, 128 over 64 virtual stages; "
-    "parallel.partition megatron, the default, gives the first and last stage one layer fewer, the "
-    "nearest), ALIGN_PARAM_GATHER, "
+    "NCCL_NVLS_ENABLE=0 (cluster.nvls false). pretrain.py (eos-dfw_n64_ngc25.01_nemo/) builds "
+    "Megatron-Core's DistributedDataParallelConfig with grad_reduce_in_fp32=False (bf16 gradient "
+    "reduction: training.fp32_grad_accum false), check_for_nan_in_grad=True (each bucket's norm "
+    "checked for NaN on the host before its reduction: dp.nan_check true) and "
+    "average_in_collective=True, and hands ASYM_PP_EMBED / ASYM_PP_LOSS to MegatronStrategy as "
+    "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split "
+    "(parallel.embedding_in_split and loss_in_split: 126 layers + 2 over 64 virtual stages, two "
+    "each, the first and the last one layer short). ASSUMED: cuDNN fused attention, delayed FP8 "
+    "scaling, and NeMo's userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (the run's "
+    "tp_overlap settings are not stored). No counterpart: ALIGN_PARAM_GATHER, "
     "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4 and the per-communicator CTA limits, "
-    "NCCL_P2P_NET_CHUNKSIZE. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4, NCCL_P2P_NET_CHUNKSIZE, and the "
+    "per-communicator CTA limits of conf/nccl/custom_communicator_cta.yaml (stored in "
+    "eos-dfw_n64_ngc25.01_nemo/: dp, dp_cp and tp at most 8 CTAs, pp 2, cp 1), where simcluster's "
+    "collectives take the profile's collective_sms and NCCL's channel rules. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
     "WGRAD_DEFERRAL_LIMIT=50, which pretrain.py hands to NeMo's MegatronCommOverlapCallback "
     "(defer_embedding_wgrad_compute, wgrad_deferral_limit): parallel.defer_head_wgrad with "
     "head_wgrad_deferral_limit 50 (the output layer's weight gradients of the first 50 microbatches "
@@ -1950,7 +1955,9 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
                                       gbs, "fp8", "cudnn", fp32_grads=False, fp8_params=True)
     scenario["cluster"]["nvls"] = False
     scenario["overlap"]["tp_comm_cfg"] = "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"
-    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50)
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
+                                loss_in_split=True)
+    scenario["dp"]["nan_check"] = True
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh100",
         "family": "mlperf-training-h100",
@@ -1985,13 +1992,17 @@ MLPERF_8B_SETTINGS = (
     "(docs.nvidia.com/dl-cuda-graph, example 'Llama 3.1 405B': cuda_graph_scope full_iteration, every "
     "microbatch's forward and backward one graph), as training.cuda_graphs attn and mlp (each layer's "
     "kernels issued by graph launches: the nearest). config_common_8b.sh and conf/custom.yaml are not "
-    "stored: ASSUMED no activation recompute, bf16 gradient reduction (training.fp32_grad_accum false, "
-    "as the reference's MegatronMixedPrecision sets grad_reduce_in_fp32=False), cuDNN fused attention "
+    "stored, nor is pretrain.py: ASSUMED no activation recompute, bf16 gradient reduction "
+    "(training.fp32_grad_accum false) and no NaN check of the gradient buckets (dp.nan_check false), as "
+    "the reference's MegatronMixedPrecision sets grad_reduce_in_fp32=False and as an undated NVIDIA MLPerf "
+    "pretrain.py of this lineage (it has the fp4 knobs v5.1 brought) builds DistributedDataParallelConfig "
+    "(check_for_nan_in_grad=False, grad_reduce_in_fp32=False; v5.0's, stored, had the check on), cuDNN fused attention "
     "(TransformerEngine's backend on Blackwell), Megatron-Core's default DDP buckets where the config "
     "sets no BUCKET_SIZE, and TransformerEngine's default userbuffers settings for the TP overlap. No "
     "counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), ALIGN_PARAM_GATHER, "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 / NCCL_MAX_CTAS=32 and "
-    "the per-communicator CTA file, NCCL_P2P_NET_CHUNKSIZE, NCCL_SHARP_GROUP_SIZE_THRESH.")
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 / NCCL_MAX_CTAS=32 (which "
+    "override the per-communicator CTA file's limits: NCCL's envConfigOverride), NCCL_P2P_NET_CHUNKSIZE, "
+    "NCCL_SHARP_GROUP_SIZE_THRESH.")
 # folder, hardware, nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
 # SEGMENT, [block ms], block samples, the log's train_step_time of the last block, whether the
 # folder's own config is stored (the GB200 ones are not: their GB300 twin's settings, same name)
@@ -2020,10 +2031,13 @@ for (folder, hardware, nodes, config, tp, cp, tp_overlap, bucket, segment, block
     layout = (f"TENSOR_MODEL_PARALLEL={tp}, SEQ_PARALLEL={tp > 1}, CONTEXT_PARALLEL={cp}, "
               f"TP_COMM_OVERLAP={tp_overlap}")
     if bucket:
-        # Megatron-Core's DistributedDataParallelConfig.bucket_size counts parameters (ASSUMED the
-        # env's unit); the wire carries them in bf16
+        # v5.0's pretrain.py hands optim.bucket_size to DistributedDataParallelConfig.bucket_size, a
+        # count of parameters (BUCKET_SIZE -> optim.bucket_size ASSUMED: custom.yaml is not stored);
+        # the wire carries them in bf16
         scenario["dp"]["bucket_mb"] = bucket * 2 / 1e6
-        layout += f", BUCKET_SIZE={bucket} (ASSUMED parameters: dp.bucket_mb {bucket * 2 / 1e6:g}, bf16 on the wire)"
+        layout += (f", BUCKET_SIZE={bucket} (parameters, as v5.0's pretrain.py hands optim.bucket_size to "
+                   f"Megatron-Core's DistributedDataParallelConfig.bucket_size: dp.bucket_mb {bucket * 2 / 1e6:g}, "
+                   "bf16 on the wire)")
     own = (f"the config sets {layout}" if stored else
            f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
            f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
