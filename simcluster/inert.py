@@ -353,8 +353,8 @@ def _fp8_recipe(ctx: Context) -> Verdict:
     return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
 
 
-def _tp_only_amax_red(ctx: Context) -> Verdict:
-    # parallelism/fp8_amax.py: the group choice matters only where the amax all-reduce runs
+def _amax_reduction(ctx: Context) -> Verdict:
+    # parallelism/fp8_amax.py: its group and its blocking matter only where the amax all-reduce runs
     if delayed_under_te_autocast(ctx.scenario):
         return None
     tr = ctx.scenario.training
@@ -534,7 +534,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
-    InertRule("training.tp_only_amax_red", _tp_only_amax_red),
+    InertRule("training.tp_only_amax_red", _amax_reduction),
+    InertRule("training.fp8_amax_async", _amax_reduction),
     InertRule("training.fp8_weight_cache", _fp8_weight_cache),
     InertRule("training.master_weights", _master_weights),
     InertRule("training.grad_16bit_freed", _grad_lifetime),

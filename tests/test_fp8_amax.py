@@ -89,3 +89,26 @@ def test_tp_only_amax_reduction_spans_the_tp_and_cp_ranks():
     alone["training"]["tp_only_amax_red"] = True
     assert _amax_events(alone).empty  # tp 1, cp 1: every rank its own group
 
+
+
+def test_te_up_to_1_5_async_reduction_keeps_the_compute_stream_running():
+    """TransformerEngine <= 1.5 with NVTE_ASYNC_AMAX_REDUCTION=1 (module/base.py: the all-reduce
+    issued with async_op=True, its handle waited on by the next autocast region's first module;
+    dropped by pull request 575 in 1.6): the same reductions, none holding up the compute stream,
+    so a slow network's all-reduce latency no longer lengthens the step by itself (the NCCL
+    kernels still hold their SMs while in flight, engine/interference.py)."""
+    def step(async_: bool) -> tuple[float, float, int]:
+        data = _scenario(dp=4)
+        data["cluster"].update(gpus=PP * 4, gpus_per_node=1, nic_latency_us=200.0)
+        data["cluster"].pop("network")  # a real network: the reductions take their latency
+        data["training"]["fp8_amax_async"] = async_
+        result = run(data, all_ranks=True)
+        amax = result.events[result.events["name"].str.startswith("fp8_amax")]
+        per_rank = (amax["end_s"] - amax["start_s"]).sum() / amax["rank"].nunique()
+        return result.summary["step_time_s"], per_rank, len(amax)
+
+    (blocking, busy, n_blocking), (overlapped, busy_async, n_overlapped) = step(False), step(True)
+    assert n_blocking == n_overlapped > 0 and busy == pytest.approx(busy_async, rel=1e-6)
+    # 2 x M x VPP = 16 reductions a rank, each over 4 ranks on 4 nodes at 200 us a hop: 13 ms
+    # a rank in flight; blocking, the stream waits them out, async, only their SMs are lost
+    assert busy > 10e-3 and blocking - overlapped > 0.25 * busy

@@ -71,6 +71,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("training.tp_only_amax_red", {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_recipe": "current",
                                                                       "tp_only_amax_red": True}},
      {"parallel": {"tp": 2}, "training": {"precision": "fp8", "tp_only_amax_red": True}}),
+    ("training.fp8_amax_async", {"parallel": {"tp": 2}, "training": {"precision": "bf16", "fp8_amax_async": True}},
+     {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_amax_async": True}}),
     # TE's cached FP8 weight copies (parallelism/fp8_weights.py): none in bf16
     ("training.fp8_weight_cache", {"training": {"fp8_weight_cache": False}},
      {"training": {"precision": "fp8", "fp8_weight_cache": False}}),

@@ -307,6 +307,14 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
         sc = cases[f"mlperf-v5.1/llama31-8b-{name}"].scenario
         assert sc["cluster"]["hardware"] == ("gb300-nvl72" if "gb300" in name else "gb200-nvl72")
         assert sc["training"]["seq_len"] == 8192 and sc["parallel"]["pp"] == 1, name
+    # NVTE_ASYNC_AMAX_REDUCTION=1 and NVTE_DP_AMAX_REDUCE_INTERVAL=0 (v3.1's config_common.sh, as
+    # aws-samples/awsome-distributed-training @ad9afb3 redistributes it) were read by
+    # TransformerEngine up to 1.5 (v3.1 pins 09ba842), dropped in 1.6 (v4.0 pins 1.6rc1): only the
+    # v3.1 rows reduce amaxes asynchronously, over the TP group
+    for name, c in cases.items():
+        tr = c.scenario["training"]
+        v31 = name.startswith("mlperf-v3.1/")
+        assert tr.get("fp8_amax_async", False) is v31 and tr.get("tp_only_amax_red", False) is v31, name
     # v5.0's pretrain.py (prishajain1/training_results_v5.0 @0fdc28f): DistributedDataParallelConfig
     # (check_for_nan_in_grad=True, grad_reduce_in_fp32=False) and ASYM_PP_EMBED / ASYM_PP_LOSS as
     # Megatron's account_for_embedding/loss_in_pipeline_split: 126 + 2 layers over pp 8 x vp 8, two

@@ -1684,7 +1684,7 @@ MLPERF_GPT3 = (
     "the nearest). No counterpart here: TransformerEngine's atomic GEMM reduce-scatter "
     "(NVTE_UB_ATOMIC_GEMM_RS, NVTE_RS_STRIDED_ATOMIC), userbuffers' cga_size and aggregate keys, "
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4 and the per-communicator CTA limits, "
-    "NCCL_P2P_NET_CHUNKSIZE, asynchronous amax reduction, the manual Python GC interval.")
+    "NCCL_P2P_NET_CHUNKSIZE, the manual Python GC interval.")
 MLPERF_V31_SETTINGS = (
     " v3.1 settings: config_DGXH100_<nodes>x8x<minibs>x4x8_mbs1.sh sets MINIBS, TP 4, PP 8, "
     "MICRO_BATCH_SIZE 1, TP_COMM_OVERLAP; no INTERLEAVED_PIPELINE, so custom.yaml's default 12 (one "
@@ -1700,7 +1700,13 @@ MLPERF_V31_SETTINGS = (
     "a development revision of the 23.09 period; whether it already preferred cuDNN on Hopper, as TE "
     "1.2 does, was not checked: with cuDNN's rates the 4096-GPU row reads -5.0% for -2.5%). Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4pp8mbs1.yaml (bulk "
     "4/8/2/4 SMs, the all-gathers as ring exchanges, proj_fprop / fc2_fprop pipelines of 24 / 4 SMs "
-    "in 4 splits with a margin).")
+    "in 4 splits with a margin). The same config_common.sh sets NVTE_DP_AMAX_REDUCE_INTERVAL=0 and "
+    "NVTE_ASYNC_AMAX_REDUCTION=1 ('AMAX AR overlap and disable DP'), which TransformerEngine read up to "
+    "1.5 (fp8.py, module/base.py; pull request 431 of September 2023 brought the interval, 575 in 1.6 "
+    "dropped both): every amax all-reduce over the module's tensor-parallel group only "
+    "(training.tp_only_amax_red: the same ranks at cp 1) and issued async_op=True, waited on by the next "
+    "autocast region (training.fp8_amax_async); the run's TE 09ba842 takes interval 0, which the code "
+    "before 431 would divide by.")
 MLPERF_V40_SETTINGS = (
     " v4.0 settings: the config sets MINIBS, TP, PP, MICRO_BATCH_SIZE, INTERLEAVED_PIPELINE and "
     "TP_COMM_OVERLAP (the log's global_batch_size gives the MINIBS the run used). config_common.sh "
@@ -1710,7 +1716,9 @@ MLPERF_V40_SETTINGS = (
     "training.fp8_param_gather), NCCL_NVLS_ENABLE=0, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink "
     "multicast, no counterpart). ASSUMED: cuDNN fused attention (the Dockerfile pins TransformerEngine "
     "v1.6rc1, which prefers it on Hopper; config_common.sh's own comment names cuDNN's flash "
-    "attention as the running kernel).")
+    "attention as the running kernel). config_common.sh still sets NVTE_ASYNC_AMAX_REDUCTION=1 and "
+    "NVTE_DP_AMAX_REDUCE_INTERVAL=0, which TransformerEngine 1.6 no longer reads (pull request 575): "
+    "the amax all-reduce blocks, over Megatron-Core's amax reduction group.")
 MLPERF_H100 = [  # version, nodes, config's MINIBS, tp, pp, vp, mbs, global batch, [block ms], block tokens, cuda graph
     ("v3.1", 512, 16, 4, 8, 12, 1, 2048, [19498, 19529], 50331648, False),
     ("v3.1", 1024, 16, 4, 8, 12, 1, 4096, [9868, 9875], 50331648, False),
@@ -1765,6 +1773,8 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
     scenario["overlap"]["tp_comm_cfg"] = mlperf_ub(version, cuda_graph)
     if version == "v4.0":
         scenario["dp"]["bucket_mb"] = 209.7152
+    else:
+        scenario["training"].update(tp_only_amax_red=True, fp8_amax_async=True)
     if cuda_graph:
         scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
     repo = MLPERF_V31 if version == "v3.1" else MLPERF_V40

@@ -19,6 +19,11 @@ stage, and its backward with another; the LM head runs outside TE's FP8 modules.
 is a few floats per GEMM, latency-bound: what costs is the collective's latency over a group
 that spans the data-parallel replicas, and in an all-ranks run the wait for the slowest of them.
 
+TransformerEngine up to 1.5 read ``NVTE_ASYNC_AMAX_REDUCTION``: with it set the all-reduce was
+issued ``async_op=True`` and waited on by the next autocast region's first module
+(``training.fp8_amax_async``), so the compute stream did not stop for it; 1.6 (pull request 575)
+dropped the variable.
+
 Current scaling reduces no history (its amax pass is the cast's own, ``compute.quantise``) and
 block scaling takes scales inside the cast, so neither runs it; frameworks that train with
 torchao's float8 or their own FP8 (torchtitan, nanotron) are not TE's autocast.
@@ -74,4 +79,6 @@ def amax_reduction(scenario: Scenario, model: ModelSpec, layout: Layout, layers:
     floats = AMAXES_PER_GEMM[key] * sum(layer_gemms(model, layout, layer) for layer in layers)
     edge = layers[-1] if key == "F" else layers[0]
     name = f"fp8_amax_{'fwd' if key == 'F' else 'bwd'}"
-    return [Comm(name, amax_group(scenario), "all_reduce", 4.0 * floats, False, edge)]
+    # TE <= 1.5 with NVTE_ASYNC_AMAX_REDUCTION=1 (training.fp8_amax_async): async_op=True, the
+    # next region's first module waits on the handle, so the compute stream runs on
+    return [Comm(name, amax_group(scenario), "all_reduce", 4.0 * floats, scenario.training.fp8_amax_async, edge)]

@@ -55,6 +55,16 @@ class TrainingSection(SectionBase):
             "GPT-3 175B performance script sets it)"
         ),
     )
+    fp8_amax_async: bool = Field(
+        default=False,
+        description=(
+            "FP8 delayed scaling's amax all-reduce issued asynchronously (TransformerEngine up to "
+            "1.5 with NVTE_ASYNC_AMAX_REDUCTION=1: async_op=True, waited on by the next autocast "
+            "region's first module), so the compute stream does not stop at the region's end; TE "
+            "1.6 and later ignore the variable and reduce blocking (NVIDIA's MLPerf v3.1 GPT-3 "
+            "configs set it)"
+        ),
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description=(
