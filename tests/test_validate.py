@@ -1240,6 +1240,31 @@ def test_ratchet_blackwell_fast_rows():
         assert r.error_pct is not None and abs(r.error_pct) <= names[r.case.name] + 1.0, (r.case.name, r.error_pct)
 
 
+# MLPerf Training rows (slow: true) lie outside the quick-set ratchet, and drift there went unseen:
+# the blocking amax all-reduce of 2026-12-04 moved every H100 row 1.5-2.7 points before they were
+# re-run on 2026-12-05. These rows (all but the 8,192- to 11,616-GPU ones, 25-95 s each) are held to
+# their errors of that day (docs/accuracy.md, "MLPerf Training GPT-3 175B on DGX H100" and the v5.1
+# rows), either sign within 1 point: a change that moves one further updates this table with its reason.
+MLPERF_HELD_ERRORS = {
+    "mlperf-v3.1/gpt3-175b-4096xh100": 0.26, "mlperf-v4.0/gpt3-175b-512xh100": 2.22,
+    "mlperf-v4.0/gpt3-175b-10752xh100": 2.05, "mlperf-v4.1/gpt3-175b-256xh100": 4.43,
+    "mlperf-v4.1/gpt3-175b-512xh100": 2.47, "mlperf-v5.0/llama31-405b-2048xh100": 1.22,
+    "mlperf-v5.0/llama31-405b-2432xh100": 0.94, "mlperf-v4.1/gpt3-175b-64xb200": 5.46,
+    "mlperf-v5.1/llama31-8b-72xgb300": -4.60, "mlperf-v5.1/llama31-8b-512xgb300": -36.70,
+    "mlperf-v5.1/llama31-8b-72xgb200": -12.78, "mlperf-v5.1/llama31-8b-512xgb200": -36.67,
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_mlperf_rows_hold_their_errors():
+    """About 80 CPU-seconds: the slow MLPerf rows above, each within 1 point of its recorded error."""
+    results = run_cases([c for c in load_cases() if c.name in MLPERF_HELD_ERRORS], jobs=1)
+    assert len(results) == len(MLPERF_HELD_ERRORS)
+    for r in results:
+        assert r.error_pct is not None, r.case.name
+        assert abs(r.error_pct - MLPERF_HELD_ERRORS[r.case.name]) <= 1.0, (r.case.name, r.error_pct)
+
+
 @pytest.mark.slow
 def test_ratchet_all_quick_cases():
     """Every shipped case not marked slow (about 23 CPU-minutes, long steps read off shorter
