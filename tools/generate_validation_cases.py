@@ -1203,7 +1203,8 @@ DGXC_340B_SETTINGS = (
     "remainders (training.master_weights remainder); gradient_accumulation_fusion, "
     "defer_embedding_wgrad_compute with wgrad_deferral_limit 22 (parallel.defer_head_wgrad), "
     "cross_entropy_loss_fusion (Megatron-Core's native fused loss). No counterpart here: "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, NVTE_UB_SPLIT_AG, asynchronous amax reduction, gc_interval 12."
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, NVTE_UB_SPLIT_AG, gc_interval 12; the asynchronous amax reduction "
+    "variables are read by TransformerEngine up to 1.5 only (training.fp8_amax_async), not by 24.09's."
 )
 for prec, gpus, gbs, step in DGXC_340B:
     model = nemotron4_model("NEMOTRON4-340B")
