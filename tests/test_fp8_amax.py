@@ -8,6 +8,7 @@ import pytest
 from engine_helpers import pipeline_scenario, run
 
 from simcluster.context import build_context
+from simcluster.importers import ImportOptions, import_config
 from simcluster.parallelism.fp8_amax import AMAXES_PER_GEMM
 from simcluster.scenario import scenario_from_dict
 
@@ -112,3 +113,23 @@ def test_te_up_to_1_5_async_reduction_keeps_the_compute_stream_running():
     # 2 x M x VPP = 16 reductions a rank, each over 4 ranks on 4 nodes at 200 us a hop: 13 ms
     # a rank in flight; blocking, the stream waits them out, async, only their SMs are lost
     assert busy > 10e-3 and blocking - overlapped > 0.25 * busy
+
+
+def test_import_notes_the_amax_variables_only_old_transformer_engines_read(tmp_path):
+    """A Megatron launch script exporting NVTE_ASYNC_AMAX_REDUCTION=1 and
+    NVTE_DP_AMAX_REDUCE_INTERVAL=0 (NVIDIA's MLPerf v3.1 GPT-3 config_common.sh): TransformerEngine
+    up to 1.5 reads them, 1.6 dropped them (pull request 575), and the script does not say which TE
+    runs, so the import names the fields to write and sets neither."""
+    args = ('ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
+            '--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16 '
+            '--fp8-format hybrid"\n')
+    env = "export NVTE_ASYNC_AMAX_REDUCTION=1\nexport NVTE_DP_AMAX_REDUCE_INTERVAL=0\n"
+    path = tmp_path / "run.sh"
+    path.write_text(f"#!/bin/bash\n{args}{env}python pretrain_gpt.py $ARGS\n")
+    out = import_config("megatron", path, ImportOptions(cluster="dgx-h100", nodes=1))
+    tr = out.scenario["training"]
+    assert "fp8_amax_async" not in tr and "tp_only_amax_red" not in tr
+    assert any("training.fp8_amax_async: true" in n for n in out.notes)
+    assert any("training.tp_only_amax_red: true" in n for n in out.notes)
+    path.write_text(f"#!/bin/bash\n{args}python pretrain_gpt.py $ARGS\n")
+    assert not any("amax" in n for n in import_config("megatron", path, ImportOptions(cluster="dgx-h100", nodes=1)).notes)

@@ -140,6 +140,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _optimizer_instances(flags, sc, options)
     _training(flags, sc, framework, out)
     _launch_blocking(args.variables, sc, out)
+    _amax_variables(args.variables, sc, out)
     moe(flags, sc, out)
     out.run_tokens = _run_length(flags, sc["training"])
     if out.run_tokens is None:
@@ -197,6 +198,25 @@ def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Importe
                 f"CUDA_LAUNCH_BLOCKING=1: {', '.join(f'overlap.{k}' for k in dropped)} false "
                 "(each collective's launch waits until it has run, so nothing runs beside it)"
             )
+
+
+def _amax_variables(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:
+    """TransformerEngine's asynchronous amax variables, which only releases up to 1.5 read
+    (``fp8.py``, ``module/base.py``; pull request 575 dropped them in 1.6): which TE runs is not in
+    the script, so a note says what to write rather than setting it."""
+    tr = sc["training"]
+    if tr.get("precision") != "fp8" or tr.get("fp8_recipe", "delayed") != "delayed":
+        return
+    if variables.get("NVTE_ASYNC_AMAX_REDUCTION", "").strip() == "1":
+        out.notes.append(
+            "NVTE_ASYNC_AMAX_REDUCTION=1: read by TransformerEngine up to 1.5 only (an asynchronous "
+            "amax all-reduce); with such a TE write training.fp8_amax_async: true"
+        )
+    if variables.get("NVTE_DP_AMAX_REDUCE_INTERVAL", "").strip() == "0":
+        out.notes.append(
+            "NVTE_DP_AMAX_REDUCE_INTERVAL=0: read by TransformerEngine up to 1.5 only (amaxes reduced "
+            "over the tensor-parallel group alone); with such a TE write training.tp_only_amax_red: true"
+        )
 
 
 def _framework(flags: Flags) -> str:
