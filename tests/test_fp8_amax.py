@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import pipeline_scenario, run
+from test_launch_blocking import _imported, _script
 
 from simcluster.context import build_context
-from simcluster.importers import ImportOptions, import_config
 from simcluster.parallelism.fp8_amax import AMAXES_PER_GEMM
 from simcluster.scenario import scenario_from_dict
 
@@ -120,16 +120,11 @@ def test_import_notes_the_amax_variables_only_old_transformer_engines_read(tmp_p
     NVTE_DP_AMAX_REDUCE_INTERVAL=0 (NVIDIA's MLPerf v3.1 GPT-3 config_common.sh): TransformerEngine
     up to 1.5 reads them, 1.6 dropped them (pull request 575), and the script does not say which TE
     runs, so the import names the fields to write and sets neither."""
-    args = ('ARGS="--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 '
-            '--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 --bf16 '
-            '--fp8-format hybrid"\n')
     env = "export NVTE_ASYNC_AMAX_REDUCTION=1\nexport NVTE_DP_AMAX_REDUCE_INTERVAL=0\n"
     path = tmp_path / "run.sh"
-    path.write_text(f"#!/bin/bash\n{args}{env}python pretrain_gpt.py $ARGS\n")
-    out = import_config("megatron", path, ImportOptions(cluster="dgx-h100", nodes=1))
+    out = _imported(path, _script(env, " --fp8-format hybrid"))
     tr = out.scenario["training"]
     assert "fp8_amax_async" not in tr and "tp_only_amax_red" not in tr
     assert any("training.fp8_amax_async: true" in n for n in out.notes)
     assert any("training.tp_only_amax_red: true" in n for n in out.notes)
-    path.write_text(f"#!/bin/bash\n{args}python pretrain_gpt.py $ARGS\n")
-    assert not any("amax" in n for n in import_config("megatron", path, ImportOptions(cluster="dgx-h100", nodes=1)).notes)
+    assert not any("amax" in n for n in _imported(path, _script("", " --fp8-format hybrid")).notes)

@@ -2014,22 +2014,22 @@ MLPERF_8B_SETTINGS = (
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 / NCCL_MAX_CTAS=32 (which "
     "override the per-communicator CTA file's limits: NCCL's envConfigOverride), NCCL_P2P_NET_CHUNKSIZE, "
     "NCCL_SHARP_GROUP_SIZE_THRESH.")
-# folder, hardware, nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
+# folder, GPU (BLACKWELL_HW), nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
 # SEGMENT, [block ms], block samples, the log's train_step_time of the last block, whether the
 # folder's own config is stored (the GB200 ones are not: their GB300 twin's settings, same name)
 MLPERF_V51_8B_RUNS = [
-    ("theia_ngpu72_ngc25.09_nemo", "gb300-nvl72", 18, "config_GB300_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
+    ("theia_ngpu72_ngc25.09_nemo", "GB300", 18, "config_GB300_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
      18, [50589, 50594], 12312, 0.147934, True),
-    ("theia_ngpu512_ngc25.09_nemo", "gb300-nvl72", 128, "config_GB300_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
+    ("theia_ngpu512_ngc25.09_nemo", "GB300", 128, "config_GB300_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
      768000000, 16, [16616, 16631], 12288, 0.0866188, True),
-    ("tyche_ngpu72_ngc25.09_nemo", "gb200-nvl72", 18, "config_GB200_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
+    ("tyche_ngpu72_ngc25.09_nemo", "GB200", 18, "config_GB200_18x4x1xtp1pp1cp2_8b.sh", 1, 2, False, None,
      18, [57998, 57962], 12312, 0.169475, False),
-    ("tyche_ngpu512_ngc25.09_nemo", "gb200-nvl72", 128, "config_GB200_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
+    ("tyche_ngpu512_ngc25.09_nemo", "GB200", 128, "config_GB200_128x4x1xtp2pp1cp4_8b.sh", 2, 4, True,
      768000000, 16, [17317, 17314], 12288, 0.0901748, False),
 ]
-for (folder, hardware, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms, block_samples, log_step,
+for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms, block_samples, log_step,
      stored) in MLPERF_V51_8B_RUNS:
-    gpus, seq = nodes * 4, 8192
+    gpus, seq, hardware = nodes * 4, 8192, BLACKWELL_HW[gpu]
     dp = gpus // (tp * cp)
     gbs = dp  # MINIBS 1
     steps = block_samples / gbs
@@ -2053,9 +2053,9 @@ for (folder, hardware, nodes, config, tp, cp, tp_overlap, bucket, segment, block
            f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
            f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
            f"ASSUMED the rest as the GB300 config of the same name sets it ({layout})")
-    system = "GB300 NVL72 (Theia)" if hardware == "gb300-nvl72" else "GB200 NVL72 (Tyche)"
+    system = f"{gpu} NVL72 ({folder.split('_')[0].title()})"  # NVIDIA's system: theia, tyche
     blackwell_cases.append({
-        "name": f"mlperf-v5.1/llama31-8b-{gpus}x{'gb300' if hardware == 'gb300-nvl72' else 'gb200'}",
+        "name": f"mlperf-v5.1/llama31-8b-{gpus}x{gpu.lower()}",
         "family": "mlperf-training-blackwell",
         "source": (
             f"{MLPERF_V51} NVIDIA/benchmarks/llama31_8b/implementations/nemo/{config} and "

@@ -200,23 +200,26 @@ def _launch_blocking(variables: dict[str, str], sc: dict[str, Any], out: Importe
             )
 
 
+#: TransformerEngine's amax variables only releases up to 1.5 read (``fp8.py``, ``module/base.py``;
+#: pull request 575 dropped them in 1.6): (variable, value, what it did, the field that says so)
+OLD_TE_AMAX_VARIABLES = (
+    ("NVTE_ASYNC_AMAX_REDUCTION", "1", "an asynchronous amax all-reduce", "fp8_amax_async"),
+    ("NVTE_DP_AMAX_REDUCE_INTERVAL", "0", "amaxes reduced over the tensor-parallel group alone", "tp_only_amax_red"),
+)
+
+
 def _amax_variables(variables: dict[str, str], sc: dict[str, Any], out: Imported) -> None:
-    """TransformerEngine's asynchronous amax variables, which only releases up to 1.5 read
-    (``fp8.py``, ``module/base.py``; pull request 575 dropped them in 1.6): which TE runs is not in
-    the script, so a note says what to write rather than setting it."""
+    """:data:`OLD_TE_AMAX_VARIABLES` a script sets under FP8 delayed scaling: which TE runs is not
+    in the script, so a note says what to write rather than setting it."""
     tr = sc["training"]
     if tr.get("precision") != "fp8" or tr.get("fp8_recipe", "delayed") != "delayed":
         return
-    if variables.get("NVTE_ASYNC_AMAX_REDUCTION", "").strip() == "1":
-        out.notes.append(
-            "NVTE_ASYNC_AMAX_REDUCTION=1: read by TransformerEngine up to 1.5 only (an asynchronous "
-            "amax all-reduce); with such a TE write training.fp8_amax_async: true"
-        )
-    if variables.get("NVTE_DP_AMAX_REDUCE_INTERVAL", "").strip() == "0":
-        out.notes.append(
-            "NVTE_DP_AMAX_REDUCE_INTERVAL=0: read by TransformerEngine up to 1.5 only (amaxes reduced "
-            "over the tensor-parallel group alone); with such a TE write training.tp_only_amax_red: true"
-        )
+    for name, value, effect, field in OLD_TE_AMAX_VARIABLES:
+        if variables.get(name, "").strip() == value:
+            out.notes.append(
+                f"{name}={value}: read by TransformerEngine up to 1.5 only ({effect}); with such a TE "
+                f"write training.{field}: true"
+            )
 
 
 def _framework(flags: Flags) -> str:
