@@ -261,6 +261,15 @@ class EfficiencySpec(_Strict):
             "0 = no interference"
         ),
     )
+    channel_busbw: list[tuple[Annotated[int, Field(gt=0, le=64)], Annotated[float, LINK]]] = Field(
+        default_factory=list,
+        description=(
+            "[[NCCL channels (CTAs), bus bandwidth GB/s], ...] a collective reaches when its "
+            "communicator is limited to that many (maxCTAs), increasing; caps the calls of a "
+            "group with fewer channels than collective_sms (simcluster/nccl_ctas.py). "
+            "Empty = unknown: no cap"
+        ),
+    )
     attention_kernels: dict[str, list[AttentionCurve]] = Field(
         default_factory=dict,
         description=(
@@ -301,6 +310,13 @@ class EfficiencySpec(_Strict):
     attention_kernel: str | None = Field(
         default=None, description="the kernel of attention_kernels a scenario uses unless it names one"
     )
+
+    @field_validator("channel_busbw")
+    @classmethod
+    def _channels_increase(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(v, v[1:], strict=False)):
+            raise ValueError("channel_busbw's channels must increase and its bandwidths not fall")
+        return v
 
     @model_validator(mode="after")
     def _default_kernel_listed(self) -> EfficiencySpec:

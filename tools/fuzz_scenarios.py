@@ -98,8 +98,18 @@ def draw(rng: random.Random) -> dict[str, Any]:
         doc["overlap"] = {k: rng.random() < 0.5 for k in ("tp_comm", "dp_grad_reduce", "param_gather")}
     if rng.random() < 0.1:
         doc["cluster"]["nic_gbps"] = rng.choice([100, 200, 800])
+    _draw_cta_limits(rng, doc["cluster"])
     _draw_settings(rng, doc)
     return doc
+
+
+def _draw_cta_limits(rng: random.Random, cluster: dict[str, Any]) -> None:
+    """Sometimes NCCL CTA limits: per communicator (Megatron's names) and job-wide."""
+    if rng.random() < 0.1:
+        names = rng.sample(["dp_cp", "cp", "tp", "pp", "ep", "ep_dp", "embd", "tp_dp_cp"], 3)
+        cluster["nccl_communicators"] = {n: {"max_ctas": rng.choice([1, 2, 4, 8])} for n in names}
+        if rng.random() < 0.3:
+            cluster["nccl_min_nchannels"] = rng.choice([2, 4])
 
 
 def _draw_schedule(rng: random.Random, parallel: dict[str, Any]) -> None:

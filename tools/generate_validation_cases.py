@@ -1935,12 +1935,15 @@ MLPERF_405B_SETTINGS = (
     "(parallel.embedding_in_split and loss_in_split: 126 layers + 2 over 64 virtual stages, two "
     "each, the first and the last one layer short). ASSUMED: cuDNN fused attention, delayed FP8 "
     "scaling, and NeMo's userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (the run's "
-    "tp_overlap settings are not stored). No counterpart: ALIGN_PARAM_GATHER, "
+    "tp_overlap settings are not stored). config_common.sh sets NCCL_CFG_PATH to "
+    "conf/nccl/custom_communicator_cta.yaml (stored in eos-dfw_n64_ngc25.01_nemo/; Megatron-Core's "
+    "per-communicator NCCL options: cluster.nccl_communicators with its min_ctas / max_ctas, dp, dp_cp "
+    "and tp at most 8 CTAs, pp, mp and embd 2, cp, tp_dp_cp, tp_dp and tp_exp 1, each at least 1; its "
+    "cga_cluster_size keys have no counterpart) and NCCL_MIN_NCHANNELS=4 (cluster.nccl_min_nchannels, "
+    "which NCCL's ncclTopoPostset lets win over a max_ctas below it: the one-CTA communicators run on "
+    "4 channels). No counterpart: ALIGN_PARAM_GATHER, "
     "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4, NCCL_P2P_NET_CHUNKSIZE, and the "
-    "per-communicator CTA limits of conf/nccl/custom_communicator_cta.yaml (stored in "
-    "eos-dfw_n64_ngc25.01_nemo/: dp, dp_cp and tp at most 8 CTAs, pp 2, cp 1), where simcluster's "
-    "collectives take the profile's collective_sms and NCCL's channel rules. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_P2P_NET_CHUNKSIZE. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
     "WGRAD_DEFERRAL_LIMIT=50, which pretrain.py hands to NeMo's MegatronCommOverlapCallback "
     "(defer_embedding_wgrad_compute, wgrad_deferral_limit): parallel.defer_head_wgrad with "
     "head_wgrad_deferral_limit 50 (the output layer's weight gradients of the first 50 microbatches "
@@ -1969,6 +1972,12 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
     scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
                                 loss_in_split=True)
     scenario["dp"]["nan_check"] = True
+    scenario["cluster"]["nccl_communicators"] = {
+        **dict.fromkeys(("dp", "dp_cp", "tp"), {"min_ctas": 1, "max_ctas": 8}),
+        **dict.fromkeys(("pp", "mp", "embd"), {"min_ctas": 1, "max_ctas": 2}),
+        **dict.fromkeys(("cp", "tp_dp_cp", "tp_dp", "tp_exp"), {"min_ctas": 1, "max_ctas": 1}),
+    }
+    scenario["cluster"]["nccl_min_nchannels"] = 4
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh100",
         "family": "mlperf-training-h100",
@@ -2011,9 +2020,10 @@ MLPERF_8B_SETTINGS = (
     "(TransformerEngine's backend on Blackwell), Megatron-Core's default DDP buckets where the config "
     "sets no BUCKET_SIZE, and TransformerEngine's default userbuffers settings for the TP overlap. No "
     "counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), ALIGN_PARAM_GATHER, "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 / NCCL_MAX_CTAS=32 (which "
-    "override the per-communicator CTA file's limits: NCCL's envConfigOverride), NCCL_P2P_NET_CHUNKSIZE, "
-    "NCCL_SHARP_GROUP_SIZE_THRESH.")
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_P2P_NET_CHUNKSIZE, NCCL_SHARP_GROUP_SIZE_THRESH. The "
+    "config sets NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32 (cluster.nccl_min_nchannels, "
+    "nccl_min_ctas, nccl_max_ctas), which replace the per-communicator CTA file's limits (NCCL's "
+    "envConfigOverride; the file is not stored and needs no counterpart).")
 # folder, GPU (BLACKWELL_HW), nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
 # SEGMENT, [block ms], block samples, the log's train_step_time of the last block, whether the
 # folder's own config is stored (the GB200 ones are not: their GB300 twin's settings, same name)
@@ -2036,7 +2046,8 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
     scenario = megatron_h100_scenario(llama_model("LLAMA3-8B"), gpus, megatron_parallel(tp, 1, cp, 1), seq, 1, gbs,
                                       "fp8", "cudnn", "current", hardware=hardware, fp32_grads=False, fp8_params=True)
-    scenario["cluster"].update(nvls=False, segment_nodes=segment)
+    scenario["cluster"].update(nvls=False, segment_nodes=segment, nccl_min_nchannels=4, nccl_min_ctas=16,
+                               nccl_max_ctas=32)
     scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
     scenario["overlap"]["tp_comm"] = tp_overlap
     layout = (f"TENSOR_MODEL_PARALLEL={tp}, SEQ_PARALLEL={tp > 1}, CONTEXT_PARALLEL={cp}, "

@@ -69,6 +69,9 @@ class Comms:
     all_ranks: bool
     recorder: Recorder
     sm_share: SmShare | None = None
+    #: group -> NCCL channels, for the groups whose communicator's CTA limits change the count
+    #: (simcluster.nccl_ctas); a group not listed runs on the profile's
+    channels: dict[str, int] = field(default_factory=dict)
     _streams: dict[tuple[int, str], StreamSlot] = field(default_factory=dict)
     _groups: dict[tuple, tuple] = field(default_factory=dict)
     _group_of: dict[tuple[str, int], list[int]] = field(default_factory=dict)
@@ -173,6 +176,7 @@ class Comms:
         stream: str | None = None,
         shown_bytes: float | None = None,
         redop: str = "sum",
+        nccl: bool = True,
     ) -> Generator[simpy.Event, Any, None]:  # SimPy sends each yielded event's value back
         """Run one collective of ``rank``'s ``group`` on its stream; records the event.
 
@@ -190,7 +194,8 @@ class Comms:
         (PyTorch FSDP's HSDP all-reduce stream). ``shown_bytes``: what the event records, when
         the network is given more (``Comm.uneven``). ``redop``: the reduction NCCL is asked
         for (sum, avg, premul_sum: a data-parallel gradient's ``dp.reduce_op``), which decides
-        whether NVLS may run.
+        whether NVLS may run. ``nccl`` False: not an NCCL call (a userbuffers exchange), which
+        its group's CTA limits (``channels``) do not reach.
         """
         route = self._routes.get((rank, group, stream))
         if route is None:
@@ -210,7 +215,8 @@ class Comms:
                 yield self.env.timeout(lead_s)
             start = self.env.now
             held = self._enter_sms(rank, group, holds_sms, sms)
-            joined = yield from self._move(rank, stage, op, group, dim, members, nbytes, redop)
+            channels = self.channels.get(group, 0) if nccl else 0
+            joined = yield from self._move(rank, stage, op, group, dim, members, nbytes, redop, channels)
             if joined is not None:
                 start = joined
             self._leave_sms(rank, held)
@@ -249,36 +255,40 @@ class Comms:
 
     def _move(
         self, rank: int, stage: int, op: str, group: str, dim: str, members: list[int],
-        nbytes: float, redop: str,
+        nbytes: float, redop: str, channels: int = 0,
     ) -> Generator[simpy.Event, Any, float | None]:  # fmt: skip
-        """The collective's data movement, once it holds its stream; returns when the event
-        starts instead of now (a cross-stage partner's arrival), else None."""
+        """The collective's data movement, once it holds its stream, on ``channels`` (0: the
+        profile's); returns when the event starts instead of now (a cross-stage partner's
+        arrival), else None."""
         if op == "send_recv":  # ring exchange with the next rank of the group (CP)
-            yield from self._ring_step(rank, stage, group, members, nbytes)
+            yield from self._ring_step(rank, stage, group, members, nbytes, channels)
         elif group in CROSS_STAGE:
             # the event starts when the partner arrives: the wait for it is pipeline
             # imbalance (the last stage finishes its backward first), not communication
-            start: float | None = yield self._join(rank, group, op, members, nbytes, stage)
+            start: float | None = yield self._join(rank, group, op, members, nbytes, stage,
+                                                   channels=channels)  # fmt: skip
             return start
         elif self.all_ranks:
-            yield self._join(rank, group, op, members, nbytes, stage, redop)
+            yield self._join(rank, group, op, members, nbytes, stage, redop, channels)
         else:
-            yield self.network.collective(op, self.stage_groups(dim, stage), nbytes, redop=redop)
+            yield self.network.collective(op, self.stage_groups(dim, stage), nbytes, redop=redop,
+                                          channels=channels)  # fmt: skip
         return None
 
     def _ring_step(
-        self, rank: int, stage: int, group: str, members: list[int], nbytes: float
+        self, rank: int, stage: int, group: str, members: list[int], nbytes: float, channels: int
     ) -> Generator:
         dim = GROUP_DIM[group]
         nxt = members[(members.index(rank) + 1) % len(members)]
         if self.all_ranks:
-            yield self._join(rank, group, "send_recv", members, nbytes, stage)
+            yield self._join(rank, group, "send_recv", members, nbytes, stage, channels=channels)
             return
-        yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage))
+        yield self.network.send(rank, nxt, nbytes, pairs=self.ring_pairs(dim, stage),
+                                channels=channels)  # fmt: skip
 
     def _join(
         self, rank: int, group: str, op: str, members: list[int], nbytes: float, stage: int,
-        redop: str = "sum",
+        redop: str = "sum", channels: int = 0,
     ) -> simpy.Event:
         """Rendezvous of a group's members; the last arrival starts the network operation
         (in symmetric mode for every symmetric group of ``stage`` at once). The event's value
@@ -298,10 +308,10 @@ class Comms:
             del self._rendezvous[key]
             if op == "send_recv":
                 pairs = [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
-                ev = self.network.send(members[0], members[1], nbytes, pairs=pairs)
+                ev = self.network.send(members[0], members[1], nbytes, pairs=pairs, channels=channels)
             else:
                 groups = [members] if self.all_ranks else self.stage_groups(GROUP_DIM[group], stage)
-                ev = self.network.collective(op, groups, nbytes, redop=redop)
+                ev = self.network.collective(op, groups, nbytes, redop=redop, channels=channels)
             ev.callbacks.append(lambda _e, d=done, t=self.env.now: d.succeed(t))
         started: simpy.Event = entry[1]
         return started
@@ -331,7 +341,8 @@ class Comms:
         try:
             start = self.env.now
             yield self.network.send(
-                src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)]
+                src, dst, nbytes, pairs=pairs if not self.all_ranks else [(src, dst)],
+                channels=self.channels.get("pp", 0),
             )
             flow = self.recorder.next_flow()
             end = self.env.now

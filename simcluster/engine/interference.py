@@ -66,6 +66,9 @@ class SmShare:
     #: the most SMs a userbuffers overlap of this run holds (0: none); enables the share on a
     #: profile whose NCCL collectives take none
     userbuffer_sms: int = 0
+    #: group -> its NCCL channels (one CTA, one SM each) where its communicator's CTA limits
+    #: change them from ``collective_sms`` (simcluster.nccl_ctas)
+    group_sms: dict[str, int] = field(default_factory=dict)
     # rank -> {SMs held: collectives in flight holding that many}, and their sum now
     _in_flight: dict[int, dict[int, int]] = field(default_factory=dict)
     _held_now: dict[int, int] = field(default_factory=dict)
@@ -102,13 +105,16 @@ class SmShare:
 
     def held_by(self, group: str, holds_sms: bool = False, sms: int = 0) -> int:
         """SMs a collective of ``group`` takes from compute while in flight: ``sms`` when it
-        names its own count (a userbuffers overlap), else NCCL's ``collective_sms`` when it
-        interferes (its group, or ``holds_sms``: an NCCL call whatever its group), else 0."""
+        names its own count (a userbuffers overlap), else its communicator's NCCL channels
+        (``group_sms``, else ``collective_sms``) when it interferes (its group, or
+        ``holds_sms``: an NCCL call whatever its group), else 0."""
         if not self.enabled:
             return 0
         if sms:
             return sms
-        return self.collective_sms if holds_sms or group in INTERFERING_GROUPS else 0
+        if holds_sms or group in INTERFERING_GROUPS:
+            return self.group_sms.get(group, self.collective_sms)
+        return 0
 
     def enter(self, rank: int, sms: int | None = None) -> None:
         """A collective holding ``sms`` SMs (default NCCL's) became resident on ``rank``."""

@@ -16,13 +16,14 @@ from simcluster.engine.interference import SmShare
 from simcluster.engine.metrics import PIPELINE_KINDS, bubble_of, exposed_comm, pipeline_spans
 from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipeline_p2p_seconds
 from simcluster.engine.progress import run_with_progress
-from simcluster.engine.recorder import Recorder
+from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
 from simcluster.engine.result import SimResult
 from simcluster.engine.shared import Shared
 from simcluster.engine.worker import GRAD_ZERO, Worker
 from simcluster.errors import InternalError, UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.names import run_heading
+from simcluster.nccl_ctas import CtaLimit, NcclEnv, group_channels
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
@@ -149,8 +150,9 @@ def simulate(
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()
     eff = ctx.profile.efficiency
-    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans))
-    comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None)
+    channels = _communicator_channels(sc, eff.collective_sms)
+    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans), channels)
+    comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None, channels)
     opt_bpp = optimizer_bytes_per_param(sc)
     clip_bpp = clip_bytes_per_local_param(sc)
     host_share = sc.training.optimizer_offload
@@ -335,6 +337,18 @@ def _summary(
         "network": sc.cluster.network,
         "all_ranks": bool(events["rank"].nunique() > lay.pp) if len(events) else False,
     }
+
+
+def _communicator_channels(sc: Scenario, search: int) -> dict[str, int]:
+    """Group -> NCCL channels for the groups whose communicator's CTA limits (the scenario's
+    ``cluster.nccl_*``) change the profile's ``search`` count (nccl_ctas.py)."""
+    limits = {
+        name: CtaLimit(c.min_ctas, c.max_ctas)
+        for name, c in (sc.cluster.nccl_communicators or {}).items()
+    }
+    c = sc.cluster
+    env = NcclEnv(c.nccl_min_ctas, c.nccl_max_ctas, c.nccl_min_nchannels, c.nccl_max_nchannels)
+    return group_channels(search, limits, env, tuple(STREAM_OF_GROUP))
 
 
 def _userbuffer_sms(plans: list[StagePlan]) -> int:

@@ -207,7 +207,7 @@ class Worker(PipelineIO, DataParallelOps):
     def _comm(self, seg: Comm, mb: int, chunk: int, ticket: int | None = None) -> Generator:
         yield from self.shared.comms.collective(
             self.rank, self.stage, seg.group, seg.op, seg.nbytes * seg.uneven, seg.name, mb, chunk, seg.layer,
-            holds_sms=seg.holds_sms, sms=seg.sms, ticket=ticket, shown_bytes=seg.nbytes,
+            holds_sms=seg.holds_sms, sms=seg.sms, ticket=ticket, shown_bytes=seg.nbytes, nccl=seg.nccl,
         )
 
     def run_segments(

@@ -40,18 +40,19 @@ class Network:
         self._recipes: dict[tuple, tuple[Sequence[Sequence[int]], Recipe]] = {}
 
     def collective(self, op: str, groups: Sequence[Sequence[int]], nbytes: float,
-                   algo: str | None = None, redop: str = "sum") -> simpy.Event:  # fmt: skip
+                   algo: str | None = None, redop: str = "sum", channels: int = 0) -> simpy.Event:  # fmt: skip
         """Start ``op`` on every group in ``groups`` at once; the event fires when groups[0]
         has finished. nbytes = the nccl-tests 'size' of the op (all_reduce/broadcast: buffer;
         all_gather: total output; reduce_scatter: total input; all_to_all: total send buffer
         per rank). ``redop``: the reduction applied (sum, avg, premul_sum), which decides
-        whether NVLS may run."""
+        whether NVLS may run. ``channels``: the communicator's channels when its CTA limits
+        change them (:mod:`~simcluster.nccl_ctas`), else 0."""
         done = self.env.event()
         if self.ideal or nbytes <= 0 or len(groups[0]) < 2:
             check_op(op)
             done.succeed()
             return done
-        recipe = self._recipe(op, groups, nbytes, algo, redop)
+        recipe = self._recipe(op, groups, nbytes, algo, redop, channels)
         # callbacks, not a SimPy process: a step runs hundreds of thousands of collectives and
         # a process costs two extra events each
         if recipe.latency > 0:
@@ -63,28 +64,29 @@ class Network:
         return done
 
     def _recipe(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, algo: str | None,
-                redop: str = "sum") -> Recipe:  # fmt: skip
+                redop: str = "sum", channels: int = 0) -> Recipe:  # fmt: skip
         """:func:`make_recipe`'s recipe for the call, remembered by the groups tuple's identity."""
         if type(groups) is not tuple:
-            return make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop)
-        key = (op, id(groups), nbytes, algo, redop)
+            return make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop, channels)
+        key = (op, id(groups), nbytes, algo, redop, channels)
         hit = self._recipes.get(key)
         if hit is not None and hit[0] is groups:
             return hit[1]
-        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop)
+        recipe = make_recipe(self.cluster, op, groups, nbytes, algo, self.symmetric, redop, channels)
         self._recipes[key] = (groups, recipe)
         return recipe
 
     def send(self, src: int, dst: int, nbytes: float,
-             pairs: Sequence[tuple[int, int]] | None = None) -> simpy.Event:  # fmt: skip
-        """Point-to-point; ``pairs`` = all symmetric concurrent (src, dst) pairs incl. (src, dst)."""
+             pairs: Sequence[tuple[int, int]] | None = None, channels: int = 0) -> simpy.Event:  # fmt: skip
+        """Point-to-point; ``pairs`` = all symmetric concurrent (src, dst) pairs incl. (src, dst);
+        ``channels``: the communicator's CTA limit when it has one, else 0."""
         # the engine passes a stage pair's cached tuple of pairs: remembered by identity (and
         # held), it is not rebuilt and hashed pair by pair for every pipeline transfer
         by_id = (src, dst, id(pairs)) if type(pairs) is tuple else None
         if by_id is not None:
             hit = self._send_groups.get(by_id)
             if hit is not None and hit[0] is pairs:
-                return self.collective("send_recv", hit[1], nbytes)
+                return self.collective("send_recv", hit[1], nbytes, channels=channels)
         key = (src, dst, tuple(map(tuple, pairs or ())))
         groups = self._send_groups.get(key)
         if groups is None:
@@ -92,7 +94,7 @@ class Network:
             groups = self._send_groups[key] = ((src, dst), *others)
         if by_id is not None:
             self._send_groups[by_id] = (pairs, groups)
-        return self.collective("send_recv", groups, nbytes)
+        return self.collective("send_recv", groups, nbytes, channels=channels)
 
     # --- SimPy driver -----------------------------------------------------------------------
     def _start(self, recipe: Recipe, done: simpy.Event) -> None:

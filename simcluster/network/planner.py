@@ -173,15 +173,16 @@ def _geometry(cluster: Cluster, group: tuple[int, ...]) -> Geometry:
     return Geometry(nodes, -(-len(group) // nodes))
 
 
-def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float,
-          algo: str | None, redop: str = "sum") -> tuple[float, Algorithm, Protocol, float]:  # fmt: skip
+def _best(cluster: Cluster, op: str, key: GroupsKey, nbytes: float, algo: str | None,
+          redop: str = "sum", channels: int = 0) -> tuple[float, Algorithm, Protocol, float]:  # fmt: skip
     """The fastest (algorithm, protocol) for the representative group alone reducing with
-    ``redop``: (time, algorithm, protocol, latency) by the uncalibrated model."""
+    ``redop`` on ``channels`` (0: the profile's): (time, algorithm, protocol, latency) by the
+    uncalibrated model."""
     best: tuple[float, Algorithm, Protocol, float] | None = None
     for a in _candidates(cluster, op, algo, _shapes(cluster, key), redop):
         plan = _plans(cluster, op, a, key)[0]
         specs = _specs(cluster, op, a, key, True)[0]
-        for c in candidates(cluster, op, plan, len(key[0]), nbytes):
+        for c in candidates(cluster, op, plan, len(key[0]), nbytes, channels):
             t = _alone(cluster, c.latency, specs, nbytes / c.proto.bw_fraction)
             if best is None or t < best[0]:
                 best = (t, a, c.proto, c.latency)
@@ -206,20 +207,23 @@ def _reference_time(cluster: Cluster, op: str, geometry: Geometry, nbytes: float
 
 
 def make_recipe(cluster: Cluster, op: str, groups: Sequence[Sequence[int]], nbytes: float,
-                algo: str | None = None, symmetric: bool = True, redop: str = "sum") -> Recipe:  # fmt: skip
+                algo: str | None = None, symmetric: bool = True, redop: str = "sum",
+                channels: int = 0) -> Recipe:  # fmt: skip
     """Choose algorithm and protocol and build the flows for one collective call (cached).
     ``redop``: the reduction it applies (algorithms.REDUCE_OPS; only NVLS and NVLS_TREE depend
-    on it). A calibrated table's ratio is taken against the sum model it was measured with."""
+    on it). ``channels``: the communicator's channels when its CTA limits change them
+    (:mod:`simcluster.nccl_ctas`), else 0. A calibrated table's ratio is taken against the sum model on
+    the profile's channels, as it was measured."""
     check_op(op)
     check_redop(redop)
     key = check_groups(cluster, groups)
-    memo: dict[tuple[str, GroupsKey, float, str | None, bool, str], Recipe] = cluster.cache.setdefault("recipes", {})
-    mkey = (op, key, float(nbytes), algo, symmetric, redop)
+    memo: dict[tuple[str, GroupsKey, float, str | None, bool, str, int], Recipe] = cluster.cache.setdefault("recipes", {})
+    mkey = (op, key, float(nbytes), algo, symmetric, redop, channels)
     hit = memo.get(mkey)
     if hit is not None:
         return hit
     key = _widest_first(cluster, key)
-    t_model, a, p, latency = _best(cluster, op, key, nbytes, algo, redop)
+    t_model, a, p, latency = _best(cluster, op, key, nbytes, algo, redop, channels)
     scale = nbytes / p.bw_fraction
     specs = _specs(cluster, op, a, key, symmetric)
     ratio = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simcluster import nccl_ctas
 from simcluster.network import nccl_caps
 from simcluster.network.algorithms import Plan
 from simcluster.network.flows import Flow, isolated_time
@@ -66,24 +67,31 @@ def _link_GBps(cluster: Cluster, op: str, plan: Plan, n: int) -> float:
     return hit
 
 
-def _p2p(plan: Plan, nbytes: float, n: int) -> list[Candidate]:
+def _p2p(cluster: Cluster, plan: Plan, nbytes: float, n: int, channels: int) -> list[Candidate]:
     """NCCL's send/recv protocol by size, at its p2p base latency plus the step's hop (and the
-    protocol's extra per-hop cost of NCCL's ring model, hwLat[p] - hwLat[LL])."""
+    protocol's extra per-hop cost of NCCL's ring model, hwLat[p] - hwLat[LL]). ``channels``:
+    the communicator's limit (0: none), whose CTAs carry every send/recv of it (nccl_ctas)."""
     peer_bytes = nbytes if n <= 2 else nbytes / n
     name = "LL" if peer_bytes <= P2P_LL_THRESHOLD else "Simple"
     proto = next(p for p in protocols_for("ring", plan.domains > 1) if p.name == name)
-    proto = replace(proto, base_s=P2P_BASE_US * 1e-6,
-                    bw_fraction=_P2P_LL_FRACTION if name == "LL" else 1.0)  # fmt: skip
+    frac = _P2P_LL_FRACTION if name == "LL" else 1.0
+    cap = nccl_ctas.cap_GBps(cluster.profile.efficiency.channel_busbw, channels)
+    if cap != float("inf"):
+        frac = min(frac, cap / _link_GBps(cluster, "send_recv", plan, n))
+    proto = replace(proto, base_s=P2P_BASE_US * 1e-6, bw_fraction=frac)
     lat = step_latency(
         proto, plan.intra_steps, plan.inter_steps, plan.intra_hop_s, plan.inter_hop_s
     )
     return [Candidate(proto, lat)]
 
 
-def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> list[Candidate]:
-    """The protocols NCCL could run ``plan`` with, each with its rate share and latency."""
+def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float,
+               channels: int = 0) -> list[Candidate]:  # fmt: skip
+    """The protocols NCCL could run ``plan`` with, each with its rate share and latency.
+    ``channels``: the communicator's channel count when its CTA limits change it (nccl_ctas),
+    else 0 (the profile's ``collective_sms``)."""
     if plan.p2p:
-        return _p2p(plan, nbytes, n)
+        return _p2p(cluster, plan, nbytes, n, channels)
     profile = cluster.profile
     cc = profile.gpu.compute_capability
     gen = nccl_caps.generation(cc)
@@ -95,7 +103,11 @@ def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> 
         ]  # fmt: skip
     cpu = profile.node.host_cpu
     multi = plan.domains > 1
-    channels = profile.efficiency.collective_sms
+    limited = channels > 0
+    channels = channels or profile.efficiency.collective_sms
+    # what the communicator's CTAs move when copying through SMs (ring, tree; NVLS's CTAs
+    # drive the switch's multicast and are not measured here): binds only below the search's
+    cap = nccl_ctas.cap_GBps(profile.efficiency.channel_busbw, channels) if limited else float("inf")
     out = []
     # A ring with one rank per node pays the tree's network latency per inter-node step
     # (plan.net_family): NCCL <= 2.2x's src/graph/tuning.cc ("With ppn=1 latencies are fully
@@ -108,10 +120,12 @@ def candidates(cluster: Cluster, op: str, plan: Plan, n: int, nbytes: float) -> 
         frac = p.bw_fraction
         if plan.family in ("ring", "tree"):
             link = _link_GBps(cluster, op, plan, n)
-            frac = (
-                nccl_caps.bus_GBps(plan.family, p.name, gen, cpu, plan.domains, channels, link)
-                / link
-            )
+            # the graph runs at what its CTAs move, each protocol at its share of that (NCCL's
+            # busBw = nChannels x per-channel bw); the cap is nccl-tests bus bandwidth, and a
+            # tree's rates here are its algbw
+            graph = min(link, cap if plan.family == "ring" else cap / busbw_factor(op, n))
+            bus = nccl_caps.bus_GBps(plan.family, p.name, gen, cpu, plan.domains, channels, graph)
+            frac = bus / link
         intra = plan.intra_hop_s + p.intra_extra_s
         if plan.family == "ring" and multi and op != "broadcast":
             intra = max(intra, nccl_caps.net_overhead_s(cpu, p.name))

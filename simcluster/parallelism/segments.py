@@ -84,6 +84,8 @@ class Comm:
     expert-parallel groups always do (``engine/interference.py``). ``sms`` > 0 = its kernels
     hold that many SMs instead (a TransformerEngine userbuffers overlap's ``num_sm``). It cannot
     start before the host has issued it (``host``: seconds of CPU time, on the rank's host clock).
+    ``nccl`` False = not an NCCL call (a userbuffers exchange): its group's NCCL CTA limits
+    (``cluster.nccl_communicators``) do not reach it.
     """
 
     name: str
@@ -100,6 +102,7 @@ class Comm:
     #: (parallelism/expert.py ``deepep_own_share``): the network moves ``nbytes`` times it, the
     #: events record ``nbytes``
     uneven: float = 1.0
+    nccl: bool = True
 
 
 Segment = Compute | Comm

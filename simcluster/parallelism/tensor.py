@@ -63,7 +63,7 @@ def wrap_block(
     blocking_rs = backward and ub is not None and ub.grad_scatter.blocking
     if lay.sequence_parallel:
         gather = shapes.tp_gather_bytes  # FP8 when the linears run in FP8
-        first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer)
+        first = Comm(f"{block}_tp_ag", "tp", "all_gather", gather, overlap, layer, nccl=not overlap)
         # the forward reduce-scatter runs slice by slice beside the GEMM's slices: slice i is
         # reduced (pipeline) or passed on (ring exchange) while slice i + 1 computes, so the
         # last slice's share follows the GEMM, exposed
@@ -72,12 +72,13 @@ def wrap_block(
         last = Comm(
             f"{block}_tp_rs", "tp", "reduce_scatter", size - tail, (overlap or under_wgrad) and not blocking_rs,
             layer, holds_sms=under_wgrad and not overlap, sms=scatter_sms,
+            nccl=not overlap or blocking_rs,
         )  # fmt: skip
         out = _place(first, body, None if under_wgrad or blocking_rs else last, overlap)
         if blocking_rs and not under_wgrad:
             out.append(last)
         if tail:
-            out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer))
+            out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer, nccl=False))
             if rs_reduce is not None and rs_reduce.total > 0:
                 out.append(Compute.of(f"{block}_tp_rs_reduce", rs_reduce, layer))
         if backward and not lay.sp_keeps_gather:
@@ -87,6 +88,7 @@ def wrap_block(
             regather = Comm(
                 f"{block}_tp_ag_input", "tp", "all_gather", gather, True, layer,
                 holds_sms=not overlap, sms=0 if ub is None else ub.input_gather.comm_sms,
+                nccl=not overlap,
             )  # fmt: skip
             computes = [i for i, s in enumerate(out) if isinstance(s, Compute)]
             at = computes[0] if regather_first else computes[-1]

@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from simcluster.limits import MAX_GPUS, addressable_gib
+from simcluster.nccl_ctas import MAX_CHANNELS
 from simcluster.rate_bounds import HBM, LATENCY, LINK, NIC
 from simcluster.scenario.base import SectionBase
+from simcluster.scenario.nccl import NcclCommunicator, check_communicators
 
 
 class ModelSection(SectionBase):
@@ -296,6 +298,34 @@ class ClusterSection(SectionBase):
             "overrides the profile's node.nvls: whether the NVSwitches reduce in the switch "
             "(NVLink SHARP), which NCCL's NVLS algorithms need"
         ),
+    )
+    nccl_communicators: Annotated[
+        dict[str, NcclCommunicator] | None, AfterValidator(check_communicators)
+    ] = Field(
+        default=None,
+        description=(
+            "per-communicator NCCL CTA limits by Megatron-Core's group names, as its "
+            "--nccl-communicator-config-path YAML gives them, e.g. {dp_cp: {max_ctas: 8}, cp: "
+            "{max_ctas: 1}}: a limited group runs on fewer channels, holds fewer SMs and moves "
+            "at most what they move (profile efficiency.channel_busbw; a profile without it: "
+            "the SMs only). Userbuffers exchanges are not NCCL calls and are not limited"
+        ),
+    )
+    nccl_min_ctas: int | None = Field(
+        default=None, ge=1, le=MAX_CHANNELS,
+        description="NCCL_MIN_CTAS: replaces every communicator's min_ctas",
+    )
+    nccl_max_ctas: int | None = Field(
+        default=None, ge=1, le=MAX_CHANNELS,
+        description="NCCL_MAX_CTAS: replaces every communicator's max_ctas",
+    )
+    nccl_min_nchannels: int | None = Field(
+        default=None, ge=1, le=MAX_CHANNELS,
+        description="NCCL_MIN_NCHANNELS: the fewest channels of every communicator, over its max_ctas",
+    )
+    nccl_max_nchannels: int | None = Field(
+        default=None, ge=1, le=MAX_CHANNELS,
+        description="NCCL_MAX_NCHANNELS: the most channels of every communicator",
     )
     oversubscription: float | None = Field(
         default=None, ge=1,
