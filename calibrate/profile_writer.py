@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from calibrate.busbw import bus_factor
+from calibrate.channels import channel_curve
 from calibrate.spread import spread
 from simcluster import yamlio
 from simcluster.attention_kernels import MEASURED, curves_from_rows
@@ -54,6 +55,8 @@ class Measurements:
     gemm_ranks: Row | None = None
     # the reference GEMM alone and under in-flight all-reduces (calibrate/interference.py)
     interference: Row | None = None
+    # an all-reduce on communicators held to 1, 2, 4, 8 CTAs (calibrate/channels.py)
+    channels: list[Row] = field(default_factory=list)
     # device <-> pinned host copies and one rank's CPU AdamW step (calibrate/hostlink.py)
     host_link: Row | None = None
     host_update: Row | None = None
@@ -94,6 +97,7 @@ class Measurements:
                 ("attention", self.attention),
                 ("memory", self.memory),
                 ("collectives", self.collectives),
+                ("channels", self.channels),
             )
             if rows
         }
@@ -180,7 +184,11 @@ def _within(text: str, raw: float, value: float, cap: str = "1") -> str:
 
 
 def _describe_sms(data: dict[str, Any], sm_count: int | None) -> None:
-    """The measured device's SM count, or, on a CPU, none and nothing that depends on SMs."""
+    """The measured device's SM count, or, on a CPU, none and nothing that depends on SMs.
+    The starting profile's CTA curve is another GPU's: dropped (the run's sweep, if any, sets
+    its own)."""
+    data["efficiency"].pop("channel_busbw", None)
+    _forget(data, "efficiency.channel_busbw")
     if sm_count:
         data["gpu"]["sm_count"] = sm_count
         _note(
@@ -418,6 +426,16 @@ def _apply_compute(data: dict[str, Any], m: Measurements, origin: str) -> None:
             f"measured: the {r['m']}x{r['n']}x{r['k']} {r['dtype']} GEMM ran at {r['rate']:.3f} of "
             f"its speed under {r['bytes']} B all-reduces on {r['gpus']} ranks, read as SMs taken "
             "from compute (calibrate)",
+        )
+    if m.channels:
+        eff["channel_busbw"] = channel_curve(m.channels)
+        r = m.channels[0]
+        _note(
+            data,
+            "efficiency.channel_busbw",
+            f"measured: {r['bytes']} B all-reduce bus bandwidth on {r['gpus']} ranks of a node, each "
+            f"communicator held to {', '.join(str(x['channels']) for x in m.channels)} CTAs "
+            "(ncclConfig minCTAs = maxCTAs; calibrate)",
         )
 
 

@@ -19,7 +19,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from calibrate import attention, collectives, gemm, hostlink, interference, membw, moe, soak, spread
+from calibrate import (
+    attention,
+    channels,
+    collectives,
+    gemm,
+    hostlink,
+    interference,
+    membw,
+    moe,
+    soak,
+    spread,
+)
 from calibrate.dist import DistContext, init, shutdown
 from calibrate.moe_alltoall import measure_all_to_all
 from calibrate.moe_shapes import MoeShape
@@ -232,6 +243,7 @@ def collective_steps(
             for op in collectives.BUILDERS
             for nbytes in collectives.default_sizes(cfg.device, cfg.quick)
         ]
+    steps += channel_steps(cfg, ctx, timer, budget)
     if ctx.distributed and ctx.world >= 2:
         nbytes = interference.default_bytes(cfg.device, cfg.quick)
         steps.append(
@@ -247,6 +259,29 @@ def collective_steps(
             )
         )
     return steps
+
+
+def channel_steps(cfg: RunConfig, ctx: DistContext, timer: Timer, budget: float) -> list[Step]:
+    """With NCCL and >= 2 ranks a node, the all-reduce on communicators held to 1, 2, 4, 8 CTAs
+    (``efficiency.channel_busbw``); otherwise none, and a line saying why."""
+    if not ctx.distributed:
+        return []
+    why = channels.unsupported(ctx.backend, ctx.local_world)
+    if why is not None:
+        if ctx.is_main:
+            print(f"note: no CTA sweep (efficiency.channel_busbw): {why}", file=sys.stderr, flush=True)
+        return []
+    nbytes = channels.default_bytes(cfg.quick)
+    return [
+        Step(
+            f"all_reduce {nbytes} B at {', '.join(map(str, channels.CHANNELS))} CTAs",
+            lambda m: setattr(
+                m, "channels",
+                channels.measure_channels(ctx.local_world, ctx.nodes, nbytes, ctx.device, timer, budget),
+            ),
+            float(len(channels.CHANNELS)),
+        )
+    ]
 
 
 def run_dtypes(cfg: RunConfig, dev: torch.device) -> list[str]:

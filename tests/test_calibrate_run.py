@@ -700,3 +700,10 @@ def test_a_summary_that_fails_leaves_the_written_profile_a_success(monkeypatch, 
     assert load_profile(out).measured["gemm"]
     err = capsys.readouterr().err
     assert f"wrote {out}" in err and "note: no summary (KeyError: 'gpu')" in err
+
+
+def test_a_gloo_run_says_why_it_has_no_cta_sweep(two_rank_profile):
+    # the CTA sweep (efficiency.channel_busbw) needs NCCL's communicators: gloo has no CTAs
+    err = two_rank_profile.with_name("p.stderr").read_text()
+    assert "no CTA sweep (efficiency.channel_busbw): the gloo backend has no CTAs" in err
+    assert "channel_busbw" not in yaml.safe_load(two_rank_profile.read_text())["efficiency"]

@@ -1682,10 +1682,12 @@ MLPERF_GPT3 = (
     "recompute (custom.yaml's ACT_CKPT_* unset); sequence parallel; gradient accumulation fusion; TP "
     "overlap (TP_COMM_OVERLAP=True) with the tp_overlap file custom.yaml picks; NCCL_NVLS_ENABLE=0 "
     "(cluster.nvls false); overlap_p2p_comm True and batch_p2p_comm False (overlap.pp_p2p batched, "
-    "the nearest). No counterpart here: TransformerEngine's atomic GEMM reduce-scatter "
+    "the nearest); NCCL_MIN_NCHANNELS=4 (cluster.nccl_min_nchannels: below the profile's 24 channels it "
+    "changes nothing). No counterpart here: TransformerEngine's atomic GEMM reduce-scatter "
     "(NVTE_UB_ATOMIC_GEMM_RS, NVTE_RS_STRIDED_ATOMIC), userbuffers' cga_size and aggregate keys, "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_MIN_NCHANNELS=4 and the per-communicator CTA limits, "
-    "NCCL_P2P_NET_CHUNKSIZE, the manual Python GC interval.")
+    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, the per-communicator CTA limits where a config names a file "
+    "(NCCL_CFG_PATH; the GPT-3 folders' conf/nccl files are not stored), NCCL_P2P_NET_CHUNKSIZE, the "
+    "manual Python GC interval.")
 MLPERF_V31_SETTINGS = (
     " v3.1 settings: config_DGXH100_<nodes>x8x<minibs>x4x8_mbs1.sh sets MINIBS, TP 4, PP 8, "
     "MICRO_BATCH_SIZE 1, TP_COMM_OVERLAP; no INTERLEAVED_PIPELINE, so custom.yaml's default 12 (one "
@@ -1770,7 +1772,7 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(tp, pp, 1, vp), 2048, mbs, gbs, "fp8",
                                       "fa2" if version == "v3.1" else "cudnn", fp32_grads=False, dfa=True,
                                       fp8_params=version == "v4.0")
-    scenario["cluster"]["nvls"] = False
+    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4)
     scenario["overlap"]["tp_comm_cfg"] = mlperf_ub(version, cuda_graph)
     if version == "v4.0":
         scenario["dp"]["bucket_mb"] = 209.7152
@@ -1868,7 +1870,7 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
     model = gpt3_model("175B", 2048, vocab=50688, tied_embeddings=True, dropout=False)
     scenario = megatron_h100_scenario(model, gpus, megatron_parallel(4, 8, 1, 6), 2048, 2, gbs, "fp8", "cudnn",
                                       hardware=hw, fp32_grads=False, dfa=True, fp8_params=True)
-    scenario["cluster"]["nvls"] = False
+    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4)
     scenario["dp"]["bucket_mb"] = bucket_mib * 1.048576
     ub = copy.deepcopy(MLPERF_V41_UB)
     if b200:
