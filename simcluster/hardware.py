@@ -261,6 +261,15 @@ class EfficiencySpec(_Strict):
             "0 = no interference"
         ),
     )
+    nvls_sms: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "SMs an NVLS or NVLS_TREE collective occupies while in flight (NCCL_NVLS_NCHANNELS' "
+            "default, one CTA per channel), in place of collective_sms for those algorithms; "
+            "unset = collective_sms"
+        ),
+    )
     channel_busbw: list[tuple[Annotated[int, Field(gt=0, le=64)], Annotated[float, LINK]]] = Field(
         default_factory=list,
         description=(

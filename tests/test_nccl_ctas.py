@@ -162,3 +162,32 @@ def test_a_launch_script_s_channel_variables_import_as_cluster_fields(tmp_path):
     assert (cluster["nccl_min_ctas"], cluster["nccl_max_ctas"], cluster["nccl_min_nchannels"]) == (16, 32, 4)
     assert "nccl_max_nchannels" not in cluster and any("NCCL_MAX_NCHANNELS='x' left out" in n for n in out.notes)
     assert any("--nccl-communicator-config-path" in s and "cluster.nccl_communicators" in s for s in out.skipped)
+
+
+# --- NVLS: NVIDIA/nccl src/transport/nvls.cc, NVLS_NCHANNELS 16 on Hopper (2.17-2.28); maintainer
+# sjeaugey in NVIDIA/nccl issue 1649: "the default number of SMs is 16" ------------------------
+def test_an_nvls_collective_holds_the_nvls_ctas():
+    import simpy
+
+    share = SmShare(simpy.Environment(), 132, 24, group_sms={"dp": 8}, nvls_sms=16)
+    assert share.held_by("dp", nvls=True) == 8  # nvlsChannels = min(maxCTAs, NVLS_NCHANNELS)
+    assert share.held_by("edp", nvls=True) == 16 and share.held_by("edp") == 24
+    assert share.counts_nvls("edp", False, 0) and not share.counts_nvls("tp", False, 0)
+    assert load_profile("dgx-h100").efficiency.nvls_sms == 16
+
+
+def test_a_data_parallel_nvls_all_reduce_takes_16_sms_from_compute():
+    # 8 H100s all-reducing their gradients with sum: NCCL's NVLS (ring without NVLS, redop avg)
+    data = _eight_h100()
+    data["parallel"]["zero"] = 0
+    data["dp"] = {"reduce_op": "sum"}
+    nvls, ring = run(data), run({**data, "cluster": {**data["cluster"], "nvls": False}})
+    for r in (nvls, ring):
+        assert len(r.events[(r.events.group == "dp") & (r.events.kind == "all_reduce")])
+
+    def compute_s(r) -> float:
+        c = r.events[r.events.stream == "compute"]
+        return float((c.end_s - c.start_s).sum())
+
+    # same compute work; under NVLS the overlapped part loses 16 SMs, under the ring 24
+    assert compute_s(nvls) < compute_s(ring)

@@ -54,6 +54,9 @@ DP_GROUPS = frozenset({"edp", "dps", "dpr", "edps", "edpr", "dph", "dpl", "dpx"}
 # groups reported under another's name: the expert-TP gathers are part of the MoE dispatch
 SHOWN_AS = {**dict.fromkeys(DP_GROUPS, "dp"), "etp": "ep", "ppg": "pp", "cpa": "cp", "cpr": "cp", "amax": "dp", "amax_tp": "tp"}
 
+# the algorithms whose CTAs drive NVLink SHARP (their SM count is the profile's nvls_sms)
+NVLS_ALGORITHMS = frozenset({"nvls", "nvls_tree"})
+
 # a collective's route (Comms._route): dimension, members, stream name, issue-order key,
 # recorded group, stream
 _Route = tuple[str, list[int], str, tuple[int, str], str, StreamSlot]
@@ -214,8 +217,9 @@ class Comms:
             if lead_s > 0:
                 yield self.env.timeout(lead_s)
             start = self.env.now
-            held = self._enter_sms(rank, group, holds_sms, sms)
             channels = self.channels.get(group, 0) if nccl else 0
+            nvls = self._runs_nvls(op, group, dim, members, stage, nbytes, redop, channels, holds_sms, sms)
+            held = self._enter_sms(rank, group, holds_sms, sms, nvls)
             joined = yield from self._move(rank, stage, op, group, dim, members, nbytes, redop, channels)
             if joined is not None:
                 start = joined
@@ -238,10 +242,25 @@ class Comms:
         finally:
             slot.give()
 
-    def _enter_sms(self, rank: int, group: str, holds_sms: bool, sms: int) -> int:
+    def _runs_nvls(
+        self, op: str, group: str, dim: str, members: list[int], stage: int, nbytes: float,
+        redop: str, channels: int, holds_sms: bool, sms: int,
+    ) -> bool:  # fmt: skip
+        """Whether the collective runs an NVLS algorithm, asked only where its SMs depend on
+        it (:meth:`SmShare.counts_nvls`); the network's cached recipe answers."""
+        share = self.sm_share
+        if share is None or not share.counts_nvls(group, holds_sms, sms):
+            return False
+        if op == "send_recv" or group in CROSS_STAGE:
+            return False
+        groups = [members] if self.all_ranks else self.stage_groups(dim, stage)
+        return self.network.algorithm(op, groups, nbytes, redop, channels) in NVLS_ALGORITHMS
+
+    def _enter_sms(self, rank: int, group: str, holds_sms: bool, sms: int, nvls: bool = False) -> int:
         """The SMs an interfering collective of ``group`` takes from ``rank``'s compute while
-        it runs, entered into the share (see :meth:`collective`); 0 when it takes none."""
-        held = self.sm_share.held_by(group, holds_sms, sms) if self.sm_share else 0
+        it runs (``nvls``: on an NVLS algorithm), entered into the share (see
+        :meth:`collective`); 0 when it takes none."""
+        held = self.sm_share.held_by(group, holds_sms, sms, nvls) if self.sm_share else 0
         if held:
             assert self.sm_share is not None  # held is nonzero only with a share (above)
             self.sm_share.enter(rank, held)

@@ -69,6 +69,8 @@ class SmShare:
     #: group -> its NCCL channels (one CTA, one SM each) where its communicator's CTA limits
     #: change them from ``collective_sms`` (simcluster.nccl_ctas)
     group_sms: dict[str, int] = field(default_factory=dict)
+    #: SMs an NVLS / NVLS_TREE collective holds instead of ``collective_sms`` (None: the same)
+    nvls_sms: int | None = None
     # rank -> {SMs held: collectives in flight holding that many}, and their sum now
     _in_flight: dict[int, dict[int, int]] = field(default_factory=dict)
     _held_now: dict[int, int] = field(default_factory=dict)
@@ -103,18 +105,28 @@ class SmShare:
         """The current compute speed of ``rank`` relative to standalone."""
         return self._rate_with(self._held_now.get(rank, 0))
 
-    def held_by(self, group: str, holds_sms: bool = False, sms: int = 0) -> int:
+    def held_by(self, group: str, holds_sms: bool = False, sms: int = 0, nvls: bool = False) -> int:
         """SMs a collective of ``group`` takes from compute while in flight: ``sms`` when it
         names its own count (a userbuffers overlap), else its communicator's NCCL channels
-        (``group_sms``, else ``collective_sms``) when it interferes (its group, or
-        ``holds_sms``: an NCCL call whatever its group), else 0."""
+        (``group_sms``, else ``collective_sms``; ``nvls``: an NVLS algorithm's ``nvls_sms``,
+        within the communicator's limit) when it interferes (its group, or ``holds_sms``: an
+        NCCL call whatever its group), else 0."""
         if not self.enabled:
             return 0
         if sms:
             return sms
         if holds_sms or group in INTERFERING_GROUPS:
-            return self.group_sms.get(group, self.collective_sms)
+            held = self.group_sms.get(group, self.collective_sms)
+            return min(held, self.nvls_sms) if nvls and self.nvls_sms is not None else held
         return 0
+
+    def counts_nvls(self, group: str, holds_sms: bool, sms: int) -> bool:
+        """Whether a collective's SMs depend on its algorithm being NVLS (so the caller should
+        find out): an NCCL call that interferes, on a profile with its own NVLS count."""
+        return (
+            self.nvls_sms is not None and self.enabled and not sms
+            and (holds_sms or group in INTERFERING_GROUPS)
+        )  # fmt: skip
 
     def enter(self, rank: int, sms: int | None = None) -> None:
         """A collective holding ``sms`` SMs (default NCCL's) became resident on ``rank``."""

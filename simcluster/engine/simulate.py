@@ -151,7 +151,10 @@ def simulate(
     recorder = Recorder()
     eff = ctx.profile.efficiency
     channels = _communicator_channels(sc, eff.collective_sms)
-    share = SmShare(env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans), channels)
+    share = SmShare(
+        env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans), channels,
+        eff.nvls_sms if ctx.profile.node.nvls else None,
+    )  # fmt: skip
     comms = Comms(env, network, ctx.layout, every, recorder, share if share.enabled else None, channels)
     opt_bpp = optimizer_bytes_per_param(sc)
     clip_bpp = clip_bytes_per_local_param(sc)

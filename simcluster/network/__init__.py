@@ -63,6 +63,13 @@ class Network:
             self._start(recipe, done)
         return done
 
+    def algorithm(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, redop: str = "sum",
+                  channels: int = 0) -> str:  # fmt: skip
+        """The algorithm :meth:`collective` would run the call with ('' when it moves nothing)."""
+        if self.ideal or nbytes <= 0 or len(groups[0]) < 2:
+            return ""
+        return self._recipe(op, groups, nbytes, None, redop, channels).algo
+
     def _recipe(self, op: str, groups: Sequence[Sequence[int]], nbytes: float, algo: str | None,
                 redop: str = "sum", channels: int = 0) -> Recipe:  # fmt: skip
         """:func:`make_recipe`'s recipe for the call, remembered by the groups tuple's identity."""
