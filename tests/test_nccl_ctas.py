@@ -191,3 +191,6 @@ def test_a_data_parallel_nvls_all_reduce_takes_16_sms_from_compute():
 
     # same compute work; under NVLS the overlapped part loses 16 SMs, under the ring 24
     assert compute_s(nvls) < compute_s(ring)
+    # every rank simulated (each asks which algorithm its call runs): the same step
+    every = run({**data, "simulation": {"all_ranks": True}})
+    assert every.summary["step_time_s"] == pytest.approx(nvls.summary["step_time_s"], rel=1e-9)

@@ -86,6 +86,8 @@ class Comms:
     _ticket_waits: dict[tuple[int, str], simpy.Event] = field(default_factory=dict)
     # (rank, group, stream) -> _route's answer: a step runs hundreds of thousands of collectives
     _routes: dict[tuple, _Route] = field(default_factory=dict)
+    # call shape -> whether it runs an NVLS algorithm (_runs_nvls)
+    _nvls: dict[tuple, bool] = field(default_factory=dict)
 
     def stream(self, rank: int, name: str) -> StreamSlot:
         """``rank``'s stream ``name`` (made on first use)."""
@@ -253,8 +255,13 @@ class Comms:
             return False
         if op == "send_recv" or group in CROSS_STAGE:
             return False
-        groups = [members] if self.all_ranks else self.stage_groups(dim, stage)
-        return self.network.algorithm(op, groups, nbytes, redop, channels) in NVLS_ALGORITHMS
+        # every member asks in all-ranks mode: remembered, not re-planned, per call shape
+        key = (op, dim, tuple(members) if self.all_ranks else stage, nbytes, redop, channels)
+        hit = self._nvls.get(key)
+        if hit is None:
+            groups = [members] if self.all_ranks else self.stage_groups(dim, stage)
+            hit = self._nvls[key] = self.network.algorithm(op, groups, nbytes, redop, channels) in NVLS_ALGORITHMS
+        return hit
 
     def _enter_sms(self, rank: int, group: str, holds_sms: bool, sms: int, nvls: bool = False) -> int:
         """The SMs an interfering collective of ``group`` takes from ``rank``'s compute while
