@@ -21,6 +21,7 @@ from simcluster.frameworks.schedules import (
 from simcluster.hardware import HardwareProfile, load_profile
 from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
+from simcluster.nccl_ctas import channels_note
 from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.pipeline_p2p_overlap import with_pipeline_p2p_overlap
@@ -104,6 +105,8 @@ def build_context(
         notes = (*notes, sourceless)  # a number taken on trust is said, not refused
     if quick := quick_run_note(profile.name, profile.provenance):
         notes = (*notes, quick)
+    if ctas := channels_note(scenario.cluster, profile):
+        notes = (*notes, ctas)
     kernel = profile.attention_kernel_in_use(scenario.training.attention_kernel)
     attention_sinks.check(model, scenario.training.flash_attention, kernel, profile)
     _check_precision(scenario.training, profile)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # Megatron-Core communicator name -> the simulated groups whose calls run on it
 SIMULATED_GROUPS: dict[str, tuple[str, ...]] = {
@@ -130,3 +131,39 @@ def cap_GBps(curve: Sequence[tuple[float, float]], n: int) -> float:
             return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
         x0, y0 = x1, y1
     return y0 * n / x0
+
+
+def scenario_channels(cluster: Any, search: int, groups: Sequence[str]) -> dict[str, int]:
+    """:func:`group_channels` for a scenario's ``cluster:`` section (its ``nccl_communicators``
+    and the four environment fields); ``groups``: every simulated group."""
+    limits = {
+        name: CtaLimit(c.min_ctas, c.max_ctas) for name, c in (cluster.nccl_communicators or {}).items()
+    }
+    env = NcclEnv(cluster.nccl_min_ctas, cluster.nccl_max_ctas, cluster.nccl_min_nchannels,
+                  cluster.nccl_max_nchannels)  # fmt: skip
+    return group_channels(search, limits, env, groups)
+
+
+def channels_note(cluster: Any, profile: Any) -> str | None:
+    """One line on what a scenario's NCCL limits come to (None when it sets none): the groups
+    of Megatron's communicators whose channels change (the environment's reach the rest too),
+    and, on a profile without ``channel_busbw``, that their rate does not."""
+    groups = sorted({g for named in SIMULATED_GROUPS.values() for g in named})
+    written = cluster.nccl_communicators or any(
+        getattr(cluster, f) is not None
+        for f in ("nccl_min_ctas", "nccl_max_ctas", "nccl_min_nchannels", "nccl_max_nchannels")
+    )
+    if not written:
+        return None
+    search = profile.efficiency.collective_sms
+    if search <= 0:
+        return f"NCCL CTA limits do nothing on '{profile.name}': its efficiency.collective_sms is 0"
+    found = scenario_channels(cluster, search, groups)
+    if not found:
+        return f"NCCL CTA limits leave every group at the profile's {search} channels"
+    shown = ", ".join(f"{g} {n}" for g, n in found.items())
+    text = f"NCCL channels (cluster.nccl_*): {shown}; the other groups {search} (efficiency.collective_sms)"
+    if not profile.efficiency.channel_busbw:
+        text += (f"; '{profile.name}' has no efficiency.channel_busbw, so fewer channels hold fewer SMs "
+                 "but keep the full rate (python -m calibrate measures the curve)")  # fmt: skip
+    return text

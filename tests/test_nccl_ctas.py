@@ -194,3 +194,16 @@ def test_a_data_parallel_nvls_all_reduce_takes_16_sms_from_compute():
     # every rank simulated (each asks which algorithm its call runs): the same step
     every = run({**data, "simulation": {"all_ranks": True}})
     assert every.summary["step_time_s"] == pytest.approx(nvls.summary["step_time_s"], rel=1e-9)
+
+
+def test_run_notes_what_the_limits_come_to(cli):
+    res = cli(
+        "run", "llama3-8b-8xb200", "--set", "cluster.nccl_communicators.cp.max_ctas=1",
+        "--set", "cluster.nccl_communicators.dp_cp.max_ctas=8", "--set", "cluster.nccl_min_nchannels=4",
+    )  # fmt: skip
+    assert res.code == 0, res.err
+    # NCCL_MIN_NCHANNELS=4 wins over cp's max_ctas 1 (ncclTopoPostset)
+    assert "NCCL channels (cluster.nccl_*): cp 4, dp 8" in res.out + res.err
+    assert "'dgx-b200' has no efficiency.channel_busbw" in res.out + res.err
+    quiet = cli("run", "llama3-8b-8xb200")
+    assert "NCCL channels" not in quiet.out + quiet.err

@@ -23,7 +23,7 @@ from simcluster.engine.worker import GRAD_ZERO, Worker
 from simcluster.errors import InternalError, UserError
 from simcluster.flops import recompute_flops_per_token, token_flops
 from simcluster.names import run_heading
-from simcluster.nccl_ctas import CtaLimit, NcclEnv, group_channels
+from simcluster.nccl_ctas import scenario_channels
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
@@ -150,7 +150,7 @@ def simulate(
     network = Network(env, cluster, ideal=sc.cluster.network == "ideal")
     recorder = Recorder()
     eff = ctx.profile.efficiency
-    channels = _communicator_channels(sc, eff.collective_sms)
+    channels = scenario_channels(sc.cluster, eff.collective_sms, tuple(STREAM_OF_GROUP))
     share = SmShare(
         env, ctx.profile.gpu.sm_count, eff.collective_sms, _userbuffer_sms(plans), channels,
         eff.nvls_sms if ctx.profile.node.nvls else None,
@@ -340,18 +340,6 @@ def _summary(
         "network": sc.cluster.network,
         "all_ranks": bool(events["rank"].nunique() > lay.pp) if len(events) else False,
     }
-
-
-def _communicator_channels(sc: Scenario, search: int) -> dict[str, int]:
-    """Group -> NCCL channels for the groups whose communicator's CTA limits (the scenario's
-    ``cluster.nccl_*``) change the profile's ``search`` count (nccl_ctas.py)."""
-    limits = {
-        name: CtaLimit(c.min_ctas, c.max_ctas)
-        for name, c in (sc.cluster.nccl_communicators or {}).items()
-    }
-    c = sc.cluster
-    env = NcclEnv(c.nccl_min_ctas, c.nccl_max_ctas, c.nccl_min_nchannels, c.nccl_max_nchannels)
-    return group_channels(search, limits, env, tuple(STREAM_OF_GROUP))
 
 
 def _userbuffer_sms(plans: list[StagePlan]) -> int:
