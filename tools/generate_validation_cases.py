@@ -1974,10 +1974,11 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
     scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
                                 loss_in_split=True)
     scenario["dp"]["nan_check"] = True
+    # one mapping per communicator (a shared one would be dumped as YAML anchors)
     scenario["cluster"]["nccl_communicators"] = {
-        **dict.fromkeys(("dp", "dp_cp", "tp"), {"min_ctas": 1, "max_ctas": 8}),
-        **dict.fromkeys(("pp", "mp", "embd"), {"min_ctas": 1, "max_ctas": 2}),
-        **dict.fromkeys(("cp", "tp_dp_cp", "tp_dp", "tp_exp"), {"min_ctas": 1, "max_ctas": 1}),
+        name: {"min_ctas": 1, "max_ctas": ctas}
+        for names, ctas in ((("dp", "dp_cp", "tp"), 8), (("pp", "mp", "embd"), 2), (("cp", "tp_dp_cp", "tp_dp", "tp_exp"), 1))
+        for name in names
     }
     scenario["cluster"]["nccl_min_nchannels"] = 4
     cases.append({
