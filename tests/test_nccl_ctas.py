@@ -207,3 +207,16 @@ def test_run_notes_what_the_limits_come_to(cli):
     assert "'dgx-b200' has no efficiency.channel_busbw" in res.out + res.err
     quiet = cli("run", "llama3-8b-8xb200")
     assert "NCCL channels" not in quiet.out + quiet.err
+
+
+def test_the_collective_command_takes_a_cta_limit(cli):
+    import json
+
+    args = ("collective", "all_reduce", "128MiB", "--gpus", "8", "--hardware", "dgx-h200", "--set", "cluster.nvls=false")
+    res = cli(*args, "--max-ctas", "1", "--json")
+    assert res.code == 0, res.err
+    # the measured one-CTA bus bandwidth, 37.51 GB/s, less the call's latency
+    assert json.loads(res.out)["busbw_GBps"] == pytest.approx(37.51, rel=0.02)
+    assert json.loads(cli(*args, "--max-ctas", "32", "--json").out) == json.loads(cli(*args, "--json").out)
+    bad = cli(*args, "--max-ctas", "0")
+    assert bad.code == 2 and "--max-ctas: must be 1..64" in bad.err

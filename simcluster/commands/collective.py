@@ -16,6 +16,7 @@ from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError, did_you_mean
 from simcluster.hardware import CLUSTER_OVERRIDES, load_profile
 from simcluster.limits import MAX_GPUS
+from simcluster.nccl_ctas import MAX_CHANNELS, CtaLimit, channels
 from simcluster.network import bandwidths, check_op, collective_time, describe
 from simcluster.network.algorithms import check_redop
 from simcluster.topology import Cluster, build_cluster
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reduce-op", default="sum", metavar="OP",
         help="the reduction, as nccl-tests' -o: sum (their default), avg, or premul_sum (mulsum); NCCL "
         "runs NVLS and NVLS_TREE for sum only",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-ctas", type=int, default=None, metavar="N",
+        help="the communicator's NCCL maxCTAs (Megatron's max_ctas, NCCL_MAX_CTAS): its channels "
+        "are the profile's collective_sms clamped to N, and what N CTAs move caps it "
+        "(efficiency.channel_busbw)",
     )  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="cluster.KEY=VALUE",
                         help="override a hardware field, e.g. cluster.nic_gbps=200")  # fmt: skip
@@ -110,12 +117,13 @@ def _group(gpus: int, per_node: int | None, gpus_per_node: int) -> tuple[list[in
 
 
 def _row(
-    op: str, nbytes: int, group: list[int], cluster: Cluster, algo: str | None, redop: str = "sum"
+    op: str, nbytes: int, group: list[int], cluster: Cluster, algo: str | None, redop: str = "sum",
+    channels: int = 0,
 ) -> dict[str, object]:
     n = len(group)
-    t = collective_time(op, nbytes, cluster, group, algo, redop)
+    t = collective_time(op, nbytes, cluster, group, algo, redop, channels)
     algbw, busbw = bandwidths(op, nbytes, n, t) if t > 0 else (0.0, 0.0)
-    recipe = describe(op, nbytes, cluster, group, algo, redop) if nbytes > 0 and n > 1 else None
+    recipe = describe(op, nbytes, cluster, group, algo, redop, channels) if nbytes > 0 and n > 1 else None
     return {
         "op": op,
         "bytes": nbytes,
@@ -190,8 +198,9 @@ def run(args: argparse.Namespace) -> int:
             "--gpus", f"{exc.message}, or place the group with --per-node K (K GPUs on each node)"
         ) from None
     sizes = _sizes(size) if args.sweep else [size]
+    channels = _channels(args.max_ctas, profile.efficiency.collective_sms)
     try:
-        rows = [_row(op, s, group, cluster, args.algo, redop) for s in sizes]
+        rows = [_row(op, s, group, cluster, args.algo, redop, channels) for s in sizes]
     except UserError as exc:  # the planner names the model's 'algo'; here the user gave --algo
         if exc.field != "algo":
             raise
@@ -201,6 +210,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(rows, profile.name, args.sweep)
     return 0
+
+
+def _channels(max_ctas: int | None, search: int) -> int:
+    """The channels ``--max-ctas`` leaves the communicator (0: the profile's, unchanged)."""
+    if max_ctas is None:
+        return 0
+    if not 1 <= max_ctas <= MAX_CHANNELS:
+        raise UserError("--max-ctas", f"must be 1..{MAX_CHANNELS} (NCCL's MAXCHANNELS), got {max_ctas}")
+    if search <= 0:
+        raise UserError(
+            "--max-ctas", "the profile's efficiency.collective_sms is 0 (its channels unknown); "
+            "set it with --set cluster.profile.efficiency.collective_sms=N",
+        )  # fmt: skip
+    n = channels(search, CtaLimit(max_ctas=max_ctas))
+    return 0 if n == search else n
 
 
 def _check_counts(args: argparse.Namespace, op: str) -> None:

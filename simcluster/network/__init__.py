@@ -153,18 +153,19 @@ class Network:
 
 
 def collective_time(op: str, nbytes: float, cluster: Cluster, group: list[int],
-                    algo: str | None = None, redop: str = "sum") -> float:  # fmt: skip
+                    algo: str | None = None, redop: str = "sum", channels: int = 0) -> float:  # fmt: skip
     """Seconds for ``op`` of ``nbytes`` on ``group`` alone on an idle network, reducing with
-    ``redop``."""
+    ``redop``, on ``channels`` (0: the profile's; see :mod:`simcluster.nccl_ctas`)."""
     if nbytes <= 0 or len(group) < 2:
         check_op(op)
         return 0.0
-    return recipe_time_alone(cluster, make_recipe(cluster, op, [group], nbytes, algo, redop=redop))
+    recipe = make_recipe(cluster, op, [group], nbytes, algo, redop=redop, channels=channels)
+    return recipe_time_alone(cluster, recipe)
 
 
 def describe(
     op: str, nbytes: float, cluster: Cluster, group: list[int], algo: str | None = None,
-    redop: str = "sum",
+    redop: str = "sum", channels: int = 0,
 ) -> Recipe:
     """The recipe (chosen algorithm, protocol, latency) for an op alone; for reports."""
-    return make_recipe(cluster, op, [group], nbytes, algo, redop=redop)
+    return make_recipe(cluster, op, [group], nbytes, algo, redop=redop, channels=channels)
