@@ -220,3 +220,18 @@ def test_the_collective_command_takes_a_cta_limit(cli):
     assert json.loads(cli(*args, "--max-ctas", "32", "--json").out) == json.loads(cli(*args, "--json").out)
     bad = cli(*args, "--max-ctas", "0")
     assert bad.code == 2 and "--max-ctas: must be 1..64" in bad.err
+
+
+def test_the_planned_pipeline_transfer_runs_on_the_pp_communicators_channels():
+    # a stage per H100 node: its transfer crosses the NIC (50 GB/s); one CTA moves 37.51 GB/s
+    from simcluster.context import build_context
+    from simcluster.engine.plan import build_cluster, pipeline_p2p_seconds
+
+    data = _eight_h100()
+    data["cluster"]["gpus"] = 16
+    data["parallel"] = {"tp": 8, "pp": 2, "sequence_parallel": True}
+    free = build_context(scenario_from_dict(data))
+    data["cluster"]["nccl_communicators"] = {"pp": {"max_ctas": 1}}
+    limited = build_context(scenario_from_dict(data))
+    cluster = build_cluster(free.profile, 16, 8)
+    assert pipeline_p2p_seconds(limited, cluster) > pipeline_p2p_seconds(free, cluster)

@@ -24,6 +24,7 @@ from simcluster.memory import (
     wgrad_retained_fraction,
     with_weight_copies,
 )
+from simcluster.nccl_ctas import scenario_channels
 from simcluster.network import collective_time
 from simcluster.parallelism.context import working_bytes
 from simcluster.parallelism.data import (
@@ -588,9 +589,15 @@ def pipeline_p2p_seconds(ctx: Context, cluster: Cluster) -> float:
     send, gather = Shapes(ctx.model, lay, ctx.scenario.training).pipe_transfer(
         ctx.scenario.overlap.pp_scatter_gather
     )
-    seconds = collective_time("send_recv", send, cluster, [lay.representative(0), lay.representative(1)])
+    # on the pp and tp communicators' channels when the scenario's NCCL limits change them
+    channels = scenario_channels(ctx.scenario.cluster, ctx.profile.efficiency.collective_sms, ("pp", "ppg"))
+    seconds = collective_time(
+        "send_recv", send, cluster, [lay.representative(0), lay.representative(1)], channels=channels.get("pp", 0)
+    )
     if gather:
-        seconds += collective_time("all_gather", gather, cluster, lay.group("tp", lay.representative(1)))
+        seconds += collective_time(
+            "all_gather", gather, cluster, lay.group("tp", lay.representative(1)), channels=channels.get("ppg", 0)
+        )
     return seconds
 
 
