@@ -59,7 +59,7 @@ UNSIMULATED = frozenset({
     "intra_ep_dp", "inter_ep_dp", "intra_dist_opt_instance",
 })  # fmt: skip
 COMMUNICATORS = frozenset(SIMULATED_GROUPS) | UNSIMULATED
-MAX_CHANNELS = 64  # NCCL's MAXCHANNELS (src/include/device.h, 2.12 and later)
+MAX_CHANNELS = 64  # NCCL's MAXCHANNELS (src/include/device.h) in current releases; older ones had 32
 
 
 @dataclass(frozen=True)
