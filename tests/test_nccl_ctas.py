@@ -235,3 +235,39 @@ def test_the_planned_pipeline_transfer_runs_on_the_pp_communicators_channels():
     limited = build_context(scenario_from_dict(data))
     cluster = build_cluster(free.profile, 16, 8)
     assert pipeline_p2p_seconds(limited, cluster) > pipeline_p2p_seconds(free, cluster)
+
+
+# MLPerf v5.0's conf/nccl/custom_communicator_cta.yaml (prishajain1/training_results_v5.0 @0fdc28f,
+# eos-dfw_n64_ngc25.01_nemo), three of its groups as written there
+CTA_FILE = """\
+dp_cp:
+  cga_cluster_size: 4
+  min_ctas: 1
+  max_ctas: 8
+cp:
+  cga_cluster_size: 1
+  min_ctas: 1
+  max_ctas: 1
+pp:
+  cga_cluster_size: 2
+  min_ctas: 1
+  max_ctas: 2
+"""
+
+
+def test_a_communicator_file_beside_the_script_imports_as_cluster_fields(tmp_path):
+    (tmp_path / "cta.yaml").write_text(CTA_FILE)
+    out = _imported(tmp_path / "run.sh", _script("", " --nccl-communicator-config-path cta.yaml"))
+    assert out.scenario["cluster"]["nccl_communicators"] == {
+        "dp_cp": {"min_ctas": 1, "max_ctas": 8}, "cp": {"min_ctas": 1, "max_ctas": 1},
+        "pp": {"min_ctas": 1, "max_ctas": 2},
+    }  # fmt: skip
+    assert any("cga_cluster_size not modelled" in n for n in out.notes)
+    assert not any("--nccl-communicator-config-path" in s for s in out.skipped)
+    scenario_from_dict(out.scenario)  # what it wrote is a valid scenario
+
+
+def test_a_bad_communicator_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "cta.yaml").write_text("cp: {max_ctas: 0}\n")
+    with pytest.raises(UserError, match="cp.max_ctas must be a whole number 1..64"):
+        _imported(tmp_path / "run.sh", _script("", " --nccl-communicator-config-path cta.yaml"))

@@ -43,7 +43,7 @@ from typing import Any
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
-from simcluster.importers.nccl_env import nccl_channel_variables
+from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.run_length import ramp_clause, run_tokens, whole
@@ -96,8 +96,9 @@ _REASONS = {
     "deepspeed-config": "its DeepSpeed JSON is not read here: `simcluster import deepspeed` reads one",
     "pp-partition-method": "stage boundaries: give parallel.layers_per_stage with --set",
     "rampup-batch-size": "the batch ramp-up: the scenario is a step at --global-batch-size",
-    "nccl-communicator-config-path": "its YAML is not read here: write its groups' min_ctas / "
-    "max_ctas as cluster.nccl_communicators (e.g. {dp_cp: {max_ctas: 8}})",
+    "nccl-communicator-config-path": "its YAML is not on this machine (as given, or beside the "
+    "script): write its groups' min_ctas / max_ctas as cluster.nccl_communicators (e.g. {dp_cp: "
+    "{max_ctas: 8}})",
     "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
@@ -145,6 +146,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _launch_blocking(args.variables, sc, out)
     _amax_variables(args.variables, sc, out)
     nccl_channel_variables(args.variables, sc["cluster"], out)
+    communicator_file(flags, path, sc["cluster"], out)
     moe(flags, sc, out)
     out.run_tokens = _run_length(flags, sc["training"])
     if out.run_tokens is None:

@@ -1,11 +1,17 @@
-"""NCCL's channel variables a launch script sets: ``cluster.nccl_min_ctas`` and its kin."""
+"""NCCL's channel settings of a launch script: its variables (``cluster.nccl_min_ctas`` and its
+kin) and Megatron's per-communicator YAML (``cluster.nccl_communicators``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from simcluster.errors import UserError
+from simcluster.importers.flags import Flags
 from simcluster.importers.result import Imported
-from simcluster.nccl_ctas import MAX_CHANNELS
+from simcluster.nccl_ctas import COMMUNICATORS, MAX_CHANNELS
 
 #: variable -> the cluster field that states it (simcluster/nccl_ctas.py: NCCL's rules)
 NCCL_CHANNEL_VARIABLES = {
@@ -29,3 +35,52 @@ def nccl_channel_variables(variables: dict[str, str], cluster: dict[str, Any], o
             out.notes.append(f"{name}={text}: cluster.{field} (every communicator's channels)")
         else:
             out.notes.append(f"{name}={text!r} left out: not a channel count from 1 to {MAX_CHANNELS}")
+
+
+CONFIG_FLAG = "nccl-communicator-config-path"
+
+
+def communicator_file(flags: Flags, script: Path, cluster: dict[str, Any], out: Imported) -> None:
+    """``--nccl-communicator-config-path F`` when F is on this machine (as given, or beside the
+    script): its groups' ``min_ctas`` / ``max_ctas`` become ``cluster.nccl_communicators``
+    (Megatron-Core's ``get_nccl_options`` reads the same keys). A file not found leaves the flag
+    to the skipped list, with how to write its groups."""
+    given = flags.values.get(CONFIG_FLAG)
+    if not given or len(given) != 1 or not given[0]:
+        return
+    path = next((p for p in (Path(given[0]), script.parent / given[0]) if p.is_file()), None)
+    if path is None:
+        return
+    flags.has(CONFIG_FLAG)  # read: no longer left
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"--{CONFIG_FLAG}", f"{path} is not YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--{CONFIG_FLAG}", f"{path} is not a mapping of communicator names")
+    found, dropped = _communicators(data, path)
+    cluster["nccl_communicators"] = found
+    note = f"--{CONFIG_FLAG} {path.name}: {len(found)} communicators' CTA limits as cluster.nccl_communicators"
+    if dropped:
+        note += f" ({', '.join(sorted(dropped))} not modelled)"
+    out.notes.append(note)
+
+
+def _communicators(data: dict[Any, Any], path: Path) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """The file's {group: {min_ctas, max_ctas}} (values checked), and what it gives that the
+    simulator does not model: option keys, and names no Megatron-Core group reads (Megatron's
+    ``get_nccl_options`` looks up its own names only, so a stray one does nothing there either)."""
+    found: dict[str, dict[str, int]] = {}
+    dropped: set[str] = set()
+    for name, options in data.items():
+        if name not in COMMUNICATORS or not isinstance(options, dict):
+            dropped.add(f"group {name}")
+            continue
+        limits = {k: v for k, v in options.items() if k in ("min_ctas", "max_ctas")}
+        bad = [k for k, v in limits.items() if type(v) is not int or not 1 <= v <= MAX_CHANNELS]
+        if bad:
+            raise UserError(f"--{CONFIG_FLAG}", f"{path}: {name}.{bad[0]} must be a whole number 1..{MAX_CHANNELS}")
+        dropped |= set(map(str, options)) - {"min_ctas", "max_ctas"}
+        if limits:
+            found[str(name)] = limits
+    return found, dropped
