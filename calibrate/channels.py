@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from calibrate.collectives import measure_collective
+from calibrate.dist import my_group
 from calibrate.timers import Timer
 
 CHANNELS = (1, 2, 4, 8)
@@ -46,19 +47,13 @@ def default_bytes(quick: bool) -> int:
     return (16 if quick else 128) * 2**20
 
 
-def _limited_group(local_world: int, nodes: int, rank: int, ctas: int) -> dist.ProcessGroup:
+def _limited_group(local_world: int, nodes: int, rank: int, ctas: int) -> object:
     """Every node's communicator at ``ctas`` CTAs (created collectively); this rank's."""
     opts = dist.ProcessGroupNCCL.Options()
     opts.config.min_ctas = ctas
     opts.config.max_ctas = ctas
-    mine: dist.ProcessGroup | None = None
-    for node in range(nodes):
-        ranks = [node * local_world + i for i in range(local_world)]
-        group = dist.new_group(ranks, pg_options=opts)
-        if rank in ranks and group is not None:
-            mine = group
-    assert mine is not None  # the nodes' ranks cover every rank
-    return mine
+    partition = [[node * local_world + i for i in range(local_world)] for node in range(nodes)]
+    return my_group(partition, rank, opts)[0]
 
 
 def measure_channels(
@@ -71,7 +66,7 @@ def measure_channels(
         group = _limited_group(local_world, nodes, dist.get_rank(), ctas)
         record = measure_collective("all_reduce", nbytes, "intra", group, local_world, 1, device, timer, budget_s)
         rows.append({"channels": ctas, **record})
-        dist.destroy_process_group(group)
+        dist.destroy_process_group(group)  # type: ignore[arg-type]  # a ProcessGroup
     return rows
 
 

@@ -106,10 +106,10 @@ def init(device_type: str, timeout_s: float) -> DistContext:
     ctx.hostnames = [str(n) for n in names]
     ctx.groups["world"] = (dist.group.WORLD, world)
     if ctx.nodes >= 2:
-        ctx.groups["intra"] = _my_group(
+        ctx.groups["intra"] = my_group(
             [[n * local_world + i for i in range(local_world)] for n in range(ctx.nodes)], rank
         )
-        ctx.groups["inter"] = _my_group(
+        ctx.groups["inter"] = my_group(
             [[n * local_world + i for n in range(ctx.nodes)] for i in range(local_world)], rank
         )
     return ctx
@@ -132,11 +132,12 @@ def _check_rendezvous(world: int) -> None:
         )
 
 
-def _my_group(partition: list[list[int]], rank: int) -> tuple[object, int]:
-    """Create every group of a partition (collectively) and return the one holding ``rank``."""
+def my_group(partition: list[list[int]], rank: int, pg_options: object = None) -> tuple[object, int]:
+    """Create every group of a partition (collectively, with the backend's ``pg_options``) and
+    return the one holding ``rank``."""
     mine: tuple[object, int] | None = None
     for ranks in partition:
-        group = dist.new_group(ranks)
+        group = dist.new_group(ranks, pg_options=pg_options)
         if rank in ranks:
             mine = (group, len(ranks))
     assert mine is not None  # a partition covers every rank

@@ -139,9 +139,13 @@ def scenario_channels(cluster: Any, search: int, groups: Sequence[str]) -> dict[
     limits = {
         name: CtaLimit(c.min_ctas, c.max_ctas) for name, c in (cluster.nccl_communicators or {}).items()
     }
-    env = NcclEnv(cluster.nccl_min_ctas, cluster.nccl_max_ctas, cluster.nccl_min_nchannels,
-                  cluster.nccl_max_nchannels)  # fmt: skip
-    return group_channels(search, limits, env, groups)
+    return group_channels(search, limits, env_of(cluster), groups)
+
+
+def env_of(cluster: Any) -> NcclEnv:
+    """The environment fields of a scenario's ``cluster:`` section."""
+    return NcclEnv(cluster.nccl_min_ctas, cluster.nccl_max_ctas, cluster.nccl_min_nchannels,
+                   cluster.nccl_max_nchannels)  # fmt: skip
 
 
 def channels_note(cluster: Any, profile: Any) -> str | None:
@@ -149,11 +153,7 @@ def channels_note(cluster: Any, profile: Any) -> str | None:
     of Megatron's communicators whose channels change (the environment's reach the rest too),
     and, on a profile without ``channel_busbw``, that their rate does not."""
     groups = sorted({g for named in SIMULATED_GROUPS.values() for g in named})
-    written = cluster.nccl_communicators or any(
-        getattr(cluster, f) is not None
-        for f in ("nccl_min_ctas", "nccl_max_ctas", "nccl_min_nchannels", "nccl_max_nchannels")
-    )
-    if not written:
+    if not cluster.nccl_communicators and not env_of(cluster).any:
         return None
     search = profile.efficiency.collective_sms
     if search <= 0:
