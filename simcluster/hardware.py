@@ -37,6 +37,7 @@ from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.limits import addressable_gib
+from simcluster.nccl_ctas import MAX_CHANNELS
 from simcluster.paths import anchor_path
 from simcluster.profile_keys import unknown_key_message, unknown_source
 from simcluster.profile_sources import unsourced
@@ -270,7 +271,7 @@ class EfficiencySpec(_Strict):
             "unset = collective_sms"
         ),
     )
-    channel_busbw: list[tuple[Annotated[int, Field(gt=0, le=64)], Annotated[float, LINK]]] = Field(
+    channel_busbw: list[tuple[Annotated[int, Field(gt=0, le=MAX_CHANNELS)], Annotated[float, LINK]]] = Field(
         default_factory=list,
         description=(
             "[[NCCL channels (CTAs), bus bandwidth GB/s], ...] a collective reaches when its "
