@@ -130,7 +130,11 @@ def _double_micro_batch(doc: Doc) -> bool:
     a larger share of it before the first weight gradients land (seed 5454, draw 5: OPT-175B
     at pp 8, vpp 2 and 8 -> 4 microbatches, 2.3% lower, as the memory walk counts it). The
     count is a flush's (``training.pipeline_flushes`` splits the step's microbatches: seed 6801,
-    draw 31, Mixtral at pp 4 in two flushes of 4 -> 2, 1.8% lower)."""
+    draw 31, Mixtral at pp 4 in two flushes of 4 -> 2, 1.8% lower). A pipeline's worth is
+    the schedule's chunks per stage, not ``parallel.vpp``: a V schedule runs two (seed 7801,
+    draw 21: Mixtral 8x22B at pp 4 under zbv-fixed, 8 -> 4 microbatches, below the 2p - 1 its
+    order is built for; at 8 the cool-down defers seven weight gradients, each holding its
+    recomputed inputs under full recompute, at 4 one, 23.9% lower)."""
     doc["training"]["micro_batch"] = doc["training"].get("micro_batch", 1) * 2
     if _adaptive_memory(doc):
         return False
@@ -138,7 +142,7 @@ def _double_micro_batch(doc: Doc) -> bool:
         ctx = build_context(scenario_from_dict(doc))
     except UserError:
         return True  # _simulate skips a refused variant
-    return ctx.spec.m >= ctx.layout.pp * ctx.layout.vpp
+    return ctx.spec.m >= ctx.spec.p * ctx.schedule.chunks(ctx.spec)
 
 
 def _double_degree(degree: str) -> Callable[[Doc], bool]:
