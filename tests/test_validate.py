@@ -60,7 +60,9 @@ def test_shipped_case_counts_and_unique_names():
     # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
     # pull request 33 on CSCS Alps (GH200): its three 8B layouts on 256 GPUs; MLPerf Training
     # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344,
-    # v4.1 at 32/64/1452, Llama 3.1 405B v5.0 at 64/256/304 nodes; and v4.1's 8-node B200 preview;
+    # v4.1 at 32/64/1452, Llama 3.1 405B v5.0 at 64/256/304 nodes, and HPE's v5.1 Llama 3.1 8B on 64
+    # H200; v4.1's 8-node B200 preview, v5.1 Llama 3.1 8B on NVIDIA's GB200/GB300 at 72/512 GPUs and
+    # other submitters' runs on 16 (Dell) / 64 (Oracle) B200 and 72 GB300 (Lambda);
     # AMD's rocm/pytorch-training:v25.2 overview: its four Llama 3.1 8B FSDP rows on 8 MI300X.
     assert fams == {
         "bigscience-a100": 6,
@@ -80,8 +82,8 @@ def test_shipped_case_counts_and_unique_names():
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
-        "mlperf-training-h100": 11,
-        "mlperf-training-blackwell": 5,
+        "mlperf-training-h100": 12,
+        "mlperf-training-blackwell": 8,
         "amd-fsdp-mi300x": 4,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -283,7 +285,10 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
               "mlperf-v4.1/gpt3-175b-64xb200": 1024, "mlperf-v5.0/llama31-405b-512xh100": 288,
               "mlperf-v5.0/llama31-405b-2048xh100": 72, "mlperf-v5.0/llama31-405b-2432xh100": 64,
               "mlperf-v5.1/llama31-8b-72xgb300": 1, "mlperf-v5.1/llama31-8b-512xgb300": 1,
-              "mlperf-v5.1/llama31-8b-72xgb200": 1, "mlperf-v5.1/llama31-8b-512xgb200": 1}
+              "mlperf-v5.1/llama31-8b-72xgb200": 1, "mlperf-v5.1/llama31-8b-512xgb200": 1,
+              # other submitters: MINIBS in their configs (Dell's log: micro_batch_size 2, GBS 32)
+              "mlperf-v5.1/llama31-8b-64xh200-hpe": 1, "mlperf-v5.1/llama31-8b-16xb200-dell": 2,
+              "mlperf-v5.1/llama31-8b-64xb200-oracle": 1, "mlperf-v5.1/llama31-8b-72xgb300-lambda": 1}
     cases = {c.name: c for c in _family("mlperf-training-h100") + _family("mlperf-training-blackwell")}
     assert set(cases) == set(minibs)
     for name, c in cases.items():
@@ -1246,13 +1251,18 @@ def test_ratchet_blackwell_fast_rows():
 # their errors of that day (docs/accuracy.md, "MLPerf Training GPT-3 175B on DGX H100" and the v5.1
 # rows), either sign within 1 point: a change that moves one further updates this table with its reason.
 # The v5.0 405B rows: 1.22 / 0.94 before their stored per-communicator CTA limits (2026-12-05).
+# The v5.1 8B rows: -4.60 / -36.70 / -12.78 / -36.67 before the settings other submitters' copies of
+# the implementation show (TransformerEngine's cross-entropy, NeMo's comm-overlap buckets; 2026-12-05);
+# the partner rows (HPE, Dell, Oracle, Lambda) were added that day.
 MLPERF_HELD_ERRORS = {
     "mlperf-v3.1/gpt3-175b-4096xh100": 0.26, "mlperf-v4.0/gpt3-175b-512xh100": 2.22,
     "mlperf-v4.0/gpt3-175b-10752xh100": 2.05, "mlperf-v4.1/gpt3-175b-256xh100": 4.43,
     "mlperf-v4.1/gpt3-175b-512xh100": 2.47, "mlperf-v5.0/llama31-405b-2048xh100": 0.38,
     "mlperf-v5.0/llama31-405b-2432xh100": 0.03, "mlperf-v4.1/gpt3-175b-64xb200": 5.46,
-    "mlperf-v5.1/llama31-8b-72xgb300": -4.60, "mlperf-v5.1/llama31-8b-512xgb300": -36.70,
-    "mlperf-v5.1/llama31-8b-72xgb200": -12.78, "mlperf-v5.1/llama31-8b-512xgb200": -36.67,
+    "mlperf-v5.1/llama31-8b-72xgb300": -8.89, "mlperf-v5.1/llama31-8b-512xgb300": -35.66,
+    "mlperf-v5.1/llama31-8b-72xgb200": -16.50, "mlperf-v5.1/llama31-8b-512xgb200": -36.00,
+    "mlperf-v5.1/llama31-8b-64xh200-hpe": -14.68, "mlperf-v5.1/llama31-8b-16xb200-dell": -9.00,
+    "mlperf-v5.1/llama31-8b-64xb200-oracle": -4.03, "mlperf-v5.1/llama31-8b-72xgb300-lambda": -17.40,
 }  # fmt: skip
 
 

@@ -2003,30 +2003,46 @@ MLPERF_8B_SETTINGS = (
     " Llama 3.1 8B (32 layers, h 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 128256, RMSNorm, RoPE, "
     "untied embeddings: the benchmark's model, Llama31Config8B in the reference implementation, "
     "mlcommons/training small_llm_pretraining/nemo/pretrain_llama31.py), sequence 8192 (the log's "
-    "max_sequence_length), MBS 1. v5.1 settings (NeMo 25.09): nemo/config_common.sh sets FP8=True with "
-    "FP8_RECIPE=tensorwise (per-tensor current scaling: training.fp8_recipe current), FP8_PARAM_GATHER=True "
+    "max_sequence_length). v5.1 settings (NeMo 25.09), from NVIDIA's implementation as the submitters "
+    "store it: config_common.sh (NVIDIA's and Lambda's copies) sets FP8=True with FP8_RECIPE=tensorwise "
+    "(per-tensor current scaling: training.fp8_recipe current), FP8_PARAM_GATHER=True "
     "(training.fp8_param_gather), USE_DIST_OPTIMIZER=True with OVERLAP_GRAD_REDUCE and OVERLAP_PARAM_GATHER "
     "(Megatron-Core's distributed optimizer: zero 1, both overlapped), NCCL_NVLS_ENABLE=0 (cluster.nvls "
-    "false), DEFER_EMBEDDING_WGRAD_COMPUTE=True with WGRAD_DEFERRAL_LIMIT=50 (no counterpart at PP 1: "
-    "parallel.defer_head_wgrad defers into a pipeline flush, which a PP 1 run does not have); the config "
-    "sets NVTE_DPA_FP8_RECIPE=F16 (attention in 16 bits) and SEGMENT (cluster.segment_nodes). "
-    "config_common_cg.sh, which the config sources, is not stored: ASSUMED FULL_CUDA_GRAPH=1 and "
-    "MCORE_CUDA_GRAPH=1, as NVIDIA's CUDA graph guide quotes the v5.1 Llama 3.1 405B folder's copy "
-    "(docs.nvidia.com/dl-cuda-graph, example 'Llama 3.1 405B': cuda_graph_scope full_iteration, every "
-    "microbatch's forward and backward one graph), as training.cuda_graphs attn and mlp (each layer's "
-    "kernels issued by graph launches: the nearest). config_common_8b.sh and conf/custom.yaml are not "
-    "stored, nor is pretrain.py: ASSUMED no activation recompute, bf16 gradient reduction "
-    "(training.fp32_grad_accum false) and no NaN check of the gradient buckets (dp.nan_check false), as "
-    "the reference's MegatronMixedPrecision sets grad_reduce_in_fp32=False and as an undated NVIDIA MLPerf "
-    "pretrain.py of this lineage (it has the fp4 knobs v5.1 brought) builds DistributedDataParallelConfig "
-    "(check_for_nan_in_grad=False, grad_reduce_in_fp32=False; v5.0's, stored, had the check on), cuDNN fused attention "
-    "(TransformerEngine's backend on Blackwell), Megatron-Core's default DDP buckets where the config "
-    "sets no BUCKET_SIZE, and TransformerEngine's default userbuffers settings for the TP overlap. No "
-    "counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), ALIGN_PARAM_GATHER, "
-    "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_P2P_NET_CHUNKSIZE, NCCL_SHARP_GROUP_SIZE_THRESH. The "
-    "config sets NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32 (cluster.nccl_min_nchannels, "
-    "nccl_min_ctas, nccl_max_ctas), which replace the per-communicator CTA file's limits (NCCL's "
-    "envConfigOverride; the file is not stored and needs no counterpart).")
+    "false), NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32 (cluster.nccl_min_nchannels, "
+    "nccl_min_ctas, nccl_max_ctas, which replace the per-communicator CTA file's limits: NCCL's "
+    "envConfigOverride). config_common_8b.sh, sourced after it (not in NVIDIA's folder; Lambda's, "
+    "Lenovo's and HPE's copies agree on these) sets CE_FUSION_IMPL=te (TransformerEngine's parallel "
+    "cross-entropy: training.fused_cross_entropy te), DEFER_EMBEDDING_WGRAD_COMPUTE=False, "
+    "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False and ALIGN_PARAM_GATHER=False; its USE_TE_OPS=True and "
+    "FUSED_QKV_ROPE=True have no counterpart. config_common_cg.sh (not in NVIDIA's folder; Nebius's copy, "
+    "Nebius/benchmarks/llama31_8b/config_common_cg.sh) sets FULL_CUDA_GRAPH=1 and MCORE_CUDA_GRAPH=1, and "
+    "the logs that print their configuration (HPE's XD670 H200 and Dell's XE9680L B200 runs) show "
+    "enable_cuda_graph 1 with cuda_graph_scope full_iteration (every microbatch's forward and backward one "
+    "graph): training.cuda_graphs attn and mlp (each layer's kernels issued by graph launches, the "
+    "nearest); those logs also show no activation recompute (recompute_granularity None). pretrain.py "
+    "(Lambda's copy, the 0922 package of the same benchmark) builds DistributedDataParallelConfig with "
+    "check_for_nan_in_grad=False (dp.nan_check false), grad_reduce_in_fp32=False (training.fp32_grad_accum "
+    "false) and average_in_collective=True, and attaches NeMo's MegatronCommOverlapCallback without a "
+    "bucket size, so the callback's own 128 Mi parameters per bucket (its _get_optimizer_overlap_cfgs at "
+    "dp > 1) replace the DDP config's: dp.bucket_mb comm-overlap (HPE's log prints the result, "
+    "DistributedDataParallelConfig(... bucket_size=134217728 ...), where custom.yaml's default is 200). "
+    "ASSUMED: cuDNN fused attention (TransformerEngine's backend choice on Hopper and Blackwell; "
+    "attention_backend auto in the printed configs). No counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over "
+    "NVLink multicast), NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_P2P_NET_CHUNKSIZE, "
+    "NCCL_SHARP_GROUP_SIZE_THRESH.")
+
+
+def mlperf_v51_8b_scenario(gpus, hardware, tp, cp, mbs, gbs, tp_overlap):
+    """A v5.1 Llama 3.1 8B run as MLPERF_8B_SETTINGS describes it."""
+    scenario = megatron_h100_scenario(llama_model("LLAMA3-8B"), gpus, megatron_parallel(tp, 1, cp, 1), 8192, mbs,
+                                      gbs, "fp8", "cudnn", "current", hardware=hardware, fp32_grads=False,
+                                      fp8_params=True, comm_overlap=True)
+    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
+    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="te")
+    scenario["overlap"]["tp_comm"] = tp_overlap
+    return scenario
+
+
 # folder, GPU (BLACKWELL_HW), nodes, config, tp, cp, TP_COMM_OVERLAP, BUCKET_SIZE (parameters, None unset),
 # SEGMENT, [block ms], block samples, the log's train_step_time of the last block, whether the
 # folder's own config is stored (the GB200 ones are not: their GB300 twin's settings, same name)
@@ -2047,22 +2063,15 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
     gbs = dp  # MINIBS 1
     steps = block_samples / gbs
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
-    scenario = megatron_h100_scenario(llama_model("LLAMA3-8B"), gpus, megatron_parallel(tp, 1, cp, 1), seq, 1, gbs,
-                                      "fp8", "cudnn", "current", hardware=hardware, fp32_grads=False, fp8_params=True)
-    scenario["cluster"].update(nvls=False, segment_nodes=segment, nccl_min_nchannels=4, nccl_min_ctas=16,
-                               nccl_max_ctas=32)
-    scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
-    scenario["overlap"]["tp_comm"] = tp_overlap
+    scenario = mlperf_v51_8b_scenario(gpus, hardware, tp, cp, 1, gbs, tp_overlap)
+    scenario["cluster"]["segment_nodes"] = segment
     layout = (f"TENSOR_MODEL_PARALLEL={tp}, SEQ_PARALLEL={tp > 1}, CONTEXT_PARALLEL={cp}, "
-              f"TP_COMM_OVERLAP={tp_overlap}")
+              f"TP_COMM_OVERLAP={tp_overlap}, NVTE_DPA_FP8_RECIPE=F16 (attention in 16 bits), SEGMENT={segment} "
+              "(cluster.segment_nodes)")
     if bucket:
-        # v5.0's pretrain.py hands optim.bucket_size to DistributedDataParallelConfig.bucket_size, a
-        # count of parameters (BUCKET_SIZE -> optim.bucket_size ASSUMED: custom.yaml is not stored);
-        # the wire carries them in bf16
-        scenario["dp"]["bucket_mb"] = bucket * 2 / 1e6
-        layout += (f", BUCKET_SIZE={bucket} (parameters, as v5.0's pretrain.py hands optim.bucket_size to "
-                   f"Megatron-Core's DistributedDataParallelConfig.bucket_size: dp.bucket_mb {bucket * 2 / 1e6:g}, "
-                   "bf16 on the wire)")
+        # pretrain.py hands BUCKET_SIZE to the DDP config only; the comm-overlap callback replaces it
+        layout += (f", BUCKET_SIZE={bucket}, which pretrain.py hands to the DDP config but not to the "
+                   "comm-overlap callback that replaces it (below)")
     own = (f"the config sets {layout}" if stored else
            f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
            f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
@@ -2085,15 +2094,108 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
         "scenario": scenario,
         "measured": {"step_time_s": float(f"{step_s:.6g}")},  # six digits of a sub-second step
     })
+# Other submitters' runs of the same implementation (mlcommons/training_results_v5.1, <Org>/...):
+# name suffix, family, hardware, GPUs, tp, cp, MBS, GBS, [block ms], block samples, the log's
+# train_step_time of the last block, SEGMENT or None, profile overrides, and the run's evidence.
+# Left out: the B300 runs (8 GPUs, MBS 2: Lenovo 0.406, Dell 0.548, Supermicro 0.551 s a step on
+# the same layout, 35% apart), Cisco's two H100 runs (no configuration in their logs; their stored
+# pretrain.py never attaches the comm-overlap callback; 5.5-7 s tails in every block) and the 8-GPU
+# B200 runs (Lenovo, Oracle, Supermicro, Dell: 0.444-0.458 s a step with MBS 2), whose precision is
+# not known: Dell's, as fast as the rest, runs a config that sources config_common_fp4.sh (FP4=True,
+# FP8=False in Lambda's copy) and config_common_fp8attn.sh, the others' configs are not stored, and no
+# log prints it (as FP8 with Datacrunch's config_DGXB200_1x8x2xtp1pp1cp1_8b.sh: +18.7%); likewise
+# Nebius's B300 run.
+MLPERF_V51_8B_PARTNER_RUNS = [
+    ("64xh200-hpe", "mlperf-training-h100", "dgx-h200", 64, 1, 2, 1, 32, [90619, 90533], 8192, 0.353644, None, None,
+     "HPE/benchmarks/llama3_8b/implementations/nemo-x86_64/config_XD670_8x8x1xtp1pp1cp2_8b.sh and "
+     "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b/result_1.txt (the folder has no result_0; "
+     "result_2's last block 0.353818 s): 8 HPE Cray XD670 nodes of 8 H200 SXM 141GB "
+     "(HPE/systems/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09.json), blocks of steps 5632-5888 and 5888-6144. "
+     "The log names its config (DLPAL ... XD670_8x8x1xtp1pp1cp2_8b) and prints the configs in effect: "
+     "Llama31Config8B(tensor_model_parallel_size=1, sequence_parallel=False, context_parallel_size=2, "
+     "tp_comm_overlap=False, cross_entropy_fusion_impl='te', recompute_granularity=None, fp8='hybrid', "
+     "fp8_recipe='tensorwise', fp8_param=True, fp8_dot_product_attention=False, enable_cuda_graph=1, "
+     "cuda_graph_scope='full_iteration') and DistributedDataParallelConfig(grad_reduce_in_fp32=False, "
+     "overlap_grad_reduce=True, overlap_param_gather=True, use_distributed_optimizer=True, "
+     "check_for_nan_in_grad=False, bucket_size=134217728, average_in_collective=True, fp8_param_gather=True). "
+     "The config also sources config_common_fp8attn.sh (FP8_DPA=True), yet the printed config keeps "
+     "fp8_dot_product_attention False: attention in 16 bits. HPE's config_common.sh is not stored: ASSUMED "
+     "NVIDIA's (its run.sub passes NCCL_NVLS_ENABLE into the container). Each node has 8 ConnectX-7 NDR "
+     "400 Gb/s adapters beside 8 Slingshot 200 Gb/s NICs: ASSUMED NCCL on the InfiniBand ones (its IB "
+     "transport; Slingshot needs the libfabric plugin), the dgx-h200 profile's 8 x 400 Gb/s; Intel hosts "
+     "(Xeon Platinum 8562Y+), as the profile."),
+    ("16xb200-dell", "mlperf-training-blackwell", "dgx-b200", 16, 1, 1, 2, 32, [455869, 456560], 24576, 0.594479,
+     None, None,
+     "Dell/benchmarks/llama31_8b/implementations/nemo/config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh "
+     "and Dell/results/2xXE9680Lx8B200-SXM-180GB/llama31_8b/result_0.txt (result_1's last block 0.589930 s): "
+     "two Dell PowerEdge XE9680L of 8 B200 SXM 180GB (Intel Xeon Platinum 8562Y+ hosts), blocks of steps "
+     "4608-5376 and 5376-6144. The log prints the experiment configuration: micro_batch_size 2, TP 1, CP 1, "
+     "sequence_parallel false, global_batch_size 32, enable_cuda_graph 1 with cuda_graph_scope "
+     "full_iteration, fp8 tensorwise with fp8_param_gather, ub_tp_comm_overlap false, "
+     "cross_entropy_fusion_impl te, defer_embedding_wgrad_compute false, activations_checkpoint null, "
+     "optim.bucket_size 768000000 (Dell's pretrain.py is not stored: ASSUMED Lambda's, whose comm-overlap "
+     "callback replaces it with its 128 Mi parameters, as below). Its system file names no NICs: ASSUMED 8 x "
+     "400 Gb/s, the dgx-b200 profile's, as the NCCL log of its twin run on two XE9685L (AMD hosts, the same "
+     "config, 0.5869 s a step) lists its mlx5 devices at 400000 Mb/s."),
+    ("64xb200-oracle", "mlperf-training-blackwell", "dgx-b200", 64, 1, 2, 1, 32, [73860], 12288, 0.192342, None,
+     None,
+     "Oracle/benchmarks/llama31_8b/run_llama31-8b.sh and Oracle/results/8xBM.GPU.B200.8/llama31_8b/result_0.txt: "
+     "8 OCI BM.GPU.B200.8 nodes of 8 B200 (Intel Xeon Platinum 8592+ hosts), the last block (steps "
+     "5376-5760). The script sources config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which Oracle does not store; "
+     "the copy of that name under Supermicro/benchmarks/llama31_8b/implementations/SYS-422GS-NBRT-LCC/ sets "
+     "MINIBS=1, TENSOR_MODEL_PARALLEL=1, SEQ_PARALLEL=False, CONTEXT_PARALLEL=2, TP_COMM_OVERLAP=False, "
+     "NVTE_DPA_FP8_RECIPE=F16 and sources config_common, config_common_8b and config_common_cg (global "
+     "batch 64 / 2 x 1 = 32, the log's). The script's NCCL_IB_HCA lists 8 RoCE adapters: ASSUMED 400 Gb/s "
+     "each, the dgx-b200 profile's. Datacrunch's run of the same config on 64 B200 "
+     "(Datacrunch/results/b200_8x8_ngc25.09/, its log naming DGXB200_8x8x1xtp1pp1cp2_8b) takes 0.19352 "
+     "and 0.19193 s a step over its last two blocks."),
+    ("72xgb300-lambda", "mlperf-training-blackwell", "gb300-nvl72", 72, 1, 2, 1, 36, [55791, 55814], 12312, 0.163197,
+     18, None,
+     "Lambda/benchmarks/llama31_8b/implementations/gb300_0922/ and Lambda/results/gb300_n18_ngc25.04_nemo/"
+     "llama31_8b/result_1.txt (the folder has no result_0; result_2's last block 0.16347 s): 18 GB300 NVL72 "
+     "trays (72 GPUs, 1400 W, Grace hosts: the log's SYSJSON reads Neoverse-V2), blocks of steps 4446-4788 "
+     "and 4788-5130, each 342 steps of 36. The log names GB300_18x4x1xtp1pp1cp2_8b, whose Lambda copy only "
+     "sources config_GB200_18x4x1xtp1pp1cp2_8b.sh, not stored: ASSUMED as NVIDIA's config of the GB300 name "
+     "sets it (TENSOR_MODEL_PARALLEL=1, SEQ_PARALLEL=False, CONTEXT_PARALLEL=2, TP_COMM_OVERLAP=False, "
+     "NVTE_DPA_FP8_RECIPE=F16, SEGMENT=18: cluster.segment_nodes). The same config on NVIDIA's own 72 GB300 "
+     "(theia_ngpu72, above) takes 0.1479 s, 10% less."),
+]
+for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples, log_step, segment, overrides,
+     evidence) in MLPERF_V51_8B_PARTNER_RUNS:
+    steps = block_samples / gbs
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    scenario = mlperf_v51_8b_scenario(gpus, hardware, tp, cp, mbs, gbs, False)
+    if segment:
+        scenario["cluster"]["segment_nodes"] = segment
+    if overrides:
+        scenario["cluster"]["profile"] = overrides
+    blocks = (f"the last two blocks last {blocks_ms[0]} and {blocks_ms[1]} ms" if len(blocks_ms) == 2
+              else f"the block lasts {blocks_ms[0]} ms")
+    case = {
+        "name": f"mlperf-v5.1/llama31-8b-{suffix}",
+        "family": family,
+        "source": (
+            f"{MLPERF_V51} {evidence} MLPerf Training v5.1 Llama 3.1 8B, tp {tp} cp {cp}, MBS {mbs}, global batch "
+            f"{gbs}. Step {step_s:.4g} s: {blocks}, each {block_samples} samples = {steps:g} steps (the log's own "
+            f"train_step_time for the last block: {log_step} s)." + MLPERF_8B_SETTINGS),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_samples * 8192, "global_batch": gbs,
+                      "seq_len": 8192, "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step_s:.6g}")},
+    }
+    (cases if family == "mlperf-training-h100" else blackwell_cases).append(case)
 dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
      "# MLPerf Training, NVIDIA's Blackwell submissions: GPT-3 175B of v4.1 (preview, DGX B200, NeMo, FP8, 64\n"
-     "# GPUs) and Llama 3.1 8B of v5.1 (GB200 and GB300 NVL72, 72 and 512 GPUs), the step time read off each\n"
-     "# result log's training blocks. Generated by tools/generate_validation_cases.py\n"
+     "# GPUs) and Llama 3.1 8B of v5.1 (GB200 and GB300 NVL72, 72 and 512 GPUs; and other submitters' runs of\n"
+     "# NVIDIA's implementation on 16 and 64 B200 and 72 GB300), the step time read off each result log's\n"
+     "# training blocks. Generated by tools/generate_validation_cases.py\n"
      "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
      blackwell_cases)
 dump(str(ROOT / "validation" / "mlperf-training-h100.yaml"),
      "# MLPerf Training, NVIDIA's DGX H100 submissions: GPT-3 175B of v3.1, v4.0 and v4.1 (NeMo, FP8, 256\n"
-     "# to 10752 GPUs) and Llama 3.1 405B of v5.0 (512 GPUs), the step time read off each result log's\n"
+     "# to 10752 GPUs) and Llama 3.1 405B of v5.0 (512 GPUs), and HPE's v5.1 Llama 3.1 8B run of NVIDIA's\n"
+     "# implementation on 64 H200, the step time read off each result log's\n"
      "# training blocks. Generated by\n"
      "# tools/generate_validation_cases.py from the table in that script (source in each case); every\n"
      "# case is marked slow, so the family stays out of validate --quick.\n", cases)
