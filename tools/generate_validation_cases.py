@@ -2075,7 +2075,9 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
     own = (f"the config sets {layout}" if stored else
            f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
            f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
-           f"ASSUMED the rest as the GB300 config of the same name sets it ({layout})")
+           f"ASSUMED the rest as the GB300 config of the same name sets it ({layout})"
+           + ("; in Lambda's package of the implementation the GB300 config of this layout only sources "
+              "the GB200 one, config_GB200_18x4x1xtp1pp1cp2_8b.sh: one config under two names" if nodes == 18 else ""))
     system = f"{gpu} NVL72 ({folder.split('_')[0].title()})"  # NVIDIA's system: theia, tyche
     blackwell_cases.append({
         "name": f"mlperf-v5.1/llama31-8b-{gpus}x{gpu.lower()}",
