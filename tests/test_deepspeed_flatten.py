@@ -77,3 +77,20 @@ def test_each_bucket_pays_its_flatten_and_holds_the_flat_copy():
     assert after_backward(a) - after_backward(b) == pytest.approx(2.0 * max(buckets), rel=1e-9)
     ctx = build_context(scenario_from_dict(flat))
     assert cast_buffer_bytes(ctx.scenario, ctx.layout, 5e8) == 1e9
+
+
+def test_context_parallel_ranks_alone_reduce_through_the_flat_copy():
+    """Dense buckets reduce over dp x cp, so two context-parallel ranks without data
+    parallelism flatten and scale them too, and hold the flat copy where `simcluster memory`
+    walks it (tests/test_random_layouts.py seed 7 on the whole profile list: dp 1 x cp 2 under
+    DeepSpeed simulated 157 MiB below the walk while the pass looked at dp alone)."""
+    from simcluster.memory_report import timeline_fault
+
+    doc = _doc(bucket_mb=200.0)
+    doc["parallel"]["cp"] = 2
+    doc["cluster"]["gpus"] = 2
+    doc["training"]["global_batch"] = 2
+    res = run(doc)
+    assert len(_events(res, "grad_bucket_pass")) == len(_events(res, "grad_all_reduce")) > 1
+    ctx = build_context(scenario_from_dict(doc))
+    assert timeline_fault(ctx, res.memory, res.summary["peak_memory_bytes"]["per_stage"]) is None

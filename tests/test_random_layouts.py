@@ -2,7 +2,7 @@
 UserError: never a traceback.
 
 Each layout draws a small model (dense, GQA, a learned-position GPT, two mixtures of experts, a
-sliding-window model), a shipped profile, a framework, the parallel degrees, a schedule, ZeRO,
+sliding-window model), a shipped profile (any of them), a framework, the parallel degrees, a schedule, ZeRO,
 precision and recomputation, and now and then two pipeline flushes or an offloaded optimizer
 (serial pipeline p2p across flushes deadlocked until 2026-11-29: found by a wider fuzz), and at
 ZeRO-3 without a pipeline now and then PyTorch FSDP1 (framework pytorch-fsdp). With a pipeline, now and then the adaptive V
@@ -21,6 +21,7 @@ import pytest
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
+from simcluster.hardware import shipped_profiles
 from simcluster.memory_report import timeline_fault
 from simcluster.scenario import scenario_from_dict
 
@@ -34,7 +35,8 @@ MODELS = [
      "expert_ffn": 512, "shared_experts": 1, "dense_layers": 1},
     {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, "sliding_window": 512, "global_every": 2},
 ]  # fmt: skip
-HARDWARE = ["dgx-h100", "dgx-a100", "gb200-nvl72", "dgx-b200", "amd-mi300x", "aws-p5", "alps-gh200", "hgx-h800"]
+# every shipped profile, so a new one is drawn as soon as it ships
+HARDWARE = shipped_profiles()
 SCHEDULES = ["1f1b", "afab", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zbv", "v-half", "dualpipev"]
 FRAMEWORKS = [None, "megatron-core", "nemo", "deepspeed", "nanotron", "torchtitan", "megatron-lm-2021"]
 

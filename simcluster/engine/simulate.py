@@ -97,7 +97,8 @@ def _bucket_pass_seconds(ctx: Context, km: KernelModel) -> Callable[[Bucket], fl
     no pass. Megatron scales dense and expert buckets alike by 1/(dp x cp), so there is nothing
     to scale only when that group is one rank."""
     dp, lay = ctx.scenario.dp, ctx.layout
-    reduced = len(lay.group("dp", lay.representative(0))) > 1
+    # dense buckets reduce over dp x cp (comms.GROUP_DIM), as cast_buffer_bytes counts them
+    reduced = len(lay.group("dpcp", lay.representative(0))) > 1
     scaled = dp.prescale and reduced
     passes = (1 if dp.nan_check else 0) + (2 if scaled else 0)
     # .grad is in the parameters' dtype (fp32 under autocast, as the buckets' memory counts
