@@ -2022,10 +2022,13 @@ MLPERF_8B_SETTINGS = (
     "nearest); those logs also show no activation recompute (recompute_granularity None). pretrain.py "
     "(Lambda's copy, the 0922 package of the same benchmark) builds DistributedDataParallelConfig with "
     "check_for_nan_in_grad=False (dp.nan_check false), grad_reduce_in_fp32=False (training.fp32_grad_accum "
-    "false) and average_in_collective=True, and attaches NeMo's MegatronCommOverlapCallback without a "
-    "bucket size, so the callback's own 128 Mi parameters per bucket (its _get_optimizer_overlap_cfgs at "
-    "dp > 1) replace the DDP config's: dp.bucket_mb comm-overlap (HPE's log prints the result, "
-    "DistributedDataParallelConfig(... bucket_size=134217728 ...), where custom.yaml's default is 200). "
+    "false) and average_in_collective=True, and attaches NeMo's MegatronCommOverlapCallback, whose own "
+    "128 Mi parameters per bucket (its _get_optimizer_overlap_cfgs at dp > 1) go to the DDP config unless "
+    "it is handed a bucket size: where the run's configuration sets no BUCKET_SIZE, dp.bucket_mb "
+    "comm-overlap (HPE's log prints the result for such a config, DistributedDataParallelConfig(... "
+    "bucket_size=134217728 ...)); where it does, that size, as the pretrain.py copies of the lineage that "
+    "hand optim.bucket_size to the callback keep it (Lambda's hands it none, so there the 128 Mi would "
+    "stand; the run's own pretrain.py is not stored: ASSUMED the size its configuration asks for). "
     "ASSUMED: cuDNN fused attention (TransformerEngine's backend choice on Hopper and Blackwell; "
     "attention_backend auto in the printed configs). No counterpart: MC_TP_OVERLAP_AG/RS (userbuffers over "
     "NVLink multicast), NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16, NCCL_P2P_NET_CHUNKSIZE, "
@@ -2069,9 +2072,9 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
               f"TP_COMM_OVERLAP={tp_overlap}, NVTE_DPA_FP8_RECIPE=F16 (attention in 16 bits), SEGMENT={segment} "
               "(cluster.segment_nodes)")
     if bucket:
-        # pretrain.py hands BUCKET_SIZE to the DDP config only; the comm-overlap callback replaces it
-        layout += (f", BUCKET_SIZE={bucket}, which pretrain.py hands to the DDP config but not to the "
-                   "comm-overlap callback that replaces it (below)")
+        # Megatron-Core's DistributedDataParallelConfig.bucket_size counts parameters; bf16 on the wire
+        scenario["dp"]["bucket_mb"] = bucket * 2 / 1e6
+        layout += f", BUCKET_SIZE={bucket} (parameters: dp.bucket_mb {bucket * 2 / 1e6:g}, bf16 on the wire; below)"
     own = (f"the config sets {layout}" if stored else
            f"the folder's README names {config}, which is not stored: its layout is the name's (nodes x GPUs x "
            f"MINIBS x tp x pp x cp, as every NVIDIA config is named; the log's global_batch_size agrees), and "
@@ -2135,8 +2138,7 @@ MLPERF_V51_8B_PARTNER_RUNS = [
      "sequence_parallel false, global_batch_size 32, enable_cuda_graph 1 with cuda_graph_scope "
      "full_iteration, fp8 tensorwise with fp8_param_gather, ub_tp_comm_overlap false, "
      "cross_entropy_fusion_impl te, defer_embedding_wgrad_compute false, activations_checkpoint null, "
-     "optim.bucket_size 768000000 (Dell's pretrain.py is not stored: ASSUMED Lambda's, whose comm-overlap "
-     "callback replaces it with its 128 Mi parameters, as below). Its system file names no NICs: ASSUMED 8 x "
+     "optim.bucket_size 768000000 (dp.bucket_mb 1536; below). Its system file names no NICs: ASSUMED 8 x "
      "400 Gb/s, the dgx-b200 profile's, as the NCCL log of its twin run on two XE9685L (AMD hosts, the same "
      "config, 0.5869 s a step) lists its mlx5 devices at 400000 Mb/s."),
     ("64xb200-oracle", "mlperf-training-blackwell", "dgx-b200", 64, 1, 2, 1, 32, [73860], 12288, 0.192342, None,
@@ -2171,6 +2173,8 @@ for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples,
         scenario["cluster"]["segment_nodes"] = segment
     if overrides:
         scenario["cluster"]["profile"] = overrides
+    if suffix == "16xb200-dell":  # its printed optim.bucket_size (parameters)
+        scenario["dp"]["bucket_mb"] = 768000000 * 2 / 1e6
     blocks = (f"the last two blocks last {blocks_ms[0]} and {blocks_ms[1]} ms" if len(blocks_ms) == 2
               else f"the block lasts {blocks_ms[0]} ms")
     case = {
