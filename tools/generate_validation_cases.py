@@ -2101,7 +2101,8 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
     })
 # Other submitters' runs of the same implementation (mlcommons/training_results_v5.1, <Org>/...):
 # name suffix, family, hardware, GPUs, tp, cp, MBS, GBS, [block ms], block samples, the log's
-# train_step_time of the last block, SEGMENT or None, profile overrides, and the run's evidence.
+# train_step_time of the last block, SEGMENT or None, BUCKET_SIZE (parameters) or None, profile
+# overrides, and the run's evidence.
 # Left out: the B300 runs (8 GPUs, MBS 2: Lenovo 0.406, Dell 0.548, Supermicro 0.551 s a step on
 # the same layout, 35% apart), Cisco's two H100 runs (no configuration in their logs; their stored
 # pretrain.py never attaches the comm-overlap callback; 5.5-7 s tails in every block) and the 8-GPU
@@ -2112,6 +2113,7 @@ for (folder, gpu, nodes, config, tp, cp, tp_overlap, bucket, segment, blocks_ms,
 # Nebius's B300 run.
 MLPERF_V51_8B_PARTNER_RUNS = [
     ("64xh200-hpe", "mlperf-training-h100", "dgx-h200", 64, 1, 2, 1, 32, [90619, 90533], 8192, 0.353644, None, None,
+     None,
      "HPE/benchmarks/llama3_8b/implementations/nemo-x86_64/config_XD670_8x8x1xtp1pp1cp2_8b.sh and "
      "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b/result_1.txt (the folder has no result_0; "
      "result_2's last block 0.353818 s): 8 HPE Cray XD670 nodes of 8 H200 SXM 141GB "
@@ -2130,7 +2132,7 @@ MLPERF_V51_8B_PARTNER_RUNS = [
      "transport; Slingshot needs the libfabric plugin), the dgx-h200 profile's 8 x 400 Gb/s; Intel hosts "
      "(Xeon Platinum 8562Y+), as the profile."),
     ("16xb200-dell", "mlperf-training-blackwell", "dgx-b200", 16, 1, 1, 2, 32, [455869, 456560], 24576, 0.594479,
-     None, None,
+     None, 768000000, None,
      "Dell/benchmarks/llama31_8b/implementations/nemo/config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh "
      "and Dell/results/2xXE9680Lx8B200-SXM-180GB/llama31_8b/result_0.txt (result_1's last block 0.589930 s): "
      "two Dell PowerEdge XE9680L of 8 B200 SXM 180GB (Intel Xeon Platinum 8562Y+ hosts), blocks of steps "
@@ -2142,7 +2144,7 @@ MLPERF_V51_8B_PARTNER_RUNS = [
      "400 Gb/s, the dgx-b200 profile's, as the NCCL log of its twin run on two XE9685L (AMD hosts, the same "
      "config, 0.5869 s a step) lists its mlx5 devices at 400000 Mb/s."),
     ("64xb200-oracle", "mlperf-training-blackwell", "dgx-b200", 64, 1, 2, 1, 32, [73860], 12288, 0.192342, None,
-     None,
+     None, None,
      "Oracle/benchmarks/llama31_8b/run_llama31-8b.sh and Oracle/results/8xBM.GPU.B200.8/llama31_8b/result_0.txt: "
      "8 OCI BM.GPU.B200.8 nodes of 8 B200 (Intel Xeon Platinum 8592+ hosts), the last block (steps "
      "5376-5760). The script sources config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which Oracle does not store; "
@@ -2154,7 +2156,7 @@ MLPERF_V51_8B_PARTNER_RUNS = [
      "(Datacrunch/results/b200_8x8_ngc25.09/, its log naming DGXB200_8x8x1xtp1pp1cp2_8b) takes 0.19352 "
      "and 0.19193 s a step over its last two blocks."),
     ("72xgb300-lambda", "mlperf-training-blackwell", "gb300-nvl72", 72, 1, 2, 1, 36, [55791, 55814], 12312, 0.163197,
-     18, None,
+     18, None, None,
      "Lambda/benchmarks/llama31_8b/implementations/gb300_0922/ and Lambda/results/gb300_n18_ngc25.04_nemo/"
      "llama31_8b/result_1.txt (the folder has no result_0; result_2's last block 0.16347 s): 18 GB300 NVL72 "
      "trays (72 GPUs, 1400 W, Grace hosts: the log's SYSJSON reads Neoverse-V2), blocks of steps 4446-4788 "
@@ -2164,8 +2166,8 @@ MLPERF_V51_8B_PARTNER_RUNS = [
      "NVTE_DPA_FP8_RECIPE=F16, SEGMENT=18: cluster.segment_nodes). The same config on NVIDIA's own 72 GB300 "
      "(theia_ngpu72, above) takes 0.1479 s, 10% less."),
 ]
-for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples, log_step, segment, overrides,
-     evidence) in MLPERF_V51_8B_PARTNER_RUNS:
+for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples, log_step, segment, bucket,
+     overrides, evidence) in MLPERF_V51_8B_PARTNER_RUNS:
     steps = block_samples / gbs
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
     scenario = mlperf_v51_8b_scenario(gpus, hardware, tp, cp, mbs, gbs, False)
@@ -2173,8 +2175,8 @@ for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples,
         scenario["cluster"]["segment_nodes"] = segment
     if overrides:
         scenario["cluster"]["profile"] = overrides
-    if suffix == "16xb200-dell":  # its printed optim.bucket_size (parameters)
-        scenario["dp"]["bucket_mb"] = 768000000 * 2 / 1e6
+    if bucket:
+        scenario["dp"]["bucket_mb"] = bucket * 2 / 1e6
     blocks = (f"the last two blocks last {blocks_ms[0]} and {blocks_ms[1]} ms" if len(blocks_ms) == 2
               else f"the block lasts {blocks_ms[0]} ms")
     case = {
