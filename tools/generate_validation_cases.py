@@ -1943,8 +1943,11 @@ MLPERF_405B_SETTINGS = (
     "and tp at most 8 CTAs, pp, mp and embd 2, cp, tp_dp_cp, tp_dp and tp_exp 1, each at least 1; its "
     "cga_cluster_size keys have no counterpart) and NCCL_MIN_NCHANNELS=4 (cluster.nccl_min_nchannels, "
     "which NCCL's ncclTopoPostset lets win over a max_ctas below it: the one-CTA communicators run on "
-    "4 channels). No counterpart: ALIGN_PARAM_GATHER, "
-    "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
+    "4 channels). config_common.sh sets OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=True, which pretrain.py hands "
+    "to NeMo's MegatronCommOverlapCallback (overlap_param_gather_with_optimizer_step): Megatron-Core then "
+    "wraps every model chunk with bucketing disabled (get_model's disable_bucketing=(model_chunk_idx > 0) "
+    "or overlap_param_gather_with_optimizer_step; dp.bucket_stages none, each chunk one bucket). No "
+    "counterpart: ALIGN_PARAM_GATHER, MC_TP_OVERLAP_AG/RS (userbuffers over NVLink multicast), "
     "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8, NCCL_P2P_NET_CHUNKSIZE. config_common.sh sets DEFER_EMBEDDING_WGRAD_COMPUTE=True and "
     "WGRAD_DEFERRAL_LIMIT=50, which pretrain.py hands to NeMo's MegatronCommOverlapCallback "
     "(defer_embedding_wgrad_compute, wgrad_deferral_limit): parallel.defer_head_wgrad with "
@@ -1973,7 +1976,7 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
     scenario["overlap"]["tp_comm_cfg"] = "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"
     scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
                                 loss_in_split=True)
-    scenario["dp"]["nan_check"] = True
+    scenario["dp"].update(nan_check=True, bucket_stages="none")
     # one mapping per communicator (a shared one would be dumped as YAML anchors)
     scenario["cluster"]["nccl_communicators"] = {
         name: {"min_ctas": 1, "max_ctas": ctas}
@@ -1992,6 +1995,73 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
             f"{gbs}). Step {step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and "
             f"{blocks_ms[1]} ms, each {block_samples} samples = {steps:g} steps (the log's own "
             f"train_step_time for the last block: {log_step} s).{slow_steps}" + MLPERF_405B_SETTINGS),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": block_samples * seq, "global_batch": gbs,
+                      "seq_len": seq, "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    })
+# Nebius's v5.0 submission of NVIDIA's implementation on H200 (prishajain1/training_results_v5.0,
+# Nebius/benchmarks/llama31_405b/implementations/nebius_soperator_8xH200_n{64,128}_ngc25.01_nemo/):
+# nodes, MINIBS, [block ms] of result_1.txt's last two blocks, the log's train_step_time of the last
+# block, its slow steps
+MLPERF_V50_NEBIUS_RUNS = [
+    (64, 144, [2016545, 2006836], 50.17088, " Two steps of the earlier block take 57.3 and 55.4 s (the others 50.0-50.3 s); "
+     "they are kept, as every block is."),
+    (128, 72, [1021899, 1020318], 25.50791, " Four steps of the two blocks take 26.7-30.1 s (the others 25.3-25.4 s); "
+     "they are kept, as every block is."),
+]
+for nodes, minibs, blocks_ms, log_step, slow_steps in MLPERF_V50_NEBIUS_RUNS:
+    gpus, seq, gbs, block_samples = nodes * 8, 8192, 1152, 46080
+    steps = block_samples / gbs
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    folder = f"nebius_soperator_8xH200_n{nodes}_ngc25.01_nemo"
+    config = f"config_DGXH200_{nodes}x8x{minibs}xtp4pp8cp2.sh"
+    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(4, 8, 2, 8), seq, 1, gbs,
+                                      "fp8", "cudnn", hardware="dgx-h200", fp32_grads=False, fp8_params=True)
+    scenario["cluster"].update(nvls=True, nccl_min_nchannels=4)
+    scenario["cluster"]["nccl_communicators"] = {
+        name: {"min_ctas": 1, "max_ctas": ctas}
+        for names, ctas in ((("dp", "dp_cp", "tp"), 8), (("pp", "mp", "embd"), 2), (("cp", "tp_dp_cp", "tp_dp", "tp_exp"), 1))
+        for name in names
+    }
+    scenario["overlap"]["tp_comm_cfg"] = mlperf_ub("v4.0", False)
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
+                                loss_in_split=True)
+    scenario["dp"].update(nan_check=True, bucket_stages="none")
+    cases.append({
+        "name": f"mlperf-v5.0/llama31-405b-{gpus}xh200-nebius",
+        "family": "mlperf-training-h100",
+        "source": (
+            f"{MLPERF_V50} Nebius/benchmarks/llama31_405b/implementations/{folder}/{config} and "
+            f"Nebius/results/{folder}/llama31_405b/result_1.txt (result_2.txt's last block within 0.1%): MLPerf "
+            f"Training v5.0 Llama 3.1 405B, Nebius's run of NVIDIA's implementation on {nodes} nodes of 8 H200 SXM "
+            f"141GB ({gpus} GPUs; 8 ConnectX-7 NDR 400 Gb/s NICs and two Xeon Platinum 8468 a node, "
+            f"Nebius/systems/ in mlcommons/training_results_v5.1, whose v5.1 system files list this v5.0 software; the "
+            f"v5.1 logs are not stored), tp 4 pp 8 vp 8 cp 2, MBS 1, global batch {gbs} (MINIBS {minibs} x dp "
+            f"{gpus // 64}; the log's global_batch_size). Step {step_s:.4g} s: the last two block_start/block_stop "
+            f"pairs last {blocks_ms[0]} and {blocks_ms[1]} ms, each {block_samples} samples = {steps:g} steps (the "
+            f"log's own train_step_time for the last block: {log_step} s).{slow_steps} The log prints its "
+            "configuration: tensor/pipeline/virtual/context parallel 4/8/8/2, sequence_parallel true, "
+            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split true "
+            "(parallel.embedding_in_split, loss_in_split), defer_embedding_wgrad_compute true with "
+            "wgrad_deferral_limit 50 (parallel.defer_head_wgrad, head_wgrad_deferral_limit 50), "
+            "activations_checkpoint null, enable_cuda_graph false, fp8 true with fp8_hybrid false and fp8_recipe "
+            "delayed (training.fp8_recipe delayed), optim.fp8_params true (training.fp8_param_gather), "
+            "ub_tp_comm_overlap true with the userbuffers settings it loaded (bulk 4 SMs for the four backward "
+            "overlaps, ring exchanges for qkv_fprop, proj_dgrad, fc1_fprop and fc2_dgrad, proj_fprop a 24-SM "
+            "pipeline in 4 splits with a margin, fc2_fprop a ring exchange with a margin: overlap.tp_comm_cfg), "
+            "optim overlap_grad_reduce, overlap_param_gather and overlap_param_gather_with_optim_step true "
+            "(handed to NeMo's MegatronCommOverlapCallback by pretrain.py: every model chunk one bucket, "
+            "dp.bucket_stages none). The README exports NCCL_NVLS_ENABLE=1 (cluster.nvls true; its "
+            "config_common.sh has the NVLS line commented out), which otherwise matches NVIDIA's v5.0 one "
+            "(NCCL_MIN_NCHANNELS=4: cluster.nccl_min_nchannels; NCCL_CFG_PATH to the communicator CTA file). Not "
+            "in Nebius's folder, so ASSUMED NVIDIA's v5.0 copies, which its run_and_time.sh reaches at the same "
+            "paths: pretrain.py (DistributedDataParallelConfig with check_for_nan_in_grad=True: dp.nan_check, "
+            "grad_reduce_in_fp32=False, average_in_collective=True) and conf/nccl/custom_communicator_cta.yaml "
+            "(dp, dp_cp and tp at most 8 CTAs, pp, mp and embd 2, the rest 1: cluster.nccl_communicators); "
+            "cuDNN fused attention. Llama 3.1 405B (126 layers, h 16384, 128 heads, 8 KV heads, SwiGLU 53248, "
+            "vocab 128256, RMSNorm, RoPE, untied embeddings), sequence 8192."),
         "slow": True,
         "published": {"blocks_ms": blocks_ms, "block_tokens": block_samples * seq, "global_batch": gbs,
                       "seq_len": seq, "gpus": gpus, "precision": "fp8"},
@@ -2203,7 +2273,8 @@ dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
 dump(str(ROOT / "validation" / "mlperf-training-h100.yaml"),
      "# MLPerf Training, NVIDIA's DGX H100 submissions: GPT-3 175B of v3.1, v4.0 and v4.1 (NeMo, FP8, 256\n"
      "# to 10752 GPUs) and Llama 3.1 405B of v5.0 (512 GPUs), and HPE's v5.1 Llama 3.1 8B run of NVIDIA's\n"
-     "# implementation on 64 H200, the step time read off each result log's\n"
+     "# implementation on 64 H200 and Nebius's v5.0 Llama 3.1 405B runs on 512 and 1024 H200, the step time\n"
+     "# read off each result log's\n"
      "# training blocks. Generated by\n"
      "# tools/generate_validation_cases.py from the table in that script (source in each case); every\n"
      "# case is marked slow, so the family stays out of validate --quick.\n", cases)
