@@ -62,7 +62,8 @@ def test_shipped_case_counts_and_unique_names():
     # GPT-3 175B, NVIDIA's DGX H100 submissions: v3.1 at 512/1024/1344 nodes, v4.0 at 64/1344,
     # v4.1 at 32/64/1452, Llama 3.1 405B v5.0 at 64/256/304 nodes and Nebius's on 64/128 H200 nodes,
     # and HPE's v5.1 Llama 3.1 8B on 64 H200; v4.1's 8-node B200 preview, v5.1 Llama 3.1 8B on NVIDIA's GB200/GB300 at 72/512 GPUs and
-    # other submitters' runs on 16 (Dell) / 64 (Oracle) B200 and 72 GB300 (Lambda);
+    # other submitters' runs on 16 (Dell) / 64 (Oracle) B200 and 72 GB300 (Lambda); the University of
+    # Florida's v5.1 Llama 3.1 405B on 32 and 56 DGX B200;
     # AMD's rocm/pytorch-training:v25.2 overview: its four Llama 3.1 8B FSDP rows on 8 MI300X.
     assert fams == {
         "bigscience-a100": 6,
@@ -83,7 +84,7 @@ def test_shipped_case_counts_and_unique_names():
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
         "mlperf-training-h100": 14,
-        "mlperf-training-blackwell": 8,
+        "mlperf-training-blackwell": 10,
         "amd-fsdp-mi300x": 4,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -289,7 +290,8 @@ def test_mlperf_steps_are_the_logs_blocks_and_stay_out_of_the_quick_set():
               # other submitters: MINIBS in their configs (Dell's log: micro_batch_size 2, GBS 32)
               "mlperf-v5.1/llama31-8b-64xh200-hpe": 1, "mlperf-v5.1/llama31-8b-16xb200-dell": 2,
               "mlperf-v5.1/llama31-8b-64xb200-oracle": 1, "mlperf-v5.1/llama31-8b-72xgb300-lambda": 1,
-              "mlperf-v5.0/llama31-405b-512xh200-nebius": 144, "mlperf-v5.0/llama31-405b-1024xh200-nebius": 72}
+              "mlperf-v5.0/llama31-405b-512xh200-nebius": 144, "mlperf-v5.0/llama31-405b-1024xh200-nebius": 72,
+              "mlperf-v5.1/llama31-405b-256xb200-uf": 144, "mlperf-v5.1/llama31-405b-448xb200-uf": 144}
     cases = {c.name: c for c in _family("mlperf-training-h100") + _family("mlperf-training-blackwell")}
     assert set(cases) == set(minibs)
     for name, c in cases.items():
@@ -1261,7 +1263,7 @@ def test_ratchet_blackwell_fast_rows():
 # The v5.1 8B rows: -4.60 / -36.70 / -12.78 / -36.67 before the settings other submitters' copies of
 # the implementation show (TransformerEngine's cross-entropy; NeMo's comm-overlap buckets where the
 # configuration sets no BUCKET_SIZE; 2026-12-05);
-# the partner rows (HPE, Dell, Oracle, Lambda) were added that day.
+# the partner rows (HPE, Dell, Oracle, Lambda; the University of Florida's 405B) were added that day.
 MLPERF_HELD_ERRORS = {
     "mlperf-v3.1/gpt3-175b-4096xh100": 0.26, "mlperf-v4.0/gpt3-175b-512xh100": 2.22,
     "mlperf-v4.0/gpt3-175b-10752xh100": 2.05, "mlperf-v4.1/gpt3-175b-256xh100": 4.43,
@@ -1272,6 +1274,7 @@ MLPERF_HELD_ERRORS = {
     "mlperf-v5.1/llama31-8b-72xgb200": -16.50, "mlperf-v5.1/llama31-8b-512xgb200": -37.59,
     "mlperf-v5.1/llama31-8b-64xh200-hpe": -14.68, "mlperf-v5.1/llama31-8b-16xb200-dell": -8.48,
     "mlperf-v5.1/llama31-8b-64xb200-oracle": -4.03, "mlperf-v5.1/llama31-8b-72xgb300-lambda": -17.40,
+    "mlperf-v5.1/llama31-405b-256xb200-uf": -6.64, "mlperf-v5.1/llama31-405b-448xb200-uf": -7.61,
 }  # fmt: skip
 
 

@@ -2263,10 +2263,67 @@ for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples,
         "measured": {"step_time_s": float(f"{step_s:.6g}")},
     }
     (cases if family == "mlperf-training-h100" else blackwell_cases).append(case)
+# The University of Florida's v5.1 Llama 3.1 405B runs of NVIDIA's implementation on DGX B200
+# (University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8/): nodes, [block ms] of
+# result_1.txt's last two blocks (result_0's last block was cut short at its max_steps), steps a block,
+# the log's train_step_time of the last block
+MLPERF_V51_UF_RUNS = [(32, [884488, 884090], 32, 27.62779), (56, [531819, 531276], 19, 27.96189)]
+for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
+    gpus, seq = nodes * 8, 8192
+    dp = gpus // 64
+    gbs = 144 * dp
+    step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
+    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(4, 8, 2, 8), seq, 1, gbs,
+                                      "fp8", "cudnn", "current", hardware="dgx-b200", fp32_grads=False,
+                                      fp8_params=True, comm_overlap=True)
+    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
+    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="native")
+    scenario["overlap"]["tp_comm"] = False
+    scenario["parallel"].update(embedding_in_split=True, loss_in_split=True)
+    scenario["dp"]["bucket_stages"] = "first"  # OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False
+    blackwell_cases.append({
+        "name": f"mlperf-v5.1/llama31-405b-{gpus}xb200-uf",
+        "family": "mlperf-training-blackwell",
+        "source": (
+            f"{MLPERF_V51} University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8/"
+            f"config_DGXB200_{nodes}x8x144xtp4pp8cp2_cg.sh and University-of-Florida/results/hpg.dgxb200x8.n{nodes}/"
+            f"llama31_405b/result_1.txt: MLPerf Training v5.1 Llama 3.1 405B, the University of Florida's run of "
+            f"NVIDIA's implementation (NeMo 25.09) on {nodes} DGX B200 of HiPerGator ({gpus} GPUs; "
+            f"University-of-Florida/systems/hpg.dgxb200x8.n{nodes}.json: B200 SXM 180GB at 1000 W, air-cooled, "
+            f"Xeon Platinum 8570 hosts, InfiniBand without a NIC count: ASSUMED the dgx-b200 profile's 8 x 400 Gb/s), "
+            f"tp 4 pp 8 vp 8 cp 2, MBS 1, global batch {gbs} (MINIBS 144 x dp {dp}; the log's global_batch_size). "
+            f"Step {step_s:.4g} s: the last two block_start/block_stop pairs last {blocks_ms[0]} and {blocks_ms[1]} ms, "
+            f"each {steps} steps (the log's own train_step_time for the last block: {log_step} s; result_0.txt's "
+            "last full block within 0.1%). The config sets TENSOR_MODEL_PARALLEL=4, PIPELINE_MODEL_PARALLEL=8, "
+            "INTERLEAVED_PIPELINE=8, CONTEXT_PARALLEL=2, MINIBS=144, ASYM_PP_EMBED and ASYM_PP_LOSS "
+            "(parallel.embedding_in_split, loss_in_split), and has TP_COMM_OVERLAP commented out (custom.yaml's "
+            "default, False); it sources config_common.sh, config_common_405b.sh and config_common_cg.sh, which "
+            "UF does not store: as NVIDIA's 405B config_common.sh (theia_ngpu512_ngc25.09_nemo/), Oracle's copy "
+            "of config_common_405b.sh (no layer kept in 16 bits) and Nebius's of config_common_cg.sh (FULL_CUDA_GRAPH=1, "
+            "MCORE_CUDA_GRAPH=1: training.cuda_graphs attn and mlp, the nearest; OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP "
+            "and DEFER_EMBEDDING_WGRAD_COMPUTE False, so Megatron-Core buckets the first stage's first chunk: "
+            "dp.bucket_stages first), which set FP8=True with FP8_RECIPE=tensorwise (training.fp8_recipe "
+            "current), FP8_PARAM_GATHER=True, the distributed optimizer with both overlaps, NCCL_NVLS_ENABLE=0 "
+            "(cluster.nvls false), NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32. No FP4 file is "
+            "sourced. Not stored, so ASSUMED: pretrain.py as Lambda's and the other copies of the lineage build "
+            "DistributedDataParallelConfig (check_for_nan_in_grad=False, grad_reduce_in_fp32=False, "
+            "average_in_collective=True), NeMo's comm-overlap buckets of 128 Mi parameters (no BUCKET_SIZE is "
+            "set; dp.bucket_mb comm-overlap, as HPE's printed DDP config shows for such a config), sequence "
+            "parallelism (custom.yaml's SEQ_PARALLEL default, True), Megatron-Core's fused cross-entropy "
+            "(custom.yaml's CE_FUSION_IMPL default, native) and cuDNN fused attention. Llama 3.1 405B (126 "
+            "layers, h 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, RMSNorm, RoPE, untied "
+            "embeddings), sequence 8192."),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "block_tokens": steps * gbs * seq, "global_batch": gbs,
+                      "seq_len": seq, "gpus": gpus, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    })
 dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
      "# MLPerf Training, NVIDIA's Blackwell submissions: GPT-3 175B of v4.1 (preview, DGX B200, NeMo, FP8, 64\n"
      "# GPUs) and Llama 3.1 8B of v5.1 (GB200 and GB300 NVL72, 72 and 512 GPUs; and other submitters' runs of\n"
-     "# NVIDIA's implementation on 16 and 64 B200 and 72 GB300), the step time read off each result log's\n"
+     "# NVIDIA's implementation on 16 and 64 B200 and 72 GB300; the University of Florida's v5.1 Llama 3.1\n"
+     "# 405B runs on 256 and 448 B200), the step time read off each result log's\n"
      "# training blocks. Generated by tools/generate_validation_cases.py\n"
      "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
      blackwell_cases)
