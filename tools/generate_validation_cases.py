@@ -1953,6 +1953,27 @@ MLPERF_405B_SETTINGS = (
     "(defer_embedding_wgrad_compute, wgrad_deferral_limit): parallel.defer_head_wgrad with "
     "head_wgrad_deferral_limit 50 (the output layer's weight gradients of the first 50 microbatches "
     "of a step deferred into the pipeline flush; pretrain.py read in eos-dfw_n64_ngc25.01_nemo/).")
+def mlperf_v50_405b_scenario(gpus, tp, gbs, hardware, nvls, tp_comm_cfg):
+    """A v5.0 Llama 3.1 405B run of NVIDIA's implementation as MLPERF_405B_SETTINGS describes it
+    (pp 8, vp 8, cp 2, MBS 1), NVIDIA's or another submitter's: ``tp``, the profile, NVLS and the
+    userbuffers settings are the run's."""
+    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(tp, 8, 2, 8), 8192, 1,
+                                      gbs, "fp8", "cudnn", hardware=hardware, fp32_grads=False, fp8_params=True)
+    scenario["cluster"]["nvls"] = nvls
+    scenario["overlap"]["tp_comm_cfg"] = tp_comm_cfg
+    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
+                                loss_in_split=True)
+    scenario["dp"].update(nan_check=True, bucket_stages="none")
+    # one mapping per communicator (a shared one would be dumped as YAML anchors)
+    scenario["cluster"]["nccl_communicators"] = {
+        name: {"min_ctas": 1, "max_ctas": ctas}
+        for names, ctas in ((("dp", "dp_cp", "tp"), 8), (("pp", "mp", "embd"), 2), (("cp", "tp_dp_cp", "tp_dp", "tp_exp"), 1))
+        for name in names
+    }
+    scenario["cluster"]["nccl_min_nchannels"] = 4
+    return scenario
+
+
 # folder, nodes, config, MINIBS, [block ms], block samples, the log's own train_step_time of the last
 # block (mlperf_common), its slow steps. The 1024-node run is left out (8192 GPUs), and so is the
 # 320-node one: five of its last block's 42 steps take 12.2-26.5 s against 11.2 (12.07 s a step).
@@ -1970,20 +1991,8 @@ for folder, nodes, config, minibs, blocks_ms, block_samples, log_step, slow_step
     gbs = minibs * dp
     steps = block_samples / gbs
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
-    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(8, 8, 2, 8), seq, 1,
-                                      gbs, "fp8", "cudnn", fp32_grads=False, fp8_params=True)
-    scenario["cluster"]["nvls"] = False
-    scenario["overlap"]["tp_comm_cfg"] = "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192"
-    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
-                                loss_in_split=True)
-    scenario["dp"].update(nan_check=True, bucket_stages="none")
-    # one mapping per communicator (a shared one would be dumped as YAML anchors)
-    scenario["cluster"]["nccl_communicators"] = {
-        name: {"min_ctas": 1, "max_ctas": ctas}
-        for names, ctas in ((("dp", "dp_cp", "tp"), 8), (("pp", "mp", "embd"), 2), (("cp", "tp_dp_cp", "tp_dp", "tp_exp"), 1))
-        for name in names
-    }
-    scenario["cluster"]["nccl_min_nchannels"] = 4
+    scenario = mlperf_v50_405b_scenario(gpus, 8, gbs, "dgx-h100", False,
+                                        "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192")
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh100",
         "family": "mlperf-training-h100",
@@ -2017,18 +2026,7 @@ for nodes, minibs, blocks_ms, log_step, slow_steps in MLPERF_V50_NEBIUS_RUNS:
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
     folder = f"nebius_soperator_8xH200_n{nodes}_ngc25.01_nemo"
     config = f"config_DGXH200_{nodes}x8x{minibs}xtp4pp8cp2.sh"
-    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(4, 8, 2, 8), seq, 1, gbs,
-                                      "fp8", "cudnn", hardware="dgx-h200", fp32_grads=False, fp8_params=True)
-    scenario["cluster"].update(nvls=True, nccl_min_nchannels=4)
-    scenario["cluster"]["nccl_communicators"] = {
-        name: {"min_ctas": 1, "max_ctas": ctas}
-        for names, ctas in ((("dp", "dp_cp", "tp"), 8), (("pp", "mp", "embd"), 2), (("cp", "tp_dp_cp", "tp_dp", "tp_exp"), 1))
-        for name in names
-    }
-    scenario["overlap"]["tp_comm_cfg"] = mlperf_ub("v4.0", False)
-    scenario["parallel"].update(defer_head_wgrad=True, head_wgrad_deferral_limit=50, embedding_in_split=True,
-                                loss_in_split=True)
-    scenario["dp"].update(nan_check=True, bucket_stages="none")
+    scenario = mlperf_v50_405b_scenario(gpus, 4, gbs, "dgx-h200", True, mlperf_ub("v4.0", False))
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh200-nebius",
         "family": "mlperf-training-h100",
