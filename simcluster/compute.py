@@ -39,6 +39,12 @@ QUANTISED = ("fp8", "nvfp4")
 #: weight-gradient GEMM reads (read 2, write 0.5 + 1/16)
 NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 
+#: the same without the Hadamard transform: a weight (the recipe's fp4_quant_fwd_weight never
+#: takes one) or any operand under NVTE_NVFP4_DISABLE_RHT=1. quantize_impl's branch without RHT
+#: reads the tensor once for its amax (nvte_compute_amax_with_config), then one nvte_quantize_v2
+#: reads it again and writes the rowwise and the columnwise copy (read 2, write 2 x (0.5 + 1/16))
+NVFP4_PLAIN_QUANTISE_BYTES = 2.0 + 2.0 + 2 * (0.5 + 1 / 16)
+
 #: how much longer an NVFP4 cast takes with stochastic rounding, which the recipe applies to
 #: gradients: TransformerEngine pull request 2412 ('Tuned NVFP4 cast kernel', Blackwell) measures
 #: the same rowwise + columnwise cast at 6.4 TB/s rounding to nearest and 4.5 TB/s rounding
@@ -116,6 +122,10 @@ class KernelModel:
     fp8_recipe: str = "delayed"
     # tensor-core time of the job's slowest GPU over a typical one (simcluster/variability.py)
     slowdown: float = 1.0
+    #: NVFP4BlockScaling's random Hadamard transform of activations and gradients (its default)
+    nvfp4_hadamard: bool = True
+    #: NVFP4BlockScaling's stochastic rounding of gradients (its default)
+    nvfp4_stochastic_rounding: bool = True
     _gemm_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _sustained_curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # seconds of the calibrated profile's timed shapes, by role (simcluster/gemm_roles.py)
@@ -301,16 +311,25 @@ class KernelModel:
         return nbytes / self.hbm_bytes_per_s + self.launch_s if nbytes > 0 else 0.0
 
     def quantise(
-        self, elements: float, dtype: str | None = None, gradient: bool = False, splits: float = 1
+        self,
+        elements: float,
+        dtype: str | None = None,
+        gradient: bool = False,
+        splits: float = 1,
+        weight: bool = False,
     ) -> float:
         """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 or
         NVFP4 GEMM; zero unless the GEMM runs in one of them. ``splits``: the operand is a
         grouped GEMM's, quantised per expert (:meth:`cast_kernels`: a launch gap per kernel).
+        ``weight``: the operand is a linear's weight.
 
-        NVFP4 (TransformerEngine's NVFP4BlockScaling): :data:`NVFP4_QUANTISE_BYTES` per element,
-        the amaxes, the rowwise cast and the Hadamard-transformed columnwise cast (a weight's cast
-        is charged the same: ASSUMPTION, its 2-D 16 x 16 blocks take no Hadamard transform). A ``gradient`` is rounded stochastically, which the
-        measured cast kernel runs :data:`NVFP4_SR_SLOWDOWN` times slower.
+        NVFP4 (TransformerEngine's NVFP4BlockScaling): activations and gradients take
+        :data:`NVFP4_QUANTISE_BYTES` per element, the amaxes, the rowwise cast and the
+        Hadamard-transformed columnwise cast; a weight (2-D 16 x 16 blocks, never transformed),
+        or any operand with the transform off (``nvfp4_hadamard``), takes
+        :data:`NVFP4_PLAIN_QUANTISE_BYTES`. A ``gradient`` is rounded stochastically unless
+        ``nvfp4_stochastic_rounding`` is off, which the measured cast kernel runs
+        :data:`NVFP4_SR_SLOWDOWN` times slower.
 
         TransformerEngine casts each activation entering an FP8 GEMM in the forward, and each
         output gradient in the backward, with a fused cast-transpose kernel: it reads the 16-bit
@@ -334,8 +353,10 @@ class KernelModel:
         if dtype not in QUANTISED or elements <= 0:
             return 0.0
         if dtype == "nvfp4":
-            slowdown = NVFP4_SR_SLOWDOWN if gradient else 1.0
-            return self.memory(NVFP4_QUANTISE_BYTES * elements * slowdown)
+            hadamard = self.nvfp4_hadamard and not weight
+            nbytes = NVFP4_QUANTISE_BYTES if hadamard else NVFP4_PLAIN_QUANTISE_BYTES
+            slowdown = NVFP4_SR_SLOWDOWN if gradient and self.nvfp4_stochastic_rounding else 1.0
+            return self.memory(nbytes * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
         transpose = 1.0 if keeps_fp8_transpose(self.fp8_recipe, self.profile.gpu.compute_capability) else 0.0
         nbytes = (3.0 + transpose + amax_pass) * elements

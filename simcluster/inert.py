@@ -353,6 +353,12 @@ def _fp8_recipe(ctx: Context) -> Verdict:
     return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
 
 
+def _nvfp4_recipe(ctx: Context) -> Verdict:
+    # compute.py quantise(): the Hadamard transform and stochastic rounding are NVFP4BlockScaling's
+    precision = ctx.scenario.training.precision
+    return (f"at training.precision={precision}", "it is a choice of the NVFP4 recipe") if precision != "nvfp4" else None
+
+
 def _amax_reduction(ctx: Context) -> Verdict:
     # parallelism/fp8_amax.py: its group and its blocking matter only where the amax all-reduce runs
     if delayed_under_te_autocast(ctx.scenario):
@@ -534,6 +540,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.fp8_recipe", _fp8_recipe),
+    InertRule("training.nvfp4_hadamard", _nvfp4_recipe),
+    InertRule("training.nvfp4_stochastic_rounding", _nvfp4_recipe),
     InertRule("training.tp_only_amax_red", _amax_reduction),
     InertRule("training.fp8_amax_async", _amax_reduction),
     InertRule("training.fp8_weight_cache", _fp8_weight_cache),

@@ -73,7 +73,11 @@ def layer_builder(data: dict) -> LayerBuilder:
     """The segment builder of a scenario dict (layer, embedding and head work, no engine)."""
     sc = scenario_from_dict(data)
     ctx = build_context(sc)
-    km = KernelModel(ctx.profile, sc.training.precision, sc.training.attention_kernel, sc.training.fp8_recipe)
+    tr = sc.training
+    km = KernelModel(
+        ctx.profile, tr.precision, tr.attention_kernel, tr.fp8_recipe,
+        nvfp4_hadamard=tr.nvfp4_hadamard, nvfp4_stochastic_rounding=tr.nvfp4_stochastic_rounding,
+    )
     return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
 
 

@@ -67,6 +67,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
+    # TE's NVFP4BlockScaling options (compute.py quantise): nothing to transform or round in FP8
+    ("training.nvfp4_hadamard", {"training": {"precision": "fp8", "nvfp4_hadamard": False}},
+     {"cluster": {"hardware": "dgx-b200"}, "training": {"precision": "nvfp4", "nvfp4_hadamard": False}}),
+    ("training.nvfp4_stochastic_rounding", {"training": {"nvfp4_stochastic_rounding": False}},
+     {"cluster": {"hardware": "dgx-b200"}, "training": {"precision": "nvfp4", "nvfp4_stochastic_rounding": False}}),
     # the amax all-reduce runs only under FP8 delayed scaling (parallelism/fp8_amax.py)
     ("training.tp_only_amax_red", {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_recipe": "current",
                                                                       "tp_only_amax_red": True}},

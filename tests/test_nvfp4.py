@@ -81,17 +81,36 @@ def test_quantisation_reads_for_the_amaxes_and_writes_both_nvfp4_copies():
     assert sr == pytest.approx((km.quantise(elements) - km.launch_s) * 6.4 / 4.5)
 
 
+def test_weights_and_the_vanilla_recipe_cast_without_the_hadamard_transform():
+    # TE recipe.py NVFP4BlockScaling: fp4_quant_fwd_weight takes no random Hadamard transform;
+    # NVTE_NVFP4_DISABLE_RHT=1 drops it for every tensor and DISABLE_STOCHASTIC_ROUNDING=1 the
+    # gradients' stochastic rounding (NVIDIA's MLPerf v5.1 config_common_fp4.sh sets both).
+    # quantize_impl without RHT: an amax read (2 B), then one cast writing both copies
+    # (2 B in, 2 x (4 bits + 1/16 B scale) out)
+    km = layer_builder(_scenario("nvfp4")).km
+    elements = TOKENS * 4096
+    plain = 5.125 * elements / km.hbm_bytes_per_s + km.launch_s
+    assert km.quantise(elements, weight=True) == pytest.approx(plain)
+    vanilla = layer_builder(_scenario("nvfp4", nvfp4_hadamard=False, nvfp4_stochastic_rounding=False)).km
+    assert vanilla.quantise(elements) == pytest.approx(plain)
+    assert vanilla.quantise(elements, gradient=True) == pytest.approx(plain)
+    no_rht = layer_builder(_scenario("nvfp4", nvfp4_hadamard=False)).km
+    assert no_rht.quantise(elements, gradient=True) - km.launch_s == pytest.approx((plain - km.launch_s) * 6.4 / 4.5)
+
+
 def test_the_nvfp4_layer_runs_fp4_gemms_and_pays_its_casts():
     nv, fp8 = layer_builder(_scenario("nvfp4")), layer_builder(_scenario("fp8", fp8_recipe="block"))
     gemms = nv.attention_gemms() + nv.mlp_gemms(LLAMA["ffn"])
     nv_work, fp8_work = dict(nv._gemms(gemms, "F").parts), dict(fp8._gemms(gemms, "F").parts)
     # (the forward casts activations, rounded to nearest; FP8's casts do not depend on the phase)
     assert nv_work["gemm"] < 0.6 * fp8_work["gemm"]  # FP4 GEMMs at 1.81x FP8's rate
-    # casts per element: NVFP4 7.125 B against MXFP8's cast-transpose 4 B (one kernel per GEMM
-    # input, each with its launch gap), the weights' casts as the inputs', once a step: half of
-    # them in each of its 2 microbatches (global batch 8 over dp 4)
+    # casts per element: an NVFP4 input 7.125 B, its weight 5.125 B (no Hadamard transform),
+    # once a step: half of the weights' casts in each of its 2 microbatches (global batch 8 over
+    # dp 4); one kernel per cast, each with its launch gap
     launches = len(gemms) * (1 + 1 / 2) * nv.km.launch_s
-    assert nv_work["memory"] - launches == pytest.approx((fp8_work["memory"] - launches) * 7.125 / 4, rel=1e-6)
+    nbytes = sum(7.125 * TOKENS * g.k + 5.125 * g.k * g.n / 2 for g in gemms)
+    assert nv_work["memory"] - launches == pytest.approx(nbytes / nv.km.hbm_bytes_per_s, rel=1e-6)
+    assert nv_work["memory"] > fp8_work["memory"]  # MXFP8's cast-transpose moves 4 B an element
     assert nv.km.act_dtype == "bf16"  # attention and the LM head stay 16-bit
 
 

@@ -75,7 +75,7 @@ def forward_cast_seconds(
             return 0.0
         seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
     else:
-        seconds = sum(km.quantise(n, dtype) for n in weights if n > 0)
+        seconds = sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
     share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
     return share * seconds
 

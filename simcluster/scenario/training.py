@@ -46,6 +46,24 @@ class TrainingSection(SectionBase):
             "inside the cast: DeepSeek-V3 1x128, MXFP8)"
         ),
     )
+    nvfp4_hadamard: bool = Field(
+        default=True,
+        description=(
+            "NVFP4: TransformerEngine's random Hadamard transform of the columnwise copies of "
+            "activations and gradients the weight-gradient GEMM reads (NVFP4BlockScaling's "
+            "default, a second read of each tensor); false: NVTE_NVFP4_DISABLE_RHT=1, one cast "
+            "kernel writes both copies (NVIDIA's MLPerf v5.1 'Vanilla recipe')"
+        ),
+    )
+    nvfp4_stochastic_rounding: bool = Field(
+        default=True,
+        description=(
+            "NVFP4: gradients rounded stochastically when cast (NVFP4BlockScaling's default, a "
+            "slower cast kernel); false: NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1, round to "
+            "nearest. Weights' 2-D 16 x 16 scaling (NVTE_NVFP4_DISABLE_2D_QUANTIZATION) moves "
+            "the same bytes either way and has no field"
+        ),
+    )
     tp_only_amax_red: bool = Field(
         default=False,
         description=(
