@@ -2265,20 +2265,34 @@ for (suffix, family, hardware, gpus, tp, cp, mbs, gbs, blocks_ms, block_samples,
 # (University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8/): nodes, [block ms] of
 # result_1.txt's last two blocks (result_0's last block was cut short at its max_steps), steps a block,
 # the log's train_step_time of the last block
+def mlperf_v51_405b_scenario(gpus, tp, gbs, hardware, precision):
+    """A v5.1 Llama 3.1 405B run of NVIDIA's implementation (NeMo 25.09): pp 8, vp 8, cp 2, MBS 1,
+    full-iteration CUDA graphs, no TP overlap, config_common.sh's NCCL limits. ``precision`` fp8: FP8
+    tensorwise with FP8 parameters; nvfp4: config_common_fp4.sh's 'Vanilla recipe' (no Hadamard
+    transform, no stochastic rounding, 16-bit parameters)."""
+    fp8 = precision == "fp8"
+    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(tp, 8, 2, 8), 8192, 1, gbs,
+                                      precision, "cudnn", "current", hardware=hardware, fp32_grads=False,
+                                      fp8_params=fp8, comm_overlap=True)
+    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
+    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="native")
+    if not fp8:
+        scenario["training"].update(nvfp4_hadamard=False, nvfp4_stochastic_rounding=False)
+    scenario["overlap"]["tp_comm"] = False
+    # config_common.sh's TP_PP_DP_MAPPING=True: custom.yaml's use_tp_pp_dp_mapping, which NeMo 2's
+    # init_model_parallel turns into Megatron-Core's rank order tp-cp-ep-pp-dp (data parallel last)
+    scenario["parallel"].update(embedding_in_split=True, loss_in_split=True, order="tp,cp,pp,dp")
+    scenario["dp"]["bucket_stages"] = "first"  # OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False
+    return scenario
+
+
 MLPERF_V51_UF_RUNS = [(32, [884488, 884090], 32, 27.62779), (56, [531819, 531276], 19, 27.96189)]
 for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
     gpus, seq = nodes * 8, 8192
     dp = gpus // 64
     gbs = 144 * dp
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
-    scenario = megatron_h100_scenario(llama_model("LLAMA3.1-405B"), gpus, megatron_parallel(4, 8, 2, 8), seq, 1, gbs,
-                                      "fp8", "cudnn", "current", hardware="dgx-b200", fp32_grads=False,
-                                      fp8_params=True, comm_overlap=True)
-    scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
-    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="native")
-    scenario["overlap"]["tp_comm"] = False
-    scenario["parallel"].update(embedding_in_split=True, loss_in_split=True)
-    scenario["dp"]["bucket_stages"] = "first"  # OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False
+    scenario = mlperf_v51_405b_scenario(gpus, 4, gbs, "dgx-b200", "fp8")
     blackwell_cases.append({
         "name": f"mlperf-v5.1/llama31-405b-{gpus}xb200-uf",
         "family": "mlperf-training-blackwell",
@@ -2302,7 +2316,9 @@ for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
             "and DEFER_EMBEDDING_WGRAD_COMPUTE False, so Megatron-Core buckets the first stage's first chunk: "
             "dp.bucket_stages first), which set FP8=True with FP8_RECIPE=tensorwise (training.fp8_recipe "
             "current), FP8_PARAM_GATHER=True, the distributed optimizer with both overlaps, NCCL_NVLS_ENABLE=0 "
-            "(cluster.nvls false), NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32. No FP4 file is "
+            "(cluster.nvls false), NCCL_MIN_NCHANNELS=4, NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32, and TP_PP_DP_MAPPING=True "
+            "(custom.yaml's use_tp_pp_dp_mapping, which NeMo 2's init_model_parallel turns into Megatron-Core's "
+            "rank order tp-cp-ep-pp-dp: parallel.order tp,cp,pp,dp). No FP4 file is "
             "sourced. Not stored, so ASSUMED: pretrain.py as Lambda's and the other copies of the lineage build "
             "DistributedDataParallelConfig (check_for_nan_in_grad=False, grad_reduce_in_fp32=False, "
             "average_in_collective=True), NeMo's comm-overlap buckets of 128 Mi parameters (no BUCKET_SIZE is "
@@ -2317,11 +2333,85 @@ for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
         "scenario": scenario,
         "measured": {"step_time_s": round(step_s, 5)},
     })
+# NVIDIA's v5.1 Llama 3.1 405B runs in NVFP4 (NVIDIA/benchmarks/llama31_405b/implementations/): folder,
+# profile, trays (4 GPUs each), tp, MINIBS, the folder storing the config, the sums of result_0.txt's
+# per-step train_step_time lines over its last two blocks (s), steps a block, the blocks' durations (ms),
+# the gaps from each block's last step line to its block_stop (ms), the system
+MLPERF_V51_FP4_RUNS = [
+    ("tyche_ngpu512", "gb200-nvl72", 128, 4, 144, "hsg_ngpu2560", [275.736160, 275.742411], 16, [276181, 276190],
+     [494, 486], "GB200 NVL72 (NVIDIA/systems/tyche_ngpu512_ngc25.09_nemo.json: 128 compute trays of 4 GB200, "
+     "4x ConnectX-7 IB NDR 400 Gb/s a tray)"),
+    ("theia_ngpu512", "gb300-nvl72", 128, 2, 72, "hsg_ngpu2560", [210.349310, 210.319156], 16, [210600, 210569],
+     [301, 299], "GB300 NVL72 (NVIDIA/systems/theia_ngpu512_ngc25.09_nemo.json: 128 compute trays of 4 GB300, "
+     "4x ConnectX-8 IB XDR 800 Gb/s a tray; the log's submission_platform reads '128xNVIDIA GB200')"),
+    ("hsg_ngpu2560", "gb200-nvl72", 640, 4, 24, "hsg_ngpu2560", [63.985810, 63.747782], 20, [66749, 66476],
+     [2803, 2764], "GB200 NVL72 (NVIDIA/systems/hsg_ngpu2560_ngc25.09_nemo.json: 640 compute trays of 4 GB200, "
+     "4x ConnectX-7 IB NDR 400 Gb/s a tray; result_2.txt's last two blocks 3.158 s a step)"),
+    ("hsg_ngpu5120", "gb200-nvl72", 1280, 4, 16, "hsg_ngpu5120", [33.530221, 33.396215], 15, [38814, 38721],
+     [5323, 5360], "GB200 NVL72 (NVIDIA/systems/hsg_ngpu5120_ngc25.09_nemo.json: 1280 compute trays of 4 GB200, "
+     "4x ConnectX-7 IB NDR 400 Gb/s a tray)"),
+]
+MLPERF_V51_FP4_SETTINGS = (
+    " The config sets TENSOR_MODEL_PARALLEL as named, PIPELINE_MODEL_PARALLEL=8, INTERLEAVED_PIPELINE=8, "
+    "CONTEXT_PARALLEL=2, MICRO_BATCH_SIZE=1, ASYM_PP_EMBED and ASYM_PP_LOSS (parallel.embedding_in_split, "
+    "loss_in_split), TP_COMM_OVERLAP=False (overlap.tp_comm false; the hsg configs' userbuffers SM and "
+    "NCCL_NVLS lines then have no effect) and SEGMENT 16 (cluster.segment_nodes 16: each 64-GPU model replica "
+    "in one NVLink domain), and sources config_common.sh (stored under theia_ngpu512_ngc25.09_nemo/), "
+    "config_common_fp4.sh, config_common_405b.sh and config_common_cg.sh, which NVIDIA's folders do not store: "
+    "the copies the index keeps once for every submitter (Lambda/benchmarks/llama31_8b/implementations/"
+    "gb300_0922/config_common_fp4.sh, Oracle/benchmarks/llama31_8b/config_common_405b.sh, "
+    "Nebius/benchmarks/llama31_8b/config_common_cg.sh; the logs' MIN_LR, eval samples and target agree with "
+    "the 405B file). They set FP4=True with FP4_RECIPE=nvfp4 and the 'Vanilla recipe' "
+    "NVTE_NVFP4_DISABLE_RHT=1, NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1 and NVTE_NVFP4_DISABLE_2D_QUANTIZATION=1 "
+    "(training.precision nvfp4, nvfp4_hadamard false, nvfp4_stochastic_rounding false), FP8=False and "
+    "FP8_PARAM_GATHER=False (16-bit parameters gathered), no FIRST_LAST_LAYERS_BF16 (every layer in NVFP4), "
+    "NVTE_DPA_FP8_RECIPE=F16 without FP8_DPA (16-bit attention), FULL_CUDA_GRAPH=1 and MCORE_CUDA_GRAPH=1 "
+    "(training.cuda_graphs attn and mlp, the nearest), OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False (Megatron-Core "
+    "buckets the first stage's first chunk: dp.bucket_stages first), DEFER_EMBEDDING_WGRAD_COMPUTE=False, the "
+    "distributed optimizer with both overlaps, NCCL_NVLS_ENABLE=0 (cluster.nvls false), NCCL_MIN_NCHANNELS=4, "
+    "NCCL_MIN_CTAS=16, NCCL_MAX_CTAS=32, and TP_PP_DP_MAPPING=True (custom.yaml's use_tp_pp_dp_mapping, which "
+    "NeMo 2's init_model_parallel turns into Megatron-Core's rank order tp-cp-ep-pp-dp: parallel.order "
+    "tp,cp,pp,dp). Not stored, so ASSUMED: pretrain.py and conf/custom.yaml as the copies whose LR-decay formula "
+    "reproduces the logged decay steps (DistributedDataParallelConfig with check_for_nan_in_grad=False, "
+    "grad_reduce_in_fp32=False, average_in_collective=True; custom.yaml's default bucket_size 134217728 handed "
+    "to NeMo's comm-overlap callback: dp.bucket_mb comm-overlap), sequence parallelism (SEQ_PARALLEL default "
+    "True), Megatron-Core's fused cross-entropy (CE_FUSION_IMPL default native) and cuDNN fused attention. "
+    "Llama 3.1 405B (126 layers, h 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, RMSNorm, RoPE, "
+    "untied embeddings), sequence 8192.")
+for (folder, hardware, trays, tp, minibs, stored, sums, steps, blocks_ms, gaps_ms,
+     system) in MLPERF_V51_FP4_RUNS:
+    gpus, seq = trays * 4, 8192
+    dp = gpus // (tp * 16)
+    gbs = minibs * dp
+    step_s = sum(sums) / (len(sums) * steps)
+    config = f"config_{hardware[:5].upper()}_{trays}x4x{minibs}xtp{tp}pp8cp2_cg_fp4.sh"
+    scenario = mlperf_v51_405b_scenario(gpus, tp, gbs, hardware, "nvfp4")
+    scenario["cluster"]["segment_nodes"] = 16
+    blackwell_cases.append({
+        "name": f"mlperf-v5.1/llama31-405b-{gpus}x{hardware[:5]}-nvfp4",
+        "family": "mlperf-training-blackwell",
+        "source": (
+            f"{MLPERF_V51} NVIDIA/benchmarks/llama31_405b/implementations/{stored}_ngc25.09_nemo/{config} (the "
+            f"config {folder}_ngc25.09_nemo/README names) and NVIDIA/results/{folder}_ngc25.09_nemo/llama31_405b/"
+            f"result_0.txt: MLPerf Training v5.1 Llama 3.1 405B on {gpus} GPUs of {system}, tp {tp} pp 8 vp 8 cp 2, "
+            f"MBS 1, global batch {gbs} (MINIBS {minibs} x dp {dp}; the log's global_batch_size). Step "
+            f"{step_s:.4g} s: the per-step train_step_time lines of the last two blocks, {steps} steps each, sum to "
+            f"{sums[0]:.3f} and {sums[1]:.3f} s. The blocks last {blocks_ms[0]} and {blocks_ms[1]} ms: each "
+            f"block_stop comes {gaps_ms[0]} and {gaps_ms[1]} ms after the block's last step line, time the log "
+            "charges to the next eval's first validation_step_time (equal within 4 ms), not to a training "
+            "step." + MLPERF_V51_FP4_SETTINGS),
+        "slow": True,
+        "published": {"blocks_ms": blocks_ms, "step_time_sums_s": sums, "block_tokens": steps * gbs * seq,
+                      "global_batch": gbs, "seq_len": seq, "gpus": gpus, "precision": "nvfp4"},
+        "scenario": scenario,
+        "measured": {"step_time_s": round(step_s, 5)},
+    })
 dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
      "# MLPerf Training, NVIDIA's Blackwell submissions: GPT-3 175B of v4.1 (preview, DGX B200, NeMo, FP8, 64\n"
      "# GPUs) and Llama 3.1 8B of v5.1 (GB200 and GB300 NVL72, 72 and 512 GPUs; and other submitters' runs of\n"
      "# NVIDIA's implementation on 16 and 64 B200 and 72 GB300; the University of Florida's v5.1 Llama 3.1\n"
-     "# 405B runs on 256 and 448 B200), the step time read off each result log's\n"
+     "# 405B runs on 256 and 448 B200; NVIDIA's v5.1 Llama 3.1 405B NVFP4 runs on 512 GB200, 512 GB300, 2,560\n"
+     "# and 5,120 GB200), the step time read off each result log's\n"
      "# training blocks. Generated by tools/generate_validation_cases.py\n"
      "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
      blackwell_cases)
