@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import simpy
 
@@ -94,6 +95,33 @@ def test_max_min_textbook_example():
     flows = [Flow((0,), (1.0,), 1), Flow((0, 1), (1.0, 1.0), 1), Flow((1,), (1.0,), 1)]
     max_min_rates(flows, [1.0, 2.0])
     assert [f.rate for f in flows] == pytest.approx([0.5, 0.5, 1.5])
+
+
+def test_progressive_filling_on_arrays_gives_the_dictionaries_rates():
+    """Collectives of thousands of links reshare on arrays (flows._fill_arrays): the same
+    max-min rates as the per-link dictionaries, on random flows (seeded) and on the textbook
+    example with each link repeated 300 times (above flows._ARRAY_ENTRIES)."""
+    import random
+
+    from simcluster.network import flows as fl
+
+    rng = random.Random(7)
+    for _ in range(20):
+        capacity = [rng.uniform(1.0, 100.0) for _ in range(400)]
+        made = [
+            (tuple(rng.sample(range(400), rng.randint(1, 300))), rng.choice((1.0, 2.0, 3.0)))
+            for _ in range(rng.randint(2, 12))
+        ]
+        a = [Flow(links, (c,) * len(links), 1) for links, c in made]
+        b = [Flow(links, (c,) * len(links), 1) for links, c in made]
+        fl._fill_arrays(a, np.asarray(capacity))
+        residual, load, users = fl._link_usage(b, capacity)
+        fl._fill({id(f): f for f in b}, residual, load, users, capacity)
+        assert [f.rate for f in a] == pytest.approx([f.rate for f in b], rel=1e-12)
+    wide = [Flow(tuple(range(0, 300)), (1.0,) * 300, 1), Flow(tuple(range(600)), (1.0,) * 600, 1),
+            Flow(tuple(range(300, 600)), (1.0,) * 300, 1)]  # fmt: skip
+    max_min_rates(wide, [1.0] * 300 + [2.0] * 300)
+    assert [f.rate for f in wide] == pytest.approx([0.5, 0.5, 1.5])
 
 
 def test_a_lone_flow_gets_its_bottleneck_rate_as_progressive_filling_gives_it():

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import truediv
 
+import numpy as np
+
 _REL_EPS = 1e-9
+
+#: link entries (summed over the flows) from which the filling runs on arrays: a data-parallel
+#: group spread over many NVLink domains has collectives of thousands of links in flight together,
+#: where the per-link dictionaries cost milliseconds a reshare; a few small flows stay cheaper so
+_ARRAY_ENTRIES = 512
 
 
 @dataclass(eq=False)
@@ -28,24 +35,70 @@ class Flow:
     on_done: Callable[[], object] | None = field(default=None, repr=False)
     #: ``links`` as a set, for :class:`FlowSolver`'s component search
     link_set: frozenset[int] = field(init=False, repr=False)
+    _arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.link_set = frozenset(self.links)
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``links`` and ``coeffs`` as arrays (made once: a flow is reshared many times)."""
+        if self._arrays is None:
+            self._arrays = (np.array(self.links, dtype=np.int64), np.array(self.coeffs, dtype=np.float64))
+        return self._arrays
 
-def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
-    """Set ``flow.rate`` for every flow by progressive filling on the link capacities."""
+
+def max_min_rates(flows: list[Flow], capacity: list[float], capacity_array: np.ndarray | None = None) -> None:
+    """Set ``flow.rate`` for every flow by progressive filling on the link capacities
+    (``capacity_array``: the same as an array, where the caller keeps one)."""
     if len(flows) == 1 and flows[0].links:
         # most reshares touch one collective alone on its links: progressive filling's first
         # step, min over links of capacity / load, is its rate
         f = flows[0]
         f.rate = min(map(truediv, map(capacity.__getitem__, f.links), f.coeffs))
         return
-    residual, load, users = _link_usage(flows, capacity)
-    _fill({id(f): f for f in flows if f.links}, residual, load, users, capacity)
+    if sum(len(f.links) for f in flows) >= _ARRAY_ENTRIES:
+        cap = np.asarray(capacity, dtype=np.float64) if capacity_array is None else capacity_array
+        _fill_arrays([f for f in flows if f.links], cap)
+    else:
+        residual, load, users = _link_usage(flows, capacity)
+        _fill({id(f): f for f in flows if f.links}, residual, load, users, capacity)
     for f in flows:
         if not f.links:
             f.rate = float("inf")
+
+
+def _fill_arrays(flows: list[Flow], capacity: np.ndarray) -> None:
+    """:func:`_fill` on arrays of link entries: each round the active flows' load per link is
+    summed afresh (in flow order, as the dictionaries add it), the level rises to the first
+    link to fill, and every flow on a full link freezes there."""
+    owner = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
+    pairs = [f.arrays() for f in flows]
+    links = np.concatenate([p[0] for p in pairs])
+    coeffs = np.concatenate([p[1] for p in pairs])
+    uniq, entry_link = np.unique(links, return_inverse=True)
+    cap = capacity[uniq]
+    residual = cap.copy()
+    active = np.ones(len(flows), dtype=bool)
+    rate = np.zeros(len(flows))
+    level = 0.0
+    while active.any():
+        load = np.bincount(entry_link, weights=coeffs * active[owner], minlength=uniq.size)
+        loaded = np.flatnonzero(load > 0)
+        ratios = residual[loaded] / load[loaded]
+        first = int(np.argmin(ratios))
+        step = float(ratios[first])
+        level += step
+        residual[loaded] -= step * load[loaded]
+        full = np.zeros(uniq.size, dtype=bool)
+        full[loaded[residual[loaded] <= _REL_EPS * cap[loaded]]] = True
+        full[loaded[first]] = True  # the link that set the step is full, rounding or not
+        frozen = np.zeros(len(flows), dtype=bool)
+        frozen[owner[full[entry_link]]] = True
+        frozen &= active
+        rate[frozen] = level
+        active &= ~frozen
+    for f, r in zip(flows, rate.tolist(), strict=True):
+        f.rate = r
 
 
 def _link_usage(
@@ -137,6 +190,7 @@ class FlowSolver:
 
     def __init__(self, capacity: list[float]) -> None:
         self.capacity = capacity
+        self._capacity_array = np.asarray(capacity, dtype=np.float64)
         self.flows: list[Flow] = []
         self._last = 0.0
         self._dirty: set[int] = set()
@@ -195,5 +249,5 @@ class FlowSolver:
             return float("inf")
         component = self._component()
         if component:
-            max_min_rates(component, self.capacity)
+            max_min_rates(component, self.capacity, self._capacity_array)
         return min([f.remaining / f.rate for f in self.flows])
