@@ -2339,18 +2339,17 @@ for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
 # the gaps from each block's last step line to its block_stop (ms), the system
 MLPERF_V51_FP4_RUNS = [
     ("tyche_ngpu512", "gb200-nvl72", 128, 4, 144, "hsg_ngpu2560", [275.736160, 275.742411], 16, [276181, 276190],
-     [494, 486], "GB200 NVL72 (NVIDIA/systems/tyche_ngpu512_ngc25.09_nemo.json: 128 compute trays of 4 GB200, "
-     "4x ConnectX-7 IB NDR 400 Gb/s a tray)"),
+     [494, 486], ""),
     ("theia_ngpu512", "gb300-nvl72", 128, 2, 72, "hsg_ngpu2560", [210.349310, 210.319156], 16, [210600, 210569],
-     [301, 299], "GB300 NVL72 (NVIDIA/systems/theia_ngpu512_ngc25.09_nemo.json: 128 compute trays of 4 GB300, "
-     "4x ConnectX-8 IB XDR 800 Gb/s a tray; the log's submission_platform reads '128xNVIDIA GB200')"),
+     [301, 299], "; the log's submission_platform reads '128xNVIDIA GB200'"),
     ("hsg_ngpu2560", "gb200-nvl72", 640, 4, 24, "hsg_ngpu2560", [63.985810, 63.747782], 20, [66749, 66476],
-     [2803, 2764], "GB200 NVL72 (NVIDIA/systems/hsg_ngpu2560_ngc25.09_nemo.json: 640 compute trays of 4 GB200, "
-     "4x ConnectX-7 IB NDR 400 Gb/s a tray; result_2.txt's last two blocks 3.158 s a step)"),
+     [2803, 2764], "; result_2.txt's last two blocks 3.158 s a step"),
     ("hsg_ngpu5120", "gb200-nvl72", 1280, 4, 16, "hsg_ngpu5120", [33.530221, 33.396215], 15, [38814, 38721],
-     [5323, 5360], "GB200 NVL72 (NVIDIA/systems/hsg_ngpu5120_ngc25.09_nemo.json: 1280 compute trays of 4 GB200, "
-     "4x ConnectX-7 IB NDR 400 Gb/s a tray)"),
+     [5323, 5360], ""),
 ]
+#: each profile's system file: the GPU and the tray's NICs
+MLPERF_V51_FP4_SYSTEMS = {"gb200-nvl72": ("GB200", "ConnectX-7 IB NDR 400 Gb/s"),
+                          "gb300-nvl72": ("GB300", "ConnectX-8 IB XDR 800 Gb/s")}
 MLPERF_V51_FP4_SETTINGS = (
     " The config sets TENSOR_MODEL_PARALLEL as named, PIPELINE_MODEL_PARALLEL=8, INTERLEAVED_PIPELINE=8, "
     "CONTEXT_PARALLEL=2, MICRO_BATCH_SIZE=1, ASYM_PP_EMBED and ASYM_PP_LOSS (parallel.embedding_in_split, "
@@ -2379,7 +2378,10 @@ MLPERF_V51_FP4_SETTINGS = (
     "Llama 3.1 405B (126 layers, h 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, RMSNorm, RoPE, "
     "untied embeddings), sequence 8192.")
 for (folder, hardware, trays, tp, minibs, stored, sums, steps, blocks_ms, gaps_ms,
-     system) in MLPERF_V51_FP4_RUNS:
+     remark) in MLPERF_V51_FP4_RUNS:
+    gpu, nics = MLPERF_V51_FP4_SYSTEMS[hardware]
+    system = (f"{gpu} NVL72 (NVIDIA/systems/{folder}_ngc25.09_nemo.json: {trays} compute trays of 4 {gpu}, "
+              f"4x {nics} a tray{remark})")
     gpus, seq = trays * 4, 8192
     dp = gpus // (tp * 16)
     gbs = minibs * dp
