@@ -16,6 +16,7 @@ import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from simcluster.attention_kernels import BWD_FLOPS_FACTOR, MEASURED, kernel_tflops
 from simcluster.gemm_roles import TimedGemms
@@ -24,6 +25,9 @@ from simcluster.hardware import PEAK_KEYS, HardwareProfile
 from simcluster.interp import interp
 from simcluster.memory_rate import streaming_rate
 from simcluster.moe_kernels import MoeKernels, of_profile
+
+if TYPE_CHECKING:
+    from simcluster.scenario.training import TrainingSection
 
 #: bytes per GEMM operand element; NVFP4 is 4 bits plus an E4M3 scale per 16 values
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5 + 1 / 16}
@@ -134,6 +138,18 @@ class KernelModel:
     _spread: dict[tuple[float, float, float], float] = field(default_factory=dict)
     #: the profile's measured MoE kernels (simcluster/moe_kernels.py), None without them
     moe: MoeKernels | None = field(default=None, init=False)
+
+    @classmethod
+    def of_training(
+        cls, profile: HardwareProfile, training: TrainingSection, slowdown: float = 1.0
+    ) -> KernelModel:
+        """The kernel model of ``profile`` for the kernels ``training`` asks for: its precision,
+        attention kernel, FP8 recipe and NVFP4 recipe options."""
+        return cls(
+            profile, training.precision, training.attention_kernel, training.fp8_recipe, slowdown,
+            nvfp4_hadamard=training.nvfp4_hadamard,
+            nvfp4_stochastic_rounding=training.nvfp4_stochastic_rounding,
+        )
 
     def __post_init__(self) -> None:
         self.moe = of_profile(self.profile)

@@ -347,16 +347,20 @@ def _dense_etp(ctx: Context) -> Verdict:
     return ("on a dense model", "model.experts is 0: no routed experts to split") if not ctx.model.is_moe else None
 
 
-def _fp8_recipe(ctx: Context) -> Verdict:
-    # compute.py quantise(): the recipe sets FP8 scaling only; NVFP4 has its own block scaling
-    precision = ctx.scenario.training.precision
-    return (f"at training.precision={precision}", "it is how FP8 scales are found") if precision != "fp8" else None
+def _read_at_precision(precision: str, why: str) -> Callable[[Context], Verdict]:
+    """The rule of a setting only ``training.precision: precision`` reads, with ``why``."""
+
+    def rule(ctx: Context) -> Verdict:
+        actual = ctx.scenario.training.precision
+        return (f"at training.precision={actual}", why) if actual != precision else None
+
+    return rule
 
 
-def _nvfp4_recipe(ctx: Context) -> Verdict:
-    # compute.py quantise(): the Hadamard transform and stochastic rounding are NVFP4BlockScaling's
-    precision = ctx.scenario.training.precision
-    return (f"at training.precision={precision}", "it is a choice of the NVFP4 recipe") if precision != "nvfp4" else None
+# compute.py quantise(): the recipe sets FP8 scaling only; NVFP4 has its own block scaling
+_fp8_recipe = _read_at_precision("fp8", "it is how FP8 scales are found")
+# compute.py quantise(): the Hadamard transform and stochastic rounding are NVFP4BlockScaling's
+_nvfp4_recipe = _read_at_precision("nvfp4", "it is a choice of the NVFP4 recipe")
 
 
 def _amax_reduction(ctx: Context) -> Verdict:

@@ -73,11 +73,7 @@ def layer_builder(data: dict) -> LayerBuilder:
     """The segment builder of a scenario dict (layer, embedding and head work, no engine)."""
     sc = scenario_from_dict(data)
     ctx = build_context(sc)
-    tr = sc.training
-    km = KernelModel(
-        ctx.profile, tr.precision, tr.attention_kernel, tr.fp8_recipe,
-        nvfp4_hadamard=tr.nvfp4_hadamard, nvfp4_stochastic_rounding=tr.nvfp4_stochastic_rounding,
-    )
+    km = KernelModel.of_training(ctx.profile, sc.training)
     return LayerBuilder(Shapes(ctx.model, ctx.layout, sc.training), km, sc)
 
 

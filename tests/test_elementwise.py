@@ -129,8 +129,7 @@ def test_partial_full_recompute_stores_the_other_layers():
 
 def _recompute_seconds(data) -> float:
     ctx = build_context(scenario_from_dict(data))
-    tr = ctx.scenario.training
-    plan = build_plans(ctx, KernelModel(ctx.profile, tr.precision, tr.attention_kernel, tr.fp8_recipe))[0]
+    plan = build_plans(ctx, KernelModel.of_training(ctx.profile, ctx.scenario.training))[0]
     units = plan.chunks[0].phases["B"]
     return sum(s.seconds for u in units for s in u.segments if getattr(s, "kind", "") == "recompute")
 

@@ -576,11 +576,7 @@ def kernel_model(ctx: Context) -> KernelModel:
     """The kernel model a simulation of ``ctx`` runs with (the slowest GPU's pace)."""
     sc = ctx.scenario
     slowdown = slowest_gpu_slowdown(ctx.profile.gpu.speed_spread, sc.cluster.gpus)
-    tr = sc.training
-    return KernelModel(
-        ctx.profile, tr.precision, tr.attention_kernel, tr.fp8_recipe, slowdown,
-        nvfp4_hadamard=tr.nvfp4_hadamard, nvfp4_stochastic_rounding=tr.nvfp4_stochastic_rounding,
-    )
+    return KernelModel.of_training(ctx.profile, sc.training, slowdown)
 
 
 def pipeline_p2p_seconds(ctx: Context, cluster: Cluster) -> float:
