@@ -30,6 +30,7 @@ REFERENCE_NODES: dict[str, dict[int | None, str]] = {
     "gh200": {None: "alps-gh200", 96: "alps-gh200", 120: "alps-gh200"},
     "mi300x": {None: "amd-mi300x", 192: "amd-mi300x"},
     "mi325x": {None: "amd-mi325x", 256: "amd-mi325x"},
+    "mi355x": {None: "amd-mi355x", 288: "amd-mi355x"},
     "v100": {None: "dgx-2-v100", 32: "dgx-2-v100"},
 }
 
@@ -58,6 +59,9 @@ _UNSHIPPED_INSTANCES = {
 _UNSHIPPED_GPUS = {
     "a800": "an A100 with NVLink cut to 400 GB/s bidirectional (NVIDIA A800 datasheet): use hardware "
     "dgx-a100 (or dgx-a100-40gb) with cluster.nvlink_GBps: 200 and your cluster's NICs",
+    "mi350x": "the MI355X's die at 2.2 GHz and 1,000 W (air-cooled) against 2.4 GHz and 1,400 W: hardware "
+    "amd-mi355x is an upper bound (AMD's MLPerf Training v5.1 Llama 3.1 8B step is 1.23x longer on MI350X); "
+    "give a profile YAML for it, e.g. from simcluster's calibrate",
     "h20": "a Hopper with far fewer tensor-core FLOP/s than the H100 (148 TFLOP/s dense BF16): give a "
     "profile YAML for it, e.g. from simcluster's calibrate",
 }

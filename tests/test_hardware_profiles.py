@@ -20,7 +20,7 @@ from simcluster.profile_sources import unsourced, unsourced_note
 
 REQUIRED = {
     "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "aws-p5",
-    "amd-mi300x", "amd-mi325x", "dgx-2-v100", "gb300-nvl72", "dgx-b300", "alps-gh200",
+    "amd-mi300x", "amd-mi325x", "amd-mi355x", "dgx-2-v100", "gb300-nvl72", "dgx-b300", "alps-gh200",
 }
 
 
@@ -306,6 +306,7 @@ GPU_SPELLINGS = {
     "b300": "dgx-b300", "DGX B300": "dgx-b300", "NVIDIA B300 SXM6 AC": "dgx-b300", "B300 288GB": "dgx-b300",
     "MI300X": "amd-mi300x", "AMD Instinct MI300X": "amd-mi300x", "v100": "dgx-2-v100",
     "MI325X": "amd-mi325x", "AMD Instinct MI325X 256GB": "amd-mi325x", "8x mi325x": "amd-mi325x",
+    "MI355X": "amd-mi355x", "AMD Instinct MI355X": "amd-mi355x", "mi355x 288GB": "amd-mi355x",
     "Tesla V100-SXM3-32GB": "dgx-2-v100", "p5.48xlarge": "aws-p5", "P5": "aws-p5",
     "GH200": "alps-gh200", "NVIDIA GH200 120GB": "alps-gh200",
     # NVIDIA's clusters by name: Selene (DGX A100, Narayanan et al. 2021), Eos (DGX H100)
@@ -354,6 +355,8 @@ def test_reference_nodes_carry_the_gpu_they_are_named_for():
         # datasheet), so the nearest shipped node with its NVLink overridden
         ("NVIDIA A800-SXM4-80GB", "use hardware dgx-a100 .or dgx-a100-40gb. with cluster.nvlink_GBps: 200"),
         ("H20", "no shipped profile for the H20"),
+        # the MI355X's die at a lower clock and power (AMD's v5.1 MLPerf 8B step 1.23x longer)
+        ("AMD Instinct MI350X", "no shipped profile for the MI350X.*amd-mi355x is an upper bound"),
         # two machines in one name ran as the first of them before
         ("dgx-h100,dgx-b200", "names more than one machine .b200, h100.; give one profile"),
         ("H100 or H200", "names more than one machine .h100, h200."),

@@ -54,7 +54,7 @@ DENSE = ["llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "gpt3-1.3b", "llam
 MOE = ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "grok-1", "llama4-scout", "mixtral-8x22b"]
 # every shipped profile; a new one goes at the end, so earlier seeds keep most of their draws
 HARDWARE = ["dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "aws-p5", "amd-mi300x", "dgx-h200", "hgx-h800",
-            "gb300-nvl72", "alps-gh200", "dgx-2-v100", "dgx-b300", "amd-mi325x", "dgx-a100-40gb"]  # fmt: skip
+            "gb300-nvl72", "alps-gh200", "dgx-2-v100", "dgx-b300", "amd-mi325x", "dgx-a100-40gb", "amd-mi355x"]  # fmt: skip
 SCHEDULES = [None, "1f1b", "afab", "interleaved", "zb-h1", "zb-h1-ds", "zb-h2", "zbv", "zb-1p", "zb-2p", "zb-auto", "v-half",
              "v-min", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-fixed", "v-auto",
              "zb-h1-ds-exact"]  # fmt: skip

@@ -167,6 +167,7 @@ SHIPPED_PROFILE_COLOURS: dict[str, str] = {
     "gb300-nvl72": "#843C39",
     "amd-mi300x": "#9467BD",
     "amd-mi325x": "#C5B0D5",
+    "amd-mi355x": "#6B6ECF",
     "alps-gh200": "#BCBD22",
 }
 #: colours for profiles not shipped (a YAML of one's own), picked by a hash of the name
