@@ -38,10 +38,13 @@ def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
             f"no published training run on {gpu_name} is among simcluster's validation cases: "
             "this prediction has no accuracy record (docs/accuracy.md; calibrate measures your GPUs)"
         )
-    line = (
-        f"on {gpu_name}, {row['n']} published runs: MAPE {row['mape_pct']:.1f}% (median "
-        f"{row['median_ape_pct']:.1f}%), simulated steps {_lean(row)} than measured on average"
-    )
+    if row["n"] == 1:  # one run: its error, not an average
+        line = f"on {gpu_name}, 1 published run: its step simulated {_lean(row)} than measured"
+    else:
+        line = (
+            f"on {gpu_name}, {row['n']} published runs: MAPE {row['mape_pct']:.1f}% (median "
+            f"{row['median_ape_pct']:.1f}%), simulated steps {_lean(row)} than measured on average"
+        )
     rows = table.get("by_gpu_precision", {}).get(gpu_name, {})
     if precision and rows:
         same = rows.get(precision)

@@ -88,3 +88,22 @@ def test_a_training_step_is_faster_than_on_the_mi325x_by_less_than_the_peak_rati
     }
     gain = runs["amd-mi325x"]["step_time_s"] / runs["amd-mi355x"]["step_time_s"]
     assert 1.3 < gain < 2516.6 / 1307.4
+
+
+def test_the_shipped_scenario_is_the_mlperf_case_and_run_cites_its_record():
+    """scenarios/llama31-8b-8xmi355x.yaml is AMD's MLPerf v5.1 run as validation/mlperf-training-amd.yaml
+    describes it: the same step, bit for bit; `run` cites the one published run on this GPU
+    (validation/accuracy-by-gpu.json) as its error, not as an average."""
+    import yaml
+
+    from simcluster.accuracy_table import accuracy_line
+    from simcluster.data import data_dir
+    from simcluster.engine import simulate
+    from simcluster.scenario import load_scenario, scenario_from_dict
+
+    case = yaml.safe_load((data_dir("validation") / "mlperf-training-amd.yaml").read_text())["cases"][0]
+    shipped = simulate(load_scenario("llama31-8b-8xmi355x")).summary["step_time_s"]
+    assert shipped == simulate(scenario_from_dict(case["scenario"])).summary["step_time_s"]
+    line = accuracy_line(load_profile("amd-mi355x").gpu.name)
+    assert line.startswith("on AMD Instinct MI355X 288GB, 1 published run: its step simulated ")
+    assert "MAPE" not in line
