@@ -86,6 +86,7 @@ def test_shipped_case_counts_and_unique_names():
         "mlperf-training-h100": 14,
         "mlperf-training-blackwell": 14,
         "amd-fsdp-mi300x": 4,
+        "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
     }
     assert len({c.name for c in cases}) == len(cases)
@@ -474,6 +475,17 @@ def test_amd_fsdp_tokens_follow_the_benchmarks_flop_count():
         assert c.scenario["framework"] == "pytorch-fsdp" and c.scenario["cluster"]["hardware"] == "amd-mi300x"
     first = next(c for c in rows if c.name == "amd-fsdp/llama31-8b-bf16-s8192-b3-8xmi300x")
     assert first.measured == pytest.approx(75_001.0, abs=0.5)
+    # the page's MI325X table: the same code on a 1,000 W MI325X node with larger batches where they
+    # fit, e.g. FP8 8K at batch 5: 8 x 893.68e12 / 57,912,852,480 = 123,452 tokens/s
+    rows = _family("amd-fsdp-mi325x")
+    assert sorted((c.published["precision"], c.published["seq_len"], c.published["batch_per_gpu"]) for c in rows) == [
+        ("bf16", 4096, 8), ("bf16", 8192, 3), ("fp8", 4096, 10), ("fp8", 8192, 5)]
+    for c in rows:
+        p = c.published
+        assert c.measured == pytest.approx(8 * p["tflops_per_gpu"] * 1e12 / by_seq[p["seq_len"]], abs=1.0)
+        assert c.scenario["cluster"]["hardware"] == "amd-mi325x"
+    fp8 = next(c for c in rows if c.name == "amd-fsdp/llama31-8b-fp8-s8192-b5-8xmi325x")
+    assert fp8.measured == pytest.approx(123_452.0, abs=0.5)
 
 
 def test_mlperf_amd_step_is_the_logs_blocks_and_its_config():
@@ -1215,6 +1227,8 @@ FAMILY_MAPE = {
     # all four rows optimistic (+1.4...+11.8%); MI300X's attention rate is one ambiguous published
     # figure (hardware/amd-mi300x.yaml)
     "amd-fsdp-mi300x": 6.7,
+    # the same benchmark page's MI325X table (+1.5 / -7.3 / +7.4 / -1.3%)
+    "amd-fsdp-mi325x": 4.4,
     # AMD's MLPerf v5.1 8B row on MI355X, +2.2% (its partners' runs of the same config 3-5% slower)
     "mlperf-training-amd": 2.2,
 }
