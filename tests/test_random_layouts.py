@@ -110,12 +110,14 @@ def test_a_random_layout_simulates_consistently_or_says_why(seed):
 
 
 def test_most_random_layouts_simulate():
-    """The generator is not so strict that every draw is refused (a test that tests nothing)."""
+    """The generator is not so strict that every draw is refused (a test that tests nothing).
+    About 40% of draws are layouts that run (the others pair a framework with a schedule or ZeRO
+    stage it does not run, or a precision with a GPU without it): at least a third must."""
     ran = 0
-    for seed in range(40):
+    for seed in range(100):
         try:
             build_context(scenario_from_dict(_layout(random.Random(seed))))
             ran += 1
         except UserError:
             pass
-    assert ran >= 20
+    assert ran >= 33
