@@ -1474,7 +1474,7 @@ def test_a_misspelt_family_filter_gets_the_nearest_family(cli):
     res = cli("validate", "--quick", "--filter", "nanotorn")
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1
     assert "no case left after --filter and --quick (did you mean 'nanotron-h100'?)" in res.err
-    assert "families: amd-fsdp-mi300x, bigscience-a100, " in res.err
+    assert "families: amd-fsdp-mi300x, amd-fsdp-mi325x, bigscience-a100, " in res.err
 
 
 def test_cases_whose_profile_does_not_load_are_not_a_gpu_row(tmp_path):
