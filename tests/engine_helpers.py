@@ -9,6 +9,7 @@ from typing import Any
 from simcluster.compute import KernelModel
 from simcluster.context import build_context
 from simcluster.engine import simulate
+from simcluster.hardware import load_profile
 from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute, Segment
 from simcluster.parallelism.shapes import Shapes
@@ -143,3 +144,10 @@ def peak_chunk_stash(ops: list) -> float:
     from simcluster.memory_report import activation_walk
 
     return max(activation_walk(stage, [0.5, 0.5]) for stage in ops)
+
+
+def gemm_tflops(profile: str, precision: str, m: int, n: int, k: int) -> float:
+    """A shipped profile's rate for one m x n x k GEMM, launch gap excluded, as GEMM benchmarks
+    report it (2 m n k FLOPs over the kernel's time)."""
+    km = KernelModel(load_profile(profile), precision)
+    return 2 * m * n * k / (km.gemm(m, n, k) - km.launch_s) / 1e12

@@ -11,14 +11,9 @@ Max-Achievable FLOPs - Part 2" (2025-02-28) Table 1: hipBLASLt BF16 4096x4864x32
 from __future__ import annotations
 
 import pytest
+from engine_helpers import gemm_tflops
 
-from simcluster.compute import KernelModel
 from simcluster.hardware import load_profile
-
-
-def _tflops(profile: str, precision: str, m: int, n: int, k: int) -> float:
-    km = KernelModel(load_profile(profile), precision)
-    return 2 * m * n * k / (km.gemm(m, n, k) - km.launch_s) / 1e12
 
 
 def test_peak_is_cus_times_rate_times_clock():
@@ -41,21 +36,21 @@ def test_peak_is_cus_times_rate_times_clock():
     ],
 )
 def test_large_bf16_gemms_run_at_the_measured_maximum(profile, m, n, k, tflops):
-    assert _tflops(profile, "bf16", m, n, k) == pytest.approx(tflops, rel=0.01)
+    assert gemm_tflops(profile, "bf16", m, n, k) == pytest.approx(tflops, rel=0.01)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_small_gemms_run_as_on_the_mi300x(precision):
     # launch-, occupancy- and tile-bound shapes on the same 304 CUs and boost clock
     for size in (256, 1024, 2048):
-        assert _tflops("amd-mi325x", precision, size, size, size) == pytest.approx(
-            _tflops("amd-mi300x", precision, size, size, size), rel=1e-9
+        assert gemm_tflops("amd-mi325x", precision, size, size, size) == pytest.approx(
+            gemm_tflops("amd-mi300x", precision, size, size, size), rel=1e-9
         )
 
 
 def test_power_bound_fp8_gemms_gain_the_max_achievable_ratio():
     # MAF FP8: MI325X 1519 TFLOP/s at 1464 MHz, MI300X 1273 at 1230 MHz (AMD MAF Part 2, Table 1)
-    ratio = _tflops("amd-mi325x", "fp8", 8192, 8192, 8192) / _tflops(
+    ratio = gemm_tflops("amd-mi325x", "fp8", 8192, 8192, 8192) / gemm_tflops(
         "amd-mi300x", "fp8", 8192, 8192, 8192
     )
     assert ratio == pytest.approx(1519 / 1273, rel=0.01)

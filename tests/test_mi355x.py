@@ -13,15 +13,14 @@ system-acceptance-docs): 8 GiB all-reduce busbw 360.97 GB/s.
 from __future__ import annotations
 
 import pytest
+from engine_helpers import gemm_tflops
 
 from simcluster.attention_kernels import kernel_tflops
-from simcluster.compute import KernelModel
 from simcluster.hardware import load_profile
 
 
 def _tflops(precision: str, m: int, n: int, k: int) -> float:
-    km = KernelModel(load_profile("amd-mi355x"), precision)
-    return 2 * m * n * k / (km.gemm(m, n, k) - km.launch_s) / 1e12
+    return gemm_tflops("amd-mi355x", precision, m, n, k)
 
 
 def test_peak_is_cus_times_rate_times_clock():
