@@ -93,16 +93,14 @@ def test_the_shipped_scenario_is_the_mlperf_case_and_run_cites_its_record():
     """scenarios/llama31-8b-8xmi355x.yaml is AMD's MLPerf v5.1 run as validation/mlperf-training-amd.yaml
     describes it: the same step, bit for bit; `run` cites the one published run on this GPU
     (validation/accuracy-by-gpu.json) as its error, not as an average."""
-    import yaml
-
     from simcluster.accuracy_table import accuracy_line
-    from simcluster.data import data_dir
     from simcluster.engine import simulate
     from simcluster.scenario import load_scenario, scenario_from_dict
+    from simcluster.validate import load_cases
 
-    case = yaml.safe_load((data_dir("validation") / "mlperf-training-amd.yaml").read_text())["cases"][0]
+    (case,) = [c for c in load_cases() if c.family == "mlperf-training-amd"]
     shipped = simulate(load_scenario("llama31-8b-8xmi355x")).summary["step_time_s"]
-    assert shipped == simulate(scenario_from_dict(case["scenario"])).summary["step_time_s"]
+    assert shipped == simulate(scenario_from_dict(case.scenario)).summary["step_time_s"]
     line = accuracy_line(load_profile("amd-mi355x").gpu.name)
     assert line.startswith("on AMD Instinct MI355X 288GB, 1 published run: its step simulated ")
     assert "MAPE" not in line
