@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcluster.lora import Adapters, layer_adapter_params
 from simcluster.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -71,10 +72,16 @@ def layer_attention_flops_per_token(model: ModelSpec, seq_len: int, index: int) 
     return 2.0 * model.attention_span(index, seq_len) * model.heads * (d_qk + d_v)
 
 
-def token_flops(model: ModelSpec, seq_len: int) -> TokenFlops:
-    """Forward / backward-input / backward-weight model FLOPs per token."""
+def token_flops(model: ModelSpec, seq_len: int, lora: Adapters | None = None) -> TokenFlops:
+    """Forward / backward-input / backward-weight model FLOPs per token. With LoRA adapters
+    the frozen weights take no weight gradient: the backward's weight part is the adapters'
+    alone, and each pass adds their GEMMs (MLPerf's llama2_70b_lora counts forward and
+    input gradient of the base model, as here less the adapters)."""
     mm = 2.0 * matmul_weights_per_token(model)
     att = attention_flops_per_token(model, seq_len)
+    if lora is not None:
+        extra = 2.0 * model.layers * layer_adapter_params(model, lora, 1)
+        return TokenFlops(forward=mm + att + extra, backward_input=mm + 2 * att + extra, backward_weight=extra)
     return TokenFlops(forward=mm + att, backward_input=mm + 2 * att, backward_weight=mm)
 
 

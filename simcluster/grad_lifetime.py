@@ -120,6 +120,10 @@ def grad_transient_bytes(
     """
     if not _transient_applies(layout, training):
         return 0.0, 0.0
+    if layout.lora is not None:
+        # only the adapters have gradients: the embedding and the head are frozen and the
+        # largest tensor is an adapter's, far below a layer's activations
+        return 0.0, 0.0 if training.grad_accum_fusion and training.grad_16bit_freed != "backward" else GRAD_16BIT * chunk_params
     fused = training.grad_accum_fusion
     embedding = model.embedding_params() / layout.tp if chunk.embedding else 0.0
     if training.grad_16bit_freed == "backward":

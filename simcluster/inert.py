@@ -526,8 +526,13 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
     return None
 
 
+def _lora_off(ctx: Context) -> Verdict:
+    # the adapters' targets and dropout are read only when adapters exist (layout.lora)
+    return ("at lora.rank=0", "there are no adapters: every weight is trained") if ctx.layout.lora is None else None
+
+
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
-#: overlap, zero3, dp, moe)
+#: overlap, zero3, dp, moe, lora)
 RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
     InertRule("parallel.sp_regather", _sp_regather),
@@ -588,6 +593,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("moe.dispatcher", _ep_one_node),
     InertRule("moe.aligned_dispatch", _aligned_dispatch),
     InertRule("moe.shared_expert_overlap", _shared_expert_overlap),
+    InertRule("lora.targets", _lora_off),
+    InertRule("lora.dropout", _lora_off),
 )
 
 

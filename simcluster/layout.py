@@ -22,6 +22,7 @@ from simcluster import layout_checks as checks
 from simcluster.errors import UserError
 from simcluster.frameworks.startup import check_framework_startup
 from simcluster.layout_checks import DIMS
+from simcluster.lora import Adapters
 from simcluster.model import ModelSpec
 from simcluster.parallelism.saved_gather import keeps_gather
 from simcluster.scenario import Scenario
@@ -77,6 +78,8 @@ class Layout:
     # forward for their weight gradients (parallel.sp_regather false): no backward re-gather,
     # the gathered bytes in the stash (simcluster.parallelism.saved_gather)
     sp_keeps_gather: bool = False
+    #: LoRA adapters on a frozen model (``lora:``); None: every weight is trained
+    lora: Adapters | None = None
 
     @property
     def zero3_pipelined(self) -> bool:
@@ -340,6 +343,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         zero3_deferred_sync=fsdp2_unpiped and scenario.zero3.gradient_sync == "last_microbatch",
         zero3_keep_after_backward=fsdp2_unpiped and not scenario.zero3.reshard_after_backward,
         sp_keeps_gather=keeps_gather(scenario, par.tp),
+        lora=checks.check_lora(scenario, model),
     )
     if layout.zero_replicas > 1 and model.is_moe:
         _check_expert_replicas(layout)

@@ -14,6 +14,7 @@ import math
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.limits import MAX_MICROBATCHES
+from simcluster.lora import Adapters
 from simcluster.model import ModelSpec
 from simcluster.parallelism.context import check_algorithm
 from simcluster.scenario import ParallelSection, Scenario, TrainingSection
@@ -300,6 +301,29 @@ def check_batch(tr: TrainingSection, dp: int) -> None:
             f"{tr.micro_batch} per step on each of dp={dp}, more than the {MAX_MICROBATCHES:,} "
             "simcluster can simulate; lower the global batch or raise training.micro_batch",
         )
+
+
+def check_lora(scenario: Scenario, model: ModelSpec) -> Adapters | None:
+    """The LoRA adapters of ``lora:`` (None at rank 0), refused where their frozen base is not
+    modelled: experts, MLA's compressed projections, a merged parallel block, multi-token
+    prediction, ZeRO-3's gathers of frozen weights and nanotron's async TP linears."""
+    lora = scenario.lora
+    if lora.rank == 0:
+        return None
+    unmodelled = [
+        (model.is_moe, "a mixture-of-experts model"),
+        (model.mla is not None, "multi-head latent attention"),
+        (model.parallel_block, "a parallel attention + MLP block"),
+        (model.mtp_layers > 0, "multi-token prediction modules"),
+        (scenario.parallel.zero == 3, "ZeRO-3 (frozen weights gathered)"),
+        (scenario.overlap.tp_async, "overlap.tp_async"),
+    ]
+    for hit, what in unmodelled:
+        if hit:
+            raise UserError(
+                "lora.rank", f"LoRA adapters with {what} are not modelled; set lora.rank: 0 (train every weight)"
+            )
+    return Adapters(rank=lora.rank, targets=tuple(dict.fromkeys(lora.targets)), dropout=lora.dropout)
 
 
 def check_whole_nodes(gpus: int, gpus_per_node: int) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
+from simcluster.lora import FrozenInputs, layer_adapter_params, lora_activation_change
 from simcluster.model import ModelSpec
 from simcluster.parallelism import (
     autocast_casts,
@@ -149,9 +150,12 @@ class StageParams:
 
     dense: float  # sharded by tp, replicated over dp*cp
     expert: float  # sharded by ep x etp, replicated over edp
+    #: frozen parameters (a LoRA run's base model): held, never trained; not in ``total``
+    frozen: float = 0.0
 
     @property
     def total(self) -> float:
+        """The trained parameters (what has gradients, optimizer state and reductions)."""
         return self.dense + self.expert
 
 
@@ -159,28 +163,40 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
     """Parameters per GPU of a stage holding ``chunks``.
 
     TP shards the dense matrices; EP x ETP shards the routed experts (ep whole experts per rank
-    group, each split over etp ranks).
+    group, each split over etp ranks). In a LoRA run (``layout.lora``) all of them are frozen
+    and the layers' adapters (over tp) are what trains.
     """
-    t = layout.tp
+    base = base_layout(layout)
     dense = 0.0
     expert = 0.0
     for ch in chunks:
         for i in ch.layer_indices:
-            layer_dense, layer_expert = layer_split(model, layout, i)
+            layer_dense, layer_expert = layer_split(model, base, i)
             dense += layer_dense
             expert += layer_expert
         if ch.embedding:
-            dense += model.embedding_params() / t  # vocab-parallel embedding
+            dense += model.embedding_params() / layout.tp  # vocab-parallel embedding
         if ch.head:
-            head_dense, head_expert = head_unit_params(model, layout, ch)
+            head_dense, head_expert = head_unit_params(model, base, ch)
             dense += head_dense
             expert += head_expert
+    if layout.lora is not None:
+        adapters = sum(layer_split(model, layout, i)[0] for ch in chunks for i in ch.layer_indices)
+        return StageParams(dense=adapters, expert=0.0, frozen=dense + expert)
     return StageParams(dense=dense, expert=expert)
 
 
+def base_layout(layout: Layout) -> Layout:
+    """``layout`` without LoRA adapters: whose layer parameters are the base model's weights
+    (what a LoRA run holds frozen and casts) rather than the adapters it trains."""
+    return layout if layout.lora is None else replace(layout, lora=None)
+
+
 def layer_split(model: ModelSpec, layout: Layout, layer: int) -> tuple[float, float]:
-    """(dense, expert) parameters per GPU of transformer layer ``layer``: the dense ones over
-    tp, a MoE layer's routed experts over ep x etp."""
+    """(dense, expert) trained parameters per GPU of transformer layer ``layer``: the dense
+    ones over tp, a MoE layer's routed experts over ep x etp; a LoRA run's adapters alone."""
+    if layout.lora is not None:
+        return layer_adapter_params(model, layout.lora, layout.tp), 0.0
     full = model.layer_params(layer)
     if model.is_moe_layer(layer):
         routed = model.experts * model.expert_params()
@@ -189,8 +205,11 @@ def layer_split(model: ModelSpec, layout: Layout, layer: int) -> tuple[float, fl
 
 
 def head_unit_params(model: ModelSpec, layout: Layout, chunk: Chunk) -> tuple[float, float]:
-    """(dense, expert) parameters per GPU of a chunk's LM head with the MTP modules after it,
-    and the word-embedding copy the stage keeps when it lacks the embedding but needs it."""
+    """(dense, expert) trained parameters per GPU of a chunk's LM head with the MTP modules
+    after it, and the word-embedding copy the stage keeps when it lacks the embedding but needs
+    it (none in a LoRA run: they are frozen)."""
+    if layout.lora is not None:
+        return 0.0, 0.0
     routed = model.mtp_routed_params()
     copy = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
     return (model.head_params() + model.mtp_params() - routed + copy) / layout.tp, routed / layout.expert_shard
@@ -293,6 +312,15 @@ def layer_activation_bytes(
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
         ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g)
+    if layout.lora is not None:
+        frozen = FrozenInputs(
+            qkv=norm_out * kg * sbh / rep,
+            # flash attention keeps its 16-bit output, the projection's input, for itself
+            proj=(g - (e if training.flash_attention else 0.0)) * s * b * out_dim / t,
+            fc1=mlp_in * kg * sbh / rep,
+            fc2=g * s * b * model.ffn / t,
+        )
+        att += lora_activation_change(model, layout.lora, frozen, t, s * b, e, mlp_rerun="mlp" in redo)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
 
 
@@ -362,7 +390,7 @@ def _cast_bytes(model: ModelSpec, layout: Layout, layer: int) -> float:
     """Bytes of one layer's 16-bit weight casts (HEAD_LAYER: the LM head's) on one GPU."""
     if layer == HEAD_LAYER:
         return WEIGHT_CAST_BYTES * model.vocab * model.hidden / layout.tp
-    return WEIGHT_CAST_BYTES * sum(layer_split(model, layout, layer))
+    return WEIGHT_CAST_BYTES * sum(layer_split(model, base_layout(layout), layer))
 
 
 def fp8_weight_bytes(
@@ -379,7 +407,8 @@ def fp8_weight_bytes(
     per = fp8_weights.cached_bytes_per_weight(training, compute_capability)
     if per == 0.0:
         return 0.0
-    return per * sum(sum(layer_split(model, layout, i)) for ch in chunks for i in ch.layer_indices)
+    base = base_layout(layout)  # a LoRA run's FP8 weights are its frozen base's
+    return per * sum(sum(layer_split(model, base, i)) for ch in chunks for i in ch.layer_indices)
 
 
 def with_weight_copies(
@@ -612,6 +641,7 @@ class StageMemory:
     """Memory of the most loaded GPU of one pipeline stage (bytes)."""
 
     stage: int
+    #: trained parameters on the GPU (a LoRA run's adapters alone)
     params_per_gpu: float
     params_bytes: float
     grads_bytes: float
@@ -626,6 +656,8 @@ class StageMemory:
     peak_part: str = STASH
     #: the stash under that peak (bytes)
     peak_stash_bytes: float = 0.0
+    #: frozen parameters on the GPU (a LoRA run's base model)
+    frozen_params_per_gpu: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -689,7 +721,7 @@ def static_memory(
     # the offloaded share of the optimizer (master weights and moments) lives in host memory
     on_gpu = 1.0 - training.optimizer_offload
     return (
-        params.dense * dense.params + params.expert * expert.params,
+        params.dense * dense.params + params.expert * expert.params + params.frozen * gathered,
         params.dense * dense.grads + params.expert * expert.grads,
         (params.dense * dense.optimizer + params.expert * expert.optimizer) * on_gpu,
     )
@@ -713,6 +745,7 @@ def stage_memory(
     return StageMemory(
         stage=stage,
         params_per_gpu=params.total,
+        frozen_params_per_gpu=params.frozen,
         params_bytes=p_bytes,
         grads_bytes=g_bytes,
         optimizer_bytes=o_bytes,

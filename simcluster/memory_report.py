@@ -209,6 +209,7 @@ def memory_summary(ctx: Context) -> dict[str, Any]:
         "params_total": ctx.model.params_total(),
         "params_active": ctx.model.params_active(),
         "params_per_gpu": worst.params_per_gpu,
+        "frozen_params_per_gpu": worst.frozen_params_per_gpu,
         "params_bytes": worst.params_bytes,
         "grads_bytes": worst.grads_bytes,
         "optimizer_bytes": worst.optimizer_bytes,

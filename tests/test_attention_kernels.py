@@ -143,6 +143,10 @@ def test_curve_points_must_be_positive():
         ("dgx-b200", "cudnn", 8192, True, False, 1171.278),
         ("dgx-b200", "cudnn", 65536, True, True, 1073.059),
         ("dgx-b200", "fa2", 16384, True, False, 425.128),
+        # sdpa_fp8_benchmark_results_NVIDIA_B200.csv (commit cb560b9, cuDNN 9.10.2), the fp8 rows:
+        # 8K forward 1.605 ms = 4 x 8192^2 x 128 x 128 / 2 FLOPs -> 1370.1 TFLOP/s
+        ("dgx-b200", "cudnn-fp8", 8192, True, False, 1370.101),
+        ("dgx-b200", "cudnn-fp8", 32768, True, True, 1561.247),
         # GB200: the same benchmark's GB200 run (cuDNN 9.17, PyTorch 25.11) for the causal curve,
         # the repository's llama3.1 rows (cuDNN 9.22, batch 2, 64 / 8 heads) for the unmasked one
         ("gb200-nvl72", "cudnn", 4096, True, False, 1386),

@@ -228,7 +228,9 @@ def _batch(hint: dict) -> str:
 def _params_held(doc: dict, ctx: Context) -> str:
     """What the most loaded GPU's parameters are: its model-parallel share, and under ZeRO-3 the
     shard of it that stays resident between the layers' gathers."""
-    share = doc["params_per_gpu"]
+    share, frozen = doc["params_per_gpu"], doc.get("frozen_params_per_gpu", 0.0)
+    if frozen:
+        return f"computes with {(share + frozen) / 1e9:.3f} B params, trains {share / 1e6:.2f} M of them (LoRA adapters; the rest frozen)"
     text = f"computes with {share / 1e9:.3f} B params"
     if ctx.layout.zero == 3 and ctx.layout.zero_group > 1:
         group = ctx.layout.zero_group
@@ -315,8 +317,12 @@ def transient_line(stages: list[dict]) -> str | None:
 def _bytes_per_param(doc: dict) -> str:
     """Weights, gradients and optimizer bytes over the parameters the most loaded GPU computes
     with (2 / 4 / 12 unsharded in bf16 with fp32 gradients and Adam; less where ZeRO shards)."""
-    n = doc["params_per_gpu"]
+    n, frozen = doc["params_per_gpu"], doc.get("frozen_params_per_gpu", 0.0)
     if n <= 0:
         return "-"
+    if frozen:  # LoRA: the weights over everything held, the rest over the trained adapters
+        trained = ", ".join(f"{name} {doc[f'{key}_bytes'] / n:.2f} B" for name, key in
+                            (("gradients", "grads"), ("optimizer", "optimizer")))  # fmt: skip
+        return f"weights {doc['params_bytes'] / (n + frozen):.2f} B; per trained parameter: {trained}"
     return ", ".join(f"{name} {doc[f'{key}_bytes'] / n:.2f} B" for name, key in
                      (("weights", "params"), ("gradients", "grads"), ("optimizer", "optimizer")))  # fmt: skip

@@ -279,7 +279,7 @@ def _summary(
 ) -> dict[str, Any]:
     sc, lay = ctx.scenario, ctx.layout
     tokens = lay.global_batch * lay.seq_len
-    flops = token_flops(ctx.model, lay.seq_len)
+    flops = token_flops(ctx.model, lay.seq_len, lay.lora)
     model_flops = flops.total * tokens
     full = [
         x for p in plans for c in p.chunks for pos, x in enumerate(c.chunk.layer_indices)

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from simcluster.layout import Layout
+from simcluster.lora import BACKWARD_ORDER, BLOCK, adapter_gemms
 from simcluster.memory import (
     OPTIMIZER_MOMENTS,
     head_unit_params,
@@ -235,8 +236,8 @@ def fsdp2_copy_bytes(scenario: Scenario) -> tuple[float, float]:
 def unit_params(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters per GPU of a layer (-1 = embedding, -2 = LM head)."""
     t = layout.tp
-    if layer == -1:
-        return model.embedding_params() / t, 0.0
+    if layer == -1:  # frozen in a LoRA run
+        return (0.0 if layout.lora is not None else model.embedding_params() / t), 0.0
     if layer == -2:  # the LM head, with the MTP modules and the embedding copy they need
         return head_unit_params(model, layout, chunk)
     return layer_split(model, layout, layer)
@@ -268,6 +269,8 @@ def unit_tensors(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> 
     dense, expert = unit_params(model, layout, chunk, layer)
     if layer < 0:
         return [Tensor(dense, expert)]
+    if layout.lora is not None:
+        return adapter_tensors(model, layout)
     t, h = layout.tp, model.hidden
     if model.mla is not None:
         out = model.heads * model.mla.v_head_dim * h
@@ -286,6 +289,19 @@ def unit_tensors(model: ModelSpec, layout: Layout, chunk: Chunk, layer: int) -> 
     parts.append(Tensor(out / t))
     parts.append(Tensor(dense - sum(p.dense for p in parts)))  # QKV, its biases, the input norm
     return [p for p in parts if p.dense > 0 or p.expert > 0]
+
+
+def adapter_tensors(model: ModelSpec, layout: Layout) -> list[Tensor]:
+    """A LoRA layer's trained tensors, in the order their gradients become ready: each
+    adapter's B then A, the MLP's adapters before the attention's."""
+    lora = layout.lora
+    assert lora is not None
+    out = []
+    for target in BACKWARD_ORDER:
+        if target in lora.targets:
+            a, b = adapter_gemms(model, lora, target, layout.tp)
+            out += [Tensor(b.k * b.n, mlp=BLOCK[target] == "mlp"), Tensor(a.k * a.n, mlp=BLOCK[target] == "mlp")]
+    return out
 
 
 def build_buckets(

@@ -71,6 +71,8 @@ def forward_cast_seconds(
     if not applies(training, layout) or dtype not in QUANTISED:
         return 0.0
     if training.fp8_param_gather:
+        if layout.lora is not None:
+            return 0.0  # frozen FP8 weights: cast once, their transposes never go stale
         if dtype != "fp8" or not transposes_fp8_parameters(training, km.profile.gpu.compute_capability):
             return 0.0
         seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)

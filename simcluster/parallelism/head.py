@@ -31,6 +31,8 @@ class HeadBuilder(BuilderBase):
         if phase == "B":
             return norm
         nbytes = self.shapes.tokens * self.shapes.model.hidden * self.shapes.elt
+        if phase == "W" and self.shapes.layout.lora is not None:
+            return []  # frozen
         if phase == "W":
             # gather the token gradients into a dense (vocab/tp x hidden) gradient (zero-filled
             # first), then add it into the main gradient: in place, no GEMM to fuse it into
@@ -66,7 +68,8 @@ class HeadBuilder(BuilderBase):
         if self.tp_async:
             return self._async_head(g, ce, phase, dtype) + self._loss_reductions(phase)
         if phase == "W":
-            return [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
+            frozen = self.shapes.layout.lora is not None
+            return [] if frozen else [Compute.of("lm_head_wgrad", self._gemms(g, "W", dtype), -1)]
         body: list[Segment] = [Compute.of("lm_head", self._gemms(g, phase, dtype) + ce, -1)]
         if lay.tp > 1 and lay.sequence_parallel:
             op = "all_gather" if phase == "F" else "reduce_scatter"

@@ -24,6 +24,7 @@ from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.head import HeadBuilder
 from simcluster.parallelism.linears import Gemm
+from simcluster.parallelism.lora_blocks import LoraBlocks
 from simcluster.parallelism.parallel_block import ParallelBlocks
 from simcluster.parallelism.segments import Compute, Segment, Work, as_recompute
 from simcluster.parallelism.shapes import Shapes
@@ -44,7 +45,7 @@ __all__ = ["Gemm", "LayerBuilder"]
 
 
 @dataclass
-class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
+class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, LoraBlocks):
     """Builds phase segments for layers, the embedding and the LM head."""
 
     shapes: Shapes
@@ -211,6 +212,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         """The attention block: norm (sharded by SP), QKV, rotary, core, output projection,
         residual, inside its TP collectives (none in W)."""
         gemms = self.attention_gemms()
+        if phase == "W" and self.shapes.layout.lora is not None:
+            return self.adapter_wgrad("attn", index)
         if phase == "W":
             wgrad: list[Segment] = [Compute.of("attn_wgrad", self._linear(gemms, "W", "attn"), index)]
             return self._wgrad_host(wgrad, self._block_tensors("attn", len(gemms)))
@@ -228,6 +231,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         pre = self._elementwise(ops.norm() + ops.attention_inputs(index), phase)
         gemms = self.attention_gemms()
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
+        qkv_t += self.adapter_work(("qkv",), phase)
+        out_t += self.adapter_work(("proj",), phase)
         out_t += self._elementwise(ops.attention_output() + ops.residual(), phase)
         core = context.cp_attention(self.shapes, self.core_times(phase, index), backward, index)
         redo = self.scenario.training.recomputed
@@ -438,6 +443,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         if self.tp_async:
             return self._async_mlp(index, phase)
         gemms = self.mlp_gemms(m.ffn)
+        if phase == "W" and self.shapes.layout.lora is not None:
+            return self.adapter_wgrad("mlp", index)
         if phase == "W":
             wgrad: list[Segment] = [Compute.of("mlp_wgrad", self._linear(gemms, "W", "mlp"), index)]
             return self._wgrad_host(wgrad, self._block_tensors("mlp", len(gemms)))
@@ -466,6 +473,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder):
         m, lay = self.shapes.model, self.shapes.layout
         gemms = self.mlp_gemms(m.ffn)
         work = self._linear(gemms[:-1], phase, "mlp") + self._linear(gemms[-1:], phase, "mlp", column=False)
+        work += self.adapter_work(("fc1", "fc2"), phase)
         ops = self.ops
         memory_bound = ops.mlp_norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)

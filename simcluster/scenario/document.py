@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from simcluster.rate_bounds import DEGRADED
 from simcluster.scenario.base import SectionBase
 from simcluster.scenario.data_parallel import DpSection, Zero3Section
+from simcluster.scenario.lora import LoraSection
 from simcluster.scenario.model_cluster import ClusterSection, ModelSection
 from simcluster.scenario.moe import MoeSection
 from simcluster.scenario.overlap import OverlapSection
@@ -79,6 +80,7 @@ class Scenario(SectionBase):
     zero3: Zero3Section = Zero3Section()
     dp: DpSection = DpSection()
     moe: MoeSection = MoeSection()
+    lora: LoraSection = LoraSection()
     simulation: SimulationSection = SimulationSection()
     #: the dotted keys the scenario itself wrote (``section.key``, or a top-level key), before
     #: a framework preset filled its defaults, as ``scenario_from_dict`` records them; None for

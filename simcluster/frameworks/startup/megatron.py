@@ -200,8 +200,10 @@ def _lm_param_gather(scenario: Scenario, facts: LayoutFacts) -> None:
 
 def _lm_fp8_params(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron-LM keeps FP8 weights only with a sharded optimizer state or FSDP to gather them
-    (``validate_args``: "--fp8-param-gather only supported with distributed optimizer")."""
-    if scenario.training.fp8_param_gather and scenario.parallel.zero == 0:
+    (``validate_args``: "--fp8-param-gather only supported with distributed optimizer"). A
+    LoRA run's FP8 weights are frozen, never stepped nor gathered: NeMo builds them in FP8
+    (``fp8_params``, te.fp8_model_init) beside a plain fused Adam over the adapters."""
+    if scenario.training.fp8_param_gather and scenario.parallel.zero == 0 and scenario.lora.rank == 0:
         raise UserError(
             "training.fp8_param_gather",
             "Megatron-LM keeps FP8 weights only with the distributed optimizer or FSDP (validate_args: "

@@ -1,0 +1,112 @@
+"""LoRA adapters on a frozen model (Hu et al. 2021, arXiv 2106.09685): their shapes per GPU.
+
+A targeted linear y = x W (k x n, frozen) becomes y = x W + s · dropout(x) A B with A (k x r) and
+B (r x n) the only trained weights. Under tensor parallelism each adapter is split as NeMo's
+``ParallelLinearAdapter`` splits it beside its base linear: beside a column-parallel one (qkv,
+fc1) A is column-parallel over its r outputs and B over the base's n outputs (r/t and n/t per
+GPU); beside a row-parallel one (proj, fc2) A is row-parallel over the base's k inputs and B
+column-parallel over its n outputs (k/t and n/t). Either way an adapter holds r (k + n) / t
+weights per GPU. The frozen base weights take no weight gradient, gradient buffer, optimizer
+state or data-parallel reduction; nor do the frozen embedding and LM head.
+
+Not modelled: the adapters' own tensor-parallel collectives (with tp > 1 NeMo gathers A's r-wide
+output beside a column-parallel base and all-reduces it beside a row-parallel one, and gathers a
+row-parallel adapter's whole output unless ``a2a_experimental`` swaps that for an all-to-all), so
+a LoRA layout with tp > 1 is optimistic by them; the first layer's input gradient, which autograd
+skips below a frozen embedding, is still computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.model import ModelSpec
+from simcluster.parallelism.linears import Gemm
+
+#: the targets in the order the backward reaches their gradients (the MLP's down projection
+#: first, the fused QKV last), and the block each belongs to
+BACKWARD_ORDER = ("fc2", "fc1", "proj", "qkv")
+BLOCK = {"qkv": "attn", "proj": "attn", "fc1": "mlp", "fc2": "mlp"}
+#: the linears whose input is split over the TP ranks (row-parallel)
+ROW_PARALLEL = frozenset({"proj", "fc2"})
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """The LoRA adapters a run trains: their rank, the linears they sit beside, and the
+    dropout probability on their input."""
+
+    rank: int
+    targets: tuple[str, ...]
+    dropout: float = 0.0
+
+    def block_targets(self, block: str) -> tuple[str, ...]:
+        """The targets in ``block`` (``attn`` or ``mlp``), in forward order."""
+        return tuple(t for t in ("qkv", "proj", "fc1", "fc2") if t in self.targets and BLOCK[t] == block)
+
+
+def base_widths(model: ModelSpec, target: str) -> tuple[float, float]:
+    """(k, n): the whole (unsplit) input and output widths of the base linear ``target``."""
+    h, d = model.hidden, model.d_head
+    return {
+        "qkv": (h, (model.heads + 2 * model.kv_heads) * d),
+        "proj": (model.heads * d, h),
+        "fc1": (h, model.up_width(model.ffn)),
+        "fc2": (model.ffn, h),
+    }[target]
+
+
+def adapter_gemms(model: ModelSpec, adapters: Adapters, target: str, tp: int) -> list[Gemm]:
+    """The two GEMMs of ``target``'s adapter on one GPU, A then B (see the module's split)."""
+    k, n = base_widths(model, target)
+    r = adapters.rank
+    if target in ROW_PARALLEL:
+        return [Gemm(k / tp, r), Gemm(r, n / tp)]
+    return [Gemm(k, r / tp), Gemm(r, n / tp)]
+
+
+def layer_adapter_params(model: ModelSpec, adapters: Adapters, tp: int) -> float:
+    """Trained parameters of one transformer layer on one GPU: r (k + n) / tp per adapter."""
+    return sum(g.k * g.n for t in adapters.targets for g in adapter_gemms(model, adapters, t, tp))
+
+
+def adapter_widths(model: ModelSpec, adapters: Adapters, targets: tuple[str, ...], tp: int) -> tuple[float, float]:
+    """Elements per token on one GPU of the inputs (each first GEMM's k: what the dropout
+    reads and masks) and of the outputs (each second GEMM's n: what the scale and the add into
+    the base output pass over) of the adapters of ``targets`` that the run has."""
+    pairs = [adapter_gemms(model, adapters, t, tp) for t in targets if t in adapters.targets]
+    return sum(a.k for a, _ in pairs), sum(b.n for _, b in pairs)
+
+
+
+@dataclass(frozen=True)
+class FrozenInputs:
+    """Bytes a layer's linears keep of their inputs for their weight gradients when trained
+    (one microbatch, one GPU): what a frozen linear no longer keeps."""
+
+    qkv: float
+    proj: float
+    fc1: float
+    fc2: float
+
+
+def lora_kept_bytes(model: ModelSpec, adapters: Adapters, targets: tuple[str, ...], tp: int, rows: float, e: float) -> float:
+    """Activation bytes one microbatch of ``rows`` tokens keeps on one GPU for the adapters of
+    ``targets``: each adapter's input (``e`` bytes; with dropout the masked copy and its 1-byte
+    mask) and its r-wide intermediate x A."""
+    mask = 1.0 if adapters.dropout > 0 else 0.0
+    pairs = [adapter_gemms(model, adapters, t, tp) for t in targets if t in adapters.targets]
+    return sum(rows * (a.k * (e + mask) + a.n * e) for a, _ in pairs)
+
+
+def lora_activation_change(
+    model: ModelSpec, adapters: Adapters, frozen: FrozenInputs, tp: int, rows: float, e: float, mlp_rerun: bool
+) -> float:
+    """How a LoRA layer's kept activations differ from a trained one's: the frozen linears keep
+    no input of their own (TransformerEngine saves a linear's input only for a weight that needs
+    a gradient) and the adapters keep theirs (:func:`lora_kept_bytes`). An MLP rerun from its
+    input (selective ``mlp`` recomputation) keeps neither."""
+    change = lora_kept_bytes(model, adapters, ("qkv", "proj"), tp, rows, e) - frozen.qkv - frozen.proj
+    if not mlp_rerun:
+        change += lora_kept_bytes(model, adapters, ("fc1", "fc2"), tp, rows, e) - frozen.fc1 - frozen.fc2
+    return change

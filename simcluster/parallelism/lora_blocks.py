@@ -1,0 +1,66 @@
+"""The LoRA adapters' work beside a frozen block's linears (``lora:``, simcluster/lora.py).
+
+Each adapter runs at the activation precision (NeMo's ``ParallelLinearAdapter`` is a pair of
+Megatron linears outside TransformerEngine's FP8 autocast) on the tokens its base linear sees:
+forward, the dropout on its input (a mask and a masked copy, when ``lora.dropout`` > 0), x A,
+then (x A) B scaled by alpha / r and added to the base output; backward, the input gradients
+through B and A (the scale's and the dropout's passes, and the add into the base linear's input
+gradient); W, the weight gradients of A and B, the only ones a LoRA layer takes.
+"""
+
+from __future__ import annotations
+
+from simcluster.lora import adapter_gemms, adapter_widths
+from simcluster.parallelism.builder_base import BuilderBase
+from simcluster.parallelism.linears import Gemm
+from simcluster.parallelism.segments import Compute, Segment, Work
+
+#: HBM bytes per element of each adapter pass (16-bit tensors, PyTorch's 1-byte bool mask).
+#: Forward: dropout reads x and writes the copy and the mask (2 + 2 + 1); over the output, the
+#: scale (read, write) and the add into the base output (two reads, a write).
+DROPOUT_FWD_BYTES = 5.0
+OUTPUT_FWD_BYTES = 4.0 + 6.0
+#: Backward: the scale's gradient over the output (read, write); over the input, the dropout's
+#: gradient (gradient and mask read, one write) and its add into the base input gradient.
+OUTPUT_BWD_BYTES = 4.0
+DROPOUT_BWD_BYTES = 5.0
+INPUT_ADD_BYTES = 6.0
+
+
+#: the targets of each block, in forward order
+ATTN = ("qkv", "proj")
+MLP = ("fc1", "fc2")
+
+
+class LoraBlocks(BuilderBase):
+    """A dense block's adapters: their GEMMs and passes per phase."""
+
+    def _adapter_gemms(self, targets: tuple[str, ...]) -> list[Gemm]:
+        lora, m, tp = self.shapes.layout.lora, self.shapes.model, self.shapes.layout.tp
+        if lora is None:
+            return []
+        return [g for t in targets if t in lora.targets for g in adapter_gemms(m, lora, t, tp)]
+
+    def adapter_work(self, targets: tuple[str, ...], phase: str) -> Work:
+        """The adapters beside the linears ``targets`` in phase F or B: their GEMMs at the
+        activation precision and their memory-bound passes (none without LoRA)."""
+        lora = self.shapes.layout.lora
+        gemms = self._adapter_gemms(targets)
+        if lora is None or not gemms:
+            return Work()
+        k, n = adapter_widths(self.shapes.model, lora, targets, self.shapes.layout.tp)
+        dropout = lora.dropout > 0
+        if phase == "F":
+            per_token = n * OUTPUT_FWD_BYTES + (k * DROPOUT_FWD_BYTES if dropout else 0.0)
+        else:
+            per_token = n * OUTPUT_BWD_BYTES + k * (INPUT_ADD_BYTES + (DROPOUT_BWD_BYTES if dropout else 0.0))
+        passes = Work.of(memory=self.km.memory(self.shapes.tokens * per_token))
+        return self._gemms(gemms, phase, self.km.act_dtype) + passes
+
+    def adapter_wgrad(self, block: str, index: int) -> list[Segment]:
+        """A LoRA block's W: the weight gradients of its adapters' A and B (none where the
+        block has no adapter: its base weights are frozen)."""
+        gemms = self._adapter_gemms(ATTN if block == "attn" else MLP)
+        if not gemms:
+            return []
+        return [Compute.of(f"{block}_lora_wgrad", self._gemms(gemms, "W", self.km.act_dtype), index)]

@@ -1,0 +1,135 @@
+"""LoRA fine-tuning (``lora:``): adapters on a frozen model.
+
+Counts checked against the LoRA paper's parameterisation (Hu et al. 2021, arXiv 2106.09685: an
+adapter on W (k x n) is A (k x r) and B (r x n)) and Llama 2 70B's shape (Touvron et al. 2023:
+hidden 8192, 64 heads, 8 KV heads of 128, 80 layers): with rank 16 on the fused QKV
+(8192 -> 10240) and the output projection (8192 -> 8192), as MLPerf Training's llama2_70b_lora
+places them, 16 x (8192 + 10240) + 16 x (8192 + 8192) = 557,056 per layer, 44,564,480 in all.
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import compute_seconds, layer_builder, run
+
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.flops import token_flops
+from simcluster.lora import Adapters, layer_adapter_params
+from simcluster.memory import stage_params
+from simcluster.memory_report import memory_by_stage
+from simcluster.model import build_model
+from simcluster.parallelism.data import build_buckets
+from simcluster.scenario import scenario_from_dict
+
+MLPERF_LAYER = 16 * (8192 + 10240) + 16 * (8192 + 8192)
+
+
+def lora_doc(tp: int = 1, rank: int = 16, **training) -> dict:
+    """Llama 2 70B on one 8-GPU B200 node, MBS 1 at 8192 tokens, rank-``rank`` adapters on QKV
+    and the output projection."""
+    return {
+        "name": "lora",
+        "model": {"preset": "llama2-70b"},
+        "cluster": {"hardware": "dgx-b200", "gpus": 8},
+        "parallel": {"tp": tp, "sequence_parallel": tp > 1, "zero": 1},
+        "training": {"seq_len": 8192, "micro_batch": 1, "global_batch": 8 // tp, "precision": "bf16", **training},
+        "lora": {"rank": rank, "dropout": 0.1},
+    }
+
+
+def test_adapter_parameters_follow_the_papers_count():
+    model = build_model(scenario_from_dict(lora_doc()).model)
+    adapters = Adapters(rank=16, targets=("qkv", "proj"))
+    assert layer_adapter_params(model, adapters, 1) == MLPERF_LAYER
+    assert 80 * MLPERF_LAYER == 44_564_480
+    # split over tensor parallelism: every adapter r (k + n) / t per GPU
+    assert layer_adapter_params(model, adapters, 4) == MLPERF_LAYER / 4
+
+
+def test_stage_trains_the_adapters_and_holds_the_frozen_model():
+    ctx = build_context(scenario_from_dict(lora_doc()))
+    params = stage_params(ctx.model, ctx.layout, ctx.chunks[0])
+    assert params.total == 80 * MLPERF_LAYER
+    assert params.frozen == pytest.approx(ctx.model.params_total())
+
+
+def test_gradient_buckets_hold_only_adapters():
+    ctx = build_context(scenario_from_dict(lora_doc()))
+    buckets = build_buckets(ctx.model, ctx.layout, ctx.chunks[0], float("inf"))
+    assert sum(b.params for b in buckets) == 80 * MLPERF_LAYER
+
+
+def test_memory_keeps_no_gradients_or_optimizer_for_frozen_weights():
+    """bf16 mixed precision with fp32 gradients beside the kept 16-bit ones and Adam (2 + 6 +
+    12 B per trained parameter, the optimizer's over 8 ZeRO-1 ranks; the Ultra-Scale Playbook's
+    counts) on the adapters alone; the frozen weights at 2 B each."""
+    doc = lora_doc(fp32_grad_accum=True, grad_accum_fusion=False, grad_16bit_freed="step")
+    ctx = build_context(scenario_from_dict(doc))
+    stage = memory_by_stage(ctx)[0]
+    trained = 80 * MLPERF_LAYER
+    frozen = stage.frozen_params_per_gpu
+    assert stage.params_bytes == pytest.approx(2 * (trained + frozen))
+    assert stage.grads_bytes == pytest.approx(6 * trained)
+    assert stage.optimizer_bytes == pytest.approx(12 / 8 * trained)
+
+
+def test_weight_pass_is_the_adapters_alone():
+    """A frozen layer's W runs only the adapters' weight gradients: rank-16 GEMMs, far below the
+    base's (the same FLOPs as the base's input gradient, here in B)."""
+    full = layer_builder({**lora_doc(), "lora": {"rank": 0}})
+    lora = layer_builder(lora_doc())
+    w_full = compute_seconds(full.layer(0, "W"))
+    w_lora = compute_seconds(lora.layer(0, "W"))
+    assert 0 < w_lora < 0.02 * w_full
+    assert [s.name for s in lora.layer(0, "W")] == ["attn_lora_wgrad"]
+    # the adapters' forward GEMMs and passes make F slower than the frozen base's alone
+    assert compute_seconds(lora.layer(0, "F")) > compute_seconds(full.layer(0, "F"))
+    assert lora.embedding("W") == [] and lora.head("W") == []
+
+
+def test_token_flops_drop_the_frozen_weight_gradients():
+    """MLPerf's llama2_70b_lora counts forward and input gradient (NVIDIA's
+    MODEL_TFLOP_PER_SAMPLE): with LoRA the weight-gradient FLOPs are the adapters' 2 x params."""
+    model = build_model(scenario_from_dict(lora_doc()).model)
+    adapters = Adapters(rank=16, targets=("qkv", "proj"))
+    base, lora = token_flops(model, 8192), token_flops(model, 8192, adapters)
+    extra = 2.0 * 80 * MLPERF_LAYER
+    assert lora.backward_weight == extra
+    assert lora.forward == base.forward + extra
+    assert lora.backward_input == base.backward_input + extra
+
+
+def test_lora_step_is_faster_and_reduces_little():
+    full = run({**lora_doc(), "lora": {"rank": 0}})
+    lora = run(lora_doc())
+    assert lora.summary["step_time_s"] < 0.8 * full.summary["step_time_s"]
+    assert lora.summary["exposed_comm_s"]["dp"] < 0.01 * lora.summary["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"model": {"preset": "mixtral-8x7b"}}, "lora.rank"),
+        ({"parallel": {"zero": 3}}, "lora.rank"),
+    ],
+)
+def test_unmodelled_combinations_are_refused(change, field):
+    doc = lora_doc()
+    for section, values in change.items():
+        doc[section] = {**doc[section], **values}
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc))
+    assert err.value.field == field
+
+
+def test_shipped_lora_scenario_is_amds_mlperf_case():
+    """scenarios/llama2-70b-lora-8xmi355x.yaml is validation/mlperf-lora-70b.yaml's MI355X row
+    (AMD's MLPerf v5.1 llama2_70b_lora run), the same step bit for bit."""
+    from simcluster.engine import simulate
+    from simcluster.scenario import load_scenario
+    from simcluster.validate import load_cases
+
+    (case,) = [c for c in load_cases() if c.family == "mlperf-lora-70b" and "mi355x" in c.name]
+    shipped = simulate(load_scenario("llama2-70b-lora-8xmi355x")).summary["step_time_s"]
+    assert shipped == simulate(scenario_from_dict(case.scenario)).summary["step_time_s"]
