@@ -2589,29 +2589,46 @@ MLPERF_LORA_COMMON = (
     "ctx.requires_wgrad = weight.requires_grad) and built in FP8 (fp8_params / te.fp8_model_init: "
     "training.fp8_param_gather, the frozen weights at 1 B). Sequence 8192 (packed GovReport), MBS 1.")
 MLPERF_LORA_AMD_SRC = (
-    f"{MLPERF_V51} AMD/results/MI355X_EPYC_9575F_pytorch/llama2_70b_lora/result_0.txt with AMD's "
-    "config_MI355X_1x8x1.sh (the index stores it once, under Quanta_Cloud_Technology/benchmark/llama2_70b_lora/"
-    "implementations/pytorch_D75T-7U/, MLPERF_SUBMISSION_ORG=AMD inside) and src/conf/"
-    "megatron_gpt_peft_tuning_config.yaml: MLPerf Training v5.1 llama2_70b_lora on one Supermicro "
-    "AS-4126GS-NMR-LCC of 8 AMD Instinct MI355X (AMD/systems/MI355X_EPYC_9575F_pytorch.json: ROCm 7.0.0, PyTorch "
-    "2.8.0, hipBLASLt 1.1.0, NeMo 2.3.0, ROCm's Megatron-LM bc0be960 and TransformerEngine d0ef413b). Step {step:.6g} "
-    "s = 8 / the mean of the last two tracked_stats throughputs, {thr0} and {thr1} samples/s (custom_callbacks.py: "
-    "the global batch over the summed wall time from on_train_batch_start to on_train_batch_end, the optimizer "
-    "step included; result_1 gives 1.3618 s, the 1536-1920-sample block's wall clock 65.323 s / 48 steps = "
-    "1.3609). The config sets TP=PP=CP=1, SP=False, MBS=1, MINIBS=1 (global batch 8 = dp 8, no accumulation: the "
-    "log's global_batch_size 8), FP8=True with delayed scaling (fp8_hybrid, FP8_AMAX_ALGO most_recent, history 4) "
-    "and FP8_REDUCE_AMAX=False (no amax all-reduce: training.tp_only_amax_red over the TP group of one), FP8_DPA=0 "
+    f"{MLPERF_V51} AMD/results/{{system}}/llama2_70b_lora/result_0.txt with AMD's config_{{gpu}}_1x8x1.sh (the "
+    "index stores it once, under {config_copy}, MLPERF_SUBMISSION_ORG=AMD inside) and src/conf/"
+    "megatron_gpt_peft_tuning_config.yaml: MLPerf Training v5.1 llama2_70b_lora on one node of 8 AMD Instinct "
+    "{gpu} ({system_note}; ROCm 7.0.0, PyTorch 2.8.0, hipBLASLt 1.1.0, NeMo 2.3.0, ROCm's Megatron-LM bc0be960 and "
+    "TransformerEngine d0ef413b). Step {step:.6g} s = 8 / the mean of the log's last two tracked_stats "
+    "throughputs, {thr0} and {thr1} samples/s (custom_callbacks.py: the global batch over the summed wall "
+    "time from on_train_batch_start to on_train_batch_end, the optimizer step included; {other}). The config "
+    "sets TP=PP=CP=1, SP=False, MBS=1, MINIBS=1 (global batch 8 = dp 8, no accumulation: the log's "
+    "global_batch_size 8), FP8=True with delayed scaling (fp8_hybrid, FP8_AMAX_ALGO most_recent, history 4) and "
+    "FP8_REDUCE_AMAX=False (no amax all-reduce: training.tp_only_amax_red over the TP group of one), FP8_DPA=0 "
     "(attention in 16 bits) through TransformerEngine's CK fused attention with NVTE_CK_USES_FWD_V3=1, "
     "NVTE_CK_USES_BWD_V3=1 and NVTE_CK_IS_V3_ATOMIC_FP32=0 (AITER's assembly kernels with bf16 dQ atomics: "
-    "training.attention_kernel ck-a16), TP_COMM_OVERLAP=False, NCCL_MIN_CTAS=32, no activation recompute (no "
-    "ACG/ACM/ACL: MI300X's config alone recomputes 21 layers) and no HIP graphs; the yaml: megatron_amp_O2 "
+    "training.attention_kernel ck-a16), ENABLE_TRANSPOSE_CACHE=0 with the yaml's disable_parameter_transpose_cache "
+    "(training.fp8_weight_cache false: each frozen FP8 weight's transpose made for every microbatch and not "
+    "kept), TP_COMM_OVERLAP=False, NCCL_MIN_CTAS=32, {recompute} and no HIP graphs; the yaml: megatron_amp_O2 "
     "(fp32 main gradients), fused_adam without the distributed optimizer on one node (zero 0), gradient clip "
-    "0.3." + MLPERF_LORA_COMMON + " Not modelled: ENABLE_TRANSPOSE_CACHE=0 / disable_parameter_transpose_cache "
-    "(ROCm TransformerEngine makes and frees each frozen FP8 weight's transpose around its input-gradient GEMM: "
-    "about 2 B of HBM traffic per weight a microbatch, some 25 ms here, not charged) and FP8_ACTIVATION=True. "
-    "ASSUMED as in the Llama 3.1 8B case: Megatron-Core's native fused cross-entropy. Partners' MI355X runs of the "
-    "same config: Dell 1.373, Supermicro 1.365 s.")
-MLPERF_LORA_AMD_THROUGHPUT = [5.875013494167505, 5.874360352283764]
+    "0.3." + MLPERF_LORA_COMMON + " Not modelled: FP8_ACTIVATION=True. ASSUMED as in the Llama 3.1 8B case: "
+    "Megatron-Core's native fused cross-entropy.{partners}")
+MLPERF_LORA_AMD = [  # gpu, profile, results folder, config copy, system note, throughputs, other runs, recompute
+    ("MI355X", "amd-mi355x", "MI355X_EPYC_9575F_pytorch",
+     "Quanta_Cloud_Technology/benchmark/llama2_70b_lora/implementations/pytorch_D75T-7U/",
+     "a Supermicro AS-4126GS-NMR-LCC, AMD/systems/MI355X_EPYC_9575F_pytorch.json",
+     [5.875013494167505, 5.874360352283764],
+     "result_1 gives 1.3618 s, the 1536-1920-sample block's wall clock 65.323 s / 48 steps = 1.3609", 0,
+     " Partners' MI355X runs of the same config: Dell 1.373, Supermicro 1.365 s."),
+    ("MI325X", "amd-mi325x", "MI325X_EPYC_9575F_pytorch_llama2_70b",
+     "Supermicro/benchmarks/llama2_70b_lora/implementations/AS-8126GS-TNMR_8xMI325X/llama2_70b_training5.1/"
+     "llama2_sft/nemo/",
+     "AMD/systems/MI325X_EPYC_9575F_pytorch_llama2_70b.json, 2x EPYC 9575F",
+     [2.835753421805253, 2.836143134902168],
+     "result_1 gives 2.8207 s over its blocks; v5.0's MI325X run on TransformerEngine 1.9 2.929 s", 0,
+     " MiTAC's v5.1 MI325X run of the same config 2.817 s. The profile's attention is the MI300X column of "
+     "AITER's table (ASSUMPTION, hardware/amd-mi325x.yaml)."),
+    ("MI300X", "amd-mi300x", "MI300X_EPYC_9575F_pytorch_llama2_70b",
+     "ASUSTeK/benchmarks/llama2_70b_lora/implementations/ESC_A8A_MI325X_pytorch/",
+     "AMD/systems/MI300X_EPYC_9575F_pytorch_llama2_70b.json, 2x EPYC 9575F",
+     [2.1152532771651043, 2.1150869069678278],
+     "result_1 gives 3.7767 s over its blocks; v5.0's MI300X run 3.945 s", 21,
+     " Krai's v5.1 MI300X run (LR 0.00055) 3.842 s."),
+]
 MLPERF_LORA_B200_SRC = (
     f"{MLPERF_V50} NVIDIA/results/nyx_n1_ngc25.04_nemo/llama2_70b_lora/result_0.txt with the README's "
     "config_DGXB200_1x8x1xtp1pp1cp1.sh (stored once, under GigaComputing/benchmarks/llama2_70b_lora/"
@@ -2635,35 +2652,45 @@ MLPERF_LORA_B200_SRC = (
     "NeMo 2's default; over the adapters alone either way).")
 MLPERF_LORA_B200_STEPS = [1.5408691637135234, 1.5421426771663391]
 _lora = {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
-_lora_amd = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1, zero=0), 8192, 1, 8,
-                                   "fp8", "ck-a16", "delayed", hardware="amd-mi355x", fp8_params=True)
-_lora_amd["cluster"]["nccl_min_ctas"] = 32
-_lora_amd["training"].update(tp_only_amax_red=True, fused_cross_entropy="native")
-_lora_amd["overlap"] = {"dp_grad_reduce": False, "tp_comm": False}
-_lora_amd["dp"].pop("bucket_stages", None)
-_lora_amd["lora"] = dict(_lora)
-_lora_amd_step = 8 / (sum(MLPERF_LORA_AMD_THROUGHPUT) / 2)
+lora_cases = []
+for gpu, profile, system, copy, note, thr, other, layers, partners in MLPERF_LORA_AMD:
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1, zero=0), 8192, 1, 8,
+                                      "fp8", "ck-a16", "delayed", hardware=profile, fp8_params=True)
+    scenario["cluster"]["nccl_min_ctas"] = 32
+    scenario["training"].update(tp_only_amax_red=True, fused_cross_entropy="native", fp8_weight_cache=False)
+    if layers:
+        scenario["training"].update(recompute="full", recompute_num_layers=layers)
+    scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": False}
+    scenario["dp"].pop("bucket_stages", None)
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    step = 8 / (sum(thr) / 2)
+    recompute = (f"ACG=full, ACM=block, ACL={layers} (the first {layers} layers recomputed whole: training.recompute "
+                 f"full, recompute_num_layers {layers}; the MI325X and MI355X configs recompute none)" if layers else
+                 "no activation recompute (no ACG/ACM/ACL: MI300X's config alone recomputes 21 layers)")
+    src = MLPERF_LORA_AMD_SRC.format(config_copy=copy, system_note=note, other=other, recompute=recompute,
+                                     partners=partners, system=system, gpu=gpu, step=step, thr0=thr[0], thr1=thr[1])
+    lora_cases.append({
+        "name": f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}",
+        "family": "mlperf-lora-70b",
+        "source": src,
+        "published": {"throughput_samples_per_s": thr, "global_batch": 8, "seq_len": 8192, "gpus": 8,
+                      "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step:.6g}")},
+    })
 _lora_b200 = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1), 8192, 1, 8,
                                     "fp8", "cudnn-fp8", "delayed", hardware="dgx-b200", fp8_params=True)
 _lora_b200["training"].update(fused_cross_entropy="native")
 _lora_b200["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-_lora_b200["lora"] = dict(_lora)
+_lora_b200["lora"] = {**_lora, "targets": list(_lora["targets"])}
 _lora_b200["dp"].pop("bucket_stages", None)
 _lora_b200_step = sum(MLPERF_LORA_B200_STEPS) / 2
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
-     "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 run on MI355X and NVIDIA's\n"
+     "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
+     "# MI300X and NVIDIA's\n"
      "# v5.0 run on DGX B200, the step time read off each result log. Generated by\n"
-     "# tools/generate_validation_cases.py (source in each case).\n", [{
-         "name": "mlperf-v5.1/llama2-70b-lora-8xmi355x",
-         "family": "mlperf-lora-70b",
-         "source": MLPERF_LORA_AMD_SRC.format(step=_lora_amd_step, thr0=MLPERF_LORA_AMD_THROUGHPUT[0],
-                                              thr1=MLPERF_LORA_AMD_THROUGHPUT[1]),
-         "published": {"throughput_samples_per_s": MLPERF_LORA_AMD_THROUGHPUT, "global_batch": 8, "seq_len": 8192,
-                       "gpus": 8, "precision": "fp8"},
-         "scenario": _lora_amd,
-         "measured": {"step_time_s": float(f"{_lora_amd_step:.6g}")},
-     }, {
+     "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [{
          "name": "mlperf-v5.0/llama2-70b-lora-8xb200",
          "family": "mlperf-lora-70b",
          "source": MLPERF_LORA_B200_SRC.format(step=_lora_b200_step),

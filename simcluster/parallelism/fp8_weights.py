@@ -71,8 +71,8 @@ def forward_cast_seconds(
     if not applies(training, layout) or dtype not in QUANTISED:
         return 0.0
     if training.fp8_param_gather:
-        if layout.lora is not None:
-            return 0.0  # frozen FP8 weights: cast once, their transposes never go stale
+        if layout.lora is not None and training.fp8_weight_cache:
+            return 0.0  # frozen FP8 weights: their cached transposes never go stale
         if dtype != "fp8" or not transposes_fp8_parameters(training, km.profile.gpu.compute_capability):
             return 0.0
         seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
@@ -85,14 +85,16 @@ def forward_cast_seconds(
 def cached_bytes_per_weight(training: TrainingSection, compute_capability: float | None) -> float:
     """Bytes per transformer-linear weight element held beyond the 16-bit weight the static
     memory counts (negative where FP8 parameters take less): the cached quantised copy, or
-    with FP8 parameters their 1 B in place of 2 plus Hopper's transpose."""
+    with FP8 parameters their 1 B in place of 2 plus Hopper's transpose (when cached)."""
     if training.precision == "nvfp4":
         return NVFP4_CACHED_BYTES if training.fp8_weight_cache else 0.0
     two_way = keeps_fp8_transpose(training.fp8_recipe, compute_capability)
     block = training.fp8_recipe == "block"
     scales = MXFP8_SCALE_BYTES if block and (compute_capability or 0.0) >= 10.0 else 0.0
     if training.fp8_param_gather:
-        return (2.0 if two_way else 1.0) + scales - 2.0
+        # without the cache (disable_parameter_transpose_cache) the transpose is made for each
+        # microbatch and freed: only the 1 B parameter is kept
+        return (2.0 if two_way and training.fp8_weight_cache else 1.0) + scales - 2.0
     if not training.fp8_weight_cache:
         return 0.0
     return (2.0 if two_way else 1.0) + scales

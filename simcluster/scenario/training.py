@@ -99,7 +99,10 @@ class TrainingSection(SectionBase):
             "microbatch and keeps the quantised copy (on Hopper with its transpose) for the "
             "rest, as Megatron-Core's TE layers run (is_first_microbatch); false casts it in "
             "every microbatch's forward and keeps no copy (Megatron-Core's "
-            "disable_parameter_transpose_cache, a TE model called without the flag)"
+            "disable_parameter_transpose_cache, a TE model called without the flag); with FP8 "
+            "parameters the transposed copy a GPU's FP8 GEMMs need is then made for each "
+            "microbatch and not kept (a LoRA run's frozen FP8 weights keep theirs from step to "
+            "step when cached)"
         ),
     )
     fp32_grad_accum: bool = Field(
