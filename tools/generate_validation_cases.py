@@ -2653,7 +2653,7 @@ MLPERF_LORA_B200_SRC = (
 MLPERF_LORA_B200_STEPS = [1.5408691637135234, 1.5421426771663391]
 _lora = {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
 lora_cases = []
-for gpu, profile, system, copy, note, thr, other, layers, partners in MLPERF_LORA_AMD:
+for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPERF_LORA_AMD:
     scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1, zero=0), 8192, 1, 8,
                                       "fp8", "ck-a16", "delayed", hardware=profile, fp8_params=True)
     scenario["cluster"]["nccl_min_ctas"] = 32
@@ -2667,7 +2667,7 @@ for gpu, profile, system, copy, note, thr, other, layers, partners in MLPERF_LOR
     recompute = (f"ACG=full, ACM=block, ACL={layers} (the first {layers} layers recomputed whole: training.recompute "
                  f"full, recompute_num_layers {layers}; the MI325X and MI355X configs recompute none)" if layers else
                  "no activation recompute (no ACG/ACM/ACL: MI300X's config alone recomputes 21 layers)")
-    src = MLPERF_LORA_AMD_SRC.format(config_copy=copy, system_note=note, other=other, recompute=recompute,
+    src = MLPERF_LORA_AMD_SRC.format(config_copy=stored_at, system_note=note, other=other, recompute=recompute,
                                      partners=partners, system=system, gpu=gpu, step=step, thr0=thr[0], thr1=thr[1])
     lora_cases.append({
         "name": f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}",
