@@ -152,6 +152,9 @@ def test_curve_points_must_be_positive():
         ("gb200-nvl72", "cudnn", 4096, True, False, 1386),
         ("gb200-nvl72", "cudnn", 131072, True, True, 1188),
         ("gb200-nvl72", "cudnn", 4096, False, True, 1350),
+        # the same GB200 run's fp8 rows (sdpa_fp8_benchmark_results_NVIDIA_GB200.csv, cuDNN 9.17)
+        ("gb200-nvl72", "cudnn-fp8", 8192, True, False, 1894),
+        ("gb200-nvl72", "cudnn-fp8", 65536, True, True, 1450),
         # GB300: the repository's llama3.1 rows on GB300 (cuDNN 9.22, batch 2, 64 / 8 heads)
         ("gb300-nvl72", "cudnn", 32768, True, False, 1953),
         ("gb300-nvl72", "cudnn", 8192, True, True, 1435),

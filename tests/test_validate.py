@@ -66,7 +66,7 @@ def test_shipped_case_counts_and_unique_names():
     # Florida's v5.1 Llama 3.1 405B on 32 and 56 DGX B200;
     # AMD's rocm/pytorch-training:v25.2 overview: its four Llama 3.1 8B FSDP rows on 8 MI300X;
     # MLPerf's llama2_70b_lora (LoRA fine-tuning): AMD's v5.1 runs on 8 MI355X, MI325X and MI300X,
-    # NVIDIA's v5.0 on one DGX B200.
+    # NVIDIA's v5.0 on one DGX B200 and 8 GB200.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -90,7 +90,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi300x": 4,
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
-        "mlperf-lora-70b": 4,
+        "mlperf-lora-70b": 5,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -514,8 +514,8 @@ def test_mlperf_amd_step_is_the_logs_blocks_and_its_config():
 def test_mlperf_lora_rows_are_their_logs_steps():
     """MLPerf Training llama2_70b_lora: AMD's v5.1 logs print tracked_stats throughput (samples/s
     = 8 / the step; MI355X's last two 5.875013494167505 and 5.874360352283764, so 1.36177 s a
-    step); NVIDIA's v5.0 DGX B200 log its train_step_time, 1.5408691637135234 and
-    1.5421426771663391 s. All: global batch 8 = MINIBS 1 x dp 8, sequence 8192, FP8 with frozen
+    step); NVIDIA's v5.0 logs their train_step_time (DGX B200: 1.5408691637135234 and
+    1.5421426771663391 s). All: global batch 8 = MINIBS 1 x dp 8, sequence 8192, FP8 with frozen
     FP8 weights, rank-16 adapters on QKV and the output projection with dropout 0.1; AMD's
     MI300X config alone recomputes (ACL=21 layers) and AMD's configs keep no transpose cache."""
     rows = {c.scenario["cluster"]["hardware"]: c for c in _family("mlperf-lora-70b")}
@@ -525,12 +525,12 @@ def test_mlperf_lora_rows_are_their_logs_steps():
             assert c.measured == pytest.approx(8 / (sum(thr) / 2), abs=1e-5)
             assert c.scenario["training"]["fp8_weight_cache"] is False
     assert rows["amd-mi355x"].measured == pytest.approx(1.36177, abs=1e-5)
-    b200 = rows["dgx-b200"]
-    assert b200.measured == pytest.approx(sum(b200.published["train_step_time_s"]) / 2, abs=1e-5)
+    for nvidia in (rows["dgx-b200"], rows["gb200-nvl72"]):
+        assert nvidia.measured == pytest.approx(sum(nvidia.published["train_step_time_s"]) / 2, abs=1e-5)
     mi300x = rows["amd-mi300x"].scenario["training"]
     assert (mi300x["recompute"], mi300x["recompute_num_layers"]) == ("full", 21)
     for hardware, c in rows.items():
-        kernel, zero = ("cudnn-fp8", 1) if hardware == "dgx-b200" else ("ck-a16", 0)
+        kernel, zero = ("ck-a16", 0) if hardware.startswith("amd") else ("cudnn-fp8", 1)
         sc = c.scenario
         assert sc["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
         assert sc["parallel"]["zero"] == zero
@@ -1264,9 +1264,10 @@ FAMILY_MAPE = {
     "amd-fsdp-mi325x": 4.4,
     # AMD's MLPerf v5.1 8B row on MI355X, +2.2% (its partners' runs of the same config 3-5% slower)
     "mlperf-training-amd": 2.2,
-    # MLPerf's llama2_70b_lora: MI355X +0.7%, MI325X +0.8%, MI300X -4.8%, DGX B200 -12.3% (B200's
-    # FP8 GEMMs at the BF16 throttle share, no sustained FP8 figure; docs/accuracy.md)
-    "mlperf-lora-70b": 4.6,
+    # MLPerf's llama2_70b_lora: AMD's MI355X +0.7%, MI325X +0.8%, MI300X -4.8%; NVIDIA's v5.0 DGX
+    # B200 -12.3% and GB200 -12.9% (something NVIDIA's implementation runs that the model lacks;
+    # docs/accuracy.md)
+    "mlperf-lora-70b": 6.3,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
