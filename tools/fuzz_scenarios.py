@@ -28,11 +28,13 @@ found (2026-11-29). It takes minutes, so it is a tool to run by hand, not a test
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import signal
 import sys
 import traceback
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -143,6 +145,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     if rng.random() < 0.1:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
     _draw_later_settings(rng, doc)
+    _draw_lora(doc)
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:
@@ -179,6 +182,16 @@ def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     if rng.random() < 0.2:  # when each 16-bit gradient is freed: its transient on the stash
         doc["training"]["grad_16bit_freed"] = rng.choice(["add", "backward", "step"])
     _draw_model_variants(rng, doc)
+
+
+def _draw_lora(doc: dict[str, Any]) -> None:
+    """LoRA adapters (``lora:``) on one draw in five, the refused combinations (MoE, ZeRO-3)
+    drawn too. Its own generator, seeded by the drawn scenario, so the draws before it are
+    the ones a seed gave before LoRA was added."""
+    rng = random.Random(zlib.crc32(json.dumps(doc, sort_keys=True, default=str).encode()))
+    if rng.random() < 0.2:
+        targets = rng.sample(["qkv", "proj", "fc1", "fc2"], rng.randint(1, 4))
+        doc["lora"] = {"rank": rng.choice([8, 16, 64]), "targets": targets, "dropout": rng.choice([0.0, 0.1])}
 
 
 #: the dense presets with sliding-window local layers among global ones (Gemma 3)
