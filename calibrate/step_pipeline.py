@@ -62,6 +62,7 @@ def pipeline_step(
     import torch.distributed.pipelining as pipelining
     import torch.nn.functional as F
 
+    from calibrate.step_lora import apply_lora, trained
     from calibrate.step_model import ModelChunk
     from calibrate.step_parallel import wrap_data_parallel
     from calibrate.step_tensor import apply_tensor_parallel, loss_context
@@ -75,7 +76,10 @@ def pipeline_step(
     for c in chunks:
         module = ModelChunk(
             ctx.model, layout.seq_len, c.layer_indices, c.embedding, c.head, scenario.training.recompute
-        ).to(dctx.device)
+        )
+        if layout.lora is not None:
+            apply_lora(module, layout.lora)
+        module = module.to(dctx.device)
         if layout.tp > 1:
             apply_tensor_parallel(module, mesh["tp"])
         module = wrap_data_parallel(module, layout, mesh, dctx.device, pipelined=True)
@@ -98,4 +102,4 @@ def pipeline_step(
         with autocast(), loss_context(layout.tp):
             schedule.step(*args, **kwargs)
 
-    return step, [p for m in modules for p in m.parameters()]
+    return step, [p for m in modules for p in trained(m)]

@@ -141,6 +141,9 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
     check_pipeline(ctx)
     check_tensor_parallel(ctx)
+    from calibrate.step_lora import check_lora
+
+    check_lora(ctx.layout)
     return raw, ctx
 
 
@@ -162,6 +165,8 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
         "hardware": ctx.profile.name,
         "framework": ctx.scenario.framework,
         "params": ctx.model.params_total(),
+        # what the optimizer steps: every parameter, or a LoRA run's adapters alone
+        "trained_params": _trained_params(ctx),
         "microbatches": layout.global_batch // (layout.micro_batch * layout.dp),
         "steps_s": times,
         "measured_step_s": measured,
@@ -170,6 +175,16 @@ def _result(ctx: Any, dctx: Any, times: list[float], simulated: float) -> dict[s
         "measured_tokens_per_s": tokens / measured,
         "simulated_tokens_per_s": tokens / simulated,
     }
+
+
+def _trained_params(ctx: Any) -> float:
+    """Parameters with gradients: the model's, or its LoRA adapters' (r (k + n) each)."""
+    from simcluster.lora import layer_adapter_params
+
+    lora = ctx.layout.lora
+    if lora is None:
+        return float(ctx.model.params_total())
+    return float(ctx.model.layers * layer_adapter_params(ctx.model, lora, 1))
 
 
 def _loop(ctx: Any) -> str:

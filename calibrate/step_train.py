@@ -81,19 +81,22 @@ def train(
 def _data_parallel_passes(
     ctx: Any, dctx: Any, mesh: Any, inputs: Any, targets: Any, autocast: Any
 ) -> tuple[Any, list[Any]]:
-    """(one step's forwards and backwards over the micro-batches, the parameters) of the whole
-    model under DistributedDataParallel (zero 0) or FSDP2 (zero 3), tensor-parallel first when
-    tp > 1 (``mesh``: :func:`calibrate.step_parallel.rank_mesh`'s, None in a single process)."""
+    """(one step's forwards and backwards over the micro-batches, the trained parameters) of the
+    whole model (with its LoRA adapters, the rest frozen, under ``lora:``) under
+    DistributedDataParallel (zero 0) or FSDP2 (zero 3), tensor-parallel first when tp > 1 (``mesh``: :func:`calibrate.step_parallel.rank_mesh`'s, None in a single process)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
+    from calibrate.step_lora import apply_lora, trained
     from calibrate.step_model import Transformer
     from calibrate.step_parallel import wrap_data_parallel
     from calibrate.step_tensor import apply_tensor_parallel, loss_context
 
     layout = ctx.layout
     model: torch.nn.Module = Transformer(ctx.model, layout.seq_len, ctx.scenario.training.recompute)
+    if layout.lora is not None:
+        apply_lora(model, layout.lora)
     model = model.to(dctx.device)
     if mesh is not None:
         if layout.tp > 1:
@@ -112,7 +115,7 @@ def _data_parallel_passes(
                 loss = F.cross_entropy(logits.float().flatten(0, 1), targets[i].flatten()) / accum
                 loss.backward()
 
-    return passes, list(model.parameters())
+    return passes, trained(model)
 
 
 def _profiled(step: Any, dctx: Any, path: Path) -> None:

@@ -348,3 +348,59 @@ def test_the_report_keeps_each_cell_on_one_line_when_piped(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "689.88 ms  (371.08 ms–781.65 ms)" in out
     assert "under DTensor tensor parallelism over 2 (sequence parallel)" in out
+
+
+def test_lora_freezes_all_but_the_adapters():
+    """LoRA (Hu et al. 2021) on the torch model: each targeted Linear k -> n gains A (k x r) and
+    B (r x n), the only parameters left trainable; the tiny model (hidden 128, 4 heads, SwiGLU
+    FFN 384 (the preset rule 8h/3 rounded), 2 layers) with rank 4 on QKV (128 -> 384) and the
+    output projection (128 -> 128): 2 x (4 x (128 + 384) + 4 x (128 + 128)) = 6,144."""
+    from calibrate.step_lora import apply_lora, trained
+    from simcluster.lora import Adapters, layer_adapter_params
+
+    spec = build_model(TINY["model"])
+    adapters = Adapters(rank=4, targets=("qkv", "proj"), dropout=0.1)
+    module = apply_lora(Transformer(spec, 64), adapters)
+    k_qkv, n_qkv = 128, (spec.heads + 2 * spec.kv_heads) * spec.d_head
+    expected = 2 * (4 * (k_qkv + n_qkv) + 4 * (128 + 128))
+    assert sum(p.numel() for p in trained(module)) == expected == 2 * layer_adapter_params(spec, adapters, 1)
+    # the frozen model is still all there, and a backward fills only the adapters' gradients
+    assert sum(p.numel() for p in module.parameters()) == spec.params_total() + expected
+    module(torch.randint(512, (1, 64))).sum().backward()
+    assert all((p.grad is not None) == p.requires_grad for p in module.parameters())
+
+
+def test_two_gloo_ranks_train_lora_adapters(tmp_path):
+    """Real LoRA steps on 2 CPU ranks under DDP: the adapters are what the optimizer steps and
+    DDP reduces; the simulation is of the same scenario with its ``lora:``."""
+    data = {key: dict(value) for key, value in TINY.items()}
+    data["parallel"] = {**data["parallel"], "zero": 0}
+    data["lora"] = {"rank": 4, "targets": ["qkv", "proj", "fc1"], "dropout": 0.1}
+    path = tmp_path / "lora.yaml"
+    path.write_text(yaml.safe_dump(data))
+    args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    errors = []
+    for _attempt in range(2):  # one relaunch, as above: torchrun's --standalone port race
+        proc = subprocess.run(TORCHRUN + args, env=env, capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0:
+            break
+        errors.append(proc.stderr[-3000:])
+    assert proc.returncode == 0, "\n---\n".join(errors)
+    r = json.loads(proc.stdout)
+    spec = build_model(TINY["model"])
+    fc1 = 4 * (128 + spec.up_width(spec.ffn))
+    assert r["trained_params"] == 2 * (4 * (128 + 384) + 4 * (128 + 128) + fc1)
+    assert r["params"] == spec.params_total() and r["simulated_step_s"] > 0 and r["measured_step_s"] > 0
+
+
+def test_lora_with_tensor_parallelism_is_refused(tmp_path, capsys):
+    data = {key: dict(value) for key, value in TINY.items()}
+    # tp 2 on the 2 GPUs: dp 1, which the tensor-parallel plan runs without FSDP2
+    data["parallel"] = {"tp": 2, "pp": 1, "zero": 0, "sequence_parallel": True}
+    data["lora"] = {"rank": 4}
+    path = tmp_path / "lora-tp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["measure-step", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: lora.rank:") and "without tensor parallelism" in err
