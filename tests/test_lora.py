@@ -133,3 +133,23 @@ def test_shipped_lora_scenario_is_amds_mlperf_case():
     (case,) = [c for c in load_cases() if c.family == "mlperf-lora-70b" and "mi355x" in c.name]
     shipped = simulate(load_scenario("llama2-70b-lora-8xmi355x")).summary["step_time_s"]
     assert shipped == simulate(scenario_from_dict(case.scenario)).summary["step_time_s"]
+
+
+def test_more_adapter_work_never_makes_a_step_faster_or_smaller():
+    """Monotone in the adapters: a larger rank or more targets adds GEMMs, passes and kept
+    bytes, never removes any (Llama 3 8B on 8 H100, one microbatch per rank)."""
+    doc = {
+        "name": "mono",
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8},
+        "parallel": {"tp": 1, "zero": 1},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 8, "precision": "bf16"},
+    }
+    steps, peaks = [], []
+    for lora in ({"rank": 8, "targets": ["qkv"]}, {"rank": 64, "targets": ["qkv"]},
+                 {"rank": 64, "targets": ["qkv", "proj", "fc1", "fc2"]},
+                 {"rank": 64, "targets": ["qkv", "proj", "fc1", "fc2"], "dropout": 0.1}):  # fmt: skip
+        summary = run({**doc, "lora": lora}).summary
+        steps.append(summary["step_time_s"])
+        peaks.append(summary["peak_memory_bytes"]["max"])
+    assert steps == sorted(steps) and peaks == sorted(peaks)
