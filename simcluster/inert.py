@@ -531,6 +531,19 @@ def _lora_off(ctx: Context) -> Verdict:
     return ("at lora.rank=0", "there are no adapters: every weight is trained") if ctx.layout.lora is None else None
 
 
+def _lora_a2a(ctx: Context) -> Verdict:
+    # parallelism/lora_blocks.py: the all-to-all replaces a row-parallel adapter's gather into
+    # the sequence shard, which exists with tp > 1 and sequence parallelism
+    lay = ctx.layout
+    if lay.lora is None:
+        return ("at lora.rank=0", "there are no adapters")
+    if lay.tp == 1 or not lay.sequence_parallel:
+        return ("without tp > 1 and sequence parallelism", "no adapter output is cut into a sequence shard")
+    if not {"proj", "fc2"} & set(lay.lora.targets):
+        return ("without a proj or fc2 target", "only a row-parallel linear's adapter gathers its output")
+    return None
+
+
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
 #: overlap, zero3, dp, moe, lora)
 RULES: tuple[InertRule, ...] = (
@@ -595,6 +608,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("moe.shared_expert_overlap", _shared_expert_overlap),
     InertRule("lora.targets", _lora_off),
     InertRule("lora.dropout", _lora_off),
+    InertRule("lora.a2a", _lora_a2a),
 )
 
 

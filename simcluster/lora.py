@@ -9,11 +9,18 @@ column-parallel over its n outputs (k/t and n/t). Either way an adapter holds r 
 weights per GPU. The frozen base weights take no weight gradient, gradient buffer, optimizer
 state or data-parallel reduction; nor do the frozen embedding and LM head.
 
-Not modelled: the adapters' own tensor-parallel collectives (with tp > 1 NeMo gathers A's r-wide
-output beside a column-parallel base and all-reduces it beside a row-parallel one, and gathers a
-row-parallel adapter's whole output unless ``a2a_experimental`` swaps that for an all-to-all), so
-a LoRA layout with tp > 1 is optimistic by them; the first layer's input gradient, which autograd
-skips below a frozen embedding, is still computed.
+With tp > 1 each adapter adds the collectives of NeMo's ``ParallelLinearAdapter`` (whose own
+linears run without sequence parallelism): beside a column-parallel base, A's r-wide output is
+all-gathered and, backward, B's input gradient all-reduced (without sequence parallelism A's input
+gradient too, over the whole hidden width; with it that partial sum rides on the base linear's
+reduce-scatter: TransformerEngine's ``return_layernorm_output_gathered``); beside a row-parallel
+base, A's partial output is all-reduced, B's hidden-split output all-gathered whole and then cut
+to the sequence shard (backward: the shard's gradient all-gathered, B's input gradient
+all-reduced), or, with ``lora.a2a`` (``a2a_experimental``), moved by one all-to-all each way
+(``parallelism/lora_blocks.py``). A frozen column-parallel linear also skips its backward
+re-gather of the input under sequence parallelism: it has no weight gradient to read it.
+Not modelled: the first layer's input gradient, which autograd skips below a frozen embedding,
+is still computed.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class Adapters:
     rank: int
     targets: tuple[str, ...]
     dropout: float = 0.0
+    a2a: bool = False
 
     def block_targets(self, block: str) -> tuple[str, ...]:
         """The targets in ``block`` (``attn`` or ``mlp``), in forward order."""

@@ -160,6 +160,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"zero": 1}, "dp": {"wait_reduction": True}}),
     ("dp.backward_sync", {"parallel": {"zero": 2}, "overlap": {"dp_grad_reduce": False}, "dp": {"backward_sync": "host"}},
      {"parallel": {"zero": 2}, "dp": {"backward_sync": "host"}}),
+    # simcluster/lora.py: targets and dropout are the adapters', which rank 0 does not build
+    ("lora.targets", {"lora": {"targets": ["fc1"]}}, {"lora": {"rank": 8, "targets": ["fc1"]}}),
+    ("lora.dropout", {"lora": {"dropout": 0.1}}, {"lora": {"rank": 8, "dropout": 0.1}}),
+    # parallelism/lora_blocks.py: the all-to-all replaces a row-parallel adapter's gather into the
+    # sequence shard (tp > 1 with sequence parallelism only)
+    ("lora.a2a", {"parallel": {"tp": 2}, "lora": {"rank": 8, "a2a": True}},
+     {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "a2a": True}}),
+    ("lora.a2a", {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "targets": ["qkv"], "a2a": True}},
+     {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "targets": ["qkv", "fc2"], "a2a": True}}),
 ]  # fmt: skip
 
 

@@ -153,3 +153,53 @@ def test_more_adapter_work_never_makes_a_step_faster_or_smaller():
         steps.append(summary["step_time_s"])
         peaks.append(summary["peak_memory_bytes"]["max"])
     assert steps == sorted(steps) and peaks == sorted(peaks)
+
+
+def _tp_comms(builder, phase: str) -> list[tuple[str, str, float]]:
+    from simcluster.parallelism.segments import Comm
+
+    return [(s.name, s.op, s.nbytes) for s in builder.layer(0, phase) if isinstance(s, Comm) and s.name.startswith("lora_")]
+
+
+@pytest.mark.parametrize(("sp", "a2a"), [(True, False), (True, True), (False, False)])
+def test_adapters_add_nemos_tensor_parallel_collectives(sp, a2a):
+    """NeMo's ParallelLinearAdapter at tp 4 (its linears without sequence parallelism): beside the
+    column-parallel QKV, A's r-wide output all-gathered forward and B's input gradient
+    all-reduced backward (without SP also A's s x h input gradient); beside the row-parallel
+    projection, A's partial output all-reduced and B's hidden-split output all-gathered whole
+    (backward: with SP the shard's gradient gathered, then B's input gradient all-reduced), or
+    with a2a_experimental one all-to-all of each rank's s x h / t each way. Llama 2 70B, 8192
+    tokens, rank 16, bf16: s x r = 8192 x 16 x 2 B = 256 KiB; s x h = 128 MiB."""
+    doc = lora_doc(tp=4)
+    doc["parallel"]["sequence_parallel"] = sp
+    doc["lora"] = {"rank": 16, "a2a": a2a}
+    b = layer_builder(doc)
+    narrow, wide = 8192 * 16 * 2, 8192 * 8192 * 2
+    forward, backward = _tp_comms(b, "F"), _tp_comms(b, "B")
+    if sp and a2a:
+        assert forward == [("lora_qkv_ag", "all_gather", narrow), ("lora_proj_ar", "all_reduce", narrow),
+                           ("lora_proj_a2a", "all_to_all", wide / 4)]  # fmt: skip
+        assert backward == [("lora_proj_a2a", "all_to_all", wide / 4), ("lora_proj_ar", "all_reduce", narrow),
+                            ("lora_qkv_ar", "all_reduce", narrow)]  # fmt: skip
+    elif sp:
+        assert forward == [("lora_qkv_ag", "all_gather", narrow), ("lora_proj_ar", "all_reduce", narrow),
+                           ("lora_proj_ag", "all_gather", wide)]  # fmt: skip
+        assert backward == [("lora_proj_ag", "all_gather", wide), ("lora_proj_ar", "all_reduce", narrow),
+                            ("lora_qkv_ar", "all_reduce", narrow)]  # fmt: skip
+    else:
+        assert forward == [("lora_qkv_ag", "all_gather", narrow), ("lora_proj_ar", "all_reduce", narrow),
+                           ("lora_proj_ag", "all_gather", wide)]  # fmt: skip
+        assert backward == [("lora_proj_ar", "all_reduce", narrow), ("lora_qkv_ar", "all_reduce", narrow),
+                            ("lora_qkv_ar_input", "all_reduce", wide)]  # fmt: skip
+
+
+def test_frozen_linears_gather_no_input_again_under_sequence_parallelism():
+    """Megatron/TE re-gather a column-parallel linear's input in backward only for its weight
+    gradient (TransformerEngine: ``if ctx.requires_wgrad``): a LoRA layer's frozen linears skip
+    it, so its backward has no ``*_tp_ag_input``."""
+    from simcluster.parallelism.segments import Comm
+
+    names = {s.name for s in layer_builder(lora_doc(tp=4)).layer(0, "BW") if isinstance(s, Comm)}
+    full = {s.name for s in layer_builder({**lora_doc(tp=4), "lora": {"rank": 0}}).layer(0, "BW") if isinstance(s, Comm)}
+    assert {"attn_tp_ag_input", "mlp_tp_ag_input"} <= full
+    assert not {n for n in names if n.endswith("_ag_input")}

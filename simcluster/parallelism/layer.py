@@ -239,11 +239,12 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         if phase == "B" and "core_attn" in redo:
             core = [*self._core_recompute(index), *core]
         qkv, out = Compute.of("attn_qkv", pre + qkv_t, index), Compute.of("attn_out", out_t, index)
+        qkv_tp, out_tp = self.adapter_comms("qkv", phase, index), self.adapter_comms("proj", phase, index)
         if phase == "B":
             # backward order: the output projection's input gradient, the core, then the
             # QKV input gradient (before it, any rerun of the input norm / MLA up-projections)
-            return self._host([out, *core, *self._attention_input_recompute(gemms, index), qkv], phase)
-        return self._host([qkv, *core, out], phase)
+            return self._host([out, *out_tp, *core, *self._attention_input_recompute(gemms, index), qkv, *qkv_tp], phase)
+        return self._host([qkv, *qkv_tp, *core, out, *out_tp], phase)
 
     def _with_wgrad(self, body: list[Segment], block: str, index: int, wgrad: list[Segment]) -> list[Segment]:
         """A block's fused backward: its input-gradient ``body`` inside the TP collectives, the
@@ -477,7 +478,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         ops = self.ops
         memory_bound = ops.mlp_norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
-        body: list[Segment] = self._host([Compute.of("mlp", work, index)], phase)
+        order = ("fc1", "fc2") if phase == "F" else ("fc2", "fc1")
+        lora_tp = [c for target in order for c in self.adapter_comms(target, phase, index)]
+        body: list[Segment] = self._host([Compute.of("mlp", work, index), *lora_tp], phase)
         if phase == "B":
             forward = Work()
             if "mlp" in self.scenario.training.recomputed:

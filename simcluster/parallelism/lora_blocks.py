@@ -10,10 +10,10 @@ gradient); W, the weight gradients of A and B, the only ones a LoRA layer takes.
 
 from __future__ import annotations
 
-from simcluster.lora import adapter_gemms, adapter_widths
+from simcluster.lora import ROW_PARALLEL, adapter_gemms, adapter_widths
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
-from simcluster.parallelism.segments import Compute, Segment, Work
+from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 
 #: HBM bytes per element of each adapter pass (16-bit tensors, PyTorch's 1-byte bool mask).
 #: Forward: dropout reads x and writes the copy and the mask (2 + 2 + 1); over the output, the
@@ -64,3 +64,37 @@ class LoraBlocks(BuilderBase):
         if not gemms:
             return []
         return [Compute.of(f"{block}_lora_wgrad", self._gemms(gemms, "W", self.km.act_dtype), index)]
+
+    def adapter_comms(self, target: str, phase: str, layer: int) -> list[Segment]:
+        """The tensor-parallel collectives of ``target``'s adapter in phase F or B, in the order
+        they run (simcluster/lora.py: NeMo's ``ParallelLinearAdapter``); none at tp 1 or
+        without an adapter there. Blocking, on the compute stream's path, as the adapter's
+        Megatron linears issue them."""
+        lay = self.shapes.layout
+        lora = lay.lora
+        if lora is None or lay.tp == 1 or target not in lora.targets:
+            return []
+        elt, tokens, sp = self.shapes.elt, self.shapes.tokens, lay.sequence_parallel
+        narrow = tokens * lora.rank * elt  # an r-wide tensor of every token
+        wide = self.shapes.tp_collective_bytes  # a hidden-wide one (s x h)
+        name = f"lora_{target}"
+
+        def comm(op: str, nbytes: float, suffix: str) -> Comm:
+            return Comm(f"{name}_{suffix}", "tp", op, nbytes, False, layer)
+
+        if target not in ROW_PARALLEL:
+            if phase == "F":
+                return [comm("all_gather", narrow, "ag")]
+            out: list[Segment] = [comm("all_reduce", narrow, "ar")]
+            k = adapter_gemms(self.shapes.model, lora, target, lay.tp)[0].k
+            # without sequence parallelism A's input gradient is all-reduced on its own
+            return out if sp else [*out, comm("all_reduce", tokens * k * elt, "ar_input")]
+        if sp and lora.a2a:
+            swap = comm("all_to_all", wide / lay.tp, "a2a")
+            return [comm("all_reduce", narrow, "ar"), swap] if phase == "F" else [swap, comm("all_reduce", narrow, "ar")]
+        if phase == "F":
+            return [comm("all_reduce", narrow, "ar"), comm("all_gather", wide, "ag")]
+        # backward: the sequence shard's gradient gathered whole (the forward's cut), then
+        # B's input gradient all-reduced; without sequence parallelism only the latter
+        gather = [comm("all_gather", wide, "ag")] if sp else []
+        return [*gather, comm("all_reduce", narrow, "ar")]

@@ -81,8 +81,9 @@ def wrap_block(
             out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer, nccl=False))
             if rs_reduce is not None and rs_reduce.total > 0:
                 out.append(Compute.of(f"{block}_tp_rs_reduce", rs_reduce, layer))
-        if backward and not lay.sp_keeps_gather:
-            # (a linear that kept the gathered input gathers nothing again: saved_gather.py)
+        if backward and not lay.sp_keeps_gather and lay.lora is None:
+            # (a linear that kept the gathered input gathers nothing again: saved_gather.py; a
+            # LoRA run's frozen linear has no weight gradient to read it, simcluster/lora.py)
             # without userbuffers the gather is an async NCCL call whose CTAs take SMs from the
             # GEMMs it runs under; with them, a bulk overlap of its own SM count
             regather = Comm(

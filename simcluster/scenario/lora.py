@@ -45,3 +45,12 @@ class LoraSection(SectionBase):
             "llama2_70b_lora 0.1): a mask and a masked copy of the input, kept for the backward"
         ),
     )
+    a2a: bool = Field(
+        default=False,
+        description=(
+            "with tp > 1 and sequence parallelism, a row-parallel target's adapter (proj, fc2) "
+            "turns its hidden-split output into the sequence shard with one all-to-all each way "
+            "(NeMo's a2a_experimental; MLPerf's LORA_A2A=1) instead of an all-gather of the "
+            "whole output (and of its gradient)"
+        ),
+    )
