@@ -63,7 +63,13 @@ class Context:
         microbatches numbered on: each stage starts the next flush when it is done with its
         part of the last, as a rank calling the schedule's step once per accumulation step does."""
         spec = replace(self.spec, costs=costs) if costs and self.schedule.cost_aware else self.spec
-        orders = self.schedule.build(spec)
+        if spec.p == 1 and spec.v == 1 and self.schedule.splits_backward:
+            # one stage has no bubble for deferred weight gradients to fill: Megatron and the
+            # Zero Bubble fork run forward_backward_no_pipelining at pp 1 (each microbatch's
+            # forward, then its whole backward), torchtitan no pipeline schedule at all
+            orders = [[PipeOp(kind, mb) for mb in range(spec.m) for kind in ("F", "BW")]]
+        else:
+            orders = self.schedule.build(spec)
         if self.scenario.overlap.ep_comm:
             orders = pair_orders(orders)
         flushes = self.scenario.training.pipeline_flushes

@@ -526,6 +526,13 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
     return None
 
 
+def _one_stage_schedule(ctx: Context) -> Verdict:
+    # context.Context.stage_orders: at pp 1 a split-backward schedule runs as no pipelining
+    if ctx.layout.pp == 1 and ctx.spec.v == 1 and ctx.schedule.splits_backward:
+        return ("at parallel.pp=1", "one stage runs each microbatch's forward, then its whole backward: no bubble for weight gradients to fill")
+    return None
+
+
 def _lora_off(ctx: Context) -> Verdict:
     # the adapters' targets and dropout are read only when adapters exist (layout.lora)
     return ("at lora.rank=0", "there are no adapters: every weight is trained") if ctx.layout.lora is None else None
@@ -548,6 +555,7 @@ def _lora_a2a(ctx: Context) -> Verdict:
 #: overlap, zero3, dp, moe, lora)
 RULES: tuple[InertRule, ...] = (
     InertRule("parallel.sequence_parallel", _sequence_parallel),
+    InertRule("parallel.schedule", _one_stage_schedule),
     InertRule("parallel.sp_regather", _sp_regather),
     InertRule("parallel.cp_comm", _cp_one),
     InertRule("parallel.cp_a2a", _cp_one),

@@ -89,7 +89,7 @@ def test_list_fields_prints_a_section_and_refuses_an_unknown_one(cli):
     assert not any(line.startswith("  model.") for line in lines)
     bad = cli("list", "fields", "paralel")
     assert bad.code == 2
-    assert bad.err.count("\n") == 1 and "sections: cluster, dp, model" in bad.err
+    assert bad.err.count("\n") == 1 and "sections: cluster, dp, lora, model" in bad.err
 
 
 def test_a_profile_argument_is_still_refused_outside_hardware_and_fields(cli):

@@ -40,6 +40,8 @@ PARALLEL_BLOCK = {**GPT_LIKE, "parallel_block": True}
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("parallel.sequence_parallel", {"parallel": {"sequence_parallel": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}}),
+    # context.Context.stage_orders: one stage runs no pipeline schedule (Megatron's no_pipelining)
+    ("parallel.schedule", {"parallel": {"schedule": "zb-auto"}}, {"parallel": {"pp": 2, "schedule": "zb-auto"}}),
     # the column linears keep or re-gather a sequence-parallel input only (saved_gather.py)
     ("parallel.sp_regather", {"parallel": {"tp": 2, "sp_regather": False}},
      {"parallel": {"tp": 2, "sequence_parallel": True, "sp_regather": False}}),

@@ -65,7 +65,8 @@ def resolve_scenario_path(name_or_path: str | Path) -> Path:
     if preset in preset_names():  # a model, as the README's headings name them, not a job
         # a scenario of that model as it ships, else the README's one-node job (dp 8 and no
         # model parallelism: any preset's layers divide, a large model says it does not fit)
-        with_it = [n for n in names if n.startswith(f"{preset}-")]
+        # (not a LoRA fine-tuning one: a model's name asks for training it, all its weights)
+        with_it = [n for n in names if n.startswith(f"{preset}-") and "-lora-" not in n]
         if with_it:
             example = f"simcluster run {MAIN_SCENARIO if MAIN_SCENARIO in with_it else with_it[0]}"
         else:
