@@ -121,9 +121,12 @@ def grad_transient_bytes(
     if not _transient_applies(layout, training):
         return 0.0, 0.0
     if layout.lora is not None:
-        # only the adapters have gradients: the embedding and the head are frozen and the
-        # largest tensor is an adapter's, far below a layer's activations
-        return 0.0, 0.0 if training.grad_accum_fusion and training.grad_16bit_freed != "backward" else GRAD_16BIT * chunk_params
+        # only the adapters have gradients (the embedding and the head are frozen): under
+        # ``backward`` every unfused one at the end; under ``add`` one adapter tensor at a
+        # time, a few MB at most, not counted
+        if training.grad_16bit_freed == "backward" and not training.grad_accum_fusion:
+            return 0.0, GRAD_16BIT * chunk_params
+        return 0.0, 0.0
     fused = training.grad_accum_fusion
     embedding = model.embedding_params() / layout.tp if chunk.embedding else 0.0
     if training.grad_16bit_freed == "backward":
