@@ -147,16 +147,8 @@ def test_another_framework_is_refused(tmp_path, capsys):
     assert "FSDP2 loop, not pytorch-ddp; set framework: torchtitan" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("zero", "framework"), [(0, "pytorch-ddp"), (3, "torchtitan")])
-def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framework):
-    """Real steps on 2 CPU ranks, under DDP (zero 0) or FSDP2 (zero 3): 8 sequences of 64
-    tokens, 2 per microbatch on each of 2 ranks, so 2 microbatches a step; the step is the
-    median of the timed ones; the simulation is of the same scenario under the framework entry
-    of that loop, and the case it writes validates to the same prediction."""
-    path = _scenario(tmp_path, parallel={"zero": zero})
-    case, trace = tmp_path / "case.yaml", tmp_path / "trace.json"
-    args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "3",
-            "--warmup", "1", "--json", "--case-out", str(case), "--trace-out", str(trace)]  # fmt: skip
+def _torchrun_json(args: list[str]) -> dict:
+    """measure-step's --json result from a 2-rank torchrun launch of ``args``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     errors = []
     # one relaunch: --standalone picks its rendezvous port before binding it, so two launches at
@@ -167,7 +159,21 @@ def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framewor
             break
         errors.append(proc.stderr[-3000:])
     assert proc.returncode == 0, "\n---\n".join(errors)
-    r = json.loads(proc.stdout)
+    result: dict = json.loads(proc.stdout)
+    return result
+
+
+@pytest.mark.parametrize(("zero", "framework"), [(0, "pytorch-ddp"), (3, "torchtitan")])
+def test_two_gloo_ranks_train_time_and_simulate(tmp_path, capsys, zero, framework):
+    """Real steps on 2 CPU ranks, under DDP (zero 0) or FSDP2 (zero 3): 8 sequences of 64
+    tokens, 2 per microbatch on each of 2 ranks, so 2 microbatches a step; the step is the
+    median of the timed ones; the simulation is of the same scenario under the framework entry
+    of that loop, and the case it writes validates to the same prediction."""
+    path = _scenario(tmp_path, parallel={"zero": zero})
+    case, trace = tmp_path / "case.yaml", tmp_path / "trace.json"
+    args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "3",
+            "--warmup", "1", "--json", "--case-out", str(case), "--trace-out", str(trace)]  # fmt: skip
+    r = _torchrun_json(args)
     assert r["ranks"] == 2 and r["microbatches"] == 2 and len(r["steps_s"]) == 3
     assert r["framework"] == framework
     assert r["params"] == build_model(TINY["model"]).params_total()
@@ -379,15 +385,7 @@ def test_two_gloo_ranks_train_lora_adapters(tmp_path):
     path = tmp_path / "lora.yaml"
     path.write_text(yaml.safe_dump(data))
     args = ["-m", "calibrate", "measure-step", str(path), "--device", "cpu", "--steps", "2", "--warmup", "1", "--json"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    errors = []
-    for _attempt in range(2):  # one relaunch, as above: torchrun's --standalone port race
-        proc = subprocess.run(TORCHRUN + args, env=env, capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0:
-            break
-        errors.append(proc.stderr[-3000:])
-    assert proc.returncode == 0, "\n---\n".join(errors)
-    r = json.loads(proc.stdout)
+    r = _torchrun_json(args)
     spec = build_model(TINY["model"])
     fc1 = 4 * (128 + spec.up_width(spec.ffn))
     assert r["trained_params"] == 2 * (4 * (128 + 384) + 4 * (128 + 128) + fc1)

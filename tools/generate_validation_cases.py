@@ -2694,20 +2694,20 @@ for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPER
         "scenario": scenario,
         "measured": {"step_time_s": float(f"{step:.6g}")},
     })
-_lora_b200 = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1), 8192, 1, 8,
-                                    "fp8", "cudnn-fp8", "delayed", hardware="dgx-b200", fp8_params=True)
-_lora_b200["training"].update(fused_cross_entropy="native")
-_lora_b200["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-_lora_b200["lora"] = {**_lora, "targets": list(_lora["targets"])}
-_lora_b200["dp"].pop("bucket_stages", None)
-_lora_b200_step = sum(MLPERF_LORA_B200_STEPS) / 2
-_lora_gb200 = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1), 8192, 1, 8,
-                                     "fp8", "cudnn-fp8", "delayed", hardware="gb200-nvl72", fp8_params=True)
-_lora_gb200["training"].update(fused_cross_entropy="native")
-_lora_gb200["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-_lora_gb200["lora"] = {**_lora, "targets": list(_lora["targets"])}
-_lora_gb200["dp"].pop("bucket_stages", None)
-_lora_gb200_step = sum(MLPERF_LORA_GB200_STEPS) / 2
+def nvidia_lora_scenario(hardware):
+    """NVIDIA's v5.0 llama2_70b_lora layout (nyx / tyche ngc25.04): dp 8, FP8 with its weights and
+    cuDNN's FP8 attention, Megatron-Core's DDP overlaps, rank-16 adapters on QKV and the projection."""
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1), 8192, 1, 8,
+                                      "fp8", "cudnn-fp8", "delayed", hardware=hardware, fp8_params=True)
+    scenario["training"].update(fused_cross_entropy="native")
+    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    scenario["dp"].pop("bucket_stages", None)
+    return scenario
+
+
+_lora_b200, _lora_b200_step = nvidia_lora_scenario("dgx-b200"), sum(MLPERF_LORA_B200_STEPS) / 2
+_lora_gb200, _lora_gb200_step = nvidia_lora_scenario("gb200-nvl72"), sum(MLPERF_LORA_GB200_STEPS) / 2
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
