@@ -344,3 +344,12 @@ def test_compare_png_names_each_layout_and_writes_each_bars_total_inside_the_fig
     figure.canvas.draw()
     width = figure.bbox.width
     assert all(0 < t.get_window_extent().x1 <= width for t in ends)  # not cut at the figure's edge
+
+
+def test_a_list_override_keeps_its_value_in_the_column_and_the_verdict(cli):
+    """``@training.cuda_graphs=[attn,mlp]``: the brackets are the value, not Rich markup (which
+    would have dropped them and left ``training.cuda_graphs=``)."""
+    res = cli("compare", "llama3-8b-8xh100", "llama3-8b-8xh100@training.cuda_graphs=[attn,mlp]")
+    assert res.code == 0, res.err
+    assert "training.cuda_graphs=[attn,mlp]" in res.out
+    assert res.out.rstrip().splitlines()[-1].startswith("training.cuda_graphs=[attn,mlp]: ")

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from simcluster.budget import (
@@ -213,7 +214,8 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None, 
     table = Table(title=f"side by side (breakdown: each scenario's busiest stage, {per})")
     table.add_column("")
     for label, _ in summaries:
-        table.add_column(label, justify="right", overflow="fold")
+        # a list value (@training.cuda_graphs=[attn,mlp]) is text, not Rich markup
+        table.add_column(escape(label), justify="right", overflow="fold")
     hfu = any(_hfu(s) > s["mfu"] * 1.0005 for _, s in summaries)
     rows: list[tuple[str, list[str]]] = [
         ("layout", [s["layout"] for _, s in summaries]),
@@ -246,7 +248,7 @@ def _print(summaries: Summaries, out: str | None, prices: Prices | None = None, 
             "microbatches simulated: a long step's figures are read off the line through shorter "
             "steps (exact once its steady state repeats); --every-microbatch simulates it whole"
         )
-    console.print(verdict(summaries, basis))
+    console.print(verdict(summaries, basis), markup=False)  # labels may hold [lists]
     if out:
         console.print(f"wrote {Path(out)}/compare.csv, compare.json, compare.png", soft_wrap=True, markup=False)
 
