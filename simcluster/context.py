@@ -63,7 +63,7 @@ class Context:
         microbatches numbered on: each stage starts the next flush when it is done with its
         part of the last, as a rank calling the schedule's step once per accumulation step does."""
         spec = replace(self.spec, costs=costs) if costs and self.schedule.cost_aware else self.spec
-        if spec.p == 1 and spec.v == 1 and self.schedule.splits_backward:
+        if spec.p == 1 and self.schedule.chunks(spec) == 1 and self.schedule.splits_backward:
             # one stage has no bubble for deferred weight gradients to fill: Megatron and the
             # Zero Bubble fork run forward_backward_no_pipelining at pp 1 (each microbatch's
             # forward, then its whole backward), torchtitan no pipeline schedule at all

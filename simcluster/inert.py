@@ -528,7 +528,7 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
 
 def _one_stage_schedule(ctx: Context) -> Verdict:
     # context.Context.stage_orders: at pp 1 a split-backward schedule runs as no pipelining
-    if ctx.layout.pp == 1 and ctx.spec.v == 1 and ctx.schedule.splits_backward:
+    if ctx.layout.pp == 1 and ctx.schedule.chunks(ctx.spec) == 1 and ctx.schedule.splits_backward:
         return ("at parallel.pp=1", "one stage runs each microbatch's forward, then its whole backward: no bubble for weight gradients to fill")
     return None
 
