@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from simcluster.errors import UserError
+from simcluster.layout import Layout
 from simcluster.lora import Adapters
 
 #: where each target sits in a calibrate.step_model Block: (sub-module, its Linear)
@@ -39,10 +40,10 @@ class LoraLinear(nn.Module):
         return out
 
 
-def check_lora(layout: object) -> None:
+def check_lora(layout: Layout) -> None:
     """A one-line refusal of what the adapters are not built for: tensor parallelism (the
     DTensor plan names the plain Linears)."""
-    if getattr(layout, "lora", None) is not None and getattr(layout, "tp", 1) > 1:
+    if layout.lora is not None and layout.tp > 1:
         raise UserError("lora.rank", "measure-step builds LoRA adapters without tensor parallelism; set parallel.tp: 1")
 
 

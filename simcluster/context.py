@@ -55,6 +55,14 @@ class Context:
     def capacity_bytes(self) -> float:
         return self.profile.memory_bytes
 
+    @property
+    def unpipelined(self) -> bool:
+        """Whether the schedule would split weight gradients off on a single stage of a single
+        chunk, where there is no bubble for them to fill: Megatron and the Zero Bubble fork run
+        forward_backward_no_pipelining at pp 1 (each microbatch's forward, then its whole
+        backward), torchtitan no pipeline schedule at all (:meth:`stage_orders`)."""
+        return self.spec.p == 1 and self.schedule.chunks(self.spec) == 1 and self.schedule.splits_backward
+
     def stage_orders(self, costs: OpCosts | None = None) -> list[list[PipeOp]]:
         """Each stage's op order: the schedule's, with ``overlap.ep_comm``'s combined
         forward/backward pairs marked. ``costs`` feed a cost-aware schedule (unit times when
@@ -63,10 +71,7 @@ class Context:
         microbatches numbered on: each stage starts the next flush when it is done with its
         part of the last, as a rank calling the schedule's step once per accumulation step does."""
         spec = replace(self.spec, costs=costs) if costs and self.schedule.cost_aware else self.spec
-        if spec.p == 1 and self.schedule.chunks(spec) == 1 and self.schedule.splits_backward:
-            # one stage has no bubble for deferred weight gradients to fill: Megatron and the
-            # Zero Bubble fork run forward_backward_no_pipelining at pp 1 (each microbatch's
-            # forward, then its whole backward), torchtitan no pipeline schedule at all
+        if self.unpipelined:
             orders = [[PipeOp(kind, mb) for mb in range(spec.m) for kind in ("F", "BW")]]
         else:
             orders = self.schedule.build(spec)

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from simcluster.compute import QUANTISED
 from simcluster.context import Context
 from simcluster.frameworks.stacks import runs_megatron_core
+from simcluster.lora import ROW_PARALLEL
 from simcluster.memory import BF16_WEIGHT_PRECISIONS, keeps_remainders
 from simcluster.parallelism import fp8_weights
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
@@ -528,7 +529,7 @@ def _recompute_partitioned(ctx: Context) -> Verdict:
 
 def _one_stage_schedule(ctx: Context) -> Verdict:
     # context.Context.stage_orders: at pp 1 a split-backward schedule runs as no pipelining
-    if ctx.layout.pp == 1 and ctx.schedule.chunks(ctx.spec) == 1 and ctx.schedule.splits_backward:
+    if ctx.unpipelined:
         return ("at parallel.pp=1", "one stage runs each microbatch's forward, then its whole backward: no bubble for weight gradients to fill")
     return None
 
@@ -546,7 +547,7 @@ def _lora_a2a(ctx: Context) -> Verdict:
         return ("at lora.rank=0", "there are no adapters")
     if lay.tp == 1 or not lay.sequence_parallel:
         return ("without tp > 1 and sequence parallelism", "no adapter output is cut into a sequence shard")
-    if not {"proj", "fc2"} & set(lay.lora.targets):
+    if not ROW_PARALLEL & set(lay.lora.targets):
         return ("without a proj or fc2 target", "only a row-parallel linear's adapter gathers its output")
     return None
 

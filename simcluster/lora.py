@@ -30,10 +30,13 @@ from dataclasses import dataclass
 from simcluster.model import ModelSpec
 from simcluster.parallelism.linears import Gemm
 
+#: each block's targets, in forward order
+BLOCK_TARGETS = {"attn": ("qkv", "proj"), "mlp": ("fc1", "fc2")}
+#: the block each target belongs to
+BLOCK = {target: block for block, targets in BLOCK_TARGETS.items() for target in targets}
 #: the targets in the order the backward reaches their gradients (the MLP's down projection
-#: first, the fused QKV last), and the block each belongs to
+#: first, the fused QKV last)
 BACKWARD_ORDER = ("fc2", "fc1", "proj", "qkv")
-BLOCK = {"qkv": "attn", "proj": "attn", "fc1": "mlp", "fc2": "mlp"}
 #: the linears whose input is split over the TP ranks (row-parallel)
 ROW_PARALLEL = frozenset({"proj", "fc2"})
 
@@ -47,10 +50,6 @@ class Adapters:
     targets: tuple[str, ...]
     dropout: float = 0.0
     a2a: bool = False
-
-    def block_targets(self, block: str) -> tuple[str, ...]:
-        """The targets in ``block`` (``attn`` or ``mlp``), in forward order."""
-        return tuple(t for t in ("qkv", "proj", "fc1", "fc2") if t in self.targets and BLOCK[t] == block)
 
 
 def base_widths(model: ModelSpec, target: str) -> tuple[float, float]:
@@ -73,16 +72,21 @@ def adapter_gemms(model: ModelSpec, adapters: Adapters, target: str, tp: int) ->
     return [Gemm(k, r / tp), Gemm(r, n / tp)]
 
 
+def adapter_pairs(model: ModelSpec, adapters: Adapters, targets: tuple[str, ...], tp: int) -> list[list[Gemm]]:
+    """The (A, B) GEMMs on one GPU of the adapters of ``targets`` that the run has."""
+    return [adapter_gemms(model, adapters, t, tp) for t in targets if t in adapters.targets]
+
+
 def layer_adapter_params(model: ModelSpec, adapters: Adapters, tp: int) -> float:
     """Trained parameters of one transformer layer on one GPU: r (k + n) / tp per adapter."""
-    return sum(g.k * g.n for t in adapters.targets for g in adapter_gemms(model, adapters, t, tp))
+    return sum(g.k * g.n for pair in adapter_pairs(model, adapters, adapters.targets, tp) for g in pair)
 
 
 def adapter_widths(model: ModelSpec, adapters: Adapters, targets: tuple[str, ...], tp: int) -> tuple[float, float]:
     """Elements per token on one GPU of the inputs (each first GEMM's k: what the dropout
     reads and masks) and of the outputs (each second GEMM's n: what the scale and the add into
     the base output pass over) of the adapters of ``targets`` that the run has."""
-    pairs = [adapter_gemms(model, adapters, t, tp) for t in targets if t in adapters.targets]
+    pairs = adapter_pairs(model, adapters, targets, tp)
     return sum(a.k for a, _ in pairs), sum(b.n for _, b in pairs)
 
 
@@ -103,8 +107,7 @@ def lora_kept_bytes(model: ModelSpec, adapters: Adapters, targets: tuple[str, ..
     ``targets``: each adapter's input (``e`` bytes; with dropout the masked copy and its 1-byte
     mask) and its r-wide intermediate x A."""
     mask = 1.0 if adapters.dropout > 0 else 0.0
-    pairs = [adapter_gemms(model, adapters, t, tp) for t in targets if t in adapters.targets]
-    return sum(rows * (a.k * (e + mask) + a.n * e) for a, _ in pairs)
+    return sum(rows * (a.k * (e + mask) + a.n * e) for a, _ in adapter_pairs(model, adapters, targets, tp))
 
 
 def lora_activation_change(
@@ -114,7 +117,7 @@ def lora_activation_change(
     no input of their own (TransformerEngine saves a linear's input only for a weight that needs
     a gradient) and the adapters keep theirs (:func:`lora_kept_bytes`). An MLP rerun from its
     input (selective ``mlp`` recomputation) keeps neither."""
-    change = lora_kept_bytes(model, adapters, ("qkv", "proj"), tp, rows, e) - frozen.qkv - frozen.proj
+    change = lora_kept_bytes(model, adapters, BLOCK_TARGETS["attn"], tp, rows, e) - frozen.qkv - frozen.proj
     if not mlp_rerun:
-        change += lora_kept_bytes(model, adapters, ("fc1", "fc2"), tp, rows, e) - frozen.fc1 - frozen.fc2
+        change += lora_kept_bytes(model, adapters, BLOCK_TARGETS["mlp"], tp, rows, e) - frozen.fc1 - frozen.fc2
     return change

@@ -169,11 +169,14 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
     base = base_layout(layout)
     dense = 0.0
     expert = 0.0
+    adapters = 0.0
     for ch in chunks:
         for i in ch.layer_indices:
             layer_dense, layer_expert = layer_split(model, base, i)
             dense += layer_dense
             expert += layer_expert
+            if layout.lora is not None:
+                adapters += layer_split(model, layout, i)[0]
         if ch.embedding:
             dense += model.embedding_params() / layout.tp  # vocab-parallel embedding
         if ch.head:
@@ -181,7 +184,6 @@ def stage_params(model: ModelSpec, layout: Layout, chunks: list[Chunk]) -> Stage
             dense += head_dense
             expert += head_expert
     if layout.lora is not None:
-        adapters = sum(layer_split(model, layout, i)[0] for ch in chunks for i in ch.layer_indices)
         return StageParams(dense=adapters, expert=0.0, frozen=dense + expert)
     return StageParams(dense=dense, expert=expert)
 

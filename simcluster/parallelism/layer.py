@@ -18,6 +18,7 @@ from functools import cached_property
 
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.frameworks import get_framework
+from simcluster.lora import BLOCK_TARGETS
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
 from simcluster.parallelism import autocast_casts, context, expert, fp8_weights, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
@@ -474,11 +475,11 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         m, lay = self.shapes.model, self.shapes.layout
         gemms = self.mlp_gemms(m.ffn)
         work = self._linear(gemms[:-1], phase, "mlp") + self._linear(gemms[-1:], phase, "mlp", column=False)
-        work += self.adapter_work(("fc1", "fc2"), phase)
+        work += self.adapter_work(BLOCK_TARGETS["mlp"], phase)
         ops = self.ops
         memory_bound = ops.mlp_norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
-        order = ("fc1", "fc2") if phase == "F" else ("fc2", "fc1")
+        order = BLOCK_TARGETS["mlp"] if phase == "F" else BLOCK_TARGETS["mlp"][::-1]
         lora_tp = [c for target in order for c in self.adapter_comms(target, phase, index)]
         body: list[Segment] = self._host([Compute.of("mlp", work, index), *lora_tp], phase)
         if phase == "B":

@@ -10,7 +10,13 @@ gradient); W, the weight gradients of A and B, the only ones a LoRA layer takes.
 
 from __future__ import annotations
 
-from simcluster.lora import ROW_PARALLEL, adapter_gemms, adapter_widths
+from simcluster.lora import (
+    BLOCK_TARGETS,
+    ROW_PARALLEL,
+    adapter_gemms,
+    adapter_pairs,
+    adapter_widths,
+)
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
@@ -27,11 +33,6 @@ DROPOUT_BWD_BYTES = 5.0
 INPUT_ADD_BYTES = 6.0
 
 
-#: the targets of each block, in forward order
-ATTN = ("qkv", "proj")
-MLP = ("fc1", "fc2")
-
-
 class LoraBlocks(BuilderBase):
     """A dense block's adapters: their GEMMs and passes per phase."""
 
@@ -39,7 +40,7 @@ class LoraBlocks(BuilderBase):
         lora, m, tp = self.shapes.layout.lora, self.shapes.model, self.shapes.layout.tp
         if lora is None:
             return []
-        return [g for t in targets if t in lora.targets for g in adapter_gemms(m, lora, t, tp)]
+        return [g for pair in adapter_pairs(m, lora, targets, tp) for g in pair]
 
     def adapter_work(self, targets: tuple[str, ...], phase: str) -> Work:
         """The adapters beside the linears ``targets`` in phase F or B: their GEMMs at the
@@ -60,7 +61,7 @@ class LoraBlocks(BuilderBase):
     def adapter_wgrad(self, block: str, index: int) -> list[Segment]:
         """A LoRA block's W: the weight gradients of its adapters' A and B (none where the
         block has no adapter: its base weights are frozen)."""
-        gemms = self._adapter_gemms(ATTN if block == "attn" else MLP)
+        gemms = self._adapter_gemms(BLOCK_TARGETS[block])
         if not gemms:
             return []
         return [Compute.of(f"{block}_lora_wgrad", self._gemms(gemms, "W", self.km.act_dtype), index)]
