@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simcluster import attention_head_dims, attention_sinks, userbuffers
+from simcluster import attention_head_dims, attention_sinks, fp8_attention, userbuffers
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
 from simcluster.frameworks import (
@@ -112,6 +112,7 @@ def build_context(
     scenario = with_pipeline_p2p_overlap(scenario)
     profile.attention_curves(scenario.training.attention_kernel)  # an unknown kernel fails here
     scenario, notes = _with_head_dim_kernel(scenario, model, profile, pinned)
+    scenario = fp8_attention.with_fp8_kernel(scenario, profile)
     if sourceless := unsourced_note(profile.name, profile.unsourced):
         notes = (*notes, sourceless)  # a number taken on trust is said, not refused
     if quick := quick_run_note(profile.name, profile.provenance):

@@ -394,6 +394,18 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
     return None
 
 
+def _fp8_swiglu_store(ctx: Context) -> Verdict:
+    # memory.fp8_swiglu_store: Megatron-Core's fused SwiGLU of a dense MLP keeps the FP8 copy
+    tr, model = ctx.scenario.training, ctx.model
+    if model.mlp != "swiglu":
+        return (f"with model.mlp={model.mlp}", "only Megatron-Core's fused SwiGLU keeps its input in FP8")
+    if tr.elementwise != "fused":
+        return (f"at training.elementwise={tr.elementwise}", "only Megatron-Core's fused SwiGLU has the option")
+    if all(model.is_moe_layer(i) for i in range(model.layers)):
+        return ("in a model of MoE layers only", "the experts' SwiGLU inputs are kept in 16 bits here")
+    return None
+
+
 def _master_weights(ctx: Context) -> Verdict:
     # memory.keeps_remainders: the remainder completes a bf16 weight the optimizer writes
     tr = ctx.scenario.training
@@ -580,6 +592,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.grad_16bit_freed", _grad_lifetime),
     InertRule("training.autocast", _autocast),
     InertRule("training.recompute_partitioned", _recompute_partitioned),
+    InertRule("training.activation_fp8_store", _fp8_swiglu_store),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),

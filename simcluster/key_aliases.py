@@ -113,6 +113,8 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         # Megatron-LM's flag before recompute_granularity (2021, Narayanan et al.'s scripts):
         # --checkpoint-activations is full recomputation, as recompute: true reads
         "checkpoint_activations": "recompute",
+        "fp8_dot_product_attention": "fp8_attention", "fp8_dpa": "fp8_attention",
+        "activation_func_fp8_input_store": "activation_fp8_store",
     },
     # a DeepSpeed config's ZeRO-3 keys (zero_optimization.stage3_*)
     "zero3": {

@@ -268,19 +268,28 @@ def layer_activation_bytes(
     norm_out = 0.0 if "layernorm" in redo else g
     q_dim, k_dim, v_dim, out_dim = attention_widths(model)
     mask = 1.0 if model.dropout else 0.0
+    # FP8 attention (training.fp8_attention) keeps Q, K, V and its output as the FP8 copies its
+    # kernel read and wrote (TransformerEngine's FusedAttnFunc saves only those with
+    # NVTE_FP8_DPA_BWD=1), and two fp32 softmax statistics (M, ZInv) per row for one LSE
+    fa8 = training.fp8_attention
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask;
     # the output projection reads the attention's output, heads x the value head width wide
     # (Korthikanti's 2sbh where that is h)
-    qkv = _qkv_bytes(model, layer, redo, s, b, t, e, g, q_dim, k_dim, v_dim)
+    qkv = _qkv_bytes(model, layer, redo, s, b, t, e, g, q_dim, k_dim, v_dim, kept=1.0 if fa8 else e)
     # an output norm (model.post_norms) keeps its input, the block's output, for its backward
     post = e * sbh / rep if model.post_norms else 0.0
-    att = e * sbh / rep + norm_out * kg * sbh / rep + qkv + g * s * b * out_dim / t + mask * sbh / rep + post
+    # a fused attention keeps its output for its backward (unless rerun); the projection keeps
+    # its input for its weight gradient: one tensor in 16 bits, an FP8 copy beside it otherwise
+    o_kept = 0.0 if not training.flash_attention or "core_attn" in redo else 1.0 if fa8 else e
+    proj_own = 0.0 if g == e and o_kept == e else g
+    out_kept = (o_kept + proj_own) * s * b * out_dim / t
+    att = e * sbh / rep + norm_out * kg * sbh / rep + qkv + out_kept + mask * sbh / rep + post
     # softmax out (e), dropout mask (1), dropout out (e) of the scores the rank computes: its
     # s/cp queries against all seq_len keys (with cp > 1 only Ulysses runs unfused attention,
     # on heads/cp heads of the whole sequence: the same count)
     scores = model.heads * s * training.seq_len * b
     if training.flash_attention or "core_attn" in redo:
-        att += 4.0 * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
+        att += (8.0 if fa8 else 4.0) * model.heads * s * b / t  # flash-attention log-sum-exp (fp32)
         if layout.cp > 1 and layout.cp_comm == "all_gather" and "core_attn" not in redo:
             # TE's AttnFuncWithCPAndKVAllGather saves its two chunks' outputs (out_per_step)
             # for the backward beside the output it returns, a copy of them: the output twice
@@ -292,10 +301,10 @@ def layer_activation_bytes(
     # SwiGLU run as act(gate) * up in two kernels also keeps act(gate) for the product's backward
     gate_out = e if model.mlp == "swiglu" and STYLES[training.elementwise].gate_unfused else 0.0
 
-    def mlp(width: float, tokens: float, first_in: float, act_out: float) -> float:
+    def mlp(width: float, tokens: float, first_in: float, act_out: float, act_in: float = e) -> float:
         up = model.up_width(width)
         kept_gate = gate_out if act_out else 0.0  # a recomputed activation keeps neither
-        return tokens * b * (first_in * h / rep + (e * up + (act_out + kept_gate) * width) / t)
+        return tokens * b * (first_in * h / rep + (act_in * up + (act_out + kept_gate) * width) / t)
 
     # a parallel block's MLP norm reads the layer input the attention's norm keeps already; with
     # one norm for both branches its output is the QKV input too, one tensor both linears save
@@ -313,17 +322,24 @@ def layer_activation_bytes(
     elif "mlp" in redo:
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
-        ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g)
+        ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g, act_in=1.0 if fp8_swiglu_store(model, training) else e)
     if layout.lora is not None:
         frozen = FrozenInputs(
             qkv=norm_out * kg * sbh / rep,
-            # flash attention keeps its 16-bit output, the projection's input, for itself
-            proj=(g - (e if training.flash_attention else 0.0)) * s * b * out_dim / t,
+            # the projection's own copy of its input (none beside the attention's 16-bit output)
+            proj=proj_own * s * b * out_dim / t,
             fc1=mlp_in * kg * sbh / rep,
             fc2=g * s * b * model.ffn / t,
         )
         att += lora_activation_change(model, layout.lora, frozen, t, s * b, e, mlp_rerun="mlp" in redo)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
+
+
+def fp8_swiglu_store(model: ModelSpec, training: TrainingSection) -> bool:
+    """Whether a dense MLP keeps its SwiGLU input in FP8 (``training.activation_fp8_store``:
+    Megatron-Core's fused ``bias_swiglu`` saves ``input.to(float8_e4m3fn)``; only that fused
+    SwiGLU has the option)."""
+    return training.activation_fp8_store and model.mlp == "swiglu" and training.elementwise == "fused"
 
 
 def _qkv_bytes(
@@ -338,11 +354,13 @@ def _qkv_bytes(
     q_dim: int,
     k_dim: int,
     v_dim: int,
+    kept: float,
 ) -> float:
     """The attention block's kept Q, K and V of one layer and one microbatch (``s`` x ``b``
-    tokens, 1/``t`` of the heads, ``e`` bytes each), with the QK norms' inputs or MLA's
-    compressed latents (``g``: a GEMM input's bytes); part of :func:`layer_activation_bytes`."""
-    qkv = e * s * b * (q_dim + k_dim + v_dim) / t
+    tokens, 1/``t`` of the heads, ``kept`` bytes each: ``e``, or 1 in FP8 attention), with the
+    QK norms' inputs (``e`` bytes) or MLA's compressed latents (``g``: a GEMM input's bytes);
+    part of :func:`layer_activation_bytes`."""
+    qkv = kept * s * b * (q_dim + k_dim + v_dim) / t
     if model.has_qk_norm and model.mla is None and not (model.nope_global and model.is_global_layer(layer)):
         qkv += e * s * b * (q_dim + k_dim) / t  # the norms' inputs (none on a NoPE layer)
     if model.mla is not None:

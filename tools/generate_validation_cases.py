@@ -2641,15 +2641,19 @@ MLPERF_LORA_B200_SRC = (
     "gradient_accumulation_steps 1), FP8_ACT=1, LAYER_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0 (no CUDA graphs), "
     "NCCL_NVLS_ENABLE=0, no recompute setting (the yaml has none); train.py: fp8 'hybrid' delayed scaling, "
     "gradient_accumulation_fusion, LoRA(dim 16, alpha 32, dropout 0.1, dropout_position 'pre', target_modules "
-    "linear_proj and linear_qkv); custom_llama.py builds the model under te.fp8_model_init. FP8 attention "
-    "(training.attention_kernel cudnn-fp8): FP8_DPA=1 with NVTE_FP8_DPA_BWD=1 in the config_common.sh of the "
-    "releases before (v4.0, NVIDIA/benchmarks/llama2_70b_lora/implementations/nemo/configs/config_common.sh "
-    "in mlcommons/training_results_v4.0 at 62f111b) and after (the 25.09 release's, stored under Supermicro's "
-    "v5.1 folder); v5.0's own config_common.sh is not stored (INFERRED the same). The log's max_memory_usage "
-    "168.8 GB." + MLPERF_LORA_COMMON + " Not modelled: FP8_ACT (the MLP activation's input kept in FP8, memory "
-    "only) and NEMO_LORA_USE_THUNDER_DROPOUT (a fused dropout; the model charges PyTorch's). ASSUMED: "
-    "Megatron-Core's native fused cross-entropy (NeMo 2's GPTConfig) and the distributed optimizer (zero 1, "
-    "NeMo 2's default; over the adapters alone either way).")
+    "linear_proj and linear_qkv), cross_entropy_loss_fusion=False (Megatron's unfused loss: "
+    "training.fused_cross_entropy false); custom_llama.py builds the model under te.fp8_model_init. FP8_ACT=1 is "
+    "the yaml's activation_func_fp8_input_store (Megatron-Core's fused SwiGLU keeps its input as an FP8 cast: "
+    "training.activation_fp8_store). FP8 attention (training.fp8_attention, the profile's cudnn-fp8 curves): the "
+    "yaml reads fp8_dot_product_attention from FP8_DPA (default 0) and train.py passes it to the model config and "
+    "MegatronMixedPrecision; NVIDIA's own v5.0 config_common.sh is not stored, but the two partner copies of the "
+    "v5.0 B200/GB200 code's (Lambda/benchmarks/llama2_70b_lora/implementations/1cc_b200_0416/config_common.sh, "
+    "Oracle's 1xBM.GPU.GB200.4 one) export FP8_DPA=1 and NVTE_FP8_DPA_BWD=1, as NVIDIA's CUDA-graph guide quotes "
+    "tyche_ngpu512_ngc25.04_nemo/config_common.sh lines 21-25 (FP8_DPA=1, 'FP8 dot product attention'). Those "
+    "copies export NEMO_LORA_USE_THUNDER_DROPOUT=1, which no v5.0 code reads (the dropout_recompute option that "
+    "uses thunder appears in v5.1): PyTorch's dropout with its mask, as modelled. The log's max_memory_usage "
+    "168.827 (units not stated; the callback that logs it is not stored)." + MLPERF_LORA_COMMON + " ASSUMED: the "
+    "distributed optimizer (zero 1, NeMo 2's default; over the adapters alone either way).")
 MLPERF_LORA_B200_STEPS = [1.5408691637135234, 1.5421426771663391]
 MLPERF_LORA_GB200_SRC = (
     f"{MLPERF_V50} NVIDIA/results/tyche_ngpu8_ngc25.04_nemo/llama2_70b_lora/result_0.txt with "
@@ -2661,11 +2665,12 @@ MLPERF_LORA_GB200_SRC = (
     "1.469008400838599 and 1.470604118833459 s (result_1 logs 1.4843-1.4903 s). The config sets TP=1, SP=0, CP=1, "
     "MINIBS=1 (global batch 8 = dp 8 over the two trays' NVLink, one microbatch: the log's "
     "gradient_accumulation_steps 1), FP8_ACT=1, LAYER_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0 (no CUDA graphs), "
-    "BINDCMD bindpcie --cpu=node; the rest as the DGX B200 row of the same release (its train.py, custom_llama.py "
-    "and FP8 attention, training.attention_kernel cudnn-fp8, INFERRED from the releases before and after). The "
-    "profile's attention curves are cuDNN 9.17's (the run's 9.9 is older: on Blackwell a newer cuDNN is faster, so "
-    "they may be optimistic)." + MLPERF_LORA_COMMON + " Not modelled: FP8_ACT and the thunder dropout. ASSUMED: "
-    "Megatron-Core's native fused cross-entropy and the distributed optimizer (zero 1).")
+    "BINDCMD bindpcie --cpu=node; the rest as the DGX B200 row of the same release (its train.py and "
+    "custom_llama.py: unfused cross-entropy, FP8_ACT as training.activation_fp8_store; FP8 attention, "
+    "training.fp8_attention, from the v5.0 config_common.sh copies that export FP8_DPA=1, Oracle's for a GB200 "
+    "among them). The profile's FP8 attention curves are cuDNN 9.17's (the run's 9.9 is older: on Blackwell a "
+    "newer cuDNN is faster, so they may be optimistic). The log's max_memory_usage 168.83." + MLPERF_LORA_COMMON
+    + " ASSUMED: the distributed optimizer (zero 1).")
 MLPERF_LORA_GB200_STEPS = [1.469008400838599, 1.470604118833459]
 _lora = {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
 lora_cases = []
@@ -2696,10 +2701,11 @@ for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPER
     })
 def nvidia_lora_scenario(hardware):
     """NVIDIA's v5.0 llama2_70b_lora layout (nyx / tyche ngc25.04): dp 8, FP8 with its weights and
-    cuDNN's FP8 attention, Megatron-Core's DDP overlaps, rank-16 adapters on QKV and the projection."""
+    cuDNN's FP8 attention, the SwiGLU input kept in FP8, the unfused loss, Megatron-Core's DDP
+    overlaps, rank-16 adapters on QKV and the projection."""
     scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1), 8192, 1, 8,
-                                      "fp8", "cudnn-fp8", "delayed", hardware=hardware, fp8_params=True)
-    scenario["training"].update(fused_cross_entropy="native")
+                                      "fp8", "cudnn", "delayed", hardware=hardware, fp8_params=True)
+    scenario["training"].update(fused_cross_entropy=False, fp8_attention=True, activation_fp8_store=True)
     scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
     scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
     scenario["dp"].pop("bucket_stages", None)

@@ -123,6 +123,8 @@ class Elementwise:
     style: ElementwiseStyle
     micro_batch: int = 1
     attention_kernel: str | None = None  # the scenario's training.attention_kernel
+    fp8_attention: bool = False  # training.fp8_attention
+    fp8_swiglu_store: bool = False  # memory.fp8_swiglu_store: the SwiGLU input kept in FP8
 
     @property
     def eager(self) -> bool:
@@ -235,6 +237,26 @@ class Elementwise:
         if st.attention_output_copy or (st.qkv_relayout and self.micro_batch > 1):
             return Traffic(2 * self.elt * m.heads * m.d_head / self.layout.tp)
         return Traffic(0.0, kernels=0)
+
+    def fp8_attention_casts(self) -> Traffic:
+        """FP8 attention's casts around its kernel, each pass once (not doubled backward):
+        forward Q, K, V to FP8 (one kernel on the packed QKV) and the FP8 output back to 16
+        bits for the output projection; backward dO to FP8 and dQ, dK, dV back (TE's
+        FusedAttnFunc with fp8_mha off). Nothing without ``training.fp8_attention``."""
+        if not self.fp8_attention:
+            return Traffic(0.0, kernels=0)
+        m, t = self.model, self.layout.tp
+        d_qk, d_v = m.qk_v_head_dims
+        qkv = (m.heads * d_qk + m.kv_heads * (d_qk + d_v)) / t
+        out = m.heads * d_v / t
+        return Traffic((self.elt + 1.0) * (qkv + out), kernels=2)
+
+    def fp8_store_casts(self, width: float) -> Traffic:
+        """The SwiGLU input's FP8 copy (``training.activation_fp8_store``): cast down after
+        the forward's fc1, back up before the backward's SwiGLU gradient, each pass once."""
+        if not self.fp8_swiglu_store:
+            return Traffic(0.0, kernels=0)
+        return Traffic((self.elt + 1.0) * self.model.up_width(width))
 
     def activation(self, width: float) -> Traffic:
         """The MLP activation on a (per-GPU) intermediate width; SwiGLU multiplies the gate in."""

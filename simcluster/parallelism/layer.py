@@ -19,6 +19,7 @@ from functools import cached_property
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.frameworks import get_framework
 from simcluster.lora import BLOCK_TARGETS
+from simcluster.memory import fp8_swiglu_store
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
 from simcluster.parallelism import autocast_casts, context, expert, fp8_weights, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes
@@ -138,14 +139,17 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             self.km.profile.attention_kernel_in_use(training.attention_kernel)
             if training.flash_attention
             else None,
+            fp8_attention=training.fp8_attention,
+            fp8_swiglu_store=fp8_swiglu_store(self.shapes.model, training),
         )
 
-    def _elementwise(self, traffic: Traffic, phase: str) -> Work:
-        """Memory-bound kernels: their bytes once forward, twice backward. Fused, a group is
-        one kernel; eager (and nanotron), each operation pays its own launch gap."""
+    def _elementwise(self, traffic: Traffic, phase: str, backward_scale: int = 2) -> Work:
+        """Memory-bound kernels: their bytes once forward, twice backward (``backward_scale``;
+        a cast runs once each way). Fused, a group is one kernel; eager (and nanotron), each
+        operation pays its own launch gap."""
         if phase == "W" or traffic.bytes_per_token <= 0:
             return Work()
-        scale = 2 if phase == "B" else 1
+        scale = backward_scale if phase == "B" else 1
         seconds = self.km.memory(self.shapes.tokens * traffic.bytes_per_token * scale)
         if self.ops.eager:
             seconds += (traffic.kernels * scale - 1) * self.km.launch_s
@@ -230,6 +234,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         backward = phase != "F"
         ops = self.ops
         pre = self._elementwise(ops.norm() + ops.attention_inputs(index), phase)
+        pre += self._elementwise(ops.fp8_attention_casts(), phase, backward_scale=1)
         gemms = self.attention_gemms()
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         qkv_t += self.adapter_work(("qkv",), phase)
@@ -479,6 +484,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         ops = self.ops
         memory_bound = ops.mlp_norm() + ops.activation(m.ffn / lay.tp) + ops.residual()
         work += self._elementwise(memory_bound, phase)
+        work += self._elementwise(ops.fp8_store_casts(m.ffn / lay.tp), phase, backward_scale=1)
         order = BLOCK_TARGETS["mlp"] if phase == "F" else BLOCK_TARGETS["mlp"][::-1]
         lora_tp = [c for target in order for c in self.adapter_comms(target, phase, index)]
         body: list[Segment] = self._host([Compute.of("mlp", work, index), *lora_tp], phase)

@@ -273,6 +273,26 @@ class TrainingSection(SectionBase):
             "TransformerEngine on Hopper); default: the profile's"
         ),
     )
+    fp8_attention: bool = Field(
+        default=False,
+        description=(
+            "TransformerEngine's FP8 dot-product attention (Megatron-Core's "
+            "--fp8-dot-product-attention, NeMo's fp8_dot_product_attention, with "
+            "NVTE_FP8_DPA_BWD=1): under fp8 or nvfp4 precision the fused attention runs in FP8 "
+            "at the rate of the profile's '<kernel>-fp8' curves, keeps Q, K, V and its output "
+            "for the backward in FP8 (1 B, not 2) and casts Q, K, V in and its output back to "
+            "16 bits (and dO in, dQ, dK, dV out in the backward)"
+        ),
+    )
+    activation_fp8_store: bool = Field(
+        default=False,
+        description=(
+            "SwiGLU's input kept for its backward as a plain FP8 (E4M3) cast, 1 B instead of 2, "
+            "and cast back before the backward (Megatron-Core's "
+            "--activation-func-fp8-input-store, NeMo's activation_func_fp8_input_store; "
+            "fused SwiGLU only): a cast kernel each way"
+        ),
+    )
     elementwise: Literal["fused", "compiled-blocks", "eager", "nanotron"] = Field(
         default="fused",
         description=(

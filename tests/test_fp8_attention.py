@@ -1,0 +1,111 @@
+"""FP8 attention (``training.fp8_attention``) and the FP8 SwiGLU input store
+(``training.activation_fp8_store``): what they keep, cast and refuse.
+
+Sources: TransformerEngine 2.2 ``FusedAttnFunc.forward`` saves ``(q_fp8, k_fp8, v_fp8,
+out_fp8)`` and leaves the 16-bit Q, K, V and output unsaved when the backward is FP8
+(``NVTE_FP8_DPA_BWD=1``), with two fp32 softmax statistics (M, ZInv: [b, h, s, 1]); it quantises
+the packed QKV once and dequantises its FP8 output for the projection (``fp8_mha`` off), and
+in the backward quantises dO and dequantises dQKV. Megatron-Core's ``SwiGLUFunction`` with
+``fp8_input_store`` saves ``input.to(torch.float8_e4m3fn)`` and casts it back before
+``swiglu_back``. Llama 2 70B's shape: hidden 8192, 64 heads, 8 KV heads of 128, ffn 28672.
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import compute_seconds
+
+from simcluster.compute import KernelModel
+from simcluster.context import build_context
+from simcluster.errors import UserError
+from simcluster.memory import layer_activation_bytes
+from simcluster.parallelism.layer import LayerBuilder
+from simcluster.parallelism.shapes import Shapes
+from simcluster.scenario import scenario_from_dict
+
+S, H, Q, KV, FFN = 8192, 8192, 64 * 128, 8 * 128, 28672
+
+
+def doc(precision: str = "fp8", hardware: str = "dgx-b200", **training) -> dict:
+    """Llama 2 70B on one 8-GPU node, one 8192-token sequence per GPU (MLPerf's LoRA layout
+    without the adapters)."""
+    return {
+        "name": "fp8-attention",
+        "model": {"preset": "llama2-70b"},
+        "cluster": {"hardware": hardware, "gpus": 8},
+        "parallel": {"tp": 1, "zero": 1},
+        "training": {"seq_len": S, "micro_batch": 1, "global_batch": 8, "precision": precision, **training},
+    }
+
+
+def kept(**training) -> float:
+    ctx = build_context(scenario_from_dict(doc(**training)))
+    return layer_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, 0)
+
+
+def test_fp8_attention_keeps_q_k_v_and_output_in_one_byte():
+    # 16-bit Q, K, V (2 B) and output (2 B) become FP8 copies (1 B); the softmax statistics
+    # double (M and ZInv, fp32, where the 16-bit kernel keeps one log-sum-exp)
+    saved = kept() - kept(fp8_attention=True)
+    assert saved == S * (Q + KV + KV) + S * Q - 4.0 * 64 * S
+
+
+def test_fp8_linears_keep_an_fp8_copy_beside_the_attentions_16bit_output():
+    # FP8 linears keep the FP8 cast of their input (1 B) where 16-bit ones keep the input
+    # itself: the QKV, fc1 and fc2 inputs shrink by a byte each; the output projection keeps
+    # its FP8 copy beside the 16-bit output the fused attention keeps for itself (3 B, not 2)
+    assert kept() - kept(precision="bf16") == S * (-H - H - FFN + Q)
+
+
+def test_swiglu_input_in_fp8_saves_a_byte_per_element():
+    assert kept() - kept(activation_fp8_store=True) == S * 2 * FFN
+
+
+def builder(**training) -> LayerBuilder:
+    ctx = build_context(scenario_from_dict(doc(**training)))
+    km = KernelModel.of_training(ctx.profile, ctx.scenario.training)
+    return LayerBuilder(Shapes(ctx.model, ctx.layout, ctx.scenario.training), km, ctx.scenario)
+
+
+def _casts_seconds(with_flag: dict, phase: str) -> float:
+    """The layer's compute time with the flag minus without it, the attention kernel's own
+    time taken out (both kernels' curves are the profile's)."""
+    on, off = builder(**with_flag), builder()
+    diff = compute_seconds(on.layer(0, phase)) - compute_seconds(off.layer(0, phase))
+    return diff - (on.attention_core(phase, 0) - off.attention_core(phase, 0))
+
+
+@pytest.mark.parametrize("phase", ["F", "B"])
+def test_casts_move_their_bytes_once_each_way(phase):
+    b = builder()
+    # bf16 in, FP8 out (3 B) over Q, K, V; FP8 in, bf16 out over the output (forward), and the
+    # same over dO and dQ, dK, dV (backward)
+    fa8 = b.km.memory(S * 3.0 * (Q + KV + KV + Q))
+    assert _casts_seconds({"fp8_attention": True}, phase) == pytest.approx(fa8, rel=1e-9)
+    store = b.km.memory(S * 3.0 * 2 * FFN)
+    assert _casts_seconds({"activation_fp8_store": True}, phase) == pytest.approx(store, rel=1e-9)
+
+
+def test_fp8_attention_runs_on_the_profiles_fp8_curves():
+    ctx = build_context(scenario_from_dict(doc(fp8_attention=True)))
+    assert ctx.scenario.training.attention_kernel == "cudnn-fp8"  # dgx-b200's default cudnn + "-fp8"
+
+
+@pytest.mark.parametrize(
+    ("training", "hardware", "field", "says"),
+    [
+        ({"fp8_attention": True, "precision": "bf16"}, "dgx-b200", "training.fp8_attention", "precision: fp8"),
+        ({"fp8_attention": True, "flash_attention": False}, "dgx-b200", "training.fp8_attention", "fused attention"),
+        ({"fp8_attention": True}, "dgx-h100", "training.fp8_attention", "no FP8 attention curves"),
+        ({"attention_kernel": "cudnn-fp8"}, "dgx-b200", "training.attention_kernel", "fp8_attention: true"),
+    ],
+)
+def test_fp8_attention_it_cannot_run_is_one_line(training, hardware, field, says):
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc(hardware=hardware, **training)))
+    assert err.value.field == field and says in err.value.message
+
+
+def test_megatron_flag_names_read_as_the_fields():
+    sc = scenario_from_dict(doc(fp8_dot_product_attention=True, activation_func_fp8_input_store=True))
+    assert sc.training.fp8_attention and sc.training.activation_fp8_store
