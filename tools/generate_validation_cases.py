@@ -2605,7 +2605,11 @@ MLPERF_LORA_AMD_SRC = (
     "(training.fp8_weight_cache false: each frozen FP8 weight's transpose made for every microbatch and not "
     "kept), TP_COMM_OVERLAP=False, NCCL_MIN_CTAS=32, {recompute} and no HIP graphs; the yaml: megatron_amp_O2 "
     "(fp32 main gradients), fused_adam without the distributed optimizer on one node (zero 0), gradient clip "
-    "0.3." + MLPERF_LORA_COMMON + " Not modelled: FP8_ACTIVATION=True. ASSUMED as in the Llama 3.1 8B case: "
+    "0.3." + MLPERF_LORA_COMMON + " FP8_ACTIVATION=True sets the yaml's model.fp8_activation_input_store (copied "
+    "from NVIDIA's v4.0 yaml), a key no code reads: NeMo's config builder copies only keys named as Megatron-Core's "
+    "TransformerConfig fields, whose is activation_func_fp8_input_store (NVIDIA's v5.0 yaml spells it so), so the "
+    "SwiGLU input stays 16-bit (training.activation_fp8_store false, INFERRED); USE_TE_SWIGLU=1 runs the SwiGLU as "
+    "TransformerEngine's op in ROCm's Megatron-LM fused_bias_swiglu.py, the same bytes. ASSUMED as in the Llama 3.1 8B case: "
     "Megatron-Core's native fused cross-entropy.{partners}")
 MLPERF_LORA_AMD = [  # gpu, profile, results folder, config copy, system note, throughputs, other runs, recompute
     ("MI355X", "amd-mi355x", "MI355X_EPYC_9575F_pytorch",
