@@ -462,3 +462,21 @@ def test_uneven_split_leaving_a_rank_empty_exits_2_on_one_line(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --decoder-first-pipeline-num-layers:") and "\n" not in err
     assert "make first + last at most 30" in err
+
+
+def test_fp8_attention_and_the_swiglu_fp8_store_flags(tmp_path):
+    # megatron/training/arguments.py: --fp8-dot-product-attention (TransformerConfig
+    # fp8_dot_product_attention, read by TEDotProductAttention inside the FP8 autocast) and
+    # --activation-func-fp8-input-store (activation_func_fp8_input_store, the fused SwiGLU's)
+    fp8 = "--fp8-format hybrid --fp8-dot-product-attention --activation-func-fp8-input-store --swiglu"
+    args = tmp_path / "train.args"
+    args.write_text(BASE + fp8 + "\n")
+    out = import_config("megatron", args, ImportOptions(cluster="dgx-b200", nodes=1))
+    tr = out.scenario["training"]
+    assert tr["fp8_attention"] is True and tr["activation_fp8_store"] is True
+    assert not [x for x in out.skipped if "fp8-dot-product" in x or "fp8-input-store" in x]
+    build_context(scenario_from_dict(out.scenario))  # runs on dgx-b200's cudnn-fp8 curves
+    # dgx-h100 has no FP8 attention curves: imported 16-bit, said in a note
+    s, _, notes = _import(tmp_path, fp8)
+    assert "fp8_attention" not in s["training"]
+    assert any("no FP8 attention curves" in n for n in notes)

@@ -146,6 +146,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
         training["activation_offload_layers"] = rng.choice([1, 4, 8])
     _draw_later_settings(rng, doc)
     _draw_lora(doc)
+    _draw_fp8_storage(doc)
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:
@@ -192,6 +193,17 @@ def _draw_lora(doc: dict[str, Any]) -> None:
     if rng.random() < 0.2:
         targets = rng.sample(["qkv", "proj", "fc1", "fc2"], rng.randint(1, 4))
         doc["lora"] = {"rank": rng.choice([8, 16, 64]), "targets": targets, "dropout": rng.choice([0.0, 0.1])}
+
+
+def _draw_fp8_storage(doc: dict[str, Any]) -> None:
+    """FP8 attention and the SwiGLU input kept in FP8, each on about one draw in seven (FP8
+    attention's refusals too: a 16-bit precision, a profile without FP8 curves). Its own
+    generator, as :func:`_draw_lora`, so earlier draws stay the seed's."""
+    rng = random.Random(zlib.crc32(json.dumps(doc, sort_keys=True, default=str).encode()) ^ 0x5F8)
+    if rng.random() < 0.15:
+        doc["training"]["fp8_attention"] = True
+    if rng.random() < 0.15:
+        doc["training"]["activation_fp8_store"] = True
 
 
 #: the dense presets with sliding-window local layers among global ones (Gemma 3)

@@ -658,6 +658,9 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     _recompute(flags, training, out)
     _optimizer_and_buckets(flags, sc)
     _attention_backend(flags, sc, out)
+    _fp8_attention(flags, sc, out)
+    if flags.has("activation-func-fp8-input-store"):
+        training["activation_fp8_store"] = True
 
 
 def _precision(flags: Flags, training: dict[str, Any]) -> str:
@@ -714,6 +717,29 @@ def _cudnn_attention(sc: dict[str, Any], out: Imported) -> None:
             f"--attention-backend fused is cuDNN's fused attention; {sc['cluster']['hardware']} has no "
             "cudnn curves, so the profile's default kernel is used"
         )
+
+
+def _fp8_attention(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
+    """``--fp8-dot-product-attention`` as ``training.fp8_attention`` where it can run: under an
+    FP8 or NVFP4 recipe (Megatron-Core's TEDotProductAttention reads it inside the FP8
+    autocast) with the profile's FP8 curves of the kernel in use; otherwise said in a note."""
+    if not flags.has("fp8-dot-product-attention"):
+        return
+    from simcluster.fp8_attention import SUFFIX
+    from simcluster.hardware import load_profile  # hardware imports the scenario schema
+
+    training, hardware = sc["training"], sc["cluster"]["hardware"]
+    profile = load_profile(hardware, field="--cluster")
+    kernel = profile.attention_kernel_in_use(training.get("attention_kernel"))
+    if training.get("precision") not in ("fp8", "nvfp4"):
+        out.notes.append("--fp8-dot-product-attention without an FP8 recipe runs 16-bit attention (imported so)")
+    elif kernel is None or kernel + SUFFIX not in profile.attention_kernels:
+        out.notes.append(
+            f"--fp8-dot-product-attention: {hardware} has no FP8 attention curves for '{kernel}', so the "
+            "attention is imported 16-bit (training.fp8_attention left false)"
+        )
+    else:
+        training["fp8_attention"] = True
 
 
 def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
