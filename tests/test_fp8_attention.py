@@ -109,3 +109,25 @@ def test_fp8_attention_it_cannot_run_is_one_line(training, hardware, field, says
 def test_megatron_flag_names_read_as_the_fields():
     sc = scenario_from_dict(doc(fp8_dot_product_attention=True, activation_func_fp8_input_store=True))
     assert sc.training.fp8_attention and sc.training.activation_fp8_store
+
+
+@pytest.mark.parametrize(
+    ("hardware", "fwd", "bwd"),
+    # cudnn-frontend sdpa_benchmark_training: the B200 artifact at cb560b9 (cuDNN 9.10.2, batch 1,
+    # 128/8 heads, 8K causal 1.605 ms forward = 1370.1 TFLOP/s); GB300's llama3.1 run at 60e572b
+    # (cuDNN 9.22, batch 2, 64/8 heads: top_left fp8 8K 0.759 ms forward = 2897, 3.087 ms backward
+    # = 1781 at 4*b*s^2*h*d/2 FLOPs, backward 2.5x)
+    [("dgx-b200", 1370.1, 1214.3), ("gb300-nvl72", 2897, 1781)],
+)
+def test_fp8_curves_are_the_benchmarks_rows(hardware, fwd, bwd):
+    from simcluster.attention_kernels import kernel_tflops
+    from simcluster.hardware import load_profile
+
+    profile = load_profile(hardware)
+    curves = profile.attention_kernels["cudnn-fp8"]
+    assert kernel_tflops(curves, 128, 8192, causal=True, backward=False) == pytest.approx(fwd)
+    assert kernel_tflops(curves, 128, 8192, causal=True, backward=True) == pytest.approx(bwd)
+    # faster than the same GPU's 16-bit kernel at the same length, both ways
+    bf16 = profile.attention_kernels["cudnn"]
+    assert kernel_tflops(bf16, 128, 8192, causal=True, backward=False) < fwd
+    assert kernel_tflops(bf16, 128, 8192, causal=True, backward=True) < bwd
