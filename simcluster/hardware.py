@@ -34,6 +34,7 @@ from simcluster.attention_grid import AttentionGrid
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
 from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
+from simcluster.fp8_attention import SUFFIX as FP8_SUFFIX
 from simcluster.gemm_shape_table import shape_table
 from simcluster.gpu_names import reference_node
 from simcluster.limits import addressable_gib
@@ -436,11 +437,13 @@ class HardwareProfile(_Strict):
         if name is None:
             return None
         if name not in kernels:
-            listed = ", ".join(sorted(kernels)) or "none"
+            # an FP8 kernel is asked for through training.fp8_attention, not by name
+            plain = [k for k in sorted(kernels) if not k.endswith(FP8_SUFFIX)]
+            fp8 = " (and FP8 ones through training.fp8_attention)" if len(plain) < len(kernels) else ""
             raise UserError(
                 "training.attention_kernel",
-                f"hardware '{self.name}' has no attention curves for '{name}'{did_you_mean(name, kernels)}; "
-                f"pick one it has ({listed}), or drop the key to use the profile's default",
+                f"hardware '{self.name}' has no attention curves for '{name}'{did_you_mean(name, plain)}; "
+                f"pick one it has ({', '.join(plain) or 'none'}){fp8}, or drop the key to use the profile's default",
             )
         return kernels[name]
 
