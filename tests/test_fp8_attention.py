@@ -146,3 +146,20 @@ def test_hopper_fp8_curves_carry_one_cudnn_runs_ratio(hardware):
         fp8 = kernel_tflops(kernels["cudnn-fp8"], 128, 8192, causal=True, backward=backward)
         bf16 = kernel_tflops(kernels["cudnn"], 128, 8192, causal=True, backward=backward)
         assert fp8 == pytest.approx(bf16 * ratio, abs=0.06)
+
+
+def test_memory_says_what_the_fp8_copies_save(tmp_path):
+    # per layer and microbatch: S (Q + 2 KV) + S Q bytes of Q, K, V and the output, less the
+    # doubled softmax statistics (4 B x 64 heads x S), plus S x 2 FFN of the SwiGLU input:
+    # 8192 x 75,520 B = 590.00 MiB
+    import yaml
+
+    from simcluster.cli import main
+    from tests.conftest import in_process
+
+    path = tmp_path / "fp8.yaml"
+    path.write_text(yaml.safe_dump(doc(fp8_attention=True, activation_fp8_store=True)))
+    res = in_process(main)("memory", str(path))
+    assert res.code == 0
+    assert "Q, K, V, the attention output and the SwiGLU input kept in FP8" in " ".join(res.out.split())
+    assert "590.00 MiB less per layer and microbatch" in " ".join(res.out.split())

@@ -22,6 +22,7 @@ from simcluster.context import Context, build_context
 from simcluster.fit_hints import fit_advice
 from simcluster.held_microbatches import Held
 from simcluster.inert import inert_settings, note_lines
+from simcluster.memory import layer_activation_bytes
 from simcluster.memory_report import memory_summary
 from simcluster.names import run_heading
 from simcluster.peak_parts import PEAK_PARTS, STASH
@@ -82,6 +83,22 @@ def _fp8_weight_line(nbytes: float, ctx: Context) -> str:
     )
 
 
+def _fp8_activation_line(ctx: Context) -> str | None:
+    """What FP8 attention and the FP8 SwiGLU store take off a layer's kept activations (the
+    first layer of one microbatch against the same layer with both off); None with neither."""
+    tr = ctx.scenario.training
+    named = [f for f in ("fp8_attention", "activation_fp8_store") if getattr(tr, f)]
+    if not named:
+        return None
+    off = tr.model_copy(update={f: False for f in named})
+    saved = layer_activation_bytes(ctx.model, ctx.layout, off, 0) - layer_activation_bytes(ctx.model, ctx.layout, tr, 0)
+    parts = {"fp8_attention": ["Q", "K", "V", "the attention output"], "activation_fp8_store": ["the SwiGLU input"]}
+    items = [item for f in named for item in parts[f]]
+    what = ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
+    fields = ", ".join(f"training.{f}" for f in named)
+    return f"activations: {what} kept in FP8 ({fields}): {format_bytes(saved)} less per layer and microbatch"
+
+
 def _table(doc: dict) -> Table:
     """The per-stage table: one row per run of stages with equal cells."""
     heading = run_heading(doc["scenario"], doc["model"])  # the model --set put in, not only the file's name
@@ -107,6 +124,8 @@ def _print_parts(console: Console, doc: dict, ctx: Context) -> None:
         console.print(f"[dim]comm buffers: {_buffer_line(doc['comm_buffers'])}[/]")
     if doc["fp8_weight_bytes"]:
         console.print(f"[dim]{_fp8_weight_line(doc['fp8_weight_bytes'], ctx)}[/]")
+    if fp8_kept := _fp8_activation_line(ctx):
+        console.print(f"[dim]{fp8_kept}[/]")
     if ctx.layout.pp > 1:
         unit = "chunk passes" if ctx.schedule.chunks(ctx.spec) > 1 else "microbatches"
         held = [Held(**st["held"]) for st in doc["per_stage"]]
