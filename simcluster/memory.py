@@ -271,7 +271,8 @@ def layer_activation_bytes(
     # FP8 attention (training.fp8_attention) keeps Q, K, V and its output as the FP8 copies its
     # kernel read and wrote (TransformerEngine's FusedAttnFunc saves only those with
     # NVTE_FP8_DPA_BWD=1), and two fp32 softmax statistics (M, ZInv) per row for one LSE
-    fa8 = training.fp8_attention
+    # (a recomputed core attention keeps its 16-bit inputs instead, and casts them again)
+    fa8 = training.fp8_attention and "core_attn" not in training.recomputed
     # attention block: norm input, QKV-GEMM input, Q and K, V, output-projection input, mask;
     # the output projection reads the attention's output, heads x the value head width wide
     # (Korthikanti's 2sbh where that is h)

@@ -163,3 +163,10 @@ def test_memory_says_what_the_fp8_copies_save(tmp_path):
     assert res.code == 0
     assert "Q, K, V, the attention output and the SwiGLU input kept in FP8" in " ".join(res.out.split())
     assert "590.00 MiB less per layer and microbatch" in " ".join(res.out.split())
+
+
+def test_recomputed_core_attention_keeps_its_16bit_inputs():
+    # Megatron-Core's selective recomputation checkpoints the core attention on its 16-bit
+    # inputs (the FP8 casts happen inside it and rerun): FP8 attention keeps nothing less there
+    sel = {"recompute": "selective"}
+    assert kept(fp8_attention=True, **sel) == kept(**sel)
