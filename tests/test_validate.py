@@ -90,7 +90,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi300x": 4,
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
-        "mlperf-lora-70b": 5,
+        "mlperf-lora-70b": 6,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -518,10 +518,12 @@ def test_mlperf_lora_rows_are_their_logs_steps():
     1.5421426771663391 s). All: global batch 8 = MINIBS 1 x dp 8, sequence 8192, FP8 with frozen
     FP8 weights, rank-16 adapters on QKV and the output projection with dropout 0.1; AMD's
     MI300X config alone recomputes (ACL=21 layers) and AMD's configs keep no transpose cache.
-    NVIDIA's run FP8 attention (FP8_DPA=1 in the v5.0 config_common.sh copies), keep the SwiGLU
-    input in FP8 (FP8_ACT=1: activation_func_fp8_input_store) and the unfused loss (train.py's
-    cross_entropy_loss_fusion=False); AMD's FP8_ACTIVATION reaches no code (a yaml key that is no
-    TransformerConfig field)."""
+    NVIDIA's run FP8 attention (FP8_DPA=1 in the v5.0 config_common.sh copies and in v4.0's), keep
+    the SwiGLU input in FP8 in v5.0 (FP8_ACT=1: activation_func_fp8_input_store) and the unfused
+    loss (train.py's cross_entropy_loss_fusion=False; v4.0's yaml has no fusion key); AMD's
+    FP8_ACTIVATION reaches no code (a yaml key that is no TransformerConfig field). NVIDIA's v4.0
+    DGX H100 row (config_DGXH100_1x8x4xtp4pp1cp1.sh): tp 4 with sequence parallelism and
+    userbuffers, the adapters' all-to-all (LORA_A2A=1), 8 / (2.154987 + 2.155219) x 2 = 3.71212 s."""
     rows = {c.scenario["cluster"]["hardware"]: c for c in _family("mlperf-lora-70b")}
     for hardware, c in rows.items():
         if hardware.startswith("amd"):
@@ -533,14 +535,22 @@ def test_mlperf_lora_rows_are_their_logs_steps():
         assert nvidia.measured == pytest.approx(sum(nvidia.published["train_step_time_s"]) / 2, abs=1e-5)
     mi300x = rows["amd-mi300x"].scenario["training"]
     assert (mi300x["recompute"], mi300x["recompute_num_layers"]) == ("full", 21)
+    h100 = rows["dgx-h100"]
+    assert h100.measured == pytest.approx(8 / (sum(h100.published["throughput_samples_per_s"]) / 2), abs=1e-5)
+    assert h100.scenario["parallel"]["tp"] == 4 and h100.scenario["parallel"]["sequence_parallel"]
+    assert h100.scenario["lora"]["a2a"] and h100.scenario["overlap"]["tp_comm"]
     for hardware, c in rows.items():
         amd = hardware.startswith("amd")
-        kernel, zero = ("ck-a16", 0) if amd else ("cudnn", 1)
+        kernel, zero = ("ck-a16", 0) if amd else ("cudnn", 0 if hardware == "dgx-h100" else 1)
         sc = c.scenario
         tr = sc["training"]
-        assert tr.get("fp8_attention", False) is tr.get("activation_fp8_store", False) is (not amd)
+        # v5.0's FP8_ACT=1; v4.0 sets no FP8_ACTIVATION, AMD's reaches no code
+        assert tr.get("activation_fp8_store", False) is (not amd and hardware != "dgx-h100")
+        assert tr.get("fp8_attention", False) is (not amd)
         assert tr["fused_cross_entropy"] == ("native" if amd else False)
-        assert sc["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
+        # LORA_A2A=1 everywhere; written where it acts (tp > 1 with sequence parallelism)
+        assert sc["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1} | (
+            {"a2a": True} if hardware == "dgx-h100" else {})
         assert sc["parallel"]["zero"] == zero
         tr = sc["training"]
         assert (tr["micro_batch"], tr["global_batch"], tr["seq_len"]) == (1, 8, 8192)

@@ -2729,13 +2729,76 @@ def nvidia_lora_case(name, hardware, source, steps):
     }
 
 
+MLPERF_LORA_H100_SRC = (
+    f"{MLPERF_V40} NVIDIA/results/eos_ngc24.04_nemo/llama2_70b_lora/result_0.txt with NVIDIA/benchmarks/llama2_70b_lora/"
+    "implementations/nemo/config_DGXH100_1x8x4xtp4pp1cp1.sh, configs/config_common.sh, "
+    "conf/megatron_gpt_peft_tuning_config.yaml and Dockerfile: MLPerf Training v4.0 llama2_70b_lora on one DGX H100 "
+    "(NVIDIA/systems/eos_ngc24.04_nemo.json: NeMo Framework 24.04, CUDA 12.4.1, cuDNN 9.1.0, NCCL 2.21.5; the "
+    "Dockerfile's NeMo v2.0.0.rc0.beta (its NeMo 1.x MegatronGPTSFTModel), Megatron-Core core_v0.7.0.beta, "
+    "TransformerEngine v1.6rc2 with userbuffers). Step {step:.6g} s = 8 / the mean of the log's last two tracked_stats "
+    "throughputs, {thr0} and {thr1} samples/s (custom_callbacks.py, HPE's identical copy: samples over the summed time "
+    "from on_train_batch_start to on_train_batch_end; the blocks' wall clock 178.242 / 48 = 3.713 s agrees; "
+    "result_1 gives 3.743 s). The config sets TP=4, PP=1, CP=1, SP=1, MINIBS=4 (global batch 8 = MBS 1 x dp 2 x 4 "
+    "accumulation steps: the log's gradient_accumulation_steps 4), FP8=True (fp8 and fp8_params: the base built in "
+    "FP8, training.fp8_param_gather), FP8_AMAX_ALGO=max, FP8_AMAX_HISTORY=32, FP8_REDUCE_AMAX=False (NeMo passes "
+    "no amax group: ASSUMED the model's TP-group reduction, training.tp_only_amax_red, a few small all-reduces), "
+    "TP_COMM_OVERLAP=True; config_common.sh FP8_DPA=1 and NVTE_FP8_DPA_BWD=1 (training.fp8_attention: the Hopper "
+    "cudnn-fp8 curve, cuDNN 9.19's FP8/BF16 ratio on this profile's cuDNN curve; the run's cuDNN is 9.1), "
+    "NVTE_FUSED_ATTN=1, LORA_A2A=1 (lora.a2a: tp 4 with sequence parallelism, where it acts), MC_TP_OVERLAP_AG=True, "
+    "MC_TP_OVERLAP_RS=True, MC_TP_OVERLAP_RS_DGRAD=False, NCCL_MIN_CTAS=32, NCCL_NVLS_ENABLE=0, no FP8_ACTIVATION (the "
+    "yaml's fp8_activation_input_store defaults to 0), no CUDA graphs, no recompute (ACG/ACM/ACL unset). The yaml: "
+    "megatron_amp_O2, fused_adam without the distributed optimizer (zero 0), disable_parameter_transpose_cache: True "
+    "(training.fp8_weight_cache false: each frozen FP8 weight's transpose made for every microbatch), no "
+    "cross-entropy fusion key (Megatron's unfused loss), userbuffers from conf/tp_overlap/h100tp4mbs1.yaml (stored "
+    "once, under smc-dc-power's folder): the four all-gathers as ring exchanges, proj_fprop a pipeline of 32 SMs and "
+    "fc2_fprop of 16 in 4 splits with a margin, qkv_dgrad / fc1_dgrad bulk on 4 / 2 SMs. The yaml's "
+    "tp_comm_disable_qkv (default True) is not the name NeMo's adapter code checks (tp_comm_overlap_disable_qkv, "
+    "v4.1's spelling): ASSUMED the QKV all-gather overlapped as the other three, and the QKV adapter reading the "
+    "gathered norm output (NeMo's ParallelLinearAdapter with TransformerEngine >= 1.5), not gathering it again."
+    + MLPERF_LORA_COMMON.replace(" and built in FP8 (fp8_params / te.fp8_model_init: training.fp8_param_gather, the "
+                                 "frozen weights at 1 B)", " and built in FP8 (NeMo 1.x builds the model under "
+                                 "fp8_model_init with fp8_params; the adapters are added after, in bf16)"))
+MLPERF_LORA_H100_THR = [2.154987, 2.155219]
+
+
+def nvidia_h100_lora_case():
+    """NVIDIA's v4.0 llama2_70b_lora row on one DGX H100: tp 4 with sequence parallelism and
+    userbuffers, dp 2, four microbatches, FP8 attention, the adapters' all-to-all."""
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(4, 1, 1, 1, zero=0), 8192, 1, 8,
+                                      "fp8", "cudnn", "delayed", hardware="dgx-h100", fp8_params=True)
+    scenario["cluster"].update(nvls=False, nccl_min_ctas=32)
+    scenario["training"].update(fused_cross_entropy=False, fp8_attention=True, fp8_weight_cache=False,
+                                tp_only_amax_red=True)
+    scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": True, "tp_comm_cfg": {
+        "qkv_fprop": {"method": "ring_exchange"}, "fc1_fprop": {"method": "ring_exchange"},
+        "proj_dgrad": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
+        "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True},
+        "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True},
+        "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
+        "fc1_dgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False}}}
+    scenario["dp"].pop("bucket_stages", None)
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "a2a": True}
+    thr = MLPERF_LORA_H100_THR
+    step = 8 / (sum(thr) / 2)
+    return {
+        "name": "mlperf-v4.0/llama2-70b-lora-8xh100",
+        "family": "mlperf-lora-70b",
+        "source": MLPERF_LORA_H100_SRC.format(step=step, thr0=thr[0], thr1=thr[1]),
+        "published": {"throughput_samples_per_s": thr, "global_batch": 8, "seq_len": 8192, "gpus": 8, "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step:.6g}")},
+    }
+
+
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
-     "# MI300X and NVIDIA's v5.0 runs on a DGX B200 and 8 GB200, the step time read off each result log.\n"
+     "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200 and its v4.0 run on a DGX H100 (tp 4), the step time\n"
+     "# read off each result log.\n"
      "# Generated by\n"
      "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [
          nvidia_lora_case("mlperf-v5.0/llama2-70b-lora-8xb200", "dgx-b200", MLPERF_LORA_B200_SRC, MLPERF_LORA_B200_STEPS),
          nvidia_lora_case("mlperf-v5.0/llama2-70b-lora-8xgb200", "gb200-nvl72", MLPERF_LORA_GB200_SRC,
                           MLPERF_LORA_GB200_STEPS),
+         nvidia_h100_lora_case(),
      ])
