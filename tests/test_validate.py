@@ -1284,8 +1284,9 @@ FAMILY_MAPE = {
     "mlperf-training-amd": 2.2,
     # MLPerf's llama2_70b_lora: AMD's MI355X +0.7%, MI325X +0.8%, MI300X -4.8%; NVIDIA's v5.0 DGX
     # B200 -9.3% and GB200 -9.8% with FP8 attention's casts and the FP8 SwiGLU store (was -12.3 /
-    # -12.9; something NVIDIA's implementation runs that the model lacks; docs/accuracy.md)
-    "mlperf-lora-70b": 5.1,
+    # -12.9; something NVIDIA's implementation runs that the model lacks; docs/accuracy.md); its
+    # v4.0 DGX H100 row at tp 4 +6.3%
+    "mlperf-lora-70b": 5.3,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
