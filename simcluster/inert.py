@@ -395,14 +395,12 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
 
 
 def _fp8_swiglu_store(ctx: Context) -> Verdict:
-    # memory.fp8_swiglu_store: Megatron-Core's fused SwiGLU of a dense MLP keeps the FP8 copy
+    # fp8_store.fp8_swiglu_store: Megatron-Core's fused SwiGLU keeps the FP8 copy
     tr, model = ctx.scenario.training, ctx.model
     if model.mlp != "swiglu":
         return (f"with model.mlp={model.mlp}", "only Megatron-Core's fused SwiGLU keeps its input in FP8")
     if tr.elementwise != "fused":
         return (f"at training.elementwise={tr.elementwise}", "only Megatron-Core's fused SwiGLU has the option")
-    if all(model.is_moe_layer(i) for i in range(model.layers)):
-        return ("in a model of MoE layers only", "the experts' SwiGLU inputs are kept in 16 bits here")
     return None
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
@@ -312,18 +313,19 @@ def layer_activation_bytes(
     # (16-bit; FP8 linears each keep their own cast of it)
     norm_mask = (0.0 if model.parallel_block else e * sbh / rep) + mask * sbh / rep + post
     mlp_in = 0.0 if model.shared_norm and g == e else norm_out
+    act_in = 1.0 if fp8_swiglu_store(model, training) else e  # the SwiGLU input (fp8_store.py)
     if model.is_moe_layer(layer):
         # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered
         # tokens, etp times as many rows on 1/etp of the width); a recomputed activation is not kept
         act_out = 0.0 if "moe_act" in redo else g
         rows = s * model.top_k * routed_rows
-        routed = mlp(model.expert_ffn, rows, g * layout.etp, act_out) + e * s * b * model.experts * 2 / t
-        shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out * kg, g) if model.shared_experts else 0.0
+        routed = mlp(model.expert_ffn, rows, g * layout.etp, act_out, act_in) + e * s * b * model.experts * 2 / t
+        shared = mlp(model.expert_ffn * model.shared_experts, s, norm_out * kg, g, act_in) if model.shared_experts else 0.0
         ffn = norm_mask + routed + shared
     elif "mlp" in redo:
         ffn = norm_mask + e * sbh / rep  # the whole MLP reruns from its input, kept 16-bit
     else:
-        ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g, act_in=1.0 if fp8_swiglu_store(model, training) else e)
+        ffn = norm_mask + mlp(model.ffn, s, mlp_in * kg, g, act_in)
     if layout.lora is not None:
         frozen = FrozenInputs(
             qkv=norm_out * kg * sbh / rep,
@@ -334,13 +336,6 @@ def layer_activation_bytes(
         )
         att += lora_activation_change(model, layout.lora, frozen, t, s * b, e, mlp_rerun="mlp" in redo)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
-
-
-def fp8_swiglu_store(model: ModelSpec, training: TrainingSection) -> bool:
-    """Whether a dense MLP keeps its SwiGLU input in FP8 (``training.activation_fp8_store``:
-    Megatron-Core's fused ``bias_swiglu`` saves ``input.to(float8_e4m3fn)``; only that fused
-    SwiGLU has the option)."""
-    return training.activation_fp8_store and model.mlp == "swiglu" and training.elementwise == "fused"
 
 
 def _qkv_bytes(

@@ -170,3 +170,19 @@ def test_recomputed_core_attention_keeps_its_16bit_inputs():
     # inputs (the FP8 casts happen inside it and rerun): FP8 attention keeps nothing less there
     sel = {"recompute": "selective"}
     assert kept(fp8_attention=True, **sel) == kept(**sel)
+
+
+def test_experts_keep_their_swiglu_input_in_fp8_too():
+    # Megatron-Core's experts call weighted_bias_swiglu_impl with the same fp8_input_store: the
+    # routed experts' fc1 output (rows x top_k x 2 x expert_ffn) and the shared experts' keep
+    # 1 byte per element; Mixtral 8x7B (top 2 of 8 experts of 14336, no shared expert) at tp 2
+    from simcluster.scenario import load_scenario
+
+    def layer(*extra: tuple[str, object]) -> float:
+        ctx = build_context(load_scenario("mixtral-8x7b-32xh100", list(extra)))
+        return layer_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, 0)
+
+    ctx = build_context(load_scenario("mixtral-8x7b-32xh100", []))
+    rows = ctx.scenario.training.seq_len / ctx.layout.cp * ctx.scenario.training.micro_batch * 2
+    per_rank = rows * 2 * 14336 / ctx.layout.tp
+    assert layer() - layer(("training.activation_fp8_store", True)) == pytest.approx(per_rank)

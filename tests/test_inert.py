@@ -81,7 +81,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("training.fp8_amax_async", {"parallel": {"tp": 2}, "training": {"precision": "bf16", "fp8_amax_async": True}},
      {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_amax_async": True}}),
     # TE's cached FP8 weight copies (parallelism/fp8_weights.py): none in bf16
-    # memory.fp8_swiglu_store: Megatron-Core's fused bias_swiglu keeps input.to(float8_e4m3fn)
+    # fp8_store.fp8_swiglu_store: Megatron-Core's fused bias_swiglu keeps input.to(float8_e4m3fn)
     ("training.activation_fp8_store", {"training": {"activation_fp8_store": True}},
      {"model": {**GPT_LIKE, "mlp": "swiglu"}, "training": {"activation_fp8_store": True}}),
     ("training.fp8_weight_cache", {"training": {"fp8_weight_cache": False}},

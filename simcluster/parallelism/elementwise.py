@@ -124,7 +124,7 @@ class Elementwise:
     micro_batch: int = 1
     attention_kernel: str | None = None  # the scenario's training.attention_kernel
     fp8_attention: bool = False  # training.fp8_attention
-    fp8_swiglu_store: bool = False  # memory.fp8_swiglu_store: the SwiGLU input kept in FP8
+    fp8_swiglu_store: bool = False  # fp8_store.fp8_swiglu_store: the SwiGLU input kept in FP8
 
     @property
     def eager(self) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from simcluster.compute import QUANTISED, KernelModel
+from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.hardware import HardwareProfile
 from simcluster.layout import Layout
@@ -174,11 +175,13 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, gr
         casts = cast(rows * h) + cast(rows * ffn) + padding_seconds(shapes, km, moe, rows)
         # GroupedLinear quantises each local expert's fc1 and fc2 weight on its own
         weights = local_experts * fp8_weights.forward_cast_seconds(km, shapes.training, shapes.layout, [h * up, ffn * h])
-        return Work.of(gemm=t, memory=casts + weights + activation_seconds(shapes, km, moe.expert_load))
+        act = activation_seconds(shapes, km, moe.expert_load) + fp8_store_seconds(shapes, km, moe.expert_load)
+        return Work.of(gemm=t, memory=casts + weights + act)
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
         casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True) + padding_seconds(shapes, km, moe, rows)
-        return Work.of(gemm=t, memory=casts + 2 * activation_seconds(shapes, km, moe.expert_load))
+        act = 2 * activation_seconds(shapes, km, moe.expert_load) + fp8_store_seconds(shapes, km, moe.expert_load)
+        return Work.of(gemm=t, memory=casts + act)
     wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
 
@@ -253,6 +256,17 @@ def activation_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
     per_expert, local_experts = _routed_load(shapes, load)
     up, ffn = _widths(shapes)
     return km.memory(per_expert * local_experts * (up + ffn) * shapes.elt)
+
+
+def fp8_store_seconds(shapes: Shapes, km: KernelModel, load: float) -> float:
+    """The experts' SwiGLU input cast to FP8 after fc1 (forward) or back before the SwiGLU
+    gradient (backward), once per pass, under ``training.activation_fp8_store``
+    (:mod:`simcluster.fp8_store`); zero without it."""
+    if not fp8_swiglu_store(shapes.model, shapes.training):
+        return 0.0
+    per_expert, local_experts = _routed_load(shapes, load)
+    up, _ = _widths(shapes)
+    return km.memory(per_expert * local_experts * up * (shapes.elt + 1.0))
 
 
 def chunk_sort_seconds(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str) -> float:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.compute import QUANTISED, KernelModel
+from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.frameworks import get_framework
 from simcluster.lora import BLOCK_TARGETS
-from simcluster.memory import fp8_swiglu_store
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
 from simcluster.parallelism import autocast_casts, context, expert, fp8_weights, host, tensor, wgrad
 from simcluster.parallelism.attention_time import AttentionTimes

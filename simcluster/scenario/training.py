@@ -290,7 +290,7 @@ class TrainingSection(SectionBase):
             "SwiGLU's input kept for its backward as a plain FP8 (E4M3) cast, 1 B instead of 2, "
             "and cast back before the backward (Megatron-Core's "
             "--activation-func-fp8-input-store, NeMo's activation_func_fp8_input_store; "
-            "fused SwiGLU only): a cast kernel each way"
+            "fused SwiGLU only, dense MLPs and experts): a cast kernel each way"
         ),
     )
     elementwise: Literal["fused", "compiled-blocks", "eager", "nanotron"] = Field(
