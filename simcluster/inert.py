@@ -404,6 +404,16 @@ def _fp8_swiglu_store(ctx: Context) -> Verdict:
     return None
 
 
+def _attention_output_bytes(ctx: Context) -> Verdict:
+    # memory.layer_activation_bytes: the cached copy replaces what a fused attention keeps
+    tr = ctx.scenario.training
+    if not tr.flash_attention:
+        return ("at training.flash_attention=false", "unfused attention keeps no output for its backward")
+    if "core_attn" in tr.recomputed:
+        return ("with the core attention recomputed", "the rerun attention keeps no output to cache")
+    return None
+
+
 def _master_weights(ctx: Context) -> Verdict:
     # memory.keeps_remainders: the remainder completes a bf16 weight the optimizer writes
     tr = ctx.scenario.training
@@ -591,6 +601,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.autocast", _autocast),
     InertRule("training.recompute_partitioned", _recompute_partitioned),
     InertRule("training.activation_fp8_store", _fp8_swiglu_store),
+    InertRule("training.attention_output_bytes", _attention_output_bytes),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),

@@ -280,10 +280,7 @@ def layer_activation_bytes(
     qkv = _qkv_bytes(model, layer, redo, s, b, t, e, g, q_dim, k_dim, v_dim, kept=1.0 if fa8 else e)
     # an output norm (model.post_norms) keeps its input, the block's output, for its backward
     post = e * sbh / rep if model.post_norms else 0.0
-    # a fused attention keeps its output for its backward (unless rerun); the projection keeps
-    # its input for its weight gradient: one tensor in 16 bits, an FP8 copy beside it otherwise
-    o_kept = 0.0 if not training.flash_attention or "core_attn" in redo else 1.0 if fa8 else e
-    proj_own = 0.0 if g == e and o_kept == e else g
+    o_kept, proj_own = _attention_output_kept(training, fa8, e, g)
     out_kept = (o_kept + proj_own) * s * b * out_dim / t
     att = e * sbh / rep + norm_out * kg * sbh / rep + qkv + out_kept + mask * sbh / rep + post
     # softmax out (e), dropout mask (1), dropout out (e) of the scores the rank computes: its
@@ -336,6 +333,18 @@ def layer_activation_bytes(
         )
         att += lora_activation_change(model, layout.lora, frozen, t, s * b, e, mlp_rerun="mlp" in redo)
     return att + ffn + autocast_weight_bytes(model, layout, training, layer)
+
+
+def _attention_output_kept(training: TrainingSection, fa8: bool, e: float, g: float) -> tuple[float, float]:
+    """Bytes per element of the attention output a layer keeps: (the fused attention's own copy
+    for its backward, the output projection's own copy of its input for its weight gradient).
+    One tensor in 16 bits; beside it an FP8 or NVFP4 linear's cast (TransformerEngine); one
+    cached copy of ``training.attention_output_bytes`` where the stack keeps it once. A rerun
+    or unfused attention keeps none of its own."""
+    o_kept = 0.0 if not training.flash_attention or "core_attn" in training.recomputed else 1.0 if fa8 else e
+    if o_kept and training.attention_output_bytes is not None:
+        return training.attention_output_bytes, 0.0
+    return o_kept, 0.0 if g == e and o_kept == e else g
 
 
 def _qkv_bytes(

@@ -88,7 +88,7 @@ def test_written_profile_names_the_measured_kernel(tmp_path):
     data = build_profile(m, {"backend": "nccl"}, "dgx-h100", None)
     eff = data["efficiency"]
     assert eff["attention_kernel"] == MEASURED
-    assert set(eff["attention_kernels"]) == {"fa2", "cudnn", "fa3", MEASURED}  # the base's stay
+    assert set(eff["attention_kernels"]) == {"fa2", "cudnn", "cudnn-fp8", "fa3", MEASURED}  # the base's stay
     prof = profile_from_dict(yaml.safe_load(yaml.safe_dump(data)))
     assert _rate(KernelModel(prof, "bf16"), 1024, False) == pytest.approx(200.0, rel=1e-9)
 

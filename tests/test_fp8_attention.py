@@ -186,3 +186,10 @@ def test_experts_keep_their_swiglu_input_in_fp8_too():
     rows = ctx.scenario.training.seq_len / ctx.layout.cp * ctx.scenario.training.micro_batch * 2
     per_rank = rows * 2 * 14336 / ctx.layout.tp
     assert layer() - layer(("training.activation_fp8_store", True)) == pytest.approx(per_rank)
+
+
+def test_a_stack_caching_the_attention_output_once_keeps_one_copy():
+    # DeepSeek-V3 (Sec 3.3.2): the attention output, the output projection's input, is cached
+    # once in E5M6 for both backward passes: 1.5 B per element where TransformerEngine keeps
+    # its 16-bit output beside the FP8 linear's 1-byte copy (3 B)
+    assert kept() - kept(attention_output_bytes=1.5) == S * Q * (3 - 1.5)

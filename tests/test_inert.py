@@ -81,6 +81,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("training.fp8_amax_async", {"parallel": {"tp": 2}, "training": {"precision": "bf16", "fp8_amax_async": True}},
      {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_amax_async": True}}),
     # TE's cached FP8 weight copies (parallelism/fp8_weights.py): none in bf16
+    # memory.layer_activation_bytes: the one cached copy of a fused attention's output
+    ("training.attention_output_bytes", {"training": {"attention_output_bytes": 1.5, "flash_attention": False}},
+     {"training": {"attention_output_bytes": 1.5}}),
     # fp8_store.fp8_swiglu_store: Megatron-Core's fused bias_swiglu keeps input.to(float8_e4m3fn)
     ("training.activation_fp8_store", {"training": {"activation_fp8_store": True}},
      {"model": {**GPT_LIKE, "mlp": "swiglu"}, "training": {"activation_fp8_store": True}}),

@@ -284,6 +284,18 @@ class TrainingSection(SectionBase):
             "16 bits (and dO in, dQ, dK, dV out in the backward)"
         ),
     )
+    attention_output_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        le=4,
+        description=(
+            "bytes per element of the one copy of the attention's output kept for both its own "
+            "backward and the output projection's weight gradient, where the training stack "
+            "caches it once in a format of its own (DeepSeek-V3's E5M6: 1.5); unset: as "
+            "TransformerEngine keeps it, the fused attention's output (16-bit, FP8 under "
+            "fp8_attention) beside an FP8 or NVFP4 linear's own copy"
+        ),
+    )
     activation_fp8_store: bool = Field(
         default=False,
         description=(
