@@ -238,18 +238,15 @@ class Elementwise:
             return Traffic(2 * self.elt * m.heads * m.d_head / self.layout.tp)
         return Traffic(0.0, kernels=0)
 
-    def fp8_attention_casts(self) -> Traffic:
+    def fp8_attention_casts(self, widths: tuple[int, int, int, int]) -> Traffic:
         """FP8 attention's casts around its kernel, each pass once (not doubled backward):
         forward Q, K, V to FP8 (one kernel on the packed QKV) and the FP8 output back to 16
         bits for the output projection; backward dO to FP8 and dQ, dK, dV back (TE's
-        FusedAttnFunc with fp8_mha off). Nothing without ``training.fp8_attention``."""
+        FusedAttnFunc with fp8_mha off), over ``widths`` (``memory.attention_widths``: Q, K,
+        V, output). Nothing without ``training.fp8_attention``."""
         if not self.fp8_attention:
             return Traffic(0.0, kernels=0)
-        m, t = self.model, self.layout.tp
-        d_qk, d_v = m.qk_v_head_dims
-        qkv = (m.heads * d_qk + m.kv_heads * (d_qk + d_v)) / t
-        out = m.heads * d_v / t
-        return Traffic((self.elt + 1.0) * (qkv + out), kernels=2)
+        return Traffic((self.elt + 1.0) * sum(widths) / self.layout.tp, kernels=2)
 
     def fp8_store_casts(self, width: float) -> Traffic:
         """The SwiGLU input's FP8 copy (``training.activation_fp8_store``): cast down after

@@ -234,7 +234,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         backward = phase != "F"
         ops = self.ops
         pre = self._elementwise(ops.norm() + ops.attention_inputs(index), phase)
-        pre += self._elementwise(ops.fp8_attention_casts(), phase, backward_scale=1)
+        pre += self._elementwise(ops.fp8_attention_casts(self.shapes.attention_widths), phase, backward_scale=1)
         gemms = self.attention_gemms()
         qkv_t, out_t = self._linear(gemms[:-1], phase, "attn"), self._linear(gemms[-1:], phase, "attn", column=False)
         qkv_t += self.adapter_work(("qkv",), phase)
