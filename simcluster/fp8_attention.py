@@ -23,6 +23,19 @@ if TYPE_CHECKING:
 SUFFIX = "-fp8"  # a profile's FP8 attention curves: the 16-bit kernel's name with this
 
 
+def _fp8_name(profile: HardwareProfile, named: str | None) -> str | None:
+    """The FP8 kernel's name for ``named`` (or the profile's default kernel) in use."""
+    base = profile.attention_kernel_in_use(named)
+    return None if base is None else base if base.endswith(SUFFIX) else base + SUFFIX
+
+
+def fp8_kernel(profile: HardwareProfile, named: str | None) -> str | None:
+    """The FP8 kernel FP8 attention runs on with ``named`` (or the profile's default) in use:
+    its name with :data:`SUFFIX`, when the profile has its curves; None otherwise."""
+    name = _fp8_name(profile, named)
+    return name if name in profile.attention_kernels else None
+
+
 def with_fp8_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:
     """``scenario`` with the FP8 kernel its FP8 attention runs on named in
     ``training.attention_kernel`` (unchanged without ``training.fp8_attention``); a one-line
@@ -50,9 +63,8 @@ def with_fp8_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:
             "FP8 attention is TransformerEngine's fused attention kernel: drop training.flash_attention: false, "
             "or drop fp8_attention",
         )
-    base = profile.attention_kernel_in_use(named)
-    name = None if base is None else base if base.endswith(SUFFIX) else base + SUFFIX
-    if name is None or name not in profile.attention_kernels:
+    name = fp8_kernel(profile, named)
+    if name is None:
         fp8 = sorted(k for k in profile.attention_kernels if k.endswith(SUFFIX))
         has = f"it has {', '.join(fp8)}: set training.attention_kernel to " + (
             " or ".join(k.removesuffix(SUFFIX) for k in fp8)
@@ -60,7 +72,7 @@ def with_fp8_kernel(scenario: Scenario, profile: HardwareProfile) -> Scenario:
         raise UserError(
             "training.fp8_attention",
             f"hardware '{profile.name}' has no FP8 attention curves for the kernel in use "
-            f"('{name or 'none'}' in efficiency.attention_kernels; {has}); drop fp8_attention to run "
+            f"('{_fp8_name(profile, named) or 'none'}' in efficiency.attention_kernels; {has}); drop fp8_attention to run "
             "16-bit attention, or add the FP8 kernel's benchmark curves to a profile",
         )
     if name == named:

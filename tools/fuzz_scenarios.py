@@ -185,11 +185,17 @@ def _draw_later_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_model_variants(rng, doc)
 
 
+def _seeded_by(doc: dict[str, Any], salt: int = 0) -> random.Random:
+    """A generator of its own for a late draw, seeded by the scenario drawn so far (and
+    ``salt``), so adding the draw leaves the earlier ones the seed's."""
+    return random.Random(zlib.crc32(json.dumps(doc, sort_keys=True, default=str).encode()) ^ salt)
+
+
 def _draw_lora(doc: dict[str, Any]) -> None:
     """LoRA adapters (``lora:``) on one draw in five, the refused combinations (MoE, ZeRO-3)
     drawn too. Its own generator, seeded by the drawn scenario, so the draws before it are
     the ones a seed gave before LoRA was added."""
-    rng = random.Random(zlib.crc32(json.dumps(doc, sort_keys=True, default=str).encode()))
+    rng = _seeded_by(doc)
     if rng.random() < 0.2:
         targets = rng.sample(["qkv", "proj", "fc1", "fc2"], rng.randint(1, 4))
         doc["lora"] = {"rank": rng.choice([8, 16, 64]), "targets": targets, "dropout": rng.choice([0.0, 0.1])}
@@ -199,7 +205,7 @@ def _draw_fp8_storage(doc: dict[str, Any]) -> None:
     """FP8 attention and the SwiGLU input kept in FP8, each on about one draw in seven (FP8
     attention's refusals too: a 16-bit precision, a profile without FP8 curves). Its own
     generator, as :func:`_draw_lora`, so earlier draws stay the seed's."""
-    rng = random.Random(zlib.crc32(json.dumps(doc, sort_keys=True, default=str).encode()) ^ 0x5F8)
+    rng = _seeded_by(doc, salt=0x5F8)
     if rng.random() < 0.15:
         doc["training"]["fp8_attention"] = True
     if rng.random() < 0.15:

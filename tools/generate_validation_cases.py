@@ -2677,6 +2677,27 @@ MLPERF_LORA_GB200_SRC = (
     + " ASSUMED: the distributed optimizer (zero 1).")
 MLPERF_LORA_GB200_STEPS = [1.469008400838599, 1.470604118833459]
 _lora = {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
+
+
+def lora_step(thr):
+    """The step of a llama2_70b_lora log's tracked_stats throughputs: the global batch of 8 over
+    their mean (samples/s)."""
+    return 8 / (sum(thr) / 2)
+
+
+def lora_throughput_case(name, source, thr, scenario):
+    """A llama2_70b_lora row whose log gives tracked_stats throughputs (AMD's v5.1, NVIDIA's v4.0)."""
+    return {
+        "name": name,
+        "family": "mlperf-lora-70b",
+        "source": source,
+        "published": {"throughput_samples_per_s": thr, "global_batch": 8, "seq_len": 8192, "gpus": 8,
+                      "precision": "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{lora_step(thr):.6g}")},
+    }
+
+
 lora_cases = []
 for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPERF_LORA_AMD:
     scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(1, 1, 1, 1, zero=0), 8192, 1, 8,
@@ -2688,21 +2709,13 @@ for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPER
     scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": False}
     scenario["dp"].pop("bucket_stages", None)
     scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
-    step = 8 / (sum(thr) / 2)
+    step = lora_step(thr)
     recompute = (f"ACG=full, ACM=block, ACL={layers} (the first {layers} layers recomputed whole: training.recompute "
                  f"full, recompute_num_layers {layers}; the MI325X and MI355X configs recompute none)" if layers else
                  "no activation recompute (no ACG/ACM/ACL: MI300X's config alone recomputes 21 layers)")
     src = MLPERF_LORA_AMD_SRC.format(config_copy=stored_at, system_note=note, other=other, recompute=recompute,
                                      partners=partners, system=system, gpu=gpu, step=step, thr0=thr[0], thr1=thr[1])
-    lora_cases.append({
-        "name": f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}",
-        "family": "mlperf-lora-70b",
-        "source": src,
-        "published": {"throughput_samples_per_s": thr, "global_batch": 8, "seq_len": 8192, "gpus": 8,
-                      "precision": "fp8"},
-        "scenario": scenario,
-        "measured": {"step_time_s": float(f"{step:.6g}")},
-    })
+    lora_cases.append(lora_throughput_case(f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}", src, thr, scenario))
 def nvidia_lora_scenario(hardware):
     """NVIDIA's v5.0 llama2_70b_lora layout (nyx / tyche ngc25.04): dp 8, FP8 with its weights and
     cuDNN's FP8 attention, the SwiGLU input kept in FP8, the unfused loss, Megatron-Core's DDP
@@ -2779,15 +2792,8 @@ def nvidia_h100_lora_case():
     scenario["dp"].pop("bucket_stages", None)
     scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "a2a": True}
     thr = MLPERF_LORA_H100_THR
-    step = 8 / (sum(thr) / 2)
-    return {
-        "name": "mlperf-v4.0/llama2-70b-lora-8xh100",
-        "family": "mlperf-lora-70b",
-        "source": MLPERF_LORA_H100_SRC.format(step=step, thr0=thr[0], thr1=thr[1]),
-        "published": {"throughput_samples_per_s": thr, "global_batch": 8, "seq_len": 8192, "gpus": 8, "precision": "fp8"},
-        "scenario": scenario,
-        "measured": {"step_time_s": float(f"{step:.6g}")},
-    }
+    source = MLPERF_LORA_H100_SRC.format(step=lora_step(thr), thr0=thr[0], thr1=thr[1])
+    return lora_throughput_case("mlperf-v4.0/llama2-70b-lora-8xh100", source, thr, scenario)
 
 
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),

@@ -725,15 +725,15 @@ def _fp8_attention(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     autocast) with the profile's FP8 curves of the kernel in use; otherwise said in a note."""
     if not flags.has("fp8-dot-product-attention"):
         return
-    from simcluster.fp8_attention import SUFFIX
+    from simcluster.fp8_attention import fp8_kernel
     from simcluster.hardware import load_profile  # hardware imports the scenario schema
 
     training, hardware = sc["training"], sc["cluster"]["hardware"]
     profile = load_profile(hardware, field="--cluster")
-    kernel = profile.attention_kernel_in_use(training.get("attention_kernel"))
     if training.get("precision") not in ("fp8", "nvfp4"):
         out.notes.append("--fp8-dot-product-attention without an FP8 recipe runs 16-bit attention (imported so)")
-    elif kernel is None or kernel + SUFFIX not in profile.attention_kernels:
+    elif fp8_kernel(profile, training.get("attention_kernel")) is None:
+        kernel = profile.attention_kernel_in_use(training.get("attention_kernel"))
         out.notes.append(
             f"--fp8-dot-product-attention: {hardware} has no FP8 attention curves for '{kernel}', so the "
             "attention is imported 16-bit (training.fp8_attention left false)"
