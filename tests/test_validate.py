@@ -921,6 +921,18 @@ def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_pa
     assert sorted(p.name for p in out.iterdir()) == ["validate.csv", "validate.json", "validate.png"]
 
 
+def test_error_picture_headline_counts_cases_in_words():
+    """The picture's headline says "1 case" for one case and "2 cases, 1 failed" for more."""
+    from simcluster.output.validate_output import draw_errors
+
+    one = draw_errors([CaseResult(_case("a", 100.0), 110.0, None, 0.0)])
+    assert one._suptitle.get_text() == "1 case, MAPE 10.0%"
+    two = draw_errors([CaseResult(_case("a", 100.0), 110.0, None, 0.0),
+                       CaseResult(_case("b", 100.0), 70.0, None, 0.0),
+                       CaseResult(_case("c", 100.0), None, "boom", 0.0)], "run")  # fmt: skip
+    assert two._suptitle.get_text() == "run\n2 cases, MAPE 20.0%, 1 failed"
+
+
 def test_cli_out_refuses_an_unwritable_place_before_running(cli, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

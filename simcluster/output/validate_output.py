@@ -86,7 +86,8 @@ def draw_errors(results: Sequence[CaseResult], title: str = "") -> Figure:
     ax.set_axisbelow(True)
     total = summarize(results)
     mape = "—" if total["mape_pct"] is None else f"{total['mape_pct']:.1f}%"
-    headline = f"{total['n']} cases, MAPE {mape}" + (f", {total['failed']} failed" if total["failed"] else "")
+    noun = "case" if total["n"] == 1 else "cases"
+    headline = f"{total['n']} {noun}, MAPE {mape}" + (f", {total['failed']} failed" if total["failed"] else "")
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
     fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="outside lower right", ncols=2)
     return fig
