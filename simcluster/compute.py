@@ -49,6 +49,11 @@ NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 #: reads it again and writes the rowwise and the columnwise copy (read 2, write 2 x (0.5 + 1/16))
 NVFP4_PLAIN_QUANTISE_BYTES = 2.0 + 2.0 + 2 * (0.5 + 1 / 16)
 
+#: the rowwise copy alone (a frozen linear's input, whose weight-gradient GEMM never runs): the
+#: amax read, then one read and the 4-bit write with its scales; the Hadamard transform is the
+#: columnwise copy's only, so it is not run
+NVFP4_ROWWISE_QUANTISE_BYTES = 2.0 + 2.0 + 0.5 + 1 / 16
+
 #: how much longer an NVFP4 cast takes with stochastic rounding, which the recipe applies to
 #: gradients: TransformerEngine pull request 2412 ('Tuned NVFP4 cast kernel', Blackwell) measures
 #: the same rowwise + columnwise cast at 6.4 TB/s rounding to nearest and 4.5 TB/s rounding
@@ -333,11 +338,16 @@ class KernelModel:
         gradient: bool = False,
         splits: float = 1,
         weight: bool = False,
+        columnwise: bool = True,
     ) -> float:
         """Seconds to quantise one 16-bit GEMM operand of ``elements`` values for an FP8 or
         NVFP4 GEMM; zero unless the GEMM runs in one of them. ``splits``: the operand is a
         grouped GEMM's, quantised per expert (:meth:`cast_kernels`: a launch gap per kernel).
-        ``weight``: the operand is a linear's weight.
+        ``weight``: the operand is a linear's weight. ``columnwise`` False: only the rowwise
+        copy the GEMM itself reads is written, as TransformerEngine quantises a frozen linear's
+        input (``backward_needs_input = is_grad_enabled and weight.requires_grad``; the input
+        quantizer's ``set_usage(rowwise=True, columnwise=backward_needs_input)``): no transpose,
+        no Hadamard-transformed copy, one amax read (:data:`NVFP4_ROWWISE_QUANTISE_BYTES`).
 
         NVFP4 (TransformerEngine's NVFP4BlockScaling): activations and gradients take
         :data:`NVFP4_QUANTISE_BYTES` per element, the amaxes, the rowwise cast and the
@@ -371,10 +381,13 @@ class KernelModel:
         if dtype == "nvfp4":
             hadamard = self.nvfp4_hadamard and not weight
             nbytes = NVFP4_QUANTISE_BYTES if hadamard else NVFP4_PLAIN_QUANTISE_BYTES
+            if not columnwise:
+                nbytes = NVFP4_ROWWISE_QUANTISE_BYTES
             slowdown = NVFP4_SR_SLOWDOWN if gradient and self.nvfp4_stochastic_rounding else 1.0
             return self.memory(nbytes * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
-        transpose = 1.0 if keeps_fp8_transpose(self.fp8_recipe, self.profile.gpu.compute_capability) else 0.0
+        two_way = columnwise and keeps_fp8_transpose(self.fp8_recipe, self.profile.gpu.compute_capability)
+        transpose = 1.0 if two_way else 0.0
         nbytes = (3.0 + transpose + amax_pass) * elements
         return nbytes / self.hbm_bytes_per_s + self.cast_kernels(splits, dtype) * self.launch_s
 

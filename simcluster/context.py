@@ -316,6 +316,12 @@ def _check_precision(training: TrainingSection, profile: HardwareProfile) -> Non
             f"keeps the weights in FP8 for FP8 training; precision is {training.precision}: "
             "set training.precision fp8 or drop it",
         )
+    if training.fp4_param and training.precision != "nvfp4":
+        raise UserError(
+            "training.fp4_param",
+            f"keeps the weights in NVFP4 for NVFP4 training; precision is {training.precision}: "
+            "set training.precision nvfp4 or drop it",
+        )
     if training.precision != "nvfp4":
         profile.training_peak_flops(training.precision)
         return

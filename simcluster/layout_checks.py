@@ -309,6 +309,12 @@ def check_lora(scenario: Scenario, model: ModelSpec) -> Adapters | None:
     prediction, ZeRO-3's gathers of frozen weights and nanotron's async TP linears."""
     lora = scenario.lora
     if lora.rank == 0:
+        if scenario.training.fp4_param:
+            # Megatron-Core cannot refresh NVFP4 parameters from the distributed optimizer's shards
+            raise UserError(
+                "training.fp4_param",
+                "NVFP4 parameters are modelled for a LoRA run's frozen weights only; add lora: or drop it",
+            )
         return None
     unmodelled = [
         (model.is_moe, "a mixture-of-experts model"),

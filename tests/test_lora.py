@@ -203,3 +203,85 @@ def test_frozen_linears_gather_no_input_again_under_sequence_parallelism():
     full = {s.name for s in layer_builder({**lora_doc(tp=4), "lora": {"rank": 0}}).layer(0, "BW") if isinstance(s, Comm)}
     assert {"attn_tp_ag_input", "mlp_tp_ag_input"} <= full
     assert not {n for n in names if n.endswith("_ag_input")}
+
+
+def test_frozen_linears_quantise_only_the_rowwise_copy():
+    """TransformerEngine quantises a linear's input with ``set_usage(rowwise=True,
+    columnwise=backward_needs_input)``, ``backward_needs_input = is_grad_enabled and
+    weight.requires_grad``: a frozen linear writes no transpose (Hopper FP8: read 2, write 1 B
+    instead of 1 + 1) and no Hadamard-transformed columnwise NVFP4 copy (amax read 2 B, then read 2
+    and write 4 bits + 1/16 B scale, 4.5625 B instead of 7.125)."""
+    from simcluster.compute import NVFP4_ROWWISE_QUANTISE_BYTES
+
+    assert NVFP4_ROWWISE_QUANTISE_BYTES == pytest.approx(4.5625)
+    elements = 8192 * 8192
+    nvfp4 = layer_builder({**lora_doc(precision="nvfp4"), "cluster": {"hardware": "gb200-nvl72", "gpus": 8}}).km
+    rowwise = nvfp4.quantise(elements, columnwise=False) - nvfp4.launch_s
+    assert rowwise == pytest.approx(4.5625 * elements / nvfp4.hbm_bytes_per_s)
+    assert nvfp4.quantise(elements) - nvfp4.launch_s == pytest.approx(7.125 * elements / nvfp4.hbm_bytes_per_s)
+    h100 = {**lora_doc(precision="fp8", fp8_recipe="delayed"), "cluster": {"hardware": "dgx-h100", "gpus": 8}}
+    fp8 = layer_builder(h100).km
+    assert fp8.quantise(elements, columnwise=False) - fp8.launch_s == pytest.approx(3 * elements / fp8.hbm_bytes_per_s)
+    assert fp8.quantise(elements) - fp8.launch_s == pytest.approx(4 * elements / fp8.hbm_bytes_per_s)
+
+
+def test_frozen_lora_forward_pays_rowwise_casts_of_its_inputs():
+    """The same layer's forward is shorter by exactly the columnwise half of its four frozen
+    linears' input casts (qkv, proj and fc1 read h-wide inputs, fc2 an ffn-wide one)."""
+    from simcluster.parallelism.layer import LayerBuilder
+
+    doc = {**lora_doc(precision="nvfp4", nvfp4_hadamard=False), "cluster": {"hardware": "gb200-nvl72", "gpus": 8}}
+    builder = layer_builder(doc)
+    km = builder.km
+    elements = 8192 * (3 * 8192 + 28672)
+    saved = (5.125 - 4.5625) * elements / km.hbm_bytes_per_s
+    trained_inputs = LayerBuilder.wgrads_inputs
+    try:
+        LayerBuilder.wgrads_inputs = property(lambda self: True)  # as if the base were trained
+        both = compute_seconds(layer_builder(doc).layer(0, "F"))
+    finally:
+        LayerBuilder.wgrads_inputs = trained_inputs
+    assert both - compute_seconds(builder.layer(0, "F")) == pytest.approx(saved, rel=1e-9)
+
+
+def nvfp4_lora_doc(**training) -> dict:
+    """NVIDIA's MLPerf v5.1 llama2_70b_lora layout on 8 GB300: NVFP4 with the frozen weights
+    quantised once (config_common_fp4.sh: PRE_QUANTIZED_MODEL=True)."""
+    doc = lora_doc(precision="nvfp4", fused_cross_entropy=False, **training)
+    return {**doc, "cluster": {"hardware": "gb300-nvl72", "gpus": 8}}
+
+
+def test_nvfp4_parameters_hold_both_directions_and_are_never_cast():
+    """``training.fp4_param``: each frozen weight an NVFP4 tensor with rowwise and columnwise
+    data, 2 x (4 bits + an E4M3 scale per 16) = 1.125 B in place of the 16-bit 2 B and TE's
+    cached copy; no forward weight cast."""
+    cast = build_context(scenario_from_dict(nvfp4_lora_doc()))
+    stored = build_context(scenario_from_dict(nvfp4_lora_doc(fp4_param=True)))
+    frozen = memory_by_stage(cast)[0].frozen_params_per_gpu
+    layer_weights = 80 * (8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672)
+    cached = memory_by_stage(cast)[0].params_bytes - memory_by_stage(stored)[0].params_bytes
+    # the 16-bit weight (2 B) goes; its cached NVFP4 copy (1.125 B) stays as the parameter itself
+    # (memory.fp8_weight_bytes counts the two norms' 8192 weights a layer with the linears)
+    assert cached == pytest.approx(2.0 * (layer_weights + 80 * 2 * 8192))
+    assert frozen == memory_by_stage(stored)[0].frozen_params_per_gpu
+    with_casts = compute_seconds(layer_builder(nvfp4_lora_doc()).layer(0, "F"))
+    without = compute_seconds(layer_builder(nvfp4_lora_doc(fp4_param=True)).layer(0, "F"))
+    km = layer_builder(nvfp4_lora_doc()).km
+    weights = layer_weights / 80
+    # four casts (qkv, proj, fc1, fc2), each its own kernel: one amax read, one read writing both copies
+    assert with_casts - without == pytest.approx(km.quantise(weights, weight=True) + 3 * km.launch_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({**lora_doc(precision="fp8", fp4_param=True), "cluster": {"hardware": "gb300-nvl72", "gpus": 8}},
+         "set training.precision nvfp4"),
+        ({**nvfp4_lora_doc(fp4_param=True), "lora": {"rank": 0}}, "add lora: or drop it"),
+    ],
+)
+def test_nvfp4_parameters_outside_a_frozen_nvfp4_run_are_refused(doc, fragment):
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(doc))
+    assert err.value.field == "training.fp4_param"
+    assert fragment in str(err.value)

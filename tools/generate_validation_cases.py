@@ -2742,6 +2742,84 @@ def nvidia_lora_case(name, hardware, source, steps):
     }
 
 
+MLPERF_LORA_NVFP4_SRC = (
+    f"{MLPERF_V51} NVIDIA/results/{{system}}/llama2_70b_lora/result_0.txt with the README's {{config}} (stored "
+    "under {config_copy}), config_common.sh and config_common_fp4.sh (the index stores NVIDIA's v5.1 copies under "
+    "partners' paths: Supermicro/benchmarks/llama2_70b_lora/implementations/Blackwell_lora/config_common.sh, "
+    "Nebius/benchmarks/llama2_70b_lora/configs/nebius_b200_n4/config_common_fp4.sh), the v5.1 train.py "
+    "(Lenovo/benchmarks/llama2_70b_lora/train.py), custom_llama.py and custom_callbacks.py (Dell/.../nemo/, "
+    "University-of-Florida/.../b200_nemo/): MLPerf Training v5.1 llama2_70b_lora on 8 {gpu} of a {gpu} NVL72, two "
+    "compute trays of 4 (NVIDIA/systems/{system}.json: NeMo 25.09 container, CUDA 13.0.1, cuDNN 9.13.1, NCCL "
+    "2.28.3, TransformerEngine release_v2.8). Step {step:.6g} s: the mean of result_0's train_step_time values of "
+    "the last two blocks before healing, {steps0} and {steps1} s (the blocks ending at steps 288 and 336; "
+    "mlperf_common's per-block wall clock over 48 steps, the optimizer step and data loading in it). At step 350 "
+    "the run switches to FP8 (HEALING_ITER=350, HEALING_PRECISION=FP8_DS: the FP8 weights copied back from host "
+    "memory and the full-iteration CUDA graph dropped), so the block ending at 384 ({healed} s) is not used. The "
+    "configs set TP=1, PP=1, SP=0, {layout}, FP4=True, FP8=False, FP4_RECIPE=nvfp4 with NVTE_NVFP4_DISABLE_RHT=1 "
+    "(training.nvfp4_hadamard false; stochastic rounding of gradients left on, its disabling line commented "
+    "out) and NVTE_NVFP4_DISABLE_2D_QUANTIZATION=1, FP4_PARAM=False with PRE_QUANTIZED_MODEL=True: the callback's "
+    "on_train_start quantises every decoder linear's weight once and replaces it with an NVFP4 tensor holding "
+    "both directions ('We now have NVFP4 parameters in GPU memory (for training) and FP8 parameters in host "
+    "memory (for healing)'), so no weight is cast in a step and no 16-bit copy stays (training.fp4_param). "
+    "FP8_DPA=1 with NVTE_DPA_FP8_RECIPE=DelayedScaling is set, but Megatron-Core's get_fp4_recipe builds "
+    "NVFP4BlockScaling() without fp8_dpa (its default False) and the v5.1 callback does not patch it (a later "
+    "Megatron-Bridge callback builds NVFP4BlockScaling(fp8_dpa=...)): attention in BF16 before healing "
+    "(training.fp8_attention false, INFERRED from the code; FP8 attention would read about 6% faster). "
+    "MCORE_CUDA_GRAPH=1 (cuda_graph_scope full_iteration: the host issues nothing per kernel; the simulated host "
+    "is not on the step's path either way), USE_TE_OPS=1 (TransformerEngine's op fuser runs the base linears and "
+    "the adapters as te.ops sequences, the adapters in BF16 outside the FP4 autocast; their scale and add are "
+    "charged as separate passes here, ASSUMED), FUSED_SINGLE_QKV_ROPE=1, NCCL_NVLS_ENABLE=1, TP_COMM_OVERLAP "
+    "unset (False); train.py: gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False (Megatron's "
+    "unfused loss: training.fused_cross_entropy false), the distributed optimizer (zero 1, over the adapters), no "
+    "recompute, no CPU offloading, no BF16 first/last layers (the embedding and LM head outside the FP4 "
+    "context, BF16). LoRA(dim=16, alpha=32, dropout=0.1, dropout_position 'pre', target_modules linear_proj and "
+    "linear_qkv): rank-16 adapters on QKV and the projection, 44.6 M trained parameters; the base frozen "
+    "(TransformerEngine quantises a frozen linear's input for its forward GEMM only: backward_needs_input = "
+    "is_grad_enabled and weight.requires_grad). Sequence 8192 (packed GovReport), MBS 1. The logs print no "
+    "memory; NVIDIA's GB200 config needs cp 2 to fit (dp 8 at cp 1 would not: simcluster memory).{extra}")
+MLPERF_LORA_NVFP4 = [
+    ("gb300-nvl72", "GB300", "theia_ngpu8_ngc25.09_nemo", "config_GB300_2x4x1xtp1pp1cp1_fp4.sh",
+     "Supermicro/benchmarks/llama2_70b_lora/implementations/SYS-422GS-NBRT-LCC/", 1,
+     "CP=1, MINIBS=1 (global batch 8 = dp 8, one microbatch: the log's gradient_accumulation_steps 1)",
+     [0.7456289133745789, 0.7458845753341544], 1.1185414322911431,
+     " The log labels its platform '2xNVIDIA GB200' (the system JSON: Theia, 1x NVIDIA GB300 NVL72, 2 nodes x 4 "
+     "GPUs). Earlier blocks 0.7429 and 0.7455 s."),
+    ("gb200-nvl72", "GB200", "tyche_ngpu8_ngc25.09_nemo", "config_GB200_2x4x2xtp1pp1cp2_fp4.sh",
+     "Dell/benchmarks/llama2_70b_lora/implementations/nemo/", 2,
+     "CP=2 with the yaml's cp_comm_type a2a (parallel.cp_comm a2a, TransformerEngine's all-to-all attention), "
+     "MINIBS=2 (global batch 8 = dp 4 x 2 microbatches: the log's gradient_accumulation_steps 2)",
+     [1.028948866041598, 1.029137257437469], 2.362249212937362, " Earlier blocks 1.0285 and 1.0291 s."),
+]
+
+
+def nvidia_nvfp4_lora_case(hardware, gpu, system, config, stored_at, cp, layout, steps, healed, extra):
+    """NVIDIA's v5.1 llama2_70b_lora row (NVFP4 with pre-quantised frozen weights) on 8 GPUs of a
+    GB200 / GB300 NVL72: the step the mean of the last two pre-healing blocks' train_step_time."""
+    parallel = megatron_parallel(1, 1, 1, 1)
+    parallel["cp"] = cp
+    if cp > 1:
+        parallel["cp_comm"] = "a2a"
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "nvfp4", "cudnn",
+                                      hardware=hardware)
+    scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False, nvfp4_hadamard=False,
+                                fp4_param=True)
+    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    scenario["dp"].pop("bucket_stages", None)
+    step = sum(steps) / len(steps)
+    source = MLPERF_LORA_NVFP4_SRC.format(system=system, config=config, config_copy=stored_at, gpu=gpu, step=step,
+                                          steps0=steps[0], steps1=steps[1], healed=healed, layout=layout,
+                                          extra=extra)
+    return {
+        "name": f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}",
+        "family": "mlperf-lora-70b",
+        "source": source,
+        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8, "precision": "nvfp4"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step:.6g}")},
+    }
+
+
 MLPERF_LORA_H100_SRC = (
     f"{MLPERF_V40} NVIDIA/results/eos_ngc24.04_nemo/llama2_70b_lora/result_0.txt with NVIDIA/benchmarks/llama2_70b_lora/"
     "implementations/nemo/config_DGXH100_1x8x4xtp4pp1cp1.sh, configs/config_common.sh, "
@@ -2799,7 +2877,8 @@ def nvidia_h100_lora_case():
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
-     "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200 and its v4.0 run on a DGX H100 (tp 4), the step time\n"
+     "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200, its v4.0 run on a DGX H100 (tp 4) and its v5.1\n"
+     "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2), the step time\n"
      "# read off each result log.\n"
      "# Generated by\n"
      "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [
@@ -2807,4 +2886,5 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
          nvidia_lora_case("mlperf-v5.0/llama2-70b-lora-8xgb200", "gb200-nvl72", MLPERF_LORA_GB200_SRC,
                           MLPERF_LORA_GB200_STEPS),
          nvidia_h100_lora_case(),
+         *[nvidia_nvfp4_lora_case(*row) for row in MLPERF_LORA_NVFP4],
      ])

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _fp8_weight_line(nbytes: float, ctx: Context) -> str:
     """What the quantised weights add to (or take from) the parameters column."""
+    if ctx.scenario.training.fp4_param:
+        return f"params: NVFP4 parameters (training.fp4_param) take {format_bytes(-nbytes)} less than 16-bit ones"
     if ctx.scenario.training.fp8_param_gather:
         more, amount = ("more", nbytes) if nbytes > 0 else ("less", -nbytes)
         return (

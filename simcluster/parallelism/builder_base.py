@@ -21,6 +21,13 @@ class BuilderBase:
     km: KernelModel
     scenario: Scenario
 
+    @property
+    def wgrads_inputs(self) -> bool:
+        """Whether the base linears' quantised inputs are kept for weight gradients: not in a
+        LoRA run, whose frozen linears quantise only the rowwise copy their forward GEMM reads
+        (:meth:`KernelModel.quantise`, ``columnwise``)."""
+        return self.shapes.layout.lora is None
+
     if TYPE_CHECKING:
 
         @property

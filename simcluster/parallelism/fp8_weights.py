@@ -24,6 +24,11 @@ refreshed the data (``Float8Tensor.update_usage`` -> ``_create_transpose``); MXF
 hold both directions (ASSUMPTION: the optimizer's cast writes both, as an ``MXFP8Tensor`` with
 both usages quantises; how Megatron gathers the column-wise half was not read).
 
+NVFP4 parameters (``training.fp4_param``, a LoRA run's frozen weights quantised once, as
+Megatron-Core's ``fp4_param`` builds them and MLPerf v5.1's LoRA callback replaces each 16-bit
+weight with an NVFP4 tensor holding both directions) are never cast and take
+:data:`NVFP4_CACHED_BYTES` in place of the 16-bit weight.
+
 Not modelled under ZeRO-3 (Megatron FSDP, PyTorch FSDP): the gathered weights are freed after
 each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
 """
@@ -68,8 +73,8 @@ def forward_cast_seconds(
     1/m of it per microbatch (m microbatches a step; the kernels run on the first), an uncached
     one whole. Zero outside FP8/NVFP4 and under ZeRO-3."""
     dtype = dtype or km.gemm_dtype
-    if not applies(training, layout) or dtype not in QUANTISED:
-        return 0.0
+    if not applies(training, layout) or dtype not in QUANTISED or training.fp4_param:
+        return 0.0  # NVFP4 parameters are frozen NVFP4 tensors: nothing to cast
     if training.fp8_param_gather:
         if layout.lora is not None and training.fp8_weight_cache:
             return 0.0  # frozen FP8 weights: their cached transposes never go stale
@@ -87,6 +92,8 @@ def cached_bytes_per_weight(training: TrainingSection, compute_capability: float
     memory counts (negative where FP8 parameters take less): the cached quantised copy, or
     with FP8 parameters their 1 B in place of 2 plus Hopper's transpose (when cached)."""
     if training.precision == "nvfp4":
+        if training.fp4_param:
+            return NVFP4_CACHED_BYTES - 2.0  # held as NVFP4 in both directions, no 16-bit weight
         return NVFP4_CACHED_BYTES if training.fp8_weight_cache else 0.0
     two_way = keeps_fp8_transpose(training.fp8_recipe, compute_capability)
     block = training.fp8_recipe == "block"

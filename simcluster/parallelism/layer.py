@@ -95,7 +95,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
-            casts = sum(km.quantise(tokens * g.k, dtype) for g in gemms) + self._weight_casts(gemms, dtype)
+            casts = sum(km.quantise(tokens * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
+            casts += self._weight_casts(gemms, dtype)
         return Work.of(gemm=mm, memory=casts)
 
     def _weight_casts(self, gemms: list[Gemm], dtype: str | None = None) -> float:
@@ -120,7 +121,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
-            casts = sum(km.quantise(tokens * share * g.k, dtype) for g in gemms) + self._weight_casts(gemms, dtype)
+            casts = sum(km.quantise(tokens * share * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
+            casts += self._weight_casts(gemms, dtype)
         return Work.of(gemm=mm, memory=casts)
 
     @property

@@ -92,6 +92,15 @@ class TrainingSection(SectionBase):
             "head and norms stay 16-bit"
         ),
     )
+    fp4_param: bool = Field(
+        default=False,
+        description=(
+            "NVFP4 parameters (Megatron-Core's fp4_param; MLPerf v5.1 LoRA's pre-quantised "
+            "model): a LoRA run's frozen transformer-linear weights held only as NVFP4 tensors, "
+            "rowwise and columnwise (1.125 B per element instead of 2), and never cast again; "
+            "needs precision nvfp4 and lora: (trained NVFP4 parameters are not modelled)"
+        ),
+    )
     fp8_weight_cache: bool = Field(
         default=True,
         description=(
