@@ -388,6 +388,8 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
         return ("at parallel.zero=3", "ZeRO-3's gathered weights are not cached across microbatches here")
     if not runs_megatron_core(ctx.scenario.framework):
         return (f"under framework {ctx.scenario.framework}", "only Megatron-Core's TE layers cache them (is_first_microbatch)")
+    if tr.fp4_param:
+        return ("with training.fp4_param", "NVFP4 parameters are never cast, so nothing is cached")
     cc = ctx.profile.gpu.compute_capability
     if tr.precision == "fp8" and tr.fp8_param_gather and not fp8_weights.transposes_fp8_parameters(tr, cc):
         return ("with training.fp8_param_gather", "FP8 parameters are used as they are, with no cast to cache")
@@ -572,6 +574,16 @@ def _lora_a2a(ctx: Context) -> Verdict:
     return None
 
 
+def _lora_op_fuser(ctx: Context) -> Verdict:
+    # layout_checks.check_lora: NeMo's lora.py builds TEFusedLoRALinear only at tp 1
+    lay = ctx.layout
+    if lay.lora is None:
+        return ("at lora.rank=0", "there are no adapters")
+    if lay.tp > 1:
+        return (f"at parallel.tp={lay.tp}", "NeMo builds the op-fused adapter (TEFusedLoRALinear) only at tp 1")
+    return None
+
+
 #: one entry per setting, in the order the notes print (scenario order: parallel, training,
 #: overlap, zero3, dp, moe, lora)
 RULES: tuple[InertRule, ...] = (
@@ -639,6 +651,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("moe.shared_expert_overlap", _shared_expert_overlap),
     InertRule("lora.targets", _lora_off),
     InertRule("lora.dropout", _lora_off),
+    InertRule("lora.op_fuser", _lora_op_fuser),
     InertRule("lora.a2a", _lora_a2a),
 )
 

@@ -329,7 +329,11 @@ def check_lora(scenario: Scenario, model: ModelSpec) -> Adapters | None:
             raise UserError(
                 "lora.rank", f"LoRA adapters with {what} are not modelled; set lora.rank: 0 (train every weight)"
             )
-    return Adapters(rank=lora.rank, targets=tuple(dict.fromkeys(lora.targets)), dropout=lora.dropout, a2a=lora.a2a)
+    return Adapters(
+        rank=lora.rank, targets=tuple(dict.fromkeys(lora.targets)), dropout=lora.dropout, a2a=lora.a2a,
+        # NeMo builds TEFusedLoRALinear only without tensor parallelism (lora.py: enable_op_fuser)
+        op_fuser=lora.op_fuser and scenario.parallel.tp == 1,
+    )
 
 
 def check_whole_nodes(gpus: int, gpus_per_node: int) -> None:

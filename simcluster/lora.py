@@ -50,6 +50,8 @@ class Adapters:
     targets: tuple[str, ...]
     dropout: float = 0.0
     a2a: bool = False
+    #: TransformerEngine's op fuser around each adapter (``lora.op_fuser``; NeMo: tp 1 only)
+    op_fuser: bool = False
 
 
 def base_widths(model: ModelSpec, target: str) -> tuple[float, float]:

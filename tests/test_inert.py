@@ -173,6 +173,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("lora.dropout", {"lora": {"dropout": 0.1}}, {"lora": {"rank": 8, "dropout": 0.1}}),
     # parallelism/lora_blocks.py: the all-to-all replaces a row-parallel adapter's gather into the
     # sequence shard (tp > 1 with sequence parallelism only)
+    # layout_checks.check_lora: NeMo's TEFusedLoRALinear is built at tp 1 only
+    ("lora.op_fuser", {"parallel": {"tp": 2}, "lora": {"rank": 8, "op_fuser": True}},
+     {"lora": {"rank": 8, "op_fuser": True}}),
+    ("lora.op_fuser", {"lora": {"op_fuser": True}}, {"lora": {"rank": 8, "op_fuser": True}}),
     ("lora.a2a", {"parallel": {"tp": 2}, "lora": {"rank": 8, "a2a": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "a2a": True}}),
     ("lora.a2a", {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "targets": ["qkv"], "a2a": True}},

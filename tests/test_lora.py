@@ -285,3 +285,34 @@ def test_nvfp4_parameters_outside_a_frozen_nvfp4_run_are_refused(doc, fragment):
         build_context(scenario_from_dict(doc))
     assert err.value.field == "training.fp4_param"
     assert fragment in str(err.value)
+
+
+def test_weight_cache_setting_is_inert_beside_nvfp4_parameters():
+    """NVFP4 parameters are never cast, so ``fp8_weight_cache: false`` (cast every microbatch)
+    changes nothing and is named as inert."""
+    from simcluster.inert import inert_settings
+
+    ctx = build_context(scenario_from_dict(nvfp4_lora_doc(fp4_param=True, fp8_weight_cache=False)))
+    notes = {n.setting: n for n in inert_settings(ctx)}
+    assert notes["training.fp8_weight_cache"].where == "with training.fp4_param"
+    both = [run(nvfp4_lora_doc(fp4_param=True, fp8_weight_cache=c)).summary["step_time_s"] for c in (True, False)]
+    assert both[0] == both[1]
+
+
+def test_op_fuser_runs_the_adapters_scale_and_adds_inside_the_gemms():
+    """TransformerEngine's op fuser (NeMo's TEFusedLoRALinear): ForwardLinearScaleAdd makes the
+    scale and the add into the base output the B GEMM's epilogue (10 B per output element become
+    the one extra read of its C, 2 B); BackwardLinearScale takes the scale as the B dgrad's alpha
+    (4 B gone); BackwardLinearAdd accumulates the adapter's input gradient in the base dgrad
+    (6 B become 2). qkv and proj: outputs 10240 + 8192, inputs 8192 + 8192 wide."""
+    plain = layer_builder(lora_doc())
+    fused = layer_builder({**lora_doc(), "lora": {"rank": 16, "dropout": 0.1, "op_fuser": True}})
+    km, tokens = plain.km, 8192
+    n, k = 10240 + 8192, 8192 + 8192
+    forward = compute_seconds(plain.layer(0, "F")) - compute_seconds(fused.layer(0, "F"))
+    assert forward == pytest.approx(tokens * n * (10 - 2) / km.hbm_bytes_per_s, rel=1e-9)
+    backward = compute_seconds(plain.layer(0, "B")) - compute_seconds(fused.layer(0, "B"))
+    assert backward == pytest.approx(tokens * (4 * n + 4 * k) / km.hbm_bytes_per_s, rel=1e-9)
+    # NeMo builds the fused adapter at tp 1 only: at tp 2 the setting changes nothing
+    tp2 = {**lora_doc(tp=2), "lora": {"rank": 16, "dropout": 0.1, "op_fuser": True}}
+    assert compute_seconds(layer_builder(tp2).layer(0, "F")) == compute_seconds(layer_builder(lora_doc(tp=2)).layer(0, "F"))

@@ -90,7 +90,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi300x": 4,
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
-        "mlperf-lora-70b": 6,
+        "mlperf-lora-70b": 8,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -524,7 +524,9 @@ def test_mlperf_lora_rows_are_their_logs_steps():
     FP8_ACTIVATION reaches no code (a yaml key that is no TransformerConfig field). NVIDIA's v4.0
     DGX H100 row (config_DGXH100_1x8x4xtp4pp1cp1.sh): tp 4 with sequence parallelism and
     userbuffers, the adapters' all-to-all (LORA_A2A=1), 8 / (2.154987 + 2.155219) x 2 = 3.71212 s."""
-    rows = {c.scenario["cluster"]["hardware"]: c for c in _family("mlperf-lora-70b")}
+    fp8 = [c for c in _family("mlperf-lora-70b") if c.scenario["training"]["precision"] == "fp8"]
+    rows = {c.scenario["cluster"]["hardware"]: c for c in fp8}
+    assert len(rows) == len(fp8) == 6
     for hardware, c in rows.items():
         if hardware.startswith("amd"):
             thr = c.published["throughput_samples_per_s"]
@@ -921,6 +923,30 @@ def test_cli_out_writes_the_cases_the_document_and_the_error_picture(cli, tmp_pa
     assert sorted(p.name for p in out.iterdir()) == ["validate.csv", "validate.json", "validate.png"]
 
 
+def test_nvidia_v51_lora_rows_are_nvfp4_with_pre_quantised_weights():
+    """NVIDIA's MLPerf v5.1 llama2_70b_lora rows (config_common_fp4.sh: FP4=True, FP4_RECIPE nvfp4,
+    NVTE_NVFP4_DISABLE_RHT=1, PRE_QUANTIZED_MODEL=True; train.py: no gradient-accumulation or
+    cross-entropy fusion): 8 GB300 at cp 1 and 8 GB200 at cp 2 over the a2a all-to-all with
+    MINIBS=2 (dp 4 x 2 microbatches); each step the mean of the last two pre-healing blocks'
+    train_step_time (HEALING_ITER=350 switches the run to FP8 inside the block ending at 384);
+    USE_TE_OPS=1 at tp 1: NeMo's op-fused adapter (lora.op_fuser)."""
+    rows = {c.scenario["cluster"]["hardware"]: c for c in _family("mlperf-lora-70b")
+            if c.scenario["training"]["precision"] == "nvfp4"}
+    assert sorted(rows) == ["gb200-nvl72", "gb300-nvl72"]
+    assert rows["gb300-nvl72"].measured == pytest.approx((0.7456289133745789 + 0.7458845753341544) / 2, abs=5e-6)
+    assert rows["gb200-nvl72"].measured == pytest.approx((1.028948866041598 + 1.029137257437469) / 2, abs=5e-6)
+    for hardware, c in rows.items():
+        tr, par = c.scenario["training"], c.scenario["parallel"]
+        assert tr["fp4_param"] and tr["nvfp4_hadamard"] is False and "nvfp4_stochastic_rounding" not in tr
+        assert (tr["grad_accum_fusion"], tr["fused_cross_entropy"], tr.get("fp8_attention", False)) == (
+            False, False, False)
+        assert (tr["micro_batch"], tr["global_batch"], par["tp"], par["zero"]) == (1, 8, 1, 1)
+        cp = 2 if hardware == "gb200-nvl72" else 1
+        assert par["cp"] == cp and par.get("cp_comm", "p2p") == ("a2a" if cp > 1 else "p2p")
+        assert c.scenario["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1, "op_fuser": True}
+        assert "healing" in c.source and not c.slow
+
+
 def test_error_picture_headline_counts_cases_in_words():
     """The picture's headline says "1 case" for one case and "2 cases, 1 failed" for more."""
     from simcluster.output.validate_output import draw_errors
@@ -1297,8 +1323,10 @@ FAMILY_MAPE = {
     # MLPerf's llama2_70b_lora: AMD's MI355X +0.7%, MI325X +0.8%, MI300X -4.8%; NVIDIA's v5.0 DGX
     # B200 -9.3% and GB200 -9.8% with FP8 attention's casts and the FP8 SwiGLU store (was -12.3 /
     # -12.9; something NVIDIA's implementation runs that the model lacks; docs/accuracy.md); its
-    # v4.0 DGX H100 row at tp 4 +6.3%
-    "mlperf-lora-70b": 5.3,
+    # v4.0 DGX H100 row at tp 4 +6.3% (+5.6% with frozen linears' rowwise-only input casts);
+    # 5.3 before NVIDIA's v5.1 NVFP4 rows, 8 GB300 +16.4% and 8 GB200 at cp 2 +2.9%
+    # (docs/accuracy.md: GB300's NVFP4 GEMM rate the likely gap)
+    "mlperf-lora-70b": 6.3,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the

@@ -147,6 +147,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_later_settings(rng, doc)
     _draw_lora(doc)
     _draw_fp8_storage(doc)
+    _draw_nvfp4(doc)
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:
@@ -199,6 +200,8 @@ def _draw_lora(doc: dict[str, Any]) -> None:
     if rng.random() < 0.2:
         targets = rng.sample(["qkv", "proj", "fc1", "fc2"], rng.randint(1, 4))
         doc["lora"] = {"rank": rng.choice([8, 16, 64]), "targets": targets, "dropout": rng.choice([0.0, 0.1])}
+        if rng.random() < 0.3:  # TransformerEngine's op fuser (inert at tp > 1)
+            doc["lora"]["op_fuser"] = True
 
 
 def _draw_fp8_storage(doc: dict[str, Any]) -> None:
@@ -210,6 +213,20 @@ def _draw_fp8_storage(doc: dict[str, Any]) -> None:
         doc["training"]["fp8_attention"] = True
     if rng.random() < 0.15:
         doc["training"]["activation_fp8_store"] = True
+
+
+def _draw_nvfp4(doc: dict[str, Any]) -> None:
+    """NVFP4 in place of one FP8 draw in eight, half of them with NVFP4 parameters
+    (``training.fp4_param``; refused without LoRA, and NVFP4 itself off Blackwell or beside
+    FP8 parameters). Its own generator, as :func:`_draw_lora`."""
+    training = doc["training"]
+    rng = _seeded_by(doc, salt=0xF4)
+    if training["precision"] != "fp8" or rng.random() >= 0.125:
+        return
+    training["precision"] = "nvfp4"
+    training.pop("fp8_recipe", None)
+    if rng.random() < 0.5:
+        training["fp4_param"] = True
 
 
 #: the dense presets with sliding-window local layers among global ones (Gemma 3)

@@ -2766,9 +2766,11 @@ MLPERF_LORA_NVFP4_SRC = (
     "Megatron-Bridge callback builds NVFP4BlockScaling(fp8_dpa=...)): attention in BF16 before healing "
     "(training.fp8_attention false, INFERRED from the code; FP8 attention would read about 6% faster). "
     "MCORE_CUDA_GRAPH=1 (cuda_graph_scope full_iteration: the host issues nothing per kernel; the simulated host "
-    "is not on the step's path either way), USE_TE_OPS=1 (TransformerEngine's op fuser runs the base linears and "
-    "the adapters as te.ops sequences, the adapters in BF16 outside the FP4 autocast; their scale and add are "
-    "charged as separate passes here, ASSUMED), FUSED_SINGLE_QKV_ROPE=1, NCCL_NVLS_ENABLE=1, TP_COMM_OVERLAP "
+    "is not on the step's path either way), USE_TE_OPS=1 (NeMo's TEFusedLoRALinear at tp 1, lora.op_fuser: "
+    "the base linear and its adapter as TransformerEngine op sequences, the adapter in BF16 outside the FP4 "
+    "autocast, its scale and add into the base output the B GEMM's epilogue (ForwardLinearScaleAdd), the "
+    "backward scale that GEMM's alpha (BackwardLinearScale), the adapter's input gradient accumulated by the "
+    "base input-gradient GEMM (BackwardLinearAdd)), FUSED_SINGLE_QKV_ROPE=1, NCCL_NVLS_ENABLE=1, TP_COMM_OVERLAP "
     "unset (False); train.py: gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False (Megatron's "
     "unfused loss: training.fused_cross_entropy false), the distributed optimizer (zero 1, over the adapters), no "
     "recompute, no CPU offloading, no BF16 first/last layers (the embedding and LM head outside the FP4 "
@@ -2804,7 +2806,7 @@ def nvidia_nvfp4_lora_case(hardware, gpu, system, config, stored_at, cp, layout,
     scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False, nvfp4_hadamard=False,
                                 fp4_param=True)
     scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
     scenario["dp"].pop("bucket_stages", None)
     step = sum(steps) / len(steps)
     source = MLPERF_LORA_NVFP4_SRC.format(system=system, config=config, config_copy=stored_at, gpu=gpu, step=step,

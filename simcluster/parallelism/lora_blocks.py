@@ -5,7 +5,8 @@ Megatron linears outside TransformerEngine's FP8 autocast) on the tokens its bas
 forward, the dropout on its input (a mask and a masked copy, when ``lora.dropout`` > 0), x A,
 then (x A) B scaled by alpha / r and added to the base output; backward, the input gradients
 through B and A (the scale's and the dropout's passes, and the add into the base linear's input
-gradient); W, the weight gradients of A and B, the only ones a LoRA layer takes.
+gradient); W, the weight gradients of A and B, the only ones a LoRA layer takes. Under
+TransformerEngine's op fuser (``lora.op_fuser``) the scale and both adds run inside the GEMMs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ OUTPUT_FWD_BYTES = 4.0 + 6.0
 OUTPUT_BWD_BYTES = 4.0
 DROPOUT_BWD_BYTES = 5.0
 INPUT_ADD_BYTES = 6.0
+#: Under TransformerEngine's op fuser (``lora.op_fuser``): forward, the B GEMM scales by its alpha
+#: and accumulates into the base output (``ForwardLinearScaleAdd``: beta 1, so it reads that
+#: output once more, where its own write was already the GEMM's); backward, the scale is the B
+#: input-gradient GEMM's alpha (``BackwardLinearScale``: no pass) and the adapter's input
+#: gradient is the base input-gradient GEMM's C (``BackwardLinearAdd``: one more read)
+OUTPUT_FWD_FUSED_BYTES = 2.0
+OUTPUT_BWD_FUSED_BYTES = 0.0
+INPUT_ADD_FUSED_BYTES = 2.0
 
 
 class LoraBlocks(BuilderBase):
@@ -51,10 +60,13 @@ class LoraBlocks(BuilderBase):
             return Work()
         k, n = adapter_widths(self.shapes.model, lora, targets, self.shapes.layout.tp)
         dropout = lora.dropout > 0
+        fused = lora.op_fuser
         if phase == "F":
-            per_token = n * OUTPUT_FWD_BYTES + (k * DROPOUT_FWD_BYTES if dropout else 0.0)
+            out = OUTPUT_FWD_FUSED_BYTES if fused else OUTPUT_FWD_BYTES
+            per_token = n * out + (k * DROPOUT_FWD_BYTES if dropout else 0.0)
         else:
-            per_token = n * OUTPUT_BWD_BYTES + k * (INPUT_ADD_BYTES + (DROPOUT_BWD_BYTES if dropout else 0.0))
+            out, add = (OUTPUT_BWD_FUSED_BYTES, INPUT_ADD_FUSED_BYTES) if fused else (OUTPUT_BWD_BYTES, INPUT_ADD_BYTES)
+            per_token = n * out + k * (add + (DROPOUT_BWD_BYTES if dropout else 0.0))
         passes = Work.of(memory=self.km.memory(self.shapes.tokens * per_token))
         return self._gemms(gemms, phase, self.km.act_dtype) + passes
 

@@ -45,6 +45,16 @@ class LoraSection(SectionBase):
             "llama2_70b_lora 0.1): a mask and a masked copy of the input, kept for the backward"
         ),
     )
+    op_fuser: bool = Field(
+        default=False,
+        description=(
+            "TransformerEngine's op fuser runs each adapter beside its base linear (NeMo's "
+            "TEFusedLoRALinear, use_transformer_engine_op_fuser; MLPerf v5.1's USE_TE_OPS=1): the "
+            "scale and the add into the base output become the B GEMM's epilogue, the backward "
+            "scale its input-gradient GEMM's alpha, and the adapter's input gradient is "
+            "accumulated by the base linear's input-gradient GEMM; NeMo builds it at tp 1 only"
+        ),
+    )
     a2a: bool = Field(
         default=False,
         description=(
