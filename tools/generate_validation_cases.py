@@ -2822,6 +2822,109 @@ def nvidia_nvfp4_lora_case(hardware, gpu, system, config, stored_at, cp, layout,
     }
 
 
+MLPERF_LORA_PARTNER_SRC = (
+    f"{MLPERF_V51} {{submitter}}/results/{{system}}/llama2_70b_lora/{{result}} with {{config}}: MLPerf Training v5.1 "
+    "llama2_70b_lora, {submitter}'s run of NVIDIA's NeMo 25.09 implementation on one node of 8 {gpu} "
+    "({submitter}/systems/{system}.json: {system_note}). Step {step:.6g} s: the mean of the log's train_step_time "
+    "values of the blocks ending at steps {ends}, {steps0} and {steps1} s (mlperf_common's per-block wall clock, the "
+    "optimizer step and data loading in it). {precision_note} The rest as NVIDIA's v5.1 config_common.sh (the copy "
+    "under Supermicro/benchmarks/llama2_70b_lora/implementations/Blackwell_lora/; {common_note}): TP=1, PP=1, SP=0, "
+    "USE_TE_OPS=1 (NeMo's TEFusedLoRALinear at tp 1: lora.op_fuser), FP8_DPA=1, LORA_A2A=1 (inert at tp 1), "
+    "CG_WEIGHT_CACHING=0; train.py: gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False (the unfused "
+    "loss), the distributed optimizer (zero 1, over the adapters), no recompute; LoRA(dim=16, alpha=32, dropout=0.1, "
+    "dropout_position 'pre', target_modules linear_proj and linear_qkv), sequence 8192 (packed GovReport), MBS 1. "
+    "Found by a research helper among the partners' v5.1 results; the settings written before simulating.{extra}")
+MLPERF_LORA_FP4_NOTE = (
+    "The config sources config_common_fp4.sh (the copy under Nebius/benchmarks/llama2_70b_lora/configs/nebius_b200_n4/): "
+    "FP4=True, FP8=False, FP4_RECIPE=nvfp4 with NVTE_NVFP4_DISABLE_RHT=1 (training.nvfp4_hadamard false), "
+    "PRE_QUANTIZED_MODEL=True (the callback quantises every frozen decoder weight once: training.fp4_param), "
+    "HEALING_ITER=350 (the run switches to FP8 at step 350, so the block ending at 384, {healed} s, is not used); "
+    "attention in BF16 before healing, INFERRED as for NVIDIA's own NVFP4 rows (Megatron-Core's NVFP4BlockScaling() "
+    "carries no fp8_dpa). It sets {config_vars}.")
+MLPERF_LORA_FP8_NOTE = (
+    "FP8 (config_common.sh: FP8=True, delayed scaling with FP8_AMAX_ALGO=max, FP8_REDUCE_AMAX=True, FP8_AMAX_HISTORY=4; "
+    "FP8_DPA=1 and NVTE_FP8_DPA_BWD=1, Megatron-Core's DelayedScaling recipe carrying fp8_dpa: training.fp8_attention "
+    "on the profile's cudnn-fp8 curves), the model built under te.fp8_model_init (v5.1 custom_llama.py, when "
+    "cfg.model.fp8: training.fp8_param_gather, the frozen weights at 1 B). It sets {config_vars}.")
+MLPERF_LORA_PARTNERS = [
+    # submitter, system, result file, config, gpu, hardware, system note, steps (block ends), healed, config vars,
+    # FP8_ACT store, cp, common note, extra
+    ("Dell", "1xXE9680Lx8B200-SXM-180GB", "result_0.txt",
+     "Dell/benchmarks/llama2_70b_lora/implementations/nemo/config_1xXE9680Lx8B200-SXM-180GB.sh", "B200", "dgx-b200",
+     "NVIDIA Blackwell GPU (B200-SXM-180GB), 1 node x 8, 'NVIDIA NGC Pytorch 25.04 HugeCTR Nemo 25.09'",
+     ("288 and 336", [1.1111137004584937, 1.1114746473958803]), 1.7778932785831785,
+     "MAX_STEPS=700, LR=0.0006, MINIBS=2 and CP=2 (the log's gradient_accumulation_steps 2: dp 4 x 2 microbatches, "
+     "cp 2 over the yaml's cp_comm_type a2a, parallel.cp_comm a2a), MCORE_CUDA_GRAPH=1, NUM_WORKERS=4, as NVIDIA's "
+     "GB200 config_GB200_2x4x2xtp1pp1cp2_fp4.sh", False, 2, "Dell's implementation folder is NVIDIA's", ""),
+    ("Nebius", "nebius_b300_n1", "result_1.txt",
+     "Nebius/benchmarks/llama2_70b_lora/configs/nebius_b300_n1/config_DGXB200_1x8x1xtp1pp1cp1.sh", "B300", "dgx-b300",
+     "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB), 1 node x 8, NeMo 25.09; the log prints the config name "
+     "DGXB200_1x8x1xtp1pp1cp1", ("288 and 336", [0.9244468325002041, 0.9227604620634035]), 1.7920153877688183,
+     "MAX_STEPS=800, LR=0.00055, MINIBS=1, CP=1 (dp 8, one microbatch: the log's gradient_accumulation_steps 1), "
+     "NCCL_NVLS_ENABLE=0, VBOOST_VALUE=0, '# export FP8_ACT=1' commented out (no FP8 SwiGLU store); no "
+     "MCORE_CUDA_GRAPH line", False, 1, "ASSUMED: Nebius's own config_common.sh is not stored", ""),
+    ("Nebius", "nebius_b200_n1", "result_1.txt",
+     "Nebius/benchmarks/llama2_70b_lora/configs/nebius_b200_n1/config_DGXB200_1x8x1xtp1pp1cp1_fp4.sh", "B200",
+     "dgx-b200", "NVIDIA Blackwell GPU (B200-SXM-180GB), 1 node x 8, NeMo 25.09",
+     ("288 and 336", [1.0419110924412962, 1.0405839411638833]), 1.7480043161873862,
+     "MAX_STEPS=800, LR=0.0006, MINIBS=1, CP=1 (dp 8, one microbatch), FP8_ACT=1 (the SwiGLU input kept in FP8: "
+     "training.activation_fp8_store), NCCL_NVLS_ENABLE=0, MCORE_CUDA_GRAPH=0", True, 1,
+     "ASSUMED: Nebius's own config_common.sh is not stored",
+     " The memory walk puts this row at 183.4 GiB of 179 (the run fit): its activations are overcounted by at least "
+     "4.4 GiB somewhere in NVIDIA's v5.1 LoRA layer (not found)."),
+    ("Supermicro", "SYS-422GS-NBRT-LCC", "result_1.txt",
+     "Supermicro/benchmarks/llama2_70b_lora/implementations/SYS-422GS-NBRT-LCC/config_DGXB200_1x8x1xtp1pp1cp1.sh", "B200",
+     "dgx-b200", "NVIDIA Blackwell GPU (B200-SXM-180GB), 1 node x 8, liquid-cooled, NeMo 25.09",
+     ("384 and 432", [1.2971547613125647, 1.2970344382083567]), None,
+     "MAX_STEPS=800, LR=0.00055, MINIBS=1, CP=1 (dp 8, one microbatch), FP8_ACT=1 (training.activation_fp8_store), "
+     "NCCL_NVLS_ENABLE=0, NCCL_NET=Socket (no inter-node traffic here), no MCORE_CUDA_GRAPH line (the yaml's False); "
+     "the other B200 FP8 runs of this config: Supermicro AS-A126GS-TNBR 1.303, Dell XE9685L 1.294, Lenovo SR680aV3 "
+     "1.292 and SR780aV3 1.315, GigaComputing G894-AD1 1.301 s; NVIDIA's v5.0 DGX B200 on its 25.04 stack 1.542 s",
+     True, 1, "the config's own folder, stored there", ""),
+]
+
+
+def partner_lora_case(submitter, system, result, config, gpu, hardware, system_note, ends_steps, healed, config_vars,
+                      fp8_store, cp, common_note, extra):
+    """A partner's v5.1 llama2_70b_lora row on NVIDIA's NVFP4 config (``healed``: the block after the switch to FP8)
+    or its FP8 one (``healed`` None): 8 B200 or B300 in one node."""
+    ends, steps = ends_steps
+    parallel = megatron_parallel(1, 1, 1, 1)
+    parallel["cp"] = cp
+    if cp > 1:
+        parallel["cp_comm"] = "a2a"
+    fp4 = healed is not None  # the NVFP4 config heals to FP8; the FP8 one runs FP8 throughout
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "nvfp4" if fp4 else "fp8",
+                                      "cudnn", "delayed", hardware=hardware, fp8_params=not fp4)
+    scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False)
+    if fp4:
+        scenario["training"].update(nvfp4_hadamard=False, fp4_param=True)
+    else:
+        scenario["training"]["fp8_attention"] = True
+    if fp8_store:
+        scenario["training"]["activation_fp8_store"] = True
+    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
+    scenario["dp"].pop("bucket_stages", None)
+    step = sum(steps) / len(steps)
+    note = (MLPERF_LORA_FP4_NOTE.format(healed=healed, config_vars=config_vars) if fp4 else
+            MLPERF_LORA_FP8_NOTE.format(config_vars=config_vars))
+    source = MLPERF_LORA_PARTNER_SRC.format(submitter=submitter, system=system, result=result, config=config, gpu=gpu,
+                                            system_note=system_note, step=step, ends=ends, steps0=steps[0],
+                                            steps1=steps[1], precision_note=note, common_note=common_note,
+                                            extra=extra)
+    return {
+        "name": f"mlperf-v5.1/llama2-70b-lora-{submitter.lower()}-8x{gpu.lower()}" + ("-cp2" if cp > 1 else "")
+        + ("" if fp4 else "-fp8"),
+        "family": "mlperf-lora-70b",
+        "source": source,
+        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8,
+                      "precision": "nvfp4" if fp4 else "fp8"},
+        "scenario": scenario,
+        "measured": {"step_time_s": float(f"{step:.6g}")},
+    }
+
+
 MLPERF_LORA_H100_SRC = (
     f"{MLPERF_V40} NVIDIA/results/eos_ngc24.04_nemo/llama2_70b_lora/result_0.txt with NVIDIA/benchmarks/llama2_70b_lora/"
     "implementations/nemo/config_DGXH100_1x8x4xtp4pp1cp1.sh, configs/config_common.sh, "
@@ -2880,7 +2983,7 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
      "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200, its v4.0 run on a DGX H100 (tp 4) and its v5.1\n"
-     "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2), the step time\n"
+     "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2) and its partners' v5.1 runs on 8 B200 and 8 B300, the step time\n"
      "# read off each result log.\n"
      "# Generated by\n"
      "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [
@@ -2889,4 +2992,5 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
                           MLPERF_LORA_GB200_STEPS),
          nvidia_h100_lora_case(),
          *[nvidia_nvfp4_lora_case(*row) for row in MLPERF_LORA_NVFP4],
+         *[partner_lora_case(*row) for row in MLPERF_LORA_PARTNERS],
      ])
