@@ -2729,17 +2729,47 @@ def nvidia_lora_scenario(hardware):
     return scenario
 
 
-def nvidia_lora_case(name, hardware, source, steps):
-    """An NVIDIA v5.0 llama2_70b_lora row: the step the mean of result_0's train_step_time values."""
+def lora_step_time_case(name, source, steps, scenario):
+    """A llama2_70b_lora row whose log gives train_step_time values (NVIDIA's mlperf_common
+    callback): the step their mean, ``source`` formatted with it."""
     step = sum(steps) / len(steps)
     return {
         "name": name,
         "family": "mlperf-lora-70b",
-        "source": source.format(step=step),
-        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8, "precision": "fp8"},
-        "scenario": nvidia_lora_scenario(hardware),
+        "source": source(step),
+        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8,
+                      "precision": scenario["training"]["precision"]},
+        "scenario": scenario,
         "measured": {"step_time_s": float(f"{step:.6g}")},
     }
+
+
+def nvidia_lora_case(name, hardware, source, steps):
+    """An NVIDIA v5.0 llama2_70b_lora row: the step the mean of result_0's train_step_time values."""
+    return lora_step_time_case(name, lambda step: source.format(step=step), steps, nvidia_lora_scenario(hardware))
+
+
+def v51_lora_scenario(hardware, cp, fp4, fp8_store=False):
+    """NVIDIA's v5.1 llama2_70b_lora layout (NeMo 25.09): dp over 8 GPUs with ``cp`` over the a2a
+    attention, NVFP4 with its frozen weights quantised once (``fp4``; no Hadamard transform) or FP8
+    with FP8 weights and FP8 attention, no gradient-accumulation or loss fusion, the op-fused adapters."""
+    parallel = megatron_parallel(1, 1, 1, 1)
+    parallel["cp"] = cp
+    if cp > 1:
+        parallel["cp_comm"] = "a2a"
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "nvfp4" if fp4 else "fp8",
+                                      "cudnn", "delayed", hardware=hardware, fp8_params=not fp4)
+    scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False)
+    if fp4:
+        scenario["training"].update(nvfp4_hadamard=False, fp4_param=True)
+    else:
+        scenario["training"]["fp8_attention"] = True
+    if fp8_store:
+        scenario["training"]["activation_fp8_store"] = True
+    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
+    scenario["dp"].pop("bucket_stages", None)
+    return scenario
 
 
 MLPERF_LORA_NVFP4_SRC = (
@@ -2797,29 +2827,13 @@ MLPERF_LORA_NVFP4 = [
 def nvidia_nvfp4_lora_case(hardware, gpu, system, config, stored_at, cp, layout, steps, healed, extra):
     """NVIDIA's v5.1 llama2_70b_lora row (NVFP4 with pre-quantised frozen weights) on 8 GPUs of a
     GB200 / GB300 NVL72: the step the mean of the last two pre-healing blocks' train_step_time."""
-    parallel = megatron_parallel(1, 1, 1, 1)
-    parallel["cp"] = cp
-    if cp > 1:
-        parallel["cp_comm"] = "a2a"
-    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "nvfp4", "cudnn",
-                                      hardware=hardware)
-    scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False, nvfp4_hadamard=False,
-                                fp4_param=True)
-    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
-    scenario["dp"].pop("bucket_stages", None)
-    step = sum(steps) / len(steps)
-    source = MLPERF_LORA_NVFP4_SRC.format(system=system, config=config, config_copy=stored_at, gpu=gpu, step=step,
-                                          steps0=steps[0], steps1=steps[1], healed=healed, layout=layout,
-                                          extra=extra)
-    return {
-        "name": f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}",
-        "family": "mlperf-lora-70b",
-        "source": source,
-        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8, "precision": "nvfp4"},
-        "scenario": scenario,
-        "measured": {"step_time_s": float(f"{step:.6g}")},
-    }
+    def source(step):
+        return MLPERF_LORA_NVFP4_SRC.format(system=system, config=config, config_copy=stored_at, gpu=gpu, step=step,
+                                            steps0=steps[0], steps1=steps[1], healed=healed, layout=layout,
+                                            extra=extra)
+
+    return lora_step_time_case(f"mlperf-v5.1/llama2-70b-lora-8x{gpu.lower()}", source, steps,
+                               v51_lora_scenario(hardware, cp, fp4=True))
 
 
 MLPERF_LORA_PARTNER_SRC = (
@@ -2889,40 +2903,19 @@ def partner_lora_case(submitter, system, result, config, gpu, hardware, system_n
     """A partner's v5.1 llama2_70b_lora row on NVIDIA's NVFP4 config (``healed``: the block after the switch to FP8)
     or its FP8 one (``healed`` None): 8 B200 or B300 in one node."""
     ends, steps = ends_steps
-    parallel = megatron_parallel(1, 1, 1, 1)
-    parallel["cp"] = cp
-    if cp > 1:
-        parallel["cp_comm"] = "a2a"
     fp4 = healed is not None  # the NVFP4 config heals to FP8; the FP8 one runs FP8 throughout
-    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "nvfp4" if fp4 else "fp8",
-                                      "cudnn", "delayed", hardware=hardware, fp8_params=not fp4)
-    scenario["training"].update(grad_accum_fusion=False, fused_cross_entropy=False)
-    if fp4:
-        scenario["training"].update(nvfp4_hadamard=False, fp4_param=True)
-    else:
-        scenario["training"]["fp8_attention"] = True
-    if fp8_store:
-        scenario["training"]["activation_fp8_store"] = True
-    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
-    scenario["dp"].pop("bucket_stages", None)
-    step = sum(steps) / len(steps)
     note = (MLPERF_LORA_FP4_NOTE.format(healed=healed, config_vars=config_vars) if fp4 else
             MLPERF_LORA_FP8_NOTE.format(config_vars=config_vars))
-    source = MLPERF_LORA_PARTNER_SRC.format(submitter=submitter, system=system, result=result, config=config, gpu=gpu,
-                                            system_note=system_note, step=step, ends=ends, steps0=steps[0],
-                                            steps1=steps[1], precision_note=note, common_note=common_note,
-                                            extra=extra)
-    return {
-        "name": f"mlperf-v5.1/llama2-70b-lora-{submitter.lower()}-8x{gpu.lower()}" + ("-cp2" if cp > 1 else "")
-        + ("" if fp4 else "-fp8"),
-        "family": "mlperf-lora-70b",
-        "source": source,
-        "published": {"train_step_time_s": steps, "global_batch": 8, "seq_len": 8192, "gpus": 8,
-                      "precision": "nvfp4" if fp4 else "fp8"},
-        "scenario": scenario,
-        "measured": {"step_time_s": float(f"{step:.6g}")},
-    }
+
+    def source(step):
+        return MLPERF_LORA_PARTNER_SRC.format(submitter=submitter, system=system, result=result, config=config,
+                                              gpu=gpu, system_note=system_note, step=step, ends=ends,
+                                              steps0=steps[0], steps1=steps[1], precision_note=note,
+                                              common_note=common_note, extra=extra)
+
+    name = (f"mlperf-v5.1/llama2-70b-lora-{submitter.lower()}-8x{gpu.lower()}" + ("-cp2" if cp > 1 else "")
+            + ("" if fp4 else "-fp8"))
+    return lora_step_time_case(name, source, steps, v51_lora_scenario(hardware, cp, fp4, fp8_store))
 
 
 MLPERF_LORA_H100_SRC = (
