@@ -2794,7 +2794,7 @@ MLPERF_LORA_NVFP4_SRC = (
     "FP8_DPA=1 with NVTE_DPA_FP8_RECIPE=DelayedScaling is set, but Megatron-Core's get_fp4_recipe builds "
     "NVFP4BlockScaling() without fp8_dpa (its default False) and the v5.1 callback does not patch it (a later "
     "Megatron-Bridge callback builds NVFP4BlockScaling(fp8_dpa=...)): attention in BF16 before healing "
-    "(training.fp8_attention false, INFERRED from the code; FP8 attention would make the simulated GB300 step 4% shorter). "
+    "(training.fp8_attention false, INFERRED from the code; FP8 attention would make the simulated step 4% shorter on GB300, 1% on GB200). "
     "MCORE_CUDA_GRAPH=1 (cuda_graph_scope full_iteration: the host issues nothing per kernel; the simulated host "
     "is not on the step's path either way), USE_TE_OPS=1 (NeMo's TEFusedLoRALinear at tp 1, lora.op_fuser: "
     "the base linear and its adapter as TransformerEngine op sequences, the adapter in BF16 outside the FP4 "
