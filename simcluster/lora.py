@@ -104,11 +104,26 @@ class FrozenInputs:
     fc2: float
 
 
+#: bytes per element of a dropout mask: PyTorch's ``native_dropout`` keeps a bool tensor (NeMo's
+#: ``ParallelLinearAdapter``, an ``nn.Dropout``); TransformerEngine's fused dropout, which its op
+#: fuser's ``Dropout`` runs on 16-bit inputs of a multiple of 16 elements, packs one bit per element
+#: (``tex.dropout_fwd`` allocates numel / 8 bytes)
+TORCH_DROPOUT_MASK_BYTES = 1.0
+TE_FUSED_DROPOUT_MASK_BYTES = 1.0 / 8.0
+
+
+def dropout_mask_bytes(adapters: Adapters) -> float:
+    """Bytes per input element of the mask an adapter's dropout keeps (0 without dropout)."""
+    if adapters.dropout <= 0:
+        return 0.0
+    return TE_FUSED_DROPOUT_MASK_BYTES if adapters.op_fuser else TORCH_DROPOUT_MASK_BYTES
+
+
 def lora_kept_bytes(model: ModelSpec, adapters: Adapters, targets: tuple[str, ...], tp: int, rows: float, e: float) -> float:
     """Activation bytes one microbatch of ``rows`` tokens keeps on one GPU for the adapters of
-    ``targets``: each adapter's input (``e`` bytes; with dropout the masked copy and its 1-byte
-    mask) and its r-wide intermediate x A."""
-    mask = 1.0 if adapters.dropout > 0 else 0.0
+    ``targets``: each adapter's input (``e`` bytes; with dropout the masked copy and its mask,
+    :func:`dropout_mask_bytes`) and its r-wide intermediate x A."""
+    mask = dropout_mask_bytes(adapters)
     return sum(rows * (a.k * (e + mask) + a.n * e) for a, _ in adapter_pairs(model, adapters, targets, tp))
 
 

@@ -16,7 +16,7 @@ from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.flops import token_flops
 from simcluster.lora import Adapters, layer_adapter_params
-from simcluster.memory import stage_params
+from simcluster.memory import layer_activation_bytes, stage_params
 from simcluster.memory_report import memory_by_stage
 from simcluster.model import build_model
 from simcluster.parallelism.data import build_buckets
@@ -301,15 +301,30 @@ def test_op_fuser_runs_the_adapters_scale_and_adds_inside_the_gemms():
     scale and the add into the base output the B GEMM's epilogue (10 B per output element become
     the one extra read of its C, 2 B); BackwardLinearScale takes the scale as the B dgrad's alpha
     (4 B gone); BackwardLinearAdd accumulates the adapter's input gradient in the base dgrad
-    (6 B become 2). qkv and proj: outputs 10240 + 8192, inputs 8192 + 8192 wide."""
+    (6 B become 2); its Dropout op runs TransformerEngine's fused kernel, a 1-bit mask where
+    PyTorch's is a 1-byte bool (7/8 B less written forward and read backward per input element).
+    qkv and proj: outputs 10240 + 8192, inputs 8192 + 8192 wide."""
     plain = layer_builder(lora_doc())
     fused = layer_builder({**lora_doc(), "lora": {"rank": 16, "dropout": 0.1, "op_fuser": True}})
     km, tokens = plain.km, 8192
     n, k = 10240 + 8192, 8192 + 8192
     forward = compute_seconds(plain.layer(0, "F")) - compute_seconds(fused.layer(0, "F"))
-    assert forward == pytest.approx(tokens * n * (10 - 2) / km.hbm_bytes_per_s, rel=1e-9)
+    assert forward == pytest.approx(tokens * (n * (10 - 2) + k * 7 / 8) / km.hbm_bytes_per_s, rel=1e-9)
     backward = compute_seconds(plain.layer(0, "B")) - compute_seconds(fused.layer(0, "B"))
-    assert backward == pytest.approx(tokens * (4 * n + 4 * k) / km.hbm_bytes_per_s, rel=1e-9)
+    assert backward == pytest.approx(tokens * (4 * n + 4 * k + k * 7 / 8) / km.hbm_bytes_per_s, rel=1e-9)
     # NeMo builds the fused adapter at tp 1 only: at tp 2 the setting changes nothing
     tp2 = {**lora_doc(tp=2), "lora": {"rank": 16, "dropout": 0.1, "op_fuser": True}}
     assert compute_seconds(layer_builder(tp2).layer(0, "F")) == compute_seconds(layer_builder(lora_doc(tp=2)).layer(0, "F"))
+
+
+def test_op_fused_dropout_keeps_a_one_bit_mask():
+    """TransformerEngine's fused dropout (te.ops.Dropout on a 16-bit input of a multiple of 16
+    elements: tex.dropout_fwd allocates numel / 8 bytes of mask) keeps 1/8 B per adapter input
+    element where PyTorch's native_dropout keeps a 1-byte bool: qkv's and proj's inputs, 8192 +
+    8192 wide, over 8192 tokens: 7/8 x 16384 x 8192 B less per layer and microbatch."""
+    def kept(op_fuser):
+        ctx = build_context(scenario_from_dict(
+            {**lora_doc(), "lora": {"rank": 16, "dropout": 0.1, "op_fuser": op_fuser}}))
+        return layer_activation_bytes(ctx.model, ctx.layout, ctx.scenario.training, 0)
+
+    assert kept(False) - kept(True) == pytest.approx(7 / 8 * (8192 + 8192) * 8192, rel=1e-12)

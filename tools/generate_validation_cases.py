@@ -2772,6 +2772,14 @@ def v51_lora_scenario(hardware, cp, fp4, fp8_store=False):
     return scenario
 
 
+#: the op-fused adapter's dropout (NeMo's TEFusedLoRALinear appends te.ops.Dropout for dropout_position 'pre')
+TE_FUSED_DROPOUT_NOTE = (
+    "its te.ops.Dropout runs TransformerEngine's fused kernel on the 16-bit input, a 1-bit mask "
+    "(tex.dropout_fwd allocates numel / 8 bytes; TransformerEngine pull request 2014, 'Dropout with 8-bit RNG', "
+    "July-August 2025, shipped in the 2.9.0.dev0+3f5b4754 build GigaComputing's v5.1 folder stores; ASSUMED in the "
+    "release_v2.8 branch NVIDIA's Dockerfile builds, TE_REVISION=release_v2.8)")
+
+
 MLPERF_LORA_NVFP4_SRC = (
     f"{MLPERF_V51} NVIDIA/results/{{system}}/llama2_70b_lora/result_0.txt with the README's {{config}} (stored "
     "under {config_copy}), config_common.sh and config_common_fp4.sh (the index stores NVIDIA's v5.1 copies under "
@@ -2800,7 +2808,7 @@ MLPERF_LORA_NVFP4_SRC = (
     "the base linear and its adapter as TransformerEngine op sequences, the adapter in BF16 outside the FP4 "
     "autocast, its scale and add into the base output the B GEMM's epilogue (ForwardLinearScaleAdd), the "
     "backward scale that GEMM's alpha (BackwardLinearScale), the adapter's input gradient accumulated by the "
-    "base input-gradient GEMM (BackwardLinearAdd)), FUSED_SINGLE_QKV_ROPE=1, NCCL_NVLS_ENABLE=1, TP_COMM_OVERLAP "
+    "base input-gradient GEMM (BackwardLinearAdd); " + TE_FUSED_DROPOUT_NOTE + "), FUSED_SINGLE_QKV_ROPE=1, NCCL_NVLS_ENABLE=1, TP_COMM_OVERLAP "
     "unset (False); train.py: gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False (Megatron's "
     "unfused loss: training.fused_cross_entropy false), the distributed optimizer (zero 1, over the adapters), no "
     "recompute, no CPU offloading, no BF16 first/last layers (the embedding and LM head outside the FP4 "
@@ -2843,7 +2851,8 @@ MLPERF_LORA_PARTNER_SRC = (
     "values of the blocks ending at steps {ends}, {steps0} and {steps1} s (mlperf_common's per-block wall clock, the "
     "optimizer step and data loading in it). {precision_note} The rest as NVIDIA's v5.1 config_common.sh (the copy "
     "under Supermicro/benchmarks/llama2_70b_lora/implementations/Blackwell_lora/; {common_note}): TP=1, PP=1, SP=0, "
-    "USE_TE_OPS=1 (NeMo's TEFusedLoRALinear at tp 1: lora.op_fuser), FP8_DPA=1, LORA_A2A=1 (inert at tp 1), "
+    "USE_TE_OPS=1 (NeMo's TEFusedLoRALinear at tp 1: lora.op_fuser; " + TE_FUSED_DROPOUT_NOTE + "), FP8_DPA=1, "
+    "LORA_A2A=1 (inert at tp 1), "
     "CG_WEIGHT_CACHING=0; train.py: gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False (the unfused "
     "loss), the distributed optimizer (zero 1, over the adapters), no recompute; LoRA(dim=16, alpha=32, dropout=0.1, "
     "dropout_position 'pre', target_modules linear_proj and linear_qkv), sequence 8192 (packed GovReport), MBS 1. "

@@ -17,20 +17,22 @@ from simcluster.lora import (
     adapter_gemms,
     adapter_pairs,
     adapter_widths,
+    dropout_mask_bytes,
 )
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 
-#: HBM bytes per element of each adapter pass (16-bit tensors, PyTorch's 1-byte bool mask).
-#: Forward: dropout reads x and writes the copy and the mask (2 + 2 + 1); over the output, the
-#: scale (read, write) and the add into the base output (two reads, a write).
-DROPOUT_FWD_BYTES = 5.0
+#: HBM bytes per element of each adapter pass (16-bit tensors; the dropout's mask as
+#: :func:`~simcluster.lora.dropout_mask_bytes`). Forward: dropout reads x and writes the copy and
+#: the mask (2 + 2 + mask); over the output, the scale (read, write) and the add into the base
+#: output (two reads, a write).
+DROPOUT_FWD_BYTES = 4.0
 OUTPUT_FWD_BYTES = 4.0 + 6.0
 #: Backward: the scale's gradient over the output (read, write); over the input, the dropout's
 #: gradient (gradient and mask read, one write) and its add into the base input gradient.
 OUTPUT_BWD_BYTES = 4.0
-DROPOUT_BWD_BYTES = 5.0
+DROPOUT_BWD_BYTES = 4.0
 INPUT_ADD_BYTES = 6.0
 #: Under TransformerEngine's op fuser (``lora.op_fuser``): forward, the B GEMM scales by its alpha
 #: and accumulates into the base output (``ForwardLinearScaleAdd``: beta 1, so it reads that
@@ -59,14 +61,14 @@ class LoraBlocks(BuilderBase):
         if lora is None or not gemms:
             return Work()
         k, n = adapter_widths(self.shapes.model, lora, targets, self.shapes.layout.tp)
-        dropout = lora.dropout > 0
+        mask = dropout_mask_bytes(lora)
         fused = lora.op_fuser
         if phase == "F":
             out = OUTPUT_FWD_FUSED_BYTES if fused else OUTPUT_FWD_BYTES
-            per_token = n * out + (k * DROPOUT_FWD_BYTES if dropout else 0.0)
+            per_token = n * out + (k * (DROPOUT_FWD_BYTES + mask) if mask else 0.0)
         else:
             out, add = (OUTPUT_BWD_FUSED_BYTES, INPUT_ADD_FUSED_BYTES) if fused else (OUTPUT_BWD_BYTES, INPUT_ADD_BYTES)
-            per_token = n * out + k * (add + (DROPOUT_BWD_BYTES if dropout else 0.0))
+            per_token = n * out + k * (add + (DROPOUT_BWD_BYTES + mask if mask else 0.0))
         passes = Work.of(memory=self.km.memory(self.shapes.tokens * per_token))
         return self._gemms(gemms, phase, self.km.act_dtype) + passes
 

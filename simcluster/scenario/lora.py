@@ -52,7 +52,9 @@ class LoraSection(SectionBase):
             "TEFusedLoRALinear, use_transformer_engine_op_fuser; MLPerf v5.1's USE_TE_OPS=1): the "
             "scale and the add into the base output become the B GEMM's epilogue, the backward "
             "scale its input-gradient GEMM's alpha, and the adapter's input gradient is "
-            "accumulated by the base linear's input-gradient GEMM; NeMo builds it at tp 1 only"
+            "accumulated by the base linear's input-gradient GEMM; its dropout is "
+            "TransformerEngine's fused kernel, a 1-bit mask where PyTorch's is a 1-byte bool; "
+            "NeMo builds it at tp 1 only"
         ),
     )
     a2a: bool = Field(
