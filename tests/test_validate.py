@@ -90,7 +90,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi300x": 4,
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
-        "mlperf-lora-70b": 12,
+        "mlperf-lora-70b": 15,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -525,7 +525,8 @@ def test_mlperf_lora_rows_are_their_logs_steps():
     DGX H100 row (config_DGXH100_1x8x4xtp4pp1cp1.sh): tp 4 with sequence parallelism and
     userbuffers, the adapters' all-to-all (LORA_A2A=1), 8 / (2.154987 + 2.155219) x 2 = 3.71212 s."""
     fp8 = [c for c in _family("mlperf-lora-70b") if c.scenario["training"]["precision"] == "fp8"
-           and not c.name.endswith("-fp8")]  # the partners' v5.1 FP8 row: its own test
+           and not c.name.endswith("-fp8")  # the partners' v5.1 FP8 row: its own test
+           and not c.name.startswith("mlperf-v4.1/")]  # the v4.1 H200 rows: their own test
     rows = {c.scenario["cluster"]["hardware"]: c for c in fp8}
     assert len(rows) == len(fp8) == 6
     for hardware, c in rows.items():
@@ -559,6 +560,34 @@ def test_mlperf_lora_rows_are_their_logs_steps():
         assert (tr["micro_batch"], tr["global_batch"], tr["seq_len"]) == (1, 8, 8192)
         assert (tr["precision"], tr["fp8_param_gather"], tr["attention_kernel"]) == ("fp8", True, kernel)
         assert (tr["recompute"] == "none") == (hardware != "amd-mi300x") and not c.slow
+
+
+def test_v41_h200_lora_rows_run_nvidia_v41_config_at_cp_2():
+    """MLPerf Training v4.1 llama2_70b_lora on one node of 8 H200 (NVIDIA's h200_ngc24.09_nemo,
+    Dell's XE9680 and Lenovo's SR685a V3 runs of config_DGXH200_1x8x2xtp1pp1cp2.sh): global batch
+    MINIBS 2 x 8 / (TP 1 x PP 1) / CP 2 = 8, so dp 4 and 2 accumulation steps; step = 8 / the mean
+    of the last two tracked_stats throughputs (NVIDIA 2.471431 and 2.471846 samples/s: 3.23672 s);
+    FP8_DPA=0 (16-bit attention), FP8_ACTIVATION=True, the yaml's mcore_distributed_optim with
+    both overlaps and no transpose cache, the unfused loss, no CUDA graphs."""
+    rows = {c.name: c for c in _family("mlperf-lora-70b") if c.name.startswith("mlperf-v4.1/")}
+    assert sorted(rows) == ["mlperf-v4.1/llama2-70b-lora-8xh200", "mlperf-v4.1/llama2-70b-lora-dell-8xh200",
+                            "mlperf-v4.1/llama2-70b-lora-lenovo-8xh200"]
+    assert rows["mlperf-v4.1/llama2-70b-lora-8xh200"].measured == pytest.approx(3.23672, abs=1e-5)
+    for c in rows.values():
+        sc, tr = c.scenario, c.scenario["training"]
+        thr = c.published["throughput_samples_per_s"]
+        assert c.measured == pytest.approx(8 / (sum(thr) / 2), abs=1e-5) and not c.slow
+        assert sc["cluster"]["hardware"] == "dgx-h200" and sc["cluster"]["gpus"] == 8
+        p = sc["parallel"]
+        assert (p["tp"], p["pp"], p["cp"], p["zero"]) == (1, 1, 2, 1) and "cp_comm" not in p
+        dp = 8 // (p["tp"] * p["pp"] * p["cp"])
+        assert (tr["micro_batch"], tr["global_batch"], tr["global_batch"] // (tr["micro_batch"] * dp)) == (1, 8, 2)
+        assert (tr["precision"], tr["fp8_recipe"], tr["fp8_param_gather"]) == ("fp8", "delayed", True)
+        assert tr.get("fp8_attention", False) is False and tr["activation_fp8_store"] is True
+        assert tr["fp8_weight_cache"] is False and tr["fused_cross_entropy"] is False
+        assert "cuda_graphs" not in tr and tr["recompute"] == "none"
+        assert sc["overlap"] == {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+        assert sc["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
 
 
 def test_bloom_logged_tflops_follow_narayanans_formula_with_recompute():

@@ -2981,12 +2981,77 @@ def nvidia_h100_lora_case():
     return lora_throughput_case("mlperf-v4.0/llama2-70b-lora-8xh100", source, thr, scenario)
 
 
+MLPERF_LORA_V41_H200_SRC = (
+    f"{MLPERF_V41} {{submitter}}/results/{{system}}/llama2_70b_lora/{{result}} with NVIDIA's v4.1 implementation "
+    "(NVIDIA/benchmarks/llama2_70b_lora/implementations/h200_ngc24.09_nemo: its README names "
+    "config_DGXH200_1x8x2xtp1pp1cp2.sh, stored under Lenovo's configs/ folder and UNARY-Lab's copy of the repository; "
+    "eos_ngc24.09_nemo's conf/megatron_gpt_peft_tuning_config.yaml; the Dockerfile builds on "
+    "nvcr.io/nvidia/pytorch:24.09-py3 with NeMo and Megatron-Core 24.09-alpha.rc0 and the container's "
+    "TransformerEngine, TE_REVISION=SKIP): MLPerf Training v4.1 llama2_70b_lora on one node of 8 H200 SXM 141GB "
+    "({system_note}). Step {step:.6g} s = 8 / the mean of the log's last two tracked_stats throughputs, {thr0} and "
+    "{thr1} samples/s (custom_callbacks.py, b200_preview_nemo's stored copy: samples over the summed time from "
+    "on_train_batch_start to on_train_batch_end){extra}. The config sets TP=1, CP=2, SP=0, MINIBS=2 (global batch "
+    "8 = MBS 1 x dp 4 x 2 accumulation steps: the log's gradient_accumulation_steps 2), FP8_ACTIVATION=True (the "
+    "yaml's activation_func_fp8_input_store: training.activation_fp8_store), FP8_DPA=0 (attention in 16 bits), "
+    "NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0 (cuDNN), TP_COMM_OVERLAP=1 (nothing to overlap at tp 1), "
+    "NCCL_MIN_CTAS=32; v4.1's config_common.sh (b200_preview_nemo's stored copy) FP8=True (fp8 and fp8_params), "
+    "FP8_AMAX_ALGO=max, FP8_AMAX_HISTORY=32, FP8_REDUCE_AMAX=False (delayed scaling), NCCL_NVLS_ENABLE=0, "
+    "LORA_A2A=1 (inert at tp 1) and NEMO_LORA_USE_THUNDER_DROPOUT=1 (the adapter code that reads it was not found: "
+    "ASSUMED PyTorch's dropout with its 1-byte mask). No CUDA graphs (LAYER_CUDA_GRAPH unset), no recompute "
+    "(ACG/ACM/ACL unset). The yaml: megatron_amp_O2, Megatron-Core's distributed optimizer (mcore_distributed_optim "
+    "with overlap_grad_sync and overlap_param_sync: zero 1 over the adapters, both overlapped), "
+    "disable_parameter_transpose_cache True (training.fp8_weight_cache false), no cross-entropy fusion key (NeMo "
+    "1.x's unfused loss), no cp_comm_type (Megatron-Core's p2p ring). Lenovo's log prints the configuration in "
+    "effect: context_parallel_size 2, sequence_parallel 0, fp8 true, fp8_dot_product_attention 0, "
+    "activation_func_fp8_input_store true, enable_cuda_graph false. Found by a research helper; the settings "
+    "written before simulating."
+    + MLPERF_LORA_COMMON.replace(" and built in FP8 (fp8_params / te.fp8_model_init: training.fp8_param_gather, the "
+                                 "frozen weights at 1 B)", " and built in FP8 (NeMo 1.x builds the model under "
+                                 "fp8_model_init with fp8_params: training.fp8_param_gather; the adapters are added "
+                                 "after, in bf16)"))
+MLPERF_LORA_V41_H200 = [  # name suffix, submitter, system, result, system note, [throughputs], extra
+    ("8xh200", "NVIDIA", "h200_ngc24.09_nemo", "result_0.txt",
+     "NVIDIA/systems/h200_ngc24.09_nemo.json: DGX H200, two Xeon Platinum 8480CL, NeMo Framework 24.09, CUDA 12.6.1, "
+     "cuDNN 9.4.0, NCCL 2.22.3", [2.4714305683388513, 2.471846281008912],
+     "; result_1 gives 2.477-2.480 samples/s, 3.23 s"),
+    ("dell-8xh200", "Dell", "XE9680x8H200-SXM-141GB", "result_0.txt",
+     "Dell/systems/XE9680x8H200-SXM-141GB.json: PowerEdge XE9680, two Xeon Platinum 8480+, 700 W H200, NGC PyTorch "
+     "and NeMo 24.09, cuDNN 9.4.0, NCCL 2.22.3; its MLLOG-only log names no config: the DGXH200 one ASSUMED from its "
+     "logged gradient_accumulation_steps 2, learning rate 5e-4 and 896 training steps",
+     [2.54646619541077, 2.5471699712005695], ""),
+    ("lenovo-8xh200", "Lenovo", "SR685aV3-8xH200_SXM_141GB_700W", "result_1.txt",
+     "Lenovo/systems/SR685aV3-8xH200_SXM_141GB_700W.json: ThinkSystem SR685a V3, two AMD EPYC 9454 (the profile's "
+     "Intel host ASSUMED: nothing on this layout crosses it), 700 W H200; its log's DLPAL line names the container "
+     "mlperfv41/lora:20241003 and config DGXH200_1x8x2xtp1pp1cp2",
+     [2.574363967061138, 2.576746846002648], ""),
+]
+
+
+def v41_h200_lora_case(suffix, submitter, system, result, system_note, thr, extra):
+    """A v4.1 llama2_70b_lora row on one node of 8 H200 (NVIDIA's or a partner's run of NVIDIA's
+    NeMo 24.09 code): tp 1, cp 2 over the p2p ring, dp 4, two microbatches, 16-bit attention, the
+    SwiGLU input kept in FP8, the distributed optimizer over the adapters."""
+    parallel = megatron_parallel(1, 1, 1, 1)
+    parallel["cp"] = 2
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, parallel, 8192, 1, 8, "fp8", "cudnn", "delayed",
+                                      hardware="dgx-h200", fp8_params=True)
+    scenario["cluster"].update(nvls=False, nccl_min_ctas=32)
+    scenario["training"].update(fused_cross_entropy=False, fp8_weight_cache=False, activation_fp8_store=True)
+    scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
+    scenario["dp"].pop("bucket_stages", None)
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    source = MLPERF_LORA_V41_H200_SRC.format(submitter=submitter, system=system, result=result,
+                                             system_note=system_note, step=lora_step(thr), thr0=thr[0], thr1=thr[1],
+                                             extra=extra)
+    return lora_throughput_case(f"mlperf-v4.1/llama2-70b-lora-{suffix}", source, thr, scenario)
+
+
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
      "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200, its v4.0 run on a DGX H100 (tp 4) and its v5.1\n"
-     "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2) and its partners' v5.1 runs on 8 B200 and 8 B300, the step time\n"
-     "# read off each result log.\n"
+     "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2), its partners' v5.1 runs on 8 B200 and 8 B300 and the v4.1\n"
+     "# runs of NVIDIA's code on 8 H200 (cp 2), the step time read off each result log.\n"
      "# Generated by\n"
      "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [
          nvidia_lora_case("mlperf-v5.0/llama2-70b-lora-8xb200", "dgx-b200", MLPERF_LORA_B200_SRC, MLPERF_LORA_B200_STEPS),
@@ -2995,4 +3060,5 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
          nvidia_h100_lora_case(),
          *[nvidia_nvfp4_lora_case(*row) for row in MLPERF_LORA_NVFP4],
          *[partner_lora_case(*row) for row in MLPERF_LORA_PARTNERS],
+         *[v41_h200_lora_case(*row) for row in MLPERF_LORA_V41_H200],
      ])
