@@ -26,7 +26,7 @@ def _tool():
 
 def test_the_shipped_table_covers_the_gpus_with_cases():
     by_gpu = load_table()["by_gpu"]
-    for profile in ("dgx-a100", "dgx-h100", "dgx-b200", "gb200-nvl72"):
+    for profile in ("dgx-a100", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72"):
         assert load_profile(profile).gpu.name in by_gpu, profile
     assert sum(row["n"] for row in by_gpu.values()) == int(load_table()["cases"].split("(")[1].split()[0])
 
@@ -37,7 +37,7 @@ def test_a_gpu_with_cases_gets_its_record_and_one_without_says_so():
     line = accuracy_line(h100)
     assert f"{row['n']} published runs" in line and f"MAPE {row['mape_pct']:.1f}%" in line
     assert ("faster" if row["speed_bias_pct"] >= 0 else "slower") in line
-    assert "no accuracy record" in accuracy_line(load_profile("dgx-h200").gpu.name)
+    assert "no accuracy record" in accuracy_line(load_profile("hgx-h800").gpu.name)
 
 
 def test_the_tool_keeps_the_per_gpu_rows_of_a_validate_document(tmp_path):
@@ -66,7 +66,7 @@ def test_the_tool_keeps_the_per_gpu_rows_of_a_validate_document(tmp_path):
 
 @pytest.mark.parametrize(
     ("hardware", "words"),
-    [("dgx-h100", "published runs"), ("amd-mi300x", "published runs"), ("dgx-h200", "no accuracy record")],
+    [("dgx-h100", "published runs"), ("amd-mi300x", "published runs"), ("hgx-h800", "no accuracy record")],
 )
 def test_run_prints_the_record_of_its_gpu(cli, hardware, words):
     res = cli("run", "llama3-8b-8xh100", "--set", f"cluster.hardware={hardware}")
