@@ -2904,6 +2904,32 @@ MLPERF_LORA_PARTNERS = [
      "the other B200 FP8 runs of this config: Supermicro AS-A126GS-TNBR 1.303, Dell XE9685L 1.294, Lenovo SR680aV3 "
      "1.292 and SR780aV3 1.315, GigaComputing G894-AD1 1.301 s; NVIDIA's v5.0 DGX B200 on its 25.04 stack 1.542 s",
      True, 1, "the config's own folder, stored there", ""),
+    ("Supermicro", "SYS-822GS-NB3RT", "result_01.txt",
+     "Supermicro/benchmarks/llama2_70b_lora/implementations/Blackwell_lora/config_SYS-822GS-NB3RT_1x8x1xtp1pp1cp1.sh",
+     "B300", "dgx-b300",
+     "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB; the log's 'NVIDIA B300 SXM6 AC'), 1 node x 8, two Xeon 6787P, "
+     "air-cooled, 'NeMo Framework NVIDIA Release 25.09'; the folder holds result_01 to result_10",
+     ("336 and 384", [1.264972010353328, 1.2644421805622794]), None,
+     "MAX_STEPS=800, LR=0.00055, MINIBS=1, CP=1 (dp 8, one microbatch), FP8_ACT=1 (training.activation_fp8_store), "
+     "NCCL_NVLS_ENABLE=0, NCCL_NET=Socket (no inter-node traffic here), FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the "
+     "log's printed configuration agrees (fp8 delayed, amax history 4 with max, fp8_dot_product_attention 1, "
+     "activation_func_fp8_input_store 1, use_transformer_engine_op_fuser 1, enable_cuda_graph 0). Supermicro's "
+     "AS-8126GS-NB3RT (two AMD EPYC 9965) ran the same config at 1.2688 / 1.2686 s, Lenovo's SR680a V4 (no config or "
+     "printed configuration stored) 1.264 / 1.262 s; these B300 FP8 rows run on dgx-b300's cudnn-fp8 curves "
+     "(gb300-nvl72's FP8 rows at cudnn-frontend's measured B300 / GB300 share)",
+     True, 1, "the config sources that copy", ""),
+    ("Dell", "1xXE9780x8B300-SXM-270GB", "result_0.txt",
+     "the config its log names, XE9780x8B300-SXM-280GB_1x8x1xtp1pp1cp1, which is not stored (the folder's "
+     "config_XE9780x8B300-SXM-270GB_1x8x1xtp1pp1cp1.sh sets LR=0.00055 where the run logged 0.0005, its "
+     "config_DGXB300_1x8x1xtp1pp1cp1.sh MCORE_CUDA_GRAPH=1 where the log shows CUDA graphs off), so the settings are "
+     "the configuration the log prints", "B300", "dgx-b300",
+     "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB), 1 node x 8, two Xeon 6767P, 'NVIDIA NGC Pytorch 25.04 HugeCTR Nemo "
+     "25.09' (the log: CUDA 13.0.1)",
+     ("336 and 384", [1.299987996895652, 1.3000767467498615]), None,
+     "as its log prints them: fp8 delayed with amax history 4 (max), fp8_dot_product_attention 1, "
+     "activation_func_fp8_input_store 1 (training.activation_fp8_store), use_transformer_engine_op_fuser 1, "
+     "enable_cuda_graph false, TP, PP and CP 1, micro batch 1, global batch 8 (dp 8), learning rate 0.0005",
+     True, 1, "ASSUMED: Dell's copy, not stored under its folder", ""),
 ]
 
 
