@@ -277,6 +277,16 @@ def _more_recompute(doc: Doc) -> bool:
     return True
 
 
+def _more_recompute_memory(doc: Doc) -> bool:
+    """As :func:`_more_recompute`, but not from none to selective under FP8 attention: the
+    checkpointed core attention keeps its 16-bit Q, K and V (Megatron-Core checkpoints the call
+    on its inputs), where FP8 attention unrecomputed keeps 1-byte copies of them and of its
+    output, so selective recomputation can keep more (metamorphic seed 8501: +2.2% on a GQA model)."""
+    if doc["training"].get("fp8_attention") and doc["training"].get("recompute", "none") == "none":
+        return False
+    return _more_recompute(doc)
+
+
 RELATIONS = [
     Relation("compute x1.5", _patched(lambda p: {"gpu": {"peak_tflops": {k: v * 1.5 for k, v in p.gpu.peak_tflops.items()}}}), "step_s", False),  # noqa: E501
     Relation("hbm x1.5", _patched(lambda p: {"gpu": {"hbm_tbps": p.gpu.hbm_tbps * 1.5}}), "step_s", False),
@@ -285,7 +295,7 @@ RELATIONS = [
     Relation("nic latency x0.5", _patched(lambda p: {"node": {"nic_latency_us": p.node.nic_latency_us * 0.5}}), "step_s", False),  # noqa: E501
     Relation("global batch x2", _edit(_double_batch), "per_sequence_s", False),
     Relation("zero +1", _edit(_next_zero), "peak_bytes", False),
-    Relation("recompute memory", _edit(_more_recompute), "peak_bytes", False),
+    Relation("recompute memory", _edit(_more_recompute_memory), "peak_bytes", False),
     Relation("recompute time", _edit(_more_recompute), "step_s", True),
     Relation("micro-batch x2 memory", _edit(_double_micro_batch), "peak_bytes", True),
     Relation("tp x2 memory", _edit(_double_degree("tp")), "peak_bytes", False),
