@@ -2679,6 +2679,13 @@ MLPERF_LORA_GB200_STEPS = [1.469008400838599, 1.470604118833459]
 _lora = {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1}
 
 
+def _add_lora(scenario, **options):
+    """MLPerf's llama2_70b_lora adapters (rank 16 on QKV and the output projection, dropout 0.1,
+    and ``options``) on ``scenario``, without the first-stage bucketing, inert at pp 1."""
+    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), **options}
+    scenario["dp"].pop("bucket_stages", None)
+
+
 def lora_step(thr):
     """The step of a llama2_70b_lora log's tracked_stats throughputs: the global batch of 8 over
     their mean (samples/s)."""
@@ -2707,8 +2714,7 @@ for gpu, profile, system, stored_at, note, thr, other, layers, partners in MLPER
     if layers:
         scenario["training"].update(recompute="full", recompute_num_layers=layers)
     scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": False}
-    scenario["dp"].pop("bucket_stages", None)
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    _add_lora(scenario)
     step = lora_step(thr)
     recompute = (f"ACG=full, ACM=block, ACL={layers} (the first {layers} layers recomputed whole: training.recompute "
                  f"full, recompute_num_layers {layers}; the MI325X and MI355X configs recompute none)" if layers else
@@ -2724,8 +2730,7 @@ def nvidia_lora_scenario(hardware):
                                       "fp8", "cudnn", "delayed", hardware=hardware, fp8_params=True)
     scenario["training"].update(fused_cross_entropy=False, fp8_attention=True, activation_fp8_store=True)
     scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
-    scenario["dp"].pop("bucket_stages", None)
+    _add_lora(scenario)
     return scenario
 
 
@@ -2767,8 +2772,7 @@ def v51_lora_scenario(hardware, cp, fp4, fp8_store=False):
     if fp8_store:
         scenario["training"]["activation_fp8_store"] = True
     scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "op_fuser": True}
-    scenario["dp"].pop("bucket_stages", None)
+    _add_lora(scenario, op_fuser=True)
     return scenario
 
 
@@ -3000,8 +3004,7 @@ def nvidia_h100_lora_case():
         "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True},
         "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
         "fc1_dgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False}}}
-    scenario["dp"].pop("bucket_stages", None)
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"]), "a2a": True}
+    _add_lora(scenario, a2a=True)
     thr = MLPERF_LORA_H100_THR
     source = MLPERF_LORA_H100_SRC.format(step=lora_step(thr), thr0=thr[0], thr1=thr[1])
     return lora_throughput_case("mlperf-v4.0/llama2-70b-lora-8xh100", source, thr, scenario)
@@ -3064,8 +3067,7 @@ def v41_h200_lora_case(suffix, submitter, system, result, system_note, thr, extr
     scenario["cluster"].update(nvls=False, nccl_min_ctas=32)
     scenario["training"].update(fused_cross_entropy=False, fp8_weight_cache=False, activation_fp8_store=True)
     scenario["overlap"] = {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False}
-    scenario["dp"].pop("bucket_stages", None)
-    scenario["lora"] = {**_lora, "targets": list(_lora["targets"])}
+    _add_lora(scenario)
     source = MLPERF_LORA_V41_H200_SRC.format(submitter=submitter, system=system, result=result,
                                              system_note=system_note, step=lora_step(thr), thr0=thr[0], thr1=thr[1],
                                              extra=extra)
