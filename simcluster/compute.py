@@ -379,10 +379,12 @@ class KernelModel:
         if dtype not in QUANTISED or elements <= 0:
             return 0.0
         if dtype == "nvfp4":
-            hadamard = self.nvfp4_hadamard and not weight
-            nbytes = NVFP4_QUANTISE_BYTES if hadamard else NVFP4_PLAIN_QUANTISE_BYTES
             if not columnwise:
                 nbytes = NVFP4_ROWWISE_QUANTISE_BYTES
+            elif self.nvfp4_hadamard and not weight:
+                nbytes = NVFP4_QUANTISE_BYTES
+            else:
+                nbytes = NVFP4_PLAIN_QUANTISE_BYTES
             slowdown = NVFP4_SR_SLOWDOWN if gradient and self.nvfp4_stochastic_rounding else 1.0
             return self.memory(nbytes * elements * slowdown)
         amax_pass = 2.0 if self.fp8_recipe == "current" else 0.0
