@@ -151,7 +151,7 @@ def build_context(
     # stragglers outside the job are refused here, with the other layout checks, so memory,
     # compare and sweep refuse them before anything is simulated (not only run, at its start)
     resolve_stragglers(scenario.simulation.stragglers, layout.world, -(-layout.world // layout.gpus_per_node))
-    userbuffers.check_sms(userbuffers.resolve(scenario.overlap.tp_comm_cfg), profile.gpu.sm_count, profile.gpu.name)
+    _check_userbuffers(scenario, profile)
     chunks = stage_chunks(
         model, layout, schedule, spec, scenario.parallel.layers_per_stage, scenario.parallel.partition
     )
@@ -235,6 +235,17 @@ def _with_virtual_stages(scenario: Scenario, model: ModelSpec) -> Scenario:
             model.layers, par.pp, vpp, par.embedding_in_split, par.loss_in_split, field
         )
     return scenario.model_copy(update={"parallel": par.model_copy(update=update)})
+
+
+def _check_userbuffers(scenario: Scenario, profile: HardwareProfile) -> None:
+    """``overlap.tp_comm_cfg`` leaves every GEMM an SM and, where TransformerEngine's
+    userbuffers run, has a reduce-scatter buffer exactly where ``overlap.tp_comm_rs_dgrad``
+    uses one."""
+    overlap = scenario.overlap
+    cfg = userbuffers.resolve(overlap.tp_comm_cfg)
+    userbuffers.check_sms(cfg, profile.gpu.sm_count, profile.gpu.name)
+    if overlap.tp_comm and overlap.tp_comm_cfg != "pytorch-async-tp":
+        userbuffers.check_rs_dgrad(cfg, overlap.tp_comm_cfg, overlap)
 
 
 def _check_accounted(scenario: Scenario, schedule: str, field: str) -> None:

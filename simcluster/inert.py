@@ -250,6 +250,23 @@ def _tp_comm_cfg(ctx: Context) -> Verdict:
     return _tp_comm(ctx)
 
 
+def _mcore_ub_switch(ctx: Context) -> Verdict:
+    # userbuffers.block_overlaps, their reader: Megatron-Core's per-linear switches of the
+    # userbuffers overlaps, which PyTorch's async TP does not have
+    if ctx.scenario.overlap.tp_comm_cfg == "pytorch-async-tp":
+        return ("with overlap.tp_comm_cfg pytorch-async-tp", "PyTorch's async TP has no per-linear userbuffers switches")
+    return _tp_comm_cfg(ctx)
+
+
+def _rs_dgrad(ctx: Context) -> Verdict:
+    # userbuffers.block_overlaps gives a block its rs_dgrad overlap only where its column
+    # linear's userbuffers are not disabled
+    overlap = ctx.scenario.overlap
+    if overlap.tp_comm_disable_qkv and overlap.tp_comm_disable_fc1:
+        return ("with overlap.tp_comm_disable_qkv and _fc1", "both column-parallel linears run without userbuffers")
+    return _mcore_ub_switch(ctx)
+
+
 def _pp_scatter_gather(ctx: Context) -> Verdict:
     # parallelism/shapes.py pipe_transfer: the 1/tp slice is sent only where the tensor is
     # replicated over tp (no sequence parallelism) and there is a next stage
@@ -616,6 +633,9 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.attention_output_bytes", _attention_output_bytes),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
+    InertRule("overlap.tp_comm_rs_dgrad", _rs_dgrad),
+    InertRule("overlap.tp_comm_disable_qkv", _mcore_ub_switch),
+    InertRule("overlap.tp_comm_disable_fc1", _mcore_ub_switch),
     InertRule("overlap.tp_async", _tp_one("nanotron's async TP linears need a TP group")),
     InertRule("overlap.tp_grad_async", _tp_grad_async),
     InertRule("overlap.pp_comm", _pp_one("no pipeline sends or receives to overlap")),

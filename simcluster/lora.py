@@ -13,12 +13,17 @@ With tp > 1 each adapter adds the collectives of NeMo's ``ParallelLinearAdapter`
 linears run without sequence parallelism): beside a column-parallel base, A's r-wide output is
 all-gathered and, backward, B's input gradient all-reduced (without sequence parallelism A's input
 gradient too, over the whole hidden width; with it that partial sum rides on the base linear's
-reduce-scatter: TransformerEngine's ``return_layernorm_output_gathered``); beside a row-parallel
+reduce-scatter: TransformerEngine's ``return_layernorm_output_gathered``, whose gather is then a
+16-bit NCCL call; where the base linear's gather is a userbuffers overlap instead, the adapter
+gathers its sequence shard itself and reduce-scatters its input gradient); beside a row-parallel
 base, A's partial output is all-reduced, B's hidden-split output all-gathered whole and then cut
 to the sequence shard (backward: the shard's gradient all-gathered, B's input gradient
 all-reduced), or, with ``lora.a2a`` (``a2a_experimental``), moved by one all-to-all each way
 (``parallelism/lora_blocks.py``). A frozen column-parallel linear also skips its backward
-re-gather of the input under sequence parallelism: it has no weight gradient to read it.
+re-gather of the input under sequence parallelism: it has no weight gradient to read it, and
+its input gradient's collective is exposed (no weight-gradient GEMM of its own to hide under;
+TransformerEngine turns its bulk overlap off and waits right away) unless
+``overlap.tp_comm_rs_dgrad`` runs it beside the input-gradient GEMM.
 Not modelled: the first layer's input gradient, which autograd skips below a frozen embedding,
 is still computed.
 """

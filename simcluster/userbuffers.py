@@ -196,6 +196,18 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
 
 FIELD = "overlap.tp_comm_cfg"
 _KEYS = {"method", "num_sm", "set_sm_margin", "num_splits", "fp8_buf"}
+#: the column-parallel input-gradient buffers: bulk (the re-gather of the input), or, as a ring
+#: exchange or a pipeline, the reduce-scatter buffer of overlap.tp_comm_rs_dgrad
+#: (``initialize_ub`` moves a non-bulk qkv_dgrad / fc1_dgrad to its reduce-scatter list)
+DGRAD = ("qkv_dgrad", "fc1_dgrad")
+_METHODS: dict[str, tuple[str, ...]] = (
+    {name: ("ring_exchange",) for name in RING_ONLY}
+    | {name: ("pipeline", "ring_exchange") for name in FORWARD_RS}
+    | {name: ("bulk", "ring_exchange", "pipeline") for name in DGRAD}
+)
+#: a blocking NCCL collective where a linear runs without userbuffers
+#: (overlap.tp_comm_disable_qkv / _fc1)
+NCCL = UbOverlap("nccl", 0, False)
 
 
 def tp_overlaps_run(overlap: OverlapSection, layout: Layout) -> tuple[bool, bool]:
@@ -233,7 +245,7 @@ def _entry(name: str, entry: Any) -> UbOverlap:
         raise UserError(where, f"unknown key '{unknown[0]}'; use {', '.join(sorted(_KEYS))}")
     default = TE2[name]
     method = entry.get("method", default.method)
-    allowed = ("ring_exchange",) if name in RING_ONLY else ("pipeline", "ring_exchange") if name in FORWARD_RS else ("bulk",)
+    allowed = _METHODS.get(name, ("bulk",))
     if method not in allowed:
         raise UserError(f"{where}.method", f"'{method}' is not one TransformerEngine runs here; use {' or '.join(allowed)}")
     base = default if method == default.method else (_ring() if method == "ring_exchange" else _pipe(16))
@@ -262,6 +274,10 @@ class BlockOverlaps:
     grad_gather: UbOverlap  # backward all-gather of the output gradient (proj_dgrad, fc2_dgrad)
     input_gather: UbOverlap  # backward re-gather of the input for the wgrad (qkv_dgrad, fc1_dgrad)
     grad_scatter: UbOverlap  # backward reduce-scatter of the input gradient (qkv_wgrad, fc1_wgrad)
+    #: overlap.tp_comm_rs_dgrad: the input gradient's reduce-scatter beside its own GEMM, in
+    #: slices (qkv_dgrad, fc1_dgrad as a ring exchange or pipeline); the re-gather is then an
+    #: asynchronous NCCL call and nothing runs beside the weight-gradient GEMMs
+    rs_dgrad: UbOverlap | None = None
 
 
 def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> float:
@@ -336,12 +352,47 @@ def gather_copy_bytes(role: str, shard_bytes: float, quantised: bool, in_place: 
     return 2 * shard_bytes
 
 
-def block_overlaps(cfg: Mapping[str, UbOverlap], block: str) -> BlockOverlaps:
-    """``block`` = attn or mlp (an MoE block's TP collectives take the MLP's)."""
-    col, row = ("qkv", "proj") if block == "attn" else ("fc1", "fc2")
+def column_linear(block: str) -> str:
+    """The column-parallel linear that opens ``block`` (attn: qkv; mlp or moe: fc1)."""
+    return "qkv" if block == "attn" else "fc1"
+
+
+def disabled(overlap: OverlapSection, column: str) -> bool:
+    """Whether Megatron-Core builds the column-parallel linear ``column`` (qkv or fc1) without
+    its forward gather's and its rs_dgrad overlap (``tp_comm_overlap_disable_qkv`` / ``_fc1``:
+    ``TELayerNormColumnParallelLinear`` passes ``ub_overlap_ag`` and ``ub_overlap_rs_dgrad``
+    false; the bulk overlaps stay)."""
+    return overlap.tp_comm_disable_qkv if column == "qkv" else overlap.tp_comm_disable_fc1
+
+
+def block_overlaps(cfg: Mapping[str, UbOverlap], block: str, overlap: OverlapSection | None = None) -> BlockOverlaps:
+    """``block`` = attn or mlp (an MoE block's TP collectives take the MLP's), with
+    Megatron-Core's per-linear switches of ``overlap`` (none: every overlap of ``cfg`` runs)."""
+    col, row = column_linear(block), "proj" if block == "attn" else "fc2"
+    gather, rs_dgrad = cfg[f"{col}_fprop"], None
+    if overlap is not None and disabled(overlap, col):
+        gather = NCCL
+    elif overlap is not None and overlap.tp_comm_rs_dgrad:
+        rs_dgrad = cfg[f"{col}_dgrad"]
     return BlockOverlaps(
-        cfg[f"{col}_fprop"], cfg[f"{row}_fprop"], cfg[f"{row}_dgrad"], cfg[f"{col}_dgrad"], cfg[f"{col}_wgrad"]
+        gather, cfg[f"{row}_fprop"], cfg[f"{row}_dgrad"], cfg[f"{col}_dgrad"], cfg[f"{col}_wgrad"], rs_dgrad
     )
+
+
+def check_rs_dgrad(cfg: Mapping[str, UbOverlap], raw: str | Mapping[str, Any] | None, overlap: OverlapSection) -> None:
+    """A reduce-scatter buffer exactly where ``overlap.tp_comm_rs_dgrad`` uses one: TransformerEngine
+    runs the overlap on the linear's ``*_dgrad`` buffer, which ``initialize_ub`` builds for a
+    reduce-scatter only when its method is not bulk (and then refuses a ``*_wgrad`` entry beside
+    it); a bulk one is the re-gather's all-gather buffer."""
+    for col in ("qkv", "fc1"):
+        name = f"{col}_dgrad"
+        bulk = cfg[name].method == "bulk"
+        if overlap.tp_comm_rs_dgrad and not disabled(overlap, col) and bulk:
+            raise UserError(f"{FIELD}.{name}.method", f"is bulk, an all-gather buffer: set ring_exchange or pipeline for overlap.tp_comm_rs_dgrad, or overlap.tp_comm_disable_{col}: true")
+        if not bulk and not overlap.tp_comm_rs_dgrad:
+            raise UserError(f"{FIELD}.{name}.method", f"{cfg[name].method} makes it the input gradient's reduce-scatter buffer, used only with overlap.tp_comm_rs_dgrad: true; set that or method bulk")
+        if not bulk and isinstance(raw, Mapping) and f"{col}_wgrad" in raw:
+            raise UserError(f"{FIELD}.{col}_wgrad", f"cannot be set beside a {cfg[name].method} {name} (TransformerEngine's initialize_ub refuses it); drop it")
 
 
 def check_sms(cfg: Mapping[str, UbOverlap], sm_count: int | None, gpu: str) -> None:

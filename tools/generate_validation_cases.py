@@ -2980,9 +2980,16 @@ MLPERF_LORA_H100_SRC = (
     "cross-entropy fusion key (Megatron's unfused loss), userbuffers from conf/tp_overlap/h100tp4mbs1.yaml (stored "
     "once, under smc-dc-power's folder): the four all-gathers as ring exchanges, proj_fprop a pipeline of 32 SMs and "
     "fc2_fprop of 16 in 4 splits with a margin, qkv_dgrad / fc1_dgrad bulk on 4 / 2 SMs. The yaml's "
-    "tp_comm_disable_qkv (default True) is not the name NeMo's adapter code checks (tp_comm_overlap_disable_qkv, "
-    "v4.1's spelling): ASSUMED the QKV all-gather overlapped as the other three, and the QKV adapter reading the "
-    "gathered norm output (NeMo's ParallelLinearAdapter with TransformerEngine >= 1.5), not gathering it again."
+    "tp_comm_disable_qkv: ${{MC_TP_DISABLE_QKV,True}} is a Megatron-Core core_v0.7.0 ModelParallelConfig field ('If "
+    "true, the AllGather -> Gemm overlap for QKV gets disabled'; model_parallel_config.py at 3c0f3ef; NeMo's "
+    "build_model_parallel_config copies every cfg key named as a field), later renamed tp_comm_overlap_disable_qkv "
+    "(v4.1's spelling): overlap.tp_comm_disable_qkv, the QKV input gathered by a blocking NCCL call in 16 bits and "
+    "returned gathered to the adapter (NeMo's self-attention adapter mixin asks for return_layernorm_output_gathered "
+    "where linear_qkv.ub_overlap_ag is off; NeMo pull request 9072 'disable overlap for qkv', April 2024, in this "
+    "NeMo: ASSUMED, its merge date not found). The frozen QKV and fc1 linears reduce-scatter their input "
+    "gradients with a plain NCCL call waited at once (TransformerEngine pull request 702, 'Disable UB bulk wgrad "
+    "when weights are frozen', March 2024, before v1.5: no weight-gradient GEMM to hide it under); TE 1.6 still "
+    "runs their bulk re-gathers, whose results nothing reads (not modelled)."
     + MLPERF_LORA_COMMON.replace(" and built in FP8 (fp8_params / te.fp8_model_init: training.fp8_param_gather, the "
                                  "frozen weights at 1 B)", " and built in FP8 (NeMo 1.x builds the model under "
                                  "fp8_model_init with fp8_params; the adapters are added after, in bf16)"))
@@ -2997,7 +3004,7 @@ def nvidia_h100_lora_case():
     scenario["cluster"].update(nvls=False, nccl_min_ctas=32)
     scenario["training"].update(fused_cross_entropy=False, fp8_attention=True, fp8_weight_cache=False,
                                 tp_only_amax_red=True)
-    scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": True, "tp_comm_cfg": {
+    scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": True, "tp_comm_disable_qkv": True, "tp_comm_cfg": {
         "qkv_fprop": {"method": "ring_exchange"}, "fc1_fprop": {"method": "ring_exchange"},
         "proj_dgrad": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
         "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True},
@@ -3074,12 +3081,85 @@ def v41_h200_lora_case(suffix, submitter, system, result, system_note, thr, extr
     return lora_throughput_case(f"mlperf-v4.1/llama2-70b-lora-{suffix}", source, thr, scenario)
 
 
+MLPERF_LORA_V41_H100_SRC = (
+    f"{MLPERF_V41} {{submitter}}/results/{{system}}/llama2_70b_lora/{{result}} with NVIDIA's v4.1 implementation "
+    "(eos_ngc24.09_nemo's README names config_DGXH100_1x8x4xtp4pp1cp1.sh, stored under Supermicro's "
+    "benchmarks/llama2_70b_lora/implementations/nemo/configs/; config_common.sh and conf/tp_overlap/h100tp4mbs1.yaml "
+    "as ASUSTeK's copies; eos_ngc24.09_nemo's conf/megatron_gpt_peft_tuning_config.yaml; the Dockerfile builds on "
+    "nvcr.io/nvidia/pytorch:24.09-py3 with NeMo and Megatron-Core 24.09-alpha.rc0 (NeMo 2.0.0rc2, megatron_core "
+    "0.9.0rc0) and the container's TransformerEngine, TE_REVISION=SKIP): MLPerf Training v4.1 llama2_70b_lora on "
+    "one node of 8 H100 SXM 80GB ({system_note}). Step {step:.6g} s = 8 / the mean of the log's last two "
+    "tracked_stats throughputs, {thr0} and {thr1} samples/s (custom_callbacks.py: samples over the summed time "
+    "from on_train_batch_start to on_train_batch_end). Supermicro's log prints the configuration in effect, the "
+    "settings used here: tensor_model_parallel_size 4, sequence_parallel 1, global batch 8 at MBS 1 (dp 2, 4 "
+    "microbatches), fp8 and fp8_params true (the base built in FP8: training.fp8_param_gather), "
+    "fp8_amax_compute_algo max, history 32, reduce_amax false (ASSUMED the model's TP-group amax reduction, "
+    "training.tp_only_amax_red, as the v4.0 row), fp8_dot_product_attention 1 (with config_DGXH100's "
+    "NVTE_FP8_DPA_BWD=1: training.fp8_attention, the Hopper cudnn-fp8 curve; the run's cuDNN is 9.4), "
+    "activation_func_fp8_input_store 0, disable_parameter_transpose_cache true (training.fp8_weight_cache false), "
+    "enable_cuda_graph false, no recompute, mcore_distributed_optim with overlap_grad_sync and overlap_param_sync "
+    "(zero 1 over the adapters, both overlapped), ub_tp_comm_overlap 1 with tp_comm_overlap_ag, _rs and _rs_dgrad "
+    "true (config_common.sh MC_TP_OVERLAP_RS_DGRAD=True: overlap.tp_comm_rs_dgrad) and "
+    "tp_comm_overlap_disable_qkv true (Megatron-Core's TELayerNormColumnParallelLinear passes ub_overlap_ag and "
+    "ub_overlap_rs_dgrad false for the QKV linear: overlap.tp_comm_disable_qkv, its input gathered by a blocking "
+    "16-bit NCCL call and handed gathered to the adapter, NeMo's self-attention adapter mixin asking for "
+    "return_layernorm_output_gathered where ub_overlap_ag is off), and the userbuffers of h100tp4mbs1.yaml: the "
+    "four all-gathers as ring exchanges, proj_fprop a pipeline of 32 SMs (fp8_buf 1) and fc2_fprop of 16, both in "
+    "4 splits with a margin and atomic_gemm 1 (modelled as the split pipeline), qkv_dgrad bulk on 4 SMs, fc1_dgrad "
+    "a ring exchange of 1 SM with a margin (TransformerEngine's initialize_ub makes a non-bulk fc1_dgrad the "
+    "reduce-scatter buffer that ub_overlap_rs_dgrad uses: the frozen fc1's input-gradient reduce-scatter beside its "
+    "GEMM). The frozen QKV linear reduce-scatters its input gradient with a plain NCCL call waited at once "
+    "(TransformerEngine turns bulk wgrad off for a frozen weight, pull request 702); LORA_A2A=1 (lora.a2a), "
+    "NCCL_MIN_CTAS=32, NCCL_NVLS_ENABLE=0. Found by research helpers; the settings written before simulating."
+    + MLPERF_LORA_COMMON.replace(" and built in FP8 (fp8_params / te.fp8_model_init: training.fp8_param_gather, the "
+                                 "frozen weights at 1 B)", " and built in FP8 (NeMo 1.x builds the model under "
+                                 "fp8_model_init with fp8_params; the adapters are added after, in bf16)"))
+MLPERF_LORA_V41_H100 = [  # name suffix, submitter, system, result, system note, [throughputs]
+    ("8xh100", "NVIDIA", "eos_ngc24.09_nemo", "result_0.txt",
+     "NVIDIA/systems/eos_ngc24.09_nemo.json: DGX H100, NeMo Framework 24.09, CUDA 12.6.1, cuDNN 9.4.0, NCCL 2.22.3",
+     [2.169706145748328, 2.170172175983888]),
+    ("supermicro-8xh100", "Supermicro", "AS-8125GS-TNHR-1", "result_1.txt",
+     "Supermicro/systems/AS-8125GS-TNHR-1.json: two AMD EPYC 9474F (the profile's Intel host ASSUMED: nothing on "
+     "this layout crosses it), PyTorch NVIDIA Release 24.09, cuDNN 9.4.0, NCCL 2.22.3; its log's DLPAL line names the "
+     "container mlperfv41/lora:20240923 and config AS-8125GS-TNHR_1x8x4xtp4pp1cp1",
+     [2.1780451292683227, 2.1778062814930172]),
+    ("dell-8xh100", "Dell", "XE9680x8H100-SXM-80GB", "result_0.txt",
+     "Dell/systems/XE9680x8H100-SXM-80GB.json: PowerEdge XE9680, NGC PyTorch and NeMo 24.09, cuDNN 9.4.0, NCCL "
+     "2.22.3; its MLLOG-only log names no config: the DGXH100 one ASSUMED from its logged gradient_accumulation_steps "
+     "4 and 800 training steps", [2.1710151948564413, 2.170806234456606]),
+]
+
+
+def v41_h100_lora_case(suffix, submitter, system, result, system_note, thr):
+    """A v4.1 llama2_70b_lora row on one node of 8 H100 (NVIDIA's or a partner's run of NVIDIA's
+    NeMo 24.09 code): tp 4 with sequence parallelism and userbuffers (QKV's off, fc1's input
+    gradient reduce-scattered beside its GEMM), dp 2, four microbatches, FP8 attention."""
+    scenario = megatron_h100_scenario(llama_model("LLAMA2-70B"), 8, megatron_parallel(4, 1, 1, 1), 8192, 1, 8,
+                                      "fp8", "cudnn", "delayed", hardware="dgx-h100", fp8_params=True)
+    scenario["cluster"].update(nvls=False, nccl_min_ctas=32)
+    scenario["training"].update(fused_cross_entropy=False, fp8_attention=True, fp8_weight_cache=False,
+                                tp_only_amax_red=True)
+    scenario["overlap"] = {
+        "dp_grad_reduce": True, "param_gather": True, "tp_comm": True, "tp_comm_rs_dgrad": True,
+        "tp_comm_disable_qkv": True, "tp_comm_cfg": {
+            "qkv_fprop": {"method": "ring_exchange"}, "fc1_fprop": {"method": "ring_exchange"},
+            "proj_dgrad": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
+            "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True, "fp8_buf": True},
+            "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True},
+            "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
+            "fc1_dgrad": {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True}}}
+    _add_lora(scenario, a2a=True)
+    source = MLPERF_LORA_V41_H100_SRC.format(submitter=submitter, system=system, result=result,
+                                             system_note=system_note, step=lora_step(thr), thr0=thr[0], thr1=thr[1])
+    return lora_throughput_case(f"mlperf-v4.1/llama2-70b-lora-{suffix}", source, thr, scenario)
+
+
 dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
      "# MLPerf Training llama2_70b_lora: LoRA fine-tuning of Llama 2 70B (rank-16 adapters on QKV and the\n"
      "# output projection, the base frozen in FP8) on one node of 8 GPUs: AMD's v5.1 runs on MI355X, MI325X and\n"
      "# MI300X, NVIDIA's v5.0 runs on a DGX B200 and 8 GB200, its v4.0 run on a DGX H100 (tp 4) and its v5.1\n"
      "# NVFP4 runs on 8 GB300 and 8 GB200 (cp 2), its partners' v5.1 runs on 8 B200 and 8 B300 and the v4.1\n"
-     "# runs of NVIDIA's code on 8 H200 (cp 2), the step time read off each result log.\n"
+     "# runs of NVIDIA's code on 8 H200 (cp 2) and 8 H100 (tp 4), the step time read off each result log.\n"
      "# Generated by\n"
      "# tools/generate_validation_cases.py (source in each case).\n", lora_cases + [
          nvidia_lora_case("mlperf-v5.0/llama2-70b-lora-8xb200", "dgx-b200", MLPERF_LORA_B200_SRC, MLPERF_LORA_B200_STEPS),
@@ -3089,4 +3169,5 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
          *[nvidia_nvfp4_lora_case(*row) for row in MLPERF_LORA_NVFP4],
          *[partner_lora_case(*row) for row in MLPERF_LORA_PARTNERS],
          *[v41_h200_lora_case(*row) for row in MLPERF_LORA_V41_H200],
+         *[v41_h100_lora_case(*row) for row in MLPERF_LORA_V41_H100],
      ])

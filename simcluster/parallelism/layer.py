@@ -258,8 +258,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         """A block's fused backward: its input-gradient ``body`` inside the TP collectives, the
         input gradient's reduce-scatter under the ``wgrad`` segments that follow."""
         return tensor.wrap_block(
-            self.shapes, block, body, self._block_ub(block), index, backward=True, wgrad=wgrad
-        )
+            self.shapes, block, body, self._block_ub(block), index, backward=True, wgrad=wgrad,
+            rs_reduce=self._rs_reduce(block, "B"),
+        )  # fmt: skip
 
     def _op_recompute(self, index: int) -> Compute:
         """torchtitan's op-level selective checkpointing reruns, before a layer's backward,
@@ -299,18 +300,22 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         return resolve(self.scenario.overlap.tp_comm_cfg)
 
     def _block_ub(self, block: str) -> BlockOverlaps | None:
-        cfg = self.userbuffers
-        return None if cfg is None else block_overlaps(cfg, block)
+        cfg, overlap = self.userbuffers, self.scenario.overlap
+        if cfg is None:
+            return None
+        # Megatron-Core's per-linear switches act on TransformerEngine's userbuffers only
+        return block_overlaps(cfg, block, None if overlap.tp_comm_cfg == "pytorch-async-tp" else overlap)
 
     def _rs_reduce(self, block: str, phase: str) -> Work | None:
         """The forward reduce-scatter's local reduction kernel when it runs as a ring exchange
         (``userbuffers.ring_rs_reduce_bytes``): a memory-bound pass at the profile's HBM rate
         over the ``tp`` partials of this rank's output shard; None otherwise."""
         ub = self._block_ub(block)
-        if ub is None or phase != "F":
+        over = None if ub is None else ub.scatter if phase == "F" else ub.rs_dgrad if phase == "B" else None
+        if over is None:
             return None
         tp = self.shapes.layout.tp
-        nbytes = ring_rs_reduce_bytes(ub.scatter, tp, self.shapes.tp_collective_bytes / tp)
+        nbytes = ring_rs_reduce_bytes(over, tp, self.shapes.tp_collective_bytes / tp)
         return Work.of(memory=self.km.memory(nbytes)) if nbytes else None
 
     def _overlap_of(self, phase: str, column: bool, block: str) -> UbOverlap | None:
@@ -319,9 +324,11 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         ub = self._block_ub(block)
         if ub is None:
             return None
+        # under rs_dgrad the input gradient's reduce-scatter sits beside the input-gradient GEMM
+        # and nothing beside the weight gradients (bulk overlaps off)
         roles = {
-            ("F", True): ub.gather, ("F", False): ub.scatter, ("B", True): ub.input_gather,
-            ("B", False): ub.grad_gather, ("W", True): ub.grad_scatter,
+            ("F", True): ub.gather, ("F", False): ub.scatter, ("B", True): ub.rs_dgrad or ub.input_gather,
+            ("B", False): ub.grad_gather, ("W", True): None if ub.rs_dgrad else ub.grad_scatter,
         }  # fmt: skip
         return roles.get((phase, column))
 
@@ -340,9 +347,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         if over is None:
             return self._gemms(gemms, phase)
         work = self._gemms(gemms, phase, splits=over.slices(self.shapes.layout.tp))
-        return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count)) + self._gather_copy(phase, column)
+        return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count)) + self._gather_copy(phase, column, block)
 
-    def _gather_copy(self, phase: str, column: bool) -> Work:
+    def _gather_copy(self, phase: str, column: bool, block: str) -> Work:
         """TransformerEngine's copy of this rank's shard into the userbuffer before the
         all-gather beside these GEMMs (``userbuffers.gather_copy_bytes``): a memory-bound pass
         at the profile's HBM rate on the compute stream, ahead of the GEMM; none beside a
@@ -350,14 +357,27 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         gathers no input again (``Layout.sp_keeps_gather``)."""
         role = {("F", True): "gather", ("B", False): "grad_gather", ("B", True): "input_gather"}.get((phase, column))
         cfg = self.scenario.overlap.tp_comm_cfg
-        if role is None or cfg == "pytorch-async-tp":
-            return Work()
-        if role == "input_gather" and self.shapes.layout.sp_keeps_gather:
+        if role is None or cfg == "pytorch-async-tp" or not self._gathers_into_buffer(role, block):
             return Work()
         shard = self.shapes.tp_gather_bytes / self.shapes.layout.tp
         quantised = self.shapes.training.precision in QUANTISED
         nbytes = gather_copy_bytes(role, shard, quantised, writes_in_place(cfg))
         return Work.of(memory=self.km.memory(nbytes)) if nbytes else Work()
+
+    def _gathers_into_buffer(self, role: str, block: str) -> bool:
+        """Whether this gather runs through a userbuffer (so its shard is copied in first): not a
+        forward gather left to NCCL (``overlap.tp_comm_disable_qkv`` / ``_fc1``), nor a backward
+        re-gather that is an NCCL call (``overlap.tp_comm_rs_dgrad``) or that does not run (the
+        linear kept the gathered input, or its frozen weight takes no gradient in a LoRA run)."""
+        ub = self._block_ub(block)
+        if ub is None:
+            return False
+        if role == "gather":
+            return not ub.gather.blocking
+        if role == "input_gather":
+            lay = self.shapes.layout
+            return ub.rs_dgrad is None and not lay.sp_keeps_gather and lay.lora is None
+        return True
 
     def _norm_work(self) -> Work:
         """One norm's forward (tokens x h, SP-sharded)."""

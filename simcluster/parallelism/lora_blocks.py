@@ -22,6 +22,7 @@ from simcluster.lora import (
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
+from simcluster.userbuffers import disabled, tp_overlaps_run
 
 #: HBM bytes per element of each adapter pass (16-bit tensors; the dropout's mask as
 #: :func:`~simcluster.lora.dropout_mask_bytes`). Forward: dropout reads x and writes the copy and
@@ -80,6 +81,18 @@ class LoraBlocks(BuilderBase):
             return []
         return [Compute.of(f"{block}_lora_wgrad", self._gemms(gemms, "W", self.km.act_dtype), index)]
 
+    def _gathers_input(self, target: str) -> bool:
+        """Whether the adapter beside the column-parallel ``target`` gathers its sequence shard
+        itself (forward an all-gather, backward its input gradient's reduce-scatter): NeMo asks
+        TransformerEngine for the gathered norm output (``return_layernorm_output_gathered``)
+        only where the linear's forward gather is no userbuffers overlap, and otherwise its
+        ``ParallelLinearAdapter`` gathers the shard it is given (NeMo's adapter mixins; PR
+        #9072 "disable overlap for qkv", Megatron-Core ``tp_comm_overlap_disable_qkv``)."""
+        lay, overlap = self.shapes.layout, self.scenario.overlap
+        if not (lay.sequence_parallel and tp_overlaps_run(overlap, lay)[0]) or overlap.tp_comm_cfg == "pytorch-async-tp":
+            return False
+        return not disabled(overlap, target)
+
     def adapter_comms(self, target: str, phase: str, layer: int) -> list[Segment]:
         """The tensor-parallel collectives of ``target``'s adapter in phase F or B, in the order
         they run (simcluster/lora.py: NeMo's ``ParallelLinearAdapter``); none at tp 1 or
@@ -98,9 +111,10 @@ class LoraBlocks(BuilderBase):
             return Comm(f"{name}_{suffix}", "tp", op, nbytes, False, layer)
 
         if target not in ROW_PARALLEL:
+            own = [comm("all_gather" if phase == "F" else "reduce_scatter", wide, "input")] if self._gathers_input(target) else []
             if phase == "F":
-                return [comm("all_gather", narrow, "ag")]
-            out: list[Segment] = [comm("all_reduce", narrow, "ar")]
+                return [*own, comm("all_gather", narrow, "ag")]
+            out: list[Segment] = [comm("all_reduce", narrow, "ar"), *own]
             k = adapter_gemms(self.shapes.model, lora, target, lay.tp)[0].k
             # without sequence parallelism A's input gradient is all-reduced on its own
             return out if sp else [*out, comm("all_reduce", tokens * k * elt, "ar_input")]

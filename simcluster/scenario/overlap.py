@@ -56,6 +56,33 @@ class OverlapSection(SectionBase):
         ),
     )
 
+    tp_comm_rs_dgrad: bool = Field(
+        default=False,
+        description=(
+            "with overlap.tp_comm: a column-parallel linear's input-gradient reduce-scatter "
+            "overlapped with its input-gradient GEMM through the qkv_dgrad / fc1_dgrad userbuffer "
+            "(Megatron-Core tp_comm_overlap_rs_dgrad; that buffer's method in overlap.tp_comm_cfg "
+            "must be ring_exchange or pipeline); the norm output the weight gradient reads is then "
+            "gathered by an asynchronous NCCL call under that GEMM"
+        ),
+    )
+    tp_comm_disable_qkv: bool = Field(
+        default=False,
+        description=(
+            "with overlap.tp_comm: the fused QKV linear runs without userbuffers in the forward "
+            "(Megatron-Core tp_comm_overlap_disable_qkv): its input all-gather a blocking NCCL "
+            "call, no overlap.tp_comm_rs_dgrad for it; a LoRA adapter beside it then reads the "
+            "gathered norm output instead of gathering its input itself"
+        ),
+    )
+    tp_comm_disable_fc1: bool = Field(
+        default=False,
+        description=(
+            "as overlap.tp_comm_disable_qkv for the MLP's first linear (Megatron-Core "
+            "tp_comm_overlap_disable_fc1)"
+        ),
+    )
+
     @field_validator("tp_comm_cfg", mode="before")
     @classmethod
     def _preset_or_mapping(cls, value: Any) -> Any:
