@@ -1416,8 +1416,11 @@ FAMILY_MAPE = {
     # NVFP4 GEMM rate the likely gap); 5.4 before the partners' v5.1 rows on 8 B200 / B300
     # (+2.0 / +3.1 / +6.6 / +5.6%); 5.1 before the op fuser's 1-bit dropout mask (those rows 0.2-0.4
     # points faster) and the v4.1 runs on 8 H200 at cp 2 (-7.3 / -4.5 / -3.4%); 5.0 before the B300
-    # FP8 rows (-0.1 / -2.8%)
-    "mlperf-lora-70b": 4.6,
+    # FP8 rows (-0.1 / -2.8%); 4.6 before a frozen linear's input-gradient reduce-scatter was
+    # exposed (TE turns bulk wgrad off for a frozen weight) and v4.0's row ran the
+    # tp_comm_disable_qkv it sets (+5.6 -> +10.9%), and before the v4.1 rows on 8 H100 at tp 4
+    # (+10.6 / +11.0 / +10.6%): physics over score
+    "mlperf-lora-70b": 5.8,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
