@@ -148,6 +148,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_lora(doc)
     _draw_fp8_storage(doc)
     _draw_nvfp4(doc)
+    _draw_ub_switches(doc)
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:
@@ -202,6 +203,23 @@ def _draw_lora(doc: dict[str, Any]) -> None:
         doc["lora"] = {"rank": rng.choice([8, 16, 64]), "targets": targets, "dropout": rng.choice([0.0, 0.1])}
         if rng.random() < 0.3:  # TransformerEngine's op fuser (inert at tp > 1)
             doc["lora"]["op_fuser"] = True
+
+
+def _draw_ub_switches(doc: dict[str, Any]) -> None:
+    """Megatron-Core's per-linear userbuffers switches on one draw in four with ``overlap.tp_comm``
+    (rs_dgrad with reduce-scatter buffers for the linears it acts on; now and then a bulk one,
+    refused). Its own generator, as :func:`_draw_lora`, so earlier draws stay the seed's."""
+    overlap = doc.get("overlap", {})
+    rng = _seeded_by(doc, 4)
+    if not overlap.get("tp_comm") or rng.random() >= 0.25:
+        return
+    for column in ("qkv", "fc1"):
+        if rng.random() < 0.3:
+            overlap[f"tp_comm_disable_{column}"] = True
+    if rng.random() < 0.6:
+        overlap["tp_comm_rs_dgrad"] = True
+        method = rng.choice(["ring_exchange", "ring_exchange", "pipeline", "bulk"])
+        overlap["tp_comm_cfg"] = {f"{c}_dgrad": {"method": method} for c in ("qkv", "fc1")}
 
 
 def _draw_fp8_storage(doc: dict[str, Any]) -> None:
