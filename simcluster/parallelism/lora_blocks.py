@@ -87,9 +87,11 @@ class LoraBlocks(BuilderBase):
         TransformerEngine for the gathered norm output (``return_layernorm_output_gathered``)
         only where the linear's forward gather is no userbuffers overlap, and otherwise its
         ``ParallelLinearAdapter`` gathers the shard it is given (NeMo's adapter mixins; PR
-        #9072 "disable overlap for qkv", Megatron-Core ``tp_comm_overlap_disable_qkv``)."""
-        lay, overlap = self.shapes.layout, self.scenario.overlap
-        if not (lay.sequence_parallel and tp_overlaps_run(overlap, lay)[0]) or overlap.tp_comm_cfg == "pytorch-async-tp":
+        #9072 "disable overlap for qkv", Megatron-Core ``tp_comm_overlap_disable_qkv``). ASSUMED
+        alike beside fc1 with ``tp_comm_overlap_disable_fc1`` (NeMo 1.x's MLP mixin asked for the
+        gathered output only without any TP overlap; no shipped case has an fc1 adapter at tp > 1)."""
+        overlap = self.scenario.overlap
+        if not tp_overlaps_run(overlap, self.shapes.layout)[0] or overlap.tp_comm_cfg == "pytorch-async-tp":
             return False
         return not disabled(overlap, target)
 

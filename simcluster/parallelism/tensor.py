@@ -45,7 +45,9 @@ def wrap_block(
     linears kept the gathered input (``Layout.sp_keeps_gather``, parallelism/saved_gather.py). ``wgrad``: the block's
     weight-gradient segments, run right after it (a fused backward); the input gradient's
     reduce-scatter (with sequence parallelism) or all-reduce (without) is then issued before
-    them and runs under them. ``rs_reduce``: the kernel that sums the partials a forward
+    them and runs under them, except beside a LoRA run's frozen linears (``frozen``: then it
+    blocks before them) and under ``overlap.tp_comm_rs_dgrad`` (then it ran beside the
+    input-gradient GEMM, ``BlockOverlaps.rs_dgrad``). ``rs_reduce``: the kernel that sums the partials a forward
     reduce-scatter run as a ring exchange leaves (``userbuffers.ring_rs_reduce_bytes``), on
     the compute stream after the exchange's last slice.
     """
@@ -90,7 +92,7 @@ def _sequence_parallel(
     # a forward gather left to NCCL (overlap.tp_comm_disable_qkv / _fc1) blocks
     gather_over = ub is not None and (backward or not ub.gather.blocking)
     first = Comm(
-        f"{block}_tp_ag", "tp", "all_gather", _gather_bytes(shapes, block, backward or gather_over), gather_over,
+        f"{block}_tp_ag", "tp", "all_gather", _gather_bytes(shapes, block, not (backward or gather_over)), gather_over,
         layer, nccl=not gather_over,
     )  # fmt: skip
     # a sliced reduce-scatter reduces (pipeline) or passes on (ring exchange) slice i while slice
@@ -113,14 +115,15 @@ def _sequence_parallel(
     return out + ([last, *after] if under_wgrad else after)
 
 
-def _gather_bytes(shapes: Shapes, block: str, through_buffer: bool) -> float:
+def _gather_bytes(shapes: Shapes, block: str, forward_nccl: bool) -> float:
     """Bytes of the block's opening all-gather: FP8 when its linears run in FP8
     (``Shapes.tp_gather_bytes``), but 16-bit where a LoRA adapter beside the column-parallel
     linear reads the gathered norm output: TransformerEngine's LayerNormLinear then gathers the
-    16-bit output it returns (``return_layernorm_output_gathered``, an NCCL gather: never beside a
-    userbuffers overlap) and casts the gathered tensor to FP8 after (that cast not modelled)."""
+    16-bit output it returns (``return_layernorm_output_gathered``; ``forward_nccl``: the forward
+    gather is an NCCL call, the only one NeMo asks that of) and casts the gathered tensor to FP8
+    after (that cast not modelled)."""
     lora = shapes.layout.lora
-    if through_buffer or lora is None or column_linear(block) not in lora.targets:
+    if not forward_nccl or lora is None or column_linear(block) not in lora.targets:
         return shapes.tp_gather_bytes
     return shapes.tp_collective_bytes
 
