@@ -262,9 +262,10 @@ def _rs_dgrad(ctx: Context) -> Verdict:
     # userbuffers.block_overlaps gives a block its rs_dgrad overlap only where its column
     # linear's userbuffers are not disabled
     overlap = ctx.scenario.overlap
-    if overlap.tp_comm_disable_qkv and overlap.tp_comm_disable_fc1:
+    verdict = _mcore_ub_switch(ctx)
+    if verdict is None and overlap.tp_comm_disable_qkv and overlap.tp_comm_disable_fc1:
         return ("with overlap.tp_comm_disable_qkv and _fc1", "both column-parallel linears run without userbuffers")
-    return _mcore_ub_switch(ctx)
+    return verdict
 
 
 def _pp_scatter_gather(ctx: Context) -> Verdict:
