@@ -139,6 +139,18 @@ PYTORCH_ASYNC_TP = {name: _ring() for name in RING_ONLY + FORWARD_RS} | {
     "qkv_wgrad": UbOverlap("nccl", 0, False), "fc1_wgrad": UbOverlap("nccl", 0, False),
 }  # fmt: skip
 
+def _lora_preset(proj: UbOverlap, fc2: UbOverlap) -> dict[str, UbOverlap]:
+    """A NeMo LoRA preset: rings with a margin on the gathers, qkv_dgrad bulk on 2 SMs, fc1_dgrad
+    the pipelined reduce-scatter buffer of ``overlap.tp_comm_rs_dgrad`` (16 SMs, 4 splits, a
+    margin, an FP8 buffer), the wgrad names left to TransformerEngine's
+    defaults (NeMo: ``None``), and the two forward reduce-scatters as given. NeMo's performance
+    scripts pair them with ``tp_comm_overlap_disable_qkv``, ``tp_comm_overlap_rs_dgrad`` and
+    ``tp_comm_bulk_dgrad`` off."""
+    out = dict(TE2) | {name: _ring(True) for name in RING_ONLY}
+    out.update(qkv_dgrad=_bulk(2), fc1_dgrad=replace(_pipe(16), fp8_buf=True), proj_fprop=proj, fc2_fprop=fc2)
+    return out
+
+
 _NEMO = "NeMo nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py"
 _BRIDGE = "Megatron-Bridge src/megatron/bridge/training/comm_overlap.py"
 
@@ -174,6 +186,12 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
         f"{_NEMO}; {_BRIDGE} (GPT-3 175B on H100, FP8)", _preset(4, 4, 2, 4, _ring(True), _ring(True))),
     "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048@nemo-2.0": (
         f"{_NEMO} at NVIDIA/NeMo@0594a700", _preset(4, 4, 2, 4, _pipe(24), _ring(True))),
+    "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora": (
+        f"{_NEMO} (Llama 3 70B LoRA on H100, FP8; scripts/performance/llm/finetune_llama3_70b.py)",
+        _lora_preset(_ring(True), _ring(True))),
+    "userbuffers_fp8_h100_h16384_tp4_mbs1_seqlen2048_lora": (
+        f"{_NEMO} (Llama 3.1 405B LoRA on H100, FP8; scripts/performance/llm/finetune_llama31_405b.py; its rings' "
+        "aggregate not modelled)", _lora_preset(replace(_pipe(32), fp8_buf=True), replace(_pipe(16), fp8_buf=True))),
     "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192": (
         f"{_NEMO}; {_BRIDGE} (Llama 3 70B on B200/GB200)", _preset(16, 24, 2, 4, _pipe(32), _pipe(16))),
     "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192": (
@@ -259,8 +277,9 @@ def _entry(name: str, entry: Any) -> UbOverlap:
     for key, flag in (("set_sm_margin", margin), ("fp8_buf", fp8_buf)):
         if not isinstance(flag, bool):
             raise UserError(f"{where}.{key}", f"must be true or false, got {flag!r}")
-    # initialize_ub honours fp8_buf only for the names it lists as pipeline (proj/fc2_fprop)
-    return UbOverlap(method, num_sm, margin, splits, fp8_buf and name in FORWARD_RS)
+    # initialize_ub honours fp8_buf only for a pipelined reduce-scatter: proj/fc2_fprop, or a
+    # qkv/fc1_dgrad moved to its reduce-scatter list as a pipeline
+    return UbOverlap(method, num_sm, margin, splits, fp8_buf and (name in FORWARD_RS or method == "pipeline"))
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,41 @@ def test_rs_dgrad_with_reduce_scatter_buffers_on_both_linears_builds():
     doc = _doc(tp_comm_rs_dgrad=True, tp_comm_cfg={"qkv_dgrad": RING, "fc1_dgrad": {"method": "pipeline"}})
     comms = _comms(doc, "BW")
     assert {"attn_tp_rs_tail", "mlp_tp_rs_tail"} <= set(comms)
+
+
+def test_nemos_lora_preset_runs_fc1s_reduce_scatter_as_a_pipeline_beside_its_gemm():
+    """NeMo's userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora (tp_overlap_configs/userbuffers.py):
+    fc1_dgrad a pipeline of 16 SMs in 4 splits with a margin, which finetune_llama3_70b.py pairs
+    with tp_comm_overlap_disable_qkv and tp_comm_overlap_rs_dgrad: fc1's input-gradient
+    reduce-scatter in 4 slices, the last quarter after the GEMM, no reduction kernel (a pipeline
+    sums in its userbuffers kernel); without rs_dgrad the preset is refused."""
+    preset = "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora"
+    doc = _doc(lora=True, tp_comm_cfg=preset, tp_comm_rs_dgrad=True, tp_comm_disable_qkv=True)
+    doc["training"].update(precision="fp8", fp8_recipe="delayed")
+    size = layer_builder(doc).shapes.tp_collective_bytes
+    segments = layer_builder(doc).layer(0, "BW")
+    comms = {s.name: s for s in segments if isinstance(s, Comm)}
+    assert comms["mlp_tp_rs_tail"].nbytes == pytest.approx(size / 4)
+    assert "mlp_tp_rs_reduce" not in {s.name for s in segments}
+    with pytest.raises(UserError) as err:
+        build_context(scenario_from_dict(_doc(tp_comm_cfg=preset, tp_comm_disable_qkv=True)))
+    assert err.value.field == "overlap.tp_comm_cfg.fc1_dgrad.method"
+
+
+def test_a_reduce_scatter_dgrad_buffer_is_sized_as_initialize_ub_builds_it():
+    """TransformerEngine's initialize_ub moves a non-bulk fc1_dgrad to its reduce-scatter list:
+    as a ring exchange it holds 2 tp - 1 chunks of s x h / tp in 16 bits (its fp8_buf dropped),
+    as a pipeline with fp8_buf one FP8 buffer of s x h; a bulk one stays the FP8 all-gather buffer
+    of an FP8 run. s x h = 4096 x 8192 here, tp 4."""
+    from simcluster.tp_overlap_buffers import BufferShape, userbuffer_bytes
+    from simcluster.userbuffers import resolve
+
+    shape = BufferShape(rows=4096, hidden=8192, tp=4, act_bytes=2, fp8=True)
+    whole = 4096 * 8192
+    ring = resolve({"fc1_dgrad": {"method": "ring_exchange", "fp8_buf": True}})["fc1_dgrad"]
+    pipe = resolve({"fc1_dgrad": {"method": "pipeline", "fp8_buf": True}})["fc1_dgrad"]
+    bulk = resolve(None)["fc1_dgrad"]
+    assert userbuffer_bytes("fc1_dgrad", ring, shape) == whole * 2 / 4 * 7
+    assert userbuffer_bytes("fc1_dgrad", pipe, shape) == whole
+    assert userbuffer_bytes("fc1_dgrad", bulk, shape) == whole
+    assert userbuffer_bytes("fc1_dgrad", resolve({"fc1_dgrad": {"method": "pipeline"}})["fc1_dgrad"], shape) == 2 * whole
