@@ -244,7 +244,7 @@ def _check_userbuffers(scenario: Scenario, profile: HardwareProfile) -> None:
     overlap = scenario.overlap
     cfg = userbuffers.resolve(overlap.tp_comm_cfg)
     userbuffers.check_sms(cfg, profile.gpu.sm_count, profile.gpu.name)
-    if overlap.tp_comm and overlap.tp_comm_cfg != "pytorch-async-tp":
+    if overlap.tp_comm and userbuffers.switches_act(overlap):
         userbuffers.check_rs_dgrad(cfg, overlap.tp_comm_cfg, overlap)
 
 

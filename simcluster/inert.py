@@ -41,7 +41,7 @@ from simcluster.parallelism.expert import (
 )
 from simcluster.parallelism.fp8_amax import delayed_under_te_autocast
 from simcluster.parallelism.zero3_coordinator import coordinated
-from simcluster.userbuffers import tp_overlaps_run
+from simcluster.userbuffers import switches_act, tp_overlaps_run
 
 #: where the setting does nothing and why, or None where it acts
 Verdict = tuple[str, str] | None
@@ -253,7 +253,7 @@ def _tp_comm_cfg(ctx: Context) -> Verdict:
 def _mcore_ub_switch(ctx: Context) -> Verdict:
     # userbuffers.block_overlaps, their reader: Megatron-Core's per-linear switches of the
     # userbuffers overlaps, which PyTorch's async TP does not have
-    if ctx.scenario.overlap.tp_comm_cfg == "pytorch-async-tp":
+    if not switches_act(ctx.scenario.overlap):
         return ("with overlap.tp_comm_cfg pytorch-async-tp", "PyTorch's async TP has no per-linear userbuffers switches")
     return _tp_comm_cfg(ctx)
 

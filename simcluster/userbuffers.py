@@ -139,6 +139,7 @@ PYTORCH_ASYNC_TP = {name: _ring() for name in RING_ONLY + FORWARD_RS} | {
     "qkv_wgrad": UbOverlap("nccl", 0, False), "fc1_wgrad": UbOverlap("nccl", 0, False),
 }  # fmt: skip
 
+
 def _lora_preset(proj: UbOverlap, fc2: UbOverlap) -> dict[str, UbOverlap]:
     """A NeMo LoRA preset: rings with a margin on the gathers, qkv_dgrad bulk on 2 SMs, fc1_dgrad
     the pipelined reduce-scatter buffer of ``overlap.tp_comm_rs_dgrad`` (16 SMs, 4 splits, a
@@ -374,6 +375,13 @@ def gather_copy_bytes(role: str, shard_bytes: float, quantised: bool, in_place: 
 def column_linear(block: str) -> str:
     """The column-parallel linear that opens ``block`` (attn: qkv; mlp or moe: fc1)."""
     return "qkv" if block == "attn" else "fc1"
+
+
+def switches_act(overlap: OverlapSection) -> bool:
+    """Whether Megatron-Core's per-linear switches (``overlap.tp_comm_rs_dgrad``,
+    ``tp_comm_disable_qkv`` / ``_fc1``) act on ``overlap.tp_comm_cfg``: TransformerEngine's
+    userbuffers do, PyTorch's async TP has no such switches."""
+    return overlap.tp_comm_cfg != "pytorch-async-tp"
 
 
 def disabled(overlap: OverlapSection, column: str) -> bool:

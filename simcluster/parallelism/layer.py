@@ -39,6 +39,7 @@ from simcluster.userbuffers import (
     gather_copy_bytes,
     resolve,
     ring_rs_reduce_bytes,
+    switches_act,
     tp_overlaps_run,
     writes_in_place,
 )
@@ -303,8 +304,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         cfg, overlap = self.userbuffers, self.scenario.overlap
         if cfg is None:
             return None
-        # Megatron-Core's per-linear switches act on TransformerEngine's userbuffers only
-        return block_overlaps(cfg, block, None if overlap.tp_comm_cfg == "pytorch-async-tp" else overlap)
+        return block_overlaps(cfg, block, overlap if switches_act(overlap) else None)
 
     def _rs_reduce(self, block: str, phase: str) -> Work | None:
         """The forward reduce-scatter's local reduction kernel when it runs as a ring exchange

@@ -22,7 +22,7 @@ from simcluster.lora import (
 from simcluster.parallelism.builder_base import BuilderBase
 from simcluster.parallelism.linears import Gemm
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
-from simcluster.userbuffers import disabled, tp_overlaps_run
+from simcluster.userbuffers import disabled, switches_act, tp_overlaps_run
 
 #: HBM bytes per element of each adapter pass (16-bit tensors; the dropout's mask as
 #: :func:`~simcluster.lora.dropout_mask_bytes`). Forward: dropout reads x and writes the copy and
@@ -91,7 +91,7 @@ class LoraBlocks(BuilderBase):
         alike beside fc1 with ``tp_comm_overlap_disable_fc1`` (NeMo 1.x's MLP mixin asked for the
         gathered output only without any TP overlap; no shipped case has an fc1 adapter at tp > 1)."""
         overlap = self.scenario.overlap
-        if not tp_overlaps_run(overlap, self.shapes.layout)[0] or overlap.tp_comm_cfg == "pytorch-async-tp":
+        if not (tp_overlaps_run(overlap, self.shapes.layout)[0] and switches_act(overlap)):
             return False
         return not disabled(overlap, target)
 
