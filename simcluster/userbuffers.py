@@ -44,7 +44,7 @@ from simcluster.errors import UserError, did_you_mean
 
 if TYPE_CHECKING:
     from simcluster.layout import Layout
-    from simcluster.scenario import OverlapSection
+    from simcluster.scenario import OverlapSection, TrainingSection
 
 Method = Literal["ring_exchange", "pipeline", "bulk", "nccl"]
 
@@ -65,8 +65,8 @@ class UbOverlap:
     num_sm: int
     set_sm_margin: bool
     num_splits: int = 4  # pipeline only (a ring exchange runs in tp slices)
-    #: an FP8 buffer for a forward reduce-scatter in an FP8 run (``ub_cfgs`` ``fp8_buf``; its
-    #: bytes only: simcluster.tp_overlap_buffers)
+    #: an FP8 buffer for a forward reduce-scatter in an FP8 run (``ub_cfgs`` ``fp8_buf``: its
+    #: bytes, simcluster.tp_overlap_buffers; what it moves, :func:`scatters_fp8`)
     fp8_buf: bool = False
 
     def gemm_factor(self, sm_count: int | None) -> float:
@@ -300,10 +300,29 @@ class BlockOverlaps:
     rs_dgrad: UbOverlap | None = None
 
 
-def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> float:
+def scatters_fp8(scatter: UbOverlap, training: TrainingSection) -> bool:
+    """Whether a forward reduce-scatter overlap (proj_fprop or fc2_fprop) moves FP8 partial
+    outputs, 1 byte per element: its buffer is FP8 (``fp8_buf``) in an FP8 run with delayed
+    scaling. The row-parallel GEMM then writes its output in FP8 into the buffer (the
+    ``GEMM1_OUTPUT`` / ``GEMM2_OUTPUT`` scaling slot) and the reduce-scatter sums the FP8
+    slices into a 16-bit output: TransformerEngine 1.x ``_Linear`` / ``_LayerNormMLP`` forward
+    (``ub_obj_projout.is_fp8_ubuf()``: ``proj_out_tetype = fp8_dtype_forward``), its
+    ``split_overlap_rs`` (``reducescatter2_userbuff_stridedoutput_fp8``) and ring exchange
+    (``reduce_fp8_in_bf16_out``); TransformerEngine >= 2.2 asks for the FP8 output where the
+    buffer is FP8 (``if get_ub(...).is_fp8_ubuf(): fp8_output = True``), and its GEMM writes it
+    straight into the buffer only for the delayed-scaling quantizer (``IsFloat8Quantizers``
+    in ``gemm.cpp``). ``initialize_ub`` keeps ``fp8_buf`` for the two forward names whatever
+    their method (they stay in its default ``pipeline`` list). Under current or block scaling
+    the GEMM's output is 16-bit beside an 8-bit buffer, a combination TransformerEngine's
+    code does not convert (read, not run): such runs are costed 16-bit, as without the flag."""
+    return scatter.fp8_buf and training.precision == "fp8" and training.fp8_recipe == "delayed"
+
+
+def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float, fp8: bool = False) -> float:
     """HBM bytes of the reduction kernel that ends a forward reduce-scatter run as a ring
     exchange (``scatter``: proj_fprop or fc2_fprop; ``shard_bytes``: one rank's share of the
-    output, 16-bit); zero for the other methods.
+    output, 16-bit; ``fp8``: the partials are FP8, :func:`scatters_fp8`); zero for the other
+    methods.
 
     A ring exchange only moves the GEMM's partial outputs: each rank computes, slice by slice,
     its partial of every rank's shard and passes it on, so it ends holding ``tp`` partials of
@@ -312,9 +331,9 @@ def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> flo
     GEMM slice and the last send/recv, then runs ``reduce_bf16`` on the main stream: it reads
     the ``tp`` contiguous chunks of the buffer (``_ubufs[tp - 1]`` onwards: the local partial
     and the ``tp - 1`` received) and writes one shard (``userbuffers.cu``
-    ``reduce_bf16_cuda``, fp32 accumulation). The buffer is 16-bit: ``initialize_ub`` gives an
-    FP8 buffer only to the all-gathers and to a *pipelined* reduce-scatter that asks for one
-    (``fp8_buf``), so ``reduce_fp8_in_bf16_out`` does not run here. PyTorch's
+    ``reduce_bf16_cuda``, fp32 accumulation); with an FP8 buffer (``fp8``) it runs
+    ``reduce_fp8_in_bf16_out`` instead, which reads the ``tp`` partials at 1 byte per element
+    and writes the 16-bit shard. PyTorch's
     ``_fused_matmul_reduce_scatter_impl`` (``torch/distributed/_symmetric_memory``) does the
     same: ``_pipelined_produce_and_all2all`` fills ``stacked_partials`` (tp shards in the
     output dtype), then one ``torch.sum`` over the first dimension on the current stream.
@@ -327,7 +346,8 @@ def ring_rs_reduce_bytes(scatter: UbOverlap, tp: int, shard_bytes: float) -> flo
     """
     if scatter.method != "ring_exchange" or tp <= 1:
         return 0.0
-    return (tp + 1) * shard_bytes  # tp partials read, one shard written
+    read = tp * shard_bytes / 2 if fp8 else tp * shard_bytes
+    return read + shard_bytes  # tp partials read, one 16-bit shard written
 
 
 def writes_in_place(cfg: str | Mapping[str, Any] | None) -> bool:

@@ -39,6 +39,7 @@ from simcluster.userbuffers import (
     gather_copy_bytes,
     resolve,
     ring_rs_reduce_bytes,
+    scatters_fp8,
     switches_act,
     tp_overlaps_run,
     writes_in_place,
@@ -315,7 +316,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         if over is None:
             return None
         tp = self.shapes.layout.tp
-        nbytes = ring_rs_reduce_bytes(over, tp, self.shapes.tp_collective_bytes / tp)
+        fp8 = phase == "F" and scatters_fp8(over, self.scenario.training)
+        nbytes = ring_rs_reduce_bytes(over, tp, self.shapes.tp_collective_bytes / tp, fp8)
         return Work.of(memory=self.km.memory(nbytes)) if nbytes else None
 
     def _overlap_of(self, phase: str, column: bool, block: str) -> UbOverlap | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
-from simcluster.userbuffers import BlockOverlaps, column_linear
+from simcluster.userbuffers import BlockOverlaps, column_linear, scatters_fp8
 
 
 def wrap_block(
@@ -83,6 +83,8 @@ def _sequence_parallel(
     # the reduce-scatter run in slices beside the GEMM: forward, always with userbuffers; backward,
     # under overlap.tp_comm_rs_dgrad
     sliced = None if ub is None else ub.rs_dgrad if backward else ub.scatter
+    if not backward and sliced is not None and scatters_fp8(sliced, shapes.training):
+        size = shapes.tp_gather_bytes  # the row-parallel GEMM's FP8 output slices
     # PyTorch's async TP leaves the input gradient's reduce-scatter a blocking NCCL call
     # (userbuffers.PYTORCH_ASYNC_TP), as a frozen linear does: after the block's GEMMs, exposed
     blocking_rs = backward and sliced is None and (frozen or (ub is not None and ub.grad_scatter.blocking))
