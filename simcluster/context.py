@@ -125,6 +125,7 @@ def build_context(
     _check_recompute(scenario.training, model)
     _check_cuda_graphs(scenario.training, model)
     _check_positions(scenario.training, model)
+    _check_documents(scenario)
     _check_moe_settings(scenario.moe, model)
     check_framework_schedule(scenario.framework, scenario.parallel.schedule, scenario.parallel.pp)
     check_framework_sequence_parallel(scenario.framework, scenario.parallel.schedule, scenario.parallel.sequence_parallel)
@@ -396,6 +397,24 @@ def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
             f"rows of the model's learned position embedding; use seq_len <= "
             f"{model.max_positions} or raise model.max_positions",
         )
+
+
+def _check_documents(scenario: Scenario) -> None:
+    """Packed documents (``training.document_tokens``) fit in the sequence and run where the
+    model costs them: fused attention (TransformerEngine's THD format and flash-attn's varlen
+    kernels exist only there; Megatron's unfused path masks one whole sequence) without context
+    parallelism (TransformerEngine splits each document over the ranks, a ring this model does
+    not build)."""
+    training = scenario.training
+    doc = training.document_tokens
+    if doc is None:
+        return
+    if doc > training.seq_len:
+        raise UserError("training.document_tokens", f"{doc} is longer than training.seq_len={training.seq_len}; use at most the sequence, or unset it for one document per sequence")
+    if not training.flash_attention:
+        raise UserError("training.document_tokens", "needs fused attention (THD / varlen kernels); set training.flash_attention: true or unset document_tokens")
+    if scenario.parallel.cp > 1:
+        raise UserError("training.document_tokens", f"with parallel.cp={scenario.parallel.cp} is not modelled (each document split over the context-parallel ranks); use cp 1 or unset document_tokens")
 
 
 def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:

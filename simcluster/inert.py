@@ -382,6 +382,14 @@ _fp8_recipe = _read_at_precision("fp8", "it is how FP8 scales are found")
 _nvfp4_recipe = _read_at_precision("nvfp4", "it is a choice of the NVFP4 recipe")
 
 
+def _one_document(ctx: Context) -> Verdict:
+    # parallelism/attention_time.py: documents as long as the sequence are one per sequence
+    training = ctx.scenario.training
+    if training.document_tokens == training.seq_len:
+        return (f"at training.seq_len={training.seq_len}", "a document as long as the sequence fills it alone")
+    return None
+
+
 def _amax_reduction(ctx: Context) -> Verdict:
     # parallelism/fp8_amax.py: its group and its blocking matter only where the amax all-reduce runs
     if delayed_under_te_autocast(ctx.scenario):
@@ -620,6 +628,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.defer_head_wgrad", _pp_one("no pipeline flush to run the LM head's weight gradients in")),
     InertRule("parallel.head_wgrad_deferral_limit", _deferral_limit),
     InertRule("parallel.activation_limit", _not_v_auto),
+    InertRule("training.document_tokens", _one_document),
     InertRule("training.fp8_recipe", _fp8_recipe),
     InertRule("training.nvfp4_hadamard", _nvfp4_recipe),
     InertRule("training.nvfp4_stochastic_rounding", _nvfp4_recipe),

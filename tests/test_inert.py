@@ -80,6 +80,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"tp": 2}, "training": {"precision": "fp8", "tp_only_amax_red": True}}),
     ("training.fp8_amax_async", {"parallel": {"tp": 2}, "training": {"precision": "bf16", "fp8_amax_async": True}},
      {"parallel": {"tp": 2}, "training": {"precision": "fp8", "fp8_amax_async": True}}),
+    # parallelism/attention_time.py: packed documents as long as the sequence are one per sequence
+    ("training.document_tokens", {"training": {"document_tokens": 2048}}, {"training": {"document_tokens": 512}}),
     # TE's cached FP8 weight copies (parallelism/fp8_weights.py): none in bf16
     # memory.layer_activation_bytes: the one cached copy of a fused attention's output
     ("training.attention_output_bytes", {"training": {"attention_output_bytes": 1.5, "flash_attention": False}},

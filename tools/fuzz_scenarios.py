@@ -149,6 +149,16 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_fp8_storage(doc)
     _draw_nvfp4(doc)
     _draw_ub_switches(doc)
+    _draw_packing(doc)
+
+
+def _draw_packing(doc: dict[str, Any]) -> None:
+    """Packed documents (``training.document_tokens``) on one draw in eight, now and then longer
+    than the sequence (refused). Its own generator, as :func:`_draw_lora`."""
+    rng = _seeded_by(doc, salt=0xD0C)
+    if rng.random() < 0.125:
+        seq = doc["training"]["seq_len"]
+        doc["training"]["document_tokens"] = rng.choice([128, 512, max(seq // 4, 1), seq, 2 * seq])
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:

@@ -29,8 +29,12 @@ class AttentionTimes(BuilderBase):
         if phase == "W":
             return 0.0
         d_qk, d_v = self.shapes.model.qk_v_head_dims
-        s = self.scenario.training.seq_len
-        b = self.scenario.training.micro_batch
+        s: float = self.scenario.training.seq_len
+        b: float = self.scenario.training.micro_batch
+        if doc := self.scenario.training.document_tokens:
+            # packed documents (THD, cu_seqlens) attend only within themselves: the kernel runs
+            # them as that many sequences of their length (fused attention, cp 1: context.py)
+            b, s = b * s / doc, doc
         backward = phase == "B"
         if self.scenario.training.flash_attention:
             w = m.attention_span(index, s)

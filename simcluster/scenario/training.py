@@ -22,6 +22,17 @@ class TrainingSection(SectionBase):
         default=1, gt=0,
         description="sequences per microbatch on each data-parallel rank",
     )
+    document_tokens: int | None = Field(
+        default=None, gt=0,
+        description=(
+            "packed sequences: the length of the documents packed into each sequence (for "
+            "documents of mixed lengths, the root mean square of their lengths). Attention then "
+            "runs per document, as TransformerEngine's THD format with cu_seqlens does (NeMo's "
+            "and Megatron's packed_seq_params): seq_len / document_tokens causal attentions of "
+            "document_tokens each, not one over seq_len; the linears and memory are unchanged. "
+            "Needs fused attention and parallel.cp 1. Unset: one document per sequence"
+        ),
+    )
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(
         default=None,
