@@ -56,7 +56,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simcluster.userbuffers import DGRAD, FORWARD_RS, NAMES, UbOverlap, resolve, tp_overlaps_run
+from simcluster.userbuffers import (
+    FORWARD_RS,
+    NAMES,
+    UbOverlap,
+    reduce_scatter_buffer,
+    resolve,
+    tp_overlaps_run,
+)
 
 if TYPE_CHECKING:
     from simcluster.layout import Layout
@@ -90,9 +97,8 @@ def userbuffer_bytes(name: str, over: UbOverlap, shape: BufferShape) -> float:
     that is not a userbuffers communicator (``nccl``: PyTorch's blocking collective)."""
     if over.method == "nccl":
         return 0.0
-    # initialize_ub moves a non-bulk qkv_dgrad / fc1_dgrad to its reduce-scatter list
-    # (overlap.tp_comm_rs_dgrad's buffer), where fp8_buf is honoured for a pipeline only
-    moved = name in DGRAD and over.method != "bulk"
+    # a moved *_dgrad buffer's fp8_buf is honoured for a pipeline only (userbuffers._entry)
+    moved = reduce_scatter_buffer(name, over)
     fp8 = shape.fp8 and ((name in FP8_GATHERS and not moved) or ((name in FORWARD_RS or moved) and over.fp8_buf))
     whole = shape.rows * shape.hidden * (1 if fp8 else shape.act_bytes)
     if over.method == "ring_exchange" and (name in REDUCE_SCATTERS or moved):

@@ -426,6 +426,13 @@ def block_overlaps(cfg: Mapping[str, UbOverlap], block: str, overlap: OverlapSec
     )
 
 
+def reduce_scatter_buffer(name: str, over: UbOverlap) -> bool:
+    """Whether ``initialize_ub`` builds overlap ``name`` as the input gradient's reduce-scatter
+    buffer of ``overlap.tp_comm_rs_dgrad``: a qkv_dgrad / fc1_dgrad whose method is not bulk
+    (it moves it to its reduce-scatter list; a bulk one is the re-gather's all-gather buffer)."""
+    return name in DGRAD and over.method != "bulk"
+
+
 def check_rs_dgrad(cfg: Mapping[str, UbOverlap], raw: str | Mapping[str, Any] | None, overlap: OverlapSection) -> None:
     """A reduce-scatter buffer exactly where ``overlap.tp_comm_rs_dgrad`` uses one: TransformerEngine
     runs the overlap on the linear's ``*_dgrad`` buffer, which ``initialize_ub`` builds for a
@@ -433,7 +440,7 @@ def check_rs_dgrad(cfg: Mapping[str, UbOverlap], raw: str | Mapping[str, Any] | 
     it); a bulk one is the re-gather's all-gather buffer."""
     for col in ("qkv", "fc1"):
         name = f"{col}_dgrad"
-        bulk = cfg[name].method == "bulk"
+        bulk = not reduce_scatter_buffer(name, cfg[name])
         if overlap.tp_comm_rs_dgrad and not disabled(overlap, col) and bulk:
             raise UserError(f"{FIELD}.{name}.method", f"is bulk, an all-gather buffer: set ring_exchange or pipeline for overlap.tp_comm_rs_dgrad, or overlap.tp_comm_disable_{col}: true")
         if not bulk and not overlap.tp_comm_rs_dgrad:
