@@ -1,7 +1,8 @@
 """Model FLOPs (what MFU counts): forward, backward-input and backward-weight per token.
 
 Matmul FLOPs are 2 x (active weights touched per token); attention adds 2*s*heads*(d_qk + d_v)
-per token per layer counted without the causal mask, as Megatron-LM (Narayanan et al. 2021:
+per token per layer (s the tokens it attends over: the sequence, a sliding window, or its
+document in a packed sequence, ``training.attended_tokens``) counted without the causal mask, as Megatron-LM (Narayanan et al. 2021:
 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) per step without recompute) and PaLM count. Backward-input
 = matmul + 2x attention; backward-weight = matmul (the weight-gradient GEMMs), so the total is
 3x forward. MFU uses these model FLOPs, never recomputation; HFU (hardware FLOPs utilisation,

@@ -424,7 +424,7 @@ def _convention_factor(scenario: Any, convention: str) -> float:
     from simcluster.model import build_model
 
     model = build_model(scenario.model.model_dump(exclude_none=True))
-    return convention_factor(model, scenario.training.seq_len, convention)
+    return convention_factor(model, scenario.training.attended_tokens, convention)
 
 
 def run_case(case: Case, extrapolate: bool = True) -> CaseResult:

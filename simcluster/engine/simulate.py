@@ -279,13 +279,15 @@ def _summary(
 ) -> dict[str, Any]:
     sc, lay = ctx.scenario, ctx.layout
     tokens = lay.global_batch * lay.seq_len
-    flops = token_flops(ctx.model, lay.seq_len, lay.lora)
+    # attention counted over each token's document in packed sequences, the work the model needs
+    attended = sc.training.attended_tokens
+    flops = token_flops(ctx.model, attended, lay.lora)
     model_flops = flops.total * tokens
     full = [
         x for p in plans for c in p.chunks for pos, x in enumerate(c.chunk.layer_indices)
         if sc.training.fully_recomputed(pos)
     ]  # fmt: skip
-    hardware_flops = model_flops + tokens * recompute_flops_per_token(ctx.model, lay.seq_len, sc.training, full)
+    hardware_flops = model_flops + tokens * recompute_flops_per_token(ctx.model, attended, sc.training, full)
     gpus = sc.cluster.gpus
     peak = ctx.profile.training_peak_flops(sc.training.precision)
     spans, busies = pipeline_spans(events)

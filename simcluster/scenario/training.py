@@ -397,6 +397,12 @@ class TrainingSection(SectionBase):
         return self.recompute_num_layers is None or position < self.recompute_num_layers
 
     @property
+    def attended_tokens(self) -> int:
+        """Tokens a token attends over at most: its packed document's (``document_tokens``),
+        else the sequence's."""
+        return self.document_tokens or self.seq_len
+
+    @property
     def recomputed(self) -> frozenset[str]:
         """Modules selective recomputation reruns (Megatron-Core's default: the core attention)."""
         if self.recompute != "selective":
