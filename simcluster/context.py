@@ -402,9 +402,10 @@ def _check_positions(training: TrainingSection, model: ModelSpec) -> None:
 def _check_documents(scenario: Scenario) -> None:
     """Packed documents (``training.document_tokens``) fit in the sequence and run where the
     model costs them: fused attention (TransformerEngine's THD format and flash-attn's varlen
-    kernels exist only there; Megatron's unfused path masks one whole sequence) without context
-    parallelism (TransformerEngine splits each document over the ranks, a ring this model does
-    not build)."""
+    kernels exist only there; Megatron's unfused path masks one whole sequence) and, with context
+    parallelism, the p2p ring (TransformerEngine splits each document into 2 cp chunks over it;
+    its all-gather path asserts ``qkv_format != "thd"``; the all-to-all ones are not modelled
+    with documents)."""
     training = scenario.training
     doc = training.document_tokens
     if doc is None:
@@ -413,8 +414,9 @@ def _check_documents(scenario: Scenario) -> None:
         raise UserError("training.document_tokens", f"{doc} is longer than training.seq_len={training.seq_len}; use at most the sequence, or unset it for one document per sequence")
     if not training.flash_attention:
         raise UserError("training.document_tokens", "needs fused attention (THD / varlen kernels); set training.flash_attention: true or unset document_tokens")
-    if scenario.parallel.cp > 1:
-        raise UserError("training.document_tokens", f"with parallel.cp={scenario.parallel.cp} is not modelled (each document split over the context-parallel ranks); use cp 1 or unset document_tokens")
+    comm = scenario.parallel.cp_comm
+    if scenario.parallel.cp > 1 and comm != "p2p":
+        raise UserError("training.document_tokens", f"with parallel.cp_comm={comm} is not modelled (packed THD sequences over context parallelism: the p2p ring only); set parallel.cp_comm: p2p or unset document_tokens")
 
 
 def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:

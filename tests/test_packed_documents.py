@@ -58,7 +58,7 @@ def test_one_document_per_sequence_is_the_default():
     [
         ({"document_tokens": 8192}, {}, "longer than training.seq_len"),
         ({"document_tokens": 512, "flash_attention": False}, {}, "needs fused attention"),
-        ({"document_tokens": 512}, {"cp": 2}, "parallel.cp=2 is not modelled"),
+        ({"document_tokens": 512}, {"cp": 2, "cp_comm": "all_gather"}, "cp_comm=all_gather is not modelled"),
     ],
 )
 def test_impossible_or_unmodelled_packing_is_refused(training: dict, parallel: dict, field_text: str):
@@ -77,3 +77,17 @@ def test_model_flops_count_each_tokens_document():
     model = layer_builder(_doc()).shapes.model
     assert packed["model_flops_per_step"] == pytest.approx(token_flops(model, 512).total * 8 * SEQ)
     assert token_flops(model, 512).total < token_flops(model, SEQ).total
+
+
+@pytest.mark.parametrize("phase", ["F", "B"])
+def test_a_context_parallel_ring_splits_each_document_as_a_sequence(phase: str):
+    """Under cp 2's p2p ring, eight 512-token documents packed in a 4096-token sequence run the
+    ring's per-step kernels (diagonal and visiting blocks) of a micro-batch of eight 512-token
+    sequences: TransformerEngine's THD path splits every document into 2 cp chunks."""
+    packed = _doc(document_tokens=512)
+    unpacked = _doc(seq_len=512, micro_batch=8, global_batch=64)
+    for doc in (packed, unpacked):
+        doc["cluster"]["gpus"] = 16
+        doc["parallel"].update(cp=2, cp_comm="p2p")
+    a, b = layer_builder(packed).core_times(phase), layer_builder(unpacked).core_times(phase)
+    assert (a.total, a.diagonal, a.block) == pytest.approx((b.total, b.diagonal, b.block))

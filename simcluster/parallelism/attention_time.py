@@ -29,12 +29,7 @@ class AttentionTimes(BuilderBase):
         if phase == "W":
             return 0.0
         d_qk, d_v = self.shapes.model.qk_v_head_dims
-        s: float = self.scenario.training.seq_len
-        b: float = self.scenario.training.micro_batch
-        if doc := self.scenario.training.document_tokens:
-            # packed documents (THD, cu_seqlens) attend only within themselves: the kernel runs
-            # them as that many sequences of their length (fused attention, cp 1: context.py)
-            b, s = b * s / doc, doc
+        b, s = self.attention_sequences()
         backward = phase == "B"
         if self.scenario.training.flash_attention:
             w = m.attention_span(index, s)
@@ -54,6 +49,17 @@ class AttentionTimes(BuilderBase):
         # Megatron's unfused path computes every score and masks them: no saving from a window.
         # With cp only Ulysses runs it (layout_checks.check_cp_comm): heads/cp of the whole sequence
         return self._unfused_attention(b, s, s, m.heads / (lay.tp * lay.cp), d_qk, d_v, backward)
+
+    def attention_sequences(self) -> tuple[float, float]:
+        """(sequences, tokens each) one microbatch's attention runs over: its sequences, or with
+        packed documents (``training.document_tokens``: THD with cu_seqlens, each attending only
+        within itself) its documents, so many sequences of their length (fused attention, and
+        a p2p ring under cp, ``context._check_documents``)."""
+        training = self.scenario.training
+        b, s = float(training.micro_batch), float(training.seq_len)
+        if doc := training.document_tokens:
+            return b * s / doc, float(doc)
+        return b, s
 
     def _chunked_attention(
         self, b: float, s: float, chunk: float, heads: float, d_qk: float, d_v: float, backward: bool
@@ -90,9 +96,10 @@ class AttentionTimes(BuilderBase):
         d_qk, d_v = self.shapes.model.qk_v_head_dims
         # a2a+p2p: the ring runs over cp/cp_a2a ranks on cp_a2a times the tokens, 1/cp_a2a of the heads
         group = lay.cp_a2a if lay.cp_comm == "a2a+p2p" else 1
-        b, heads = self.scenario.training.micro_batch, self.shapes.model.heads / (lay.tp * group)
+        b, s = self.attention_sequences()  # packed documents: each split over the ring as a sequence
+        heads = self.shapes.model.heads / (lay.tp * group)
         ring = lay.cp // group
-        c = self.scenario.training.seq_len / (2 * ring)
+        c = s / (2 * ring)
         backward = phase == "B"
 
         def attend(sq: float, skv: float, causal: bool) -> float:

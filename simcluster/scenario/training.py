@@ -30,7 +30,9 @@ class TrainingSection(SectionBase):
             "runs per document, as TransformerEngine's THD format with cu_seqlens does (NeMo's "
             "and Megatron's packed_seq_params): seq_len / document_tokens causal attentions of "
             "document_tokens each, not one over seq_len; the linears and memory are unchanged. "
-            "Needs fused attention and parallel.cp 1. Unset: one document per sequence"
+            "Needs fused attention, and with parallel.cp > 1 the p2p ring (each document split "
+            "into 2 cp chunks, as TransformerEngine's THD context parallelism does). Unset: one "
+            "document per sequence"
         ),
     )
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
