@@ -216,6 +216,20 @@ def _longer_sequences(doc: Doc) -> bool:
     return True
 
 
+def _shorter_documents(doc: Doc) -> bool:
+    """Packed documents half as long (``training.document_tokens``, from one document per
+    sequence): each token attends over half the keys, so attention can only get cheaper. Only
+    where packing runs (fused attention; a p2p ring under cp)."""
+    training, parallel = doc["training"], doc["parallel"]
+    if training.get("flash_attention") is False or parallel.get("cp", 1) > 1 and parallel.get("cp_comm", "p2p") != "p2p":
+        return False
+    now = training.get("document_tokens") or training["seq_len"]
+    if now < 2:
+        return False
+    training["document_tokens"] = now // 2
+    return True
+
+
 def _double_layers(doc: Doc) -> bool:
     """Twice the transformer layers of the same model: every stage does more of the same work
     and keeps more of it."""
@@ -308,6 +322,7 @@ RELATIONS = [
     Relation("activation offload memory", _edit(_offload_more_activations), "peak_bytes", False),
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
     Relation("layers x2 time", _edit(_double_layers), "step_s", True),
+    Relation("documents /2 time", _edit(_shorter_documents), "step_s", False),
     Relation("layers x2 memory", _edit(_double_layers_memory), "peak_bytes", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
