@@ -4,9 +4,8 @@ Matmul FLOPs are 2 x (active weights touched per token); attention adds 2*s*head
 per token per layer (s the tokens it attends over: the sequence, a sliding window, or its
 document in a packed sequence, ``training.attended_tokens``) counted without the causal mask,
 as Megatron-LM (Narayanan et al. 2021: 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) per step without
-recompute) and PaLM count. Backward-input
-= matmul + 2x attention; backward-weight = matmul (the weight-gradient GEMMs), so the total is
-3x forward. MFU uses these model FLOPs, never recomputation; HFU (hardware FLOPs utilisation,
+recompute) and PaLM count. Backward-input = matmul + 2x attention; backward-weight = matmul
+(the weight-gradient GEMMs), so the total is 3x forward. MFU uses these model FLOPs, never recomputation; HFU (hardware FLOPs utilisation,
 Korthikanti et al. 2022 Sec. 6) adds the matmul FLOPs that recomputation reruns, counted the same
 way (:func:`recompute_flops_per_token`).
 """
