@@ -68,6 +68,11 @@ class UbOverlap:
     #: an FP8 buffer for a forward reduce-scatter in an FP8 run (``ub_cfgs`` ``fp8_buf``: its
     #: bytes, simcluster.tp_overlap_buffers; what it moves, :func:`scatters_fp8`)
     fp8_buf: bool = False
+    #: a forward reduce-scatter's GEMM as one cuBLAS atomic-counter kernel (``ub_cfgs``
+    #: ``atomic_gemm``: TransformerEngine's ``atomic_gemm_overlap_rs``, ``nvte_cublas_atomic_gemm``
+    #: with ``m_split = num_splits``, each slice's tiles counted as they finish and its
+    #: reduce-scatter started on that count): the GEMM runs whole, the reduce-scatter in slices
+    atomic_gemm: bool = False
 
     def gemm_factor(self, sm_count: int | None) -> float:
         """Time factor of the overlapped GEMM: launched on ``sm_count - num_sm`` SMs under
@@ -88,6 +93,10 @@ class UbOverlap:
         """Kernels the GEMM is cut into: ``tp`` for a ring exchange, ``num_splits`` for a
         pipeline, one for a bulk overlap or a blocking NCCL call."""
         return {"ring_exchange": tp, "pipeline": self.num_splits, "bulk": 1, "nccl": 1}[self.method]
+
+    def gemm_slices(self, tp: int) -> int:
+        """Kernels the overlapped GEMM runs as: one for an atomic GEMM, else :meth:`slices`."""
+        return 1 if self.atomic_gemm else self.slices(tp)
 
     @property
     def blocking(self) -> bool:
@@ -214,7 +223,7 @@ PRESETS: dict[str, tuple[str, dict[str, UbOverlap]]] = {
 }
 
 FIELD = "overlap.tp_comm_cfg"
-_KEYS = {"method", "num_sm", "set_sm_margin", "num_splits", "fp8_buf"}
+_KEYS = {"method", "num_sm", "set_sm_margin", "num_splits", "fp8_buf", "atomic_gemm"}
 #: the column-parallel input-gradient buffers: bulk (the re-gather of the input), or, as a ring
 #: exchange or a pipeline, the reduce-scatter buffer of overlap.tp_comm_rs_dgrad
 #: (``initialize_ub`` moves a non-bulk qkv_dgrad / fc1_dgrad to its reduce-scatter list)
@@ -270,17 +279,24 @@ def _entry(name: str, entry: Any) -> UbOverlap:
     base = default if method == default.method else (_ring() if method == "ring_exchange" else _pipe(16))
     num_sm = entry.get("num_sm", base.num_sm)
     splits = entry.get("num_splits", base.num_splits)
-    margin = entry.get("set_sm_margin", base.set_sm_margin)
     for key, value in (("num_sm", num_sm), ("num_splits", splits)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "num_sm" else 1):
             raise UserError(f"{where}.{key}", f"must be a whole number >= {0 if key == 'num_sm' else 1}, got {value!r}")
-    fp8_buf = entry.get("fp8_buf", False)
-    for key, flag in (("set_sm_margin", margin), ("fp8_buf", fp8_buf)):
-        if not isinstance(flag, bool):
-            raise UserError(f"{where}.{key}", f"must be true or false, got {flag!r}")
+    fp8_buf, atomic = _flag(entry, where, "fp8_buf"), _flag(entry, where, "atomic_gemm")
+    if atomic and name not in FORWARD_RS:
+        raise UserError(f"{where}.atomic_gemm", f"is modelled for the forward reduce-scatters only ({', '.join(FORWARD_RS)}); drop it here")
     # initialize_ub honours fp8_buf only for a pipelined reduce-scatter: proj/fc2_fprop, or a
     # qkv/fc1_dgrad moved to its reduce-scatter list as a pipeline
-    return UbOverlap(method, num_sm, margin, splits, fp8_buf and (name in FORWARD_RS or method == "pipeline"))
+    fp8_buf = fp8_buf and (name in FORWARD_RS or method == "pipeline")
+    return UbOverlap(method, num_sm, _flag(entry, where, "set_sm_margin", base.set_sm_margin), splits, fp8_buf, atomic)
+
+
+def _flag(entry: Mapping[str, Any], where: str, key: str, default: bool = False) -> bool:
+    """A true/false setting of one ``tp_comm_cfg`` entry."""
+    flag = entry.get(key, default)
+    if not isinstance(flag, bool):
+        raise UserError(f"{where}.{key}", f"must be true or false, got {flag!r}")
+    return flag
 
 
 @dataclass(frozen=True)

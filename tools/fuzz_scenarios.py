@@ -219,7 +219,8 @@ def _draw_ub_switches(doc: dict[str, Any]) -> None:
     """Megatron-Core's per-linear userbuffers switches on one draw in four with ``overlap.tp_comm``
     (rs_dgrad with reduce-scatter buffers for the linears it acts on; now and then a bulk one,
     refused), and now and then an FP8 buffer for the output projection's forward reduce-scatter
-    (``fp8_buf``, userbuffers.scatters_fp8). Its own generator, as :func:`_draw_lora`, so earlier draws stay the seed's."""
+    (``fp8_buf``, userbuffers.scatters_fp8; half of them an atomic GEMM). Its own generator,
+    as :func:`_draw_lora`, so earlier draws stay the seed's."""
     overlap = doc.get("overlap", {})
     rng = _seeded_by(doc, 4)
     if not overlap.get("tp_comm") or rng.random() >= 0.25:
@@ -233,7 +234,8 @@ def _draw_ub_switches(doc: dict[str, Any]) -> None:
         overlap["tp_comm_cfg"] = {f"{c}_dgrad": {"method": method} for c in ("qkv", "fc1")}
     if rng.random() < 0.3:  # the output projection's reduce-scatter into an FP8 buffer
         cfg = overlap.setdefault("tp_comm_cfg", {})
-        cfg["proj_fprop"] = {"method": rng.choice(["pipeline", "ring_exchange"]), "fp8_buf": True}
+        cfg["proj_fprop"] = {"method": rng.choice(["pipeline", "ring_exchange"]), "fp8_buf": True,
+                             "atomic_gemm": rng.random() < 0.5}
 
 
 def _draw_fp8_storage(doc: dict[str, Any]) -> None:

@@ -337,8 +337,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
     def _linear(self, gemms: list[Gemm], phase: str, block: str, column: bool = True) -> Work:
         """A block's column-parallel (qkv, fc1) or row-parallel (proj, fc2) GEMMs in ``phase``
         beside their userbuffers overlap: cut into the overlap's slices, each its own kernel at
-        its own size and wave quantisation, and launched on the SMs its ``set_sm_margin``
-        leaves (``UbOverlap.gemm_factor``). In W the row-parallel GEMMs overlap nothing."""
+        its own size and wave quantisation (one whole kernel for an atomic GEMM,
+        ``UbOverlap.gemm_slices``), and launched on the SMs its ``set_sm_margin`` leaves
+        (``UbOverlap.gemm_factor``). In W the row-parallel GEMMs overlap nothing."""
         if phase == "W":  # gemms = the block's column-parallel ones, then its row-parallel one
             over = self._overlap_of("W", True, block)
             factor = over.gemm_factor(self.km.profile.gpu.sm_count) if over else 1.0
@@ -348,7 +349,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         over = self._overlap_of(phase, column, block)
         if over is None:
             return self._gemms(gemms, phase)
-        work = self._gemms(gemms, phase, splits=over.slices(self.shapes.layout.tp))
+        work = self._gemms(gemms, phase, splits=over.gemm_slices(self.shapes.layout.tp))
         return work.scaled(over.gemm_factor(self.km.profile.gpu.sm_count)) + self._gather_copy(phase, column, block)
 
     def _gather_copy(self, phase: str, column: bool, block: str) -> Work:

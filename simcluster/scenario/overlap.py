@@ -51,8 +51,9 @@ class OverlapSection(SectionBase):
             "Megatron-Bridge's, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192, or te-1 / "
             "te-2 for TransformerEngine's defaults, pytorch-async-tp for PyTorch's async TP, "
             "torchtitan's) or a mapping from overlap name (qkv_fprop ... "
-            "fc2_dgrad) to {method, num_sm, set_sm_margin, num_splits, fp8_buf}; unset: TransformerEngine "
-            "2.x's defaults (simcluster/userbuffers.py)"
+            "fc2_dgrad) to {method, num_sm, set_sm_margin, num_splits, fp8_buf, atomic_gemm (proj_fprop / "
+            "fc2_fprop: the GEMM as one atomic-counter kernel, the reduce-scatter still in slices)}; unset: "
+            "TransformerEngine 2.x's defaults (simcluster/userbuffers.py)"
         ),
     )
 
