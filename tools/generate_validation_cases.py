@@ -1748,8 +1748,11 @@ MLPERF_GBS_EVIDENCE = {
 
 def mlperf_ub(version, cuda_graph):
     """The tp_overlap file a run read: v3.1's h100tp4pp8mbs1.yaml, v4.0's h100tp4mbs2.yaml (its
-    defaults: proj_fprop a 24-SM pipeline, fc2_fprop a ring exchange), or for the v4.0 MBS 1 run
-    the same structure with the config's FC2_FPROP_METHOD=pipeline and FC2_FPROP_SM=4."""
+    defaults: proj_fprop a 24-SM pipeline with atomic_gemm ${NVTE_UB_ATOMIC_GEMM_RS_PROJ,1} and
+    fp8_buf ${NVTE_UB_FP8_RS,False}, fc2_fprop a ring exchange with atomic_gemm
+    ${NVTE_UB_ATOMIC_GEMM_RS_FC2,0}), or for the v4.0 MBS 1 runs the same structure with the
+    config's FC2_FPROP_METHOD=pipeline, FC2_FPROP_SM=4, NVTE_UB_ATOMIC_GEMM_RS_PROJ=0,
+    NVTE_UB_FP8_RS=1 and NVTE_UB_ATOMIC_GEMM_RS_FC2=1."""
     ring = {name: {"method": "ring_exchange"} for name in ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad")}
     bulk = (4, 8, 2, 4) if version == "v3.1" else (4, 4, 4, 4)
     cfg = {name: {"method": "bulk", "num_sm": n, "set_sm_margin": False}
@@ -1757,9 +1760,13 @@ def mlperf_ub(version, cuda_graph):
     cfg.update(ring)
     cfg["proj_fprop"] = {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True}
     if version == "v4.0" and not cuda_graph:
+        cfg["proj_fprop"]["atomic_gemm"] = True
         cfg["fc2_fprop"] = {"method": "ring_exchange", "set_sm_margin": True}
     else:
         cfg["fc2_fprop"] = {"method": "pipeline", "num_sm": 4, "num_splits": 4, "set_sm_margin": True}
+    if version == "v4.0" and cuda_graph:
+        cfg["proj_fprop"]["fp8_buf"] = True
+        cfg["fc2_fprop"]["atomic_gemm"] = True
     return cfg
 
 
@@ -1796,19 +1803,21 @@ for version, nodes, minibs, tp, pp, vp, mbs, gbs, blocks_ms, block_tokens, cuda_
         + MLPERF_GPT3 + (MLPERF_V31_SETTINGS if version == "v3.1" else MLPERF_V40_SETTINGS))
     if version == "v4.0":
         source += (" Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4mbs2.yaml (bulk 4/4/4/4 SMs, "
-                   "ring-exchange all-gathers, proj_fprop a 24-SM pipeline in 4 splits with a margin, fc2_fprop "
-                   "a ring exchange with a margin)")
+                   "ring-exchange all-gathers, proj_fprop a 24-SM pipeline in 4 splits with a margin, its "
+                   "atomic_gemm ${oc.env:NVTE_UB_ATOMIC_GEMM_RS_PROJ,1} and fp8_buf ${oc.env:NVTE_UB_FP8_RS,False}, "
+                   "fc2_fprop a ring exchange with a margin, atomic_gemm ${oc.env:NVTE_UB_ATOMIC_GEMM_RS_FC2,0}")
         if cuda_graph:
             source += (", ASSUMED for this MBS 1 run (its h100tp4mbs1.yaml is not stored) with the config's "
-                       "FC2_FPROP_METHOD=pipeline and FC2_FPROP_SM=4; LAYER_CUDA_GRAPH=1 (each transformer "
+                       "FC2_FPROP_METHOD=pipeline, FC2_FPROP_SM=4, NVTE_UB_ATOMIC_GEMM_RS_PROJ=0, NVTE_UB_FP8_RS=1 "
+                       "(proj_fprop's FP8 buffer: fp8_buf) and NVTE_UB_ATOMIC_GEMM_RS_FC2=1 (fc2_fprop one "
+                       "atomic-counter GEMM: atomic_gemm); LAYER_CUDA_GRAPH=1 (each transformer "
                        "layer in a CUDA graph: training.cuda_graphs attn and mlp); "
                        "defer_embedding_wgrad_compute (custom.yaml: on with PP > 1, MINIBS <= 256 and MBS 1): "
                        "parallel.defer_head_wgrad, every one of the 6 microbatches of a pipeline (ASSUMED: no "
-                       "wgrad_deferral_limit below 6); NVTE_UB_FP8_RS=1 (an FP8 reduce-scatter buffer) has no "
-                       "counterpart.")
+                       "wgrad_deferral_limit below 6).")
             scenario["parallel"]["defer_head_wgrad"] = True
         else:
-            source += "."
+            source += " (the config sets none of these variables: proj_fprop one atomic-counter GEMM, atomic_gemm)."
     cases.append(mlperf_gpt3_case(f"mlperf-{log_version}/gpt3-175b-{gpus}xh100", "mlperf-training-h100", source,
                                   blocks_ms, block_tokens, gbs, gpus, scenario, step_s))
 # --- MLPerf Training v4.1 GPT-3 175B and v5.0 Llama 3.1 405B (NVIDIA, NeMo) ------------------------
@@ -1859,7 +1868,7 @@ MLPERF_V41_UB = {
     "proj_dgrad": {"method": "ring_exchange", "set_sm_margin": True},
     "fc1_fprop": {"method": "ring_exchange", "set_sm_margin": True},
     "fc2_dgrad": {"method": "ring_exchange"},
-    "proj_fprop": {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True},
+    "proj_fprop": {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True, "atomic_gemm": True},
     "fc2_fprop": {"method": "ring_exchange", "set_sm_margin": True},
 }
 blackwell_cases = []
@@ -1875,6 +1884,7 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
     ub = copy.deepcopy(MLPERF_V41_UB)
     if b200:
         ub["proj_fprop"]["fp8_buf"] = True  # NVTE_UB_FP8_RS=1 in the config
+        ub["proj_fprop"]["atomic_gemm"] = False  # TE_UB_ATOMIC_GEMM_RS_PROJ=0 in the config
         scenario["training"]["cuda_graphs"] = ["attn", "mlp"]
     scenario["overlap"]["tp_comm_cfg"] = ub
     gpu_name = "B200" if b200 else "H100"
@@ -1913,8 +1923,10 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
                        "release).")
     source += (" Userbuffers (overlap.tp_comm_cfg): conf/tp_overlap/h100tp4mbs2.yaml (bulk 2/4/2/2 SMs, "
                "proj_dgrad and fc1_fprop ring exchanges with a margin, proj_fprop a 24-SM pipeline in 4 "
-               "splits with a margin, fc2_fprop a ring exchange with a margin; its atomic_gemm and "
-               "cga_size keys have no counterpart).")
+               "splits with a margin, fc2_fprop a ring exchange with a margin; its cga_size keys have no "
+               "counterpart; proj_fprop's atomic_gemm ${oc.env:NVTE_UB_ATOMIC_GEMM_RS_PROJ,1}, which the "
+               "H100 configs do not set: one atomic-counter GEMM, tp_comm_cfg atomic_gemm; fc2_fprop's "
+               "${oc.env:NVTE_UB_ATOMIC_GEMM_RS_FC2,0}).")
     case = mlperf_gpt3_case(f"mlperf-v4.1/gpt3-175b-{gpus}x{gpu_name.lower()}",
                             "mlperf-training-blackwell" if b200 else "mlperf-training-h100", source,
                             blocks_ms, block_tokens, gbs, gpus, scenario, step_s)
@@ -2026,7 +2038,10 @@ for nodes, minibs, blocks_ms, log_step, slow_steps in MLPERF_V50_NEBIUS_RUNS:
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
     folder = f"nebius_soperator_8xH200_n{nodes}_ngc25.01_nemo"
     config = f"config_DGXH200_{nodes}x8x{minibs}xtp4pp8cp2.sh"
-    scenario = mlperf_v50_405b_scenario(gpus, 4, gbs, "dgx-h200", True, mlperf_ub("v4.0", False))
+    ub = mlperf_ub("v4.0", False)
+    # the settings its log printed were transcribed without an atomic_gemm key: not ASSUMED here
+    ub["proj_fprop"].pop("atomic_gemm")
+    scenario = mlperf_v50_405b_scenario(gpus, 4, gbs, "dgx-h200", True, ub)
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh200-nebius",
         "family": "mlperf-training-h100",
@@ -2979,7 +2994,8 @@ MLPERF_LORA_H100_SRC = (
     "(training.fp8_weight_cache false: each frozen FP8 weight's transpose made for every microbatch), no "
     "cross-entropy fusion key (Megatron's unfused loss), userbuffers from conf/tp_overlap/h100tp4mbs1.yaml (stored "
     "once, under smc-dc-power's folder): the four all-gathers as ring exchanges, proj_fprop a pipeline of 32 SMs and "
-    "fc2_fprop of 16 in 4 splits with a margin, qkv_dgrad / fc1_dgrad bulk on 4 / 2 SMs. The yaml's "
+    "fc2_fprop of 16 in 4 splits with a margin, both atomic_gemm: 1 (each GEMM one atomic-counter kernel, tp_comm_cfg "
+    "atomic_gemm; no fp8_buf), qkv_dgrad / fc1_dgrad bulk on 4 / 2 SMs. The yaml's "
     "tp_comm_disable_qkv: ${{MC_TP_DISABLE_QKV,True}} is a Megatron-Core core_v0.7.0 ModelParallelConfig field ('If "
     "true, the AllGather -> Gemm overlap for QKV gets disabled'; model_parallel_config.py at 3c0f3ef; NeMo's "
     "build_model_parallel_config copies every cfg key named as a field), later renamed tp_comm_overlap_disable_qkv "
@@ -3007,8 +3023,8 @@ def nvidia_h100_lora_case():
     scenario["overlap"] = {"dp_grad_reduce": False, "tp_comm": True, "tp_comm_disable_qkv": True, "tp_comm_cfg": {
         "qkv_fprop": {"method": "ring_exchange"}, "fc1_fprop": {"method": "ring_exchange"},
         "proj_dgrad": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
-        "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True},
-        "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True},
+        "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True, "atomic_gemm": True},
+        "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True, "atomic_gemm": True},
         "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
         "fc1_dgrad": {"method": "bulk", "num_sm": 2, "set_sm_margin": False}}}
     _add_lora(scenario, a2a=True)
@@ -3105,7 +3121,9 @@ MLPERF_LORA_V41_H100_SRC = (
     "16-bit NCCL call and handed gathered to the adapter, NeMo's self-attention adapter mixin asking for "
     "return_layernorm_output_gathered where ub_overlap_ag is off), and the userbuffers of h100tp4mbs1.yaml: the "
     "four all-gathers as ring exchanges, proj_fprop a pipeline of 32 SMs (fp8_buf 1) and fc2_fprop of 16, both in "
-    "4 splits with a margin and atomic_gemm 1 (modelled as the split pipeline), qkv_dgrad bulk on 4 SMs, fc1_dgrad "
+    "4 splits with a margin and atomic_gemm 1 (the yaml's ${{oc.env:NVTE_UB_ATOMIC_GEMM_RS_PROJ,1}} / _FC2,1, which the "
+    "stored configs do not set: each GEMM one atomic-counter kernel, tp_comm_cfg atomic_gemm; fc2's fp8_buf 0, 'FP8 "
+    "does not improve perf'), qkv_dgrad bulk on 4 SMs, fc1_dgrad "
     "a ring exchange of 1 SM with a margin (TransformerEngine's initialize_ub makes a non-bulk fc1_dgrad the "
     "reduce-scatter buffer that ub_overlap_rs_dgrad uses: the frozen fc1's input-gradient reduce-scatter beside its "
     "GEMM). The frozen QKV linear reduce-scatters its input gradient with a plain NCCL call waited at once "
@@ -3144,8 +3162,10 @@ def v41_h100_lora_case(suffix, submitter, system, result, system_note, thr):
         "tp_comm_disable_qkv": True, "tp_comm_cfg": {
             "qkv_fprop": {"method": "ring_exchange"}, "fc1_fprop": {"method": "ring_exchange"},
             "proj_dgrad": {"method": "ring_exchange"}, "fc2_dgrad": {"method": "ring_exchange"},
-            "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True, "fp8_buf": True},
-            "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True},
+            "proj_fprop": {"method": "pipeline", "num_sm": 32, "num_splits": 4, "set_sm_margin": True, "fp8_buf": True,
+                           "atomic_gemm": True},
+            "fc2_fprop": {"method": "pipeline", "num_sm": 16, "num_splits": 4, "set_sm_margin": True,
+                          "atomic_gemm": True},
             "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": False},
             "fc1_dgrad": {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True}}}
     _add_lora(scenario, a2a=True)
