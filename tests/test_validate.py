@@ -615,6 +615,10 @@ def test_v41_h100_lora_rows_run_nvidia_v41_config_at_tp_4():
         assert ov["tp_comm"] and ov["tp_comm_rs_dgrad"] and ov["tp_comm_disable_qkv"]
         assert ov["tp_comm_cfg"]["fc1_dgrad"] == {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True}
         assert ov["tp_comm_cfg"]["qkv_dgrad"]["method"] == "bulk" and ov["dp_grad_reduce"] and ov["param_gather"]
+        # h100tp4mbs1.yaml: atomic_gemm ${NVTE_UB_ATOMIC_GEMM_RS_PROJ,1} / _FC2,1 (unset by the configs),
+        # proj_fprop fp8_buf 1, fc2_fprop fp8_buf 0
+        proj, fc2 = ov["tp_comm_cfg"]["proj_fprop"], ov["tp_comm_cfg"]["fc2_fprop"]
+        assert proj["atomic_gemm"] and fc2["atomic_gemm"] and proj["fp8_buf"] and "fp8_buf" not in fc2
         assert sc["lora"] == {"rank": 16, "targets": ["qkv", "proj"], "dropout": 0.1, "a2a": True}
 
 
@@ -1419,8 +1423,9 @@ FAMILY_MAPE = {
     # FP8 rows (-0.1 / -2.8%); 4.6 before a frozen linear's input-gradient reduce-scatter was
     # exposed (TE turns bulk wgrad off for a frozen weight) and v4.0's row ran the
     # tp_comm_disable_qkv it sets (+5.6 -> +10.9%), and before the v4.1 rows on 8 H100 at tp 4
-    # (+10.6 / +11.0 / +10.6%): physics over score
-    "mlperf-lora-70b": 5.8,
+    # (+10.6 / +11.0 / +10.6%): physics over score; 5.8 before the H100 rows' FP8 proj_fprop buffer
+    # and atomic GEMMs, as their userbuffers files set them
+    "mlperf-lora-70b": 5.5,
 }
 # Korthikanti's max is above its old 5.4 on purpose: the fp32 main-gradient accumulation (every
 # family's MAPE fell) makes the full-recompute rows more pessimistic (175B +2.1 -> +6.2%); the
