@@ -20,7 +20,7 @@ run, shared by every layer:
   a one-element tuple, which is truthy and reaches TransformerEngine as it is
   (Megatron-Bridge ``CommOverlapConfig.setup``: ``asdict(tp_comm_overlap_cfg)``): their
   pipelined forward reduce-scatters get FP8 buffers in an FP8 run (:attr:`UbOverlap.fp8_buf`;
-  under delayed scaling they then move FP8 slices, ``userbuffers.scatters_fp8``);
+  under delayed scaling they then move FP8 slices, ``userbuffers_traffic.scatters_fp8``);
   NVFP4 runs set no ``fp8`` and get 16-bit buffers;
 * a ring-exchange reduce-scatter holds ``2 tp - 1`` chunks of ``shape / tp`` for the partial
   products it receives (``CommOverlapP2PBase``: ``buffer_bytes / tp_size * (tp_size * 2 - 1)``,

@@ -23,7 +23,8 @@ from engine_helpers import layer_builder, run
 from test_tp_overlap import _tp_scenario
 
 from simcluster.parallelism.segments import Comm, Compute
-from simcluster.userbuffers import PRESETS, TE2, UbOverlap, ring_rs_reduce_bytes
+from simcluster.userbuffers import PRESETS, TE2, UbOverlap
+from simcluster.userbuffers_traffic import ring_rs_reduce_bytes
 
 RING_RS = "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"  # NeMo's FP8 preset: ring-exchange RS
 

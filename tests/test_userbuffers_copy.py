@@ -20,7 +20,7 @@ from simcluster.parallelism.layer import LayerBuilder
 from simcluster.parallelism.segments import Compute
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import scenario_from_dict
-from simcluster.userbuffers import gather_copy_bytes, writes_in_place
+from simcluster.userbuffers_traffic import gather_copy_bytes, writes_in_place
 
 SHARD = 8192 * 8192 * 2 / 4  # Llama 3 70B's hidden state of one 8K sequence, bf16, over tp 4
 

@@ -219,7 +219,7 @@ def _draw_ub_switches(doc: dict[str, Any]) -> None:
     """Megatron-Core's per-linear userbuffers switches on one draw in four with ``overlap.tp_comm``
     (rs_dgrad with reduce-scatter buffers for the linears it acts on; now and then a bulk one,
     refused), and now and then an FP8 buffer for the output projection's forward reduce-scatter
-    (``fp8_buf``, userbuffers.scatters_fp8; half of them an atomic GEMM). Its own generator,
+    (``fp8_buf``, userbuffers_traffic.scatters_fp8; half of them an atomic GEMM). Its own generator,
     as :func:`_draw_lora`, so earlier draws stay the seed's."""
     overlap = doc.get("overlap", {})
     rng = _seeded_by(doc, 4)

@@ -36,12 +36,14 @@ from simcluster.userbuffers import (
     BlockOverlaps,
     UbOverlap,
     block_overlaps,
-    gather_copy_bytes,
     resolve,
-    ring_rs_reduce_bytes,
-    scatters_fp8,
     switches_act,
     tp_overlaps_run,
+)
+from simcluster.userbuffers_traffic import (
+    gather_copy_bytes,
+    ring_rs_reduce_bytes,
+    scatters_fp8,
     writes_in_place,
 )
 
@@ -309,7 +311,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
 
     def _rs_reduce(self, block: str, phase: str) -> Work | None:
         """The forward reduce-scatter's local reduction kernel when it runs as a ring exchange
-        (``userbuffers.ring_rs_reduce_bytes``): a memory-bound pass at the profile's HBM rate
+        (``userbuffers_traffic.ring_rs_reduce_bytes``): a memory-bound pass at the profile's HBM rate
         over the ``tp`` partials of this rank's output shard; None otherwise."""
         ub = self._block_ub(block)
         over = None if ub is None else ub.scatter if phase == "F" else ub.rs_dgrad if phase == "B" else None
@@ -354,7 +356,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
 
     def _gather_copy(self, phase: str, column: bool, block: str) -> Work:
         """TransformerEngine's copy of this rank's shard into the userbuffer before the
-        all-gather beside these GEMMs (``userbuffers.gather_copy_bytes``): a memory-bound pass
+        all-gather beside these GEMMs (``userbuffers_traffic.gather_copy_bytes``): a memory-bound pass
         at the profile's HBM rate on the compute stream, ahead of the GEMM; none beside a
         reduce-scatter, under PyTorch's async TP (not userbuffers) or where the backward
         gathers no input again (``Layout.sp_keeps_gather``)."""

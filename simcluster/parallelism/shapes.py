@@ -77,7 +77,7 @@ class Shapes:
         every all-gather overlap (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``,
         ``qkv_dgrad``, ``fc1_dgrad``) an FP8 buffer under an FP8 recipe (``initialize_ub``:
         "AllGather buffers use fp8 when using fp8 recipe"). Reduce-scatters carry 16-bit
-        partial sums, except a forward one into an FP8 userbuffer (``userbuffers.scatters_fp8``).
+        partial sums, except a forward one into an FP8 userbuffer (``userbuffers_traffic.scatters_fp8``).
         The per-tensor scale is a few bytes and is left out.
 
         NVFP4 gathers its quantised operand the same way, 4 bits and an E4M3 scale per 16

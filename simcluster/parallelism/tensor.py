@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
-from simcluster.userbuffers import BlockOverlaps, column_linear, scatters_fp8
+from simcluster.userbuffers import BlockOverlaps, column_linear
+from simcluster.userbuffers_traffic import scatters_fp8
 
 
 def wrap_block(
@@ -48,7 +49,7 @@ def wrap_block(
     them and runs under them, except beside a LoRA run's frozen linears (``frozen``: then it
     blocks before them) and under ``overlap.tp_comm_rs_dgrad`` (then it ran beside the
     input-gradient GEMM, ``BlockOverlaps.rs_dgrad``). ``rs_reduce``: the kernel that sums the partials a forward
-    reduce-scatter run as a ring exchange leaves (``userbuffers.ring_rs_reduce_bytes``), on
+    reduce-scatter run as a ring exchange leaves (``userbuffers_traffic.ring_rs_reduce_bytes``), on
     the compute stream after the exchange's last slice.
     """
     lay = shapes.layout
