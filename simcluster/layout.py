@@ -82,6 +82,13 @@ class Layout:
     lora: Adapters | None = None
 
     @property
+    def regathers_input(self) -> bool:
+        """Whether sequence parallelism's backward all-gathers a column-parallel linear's input
+        again for its weight gradient: not where the linear kept the gathered input
+        (``sp_keeps_gather``), nor beside a LoRA run's frozen linears, whose weights take none."""
+        return not self.sp_keeps_gather and self.lora is None
+
+    @property
     def zero3_pipelined(self) -> bool:
         """ZeRO-3 (FSDP2) under a pipeline, as torch.distributed.pipelining runs it: parameters
         gathered once per step and kept (with reshard_after_forward off), gradients accumulated

@@ -380,8 +380,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         if role == "gather":
             return not ub.gather.blocking
         if role == "input_gather":
-            lay = self.shapes.layout
-            return ub.rs_dgrad is None and not lay.sp_keeps_gather and lay.lora is None
+            return ub.rs_dgrad is None and self.shapes.layout.regathers_input
         return True
 
     def _norm_work(self) -> Work:

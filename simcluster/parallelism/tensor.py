@@ -109,7 +109,7 @@ def _sequence_parallel(
     out = _place(first, body, None if under_wgrad or blocking_rs else last, overlap)
     if blocking_rs:
         out.append(last)
-    if backward and not lay.sp_keeps_gather and lay.lora is None:
+    if backward and lay.regathers_input:
         _insert_regather(out, shapes, block, ub, layer, regather_first, last)
     if tail:
         out.append(Comm(f"{block}_tp_rs_tail", "tp", "reduce_scatter", tail, False, layer, nccl=False))
