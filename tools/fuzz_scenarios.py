@@ -150,6 +150,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_nvfp4(doc)
     _draw_ub_switches(doc)
     _draw_packing(doc)
+    _draw_step_tail(doc)
 
 
 def _draw_packing(doc: dict[str, Any]) -> None:
@@ -159,6 +160,15 @@ def _draw_packing(doc: dict[str, Any]) -> None:
     if rng.random() < 0.125:
         seq = doc["training"]["seq_len"]
         doc["training"]["document_tokens"] = rng.choice([128, 512, max(seq // 4, 1), seq, 2 * seq])
+
+
+def _draw_step_tail(doc: dict[str, Any]) -> None:
+    """No eager tail (``training.step_tail: none``, an optimizer captured in a graph or a
+    framework whose step was not read) on one draw in eight. Its own generator, as
+    :func:`_draw_lora`."""
+    rng = _seeded_by(doc, salt=0x7A1)
+    if rng.random() < 0.125:
+        doc["training"]["step_tail"] = "none"
 
 
 def _draw_weight_settings(rng: random.Random, training: dict[str, Any], zero: int) -> None:

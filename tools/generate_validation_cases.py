@@ -356,7 +356,9 @@ for r in e["rows"]:
             "coefficient, every step (training.grad_clip local_scale). The bf16 gradients are freed "
             "after each microbatch's whole backward (optim/gradient_accumulator.py "
             "FP32GradientAccumulator.backward: loss.backward(), then fp32_grad.add_(half_param.grad) "
-            "and half_param.grad = None; training.grad_16bit_freed backward)."
+            "and half_param.grad = None; training.grad_16bit_freed backward). The step's host loop "
+            "beyond its ZeRO-1 unpacking (dp.param_unpack) was not read: no eager tail charged "
+            "(training.step_tail none)."
         ),
         "published": {"mfu_pct": r["mfu_pct"], "gpus": gpus, "global_batch": gbs, "seq_len": 4096},
         "scenario": {
@@ -369,7 +371,7 @@ for r in e["rows"]:
             "training": {"seq_len": 4096, "micro_batch": r["mbs"], "global_batch": gbs,
                          "precision": "bf16", "recompute": "none", "attention_kernel": "fa2",
                          "elementwise": "nanotron", "grad_clip": "local_scale",
-                         "grad_16bit_freed": "backward"},
+                         "grad_16bit_freed": "backward", "step_tail": "none"},
             **paths,
         },
         "measured": {"tokens_per_s": round(tps, 1)},
@@ -913,7 +915,7 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
     s = TITAN_SEQ[name.split("-")[0]]
     recompute = {"none": "none", "selective op": "op"}.get(ac, "full")
     training = {"seq_len": s, "micro_batch": lbs, "global_batch": lbs * 64, "precision": "bf16",
-                "recompute": recompute, "elementwise": "eager", "attention_kernel": "fa2"}
+                "recompute": recompute, "elementwise": "eager", "attention_kernel": "fa2", "step_tail": "none"}
     if ac == "selective layer":
         training["recompute_num_layers"] = model["layers"] // 2
     cases.append({
@@ -931,8 +933,9 @@ for name, lbs, ac, wps, mfu in TITAN_A100:
             "every second block, modelled as full recomputation of half of the layers "
             "(training.recompute_num_layers); 'selective op' keeps SDPA's output and every other "
             "matmul output of each block and reruns the rest (training.recompute op; "
-            "torchtitan apply_ac _save_list and its mm_count policy). ASSUMED (not stated): DGX A100 nodes (8 GPUs, 8x200 Gb/s "
-            "InfiniBand)."
+            "torchtitan apply_ac _save_list and its mm_count policy). Its step's host loop was not read: "
+            "no eager tail charged (training.step_tail none). ASSUMED (not stated): DGX A100 nodes (8 GPUs, "
+            "8x200 Gb/s InfiniBand)."
         ),
         "published": {"wps_per_gpu": wps, "mfu_pct": mfu, "gpus": 64, "local_batch": lbs, "seq_len": s,
                       "activation_checkpointing": ac},

@@ -216,6 +216,15 @@ def _longer_sequences(doc: Doc) -> bool:
     return True
 
 
+def _no_step_tail(doc: Doc) -> bool:
+    """Without the host's eager end of the step (``training.step_tail: none``): a step can only
+    get shorter, as the tail only ever waits beside the optimizer's kernels."""
+    if doc["training"].get("step_tail") == "none":
+        return False
+    doc["training"]["step_tail"] = "none"
+    return True
+
+
 def _shorter_documents(doc: Doc) -> bool:
     """Packed documents half as long (``training.document_tokens``, from one document per
     sequence): each token attends over half the keys, so attention can only get cheaper. Only
@@ -323,6 +332,7 @@ RELATIONS = [
     Relation("sequence x2 time", _edit(_longer_sequences), "step_s", True),
     Relation("layers x2 time", _edit(_double_layers), "step_s", True),
     Relation("documents /2 time", _edit(_shorter_documents), "step_s", False),
+    Relation("no step tail time", _edit(_no_step_tail), "step_s", False),
     Relation("layers x2 memory", _edit(_double_layers_memory), "peak_bytes", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),

@@ -37,6 +37,9 @@ class Shared:
     # host seconds per stage of unpacking the post-optimizer parameter gather tensor by tensor
     # (dp.param_unpack: per_tensor; empty otherwise)
     unpack_seconds: list[float] = field(default_factory=list)
+    # host seconds per stage of the step's eager tail (training.step_tail: the optimizer's Python
+    # after the norm's sync; empty with none), run beside the optimizer's kernels
+    tail_seconds: list[float] = field(default_factory=list)
     # compute-stream seconds of the framework's pass over a gradient bucket before its
     # reduction (dp.nan_check, dp.prescale; None when neither)
     bucket_pass_seconds: Callable[[Bucket], float] | None = None

@@ -27,6 +27,7 @@ from simcluster.nccl_ctas import scenario_channels
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
+    adapter_tensors,
     clip_bytes_per_local_param,
     flatten_copy_bytes,
     fsdp2_copy_bytes,
@@ -45,6 +46,7 @@ from simcluster.parallelism.offload import (
 )
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
+from simcluster.parallelism.step_tail import local_tensors, megatron_tail, stage_fp8_weights
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
 from simcluster.progress import showing
 from simcluster.scenario import Scenario
@@ -181,6 +183,7 @@ def simulate(
         _fsdp2_copies(ctx, km),
         stragglers,
         unpack_seconds=_unpack_seconds(ctx),
+        tail_seconds=_tail_seconds(ctx, plans),
         bucket_pass_seconds=_bucket_pass_seconds(ctx, km),
         offloaded_seconds=offloaded_seconds,
         host_link_bytes_per_s=_activation_link(ctx),
@@ -232,6 +235,27 @@ def _unpack_seconds(ctx: Context) -> list[float]:
         unpack_seconds(stage_tensors(ctx.model, chunks), ctx.layout.zero_group, op_s)
         for chunks in ctx.chunks
     ]
+
+
+def _tail_seconds(ctx: Context, plans: list[StagePlan]) -> list[float]:
+    """Per stage, the host time of the step's eager tail (``training.step_tail``)."""
+    sc = ctx.scenario
+    if sc.training.step_tail == "none":
+        return []
+    tr, layout = sc.training, ctx.layout
+    out = []
+    for chunks, plan in zip(ctx.chunks, plans, strict=True):
+        if layout.lora is not None:
+            # only the adapters are stepped; the frozen FP8 weights are never re-cast
+            tensors, fp8 = len(adapter_tensors(ctx.model, layout)) * sum(len(c.layer_indices) for c in chunks), 0
+        else:
+            tensors = stage_tensors(ctx.model, chunks)
+            fp8 = stage_fp8_weights(ctx.model, chunks) if (tr.fp8_param_gather or tr.fp4_param) else 0
+        shards = layout.zero_group if layout.zero >= 1 else 1
+        local = local_tensors(tensors, shards, len(plan.buckets))
+        ops = megatron_tail(local, fp8, fp8 * local / tensors if tensors else 0.0, tr.precision != "fp32")
+        out.append(ops.seconds(ctx.profile.efficiency.host_op_us * 1e-6))
+    return out
 
 
 def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:

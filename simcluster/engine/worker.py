@@ -477,6 +477,13 @@ class Worker(PipelineIO, DataParallelOps):
         seconds = self.shared.optimizer_seconds[self.stage]
         yield from self._compute(seconds)
         self._record("optimizer", "optimizer_step", -1, -1, -1, start, Work.of(optimizer=seconds))
+        tail = self.shared.tail_seconds[self.stage] if self.shared.tail_seconds else 0.0
+        if tail > env.now - start:
+            # the host's Python after the norm's sync issues the optimizer's kernels as it goes:
+            # the GPU waits for whichever is longer (parallelism/step_tail.py)
+            wait_start = env.now
+            yield env.timeout(tail - (env.now - start))
+            self._record("host", "optimizer_host", -1, -1, -1, wait_start, Work.of(host=env.now - wait_start))
         host = self.shared.offloaded_seconds[self.stage] if self.shared.offloaded_seconds else 0.0
         if host > 0:
             # the host link and the CPU: neither a slow GPU nor NCCL's SMs stretch it

@@ -46,7 +46,10 @@ def _training(zero: int, zero_optimizer: bool) -> dict[str, Any]:
     # backward and update_hp_grads(clear_lp_grads=False) after it: the bf16 gradients live
     # through the next forwards beside the BF16_Optimizer's fp32 buffer (runtime/pipe/engine.py
     # _exec_backward_pass); fp16 and ZeRO-2/3 accumulate in .grad itself
-    training: dict[str, Any] = {"elementwise": "fused", "flash_attention": False, "grad_16bit_freed": "step"}
+    # its optimizers' host loops were not read for training.step_tail (not charged)
+    training: dict[str, Any] = {
+        "elementwise": "fused", "flash_attention": False, "grad_16bit_freed": "step", "step_tail": "none",
+    }  # fmt: skip
     if not zero_optimizer:
         # the BF16_Optimizer's update_hp_grads after every microbatch's backward:
         # hp_grad.add_(lp.grad.to(fp32)), a cast to a temporary, then the add

@@ -14,7 +14,11 @@ def nanotron(raw: Mapping[str, Any]) -> Defaults:
     # clip_grad_norm over every local fp32 gradient, always multiplied (optim/clip_grads.py);
     # FP32GradientAccumulator.backward frees the bf16 .grad after the whole backward
     # (loss.backward(), then fp32_grad.add_(half_param.grad); half_param.grad = None)
-    training = {"elementwise": "nanotron", "grad_clip": "local_scale", "grad_16bit_freed": "backward"}
+    # its ZeRO-1 unpacking is dp.param_unpack; the rest of its step's host loop was not read
+    # for training.step_tail (not charged)
+    training = {
+        "elementwise": "nanotron", "grad_clip": "local_scale", "grad_16bit_freed": "backward", "step_tail": "none",
+    }  # fmt: skip
     parallel = {"partition": "nanotron"}  # pipeline blocks balanced by their compute cost
     # REDUCE_SCATTER mode (sequence parallelism) with tp_linear_async_communication, as its
     # benchmark script and examples run it; its ALL_REDUCE mode has no async row linear

@@ -108,7 +108,8 @@ def _torchtitan_defaults(raw: Mapping[str, Any]) -> Defaults:
     # and scales by the global token count, which turns the reduce-scatter into a PREMUL_SUM
     # and the HSDP all-reduce into a SUM; which one a dated run used is not known here. Only
     # the all-reduce's algorithm depends on it (simcluster runs no NVLS reduce-scatter)
-    training: dict[str, Any] = {"elementwise": "eager"}
+    # its step's host loop was not read for training.step_tail (not charged)
+    training: dict[str, Any] = {"elementwise": "eager", "step_tail": "none"}
     micro_batch = _pipeline_microbatch(raw)
     if micro_batch is not None:
         training["micro_batch"] = micro_batch
@@ -159,6 +160,7 @@ def pytorch_ddp(raw: Mapping[str, Any]) -> Defaults:
     defaults: Defaults = {
         "training": {
             "elementwise": "eager", "grad_clip": "local_scale", "grad_accum_fusion": False, "autocast": True,
+            "step_tail": "none",
         },
         "dp": {"bucket_mb": 25 * 2**20 / 1e6, "bucket_copies": True, "zero_grad_buffer": False},
         # DTensor's tensor-parallel collectives are eager and blocking
@@ -198,7 +200,7 @@ def pytorch_fsdp(raw: Mapping[str, Any]) -> Defaults:
     # true); an eager model (unfused norms and rotary), SDPA's flash backend
     return {
         "parallel": {"zero": 3, **_dtensor_sp(raw)},
-        "training": {"elementwise": "eager", "fp32_grad_accum": False},
+        "training": {"elementwise": "eager", "fp32_grad_accum": False, "step_tail": "none"},
         "zero3": {"buffers": "flat"},
         "overlap": {"tp_grad_async": False},  # DTensor TP in eager mode: its collectives block
     }

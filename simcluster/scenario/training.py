@@ -233,6 +233,20 @@ class TrainingSection(SectionBase):
             "fp32 copy)"
         ),
     )
+    step_tail: Literal["megatron", "none"] = Field(
+        default="megatron",
+        description=(
+            "the host's eager end of the step, after the gradient norm's .item() (and NeMo's "
+            "Lightning logging syncs) empty the GPU's queue: megatron (Megatron-Core's "
+            "distributed optimizer step issued from Python: per shard tensor the gradient's "
+            "cast, list entries and the copy back, FusedAdam's and the norm's launches, and "
+            "with training.fp8_param_gather TransformerEngine's pass over every FP8 weight; "
+            "host_op_us per kernel-launching op, a view a seventh of it; it runs beside the "
+            "optimizer's kernels, the longer of the two counts; parallelism/step_tail.py); none "
+            "(not charged: DeepSpeed, nanotron and PyTorch's frameworks, whose steps were not "
+            "read for it, or an optimizer captured in a CUDA graph)"
+        ),
+    )
     optimizer_post_validation: bool = Field(
         default=False,
         description=(

@@ -1,0 +1,115 @@
+"""The host's eager tail of a training step: Megatron's optimizer step issued from Python.
+
+The layers' kernels are issued ahead of the GPU (``parallelism/host.py``), but the step's end
+is not: Megatron's ``get_grad_norm_fp32`` reads the gradient norm back with ``.item()`` after
+the last reduction, and NeMo's Lightning loop syncs earlier still (``self.log`` of Python
+scalars through ``torch.tensor(..., device=cuda)`` and the progress bar's ``.item()``), so the
+optimizer step's Python runs with the GPU's queue empty and every op it issues waits for it.
+Under a full-iteration CUDA graph this is the step's only eager part (NVIDIA's CUDA-graph
+guide, Llama 3.1 405B example: "Optimizer step (Megatron distributed optimizer), Learning rate
+scheduling, Loss logging" stay eager).
+
+What the tail issues, read from Megatron-Core's ``DistributedOptimizer`` (``optimizer.py``,
+``distrib_optimizer.py``, ``clip_grads.py``) and TransformerEngine's
+``cast_master_weights_to_fp8`` (``tensor/utils.py``), per pipeline stage:
+
+- per parameter tensor overlapping the rank's optimizer shard (``local``): the gradient's copy
+  into the fp32 main gradient (two views and a ``.float()``), the clipping list, FusedAdam's
+  per-parameter list building and the updated shard's copy back into the model parameter (a
+  view and a ``copy_``);
+- fixed: the norm's two ``zeros``, ``multi_tensor_l2norm`` and power, the clip's scale, one
+  ``multi_tensor_adam`` per parameter group (two: with and without weight decay) and the
+  gradient buffers' ``zero_()``;
+- with FP8 weights kept by the optimizer (``training.fp8_param_gather``): a Python pass over
+  every FP8 weight of the stage (its quantizer, scale views and amax slot: about five
+  CPU-side tensor ops each), and per local FP8 shard the 16-bit cast, the amax and the cast
+  back instead of the copy, plus the amax buffer's ``zeros``, its all-reduce and the scales'
+  kernel.
+
+Ops that launch a kernel cost ``efficiency.host_op_us`` each (parallelism/host.py's unit, a
+small ``torch.nn.Linear`` call: an upper bound for a bare op); CPU-only tensor ops (views,
+slices, a quantizer's attributes) :data:`CPU_OP_SHARE` of it. The all-reduces are a few bytes
+each (latency-bound, not charged). Lightning's own per-step Python and logging are not counted,
+so the tail errs low there; Megatron-LM's loop copies the gradients before its norm's sync,
+where they may still hide under the last reductions, so there it errs high by ``3 x local``
+ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.model import ModelSpec
+from simcluster.placement import Chunk
+
+#: a CPU-only tensor op (view, slice) against a Python op that launches a kernel: about 2 us of
+#: CPU for a trivial op (pytorch/pytorch issue 41383, half of it Python) over the 13.48 us of a
+#: torch.nn.Linear forward on the same kind of host (TransformerEngine issue 2053, DGX H100's
+#: Xeon 8480C), so it scales with the host as host_op_us does
+CPU_OP_SHARE = 2.0 / 13.48
+#: kernel-launching ops the tail issues once per step: the norm (two zeros, l2norm, power),
+#: the clip's scale, FusedAdam's two parameter groups, the gradient buffers' zero_ (two)
+FIXED_KERNEL_OPS = 8.0
+#: CPU-side ops per local-shard tensor: the gradient's view and slice, the clip's and Adam's
+#: list entries, the copy back's slice
+CPU_OPS_PER_LOCAL = 5.0
+#: CPU-side ops of TransformerEngine's pass over each FP8 weight (quantizer, scale and
+#: scale-inverse views, amax slot, cached high-precision value cleared)
+CPU_OPS_PER_FP8_WEIGHT = 5.0
+#: kernels per local FP8 shard (16-bit cast, amax, cast back) and once per step (the amax
+#: buffer's two zeros and the scales' kernel)
+KERNELS_PER_LOCAL_FP8 = 3.0
+FP8_FIXED_KERNELS = 3.0
+
+
+@dataclass(frozen=True)
+class TailOps:
+    """The tail's kernel-launching Python ops and its CPU-only tensor ops for one stage."""
+
+    kernel_ops: float
+    cpu_ops: float
+
+    def seconds(self, host_op_s: float) -> float:
+        """Host seconds at ``host_op_s`` per kernel-launching op."""
+        return (self.kernel_ops + self.cpu_ops * CPU_OP_SHARE) * host_op_s
+
+
+def megatron_tail(local: float, fp8_weights: float, fp8_local: float, master: bool) -> TailOps:
+    """The ops of Megatron's optimizer step on a stage with ``local`` parameter tensors in the
+    rank's shard, ``fp8_weights`` FP8 weights (``fp8_local`` of them in the shard); ``master``:
+    16-bit parameters with fp32 main copies (the gradient's cast and the copy back)."""
+    kernels = FIXED_KERNEL_OPS
+    if master:
+        kernels += local + (local - fp8_local)  # .float() of each gradient; copy_ back
+    cpu = CPU_OPS_PER_LOCAL * local
+    if fp8_weights > 0:
+        kernels += KERNELS_PER_LOCAL_FP8 * fp8_local + FP8_FIXED_KERNELS
+        cpu += CPU_OPS_PER_FP8_WEIGHT * fp8_weights
+    return TailOps(kernels, cpu)
+
+
+def local_tensors(tensors: int, shards: int, buckets: int) -> float:
+    """Parameter tensors a rank's optimizer shard touches: every one without sharding, else a
+    ``1/shards`` share plus one a bucket (Megatron's buffer is cut into contiguous pieces per
+    bucket, so a piece can start and end inside tensors)."""
+    if shards <= 1:
+        return float(tensors)
+    return min(float(tensors), tensors / shards + max(buckets, 1))
+
+
+def stage_fp8_weights(model: ModelSpec, chunks: list[Chunk]) -> int:
+    """Linear weights one stage holds (the tensors TransformerEngine keeps in FP8): the
+    attention's projections and the MLP's two (a MoE layer's routed and shared experts' fc1 and
+    fc2 as parallelism/unpack.py counts them; the router stays 16-bit)."""
+    count = 0
+    for chunk in chunks:
+        for index in chunk.layer_indices:
+            if model.mla is not None:
+                attention = (3 if model.mla.q_lora_rank else 1) + 2
+            else:
+                attention = 2
+            mlp = 2
+            if model.is_moe_layer(index):
+                mlp = 2 + 2 * model.shared_experts
+            count += attention + mlp
+    return count
