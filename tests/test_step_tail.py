@@ -33,6 +33,10 @@ def test_the_tail_counts_the_shard_loops_and_every_fp8_weight():
     assert (ops.kernel_ops, ops.cpu_ops) == (39.0, 690.0)
     # fp32 training has no main copies: no casts, no copies back
     assert megatron_tail(10, 0, 0, master=False) == TailOps(8.0, 50.0)
+    # without the distributed optimizer the copy back is one multi_tensor_scale launch
+    assert megatron_tail(10, 0, 0, master=True, sharded=False) == TailOps(8.0 + 10 + 1, 50.0)
+    # fp32 main gradients: .float() returns the tensor itself, a CPU-side op, no kernel
+    assert megatron_tail(10, 0, 0, master=True, grad_cast=False) == TailOps(8.0 + 10, 60.0)
 
 
 def test_a_cpu_op_costs_its_share_of_a_python_op():

@@ -253,7 +253,9 @@ def _tail_seconds(ctx: Context, plans: list[StagePlan]) -> list[float]:
             fp8 = stage_fp8_weights(ctx.model, chunks) if (tr.fp8_param_gather or tr.fp4_param) else 0
         shards = layout.zero_group if layout.zero >= 1 else 1
         local = local_tensors(tensors, shards, len(plan.buckets))
-        ops = megatron_tail(local, fp8, fp8 * local / tensors if tensors else 0.0, tr.precision != "fp32")
+        fp8_local = fp8 * local / tensors if tensors else 0.0
+        master = tr.precision != "fp32"
+        ops = megatron_tail(local, fp8, fp8_local, master, sharded=layout.zero >= 1, grad_cast=not tr.fp32_grad_accum)
         out.append(ops.seconds(ctx.profile.efficiency.host_op_us * 1e-6))
     return out
 

@@ -14,7 +14,8 @@ What the tail issues, read from Megatron-Core's ``DistributedOptimizer`` (``opti
 ``cast_master_weights_to_fp8`` (``tensor/utils.py``), per pipeline stage:
 
 - per parameter tensor overlapping the rank's optimizer shard (``local``): the gradient's copy
-  into the fp32 main gradient (two views and a ``.float()``), the clipping list, FusedAdam's
+  into the fp32 main gradient (two views and a ``.float()``, a cast kernel only where the
+  gradients are 16-bit, ``training.fp32_grad_accum: false``), the clipping list, FusedAdam's
   per-parameter list building and the updated shard's copy back into the model parameter (a
   view and a ``copy_``);
 - fixed: the norm's two ``zeros``, ``multi_tensor_l2norm`` and power, the clip's scale, one
@@ -32,7 +33,8 @@ slices, a quantizer's attributes) :data:`CPU_OP_SHARE` of it. The all-reduces ar
 each (latency-bound, not charged). Lightning's own per-step Python and logging are not counted,
 so the tail errs low there; Megatron-LM's loop copies the gradients before its norm's sync,
 where they may still hide under the last reductions, so there it errs high by ``3 x local``
-ops.
+ops. Without a sharded optimizer (zero 0, ``Float16OptimizerWithFloat16Params``) every tensor
+is local and the copy back is one ``multi_tensor_scale`` launch over lists.
 """
 
 from __future__ import annotations
@@ -74,14 +76,24 @@ class TailOps:
         return (self.kernel_ops + self.cpu_ops * CPU_OP_SHARE) * host_op_s
 
 
-def megatron_tail(local: float, fp8_weights: float, fp8_local: float, master: bool) -> TailOps:
+def megatron_tail(
+    local: float, fp8_weights: float, fp8_local: float, master: bool, *, sharded: bool = True, grad_cast: bool = True
+) -> TailOps:
     """The ops of Megatron's optimizer step on a stage with ``local`` parameter tensors in the
     rank's shard, ``fp8_weights`` FP8 weights (``fp8_local`` of them in the shard); ``master``:
-    16-bit parameters with fp32 main copies (the gradient's cast and the copy back)."""
+    16-bit parameters with fp32 main copies (the gradient's ``.float()`` and the copy back);
+    ``grad_cast``: the gradients are 16-bit, so that ``.float()`` launches a cast (on fp32 main
+    gradients it returns the tensor itself, a CPU-side op); ``sharded``: the distributed
+    optimizer, which copies each shard back with a ``copy_`` of its own
+    (``Float16OptimizerWithFloat16Params`` copies all of them with one ``multi_tensor_scale``)."""
     kernels = FIXED_KERNEL_OPS
-    if master:
-        kernels += local + (local - fp8_local)  # .float() of each gradient; copy_ back
     cpu = CPU_OPS_PER_LOCAL * local
+    if master:
+        kernels += (local - fp8_local) if sharded else 1.0  # the copies back
+        if grad_cast:
+            kernels += local
+        else:
+            cpu += local
     if fp8_weights > 0:
         kernels += KERNELS_PER_LOCAL_FP8 * fp8_local + FP8_FIXED_KERNELS
         cpu += CPU_OPS_PER_FP8_WEIGHT * fp8_weights
