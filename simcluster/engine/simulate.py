@@ -27,7 +27,6 @@ from simcluster.nccl_ctas import scenario_channels
 from simcluster.network import Network
 from simcluster.parallelism.data import (
     Bucket,
-    adapter_tensors,
     clip_bytes_per_local_param,
     flatten_copy_bytes,
     fsdp2_copy_bytes,
@@ -46,7 +45,7 @@ from simcluster.parallelism.offload import (
 )
 from simcluster.parallelism.segments import Comm
 from simcluster.parallelism.shapes import Shapes
-from simcluster.parallelism.step_tail import local_tensors, megatron_tail, stage_fp8_weights
+from simcluster.parallelism.step_tail import stage_tail_seconds
 from simcluster.parallelism.unpack import stage_tensors, unpack_seconds
 from simcluster.progress import showing
 from simcluster.scenario import Scenario
@@ -239,25 +238,9 @@ def _unpack_seconds(ctx: Context) -> list[float]:
 
 def _tail_seconds(ctx: Context, plans: list[StagePlan]) -> list[float]:
     """Per stage, the host time of the step's eager tail (``training.step_tail``)."""
-    sc = ctx.scenario
-    if sc.training.step_tail == "none":
+    if ctx.scenario.training.step_tail == "none":
         return []
-    tr, layout = sc.training, ctx.layout
-    out = []
-    for chunks, plan in zip(ctx.chunks, plans, strict=True):
-        if layout.lora is not None:
-            # only the adapters are stepped; the frozen FP8 weights are never re-cast
-            tensors, fp8 = len(adapter_tensors(ctx.model, layout)) * sum(len(c.layer_indices) for c in chunks), 0
-        else:
-            tensors = stage_tensors(ctx.model, chunks)
-            fp8 = stage_fp8_weights(ctx.model, chunks) if (tr.fp8_param_gather or tr.fp4_param) else 0
-        shards = layout.zero_group if layout.zero >= 1 else 1
-        local = local_tensors(tensors, shards, len(plan.buckets))
-        fp8_local = fp8 * local / tensors if tensors else 0.0
-        master = tr.precision != "fp32"
-        ops = megatron_tail(local, fp8, fp8_local, master, sharded=layout.zero >= 1, grad_cast=not tr.fp32_grad_accum)
-        out.append(ops.seconds(ctx.profile.efficiency.host_op_us * 1e-6))
-    return out
+    return [stage_tail_seconds(ctx, chunks, len(plan.buckets)) for chunks, plan in zip(ctx.chunks, plans, strict=True)]
 
 
 def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:

@@ -40,9 +40,15 @@ is local and the copy back is one ``multi_tensor_scale`` launch over lists.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simcluster.model import ModelSpec
+from simcluster.parallelism.data import adapter_tensors
+from simcluster.parallelism.unpack import stage_tensors
 from simcluster.placement import Chunk
+
+if TYPE_CHECKING:
+    from simcluster.context import Context
 
 #: a CPU-only tensor op (view, slice) against a Python op that launches a kernel: about 2 us of
 #: CPU for a trivial op (pytorch/pytorch issue 41383, half of it Python) over the 13.48 us of a
@@ -125,3 +131,23 @@ def stage_fp8_weights(model: ModelSpec, chunks: list[Chunk]) -> int:
                 mlp = 2 + 2 * model.shared_experts
             count += attention + mlp
     return count
+
+
+def stage_tail_seconds(ctx: Context, chunks: list[Chunk], buckets: int) -> float:
+    """Host seconds of Megatron's optimizer step on the stage holding ``chunks`` (its gradient
+    buffer cut into ``buckets``): a LoRA run steps its adapters alone, its frozen FP8 weights
+    never re-cast."""
+    tr, layout = ctx.scenario.training, ctx.layout
+    if layout.lora is not None:
+        layers = sum(len(c.layer_indices) for c in chunks)
+        tensors, fp8 = len(adapter_tensors(ctx.model, layout)) * layers, 0
+    else:
+        tensors = stage_tensors(ctx.model, chunks)
+        fp8 = stage_fp8_weights(ctx.model, chunks) if (tr.fp8_param_gather or tr.fp4_param) else 0
+    sharded = layout.zero >= 1
+    local = local_tensors(tensors, layout.zero_group if sharded else 1, buckets)
+    fp8_local = fp8 * local / tensors if tensors else 0.0
+    ops = megatron_tail(
+        local, fp8, fp8_local, tr.precision != "fp32", sharded=sharded, grad_cast=not tr.fp32_grad_accum
+    )
+    return ops.seconds(ctx.profile.efficiency.host_op_us * 1e-6)
