@@ -1749,13 +1749,14 @@ MLPERF_GBS_EVIDENCE = {
 }
 
 
-def mlperf_ub(version, cuda_graph):
+def mlperf_ub(version, cuda_graph, atomic=True):
     """The tp_overlap file a run read: v3.1's h100tp4pp8mbs1.yaml, v4.0's h100tp4mbs2.yaml (its
     defaults: proj_fprop a 24-SM pipeline with atomic_gemm ${NVTE_UB_ATOMIC_GEMM_RS_PROJ,1} and
     fp8_buf ${NVTE_UB_FP8_RS,False}, fc2_fprop a ring exchange with atomic_gemm
     ${NVTE_UB_ATOMIC_GEMM_RS_FC2,0}), or for the v4.0 MBS 1 runs the same structure with the
     config's FC2_FPROP_METHOD=pipeline, FC2_FPROP_SM=4, NVTE_UB_ATOMIC_GEMM_RS_PROJ=0,
-    NVTE_UB_FP8_RS=1 and NVTE_UB_ATOMIC_GEMM_RS_FC2=1."""
+    NVTE_UB_FP8_RS=1 and NVTE_UB_ATOMIC_GEMM_RS_FC2=1. ``atomic`` False leaves the atomic GEMMs
+    out (a run whose printed settings have no such key)."""
     ring = {name: {"method": "ring_exchange"} for name in ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad")}
     bulk = (4, 8, 2, 4) if version == "v3.1" else (4, 4, 4, 4)
     cfg = {name: {"method": "bulk", "num_sm": n, "set_sm_margin": False}
@@ -1763,13 +1764,15 @@ def mlperf_ub(version, cuda_graph):
     cfg.update(ring)
     cfg["proj_fprop"] = {"method": "pipeline", "num_sm": 24, "num_splits": 4, "set_sm_margin": True}
     if version == "v4.0" and not cuda_graph:
-        cfg["proj_fprop"]["atomic_gemm"] = True
+        if atomic:
+            cfg["proj_fprop"]["atomic_gemm"] = True
         cfg["fc2_fprop"] = {"method": "ring_exchange", "set_sm_margin": True}
     else:
         cfg["fc2_fprop"] = {"method": "pipeline", "num_sm": 4, "num_splits": 4, "set_sm_margin": True}
     if version == "v4.0" and cuda_graph:
         cfg["proj_fprop"]["fp8_buf"] = True
-        cfg["fc2_fprop"]["atomic_gemm"] = True
+        if atomic:
+            cfg["fc2_fprop"]["atomic_gemm"] = True
     return cfg
 
 
@@ -2041,9 +2044,8 @@ for nodes, minibs, blocks_ms, log_step, slow_steps in MLPERF_V50_NEBIUS_RUNS:
     step_s = sum(blocks_ms) / 1000 / (len(blocks_ms) * steps)
     folder = f"nebius_soperator_8xH200_n{nodes}_ngc25.01_nemo"
     config = f"config_DGXH200_{nodes}x8x{minibs}xtp4pp8cp2.sh"
-    ub = mlperf_ub("v4.0", False)
     # the settings its log printed were transcribed without an atomic_gemm key: not ASSUMED here
-    ub["proj_fprop"].pop("atomic_gemm")
+    ub = mlperf_ub("v4.0", False, atomic=False)
     scenario = mlperf_v50_405b_scenario(gpus, 4, gbs, "dgx-h200", True, ub)
     cases.append({
         "name": f"mlperf-v5.0/llama31-405b-{gpus}xh200-nebius",
