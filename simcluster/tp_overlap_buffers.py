@@ -60,6 +60,7 @@ from simcluster.userbuffers import (
     FORWARD_RS,
     NAMES,
     UbOverlap,
+    async_tp,
     reduce_scatter_buffer,
     resolve,
     tp_overlaps_run,
@@ -143,7 +144,7 @@ def run_buffer_bytes(
     with sequence parallelism), on the framework's buffer shape."""
     ub_runs = tp_overlaps_run(scenario.overlap, layout)[0]
     cfg = resolve(scenario.overlap.tp_comm_cfg) if ub_runs else None
-    pytorch = scenario.overlap.tp_comm_cfg == "pytorch-async-tp"
+    pytorch = async_tp(scenario.overlap)
     training = scenario.training
     element = (4 if training.precision == "fp32" else 2) if pytorch else UB_ELEMENT_BYTES
     shape = BufferShape(

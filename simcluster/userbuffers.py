@@ -321,11 +321,17 @@ def column_linear(block: str) -> str:
     return "qkv" if block == "attn" else "fc1"
 
 
+def async_tp(overlap: OverlapSection) -> bool:
+    """Whether ``overlap.tp_comm_cfg`` is PyTorch's async TP (symmetric memory, not
+    TransformerEngine's userbuffers: no shard copy into a buffer, no per-linear switches)."""
+    return overlap.tp_comm_cfg == "pytorch-async-tp"
+
+
 def switches_act(overlap: OverlapSection) -> bool:
     """Whether Megatron-Core's per-linear switches (``overlap.tp_comm_rs_dgrad``,
     ``tp_comm_disable_qkv`` / ``_fc1``) act on ``overlap.tp_comm_cfg``: TransformerEngine's
     userbuffers do, PyTorch's async TP has no such switches."""
-    return overlap.tp_comm_cfg != "pytorch-async-tp"
+    return not async_tp(overlap)
 
 
 def disabled(overlap: OverlapSection, column: str) -> bool:

@@ -35,6 +35,7 @@ from simcluster.scenario import Scenario
 from simcluster.userbuffers import (
     BlockOverlaps,
     UbOverlap,
+    async_tp,
     block_overlaps,
     resolve,
     switches_act,
@@ -362,7 +363,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         gathers no input again (``Layout.sp_keeps_gather``)."""
         role = {("F", True): "gather", ("B", False): "grad_gather", ("B", True): "input_gather"}.get((phase, column))
         cfg = self.scenario.overlap.tp_comm_cfg
-        if role is None or cfg == "pytorch-async-tp" or not self._gathers_into_buffer(role, block):
+        if role is None or async_tp(self.scenario.overlap) or not self._gathers_into_buffer(role, block):
             return Work()
         shard = self.shapes.tp_gather_bytes / self.shapes.layout.tp
         quantised = self.shapes.training.precision in QUANTISED

@@ -15,6 +15,7 @@ from simcluster.scenario.moe import MoeSection
 from simcluster.scenario.overlap import OverlapSection
 from simcluster.scenario.parallel import ParallelSection
 from simcluster.scenario.training import TrainingSection
+from simcluster.userbuffers import async_tp
 
 
 class Straggler(SectionBase):
@@ -160,7 +161,7 @@ class Scenario(SectionBase):
         gradient reads), every other stack re-gathers unless its framework says otherwise."""
         if self.parallel.sp_regather is not None:
             return self.parallel.sp_regather
-        return not (self.overlap.tp_comm and self.overlap.tp_comm_cfg == "pytorch-async-tp")
+        return not (self.overlap.tp_comm and async_tp(self.overlap))
 
     @property
     def wait_reduction(self) -> bool:
