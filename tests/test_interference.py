@@ -176,9 +176,10 @@ def test_zero_collective_sms_is_the_model_without_interference():
     and when a bucket closing on a layer's MLP weights started before that layer's attention
     backward (-0.25 ms), and when an unfused add into the fp32 main gradient was charged its 10 B
     per parameter instead of 8 (+0.30 ms), and when collectives took NCCL's current protocol
-    rates and latency terms (network/nccl_caps.py: -0.02 ms)."""
+    rates and latency terms (network/nccl_caps.py: -0.02 ms), and when the optimizer step's eager
+    Python after the norm's sync was waited for (training.step_tail: +0.11 ms)."""
     res = run(_dp_scenario(0))
-    assert res.summary["step_time_s"] == 0.029014490204278962
+    assert res.summary["step_time_s"] == 0.029123302362199514
     ev = res.events
     assert res.events.equals(run(_dp_scenario(0)).events)  # deterministic
     slow = _compute(run(_dp_scenario(24)).events)
