@@ -59,6 +59,19 @@ def test_fp8_weights_are_the_linear_weights():
     assert stage_fp8_weights(ctx.model, [chunk]) == 4 * ctx.model.layers
 
 
+def test_mla_fp8_weights_are_its_four_or_five_projections():
+    """MLA's q (or q_a and q_b with a query LoRA rank), kv_a, kv_b and the output projection:
+    DeepSeek-V2-Lite (q_lora_rank 0) four, DeepSeek-V3 (1536) five, beside the MLP's two (its
+    first dense layers) or the routed and shared experts' fc1 and fc2."""
+    for preset, attention in (("deepseek-v2-lite", 4), ("deepseek-v3", 5)):
+        doc = make_scenario()
+        doc["model"] = {"preset": preset}
+        m = build_context(scenario_from_dict(doc)).model
+        chunk = Chunk(virtual_stage=0, first_layer=0, layers=m.layers, embedding=True, head=True)
+        mlps = sum(2 + 2 * m.shared_experts if m.is_moe_layer(i) else 2 for i in range(m.layers))
+        assert stage_fp8_weights(m, [chunk]) == attention * m.layers + mlps
+
+
 def _doc(**training) -> dict:
     doc = make_scenario(
         model={"preset": "llama3-8b"},

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from simcluster.model import ModelSpec
 from simcluster.parallelism.data import adapter_tensors
-from simcluster.parallelism.unpack import stage_tensors
+from simcluster.parallelism.unpack import attention_linears, stage_tensors
 from simcluster.placement import Chunk
 
 if TYPE_CHECKING:
@@ -122,14 +122,8 @@ def stage_fp8_weights(model: ModelSpec, chunks: list[Chunk]) -> int:
     count = 0
     for chunk in chunks:
         for index in chunk.layer_indices:
-            if model.mla is not None:
-                attention = (3 if model.mla.q_lora_rank else 1) + 2
-            else:
-                attention = 2
-            mlp = 2
-            if model.is_moe_layer(index):
-                mlp = 2 + 2 * model.shared_experts
-            count += attention + mlp
+            mlp = 2 + 2 * model.shared_experts if model.is_moe_layer(index) else 2
+            count += attention_linears(model) + mlp
     return count
 
 

@@ -28,6 +28,14 @@ from simcluster.placement import Chunk
 OPS_PER_PIECE = 2
 
 
+def attention_linears(model: ModelSpec) -> int:
+    """Weight matrices of one layer's attention: the fused QKV and the output projection, or
+    MLA's q (q_a and q_b with a query LoRA rank), kv_a, kv_b and the output projection."""
+    if model.mla is not None:
+        return (2 if model.mla.q_lora_rank else 1) + 3
+    return 2
+
+
 def layer_tensors(model: ModelSpec, index: int) -> int:
     """Parameter tensors of one transformer layer as the frameworks hold them (QKV and the
     gated MLP's gate/up fused into one weight each, as nanotron, Megatron and HF Llama-style
@@ -35,11 +43,11 @@ def layer_tensors(model: ModelSpec, index: int) -> int:
     ``post_norms``, two more)."""
     norm = model.norm_tensors * (2 if model.post_norms else 1)
     if model.mla is not None:
-        # q (or q_a, its norm, q_b), kv_a, its norm, kv_b, output projection
-        attention = (3 if model.mla.q_lora_rank else 1) + 4
+        # the linears, kv_a's norm and q_a's (with a query LoRA rank)
+        attention = attention_linears(model) + (2 if model.mla.q_lora_rank else 1)
     else:
         # fused QKV, output projection, and their biases (Qwen2's on the QKV alone)
-        attention = 2 + sum(1 for part in ("qkv", "attn_out") if model.has_bias(part))
+        attention = attention_linears(model) + sum(1 for part in ("qkv", "attn_out") if model.has_bias(part))
     # q_norm and k_norm (a weight each; and a bias each with a biased LayerNorm, shared)
     attention += model.qk_norm_params() // model.d_head if model.qk_norm == "shared" else (2 if model.qk_norm_params() else 0)
     mlp = 2 * (2 if model.has_bias("mlp") else 1)  # fc1 (gate and up fused for SwiGLU), fc2
