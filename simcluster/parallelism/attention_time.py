@@ -56,10 +56,8 @@ class AttentionTimes(BuilderBase):
         within itself) its documents, so many sequences of their length (fused attention, and
         a p2p ring under cp, ``context._check_documents``)."""
         training = self.scenario.training
-        b, s = float(training.micro_batch), float(training.seq_len)
-        if doc := training.document_tokens:
-            return b * s / doc, float(doc)
-        return b, s
+        tokens = float(training.attended_tokens)
+        return training.micro_batch * training.seq_len / tokens, tokens
 
     def _chunked_attention(
         self, b: float, s: float, chunk: float, heads: float, d_qk: float, d_v: float, backward: bool
