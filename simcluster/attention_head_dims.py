@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from simcluster.attention_kernels import MEASURED
 from simcluster.errors import UserError
+from simcluster.kernel_versions import family
 from simcluster.model import ModelSpec
 
 #: compute capabilities whose flash-attn 2 backward TransformerEngine runs above head dim 192
@@ -139,7 +140,7 @@ def _shape(d_qk: int, d_v: int) -> str:
 
 def runs(kernel: str, d_qk: int, d_v: int, cc: float | None) -> bool:
     """Whether ``kernel`` trains this shape (a kernel this table does not know: yes)."""
-    limits = KERNELS.get(kernel)
+    limits = KERNELS.get(family(kernel))
     return limits is None or limits.runs(d_qk, d_v, cc)
 
 
@@ -172,8 +173,8 @@ def choose(
     if kernel is None or kernel == MEASURED or runs(kernel, d_qk, d_v, cc):
         return KernelChoice(kernel, True)
     shape = _shape(d_qk, d_v)
-    why = KERNELS[kernel].why
-    able = [k for k in sorted(available) if k in KERNELS and runs(k, d_qk, d_v, cc)]
+    why = KERNELS[family(kernel)].why
+    able = [k for k in sorted(available) if family(k) in KERNELS and runs(k, d_qk, d_v, cc)]
     if pinned:
         pick = f"pick one that can ({', '.join(able)}), or " if able else ""
         raise UserError(

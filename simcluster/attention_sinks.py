@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from simcluster.errors import UserError
 from simcluster.hardware import HardwareProfile
+from simcluster.kernel_versions import family
 from simcluster.model import ModelSpec
 
 
@@ -67,7 +68,7 @@ _UNNAMED = SinkSupport(True, "")
 
 def support(kernel: str | None) -> SinkSupport:
     """What the kernel named ``kernel`` does with sinks (unknown names run them: see above)."""
-    return KERNELS.get(kernel or "", _UNNAMED)
+    return KERNELS.get(family(kernel or ""), _UNNAMED)
 
 
 def check(model: ModelSpec, flash_attention: bool, kernel: str | None, profile: HardwareProfile) -> None:

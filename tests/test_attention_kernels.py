@@ -159,6 +159,17 @@ def test_curve_points_must_be_positive():
         ("gb300-nvl72", "cudnn", 32768, True, False, 1953),
         ("gb300-nvl72", "cudnn", 8192, True, True, 1435),
         ("gb300-nvl72", "cudnn", 2048, False, False, 1805),
+        # cuDNN 9.13.1 through the cuDNN graph (sdpa_fp8_benchmark_results_NVIDIA_B200.csv and
+        # _GB300.csv, commit 0b1577c, PyTorch nv25.09), from the printed milliseconds: B200's 8K
+        # bf16 forward 1.589 ms and fp8 backward 4.382 ms (2.5x the forward FLOPs) serve GB200;
+        # GB300's own 8K bf16 backward 4.778 ms and 32K fp8 forward 14.961 ms
+        ("gb200-nvl72", "cudnn-9.13", 8192, True, False, 4 * 8192**2 * 128 * 128 / 2 / 1.589e-3 / 1e12),
+        ("gb200-nvl72", "cudnn-9.13-fp8", 8192, True, True, 2.5 * 4 * 8192**2 * 128 * 128 / 2 / 4.382e-3 / 1e12),
+        ("gb300-nvl72", "cudnn-9.13", 8192, True, True, 2.5 * 4 * 8192**2 * 128 * 128 / 2 / 4.778e-3 / 1e12),
+        ("gb300-nvl72", "cudnn-9.13-fp8", 32768, True, False, 4 * 32768**2 * 128 * 128 / 2 / 14.961e-3 / 1e12),
+        # dgx-b300: GB300's 9.13.1 rows at the B300 / GB300 ratios of its other curves (0.98, 0.97)
+        ("dgx-b300", "cudnn-9.13", 16384, True, False, 1835.897 * 0.98),
+        ("dgx-b300", "cudnn-9.13-fp8", 16384, True, True, 1745.939 * 0.97),
     ],
 )
 def test_blackwell_curves_are_the_cudnn_frontend_measurements(profile, kernel, seq, causal, backward, published):

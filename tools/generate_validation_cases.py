@@ -111,6 +111,55 @@ def with_userbuffers(case, cfg, evidence):
     return case
 
 
+# The cuDNN release of NVIDIA's containers, which sets how fast TransformerEngine's fused attention
+# runs on Blackwell (cudnn-frontend's sdpa_benchmark_training artifacts: cuDNN 9.17 runs causal 8K
+# 1.14x / 1.22x faster forward / backward than 9.13.1 on the same die). Each entry: release, source.
+CONTAINER_CUDNN = {
+    "nemo-25.04": ("9.9.0", "NGC PyTorch 25.04's cuDNN 9.9.0 (NVIDIA/cudnn-frontend benchmark/Llama-3.2-1B-"
+                            "Training/README.md, its software table), NeMo 25.04's base (ASSUMED)"),
+    "mlperf-v5.0": ("9.9.0", "NVIDIA's v5.0 system descriptions, e.g. NVIDIA/systems/nyx_n1_ngc25.04_nemo.json: "
+                             "container pytorch 25.04, cuDNN 9.9.0"),
+    "nemo-25.09": ("9.11.0.98", "NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md: NeMo 25.09 = "
+                                "PyTorch 25.06 with cuDNN 9.11.0.98"),
+    "nemo-25.11": ("9.13.1.26", "NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md: NeMo 25.11 = "
+                                "PyTorch 25.09 with cuDNN 9.13.1.26"),
+    "nemo-26.02": ("9.18.0.50", "NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md and issue 1724: "
+                                "NeMo 26.02 reinstalls cuDNN 9.18.0.50 on PyTorch 25.11"),
+    "mlperf-v5.1": ("9.13.1", "NVIDIA's v5.1 system descriptions, e.g. NVIDIA/systems/theia_ngpu8_ngc25.09_nemo.json: "
+                              "NeMo 25.09 container, CUDA 13.0.1, cuDNN 9.13.1; its Dockerfiles build on "
+                              "nvcr.io/nvidia/pytorch:25.09-py3 with libcudnn9-cuda-13=9.13.1.26-1; other "
+                              "submitters' runs of that implementation ASSUMED the same build"),
+}
+# profile -> the cuDNN release its default ``cudnn`` curves were timed with, where the profile also
+# carries ``cudnn-9.13`` (cuDNN 9.13.1, timed through the cuDNN graph as TransformerEngine calls it)
+NEWER_CUDNN_CURVES = {"gb200-nvl72": "9.17", "gb300-nvl72": "9.22", "dgx-b300": "9.22"}
+# cudnn-frontend v1.17.0's release notes: "the sdpa improvements added in cuDNN 9.17.0. GB200 and
+# GB300 data"; a container from that release on runs the default curves' kernels
+SDPA_IMPROVED = (9, 17)
+
+
+def with_container_cudnn(case, container):
+    """Run the case's cuDNN attention on the profile's curves of the container's cuDNN release:
+    ``cudnn-9.13`` where the container's cuDNN predates 9.17's SDPA improvements and the profile's
+    default curves do not (9.13.1 is the oldest release timed on Blackwell through the cuDNN
+    graph, the nearest to an older one); no change on other profiles or kernels."""
+    training, hardware = case["scenario"]["training"], case["scenario"]["cluster"]["hardware"]
+    release, evidence = CONTAINER_CUDNN[container]
+    newer = NEWER_CUDNN_CURVES.get(hardware)
+    if training.get("attention_kernel") != "cudnn" or newer is None:
+        return case
+    if tuple(int(p) for p in release.split(".")[:2]) >= SDPA_IMPROVED:
+        return case
+    training["attention_kernel"] = "cudnn-9.13"
+    case["source"] += (
+        f" Attention on the profile's cudnn-9.13 curves (training.attention_kernel): the container's cuDNN is "
+        f"{release} ({evidence}), before the SDPA improvements of cuDNN 9.17 (cudnn-frontend v1.17.0's release "
+        f"notes, with GB200 and GB300 data) that the profile's default curves (cuDNN {newer}) carry; 9.13.1 is the "
+        "oldest release timed on Blackwell through the cuDNN graph (a B200's 9.10.2 through PyTorch SDPA ran "
+        "within -2..+5% of its 9.13.0).")
+    return case
+
+
 def ub_mapping(dgrad_qkv, wgrad_qkv, dgrad_fc1, wgrad_fc1, proj, fc2):
     """A userbuffers config written out as TransformerEngine's ub_cfgs: bulk overlaps without a
     margin, the forward reduce-scatters as pipelines of ``proj`` / ``fc2`` SMs with a margin."""
@@ -1507,6 +1556,7 @@ for (container, system, name, gpus, gbs, mbs, s, fsdp, tp, pp, cp, vp, tps_gpu, 
         with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
                          "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192, the preset the 405B benchmark "
                          "config picks on B200 and GB200 (scripts/performance/configs/llama/llama31_llm_pretrain.py).")
+    with_container_cudnn(cases[-1], f"nemo-{container}")
     if precision == "nvfp4":
         nvfp4_cases.append(cases.pop())
 dump(str(ROOT / "validation" / "megatron-bridge-fp8-blackwell.yaml"),
@@ -1591,6 +1641,7 @@ for system, prec, gpus, tp, pp, cp, ep, etp, vp, mbs, gbs, step, mfu in GROK:
         "scenario": scenario,
         "measured": {"step_time_s": step},
     })
+    with_container_cudnn(cases[-1], "nemo-25.04")
     with_userbuffers(cases[-1], "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
                      "pretrain_grok1_314b.py sets userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 as "
                      "the TP overlap config whatever the system and precision.")
@@ -2436,7 +2487,8 @@ dump(str(ROOT / "validation" / "mlperf-training-blackwell.yaml"),
      "# and 5,120 GB200), the step time read off each result log's\n"
      "# training blocks. Generated by tools/generate_validation_cases.py\n"
      "# (source in each case); every case is marked slow, so the family stays out of validate --quick.\n",
-     blackwell_cases)
+     [with_container_cudnn(case, "mlperf-v5.1") if case["name"].startswith("mlperf-v5.1/") else case
+      for case in blackwell_cases])
 dump(str(ROOT / "validation" / "mlperf-training-h100.yaml"),
      "# MLPerf Training, NVIDIA's DGX H100 submissions: GPT-3 175B of v3.1, v4.0 and v4.1 (NeMo, FP8, 256\n"
      "# to 10752 GPUs) and Llama 3.1 405B of v5.0 (512 GPUs), and HPE's v5.1 Llama 3.1 8B run of NVIDIA's\n"
@@ -2758,7 +2810,7 @@ def lora_step_time_case(name, source, steps, scenario):
     """A llama2_70b_lora row whose log gives train_step_time values (NVIDIA's mlperf_common
     callback): the step their mean, ``source`` formatted with it."""
     step = sum(steps) / len(steps)
-    return {
+    case = {
         "name": name,
         "family": "mlperf-lora-70b",
         "source": source(step),
@@ -2767,6 +2819,8 @@ def lora_step_time_case(name, source, steps, scenario):
         "scenario": scenario,
         "measured": {"step_time_s": float(f"{step:.6g}")},
     }
+    release = name.split("/")[0]  # NVIDIA's code in its round's container (CONTAINER_CUDNN)
+    return with_container_cudnn(case, release) if release in CONTAINER_CUDNN else case
 
 
 def nvidia_lora_case(name, hardware, source, steps):

@@ -306,7 +306,8 @@ class TrainingSection(SectionBase):
         description=(
             "which fused-attention kernel's benchmark curves to use (a key of the profile's "
             "efficiency.attention_kernels, e.g. fa2 for the flash-attn 2 package, cudnn for "
-            "TransformerEngine on Hopper); default: the profile's"
+            "TransformerEngine on Hopper; a name with a library release, e.g. cudnn-9.13, is that "
+            "release's curves where a profile keeps them beside its default ones); default: the profile's"
         ),
     )
     fp8_attention: bool = Field(
