@@ -133,6 +133,19 @@ DATED: dict[str, tuple[Dated, ...]] = {
             ),
         ),
         Dated(
+            since="24.09",
+            until="26.02",
+            attention_kernel="cudnn-9.13",
+            source=(
+                "NeMo 25.09 carried cuDNN 9.11.0.98 and 25.11 9.13.1.26 (Megatron-Bridge "
+                "docs/releases/software-versions.md), earlier containers older ones (PyTorch 25.04's "
+                "9.9.0); 26.02 reinstalled 9.18.0.50 (Megatron-Bridge issue 1724), after cuDNN 9.17's "
+                "SDPA improvements (cudnn-frontend v1.17.0). On Blackwell profiles that keep cuDNN "
+                "9.13.1's curves (the oldest release timed there through the cuDNN graph) beside "
+                "their later default ones; elsewhere the profile's own cudnn"
+            ),
+        ),
+        Dated(
             until="24.12",
             defaults={"overlap": {"tp_comm_cfg": "te-1"}},
             source=(

@@ -15,6 +15,7 @@ import pytest
 from simcluster.context import build_context
 from simcluster.errors import UserError
 from simcluster.frameworks import FRAMEWORKS, apply_framework, framework_and_release, get_framework
+from simcluster.hardware import load_profile
 from simcluster.memory import stage_params, static_memory
 from simcluster.scenario import scenario_from_dict
 from simcluster.validate import load_cases
@@ -70,9 +71,12 @@ def _leaves(defaults: dict) -> list[tuple[str, str, object]]:
 
 def _preset(written: str, raw: dict) -> tuple[dict, str | None]:
     """What ``framework: written`` fills (its release's settings over the current ones) and the
-    attention kernel it calls."""
+    attention kernel it calls, where the case's profile has curves for it (with_framework_kernel)."""
     framework, release = framework_and_release(written)
-    return framework.preset(raw, release), framework.kernel(release)
+    kernel = framework.kernel(release)
+    if kernel is not None and kernel not in load_profile(raw["cluster"]["hardware"]).attention_kernels:
+        kernel = None
+    return framework.preset(raw, release), kernel
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))
