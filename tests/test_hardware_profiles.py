@@ -227,6 +227,18 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
     assert "72 GPUs" in rows["gb200-nvl72"]
 
 
+def test_list_hardware_names_each_profiles_attention_kernels(cli, monkeypatch):
+    # the kernels a scenario may name in training.attention_kernel: GB200 keeps cuDNN 9.17's curves
+    # as its default and 9.13.1's (cudnn-frontend 0b1577c) beside them, each with FP8 rows; H100
+    # the FlashAttention-3 paper's cuDNN, FA2 and FA3 curves
+    for columns, line in (("250", "  gb200-nvl72    cudnn*+fp8, cudnn-9.13+fp8"), ("80", "  attention kernels: cudnn*+fp8, cudnn-9.13+fp8")):
+        monkeypatch.setenv("COLUMNS", columns)
+        res = cli("list", "hardware")
+        assert res.code == 0 and line in res.out.splitlines(), columns
+    h100 = res.out[res.out.index("\ndgx-h100 "):].splitlines()  # its block at 80 columns
+    assert "  attention kernels: cudnn*+fp8, fa2, fa3" in h100[:7]
+
+
 def test_list_hardware_shows_a_calibrated_cpus_figures_to_four_digits(cli, monkeypatch, tmp_path):
     """A CPU calibration writes measured floats (11.770288467407227 GiB, MemTotal over two
     ranks; 0.030075597594632193 TB/s): listed to four significant figures, and its large-GEMM

@@ -231,6 +231,26 @@ def _16bit(p: HardwareProfile) -> str:
     return _peak_and_gemm(p, "fp16", "fp16") + " fp16"
 
 
+def _attention(p: HardwareProfile) -> str:
+    """The fused-attention kernels a profile has curves for (training.attention_kernel), its
+    default marked *, an FP8 twin (training.fp8_attention) as +fp8: 'cudnn*+fp8, cudnn-9.13+fp8'."""
+    from simcluster.fp8_attention import SUFFIX
+
+    kernels = p.attention_kernels
+    default = p.attention_kernel_in_use(None)
+    names = [
+        f"{k}{'*' if k == default else ''}{'+fp8' if k + SUFFIX in kernels else ''}"
+        for k in sorted(kernels, key=lambda k: (k != default, k))
+        if not k.endswith(SUFFIX)
+    ]
+    return ", ".join(names) or "-"
+
+
+_ATTENTION_NOTE = (
+    "attention kernels with curves (training.attention_kernel; * the profile's default, +fp8: FP8 curves "
+    "too, training.fp8_attention; a release in the name, cudnn-9.13, is that cuDNN's kernels):"
+)
+
 #: the hardware table's columns; a terminal narrower than the table lists each profile as a block
 _HW_COLUMNS = ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s",
                "scale-up", "scale-out", "measured")  # fmt: skip
@@ -253,7 +273,7 @@ def _hardware_row(name: str, extra: list[str]) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def _hardware_block(row: tuple[str, ...]) -> str:
+def _hardware_block(row: tuple[str, ...], attention: str) -> str:
     """A profile as a few lines, for a terminal too narrow for the table: the table cut its
     profile names to 'alps-g…' and its figures to '1978…' below about 170 columns."""
     name, gpu, mem, hbm, bf16, fp8, fp4, up, out, measured = row
@@ -262,7 +282,7 @@ def _hardware_block(row: tuple[str, ...]) -> str:
     rates = ", ".join(f"{label} {v}" for label, v in (first, ("FP8", fp8), ("FP4", fp4)) if v != "-")
     return (
         f"[bold]{name}[/]  {gpu}\n  memory {mem} GiB, HBM {hbm} TB/s\n  TFLOP/s: {rates}\n"
-        f"  scale-up: {up}; scale-out: {out}\n  measured: {measured}"
+        f"  scale-up: {up}; scale-out: {out}\n  attention kernels: {attention}\n  measured: {measured}"
     )
 
 
@@ -275,12 +295,15 @@ def _print_hardware(extra: list[str] | None = None) -> None:
     from rich.text import Text
 
     from simcluster.commands.console import stdout_console
+    from simcluster.hardware import load_profile
 
     title = (
         "hardware profiles (per GPU, bandwidth per direction; TFLOP/s: datasheet peak "
         f"(a {_LARGE_GEMM}^3 GEMM as the profile runs it, at the rate it sustains))"
     )
-    rows = [_hardware_row(name, extra or []) for name in [*shipped_profiles(), *(extra or [])]]
+    names = [*shipped_profiles(), *(extra or [])]
+    rows = [_hardware_row(name, extra or []) for name in names]
+    kernels = [_attention(load_profile(name, field="PROFILE")) for name in names]
     table = Table(title=title)
     for col in _HW_COLUMNS:
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
@@ -294,10 +317,14 @@ def _print_hardware(extra: list[str] | None = None) -> None:
     # ('alps-g…', '1978…'), which no measurement of it predicts: drawn with a cut, it gives way
     if "…" not in text and max(Text.from_ansi(line).cell_len for line in text.splitlines()) <= console.width:
         console.out(text, end="", highlight=False)
+        console.print(escape(_ATTENTION_NOTE), highlight=False)
+        width = max(len(row[0]) for row in rows)
+        for row, attention in zip(rows, kernels, strict=True):
+            console.print(escape(f"  {row[0]:<{width}}  {attention}"), highlight=False)
         return
     console.print(escape(title), highlight=False)
-    for row in rows:
-        console.print(_hardware_block(tuple(escape(cell) for cell in row)), highlight=False)
+    for row, attention in zip(rows, kernels, strict=True):
+        console.print(_hardware_block(tuple(escape(cell) for cell in row), escape(attention)), highlight=False)
 
 
 def _print_userbuffers() -> None:
