@@ -256,11 +256,8 @@ _HW_COLUMNS = ("profile", "GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 
                "scale-up", "scale-out", "measured")  # fmt: skip
 
 
-def _hardware_row(name: str, extra: list[str]) -> tuple[str, ...]:
-    """One profile's cells in :data:`_HW_COLUMNS` order."""
-    from simcluster.hardware import load_profile
-
-    p = load_profile(name, field="PROFILE")
+def _hardware_row(name: str, p: HardwareProfile, extra: list[str]) -> tuple[str, ...]:
+    """One profile's cells in :data:`_HW_COLUMNS` order (``p`` the profile ``name`` loads)."""
     shown = f"{p.name} ({Path(name).name})" if name in extra else name
     nics = f"{p.node.nics_per_node}x{_num(p.node.nic_gbps)} Gb/s per {p.node.gpus_per_node} GPUs"
     # a table counts its rows; a calibrated profile's scalars (launch and host op times)
@@ -302,8 +299,9 @@ def _print_hardware(extra: list[str] | None = None) -> None:
         f"(a {_LARGE_GEMM}^3 GEMM as the profile runs it, at the rate it sustains))"
     )
     names = [*shipped_profiles(), *(extra or [])]
-    rows = [_hardware_row(name, extra or []) for name in names]
-    kernels = [_attention(load_profile(name, field="PROFILE")) for name in names]
+    profiles = [load_profile(name, field="PROFILE") for name in names]
+    rows = [_hardware_row(name, p, extra or []) for name, p in zip(names, profiles, strict=True)]
+    kernels = [_attention(p) for p in profiles]
     table = Table(title=title)
     for col in _HW_COLUMNS:
         table.add_column(col, justify="right" if "/s" in col or "GiB" in col else "left")
