@@ -241,6 +241,21 @@ def test_bridge_tokens_and_the_causal_formula_of_later_nemo(family):
         ), c.name
 
 
+def test_blackwell_rows_run_their_containers_cudnn_release():
+    """NeMo 25.09 / 25.11 carried cuDNN 9.11.0.98 / 9.13.1.26 and 26.02 9.18.0.50 (Megatron-Bridge
+    docs/releases/software-versions.md), MLPerf v5.1's NVIDIA builds cuDNN 9.13.1 (its system
+    descriptions); cuDNN 9.17 brought the SDPA kernels of the GB200 / GB300 default curves
+    (cudnn-frontend v1.17.0). So a GB200 or GB300 row runs cudnn-9.13 before 26.02 and the default
+    after; B200's only curves are of 9.13 already."""
+    bridge = [c for c in load_cases() if c.family.startswith("megatron-bridge") and c.family.endswith("blackwell")]
+    assert len(bridge) == 25
+    for c in bridge:
+        newer = c.published["container"] >= "26.02" or c.published["system"] == "B200"
+        assert c.scenario["training"]["attention_kernel"] == ("cudnn" if newer else "cudnn-9.13"), c.name
+    v51 = [c for c in load_cases() if c.name.startswith("mlperf-v5.1/") and "xgb" in c.name]
+    assert len(v51) == 11 and all(c.scenario["training"]["attention_kernel"] == "cudnn-9.13" for c in v51)
+
+
 def test_every_nvfp4_row_has_the_same_layout_at_fp8():
     """Megatron-Bridge's NeMo 26.02 table runs each NVFP4 layout at FP8 too (FP8-MX, or FP8-CS
     for Llama 3.1 405B on GB300): the pair isolates what the precision changes."""
