@@ -73,10 +73,7 @@ def _preset(written: str, raw: dict) -> tuple[dict, str | None]:
     """What ``framework: written`` fills (its release's settings over the current ones) and the
     attention kernel it calls, where the case's profile has curves for it (with_framework_kernel)."""
     framework, release = framework_and_release(written)
-    kernel = framework.kernel(release)
-    if kernel is not None and kernel not in load_profile(raw["cluster"]["hardware"]).attention_kernels:
-        kernel = None
-    return framework.preset(raw, release), kernel
+    return framework.preset(raw, release), framework.kernel(release, load_profile(raw["cluster"]["hardware"]).attention_kernels)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_FRAMEWORK))

@@ -3,7 +3,7 @@ where they were read) and the readers its defaults share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +52,11 @@ class Framework:
             out[section] = {**out.get(section, {}), **values}
         return out
 
-    def kernel(self, release: str | None = None) -> str | None:
-        """The attention kernel it (at ``release``) calls."""
-        return dated_kernel(self.name, release) or self.attention_kernel
+    def kernel(self, release: str | None = None, available: Collection[str] | None = None) -> str | None:
+        """The attention kernel it (at ``release``) calls; with ``available`` (a profile's
+        kernels), None unless that kernel is among them (a preference, not a demand)."""
+        kernel = dated_kernel(self.name, release) or self.attention_kernel
+        return kernel if available is None or kernel in available else None
 
 
 def parallel_degree(raw: Mapping[str, Any], key: str, default: int) -> int:

@@ -83,8 +83,8 @@ def with_framework_kernel(scenario: Scenario, profile: HardwareProfile) -> Scena
     framework's kernel is a preference, not a demand on the hardware)."""
     if scenario.framework is None or scenario.training.attention_kernel is not None:
         return scenario
-    kernel = get_framework(scenario.framework).kernel(scenario.framework_release)
-    if kernel is None or kernel not in profile.attention_kernels:
+    kernel = get_framework(scenario.framework).kernel(scenario.framework_release, profile.attention_kernels)
+    if kernel is None:
         return scenario
     training = scenario.training.model_copy(update={"attention_kernel": kernel})
     return scenario.model_copy(update={"training": training})
