@@ -57,8 +57,9 @@ class Dated:
 
     until: str
     defaults: Defaults = field(default_factory=dict)
-    #: the attention kernel those releases called (where the profile has curves for it)
-    attention_kernel: str | None = None
+    #: the attention kernels those releases called, in order of preference: the first the
+    #: profile has curves for (a library's releases, nearest the container's first)
+    attention_kernels: tuple[str, ...] = ()
     source: str = ""
     since: str | None = None
     #: which scenarios (the raw document, before any preset) the settings apply to, and its words
@@ -96,7 +97,7 @@ DATED: dict[str, tuple[Dated, ...]] = {
     "nemo": (
         Dated(
             until="24.09",
-            attention_kernel="fa2",
+            attention_kernels=("fa2",),
             # NeMo 1.x's apex DistributedFusedAdam: 100 MiB gradient buckets on every stage; its
             # FP8 runs kept 16-bit weights (NeMo 1.x's fp8_params defaulted to False)
             defaults={"dp": {"bucket_mb": 104.858, "bucket_stages": "all"},
@@ -134,15 +135,25 @@ DATED: dict[str, tuple[Dated, ...]] = {
         ),
         Dated(
             since="24.09",
-            until="26.02",
-            attention_kernel="cudnn-9.13",
+            until="25.11",
+            attention_kernels=("cudnn-9.10", "cudnn-9.13"),
             source=(
-                "NeMo 25.09 carried cuDNN 9.11.0.98 and 25.11 9.13.1.26 (Megatron-Bridge "
-                "docs/releases/software-versions.md), earlier containers older ones (PyTorch 25.04's "
-                "9.9.0); 26.02 reinstalled 9.18.0.50 (Megatron-Bridge issue 1724), after cuDNN 9.17's "
-                "SDPA improvements (cudnn-frontend v1.17.0). On Blackwell profiles that keep cuDNN "
-                "9.13.1's curves (the oldest release timed there through the cuDNN graph) beside "
-                "their later default ones; elsewhere the profile's own cudnn"
+                "NeMo 25.09 carried cuDNN 9.11.0.98 (Megatron-Bridge docs/releases/"
+                "software-versions.md), earlier containers older ones (PyTorch 25.04's 9.9.0): on "
+                "Blackwell profiles with cuDNN 9.10.2's curves, the release timed there through the "
+                "cuDNN graph nearest theirs, those; else 9.13.1's, the oldest such release"
+            ),
+        ),
+        Dated(
+            since="25.11",
+            until="26.02",
+            attention_kernels=("cudnn-9.13",),
+            source=(
+                "NeMo 25.11 carried cuDNN 9.13.1.26 (Megatron-Bridge docs/releases/"
+                "software-versions.md); 26.02 reinstalled 9.18.0.50 (Megatron-Bridge issue 1724), "
+                "after cuDNN 9.17's SDPA improvements (cudnn-frontend v1.17.0). On Blackwell "
+                "profiles that keep cuDNN 9.13.1's curves beside their later default ones; "
+                "elsewhere the profile's own cudnn"
             ),
         ),
         Dated(
@@ -264,9 +275,10 @@ def dated_defaults(framework: str, release: str | None, raw: Mapping[str, Any] |
     return out
 
 
-def dated_kernel(framework: str, release: str | None) -> str | None:
-    """The attention kernel ``release`` of ``framework`` called, if it differs from now."""
-    return next((d.attention_kernel for d in dated(framework, release) if d.attention_kernel), None)
+def dated_kernels(framework: str, release: str | None) -> tuple[str, ...]:
+    """The attention kernels ``release`` of ``framework`` called, in order of preference, if
+    they differ from now (empty if not)."""
+    return next((d.attention_kernels for d in dated(framework, release) if d.attention_kernels), ())
 
 
 def describe(framework: str) -> str:
@@ -278,8 +290,8 @@ def describe(framework: str) -> str:
     parts = []
     for entry in entries:
         what = [f"{k}={v}" for values in entry.defaults.values() for k, v in values.items()]
-        if entry.attention_kernel:
-            what.insert(0, f"attention {entry.attention_kernel}")
+        if entry.attention_kernels:
+            what.insert(0, f"attention {' or '.join(entry.attention_kernels)}")
         span = f"{entry.since} to before {entry.until}" if entry.since else f"before {entry.until}"
         scope = f" ({entry.scope})" if entry.scope else ""
         parts.append(f"{span}{scope}: {', '.join(what)}")
@@ -291,7 +303,7 @@ __all__ = [
     "Dated",
     "check_release",
     "dated_defaults",
-    "dated_kernel",
+    "dated_kernels",
     "describe",
     "release_key",
     "resolve_release",

@@ -167,6 +167,12 @@ def test_curve_points_must_be_positive():
         ("gb200-nvl72", "cudnn-9.13-fp8", 8192, True, True, 2.5 * 4 * 8192**2 * 128 * 128 / 2 / 4.382e-3 / 1e12),
         ("gb300-nvl72", "cudnn-9.13", 8192, True, True, 2.5 * 4 * 8192**2 * 128 * 128 / 2 / 4.778e-3 / 1e12),
         ("gb300-nvl72", "cudnn-9.13-fp8", 32768, True, False, 4 * 32768**2 * 128 * 128 / 2 / 14.961e-3 / 1e12),
+        # cuDNN 9.10.2 through the cuDNN graph on a B200 (the same file at commit cb560b9, PyTorch
+        # nv25.06, backend 91002): 8K bf16 forward 1.762 ms and backward 5.566 ms, 2K fp8 forward
+        # 0.192 ms (its printed rate 717.023: the milliseconds are rounded)
+        ("gb200-nvl72", "cudnn-9.10", 8192, True, False, 4 * 8192**2 * 128 * 128 / 2 / 1.762e-3 / 1e12),
+        ("gb200-nvl72", "cudnn-9.10", 8192, True, True, 2.5 * 4 * 8192**2 * 128 * 128 / 2 / 5.566e-3 / 1e12),
+        ("gb200-nvl72", "cudnn-9.10-fp8", 2048, True, False, 717.023),
         # dgx-b300: GB300's 9.13.1 rows at the B300 / GB300 ratios of its other curves (0.98, 0.97)
         ("dgx-b300", "cudnn-9.13", 16384, True, False, 1835.897 * 0.98),
         ("dgx-b300", "cudnn-9.13-fp8", 16384, True, True, 1745.939 * 0.97),

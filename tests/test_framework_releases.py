@@ -71,18 +71,21 @@ def test_nemo_before_24_09_runs_flash_attention_2_on_hopper() -> None:
     assert _attention("nemo") == _attention("nemo 24.09") == _attention("Megatron-Bridge 25.09")
 
 
-def test_nemo_before_26_02_runs_cudnn_9_13_where_a_profile_keeps_it() -> None:
+def test_nemo_before_26_02_runs_its_containers_cudnn_where_a_profile_keeps_it() -> None:
     # NeMo 25.09 / 25.11 carried cuDNN 9.11.0.98 / 9.13.1.26, 26.02 9.18.0.50 (Megatron-Bridge
     # docs/releases/software-versions.md): before 26.02 a GB200 runs the pre-9.17 SDPA kernels,
-    # cuDNN 9.13.1's curves; H100 and B200 keep no older curves, so their own cudnn
+    # cuDNN 9.10.2's curves (cudnn-frontend cb560b9) up to 25.09, 9.13.1's in 25.11; GB300 keeps
+    # no 9.10 curves, so 9.13.1's from 24.09; H100 and B200 keep no older curves, so their own cudnn
     def kernel(release: str, hardware: str) -> str | None:
         ctx = build_context(scenario_from_dict(_scenario(release, cluster={"hardware": hardware, "gpus": 8})))
         return ctx.profile.attention_kernel_in_use(ctx.scenario.training.attention_kernel)
 
-    assert kernel("nemo 25.11", "gb200-nvl72") == kernel("nemo 24.09", "gb200-nvl72") == "cudnn-9.13"
+    assert kernel("nemo 25.09", "gb200-nvl72") == kernel("nemo 24.09", "gb200-nvl72") == "cudnn-9.10"
+    assert kernel("nemo 25.11", "gb200-nvl72") == "cudnn-9.13"
+    assert kernel("nemo 25.09", "gb300-nvl72") == kernel("nemo 25.11", "gb300-nvl72") == "cudnn-9.13"
     assert kernel("nemo 26.02", "gb200-nvl72") == kernel("nemo", "gb200-nvl72") == "cudnn"
     assert kernel("nemo 24.07", "gb200-nvl72") == "cudnn"  # fa2 before 24.09: no Blackwell curve for it
-    assert kernel("nemo 25.11", "dgx-b200") == kernel("nemo 25.11", "dgx-h100") == "cudnn"
+    assert kernel("nemo 25.11", "dgx-b200") == kernel("nemo 25.09", "dgx-h100") == "cudnn"
 
 
 def test_nemo_1x_releases_bucket_as_apex_distributed_fused_adam() -> None:

@@ -229,9 +229,10 @@ def test_list_hardware_compares_the_profiles(cli, monkeypatch):
 
 def test_list_hardware_names_each_profiles_attention_kernels(cli, monkeypatch):
     # the kernels a scenario may name in training.attention_kernel: GB200 keeps cuDNN 9.17's curves
-    # as its default and 9.13.1's (cudnn-frontend 0b1577c) beside them, each with FP8 rows; H100
+    # as its default and 9.10.2's and 9.13.1's (cudnn-frontend cb560b9, 0b1577c) beside them, each
+    # with FP8 rows; H100
     # the FlashAttention-3 paper's cuDNN, FA2 and FA3 curves
-    for columns, line in (("250", "  gb200-nvl72    cudnn*+fp8, cudnn-9.13+fp8"), ("80", "  attention kernels: cudnn*+fp8, cudnn-9.13+fp8")):
+    for columns, line in (("250", "  gb200-nvl72    cudnn*+fp8, cudnn-9.10+fp8, cudnn-9.13+fp8"), ("80", "  attention kernels: cudnn*+fp8, cudnn-9.10+fp8, cudnn-9.13+fp8")):
         monkeypatch.setenv("COLUMNS", columns)
         res = cli("list", "hardware")
         assert res.code == 0 and line in res.out.splitlines(), columns

@@ -245,13 +245,16 @@ def test_blackwell_rows_run_their_containers_cudnn_release():
     """NeMo 25.09 / 25.11 carried cuDNN 9.11.0.98 / 9.13.1.26 and 26.02 9.18.0.50 (Megatron-Bridge
     docs/releases/software-versions.md), MLPerf v5.1's NVIDIA builds cuDNN 9.13.1 (its system
     descriptions); cuDNN 9.17 brought the SDPA kernels of the GB200 / GB300 default curves
-    (cudnn-frontend v1.17.0). So a GB200 or GB300 row runs cudnn-9.13 before 26.02 and the default
-    after; B200's only curves are of 9.13 already."""
+    (cudnn-frontend v1.17.0). So before 26.02 a row runs the newest older release its profile keeps
+    at or below its container's, else the oldest: GB200 cudnn-9.10 (9.10.2, cudnn-frontend cb560b9)
+    for 25.09 and cudnn-9.13 for 25.11, GB300 cudnn-9.13 (it keeps no 9.10); the default after;
+    B200's only curves are of 9.13 already."""
     bridge = [c for c in load_cases() if c.family.startswith("megatron-bridge") and c.family.endswith("blackwell")]
     assert len(bridge) == 25
     for c in bridge:
         newer = c.published["container"] >= "26.02" or c.published["system"] == "B200"
-        assert c.scenario["training"]["attention_kernel"] == ("cudnn" if newer else "cudnn-9.13"), c.name
+        older = "cudnn-9.10" if (c.published["container"], c.published["system"]) == ("25.09", "GB200") else "cudnn-9.13"
+        assert c.scenario["training"]["attention_kernel"] == ("cudnn" if newer else older), c.name
     v51 = [c for c in load_cases() if c.name.startswith("mlperf-v5.1/") and "xgb" in c.name]
     assert len(v51) == 11 and all(c.scenario["training"]["attention_kernel"] == "cudnn-9.13" for c in v51)
 
@@ -563,8 +566,8 @@ def test_mlperf_lora_rows_are_their_logs_steps():
     for hardware, c in rows.items():
         amd = hardware.startswith("amd")
         kernel, zero = ("ck-a16", 0) if amd else ("cudnn", 0 if hardware == "dgx-h100" else 1)
-        if hardware == "gb200-nvl72":  # v5.0's container: cuDNN 9.9.0, before 9.17's SDPA kernels
-            kernel = "cudnn-9.13"
+        if hardware == "gb200-nvl72":  # v5.0's container: cuDNN 9.9.0, nearest the profile's 9.10.2
+            kernel = "cudnn-9.10"
         sc = c.scenario
         tr = sc["training"]
         # v5.0's FP8_ACT=1; v4.0 sets no FP8_ACTIVATION, AMD's reaches no code

@@ -132,7 +132,7 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     if parallel["cp"] > 1 and rng.random() < 0.5:
         parallel["cp_comm"] = rng.choice(["p2p", "all_gather", "a2a"])
     if rng.random() < 0.2:
-        training["attention_kernel"] = rng.choice(["fa2", "fa3", "cudnn", "cudnn-9.13"])
+        training["attention_kernel"] = rng.choice(["fa2", "fa3", "cudnn", "cudnn-9.10", "cudnn-9.13"])
     if rng.random() < 0.1:
         training["flash_attention"] = False
     if rng.random() < 0.15:

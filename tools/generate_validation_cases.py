@@ -11,6 +11,7 @@ import yaml
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from simcluster.flops import megatron_flops_per_step  # noqa: E402 - needs ROOT on sys.path
+from simcluster.hardware import load_profile  # noqa: E402
 
 pub = {e["id"]: e for e in yaml.safe_load(open(ROOT.parent / "shared" / "validation" / "published.yaml"))["entries"]}
 H100_PEAK = 989.4e12
@@ -131,32 +132,51 @@ CONTAINER_CUDNN = {
                               "submitters' runs of that implementation ASSUMED the same build"),
 }
 # profile -> the cuDNN release its default ``cudnn`` curves were timed with, where the profile also
-# carries ``cudnn-9.13`` (cuDNN 9.13.1, timed through the cuDNN graph as TransformerEngine calls it)
+# carries older releases' curves (``cudnn-9.10``, ``cudnn-9.13``: timed through the cuDNN graph as
+# TransformerEngine calls it)
 NEWER_CUDNN_CURVES = {"gb200-nvl72": "9.17", "gb300-nvl72": "9.22", "dgx-b300": "9.22"}
 # cudnn-frontend v1.17.0's release notes: "the sdpa improvements added in cuDNN 9.17.0. GB200 and
 # GB300 data"; a container from that release on runs the default curves' kernels
 SDPA_IMPROVED = (9, 17)
 
 
+def _release(text):
+    return tuple(int(p) for p in text.split(".")[:2])
+
+
+def older_cudnn_curves(hardware):
+    """The cuDNN releases (major, minor) whose curves a profile keeps under a versioned name."""
+    names = load_profile(hardware).efficiency.attention_kernels
+    return sorted(_release(n[len("cudnn-"):]) for n in names
+                  if n.startswith("cudnn-") and n[len("cudnn-"):].replace(".", "").isdigit())
+
+
 def with_container_cudnn(case, container):
-    """Run the case's cuDNN attention on the profile's curves of the container's cuDNN release:
-    ``cudnn-9.13`` where the container's cuDNN predates 9.17's SDPA improvements and the profile's
-    default curves do not (9.13.1 is the oldest release timed on Blackwell through the cuDNN
-    graph, the nearest to an older one); no change on other profiles or kernels."""
+    """Run the case's cuDNN attention on the profile's curves of the container's cuDNN release
+    where it predates 9.17's SDPA improvements and the profile's default curves do not: the
+    newest older release the profile keeps at or below the container's, else the oldest it keeps
+    (the nearest to an older one); no change on other profiles or kernels."""
     training, hardware = case["scenario"]["training"], case["scenario"]["cluster"]["hardware"]
     release, evidence = CONTAINER_CUDNN[container]
     newer = NEWER_CUDNN_CURVES.get(hardware)
-    if training.get("attention_kernel") != "cudnn" or newer is None:
+    if training.get("attention_kernel") != "cudnn" or newer is None or _release(release) >= SDPA_IMPROVED:
         return case
-    if tuple(int(p) for p in release.split(".")[:2]) >= SDPA_IMPROVED:
-        return case
-    training["attention_kernel"] = "cudnn-9.13"
+    kept = older_cudnn_curves(hardware)
+    below = [r for r in kept if r <= _release(release)]
+    picked = below[-1] if below else kept[0]
+    kernel = f"cudnn-{picked[0]}.{picked[1]}"
+    training["attention_kernel"] = kernel
+    if below:
+        why = f"{kernel[6:]} is the newest release at or below it the profile keeps, timed on Blackwell through the cuDNN graph"
+    else:
+        why = f"{kernel[6:]} is the oldest release the profile keeps, timed on Blackwell through the cuDNN graph, the nearest to an older one"
+        if (9, 10) not in kept:
+            why += (" (a few percent fast: a B200's 9.10.2 graph rows, cudnn-frontend cb560b9, run causal 8K 10% slower "
+                    "forward and 1% backward than 9.13.1's)")
     case["source"] += (
-        f" Attention on the profile's cudnn-9.13 curves (training.attention_kernel): the container's cuDNN is "
+        f" Attention on the profile's {kernel} curves (training.attention_kernel): the container's cuDNN is "
         f"{release} ({evidence}), before the SDPA improvements of cuDNN 9.17 (cudnn-frontend v1.17.0's release "
-        f"notes, with GB200 and GB300 data) that the profile's default curves (cuDNN {newer}) carry; 9.13.1 is the "
-        "nearest release timed on Blackwell through the cuDNN graph (to an older container's, a few percent fast: "
-        "a B200's 9.10.2 graph rows, cudnn-frontend cb560b9, run causal 8K 10% slower forward and 1% backward).")
+        f"notes, with GB200 and GB300 data) that the profile's default curves (cuDNN {newer}) carry; {why}.")
     return case
 
 

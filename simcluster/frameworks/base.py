@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simcluster.framework_releases import dated_defaults, dated_kernel, raw_section
+from simcluster.framework_releases import dated_defaults, dated_kernels, raw_section
 
 Defaults = dict[str, dict[str, Any]]
 
@@ -54,9 +54,10 @@ class Framework:
 
     def kernel(self, release: str | None = None, available: Collection[str] | None = None) -> str | None:
         """The attention kernel it (at ``release``) calls; with ``available`` (a profile's
-        kernels), None unless that kernel is among them (a preference, not a demand)."""
-        kernel = dated_kernel(self.name, release) or self.attention_kernel
-        return kernel if available is None or kernel in available else None
+        kernels), the first of that release's kernels among them, None if none is (a preference,
+        not a demand)."""
+        kernels = dated_kernels(self.name, release) or ((self.attention_kernel,) if self.attention_kernel else ())
+        return next((k for k in kernels if available is None or k in available), None)
 
 
 def parallel_degree(raw: Mapping[str, Any], key: str, default: int) -> int:
