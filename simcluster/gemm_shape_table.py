@@ -32,6 +32,16 @@ from simcluster.errors import UserError
 #: tensor-core path at the same peak)
 DTYPE_ALIASES = {"fp16": "bf16"}
 
+#: where a table holds no rates of its own for a dtype, a 16-bit table's rates at a shorter
+#: reduction stand for them: an FP8 tile's main loop over K takes the time a 16-bit one takes
+#: over K/2 against the same fixed cost (pipeline fill, the 16-bit epilogue), so an FP8 GEMM
+#: loses at K what a 16-bit one loses at K/2. Measured, FP8 loses about twice the 16-bit share
+#: at a short K: cuBLAS on an H100 (pytorch-labs/float8_experimental pull requests 38 and 100,
+#: benchmarks/bench_matmul.py) runs 16384 x 1024 x 8192 FP8 at 0.79-0.82 of its K = 7168-8192
+#: rate, BF16 at 0.99-1.02; TileLang on an H800 at M = N = 8192 (its benchmark/matmul and
+#: matmul_fp8 READMEs) K = 1024 / 2048 at 0.73 / 0.87 of K = 16384 in FP8, 0.82 / 0.92 in FP16
+REDUCED_K = {"fp8": ("bf16", 0.5)}
+
 
 @dataclass(frozen=True)
 class ShapeTable:
@@ -46,8 +56,10 @@ class ShapeTable:
     _memo: dict[tuple[float, float, float, str], float] = field(default_factory=dict, compare=False, repr=False)
 
     def has(self, dtype: str) -> bool:
-        """Whether the table holds rates for GEMMs of ``dtype``."""
-        return DTYPE_ALIASES.get(dtype, dtype) in self.log_rates
+        """Whether the table holds rates for GEMMs of ``dtype`` (its own or, for FP8, a 16-bit
+        table's at half the reduction)."""
+        key = DTYPE_ALIASES.get(dtype, dtype)
+        return key in self.log_rates or REDUCED_K.get(key, ("",))[0] in self.log_rates
 
     def factor(self, m: float, n: float, k: float, dtype: str) -> float:
         """Rate of an m x n x k GEMM over the median rate of the same FLOPs (1.0 without data)."""
@@ -58,6 +70,9 @@ class ShapeTable:
 
     def _factor(self, m: float, n: float, k: float, dtype: str) -> float:
         key = DTYPE_ALIASES.get(dtype, dtype)
+        if key not in self.log_rates and key in REDUCED_K:
+            key, scale = REDUCED_K[key]
+            k *= scale
         rates = self.log_rates.get(key)
         if rates is None or m <= 0 or n <= 0 or k <= 0:
             return 1.0
