@@ -55,11 +55,18 @@ class ShapeTable:
     levels: dict[str, tuple[np.ndarray, np.ndarray]]
     _memo: dict[tuple[float, float, float, str], float] = field(default_factory=dict, compare=False, repr=False)
 
+    def source(self, dtype: str) -> tuple[str, float]:
+        """The table dtype whose rates stand for GEMMs of ``dtype`` and the scale on K they are
+        read at: its own (or its alias's) at K, else :data:`REDUCED_K`'s."""
+        key = DTYPE_ALIASES.get(dtype, dtype)
+        if key not in self.log_rates and key in REDUCED_K:
+            return REDUCED_K[key]
+        return key, 1.0
+
     def has(self, dtype: str) -> bool:
         """Whether the table holds rates for GEMMs of ``dtype`` (its own or, for FP8, a 16-bit
         table's at half the reduction)."""
-        key = DTYPE_ALIASES.get(dtype, dtype)
-        return key in self.log_rates or REDUCED_K.get(key, ("",))[0] in self.log_rates
+        return self.source(dtype)[0] in self.log_rates
 
     def factor(self, m: float, n: float, k: float, dtype: str) -> float:
         """Rate of an m x n x k GEMM over the median rate of the same FLOPs (1.0 without data)."""
@@ -69,10 +76,8 @@ class ShapeTable:
         return memo
 
     def _factor(self, m: float, n: float, k: float, dtype: str) -> float:
-        key = DTYPE_ALIASES.get(dtype, dtype)
-        if key not in self.log_rates and key in REDUCED_K:
-            key, scale = REDUCED_K[key]
-            k *= scale
+        key, scale = self.source(dtype)
+        k *= scale
         rates = self.log_rates.get(key)
         if rates is None or m <= 0 or n <= 0 or k <= 0:
             return 1.0

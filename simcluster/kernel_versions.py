@@ -26,3 +26,9 @@ def family(kernel: str) -> str:
     found = _NAME.match(kernel)
     return kernel if found is None else found["base"] + (found["rest"] or "")
 
+
+def release(kernel: str) -> tuple[int, ...] | None:
+    """The library release written in ``kernel`` as numbers (``cudnn-9.10`` -> (9, 10)), None
+    for a name without one (a profile's default curves)."""
+    found = _NAME.match(kernel)
+    return None if found is None else tuple(int(part) for part in found["version"].split("."))

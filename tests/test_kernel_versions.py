@@ -8,7 +8,7 @@ import pytest
 from simcluster import attention_head_dims, attention_sinks
 from simcluster.fp8_attention import fp8_kernel
 from simcluster.hardware import load_profile
-from simcluster.kernel_versions import family
+from simcluster.kernel_versions import family, release
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,15 @@ from simcluster.kernel_versions import family
 )
 def test_family_drops_only_a_dotted_version(name, expected):
     assert family(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("cudnn", None), ("cudnn-9.10", (9, 10)), ("cudnn-9.13.1", (9, 13, 1)), ("cudnn-9.13-fp8", (9, 13)),
+     ("cudnn-fp8", None), ("ck-a16", None)],
+)
+def test_release_reads_the_dotted_version_the_family_drops(name, expected):
+    assert release(name) == expected
 
 
 def test_a_versioned_cudnn_trains_the_head_dims_cudnn_trains():

@@ -12,6 +12,8 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from simcluster.flops import megatron_flops_per_step  # noqa: E402 - needs ROOT on sys.path
 from simcluster.hardware import load_profile  # noqa: E402
+from simcluster.kernel_versions import family as kernel_family  # noqa: E402
+from simcluster.kernel_versions import release as kernel_release  # noqa: E402
 
 pub = {e["id"]: e for e in yaml.safe_load(open(ROOT.parent / "shared" / "validation" / "published.yaml"))["entries"]}
 H100_PEAK = 989.4e12
@@ -147,8 +149,7 @@ def _release(text):
 def older_cudnn_curves(hardware):
     """The cuDNN releases (major, minor) whose curves a profile keeps under a versioned name."""
     names = load_profile(hardware).efficiency.attention_kernels
-    return sorted(_release(n[len("cudnn-"):]) for n in names
-                  if n.startswith("cudnn-") and n[len("cudnn-"):].replace(".", "").isdigit())
+    return sorted(kernel_release(n)[:2] for n in names if kernel_family(n) == "cudnn" and kernel_release(n))
 
 
 def with_container_cudnn(case, container):
@@ -164,12 +165,12 @@ def with_container_cudnn(case, container):
     kept = older_cudnn_curves(hardware)
     below = [r for r in kept if r <= _release(release)]
     picked = below[-1] if below else kept[0]
-    kernel = f"cudnn-{picked[0]}.{picked[1]}"
-    training["attention_kernel"] = kernel
+    version = f"{picked[0]}.{picked[1]}"
+    kernel = training["attention_kernel"] = f"cudnn-{version}"
     if below:
-        why = f"{kernel[6:]} is the newest release at or below it the profile keeps, timed on Blackwell through the cuDNN graph"
+        why = f"{version} is the newest release at or below it the profile keeps, timed on Blackwell through the cuDNN graph"
     else:
-        why = f"{kernel[6:]} is the oldest release the profile keeps, timed on Blackwell through the cuDNN graph, the nearest to an older one"
+        why = f"{version} is the oldest release the profile keeps, timed on Blackwell through the cuDNN graph, the nearest to an older one"
         if (9, 10) not in kept:
             why += (" (a few percent fast: a B200's 9.10.2 graph rows, cudnn-frontend cb560b9, run causal 8K 10% slower "
                     "forward and 1% backward than 9.13.1's)")
