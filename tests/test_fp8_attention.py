@@ -153,14 +153,16 @@ def test_b300_fp8_curves_are_gb300s_at_the_measured_b300_share():
 
 @pytest.mark.parametrize("hardware", ["dgx-h100", "dgx-h200", "aws-p5", "hgx-h800"])
 def test_hopper_fp8_curves_carry_one_cudnn_runs_ratio(hardware):
-    # cudnn-frontend's H200 llama3.1 run (df73764, cuDNN 9.19, batch 1, 64/8 heads, 8K causal):
-    # FP8 964 / 430 TFLOP/s forward / backward against BF16 644 / 541 in the same run, so FP8
-    # attention on Hopper speeds the forward up 1.50x and slows the backward to 0.79x
+    # cudnn-frontend's H200 llama3.1 run (df73764, cuDNN 9.19, batch 1, 64/8 heads, 8K): causal
+    # forward FP8 964 against BF16 644 TFLOP/s; the causal backward takes the unmasked one's
+    # 636 / 594, not the causal 430 / 541 (2024's cuDNN ran FP8 attention faster than BF16 on
+    # Hopper: cuDNN 9.1's sample 418 / 351 backward; NVIDIA's cuDNN 9 blog, LoRA 70B on 8 H200
+    # 1.15x against BF16's 1.11x)
     from simcluster.attention_kernels import kernel_tflops
     from simcluster.hardware import load_profile
 
     kernels = load_profile(hardware).attention_kernels
-    for backward, ratio in ((False, 964 / 644), (True, 430 / 541)):
+    for backward, ratio in ((False, 964 / 644), (True, 636 / 594)):
         fp8 = kernel_tflops(kernels["cudnn-fp8"], 128, 8192, causal=True, backward=backward)
         bf16 = kernel_tflops(kernels["cudnn"], 128, 8192, causal=True, backward=backward)
         assert fp8 == pytest.approx(bf16 * ratio, abs=0.06)
