@@ -113,11 +113,11 @@ def test_megatron_flag_names_read_as_the_fields():
 
 @pytest.mark.parametrize(
     ("hardware", "fwd", "bwd"),
-    # cudnn-frontend sdpa_benchmark_training: the B200 artifact at cb560b9 (cuDNN 9.10.2, batch 1,
-    # 128/8 heads, 8K causal 1.605 ms forward = 1370.1 TFLOP/s); GB300's llama3.1 run at 60e572b
-    # (cuDNN 9.22, batch 2, 64/8 heads: top_left fp8 8K 0.759 ms forward = 2897, 3.087 ms backward
-    # = 1781 at 4*b*s^2*h*d/2 FLOPs, backward 2.5x)
-    [("dgx-b200", 1370.1, 1214.3), ("gb300-nvl72", 2897, 1781)],
+    # cudnn-frontend sdpa_benchmark_training: the B200 artifact at 0b1577c (cuDNN 9.13.1, batch 1,
+    # 128/8 heads, 8K causal 1.464 ms forward = 1502.1 TFLOP/s, 4.382 ms backward = 1254.7);
+    # GB300's llama3.1 run at 60e572b (cuDNN 9.22, batch 2, 64/8 heads: top_left fp8 8K 0.759 ms
+    # forward = 2897, 3.087 ms backward = 1781 at 4*b*s^2*h*d/2 FLOPs, backward 2.5x)
+    [("dgx-b200", 1502.1, 1254.7), ("gb300-nvl72", 2897, 1781)],
 )
 def test_fp8_curves_are_the_benchmarks_rows(hardware, fwd, bwd):
     from simcluster.attention_kernels import kernel_tflops

@@ -247,16 +247,24 @@ def test_blackwell_rows_run_their_containers_cudnn_release():
     descriptions); cuDNN 9.17 brought the SDPA kernels of the GB200 / GB300 default curves
     (cudnn-frontend v1.17.0). So before 26.02 a row runs the newest older release its profile keeps
     at or below its container's, else the oldest: GB200 cudnn-9.10 (9.10.2, cudnn-frontend cb560b9)
-    for 25.09 and cudnn-9.13 for 25.11, GB300 cudnn-9.13 (it keeps no 9.10); the default after;
-    B200's only curves are of 9.13 already."""
+    for 25.09 and cudnn-9.13 for 25.11, GB300 cudnn-9.13 (it keeps no 9.10); the default after.
+    B200's default curves are 9.13.1's (cudnn-frontend 0b1577c, through the cuDNN graph), so its
+    25.11 and v5.1 rows run them and its 25.09, NeMo 25.04 (9.9.0), MLPerf v5.0 (9.9.0) and
+    v4.1 (9.4.0) rows cudnn-9.10."""
     bridge = [c for c in load_cases() if c.family.startswith("megatron-bridge") and c.family.endswith("blackwell")]
     assert len(bridge) == 25
     for c in bridge:
-        newer = c.published["container"] >= "26.02" or c.published["system"] == "B200"
-        older = "cudnn-9.10" if (c.published["container"], c.published["system"]) == ("25.09", "GB200") else "cudnn-9.13"
+        container, system = c.published["container"], c.published["system"]
+        newer = container >= "26.02" or (system == "B200" and container >= "25.11")
+        older = "cudnn-9.10" if container == "25.09" and system in ("GB200", "B200") else "cudnn-9.13"
         assert c.scenario["training"]["attention_kernel"] == ("cudnn" if newer else older), c.name
     v51 = [c for c in load_cases() if c.name.startswith("mlperf-v5.1/") and "xgb" in c.name]
     assert len(v51) == 11 and all(c.scenario["training"]["attention_kernel"] == "cudnn-9.13" for c in v51)
+    b200 = {c.name: c.scenario["training"]["attention_kernel"] for c in load_cases()
+            if c.scenario["cluster"]["hardware"] == "dgx-b200" and c.family not in {"megatron-bridge-fp8-blackwell"}}
+    old = {n for n in b200 if n.startswith(("nemo-cp-b200/", "mlperf-v5.0/", "mlperf-v4.1/"))}
+    assert len(old) == 10 and all(b200[n] == "cudnn-9.10" for n in old)
+    assert all(k == "cudnn" for n, k in b200.items() if n not in old)
 
 
 def test_every_nvfp4_row_has_the_same_layout_at_fp8():
@@ -566,7 +574,7 @@ def test_mlperf_lora_rows_are_their_logs_steps():
     for hardware, c in rows.items():
         amd = hardware.startswith("amd")
         kernel, zero = ("ck-a16", 0) if amd else ("cudnn", 0 if hardware == "dgx-h100" else 1)
-        if hardware == "gb200-nvl72":  # v5.0's container: cuDNN 9.9.0, nearest the profile's 9.10.2
+        if hardware in ("gb200-nvl72", "dgx-b200"):  # v5.0's container: cuDNN 9.9.0, nearest 9.10.2
             kernel = "cudnn-9.10"
         sc = c.scenario
         tr = sc["training"]

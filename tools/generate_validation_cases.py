@@ -120,6 +120,9 @@ def with_userbuffers(case, cfg, evidence):
 CONTAINER_CUDNN = {
     "nemo-25.04": ("9.9.0", "NGC PyTorch 25.04's cuDNN 9.9.0 (NVIDIA/cudnn-frontend benchmark/Llama-3.2-1B-"
                             "Training/README.md, its software table), NeMo 25.04's base (ASSUMED)"),
+    "mlperf-v4.1": ("9.4.0", "NVIDIA's v4.1 system descriptions, e.g. NVIDIA/systems/eos_ngc24.09_nemo.json: NeMo "
+                             "Framework 24.09, CUDA 12.6.1, cuDNN 9.4.0; the B200 preview's b200_n8_preview_nemo.json "
+                             "states no software, ASSUMED a release of that round"),
     "mlperf-v5.0": ("9.9.0", "NVIDIA's v5.0 system descriptions, e.g. NVIDIA/systems/nyx_n1_ngc25.04_nemo.json: "
                              "container pytorch 25.04, cuDNN 9.9.0"),
     "nemo-25.09": ("9.11.0.98", "NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md: NeMo 25.09 = "
@@ -136,7 +139,7 @@ CONTAINER_CUDNN = {
 # profile -> the cuDNN release its default ``cudnn`` curves were timed with, where the profile also
 # carries older releases' curves (``cudnn-9.10``, ``cudnn-9.13``: timed through the cuDNN graph as
 # TransformerEngine calls it)
-NEWER_CUDNN_CURVES = {"gb200-nvl72": "9.17", "gb300-nvl72": "9.22", "dgx-b300": "9.22"}
+NEWER_CUDNN_CURVES = {"gb200-nvl72": "9.17", "gb300-nvl72": "9.22", "dgx-b300": "9.22", "dgx-b200": "9.13"}
 # cudnn-frontend v1.17.0's release notes: "the sdpa improvements added in cuDNN 9.17.0. GB200 and
 # GB300 data"; a container from that release on runs the default curves' kernels
 SDPA_IMPROVED = (9, 17)
@@ -154,13 +157,15 @@ def older_cudnn_curves(hardware):
 
 def with_container_cudnn(case, container):
     """Run the case's cuDNN attention on the profile's curves of the container's cuDNN release
-    where it predates 9.17's SDPA improvements and the profile's default curves do not: the
-    newest older release the profile keeps at or below the container's, else the oldest it keeps
-    (the nearest to an older one); no change on other profiles or kernels."""
+    where it predates both 9.17's SDPA improvements and the profile's default curves: the newest
+    older release the profile keeps at or below the container's, else the oldest it keeps (the
+    nearest to an older one); no change on other profiles or kernels."""
     training, hardware = case["scenario"]["training"], case["scenario"]["cluster"]["hardware"]
     release, evidence = CONTAINER_CUDNN[container]
     newer = NEWER_CUDNN_CURVES.get(hardware)
-    if training.get("attention_kernel") != "cudnn" or newer is None or _release(release) >= SDPA_IMPROVED:
+    if training.get("attention_kernel") != "cudnn" or newer is None:
+        return case
+    if _release(release) >= min(SDPA_IMPROVED, _release(newer)):
         return case
     kept = older_cudnn_curves(hardware)
     below = [r for r in kept if r <= _release(release)]
@@ -176,9 +181,16 @@ def with_container_cudnn(case, container):
                     "forward and 1% backward than 9.13.1's)")
     case["source"] += (
         f" Attention on the profile's {kernel} curves (training.attention_kernel): the container's cuDNN is "
-        f"{release} ({evidence}), before the SDPA improvements of cuDNN 9.17 (cudnn-frontend v1.17.0's release "
-        f"notes, with GB200 and GB300 data) that the profile's default curves (cuDNN {newer}) carry; {why}.")
+        f"{release} ({evidence}), {_older_than_default(newer)}; {why}.")
     return case
+
+
+def _older_than_default(newer):
+    """Why a container's cuDNN does not run a profile's default curves (timed with ``newer``)."""
+    if _release(newer) >= SDPA_IMPROVED:
+        return (f"before the SDPA improvements of cuDNN 9.17 (cudnn-frontend v1.17.0's release notes, with GB200 "
+                f"and GB300 data) that the profile's default curves (cuDNN {newer}) carry")
+    return f"older than the release of the profile's default curves (cuDNN {newer})"
 
 
 def ub_mapping(dgrad_qkv, wgrad_qkv, dgrad_fc1, wgrad_fc1, proj, fc2):
@@ -1418,8 +1430,8 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
             "18*ffn/h + 12*s/h + 6*V/(l*h)), V = 128256, without a causal discount (nemo/utils/"
             "flops_formulas.py of that era, the same undiscounted form as the H100 table). Evidence for the "
             "undiscounted form: with the causal half, the 1M-token row (97% attention) would need about 1,600 "
-            "TFLOP/s of causal attention forward and backward, above every B200 rate cuDNN 9.13 measured "
-            "(best 1,419 forward, 1,109 backward). ASSUMED (not "
+            "TFLOP/s of causal attention forward and backward, above every B200 rate cuDNN measured through "
+            "its graph (9.13.1: best 1,515 forward, 1,236 backward). ASSUMED (not "
             "stated): micro-batch 1, no recompute, distributed optimizer, the TP/DP overlaps of NeMo's "
             "performance recipes, ring attention (TransformerEngine's default p2p CP), FP8 delayed "
             "scaling with the weights kept and gathered in FP8 (NeMo 2's bf16_with_fp8_mixed: fp8_param_gather), BF16 attention by TransformerEngine's cuDNN backend (the "
@@ -1445,6 +1457,7 @@ for seq_k, listed_gpus, gbs, tp, pp, dp, cp, tflops in NEMO_CP_B200:
                      "none for 8B), so TransformerEngine 2.x's defaults apply (te-2: pipeline and bulk "
                      "overlaps 16 SMs each with an SM margin; get_default_config), ASSUMED: the 25.04 "
                      "container's TE is 2.x.")
+    with_container_cudnn(cases[-1], "nemo-25.04")
 dump(str(ROOT / "validation" / "nemo-long-context-b200.yaml"),
      "# NeMo long-sequence performance (Llama 3 8B, FP8, DGX B200) with context parallelism, 8K-1M tokens.\n"
      "# Generated by tools/generate_validation_cases.py from the table in that script (source in each\n"
@@ -2008,7 +2021,7 @@ for folder, nodes, hw, config, minibs, gbs, blocks_ms, block_tokens, bucket_mib 
     case = mlperf_gpt3_case(f"mlperf-v4.1/gpt3-175b-{gpus}x{gpu_name.lower()}",
                             "mlperf-training-blackwell" if b200 else "mlperf-training-h100", source,
                             blocks_ms, block_tokens, gbs, gpus, scenario, step_s)
-    (blackwell_cases if b200 else cases).append(case)
+    (blackwell_cases if b200 else cases).append(with_container_cudnn(case, "mlperf-v4.1"))
 
 MLPERF_V50 = "prishajain1/training_results_v5.0 (commit 0fdc28f, a fork of mlcommons/training_results_v5.0)"
 MLPERF_405B_SETTINGS = (
