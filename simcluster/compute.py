@@ -49,7 +49,8 @@ NVFP4_QUANTISE_BYTES = 2.0 + 2 * (2.0 + 0.5 + 1 / 16)
 #: reads it again and writes the rowwise and the columnwise copy (read 2, write 2 x (0.5 + 1/16))
 NVFP4_PLAIN_QUANTISE_BYTES = 2.0 + 2.0 + 2 * (0.5 + 1 / 16)
 
-#: the rowwise copy alone (a frozen linear's input, whose weight-gradient GEMM never runs): the
+#: the rowwise copy alone (a frozen linear's input, whose weight-gradient GEMM never runs, and its
+#: output gradient under TransformerEngine's op fuser): the
 #: amax read, then one read and the 4-bit write with its scales; the Hadamard transform is the
 #: columnwise copy's only, so it is not run
 NVFP4_ROWWISE_QUANTISE_BYTES = 2.0 + 2.0 + 0.5 + 1 / 16
@@ -347,7 +348,9 @@ class KernelModel:
         copy the GEMM itself reads is written, as TransformerEngine quantises a frozen linear's
         input (``backward_needs_input = is_grad_enabled and weight.requires_grad``; the input
         quantizer's ``set_usage(rowwise=True, columnwise=backward_needs_input)``): no transpose,
-        no Hadamard-transformed copy, one amax read (:data:`NVFP4_ROWWISE_QUANTISE_BYTES`).
+        no Hadamard-transformed copy, one amax read (:data:`NVFP4_ROWWISE_QUANTISE_BYTES`); and
+        as the op fuser's ``BasicLinear`` quantises a frozen linear's output gradient
+        (``grad_output_quantizer.set_usage(columnwise=weight_requires_grad)``).
 
         NVFP4 (TransformerEngine's NVFP4BlockScaling): activations and gradients take
         :data:`NVFP4_QUANTISE_BYTES` per element, the amaxes, the rowwise cast and the

@@ -241,6 +241,29 @@ def test_frozen_lora_forward_pays_rowwise_casts_of_its_inputs(monkeypatch):
     assert both - rowwise == pytest.approx(saved, rel=1e-9)
 
 
+def test_op_fused_frozen_linears_quantise_only_the_rowwise_output_gradient(monkeypatch):
+    """TransformerEngine's op fuser (``te.ops.BasicLinear``) asks its grad-output quantizer for
+    ``set_usage(rowwise=True, columnwise=weight_requires_grad)``: under ``lora.op_fuser`` the
+    backward of a frozen layer casts each output gradient rowwise only: its four linears' output
+    widths per token (qkv 10240, proj 8192, fc1 57344, fc2 8192) save the columnwise copy's bytes
+    at the stochastic-rounding rate. TE's ``Linear`` module cast both copies for a frozen weight
+    (TransformerEngine issue 1693, April 2025), so without the fuser both stay."""
+    from simcluster.compute import NVFP4_SR_SLOWDOWN
+    from simcluster.parallelism.layer import LayerBuilder
+
+    doc = {**lora_doc(precision="nvfp4", nvfp4_hadamard=False), "cluster": {"hardware": "gb200-nvl72", "gpus": 8}}
+    fused = {**doc, "lora": {**doc["lora"], "op_fuser": True}}
+    km = layer_builder(fused).km
+    elements = 8192 * (10240 + 8192 + 2 * 28672 + 8192)
+    saved = (5.125 - 4.5625) * elements * NVFP4_SR_SLOWDOWN / km.hbm_bytes_per_s
+    rowwise = compute_seconds(layer_builder(fused).layer(0, "B"))
+    monkeypatch.setattr(LayerBuilder, "wgrads_grads", property(lambda self: True))  # as TE's Linear module
+    both = compute_seconds(layer_builder(fused).layer(0, "B"))
+    assert both - rowwise == pytest.approx(saved, rel=1e-9)
+    monkeypatch.undo()
+    assert layer_builder(doc).wgrads_grads and not layer_builder(fused).wgrads_grads
+
+
 def nvfp4_lora_doc(**training) -> dict:
     """NVIDIA's MLPerf v5.1 llama2_70b_lora layout on 8 GB300: NVFP4 with the frozen weights
     quantised once (config_common_fp4.sh: PRE_QUANTIZED_MODEL=True)."""

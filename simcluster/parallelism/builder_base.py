@@ -28,6 +28,17 @@ class BuilderBase:
         (:meth:`KernelModel.quantise`, ``columnwise``)."""
         return self.shapes.layout.lora is None
 
+    @property
+    def wgrads_grads(self) -> bool:
+        """Whether the base linears' quantised output gradients keep the columnwise copy a
+        weight gradient reads: not for a LoRA run's frozen linears under TransformerEngine's op
+        fuser, whose ``BasicLinear`` asks its grad-output quantizer for ``columnwise=
+        weight_requires_grad``. TransformerEngine's ``Linear`` module cast both copies for a
+        frozen weight too until TransformerEngine issue 1693 (April 2025), so the module path
+        keeps them (the rows that run it predate the fix or do not say)."""
+        lora = self.shapes.layout.lora
+        return lora is None or not lora.op_fuser
+
     if TYPE_CHECKING:
 
         @property

@@ -97,7 +97,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             return Work.of(gemm=wgrad_t, grad_accum=accumulate)
         if phase == "B":
             mm = splits * sum(km.gemm(rows, g.k, g.n, dtype, role="dgrad") for g in gemms)
-            casts = sum(km.quantise(tokens * g.n, dtype, gradient=True) for g in gemms)
+            casts = sum(km.quantise(tokens * g.n, dtype, gradient=True, columnwise=self.wgrads_grads) for g in gemms)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
             casts = sum(km.quantise(tokens * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
@@ -123,7 +123,9 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         share = sum(pieces)
         if phase == "B":
             mm = sum(km.gemm(tokens * p, g.k, g.n, dtype, role="dgrad") for p in pieces for g in gemms)
-            casts = sum(km.quantise(tokens * share * g.n, dtype, gradient=True) for g in gemms)
+            casts = sum(
+                km.quantise(tokens * share * g.n, dtype, gradient=True, columnwise=self.wgrads_grads) for g in gemms
+            )
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
             casts = sum(km.quantise(tokens * share * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
