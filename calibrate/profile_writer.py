@@ -450,14 +450,18 @@ def _apply_gemm(data: dict[str, Any], m: Measurements, origin: str, peaks: dict[
         # calibrate heat-soaks the GPU before timing, so the measured curve is a sustained
         # rate already; the base's sustained share stays only on the curves still copied
         share = float(eff.pop("sustained", 1.0))
+        # an FP8 table the base timed at the settled clock keeps its own share (1)
+        fp8_share = eff.pop("sustained_fp8", None)
+        fp8_share, fp8_field = (share, "sustained") if fp8_share is None else (float(fp8_share), "sustained_fp8")
         _forget(data, "efficiency.sustained")
-        if share != 1.0 and eff.get("gemm_fp8") and not timed_fp8:
-            eff["gemm_fp8"] = [[f, e * share] for f, e in eff["gemm_fp8"]]
+        _forget(data, "efficiency.sustained_fp8")
+        if fp8_share != 1.0 and eff.get("gemm_fp8") and not timed_fp8:
+            eff["gemm_fp8"] = [[f, e * fp8_share] for f, e in eff["gemm_fp8"]]
             _note(
                 data,
                 "efficiency.gemm_fp8",
-                f"not measured: {origin}'s curve times its sustained share {share} (efficiency."
-                "sustained, left out: the measured efficiency.gemm is a sustained rate already)",
+                f"not measured: {origin}'s curve times its sustained share {fp8_share} (efficiency."
+                f"{fp8_field}, left out: the measured efficiency.gemm is a sustained rate already)",
             )
         # the base's shape table describes its GPU against its own size curve, which the
         # measured one replaces: this machine's cube, if timed, takes its place

@@ -208,16 +208,18 @@ class KernelModel:
     def _benchmark_curve(self, dtype: str) -> list[tuple[float, float]]:
         """The profile's GEMM size curve for ``dtype`` (FP8 and NVFP4 have their own where
         measured) at the rate the GPU sustains: the BF16 and FP8 curves' points times
-        ``efficiency.sustained``, since a step at the power limit runs every GEMM at the
-        throttled clock, not only the largest (the NVFP4 curves are built from sustained runs)."""
+        ``efficiency.sustained`` (``sustained_fp8`` for an FP8 curve measured otherwise), since a
+        step at the power limit runs every GEMM at the throttled clock, not only the largest
+        (the NVFP4 curves are built from sustained runs)."""
         curve = self._sustained_curves.get(dtype)
         if curve is None:
             eff = self.profile.efficiency
             if dtype == "nvfp4" and eff.gemm_fp4:
                 curve = list(eff.gemm_fp4)
             else:
-                raw = eff.gemm_fp8 if dtype == "fp8" and eff.gemm_fp8 else eff.gemm
-                curve = [(flops, share * eff.sustained) for flops, share in raw]
+                fp8_curve = eff.gemm_fp8 if dtype == "fp8" else None
+                kept = eff.sustained_fp8 if fp8_curve and eff.sustained_fp8 is not None else eff.sustained
+                curve = [(flops, share * kept) for flops, share in fp8_curve or eff.gemm]
             self._sustained_curves[dtype] = curve
         return curve
 

@@ -212,6 +212,16 @@ class EfficiencySpec(_Strict):
             "profile's measured GEMM table is used as timed"
         ),
     )
+    sustained_fp8: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "the same share for the gemm_fp8 curve where it was measured otherwise than the gemm "
+            "curve (1 for an FP8 table timed at the settled clock beside a burst BF16 table); "
+            "default: sustained"
+        ),
+    )
     gemm_shapes: str | dict[str, Any] | None = Field(
         default=None,
         description=(

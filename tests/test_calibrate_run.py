@@ -337,6 +337,23 @@ def test_the_host_side_of_an_offloaded_optimizer_was_measured(two_rank_profile):
     assert (events["name"] == "optimizer_offload").any()
 
 
+def test_a_burst_fp8_curve_copied_from_the_base_takes_its_sustained_share(tmp_path):
+    """dgx-b200's FP8 curve is XLA's burst table at efficiency.sustained 0.853 (no
+    sustained_fp8): a calibration that times BF16 only bakes that share into the FP8 curve it
+    copies, since the measured BF16 curve drops the share field."""
+    out = tmp_path / "b.yaml"
+    proc = subprocess.run(
+        [sys.executable] + CAL + ["--base", "dgx-b200", "--shapes", "96,80,64", "--out", str(out)],
+        env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prof, base = load_profile(out).efficiency, load_profile("dgx-b200").efficiency
+    assert base.sustained == pytest.approx(0.853) and base.sustained_fp8 is None
+    assert prof.sustained == 1.0
+    assert prof.gemm_fp8[-1][1] == pytest.approx(base.gemm_fp8[-1][1] * base.sustained)
+    assert "share 0.853 (efficiency.sustained," in load_profile(out).sources["efficiency.gemm_fp8"]
+
+
 def test_single_process_kernels_only_from_a_base(tmp_path):
     out = tmp_path / "k.yaml"
     proc = subprocess.run(
@@ -351,11 +368,13 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     assert prof.name == "dgx-h100-calibrated"
     assert prof.gpu.peak_tflops["bf16"] == 989.4  # the base's datasheet peak stays
     assert max(f for _, f in prof.efficiency.gemm) < 0.01  # a CPU reaches < 1% of it
-    # the measured curve is a heat-soaked (sustained) rate: the base's sustained share is baked
-    # into the FP8 curve it still copies, and no longer scales the measured one
+    # the measured curve is a heat-soaked (sustained) rate: the base's sustained share no longer
+    # scales it, and the FP8 curve it still copies keeps the FP8 share it had (the H100's is
+    # Azure's table timed after 10,000 warm-up calls, sustained_fp8 1: copied as it is)
     base = load_profile("dgx-h100").efficiency
-    assert prof.efficiency.sustained == 1.0
-    assert prof.efficiency.gemm_fp8[-1][1] == pytest.approx(base.gemm_fp8[-1][1] * base.sustained)
+    assert prof.efficiency.sustained == 1.0 and prof.efficiency.sustained_fp8 is None
+    assert base.sustained_fp8 == 1.0
+    assert prof.efficiency.gemm_fp8 == base.gemm_fp8
     # the base's GEMM shape table (an H100's, against the H100 size curve) gives way to this
     # machine's own cube
     assert base.gemm_shapes == "xla-sm90"
@@ -372,7 +391,7 @@ def test_single_process_kernels_only_from_a_base(tmp_path):
     base = load_profile("dgx-h100").sources
     assert sources["node.nvlink_GBps"] == base["node.nvlink_GBps"]
     assert sources["efficiency.gemm_tile"] == base["efficiency.gemm_tile"]  # an H100's SMs stay
-    assert "efficiency.sustained" not in sources
+    assert "efficiency.sustained" not in sources and "efficiency.sustained_fp8" not in sources
     # ... and says so, with how to time them
     assert "one process times no collectives" in proc.stderr
     assert "torchrun --nproc-per-node N -m calibrate" in proc.stderr

@@ -261,7 +261,8 @@ def test_list_hardware_shows_a_calibrated_cpus_figures_to_four_digits(cli, monke
     assert bf16 and 0.1 < float(bf16.group(1)) < 0.21 and len(bf16.group(1).replace("0.", "")) <= 3, row[5]
     assert "switch 0.7263 GB/s" in row[8]
     h100 = next(line for line in res.out.splitlines() if line.startswith("│ dgx-h100 "))
-    assert "989.4 (746)" in h100 and "1978.9 (1287)" in h100
+    # 16384^3: FP8 Azure's cuBLASLt H100 table measures 1377.3 TFLOP/s (ND_H100_v5_results.md)
+    assert "989.4 (746)" in h100 and "1978.9 (1371)" in h100
 
 
 @pytest.mark.parametrize(

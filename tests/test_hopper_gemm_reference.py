@@ -5,8 +5,8 @@ GEMM shapes of Meta's Llama 70B training at TP 8 (pytorch-labs/float8_experiment
 ``benchmarks/bench_matmul.py``: 16384x8192x1280, 16384x1024x8192, 16384x8192x7168,
 16384x3584x8192) and 8192^3 with Triton's ``do_bench`` (warmup=30, rep=200: milliseconds of
 back-to-back calls, the L2 cleared between them, the median call): "the H100 and H200 achieves roughly 720 TFLOP/s" in BF16 and
-"~1,280 TFLOP/s" in FP8 (e4m3). The profiles' curves come from XLA's sm_90 tables, DeepGEMM's
-FP8 table and the H200's sustained-matmul figure (sources in ``hardware/dgx-h100.yaml``), so
+"~1,280 TFLOP/s" in FP8 (e4m3). The profiles' curves come from XLA's sm_90 tables, Azure's
+cuBLASLt FP8 tables and the H200's sustained-matmul figure (sources in ``hardware/dgx-h100.yaml``), so
 this is a check, not a fit: the mean simulated rate over the five shapes is held within 5%.
 """
 
