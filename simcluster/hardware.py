@@ -340,6 +340,15 @@ class EfficiencySpec(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _fp8_share_has_its_curve(self) -> EfficiencySpec:
+        if self.sustained_fp8 is not None and self.gemm_fp8 is None:
+            raise ValueError(
+                "sustained_fp8 scales the gemm_fp8 curve, which this profile does not have: add "
+                "gemm_fp8 or drop sustained_fp8 (sustained scales the gemm curve FP8 falls back to)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _default_kernel_listed(self) -> EfficiencySpec:
         if self.attention_kernel is not None and self.attention_kernel not in self.attention_kernels:
             raise ValueError(

@@ -139,6 +139,16 @@ def test_missing_field_is_a_user_error():
         profile_from_dict(raw)
 
 
+def test_an_fp8_share_without_an_fp8_curve_is_a_user_error():
+    """efficiency.sustained_fp8 scales gemm_fp8 only (a Hopper FP8 table timed at the settled
+    clock beside a burst BF16 curve); on a profile without gemm_fp8 it would change nothing."""
+    raw = load_profile("dgx-a100").model_dump()
+    assert raw["efficiency"]["gemm_fp8"] is None
+    raw["efficiency"]["sustained_fp8"] = 1.0
+    with pytest.raises(UserError, match=r"sustained_fp8 scales the gemm_fp8 curve, which this profile does not have"):
+        profile_from_dict(raw)
+
+
 def test_a_misspelt_choice_gets_the_nearest_as_a_hint():
     raw = load_profile("dgx-h100").model_dump()
     raw["node"]["scale_up"] = "swich"
