@@ -304,8 +304,9 @@ class EfficiencySpec(_Strict):
         le=1,
         description=(
             "share of the gemm_fp8 curve's rate a block-scaled FP8 GEMM runs at "
-            "(training.fp8_recipe block: MXFP8 on Blackwell, its scale factors read beside each "
-            "tile); 1: as fast as the per-tensor FP8 GEMMs the curve was timed on"
+            "(training.fp8_recipe block: MXFP8 on Blackwell, 1x128 / 128x128 blocks on Hopper, "
+            "their scale factors read beside each tile); 1: as fast as the per-tensor FP8 GEMMs "
+            "the curve was timed on"
         ),
     )
     attention_sustained: float = Field(
