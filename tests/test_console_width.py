@@ -37,6 +37,7 @@ def test_hardware_list_on_a_narrow_terminal_lists_each_profile_whole(monkeypatch
         heads = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
         assert set(shipped_profiles()) <= heads, columns
         h100 = out[out.index("\ndgx-h100 ") :]
-        assert "BF16 989.4 (746), FP8 1978.9 (1287)" in " ".join(h100.split()[:20]), columns
+        # (16384^3 as modelled; FP8: Azure's cuBLASLt H100 table measures 1377.3 TFLOP/s there)
+        assert "BF16 989.4 (746), FP8 1978.9 (1371)" in " ".join(h100.split()[:20]), columns
     v100 = out[out.index("\ndgx-2-v100 ") :].splitlines()
     assert v100[3].strip() == "TFLOP/s: FP16 125 (83)"  # no BF16 on a V100: its FP16 tensor cores
