@@ -665,8 +665,10 @@ def _validation_error(
     else:
         hint = did_you_mean_choice(err.get("input"), err.get("ctx", {}).get("expected", ""))
         if not hint and err["type"] != BOOLEAN_NUMBER:  # the value given and the fix
-            shown = "null" if err.get("input") is None else repr(err.get("input"))
-            hint = f" (got {shown}); fix it (hardware/dgx-h100.yaml shows every field)"
+            got = err.get("input")
+            # a section's own validator names what is wrong; its whole mapping would bury it
+            shown = "" if isinstance(got, dict) else f" (got {'null' if got is None else repr(got)})"
+            hint = f"{shown}; fix it (hardware/dgx-h100.yaml shows every field)"
         msg = f"profile {origin} field '{loc}': {err['msg']}{hint}"
     return UserError(field, msg)
 

@@ -264,8 +264,9 @@ def _format_one(err: Any, unset: list[str] | None) -> UserError:
         return UserError(field, f"got {got!r}{hint}; {err['msg'].lower()}")
     if kind == BOOLEAN_NUMBER:  # the message says what it got, as YAML spells it
         return UserError(field, err["msg"])
-    if kind == "value_error":  # a validator's own message
-        return UserError(field, f"{err['msg'].removeprefix('Value error, ')} (got {got!r})")
+    if kind == "value_error":  # a validator's own message; a section's mapping would bury it
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        return UserError(field, f"{err['msg'].removeprefix('Value error, ')}{shown}")
     if field == "training.global_batch" and isinstance(got, str) and re.fullmatch(r"\s*[\d.]+\s*[kKmMgG]\s*", got):
         # '1M', '4M': a batch in tokens, as the Llama 3 and GPT-3 papers give it
         return UserError(
