@@ -59,7 +59,7 @@ HELP: dict[str, str] = {
     ),
     "compare": "simulate two or more scenarios (or variants: NAME@key=value) and put them side by side",
     "import": (
-        "write a scenario from a launch config: a Megatron-LM launch script or args file, a "
+        "write a scenario from a launch config: a Megatron-LM launch script, args file or YAML recipe, a "
         "torchtitan TOML, a DeepSpeed JSON (with --model); the cluster from --cluster and --nodes"
     ),
     "validate": "simulate published measurements (shipped or given cases) and report the error per case and overall",

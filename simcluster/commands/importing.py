@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "kind",
         metavar="KIND",
         choices=list(IMPORTERS),
-        help="megatron (a Megatron-LM or Megatron-DeepSpeed launch script or args file), "
+        help="megatron (a Megatron-LM or Megatron-DeepSpeed launch script or args file, or a "
+        "Megatron-LM YAML recipe), "
         "torchtitan (a TOML job config) or deepspeed (a DeepSpeed JSON config)",
     )
     parser.add_argument("file", metavar="FILE", help="the launch script, TOML or JSON config")

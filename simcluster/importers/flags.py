@@ -112,6 +112,8 @@ NOT_STEP = {
         "loss-scale-window",
         "hysteresis",
         "init-method-std",
+        "norm-epsilon",
+        "rotary-base",
         "seed",
         "warmup",
         "override-opt-param-scheduler",

@@ -1,4 +1,6 @@
-"""``simcluster import megatron``: a Megatron-LM / Megatron-DeepSpeed launch script or args file.
+"""``simcluster import megatron``: a Megatron-LM / Megatron-DeepSpeed launch script or args file,
+or Megatron-LM's YAML launch configs (its MoE recipes, its functional tests' model configs:
+:mod:`simcluster.importers.recipe_yaml`).
 
 Each flag becomes the scenario field that means it; where a flag is absent the field gets what
 Megatron-LM's ``arguments.py`` does without it (``validate_args`` and the argument defaults), so
@@ -45,6 +47,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
+from simcluster.importers.recipe_yaml import recipe_args
 from simcluster.importers.result import Imported
 from simcluster.importers.run_length import ramp_clause, run_tokens, whole
 from simcluster.importers.shell import read_script
@@ -82,6 +85,7 @@ _FLAGS_SET = {
     "qk-layernorm": ("model", "qk_norm"),
     "add-qkv-bias": ("model", "qkv_bias"),
     "moe-pad-expert-input-to-capacity": ("moe", "pad_to_capacity"),
+    "overlap-moe-expert-parallel-comm": ("overlap", "ep_comm"),
 }
 #: --fp8-recipe (Megatron-LM arguments.py choices) -> training.fp8_recipe
 _FP8_RECIPES = {
@@ -114,7 +118,7 @@ _RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 def import_file(path: Path, options: ImportOptions) -> Imported:
     """The scenario a Megatron launch script (or arguments file) at ``path`` describes."""
     options.refuse("megatron", "model", "hf-config", "seq-len")
-    args = read_script(path, options.variables)
+    args = recipe_args(path, options.variables) or read_script(path, options.variables)
     out = Imported({}, f"{path.name} ({args.origin})")
     out.notes.extend(args.notes)
     flags = Flags.parse(args.words)
@@ -661,6 +665,36 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     _fp8_attention(flags, sc, out)
     if flags.has("activation-func-fp8-input-store"):
         training["activation_fp8_store"] = True
+    _cuda_graphs(flags, training, out)
+
+
+#: --cuda-graph-scope values training.cuda_graphs takes (the layer parts TransformerEngine's
+#: partial capture graphs)
+GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess")
+
+
+def _cuda_graphs(flags: Flags, training: dict[str, Any], out: Imported) -> None:
+    """``--cuda-graph-impl`` (``local`` or ``transformer_engine``; before it ``--enable-cuda-graph``
+    and ``--external-cuda-graph``) with ``--cuda-graph-scope``'s layer parts as
+    ``training.cuda_graphs``; a whole-layer or whole-iteration scope (its ``full``, ``moe``,
+    ``full_iteration``, or no scope) is said skipped with how to write it."""
+    impl = flags.text("cuda-graph-impl")
+    legacy = flags.has("enable-cuda-graph") | flags.has("external-cuda-graph")
+    scopes = flags.values.get("cuda-graph-scope", []) if flags.has("cuda-graph-scope") else []
+    if impl in (None, "none") and not legacy:
+        if scopes:
+            out.notes.append("--cuda-graph-scope without --cuda-graph-impl: no CUDA graphs")
+        return
+    parts = [s for s in scopes if s in GRAPH_SCOPES]
+    rest = [s for s in scopes if s not in GRAPH_SCOPES]
+    if parts:
+        training["cuda_graphs"] = parts
+    if rest or not scopes:
+        out.skip(
+            f"--cuda-graph-scope {' '.join(rest)}" if rest else f"--cuda-graph-impl {impl or 'local'} (whole layers)",
+            "only attention, MLP, router and dispatch-preprocess graphs are modelled: "
+            "--set training.cuda_graphs=[attn,mlp] for a dense layer's",
+        )
 
 
 def _precision(flags: Flags, training: dict[str, Any]) -> str:

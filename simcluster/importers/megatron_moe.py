@@ -164,4 +164,37 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         section["pad_to_capacity"] = True
     _shared_experts(flags, model)
     layer_pattern(flags, model, out)
+    _kernel_flags(flags, model, out)
     sc["moe"] = section
+
+
+#: Megatron-Core's MoE kernel switches, which the model times one way whichever is set: how it
+#: times them, and what Megatron runs without the flag
+KERNEL_FLAGS = {
+    "moe-grouped-gemm": (
+        "the local experts' GEMMs as one grouped GEMM",
+        "SequentialMLP, each expert's linears in a Python loop",
+    ),
+    "moe-permute-fusion": (
+        "the permute and unpermute as one memory pass each",
+        "the permutes as unfused PyTorch ops",
+    ),
+    "moe-router-fusion": (
+        "the router's softmax and top-k as one memory pass",
+        "the router's score function and top-k as separate kernels",
+    ),
+}
+
+
+def _kernel_flags(flags: Flags, model: dict[str, Any], out: Imported) -> None:
+    """Notes for :data:`KERNEL_FLAGS` on a MoE model, given or not, and for forced balancing
+    (``moe.load_imbalance`` 1.0, the default, is what it makes)."""
+    if "experts" not in model:
+        return
+    for flag, (timed, without) in KERNEL_FLAGS.items():
+        if flags.has(flag):
+            out.notes.append(f"--{flag}: simulated so ({timed})")
+        else:
+            out.notes.append(f"no --{flag}: Megatron runs {without}; simulated with {timed} all the same")
+    if flags.has("moe-router-force-load-balancing"):
+        out.notes.append("--moe-router-force-load-balancing: evenly loaded experts, moe.load_imbalance 1.0 (its default)")
