@@ -42,6 +42,12 @@ def test_a_recipe_reads_as_its_launch_line(tmp_path):
     i = words.index("--cuda-graph-scope")
     assert words[i + 1 : i + 4] == ["attn", "moe_router", "moe_preprocess"]
     assert words[words.index("--attention-dropout") + 1] == "0.0"
+    # a value of several words is several words on the launch line (recompute_modules: moe_act layernorm)
+    text = _recipe(tmp_path).read_text().replace("  bf16: true\n", "  bf16: true\n  recompute_modules: moe_act layernorm\n")
+    spaced = recipe_args(_recipe(tmp_path, text, "spaced.yaml"), {})
+    assert spaced is not None
+    i = spaced.words.index("--recompute-modules")
+    assert spaced.words[i + 1 : i + 3] == ["moe_act", "layernorm"]
     assert args.variables["NCCL_NVLS_ENABLE"] == "0" and args.variables["NCCL_MAX_NCHANNELS"] == "4"
     assert recipe_args(tmp_path / "train.sh", {}) is None  # not YAML by name: the shell reader's
 

@@ -104,6 +104,8 @@ _REASONS = {
     "script): write its groups' min_ctas / max_ctas as cluster.nccl_communicators (e.g. {dp_cp: "
     "{max_ctas: 8}})",
     "use-mcore-models": "a no-op today: Megatron-Core's models are the default",
+    "delay-wgrad-compute": "the weight gradients split from the backward for "
+    "--overlap-moe-expert-parallel-comm are not modelled: overlap.ep_comm pairs whole phases",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
     "--set parallel.zero=3 for its sharding (the preset's DDP buckets do not describe FSDP2)",

@@ -11,7 +11,8 @@ gets:
 A value becomes the flag's words as Megatron's launchers write them: ``true`` the bare flag,
 ``false`` or an empty value no flag at all (argparse's ``store_true`` flags default to off; the
 ones that default on are spelled ``--no-...``), a list the flag followed by its items, anything
-else the flag and the value's text.
+else the flag and the value's words (the launch line is a shell command, so a value such as the
+recipes' ``recompute_modules: moe_act layernorm`` is two words).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _words(name: str, value: Any, key: str, notes: list[str]) -> list[str]:
     if isinstance(value, dict):
         notes.append(f"{key}.{name} is a mapping, not an argument's value: not read")
         return []
-    return [flag, _text(value)]
+    return [flag, *_text(value).split()]
 
 
 def _text(value: Any) -> str:
