@@ -65,6 +65,7 @@ def test_the_qwen3_recipe_becomes_its_scenario(tmp_path):
     assert t["cuda_graphs"] == ["attn", "moe_router", "moe_preprocess"]
     assert s["overlap"]["dp_grad_reduce"] and s["overlap"]["param_gather"]
     assert s["cluster"]["nccl_max_nchannels"] == 8  # from ENV_VARS
+    assert s["cluster"]["nvls"] is False  # NCCL_NVLS_ENABLE: '0'
     notes = " ".join(out.notes)
     assert "--moe-permute-fusion: simulated so" in notes
     assert "no --moe-router-fusion: Megatron runs the router's score function" in notes

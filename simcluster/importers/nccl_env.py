@@ -24,7 +24,12 @@ NCCL_CHANNEL_VARIABLES = {
 
 def nccl_channel_variables(variables: dict[str, str], cluster: dict[str, Any], out: Imported) -> None:
     """Each of :data:`NCCL_CHANNEL_VARIABLES` the script sets to a count NCCL accepts becomes its
-    field, with a note; another value is noted and left out."""
+    field, with a note; another value is noted and left out. ``NCCL_NVLS_ENABLE=0`` (NCCL's
+    switch for NVLink SHARP, on by default where the NVSwitches can reduce) is ``cluster.nvls:
+    false``; a 1 asks for nothing the profile does not already say."""
+    if variables.get("NCCL_NVLS_ENABLE", "").strip() == "0":
+        cluster["nvls"] = False
+        out.notes.append("NCCL_NVLS_ENABLE=0: cluster.nvls false (no NVLS or NVLS_TREE algorithm)")
     for name, field in NCCL_CHANNEL_VARIABLES.items():
         raw = variables.get(name)
         if raw is None:
