@@ -66,6 +66,8 @@ def test_the_qwen3_recipe_becomes_its_scenario(tmp_path):
     assert s["overlap"]["dp_grad_reduce"] and s["overlap"]["param_gather"]
     assert s["cluster"]["nccl_max_nchannels"] == 8  # from ENV_VARS
     assert s["cluster"]["nvls"] is False  # NCCL_NVLS_ENABLE: '0'
+    # the precision-aware optimizer's bf16 moments; its fp32 main gradients keep the bf16 default
+    assert (t["optimizer_moments"], t["fp32_grad_accum"]) == ("bf16", True)
     notes = " ".join(out.notes)
     assert "--moe-permute-fusion: simulated so" in notes
     assert "no --moe-router-fusion: Megatron runs the router's score function" in notes
@@ -108,3 +110,27 @@ def test_refusals_are_one_line(tmp_path, capsys, text, message):
     status = main(["import", "megatron", str(path), "--cluster", "dgx-h100", "--gpus", "8"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "moments", "grads", "said"),
+    [
+        # Megatron-Core's OptimizerConfig reads the dtypes only with use_precision_aware_optimizer
+        ("  --exp-avg-dtype: bf16\n  --exp-avg-sq-dtype: bf16\n", None, True, "without --use-precision-aware-optimizer"),
+        ("  --use-precision-aware-optimizer: true\n  --exp-avg-dtype: bf16\n  --exp-avg-sq-dtype: bf16\n"
+         "  --main-grads-dtype: bf16\n", "bf16", False, None),
+        ("  --use-precision-aware-optimizer: true\n  --exp-avg-dtype: fp8\n", None, True, "--exp-avg-dtype fp8 (only both"),
+    ],
+)  # fmt: skip
+def test_precision_aware_optimizer_dtypes(tmp_path, extra, moments, grads, said):
+    text = (
+        "MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 1024\n  --num-attention-heads: 16\n"
+        "  --seq-length: 2048\n  --micro-batch-size: 1\n  --bf16: true\n  --vocab-size: 32000\n"
+        "  --tokenizer-type: NullTokenizer\n  --use-distributed-optimizer: true\n" + extra
+    )
+    out = _import(_recipe(tmp_path, text, "c.yaml"), gpus=8)
+    t = out.scenario["training"]
+    assert (t.get("optimizer_moments"), t["fp32_grad_accum"]) == (moments, grads)
+    if said:
+        assert said in " ".join(out.notes + out.skipped_lines())
+    build_context(scenario_from_dict(out.scenario))

@@ -3284,3 +3284,119 @@ dump(str(ROOT / "validation" / "mlperf-lora-70b.yaml"),
          *[v41_h200_lora_case(*row) for row in MLPERF_LORA_V41_H200],
          *[v41_h100_lora_case(*row) for row in MLPERF_LORA_V41_H100],
      ])
+
+# --- Megatron-LM's own MoE recipes (examples/moe_recipes/) and their measured throughput ------------
+# Each recipe file is self-contained (container, environment, every argument); NVIDIA/Megatron-LM pull
+# request 5728 ("docs: refresh Qwen3 MoE recipe performance", 2026-07-09, open when read) measured each
+# with the matching Megatron-Bridge recipes: "the median model TFLOP/s/GPU over steady-state iterations
+# 30-45". Megatron-LM's num_floating_point_operations of that era (megatron/training/training.py) counts
+# per token 6 x [layers x (h (q + 2 kv) + q h + q s / 2 x 2 + h x moe_ffn x topk x 3) + h V]: causal
+# scores, the routed experts' SwiGLU, the logits; no router, no norms.
+MOE_RECIPE_SRC = (
+    "NVIDIA/Megatron-LM examples/moe_recipes/{path} (commit {commit}; PyTorch {image}, TransformerEngine "
+    "release_v2.14, DeepEP's hybrid-ep branch): {what}. Measured: NVIDIA/Megatron-LM pull request 5728 "
+    "(2026-07-09, open when read): {tflops} model TFLOP/s per GPU, 'the median model TFLOP/s/GPU over "
+    "steady-state iterations 30-45' with 'the same GPU count, parallelism, batch sizes, sequence length, "
+    "precision, and CUDA graph mode as its linked recipe' (previously {previous}). measured tokens_per_s = "
+    "TFLOP/s x gpus / F, F = {flops:.4f} GFLOP per token by Megatron-LM's num_floating_point_operations "
+    "(causal scores; routed experts x top-k; logits over the padded 151,936 vocabulary). Settings from the "
+    "file: {settings} Common to the recipes: flex token dispatcher with the hybridep backend "
+    "(moe.dispatcher deepep: one copy per GPU holding a token's experts; in FP8 aligned_dispatch, its "
+    "pad_multiple), "
+    "moe_grouped_gemm, moe_permute_fusion, moe_router_fusion, moe_router_dtype fp32, "
+    "moe_router_force_load_balancing (evenly loaded experts: moe.load_imbalance 1.0), aux-loss balancing, "
+    "distributed optimizer (zero 1), TransformerEngine's fused cross-entropy (cross_entropy_fusion_impl te), "
+    "no dropout, manual_gc every 5 steps, NCCL_NVLS_ENABLE=0 (cluster.nvls false), bf16 with fp32 main "
+    "gradients (Megatron's default for bf16), mock data. Not modelled: log_params_norm and "
+    "log_num_zeros_in_grad every step, manual_gc.")
+
+
+def megatron_moe_flops_per_token(layers, h, heads, groups, kv_channels, s, moe_ffn, topk, vocab):
+    q, kv = kv_channels * heads, kv_channels * groups
+    per_layer = h * (q + 2 * kv) + q * h + q * s / 2 * 2 + h * moe_ffn * topk * 3
+    return 6 * (layers * per_layer + h * vocab)
+
+
+def qwen3_moe_model(name):
+    """Qwen3's MoE shapes as the recipes give them (every layer MoE, QK norms, untied embeddings)."""
+    layers, h, heads, moe_ffn = {"qwen3-30b-a3b": (48, 2048, 32, 768), "qwen3-235b-a22b": (94, 4096, 64, 1536)}[name]
+    return {"name": name, "layers": layers, "hidden": h, "heads": heads, "kv_heads": 4, "head_dim": 128,
+            "vocab": 151936, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False,
+            "dropout": False, "tied_embeddings": False, "qk_norm": True, "experts": 128, "top_k": 8,
+            "expert_ffn": moe_ffn}
+
+
+def moe_recipe_case(key, hardware, gpus, parallel, training, overlap, tflops, previous, path, commit, image, what,
+                    settings):
+    model = qwen3_moe_model(key.split("/")[0])
+    flops = megatron_moe_flops_per_token(model["layers"], model["hidden"], model["heads"], 4, 128, 4096,
+                                         model["expert_ffn"], 8, 151936)
+    scenario = {
+        "framework": "megatron-core",
+        "model": model,
+        "cluster": {"hardware": hardware, "gpus": gpus, "nvls": False},
+        "parallel": {"tp": 1, "pp": 1, "etp": 1, "zero": 1, **parallel},
+        "training": {"seq_len": 4096, "precision": "bf16", "recompute": "none", "fp32_grad_accum": True,
+                     "fused_cross_entropy": "te", **training},
+        "overlap": {"tp_comm": False, **overlap},
+        # hybridep's pad_multiple aligns the experts' rows for FP8 (moe.aligned_dispatch: inert in BF16)
+        "moe": {"dispatcher": "deepep", **({"aligned_dispatch": True} if "fp8_recipe" in training else {}),
+                "router_dtype": "fp32"},
+    }
+    return {
+        "name": f"megatron-moe-recipes/{key}",
+        "family": "megatron-moe-recipes",
+        "source": MOE_RECIPE_SRC.format(path=path, commit=commit, image=image, what=what, tflops=tflops,
+                                        previous=previous, flops=flops / 1e9, settings=settings),
+        "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": training["global_batch"],
+                      "seq_len": 4096},
+        "scenario": scenario,
+        "measured": {"tokens_per_s": tflops * 1e12 * gpus / flops},
+    }
+
+
+MOE_RECIPE_ROWS = [
+    moe_recipe_case(
+        "qwen3-30b-a3b/h100-bf16-32gpu", "dgx-h100", 32, {"ep": 8},
+        {"micro_batch": 1, "global_batch": 256}, {"dp_grad_reduce": True, "param_gather": True}, 240.5, 234.1,
+        "qwen3_30b/h100/bf16_32GPU_TP1PP1EP8.yaml", "256f606", "26.03", "Qwen3-30B-A3B on 32 H100 in BF16",
+        "TP 1, PP 1, EP 8, ETP 1, MBS 1, GBS 256, 4,096 tokens, overlap_grad_reduce and overlap_param_gather, "
+        "no recomputation, no CUDA graphs, CUDA_DEVICE_MAX_CONNECTIONS=1."),
+    moe_recipe_case(
+        "qwen3-30b-a3b/h100-fp8-blockwise-32gpu", "dgx-h100", 32, {"ep": 8},
+        {"micro_batch": 1, "global_batch": 256, "precision": "fp8", "fp8_recipe": "block", "fp8_param_gather": True,
+         "cuda_graphs": ["attn", "moe_router", "moe_preprocess"], "optimizer_moments": "bf16"},
+        {"dp_grad_reduce": True, "param_gather": True}, 242.9, 232.4,
+        "qwen3_30b/h100/fp8_32GPU_TP1PP1EP8.yaml", "59bbfaf", "26.03",
+        "Qwen3-30B-A3B on 32 H100 in FP8 (blockwise)",
+        "TP 1, PP 1, EP 8, ETP 1, MBS 1, GBS 256, 4,096 tokens, fp8_recipe blockwise (training.fp8_recipe block), "
+        "fp8_format e4m3, fp8_param_gather, TransformerEngine CUDA graphs over attn, moe_router and "
+        "moe_preprocess (training.cuda_graphs), overlap_grad_reduce and overlap_param_gather, no recomputation, "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1, use_precision_aware_optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16 "
+        "(training.optimizer_moments bf16) and fp32 main parameters and gradients."),
+    moe_recipe_case(
+        "qwen3-30b-a3b/gb200-bf16-16gpu", "gb200-nvl72", 16, {"ep": 16},
+        {"micro_batch": 4, "global_batch": 512}, {"dp_grad_reduce": False, "param_gather": False}, 504.2, 528.0,
+        "qwen3_30b/gb200/bf16_16GPU_TP1PP1EP16.yaml", "8a2ac1f", "26.03", "Qwen3-30B-A3B on 16 GB200 in BF16",
+        "TP 1, PP 1, EP 16, ETP 1, MBS 4, GBS 512, 4,096 tokens, neither overlap_grad_reduce nor "
+        "overlap_param_gather (Megatron's defaults: off), no recomputation, no CUDA graphs, "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1."),
+    moe_recipe_case(
+        "qwen3-235b-a22b/h100-bf16-256gpu", "dgx-h100", 256,
+        {"tp": 2, "pp": 8, "ep": 32, "sequence_parallel": True, "vpp": 4, "schedule": "interleaved",
+         "layers_per_stage": [2, *[3] * 30, 2]},
+        {"micro_batch": 1, "global_batch": 2048, "recompute": "selective", "recompute_modules": ["moe_act", "layernorm"],
+         "cuda_graphs": ["moe_router", "moe_preprocess"]},
+        {"dp_grad_reduce": False, "param_gather": False, "ep_comm": True}, 302.0, 214.3,
+        "qwen3_235b/h100/bf16_256GPU_TP2PP8EP32.yaml", "256f606", "26.03", "Qwen3-235B-A22B on 256 H100 in BF16",
+        "TP 2 with sequence parallelism, PP 8 with num_layers_per_virtual_pipeline_stage 3 and the embedding and "
+        "the loss accounted in the split (32 virtual stages: 2, 30 x 3, 2 layers), EP 32, ETP 1, MBS 1, GBS 2,048, "
+        "4,096 tokens, selective recomputation of moe_act and layernorm, overlap_moe_expert_parallel_comm "
+        "(overlap.ep_comm) with delay_wgrad_compute (not modelled), TransformerEngine CUDA graphs over "
+        "moe_router and moe_preprocess, no overlap_grad_reduce or overlap_param_gather, "
+        "CUDA_DEVICE_MAX_CONNECTIONS=32 and NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24."),
+]
+dump(str(ROOT / "validation" / "megatron-moe-recipes.yaml"),
+     "# Megatron-LM's own MoE recipes (examples/moe_recipes/: Qwen3-30B-A3B on H100 and GB200, Qwen3-235B-A22B\n"
+     "# on H100), each run's settings read from its recipe file and its throughput from Megatron-LM pull\n"
+     "# request 5728. Generated by tools/generate_validation_cases.py (source in each case).\n", MOE_RECIPE_ROWS)

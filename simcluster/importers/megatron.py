@@ -668,6 +668,31 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     if flags.has("activation-func-fp8-input-store"):
         training["activation_fp8_store"] = True
     _cuda_graphs(flags, training, out)
+    _precision_aware(flags, training, out)
+
+
+def _precision_aware(flags: Flags, training: dict[str, Any], out: Imported) -> None:
+    """``--use-precision-aware-optimizer``'s dtypes (Megatron-Core's ``OptimizerConfig``: they
+    count only with it): Adam's moments both ``bf16`` as ``training.optimizer_moments``, main
+    gradients ``bf16`` as ``training.fp32_grad_accum: false``; other mixes said skipped."""
+    names = ("exp-avg-dtype", "exp-avg-sq-dtype", "main-grads-dtype", "main-params-dtype")
+    given = {n: flags.text(n) for n in names if n in flags.values}
+    if not flags.has("use-precision-aware-optimizer"):
+        for name, value in given.items():
+            out.notes.append(f"--{name} {value} without --use-precision-aware-optimizer: Megatron keeps fp32")
+        return
+    moments = {given.get("exp-avg-dtype", "fp32"), given.get("exp-avg-sq-dtype", "fp32")}
+    if moments == {"bf16"}:
+        training["optimizer_moments"] = "bf16"
+    elif moments != {"fp32"}:
+        out.skip(
+            " ".join(f"--{n} {given[n]}" for n in names[:2] if n in given),
+            "only both moments in fp32 or both in bf16 are modelled (training.optimizer_moments)",
+        )
+    if given.get("main-grads-dtype") == "bf16":
+        training["fp32_grad_accum"] = False
+    if given.get("main-params-dtype", "fp32") != "fp32":
+        out.skip(f"--main-params-dtype {given['main-params-dtype']}", "fp32 master weights are modelled")
 
 
 #: --cuda-graph-scope values training.cuda_graphs takes (the layer parts TransformerEngine's
