@@ -272,7 +272,8 @@ def _require_shape(model: dict[str, Any]) -> None:
         if needed not in model:
             raise UserError(
                 f"--{flag}",
-                "the launch line does not give it (Megatron requires it); set it with --var",
+                "the launch line does not give it (Megatron requires it): add it to the config "
+                "(a shell variable the script reads for it can be set with --var NAME=VALUE)",
             )
 
 
