@@ -46,6 +46,11 @@ class Flags:
             return True
         return False
 
+    def words(self, name: str) -> list[str]:
+        """Every value of ``--name`` (a flag taking a list, e.g. ``--recompute-modules``), none
+        when absent (marked as used when given)."""
+        return list(self.values[name]) if self.has(name) else []
+
     def text(self, name: str) -> str | None:
         """The one value of ``--name``, or None when absent; a missing value is an error."""
         if not self.has(name):

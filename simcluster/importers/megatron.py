@@ -708,7 +708,7 @@ def _cuda_graphs(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     ``full_iteration``, or no scope) is said skipped with how to write it."""
     impl = flags.text("cuda-graph-impl")
     legacy = flags.has("enable-cuda-graph") | flags.has("external-cuda-graph")
-    scopes = flags.values.get("cuda-graph-scope", []) if flags.has("cuda-graph-scope") else []
+    scopes = flags.words("cuda-graph-scope")
     if impl in (None, "none") and not legacy:
         if scopes:
             out.notes.append("--cuda-graph-scope without --cuda-graph-impl: no CUDA graphs")
@@ -880,7 +880,7 @@ def _check_recompute_method(granularity: str | None, method: str | None, layers:
 
 def _recompute_modules(flags: Flags, training: dict[str, Any]) -> None:
     """``--recompute-modules``: the selective recomputation's parts, each one simcluster costs."""
-    modules = flags.values.get("recompute-modules") if flags.has("recompute-modules") else None
+    modules = flags.words("recompute-modules")
     if not modules:
         return
     bad = [m for m in modules if m not in _RECOMPUTE_MODULES]
