@@ -133,7 +133,8 @@ def build_context(
     layout = build_layout(scenario, model, gpn)
     # the NVLink domain build_cluster refuses, refused here too: memory and sweep's prefilter
     # build no cluster, and accepted a domain smaller than a node that run then refused
-    job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
+    domain = job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
+    layout = replace(layout, nvlink_domain=domain)
     spec = ScheduleSpec(
         p=layout.pp,
         m=_flush_microbatches(scenario, layout),

@@ -48,6 +48,9 @@ class Layout:
     seq_len: int
     gpus_per_node: int
     ep_placement: str = "packed"
+    # GPUs one NVLink domain joins (several nodes on NVL72-style racks; 0: one node), set by
+    # the context from the cluster's topology (topology.job_domain)
+    nvlink_domain: int = 0
     etp: int = 1  # expert tensor parallelism: ranks that split each routed expert's matrices
     grad_collective: str = "all_reduce"  # dense/expert gradient reduction (dp.grad_collective)
     fsdp2_copies: bool = False  # ZeRO-3 with FSDP2's per-parameter copies (zero3.buffers)
@@ -94,6 +97,11 @@ class Layout:
         gathered once per step and kept (with reshard_after_forward off), gradients accumulated
         unsharded and reduce-scattered after each stage's last backward."""
         return self.zero == 3 and self.pp > 1
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs per NVLink domain: ``nvlink_domain``, or one node where it is unset."""
+        return self.nvlink_domain or self.gpus_per_node
 
     @property
     def world(self) -> int:

@@ -37,8 +37,13 @@ FP8_WIRE_BYTES = 1.0 + 4.0 / 128
 
 
 def ep_nodes(lay: Layout) -> int:
-    """Nodes the EP group of rank 0 spans."""
-    return len({r // lay.gpus_per_node for r in lay.group("ep", 0)})
+    """NVLink domains the EP group of rank 0 spans: DeepEP's "nodes", the ranks its intranode
+    kernels reach over NVLink. One node each on 8-GPU servers; on an NVL72 rack a domain holds
+    18 four-GPU trays, and HybridEP (the backend that runs there: DeepEP's own normal kernels
+    stop at 8 GPUs a node, deepseek-ai/DeepEP issue 392) takes the NVLink domain as its node
+    (issue 596: its ``num_of_nodes`` "really means the number of NVL domains"; the domain's size
+    is ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``)."""
+    return len({r // lay.domain_size for r in lay.group("ep", 0)})
 
 
 def distinct_holders(experts: int, top_k: int, holders: int) -> float:
