@@ -429,13 +429,13 @@ def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:
                 "moe.pad_to_capacity",
                 "pads each expert's input to its capacity; set moe.capacity_factor (e.g. 1.0) or drop it",
             )
-        if moe.pad_to_capacity and moe.dispatcher == "deepep":
+        if moe.pad_to_capacity and moe.per_destination:
             # Megatron-Core TransformerConfig.__post_init__: "Flex token dispatcher ... does not
             # support moe_pad_expert_input_to_capacity" (DeepEP sends each token's copies as routed)
             raise UserError(
                 "moe.pad_to_capacity",
-                "DeepEP's dispatcher does not pad experts to their capacity (Megatron-Core refuses it "
-                "with the flex dispatcher); set moe.dispatcher=alltoall, or drop pad_to_capacity",
+                f"the {moe.dispatcher} dispatcher does not pad experts to their capacity (Megatron-Core "
+                "refuses it with the flex dispatcher); set moe.dispatcher=alltoall, or drop pad_to_capacity",
             )
         if moe.shared_expert_overlap and moe.dispatcher != "alltoall":
             # Megatron-Core TransformerConfig.__post_init__: "moe_shared_expert_overlap only

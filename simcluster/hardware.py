@@ -23,6 +23,7 @@ from pydantic import (
     AfterValidator,
     ConfigDict,
     Field,
+    PositiveInt,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -58,6 +59,8 @@ class _Strict(NumbersNotBooleans):
 PositiveFloat = Annotated[float, Field(gt=0)]
 # one point of an efficiency curve: (GEMM FLOPs per call > 0, fraction of peak in (0, 1])
 CurvePoint = tuple[PositiveFloat, Annotated[float, Field(gt=0, le=1)]]
+#: [EP ranks, fraction of a bandwidth]: a measured rate by group size
+RankPoint = tuple[PositiveInt, Annotated[float, Field(gt=0, le=1)]]
 
 
 class GpuSpec(_Strict):
@@ -242,6 +245,25 @@ class EfficiencySpec(_Strict):
         le=1,
         description="NVLS all-reduce algbw as a fraction of NVLink bandwidth",
     )
+    deepep_nvlink: list[RankPoint] | None = Field(
+        default=None,
+        description=(
+            "[[EP ranks, fraction of node.nvlink_GBps], ...]: the rate DeepEP's normal dispatch "
+            "and combine kernels reach inside one NVLink domain (moe.dispatcher deepep, at "
+            "Megatron-Core's 20 SMs), counted as its tests count it (a rank's received bytes, its "
+            "own share included, over the call's time), linear between points and held beyond; "
+            "none: efficiency.nvlink, a rank's own share charged at the link rate "
+            "(parallelism/expert.py deepep_link_factor)"
+        ),
+    )
+    hybridep_nvlink: list[RankPoint] | None = Field(
+        default=None,
+        description=(
+            "the same for NVIDIA's HybridEP kernels (moe.dispatcher hybridep, at 16 SMs, "
+            "Megatron-Core's default): [[EP ranks, fraction of node.nvlink_GBps], ...]; none: "
+            "efficiency.nvlink as for deepep"
+        ),
+    )
     kernel_launch_us: Annotated[float, LATENCY] = Field(
         default=4.0,
         ge=0,
@@ -332,6 +354,13 @@ class EfficiencySpec(_Strict):
     attention_kernel: str | None = Field(
         default=None, description="the kernel of attention_kernels a scenario uses unless it names one"
     )
+
+    @field_validator("deepep_nvlink", "hybridep_nvlink")
+    @classmethod
+    def _ranks_increase(cls, v: list[tuple[int, float]] | None) -> list[tuple[int, float]] | None:
+        if v and any(b[0] <= a[0] for a, b in zip(v, v[1:], strict=False)):
+            raise ValueError("the EP ranks must increase")
+        return v
 
     @field_validator("channel_busbw")
     @classmethod

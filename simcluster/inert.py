@@ -206,7 +206,7 @@ def _tp_grad_async(ctx: Context) -> Verdict:
 
 
 def _ep_one_node(ctx: Context) -> Verdict:
-    # parallelism/expert.py copies_per_token and deepep_own_share, the readers of
+    # parallelism/expert.py copies_per_token and deepep_link_factor, the readers of
     # moe.dispatcher: inside a node DeepEP's copy kernels spend link time on a rank's own share
     # too, so it always acts there; across nodes it sends a token once per node holding its
     # experts, which is all-to-all's top_k copies only when each lies on a node of its own

@@ -77,7 +77,7 @@ SYNONYMS: dict[tuple[str, str], dict[str, Any]] = {
     ("model", "position"): {"rotary": "rope", "learned-absolute": "learned"},
     ("moe", "dispatcher"): {
         "all2all": "alltoall", "all-to-all": "alltoall", "all_to_all": "alltoall", "a2a": "alltoall",
-        "deep-ep": "deepep", "deep_ep": "deepep",
+        "deep-ep": "deepep", "deep_ep": "deepep", "hybrid-ep": "hybridep", "hybrid_ep": "hybridep",
     },
 }  # fmt: skip
 

@@ -8,7 +8,7 @@ that bandwidth as the received bytes over the time, a rank's own tokens included
 (``dispatch_bf16_nvl_recv_bytes = recv_x.numel() * 2``, times (1 + 4/128) / 2 in FP8).
 DeepEP sends a token once to each GPU holding its experts (``is_token_in_rank``), so for
 balanced routing a rank receives what it sends and the events' bytes (the send buffer) stand
-for the received ones (parallelism/expert.py ``deepep_copies``, ``deepep_own_share``).
+for the received ones (parallelism/expert.py ``deepep_copies``, ``deepep_link_factor``).
 """
 
 from __future__ import annotations

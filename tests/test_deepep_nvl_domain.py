@@ -1,4 +1,6 @@
-"""DeepEP's "node" is the NVLink domain: on an NVL72 rack the EP group's 4-GPU trays are one.
+"""DeepEP's and HybridEP's dispatch inside an NVLink domain: its copies and its measured rate.
+
+On an NVL72 rack the EP group's 4-GPU trays are one node to these kernels.
 
 HybridEP (deepseek-ai/DeepEP's hybrid-ep backend, Megatron-Core's flex dispatcher on GB200)
 names an NVLink domain a node: deepseek-ai/DeepEP issue 596 (2026-04-16, a maintainer: "the
@@ -6,6 +8,12 @@ term 'nodes' here (in num_of_nodes) actually refers to NVL domains"; sending ove
 NVLink reaches "would increase communication time"). Inside one domain a token goes once to
 each GPU holding any of its experts, so the copies are distinct GPUs, N (1 - C(E - E/N, k) /
 C(E, k)) for uniform routing; across domains, distinct domains.
+
+Their rate on NVLink 5 is set by the SMs that copy, not the links: deepseek-ai/DeepEP
+docs/README_Hybrid-EP.md tables (4,096 tokens a rank, hidden 7,168, top-8, Torch API timing),
+counted as tests/test_hybrid_ep.py counts it: the distinct tokens a rank receives, its own
+included, times hidden x 2 B, over the call's time. The profiles keep the mean of the BF16
+dispatch and the combine (efficiency.hybridep_nvlink at 16 SMs, deepep_nvlink at 20).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ TOKENS = 4096
 HIDDEN = 2048
 
 
-def _scenario(hardware: str, gpus: int) -> dict:
+def _scenario(hardware: str, gpus: int, dispatcher: str = "deepep") -> dict:
     return {
         "model": {
             "name": "qwen3-30b-like", "layers": 1, "hidden": HIDDEN, "heads": 32, "kv_heads": 4,
@@ -30,7 +38,7 @@ def _scenario(hardware: str, gpus: int) -> dict:
         "cluster": {"hardware": hardware, "gpus": gpus},
         "parallel": {"ep": gpus, "etp": 1},
         "training": {"seq_len": TOKENS, "micro_batch": 1, "global_batch": gpus, "precision": "bf16"},
-        "moe": {"dispatcher": "deepep"},
+        "moe": {"dispatcher": dispatcher},
     }  # fmt: skip
 
 
@@ -56,3 +64,48 @@ def test_ep16_over_two_h100_nodes_sends_one_copy_per_distinct_node():
     """Two 8-GPU nodes, two NVLink domains: a token crosses once to each node holding its
     experts, 2 (1 - C(64, 8) / C(128, 8)) = 1.99."""
     assert _copies("dgx-h100", 16) == pytest.approx(_holders(128, 8, 2), rel=1e-9)
+
+
+def _benchmark(hardware: str, gpus: int, dispatcher: str) -> dict:
+    """The tables' setting: hidden 7,168, top-8, 8 local experts a rank, 4,096 tokens."""
+    sc = _scenario(hardware, gpus, dispatcher)
+    sc["model"].update(hidden=7168, heads=56, kv_heads=8, experts=8 * gpus, expert_ffn=2048, ffn=18432)
+    return sc
+
+
+def _rate_gbps(hardware: str, gpus: int, dispatcher: str, name: str = "ep_dispatch") -> float:
+    events = run(_benchmark(hardware, gpus, dispatcher)).events
+    row = events[(events["name"] == name) & (events["rank"] == 0)].iloc[0]
+    return row["bytes"] / (row["end_s"] - row["start_s"]) / 1e9
+
+
+@pytest.mark.parametrize(
+    ("hardware", "gpus", "dispatcher", "gbps"),
+    [
+        # GB200, HybridEP at 16 SMs: 16 ranks (472.84 + 474.48) / 2, 8 ranks (550.10 + 538.44) / 2
+        ("gb200-nvl72", 16, "hybridep", (472.84 + 474.48) / 2),
+        ("gb200-nvl72", 8, "hybridep", (550.10 + 538.44) / 2),
+        # B200 (one 8-GPU node): HybridEP at 16 SMs (535.94 + 530.86) / 2; DeepEP's normal kernels
+        # at 20 SMs, between its 16-SM (348 + 302) / 2 and 24-SM (494 + 420) / 2 rows
+        ("dgx-b200", 8, "hybridep", (535.94 + 530.86) / 2),
+        ("dgx-b200", 8, "deepep", ((348 + 302) / 2 + (494 + 420) / 2) / 2),
+    ],
+)
+def test_dispatch_and_combine_run_at_the_measured_kernel_rate(hardware, gpus, dispatcher, gbps):
+    """Within 2% of the table (the call's hop latencies aside), where the links alone
+    (900 GB/s x efficiency.nvlink) gave 680-738 GB/s."""
+    assert _rate_gbps(hardware, gpus, dispatcher) == pytest.approx(gbps, rel=0.02)
+    assert _rate_gbps(hardware, gpus, dispatcher, "ep_combine") == pytest.approx(gbps, rel=0.02)
+
+
+def test_ranks_between_measured_sizes_interpolate():
+    """EP 12 on GB200 lies halfway between the 8- and 16-rank rows."""
+    half = ((550.10 + 538.44) / 2 + (472.84 + 474.48) / 2) / 2
+    assert _rate_gbps("gb200-nvl72", 12, "hybridep") == pytest.approx(half, rel=0.01)
+
+
+def test_an_unmeasured_profile_keeps_the_link_rate():
+    """dgx-h100 has no HybridEP table: HybridEP moves as DeepEP there, at 450 GB/s x 0.82."""
+    hybrid = _rate_gbps("dgx-h100", 8, "hybridep")
+    assert hybrid == pytest.approx(_rate_gbps("dgx-h100", 8, "deepep"), rel=1e-12)
+    assert hybrid == pytest.approx(450 * 0.82, rel=0.01)

@@ -151,6 +151,15 @@ def test_an_fp8_share_without_an_fp8_curve_is_a_user_error():
     assert "(got {" not in err.value.message and len(err.value.message) < 300
 
 
+def test_a_dispatch_rate_table_out_of_order_is_a_user_error():
+    """efficiency.hybridep_nvlink is read by EP size between its points, so they must rise."""
+    raw = load_profile("gb200-nvl72").model_dump()
+    raw["efficiency"]["hybridep_nvlink"] = [[16, 0.53], [8, 0.60]]
+    with pytest.raises(UserError, match=r"efficiency\.hybridep_nvlink.*the EP ranks must increase") as err:
+        profile_from_dict(raw)
+    assert len(err.value.message) < 300
+
+
 def test_a_misspelt_choice_gets_the_nearest_as_a_hint():
     raw = load_profile("dgx-h100").model_dump()
     raw["node"]["scale_up"] = "swich"

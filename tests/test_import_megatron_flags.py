@@ -57,6 +57,9 @@ def test_moe_defaults_follow_arguments_py(tmp_path):
     build_context(scenario_from_dict(s))
     s, _, _ = _import(tmp_path, MOE + "--moe-token-dispatcher-type flex --moe-ffn-hidden-size 2048")
     assert (s["moe"]["dispatcher"], s["model"]["expert_ffn"]) == ("deepep", 2048)
+    # --moe-flex-dispatcher-backend (arguments.py choices deepep, the default, and hybridep)
+    s, _, _ = _import(tmp_path, MOE + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep")
+    assert s["moe"]["dispatcher"] == "hybridep"
 
 
 def test_moe_router_dtype_and_shared_expert_overlap(tmp_path):

@@ -59,7 +59,7 @@ def test_the_qwen3_recipe_becomes_its_scenario(tmp_path):
     assert (s["model"]["experts"], s["model"]["top_k"], s["model"]["expert_ffn"]) == (128, 8, 768)
     assert (s["parallel"]["ep"], s["parallel"]["zero"]) == (8, 1)
     # flex + hybridep: one copy per GPU holding a token's experts, counts aligned in the dispatch
-    assert s["moe"] == {"dispatcher": "deepep", "aligned_dispatch": True, "router_dtype": "fp32"}
+    assert s["moe"] == {"dispatcher": "hybridep", "aligned_dispatch": True, "router_dtype": "fp32"}
     t = s["training"]
     assert (t["precision"], t["fp8_recipe"], t["fused_cross_entropy"]) == ("fp8", "block", "te")
     assert t["cuda_graphs"] == ["attn", "moe_router", "moe_preprocess"]

@@ -332,7 +332,7 @@ def test_a_16bit_gradient_lifetime_acts_without_fp32_accumulation_and_not_at_zer
 
 
 def test_the_dispatcher_acts_wherever_deepep_moves_other_bytes():
-    """parallelism/expert.py copies_per_token and deepep_own_share, moe.dispatcher's readers:
+    """parallelism/expert.py copies_per_token and deepep_link_factor, moe.dispatcher's readers:
     DeepEP sends a token once per destination holding its experts (per node across nodes,
     DeepSeek-V3 Sec. 3.2.2; per GPU inside one, DeepEP's ``is_token_in_rank``), the alltoall
     dispatcher all top_k copies; inside a node DeepEP's kernels also spend link time on a rank's

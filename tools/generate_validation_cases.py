@@ -3301,7 +3301,8 @@ MOE_RECIPE_SRC = (
     "TFLOP/s x gpus / F, F = {flops:.4f} GFLOP per token by Megatron-LM's num_floating_point_operations "
     "(causal scores; routed experts x top-k; logits over the padded 151,936 vocabulary). Settings from the "
     "file: {settings} Common to the recipes: flex token dispatcher with the hybridep backend "
-    "(moe.dispatcher deepep: one copy per GPU holding a token's experts; in FP8 aligned_dispatch, its "
+    "(moe.dispatcher hybridep: one copy per GPU holding a token's experts, at HybridEP's measured "
+    "kernel rate where the profile has one; in FP8 aligned_dispatch, its "
     "pad_multiple), "
     "moe_grouped_gemm, moe_permute_fusion, moe_router_fusion, moe_router_dtype fp32, "
     "moe_router_force_load_balancing (evenly loaded experts: moe.load_imbalance 1.0), aux-loss balancing, "
@@ -3340,7 +3341,7 @@ def moe_recipe_case(key, hardware, gpus, parallel, training, overlap, tflops, pr
                      "fused_cross_entropy": "te", **training},
         "overlap": {"tp_comm": False, **overlap},
         # hybridep's pad_multiple aligns the experts' rows for FP8 (moe.aligned_dispatch: inert in BF16)
-        "moe": {"dispatcher": "deepep", **({"aligned_dispatch": True} if "fp8_recipe" in training else {}),
+        "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if "fp8_recipe" in training else {}),
                 "router_dtype": "fp32"},
     }
     return {

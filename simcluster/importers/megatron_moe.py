@@ -148,7 +148,10 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     # TEGroupedMLP's Fp8Padding has nothing to copy
     padded = flags.has("moe-router-padding-for-fp8") | flags.has("moe-router-padding-for-quantization")
     backend = flags.choice("moe-flex-dispatcher-backend", {"deepep": "deepep", "hybridep": "hybridep"})
-    if padded or (dispatcher == "deepep" and backend == "hybridep"):
+    if dispatcher == "deepep" and backend == "hybridep":
+        # the flex dispatcher's HybridEP backend: DeepEP's routing at HybridEP's kernel rates
+        section["dispatcher"] = dispatcher = "hybridep"
+    if padded or dispatcher == "hybridep":
         section["aligned_dispatch"] = True
     # --moe-router-dtype (arguments.py choices fp32, fp64): fp32 runs the gating GEMM's
     # gradients in FP32 (parallelism/expert.py router_gemm_seconds); fp64 is torch.mm in FP64

@@ -23,6 +23,7 @@ from simcluster.compute import QUANTISED, KernelModel
 from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.hardware import HardwareProfile
+from simcluster.interp import interp
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.moe_kernels import DEFAULT_GROUPED
@@ -84,9 +85,10 @@ def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     return distinct_holders(model.experts, model.top_k, layout.ep)
 
 
-def deepep_own_share(layout: Layout, moe: MoeSection) -> float:
-    """How much longer DeepEP's normal kernels take inside one node than an all-to-all that
-    copies a rank's own share locally: ep / (ep - 1), as if the own share crossed NVLink too.
+def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile | None = None) -> float:
+    """How much longer DeepEP's kernels hold the links inside one NVLink domain than an
+    all-to-all that copies a rank's own share locally: ep / (ep - 1), as if the own share
+    crossed NVLink too, and the measured kernel rate where the profile has one.
 
     DeepEP's README (H800, NVLink "~160 GB/s maximum", EP 8, the DeepSeek-V3 pretraining
     setting) measures its intranode dispatch at 153 GB/s and its combine at 158 GB/s of
@@ -95,10 +97,27 @@ def deepep_own_share(layout: Layout, moe: MoeSection) -> float:
     way. An all-to-all that moves only the other ranks' share over links running at 160 GB/s
     would reach 183 GB/s by that measure; charging the own share at the link rate gives 160,
     within 4% of both. Across nodes the RDMA transfer sets the pace (1.0 there), as does NCCL's
-    all-to-all everywhere (nccl-tests' bus bandwidth excludes the own share)."""
-    if moe.dispatcher != "deepep" or layout.ep <= 1 or ep_nodes(layout) > 1:
+    all-to-all everywhere (nccl-tests' bus bandwidth excludes the own share).
+
+    Where the profile has measured the kernels' rate (``efficiency.deepep_nvlink``, by EP size)
+    the links are held so that the received bytes move at that rate instead of at the links'
+    ``efficiency.nvlink``: on NVLink 5 HybridEP's copy SMs, not the 900 GB/s links, set the
+    pace (GB200, EP 16, 32 SMs: 523 GB/s dispatch, 522 combine, where the links give 680)."""
+    if not moe.per_destination or layout.ep <= 1 or ep_nodes(layout) > 1:
         return 1.0
-    return layout.ep / (layout.ep - 1)
+    own = layout.ep / (layout.ep - 1)
+    measured = _measured_rates(profile, moe.dispatcher)
+    if profile is None or not measured:
+        return own
+    return own * profile.efficiency.nvlink / interp(measured, layout.ep)
+
+
+def _measured_rates(profile: HardwareProfile | None, dispatcher: str) -> list[tuple[int, float]] | None:
+    """The profile's measured intranode rates of ``dispatcher``'s kernels, None unmeasured."""
+    if profile is None:
+        return None
+    eff = profile.efficiency
+    return eff.hybridep_nvlink if dispatcher == "hybridep" else eff.deepep_nvlink
 
 
 def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
@@ -526,8 +545,9 @@ def moe_block(
     # a measured uneven all-to-all (routing's splits) over an even one of the same bytes
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
-    # DeepEP's intranode kernels copy a rank's own rows as they copy the others' (deepep_own_share)
-    own = deepep_own_share(shapes.layout, moe)
+    # DeepEP's intranode kernels copy a rank's own rows as they copy the others', at their own
+    # measured rate where the profile has one (deepep_link_factor)
+    own = deepep_link_factor(shapes.layout, moe, km.profile)
     side = overlaps_shared_experts(shapes, moe, ep_pairs)
     dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
     combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []

@@ -99,7 +99,7 @@ class Comm:
     host: float = 0.0  # seconds the CPU spends issuing it (see ``Compute.host``)
     #: an uneven exchange's time over an even one's of the same bytes (a calibrated MoE
     #: all-to-all, simcluster/moe_kernels.py), times DeepEP's own share inside a node
-    #: (parallelism/expert.py ``deepep_own_share``): the network moves ``nbytes`` times it, the
+    #: (parallelism/expert.py ``deepep_link_factor``): the network moves ``nbytes`` times it, the
     #: events record ``nbytes``
     uneven: float = 1.0
     nccl: bool = True

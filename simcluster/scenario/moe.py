@@ -21,6 +21,12 @@ class MoeSection(SectionBase):
         return not self.padded
 
     @property
+    def per_destination(self) -> bool:
+        """Whether the dispatcher sends a token once per GPU (or NVLink domain) holding its
+        experts, DeepEP's way (deepep, hybridep), not once per routed expert (alltoall)."""
+        return self.dispatcher != "alltoall"
+
+    @property
     def padded(self) -> bool:
         """Whether every expert runs exactly its capacity (token dropping padded to it)."""
         return self.capacity_factor is not None and self.pad_to_capacity
@@ -58,13 +64,16 @@ class MoeSection(SectionBase):
     load_imbalance: float = Field(
         default=1.0, ge=1.0, description="max/mean tokens per expert; slows expert GEMMs"
     )
-    dispatcher: Literal["alltoall", "deepep"] = Field(
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
         default="alltoall",
         description=(
             "alltoall: each of a token's top_k copies goes straight to its expert's GPU "
-            "(Megatron's alltoall dispatcher); deepep: a token crosses to each node holding "
-            "its experts once and is forwarded inside the node over NVLink, and inside one node "
-            "goes once to each GPU holding its experts (DeepEP, DeepSeek-V3)"
+            "(Megatron's alltoall dispatcher); deepep: a token crosses to each NVLink domain "
+            "holding its experts once and is forwarded inside it over NVLink, and inside one "
+            "domain goes once to each GPU holding its experts (DeepEP, DeepSeek-V3); hybridep: "
+            "the same routing by NVIDIA's HybridEP kernels (Megatron-Core's flex dispatcher "
+            "with --moe-flex-dispatcher-backend hybridep), at the profile's "
+            "efficiency.hybridep_nvlink rate"
         ),
     )
     max_nodes_per_token: int | None = Field(
