@@ -56,6 +56,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "recompute": ("training", "recompute", str),
     "precision": ("training", "precision", str),
     "ep_comm": ("overlap", "ep_comm", bool),
+    "dispatcher": ("moe", "dispatcher", str),
     "optimizer_offload": ("training", "optimizer_offload", float),
     "activation_offload_layers": ("training", "activation_offload_layers", int),
     "pipeline_flushes": ("training", "pipeline_flushes", int),
@@ -129,7 +130,7 @@ def _convert(flag: str, item: str, kind: type, words: tuple[str, ...] = ()) -> A
 
 #: the choice axes whose values are names: a misspelt one is an error before anything runs,
 #: not a row skipped as 'cannot run' among layouts that merely do not fit the cluster
-_CHOICE_AXES = ("schedule", "recompute", "precision")
+_CHOICE_AXES = ("schedule", "recompute", "precision", "dispatcher")
 
 
 def _check_choice(flag: str, axis: str, item: str) -> None:
@@ -138,6 +139,7 @@ def _check_choice(flag: str, axis: str, item: str) -> None:
     from typing import get_args
 
     from simcluster.errors import did_you_mean
+    from simcluster.scenario.moe import MoeSection
     from simcluster.scenario.training import TrainingSection
     from simcluster.schedules import SCHEDULES
     from simcluster.spellings import normalise_spellings
@@ -147,7 +149,8 @@ def _check_choice(flag: str, axis: str, item: str) -> None:
     if axis == "schedule":
         choices: tuple[str, ...] = tuple(sorted(SCHEDULES))
     else:
-        choices = get_args(TrainingSection.model_fields[field].annotation)
+        model = MoeSection if section == "moe" else TrainingSection
+        choices = get_args(model.model_fields[field].annotation)
     if value not in choices:
         raise UserError(
             flag, f"unknown value '{item}'{did_you_mean(item, choices)}; choose from {', '.join(choices)}"

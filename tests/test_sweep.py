@@ -80,6 +80,16 @@ def test_ep_overlap_is_an_axis_and_needs_expert_parallelism():
     assert "overlap.ep_comm" in check(cands[0], None) and check(cands[1], None) is None
 
 
+def test_the_moe_dispatcher_is_an_axis_read_through_its_spellings():
+    """--dispatcher compares Megatron's all-to-all with DeepEP and HybridEP (moe.dispatcher);
+    the schema's spellings are values (hybrid-ep is hybridep), on a dense base a row that
+    cannot run, as run refuses moe settings there."""
+    assert parse_axis("dispatcher", "alltoall,hybrid-ep", 8) == ["alltoall", "hybrid-ep"]
+    cands = candidates(_base(), {"dispatcher": ["alltoall", "hybridep"]})
+    assert [c.scenario["moe"]["dispatcher"] for c in cands] == ["alltoall", "hybridep"]
+    assert "moe" in check(cands[1], None)
+
+
 def test_parse_axis_auto_is_powers_of_two_up_to_the_gpus():
     assert parse_axis("tp", "auto", 8) == [1, 2, 4, 8]
     assert parse_axis("pp", "auto", 12) == [1, 2, 4, 8]
@@ -340,6 +350,7 @@ def test_cli_unknown_hardware_in_a_list_is_an_error_not_a_skip(scenario_file, ca
         ("--schedule", "1f1b,foo", "choose from 1f1b"),
         ("--recompute", "full,selectiv", "did you mean 'selective'?"),
         ("--precision", "bf16,fp9", "did you mean 'fp8'?"),
+        ("--dispatcher", "alltoall,deep_epp", "did you mean 'deepep'?"),
     ],
 )
 def test_cli_misspelt_choice_in_an_axis_is_an_error_before_anything_runs(scenario_file, capsys, flag, values, hint):
