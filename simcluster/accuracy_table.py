@@ -63,7 +63,7 @@ def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
 #: Mixtral 8x7B (14336 x 4096, +4...+16%) and Grok-1 (shipped, within 12%) are not. The same
 #: Qwen3-30B-A3B under NeMo AutoModel (PyTorch, TransformerEngine, DeepEP) is 3-15% fast, so the
 #: caveat is about the Megatron-Core recipes' runs, whose missing cost is not found (Megatron-LM's
-#: 2026 recipes with HybridEP and its fused permute and router too: +19...+23%, shipped). Megatron-Core's
+#: 2026 recipes with HybridEP and its fused permute and router too: +20...+23%, shipped). Megatron-Core's
 #: own model-zoo runs (MoE Parallel Folding) bound it from both sides: Qwen2-57B-A14B (2560 x 3584
 #: = 9.2M, but a shared expert as wide as its eight routed ones) is within -2...+6%, and
 #: Mixtral-8x22B-G8T8 (2048 x 6144 = 12.6M, no shared expert) 10-18% fast, some 10 points more
@@ -84,7 +84,7 @@ def small_expert_line(model: ModelSpec) -> str | None:
         f"each of the {model.experts} routed experts is {model.expert_ffn} x {model.hidden}: "
         "Megatron-Bridge's published runs of MoE models with experts this small simulate faster than "
         "measured (Qwen3-30B-A3B +10...+344%, gpt-oss-120b +30...+114%, Qwen3-235B-A22B -10...+121%), "
-        "and Megatron-LM's own Qwen3 recipes (HybridEP, fused permute and router) are 19-23% "
+        "and Megatron-LM's own Qwen3 recipes (HybridEP, fused permute and router) are 20-23% "
         "fast, while NeMo AutoModel's Qwen3-30B-A3B run on 8 H100 simulates only 3-15% fast; the gap is not "
         "understood (docs/accuracy.md): on a Megatron-Core stack read this step time as a lower bound"
     )

@@ -22,7 +22,9 @@ import math
 
 import pytest
 
-from tests.engine_helpers import run
+from simcluster.parallelism import expert
+from simcluster.parallelism.segments import Comm
+from tests.engine_helpers import layer_builder, run
 
 TOKENS = 4096
 HIDDEN = 2048
@@ -109,3 +111,15 @@ def test_an_unmeasured_profile_keeps_the_link_rate():
     hybrid = _rate_gbps("dgx-h100", 8, "hybridep")
     assert hybrid == pytest.approx(_rate_gbps("dgx-h100", 8, "deepep"), rel=1e-12)
     assert hybrid == pytest.approx(450 * 0.82, rel=0.01)
+
+
+@pytest.mark.parametrize(("dispatcher", "sms"), [("alltoall", 0), ("deepep", 20), ("hybridep", 16)])
+def test_the_all_to_alls_hold_the_dispatchers_sms(dispatcher, sms):
+    """Beside compute (EP overlap, shared experts) DeepEP's kernels hold Megatron-Core's 20 SMs
+    (moe_deepep_num_sms; DeepSeek-V3's report, Sec. 3.2.2: 20 SMs suffice) and HybridEP's its
+    16 (moe_hybridep_num_sms); NCCL's all-to-all its channels (0 here: the profile's
+    collective_sms, engine/interference.py)."""
+    b = layer_builder(_scenario("dgx-h100", 8, dispatcher))
+    for phase in ("F", "B"):
+        comms = [s for s in expert.moe_block(b.shapes, b.km, b.scenario.moe, phase, 0) if isinstance(s, Comm)]
+        assert len(comms) == 2 and {c.sms for c in comms} == {sms}

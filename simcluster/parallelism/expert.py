@@ -37,6 +37,13 @@ from simcluster.scenario import MoeSection, TrainingSection
 FP8_WIRE_BYTES = 1.0 + 4.0 / 128
 
 
+#: SMs the DeepEP-family dispatch and combine kernels hold beside compute, where NCCL's
+#: all-to-all holds its channels (``efficiency.collective_sms``): Megatron-Core's defaults
+#: ``moe_deepep_num_sms`` 20 (DeepSeek-V3's report, Sec. 3.2.2: "only 20 SMs are sufficient to
+#: fully utilize the bandwidths of IB and NVLink") and ``moe_hybridep_num_sms`` 16
+DISPATCH_SMS = {"deepep": 20, "hybridep": 16}
+
+
 def ep_nodes(lay: Layout) -> int:
     """NVLink domains the EP group of rank 0 spans: DeepEP's "nodes", the ranks its intranode
     kernels reach over NVLink. One node each on 8-GPU servers; on an NVL72 rack a domain holds
@@ -549,8 +556,9 @@ def moe_block(
     # measured rate where the profile has one (deepep_link_factor)
     own = deepep_link_factor(shapes.layout, moe, km.profile)
     side = overlaps_shared_experts(shapes, moe, ep_pairs)
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
+    sms = DISPATCH_SMS.get(moe.dispatcher, 0)
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
     sorted_experts = Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer)
     if side:
         # the shared experts' side stream under each all-to-all (overlaps_shared_experts); the
