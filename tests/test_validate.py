@@ -1377,7 +1377,8 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # +2.6%; NeMo 25.04's -3.9 / +1.1%) and NeMo 25.04's Nemotron-4 15B rows (-4.2 / -4.7%)
 # 6.2 (5.8308 -> 6.1658, 263 cases) with Megatron-LM's own MoE recipes (+19...+48%, the small-expert gap)
 # 6.1 (6.1658 -> 6.0617) with HybridEP's copies per GPU of an NVL72 domain (not per 4-GPU tray) and its
-# measured kernel rate (efficiency.hybridep_nvlink): the GB200 recipe +47.8 -> +20.4%
+# measured kernel rate (efficiency.hybridep_nvlink): the GB200 recipe +47.8 -> +20.4%; 6.1 (6.0617 ->
+# 6.0724) with HybridEP's 16 SMs beside the 235B recipe's overlapped compute, not NCCL's 24 (+19.0 -> +21.8%)
 QUICK_SET_MAPE = 6.1
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
