@@ -207,9 +207,9 @@ def _tp_grad_async(ctx: Context) -> Verdict:
 
 def _ep_one_node(ctx: Context) -> Verdict:
     # parallelism/expert.py copies_per_token and deepep_link_factor, the readers of
-    # moe.dispatcher: inside a node DeepEP's copy kernels spend link time on a rank's own share
-    # too, so it always acts there; across nodes it sends a token once per node holding its
-    # experts, which is all-to-all's top_k copies only when each lies on a node of its own
+    # moe.dispatcher: inside an NVLink domain DeepEP's copy kernels spend link time on a rank's
+    # own share too, so it always acts there; across domains it sends a token once per domain
+    # holding its experts, which is all-to-all's top_k copies only when each lies in one of its own
     lay = ctx.layout
     if lay.ep == 1:
         return ("at parallel.ep=1", "no expert-parallel all-to-all to dispatch")

@@ -109,7 +109,8 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
     Where the profile has measured the kernels' rate (``efficiency.deepep_nvlink``, by EP size)
     the links are held so that the received bytes move at that rate instead of at the links'
     ``efficiency.nvlink``: on NVLink 5 HybridEP's copy SMs, not the 900 GB/s links, set the
-    pace (GB200, EP 16, 32 SMs: 523 GB/s dispatch, 522 combine, where the links give 680)."""
+    pace (GB200, EP 16, HybridEP at 16 SMs: 473 GB/s dispatch, 474 combine, where the links give
+    680)."""
     if not moe.per_destination or layout.ep <= 1 or ep_nodes(layout) > 1:
         return 1.0
     own = layout.ep / (layout.ep - 1)
@@ -131,7 +132,7 @@ def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
     """Copies of a token one all-to-all sends: ``alltoall`` one per routed expert (top_k, as
     Megatron-Core's alltoall dispatcher permutes every copy before it), ``deepep`` one per
     destination (:func:`deepep_copies`)."""
-    if moe.dispatcher == "alltoall":
+    if not moe.per_destination:
         return float(shapes.model.top_k)
     return deepep_copies(shapes.model, shapes.layout, moe)
 
@@ -554,11 +555,11 @@ def moe_block(
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
     # DeepEP's intranode kernels copy a rank's own rows as they copy the others', at their own
     # measured rate where the profile has one (deepep_link_factor)
-    own = deepep_link_factor(shapes.layout, moe, km.profile)
+    link = deepep_link_factor(shapes.layout, moe, km.profile)
     side = overlaps_shared_experts(shapes, moe, ep_pairs)
     sms = DISPATCH_SMS.get(moe.dispatcher, 0)
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * own)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * own)] if ep > 1 else []
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * link)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * link)] if ep > 1 else []
     sorted_experts = Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer)
     if side:
         # the shared experts' side stream under each all-to-all (overlaps_shared_experts); the
