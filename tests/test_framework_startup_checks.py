@@ -16,7 +16,8 @@ framework's own check and a fix, and the fix passes. Each case cites the asserti
 - sail-sg's Zero Bubble fork ``validate_args`` (both its releases: "zero bubble must be enabled
   with pipeline parallelism"; its V schedules' even layers a stage; whole layers per virtual
   stage; ``assert args.fp16, "zero bubble post validation"``, post-validation only under its
-  zero-bubble schedules; the distributed optimizer without Megatron's DP overlaps);
+  zero-bubble schedules; the distributed optimizer without Megatron's DP overlaps; expert
+  parallelism beside TP only with sequence parallelism, never in fp16);
 - NeMo AutoModel's pipelining ``generate_hf_model_fqn_per_model_part`` ("Number of stages ...
   cannot exceed number of layers");
 - Megatron-Core ``TransformerConfig.__post_init__`` (CPU offloading without a pipeline,
@@ -195,6 +196,14 @@ REFUSED = {
         ZB, [*ZB_FORK, ("cluster.gpus", 64), ("parallel.zero", 1), ("overlap.dp_grad_reduce", True)],
         "overlap.dp_grad_reduce", "not supported yet because we didn't verify the correctness",
         [("overlap.dp_grad_reduce", False)],
+    ),
+    "Zero Bubble experts beside TP without sequence parallelism": (
+        MOE, [*ZB_FORK, ("parallel.sequence_parallel", False)],
+        "parallel.sequence_parallel", "only with sequence parallelism", [("parallel.sequence_parallel", True)],
+    ),
+    "Zero Bubble experts in fp16": (
+        MOE, [*ZB_FORK, ("training.precision", "fp16")],
+        "training.precision", "Expert parallelism is not supported with fp16 training", [("training.precision", "bf16")],
     ),
     "AutoModel with more stages than layers": (
         DENSE, [("framework", "automodel"), ("parallel.zero", 3), ("model.layers", 8), *PIPE,

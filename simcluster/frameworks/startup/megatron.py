@@ -218,6 +218,9 @@ CORE_CHECKS: tuple[LayoutRule, ...] = (
     _experts_beside_tp, _cpu_offloading, _cuda_graphs, _graph_scopes, _expert_bias,
     _ep_overlap_dtype, _defer_head_wgrad, _fp8_recompute,
 )  # fmt: skip
+#: the MoE refusals a fork of Megatron-LM keeps from it (sail-sg's Zero Bubble fork, both
+#: releases: its validate_args, and Megatron-Core's ModelParallelConfig the later one kept)
+LM_MOE_CHECKS: tuple[LayoutRule, ...] = (_experts_beside_tp, _lm_fp16_experts)
 #: with Megatron-LM's own validate_args (no framework: simcluster's loop runs its flags)
 LM_CHECKS: tuple[LayoutRule, ...] = (_lm_moe_beside_tp, *CORE_CHECKS, _lm_fp16_experts, _lm_fp8_params)
 #: megatron-core's: its preset pairs param_gather with the gradient overlap (param_gather defaults

@@ -11,6 +11,7 @@ import math
 
 from simcluster.divisors import divisors, one_of
 from simcluster.errors import UserError
+from simcluster.frameworks.startup import megatron
 from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
 from simcluster.scenario import Scenario
 
@@ -109,5 +110,11 @@ def _distributed_optimizer(scenario: Scenario, facts: LayoutFacts) -> None:
         )
 
 
-#: the fork's checks, in the order its validate_args meets them
-CHECKS: tuple[LayoutRule, ...] = (_pipeline, _v_layers, _interleaving, _post_validation, _distributed_optimizer)
+#: the fork's checks, in the order its validate_args meets them, then Megatron-LM's MoE refusals
+#: it keeps: expert parallelism beside TP only with sequence parallelism (the paper's release in
+#: validate_args, "When using expert parallelism and tensor parallelism, sequence parallelism
+#: must be used"; the later one in Megatron-Core's ModelParallelConfig) and never in fp16 (both
+#: releases' validate_args: "Expert parallelism is not supported with fp16 training")
+CHECKS: tuple[LayoutRule, ...] = (
+    _pipeline, _v_layers, _interleaving, _post_validation, _distributed_optimizer, *megatron.LM_MOE_CHECKS,
+)  # fmt: skip
