@@ -23,6 +23,7 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.nccl_ctas import channels_note
 from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
+from simcluster.parallelism.expert import unmeasured_rate_note
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.pipeline_p2p_overlap import with_pipeline_p2p_overlap
 from simcluster.placement import Chunk, stage_chunks
@@ -135,6 +136,8 @@ def build_context(
     # build no cluster, and accepted a domain smaller than a node that run then refused
     domain = job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
     layout = replace(layout, nvlink_domain=domain)
+    if model.is_moe and (unmeasured := unmeasured_rate_note(profile, layout, scenario.moe)):
+        notes = (*notes, unmeasured)
     spec = ScheduleSpec(
         p=layout.pp,
         m=_flush_microbatches(scenario, layout),

@@ -128,6 +128,23 @@ def _measured_rates(profile: HardwareProfile | None, dispatcher: str) -> list[tu
     return eff.hybridep_nvlink if dispatcher == "hybridep" else eff.deepep_nvlink
 
 
+def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> str | None:
+    """A note where a DeepEP-family dispatch inside one NVLink domain runs at the links' rate
+    because the profile has not measured its kernels (``efficiency.deepep_nvlink`` /
+    ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links, so the
+    all-to-alls may be optimistic there. None elsewhere."""
+    if not moe.per_destination or layout.ep <= 1 or ep_nodes(layout) > 1:
+        return None
+    if _measured_rates(profile, moe.dispatcher):
+        return None
+    field = f"efficiency.{moe.dispatcher}_nvlink"
+    return (
+        f"moe.dispatcher {moe.dispatcher}: '{profile.name}' has no measured rate of its kernels "
+        f"({field}), so its all-to-alls run at the links' (efficiency.nvlink "
+        f"{profile.efficiency.nvlink:g}); on NVLink 5 the measured ones reach 0.49-0.62 of the links"
+    )
+
+
 def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
     """Copies of a token one all-to-all sends: ``alltoall`` one per routed expert (top_k, as
     Megatron-Core's alltoall dispatcher permutes every copy before it), ``deepep`` one per
