@@ -807,6 +807,24 @@ def test_torchtitan_context_parallel_rotate_method(tmp_path, rotate, cp_comm):
             import_config("torchtitan", bad, ImportOptions(cluster="dgx-h100", nodes=1))
 
 
+@pytest.mark.parametrize("backend, dispatcher", [("standard", None), ("deepep", "deepep"), ("hybridep", "hybridep")])
+def test_torchtitan_expert_parallel_comm_backend(tmp_path, backend, dispatcher):
+    # torchtitan job_config: parallelism.expert_parallel_comm_backend "standard" (its default
+    # ExpertParallel all-to-all), "deepep" or "hybridep" (torchtitan/distributed/deepep)
+    toml = tmp_path / "moe.toml"
+    toml.write_text(
+        '[model]\nname = "deepseek_v3"\nflavor = "671B"\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n'
+        f'[parallelism]\nexpert_parallel_degree = 8\nexpert_parallel_comm_backend = "{backend}"\n'
+    )
+    out = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=8))
+    assert out.scenario.get("moe", {}).get("dispatcher") == dispatcher
+    assert not any("expert_parallel_comm_backend" in x for x in out.skipped)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml.read_text().replace(f'"{backend}"', '"nccl"'))
+    with pytest.raises(UserError, match="expert_parallel_comm_backend: 'nccl' cannot be imported; known: standard"):
+        import_config("torchtitan", bad, ImportOptions(cluster="dgx-h100", nodes=8))
+
+
 def test_an_imported_scenario_that_does_not_check_says_it_was_imported(capsys):
     # SC'21's run_table_1.sh runs its 1.7B case (GBS 512, MBS 16) on 4 nodes; on --nodes 64 its
     # dp is 512 and the batch no longer divides. Before, the error named only

@@ -55,6 +55,10 @@ _V_SHAPED = {"ZBVZeroBubble", "DualPipeV"}
 #: once (the framework preset's default, as torchtitan's), "alltoall" passes them on step by
 #: step, a ring
 _ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
+#: parallelism.expert_parallel_comm_backend -> moe.dispatcher: "standard" (the default) is its
+#: ExpertParallel, all_to_all_single over each token's top_k copies; "deepep" and "hybridep" its
+#: torchtitan/distributed/deepep dispatchers (DeepEP's normal kernels, NVIDIA's HybridEP)
+_EP_BACKENDS = {"standard": "alltoall", "deepep": "deepep", "hybridep": "hybridep"}
 _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
 _FLOAT8_RECIPES = {"tensorwise": "current"}
@@ -74,7 +78,7 @@ _READ = {
         "data_parallel_shard_degree", "data_parallel_replicate_degree", "tensor_parallel_degree",
         "pipeline_parallel_degree", "pipeline_parallel_schedule", "context_parallel_degree",
         "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
-        "context_parallel_rotate_method",
+        "context_parallel_rotate_method", "expert_parallel_comm_backend",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
         "mixed_precision_param", "data_parallel_degree",
     },
@@ -159,12 +163,29 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     }
     if overlap:
         out.scenario["overlap"] = overlap
+    if dispatcher := _dispatcher(doc, parallel):
+        out.scenario["moe"] = {"dispatcher": dispatcher}
     out.run_tokens = run_tokens(
         training.get("seq_len"), training.get("global_batch"), iters=_get(doc, "steps", "training"),
         names=("", "[training] steps"),
     )
     _unread(doc, out)
     return out
+
+
+def _dispatcher(doc: dict[str, Any], parallel: dict[str, Any]) -> str | None:
+    """``moe.dispatcher`` from ``expert_parallel_comm_backend`` with expert parallelism (its
+    backends run only there), None where it is the default all-to-all."""
+    backend = _get(doc, "expert_parallel_comm_backend", *_PAR)
+    if backend is None or parallel.get("ep", 1) == 1:
+        return None
+    if backend not in _EP_BACKENDS:
+        raise UserError(
+            "parallelism.expert_parallel_comm_backend",
+            f"'{backend}' cannot be imported; known: {', '.join(_EP_BACKENDS)}",
+        )
+    dispatcher = _EP_BACKENDS[backend]
+    return None if dispatcher == "alltoall" else dispatcher
 
 
 def _parallel(doc: dict[str, Any], world: int) -> tuple[dict[str, Any], int]:
