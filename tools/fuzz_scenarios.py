@@ -151,6 +151,18 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_ub_switches(doc)
     _draw_packing(doc)
     _draw_step_tail(doc)
+    _draw_dispatcher(doc)
+
+
+def _draw_dispatcher(doc: dict[str, Any]) -> None:
+    """Now and then DeepEP or HybridEP for the expert all-to-all of an expert-parallel MoE
+    (their copies per GPU or NVLink domain, and measured kernel rates where a profile has them),
+    from a generator of its own so the earlier draws stay the seed's."""
+    if doc["parallel"].get("ep", 1) == 1:
+        return
+    rng = _seeded_by(doc, salt=0xDE9)
+    if rng.random() < 0.35:
+        doc["moe"] = {**doc.get("moe", {}), "dispatcher": rng.choice(["deepep", "hybridep"])}
 
 
 def _draw_packing(doc: dict[str, Any]) -> None:
