@@ -128,6 +128,7 @@ def build_context(
     _check_positions(scenario.training, model)
     _check_documents(scenario)
     _check_moe_settings(scenario.moe, model)
+    _check_dispatcher_gpu(scenario.moe, model, profile)
     check_framework_schedule(scenario.framework, scenario.parallel.schedule, scenario.parallel.pp)
     check_framework_sequence_parallel(scenario.framework, scenario.parallel.schedule, scenario.parallel.sequence_parallel)
     schedule = get_schedule(scenario.parallel.schedule)
@@ -421,6 +422,19 @@ def _check_documents(scenario: Scenario) -> None:
     comm = scenario.parallel.cp_comm
     if scenario.parallel.cp > 1 and comm != "p2p":
         raise UserError("training.document_tokens", f"with parallel.cp_comm={comm} is not modelled (packed THD sequences over context parallelism: the p2p ring only); set parallel.cp_comm: p2p or unset document_tokens")
+
+
+def _check_dispatcher_gpu(moe: MoeSection, model: ModelSpec, profile: HardwareProfile) -> None:
+    """HybridEP copies tokens with the Tensor Memory Accelerator (deepseek-ai/DeepEP
+    docs/README_Hybrid-EP.md: "NVLink-optimized data transfer using Tensor Memory Accelerator
+    (TMA) instructions"), which NVIDIA GPUs have from Hopper (compute capability 9.0) on."""
+    cc = profile.gpu.compute_capability
+    if model.is_moe and moe.dispatcher == "hybridep" and (cc is None or cc < 9.0):
+        raise UserError(
+            "moe.dispatcher",
+            f"HybridEP moves tokens with TMA copies, which NVIDIA GPUs have from Hopper on (compute "
+            f"capability 9.0); '{profile.name}' ({profile.gpu.name}) has none: use deepep or alltoall",
+        )
 
 
 def _check_moe_settings(moe: MoeSection, model: ModelSpec) -> None:

@@ -22,8 +22,11 @@ import math
 
 import pytest
 
+from simcluster.context import build_context
+from simcluster.errors import UserError
 from simcluster.parallelism import expert
 from simcluster.parallelism.segments import Comm
+from simcluster.scenario import scenario_from_dict
 from tests.engine_helpers import layer_builder, run
 
 TOKENS = 4096
@@ -123,3 +126,13 @@ def test_the_all_to_alls_hold_the_dispatchers_sms(dispatcher, sms):
     for phase in ("F", "B"):
         comms = [s for s in expert.moe_block(b.shapes, b.km, b.scenario.moe, phase, 0) if isinstance(s, Comm)]
         assert len(comms) == 2 and {c.sms for c in comms} == {sms}
+
+
+@pytest.mark.parametrize("hardware", ["dgx-a100", "amd-mi300x"])
+def test_hybridep_is_refused_without_tma(hardware):
+    """HybridEP's copies are TMA instructions (DeepEP docs/README_Hybrid-EP.md), which NVIDIA
+    GPUs have from Hopper on: an A100 or an AMD GPU is a one-line error naming the field."""
+    with pytest.raises(UserError, match="TMA copies") as err:
+        build_context(scenario_from_dict(_scenario(hardware, 8, "hybridep")))
+    assert err.value.field == "moe.dispatcher" and "use deepep or alltoall" in err.value.message
+    build_context(scenario_from_dict(_scenario(hardware, 8, "deepep")))

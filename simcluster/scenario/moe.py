@@ -72,8 +72,8 @@ class MoeSection(SectionBase):
             "holding its experts once and is forwarded inside it over NVLink, and inside one "
             "domain goes once to each GPU holding its experts (DeepEP, DeepSeek-V3); hybridep: "
             "the same routing by NVIDIA's HybridEP kernels (Megatron-Core's flex dispatcher "
-            "with --moe-flex-dispatcher-backend hybridep), at the profile's "
-            "efficiency.hybridep_nvlink rate"
+            "with --moe-flex-dispatcher-backend hybridep; its TMA copies need an NVIDIA GPU from "
+            "Hopper on), at the profile's efficiency.hybridep_nvlink rate"
         ),
     )
     max_nodes_per_token: int | None = Field(
