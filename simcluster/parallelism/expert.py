@@ -92,7 +92,13 @@ def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     return distinct_holders(model.experts, model.top_k, layout.ep)
 
 
-def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile | None = None) -> float:
+def _within_one_domain(layout: Layout, moe: MoeSection) -> bool:
+    """Whether a DeepEP-family dispatch (deepep, hybridep) runs its intranode kernels: expert
+    parallelism inside one NVLink domain."""
+    return moe.per_destination and layout.ep > 1 and ep_nodes(layout) == 1
+
+
+def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile) -> float:
     """How much longer DeepEP's kernels hold the links inside one NVLink domain than an
     all-to-all that copies a rank's own share locally: ep / (ep - 1), as if the own share
     crossed NVLink too, and the measured kernel rate where the profile has one.
@@ -111,19 +117,17 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
     ``efficiency.nvlink``: on NVLink 5 HybridEP's copy SMs, not the 900 GB/s links, set the
     pace (GB200, EP 16, HybridEP at 16 SMs: 473 GB/s dispatch, 474 combine, where the links give
     680)."""
-    if not moe.per_destination or layout.ep <= 1 or ep_nodes(layout) > 1:
+    if not _within_one_domain(layout, moe):
         return 1.0
     own = layout.ep / (layout.ep - 1)
     measured = _measured_rates(profile, moe.dispatcher)
-    if profile is None or not measured:
+    if not measured:
         return own
     return own * profile.efficiency.nvlink / interp(measured, layout.ep)
 
 
-def _measured_rates(profile: HardwareProfile | None, dispatcher: str) -> list[tuple[int, float]] | None:
+def _measured_rates(profile: HardwareProfile, dispatcher: str) -> list[tuple[int, float]] | None:
     """The profile's measured intranode rates of ``dispatcher``'s kernels, None unmeasured."""
-    if profile is None:
-        return None
     eff = profile.efficiency
     return eff.hybridep_nvlink if dispatcher == "hybridep" else eff.deepep_nvlink
 
@@ -133,9 +137,7 @@ def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSecti
     because the profile has not measured its kernels (``efficiency.deepep_nvlink`` /
     ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links, so the
     all-to-alls may be optimistic there. None elsewhere."""
-    if not moe.per_destination or layout.ep <= 1 or ep_nodes(layout) > 1:
-        return None
-    if _measured_rates(profile, moe.dispatcher):
+    if not _within_one_domain(layout, moe) or _measured_rates(profile, moe.dispatcher):
         return None
     field = f"efficiency.{moe.dispatcher}_nvlink"
     return (
