@@ -138,9 +138,10 @@ def _check_choice(flag: str, axis: str, item: str) -> None:
     fp8), naming the flag, a close spelling and the choices."""
     from typing import get_args
 
+    from pydantic import BaseModel
+
     from simcluster.errors import did_you_mean
-    from simcluster.scenario.moe import MoeSection
-    from simcluster.scenario.training import TrainingSection
+    from simcluster.scenario import Scenario
     from simcluster.schedules import SCHEDULES
     from simcluster.spellings import normalise_spellings
 
@@ -148,8 +149,9 @@ def _check_choice(flag: str, axis: str, item: str) -> None:
     value = normalise_spellings({section: {field: item}})[section][field]
     if axis == "schedule":
         choices: tuple[str, ...] = tuple(sorted(SCHEDULES))
-    else:
-        model = MoeSection if section == "moe" else TrainingSection
+    else:  # the field's Literal in its section's model, whichever section the axis sets
+        model = Scenario.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel), section
         choices = get_args(model.model_fields[field].annotation)
     if value not in choices:
         raise UserError(
