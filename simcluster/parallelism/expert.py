@@ -135,15 +135,17 @@ def _measured_rates(profile: HardwareProfile, dispatcher: str) -> list[tuple[int
 def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> str | None:
     """A note where a DeepEP-family dispatch inside one NVLink domain runs at the links' rate
     because the profile has not measured its kernels (``efficiency.deepep_nvlink`` /
-    ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links, so the
-    all-to-alls may be optimistic there. None elsewhere."""
+    ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links and
+    DeepEP's on NVLink 4 (H200) 0.70, so the all-to-alls may be optimistic there. None
+    elsewhere."""
     if not _within_one_domain(layout, moe) or _measured_rates(profile, moe.dispatcher):
         return None
     field = f"efficiency.{moe.dispatcher}_nvlink"
     return (
         f"moe.dispatcher {moe.dispatcher}: '{profile.name}' has no measured rate of its kernels "
         f"({field}), so its all-to-alls run at the links' (efficiency.nvlink "
-        f"{profile.efficiency.nvlink:g}); on NVLink 5 the measured ones reach 0.49-0.62 of the links"
+        f"{profile.efficiency.nvlink:g}); on NVLink 5 the measured ones reach 0.49-0.62 of the links, "
+        "DeepEP's on NVLink 4 0.70"
     )
 
 
