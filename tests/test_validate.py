@@ -67,7 +67,8 @@ def test_shipped_case_counts_and_unique_names():
     # AMD's rocm/pytorch-training:v25.2 overview: its four Llama 3.1 8B FSDP rows on 8 MI300X;
     # MLPerf's llama2_70b_lora (LoRA fine-tuning): AMD's v5.1 runs on 8 MI355X, MI325X and MI300X,
     # NVIDIA's v5.0 on one DGX B200 and 8 GB200; Megatron-LM's own MoE recipes (examples/moe_recipes):
-    # Qwen3-30B-A3B on 32 H100 (BF16, FP8 blockwise) and 16 GB200, Qwen3-235B-A22B on 256 H100.
+    # Qwen3-30B-A3B on 32 H100 (BF16, FP8 blockwise) and 16 GB200, Qwen3-235B-A22B on 256 H100,
+    # and its DeepSeek-V3 GB200 optimization guide's MXFP8 run on 256 GB200.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -92,7 +93,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
         "mlperf-lora-70b": 20,
-        "megatron-moe-recipes": 4,
+        "megatron-moe-recipes": 5,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -300,7 +301,7 @@ def test_moe_recipe_rows_are_megatrons_tflops_over_its_moe_flop_count():
     assert per_token["qwen3-235b-a22b"] == pytest.approx(148.0348e9, rel=1e-6)
     published = {"h100-bf16-32gpu": 240.5, "h100-fp8-blockwise-32gpu": 242.9, "gb200-bf16-16gpu": 504.2,
                  "h100-bf16-256gpu": 302.0}  # fmt: skip
-    cases = _family("megatron-moe-recipes")
+    cases = [c for c in _family("megatron-moe-recipes") if "/qwen3-" in c.name]
     assert len(cases) == len(published)
     for c in cases:
         model, row = c.name.split("/")[1:]
@@ -309,6 +310,24 @@ def test_moe_recipe_rows_are_megatrons_tflops_over_its_moe_flop_count():
         assert c.measured == pytest.approx(published[row] * 1e12 * gpus / per_token[model], rel=1e-5), c.name
     (bf16,) = [c for c in cases if c.name.endswith("h100-bf16-32gpu")]
     assert bf16.measured / 32 == pytest.approx(10453.8, abs=0.5)  # the YAML keeps 6 significant figures
+
+
+def test_deepseek_v3_gb200_row_is_the_guides_tflops_over_megatrons_mla_flop_count():
+    """NVIDIA/Megatron-LM's DeepSeek-V3 GB200 optimization guide, summary table's last row: 970.01
+    TFLOP/s per GPU on 256 GB200. Megatron-LM's num_floating_point_operations, multi-latent branch,
+    per token 6 x [61 attention terms + MLP + logits]: per layer the query LoRA
+    1536 (7168 + 128 x 192 + 1), the key/value LoRA 512 (7168 + 128 x 256 + 1), the rope key
+    7168 x 64, the output 128 x 128 x 7168 and the causal scores 4096 x 128 x (192 + 128) / 2;
+    3 dense SwiGLU layers of 18,432 and 58 MoE layers of 8 routed plus 1 shared expert of 2,048;
+    logits over 129,280: 249.81 GFLOP, so 3,883.0 tokens/s per GPU."""
+    attn = (1536 * (7168 + 128 * 192 + 1) + 512 * (7168 + 128 * 256 + 1) + 7168 * 64 + 128 * 128 * 7168
+            + 4096 * 128 * (192 + 128) / 2)  # fmt: skip
+    per_token = 6 * (61 * attn + 7168 * 3 * (18432 * 3 + 2048 * 9 * 58) + 7168 * 129280)
+    assert per_token == pytest.approx(249.812e9, rel=1e-5)
+    (case,) = [c for c in _family("megatron-moe-recipes") if "deepseek-v3" in c.name]
+    assert case.published["tflops_per_gpu"] == 970.01
+    assert case.measured / 256 == pytest.approx(970.01e12 / per_token, rel=1e-5)
+    assert case.measured / 256 == pytest.approx(3883.0, abs=0.5)
 
 
 def test_swissai_rows_are_the_pull_requests_tokens_at_two_million_tokens_a_step():

@@ -3397,7 +3397,83 @@ MOE_RECIPE_ROWS = [
         "moe_router and moe_preprocess, no overlap_grad_reduce or overlap_param_gather, "
         "CUDA_DEVICE_MAX_CONNECTIONS=32 and NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24."),
 ]
+
+def megatron_mla_flops_per_token(layers, dense, h, heads, ffn, moe_ffn, topk, shared, vocab, s, q_lora, kv_lora, qk,
+                                 rope, v):
+    """Megatron-LM's num_floating_point_operations for an MLA MoE model (training.py, the
+    multi_latent_attention branch): per layer the query and key/value LoRA projections with their
+    norms, the rope key, the output projection and the causal scores (``/ 2``), the dense layers'
+    and the routed (x top-k) and shared experts' SwiGLU, the logits; x 6 (fwd + bwd, 2 FLOPs)."""
+    attn = (q_lora * (h + heads * (qk + rope) + 1) + kv_lora * (h + heads * (qk + v) + 1) + h * rope
+            + heads * v * h + s * heads * (qk + rope) / 2 + s * heads * v / 2)
+    mlp = h * 3 * (ffn * dense + (moe_ffn * topk + shared) * (layers - dense))
+    return 6 * (layers * attn + mlp + h * vocab)
+
+
+DSV3_GB200_SRC = (
+    "NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md "
+    "(commit 1d9edcf), Summary table, last row: DeepSeek-V3, GB200, MXFP8, HybridEP, 970.01 TFLOPS/GPU on 256 "
+    "GB200 (TP1/PP8/VPP4/EP32/MBS1/GBS2048), the run of the same folder's deepseek-v3-gb200-reproduce-guide.md "
+    "(commit 32ea0af; NGC PyTorch 25.09 with cuDNN 9.14 and TransformerEngine 2.9 plus CPU and quantization "
+    "patches, HybridEP at DeepEP 3f601f7, Megatron-LM dev effebd8), whose launch script the scenario is "
+    "(simcluster import megatron of it gives these settings): TP 1, PP 8 with --pipeline-model-parallel-layout "
+    "'Et|(tt|)*30L' (32 virtual stages, vpp 4: the embedding with one layer, 30 of two layers, the loss alone), "
+    "EP 32, ETP 1, MBS 1, GBS 2,048, 4,096 tokens, no MTP module, distributed optimizer with overlap_grad_reduce "
+    "and overlap_param_gather, fp8_recipe mxfp8 (training.fp8_recipe block), fp8_param_gather, "
+    "use_precision_aware_optimizer with bf16 moments and fp32 main parameters and gradients, selective "
+    "recomputation of moe_act and mlp, TransformerEngine CUDA graphs over attn, moe_router and moe_preprocess, "
+    "flex dispatcher with the hybridep backend (moe.dispatcher hybridep), moe_router_padding_for_quantization "
+    "(moe.aligned_dispatch), moe_router_dtype fp32, moe_permute_fusion, moe_router_fusion, "
+    "moe_router_force_load_balancing, cross_entropy_fusion_impl te, no NaN check, NCCL_NVLS_ENABLE=0 "
+    "(cluster.nvls false), 'every 32 GB200 GPUs (8 nodes) in the same NVL domain' (Slurm --segment 8: "
+    "cluster.segment_nodes 8). measured tokens_per_s = TFLOP/s x gpus / F, F = {flops:.3f} GFLOP per token by "
+    "Megatron-LM's num_floating_point_operations (MLA with causal scores; 3 dense and 58 MoE layers, routed "
+    "experts x top-k plus the shared expert; logits over the padded 129,280 vocabulary). ASSUMED: attention on "
+    "the profile's cudnn-9.13 curves (cuDNN 9.14, older than the default curves' 9.17). Not modelled: "
+    "--moe-hybridep-num-sms 32 (the model holds and rates HybridEP at its default 16 SMs: the measured rate "
+    "table has 32-SM rows only at 16 ranks, 1.10x the 16-SM ones), bindpcie's NUMA binding, PDL and the fused "
+    "quantization kernels, the CUDA graphs' capture of the shared experts, manual_gc every 10 steps; which "
+    "iterations the TFLOPS average is not stated.")
+
+
+def dsv3_gb200_case():
+    """The DeepSeek-V3 MXFP8 run on 256 GB200 of Megatron-LM's optimization guide (970.01 TFLOPS/GPU)."""
+    model = {"name": "deepseek-v3", "layers": 61, "hidden": 7168, "heads": 128, "experts": 256, "top_k": 8,
+             "expert_ffn": 2048, "mlp": "swiglu", "ffn": 18432,
+             "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                     "v_head_dim": 128},
+             "norm": "rmsnorm", "bias": False, "position": "rope", "tied_embeddings": False, "dropout": False,
+             "shared_experts": 1, "dense_layers": 3, "vocab": 129280}
+    flops = megatron_mla_flops_per_token(61, 3, 7168, 128, 18432, 2048, 8, 2048, 129280, 4096, 1536, 512, 128, 64,
+                                         128)
+    scenario = {
+        "framework": "megatron-core",
+        "model": model,
+        "cluster": {"hardware": "gb200-nvl72", "gpus": 256, "nvls": False, "segment_nodes": 8},
+        "parallel": {"tp": 1, "pp": 8, "ep": 32, "etp": 1, "zero": 1, "sequence_parallel": False, "vpp": 4,
+                     "schedule": "interleaved", "layers_per_stage": [1, *[2] * 30, 0]},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 2048, "precision": "fp8",
+                     "fp8_recipe": "block", "fp32_grad_accum": True, "recompute": "selective",
+                     "recompute_modules": ["moe_act", "mlp"], "fused_cross_entropy": "te", "fp8_param_gather": True,
+                     "cuda_graphs": ["attn", "moe_router", "moe_preprocess"], "optimizer_moments": "bf16",
+                     "attention_kernel": "cudnn-9.13"},
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False},
+        "dp": {"nan_check": False},
+        "moe": {"dispatcher": "hybridep", "aligned_dispatch": True, "router_dtype": "fp32"},
+    }
+    return {
+        "name": "megatron-moe-recipes/deepseek-v3/gb200-mxfp8-256gpu",
+        "family": "megatron-moe-recipes",
+        "source": DSV3_GB200_SRC.format(flops=flops / 1e9),
+        "published": {"tflops_per_gpu": 970.01, "gpus": 256, "global_batch": 2048, "seq_len": 4096},
+        "scenario": scenario,
+        "measured": {"tokens_per_s": 970.01e12 * 256 / flops},
+    }
+
+
+MOE_RECIPE_ROWS.append(dsv3_gb200_case())
+
 dump(str(ROOT / "validation" / "megatron-moe-recipes.yaml"),
      "# Megatron-LM's own MoE recipes (examples/moe_recipes/: Qwen3-30B-A3B on H100 and GB200, Qwen3-235B-A22B\n"
      "# on H100), each run's settings read from its recipe file and its throughput from Megatron-LM pull\n"
-     "# request 5728. Generated by tools/generate_validation_cases.py (source in each case).\n", MOE_RECIPE_ROWS)
+     "# request 5728, and its DeepSeek-V3 GB200 optimization guide's final run. Generated by tools/generate_validation_cases.py (source in each case).\n", MOE_RECIPE_ROWS)

@@ -47,6 +47,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
+from simcluster.importers.pipeline_layout import apply_layout
 from simcluster.importers.recipe_yaml import recipe_args
 from simcluster.importers.result import Imported
 from simcluster.importers.run_length import ramp_clause, run_tokens, whole
@@ -75,7 +76,7 @@ _INTS = {
     "micro-batch-size": ("training", "micro_batch"), "global-batch-size": ("training", "global_batch"),
     "seq-length": ("training", "seq_len"),
     "num-experts": ("model", "experts"), "moe-router-topk": ("model", "top_k"),
-    "moe-ffn-hidden-size": ("model", "expert_ffn"),
+    "moe-ffn-hidden-size": ("model", "expert_ffn"), "mtp-num-layers": ("model", "mtp_layers"),
 }  # fmt: skip
 _FLAGS_SET = {
     "sequence-parallel": ("parallel", "sequence_parallel"),
@@ -411,6 +412,8 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     parallel = sc["parallel"]
     _zero(flags, parallel, framework, out)
     _partition(flags, sc)
+    # the layout first: Megatron refuses the other splits beside it
+    apply_layout(flags.text("pipeline-model-parallel-layout"), set(flags.values), sc)
     _uneven_stages(flags, sc)
     if parallel.get("tp", 1) == 1:
         if parallel.get("sequence_parallel"):
