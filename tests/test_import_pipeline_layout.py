@@ -72,6 +72,8 @@ def test_mtp_modules_match_mtp_num_layers(tmp_path):
     assert s["model"]["mtp_layers"] == 1 and s["parallel"]["layers_per_stage"][-1] == 0
     with pytest.raises(UserError, match="--mtp-num-layers gives 0"):
         _import(tmp_path, "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    with pytest.raises(UserError, match="places 0 MTP modules"):
+        _import(tmp_path, "--mtp-num-layers 1 --pipeline-model-parallel-layout 'Et|(tt|)*30L'")
 
 
 def test_another_split_beside_the_layout_is_refused(tmp_path):

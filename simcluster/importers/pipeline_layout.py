@@ -91,10 +91,10 @@ def apply_layout(text: str | None, given: set[str], sc: dict[str, Any]) -> None:
     parallel = sc["parallel"]
     pp = parallel.get("pp", 1)
     vpp, counts = layout_split(text, pp, sc["model"]["layers"])
-    mtp = sc["model"].get("mtp_layers") or 0
-    if text.count("m") and parse_stages(text)[-1].count("m") != mtp:
+    mtp, placed = sc["model"].get("mtp_layers") or 0, parse_stages(text)[-1].count("m")
+    if placed != mtp:
         # validate_layer_layout: the layout's MTP modules number --mtp-num-layers
-        raise UserError(FLAG, f"places {parse_stages(text)[-1].count('m')} MTP modules (m) but --mtp-num-layers gives {mtp}; make them match")
+        raise UserError(FLAG, f"places {placed} MTP modules (m) but --mtp-num-layers gives {mtp}; make them match")
     if vpp > 1:
         parallel["vpp"] = vpp
     parallel["layers_per_stage"] = counts
