@@ -68,7 +68,8 @@ def test_shipped_case_counts_and_unique_names():
     # MLPerf's llama2_70b_lora (LoRA fine-tuning): AMD's v5.1 runs on 8 MI355X, MI325X and MI300X,
     # NVIDIA's v5.0 on one DGX B200 and 8 GB200; Megatron-LM's own MoE recipes (examples/moe_recipes):
     # Qwen3-30B-A3B on 32 H100 (BF16, FP8 blockwise) and 16 GB200, Qwen3-235B-A22B on 256 H100,
-    # and its DeepSeek-V3 GB200 optimization guide's MXFP8 run on 256 GB200.
+    # Qwen3-30B-A3B on 16 GB200 in MXFP8 with partial CUDA graphs, and its DeepSeek-V3 GB200
+    # optimization guide's MXFP8 run on 256 GB200.
     assert fams == {
         "bigscience-a100": 6,
         "korthikanti2022-a100": 8,
@@ -93,7 +94,7 @@ def test_shipped_case_counts_and_unique_names():
         "amd-fsdp-mi325x": 4,
         "mlperf-training-amd": 1,
         "mlperf-lora-70b": 20,
-        "megatron-moe-recipes": 5,
+        "megatron-moe-recipes": 6,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -300,7 +301,7 @@ def test_moe_recipe_rows_are_megatrons_tflops_over_its_moe_flop_count():
     assert per_token["qwen3-30b-a3b"] == pytest.approx(23.00628e9, rel=1e-6)
     assert per_token["qwen3-235b-a22b"] == pytest.approx(148.0348e9, rel=1e-6)
     published = {"h100-bf16-32gpu": 240.5, "h100-fp8-blockwise-32gpu": 242.9, "gb200-bf16-16gpu": 504.2,
-                 "h100-bf16-256gpu": 302.0}  # fmt: skip
+                 "gb200-mxfp8-partial-cg-16gpu": 480.3, "h100-bf16-256gpu": 302.0}  # fmt: skip
     cases = [c for c in _family("megatron-moe-recipes") if "/qwen3-" in c.name]
     assert len(cases) == len(published)
     for c in cases:

@@ -3383,6 +3383,19 @@ MOE_RECIPE_ROWS = [
         "overlap_param_gather (Megatron's defaults: off), no recomputation, no CUDA graphs, "
         "CUDA_DEVICE_MAX_CONNECTIONS=1."),
     moe_recipe_case(
+        "qwen3-30b-a3b/gb200-mxfp8-partial-cg-16gpu", "gb200-nvl72", 16, {"ep": 16},
+        {"micro_batch": 4, "global_batch": 512, "precision": "fp8", "fp8_recipe": "block",
+         "cuda_graphs": ["attn", "moe_router", "moe_preprocess"]},
+        {"dp_grad_reduce": False, "param_gather": False}, 480.3, 514.0,
+        "qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_partial_cg.yaml", "256f606", "26.03",
+        "Qwen3-30B-A3B on 16 GB200 in MXFP8 with partial CUDA graphs",
+        "TP 1, PP 1, EP 16, ETP 1, MBS 4, GBS 512, 4,096 tokens, fp8_recipe mxfp8 (training.fp8_recipe block) "
+        "with fp8_format e4m3 and no fp8_param_gather, TransformerEngine CUDA graphs over attn, moe_router and "
+        "moe_preprocess (external_cuda_graph, training.cuda_graphs), neither overlap_grad_reduce nor "
+        "overlap_param_gather, no recomputation, cuDNN fused attention (NVTE_FUSED_ATTN=1; the container's "
+        "cuDNN is past 9.17: the default curves), CUDA_DEVICE_MAX_CONNECTIONS=1. The same layout in BF16 "
+        "(the row above) measured 504.2: this MXFP8 run is slower."),
+    moe_recipe_case(
         "qwen3-235b-a22b/h100-bf16-256gpu", "dgx-h100", 256,
         {"tp": 2, "pp": 8, "ep": 32, "sequence_parallel": True, "vpp": 4, "schedule": "interleaved",
          "layers_per_stage": [2, *[3] * 30, 2]},
