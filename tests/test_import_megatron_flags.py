@@ -483,3 +483,11 @@ def test_fp8_attention_and_the_swiglu_fp8_store_flags(tmp_path):
     mi300x = import_config("megatron", args, ImportOptions(cluster="amd-mi300x", nodes=1))
     assert "fp8_attention" not in mi300x.scenario["training"]
     assert any("no FP8 attention curves" in n for n in mi300x.notes)
+
+
+def test_dispatcher_sm_counts_are_listed_with_the_counts_the_model_holds(tmp_path):
+    # Megatron-Core's --moe-deepep-num-sms / --moe-hybridep-num-sms (defaults 20 / 16): the model
+    # holds those defaults and rates the kernels by tables measured at them (parallelism/expert.py)
+    _, skipped, _ = _import(tmp_path, MOE + "--moe-hybridep-num-sms 32 --moe-deepep-num-sms 24")
+    assert any(x.startswith("--moe-hybridep-num-sms (the model holds Megatron-Core's default 16 SMs") for x in skipped)
+    assert any(x.startswith("--moe-deepep-num-sms (the model holds Megatron-Core's default 20 SMs") for x in skipped)
