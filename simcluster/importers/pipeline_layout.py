@@ -51,10 +51,11 @@ def parse_stages(layout: str) -> list[str]:
     return stages
 
 
-def layout_split(layout: str, pp: int, layers: int) -> tuple[int, list[int]]:
+def layout_split(layout: str, pp: int, layers: int, mtp: int = 0) -> tuple[int, list[int]]:
     """(vpp, layers of each of the pp*vpp virtual stages) of ``layout`` for a ``pp``-rank
-    pipeline of ``layers`` transformer layers; a layout Megatron-Core refuses is an error, and
-    so is an MTP module outside the last stage, where the model keeps it with the LM head."""
+    pipeline of ``layers`` transformer layers and ``mtp`` MTP modules; a layout Megatron-Core
+    refuses is an error, and so is an MTP module outside the last stage, where the model keeps
+    it with the LM head."""
     stages = parse_stages(layout)
     if len(stages) % pp:
         raise UserError(
@@ -76,6 +77,9 @@ def layout_split(layout: str, pp: int, layers: int) -> tuple[int, list[int]]:
             "places an MTP module (m) before the last stage; the model keeps MTP with the LM head: "
             "move it into the last stage",
         )
+    if flat.count("m") != mtp:
+        # validate_layer_layout: the layout's MTP modules number --mtp-num-layers
+        raise UserError(FLAG, f"places {flat.count('m')} MTP modules (m) but --mtp-num-layers gives {mtp}; make them match")
     return len(stages) // pp, [stage.count("t") for stage in stages]
 
 
@@ -90,11 +94,7 @@ def apply_layout(text: str | None, given: set[str], sc: dict[str, Any]) -> None:
             raise UserError(FLAG, f"Megatron takes one way to split the pipeline: drop it or --{other}")
     parallel = sc["parallel"]
     pp = parallel.get("pp", 1)
-    vpp, counts = layout_split(text, pp, sc["model"]["layers"])
-    mtp, placed = sc["model"].get("mtp_layers") or 0, parse_stages(text)[-1].count("m")
-    if placed != mtp:
-        # validate_layer_layout: the layout's MTP modules number --mtp-num-layers
-        raise UserError(FLAG, f"places {placed} MTP modules (m) but --mtp-num-layers gives {mtp}; make them match")
+    vpp, counts = layout_split(text, pp, sc["model"]["layers"], sc["model"].get("mtp_layers") or 0)
     if vpp > 1:
         parallel["vpp"] = vpp
     parallel["layers_per_stage"] = counts
