@@ -34,7 +34,8 @@ class Held:
 def held_at_peak(ops: Sequence[PipeOp], chunk_bytes: Sequence[float], kept: Sequence[float]) -> Held:
     """What ``ops`` hold where their stash first reaches its largest (``chunk_bytes[c]`` stashed
     by chunk c's forward, ``kept[c]`` of it left by a B until its W; as activation_walk counts
-    them, without transients)."""
+    them, without transients). An F&B pair's two chunk passes both count as held at the pair's
+    peak: each holds part of its stash there (the walk moves their layers in turn)."""
     live = best = 0.0
     forward = for_weights = 0
     held = Held()

@@ -16,6 +16,7 @@ from simcluster.context import Context
 from simcluster.engine.plan import (
     chunk_grad_transient,
     chunk_reduction_copies,
+    chunk_stash_shares,
     cp_working,
     drain_buffers,
     head_deferral,
@@ -36,7 +37,7 @@ from simcluster.memory import (
 )
 from simcluster.parallelism.data import reduction_working_bytes
 from simcluster.peak_parts import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, STASH, WEIGHT_GRADS
-from simcluster.stash import stash_change
+from simcluster.stash import pair_steps, stash_change, unit_moves
 from simcluster.tp_overlap_buffers import run_buffer_bytes
 
 
@@ -48,6 +49,20 @@ class WalkPeak:
     bytes: float
     part: str
     stash: float
+
+
+@dataclass
+class _PairStates:
+    """Where an F&B pair's stash stood (bytes) for the transients its ops hold: at its start,
+    at its highest, after its first move (a backward's start sees at most that: the forward's
+    first unit), and the highest a backward's end can see (the start, after any backward move,
+    or after the forward's units left when the backward has none: whatever the forward has
+    not caught up with)."""
+
+    start: float
+    top: float
+    after_first: float
+    after_backward: float
 
 
 @dataclass
@@ -92,6 +107,22 @@ class _Walk:
             self.over(g_end, WEIGHT_GRADS)
             self.defer(op, deferred)
 
+    def pair(self, moves: list[tuple[str, float]]) -> _PairStates:
+        """An F&B pair's unit moves (("F" or "B", bytes), in ``stash.pair_steps``' order) made
+        on the stash, each a point of the timeline; what the pair's transients sit on."""
+        start = self.live
+        states = _PairStates(start=start, top=start, after_first=start, after_backward=start)
+        last_backward = max((k for k, (who, _) in enumerate(moves) if who == "B"), default=-1)
+        for k, (who, change) in enumerate(moves):
+            self.live += change
+            self.over(0.0, STASH)
+            states.top = max(states.top, self.live)
+            if k == 0:
+                states.after_first = self.live
+            if who == "B" or k > last_backward:
+                states.after_backward = max(states.after_backward, self.live)
+        return states
+
     def defer(self, op: Any, deferred: tuple[int, int, float]) -> None:
         """After a W or BW: Megatron's deferred LM-head weight-gradient buffer of ``deferred``
         (chunk, count, bytes) kept, for that chunk's microbatches below count."""
@@ -110,6 +141,7 @@ def walk_peak(
     copies: Sequence[Sequence[tuple[float, float]]] | None = None,
     copies_at: str = "end",
     deferred: tuple[int, int, float] = (-1, 0, 0.0),
+    shares: Sequence[Sequence[float]] | None = None,
 ) -> WalkPeak:
     """Peak stashed activation bytes over one stage's op order, with what sets it.
 
@@ -122,32 +154,107 @@ def walk_peak(
     weight gradients of its W or BW (simcluster.grad_lifetime), on the stash at that op's start
     and at its end; ``copies[c]`` by chunk c's gradient buckets' flat copies and casts, each
     (share, bytes) (``engine.plan.chunk_reduction_copies``), made in each W or BW (``copies_at``
-    ``every``) or its last one (``last``) when ``share`` of the op's stash change is made (at
-    the op's start in an F&B pair, whose stash moves whole at its edges), or after the last op
-    (``end``; ``engine.plan.reduction_copies_at``). The engine tracks the same stash along the
-    simulated timeline. ``deferred`` (chunk, count, bytes: ``engine.plan.head_deferral``) adds
-    the bytes at the end of each W or BW of that chunk for microbatches below count, Megatron's
-    deferred LM-head weight-gradient buffers, freed by the drain after the last op.
+    ``every``) or its last one (``last``) when ``share`` of the op's stash change is made, or
+    after the last op (``end``; ``engine.plan.reduction_copies_at``). The engine tracks the
+    same stash along the simulated timeline. ``deferred`` (chunk, count, bytes:
+    ``engine.plan.head_deferral``) adds the bytes at the end of each W or BW of that chunk for
+    microbatches below count, Megatron's deferred LM-head weight-gradient buffers, freed by the
+    drain after the last op.
+
+    An F&B pair (a backward marked ``overlap`` after a forward) moves its stash unit by unit in
+    the host's order of their layers (``stash.pair_steps``), ``shares[c]`` being chunk c's
+    stash built up over its units (``memory.stash_cumulative_shares``; default: one unit); its
+    ops' transients sit on the highest stash the engine can reach while each is held
+    (:class:`_PairStates`), so with them the walk is an upper bound of the timeline.
     """
-    kept = chunk_bytes if wgrad_bytes is None else wgrad_bytes
-    w = _Walk()
-    last = {op.chunk: i for i, op in enumerate(ops) if op.kind in ("W", "BW")}
-    for i, op in enumerate(ops):
-        change = stash_change(op.kind, chunk_bytes[op.chunk], kept[op.chunk])
-        if copies and _copies_made(op, i, copies_at, last):
-            paired = op.overlap or (i + 1 < len(ops) and ops[i + 1].overlap)
-            for share, size in copies[op.chunk]:
-                w.over(size, BUCKET_COPY, w.live + (0.0 if paired else change * share))
-        fwd, bwd = working[op.chunk] if working else (0.0, 0.0)
-        g_start, g_end = grads[op.chunk] if grads else (0.0, 0.0)
+    walk = _StageWalk(
+        ops, chunk_bytes, chunk_bytes if wgrad_bytes is None else wgrad_bytes, transient, working, grads,
+        copies, copies_at, deferred, shares,
+    )  # fmt: skip
+    return walk.run()
+
+
+@dataclass
+class _StageWalk:
+    """:func:`walk_peak`'s inputs, and the walk over them."""
+
+    ops: Sequence[Any]
+    chunk_bytes: Sequence[float]
+    kept: Sequence[float]
+    transient: Sequence[float] | None
+    working: Sequence[tuple[float, float]] | None
+    grads: Sequence[tuple[float, float]] | None
+    copies: Sequence[Sequence[tuple[float, float]]] | None
+    copies_at: str
+    deferred: tuple[int, int, float]
+    shares: Sequence[Sequence[float]] | None
+    w: _Walk = field(default_factory=_Walk)
+
+    def run(self) -> WalkPeak:
+        """Walk the ops, then the drain and the step end's copies."""
+        last = {op.chunk: i for i, op in enumerate(self.ops) if op.kind in ("W", "BW")}
+        i = 0
+        while i < len(self.ops):
+            op = self.ops[i]
+            nxt = self.ops[i + 1] if i + 1 < len(self.ops) else None
+            if nxt is not None and nxt.overlap and op.kind == "F" and nxt.kind in ("B", "BW"):
+                self.pair(op, nxt, _copies_made(nxt, i + 1, self.copies_at, last))
+                i += 2
+                continue
+            self.single(op, _copies_made(op, i, self.copies_at, last))
+            i += 1
+        w, copies = self.w, self.copies
+        w.live -= self.deferred[1] * self.deferred[2]  # the drain, before the step end's reductions
+        if copies and self.copies_at == "end":
+            w.over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
+        return w.top
+
+    def change(self, op: Any) -> float:
+        """The op's whole stash change (``stash.stash_change``)."""
+        return stash_change(op.kind, self.chunk_bytes[op.chunk], self.kept[op.chunk])
+
+    def single(self, op: Any, copies_made: bool) -> None:
+        """One op alone: its stash change with its transients."""
+        w, change = self.w, self.change(op)
+        if copies_made and self.copies:
+            for share, size in self.copies[op.chunk]:
+                w.over(size, BUCKET_COPY, w.live + change * share)
+        fwd, bwd = self.working[op.chunk] if self.working else (0.0, 0.0)
         if op.kind == "F":
-            w.forward(change, transient[op.chunk] if transient else 0.0, fwd)
-            continue
-        w.backward(op, change, bwd, g_start, g_end, deferred)
-    w.live -= deferred[1] * deferred[2]  # the drain, before the step end's reductions
-    if copies and copies_at == "end":
-        w.over(max((size for chunk in copies for _, size in chunk), default=0.0), BUCKET_COPY)
-    return w.top
+            w.forward(change, self.transient[op.chunk] if self.transient else 0.0, fwd)
+            return
+        g_start, g_end = self.grads[op.chunk] if self.grads else (0.0, 0.0)
+        w.backward(op, change, bwd, g_start, g_end, self.deferred)
+
+    def pair(self, f: Any, b: Any, copies_made: bool) -> None:
+        """An F&B pair: their units' moves in the host's order, their transients on the stash
+        each can see (:class:`_PairStates`)."""
+        w = self.w
+        f_moves = unit_moves("F", self.change(f), self.unit_shares(f.chunk))
+        b_moves = unit_moves(b.kind, self.change(b), self.unit_shares(b.chunk))
+        moves = {"F": f_moves, "B": b_moves}
+        at = w.pair([(who, moves[who][i]) for who, i in pair_steps(len(f_moves), len(b_moves))])
+        loss = self.transient[f.chunk] if self.transient else 0.0
+        fwd = self.working[f.chunk][0] if self.working else 0.0
+        w.over(max(loss, fwd), LOSS_LOGITS if loss >= fwd else CP_ATTENTION, at.top)
+        bwd = self.working[b.chunk][1] if self.working else 0.0
+        g_start, g_end = self.grads[b.chunk] if self.grads else (0.0, 0.0)
+        w.over(bwd, CP_ATTENTION, at.after_first)
+        if b.kind == "BW":
+            w.over(g_start, WEIGHT_GRADS, at.after_first)
+            w.over(g_end, WEIGHT_GRADS, at.after_backward)
+        if copies_made and self.copies:
+            for _, size in self.copies[b.chunk]:
+                w.over(size, BUCKET_COPY, at.top)
+        chunk, count, size = self.deferred
+        if b.kind == "BW" and b.chunk == chunk and b.microbatch < count:
+            # kept from the backward's end, beside whatever the forward had still to move
+            w.over(size, STASH, at.top)
+            w.live += size
+
+    def unit_shares(self, chunk: int) -> Sequence[float]:
+        """Chunk ``chunk``'s stash built up over its units (one unit by default)."""
+        return self.shares[chunk] if self.shares else (1.0,)
 
 
 def _copies_made(op: Any, index: int, copies_at: str, last: dict[int, int]) -> bool:
@@ -178,9 +285,11 @@ def memory_by_stage(ctx: Context) -> list[StageMemory]:
         working = [cp_working(ctx, ch) for ch in chunks]
         grads = [chunk_grad_transient(ctx, ch) for ch in chunks]
         copies = chunk_reduction_copies(ctx, stage, chunks)
+        shares = [chunk_stash_shares(ctx, ch) for ch in chunks]
         top = walk_peak(
-            orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks)
-        )
+            orders[stage], cb, kept, loss, working, grads, copies, reduction_copies_at(ctx), head_deferral(ctx, chunks),
+            shares,
+        )  # fmt: skip
         held = held_at_peak(orders[stage], cb, kept)
         mem = stage_memory(ctx.model, lay, training, stage, chunks, top.bytes, buffers, ctx.profile.gpu.compute_capability)
         mem = replace(mem, other_bytes=mem.other_bytes + drain_buffers(ctx, chunks))
@@ -270,9 +379,9 @@ def timeline_fault(ctx: Context, memory: Any, peaks: Sequence[float]) -> str | N
     """What is wrong with a simulated memory timeline (``SimResult.memory`` and its per-stage
     peaks), None when it is sound: no stage's stash below zero, every stash freed by the step's
     end, and each stage's peak the one :func:`memory_by_stage` walks from the schedule order (at
-    most that with F&B pairs, which interleave: the walk counts a pair's F whole before its B
-    frees anything, an upper bound the timeline can stay under). The fuzzer and the random-layout
-    tests hold every simulation to it."""
+    most that with F&B pairs: the walk takes their stash moves in the same order as the engine,
+    but puts their ops' transients on the highest stash each could see, an upper bound). The
+    fuzzer and the random-layout tests hold every simulation to it."""
     if len(memory) == 0:
         return None
     act = memory["activations"]

@@ -344,6 +344,18 @@ def _chunk_plan(builder: LayerBuilder, ctx: Context, chunk: Chunk) -> ChunkPlan:
     return cp
 
 
+def chunk_stash_shares(ctx: Context, chunk: Chunk) -> tuple[float, ...]:
+    """How a chunk's stash builds up over its forward units as the plan groups them
+    (``ChunkPlan.stash_shares``), without building the plan: FSDP1 gives the embedding and
+    the LM head units of their own (:func:`_units`)."""
+    units = chunk.unit_layers()
+    if ctx.layout.fsdp1_root and chunk.layer_indices and (chunk.embedding or chunk.head):
+        units = [[x] for x in chunk.layer_indices]
+        units = [*([[-1]] if chunk.embedding else []), *units, *([[HEAD]] if chunk.head else [])]
+    sc = ctx.scenario
+    return stash_cumulative_shares(ctx.model, ctx.layout, sc.training, chunk, units, sc.moe.padded_rows)
+
+
 def _deferred_count(ctx: Context) -> int:
     """Microbatches whose LM-head weight gradient waits for the flush (parallel.defer_head_wgrad)."""
     par = ctx.scenario.parallel

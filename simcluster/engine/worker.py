@@ -21,6 +21,7 @@ import simpy
 
 from simcluster.engine.dp_ops import DataParallelOps
 from simcluster.engine.offload import ActivationOffload
+from simcluster.engine.pair_ledger import PairLedger
 from simcluster.engine.pair_stream import FOLLOW, LEAD, Lane, PairStream
 from simcluster.engine.pipe_io import PipelineIO
 from simcluster.engine.plan import HEAD, ChunkPlan, StagePlan, Unit
@@ -30,7 +31,7 @@ from simcluster.parallelism.data import grad_reduce_bytes
 from simcluster.parallelism.segments import PHASE_KIND, Comm, Compute, Segment, Work
 from simcluster.pipeline_p2p_overlap import send_blocks, waits_at_turns
 from simcluster.schedules import PipeOp
-from simcluster.stash import freed_share, stash_change
+from simcluster.stash import freed_share, stash_change, unit_moves
 
 __all__ = ["GRAD_ZERO", "Worker"]
 
@@ -385,9 +386,10 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._wait_inputs(op)
                 yield from self._wait_inputs(pair)
                 stream = PairStream.open(env)
+                ledger = self._pair_ledger(op, pair)
                 procs = [
-                    env.process(self._execute(op, previous, Lane(stream, FOLLOW))),
-                    env.process(self._execute(pair, previous, Lane(stream, LEAD))),
+                    env.process(self._execute(op, previous, Lane(stream, FOLLOW), ledger)),
+                    env.process(self._execute(pair, previous, Lane(stream, LEAD), ledger)),
                 ]
                 yield procs[0] & procs[1]
                 sends = [self._send_outputs(x) for x in (op, pair)]
@@ -505,12 +507,27 @@ class Worker(PipelineIO, DataParallelOps):
             if not ev.triggered:
                 yield ev
 
+    def _pair_ledger(self, forward: PipeOp, backward: PipeOp) -> PairLedger:
+        """The stash moves of an F&B pair's units, made in the host's order (pair_ledger.py)."""
+        f, b = self.plan.chunks[forward.chunk], self.plan.chunks[backward.chunk]
+        return PairLedger.open(
+            unit_moves("F", _stash_delta("F", f), f.stash_shares),
+            unit_moves(backward.kind, _stash_delta(backward.kind, b), b.stash_shares),
+            self._move_stash,
+        )
+
+    def _move_stash(self, nbytes: float) -> None:
+        """Add ``nbytes`` to the stash and record it."""
+        self.activations += nbytes
+        self._memory()
+
     def _execute(
-        self, op: PipeOp, previous: PipeOp | None, lane: Lane | None = None
+        self, op: PipeOp, previous: PipeOp | None, lane: Lane | None = None, ledger: PairLedger | None = None
     ) -> Generator:
         """Run one pipeline op: its chunk's units in order, each with its gathers, stash moves,
-        offload copies and gradient hooks around its compute."""
-        run = self._op_run(op, previous, lane)
+        offload copies and gradient hooks around its compute; an F&B pair's two ops share
+        ``lane``'s stream and ``ledger``'s stash moves."""
+        run = self._op_run(op, previous, ledger)
         self._before_units(op, previous, run)
         units = run.units
         for i, unit in enumerate(units):
@@ -521,7 +538,7 @@ class Worker(PipelineIO, DataParallelOps):
             yield from self._unit_outputs(op, run, i, lane)
         yield from self._after_units(op, run, lane)
 
-    def _op_run(self, op: PipeOp, previous: PipeOp | None, lane: Lane | None) -> _OpRun:
+    def _op_run(self, op: PipeOp, previous: PipeOp | None, ledger: PairLedger | None) -> _OpRun:
         """What the op's units read: its chunk plan and units, and how the layout treats them."""
         cplan = self.plan.chunks[op.chunk]
         layout = self.shared.ctx.layout
@@ -549,9 +566,8 @@ class Worker(PipelineIO, DataParallelOps):
             deferred=layout.zero3_deferred_sync,
             last_mb=last_mb,
             # a layer's activations are saved as its forward runs and freed as its backward
-            # does; a pair's F and B interleave, so their stash moves whole at the op's edges
-            # (as the memory walk counts it, an upper bound)
-            per_unit=lane is None,
+            # does; a pair's F and B move them in the host's order of their layers
+            ledger=ledger,
             stash_from=self.activations,
             stash_delta=_stash_delta(op.kind, cplan),
             skip=self._zero3_skip(cplan, op, resident),
@@ -565,9 +581,6 @@ class Worker(PipelineIO, DataParallelOps):
             self._cp_working(cplan, op.kind)
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[0])
-        if op.kind == "F" and not run.per_unit:
-            self.activations += cplan.activation_bytes
-            self._memory()
         if (
             self.shared.ctx.layout.zero3_keep_after_backward
             and op.kind == "F"
@@ -591,8 +604,11 @@ class Worker(PipelineIO, DataParallelOps):
             yield from self._zero3_gather(run.units, i, op, skip=run.skip, lane=lane)
         elif op.kind == "F":
             yield from self._wait_param_gather(op.chunk, run.units[i])
-        if run.per_unit and op.kind == "F":
-            self._stash(run.stash_from, run.stash_delta, run.cplan.stash_shares[i])
+        if op.kind == "F":
+            if run.ledger is not None:
+                run.ledger.reach("F", i)
+            else:
+                self._stash(run.stash_from, run.stash_delta, run.cplan.stash_shares[i])
 
     def _unit_compute(self, op: PipeOp, run: _OpRun, unit: Unit, lane: Lane | None) -> Generator:
         """The unit's segments, with the loss's transient memory and, where buckets close on
@@ -621,8 +637,11 @@ class Worker(PipelineIO, DataParallelOps):
         """After unit ``i`` computes: the stash its backward frees, its activations' copy out,
         and its gradients' reductions."""
         unit = run.units[i]
-        if run.per_unit and op.kind != "F":
-            self._stash(run.stash_from, run.stash_delta, freed_share(run.cplan.stash_shares, i))
+        if op.kind != "F":
+            if run.ledger is not None:
+                run.ledger.reach("B", i)
+            else:
+                self._stash(run.stash_from, run.stash_delta, freed_share(run.cplan.stash_shares, i))
         if run.offloaded and op.kind == "F":
             self._offload_after(op, unit, run.offloaded)
         zero3, pipelined = run.zero3, run.pipelined
@@ -652,9 +671,6 @@ class Worker(PipelineIO, DataParallelOps):
                 yield from self._synchronize_reductions(host=sync == "host")
         if lane is not None:
             lane.finish()
-        if op.kind != "F" and not run.per_unit:
-            self.activations += run.stash_delta  # the partner's F may have moved it meanwhile
-            self._memory()
         if op.kind in ("W", "BW"):
             self._grad_transient(cplan.grad_transient_bytes[1])
         if run.head_deferred:  # a W or BW (cplan.deferred has no other phase)
@@ -714,7 +730,7 @@ class _OpRun:
     pipelined: bool  # ZeRO-3 under torch.distributed.pipelining (post-backward per stage)
     deferred: bool  # FSDP2: only the last microbatch reduce-scatters
     last_mb: bool  # the op's gradients are reduced now (its chunk's last backward, or ZeRO-2)
-    per_unit: bool  # the stash moves unit by unit (not a paired op's, which moves whole)
+    ledger: PairLedger | None  # an F&B pair's stash moves (None: the op moves its own)
     stash_from: float  # the stash at the op's start
     stash_delta: float  # how the whole op changes it
     skip: int  # a backward's first units still gathered from its forward (_zero3_skip)
