@@ -55,9 +55,8 @@ class WalkPeak:
 class _PairStates:
     """Where an F&B pair's stash stood (bytes) for the transients its ops hold: at its start,
     at its highest, after its first move (a backward's start sees at most that: the forward's
-    first unit), and the highest a backward's end can see (the start, after any backward move,
-    or after the forward's units left when the backward has none: whatever the forward has
-    not caught up with)."""
+    first unit), and the highest a backward's end can see (where the moves can stop once the
+    backward has made its own: before a forward move, or at the end)."""
 
     start: float
     top: float
@@ -111,15 +110,19 @@ class _Walk:
         """An F&B pair's unit moves (("F" or "B", bytes), in ``stash.pair_steps``' order) made
         on the stash, each a point of the timeline; what the pair's transients sit on."""
         start = self.live
-        states = _PairStates(start=start, top=start, after_first=start, after_backward=start)
-        last_backward = max((k for k, (who, _) in enumerate(moves) if who == "B"), default=-1)
-        for k, (who, change) in enumerate(moves):
+        # once the backward has made its units, the moves stop only before a forward move the
+        # forward has not reached, or at the end; before the first only for a backward of one
+        # unit, which has no turn to wait for (one of more units hands the stream over and
+        # waits for the forward's first part, which makes its first move)
+        single = sum(1 for who, _ in moves if who == "B") == 1
+        states = _PairStates(start, start, start, start if single else float("-inf"))
+        for k, (_, change) in enumerate(moves):
             self.live += change
             self.over(0.0, STASH)
             states.top = max(states.top, self.live)
             if k == 0:
                 states.after_first = self.live
-            if who == "B" or k > last_backward:
+            if k + 1 == len(moves) or moves[k + 1][0] == "F":
                 states.after_backward = max(states.after_backward, self.live)
         return states
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from simcluster.engine.pair_ledger import PairLedger
-from simcluster.memory_report import LOSS_LOGITS, STASH, walk_peak
-from simcluster.schedules import ScheduleSpec, get_schedule
+from simcluster.memory_report import LOSS_LOGITS, STASH, WEIGHT_GRADS, walk_peak
+from simcluster.schedules import PipeOp, ScheduleSpec, get_schedule
 from simcluster.schedules.ep_overlap import pair_orders
 from simcluster.stash import pair_steps, unit_moves
 
@@ -62,3 +62,14 @@ def test_the_loss_copies_sit_on_the_pairs_highest_stash():
     # puts the logits on the highest stash the pair reaches, an upper bound
     top = walk_peak(_one_stage(), [4.0], transient=[0.5], shares=[(0.25, 0.5, 0.75, 1.0)])
     assert (top.bytes, top.part, top.stash) == (5.5, LOSS_LOGITS, 5.0)
+
+
+def test_a_backwards_end_sees_the_stash_where_the_moves_can_stop():
+    # F of chunk 1 (one unit of 4.0) paired with BW of chunk 0 (four units of 1.0): the moves
+    # run F0 B0 B1 B2 B3 (8, 7, 6, 5, 4). Once the backward has made its four units nothing
+    # holds the ledger before the end, so its 16-bit gradients (5.0 at its end) sit on 4.0,
+    # not on the 7.0 left after its first unit
+    ops = [PipeOp("F", 0, 0), PipeOp("F", 0, 1), PipeOp("BW", 0, 0, True), PipeOp("BW", 0, 1)]
+    shares = [(0.25, 0.5, 0.75, 1.0), (1.0,)]
+    top = walk_peak(ops, [4.0, 4.0], grads=[(0.0, 5.0), (0.0, 0.0)], shares=shares)
+    assert (top.bytes, top.part, top.stash) == (9.0, WEIGHT_GRADS, 4.0)
