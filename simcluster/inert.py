@@ -417,6 +417,8 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
     if tr.fp4_param:
         return ("with training.fp4_param", "NVFP4 parameters are never cast, so nothing is cached")
     cc = ctx.profile.gpu.compute_capability
+    if fp8_weights.requantises_mxfp8_parameters(tr, layout, cc):
+        return ("with training.fp8_param_gather", "MXFP8 parameters are quantised once a step after their gather")
     if tr.precision == "fp8" and tr.fp8_param_gather and not fp8_weights.transposes_fp8_parameters(tr, cc):
         return ("with training.fp8_param_gather", "FP8 parameters are used as they are, with no cast to cache")
     return None

@@ -67,3 +67,21 @@ def test_fp8_parameters_need_fp8_training():
     with pytest.raises(UserError) as err:
         build_context(scenario_from_dict(data))
     assert err.value.field == "training.fp8_param_gather"
+
+
+def test_mxfp8_parameters_are_gathered_in_16_bits_blockwise_hopper_ones_in_fp8():
+    """MXFP8 parameters cannot be mapped into Megatron-Core's flat parameter buffer, so its
+    distributed optimizer all-gathers the 16-bit copy aliased on the gradient buffer and each
+    rank quantises again (reuse_grad_buf_for_mxfp8_param_ag; Megatron-LM pull request 4987:
+    "the all-gather ships bf16"); Hopper's 1 x 128 blockwise ones are gathered as FP8."""
+    def blackwell(**training):
+        data = _fp8(1, fp8_recipe="block", **training)
+        data["cluster"]["hardware"] = "dgx-b200"
+        return data
+
+    plain = _gathers(blackwell(), "param_all_gather")
+    mx = _gathers(blackwell(fp8_param_gather=True), "param_all_gather")
+    assert mx["bytes"].sum() == pytest.approx(plain["bytes"].sum(), rel=1e-12)
+    hopper = _gathers(_fp8(1, fp8_recipe="block", fp8_param_gather=True), "param_all_gather")
+    hopper_plain = _gathers(_fp8(1, fp8_recipe="block"), "param_all_gather")
+    assert hopper["bytes"].sum() < 0.6 * hopper_plain["bytes"].sum()

@@ -125,3 +125,22 @@ def test_the_memory_report_names_the_copies(capsys):
     assert memory_summary(b200)["fp8_weight_bytes"] == pytest.approx(-weights, rel=1e-12)
     assert main(["memory", "llama3-8b-8xh100", "--set", "training.precision=fp8"]) == 0
     assert "quantised weight copies: 13.00 GiB" in capsys.readouterr().out
+
+
+def test_mxfp8_parameters_are_quantised_again_once_a_step():
+    """Megatron-Core gathers MXFP8 parameters in 16 bits and every rank quantises each weight
+    from them in both directions after the gather (DistributedDataParallel.start_param_sync:
+    "The parameters are cast from bf16 to MXFP8 during copy"; Megatron-LM pull request 4987):
+    once a step, 2 + 1 + 1 B per element and one kernel each, 1/M of it per microbatch, as a
+    cached cast of 16-bit weights is, and whatever the transpose cache says."""
+    mx = _data("dgx-b200", fp8_recipe="block", fp8_param_gather=True)
+    cached_16bit = _data("dgx-b200", fp8_recipe="block")
+    assert _forward(mx) == pytest.approx(_forward(cached_16bit), rel=1e-12)
+    uncached = {**mx, "training": {**mx["training"], "fp8_weight_cache": False}}
+    assert _forward(uncached) == pytest.approx(_forward(mx), rel=1e-12)
+    # their memory: both directions (1 B each) and a scale per 32 each in place of the 2 B
+    # 16-bit weight, with the cache or without
+    both, weights = _params_and_weights(mx)
+    one, _ = _params_and_weights(uncached)
+    plain, _ = _params_and_weights(_data("dgx-b200", fp8_recipe="block", fp8_weight_cache=False))
+    assert both == one and both - plain == pytest.approx(2 / 32 * weights, rel=1e-12)

@@ -111,3 +111,17 @@ def test_megatron_frameworks_and_the_default_charge_the_tail():
         if framework:
             doc["framework"] = framework
         assert scenario_from_dict(doc).training.step_tail == "megatron"
+
+
+def test_mxfp8_parameters_have_no_fp8_pass_in_the_tail():
+    """Megatron-Core's distributed optimizer copies the updated shard of MXFP8 parameters into
+    the 16-bit buffer it all-gathers (reuse_grad_buf_for_mxfp8_param_ag), as for 16-bit
+    parameters: no TransformerEngine pass over the FP8 weights (cast_master_weights_to_fp8)."""
+    from simcluster.parallelism.step_tail import stage_tail_seconds
+
+    def tail(**training) -> float:
+        ctx = build_context(scenario_from_dict(_doc(**training)))
+        return stage_tail_seconds(ctx, ctx.chunks[0], 1)
+
+    assert tail(fp8_recipe="block") == pytest.approx(tail(fp8_recipe="block", fp8_param_gather=False), rel=1e-12)
+    assert tail(fp8_recipe="current") > tail(fp8_recipe="current", fp8_param_gather=False)

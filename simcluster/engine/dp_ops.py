@@ -21,6 +21,7 @@ from simcluster.parallelism.data import (
     grad_wire_bytes,
     param_bytes,
 )
+from simcluster.parallelism.fp8_weights import requantises_mxfp8_parameters
 from simcluster.parallelism.segments import PHASE_KIND, Work
 from simcluster.parallelism.zero3_coordinator import coordinated, knob, prefetch_window
 from simcluster.parallelism.zeropp import GradientAllToAll, WeightGather
@@ -293,7 +294,9 @@ class DataParallelOps:
         self.reductions.append(self._last_ar)
 
     def _gather_bucket(self, bucket: Any) -> Generator:
-        nbytes = gather_bytes(self.shared.ctx.scenario, bucket.params, bucket.layer_params)
+        ctx = self.shared.ctx
+        mxfp8 = requantises_mxfp8_parameters(ctx.scenario.training, ctx.layout, ctx.profile.gpu.compute_capability)
+        nbytes = gather_bytes(ctx.scenario, bucket.params, bucket.layer_params, fp8_on_wire=not mxfp8)
         yield from self.shared.comms.collective(
             self.rank,
             self.stage,

@@ -116,14 +116,15 @@ def param_bytes(scenario: Scenario) -> float:
 FP8_PARAM_BYTES = {"delayed": 1.0, "current": 1.0, "block": 1.0 + 1.0 / 32}
 
 
-def gather_bytes(scenario: Scenario, params: float, layer_params: float) -> float:
+def gather_bytes(scenario: Scenario, params: float, layer_params: float, fp8_on_wire: bool = True) -> float:
     """Bytes of a parameter all-gather's output for ``params`` parameters, ``layer_params`` of
     them transformer-layer weights: those in FP8 with ``training.fp8_param_gather`` (Megatron-Core
-    keeps them as TransformerEngine FP8 tensors and its distributed optimizer gathers those),
-    everything else at :func:`param_bytes`."""
+    keeps them as TransformerEngine FP8 tensors and its distributed optimizer gathers those)
+    unless ``fp8_on_wire`` is False (MXFP8 parameters, gathered in 16 bits:
+    ``fp8_weights.requantises_mxfp8_parameters``), everything else at :func:`param_bytes`."""
     tr = scenario.training
     per = param_bytes(scenario)
-    layer = FP8_PARAM_BYTES[tr.fp8_recipe] if tr.fp8_param_gather else per
+    layer = FP8_PARAM_BYTES[tr.fp8_recipe] if tr.fp8_param_gather and fp8_on_wire else per
     return layer_params * layer + (params - layer_params) * per
 
 

@@ -20,9 +20,19 @@ take K-major operands only); on datacenter Blackwell one copy under a per-tensor
 directions under block scales. With FP8 parameters (``training.fp8_param_gather``) the weight
 is an FP8 tensor already, stored at 1 B where a 16-bit one takes 2 (Megatron-Core's parameter
 buffer is uint8 for them): only Hopper's transpose is made, once per step after the optimizer
-refreshed the data (``Float8Tensor.update_usage`` -> ``_create_transpose``); MXFP8 parameters
-hold both directions (ASSUMPTION: the optimizer's cast writes both, as an ``MXFP8Tensor`` with
-both usages quantises; how Megatron gathers the column-wise half was not read).
+refreshed the data (``Float8Tensor.update_usage`` -> ``_create_transpose``).
+
+MXFP8 parameters (block scales on datacenter Blackwell) hold both directions, and Megatron-Core
+cannot map them into its flat parameter buffer (TransformerEngine's ``replace_raw_data`` has no
+MXFP8 tile layout), so its distributed optimizer copies the updated 16-bit shard into a 16-bit
+buffer aliased on the idle gradient buffer (``--reuse-grad-buf-for-mxfp8-param-ag``, which
+Megatron-Bridge's ``bf16_with_mxfp8_mixed`` and Megatron-LM's MXFP8 recipes set), all-gathers
+it in 16 bits, and every rank quantises each of its weights from it in both directions
+(``DistributedDataParallel.start_param_sync`` / ``finish_param_sync``: ``param.data.copy_``,
+"The parameters are cast from bf16 to MXFP8 during copy"; Megatron-LM pull request 4987: "the
+all-gather ships bf16 and then quantizes back to MXFP8 in place on every rank"): a cast of
+every local weight once per step, where the first microbatch's forward gathers them, and no
+FP8 pass in the optimizer's tail (:func:`requantises_mxfp8_parameters`).
 
 NVFP4 parameters (``training.fp4_param``, a LoRA run's frozen weights quantised once, as
 Megatron-Core's ``fp4_param`` builds them and MLPerf v5.1's LoRA callback replaces each 16-bit
@@ -65,6 +75,21 @@ def transposes_fp8_parameters(training: TrainingSection, compute_capability: flo
     )
 
 
+def requantises_mxfp8_parameters(training: TrainingSection, layout: Layout, compute_capability: float | None) -> bool:
+    """Whether the FP8 parameters are MXFP8 ones that Megatron-Core's distributed optimizer
+    all-gathers in 16 bits and every rank quantises again after the gather (the module's
+    docstring): block scales on datacenter Blackwell, ZeRO 1-2 (Megatron FSDP's gathers are not
+    read: left at FP8 bytes), trained weights (a LoRA run's frozen ones are never gathered)."""
+    return (
+        training.precision == "fp8"
+        and training.fp8_param_gather
+        and training.fp8_recipe == "block"
+        and (compute_capability or 0.0) >= 10.0
+        and layout.zero < 3
+        and layout.lora is None
+    )
+
+
 def forward_cast_seconds(
     km: KernelModel, training: TrainingSection, layout: Layout, weights: list[float], dtype: str | None = None
 ) -> float:
@@ -75,10 +100,14 @@ def forward_cast_seconds(
     dtype = dtype or km.gemm_dtype
     if not applies(training, layout) or dtype not in QUANTISED or training.fp4_param:
         return 0.0  # NVFP4 parameters are frozen NVFP4 tensors: nothing to cast
+    cc = km.profile.gpu.compute_capability
+    if training.fp8_param_gather and dtype == "fp8" and requantises_mxfp8_parameters(training, layout, cc):
+        # quantised from the 16-bit gather once a step, whatever the transpose cache says
+        return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0) / layout.microbatches
     if training.fp8_param_gather:
         if layout.lora is not None and training.fp8_weight_cache:
             return 0.0  # frozen FP8 weights: their cached transposes never go stale
-        if dtype != "fp8" or not transposes_fp8_parameters(training, km.profile.gpu.compute_capability):
+        if dtype != "fp8" or not transposes_fp8_parameters(training, cc):
             return 0.0
         seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
     else:
@@ -99,6 +128,8 @@ def cached_bytes_per_weight(training: TrainingSection, compute_capability: float
     block = training.fp8_recipe == "block"
     scales = MXFP8_SCALE_BYTES if block and (compute_capability or 0.0) >= 10.0 else 0.0
     if training.fp8_param_gather:
+        if scales:
+            return 2.0 + scales - 2.0  # an MXFP8 parameter holds both directions, cache or not
         # without the cache (disable_parameter_transpose_cache) the transpose is made for each
         # microbatch and freed: only the 1 B parameter is kept
         return (2.0 if two_way and training.fp8_weight_cache else 1.0) + scales - 2.0

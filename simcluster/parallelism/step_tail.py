@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from simcluster.model import ModelSpec
 from simcluster.parallelism.data import adapter_tensors
+from simcluster.parallelism.fp8_weights import requantises_mxfp8_parameters
 from simcluster.parallelism.unpack import attention_linears, stage_tensors
 from simcluster.placement import Chunk
 
@@ -137,7 +138,10 @@ def stage_tail_seconds(ctx: Context, chunks: list[Chunk], buckets: int) -> float
         tensors, fp8 = len(adapter_tensors(ctx.model, layout)) * layers, 0
     else:
         tensors = stage_tensors(ctx.model, chunks)
-        fp8 = stage_fp8_weights(ctx.model, chunks) if (tr.fp8_param_gather or tr.fp4_param) else 0
+        # MXFP8 parameters: the 16-bit shard is copied back as for 16-bit parameters and
+        # quantised after the gather (fp8_weights.requantises_mxfp8_parameters), no FP8 pass
+        mxfp8 = requantises_mxfp8_parameters(tr, layout, ctx.profile.gpu.compute_capability)
+        fp8 = stage_fp8_weights(ctx.model, chunks) if ((tr.fp8_param_gather and not mxfp8) or tr.fp4_param) else 0
     sharded = layout.zero >= 1
     local = local_tensors(tensors, layout.zero_group if sharded else 1, buckets)
     fp8_local = fp8 * local / tensors if tensors else 0.0
