@@ -30,7 +30,8 @@ Megatron-Bridge's ``bf16_with_mxfp8_mixed`` and Megatron-LM's MXFP8 recipes set)
 it in 16 bits, and every rank quantises each of its weights from it in both directions
 (``DistributedDataParallel.start_param_sync`` / ``finish_param_sync``: ``param.data.copy_``,
 "The parameters are cast from bf16 to MXFP8 during copy"; Megatron-LM pull request 4987: "the
-all-gather ships bf16 and then quantizes back to MXFP8 in place on every rank"): a cast of
+all-gather ships bf16 and then quantizes back to MXFP8 in place on every rank"; pull request
+6094: "the cast kernels are still one per param"): a cast of
 every local weight once per step, where the first microbatch's forward gathers them, and no
 FP8 pass in the optimizer's tail (:func:`requantises_mxfp8_parameters`).
 
