@@ -7,8 +7,9 @@ all-to-alls run under the other's compute (the "combined 1F1B" schedule). It req
 ``ep > 1`` and, with pipeline parallelism, the interleaved schedule (Megatron-Bridge
 ``comm_overlap`` validation: "if PP > 1, set virtual_pipeline_model_parallel_size"); without
 pipeline parallelism the forward of microbatch i+1 is combined with the backward of
-microbatch i, so two microbatches' activations are alive at once; with it, every rank runs
-one more warm-up forward than the schedule's own.
+microbatch i, so two microbatches' activations are alive at once, the backward's released
+layer by layer as the forward's are saved (about one microbatch and a layer: the engine's
+``pair_ledger.py``); with it, every rank runs one more warm-up forward than the schedule's own.
 
 Here the pairs are marked on the schedule's op orders (``PipeOp.overlap`` on the backward
 of each pair, as DualPipe's F&B pairs are); the engine runs a pair's two ops on one compute
@@ -31,7 +32,8 @@ def pair_forward_backward(ops: list[PipeOp]) -> list[PipeOp]:
     overlap_moe_expert_parallel_comm, we schedule one extra micro-batch forward step before
     the 1f1b stages ... to ensure the forward and backward computations are independent in
     all 1f1b steps" (``pipeline_parallel/schedules.py``); so every pair holds two different
-    microbatches (or chunks), and one more microbatch's activations are alive."""
+    microbatches (or chunks), and the extra warm-up forward keeps one more microbatch's
+    activations alive."""
     forwards = [op for op in ops if op.kind == "F"]
     backwards = [op for op in ops if op.kind in BACKWARD]
     if len(forwards) + len(backwards) != len(ops):
