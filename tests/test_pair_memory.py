@@ -73,3 +73,31 @@ def test_a_backwards_end_sees_the_stash_where_the_moves_can_stop():
     shares = [(0.25, 0.5, 0.75, 1.0), (1.0,)]
     top = walk_peak(ops, [4.0, 4.0], grads=[(0.0, 5.0), (0.0, 0.0)], shares=shares)
     assert (top.bytes, top.part, top.stash) == (9.0, WEIGHT_GRADS, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "zero3"),
+    [
+        ({"pp": 4, "schedule": "1f1b", "layers_per_stage": [0, 4, 4, 0]}, None),  # edge-only stages
+        ({"pp": 2, "schedule": "dualpipev"}, None),
+        ({"pp": 1, "zero": 3}, {"buffers": "flat"}),  # FSDP1: the embedding and head units apart
+    ],
+)
+def test_the_walks_unit_shares_are_the_plans(parallel, zero3):
+    """The memory walk moves a pair's stash by ``plan.chunk_stash_shares`` without building the
+    plan; the engine's ledger by the plan's own ``ChunkPlan.stash_shares``: the same numbers."""
+    from simcluster.context import build_context
+    from simcluster.engine.plan import build_plans, chunk_stash_shares, kernel_model
+    from simcluster.scenario import scenario_from_dict
+
+    doc = {
+        "name": "u", "model": {"layers": 8, "hidden": 1024, "heads": 16, "ffn": 4096, "vocab": 32000},
+        "cluster": {"hardware": "dgx-h100", "gpus": 8}, "parallel": parallel,
+        "training": {"seq_len": 1024, "micro_batch": 1, "global_batch": 16, "precision": "bf16"},
+    }  # fmt: skip
+    if zero3:
+        doc["zero3"] = zero3
+    ctx = build_context(scenario_from_dict(doc))
+    for plan, chunks in zip(build_plans(ctx, kernel_model(ctx)), ctx.chunks, strict=True):
+        for cplan, chunk in zip(plan.chunks, chunks, strict=True):
+            assert chunk_stash_shares(ctx, chunk) == cplan.stash_shares
