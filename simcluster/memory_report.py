@@ -112,8 +112,8 @@ class _Walk:
         start = self.live
         # once the backward has made its units, the moves stop only before a forward move the
         # forward has not reached, or at the end; before the first only for a backward of one
-        # unit, which has no turn to wait for (one of more units hands the stream over and
-        # waits for the forward's first part, which makes its first move)
+        # unit, which has no turn to wait for (a longer one hands the stream over and waits
+        # for the forward's first part, which makes the forward's first move)
         single = sum(1 for who, _ in moves if who == "B") == 1
         states = _PairStates(start, start, start, start if single else float("-inf"))
         for k, (_, change) in enumerate(moves):
