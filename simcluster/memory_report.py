@@ -53,12 +53,11 @@ class WalkPeak:
 
 @dataclass
 class _PairStates:
-    """Where an F&B pair's stash stood (bytes) for the transients its ops hold: at its start,
-    at its highest, after its first move (a backward's start sees at most that: the forward's
+    """Where an F&B pair's stash stood (bytes) for the transients its ops hold: at its
+    highest, after its first move (a backward's start sees at most that: the forward's
     first unit), and the highest a backward's end can see (where the moves can stop once the
     backward has made its own: before a forward move, or at the end)."""
 
-    start: float
     top: float
     after_first: float
     after_backward: float
@@ -115,7 +114,7 @@ class _Walk:
         # unit, which has no turn to wait for (a longer one hands the stream over and waits
         # for the forward's first part, which makes the forward's first move)
         single = sum(1 for who, _ in moves if who == "B") == 1
-        states = _PairStates(start, start, start, start if single else float("-inf"))
+        states = _PairStates(start, start, start if single else float("-inf"))
         for k, (_, change) in enumerate(moves):
             self.live += change
             self.over(0.0, STASH)

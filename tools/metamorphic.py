@@ -140,11 +140,10 @@ def _double_micro_batch(doc: Doc) -> bool:
     whole flush in flight (AFAB, GPipe) is in that case at any count (seed 9604, draw 4: GPT-NeoX
     20B under nanotron's AFAB on one stage, full recompute, 8 -> 4 microbatches, 1.1% lower: the
     16-bit weight gradients at the first backward's end sit on 7/8 of the stash, then on 3/4)."""
-    if _whole_flush_in_flight(doc):
+    # a cost-aware order is checked first: it plans with op times, costly to build twice
+    if _adaptive_memory(doc) or _whole_flush_in_flight(doc):
         return False
     doc["training"]["micro_batch"] = doc["training"].get("micro_batch", 1) * 2
-    if _adaptive_memory(doc):
-        return False
     try:
         ctx = build_context(scenario_from_dict(doc))
     except UserError:

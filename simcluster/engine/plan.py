@@ -414,14 +414,13 @@ def chunk_reduction_copies(ctx: Context, stage: int, chunks: list[Chunk]) -> lis
     out: list[list[tuple[float, float]]] = [[] for _ in chunks]
     if ctx.layout.zero == 3 or cast_buffer_bytes(ctx.scenario, ctx.layout, 1.0) == 0:
         return out
-    training, rows = ctx.scenario.training, ctx.scenario.moe.padded_rows
     closing: dict[tuple[int, int], list[Bucket]] = {}  # (chunk, backward unit) -> its buckets
     units = [chunk.unit_layers() for chunk in chunks]
     backward_unit = [{layer: i for i, layers in enumerate(reversed(mine)) for layer in layers} for mine in units]
     for b in stage_buckets(ctx, stage, chunks):
         closing.setdefault((b.chunk, backward_unit[b.chunk][b.ready_layer]), []).append(b)
     for c, chunk in enumerate(chunks):
-        shares = stash_cumulative_shares(ctx.model, ctx.layout, training, chunk, units[c], rows)
+        shares = chunk_stash_shares(ctx, chunk)
         for i in range(len(shares)):
             mine = closing.get((c, i), [])
             ahead = max((k for k, b in enumerate(mine) if b.early), default=-1)

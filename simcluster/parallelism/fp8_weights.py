@@ -102,7 +102,7 @@ def forward_cast_seconds(
     if not applies(training, layout) or dtype not in QUANTISED or training.fp4_param:
         return 0.0  # NVFP4 parameters are frozen NVFP4 tensors: nothing to cast
     cc = km.profile.gpu.compute_capability
-    if training.fp8_param_gather and dtype == "fp8" and requantises_mxfp8_parameters(training, layout, cc):
+    if dtype == "fp8" and requantises_mxfp8_parameters(training, layout, cc):
         # quantised from the 16-bit gather once a step, whatever the transpose cache says
         return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0) / layout.microbatches
     if training.fp8_param_gather:
