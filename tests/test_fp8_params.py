@@ -4,7 +4,7 @@ Megatron-Core's ``fp8_param_gather`` keeps TransformerEngine modules' weights as
 and its distributed optimizer all-gathers those (Megatron-Core ``DistributedOptimizer``: the
 parameter buffer holds the FP8 data); NeMo's ``bf16_with_fp8_mixed`` and Megatron-Bridge's
 ``bf16_with_fp8_current_scaling_mixed`` / ``bf16_with_mxfp8_mixed`` set it. The embedding, the
-LM head and the norms stay 16-bit. An FP8 element is 1 byte; MXFP8 adds one E8M0 scale per 32.
+LM head and the norms stay 16-bit. An FP8 element is 1 byte on the wire under every recipe (the scales are not gathered).
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def _gathers(data: dict, name: str):
 def test_wire_bytes_per_fp8_parameter():
     sc = scenario_from_dict(_fp8(1, fp8_param_gather=True))
     assert gather_bytes(sc, 1010.0, 1000.0) == pytest.approx(1000 * 1.0 + 10 * 2.0)
-    assert FP8_PARAM_BYTES["block"] == pytest.approx(1 + 1 / 32)
+    # the scales never travel, block scales included: Megatron-Core's parameter buffer holds the
+    # raw FP8 data, and TransformerEngine's cast_master_weights_to_fp8 gives every rank the full
+    # scales from an all-reduced amax (_cast_master_weights_to_fp8_blockwise_scaling: Step 2)
+    assert FP8_PARAM_BYTES == {"delayed": 1.0, "current": 1.0, "block": 1.0}
     plain = scenario_from_dict(_fp8(1))
     assert gather_bytes(plain, 1010.0, 1000.0) == pytest.approx(1010 * 2.0)
 

@@ -112,8 +112,11 @@ def param_bytes(scenario: Scenario) -> float:
     return 4.0 if tr.precision == "fp32" or (tr.autocast and not scenario.torch_fsdp) else 2.0
 
 
-#: an FP8 parameter on the wire: 1 B, plus MXFP8's E8M0 scale per 32 elements with block scaling
-FP8_PARAM_BYTES = {"delayed": 1.0, "current": 1.0, "block": 1.0 + 1.0 / 32}
+#: an FP8 parameter on the wire: 1 B under every recipe. The scales never travel: Megatron-Core's
+#: parameter buffers (its distributed optimizer's and Megatron FSDP's) hold only the raw FP8 data,
+#: and TransformerEngine's ``cast_master_weights_to_fp8`` gives every rank each weight's full
+#: scales (an amax all-reduce over the data-parallel group, then the cast of the local shard)
+FP8_PARAM_BYTES = {"delayed": 1.0, "current": 1.0, "block": 1.0}
 
 
 def gather_bytes(scenario: Scenario, params: float, layer_params: float, fp8_on_wire: bool = True) -> float:

@@ -101,8 +101,8 @@ class TrainingSection(SectionBase):
         description=(
             "FP8 parameters (Megatron-Core's fp8_param_gather, set by NeMo's and Megatron-Bridge's "
             "FP8 recipes): the transformer layers' weights are kept and all-gathered (ZeRO-1/2/3) "
-            "in FP8, 1 B per element (+1/32 for block scales) instead of 2; embeddings, the LM "
-            "head and norms stay 16-bit. MXFP8 ones (block scales on Blackwell, ZeRO 1-2) are "
+            "in FP8, 1 B per element instead of 2 (the scales stay local: every rank computes "
+            "them); embeddings, the LM head and norms stay 16-bit. MXFP8 ones (block scales on Blackwell, ZeRO 1-2) are "
             "gathered in 16 bits and quantised again on every rank once a step, as Megatron-Core does"
         ),
     )
