@@ -20,6 +20,7 @@ import numpy as np
 
 from simcluster import layout_checks as checks
 from simcluster.errors import UserError
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.frameworks.startup import check_framework_startup
 from simcluster.layout_checks import DIMS
 from simcluster.lora import Adapters
@@ -57,6 +58,9 @@ class Layout:
     # ZeRO-3 as PyTorch FSDP keeps its state, FSDP1 or FSDP2 (Scenario.torch_fsdp): fp32 shards
     # stepped in place, no master copy
     torch_fsdp: bool = False
+    # ZeRO-3 as Megatron FSDP: a Megatron-Core stack's zero 3 that is not PyTorch's FSDP
+    # (parallelism/fp8_weights.py: what its FP8 parameter gathers leave to each backward)
+    megatron_fsdp: bool = False
     # FSDP1's root unit (zero3.buffers: flat): embedding and LM head one FlatParameter, gathered
     # once per forward and kept for the backward
     fsdp1_root: bool = False
@@ -345,6 +349,7 @@ def build_layout(scenario: Scenario, model: ModelSpec, gpus_per_node: int) -> La
         grad_collective=grad_collective,
         fsdp2_copies=scenario.fsdp2,
         torch_fsdp=scenario.torch_fsdp,
+        megatron_fsdp=par.zero == 3 and runs_megatron_core(scenario.framework) and not scenario.torch_fsdp,
         fsdp1_root=scenario.fsdp1,
         shard_accumulate=scenario.dp.shard_accumulate,
         zero3_keep_for_backward=par.zero == 3 and _keep_for_backward(scenario),

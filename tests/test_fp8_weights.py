@@ -144,3 +144,41 @@ def test_mxfp8_parameters_are_quantised_again_once_a_step():
     one, _ = _params_and_weights(uncached)
     plain, _ = _params_and_weights(_data("dgx-b200", fp8_recipe="block", fp8_weight_cache=False))
     assert both == one and both - plain == pytest.approx(2 / 32 * weights, rel=1e-12)
+
+
+def _backward(data: dict) -> float:
+    b = layer_builder(data)
+    return compute_seconds(b.layer(0, "B"))
+
+
+def _fsdp(hardware: str = "dgx-h100", framework: str | None = None, **training) -> dict:
+    data = _data(hardware, **training)
+    data["parallel"]["zero"] = 3
+    if framework:
+        data["framework"] = framework
+    return data
+
+
+def test_megatron_fsdp_transposes_its_gathered_fp8_parameters_in_each_backward_on_hopper():
+    """Megatron FSDP gathers FP8 parameters as their rowwise data, again for each backward, and
+    on Hopper TransformerEngine makes the input-gradient GEMM's transpose after that gather
+    (megatron_fsdp ``fp8_create_transpose_cache`` -> ``post_all_gather_processing`` ->
+    ``Float8Tensor._create_transpose`` where ``is_non_tn_fp8_gemm_supported()`` is false): a
+    read and a write of each byte, one kernel per weight, in every microbatch's backward."""
+    h = 4096
+    weights = [h * 3 * h, h * h, h * 4 * h, 4 * h * h]
+    for recipe in ("delayed", "current", "block"):
+        fp8 = _fsdp(fp8_recipe=recipe, fp8_param_gather=True)
+        km = layer_builder(fp8).km
+        transpose = sum(2.0 * n / km.hbm_bytes_per_s + km.launch_s for n in weights)
+        assert _backward(fp8) - _backward(_fsdp(fp8_recipe=recipe)) == pytest.approx(transpose, rel=1e-9), recipe
+    # none where FP8 GEMMs take either layout (Blackwell, per-tensor) or an MXFP8 weight's
+    # backward gathers its columnwise plane; none under PyTorch's FSDP or ZeRO-1
+    for data in (
+        _fsdp("dgx-b200", fp8_recipe="current", fp8_param_gather=True),
+        _fsdp("dgx-b200", fp8_recipe="block", fp8_param_gather=True),
+        _fsdp("dgx-h100", "torchtitan", fp8_param_gather=True),
+        _data(fp8_param_gather=True),
+    ):
+        plain = {**data, "training": {k: v for k, v in data["training"].items() if k != "fp8_param_gather"}}
+        assert _backward(data) == pytest.approx(_backward(plain), rel=1e-12), data

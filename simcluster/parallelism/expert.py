@@ -233,8 +233,12 @@ def expert_work(shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, gr
     if phase == "B":
         t = gemm(per_expert, h, up) + gemm(per_expert, ffn, h)
         casts = cast(rows * h, gradient=True) + cast(rows * up, gradient=True) + padding_seconds(shapes, km, moe, rows)
+        # Megatron FSDP's gathered FP8 expert weights, transposed for the input gradients
+        weights = local_experts * fp8_weights.backward_transpose_seconds(
+            km, shapes.training, shapes.layout, [h * up, ffn * h]
+        )
         act = 2 * activation_seconds(shapes, km, moe.expert_load) + fp8_store_seconds(shapes, km, moe.expert_load)
-        return Work.of(gemm=t, memory=casts + act)
+        return Work.of(gemm=t, memory=casts + weights + act)
     wgrad_t = gemm(h, up, per_expert) + gemm(ffn, h, per_expert)
     return Work.of(gemm=wgrad_t)
 
@@ -480,6 +484,21 @@ def overlaps_shared_experts(shapes: Shapes, moe: MoeSection, ep_pairs: bool = Fa
     )
 
 
+def _block_weight_casts(shapes: Shapes, km: KernelModel, phase: str) -> float:
+    """Seconds the block's weight casts take in ``phase``, charged with the router: forward,
+    torch.autocast's casts of its fp32 weights (training.autocast) and the shared experts' FP8
+    quantisation; backward, the shared experts' FP8 weights transposed as Megatron FSDP gathers
+    them (parallelism/fp8_weights.py)."""
+    training, layout = shapes.training, shapes.layout
+    if phase == "F":
+        return autocast_casts.forward_cast_seconds(
+            km, training, layout, list(_weights(shapes))
+        ) + fp8_weights.forward_cast_seconds(km, training, layout, _shared_weights(shapes))
+    if phase == "B":
+        return fp8_weights.backward_transpose_seconds(km, training, layout, _shared_weights(shapes))
+    return 0.0
+
+
 def moe_block(
     shapes: Shapes, km: KernelModel, moe: MoeSection, phase: str, layer: int, grouped: str = DEFAULT_GROUPED,
     ep_pairs: bool = False,
@@ -517,13 +536,7 @@ def moe_block(
     # router: logits GEMM, then softmax / top-k over fp32 scores (memory-bound)
     timed_router = km.moe.router_seconds(tokens, m.experts, m.top_k) if km.moe else None
     scores = km.memory(tokens * m.experts * 4 * 3) if timed_router is None else timed_router
-    router = Work.of(gemm=gating, memory=scores)
-    if phase == "F":
-        # torch.autocast's casts of the block's fp32 weights (training.autocast), with the router
-        router += Work.of(
-            memory=autocast_casts.forward_cast_seconds(km, shapes.training, shapes.layout, list(_weights(shapes)))
-            + fp8_weights.forward_cast_seconds(km, shapes.training, shapes.layout, _shared_weights(shapes))
-        )
+    router = Work.of(gemm=gating, memory=scores + _block_weight_casts(shapes, km, phase))
     moved = 2 * tokens * m.top_k * h * shapes.elt
     permute = unpermute = Work.of(memory=km.memory(moved))
     if km.moe:

@@ -40,13 +40,22 @@ Megatron-Core's ``fp4_param`` builds them and MLPerf v5.1's LoRA callback replac
 weight with an NVFP4 tensor holding both directions) are never cast and take
 :data:`NVFP4_CACHED_BYTES` in place of the 16-bit weight.
 
-Not modelled under ZeRO-3 (Megatron FSDP, PyTorch FSDP): the gathered weights are freed after
-each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
+Under ZeRO-3 the forward's casts and the cache are not modelled: the gathered weights are freed
+after each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
+One ZeRO-3 cost is: Megatron FSDP gathers FP8 parameters as their rowwise data only, again for
+each backward (its bucket is freed after the forward), and where FP8 GEMMs take K-major operands
+alone (Hopper) TransformerEngine makes the input-gradient GEMM's transposed copy after that
+gather, a read and a write of each byte (``megatron_fsdp`` param_and_grad_buffer:
+``fp8_create_transpose_cache`` -> TransformerEngine's ``post_all_gather_processing``,
+``_create_transpose`` where ``is_non_tn_fp8_gemm_supported()`` is false, ``_create_columnwise``
+for blockwise weights; read by a research helper, session 95): :func:`backward_transpose_seconds`.
+On datacenter Blackwell a per-tensor weight needs none and an MXFP8 one's backward gathers its
+columnwise plane from a buffer of its own.
 """
 
 from __future__ import annotations
 
-from simcluster.compute import QUANTISED, KernelModel, keeps_fp8_transpose
+from simcluster.compute import QUANTISED, KernelModel, keeps_fp8_transpose, non_tn_fp8_gemms
 from simcluster.layout import Layout
 from simcluster.scenario import TrainingSection
 
@@ -115,6 +124,33 @@ def forward_cast_seconds(
         seconds = sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
     share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
     return share * seconds
+
+
+def transposes_gathered_fp8_parameters(
+    training: TrainingSection, layout: Layout, compute_capability: float | None
+) -> bool:
+    """Whether each microbatch's backward transposes the FP8 parameters Megatron FSDP gathered
+    (the module's docstring): trained FP8 weights under ZeRO-3 on a Megatron-Core stack, where
+    FP8 GEMMs take K-major operands alone."""
+    return (
+        layout.megatron_fsdp
+        and training.precision == "fp8"
+        and training.fp8_param_gather
+        and layout.lora is None
+        and not non_tn_fp8_gemms(compute_capability)
+    )
+
+
+def backward_transpose_seconds(
+    km: KernelModel, training: TrainingSection, layout: Layout, weights: list[float], dtype: str | None = None
+) -> float:
+    """Seconds one microbatch's backward spends transposing the gathered FP8 weights of
+    ``weights`` (elements of each tensor on this GPU) for input-gradient GEMMs in ``dtype``:
+    one kernel per weight, :data:`TRANSPOSE_BYTES` per element."""
+    dtype = dtype or km.gemm_dtype
+    if dtype != "fp8" or not transposes_gathered_fp8_parameters(training, layout, km.profile.gpu.compute_capability):
+        return 0.0
+    return sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
 
 
 def cached_bytes_per_weight(training: TrainingSection, compute_capability: float | None) -> float:

@@ -98,6 +98,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         if phase == "B":
             mm = splits * sum(km.gemm(rows, g.k, g.n, dtype, role="dgrad") for g in gemms)
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True, columnwise=self.wgrads_grads) for g in gemms)
+            casts += self._weight_transposes(gemms, dtype)
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
             casts = sum(km.quantise(tokens * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
@@ -114,6 +115,14 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             self.km, training, layout, weights
         ) + fp8_weights.forward_cast_seconds(self.km, training, layout, weights, dtype)
 
+    def _weight_transposes(self, gemms: list[Gemm], dtype: str | None = None) -> float:
+        """The backward's transposes of these linears' FP8 weights as Megatron FSDP gathers
+        them (parallelism/fp8_weights.py)."""
+        weights = [g.k * g.n for g in gemms]
+        return fp8_weights.backward_transpose_seconds(
+            self.km, self.scenario.training, self.shapes.layout, weights, dtype
+        )
+
     def _gemm_pieces(
         self, gemms: list[Gemm], phase: str, pieces: tuple[float, ...], dtype: str | None = None
     ) -> Work:
@@ -125,7 +134,7 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             mm = sum(km.gemm(tokens * p, g.k, g.n, dtype, role="dgrad") for p in pieces for g in gemms)
             casts = sum(
                 km.quantise(tokens * share * g.n, dtype, gradient=True, columnwise=self.wgrads_grads) for g in gemms
-            )
+            ) + self._weight_transposes(gemms, dtype)
         else:
             mm = sum(km.gemm(tokens * p, g.n, g.k, dtype, role="fwd") for p in pieces for g in gemms)
             casts = sum(km.quantise(tokens * share * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
