@@ -182,3 +182,19 @@ def test_megatron_fsdp_transposes_its_gathered_fp8_parameters_in_each_backward_o
     ):
         plain = {**data, "training": {k: v for k, v in data["training"].items() if k != "fp8_param_gather"}}
         assert _backward(data) == pytest.approx(_backward(plain), rel=1e-12), data
+
+
+def test_a_pipeline_keeping_its_gathered_fp8_parameters_transposes_them_once_a_step():
+    """Under a pipeline ZeRO-3 gathers a stage's parameters once a step and keeps them
+    (``Layout.zero3_pipelined``): the transpose made in the first backward stays valid, so a
+    microbatch's backward carries 1/m of it."""
+    h = 4096
+    weights = [h * 3 * h, h * h, h * 4 * h, 4 * h * h]
+    piped = pipeline_scenario(2, M, "1f1b", layers=2)
+    piped["training"].update(precision="fp8", fp8_recipe="current")
+    piped["parallel"]["zero"] = 3
+    plain = _backward(piped)
+    piped["training"]["fp8_param_gather"] = True
+    km = layer_builder(piped).km
+    transpose = sum(2.0 * n / km.hbm_bytes_per_s + km.launch_s for n in weights)
+    assert _backward(piped) - plain == pytest.approx(transpose / M, rel=1e-9)

@@ -146,11 +146,14 @@ def backward_transpose_seconds(
 ) -> float:
     """Seconds one microbatch's backward spends transposing the gathered FP8 weights of
     ``weights`` (elements of each tensor on this GPU) for input-gradient GEMMs in ``dtype``:
-    one kernel per weight, :data:`TRANSPOSE_BYTES` per element."""
+    one kernel per weight, :data:`TRANSPOSE_BYTES` per element; 1/m of it where a pipeline keeps
+    the stage's parameters gathered for the whole step (``Layout.zero3_pipelined``), so the
+    transpose made in the first backward stays valid."""
     dtype = dtype or km.gemm_dtype
     if dtype != "fp8" or not transposes_gathered_fp8_parameters(training, layout, km.profile.gpu.compute_capability):
         return 0.0
-    return sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
+    share = 1.0 / layout.microbatches if layout.zero3_pipelined else 1.0
+    return share * sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
 
 
 def cached_bytes_per_weight(training: TrainingSection, compute_capability: float | None) -> float:
