@@ -410,7 +410,7 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
     tr, layout = ctx.scenario.training, ctx.layout
     if tr.precision not in QUANTISED:
         return (f"at training.precision={tr.precision}", "only FP8 and NVFP4 linears quantise their weights")
-    if layout.zero == 3:
+    if layout.zero == 3 and not fp8_weights.caches_megatron_fsdp_casts(tr, layout):
         return ("at parallel.zero=3", "ZeRO-3's gathered weights are not cached across microbatches here")
     if not runs_megatron_core(ctx.scenario.framework):
         return (f"under framework {ctx.scenario.framework}", "only Megatron-Core's TE layers cache them (is_first_microbatch)")

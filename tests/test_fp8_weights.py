@@ -198,3 +198,22 @@ def test_a_pipeline_keeping_its_gathered_fp8_parameters_transposes_them_once_a_s
     km = layer_builder(piped).km
     transpose = sum(2.0 * n / km.hbm_bytes_per_s + km.launch_s for n in weights)
     assert _backward(piped) - plain == pytest.approx(transpose / M, rel=1e-9)
+
+
+def test_megatron_fsdp_with_16_bit_parameters_casts_and_caches_as_zero_1_does():
+    """Megatron FSDP leaves TransformerEngine's weight workspace on (Megatron-Core's TELinear
+    passes is_first_microbatch; TE drops the cache only where it detects PyTorch's FSDP2): the
+    gathered 16-bit weights are quantised on a step's first microbatch (1/M of the cast per
+    microbatch) and each layer's whole copy is kept beside the sharded state, 2 B per weight
+    element on Hopper. PyTorch's FSDP (torchtitan) is left out."""
+    fsdp, zero1 = _fsdp(), _data()
+    assert _forward(fsdp) - _forward(_fsdp(fp8_weight_cache=False)) == pytest.approx(
+        _forward(zero1) - _forward(_data(fp8_weight_cache=False)), rel=1e-9
+    )
+    ctx = build_context(scenario_from_dict(fsdp))
+    weights = sum(ctx.model.layer_params(i) for i in range(ctx.model.layers))
+    from simcluster.memory_report import memory_summary
+
+    assert memory_summary(ctx)["fp8_weight_bytes"] == pytest.approx(2.0 * weights, rel=1e-12)
+    torch_fsdp = build_context(scenario_from_dict(_fsdp(framework="torchtitan")))
+    assert memory_summary(torch_fsdp)["fp8_weight_bytes"] == 0.0

@@ -40,9 +40,14 @@ Megatron-Core's ``fp4_param`` builds them and MLPerf v5.1's LoRA callback replac
 weight with an NVFP4 tensor holding both directions) are never cast and take
 :data:`NVFP4_CACHED_BYTES` in place of the 16-bit weight.
 
-Under ZeRO-3 the forward's casts and the cache are not modelled: the gathered weights are freed
-after each use and the casts' fate there is the sharding's (ASSUMPTION: left out, inert note).
-One ZeRO-3 cost is: Megatron FSDP gathers FP8 parameters as their rowwise data only, again for
+Megatron FSDP (ZeRO-3 on a Megatron-Core stack) with 16-bit parameters casts and caches as ZeRO
+1-2 does (:func:`caches_megatron_fsdp_casts`): Megatron leaves ``is_first_microbatch`` on and
+TransformerEngine keeps its workspace unless it detects PyTorch's FSDP2, so each layer's whole
+quantised copy stays beside the sharded state (read by a research helper, session 95: Megatron-LM
+``TELinear.forward``, ``validate_args``' Megatron FSDP block, ``mcore_fsdp_adapter.py``;
+TransformerEngine ``module/linear.py``'s ``cache_name``, ``base.py``'s ``is_fsdp2``). Under
+PyTorch's FSDP and DeepSpeed's ZeRO-3 the casts are not modelled (ASSUMPTION: left out, inert
+note). With FP8 parameters Megatron FSDP gathers them as their rowwise data only, again for
 each backward (its bucket is freed after the forward), and where FP8 GEMMs take K-major operands
 alone (Hopper) TransformerEngine makes the input-gradient GEMM's transposed copy after that
 gather, a read and a write of each byte (``megatron_fsdp`` param_and_grad_buffer:
@@ -70,8 +75,20 @@ TRANSPOSE_BYTES = 2.0
 
 def applies(training: TrainingSection, layout: Layout) -> bool:
     """Whether the transformer linears run quantised GEMMs on weights this module accounts for:
-    FP8 or NVFP4 outside ZeRO-3."""
-    return training.precision in QUANTISED and layout.zero != 3
+    FP8 or NVFP4 outside ZeRO-3, and under Megatron FSDP with 16-bit parameters, whose gathered
+    weights TransformerEngine casts and caches as it does at ZeRO 1-2 (the module's docstring)."""
+    if training.precision not in QUANTISED:
+        return False
+    return layout.zero != 3 or caches_megatron_fsdp_casts(training, layout)
+
+
+def caches_megatron_fsdp_casts(training: TrainingSection, layout: Layout) -> bool:
+    """Whether Megatron FSDP's 16-bit weights are quantised by TransformerEngine's modules with
+    their workspace cache: Megatron neither sets ``disable_parameter_transpose_cache`` nor stops
+    passing ``is_first_microbatch`` under it, and TransformerEngine drops the cache only where it
+    detects PyTorch's FSDP2 (``is_fsdp2``), so the whole (TP-sliced) copy of every layer is kept
+    across microbatches and steps as at ZeRO 1-2."""
+    return layout.megatron_fsdp and not training.fp8_param_gather and not training.fp4_param
 
 
 def transposes_fp8_parameters(training: TrainingSection, compute_capability: float | None) -> bool:
