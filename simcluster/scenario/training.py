@@ -125,7 +125,8 @@ class TrainingSection(SectionBase):
             "disable_parameter_transpose_cache, a TE model called without the flag); with FP8 "
             "parameters the transposed copy a GPU's FP8 GEMMs need is then made for each "
             "microbatch and not kept (a LoRA run's frozen FP8 weights keep theirs from step to "
-            "step when cached)"
+            "step when cached). Under Megatron FSDP with 16-bit parameters the whole copy of every "
+            "layer is kept beside the sharded state; under PyTorch's FSDP it has no effect"
         ),
     )
     fp32_grad_accum: bool = Field(
