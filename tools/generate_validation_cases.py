@@ -3411,6 +3411,21 @@ MOE_RECIPE_ROWS = [
         "CUDA_DEVICE_MAX_CONNECTIONS=32 and NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24."),
 ]
 
+def tflops_row(name, source, tflops, flops, scenario):
+    """A megatron-moe-recipes case measured in model TFLOP/s per GPU: tokens/s = TFLOP/s x gpus / F
+    (``flops`` per token by Megatron-LM's own count)."""
+    gpus, training = scenario["cluster"]["gpus"], scenario["training"]
+    return {
+        "name": name,
+        "family": "megatron-moe-recipes",
+        "source": source,
+        "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": training["global_batch"],
+                      "seq_len": training["seq_len"]},
+        "scenario": scenario,
+        "measured": {"tokens_per_s": tflops * 1e12 * gpus / flops},
+    }
+
+
 def megatron_mla_flops_per_token(layers, dense, h, heads, ffn, moe_ffn, topk, shared, vocab, s, q_lora, kv_lora, qk,
                                  rope, v):
     """Megatron-LM's num_floating_point_operations for an MLA MoE model (training.py, the
@@ -3474,14 +3489,8 @@ def dsv3_gb200_case():
         "dp": {"nan_check": False},
         "moe": {"dispatcher": "hybridep", "aligned_dispatch": True, "router_dtype": "fp32"},
     }
-    return {
-        "name": "megatron-moe-recipes/deepseek-v3/gb200-mxfp8-256gpu",
-        "family": "megatron-moe-recipes",
-        "source": DSV3_GB200_SRC.format(flops=flops / 1e9),
-        "published": {"tflops_per_gpu": 970.01, "gpus": 256, "global_batch": 2048, "seq_len": 4096},
-        "scenario": scenario,
-        "measured": {"tokens_per_s": 970.01e12 * 256 / flops},
-    }
+    return tflops_row("megatron-moe-recipes/deepseek-v3/gb200-mxfp8-256gpu", DSV3_GB200_SRC.format(flops=flops / 1e9),
+                      970.01, flops, scenario)
 
 
 MOE_RECIPE_ROWS.append(dsv3_gb200_case())
@@ -3531,14 +3540,8 @@ def qwen3_235b_b200_case():
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "ep_comm": True, "tp_comm": False},
         "moe": {"dispatcher": "deepep", "aligned_dispatch": True, "router_dtype": "fp32"},
     }
-    return {
-        "name": "megatron-moe-recipes/qwen3-235b-a22b/b200-mxfp8-128gpu",
-        "family": "megatron-moe-recipes",
-        "source": QWEN3_235B_B200_SRC.format(flops=flops / 1e9),
-        "published": {"tflops_per_gpu": 633.9, "gpus": 128, "global_batch": 3072, "seq_len": 4096},
-        "scenario": scenario,
-        "measured": {"tokens_per_s": 633.9e12 * 128 / flops},
-    }
+    return tflops_row("megatron-moe-recipes/qwen3-235b-a22b/b200-mxfp8-128gpu",
+                      QWEN3_235B_B200_SRC.format(flops=flops / 1e9), 633.9, flops, scenario)
 
 
 MOE_RECIPE_ROWS.append(qwen3_235b_b200_case())
