@@ -426,7 +426,8 @@ def fp8_weight_bytes(
     (``parallelism/fp8_weights.py``): TransformerEngine's cached FP8/NVFP4 copies of the
     transformer layers' linears, or their FP8 parameters' 1 B (and Hopper's transpose) in
     place of 2; norms and routers are counted with them (a few thousandths of a layer).
-    Counted with the parameters; zero outside FP8/NVFP4 and under ZeRO-3."""
+    Counted with the parameters; zero where ``fp8_weights.applies`` is false (outside FP8/NVFP4,
+    and under ZeRO-3 but for Megatron FSDP's 16-bit weights)."""
     if not fp8_weights.applies(training, layout):
         return 0.0
     per = fp8_weights.cached_bytes_per_weight(training, compute_capability)

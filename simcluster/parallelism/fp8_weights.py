@@ -105,8 +105,9 @@ def transposes_fp8_parameters(training: TrainingSection, compute_capability: flo
 def requantises_mxfp8_parameters(training: TrainingSection, layout: Layout, compute_capability: float | None) -> bool:
     """Whether the FP8 parameters are MXFP8 ones that Megatron-Core's distributed optimizer
     all-gathers in 16 bits and every rank quantises again after the gather (the module's
-    docstring): block scales on datacenter Blackwell, ZeRO 1-2 (Megatron FSDP's gathers are not
-    read: left at FP8 bytes), trained weights (a LoRA run's frozen ones are never gathered)."""
+    docstring): block scales on datacenter Blackwell, ZeRO 1-2 (Megatron FSDP gathers each
+    direction's FP8 plane, 1 B, where it is needed), trained weights (a LoRA run's frozen ones are
+    never gathered)."""
     return (
         training.precision == "fp8"
         and training.fp8_param_gather
@@ -123,22 +124,22 @@ def forward_cast_seconds(
     """Seconds one microbatch's forward spends quantising the weights of ``weights``
     (elements of each tensor on this GPU) for GEMMs in ``dtype``: a cached cast charged as
     1/m of it per microbatch (m microbatches a step; the kernels run on the first), an uncached
-    one whole. Zero outside FP8/NVFP4 and under ZeRO-3."""
+    one whole. Zero where :func:`applies` is false."""
     dtype = dtype or km.gemm_dtype
     if not applies(training, layout) or dtype not in QUANTISED or training.fp4_param:
         return 0.0  # NVFP4 parameters are frozen NVFP4 tensors: nothing to cast
     cc = km.profile.gpu.compute_capability
     if dtype == "fp8" and requantises_mxfp8_parameters(training, layout, cc):
         # quantised from the 16-bit gather once a step, whatever the transpose cache says
-        return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0) / layout.microbatches
+        return _casts(km, weights, dtype) / layout.microbatches
     if training.fp8_param_gather:
         if layout.lora is not None and training.fp8_weight_cache:
             return 0.0  # frozen FP8 weights: their cached transposes never go stale
         if dtype != "fp8" or not transposes_fp8_parameters(training, cc):
             return 0.0
-        seconds = sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
+        seconds = _transposes(km, weights)
     else:
-        seconds = sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
+        seconds = _casts(km, weights, dtype)
     share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
     return share * seconds
 
@@ -170,7 +171,18 @@ def backward_transpose_seconds(
     if dtype != "fp8" or not transposes_gathered_fp8_parameters(training, layout, km.profile.gpu.compute_capability):
         return 0.0
     share = 1.0 / layout.microbatches if layout.zero3_pipelined else 1.0
-    return share * sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
+    return share * _transposes(km, weights)
+
+
+def _casts(km: KernelModel, weights: list[float], dtype: str) -> float:
+    """Seconds quantising each of ``weights`` (elements) for GEMMs in ``dtype``, a kernel each."""
+    return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
+
+
+def _transposes(km: KernelModel, weights: list[float]) -> float:
+    """Seconds transposing each FP8 weight of ``weights`` (elements), a kernel each:
+    :data:`TRANSPOSE_BYTES` per element."""
+    return sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)
 
 
 def cached_bytes_per_weight(training: TrainingSection, compute_capability: float | None) -> float:
