@@ -3327,6 +3327,21 @@ def qwen3_moe_model(name):
             "expert_ffn": moe_ffn}
 
 
+def tflops_row(name, source, tflops, flops, scenario):
+    """A megatron-moe-recipes case measured in model TFLOP/s per GPU: tokens/s = TFLOP/s x gpus / F
+    (``flops`` per token by Megatron-LM's own count)."""
+    gpus, training = scenario["cluster"]["gpus"], scenario["training"]
+    return {
+        "name": name,
+        "family": "megatron-moe-recipes",
+        "source": source,
+        "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": training["global_batch"],
+                      "seq_len": training["seq_len"]},
+        "scenario": scenario,
+        "measured": {"tokens_per_s": tflops * 1e12 * gpus / flops},
+    }
+
+
 def moe_recipe_case(key, hardware, gpus, parallel, training, overlap, tflops, previous, path, commit, image, what,
                     settings):
     model = qwen3_moe_model(key.split("/")[0])
@@ -3344,16 +3359,9 @@ def moe_recipe_case(key, hardware, gpus, parallel, training, overlap, tflops, pr
         "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if "fp8_recipe" in training else {}),
                 "router_dtype": "fp32"},
     }
-    return {
-        "name": f"megatron-moe-recipes/{key}",
-        "family": "megatron-moe-recipes",
-        "source": MOE_RECIPE_SRC.format(path=path, commit=commit, image=image, what=what, tflops=tflops,
-                                        previous=previous, flops=flops / 1e9, settings=settings),
-        "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": training["global_batch"],
-                      "seq_len": 4096},
-        "scenario": scenario,
-        "measured": {"tokens_per_s": tflops * 1e12 * gpus / flops},
-    }
+    source = MOE_RECIPE_SRC.format(path=path, commit=commit, image=image, what=what, tflops=tflops,
+                                   previous=previous, flops=flops / 1e9, settings=settings)
+    return tflops_row(f"megatron-moe-recipes/{key}", source, tflops, flops, scenario)
 
 
 MOE_RECIPE_ROWS = [
@@ -3410,21 +3418,6 @@ MOE_RECIPE_ROWS = [
         "moe_router and moe_preprocess, no overlap_grad_reduce or overlap_param_gather, "
         "CUDA_DEVICE_MAX_CONNECTIONS=32 and NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24."),
 ]
-
-def tflops_row(name, source, tflops, flops, scenario):
-    """A megatron-moe-recipes case measured in model TFLOP/s per GPU: tokens/s = TFLOP/s x gpus / F
-    (``flops`` per token by Megatron-LM's own count)."""
-    gpus, training = scenario["cluster"]["gpus"], scenario["training"]
-    return {
-        "name": name,
-        "family": "megatron-moe-recipes",
-        "source": source,
-        "published": {"tflops_per_gpu": tflops, "gpus": gpus, "global_batch": training["global_batch"],
-                      "seq_len": training["seq_len"]},
-        "scenario": scenario,
-        "measured": {"tokens_per_s": tflops * 1e12 * gpus / flops},
-    }
-
 
 def megatron_mla_flops_per_token(layers, dense, h, heads, ffn, moe_ffn, topk, shared, vocab, s, q_lora, kv_lora, qk,
                                  rope, v):
