@@ -15,7 +15,7 @@ from conftest import make_scenario
 from engine_helpers import layer_builder, run
 
 from simcluster.hardware import load_profile
-from simcluster.parallelism.host import TE_MODULE_OPS, segment_cost
+from simcluster.parallelism.host import TE_MODULE_OPS, AttentionInputs, segment_cost
 from simcluster.parallelism.segments import Comm, Compute
 
 MOE = {
@@ -225,3 +225,34 @@ def test_megatrons_loss_nan_check_syncs_after_the_reduced_loss():
     assert any(isinstance(s, Comm) and s.group == "tp" for s in head[:-1])
     data["dp"]["nan_check"] = False
     assert not any(isinstance(s, Compute) and s.sync for s in layer_builder(data).head("F"))
+
+
+def test_attention_inputs_count_megatron_core_te_spec_modules():
+    # Megatron-Core gpt_layer_specs.py (0.16.1), TransformerEngine spec: standard attention is
+    # one LayerNormLinear for q, k, v (plus q_layernorm and k_layernorm with a q/k norm);
+    # MLASelfAttention runs input_layernorm, linear_q_down_proj, linear_kv_down_proj and the
+    # two LayerNorm up-projections: five modules, four without a q LoRA rank (linear_q_proj)
+    assert AttentionInputs.of(mla=False, q_lora=False, qk_norm=False) == AttentionInputs()
+    assert AttentionInputs.of(mla=False, q_lora=False, qk_norm=True).modules == 3
+    assert AttentionInputs.of(mla=True, q_lora=True, qk_norm=False).modules == 5
+    assert AttentionInputs.of(mla=True, q_lora=False, qk_norm=False).modules == 4
+    mla = AttentionInputs.of(mla=True, q_lora=True, qk_norm=False)
+    forward = segment_cost("attn_qkv", "F", 0, attention=mla)
+    assert forward.python_ops == pytest.approx(5 * TE_MODULE_OPS + 6)
+    assert segment_cost("attn_qkv", "B", 0, attention=mla).python_ops == pytest.approx(5 * TE_MODULE_OPS)
+    # captured attention replays as one launch whatever its modules
+    assert segment_cost("attn_qkv", "F", 0, frozenset({"attn"}), attention=mla).python_ops == 1
+
+
+def test_mla_layer_issues_more_host_work_than_standard_attention():
+    # the same layer with MLA (DeepSeek-V3's latent ranks) against grouped-query attention
+    def host_of(model: dict) -> float:
+        b = layer_builder(make_scenario(model=model, parallel={"tp": 1, "pp": 1, "ep": 8},
+                                        training={"seq_len": 2048, "global_batch": 16}))  # fmt: skip
+        return next(s.host for s in b.layer(0, "F") if isinstance(s, Compute) and s.name == "attn_qkv")
+
+    mla = {**MOE, "mla": {"q_lora_rank": 384, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                          "qk_rope_head_dim": 32, "v_head_dim": 64}}  # fmt: skip
+    op_s = load_profile("dgx-h100").efficiency.host_op_us * 1e-6
+    assert host_of(MOE) == pytest.approx((TE_MODULE_OPS + 2) * op_s)
+    assert host_of(mla) == pytest.approx((5 * TE_MODULE_OPS + 6) * op_s)

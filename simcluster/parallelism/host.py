@@ -32,7 +32,10 @@ stream around them; in FP8 its ``tex.split_quantize`` launches the recipe's cast
 expert from C++ (one fused kernel under delayed scaling: ``KernelModel.cast_kernels``). The
 Python objects it builds per split are not counted, so that part is a lower bound. They are
 approximate (a few ops either way); the unit costs are measured.
-Dense blocks are costed as Megatron-Core's TransformerEngine modules; segments of other shapes
+Dense blocks are costed as Megatron-Core's TransformerEngine modules (the attention's input side by
+kind: :class:`AttentionInputs`); ``tools/measure_megatron_host.py`` times the router's and the
+dispatcher's Python of Megatron-Core itself in the same unit (about 40 ops where these counts
+charge about 55: docs/accuracy.md); segments of other shapes
 (nanotron's async TP linears) carry no host cost, which only matters where a sync exposes it.
 """
 
@@ -79,8 +82,48 @@ ROUTER_OPS = {"moe_router": 25.0, "moe_preprocess": 15.0, "permute": 4.0}
 GRAPH = HostCost(1.0)
 
 
+@dataclass(frozen=True)
+class AttentionInputs:
+    """The host's share of the attention's input side (segment ``attn_qkv``): TransformerEngine
+    module calls, plain Python ops forward, C++ launches backward."""
+
+    modules: float = 1.0  # LayerNormLinear over q, k and v
+    ops: float = 2.0  # rotary embedding on q and k (fused: one call each)
+    launches: float = 4.0  # LayerNormLinear's backward: the norm's and the GEMM's kernels
+
+    @classmethod
+    def of(cls, mla: bool, q_lora: bool, qk_norm: bool) -> AttentionInputs:
+        """Megatron-Core's TransformerEngine layer spec (``gpt_layer_specs.py``, read at 0.16.1).
+
+        Standard attention: one ``TELayerNormColumnParallelLinear`` for q, k and v, and with a
+        q/k norm its two norm modules (``q_layernorm``, ``k_layernorm``), each one module call
+        forward and a kernel or two backward. Multi-latent attention (``MLASelfAttention``)
+        keeps the input norm apart (``input_layernorm``: a norm module) because two linears read
+        it: ``linear_q_down_proj`` and ``linear_kv_down_proj`` (``TELinear``), then the
+        up-projections ``linear_q_up_proj`` and ``linear_kv_up_proj`` with the latents' norms
+        fused in (``TELayerNormColumnParallelLinear``; without a q LoRA rank one
+        ``linear_q_proj`` replaces the q pair), i.e. five modules (four); its glue is the
+        latent's split, two views and an unsqueeze around the fused MLA rotary calls
+        (``fused_apply_mla_rope_for_q`` / ``_for_kv``: rope fusion on, Megatron's default)."""
+        if mla:
+            modules = 5.0 if q_lora else 4.0
+            # TELinear backward: dgrad GEMM and its glue; LayerNormLinear: GEMM, norm and add;
+            # the norm module: its kernel and the add; the two rotary backward kernels and the
+            # split's concatenation
+            linears = 2.0 if q_lora else 1.0
+            return cls(modules, ops=6.0, launches=2.0 * linears + 4.0 * 2 + 2.0 + 3.0)
+        if qk_norm:
+            return cls(3.0, launches=4.0 + 2 * 2.0)
+        return cls()
+
+
 def segment_cost(
-    name: str, phase: str, local_experts: float, graphs: frozenset[str] = frozenset(), expert_casts: float = 0.0
+    name: str,
+    phase: str,
+    local_experts: float,
+    graphs: frozenset[str] = frozenset(),
+    expert_casts: float = 0.0,
+    attention: AttentionInputs = AttentionInputs(),
 ) -> HostCost:
     """Host cost of the compute segment ``name`` of one layer in phase F, B or W.
 
@@ -89,7 +132,8 @@ def segment_cost(
     graphs (``training.cuda_graphs``): their ops become one graph launch per phase.
     ``expert_casts``: the kernels that quantise one grouped GEMM operand for FP8
     (``KernelModel.cast_kernels``), launched from C++ by ``tex.split_quantize`` for fc1's and
-    fc2's inputs in the forward and their output gradients in the backward.
+    fc2's inputs in the forward and their output gradients in the backward. ``attention``:
+    the input side's modules by attention kind (:meth:`AttentionInputs.of`).
     """
     if "attn" in graphs and name in ("attn_qkv", "attn_core", "attn_out") and phase != "W":
         return GRAPH if name == "attn_qkv" else HostCost()
@@ -104,7 +148,7 @@ def segment_cost(
     casts = 2 * expert_casts  # fc1's and fc2's FP8 operands, per expert unless fused
     if phase == "F":
         table = {
-            "attn_qkv": _te(1, ops=2),  # LayerNormLinear; rotary on q and k
+            "attn_qkv": _te(attention.modules, ops=attention.ops),
             "attn_core": _te(1),  # DotProductAttention
             "attn_out": _te(1, ops=4),  # Linear; bias-dropout-add, residual glue
             "mlp": _te(1, ops=4),  # LayerNormMLP; bias-dropout-add, glue
@@ -119,7 +163,7 @@ def segment_cost(
         }
     elif phase == "B":
         table = {
-            "attn_qkv": _te(1, launches=4),
+            "attn_qkv": _te(attention.modules, launches=attention.launches),
             "attn_core": _te(1),
             "attn_out": _te(1, launches=4),
             "mlp": _te(1, launches=6),
@@ -145,6 +189,7 @@ def charge(
     launch_s: float,
     graphs: frozenset[str] = frozenset(),
     expert_casts: float = 0.0,
+    attention: AttentionInputs = AttentionInputs(),
 ) -> list[Segment]:
     """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
     cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
@@ -158,7 +203,8 @@ def charge(
             # the all-to-all's autograd Function: tokens and probabilities forward, one backward
             s = replace(s, host=s.host + (2.0 if phase == "F" else 1.0) * python_op_s)
         elif isinstance(s, Compute):
-            cost = segment_cost(s.name, phase, local_experts, graphs, expert_casts).seconds(python_op_s, launch_s)
+            need = segment_cost(s.name, phase, local_experts, graphs, expert_casts, attention)
+            cost = need.seconds(python_op_s, launch_s)
             if cost > 0:
                 s = replace(s, host=s.host + cost / counts[s.name])
         out.append(s)

@@ -439,7 +439,10 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         local = m.experts / self.shapes.layout.ep if m.experts else 0.0
         graphs = frozenset(self.scenario.training.cuda_graphs)
         casts = self.km.cast_kernels(local) if local else 0.0
-        charged = host.charge(segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts)
+        attention = host.AttentionInputs.of(m.mla is not None, bool(m.mla and m.mla.q_lora_rank), m.has_qk_norm)
+        charged = host.charge(
+            segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts, attention
+        )
         return host.blocking(charged) if self.scenario.training.launch_blocking else charged
 
     def _wgrad_host(self, segments: list[Segment], tensors: int) -> list[Segment]:
