@@ -54,7 +54,8 @@ def test_shipped_case_counts_and_unique_names():
     # three containers and 21 FP8 Blackwell rows (B200, GB200, GB300; FP8-CS, and NeMo 26.02's
     # FP8-MX; six of them Llama 3 70B / 405B with Megatron FSDP and activations offloaded to the
     # Grace CPU) and the 4 NVFP4 rows beside 26.02's FP8-MX / FP8-CS ones; torchtitan's A100
-    # page: all 8 rows; Zero Bubble's same-memory table (arXiv Table 6): 3 models x 3 m x
+    # page: all 8 rows, and the Trainy team's Llama 3.1 8B Float8 FSDP runs on 32 and 64 H200 (its
+    # benchmarks/ page of June 2025); Zero Bubble's same-memory table (arXiv Table 6): 3 models x 3 m x
     # (ZB-V, ZB-1p, 1F1B); BigScience BLOOM-176B: the main run and five steady re-test layouts;
     # NVIDIA's DGX Cloud benchmarking recipes: 5 models x (BF16 smallest and largest, FP8 smallest),
     # and Grok-1 314B (MoE): GB200 at 128/256/512 GPUs and H100 at 512, BF16 and FP8; Swiss AI's
@@ -85,6 +86,7 @@ def test_shipped_case_counts_and_unique_names():
         "nvidia-dgxc-h100": 22,
         "nvidia-dgxc-grok1": 8,
         "torchtitan-a100": 8,
+        "torchtitan-h200": 2,
         "zero-bubble-a100": 48,
         "zero-bubble-v-a100": 27,
         "swissai-gh200": 3,
@@ -533,6 +535,19 @@ def test_torchtitan_tokens_follow_torchtitans_mfu():
         params = build_model(m).params_total()
         per_token = 6 * params + 12 * m["layers"] * m["hidden"] * p["seq_len"]
         assert p["wps_per_gpu"] * per_token / 312e12 * 100 == pytest.approx(p["mfu_pct"], abs=0.15), c.name
+
+
+def test_torchtitan_h200_tokens_are_its_tps_per_gpu_times_the_gpus():
+    # torchtitan train.py (e7c0cae): tps = the rank's tokens since the last log / (seconds x the
+    # non-data-parallel degree), 1 under FSDP alone, so a GPU's tokens per second; local batch 2 of
+    # 8,192 tokens: step time = 16,384 / tps (1.498 s on 32 H200, 1.524 s on 64)
+    cases = _family("torchtitan-h200")
+    assert [c.published["gpus"] for c in cases] == [32, 64]
+    for c in cases:
+        p = c.published
+        assert c.measured == p["tps_per_gpu"] * p["gpus"]
+        assert c.scenario["training"]["global_batch"] == p["local_batch"] * p["gpus"]
+    assert 2 * 8192 / cases[0].published["tps_per_gpu"] == pytest.approx(1.498, abs=5e-4)
 
 
 def test_amd_fsdp_tokens_follow_the_benchmarks_flop_count():
@@ -1404,7 +1419,8 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # 6.1 (6.0724 -> 6.0557, 264 cases) with Megatron-LM's DeepSeek-V3 GB200 guide's MXFP8 run (+1.7%);
 # 6.2 (6.0557 -> 6.1994, 265 cases) with its Qwen3-30B-A3B MXFP8 recipe on 16 GB200 (+44.1%: measured
 # slower than the BF16 recipe, simulated faster); 6.3 (6.1978 -> 6.3029, 266 cases) with its Qwen3-235B-A22B
-# MXFP8 recipe on 128 B200 with DeepEP (+34.1%: the small-expert gap on B200)
+# MXFP8 recipe on 128 B200 with DeepEP (+34.1%: the small-expert gap on B200); 6.3 (6.3028 -> 6.3183, 268
+# cases) with torchtitan's Llama 3.1 8B Float8 FSDP runs on 32 and 64 H200 (+7.7 / +9.1%)
 QUICK_SET_MAPE = 6.3
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side
@@ -1498,6 +1514,7 @@ FAMILY_MAPE = {
     # before the delayed-scaling amax all-reduce (H100 FP8 -16.3 -> -15.6%)
     "nvidia-dgxc-grok1": 6.3,  # 6.1 before the Hopper FP8 curve from Azure's cuBLASLt table (H100 FP8 -14.9 -> -16.9%); 6.3 before FP8 GEMMs' shape factor (the H100 FP8 row's K = 2048 expert wgrads)
     "torchtitan-a100": 3.5,  # 4.7 before FSDP2's one reduce-scatter in flight
+    "torchtitan-h200": 8.4,  # added at 8.4 (session 96)
     # 2.8 / 3.3 before the fork's fused accumulation was charged its 6 B (an 8 B in-place add)
     "zero-bubble-a100": 1.9,
     "zero-bubble-v-a100": 2.5,
@@ -1576,6 +1593,7 @@ FAMILY_MAX_APE = {
     "nvidia-dgxc-h100": 8.1,  # 9.5 before the attention grid and deferred LM-head wgrad, 8.7 before its Llama BF16 rows' bf16 main gradients (70B -6.5 -> -9.5%)
     "nvidia-dgxc-grok1": 16.9,  # 16.3 before the Hopper FP8 curve from Azure's cuBLASLt table; 16.0 before TE's loss, 12.0 before the MoE block's TP collectives went (H100 FP8 -12 -> -16%)
     "torchtitan-a100": 8.3,  # 10.7 before FSDP2's one reduce-scatter in flight
+    "torchtitan-h200": 9.1,  # added at 9.1 (session 96)
     "zero-bubble-a100": 5.4,
     "zero-bubble-v-a100": 5.6,
     "swissai-gh200": 9.3,  # 11.9 before in-flight collectives held the sum of their SMs, 10.8 before its native loss
