@@ -1056,7 +1056,9 @@ TITAN_H200_SRC = (
     "fp8_recipe current) with FSDP's all-gather in FP8 (training.fp8_param_gather), op-level selective "
     "recomputation (training.recompute op). Not modelled: precompute_float8_dynamic_scale_for_fsdp (one amax "
     "all-reduce over every weight after the optimizer step) and force_recompute_fp8_weight_in_bwd (no field). "
-    "ASSUMED (not stated): the hosts as DGX H200 (8 H200 SXM at 700 W, 8x400 Gb/s NDR, rail-optimized fat tree)."
+    "ASSUMED (not stated): the hosts as DGX H200 (8 H200 SXM at 700 W, 8x400 Gb/s NDR, rail-optimized fat tree); "
+    "the memory column as torchtitan's logged memory line (max_reserved_gib, the caching allocator's peak "
+    "reservation), compared on the side (peak_memory_gib)."
 )
 TITAN_H200 = [(4, 10938, 47.96), (8, 10753, 46.97)]  # nodes, TPS per GPU, memory GiB (iteration 100)
 cases = []
@@ -1077,6 +1079,8 @@ for nodes, tps, mem in TITAN_H200:
                          "elementwise": "fused"},
         },
         "measured": {"tokens_per_s": tps * gpus},
+        # torchtitan's logged memory line: max_reserved_gib (torch.cuda.max_memory_reserved)
+        "peak_memory_gib": mem,
     })
 dump(str(ROOT / "validation" / "torchtitan-h200.yaml"),
      "# torchtitan FSDP2 with torchao Float8 on 32 and 64 H200 (Llama 3.1 8B, the Trainy team's June 2025 baseline),\n"
