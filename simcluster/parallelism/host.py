@@ -181,16 +181,17 @@ def segment_cost(
     return table.get(name, HostCost())
 
 
-def charge(
-    segments: list[Segment],
-    phase: str,
-    local_experts: float,
-    python_op_s: float,
-    launch_s: float,
-    graphs: frozenset[str] = frozenset(),
-    expert_casts: float = 0.0,
-    attention: AttentionInputs = AttentionInputs(),
-) -> list[Segment]:
+@dataclass(frozen=True)
+class LayerIssue:
+    """What a layer's host counts depend on (:func:`segment_cost`'s arguments past the phase)."""
+
+    local_experts: float = 0.0
+    graphs: frozenset[str] = frozenset()
+    expert_casts: float = 0.0
+    attention: AttentionInputs = AttentionInputs()
+
+
+def charge(segments: list[Segment], phase: str, layer: LayerIssue, python_op_s: float, launch_s: float) -> list[Segment]:
     """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
     cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
     counts: dict[str, int] = {}
@@ -203,7 +204,7 @@ def charge(
             # the all-to-all's autograd Function: tokens and probabilities forward, one backward
             s = replace(s, host=s.host + (2.0 if phase == "F" else 1.0) * python_op_s)
         elif isinstance(s, Compute):
-            need = segment_cost(s.name, phase, local_experts, graphs, expert_casts, attention)
+            need = segment_cost(s.name, phase, layer.local_experts, layer.graphs, layer.expert_casts, layer.attention)
             cost = need.seconds(python_op_s, launch_s)
             if cost > 0:
                 s = replace(s, host=s.host + cost / counts[s.name])

@@ -440,9 +440,8 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
         graphs = frozenset(self.scenario.training.cuda_graphs)
         casts = self.km.cast_kernels(local) if local else 0.0
         attention = host.AttentionInputs.of(m.mla is not None, bool(m.mla and m.mla.q_lora_rank), m.has_qk_norm)
-        charged = host.charge(
-            segments, phase, local, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6, graphs, casts, attention
-        )
+        layer = host.LayerIssue(local, graphs, casts, attention)
+        charged = host.charge(segments, phase, layer, eff.host_op_us * 1e-6, eff.kernel_launch_us * 1e-6)
         return host.blocking(charged) if self.scenario.training.launch_blocking else charged
 
     def _wgrad_host(self, segments: list[Segment], tensors: int) -> list[Segment]:
