@@ -378,6 +378,16 @@ def _read_at_precision(precision: str, why: str) -> Callable[[Context], Verdict]
 
 # compute.py quantise(): the recipe sets FP8 scaling only; NVFP4 has its own block scaling
 _fp8_recipe = _read_at_precision("fp8", "it is how FP8 scales are found")
+
+
+def _fp8_library(ctx: Context) -> Verdict:
+    # parallelism/torchao_float8.py: torchao's casts for per-tensor scales only
+    tr = ctx.scenario.training
+    if tr.precision != "fp8":
+        return (f"at training.precision={tr.precision}", "it is which library casts the FP8 operands")
+    if tr.fp8_recipe == "block":
+        return ("at training.fp8_recipe=block", "block-scaled casts are costed as TransformerEngine's")
+    return None
 # compute.py quantise(): the Hadamard transform and stochastic rounding are NVFP4BlockScaling's
 _nvfp4_recipe = _read_at_precision("nvfp4", "it is a choice of the NVFP4 recipe")
 
@@ -632,6 +642,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("parallel.activation_limit", _not_v_auto),
     InertRule("training.document_tokens", _one_document),
     InertRule("training.fp8_recipe", _fp8_recipe),
+    InertRule("training.fp8_library", _fp8_library),
     InertRule("training.nvfp4_hadamard", _nvfp4_recipe),
     InertRule("training.nvfp4_stochastic_rounding", _nvfp4_recipe),
     InertRule("training.tp_only_amax_red", _amax_reduction),

@@ -69,6 +69,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"parallel": {"pp": 2, "schedule": "v-auto", "activation_limit": 0.75}}),
     ("training.fp8_recipe", {"training": {"fp8_recipe": "current"}},
      {"training": {"fp8_recipe": "current", "precision": "fp8"}}),
+    # torchao's casts (parallelism/torchao_float8.py): FP8 with per-tensor scales only
+    ("training.fp8_library", {"training": {"fp8_library": "torchao"}},
+     {"training": {"fp8_library": "torchao", "precision": "fp8", "fp8_recipe": "current"}}),
     # TE's NVFP4BlockScaling options (compute.py quantise): nothing to transform or round in FP8
     ("training.nvfp4_hadamard", {"training": {"precision": "fp8", "nvfp4_hadamard": False}},
      {"cluster": {"hardware": "dgx-b200"}, "training": {"precision": "nvfp4", "nvfp4_hadamard": False}}),

@@ -86,6 +86,9 @@ def torchtitan(raw: Mapping[str, Any]) -> Defaults:
     """torchtitan's trainer defaults for a raw scenario."""
     _fsdp2_stages_only(raw, "torchtitan")
     defaults = _torchtitan_defaults(raw)
+    if raw_section(raw, "training").get("precision") == "fp8":
+        # its float8 converter is torchao's Float8Linear (parallelism/torchao_float8.py)
+        defaults["training"]["fp8_library"] = "torchao"
     if parallel_degree(raw, "tp", 1) > 1:
         # its TP plan shards every norm along the sequence (apply_tp: "tensor + sequence
         # parallelism to every transformer block"): its TP is always sequence-parallel

@@ -21,7 +21,16 @@ from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.frameworks import get_framework
 from simcluster.lora import BLOCK_TARGETS
 from simcluster.moe_kernels import DEFAULT_GROUPED, GROUPED_BY_FRAMEWORK
-from simcluster.parallelism import autocast_casts, context, expert, fp8_weights, host, tensor, wgrad
+from simcluster.parallelism import (
+    autocast_casts,
+    context,
+    expert,
+    fp8_weights,
+    host,
+    tensor,
+    torchao_float8,
+    wgrad,
+)
 from simcluster.parallelism.attention_time import AttentionTimes
 from simcluster.parallelism.elementwise import STYLES, Elementwise, Traffic
 from simcluster.parallelism.head import HeadBuilder
@@ -95,13 +104,18 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             )
             wgrad_t = sum(km.gemm(g.k, g.n, tokens, dtype, role="wgrad") for g in gemms)
             return Work.of(gemm=wgrad_t, grad_accum=accumulate)
+        torchao = (dtype or km.gemm_dtype) == "fp8" and torchao_float8.applies(self.scenario.training)
         if phase == "B":
             mm = splits * sum(km.gemm(rows, g.k, g.n, dtype, role="dgrad") for g in gemms)
             casts = sum(km.quantise(tokens * g.n, dtype, gradient=True, columnwise=self.wgrads_grads) for g in gemms)
             casts += self._weight_transposes(gemms, dtype)
+            if torchao:
+                casts += torchao_float8.backward_seconds(km, tokens, [(g.k, g.n) for g in gemms])
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
-            casts = sum(km.quantise(tokens * g.k, dtype, columnwise=self.wgrads_inputs) for g in gemms)
+            # torchao keeps the 16-bit input for the backward: its forward cast is rowwise only
+            columnwise = self.wgrads_inputs and not torchao
+            casts = sum(km.quantise(tokens * g.k, dtype, columnwise=columnwise) for g in gemms)
             casts += self._weight_casts(gemms, dtype)
         return Work.of(gemm=mm, memory=casts)
 

@@ -96,6 +96,18 @@ class TrainingSection(SectionBase):
             "configs set it)"
         ),
     )
+    fp8_library: Literal["te", "torchao"] = Field(
+        default="te",
+        description=(
+            "the library running the FP8 linears (per-tensor scales; block scales are costed as "
+            "TransformerEngine's): te, TransformerEngine (each operand's cast-transpose, the "
+            "quantised input kept for the weight gradient), or torchao, Float8Linear's tensorwise "
+            "recipe as torchtitan's float8 converter runs it (framework torchtitan's default): the "
+            "forward casts its input rowwise only and keeps the 16-bit input, the backward casts it "
+            "again for the weight gradient, writes the output gradient in both layouts and copies "
+            "the FP8 weight column-major for the input gradient, as torch._scaled_mm takes it"
+        ),
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description=(

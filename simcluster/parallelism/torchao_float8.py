@@ -1,0 +1,45 @@
+"""torchao's Float8Linear (tensorwise recipe) as torchtitan's float8 converter runs it
+(``training.fp8_library: torchao``): its casts and layout copies where they differ from
+TransformerEngine's (:meth:`KernelModel.quantise`), for the dense linears (attention and MLP;
+routed experts keep their grouped GEMMs' casts).
+
+Read in pytorch/ao ``torchao/float8/`` (float8_linear.py at 2d812af, float8_ops.py at 3e4098f,
+fsdp_utils.py at 11ce634; a research helper, session 96): ``matmul_with_hp_or_float8_args``
+saves the 16-bit input and the FP8 weight, so the backward casts the input again (an amax
+pass and a cast) for the weight-gradient GEMM; the output gradient is cast for both backward
+GEMMs (one kernel writing both layouts under ``torch.compile``, as the library's own
+roofline model assumes); ``preprocess_addmm`` gives ``torch._scaled_mm`` its first operand
+row-major and its second column-major, so the forward ``x @ W.t()`` copies nothing while the
+input gradient ``dY @ W`` copies the row-major FP8 weight column-major (``.t().contiguous()
+.t()``: a read and a write of each byte) in every backward. Under FSDP2's FP8 all-gather
+(``training.fp8_param_gather``) each rank casts its shard before the gather and the gathered
+weight is used as it arrives (that shard's cast, 1/dp of a weight, is left out). Eager mode's
+separate abs, max and scaling kernels, and its copy of the input into the weight gradient's
+layout, are not modelled: ``torch.compile`` fuses them, and torchtitan runs Float8 with it.
+"""
+
+from __future__ import annotations
+
+from simcluster.compute import KernelModel, keeps_fp8_transpose
+from simcluster.parallelism.fp8_weights import TRANSPOSE_BYTES
+from simcluster.scenario import TrainingSection
+
+
+def applies(training: TrainingSection) -> bool:
+    """Whether the FP8 linears run torchao's tensorwise casts (per-tensor scales)."""
+    return training.precision == "fp8" and training.fp8_library == "torchao" and training.fp8_recipe != "block"
+
+
+def backward_seconds(km: KernelModel, tokens: float, shapes: list[tuple[float, float]]) -> float:
+    """Seconds one microbatch's backward adds to TransformerEngine's output-gradient casts for
+    linears of ``shapes`` ((in, out) features each) over ``tokens`` rows: the saved input cast
+    again, the output gradient's second layout where TransformerEngine writes one (datacenter
+    Blackwell under a per-tensor scale), and the weight's column-major copy."""
+    one_layout = not keeps_fp8_transpose(km.fp8_recipe, km.profile.gpu.compute_capability)
+    seconds = 0.0
+    for k, n in shapes:
+        seconds += km.quantise(tokens * k, "fp8", columnwise=False)
+        if one_layout:
+            seconds += tokens * n / km.hbm_bytes_per_s
+        seconds += km.memory(TRANSPOSE_BYTES * k * n)
+    return seconds
