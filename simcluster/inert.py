@@ -388,6 +388,8 @@ def _fp8_library(ctx: Context) -> Verdict:
     if tr.fp8_recipe == "block":
         return ("at training.fp8_recipe=block", "block-scaled casts are costed as TransformerEngine's")
     return None
+
+
 # compute.py quantise(): the Hadamard transform and stochastic rounding are NVFP4BlockScaling's
 _nvfp4_recipe = _read_at_precision("nvfp4", "it is a choice of the NVFP4 recipe")
 

@@ -264,7 +264,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "parallel.microbatch_group = m / rounds when pp does not divide m); under hybrid "
             "sharding the replicas all-reduce only the last microbatch's gradient shard; "
             "overlap.tp_comm as PyTorch's async TP (tp_comm_cfg pytorch-async-tp), tp > 1 always "
-            "sequence-parallel (its TP plan) and cp > 1 with K and V all-gathered (cp_comm all_gather)",
+            "sequence-parallel (its TP plan), cp > 1 with K and V all-gathered (cp_comm all_gather) "
+            "and FP8 linears cast as torchao's Float8Linear casts them (fp8_library torchao)",
             "pytorch/torchtitan (fully_shard / FSDP2; train configs with compile off; apply_fsdp's "
             "reshard_after_forward = not pp_enabled; experimental.pipeline_parallel_microbatches "
             "defaults to the number of stages); torch.distributed.pipelining "
@@ -276,7 +277,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "after 2.5 (#142132: 'This is expected'), until check_prefer_cudnn_attention's cuDNN > "
             "9.15 gate; job_config context_parallel_rotate_method 'allgather' by default; "
             "torch/_inductor/fx_passes/micro_pipeline_tp.py for enable_async_tensor_parallel; "
-            "parallelize.py apply_tp (SequenceParallel on every norm)",
+            "parallelize.py apply_tp (SequenceParallel on every norm); components/float8.py (the "
+            "float8 converter: torchao Float8Linear, pytorch/ao torchao/float8)",
             torchtitan,
             attention_kernel="fa2",
             moe_tp_gather=True,
