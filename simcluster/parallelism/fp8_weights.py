@@ -137,7 +137,7 @@ def forward_cast_seconds(
             return 0.0  # frozen FP8 weights: their cached transposes never go stale
         if dtype != "fp8" or not transposes_fp8_parameters(training, cc):
             return 0.0
-        seconds = _transposes(km, weights)
+        seconds = transpose_seconds(km, weights)
     else:
         seconds = _casts(km, weights, dtype)
     share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
@@ -171,7 +171,7 @@ def backward_transpose_seconds(
     if dtype != "fp8" or not transposes_gathered_fp8_parameters(training, layout, km.profile.gpu.compute_capability):
         return 0.0
     share = 1.0 / layout.microbatches if layout.zero3_pipelined else 1.0
-    return share * _transposes(km, weights)
+    return share * transpose_seconds(km, weights)
 
 
 def _casts(km: KernelModel, weights: list[float], dtype: str) -> float:
@@ -179,7 +179,7 @@ def _casts(km: KernelModel, weights: list[float], dtype: str) -> float:
     return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
 
 
-def _transposes(km: KernelModel, weights: list[float]) -> float:
+def transpose_seconds(km: KernelModel, weights: list[float]) -> float:
     """Seconds transposing each FP8 weight of ``weights`` (elements), a kernel each:
     :data:`TRANSPOSE_BYTES` per element."""
     return sum(km.memory(TRANSPOSE_BYTES * n) for n in weights if n > 0)

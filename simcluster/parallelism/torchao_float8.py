@@ -21,7 +21,7 @@ layout, are not modelled: ``torch.compile`` fuses them, and torchtitan runs Floa
 from __future__ import annotations
 
 from simcluster.compute import KernelModel, keeps_fp8_transpose
-from simcluster.parallelism.fp8_weights import TRANSPOSE_BYTES
+from simcluster.parallelism.fp8_weights import transpose_seconds
 from simcluster.scenario import TrainingSection
 
 
@@ -36,10 +36,7 @@ def backward_seconds(km: KernelModel, tokens: float, shapes: list[tuple[float, f
     again, the output gradient's second layout where TransformerEngine writes one (datacenter
     Blackwell under a per-tensor scale), and the weight's column-major copy."""
     one_layout = not keeps_fp8_transpose(km.fp8_recipe, km.profile.gpu.compute_capability)
-    seconds = 0.0
-    for k, n in shapes:
-        seconds += km.quantise(tokens * k, "fp8", columnwise=False)
-        if one_layout:
-            seconds += tokens * n / km.hbm_bytes_per_s
-        seconds += km.memory(TRANSPOSE_BYTES * k * n)
-    return seconds
+    seconds = sum(km.quantise(tokens * k, "fp8", columnwise=False) for k, _ in shapes)
+    if one_layout:
+        seconds += sum(tokens * n for _, n in shapes) / km.hbm_bytes_per_s
+    return seconds + transpose_seconds(km, [k * n for k, n in shapes])
