@@ -3592,7 +3592,102 @@ def qwen3_235b_b200_case():
 
 MOE_RECIPE_ROWS.append(qwen3_235b_b200_case())
 
+
+ZOO_SRC = (
+    "yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (commit 020b8136), {table} table: Qwen3-235B-A22B "
+    "with the HybridEP dispatcher on {what}, {tflops} TFLOPS (Megatron-LM's logged TFLOP/s per GPU); the same run in "
+    "NVIDIA's report 'Scalable Training of Mixture-of-Experts Models with Megatron Core' (arXiv 2603.07685, Table "
+    "11: Megatron-Core v0.16, the dev branch with the latest TransformerEngine, HybridEP from DeepEP's hybrid-ep "
+    "branch, force-balanced routing){paper}. measured tokens_per_s = TFLOP/s x gpus / F, F = {flops:.4f} GFLOP per "
+    "token by Megatron-LM's num_floating_point_operations (causal scores; routed experts x top-k; logits over the "
+    "padded 151,936 vocabulary). Settings: the readme's command ({command}) through the zoo's "
+    "sbatch_benchmarking.sh (commit 38ce2ed) and model_configs/benchmarking/Qwen3-235B-A22B.yaml (commit 1ed4179): "
+    "{settings} Common to the zoo's runs: 94 layers with the embedding and the loss accounted in the pipeline split "
+    "(account_for_embedding/loss_in_pipeline_split), distributed optimizer (zero 1) with overlap_grad_reduce and "
+    "overlap_param_gather, flex dispatcher with the hybridep backend (moe.dispatcher hybridep), ETP 1, "
+    "moe_router_force_load_balancing (moe.load_imbalance 1.0), aux-loss balancing, moe_grouped_gemm, "
+    "moe_permute_fusion, moe_router_fusion, moe_router_dtype fp32, cross_entropy_fusion_impl te, no dropout, "
+    "NCCL_NVLS_ENABLE=0 (cluster.nvls false), Slurm --segment {segment} trays (cluster.segment_nodes). ASSUMED: "
+    "attention on the profile's default cuDNN curves (the container is not named). Not modelled: "
+    "--moe-hybridep-num-sms 32 (the model holds and rates HybridEP at its default 16 SMs), manual_gc every 5 "
+    "steps; which iterations the figure takes is not stated.")
+
+
+def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, table, what, command, settings, paper=""):
+    """A Qwen3-235B-A22B run of the Megatron-MoE model zoo's best-practice table (HybridEP on an NVL72 rack)."""
+    model = qwen3_moe_model("qwen3-235b-a22b")
+    flops = megatron_moe_flops_per_token(94, 4096, 64, 4, 128, seq, 1536, 8, 151936)
+    fp8 = training.get("precision") == "fp8"
+    scenario = {
+        "framework": "megatron-core",
+        "model": model,
+        "cluster": {"hardware": hardware, "gpus": gpus, "nvls": False, "segment_nodes": segment},
+        "parallel": {"tp": 1, "etp": 1, "zero": 1, **parallel},
+        "training": {"seq_len": seq, "fp32_grad_accum": True, "fused_cross_entropy": "te", **training},
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False},
+        "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if fp8 else {}), "router_dtype": "fp32"},
+    }
+    source = ZOO_SRC.format(table=table, what=what, tflops=tflops, paper=paper, flops=flops / 1e9, command=command,
+                            settings=settings, segment=segment)
+    return tflops_row(f"megatron-moe-recipes/zoo/{key}", source, tflops, flops, scenario)
+
+
+_ZOO_MXFP8 = {"precision": "fp8", "fp8_recipe": "block", "fp8_param_gather": True, "optimizer_moments": "bf16"}
+_ZOO_MXFP8_TEXT = (
+    "PR=mxfp8: fp8_recipe mxfp8 (training.fp8_recipe block) with fp8_format e4m3, fp8_param_gather with "
+    "reuse_grad_buf_for_mxfp8_param_ag, use_precision_aware_optimizer with bf16 moments (training.optimizer_moments) "
+    "and fp32 main parameters and gradients, moe_router_padding_for_quantization (moe.aligned_dispatch);")
+
+MOE_RECIPE_ROWS += [
+    zoo_case(
+        "qwen3-235b-a22b-gb200-bf16-256gpu", "gb200-nvl72", 256, 2,
+        {"pp": 8, "ep": 8, "layers_per_stage": [11, *[12] * 6, 11]},
+        {"micro_batch": 1, "global_batch": 8192, "precision": "bf16", "recompute": "none",
+         "cuda_graphs": ["attn", "moe_router", "moe_preprocess"]},
+        750, 4096, "GB200", "64 GB200 trays (256 GPUs) in BF16",
+        "PR=bf16 DISPATCHER=hybridep SEGMENT=2 A2A_OVERLAP=0 TP=1 PP=8 VPP=1 EP=8 NNODES=64 MBS=1 GBS=8192, "
+        "--moe-router-force-load-balancing --cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router "
+        "moe_preprocess; best_practice/qwen3/run_gb200_235b.sh, 'GB200 config, BF16, 750 TFLOPS'",
+        "TP 1, PP 8 without virtual stages (96 accounted layers: 11 + the embedding, 6 x 12, 11 + the loss), EP 8, "
+        "MBS 1, GBS 8,192, 4,096 tokens, no recomputation, TransformerEngine CUDA graphs over attn, moe_router and "
+        "moe_preprocess (training.cuda_graphs), bf16 with fp32 main gradients, --tp-comm-overlap (inert at TP 1), "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1.",
+        paper=" (its Table 20 prints TP1 PP4 EP32 VPP12 for this row, unlike the command and the readme's own "
+              "table: the command is taken)"),
+    zoo_case(
+        "qwen3-235b-a22b-gb300-mxfp8-256gpu", "gb300-nvl72", 256, 8,
+        {"pp": 4, "ep": 32, "layers_per_stage": [23, 24, 24, 23]},
+        {"micro_batch": 2, "global_batch": 8192, "recompute": "none",
+         "cuda_graphs": ["attn", "moe_router", "moe_preprocess"], **_ZOO_MXFP8},
+        974, 4096, "GB300", "64 GB300 trays (256 GPUs) in MXFP8",
+        "PR=mxfp8 MBS=2 DISPATCHER=hybridep SEGMENT=8 A2A_OVERLAP=0 TP=1 PP=4 VPP=1 EP=32 NNODES=64 GBS=8192, "
+        "--moe-router-force-load-balancing --cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router "
+        "moe_preprocess; best_practice/qwen3/run_gb300_235b.sh",
+        "TP 1, PP 4 without virtual stages (23 + the embedding, 24, 24, 23 + the loss), EP 32, MBS 2, GBS 8,192, "
+        "4,096 tokens, no recomputation, TransformerEngine CUDA graphs over attn, moe_router and moe_preprocess "
+        "(training.cuda_graphs), " + _ZOO_MXFP8_TEXT + " CUDA_DEVICE_MAX_CONNECTIONS=1.",
+        paper=" (its Table 20 prints EP64 VPP6 GBS3072 for this row, unlike the command and the readme's own "
+              "table: the command is taken)"),
+    zoo_case(
+        "qwen3-235b-a22b-gb300-mxfp8-128k-128gpu", "gb300-nvl72", 128, 8,
+        {"tp": 4, "pp": 4, "cp": 4, "ep": 32, "sequence_parallel": True, "vpp": 12, "schedule": "interleaved",
+         "layers_per_stage": [1, *[2] * 46, 1]},
+        {"micro_batch": 1, "global_batch": 1024, "recompute": "selective",
+         "recompute_modules": ["moe_act", "layernorm"], **_ZOO_MXFP8},
+        1150, 131072, "GB300 long-context", "32 GB300 trays (128 GPUs) in MXFP8 at 131,072 tokens",
+        "PR=mxfp8 SEQ_LEN=131072 CP=4 DISPATCHER=hybridep SEGMENT=8 A2A_OVERLAP=0 TP=4 PP=4 VPP=12 EP=32 NNODES=32 "
+        "MBS=1 GBS=1024, --recompute-granularity selective --recompute-modules moe_act layernorm "
+        "--moe-router-force-load-balancing",
+        "TP 4 with sequence parallelism, CP 4 (Megatron's default p2p ring), PP 4 with "
+        "num_layers_per_virtual_pipeline_stage 2 (48 virtual stages: 1 + the embedding, 46 x 2, 1 + the loss), EP 32, "
+        "MBS 1, GBS 1,024, 131,072 tokens, selective recomputation of moe_act and layernorm, no CUDA graphs, "
+        + _ZOO_MXFP8_TEXT + " CUDA_DEVICE_MAX_CONNECTIONS=1.",
+        paper=" (Table 20: TP4 PP4 CP4 EP32 VPP12 MBS1 GBS1024, as the command)"),
+]
+
 dump(str(ROOT / "validation" / "megatron-moe-recipes.yaml"),
      "# Megatron-LM's own MoE recipes (examples/moe_recipes/: Qwen3-30B-A3B on H100 and GB200, Qwen3-235B-A22B\n"
      "# on H100 and B200), each run's settings read from its recipe file and its throughput from Megatron-LM pull\n"
-     "# requests 5728 and 5289, and its DeepSeek-V3 GB200 optimization guide's final run. Generated by tools/generate_validation_cases.py (source in each case).\n", MOE_RECIPE_ROWS)
+     "# requests 5728 and 5289, its DeepSeek-V3 GB200 optimization guide's final run, and the Megatron-MoE model\n"
+     "# zoo's Qwen3-235B-A22B runs on GB200 and GB300 racks. Generated by tools/generate_validation_cases.py (source in each case).\n",
+     MOE_RECIPE_ROWS)
