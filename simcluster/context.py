@@ -304,7 +304,14 @@ OFFLOAD_SCHEDULES = ("1f1b", "interleaved", "afab", "looped-bfs")
 
 def _check_activation_offload(scenario: Scenario, chunks: list[list[Chunk]]) -> None:
     """Megatron-Core offloads fewer layers than a chunk has (the last layer's activations are
-    used at once by the backward), on schedules without split weight gradients."""
+    used at once by the backward), on schedules without split weight gradients; its fine-grained
+    offload (``training.offload_modules``) keeps each layer's weight-gradient inputs whole too."""
+    modules = scenario.training.offload_modules
+    if modules and scenario.parallel.schedule not in OFFLOAD_SCHEDULES:
+        raise UserError(
+            "training.offload_modules",
+            f"is modelled on the {', '.join(OFFLOAD_SCHEDULES)} schedules; use one of them or set it to []",
+        )
     n = scenario.training.activation_offload_layers
     if n == 0:
         return

@@ -41,7 +41,10 @@ from simcluster.scenario import Scenario, scenario_from_dict
 #: logits' copies; ZeRO-1/2 shard state at DDP's traffic (reduce-scatter + all-gather = one
 #: all-reduce), ZeRO-3 adds a gather per layer in the backward; BF16 moments cost nothing in time
 #: (a numerics choice); checkpoints split over the TP ranks add one TP all-gather of a layer's
-#: input before each rerun (a sixth of the all-reduces a layer already runs without SP); half the micro-batch runs smaller GEMMs; twice the tp adds TP
+#: input before each rerun (a sixth of the all-reduces a layer already runs without SP); a mixture
+#: of experts' expert inputs sent to the host while the next modules compute (Megatron-Core's
+#: fine-grained offload: its forward never waits, its backward fetches one layer ahead; "nearly
+#: zero-overhead" by its docs); half the micro-batch runs smaller GEMMs; twice the tp adds TP
 #: collectives, twice the pp the bubble; activation offload copies that mostly hide; full
 #: recomputation adds a forward (a third more compute); the optimizer on the host runs Adam
 #: on the CPU and copies every gradient and parameter over the host link. Each offload moves
@@ -53,6 +56,7 @@ COST_ORDER = (
     "parallel.zero",
     "training.optimizer_moments",
     "training.recompute_partitioned",
+    "training.offload_modules",
     "training.micro_batch",
     "parallel.tp",
     "parallel.pp",
@@ -60,10 +64,15 @@ COST_ORDER = (
     "training.recompute",
     "training.optimizer_offload",
 )
+#: the fine-grained offload a fit hint offers a mixture of experts on a Megatron-Core stack: the
+#: routed experts' input and activation input, its largest stash (Megatron-MoE model zoo's
+#: Qwen3-235B-A22B GB200 MXFP8 run, --offload-modules expert_fc1 moe_act)
+EXPERT_OFFLOAD = ("expert_fc1", "moe_act")
 
 
 #: the host offloads, each priced against full recomputation (:mod:`simcluster.fit_prices`)
 PRICED = {
+    "training.offload_modules": activation_offload_beats_recompute,
     "training.activation_offload_layers": activation_offload_beats_recompute,
     "training.optimizer_offload": optimizer_offload_beats_recompute,
 }
@@ -83,7 +92,7 @@ def _cost_rank(key: str, value: Any, cheap: frozenset[str] = frozenset()) -> tup
     dear)."""
     if key == "parallel.zero" and value == 3:
         return COST_ORDER.index("parallel.pp"), 1
-    if key == "training.activation_offload_layers" and key not in cheap:
+    if key in ("training.offload_modules", "training.activation_offload_layers") and key not in cheap:
         return COST_ORDER.index("training.optimizer_offload"), 1
     if key == "training.optimizer_offload" and key in cheap:
         return COST_ORDER.index("training.activation_offload_layers"), 1
@@ -156,7 +165,8 @@ def _batch_effect(sc: Scenario, before: Layout, after: Layout) -> tuple[tuple[st
     )
 
 
-def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
+def _candidates(ctx: Context, chunk_layers: int) -> list[tuple[str, Any]]:
+    sc = ctx.scenario
     tr, par = sc.training, sc.parallel
     out: list[tuple[str, Any]] = []
     if par.tp > 1 and not par.sequence_parallel:
@@ -178,11 +188,22 @@ def _candidates(sc: Scenario, chunk_layers: int) -> list[tuple[str, Any]]:
     out.append(("parallel.pp", par.pp * 2))
     if tr.optimizer_moments == "fp32" and tr.precision != "fp32":
         out.append(("training.optimizer_moments", "bf16"))
+    return out + _offload_candidates(ctx, chunk_layers)
+
+
+def _offload_candidates(ctx: Context, chunk_layers: int) -> list[tuple[str, Any]]:
+    """The host offloads not yet taken: the whole optimizer, all layers of a chunk but the last
+    (Megatron-Core offloads at most those), and on a Megatron-Core stack a mixture of experts'
+    :data:`EXPERT_OFFLOAD` (each chunk's last layer stays there too)."""
+    sc = ctx.scenario
+    tr = sc.training
+    out: list[tuple[str, Any]] = []
     if tr.optimizer_offload < 1.0:
         out.append(("training.optimizer_offload", 1.0))
     if tr.activation_offload_layers == 0 and chunk_layers > 1:
-        # Megatron-Core offloads at most all layers of a chunk but the last
         out.append(("training.activation_offload_layers", chunk_layers - 1))
+    if ctx.model.experts and not tr.offload_modules and chunk_layers > 1 and sc.framework in MEGATRON_CORE_STACKS:
+        out.append(("training.offload_modules", list(EXPERT_OFFLOAD)))
     return out
 
 
@@ -223,7 +244,7 @@ def fitting_changes(sc: Scenario, hardware: str | None = None, most: int = 3) ->
     # a ZeRO stage that fits was offered: the later, dearer ones are not (one that the layout
     # accepts but that does not fit does not stop them: ZeRO-3 may fit where ZeRO-1 does not)
     next_zero = False
-    for key, value in _candidates(sc, fewest):
+    for key, value in _candidates(before, fewest):
         if key == "parallel.zero" and next_zero:
             continue
         if _host_unpriced(before, key):
@@ -270,7 +291,7 @@ def walk_changed(base: dict[str, Any], overrides: list[tuple[str, Any]], hardwar
 def _host_unpriced(ctx: Context, key: str) -> bool:
     """Whether ``key`` offloads to a host the profile cannot price (its run would be refused);
     asked of the unchanged scenario's context, as no candidate changes the hardware."""
-    offload = key in ("training.optimizer_offload", "training.activation_offload_layers")
+    offload = key in ("training.optimizer_offload", "training.activation_offload_layers", "training.offload_modules")
     return offload and bool(missing_host_figures(ctx.profile.node, optimizer=key == "training.optimizer_offload"))
 
 
@@ -377,7 +398,7 @@ def _extended(base: dict[str, Any], combination: _Combination, hardware: str | N
     current = build_context(scenario_from_dict(base, [*taken.items(), *((k, None) for k in unset)]), hardware)
     fewest = min(c.layers for stage in current.chunks for c in stage)
     out = []
-    for key, value in _candidates(current.scenario, fewest):
+    for key, value in _candidates(current, fewest):
         if _host_unpriced(current, key):
             continue
         drop = tuple(dict.fromkeys((*unset, *_unset_beside(base, key, value))))

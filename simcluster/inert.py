@@ -31,6 +31,7 @@ from simcluster.context import Context
 from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.lora import ROW_PARALLEL
 from simcluster.memory import BF16_WEIGHT_PRECISIONS, keeps_remainders
+from simcluster.module_offload import layer_module_bytes
 from simcluster.parallelism import fp8_weights
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import (
@@ -340,6 +341,26 @@ def _optimizer_offload(ctx: Context) -> Verdict:
     if ctx.scenario.training.optimizer_offload == 0:
         return ("at training.optimizer_offload=0", "no optimizer on the host to pipeline")
     return None
+
+
+def _offload_modules(ctx: Context) -> Verdict:
+    """Names of ``training.offload_modules`` that move nothing in any layer: a dense model's
+    experts, a norm fused into its linear, a recomputed attention, a fully recomputed layer."""
+    sc = ctx.scenario
+    moving: set[str] = set()
+    for stage in ctx.chunks:
+        for chunk in stage:
+            for pos, layer in enumerate(chunk.layer_indices[:-1]):
+                parts = layer_module_bytes(ctx.model, ctx.layout, sc.training, layer, pos, sc.moe.padded_rows)
+                moving |= {name for name, nbytes in parts.items() if nbytes > 0}
+    idle = [name for name in dict.fromkeys(sc.training.offload_modules) if name not in moving]
+    if not idle:
+        return None
+    return (
+        f"for {', '.join(idle)}",
+        "they save nothing to move in any offloaded layer here: no routed experts, a norm fused into "
+        "its linear, a recomputed attention or a fully recomputed layer, or one layer a chunk (kept)",
+    )
 
 
 def _bucket_stages(ctx: Context) -> Verdict:
@@ -656,6 +677,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.recompute_partitioned", _recompute_partitioned),
     InertRule("training.activation_fp8_store", _fp8_swiglu_store),
     InertRule("training.attention_output_bytes", _attention_output_bytes),
+    InertRule("training.offload_modules", _offload_modules),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_comm_rs_dgrad", _rs_dgrad),

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from simcluster.activation_widths import act_bytes, attention_widths, gemm_input_bytes
 from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
 from simcluster.lora import FrozenInputs, layer_adapter_params, lora_activation_change
 from simcluster.model import ModelSpec
+from simcluster.module_offload import offloaded_bytes
 from simcluster.parallelism import (
     autocast_casts,
     fp8_weights,
@@ -216,25 +218,6 @@ def head_unit_params(model: ModelSpec, layout: Layout, chunk: Chunk) -> tuple[fl
     routed = model.mtp_routed_params()
     copy = model.vocab * model.hidden if embedding_copy(model, chunk) else 0
     return (model.head_params() + model.mtp_params() - routed + copy) / layout.tp, routed / layout.expert_shard
-
-
-def act_bytes(precision: str) -> int:
-    """Bytes per stored activation element (fp8 training keeps bf16 activations)."""
-    return 4 if precision == "fp32" else 2
-
-
-def gemm_input_bytes(precision: str) -> float:
-    """Bytes per stored element of a linear layer's input, kept for its weight gradient.
-
-    FP8 training (TransformerEngine) keeps the FP8 copy it cast for the forward GEMM (the
-    transposed one the weight-gradient GEMM reads), 1 byte, instead of the 16-bit input;
-    NVFP4 its columnwise NVFP4 copy, 4 bits plus an E4M3 scale per 16 values.
-    """
-    if precision == "fp8":
-        return 1.0
-    if precision == "nvfp4":
-        return 0.5 + 1 / 16
-    return act_bytes(precision)
 
 
 def layer_activation_bytes(
@@ -454,22 +437,6 @@ def with_weight_copies(
 WEIGHT_CAST_BYTES = 2.0  # bytes of an element of autocast's 16-bit weight cast
 
 
-def attention_widths(model: ModelSpec) -> tuple[int, int, int, int]:
-    """Widths per token (all heads) of the Q, K and V the attention kernel reads and of its
-    output, the output projection's input. GQA's K and V have kv_heads heads; MLA's are
-    decompressed to every head, its keys with the shared rotary part broadcast
-    (``qk_nope_head_dim + qk_rope_head_dim`` each, as its queries) and its values
-    ``v_head_dim`` wide. The output is heads x the value head width, which need not be the
-    hidden size (Qwen3, Llama 4, DeepSeek's MLA)."""
-    if model.mla is not None:
-        m = model.mla
-        qk = model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        v = model.heads * m.v_head_dim
-        return qk, qk, v, v
-    kv = model.kv_heads * model.d_head
-    return model.heads * model.d_head, kv, kv, model.heads * model.d_head
-
-
 def _op_checkpoint_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
     """torchtitan's op-level selective checkpointing (``selective_ac_option: op``) of a dense
     layer: it keeps the block's input, the attention kernel's output and log-sum-exp, and the
@@ -592,9 +559,9 @@ def mtp_activation_bytes(
 def chunk_activation_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk, routed_rows: float = 1.0
 ) -> float:
-    """Activation bytes of one microbatch through one chunk held on the GPU: the offloaded
-    layers' (``training.activation_offload_layers``) live in host memory, but for one of them
-    in flight (the double buffer's copy under the next layer)."""
+    """Activation bytes of one microbatch through one chunk held on the GPU: what is offloaded
+    (``training.activation_offload_layers`` or ``offload_modules``) lives in host memory, but for
+    one layer's of it in flight (the copy under the next layer)."""
     total = sum(
         layer_activation_bytes(model, layout, training, i, pos, routed_rows)
         for pos, i in enumerate(chunk.layer_indices)
@@ -622,7 +589,7 @@ def stash_cumulative_shares(
     as cumulative fractions ending at exactly 1.0: ``units`` (one or more) are the layer indices of each unit
     in forward order (-1 the embedding, -2 the LM head and loss). A layer's activations are
     saved as its forward runs, and freed as its backward runs, in reverse; the offloaded layers
-    hold only their in-flight buffer, counted with the first of them."""
+    hold only what was not moved and the in-flight buffer, counted with the first of them."""
     offloaded = offloaded_layer_bytes(model, layout, training, chunk, routed_rows)
     position = {layer: pos for pos, layer in enumerate(chunk.layer_indices)}
     buffer = max(offloaded.values()) if offloaded else 0.0
@@ -636,7 +603,9 @@ def stash_cumulative_shares(
             elif layer == EMBEDDING_LAYER:
                 size += embedding_activation_bytes(model, layout, training)
             elif layer in offloaded:
-                size, buffer = size + buffer, 0.0
+                # what stays of the layer (nothing when offloaded whole), and the in-flight copy once
+                kept = layer_activation_bytes(model, layout, training, layer, position[layer], routed_rows)
+                size, buffer = size + kept - offloaded[layer] + buffer, 0.0
             elif layer >= 0:
                 size += layer_activation_bytes(model, layout, training, layer, position[layer], routed_rows)
         sizes.append(size)
@@ -653,8 +622,11 @@ def stash_cumulative_shares(
 def offloaded_layer_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, chunk: Chunk, routed_rows: float = 1.0
 ) -> dict[int, float]:
-    """Layer index -> activation bytes of one microbatch for the chunk's first
-    ``training.activation_offload_layers`` layers, whose activations go to host memory."""
+    """Layer index -> activation bytes of one microbatch that go to host memory: the chunk's first
+    ``training.activation_offload_layers`` layers whole, or what ``training.offload_modules``
+    moves of each layer but the chunk's last (:mod:`simcluster.module_offload`)."""
+    if training.offload_modules:
+        return offloaded_bytes(model, layout, training, list(chunk.layer_indices), routed_rows)
     n = min(training.activation_offload_layers, chunk.layers)
     return {
         i: layer_activation_bytes(model, layout, training, i, pos, routed_rows)

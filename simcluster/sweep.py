@@ -177,6 +177,8 @@ def show_value(value: Any) -> str:
     row's schedule does not take)."""
     if value is None:
         return "-"
+    if isinstance(value, list):
+        return "[" + ",".join(show_value(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -194,6 +194,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("lora.op_fuser", {"parallel": {"tp": 2}, "lora": {"rank": 8, "op_fuser": True}},
      {"lora": {"rank": 8, "op_fuser": True}}),
     ("lora.op_fuser", {"lora": {"op_fuser": True}}, {"lora": {"rank": 8, "op_fuser": True}}),
+    # module_offload.py: a dense model has no routed experts' input to move
+    ("training.offload_modules", {"training": {"offload_modules": ["expert_fc1"]}},
+     {"model": {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}, "parallel": {"ep": 8},
+      "training": {"offload_modules": ["expert_fc1"]}}),
     ("lora.a2a", {"parallel": {"tp": 2}, "lora": {"rank": 8, "a2a": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "a2a": True}}),
     ("lora.a2a", {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "targets": ["qkv"], "a2a": True}},

@@ -331,7 +331,7 @@ def test_the_loss_fit_hint_names_the_kernel_the_stack_has():
             data["framework"] = framework
         sc = scenario_from_dict(data)
         assert sc.training.fused_cross_entropy == loss, framework
-        assert dict(_candidates(sc, 1))["training.fused_cross_entropy"] == hint, framework
+        assert dict(_candidates(build_context(sc), 1))["training.fused_cross_entropy"] == hint, framework
 
 
 def test_optimizer_step_traffic_counts_each_pass_the_frameworks_run():

@@ -15,12 +15,12 @@ import pytest
 from conftest import make_scenario
 from engine_helpers import layer_builder
 
+from simcluster.activation_widths import gemm_input_bytes
 from simcluster.compute import NVFP4_QUANTISE_BYTES, KernelModel
 from simcluster.context import build_context
 from simcluster.engine import simulate
 from simcluster.errors import UserError
 from simcluster.hardware import load_profile
-from simcluster.memory import gemm_input_bytes
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import scenario_from_dict
 

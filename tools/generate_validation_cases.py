@@ -3613,7 +3613,8 @@ ZOO_SRC = (
     "steps; which iterations the figure takes is not stated.")
 
 
-def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, table, what, command, settings, paper=""):
+def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, table, what, command, settings, paper="",
+             ep_comm=False):
     """A Qwen3-235B-A22B run of the Megatron-MoE model zoo's best-practice table (HybridEP on an NVL72 rack)."""
     model = qwen3_moe_model("qwen3-235b-a22b")
     flops = megatron_moe_flops_per_token(94, 4096, 64, 4, 128, seq, 1536, 8, 151936)
@@ -3624,7 +3625,7 @@ def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, tabl
         "cluster": {"hardware": hardware, "gpus": gpus, "nvls": False, "segment_nodes": segment},
         "parallel": {"tp": 1, "etp": 1, "zero": 1, **parallel},
         "training": {"seq_len": seq, "fp32_grad_accum": True, "fused_cross_entropy": "te", **training},
-        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False},
+        "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False, **({"ep_comm": True} if ep_comm else {})},
         "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if fp8 else {}), "router_dtype": "fp32"},
     }
     source = ZOO_SRC.format(table=table, what=what, tflops=tflops, paper=paper, flops=flops / 1e9, command=command,
@@ -3683,6 +3684,28 @@ MOE_RECIPE_ROWS += [
         "MBS 1, GBS 1,024, 131,072 tokens, selective recomputation of moe_act and layernorm, no CUDA graphs, "
         + _ZOO_MXFP8_TEXT + " CUDA_DEVICE_MAX_CONNECTIONS=1.",
         paper=" (Table 20: TP4 PP4 CP4 EP32 VPP12 MBS1 GBS1024, as the command)"),
+    zoo_case(
+        "qwen3-235b-a22b-gb200-mxfp8-256gpu", "gb200-nvl72", 256, 16,
+        {"pp": 4, "ep": 64, "vpp": 6, "schedule": "interleaved", "layers_per_stage": [3, *[4] * 22, 3]},
+        {"micro_batch": 3, "global_batch": 3072, "recompute": "selective", "recompute_modules": ["moe_act", "layernorm"],
+         "cuda_graphs": ["attn", "moe_router", "moe_preprocess"], "offload_modules": ["expert_fc1", "moe_act"],
+         **_ZOO_MXFP8},
+        919, 4096, "GB200", "64 GB200 trays (256 GPUs) in MXFP8",
+        "PR=mxfp8 MBS=3 DISPATCHER=hybridep A2A_OVERLAP=1 TP=1 PP=4 VPP=6 EP=64 SEGMENT=16 NNODES=64 GBS=3072, "
+        "--recompute-granularity selective --recompute-modules moe_act layernorm --moe-router-force-load-balancing "
+        "--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess "
+        "--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act --delay-offload-until-cuda-graph "
+        "--use-separate-send-recv-groups; best_practice/qwen3/run_gb200_235b.sh, 'GB200 config, MXFP8, 919 TFLOPS', "
+        "'activation offloading required'",
+        "TP 1, PP 4 with num_layers_per_virtual_pipeline_stage 4 (24 virtual stages: 3 + the embedding, 22 x 4, 3 + "
+        "the loss), EP 64, MBS 3, GBS 3,072, 4,096 tokens, selective recomputation of moe_act and layernorm, "
+        "TransformerEngine CUDA graphs over attn, moe_router and moe_preprocess (training.cuda_graphs), Megatron-Core's "
+        "fine-grained activation offloading of expert_fc1 and moe_act (training.offload_modules; "
+        "delay_offload_until_cuda_graph, which only moves the copies' host issue, not modelled), A2A_OVERLAP=1: "
+        "overlap_moe_expert_parallel_comm (overlap.ep_comm) with delay_wgrad_compute (not modelled), "
+        "CUDA_DEVICE_MAX_CONNECTIONS=32 and NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24, use_separate_send_recv_groups (not "
+        "modelled), " + _ZOO_MXFP8_TEXT,
+        paper=" (Table 20: TP1 PP4 EP64 VPP6 MBS3 GBS3072, as the command)", ep_comm=True),
 ]
 
 dump(str(ROOT / "validation" / "megatron-moe-recipes.yaml"),

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simcluster.commands.common import (
@@ -156,7 +157,7 @@ def _print_host(console: Console, doc: dict, ctx: Context) -> None:
         )
     if doc["host_activation_bytes_per_microbatch"] > 0:
         console.print(
-            "activations on the host (training.activation_offload_layers): "
+            "activations on the host (training.activation_offload_layers or offload_modules): "
             f"{format_bytes(doc['host_activation_bytes_per_microbatch'])} per GPU per microbatch in flight"
         )
     host, cap = doc["host_bytes_per_node"], doc["host_capacity_bytes"]
@@ -228,11 +229,12 @@ def hint_line(hints: list[dict], together: dict | None = None) -> str:
     together (``together``: :func:`simcluster.fit_hints.fitting_combination`'s record), or
     that not even those do."""
     if hints:
-        listed = ", ".join(f"{set_items(h)} ({format_bytes(h['total_bytes'])}{_batch(h)})" for h in hints)
+        # escaped: a list value's brackets ([expert_fc1,moe_act]) are not console markup
+        listed = ", ".join(f"{escape(set_items(h))} ({format_bytes(h['total_bytes'])}{_batch(h)})" for h in hints)
         return f"  would fit with: {listed}"
     if together:
         return (
-            f"  no single change of {_TRIED} fits; together these do: {set_items(together)} "
+            f"  no single change of {_TRIED} fits; together these do: {escape(set_items(together))} "
             f"({format_bytes(together['total_bytes'])} by the memory walk{_batch(together)})"
         )
     return (

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # annotations only: the CLI's parser and error paths stay fre
 
 PIPELINE_KINDS = ("forward", "backward_input", "backward_weight", "backward", "recompute")
 # embd: the tied-embedding gradient all-reduce between the first and last pipeline stage;
-# host: activation copies to and from host memory (training.activation_offload_layers)
+# host: activation copies to and from host memory (training.activation_offload_layers, offload_modules)
 EXPOSED_GROUPS = ("tp", "cp", "ep", "dp", "pp", "embd", "host")
 NON_PIPELINE_GROUPS = tuple(g for g in EXPOSED_GROUPS if g != "pp")
 

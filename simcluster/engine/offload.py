@@ -1,10 +1,13 @@
-"""One rank's activation copies to and from host memory (``training.activation_offload_layers``).
+"""One rank's activation copies to and from host memory (``training.activation_offload_layers``,
+``offload_modules``).
 
 TransformerEngine's CPU offload (Megatron-Core ``--cpu-offloading``), double-buffered: once a
 layer's forward is done its saved tensors are copied to the host on a side stream, under the
 next layer's forward, and the layer after that waits for the copy (two buffers); in the backward
 a layer's copy back is started when the layer after it (in backward order) begins, and the
-layer waits for its own. Each direction is one copy engine on the GPU's host link
+layer waits for its own. Megatron-Core's fine-grained offload (``training.offload_modules``)
+copies the named modules' saved tensors the same way, but its forward never waits for a copy
+(:mod:`simcluster.module_offload`). Each direction is one copy engine on the GPU's host link
 (``node.host_link_GBps``), one copy at a time, FIFO; the two directions run at once (PCIe and
 NVLink-C2C are full duplex).
 """

@@ -55,13 +55,15 @@ from simcluster.topology import build_cluster
 
 def _activation_link(ctx: Context) -> float:
     """The host link's bytes per second for activation copies (0 without activation offload)."""
-    if ctx.scenario.training.activation_offload_layers == 0:
+    training = ctx.scenario.training
+    if training.activation_offload_layers == 0 and not training.offload_modules:
         return 0.0
     if missing_host_figures(ctx.profile.node, optimizer=False):
+        field, off = ("training.offload_modules", "[]") if training.offload_modules else ("training.activation_offload_layers", "0")
         raise UserError(
-            "training.activation_offload_layers",
+            field,
             f"hardware profile '{ctx.profile.name}' gives no node.host_link_GBps (GPU-to-host bandwidth "
-            "per GPU per direction); add it to the profile (cluster.profile overrides work too) or set 0",
+            f"per GPU per direction); add it to the profile (cluster.profile overrides work too) or set {off}",
         )
     host_link = ctx.profile.node.host_link_GBps
     assert host_link is not None  # missing_host_figures above raised without it

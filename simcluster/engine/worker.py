@@ -700,13 +700,14 @@ class Worker(PipelineIO, DataParallelOps):
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
-        buffers); in the backward, this unit's copy back is started if it was not, the next
-        unit's is started, and this one waits for its own."""
+        buffers; Megatron-Core's fine-grained offload, ``training.offload_modules``, does not
+        wait); in the backward, this unit's copy back is started if it was not, the next unit's
+        is started, and this one waits for its own."""
         def keys(unit: Unit) -> list[tuple]:
             return [(op.microbatch, op.chunk, layer) for layer in unit.layers if layer in offloaded]
 
         if op.kind == "F":
-            if i >= 2:
+            if i >= 2 and not self.shared.ctx.scenario.training.offload_modules:
                 yield from self.offload.wait(self.offload.saved.get(k) for k in keys(units[i - 2]))
             return
         for k in keys(units[i]):

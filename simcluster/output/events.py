@@ -52,7 +52,7 @@ COMM_KINDS: tuple[str, ...] = (
     "broadcast",
     "send",
     "recv",
-    "copy",  # activations to and from host memory (training.activation_offload_layers)
+    "copy",  # activations to and from host memory (training.activation_offload_layers, offload_modules)
 )
 KINDS: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
 GROUPS: tuple[str, ...] = ("tp", "cp", "dp", "ep", "pp", "embd", "host", "")

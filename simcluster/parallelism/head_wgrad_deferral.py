@@ -31,8 +31,9 @@ which that buffer keeps allocated for the rest of the run: :func:`drain_buffer_b
 
 from __future__ import annotations
 
+from simcluster.activation_widths import act_bytes
 from simcluster.layout import Layout
-from simcluster.memory import act_bytes, logit_elements
+from simcluster.memory import logit_elements
 from simcluster.model import ModelSpec
 from simcluster.parallelism.segments import Comm, Compute, Segment
 from simcluster.scenario import TrainingSection

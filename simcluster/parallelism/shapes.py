@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simcluster.activation_widths import act_bytes, attention_widths
 from simcluster.compute import DTYPE_BYTES, QUANTISED
 from simcluster.layout import Layout
-from simcluster.memory import act_bytes, attention_widths
 from simcluster.model import ModelSpec
 from simcluster.scenario import TrainingSection
 

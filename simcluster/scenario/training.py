@@ -10,6 +10,7 @@ from simcluster.limits import addressable_gib
 from simcluster.scenario.base import SectionBase
 
 RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp"]
+OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"]
 
 
 class TrainingSection(SectionBase):
@@ -310,6 +311,19 @@ class TrainingSection(SectionBase):
             "layer's copy to the host runs under the next layer's forward, the one after it waits "
             "for it; its copy back is started one layer ahead in the backward; needs the "
             "profile's node.host_link_GBps"
+        ),
+    )
+    offload_modules: list[OffloadModule] = Field(
+        default_factory=list,
+        description=(
+            "Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading "
+            "--offload-modules): the tensors each named module saves for its backward (expert_fc1: the "
+            "routed experts' input; moe_act: their activation's input; core_attn: Q, K and V; attn_proj: "
+            "the attention output, needs core_attn; mlp_norm and attn_norm: a separate norm's input; "
+            "qkv_linear: the QKV linear's fused-norm input and its own) go to pinned host memory on one "
+            "copy stream after the module's forward, the compute not waiting, and come back one layer "
+            "ahead in the backward; each chunk's last layer stays on the GPU; needs the profile's "
+            "node.host_link_GBps"
         ),
     )
     flash_attention: bool = Field(

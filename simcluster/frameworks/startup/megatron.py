@@ -68,6 +68,29 @@ def _cpu_offloading(scenario: Scenario, facts: LayoutFacts) -> None:
         )
 
 
+def _fine_grained_offloading(scenario: Scenario, facts: LayoutFacts) -> None:
+    """Megatron-Core's fine-grained activation offloading (``training.offload_modules``) refuses
+    TransformerEngine's whole-layer one ("fine_grained_activation_offloading cannot be enabled
+    with cpu_offloading") and the output projection's input without the attention's ("the input
+    of attn_proj is the output of core_attn, which is needed in core_attn.backward()")."""
+    modules = scenario.training.offload_modules
+    if not modules:
+        return
+    if scenario.training.activation_offload_layers:
+        raise UserError(
+            "training.offload_modules",
+            "Megatron-Core's fine-grained activation offloading cannot run with its CPU offloading "
+            "(TransformerConfig: \"fine_grained_activation_offloading cannot be enabled with cpu_offloading\"); "
+            "set activation_offload_layers 0, or offload_modules []",
+        )
+    if "attn_proj" in modules and "core_attn" not in modules:
+        raise UserError(
+            "training.offload_modules",
+            "attn_proj's input is core_attn's output, which core_attn's backward needs (Megatron-Core "
+            "asserts both); add core_attn, or drop attn_proj",
+        )
+
+
 def _cuda_graphs(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron's partial CUDA graphs replay each layer's captured forward, which a full
     recomputation would rerun outside the graph (``validate_args``: "recompute_granularity must
@@ -215,8 +238,8 @@ def _lm_fp8_params(scenario: Scenario, facts: LayoutFacts) -> None:
 #: checks from Megatron-Core's TransformerConfig and ModelParallelConfig, which NeMo and
 #: Megatron-Bridge build on
 CORE_CHECKS: tuple[LayoutRule, ...] = (
-    _experts_beside_tp, _cpu_offloading, _cuda_graphs, _graph_scopes, _expert_bias,
-    _ep_overlap_dtype, _defer_head_wgrad, _fp8_recompute,
+    _experts_beside_tp, _cpu_offloading, _fine_grained_offloading, _cuda_graphs, _graph_scopes,
+    _expert_bias, _ep_overlap_dtype, _defer_head_wgrad, _fp8_recompute,
 )  # fmt: skip
 #: the MoE refusals a fork of Megatron-LM keeps from it (sail-sg's Zero Bubble fork, both
 #: releases: its validate_args, and Megatron-Core's ModelParallelConfig the later one kept)

@@ -1,0 +1,97 @@
+"""Megatron-Core's fine-grained activation offloading (``training.offload_modules``): which bytes
+of a layer's stash each named module sends to host memory.
+
+Read by a research helper (session 97) in NVIDIA/Megatron-LM
+``megatron/core/pipeline_parallel/fine_grained_activation_offload.py`` and its call sites
+(``transformer_layer.py``, ``attention.py``, ``moe/experts.py``; pull requests 1912/1913, 3219,
+3697): each named module's forward runs under autograd's ``saved_tensors_hooks``, and what it
+saves for its backward (tensors of at least a million elements, in the dtype saved: an FP8
+cast stays FP8) is copied to pinned host memory on one device-to-host stream once the module's
+forward is done; the compute stream does not wait for the copy. In the backward each group's
+copy back runs on one host-to-device stream one group ahead, and the group's backward waits for
+its own. The last layer of the chunk whose backward comes next stays on the GPU ("to make sure
+the reloading won't block the main stream"); the model keeps every chunk's last layer.
+
+What each name moves, in the terms :func:`simcluster.memory.layer_activation_bytes` counts:
+
+- ``expert_fc1``: the routed experts' input (the permuted tokens, ``linear_fc1``'s saved input);
+- ``moe_act``: the routed experts' activation input (``fc1_output``, also under its recomputation);
+- ``core_attn``: the attention kernel's Q, K and V (not its output); nothing where it is recomputed;
+- ``attn_proj``: the output projection's input, the attention output (Megatron-Core asserts
+  ``core_attn`` with it: that tensor is the attention's output too);
+- ``mlp_norm``: a MoE layer's pre-MLP norm input (a dense layer's norm is fused into its first
+  linear in TransformerEngine's spec: an ``IdentityOp``, nothing to move);
+- ``attn_norm``: the input norm's input where the norm is a module of its own (multi-latent
+  attention, whose two down projections share it), else nothing;
+- ``qkv_linear``: the QKV linear's saved tensors: its fused norm's input (not with multi-latent
+  attention) and its own GEMM input.
+
+Shared experts, whose inputs no upstream name covers, stay; so do fully recomputed layers and
+torchtitan's op-level checkpoints, whose modules save nothing of their own. The memory counts one
+layer's moved bytes in flight, as for the whole-layer offload: where the copy stream falls behind
+a forward (a warm-up of many microbatches over a slow link) the tensors waiting for it are still
+on the GPU (``record_stream``), which Megatron-Core bounds with
+``fine_grained_offloading_max_inflight_offloads`` and the model does not count.
+"""
+
+from __future__ import annotations
+
+from simcluster.activation_widths import act_bytes, attention_widths, gemm_input_bytes
+from simcluster.fp8_store import fp8_swiglu_store
+from simcluster.layout import Layout
+from simcluster.model import ModelSpec
+from simcluster.parallelism.saved_gather import gathered_factor
+from simcluster.scenario import TrainingSection
+
+
+def layer_module_bytes(
+    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int, position: int, routed_rows: float = 1.0
+) -> dict[str, float]:
+    """Bytes of one microbatch's stash for ``layer`` (at ``position`` in its chunk) that each of
+    ``training.offload_modules`` moves to the host (0 where the module saves nothing there)."""
+    names = training.offload_modules
+    if not names or training.fully_recomputed(position) or training.recompute == "op":
+        return {}
+    s = training.seq_len / layout.cp
+    b = training.micro_batch
+    sbh = s * b * model.hidden
+    t = layout.tp
+    e = act_bytes(training.precision)
+    g = gemm_input_bytes(training.precision)
+    rep = t if layout.sequence_parallel else 1  # the replicated (norm) terms' divisor
+    redo = training.recomputed
+    q_dim, k_dim, v_dim, out_dim = attention_widths(model)
+    mla = model.mla is not None
+    moe = model.is_moe_layer(layer)
+    norm_out = 0.0 if "layernorm" in redo else g  # a recomputed norm's output is not kept
+    attention_rerun = "core_attn" in redo or not training.flash_attention
+    fa8 = training.fp8_attention and not attention_rerun
+    rows = s * model.top_k * routed_rows * b
+    act_in = 1.0 if fp8_swiglu_store(model, training) else e
+    parts = {
+        "attn_norm": e * sbh / rep if mla else 0.0,
+        "qkv_linear": (0.0 if mla else e * sbh / rep) + norm_out * gathered_factor(layout) * sbh / rep,
+        "core_attn": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * (q_dim + k_dim + v_dim) / t,
+        "attn_proj": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * out_dim / t,
+        "mlp_norm": e * sbh / rep if moe else 0.0,
+        "expert_fc1": rows * g * layout.etp * model.hidden / rep if moe else 0.0,
+        "moe_act": rows * act_in * model.up_width(model.expert_ffn) / t if moe else 0.0,
+    }
+    return {name: parts[name] for name in names}
+
+
+def offloaded_bytes(
+    model: ModelSpec,
+    layout: Layout,
+    training: TrainingSection,
+    layer_indices: list[int],
+    routed_rows: float = 1.0,
+) -> dict[int, float]:
+    """Layer index -> bytes of one microbatch's stash the named modules move to the host, for a
+    chunk's layers in order (its last one stays on the GPU); layers moving nothing are left out."""
+    out = {}
+    for pos, layer in enumerate(layer_indices[:-1]):
+        moved = sum(layer_module_bytes(model, layout, training, layer, pos, routed_rows).values())
+        if moved > 0:
+            out[layer] = moved
+    return out
