@@ -32,7 +32,7 @@ from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.lora import ROW_PARALLEL
 from simcluster.memory import BF16_WEIGHT_PRECISIONS, keeps_remainders
 from simcluster.module_offload import layer_module_bytes
-from simcluster.parallelism import fp8_weights
+from simcluster.parallelism import fp8_weights, torchao_float8
 from simcluster.parallelism.data import grad_reduce_bytes, grad_wire_bytes
 from simcluster.parallelism.expert import (
     deepep_copies,
@@ -449,6 +449,8 @@ def _fp8_weight_cache(ctx: Context) -> Verdict:
         return (f"under framework {ctx.scenario.framework}", "only Megatron-Core's TE layers cache them (is_first_microbatch)")
     if tr.fp4_param:
         return ("with training.fp4_param", "NVFP4 parameters are never cast, so nothing is cached")
+    if torchao_float8.applies(tr) and not ctx.model.experts:
+        return ("with training.fp8_library=torchao", "torchao casts each weight anew in every forward and backward")
     cc = ctx.profile.gpu.compute_capability
     if fp8_weights.requantises_mxfp8_parameters(tr, layout, cc):
         return ("with training.fp8_param_gather", "MXFP8 parameters are quantised once a step after their gather")

@@ -38,6 +38,7 @@ from simcluster.parallelism import (
     fsdp2_accumulation,
     logit_softcap,
     loss_kernels,
+    torchao_float8,
 )
 from simcluster.parallelism.elementwise import STYLES
 from simcluster.parallelism.partitioned_checkpoints import partitions
@@ -410,8 +411,11 @@ def fp8_weight_bytes(
     transformer layers' linears, or their FP8 parameters' 1 B (and Hopper's transpose) in
     place of 2; norms and routers are counted with them (a few thousandths of a layer).
     Counted with the parameters; zero where ``fp8_weights.applies`` is false (outside FP8/NVFP4,
-    and under ZeRO-3 but for Megatron FSDP's 16-bit weights)."""
+    and under ZeRO-3 but for Megatron FSDP's 16-bit weights), and for torchao's 16-bit weights,
+    which it casts anew in every forward and backward and never keeps (``torchao_float8``)."""
     if not fp8_weights.applies(training, layout):
+        return 0.0
+    if torchao_float8.applies(training) and not training.fp8_param_gather:
         return 0.0
     per = fp8_weights.cached_bytes_per_weight(training, compute_capability)
     if per == 0.0:

@@ -173,11 +173,12 @@ def test_megatron_fsdp_transposes_its_gathered_fp8_parameters_in_each_backward_o
         transpose = sum(2.0 * n / km.hbm_bytes_per_s + km.launch_s for n in weights)
         assert _backward(fp8) - _backward(_fsdp(fp8_recipe=recipe)) == pytest.approx(transpose, rel=1e-9), recipe
     # none where FP8 GEMMs take either layout (Blackwell, per-tensor) or an MXFP8 weight's
-    # backward gathers its columnwise plane; none under PyTorch's FSDP or ZeRO-1
+    # backward gathers its columnwise plane; none under PyTorch's FSDP or ZeRO-1 (TransformerEngine's
+    # linears there: torchao's recast its 16-bit weights without the FP8 gather, test_torchao_float8.py)
     for data in (
         _fsdp("dgx-b200", fp8_recipe="current", fp8_param_gather=True),
         _fsdp("dgx-b200", fp8_recipe="block", fp8_param_gather=True),
-        _fsdp("dgx-h100", "torchtitan", fp8_param_gather=True),
+        _fsdp("dgx-h100", "torchtitan", fp8_param_gather=True, fp8_library="te"),
         _data(fp8_param_gather=True),
     ):
         plain = {**data, "training": {k: v for k, v in data["training"].items() if k != "fp8_param_gather"}}

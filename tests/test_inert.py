@@ -94,6 +94,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"model": {**GPT_LIKE, "mlp": "swiglu"}, "training": {"activation_fp8_store": True}}),
     ("training.fp8_weight_cache", {"training": {"fp8_weight_cache": False}},
      {"training": {"precision": "fp8", "fp8_weight_cache": False}}),
+    # torchao_float8.weight_cast_seconds: torchao casts a dense model's weights anew every time
+    ("training.fp8_weight_cache",
+     {"training": {"precision": "fp8", "fp8_recipe": "current", "fp8_library": "torchao", "fp8_weight_cache": False}},
+     {"training": {"precision": "fp8", "fp8_recipe": "current", "fp8_weight_cache": False}}),
     # apex's master remainders complete a bf16 weight (memory.keeps_remainders)
     ("training.master_weights", {"training": {"precision": "fp16", "master_weights": "remainder"}},
      {"training": {"master_weights": "remainder"}}),

@@ -152,6 +152,20 @@ def _draw_settings(rng: random.Random, doc: dict[str, Any]) -> None:
     _draw_packing(doc)
     _draw_step_tail(doc)
     _draw_dispatcher(doc)
+    _draw_module_offload(doc)
+
+
+#: Megatron-Core's fine-grained offload names (training.offload_modules)
+OFFLOAD_MODULES = ("expert_fc1", "moe_act", "core_attn", "attn_proj", "mlp_norm", "attn_norm", "qkv_linear")
+
+
+def _draw_module_offload(doc: dict[str, Any]) -> None:
+    """Now and then Megatron-Core's fine-grained activation offload of two or three modules
+    (attn_proj without core_attn is refused), beside the whole-layer offload or not (refused
+    together), from a generator of its own so the earlier draws stay the seed's."""
+    rng = _seeded_by(doc, salt=0x0FF)
+    if rng.random() < 0.3:
+        doc["training"]["offload_modules"] = rng.sample(OFFLOAD_MODULES, rng.choice([1, 2, 3]))
 
 
 def _draw_dispatcher(doc: dict[str, Any]) -> None:

@@ -46,8 +46,8 @@ TransformerEngine keeps its workspace unless it detects PyTorch's FSDP2, so each
 quantised copy stays beside the sharded state (read by a research helper, session 95: Megatron-LM
 ``TELinear.forward``, ``validate_args``' Megatron FSDP block, ``mcore_fsdp_adapter.py``;
 TransformerEngine ``module/linear.py``'s ``cache_name``, ``base.py``'s ``is_fsdp2``). Under
-PyTorch's FSDP and DeepSpeed's ZeRO-3 the casts are not modelled (ASSUMPTION: left out, inert
-note). With FP8 parameters Megatron FSDP gathers them as their rowwise data only, again for
+PyTorch's FSDP and DeepSpeed's ZeRO-3 TransformerEngine's casts are not modelled (ASSUMPTION:
+left out, inert note); torchao's, which never cache, are (``torchao_float8.weight_cast_seconds``). With FP8 parameters Megatron FSDP gathers them as their rowwise data only, again for
 each backward (its bucket is freed after the forward), and where FP8 GEMMs take K-major operands
 alone (Hopper) TransformerEngine makes the input-gradient GEMM's transposed copy after that
 gather, a read and a write of each byte (``megatron_fsdp`` param_and_grad_buffer:

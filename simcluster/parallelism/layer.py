@@ -111,23 +111,27 @@ class LayerBuilder(AttentionTimes, AsyncTpBlocks, ParallelBlocks, HeadBuilder, L
             casts += self._weight_transposes(gemms, dtype)
             if torchao:
                 casts += torchao_float8.backward_seconds(km, tokens, [(g.k, g.n) for g in gemms])
+                casts += torchao_float8.weight_cast_seconds(km, self.scenario.training, [g.k * g.n for g in gemms])
         else:
             mm = splits * sum(km.gemm(rows, g.n, g.k, dtype, role="fwd") for g in gemms)
             # torchao keeps the 16-bit input for the backward: its forward cast is rowwise only
             columnwise = self.wgrads_inputs and not torchao
             casts = sum(km.quantise(tokens * g.k, dtype, columnwise=columnwise) for g in gemms)
-            casts += self._weight_casts(gemms, dtype)
+            casts += self._weight_casts(gemms, dtype, torchao)
         return Work.of(gemm=mm, memory=casts)
 
-    def _weight_casts(self, gemms: list[Gemm], dtype: str | None = None) -> float:
+    def _weight_casts(self, gemms: list[Gemm], dtype: str | None = None, torchao: bool = False) -> float:
         """The forward's casts of these linears' weights: torch.autocast's of fp32 weights
         (``training.autocast``, parallelism/autocast_casts.py) and TransformerEngine's FP8 or
-        NVFP4 quantisation (parallelism/fp8_weights.py)."""
+        NVFP4 quantisation (parallelism/fp8_weights.py), or ``torchao``'s uncached one
+        (parallelism/torchao_float8.py)."""
         training, layout = self.scenario.training, self.shapes.layout
         weights = [g.k * g.n for g in gemms]
-        return autocast_casts.forward_cast_seconds(
-            self.km, training, layout, weights
-        ) + fp8_weights.forward_cast_seconds(self.km, training, layout, weights, dtype)
+        if torchao:
+            quantised = torchao_float8.weight_cast_seconds(self.km, training, weights)
+        else:
+            quantised = fp8_weights.forward_cast_seconds(self.km, training, layout, weights, dtype)
+        return autocast_casts.forward_cast_seconds(self.km, training, layout, weights) + quantised
 
     def _weight_transposes(self, gemms: list[Gemm], dtype: str | None = None) -> float:
         """The backward's transposes of these linears' FP8 weights as Megatron FSDP gathers

@@ -13,7 +13,9 @@ row-major and its second column-major, so the forward ``x @ W.t()`` copies nothi
 input gradient ``dY @ W`` copies the row-major FP8 weight column-major (``.t().contiguous()
 .t()``: a read and a write of each byte) in every backward. Under FSDP2's FP8 all-gather
 (``training.fp8_param_gather``) each rank casts its shard before the gather and the gathered
-weight is used as it arrives (that shard's cast, 1/dp of a weight, is left out). Eager mode's
+weight is used as it arrives (that shard's cast, 1/dp of a weight, is left out); without it the
+16-bit weight is cast in every forward and again in every backward (:func:`weight_cast_seconds`),
+in place of TransformerEngine's cached cast. Eager mode's
 separate abs, max and scaling kernels, and its copy of the input into the weight gradient's
 layout, are not modelled: ``torch.compile`` fuses them, and torchtitan runs Float8 with it.
 """
@@ -28,6 +30,18 @@ from simcluster.scenario import TrainingSection
 def applies(training: TrainingSection) -> bool:
     """Whether the FP8 linears run torchao's tensorwise casts (per-tensor scales)."""
     return training.precision == "fp8" and training.fp8_library == "torchao" and training.fp8_recipe != "block"
+
+
+def weight_cast_seconds(km: KernelModel, training: TrainingSection, weights: list[float]) -> float:
+    """Seconds one forward, or one backward, spends casting the 16-bit weights of ``weights``
+    (elements of each) to FP8: ``matmul_with_hp_or_float8_args`` casts the weight in the forward
+    and, having saved it in 16 bits, again in the backward for the input gradient
+    (``hp_tensor_to_float8_dynamic``: an amax read and a rowwise cast, 5 B per element, every
+    microbatch; torchao keeps no cast between them). None where FSDP2 gathers the weights in
+    FP8 (``training.fp8_param_gather``): they arrive cast, and the backward uses them as they are."""
+    if not applies(training) or training.fp8_param_gather:
+        return 0.0
+    return sum(km.quantise(n, "fp8", weight=True, columnwise=False) for n in weights if n > 0)
 
 
 def backward_seconds(km: KernelModel, tokens: float, shapes: list[tuple[float, float]]) -> float:

@@ -106,7 +106,9 @@ class TrainingSection(SectionBase):
             "recipe as torchtitan's float8 converter runs it (framework torchtitan's default): the "
             "forward casts its input rowwise only and keeps the 16-bit input, the backward casts it "
             "again for the weight gradient, writes the output gradient in both layouts and copies "
-            "the FP8 weight column-major for the input gradient, as torch._scaled_mm takes it"
+            "the FP8 weight column-major for the input gradient, as torch._scaled_mm takes it; "
+            "without fp8_param_gather it casts each 16-bit weight in every forward and again in "
+            "every backward, keeping no quantised copy"
         ),
     )
     fp8_param_gather: bool = Field(
