@@ -131,7 +131,7 @@ def forward_cast_seconds(
     cc = km.profile.gpu.compute_capability
     if dtype == "fp8" and requantises_mxfp8_parameters(training, layout, cc):
         # quantised from the 16-bit gather once a step, whatever the transpose cache says
-        return _casts(km, weights, dtype) / layout.microbatches
+        return cast_seconds(km, weights, dtype) / layout.microbatches
     if training.fp8_param_gather:
         if layout.lora is not None and training.fp8_weight_cache:
             return 0.0  # frozen FP8 weights: their cached transposes never go stale
@@ -139,7 +139,7 @@ def forward_cast_seconds(
             return 0.0
         seconds = transpose_seconds(km, weights)
     else:
-        seconds = _casts(km, weights, dtype)
+        seconds = cast_seconds(km, weights, dtype)
     share = 1.0 / layout.microbatches if training.fp8_weight_cache else 1.0
     return share * seconds
 
@@ -174,9 +174,10 @@ def backward_transpose_seconds(
     return share * transpose_seconds(km, weights)
 
 
-def _casts(km: KernelModel, weights: list[float], dtype: str) -> float:
-    """Seconds quantising each of ``weights`` (elements) for GEMMs in ``dtype``, a kernel each."""
-    return sum(km.quantise(n, dtype, weight=True) for n in weights if n > 0)
+def cast_seconds(km: KernelModel, weights: list[float], dtype: str, columnwise: bool = True) -> float:
+    """Seconds quantising each of ``weights`` (elements) for GEMMs in ``dtype``, a kernel each;
+    ``columnwise`` False: the rowwise copy alone (:meth:`KernelModel.quantise`)."""
+    return sum(km.quantise(n, dtype, weight=True, columnwise=columnwise) for n in weights if n > 0)
 
 
 def transpose_seconds(km: KernelModel, weights: list[float]) -> float:

@@ -4,9 +4,11 @@ TransformerEngine's (:meth:`KernelModel.quantise`), for the dense linears (atten
 routed experts keep their grouped GEMMs' casts).
 
 Read in pytorch/ao ``torchao/float8/`` (float8_linear.py at 2d812af, float8_ops.py at 3e4098f,
-fsdp_utils.py at 11ce634; a research helper, session 96): ``matmul_with_hp_or_float8_args``
-saves the 16-bit input and the FP8 weight, so the backward casts the input again (an amax
-pass and a cast) for the weight-gradient GEMM; the output gradient is cast for both backward
+fsdp_utils.py at 11ce634; a research helper, session 96; the weight's handling read again in
+session 97): ``matmul_with_hp_or_float8_args`` saves the 16-bit input and the weight as it
+received it (``save_for_backward(input_hp, weight_hp_t)``: FP8 under FSDP2's FP8 all-gather,
+else 16-bit), so the backward casts the input again (an amax pass and a cast) for the
+weight-gradient GEMM; the output gradient is cast for both backward
 GEMMs (one kernel writing both layouts under ``torch.compile``, as the library's own
 roofline model assumes); ``preprocess_addmm`` gives ``torch._scaled_mm`` its first operand
 row-major and its second column-major, so the forward ``x @ W.t()`` copies nothing while the
@@ -23,7 +25,7 @@ layout, are not modelled: ``torch.compile`` fuses them, and torchtitan runs Floa
 from __future__ import annotations
 
 from simcluster.compute import KernelModel, keeps_fp8_transpose
-from simcluster.parallelism.fp8_weights import transpose_seconds
+from simcluster.parallelism.fp8_weights import cast_seconds, transpose_seconds
 from simcluster.scenario import TrainingSection
 
 
@@ -41,7 +43,7 @@ def weight_cast_seconds(km: KernelModel, training: TrainingSection, weights: lis
     FP8 (``training.fp8_param_gather``): they arrive cast, and the backward uses them as they are."""
     if not applies(training) or training.fp8_param_gather:
         return 0.0
-    return sum(km.quantise(n, "fp8", weight=True, columnwise=False) for n in weights if n > 0)
+    return cast_seconds(km, weights, "fp8", columnwise=False)
 
 
 def backward_seconds(km: KernelModel, tokens: float, shapes: list[tuple[float, float]]) -> float:
