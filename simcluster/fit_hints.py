@@ -29,7 +29,7 @@ from simcluster.fit_prices import (
     optimizer_offload_beats_recompute,
 )
 from simcluster.frameworks import get_framework
-from simcluster.frameworks.stacks import MEGATRON_CORE_STACKS
+from simcluster.frameworks.stacks import runs_megatron_core
 from simcluster.layout import Layout
 from simcluster.parallelism.offload import missing_host_figures
 from simcluster.scenario import Scenario, scenario_from_dict
@@ -183,7 +183,7 @@ def _candidates(ctx: Context, chunk_layers: int) -> list[tuple[str, Any]]:
     if tr.fused_cross_entropy in (False, "native"):  # those two keep fp32 copies of the logits
         # on a Megatron-Core stack the loss that keeps none is TransformerEngine's
         # (--cross-entropy-fusion-impl te); elsewhere a fused kernel such as Liger-Kernel's
-        out.append(("training.fused_cross_entropy", "te" if sc.framework in MEGATRON_CORE_STACKS else True))
+        out.append(("training.fused_cross_entropy", "te" if runs_megatron_core(sc.framework) else True))
     out.append(("parallel.tp", par.tp * 2))
     out.append(("parallel.pp", par.pp * 2))
     if tr.optimizer_moments == "fp32" and tr.precision != "fp32":
@@ -202,7 +202,7 @@ def _offload_candidates(ctx: Context, chunk_layers: int) -> list[tuple[str, Any]
         out.append(("training.optimizer_offload", 1.0))
     if tr.activation_offload_layers == 0 and chunk_layers > 1:
         out.append(("training.activation_offload_layers", chunk_layers - 1))
-    if ctx.model.experts and not tr.offload_modules and chunk_layers > 1 and sc.framework in MEGATRON_CORE_STACKS:
+    if ctx.model.experts and not tr.offload_modules and chunk_layers > 1 and runs_megatron_core(sc.framework):
         out.append(("training.offload_modules", list(EXPERT_OFFLOAD)))
     return out
 

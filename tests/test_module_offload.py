@@ -136,3 +136,7 @@ def test_a_moe_layout_that_does_not_fit_is_offered_the_expert_offload_first():
     raw = {**case.scenario, "training": {**case.scenario["training"], "offload_modules": []}}
     hints = fitting_changes(scenario_from_dict(raw))
     assert hints[0].change == "training.offload_modules=[expert_fc1,moe_act]"
+    # a scenario naming no framework runs Megatron-Core's rules (frameworks/stacks.py), so it is
+    # offered the same offload, which its simulation runs
+    bare = {k: v for k, v in raw.items() if k != "framework"}
+    assert fitting_changes(scenario_from_dict(bare))[0].change == hints[0].change
