@@ -60,7 +60,7 @@ def accuracy_line(gpu_name: str, precision: str | None = None) -> str:
 #: "small" here: Qwen3-30B-A3B (768 x 2048 = 1.6M), Qwen3-235B-A22B (1536 x 4096 = 6.3M) and
 #: gpt-oss-120b (2880 x 2880 = 8.3M), whose published Megatron-Bridge runs simulate up to 4.4x
 #: as fast as measured (docs/accuracy.md, spot checks), while DeepSeek-V3 (2048 x 7168 = 14.7M, -19...+7%;
-#: Megatron-LM's GB200 guide's final run +1.7%, shipped, though its eager all-to-all baseline is +113%),
+#: Megatron-LM's GB200 guide's final run +2.6%, shipped, though its eager all-to-all baseline is +113%),
 #: Mixtral 8x7B (14336 x 4096, +4...+16%) and Grok-1 (shipped, within 12%) are not. The same
 #: Qwen3-30B-A3B under NeMo AutoModel (PyTorch, TransformerEngine, DeepEP) is 3-15% fast, so the
 #: caveat is about the Megatron-Core recipes' runs, whose missing cost is not found (Megatron-LM's

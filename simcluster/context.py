@@ -129,6 +129,7 @@ def build_context(
     _check_documents(scenario)
     _check_moe_settings(scenario.moe, model)
     _check_dispatcher_gpu(scenario.moe, model, profile)
+    _check_dispatch_sms(scenario.moe, model, profile)
     check_framework_schedule(scenario.framework, scenario.parallel.schedule, scenario.parallel.pp)
     check_framework_sequence_parallel(scenario.framework, scenario.parallel.schedule, scenario.parallel.sequence_parallel)
     schedule = get_schedule(scenario.parallel.schedule)
@@ -441,6 +442,25 @@ def _check_dispatcher_gpu(moe: MoeSection, model: ModelSpec, profile: HardwarePr
             "moe.dispatcher",
             f"HybridEP moves tokens with TMA copies, which NVIDIA GPUs have from Hopper on (compute "
             f"capability 9.0); '{profile.name}' ({profile.gpu.name}) has none: use deepep or alltoall",
+        )
+
+
+def _check_dispatch_sms(moe: MoeSection, model: ModelSpec, profile: HardwareProfile) -> None:
+    """DeepEP runs its normal kernels on pairs of SMs (``Buffer.set_num_sms``: "The SM count
+    must be even"), and no kernel can hold all of a GPU's SMs beside the compute it overlaps."""
+    sms, total = moe.dispatch_sms, profile.gpu.sm_count
+    if not model.is_moe or sms is None or moe.dispatcher == "alltoall":
+        return
+    if moe.dispatcher == "deepep" and sms % 2:
+        raise UserError(
+            "moe.dispatch_sms",
+            f"DeepEP runs its kernels on an even number of SMs (Buffer.set_num_sms); {sms} is odd: use {sms + 1}",
+        )
+    if total is not None and sms >= total:
+        raise UserError(
+            "moe.dispatch_sms",
+            f"{sms} is not below the {total} SMs of '{profile.name}' ({profile.gpu.name}); Megatron-Core's "
+            f"defaults are 20 (deepep) and 16 (hybridep)",
         )
 
 

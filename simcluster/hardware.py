@@ -34,6 +34,7 @@ from simcluster import yamlio
 from simcluster.attention_grid import AttentionGrid
 from simcluster.attention_kernels import MEASURED, AttentionCurve, curves_from_rows
 from simcluster.data import data_dir
+from simcluster.ep_kernel_rates import DISPATCH_SMS
 from simcluster.errors import UserError, did_you_mean, did_you_mean_choice
 from simcluster.fp8_attention import SUFFIX as FP8_SUFFIX
 from simcluster.gemm_shape_table import shape_table
@@ -50,6 +51,12 @@ Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
 #: the peak_tflops key a training precision's GEMMs run at (NVFP4 on the FP4 tensor cores)
 PEAK_KEYS = {"nvfp4": "fp4"}
+
+
+def _check_ranks_increase(table: list[tuple[int, float]]) -> None:
+    """A rate table by EP size is read between its points, so its ranks must rise."""
+    if any(b[0] <= a[0] for a, b in zip(table, table[1:], strict=False)):
+        raise ValueError("the EP ranks must increase")
 
 
 class _Strict(NumbersNotBooleans):
@@ -264,6 +271,19 @@ class EfficiencySpec(_Strict):
             "efficiency.nvlink as for deepep"
         ),
     )
+    deepep_nvlink_by_sms: dict[PositiveInt, list[RankPoint]] | None = Field(
+        default=None,
+        description=(
+            "{SMs: [[EP ranks, fraction of node.nvlink_GBps], ...]}: deepep_nvlink measured at SM "
+            "counts other than Megatron-Core's 20 (moe.dispatch_sms), linear in SMs between them "
+            "and the default's, held above the largest, in proportion to the SMs below the "
+            "smallest (ep_kernel_rates.py); none: deepep_nvlink at every count"
+        ),
+    )
+    hybridep_nvlink_by_sms: dict[PositiveInt, list[RankPoint]] | None = Field(
+        default=None,
+        description="the same for hybridep_nvlink, whose default count is 16 SMs",
+    )
     kernel_launch_us: Annotated[float, LATENCY] = Field(
         default=4.0,
         ge=0,
@@ -358,9 +378,32 @@ class EfficiencySpec(_Strict):
     @field_validator("deepep_nvlink", "hybridep_nvlink")
     @classmethod
     def _ranks_increase(cls, v: list[tuple[int, float]] | None) -> list[tuple[int, float]] | None:
-        if v and any(b[0] <= a[0] for a, b in zip(v, v[1:], strict=False)):
-            raise ValueError("the EP ranks must increase")
+        _check_ranks_increase(v or [])
         return v
+
+    @field_validator("deepep_nvlink_by_sms", "hybridep_nvlink_by_sms")
+    @classmethod
+    def _tables_ranks_increase(cls, v: dict[int, list[tuple[int, float]]] | None) -> dict[int, list[tuple[int, float]]] | None:
+        for table in (v or {}).values():
+            _check_ranks_increase(table)
+        return v
+
+    @model_validator(mode="after")
+    def _by_sms_beside_its_default(self) -> EfficiencySpec:
+        for dispatcher, default in DISPATCH_SMS.items():
+            by_sms = getattr(self, f"{dispatcher}_nvlink_by_sms")
+            if not by_sms:
+                continue
+            if getattr(self, f"{dispatcher}_nvlink") is None:
+                raise ValueError(
+                    f"{dispatcher}_nvlink_by_sms needs {dispatcher}_nvlink, the rate at the default {default} SMs"
+                )
+            if default in by_sms:
+                raise ValueError(
+                    f"{dispatcher}_nvlink_by_sms: the rate at the default {default} SMs is {dispatcher}_nvlink's; "
+                    f"drop the {default} entry"
+                )
+        return self
 
     @field_validator("channel_busbw")
     @classmethod

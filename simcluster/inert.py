@@ -219,6 +219,17 @@ def _ep_one_node(ctx: Context) -> Verdict:
     return None
 
 
+def _dispatch_sms(ctx: Context) -> Verdict:
+    # parallelism/expert.py dispatch_sms, its one reader: the SMs a DeepEP-family all-to-all
+    # holds beside compute and, inside an NVLink domain, the kernels' rate
+    moe = ctx.scenario.moe
+    if not moe.per_destination:
+        return ("with moe.dispatcher=alltoall", "NCCL's all-to-all runs on its own channels (efficiency.collective_sms)")
+    if ctx.layout.ep == 1:
+        return ("at parallel.ep=1", "no expert-parallel all-to-all to run")
+    return None
+
+
 def _aligned_dispatch(ctx: Context) -> Verdict:
     # parallelism/expert.py padding_seconds, its one reader: the alignment copies exist only
     # for quantised grouped GEMMs fed arbitrary per-expert counts
@@ -716,6 +727,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("dp.wait_reduction", _dp_ordering),
     InertRule("dp.backward_sync", _dp_ordering),
     InertRule("moe.dispatcher", _ep_one_node),
+    InertRule("moe.dispatch_sms", _dispatch_sms),
     InertRule("moe.aligned_dispatch", _aligned_dispatch),
     InertRule("moe.shared_expert_overlap", _shared_expert_overlap),
     InertRule("lora.targets", _lora_off),

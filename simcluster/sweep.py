@@ -57,6 +57,7 @@ AXES: dict[str, tuple[str, str, type]] = {
     "precision": ("training", "precision", str),
     "ep_comm": ("overlap", "ep_comm", bool),
     "dispatcher": ("moe", "dispatcher", str),
+    "dispatch_sms": ("moe", "dispatch_sms", int),
     "optimizer_offload": ("training", "optimizer_offload", float),
     "activation_offload_layers": ("training", "activation_offload_layers", int),
     "pipeline_flushes": ("training", "pipeline_flushes", int),

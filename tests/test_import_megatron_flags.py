@@ -485,9 +485,16 @@ def test_fp8_attention_and_the_swiglu_fp8_store_flags(tmp_path):
     assert any("no FP8 attention curves" in n for n in mi300x.notes)
 
 
-def test_dispatcher_sm_counts_are_listed_with_the_counts_the_model_holds(tmp_path):
-    # Megatron-Core's --moe-deepep-num-sms / --moe-hybridep-num-sms (defaults 20 / 16): the model
-    # holds those defaults and rates the kernels by tables measured at them (parallelism/expert.py)
-    _, skipped, _ = _import(tmp_path, MOE + "--moe-hybridep-num-sms 32 --moe-deepep-num-sms 24")
-    assert any(x.startswith("--moe-hybridep-num-sms (the model holds Megatron-Core's default 16 SMs") for x in skipped)
-    assert any(x.startswith("--moe-deepep-num-sms (the model holds Megatron-Core's default 20 SMs") for x in skipped)
+def test_the_running_backends_sm_count_is_imported_and_the_other_left(tmp_path):
+    # Megatron-Core reads --moe-hybridep-num-sms for the flex dispatcher's hybridep backend and
+    # --moe-deepep-num-sms for its deepep one (moe.dispatch_sms); the other flag does nothing
+    flex = "--moe-token-dispatcher-type flex --moe-hybridep-num-sms 32 --moe-deepep-num-sms 24 "
+    s, skipped, _ = _import(tmp_path, MOE + flex + "--moe-flex-dispatcher-backend hybridep")
+    assert s["moe"]["dispatch_sms"] == 32
+    assert any(x.startswith("--moe-deepep-num-sms (read only with the flex dispatcher's deepep backend") for x in skipped)
+    s, skipped, _ = _import(tmp_path, MOE + flex)
+    assert s["moe"]["dispatcher"] == "deepep" and s["moe"]["dispatch_sms"] == 24
+    assert any(x.startswith("--moe-hybridep-num-sms (read only with the flex dispatcher's hybridep backend") for x in skipped)
+    # later Megatron-Core's one flag for every backend (the two above forwarded to it) wins
+    s, _, _ = _import(tmp_path, MOE + flex + "--moe-flex-dispatcher-num-sms 48")
+    assert s["moe"]["dispatch_sms"] == 48

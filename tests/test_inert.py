@@ -241,6 +241,9 @@ MORE_INERT = [
     # top-1 across two nodes: DeepEP's one copy per node is the one copy the all-to-all sends
     ("moe.dispatcher", {"model": {**SMALL_MOE, "experts": 16, "top_k": 1}, "cluster": {"gpus": 16}, "parallel": {"ep": 16},
                         "training": {"global_batch": 16}, "moe": {"dispatcher": "deepep"}}),
+    # parallelism/expert.py dispatch_sms: NCCL's all-to-all holds its own channels; no all-to-all at ep 1
+    ("moe.dispatch_sms", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatch_sms": 32}}),
+    ("moe.dispatch_sms", {"model": SMALL_MOE, "moe": {"dispatcher": "deepep", "dispatch_sms": 32}}),
     # parallelism/expert.py padding_seconds: no alignment copies in BF16, nor when padded to capacity
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"aligned_dispatch": True}}),
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "training": {"precision": "fp8"},
@@ -307,7 +310,7 @@ def test_a_note_is_true_the_setting_changes_nothing_there(setting, inert):
 def test_every_rule_has_a_case():
     """A rule added to the registry gets its pair of scenarios here (or among the MoE ones)."""
     covered = {c[0] for c in CASES} | {"parallel.etp", "parallel.ep_placement", "moe.dispatcher", "moe.aligned_dispatch",
-                                     "moe.shared_expert_overlap"}
+                                     "moe.shared_expert_overlap", "moe.dispatch_sms"}
     assert covered == {rule.setting for rule in RULES}
     assert len({rule.setting for rule in RULES}) == len(RULES)  # one rule per setting
 

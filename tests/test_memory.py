@@ -321,11 +321,12 @@ def test_run_says_when_only_the_loss_does_not_fit(cli, tmp_path):
 def test_the_loss_fit_hint_names_the_kernel_the_stack_has():
     """A Megatron-Core stack keeps no fp32 copy of the logits with TransformerEngine's loss
     (--cross-entropy-fusion-impl te); elsewhere the hint is a fused kernel (true). NeMo before
-    25.04 runs Megatron-Core's native fused loss, which keeps them: its hint is TE's too."""
+    25.04 runs Megatron-Core's native fused loss, which keeps them: its hint is TE's too. A
+    scenario naming no framework runs Megatron-Core's rules (frameworks/stacks.py): TE's."""
     from simcluster.fit_hints import _candidates
 
     training = {"seq_len": 1024, "micro_batch": 1, "global_batch": 8}
-    for framework, loss, hint in (("megatron-core", False, "te"), ("nemo 25.02", "native", "te"), (None, False, True)):
+    for framework, loss, hint in (("megatron-core", False, "te"), ("nemo 25.02", "native", "te"), (None, False, "te"), ("pytorch-fsdp", False, True)):
         data = make_scenario(training=training)
         if framework:
             data["framework"] = framework

@@ -90,6 +90,14 @@ def test_the_moe_dispatcher_is_an_axis_read_through_its_spellings():
     assert "moe" in check(cands[1], None)
 
 
+def test_the_dispatch_kernels_sm_count_is_an_axis():
+    """--dispatch-sms trades DeepEP's / HybridEP's rate against the SMs left to the compute they
+    overlap (moe.dispatch_sms; Megatron-Core's --moe-deepep-num-sms / --moe-hybridep-num-sms)."""
+    assert parse_axis("dispatch_sms", "16,32,16", 8) == [16, 32]
+    cands = candidates(_base(), {"dispatch_sms": [16, 32]})
+    assert [c.scenario["moe"]["dispatch_sms"] for c in cands] == [16, 32]
+
+
 def test_parse_axis_auto_is_powers_of_two_up_to_the_gpus():
     assert parse_axis("tp", "auto", 8) == [1, 2, 4, 8]
     assert parse_axis("pp", "auto", 12) == [1, 2, 4, 8]

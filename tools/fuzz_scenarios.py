@@ -171,12 +171,15 @@ def _draw_module_offload(doc: dict[str, Any]) -> None:
 def _draw_dispatcher(doc: dict[str, Any]) -> None:
     """Now and then DeepEP or HybridEP for the expert all-to-all of an expert-parallel MoE
     (their copies per GPU or NVLink domain, and measured kernel rates where a profile has them),
-    from a generator of its own so the earlier draws stay the seed's."""
+    sometimes on an SM count of their own, from a generator of its own so the earlier draws stay the seed's."""
     if doc["parallel"].get("ep", 1) == 1:
         return
     rng = _seeded_by(doc, salt=0xDE9)
     if rng.random() < 0.35:
         doc["moe"] = {**doc.get("moe", {}), "dispatcher": rng.choice(["deepep", "hybridep"])}
+        if rng.random() < 0.4:
+            # the kernels' SMs (moe.dispatch_sms), now and then odd (DeepEP refuses those)
+            doc["moe"]["dispatch_sms"] = rng.choice([8, 16, 24, 32, 48, 21])
 
 
 def _draw_packing(doc: dict[str, Any]) -> None:

@@ -3503,9 +3503,9 @@ DSV3_GB200_SRC = (
     "cluster.segment_nodes 8). measured tokens_per_s = TFLOP/s x gpus / F, F = {flops:.3f} GFLOP per token by "
     "Megatron-LM's num_floating_point_operations (MLA with causal scores; 3 dense and 58 MoE layers, routed "
     "experts x top-k plus the shared expert; logits over the padded 129,280 vocabulary). ASSUMED: attention on "
-    "the profile's cudnn-9.13 curves (cuDNN 9.14, older than the default curves' 9.17). Not modelled: "
-    "--moe-hybridep-num-sms 32 (the model holds and rates HybridEP at its default 16 SMs: the measured rate "
-    "table has 32-SM rows only at 16 ranks, 1.10x the 16-SM ones), bindpcie's NUMA binding, PDL and the fused "
+    "the profile's cudnn-9.13 curves (cuDNN 9.14, older than the default curves' 9.17). HybridEP on 32 SMs "
+    "(--moe-hybridep-num-sms 32: moe.dispatch_sms 32, held beside compute and rated by the profile's 32-SM "
+    "rows). Not modelled: bindpcie's NUMA binding, PDL and the fused "
     "quantization kernels, the CUDA graphs' capture of the shared experts, manual_gc every 10 steps; which "
     "iterations the TFLOPS average is not stated.")
 
@@ -3533,7 +3533,7 @@ def dsv3_gb200_case():
                      "attention_kernel": "cudnn-9.13"},
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False},
         "dp": {"nan_check": False},
-        "moe": {"dispatcher": "hybridep", "aligned_dispatch": True, "router_dtype": "fp32"},
+        "moe": {"dispatcher": "hybridep", "aligned_dispatch": True, "router_dtype": "fp32", "dispatch_sms": 32},
     }
     return tflops_row("megatron-moe-recipes/deepseek-v3/gb200-mxfp8-256gpu", DSV3_GB200_SRC.format(flops=flops / 1e9),
                       970.01, flops, scenario)
@@ -3604,13 +3604,14 @@ ZOO_SRC = (
     "sbatch_benchmarking.sh (commit 38ce2ed) and model_configs/benchmarking/Qwen3-235B-A22B.yaml (commit 1ed4179): "
     "{settings} Common to the zoo's runs: 94 layers with the embedding and the loss accounted in the pipeline split "
     "(account_for_embedding/loss_in_pipeline_split), distributed optimizer (zero 1) with overlap_grad_reduce and "
-    "overlap_param_gather, flex dispatcher with the hybridep backend (moe.dispatcher hybridep), ETP 1, "
+    "overlap_param_gather, flex dispatcher with the hybridep backend (moe.dispatcher hybridep) on 32 SMs "
+    "(--moe-hybridep-num-sms 32: moe.dispatch_sms 32, held beside compute and rated by the profile's 32-SM rows), "
+    "ETP 1, "
     "moe_router_force_load_balancing (moe.load_imbalance 1.0), aux-loss balancing, moe_grouped_gemm, "
     "moe_permute_fusion, moe_router_fusion, moe_router_dtype fp32, cross_entropy_fusion_impl te, no dropout, "
     "NCCL_NVLS_ENABLE=0 (cluster.nvls false), Slurm --segment {segment} trays (cluster.segment_nodes). ASSUMED: "
-    "attention on the profile's default cuDNN curves (the container is not named). Not modelled: "
-    "--moe-hybridep-num-sms 32 (the model holds and rates HybridEP at its default 16 SMs), manual_gc every 5 "
-    "steps; which iterations the figure takes is not stated.")
+    "attention on the profile's default cuDNN curves (the container is not named). Not modelled: manual_gc "
+    "every 5 steps; which iterations the figure takes is not stated.")
 
 
 def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, table, what, command, settings, paper="",
@@ -3626,7 +3627,8 @@ def zoo_case(key, hardware, gpus, segment, parallel, training, tflops, seq, tabl
         "parallel": {"tp": 1, "etp": 1, "zero": 1, **parallel},
         "training": {"seq_len": seq, "fp32_grad_accum": True, "fused_cross_entropy": "te", **training},
         "overlap": {"dp_grad_reduce": True, "param_gather": True, "tp_comm": False, **({"ep_comm": True} if ep_comm else {})},
-        "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if fp8 else {}), "router_dtype": "fp32"},
+        "moe": {"dispatcher": "hybridep", **({"aligned_dispatch": True} if fp8 else {}), "router_dtype": "fp32",
+                "dispatch_sms": 32},
     }
     source = ZOO_SRC.format(table=table, what=what, tflops=tflops, paper=paper, flops=flops / 1e9, command=command,
                             settings=settings, segment=segment)

@@ -68,6 +68,7 @@ _AXIS_HELP = {
     "precision": "GEMM precisions, e.g. bf16,fp8,nvfp4 (FP8-CS / FP8-MX set fp8 and its recipe)",
     "ep_comm": "Megatron-Core's MoE all-to-all overlap (overlap.ep_comm): true,false",
     "dispatcher": "MoE token dispatchers (moe.dispatcher), e.g. alltoall,deepep,hybridep",
+    "dispatch_sms": "SMs DeepEP's or HybridEP's kernels run on (moe.dispatch_sms), e.g. 16,24,32",
     "optimizer_offload": "share of the optimizer on the host CPU (training.optimizer_offload), e.g. 0,0.5,1",
     "activation_offload_layers": "layers per chunk whose activations wait in host memory, e.g. 0,8,16",
     "pipeline_flushes": "pipeline schedules each step's microbatches run in (gradient accumulation "
@@ -265,7 +266,7 @@ def _document(
     }
 
 
-_SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "dispatcher": "disp", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
+_SHORT = {"activation_limit": "act limit", "sequence_parallel": "sp", "micro_batch": "mb", "ep_comm": "ep ovl", "dispatcher": "disp", "dispatch_sms": "disp SMs", "optimizer_offload": "opt host", "activation_offload_layers": "act host"}
 
 
 def _print(

@@ -52,7 +52,6 @@ from simcluster.importers.recipe_yaml import recipe_args
 from simcluster.importers.result import Imported
 from simcluster.importers.run_length import ramp_clause, run_tokens, whole
 from simcluster.importers.shell import read_script
-from simcluster.parallelism.expert import DISPATCH_SMS
 from simcluster.scenario.loading import ASYNC_COMM_OVERLAPS
 from simcluster.schedules.partition import megatron_accounted, megatron_first_last, megatron_vpp
 
@@ -109,11 +108,12 @@ _REASONS = {
     "delay-wgrad-compute": "the weight gradients split from the backward for "
     "--overlap-moe-expert-parallel-comm are not modelled: overlap.ep_comm pairs whole phases",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
-    "moe-deepep-num-sms": f"the model holds Megatron-Core's default {DISPATCH_SMS['deepep']} SMs for "
-    "DeepEP and rates its kernels by the profile's efficiency.deepep_nvlink, measured at about that count",
-    "moe-hybridep-num-sms": f"the model holds Megatron-Core's default {DISPATCH_SMS['hybridep']} SMs for "
-    f"HybridEP and rates its kernels by the profile's efficiency.hybridep_nvlink, measured at "
-    f"{DISPATCH_SMS['hybridep']} (GB200's 32-SM rows, at 16 ranks, are 1.10x)",
+    "moe-deepep-num-sms": "read only with the flex dispatcher's deepep backend (moe.dispatch_sms); a "
+    "Megatron-Core that forwards it to --moe-flex-dispatcher-num-sms: --set moe.dispatch_sms=N",
+    "moe-hybridep-num-sms": "read only with the flex dispatcher's hybridep backend (moe.dispatch_sms); a "
+    "Megatron-Core that forwards it to --moe-flex-dispatcher-num-sms: --set moe.dispatch_sms=N",
+    "moe-flex-dispatcher-num-sms": "the flex dispatcher's SMs (moe.dispatch_sms), not used by the "
+    "alltoall dispatcher",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
     "--set parallel.zero=3 for its sharding (the preset's DDP buckets do not describe FSDP2)",
     "use-megatron-fsdp": "Megatron-FSDP is not modelled; --set parallel.zero=N for its "

@@ -128,6 +128,21 @@ def _shared_experts(flags: Flags, model: dict[str, Any]) -> None:
     model["shared_experts"] = shared // expert_ffn
 
 
+def _dispatch_sms(flags: Flags, dispatcher: str | None, section: dict[str, Any]) -> None:
+    """The SMs of the flex dispatcher's backend (moe.dispatch_sms): --moe-flex-dispatcher-num-sms
+    (later Megatron-Core, any backend), else the running backend's --moe-deepep-num-sms /
+    --moe-hybridep-num-sms (earlier releases read only that one; later ones forward either to
+    the flex flag), so the other backend's flag stays among the flags left, its reason saying so."""
+    if dispatcher not in ("deepep", "hybridep"):
+        return
+    sms = flags.integer("moe-flex-dispatcher-num-sms")
+    own = flags.integer(f"moe-{dispatcher}-num-sms")
+    if sms is None:
+        sms = own
+    if sms is not None:
+        section["dispatch_sms"] = sms
+
+
 def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     """The MoE flags: dispatcher, capacity, shared experts and the layer pattern."""
     model = sc["model"]
@@ -153,6 +168,7 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         section["dispatcher"] = dispatcher = "hybridep"
     if padded or dispatcher == "hybridep":
         section["aligned_dispatch"] = True
+    _dispatch_sms(flags, dispatcher, section)
     # --moe-router-dtype (arguments.py choices fp32, fp64): fp32 runs the gating GEMM's
     # gradients in FP32 (parallelism/expert.py router_gemm_seconds); fp64 is torch.mm in FP64
     _router_dtype(flags, section, out)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 
 from simcluster.compute import QUANTISED, KernelModel
+from simcluster.ep_kernel_rates import DISPATCH_SMS, kernel_fraction
 from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.hardware import HardwareProfile
-from simcluster.interp import interp
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.moe_kernels import DEFAULT_GROUPED
@@ -35,13 +35,6 @@ from simcluster.scenario import MoeSection, TrainingSection
 # FP8 dispatch sends 1 byte per element plus one fp32 scale per 128 (DeepSeek-V3 Sec 3.3.2:
 # fine-grained 1x128 tile quantisation of activations)
 FP8_WIRE_BYTES = 1.0 + 4.0 / 128
-
-
-#: SMs the DeepEP-family dispatch and combine kernels hold beside compute, where NCCL's
-#: all-to-all holds its channels (``efficiency.collective_sms``): Megatron-Core's defaults
-#: ``moe_deepep_num_sms`` 20 (DeepSeek-V3's report, Sec. 3.2.2: "only 20 SMs are sufficient to
-#: fully utilize the bandwidths of IB and NVLink") and ``moe_hybridep_num_sms`` 16
-DISPATCH_SMS = {"deepep": 20, "hybridep": 16}
 
 
 def ep_nodes(lay: Layout) -> int:
@@ -116,31 +109,55 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
     the links are held so that the received bytes move at that rate instead of at the links'
     ``efficiency.nvlink``: on NVLink 5 HybridEP's copy SMs, not the 900 GB/s links, set the
     pace (GB200, EP 16, HybridEP at 16 SMs: 473 GB/s dispatch, 474 combine, where the links give
-    680)."""
+    680), read at the kernels' SM count (``moe.dispatch_sms``; :mod:`simcluster.ep_kernel_rates`)."""
     if not _within_one_domain(layout, moe):
         return 1.0
     own = layout.ep / (layout.ep - 1)
     measured = _measured_rates(profile, moe.dispatcher)
     if not measured:
         return own
-    return own * profile.efficiency.nvlink / interp(measured, layout.ep)
+    by_sms = _measured_by_sms(profile, moe.dispatcher)
+    rate = kernel_fraction(measured, by_sms, DISPATCH_SMS[moe.dispatcher], layout.ep, dispatch_sms(moe))
+    return own * profile.efficiency.nvlink / rate
+
+
+def dispatch_sms(moe: MoeSection) -> int:
+    """SMs the DeepEP-family kernels run on: ``moe.dispatch_sms``, else Megatron-Core's default
+    for the dispatcher; 0 for the alltoall dispatcher (NCCL's channels instead)."""
+    return moe.dispatch_sms or DISPATCH_SMS.get(moe.dispatcher, 0)
 
 
 def _measured_rates(profile: HardwareProfile, dispatcher: str) -> list[tuple[int, float]] | None:
-    """The profile's measured intranode rates of ``dispatcher``'s kernels, None unmeasured."""
-    eff = profile.efficiency
-    return eff.hybridep_nvlink if dispatcher == "hybridep" else eff.deepep_nvlink
+    """The profile's measured intranode rates of ``dispatcher``'s kernels at its default SM
+    count, None unmeasured."""
+    rates: list[tuple[int, float]] | None = getattr(profile.efficiency, f"{dispatcher}_nvlink")
+    return rates
+
+
+def _measured_by_sms(profile: HardwareProfile, dispatcher: str) -> dict[int, list[tuple[int, float]]] | None:
+    """The same at the other SM counts the profile measured, None where it measured none."""
+    tables: dict[int, list[tuple[int, float]]] | None = getattr(profile.efficiency, f"{dispatcher}_nvlink_by_sms")
+    return tables
 
 
 def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> str | None:
     """A note where a DeepEP-family dispatch inside one NVLink domain runs at the links' rate
     because the profile has not measured its kernels (``efficiency.deepep_nvlink`` /
     ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links and
-    DeepEP's on NVLink 4 (H200) 0.70, so the all-to-alls may be optimistic there. None
-    elsewhere."""
-    if not _within_one_domain(layout, moe) or _measured_rates(profile, moe.dispatcher):
+    DeepEP's on NVLink 4 (H200) 0.70, so the all-to-alls may be optimistic there; and where
+    ``moe.dispatch_sms`` asks for an SM count the profile has no rate at (held at the default's).
+    None elsewhere."""
+    if not _within_one_domain(layout, moe):
         return None
     field = f"efficiency.{moe.dispatcher}_nvlink"
+    if _measured_rates(profile, moe.dispatcher):
+        sms, default = dispatch_sms(moe), DISPATCH_SMS[moe.dispatcher]
+        if sms == default or _measured_by_sms(profile, moe.dispatcher):
+            return None
+        return (
+            f"moe.dispatch_sms {sms}: '{profile.name}' measured {moe.dispatcher}'s kernels at {default} SMs "
+            f"only ({field}; no {field}_by_sms), so they run at that rate on {sms}"
+        )
     return (
         f"moe.dispatcher {moe.dispatcher}: '{profile.name}' has no measured rate of its kernels "
         f"({field}), so its all-to-alls run at the links' (efficiency.nvlink "
@@ -591,7 +608,7 @@ def moe_block(
     # measured rate where the profile has one (deepep_link_factor)
     link = deepep_link_factor(shapes.layout, moe, km.profile)
     side = overlaps_shared_experts(shapes, moe, ep_pairs)
-    sms = DISPATCH_SMS.get(moe.dispatcher, 0)
+    sms = dispatch_sms(moe)
     dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * link)] if ep > 1 else []
     combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * link)] if ep > 1 else []
     sorted_experts = Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer)

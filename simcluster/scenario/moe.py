@@ -76,6 +76,17 @@ class MoeSection(SectionBase):
             "Hopper on), at the profile's efficiency.hybridep_nvlink rate"
         ),
     )
+    dispatch_sms: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "SMs the deepep or hybridep dispatch and combine kernels run on (Megatron-Core's "
+            "--moe-deepep-num-sms, --moe-hybridep-num-sms): held beside the compute they overlap, "
+            "and inside one NVLink domain the kernels' rate read at that count where the profile "
+            "measured it (efficiency.deepep_nvlink_by_sms, hybridep_nvlink_by_sms); DeepEP takes "
+            "an even count. Unset: Megatron-Core's defaults, 20 for deepep and 16 for hybridep"
+        ),
+    )
     max_nodes_per_token: int | None = Field(
         default=None,
         ge=1,
