@@ -94,6 +94,16 @@ def test_the_all_to_alls_hold_the_sms_asked_for(dispatcher, sms):
         assert {c.sms for c in comms} == {sms}
 
 
+def test_the_alltoall_dispatcher_keeps_nccls_channels_whatever_is_written():
+    """moe.dispatch_sms is inert under the alltoall dispatcher (its note says so): NCCL's
+    all-to-all holds the profile's collective_sms, not the count written."""
+    sc = _scenario("dgx-h100", 8, "alltoall")
+    sc["moe"]["dispatch_sms"] = 32
+    b = layer_builder(sc)
+    comms = [s for s in expert.moe_block(b.shapes, b.km, b.scenario.moe, "F", 0) if isinstance(s, Comm)]
+    assert {c.sms for c in comms} == {0}
+
+
 @pytest.mark.parametrize(
     ("hardware", "dispatcher", "sms", "words"),
     [

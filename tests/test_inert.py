@@ -243,6 +243,9 @@ MORE_INERT = [
                         "training": {"global_batch": 16}, "moe": {"dispatcher": "deepep"}}),
     # parallelism/expert.py dispatch_sms: NCCL's all-to-all holds its own channels; no all-to-all at ep 1
     ("moe.dispatch_sms", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"dispatch_sms": 32}}),
+    # ... even where the all-to-alls run beside compute (the shared experts under them)
+    ("moe.dispatch_sms", {"model": {**SMALL_MOE, "shared_experts": 1}, "parallel": {"ep": 8},
+                          "moe": {"shared_expert_overlap": True, "dispatch_sms": 32}}),
     ("moe.dispatch_sms", {"model": SMALL_MOE, "moe": {"dispatcher": "deepep", "dispatch_sms": 32}}),
     # parallelism/expert.py padding_seconds: no alignment copies in BF16, nor when padded to capacity
     ("moe.aligned_dispatch", {"model": SMALL_MOE, "parallel": {"ep": 8}, "moe": {"aligned_dispatch": True}}),

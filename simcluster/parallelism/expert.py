@@ -123,8 +123,11 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
 
 def dispatch_sms(moe: MoeSection) -> int:
     """SMs the DeepEP-family kernels run on: ``moe.dispatch_sms``, else Megatron-Core's default
-    for the dispatcher; 0 for the alltoall dispatcher (NCCL's channels instead)."""
-    return moe.dispatch_sms or DISPATCH_SMS.get(moe.dispatcher, 0)
+    for the dispatcher; 0 for the alltoall dispatcher (NCCL's channels instead, whatever
+    ``moe.dispatch_sms`` says: inert there)."""
+    if not moe.per_destination:
+        return 0
+    return moe.dispatch_sms or DISPATCH_SMS[moe.dispatcher]
 
 
 def _measured_rates(profile: HardwareProfile, dispatcher: str) -> list[tuple[int, float]] | None:
