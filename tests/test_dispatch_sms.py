@@ -122,11 +122,12 @@ def test_impossible_sm_counts_are_one_line_errors(hardware, dispatcher, sms, wor
 
 
 def test_a_count_the_profile_has_no_rate_at_is_said():
-    """dgx-h200 measured DeepEP at one count only: another runs at that rate, and a note says so."""
+    """dgx-h200 has DeepEP's rate at one count (24 SMs, taken as the default 20): another count
+    runs at that rate, and a note says so."""
     sc = _scenario("dgx-h200", 8, "deepep")
     sc["moe"]["dispatch_sms"] = 32
     notes = build_context(scenario_from_dict(sc)).notes
-    assert any(n.startswith("moe.dispatch_sms 32: 'dgx-h200' measured deepep's kernels at 20 SMs only") for n in notes)
+    assert any(n.startswith("moe.dispatch_sms 32: 'dgx-h200' rates deepep's kernels at one SM count, the default 20") for n in notes)
     sc["moe"]["dispatch_sms"] = 20
     assert not any("moe.dispatch_sms" in n for n in build_context(scenario_from_dict(sc)).notes)
 

@@ -158,8 +158,8 @@ def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSecti
         if sms == default or _measured_by_sms(profile, moe.dispatcher):
             return None
         return (
-            f"moe.dispatch_sms {sms}: '{profile.name}' measured {moe.dispatcher}'s kernels at {default} SMs "
-            f"only ({field}; no {field}_by_sms), so they run at that rate on {sms}"
+            f"moe.dispatch_sms {sms}: '{profile.name}' rates {moe.dispatcher}'s kernels at one SM count, "
+            f"the default {default} ({field}; no {field}_by_sms), so they run at that rate on {sms}"
         )
     return (
         f"moe.dispatcher {moe.dispatcher}: '{profile.name}' has no measured rate of its kernels "
