@@ -3,7 +3,8 @@
 Each hint is a rule over the step's summary and its context (:data:`SPEED_HINTS`), silent
 below its threshold: a Python-bound host; exposed TP communication that TransformerEngine's
 overlap or an NVLink domain would hide; exposed all-to-alls with expert TP defaulted to tp or
-with Megatron-Core's EP overlap off; exposed DP communication with Megatron's gradient or
+with Megatron-Core's EP overlap off, or DeepEP's / HybridEP's kernels on fewer SMs than their
+fastest measured count; exposed DP communication with Megatron's gradient or
 parameter overlap off; a pipeline bubble that more interleaved chunks would shrink
 (Narayanan et al. 2021's analytic bubbles) or that the framework's zero-bubble schedules would
 fill (Qi et al. 2024), or that Megatron-DeepSpeed's ZB-H1 would idle less without its exact
@@ -22,6 +23,7 @@ from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
 from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
 from simcluster.frameworks.stacks import runs_megatron_core
+from simcluster.parallelism.expert import dispatch_sms, faster_sm_count
 from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
 from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 from simcluster.units import format_bytes
@@ -159,6 +161,22 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
         "(Megatron-Core's --overlap-moe-expert-parallel-comm: one microbatch's forward runs beside "
         "another's backward, each hiding the other's all-to-alls) would hide part of it "
         f"(compare: {rerun.sweep('--ep-comm false,true')})"
+    )
+
+
+def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
+    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    moe = ctx.scenario.moe
+    found = faster_sm_count(ctx.profile, ctx.layout, moe) if ep >= EP_HINT and ctx.model.is_moe else None
+    if found is None:
+        return None
+    sms, gain = found
+    now = dispatch_sms(moe)
+    return (
+        f"exposed EP communication is {100 * ep:.0f}% of the step: {moe.dispatcher}'s kernels on {sms} SMs "
+        f"run at {gain:.2f}x their rate on {now} here (moe.dispatch_sms; the profile's "
+        f"efficiency.{moe.dispatcher}_nvlink_by_sms), leaving fewer SMs to the compute they overlap "
+        f"(compare: {rerun.sweep(f'--dispatch-sms {now},{sms}')})"
     )
 
 
@@ -328,7 +346,8 @@ def _exact_semantics(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 #: the rules, in the order `run` prints them
 SPEED_HINTS: tuple[SpeedHint, ...] = (
-    _host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dp_overlap, _bubble, _zero_bubble, _exact_semantics,
+    _host, _tp_overlap, _tp_domain, _etp, _ep_overlap, _dispatch_sms, _dp_overlap, _bubble, _zero_bubble,
+    _exact_semantics,
 )
 
 

@@ -131,6 +131,24 @@ def test_exposed_all_to_alls_name_megatron_cores_ep_overlap(cli):
     assert "overlap.ep_comm: true" not in res.out
 
 
+def test_exposed_all_to_alls_name_the_dispatch_kernels_fastest_measured_sm_count(cli):
+    """Qwen3-30B-A3B at ep 8 inside one DGX B200 with DeepEP: its kernels on 48 SMs move
+    (646 + 586) / 2 = 616 GB/s, on Megatron-Core's default 20 (348 + 302 + 494 + 420) / 4 = 391
+    (deepseek-ai/DeepEP docs/README_Hybrid-EP.md, B200 table): 1.58x. On 48 already, nothing is
+    said; nor for HybridEP at 8 ranks of GB200, whose 32 SMs gain only 1.02x."""
+    b200 = ["--hardware", "dgx-b200", "--set", "moe.dispatcher=deepep"]
+    res = cli("run", "qwen3-30b-a3b-16xh100", *b200)
+    assert res.code == 0, res.err
+    line = next(x for x in res.out.splitlines() if "moe.dispatch_sms" in x)
+    assert f"on 48 SMs run at {616 / 391:.2f}x their rate on 20" in line and "--dispatch-sms 20,48" in line
+    res = cli("run", "qwen3-30b-a3b-16xh100", *b200, "--set", "moe.dispatch_sms=48")
+    assert res.code == 0, res.err
+    assert "moe.dispatch_sms;" not in res.out
+    res = cli("run", "qwen3-30b-a3b-16xh100", "--hardware", "gb200-nvl72", "--set", "moe.dispatcher=hybridep")
+    assert res.code == 0, res.err
+    assert "moe.dispatch_sms;" not in res.out
+
+
 def test_the_hints_are_in_the_json_and_summary_json(cli, tmp_path):
     import json
 

@@ -130,6 +130,30 @@ def dispatch_sms(moe: MoeSection) -> int:
     return moe.dispatch_sms or DISPATCH_SMS[moe.dispatcher]
 
 
+def faster_sm_count(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> tuple[int, float] | None:
+    """The measured SM count at which the DeepEP-family kernels inside one NVLink domain run
+    fastest at this EP size, with its rate over the current count's, where that gain is at
+    least :data:`SM_HINT_GAIN`; the fewest SMs among equal rates. None elsewhere (across
+    domains, unmeasured, or already there)."""
+    measured = _measured_rates(profile, moe.dispatcher) if _within_one_domain(layout, moe) else None
+    by_sms = _measured_by_sms(profile, moe.dispatcher) if measured else None
+    if not measured or not by_sms:
+        return None
+    default = DISPATCH_SMS[moe.dispatcher]
+
+    def rate(sms: int) -> float:
+        return kernel_fraction(measured, by_sms, default, layout.ep, sms)
+
+    now = rate(dispatch_sms(moe))
+    best = max(sorted({default, *by_sms}), key=rate)  # max keeps the first, the fewest SMs
+    gain = rate(best) / now
+    return (best, gain) if gain >= SM_HINT_GAIN else None
+
+
+#: the kernel-rate gain from which ``run`` offers a larger dispatch SM count
+SM_HINT_GAIN = 1.05
+
+
 def _measured_rates(profile: HardwareProfile, dispatcher: str) -> list[tuple[int, float]] | None:
     """The profile's measured intranode rates of ``dispatcher``'s kernels at its default SM
     count, None unmeasured."""
