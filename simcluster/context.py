@@ -7,6 +7,7 @@ from typing import Any
 
 from simcluster import attention_head_dims, attention_sinks, fp8_attention, userbuffers
 from simcluster.divisors import divisors, one_of
+from simcluster.ep_kernel_rates import DISPATCH_SMS
 from simcluster.errors import UserError
 from simcluster.frameworks import (
     PYTORCH_PIPELINING,
@@ -460,7 +461,7 @@ def _check_dispatch_sms(moe: MoeSection, model: ModelSpec, profile: HardwareProf
         raise UserError(
             "moe.dispatch_sms",
             f"{sms} is not below the {total} SMs of '{profile.name}' ({profile.gpu.name}); Megatron-Core's "
-            f"defaults are 20 (deepep) and 16 (hybridep)",
+            f"defaults are {DISPATCH_SMS['deepep']} (deepep) and {DISPATCH_SMS['hybridep']} (hybridep)",
         )
 
 

@@ -76,8 +76,14 @@ def share_of_step(s: dict, seconds: float) -> float:
     return seconds / s["step_time_s"] if s["step_time_s"] > 0 else 0.0
 
 
+def busiest_share(s: dict, part: str) -> float:
+    """The busiest stage's ``part`` of the breakdown (``host``, ``comm_tp``, ...) as a share of
+    the step: what the hints quote, the table's stage rather than the worst rank's exposure."""
+    return share_of_step(s, busiest(s).get(part, 0.0))
+
+
 def _host(s: dict, ctx: Context, rerun: Rerun) -> str | None:
-    host = share_of_step(s, busiest(s).get("host", 0.0))
+    host = busiest_share(s, "host")
     if host < HOST_HINT:
         return None
     if ctx.scenario.training.launch_blocking:
@@ -101,7 +107,7 @@ def _scale_up(ctx: Context) -> int:
 def _tp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     # the hints quote the breakdown's stage (the table above), not exposed_comm_s's worst rank:
     # with a straggler, its TP peers' wait for it is exposed TP that no overlap would hide
-    tp = share_of_step(s, busiest(s).get("comm_tp", 0.0))
+    tp = busiest_share(s, "comm_tp")
     par, ov = ctx.scenario.parallel, ctx.scenario.overlap
     # TransformerEngine's overlap needs sequence parallelism; nanotron's async linears are their
     # own; userbuffers run inside an NVLink domain (a wider group needs a smaller tp first)
@@ -116,7 +122,7 @@ def _tp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 
 def _tp_domain(s: dict, ctx: Context, rerun: Rerun) -> str | None:
-    tp = share_of_step(s, busiest(s).get("comm_tp", 0.0))
+    tp = busiest_share(s, "comm_tp")
     size, scale_up = ctx.scenario.parallel.tp, _scale_up(ctx)
     if tp < TP_HINT or size <= scale_up:
         return None
@@ -131,7 +137,7 @@ def _tp_domain(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 def _etp(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     etp = s["parallel"].get("etp", 1)
-    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    ep = busiest_share(s, "comm_ep")
     if ctx.scenario.parallel.etp is not None or etp <= 1 or ep < EP_HINT:
         return None
     return (
@@ -150,7 +156,7 @@ def _accepts(ctx: Context, hardware: str | None, overrides: list[tuple[str, obje
 
 
 def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
-    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    ep = busiest_share(s, "comm_ep")
     sc = ctx.scenario
     if ep < EP_HINT or sc.overlap.ep_comm or not runs_megatron_core(sc.framework):
         return None
@@ -165,7 +171,7 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 
 def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
-    ep = share_of_step(s, busiest(s).get("comm_ep", 0.0))
+    ep = busiest_share(s, "comm_ep")
     moe = ctx.scenario.moe
     found = faster_sm_count(ctx.profile, ctx.layout, moe) if ep >= EP_HINT and ctx.model.is_moe else None
     if found is None:
@@ -181,7 +187,7 @@ def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
 
 
 def _dp_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
-    dp = share_of_step(s, busiest(s).get("comm_dp", 0.0))
+    dp = busiest_share(s, "comm_dp")
     sc = ctx.scenario
     if dp < DP_HINT or not runs_megatron_core(sc.framework):
         return None

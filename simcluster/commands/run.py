@@ -29,14 +29,14 @@ from simcluster.commands.memory import hint_line, tight_fit_line
 from simcluster.context import Context, build_context
 from simcluster.cost import Prices, check_priced, parse_prices, usd_per_million_tokens, usd_text
 from simcluster.engine import simulate
-from simcluster.engine.breakdown import busiest, busiest_shares
+from simcluster.engine.breakdown import busiest_shares
 from simcluster.engine.result import SimResult
 from simcluster.errors import UserError
 from simcluster.inert import InertNote, inert_settings, note_lines
 from simcluster.names import run_heading
 from simcluster.output.trace_size import all_ranks_note, trace_size_note
 from simcluster.scenario import Scenario
-from simcluster.speed_hints import Rerun, share_of_step, speed_hints
+from simcluster.speed_hints import Rerun, busiest_share, speed_hints
 from simcluster.stragglers import Stragglers
 from simcluster.units import format_bytes, format_time
 
@@ -175,7 +175,7 @@ def add_memory_advice(summary: dict, scenario: Scenario, hardware: str | None) -
         from simcluster.fit_hints import fit_advice
 
         summary.update(fit_advice(scenario, hardware))
-    elif share_of_step(summary, busiest(summary).get("recompute", 0.0)) >= RECOMPUTE_HINT:
+    elif busiest_share(summary, "recompute") >= RECOMPUTE_HINT:
         from simcluster.commands.memory import TIGHT_SHARE
         from simcluster.fit_hints import lighter_recompute
 
@@ -363,7 +363,7 @@ def _print_lighter_recompute(console: Console, s: dict, rerun: Rerun | None) -> 
     from simcluster.commands.memory import set_items
 
     lighter, spare = s["lighter_recompute"], s["capacity_bytes"] - s["peak_memory_bytes"]["max"]
-    share = share_of_step(s, busiest(s).get("recompute", 0.0))
+    share = busiest_share(s, "recompute")
     # the compare runs what this run ran (its file, hardware and --set on both sides; a
     # variant's @ overrides apply after --set)
     scenario, options = (rerun.scenario, rerun.options) if rerun else (s["scenario"], "")
