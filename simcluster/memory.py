@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from simcluster.activation_widths import act_bytes, attention_widths, gemm_input_bytes
-from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.grad_lifetime import separate_16bit_grad_kept
 from simcluster.held_microbatches import Held
 from simcluster.layout import Layout
@@ -46,6 +45,7 @@ from simcluster.parallelism.saved_gather import gathered_factor
 from simcluster.peak_parts import STASH
 from simcluster.placement import EMBEDDING_LAYER, HEAD_LAYER, Chunk
 from simcluster.scenario import TrainingSection
+from simcluster.stash_basis import StashBasis
 
 
 @dataclass(frozen=True)
@@ -233,25 +233,17 @@ def layer_activation_bytes(
     ``position`` is the layer's place in its pipeline chunk (for ``recompute_num_layers``);
     ``routed_rows`` the rows each routed expert keeps over its mean share
     (``MoeSection.padded_rows``: the capacity when padded to it)."""
-    s = training.seq_len / layout.cp
-    b = training.micro_batch
+    base = StashBasis.of(model, layout, training)
+    s, b, sbh, t, e, g, rep, kg = base.s, base.b, base.sbh, base.t, base.e, base.g, base.rep, base.kg
     h = model.hidden
-    t = layout.tp
-    e = act_bytes(training.precision)
-    g = gemm_input_bytes(training.precision)
-    sbh = s * b * h
-    sp = layout.sequence_parallel
-    rep = t if sp else 1  # divisor of the replicated (norm/dropout) terms
-    kg = gathered_factor(layout)  # the column linears' kept input: tp shards when gathered
     if training.fully_recomputed(position):
         # the layer's input; kept as a 1/tp slice when partitioned (parallelism/partitioned_checkpoints.py)
         return e * sbh / (t if partitions(training, layout) else rep)
     if training.recompute == "op":
-        return _op_checkpoint_bytes(model, layout, training)
-    redo = training.recomputed
-    # a recomputed norm output (the next GEMM's input) is not kept
-    norm_out = 0.0 if "layernorm" in redo else g
-    q_dim, k_dim, v_dim, out_dim = attention_widths(model)
+        return _op_checkpoint_bytes(model, base)
+    redo = base.redo
+    norm_out = base.norm_out  # a recomputed norm output (the next GEMM's input) is not kept
+    q_dim, k_dim, v_dim, out_dim = base.widths
     mask = 1.0 if model.dropout else 0.0
     # FP8 attention (training.fp8_attention) keeps Q, K, V and its output as the FP8 copies its
     # kernel read and wrote (TransformerEngine's FusedAttnFunc saves only those with
@@ -294,7 +286,7 @@ def layer_activation_bytes(
     # (16-bit; FP8 linears each keep their own cast of it)
     norm_mask = (0.0 if model.parallel_block else e * sbh / rep) + mask * sbh / rep + post
     mlp_in = 0.0 if model.shared_norm and g == e else norm_out
-    act_in = 1.0 if fp8_swiglu_store(model, training) else e  # the SwiGLU input (fp8_store.py)
+    act_in = base.act_in  # the SwiGLU input (fp8_store.py)
     if model.is_moe_layer(layer):
         # routed experts read the permuted tokens (kept; with expert TP the ETP group's gathered
         # tokens, etp times as many rows on 1/etp of the width); a recomputed activation is not kept
@@ -441,18 +433,14 @@ def with_weight_copies(
 WEIGHT_CAST_BYTES = 2.0  # bytes of an element of autocast's 16-bit weight cast
 
 
-def _op_checkpoint_bytes(model: ModelSpec, layout: Layout, training: TrainingSection) -> float:
+def _op_checkpoint_bytes(model: ModelSpec, base: StashBasis) -> float:
     """torchtitan's op-level selective checkpointing (``selective_ac_option: op``) of a dense
     layer: it keeps the block's input, the attention kernel's output and log-sum-exp, and the
     output of every other ``aten.mm`` (its policy counts the layer's seven matmuls wq, wk, wv,
     wo, w1, w3, w2 and saves the odd ones; the count runs on across microbatches, so over a
     step half of each matmul's output is kept on average), and recomputes the rest."""
-    s = training.seq_len / layout.cp
-    b = training.micro_batch
+    s, b, t, e, rep = base.s, base.b, base.t, base.e, base.rep
     h = model.hidden
-    t = layout.tp
-    e = act_bytes(training.precision)
-    rep = t if layout.sequence_parallel else 1
     q_dim = model.heads * model.d_head
     kv_dim = model.kv_heads * model.d_head
     up = model.up_width(model.ffn)

@@ -36,12 +36,10 @@ on the GPU (``record_stream``), which Megatron-Core bounds with
 
 from __future__ import annotations
 
-from simcluster.activation_widths import act_bytes, attention_widths, gemm_input_bytes
-from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism.saved_gather import gathered_factor
 from simcluster.scenario import TrainingSection
+from simcluster.stash_basis import StashBasis
 
 
 def layer_module_bytes(
@@ -52,30 +50,22 @@ def layer_module_bytes(
     names = training.offload_modules
     if not names or training.fully_recomputed(position) or training.recompute == "op":
         return {}
-    s = training.seq_len / layout.cp
-    b = training.micro_batch
-    sbh = s * b * model.hidden
-    t = layout.tp
-    e = act_bytes(training.precision)
-    g = gemm_input_bytes(training.precision)
-    rep = t if layout.sequence_parallel else 1  # the replicated (norm) terms' divisor
-    redo = training.recomputed
-    q_dim, k_dim, v_dim, out_dim = attention_widths(model)
+    base = StashBasis.of(model, layout, training)
+    s, b, sbh, t, e, g, rep = base.s, base.b, base.sbh, base.t, base.e, base.g, base.rep
+    q_dim, k_dim, v_dim, out_dim = base.widths
     mla = model.mla is not None
     moe = model.is_moe_layer(layer)
-    norm_out = 0.0 if "layernorm" in redo else g  # a recomputed norm's output is not kept
-    attention_rerun = "core_attn" in redo or not training.flash_attention
+    attention_rerun = "core_attn" in base.redo or not training.flash_attention
     fa8 = training.fp8_attention and not attention_rerun
     rows = s * model.top_k * routed_rows * b
-    act_in = 1.0 if fp8_swiglu_store(model, training) else e
     parts = {
         "attn_norm": e * sbh / rep if mla else 0.0,
-        "qkv_linear": (0.0 if mla else e * sbh / rep) + norm_out * gathered_factor(layout) * sbh / rep,
+        "qkv_linear": (0.0 if mla else e * sbh / rep) + base.norm_out * base.kg * sbh / rep,
         "core_attn": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * (q_dim + k_dim + v_dim) / t,
         "attn_proj": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * out_dim / t,
         "mlp_norm": e * sbh / rep if moe else 0.0,
         "expert_fc1": rows * g * layout.etp * model.hidden / rep if moe else 0.0,
-        "moe_act": rows * act_in * model.up_width(model.expert_ffn) / t if moe else 0.0,
+        "moe_act": rows * base.act_in * model.up_width(model.expert_ffn) / t if moe else 0.0,
     }
     return {name: parts[name] for name in names}
 
