@@ -609,6 +609,16 @@ def _mlp_only_layers(cfg: dict[str, Any], data: dict[str, Any]) -> None:
         data["dense_layers"] = len(only)
 
 
+def _router_groups(cfg: dict[str, Any], data: dict[str, Any]) -> None:
+    """Group-limited routing (DeepSeek-V2's ``group_limited_greedy``, V3's ``noaux_tc``): its
+    ``n_group`` and ``topk_group`` where there is more than one group and the gate uses them
+    (transformers' DeepseekV2/V3 MoEGate; ``greedy``, V2-Lite's, ignores them)."""
+    groups = int(cfg.get("n_group") or 0)
+    if groups > 1 and cfg.get("topk_method") != "greedy":
+        data["router_groups"] = groups
+        data["group_topk"] = int(cfg.get("topk_group") or 0)
+
+
 def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> None:
     if model_type.startswith("llama4") and data.get("experts"):
         _llama4_moe(cfg, data)
@@ -633,6 +643,7 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]) -> N
         data["head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
     if data.get("experts"):
         data.setdefault("top_k", 2)
+        _router_groups(cfg, data)
     else:
         for key in ("dense_layers", "moe_every", "top_k", "expert_ffn", "shared_experts", "experts"):
             data.pop(key, None)

@@ -37,6 +37,9 @@ KEY_ALIASES: dict[str, dict[str, str]] = {
         "moe_ffn_hidden_size": "expert_ffn", "moe_intermediate_size": "expert_ffn",
         "n_shared_experts": "shared_experts",
         "first_k_dense_replace": "dense_layers",
+        # DeepSeek-V2/V3's config.json and Megatron-Core's --moe-router-num-groups / -group-topk
+        "n_group": "router_groups", "moe_router_num_groups": "router_groups",
+        "topk_group": "group_topk", "moe_router_group_topk": "group_topk",
         "interleave_moe_layer_step": "moe_every", "decoder_sparse_step": "moe_every",
         "tie_word_embeddings": "tied_embeddings",
         "max_position_embeddings": "max_positions",

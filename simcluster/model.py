@@ -57,6 +57,12 @@ class ModelSpec:
     # layer i is MoE when (i + 1) % moe_every == 0 (Llama 4 Maverick's interleave_moe_layer_step
     # 2: layers 1, 3, 5, ...; Qwen2-MoE's decoder_sparse_step); 0 or 1 = every layer
     moe_every: int = 0
+    # group-limited routing (DeepSeek-V2/V3's n_group / topk_group, Megatron-Core's
+    # --moe-router-num-groups / --moe-router-group-topk): the experts split into router_groups
+    # equal contiguous groups, each token picks group_topk of them by the sum of its top
+    # top_k / group_topk scores in each, then its top_k experts inside those; 0 = no groups
+    router_groups: int = 0
+    group_topk: int = 0
     tied_embeddings: bool = False
     position: Literal["rope", "learned", "alibi"] = "rope"
     max_positions: int = 0
@@ -353,8 +359,8 @@ def preset_names() -> list[str]:
 
 _INT_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "experts", "top_k",
-    "expert_ffn", "shared_experts", "dense_layers", "moe_every", "max_positions", "mtp_layers",
-    "sliding_window", "global_every", "attention_chunk", "parallel_norms",
+    "expert_ffn", "shared_experts", "dense_layers", "moe_every", "router_groups", "group_topk",
+    "max_positions", "mtp_layers", "sliding_window", "global_every", "attention_chunk", "parallel_norms",
 )  # fmt: skip
 _MLA_FIELDS = tuple(MLASpec.__dataclass_fields__)
 
@@ -457,6 +463,7 @@ def _check(spec: ModelSpec, prefix: str) -> None:
     _check_shapes(spec, prefix)
     if spec.is_moe:
         _check_routing(spec, prefix)
+        _check_router_groups(spec, prefix)
 
 
 def _check_signs(spec: ModelSpec, prefix: str) -> None:
@@ -467,8 +474,8 @@ def _check_signs(spec: ModelSpec, prefix: str) -> None:
                 f"{prefix}.{key}", f"must be a positive integer, got {getattr(spec, key)}"
             )
     for key in ("head_dim", "ffn", "experts", "top_k", "expert_ffn", "shared_experts",
-                "dense_layers", "moe_every", "max_positions", "sliding_window", "global_every",
-                "attention_chunk", "mtp_layers"):  # fmt: skip
+                "dense_layers", "moe_every", "router_groups", "group_topk", "max_positions",
+                "sliding_window", "global_every", "attention_chunk", "mtp_layers"):  # fmt: skip
         if getattr(spec, key) < 0:
             raise UserError(f"{prefix}.{key}", f"must be 0 or more, got {getattr(spec, key)}")
 
@@ -525,7 +532,7 @@ def _check_blocks(spec: ModelSpec, prefix: str) -> None:
 def _check_mlp_kind(spec: ModelSpec, prefix: str) -> None:
     """The expert fields need experts, and a dense MLP its width."""
     if not spec.is_moe:
-        for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every"):
+        for key in ("top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every", "router_groups", "group_topk"):
             if getattr(spec, key) > 0:
                 raise UserError(
                     f"{prefix}.{key}",
@@ -601,6 +608,35 @@ def _check_routing(spec: ModelSpec, prefix: str) -> None:
             f"{spec.dense_layers} must be in 0..{spec.layers - 1}, fewer than the model's "
             f"{spec.layers} layers (a mixture of experts keeps at least one MoE layer); "
             f"lower dense_layers or raise {prefix}.layers",
+        )
+
+
+def _check_router_groups(spec: ModelSpec, prefix: str) -> None:
+    """Group-limited routing: the groups split the experts evenly, a token picks at most all of
+    them, and the picked groups hold at least its top_k experts (Megatron-Core's
+    ``group_limited_topk`` views the scores as [tokens, groups, experts / groups])."""
+    groups, picked = spec.router_groups, spec.group_topk
+    if not groups and not picked:
+        return
+    if not groups or not picked:
+        given, missing = ("router_groups", "group_topk") if groups else ("group_topk", "router_groups")
+        raise UserError(
+            f"{prefix}.{missing}",
+            f"group-limited routing needs both router_groups and group_topk, but only {given} is set; "
+            f"give {missing} too (DeepSeek-V3: 8 and 4) or drop {given}",
+        )
+    if spec.experts % groups:
+        raise UserError(
+            f"{prefix}.router_groups",
+            f"{groups} groups do not split the {spec.experts} experts evenly; give a divisor of experts",
+        )
+    if picked > groups:
+        raise UserError(f"{prefix}.group_topk", f"{picked} must be in 1..router_groups={groups}")
+    if spec.top_k > picked * (spec.experts // groups):
+        raise UserError(
+            f"{prefix}.group_topk",
+            f"{picked} picked of {groups} groups hold {picked * (spec.experts // groups)} experts, fewer than "
+            f"top_k={spec.top_k}; raise group_topk",
         )
 
 

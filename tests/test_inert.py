@@ -635,7 +635,7 @@ def test_the_dispatcher_is_inert_where_each_node_holds_one_expert_whatever_the_r
     """With one expert per node DeepEP sends a token's top_k copies across nodes as the alltoall
     dispatcher does: the expected distinct nodes is exactly top_k, not 0.9999999999999998 (6
     experts, top-1: the float complement missed it and the note with it)."""
-    from simcluster.parallelism.expert import distinct_holders
+    from simcluster.parallelism.expert_holders import distinct_holders
 
     assert all(distinct_holders(e, k, e) == k for e in range(2, 300) for k in range(1, min(e, 9)))
     six = make_scenario(

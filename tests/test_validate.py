@@ -1451,7 +1451,8 @@ FAST_SUBSET_MAPE = 4.0  # 5.5 before the Hopper BF16 GEMMs were capped at the su
 # 6.3 (6.3084 -> 6.3071, 271 cases) with the Megatron-MoE model zoo's Qwen3-235B-A22B runs on GB200 and
 # GB300 racks (-10.6 / -2.7 / +5.2%); 6.3 (6.3071 -> 6.3286, 272 cases) with its GB200 MXFP8 run and the
 # fine-grained offload of the experts' inputs it needs to fit (training.offload_modules; +12.2%); 6.3
-# (6.3286 -> 6.3183) with HybridEP on the 32 SMs those runs give it (moe.dispatch_sms)
+# (6.3286 -> 6.3183) with HybridEP on the 32 SMs those runs give it (moe.dispatch_sms); 6.3 (6.3183 -> 6.3203)
+# with group-limited routing (model.router_groups / group_topk) on the DeepSeek-V3 guide's row
 QUICK_SET_MAPE = 6.3
 QUICK_SET_ORDERING_ROWS = 21
 # published peak memory (Zero Bubble Table 4 and nanotron's summary), compared on the side

@@ -180,6 +180,12 @@ def _draw_dispatcher(doc: dict[str, Any]) -> None:
         if rng.random() < 0.4:
             # the kernels' SMs (moe.dispatch_sms), now and then odd (DeepEP refuses those)
             doc["moe"]["dispatch_sms"] = rng.choice([8, 16, 24, 32, 48, 21])
+        if rng.random() < 0.3:
+            # group-limited routing (model.router_groups / group_topk), now and then groups that
+            # do not split the experts or pick too few of them (refused)
+            groups, picked = rng.choice([(8, 4), (4, 2), (8, 3), (16, 8), (7, 2), (8, 1)])
+            model = doc["model"] if isinstance(doc["model"], dict) else {"preset": doc["model"]}
+            doc["model"] = {**model, "router_groups": groups, "group_topk": picked}
 
 
 def _draw_packing(doc: dict[str, Any]) -> None:

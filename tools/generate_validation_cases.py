@@ -3497,7 +3497,8 @@ DSV3_GB200_SRC = (
     "use_precision_aware_optimizer with bf16 moments and fp32 main parameters and gradients, selective "
     "recomputation of moe_act and mlp, TransformerEngine CUDA graphs over attn, moe_router and moe_preprocess, "
     "flex dispatcher with the hybridep backend (moe.dispatcher hybridep), moe_router_padding_for_quantization "
-    "(moe.aligned_dispatch), moe_router_dtype fp32, moe_permute_fusion, moe_router_fusion, "
+    "(moe.aligned_dispatch), moe_router_dtype fp32, group-limited routing (--moe-router-num-groups 8, "
+    "--moe-router-group-topk 4: model.router_groups, group_topk), moe_permute_fusion, moe_router_fusion, "
     "moe_router_force_load_balancing, cross_entropy_fusion_impl te, no NaN check, NCCL_NVLS_ENABLE=0 "
     "(cluster.nvls false), 'every 32 GB200 GPUs (8 nodes) in the same NVL domain' (Slurm --segment 8: "
     "cluster.segment_nodes 8). measured tokens_per_s = TFLOP/s x gpus / F, F = {flops:.3f} GFLOP per token by "
@@ -3517,7 +3518,7 @@ def dsv3_gb200_case():
              "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                      "v_head_dim": 128},
              "norm": "rmsnorm", "bias": False, "position": "rope", "tied_embeddings": False, "dropout": False,
-             "shared_experts": 1, "dense_layers": 3, "vocab": 129280}
+             "shared_experts": 1, "dense_layers": 3, "vocab": 129280, "router_groups": 8, "group_topk": 4}
     flops = megatron_mla_flops_per_token(61, 3, 7168, 128, 18432, 2048, 8, 2048, 129280, 4096, 1536, 512, 128, 64,
                                          128)
     scenario = {

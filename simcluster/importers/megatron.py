@@ -77,6 +77,7 @@ _INTS = {
     "seq-length": ("training", "seq_len"),
     "num-experts": ("model", "experts"), "moe-router-topk": ("model", "top_k"),
     "moe-ffn-hidden-size": ("model", "expert_ffn"), "mtp-num-layers": ("model", "mtp_layers"),
+    "moe-router-num-groups": ("model", "router_groups"), "moe-router-group-topk": ("model", "group_topk"),
 }  # fmt: skip
 _FLAGS_SET = {
     "sequence-parallel": ("parallel", "sequence_parallel"),

@@ -28,6 +28,7 @@ from simcluster.layout import Layout
 from simcluster.model import ModelSpec
 from simcluster.moe_kernels import DEFAULT_GROUPED
 from simcluster.parallelism import autocast_casts, fp8_weights, wgrad
+from simcluster.parallelism.expert_holders import holders_per_token
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 from simcluster.parallelism.shapes import Shapes
 from simcluster.scenario import MoeSection, TrainingSection
@@ -47,18 +48,6 @@ def ep_nodes(lay: Layout) -> int:
     return len({r // lay.domain_size for r in lay.group("ep", 0)})
 
 
-def distinct_holders(experts: int, top_k: int, holders: int) -> float:
-    """Expected number of the ``holders`` (GPUs or nodes, each with experts / holders of the
-    experts) that hold at least one of a token's top_k experts, for uniform routing:
-    N (1 - C(E - E/N, k) / C(E, k)), the complement of every one of its k experts lying
-    elsewhere. In whole numbers until one division, correctly rounded: the float complement
-    gave 0.9999999999999998 for one holder's worth of a top-1 token (6 experts on 6 nodes), and
-    the dispatcher's inert note, which compares with top_k, missed it."""
-    per_holder = experts // holders
-    every = math.comb(experts, top_k)
-    return holders * (every - math.comb(experts - per_holder, top_k)) / every
-
-
 def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     """Copies of a token DeepEP's normal dispatch sends, one per destination holding any of its
     experts (the receiver expands it to its local experts; the combine returns one row per
@@ -68,12 +57,12 @@ def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     NVLink (DeepSeek-V3 Sec 3.2.2, ``internode::dispatch``); that forwarding runs concurrently
     with the inter-node transfer and is not timed separately (an ASSUMPTION: NVLink is 3-4x the
     NIC). The distinct nodes are ``max_nodes_per_token`` when routing is node-limited (the gate
-    fills its M nodes), else :func:`distinct_holders` over the nodes. Inside one node: one per
-    distinct GPU (``Buffer.get_dispatch_layout`` returns ``num_tokens_per_rank`` and
-    ``is_token_in_rank``, "whether a token be sent to a rank", which ``intranode::dispatch``
-    sends each token by), :func:`distinct_holders` over the EP group's GPUs; top_k only when
-    each GPU holds one expert. DeepSeek-V3's group-limited gating, which can also bound the GPUs
-    inside a node, is not modelled there.
+    fills its M nodes), else the nodes a token's experts lie on
+    (:func:`~simcluster.parallelism.expert_holders.holders_per_token`: uniform routing, or the
+    model's group-limited routing). Inside one node: one per distinct GPU
+    (``Buffer.get_dispatch_layout`` returns ``num_tokens_per_rank`` and ``is_token_in_rank``,
+    "whether a token be sent to a rank", which ``intranode::dispatch`` sends each token by), the
+    GPUs of the EP group a token's experts lie on; top_k only when each GPU holds one expert.
     """
     nodes = ep_nodes(layout)
     if layout.ep <= 1:
@@ -81,8 +70,8 @@ def deepep_copies(model: ModelSpec, layout: Layout, moe: MoeSection) -> float:
     if nodes > 1:
         if moe.max_nodes_per_token:
             return float(min(moe.max_nodes_per_token, model.top_k, nodes))
-        return distinct_holders(model.experts, model.top_k, nodes)
-    return distinct_holders(model.experts, model.top_k, layout.ep)
+        return holders_per_token(model, nodes)
+    return holders_per_token(model, layout.ep)
 
 
 def _within_one_domain(layout: Layout, moe: MoeSection) -> bool:

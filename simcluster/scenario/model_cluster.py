@@ -108,6 +108,19 @@ class ModelSection(SectionBase):
         description="after dense_layers, every moe_every-th layer is MoE (layer i when (i + 1) % "
         "moe_every == 0; Llama 4 Maverick: 2), the others dense with ffn; 0 or 1 = every layer",
     )
+    router_groups: int | None = Field(
+        default=None,
+        ge=0,
+        description="group-limited routing: the experts split into this many equal groups, of which "
+        "each token's experts come from group_topk (DeepSeek-V3: 8 and 4); bounds the GPUs or nodes "
+        "a DeepEP-family dispatch sends a token to; 0 = no groups",
+    )
+    group_topk: int | None = Field(
+        default=None,
+        ge=0,
+        description="with router_groups: the groups each token picks, by the sum of its best "
+        "top_k / group_topk scores in each (DeepSeek-V3: 4)",
+    )
     tied_embeddings: bool | None = Field(
         default=None,
         description="the LM head shares the input embedding's matrix (default false)",
