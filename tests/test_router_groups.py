@@ -9,6 +9,7 @@ simulation below repeats on random logits."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import comb
 from pathlib import Path
 
@@ -148,3 +149,13 @@ def test_deepep_across_nodes_sends_a_token_to_its_four_groups_nodes():
     groups, 5.29 without them: the bytes in that ratio."""
     ratio = _dispatch_bytes(_dsv3_like(True)) / _dispatch_bytes(_dsv3_like(False))
     assert ratio == pytest.approx(4.0 / distinct_holders(256, 8, 8), rel=1e-9)
+
+
+@pytest.mark.parametrize("holders", [4, 8, 16, 32, 64])
+def test_picking_more_groups_never_reaches_fewer_holders(holders):
+    """Loosening the limit (group_topk 1, 2, 4, 8 of 8 groups, each splitting top_k 8 evenly)
+    never lowers the holders a token reaches, and every group picked is uniform routing."""
+    v3 = load_preset("deepseek-v3")
+    counts = [holders_per_token(replace(v3, group_topk=k), holders) for k in (1, 2, 4, 8)]
+    assert counts == sorted(counts)
+    assert counts[-1] == distinct_holders(256, 8, holders)
