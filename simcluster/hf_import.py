@@ -33,8 +33,10 @@ false leaving the MLP's; :func:`_bias_fields`), Cohere's LayerNorm without a bia
 (``norm_bias``), the query/key norm's weights (``qk_norm``: shared, per head, over the whole
 projection as OLMo 2's and OLMoE's, or none at all as Llama 4's L2 norm; :data:`QK_NORM_TYPES`),
 BLOOM's embedding LayerNorm (``embedding_norm``) and Qwen2-MoE's shared-expert gate
-(``shared_expert_gate``). Not modelled: DeepSeek-V3's ``e_score_correction_bias`` (a routing
-buffer of one value per expert and layer, no FLOPs).
+(``shared_expert_gate``). DeepSeek-V2/V3's group-limited gate (``n_group`` / ``topk_group``,
+unless ``topk_method`` is ``greedy``) is ``model.router_groups`` / ``group_topk``. Not modelled:
+DeepSeek-V3's ``e_score_correction_bias`` (a routing buffer of one value per expert and layer,
+no FLOPs).
 GPT-NeoX's partial rotary (``rotary_pct``, ``partial_rotary_factor``) is costed as full rotary:
 a fused rotary kernel reads and writes all of Q and K either way (TransformerEngine's fused
 RoPE writes a whole output, copying the unrotated part), and the eager code's ``torch.cat`` of
