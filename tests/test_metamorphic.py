@@ -5,7 +5,8 @@ lengthens a step; more recomputation never raises the peak memory nor shortens t
 next ZeRO stage, twice the TP, DP, CP or EP, sequence parallelism and offloading never raise the
 peak memory; twice the sequences per step never lengthens the time per sequence; twice the
 replicas and sequences without ZeRO (weak scaling) never shorten the step; twice the sequence
-length or the layers never shortens the step; a slow GPU or a degraded NIC never shortens it.
+length or the layers never shortens the step; a slow GPU or a degraded NIC never shortens it;
+uniform routing in place of a model's group-limited routing never shortens it either.
 The Llama scenarios run on profiles with measured collective tables (dgx-h100 in a node,
 alps-gh200 across nodes), where a patched NVLink once made a step slower
 (tests/test_patched_measurements.py); a Mixtral baseline with expert parallelism 4 runs them
@@ -118,3 +119,29 @@ def test_selective_recompute_under_fp8_attention_is_no_memory_relation():
     assert memory.variant(doc, None)["training"]["recompute"] == "full"
     doc["training"].update(recompute="none", fp8_attention=False)
     assert memory.variant(doc, None)["training"]["recompute"] == "selective"
+
+
+@pytest.mark.parametrize(("gpus", "dispatcher"), [(16, "deepep"), (8, "hybridep"), (16, "alltoall")])
+def test_uniform_routing_never_shortens_a_group_limited_step(gpus, dispatcher):
+    """``no router groups time`` on a two-layer DeepSeek-V3-like model (8 groups of which 4):
+    DeepEP across two DGX H100 nodes and HybridEP inside one send a token to more GPUs or nodes
+    without the groups, so the step lengthens; the all-to-all dispatcher's top_k copies do not
+    change, so its step stays."""
+    doc = {
+        "model": {"preset": "deepseek-v3", "layers": 2, "dense_layers": 1, "mtp_layers": 0},
+        "cluster": {"hardware": "dgx-h100", "gpus": gpus},
+        "parallel": {"ep": gpus},
+        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": gpus, "precision": "fp8",
+                     "fp8_recipe": "block", "recompute": "full"},
+        "moe": {"dispatcher": dispatcher},
+    }  # fmt: skip
+    (relation,) = [r for r in metamorphic.RELATIONS if r.name == "no router groups time"]
+    base, profile = metamorphic._simulate(doc, timeout_s=120)
+    variant = relation.variant(doc, profile)
+    assert variant is not None and variant["model"]["router_groups"] == 0
+    longer = metamorphic._simulate(variant, timeout_s=120)[0]
+    assert metamorphic.broken(relation, base, longer, TOLERANCE) is None
+    if dispatcher == "alltoall":
+        assert longer.step_s == base.step_s
+    else:
+        assert longer.step_s > base.step_s

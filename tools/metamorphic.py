@@ -240,6 +240,18 @@ def _no_step_tail(doc: Doc) -> bool:
     return True
 
 
+def _no_router_groups(doc: Doc) -> bool:
+    """Uniform routing instead of group-limited (``model.router_groups`` / ``group_topk`` off): a
+    DeepEP-family dispatch sends each token to at least as many GPUs or nodes, and the
+    all-to-all dispatcher the same top_k copies, so a step can only get longer."""
+    model = doc["model"] if isinstance(doc["model"], dict) else {"preset": doc["model"]}
+    grouped = model.get("router_groups") or ("router_groups" not in model and model.get("preset") == "deepseek-v3")
+    if not grouped:
+        return False
+    doc["model"] = {**model, "router_groups": 0, "group_topk": 0}
+    return True
+
+
 def _shorter_documents(doc: Doc) -> bool:
     """Packed documents half as long (``training.document_tokens``, from one document per
     sequence): each token attends over half the keys, so attention can only get cheaper. Only
@@ -348,6 +360,7 @@ RELATIONS = [
     Relation("layers x2 time", _edit(_double_layers), "step_s", True),
     Relation("documents /2 time", _edit(_shorter_documents), "step_s", False),
     Relation("no step tail time", _edit(_no_step_tail), "step_s", False),
+    Relation("no router groups time", _edit(_no_router_groups), "step_s", True),
     Relation("layers x2 memory", _edit(_double_layers_memory), "peak_bytes", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
     Relation("every rank", _edit(_every_rank), "step_s", None),
