@@ -145,3 +145,18 @@ def test_uniform_routing_never_shortens_a_group_limited_step(gpus, dispatcher):
         assert longer.step_s == base.step_s
     else:
         assert longer.step_s > base.step_s
+
+
+def test_weak_scaling_is_not_held_on_a_switchless_mesh():
+    """Seed 9923: GPT-3 175B at pp 8 on MI355X (a fully connected Infinity Fabric mesh), dp 2 ->
+    4 inside each node: each replica pair had one direct link, the group of four three, so the
+    data-parallel all-reduce is faster and the step 1.9% shorter. The relation applies on a
+    switched node (dgx-h100), where a larger group shares the same NVSwitch links."""
+    (relation,) = [r for r in metamorphic.RELATIONS if r.name == "weak scaling x2"]
+    doc = yaml.safe_load(resolve_scenario_path("llama3-8b-8xh100").read_text())
+    doc["parallel"]["zero"] = 0
+    _, h100 = metamorphic._simulate(doc, timeout_s=120)
+    assert relation.variant(doc, h100)["cluster"]["gpus"] == 2 * doc["cluster"]["gpus"]
+    mesh = {**doc, "cluster": {**doc["cluster"], "hardware": "amd-mi355x"}}
+    _, mi355x = metamorphic._simulate(mesh, timeout_s=120)
+    assert mi355x.node.scale_up == "mesh" and relation.variant(mesh, mi355x) is None
