@@ -251,7 +251,10 @@ def _no_router_groups(doc: Doc) -> bool:
     DeepEP-family dispatch sends each token to at least as many GPUs or nodes, and the
     all-to-all dispatcher the same top_k copies, so a step can only get longer."""
     model = doc["model"] if isinstance(doc["model"], dict) else {"preset": doc["model"]}
-    grouped = model.get("router_groups") or ("router_groups" not in model and model.get("preset") == "deepseek-v3")
+    if "router_groups" in model:
+        grouped = model["router_groups"]
+    else:
+        grouped = load_preset(model["preset"]).router_groups if "preset" in model else 0
     if not grouped:
         return False
     doc["model"] = {**model, "router_groups": 0, "group_topk": 0}
