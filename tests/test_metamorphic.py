@@ -160,3 +160,25 @@ def test_weak_scaling_is_not_held_on_a_switchless_mesh():
     mesh = {**doc, "cluster": {**doc["cluster"], "hardware": "amd-mi355x"}}
     _, mi355x = metamorphic._simulate(mesh, timeout_s=120)
     assert mi355x.node.scale_up == "mesh" and relation.variant(mesh, mi355x) is None
+
+
+def test_recompute_time_is_not_held_under_activation_offload():
+    """Seed 9933: OLMo 2 7B at 32K tokens (no flash attention under DeepSpeed), four layers'
+    activations offloaded on GB200: selective recomputation drops the attention scores from the
+    copies, the host copies stop binding and the step is 25% shorter, physically. The time
+    relation skips offloading scenarios; the memory relation keeps them."""
+    (time,) = [r for r in metamorphic.RELATIONS if r.name == "recompute time"]
+    (memory,) = [r for r in metamorphic.RELATIONS if r.name == "recompute memory"]
+    doc = {
+        "framework": "deepspeed", "model": {"preset": "olmo2-7b", "layers": 4},
+        "cluster": {"hardware": "gb200-nvl72", "gpus": 2}, "parallel": {"tp": 2},
+        "training": {"seq_len": 32768, "micro_batch": 1, "global_batch": 2, "recompute": "none",
+                     "activation_offload_layers": 3},
+    }  # fmt: skip
+    base = metamorphic._simulate(doc, timeout_s=120)[0]
+    doc_sel = {**doc, "training": {**doc["training"], "recompute": "selective"}}
+    assert metamorphic._simulate(doc_sel, timeout_s=120)[0].step_s < base.step_s
+    assert time.variant(doc, None) is None
+    assert memory.variant(doc, None)["training"]["recompute"] == "selective"
+    doc["training"]["activation_offload_layers"] = 0
+    assert time.variant(doc, None)["training"]["recompute"] == "selective"
