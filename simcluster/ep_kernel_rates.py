@@ -14,6 +14,18 @@ Between two measured counts the rate is linear in SMs; beyond the largest it is 
 and HBM bound it there); below the smallest it falls in proportion to the SMs (an ASSUMPTION:
 with too few SMs each copies at its own fixed rate, as DeepEP's B200 rows nearly do from 16 to
 24 SMs). This module imports nothing from simcluster, so the profile schema can use it.
+
+The tables hold the rate at the measurements' token of hidden 7,168 in BF16 (14,336 bytes). A
+token of other size moves at another rate, because the kernels spend a fixed amount of SM time
+on each token besides moving its bytes (``efficiency.deepep_token_sm_ns``,
+``hybridep_token_sm_ns``: {SMs: SM-nanoseconds a token}). The same tables measure FP8 dispatch
+(7,392 bytes a token with its scales) beside BF16 at every SM count, so the two calls' times
+give both terms: DeepEP's on B200 and GB200 come to 290-330 SM-ns a token from 16 to 32 SMs (a
+nearly constant per-token work spread over the SMs), HybridEP's to 135-180; on H200's NVLink 4
+(24 SMs) the pair shows none (the links bind). Read back, a BF16 token of hidden 2,048 moves at
+0.45-0.65 of the tables' rate on 16-32 SMs (:func:`token_size_ratio`); torchtitan's B200
+tuning run of DeepEP at that hidden size (EP 4, 24 SMs) measured 218 GB/s dispatch against the
+494 of hidden 7,168 at EP 8: 0.44.
 """
 
 from __future__ import annotations
@@ -26,6 +38,10 @@ from simcluster.interp import interp
 #: defaults ``moe_deepep_num_sms`` 20 (DeepSeek-V3's report, Sec. 3.2.2: "only 20 SMs are
 #: sufficient to fully utilize the bandwidths of IB and NVLink") and ``moe_hybridep_num_sms`` 16
 DISPATCH_SMS = {"deepep": 20, "hybridep": 16}
+
+#: bytes of the token the rate tables were measured with: hidden 7,168 in BF16 (DeepEP's and
+#: HybridEP's tests, the DeepSeek-V3 shape)
+MEASURED_TOKEN_BYTES = 7168 * 2
 
 RateTable = Sequence[tuple[int, float]]
 
@@ -49,3 +65,17 @@ def kernel_fraction(
     if sms < lowest:
         return rate * sms / lowest
     return interp(points, sms)
+
+
+def token_size_ratio(rate_gbps: float, token_sm_ns: Mapping[int, float] | None, sms: int, token_bytes: float) -> float:
+    """The kernels' rate for tokens of ``token_bytes`` over ``rate_gbps``, their measured rate
+    for tokens of :data:`MEASURED_TOKEN_BYTES` on ``sms`` SMs: a token takes a fixed ``c`` =
+    ``token_sm_ns`` (read at ``sms``, linear between measured counts, held beyond) / ``sms``
+    nanoseconds plus its bytes at the rate that leaves the measured time per token (module
+    docstring). 1.0 without ``token_sm_ns`` (the rate is held at every token size)."""
+    if not token_sm_ns or sms <= 0 or rate_gbps <= 0:
+        return 1.0
+    per_token_ns = MEASURED_TOKEN_BYTES / rate_gbps  # bytes over GB/s: nanoseconds
+    fixed = min(interp(sorted(token_sm_ns.items()), sms) / sms, per_token_ns) / per_token_ns
+    size = token_bytes / MEASURED_TOKEN_BYTES
+    return size / (fixed + (1.0 - fixed) * size)

@@ -23,6 +23,7 @@ from pydantic import (
     AfterValidator,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     PositiveInt,
     PrivateAttr,
     ValidationError,
@@ -284,6 +285,20 @@ class EfficiencySpec(_Strict):
         default=None,
         description="the same for hybridep_nvlink, whose default count is 16 SMs",
     )
+    deepep_token_sm_ns: dict[PositiveInt, NonNegativeFloat] | None = Field(
+        default=None,
+        description=(
+            "{SMs: SM-nanoseconds}: the fixed work DeepEP's intranode kernels spend on each token "
+            "besides moving its bytes (from the same test's FP8 and BF16 dispatch times at that SM "
+            "count), linear in SMs between counts and held beyond; a token other than "
+            "deepep_nvlink's (hidden 7,168 in BF16) then moves at its own rate "
+            "(ep_kernel_rates.py token_size_ratio); none: deepep_nvlink's rate at every token size"
+        ),
+    )
+    hybridep_token_sm_ns: dict[PositiveInt, NonNegativeFloat] | None = Field(
+        default=None,
+        description="the same for hybridep_nvlink",
+    )
     kernel_launch_us: Annotated[float, LATENCY] = Field(
         default=4.0,
         ge=0,
@@ -402,6 +417,11 @@ class EfficiencySpec(_Strict):
                 raise ValueError(
                     f"{dispatcher}_nvlink_by_sms: the rate at the default {default} SMs is {dispatcher}_nvlink's; "
                     f"drop the {default} entry"
+                )
+        for dispatcher in DISPATCH_SMS:
+            if getattr(self, f"{dispatcher}_token_sm_ns") and getattr(self, f"{dispatcher}_nvlink") is None:
+                raise ValueError(
+                    f"{dispatcher}_token_sm_ns needs {dispatcher}_nvlink, the measured rate it carries to other token sizes"
                 )
         return self
 

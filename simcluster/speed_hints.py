@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simcluster.activation_widths import act_bytes
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
 from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
@@ -170,10 +171,21 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
+def _token_bytes(ctx: Context) -> float:
+    """Bytes of a combine's row (a token's 16-bit hidden state) for the SM-count hint."""
+    return ctx.model.hidden * act_bytes(ctx.scenario.training.precision)
+
+
+def _token_work(ctx: Context, dispatcher: str) -> str:
+    """Where the profile has the kernels' fixed work a token, its field, which the gain reads too."""
+    field = f"{dispatcher}_token_sm_ns"
+    return f" and {field}" if getattr(ctx.profile.efficiency, field) else ""
+
+
 def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     ep = busiest_share(s, "comm_ep")
     moe = ctx.scenario.moe
-    found = faster_sm_count(ctx.profile, ctx.layout, moe) if ep >= EP_HINT and ctx.model.is_moe else None
+    found = faster_sm_count(ctx.profile, ctx.layout, moe, _token_bytes(ctx)) if ep >= EP_HINT and ctx.model.is_moe else None
     if found is None:
         return None
     sms, gain = found
@@ -181,7 +193,8 @@ def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     return (
         f"exposed EP communication is {100 * ep:.0f}% of the step: {moe.dispatcher}'s kernels on {sms} SMs "
         f"run at {gain:.2f}x their rate on {now} here (moe.dispatch_sms; the profile's "
-        f"efficiency.{moe.dispatcher}_nvlink_by_sms), leaving fewer SMs to the compute they overlap "
+        f"efficiency.{moe.dispatcher}_nvlink_by_sms{_token_work(ctx, moe.dispatcher)}), leaving fewer SMs to the "
+        "compute they overlap "
         f"(compare: {rerun.sweep(f'--dispatch-sms {now},{sms}')})"
     )
 

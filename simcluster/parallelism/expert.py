@@ -20,7 +20,12 @@ from __future__ import annotations
 import math
 
 from simcluster.compute import QUANTISED, KernelModel
-from simcluster.ep_kernel_rates import DISPATCH_SMS, kernel_fraction
+from simcluster.ep_kernel_rates import (
+    DISPATCH_SMS,
+    MEASURED_TOKEN_BYTES,
+    kernel_fraction,
+    token_size_ratio,
+)
 from simcluster.fp8_store import fp8_swiglu_store
 from simcluster.gemm_roles import PHASE_ROLES
 from simcluster.hardware import HardwareProfile
@@ -80,7 +85,9 @@ def _within_one_domain(layout: Layout, moe: MoeSection) -> bool:
     return moe.per_destination and layout.ep > 1 and ep_nodes(layout) == 1
 
 
-def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile) -> float:
+def deepep_link_factor(
+    layout: Layout, moe: MoeSection, profile: HardwareProfile, token_bytes: float = MEASURED_TOKEN_BYTES
+) -> float:
     """How much longer DeepEP's kernels hold the links inside one NVLink domain than an
     all-to-all that copies a rank's own share locally: ep / (ep - 1), as if the own share
     crossed NVLink too, and the measured kernel rate where the profile has one.
@@ -98,7 +105,9 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
     the links are held so that the received bytes move at that rate instead of at the links'
     ``efficiency.nvlink``: on NVLink 5 HybridEP's copy SMs, not the 900 GB/s links, set the
     pace (GB200, EP 16, HybridEP at 16 SMs: 473 GB/s dispatch, 474 combine, where the links give
-    680), read at the kernels' SM count (``moe.dispatch_sms``; :mod:`simcluster.ep_kernel_rates`)."""
+    680), read at the kernels' SM count (``moe.dispatch_sms``; :mod:`simcluster.ep_kernel_rates`)
+    and carried to tokens of ``token_bytes`` (a row of the all-to-all: hidden x bytes) where the
+    profile has the kernels' fixed work per token (``efficiency.deepep_token_sm_ns``)."""
     if not _within_one_domain(layout, moe):
         return 1.0
     own = layout.ep / (layout.ep - 1)
@@ -106,7 +115,10 @@ def deepep_link_factor(layout: Layout, moe: MoeSection, profile: HardwareProfile
     if not measured:
         return own
     by_sms = _measured_by_sms(profile, moe.dispatcher)
-    rate = kernel_fraction(measured, by_sms, DISPATCH_SMS[moe.dispatcher], layout.ep, dispatch_sms(moe))
+    sms = dispatch_sms(moe)
+    rate = kernel_fraction(measured, by_sms, DISPATCH_SMS[moe.dispatcher], layout.ep, sms)
+    per_token = getattr(profile.efficiency, f"{moe.dispatcher}_token_sm_ns")
+    rate *= token_size_ratio(rate * profile.node.nvlink_GBps, per_token, sms, token_bytes)
     return own * profile.efficiency.nvlink / rate
 
 
@@ -119,19 +131,24 @@ def dispatch_sms(moe: MoeSection) -> int:
     return moe.dispatch_sms or DISPATCH_SMS[moe.dispatcher]
 
 
-def faster_sm_count(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> tuple[int, float] | None:
+def faster_sm_count(
+    profile: HardwareProfile, layout: Layout, moe: MoeSection, token_bytes: float = MEASURED_TOKEN_BYTES
+) -> tuple[int, float] | None:
     """The measured SM count at which the DeepEP-family kernels inside one NVLink domain run
-    fastest at this EP size, with its rate over the current count's, where that gain is at
-    least :data:`SM_HINT_GAIN`; the fewest SMs among equal rates. None elsewhere (across
-    domains, unmeasured, or already there)."""
+    fastest at this EP size for tokens of ``token_bytes``, with its rate over the current
+    count's, where that gain is at least :data:`SM_HINT_GAIN`; the fewest SMs among equal
+    rates. None elsewhere (across domains, unmeasured, or already there)."""
     measured = _measured_rates(profile, moe.dispatcher) if _within_one_domain(layout, moe) else None
     by_sms = _measured_by_sms(profile, moe.dispatcher) if measured else None
     if not measured or not by_sms:
         return None
     default = DISPATCH_SMS[moe.dispatcher]
 
+    per_token = getattr(profile.efficiency, f"{moe.dispatcher}_token_sm_ns")
+
     def rate(sms: int) -> float:
-        return kernel_fraction(measured, by_sms, default, layout.ep, sms)
+        fraction = kernel_fraction(measured, by_sms, default, layout.ep, sms)
+        return fraction * token_size_ratio(fraction * profile.node.nvlink_GBps, per_token, sms, token_bytes)
 
     now = rate(dispatch_sms(moe))
     best = max(sorted({default, *by_sms}), key=rate)  # max keeps the first, the fewest SMs
@@ -191,12 +208,16 @@ def copies_per_token(shapes: Shapes, moe: MoeSection) -> float:
     return deepep_copies(shapes.model, shapes.layout, moe)
 
 
+def row_bytes(shapes: Shapes, fp8: bool = False) -> float:
+    """Bytes of one row of an all-to-all: a token's hidden state (FP8 with its scales on the wire)."""
+    return shapes.model.hidden * (FP8_WIRE_BYTES if fp8 else shapes.elt)
+
+
 def a2a_bytes(shapes: Shapes, moe: MoeSection, fp8: bool = False) -> float:
     """Send buffer of one all-to-all per rank: tokens x copies per token x hidden x bytes
     (with token dropping, the copies kept or the padded capacity: ``MoeSection.wire_share``)."""
-    elt = FP8_WIRE_BYTES if fp8 else shapes.elt
     copies = copies_per_token(shapes, moe) * moe.wire_share
-    return shapes.moe_tokens * copies * shapes.model.hidden * elt
+    return shapes.moe_tokens * copies * row_bytes(shapes, fp8)
 
 
 def _routed_load(shapes: Shapes, load: float) -> tuple[float, float]:
@@ -621,12 +642,14 @@ def moe_block(
     uneven_in = km.moe.all_to_all_ratio(size_in, ep) if km.moe and ep > 1 else None
     uneven_out = km.moe.all_to_all_ratio(size_out, ep) if km.moe and ep > 1 else None
     # DeepEP's intranode kernels copy a rank's own rows as they copy the others', at their own
-    # measured rate where the profile has one (deepep_link_factor)
-    link = deepep_link_factor(shapes.layout, moe, km.profile)
+    # measured rate where the profile has one (deepep_link_factor), for the rows each carries
+    # (an FP8 dispatch's are smaller)
+    link_in = deepep_link_factor(shapes.layout, moe, km.profile, row_bytes(shapes, moe.fp8_dispatch and ep > 1))
+    link_out = deepep_link_factor(shapes.layout, moe, km.profile, row_bytes(shapes))
     side = overlaps_shared_experts(shapes, moe, ep_pairs)
     sms = dispatch_sms(moe)
-    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * link)] if ep > 1 else []
-    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * link)] if ep > 1 else []
+    dispatch = [Comm(f"ep_{name_in}", "ep", "all_to_all", size_in, side, layer, sms=sms, uneven=(uneven_in or 1.0) * link_in)] if ep > 1 else []
+    combine = [Comm(f"ep_{name_out}", "ep", "all_to_all", size_out, side, layer, sms=sms, uneven=(uneven_out or 1.0) * link_out)] if ep > 1 else []
     sorted_experts = Compute.of("experts", routed + Work.of(memory=chunk_sort_seconds(shapes, km, moe, phase)), layer)
     if side:
         # the shared experts' side stream under each all-to-all (overlaps_shared_experts); the
