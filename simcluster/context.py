@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster import attention_head_dims, attention_sinks, fp8_attention, userbuffers
+from simcluster.activation_widths import act_bytes
 from simcluster.divisors import divisors, one_of
 from simcluster.ep_kernel_rates import DISPATCH_SMS
 from simcluster.errors import UserError
@@ -139,7 +140,8 @@ def build_context(
     # build no cluster, and accepted a domain smaller than a node that run then refused
     domain = job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
     layout = replace(layout, nvlink_domain=domain)
-    if model.is_moe and (unmeasured := unmeasured_rate_note(profile, layout, scenario.moe)):
+    rows = model.hidden * act_bytes(scenario.training.precision)
+    if model.is_moe and (unmeasured := unmeasured_rate_note(profile, layout, scenario.moe, rows)):
         notes = (*notes, unmeasured)
     spec = ScheduleSpec(
         p=layout.pp,

@@ -90,3 +90,24 @@ def test_per_token_work_without_its_rate_table_is_refused():
     with pytest.raises(UserError, match="deepep_token_sm_ns needs deepep_nvlink") as err:
         profile_from_dict(raw)
     assert len(err.value.message) < 300
+
+
+def _notes(hardware: str, hidden: int) -> tuple[str, ...]:
+    from simcluster.context import build_context
+    from simcluster.scenario import scenario_from_dict
+
+    sc = _benchmark(hardware, 8, "deepep")
+    if hidden != 7168:
+        sc["model"].update(hidden=hidden, heads=hidden // 128, kv_heads=4)
+    return build_context(scenario_from_dict(sc)).notes
+
+
+def test_rows_of_another_size_at_a_held_rate_are_said():
+    """hgx-h800 rates DeepEP from its README's hidden-7,168 rows and has no per-token work: a
+    hidden-2,048 model's rows run at that rate, and a note says so; not at hidden 7,168, nor on
+    profiles with the work (dgx-b200) or with none measured (dgx-h200's 0)."""
+    held = "deepep's rows are 4,096 bytes where 'hgx-h800' measured its kernels with hidden-7,168 tokens"
+    assert any(n.startswith(held) for n in _notes("hgx-h800", 2048))
+    assert not any("rows are" in n for n in _notes("hgx-h800", 7168))
+    assert not any("rows are" in n for n in _notes("dgx-b200", 2048))
+    assert not any("rows are" in n for n in _notes("dgx-h200", 2048))

@@ -173,29 +173,57 @@ def _measured_by_sms(profile: HardwareProfile, dispatcher: str) -> dict[int, lis
     return tables
 
 
-def unmeasured_rate_note(profile: HardwareProfile, layout: Layout, moe: MoeSection) -> str | None:
+def unmeasured_rate_note(
+    profile: HardwareProfile, layout: Layout, moe: MoeSection, token_bytes: float = MEASURED_TOKEN_BYTES
+) -> str | None:
     """A note where a DeepEP-family dispatch inside one NVLink domain runs at the links' rate
     because the profile has not measured its kernels (``efficiency.deepep_nvlink`` /
     ``hybridep_nvlink``): on NVLink 5 the measured kernels reach 0.49-0.62 of the links and
-    DeepEP's on NVLink 4 (H200) 0.70, so the all-to-alls may be optimistic there; and where
-    ``moe.dispatch_sms`` asks for an SM count the profile has no rate at (held at the default's).
-    None elsewhere."""
+    DeepEP's on NVLink 4 (H200) 0.70, so the all-to-alls may be optimistic there; where
+    ``moe.dispatch_sms`` asks for an SM count the profile has no rate at (held at the default's);
+    and where rows of ``token_bytes`` run at the rate measured for another size because the
+    profile has no per-token work (``*_token_sm_ns``). None elsewhere."""
     if not _within_one_domain(layout, moe):
         return None
     field = f"efficiency.{moe.dispatcher}_nvlink"
     if _measured_rates(profile, moe.dispatcher):
-        sms, default = dispatch_sms(moe), DISPATCH_SMS[moe.dispatcher]
-        if sms == default or _measured_by_sms(profile, moe.dispatcher):
-            return None
-        return (
-            f"moe.dispatch_sms {sms}: '{profile.name}' rates {moe.dispatcher}'s kernels at one SM count, "
-            f"the default {default} ({field}; no {field}_by_sms), so they run at that rate on {sms}"
-        )
+        notes = [_held_sms_note(profile, moe, field), _held_size_note(profile, moe, token_bytes)]
+        return "; ".join(n for n in notes if n) or None
     return (
         f"moe.dispatcher {moe.dispatcher}: '{profile.name}' has no measured rate of its kernels "
         f"({field}), so its all-to-alls run at the links' (efficiency.nvlink "
         f"{profile.efficiency.nvlink:g}); on NVLink 5 the measured ones reach 0.49-0.62 of the links, "
         "DeepEP's on NVLink 4 0.70"
+    )
+
+
+def _held_sms_note(profile: HardwareProfile, moe: MoeSection, field: str) -> str | None:
+    """The kernels on an SM count the profile has no rate at: held at the default's."""
+    sms, default = dispatch_sms(moe), DISPATCH_SMS[moe.dispatcher]
+    if sms == default or _measured_by_sms(profile, moe.dispatcher):
+        return None
+    return (
+        f"moe.dispatch_sms {sms}: '{profile.name}' rates {moe.dispatcher}'s kernels at one SM count, "
+        f"the default {default} ({field}; no {field}_by_sms), so they run at that rate on {sms}"
+    )
+
+
+#: how far a row may differ from the measured token before the held rate is noted
+TOKEN_SIZE_NOTE = 0.1
+
+
+def _held_size_note(profile: HardwareProfile, moe: MoeSection, token_bytes: float) -> str | None:
+    """Rows of another size at the measured token's rate, the profile having no per-token work."""
+    name = f"{moe.dispatcher}_token_sm_ns"
+    if getattr(profile.efficiency, name) is not None:
+        return None
+    if abs(token_bytes / MEASURED_TOKEN_BYTES - 1.0) <= TOKEN_SIZE_NOTE:
+        return None
+    return (
+        f"{moe.dispatcher}'s rows are {token_bytes:,.0f} bytes where '{profile.name}' measured its kernels "
+        f"with hidden-7,168 tokens ({MEASURED_TOKEN_BYTES:,} bytes in BF16), and with no efficiency.{name} they "
+        "run at that rate; "
+        "on Blackwell a 4,096-byte row moves at 0.47-0.65 of it"
     )
 
 
