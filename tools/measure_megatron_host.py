@@ -151,6 +151,27 @@ def _timed_parts(layer: torch.nn.Module) -> dict[str, list[float]]:
     return parts
 
 
+def _timed_backward(layer: torch.nn.Module) -> dict[str, list[float]]:
+    """Record each part's backward wall time, from autograd reaching its outputs' gradients
+    (a full backward pre-hook) to its inputs' (a full backward hook); the rest of the layer's
+    backward (norms, residual glue) is the layer's total less these."""
+    parts: dict[str, list[float]] = {}
+    mlp = layer.mlp
+    for module, label in ((layer.self_attention, "attention backward"), (mlp, "MoE block backward"),
+                          (mlp.router, "router backward"), (mlp.experts, "experts backward")):  # fmt: skip
+        started: list[float] = []
+
+        def pre(_m: object, _g: object, started: list[float] = started) -> None:
+            started.append(time.perf_counter())
+
+        def post(_m: object, _gi: object, _go: object, started: list[float] = started, label: str = label) -> None:
+            parts.setdefault(label, []).append(time.perf_counter() - started.pop())
+
+        module.register_full_backward_pre_hook(pre)
+        module.register_full_backward_hook(post)
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experts", type=int, default=8, help="local experts per rank")
@@ -158,6 +179,8 @@ def main() -> None:
     parser.add_argument("--dispatcher", default="alltoall", choices=("alltoall", "allgather"))
     parser.add_argument("--qk-norm", action="store_true")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--backward-parts", action="store_true",
+                        help="also time the attention's, the MoE block's, the router's and the experts' backward")  # fmt: skip
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo")
@@ -165,11 +188,13 @@ def main() -> None:
     _cpu_build_shims(seq)
     layer = _layer(args, ranks)
     parts = _timed_parts(layer)
+    backward_parts = _timed_backward(layer) if args.backward_parts else {}
     x = torch.randn(seq, 1, 64, requires_grad=True)
     linear, rows = torch.nn.Linear(64, 64), torch.randn(seq, 64)
     for _ in range(20):  # warm up: caches, first-call paths
         layer(x, attention_mask=None)[0].sum().backward()
     parts.clear()
+    backward_parts.clear()
     forward, backward, unit = [], [], []
     for _ in range(args.steps):
         dist.barrier()
@@ -189,7 +214,8 @@ def main() -> None:
         print(f"{ranks} rank(s), {args.experts} local experts, top-{args.top_k}, {args.dispatcher} dispatcher,"
               f" grouped-query attention{' with q/k norm' if args.qk_norm else ''}")  # fmt: skip
         print(f"torch.nn.Linear forward (the unit): {one * 1e6:.1f} us")
-        rows_out = [("layer forward", forward), ("layer backward (autograd)", backward), *parts.items()]
+        rows_out = [("layer forward", forward), ("layer backward (autograd)", backward), *parts.items(),
+                    *backward_parts.items()]  # fmt: skip
         for name, times in rows_out:
             t = statistics.median(times)
             print(f"  {name:30s} {t * 1e6:8.0f} us = {t / one:6.1f} units")
