@@ -182,3 +182,11 @@ def test_recompute_time_is_not_held_under_activation_offload():
     assert memory.variant(doc, None)["training"]["recompute"] == "selective"
     doc["training"]["activation_offload_layers"] = 0
     assert time.variant(doc, None)["training"]["recompute"] == "selective"
+
+
+def test_a_finding_of_a_relation_named_with_a_slash_is_one_file(tmp_path):
+    """Seed 9945 crashed writing "documents /2 time"'s finding into a folder that did not exist."""
+    doc = {"training": {"seq_len": 4096}}
+    metamorphic._write_finding(tmp_path, 9945, 1, "documents /2 time", "a line", doc, doc)
+    (written,) = tmp_path.iterdir()
+    assert written.name == "seed9945-1-documents_2_time.yaml" and written.read_text().startswith("# a line")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import copy
 import random
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -441,7 +442,8 @@ def _write_finding(
     """Write the scenario of a finding (a variant's with its baseline in a comment) into
     ``out``, named after the seed, the draw ``i`` and ``name``, and print where with ``line``."""
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"seed{seed}-{i}-{name.replace(' ', '_')}.yaml"
+    # a relation's name may hold a slash ("documents /2 time"): one file name, no subfolder
+    path = out / f"seed{seed}-{i}-{re.sub(r'[^A-Za-z0-9.+-]+', '_', name)}.yaml"
     body = f"# baseline:\n{''.join(f'#   {x}' + chr(10) for x in yaml.safe_dump(doc).splitlines())}" if variant else ""
     path.write_text(f"# {line}\n{body}{yaml.safe_dump(variant or doc)}")
     print(f"{path}: {line}", flush=True)
