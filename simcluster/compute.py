@@ -424,11 +424,15 @@ class KernelModel:
         kernel, whose curves were timed at the user's shapes. The forward table's share is
         applied to the backward too (ASSUMPTION: its CTAs are (batch x head, 128-row key
         tile) pairs, as many as the forward's). :meth:`attention` asks only for calls whose
-        queries attend over as many keys, the table's: a context-parallel ring's blocks or a
-        sliding window give each CTA a different amount of work (cudnn-frontend's chunked
-        prefill rows: 8 heads of 256 queries over 128K keys, 16 CTAs, run at 80 TFLOP/s, but
-        of 2,048 queries, 128 CTAs, at 632, the full rate), which a share measured at equal
-        lengths does not describe; they keep the curve."""
+        queries attend over as many keys, the table's: a context-parallel ring's blocks give
+        each CTA a different amount of work (cudnn-frontend's chunked prefill rows: 8 heads of
+        256 queries over 128K keys, 16 CTAs, run at 80 TFLOP/s, but of 2,048 queries, 128 CTAs,
+        at 632, the full rate), which a share measured at equal lengths does not describe; they
+        keep the curve. A sliding window's query tiles each attend to about as many keys as the
+        window, so its caller takes the share of an equal-length call of its queries
+        (``attention_time.py``; before, windows kept the curve, and packed documents as long as
+        the window, equal-length calls, ran slower than the window's whole sequence at a
+        third fewer FLOPs: metamorphic seed 9945)."""
         grid = self.profile.efficiency.attention_grid
         if grid is None or self.profile.attention_kernel_in_use(self.attention_kernel) == MEASURED:
             return 1.0

@@ -68,7 +68,9 @@ def test_a_local_layer_costs_its_band_a_global_one_the_causal_square():
     ctx = build_context(sc)
     km = KernelModel(ctx.profile, "bf16", None, sc.training.fp8_recipe)
     # the band's tiles (window_tiles.py): dgx-h100's default kernel, cuDNN, at 128 x 128
-    band = km.attention(1, S, W, 16, 128, 128, causal=False, backward=False) * band_scores(S, W, 128, 128) / (S * W)
+    # its query tiles fill the GPU as an equal-length call of S queries over 16 heads would
+    share = km.attention_spread(16, S, 128)
+    band = km.attention(1, S, W, 16, 128, 128, causal=False, backward=False) * band_scores(S, W, 128, 128) / (S * W) / share
     square = km.attention(1, S, S, 16, 128, 128, causal=True, backward=False)
     local, global_ = _core_seconds(res, 0), _core_seconds(res, 1)
     # the engine stretches tensor-core work (not the launch gap) by the slowest-GPU factor,
@@ -138,3 +140,19 @@ def test_a_non_periodic_layer_pattern_is_a_clear_error(tmp_path):
         from_hf_config(path)
     assert err.value.field == "model.hf_config"
     assert "layer_types" in str(err.value)
+
+
+def test_documents_as_long_as_the_window_never_cost_more_than_the_windowed_sequence():
+    """Metamorphic seed 9945 (Mistral 7B at tp 8 on GH200): 8K tokens under a 4K window, or the
+    same tokens packed as two 4K documents, whose causal squares hold a third fewer scores than
+    the band. With two heads per GPU the documents' equal-length call took the attention grid's
+    low-occupancy share while the window's call kept the curve, so the documents ran slower;
+    the window's query tiles now take the share of an equal-length call of its queries
+    (dgx-h100's grid, hardware/dgx-h100.yaml efficiency.attention_grid)."""
+    windowed = local_attention_scenario("window", _model(sliding_window=4096), 8192)
+    windowed["parallel"].update(tp=8, sequence_parallel=True)
+    windowed["training"]["global_batch"] = 1
+    packed = json.loads(json.dumps(windowed))
+    packed["training"]["document_tokens"] = 4096
+    band, squares = attention_core_seconds(run(windowed), 0), attention_core_seconds(run(packed), 0)
+    assert squares < band

@@ -38,11 +38,14 @@ class AttentionTimes(BuilderBase):
             if w < s:
                 # a sliding window: each query attends to the w keys before it, a band of
                 # s*w - w^2/2 scores that the kernel computes in whole tiles (window_tiles.py)
-                # at the rate of unmasked attention over w keys
+                # at the rate of unmasked attention over w keys; its query tiles, each over about
+                # w keys, fill the GPU as an equal-length call of this rank's queries would, so
+                # they keep that call's occupancy share (KernelModel.attention_spread)
                 t = self.km.attention(b, s, w, m.heads / lay.tp, d_qk, d_v, causal=False, backward=backward)
                 kernel = self.km.profile.attention_kernel_in_use(self.scenario.training.attention_kernel)
                 rows, keys = window_tiles.tile(kernel, (d_qk + d_v) / 2)
-                return t * window_tiles.band_scores(int(s), int(w), rows, keys) / (s * w) / lay.cp
+                share = self.km.attention_spread(b * m.heads / lay.tp, s / lay.cp, (d_qk + d_v) / 2)
+                return t * window_tiles.band_scores(int(s), int(w), rows, keys) / (s * w) / lay.cp / share
             # causal work of the whole sequence, split evenly over cp ranks (load-balanced chunks)
             t = self.km.attention(b, s, s, m.heads / lay.tp, d_qk, d_v, causal=True, backward=backward)
             return t / lay.cp
