@@ -6,7 +6,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster import attention_head_dims, attention_sinks, fp8_attention, userbuffers
-from simcluster.activation_widths import act_bytes
 from simcluster.divisors import divisors, one_of
 from simcluster.ep_kernel_rates import DISPATCH_SMS
 from simcluster.errors import UserError
@@ -25,7 +24,7 @@ from simcluster.layout import Layout, build_layout
 from simcluster.model import ModelSpec, build_model
 from simcluster.nccl_ctas import channels_note
 from simcluster.parallelism import fsdp2_accumulation, zero3_coordinator, zeropp
-from simcluster.parallelism.expert import unmeasured_rate_note
+from simcluster.parallelism.expert import hidden_row_bytes, unmeasured_rate_note
 from simcluster.parallelism.zero3_coordinator import coordinated
 from simcluster.pipeline_p2p_overlap import with_pipeline_p2p_overlap
 from simcluster.placement import Chunk, stage_chunks
@@ -140,7 +139,7 @@ def build_context(
     # build no cluster, and accepted a domain smaller than a node that run then refused
     domain = job_domain(profile, scenario.cluster.gpus, layout.gpus_per_node)
     layout = replace(layout, nvlink_domain=domain)
-    rows = model.hidden * act_bytes(scenario.training.precision)
+    rows = hidden_row_bytes(model, scenario.training.precision)
     if model.is_moe and (unmeasured := unmeasured_rate_note(profile, layout, scenario.moe, rows)):
         notes = (*notes, unmeasured)
     spec = ScheduleSpec(

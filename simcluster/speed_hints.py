@@ -19,12 +19,11 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simcluster.activation_widths import act_bytes
 from simcluster.context import Context
 from simcluster.engine.breakdown import busiest
 from simcluster.frameworks.schedules import framework_runs, runs_with_sequence_parallel
 from simcluster.frameworks.stacks import runs_megatron_core
-from simcluster.parallelism.expert import dispatch_sms, faster_sm_count
+from simcluster.parallelism.expert import dispatch_sms, faster_sm_count, hidden_row_bytes
 from simcluster.schedules.zb_h1_ds import EXACT_NAME as ZBH1_DS_EXACT
 from simcluster.schedules.zb_h1_ds import NAME as ZBH1_DS
 from simcluster.units import format_bytes
@@ -171,11 +170,6 @@ def _ep_overlap(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     )
 
 
-def _token_bytes(ctx: Context) -> float:
-    """Bytes of a combine's row (a token's 16-bit hidden state) for the SM-count hint."""
-    return ctx.model.hidden * act_bytes(ctx.scenario.training.precision)
-
-
 def _token_work(ctx: Context, dispatcher: str) -> str:
     """Where the profile has the kernels' fixed work a token, its field, which the gain reads too."""
     field = f"{dispatcher}_token_sm_ns"
@@ -185,7 +179,7 @@ def _token_work(ctx: Context, dispatcher: str) -> str:
 def _dispatch_sms(s: dict, ctx: Context, rerun: Rerun) -> str | None:
     ep = busiest_share(s, "comm_ep")
     moe = ctx.scenario.moe
-    found = faster_sm_count(ctx.profile, ctx.layout, moe, _token_bytes(ctx)) if ep >= EP_HINT and ctx.model.is_moe else None
+    found = faster_sm_count(ctx.profile, ctx.layout, moe, hidden_row_bytes(ctx.model, ctx.scenario.training.precision)) if ep >= EP_HINT and ctx.model.is_moe else None
     if found is None:
         return None
     sms, gain = found

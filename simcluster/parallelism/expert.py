@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from simcluster.activation_widths import act_bytes
 from simcluster.compute import QUANTISED, KernelModel
 from simcluster.ep_kernel_rates import (
     DISPATCH_SMS,
@@ -114,12 +115,20 @@ def deepep_link_factor(
     measured = _measured_rates(profile, moe.dispatcher)
     if not measured:
         return own
-    by_sms = _measured_by_sms(profile, moe.dispatcher)
-    sms = dispatch_sms(moe)
-    rate = kernel_fraction(measured, by_sms, DISPATCH_SMS[moe.dispatcher], layout.ep, sms)
-    per_token = getattr(profile.efficiency, f"{moe.dispatcher}_token_sm_ns")
-    rate *= token_size_ratio(rate * profile.node.nvlink_GBps, per_token, sms, token_bytes)
+    rate = _kernel_rate(profile, layout, moe, dispatch_sms(moe), token_bytes)
     return own * profile.efficiency.nvlink / rate
+
+
+def _kernel_rate(profile: HardwareProfile, layout: Layout, moe: MoeSection, sms: int, token_bytes: float) -> float:
+    """The measured kernels' rate as a fraction of the links at this EP size on ``sms`` SMs, for
+    rows of ``token_bytes`` (the profile's rate tables and per-token work; the caller has
+    checked that the profile measured the dispatcher)."""
+    measured = _measured_rates(profile, moe.dispatcher) or []
+    fraction = kernel_fraction(
+        measured, _measured_by_sms(profile, moe.dispatcher), DISPATCH_SMS[moe.dispatcher], layout.ep, sms
+    )
+    per_token = _token_work(profile, moe.dispatcher)
+    return fraction * token_size_ratio(fraction * profile.node.nvlink_GBps, per_token, sms, token_bytes)
 
 
 def dispatch_sms(moe: MoeSection) -> int:
@@ -144,11 +153,8 @@ def faster_sm_count(
         return None
     default = DISPATCH_SMS[moe.dispatcher]
 
-    per_token = getattr(profile.efficiency, f"{moe.dispatcher}_token_sm_ns")
-
     def rate(sms: int) -> float:
-        fraction = kernel_fraction(measured, by_sms, default, layout.ep, sms)
-        return fraction * token_size_ratio(fraction * profile.node.nvlink_GBps, per_token, sms, token_bytes)
+        return _kernel_rate(profile, layout, moe, sms, token_bytes)
 
     now = rate(dispatch_sms(moe))
     best = max(sorted({default, *by_sms}), key=rate)  # max keeps the first, the fewest SMs
@@ -171,6 +177,17 @@ def _measured_by_sms(profile: HardwareProfile, dispatcher: str) -> dict[int, lis
     """The same at the other SM counts the profile measured, None where it measured none."""
     tables: dict[int, list[tuple[int, float]]] | None = getattr(profile.efficiency, f"{dispatcher}_nvlink_by_sms")
     return tables
+
+
+def _token_work(profile: HardwareProfile, dispatcher: str) -> dict[int, float] | None:
+    """The kernels' fixed SM work a token by SM count, None where the profile has none."""
+    work: dict[int, float] | None = getattr(profile.efficiency, f"{dispatcher}_token_sm_ns")
+    return work
+
+
+def hidden_row_bytes(model: ModelSpec, precision: str) -> float:
+    """Bytes of a token's hidden state in the activations' dtype: a combine's row."""
+    return model.hidden * act_bytes(precision)
 
 
 def unmeasured_rate_note(
@@ -215,7 +232,7 @@ TOKEN_SIZE_NOTE = 0.1
 def _held_size_note(profile: HardwareProfile, moe: MoeSection, token_bytes: float) -> str | None:
     """Rows of another size at the measured token's rate, the profile having no per-token work."""
     name = f"{moe.dispatcher}_token_sm_ns"
-    if getattr(profile.efficiency, name) is not None:
+    if _token_work(profile, moe.dispatcher) is not None:
         return None
     if abs(token_bytes / MEASURED_TOKEN_BYTES - 1.0) <= TOKEN_SIZE_NOTE:
         return None
