@@ -8,7 +8,8 @@ accepted, where most draws would be refused); those that simulate are simulated 
 variants whose result can only move one way:
 
 - faster hardware, through the scenario's ``cluster.profile`` patch (every tensor-core peak,
-  the HBM, NVLink or NIC bandwidth x1.5, the NIC latency x0.5): the step is not slower;
+  the HBM, NVLink, NIC or GPU-host link bandwidth x1.5, the NIC latency x0.5, the host's time
+  per Python op and per kernel launch x0.5): the step is not slower;
 - twice the global batch (twice the microbatches): the time per sequence is not longer, the
   pipeline's fill and drain and the gradient sync being spread over more work;
 - the next ZeRO stage: the peak memory is not higher;
@@ -104,6 +105,20 @@ def _edit(edit: Callable[[Doc], bool]) -> Callable[[Doc, Any], Doc | None]:
         return out if edit(out) else None
 
     return variant
+
+
+def _faster_host(profile: Any) -> Doc:
+    """The host issues each Python op and C++ launch in half the time (a faster CPU)."""
+    eff = profile.efficiency
+    return {"efficiency": {"host_op_us": eff.host_op_us * 0.5, "kernel_launch_us": eff.kernel_launch_us * 0.5}}
+
+
+def _host_link(doc: Doc, profile: Any) -> Doc | None:
+    """The GPU-host link (activation and optimizer offload copies) 1.5x faster; only where the
+    profile states one (without it the offloads are refused)."""
+    if profile.node.host_link_GBps is None:
+        return None
+    return _patched(lambda p: {"node": {"host_link_GBps": p.node.host_link_GBps * 1.5}})(doc, profile)
 
 
 def _adaptive_memory(doc: Doc) -> bool:
@@ -365,6 +380,8 @@ RELATIONS = [
     Relation("nvlink x1.5", _patched(lambda p: {"node": {"nvlink_GBps": p.node.nvlink_GBps * 1.5}}), "step_s", False),
     Relation("nic x1.5", _patched(lambda p: {"node": {"nic_gbps": p.node.nic_gbps * 1.5}}), "step_s", False),
     Relation("nic latency x0.5", _patched(lambda p: {"node": {"nic_latency_us": p.node.nic_latency_us * 0.5}}), "step_s", False),  # noqa: E501
+    Relation("host x0.5", _patched(_faster_host), "step_s", False),
+    Relation("host link x1.5", _host_link, "step_s", False),
     Relation("global batch x2", _edit(_double_batch), "per_sequence_s", False),
     Relation("zero +1", _edit(_next_zero), "peak_bytes", False),
     Relation("recompute memory", _edit(_more_recompute_memory), "peak_bytes", False),
