@@ -354,6 +354,13 @@ def _optimizer_offload(ctx: Context) -> Verdict:
     return None
 
 
+def _offload_max_inflight(ctx: Context) -> Verdict:
+    # engine/worker.py _offload_after: the joins follow the fine-grained offload's copies only
+    if not ctx.scenario.training.offload_modules:
+        return ("without training.offload_modules", "no fine-grained offload's copies to wait for")
+    return None
+
+
 def _offload_modules(ctx: Context) -> Verdict:
     """Names of ``training.offload_modules`` that move nothing in any layer: a dense model's
     experts, a norm fused into its linear, a recomputed attention, a fully recomputed layer."""
@@ -691,6 +698,7 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.activation_fp8_store", _fp8_swiglu_store),
     InertRule("training.attention_output_bytes", _attention_output_bytes),
     InertRule("training.offload_modules", _offload_modules),
+    InertRule("training.offload_max_inflight", _offload_max_inflight),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_comm_rs_dgrad", _rs_dgrad),

@@ -30,8 +30,11 @@ Shared experts, whose inputs no upstream name covers, stay; so do fully recomput
 torchtitan's op-level checkpoints, whose modules save nothing of their own. The memory counts one
 layer's moved bytes in flight, as for the whole-layer offload: where the copy stream falls behind
 a forward (a warm-up of many microbatches over a slow link) the tensors waiting for it are still
-on the GPU (``record_stream``), which Megatron-Core bounds with
-``fine_grained_offloading_max_inflight_offloads`` and the model does not count.
+on the GPU (``record_stream``), which Megatron-Core can bound with
+``fine_grained_offloading_max_inflight_offloads`` (``training.offload_max_inflight``: the compute
+then waits for older copies; its default, None, never waits). The memory walk does not count that
+backlog (it follows the copies' timing); the engine measures it (:mod:`simcluster.engine.offload`)
+and ``run`` reports it.
 """
 
 from __future__ import annotations

@@ -158,6 +158,8 @@ def _settled(points: list[tuple[int, dict[str, Any]]]) -> bool | None:
         return None
     if len({s["peak_memory_bytes"]["max"] for _, s in last}) > 1:
         return None
+    if len({s.get("offload_backlog_bytes") for _, s in last}) > 1:  # copies still falling behind
+        return None
     for (_, a), (_, b) in zip(last[:-1], last[1:], strict=True):
         least = -REL_TOL * b["step_time_s"]
         for x, y in zip(a["time_breakdown_s"]["per_stage"], b["time_breakdown_s"]["per_stage"], strict=True):

@@ -498,3 +498,28 @@ def test_the_running_backends_sm_count_is_imported_and_the_other_left(tmp_path):
     # later Megatron-Core's one flag for every backend (the two above forwarded to it) wins
     s, _, _ = _import(tmp_path, MOE + flex + "--moe-flex-dispatcher-num-sms 48")
     assert s["moe"]["dispatch_sms"] == 48
+
+
+def test_activation_offload_flags(tmp_path):
+    """Megatron-LM arguments.py: --cpu-offloading-num-layers N (validate_args: N > 0 sets
+    cpu_offloading); TransformerConfig's fine_grained_activation_offloading, offload_modules (its
+    __post_init__ asserts a non-empty list of known names) and
+    fine_grained_offloading_max_inflight_offloads, the flags generated from those fields."""
+    s, _, _ = _import(tmp_path, "--cpu-offloading-num-layers 20")
+    assert s["training"]["activation_offload_layers"] == 20
+    s, skipped, notes = _import(tmp_path, "--cpu-offloading")
+    assert "activation_offload_layers" not in s["training"] and not skipped
+    assert any("no layer offloaded" in n for n in notes)
+    fine = "--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act "
+    s, skipped, _ = _import(tmp_path, MOE + fine + "--fine-grained-offloading-max-inflight-offloads 2")
+    assert s["training"]["offload_modules"] == ["expert_fc1", "moe_act"]
+    assert s["training"]["offload_max_inflight"] == 2
+    assert not [x for x in skipped if "offload" in x]
+    build_context(scenario_from_dict(s))
+    _, _, notes = _import(tmp_path, MOE + "--offload-modules expert_fc1")
+    assert any("nothing offloaded" in n for n in notes)
+    with pytest.raises(UserError, match="requires it") as err:
+        _import(tmp_path, MOE + "--fine-grained-activation-offloading")
+    assert err.value.field == "--offload-modules"
+    with pytest.raises(UserError, match="'fused_group_mlp' cannot be imported"):
+        _import(tmp_path, MOE + "--fine-grained-activation-offloading --offload-modules fused_group_mlp")

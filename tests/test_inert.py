@@ -202,6 +202,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("training.offload_modules", {"training": {"offload_modules": ["expert_fc1"]}},
      {"model": {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}, "parallel": {"ep": 8},
       "training": {"offload_modules": ["expert_fc1"]}}),
+    # engine/worker.py: the joins wait for the fine-grained offload's copies
+    ("training.offload_max_inflight", {"training": {"offload_max_inflight": 1}},
+     {"model": {**GPT_LIKE, "experts": 8, "top_k": 2, "expert_ffn": 1024}, "parallel": {"ep": 8},
+      "training": {"offload_modules": ["expert_fc1"], "offload_max_inflight": 1}}),
     ("lora.a2a", {"parallel": {"tp": 2}, "lora": {"rank": 8, "a2a": True}},
      {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "a2a": True}}),
     ("lora.a2a", {"parallel": {"tp": 2, "sequence_parallel": True}, "lora": {"rank": 8, "targets": ["qkv"], "a2a": True}},

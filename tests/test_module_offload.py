@@ -10,6 +10,7 @@ helper in session 97).
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from simcluster.context import build_context
 from simcluster.engine import simulate
@@ -26,6 +27,10 @@ GLOBAL_BATCH = 32  # 4 microbatches of one 2,048-token sequence per data-paralle
 
 
 def _scenario(modules: list[str], link_gbps: float | None = None, **extra):
+    return scenario_from_dict(_raw(modules, link_gbps, **extra))
+
+
+def _raw(modules: list[str], link_gbps: float | None = None, **extra) -> dict:
     cluster = {"hardware": "dgx-h100", "gpus": 8}
     if link_gbps is not None:
         cluster["profile"] = {"node": {"host_link_GBps": link_gbps}}
@@ -33,7 +38,7 @@ def _scenario(modules: list[str], link_gbps: float | None = None, **extra):
                 **extra.pop("training", {})}
     framework = extra.pop("framework", "megatron-core")
     sections = {"model": MOE, "parallel": {"ep": 8}, "cluster": cluster, "training": training, **extra}
-    return scenario_from_dict(make_scenario(framework=framework, **sections))
+    return make_scenario(framework=framework, **sections)
 
 
 def test_the_expert_modules_move_their_inputs_by_hand():
@@ -96,6 +101,64 @@ def test_the_forward_never_waits_for_a_copy_but_the_backward_does():
 
     assert first_forward_end(slow) == pytest.approx(first_forward_end(base), rel=1e-9)
     assert slow.summary["step_time_s"] > base.summary["step_time_s"] + 0.1
+
+
+def test_copies_that_fall_behind_leave_their_tensors_on_the_gpu():
+    """PyTorch frees a saved tensor once its copy to the host is done (record_stream), so over a
+    1 GB/s link, where one layer's 25,165,824 moved bytes (expert_fc1 8,388,608 + moe_act
+    16,777,216) take 25 ms against a forward of a few ms, all seven offloaded layers of a
+    microbatch still wait on the GPU when its forward ends: 7 x 25,165,824 B, of which the memory
+    walk counts one layer in flight, so 6 x 25,165,824 = 150,994,944 B are reported beyond the
+    peak. Over the profile's own link (PCIe 5) the copies keep up: nothing is reported."""
+    slow = simulate(_scenario(["expert_fc1", "moe_act"], link_gbps=1.0)).summary
+    assert slow["offload_backlog_bytes"] == pytest.approx(6 * 25_165_824, rel=1e-12)
+    assert simulate(_scenario(["expert_fc1", "moe_act"])).summary["offload_backlog_bytes"] == 0.0
+    assert "offload_backlog_bytes" not in simulate(_scenario([])).summary
+
+
+@pytest.mark.parametrize(("cap", "layers_beyond"), [(0, 0), (1, 1), (3, 3), (None, 6)])
+def test_the_inflight_cap_bounds_the_backlog(cap, layers_beyond):
+    """Megatron-Core's fine_grained_offloading_max_inflight_offloads N: after each commit the
+    compute stream waits for the copy N layers back, so at most N + 1 layers' moved tensors are
+    on the GPU at once, N beyond the walk's in-flight layer (None: the 6 of the slow link above)."""
+    training = {} if cap is None else {"offload_max_inflight": cap}
+    run = simulate(_scenario(["expert_fc1", "moe_act"], link_gbps=1.0, training=training))
+    assert run.summary["offload_backlog_bytes"] == pytest.approx(layers_beyond * 25_165_824, rel=1e-12)
+
+
+def test_a_zero_cap_makes_the_forward_wait_for_every_copy():
+    """Over 1 GB/s a layer's 25,165,824 B take 25.17 ms: with the cap at 0 the first microbatch's
+    forward cannot end before its seven copies are done, one after another."""
+    run = simulate(_scenario(["expert_fc1", "moe_act"], link_gbps=1.0, training={"offload_max_inflight": 0}))
+    ev = run.events
+    d2h = ev[(ev["rank"] == 0) & (ev["stream"] == "copy_d2h") & (ev["microbatch"] == 0)]
+    fwd = ev[(ev["rank"] == 0) & (ev["stream"] == "compute") & (ev["kind"] == "forward") & (ev["microbatch"] == 0)]
+    assert len(d2h) == 7
+    assert float(fwd["end_s"].max()) > 7 * 25_165_824 / 1e9
+    # each copy starts when the layer that saves it ends; a layer after it starts once it is done
+    assert float(d2h["start_s"].diff().min()) == pytest.approx(25_165_824 / 1e9, rel=0.2)
+
+
+def test_transformer_engines_double_buffer_holds_two_layers_at_once():
+    """TransformerEngine's whole-layer offload waits, before a layer's forward, for the copy out
+    of the layer two back: over a slow link a layer ends with its own saved tensors and the
+    previous layer's (still copying) on the GPU, one layer more than the walk's in-flight one."""
+    sc = _scenario([], link_gbps=1.0, training={"activation_offload_layers": 4})
+    ctx = build_context(sc)
+    moved = offloaded_layer_bytes(ctx.model, ctx.layout, sc.training, ctx.chunks[0][0])
+    assert len(moved) == 4
+    backlog = simulate(sc).summary["offload_backlog_bytes"]
+    assert backlog == pytest.approx(max(moved.values()), rel=1e-12)
+
+
+def test_run_says_how_high_a_backlog_can_take_the_peak(cli, tmp_path):
+    path = tmp_path / "slow-link.yaml"
+    path.write_text(yaml.safe_dump(_raw(["expert_fc1", "moe_act"], link_gbps=1.0)))
+    result = cli("run", str(path))
+    assert result.code == 0, result.err
+    text = " ".join(result.out.split())
+    assert "offload backlog: the copies to host memory fall behind the forward" in text
+    assert "144.00 MiB of offloaded activations wait on the GPU" in text
 
 
 @pytest.mark.parametrize(

@@ -162,10 +162,15 @@ OFFLOAD_MODULES = ("expert_fc1", "moe_act", "core_attn", "attn_proj", "mlp_norm"
 def _draw_module_offload(doc: dict[str, Any]) -> None:
     """Now and then Megatron-Core's fine-grained activation offload of two or three modules
     (attn_proj without core_attn is refused), beside the whole-layer offload or not (refused
-    together), from a generator of its own so the earlier draws stay the seed's."""
+    together), sometimes with its cap on copies in flight, from a generator of its own so the
+    earlier draws stay the seed's."""
     rng = _seeded_by(doc, salt=0x0FF)
     if rng.random() < 0.3:
         doc["training"]["offload_modules"] = rng.sample(OFFLOAD_MODULES, rng.choice([1, 2, 3]))
+        cap = _seeded_by(doc, salt=0xCA9)  # its own generator: the draws above stay the seed's
+        if cap.random() < 0.4:
+            # Megatron-Core's max in-flight offloads: the compute waits for the copy N layers back
+            doc["training"]["offload_max_inflight"] = cap.choice([0, 1, 2])
 
 
 def _draw_dispatcher(doc: dict[str, Any]) -> None:

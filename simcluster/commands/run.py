@@ -25,7 +25,7 @@ from simcluster.commands.common import (
     scenario_from_args,
 )
 from simcluster.commands.console import stdout_console
-from simcluster.commands.memory import hint_line, tight_fit_line
+from simcluster.commands.memory import hint_line, offload_backlog_line, tight_fit_line
 from simcluster.context import Context, build_context
 from simcluster.cost import Prices, check_priced, parse_prices, usd_per_million_tokens, usd_text
 from simcluster.engine import simulate
@@ -355,6 +355,9 @@ def _print_memory_verdict(console: Console, s: dict) -> None:
     tight = tight_fit_line(peak["max"], s["capacity_bytes"])
     if tight:
         console.print(tight)
+    backlog = offload_backlog_line(peak["max"], s.get("offload_backlog_bytes", 0.0), s["capacity_bytes"])
+    if backlog:
+        console.print(backlog)
 
 
 def _print_lighter_recompute(console: Console, s: dict, rerun: Rerun | None) -> None:

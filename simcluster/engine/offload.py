@@ -10,6 +10,16 @@ copies the named modules' saved tensors the same way, but its forward never wait
 (:mod:`simcluster.module_offload`). Each direction is one copy engine on the GPU's host link
 (``node.host_link_GBps``), one copy at a time, FIFO; the two directions run at once (PCIe and
 NVLink-C2C are full duplex).
+
+A saved tensor leaves the GPU only once its copy out is done (PyTorch's ``record_stream`` on the
+copy stream), so where the copies fall behind the forward the tensors waiting for them are still
+in GPU memory. The stage's memory walk (and the timeline, held to it) counts one layer's moved
+bytes in flight for each microbatch's stash of a chunk (``memory.chunk_activation_bytes``), the
+worker telling :meth:`ActivationOffload.allow` as those stashes come and go;
+:attr:`ActivationOffload.uncounted` is the most that ever waited beyond that allowance (``run``
+reports it). Megatron-Core's ``fine_grained_offloading_max_inflight_offloads``
+(``training.offload_max_inflight``) bounds it by making the compute wait for older copies (the
+worker's ``_offload_after``); its default, None, never waits.
 """
 
 from __future__ import annotations
@@ -34,6 +44,9 @@ class ActivationOffload:
     to_gpu: simpy.Resource = field(init=False)
     saved: dict[tuple, simpy.Process] = field(default_factory=dict)
     loaded: dict[tuple, simpy.Process] = field(default_factory=dict)
+    pending: float = 0.0  # bytes saved for the host whose copy out is not done
+    allowance: float = 0.0  # what the memory walk counts in flight now
+    uncounted: float = 0.0  # the most pending beyond the allowance at any time
 
     def __post_init__(self) -> None:
         self.to_host = simpy.Resource(self.env, capacity=1)
@@ -48,7 +61,14 @@ class ActivationOffload:
 
     def save(self, key: tuple, nbytes: float) -> None:
         """Start the copy of one layer's activations to the host."""
-        self.saved[key] = self.env.process(self._copy(self.to_host, "copy_d2h", "activation_offload", key, nbytes))
+        self.pending += nbytes
+        self._compare()
+
+        def out() -> Generator:
+            yield from self._copy(self.to_host, "copy_d2h", "activation_offload", key, nbytes)
+            self.pending -= nbytes  # the GPU copy is freed once the host holds it
+
+        self.saved[key] = self.env.process(out())
 
     def load(self, key: tuple, nbytes: float) -> None:
         """Start the copy back (once the copy out is done), unless it has started already."""
@@ -62,6 +82,18 @@ class ActivationOffload:
             yield from self._copy(self.to_gpu, "copy_h2d", "activation_reload", key, nbytes)
 
         self.loaded[key] = self.env.process(back())
+
+    def allow(self, nbytes: float) -> None:
+        """A stash that the memory walk counts ``nbytes`` of moved bytes in flight for appears
+        (positive) or is freed (negative)."""
+        self.allowance += nbytes
+        self._compare()
+
+    def _compare(self) -> None:
+        # a relative margin: sums of float bytes need not cancel exactly
+        over = self.pending - self.allowance
+        if over > 1e-9 * max(self.allowance, 1.0):
+            self.uncounted = max(self.uncounted, over)
 
     def wait(self, copies: Iterable[simpy.Process | None]) -> Generator:
         """Until every given copy is done."""

@@ -220,6 +220,9 @@ def simulate(
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
     summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
     summary["stragglers"] = stragglers.to_dict()
+    backlogs = [b for w in workers if (b := w.offload_backlog()) is not None]
+    if backlogs:
+        summary["offload_backlog_bytes"] = max(backlogs)
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     gpus = sc.cluster.gpus
     heading = run_heading(sc.name, ctx.model.name)  # the model after --set model=..., not only the file's name

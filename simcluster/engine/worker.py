@@ -642,8 +642,8 @@ class Worker(PipelineIO, DataParallelOps):
                 run.ledger.reach("B", i)
             else:
                 self._stash(run.stash_from, run.stash_delta, freed_share(run.cplan.stash_shares, i))
-        if run.offloaded and op.kind == "F":
-            self._offload_after(op, unit, run.offloaded)
+        if run.offloaded:
+            yield from self._offload_after(op, unit, run.offloaded)
         zero3, pipelined = run.zero3, run.pipelined
         if zero3 and op.kind in ("B", "BW") and not pipelined:
             self._zero3_post_compute(run.units, i, op, run.skip)
@@ -691,12 +691,33 @@ class Worker(PipelineIO, DataParallelOps):
         self.activations = start + delta * share
         self._memory()
 
-    def _offload_after(self, op: PipeOp, unit: Unit, offloaded: dict[int, float]) -> None:
+    def _offload_after(self, op: PipeOp, unit: Unit, offloaded: dict[int, float]) -> Generator:
         """After a forward's unit computes: the copy out of its offloaded layers' activations
-        is started."""
+        is started, and with ``training.offload_max_inflight`` N the compute waits for the copy
+        N layers back (Megatron-Core's ``_drain_offload_pending``: a queue per chunk handler and
+        group name, ``wait_event`` on the oldest while more than N are queued; the layer's groups
+        are one copy here); after a backward's unit, the stash's in-flight buffer goes with it."""
+        if op.kind != "F":
+            if min(offloaded) in unit.layers:
+                self.offload.allow(-max(offloaded.values()))
+            return
+        training = self.shared.ctx.scenario.training
+        cap = training.offload_max_inflight if training.offload_modules else None  # TE's own waits otherwise
+        order = sorted(offloaded)
         for layer in unit.layers:
             if layer in offloaded:
+                if layer == order[0]:  # the memory walk's in-flight buffer of this stash
+                    self.offload.allow(max(offloaded.values()))
                 self.offload.save((op.microbatch, op.chunk, layer), offloaded[layer])
+                back = order.index(layer) - cap if cap is not None else -1
+                if back >= 0:
+                    yield from self.offload.wait([self.offload.saved.get((op.microbatch, op.chunk, order[back]))])
+
+    def offload_backlog(self) -> float | None:
+        """Bytes of saved tensors that waited on the GPU for their copy to the host beyond what
+        the memory walk counts in flight (:mod:`simcluster.engine.offload`); None where nothing
+        was offloaded."""
+        return None if self._offload is None else self._offload.uncounted
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two

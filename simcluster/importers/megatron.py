@@ -45,6 +45,7 @@ from typing import Any
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_moe import mla, moe
+from simcluster.importers.megatron_offload import activation_offload
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.pipeline_layout import apply_layout
@@ -680,6 +681,7 @@ def _training(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
         training["activation_fp8_store"] = True
     _cuda_graphs(flags, training, out)
     _precision_aware(flags, training, out)
+    activation_offload(flags, training, out)
 
 
 def _precision_aware(flags: Flags, training: dict[str, Any], out: Imported) -> None:

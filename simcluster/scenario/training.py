@@ -323,9 +323,21 @@ class TrainingSection(SectionBase):
             "routed experts' input; moe_act: their activation's input; core_attn: Q, K and V; attn_proj: "
             "the attention output, needs core_attn; mlp_norm and attn_norm: a separate norm's input; "
             "qkv_linear: the QKV linear's fused-norm input and its own) go to pinned host memory on one "
-            "copy stream after the module's forward, the compute not waiting, and come back one layer "
+            "copy stream after the module's forward, the compute not waiting (see offload_max_inflight), and come back one layer "
             "ahead in the backward; each chunk's last layer stays on the GPU; needs the profile's "
             "node.host_link_GBps"
+        ),
+    )
+    offload_max_inflight: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Megatron-Core's --fine-grained-offloading-max-inflight-offloads with "
+            "training.offload_modules: after each layer's copy to the host is started, the compute "
+            "stream waits for the copy N layers back of the same microbatch and chunk (0: for its own), "
+            "so at most N more layers' moved tensors wait on the GPU for their copies; default none: "
+            "the forward never waits, and where the copies fall behind the tensors waiting for them "
+            "stay on the GPU (run reports that backlog)"
         ),
     )
     flash_attention: bool = Field(
