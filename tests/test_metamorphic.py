@@ -190,3 +190,18 @@ def test_a_finding_of_a_relation_named_with_a_slash_is_one_file(tmp_path):
     metamorphic._write_finding(tmp_path, 9945, 1, "documents /2 time", "a line", doc, doc)
     (written,) = tmp_path.iterdir()
     assert written.name == "seed9945-1-documents_2_time.yaml" and written.read_text().startswith("# a line")
+
+
+def test_lifting_the_offload_cap_never_slows_the_step():
+    """Megatron-Core's fine_grained_offloading_max_inflight_offloads 0 over a 1 GB/s host link:
+    each layer's forward waits for its own copy; without the cap the same copies run on the same
+    link in the same order and the forward does not wait (tests/test_module_offload.py's layout)."""
+    from test_module_offload import _raw
+
+    doc = _raw(["expert_fc1", "moe_act"], link_gbps=1.0, training={"offload_max_inflight": 0})
+    (relation,) = [r for r in metamorphic.RELATIONS if r.name == "no offload cap time"]
+    base, profile = metamorphic._simulate(doc, timeout_s=120)
+    variant = metamorphic._simulate(relation.variant(doc, profile), timeout_s=120)
+    assert variant is not None
+    assert variant[0].step_s < base.step_s  # the waits cost time over so slow a link
+    assert metamorphic.broken(relation, base, variant[0], TOLERANCE) is None

@@ -25,6 +25,7 @@ variants whose result can only move one way:
 - sequences twice as long: the step is not shorter;
 - twice the layers: the step is not shorter and the peak memory not lower;
 - an ideal network (``cluster.network: ideal``, every transfer instant): the step is not longer;
+- the fine-grained offload's cap on copies in flight lifted: the step is not longer;
 - every GPU simulated (``simulation.all_ranks``, up to 64 GPUs): the same step as the
   one-rank-per-stage shortcut;
 - a straggler (``simulation.stragglers``, up to 64 GPUs): the last GPU's kernels 1.3x longer,
@@ -119,6 +120,12 @@ def _host_link(doc: Doc, profile: Any) -> Doc | None:
     if profile.node.host_link_GBps is None:
         return None
     return _patched(lambda p: {"node": {"host_link_GBps": p.node.host_link_GBps * 1.5}})(doc, profile)
+
+
+def _no_offload_cap(doc: Doc) -> bool:
+    """Megatron-Core's cap on fine-grained offload copies in flight lifted: the compute no longer
+    waits for older copies, which run on the same link in the same order."""
+    return doc["training"].pop("offload_max_inflight", None) is not None
 
 
 def _adaptive_memory(doc: Doc) -> bool:
@@ -399,6 +406,7 @@ RELATIONS = [
     Relation("layers x2 time", _edit(_double_layers), "step_s", True),
     Relation("documents /2 time", _edit(_shorter_documents), "step_s", False),
     Relation("no step tail time", _edit(_no_step_tail), "step_s", False),
+    Relation("no offload cap time", _edit(_no_offload_cap), "step_s", False),
     Relation("no router groups time", _edit(_no_router_groups), "step_s", True),
     Relation("layers x2 memory", _edit(_double_layers_memory), "peak_bytes", True),
     Relation("ideal network", _edit(_ideal_network), "step_s", False),
