@@ -121,6 +121,19 @@ def test_selective_recompute_under_fp8_attention_is_no_memory_relation():
     assert memory.variant(doc, None)["training"]["recompute"] == "selective"
 
 
+def test_selective_recompute_of_an_offloaded_attention_is_no_memory_relation():
+    """Megatron-Core offloads core_attn only where the core attention is not checkpointed
+    (attention.py: ``if self.checkpoint_core_attention and self.training`` comes before the
+    offload), so none -> selective keeps on the GPU the Q, K and V the offload had moved
+    (metamorphic seed 9953: Qwen2.5 7B at 32K tokens on p5, core_attn and attn_norm offloaded,
+    +4.0%); the memory relation skips that step, and keeps it with other modules offloaded."""
+    (memory,) = [r for r in metamorphic.RELATIONS if r.name == "recompute memory"]
+    doc = {"parallel": {}, "training": {"recompute": "none", "offload_modules": ["attn_norm", "core_attn"]}}
+    assert memory.variant(doc, None) is None
+    doc["training"]["offload_modules"] = ["expert_fc1", "moe_act"]
+    assert memory.variant(doc, None)["training"]["recompute"] == "selective"
+
+
 @pytest.mark.parametrize(("gpus", "dispatcher"), [(16, "deepep"), (8, "hybridep"), (16, "alltoall")])
 def test_uniform_routing_never_shortens_a_group_limited_step(gpus, dispatcher):
     """``no router groups time`` on a two-layer DeepSeek-V3-like model (8 groups of which 4):
