@@ -354,8 +354,9 @@ def _optimizer_offload(ctx: Context) -> Verdict:
     return None
 
 
-def _offload_max_inflight(ctx: Context) -> Verdict:
-    # engine/worker.py _offload_after: the joins follow the fine-grained offload's copies only
+def _fine_grained_only(ctx: Context) -> Verdict:
+    # engine/worker.py _offload_after, module_offload.py: the cap and the floor act on the
+    # fine-grained offload's copies only
     if not ctx.scenario.training.offload_modules:
         return ("without training.offload_modules", "no fine-grained offload's copies to wait for")
     return None
@@ -698,7 +699,8 @@ RULES: tuple[InertRule, ...] = (
     InertRule("training.activation_fp8_store", _fp8_swiglu_store),
     InertRule("training.attention_output_bytes", _attention_output_bytes),
     InertRule("training.offload_modules", _offload_modules),
-    InertRule("training.offload_max_inflight", _offload_max_inflight),
+    InertRule("training.offload_max_inflight", _fine_grained_only),
+    InertRule("training.offload_min_elements", _fine_grained_only),
     InertRule("overlap.tp_comm", _tp_comm),
     InertRule("overlap.tp_comm_cfg", _tp_comm_cfg),
     InertRule("overlap.tp_comm_rs_dgrad", _rs_dgrad),

@@ -5,8 +5,9 @@ Read by a research helper (session 97) in NVIDIA/Megatron-LM
 ``megatron/core/pipeline_parallel/fine_grained_activation_offload.py`` and its call sites
 (``transformer_layer.py``, ``attention.py``, ``moe/experts.py``; pull requests 1912/1913, 3219,
 3697): each named module's forward runs under autograd's ``saved_tensors_hooks``, and what it
-saves for its backward (tensors of at least a million elements, in the dtype saved: an FP8
-cast stays FP8) is copied to pinned host memory on one device-to-host stream once the module's
+saves for its backward (tensors of at least ``min_offloaded_tensor_size`` elements,
+``training.offload_min_elements``, 1 Mi by default, each tensor counted on its own, e.g. Q, K and V
+apart; in the dtype saved: an FP8 cast stays FP8) is copied to pinned host memory on one device-to-host stream once the module's
 forward is done; the compute stream does not wait for the copy. In the backward each group's
 copy back runs on one host-to-device stream one group ahead, and the group's backward waits for
 its own. The last layer of the chunk whose backward comes next stays on the GPU ("to make sure
@@ -49,28 +50,41 @@ def layer_module_bytes(
     model: ModelSpec, layout: Layout, training: TrainingSection, layer: int, position: int, routed_rows: float = 1.0
 ) -> dict[str, float]:
     """Bytes of one microbatch's stash for ``layer`` (at ``position`` in its chunk) that each of
-    ``training.offload_modules`` moves to the host (0 where the module saves nothing there)."""
+    ``training.offload_modules`` moves to the host (0 where the module saves nothing there): its
+    saved tensors of at least ``training.offload_min_elements`` elements (Megatron-Core's
+    ``tensor_need_offloading_checker``: ``tensor.numel() < min_offloaded_tensor_size`` stays)."""
     names = training.offload_modules
     if not names or training.fully_recomputed(position) or training.recompute == "op":
         return {}
+    floor = training.offload_min_elements
+    tensors = _saved_tensors(model, layout, training, layer, routed_rows)
+    return {name: sum(n * width for n, width in tensors[name] if n >= floor) for name in names}
+
+
+def _saved_tensors(
+    model: ModelSpec, layout: Layout, training: TrainingSection, layer: int, routed_rows: float
+) -> dict[str, list[tuple[float, float]]]:
+    """Each module's saved tensors in ``layer`` as (elements, bytes per element); none where it
+    saves nothing there."""
     base = StashBasis.of(model, layout, training)
     s, b, sbh, t, e, g, rep = base.s, base.b, base.sbh, base.t, base.e, base.g, base.rep
     q_dim, k_dim, v_dim, out_dim = base.widths
     mla = model.mla is not None
     moe = model.is_moe_layer(layer)
     attention_rerun = "core_attn" in base.redo or not training.flash_attention
-    fa8 = training.fp8_attention and not attention_rerun
+    attn = 1.0 if training.fp8_attention and not attention_rerun else e  # FP8 attention keeps 1-byte copies
     rows = s * model.top_k * routed_rows * b
-    parts = {
-        "attn_norm": e * sbh / rep if mla else 0.0,
-        "qkv_linear": (0.0 if mla else e * sbh / rep) + base.norm_out * base.kg * sbh / rep,
-        "core_attn": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * (q_dim + k_dim + v_dim) / t,
-        "attn_proj": 0.0 if attention_rerun else (1.0 if fa8 else e) * s * b * out_dim / t,
-        "mlp_norm": e * sbh / rep if moe else 0.0,
-        "expert_fc1": rows * g * layout.etp * model.hidden / rep if moe else 0.0,
-        "moe_act": rows * base.act_in * model.up_width(model.expert_ffn) / t if moe else 0.0,
+    norm_in: list[tuple[float, float]] = [(sbh / rep, float(e))]
+    return {
+        "attn_norm": norm_in if mla else [],
+        # the fused norm's input (not with multi-latent attention) and the QKV GEMM's own input
+        "qkv_linear": ([] if mla else norm_in) + [(base.kg * sbh / rep, base.norm_out)],
+        "core_attn": [] if attention_rerun else [(s * b * w / t, attn) for w in (q_dim, k_dim, v_dim)],
+        "attn_proj": [] if attention_rerun else [(s * b * out_dim / t, attn)],
+        "mlp_norm": norm_in if moe else [],
+        "expert_fc1": [(rows * layout.etp * model.hidden / rep, g)] if moe else [],
+        "moe_act": [(rows * model.up_width(model.expert_ffn) / t, base.act_in)] if moe else [],
     }
-    return {name: parts[name] for name in names}
 
 
 def offloaded_bytes(

@@ -511,9 +511,12 @@ def test_activation_offload_flags(tmp_path):
     assert "activation_offload_layers" not in s["training"] and not skipped
     assert any("no layer offloaded" in n for n in notes)
     fine = "--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act "
-    s, skipped, _ = _import(tmp_path, MOE + fine + "--fine-grained-offloading-max-inflight-offloads 2")
+    s, skipped, _ = _import(
+        tmp_path, MOE + fine + "--fine-grained-offloading-max-inflight-offloads 2 --min-offloaded-tensor-size 350000000"
+    )
     assert s["training"]["offload_modules"] == ["expert_fc1", "moe_act"]
     assert s["training"]["offload_max_inflight"] == 2
+    assert s["training"]["offload_min_elements"] == 350_000_000
     assert not [x for x in skipped if "offload" in x]
     build_context(scenario_from_dict(s))
     _, _, notes = _import(tmp_path, MOE + "--offload-modules expert_fc1")

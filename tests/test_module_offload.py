@@ -51,6 +51,23 @@ def test_the_expert_modules_move_their_inputs_by_hand():
     assert parts == {"expert_fc1": 8_388_608, "moe_act": 16_777_216, "mlp_norm": 4_194_304}
 
 
+def test_tensors_below_the_floor_stay_on_the_gpu():
+    """Megatron-Core offloads a saved tensor only from min_offloaded_tensor_size elements (default
+    1,048,576; ``tensor.numel() < min`` stays). One 2,048-token sequence, hidden 1,024 with 4 of
+    16 heads for K and V (width 256): Q is 2,048 x 1,024 = 2,097,152 elements, K and V 2,048 x
+    256 = 524,288 each, below the floor: core_attn moves Q alone, 4,194,304 B in BF16; with the
+    floor at 0 all three, 4,194,304 + 2 x 1,048,576 B."""
+    model = {**MOE, "kv_heads": 4}
+    sc = _scenario(["core_attn"], model=model)
+    ctx = build_context(sc)
+    assert layer_module_bytes(ctx.model, ctx.layout, sc.training, 0, 0) == {"core_attn": 4_194_304}
+    sc = _scenario(["core_attn"], model=model, training={"offload_min_elements": 0})
+    assert layer_module_bytes(ctx.model, ctx.layout, sc.training, 0, 0) == {"core_attn": 4_194_304 + 2 * 1_048_576}
+    # a floor above every tensor moves nothing, as no offload at all
+    sc = _scenario(["core_attn"], model=model, training={"offload_min_elements": 10**8})
+    assert layer_module_bytes(ctx.model, ctx.layout, sc.training, 0, 0) == {"core_attn": 0}
+
+
 def test_the_zoo_rows_layer_moves_a_gigabyte():
     """Qwen3-235B-A22B on 256 GB200 (the Megatron-MoE model zoo's MXFP8 row, EP 64, micro-batch 3 of
     4,096 tokens): 12,288 tokens x top-8 = 98,304 rows a GPU; expert_fc1 keeps their FP8 input,

@@ -16,8 +16,9 @@ def activation_offload(flags: Flags, training: dict[str, Any], out: Imported) ->
     an older ``--cpu-offloading`` switch with it) as ``training.activation_offload_layers``, its
     activations only (``cpu_offloading_weights`` now defaults to False and TransformerEngine
     ignores weight offload); ``--fine-grained-activation-offloading --offload-modules ...`` as
-    ``training.offload_modules`` (Megatron asserts the list is not empty) and
-    ``--fine-grained-offloading-max-inflight-offloads`` as ``training.offload_max_inflight``."""
+    ``training.offload_modules`` (Megatron asserts the list is not empty),
+    ``--fine-grained-offloading-max-inflight-offloads`` as ``training.offload_max_inflight`` and
+    ``--min-offloaded-tensor-size`` as ``training.offload_min_elements``."""
     switch = flags.has("cpu-offloading")
     layers = flags.integer("cpu-offloading-num-layers")
     if layers:
@@ -27,8 +28,9 @@ def activation_offload(flags: Flags, training: dict[str, Any], out: Imported) ->
     fine = flags.has("fine-grained-activation-offloading")
     modules = flags.words("offload-modules")
     cap = flags.integer("fine-grained-offloading-max-inflight-offloads")
+    floor = flags.integer("min-offloaded-tensor-size")
     if not fine:
-        if modules or cap is not None:
+        if modules or cap is not None or floor is not None:
             out.notes.append("--offload-modules without --fine-grained-activation-offloading: nothing offloaded")
         return
     if not modules:
@@ -40,4 +42,6 @@ def activation_offload(flags: Flags, training: dict[str, Any], out: Imported) ->
     training["offload_modules"] = modules
     if cap is not None:
         training["offload_max_inflight"] = cap
+    if floor is not None:
+        training["offload_min_elements"] = floor
 

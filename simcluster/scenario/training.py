@@ -328,6 +328,15 @@ class TrainingSection(SectionBase):
             "node.host_link_GBps"
         ),
     )
+    offload_min_elements: int = Field(
+        default=1_048_576,
+        ge=0,
+        description=(
+            "Megatron-Core's --min-offloaded-tensor-size with training.offload_modules: a saved tensor "
+            "of fewer elements stays on the GPU (its default 1 Mi elements; the K and V of grouped-query "
+            "attention at high tp can be below it)"
+        ),
+    )
     offload_max_inflight: int | None = Field(
         default=None,
         ge=0,
