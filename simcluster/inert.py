@@ -378,7 +378,8 @@ def _offload_modules(ctx: Context) -> Verdict:
     return (
         f"for {', '.join(idle)}",
         "they save nothing to move in any offloaded layer here: no routed experts, a norm fused into "
-        "its linear, a recomputed attention or a fully recomputed layer, or one layer a chunk (kept)",
+        "its linear, a recomputed attention or a fully recomputed layer, one layer a chunk (kept), or "
+        "every tensor below training.offload_min_elements",
     )
 
 
