@@ -214,17 +214,19 @@ def tight_fit_line(peak: float, capacity: float) -> str | None:
 
 
 def offload_backlog_line(peak: float, backlog: float, capacity: float) -> str | None:
-    """A caution when offloaded activations waited on the GPU for their copy to the host beyond
-    the in-flight layer the peak counts (``offload_backlog_bytes``, :mod:`simcluster.engine.offload`)."""
+    """A caution when the offloads' moved bytes, as the copies' timing leaves them on the GPU,
+    take the memory above the walked peak (``offload_backlog_bytes``,
+    :mod:`simcluster.engine.offload`)."""
     if backlog <= 0:
         return None
     over = peak + backlog > capacity >= peak
     return (
-        f"[yellow]offload backlog[/]: the copies to host memory fall behind the forward, and up to "
-        f"{format_bytes(backlog)} of offloaded activations wait on the GPU for theirs beyond the layer in flight "
-        f"the peak counts (a tensor is freed once copied), so the peak can reach {format_bytes(peak + backlog)}"
-        + (f", more than the {format_bytes(capacity)}" if over else "")
-        + "; a faster host link (node.host_link_GBps) or fewer offloaded layers or modules shrink it"
+        f"[yellow]offload backlog[/]: the copies to host memory fall behind, and the offloaded activations "
+        f"still on the GPU (a tensor is freed once its copy out is done; a copy back holds its buffer until "
+        f"the layer's backward) take the memory {format_bytes(backlog)} above the peak shown, to "
+        f"{format_bytes(peak + backlog)}" + (f", more than the {format_bytes(capacity)}" if over else "")
+        + "; a faster host link (node.host_link_GBps), fewer offloaded layers or modules, or "
+        "training.offload_max_inflight shrink it"
     )
 
 

@@ -13,13 +13,17 @@ NVLink-C2C are full duplex).
 
 A saved tensor leaves the GPU only once its copy out is done (PyTorch's ``record_stream`` on the
 copy stream), so where the copies fall behind the forward the tensors waiting for them are still
-in GPU memory. The stage's memory walk (and the timeline, held to it) counts one layer's moved
-bytes in flight for each microbatch's stash of a chunk (``memory.chunk_activation_bytes``), the
-worker telling :meth:`ActivationOffload.allow` as those stashes come and go;
-:attr:`ActivationOffload.uncounted` is the most that ever waited beyond that allowance (``run``
-reports it). Megatron-Core's ``fine_grained_offloading_max_inflight_offloads``
-(``training.offload_max_inflight``) bounds it by making the compute wait for older copies (the
-worker's ``_offload_after``); its default, None, never waits.
+in GPU memory; in the backward a layer's copy back occupies GPU memory from its start until the
+layer's backward is done. The stage's memory walk (and the timeline, held to it) counts one
+layer's moved bytes in flight for each microbatch's stash of a chunk instead
+(``memory.chunk_activation_bytes``), a matter of the copies' timing it cannot follow: here
+:attr:`ActivationOffload.resident` holds the moved bytes on the GPU now and
+:attr:`ActivationOffload.allowance` what the walk counts for them (the worker tells
+:meth:`ActivationOffload.allow` as the stashes come and go), and the worker compares its memory
+with them to its walked peak (``run`` reports what the peak misses). Megatron-Core's
+``fine_grained_offloading_max_inflight_offloads`` (``training.offload_max_inflight``) bounds the
+backlog by making the compute wait for older copies (the worker's ``_offload_after``); its
+default, None, never waits.
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ class ActivationOffload:
     to_gpu: simpy.Resource = field(init=False)
     saved: dict[tuple, simpy.Process] = field(default_factory=dict)
     loaded: dict[tuple, simpy.Process] = field(default_factory=dict)
-    pending: float = 0.0  # bytes saved for the host whose copy out is not done
-    allowance: float = 0.0  # what the memory walk counts in flight now
-    uncounted: float = 0.0  # the most pending beyond the allowance at any time
+    resident: float = 0.0  # moved bytes on the GPU: copies out not done, copies back until released
+    allowance: float = 0.0  # what the memory walk counts in flight for them now
+    on_change: Callable[[], None] | None = None  # told whenever either changes
 
     def __post_init__(self) -> None:
         self.to_host = simpy.Resource(self.env, capacity=1)
@@ -61,12 +65,11 @@ class ActivationOffload:
 
     def save(self, key: tuple, nbytes: float) -> None:
         """Start the copy of one layer's activations to the host."""
-        self.pending += nbytes
-        self._compare()
+        self._move(nbytes)
 
         def out() -> Generator:
             yield from self._copy(self.to_host, "copy_d2h", "activation_offload", key, nbytes)
-            self.pending -= nbytes  # the GPU copy is freed once the host holds it
+            self._move(-nbytes)  # the GPU copy is freed once the host holds it
 
         self.saved[key] = self.env.process(out())
 
@@ -74,6 +77,7 @@ class ActivationOffload:
         """Start the copy back (once the copy out is done), unless it has started already."""
         if key in self.loaded:
             return
+        self._move(nbytes)  # the copy back's buffer, until the layer's backward releases it
 
         def back() -> Generator:
             out = self.saved.get(key)
@@ -83,17 +87,23 @@ class ActivationOffload:
 
         self.loaded[key] = self.env.process(back())
 
+    def release(self, nbytes: float) -> None:
+        """A layer's backward is done with its copied-back tensors."""
+        self._move(-nbytes)
+
     def allow(self, nbytes: float) -> None:
         """A stash that the memory walk counts ``nbytes`` of moved bytes in flight for appears
         (positive) or is freed (negative)."""
         self.allowance += nbytes
-        self._compare()
+        self._changed()
 
-    def _compare(self) -> None:
-        # a relative margin: sums of float bytes need not cancel exactly
-        over = self.pending - self.allowance
-        if over > 1e-9 * max(self.allowance, 1.0):
-            self.uncounted = max(self.uncounted, over)
+    def _move(self, nbytes: float) -> None:
+        self.resident += nbytes
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def wait(self, copies: Iterable[simpy.Process | None]) -> Generator:
         """Until every given copy is done."""

@@ -126,12 +126,16 @@ class Worker(PipelineIO, DataParallelOps):
     end_time: float = 0.0
     ops_done: int = 0
     _offload: ActivationOffload | None = None
+    # this stage's most memory as walked, and with the offloads' moved bytes as they are
+    _most_walked: float = 0.0
+    _most_moved: float = 0.0
 
     @property
     def offload(self) -> ActivationOffload:
         """This rank's activation copies to and from host memory (created on first use)."""
         if self._offload is None:
             self._offload = ActivationOffload(self.shared.env, self.shared.host_link_bytes_per_s, self._record_copy)
+            self._offload.on_change = self._offload_memory
         return self._offload
 
     def _record_copy(self, stream: str, name: str, key: tuple, start: float, end: float, nbytes: float) -> None:
@@ -179,6 +183,14 @@ class Worker(PipelineIO, DataParallelOps):
         self.shared.recorder.memory(
             self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss + working, loss=loss
         )
+        self._most_walked = max(self._most_walked, self.activations + loss + working)
+        self._offload_memory(loss + working)
+
+    def _offload_memory(self, transient: float = 0.0) -> None:
+        """The stage's memory with the offloads' moved bytes as they are now, not as walked."""
+        if self._offload is not None and self._records_memory:
+            moved = self._offload.resident - self._offload.allowance
+            self._most_moved = max(self._most_moved, self.activations + transient + moved)
 
     def _cp_working(self, cplan: ChunkPlan, kind: str) -> None:
         """Record the context-parallel attention's working bytes on top of the stash as it is
@@ -698,6 +710,9 @@ class Worker(PipelineIO, DataParallelOps):
         group name, ``wait_event`` on the oldest while more than N are queued; the layer's groups
         are one copy here); after a backward's unit, the stash's in-flight buffer goes with it."""
         if op.kind != "F":
+            for layer in unit.layers:
+                if layer in offloaded:
+                    self.offload.release(offloaded[layer])
             if min(offloaded) in unit.layers:
                 self.offload.allow(-max(offloaded.values()))
             return
@@ -714,10 +729,15 @@ class Worker(PipelineIO, DataParallelOps):
                     yield from self.offload.wait([self.offload.saved.get((op.microbatch, op.chunk, order[back]))])
 
     def offload_backlog(self) -> float | None:
-        """Bytes of saved tensors that waited on the GPU for their copy to the host beyond what
-        the memory walk counts in flight (:mod:`simcluster.engine.offload`); None where nothing
-        was offloaded."""
-        return None if self._offload is None else self._offload.uncounted
+        """How far above its walked peak this stage's memory goes with the offloads' moved bytes
+        on the GPU as the copies' timing has them (:mod:`simcluster.engine.offload`): 0 where the
+        walk's in-flight layer covers them; None where nothing is offloaded or this rank draws
+        no memory timeline."""
+        if self._offload is None or not self._records_memory:
+            return None
+        over = self._most_moved - self._most_walked
+        # a relative margin: sums of float bytes need not cancel exactly
+        return over if over > 1e-9 * self._most_walked else 0.0
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
