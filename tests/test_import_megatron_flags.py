@@ -526,3 +526,14 @@ def test_activation_offload_flags(tmp_path):
     assert err.value.field == "--offload-modules"
     with pytest.raises(UserError, match="'fused_group_mlp' cannot be imported"):
         _import(tmp_path, MOE + "--fine-grained-activation-offloading --offload-modules fused_group_mlp")
+
+
+def test_the_older_p2p_overlap_switch(tmp_path):
+    """Megatron-LM's arguments.py of 2023 had --overlap-p2p-communication (store_true, dest
+    overlap_p2p_comm, off by default) where today's has --no-overlap-p2p-communication (on by
+    default): the older switch given is the overlap on, read rather than listed as unknown."""
+    s, skipped, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --overlap-p2p-communication")
+    assert s["overlap"]["pp_comm"] is True
+    assert not [x for x in skipped if "p2p" in x]
+    s, _, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --no-overlap-p2p-communication")
+    assert s["overlap"]["pp_comm"] is False

@@ -445,6 +445,9 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
             overlap.setdefault(key, False)
     if flags.has("no-overlap-p2p-communication"):
         overlap["pp_comm"] = False
+    elif flags.has("overlap-p2p-communication"):
+        # Megatron-LM of 2023 (store_true, off by default), before --no-overlap-p2p-communication
+        overlap["pp_comm"] = True
     _ddp_impl(flags, sc, framework, out)
 
 
