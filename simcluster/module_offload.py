@@ -6,9 +6,9 @@ Read by a research helper (session 97) in NVIDIA/Megatron-LM
 (``transformer_layer.py``, ``attention.py``, ``moe/experts.py``; pull requests 1912/1913, 3219,
 3697): each named module's forward runs under autograd's ``saved_tensors_hooks``, and what it
 saves for its backward (tensors of at least ``min_offloaded_tensor_size`` elements,
-``training.offload_min_elements``, 1 Mi by default, each tensor counted on its own, e.g. Q, K and V
-apart; in the dtype saved: an FP8 cast stays FP8) is copied to pinned host memory on one device-to-host stream once the module's
-forward is done; the compute stream does not wait for the copy. In the backward each group's
+``training.offload_min_elements``, 1 Mi by default, each tensor counted on its own, e.g. Q, K
+and V apart; in the dtype saved: an FP8 cast stays FP8) is copied to pinned host memory on one
+device-to-host stream once the module's forward is done; the compute stream does not wait for the copy. In the backward each group's
 copy back runs on one host-to-device stream one group ahead, and the group's backward waits for
 its own. The last layer of the chunk whose backward comes next stays on the GPU ("to make sure
 the reloading won't block the main stream"); the model keeps every chunk's last layer.

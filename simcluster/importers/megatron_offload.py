@@ -30,18 +30,32 @@ def activation_offload(flags: Flags, training: dict[str, Any], out: Imported) ->
     cap = flags.integer("fine-grained-offloading-max-inflight-offloads")
     floor = flags.integer("min-offloaded-tensor-size")
     if not fine:
-        if modules or cap is not None or floor is not None:
-            out.notes.append("--offload-modules without --fine-grained-activation-offloading: nothing offloaded")
+        given = [
+            f"--{name}"
+            for name, value in (
+                ("offload-modules", modules or None),
+                ("fine-grained-offloading-max-inflight-offloads", cap),
+                ("min-offloaded-tensor-size", floor),
+            )
+            if value is not None
+        ]
+        if given:
+            out.notes.append(
+                f"{', '.join(given)} without --fine-grained-activation-offloading: nothing offloaded"
+            )
         return
     if not modules:
-        raise UserError("--offload-modules", "Megatron requires it with --fine-grained-activation-offloading")
+        raise UserError(
+            "--offload-modules", "Megatron requires it with --fine-grained-activation-offloading"
+        )
     known = get_args(OffloadModule)
     bad = [m for m in modules if m not in known]
     if bad:
-        raise UserError("--offload-modules", f"'{bad[0]}' cannot be imported; known: {', '.join(known)}")
+        raise UserError(
+            "--offload-modules", f"'{bad[0]}' cannot be imported; known: {', '.join(known)}"
+        )
     training["offload_modules"] = modules
     if cap is not None:
         training["offload_max_inflight"] = cap
     if floor is not None:
         training["offload_min_elements"] = floor
-
