@@ -358,7 +358,7 @@ def _fine_grained_only(ctx: Context) -> Verdict:
     # engine/worker.py _offload_after, module_offload.py: the cap and the floor act on the
     # fine-grained offload's copies only
     if not ctx.scenario.training.offload_modules:
-        return ("without training.offload_modules", "no fine-grained offload's copies to wait for")
+        return ("without training.offload_modules", "no fine-grained offload for it to act on")
     return None
 
 

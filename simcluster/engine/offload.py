@@ -20,7 +20,7 @@ layer's moved bytes in flight for each microbatch's stash of a chunk instead
 :attr:`ActivationOffload.resident` holds the moved bytes on the GPU now and
 :attr:`ActivationOffload.allowance` what the walk counts for them (the worker tells
 :meth:`ActivationOffload.allow` as the stashes come and go), and the worker compares its memory
-with them to its walked peak (``run`` reports what the peak misses). Megatron-Core's
+with them to its walked peak (:func:`backlog`; ``run`` reports what the peak misses). Megatron-Core's
 ``fine_grained_offloading_max_inflight_offloads`` (``training.offload_max_inflight``) bounds the
 backlog by making the compute wait for older copies (the worker's ``_offload_after``); its
 default, None, never waits.
@@ -110,3 +110,11 @@ class ActivationOffload:
         for proc in copies:
             if proc is not None and not proc.triggered:
                 yield proc
+
+
+def backlog(moved_peak: float, walked_peak: float) -> float:
+    """How far a stage's memory with the offloads' moved bytes as timed goes above its walked
+    peak; 0 where the walk's in-flight layer covers them."""
+    over = moved_peak - walked_peak
+    # a relative margin: sums of float bytes need not cancel exactly
+    return over if over > 1e-9 * walked_peak else 0.0

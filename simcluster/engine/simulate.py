@@ -14,6 +14,7 @@ from simcluster.engine.breakdown import step_breakdown
 from simcluster.engine.comms import Comms
 from simcluster.engine.interference import SmShare
 from simcluster.engine.metrics import PIPELINE_KINDS, bubble_of, exposed_comm, pipeline_spans
+from simcluster.engine.offload import backlog
 from simcluster.engine.plan import StagePlan, build_plans, kernel_model, pipeline_p2p_seconds
 from simcluster.engine.progress import run_with_progress
 from simcluster.engine.recorder import STREAM_OF_GROUP, Recorder
@@ -220,7 +221,8 @@ def simulate(
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
     summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
     summary["stragglers"] = stragglers.to_dict()
-    backlogs = [b for w in workers if (b := w.offload_backlog()) is not None]
+    walked = summary["peak_memory_bytes"]["per_stage"]
+    backlogs = [backlog(moved, walked[w.stage]) for w in workers if (moved := w.offload_peak()) is not None]
     if backlogs:
         summary["offload_backlog_bytes"] = max(backlogs)
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}

@@ -126,8 +126,7 @@ class Worker(PipelineIO, DataParallelOps):
     end_time: float = 0.0
     ops_done: int = 0
     _offload: ActivationOffload | None = None
-    # this stage's most memory as walked, and with the offloads' moved bytes as they are
-    _most_walked: float = 0.0
+    # this stage's most activation memory with the offloads' moved bytes as the copies have them
     _most_moved: float = 0.0
 
     @property
@@ -183,7 +182,6 @@ class Worker(PipelineIO, DataParallelOps):
         self.shared.recorder.memory(
             self.stage, self.shared.env.now, self.plan.static_bytes, self.activations + loss + working, loss=loss
         )
-        self._most_walked = max(self._most_walked, self.activations + loss + working)
         self._offload_memory(loss + working)
 
     def _offload_memory(self, transient: float = 0.0) -> None:
@@ -728,16 +726,14 @@ class Worker(PipelineIO, DataParallelOps):
                 if back >= 0:
                     yield from self.offload.wait([self.offload.saved.get((op.microbatch, op.chunk, order[back]))])
 
-    def offload_backlog(self) -> float | None:
-        """How far above its walked peak this stage's memory goes with the offloads' moved bytes
-        on the GPU as the copies' timing has them (:mod:`simcluster.engine.offload`): 0 where the
-        walk's in-flight layer covers them; None where nothing is offloaded or this rank draws
-        no memory timeline."""
+    def offload_peak(self) -> float | None:
+        """This stage's most memory (its static bytes included) with the offloads' moved bytes on
+        the GPU as the copies' timing has them, to hold against its walked peak
+        (:func:`simcluster.engine.offload.backlog`); None where nothing is offloaded or this rank
+        draws no memory timeline."""
         if self._offload is None or not self._records_memory:
             return None
-        over = self._most_moved - self._most_walked
-        # a relative margin: sums of float bytes need not cancel exactly
-        return over if over > 1e-9 * self._most_walked else 0.0
+        return sum(self.plan.static_bytes.values()) + self._most_moved
 
     def _offload_before(self, op: PipeOp, units: list[Unit], i: int, offloaded: dict[int, float]) -> Generator:
         """Before unit ``i``: in the forward, the copy out of the unit two back must be done (two
