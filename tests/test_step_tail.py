@@ -14,6 +14,7 @@ import pytest
 from engine_helpers import run
 
 from simcluster.context import build_context
+from simcluster.parallelism.data import Bucket
 from simcluster.parallelism.step_tail import (
     CPU_OP_SHARE,
     TailOps,
@@ -56,7 +57,7 @@ def test_fp8_weights_are_the_linear_weights():
     """A dense layer's QKV, output projection, fc1 and fc2: four per layer, no norms."""
     ctx = build_context(scenario_from_dict(make_scenario(model={"preset": "llama3-8b"})))
     chunk = Chunk(virtual_stage=0, first_layer=0, layers=ctx.model.layers, embedding=True, head=True)
-    assert stage_fp8_weights(ctx.model, [chunk]) == 4 * ctx.model.layers
+    assert stage_fp8_weights(ctx.model, [chunk]) == (4 * ctx.model.layers, 0)
 
 
 def test_mla_fp8_weights_are_its_four_or_five_projections():
@@ -68,8 +69,10 @@ def test_mla_fp8_weights_are_its_four_or_five_projections():
         doc["model"] = {"preset": preset}
         m = build_context(scenario_from_dict(doc)).model
         chunk = Chunk(virtual_stage=0, first_layer=0, layers=m.layers, embedding=True, head=True)
-        mlps = sum(2 + 2 * m.shared_experts if m.is_moe_layer(i) else 2 for i in range(m.layers))
-        assert stage_fp8_weights(m, [chunk]) == attention * m.layers + mlps
+        mlps = sum(2 * m.shared_experts if m.is_moe_layer(i) else 2 for i in range(m.layers))
+        moe = sum(1 for i in range(m.layers) if m.is_moe_layer(i))
+        # one fc1 and one fc2 weight per local expert: 8 of them at DeepSeek-V3's 256 over EP 32
+        assert stage_fp8_weights(m, [chunk], 8) == (attention * m.layers + mlps, 2 * 8 * moe)
 
 
 def _doc(**training) -> dict:
@@ -121,7 +124,38 @@ def test_mxfp8_parameters_have_no_fp8_pass_in_the_tail():
 
     def tail(**training) -> float:
         ctx = build_context(scenario_from_dict(_doc(**training)))
-        return stage_tail_seconds(ctx, ctx.chunks[0], 1)
+        return stage_tail_seconds(ctx, ctx.chunks[0], [Bucket(0, "dp", (0,), 1.0)])
 
     assert tail(fp8_recipe="block") == pytest.approx(tail(fp8_recipe="block", fp8_param_gather=False), rel=1e-12)
     assert tail(fp8_recipe="current") > tail(fp8_recipe="current", fp8_param_gather=False)
+
+
+def test_megatron_core_holds_a_weight_per_local_expert_sharded_over_expert_dp():
+    """Qwen3-30B-A3B (48 MoE layers of 128 experts) at EP 8 on 32 GPUs: TEGroupedMLP's
+    GroupedLinear registers weight0..weight15 for fc1 and for fc2 (16 local experts), so a rank
+    holds 48 x 2 x 16 = 1,536 routed-expert tensors beside 339 dense ones (a layer's two norms,
+    QKV, projection, q/k norms, router; the embedding, final norm and untied head), and the
+    distributed optimizer shards the experts over their expert-data-parallel group
+    (32 / 8 = 4 ranks), the rest over all 32, each group's buffer adding one tensor a bucket."""
+    from simcluster.parallelism.step_tail import (
+        local_experts,
+        stage_tail_seconds,
+        stage_tensor_split,
+    )
+
+    doc = make_scenario(
+        cluster={"hardware": "dgx-h100", "gpus": 32},
+        parallel={"tp": 1, "pp": 1, "ep": 8, "zero": 1},
+        training={"seq_len": 4096, "micro_batch": 1, "global_batch": 64, "precision": "bf16"},
+    )  # fmt: skip
+    doc["model"] = {"preset": "qwen3-30b-a3b"}
+    ctx = build_context(scenario_from_dict(doc))
+    assert local_experts(ctx.model, ctx.layout) == 16
+    assert stage_tensor_split(ctx.model, ctx.chunks[0], 16) == (339, 1536)
+    buckets = [Bucket(0, "dp", (0,), 1.0)] * 2 + [Bucket(0, "edp", (0,), 1.0)] * 3
+    local = (339 / 32 + 2) + (1536 / 4 + 3)
+    tr = ctx.scenario.training
+    expected = megatron_tail(local, 0, 0, master=True, grad_cast=not tr.fp32_grad_accum)
+    assert stage_tail_seconds(ctx, ctx.chunks[0], buckets) == pytest.approx(
+        expected.seconds(ctx.profile.efficiency.host_op_us * 1e-6), rel=1e-12
+    )

@@ -247,7 +247,7 @@ def _tail_seconds(ctx: Context, plans: list[StagePlan]) -> list[float]:
     """Per stage, the host time of the step's eager tail (``training.step_tail``)."""
     if ctx.scenario.training.step_tail == "none":
         return []
-    return [stage_tail_seconds(ctx, chunks, len(plan.buckets)) for chunks, plan in zip(ctx.chunks, plans, strict=True)]
+    return [stage_tail_seconds(ctx, chunks, plan.buckets) for chunks, plan in zip(ctx.chunks, plans, strict=True)]
 
 
 def _step_time(sc: Scenario, workers: list[Worker], events: Any) -> float:

@@ -39,13 +39,15 @@ is local and the copy back is one ``multi_tensor_scale`` launch over lists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcluster.layout import Layout
 from simcluster.model import ModelSpec
-from simcluster.parallelism.data import adapter_tensors
+from simcluster.parallelism.data import Bucket, adapter_tensors
 from simcluster.parallelism.fp8_weights import requantises_mxfp8_parameters
-from simcluster.parallelism.unpack import attention_linears, stage_tensors
+from simcluster.parallelism.unpack import attention_linears, mlp_tensors, stage_tensors
 from simcluster.placement import Chunk
 
 if TYPE_CHECKING:
@@ -116,36 +118,67 @@ def local_tensors(tensors: int, shards: int, buckets: int) -> float:
     return min(float(tensors), tensors / shards + max(buckets, 1))
 
 
-def stage_fp8_weights(model: ModelSpec, chunks: list[Chunk]) -> int:
-    """Linear weights one stage holds (the tensors TransformerEngine keeps in FP8): the
-    attention's projections and the MLP's two (a MoE layer's routed and shared experts' fc1 and
-    fc2 as parallelism/unpack.py counts them; the router stays 16-bit)."""
-    count = 0
+def _moe_layers(model: ModelSpec, chunks: list[Chunk]) -> int:
+    return sum(1 for chunk in chunks for index in chunk.layer_indices if model.is_moe_layer(index))
+
+
+def local_experts(model: ModelSpec, layout: Layout) -> int:
+    """Routed experts of one MoE layer a rank holds (``experts / ep``; each one ``1/etp`` of an
+    expert's matrices, still one tensor each)."""
+    return model.experts // layout.ep if model.is_moe else 0
+
+
+def stage_tensor_split(model: ModelSpec, chunks: list[Chunk], experts: int) -> tuple[int, int]:
+    """(dense, routed-expert) parameter tensors one rank of a stage holds with ``experts``
+    local experts a MoE layer, as Megatron-Core holds them: TEGroupedMLP's TransformerEngine
+    ``GroupedLinear`` registers ``weight0`` .. ``weight{n-1}`` (and a bias each) for fc1 and
+    for fc2, one per local expert, as SequentialMLP's per-expert linears do; only the legacy
+    GroupedMLP (``--moe-use-legacy-grouped-gemm``) and the opt-in single grouped weight
+    (``moe_single_grouped_weight``, TransformerEngine 2.14 and later, off by default) hold two
+    tensors, as :func:`~simcluster.parallelism.unpack.stage_tensors` counts them."""
+    stacked = _moe_layers(model, chunks) * mlp_tensors(model)
+    return stage_tensors(model, chunks) - stacked, stacked * experts
+
+
+def stage_fp8_weights(model: ModelSpec, chunks: list[Chunk], experts: int = 1) -> tuple[int, int]:
+    """(dense, routed-expert) linear weights one rank of a stage holds (the tensors
+    TransformerEngine keeps in FP8): the attention's projections and the MLP's two, a MoE
+    layer's shared experts' fc1 and fc2 and each of its ``experts`` local experts' (the router
+    stays 16-bit)."""
+    dense = 0
     for chunk in chunks:
         for index in chunk.layer_indices:
-            mlp = 2 + 2 * model.shared_experts if model.is_moe_layer(index) else 2
-            count += attention_linears(model) + mlp
-    return count
+            mlp = 2 * model.shared_experts if model.is_moe_layer(index) else 2
+            dense += attention_linears(model) + mlp
+    return dense, 2 * experts * _moe_layers(model, chunks)
 
 
-def stage_tail_seconds(ctx: Context, chunks: list[Chunk], buckets: int) -> float:
+def stage_tail_seconds(ctx: Context, chunks: list[Chunk], buckets: Sequence[Bucket]) -> float:
     """Host seconds of Megatron's optimizer step on the stage holding ``chunks`` (its gradient
-    buffer cut into ``buckets``): a LoRA run steps its adapters alone, its frozen FP8 weights
-    never re-cast."""
+    buffers cut into ``buckets``): a LoRA run steps its adapters alone, its frozen FP8 weights
+    never re-cast. The routed experts' tensors are sharded over their own expert-data-parallel
+    group (Megatron-Core's DistributedDataParallel keeps them in buffers of that group)."""
     tr, layout = ctx.scenario.training, ctx.layout
     if layout.lora is not None:
         layers = sum(len(c.layer_indices) for c in chunks)
-        tensors, fp8 = len(adapter_tensors(ctx.model, layout)) * layers, 0
+        tensors, fp8 = (len(adapter_tensors(ctx.model, layout)) * layers, 0), (0, 0)
     else:
-        tensors = stage_tensors(ctx.model, chunks)
+        experts = local_experts(ctx.model, layout)
+        tensors = stage_tensor_split(ctx.model, chunks, experts)
         # MXFP8 parameters: the 16-bit shard is copied back as for 16-bit parameters and
         # quantised after the gather (fp8_weights.requantises_mxfp8_parameters), no FP8 pass
         mxfp8 = requantises_mxfp8_parameters(tr, layout, ctx.profile.gpu.compute_capability)
-        fp8 = stage_fp8_weights(ctx.model, chunks) if ((tr.fp8_param_gather and not mxfp8) or tr.fp4_param) else 0
+        fp8_pass = (tr.fp8_param_gather and not mxfp8) or tr.fp4_param
+        fp8 = stage_fp8_weights(ctx.model, chunks, experts) if fp8_pass else (0, 0)
     sharded = layout.zero >= 1
-    local = local_tensors(tensors, layout.zero_group if sharded else 1, buckets)
-    fp8_local = fp8 * local / tensors if tensors else 0.0
+    groups = (layout.zero_group, layout.expert_zero_group) if sharded else (1, 1)
+    local = fp8_local = 0.0
+    for group, count, weights, shards in zip(("dp", "edp"), tensors, fp8, groups, strict=True):
+        if count:
+            share = local_tensors(count, shards, sum(1 for b in buckets if b.group == group))
+            local += share
+            fp8_local += weights * share / count
     ops = megatron_tail(
-        local, fp8, fp8_local, tr.precision != "fp32", sharded=sharded, grad_cast=not tr.fp32_grad_accum
+        local, sum(fp8), fp8_local, tr.precision != "fp32", sharded=sharded, grad_cast=not tr.fp32_grad_accum
     )
     return ops.seconds(ctx.profile.efficiency.host_op_us * 1e-6)

@@ -36,6 +36,12 @@ def attention_linears(model: ModelSpec) -> int:
     return 2
 
 
+def mlp_tensors(model: ModelSpec) -> int:
+    """Parameter tensors of one MLP (or one expert): fc1 (gate and up fused for SwiGLU) and fc2,
+    and their biases."""
+    return 2 * (2 if model.has_bias("mlp") else 1)
+
+
 def layer_tensors(model: ModelSpec, index: int) -> int:
     """Parameter tensors of one transformer layer as the frameworks hold them (QKV and the
     gated MLP's gate/up fused into one weight each, as nanotron, Megatron and HF Llama-style
@@ -50,10 +56,11 @@ def layer_tensors(model: ModelSpec, index: int) -> int:
         attention = attention_linears(model) + sum(1 for part in ("qkv", "attn_out") if model.has_bias(part))
     # q_norm and k_norm (a weight each; and a bias each with a biased LayerNorm, shared)
     attention += model.qk_norm_params() // model.d_head if model.qk_norm == "shared" else (2 if model.qk_norm_params() else 0)
-    mlp = 2 * (2 if model.has_bias("mlp") else 1)  # fc1 (gate and up fused for SwiGLU), fc2
+    mlp = mlp_tensors(model)
     if model.is_moe_layer(index):
-        # router, shared experts (and Qwen2-MoE's gate), routed experts as grouped fc1/fc2
-        # weights (Megatron GroupedMLP)
+        # router, shared experts (and Qwen2-MoE's gate), routed experts as one stacked fc1/fc2
+        # pair (Megatron's legacy GroupedMLP; Megatron-Core's per-expert tensors are
+        # step_tail.stage_tensor_split's)
         mlp = 1 + model.shared_experts * mlp + mlp + (1 if model.shared_expert_gate else 0)
     return 2 * norm + attention + mlp
 
