@@ -137,6 +137,7 @@ def test_copies_that_fall_behind_leave_their_tensors_on_the_gpu():
     the profile's own link (PCIe 5) the copies keep up: nothing."""
     slow = simulate(_scenario(["expert_fc1", "moe_act"], link_gbps=1.0)).summary
     assert slow["offload_backlog_bytes"] == pytest.approx(7 * MOVED - LOGITS, rel=1e-12)
+    assert slow["offload_backlog_per_stage"] == [slow["offload_backlog_bytes"]]  # one stage
     assert simulate(_scenario(["expert_fc1", "moe_act"])).summary["offload_backlog_bytes"] == 0.0
     assert "offload_backlog_bytes" not in simulate(_scenario([])).summary
 
@@ -228,3 +229,27 @@ def test_a_moe_layout_that_does_not_fit_is_offered_the_expert_offload_first():
     # offered the same offload, which its simulation runs
     bare = {k: v for k, v in raw.items() if k != "framework"}
     assert fitting_changes(scenario_from_dict(bare))[0].change == hints[0].change
+
+
+def test_memory_png_draws_where_the_backlog_takes_each_stage(tmp_path):
+    """The memory plot keeps the walked timeline and marks each stage's peak with its backlog
+    (the summary's per-stage list) with a dotted line, and its headline says how high it goes:
+    the walked peak plus 171,966,464 B on the one stage over a 1 GB/s link."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.memory_plot import draw_memory
+
+    run = simulate(_scenario(["expert_fc1", "moe_act"], link_gbps=1.0))
+    data = run.plot_memory(tmp_path / "memory.png")
+    (stage,) = data.stages
+    assert stage.peak_bytes == pytest.approx(run.summary["peak_memory_bytes"]["max"], rel=1e-12)
+    assert stage.backlog_bytes == pytest.approx(7 * MOVED - LOGITS, rel=1e-12)
+    assert data.backlogged_peak is stage
+    fig = draw_memory(data, "t")
+    assert isinstance(fig, Figure)
+    assert "the offload backlog takes stage 0 to" in fig._suptitle.get_text()
+    dotted = [line for line in fig.axes[0].get_lines() if line.get_label() == "peak with offload backlog"]
+    assert len(dotted) == 1 and dotted[0].get_ydata()[0] * 2**30 == pytest.approx(stage.backlogged_peak_bytes)
+    # over the profile's own link the copies keep up: no line, no words
+    quick = simulate(_scenario(["expert_fc1", "moe_act"])).plot_memory(tmp_path / "quick.png")
+    assert quick.backlogged_peak is None

@@ -61,6 +61,7 @@ class SimResult:
             Path(path),
             title=self.title,
             end_s=self.summary["step_time_s"],
+            backlog=self.summary.get("offload_backlog_per_stage"),
         )
 
     def write(

@@ -221,15 +221,27 @@ def simulate(
     summary["time_breakdown_s"] = step_breakdown(events, recorder.compute_time, ctx.layout.pp, step)
     summary["slowest_gpu"] = {"speed_spread": ctx.profile.gpu.speed_spread, "tensor_core_slowdown": km.slowdown}
     summary["stragglers"] = stragglers.to_dict()
-    walked = summary["peak_memory_bytes"]["per_stage"]
-    backlogs = [backlog(moved, walked[w.stage]) for w in workers if (moved := w.offload_peak()) is not None]
-    if backlogs:
+    backlogs = _offload_backlogs(workers, summary["peak_memory_bytes"]["per_stage"])
+    if backlogs is not None:
         summary["offload_backlog_bytes"] = max(backlogs)
+        summary["offload_backlog_per_stage"] = backlogs
     labels = {w.rank: _label(ctx, w.rank, stragglers.compute_factor(w.rank)) for w in workers}
     gpus = sc.cluster.gpus
     heading = run_heading(sc.name, ctx.model.name)  # the model after --set model=..., not only the file's name
     title = f"{heading} — {ctx.layout.describe()} on {ctx.profile.name} ({gpus} GPU{'' if gpus == 1 else 's'})"
     return SimResult(summary, events, memory, ctx.capacity_bytes, labels, title)
+
+
+def _offload_backlogs(workers: list[Worker], walked: list[float]) -> list[float] | None:
+    """Per stage, the most any of its ranks' offloaded bytes, as the copies' timing leaves them
+    on the GPU, take its memory above the walked peak (``engine/offload.backlog``); None
+    without activation offload."""
+    per_stage: list[float] | None = None
+    for w in workers:
+        if (moved := w.offload_peak()) is not None:
+            per_stage = per_stage or [0.0] * len(walked)
+            per_stage[w.stage] = max(per_stage[w.stage], backlog(moved, walked[w.stage]))
+    return per_stage
 
 
 def _unpack_seconds(ctx: Context) -> list[float]:

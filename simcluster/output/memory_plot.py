@@ -3,13 +3,17 @@
 The memory timeline is a step function: each row of a stage holds from its ``time_s`` until
 the next row of that stage (the last row until the end of the plotted window). The arrays the
 plot draws are computed once by :func:`memory_plot_data` and returned, so tests (and users)
-can check exactly what the picture shows.
+can check exactly what the picture shows. Under activation offload a stage whose copies to the
+host fall behind gets a dotted line where the offloaded bytes still on the GPU take its peak
+(the summary's ``offload_backlog_per_stage``, ``engine/offload.py``): the stacked timeline is
+the memory walk's, which counts one layer's copy in flight.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,13 +24,17 @@ from matplotlib.figure import Figure
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import atomic_write_bytes
-from simcluster.output.style import MEMORY_STYLES, figure_bytes, format_of, time_scale
+from simcluster.output.style import KIND_STYLES, MEMORY_STYLES, figure_bytes, format_of, time_scale
 from simcluster.units import GiB, format_bytes
 
 MEMORY_CATEGORIES: tuple[str, ...] = tuple(MEMORY_STYLES)
 MEMORY_COLUMNS: tuple[str, ...] = ("stage", "time_s", *MEMORY_CATEGORIES, "total")
 #: a peak later than this share of its panel is labelled on its left
 PEAK_LABEL_FLIPS_AT = 0.6
+#: the offload backlog's line: the timeline's colour of the copies to and from the host, dotted
+BACKLOG_COLOR = KIND_STYLES["copy"].color
+#: legend entries one row holds
+LEGEND_ROW = 6
 
 
 def validate_memory(memory: pd.DataFrame) -> pd.DataFrame:
@@ -64,10 +72,17 @@ class StageMemory:
     times_s: np.ndarray
     layers: dict[str, np.ndarray]  # category -> bytes, bottom to top
     top: np.ndarray  # stack height = sum of the layers
+    #: how far the offloaded bytes the copies leave on the GPU take the peak above the stack
+    backlog_bytes: float = 0.0
 
     @property
     def peak_bytes(self) -> float:
         return float(self.top.max())
+
+    @property
+    def backlogged_peak_bytes(self) -> float:
+        """The peak with the offload backlog on it (the peak where there is none)."""
+        return self.peak_bytes + self.backlog_bytes
 
     @property
     def peak_time_s(self) -> float:
@@ -90,11 +105,22 @@ class MemoryPlotData:
     def peak_stage(self) -> int:
         return max(self.stages, key=lambda s: s.peak_bytes).stage
 
+    @property
+    def backlogged_peak(self) -> StageMemory | None:
+        """The stage whose peak the offload backlog takes highest, if any stage has one."""
+        behind = [s for s in self.stages if s.backlog_bytes > 0]
+        return max(behind, key=lambda s: s.backlogged_peak_bytes) if behind else None
+
 
 def memory_plot_data(
-    memory: pd.DataFrame, capacity_bytes: float, end_s: float | None = None
+    memory: pd.DataFrame,
+    capacity_bytes: float,
+    end_s: float | None = None,
+    backlog: Sequence[float] | None = None,
 ) -> MemoryPlotData:
-    """The per-stage stacked step functions, extended to ``end_s`` (default: last row time)."""
+    """The per-stage stacked step functions, extended to ``end_s`` (default: last row time);
+    ``backlog``: each stage's offload backlog in bytes, by stage index (``run``'s
+    ``offload_backlog_per_stage``)."""
     if not (isinstance(capacity_bytes, (int, float)) and capacity_bytes > 0):
         raise UserError(
             "capacity_bytes", f"must be a positive number of bytes, got {capacity_bytes}"
@@ -110,7 +136,8 @@ def memory_plot_data(
             values = rows[cat].to_numpy()
             layers[cat] = np.append(values, values[-1])
         top = np.sum([layers[c] for c in MEMORY_CATEGORIES], axis=0)
-        stages.append(StageMemory(int(stage), times, layers, top))
+        behind = float(backlog[int(stage)]) if backlog is not None and int(stage) < len(backlog) else 0.0
+        stages.append(StageMemory(int(stage), times, layers, top, max(behind, 0.0)))
     return MemoryPlotData(tuple(stages), float(capacity_bytes))
 
 
@@ -145,6 +172,11 @@ def _draw_stage(ax: Axes, data: StageMemory, capacity: float, factor: float) -> 
         zorder=4,
         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
     )
+    if data.backlog_bytes > 0:
+        ax.axhline(
+            data.backlogged_peak_bytes / GiB, color=BACKLOG_COLOR, linestyle=":", linewidth=1.4,
+            label="peak with offload backlog", zorder=3,
+        )  # fmt: skip
     ax.set_title(f"stage {data.stage}", fontsize=9, loc="left")
     ax.set_xlim(x[0], x[-1] if x[-1] > x[0] else x[0] + 1)
     ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
@@ -170,7 +202,8 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
             ax.set_xlabel(f"time ({scale.unit})", fontsize=8)
     for ax in axes[len(data.stages) :]:
         ax.set_visible(False)
-    top = max(data.peak_bytes, data.capacity_bytes) / GiB
+    highest = max((s.backlogged_peak_bytes for s in data.stages), default=0.0)
+    top = max(highest, data.capacity_bytes) / GiB
     axes[0].set_ylim(0, top * 1.12)
     fig.supylabel("memory per GPU (GiB)", fontsize=9)
     headline = (
@@ -180,11 +213,23 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
         if data.stages
         else "no memory data"
     )
+    if (behind := data.backlogged_peak) is not None:
+        high = behind.backlogged_peak_bytes
+        headline += (
+            f"; the offload backlog takes stage {behind.stage} to {format_bytes(high)}"
+            + (" (does not fit)" if high > data.capacity_bytes >= data.peak_bytes else "")
+        )
     fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(
-        handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8, frameon=False
-    )
+    # every stage's entries: the backlog's line may be on a later panel only
+    handles, labels = [], []
+    for ax in axes[: len(data.stages)]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    # one row holds the six usual entries on the narrowest (7-inch) figure; more take two
+    ncols = len(labels) if len(labels) <= LEGEND_ROW else math.ceil(len(labels) / 2)
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8, frameon=False)
     return fig
 
 
@@ -194,9 +239,11 @@ def plot_memory(
     path: str | os.PathLike[str],
     title: str = "",
     end_s: float | None = None,
+    backlog: Sequence[float] | None = None,
 ) -> MemoryPlotData:
-    """Write the memory plot to ``path`` (png/svg/pdf, atomically); return the drawn data."""
-    data = memory_plot_data(memory, capacity_bytes, end_s)
+    """Write the memory plot to ``path`` (png/svg/pdf, atomically); return the drawn data
+    (``backlog``: :func:`memory_plot_data`'s)."""
+    data = memory_plot_data(memory, capacity_bytes, end_s, backlog)
     fmt = format_of(path)
     atomic_write_bytes(path, figure_bytes(draw_memory(data, title), fmt))
     return data

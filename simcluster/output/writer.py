@@ -121,7 +121,7 @@ def write_all(
         files[TIMELINE_SVG] = figure_bytes(fig, "svg")
     step_under_way("memory.png and breakdown.png")
     _, last = span(frame)
-    mem = memory_plot_data(memory, capacity_bytes, end_s=last)
+    mem = memory_plot_data(memory, capacity_bytes, end_s=last, backlog=summary.get("offload_backlog_per_stage"))
     files[MEMORY_PNG] = figure_bytes(draw_memory(mem, heading), "png")
     if "time_breakdown_s" in summary and _positive(summary.get("step_time_s")):
         # with the optimizer's post-validation the stages' parts add up to the steady-state
