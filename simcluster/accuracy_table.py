@@ -85,8 +85,9 @@ def small_expert_line(model: ModelSpec) -> str | None:
         f"each of the {model.experts} routed experts is {model.expert_ffn} x {model.hidden}: "
         "Megatron-Bridge's published runs of MoE models with experts this small simulate faster than "
         "measured (Qwen3-30B-A3B +10...+344%, gpt-oss-120b +30...+114%, Qwen3-235B-A22B -10...+121%), "
-        "and Megatron-LM's own Qwen3 recipes (HybridEP or DeepEP, fused permute and router) are 20-23% "
-        "fast (44% in MXFP8 on GB200, 34% on B200), while NeMo AutoModel's Qwen3-30B-A3B run on 8 H100 simulates only 3-15% fast; the gap is not "
+        "Megatron-LM's own Qwen3 recipes (HybridEP or DeepEP, fused permute and router) are 21-22% fast on "
+        "H100 (34% on B200, 16% in MXFP8 on GB200) and Megatron-Bridge 26.06's tuned Qwen3-30B-A3B recipe on 16 "
+        "H100 25%, while NeMo AutoModel's Qwen3-30B-A3B run on 8 H100 simulates only 3-15% fast; the gap is not "
         "understood (docs/accuracy.md): on a Megatron-Core stack read this step time as a lower bound"
     )
 

@@ -88,8 +88,10 @@ def test_grouped_gemms_cover_the_shapes_asked_for_by_each_implementation(moe_pro
 
 
 def test_more_tokens_are_never_much_cheaper(moe_profile):
-    """16x the tokens per expert is 16x the FLOPs: the grouped call takes longer; between
-    neighbours (4x) no step is faster by more than timing noise on a shared CPU."""
+    """16x the tokens per expert is 16x the FLOPs, yet the quick grid's calls (4 to 64 tokens of
+    64 x 128 per expert: 0.26-4.2 MFLOP) take tens of microseconds, mostly the call's own
+    overhead, so on a shared CPU the larger can time shorter by noise (68 against 97 us once with
+    the suite's two workers busy): no step, of 4x or of 16x, is faster by more than half."""
     moe = _moe(moe_profile[0])
     grid = default_moe_shapes("cpu", quick=True)
     for impl in {r["impl"] for r in moe["grouped_gemm"]}:
@@ -99,7 +101,7 @@ def test_more_tokens_are_never_much_cheaper(moe_profile):
             if r["impl"] == impl and (r["experts"], r["n"], r["k"]) == (grid[0].local_experts, grid[0].n, grid[0].k)
         }
         times = [by_tokens[s.tokens_per_expert] for s in grid]
-        assert times[-1] > times[0]
+        assert times[-1] > 0.5 * times[0]
         assert all(b > 0.5 * a for a, b in zip(times, times[1:], strict=False))
     for table, column, size in (("permute", "permute_s", "bytes"), ("permute", "unpermute_s", "bytes"), ("router", "time_s", "tokens")):
         rows = sorted(moe[table], key=lambda r: r[size])
