@@ -24,7 +24,14 @@ from matplotlib.figure import Figure
 
 from simcluster.errors import UserError
 from simcluster.output.atomic import atomic_write_bytes
-from simcluster.output.style import KIND_STYLES, MEMORY_STYLES, figure_bytes, format_of, time_scale
+from simcluster.output.style import (
+    KIND_STYLES,
+    MEMORY_STYLES,
+    figure_bytes,
+    fitting_legend,
+    format_of,
+    time_scale,
+)
 from simcluster.units import GiB, format_bytes
 
 MEMORY_CATEGORIES: tuple[str, ...] = tuple(MEMORY_STYLES)
@@ -33,8 +40,6 @@ MEMORY_COLUMNS: tuple[str, ...] = ("stage", "time_s", *MEMORY_CATEGORIES, "total
 PEAK_LABEL_FLIPS_AT = 0.6
 #: the offload backlog's line: the timeline's colour of the copies to and from the host, dotted
 BACKLOG_COLOR = KIND_STYLES["copy"].color
-#: legend entries one row holds
-LEGEND_ROW = 6
 
 
 def validate_memory(memory: pd.DataFrame) -> pd.DataFrame:
@@ -227,9 +232,8 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
             if label not in labels:
                 handles.append(handle)
                 labels.append(label)
-    # one row holds the six usual entries on the narrowest (7-inch) figure; more take two
-    ncols = len(labels) if len(labels) <= LEGEND_ROW else math.ceil(len(labels) / 2)
-    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=8, frameon=False)
+    if labels:  # as many columns as fit the width (the backlog's entry is a seventh)
+        fitting_legend(fig, handles, labels, len(labels), loc="outside lower center", fontsize=8, frameon=False)
     return fig
 
 
