@@ -346,28 +346,43 @@ def test_model_zoo_rows_are_the_readmes_tflops_over_megatrons_flop_count():
         assert sum(c.scenario["parallel"]["layers_per_stage"]) == 94, c.name
 
 
-def test_bridge_qwen3_30b_h100_row_is_the_verification_cards_tokens_per_gpu():
-    """NVIDIA-NeMo/Megatron-Bridge docs/model-verification/models/qwen3-30b-a3b.md (commit d5d8c19),
-    pretrain_performance.H100: 16 H100, GBS 1,024 x 4,096 tokens, steps 41-50 averaging 20,147.29 ms,
-    299.352 model TFLOP/s and 13,011.378 tokens/s per GPU. The three agree: 4,194,304 tokens over
-    20.147 s on 16 GPUs is 13,011.4 a GPU, and 299.352e12 / 13,011.378 = 23.0069e9 FLOP a token, Megatron's
-    count for Qwen3-30B-A3B (the recipes' test above: 23.0063e9)."""
-    (case,) = [c for c in _family("megatron-bridge-cards") if "qwen3-30b-a3b" in c.name]
-    assert case.measured == pytest.approx(16 * 13011.378, abs=0.5)
-    assert 1024 * 4096 / 20.14729 / 16 == pytest.approx(13011.378, rel=1e-5)
+#: Megatron-Bridge's model-verification cards (docs/model-verification/models/*.md, commit d5d8c19):
+#: row -> (GPUs, global batch, tokens a sequence, the card's step seconds, its tokens/s per GPU)
+BRIDGE_CARD_ROWS = {
+    # qwen3-30b-a3b.md pretrain_performance.H100: steps 41-50 averaging 20,147.29 ms
+    "bridge-cards/qwen3-30b-a3b-h100-bf16-16gpu": (16, 1024, 4096, 20.14729, 13011.378),
+    # qwen3-8b.md pretrain.H100: the last ten steps average 25,070.32 ms
+    "bridge-cards/qwen3-8b-h100-bf16-16gpu": (16, 1024, 4096, 25.07032, 10456.348),
+    # deepseek-v3.md pretrain_performance.H100: 61,756.13 ms a step
+    "bridge-cards/deepseek-v3-h100-bf16-1024gpu": (1024, 16384, 4096, 61.75613, 1061.206),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRIDGE_CARD_ROWS))
+def test_bridge_card_rows_are_their_cards_tokens_per_gpu(name):
+    """Each card's figures agree (the batch's tokens over the step on its GPUs are its tokens/s
+    per GPU), and the case measures that rate on its GPUs with the card's batch and sequence."""
+    gpus, gbs, seq, step_s, per_gpu = BRIDGE_CARD_ROWS[name]
+    (case,) = [c for c in _family("megatron-bridge-cards") if c.name == name]
+    assert case.measured == pytest.approx(gpus * per_gpu, abs=0.5)
+    assert gbs * seq / step_s / gpus == pytest.approx(per_gpu, rel=1e-5)
+    training = case.scenario["training"]
+    assert (case.scenario["cluster"]["gpus"], training["global_batch"], training["seq_len"]) == (gpus, gbs, seq)
+    assert set(BRIDGE_CARD_ROWS) == {c.name for c in _family("megatron-bridge-cards")}
+
+
+def test_bridge_qwen3_30b_h100_rows_flops_are_megatrons_count():
+    """qwen3-30b-a3b.md pretrain_performance.H100: 299.352 model TFLOP/s and 13,011.378 tokens/s per
+    GPU, so 299.352e12 / 13,011.378 = 23.0069e9 FLOP a token, Megatron's count for Qwen3-30B-A3B (the
+    recipes' test above: 23.0063e9)."""
     assert 299.352e12 / 13011.378 == pytest.approx(23.0063e9, rel=1e-4)
-    assert case.scenario["training"]["global_batch"] * case.scenario["training"]["seq_len"] == 1024 * 4096
 
 
-def test_bridge_deepseek_v3_h100_row_is_the_verification_cards_tokens_per_gpu():
-    """NVIDIA-NeMo/Megatron-Bridge docs/model-verification/models/deepseek-v3.md (commit d5d8c19),
-    pretrain_performance.H100: 1,024 H100 at TP2/PP8/VP4/CP1/EP64/ETP1, GBS/MBS 16384/1, 4,096 tokens;
-    61,756.13 ms a step, 1,061.206 tokens/s per GPU: 67,108,864 tokens over 61.756 s on 1,024 GPUs.
-    The recipe's layout Et|(tt|)*30mL: 32 virtual stages, the first the embedding and one layer, 30 of
+def test_bridge_deepseek_v3_h100_row_runs_the_recipes_layout():
+    """deepseek-v3.md pretrain_performance.H100: TP2/PP8/VP4/CP1/EP64/ETP1, GBS/MBS 16384/1. The
+    recipe's layout Et|(tt|)*30mL: 32 virtual stages, the first the embedding and one layer, 30 of
     two layers, the last the MTP module and the loss (61 layers)."""
     (case,) = [c for c in _family("megatron-bridge-cards") if "deepseek-v3" in c.name]
-    assert case.measured == pytest.approx(1024 * 1061.206, abs=0.5)
-    assert 16384 * 4096 / 61.75613 / 1024 == pytest.approx(1061.206, rel=1e-5)
     par, model = case.scenario["parallel"], case.scenario["model"]
     assert (par["tp"], par["pp"], par["vpp"], par["ep"], par["etp"]) == (2, 8, 4, 64, 1)
     stages = par["layers_per_stage"]
@@ -376,18 +391,14 @@ def test_bridge_deepseek_v3_h100_row_is_the_verification_cards_tokens_per_gpu():
     assert 1024 // (par["tp"] * par["pp"]) * case.scenario["training"]["micro_batch"] * 256 == 16384
 
 
-def test_bridge_qwen3_8b_h100_row_is_the_verification_cards_tokens_per_gpu():
-    """NVIDIA-NeMo/Megatron-Bridge docs/model-verification/models/qwen3-8b.md (commit d5d8c19),
-    pretrain.H100: 16 H100 at TP1/PP1/CP1, DP16, GBS/MBS 1024/1 (64-way accumulation), 4,096 tokens;
-    the last ten steps average 25,070.32 ms and 10,456.348 tokens/s per GPU: 4,194,304 tokens over
-    25.070 s on 16 GPUs. The recipe passes no comm_overlap config (recipes/common.py
-    _pretrain_common: comm_overlap=None), so the buckets are Megatron-Core's own, and it checks
-    the gradients for NaN (ddp.check_for_nan_in_grad True)."""
+def test_bridge_qwen3_8b_h100_row_runs_the_library_recipe():
+    """qwen3-8b.md pretrain.H100: TP1/PP1/CP1, DP16, GBS/MBS 1024/1 (64-way accumulation). The recipe
+    passes no comm_overlap config (recipes/common.py _pretrain_common: comm_overlap=None), so the
+    buckets are Megatron-Core's own, and it checks the gradients for NaN (ddp.check_for_nan_in_grad
+    True)."""
     (case,) = [c for c in _family("megatron-bridge-cards") if "qwen3-8b" in c.name]
-    assert case.measured == pytest.approx(16 * 10456.348, abs=0.5)
-    assert 1024 * 4096 / 25.07032 / 16 == pytest.approx(10456.348, rel=1e-5)
     sc = case.scenario
-    assert (sc["training"]["micro_batch"], sc["training"]["global_batch"], sc["training"]["seq_len"]) == (1, 1024, 4096)
+    assert sc["training"]["micro_batch"] == 1
     assert sc["cluster"]["gpus"] // (sc["parallel"]["tp"] * sc["parallel"]["pp"] * sc["parallel"]["cp"]) == 16
     assert sc["dp"] == {"nan_check": True, "bucket_mb": "megatron-core"}
 
