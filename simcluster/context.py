@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simcluster import attention_head_dims, attention_sinks, fp8_attention, userbuffers
+from simcluster import (
+    attention_head_dims,
+    attention_sinks,
+    fp8_attention,
+    full_iteration,
+    userbuffers,
+)
 from simcluster.divisors import divisors, one_of
 from simcluster.ep_kernel_rates import DISPATCH_SMS
 from simcluster.errors import UserError
@@ -126,6 +132,7 @@ def build_context(
     _check_precision(scenario.training, profile)
     _check_recompute(scenario.training, model)
     _check_cuda_graphs(scenario.training, model)
+    full_iteration.check(scenario, model)
     _check_positions(scenario.training, model)
     _check_documents(scenario)
     _check_moe_settings(scenario.moe, model)

@@ -719,11 +719,15 @@ GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess")
 def _cuda_graphs(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     """``--cuda-graph-impl`` (``local`` or ``transformer_engine``; before it ``--enable-cuda-graph``
     and ``--external-cuda-graph``) with ``--cuda-graph-scope``'s layer parts as
-    ``training.cuda_graphs``; a whole-layer or whole-iteration scope (its ``full``, ``moe``,
-    ``full_iteration``, or no scope) is said skipped with how to write it."""
+    ``training.cuda_graphs``; the whole iteration (``--cuda-graph-impl full_iteration``, or the
+    ``full_iteration`` scope it migrated from) as ``[full_iteration]``; a whole-layer scope (its
+    ``full``, ``moe``, or no scope) is said skipped with how to write it."""
     impl = flags.text("cuda-graph-impl")
     legacy = flags.has("enable-cuda-graph") | flags.has("external-cuda-graph")
     scopes = flags.words("cuda-graph-scope")
+    if impl == "full_iteration" or (impl not in (None, "none") or legacy) and "full_iteration" in scopes:
+        training["cuda_graphs"] = ["full_iteration"]
+        return
     if impl in (None, "none") and not legacy:
         if scopes:
             out.notes.append("--cuda-graph-scope without --cuda-graph-impl: no CUDA graphs")

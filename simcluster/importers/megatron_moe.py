@@ -181,6 +181,10 @@ def moe(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         section["capacity_factor"] = capacity
     if sc.get("moe", {}).get("pad_to_capacity"):
         section["pad_to_capacity"] = True
+    if flags.number("moe-expert-rank-capacity-factor") is not None and flags.has("moe-paged-stash"):
+        # the static receive budget per expert-parallel rank (HybridEP's num_permuted_tokens),
+        # with paged stash holding the valid rows: no token counts read back to the host
+        section["host_sync"] = False
     _shared_experts(flags, model)
     layer_pattern(flags, model, out)
     _kernel_flags(flags, model, out)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simcluster.full_iteration import captures_iteration
 from simcluster.parallelism.segments import Comm, Compute, Segment, Work
 
 #: a TransformerEngine module call (Linear, LayerNormLinear, DotProductAttention, GroupedLinear,
@@ -129,7 +130,8 @@ def segment_cost(
 
     Names are the layer builder's (``parallelism/layer.py``, ``expert.py``); a segment not listed
     costs nothing here (its kernels are few and large). ``graphs`` = the parts captured in CUDA
-    graphs (``training.cuda_graphs``): their ops become one graph launch per phase.
+    graphs (``training.cuda_graphs``): their ops become one graph launch per phase
+    (``full_iteration``: :func:`charge` charges nothing at all).
     ``expert_casts``: the kernels that quantise one grouped GEMM operand for FP8
     (``KernelModel.cast_kernels``), launched from C++ by ``tex.split_quantize`` for fc1's and
     fc2's inputs in the forward and their output gradients in the backward. ``attention``:
@@ -194,6 +196,8 @@ class LayerIssue:
 def charge(segments: list[Segment], phase: str, layer: LayerIssue, python_op_s: float, launch_s: float) -> list[Segment]:
     """``segments`` with each compute segment's host seconds set from :func:`segment_cost`; a
     cost is shared evenly by the segments of one name (a context-parallel ring's steps)."""
+    if captures_iteration(layer.graphs):
+        return segments  # one graph replays the step's forward and backward: no op is issued
     counts: dict[str, int] = {}
     for s in segments:
         if isinstance(s, Compute):

@@ -405,13 +405,20 @@ class TrainingSection(SectionBase):
             "unfused SwiGLU)"
         ),
     )
-    cuda_graphs: list[Literal["attn", "mlp", "moe_router", "moe_preprocess"]] = Field(
+    cuda_graphs: list[Literal["attn", "mlp", "moe_router", "moe_preprocess", "full_iteration"]] = Field(
         default_factory=list,
         description=(
             "layer parts captured in CUDA graphs (Megatron-Core's cuda_graph_scope with "
             "TransformerEngine's partial capture): each part's kernels are issued by one graph "
             "launch instead of op by op, forward and backward; a dropless MoE layer's experts "
-            "and dispatch cannot be captured (their sizes come from the host sync)"
+            "and dispatch cannot be captured (their sizes come from the host sync). "
+            "full_iteration, alone: Megatron-Core's FullCudaGraphWrapper (cuda_graph_impl "
+            "full_iteration, or local with scope full_iteration) replays every microbatch's "
+            "forward and backward with their collectives as one graph, so no op of them costs "
+            "the host anything; the optimizer step stays eager (training.step_tail). It holds "
+            "no host sync: MoE needs a sync-free dispatch (moe.host_sync false: the static "
+            "expert-rank capacity with paged stash) and dp.nan_check false. The graph's memory "
+            "pool is not counted"
         ),
     )
     launch_blocking: bool = Field(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from simcluster.errors import UserError
 from simcluster.frameworks.startup.facts import LayoutFacts, LayoutRule
+from simcluster.full_iteration import captures_iteration
 from simcluster.layout_checks import etp_default_note
 from simcluster.scenario import Scenario
 
@@ -41,7 +42,7 @@ def _cpu_offloading(scenario: Scenario, facts: LayoutFacts) -> None:
     runs alone: ``TransformerConfig.__post_init__`` raises under a pipeline ("no support for
     Pipeline parallelism with CPU offloading"), with recomputation ("CPU offloading does not work
     when activation recomputation is enabled") and with partial CUDA graphs ("CUDA graphs not
-    supported with CPU offloading")."""
+    supported with CPU offloading"; the full-iteration graph takes it)."""
     tr = scenario.training
     if tr.activation_offload_layers == 0:
         return
@@ -59,7 +60,7 @@ def _cpu_offloading(scenario: Scenario, facts: LayoutFacts) -> None:
             "\"CPU offloading does not work when activation recomputation is enabled\"); use recompute "
             "none, or activation_offload_layers 0",
         )
-    if tr.cuda_graphs:
+    if tr.cuda_graphs and not captures_iteration(tr.cuda_graphs):
         raise UserError(
             "training.activation_offload_layers",
             "Megatron-Core's CPU offloading does not run with partial CUDA graphs (TransformerConfig: "
@@ -95,9 +96,9 @@ def _cuda_graphs(scenario: Scenario, facts: LayoutFacts) -> None:
     """Megatron's partial CUDA graphs replay each layer's captured forward, which a full
     recomputation would rerun outside the graph (``validate_args``: "recompute_granularity must
     not be full when CUDA Graphs are enabled"; current ``TransformerConfig``: full recompute only
-    with full-iteration graphs)."""
+    with full-iteration graphs, which capture the rerun too)."""
     tr = scenario.training
-    if tr.cuda_graphs and tr.recompute == "full":
+    if tr.cuda_graphs and tr.recompute == "full" and not captures_iteration(tr.cuda_graphs):
         raise UserError(
             "training.cuda_graphs",
             "Megatron does not capture layers in CUDA graphs under full recomputation "
