@@ -144,3 +144,15 @@ def test_megatron_import_reads_the_static_rank_capacity_as_sync_free(tmp_path):
 def test_layer_builder_keeps_the_router_without_a_sync():
     builder = layer_builder(_moe(["full_iteration"]))
     assert not [s.name for s in builder.layer(0, "F") if isinstance(s, Compute) and s.sync]
+
+
+def test_mlperf_v51_llama_rows_capture_the_whole_iteration():
+    # their logs print enable_cuda_graph 1 with cuda_graph_scope full_iteration (HPE's XD670 H200
+    # and Dell's XE9680L B200 runs; config_common_cg.sh: FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)
+    from simcluster.validate import load_cases
+
+    rows = [c for c in load_cases() if c.name.startswith("mlperf-v5.1/llama31-")]
+    assert len(rows) == 14
+    for case in rows:
+        assert case.scenario["training"]["cuda_graphs"] == ["full_iteration"], case.name
+        assert "full_iteration" in case.source, case.name

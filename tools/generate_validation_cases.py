@@ -2244,8 +2244,8 @@ MLPERF_8B_SETTINGS = (
     "Nebius/benchmarks/llama31_8b/config_common_cg.sh) sets FULL_CUDA_GRAPH=1 and MCORE_CUDA_GRAPH=1, and "
     "the logs that print their configuration (HPE's XD670 H200 and Dell's XE9680L B200 runs) show "
     "enable_cuda_graph 1 with cuda_graph_scope full_iteration (every microbatch's forward and backward one "
-    "graph): training.cuda_graphs attn and mlp (each layer's kernels issued by graph launches, the "
-    "nearest); those logs also show no activation recompute (recompute_granularity None). pretrain.py "
+    "graph): training.cuda_graphs full_iteration (no op of them issued by the host; attn and mlp, each "
+    "layer's kernels by graph launches, before it was modelled); those logs also show no activation recompute (recompute_granularity None). pretrain.py "
     "(Lambda's copy, the 0922 package of the same benchmark) builds DistributedDataParallelConfig with "
     "check_for_nan_in_grad=False (dp.nan_check false), grad_reduce_in_fp32=False (training.fp32_grad_accum "
     "false) and average_in_collective=True, and attaches NeMo's MegatronCommOverlapCallback, whose own "
@@ -2267,7 +2267,7 @@ def mlperf_v51_8b_scenario(gpus, hardware, tp, cp, mbs, gbs, tp_overlap):
                                       gbs, "fp8", "cudnn", "current", hardware=hardware, fp32_grads=False,
                                       fp8_params=True, comm_overlap=True)
     scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
-    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="te")
+    scenario["training"].update(cuda_graphs=["full_iteration"], fused_cross_entropy="te")
     scenario["overlap"]["tp_comm"] = tp_overlap
     return scenario
 
@@ -2433,7 +2433,7 @@ def mlperf_v51_405b_scenario(gpus, tp, gbs, hardware, precision):
                                       precision, "cudnn", "current", hardware=hardware, fp32_grads=False,
                                       fp8_params=fp8, comm_overlap=True)
     scenario["cluster"].update(nvls=False, nccl_min_nchannels=4, nccl_min_ctas=16, nccl_max_ctas=32)
-    scenario["training"].update(cuda_graphs=["attn", "mlp"], fused_cross_entropy="native")
+    scenario["training"].update(cuda_graphs=["full_iteration"], fused_cross_entropy="native")
     if not fp8:
         scenario["training"].update(nvfp4_hadamard=False, nvfp4_stochastic_rounding=False)
     scenario["overlap"]["tp_comm"] = False
@@ -2470,7 +2470,7 @@ for nodes, blocks_ms, steps, log_step in MLPERF_V51_UF_RUNS:
             "default, False); it sources config_common.sh, config_common_405b.sh and config_common_cg.sh, which "
             "UF does not store: as NVIDIA's 405B config_common.sh (theia_ngpu512_ngc25.09_nemo/), Oracle's copy "
             "of config_common_405b.sh (no layer kept in 16 bits) and Nebius's of config_common_cg.sh (FULL_CUDA_GRAPH=1, "
-            "MCORE_CUDA_GRAPH=1: training.cuda_graphs attn and mlp, the nearest; OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP "
+            "MCORE_CUDA_GRAPH=1: training.cuda_graphs full_iteration; OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP "
             "and DEFER_EMBEDDING_WGRAD_COMPUTE False, so Megatron-Core buckets the first stage's first chunk: "
             "dp.bucket_stages first), which set FP8=True with FP8_RECIPE=tensorwise (training.fp8_recipe "
             "current), FP8_PARAM_GATHER=True, the distributed optimizer with both overlaps, NCCL_NVLS_ENABLE=0 "
@@ -2523,7 +2523,7 @@ MLPERF_V51_FP4_SETTINGS = (
     "(training.precision nvfp4, nvfp4_hadamard false, nvfp4_stochastic_rounding false), FP8=False and "
     "FP8_PARAM_GATHER=False (16-bit parameters gathered), no FIRST_LAST_LAYERS_BF16 (every layer in NVFP4), "
     "NVTE_DPA_FP8_RECIPE=F16 without FP8_DPA (16-bit attention), FULL_CUDA_GRAPH=1 and MCORE_CUDA_GRAPH=1 "
-    "(training.cuda_graphs attn and mlp, the nearest), OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False (Megatron-Core "
+    "(training.cuda_graphs full_iteration), OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False (Megatron-Core "
     "buckets the first stage's first chunk: dp.bucket_stages first), DEFER_EMBEDDING_WGRAD_COMPUTE=False, the "
     "distributed optimizer with both overlaps, NCCL_NVLS_ENABLE=0 (cluster.nvls false), NCCL_MIN_NCHANNELS=4, "
     "NCCL_MIN_CTAS=16, NCCL_MAX_CTAS=32, and TP_PP_DP_MAPPING=True (custom.yaml's use_tp_pp_dp_mapping, which "
