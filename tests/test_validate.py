@@ -99,7 +99,7 @@ def test_shipped_case_counts_and_unique_names():
         "mlperf-training-amd": 1,
         "mlperf-lora-70b": 20,
         "megatron-moe-recipes": 11,
-        "megatron-bridge-cards": 3,
+        "megatron-bridge-cards": 8,
     }
     assert len({c.name for c in cases}) == len(cases)
 
@@ -351,6 +351,13 @@ def test_model_zoo_rows_are_the_readmes_tflops_over_megatrons_flop_count():
 BRIDGE_CARD_ROWS = {
     # qwen3-30b-a3b.md pretrain_performance.H100: steps 41-50 averaging 20,147.29 ms
     "bridge-cards/qwen3-30b-a3b-h100-bf16-16gpu": (16, 1024, 4096, 20.14729, 13011.378),
+    # pretrain_performance.GB200 (6,501.12 ms), .GB300 (5,854.91 ms) and GB300 weak scaling's 256 GPUs
+    "bridge-cards/qwen3-30b-a3b-gb200-mxfp8-8gpu": (8, 512, 4096, 6.50112, 40322.898),
+    "bridge-cards/qwen3-30b-a3b-gb300-mxfp8-8gpu": (8, 512, 4096, 5.85491, 44773.361),
+    "bridge-cards/qwen3-30b-a3b-gb300-mxfp8-256gpu": (256, 16384, 4096, 5.81862, 45052.607),
+    # qwen3-235b-a22b.md pretrain_performance.GB200 (17,905.34 ms) and .GB300 (14,920.84 ms)
+    "bridge-cards/qwen3-235b-a22b-gb200-mxfp8-256gpu": (256, 8192, 4096, 17.90534, 7320.274),
+    "bridge-cards/qwen3-235b-a22b-gb300-mxfp8-256gpu": (256, 8192, 4096, 14.92084, 8784.492),
     # qwen3-8b.md pretrain.H100: the last ten steps average 25,070.32 ms
     "bridge-cards/qwen3-8b-h100-bf16-16gpu": (16, 1024, 4096, 25.07032, 10456.348),
     # deepseek-v3.md pretrain_performance.H100: 61,756.13 ms a step
@@ -376,6 +383,43 @@ def test_bridge_qwen3_30b_h100_rows_flops_are_megatrons_count():
     GPU, so 299.352e12 / 13,011.378 = 23.0069e9 FLOP a token, Megatron's count for Qwen3-30B-A3B (the
     recipes' test above: 23.0063e9)."""
     assert 299.352e12 / 13011.378 == pytest.approx(23.0063e9, rel=1e-4)
+
+
+def test_bridge_qwen3_30b_blackwell_rows_run_the_full_iteration_recipe():
+    """qwen3-30b-a3b.md: the GB200 and GB300 MXFP8 rows run TP1/PP1/CP1/EP8/ETP1 with "forced
+    load balancing, HybridEP, MXFP8, and full-iteration CUDA graphs", MBS 4 on GB200 and 8 on GB300
+    (the recipes); their model TFLOP/s over tokens/s per GPU is Megatron's 23.006 GFLOP a token."""
+    rows = [c for c in _family("megatron-bridge-cards") if "qwen3-30b-a3b-gb" in c.name]
+    assert len(rows) == 3
+    for case in rows:
+        sc = case.scenario
+        par, tr, moe = sc["parallel"], sc["training"], sc["moe"]
+        assert (par["tp"], par["pp"], par["ep"], par["etp"]) == (1, 1, 8, 1)
+        assert tr["micro_batch"] == (4 if "gb200" in case.name else 8)
+        assert tr["cuda_graphs"] == ["full_iteration"] and moe["host_sync"] is False
+        assert (moe["dispatcher"], moe["dispatch_sms"], tr["fp8_recipe"]) == ("hybridep", 32, "block")
+        assert case.published["tflops_per_gpu"] * 1e12 / case.published["tokens_per_s_per_gpu"] == pytest.approx(
+            23.006e9, rel=1e-4
+        )
+
+
+def test_bridge_qwen3_235b_blackwell_rows_run_the_cards_layouts():
+    """qwen3-235b-a22b.md: GB200 "TP1/PP8/CP1/EP32/ETP1, VPP3, GBS/MBS 8192/1", GB300
+    "TP1/PP4/CP1/EP32/ETP1, GBS/MBS 8192/2" (its recipe's VP 12); the recipes count the embedding
+    and the loss as a layer each in the pipeline split (account_for_embedding_in_pipeline_split,
+    account_for_loss_in_pipeline_split), so (94 + 2) / (pp x vp) layers a virtual stage, one fewer
+    in the first and the last. The GB200 row's 256 microbatches keep it out of the quick set."""
+    rows = {c.name: c for c in _family("megatron-bridge-cards") if "qwen3-235b" in c.name}
+    expected = {"gb200": (8, 3, 1, 4, True), "gb300": (4, 12, 2, 2, False)}
+    assert len(rows) == 2
+    for name, case in rows.items():
+        pp, vpp, mbs, per_stage, slow = expected[name.split("-")[4]]
+        par = case.scenario["parallel"]
+        assert (par["tp"], par["pp"], par["vpp"], par["ep"], par["etp"]) == (1, pp, vpp, 32, 1)
+        assert case.scenario["training"]["micro_batch"] == mbs and case.slow is slow
+        stages = par["layers_per_stage"]
+        assert stages == [per_stage - 1] + [per_stage] * (pp * vpp - 2) + [per_stage - 1]
+        assert (sum(stages) + 2) / (pp * vpp) == per_stage and sum(stages) == 94
 
 
 def test_bridge_deepseek_v3_h100_row_runs_the_recipes_layout():

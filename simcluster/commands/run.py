@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     tokens, prices = parse_tokens(args.tokens), parse_prices(args.price)
     scenario, ctx, inert = _prepared(args, prices)
     summary, result = _simulated(args, scenario, ctx)
-    caveat = small_expert_line(ctx.model)
+    caveat = small_expert_line(ctx.model, ctx.scenario.training.cuda_graphs)
     rerun = _rerun_arguments(args)
     _annotate(summary, args, scenario, ctx, caveat=caveat, inert=inert, rerun=rerun)
     if prices is not None:
