@@ -725,7 +725,8 @@ def _cuda_graphs(flags: Flags, training: dict[str, Any], out: Imported) -> None:
     impl = flags.text("cuda-graph-impl")
     legacy = flags.has("enable-cuda-graph") | flags.has("external-cuda-graph")
     scopes = flags.words("cuda-graph-scope")
-    if impl == "full_iteration" or (impl not in (None, "none") or legacy) and "full_iteration" in scopes:
+    graphed = impl not in (None, "none") or legacy
+    if impl == "full_iteration" or (graphed and "full_iteration" in scopes):
         training["cuda_graphs"] = ["full_iteration"]
         return
     if impl in (None, "none") and not legacy:
