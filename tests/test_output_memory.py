@@ -114,3 +114,25 @@ def test_the_capacity_line_shows_across_a_peak_that_does_not_fit():
     red = (rows[:, 0] > 170) & (rows[:, 1] < 90) & (rows[:, 2] < 90)
     white = (rows > 230).all(axis=1)  # the casing: the band itself is dark blue there
     assert red.sum() > 0.2 * (right - left) and white.sum() > 0.2 * (right - left), (red.sum(), white.sum())
+
+
+def test_a_long_title_breaks_to_fit_the_figure():
+    """A run's title, "NAME (model M) — LAYOUT on HW (N GPUs)", is wider than the memory plot's
+    7 inches for long names: it breaks at its dash, then at spaces, and never runs off the page."""
+    from matplotlib.figure import Figure
+
+    from simcluster.output.style import fitting_title
+
+    long = "qwen3-30b-gb200-card (model qwen3-30b-a3b) — dp8 tp1 pp1 ep8 zero1 1f1b on gb200-nvl72 (8 GPUs)"
+    fig = Figure(figsize=(7.0, 3.0))
+    title = fitting_title(fig, f"{long}\npeak 128.21 GiB on stage 0 of 185.00 GiB")
+    assert title.get_text().splitlines()[:2] == [
+        "qwen3-30b-gb200-card (model qwen3-30b-a3b)", "dp8 tp1 pp1 ep8 zero1 1f1b on gb200-nvl72 (8 GPUs)"
+    ]
+    assert title.get_window_extent().width <= fig.bbox.width
+    # narrower still: each line wrapped at spaces until it fits
+    narrow = Figure(figsize=(3.0, 3.0))
+    title = fitting_title(narrow, long)
+    assert len(title.get_text().splitlines()) > 2 and title.get_window_extent().width <= narrow.bbox.width
+    # a title that fits is left as written
+    assert fitting_title(Figure(figsize=(7.0, 3.0)), "tiny — dp8").get_text() == "tiny — dp8"

@@ -29,6 +29,7 @@ from simcluster.output.style import (
     MEMORY_STYLES,
     figure_bytes,
     fitting_legend,
+    fitting_title,
     format_of,
     time_scale,
 )
@@ -224,7 +225,7 @@ def draw_memory(data: MemoryPlotData, title: str = "") -> Figure:
             f"; the offload backlog takes stage {behind.stage} to {format_bytes(high)}"
             + (" (does not fit)" if high > data.capacity_bytes >= data.peak_bytes else "")
         )
-    fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
+    fitting_title(fig, f"{title}\n{headline}" if title else headline)
     # every stage's entries: the backlog's line may be on a later panel only
     handles, labels = [], []
     for ax in axes[: len(data.stages)]:

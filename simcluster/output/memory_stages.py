@@ -18,7 +18,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from simcluster.output.report_files import write_report_files
-from simcluster.output.style import MEMORY_STYLES
+from simcluster.output.style import MEMORY_STYLES, fitting_title
 from simcluster.peak_parts import BUCKET_COPY, CP_ATTENTION, LOSS_LOGITS, WEIGHT_GRADS
 from simcluster.units import GiB, format_bytes
 
@@ -104,7 +104,7 @@ def draw_memory_stages(frame: pd.DataFrame, capacity_bytes: float, title: str = 
     ax.set_axisbelow(True)
     verdict = "fits" if peak <= capacity_bytes else "does not fit"
     headline = f"peak {format_bytes(peak)} on stage {int(x[worst])} of {format_bytes(capacity_bytes)}: {verdict}"
-    fig.suptitle(f"{title}\n{headline}" if title else headline, fontsize=10)
+    fitting_title(fig, f"{title}\n{headline}" if title else headline)
     handles, labels = ax.get_legend_handles_labels()
     entry_in = _LEGEND_IN_PER_CHAR * max(map(len, labels)) + _LEGEND_HANDLE_IN
     ncols = max(1, min(len(labels), 4, int(width // entry_in)))

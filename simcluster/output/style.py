@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
+from matplotlib.text import Text
 
 from simcluster.errors import UserError
 
@@ -141,6 +143,25 @@ def fitting_legend(
             return legend, ncols
         legend.remove()
     raise ValueError("a legend needs at least one entry")
+
+
+def fitting_title(fig: Figure, text: str, fontsize: float = 10) -> Text:
+    """``fig``'s title, fitted to the figure's width: too wide, it breaks at its " — " (a run's
+    name before it, its layout after), then wraps each line at spaces until it fits. A scenario's
+    long name and layout would otherwise run past both edges of a narrow figure (the memory
+    plots' 7 inches)."""
+    title = fig.suptitle(text, fontsize=fontsize)
+    if title.get_window_extent().width <= fig.bbox.width:
+        return title
+    text = text.replace(" — ", "\n")
+    title.set_text(text)
+    longest = max(len(line) for line in text.splitlines())
+    for width in range(longest - 4, 19, -4):
+        if title.get_window_extent().width <= fig.bbox.width:
+            break
+        wrapped = [textwrap.fill(line, width, break_long_words=False) for line in text.splitlines()]
+        title.set_text("\n".join(wrapped))
+    return title
 
 
 # Metadata keys matplotlib would otherwise fill with a version or a date.
