@@ -22,19 +22,14 @@ from simcluster.parallelism.segments import Compute
 from simcluster.scenario import scenario_from_dict
 
 
-def _moe(
-    graphs: list[str], host_op_us: float = 300.0, launch_us: float | None = None, **moe
-) -> dict:
-    efficiency = {"host_op_us": host_op_us} | (
-        {"kernel_launch_us": launch_us} if launch_us is not None else {}
-    )
+def _moe(graphs: list[str], host_op_us: float = 300.0) -> dict:
     return make_scenario(
         model=MOE,
-        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"efficiency": efficiency}},
+        cluster={"hardware": "dgx-h100", "gpus": 8, "profile": {"efficiency": {"host_op_us": host_op_us}}},
         parallel={"tp": 1, "pp": 1, "ep": 8},
         training={"seq_len": 2048, "micro_batch": 1, "global_batch": 16, "fused_cross_entropy": True,
                   "cuda_graphs": graphs, "step_tail": "none"},
-        moe={"host_sync": False, **moe},
+        moe={"host_sync": False},
     )  # fmt: skip
 
 
