@@ -303,9 +303,14 @@ def test_flags_without_a_field_say_what_to_set(tmp_path):
     _, skipped, _ = _import(
         tmp_path,
         "--use-mcore-models --calculate-per-token-loss --use-torch-fsdp2 --use-megatron-fsdp "
-        "--data-parallel-sharding-strategy optim_grads_params",
+        "--data-parallel-sharding-strategy optim_grads_params --moe-use-legacy-grouped-gemm "
+        "--moe-single-grouped-weight",
     )
     text = " ".join(skipped)
+    # Megatron-Core experts.py: GroupedMLP (legacy) vs TEGroupedMLP, whose GroupedLinear
+    # registers weight0 .. weight{n-1}; step_tail.stage_tensor_split counts the latter
+    assert "--moe-use-legacy-grouped-gemm (the legacy GroupedMLP" in text
+    assert "--moe-single-grouped-weight (TransformerEngine's single grouped weight" in text
     assert "--use-torch-fsdp2 (Megatron's PyTorch FSDP2" in text and "parallel.zero=3" in text
     assert "--data-parallel-sharding-strategy (Megatron-FSDP's sharding" in text
     assert "--use-mcore-models (a no-op today" in text

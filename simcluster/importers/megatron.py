@@ -110,6 +110,11 @@ _REASONS = {
     "delay-wgrad-compute": "the weight gradients split from the backward for "
     "--overlap-moe-expert-parallel-comm are not modelled: overlap.ep_comm pairs whole phases",
     "calculate-per-token-loss": "the loss's normalisation: one scalar all-reduce, not costed",
+    "moe-use-legacy-grouped-gemm": "the legacy GroupedMLP (the grouped_gemm package's one kernel over "
+    "two stacked weight tensors) is not modelled: simulated as TransformerEngine's GroupedLinear, a "
+    "GEMM and a weight tensor per local expert, which the optimizer's tail walks one by one",
+    "moe-single-grouped-weight": "TransformerEngine's single grouped weight (two stacked tensors a "
+    "layer, not one per local expert) is not modelled: the optimizer's tail walks a tensor per expert",
     "moe-deepep-num-sms": "read only with the flex dispatcher's deepep backend (moe.dispatch_sms); a "
     "Megatron-Core that forwards it to --moe-flex-dispatcher-num-sms: --set moe.dispatch_sms=N",
     "moe-hybridep-num-sms": "read only with the flex dispatcher's hybridep backend (moe.dispatch_sms); a "
