@@ -218,3 +218,23 @@ def test_lifting_the_offload_cap_never_slows_the_step():
     assert variant is not None
     assert variant[0].step_s < base.step_s  # the waits cost time over so slow a link
     assert metamorphic.broken(relation, base, variant[0], TOLERANCE) is None
+
+
+def test_first_reduction_group_with_bucket_copies_is_no_memory_relation():
+    """PyTorch DDP's buckets copy every gradient only where there is a group to reduce over
+    (parallelism/data.py bucket_buffer_bytes; nanotron wraps its model in DDP only then), so dp
+    or cp 1 -> 2 under nanotron's preset (dp.bucket_copies) adds the gradients' size and may
+    raise the peak (metamorphic seed 9969, Mixtral 8x7B on 8 GB200 at tp 8: +8.1% at cp 2,
+    +9.7% at dp 2); both memory relations skip that doubling and keep the next one."""
+    doc = yaml.safe_load(resolve_scenario_path("llama3-8b-8xh100").read_text())
+    doc["framework"] = "nanotron"
+    doc["parallel"].update(tp=8, zero=0)
+    relations = {r.name: r for r in metamorphic.RELATIONS}
+    for name in ("dp x2 memory", "cp x2 memory"):
+        assert relations[name].variant(doc, None) is None
+    doc["cluster"]["gpus"] = 16  # dp 2: the group exists, doubling it keeps the relation
+    assert relations["dp x2 memory"].variant(doc, None)["cluster"]["gpus"] == 32
+    assert relations["cp x2 memory"].variant(doc, None)["parallel"]["cp"] == 2
+    doc["cluster"]["gpus"] = 8
+    doc["framework"] = "megatron-core"  # no bucket copies: held from dp 1 on
+    assert relations["dp x2 memory"].variant(doc, None)["cluster"]["gpus"] == 16

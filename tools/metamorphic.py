@@ -16,7 +16,9 @@ variants whose result can only move one way:
 - more recomputation (none -> selective -> full): the peak memory is not higher and the step
   is not shorter;
 - twice the micro-batch: the peak memory is not lower;
-- twice the tensor, data or context parallelism (and the GPUs): the peak memory is not higher;
+- twice the tensor, data or context parallelism (and the GPUs): the peak memory is not higher
+  (data or context parallelism: not where it brings the gradients' first reduction group and,
+  with ``dp.bucket_copies``, DDP's second copy of them);
 - twice the expert parallelism on the same GPUs: the peak memory is not higher;
 - twice the replicas and twice the global batch without ZeRO (weak scaling): the step is not
   shorter (not held on a switchless mesh, where a larger group uses more direct links);
@@ -183,10 +185,25 @@ def _whole_flush_in_flight(doc: Doc) -> bool:
     return max(peak_inflight(planned_orders(ctx))) >= ctx.spec.m * ctx.schedule.chunks(ctx.spec)
 
 
+def _first_reduction_group(doc: Doc) -> bool:
+    """Whether twice the data or context parallelism gives the gradients their first reduction
+    group where the framework copies them into buckets (``dp.bucket_copies``: PyTorch DDP's
+    buckets, a second copy of every gradient, exist only with a group to reduce over; nanotron
+    wraps its model in DDP only then): the peak memory rises by design."""
+    try:
+        ctx = build_context(scenario_from_dict(doc))
+    except UserError:
+        return False
+    return ctx.scenario.dp.bucket_copies and ctx.layout.dp * ctx.layout.cp == 1
+
+
 def _double_degree(degree: str) -> Callable[[Doc], bool]:
-    """Twice the tensor or context parallelism, on twice the GPUs."""
+    """Twice the tensor or context parallelism, on twice the GPUs (context parallelism: not
+    where it gives the gradients their first reduction group, :func:`_first_reduction_group`)."""
 
     def edit(doc: Doc) -> bool:
+        if degree == "cp" and _first_reduction_group(doc):
+            return False
         doc["parallel"][degree] = doc["parallel"].get(degree, 1) * 2
         doc["cluster"]["gpus"] *= 2
         return not _adaptive_memory(doc)
@@ -206,7 +223,10 @@ def _double_ep(doc: Doc) -> bool:
 
 def _double_dp(doc: Doc) -> bool:
     """Twice the replicas, the same global batch: each holds half the microbatches and, under
-    ZeRO, a smaller share of the states. (The step may well be shorter or longer.)"""
+    ZeRO, a smaller share of the states. (The step may well be shorter or longer.) Not where
+    the replicas' first reduction group brings DDP's bucket copies (:func:`_first_reduction_group`)."""
+    if _first_reduction_group(doc):
+        return False
     doc["cluster"]["gpus"] *= 2
     return not _adaptive_memory(doc)
 
