@@ -486,9 +486,22 @@ def _refuse_softcapping(cfg: dict[str, Any]) -> None:
         )
 
 
+#: config keys of state-space (Mamba) mixers: NemotronH's layer pattern and Mamba-2 state
+#: (``hybrid_override_pattern``, ``ssm_state_size``, also Mamba2Config's and Bamba's), Jamba's and
+#: Falcon-H1's ``mamba_d_state``, Falcon-H1's ``mamba_n_heads``, MambaConfig's ``state_size``,
+#: Zamba's ``layers_block_type``
+_STATE_SPACE_KEYS = (
+    "hybrid_override_pattern", "ssm_state_size", "mamba_d_state", "mamba_num_heads", "mamba_n_heads",
+    "state_size", "layers_block_type",
+)  # fmt: skip
+
+
 def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
     """Layers that mix tokens by something other than softmax attention (Qwen3-Next's Gated
     DeltaNet, MiniMax's lightning attention, Mamba) are refused, not costed as attention."""
+    for key in _STATE_SPACE_KEYS:
+        if cfg.get(key) is not None:
+            raise Unsupported(f"{key}: state-space (Mamba) layers are not modelled; simcluster models softmax attention only")
     types = cfg.get("layer_types")
     other = sorted({str(t) for t in types} - _ATTENTION_KINDS) if isinstance(types, list) else []
     if other:

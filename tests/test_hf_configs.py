@@ -133,6 +133,14 @@ def test_qwen_moe_mlp_only_layers(tmp_path):
         ({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "linear_attention"),
         # MiniMaxAI/MiniMax-M1 config.json: attn_type_list, 0 = lightning attention
         ({"attn_type_list": [0] * 7 + [1]}, "attn_type_list"),
+        # nvidia/Nemotron-H-8B-Base-8K config.json (model_type nemotron_h): Mamba-2 mixers where
+        # the pattern says M, attention at *; refused before "did you mean 'nemotron'" could say
+        # its name is one letter off a transformer
+        ({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M-M*-", "ssm_state_size": 128},
+         "hybrid_override_pattern"),
+        # state-spaces/mamba2 (Mamba2Config) and ai21labs Jamba (mamba_d_state) config.json files
+        ({"model_type": "mamba2", "ssm_state_size": 128}, "ssm_state_size"),
+        ({"model_type": "jamba", "mamba_d_state": 16}, "mamba_d_state"),
     ],
 )
 def test_other_token_mixers_are_refused_not_costed_as_attention(tmp_path, extra, named):

@@ -542,3 +542,27 @@ def test_the_older_p2p_overlap_switch(tmp_path):
     assert not [x for x in skipped if "p2p" in x]
     s, _, _ = _import(tmp_path, "--pipeline-model-parallel-size 4 --no-overlap-p2p-communication")
     assert s["overlap"]["pp_comm"] is False
+
+
+@pytest.mark.parametrize(
+    ("program", "extra", "named"),
+    [
+        # Megatron-LM examples/mamba: pretrain_mamba.py with the hybrid pattern and mixer shape
+        ("pretrain_mamba.py", "--hybrid-override-pattern M-M*-M- --mamba-state-dim 128", "--hybrid-override-pattern"),
+        ("pretrain_gpt.py", "--mamba-num-heads 128", "--mamba-num-heads"),
+        ("pretrain_gpt.py", "--is-hybrid-model", "--is-hybrid-model"),
+        # a pure Mamba stack: no hybrid flag, its program says so
+        ("pretrain_mamba.py", "", "pretrain_mamba.py"),
+    ],
+)
+def test_hybrid_mamba_models_are_refused_not_costed_as_attention(tmp_path, program, extra, named):
+    """Megatron-Core's MambaModel (Mamba-2 mixers beside attention and MLP layers) would import
+    flag by flag as a transformer with attention in every layer; refused by its flag or program."""
+    script = tmp_path / "train.sh"
+    script.write_text(
+        f"torchrun {program} --num-layers 8 --hidden-size 4096 --num-attention-heads 32 "
+        f"--seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 {extra}\n"
+    )
+    with pytest.raises(UserError) as err:
+        import_config("megatron", script, ImportOptions(cluster="dgx-h100", nodes=1))
+    assert err.value.field == named and "Mamba" in str(err.value)

@@ -51,6 +51,8 @@ class ScriptArgs:
     #: they are when it runs the program, and the assignments written before its command
     #: (``NAME=VALUE python ...``); an assignment not exported stays the shell's
     variables: dict[str, str] = field(default_factory=dict)
+    #: the ``.py`` file the script runs (empty where it runs none)
+    program: str = ""
 
 
 @dataclass
@@ -81,6 +83,8 @@ class _State:
     exported: set[str] = field(default_factory=set)
     #: the environment its Python command runs with (ScriptArgs.variables), once found
     environment: dict[str, str] | None = None
+    #: the ``.py`` file of that command
+    program: str = ""
 
     def environ(self, prefix: dict[str, str] | None = None) -> dict[str, str]:
         """The exported and ``--var`` variables as they are now, with a command's own
@@ -484,6 +488,7 @@ def _statement(raw: list[str], state: _State, where: str, depth: int) -> None:
     )
     for k, word in enumerate(expanded):
         if word.endswith(".py"):
+            state.program = word
             state.command = expanded[k + 1 :]
             state.environment = state.environ(prefix)
             break
@@ -575,7 +580,9 @@ def read_script(path: Path, variables: dict[str, str], field_name: str = "FILE")
                 "choose its case with --var NAME=VALUE",
             ) from None
     if state.command is not None:
-        return ScriptArgs(state.command, "the Python command it runs", state.notes, state.environment or {})
+        return ScriptArgs(
+            state.command, "the Python command it runs", state.notes, state.environment or {}, state.program
+        )
     if state.arg_lines:
         return ScriptArgs(state.arg_lines, "its lines of flags", state.notes, state.environ())
     words: list[str] = []
