@@ -553,11 +553,17 @@ def test_the_older_p2p_overlap_switch(tmp_path):
         ("pretrain_gpt.py", "--is-hybrid-model", "--is-hybrid-model"),
         # a pure Mamba stack: no hybrid flag, its program says so
         ("pretrain_mamba.py", "", "pretrain_mamba.py"),
+        # Qwen3-Next / Qwen3.5 launches: Gated DeltaNet on three layers in four
+        ("pretrain_gpt.py", "--experimental-attention-variant gated_delta_net --linear-attention-freq 4",
+         "--experimental-attention-variant"),
+        ("pretrain_gpt.py", "--experimental-attention-variant dsa --dsa-indexer-topk 2048", "--experimental-attention-variant"),
+        ("pretrain_gpt.py", "--heterogeneous-layers-config-path blocks.json", "--heterogeneous-layers-config-path"),
     ],
 )
-def test_hybrid_mamba_models_are_refused_not_costed_as_attention(tmp_path, program, extra, named):
-    """Megatron-Core's MambaModel (Mamba-2 mixers beside attention and MLP layers) would import
-    flag by flag as a transformer with attention in every layer; refused by its flag or program."""
+def test_layers_other_than_softmax_attention_are_refused(tmp_path, program, extra, named):
+    """Megatron-Core's MambaModel (Mamba-2 mixers beside attention and MLP layers), its experimental
+    attention variants and per-layer block configurations would import flag by flag as a
+    transformer with softmax attention in every layer; refused by the flag or program."""
     script = tmp_path / "train.sh"
     script.write_text(
         f"torchrun {program} --num-layers 8 --hidden-size 4096 --num-attention-heads 32 "
@@ -565,4 +571,4 @@ def test_hybrid_mamba_models_are_refused_not_costed_as_attention(tmp_path, progr
     )
     with pytest.raises(UserError) as err:
         import_config("megatron", script, ImportOptions(cluster="dgx-h100", nodes=1))
-    assert err.value.field == named and "Mamba" in str(err.value)
+    assert err.value.field == named and "is not modelled" in str(err.value)

@@ -44,7 +44,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
-from simcluster.importers.megatron_hybrid import refuse_hybrid
+from simcluster.importers.megatron_layer_kinds import refuse_unmodelled_layers
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.megatron_offload import activation_offload
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
@@ -139,7 +139,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     out = Imported({}, f"{path.name} ({args.origin})")
     out.notes.extend(args.notes)
     flags = Flags.parse(args.words)
-    refuse_hybrid(flags, args.program)
+    refuse_unmodelled_layers(flags, args.program)
     framework = options.framework or _framework(flags)
     if not options.framework:
         why = {
