@@ -502,6 +502,11 @@ def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
     for key in _STATE_SPACE_KEYS:
         if cfg.get(key) is not None:
             raise Unsupported(f"{key}: state-space (Mamba) layers are not modelled; simcluster models softmax attention only")
+    if cfg.get("index_topk") is not None:  # DeepSeek-V3.2's and GLM-5's lightning indexer
+        raise Unsupported(
+            f"index_topk {cfg['index_topk']}: DeepSeek sparse attention (an indexer picks the keys each "
+            "query attends to) is not modelled; simcluster models attention over every earlier key"
+        )
     types = cfg.get("layer_types")
     other = sorted({str(t) for t in types} - _ATTENTION_KINDS) if isinstance(types, list) else []
     if other:
