@@ -572,3 +572,37 @@ def test_layers_other_than_softmax_attention_are_refused(tmp_path, program, extr
     with pytest.raises(UserError) as err:
         import_config("megatron", script, ImportOptions(cluster="dgx-h100", nodes=1))
     assert err.value.field == named and "is not modelled" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fields"),
+    [
+        # Megatron-Bridge's gpt-oss provider: window_size (128, 0), window_attn_skip_freq 2;
+        # is_layer_window_attention (layers from 1): layer_number % 2 != 0 windowed, so layers 2, 4, ...
+        # global, simcluster's (i + 1) % 2 == 0 from 0; a query sees its 128 predecessors and itself
+        ("--window-size 128,0 --window-attn-skip-freq 2", {"sliding_window": 129, "global_every": 2}),
+        ("--window-size 4096,0", {"sliding_window": 4097}),  # every layer windowed (Mistral)
+        ("--window-size 4096,-1 --window-attn-skip-freq ([1]*3+[0])*8", {"sliding_window": 4097, "global_every": 4}),
+        ("--window-size 4096,0 --window-attn-skip-freq [1]*32", {"sliding_window": 4097}),
+        ("--window-size 4096,0 --window-attn-skip-freq 1", {}),  # every layer global
+        ("--window-size -1,0", {}),  # -1: no bound
+        ("--window-attn-skip-freq 2", {}),  # no window to skip
+    ],
+)
+def test_window_flags_as_sliding_window_and_global_every(tmp_path, flags, fields):
+    s, skipped, _ = _import(tmp_path, flags)
+    got = {k: s["model"][k] for k in ("sliding_window", "global_every") if k in s["model"]}
+    assert got == fields
+    assert not [f for f in skipped if "window" in f]
+    build_context(scenario_from_dict(s))
+
+
+def test_window_flag_refusals(tmp_path):
+    with pytest.raises(UserError, match="attend 5 keys after it"):
+        _import(tmp_path, "--window-size 128,5")
+    with pytest.raises(UserError, match="is not LEFT,RIGHT"):
+        _import(tmp_path, "--window-size 128")
+    with pytest.raises(UserError, match="not every N-th layer global"):
+        _import(tmp_path, "--window-size 128,0 --window-attn-skip-freq [1,0,0,1]*8")
+    with pytest.raises(UserError, match="gives 4 layers, --num-layers 32"):
+        _import(tmp_path, "--window-size 128,0 --window-attn-skip-freq [1,1,1,0]")

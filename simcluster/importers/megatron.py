@@ -47,6 +47,7 @@ from simcluster.importers.flags import Flags, not_step_reason
 from simcluster.importers.megatron_layer_kinds import refuse_unmodelled_layers
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.megatron_offload import activation_offload
+from simcluster.importers.megatron_window import sliding_window
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.pipeline_layout import apply_layout
@@ -270,6 +271,7 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     _kv_heads(flags, model)
     _norm_and_positions(flags, model, out)
     _softmax(flags, model, out)
+    sliding_window(flags, model, out)
     dropouts = [flags.number("hidden-dropout"), flags.number("attention-dropout")]
     model["dropout"] = any(0.1 if d is None else d for d in dropouts)  # both default to 0.1
     _model_vocab(flags, sc, out)

@@ -60,7 +60,7 @@ def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
                 f"{2 * every - 1}, ... (the same count when {every} divides the layers)"
             )
         return
-    pattern = _pattern(text)
+    pattern = freq_pattern(text, "--moe-layer-freq")
     layers = model["layers"]
     if len(pattern) != layers:
         raise UserError("--moe-layer-freq", f"gives {len(pattern)} layers, --num-layers {layers}")
@@ -85,20 +85,18 @@ def _periodic(pattern: list[int], dense: int, every: int) -> bool:
     return all(v == int((i + 1) % every == 0) for i, v in enumerate(pattern) if i >= dense)
 
 
-def _pattern(text: str) -> list[int]:
-    """A list expression of 0s and 1s as arguments.py's moe_freq_type evaluates it: lists of
-    digits, ``*`` repeats and ``+`` joins, nothing else."""
+def freq_pattern(text: str, flag: str) -> list[int]:
+    """A list expression of 0s and 1s as arguments.py's moe_freq_type evaluates it (for
+    ``--moe-layer-freq`` and ``--window-attn-skip-freq``, named by ``flag``): lists of digits,
+    ``*`` repeats and ``+`` joins, nothing else."""
     if not re.fullmatch(r"[\[\]()0-9*+, ]+", text):
-        raise UserError(
-            "--moe-layer-freq",
-            f"'{text}' is neither a whole number nor a list such as [0]*3+[1]*58",
-        )
+        raise UserError(flag, f"'{text}' is neither a whole number nor a list such as [0]*3+[1]*58")
     try:
         value = eval(text, {"__builtins__": {}})  # noqa: S307 - brackets, digits, * + only
     except SyntaxError:
-        raise UserError("--moe-layer-freq", f"'{text}' is not a list expression") from None
+        raise UserError(flag, f"'{text}' is not a list expression") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
-        raise UserError("--moe-layer-freq", f"'{text}' must give a list of 0s and 1s")
+        raise UserError(flag, f"'{text}' must give a list of 0s and 1s")
     return [int(v) for v in value]
 
 
