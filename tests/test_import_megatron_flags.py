@@ -606,3 +606,37 @@ def test_window_flag_refusals(tmp_path):
         _import(tmp_path, "--window-size 128,0 --window-attn-skip-freq [1,0,0,1]*8")
     with pytest.raises(UserError, match="gives 4 layers, --num-layers 32"):
         _import(tmp_path, "--window-size 128,0 --window-attn-skip-freq [1,1,1,0]")
+
+
+@pytest.mark.parametrize(
+    ("flags", "fields"),
+    [
+        # arguments.py --cp-comm-type, passed to TransformerEngine as cp_comm_type; its help spells
+        # "allgather", TransformerEngine takes "all_gather"
+        ("--cp-comm-type a2a", {"cp_comm": "a2a"}),
+        ("--cp-comm-type allgather", {"cp_comm": "all_gather"}),
+        ("--cp-comm-type all_gather all_gather", {"cp_comm": "all_gather"}),  # one per layer, all alike
+        ("--cp-comm-type p2p", {"cp_comm": "p2p"}),
+        # every two adjacent CP ranks an all-to-all group, the ring across the two groups
+        ("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2", {"cp_comm": "a2a+p2p", "cp_a2a": 2}),
+    ],
+)
+def test_context_parallel_comm_type(tmp_path, flags, fields):
+    s, skipped, _ = _import(tmp_path, f"--context-parallel-size 4 {flags}")
+    got = {k: s["parallel"][k] for k in ("cp_comm", "cp_a2a") if k in s["parallel"]}
+    assert got == fields
+    assert not [f for f in skipped if "cp-comm-type" in f or "hierarchical" in f]
+    build_context(scenario_from_dict(s))
+
+
+def test_context_parallel_comm_type_refusals(tmp_path):
+    with pytest.raises(UserError, match="different kinds"):
+        _import(tmp_path, "--context-parallel-size 4 --cp-comm-type p2p a2a")
+    with pytest.raises(UserError, match="give both sizes"):
+        _import(tmp_path, "--context-parallel-size 4 --cp-comm-type a2a+p2p")
+    with pytest.raises(UserError, match="2 x 4 is not the context parallel size 4"):
+        _import(tmp_path, "--context-parallel-size 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 4")
+    with pytest.raises(UserError, match="'ring' is not one of"):
+        _import(tmp_path, "--context-parallel-size 4 --cp-comm-type ring")
+    s, _, notes = _import(tmp_path, "--cp-comm-type a2a")  # no context parallelism: nothing written
+    assert "cp_comm" not in s["parallel"] and any("no effect" in n for n in notes)

@@ -44,6 +44,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags, not_step_reason
+from simcluster.importers.megatron_context import context_parallel
 from simcluster.importers.megatron_layer_kinds import refuse_unmodelled_layers
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.megatron_offload import activation_offload
@@ -428,6 +429,7 @@ def _vocab(flags: Flags, sc: dict[str, Any], out: Imported) -> int | None:
 def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -> None:
     parallel = sc["parallel"]
     _zero(flags, parallel, framework, out)
+    context_parallel(flags, parallel, out)
     _partition(flags, sc)
     # the layout first: Megatron refuses the other splits beside it
     apply_layout(flags.text("pipeline-model-parallel-layout"), set(flags.values), sc)
