@@ -640,3 +640,16 @@ def test_context_parallel_comm_type_refusals(tmp_path):
         _import(tmp_path, "--context-parallel-size 4 --cp-comm-type ring")
     s, _, notes = _import(tmp_path, "--cp-comm-type a2a")  # no context parallelism: nothing written
     assert "cp_comm" not in s["parallel"] and any("no effect" in n for n in notes)
+
+
+def test_deepspeed_ulysses_sequence_parallel_as_context_parallel_a2a(tmp_path):
+    """Megatron-DeepSpeed's --ds-sequence-parallel-size (DeepSpeed-Ulysses: the sequence split,
+    all-to-all over heads around attention in DeepSpeed's DistributedAttention) is context
+    parallelism of the a2a kind; framework deepspeed runs DeepSpeed's implementation of it."""
+    s, skipped, notes = _import(tmp_path, "--deepspeed --ds-sequence-parallel-size 4")
+    assert (s["framework"], s["parallel"]["cp"], s["parallel"]["cp_comm"]) == ("deepspeed", 4, "a2a")
+    assert not [f for f in skipped if "ds-sequence-parallel-size" in f]
+    ctx = build_context(scenario_from_dict(s))
+    assert (ctx.layout.cp, ctx.layout.dp, ctx.scenario.parallel.cp_a2a_impl) == (4, 8, "deepspeed")
+    s, _, _ = _import(tmp_path, "--deepspeed --ds-sequence-parallel-size 1")
+    assert "cp" not in s["parallel"]

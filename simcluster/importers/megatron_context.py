@@ -5,7 +5,10 @@ to TransformerEngine's attention as its ``cp_comm_type``: ``p2p`` (the ring, Meg
 ``all_gather``, ``a2a`` (Ulysses) or ``a2a+p2p`` (all-to-all inside groups, the ring across them,
 whose sizes ``--hierarchical-context-parallel-sizes A2A P2P`` gives). Its help text spells the
 second "allgather"; TransformerEngine takes ``all_gather``, so both are read. One value per layer
-is allowed there; simcluster runs one kind in every layer.
+is allowed there; simcluster runs one kind in every layer. Megatron-DeepSpeed's
+``--ds-sequence-parallel-size N`` is DeepSpeed-Ulysses: the sequence split over N ranks that
+all-to-all it over heads around attention (DeepSpeed's ``DistributedAttention``), gradients reduced
+over the data- and sequence-parallel ranks together: ``parallel.cp`` N with ``cp_comm`` a2a.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ _KINDS = {"p2p": "p2p", "a2a": "a2a", "all_gather": "all_gather", "allgather": "
 
 def context_parallel(flags: Flags, parallel: dict[str, Any], out: Imported) -> None:
     """``parallel.cp_comm`` (and with a2a+p2p ``cp_a2a``) from the context-parallel flags."""
+    ulysses = flags.integer("ds-sequence-parallel-size")
+    if ulysses is not None and ulysses > 1:
+        parallel.update(cp=ulysses, cp_comm="a2a")
+        out.notes.append(
+            f"--ds-sequence-parallel-size {ulysses}: DeepSpeed-Ulysses, parallel.cp {ulysses} with cp_comm a2a"
+        )
     kinds = flags.words("cp-comm-type")
     sizes = flags.words("hierarchical-context-parallel-sizes")
     if not kinds and not sizes:
