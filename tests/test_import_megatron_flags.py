@@ -653,3 +653,26 @@ def test_deepspeed_ulysses_sequence_parallel_as_context_parallel_a2a(tmp_path):
     assert (ctx.layout.cp, ctx.layout.dp, ctx.scenario.parallel.cp_a2a_impl) == (4, 8, "deepspeed")
     s, _, _ = _import(tmp_path, "--deepspeed --ds-sequence-parallel-size 1")
     assert "cp" not in s["parallel"]
+
+
+def test_schedule_and_bucket_flags_to_their_fields(tmp_path):
+    """arguments.py flags whose scenario fields name them: the interleaved schedule's microbatch
+    group, the LM head's deferred weight gradients (pipeline only), the NaN check's 2023 on-switch,
+    and overlap_param_gather_with_optimizer_step's one bucket a chunk (get_model's
+    disable_bucketing)."""
+    s, skipped, _ = _import(
+        tmp_path,
+        "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+        "--microbatch-group-size-per-virtual-pipeline-stage 8 --global-batch-size 64 "
+        "--defer-embedding-wgrad-compute --wgrad-deferral-limit 22 --check-for-nan-in-loss-and-grad "
+        "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --overlap-param-gather-with-optimizer-step",
+    )
+    par = s["parallel"]
+    assert (par["schedule"], par["microbatch_group"]) == ("interleaved", 8)
+    assert (par["defer_head_wgrad"], par["head_wgrad_deferral_limit"]) == (True, 22)
+    assert (s["dp"]["nan_check"], s["dp"]["bucket_stages"]) == (True, "none")
+    assert not skipped
+    build_context(scenario_from_dict(s))
+    s, _, notes = _import(tmp_path, "--defer-embedding-wgrad-compute --microbatch-group-size-per-virtual-pipeline-stage 8")
+    assert "defer_head_wgrad" not in s["parallel"] and "microbatch_group" not in s["parallel"]
+    assert any("without a pipeline" in n for n in notes) and any("interleaved schedule only" in n for n in notes)

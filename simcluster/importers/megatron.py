@@ -48,6 +48,7 @@ from simcluster.importers.megatron_context import context_parallel
 from simcluster.importers.megatron_layer_kinds import refuse_unmodelled_layers
 from simcluster.importers.megatron_moe import mla, moe
 from simcluster.importers.megatron_offload import activation_offload
+from simcluster.importers.megatron_pipeline import schedule_flags
 from simcluster.importers.megatron_window import sliding_window
 from simcluster.importers.nccl_env import communicator_file, nccl_channel_variables
 from simcluster.importers.options import ImportOptions
@@ -126,6 +127,10 @@ _REASONS = {
     "alltoall dispatcher",
     "use-torch-fsdp2": "Megatron's PyTorch FSDP2 wrapping has no Megatron-Core preset here; "
     "--set parallel.zero=3 for its sharding (the preset's DDP buckets do not describe FSDP2)",
+    "use-custom-fsdp": "Megatron-FSDP (its earlier name) is not modelled; --set parallel.zero=N for its "
+    "--data-parallel-sharding-strategy (optim 1, optim_grads 2, optim_grads_params 3)",
+    "moe-layer-recompute": "the whole MoE block recomputed in the backward is not modelled (training."
+    "recompute_modules has moe_act, the experts' activation, not the block)",
     "use-megatron-fsdp": "Megatron-FSDP is not modelled; --set parallel.zero=N for its "
     "--data-parallel-sharding-strategy (optim 1, optim_grads 2, optim_grads_params 3)",
     "data-parallel-sharding-strategy": "Megatron-FSDP's sharding: --set parallel.zero=N "
@@ -444,6 +449,7 @@ def _parallel(flags: Flags, sc: dict[str, Any], framework: str, out: Imported) -
     _zbh1(flags, parallel, framework)
     _refuse_as_megatron(sc)
     _virtual_stages(flags, sc, framework, out)
+    schedule_flags(flags, parallel, out)
     overlap = sc.setdefault("overlap", {})
     if framework not in ("megatron-lm-2021", "deepspeed"):  # their presets' overlaps stand
         # the parameter all-gather exists only with the distributed optimizer (not written
@@ -835,6 +841,15 @@ def _fp8_attention(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
         training["fp8_attention"] = True
 
 
+def _nan_check(flags: Flags, dp: dict[str, Any]) -> None:
+    """``dp.nan_check`` where the launch says (on by default: arguments.py's
+    --no-check-for-nan-in-loss-and-grad; Megatron-LM of 2023 spelt it on as a store_true)."""
+    if flags.has("no-check-for-nan-in-loss-and-grad"):
+        dp["nan_check"] = False
+    elif flags.has("check-for-nan-in-loss-and-grad"):
+        dp["nan_check"] = True
+
+
 def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
     """The optimizer, its CPU offload and the gradient buckets' flags (Megatron-LM arguments.py;
     scenarios/apertus-70b-4096xgh200.yaml writes the same)."""
@@ -852,8 +867,11 @@ def _optimizer_and_buckets(flags: Flags, sc: dict[str, Any]) -> None:
         fraction = flags.number("optimizer-offload-fraction")
         training["optimizer_offload"] = 1.0 if fraction is None else fraction
     dp: dict[str, Any] = sc.setdefault("dp", {})
-    if flags.has("no-check-for-nan-in-loss-and-grad"):
-        dp["nan_check"] = False
+    _nan_check(flags, dp)
+    if flags.has("overlap-param-gather-with-optimizer-step"):
+        # Megatron-Core's get_model: disable_bucketing=(model_chunk_idx > 0) or
+        # overlap_param_gather_with_optimizer_step, so every chunk is one bucket
+        dp["bucket_stages"] = "none"
     if flags.has("ddp-average-in-collective"):
         # the 1/dp scaling done by the collective (ReduceOp.AVG), no pass of its own
         dp.update(prescale=False, reduce_op="avg")
