@@ -558,6 +558,7 @@ def test_the_older_p2p_overlap_switch(tmp_path):
          "--experimental-attention-variant"),
         ("pretrain_gpt.py", "--experimental-attention-variant dsa --dsa-indexer-topk 2048", "--experimental-attention-variant"),
         ("pretrain_gpt.py", "--heterogeneous-layers-config-path blocks.json", "--heterogeneous-layers-config-path"),
+        ("pretrain_gpt.py", "--hybrid-attention-ratio 0.1", "--hybrid-attention-ratio"),
     ],
 )
 def test_layers_other_than_softmax_attention_are_refused(tmp_path, program, extra, named):
@@ -676,3 +677,10 @@ def test_schedule_and_bucket_flags_to_their_fields(tmp_path):
     s, _, notes = _import(tmp_path, "--defer-embedding-wgrad-compute --microbatch-group-size-per-virtual-pipeline-stage 8")
     assert "defer_head_wgrad" not in s["parallel"] and "microbatch_group" not in s["parallel"]
     assert any("without a pipeline" in n for n in notes) and any("interleaved schedule only" in n for n in notes)
+
+
+def test_hybrid_context_parallel_is_not_a_hybrid_mamba_model(tmp_path):
+    """Only MambaModel's layer-allocation flags mark a hybrid Mamba model: --hybrid-context-parallel
+    (context parallelism for packed sequences) is listed as not imported, not refused."""
+    _, skipped, _ = _import(tmp_path, "--hybrid-context-parallel")
+    assert any("--hybrid-context-parallel" in f for f in skipped)

@@ -39,6 +39,9 @@ _VARIANTS = {
     "dsa_gqa": "DeepSeek sparse attention (indexer-selected keys)",
 }
 _HETEROGENEOUS = "heterogeneous-layers-config-path"
+#: MambaModel's layer-allocation flags (not every --hybrid-* flag: --hybrid-context-parallel is
+#: context parallelism for packed sequences)
+_HYBRID_FLAGS = {"hybrid-override-pattern", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model"}
 
 
 def _spelled(name: str) -> str:
@@ -49,7 +52,7 @@ def hybrid_flag(flags: Flags) -> str | None:
     """The first flag that describes a hybrid Mamba model's layers or mixers, None without one."""
     for name in flags.values:
         spelled = _spelled(name)
-        if spelled.startswith(("hybrid-", "mamba-")) or spelled == "is-hybrid-model":
+        if spelled.startswith("mamba-") or spelled in _HYBRID_FLAGS:
             return name
     return None
 
