@@ -175,6 +175,22 @@ def test_torchtitan_keys_map_as_torchtitan_reads_them(tmp_path):
     build_context(scenario_from_dict(s))
 
 
+@pytest.mark.parametrize(("policy", "written"), [("always", True), ("never", False), ("default", None)])
+def test_torchtitan_fsdp_reshard_after_forward(tmp_path, policy, written):
+    """[parallelism] fsdp_reshard_after_forward: "always" / "never" reshard each layer's FSDP2
+    parameters after its forward or keep them for the backward (zero3.reshard_after_forward);
+    "default" is torchtitan's own policy (not with a pipeline), the field's default."""
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = -1\n'
+        f'fsdp_reshard_after_forward = "{policy}"\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n'
+    )
+    out = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1))
+    assert out.scenario.get("zero3", {}).get("reshard_after_forward") is written
+    assert not [k for k in out.skipped if "reshard" in k]
+    build_context(scenario_from_dict(out.scenario))
+
+
 def _args_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "args.txt"
     path.write_text(text)

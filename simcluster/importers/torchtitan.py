@@ -8,7 +8,9 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   (torchao Float8Linear, ``[float8] recipe_name`` tensorwise by default: current scaling);
 - ``data_parallel_shard_degree`` > 1 is FSDP2 (ZeRO-3; -1: the GPUs left over), with
   ``data_parallel_replicate_degree`` > 1 HSDP (``parallel.zero_shard``); shard degree 1 with
-  replicas is DDP (ZeRO-0). Its TP plan shards the norms' sequence (sequence parallelism), and
+  replicas is DDP (ZeRO-0); under FSDP2 ``fsdp_reshard_after_forward`` ``always`` / ``never`` is
+  ``zero3.reshard_after_forward`` true / false (``default``: torchtitan's policy, the field's
+  default). Its TP plan shards the norms' sequence (sequence parallelism), and
   ``enable_async_tensor_parallel`` overlaps its collectives (``overlap.tp_comm``, as
   scenarios/llama3-70b-128xh100-fsdp-tp-pp.yaml writes it; the framework preset makes it
   PyTorch's async TP); ``context_parallel_rotate_method`` is ``parallel.cp_comm`` (allgather
@@ -80,6 +82,7 @@ _READ = {
         "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
         "context_parallel_rotate_method", "expert_parallel_comm_backend",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
+        "fsdp_reshard_after_forward",
         "mixed_precision_param", "data_parallel_degree",
     },
     "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
@@ -165,12 +168,32 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
         out.scenario["overlap"] = overlap
     if dispatcher := _dispatcher(doc, parallel):
         out.scenario["moe"] = {"dispatcher": dispatcher}
+    if (reshard := _reshard_after_forward(doc, parallel)) is not None:
+        out.scenario["zero3"] = {"reshard_after_forward": reshard}
     out.run_tokens = run_tokens(
         training.get("seq_len"), training.get("global_batch"), iters=_get(doc, "steps", "training"),
         names=("", "[training] steps"),
     )
     _unread(doc, out)
     return out
+
+
+#: fsdp_reshard_after_forward -> zero3.reshard_after_forward ("default": the field's own default,
+#: not after the forward with a pipeline, after it without, as torchtitan's parallelize decides)
+_RESHARD = {"always": True, "never": False, "default": None}
+
+
+def _reshard_after_forward(doc: dict[str, Any], parallel: dict[str, Any]) -> bool | None:
+    """``zero3.reshard_after_forward`` from ``fsdp_reshard_after_forward`` under FSDP2 (zero 3),
+    None for its default policy or without FSDP."""
+    policy = _get(doc, "fsdp_reshard_after_forward", *_PAR)
+    if policy is None or parallel.get("zero") != 3:
+        return None
+    if policy not in _RESHARD:
+        raise UserError(
+            "parallelism.fsdp_reshard_after_forward", f"'{policy}' cannot be imported; known: {', '.join(_RESHARD)}"
+        )
+    return _RESHARD[policy]
 
 
 def _dispatcher(doc: dict[str, Any], parallel: dict[str, Any]) -> str | None:
