@@ -591,11 +591,16 @@ def test_layers_other_than_softmax_attention_are_refused(tmp_path, program, extr
     ],
 )
 def test_window_flags_as_sliding_window_and_global_every(tmp_path, flags, fields):
+    assert _mapped(tmp_path, flags, "model", ("sliding_window", "global_every"), ("window",)) == fields
+
+
+def _mapped(tmp_path: Path, flags: str, section: str, keys: tuple[str, ...], named: tuple[str, ...]) -> dict:
+    """The ``keys`` of ``section`` the flags import to; none of the flags ``named`` left unimported,
+    and the scenario builds."""
     s, skipped, _ = _import(tmp_path, flags)
-    got = {k: s["model"][k] for k in ("sliding_window", "global_every") if k in s["model"]}
-    assert got == fields
-    assert not [f for f in skipped if "window" in f]
+    assert not [f for f in skipped if any(word in f for word in named)]
     build_context(scenario_from_dict(s))
+    return {k: s[section][k] for k in keys if k in s[section]}
 
 
 def test_window_flag_refusals(tmp_path):
@@ -623,11 +628,10 @@ def test_window_flag_refusals(tmp_path):
     ],
 )
 def test_context_parallel_comm_type(tmp_path, flags, fields):
-    s, skipped, _ = _import(tmp_path, f"--context-parallel-size 4 {flags}")
-    got = {k: s["parallel"][k] for k in ("cp_comm", "cp_a2a") if k in s["parallel"]}
+    got = _mapped(
+        tmp_path, f"--context-parallel-size 4 {flags}", "parallel", ("cp_comm", "cp_a2a"), ("cp-comm-type", "hierarchical")
+    )
     assert got == fields
-    assert not [f for f in skipped if "cp-comm-type" in f or "hierarchical" in f]
-    build_context(scenario_from_dict(s))
 
 
 def test_context_parallel_comm_type_refusals(tmp_path):
