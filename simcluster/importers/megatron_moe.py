@@ -60,13 +60,10 @@ def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
                 f"{2 * every - 1}, ... (the same count when {every} divides the layers)"
             )
         return
-    pattern = freq_pattern(text, "--moe-layer-freq")
     layers = model["layers"]
-    if len(pattern) != layers:
-        raise UserError("--moe-layer-freq", f"gives {len(pattern)} layers, --num-layers {layers}")
+    pattern = freq_pattern(text, "--moe-layer-freq", layers)
     dense = next((i for i, v in enumerate(pattern) if v), layers)
-    rest = pattern[dense:]
-    period = next((k for k in range(1, len(rest) + 1) if _periodic(pattern, dense, k)), None)
+    period = every_nth(pattern, dense)
     if period is None or dense == layers:
         raise UserError(
             "--moe-layer-freq",
@@ -79,16 +76,23 @@ def layer_pattern(flags: Flags, model: dict[str, Any], out: Imported) -> None:
         model["moe_every"] = period
 
 
-def _periodic(pattern: list[int], dense: int, every: int) -> bool:
-    """Whether layers from ``dense`` on are MoE exactly when (i + 1) % every == 0 (simcluster's
-    model.moe_every, counted from layer 0)."""
-    return all(v == int((i + 1) % every == 0) for i, v in enumerate(pattern) if i >= dense)
+def every_nth(pattern: list[int], start: int = 0) -> int | None:
+    """The k for which layers from ``start`` on are 1 exactly when (i + 1) % k == 0 (simcluster's
+    model.moe_every and global_every, counted from layer 0); None where no k fits."""
+    return next(
+        (
+            k
+            for k in range(1, len(pattern) - start + 1)
+            if all(v == int((i + 1) % k == 0) for i, v in enumerate(pattern) if i >= start)
+        ),
+        None,
+    )
 
 
-def freq_pattern(text: str, flag: str) -> list[int]:
+def freq_pattern(text: str, flag: str, layers: int) -> list[int]:
     """A list expression of 0s and 1s as arguments.py's moe_freq_type evaluates it (for
     ``--moe-layer-freq`` and ``--window-attn-skip-freq``, named by ``flag``): lists of digits,
-    ``*`` repeats and ``+`` joins, nothing else."""
+    ``*`` repeats and ``+`` joins, nothing else; one value for each of the ``layers``."""
     if not re.fullmatch(r"[\[\]()0-9*+, ]+", text):
         raise UserError(flag, f"'{text}' is neither a whole number nor a list such as [0]*3+[1]*58")
     try:
@@ -97,6 +101,8 @@ def freq_pattern(text: str, flag: str) -> list[int]:
         raise UserError(flag, f"'{text}' is not a list expression") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise UserError(flag, f"'{text}' must give a list of 0s and 1s")
+    if len(value) != layers:
+        raise UserError(flag, f"gives {len(value)} layers, --num-layers {layers}")
     return [int(v) for v in value]
 
 

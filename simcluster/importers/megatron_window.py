@@ -17,7 +17,7 @@ from typing import Any
 
 from simcluster.errors import UserError
 from simcluster.importers.flags import Flags
-from simcluster.importers.megatron_moe import freq_pattern
+from simcluster.importers.megatron_moe import every_nth, freq_pattern
 from simcluster.importers.result import Imported
 
 
@@ -62,16 +62,10 @@ def _global_every(skip: str | None, layers: int) -> int:
         return 0
     if re.fullmatch(r"\d+", skip):
         return int(skip)
-    pattern = freq_pattern(skip, "--window-attn-skip-freq")
-    if len(pattern) != layers:
-        raise UserError("--window-attn-skip-freq", f"gives {len(pattern)} layers, --num-layers {layers}")
-    if all(pattern):
+    global_layers = [1 - v for v in freq_pattern(skip, "--window-attn-skip-freq", layers)]  # 1 = global
+    if not any(global_layers):
         return 0
-    if not any(pattern):
-        return 1
-    period = next(
-        (k for k in range(2, layers + 1) if all(v == int((i + 1) % k != 0) for i, v in enumerate(pattern))), None
-    )
+    period = every_nth(global_layers)  # 1 where every layer is global
     if period is None:
         raise UserError(
             "--window-attn-skip-freq",
