@@ -191,6 +191,38 @@ def test_torchtitan_fsdp_reshard_after_forward(tmp_path, policy, written):
     build_context(scenario_from_dict(out.scenario))
 
 
+@pytest.mark.parametrize(
+    ("shard", "reduce", "accumulated_fp32"),
+    [(-1, "float32", None), (-1, "bfloat16", False), (1, "bfloat16", None)],
+)
+def test_torchtitan_mixed_precision_reduce(tmp_path, shard, reduce, accumulated_fp32):
+    """[training] mixed_precision_reduce is FSDP2's reduce dtype (torchtitan's help: it "only
+    takes effect when data_parallel_shard_degree > 1"): float32, its default, is
+    training.fp32_grad_accum's default; bfloat16 reduces in 16 bits (fp32_grad_accum false, with
+    a note on the sharded gradient's dtype); without FSDP2 nothing changes."""
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n'
+        f"data_parallel_shard_degree = {shard}\ndata_parallel_replicate_degree = {8 if shard == 1 else 1}\n"
+        f'[training]\nlocal_batch_size = 1\nseq_len = 4096\nmixed_precision_reduce = "{reduce}"\n'
+    )
+    out = import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1))
+    assert out.scenario["training"].get("fp32_grad_accum") is accumulated_fp32
+    assert not [k for k in out.skipped if "reduce" in k]
+    assert any("mixed_precision_reduce" in n for n in out.notes) == (accumulated_fp32 is False)
+    build_context(scenario_from_dict(out.scenario))
+
+
+def test_torchtitan_unknown_reduce_dtype_is_refused(tmp_path):
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = -1\n'
+        '[training]\nlocal_batch_size = 1\nseq_len = 4096\nmixed_precision_reduce = "float16"\n'
+    )
+    with pytest.raises(UserError, match="mixed_precision_reduce.*float16"):
+        import_config("torchtitan", toml, ImportOptions(cluster="dgx-h100", nodes=1))
+
+
 def _args_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "args.txt"
     path.write_text(text)

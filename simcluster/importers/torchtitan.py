@@ -21,7 +21,8 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
   releases' ``pipeline_parallel_microbatches`` the count (the framework preset's default);
 - ``local_batch_size`` (older ``batch_size``) per data-parallel rank, ``global_batch_size``
   (-1: local x dp) with gradient accumulation, ``seq_len``; ``mixed_precision_param`` the
-  compute dtype (bfloat16 by default);
+  compute dtype (bfloat16 by default); ``mixed_precision_reduce`` FSDP2's reduce dtype
+  (float32: ``training.fp32_grad_accum``'s default; bfloat16: false, with a note);
 - ``[activation_checkpoint] mode`` full or selective, ``selective_ac_option`` ``op`` (its
   op-level policy, ``recompute: op``) or N (every N-th block whole: full recomputation of
   1/N of each pipeline chunk's layers, as validation/torchtitan-a100.yaml models 'selective
@@ -83,9 +84,12 @@ _READ = {
         "context_parallel_rotate_method", "expert_parallel_comm_backend",
         "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches", "pipeline_parallel_layers_per_stage",
         "fsdp_reshard_after_forward",
-        "mixed_precision_param", "data_parallel_degree",
+        "mixed_precision_param", "mixed_precision_reduce", "data_parallel_degree",
     },
-    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
+    "training": {
+        "local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param",
+        "mixed_precision_reduce", "compile",
+    },
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "compile": {"enable", "components"},
     "float8": {"recipe_name", "enable_fsdp_float8_all_gather", "enable_float8_linear"},
@@ -144,6 +148,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _pipeline(doc, parallel, training, layers, out)
     _batch(doc, parallel, training, dp)
     _precision(doc, training)
+    _reduce_dtype(doc, parallel, training, out)
     # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
     # (a V schedule's two stages a rank are two chunks)
     v_shaped = parallel.get("schedule") in {SCHEDULES[name] for name in _V_SHAPED}
@@ -414,6 +419,30 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
         training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
         if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
             training["fp8_param_gather"] = True
+
+
+def _reduce_dtype(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], out: Imported) -> None:
+    """``mixed_precision_reduce``: FSDP2's reduce dtype (``MixedPrecisionPolicy.reduce_dtype``).
+    float32, its default (the only choice in its first releases), is ``training.fp32_grad_accum``'s
+    default; bfloat16 (allowed by later releases) reduce-scatters, and under a pipeline
+    accumulates unsharded, in 16 bits: ``fp32_grad_accum`` false, with a note that the model
+    then keeps the sharded gradient in 16 bits where FSDP2 casts it back to the fp32
+    parameters' dtype after the reduce-scatter. Without FSDP2 it does nothing (torchtitan's own
+    help: "only takes effect when data_parallel_shard_degree > 1")."""
+    reduce = _get(doc, "mixed_precision_reduce", "training", "parallelism")
+    if reduce is not None and reduce not in ("float32", "bfloat16"):
+        raise UserError(
+            "training.mixed_precision_reduce",
+            f"'{reduce}' cannot be imported; known: float32, bfloat16",
+        )
+    if reduce != "bfloat16" or parallel.get("zero") != 3:
+        return
+    training["fp32_grad_accum"] = False
+    out.notes.append(
+        "mixed_precision_reduce bfloat16: training.fp32_grad_accum false (16-bit reduce-scatter "
+        "and accumulation); FSDP2 keeps the sharded gradient in fp32, counted here in 16 bits "
+        "(2 bytes a sharded parameter less memory than the run holds)"
+    )
 
 
 def _compiled_style(doc: dict[str, Any]) -> str | None:
