@@ -4,8 +4,9 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
 ``[experimental]`` where older releases kept the parallel degrees):
 
 - ``[model] name`` + ``flavor`` name the shipped preset (``llama3`` ``8B`` is ``llama3-8b``; its
-  ``405B`` flavour is Llama 3.1's); ``converters = ["float8"]`` trains the linears in FP8
-  (torchao Float8Linear, ``[float8] recipe_name`` tensorwise by default: current scaling);
+  ``405B`` flavour is Llama 3.1's); ``converters`` ``float8`` / ``mx`` (or their ``quantize.linear.*``
+  spellings) train the linears in FP8 with current scaling or MXFP8 blocks
+  (``torchtitan_quant.py``);
 - ``data_parallel_shard_degree`` > 1 is FSDP2 (ZeRO-3; -1: the GPUs left over), with
   ``data_parallel_replicate_degree`` > 1 HSDP (``parallel.zero_shard``); shard degree 1 with
   replicas is DDP (ZeRO-0); under FSDP2 ``fsdp_reshard_after_forward`` ``always`` / ``never`` is
@@ -36,12 +37,14 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
 from simcluster.errors import UserError
+from simcluster.importers import torchtitan_quant
 from simcluster.importers.options import ImportOptions
 from simcluster.importers.result import Imported
 from simcluster.importers.run_length import run_tokens
@@ -63,8 +66,6 @@ _ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
 #: torchtitan/distributed/deepep dispatchers (DeepEP's normal kernels, NVIDIA's HybridEP)
 _EP_BACKENDS = {"standard": "alltoall", "deepep": "deepep", "hybridep": "hybridep"}
 _PRECISIONS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
-#: the [float8] recipes simcluster has: tensorwise scales are amaxes of the whole tensor
-_FLOAT8_RECIPES = {"tensorwise": "current"}
 #: (name, flavor) whose preset is not name-flavor
 _PRESETS = {
     ("llama3", "405B"): "llama3.1-405b",
@@ -92,7 +93,6 @@ _READ = {
     },
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "compile": {"enable", "components"},
-    "float8": {"recipe_name", "enable_fsdp_float8_all_gather", "enable_float8_linear"},
 }  # fmt: skip
 _READ["training"] |= _READ["parallelism"]  # older releases kept the degrees under [training]
 _READ["experimental"] = set(_READ["parallelism"])
@@ -407,18 +407,7 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
             f"'{param}' cannot be imported; known: {', '.join(_PRECISIONS)}",
         )
     training["precision"] = _PRECISIONS[param]
-    converters = _converters(doc)
-    # releases before model.converters switched FP8 on with [float8] enable_float8_linear
-    if "float8" in converters or _get(doc, "enable_float8_linear", "float8") is True:
-        recipe = _get(doc, "recipe_name", "float8") or "tensorwise"
-        if recipe not in _FLOAT8_RECIPES:
-            raise UserError(
-                "float8.recipe_name",
-                f"'{recipe}' cannot be imported; known: {', '.join(_FLOAT8_RECIPES)}",
-            )
-        training["precision"], training["fp8_recipe"] = "fp8", _FLOAT8_RECIPES[recipe]
-        if _get(doc, "enable_fsdp_float8_all_gather", "float8"):
-            training["fp8_param_gather"] = True
+    torchtitan_quant.apply(doc, training)
 
 
 def _reduce_dtype(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], out: Imported) -> None:
@@ -467,15 +456,6 @@ def _compiled_style(doc: dict[str, Any]) -> str | None:
     return "fused" if "loss" in components else "compiled-blocks"
 
 
-def _converters(doc: dict[str, Any]) -> list[str]:
-    """``[model] converters``: a list, or a comma-separated string as the shipped 405B TOML
-    writes it (``converters = "float8"``; config_manager's string_list splits it)."""
-    value = _get(doc, "converters", "model") or []
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return [str(v) for v in value]
-
-
 def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> None:
     mode = _get(doc, "mode", "activation_checkpoint") or "selective"  # job_config default
     if mode == "none":
@@ -503,20 +483,31 @@ def _recompute(doc: dict[str, Any], training: dict[str, Any], layers: int) -> No
 
 
 def _unread(doc: dict[str, Any], out: Imported) -> None:
-    float8_on = "float8" in _converters(doc) or _get(doc, "enable_float8_linear", "float8") is True
-    for section, table in doc.items():
+    for name in torchtitan_quant.unknown(doc):
+        out.skip(f"model.converters {name}", "no scenario field for it")
+    for section, table in _sections(doc):
         if section in _OUTSIDE:
             out.skip(f"[{section}]", _OUTSIDE[section])
             continue
-        if section == "float8" and not float8_on:
-            out.skip("[float8]", "float8 is off: model.converters does not list it")
+        quant = section in torchtitan_quant.TABLES or section.startswith("quantize.")
+        if quant and not torchtitan_quant.is_on(doc, section):
+            out.skip(f"[{section}]", f"{section} is off: model.converters does not list it")
             continue
+        read = torchtitan_quant.READ_KEYS if quant else _READ.get(section, set())
         keys = table.items() if isinstance(table, dict) else [("", table)]
         for key, value in keys:
-            if section == "float8" and key == "filter_fqns" and value in ("output", ["output"]):
+            if quant and key == "filter_fqns" and value in ("output", ["output"]):
                 continue  # the LM head left in 16-bit: what training.precision fp8 costs
-            if key not in _READ.get(section, set()):
+            if key not in read:
                 out.skip(
                     f"{section}.{key}" if key else section,
                     _KEY_REASONS.get(key, "no scenario field for it"),
                 )
+
+
+def _sections(doc: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The TOML's tables by dotted name: its top-level ones, and ``[quantize.*.*]``'s each."""
+    for section, table in doc.items():
+        if section != "quantize":
+            yield section, table
+    yield from ((name, t) for name, t in torchtitan_quant.tables(doc) if name.startswith("quantize."))
