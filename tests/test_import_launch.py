@@ -271,6 +271,27 @@ def test_megatron_flags_map_with_megatrons_own_defaults(tmp_path):
     build_context(scenario_from_dict(s))
 
 
+@pytest.mark.parametrize("extra", ["--qk-l2-norm", "--qk-l2-norm --qk-layernorm"])
+def test_megatron_qk_l2_norm_is_llama4s_weightless_norm(tmp_path, extra):
+    """--qk-l2-norm: Megatron-Core's layer specs put L2Norm in place of the q/k layernorms
+    (``L2Norm if qk_l2_norm else (qk_norm if qk_layernorm else IdentityOp)``), Llama 4's
+    weightless norm: model.qk_norm weightless, with --qk-layernorm too."""
+    out = import_config(
+        "megatron", _args_file(tmp_path, MODERN + extra), ImportOptions(cluster="dgx-h100", nodes=4)
+    )
+    assert out.scenario["model"]["qk_norm"] == "weightless"
+    assert not [k for k in out.skipped if "qk-" in k]
+    build_context(scenario_from_dict(out.scenario))
+
+
+def test_megatron_qk_l2_norm_with_mla_is_refused(tmp_path):
+    with pytest.raises(UserError, match="--qk-l2-norm: Megatron-Core refuses it with --multi-latent-attention"):
+        import_config(
+            "megatron", _args_file(tmp_path, MODERN + "--qk-l2-norm --multi-latent-attention"),
+            ImportOptions(cluster="dgx-h100", nodes=4),
+        )
+
+
 def test_megatron_tp_only_amax_red_imports(tmp_path):
     """--tp-only-amax-red (Megatron-LM arguments.py, TransformerConfig.tp_only_amax_red): FP8's
     amax all-reduce over the tp-cp group only (parallelism/fp8_amax.py)."""

@@ -273,6 +273,7 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     model = sc["model"]
     _require_shape(model)
     _mlp(flags, model)
+    _qk_l2_norm(flags, model)
     mla(flags, model, out)
     _kv_heads(flags, model)
     _norm_and_positions(flags, model, out)
@@ -285,6 +286,18 @@ def _model(flags: Flags, sc: dict[str, Any], out: Imported) -> None:
     # materialises the scores (no fused kernel); transformer_engine (the default) fuses them
     if flags.choice("transformer-impl", {"local": "local", "transformer_engine": "te"}) == "local":
         sc["training"]["flash_attention"] = False
+
+
+def _qk_l2_norm(flags: Flags, model: dict[str, Any]) -> None:
+    """``--qk-l2-norm``: Llama 4's weightless L2 norm of queries and keys (``model.qk_norm``
+    weightless), which Megatron-Core's layer specs put in place of the ``--qk-layernorm`` norms
+    (``q_layernorm = L2Norm if qk_l2_norm else (qk_norm if qk_layernorm else IdentityOp)``);
+    its multi-latent attention refuses it ("qk_l2_norm is not supported")."""
+    if not flags.has("qk-l2-norm"):
+        return
+    if flags.has("multi-latent-attention"):
+        raise UserError("--qk-l2-norm", "Megatron-Core refuses it with --multi-latent-attention; drop one of them")
+    model["qk_norm"] = "weightless"
 
 
 _SHAPE_FLAGS = {"layers": "num-layers", "hidden": "hidden-size", "heads": "num-attention-heads"}
