@@ -23,7 +23,7 @@ What each key means is torchtitan's (``torchtitan/config/job_config.py``, and ``
 - ``local_batch_size`` (older ``batch_size``) per data-parallel rank, ``global_batch_size``
   (-1: local x dp) with gradient accumulation, ``seq_len``; ``mixed_precision_param`` the
   compute dtype (bfloat16 by default); ``mixed_precision_reduce`` FSDP2's reduce dtype
-  (float32: ``training.fp32_grad_accum``'s default; bfloat16: false, with a note);
+  (float32: ``training.fp32_grad_accum``'s default; bfloat16: false);
 - ``[activation_checkpoint] mode`` full or selective, ``selective_ac_option`` ``op`` (its
   op-level policy, ``recompute: op``) or N (every N-th block whole: full recomputation of
   1/N of each pipeline chunk's layers, as validation/torchtitan-a100.yaml models 'selective
@@ -148,7 +148,7 @@ def import_file(path: Path, options: ImportOptions) -> Imported:
     _pipeline(doc, parallel, training, layers, out)
     _batch(doc, parallel, training, dp)
     _precision(doc, training)
-    _reduce_dtype(doc, parallel, training, out)
+    _reduce_dtype(doc, parallel, training)
     # training.recompute_num_layers counts the layers of one pipeline chunk: every N-th of them
     # (a V schedule's two stages a rank are two chunks)
     v_shaped = parallel.get("schedule") in {SCHEDULES[name] for name in _V_SHAPED}
@@ -410,28 +410,22 @@ def _precision(doc: dict[str, Any], training: dict[str, Any]) -> None:
     torchtitan_quant.apply(doc, training)
 
 
-def _reduce_dtype(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any], out: Imported) -> None:
+def _reduce_dtype(doc: dict[str, Any], parallel: dict[str, Any], training: dict[str, Any]) -> None:
     """``mixed_precision_reduce``: FSDP2's reduce dtype (``MixedPrecisionPolicy.reduce_dtype``).
     float32, its default (the only choice in its first releases), is ``training.fp32_grad_accum``'s
     default; bfloat16 (allowed by later releases) reduce-scatters, and under a pipeline
-    accumulates unsharded, in 16 bits: ``fp32_grad_accum`` false, with a note that the model
-    then keeps the sharded gradient in 16 bits where FSDP2 casts it back to the fp32
-    parameters' dtype after the reduce-scatter. Without FSDP2 it does nothing (torchtitan's own
-    help: "only takes effect when data_parallel_shard_degree > 1")."""
+    accumulates unsharded, in 16 bits: ``fp32_grad_accum`` false (the sharded gradient stays
+    fp32 either way, as FSDP2 casts the reduce-scatter's output back to the parameters' dtype:
+    ``memory.fsdp2_bytes_per_param``). Without FSDP2 it does nothing (torchtitan's own help:
+    "only takes effect when data_parallel_shard_degree > 1")."""
     reduce = _get(doc, "mixed_precision_reduce", "training", "parallelism")
     if reduce is not None and reduce not in ("float32", "bfloat16"):
         raise UserError(
             "training.mixed_precision_reduce",
             f"'{reduce}' cannot be imported; known: float32, bfloat16",
         )
-    if reduce != "bfloat16" or parallel.get("zero") != 3:
-        return
-    training["fp32_grad_accum"] = False
-    out.notes.append(
-        "mixed_precision_reduce bfloat16: training.fp32_grad_accum false (16-bit reduce-scatter "
-        "and accumulation); FSDP2 keeps the sharded gradient in fp32, counted here in 16 bits "
-        "(2 bytes a sharded parameter less memory than the run holds)"
-    )
+    if reduce == "bfloat16" and parallel.get("zero") == 3:
+        training["fp32_grad_accum"] = False
 
 
 def _compiled_style(doc: dict[str, Any]) -> str | None:
