@@ -84,6 +84,10 @@ FAMILIES: dict[str, Family] = {
     "olmoe": _LLAMA,
     # ChatGLM's own code (THUDM/chatglm3-6b): RMSNorm, SwiGLU, separate output layer
     "chatglm": _LLAMA,
+    # GLM-4.5 / 4.6 (Glm4MoeForCausalLM): Llama-style GQA (q/k/v biased as attention_bias says,
+    # o_proj never), DeepSeek-style routed + shared experts after first_k_dense_replace dense
+    # layers, one MTP layer (num_nextn_predict_layers); its partial rotary costed as full
+    "glm4_moe": _LLAMA,
     # Apertus (ApertusMLP): up and down projections with xIELU, a two-matrix MLP
     "apertus": Family(False, "rmsnorm", False, "rope", False),
     # StableLM (StableLmDecoderLayer): nn.LayerNorm, gated SiLU MLP
@@ -176,7 +180,14 @@ CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 # a multimodal config's language model, when its text_config leaves its own model_type out
-_TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+_TEXT_TYPES = {
+    "llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_vl": "qwen3_vl_text",
+    "qwen3_vl_moe": "qwen3_vl_moe_text", "kimi_k25": "kimi_k2",
+}  # fmt: skip
+# model types whose language model is another type's modelling code: Kimi K2's config names
+# DeepseekV3ForCausalLM (its architectures and auto_map); Qwen3-VL's text models are Qwen3's
+# and Qwen3-MoE's decoders (multimodal rotary costed as rotary)
+_SAME_CODE = {"kimi_k2": "deepseek_v3", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe"}
 
 # model types whose attention normalises queries and keys unconditionally, and the kind
 # (model.qk_norm): Qwen3Attention's, Gemma3Attention's and ApertusAttention's q_norm/k_norm are
@@ -298,8 +309,11 @@ def _resolved(cfg: dict[str, Any]) -> tuple[dict[str, Any], str, Family]:
     family; a config that is not softmax attention, or not a family read here, is refused."""
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         outer = str(cfg.get("model_type", ""))
-        cfg = {"model_type": _TEXT_TYPES.get(outer, outer), **cfg["text_config"]}
+        # the composite model ties its LM head as its own config says, where the text one is silent
+        tied = {"tie_word_embeddings": cfg["tie_word_embeddings"]} if "tie_word_embeddings" in cfg else {}
+        cfg = {"model_type": _TEXT_TYPES.get(outer, outer), **tied, **cfg["text_config"]}
     model_type = str(cfg.get("model_type", ""))
+    model_type = _SAME_CODE.get(model_type, model_type)
     _refuse_other_mixers(cfg)
     family = FAMILIES.get(model_type)
     if family is None:
@@ -393,6 +407,8 @@ def _bias_fields(cfg: dict[str, Any], model_type: str, family: Family) -> tuple[
     parts = set(bias_parts(family.bias if said is None else bool(said)))
     if model_type == "gpt_neox" and cfg.get("attention_bias") is False:
         parts -= {"qkv", "attn_out"}
+    elif model_type == "glm4_moe" and cfg.get("attention_bias"):
+        parts.add("qkv")  # Glm4MoeAttention: q/k/v_proj as attention_bias says, o_proj bias=False
     elif cfg.get("attention_bias"):
         parts |= {"qkv", "attn_out"}
     if cfg.get("mlp_bias"):
@@ -454,7 +470,7 @@ def _falcon_kv_heads(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def supported_types() -> list[str]:
     """The ``model_type`` values simcluster reads (multimodal wrappers by their text model)."""
-    return sorted({*FAMILIES, *_TEXT_TYPES}, key=str.lower)
+    return sorted({*FAMILIES, *_TEXT_TYPES, *_SAME_CODE}, key=str.lower)
 
 
 def _unknown_type(model_type: str) -> str:
