@@ -88,6 +88,11 @@ FAMILIES: dict[str, Family] = {
     # o_proj never), DeepSeek-style routed + shared experts after first_k_dense_replace dense
     # layers, one MTP layer (num_nextn_predict_layers); its partial rotary costed as full
     "glm4_moe": _LLAMA,
+    # MiniMax-M2 (MiniMaxM2ForCausalLM): Mixtral-style experts of intermediate_size with a
+    # sigmoid router, GQA whose q/k norms (use_qk_norm) span the whole projection (its attention
+    # is FlexOlmo's); partial rotary costed as full. Its config's MTP modules (num_mtp_modules)
+    # are not in transformers' model and are not counted
+    "minimax_m2": _LLAMA,
     # Apertus (ApertusMLP): up and down projections with xIELU, a two-matrix MLP
     "apertus": Family(False, "rmsnorm", False, "rope", False),
     # StableLM (StableLmDecoderLayer): nn.LayerNorm, gated SiLU MLP
@@ -201,8 +206,11 @@ QK_NORM_TYPES: dict[str, str] = {
 # the kind where a config turns it on (qk_layernorm, use_qk_norm), when not shared (Phi's
 # nn.LayerNorm(head_dim)): StableLmAttention's StableLmLayerNormPerHead (a LayerNorm of
 # head_dim, bias=False, per head), CohereAttention's CohereLayerNorm((heads, head_dim)),
-# Llama4TextAttention's Llama4TextL2Norm (no weights)
-_QK_NORM_WHEN_SET = {"stablelm": "per_head", "cohere": "per_head", "llama4_text": "weightless"}
+# Llama4TextAttention's Llama4TextL2Norm (no weights), MiniMaxM2Attention's (FlexOlmoAttention's)
+# RMSNorm over the whole query and key projections
+_QK_NORM_WHEN_SET = {
+    "stablelm": "per_head", "cohere": "per_head", "llama4_text": "weightless", "minimax_m2": "whole",
+}  # fmt: skip
 
 # config.json key -> ModelSpec field; the first key present wins
 _KEYS: dict[str, tuple[str, ...]] = {

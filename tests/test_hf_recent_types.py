@@ -1,10 +1,12 @@
-"""config.json types read through another type's modelling code, and GLM-4.5's MoE
-(simcluster/hf_import.py ``_SAME_CODE``, ``_TEXT_TYPES``, ``FAMILIES["glm4_moe"]``).
+"""2025's open-weight model types (simcluster/hf_import.py ``_SAME_CODE``, ``_TEXT_TYPES``,
+``FAMILIES["glm4_moe"]``, ``FAMILIES["minimax_m2"]``): types read through another's modelling
+code, GLM-4.5's MoE and MiniMax-M2.
 
 Kimi K2's config.json names ``DeepseekV3ForCausalLM`` (architectures, auto_map) under
 ``model_type`` kimi_k2, and Kimi K2.5 nests it as a ``text_config``; Qwen3-VL's language models
 are Qwen3's and Qwen3-MoE's decoders (``qwen3_vl_text``, ``qwen3_vl_moe_text``); GLM-4.5's
-``Glm4MoeForCausalLM`` is a Llama-style GQA decoder with DeepSeek-style routed and shared experts.
+``Glm4MoeForCausalLM`` is a Llama-style GQA decoder with DeepSeek-style routed and shared experts;
+``MiniMaxM2ForCausalLM`` Mixtral-style experts under GQA with whole-projection q/k norms.
 """
 
 import json
@@ -31,6 +33,15 @@ GLM45_AIR = {
     "num_experts_per_tok": 8, "first_k_dense_replace": 1, "num_hidden_layers": 46, "num_key_value_heads": 8,
     "partial_rotary_factor": 0.5, "tie_word_embeddings": False, "vocab_size": 151552,
     "num_nextn_predict_layers": 1,
+}  # fmt: skip
+# MiniMaxAI/MiniMax-M2 config.json's architecture keys (model card: 230B total, 10B active)
+MINIMAX_M2 = {
+    "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "hidden_size": 3072,
+    "intermediate_size": 1536, "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+    "head_dim": 128, "rotary_dim": 64, "num_local_experts": 256, "num_experts_per_tok": 8,
+    "shared_intermediate_size": 0, "scoring_func": "sigmoid", "use_qk_norm": True, "qk_norm_type": "per_layer",
+    "vocab_size": 200064, "num_mtp_modules": 3, "mtp_transformer_layers": 1, "attention_bias": False,
+    "tie_word_embeddings": False,
 }  # fmt: skip
 # Qwen3-235B-A22B's decoder as Qwen3-VL-235B-A22B nests it (the composite's own tie_word_embeddings)
 QWEN3_VL_TEXT = {
@@ -76,3 +87,12 @@ def test_qwen3_vl_text_is_qwen3_moe_tied_as_the_composite_says(tmp_path):
     assert model.params_total() == load_preset("qwen3-235b-a22b").params_total()
     tied = load(tmp_path, {**composite, "tie_word_embeddings": True})
     assert tied.tied_embeddings
+
+
+def test_minimax_m2_counts_the_model_cards_parameters(tmp_path):
+    """256 experts of intermediate_size (top 8), no shared expert, q/k norms over the whole
+    projections (MiniMaxM2Attention is FlexOlmoAttention): 230B total (model card)."""
+    model = load(tmp_path, MINIMAX_M2)
+    assert (model.experts, model.top_k, model.expert_ffn, model.shared_experts) == (256, 8, 1536, 0)
+    assert model.qk_norm == "whole" and model.mtp_layers == 0
+    assert model.params_total() / 1e9 == pytest.approx(230, rel=0.01)
