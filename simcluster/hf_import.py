@@ -540,6 +540,11 @@ def _refuse_other_mixers(cfg: dict[str, Any]) -> None:
     kinds = cfg.get("attn_type_list")  # MiniMax: 0 = lightning (linear) attention
     if isinstance(kinds, list) and 0 in kinds:
         raise Unsupported("attn_type_list has linear-attention (0) layers; simcluster models softmax attention only")
+    if cfg.get("use_bidirectional_attention") is True:  # EmbeddingGemma (Gemma3TextModel, an encoder)
+        raise Unsupported(
+            "use_bidirectional_attention: an encoder (every query attends to every key, no LM head) is not "
+            "modelled; simcluster costs causal decoders trained on next-token prediction"
+        )
 
 
 def _window_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

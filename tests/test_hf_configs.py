@@ -143,6 +143,8 @@ def test_qwen_moe_mlp_only_layers(tmp_path):
         ({"model_type": "jamba", "mamba_d_state": 16}, "mamba_d_state"),
         # deepseek-ai/DeepSeek-V3.2 config.json: its indexer's top 2,048 keys per query
         ({"model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64}, "index_topk"),
+        # google/embeddinggemma-300m config.json (Gemma3TextModel): an encoder
+        ({"model_type": "gemma3_text", "use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ],
 )
 def test_other_token_mixers_are_refused_not_costed_as_attention(tmp_path, extra, named):
