@@ -401,6 +401,11 @@ def _attention_fields(cfg: dict[str, Any], model_type: str, data: dict[str, Any]
         data["qk_norm"] = _QK_NORM_WHEN_SET.get(model_type, "shared")
 
 
+#: the linears ``attention_bias`` biases where not LlamaAttention's q, k, v and o_proj:
+#: Glm4MoeAttention's q/k/v_proj only (its o_proj has bias=False)
+_ATTENTION_BIAS_PARTS = {"glm4_moe": {"qkv"}}
+
+
 def _bias_fields(cfg: dict[str, Any], model_type: str, family: Family) -> tuple[str, ...]:
     """``model.bias`` as the ``model_type``'s modelling code reads its config: StarCoder2's
     ``use_bias``, Falcon's ``bias``, OPT's ``enable_bias``, ChatGLM's ``add_bias_linear`` and
@@ -415,10 +420,8 @@ def _bias_fields(cfg: dict[str, Any], model_type: str, family: Family) -> tuple[
     parts = set(bias_parts(family.bias if said is None else bool(said)))
     if model_type == "gpt_neox" and cfg.get("attention_bias") is False:
         parts -= {"qkv", "attn_out"}
-    elif model_type == "glm4_moe" and cfg.get("attention_bias"):
-        parts.add("qkv")  # Glm4MoeAttention: q/k/v_proj as attention_bias says, o_proj bias=False
     elif cfg.get("attention_bias"):
-        parts |= {"qkv", "attn_out"}
+        parts |= _ATTENTION_BIAS_PARTS.get(model_type, {"qkv", "attn_out"})
     if cfg.get("mlp_bias"):
         parts.add("mlp")
     qwen2 = model_type == "qwen2" or (model_type == "qwen2_moe" and cfg.get("qkv_bias", True))

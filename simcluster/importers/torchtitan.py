@@ -87,10 +87,7 @@ _READ = {
         "fsdp_reshard_after_forward",
         "mixed_precision_param", "mixed_precision_reduce", "data_parallel_degree",
     },
-    "training": {
-        "local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param",
-        "mixed_precision_reduce", "compile",
-    },
+    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "compile": {"enable", "components"},
 }  # fmt: skip
